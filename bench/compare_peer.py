@@ -1,0 +1,242 @@
+"""Horae vs pulsar-lite 0.2.0 with the same official-client workload.
+
+Starts Horae (``python -m broker serve``, fsync before every receipt, the default) and the
+pulsar-lite binary, each on free ports with its data in a temporary directory, then drives
+each in turn with pulsar-client 3.13:
+
+1. async publish of N x S bytes, batching off   (msgs/s, first send to last receipt)
+2. async publish of N x S bytes, batching on    (msgs/s)
+3. Shared consume of workload 1's N messages with an ack per message   (msgs/s)
+4. synchronous send of M messages               (msgs/s, i.e. 1 / round-trip latency)
+
+and prints each figure for both and the Horae/pulsar-lite ratio (target: every ratio >= 0.8).
+
+Usage: ``.venv/bin/python bench/compare_peer.py [--messages 50000] [--size 1024] [--sync 5000]
+[--only horae|pulsar-lite] [--rounds 1]``. Never part of the test run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import pathlib
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pulsar
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+START_TIMEOUT_S = 30.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_port(port: int, proc: subprocess.Popen[bytes], log: pathlib.Path) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"broker exited: {log.read_text(errors='replace')[-2000:]}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"broker did not listen on {port}")
+
+
+@dataclass
+class Broker:
+    name: str
+    url: str
+    proc: subprocess.Popen[bytes]
+    data: pathlib.Path
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+@contextlib.contextmanager
+def start_horae(tmp: pathlib.Path) -> Iterator[Broker]:
+    port, web = free_port(), free_port()
+    data = tmp / "horae"
+    log = tmp / "horae.log"
+    with log.open("wb") as fh:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "broker", "serve", "--data-dir", str(data), "--broker-port",
+             str(port), "--web-port", str(web), "--bind-address", "127.0.0.1",
+             "--advertised-address", "127.0.0.1", "--log-level", "WARNING"],
+            cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT)
+    broker = Broker("horae", f"pulsar://127.0.0.1:{port}", proc, data)
+    try:
+        wait_port(port, proc, log)
+        yield broker
+    finally:
+        broker.stop()
+
+
+def pulsar_lite_binary() -> str:
+    from pulsar_lite.binary_finder import find_pulsar_lite_binary
+
+    return str(find_pulsar_lite_binary())
+
+
+@contextlib.contextmanager
+def start_pulsar_lite(tmp: pathlib.Path) -> Iterator[Broker]:
+    port = free_port()
+    data = tmp / "pulsar-lite" / "db"
+    data.parent.mkdir(parents=True, exist_ok=True)
+    log = tmp / "pulsar-lite.log"
+    with log.open("wb") as fh:
+        proc = subprocess.Popen(
+            [pulsar_lite_binary(), "--addr", f"127.0.0.1:{port}", "--db-path", str(data),
+             "--log-level", "warn"],
+            cwd=data.parent, stdout=fh, stderr=subprocess.STDOUT,
+            env={**os.environ, "RUST_LOG": "warn"})
+    broker = Broker("pulsar-lite", f"pulsar://127.0.0.1:{port}", proc, data)
+    try:
+        wait_port(port, proc, log)
+        yield broker
+    finally:
+        broker.stop()
+
+
+def client_for(url: str) -> pulsar.Client:
+    return pulsar.Client(url, operation_timeout_seconds=30,
+                         logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+
+
+def async_publish(client: pulsar.Client, topic: str, n: int, payload: bytes,
+                  batching: bool) -> float:
+    producer = client.create_producer(
+        topic, batching_enabled=batching, batching_max_messages=1000,
+        batching_max_publish_delay_ms=10, max_pending_messages=5000, block_if_queue_full=True,
+        send_timeout_millis=120_000)
+    producer.send(payload)  # warm the connection and the topic
+    done = threading.Event()
+    count = [0]
+    failed = [0]
+
+    def on_sent(res: pulsar.Result, _mid: object) -> None:
+        count[0] += 1
+        if res != pulsar.Result.Ok:
+            failed[0] += 1
+        if count[0] == n:
+            done.set()
+
+    t0 = time.perf_counter()
+    for _ in range(n):
+        producer.send_async(payload, on_sent)
+    if not done.wait(600):
+        raise RuntimeError(f"only {count[0]} of {n} receipts")
+    elapsed = time.perf_counter() - t0
+    producer.close()
+    if failed[0]:
+        raise RuntimeError(f"{failed[0]} sends failed")
+    return n / elapsed
+
+
+def shared_consume(client: pulsar.Client, topic: str, n: int) -> float:
+    consumer = client.subscribe(topic, "bench", consumer_type=pulsar.ConsumerType.Shared,
+                                initial_position=pulsar.InitialPosition.Earliest,
+                                receiver_queue_size=1000)
+    first = consumer.receive(30_000)
+    consumer.acknowledge(first)
+    t0 = time.perf_counter()
+    for _ in range(n - 1):
+        consumer.acknowledge(consumer.receive(30_000))
+    elapsed = time.perf_counter() - t0
+    consumer.close()
+    return (n - 1) / elapsed
+
+
+def sync_send(client: pulsar.Client, topic: str, n: int, payload: bytes) -> float:
+    producer = client.create_producer(topic)
+    producer.send(payload)
+    t0 = time.perf_counter()
+    for _ in range(n):
+        producer.send(payload)
+    elapsed = time.perf_counter() - t0
+    producer.close()
+    return n / elapsed
+
+
+def run_workload(broker: Broker, args: argparse.Namespace, rnd: int) -> dict[str, float]:
+    payload = os.urandom(args.size)
+    client = client_for(broker.url)
+    results: dict[str, float] = {}
+    try:
+        t_plain = f"persistent://public/default/bench-plain-{rnd}"
+        t_batch = f"persistent://public/default/bench-batch-{rnd}"
+        # the subscription exists before publishing so that the consume reads what was published
+        client.subscribe(t_plain, "bench", consumer_type=pulsar.ConsumerType.Shared,
+                         initial_position=pulsar.InitialPosition.Earliest).close()
+        results["async publish, batching off (msg/s)"] = async_publish(
+            client, t_plain, args.messages, payload, False)
+        results["async publish, batching on (msg/s)"] = async_publish(
+            client, t_batch, args.messages, payload, True)
+        results["Shared consume + ack each (msg/s)"] = shared_consume(
+            client, t_plain, args.messages + 1)
+        results["sync send (msg/s)"] = sync_send(
+            client, f"persistent://public/default/bench-sync-{rnd}", args.sync, payload)
+    finally:
+        client.close()
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--messages", type=int, default=50_000)
+    parser.add_argument("--size", type=int, default=1024)
+    parser.add_argument("--sync", type=int, default=5_000)
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--only", choices=["horae", "pulsar-lite"])
+    args = parser.parse_args(argv)
+
+    tmp = pathlib.Path(tempfile.mkdtemp(prefix="horae-bench-"))
+    figures: dict[str, dict[str, list[float]]] = {}
+    try:
+        starters = [("horae", start_horae), ("pulsar-lite", start_pulsar_lite)]
+        with contextlib.ExitStack() as stack:
+            brokers = [stack.enter_context(start(tmp)) for name, start in starters
+                       if args.only in (None, name)]
+            for rnd in range(args.rounds):
+                for broker in brokers:
+                    print(f"round {rnd + 1}: {broker.name} ...", flush=True)
+                    for k, v in run_workload(broker, args, rnd).items():
+                        figures.setdefault(k, {}).setdefault(broker.name, []).append(v)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    print()
+    print(f"{args.messages} x {args.size} B async, {args.sync} sync; best of {args.rounds} round(s); "
+          f"Horae fsyncs before every receipt")
+    print(f"{'workload':40} {'horae':>12} {'pulsar-lite':>12} {'ratio':>7}")
+    for k, per in figures.items():
+        h = max(per.get("horae", [0.0]))
+        p = max(per.get("pulsar-lite", [0.0]))
+        ratio = f"{h / p:7.2f}" if h and p else "    n/a"
+        print(f"{k:40} {h:12,.0f} {p:12,.0f} {ratio}")
+    return 0
+
+
+if __name__ == "__main__":
+
+    raise SystemExit(main())

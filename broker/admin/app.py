@@ -1,0 +1,83 @@
+"""The broker's HTTP side: Pulsar's admin REST API, HTTP lookup, health and /metrics.
+
+Theory of operation: :func:`create_app` builds an aiohttp Application over a BrokerService;
+the core serves it on ``webServicePort`` on the broker's own event loop, so handlers await
+service methods directly. Routes live in ``topics.py`` (persistent topics and
+subscriptions) and ``namespaces.py`` (clusters, tenants, namespaces, delayed-delivery
+policies); this module adds lookup, health and metrics, the error middleware (every error
+body is ``{"reason": ...}``), and the event-loop lag probe, started in ``on_startup`` and
+stopped in ``on_cleanup``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from broker.admin import errors as E
+from broker.admin import namespaces, topics
+from broker.admin.errors import error_middleware
+from broker.admin.facade import ADMIN_KEY, AdminFacade
+from broker.metrics import create_registry
+from broker.metrics.collector import LoopLagProbe
+
+REGISTRY_KEY = web.AppKey("horae_registry", CollectorRegistry)
+LAG_PROBE_KEY = web.AppKey("horae_lag_probe", LoopLagProbe)
+
+
+async def health(request: web.Request) -> web.Response:
+    return web.Response(text="ok", content_type="text/plain")
+
+
+async def metrics(request: web.Request) -> web.Response:
+    body = generate_latest(request.app[REGISTRY_KEY])
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+async def lookup(request: web.Request) -> web.Response:
+    """Pulsar's HTTP lookup: this broker owns every topic."""
+    facade = request.app[ADMIN_KEY]
+    m = request.match_info
+    if m["domain"] not in ("persistent", "non-persistent"):
+        raise E.bad_request(f"Invalid topic domain {m['domain']!r}")
+    await facade.require_namespace(m["tenant"], m["namespace"])
+    broker_url = facade.broker_url()
+    web_url = getattr(facade.service, "web_url", None)
+    if not isinstance(web_url, str) or not web_url:
+        web_url = f"{request.scheme}://{request.host}"
+    return topics.json_response({
+        "brokerUrl": broker_url,
+        "brokerUrlTls": "",
+        "httpUrl": web_url,
+        "httpUrlTls": "",
+        "nativeUrl": broker_url,
+    })
+
+
+def create_app(service: Any, *, lag_probe_interval_s: float = 0.5) -> web.Application:
+    """The admin/lookup/metrics application for ``service`` (see module docstring)."""
+    app = web.Application(middlewares=[error_middleware])
+    app[ADMIN_KEY] = AdminFacade(service)
+    probe = LoopLagProbe(interval_s=lag_probe_interval_s)
+    app[LAG_PROBE_KEY] = probe
+    app[REGISTRY_KEY] = create_registry(service, probe)
+
+    async def start_probe(app: web.Application) -> None:
+        probe.start()
+
+    async def stop_probe(app: web.Application) -> None:
+        probe.stop()
+
+    app.on_startup.append(start_probe)
+    app.on_cleanup.append(stop_probe)
+
+    namespaces.add_routes(app)
+    topics.add_routes(app)
+    app.router.add_get("/lookup/v2/topic/{domain}/{tenant}/{namespace}/{topic}", lookup)
+    app.router.add_get("/admin/v2/brokers/health", health)
+    app.router.add_get("/admin/v2/brokers/ready", health)
+    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/metrics/", metrics)
+    return app

@@ -1,0 +1,213 @@
+"""The admin API's view of the broker service: existence checks, partitions, fan-out.
+
+Theory of operation: REST handlers never touch service internals directly; they ask this
+facade, which (1) checks tenant / namespace / topic / subscription existence itself so the
+answer carries Pulsar's exact 404/409 reason whatever the service would raise, (2) expands
+a partitioned topic into its partitions for the operations Pulsar fans out, and (3) adapts
+to the service facade of CONTRACTS.md, reading optional members defensively (``getattr``)
+so a missing optional method degrades to the metadata store rather than a 500.
+
+Everything here runs on the broker loop (the web app shares it), so service objects are
+used directly, without locks or thread hops.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from aiohttp import web
+
+from broker.admin import errors as E
+from broker.admin.errors import RestError
+
+_PARTITION_SUFFIX = re.compile(r"^(?P<parent>.+)-partition-(?P<index>\d+)$")
+
+PERSISTENT = "persistent"
+
+
+def topic_full_name(tenant: str, namespace: str, local: str, domain: str = PERSISTENT) -> str:
+    return f"{domain}://{tenant}/{namespace}/{local}"
+
+
+def partition_name(parent: str, index: int) -> str:
+    return f"{parent}-partition-{index}"
+
+
+def split_partition(full: str) -> tuple[str, int]:
+    """("persistent://t/ns/x-partition-3") -> ("persistent://t/ns/x", 3); (name, -1) otherwise."""
+    m = _PARTITION_SUFFIX.match(full)
+    if m is None:
+        return full, -1
+    return m.group("parent"), int(m.group("index"))
+
+
+def namespace_of(full: str) -> str:
+    """"persistent://t/ns/x" -> "t/ns"."""
+    rest = full.split("://", 1)[-1]
+    parts = rest.split("/")
+    return "/".join(parts[:2]) if len(parts) >= 3 else ""
+
+
+def name_of(topic: Any) -> str:
+    """A Topic's full name, whether ``topic.name`` is a TopicName or a plain str."""
+    name = getattr(topic, "name", topic)
+    return str(getattr(name, "full", name))
+
+
+class AdminFacade:
+    """Existence checks and partition fan-out over a BrokerService (see module docstring)."""
+
+    def __init__(self, service: Any) -> None:
+        self.service = service
+
+    # --- tenants and namespaces --------------------------------------------------------
+    async def tenants(self) -> list[str]:
+        return sorted(await self.service.list_tenants())
+
+    async def require_tenant(self, tenant: str) -> None:
+        if tenant not in await self.service.list_tenants():
+            raise E.not_found(E.TENANT_NOT_FOUND)
+
+    async def namespaces(self, tenant: str) -> list[str]:
+        await self.require_tenant(tenant)
+        return sorted(_ns_full(tenant, ns) for ns in await self.service.list_namespaces(tenant))
+
+    async def namespace_exists(self, tenant: str, namespace: str) -> bool:
+        if tenant not in await self.service.list_tenants():
+            return False
+        names = {_ns_full(tenant, ns) for ns in await self.service.list_namespaces(tenant)}
+        return f"{tenant}/{namespace}" in names
+
+    async def require_namespace(self, tenant: str, namespace: str) -> None:
+        if not await self.namespace_exists(tenant, namespace):
+            raise E.not_found(E.NAMESPACE_NOT_FOUND)
+
+    # --- topics ------------------------------------------------------------------------
+    async def list_topics(self, tenant: str, namespace: str) -> list[str]:
+        """Non-partitioned topics and partitions, as Pulsar's GET /persistent/{t}/{ns}."""
+        await self.require_namespace(tenant, namespace)
+        names = set(await self.service.list_topics(f"{tenant}/{namespace}"))
+        for parent in await self.list_partitioned(tenant, namespace):
+            names.discard(parent)
+            for i in range(await self.partition_count(parent)):
+                names.add(partition_name(parent, i))
+        return sorted(n for n in names if n.startswith(f"{PERSISTENT}://"))
+
+    async def list_partitioned(self, tenant: str, namespace: str) -> list[str]:
+        await self.require_namespace(tenant, namespace)
+        ns = f"{tenant}/{namespace}"
+        lister = getattr(self.service, "list_partitioned_topics", None)
+        if lister is not None:
+            return sorted(await lister(ns))
+        # Fallback: the "topic" kind of the metadata store holds {"partitions": n}.
+        prefix = f"{PERSISTENT}://{ns}/"
+        rows = await self.service.store.metadata.list("topic", prefix)
+        return sorted(k for k, v in rows if int(v.get("partitions", 0)) > 0)
+
+    async def partition_count(self, full: str) -> int:
+        if split_partition(full)[1] >= 0:
+            return 0
+        return int(await self.service.get_partition_count(full))
+
+    async def topic_exists(self, full: str) -> bool:
+        """A non-partitioned topic (or a partition) exists: loaded, or known to the store."""
+        if full in self.service.topics:
+            return True
+        names = await self.service.list_topics(namespace_of(full))
+        if full in names:
+            return True
+        parent, index = split_partition(full)
+        return index >= 0 and index < await self.partition_count(parent)
+
+    async def get_topic(self, full: str, *, create: bool = False) -> Any:
+        """The loaded Topic, or 404 "Topic not found"."""
+        topic = self.service.topics.get(full)
+        if topic is not None:
+            return topic
+        parent, index = split_partition(full)
+        if index >= 0 and index < await self.partition_count(parent):
+            create = True   # partitions of a partitioned topic exist as soon as it does
+        try:
+            return await self.service.get_topic(full, create=create)
+        except RestError:
+            raise
+        except Exception as exc:
+            from protocol.errors import TopicNotFoundError
+            if isinstance(exc, (TopicNotFoundError, KeyError, FileNotFoundError)):
+                raise E.not_found(E.TOPIC_NOT_FOUND) from None
+            raise
+
+    async def targets(self, full: str) -> list[Any]:
+        """The topics an operation on ``full`` applies to: its partitions when partitioned
+        (Pulsar fans out), else the topic itself (404 when absent)."""
+        n = await self.partition_count(full)
+        if n > 0:
+            return [await self.get_topic(partition_name(full, i), create=True) for i in range(n)]
+        if not await self.topic_exists(full):
+            raise E.not_found(E.TOPIC_NOT_FOUND)
+        return [await self.get_topic(full)]
+
+    async def require_topic_or_partitioned(self, full: str) -> int:
+        """404 unless ``full`` is a topic or a partitioned topic; returns its partition count."""
+        n = await self.partition_count(full)
+        if n == 0 and not await self.topic_exists(full):
+            raise E.not_found(E.TOPIC_NOT_FOUND)
+        return n
+
+    # --- subscriptions -----------------------------------------------------------------
+    @staticmethod
+    def subscription(topic: Any, name: str) -> Any:
+        sub = topic.subscriptions.get(name)
+        if sub is None:
+            raise E.not_found(E.SUBSCRIPTION_NOT_FOUND)
+        return sub
+
+    async def subscriptions_of(self, full: str, name: str) -> list[tuple[Any, Any]]:
+        """(topic, subscription) pairs for ``name`` on ``full`` or each of its partitions."""
+        pairs = []
+        for topic in await self.targets(full):
+            pairs.append((topic, self.subscription(topic, name)))
+        return pairs
+
+    # --- policies ------------------------------------------------------------------------
+    async def get_policy(self, level: str, key: str) -> dict[str, Any] | None:
+        fn = getattr(self.service, f"get_{level}_policy", None)
+        if fn is not None:
+            result: dict[str, Any] | None = await fn(key)
+            return result
+        return await self.service.store.metadata.get(f"{level}_policy", key)  # type: ignore[no-any-return]
+
+    async def set_policy(self, level: str, key: str, policy: dict[str, Any]) -> None:
+        fn = getattr(self.service, f"set_{level}_policy", None)
+        if fn is not None:
+            await fn(key, policy)
+        else:
+            await self.service.store.metadata.put(f"{level}_policy", key, policy)
+
+    async def remove_policy(self, level: str, key: str) -> None:
+        fn = getattr(self.service, f"remove_{level}_policy", None)
+        if fn is not None:
+            await fn(key)
+        else:
+            await self.service.store.metadata.delete(f"{level}_policy", key)
+
+    # --- addresses -----------------------------------------------------------------------
+    def broker_url(self) -> str:
+        """The pulsar:// URL clients should use (the actual bound port when configured 0)."""
+        for attr in ("service_url", "broker_service_url", "broker_url", "advertised_url"):
+            url = getattr(self.service, attr, None)
+            if isinstance(url, str) and url:
+                return url
+        config = self.service.config
+        port = getattr(self.service, "broker_port", None) or config.broker_service_port
+        return f"pulsar://{config.advertised_address}:{port}"
+
+
+def _ns_full(tenant: str, ns: str) -> str:
+    """Services may list namespaces as "ns" or "tenant/ns"; normalise to "tenant/ns"."""
+    return ns if "/" in ns else f"{tenant}/{ns}"
+
+
+#: Where create_app keeps the facade for the handlers.
+ADMIN_KEY = web.AppKey("horae_admin", AdminFacade)

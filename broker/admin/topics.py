@@ -1,0 +1,371 @@
+"""``/admin/v2/persistent/{tenant}/{namespace}/...``: topics and subscriptions.
+
+Theory of operation: each handler resolves the path to a full topic name, asks the
+:class:`AdminFacade` for the topic(s) it applies to (404s with Pulsar's reasons come from
+there), and calls the Topic / Subscription methods of CONTRACTS.md. Operations Pulsar fans
+out over a partitioned topic (stats, internal stats, subscriptions, create/delete
+subscription, skip_all, reset by time, skip by ids) run on every partition; the ones it
+refuses on a partitioned topic (skip/{n}, reset to a position) answer 405 as Pulsar does.
+Success without a body is 204, like Pulsar's JAX-RS void methods.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from aiohttp import web
+
+from broker.admin import bodies
+from broker.admin import errors as E
+from broker.admin.facade import ADMIN_KEY, AdminFacade, name_of, partition_name, topic_full_name
+from broker.admin.stats import aggregate_stats, fallback_internal_stats
+
+BASE = "/admin/v2/persistent/{tenant}/{namespace}"
+TOPIC = BASE + "/{topic}"
+SUB = TOPIC + "/subscription/{sub}"
+
+_CUMULATIVE_ACK_TYPES = {"Exclusive", "Failover"}
+_SUB_TYPE_NAMES = {0: "Exclusive", 1: "Shared", 2: "Failover", 3: "Key_Shared"}
+
+
+def json_response(value: object, status: int = 200) -> web.Response:
+    return web.Response(status=status, text=json.dumps(value), content_type="application/json")
+
+
+def no_content() -> web.Response:
+    return web.Response(status=204)
+
+
+def _facade(request: web.Request) -> AdminFacade:
+    facade: AdminFacade = request.app[ADMIN_KEY]
+    return facade
+
+
+def _topic_name(request: web.Request) -> str:
+    m = request.match_info
+    return topic_full_name(m["tenant"], m["namespace"], m["topic"])
+
+
+def _flag(request: web.Request, name: str) -> bool:
+    return request.query.get(name, "false").lower() in ("1", "true", "yes")
+
+
+def sub_type_name(sub: Any) -> str | None:
+    """The subscription's type as Pulsar spells it, or None before the first consumer."""
+    st = getattr(sub, "sub_type", None)
+    if st is None:
+        return None
+    if isinstance(st, str):
+        return st
+    name = getattr(st, "name", None)
+    if isinstance(name, str):
+        return name
+    return _SUB_TYPE_NAMES.get(int(st), str(st))
+
+
+def _has_consumers(sub: Any) -> bool:
+    return bool(getattr(sub, "consumers", ()))
+
+
+def _topic_busy(topic: Any) -> bool:
+    return bool(getattr(topic, "producers", ())) or any(
+        _has_consumers(s) for s in topic.subscriptions.values())
+
+
+# --- topics ------------------------------------------------------------------------------
+async def list_topics(request: web.Request) -> web.Response:
+    m = request.match_info
+    return json_response(await _facade(request).list_topics(m["tenant"], m["namespace"]))
+
+
+async def list_partitioned(request: web.Request) -> web.Response:
+    m = request.match_info
+    return json_response(await _facade(request).list_partitioned(m["tenant"], m["namespace"]))
+
+
+async def create_topic(request: web.Request) -> web.Response:
+    facade, full = _facade(request), _topic_name(request)
+    m = request.match_info
+    await facade.require_namespace(m["tenant"], m["namespace"])
+    if await facade.partition_count(full) > 0 or await facade.topic_exists(full):
+        raise E.conflict(E.TOPIC_EXISTS)
+    await facade.service.get_topic(full, create=True)
+    return no_content()
+
+
+async def create_partitioned(request: web.Request) -> web.Response:
+    facade, full = _facade(request), _topic_name(request)
+    m = request.match_info
+    partitions = bodies.parse_partitions(bodies.load_json(await request.read()))
+    await facade.require_namespace(m["tenant"], m["namespace"])
+    if partitions <= 0:
+        raise E.RestError(406, E.PARTITIONS_NOT_POSITIVE)
+    if await facade.partition_count(full) > 0:
+        raise E.conflict(E.PARTITIONED_TOPIC_EXISTS)
+    if await facade.topic_exists(full):
+        raise E.conflict(E.TOPIC_EXISTS)
+    await facade.service.create_partitioned_topic(full, partitions)
+    return no_content()
+
+
+async def get_partitions(request: web.Request) -> web.Response:
+    facade, full = _facade(request), _topic_name(request)
+    m = request.match_info
+    await facade.require_namespace(m["tenant"], m["namespace"])
+    return json_response({"partitions": await facade.partition_count(full)})
+
+
+async def delete_topic(request: web.Request) -> web.Response:
+    facade, full = _facade(request), _topic_name(request)
+    force = _flag(request, "force")
+    if await facade.partition_count(full) > 0:
+        raise E.conflict("Topic is a partitioned topic: delete it with DELETE .../partitions")
+    if not await facade.topic_exists(full):
+        raise E.not_found(E.TOPIC_NOT_FOUND)
+    topic = facade.service.topics.get(full)
+    if topic is not None and not force and _topic_busy(topic):
+        raise E.precondition_failed(E.TOPIC_BUSY)
+    await facade.service.delete_topic(full, force=force)
+    return no_content()
+
+
+async def delete_partitioned(request: web.Request) -> web.Response:
+    facade, full = _facade(request), _topic_name(request)
+    force = _flag(request, "force")
+    n = await facade.partition_count(full)
+    if n == 0:
+        raise E.not_found(E.PARTITIONED_TOPIC_NOT_FOUND)
+    parts = [partition_name(full, i) for i in range(n)]
+    if not force:
+        for p in parts:
+            topic = facade.service.topics.get(p)
+            if topic is not None and _topic_busy(topic):
+                raise E.precondition_failed(E.TOPIC_BUSY)
+    deleter = getattr(facade.service, "delete_partitioned_topic", None)
+    if deleter is not None:
+        await deleter(full, force=force)
+    else:
+        await facade.service.delete_topic(full, force=force)
+    return no_content()
+
+
+async def topic_stats(request: web.Request) -> web.Response:
+    facade, full = _facade(request), _topic_name(request)
+    n = await facade.partition_count(full)
+    topics = await facade.targets(full)
+    if n == 0:
+        return json_response(topics[0].stats())
+    per_partition = request.query.get("perPartition", "true").lower() != "false"
+    return json_response(_partitioned_stats(topics, n, per_partition))
+
+
+async def partitioned_stats(request: web.Request) -> web.Response:
+    facade, full = _facade(request), _topic_name(request)
+    n = await facade.partition_count(full)
+    if n == 0:
+        raise E.not_found(E.PARTITIONED_TOPIC_NOT_FOUND)
+    per_partition = request.query.get("perPartition", "true").lower() != "false"
+    return json_response(_partitioned_stats(await facade.targets(full), n, per_partition))
+
+
+def _partitioned_stats(topics: list[Any], n: int, per_partition: bool) -> dict[str, Any]:
+    stats = {name_of(t): t.stats() for t in topics}
+    result = aggregate_stats(list(stats.values()))
+    result["metadata"] = {"partitions": n}
+    result["partitions"] = stats if per_partition else {}
+    return result
+
+
+def _internal_stats(topic: Any) -> dict[str, Any]:
+    fn = getattr(topic, "internal_stats", None)
+    if fn is not None:
+        result: dict[str, Any] = fn()
+        return result
+    return fallback_internal_stats(topic)
+
+
+async def internal_stats(request: web.Request) -> web.Response:
+    facade, full = _facade(request), _topic_name(request)
+    n = await facade.partition_count(full)
+    topics = await facade.targets(full)
+    if n == 0:
+        return json_response(_internal_stats(topics[0]))
+    return json_response({"metadata": {"partitions": n},
+                          "partitions": {name_of(t): _internal_stats(t) for t in topics}})
+
+
+# --- subscriptions -----------------------------------------------------------------------
+async def list_subscriptions(request: web.Request) -> web.Response:
+    facade, full = _facade(request), _topic_name(request)
+    names: dict[str, None] = {}
+    for topic in await facade.targets(full):
+        names.update(dict.fromkeys(topic.subscriptions))
+    return json_response(sorted(names))
+
+
+async def create_subscription(request: web.Request) -> web.Response:
+    facade, full = _facade(request), _topic_name(request)
+    m = request.match_info
+    sub_name = m["sub"]
+    position, start_id = bodies.parse_subscription_start(bodies.load_json(await request.read()))
+    await facade.require_namespace(m["tenant"], m["namespace"])
+    n = await facade.partition_count(full)
+    if n > 0:
+        topics = await facade.targets(full)
+    else:
+        # Pulsar auto-creates the topic here (allowAutoTopicCreation defaults to true).
+        topics = [await facade.get_topic(full, create=True)]
+    if any(sub_name in t.subscriptions for t in topics):
+        raise E.conflict(E.SUBSCRIPTION_EXISTS)
+    for topic in topics:
+        await _open_subscription(topic, sub_name, position, start_id)
+    return no_content()
+
+
+async def _open_subscription(topic: Any, name: str, position: str,
+                             start_id: tuple[int, int] | None) -> None:
+    opener = getattr(topic, "get_or_create_subscription", None)
+    if opener is not None:
+        await opener(name, durable=True, initial_position=position, start_message_id=start_id)
+        return
+    await topic.create_subscription(name, start_id if start_id is not None else position)
+
+
+async def delete_subscription(request: web.Request) -> web.Response:
+    facade, full = _facade(request), _topic_name(request)
+    sub_name = request.match_info["sub"]
+    force = _flag(request, "force")
+    pairs = await facade.subscriptions_of(full, sub_name)
+    if not force and any(_has_consumers(sub) for _, sub in pairs):
+        raise E.precondition_failed(E.SUBSCRIPTION_BUSY)
+    for topic, sub in pairs:
+        if force and _has_consumers(sub):
+            # force=true: the topic disconnects the consumers, then deletes (Pulsar's).
+            await topic.delete_subscription(sub_name, force=True)
+        else:
+            await topic.delete_subscription(sub_name)
+    return no_content()
+
+
+async def skip(request: web.Request) -> web.Response:
+    facade, full = _facade(request), _topic_name(request)
+    try:
+        count = int(request.match_info["n"])
+    except ValueError:
+        raise E.bad_request("numMessages must be an integer") from None
+    if await facade.partition_count(full) > 0:
+        raise E.not_allowed("Skip messages on a partitioned topic is not allowed")
+    (_, sub), = await facade.subscriptions_of(full, request.match_info["sub"])
+    await sub.skip(count)
+    return no_content()
+
+
+async def skip_all(request: web.Request) -> web.Response:
+    facade, full = _facade(request), _topic_name(request)
+    for _, sub in await facade.subscriptions_of(full, request.match_info["sub"]):
+        await sub.skip_all()
+    return no_content()
+
+
+async def reset_cursor_time(request: web.Request) -> web.Response:
+    facade, full = _facade(request), _topic_name(request)
+    try:
+        timestamp_ms = int(request.match_info["timestamp"])
+    except ValueError:
+        raise E.bad_request("timestamp must be an integer (milliseconds)") from None
+    for _, sub in await facade.subscriptions_of(full, request.match_info["sub"]):
+        await sub.reset_cursor_to_timestamp(timestamp_ms)
+    return no_content()
+
+
+async def reset_cursor_position(request: web.Request) -> web.Response:
+    facade, full = _facade(request), _topic_name(request)
+    data = bodies.parse_reset_cursor_data(bodies.load_json(await request.read()))
+    n = await facade.partition_count(full)
+    if n > 0:
+        if not 0 <= data.partition_index < n:
+            raise E.not_allowed("Reset-cursor at position is not allowed for partitioned-topic")
+        full = partition_name(full, data.partition_index)
+    (topic, sub), = await facade.subscriptions_of(full, request.match_info["sub"])
+    position = (data.ledger_id, data.entry_id)
+    if data.is_excluded:
+        position = _position_after(topic, position)
+    await sub.reset_cursor(position)
+    return no_content()
+
+
+def _position_after(topic: Any, position: tuple[int, int]) -> tuple[int, int]:
+    ledger = getattr(topic, "ledger", None)
+    nxt = getattr(ledger, "next_position", None)
+    if nxt is not None:
+        try:
+            from storage.positions import Position
+            after = nxt(Position(*position))
+            return (after.ledger_id, after.entry_id)
+        except Exception:  # an unknown ledger: fall back to the next entry id
+            pass
+    return (position[0], position[1] + 1)
+
+
+async def skip_by_message_ids(request: web.Request) -> web.Response:
+    facade, full = _facade(request), _topic_name(request)
+    ids = bodies.parse_skip_by_message_ids(bodies.load_json(await request.read()))
+    pairs = await facade.subscriptions_of(full, request.match_info["sub"])
+    for _, sub in pairs:
+        kind = sub_type_name(sub)
+        if kind in _CUMULATIVE_ACK_TYPES:
+            raise E.not_allowed(
+                f"Skip messages by message ids is not allowed on a {kind} subscription: "
+                "it uses cumulative acknowledgement")
+    partitioned = len(pairs) > 1 or await facade.partition_count(full) > 0
+    for topic, sub in pairs:
+        mine = _ids_for(topic, ids) if partitioned else ids
+        if mine:
+            await sub.skip_by_message_ids(_to_service_ids(mine))
+    return no_content()
+
+
+def _ids_for(topic: Any, ids: list[bodies.MessageIdRef]) -> list[bodies.MessageIdRef]:
+    """The ids that belong to one partition: by the id's partition when it names one, else by
+    ledger ownership (ledger ids are unique across the broker)."""
+    index = int(name_of(topic).rsplit("-partition-", 1)[-1])
+    ledgers = {getattr(li, "ledger_id", None) for li in getattr(topic.ledger, "ledgers", ())}
+    out = []
+    for ref in ids:
+        if ref.partition >= 0:
+            if ref.partition == index:
+                out.append(ref)
+        elif ref.ledger_id in ledgers:
+            out.append(ref)
+    return out
+
+
+def _to_service_ids(ids: list[bodies.MessageIdRef]) -> list[tuple[int, ...]]:
+    """Subscription.skip_by_message_ids takes (ledger_id, entry_id) tuples, with a third
+    element, the batch index, when a single message of a batch is meant."""
+    return [ref.position if ref.batch_index is None
+            else (ref.ledger_id, ref.entry_id, ref.batch_index) for ref in ids]
+
+
+def add_routes(app: web.Application) -> None:
+    r = app.router
+    r.add_get(BASE, list_topics)
+    r.add_get(BASE + "/partitioned", list_partitioned)
+    r.add_put(TOPIC, create_topic)
+    r.add_delete(TOPIC, delete_topic)
+    r.add_put(TOPIC + "/partitions", create_partitioned)
+    r.add_get(TOPIC + "/partitions", get_partitions)
+    r.add_delete(TOPIC + "/partitions", delete_partitioned)
+    r.add_get(TOPIC + "/stats", topic_stats)
+    r.add_get(TOPIC + "/partitioned-stats", partitioned_stats)
+    r.add_get(TOPIC + "/internalStats", internal_stats)
+    r.add_get(TOPIC + "/partitioned-internalStats", internal_stats)
+    r.add_get(TOPIC + "/subscriptions", list_subscriptions)
+    r.add_put(SUB, create_subscription)
+    r.add_delete(SUB, delete_subscription)
+    r.add_post(SUB + "/skip/{n}", skip)
+    r.add_post(SUB + "/skip_all", skip_all)
+    r.add_post(SUB + "/resetcursor/{timestamp}", reset_cursor_time)
+    r.add_post(SUB + "/resetcursor", reset_cursor_position)
+    r.add_post(SUB + "/skipByMessageIds", skip_by_message_ids)

@@ -1,0 +1,462 @@
+"""``horae-admin``: Pulsar's ``pulsar-admin`` command names over Horae's REST API.
+
+Usage: ``horae-admin [--admin-url http://localhost:8080] <group> <command> [args]`` with
+groups ``tenants``, ``namespaces``, ``topics`` and ``brokers``. Topic arguments accept
+short names ("t" is persistent://public/default/t, "tenant/ns/t" too). Durations are
+``500ms``, ``30s``, ``10m``, ``1h``, ``2d``, ``1w`` (a bare number is seconds).
+
+Theory of operation: argparse builds a :class:`Request` (method, path, JSON body) for each
+command; :func:`call` sends it with urllib (stdlib only, so the CLI starts fast and needs
+nothing but Python) and prints a JSON answer pretty-printed, a text answer as is, and
+nothing for 204. Exit codes: 0 success, 1 the server refused (its ``reason`` goes to
+stderr) or could not be reached, 2 usage errors (bad arguments, bad topic names,
+bad durations), as argparse does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import re
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+DEFAULT_ADMIN_URL = "http://localhost:8080"
+TIMEOUT_S = 30.0
+EXIT_HTTP_ERROR = 1
+EXIT_USAGE = 2
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?\s*$", re.IGNORECASE)
+_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000,
+            "w": 604_800_000, None: 1000}
+
+
+class UsageError(Exception):
+    """Bad command-line input: exit code 2."""
+
+
+class HttpError(Exception):
+    """The server answered with an error status: exit code 1."""
+
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(f"HTTP {status}: {reason}")
+        self.status = status
+        self.reason = reason
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    method: str
+    path: str
+    body: object = None
+    has_body: bool = False
+
+
+def parse_duration_ms(text: str) -> int:
+    """"500ms" -> 500, "30s" -> 30000, "10m", "1h", "2d", "1w"; a bare number is seconds."""
+    m = _DURATION.match(text)
+    if m is None:
+        raise UsageError(f"invalid duration {text!r} (examples: 500ms, 30s, 10m, 1h, 2d)")
+    unit = m.group(2).lower() if m.group(2) else None
+    return int(float(m.group(1)) * _UNIT_MS[unit])
+
+
+def topic_path(topic: str) -> str:
+    """A topic argument -> "tenant/ns/local" (URL-quoted), persistent topics only."""
+    name = topic.strip()
+    if "://" in name:
+        domain, rest = name.split("://", 1)
+        if domain != "persistent":
+            raise UsageError(f"only persistent topics are supported, not {topic!r}")
+    elif "/" in name:
+        rest = name
+    else:
+        rest = f"public/default/{name}"
+    parts = rest.split("/")
+    if len(parts) != 3 or not all(parts):
+        raise UsageError(f"invalid topic name {topic!r}: use 'name', 'tenant/namespace/name' "
+                         "or 'persistent://tenant/namespace/name'")
+    return "/".join(urllib.parse.quote(p, safe="") for p in parts)
+
+
+def namespace_path(namespace: str) -> str:
+    parts = namespace.strip().split("/")
+    if len(parts) != 2 or not all(parts):
+        raise UsageError(f"invalid namespace {namespace!r}: use 'tenant/namespace'")
+    return "/".join(urllib.parse.quote(p, safe="") for p in parts)
+
+
+def parse_message_id(text: str) -> tuple[int, int, int | None]:
+    """"L:E" or "L:E:B" -> (ledger, entry, batch or None)."""
+    parts = text.strip().split(":")
+    try:
+        if len(parts) == 2:
+            return int(parts[0]), int(parts[1]), None
+        if len(parts) == 3:
+            return int(parts[0]), int(parts[1]), int(parts[2])
+    except ValueError:
+        pass
+    raise UsageError(f"invalid message id {text!r}: use ledgerId:entryId[:batchIndex]")
+
+
+# --- HTTP -----------------------------------------------------------------------------------
+def call(admin_url: str, req: Request) -> object:
+    """Send ``req``; return the decoded answer (None for 204). Raises HttpError/OSError."""
+    url = admin_url.rstrip("/") + req.path
+    data = json.dumps(req.body).encode() if req.has_body else None
+    headers = {"Accept": "application/json"}
+    if data is not None:
+        headers["Content-Type"] = "application/json"
+    request = urllib.request.Request(url, data=data, method=req.method, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=TIMEOUT_S) as resp:
+            raw = resp.read()
+            ctype = resp.headers.get("Content-Type", "")
+    except urllib.error.HTTPError as exc:
+        raise HttpError(exc.code, _reason(exc.read(), exc.reason)) from None
+    if not raw:
+        return None
+    if "json" in ctype:
+        return json.loads(raw)
+    return raw.decode(errors="replace")
+
+
+def _reason(raw: bytes, fallback: object) -> str:
+    try:
+        doc = json.loads(raw)
+    except ValueError:
+        return raw.decode(errors="replace").strip() or str(fallback)
+    if isinstance(doc, dict) and "reason" in doc:
+        return str(doc["reason"])
+    return raw.decode(errors="replace").strip() or str(fallback)
+
+
+# --- commands -------------------------------------------------------------------------------
+def _policy_body(args: argparse.Namespace) -> dict[str, Any]:
+    if args.enable and args.disable:
+        raise UsageError("use either --enable or --disable, not both")
+    # Only what was given: an absent field is inherited from the next level (namespace or
+    # broker config), so setting --max-delay alone does not reset the tick time.
+    body: dict[str, Any] = {"active": not args.disable}
+    for key, value in (("tickTime", args.time), ("maxDeliveryDelayInMillis", args.max_delay),
+                       ("fixedDeliveryDelayInMillis", args.fixed_delay)):
+        if value is not None:
+            body[key] = parse_duration_ms(value)
+    return body
+
+
+def _applied(args: argparse.Namespace) -> str:
+    return "?applied=true" if getattr(args, "applied", False) else ""
+
+
+def _skip_body(args: argparse.Namespace) -> dict[str, Any]:
+    triplets = [parse_message_id(t) for t in args.triplets or ()]
+    encoded = list(args.base64 or ())
+    if not triplets and not encoded:
+        raise UsageError("give at least one --messageId-triplet or --messageId-base64")
+    if not encoded:
+        ids = []
+        for ledger, entry, batch in triplets:
+            item: dict[str, int] = {"ledgerId": ledger, "entryId": entry}
+            if batch is not None:
+                item["batchIndex"] = batch
+            ids.append(item)
+        return {"type": "messageId", "messageIds": ids}
+    for value in encoded:
+        try:
+            base64.b64decode(value, validate=True)
+        except ValueError:
+            raise UsageError(f"invalid base64 message id {value!r}") from None
+    # Mixed forms: one request, so encode the triplets as MessageIdData too.
+    for ledger, entry, batch in triplets:
+        encoded.append(_encode_message_id(ledger, entry, batch))
+    return {"type": "byteArray", "messageIds": encoded}
+
+
+def _encode_message_id(ledger: int, entry: int, batch: int | None) -> str:
+    from proto import pulsar_api_pb2 as pb
+    msg = pb.MessageIdData(ledgerId=ledger, entryId=entry)
+    if batch is not None:
+        msg.batch_index = batch
+    return base64.b64encode(msg.SerializeToString()).decode("ascii")
+
+
+def _reset_cursor(args: argparse.Namespace) -> Request:
+    base = f"/admin/v2/persistent/{topic_path(args.topic)}/subscription/{_q(args.subscription)}"
+    if bool(args.time) == bool(args.message_id):
+        raise UsageError("give exactly one of --time or --messageId")
+    if args.time:
+        timestamp = int(time.time() * 1000) - parse_duration_ms(args.time)
+        return Request("POST", f"{base}/resetcursor/{timestamp}")
+    ledger, entry, batch = parse_message_id(args.message_id)
+    body: dict[str, Any] = {"ledgerId": ledger, "entryId": entry,
+                            "isExcluded": bool(args.exclude_message)}
+    if batch is not None:
+        body["batchIndex"] = batch
+    return Request("POST", f"{base}/resetcursor", body, True)
+
+
+def _create_subscription(args: argparse.Namespace) -> Request:
+    path = (f"/admin/v2/persistent/{topic_path(args.topic)}"
+            f"/subscription/{_q(args.subscription)}")
+    mid = args.message_id.strip().lower()
+    if mid == "latest":
+        return Request("PUT", path)
+    if mid == "earliest":
+        return Request("PUT", path, {"ledgerId": -1, "entryId": -1}, True)
+    ledger, entry, _ = parse_message_id(args.message_id)
+    return Request("PUT", path, {"ledgerId": ledger, "entryId": entry}, True)
+
+
+def _q(value: str) -> str:
+    return urllib.parse.quote(value, safe="")
+
+
+def _force(args: argparse.Namespace) -> str:
+    return "?force=true" if getattr(args, "force", False) else ""
+
+
+def _partitioned_lookup(admin_url: str, args: argparse.Namespace) -> object:
+    path = topic_path(args.topic)
+    meta = call(admin_url, Request("GET", f"/admin/v2/persistent/{path}/partitions"))
+    n = int(meta.get("partitions", 0)) if isinstance(meta, dict) else 0
+    full = "persistent://" + urllib.parse.unquote(path)
+    names = [f"{full}-partition-{i}" for i in range(n)] if n else [full]
+    out = {}
+    for name in names:
+        answer = call(admin_url, Request("GET", "/lookup/v2/topic/persistent/"
+                                         + topic_path(name)))
+        out[name] = answer.get("brokerUrl") if isinstance(answer, dict) else answer
+    return out
+
+
+Builder = Callable[[argparse.Namespace], Request]
+T = "/admin/v2/persistent/"
+
+_COMMANDS: dict[tuple[str, str], Builder] = {
+    ("brokers", "healthcheck"): lambda a: Request("GET", "/admin/v2/brokers/health"),
+    ("clusters", "list"): lambda a: Request("GET", "/admin/v2/clusters"),
+    ("tenants", "list"): lambda a: Request("GET", "/admin/v2/tenants"),
+    ("tenants", "get"): lambda a: Request("GET", f"/admin/v2/tenants/{_q(a.tenant)}"),
+    ("tenants", "create"): lambda a: Request(
+        "PUT", f"/admin/v2/tenants/{_q(a.tenant)}",
+        {"adminRoles": _split(a.admin_roles), "allowedClusters": _split(a.allowed_clusters)
+         or ["standalone"]}, True),
+    ("tenants", "delete"): lambda a: Request("DELETE", f"/admin/v2/tenants/{_q(a.tenant)}"),
+    ("namespaces", "list"): lambda a: Request("GET", f"/admin/v2/namespaces/{_q(a.tenant)}"),
+    ("namespaces", "create"): lambda a: Request(
+        "PUT", f"/admin/v2/namespaces/{namespace_path(a.namespace)}"),
+    ("namespaces", "delete"): lambda a: Request(
+        "DELETE", f"/admin/v2/namespaces/{namespace_path(a.namespace)}"),
+    ("namespaces", "set-delayed-delivery"): lambda a: Request(
+        "POST", f"/admin/v2/namespaces/{namespace_path(a.namespace)}/delayedDelivery",
+        _policy_body(a), True),
+    ("namespaces", "get-delayed-delivery"): lambda a: Request(
+        "GET", f"/admin/v2/namespaces/{namespace_path(a.namespace)}/delayedDelivery"
+        + _applied(a)),
+    ("namespaces", "remove-delayed-delivery"): lambda a: Request(
+        "DELETE", f"/admin/v2/namespaces/{namespace_path(a.namespace)}/delayedDelivery"),
+    ("topics", "list"): lambda a: Request("GET", T + namespace_path(a.namespace)),
+    ("topics", "list-partitioned-topics"): lambda a: Request(
+        "GET", T + namespace_path(a.namespace) + "/partitioned"),
+    ("topics", "create"): lambda a: Request("PUT", T + topic_path(a.topic)),
+    ("topics", "create-partitioned-topic"): lambda a: Request(
+        "PUT", T + topic_path(a.topic) + "/partitions", a.partitions, True),
+    ("topics", "get-partitioned-topic-metadata"): lambda a: Request(
+        "GET", T + topic_path(a.topic) + "/partitions"),
+    ("topics", "delete"): lambda a: Request("DELETE", T + topic_path(a.topic) + _force(a)),
+    ("topics", "delete-partitioned-topic"): lambda a: Request(
+        "DELETE", T + topic_path(a.topic) + "/partitions" + _force(a)),
+    ("topics", "stats"): lambda a: Request("GET", T + topic_path(a.topic) + "/stats"),
+    ("topics", "partitioned-stats"): lambda a: Request(
+        "GET", T + topic_path(a.topic) + "/partitioned-stats"
+        + ("" if a.per_partition else "?perPartition=false")),
+    ("topics", "stats-internal"): lambda a: Request(
+        "GET", T + topic_path(a.topic) + "/internalStats"),
+    ("topics", "subscriptions"): lambda a: Request(
+        "GET", T + topic_path(a.topic) + "/subscriptions"),
+    ("topics", "create-subscription"): _create_subscription,
+    ("topics", "unsubscribe"): lambda a: Request(
+        "DELETE", T + topic_path(a.topic) + f"/subscription/{_q(a.subscription)}" + _force(a)),
+    ("topics", "skip"): lambda a: Request(
+        "POST", T + topic_path(a.topic) + f"/subscription/{_q(a.subscription)}/skip/{a.count}"),
+    ("topics", "skip-all"): lambda a: Request(
+        "POST", T + topic_path(a.topic) + f"/subscription/{_q(a.subscription)}/skip_all"),
+    ("topics", "clear-backlog"): lambda a: Request(
+        "POST", T + topic_path(a.topic) + f"/subscription/{_q(a.subscription)}/skip_all"),
+    ("topics", "reset-cursor"): _reset_cursor,
+    ("topics", "skip-messages"): lambda a: Request(
+        "POST", T + topic_path(a.topic) + f"/subscription/{_q(a.subscription)}/skipByMessageIds",
+        _skip_body(a), True),
+    ("topics", "set-delayed-delivery"): lambda a: Request(
+        "POST", T + topic_path(a.topic) + "/delayedDelivery", _policy_body(a), True),
+    ("topics", "get-delayed-delivery"): lambda a: Request(
+        "GET", T + topic_path(a.topic) + "/delayedDelivery" + _applied(a)),
+    ("topics", "remove-delayed-delivery"): lambda a: Request(
+        "DELETE", T + topic_path(a.topic) + "/delayedDelivery"),
+    ("topics", "lookup"): lambda a: Request("GET", "/lookup/v2/topic/persistent/"
+                                            + topic_path(a.topic)),
+}
+
+
+def _split(value: str | None) -> list[str]:
+    return [v.strip() for v in (value or "").split(",") if v.strip()]
+
+
+# --- argument parsing -----------------------------------------------------------------------
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:   # argparse exits 2 on usage errors, as we want
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="horae-admin", description="Administer a Horae broker (pulsar-admin style).")
+    p.add_argument("--admin-url", "--admin-service-url",
+                   default=os.environ.get("HORAE_ADMIN_URL", DEFAULT_ADMIN_URL),
+                   help=f"admin REST API base URL (default {DEFAULT_ADMIN_URL}, "
+                        "or $HORAE_ADMIN_URL)")
+    groups = p.add_subparsers(dest="group", required=True, metavar="GROUP",
+                              parser_class=_Parser)
+
+    def group(name: str, help_: str) -> Any:
+        return groups.add_parser(name, help=help_).add_subparsers(
+            dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
+
+    b = group("brokers", "broker health")
+    b.add_parser("healthcheck", help="GET /admin/v2/brokers/health")
+    c = group("clusters", "clusters")
+    c.add_parser("list")
+
+    t = group("tenants", "tenants")
+    t.add_parser("list")
+    for name in ("get", "delete"):
+        t.add_parser(name).add_argument("tenant")
+    tc = t.add_parser("create")
+    tc.add_argument("tenant")
+    tc.add_argument("--admin-roles", "-r", default="")
+    tc.add_argument("--allowed-clusters", "-c", default="")
+
+    n = group("namespaces", "namespaces and their delayed-delivery policy")
+    n.add_parser("list").add_argument("tenant")
+    for name in ("create", "delete", "get-delayed-delivery", "remove-delayed-delivery"):
+        sp = n.add_parser(name)
+        sp.add_argument("namespace", help="tenant/namespace")
+        if name == "get-delayed-delivery":
+            sp.add_argument("--applied", "-ap", action="store_true",
+                            help="the effective policy (namespace over broker defaults)")
+    _policy_args(n.add_parser("set-delayed-delivery"), "namespace", "tenant/namespace")
+
+    tp = group("topics", "persistent topics and subscriptions")
+    for name in ("list", "list-partitioned-topics"):
+        tp.add_parser(name).add_argument("namespace", help="tenant/namespace")
+    for name in ("create", "stats", "stats-internal", "subscriptions", "lookup",
+                 "partitioned-lookup", "get-partitioned-topic-metadata",
+                 "remove-delayed-delivery"):
+        tp.add_parser(name).add_argument("topic")
+    ps = tp.add_parser("partitioned-stats")
+    ps.add_argument("topic")
+    ps.add_argument("--per-partition", action="store_true")
+    gd = tp.add_parser("get-delayed-delivery")
+    gd.add_argument("topic")
+    gd.add_argument("--applied", "-ap", action="store_true",
+                    help="the effective policy after topic > namespace > broker precedence")
+    for name in ("delete", "delete-partitioned-topic"):
+        sp = tp.add_parser(name)
+        sp.add_argument("topic")
+        sp.add_argument("--force", "-f", action="store_true")
+    cp = tp.add_parser("create-partitioned-topic")
+    cp.add_argument("topic")
+    cp.add_argument("--partitions", "-p", type=int, required=True)
+
+    def sub_cmd(name: str) -> Any:
+        sp = tp.add_parser(name)
+        sp.add_argument("topic")
+        sp.add_argument("--subscription", "-s", required=True)
+        return sp
+
+    cs = sub_cmd("create-subscription")
+    cs.add_argument("--messageId", "-m", dest="message_id", default="latest",
+                    help="latest (default), earliest or ledgerId:entryId")
+    sub_cmd("unsubscribe").add_argument("--force", "-f", action="store_true")
+    sub_cmd("skip").add_argument("--count", "-n", type=int, required=True)
+    sub_cmd("skip-all")
+    sub_cmd("clear-backlog")
+    rc = sub_cmd("reset-cursor")
+    rc.add_argument("--time", "-t", help="reset to this long ago (e.g. 10m, 1h)")
+    rc.add_argument("--messageId", "-m", dest="message_id", help="ledgerId:entryId")
+    rc.add_argument("--exclude-message", "-e", action="store_true",
+                    help="start just after --messageId")
+    sm = sub_cmd("skip-messages")
+    sm.add_argument("--messageId-triplet", dest="triplets", action="append",
+                    help="ledgerId:entryId[:batchIndex] (repeatable)")
+    sm.add_argument("--messageId-base64", dest="base64", action="append",
+                    help="base64 MessageIdData, as MessageId.serialize() (repeatable)")
+    _policy_args(tp.add_parser("set-delayed-delivery"), "topic", "topic name")
+    return p
+
+
+def _policy_args(sp: argparse.ArgumentParser, dest: str, help_: str) -> None:
+    sp.add_argument(dest, help=help_)
+    sp.add_argument("--time", "-t",
+                    help="tick time: delivery precision, e.g. 1s (default: inherited)")
+    sp.add_argument("--max-delay", "--maxDelay", "-md", dest="max_delay",
+                    help="max delivery delay, e.g. 10m (PIP-315); 0 = no limit "
+                         "(default: inherited)")
+    sp.add_argument("--fixed-delay", "--fixedDelay", "-fd", dest="fixed_delay",
+                    help="fixed delivery delay applied to every message, e.g. 30s (PIP-437); "
+                         "0 = none (default: inherited)")
+    sp.add_argument("--enable", "-e", action="store_true", help="enable delayed delivery")
+    sp.add_argument("--disable", "-d", action="store_true", help="disable delayed delivery")
+
+
+def _print(result: object) -> None:
+    if result is None:
+        return
+    if isinstance(result, str):
+        print(result)
+    else:
+        print(json.dumps(result, indent=2, sort_keys=False))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    admin_url = args.admin_url
+    try:
+        if (args.group, args.command) == ("topics", "partitioned-lookup"):
+            _print(_partitioned_lookup(admin_url, args))
+            return 0
+        req = _COMMANDS[(args.group, args.command)](args)
+        _print(call(admin_url, req))
+        return 0
+    except UsageError as exc:
+        print(f"horae-admin: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except HttpError as exc:
+        print(f"horae-admin: error: {exc.reason} (HTTP {exc.status})", file=sys.stderr)
+        return EXIT_HTTP_ERROR
+    except urllib.error.URLError as exc:
+        why = exc.reason
+        if isinstance(why, ConnectionRefusedError):
+            text = "connection refused (is the broker running? check --admin-url)"
+        else:
+            text = str(why)
+        print(f"horae-admin: error: cannot reach the admin API at {admin_url}: {text}",
+              file=sys.stderr)
+        return EXIT_HTTP_ERROR
+    except (TimeoutError, ConnectionError) as exc:
+        print(f"horae-admin: error: cannot reach the admin API at {admin_url}: {exc}",
+              file=sys.stderr)
+        return EXIT_HTTP_ERROR
+
+
+if __name__ == "__main__":
+    sys.exit(main())

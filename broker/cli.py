@@ -1,0 +1,126 @@
+"""The ``horae`` command: ``horae serve`` runs a broker, ``horae rollup`` the metrics job.
+
+``horae serve [--config broker.toml] [--data-dir DIR] [--broker-port 6650] [--web-port 8080]
+[--advertised-address HOST] [--bind-address ADDR]`` loads the TOML config (Pulsar
+broker.conf key names), applies the flags on top, runs the broker on uvloop and logs one line
+with the service and web URLs. SIGTERM or SIGINT shut it down gracefully (stop accepting,
+answer in-flight publishes, flush cursors, close the store) and the process exits 0.
+
+``horae rollup ...`` hands its arguments to ``jobs.metrics_rollup.main`` (needs the optional
+``jobs`` extra: pyspark).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+
+from broker import __version__
+
+__all__ = ["build_parser", "main"]
+
+log = logging.getLogger("horae")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="horae",
+        description="Horae: a single-node broker speaking Apache Pulsar's binary protocol, "
+                    "with delayed delivery done right.")
+    parser.add_argument("--version", action="version", version=f"horae {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    serve = sub.add_parser("serve", help="run the broker",
+                           description="Run the broker (binary protocol + admin HTTP API).")
+    serve.add_argument("--config", metavar="FILE",
+                       help="TOML file with Pulsar broker.conf keys (e.g. brokerServicePort = 6650)")
+    serve.add_argument("--data-dir", metavar="DIR", help="data directory (default ./data)")
+    serve.add_argument("--broker-port", type=int, metavar="PORT",
+                       help="binary protocol port (default 6650; 0 = any free port)")
+    serve.add_argument("--web-port", type=int, metavar="PORT",
+                       help="HTTP admin/metrics port (default 8080; 0 = any free port)")
+    serve.add_argument("--advertised-address", metavar="HOST",
+                       help="host name given to clients in lookups (default localhost)")
+    serve.add_argument("--bind-address", metavar="ADDR",
+                       help="address to listen on (default 0.0.0.0)")
+    serve.add_argument("--log-level", default="INFO",
+                       choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="default INFO")
+
+    rollup = sub.add_parser("rollup", help="roll up exported metric snapshots with PySpark",
+                            add_help=False)
+    rollup.add_argument("args", nargs=argparse.REMAINDER)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "rollup":
+        return _rollup(argv[1:])
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command == "serve":
+        return _serve(args)
+    parser.print_help()
+    return 2
+
+
+def _rollup(argv: list[str]) -> int:
+    try:
+        from jobs.metrics_rollup import main as rollup_main
+    except ImportError as exc:
+        print(f"horae rollup needs the 'jobs' extra (pip install 'horae[jobs]'): {exc}",
+              file=sys.stderr)
+        return 2
+    result = rollup_main(argv)
+    return int(result or 0)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from broker.config import ConfigError, load_config
+
+    logging.basicConfig(level=getattr(logging, args.log_level),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    overrides: dict[str, object] = {}
+    for flag, key in (("data_dir", "dataDir"), ("broker_port", "brokerServicePort"),
+                      ("web_port", "webServicePort"), ("advertised_address", "advertisedAddress"),
+                      ("bind_address", "bindAddress")):
+        value = getattr(args, flag)
+        if value is not None:
+            overrides[key] = value
+    try:
+        config = load_config(args.config, overrides)
+    except ConfigError as exc:
+        print(f"horae: {exc}", file=sys.stderr)
+        return 2
+    import uvloop
+
+    try:
+        return uvloop.run(_run(config))
+    except KeyboardInterrupt:  # a second Ctrl-C during shutdown
+        return 130
+
+
+async def _run(config: object) -> int:
+    from broker.server import BrokerServer
+
+    server = BrokerServer(config)  # type: ignore[arg-type]
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await server.start()
+    except OSError as exc:
+        log.error("cannot start: %s", exc)
+        await server.stop()
+        return 1
+    log.info("%s", server.started_line())
+    await stop.wait()
+    log.info("shutting down")
+    await server.stop()
+    log.info("stopped")
+    return 0

@@ -1,0 +1,269 @@
+"""Broker configuration: one frozen dataclass, loaded from TOML with Pulsar's broker.conf names.
+
+Theory of operation
+-------------------
+Every setting is a field of :class:`BrokerConfig` whose metadata carries the camelCase key
+used in Pulsar's ``broker.conf`` (``brokerServicePort``, ``delayedDeliveryTickTimeMillis``,
+...) and a one-line doc. The field *name* is the snake_case form, so code reads
+``config.broker_service_port`` while files and overrides say ``brokerServicePort``.
+
+Sources, weakest first: the defaults below (Pulsar standalone's, unless a comment says why
+not), a TOML file (:func:`load_config`), then overrides (CLI flags, test fixtures) given as a
+``{camelCaseKey: value}`` mapping. Unknown keys and values of the wrong type are errors that
+name the key: a typo must never be silently ignored. The resulting object is immutable; a
+changed setting means a new object (``dataclasses.replace``).
+
+A few keys (``dataDir``, ``journalSyncData``, ``journalMaxGroupWaitMSec``) are not in Pulsar's
+broker.conf because Pulsar keeps data in BookKeeper; they borrow BookKeeper's names where one
+exists.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "DELAYED_TRACKER_BUCKET",
+    "DELAYED_TRACKER_IN_MEMORY",
+    "BrokerConfig",
+    "ConfigError",
+    "config_keys",
+    "load_config",
+    "storage_config",
+]
+
+
+class ConfigError(ValueError):
+    """A configuration file or override is invalid; the message names the key."""
+
+
+#: Pulsar's class names for the two delayed-delivery trackers, and Horae's short names.
+DELAYED_TRACKER_IN_MEMORY = "org.apache.pulsar.broker.delayed.InMemoryDelayedDeliveryTrackerFactory"
+DELAYED_TRACKER_BUCKET = "org.apache.pulsar.broker.delayed.BucketDelayedDeliveryTrackerFactory"
+_TRACKER_ALIASES = {
+    DELAYED_TRACKER_IN_MEMORY: "in-memory",
+    DELAYED_TRACKER_BUCKET: "bucket",
+    "in-memory": "in-memory",
+    "bucket": "bucket",
+}
+
+
+def _opt(key: str, default: Any, doc: str) -> Any:
+    return field(default=default, metadata={"key": key, "doc": doc})
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerConfig:
+    """All broker settings. Attribute names are snake_case; file keys are camelCase."""
+
+    # --- network -------------------------------------------------------------------------
+    broker_service_port: int = _opt(
+        "brokerServicePort", 6650, "TCP port of the binary protocol (pulsar://). 0 = any free port.")
+    web_service_port: int = _opt(
+        "webServicePort", 8080, "HTTP port of the admin REST API, lookups and /metrics. 0 = any.")
+    bind_address: str = _opt(
+        "bindAddress", "0.0.0.0", "Address both listeners bind to (Pulsar binds every interface).")
+    advertised_address: str = _opt(
+        "advertisedAddress", "localhost",
+        "Host name put in LOOKUP answers (pulsar://<advertisedAddress>:<brokerServicePort>).")
+    cluster_name: str = _opt(
+        "clusterName", "standalone", "Cluster name: a metrics label and the prefix of producer names.")
+    data_dir: str = _opt("dataDir", "./data", "Directory holding ledgers, cursors, metadata, metrics.")
+    max_message_size: int = _opt(
+        "maxMessageSize", 5 * 1024 * 1024,
+        "Largest message (metadata + payload) in bytes; frames may be 10 KiB larger.")
+    max_pending_publish_requests_per_connection: int = _opt(
+        "maxPendingPublishRequestsPerConnection", 1000,
+        "Publishes awaiting their receipt after which a connection stops being read (resumes at half).")
+    keep_alive_interval_seconds: int = _opt(
+        "keepAliveIntervalSeconds", 30,
+        "The broker PINGs a connection idle this long and closes one silent for two intervals.")
+    allow_auto_topic_creation: bool = _opt(
+        "allowAutoTopicCreation", True, "Create a non-partitioned topic on first producer/consumer.")
+    broker_delete_inactive_topics_enabled: bool = _opt(
+        "brokerDeleteInactiveTopicsEnabled", False,
+        "Accepted for compatibility; Horae never deletes inactive topics (Pulsar's default is true).")
+
+    # --- storage (mapped into storage.config.StorageConfig) --------------------------------
+    managed_ledger_max_entries_per_ledger: int = _opt(
+        "managedLedgerMaxEntriesPerLedger", 50000, "Entries after which a ledger is rolled over.")
+    managed_ledger_max_size_per_ledger_mbytes: int = _opt(
+        "managedLedgerMaxSizePerLedgerMbytes", 2048, "Size (MiB) after which a ledger is rolled over.")
+    managed_ledger_max_ledger_rollover_time_minutes: int = _opt(
+        "managedLedgerMaxLedgerRolloverTimeMinutes", 240, "Age (minutes) after which a ledger rolls over.")
+    managed_ledger_default_mark_delete_rate_limit: float = _opt(
+        "managedLedgerDefaultMarkDeleteRateLimit", 1.0,
+        "Cursor persists per second at most (acks in between are batched; close always persists).")
+    managed_ledger_cache_size_mb: int = _opt(
+        "managedLedgerCacheSizeMB", 64,
+        "Entry cache for tailing reads, MiB (Pulsar: 1/5 of direct memory; 64 suits one node).")
+    journal_sync_data: bool = _opt(
+        "journalSyncData", True,
+        "fsync before every SEND_RECEIPT (BookKeeper's name). false is for throwaway test data only.")
+    journal_max_group_wait_msec: float = _opt(
+        "journalMaxGroupWaitMSec", 0.0,
+        "Longest wait (ms) to gather appends into one group commit (BookKeeper's name).")
+
+    # --- delayed delivery (issue 5) ------------------------------------------------------
+    delayed_delivery_enabled: bool = _opt(
+        "delayedDeliveryEnabled", True, "Honour deliver_at_time on Shared and Key_Shared subscriptions.")
+    delayed_delivery_tick_time_millis: int = _opt(
+        "delayedDeliveryTickTimeMillis", 1000, "Timer tick (ms): the delivery accuracy.")
+    is_delayed_delivery_deliver_at_time_strict: bool = _opt(
+        "isDelayedDeliveryDeliverAtTimeStrict", False,
+        "true: never deliver early; false: up to one tick early.")
+    delayed_delivery_max_delay_in_millis: int = _opt(
+        "delayedDeliveryMaxDelayInMillis", 0,
+        "PIP-315 max deliver_at_time - publish_time (ms); 0 = no limit.")
+    delayed_delivery_tracker_factory_class_name: str = _opt(
+        "delayedDeliveryTrackerFactoryClassName", DELAYED_TRACKER_IN_MEMORY,
+        "Tracker: Pulsar's InMemory/Bucket factory class name, or 'in-memory' / 'bucket'.")
+    delayed_delivery_min_index_count_per_bucket: int = _opt(
+        "delayedDeliveryMinIndexCountPerBucket", 50000, "Bucket tracker: indexes before sealing a bucket.")
+    delayed_delivery_max_time_step_per_bucket_snapshot_segment_seconds: int = _opt(
+        "delayedDeliveryMaxTimeStepPerBucketSnapshotSegmentSeconds", 300,
+        "Bucket tracker: time span (s) of one snapshot segment.")
+    delayed_delivery_max_indexes_per_bucket_snapshot_segment: int = _opt(
+        "delayedDeliveryMaxIndexesPerBucketSnapshotSegment", 5000,
+        "Bucket tracker: indexes per snapshot segment (-1 = unlimited).")
+    delayed_delivery_max_num_buckets: int = _opt(
+        "delayedDeliveryMaxNumBuckets", -1, "Bucket tracker: merge buckets past this count (-1 = never).")
+    delayed_delivery_fixed_delay_detection_lookahead: int = _opt(
+        "delayedDeliveryFixedDelayDetectionLookahead", 50000,
+        "In-memory tracker: lookahead for detecting a fixed delay (0 disables).")
+
+    # --- metrics (issue 6) ---------------------------------------------------------------
+    metrics_export_interval_seconds: int = _opt(
+        "metricsExportIntervalSeconds", 60, "Period of metric snapshots written to <dataDir>/metrics.")
+    metrics_export_retention_hours: int = _opt(
+        "metricsExportRetentionHours", 168, "Metric snapshot files older than this are deleted.")
+    expose_topic_level_metrics_in_prometheus: bool = _opt(
+        "exposeTopicLevelMetricsInPrometheus", True, "Per-topic series in /metrics (else per namespace).")
+
+    def __post_init__(self) -> None:
+        if self.delayed_delivery_tracker_factory_class_name not in _TRACKER_ALIASES:
+            raise ConfigError(
+                "delayedDeliveryTrackerFactoryClassName must be one of "
+                f"{sorted(_TRACKER_ALIASES)}, not {self.delayed_delivery_tracker_factory_class_name!r}")
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.name.endswith("_port") and not 0 <= value <= 65535:
+                raise ConfigError(f"{f.metadata['key']} must be a port number, not {value}")
+        positive = ("max_message_size", "max_pending_publish_requests_per_connection",
+                    "keep_alive_interval_seconds", "delayed_delivery_tick_time_millis",
+                    "metrics_export_interval_seconds")
+        for name in positive:
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{_KEY_OF[name]} must be > 0, not {getattr(self, name)}")
+
+    @property
+    def delayed_tracker_kind(self) -> str:
+        """'in-memory' or 'bucket', whichever spelling the config used."""
+        return _TRACKER_ALIASES[self.delayed_delivery_tracker_factory_class_name]
+
+    @property
+    def data_path(self) -> pathlib.Path:
+        return pathlib.Path(self.data_dir)
+
+    def with_overrides(self, overrides: Mapping[str, object]) -> BrokerConfig:
+        """A copy with ``{camelCaseKey: value}`` applied (validated like a file)."""
+        return dataclasses.replace(self, **_convert(overrides, source="override"))
+
+    def to_dict(self) -> dict[str, object]:
+        """``{camelCaseKey: value}`` for every setting (e.g. for a TOML dump or the admin API)."""
+        return {_KEY_OF[f.name]: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+
+_FIELDS = {f.metadata["key"]: f for f in dataclasses.fields(BrokerConfig)}
+_KEY_OF = {f.name: key for key, f in _FIELDS.items()}
+_TYPES: dict[str, type] = {"int": int, "float": float, "bool": bool, "str": str}
+
+
+def config_keys() -> dict[str, str]:
+    """``{camelCaseKey: doc}`` of every setting, in declaration order."""
+    return {key: f.metadata["doc"] for key, f in _FIELDS.items()}
+
+
+def _convert(values: Mapping[str, object], *, source: str) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for key, value in values.items():
+        f = _FIELDS.get(key)
+        if f is None:
+            hint = ""
+            lowered = {k.lower(): k for k in _FIELDS}
+            if key.lower() in lowered:
+                hint = f" (did you mean {lowered[key.lower()]!r}?)"
+            raise ConfigError(f"unknown config key {key!r} in {source}{hint}")
+        want = _TYPES[f.type] if isinstance(f.type, str) else f.type
+        # bool is an int subclass: `maxMessageSize = true` must not become 1.
+        ok = isinstance(value, want) and not (want is not bool and isinstance(value, bool))
+        if want is float and isinstance(value, int) and not isinstance(value, bool):
+            value, ok = float(value), True
+        if not ok:
+            raise ConfigError(
+                f"config key {key!r} in {source} must be {want.__name__}, "
+                f"not {type(value).__name__} {value!r}")
+        out[f.name] = value
+    return out
+
+
+def load_config(path: str | pathlib.Path | None = None,
+                overrides: Mapping[str, object] | None = None) -> BrokerConfig:
+    """Defaults, then the TOML file at *path* (if any), then *overrides*.
+
+    The file is flat ``key = value`` with broker.conf names; a ``[broker]`` table is accepted
+    too so one file can hold other sections later. Raises :class:`ConfigError`.
+    """
+    values: dict[str, object] = {}
+    if path is not None:
+        p = pathlib.Path(path)
+        try:
+            with p.open("rb") as fh:
+                doc = tomllib.load(fh)
+        except FileNotFoundError:
+            raise ConfigError(f"config file {str(p)!r} not found") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config file {str(p)!r} is not valid TOML: {exc}") from None
+        broker_table = doc.pop("broker", None)
+        if broker_table is not None:
+            if not isinstance(broker_table, dict):
+                raise ConfigError(f"[broker] in {str(p)!r} must be a table")
+            doc.update(broker_table)
+        values.update(_convert(doc, source=repr(str(p))))
+    if overrides:
+        values.update(_convert(overrides, source="overrides"))
+    try:
+        return BrokerConfig(**values)  # type: ignore[arg-type]
+    except TypeError as exc:  # pragma: no cover - _convert already checked names
+        raise ConfigError(str(exc)) from None
+
+
+def storage_config(config: BrokerConfig) -> Any:
+    """The storage layer's StorageConfig for *config* (only the fields it knows)."""
+    from storage.config import StorageConfig
+
+    wanted: dict[str, object] = {
+        "max_entries_per_ledger": config.managed_ledger_max_entries_per_ledger,
+        "max_size_per_ledger_bytes": config.managed_ledger_max_size_per_ledger_mbytes * 1024 * 1024,
+        "max_ledger_rollover_minutes": config.managed_ledger_max_ledger_rollover_time_minutes,
+        "mark_delete_rate_limit_per_sec": config.managed_ledger_default_mark_delete_rate_limit,
+        "entry_cache_bytes": config.managed_ledger_cache_size_mb * 1024 * 1024,
+        "fsync": config.journal_sync_data,
+        "group_commit_max_delay_ms": config.journal_max_group_wait_msec,
+    }
+    known = {f.name: f for f in dataclasses.fields(StorageConfig)}
+    kwargs: dict[str, object] = {}
+    for name, value in wanted.items():
+        if name not in known:
+            continue
+        ftype = known[name].type
+        # Honour the storage field's declared type (an int field gets an int).
+        if ftype in ("int", int) and isinstance(value, float):
+            value = round(value)
+        kwargs[name] = value
+    return StorageConfig(**kwargs)

@@ -1,0 +1,474 @@
+"""One client connection: bytes in through the sans-IO decoder, commands through the state table.
+
+Theory of operation
+-------------------
+:class:`ServerConnection` is an ``asyncio.Protocol``. ``data_received`` feeds the
+:class:`protocol.frames.FrameDecoder` and dispatches every complete frame through
+:data:`broker.states.TRANSITIONS` (state x command type -> handler, next state). Rules:
+
+1. Handlers that answer from memory (PING, SEND, FLOW, ACK, ...) run synchronously, in
+   arrival order. Handlers that need IO or a topic load (PRODUCER, SUBSCRIBE, LOOKUP, ...)
+   run as tasks; a :class:`protocol.errors.RequestError` escaping one is answered, in one
+   place (:meth:`_run_request`), with ERROR carrying its code.
+2. A :class:`protocol.errors.ConnectionFatalError` (oversized or malformed frame, TLS or HTTP
+   on this port) closes this connection only. Nothing else on the broker is affected.
+3. Outgoing frames are buffered by :meth:`write` and flushed with one ``transport.write`` per
+   event-loop iteration, so a burst of receipts or messages costs one syscall.
+4. Back-pressure on publishers: once ``pending_publishes`` passes
+   ``maxPendingPublishRequestsPerConnection`` the transport stops reading; it resumes at half.
+   Back-pressure from the peer: ``writes_paused`` mirrors the transport's pause_writing /
+   resume_writing, and the consumer side is told when writing may resume.
+5. Keep-alive is driven by :class:`broker.service.BrokerService` (one timer for all
+   connections) through :meth:`keepalive_tick`.
+
+Consumer commands go to ``broker.consumer_side.ConsumerSide`` (the consumers area), created on
+first use; producers live in ``self.producers`` (:mod:`broker.producer`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from broker import SERVER_VERSION
+from broker.lookup import service_url
+from broker.states import TRANSITIONS, ConnState, Unexpected, request_id_of, unexpected
+from broker.topic_name import TopicName
+from proto import pulsar_api_pb2 as pb
+from protocol import commands as C
+from protocol.errors import ConnectionFatalError, RequestError, ServerError
+from protocol.frames import NEED_DATA, Frame, FrameDecoder
+from protocol.limits import FRAME_PADDING, PROTOCOL_VERSION
+
+if TYPE_CHECKING:
+    from broker.producer import Producer
+    from broker.service import BrokerService
+
+__all__ = ["ServerConnection"]
+
+log = logging.getLogger("horae.connection")
+
+_GET_SCHEMA_NO_SCHEMA = "Topic not found or no-schema"  # Pulsar's exact text
+
+
+class ServerConnection(asyncio.Protocol):
+    """Server side of one TCP connection (see the module docstring)."""
+
+    def __init__(self, service: BrokerService) -> None:
+        self.service = service
+        self.config = service.config
+        self.loop = service.loop
+        self.state = ConnState.CONNECTING
+        self.protocol_version = 0
+        self.client_version = ""
+        self.remote_address = ""
+        self.local_host: str | None = None
+        self.connected_since_ms = 0
+        self.producers: dict[int, Producer] = {}
+        self.pending_publishes = 0
+        self.last_received = self.loop.time()
+        self._decoder = FrameDecoder(self.config.max_message_size + FRAME_PADDING)
+        self._transport: asyncio.Transport | None = None
+        self._out: list[bytes] = []
+        self._flush_scheduled = False
+        self._reading_paused = False
+        self._writes_paused = False
+        self._pending_limit = self.config.max_pending_publish_requests_per_connection
+        self._resume_at = self._pending_limit // 2
+        self._producers_creating: set[int] = set()
+        self._consumer_side: Any = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self.is_closed = False
+
+    # ------------------------------------------------------------------ asyncio.Protocol
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport  # type: ignore[assignment]  # uvloop's TCPTransport
+        peer = transport.get_extra_info("peername")
+        sock = transport.get_extra_info("sockname")
+        if peer:
+            self.remote_address = f"{peer[0]}:{peer[1]}"
+        if sock:
+            self.local_host = str(sock[0])
+        self.connected_since_ms = int(time.time() * 1000)
+        self.service.connections.add(self)
+
+    def data_received(self, data: bytes) -> None:
+        self.last_received = self.loop.time()
+        decoder = self._decoder
+        decoder.receive_data(data)
+        while True:
+            try:
+                frame = decoder.next_frame()
+            except ConnectionFatalError as exc:
+                log.warning("closing connection from %s: %s", self.remote_address, exc)
+                self.close(str(exc))
+                return
+            if frame is NEED_DATA:
+                return
+            self._dispatch(frame)  # type: ignore[arg-type]
+            if self.is_closed:
+                return
+
+    def eof_received(self) -> bool | None:
+        return None  # close the transport
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.is_closed = True
+        self.state = ConnState.CLOSED
+        self._out.clear()
+        self.service.connections.discard(self)
+        for task in list(self._tasks):
+            task.cancel()
+        for producer in list(self.producers.values()):
+            producer.close()
+        self.producers.clear()
+        side = self._consumer_side
+        if side is not None:
+            self._consumer_side = None
+            task = self.loop.create_task(side.close())
+            task.add_done_callback(_log_task_failure)
+
+    def pause_writing(self) -> None:
+        self._writes_paused = True
+
+    def resume_writing(self) -> None:
+        self._writes_paused = False
+        side = self._consumer_side
+        hook = getattr(side, "on_writable", None) if side is not None else None
+        if hook is not None:
+            hook()
+
+    # ------------------------------------------------------------------ output
+
+    @property
+    def writes_paused(self) -> bool:
+        return self._writes_paused
+
+    def write(self, data: bytes) -> None:
+        """Queue a frame; all frames queued in one loop iteration go out in one write."""
+        if self.is_closed:
+            return
+        self._out.append(data)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self.loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        out = self._out
+        if not out or self._transport is None or self._transport.is_closing():
+            out.clear()
+            return
+        data = out[0] if len(out) == 1 else b"".join(out)
+        out.clear()
+        self._transport.write(data)
+
+    def close(self, reason: str = "") -> None:
+        """Flush what is queued and close the transport (idempotent)."""
+        if self.is_closed:
+            return
+        if reason:
+            log.debug("closing connection %s: %s", self.remote_address, reason)
+        self._flush()
+        self.is_closed = True
+        self.state = ConnState.CLOSED
+        if self._transport is not None:
+            self._transport.close()
+
+    def abort(self) -> None:
+        if self._transport is not None:
+            self._transport.abort()
+
+    # ------------------------------------------------------------------ dispatch
+
+    def _dispatch(self, frame: Frame) -> None:
+        cmd = frame.command
+        entry = _HANDLERS.get((self.state, cmd.type))
+        if entry is None:
+            self._unexpected(cmd)
+            return
+        handler, next_state = entry
+        handler(self, frame)
+        if not self.is_closed:
+            self.state = next_state
+
+    def _unexpected(self, cmd: pb.BaseCommand) -> None:
+        action = unexpected(self.state, cmd)
+        name = pb.BaseCommand.Type.Name(cmd.type)
+        if action is Unexpected.ERROR:
+            rid = request_id_of(cmd)
+            assert rid is not None
+            self.write(C.encode_error(rid, ServerError.NotAllowedError,
+                                      f"Command {name} is not supported by this broker"))
+        elif action is Unexpected.CLOSE:
+            log.warning("closing connection from %s: unexpected %s in state %s",
+                        self.remote_address, name, self.state.name)
+            self.close(f"unexpected {name}")
+
+    def spawn(self, coro: Awaitable[Any], request_id: int | None = None,
+              on_error: Callable[[RequestError], bytes] | None = None) -> asyncio.Task[Any]:
+        """Run a request handler as a task; RequestErrors become ERROR (or *on_error*'s frame)."""
+        task = self.loop.create_task(self._run_request(coro, request_id, on_error))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def _run_request(self, coro: Awaitable[Any], request_id: int | None,
+                           on_error: Callable[[RequestError], bytes] | None) -> None:
+        try:
+            await coro
+        except RequestError as exc:
+            self._answer_error(exc, request_id, on_error)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.exception("request %s on %s failed", request_id, self.remote_address)
+            self._answer_error(RequestError(f"{type(exc).__name__}: {exc}"), request_id, on_error)
+
+    def _answer_error(self, exc: RequestError, request_id: int | None,
+                      on_error: Callable[[RequestError], bytes] | None) -> None:
+        if on_error is not None:
+            self.write(on_error(exc))
+        elif request_id is not None:
+            self.write(C.encode_error(request_id, exc.code, exc.message))
+
+    # ------------------------------------------------------------------ handshake, keep-alive
+
+    def on_connect(self, frame: Frame) -> None:
+        c = frame.command.connect
+        self.client_version = c.client_version
+        self.protocol_version = min(int(c.protocol_version), PROTOCOL_VERSION)
+        self.write(C.encode_connected(SERVER_VERSION, self.protocol_version,
+                                      max_message_size=self.config.max_message_size))
+
+    def on_ping(self, frame: Frame) -> None:
+        self.write(C.encode_pong())
+
+    def on_pong(self, frame: Frame) -> None:
+        pass  # last_received was refreshed by data_received
+
+    def keepalive_tick(self, now: float, interval: float) -> None:
+        """Called by the service every *interval* s: PING when idle, close when silent."""
+        idle = now - self.last_received
+        if idle >= 2 * interval:
+            log.info("closing %s: nothing received for %.0f s", self.remote_address, idle)
+            self.close("keep-alive timeout")
+        elif idle >= interval and self.state is ConnState.CONNECTED:
+            self.write(C.encode_ping())
+
+    # ------------------------------------------------------------------ lookups
+
+    def on_partitioned_metadata(self, frame: Frame) -> None:
+        m = frame.command.partitionMetadata
+        rid = m.request_id
+
+        async def run() -> None:
+            name = TopicName.parse(m.topic)
+            n = await self.service.get_partition_count(name.full)
+            self.write(C.encode_partitioned_metadata_response(rid, n))
+
+        self.spawn(run(), rid, lambda e: C.encode_partitioned_metadata_response(
+            rid, error=e.code, message=e.message))
+
+    def on_lookup(self, frame: Frame) -> None:
+        m = frame.command.lookupTopic
+        rid = m.request_id
+        try:
+            TopicName.parse(m.topic)
+        except RequestError as exc:
+            self.write(C.encode_lookup_response(rid, response="failed", error=exc.code,
+                                                message=exc.message))
+            return
+        url = service_url(self.config.advertised_address, self.service.broker_port, self.local_host)
+        self.write(C.encode_lookup_response(rid, url, response="connect", authoritative=True))
+
+    def on_get_topics_of_namespace(self, frame: Frame) -> None:
+        m = frame.command.getTopicsOfNamespace
+        rid = m.request_id
+        mode = int(m.mode)
+
+        async def run() -> None:
+            topics = await self.service.topics_of_namespace(m.namespace)
+            if mode == pb.CommandGetTopicsOfNamespace.PERSISTENT:
+                topics = [t for t in topics if t.startswith("persistent://")]
+            elif mode == pb.CommandGetTopicsOfNamespace.NON_PERSISTENT:
+                topics = [t for t in topics if t.startswith("non-persistent://")]
+            self.write(C.encode_get_topics_of_namespace_response(rid, topics))
+
+        self.spawn(run(), rid)
+
+    def on_get_schema(self, frame: Frame) -> None:
+        # Horae keeps no schema registry: answer like Pulsar does for a schema-less topic.
+        self.write(C.encode_get_schema_response(
+            frame.command.getSchema.request_id, error_code=ServerError.TopicNotFound,
+            error_message=_GET_SCHEMA_NO_SCHEMA))
+
+    # ------------------------------------------------------------------ producers
+
+    def on_producer(self, frame: Frame) -> None:
+        from broker.producer import create_producer
+
+        m = frame.command.producer
+        pid = int(m.producer_id)
+        existing = self.producers.get(pid)
+        if existing is not None:
+            # The client retried a creation whose answer it missed: same answer again.
+            self.write(C.encode_producer_success(m.request_id, existing.name, -1))
+            return
+        if pid in self._producers_creating:
+            self.write(C.encode_error(m.request_id, ServerError.ServiceNotReady,
+                                      "Producer is already being created on this connection"))
+            return
+        self._producers_creating.add(pid)
+
+        async def run() -> None:
+            try:
+                await create_producer(self, m)
+            finally:
+                self._producers_creating.discard(pid)
+
+        self.spawn(run(), m.request_id)
+
+    def on_send(self, frame: Frame) -> None:
+        producer = self.producers.get(frame.command.send.producer_id)
+        if producer is None:
+            # Pulsar closes the connection too: the client's view of its producers is wrong.
+            log.warning("SEND for unknown producer %d from %s", frame.command.send.producer_id,
+                        self.remote_address)
+            self.close("send for unknown producer")
+            return
+        producer.on_send(frame)
+
+    def publish_started(self) -> None:
+        self.pending_publishes += 1
+        if self.pending_publishes >= self._pending_limit and not self._reading_paused:
+            self._reading_paused = True
+            if self._transport is not None:
+                self._transport.pause_reading()
+
+    def publish_finished(self) -> None:
+        self.pending_publishes -= 1
+        if self._reading_paused and self.pending_publishes <= self._resume_at:
+            self._reading_paused = False
+            if self._transport is not None and not self.is_closed:
+                self._transport.resume_reading()
+
+    @property
+    def reading_paused(self) -> bool:
+        return self._reading_paused
+
+    def on_close_producer(self, frame: Frame) -> None:
+        m = frame.command.close_producer
+        producer = self.producers.pop(m.producer_id, None)
+        rid = m.request_id
+
+        async def run() -> None:
+            if producer is not None:
+                await producer.close_gracefully()
+            self.write(C.encode_success(rid))
+
+        self.spawn(run(), rid)
+
+    # ------------------------------------------------------------------ consumers
+
+    def consumer_side(self) -> Any:
+        """The connection's ConsumerSide, created on first use (None if unavailable)."""
+        side = self._consumer_side
+        if side is None:
+            try:
+                from broker.consumer_side import ConsumerSide
+            except ImportError:
+                return None
+            side = self._consumer_side = ConsumerSide(self)
+        return side
+
+    def _consumer_request(self, frame: Frame, method: str) -> None:
+        sub = getattr(frame.command, _SUBFIELDS[frame.command.type])
+        rid = int(sub.request_id)
+        side = self.consumer_side()
+        if side is None:
+            self.write(C.encode_error(rid, ServerError.ServiceNotReady,
+                                      "Consumers are not available on this broker"))
+            return
+        if frame.command.type == pb.BaseCommand.SUBSCRIBE and self.service.closing:
+            self.write(C.encode_error(rid, ServerError.ServiceNotReady, "Broker is shutting down"))
+            return
+        self.spawn(getattr(side, method)(sub), rid)
+
+    def _consumer_oneway(self, frame: Frame, method: str) -> None:
+        side = self.consumer_side()
+        if side is not None:
+            getattr(side, method)(getattr(frame.command, _SUBFIELDS[frame.command.type]))
+
+    def on_subscribe(self, frame: Frame) -> None:
+        self._consumer_request(frame, "handle_subscribe")
+
+    def on_flow(self, frame: Frame) -> None:
+        self._consumer_oneway(frame, "handle_flow")
+
+    def on_ack(self, frame: Frame) -> None:
+        ack = frame.command.ack
+        side = self.consumer_side()
+        if side is None:
+            if ack.HasField("request_id"):
+                self.write(C.encode_ack_response(ack.consumer_id, ack.request_id,
+                                                 error=ServerError.ConsumerNotFound,
+                                                 message="Consumer not found"))
+            return
+        try:
+            side.handle_ack(ack)
+        except RequestError as exc:
+            if ack.HasField("request_id"):
+                self.write(C.encode_ack_response(ack.consumer_id, ack.request_id,
+                                                 error=exc.code, message=exc.message))
+
+    def on_redeliver(self, frame: Frame) -> None:
+        self._consumer_oneway(frame, "handle_redeliver")
+
+    def on_seek(self, frame: Frame) -> None:
+        self._consumer_request(frame, "handle_seek")
+
+    def on_unsubscribe(self, frame: Frame) -> None:
+        self._consumer_request(frame, "handle_unsubscribe")
+
+    def on_close_consumer(self, frame: Frame) -> None:
+        if self._consumer_side is None:
+            # No consumer was ever created here; Pulsar answers SUCCESS for unknown ids too.
+            self.write(C.encode_success(frame.command.close_consumer.request_id))
+            return
+        self._consumer_request(frame, "handle_close_consumer")
+
+    def on_get_last_message_id(self, frame: Frame) -> None:
+        self._consumer_request(frame, "handle_get_last_message_id")
+
+    def on_consumer_stats(self, frame: Frame) -> None:
+        m = frame.command.consumerStats
+        side = self.consumer_side()
+        if side is None:
+            self.write(C.encode_consumer_stats_response(
+                m.request_id, error_code=ServerError.ConsumerNotFound,
+                error_message="Consumer not found"))
+            return
+        self.spawn(side.handle_consumer_stats(m), m.request_id)
+
+    def __repr__(self) -> str:
+        return f"<ServerConnection {self.remote_address} {self.state.name}>"
+
+
+def _log_task_failure(task: asyncio.Task[Any]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("connection cleanup failed", exc_info=task.exception())
+
+
+_SUBFIELDS = {t: pb.BaseCommand.DESCRIPTOR.fields_by_number[t].name
+              for t in (v.number for v in pb.BaseCommand.Type.DESCRIPTOR.values)}
+
+# (state, command type) -> unbound handler, resolved once from the table.
+_HANDLERS: dict[tuple[ConnState, int],
+                tuple[Callable[[ServerConnection, Frame], None], ConnState]] = {
+    key: (getattr(ServerConnection, t.handler), t.next_state) for key, t in TRANSITIONS.items()
+}

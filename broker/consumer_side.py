@@ -1,0 +1,282 @@
+"""The consumer half of one client connection: SUBSCRIBE, FLOW, ACK, SEEK and friends.
+
+Theory of operation
+-------------------
+The connection (core) decodes frames and calls one handler per consumer command; this class owns
+the connection's consumers by ``consumer_id`` and forwards to their subscriptions. Handlers
+answer with SUCCESS / ACK_RESPONSE / GET_LAST_MESSAGE_ID_RESPONSE / CONSUMER_STATS_RESPONSE
+themselves; a :class:`protocol.errors.RequestError` raised from an async handler becomes ERROR
+with the request id (done generically by the connection).
+
+Wire facts that matter (reference sections 2.6/2.7): ids are uint64 on the wire, so Pulsar's
+``-1`` arrives as ``2**64 - 1`` (see :func:`broker.subscription.wire_position`); ACK carries a
+*repeated* message_id; ACK_RESPONSE goes out only when the ACK had a request_id; a seek closes
+every consumer of the subscription (CLOSE_CONSUMER) before SUCCESS, as the Java broker does, so
+clients re-subscribe and send fresh FLOW permits; GET_LAST_MESSAGE_ID answers ``(ledger, -1)``
+for a topic with no entries, which the client reads as "nothing available".
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import Any
+
+from broker.consumer import Consumer, HashRange
+from broker.subscription import Subscription, tail_position, wire_position
+from broker.topic_name import TopicName
+from protocol import pulsar_pb as pb
+from protocol.commands import (
+    encode_ack_response,
+    encode_consumer_stats_response,
+    encode_get_last_message_id_response,
+    encode_success,
+)
+from protocol.errors import NotAllowedError, ServerError, ServiceNotReadyError
+from protocol.metadata import parse_entry
+from storage.positions import Position
+
+__all__ = ["ConsumerSide"]
+
+log = logging.getLogger(__name__)
+
+_U64 = (1 << 64) - 1
+
+
+class ConsumerSide:
+    """Per-connection registry of consumers and the handlers of consumer commands."""
+
+    def __init__(self, connection: Any) -> None:
+        self.connection = connection
+        self.consumers: dict[int, Consumer] = {}
+        self._subscribing: set[int] = set()
+        self._closed = False
+
+    # attributes the Consumer reads from its side
+    @property
+    def protocol_version(self) -> int:
+        return int(getattr(self.connection, "protocol_version", 20) or 0)
+
+    @property
+    def remote_address(self) -> str:
+        return str(getattr(self.connection, "remote_address", ""))
+
+    @property
+    def client_version(self) -> str:
+        return str(getattr(self.connection, "client_version", ""))
+
+    def forget(self, consumer: Consumer) -> None:
+        """The broker closed this consumer (seek/reset/topic gone): drop it from the registry."""
+        if self.consumers.get(consumer.consumer_id) is consumer:
+            del self.consumers[consumer.consumer_id]
+        consumer.closed = True
+
+    # ------------------------------------------------------------------ SUBSCRIBE
+
+    async def handle_subscribe(self, cmd: pb.CommandSubscribe) -> None:
+        cid = cmd.consumer_id
+        if cid in self.consumers:
+            # The client retried a subscribe that already succeeded: answer it again.
+            self.connection.write(encode_success(cmd.request_id))
+            return
+        if cid in self._subscribing:
+            raise ServiceNotReadyError("Consumer is already present on the connection")
+        self._subscribing.add(cid)
+        try:
+            await self._subscribe(cmd)
+        finally:
+            self._subscribing.discard(cid)
+
+    async def _subscribe(self, cmd: pb.CommandSubscribe) -> None:
+        tn = TopicName.parse(cmd.topic)
+        topic = await self.connection.service.get_topic(tn.full, create=True)
+        durable = cmd.durable if cmd.HasField("durable") else True
+        start = (
+            (cmd.start_message_id.ledgerId, cmd.start_message_id.entryId)
+            if cmd.HasField("start_message_id") else None
+        )
+        initial = "earliest" if cmd.initialPosition == pb.CommandSubscribe.Earliest else "latest"
+        sub: Subscription = await topic.get_or_create_subscription(
+            cmd.subscription, durable=durable, initial_position=initial,
+            start_message_id=start, sub_type=int(cmd.subType),
+        )
+        mode: int | None = None
+        ranges: tuple[HashRange, ...] = ()
+        out_of_order = False
+        if cmd.subType == pb.CommandSubscribe.Key_Shared:
+            mode = int(pb.AUTO_SPLIT)
+            if cmd.HasField("keySharedMeta"):
+                meta = cmd.keySharedMeta
+                mode = int(meta.keySharedMode)
+                ranges = tuple(HashRange(r.start, r.end) for r in meta.hashRanges)
+                out_of_order = bool(meta.allowOutOfOrderDelivery)
+        partition = tn.partition_index if tn.partition_index >= 0 else None
+        consumer = Consumer(
+            self,
+            cmd.consumer_id,
+            name=cmd.consumer_name or uuid.uuid4().hex[:5],
+            subscription=sub,
+            sub_type=int(cmd.subType),
+            priority_level=cmd.priority_level,
+            key_shared_mode=mode,
+            hash_ranges=ranges,
+            allow_out_of_order=out_of_order,
+            metadata={kv.key: kv.value for kv in cmd.metadata},
+            partition=partition,
+        )
+        await sub.add_consumer(consumer)
+        if self._closed:
+            sub.remove_consumer(consumer)
+            return
+        self.consumers[cmd.consumer_id] = consumer
+        self.connection.write(encode_success(cmd.request_id))
+        sub.after_subscribe(consumer)
+
+    # ------------------------------------------------------------------ FLOW / ACK / REDELIVER
+
+    def handle_flow(self, cmd: pb.CommandFlow) -> None:
+        consumer = self.consumers.get(cmd.consumer_id)
+        if consumer is None:
+            return
+        consumer.permits += cmd.messagePermits
+        consumer.last_flow_ms = _now_ms()
+        dispatcher = consumer.subscription.dispatcher
+        if dispatcher is not None:
+            dispatcher.schedule()
+
+    def handle_ack(self, cmd: pb.CommandAck) -> None:
+        consumer = self.consumers.get(cmd.consumer_id)
+        has_request = cmd.HasField("request_id")
+        if consumer is None:
+            if has_request:
+                self.connection.write(encode_ack_response(
+                    cmd.consumer_id, cmd.request_id, error=ServerError.ConsumerNotFound,
+                    message="Consumer not found"))
+            return
+        ids = [
+            (Position(*wire_position(m.ledgerId, m.entryId)), list(m.ack_set) or None)
+            for m in cmd.message_id
+        ]
+        consumer.msg_ack_counter += len(ids)
+        consumer.last_acked_ms = _now_ms()
+        consumer.subscription.acknowledge(
+            consumer, ids, cumulative=cmd.ack_type == pb.CommandAck.Cumulative)
+        if has_request:
+            self.connection.write(encode_ack_response(cmd.consumer_id, cmd.request_id))
+
+    def handle_redeliver(self, cmd: pb.CommandRedeliverUnacknowledgedMessages) -> None:
+        consumer = self.consumers.get(cmd.consumer_id)
+        if consumer is None:
+            return
+        positions = [Position(*wire_position(m.ledgerId, m.entryId)) for m in cmd.message_ids]
+        consumer.subscription.redeliver(consumer, positions or None)
+
+    # ------------------------------------------------------------------ SEEK / UNSUBSCRIBE / CLOSE
+
+    async def handle_seek(self, cmd: pb.CommandSeek) -> None:
+        consumer = self._consumer(cmd.consumer_id)
+        sub = consumer.subscription
+        if cmd.HasField("message_id"):
+            await sub.reset_cursor(wire_position(cmd.message_id.ledgerId, cmd.message_id.entryId))
+        elif cmd.HasField("message_publish_time"):
+            await sub.reset_cursor_to_timestamp(cmd.message_publish_time)
+        else:
+            raise NotAllowedError("Message id and timestamp were not present")
+        self.connection.write(encode_success(cmd.request_id))
+
+    async def handle_unsubscribe(self, cmd: pb.CommandUnsubscribe) -> None:
+        consumer = self._consumer(cmd.consumer_id)
+        await consumer.subscription.unsubscribe(consumer)
+        self.forget(consumer)
+        self.connection.write(encode_success(cmd.request_id))
+
+    async def handle_close_consumer(self, cmd: pb.CommandCloseConsumer) -> None:
+        consumer = self.consumers.pop(cmd.consumer_id, None)
+        if consumer is not None:
+            consumer.closed = True
+            consumer.subscription.remove_consumer(consumer)
+        self.connection.write(encode_success(cmd.request_id))
+
+    # ------------------------------------------------------------------ queries
+
+    async def handle_get_last_message_id(self, cmd: pb.CommandGetLastMessageId) -> None:
+        consumer = self._consumer(cmd.consumer_id)
+        sub = consumer.subscription
+        ledger = sub.ledger
+        last = tail_position(ledger)
+        batch_index: int | None = None
+        if last.entry_id >= 0:
+            entry = await ledger.read_entry(last)
+            if entry is not None:
+                try:
+                    info = parse_entry(entry.data)
+                    if info.num_messages_in_batch is not None:
+                        batch_index = info.num_messages_in_batch - 1
+                except Exception:
+                    batch_index = None
+        md = sub.cursor.mark_delete_position
+        self.connection.write(encode_get_last_message_id_response(
+            cmd.request_id, last.ledger_id & _U64, last.entry_id & _U64,
+            partition=consumer.partition, batch_index=batch_index,
+            mark_delete=(md.ledger_id & _U64, md.entry_id & _U64),
+        ))
+
+    async def handle_consumer_stats(self, cmd: pb.CommandConsumerStats) -> None:
+        consumer = self.consumers.get(cmd.consumer_id)
+        if consumer is None:
+            self.connection.write(encode_consumer_stats_response(
+                cmd.request_id, error_code=ServerError.ConsumerNotFound,
+                error_message=f"Consumer {cmd.consumer_id} not found"))
+            return
+        sub = consumer.subscription
+        self.connection.write(encode_consumer_stats_response(
+            cmd.request_id,
+            msgRateOut=0.0,
+            msgThroughputOut=0.0,
+            msgRateRedeliver=0.0,
+            consumerName=consumer.name,
+            availablePermits=max(0, consumer.permits),
+            unackedMessages=consumer.unacked_messages,
+            blockedConsumerOnUnackedMsgs=False,
+            address=self.remote_address,
+            connectedSince=str(consumer.connected_since_ms),
+            type=consumer.sub_type_name,
+            msgRateExpired=0.0,
+            msgBacklog=sub.cursor.backlog,
+            messageAckRate=0.0,
+        ))
+
+    def on_writable(self) -> None:
+        """The transport drained (resume_writing): dispatch again to this connection."""
+        for consumer in list(self.consumers.values()):
+            dispatcher = consumer.subscription.dispatcher
+            if dispatcher is not None:
+                dispatcher.schedule()
+
+    # ------------------------------------------------------------------ teardown
+
+    async def close(self) -> None:
+        """The connection went away: every consumer leaves, its unacked messages are redelivered."""
+        self._closed = True
+        consumers = list(self.consumers.values())
+        self.consumers.clear()
+        for consumer in consumers:
+            consumer.closed = True
+            try:
+                consumer.subscription.remove_consumer(consumer)
+            except Exception:
+                log.exception("removing consumer %s failed", consumer.name)
+
+    def _consumer(self, consumer_id: int) -> Consumer:
+        consumer = self.consumers.get(consumer_id)
+        if consumer is None:
+            from protocol.errors import ConsumerNotFoundError
+
+            raise ConsumerNotFoundError(f"Consumer {consumer_id} not found")
+        return consumer
+
+
+def _now_ms() -> int:
+    import time
+
+    return int(time.time() * 1000)

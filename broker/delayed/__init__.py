@@ -1,0 +1,87 @@
+"""Delayed delivery: publish guard (PIP-315/437), policies, and the two trackers.
+
+- :mod:`broker.delayed.policy`: ``DelayPolicy``, ``resolve_policy``, ``validate_policy_body``.
+- :mod:`broker.delayed.guard`: ``check_and_start_publish`` (core's publish path).
+- :mod:`broker.delayed.tracker`: the tracker interface and its one-timer helper.
+- :mod:`broker.delayed.in_memory`: packed in-memory tracker (Pulsar's default).
+- :mod:`broker.delayed.bucket`: PIP-195 bucket tracker with persisted snapshots.
+
+:func:`create_tracker` picks one from ``delayedDeliveryTrackerFactoryClassName`` (Pulsar's
+class names ``org.apache.pulsar.broker.delayed.InMemoryDelayedDeliveryTrackerFactory`` /
+``...BucketDelayedDeliveryTrackerFactory`` or the short names ``in-memory`` / ``bucket``). The
+bucket tracker needs a durable cursor and the snapshot store; without them (a non-durable
+reader) the in-memory tracker is used.
+
+Broker config attributes read here (``getattr`` with Pulsar's defaults):
+``delayed_delivery_tracker_factory_class_name``, ``delayed_delivery_fixed_delay_detection_lookahead``,
+``delayed_delivery_min_index_count_per_bucket``,
+``delayed_delivery_max_time_step_per_bucket_snapshot_segment_seconds``,
+``delayed_delivery_max_indexes_per_bucket_snapshot_segment``, ``delayed_delivery_max_num_buckets``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from broker.delayed.policy import DelayPolicy
+from broker.delayed.tracker import DelayedDeliveryTracker
+
+if TYPE_CHECKING:
+    from broker.config import BrokerConfig
+
+log = logging.getLogger(__name__)
+
+IN_MEMORY_FACTORY = "org.apache.pulsar.broker.delayed.InMemoryDelayedDeliveryTrackerFactory"
+BUCKET_FACTORY = "org.apache.pulsar.broker.delayed.BucketDelayedDeliveryTrackerFactory"
+_KINDS = {IN_MEMORY_FACTORY: "in-memory", BUCKET_FACTORY: "bucket",
+          "in-memory": "in-memory", "bucket": "bucket"}
+
+
+def tracker_kind(factory_class_name: str) -> str:
+    """'in-memory' or 'bucket' for any accepted spelling; ValueError otherwise."""
+    try:
+        return _KINDS[factory_class_name.strip()]
+    except KeyError:
+        raise ValueError(
+            f"unknown delayedDeliveryTrackerFactoryClassName {factory_class_name!r}; "
+            f"expected one of {', '.join(sorted(_KINDS))}") from None
+
+
+def create_tracker(config: BrokerConfig | Any, policy: DelayPolicy, *,
+                   on_due: Callable[[], None], loop: asyncio.AbstractEventLoop,
+                   cursor: Any = None, snapshots: Any = None,
+                   clock_ms: Callable[[], int] | None = None) -> DelayedDeliveryTracker:
+    """A tracker for one subscription (see the module docstring)."""
+    kind = tracker_kind(getattr(config, "delayed_delivery_tracker_factory_class_name",
+                                IN_MEMORY_FACTORY))
+    if kind == "bucket" and cursor is not None and snapshots is not None:
+        from broker.delayed.bucket import BucketDelayedDeliveryTracker
+
+        return BucketDelayedDeliveryTracker(
+            cursor=cursor, snapshots=snapshots, tick_time_ms=policy.tick_time_ms,
+            strict=policy.strict, on_due=on_due, loop=loop, clock_ms=clock_ms,
+            min_index_count_per_bucket=int(getattr(
+                config, "delayed_delivery_min_index_count_per_bucket", 50000)),
+            time_step_per_segment_ms=1000 * int(getattr(
+                config, "delayed_delivery_max_time_step_per_bucket_snapshot_segment_seconds",
+                300)),
+            max_indexes_per_segment=int(getattr(
+                config, "delayed_delivery_max_indexes_per_bucket_snapshot_segment", 5000)),
+            max_num_buckets=int(getattr(config, "delayed_delivery_max_num_buckets", -1)),
+        )
+    if kind == "bucket":
+        log.debug("bucket tracker needs a durable cursor and the snapshot store: in-memory used")
+    from broker.delayed.in_memory import InMemoryDelayedDeliveryTracker
+
+    return InMemoryDelayedDeliveryTracker(
+        tick_time_ms=policy.tick_time_ms, strict=policy.strict, on_due=on_due, loop=loop,
+        fixed_delay_lookahead=int(getattr(
+            config, "delayed_delivery_fixed_delay_detection_lookahead", 50000)),
+        clock_ms=clock_ms)
+
+
+__all__ = ["BUCKET_FACTORY", "IN_MEMORY_FACTORY", "DelayPolicy", "DelayedDeliveryTracker",
+           "create_tracker", "tracker_kind"]

@@ -1,0 +1,227 @@
+"""Packed building blocks of the trackers: a time-ordered index in machine-word arrays.
+
+Theory of operation
+-------------------
+A delayed position is ``(deliver_at_ms, ledger_id, entry_id)``. A heap of Python tuples costs
+~170 bytes per message; Pulsar's Java index ~24. :class:`PackedTimeIndex` keeps two parallel
+``array`` columns per chunk, ``deliver_at_ms`` (int64) and the position packed into one
+uint64 (``ledger_id << 32 | entry_id``), sorted by time: 16 bytes per message plus array
+over-allocation (~6 %) and one small header per chunk of up to ``2 * CHUNK`` entries.
+
+- push: appending at the tail (the usual case: fixed delays, or delays that grow with publish
+  time) is an ``array.append``; an earlier time bisects the chunk maxima, then the chunk, and
+  inserts there (a memmove of at most ``2 * CHUNK`` words). A chunk over ``2 * CHUNK`` splits.
+- pop: due entries are taken from the head chunk as one slice (bisect on the time column);
+  the consumed prefix of the head chunk is just skipped (``_head``) and freed with the chunk.
+- ties keep insertion order; callers sort their output by position.
+
+The index is a multiset and knows nothing about cancellation: trackers keep a membership
+bitmap per ledger and drop stale entries lazily when they reach the head.
+
+Positions that do not fit 32+32 bits (never produced by Horae's storage, which numbers ledgers
+from a store-wide counter and caps entries per ledger) go to :class:`WideIndex`, a plain heap.
+"""
+
+from __future__ import annotations
+
+import heapq
+import sys
+from array import array
+from bisect import bisect_right
+from collections.abc import Iterator
+
+from pyroaring import BitMap
+
+#: Entries per chunk before it may split (at twice this).
+CHUNK = 1024
+_SPLIT = 2 * CHUNK
+
+POSITION_BITS = 32
+POSITION_MASK = (1 << POSITION_BITS) - 1
+_LIMIT = 1 << POSITION_BITS
+
+
+def fits(ledger_id: int, entry_id: int) -> bool:
+    """Can the position be packed into one uint64?"""
+    return 0 <= ledger_id < _LIMIT and 0 <= entry_id < _LIMIT
+
+
+def pack(ledger_id: int, entry_id: int) -> int:
+    return (ledger_id << POSITION_BITS) | entry_id
+
+
+def unpack(packed: int) -> tuple[int, int]:
+    return packed >> POSITION_BITS, packed & POSITION_MASK
+
+
+def bitmap_bytes(bm: BitMap) -> int:
+    """Estimated heap bytes of a roaring bitmap: container payloads plus headers.
+
+    CRoaring allocates with malloc, invisible to tracemalloc and ``sys.getsizeof``; its
+    statistics give the payload sizes, to which we add the bitmap object (~64 B) and ~16 B of
+    bookkeeping per container.
+    """
+    s = bm.get_statistics()
+    return (64 + 16 * s["n_containers"] + s["n_bytes_array_containers"]
+            + s["n_bytes_run_containers"] + s["n_bytes_bitset_containers"])
+
+
+class PackedTimeIndex:
+    """A sorted multiset of ``(deliver_at_ms, packed position)`` in chunked arrays."""
+
+    __slots__ = ("_head", "_len", "_maxes", "_pos", "_ts")
+
+    def __init__(self) -> None:
+        self._ts: list[array[int]] = []
+        self._pos: list[array[int]] = []
+        self._maxes: list[int] = []        # last (largest) time of each chunk
+        self._head = 0                     # consumed prefix of chunk 0
+        self._len = 0
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __bool__(self) -> bool:
+        return self._len > 0
+
+    def push(self, ts: int, packed: int) -> None:
+        maxes = self._maxes
+        if not maxes:
+            self._ts.append(array("q", (ts,)))
+            self._pos.append(array("Q", (packed,)))
+            maxes.append(ts)
+            self._len = 1
+            return
+        if ts >= maxes[-1]:
+            i = len(maxes) - 1
+            ts_col = self._ts[i]
+            ts_col.append(ts)
+            self._pos[i].append(packed)
+            maxes[i] = ts
+        else:
+            i = bisect_right(maxes, ts)    # first chunk whose last time is > ts
+            ts_col = self._ts[i]
+            j = bisect_right(ts_col, ts, self._head if i == 0 else 0)
+            ts_col.insert(j, ts)
+            self._pos[i].insert(j, packed)
+        self._len += 1
+        if len(ts_col) > _SPLIT:
+            self._split(i)
+
+    def _split(self, i: int) -> None:
+        ts_col, pos_col = self._ts[i], self._pos[i]
+        if i == 0 and self._head:
+            del ts_col[:self._head]
+            del pos_col[:self._head]
+            self._head = 0
+            if len(ts_col) <= _SPLIT:
+                return
+        half = len(ts_col) // 2
+        self._ts.insert(i + 1, ts_col[half:])
+        self._pos.insert(i + 1, pos_col[half:])
+        del ts_col[half:]
+        del pos_col[half:]
+        self._maxes[i] = ts_col[-1]
+        self._maxes.insert(i + 1, self._ts[i + 1][-1])
+
+    def peek_ts(self) -> int | None:
+        """Earliest time, or None when empty."""
+        return self._ts[0][self._head] if self._len else None
+
+    def peek_packed(self) -> int:
+        """Packed position of the earliest entry (the index must not be empty)."""
+        return self._pos[0][self._head]
+
+    def drop_head(self) -> None:
+        """Remove the earliest entry (the index must not be empty)."""
+        self._len -= 1
+        self._head += 1
+        if self._head == len(self._ts[0]):
+            del self._ts[0], self._pos[0], self._maxes[0]
+            self._head = 0
+
+    def pop_upto(self, bound_ts: int, limit: int, out: list[int]) -> int:
+        """Move up to ``limit`` entries with time <= ``bound_ts``, earliest first, into ``out``
+        (packed positions). Returns how many were moved."""
+        moved = 0
+        while moved < limit and self._len:
+            ts_col = self._ts[0]
+            h = self._head
+            if ts_col[h] > bound_ts:
+                break
+            end = min(bisect_right(ts_col, bound_ts, h), h + limit - moved)
+            out.extend(self._pos[0][h:end])
+            moved += end - h
+            self._len -= end - h
+            if end == len(ts_col):
+                del self._ts[0], self._pos[0], self._maxes[0]
+                self._head = 0
+            else:
+                self._head = end
+        return moved
+
+    def items(self) -> Iterator[tuple[int, int]]:
+        """All ``(deliver_at_ms, packed)`` pairs in time order (do not mutate meanwhile)."""
+        for c, (ts_col, pos_col) in enumerate(zip(self._ts, self._pos, strict=True)):
+            start = self._head if c == 0 else 0
+            yield from zip(ts_col[start:], pos_col[start:], strict=True)
+
+    def clear(self) -> None:
+        self._ts.clear()
+        self._pos.clear()
+        self._maxes.clear()
+        self._head = 0
+        self._len = 0
+
+    @property
+    def memory_bytes(self) -> int:
+        """Bytes held: arrays at their allocated capacity plus the chunk lists."""
+        total = sys.getsizeof(self._ts) + sys.getsizeof(self._pos) + sys.getsizeof(self._maxes)
+        for ts_col, pos_col in zip(self._ts, self._pos, strict=True):
+            total += sys.getsizeof(ts_col) + sys.getsizeof(pos_col) + 32   # + the max int
+        return total
+
+
+class WideIndex:
+    """Fallback for positions that do not pack into 32+32 bits: a heap of tuples."""
+
+    __slots__ = ("_heap", "members")
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[int, int, int]] = []
+        self.members: set[tuple[int, int]] = set()
+
+    def __len__(self) -> int:
+        return len(self.members)
+
+    def add(self, ts: int, ledger_id: int, entry_id: int) -> bool:
+        if (ledger_id, entry_id) in self.members:
+            return False
+        self.members.add((ledger_id, entry_id))
+        heapq.heappush(self._heap, (ts, ledger_id, entry_id))
+        return True
+
+    def peek_ts(self) -> int | None:
+        while self._heap and (self._heap[0][1], self._heap[0][2]) not in self.members:
+            heapq.heappop(self._heap)       # cancelled: drop lazily
+        return self._heap[0][0] if self._heap else None
+
+    def pop_due(self, cutoff: int, limit: int, out: list[tuple[int, int]]) -> int:
+        moved = 0
+        while moved < limit and self.peek_ts() is not None and self._heap[0][0] <= cutoff:
+            _, ledger_id, entry_id = heapq.heappop(self._heap)
+            self.members.discard((ledger_id, entry_id))
+            out.append((ledger_id, entry_id))
+            moved += 1
+        return moved
+
+    def items(self) -> list[tuple[int, int, int]]:
+        return sorted(t for t in self._heap if (t[1], t[2]) in self.members)
+
+    def clear(self) -> None:
+        self._heap.clear()
+        self.members.clear()
+
+    @property
+    def memory_bytes(self) -> int:
+        return sys.getsizeof(self._heap) + sys.getsizeof(self.members) + 150 * len(self._heap)

@@ -1,0 +1,132 @@
+"""Delayed-delivery policies: broker config, namespace and topic levels, resolved per field.
+
+Theory of operation
+-------------------
+A policy body is Pulsar's ``DelayedDeliveryPolicies`` plus Horae's fixed delay (PIP-437):
+``{"active": bool, "tickTime": ms, "maxDeliveryDelayInMillis": ms,
+"fixedDeliveryDelayInMillis": ms}``. Namespace and topic bodies are stored as validated by
+:func:`validate_policy_body`; a key that is absent (or null) is not set at that level and is
+inherited. :func:`resolve_policy` resolves each field on its own: topic beats namespace beats
+the broker config (as Pulsar's per-field topic-policy hierarchy does). The broker config has
+no fixed delay, so fixed delay is topic > namespace > none.
+
+Precedence of the two publish limits (PIP-437): a fixed delay in force (> 0) overrides the
+client's deliver time and the max delay is not applied, so the resolved policy carries
+``max_delay_ms = 0`` whenever ``fixed_delay_ms > 0``.
+
+Broker config attributes read (``broker/config.py``; ``getattr`` with Pulsar's defaults so
+this module also works with a partial config object): ``delayed_delivery_enabled`` (True),
+``delayed_delivery_tick_time_millis`` (1000), ``is_delayed_delivery_deliver_at_time_strict``
+(False), ``delayed_delivery_max_delay_in_millis`` (0).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from broker.config import BrokerConfig
+
+ACTIVE = "active"
+TICK_TIME = "tickTime"
+MAX_DELAY = "maxDeliveryDelayInMillis"
+FIXED_DELAY = "fixedDeliveryDelayInMillis"
+POLICY_KEYS = (ACTIVE, TICK_TIME, MAX_DELAY, FIXED_DELAY)
+
+DEFAULT_ENABLED = True
+DEFAULT_TICK_TIME_MS = 1000
+DEFAULT_STRICT = False
+DEFAULT_MAX_DELAY_MS = 0
+
+
+@dataclass(frozen=True, slots=True)
+class DelayPolicy:
+    """The delayed-delivery rules in force for one topic.
+
+    active: deliver_at_time is honoured (Shared/Key_Shared) and the publish guard runs.
+    tick_time_ms: tracker tick: delivery accuracy and minimum timer spacing.
+    max_delay_ms: PIP-315 limit on ``deliver_at_time - publish_time``; 0 = none.
+    fixed_delay_ms: PIP-437: every message gets ``publish_time + fixed``; 0 = none.
+    strict: never deliver early (else up to one tick early); broker-wide.
+    """
+
+    active: bool
+    tick_time_ms: int
+    max_delay_ms: int
+    fixed_delay_ms: int
+    strict: bool
+
+    @property
+    def guards_publish(self) -> bool:
+        """Does the publish guard have anything to do?"""
+        return self.active and (self.fixed_delay_ms > 0 or self.max_delay_ms > 0)
+
+
+def _pick(key: str, topic: Mapping[str, Any] | None, namespace: Mapping[str, Any] | None,
+          default: Any) -> Any:
+    for level in (topic, namespace):
+        if level is not None and level.get(key) is not None:
+            return level[key]
+    return default
+
+
+def resolve_policy(config: BrokerConfig | Any, namespace_policy: Mapping[str, Any] | None,
+                   topic_policy: Mapping[str, Any] | None) -> DelayPolicy:
+    """Per-field resolution: topic > namespace > broker config; fixed beats max."""
+    active = bool(_pick(ACTIVE, topic_policy, namespace_policy,
+                        getattr(config, "delayed_delivery_enabled", DEFAULT_ENABLED)))
+    tick = int(_pick(TICK_TIME, topic_policy, namespace_policy,
+                     getattr(config, "delayed_delivery_tick_time_millis", DEFAULT_TICK_TIME_MS)))
+    max_delay = int(_pick(MAX_DELAY, topic_policy, namespace_policy,
+                          getattr(config, "delayed_delivery_max_delay_in_millis",
+                                  DEFAULT_MAX_DELAY_MS)))
+    fixed = int(_pick(FIXED_DELAY, topic_policy, namespace_policy, 0))
+    strict = bool(getattr(config, "is_delayed_delivery_deliver_at_time_strict", DEFAULT_STRICT))
+    if fixed > 0:
+        max_delay = 0
+    return DelayPolicy(active=active, tick_time_ms=max(tick, 1), max_delay_ms=max(max_delay, 0),
+                       fixed_delay_ms=max(fixed, 0), strict=strict)
+
+
+def _as_int(key: str, value: object) -> int:
+    # JSON has one number type: accept 10 and 10.0, refuse 10.5, "10" and true.
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"{key} must be an integer number of milliseconds, not {value!r}")
+    if isinstance(value, float):
+        if not value.is_integer():
+            raise ValueError(f"{key} must be an integer number of milliseconds, not {value!r}")
+        value = int(value)
+    return value
+
+
+def validate_policy_body(body: object) -> dict[str, Any]:
+    """Check a REST policy body; returns the normalized dict (only the keys that were set).
+
+    Raises ValueError with the reason (the admin API answers 412 with it).
+    """
+    if not isinstance(body, Mapping):
+        raise ValueError("Delayed delivery policy must be a JSON object with keys "
+                         f"{', '.join(POLICY_KEYS)}")
+    unknown = sorted(str(k) for k in body if k not in POLICY_KEYS)
+    if unknown:
+        raise ValueError(f"Unknown delayed delivery policy field(s): {', '.join(unknown)}; "
+                         f"allowed: {', '.join(POLICY_KEYS)}")
+    out: dict[str, Any] = {}
+    for key in POLICY_KEYS:
+        value = body.get(key)
+        if value is None:
+            continue
+        if key == ACTIVE:
+            if not isinstance(value, bool):
+                raise ValueError(f"active must be true or false, not {value!r}")
+            out[key] = value
+            continue
+        number = _as_int(key, value)
+        if key == TICK_TIME and number <= 0:
+            raise ValueError(f"tickTime must be > 0 milliseconds, not {number}")
+        if key in (MAX_DELAY, FIXED_DELAY) and number < 0:
+            raise ValueError(f"{key} must be >= 0 milliseconds (0 = no limit), not {number}")
+        out[key] = number
+    return out

@@ -1,0 +1,143 @@
+"""Bucket snapshots (PIP-195): cutting segments and the delayed_index.proto encoding.
+
+Theory of operation
+-------------------
+A sealed bucket is one snapshot: part 0 a ``SnapshotMetadata``, parts 1..N
+``SnapshotSegment``s (storage numbering = Pulsar's snapshot-ledger entry ids).
+
+- :func:`cut_segments` walks a bucket's indexes in deliver-time order and starts a new segment
+  when the current one holds ``max_indexes`` indexes (<= 0: unlimited) or the next time is
+  past ``first time of the segment + time_step - 1`` (Pulsar's MutableBucket rule). So segment
+  k+1 never holds a time earlier than segment k, and loading one segment at a time per bucket
+  keeps delivery in time order.
+- Each ``SnapshotSegmentMetadata`` carries the segment's min/max deliver time and, per ledger,
+  a serialized 32-bit roaring bitmap (portable format) of the entry ids it indexes: recovery
+  rebuilds a bucket's membership from the metadata alone, without reading segments.
+- PIP-423 CANCEL indexes (``delayed_operation_type = CANCEL``, timestamp 0) lead segment 1 and
+  are not in the bitmaps: they cancel a DELAY index of an older bucket, and being first they
+  are applied as soon as the bucket's first segment is loaded (which recovery always does).
+
+Encoding is CPU work only (no IO); the bucket tracker runs it in an executor thread.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from pyroaring import BitMap
+
+from broker.delayed.packed import POSITION_BITS, POSITION_MASK
+from proto import delayed_index_pb2 as dpb
+
+#: A segment before encoding: parallel columns of deliver times (int64) and packed positions
+#: (uint64), in time order.
+RawSegment = tuple["array[int]", "array[int]"]
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentInfo:
+    """One segment's metadata, decoded."""
+
+    min_ts: int
+    max_ts: int
+    bitmaps: dict[int, BitMap]
+
+
+@dataclass(frozen=True, slots=True)
+class DecodedSegment:
+    """One segment, decoded into packed columns (time order) plus its CANCEL targets."""
+
+    ts: array[int]
+    pos: array[int]
+    cancels: list[int]
+
+
+def cut_segments(items: Iterable[tuple[int, int]], time_step_ms: int,
+                 max_indexes: int) -> list[RawSegment]:
+    """Split time-ordered ``(deliver_at_ms, packed)`` pairs into segments."""
+    segments: list[RawSegment] = []
+    ts_list: array[int] = array("q")
+    pos_list: array[int] = array("Q")
+    upper = 0
+    limit = max_indexes if max_indexes > 0 else -1
+    step = max(time_step_ms, 1)
+    for ts, packed in items:
+        if ts_list and (ts > upper or len(ts_list) == limit):
+            segments.append((ts_list, pos_list))
+            ts_list, pos_list = array("q"), array("Q")
+        if not ts_list:
+            upper = ts + step - 1
+        ts_list.append(ts)
+        pos_list.append(packed)
+    if ts_list:
+        segments.append((ts_list, pos_list))
+    return segments
+
+
+def segment_bitmaps(pos_list: Iterable[int]) -> dict[int, BitMap]:
+    """Entry ids per ledger of packed positions."""
+    grouped: dict[int, list[int]] = {}
+    for packed in pos_list:
+        ledger_id = packed >> POSITION_BITS
+        entries = grouped.get(ledger_id)
+        if entries is None:
+            entries = grouped[ledger_id] = []
+        entries.append(packed & POSITION_MASK)
+    return {ledger_id: BitMap(entries) for ledger_id, entries in grouped.items()}
+
+
+def encode_snapshot(segments: list[RawSegment], cancels: list[int]) -> tuple[bytes, list[bytes]]:
+    """Serialize a bucket: (metadata bytes, [segment bytes]). ``cancels`` are packed targets."""
+    if not segments:
+        segments = [(array("q"), array("Q"))]
+    metadata = dpb.SnapshotMetadata()
+    encoded: list[bytes] = []
+    cancel_type = dpb.CANCEL
+    for number, (ts_list, pos_list) in enumerate(segments):
+        segment = dpb.SnapshotSegment()
+        add = segment.indexes.add
+        if number == 0:
+            for packed in cancels:
+                add(timestamp=0, ledger_id=packed >> POSITION_BITS,
+                    entry_id=packed & POSITION_MASK, delayed_operation_type=cancel_type)
+        for ts, packed in zip(ts_list, pos_list, strict=True):
+            add(timestamp=ts, ledger_id=packed >> POSITION_BITS, entry_id=packed & POSITION_MASK)
+        encoded.append(segment.SerializeToString())
+        meta = metadata.metadata_list.add(
+            min_schedule_timestamp=ts_list[0] if ts_list else 0,
+            max_schedule_timestamp=ts_list[-1] if ts_list else 0)
+        for ledger_id, bitmap in segment_bitmaps(pos_list).items():
+            bitmap.run_optimize()
+            meta.delayed_index_bit_map[ledger_id] = bitmap.serialize()
+    return metadata.SerializeToString(), encoded
+
+
+def decode_metadata(data: bytes) -> list[SegmentInfo]:
+    metadata = dpb.SnapshotMetadata.FromString(data)
+    return [SegmentInfo(min_ts=m.min_schedule_timestamp, max_ts=m.max_schedule_timestamp,
+                        bitmaps={ledger_id: BitMap.deserialize(raw)
+                                 for ledger_id, raw in m.delayed_index_bit_map.items()})
+            for m in metadata.metadata_list]
+
+
+def decode_segment(data: bytes) -> DecodedSegment:
+    segment = dpb.SnapshotSegment.FromString(data)
+    ts_col: array[int] = array("q")
+    pos_col: array[int] = array("Q")
+    cancels: list[int] = []
+    cancel_type = dpb.CANCEL
+    for index in segment.indexes:
+        packed = (index.ledger_id << POSITION_BITS) | index.entry_id
+        if index.delayed_operation_type == cancel_type:
+            cancels.append(packed)
+        else:
+            ts_col.append(index.timestamp)
+            pos_col.append(packed)
+    return DecodedSegment(ts_col, pos_col, cancels)
+
+
+def raw_to_decoded(raw: RawSegment) -> DecodedSegment:
+    """An in-memory segment (not yet persisted) in the loaded form (columns shared, read-only)."""
+    return DecodedSegment(raw[0], raw[1], [])

@@ -1,0 +1,178 @@
+"""The delayed-delivery tracker interface, and the one timer every tracker uses.
+
+Theory of operation
+-------------------
+A Shared or Key_Shared dispatcher reads an entry whose ``deliver_at_time`` is past the cutoff
+and hands its position to the subscription's tracker with :meth:`DelayedDeliveryTracker.add`;
+the entry is skipped for now. When positions become due the tracker calls ``on_due()`` (the
+dispatcher's "read more / replay" trigger) and the dispatcher pulls them with
+:meth:`~DelayedDeliveryTracker.get_scheduled`, re-reads those entries and dispatches them as
+replays with their original message ids.
+
+Cutoff: ``now`` in strict mode (``isDelayedDeliveryDeliverAtTimeStrict``; never early) or
+``now + tick`` otherwise (at most one tick early, as in Pulsar). ``add`` returns False for a
+position already at or before the cutoff: the dispatcher delivers it at once.
+
+Timer (:class:`DeadlineTimer`): one ``loop.call_at`` handle per tracker, armed for the next
+deadline and re-armed only when that deadline changes. Like Pulsar's
+``AbstractDelayedDeliveryTracker.updateTimer``: no timer while something is already due (the
+dispatcher reads when its consumers have permits again), and two firings are at least one tick
+apart so a stream of distinct deadlines cannot turn into a wake-up per message.
+
+Clocks: ``clock_ms()`` is wall-clock epoch milliseconds (``deliver_at_time`` is epoch ms);
+the timer converts the remaining delay to the loop's monotonic clock. Everything here runs on
+the event loop thread; nothing is thread-safe.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import time
+from collections.abc import Callable
+from enum import IntEnum
+from typing import Protocol
+
+
+class DelayedOperationType(IntEnum):
+    """Operation kinds of a delayed index (``pulsar.delay.DelayedOperationType``)."""
+
+    DELAY = 0
+    CANCEL = 1
+
+
+def wall_clock_ms() -> int:
+    """Epoch milliseconds, the unit of ``deliver_at_time``."""
+    return time.time_ns() // 1_000_000
+
+
+class TimerLoop(Protocol):
+    """The part of an event loop the timer needs (tests pass a fake)."""
+
+    def time(self) -> float: ...
+
+    def call_at(self, when: float, callback: Callable[[], object], /) -> asyncio.TimerHandle: ...
+
+
+class DeadlineTimer:
+    """One loop timer aimed at the tracker's next deadline (epoch ms).
+
+    ``update(deadline)`` is cheap when the deadline did not change, which is the common case
+    for a stream of adds behind the head. ``arm_count`` counts ``call_at`` calls (tests and
+    debugging: "armed once").
+    """
+
+    __slots__ = ("_callback", "_clock_ms", "_handle", "_last_fire_ms", "_loop", "arm_count",
+                 "target_ms", "tick_ms")
+
+    def __init__(self, loop: TimerLoop, clock_ms: Callable[[], int], tick_ms: int,
+                 callback: Callable[[], None]) -> None:
+        self._loop = loop
+        self._clock_ms = clock_ms
+        self._callback = callback
+        self._handle: asyncio.TimerHandle | None = None
+        self._last_fire_ms = 0
+        self.tick_ms = tick_ms
+        self.target_ms: int | None = None
+        self.arm_count = 0
+
+    @property
+    def armed(self) -> bool:
+        return self._handle is not None
+
+    def update(self, deadline_ms: int | None) -> None:
+        """Aim the timer at ``deadline_ms`` (None = nothing tracked: disarm)."""
+        if deadline_ms is None:
+            self.cancel()
+            return
+        if deadline_ms == self.target_ms and self._handle is not None:
+            return
+        self.cancel()
+        now = self._clock_ms()
+        delay = deadline_ms - now
+        if delay < 0:
+            # Already due: the dispatcher is behind (no permits or slow consumers) and reads
+            # again by itself; re-firing here would spin.
+            return
+        # Never fire more often than once per tick (Pulsar does the same).
+        delay = max(delay, self._last_fire_ms + self.tick_ms - now)
+        self.target_ms = deadline_ms
+        self.arm_count += 1
+        self._handle = self._loop.call_at(self._loop.time() + delay / 1000.0, self._fire)
+
+    def cancel(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+        self.target_ms = None
+
+    def _fire(self) -> None:
+        self._handle = None
+        self.target_ms = None
+        self._last_fire_ms = self._clock_ms()
+        self._callback()
+
+
+class DelayedDeliveryTracker(abc.ABC):
+    """What a dispatcher needs from a delayed-delivery index (see the module docstring).
+
+    Positions are ``(ledger_id, entry_id)`` tuples. Implementations: in_memory (packed,
+    process-lifetime) and bucket (PIP-195, persisted snapshots).
+    """
+
+    @abc.abstractmethod
+    def add(self, ledger_id: int, entry_id: int, deliver_at_ms: int) -> bool:
+        """Track a position. False = already due (<= cutoff): deliver it normally now.
+        True = tracked (or already tracked): skip it for now."""
+
+    @abc.abstractmethod
+    def has_message_available(self) -> bool:
+        """Is some tracked position due now? (Also re-aims the timer when not.)"""
+
+    @abc.abstractmethod
+    def get_scheduled(self, max_messages: int) -> list[tuple[int, int]]:
+        """Up to ``max_messages`` due positions, ascending, removed from the tracker."""
+
+    @abc.abstractmethod
+    def cancel(self, ledger_id: int, entry_id: int) -> bool:
+        """Drop a tracked position (PIP-423, tracker level). True if it was tracked."""
+
+    @abc.abstractmethod
+    def contains(self, ledger_id: int, entry_id: int) -> bool:
+        """Is the position tracked and not yet handed out?"""
+
+    @abc.abstractmethod
+    def __len__(self) -> int:
+        """Number of tracked (delayed) messages: ``pulsar_subscription_delayed``."""
+
+    @property
+    @abc.abstractmethod
+    def memory_bytes(self) -> int:
+        """Bytes of memory used by the index: ``pulsar_delayed_message_index_size_bytes``."""
+
+    @abc.abstractmethod
+    def clear(self) -> None:
+        """Forget everything (cursor reset / clear backlog)."""
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Stop the timer and wait for background work; the tracker is unusable after."""
+
+    @abc.abstractmethod
+    def should_pause_all_deliveries(self) -> bool:
+        """True while the dispatcher should stop reading new entries (fixed-delay detection)."""
+
+    @abc.abstractmethod
+    async def recover(self) -> None:
+        """Rebuild persisted state after a restart (in-memory: nothing to do)."""
+
+    @abc.abstractmethod
+    def reset_tick_time(self, tick_ms: int) -> None:
+        """A policy changed the tick: applies to the next cutoff and timer."""
+
+    def apply_delay_operation(self, op: DelayedOperationType, ledger_id: int, entry_id: int,
+                              deliver_at_ms: int = 0) -> bool:
+        """DELAY = :meth:`add`, CANCEL = :meth:`cancel` (the snapshot operation types)."""
+        if op is DelayedOperationType.CANCEL:
+            return self.cancel(ledger_id, entry_id)
+        return self.add(ledger_id, entry_id, deliver_at_ms)

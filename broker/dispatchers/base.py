@@ -1,0 +1,353 @@
+"""The dispatch loop shared by every subscription type.
+
+Theory of operation
+-------------------
+A dispatcher moves entries from the subscription's cursor to its consumers within their FLOW
+permits. It never runs two reads at once: :meth:`Dispatcher.schedule` (called on FLOW, new
+entries, acks, redelivery, consumer changes and the delayed tracker's ``on_due``) starts one
+task that loops over :meth:`_dispatch_once` until a round makes no progress.
+
+One round:
+
+1. due delayed positions (``tracker.get_scheduled``) join the *replay* set;
+2. replay positions (redeliveries, handed-back messages, due delayed messages) are read and sent
+   first, in position order, with their original message id and redelivery count;
+3. then up to ``MAX_READ_ENTRIES`` (bounded by the permits) new entries are read from
+   ``cursor.read_position`` and the read position advances past them.
+
+Every read remembers ``cursor.revision`` before awaiting the store; if a reset (seek, reset-cursor,
+skip, rewind) bumped the revision meanwhile the result is discarded, never delivered (PIP-269).
+Acknowledged entries are skipped (``cursor.is_deleted``). On Shared and Key_Shared a fresh entry
+whose ``deliver_at_time`` is accepted by the tracker is held back; replays are never re-tracked.
+Subclasses decide who gets an entry (:meth:`_route`) and how many entries a round may read
+(:meth:`_budget`); an entry nobody can take now waits in the replay set.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import Counter
+from itertools import islice
+from typing import TYPE_CHECKING
+
+from sortedcontainers import SortedSet
+
+from protocol.errors import ProtocolError
+from protocol.metadata import EntryInfo, parse_entry, sticky_key_hash
+from storage.positions import Entry, Position
+
+if TYPE_CHECKING:
+    from broker.consumer import Consumer
+    from broker.subscription import Subscription
+
+__all__ = ["MAX_READ_ENTRIES", "Dispatcher"]
+
+log = logging.getLogger(__name__)
+
+MAX_READ_ENTRIES = 100  # Pulsar's dispatcherMaxReadBatchSize
+MAX_REPLAY_READ = 500
+
+
+class Dispatcher:
+    """Base dispatcher: replay set, pending-ack index, read loop."""
+
+    sub_type: int = -1
+    delayed_capable = False
+    needs_hash = False
+
+    def __init__(self, sub: Subscription) -> None:
+        self.sub = sub
+        self.consumers: list[Consumer] = []
+        self.replay: SortedSet = SortedSet()
+        self.replay_hash: dict[Position, int] = {}
+        self.hashes_in_replay: Counter[int] = Counter()
+        self.owner: dict[Position, Consumer] = {}
+        self._task: asyncio.Task[None] | None = None
+        self._again = False
+        self._closed = False
+
+    # ------------------------------------------------------------------ consumers
+
+    def add_consumer(self, consumer: Consumer) -> None:
+        self.consumers.append(consumer)
+        self.schedule()
+
+    def remove_consumer(self, consumer: Consumer) -> None:
+        if consumer in self.consumers:
+            self.consumers.remove(consumer)
+        self.hand_back(consumer, None, count_redelivery=False)
+        self.schedule()
+
+    def after_subscribe(self, consumer: Consumer) -> None:
+        """Hook run after SUCCESS was written (Failover notifies the active consumer)."""
+
+    # ------------------------------------------------------------------ pending / replay
+
+    def add_replay(self, position: Position, sticky_hash: int | None = None) -> None:
+        if position in self.replay:
+            return
+        self.replay.add(position)
+        if sticky_hash is not None and self.needs_hash:
+            self.replay_hash[position] = sticky_hash
+            self.hashes_in_replay[sticky_hash] += 1
+
+    def discard_replay(self, position: Position) -> None:
+        if position in self.replay:
+            self.replay.discard(position)
+            h = self.replay_hash.pop(position, None)
+            if h is not None:
+                n = self.hashes_in_replay[h] - 1
+                if n > 0:
+                    self.hashes_in_replay[h] = n
+                else:
+                    del self.hashes_in_replay[h]
+
+    def _released(self, consumer: Consumer, position: Position, sticky_hash: int) -> None:
+        """Hook: a pending message left ``consumer`` (acked or handed back)."""
+
+    def hand_back(
+        self, consumer: Consumer, positions: list[Position] | None, *, count_redelivery: bool
+    ) -> int:
+        """Move pending messages of ``consumer`` (all when ``positions`` is None) to the replay set."""
+        targets = list(consumer.pending) if positions is None else positions
+        counts = self.sub.redelivery_counts
+        moved = 0
+        for pos in targets:
+            item = consumer.take_pending(pos)
+            if item is None:
+                continue
+            if self.owner.get(pos) is consumer:
+                del self.owner[pos]
+            self._released(consumer, pos, item[1])
+            if count_redelivery:
+                counts[pos] = counts.get(pos, 0) + 1
+            if not self.sub.cursor.is_deleted(pos):
+                self.add_replay(pos, item[1])
+            moved += 1
+        if moved:
+            self.schedule()
+        return moved
+
+    def on_acked(self, positions: list[Position]) -> None:
+        """Acknowledged positions: forget them everywhere."""
+        counts = self.sub.redelivery_counts
+        for pos in positions:
+            consumer = self.owner.pop(pos, None)
+            if consumer is not None:
+                item = consumer.take_pending(pos)
+                if item is not None:
+                    self._released(consumer, pos, item[1])
+            if self.replay:
+                self.discard_replay(pos)
+            if counts:
+                counts.pop(pos, None)
+
+    def reset(self) -> None:
+        """Forget every in-flight and replay position (a cursor reset is under way)."""
+        for consumer in self.consumers:
+            for pos in list(consumer.pending):
+                item = consumer.take_pending(pos)
+                if item is not None:
+                    self._released(consumer, pos, item[1])
+        self.owner.clear()
+        self.replay.clear()
+        self.replay_hash.clear()
+        self.hashes_in_replay.clear()
+
+    # ------------------------------------------------------------------ scheduling
+
+    def schedule(self) -> None:
+        if self._closed:
+            return
+        if self._task is not None:
+            self._again = True
+            return
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def _run(self) -> None:
+        try:
+            rounds = 0
+            while not self._closed:
+                self._again = False
+                progressed = await self._dispatch_once()
+                rounds += 1
+                if not progressed and not self._again:
+                    break
+                if rounds % 8 == 0:
+                    await asyncio.sleep(0)  # let FLOW/ACK frames of other connections in
+        except Exception:  # a failed read must not kill dispatching for good
+            log.exception("dispatch failed on %s", self.sub.name)
+            asyncio.get_running_loop().call_later(0.1, self.schedule)
+        finally:
+            self._task = None
+            for consumer in self.consumers:
+                consumer.flush()
+
+    async def close(self) -> None:
+        self._closed = True
+        task = self._task
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+    # ------------------------------------------------------------------ policy hooks
+
+    def _budget(self) -> int:
+        """How many messages may be sent this round (0 = do not read)."""
+        return sum(c.permits for c in self.consumers if c.available)
+
+    def _may_read_new(self) -> bool:
+        """False while the delayed tracker asks to pause (fixed-delay detection)."""
+        tracker = self.sub.delayed_tracker
+        return not (
+            tracker is not None and self.delayed_capable and tracker.should_pause_all_deliveries()
+        )
+
+    def _route(self, position: Position, info: EntryInfo | None, sticky_hash: int,
+               from_replay: bool, blocked: set[int]) -> Consumer | None:
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ the round
+
+    async def _dispatch_once(self) -> bool:
+        sub = self.sub
+        if not self.consumers or sub.resetting:
+            return False
+        budget = self._budget()
+        if budget <= 0:
+            return False
+        cursor = sub.cursor
+        ledger = sub.ledger
+        revision = cursor.revision
+        progressed = False
+        blocked: set[int] = set()
+        tracker = sub.delayed_tracker
+        if tracker is not None and self.delayed_capable and tracker.has_message_available():
+            for ledger_id, entry_id in tracker.get_scheduled(max(budget, MAX_READ_ENTRIES)):
+                self.add_replay(Position(ledger_id, entry_id))
+        if self.replay:
+            limit = MAX_REPLAY_READ if self.needs_hash else min(budget, MAX_READ_ENTRIES)
+            positions = list(islice(self.replay, limit))
+            entries = await self._read_positions(positions)
+            if cursor.revision != revision or self._closed:
+                return True
+            found = {e.position for e in entries}
+            for pos in positions:
+                if pos not in found:
+                    self.discard_replay(pos)  # trimmed or gone: nothing to redeliver
+            if self._deliver(entries, from_replay=True, blocked=blocked):
+                progressed = True
+            budget = self._budget()
+        if budget > 0 and self._may_read_new():
+            last = ledger.last_confirmed
+            read_from = cursor.read_position
+            if last is not None and read_from <= last:
+                entries = await ledger.read_entries(read_from, min(budget, MAX_READ_ENTRIES))
+                if cursor.revision != revision or self._closed:
+                    return True
+                if entries:
+                    if cursor.read_position == read_from:
+                        cursor.read_position = ledger.next_position(entries[-1].position)
+                    progressed = True
+                    self._deliver(entries, from_replay=False, blocked=blocked)
+        for consumer in self.consumers:
+            consumer.flush()
+        return progressed
+
+    async def _read_positions(self, positions: list[Position]) -> list[Entry]:
+        """Read scattered positions, one store read per run of consecutive entries."""
+        ledger = self.sub.ledger
+        out: list[Entry] = []
+        i = 0
+        n = len(positions)
+        while i < n:
+            start = positions[i]
+            j = i + 1
+            while (
+                j < n
+                and positions[j].ledger_id == start.ledger_id
+                and positions[j].entry_id == start.entry_id + (j - i)
+            ):
+                j += 1
+            if j - i == 1:
+                entry = await ledger.read_entry(start)
+                if entry is not None:
+                    out.append(entry)
+            else:
+                wanted = set(positions[i:j])
+                for entry in await ledger.read_entries(start, j - i):
+                    if entry.position in wanted:
+                        out.append(entry)
+            i = j
+        return out
+
+    def _deliver(self, entries: list[Entry], *, from_replay: bool, blocked: set[int]) -> int:
+        """Route and queue entries; returns the number of entries sent."""
+        sub = self.sub
+        cursor = sub.cursor
+        counts = sub.redelivery_counts
+        batch_acks = sub.batch_acks
+        policy = None
+        sent = 0
+        for entry in entries:
+            pos = entry.position
+            if from_replay and pos not in self.replay:
+                continue  # acked or reset while we were reading
+            if cursor.is_deleted(pos):
+                if from_replay:
+                    self.discard_replay(pos)
+                continue
+            try:
+                info: EntryInfo | None = parse_entry(entry.data)
+            except ProtocolError:
+                info = None
+            if not from_replay and self.delayed_capable and info is not None \
+                    and info.deliver_at_time is not None:
+                if policy is None:
+                    policy = sub.topic.delay_policy()
+                if policy.active:
+                    tracker = sub.ensure_tracker(policy)
+                    if tracker.add(pos.ledger_id, pos.entry_id, info.deliver_at_time):
+                        continue
+            sticky_hash = sticky_key_hash(info.sticky_key) if (self.needs_hash and info) else 0
+            consumer = self._route(pos, info, sticky_hash, from_replay, blocked)
+            if consumer is None:
+                if not from_replay:
+                    self.add_replay(pos, sticky_hash)
+                elif self.needs_hash and pos not in self.replay_hash:
+                    self.discard_replay(pos)
+                    self.add_replay(pos, sticky_hash)
+                continue
+            if from_replay:
+                self.discard_replay(pos)
+            messages = info.messages if info is not None else 1
+            ack_set = batch_acks.get(pos)
+            consumer.send(
+                pos,
+                entry.data,
+                messages=messages,
+                sticky_hash=sticky_hash,
+                redelivery_count=counts.get(pos, 0) if counts else 0,
+                ack_set=_to_longs(ack_set, messages) if ack_set is not None else None,
+            )
+            self.owner[pos] = consumer
+            self._sent(consumer, sticky_hash)
+            sub.msg_out_counter += messages
+            sub.bytes_out_counter += len(entry.data)
+            sent += 1
+        return sent
+
+    def _sent(self, consumer: Consumer, sticky_hash: int) -> None:
+        """Hook: a message with ``sticky_hash`` went to ``consumer``."""
+
+
+def _to_longs(bits: int, size: int) -> list[int]:
+    """A Python int bitmask as Java's BitSet.toLongArray (signed int64 words)."""
+    words = []
+    for i in range(max(1, (size + 63) // 64)):
+        w = (bits >> (64 * i)) & 0xFFFFFFFFFFFFFFFF
+        words.append(w - (1 << 64) if w >= 1 << 63 else w)
+    return words

@@ -1,0 +1,302 @@
+"""Metric snapshots on disk: the broker's side of the rollup pipeline's only contract.
+
+Theory of operation
+-------------------
+Every ``metricsExportIntervalSeconds`` the broker turns the metric families its Prometheus
+collectors produce into flat rows and appends them, as one new file, under::
+
+    <data>/metrics/date=YYYY-MM-DD/metrics-<broker_id>-<epoch_ms>.jsonl.gz
+
+one gzip-compressed JSON object per line (the schema is ``jobs/SCHEMA.md``)::
+
+    {"ts": 1795312645000, "broker": "localhost:8080", "cluster": "standalone",
+     "metric": "pulsar_in_messages_total", "type": "counter",
+     "labels": {"namespace": "public/default", "topic": "persistent://public/default/t"},
+     "value": 42.0}
+
+Rules the rest of the pipeline relies on:
+
+1. A file is complete or absent: it is written under a hidden ``.<name>.tmp`` name in the same
+   directory, fsynced and renamed. Readers (``jobs/metrics_rollup.py``) skip hidden files.
+2. ``metric`` is the Prometheus *sample* name (``x_total``, ``x_bucket``, ``x_sum``);
+   ``type`` is the *family* type, so a reader can tell a histogram's ``_bucket`` samples
+   from a gauge that happens to end in ``_bucket``. ``_created`` samples are not exported
+   (the rollup detects counter resets from drops in value). NaN samples are dropped;
+   infinities are written as the JSON extension tokens ``Infinity`` / ``-Infinity``.
+3. ``cluster`` is a top-level field, never repeated in ``labels``.
+4. The date directory is the UTC date of ``ts``; the file name carries the same ``ts``, so
+   retention can decide from names alone.
+
+Who calls what: :func:`run_exporter` runs as a task on the broker's event loop. Collecting
+(reading plain ints through the collectors) happens on the loop, where those ints live;
+serialising, compressing, fsync and retention run in the default executor so the loop
+never waits on the disk. This module imports nothing else from the broker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import gzip
+import json
+import logging
+import math
+import os
+import re
+import time
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any, Protocol
+
+from prometheus_client.metrics_core import Metric
+
+log = logging.getLogger("horae.metrics.snapshots")
+
+METRICS_DIR_NAME = "metrics"
+FILE_SUFFIX = ".jsonl.gz"
+_DAY_MS = 86_400_000
+# gzip level 6 is zlib's default: ~6x smaller than raw JSON at a few ms per 10k samples.
+_GZIP_LEVEL = 6
+_DATE_DIR_RE = re.compile(r"^date=(\d{4}-\d{2}-\d{2})$")
+_FILE_RE = re.compile(r"^metrics-(?P<broker>.+)-(?P<ts>\d+)\.jsonl(?:\.gz)?$")
+# Hadoop's Path (which Spark uses to read the files) rejects ':' in a file name, and '/'
+# would make a directory: the broker id goes into the name sanitised, and verbatim in rows.
+_UNSAFE_NAME_CHARS = re.compile(r"[^A-Za-z0-9._-]")
+
+# prometheus_client family types -> the five types of the schema. Families whose samples are
+# not monotonic counters (info, stateset, enum, gauge histograms) are gauges.
+_FAMILY_TYPES: Mapping[str, str] = {
+    "counter": "counter",
+    "gauge": "gauge",
+    "histogram": "histogram",
+    "summary": "summary",
+    "untyped": "untyped",
+    "unknown": "untyped",
+    "gaugehistogram": "gauge",
+    "info": "gauge",
+    "stateset": "gauge",
+    "enum": "gauge",
+}
+
+
+class _SupportsCollect(Protocol):
+    def collect(self) -> Iterable[Metric]: ...
+
+
+def _utc_date(ts_ms: int) -> str:
+    return dt.datetime.fromtimestamp(ts_ms / 1000, tz=dt.UTC).strftime("%Y-%m-%d")
+
+
+def _date_start_ms(date: str) -> int:
+    day = dt.datetime.strptime(date, "%Y-%m-%d").replace(tzinfo=dt.UTC)
+    return int(day.timestamp() * 1000)
+
+
+class MetricSnapshotWriter:
+    """Turns metric families into schema rows and writes them as one complete file per call.
+
+    ``root`` is the broker's data directory; files go under ``root/metrics``
+    (:attr:`metrics_dir`). ``retention_hours <= 0`` keeps files forever.
+    :meth:`write` and :meth:`apply_retention` block: call them off the event loop.
+    """
+
+    def __init__(self, root: Path, broker_id: str, cluster: str, retention_hours: float) -> None:
+        self.root = Path(root)
+        self.metrics_dir = self.root / METRICS_DIR_NAME
+        self.broker_id = broker_id
+        self.cluster = cluster
+        self.retention_hours = retention_hours
+        self._file_broker = _UNSAFE_NAME_CHARS.sub("_", broker_id) or "broker"
+
+    # -- rows -----------------------------------------------------------------------------
+
+    def collect_rows(
+        self, registry_or_families: _SupportsCollect | Iterable[Metric], ts_ms: int
+    ) -> list[dict[str, Any]]:
+        """Flatten families (a registry, a Collector, or ``collect()``'s result) into rows."""
+        if hasattr(registry_or_families, "collect"):
+            families: Iterable[Metric] = registry_or_families.collect()
+        else:
+            families = registry_or_families  # type: ignore[assignment]
+        ts = int(ts_ms)
+        rows: list[dict[str, Any]] = []
+        for family in families:
+            row_type = _FAMILY_TYPES.get(family.type, "untyped")
+            created = family.name + "_created"
+            for sample in family.samples:
+                if sample.name == created or sample.value is None:
+                    continue
+                value = float(sample.value)
+                if math.isnan(value):
+                    continue
+                labels = {
+                    str(k): str(v) for k, v in sorted(sample.labels.items()) if k != "cluster"
+                }
+                rows.append(
+                    {
+                        "ts": ts,
+                        "broker": self.broker_id,
+                        "cluster": self.cluster,
+                        "metric": sample.name,
+                        "type": row_type,
+                        "labels": labels,
+                        "value": value,
+                    }
+                )
+        return rows
+
+    # -- files ----------------------------------------------------------------------------
+
+    def path_for(self, ts_ms: int) -> Path:
+        """Where the snapshot taken at ``ts_ms`` lives."""
+        name = f"metrics-{self._file_broker}-{int(ts_ms)}{FILE_SUFFIX}"
+        return self.metrics_dir / f"date={_utc_date(int(ts_ms))}" / name
+
+    def write(self, rows: Iterable[Mapping[str, Any]], ts_ms: int) -> Path:
+        """Write ``rows`` as one complete file (tmp name, fsync, rename); return its path.
+
+        One file per broker per millisecond: a second write with the same ``ts_ms`` replaces
+        the first. An empty ``rows`` still writes a (valid, empty) file: it records that the
+        broker was up.
+        """
+        final = self.path_for(ts_ms)
+        final.parent.mkdir(parents=True, exist_ok=True)
+        tmp = final.with_name(f".{final.name}.tmp")
+        payload = "".join(json.dumps(row, separators=(",", ":")) + "\n" for row in rows)
+        try:
+            with open(tmp, "wb") as raw:
+                # mtime=0: the file's bytes depend on the rows only.
+                with gzip.GzipFile(
+                    fileobj=raw, mode="wb", compresslevel=_GZIP_LEVEL, mtime=0
+                ) as gz:
+                    gz.write(payload.encode("utf-8"))
+                raw.flush()
+                os.fsync(raw.fileno())
+            os.replace(tmp, final)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            raise
+        _fsync_dir(final.parent)
+        return final
+
+    def apply_retention(self, now_ms: int) -> list[Path]:
+        """Delete snapshot files (and then-empty date directories) older than retention.
+
+        A file's age comes from the ``epoch_ms`` in its name (its mtime if the name does not
+        parse); stale ``.tmp`` files left by a crash go by mtime. Files that are not
+        snapshots are never touched, so a date directory holding one is kept.
+        """
+        if self.retention_hours <= 0 or not self.metrics_dir.is_dir():
+            return []
+        cutoff_ms = int(now_ms - self.retention_hours * 3_600_000)
+        deleted: list[Path] = []
+        for date_dir in sorted(self.metrics_dir.iterdir()):
+            match = _DATE_DIR_RE.match(date_dir.name)
+            if match is None or not date_dir.is_dir():
+                continue
+            try:
+                day_start_ms = _date_start_ms(match.group(1))
+            except ValueError:
+                continue
+            if day_start_ms >= cutoff_ms:
+                continue  # the whole day is within retention
+            for path in sorted(date_dir.iterdir()):
+                ts = _snapshot_ts(path)
+                if ts is not None and ts < cutoff_ms:
+                    with contextlib.suppress(FileNotFoundError):
+                        path.unlink()
+                        deleted.append(path)
+            if day_start_ms + _DAY_MS <= cutoff_ms:
+                with contextlib.suppress(OSError):  # not empty: someone else's file is there
+                    date_dir.rmdir()
+                    deleted.append(date_dir)
+        return deleted
+
+    def write_and_retain(self, rows: Iterable[Mapping[str, Any]], ts_ms: int) -> Path:
+        """One executor job per export: write the snapshot, then trim old ones."""
+        path = self.write(rows, ts_ms)
+        removed = self.apply_retention(ts_ms)
+        if removed:
+            log.info("metrics retention removed %d old snapshot paths", len(removed))
+        return path
+
+
+def _snapshot_ts(path: Path) -> int | None:
+    """The age key of a file under a date directory, or None if it is not ours."""
+    name = path.name
+    if name.startswith(".") and name.endswith(".tmp"):
+        try:
+            return int(path.stat().st_mtime * 1000)
+        except FileNotFoundError:
+            return None
+    match = _FILE_RE.match(name)
+    if match is None or not path.is_file():
+        return None
+    return int(match.group("ts"))
+
+
+def _fsync_dir(directory: Path) -> None:
+    # Makes the rename durable; some filesystems refuse fsync on a directory, and losing the
+    # last metrics snapshot in a power cut is acceptable, so errors are ignored.
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+async def run_exporter(
+    writer: MetricSnapshotWriter,
+    collect: Callable[[], Iterable[Metric]],
+    interval_s: float,
+    stop_event: asyncio.Event,
+) -> None:
+    """Export a snapshot now, every ``interval_s`` seconds, and once more when stopped.
+
+    The first snapshot is taken at once so counters born between start-up and the first
+    tick are seen from zero, and the last one when ``stop_event`` is set so a clean shutdown
+    loses nothing. Ticks keep a fixed cadence (missed ones are skipped, not bunched). A
+    failing collect or write is logged and the exporter carries on: metrics must never take
+    the broker down.
+    """
+    if interval_s <= 0:
+        raise ValueError(f"interval_s must be positive, got {interval_s}")
+    loop = asyncio.get_running_loop()
+    next_tick = loop.time()
+    while True:
+        await _export_once(writer, collect, loop)
+        next_tick += interval_s
+        now = loop.time()
+        if next_tick <= now:
+            next_tick = now + interval_s
+        try:
+            await asyncio.wait_for(stop_event.wait(), timeout=next_tick - now)
+        except TimeoutError:
+            continue
+        await _export_once(writer, collect, loop)
+        return
+
+
+async def _export_once(
+    writer: MetricSnapshotWriter,
+    collect: Callable[[], Iterable[Metric]],
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    ts_ms = time.time_ns() // 1_000_000
+    try:
+        # On the loop: the collectors read counters the loop mutates.
+        rows = writer.collect_rows(collect(), ts_ms)
+    except Exception:
+        log.exception("collecting metrics for the snapshot failed")
+        return
+    try:
+        await loop.run_in_executor(None, writer.write_and_retain, rows, ts_ms)
+    except Exception:
+        log.exception("writing the metrics snapshot failed")

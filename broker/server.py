@@ -1,0 +1,199 @@
+"""BrokerServer: opens the store, starts the service, the binary listener, the web app and
+the metric snapshot exporter; stops them in the reverse order.
+
+Theory of operation
+-------------------
+:meth:`BrokerServer.start` runs on the event loop that will serve the broker (uvloop in
+production and in :mod:`broker.embed`):
+
+1. open the segment store under ``<dataDir>/store`` (recovers ledgers, cursors, metadata);
+2. start :class:`broker.service.BrokerService` (default tenant/namespace, policy mirrors);
+3. listen for the binary protocol on ``bindAddress:brokerServicePort``, one
+   :class:`broker.connection.ServerConnection` per TCP connection;
+4. serve the admin app (``broker.admin.app.create_app``) on ``webServicePort`` with
+   aiohttp's AppRunner; a minimal health/lookup app stands in while that module is absent;
+5. start the metric snapshot exporter (``broker.metrics.snapshots``) writing
+   ``<dataDir>/metrics`` every ``metricsExportIntervalSeconds``, if its modules exist.
+
+:meth:`stop` is graceful and idempotent: stop accepting, close client connections after
+their queued frames are written (in-flight appends finish first: topic close waits for the
+ledger), export a last metric snapshot, close the store (flushes cursors).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import pathlib
+import socket
+from typing import Any
+
+from aiohttp import web
+
+from broker import SERVER_VERSION
+from broker.config import BrokerConfig, storage_config
+from broker.connection import ServerConnection
+from broker.service import BrokerService
+
+__all__ = ["BrokerServer"]
+
+log = logging.getLogger("horae.server")
+
+STORE_DIR_NAME = "store"
+
+
+class BrokerServer:
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.store: Any = None
+        self._service: BrokerService | None = None
+        self._server: asyncio.base_events.Server | None = None
+        self._runner: web.AppRunner | None = None
+        self._exporter: asyncio.Task[None] | None = None
+        self._exporter_stop: asyncio.Event | None = None
+        self.broker_port = config.broker_service_port
+        self.web_port = config.web_service_port
+        self._started = False
+        self._stopped = False
+
+    @property
+    def service(self) -> BrokerService:
+        assert self._service is not None, "broker not started"
+        return self._service
+
+    @property
+    def data_dir(self) -> pathlib.Path:
+        return pathlib.Path(self.config.data_dir)
+
+    async def start(self) -> None:
+        from storage.store import SegmentStore
+
+        loop = asyncio.get_running_loop()
+        data = self.data_dir
+        data.mkdir(parents=True, exist_ok=True)
+        self.store = await SegmentStore.open(data / STORE_DIR_NAME, storage_config(self.config))
+        service = self._service = BrokerService(self.config, self.store, loop)
+        await service.start()
+        self._server = await loop.create_server(
+            lambda: ServerConnection(service), host=self.config.bind_address,
+            port=self.config.broker_service_port, reuse_address=True, backlog=1024)
+        self.broker_port = _bound_port(self._server.sockets)
+        service.broker_port = self.broker_port
+        for sock in self._server.sockets:
+            if sock.family in (socket.AF_INET, socket.AF_INET6):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        await self._start_web(service)
+        self._start_exporter(service)
+        self._started = True
+
+    async def _start_web(self, service: BrokerService) -> None:
+        try:
+            from broker.admin.app import create_app
+        except ImportError:
+            app = _fallback_app(service)
+        else:
+            app = create_app(service)
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.config.bind_address, self.config.web_service_port,
+                           reuse_address=True)
+        await site.start()
+        server = getattr(site, "_server", None)
+        sockets = getattr(server, "sockets", None) or []
+        self.web_port = _bound_port(sockets) if sockets else self.config.web_service_port
+        service.web_port = self.web_port
+
+    def _start_exporter(self, service: BrokerService) -> None:
+        try:
+            from broker.metrics.snapshots import MetricSnapshotWriter, run_exporter
+        except ImportError:
+            return
+        collect = _metrics_collect(service)
+        if collect is None:
+            return
+        writer = MetricSnapshotWriter(self.data_dir, f"{self.config.advertised_address}:"
+                                      f"{self.web_port}", self.config.cluster_name,
+                                      self.config.metrics_export_retention_hours)
+        self._exporter_stop = asyncio.Event()
+        self._exporter = asyncio.get_running_loop().create_task(run_exporter(
+            writer, collect, float(self.config.metrics_export_interval_seconds),
+            self._exporter_stop))
+
+    async def stop(self) -> None:
+        if self._stopped:
+            return
+        self._stopped = True
+        if self._server is not None:
+            self._server.close()  # stop accepting
+        service = self._service
+        if service is not None:
+            service.closing = True
+            await service.close()   # topics: in-flight appends finish, clients are told
+            for conn in list(service.connections):
+                conn.close("broker shutting down")
+        if self._exporter is not None and self._exporter_stop is not None:
+            self._exporter_stop.set()
+            try:
+                await asyncio.wait_for(self._exporter, 10)
+            except (TimeoutError, asyncio.CancelledError, Exception):
+                log.warning("metric exporter did not stop cleanly")
+        if self._runner is not None:
+            await self._runner.cleanup()
+        if self._server is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._server.wait_closed(), 5)
+        if self.store is not None:
+            await self.store.close()
+
+    def urls(self) -> tuple[str, str]:
+        host = self.config.advertised_address
+        return f"pulsar://{host}:{self.broker_port}", f"http://{host}:{self.web_port}"
+
+    def started_line(self) -> str:
+        """The one log line printed at start (tests parse 'service ... web ...')."""
+        service_url, web_url = self.urls()
+        return (f"{SERVER_VERSION} started: service {service_url} web {web_url} "
+                f"data {self.data_dir.resolve()}")
+
+
+def _bound_port(sockets: Any) -> int:
+    for sock in sockets:
+        return int(sock.getsockname()[1])
+    raise RuntimeError("listener has no socket")
+
+
+def _metrics_collect(service: BrokerService) -> Any:
+    """A zero-argument callable returning metric families, from the metrics area."""
+    try:
+        from broker.metrics import collector as mod
+    except ImportError:
+        return None
+    for name in ("make_collect", "collect_families"):
+        fn = getattr(mod, name, None)
+        if fn is not None:
+            return lambda: fn(service)
+    cls = getattr(mod, "BrokerCollector", None) or getattr(mod, "HoraeCollector", None)
+    if cls is not None:
+        collector = cls(service)
+        return collector.collect
+    return None
+
+
+def _fallback_app(service: BrokerService) -> web.Application:
+    """Health and HTTP lookup only: used while the admin app is unavailable."""
+    from broker.lookup import service_url
+
+    async def health(_request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    async def lookup(request: web.Request) -> web.Response:
+        host = request.transport.get_extra_info("sockname")[0] if request.transport else None
+        url = service_url(service.config.advertised_address, service.broker_port, host)
+        return web.json_response({"brokerUrl": url, "httpUrl": service.web_url,
+                                  "nativeUrl": url, "brokerUrlTls": "", "httpUrlTls": ""})
+
+    app = web.Application()
+    app.router.add_get("/admin/v2/brokers/health", health)
+    app.router.add_get("/lookup/v2/topic/{domain}/{tenant}/{namespace}/{topic}", lookup)
+    return app

@@ -1,0 +1,504 @@
+"""A loaded persistent topic: its managed ledger, producers, subscriptions and counters.
+
+Theory of operation
+-------------------
+:meth:`Topic.load` opens the topic's managed ledger (which starts a new ledger, as Pulsar
+does on every load) and re-opens one durable subscription per cursor the ledger has kept, so
+consumers resume where they were after a restart.
+
+Publishing (:meth:`Topic.publish`, called by :mod:`broker.producer` for every SEND) parses
+the entry's metadata once, runs the delayed-delivery publish guard (PIP-315 max delay,
+PIP-437 fixed delay; :mod:`broker.delayed.guard`) when the entry or the policy asks for it,
+and appends the entry to the ledger. The ledger calls :meth:`_on_durable` once an entry is
+fsynced; subscriptions are then told, at most once per loop iteration, that entries exist.
+
+Counters are plain ints, incremented on the hot path and read at scrape time
+(:mod:`broker.metrics`); rates are derived from them over a sliding window
+(:class:`RateMeter`, sampled by the service once a second). ``msg_out_counter`` and
+``bytes_out_counter`` are the sums over subscriptions (whose dispatchers count deliveries),
+plus what subscriptions deleted since the load had delivered.
+
+The delayed-delivery policy is resolved once and cached; the service drops the cache
+(:meth:`invalidate_policy`) when a namespace or topic policy changes, so the next message
+sees the change without a restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from broker.producer import PUBLISH_LATENCY_BUCKETS_MS, Producer, latency_bucket
+from proto import pulsar_api_pb2 as pb
+from protocol.errors import (
+    NotAllowedError,
+    PersistenceError,
+    ProducerBusyError,
+    ServiceNotReadyError,
+)
+from protocol.metadata import parse_entry
+
+if TYPE_CHECKING:
+    from broker.service import BrokerService
+    from broker.topic_name import TopicName
+
+__all__ = ["RateMeter", "Topic"]
+
+log = logging.getLogger("horae.topic")
+
+#: Rates are averaged over this many seconds of samples.
+RATE_WINDOW_S = 10.0
+
+try:  # the delayed-delivery helper's modules; Horae works (without delays) if absent
+    from broker.delayed.guard import check_and_start_publish as _guard
+except ImportError:  # pragma: no cover - only while that area is being written
+    _guard = None  # type: ignore[assignment]
+
+
+@dataclass(frozen=True, slots=True)
+class _FallbackDelayPolicy:
+    """Stand-in for broker.delayed.policy.DelayPolicy when that module is unavailable."""
+
+    active: bool
+    tick_time_ms: int
+    max_delay_ms: int
+    fixed_delay_ms: int
+    strict: bool
+
+
+class RateMeter:
+    """Per-second rates of monotonically increasing counters over a sliding window."""
+
+    __slots__ = ("_samples", "_window")
+
+    def __init__(self, window_s: float = RATE_WINDOW_S) -> None:
+        self._window = window_s
+        self._samples: deque[tuple[float, tuple[float, ...]]] = deque()
+
+    def sample(self, now: float, values: tuple[float, ...]) -> None:
+        samples = self._samples
+        samples.append((now, values))
+        while len(samples) > 2 and now - samples[0][0] > self._window:
+            samples.popleft()
+
+    def rates(self, now: float, values: tuple[float, ...]) -> tuple[float, ...]:
+        if not self._samples:
+            return tuple(0.0 for _ in values)
+        t0, old = self._samples[0]
+        dt = now - t0
+        if dt <= 0.5:  # too short a span to mean anything
+            return tuple(0.0 for _ in values)
+        return tuple(max(0.0, (v - o) / dt) for v, o in zip(values, old, strict=True))
+
+
+class Topic:
+    """A loaded topic (see the module docstring)."""
+
+    def __init__(self, service: BrokerService, name: TopicName, ledger: Any) -> None:
+        self.service = service
+        self.name = name
+        self.full = name.full
+        self.ledger = ledger
+        self.loop = service.loop
+        self.producers: dict[str, Producer] = {}
+        self.subscriptions: dict[str, Any] = {}
+        self.msg_in_counter = 0
+        self.bytes_in_counter = 0
+        self.entries_added_counter = 0
+        self.delayed_rejected_counter = 0
+        self.fixed_delay_overridden_counter = 0
+        self.publish_latency_buckets = [0] * (len(PUBLISH_LATENCY_BUCKETS_MS) + 1)
+        self.publish_latency_sum_ms = 0.0
+        self.publish_latency_count = 0
+        self.fenced = False
+        self.closed = False
+        self.loaded_ms = int(time.time() * 1000)
+        self._removed_msg_out = 0
+        self._removed_bytes_out = 0
+        self._delay_policy: Any = None
+        self._notify_scheduled = False
+        self._sub_creating: dict[str, asyncio.Future[Any]] = {}
+        self._rates = RateMeter()
+        self._producer_rates: dict[int, RateMeter] = {}
+
+    # ------------------------------------------------------------------ loading
+
+    @classmethod
+    async def load(cls, service: BrokerService, name: TopicName) -> Topic:
+        ledger = await service.store.open_ledger(name.full)
+        topic = cls(service, name, ledger)
+        ledger.add_listener(topic._on_durable)
+        from broker.subscription import Subscription
+
+        for cursor_name in list(ledger.cursors):
+            try:
+                sub = await Subscription.open(topic, cursor_name, durable=True,
+                                              initial_position="latest", start_message_id=None)
+            except Exception:
+                log.exception("could not restore subscription %s on %s", cursor_name, name.full)
+                continue
+            topic.subscriptions[cursor_name] = sub
+        return topic
+
+    # ------------------------------------------------------------------ publishing
+
+    def publish(self, entry: bytes) -> tuple[asyncio.Future[Any], int]:
+        """Guard and append one entry; returns (durable-append future, messages in entry).
+
+        Raises RequestError subclasses (SEND_ERROR): MalformedEntryError (ChecksumError code),
+        NotAllowedError (max delay exceeded), PersistenceError / ServiceNotReadyError.
+        """
+        if self.fenced or self.closed:
+            raise ServiceNotReadyError(f"Topic {self.full} is being closed or reloaded")
+        info = parse_entry(entry)
+        policy = self._delay_policy
+        if policy is None:
+            policy = self.delay_policy()
+        if _guard is not None and (info.deliver_at_time is not None or policy.fixed_delay_ms > 0):
+            try:
+                result = _guard(entry, info, policy)
+            except NotAllowedError:
+                self.delayed_rejected_counter += 1
+                raise
+            if result.overridden:
+                self.fixed_delay_overridden_counter += 1
+            entry = result.entry
+        try:
+            fut = self.ledger.append(entry)
+        except Exception as exc:
+            self.on_persistence_failure(exc)
+            raise PersistenceError(f"Failed to persist the message: {exc}") from None
+        self.entries_added_counter += 1
+        return fut, info.messages
+
+    def record_published(self, messages: int, size: int, latency_ms: float) -> None:
+        """Called by producers when an entry's receipt is sent."""
+        self.msg_in_counter += messages
+        self.bytes_in_counter += size
+        self.publish_latency_buckets[latency_bucket(latency_ms)] += 1
+        self.publish_latency_sum_ms += latency_ms
+        self.publish_latency_count += 1
+
+    def _on_durable(self, _position: Any) -> None:
+        if not self._notify_scheduled:
+            self._notify_scheduled = True
+            self.loop.call_soon(self._notify_subscriptions)
+
+    def _notify_subscriptions(self) -> None:
+        self._notify_scheduled = False
+        for sub in list(self.subscriptions.values()):
+            try:
+                sub.on_new_entries()
+            except Exception:
+                log.exception("subscription %s on %s failed on new entries", sub.name, self.full)
+
+    def on_persistence_failure(self, exc: object) -> None:
+        """The ledger refused or failed a write: fence the topic and reload it.
+
+        Producers are disconnected so clients look the topic up again and re-send to a fresh
+        ledger; nothing that failed was acknowledged.
+        """
+        if self.fenced:
+            return
+        self.fenced = True
+        log.error("persistence failure on %s: %s; reloading the topic", self.full, exc)
+        self.loop.create_task(self.service.unload_topic(self.full))
+
+    # ------------------------------------------------------------------ producers
+
+    def add_producer(self, producer: Producer) -> None:
+        if self.fenced or self.closed:
+            raise ServiceNotReadyError(f"Topic {self.full} is being closed or reloaded")
+        existing = self.producers.get(producer.name)
+        if existing is not None:
+            if existing.connection.is_closed:
+                existing.close()  # a dead connection's leftover: the client reconnected
+            else:
+                raise ProducerBusyError(
+                    f"Producer with name '{producer.name}' is already connected to topic")
+        mode = producer.access_mode
+        others = list(self.producers.values())
+        exclusive = [p for p in others if p.access_mode != pb.Shared]
+        if mode == pb.ExclusiveWithFencing:
+            for p in others:
+                p.disconnect()
+        elif exclusive:
+            raise ProducerBusyError(
+                f"Topic has an existing exclusive producer: {exclusive[0].name}")
+        elif mode != pb.Shared and others:
+            raise ProducerBusyError("Topic has existing shared producers")
+        self.producers[producer.name] = producer
+        self._producer_rates[id(producer)] = RateMeter()
+
+    def remove_producer(self, producer: Producer) -> None:
+        if self.producers.get(producer.name) is producer:
+            del self.producers[producer.name]
+        self._producer_rates.pop(id(producer), None)
+
+    # ------------------------------------------------------------------ subscriptions
+
+    async def get_or_create_subscription(self, name: str, *, durable: bool = True,
+                                         initial_position: str = "latest",
+                                         start_message_id: tuple[int, int] | None = None,
+                                         sub_type: Any = None) -> Any:
+        sub = self.subscriptions.get(name)
+        if sub is not None:
+            return sub
+        pending = self._sub_creating.get(name)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        if self.closed or self.fenced:
+            raise ServiceNotReadyError(f"Topic {self.full} is being closed or reloaded")
+        from broker.subscription import Subscription
+
+        fut: asyncio.Future[Any] = self.loop.create_future()
+        self._sub_creating[name] = fut
+        try:
+            sub = await Subscription.open(self, name, durable=durable,
+                                          initial_position=initial_position,
+                                          start_message_id=start_message_id)
+            self.subscriptions[name] = sub
+            fut.set_result(sub)
+            return sub
+        except BaseException as exc:
+            fut.set_exception(exc)
+            fut.exception()  # retrieved: no "never retrieved" warning when nobody waits
+            raise
+        finally:
+            del self._sub_creating[name]
+
+    async def create_subscription(self, name: str,
+                                  position: str | tuple[int, int] = "latest") -> Any:
+        """Admin API: create a durable subscription at latest, earliest or a message id."""
+        if name in self.subscriptions:
+            raise NotAllowedError(f"Subscription {name} already exists")
+        if isinstance(position, tuple):
+            return await self.get_or_create_subscription(name, start_message_id=position)
+        return await self.get_or_create_subscription(name, initial_position=position)
+
+    async def delete_subscription(self, name: str, *, force: bool = False) -> None:
+        sub = self.subscriptions.get(name)
+        if sub is None:
+            from protocol.errors import SubscriptionNotFoundError
+
+            raise SubscriptionNotFoundError("Subscription not found")
+        if getattr(sub, "consumers", None) and not force:
+            raise NotAllowedError("Subscription has active connected consumers")
+        del self.subscriptions[name]
+        self._removed_msg_out += getattr(sub, "msg_out_counter", 0)
+        self._removed_bytes_out += getattr(sub, "bytes_out_counter", 0)
+        await _close_subscription(sub)
+        if name in self.ledger.cursors:
+            await self.ledger.delete_cursor(name)
+
+    def remove_subscription(self, sub: Any) -> None:
+        """Forget a subscription that went away by itself (e.g. a reader's non-durable one)."""
+        if self.subscriptions.get(sub.name) is sub:
+            del self.subscriptions[sub.name]
+            self._removed_msg_out += getattr(sub, "msg_out_counter", 0)
+            self._removed_bytes_out += getattr(sub, "bytes_out_counter", 0)
+
+    # ------------------------------------------------------------------ delayed policy
+
+    def delay_policy(self) -> Any:
+        policy = self._delay_policy
+        if policy is None:
+            policy = self._delay_policy = self.service.resolve_delay_policy(self.name)
+        return policy
+
+    def invalidate_policy(self) -> None:
+        self._delay_policy = None
+        for sub in list(self.subscriptions.values()):
+            hook = getattr(sub, "on_policy_changed", None)
+            if hook is not None:
+                hook()
+
+    # ------------------------------------------------------------------ counters, stats
+
+    @property
+    def msg_out_counter(self) -> int:
+        return self._removed_msg_out + sum(
+            getattr(s, "msg_out_counter", 0) for s in self.subscriptions.values())
+
+    @property
+    def bytes_out_counter(self) -> int:
+        return self._removed_bytes_out + sum(
+            getattr(s, "bytes_out_counter", 0) for s in self.subscriptions.values())
+
+    def _counter_values(self) -> tuple[float, ...]:
+        return (self.msg_in_counter, self.bytes_in_counter, self.msg_out_counter,
+                self.bytes_out_counter)
+
+    def sample_rates(self, now: float) -> None:
+        self._rates.sample(now, self._counter_values())
+        for p in self.producers.values():
+            meter = self._producer_rates.get(id(p))
+            if meter is not None:
+                meter.sample(now, (p.msg_in_counter, p.bytes_in_counter))
+
+    def rates(self) -> tuple[float, float, float, float]:
+        """(msgRateIn, msgThroughputIn, msgRateOut, msgThroughputOut) per second."""
+        r = self._rates.rates(self.loop.time(), self._counter_values())
+        return r[0], r[1], r[2], r[3]
+
+    @property
+    def storage_size(self) -> int:
+        return int(self.ledger.total_size_bytes)
+
+    def backlog_size_bytes(self) -> int:
+        """Bytes not yet acknowledged by the slowest durable subscription (estimate)."""
+        entries = self.ledger.number_of_entries
+        if not entries or not self.subscriptions:
+            return 0
+        backlog = max((getattr(getattr(s, "cursor", None), "backlog", 0) or 0)
+                      for s in self.subscriptions.values())
+        return int(self.ledger.total_size_bytes * min(1.0, backlog / entries))
+
+    def stats(self) -> dict[str, Any]:
+        """Pulsar's TopicStats document."""
+        rate_in, thr_in, rate_out, thr_out = self.rates()
+        now = self.loop.time()
+        publishers = []
+        for p in self.producers.values():
+            meter = self._producer_rates.get(id(p))
+            pr = meter.rates(now, (p.msg_in_counter, p.bytes_in_counter)) if meter else (0.0, 0.0)
+            publishers.append(p.stats(pr[0], pr[1]))
+        subs: dict[str, Any] = {}
+        delayed_index_bytes = 0
+        for name, sub in self.subscriptions.items():
+            try:
+                subs[name] = sub.stats()
+            except Exception:
+                log.exception("stats of subscription %s failed", name)
+                subs[name] = {}
+            tracker = getattr(sub, "delayed_tracker", None)
+            if tracker is not None:
+                delayed_index_bytes += int(getattr(tracker, "memory_bytes", 0) or 0)
+        msg_in = self.msg_in_counter
+        return {
+            "msgRateIn": rate_in,
+            "msgThroughputIn": thr_in,
+            "msgRateOut": rate_out,
+            "msgThroughputOut": thr_out,
+            "bytesInCounter": self.bytes_in_counter,
+            "msgInCounter": msg_in,
+            "bytesOutCounter": self.bytes_out_counter,
+            "msgOutCounter": self.msg_out_counter,
+            "averageMsgSize": (self.bytes_in_counter / msg_in) if msg_in else 0.0,
+            "msgChunkPublished": False,
+            "storageSize": self.storage_size,
+            "backlogSize": self.backlog_size_bytes(),
+            "publishRateLimitedTimes": 0,
+            "earliestMsgPublishTimeInBacklogs": 0,
+            "offloadedStorageSize": 0,
+            "waitingPublishers": 0,
+            "deduplicationStatus": "Disabled",
+            "topicEpoch": 0,
+            "nonContiguousDeletedMessagesRanges": 0,
+            "nonContiguousDeletedMessagesRangesSerializedSize": 0,
+            "delayedMessageIndexSizeInBytes": delayed_index_bytes,
+            "delayedMessagesRejectedCounter": self.delayed_rejected_counter,
+            "fixedDelayOverriddenCounter": self.fixed_delay_overridden_counter,
+            "publishers": publishers,
+            "subscriptions": subs,
+            "replication": {},
+        }
+
+    def internal_stats(self) -> dict[str, Any]:
+        """Pulsar's PersistentTopicInternalStats document."""
+        ledger = self.ledger
+        infos = list(ledger.ledgers)
+        current = infos[-1] if infos else None
+        cursors: dict[str, Any] = {}
+        for name, cursor in ledger.cursors.items():
+            sub = self.subscriptions.get(name)
+            cursors[name] = {
+                "markDeletePosition": _pos(cursor.mark_delete_position),
+                "readPosition": _pos(cursor.read_position),
+                "waitingReadOp": False,
+                "pendingReadOps": 0,
+                "messagesConsumedCounter": getattr(sub, "msg_out_counter", 0) if sub else 0,
+                "cursorLedger": -1,
+                "cursorLedgerLastEntry": -1,
+                "individuallyDeletedMessages": str(cursor.individually_deleted_count),
+                "lastLedgerSwitchTimestamp": "",
+                "state": "Open",
+                "active": bool(sub is not None and getattr(sub, "consumers", None)),
+                "numberOfEntriesSinceFirstNotAckedMessage": int(cursor.backlog),
+                "totalNonContiguousDeletedMessagesRange": int(cursor.individually_deleted_count),
+                "subscriptionHavePendingRead": False,
+                "subscriptionHavePendingReplayRead": False,
+                "properties": dict(cursor.properties),
+                "revision": int(getattr(cursor, "revision", 0)),
+                "persistedSizeBytes": int(getattr(cursor, "persisted_size_bytes", 0)),
+            }
+        return {
+            "entriesAddedCounter": self.entries_added_counter,
+            "numberOfEntries": int(ledger.number_of_entries),
+            "totalSize": int(ledger.total_size_bytes),
+            "currentLedgerEntries": int(current.entries) if current else 0,
+            "currentLedgerSize": int(current.size_bytes) if current else 0,
+            "lastLedgerCreatedTimestamp": _iso(current.created_ms) if current else "",
+            "waitingCursorsCount": 0,
+            "pendingAddEntriesCount": sum(p.pending for p in self.producers.values()),
+            "lastConfirmedEntry": _pos(ledger.last_confirmed),
+            "state": "LedgerOpened" if not self.fenced else "Fenced",
+            "ledgers": [{"ledgerId": li.ledger_id, "entries": li.entries, "size": li.size_bytes,
+                         "offloaded": False, "underReplicated": False} for li in infos],
+            "cursors": cursors,
+        }
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def close(self, *, disconnect_clients: bool = True) -> None:
+        """Detach producers and subscriptions (telling clients, who reconnect) and close the
+        ledger; in-flight appends complete first."""
+        if self.closed:
+            return
+        self.closed = True
+        for p in list(self.producers.values()):
+            if disconnect_clients:
+                p.disconnect()
+            else:
+                p.close()
+        for sub in list(self.subscriptions.values()):
+            await _close_subscription(sub, disconnect_clients=disconnect_clients)
+        try:
+            await self.ledger.close()
+        except Exception:
+            log.exception("closing ledger of %s failed", self.full)
+
+    def __repr__(self) -> str:
+        return f"<Topic {self.full}>"
+
+
+async def _close_subscription(sub: Any, *, disconnect_clients: bool = True) -> None:
+    try:
+        if disconnect_clients:
+            disconnect = getattr(sub, "disconnect_consumers", None)
+            if disconnect is not None:
+                result = disconnect()
+                if asyncio.iscoroutine(result):
+                    await result
+        await sub.close()
+    except Exception:
+        log.exception("closing subscription %s failed", getattr(sub, "name", sub))
+
+
+def _pos(p: Any) -> str:
+    if p is None:
+        return "-1:-1"
+    return f"{p.ledger_id}:{p.entry_id}"
+
+
+def _iso(ms: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ms / 1000)) + f".{ms % 1000:03d}Z"
+
+
+# Exported for the service's policy fallback.
+FallbackDelayPolicy = _FallbackDelayPolicy
+

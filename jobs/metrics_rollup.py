@@ -1,0 +1,750 @@
+"""Roll Horae's metric snapshots up into per-window Parquet, a Markdown summary and a chart.
+
+Run it as ``spark-submit jobs/metrics_rollup.py --input DIR --output DIR [--window 1m,1h]``,
+as ``horae rollup ...`` (the broker CLI calls :func:`main`), or ``python -m jobs.metrics_rollup``.
+
+Theory of operation
+-------------------
+Input is the snapshot schema of ``jobs/SCHEMA.md`` (gzip JSON Lines, one sample per line); it
+is the only thing this module knows about the broker, and it imports nothing from it.
+
+1. **Discover.** Local input is listed and every ``.gz`` is test-decompressed in the driver
+   (threads; zlib releases the GIL) before Spark starts, so a corrupt file is named in a
+   warning and skipped, and an empty or missing directory exits 2 without starting a JVM.
+   Remote input (``hdfs://``, ``s3a://``) is listed through Hadoop; corrupt files there are
+   skipped by ``spark.sql.files.ignoreCorruptFiles`` and reported in Spark's log only.
+2. **Parse.** Spark's JSON reader in PERMISSIVE mode; a line that is not an object of the
+   schema (or lacks ts/broker/metric/value) is counted per file and skipped. Unknown metric
+   names need nothing special; an unknown ``type`` is carried as a gauge.
+3. **Per series.** A series is (broker, cluster, metric, all labels). Over each counter
+   series ordered by ts, every sample contributes its increase since the previous one; a
+   drop in value is a reset (the broker restarted), and then the post-reset value is the
+   increase. A series' first sample contributes 0 if it is in its broker's first snapshot
+   of the input (its history before is unknown) and its value otherwise (it was born since,
+   starting from zero). Each contribution belongs to the window holding its sample, so
+   file arrival order (late files) does not matter, and an increase across a gap lands in
+   the window of the first sample after the gap.
+4. **Per window and group** (cluster, namespace, topic, subscription, metric, other labels):
+   counters sum their contributions (``increase``, ``rate_per_s = increase / window``);
+   gauges get min/avg/max/last per broker series, then summed over brokers; histograms get
+   p50/p95/p99 from the window's bucket increases, as Prometheus ``histogram_quantile``
+   over ``sum by (le) (increase(x_bucket[w]))`` does.
+5. **Write** Parquet under ``OUTPUT/rollup/date=YYYY-MM-DD/window=1m/`` (dynamic partition
+   overwrite: a rerun replaces only the partitions it produces), then ``summary.md`` and
+   ``busiest_topics.png`` (``jobs/rollup_report.py``).
+
+Exit codes: 0 when anything could be rolled up, 2 when nothing could be read (missing or
+empty input, every file corrupt, no valid line), 1 on an unexpected failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import logging
+import math
+import os
+import re
+import sys
+import time
+import zlib
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+
+try:  # imported as part of the `jobs` package (horae rollup, tests)
+    from jobs import rollup_report
+except ImportError:  # run as a script by spark-submit: jobs/ itself is sys.path[0]
+    import rollup_report  # type: ignore[no-redef]
+
+log = logging.getLogger("horae.rollup")
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_NO_INPUT = 2
+
+KNOWN_TYPES = ("counter", "gauge", "histogram", "summary", "untyped")
+# Labels that are columns of the output; every other label stays in the `labels` string.
+GROUP_LABELS = ("namespace", "topic", "subscription")
+_WINDOW_RE = re.compile(r"^(\d+)([smhd])$")
+_UNIT_MS = {"s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+_SCHEME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+# Columns of the rollup table, in order (the Parquet schema; SCHEMA.md documents them).
+OUTPUT_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("window_start", "timestamp"),
+    ("window_end", "timestamp"),
+    ("cluster", "string"),
+    ("namespace", "string"),
+    ("topic", "string"),
+    ("subscription", "string"),
+    ("metric", "string"),
+    ("labels", "string"),
+    ("kind", "string"),
+    ("samples", "long"),
+    ("brokers", "int"),
+    ("resets", "long"),
+    ("increase", "double"),
+    ("rate_per_s", "double"),
+    ("min", "double"),
+    ("avg", "double"),
+    ("max", "double"),
+    ("last", "double"),
+    ("p50", "double"),
+    ("p95", "double"),
+    ("p99", "double"),
+    ("date", "string"),
+    ("window", "string"),
+)
+QUANTILES = (("p50", 0.5), ("p95", 0.95), ("p99", 0.99))
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """A tumbling window: ``name`` as given on the command line ("1m"), length in ms."""
+
+    name: str
+    ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class InputListing:
+    files: list[str]
+    skipped: list[tuple[str, str]]  # (path, reason)
+    remote: bool
+
+
+@dataclass(slots=True)
+class InputStats:
+    """What the parse stage saw; feeds the log and the summary."""
+
+    files_read: int = 0
+    files_skipped: list[tuple[str, str]] = field(default_factory=list)
+    rows: int = 0
+    bad_lines: int = 0
+    bad_by_file: list[tuple[str, int]] = field(default_factory=list)
+    nan_values: int = 0
+    unknown_types: int = 0
+    first_ts_by_broker: dict[str, int] = field(default_factory=dict)
+    min_ts: int = 0
+    max_ts: int = 0
+    clusters: list[str] = field(default_factory=list)
+
+
+def parse_windows(text: str) -> list[Window]:
+    """``"1m,1h"`` -> windows, shortest first; raises ValueError on anything else."""
+    windows: dict[int, Window] = {}
+    for part in (p.strip() for p in text.split(",")):
+        match = _WINDOW_RE.match(part)
+        if match is None or int(match.group(1)) == 0:
+            raise ValueError(
+                f"bad window {part!r}: use a positive number and s, m, h or d, e.g. 1m"
+            )
+        ms = int(match.group(1)) * _UNIT_MS[match.group(2)]
+        windows.setdefault(ms, Window(part, ms))
+    return [windows[ms] for ms in sorted(windows)]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="metrics_rollup",
+        description="Roll Horae metric snapshots (jobs/SCHEMA.md) up into per-window Parquet, "
+        "a Markdown summary and a PNG chart of the busiest topics.",
+    )
+    parser.add_argument(
+        "--input", required=True, help="snapshot directory (<data>/metrics), local or a Hadoop URI"
+    )
+    parser.add_argument(
+        "--output", required=True, help="output directory (rollup/, summary.md, busiest_topics.png)"
+    )
+    parser.add_argument(
+        "--window", default="1m,1h", help="comma-separated windows: Ns, Nm, Nh, Nd (default 1m,1h)"
+    )
+    parser.add_argument(
+        "--master", default=None, help="Spark master (default: spark-submit's, else local[*])"
+    )
+    parser.add_argument(
+        "--shuffle-partitions", type=int, default=None, help="spark.sql.shuffle.partitions"
+    )
+    parser.add_argument(
+        "--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark config"
+    )
+    parser.add_argument(
+        "--top", type=int, default=10, help="topics in the summary and chart (default 10)"
+    )
+    parser.add_argument(
+        "--no-validate", action="store_true", help="skip the driver-side gzip check of local files"
+    )
+    return parser
+
+
+# -- stage 1: discover -------------------------------------------------------------------------
+
+
+def _is_remote(path: str) -> bool:
+    return bool(_SCHEME_RE.match(path)) and not path.startswith("file:")
+
+
+def _local_path(path: str) -> Path:
+    return Path(re.sub(r"^file:(//)?", "", path)) if path.startswith("file:") else Path(path)
+
+
+def _is_snapshot_name(name: str) -> bool:
+    # Hidden and underscore files are in-progress writes (.x.tmp) or Hadoop markers.
+    return not name.startswith((".", "_")) and name.endswith((".jsonl.gz", ".jsonl"))
+
+
+def _check_gzip(path: Path) -> str | None:
+    """Why ``path`` cannot be read, or None. Decompresses it fully: CRC and length checked."""
+    try:
+        if path.stat().st_size == 0:
+            return "empty file (not a gzip stream)"
+        if path.suffix != ".gz":
+            return None
+        with gzip.open(path, "rb") as stream:
+            while stream.read(1 << 20):
+                pass
+    except (OSError, EOFError, zlib.error) as exc:
+        return f"corrupt gzip: {exc}"
+    return None
+
+
+def discover_local(root: Path, *, validate: bool = True) -> InputListing:
+    """List snapshot files under ``root`` (recursively) and set corrupt ones aside."""
+    candidates = sorted(p for p in root.rglob("*") if p.is_file() and _is_snapshot_name(p.name))
+    skipped: list[tuple[str, str]] = []
+    if validate and candidates:
+        workers = min(8, os.cpu_count() or 1, len(candidates))
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            problems = list(pool.map(_check_gzip, candidates))
+    else:
+        problems = [None] * len(candidates)
+    files: list[str] = []
+    for path, problem in zip(candidates, problems, strict=True):
+        if problem is None:
+            files.append(str(path.resolve()))
+        else:
+            skipped.append((str(path), problem))
+    return InputListing(files, skipped, remote=False)
+
+
+def discover_remote(spark: SparkSession, uri: str) -> InputListing:
+    """List snapshot files under a Hadoop URI (no driver-side validation)."""
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    jpath = jvm.org.apache.hadoop.fs.Path(uri)
+    fs = jpath.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())  # type: ignore[union-attr]
+    if not fs.exists(jpath):
+        return InputListing([], [], remote=True)
+    files: list[str] = []
+    it = fs.listFiles(jpath, True)
+    while it.hasNext():
+        status = it.next()
+        if _is_snapshot_name(status.getPath().getName()) and status.getLen() > 0:
+            files.append(status.getPath().toString())
+    return InputListing(sorted(files), [], remote=True)
+
+
+# -- stage 2: parse ----------------------------------------------------------------------------
+
+
+def _raw_schema() -> Any:
+    from pyspark.sql import types as T
+
+    return T.StructType(
+        [
+            T.StructField("ts", T.LongType()),
+            T.StructField("broker", T.StringType()),
+            T.StructField("cluster", T.StringType()),
+            T.StructField("metric", T.StringType()),
+            T.StructField("type", T.StringType()),
+            T.StructField("labels", T.MapType(T.StringType(), T.StringType())),
+            T.StructField("value", T.DoubleType()),
+            T.StructField("_corrupt_record", T.StringType()),
+        ]
+    )
+
+
+def _canonical_labels(excluded: Sequence[str]) -> Column:
+    """Labels minus ``excluded`` as a stable ``k=v,k=v`` string (sorted by key)."""
+    from pyspark.sql import functions as F
+
+    names = ", ".join(f"'{name}'" for name in excluded)
+    return F.expr(
+        "array_join(transform(array_sort(map_entries(map_filter(coalesce(labels, map()), "
+        f"(k, v) -> k NOT IN ({names})))), e -> concat(e.key, '=', e.value)), ',')"
+    )
+
+
+def read_samples(spark: SparkSession, files: list[str]) -> DataFrame:
+    """Parse the files into normalised samples; bad lines are kept, flagged ``bad``."""
+    from pyspark.sql import functions as F
+
+    raw = (
+        spark.read.schema(_raw_schema())
+        .option("mode", "PERMISSIVE")
+        .option("columnNameOfCorruptRecord", "_corrupt_record")
+        .json(files)
+    )
+    bad = (
+        F.col("_corrupt_record").isNotNull()
+        | F.col("ts").isNull()
+        | F.col("broker").isNull()
+        | F.col("metric").isNull()
+        | F.col("value").isNull()
+    )
+    ftype = F.lower(F.coalesce(F.col("type"), F.lit("untyped")))
+    metric = F.col("metric")
+    is_bucket = (
+        (ftype == "histogram") & metric.endswith("_bucket") & F.col("labels")["le"].isNotNull()
+    )
+    kind = (
+        F.when(metric.endswith("_created"), F.lit("gauge"))
+        .when(ftype == "counter", F.lit("counter"))
+        .when(is_bucket, F.lit("bucket"))
+        .when(
+            ftype.isin("histogram", "summary")
+            & (metric.endswith("_sum") | metric.endswith("_count")),
+            F.lit("counter"),
+        )
+        .otherwise(F.lit("gauge"))
+    )
+    base_excluded = ("cluster", *GROUP_LABELS)
+    return raw.select(
+        bad.alias("bad"),
+        F.when(bad, F.col("_metadata.file_path")).alias("bad_file"),
+        F.col("ts"),
+        F.col("broker"),
+        F.coalesce(F.col("cluster"), F.lit("")).alias("cluster"),
+        metric.alias("metric"),
+        (~ftype.isin(*KNOWN_TYPES)).alias("unknown_type"),
+        kind.alias("kind"),
+        *[F.coalesce(F.col("labels")[name], F.lit("")).alias(name) for name in GROUP_LABELS],
+        _canonical_labels(base_excluded).alias("labels"),
+        F.when(is_bucket, F.col("labels")["le"].cast("double")).alias("le"),
+        F.when(is_bucket, _canonical_labels((*base_excluded, "le"))).alias("hist_labels"),
+        F.col("value"),
+    )
+
+
+def with_series_deltas(samples: DataFrame) -> DataFrame:
+    """Add each counter sample's increase since the previous sample of its series.
+
+    ``delta`` is null on a series' first sample (``is_first``); the first-sample rule needs
+    the brokers' first timestamps and is applied at aggregation (:func:`_increase`).
+    """
+    from pyspark.sql import Window as W
+    from pyspark.sql import functions as F
+
+    series = W.partitionBy("broker", "cluster", "metric", *GROUP_LABELS, "labels").orderBy(
+        "ts", "value"
+    )
+    prev = F.lag("value").over(series)
+    counting = F.col("kind").isin("counter", "bucket")
+    valid = samples.filter(~F.col("bad") & ~F.isnan("value"))
+    return valid.select(
+        "*",
+        prev.isNull().alias("is_first"),
+        F.when(counting & prev.isNotNull() & (F.col("value") < prev), F.lit(1))
+        .otherwise(F.lit(0))
+        .alias("reset"),
+        F.when(counting & (F.col("value") >= prev), F.col("value") - prev)
+        .when(counting & (F.col("value") < prev), F.col("value"))
+        .alias("delta"),
+    )
+
+
+def collect_stats(samples: DataFrame, stats: InputStats) -> None:
+    """One pass over the cached samples: counts, bad lines, each broker's first timestamp."""
+    from pyspark.sql import functions as F
+
+    ok = ~F.col("bad") & ~F.isnan("value")
+    per_broker = (
+        samples.groupBy("broker")
+        .agg(
+            F.count(F.lit(1)).alias("lines"),
+            F.sum(F.col("bad").cast("long")).alias("bad"),
+            F.sum((~F.col("bad") & F.isnan("value")).cast("long")).alias("nan"),
+            F.sum((ok & F.col("unknown_type")).cast("long")).alias("unknown"),
+            F.min(F.when(ok, F.col("ts"))).alias("first"),
+            F.max(F.when(ok, F.col("ts"))).alias("last"),
+            F.collect_set(F.when(ok, F.col("cluster"))).alias("clusters"),
+        )
+        .collect()
+    )
+    clusters: set[str] = set()
+    for row in per_broker:
+        stats.bad_lines += int(row["bad"] or 0)
+        stats.nan_values += int(row["nan"] or 0)
+        stats.unknown_types += int(row["unknown"] or 0)
+        stats.rows += int(row["lines"]) - int(row["bad"] or 0) - int(row["nan"] or 0)
+        if row["first"] is not None:
+            stats.first_ts_by_broker[row["broker"]] = int(row["first"])
+            stats.max_ts = max(stats.max_ts, int(row["last"]))
+            clusters.update(row["clusters"])
+    if stats.first_ts_by_broker:
+        stats.min_ts = min(stats.first_ts_by_broker.values())
+    stats.clusters = sorted(clusters)
+    if stats.bad_lines:
+        per_file = samples.filter("bad").groupBy("bad_file").count().orderBy("bad_file").collect()
+        stats.bad_by_file = [(str(r["bad_file"]), int(r["count"])) for r in per_file]
+
+
+# -- stage 3: aggregate ------------------------------------------------------------------------
+
+
+def _increase(first_ts_by_broker: dict[str, int]) -> Column:
+    """A counter sample's contribution, with the first-sample rule (module docstring, 3)."""
+    from pyspark.sql import functions as F
+
+    pairs: list[Column] = []
+    for broker, first_ts in sorted(first_ts_by_broker.items()):
+        pairs += [F.lit(broker), F.lit(first_ts)]
+    broker_first = F.create_map(*pairs)[F.col("broker")] if pairs else F.lit(None).cast("long")
+    born_later = F.col("ts") > broker_first
+    return F.when(
+        F.col("is_first"), F.when(born_later, F.col("value")).otherwise(F.lit(0.0))
+    ).otherwise(F.col("delta"))
+
+
+ALL_WINDOW = "all"  # the whole input as one window: feeds the summary, not written
+
+
+def _windowed(series: DataFrame, windows: Sequence[Window], span: tuple[int, int]) -> DataFrame:
+    """Each sample once per window size, with ``window``, ``window_start_ms``, ``window_ms``.
+
+    One exploded pass (rather than one pass per window) keeps the number of Spark stages
+    independent of the number of windows; partial aggregation keeps the shuffle small.
+    The pseudo-window :data:`ALL_WINDOW` spans the whole input.
+    """
+    from pyspark.sql import functions as F
+
+    start, end = span
+    specs = [F.struct(F.lit(w.name).alias("n"), F.lit(w.ms).alias("ms")) for w in windows]
+    specs.append(F.struct(F.lit(ALL_WINDOW).alias("n"), F.lit(0).cast("long").alias("ms")))
+    exploded = series.withColumn("_w", F.explode(F.array(*specs)))
+    whole = F.col("_w.ms") == 0
+    return exploded.select(
+        "*",
+        F.col("_w.n").alias("window"),
+        F.when(whole, F.lit(start))
+        .otherwise(F.col("ts") - F.pmod(F.col("ts"), F.col("_w.ms")))
+        .alias("window_start_ms"),
+        F.when(whole, F.lit(max(end - start, 0))).otherwise(F.col("_w.ms")).alias("window_ms"),
+    ).drop("_w")
+
+
+_KEYS = ("window", "window_start_ms", "window_ms", "cluster", *GROUP_LABELS, "metric", "labels")
+
+
+def aggregate_counters(windowed: DataFrame, first_ts_by_broker: dict[str, int]) -> DataFrame:
+    """Counters and histogram buckets: increase and rate per window and group."""
+    from pyspark.sql import functions as F
+
+    counters = windowed.filter(F.col("kind").isin("counter", "bucket"))
+    out = counters.groupBy(*_KEYS, "kind", "le", "hist_labels").agg(
+        F.sum(_increase(first_ts_by_broker)).alias("increase"),
+        F.count(F.lit(1)).alias("samples"),
+        F.sum("reset").cast("long").alias("resets"),
+        F.size(F.collect_set("broker")).alias("brokers"),
+    )
+    rate = F.when(F.col("window_ms") > 0, F.col("increase") / (F.col("window_ms") / 1000.0))
+    return out.withColumn("rate_per_s", rate)
+
+
+def aggregate_gauges(windowed: DataFrame) -> DataFrame:
+    """Gauges: min/avg/max/last per broker series, then summed over brokers."""
+    from pyspark.sql import functions as F
+
+    per_broker = (
+        windowed.filter(F.col("kind") == "gauge")
+        .groupBy(*_KEYS, "broker")
+        .agg(
+            F.min("value").alias("min"),
+            F.avg("value").alias("avg"),
+            F.max("value").alias("max"),
+            F.max_by("value", "ts").alias("last"),
+            F.count(F.lit(1)).alias("samples"),
+        )
+    )
+    return per_broker.groupBy(*_KEYS).agg(
+        F.sum("min").alias("min"),
+        F.sum("avg").alias("avg"),
+        F.sum("max").alias("max"),
+        F.sum("last").alias("last"),
+        F.sum("samples").alias("samples"),
+        F.count(F.lit(1)).cast("int").alias("brokers"),
+        F.lit("gauge").alias("kind"),
+    )
+
+
+def _quantile_columns(df: DataFrame) -> DataFrame:
+    """Add p50/p95/p99: Prometheus ``histogram_quantile`` over the array column ``buckets``.
+
+    ``buckets`` is array<struct<le: double, n: double>> sorted by ``le``, cumulative counts.
+    As in Prometheus: counts are made monotonic first; no ``+Inf`` bucket, fewer than two
+    buckets or no observations give null (Prometheus: NaN); a rank that falls in the
+    ``+Inf`` bucket gives the highest finite bound; a rank in the first bucket interpolates
+    from 0, unless that bucket's bound is <= 0, which is then the answer.
+    """
+    from pyspark.sql import functions as F
+
+    df = df.withColumn("_u", F.expr("transform(buckets, b -> b.le)")).withColumn(
+        "_c",
+        F.expr(
+            "transform(buckets, (b, i) -> array_max(slice(transform(buckets, x -> x.n), 1, i + 1)))"
+        ),
+    )
+    df = df.withColumn("_total", F.element_at("_c", -1)).withColumn(
+        "_ok",
+        (F.size("_u") >= 2) & (F.element_at("_u", -1) == F.lit(math.inf)) & (F.col("_total") > 0),
+    )
+    for name, q in QUANTILES:
+        rank = F.lit(q) * F.col("_total")
+        idx = F.expr(f"array_position(transform(_c, c -> c >= {q!r} * _total), true)").cast("int")
+        u = lambda i: F.element_at("_u", i)  # noqa: E731  (1-based, like element_at)
+        c = lambda i: F.element_at("_c", i)  # noqa: E731
+        value = (
+            F.when(~F.col("_ok"), F.lit(None).cast("double"))
+            .when(idx == F.size("_u"), u(idx - 1))
+            .when((idx == 1) & (u(F.lit(1)) <= 0), u(F.lit(1)))
+            .when(idx == 1, u(F.lit(1)) * (rank / c(F.lit(1))))
+            .otherwise(
+                u(idx - 1) + (u(idx) - u(idx - 1)) * ((rank - c(idx - 1)) / (c(idx) - c(idx - 1)))
+            )
+        )
+        df = df.withColumn(name, value)
+    return df.drop("_u", "_c", "_total", "_ok")
+
+
+def aggregate_histograms(counter_rows: DataFrame) -> DataFrame:
+    """p50/p95/p99 per window and group from the window's bucket increases."""
+    from pyspark.sql import functions as F
+
+    buckets = counter_rows.filter((F.col("kind") == "bucket") & F.col("le").isNotNull())
+    keys = [k for k in _KEYS if k not in ("metric", "labels")]
+    grouped = buckets.groupBy(
+        *keys,
+        F.regexp_replace("metric", "_bucket$", "").alias("metric"),
+        F.col("hist_labels").alias("labels"),
+    ).agg(
+        F.array_sort(
+            F.collect_list(F.struct(F.col("le").alias("le"), F.col("increase").alias("n")))
+        ).alias("buckets"),
+        F.sum("samples").alias("samples"),
+        F.max("brokers").alias("brokers"),
+        F.sum("resets").cast("long").alias("resets"),
+    )
+    total = F.expr("element_at(buckets, -1).n")
+    has_inf = F.expr("element_at(buckets, -1).le = double('Infinity')")
+    rate = F.when(has_inf & (F.col("window_ms") > 0), total / (F.col("window_ms") / 1000.0))
+    out = grouped.select(
+        *_KEYS,
+        F.lit("histogram").alias("kind"),
+        "samples",
+        "brokers",
+        "resets",
+        F.when(has_inf, total).alias("increase"),
+        rate.alias("rate_per_s"),
+        "buckets",
+    )
+    return _quantile_columns(out).drop("buckets")
+
+
+def _conform(df: DataFrame) -> DataFrame:
+    """Shape any aggregate into OUTPUT_COLUMNS (absent columns become typed nulls)."""
+    from pyspark.sql import functions as F
+
+    start = F.timestamp_millis(F.col("window_start_ms"))
+    derived = {
+        "window_start": start,
+        "window_end": F.timestamp_millis(F.col("window_start_ms") + F.col("window_ms")),
+        "date": F.date_format(start, "yyyy-MM-dd"),
+    }
+    present = set(df.columns)
+    cols = []
+    for name, dtype in OUTPUT_COLUMNS:
+        if name in derived:
+            cols.append(derived[name].cast(dtype).alias(name))
+        elif name in present:
+            cols.append(F.col(name).cast(dtype).alias(name))
+        else:
+            cols.append(F.lit(None).cast(dtype).alias(name))
+    return df.select(*cols)
+
+
+def rollup(series: DataFrame, windows: Sequence[Window], stats: InputStats) -> DataFrame:
+    """Every output row of every window, plus the :data:`ALL_WINDOW` rows."""
+    windowed = _windowed(series, windows, (stats.min_ts, stats.max_ts))
+    counters = aggregate_counters(windowed, stats.first_ts_by_broker)
+    return (
+        _conform(counters)
+        .unionByName(_conform(aggregate_gauges(windowed)))
+        .unionByName(_conform(aggregate_histograms(counters)))
+    )
+
+
+# -- driver ------------------------------------------------------------------------------------
+
+
+def _configure_logging() -> None:
+    if not log.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(
+            logging.Formatter("%(asctime)s rollup %(levelname)s %(message)s", "%H:%M:%S")
+        )
+        log.addHandler(handler)
+        log.setLevel(logging.INFO)
+        log.propagate = False
+
+
+def _spark_session(args: argparse.Namespace) -> tuple[SparkSession, bool]:
+    """The active session if there is one (tests, notebooks), else a new one we own."""
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active, False
+    builder = SparkSession.builder.appName("horae-metrics-rollup")
+    master = args.master
+    if master is None and "PYSPARK_GATEWAY_PORT" not in os.environ:
+        master = "local[*]"  # not under spark-submit
+    if master is not None:
+        builder = builder.master(master)
+    if master is not None and master.startswith("local"):
+        builder = builder.config("spark.ui.enabled", "false")
+        if args.shuffle_partitions is None:
+            builder = builder.config("spark.sql.shuffle.partitions", str(2 * (os.cpu_count() or 1)))
+    if args.shuffle_partitions is not None:
+        builder = builder.config("spark.sql.shuffle.partitions", str(args.shuffle_partitions))
+    for item in args.conf:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ValueError(f"--conf wants KEY=VALUE, got {item!r}")
+        builder = builder.config(key.strip(), value.strip())
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    return spark, True
+
+
+def run(spark: SparkSession, args: argparse.Namespace, listing: InputListing | None = None) -> int:
+    """The job proper on a given session; ``main`` wraps it with parsing and session setup."""
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    started = time.monotonic()
+    windows = parse_windows(args.window)
+    # Runtime SQL settings the results depend on, set even on a borrowed session.
+    spark.conf.set("spark.sql.session.timeZone", "UTC")
+    spark.conf.set("spark.sql.files.ignoreCorruptFiles", "true")
+    spark.conf.set("spark.sql.files.ignoreMissingFiles", "true")  # retention may race us
+    spark.conf.set("spark.sql.sources.partitionOverwriteMode", "dynamic")
+
+    if listing is None:
+        log.info("[1/5] listing %s", args.input)
+        listing = discover_remote(spark, args.input)
+        if not listing.files:
+            log.error("no snapshot files (*.jsonl.gz) under %s: nothing to roll up", args.input)
+            return EXIT_NO_INPUT
+        log.warning("remote input: corrupt files are skipped by Spark and reported in its log only")
+    stats = InputStats(files_read=len(listing.files), files_skipped=list(listing.skipped))
+
+    log.info("[2/5] parsing %d files", len(listing.files))
+    samples = read_samples(spark, listing.files).persist(StorageLevel.MEMORY_AND_DISK)
+    series: DataFrame | None = None
+    result: DataFrame | None = None
+    try:
+        collect_stats(samples, stats)
+        for path, count in stats.bad_by_file:
+            log.warning("skipped %d bad line(s) in %s", count, path)
+        if stats.nan_values:
+            log.info("ignored %d NaN samples", stats.nan_values)
+        if stats.unknown_types:
+            log.warning("%d samples of an unknown type were carried as gauges", stats.unknown_types)
+        if stats.rows == 0:
+            log.error("no valid sample in %d files: nothing to roll up", stats.files_read)
+            return EXIT_NO_INPUT
+        log.info(
+            "parsed %d samples from %d broker(s) (%s .. %s UTC), %d bad lines skipped",
+            stats.rows,
+            len(stats.first_ts_by_broker),
+            rollup_report.fmt_ts(stats.min_ts),
+            rollup_report.fmt_ts(stats.max_ts),
+            stats.bad_lines,
+        )
+
+        log.info("[3/5] rolling up windows %s", ", ".join(w.name for w in windows))
+        series = with_series_deltas(samples).persist(StorageLevel.MEMORY_AND_DISK)
+        result = rollup(series, windows, stats).persist(StorageLevel.MEMORY_AND_DISK)
+        out_dir = args.output.rstrip("/")
+        log.info("[4/5] writing Parquet to %s/rollup", out_dir)
+        written = result.filter(F.col("window") != ALL_WINDOW)
+        written.write.mode("overwrite").partitionBy("date", "window").parquet(f"{out_dir}/rollup")
+        samples.unpersist()
+        series.unpersist()
+        counts = {r["window"]: int(r["count"]) for r in written.groupBy("window").count().collect()}
+        for window in windows:
+            log.info("window %s: %d rows", window.name, counts.get(window.name, 0))
+
+        log.info("[5/5] writing %s/summary.md and the chart", out_dir)
+        rollup_report.write_report(
+            out_dir, args.input, [w.name for w in windows], stats, result, args.top
+        )
+    finally:
+        for frame in (samples, series, result):
+            if frame is not None:
+                frame.unpersist()
+    log.info("done in %.1fs", time.monotonic() - started)
+    return EXIT_OK
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """CLI entry point; returns the exit code (0 ok, 1 failure, 2 nothing readable)."""
+    _configure_logging()
+    args = build_parser().parse_args(list(argv) if argv is not None else None)
+    try:
+        parse_windows(args.window)
+    except ValueError as exc:
+        log.error("%s", exc)
+        return EXIT_NO_INPUT
+    listing: InputListing | None = None
+    if not _is_remote(args.input):
+        root = _local_path(args.input)
+        if not root.is_dir():
+            log.error("input directory %s does not exist: nothing to roll up", root)
+            return EXIT_NO_INPUT
+        log.info("[1/5] listing and checking %s", root)
+        listing = discover_local(root, validate=not args.no_validate)
+        for path, reason in listing.skipped:
+            log.warning("skipping %s: %s", path, reason)
+        if not listing.files:
+            what = (
+                "every snapshot file is unreadable"
+                if listing.skipped
+                else "no snapshot files (*.jsonl.gz)"
+            )
+            log.error("%s under %s: nothing to roll up", what, root)
+            return EXIT_NO_INPUT
+    try:
+        import pyspark  # noqa: F401
+    except ImportError:
+        log.error("pyspark is not installed: pip install 'horae[jobs]'")
+        return EXIT_FAILED
+    spark, owned = _spark_session(args)
+    try:
+        return run(spark, args, listing)
+    except Exception:
+        log.exception("rollup failed")
+        return EXIT_FAILED
+    finally:
+        if owned:
+            spark.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,9 @@
+"""Horae's sans-IO codec for Apache Pulsar's binary protocol (version 20).
+
+Bytes in, frames and commands out; ``encode_*() -> bytes`` out. No IO, no event loop, no clock:
+the broker's connection handler owns the socket and feeds :class:`protocol.frames.FrameDecoder`.
+
+Modules: :mod:`~protocol.frames` (incremental frame decoder), :mod:`~protocol.commands`
+(encoders), :mod:`~protocol.metadata` (entries, message metadata, batches, Key_Shared hash),
+:mod:`~protocol.errors` (the error hierarchy mapped to ``ServerError``), :mod:`~protocol.limits`.
+"""

@@ -1,0 +1,429 @@
+"""Incremental, sans-IO decoder of Pulsar binary-protocol frames.
+
+Theory of operation
+-------------------
+Bytes go in with :meth:`FrameDecoder.receive_data`; complete frames come out of
+:meth:`FrameDecoder.next_frame`, which returns :data:`NEED_DATA` when the buffer holds no complete
+frame. Call ``next_frame`` until it returns ``NEED_DATA`` after every ``receive_data``. Any split
+of the same byte stream yields the same frames. Nothing here does IO or keeps time.
+
+Wire layout (all integers big-endian; see ``shared/reference/pulsar-wire.md`` section 1.1)::
+
+    simple:  [totalSize:u32][commandSize:u32][BaseCommand]
+    payload: [totalSize:u32][commandSize:u32][BaseCommand]
+             [0x0e02:u16][size:u32][BrokerEntryMetadata]      (optional, broker -> client only)
+             [0x0e01:u16][crc32c:u32]                         (optional)
+             [metadataSize:u32][MessageMetadata][payload]     <- Frame.entry, what the CRC covers
+
+Rules, in the order they are applied:
+
+1. ``totalSize`` is checked against ``max_frame_size`` as soon as its 4 bytes are buffered,
+   before any of the body is: a TLS ClientHello (``16 03 ..``), an HTTP request (``GET ``) or a
+   ``0xFFFFFFFF`` length is refused at once, in constant memory.
+2. ``commandSize <= totalSize - 4`` is checked from the 8-byte header, again before the body.
+3. The command must parse as a ``BaseCommand`` whose ``type`` is known, whose required fields
+   are all present, whose sub-message for that type is present (PING/PONG may omit their
+   empty one) and whose string fields are valid UTF-8. Otherwise :class:`MalformedFrameError`.
+4. Bytes after the command make it a payload frame: optional broker-entry metadata, optional
+   magic+CRC32C, then the entry, whose ``metadataSize`` must lie within the frame.
+5. A CRC mismatch is *not* raised: ``Frame.checksum_valid`` is False and the broker answers
+   SEND_ERROR ChecksumError while the connection stays open.
+
+Every violation raises a :class:`~protocol.errors.ConnectionFatalError` subclass. Once one was
+raised the decoder is dead: it drops further input and raises the same error again, so a peer
+that keeps sending garbage cannot grow its memory.
+
+Buffering: when no partial frame is pending, a ``bytes`` chunk is adopted without copying and
+frames are sliced straight out of it; only a frame split across chunks is assembled in a
+``bytearray`` (with a read offset, compacted once the consumed prefix dominates).
+
+``Frame.command`` is always a fully parsed ``pb.BaseCommand`` (parsing costs about 0.3 us with
+upb, which the SEND decode target can afford; see ``bench/codec.py``).
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import Enum
+from typing import Final, Literal
+
+from crc32c import crc32c
+from google.protobuf.descriptor import Descriptor, FieldDescriptor
+from google.protobuf.message import DecodeError, Message
+
+from protocol import pulsar_pb as pb
+from protocol.errors import (
+    ConnectionFatalError,
+    ForeignProtocolError,
+    FrameTooLargeError,
+    MalformedFrameError,
+)
+from protocol.limits import MAX_FRAME_SIZE
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    """One decoded frame.
+
+    ``entry`` is set for payload frames only: ``[metadataSize:u32][MessageMetadata][payload]``,
+    the bytes the checksum covers, stored as-is as the ledger entry and sent back in MESSAGE.
+    ``checksum_valid`` is None when the frame carried no 0x0e01 magic, False on a CRC mismatch.
+    ``broker_entry_metadata`` is the raw ``BrokerEntryMetadata`` bytes when 0x0e02 was present.
+    """
+
+    command: pb.BaseCommand
+    entry: bytes | None = None
+    checksum_valid: bool | None = None
+    broker_entry_metadata: bytes | None = None
+
+
+class _Sentinel(Enum):
+    NEED_DATA = "NEED_DATA"
+
+    def __repr__(self) -> str:
+        return self.value
+
+
+NEED_DATA: Final = _Sentinel.NEED_DATA
+"""Returned by :meth:`FrameDecoder.next_frame` when no complete frame is buffered."""
+
+NeedData = Literal[_Sentinel.NEED_DATA]
+
+_U32: Final = struct.Struct(">I")
+_HEADER: Final = struct.Struct(">II")
+_MAGIC_CRC_HI, _MAGIC_CRC_LO = 0x0E, 0x01
+_MAGIC_BEM_LO = 0x02
+
+# BaseCommand.Type value -> name of the sub-message field that must accompany it (Pulsar numbers
+# each sub-message field after its type, so the descriptor gives the map).
+_SUBFIELD_BY_TYPE: Final[dict[int, str]] = {
+    value.number: pb.BaseCommand.DESCRIPTOR.fields_by_number[value.number].name
+    for value in pb.BaseCommand.Type.DESCRIPTOR.values
+}
+# Empty sub-messages some clients leave out; the command is still unambiguous.
+_OPTIONAL_SUBFIELD: Final = frozenset({pb.BaseCommand.PING, pb.BaseCommand.PONG})
+
+
+def _has_string_fields(descriptor: Descriptor, seen: frozenset[str] = frozenset()) -> bool:
+    if descriptor.full_name in seen:
+        return False
+    seen = seen | {descriptor.full_name}
+    for field in descriptor.fields:
+        if field.type == FieldDescriptor.TYPE_STRING:
+            return True
+        if field.type == FieldDescriptor.TYPE_MESSAGE and _has_string_fields(
+            field.message_type, seen
+        ):
+            return True
+    return False
+
+
+# Command types whose sub-message can hold a string somewhere. upb hands out a proto2 string
+# field holding invalid UTF-8 as *bytes*; those commands get a walk over their set fields so
+# that the broker only ever sees str. SEND, MESSAGE, SEND_RECEIPT and FLOW have no strings and
+# skip it (the hot path).
+_TYPES_WITH_STRINGS: Final = frozenset(
+    number
+    for number, name in _SUBFIELD_BY_TYPE.items()
+    if _has_string_fields(pb.BaseCommand.DESCRIPTOR.fields_by_name[name].message_type)
+)
+
+
+def _invalid_string_field(message: Message) -> str | None:
+    """Full name of the first string field holding invalid UTF-8 (returned as bytes), if any."""
+    for field, value in message.ListFields():
+        if field.type == FieldDescriptor.TYPE_STRING:
+            for item in value if field.is_repeated else (value,):
+                if type(item) is not str:
+                    return str(field.full_name)
+        elif field.type == FieldDescriptor.TYPE_MESSAGE:
+            for item in value if field.is_repeated else (value,):
+                found = _invalid_string_field(item)
+                if found is not None:
+                    return found
+    return None
+
+
+# First 4 bytes of an HTTP/1.x request line or the HTTP/2 preface, as a u32 length.
+_HTTP_PREFIXES: Final = frozenset(
+    {b"GET ", b"POST", b"PUT ", b"HEAD", b"DELE", b"OPTI", b"PATC", b"CONN", b"TRAC", b"PRI "}
+)
+# Compact the assembly buffer once this many consumed bytes sit in front of the pending ones.
+_COMPACT_AFTER: Final = 64 * 1024
+
+
+def _too_large(head: bytes, size: int, limit: int) -> FrameTooLargeError:
+    """Diagnose an over-limit length from the 4 bytes that carried it."""
+    if head[0] == 0x16 and head[1] == 0x03:  # TLS record: handshake, version 3.x
+        return ForeignProtocolError("tls", size, limit)
+    if head in _HTTP_PREFIXES:
+        return ForeignProtocolError("http", size, limit)
+    return FrameTooLargeError(size, limit)
+
+
+def parse_command(data: bytes | bytearray | memoryview) -> pb.BaseCommand:
+    """Parse and validate one serialized ``BaseCommand`` (rule 3 of the module docstring)."""
+    try:
+        cmd: pb.BaseCommand = _from_string(data)
+    except DecodeError as exc:
+        raise MalformedFrameError(f"command does not parse as BaseCommand: {exc}") from None
+    _validate(cmd)
+    return cmd
+
+
+def _validate(cmd: pb.BaseCommand) -> None:
+    if not cmd.HasField("type"):
+        # An unknown enum value of a proto2 field lands in the unknown fields: type unset.
+        raise MalformedFrameError("command has no type or an unknown command type")
+    field = _SUBFIELD_BY_TYPE[cmd.type]
+    if not cmd.HasField(field) and cmd.type not in _OPTIONAL_SUBFIELD:
+        raise MalformedFrameError(f"command of type {cmd.type} lacks its '{field}' field")
+    if not cmd.IsInitialized():
+        raise MalformedFrameError(
+            f"command of type {cmd.type} misses required fields: "
+            + ", ".join(cmd.FindInitializationErrors())
+        )
+    if cmd.type in _TYPES_WITH_STRINGS:
+        bad = _invalid_string_field(cmd)
+        if bad is not None:
+            raise MalformedFrameError(f"string field {bad} is not valid UTF-8")
+
+
+_from_string: Final = pb.BaseCommand.FromString
+_SEND: Final = pb.BaseCommand.SEND
+
+
+def _send_fast_path_pattern() -> re.Pattern[bytes]:
+    """A regex that proves, in one C call, that a *successfully parsed* command whose final
+    type is SEND has every required field, for the byte layout every client produces::
+
+        08 06             type = SEND
+        32 L              send = sub-message of L bytes (L < 128)
+        08 <varint:k>     producer_id, a varint of k bytes (k = 1..10)
+        10 ...            sequence_id, still inside the sub-message: 5 + k < 4 + L
+        and no 0x4a byte anywhere (send.message_id, whose own fields are required)
+
+    A non-match means "run the generic check", never "invalid". The parse having succeeded
+    guarantees the sequence_id varint is complete inside the sub-message.
+    """
+    alternatives = [
+        b"[" + re.escape(bytes([k + 2])) + rb"-\x7f]\x08" + rb"[\x80-\xff]" * (k - 1)
+        + rb"[\x00-\x7f]\x10"
+        for k in range(1, 11)
+    ]
+    return re.compile(rb"(?s)(?!.*\x4a)\x08\x06\x32(?:" + b"|".join(alternatives) + b")")
+
+
+_send_is_complete: Final = _send_fast_path_pattern().match
+
+
+class FrameDecoder:
+    """Bytes in, :class:`Frame` objects out. Not thread-safe; one per connection."""
+
+    __slots__ = ("_buf", "_error", "_max_frame_size", "_pos")
+
+    def __init__(self, max_frame_size: int = MAX_FRAME_SIZE) -> None:
+        if max_frame_size < 8:
+            raise ValueError("max_frame_size must be at least 8 bytes")
+        self._max_frame_size = max_frame_size
+        # Either an adopted immutable chunk (bytes) or an assembly buffer (bytearray); the bytes
+        # before _pos are consumed.
+        self._buf: bytes | bytearray = b""
+        self._pos = 0
+        self._error: ConnectionFatalError | None = None
+
+    @property
+    def buffered(self) -> int:
+        """Bytes received but not yet returned as frames (0 once the decoder failed)."""
+        return len(self._buf) - self._pos
+
+    @property
+    def failed(self) -> bool:
+        """True once a connection-fatal error was raised (or is about to be)."""
+        return self._error is not None
+
+    def receive_data(self, data: bytes | bytearray | memoryview) -> None:
+        """Append bytes from the peer. Never raises; errors surface from :meth:`next_frame`."""
+        if self._error is not None or not data:
+            return  # a dead decoder holds no more memory whatever the peer sends
+        buf = self._buf
+        pos = self._pos
+        if pos >= len(buf):
+            # Nothing pending: adopt the chunk. A bytearray/memoryview must be copied, the
+            # caller may reuse it.
+            self._buf = data if type(data) is bytes else bytes(data)
+            self._pos = 0
+        elif type(buf) is bytes:
+            assembly = bytearray(memoryview(buf)[pos:])
+            assembly += data
+            self._buf = assembly
+            self._pos = 0
+        else:
+            assert isinstance(buf, bytearray)
+            if pos >= _COMPACT_AFTER and pos * 2 >= len(buf):
+                del buf[:pos]
+                self._pos = 0
+            buf += data
+        self._check_pending_header()
+
+    def _check_pending_header(self) -> None:
+        """Apply rules 1 and 2 to the first pending header so that an impossible length is
+        refused (and its buffer dropped) even if the caller keeps feeding before reading."""
+        buf = self._buf
+        pos = self._pos
+        avail = len(buf) - pos
+        if avail < 4:
+            return
+        try:
+            (total,) = _U32.unpack_from(buf, pos)
+            if total > self._max_frame_size:
+                raise _too_large(bytes(buf[pos : pos + 4]), total, self._max_frame_size)
+            if avail >= 8:
+                (command_size,) = _U32.unpack_from(buf, pos + 4)
+                if command_size > total - 4:
+                    raise MalformedFrameError(
+                        f"command size {command_size} exceeds frame size {total} - 4"
+                    )
+        except ConnectionFatalError as exc:
+            self._fail(exc)
+
+    def _fail(self, exc: ConnectionFatalError) -> None:
+        self._error = exc
+        self._buf = b""
+        self._pos = 0
+
+    def next_frame(self) -> Frame | NeedData:
+        """The next complete frame, or :data:`NEED_DATA`.
+
+        Raises a :class:`~protocol.errors.ConnectionFatalError` subclass (and keeps raising it)
+        when the stream is invalid.
+        """
+        if self._error is not None:
+            raise self._error
+        buf = self._buf
+        pos = self._pos
+        size = len(buf)
+        if size - pos < 8:
+            if size - pos >= 4:
+                self._check_pending_header()
+                if self._error is not None:
+                    raise self._error
+            return NEED_DATA
+        total, command_size = _header_unpack_from(buf, pos)
+        if total > self._max_frame_size or command_size > total - 4:
+            self._check_pending_header()
+            assert self._error is not None
+            raise self._error
+        frame_end = pos + 4 + total
+        if frame_end > size:
+            return NEED_DATA
+        command_end = pos + 8 + command_size
+        raw = buf[pos + 8 : command_end]
+        try:
+            try:
+                cmd: pb.BaseCommand = _from_string(raw)
+            except DecodeError as exc:
+                raise MalformedFrameError(f"command does not parse as BaseCommand: {exc}") from None
+            # The SEND hot path proves its required fields from the bytes (~0.2 us, see
+            # _send_fast_path_pattern) instead of IsInitialized (~0.5 us) and friends.
+            if cmd.type != _SEND or _send_is_complete(raw) is None:
+                _validate(cmd)
+            if command_end == frame_end:
+                frame = _new_frame(cmd, None, None, None)
+            elif (
+                frame_end - command_end >= 10
+                and buf[command_end] == _MAGIC_CRC_HI
+                and buf[command_end + 1] == _MAGIC_CRC_LO
+            ):
+                # The common payload frame: checksum, no broker entry metadata.
+                (expected,) = _u32_unpack_from(buf, command_end + 2)
+                entry = buf[command_end + 6 : frame_end]
+                if type(entry) is not bytes:  # assembled in a bytearray
+                    entry = bytes(entry)
+                (metadata_size,) = _u32_unpack_from(entry, 0)
+                if metadata_size > len(entry) - 4:
+                    raise MalformedFrameError(
+                        f"metadata size {metadata_size} exceeds the {len(entry) - 4} bytes "
+                        "left in the frame"
+                    )
+                frame = _new_frame(cmd, entry, crc32c(entry) == expected, None)
+            else:
+                frame = _payload_frame(cmd, buf, command_end, frame_end)
+        except ConnectionFatalError as exc:
+            self._fail(exc)
+            raise
+        if frame_end == size:
+            self._buf = b""  # release the chunk / assembly buffer
+            self._pos = 0
+        else:
+            self._pos = frame_end
+        return frame
+
+
+def _payload_frame(cmd: pb.BaseCommand, buf: bytes | bytearray, pos: int, frame_end: int) -> Frame:
+    """Rule 4 in full: optional broker entry metadata, optional checksum, then the entry."""
+    broker_entry_metadata: bytes | None = None
+    if frame_end - pos >= 2 and buf[pos] == _MAGIC_CRC_HI and buf[pos + 1] == _MAGIC_BEM_LO:
+        if frame_end - pos < 6:
+            raise MalformedFrameError("truncated broker entry metadata header")
+        (bem_size,) = _U32.unpack_from(buf, pos + 2)
+        if bem_size > frame_end - pos - 6:
+            raise MalformedFrameError(f"broker entry metadata size {bem_size} exceeds the frame")
+        broker_entry_metadata = bytes(buf[pos + 6 : pos + 6 + bem_size])
+        pos += 6 + bem_size
+    checksum_valid: bool | None = None
+    if frame_end - pos >= 2 and buf[pos] == _MAGIC_CRC_HI and buf[pos + 1] == _MAGIC_CRC_LO:
+        if frame_end - pos < 6:
+            raise MalformedFrameError("truncated checksum")
+        (expected,) = _U32.unpack_from(buf, pos + 2)
+        entry = bytes(buf[pos + 6 : frame_end])
+        checksum_valid = crc32c(entry) == expected
+    else:
+        entry = bytes(buf[pos:frame_end])
+    if len(entry) < 4:
+        raise MalformedFrameError(f"payload of {len(entry)} bytes has no metadata size")
+    (metadata_size,) = _U32.unpack_from(entry, 0)
+    if metadata_size > len(entry) - 4:
+        raise MalformedFrameError(
+            f"metadata size {metadata_size} exceeds the {len(entry) - 4} bytes left in the frame"
+        )
+    return _new_frame(cmd, entry, checksum_valid, broker_entry_metadata)
+
+
+_header_unpack_from: Final = _HEADER.unpack_from
+_u32_unpack_from: Final = _U32.unpack_from
+_frame_new: Final = object.__new__
+# Frame is frozen: its generated __init__ goes through object.__setattr__ per field (~0.8 us).
+# The hot path fills the slots through their member descriptors instead (~0.4 us); the
+# instance is indistinguishable from one built by Frame(...).
+
+
+def _slot_setter(name: str) -> Callable[[Frame, object], None]:
+    setter: Callable[[Frame, object], None] = vars(Frame)[name].__set__
+    return setter
+
+
+_set_command: Final = _slot_setter("command")
+_set_entry: Final = _slot_setter("entry")
+_set_checksum_valid: Final = _slot_setter("checksum_valid")
+_set_broker_entry_metadata: Final = _slot_setter("broker_entry_metadata")
+
+
+def _new_frame(
+    command: pb.BaseCommand,
+    entry: bytes | None,
+    checksum_valid: bool | None,
+    broker_entry_metadata: bytes | None,
+) -> Frame:
+    frame: Frame = _frame_new(Frame)
+    _set_command(frame, command)
+    _set_entry(frame, entry)
+    _set_checksum_valid(frame, checksum_valid)
+    _set_broker_entry_metadata(frame, broker_entry_metadata)
+    return frame
+
+
+__all__ = ["NEED_DATA", "Frame", "FrameDecoder", "NeedData", "parse_command"]

@@ -1,0 +1,228 @@
+"""Entries, message metadata, batches and the Key_Shared hash.
+
+Theory of operation
+-------------------
+An *entry* is what a producer's SEND carries after the checksum and what the broker stores and
+sends back verbatim in MESSAGE::
+
+    entry = [metadataSize:u32 big-endian][MessageMetadata][payload]
+
+The broker forwards the producer's bytes untouched (a batch is a batch only because the producer
+set ``num_messages_in_batch``; the broker must never add it). The one exception is the
+fixed-delay policy (PIP-437), which needs ``deliver_at_time`` rewritten:
+:func:`rewrite_deliver_at` returns a *new* entry, so its CRC32C changes; the MESSAGE encoder
+recomputes the CRC from the entry it sends unless given ``entry_crc`` -- never pass the CRC of
+the original bytes for a rewritten entry.
+
+:func:`parse_entry` is the broker's cheap read (one upb parse of the metadata, ~1 us) into an
+immutable :class:`EntryInfo`. A batch payload is ``N x [u32 size][SingleMessageMetadata][data]``
+and :func:`iter_batch` walks it. Every malformed input raises :class:`MalformedEntryError`
+(a request-scoped error: SEND_ERROR, the connection survives).
+
+Key_Shared routing follows Pulsar exactly (``StickyKeyConsumerSelector.makeStickyKeyHash`` ->
+``Murmur3_32Hash.makeHash``): the hash is MurmurHash3 x86 32-bit of the sticky key bytes, seed 0,
+masked with ``Integer.MAX_VALUE`` (0x7fffffff); hash-range selectors use the slot
+``hash % 65536`` (``DEFAULT_RANGE_SIZE = 2 << 15``). The sticky key is the ordering key, else the
+partition key (base64-decoded when ``partition_key_b64_encoded``, else its UTF-8 bytes), else the
+literal ``b"NONE_KEY"`` (Pulsar's ``NONE_KEY``), so key-less messages share one slot as in Pulsar.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Final
+
+import mmh3
+from crc32c import crc32c
+from google.protobuf.message import DecodeError
+
+from protocol import pulsar_pb as pb
+from protocol.errors import MalformedEntryError
+
+_U32: Final = struct.Struct(">I")
+
+NONE_KEY: Final = b"NONE_KEY"
+"""Pulsar's sticky key for messages with neither ordering key nor partition key."""
+
+KEY_SHARED_RANGE_SIZE: Final = 65536
+"""Pulsar's ``StickyKeyConsumerSelector.DEFAULT_RANGE_SIZE`` (2 << 15): hash ranges are 0..65535."""
+
+
+@dataclass(frozen=True, slots=True)
+class EntryInfo:
+    """What the broker needs from an entry's MessageMetadata, read once at publish time."""
+
+    publish_time: int
+    """Milliseconds since the epoch, set by the producer."""
+    deliver_at_time: int | None
+    """Milliseconds since the epoch; None when the message is not delayed."""
+    num_messages_in_batch: int | None
+    """None when the entry is not a batch (the field is absent)."""
+    partition_key: str | None
+    ordering_key: bytes | None
+    sequence_id: int
+    producer_name: str
+    event_time: int
+    highest_sequence_id: int
+    partition_key_b64_encoded: bool = False
+
+    @property
+    def messages(self) -> int:
+        """Messages in the entry: the FLOW permits it costs."""
+        return self.num_messages_in_batch if self.num_messages_in_batch is not None else 1
+
+    @property
+    def sticky_key(self) -> bytes:
+        """The Key_Shared routing key, as Pulsar's ``peekStickyKey`` computes it."""
+        if self.ordering_key is not None:
+            return self.ordering_key
+        if self.partition_key is not None:
+            if self.partition_key_b64_encoded:
+                try:
+                    return base64.b64decode(self.partition_key, validate=True)
+                except (binascii.Error, ValueError):
+                    pass  # not base64 after all: route on the text, never fail a dispatch
+            return self.partition_key.encode()
+        return NONE_KEY
+
+
+def encode_entry(metadata: pb.MessageMetadata, payload: bytes) -> bytes:
+    """``[metadataSize][metadata][payload]``; raises ``EncodeError`` if a required field is unset."""
+    md: bytes = metadata.SerializeToString()
+    return b"".join((_U32.pack(len(md)), md, payload))
+
+
+def split_entry(entry: bytes) -> tuple[bytes, memoryview]:
+    """(serialized MessageMetadata, payload view) of an entry."""
+    if len(entry) < 4:
+        raise MalformedEntryError(f"entry of {len(entry)} bytes has no metadata size")
+    (size,) = _U32.unpack_from(entry, 0)
+    if size > len(entry) - 4:
+        raise MalformedEntryError(f"metadata size {size} exceeds the entry ({len(entry)} bytes)")
+    return entry[4 : 4 + size], memoryview(entry)[4 + size :]
+
+
+def parse_metadata(entry: bytes) -> pb.MessageMetadata:
+    """The full MessageMetadata of an entry (required fields checked)."""
+    raw, _ = split_entry(entry)
+    try:
+        md: pb.MessageMetadata = pb.MessageMetadata.FromString(raw)
+    except DecodeError as exc:
+        raise MalformedEntryError(f"message metadata does not parse: {exc}") from None
+    if not md.IsInitialized():
+        raise MalformedEntryError(
+            "message metadata misses required fields: " + ", ".join(md.FindInitializationErrors())
+        )
+    return md
+
+
+def parse_entry(entry: bytes) -> EntryInfo:
+    """Read the fields the broker routes and schedules on."""
+    md = parse_metadata(entry)
+    has = md.HasField
+    partition_key = md.partition_key if has("partition_key") else None
+    producer_name = md.producer_name
+    # upb returns a proto2 string holding invalid UTF-8 as bytes; keep EntryInfo's types honest.
+    if type(producer_name) is not str or (
+        partition_key is not None and type(partition_key) is not str
+    ):
+        raise MalformedEntryError("message metadata holds a string that is not valid UTF-8")
+    return EntryInfo(
+        publish_time=md.publish_time,
+        deliver_at_time=md.deliver_at_time if has("deliver_at_time") else None,
+        num_messages_in_batch=md.num_messages_in_batch if has("num_messages_in_batch") else None,
+        partition_key=partition_key,
+        ordering_key=md.ordering_key if has("ordering_key") else None,
+        sequence_id=md.sequence_id,
+        producer_name=producer_name,
+        event_time=md.event_time,
+        highest_sequence_id=md.highest_sequence_id,
+        partition_key_b64_encoded=md.partition_key_b64_encoded,
+    )
+
+
+def rewrite_deliver_at(entry: bytes, deliver_at_ms: int) -> bytes:
+    """A new entry whose metadata has ``deliver_at_time = deliver_at_ms``, payload unchanged.
+
+    The metadata is re-serialized (unknown fields are kept), so the entry's CRC32C changes:
+    encode MESSAGE frames for it without a stale ``entry_crc``.
+    """
+    md = parse_metadata(entry)
+    md.deliver_at_time = deliver_at_ms
+    _, payload = split_entry(entry)
+    return encode_entry(md, bytes(payload))
+
+
+def entry_checksum(entry: bytes | bytearray | memoryview) -> int:
+    """CRC32C (Castagnoli) of an entry, as carried after magic 0x0e01."""
+    result: int = crc32c(entry)
+    return result
+
+
+def iter_batch(
+    payload: bytes | memoryview, count: int
+) -> Iterator[tuple[pb.SingleMessageMetadata, bytes]]:
+    """Yield ``(SingleMessageMetadata, data)`` for each of the ``count`` messages of a batch
+    payload (``count`` = the outer ``num_messages_in_batch``)."""
+    view = memoryview(payload)
+    pos = 0
+    end = len(view)
+    for index in range(count):
+        if end - pos < 4:
+            raise MalformedEntryError(f"batch message {index} of {count}: truncated size")
+        (size,) = _U32.unpack_from(view, pos)
+        pos += 4
+        if size > end - pos:
+            raise MalformedEntryError(
+                f"batch message {index}: metadata size {size} exceeds payload"
+            )
+        try:
+            single: pb.SingleMessageMetadata = pb.SingleMessageMetadata.FromString(
+                view[pos : pos + size]
+            )
+        except DecodeError as exc:
+            raise MalformedEntryError(
+                f"batch message {index}: metadata does not parse: {exc}"
+            ) from None
+        if not single.HasField("payload_size"):
+            raise MalformedEntryError(f"batch message {index}: payload_size missing")
+        pos += size
+        data_size = single.payload_size
+        if data_size < 0 or data_size > end - pos:
+            raise MalformedEntryError(
+                f"batch message {index}: payload size {data_size} exceeds payload"
+            )
+        yield single, bytes(view[pos : pos + data_size])
+        pos += data_size
+
+
+def murmur3_32_hash(key: bytes) -> int:
+    """Pulsar's ``Murmur3_32Hash.makeHash``: murmur3 x86 32-bit, seed 0, ``& 0x7fffffff``."""
+    result: int = mmh3.hash(key, 0, signed=False) & 0x7FFFFFFF
+    return result
+
+
+def sticky_key_hash(key: bytes) -> int:
+    """The Key_Shared hash slot of a sticky key, in ``range(65536)``: ``murmur3_32_hash % 65536``
+    (what Pulsar's hash-range selectors compare with consumers' hash ranges)."""
+    return murmur3_32_hash(key) % KEY_SHARED_RANGE_SIZE
+
+
+__all__ = [
+    "KEY_SHARED_RANGE_SIZE",
+    "NONE_KEY",
+    "EntryInfo",
+    "encode_entry",
+    "entry_checksum",
+    "iter_batch",
+    "murmur3_32_hash",
+    "parse_entry",
+    "parse_metadata",
+    "rewrite_deliver_at",
+    "split_entry",
+    "sticky_key_hash",
+]

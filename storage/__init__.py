@@ -1,0 +1,46 @@
+"""Horae's local storage: managed ledgers of segment files, cursors, bucket snapshots, metadata.
+
+storage/ never imports broker/ or protocol/ and deals in bytes only. Entry points:
+SegmentStore.open(root, StorageConfig()) -> store.open_ledger(name) -> ManagedLedger.
+"""
+
+from __future__ import annotations
+
+from storage.config import StorageConfig
+from storage.cursor import ManagedCursor
+from storage.errors import (
+    CorruptRecordError,
+    CursorNotFoundError,
+    LedgerNotFoundError,
+    PersistenceError,
+    SnapshotNotFoundError,
+    StorageError,
+)
+from storage.fileops import FileOps
+from storage.ledger import LedgerInfo, ManagedLedger
+from storage.metadata import MetadataStore
+from storage.positions import Entry, Position
+from storage.segments import RecoveryEvent
+from storage.snapshots import SnapshotStore
+from storage.store import RecoveryReport, SegmentStore
+
+__all__ = [
+    "CorruptRecordError",
+    "CursorNotFoundError",
+    "Entry",
+    "FileOps",
+    "LedgerInfo",
+    "LedgerNotFoundError",
+    "ManagedCursor",
+    "ManagedLedger",
+    "MetadataStore",
+    "PersistenceError",
+    "Position",
+    "RecoveryEvent",
+    "RecoveryReport",
+    "SegmentStore",
+    "SnapshotNotFoundError",
+    "SnapshotStore",
+    "StorageConfig",
+    "StorageError",
+]

@@ -1,0 +1,30 @@
+"""Storage configuration (mapped from Pulsar's managedLedger* broker.conf names by broker/config.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class StorageConfig:
+    max_entries_per_ledger: int = 50000
+    """managedLedgerMaxEntriesPerLedger: roll over to a new ledger after this many entries."""
+    max_size_per_ledger_bytes: int = 2 * 1024 * 1024 * 1024
+    """managedLedgerMaxSizePerLedgerMbytes (2048 MiB): roll over once a ledger holds this many bytes."""
+    max_ledger_rollover_minutes: float = 240
+    """managedLedgerMaxLedgerRolloverTimeMinutes: roll over a ledger this old at its next append."""
+    mark_delete_rate_limit_per_sec: float = 1.0
+    """managedLedgerDefaultMarkDeleteRateLimit: background cursor persists per second (<= 0: only
+    on flush() and close())."""
+    entry_cache_bytes: int = 64 * 1024 * 1024
+    """Bytes of recent entries kept in memory (store-wide) so tailing readers never touch disk."""
+    fsync: bool = True
+    """False skips fdatasync (tests/benchmarks of CPU cost only): acknowledged entries are then
+    NOT crash-safe."""
+    group_commit_max_delay_ms: float = 1.0
+    """How long the writer thread waits for more appends after the first one of a batch arrives,
+    unless group_commit_max_batch_entries are already queued. 0 = natural batching only."""
+    group_commit_max_batch_entries: int = 2048
+    """Stop waiting for more appends once this many are queued."""
+    read_threads: int = 4
+    """Threads serving uncached reads (disk reads never run on the event loop)."""

@@ -1,0 +1,368 @@
+"""ManagedCursor: a subscription's acknowledgement state, and its on-disk format.
+
+State: mark_delete_position (every entry <= it is acknowledged), individually deleted entries
+beyond it as one pyroaring BitMap per ledger (entry ids are < 2**32), read_position (next
+entry to read), revision (PIP-269 cursor state revision, set by the broker), properties
+(str -> str). Acks only touch the in-memory bitmaps; the mark-delete position advances over
+contiguous runs of acknowledged (or recovery-dropped, i.e. missing) entries, across ledgers.
+
+Persistence: the whole state is written as a new file ``cursors/<name>.cur`` with
+FileOps.atomic_write (tmp, fsync, rename, fsync dir) in the store's I/O thread, never on the
+loop; at most mark_delete_rate_limit_per_sec times a second by the store's background flush,
+plus on flush() and close(). The ack state is never truncated however fragmented it is:
+persisted_size_bytes says what it costs.
+
+File format (little endian), version 1:
+  b"HCUR" | version u8 | name_len u16 | name utf-8
+  | md_ledger i64 | md_entry i64 | read_ledger i64 | read_entry i64 | revision u64
+  | n_props u32 | n_props x (key_len u32, key utf-8, value_len u32, value utf-8)
+  | n_bitmaps u32 | n_bitmaps x (ledger_id i64, size u32, BitMap.serialize() [portable format])
+  | crc32c u32 of everything before it
+"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from crc32c import crc32c
+from pyroaring import BitMap
+
+from storage.errors import CorruptRecordError, StorageError
+from storage.positions import Position
+
+if TYPE_CHECKING:
+    from storage.ledger import ManagedLedger
+
+CURSOR_MAGIC = b"HCUR"
+CURSOR_VERSION = 1
+_HEAD = struct.Struct("<4sBH")
+_POSITIONS = struct.Struct("<qqqqQ")
+_U32 = struct.Struct("<I")
+_BITMAP_HEAD = struct.Struct("<qI")
+
+
+@dataclass(slots=True)
+class CursorState:
+    """The persisted part of a cursor (decoded form of a .cur file)."""
+
+    name: str
+    mark_delete: Position
+    read_position: Position
+    revision: int = 0
+    properties: dict[str, str] = field(default_factory=dict)
+    bitmaps: dict[int, BitMap] = field(default_factory=dict)
+    persisted_size_bytes: int = 0  # not persisted: the size of the file it was loaded from
+
+
+def encode_cursor(state: CursorState) -> bytes:
+    name = state.name.encode()
+    md, rd = state.mark_delete, state.read_position
+    parts: list[bytes] = [
+        _HEAD.pack(CURSOR_MAGIC, CURSOR_VERSION, len(name)),
+        name,
+        _POSITIONS.pack(md.ledger_id, md.entry_id, rd.ledger_id, rd.entry_id, state.revision),
+        _U32.pack(len(state.properties)),
+    ]
+    for key, value in state.properties.items():
+        kb, vb = key.encode(), value.encode()
+        parts += [_U32.pack(len(kb)), kb, _U32.pack(len(vb)), vb]
+    bitmaps = [(lid, bm) for lid, bm in sorted(state.bitmaps.items()) if bm]
+    parts.append(_U32.pack(len(bitmaps)))
+    for ledger_id, bitmap in bitmaps:
+        bitmap.run_optimize()  # run containers make dense ack ranges nearly free
+        blob = bitmap.serialize()
+        parts += [_BITMAP_HEAD.pack(ledger_id, len(blob)), blob]
+    body = b"".join(parts)
+    return body + _U32.pack(crc32c(body))
+
+
+def decode_cursor(data: bytes) -> CursorState:
+    """Raises CorruptRecordError on any framing or CRC problem."""
+    if len(data) < _HEAD.size + _POSITIONS.size + 12:
+        raise CorruptRecordError("cursor file too short")
+    (crc,) = _U32.unpack_from(data, len(data) - 4)
+    body = memoryview(data)[:-4]
+    if crc32c(body) != crc:
+        raise CorruptRecordError("cursor file CRC mismatch")
+    try:
+        magic, version, name_len = _HEAD.unpack_from(data, 0)
+        if magic != CURSOR_MAGIC or version != CURSOR_VERSION:
+            raise CorruptRecordError(f"not a cursor file (magic {magic!r}, version {version})")
+        off = _HEAD.size
+        name = bytes(body[off : off + name_len]).decode()
+        off += name_len
+        ml, me, rl, re_, revision = _POSITIONS.unpack_from(data, off)
+        off += _POSITIONS.size
+        (n_props,) = _U32.unpack_from(data, off)
+        off += 4
+        props: dict[str, str] = {}
+        for _ in range(n_props):
+            (klen,) = _U32.unpack_from(data, off)
+            key = bytes(body[off + 4 : off + 4 + klen]).decode()
+            off += 4 + klen
+            (vlen,) = _U32.unpack_from(data, off)
+            props[key] = bytes(body[off + 4 : off + 4 + vlen]).decode()
+            off += 4 + vlen
+        (n_bitmaps,) = _U32.unpack_from(data, off)
+        off += 4
+        bitmaps: dict[int, BitMap] = {}
+        for _ in range(n_bitmaps):
+            ledger_id, size = _BITMAP_HEAD.unpack_from(data, off)
+            off += _BITMAP_HEAD.size
+            bitmaps[ledger_id] = BitMap.deserialize(bytes(body[off : off + size]))
+            off += size
+        if off != len(body):
+            raise CorruptRecordError("trailing bytes in cursor file")
+    except (struct.error, UnicodeDecodeError, ValueError) as exc:
+        raise CorruptRecordError(f"malformed cursor file: {exc}") from exc
+    return CursorState(
+        name, Position(ml, me), Position(rl, re_), revision, props, bitmaps, len(data)
+    )
+
+
+def _run_end(bitmap: BitMap, start: int) -> int:
+    """Last id of the run of consecutive ids in bitmap that starts at start (start in bitmap)."""
+    good = 1
+    bad = 2
+    while bitmap.contains_range(start, start + bad):
+        good = bad
+        bad *= 2
+    while bad - good > 1:  # invariant: [start, start+good) in bitmap, [start, start+bad) not
+        mid = (good + bad) // 2
+        if bitmap.contains_range(start, start + mid):
+            good = mid
+        else:
+            bad = mid
+    return start + good - 1
+
+
+class ManagedCursor:
+    """One subscription's position and acks on a ManagedLedger. Loop-only, except persistence."""
+
+    def __init__(self, ledger: ManagedLedger, path: Path, state: CursorState) -> None:
+        self._ledger = ledger
+        self._path = path
+        self.name = state.name
+        self._md = state.mark_delete
+        self._read = state.read_position
+        self._revision = state.revision
+        self._properties = dict(state.properties)
+        self._bitmaps: dict[int, BitMap] = state.bitmaps
+        self._dirty = state.persisted_size_bytes == 0  # a loaded state is already on disk
+        self._lock = asyncio.Lock()
+        self._closed = False
+        self.persisted_size_bytes = state.persisted_size_bytes
+        """Size in bytes of the last persisted state (0 before the first persist)."""
+        self.persist_count = 0
+
+    # -- positions -------------------------------------------------------------------------
+
+    @property
+    def mark_delete_position(self) -> Position:
+        return self._md
+
+    @property
+    def read_position(self) -> Position:
+        return self._read
+
+    @read_position.setter
+    def read_position(self, pos: Position) -> None:
+        self._read = pos
+        self._dirty = True
+
+    @property
+    def revision(self) -> int:
+        return self._revision
+
+    @revision.setter
+    def revision(self, value: int) -> None:
+        self._revision = value
+        self._dirty = True
+
+    @property
+    def properties(self) -> dict[str, str]:
+        """A copy; change it with set_property/remove_property so the change is persisted."""
+        return dict(self._properties)
+
+    def set_property(self, key: str, value: str) -> None:
+        self._properties[key] = value
+        self._dirty = True
+
+    def remove_property(self, key: str) -> None:
+        if self._properties.pop(key, None) is not None:
+            self._dirty = True
+
+    @property
+    def dirty(self) -> bool:
+        """True while some change is not yet durable (including one being written now)."""
+        return self._dirty or self._lock.locked()
+
+    # -- acks ------------------------------------------------------------------------------
+
+    def is_deleted(self, pos: Position) -> bool:
+        if pos <= self._md:
+            return True
+        bitmap = self._bitmaps.get(pos.ledger_id)
+        return bitmap is not None and pos.entry_id in bitmap
+
+    def delete(self, positions: Iterable[Position]) -> None:
+        """Individual acks. Positions at or before the mark-delete position are ignored."""
+        md_ledger, md_entry = self._md.ledger_id, self._md.entry_id
+        bitmaps = self._bitmaps
+        for pos in positions:
+            ledger_id = pos.ledger_id
+            if ledger_id < md_ledger or (ledger_id == md_ledger and pos.entry_id <= md_entry):
+                continue
+            bitmap = bitmaps.get(ledger_id)
+            if bitmap is None:
+                bitmap = bitmaps[ledger_id] = BitMap()
+            bitmap.add(pos.entry_id)
+        self._dirty = True
+        self._advance()
+
+    def delete_entry_ids(self, ledger_id: int, entry_ids: Iterable[int] | BitMap) -> None:
+        """Bulk individual acks of entry ids of one ledger (straight into its bitmap)."""
+        if ledger_id < self._md.ledger_id:
+            return
+        incoming = entry_ids if isinstance(entry_ids, BitMap) else BitMap(entry_ids)
+        bitmap = self._bitmaps.get(ledger_id)
+        if bitmap is None:
+            bitmap = self._bitmaps[ledger_id] = BitMap()
+        bitmap |= incoming
+        if ledger_id == self._md.ledger_id and self._md.entry_id >= 0:
+            bitmap.remove_range(0, self._md.entry_id + 1)
+        self._dirty = True
+        self._advance()
+
+    def mark_delete(self, pos: Position) -> None:
+        """Cumulative ack of every entry <= pos."""
+        if pos <= self._md:
+            return
+        self._md = pos
+        self._dirty = True
+        self._advance(force_prune=True)
+
+    def reset(self, pos: Position) -> None:
+        """Next read is pos; mark-delete becomes the position just before it; acks at/after pos
+        (and all individual acks) are cleared. The revision is the broker's to bump."""
+        self._read = pos
+        self._md = Position(pos.ledger_id, pos.entry_id - 1)
+        self._bitmaps.clear()
+        self._dirty = True
+        self._advance()
+
+    @property
+    def individually_deleted_count(self) -> int:
+        return sum(len(b) for b in self._bitmaps.values())
+
+    def individually_deleted(self) -> dict[int, BitMap]:
+        """Copies of the per-ledger bitmaps of acks beyond the mark-delete position."""
+        return {lid: bm.copy() for lid, bm in self._bitmaps.items() if bm}
+
+    @property
+    def backlog(self) -> int:
+        """Entries after the mark-delete position, up to last_confirmed, not yet acknowledged."""
+        ledger = self._ledger
+        lac = ledger.last_confirmed
+        if lac is None or lac <= self._md:
+            return 0
+        between = ledger.entries_between(self._md, lac)
+        acked = 0
+        for ledger_id, bitmap in self._bitmaps.items():
+            if ledger_id < lac.ledger_id:
+                acked += len(bitmap)
+            elif ledger_id == lac.ledger_id:
+                acked += bitmap.range_cardinality(0, lac.entry_id + 1)
+        return max(0, between - acked)
+
+    def _advance(self, *, force_prune: bool = False) -> None:
+        """Move mark-delete over acked or missing entries, then drop bitmaps it has passed."""
+        ledger = self._ledger
+        ledger_id, entry_id = self._md.ledger_id, self._md.entry_id
+        bitmaps = self._bitmaps
+        moved = force_prune
+        while True:
+            end, complete, missing = ledger._ledger_extent(ledger_id)
+            if entry_id + 1 < end:
+                nxt = entry_id + 1
+                bitmap = bitmaps.get(ledger_id)
+                if bitmap is not None and nxt in bitmap:
+                    entry_id = min(_run_end(bitmap, nxt), end - 1)
+                    moved = True
+                    continue
+                if missing is not None and nxt in missing:
+                    entry_id = min(_run_end(missing, nxt), end - 1)
+                    moved = True
+                    continue
+                break
+            if not complete:
+                break
+            following = ledger._ledger_after(ledger_id)
+            if following is None:
+                break
+            next_end, _, next_missing = ledger._ledger_extent(following)
+            next_bitmap = bitmaps.get(following)
+            if next_end == 0 or (next_bitmap is not None and 0 in next_bitmap) or (
+                next_missing is not None and 0 in next_missing
+            ):
+                if next_end == 0 and following == ledger._current_ledger_id:
+                    break
+                ledger_id, entry_id = following, -1
+                moved = True
+                continue
+            break
+        if not moved:
+            return
+        self._dirty = True
+        self._md = Position(ledger_id, entry_id)
+        for key in [k for k in bitmaps if k < ledger_id]:
+            del bitmaps[key]
+        bitmap = bitmaps.get(ledger_id)
+        if bitmap is not None:
+            if entry_id >= 0:
+                bitmap.remove_range(0, entry_id + 1)
+            if not bitmap:
+                del bitmaps[ledger_id]
+        if self._read <= self._md:
+            self._read = ledger.next_position(self._md)
+
+    # -- persistence -----------------------------------------------------------------------
+
+    def state(self) -> CursorState:
+        return CursorState(
+            self.name, self._md, self._read, self._revision, dict(self._properties),
+            {lid: bm for lid, bm in self._bitmaps.items() if bm},
+        )
+
+    async def flush(self) -> None:
+        """Persist the current state now (durable when this returns)."""
+        async with self._lock:
+            if not self._dirty:
+                return
+            self._dirty = False
+            data = encode_cursor(self.state())
+            try:
+                await self._ledger._persist_cursor_file(self._path, data, self._referenced_ledger())
+            except BaseException:
+                self._dirty = True
+                raise
+            self.persisted_size_bytes = len(data)
+            self.persist_count += 1
+
+    def _referenced_ledger(self) -> int:
+        return max([self._md.ledger_id, self._read.ledger_id, *self._bitmaps])
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        await self.flush()
+        self._closed = True
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StorageError(f"cursor {self.name} is closed")

@@ -1,0 +1,513 @@
+"""ManagedLedger: one topic's sequence of ledgers, its appends, reads and cursors.
+
+Theory of operation:
+- A managed ledger is a directory (see storage/store.py) holding one segment file per ledger
+  (the directory listing IS the ledger list; no separate manifest to keep consistent) and a
+  cursors/ directory. Every open starts a new ledger (Pulsar semantics); the ledgers found
+  on disk are recovered (storage/segments.py) and sealed.
+- append() runs on the loop: it numbers the entry (ledger_id, next entry id), rolls over to a
+  new ledger by entry count, size or age, and queues it for the group-commit writer. The
+  future resolves on the loop once the entry is fsynced; futures of one ledger resolve in
+  append order. last_confirmed only moves then, so readers never see unsynced entries.
+- A write or fsync failure fences the managed ledger: pending and later appends fail with
+  PersistenceError until it is closed and opened again (which starts a fresh ledger).
+- Reads are served from the store's entry cache when possible, else from disk in a read
+  thread; entries missing after recovery (corrupt records) are skipped, never served.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import logging
+from collections.abc import Callable, Mapping
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from pyroaring import BitMap
+
+from storage.cache import EntryCache
+from storage.config import StorageConfig
+from storage.cursor import CursorState, ManagedCursor
+from storage.errors import CursorNotFoundError, PersistenceError, StorageError
+from storage.fileops import FileOps
+from storage.ids import ID_BLOCK, IdAllocator
+from storage.positions import Entry, Position
+from storage.segments import RecoveryEvent, now_ms, read_records, segment_name
+from storage.writer import AppendItem, GroupCommitWriter, SegmentFile
+
+log = logging.getLogger("horae.storage")
+
+DEFAULT_MAX_READ_BYTES = 5 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerInfo:
+    ledger_id: int
+    entries: int
+    size_bytes: int
+    created_ms: int
+    sealed: bool
+
+
+@dataclass(slots=True)
+class LedgerContext:
+    """What a managed ledger needs from its store (so ledger.py never imports store.py)."""
+
+    loop: asyncio.AbstractEventLoop
+    config: StorageConfig
+    ops: FileOps
+    ids: IdAllocator
+    writer: GroupCommitWriter
+    cache: EntryCache
+    read_pool: Executor
+    io_pool: Executor
+    report: Callable[[RecoveryEvent], None]
+    on_close: Callable[[ManagedLedger], None]
+
+
+class _Ledger:
+    """Loop-side bookkeeping of one ledger."""
+
+    __slots__ = ("assigned_bytes", "confirmed", "ledger_id", "missing", "next_entry_id",
+                 "sealed", "segment", "size_bytes")
+
+    def __init__(self, segment: SegmentFile, *, sealed: bool) -> None:
+        self.segment = segment
+        self.ledger_id = segment.ledger_id
+        self.sealed = sealed
+        self.confirmed = len(segment.offsets)  # entry ids < confirmed are durable (or missing)
+        self.next_entry_id = self.confirmed  # next id to assign
+        self.size_bytes = 0
+        self.assigned_bytes = 0
+        self.missing: BitMap | None = None  # ids dropped by recovery or a failed read
+
+
+class ManagedLedger:
+    def __init__(
+        self, ctx: LedgerContext, name: str, directory: Path, recovered: list[_Ledger],
+        cursor_states: list[CursorState],
+    ) -> None:
+        self._ctx = ctx
+        self.name = name
+        self.directory = directory
+        self.writer_fenced = False  # set by the writer thread
+        self._fenced: PersistenceError | None = None
+        self._closed = False
+        self._ledgers: dict[int, _Ledger] = {}
+        self._ledger_ids: list[int] = []
+        for led in recovered:
+            self._add_ledger(led)
+        self._current = self._new_ledger()
+        self._last_confirmed: Position | None = None
+        for led in reversed(recovered):
+            if led.confirmed > 0:
+                self._last_confirmed = Position(led.ledger_id, led.confirmed - 1)
+                break
+        self._listeners: list[Callable[[Position], None]] = []
+        self._last_future: asyncio.Future[Position] | None = None
+        self._cursors: dict[str, ManagedCursor] = {}
+        for state in cursor_states:
+            self._cursors[state.name] = ManagedCursor(self, self._cursor_path(state.name), state)
+        for cursor in self._cursors.values():
+            cursor._advance()  # entries dropped by recovery may let mark-delete move on
+        self.appends_failed = 0
+
+    # -- ledger list -----------------------------------------------------------------------
+
+    def _add_ledger(self, led: _Ledger) -> None:
+        self._ledgers[led.ledger_id] = led
+        bisect.insort(self._ledger_ids, led.ledger_id)
+
+    def _new_ledger(self) -> _Ledger:
+        ctx = self._ctx
+        ledger_id = ctx.ids.allocate()
+        if ledger_id + ID_BLOCK // 2 >= ctx.ids.high_water_hint:
+            ctx.io_pool.submit(ctx.ids.ensure_durable, ledger_id + ID_BLOCK // 2)
+        segment = SegmentFile(ledger_id, self.directory / segment_name(ledger_id), now_ms())
+        led = _Ledger(segment, sealed=False)
+        self._add_ledger(led)
+        return led
+
+    def _should_roll(self, led: _Ledger) -> bool:
+        if led.next_entry_id == 0:
+            return False
+        cfg = self._ctx.config
+        return (
+            led.next_entry_id >= cfg.max_entries_per_ledger
+            or led.assigned_bytes >= cfg.max_size_per_ledger_bytes
+            or now_ms() - led.segment.created_ms >= cfg.max_ledger_rollover_minutes * 60_000
+        )
+
+    def _rollover(self) -> None:
+        old = self._current
+        old.sealed = True
+        self._ctx.writer.control("seal", old.segment)
+        self._current = self._new_ledger()
+
+    @property
+    def _current_ledger_id(self) -> int:
+        return self._current.ledger_id
+
+    def _ledger_extent(self, ledger_id: int) -> tuple[int, bool, BitMap | None]:
+        """(confirmed entry count, complete: no more entries will ever be added, missing ids)."""
+        led = self._ledgers.get(ledger_id)
+        if led is None:
+            return 0, True, None
+        complete = led.sealed and led.next_entry_id == led.confirmed
+        return led.confirmed, complete, led.missing
+
+    def _ledger_after(self, ledger_id: int) -> int | None:
+        ids = self._ledger_ids
+        i = bisect.bisect_right(ids, ledger_id)
+        return ids[i] if i < len(ids) else None
+
+    # -- appends ---------------------------------------------------------------------------
+
+    def append(self, data: bytes) -> asyncio.Future[Position]:
+        """Queue an entry; the future resolves on the loop once it is durable."""
+        loop = self._ctx.loop
+        fut: asyncio.Future[Position] = loop.create_future()
+        if self._fenced is not None or self._closed:
+            self.appends_failed += 1
+            fut.set_exception(
+                self._fenced or PersistenceError(f"managed ledger {self.name} is closed")
+            )
+            return fut
+        if type(data) is not bytes:
+            data = bytes(data)
+        led = self._current
+        if self._should_roll(led):
+            self._rollover()
+            led = self._current
+        entry_id = led.next_entry_id
+        led.next_entry_id = entry_id + 1
+        led.assigned_bytes += len(data)
+        pos = Position(led.ledger_id, entry_id)
+        item: AppendItem = (self, led.segment, entry_id, data, fut, pos)
+        self._ctx.writer.submit(item)
+        self._last_future = fut
+        return fut
+
+    def _complete_appends(self, items: list[AppendItem], error: BaseException | None) -> None:
+        """Called on the loop, once per group commit, with this ledger's appends in order."""
+        if error is not None:
+            self._fence(error)
+            self.appends_failed += len(items)
+            for item in items:
+                if not item[4].done():
+                    item[4].set_exception(error)
+            return
+        cache = self._ctx.cache
+        ledgers = self._ledgers
+        led: _Ledger | None = None
+        for _, segment, entry_id, data, fut, pos in items:
+            if led is None or led.segment is not segment:
+                led = ledgers.get(segment.ledger_id)
+                if led is None:  # deleted meanwhile (delete_ledger raced an append)
+                    continue
+            led.confirmed = entry_id + 1
+            led.size_bytes += len(data)
+            cache.put(segment.ledger_id, entry_id, data)
+            if not fut.done():
+                fut.set_result(pos)
+        last = items[-1][5]
+        self._last_confirmed = last
+        for callback in self._listeners:
+            try:
+                callback(last)
+            except Exception:
+                log.exception("storage: ledger listener failed")
+
+    def _fence(self, error: BaseException) -> None:
+        if self._fenced is None:
+            log.error("managed ledger %s fenced: %s", self.name, error)
+            self._fenced = (
+                error if isinstance(error, PersistenceError) else PersistenceError(str(error))
+            )
+
+    @property
+    def fenced(self) -> bool:
+        return self._fenced is not None
+
+    def add_listener(self, callback: Callable[[Position], None]) -> None:
+        """callback(last_confirmed) runs on the loop after each group commit that made entries
+        of this ledger durable (once per commit, not once per entry)."""
+        self._listeners.append(callback)
+
+    def remove_listener(self, callback: Callable[[Position], None]) -> None:
+        if callback in self._listeners:
+            self._listeners.remove(callback)
+
+    # -- positions -------------------------------------------------------------------------
+
+    @property
+    def last_confirmed(self) -> Position | None:
+        return self._last_confirmed
+
+    @property
+    def first_position(self) -> Position | None:
+        for ledger_id in self._ledger_ids:
+            led = self._ledgers[ledger_id]
+            for entry_id in range(led.confirmed):
+                if led.missing is None or entry_id not in led.missing:
+                    return Position(ledger_id, entry_id)
+        return None
+
+    def next_position(self, pos: Position) -> Position:
+        led = self._ledgers.get(pos.ledger_id)
+        if led is not None and (led is self._current or pos.entry_id + 1 < led.next_entry_id):
+            return Position(pos.ledger_id, max(pos.entry_id + 1, 0))
+        ids = self._ledger_ids
+        for i in range(bisect.bisect_right(ids, pos.ledger_id), len(ids)):
+            following = self._ledgers[ids[i]]
+            if following.next_entry_id > 0 or following is self._current:
+                return Position(following.ledger_id, 0)
+        return Position(pos.ledger_id, pos.entry_id + 1)
+
+    def entries_between(self, start_exclusive: Position, end_inclusive: Position) -> int:
+        if end_inclusive <= start_exclusive:
+            return 0
+        ids = self._ledger_ids
+        total = 0
+        for i in range(bisect.bisect_left(ids, start_exclusive.ledger_id), len(ids)):
+            ledger_id = ids[i]
+            if ledger_id > end_inclusive.ledger_id:
+                break
+            led = self._ledgers[ledger_id]
+            lo = start_exclusive.entry_id + 1 if ledger_id == start_exclusive.ledger_id else 0
+            hi = led.confirmed
+            if ledger_id == end_inclusive.ledger_id:
+                hi = min(hi, end_inclusive.entry_id + 1)
+            total += max(0, hi - lo)
+        return total
+
+    @property
+    def number_of_entries(self) -> int:
+        return sum(led.confirmed for led in self._ledgers.values())
+
+    @property
+    def total_size_bytes(self) -> int:
+        return sum(led.size_bytes for led in self._ledgers.values())
+
+    @property
+    def ledgers(self) -> list[LedgerInfo]:
+        return [
+            LedgerInfo(led.ledger_id, led.confirmed, led.size_bytes, led.segment.created_ms,
+                       led.sealed)
+            for led in (self._ledgers[i] for i in self._ledger_ids)
+        ]
+
+    # -- reads -----------------------------------------------------------------------------
+
+    async def read_entry(self, pos: Position) -> Entry | None:
+        led = self._ledgers.get(pos.ledger_id)
+        if led is None or not 0 <= pos.entry_id < led.confirmed:
+            return None
+        got = await self.read_entries(pos, 1)
+        return got[0] if got and got[0].position == pos else None
+
+    async def read_entries(
+        self, start: Position, max_entries: int, max_bytes: int = DEFAULT_MAX_READ_BYTES
+    ) -> list[Entry]:
+        """Entries from start (inclusive) in order, across ledgers, up to last_confirmed.
+        Missing entries (dropped by recovery) are skipped. At least one entry is returned if
+        any exists, even if it is larger than max_bytes."""
+        out: list[Entry] = []
+        if max_entries <= 0:
+            return out
+        cache = self._ctx.cache
+        nbytes = 0
+        ids = list(self._ledger_ids)
+        for i in range(bisect.bisect_left(ids, start.ledger_id), len(ids)):
+            led = self._ledgers.get(ids[i])
+            if led is None:
+                continue
+            ledger_id = led.ledger_id
+            entry_id = max(start.entry_id, 0) if ledger_id == start.ledger_id else 0
+            while entry_id < led.confirmed and len(out) < max_entries and (
+                not out or nbytes < max_bytes
+            ):
+                data = cache.get(ledger_id, entry_id)
+                if data is not None:
+                    out.append(Entry(Position(ledger_id, entry_id), data))
+                    nbytes += len(data)
+                    entry_id += 1
+                    continue
+                entry_id, nbytes = await self._read_from_disk(
+                    led, entry_id, max_entries, max_bytes, out, nbytes
+                )
+            if len(out) >= max_entries or (out and nbytes >= max_bytes):
+                break
+        return out
+
+    async def _read_from_disk(
+        self, led: _Ledger, entry_id: int, max_entries: int, max_bytes: int,
+        out: list[Entry], nbytes: int,
+    ) -> tuple[int, int]:
+        segment = led.segment
+        offsets, lengths = segment.offsets, segment.lengths
+        wanted: list[tuple[int, int, int]] = []
+        planned = nbytes
+        end = entry_id
+        while end < led.confirmed and len(out) + len(wanted) < max_entries and (
+            not (out or wanted) or planned < max_bytes
+        ):
+            offset = offsets[end]
+            if offset >= 0:
+                wanted.append((end, offset, lengths[end]))
+                planned += lengths[end]
+            end += 1
+        if not wanted:
+            return end, nbytes
+        ctx = self._ctx
+        try:
+            got = await ctx.loop.run_in_executor(
+                ctx.read_pool, read_records, ctx.ops, segment.path, wanted
+            )
+        except FileNotFoundError:  # trimmed or deleted while we were reading
+            return led.confirmed, nbytes
+        for got_id, data in got:
+            if data is None:
+                self._drop_corrupt(led, got_id, offsets[got_id], lengths[got_id])
+                continue
+            out.append(Entry(Position(led.ledger_id, got_id), data))
+            nbytes += len(data)
+        return end, nbytes
+
+    def _drop_corrupt(self, led: _Ledger, entry_id: int, offset: int, length: int) -> None:
+        if led.missing is None:
+            led.missing = BitMap()
+        led.missing.add(entry_id)
+        self._ctx.report(RecoveryEvent("corrupt_read", self.name, led.ledger_id, offset, length,
+                                       (entry_id,)))
+
+    # -- cursors ---------------------------------------------------------------------------
+
+    @property
+    def cursors(self) -> Mapping[str, ManagedCursor]:
+        return self._cursors
+
+    def _cursor_path(self, name: str) -> Path:
+        from storage.store import encode_name  # local: store imports this module
+
+        return self.directory / "cursors" / (encode_name(name) + ".cur")
+
+    async def open_cursor(
+        self, name: str, *, initial_position: Literal["earliest", "latest"] = "latest"
+    ) -> ManagedCursor:
+        """The existing cursor, or a new durable one at the latest or earliest position."""
+        cursor = self._cursors.get(name)
+        if cursor is not None:
+            return cursor
+        if initial_position == "earliest":
+            first_ledger = self._ledger_ids[0]
+            mark_delete = Position(first_ledger, -1)
+        elif self._last_confirmed is not None:
+            mark_delete = self._last_confirmed
+        else:
+            mark_delete = Position(self._current.ledger_id, -1)
+        state = CursorState(name, mark_delete, self.next_position(mark_delete))
+        cursor = ManagedCursor(self, self._cursor_path(name), state)
+        self._cursors[name] = cursor
+        cursor._advance()
+        await cursor.flush()
+        return cursor
+
+    async def delete_cursor(self, name: str) -> None:
+        cursor = self._cursors.pop(name, None)
+        if cursor is None:
+            raise CursorNotFoundError(f"no cursor {name!r} on {self.name}")
+        cursor._closed = True
+        path = self._cursor_path(name)
+        ctx = self._ctx
+
+        def remove() -> None:
+            try:
+                ctx.ops.unlink(path)
+            except FileNotFoundError:
+                return
+            if ctx.config.fsync:
+                ctx.ops.fsync_dir(path.parent)
+
+        await ctx.loop.run_in_executor(ctx.io_pool, remove)
+
+    async def _persist_cursor_file(self, path: Path, data: bytes, max_ledger_id: int) -> None:
+        ctx = self._ctx
+
+        def write() -> None:
+            # Every ledger id a persisted cursor mentions must stay unique across restarts.
+            ctx.ids.ensure_durable(max_ledger_id)
+            ctx.ops.atomic_write(path, data, sync=ctx.config.fsync)
+
+        await ctx.loop.run_in_executor(ctx.io_pool, write)
+
+    async def flush_cursors(self) -> None:
+        for cursor in list(self._cursors.values()):
+            if cursor.dirty:
+                await cursor.flush()
+
+    # -- trimming and closing --------------------------------------------------------------
+
+    async def trim(self) -> list[int]:
+        """Delete sealed ledgers every cursor has fully acknowledged (all sealed ledgers when
+        there is no cursor, as Pulsar does without retention). The current ledger is never
+        deleted. Returns the deleted ledger ids."""
+        marks = [c.mark_delete_position for c in self._cursors.values()]
+        slowest = min(marks) if marks else None
+        deleted: list[int] = []
+        for ledger_id in list(self._ledger_ids):
+            led = self._ledgers[ledger_id]
+            if led is self._current or not led.sealed or led.next_entry_id != led.confirmed:
+                break
+            if slowest is not None and slowest < Position(ledger_id, led.confirmed - 1):
+                break
+            deleted.append(ledger_id)
+        for ledger_id in deleted:
+            led = self._ledgers.pop(ledger_id)
+            self._ledger_ids.remove(ledger_id)
+            self._ctx.cache.drop_ledger(ledger_id)
+            self._ctx.writer.control("delete", led.segment)
+        if deleted:
+            await self._ctx.writer.barrier()
+            log.info("managed ledger %s: trimmed ledgers %s", self.name, deleted)
+        return deleted
+
+    async def close(self) -> None:
+        """Wait for queued appends, persist cursors, close the segment. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self._last_future is not None and not self._last_future.done():
+                await asyncio.wait([self._last_future])
+            for cursor in list(self._cursors.values()):
+                try:
+                    await cursor.close()
+                except Exception:
+                    log.exception("managed ledger %s: persisting cursor %s failed", self.name,
+                                  cursor.name)
+            self._current.sealed = True
+            self._ctx.writer.control("seal", self._current.segment)
+            await self._ctx.writer.barrier()
+        finally:
+            self._ctx.on_close(self)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StorageError(f"managed ledger {self.name} is closed")
+
+
+def recovered_ledger(segment: SegmentFile, size_bytes: int, missing: list[int]) -> _Ledger:
+    led = _Ledger(segment, sealed=True)
+    led.size_bytes = size_bytes
+    led.assigned_bytes = size_bytes
+    if missing:
+        led.missing = BitMap(missing)
+    return led

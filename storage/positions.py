@@ -1,0 +1,27 @@
+"""Positions and entries: the values that cross the storage boundary.
+
+A position is Pulsar's message id without partition or batch index: (ledger_id, entry_id).
+Ledger ids increase across the whole store and entry ids start at 0 in every ledger, so the
+natural tuple order of positions is the order in which entries were appended to a topic.
+Entry id -1 is the conventional "before the first entry of this ledger" position (Pulsar's
+mark-delete of a cursor that has acknowledged nothing in that ledger).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Position:
+    ledger_id: int
+    entry_id: int
+
+    def __str__(self) -> str:
+        return f"{self.ledger_id}:{self.entry_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    position: Position
+    data: bytes

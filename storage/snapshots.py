@@ -1,0 +1,154 @@
+"""SnapshotStore: delayed-delivery bucket snapshots (PIP-195), one crash-safe file each.
+
+Pulsar stores a bucket snapshot as a ledger whose entry 0 is the SnapshotMetadata and
+entries 1..N the SnapshotSegments; Horae keeps the same numbering in one file per snapshot,
+``snapshots/<id:020d>.snap``, ids drawn from the store-wide ledger id allocator (so they are
+never reused). The bytes are opaque here (delayed_index.proto is the broker's business).
+
+File format: b"HSNP" | version u8 | n_parts u32 | n_parts x (length u64, crc32c u32)
+| header crc32c u32 | part 0 (metadata) | part 1 .. part N (segments).
+create() writes a temporary file, fsyncs it, renames it into place and fsyncs the directory
+before returning, so a snapshot id the broker has seen always names a complete file. A part
+that fails its CRC raises CorruptRecordError; it is never returned.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import struct
+from concurrent.futures import Executor
+from pathlib import Path
+
+from crc32c import crc32c
+
+from storage.errors import CorruptRecordError, SnapshotNotFoundError
+from storage.fileops import FileOps
+from storage.ids import IdAllocator
+
+_MAGIC = b"HSNP"
+_HEAD = struct.Struct("<4sBI")
+_PART = struct.Struct("<QI")
+_U32 = struct.Struct("<I")
+
+
+def snapshot_name(snapshot_id: int) -> str:
+    return f"{snapshot_id:020d}.snap"
+
+
+def encode_snapshot(parts: list[bytes]) -> bytes:
+    table = b"".join(_PART.pack(len(p), crc32c(p)) for p in parts)
+    head = _HEAD.pack(_MAGIC, 1, len(parts)) + table
+    return b"".join([head, _U32.pack(crc32c(head)), *parts])
+
+
+class SnapshotStore:
+    def __init__(
+        self, directory: Path, ops: FileOps, ids: IdAllocator, loop: asyncio.AbstractEventLoop,
+        io_pool: Executor, *, fsync: bool = True,
+    ) -> None:
+        self.directory = directory
+        self._ops = ops
+        self._ids = ids
+        self._loop = loop
+        self._pool = io_pool
+        self._fsync = fsync
+        self._sizes: dict[int, int] = {}
+        for path in directory.glob("*.snap"):
+            try:
+                self._sizes[int(path.stem)] = path.stat().st_size
+            except ValueError:
+                continue
+
+    def ids(self) -> list[int]:
+        return sorted(self._sizes)
+
+    def _path(self, snapshot_id: int) -> Path:
+        return self.directory / snapshot_name(snapshot_id)
+
+    async def create(self, metadata: bytes, segments: list[bytes]) -> int:
+        """Store a snapshot; durable when this returns. Returns its id."""
+        snapshot_id = self._ids.allocate()
+        data = encode_snapshot([bytes(metadata), *(bytes(s) for s in segments)])
+        path = self._path(snapshot_id)
+
+        def write() -> None:
+            self._ids.ensure_durable(snapshot_id)
+            self._ops.atomic_write(path, data, sync=self._fsync)
+
+        await self._loop.run_in_executor(self._pool, write)
+        self._sizes[snapshot_id] = len(data)
+        return snapshot_id
+
+    async def _load_part(self, snapshot_id: int, index: int) -> bytes:
+        if snapshot_id not in self._sizes:
+            raise SnapshotNotFoundError(f"no snapshot {snapshot_id}")
+        path = self._path(snapshot_id)
+        ops = self._ops
+
+        def read() -> bytes:
+            fd = ops.open(path, os.O_RDONLY)
+            try:
+                head = ops.pread(fd, _HEAD.size, 0)
+                if len(head) != _HEAD.size:
+                    raise CorruptRecordError(f"snapshot {snapshot_id}: short header")
+                magic, _version, n_parts = _HEAD.unpack(head)
+                if magic != _MAGIC or n_parts > 1 << 24:
+                    raise CorruptRecordError(f"snapshot {snapshot_id}: bad header")
+                table = ops.pread(fd, n_parts * _PART.size + 4, _HEAD.size)
+                if len(table) != n_parts * _PART.size + 4:
+                    raise CorruptRecordError(f"snapshot {snapshot_id}: short header")
+                (crc,) = _U32.unpack_from(table, n_parts * _PART.size)
+                if crc32c(table[:-4], crc32c(head)) != crc:
+                    raise CorruptRecordError(f"snapshot {snapshot_id}: header CRC mismatch")
+                if not 0 <= index < n_parts:
+                    raise SnapshotNotFoundError(f"snapshot {snapshot_id} has no part {index}")
+                offset = _HEAD.size + len(table)
+                for i in range(index):
+                    offset += _PART.unpack_from(table, i * _PART.size)[0]
+                length, part_crc = _PART.unpack_from(table, index * _PART.size)
+                part = ops.pread(fd, length, offset)
+                if len(part) != length or crc32c(part) != part_crc:
+                    raise CorruptRecordError(f"snapshot {snapshot_id} part {index}: CRC mismatch")
+                return part
+            finally:
+                ops.close(fd)
+
+        try:
+            return await self._loop.run_in_executor(self._pool, read)
+        except FileNotFoundError as exc:
+            raise SnapshotNotFoundError(f"no snapshot {snapshot_id}") from exc
+
+    async def load_metadata(self, snapshot_id: int) -> bytes:
+        return await self._load_part(snapshot_id, 0)
+
+    async def load_segment(self, snapshot_id: int, index: int) -> bytes:
+        """Segment index 1..N (Pulsar numbering: entry 0 is the metadata)."""
+        if index < 1:
+            raise SnapshotNotFoundError(f"segment index {index} < 1")
+        return await self._load_part(snapshot_id, index)
+
+    async def delete(self, snapshot_id: int) -> None:
+        """Delete a snapshot (a no-op if it does not exist)."""
+        self._sizes.pop(snapshot_id, None)
+        path = self._path(snapshot_id)
+
+        def remove() -> None:
+            try:
+                self._ops.unlink(path)
+            except FileNotFoundError:
+                return
+            if self._fsync:
+                self._ops.fsync_dir(path.parent)
+
+        await self._loop.run_in_executor(self._pool, remove)
+
+    def size_bytes(self, snapshot_id: int) -> int:
+        try:
+            return self._sizes[snapshot_id]
+        except KeyError:
+            raise SnapshotNotFoundError(f"no snapshot {snapshot_id}") from None
+
+    @property
+    def total_size_bytes(self) -> int:
+        return sum(self._sizes.values())

@@ -1,0 +1,348 @@
+"""The admin REST API against a running broker: paths, status codes and Pulsar's reasons."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pulsar
+
+from .conftest import Api
+
+P = "/admin/v2/persistent/public/default"
+T = "persistent://public/default"
+
+
+def _produce(client: Any, topic: str, n: int) -> list[Any]:
+    producer = client.create_producer(f"{T}/{topic}", batching_enabled=False)
+    ids = [producer.send(f"m{i}".encode()) for i in range(n)]
+    producer.close()
+    return ids
+
+
+def _backlog(api: Api, topic: str, sub: str) -> int:
+    reply = api("GET", f"{P}/{topic}/stats")
+    assert reply.status == 200, reply
+    return int(reply.body["subscriptions"][sub]["msgBacklog"])
+
+
+# --- tenants -------------------------------------------------------------------------------
+def test_tenants_create_get_list_delete(api: Api) -> None:
+    assert "public" in api("GET", "/admin/v2/tenants").body
+    created = api("PUT", "/admin/v2/tenants/acme", {"adminRoles": [], "allowedClusters": []})
+    assert created.status == 204
+    assert "acme" in api("GET", "/admin/v2/tenants").body
+    info = api("GET", "/admin/v2/tenants/acme")
+    assert info.status == 200
+    assert "allowedClusters" in info.body
+    assert api("DELETE", "/admin/v2/tenants/acme").status == 204
+    assert "acme" not in api("GET", "/admin/v2/tenants").body
+
+
+def test_tenant_errors_carry_pulsars_reasons(api: Api) -> None:
+    missing = api("GET", "/admin/v2/tenants/nope")
+    assert (missing.status, missing.reason) == (404, "Tenant does not exist")
+    again = api("PUT", "/admin/v2/tenants/public")
+    assert (again.status, again.reason) == (409, "Tenant already exists")
+    busy = api("DELETE", "/admin/v2/tenants/public")
+    assert (busy.status, busy.reason) == (409, "The tenant still has active namespaces")
+    gone = api("DELETE", "/admin/v2/tenants/nope")
+    assert (gone.status, gone.reason) == (404, "Tenant does not exist")
+    bad = api("PUT", "/admin/v2/tenants/x", raw=b"[1,2")
+    assert bad.status == 400
+
+
+# --- namespaces ----------------------------------------------------------------------------
+def test_namespaces_create_list_delete(api: Api) -> None:
+    assert api("PUT", "/admin/v2/namespaces/public/ns1").status == 204
+    assert "public/ns1" in api("GET", "/admin/v2/namespaces/public").body
+    assert api("DELETE", "/admin/v2/namespaces/public/ns1").status == 204
+    assert "public/ns1" not in api("GET", "/admin/v2/namespaces/public").body
+
+
+def test_namespace_errors_carry_pulsars_reasons(api: Api) -> None:
+    again = api("PUT", "/admin/v2/namespaces/public/default")
+    assert (again.status, again.reason) == (409, "Namespace already exists")
+    no_tenant = api("PUT", "/admin/v2/namespaces/nope/ns")
+    assert (no_tenant.status, no_tenant.reason) == (404, "Tenant does not exist")
+    listed = api("GET", "/admin/v2/namespaces/nope")
+    assert (listed.status, listed.reason) == (404, "Tenant does not exist")
+    missing = api("DELETE", "/admin/v2/namespaces/public/nope")
+    assert (missing.status, missing.reason) == (404, "Namespace does not exist")
+    assert api("PUT", f"{P}/keep").status == 204
+    busy = api("DELETE", "/admin/v2/namespaces/public/default")
+    assert (busy.status, busy.reason) == (409, "Cannot delete non empty namespace")
+
+
+# --- topics --------------------------------------------------------------------------------
+def test_topic_create_list_delete(api: Api) -> None:
+    assert api("PUT", f"{P}/t1").status == 204
+    assert f"{T}/t1" in api("GET", P).body
+    again = api("PUT", f"{P}/t1")
+    assert (again.status, again.reason) == (409, "This topic already exists")
+    assert api("GET", f"{P}/t1/partitions").body == {"partitions": 0}
+    assert api("DELETE", f"{P}/t1").status == 204
+    assert f"{T}/t1" not in api("GET", P).body
+    gone = api("DELETE", f"{P}/t1")
+    assert (gone.status, gone.reason) == (404, "Topic not found")
+
+
+def test_topic_in_a_missing_namespace_is_404(api: Api) -> None:
+    reply = api("PUT", "/admin/v2/persistent/public/nope/t")
+    assert (reply.status, reply.reason) == (404, "Namespace does not exist")
+    listed = api("GET", "/admin/v2/persistent/public/nope")
+    assert (listed.status, listed.reason) == (404, "Namespace does not exist")
+
+
+def test_partitioned_topic_lifecycle(api: Api) -> None:
+    assert api("PUT", f"{P}/pt/partitions", 3).status == 204
+    assert api("GET", f"{P}/pt/partitions").body == {"partitions": 3}
+    assert api("GET", f"{P}/partitioned").body == [f"{T}/pt"]
+    listed = api("GET", P).body
+    assert [f"{T}/pt-partition-{i}" for i in range(3)] == [n for n in listed if "pt-" in n]
+    again = api("PUT", f"{P}/pt/partitions", 2)
+    assert (again.status, again.reason) == (409, "Partitioned topic already exists")
+    clash = api("PUT", f"{P}/pt")
+    assert (clash.status, clash.reason) == (409, "This topic already exists")
+    assert api("DELETE", f"{P}/pt/partitions").status == 204
+    assert api("GET", f"{P}/partitioned").body == []
+    gone = api("DELETE", f"{P}/pt/partitions")
+    assert (gone.status, gone.reason) == (404, "Partitioned topic does not exist")
+
+
+def test_partitioned_create_validates_its_body(api: Api) -> None:
+    zero = api("PUT", f"{P}/z/partitions", 0)
+    assert (zero.status, zero.reason) == (406, "Number of partitions should be more than 0")
+    bad = api("PUT", f"{P}/z/partitions", {"n": 2})
+    assert bad.status == 400
+    assert "partitions" in bad.reason
+    assert api("PUT", f"{P}/plain").status == 204
+    clash = api("PUT", f"{P}/plain/partitions", 2)
+    assert (clash.status, clash.reason) == (409, "This topic already exists")
+
+
+def test_stats_and_internal_stats(api: Api, client: Any) -> None:
+    _produce(client, "st", 4)
+    stats = api("GET", f"{P}/st/stats")
+    assert stats.status == 200
+    assert stats.body["msgInCounter"] == 4
+    internal = api("GET", f"{P}/st/internalStats")
+    assert internal.status == 200
+    assert internal.body["numberOfEntries"] == 4
+    missing = api("GET", f"{P}/nope/stats")
+    assert (missing.status, missing.reason) == (404, "Topic not found")
+    missing_internal = api("GET", f"{P}/nope/internalStats")
+    assert (missing_internal.status, missing_internal.reason) == (404, "Topic not found")
+
+
+def test_partitioned_stats_fan_out_and_sum(api: Api, client: Any) -> None:
+    assert api("PUT", f"{P}/ps/partitions", 2).status == 204
+    producer = client.create_producer(f"{T}/ps", batching_enabled=False,
+                                      message_routing_mode=pulsar.PartitionsRoutingMode.RoundRobinDistribution)
+    for i in range(6):
+        producer.send(f"m{i}".encode())
+    producer.close()
+    stats = api("GET", f"{P}/ps/stats").body
+    assert stats["msgInCounter"] == 6
+    assert stats["metadata"] == {"partitions": 2}
+    assert sorted(stats["partitions"]) == [f"{T}/ps-partition-0", f"{T}/ps-partition-1"]
+    assert sum(p["msgInCounter"] for p in stats["partitions"].values()) == 6
+    compact = api("GET", f"{P}/ps/partitioned-stats?perPartition=false").body
+    assert compact["partitions"] == {}
+    internal = api("GET", f"{P}/ps/internalStats").body
+    assert internal["metadata"] == {"partitions": 2}
+    not_partitioned = api("GET", f"{P}/nope/partitioned-stats")
+    assert not_partitioned.status == 404
+
+
+# --- subscriptions -------------------------------------------------------------------------
+def test_subscription_create_list_delete(api: Api) -> None:
+    assert api("PUT", f"{P}/s1").status == 204
+    assert api("PUT", f"{P}/s1/subscription/sub").status == 204
+    assert api("GET", f"{P}/s1/subscriptions").body == ["sub"]
+    again = api("PUT", f"{P}/s1/subscription/sub")
+    assert (again.status, again.reason) == (409, "Subscription already exists for topic")
+    assert api("DELETE", f"{P}/s1/subscription/sub").status == 204
+    assert api("GET", f"{P}/s1/subscriptions").body == []
+    gone = api("DELETE", f"{P}/s1/subscription/sub")
+    assert (gone.status, gone.reason) == (404, "Subscription not found")
+    no_topic = api("GET", f"{P}/nope/subscriptions")
+    assert (no_topic.status, no_topic.reason) == (404, "Topic not found")
+
+
+def test_subscription_created_at_earliest_sees_the_backlog(api: Api, client: Any) -> None:
+    _produce(client, "s2", 5)
+    assert api("PUT", f"{P}/s2/subscription/latest").status == 204
+    assert api("PUT", f"{P}/s2/subscription/early", {"ledgerId": -1, "entryId": -1}).status == 204
+    assert _backlog(api, "s2", "latest") == 0
+    assert _backlog(api, "s2", "early") == 5
+
+
+def test_subscription_on_partitioned_topic_is_created_on_every_partition(api: Api) -> None:
+    assert api("PUT", f"{P}/ps2/partitions", 2).status == 204
+    assert api("PUT", f"{P}/ps2/subscription/sub").status == 204
+    assert api("GET", f"{P}/ps2/subscriptions").body == ["sub"]
+    for i in range(2):
+        assert api("GET", f"{P}/ps2-partition-{i}/subscriptions").body == ["sub"]
+    assert api("POST", f"{P}/ps2/subscription/sub/skip_all").status == 204
+    assert api("POST", f"{P}/ps2/subscription/sub/resetcursor/0").status == 204
+    skip = api("POST", f"{P}/ps2/subscription/sub/skip/1")
+    assert skip.status == 405
+    assert api("DELETE", f"{P}/ps2/subscription/sub").status == 204
+    assert api("GET", f"{P}/ps2/subscriptions").body == []
+
+
+def test_skip_skip_all_and_reset_cursor(api: Api, client: Any) -> None:
+    ids = _produce(client, "s3", 6)
+    assert api("PUT", f"{P}/s3/subscription/sub", {"ledgerId": -1, "entryId": -1}).status == 204
+    assert api("POST", f"{P}/s3/subscription/sub/skip/2").status == 204
+    assert _backlog(api, "s3", "sub") == 4
+    assert api("POST", f"{P}/s3/subscription/sub/skip_all").status == 204
+    assert _backlog(api, "s3", "sub") == 0
+    assert api("POST", f"{P}/s3/subscription/sub/resetcursor/0").status == 204
+    assert _backlog(api, "s3", "sub") == 6
+    future_ms = int(time.time() * 1000) + 60_000
+    assert api("POST", f"{P}/s3/subscription/sub/resetcursor/{future_ms}").status == 204
+    assert _backlog(api, "s3", "sub") == 0
+    target = {"ledgerId": ids[3].ledger_id(), "entryId": ids[3].entry_id()}
+    assert api("POST", f"{P}/s3/subscription/sub/resetcursor", target).status == 204
+    assert _backlog(api, "s3", "sub") == 3
+    excluded = {**target, "isExcluded": True}
+    assert api("POST", f"{P}/s3/subscription/sub/resetcursor", excluded).status == 204
+    assert _backlog(api, "s3", "sub") == 2
+
+
+def test_reset_cursor_to_a_message_id_redelivers_from_it(api: Api, client: Any) -> None:
+    ids = _produce(client, "s4", 4)
+    consumer = client.subscribe(f"{T}/s4", "sub", consumer_type=pulsar.ConsumerType.Shared,
+                                initial_position=pulsar.InitialPosition.Earliest)
+    for _ in range(4):
+        consumer.acknowledge(consumer.receive(timeout_millis=5000))
+    target = {"ledgerId": ids[2].ledger_id(), "entryId": ids[2].entry_id()}
+    assert api("POST", f"{P}/s4/subscription/sub/resetcursor", target).status == 204
+    assert consumer.receive(timeout_millis=5000).data() == b"m2"
+    consumer.close()
+
+
+def test_subscription_operations_on_missing_things_are_404(api: Api) -> None:
+    assert api("PUT", f"{P}/s5").status == 204
+    for method, suffix, body in (("POST", "skip/1", None), ("POST", "skip_all", None),
+                                 ("POST", "resetcursor/0", None),
+                                 ("POST", "resetcursor", {"ledgerId": 0, "entryId": 0}),
+                                 ("POST", "skipByMessageIds", {"messageIds": []})):
+        reply = api(method, f"{P}/s5/subscription/none/{suffix}", body)
+        assert (reply.status, reply.reason) == (404, "Subscription not found"), suffix
+        no_topic = api(method, f"{P}/nope/subscription/none/{suffix}", body)
+        assert (no_topic.status, no_topic.reason) == (404, "Topic not found"), suffix
+
+
+def test_bad_bodies_are_400(api: Api) -> None:
+    assert api("PUT", f"{P}/s6/subscription/sub").status == 204
+    assert api("POST", f"{P}/s6/subscription/sub/resetcursor", {"foo": 1}).status == 400
+    assert api("POST", f"{P}/s6/subscription/sub/skip/abc").status == 400
+    bad = api("POST", f"{P}/s6/subscription/sub/skipByMessageIds", raw=b"not json")
+    assert bad.status == 400
+    empty = api("POST", f"{P}/s6/subscription/sub/skipByMessageIds")
+    assert (empty.status, empty.reason) == (400, "Invalid skipByMessageIds payload: empty body")
+
+
+def test_busy_subscription_and_topic_need_force(api: Api, client: Any) -> None:
+    consumer = client.subscribe(f"{T}/busy", "sub")
+    busy = api("DELETE", f"{P}/busy/subscription/sub")
+    assert (busy.status, busy.reason) == (412, "Subscription has active connected consumers")
+    producer = client.create_producer(f"{T}/busy")
+    busy_topic = api("DELETE", f"{P}/busy")
+    assert (busy_topic.status, busy_topic.reason) == (412, "Topic has active producers/subscriptions")
+    assert api("DELETE", f"{P}/busy/subscription/sub?force=true").status == 204
+    assert api("GET", f"{P}/busy/subscriptions").body == []
+    assert api("DELETE", f"{P}/busy?force=true").status == 204
+    producer.close()
+    consumer.close()
+
+
+# --- skip by message ids (PIP-423) -----------------------------------------------------------
+def test_skip_by_message_ids_on_shared_skips_exactly_those_messages(api: Api, client: Any) -> None:
+    consumer = client.subscribe(f"{T}/sk", "sub", consumer_type=pulsar.ConsumerType.Shared,
+                                receiver_queue_size=1)
+    ids = _produce(client, "sk", 6)
+    bodies = [
+        {"type": "messageId", "messageIds": [
+            {"ledgerId": ids[1].ledger_id(), "entryId": ids[1].entry_id()}]},
+        [_serialize(ids[3])],
+        {"type": "byteArray", "messageIds": [_serialize(ids[4])]},
+    ]
+    for body in bodies:
+        reply = api("POST", f"{P}/sk/subscription/sub/skipByMessageIds", body)
+        assert reply.status == 204, reply
+    got = []
+    while True:
+        try:
+            msg = consumer.receive(timeout_millis=1000)
+        except pulsar.Timeout:
+            break
+        got.append(msg.data())
+        consumer.acknowledge(msg)
+    consumer.close()
+    # m0 may already sit in the client's receiver queue; the skipped ones never arrive.
+    assert sorted(got) == [b"m0", b"m2", b"m5"]
+    assert _backlog(api, "sk", "sub") == 0
+
+
+def test_skip_by_message_ids_on_exclusive_is_405(api: Api, client: Any) -> None:
+    consumer = client.subscribe(f"{T}/ex", "sub", consumer_type=pulsar.ConsumerType.Exclusive)
+    ids = _produce(client, "ex", 2)
+    body = {"type": "messageId", "messageIds": [
+        {"ledgerId": ids[0].ledger_id(), "entryId": ids[0].entry_id()}]}
+    reply = api("POST", f"{P}/ex/subscription/sub/skipByMessageIds", body)
+    assert reply.status == 405
+    assert "Exclusive" in reply.reason
+    consumer.close()
+
+
+def test_skip_by_message_ids_on_failover_is_405(api: Api, client: Any) -> None:
+    consumer = client.subscribe(f"{T}/fo", "sub", consumer_type=pulsar.ConsumerType.Failover)
+    reply = api("POST", f"{P}/fo/subscription/sub/skipByMessageIds",
+                {"type": "messageId", "messageIds": [{"ledgerId": 0, "entryId": 0}]})
+    assert reply.status == 405
+    assert "Failover" in reply.reason
+    consumer.close()
+
+
+def test_skip_by_message_ids_fans_out_over_partitions(api: Api, client: Any) -> None:
+    assert api("PUT", f"{P}/skp/partitions", 2).status == 204
+    assert api("PUT", f"{P}/skp/subscription/sub", {"ledgerId": -1, "entryId": -1}).status == 204
+    producer = client.create_producer(
+        f"{T}/skp", batching_enabled=False,
+        message_routing_mode=pulsar.PartitionsRoutingMode.RoundRobinDistribution)
+    ids = [producer.send(f"m{i}".encode()) for i in range(4)]
+    producer.close()
+    body = [_serialize(ids[0]), _serialize(ids[1])]
+    assert api("POST", f"{P}/skp/subscription/sub/skipByMessageIds", body).status == 204
+    stats = api("GET", f"{P}/skp/stats").body
+    assert stats["subscriptions"]["sub"]["msgBacklog"] == 2
+
+
+def _serialize(message_id: Any) -> str:
+    import base64
+    return base64.b64encode(message_id.serialize()).decode()
+
+
+# --- lookup, health, unknown paths ---------------------------------------------------------
+def test_lookup_answers_this_broker(api: Api, broker: Any) -> None:
+    reply = api("GET", "/lookup/v2/topic/persistent/public/default/anything")
+    assert reply.status == 200
+    assert reply.body["brokerUrl"] == broker.service_url
+    assert reply.body["httpUrl"] == broker.web_url
+    missing = api("GET", "/lookup/v2/topic/persistent/public/nope/t")
+    assert (missing.status, missing.reason) == (404, "Namespace does not exist")
+
+
+def test_health_is_ok(api: Api) -> None:
+    reply = api("GET", "/admin/v2/brokers/health")
+    assert (reply.status, reply.body) == (200, "ok")
+
+
+def test_unknown_paths_get_a_json_reason(api: Api) -> None:
+    reply = api("GET", "/admin/v2/nothing/here")
+    assert reply.status == 404
+    assert reply.reason

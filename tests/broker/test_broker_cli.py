@@ -1,0 +1,65 @@
+"""The horae command: help, version, serve with graceful SIGTERM shutdown, config errors."""
+
+from __future__ import annotations
+
+import pathlib
+import subprocess
+import sys
+from typing import Any
+
+import pulsar
+from conftest import ROOT, make_client
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "broker", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60)
+
+
+def test_help_lists_the_commands() -> None:
+    result = _run("--help")
+    assert result.returncode == 0
+    assert "serve" in result.stdout and "rollup" in result.stdout
+
+
+def test_serve_help_lists_the_flags() -> None:
+    result = _run("serve", "--help")
+    assert result.returncode == 0
+    for flag in ("--config", "--data-dir", "--broker-port", "--web-port", "--advertised-address"):
+        assert flag in result.stdout
+
+
+def test_version() -> None:
+    result = _run("--version")
+    assert result.returncode == 0 and result.stdout.startswith("horae ")
+
+
+def test_console_script_help() -> None:
+    script = pathlib.Path(sys.executable).parent / "horae"
+    result = subprocess.run([str(script), "--help"], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0 and "serve" in result.stdout
+
+
+def test_bad_config_key_exits_2_naming_the_key(tmp_path: pathlib.Path) -> None:
+    conf = tmp_path / "broker.toml"
+    conf.write_text("brokerServicePorts = 1\n")
+    result = _run("serve", "--config", str(conf), "--data-dir", str(tmp_path / "d"))
+    assert result.returncode == 2
+    assert "brokerServicePorts" in result.stderr
+
+
+def test_serve_works_and_sigterm_exits_0(run_broker_process: Any, tmp_path: pathlib.Path) -> None:
+    proc = run_broker_process(tmp_path / "data")
+    c = make_client(proc.service_url)
+    try:
+        producer = c.create_producer("persistent://public/default/cli")
+        consumer = c.subscribe("persistent://public/default/cli", "s",
+                               initial_position=pulsar.InitialPosition.Earliest)
+        producer.send(b"hello")
+        assert consumer.receive(5000).data() == b"hello"
+    finally:
+        c.close()
+    assert proc.stop() == 0
+    log = proc.log()
+    assert "started: service pulsar://127.0.0.1:" in log
+    assert "stopped" in log

@@ -1,0 +1,171 @@
+"""Every (state, command type) pair of the connection state table, without sockets.
+
+Handlers are replaced by recorders: this pins what the table does with each pair (which
+handler, which next state, or the ERROR/close/drop rule). What the handlers themselves do is
+tested over real sockets in test_broker_wire.py and with the official client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+import broker.connection as connection_mod
+from broker.config import BrokerConfig
+from broker.connection import ServerConnection
+from broker.states import (
+    ALL_COMMAND_TYPES,
+    TRANSITIONS,
+    ConnState,
+    request_id_of,
+    subcommand_field,
+)
+from proto import pulsar_api_pb2 as pb
+from protocol.errors import ServerError
+from protocol.frames import Frame, FrameDecoder
+
+T = pb.BaseCommand
+
+
+class FakeTransport:
+    def __init__(self) -> None:
+        self.written = bytearray()
+        self.closed = False
+        self.reading = True
+
+    def write(self, data: bytes) -> None:
+        self.written += data
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def close(self) -> None:
+        self.closed = True
+
+    def pause_reading(self) -> None:
+        self.reading = False
+
+    def resume_reading(self) -> None:
+        self.reading = True
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return {"peername": ("127.0.0.1", 5000), "sockname": ("127.0.0.1", 6650)}.get(name, default)
+
+    def frames(self) -> list[pb.BaseCommand]:
+        dec = FrameDecoder()
+        dec.receive_data(bytes(self.written))
+        out = []
+        while True:
+            f = dec.next_frame()
+            if not isinstance(f, Frame):
+                return out
+            out.append(f.command)
+
+
+def make_connection(**config: Any) -> tuple[ServerConnection, FakeTransport]:
+    service = SimpleNamespace(config=BrokerConfig(**config), loop=asyncio.get_running_loop(),
+                              connections=set(), closing=False)
+    conn = ServerConnection(service)  # type: ignore[arg-type]
+    transport = FakeTransport()
+    conn.connection_made(transport)  # type: ignore[arg-type]
+    return conn, transport
+
+
+def command_of(cmd_type: int, request_id: int = 7) -> pb.BaseCommand:
+    cmd = T(type=cmd_type)  # type: ignore[arg-type]
+    sub = getattr(cmd, subcommand_field(cmd_type))
+    sub.SetInParent()
+    if "request_id" in sub.DESCRIPTOR.fields_by_name:
+        sub.request_id = request_id
+    return cmd
+
+
+@pytest.fixture
+def recorded(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    calls: list[str] = []
+    fake = {}
+    for key, transition in TRANSITIONS.items():
+        def record(self: ServerConnection, frame: Frame, name: str = transition.handler) -> None:
+            calls.append(name)
+        fake[key] = (record, transition.next_state)
+    monkeypatch.setattr(connection_mod, "_HANDLERS", fake)
+    return calls
+
+
+def test_every_handler_named_in_the_table_exists() -> None:
+    for transition in TRANSITIONS.values():
+        assert callable(getattr(ServerConnection, transition.handler))
+
+
+@pytest.mark.parametrize("state", list(ConnState), ids=lambda s: s.name)
+@pytest.mark.parametrize("cmd_type", ALL_COMMAND_TYPES, ids=lambda t: T.Type.Name(t))
+async def test_state_table_pair(state: ConnState, cmd_type: int, recorded: list[str]) -> None:
+    conn, transport = make_connection()
+    conn.state = state
+    if state is ConnState.CLOSED:
+        conn.is_closed = True
+    cmd = command_of(cmd_type)
+    conn._dispatch(Frame(cmd))
+    conn._flush()
+    transition = TRANSITIONS.get((state, cmd_type))
+    if transition is not None:
+        assert recorded == [transition.handler]
+        assert conn.state is transition.next_state
+        assert not transport.closed
+    elif state is ConnState.CLOSED:
+        assert recorded == [] and transport.written == b""  # dropped
+    elif state is ConnState.CONNECTING:
+        assert recorded == []
+        assert transport.closed and transport.written == b""  # nothing may precede CONNECTED
+    elif request_id_of(cmd) is not None:
+        assert recorded == [] and not transport.closed
+        [answer] = transport.frames()
+        assert answer.type == T.ERROR
+        assert answer.error.request_id == 7
+        assert answer.error.error == ServerError.NotAllowedError
+    else:
+        assert recorded == [] and transport.closed
+
+
+async def test_connect_answers_connected_with_min_protocol_version() -> None:
+    for client_version, expected in ((25, 20), (20, 20), (13, 13)):
+        conn, transport = make_connection()
+        cmd = T(type=T.CONNECT)
+        cmd.connect.client_version = "x"
+        cmd.connect.protocol_version = client_version
+        conn._dispatch(Frame(cmd))
+        conn._flush()
+        [answer] = transport.frames()
+        assert answer.type == T.CONNECTED
+        assert answer.connected.protocol_version == expected
+        assert answer.connected.server_version.startswith("Horae-")
+        assert answer.connected.max_message_size == 5 * 1024 * 1024
+        assert conn.state is ConnState.CONNECTED
+
+
+async def test_pending_publishes_pause_reading_and_resume_at_half() -> None:
+    conn, transport = make_connection(max_pending_publish_requests_per_connection=10)
+    for _ in range(9):
+        conn.publish_started()
+    assert transport.reading
+    conn.publish_started()
+    assert not transport.reading and conn.reading_paused
+    for _ in range(4):
+        conn.publish_finished()
+    assert not transport.reading
+    conn.publish_finished()  # 5 left = half of 10
+    assert transport.reading and not conn.reading_paused
+
+
+async def test_writes_in_one_iteration_are_coalesced() -> None:
+    conn, transport = make_connection()
+    calls = []
+    original = transport.write
+    transport.write = lambda data: (calls.append(len(data)), original(data))  # type: ignore[method-assign]
+    for _ in range(5):
+        conn.write(b"x" * 10)
+    await asyncio.sleep(0)
+    assert calls == [50]

@@ -1,0 +1,281 @@
+"""Wire-level behaviour of the broker, driven by a raw client built on protocol/ encoders."""
+
+from __future__ import annotations
+
+import struct
+import threading
+from typing import Any
+
+import pytest
+from broker_rawclient import RawClient, make_entry
+
+from proto import pulsar_api_pb2 as pb
+from protocol import commands as C
+from protocol.errors import ServerError
+
+T = pb.BaseCommand
+
+
+@pytest.fixture
+def raw(broker: Any) -> Any:
+    with RawClient(broker.service_url) as c:
+        c.handshake()
+        yield c
+
+
+def test_connected_carries_server_version_and_min_protocol_version(broker: Any) -> None:
+    with RawClient(broker.service_url) as c:
+        connected = c.handshake(protocol_version=25)
+    assert connected.protocol_version == 20
+    assert connected.server_version.startswith("Horae-")
+
+
+def test_ping_is_answered_with_pong(raw: RawClient) -> None:
+    raw.send(C.encode_ping())
+    assert raw.recv_command(skip_pings=False).type == T.PONG
+
+
+def test_command_before_connect_closes_the_connection(broker: Any) -> None:
+    with RawClient(broker.service_url) as c:
+        c.send(C.encode_ping())
+        assert c.is_closed_by_peer()
+
+
+def test_second_connect_closes_the_connection(raw: RawClient) -> None:
+    raw.send(C.encode_connect())
+    assert raw.is_closed_by_peer()
+
+
+def test_broker_side_command_from_client_closes_the_connection(raw: RawClient) -> None:
+    raw.send(C.encode_send_receipt(1, 1, 1, 1))
+    assert raw.is_closed_by_peer()
+
+
+def test_unsupported_request_gets_error_and_connection_stays(raw: RawClient) -> None:
+    cmd = T(type=T.GET_OR_CREATE_SCHEMA)
+    cmd.getOrCreateSchema.request_id = 42
+    cmd.getOrCreateSchema.topic = "persistent://public/default/x"
+    cmd.getOrCreateSchema.schema.name = "s"
+    cmd.getOrCreateSchema.schema.schema_data = b""
+    cmd.getOrCreateSchema.schema.type = pb.Schema.String
+    answer = raw.request(C.encode_command(cmd))
+    assert answer.type == T.ERROR
+    assert answer.error.request_id == 42
+    assert answer.error.error == ServerError.NotAllowedError
+    raw.send(C.encode_ping())
+    assert raw.recv_command(skip_pings=False).type == T.PONG
+
+
+def test_partitioned_metadata_and_lookup(broker: Any, raw: RawClient) -> None:
+    answer = raw.request(C.encode_partitioned_metadata("persistent://public/default/pm", 1))
+    assert answer.type == T.PARTITIONED_METADATA_RESPONSE
+    r = answer.partitionMetadataResponse
+    assert (r.request_id, r.response, r.partitions) == (1, r.Success, 0)
+
+    broker.call(broker.service.create_partitioned_topic, "persistent://public/default/pm3", 3)
+    answer = raw.request(C.encode_partitioned_metadata("pm3", 2))
+    assert answer.partitionMetadataResponse.partitions == 3
+
+    answer = raw.request(C.encode_lookup("persistent://public/default/pm", 3))
+    lr = answer.lookupTopicResponse
+    assert answer.type == T.LOOKUP_RESPONSE
+    assert lr.response == pb.CommandLookupTopicResponse.Connect
+    assert lr.brokerServiceUrl == broker.service_url  # the very string the client used
+    assert lr.authoritative
+
+
+def test_lookup_of_an_invalid_name_fails_cleanly(raw: RawClient) -> None:
+    answer = raw.request(C.encode_lookup("persistent://public/x", 5))
+    lr = answer.lookupTopicResponse
+    assert lr.response == pb.CommandLookupTopicResponse.Failed
+    assert lr.error == ServerError.InvalidTopicName
+
+
+def test_get_schema_answers_no_schema_like_pulsar(raw: RawClient) -> None:
+    answer = raw.request(C.encode_get_schema(9, "persistent://public/default/s"))
+    assert answer.type == T.GET_SCHEMA_RESPONSE
+    r = answer.getSchemaResponse
+    assert r.request_id == 9
+    assert r.error_code == ServerError.TopicNotFound
+    assert r.error_message == "Topic not found or no-schema"
+
+
+def test_get_topics_of_namespace_lists_topics_and_partitions(broker: Any, raw: RawClient) -> None:
+    assert raw.create_producer("persistent://public/default/listed", 1).type == T.PRODUCER_SUCCESS
+    broker.call(broker.service.create_partitioned_topic, "persistent://public/default/parted", 2)
+    answer = raw.request(C.encode_get_topics_of_namespace(11, "public/default"))
+    assert answer.type == T.GET_TOPICS_OF_NAMESPACE_RESPONSE
+    topics = set(answer.getTopicsOfNamespaceResponse.topics)
+    assert "persistent://public/default/listed" in topics
+    assert {"persistent://public/default/parted-partition-0",
+            "persistent://public/default/parted-partition-1"} <= topics
+
+
+def test_send_receipts_echo_sequence_ids_in_order(raw: RawClient) -> None:
+    assert raw.create_producer("persistent://public/default/receipts", 1).type == T.PRODUCER_SUCCESS
+    for seq in range(5):
+        raw.send(C.encode_send(1, seq, make_entry(b"m%d" % seq, sequence_id=seq)))
+    # a batch of 3: the receipt echoes the first and the highest sequence id
+    raw.send(C.encode_send(1, 5, make_entry(b"batch", sequence_id=5, num_messages_in_batch=3),
+                           num_messages=3, highest_sequence_id=7))
+    receipts = [raw.recv_command().send_receipt for _ in range(6)]
+    assert [r.sequence_id for r in receipts] == [0, 1, 2, 3, 4, 5]
+    assert receipts[-1].highest_sequence_id == 7
+    ids = [(r.message_id.ledgerId, r.message_id.entryId) for r in receipts]
+    assert ids == sorted(ids) and len(set(ids)) == 6
+
+
+def test_crc_mismatch_is_send_error_checksum_and_connection_stays(raw: RawClient) -> None:
+    assert raw.create_producer("persistent://public/default/crc", 1).type == T.PRODUCER_SUCCESS
+    good = C.encode_send(1, 0, make_entry(b"payload", sequence_id=0))
+    bad = bytearray(good)
+    bad[-1] ^= 0xFF  # flip a payload byte: the CRC no longer matches
+    raw.send(bytes(bad))
+    answer = raw.recv_command()
+    assert answer.type == T.SEND_ERROR
+    assert answer.send_error.error == ServerError.ChecksumError
+    assert answer.send_error.sequence_id == 0
+    raw.send(C.encode_send(1, 1, make_entry(b"payload", sequence_id=1)))
+    answer = raw.recv_command()
+    assert answer.type == T.SEND_RECEIPT and answer.send_receipt.sequence_id == 1
+
+
+def test_malformed_metadata_is_send_error_and_connection_stays(raw: RawClient) -> None:
+    assert raw.create_producer("persistent://public/default/badmd", 1).type == T.PRODUCER_SUCCESS
+    entry = struct.pack(">I", 3) + b"\xff\xff\xff" + b"payload"
+    raw.send(C.encode_send(1, 0, entry))
+    answer = raw.recv_command()
+    assert answer.type == T.SEND_ERROR
+    assert answer.send_error.error == ServerError.ChecksumError
+    raw.send(C.encode_send(1, 1, make_entry(b"ok", sequence_id=1)))
+    assert raw.recv_command().type == T.SEND_RECEIPT
+
+
+def test_errors_keep_fifo_order_with_receipts(raw: RawClient) -> None:
+    assert raw.create_producer("persistent://public/default/fifo", 1).type == T.PRODUCER_SUCCESS
+    frames = []
+    for seq in range(6):
+        frame = bytearray(C.encode_send(1, seq, make_entry(b"x", sequence_id=seq)))
+        if seq in (2, 4):
+            frame[-1] ^= 1
+        frames.append(bytes(frame))
+    raw.send(b"".join(frames))
+    answers = [raw.recv_command() for _ in range(6)]
+    seqs = [a.send_receipt.sequence_id if a.type == T.SEND_RECEIPT else a.send_error.sequence_id
+            for a in answers]
+    assert seqs == [0, 1, 2, 3, 4, 5]
+    assert [a.type for a in answers].count(T.SEND_ERROR) == 2
+
+
+def test_exclusive_producer_conflicts_are_producer_busy(broker: Any) -> None:
+    topic = "persistent://public/default/excl"
+    with RawClient(broker.service_url) as a, RawClient(broker.service_url) as b:
+        a.handshake()
+        b.handshake()
+        assert a.create_producer(topic, 1, access_mode=pb.Exclusive).type == T.PRODUCER_SUCCESS
+        shared = b.create_producer(topic, 1)
+        assert shared.type == T.ERROR and shared.error.error == ServerError.ProducerBusy
+        assert "exclusive producer" in shared.error.message
+        excl = b.create_producer(topic, 2, access_mode=pb.Exclusive)
+        assert excl.type == T.ERROR and excl.error.error == ServerError.ProducerBusy
+
+
+def test_duplicate_producer_name_is_producer_busy(broker: Any) -> None:
+    topic = "persistent://public/default/dupname"
+    with RawClient(broker.service_url) as a, RawClient(broker.service_url) as b:
+        a.handshake()
+        b.handshake()
+        ok = a.create_producer(topic, 1, name="p1")
+        assert ok.type == T.PRODUCER_SUCCESS and ok.producer_success.producer_name == "p1"
+        dup = b.create_producer(topic, 1, name="p1")
+        assert dup.type == T.ERROR and dup.error.error == ServerError.ProducerBusy
+        assert dup.error.message == "Producer with name 'p1' is already connected to topic"
+
+
+def test_generated_producer_names_are_unique(raw: RawClient) -> None:
+    names = {raw.create_producer("persistent://public/default/gen", pid).producer_success.producer_name
+             for pid in range(1, 4)}
+    assert len(names) == 3 and all(n.startswith("standalone-") for n in names)
+
+
+def test_close_producer_answers_success(raw: RawClient) -> None:
+    assert raw.create_producer("persistent://public/default/cp", 1).type == T.PRODUCER_SUCCESS
+    answer = raw.request(C.encode_close_producer(1, 77))
+    assert answer.type == T.SUCCESS and answer.success.request_id == 77
+
+
+def test_send_for_unknown_producer_closes_the_connection(raw: RawClient) -> None:
+    raw.send(C.encode_send(99, 0, make_entry(b"x")))
+    assert raw.is_closed_by_peer()
+
+
+def test_get_last_message_id(raw: RawClient) -> None:
+    topic = "persistent://public/default/lastid"
+    assert raw.create_producer(topic, 1).type == T.PRODUCER_SUCCESS
+    receipts = []
+    for seq in range(3):
+        receipts.append(raw.request(C.encode_send(1, seq, make_entry(b"x", sequence_id=seq))))
+    last = receipts[-1].send_receipt.message_id
+    ok = raw.request(C.encode_subscribe(topic, "s", 1, 5, 100, initial_position=1))
+    assert ok.type == T.SUCCESS
+    answer = raw.request(C.encode_get_last_message_id(5, 101))
+    assert answer.type == T.GET_LAST_MESSAGE_ID_RESPONSE
+    mid = answer.getLastMessageIdResponse.last_message_id
+    assert (mid.ledgerId, mid.entryId) == (last.ledgerId, last.entryId)
+
+
+def test_keepalive_pings_idle_connections_and_closes_silent_ones(broker_factory: Any) -> None:
+    b = broker_factory(config_overrides={"keepAliveIntervalSeconds": 1})
+    with RawClient(b.service_url) as c:
+        c.handshake()
+        assert c.recv_command(timeout=3, skip_pings=False).type == T.PING
+        assert c.is_closed_by_peer(timeout=4)  # never answered: closed after 2 intervals
+
+
+GARBAGE = {
+    "tls_client_hello": bytes.fromhex("160301020001000200") + b"\x03\x03" + b"\x00" * 64,
+    "http_get": b"GET /admin/v2/clusters HTTP/1.1\r\nHost: x\r\n\r\n",
+    "huge_length": b"\xff\xff\xff\xf0" + b"\x00" * 64,
+    "bad_command": struct.pack(">II", 9, 5) + b"\xff" * 5,
+}
+
+
+@pytest.mark.parametrize("kind", sorted(GARBAGE))
+def test_garbage_connection_is_closed_while_others_keep_working(
+        broker: Any, client: Any, kind: str) -> None:
+    topic = f"persistent://public/default/garbage-{kind}"
+    consumer = client.subscribe(topic, "s")
+    producer = client.create_producer(topic)
+    producer.send(b"before")
+    assert consumer.receive(5000).data() == b"before"
+    with RawClient(broker.service_url) as bad:
+        if kind == "bad_command":
+            bad.handshake()
+        bad.send(GARBAGE[kind])
+        assert bad.is_closed_by_peer()
+    producer.send(b"after")
+    msg = consumer.receive(5000)
+    assert msg.data() == b"after"
+    consumer.acknowledge(msg)
+
+
+def test_garbage_in_parallel_with_traffic(broker: Any, client: Any) -> None:
+    topic = "persistent://public/default/garbage-parallel"
+    consumer = client.subscribe(topic, "s")
+    producer = client.create_producer(topic)
+    closed = []
+
+    def hammer() -> None:
+        for payload in GARBAGE.values():
+            with RawClient(broker.service_url) as bad:
+                bad.send(payload)
+                closed.append(bad.is_closed_by_peer())
+
+    t = threading.Thread(target=hammer)
+    t.start()
+    for i in range(50):
+        producer.send(b"%d" % i)
+    t.join(10)
+    assert closed == [True] * len(GARBAGE)
+    got = [consumer.receive(5000).data() for _ in range(50)]
+    assert got == [b"%d" % i for i in range(50)]

@@ -1,0 +1,173 @@
+"""Shared fixtures: in-process brokers, broker subprocesses, official clients, free ports.
+
+- ``broker``: a fresh in-process broker (``broker.embed.start_broker``) with its data in
+  ``tmp_path``, stopped after the test.
+- ``broker_factory(**kw)``: start more brokers (kw as ``start_broker``; pass
+  ``data_dir=old.data_dir`` to restart on the same data). Every broker is stopped at teardown.
+- ``client``: ``pulsar.Client(broker.service_url, operation_timeout_seconds=10)``, closed at
+  teardown. Client logging is limited to warnings so test output stays readable.
+- ``free_port()``: a TCP port on 127.0.0.1 that was free a moment ago.
+- ``run_broker_process(data_dir, ...)``: ``python -m broker serve`` as a subprocess (for
+  kill -9 and restart tests); returns a :class:`BrokerProcess`. All are killed at teardown.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import pathlib
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+PROCESS_START_TIMEOUT_S = 30.0
+PROCESS_STOP_TIMEOUT_S = 30.0
+_STARTED = re.compile(r"service (pulsar://\S+) web (http://\S+)")
+
+
+def find_free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def free_port() -> Callable[[], int]:
+    return find_free_port
+
+
+def make_client(service_url: str, **kw: Any) -> Any:
+    """An official client with quiet logging (warnings and errors only)."""
+    import pulsar
+
+    kw.setdefault("operation_timeout_seconds", 10)
+    kw.setdefault("logger", pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn))
+    return pulsar.Client(service_url, **kw)
+
+
+@pytest.fixture
+def broker_factory(tmp_path: pathlib.Path) -> Iterator[Callable[..., Any]]:
+    from broker.embed import start_broker
+
+    handles: list[Any] = []
+    counter = itertools.count()
+
+    def factory(**kw: Any) -> Any:
+        kw.setdefault("data_dir", tmp_path / f"broker-{next(counter)}")
+        handle = start_broker(**kw)
+        handles.append(handle)
+        return handle
+
+    yield factory
+    for handle in reversed(handles):
+        handle.stop()
+
+
+@pytest.fixture
+def broker(broker_factory: Callable[..., Any]) -> Any:
+    return broker_factory()
+
+
+@pytest.fixture
+def client(broker: Any) -> Iterator[Any]:
+    c = make_client(broker.service_url)
+    yield c
+    c.close()
+
+
+def _toml_value(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    raise TypeError(f"cannot write {value!r} as TOML")
+
+
+class BrokerProcess:
+    """A ``python -m broker serve`` subprocess."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], log_path: pathlib.Path,
+                 service_url: str, web_url: str, data_dir: pathlib.Path) -> None:
+        self.proc = proc
+        self.log_path = log_path
+        self.service_url = service_url
+        self.web_url = web_url
+        self.data_dir = data_dir
+        self.broker_port = int(service_url.rsplit(":", 1)[1])
+        self.web_port = int(web_url.rsplit(":", 1)[1])
+
+    def stop(self, timeout: float = PROCESS_STOP_TIMEOUT_S) -> int:
+        """SIGTERM (graceful shutdown) and wait; returns the exit code."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return int(self.proc.returncode)
+
+    def kill(self) -> None:
+        """SIGKILL: no flush, no cleanup (crash tests)."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+@pytest.fixture
+def run_broker_process(tmp_path: pathlib.Path) -> Iterator[Callable[..., BrokerProcess]]:
+    procs: list[BrokerProcess] = []
+    counter = itertools.count()
+
+    def start(data_dir: pathlib.Path | str, *, broker_port: int = 0, web_port: int = 0,
+              config_overrides: Mapping[str, object] | None = None,
+              extra_args: tuple[str, ...] = ()) -> BrokerProcess:
+        n = next(counter)
+        data_path = pathlib.Path(data_dir)
+        args = [sys.executable, "-m", "broker", "serve", "--data-dir", str(data_path),
+                "--broker-port", str(broker_port), "--web-port", str(web_port),
+                "--bind-address", "127.0.0.1", "--advertised-address", "127.0.0.1"]
+        if config_overrides:
+            conf = tmp_path / f"broker-process-{n}.toml"
+            conf.write_text("".join(f"{k} = {_toml_value(v)}\n" for k, v in config_overrides.items()))
+            args += ["--config", str(conf)]
+        args += list(extra_args)
+        log_path = tmp_path / f"broker-process-{n}.log"
+        with log_path.open("wb") as log:
+            proc = subprocess.Popen(args, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+                                    env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        deadline = time.monotonic() + PROCESS_START_TIMEOUT_S
+        match = None
+        while time.monotonic() < deadline:
+            match = _STARTED.search(log_path.read_text(errors="replace"))
+            if match or proc.poll() is not None:
+                break
+            time.sleep(0.05)  # polling a subprocess's log file: there is no event to wait on
+        if match is None:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            raise RuntimeError(f"broker process did not start:\n{log_path.read_text(errors='replace')}")
+        bp = BrokerProcess(proc, log_path, match.group(1), match.group(2), data_path)
+        procs.append(bp)
+        return bp
+
+    yield start
+    for bp in procs:
+        bp.kill()

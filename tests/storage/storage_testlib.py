@@ -1,0 +1,67 @@
+"""Helpers shared by the storage tests (imported by file name; no conftest needed)."""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+
+from storage.fileops import FileOps
+from storage.segments import encode_file_header, encode_record_header, segment_name
+from storage.store import encode_name
+
+
+class FaultyFileOps(FileOps):
+    """A file layer whose fdatasync / writev can be made to fail with EIO."""
+
+    def __init__(self) -> None:
+        self.fail_fdatasync = False
+        self.fail_writev = False
+        self.fdatasync_calls = 0
+
+    def fdatasync(self, fd: int) -> None:
+        self.fdatasync_calls += 1
+        if self.fail_fdatasync:
+            raise OSError(errno.EIO, "injected EIO (fdatasync)")
+        super().fdatasync(fd)
+
+    def writev(self, fd: int, buffers: Sequence[bytes | memoryview]) -> int:
+        if self.fail_writev:
+            raise OSError(errno.EIO, "injected EIO (writev)")
+        return super().writev(fd, buffers)
+
+
+def ledger_dir(root: Path, name: str) -> Path:
+    return root / "ledgers" / encode_name(name)
+
+
+def write_segment(directory: Path, ledger_id: int, payloads: Sequence[bytes]) -> Path:
+    """Write a complete segment file directly (fast bulk setup for big-state tests)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / segment_name(ledger_id)
+    parts = [encode_file_header(ledger_id, 0)]
+    for entry_id, data in enumerate(payloads):
+        parts.append(encode_record_header(entry_id, data))
+        parts.append(data)
+    path.write_bytes(b"".join(parts))
+    return path
+
+
+def segment_paths(root: Path, name: str) -> list[Path]:
+    return sorted(ledger_dir(root, name).glob("*.seg"))
+
+
+def copy_store(src: Path, dst: Path) -> Path:
+    shutil.copytree(src, dst)
+    return dst
+
+
+def flip_bit(path: Path, byte_offset: int, bit: int) -> None:
+    fd = os.open(path, os.O_RDWR)
+    try:
+        (byte,) = os.pread(fd, 1, byte_offset)
+        os.pwrite(fd, bytes([byte ^ (1 << bit)]), byte_offset)
+    finally:
+        os.close(fd)

@@ -1,0 +1,89 @@
+"""Fault injection: a failed fdatasync or write fences the ledger; nothing unsynced is acked."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from storage import PersistenceError, Position, SegmentStore, StorageConfig
+from storage_testlib import FaultyFileOps
+
+TOPIC = "persistent://public/default/f"
+
+
+async def _open(root: Path, ops: FaultyFileOps) -> SegmentStore:
+    return await SegmentStore.open(root, StorageConfig(max_entries_per_ledger=1000),
+                                   file_ops=ops)
+
+
+async def test_fsync_eio_fences_ledger_and_acknowledges_nothing_after(tmp_path: Path) -> None:
+    ops = FaultyFileOps()
+    store = await _open(tmp_path, ops)
+    ml = await store.open_ledger(TOPIC)
+    good = await asyncio.gather(*(ml.append(b"ok%d" % i) for i in range(20)))
+    ops.fail_fdatasync = True
+    failing = [ml.append(b"bad%d" % i) for i in range(20)]
+    results = await asyncio.gather(*failing, return_exceptions=True)
+    assert all(isinstance(r, PersistenceError) for r in results)
+    assert ml.fenced
+    assert ml.last_confirmed == good[-1]
+    ops.fail_fdatasync = False  # a later fsync "succeeding" must not un-fence (fsyncgate)
+    later = ml.append(b"later")
+    with pytest.raises(PersistenceError):
+        await later
+    assert ml.last_confirmed == good[-1]
+    got = await ml.read_entries(good[0], 100)
+    assert [e.data for e in got] == [b"ok%d" % i for i in range(20)]
+    await store.close()
+    # After a restart every acknowledged entry is there, and the topic accepts writes again.
+    store = await SegmentStore.open(tmp_path)
+    ml = await store.open_ledger(TOPIC)
+    got = await ml.read_entries(good[0], 100)
+    assert [e.data for e in got[:20]] == [b"ok%d" % i for i in range(20)]
+    pos = await ml.append(b"after-restart")
+    assert pos.ledger_id > good[-1].ledger_id
+    await store.close()
+
+
+async def test_write_eio_fences_only_the_failing_ledger(tmp_path: Path) -> None:
+    ops = FaultyFileOps()
+    store = await _open(tmp_path, ops)
+    bad = await store.open_ledger("bad")
+    fine = await store.open_ledger("fine")
+    await bad.append(b"first")
+    ops.fail_writev = True
+    fut = bad.append(b"x")
+    with pytest.raises(PersistenceError):
+        await fut
+    ops.fail_writev = False
+    assert bad.fenced
+    assert await fine.append(b"y") == Position(fine.ledgers[-1].ledger_id, 0)
+    assert not fine.fenced
+    await store.close()
+
+
+async def test_futures_already_queued_behind_a_failed_batch_fail_too(tmp_path: Path) -> None:
+    ops = FaultyFileOps()
+    store = await _open(tmp_path, ops)
+    ml = await store.open_ledger(TOPIC)
+    await ml.append(b"warm")
+    ops.fail_fdatasync = True
+    acked: list[Position] = []
+    failures = 0
+
+    async def producer(i: int) -> None:
+        nonlocal failures
+        for j in range(10):
+            try:
+                acked.append(await ml.append(b"%d-%d" % (i, j)))
+            except PersistenceError:
+                failures += 1
+                return
+
+    await asyncio.gather(*(producer(i) for i in range(16)))
+    assert acked == []
+    assert failures == 16
+    assert store.stats()["failed_fsyncs"] >= 1
+    await store.close()
