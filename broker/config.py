@@ -172,7 +172,7 @@ class BrokerConfig:
 
     def with_overrides(self, overrides: Mapping[str, object]) -> BrokerConfig:
         """A copy with ``{camelCaseKey: value}`` applied (validated like a file)."""
-        return dataclasses.replace(self, **_convert(overrides, source="override"))
+        return dataclasses.replace(self, **_convert(overrides, source="override"))  # type: ignore[arg-type]
 
     def to_dict(self) -> dict[str, object]:
         """``{camelCaseKey: value}`` for every setting (e.g. for a TOML dump or the admin API)."""
@@ -257,7 +257,7 @@ def storage_config(config: BrokerConfig) -> Any:
         "group_commit_max_delay_ms": config.journal_max_group_wait_msec,
     }
     known = {f.name: f for f in dataclasses.fields(StorageConfig)}
-    kwargs: dict[str, object] = {}
+    kwargs: dict[str, Any] = {}
     for name, value in wanted.items():
         if name not in known:
             continue

@@ -37,8 +37,8 @@ from broker import SERVER_VERSION
 from broker.lookup import service_url
 from broker.states import TRANSITIONS, ConnState, Unexpected, request_id_of, unexpected
 from broker.topic_name import TopicName
-from proto import pulsar_api_pb2 as pb
 from protocol import commands as C
+from protocol import pulsar_pb as pb
 from protocol.errors import ConnectionFatalError, RequestError, ServerError
 from protocol.frames import NEED_DATA, Frame, FrameDecoder
 from protocol.limits import FRAME_PADDING, PROTOCOL_VERSION
@@ -86,7 +86,7 @@ class ServerConnection(asyncio.Protocol):
     # ------------------------------------------------------------------ asyncio.Protocol
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._transport = transport  # type: ignore[assignment]  # uvloop's TCPTransport
+        self._transport = transport  # type: ignore[assignment,unused-ignore]  # uvloop's TCPTransport
         peer = transport.get_extra_info("peername")
         sock = transport.get_extra_info("sockname")
         if peer:
@@ -109,7 +109,7 @@ class ServerConnection(asyncio.Protocol):
                 return
             if frame is NEED_DATA:
                 return
-            self._dispatch(frame)  # type: ignore[arg-type]
+            self._dispatch(frame)
             if self.is_closed:
                 return
 

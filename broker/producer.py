@@ -12,7 +12,8 @@ connection when a receipt overtakes an earlier send):
 2. :meth:`broker.topic.Topic.publish` parses the metadata, applies the delayed-delivery
    publish guard (PIP-315/437) and appends the entry to the managed ledger, which resolves
    the returned future once the entry is fsynced (group commit).
-3. When a record at the head of the queue is complete, its SEND_RECEIPT (echoing
+3. When the record at the head of the queue is complete (one done-callback, on the head's
+   future only, per group commit), its SEND_RECEIPT (echoing
    ``sequence_id`` and ``highest_sequence_id``, as Pulsar does for batches) or SEND_ERROR is
    written, and the next record is looked at. A failed append fails every record queued
    behind it as well, so nothing is acknowledged out of order.
@@ -34,8 +35,8 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
-from proto import pulsar_api_pb2 as pb
 from protocol import commands as C
+from protocol import pulsar_pb as pb
 from protocol.errors import ChecksumError, PersistenceError, RequestError
 
 if TYPE_CHECKING:
@@ -49,7 +50,7 @@ __all__ = ["PUBLISH_LATENCY_BUCKETS_MS", "Producer", "create_producer"]
 #: buckets (0.5 ms ... 1 s); one more bucket counts everything slower.
 PUBLISH_LATENCY_BUCKETS_MS = (0.5, 1.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 1000.0)
 
-ACCESS_MODE_NAMES = {
+ACCESS_MODE_NAMES: dict[int, str] = {
     pb.Shared: "Shared",
     pb.Exclusive: "Exclusive",
     pb.WaitForExclusive: "WaitForExclusive",
@@ -93,13 +94,14 @@ class Producer:
         self._queue: deque[_Pending] = deque()
         self._failed: RequestError | None = None
         self._drained: asyncio.Event | None = None
+        self._watched: asyncio.Future[Any] | None = None
         self._loop = connection.loop
         self._write = connection.write
         self._on_done = self._drain_cb  # bound once: one allocation less per SEND
 
     @property
     def access_mode_name(self) -> str:
-        return ACCESS_MODE_NAMES.get(self.access_mode, str(self.access_mode))
+        return str(ACCESS_MODE_NAMES.get(self.access_mode, str(self.access_mode)))
 
     @property
     def pending(self) -> int:
@@ -110,7 +112,8 @@ class Producer:
     def on_send(self, frame: Frame) -> None:
         send = frame.command.send
         item = _Pending(send.sequence_id, send.highest_sequence_id, self._loop.time())
-        self._queue.append(item)
+        queue = self._queue
+        queue.append(item)
         self.connection.publish_started()
         entry = frame.entry
         try:
@@ -124,12 +127,27 @@ class Producer:
             item.size = len(entry)
         except RequestError as exc:
             item.error = exc
-            if self._queue[0] is item:
-                self._drain()
+        if queue[0] is item:
+            self._watch_head()
+
+    def _watch_head(self) -> None:
+        """Answer what can be answered; then wait on the head record's future only.
+
+        Appends of one ledger resolve in order and a group commit resolves many at once, so
+        one callback per group commit (not one per SEND) drains every finished record.
+        """
+        queue = self._queue
+        if not queue:
             return
-        item.future.add_done_callback(self._on_done)
+        fut = queue[0].future
+        if fut is None or fut.done():
+            self._drain()
+        elif fut is not self._watched:
+            self._watched = fut
+            fut.add_done_callback(self._on_done)
 
     def _drain_cb(self, _fut: asyncio.Future[Any]) -> None:
+        self._watched = None
         self._drain()
 
     def _drain(self) -> None:
@@ -138,7 +156,11 @@ class Producer:
         pid = self.producer_id
         write = self._write
         finished = self.connection.publish_finished
+        encode_receipt = C.encode_send_receipt
+        buckets = topic.publish_latency_buckets
         now = self._loop.time()
+        msgs = size = count = 0
+        latency_sum = 0.0
         while queue:
             item = queue[0]
             fut = item.future
@@ -153,15 +175,27 @@ class Producer:
             finished()
             if item.error is None:
                 pos = fut.result()  # type: ignore[union-attr]
-                write(C.encode_send_receipt(pid, item.sequence_id, pos.ledger_id, pos.entry_id,
-                                            item.highest_sequence_id))
-                self.msg_in_counter += item.messages
-                self.bytes_in_counter += item.size
-                topic.record_published(item.messages, item.size, (now - item.started) * 1000.0)
+                write(encode_receipt(pid, item.sequence_id, pos.ledger_id, pos.entry_id,
+                                     item.highest_sequence_id))
+                msgs += item.messages
+                size += item.size
+                count += 1
+                latency_ms = (now - item.started) * 1000.0
+                latency_sum += latency_ms
+                buckets[bisect.bisect_left(PUBLISH_LATENCY_BUCKETS_MS, latency_ms)] += 1
             else:
                 write(C.encode_send_error(pid, item.sequence_id, item.error.code,
                                           item.error.message))
-        if not queue and self._drained is not None:
+        if count:
+            self.msg_in_counter += msgs
+            self.bytes_in_counter += size
+            topic.record_published(msgs, size, count, latency_sum)
+        if queue:
+            head = queue[0].future
+            if head is not None and head is not self._watched:
+                self._watched = head
+                head.add_done_callback(self._on_done)
+        elif self._drained is not None:
             self._drained.set()
 
     def _fail_behind(self, error: RequestError) -> None:

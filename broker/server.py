@@ -164,20 +164,12 @@ def _bound_port(sockets: Any) -> int:
 
 
 def _metrics_collect(service: BrokerService) -> Any:
-    """A zero-argument callable returning metric families, from the metrics area."""
+    """A zero-argument callable returning metric families (the metrics area's registry)."""
     try:
-        from broker.metrics import collector as mod
+        from broker.metrics import create_registry
     except ImportError:
         return None
-    for name in ("make_collect", "collect_families"):
-        fn = getattr(mod, name, None)
-        if fn is not None:
-            return lambda: fn(service)
-    cls = getattr(mod, "BrokerCollector", None) or getattr(mod, "HoraeCollector", None)
-    if cls is not None:
-        collector = cls(service)
-        return collector.collect
-    return None
+    return create_registry(service).collect
 
 
 def _fallback_app(service: BrokerService) -> web.Application:

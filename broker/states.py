@@ -29,7 +29,7 @@ from enum import IntEnum
 from types import MappingProxyType
 from typing import Final
 
-from proto import pulsar_api_pb2 as pb
+from protocol import pulsar_pb as pb
 
 __all__ = [
     "ALL_COMMAND_TYPES",
@@ -109,7 +109,7 @@ _HAS_REQUEST_ID: Final = frozenset(
 
 def subcommand_field(cmd_type: int) -> str:
     """``pb.BaseCommand.PRODUCER`` -> ``"producer"``."""
-    return _SUBFIELD[cmd_type]
+    return str(_SUBFIELD[cmd_type])
 
 
 def request_id_of(cmd: pb.BaseCommand) -> int | None:

@@ -34,7 +34,12 @@ from broker.dispatchers import (
     SharedDispatcher,
     SingleActiveDispatcher,
 )
-from protocol.errors import ConsumerBusyError, MetadataError, NotAllowedError
+from protocol.errors import (
+    ConsumerBusyError,
+    MetadataError,
+    NotAllowedError,
+    ServiceNotReadyError,
+)
 from protocol.metadata import parse_entry
 from storage.positions import Position
 
@@ -66,7 +71,7 @@ def _before(pos: Position) -> Position:
 
 def tail_position(ledger: Any) -> Position:
     """The last entry, or (current ledger, -1) when the topic holds none (Pulsar's LAC)."""
-    last = ledger.last_confirmed
+    last: Position | None = ledger.last_confirmed
     if last is not None:
         return last
     infos = ledger.ledgers
@@ -137,7 +142,8 @@ class MemoryCursor:
         last = self._ledger.last_confirmed
         if last is None or last <= self._md:
             return 0
-        return max(0, self._ledger.entries_between(self._md, last) - len(self._deleted))
+        between: int = self._ledger.entries_between(self._md, last)
+        return max(0, between - len(self._deleted))
 
     async def flush(self) -> None:
         return None
@@ -199,6 +205,7 @@ class Subscription:
             # Only acks survive a restart: everything unacknowledged is read again (Pulsar
             # recovers a cursor's read position as the entry after its mark-delete position).
             cursor.read_position = ledger.next_position(cursor.mark_delete_position)
+            cursor.revision += 1  # a rewind: everything handed out before is handed out again
         sub = cls(topic, name, cursor, durable=durable)
         if durable and any(k.startswith(BUCKET_PROPERTY_PREFIX) for k in cursor.properties):
             # Bucket snapshots from a previous run: recover them before anything is dispatched.
@@ -247,6 +254,14 @@ class Subscription:
             self.delayed_tracker = tracker
         return tracker
 
+    def on_policy_changed(self) -> None:
+        """The topic's delayed-delivery policy changed: apply a new tick to the tracker."""
+        tracker = self.delayed_tracker
+        if tracker is not None:
+            tracker.reset_tick_time(self.topic.delay_policy().tick_time_ms)
+        if self.dispatcher is not None and self.consumers:
+            self.dispatcher.schedule()
+
     def _on_due(self) -> None:
         if self.dispatcher is not None and self.consumers:
             self.dispatcher.schedule()
@@ -275,7 +290,8 @@ class Subscription:
 
     def _check_admission(self, consumer: Consumer) -> None:
         if self.closed:
-            raise ConsumerBusyError("Subscription is closed")
+            # The topic is being unloaded or deleted: the client retries (ServiceNotReady).
+            raise ServiceNotReadyError(f"Subscription {self.name} is closed")
         if not self.consumers:
             return
         if consumer.sub_type != self.sub_type:
@@ -441,7 +457,7 @@ class Subscription:
             if info.entries:
                 index.append((info.ledger_id, info.entries))
                 total += info.entries
-        end = ledger.next_position(tail_position(ledger))
+        end: Position = ledger.next_position(tail_position(ledger))
 
         def at(i: int) -> Position:
             for lid, n in index:
@@ -580,11 +596,12 @@ class Subscription:
 
 def _normalize(ledger: Any, ledger_id: int, entry_id: int) -> Position:
     """A seek target: MessageId.latest -> after the last entry, earliest -> the first entry."""
+    after_last: Position = ledger.next_position(tail_position(ledger))
     if ledger_id >= _LATEST_LEDGER:
-        return ledger.next_position(tail_position(ledger))
+        return after_last
     if ledger_id < 0 or entry_id < 0:
-        first = ledger.first_position
-        return first if first is not None else ledger.next_position(tail_position(ledger))
+        first: Position | None = ledger.first_position
+        return first if first is not None else after_last
     return Position(ledger_id, entry_id)
 
 

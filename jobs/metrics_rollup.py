@@ -42,7 +42,6 @@ from __future__ import annotations
 import argparse
 import gzip
 import logging
-import math
 import os
 import re
 import sys
@@ -494,32 +493,39 @@ def _quantile_columns(df: DataFrame) -> DataFrame:
     """
     from pyspark.sql import functions as F
 
-    df = df.withColumn("_u", F.expr("transform(buckets, b -> b.le)")).withColumn(
-        "_c",
+    prepared = df.select(
+        "*",
+        F.expr("transform(buckets, b -> b.le)").alias("_u"),
         F.expr(
             "transform(buckets, (b, i) -> array_max(slice(transform(buckets, x -> x.n), 1, i + 1)))"
-        ),
+        ).alias("_c"),
     )
-    df = df.withColumn("_total", F.element_at("_c", -1)).withColumn(
-        "_ok",
-        (F.size("_u") >= 2) & (F.element_at("_u", -1) == F.lit(math.inf)) & (F.col("_total") > 0),
+    # Few selects of SQL text: every withColumn would re-analyse the whole plan.
+    ranked = prepared.select(
+        "*",
+        F.expr("element_at(_c, -1)").alias("_total"),
+        *[
+            F.expr(f"array_position(transform(_c, c -> c >= {q!r} * element_at(_c, -1)), true)")
+            .cast("int")
+            .alias(f"_i_{name}")
+            for name, q in QUANTILES
+        ],
     )
+    ok = "size(_u) >= 2 AND element_at(_u, -1) = double('Infinity') AND _total > 0"
+    quantiles = []
     for name, q in QUANTILES:
-        rank = F.lit(q) * F.col("_total")
-        idx = F.expr(f"array_position(transform(_c, c -> c >= {q!r} * _total), true)").cast("int")
-        u = lambda i: F.element_at("_u", i)  # noqa: E731  (1-based, like element_at)
-        c = lambda i: F.element_at("_c", i)  # noqa: E731
-        value = (
-            F.when(~F.col("_ok"), F.lit(None).cast("double"))
-            .when(idx == F.size("_u"), u(idx - 1))
-            .when((idx == 1) & (u(F.lit(1)) <= 0), u(F.lit(1)))
-            .when(idx == 1, u(F.lit(1)) * (rank / c(F.lit(1))))
-            .otherwise(
-                u(idx - 1) + (u(idx) - u(idx - 1)) * ((rank - c(idx - 1)) / (c(idx) - c(idx - 1)))
-            )
-        )
-        df = df.withColumn(name, value)
-    return df.drop("_u", "_c", "_total", "_ok")
+        rank, i = f"({q!r} * _total)", f"_i_{name}"
+        lo_u, hi_u = f"element_at(_u, {i} - 1)", f"element_at(_u, {i})"
+        lo_c, hi_c = f"element_at(_c, {i} - 1)", f"element_at(_c, {i})"
+        sql = f"""CASE
+            WHEN NOT ({ok}) THEN CAST(NULL AS DOUBLE)
+            WHEN {i} = size(_u) THEN {lo_u}
+            WHEN {i} = 1 AND element_at(_u, 1) <= 0 THEN element_at(_u, 1)
+            WHEN {i} = 1 THEN element_at(_u, 1) * ({rank} / element_at(_c, 1))
+            ELSE {lo_u} + ({hi_u} - {lo_u}) * (({rank} - {lo_c}) / ({hi_c} - {lo_c}))
+            END"""
+        quantiles.append(F.expr(sql).alias(name))
+    return ranked.select(*[c for c in df.columns if c != "buckets"], *quantiles)
 
 
 def aggregate_histograms(counter_rows: DataFrame) -> DataFrame:
@@ -553,7 +559,7 @@ def aggregate_histograms(counter_rows: DataFrame) -> DataFrame:
         rate.alias("rate_per_s"),
         "buckets",
     )
-    return _quantile_columns(out).drop("buckets")
+    return _quantile_columns(out)
 
 
 def _conform(df: DataFrame) -> DataFrame:
@@ -593,14 +599,14 @@ def rollup(series: DataFrame, windows: Sequence[Window], stats: InputStats) -> D
 
 
 def _configure_logging() -> None:
-    if not log.handlers:
+    """INFO progress lines on stderr, unless the caller (the horae CLI) set logging up."""
+    log.setLevel(logging.INFO)
+    if not log.handlers and not logging.getLogger().handlers:
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(
             logging.Formatter("%(asctime)s rollup %(levelname)s %(message)s", "%H:%M:%S")
         )
         log.addHandler(handler)
-        log.setLevel(logging.INFO)
-        log.propagate = False
 
 
 def _spark_session(args: argparse.Namespace) -> tuple[SparkSession, bool]:

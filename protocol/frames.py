@@ -34,11 +34,21 @@ raised the decoder is dead: it drops further input and raises the same error aga
 that keeps sending garbage cannot grow its memory.
 
 Buffering: when no partial frame is pending, a ``bytes`` chunk is adopted without copying and
-frames are sliced straight out of it; only a frame split across chunks is assembled in a
-``bytearray`` (with a read offset, compacted once the consumed prefix dominates).
+frames are sliced straight out of it (a read offset, no per-frame buffer copy). A small tail
+cut by a chunk boundary is joined to the next chunk; only a large frame arriving in many chunks
+is assembled in a ``bytearray`` (compacted once the consumed prefix dominates), so assembling a
+5 MiB frame from 64 KiB reads stays linear.
 
-``Frame.command`` is always a fully parsed ``pb.BaseCommand`` (parsing costs about 0.3 us with
-upb, which the SEND decode target can afford; see ``bench/codec.py``).
+Speed (``bench/codec.py``; target 300,000 SEND frames/s on one core). ``Frame`` keeps the
+contract's shape: ``Frame.command`` is always a real, fully parsed ``pb.BaseCommand`` (a upb
+parse costs ~0.3 us; nothing is lazy). What the SEND hot path saves instead:
+
+* the required-field check of a SEND is proven from its serialized bytes by one regex match
+  (``_send_fast_path_pattern``) rather than ``HasField``/``IsInitialized`` calls (~1.5 us);
+  anything unusual falls back to the generic check, so the verdict is identical;
+* a payload frame carrying a checksum and no broker entry metadata is handled inline;
+* frames are built through the slot descriptors of the frozen dataclass (``_new_frame``),
+  half the cost of its generated ``__init__``; the objects are identical.
 """
 
 from __future__ import annotations
@@ -153,6 +163,9 @@ _HTTP_PREFIXES: Final = frozenset(
 )
 # Compact the assembly buffer once this many consumed bytes sit in front of the pending ones.
 _COMPACT_AFTER: Final = 64 * 1024
+# Pending bytes below this are re-joined with the next chunk into one ``bytes``; above it (a
+# large frame arriving in many chunks) they go to a bytearray, so assembly stays linear.
+_SMALL_PENDING: Final = 64 * 1024
 
 
 def _too_large(head: bytes, size: int, limit: int) -> FrameTooLargeError:
@@ -206,11 +219,16 @@ def _send_fast_path_pattern() -> re.Pattern[bytes]:
         10 ...            sequence_id, still inside the sub-message: 5 + k < 4 + L
         and no 0x4a byte anywhere (send.message_id, whose own fields are required)
 
-    A non-match means "run the generic check", never "invalid". The parse having succeeded
-    guarantees the sequence_id varint is complete inside the sub-message.
+    The caller also requires ``4 + L == len(raw)``: no other field follows, so no other
+    sub-message could hide a missing required field. A non-match means "run the generic
+    check", never "invalid". The parse having succeeded guarantees the sequence_id varint is
+    complete inside the sub-message.
     """
     alternatives = [
-        b"[" + re.escape(bytes([k + 2])) + rb"-\x7f]\x08" + rb"[\x80-\xff]" * (k - 1)
+        b"["
+        + re.escape(bytes([k + 2]))
+        + rb"-\x7f]\x08"
+        + rb"[\x80-\xff]" * (k - 1)
         + rb"[\x00-\x7f]\x10"
         for k in range(1, 11)
     ]
@@ -251,12 +269,21 @@ class FrameDecoder:
             return  # a dead decoder holds no more memory whatever the peer sends
         buf = self._buf
         pos = self._pos
-        if pos >= len(buf):
+        pending = len(buf) - pos
+        if pending <= 0:
             # Nothing pending: adopt the chunk. A bytearray/memoryview must be copied, the
             # caller may reuse it.
             self._buf = data if type(data) is bytes else bytes(data)
             self._pos = 0
+        elif pending < _SMALL_PENDING:
+            # The usual case: the tail of a frame cut by the chunk boundary. Joining it to the
+            # chunk as one bytes object costs the same copy as appending to a bytearray, and
+            # keeps later slices single copies.
+            head = buf[pos:]
+            self._buf = (head if type(head) is bytes else bytes(head)) + data
+            self._pos = 0
         elif type(buf) is bytes:
+            # A large frame in the making: assemble it in a bytearray (amortised appends).
             assembly = bytearray(memoryview(buf)[pos:])
             assembly += data
             self._buf = assembly
@@ -329,7 +356,11 @@ class FrameDecoder:
                 raise MalformedFrameError(f"command does not parse as BaseCommand: {exc}") from None
             # The SEND hot path proves its required fields from the bytes (~0.2 us, see
             # _send_fast_path_pattern) instead of IsInitialized (~0.5 us) and friends.
-            if cmd.type != _SEND or _send_is_complete(raw) is None:
+            if (
+                cmd.type != _SEND
+                or _send_is_complete(raw) is None
+                or raw[3] + 4 != len(raw)  # nothing but type and send in the command
+            ):
                 _validate(cmd)
             if command_end == frame_end:
                 frame = _new_frame(cmd, None, None, None)

@@ -32,7 +32,7 @@ from __future__ import annotations
 import base64
 import binascii
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Final
 
@@ -106,11 +106,20 @@ def split_entry(entry: bytes) -> tuple[bytes, memoryview]:
     return entry[4 : 4 + size], memoryview(entry)[4 + size :]
 
 
+def _metadata_bytes(entry: bytes) -> bytes:
+    if len(entry) < 4:
+        raise MalformedEntryError(f"entry of {len(entry)} bytes has no metadata size")
+    (size,) = _u32_unpack_from(entry, 0)
+    if size > len(entry) - 4:
+        raise MalformedEntryError(f"metadata size {size} exceeds the entry ({len(entry)} bytes)")
+    return entry[4 : 4 + size]
+
+
 def parse_metadata(entry: bytes) -> pb.MessageMetadata:
-    """The full MessageMetadata of an entry (required fields checked)."""
-    raw, _ = split_entry(entry)
+    """The full MessageMetadata of an entry (required fields checked, nested ones too: a
+    consumer cannot parse metadata that misses any, so such an entry must never be stored)."""
     try:
-        md: pb.MessageMetadata = pb.MessageMetadata.FromString(raw)
+        md: pb.MessageMetadata = _metadata_from_string(_metadata_bytes(entry))
     except DecodeError as exc:
         raise MalformedEntryError(f"message metadata does not parse: {exc}") from None
     if not md.IsInitialized():
@@ -121,7 +130,7 @@ def parse_metadata(entry: bytes) -> pb.MessageMetadata:
 
 
 def parse_entry(entry: bytes) -> EntryInfo:
-    """Read the fields the broker routes and schedules on."""
+    """Read the fields the broker routes and schedules on (publish hot path, ~2.5 us)."""
     md = parse_metadata(entry)
     has = md.HasField
     partition_key = md.partition_key if has("partition_key") else None
@@ -131,18 +140,44 @@ def parse_entry(entry: bytes) -> EntryInfo:
         partition_key is not None and type(partition_key) is not str
     ):
         raise MalformedEntryError("message metadata holds a string that is not valid UTF-8")
-    return EntryInfo(
-        publish_time=md.publish_time,
-        deliver_at_time=md.deliver_at_time if has("deliver_at_time") else None,
-        num_messages_in_batch=md.num_messages_in_batch if has("num_messages_in_batch") else None,
-        partition_key=partition_key,
-        ordering_key=md.ordering_key if has("ordering_key") else None,
-        sequence_id=md.sequence_id,
-        producer_name=producer_name,
-        event_time=md.event_time,
-        highest_sequence_id=md.highest_sequence_id,
-        partition_key_b64_encoded=md.partition_key_b64_encoded,
+    info: EntryInfo = _new_info(EntryInfo)
+    _set_publish_time(info, md.publish_time)
+    _set_deliver_at_time(info, md.deliver_at_time if has("deliver_at_time") else None)
+    _set_num_messages_in_batch(
+        info, md.num_messages_in_batch if has("num_messages_in_batch") else None
     )
+    _set_partition_key(info, partition_key)
+    _set_ordering_key(info, md.ordering_key if has("ordering_key") else None)
+    _set_sequence_id(info, md.sequence_id)
+    _set_producer_name(info, producer_name)
+    _set_event_time(info, md.event_time)
+    _set_highest_sequence_id(info, md.highest_sequence_id)
+    _set_partition_key_b64_encoded(info, partition_key is not None and md.partition_key_b64_encoded)
+    return info
+
+
+_u32_unpack_from: Final = _U32.unpack_from
+_metadata_from_string: Final = pb.MessageMetadata.FromString
+_new_info: Final = object.__new__
+
+
+def _slot_setter(name: str) -> Callable[[EntryInfo, object], None]:
+    # EntryInfo is frozen; its generated __init__ costs one object.__setattr__ per field
+    # (~1.5 us for ten). parse_entry fills the slots through their descriptors instead.
+    setter: Callable[[EntryInfo, object], None] = vars(EntryInfo)[name].__set__
+    return setter
+
+
+_set_publish_time: Final = _slot_setter("publish_time")
+_set_deliver_at_time: Final = _slot_setter("deliver_at_time")
+_set_num_messages_in_batch: Final = _slot_setter("num_messages_in_batch")
+_set_partition_key: Final = _slot_setter("partition_key")
+_set_ordering_key: Final = _slot_setter("ordering_key")
+_set_sequence_id: Final = _slot_setter("sequence_id")
+_set_producer_name: Final = _slot_setter("producer_name")
+_set_event_time: Final = _slot_setter("event_time")
+_set_highest_sequence_id: Final = _slot_setter("highest_sequence_id")
+_set_partition_key_b64_encoded: Final = _slot_setter("partition_key_b64_encoded")
 
 
 def rewrite_deliver_at(entry: bytes, deliver_at_ms: int) -> bytes:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import logging
+import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass
@@ -72,7 +73,7 @@ class _Ledger:
     """Loop-side bookkeeping of one ledger."""
 
     __slots__ = ("assigned_bytes", "confirmed", "ledger_id", "missing", "next_entry_id",
-                 "sealed", "segment", "size_bytes")
+                 "roll_deadline", "sealed", "segment", "size_bytes")
 
     def __init__(self, segment: SegmentFile, *, sealed: bool) -> None:
         self.segment = segment
@@ -83,6 +84,7 @@ class _Ledger:
         self.size_bytes = 0
         self.assigned_bytes = 0
         self.missing: BitMap | None = None  # ids dropped by recovery or a failed read
+        self.roll_deadline = float("inf")  # time.monotonic() at which the ledger is too old
 
 
 class ManagedLedger:
@@ -91,6 +93,8 @@ class ManagedLedger:
         cursor_states: list[CursorState],
     ) -> None:
         self._ctx = ctx
+        self._roll_entries = ctx.config.max_entries_per_ledger
+        self._roll_bytes = ctx.config.max_size_per_ledger_bytes
         self.name = name
         self.directory = directory
         self.writer_fenced = False  # set by the writer thread
@@ -128,17 +132,17 @@ class ManagedLedger:
             ctx.io_pool.submit(ctx.ids.ensure_durable, ledger_id + ID_BLOCK // 2)
         segment = SegmentFile(ledger_id, self.directory / segment_name(ledger_id), now_ms())
         led = _Ledger(segment, sealed=False)
+        led.roll_deadline = time.monotonic() + ctx.config.max_ledger_rollover_minutes * 60
         self._add_ledger(led)
         return led
 
     def _should_roll(self, led: _Ledger) -> bool:
-        if led.next_entry_id == 0:
-            return False
-        cfg = self._ctx.config
-        return (
-            led.next_entry_id >= cfg.max_entries_per_ledger
-            or led.assigned_bytes >= cfg.max_size_per_ledger_bytes
-            or now_ms() - led.segment.created_ms >= cfg.max_ledger_rollover_minutes * 60_000
+        """Pulsar's rollover rule: entries, bytes or age (checked on append; an idle ledger
+        needs no rollover). Kept cheap: it runs on every append."""
+        return led.next_entry_id > 0 and (
+            led.next_entry_id >= self._roll_entries
+            or led.assigned_bytes >= self._roll_bytes
+            or time.monotonic() >= led.roll_deadline
         )
 
     def _rollover(self) -> None:

@@ -98,6 +98,8 @@ class GroupCommitWriter:
         self.batched_entries = 0
         self.fsyncs = 0
         self.failed_fsyncs = 0
+        self.fsync_seconds = 0.0  # wall time spent inside fdatasync
+        self.batch_sizes: list[int] | None = None  # set to [] to record every batch (benchmarks)
         self._thread = threading.Thread(target=self._run, name="horae-storage-writer", daemon=True)
         self._thread.start()
 
@@ -148,7 +150,7 @@ class GroupCommitWriter:
                 self._cond.wait()
             if self._max_delay > 0 and self._last_batch > 1:
                 # Concurrency was seen: give the other producers a moment to join this fsync.
-                target = min(self._last_batch, self._max_batch)
+                target = min(max(1, int(self._last_batch * float(os.environ.get("HX_FRAC", "1")))), self._max_batch)
                 deadline = time.monotonic() + self._max_delay
                 while len(self._queue) < target and not self._stopping:
                     remaining = deadline - time.monotonic()
@@ -191,6 +193,8 @@ class GroupCommitWriter:
         self._last_batch = len(appends)
         self.batches += 1
         self.batched_entries += len(appends)
+        if self.batch_sizes is not None:
+            self.batch_sizes.append(len(appends))
         # Group by owner then segment, preserving append order.
         by_owner: dict[int, tuple[WriteOwner, list[AppendItem]]] = {}
         for item in appends:
@@ -221,12 +225,15 @@ class GroupCommitWriter:
             for owner, segment in touched:
                 if id(owner) in errors:
                     continue
+                started = time.perf_counter()
                 try:
                     self.fsyncs += 1
                     self._ops.fdatasync(segment.fd)
                 except OSError as exc:
                     self.failed_fsyncs += 1
                     errors[id(owner)] = self._fence(owner, exc, "fdatasync")
+                finally:
+                    self.fsync_seconds += time.perf_counter() - started
         results = [(owner, items, errors.get(key)) for key, (owner, items) in by_owner.items()]
         # RuntimeError: the loop is closed, nobody is waiting any more.
         with contextlib.suppress(RuntimeError):

@@ -60,16 +60,25 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
-import logging
 import sys
-import time
-from bisect import bisect_left, bisect_right
+from bisect import bisect_right
 from collections.abc import Callable
 from concurrent.futures import Executor
 from typing import Any
 
 from pyroaring import BitMap
 
+from broker.delayed.bucket_lifecycle import (
+    BUCKET_KEY_PREFIX,
+    LATENCY_BOUNDS_MS,
+    OP_STATES,
+    OP_TYPES,
+    BucketLifecycle,
+    _Bucket,
+    _Loaded,
+    bucket_key,
+    parse_bucket_key,
+)
 from broker.delayed.packed import (
     POSITION_BITS,
     POSITION_MASK,
@@ -78,99 +87,13 @@ from broker.delayed.packed import (
     bitmap_bytes,
     fits,
 )
-from broker.delayed.snapshot_format import (
-    DecodedSegment,
-    RawSegment,
-    cut_segments,
-    decode_metadata,
-    decode_segment,
-    encode_snapshot,
-    raw_to_decoded,
-)
 from broker.delayed.tracker import DeadlineTimer, DelayedDeliveryTracker, wall_clock_ms
-from storage.errors import SnapshotNotFoundError
 from storage.positions import Position
 
-log = logging.getLogger(__name__)
-
-BUCKET_KEY_PREFIX = "#pulsar.internal.delayed.bucket"
-OP_TYPES = ("create", "load", "delete", "merge")
-OP_STATES = ("succeed", "failed")
-LATENCY_BOUNDS_MS = (50, 100, 500, 1000, 5000, 30000, 60000)
-LOAD_RETRY_SECONDS = 1.0
+__all__ = ["BUCKET_KEY_PREFIX", "BucketDelayedDeliveryTracker", "bucket_key", "parse_bucket_key"]
 
 
-def bucket_key(start_ledger: int, end_ledger: int) -> str:
-    return f"{BUCKET_KEY_PREFIX}_{start_ledger}_{end_ledger}"
-
-
-def parse_bucket_key(key: str) -> tuple[int, int] | None:
-    if not key.startswith(BUCKET_KEY_PREFIX + "_"):
-        return None
-    parts = key[len(BUCKET_KEY_PREFIX) + 1:].split("_")
-    if len(parts) != 2 or not all(p.isdigit() for p in parts):
-        return None
-    return int(parts[0]), int(parts[1])
-
-
-class _Bucket:
-    """An immutable bucket: ledgers [start_ledger, end_ledger], one snapshot."""
-
-    __slots__ = ("alive", "cancel_ops", "end_ledger", "indexed", "loaded", "loading",
-                 "mem_segments", "merging", "next_segment", "pending", "persist_task",
-                 "remaining", "segment_min_ts", "snapshot_id", "snapshot_size", "start_ledger")
-
-    def __init__(self, start_ledger: int, end_ledger: int) -> None:
-        self.start_ledger = start_ledger
-        self.end_ledger = end_ledger
-        self.snapshot_id: int | None = None
-        self.snapshot_size = 0
-        self.indexed: dict[int, BitMap] = {}
-        self.pending: dict[int, BitMap] = {}
-        self.remaining = 0                      # pending indexes (sum of pending cardinalities)
-        self.segment_min_ts: list[int] = []     # per segment 1..N
-        self.next_segment = 1                   # next segment number to load
-        self.mem_segments: list[RawSegment] | None = None   # until the snapshot is durable
-        self.cancel_ops: list[int] = []         # packed targets this snapshot cancels
-        self.loaded: _Loaded | None = None
-        self.loading = False
-        self.merging = False
-        self.alive = True
-        self.persist_task: asyncio.Task[None] | None = None
-
-    @property
-    def key(self) -> str:
-        return bucket_key(self.start_ledger, self.end_ledger)
-
-    def is_pending(self, ledger_id: int, entry_id: int) -> bool:
-        bm = self.pending.get(ledger_id)
-        return bm is not None and entry_id in bm
-
-    def take(self, ledger_id: int, entry_id: int) -> bool:
-        """Clear a pending bit; True if it was set."""
-        bm = self.pending.get(ledger_id)
-        if bm is None or entry_id not in bm:
-            return False
-        bm.remove(entry_id)
-        self.remaining -= 1
-        return True
-
-
-class _Loaded:
-    """The in-memory segment of a bucket: sorted packed columns and a read offset."""
-
-    __slots__ = ("bucket", "dead", "i", "pos", "seq", "ts")
-
-    def __init__(self, bucket: _Bucket, segment: DecodedSegment, seq: int) -> None:
-        self.bucket = bucket
-        self.ts = segment.ts
-        self.pos = segment.pos
-        self.i = 0
-        self.seq = seq
-        self.dead = False
-
-
-class BucketDelayedDeliveryTracker(DelayedDeliveryTracker):
+class BucketDelayedDeliveryTracker(BucketLifecycle, DelayedDeliveryTracker):
     def __init__(self, *, cursor: Any, snapshots: Any, tick_time_ms: int, strict: bool,
                  on_due: Callable[[], None], loop: asyncio.AbstractEventLoop,
                  clock_ms: Callable[[], int] | None = None,
@@ -196,6 +119,7 @@ class BucketDelayedDeliveryTracker(DelayedDeliveryTracker):
         self._mutable = PackedTimeIndex()
         self._mut_members: dict[int, BitMap] = {}
         self._mut_count = 0
+        self._mut_stale = 0                     # cancelled entries still in the index
         self._mut_start = -1
         self._mut_end = -1
         # in-memory only: positions of sealed ledgers that were not indexed there
@@ -211,9 +135,11 @@ class BucketDelayedDeliveryTracker(DelayedDeliveryTracker):
         self._loading: dict[_Bucket, int] = {}       # bucket -> min time of the segment awaited
         self._sealed_remaining = 0
         self._pending_cancels: list[int] = []
+        # entry ids of retired buckets the sequential read has not passed yet (see add)
+        self._retired: dict[int, BitMap] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._merge_task: asyncio.Task[None] | None = None
-        self._epoch = getattr(cursor, "revision", 0)
+        self._epoch = int(getattr(cursor, "revision", 0))
         self._closed = False
         # metrics
         self.snapshot_size_bytes = 0
@@ -223,35 +149,6 @@ class BucketDelayedDeliveryTracker(DelayedDeliveryTracker):
             t: [0] * (len(LATENCY_BOUNDS_MS) + 1) for t in OP_TYPES}
 
     # --- bookkeeping -----------------------------------------------------------------------
-
-    def _record(self, op: str, ok: bool, started: float | None = None) -> None:
-        self.op_count[(op, "succeed" if ok else "failed")] += 1
-        if ok and started is not None:
-            elapsed_ms = (time.monotonic() - started) * 1000.0
-            self.op_latency_buckets[op][bisect_left(LATENCY_BOUNDS_MS, elapsed_ms)] += 1
-
-    def _spawn(self, coro: Any) -> asyncio.Task[Any]:
-        task: asyncio.Task[Any] = self._loop.create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return task
-
-    def _find_bucket(self, ledger_id: int) -> _Bucket | None:
-        i = bisect_right(self._starts, ledger_id) - 1
-        if i >= 0:
-            bucket = self._buckets[i]
-            if ledger_id <= bucket.end_ledger:
-                return bucket
-        return None
-
-    def _insert_bucket(self, bucket: _Bucket) -> None:
-        i = bisect_right(self._starts, bucket.start_ledger)
-        self._buckets.insert(i, bucket)
-        self._starts.insert(i, bucket.start_ledger)
-
-    def _remove_bucket(self, bucket: _Bucket) -> None:
-        i = self._buckets.index(bucket)
-        del self._buckets[i], self._starts[i]
 
     def _is_deleted(self, ledger_id: int, entry_id: int) -> bool:
         check = getattr(self._cursor, "is_deleted", None)
@@ -330,39 +227,56 @@ class BucketDelayedDeliveryTracker(DelayedDeliveryTracker):
     # --- add / cancel / contains -----------------------------------------------------------
 
     def add(self, ledger_id: int, entry_id: int, deliver_at_ms: int) -> bool:
-        bucket = self._find_bucket(ledger_id) if self._buckets else None
-        if bucket is not None:
-            if bucket.is_pending(ledger_id, entry_id):
-                return True
-            if self._cursor_revision() == self._epoch:
-                indexed = bucket.indexed.get(ledger_id)
-                if indexed is not None and entry_id in indexed:
-                    return True                 # handed out already since the last reset
-        if deliver_at_ms < 0 or deliver_at_ms <= self._cutoff():
-            return False
+        buckets = self._buckets
+        sealed = bool(buckets) and ledger_id <= buckets[-1].end_ledger
+        if sealed:
+            bucket = self._find_bucket(ledger_id)
+            if bucket is not None:
+                if bucket.is_pending(ledger_id, entry_id):
+                    return True
+                if self._cursor_revision() == self._epoch:
+                    indexed = bucket.indexed.get(ledger_id)
+                    if indexed is not None and entry_id in indexed:
+                        return True             # handed out already since the last reset
+        if self._retired:
+            if self._cursor_revision() != self._epoch:
+                self._retired.clear()
+            else:
+                retired = self._retired.get(ledger_id)
+                if retired is not None and entry_id in retired:
+                    return True                 # handed out by a bucket deleted since
         if not fits(ledger_id, entry_id):
-            self._wide.add(deliver_at_ms, ledger_id, entry_id)
-            self._update_timer()
-            return True
+            return self._add_wide(ledger_id, entry_id, deliver_at_ms)
+        mut = self._mut_members.get(ledger_id)
+        if mut is not None and entry_id in mut:
+            return True                         # re-read of a tracked entry
+        if self._extra_count:
+            bm = self._extra_members.get(ledger_id)
+            if bm is not None and entry_id in bm:
+                return True
+        now = self._clock_ms()
+        if deliver_at_ms < 0 or deliver_at_ms <= (now if self._strict else now + self._tick_ms):
+            return False
         packed = (ledger_id << POSITION_BITS) | entry_id
-        if (bucket is not None or ledger_id <= self.sealed_until_ledger
-                or (self._mut_count and ledger_id < self._mut_start)):
+        if sealed or (self._mut_count and ledger_id < self._mut_start):
             # Sealed ledgers (or older than the mutable bucket): in memory only, so bucket
             # ranges never overlap. A restart re-reads these entries anyway.
             if self._member_add(self._extra_members, ledger_id, entry_id):
                 self._extra.push(deliver_at_ms, packed)
                 self._extra_count += 1
         else:
-            bm = self._mut_members.get(ledger_id)
-            if bm is not None and entry_id in bm:
-                return True
             if self._mut_count >= self._min_index_count and ledger_id > self._mut_end:
                 self._seal()
+                mut = None
             if self._mut_count == 0:
                 self._mutable.clear()           # stale leftovers only
                 self._mut_members.clear()
-                self._mut_start = ledger_id
-            self._member_add(self._mut_members, ledger_id, entry_id)
+                self._mut_stale = 0
+                self._mut_start = self._mut_end = ledger_id
+                mut = None
+            if mut is None:
+                mut = self._mut_members[ledger_id] = BitMap()
+            mut.add(entry_id)
             self._mutable.push(deliver_at_ms, packed)
             self._mut_count += 1
             if ledger_id > self._mut_end:
@@ -372,8 +286,14 @@ class BucketDelayedDeliveryTracker(DelayedDeliveryTracker):
             self._update_timer()
         return True
 
-    def _cursor_revision(self) -> int:
-        return int(getattr(self._cursor, "revision", 0))
+    def _add_wide(self, ledger_id: int, entry_id: int, deliver_at_ms: int) -> bool:
+        if (ledger_id, entry_id) in self._wide.members:
+            return True
+        if deliver_at_ms < 0 or deliver_at_ms <= self._cutoff():
+            return False
+        self._wide.add(deliver_at_ms, ledger_id, entry_id)
+        self._update_timer()
+        return True
 
     @staticmethod
     def _member_add(members: dict[int, BitMap], ledger_id: int, entry_id: int) -> bool:
@@ -410,6 +330,7 @@ class BucketDelayedDeliveryTracker(DelayedDeliveryTracker):
                 self._finish_bucket(bucket)
         elif self._member_take(self._mut_members, ledger_id, entry_id):
             self._mut_count -= 1
+            self._mut_stale += 1
         elif self._member_take(self._extra_members, ledger_id, entry_id):
             self._extra_count -= 1
         else:
@@ -448,51 +369,112 @@ class BucketDelayedDeliveryTracker(DelayedDeliveryTracker):
     def get_scheduled(self, max_messages: int) -> list[tuple[int, int]]:
         if self._closed:
             return []
-        limit_ts = self._cutoff()
-        barrier = self._barrier()
-        if barrier is not None and barrier < limit_ts:
-            limit_ts = barrier
         out: list[tuple[int, int]] = []
-        buf: list[int] = []
-        heap = self._heap
-        while len(out) < max_messages:
-            top = self._heap_top()
-            heads = (self._mutable.peek_ts(), self._extra.peek_ts(),
-                     top.ts[top.i] if top is not None else None)
-            kind = -1
-            best = 0
-            for k, head in enumerate(heads):
-                if head is not None and (kind < 0 or head < best):
-                    kind, best = k, head
-            if kind < 0 or best > limit_ts:
-                break
-            # Take a run from the best source up to the next head of any other source.
-            bound = limit_ts
-            for k, head in enumerate(heads):
-                if k != kind and head is not None and head < bound:
-                    bound = head
-            if kind == 2:
-                for j in (1, 2):
-                    if len(heap) > j and heap[j][0] < bound:
-                        bound = heap[j][0]
-            bound = max(bound, best)
+        # A round takes the earliest `need` due entries across all sources: find the time
+        # threshold by bisection on counts, then take whole runs per source. Rounds repeat only
+        # when stale entries were skipped or a segment ran dry.
+        for _ in range(1000):
             need = max_messages - len(out)
-            if kind == 2:
-                assert top is not None
-                self._take_segment(top, bound, need, out)
-            elif kind == 0:
-                buf.clear()
-                self._mutable.pop_upto(bound, need, buf)
-                self._mut_count -= self._take_members(buf, self._mut_members, out)
-            else:
-                buf.clear()
-                self._extra.pop_upto(bound, need, buf)
-                self._extra_count -= self._take_members(buf, self._extra_members, out)
+            if need <= 0:
+                break
+            self._heap_top()                    # drop dead segments and stale heads
+            limit_ts = self._limit_ts()
+            threshold = self._threshold(limit_ts, need)
+            if threshold is None:
+                break
+            consumed = self._take_upto(threshold - 1, need, out)
+            consumed += self._take_upto(threshold, max_messages - len(out), out)
+            if not consumed:
+                break
         if len(out) < max_messages and self._wide:
-            self._wide.pop_due(limit_ts, max_messages - len(out), out)
+            self._wide.pop_due(self._cutoff(), max_messages - len(out), out)
         out.sort()
         self._update_timer()
         return out
+
+    def _limit_ts(self) -> int:
+        """Latest deliver time that may be handed out now: the cutoff, and never past the first
+        time of a segment not in memory yet (so delivery stays in time order)."""
+        limit = self._cutoff()
+        barrier = self._barrier()
+        if barrier is not None and barrier < limit:
+            limit = barrier
+        for _, _, loaded in self._heap:
+            bucket = loaded.bucket
+            if not loaded.dead and bucket.next_segment <= len(bucket.segment_min_ts):
+                upcoming = bucket.segment_min_ts[bucket.next_segment - 1]
+                if upcoming < limit:
+                    limit = upcoming
+        return limit
+
+    def _count_upto(self, bound: int) -> int:
+        count = self._mutable.count_upto(bound) + self._extra.count_upto(bound)
+        for _, _, loaded in self._heap:
+            if not loaded.dead:
+                count += bisect_right(loaded.ts, bound, loaded.i) - loaded.i
+        return count
+
+    def _threshold(self, limit_ts: int, need: int) -> int | None:
+        """The smallest time T <= limit_ts with at least ``need`` entries at or before it
+        (limit_ts when fewer are due); None when nothing is due."""
+        heads = [h for h in (self._mutable.peek_ts(), self._extra.peek_ts()) if h is not None]
+        heads.extend(loaded.ts[loaded.i] for _, _, loaded in self._heap
+                     if not loaded.dead and loaded.i < len(loaded.ts))
+        if not heads:
+            return None
+        low = min(heads)
+        if low > limit_ts:
+            return None
+        if self._count_upto(limit_ts) <= need:
+            return limit_ts
+        high = limit_ts
+        while low < high:
+            mid = (low + high) // 2
+            if self._count_upto(mid) >= need:
+                high = mid
+            else:
+                low = mid + 1
+        return low
+
+    def _take_upto(self, bound: int, limit: int, out: list[tuple[int, int]]) -> int:
+        """Consume up to ``limit`` entries with time <= bound from every source; returns how
+        many were consumed (stale ones included)."""
+        consumed = 0
+        buf: list[int] = []
+        for index, members, is_mutable in ((self._mutable, self._mut_members, True),
+                                           (self._extra, self._extra_members, False)):
+            if limit - consumed <= 0:
+                return consumed
+            buf.clear()
+            moved = index.pop_upto(bound, limit - consumed, buf)
+            if moved:
+                consumed += moved
+                taken = self._take_members(buf, members, out)
+                if is_mutable:
+                    self._mut_count -= taken
+                    self._mut_stale = max(0, self._mut_stale - (moved - taken))
+                else:
+                    self._extra_count -= taken
+        exhausted: list[_Loaded] = []
+        touched = False
+        for _, _, loaded in self._heap:
+            if limit - consumed <= 0:
+                break
+            if loaded.dead:
+                continue
+            moved = self._take_segment(loaded, bound, limit - consumed, out)
+            if moved:
+                touched = True
+                consumed += moved
+                if loaded.i == len(loaded.ts):
+                    exhausted.append(loaded)
+        if touched:
+            self._heap = [(seg.ts[seg.i], seg.seq, seg) for _, _, seg in self._heap
+                          if not seg.dead and seg.i < len(seg.ts)]
+            heapq.heapify(self._heap)
+        for loaded in exhausted:
+            self._segment_done(loaded)
+        return consumed
 
     @staticmethod
     def _take_members(buf: list[int], members: dict[int, BitMap],
@@ -510,385 +492,30 @@ class BucketDelayedDeliveryTracker(DelayedDeliveryTracker):
                 taken += 1
         return taken
 
-    def _take_segment(self, loaded: _Loaded, bound: int, need: int,
-                      out: list[tuple[int, int]]) -> None:
+    def _take_segment(self, loaded: _Loaded, bound: int, limit: int,
+                      out: list[tuple[int, int]]) -> int:
         ts, pos, i = loaded.ts, loaded.pos, loaded.i
-        end = min(bisect_right(ts, bound, i), i + need)
+        end = min(bisect_right(ts, bound, i), i + limit)
         bucket = loaded.bucket
+        pending = bucket.pending
+        check_acked = bucket.recovered
+        taken = 0
         for k in range(i, end):
             packed = pos[k]
             ledger_id = packed >> POSITION_BITS
             entry_id = packed & POSITION_MASK
-            if not bucket.take(ledger_id, entry_id):
-                continue
-            self._sealed_remaining -= 1
-            if self._is_deleted(ledger_id, entry_id):
-                continue                        # acknowledged before a restart
+            bm = pending.get(ledger_id)
+            if bm is None or entry_id not in bm:
+                continue                        # handed out, cancelled or acked
+            bm.remove(entry_id)
+            taken += 1
+            if check_acked and self._is_deleted(ledger_id, entry_id):
+                continue                        # acknowledged before the restart
             out.append((ledger_id, entry_id))
+        bucket.remaining -= taken
+        self._sealed_remaining -= taken
         loaded.i = end
-        if end == len(ts):
-            heapq.heappop(self._heap)           # loaded is the top
-            self._segment_done(loaded)
-        else:
-            heapq.heapreplace(self._heap, (ts[end], loaded.seq, loaded))
-
-    def _segment_done(self, loaded: _Loaded) -> None:
-        bucket = loaded.bucket
-        loaded.dead = True
-        if bucket.loaded is loaded:
-            bucket.loaded = None
-        if bucket.alive:
-            self._advance_bucket(bucket)
-
-    def _advance_bucket(self, bucket: _Bucket) -> None:
-        """The bucket has no segment in memory: load the next one, or retire the bucket."""
-        if bucket.remaining <= 0 or bucket.next_segment > len(bucket.segment_min_ts):
-            if not bucket.merging:
-                self._finish_bucket(bucket)
-            return
-        if bucket.mem_segments is not None:
-            number = bucket.next_segment
-            self._install(bucket, raw_to_decoded(bucket.mem_segments[number - 1]))
-        elif not bucket.loading:
-            self._loading[bucket] = bucket.segment_min_ts[bucket.next_segment - 1]
-            bucket.loading = True
-            self._spawn(self._load_next(bucket))
-
-    def _install(self, bucket: _Bucket, segment: DecodedSegment) -> None:
-        bucket.next_segment += 1
-        self._loading.pop(bucket, None)
-        for packed in segment.cancels:
-            self._apply_cancel(packed)
-        if not bucket.alive:
-            return
-        if len(segment.ts) == 0:
-            self._advance_bucket(bucket)
-            return
-        loaded = _Loaded(bucket, segment, next(self._seq))
-        bucket.loaded = loaded
-        heapq.heappush(self._heap, (segment.ts[0], loaded.seq, loaded))
-
-    def _apply_cancel(self, packed: int) -> None:
-        ledger_id, entry_id = packed >> POSITION_BITS, packed & POSITION_MASK
-        target = self._find_bucket(ledger_id)
-        if target is not None and target.take(ledger_id, entry_id):
-            self._sealed_remaining -= 1
-            if target.remaining <= 0 and not target.merging:
-                self._finish_bucket(target)
-
-    async def _fetch_segment(self, bucket: _Bucket, number: int) -> DecodedSegment:
-        started = time.monotonic()
-        try:
-            data = await self._snapshots.load_segment(bucket.snapshot_id, number)
-            segment = decode_segment(data)
-        except Exception:
-            self._record("load", False)
-            raise
-        self._record("load", True, started)
-        return segment
-
-    async def _load_next(self, bucket: _Bucket) -> None:
-        number = bucket.next_segment
-        try:
-            segment = await self._fetch_segment(bucket, number)
-        except Exception:
-            log.exception("loading segment %d of delayed bucket %s failed; retrying", number,
-                          bucket.key)
-            bucket.loading = False
-            if bucket.alive and not self._closed:
-                self._loop.call_later(LOAD_RETRY_SECONDS, self._retry_load, bucket)
-            return
-        bucket.loading = False
-        if not bucket.alive or self._closed or bucket.next_segment != number:
-            self._loading.pop(bucket, None)
-            return
-        self._install(bucket, segment)
-        self._after_change()
-
-    def _retry_load(self, bucket: _Bucket) -> None:
-        if bucket.alive and not self._closed and bucket.loaded is None:
-            self._advance_bucket(bucket)
-
-    # --- sealing, persisting, deleting -------------------------------------------------------
-
-    def _seal(self) -> None:
-        members = self._mut_members
-        seen: set[int] = set()
-        items: list[tuple[int, int]] = []
-        for ts, packed in self._mutable.items():
-            bm = members.get(packed >> POSITION_BITS)
-            if bm is not None and (packed & POSITION_MASK) in bm and packed not in seen:
-                seen.add(packed)
-                items.append((ts, packed))
-        segments = cut_segments(items, self._time_step_ms, self._max_indexes_per_segment)
-        bucket = _Bucket(self._mut_start, self._mut_end)
-        bucket.indexed = members
-        bucket.pending = {ledger_id: bm.copy() for ledger_id, bm in members.items()}
-        bucket.remaining = len(items)
-        bucket.segment_min_ts = [seg[0][0] for seg in segments]
-        bucket.mem_segments = segments
-        bucket.cancel_ops = self._live_cancels(self._pending_cancels)
-        self._pending_cancels = []
-        self._insert_bucket(bucket)
-        self._sealed_remaining += bucket.remaining
-        self._mutable = PackedTimeIndex()
-        self._mut_members = {}
-        self._mut_count = 0
-        self._mut_start = self._mut_end = -1
-        self._advance_bucket(bucket)
-        bucket.persist_task = self._spawn(self._persist(bucket, segments, bucket.cancel_ops))
-
-    def _live_cancels(self, cancels: list[int]) -> list[int]:
-        """CANCEL targets still worth persisting: their bucket lives."""
-        out = []
-        for packed in cancels:
-            target = self._find_bucket(packed >> POSITION_BITS)
-            if target is not None and target.alive:
-                out.append(packed)
-        return out
-
-    async def _encode(self, segments: list[RawSegment], cancels: list[int]
-                      ) -> tuple[bytes, list[bytes]]:
-        return await self._loop.run_in_executor(self._executor, encode_snapshot, segments,
-                                                list(cancels))
-
-    async def _persist(self, bucket: _Bucket, segments: list[RawSegment],
-                       cancels: list[int]) -> None:
-        started = time.monotonic()
-        try:
-            metadata, parts = await self._encode(segments, cancels)
-            snapshot_id = await self._snapshots.create(metadata, parts)
-        except Exception:
-            # Keep serving the bucket from memory; it is just not durable (a restart re-reads
-            # its ledgers since no cursor property names it).
-            log.exception("creating the snapshot of delayed bucket %s failed", bucket.key)
-            self._record("create", False)
-            return
-        self._record("create", True, started)
-        if not bucket.alive:
-            await self._delete_snapshot(snapshot_id, None)
-            return
-        bucket.snapshot_id = snapshot_id
-        bucket.snapshot_size = self._snapshot_size(snapshot_id)
-        self.snapshot_size_bytes += bucket.snapshot_size
-        bucket.mem_segments = None
-        self._cursor.set_property(bucket.key, str(snapshot_id))
-        await self._flush_cursor()
-        self._maybe_merge()
-
-    def _snapshot_size(self, snapshot_id: int) -> int:
-        try:
-            return int(self._snapshots.size_bytes(snapshot_id))
-        except Exception:
-            return 0
-
-    async def _flush_cursor(self) -> None:
-        try:
-            await self._cursor.flush()
-        except Exception:
-            log.exception("flushing cursor properties failed")
-
-    def _finish_bucket(self, bucket: _Bucket) -> None:
-        """Retire a bucket: fully scheduled (or cancelled); delete its snapshot."""
-        if not bucket.alive:
-            return
-        bucket.alive = False
-        if bucket.loaded is not None:
-            bucket.loaded.dead = True
-            bucket.loaded = None
-        self._loading.pop(bucket, None)
-        self._remove_bucket(bucket)
-        self._sealed_remaining -= max(bucket.remaining, 0)
-        bucket.remaining = 0
-        self._pending_cancels = self._live_cancels(self._pending_cancels + bucket.cancel_ops)
-        if bucket.snapshot_id is not None:
-            self._spawn(self._delete_snapshot(bucket.snapshot_id, bucket))
-
-    async def _delete_snapshot(self, snapshot_id: int, bucket: _Bucket | None) -> None:
-        started = time.monotonic()
-        try:
-            if bucket is not None:
-                if bucket.key in self._cursor.properties:
-                    self._cursor.remove_property(bucket.key)
-                    await self._flush_cursor()
-                self.snapshot_size_bytes -= bucket.snapshot_size
-            await self._snapshots.delete(snapshot_id)
-        except Exception:
-            log.exception("deleting delayed bucket snapshot %d failed", snapshot_id)
-            self._record("delete", False)
-            return
-        self._record("delete", True, started)
-
-    # --- merging -------------------------------------------------------------------------------
-
-    def _maybe_merge(self) -> None:
-        if (self._closed or self._max_num_buckets <= 0
-                or len(self._buckets) <= self._max_num_buckets
-                or (self._merge_task is not None and not self._merge_task.done())):
-            return
-        best: tuple[_Bucket, _Bucket] | None = None
-        best_n = 0
-        for a, b in itertools.pairwise(self._buckets):
-            if a.merging or b.merging or a.snapshot_id is None or b.snapshot_id is None:
-                continue
-            n = a.remaining + b.remaining
-            if best is None or n < best_n:
-                best, best_n = (a, b), n
-        if best is not None:
-            best[0].merging = best[1].merging = True
-            self._merge_task = self._spawn(self._merge(*best))
-
-    async def _remaining_items(self, bucket: _Bucket) -> list[tuple[int, int]]:
-        """Every index of the bucket not handed out yet, in time order."""
-        items: list[tuple[int, int]] = []
-        parts: list[tuple[Any, Any]] = []
-        if bucket.loaded is not None and not bucket.loaded.dead:
-            loaded = bucket.loaded
-            parts.append((loaded.ts[loaded.i:], loaded.pos[loaded.i:]))
-        first = bucket.next_segment
-        for number in range(first, len(bucket.segment_min_ts) + 1):
-            if bucket.mem_segments is not None:
-                parts.append(bucket.mem_segments[number - 1])
-            else:
-                segment = await self._fetch_segment(bucket, number)
-                parts.append((segment.ts, segment.pos))
-        for ts_col, pos_col in parts:
-            for ts, packed in zip(ts_col, pos_col, strict=True):
-                if bucket.is_pending(packed >> POSITION_BITS, packed & POSITION_MASK):
-                    items.append((ts, packed))
-        return items
-
-    async def _merge(self, a: _Bucket, b: _Bucket) -> None:
-        started = time.monotonic()
-        try:
-            items = list(heapq.merge(await self._remaining_items(a),
-                                     await self._remaining_items(b)))
-            segments = cut_segments(items, self._time_step_ms, self._max_indexes_per_segment)
-            cancels = [c for c in a.cancel_ops + b.cancel_ops
-                       if not a.start_ledger <= c >> POSITION_BITS <= b.end_ledger]
-            metadata, parts = await self._encode(segments, cancels)
-            snapshot_id = await self._snapshots.create(metadata, parts)
-            self._record("create", True, started)
-        except Exception:
-            log.exception("merging delayed buckets %s and %s failed", a.key, b.key)
-            self._record("merge", False)
-            a.merging = b.merging = False
-            return
-        a.merging = b.merging = False
-        if not (a.alive and b.alive) or self._closed:
-            await self._delete_snapshot(snapshot_id, None)
-            self._record("merge", False)
-            for old in (a, b):
-                if old.alive and old.remaining <= 0:
-                    self._finish_bucket(old)
-            return
-        merged = _Bucket(a.start_ledger, b.end_ledger)
-        merged.indexed = {**a.indexed, **b.indexed}
-        merged.pending = {**a.pending, **b.pending}
-        merged.remaining = a.remaining + b.remaining
-        merged.segment_min_ts = [seg[0][0] for seg in segments]
-        merged.snapshot_id = snapshot_id
-        merged.snapshot_size = self._snapshot_size(snapshot_id)
-        merged.cancel_ops = cancels
-        for old in (a, b):
-            old.alive = False
-            if old.loaded is not None:
-                old.loaded.dead = True
-                old.loaded = None
-            self._loading.pop(old, None)
-            self._remove_bucket(old)
-        self._insert_bucket(merged)
-        self.snapshot_size_bytes += merged.snapshot_size
-        self._cursor.set_property(merged.key, str(snapshot_id))
-        if segments:
-            self._install(merged, raw_to_decoded(segments[0]))
-        if merged.remaining <= 0:
-            self._finish_bucket(merged)
-        for old in (a, b):
-            self._cursor.remove_property(old.key)
-        await self._flush_cursor()
-        for old in (a, b):
-            if old.snapshot_id is not None:
-                self._spawn(self._delete_snapshot(old.snapshot_id, old))
-        self._record("merge", True, started)
-        self._after_change()
-        self._maybe_merge()
-
-    # --- recovery ------------------------------------------------------------------------------
-
-    async def recover(self) -> None:
-        found: list[tuple[int, int, int, str]] = []
-        for key, value in self._cursor.properties.items():
-            rng = parse_bucket_key(key)
-            if rng is not None and value.isdigit():
-                found.append((rng[0], rng[1], int(value), key))
-        found.sort(key=lambda t: (t[0], -t[1]))
-        kept: list[tuple[int, int, int, str]] = []
-        dropped = False
-        for item in found:
-            if kept and item[0] <= kept[-1][1]:
-                # Enclosed by (or overlapping) an earlier range: leftover of an interrupted merge.
-                self._cursor.remove_property(item[3])
-                self._spawn(self._delete_snapshot(item[2], None))
-                dropped = True
-                continue
-            kept.append(item)
-        md = self._cursor.mark_delete_position
-        for start, end, snapshot_id, key in kept:
-            started = time.monotonic()
-            try:
-                infos = decode_metadata(await self._snapshots.load_metadata(snapshot_id))
-            except SnapshotNotFoundError:
-                log.warning("delayed bucket %s: snapshot %d is gone", key, snapshot_id)
-                self._cursor.remove_property(key)
-                dropped = True
-                continue
-            except Exception:
-                log.exception("delayed bucket %s: loading snapshot %d failed", key, snapshot_id)
-                self._record("load", False)
-                continue
-            self._record("load", True, started)
-            bucket = _Bucket(start, end)
-            bucket.snapshot_id = snapshot_id
-            bucket.snapshot_size = self._snapshot_size(snapshot_id)
-            bucket.segment_min_ts = [info.min_ts for info in infos]
-            for info in infos:
-                for ledger_id, bm in info.bitmaps.items():
-                    if ledger_id < md.ledger_id:
-                        continue                # acknowledged cumulatively
-                    if ledger_id == md.ledger_id and md.entry_id >= 0:
-                        bm.remove_range(0, md.entry_id + 1)
-                    have = bucket.indexed.get(ledger_id)
-                    if have is None:
-                        bucket.indexed[ledger_id] = bm
-                    else:
-                        have |= bm
-            bucket.pending = {ledger_id: bm.copy() for ledger_id, bm in bucket.indexed.items()}
-            bucket.remaining = sum(len(bm) for bm in bucket.pending.values())
-            self._insert_bucket(bucket)
-            self.snapshot_size_bytes += bucket.snapshot_size
-            self._sealed_remaining += bucket.remaining
-        # First segments only once every bucket is known, so CANCELs find their targets.
-        buckets = list(self._buckets)
-        results = await asyncio.gather(*(self._fetch_segment(b, 1) for b in buckets),
-                                       return_exceptions=True)
-        for bucket, result in zip(buckets, results, strict=True):
-            if isinstance(result, BaseException):
-                log.error("delayed bucket %s: loading its first segment failed: %r",
-                          bucket.key, result)
-                self._loop.call_later(LOAD_RETRY_SECONDS, self._retry_load, bucket)
-                continue
-            if bucket.alive:
-                self._install(bucket, result)
-        for bucket in list(self._buckets):
-            if bucket.remaining <= 0:
-                self._finish_bucket(bucket)
-        if dropped:
-            await self._flush_cursor()
-        self._epoch = self._cursor_revision()
-        self._after_change()
-
-    # --- lifecycle -----------------------------------------------------------------------------
+        return end - i
 
     def clear(self) -> None:
         for bucket in list(self._buckets):
@@ -901,6 +528,7 @@ class BucketDelayedDeliveryTracker(DelayedDeliveryTracker):
         self._loading.clear()
         self._sealed_remaining = 0
         self._pending_cancels = []
+        self._retired.clear()
         self._mutable.clear()
         self._mut_members.clear()
         self._mut_count = 0
@@ -947,6 +575,7 @@ class BucketDelayedDeliveryTracker(DelayedDeliveryTracker):
         for entry in self._heap:
             if not entry[2].dead:
                 total += sys.getsizeof(entry[2].ts) + sys.getsizeof(entry[2].pos)
+        total += sum(bitmap_bytes(bm) for bm in self._retired.values())
         for bucket in self._buckets:
             total += 200
             total += sum(bitmap_bytes(bm) for bm in bucket.indexed.values())
@@ -954,6 +583,11 @@ class BucketDelayedDeliveryTracker(DelayedDeliveryTracker):
             if bucket.mem_segments is not None:
                 total += sum(sys.getsizeof(t) + sys.getsizeof(p) for t, p in bucket.mem_segments)
         return total + (self._wide.memory_bytes if self._wide else 0)
+
+    @property
+    def pending_loads(self) -> int:
+        """Segments being loaded (on_due follows when they make something due)."""
+        return len(self._loading)
 
     @property
     def timer(self) -> DeadlineTimer:

@@ -102,19 +102,23 @@ class InMemoryDelayedDeliveryTracker(DelayedDeliveryTracker):
     # --- the interface -------------------------------------------------------------------
 
     def add(self, ledger_id: int, entry_id: int, deliver_at_ms: int) -> bool:
+        packable = fits(ledger_id, entry_id)
+        if packable:
+            bm = self._members.get(ledger_id)
+            if bm is not None and entry_id in bm:
+                return True                 # re-read of a tracked entry: the tracker owns it
+        elif (ledger_id, entry_id) in self._wide.members:
+            return True
         if deliver_at_ms < 0 or deliver_at_ms <= self._cutoff():
             self._fixed_delay = False
             return False
-        if fits(ledger_id, entry_id):
-            bm = self._members.get(ledger_id)
+        if packable:
             if bm is None:
                 bm = self._members[ledger_id] = BitMap()
-            elif entry_id in bm:
-                return True                 # re-read of a tracked entry: index it once
             bm.add(entry_id)
             self._index.push(deliver_at_ms, (ledger_id << POSITION_BITS) | entry_id)
-        elif not self._wide.add(deliver_at_ms, ledger_id, entry_id):
-            return True
+        else:
+            self._wide.add(deliver_at_ms, ledger_id, entry_id)
         self._count += 1
         if deliver_at_ms < self._highest_ms - self._tick_ms:
             self._fixed_delay = False

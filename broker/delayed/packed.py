@@ -160,6 +160,27 @@ class PackedTimeIndex:
                 self._head = end
         return moved
 
+    def count_upto(self, bound_ts: int) -> int:
+        """Entries with time <= ``bound_ts``."""
+        count = 0
+        for c, ts_col in enumerate(self._ts):
+            start = self._head if c == 0 else 0
+            if self._maxes[c] <= bound_ts:
+                count += len(ts_col) - start
+            else:
+                return count + bisect_right(ts_col, bound_ts, start) - start
+        return count
+
+    def columns(self) -> tuple[array[int], array[int]]:
+        """All entries as two new arrays (time, packed position), in time order."""
+        ts_out: array[int] = array("q")
+        pos_out: array[int] = array("Q")
+        for c, (ts_col, pos_col) in enumerate(zip(self._ts, self._pos, strict=True)):
+            start = self._head if c == 0 else 0
+            ts_out.extend(ts_col[start:])
+            pos_out.extend(pos_col[start:])
+        return ts_out, pos_out
+
     def items(self) -> Iterator[tuple[int, int]]:
         """All ``(deliver_at_ms, packed)`` pairs in time order (do not mutate meanwhile)."""
         for c, (ts_col, pos_col) in enumerate(zip(self._ts, self._pos, strict=True)):

@@ -64,6 +64,7 @@ class Dispatcher:
         self.replay_hash: dict[Position, int] = {}
         self.hashes_in_replay: Counter[int] = Counter()
         self.owner: dict[Position, Consumer] = {}
+        self._avg_messages_per_entry = 1.0  # sizes reads so batches do not overshoot permits
         self._task: asyncio.Task[None] | None = None
         self._again = False
         self._closed = False
@@ -231,6 +232,7 @@ class Dispatcher:
         if self.replay:
             limit = MAX_REPLAY_READ if self.needs_hash else min(budget, MAX_READ_ENTRIES)
             positions = list(islice(self.replay, limit))
+            before = len(self.replay)
             entries = await self._read_positions(positions)
             if cursor.revision != revision or self._closed:
                 return True
@@ -238,14 +240,18 @@ class Dispatcher:
             for pos in positions:
                 if pos not in found:
                     self.discard_replay(pos)  # trimmed or gone: nothing to redeliver
-            if self._deliver(entries, from_replay=True, blocked=blocked):
+            if self._deliver(entries, from_replay=True, blocked=blocked) or \
+                    len(self.replay) < before:
                 progressed = True
             budget = self._budget()
-        if budget > 0 and self._may_read_new():
+        # Replays go strictly first, except on Key_Shared where blocked keys may wait while
+        # other keys move on (their order is kept per key by the hash rules).
+        if budget > 0 and (not self.replay or self.needs_hash) and self._may_read_new():
             last = ledger.last_confirmed
             read_from = cursor.read_position
             if last is not None and read_from <= last:
-                entries = await ledger.read_entries(read_from, min(budget, MAX_READ_ENTRIES))
+                wanted = max(1, int(budget / self._avg_messages_per_entry))
+                entries = await ledger.read_entries(read_from, min(wanted, MAX_READ_ENTRIES))
                 if cursor.revision != revision or self._closed:
                     return True
                 if entries:
@@ -324,6 +330,7 @@ class Dispatcher:
             if from_replay:
                 self.discard_replay(pos)
             messages = info.messages if info is not None else 1
+            self._avg_messages_per_entry = 0.9 * self._avg_messages_per_entry + 0.1 * messages
             ack_set = batch_acks.get(pos)
             consumer.send(
                 pos,

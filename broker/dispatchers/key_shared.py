@@ -20,7 +20,7 @@ kept. Replays (redeliveries, due delayed messages) go first. A consumer with
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from broker.dispatchers.base import Dispatcher
 from broker.key_shared import ConsistentHashingSelector, StickyRangeSelector
@@ -46,7 +46,7 @@ class KeySharedDispatcher(Dispatcher):
         self.selector: ConsistentHashingSelector | StickyRangeSelector = (
             StickyRangeSelector() if mode == 1 else ConsistentHashingSelector()
         )
-        self.hash_owner: dict[int, list] = {}  # slot -> [consumer, pending messages]
+        self.hash_owner: dict[int, list[Any]] = {}  # slot -> [consumer, pending messages]
 
     def check(self, consumer: Consumer) -> None:
         if isinstance(self.selector, StickyRangeSelector):

@@ -79,4 +79,5 @@ class SingleActiveDispatcher(Dispatcher):
 
     def _route(self, position: Position, info: EntryInfo | None, sticky_hash: int,
                from_replay: bool, blocked: set[int]) -> Consumer | None:
-        return self.active
+        active = self.active
+        return active if active is not None and active.available else None

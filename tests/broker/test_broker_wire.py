@@ -279,3 +279,33 @@ def test_garbage_in_parallel_with_traffic(broker: Any, client: Any) -> None:
     assert closed == [True] * len(GARBAGE)
     got = [consumer.receive(5000).data() for _ in range(50)]
     assert got == [b"%d" % i for i in range(50)]
+
+
+def test_failed_append_fails_it_and_everything_behind_it_then_the_topic_reloads(
+        broker: Any, raw: RawClient) -> None:
+    topic = "persistent://public/default/persist-fail"
+    assert raw.create_producer(topic, 1).type == T.PRODUCER_SUCCESS
+    first = raw.request(C.encode_send(1, 0, make_entry(b"ok", sequence_id=0))).send_receipt
+
+    def break_ledger() -> None:
+        ledger = broker.service.topics[topic].ledger
+
+        def failing_append(data: bytes) -> Any:
+            fut = broker.loop.create_future()
+            fut.set_exception(OSError("disk on fire"))
+            return fut
+
+        ledger.append = failing_append
+
+    broker.call(break_ledger)
+    raw.send(b"".join(C.encode_send(1, seq, make_entry(b"x", sequence_id=seq))
+                      for seq in (1, 2, 3)))
+    errors = [raw.recv_command() for _ in range(3)]
+    assert [e.type for e in errors] == [T.SEND_ERROR] * 3
+    assert [e.send_error.sequence_id for e in errors] == [1, 2, 3]
+    assert {e.send_error.error for e in errors} == {ServerError.PersistenceError}
+    # the topic is fenced and reloaded: the producer is told to reconnect
+    assert raw.recv_command().type == T.CLOSE_PRODUCER
+    assert raw.create_producer(topic, 2).type == T.PRODUCER_SUCCESS
+    again = raw.request(C.encode_send(2, 4, make_entry(b"again", sequence_id=4))).send_receipt
+    assert again.message_id.ledgerId > first.message_id.ledgerId

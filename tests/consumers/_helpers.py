@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -56,3 +57,44 @@ def drain(consumers: list[Any], *, idle_ms: int = 500,
             idle_since = time.monotonic()
         elif (time.monotonic() - idle_since) * 1000 > idle_ms:
             return
+
+
+class Collector:
+    """Consumers with a message listener that acks and records every message.
+
+    The client runs listeners on one thread, so ``received`` is in the order the messages were
+    handed to the application, across consumers.
+    """
+
+    def __init__(self, *, ack: bool = True, work_s: float = 0.0) -> None:
+        self.ack = ack
+        self.work_s = work_s  # simulated processing time: lets receiver queues fill up
+        self.received: list[tuple[Any, Any, int]] = []  # (consumer, message, receipt ms)
+        self._cond = threading.Condition()
+
+    def listener(self, consumer: Any, msg: Any) -> None:
+        if self.work_s:
+            time.sleep(self.work_s)
+        if self.ack:
+            consumer.acknowledge(msg)
+        with self._cond:
+            self.received.append((consumer, msg, int(time.time() * 1000)))
+            self._cond.notify_all()
+
+    def subscribe(self, client: Any, topic: str, sub: str, **kw: Any) -> Any:
+        return client.subscribe(topic, sub, message_listener=self.listener, **kw)
+
+    def wait_for(self, count: int, timeout_s: float = 10.0) -> bool:
+        """Wait until at least ``count`` messages were received."""
+        with self._cond:
+            return self._cond.wait_for(lambda: len(self.received) >= count, timeout_s)
+
+    def wait_idle(self, idle_ms: int = 500, timeout_s: float = 20.0) -> None:
+        """Wait until nothing has arrived for ``idle_ms``."""
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            while time.monotonic() < deadline:
+                before = len(self.received)
+                self._cond.wait(idle_ms / 1000)
+                if len(self.received) == before:
+                    return

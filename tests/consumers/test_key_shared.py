@@ -8,7 +8,7 @@ from typing import Any
 import pulsar
 import pytest
 
-from ._helpers import drain, topic_name
+from ._helpers import Collector, drain, topic_name
 
 KEYS = [f"key-{i}" for i in range(40)]
 
@@ -31,6 +31,7 @@ def test_key_order_is_kept_while_consumers_join_and_leave(client: Any) -> None:
     producer = client.create_producer(topic, batching_enabled=False)
     next_seq = dict.fromkeys(KEYS, 0)
     published: set[tuple[str, int]] = set()
+    collector = Collector(work_s=0.001)
 
     def publish(n: int) -> None:
         for _ in range(n):
@@ -42,35 +43,29 @@ def test_key_order_is_kept_while_consumers_join_and_leave(client: Any) -> None:
         producer.flush()
 
     def sub(name: str) -> Any:
-        return client.subscribe(topic, "ks", consumer_type=pulsar.ConsumerType.KeyShared,
-                                consumer_name=name, receiver_queue_size=50)
-
-    received: list[tuple[str, int]] = []
-
-    def take(consumers: list[Any], limit: int) -> None:
-        for n, (c, msg) in enumerate(drain(consumers, idle_ms=400)):
-            key, seq = msg.data().decode().split("/")
-            received.append((key, int(seq)))
-            c.acknowledge(msg)
-            if n + 1 >= limit:
-                return
+        return collector.subscribe(client, topic, "ks", consumer_name=name,
+                                   consumer_type=pulsar.ConsumerType.KeyShared,
+                                   receiver_queue_size=20)
 
     c1 = sub("c1")
     publish(300)
-    take([c1], 100)
-    c2 = sub("c2")
+    assert collector.wait_for(100)
+    sub("c2")
     c3 = sub("c3")
     publish(300)
-    take([c1, c2, c3], 250)
-    c2.close()
+    assert collector.wait_for(400)
+    c3.close()  # leaves with messages in its queue: they go to the others
     publish(300)
-    take([c1, c3], 250)
-    c4 = sub("c4")
+    sub("c4")
+    publish(300)
+    c1.close()
     publish(100)
-    take([c1, c3, c4], 10_000)
+    collector.wait_idle(700)
 
-    _check_order(received)
-    assert set(received) == published
+    received = [tuple(m.data().decode().split("/")) for _, m, _ in collector.received]
+    received_ids = [(k, int(s)) for k, s in received]
+    _check_order(received_ids)
+    assert set(received_ids) == published
 
 
 def test_sticky_consumers_get_only_their_ranges(client: Any) -> None:

@@ -19,9 +19,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-import uvloop  # noqa: E402
+import uvloop
 
-from storage import SegmentStore, StorageConfig  # noqa: E402
+from storage import SegmentStore, StorageConfig
 
 TOPICS = 3
 APPENDERS = 16

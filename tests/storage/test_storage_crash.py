@@ -9,6 +9,9 @@ SIGKILL, then reopens the store in this process and checks:
   above every earlier cycle's;
 - cursor files are never corrupt and never ahead of what was acknowledged;
 - recovery never fails to open.
+In half of the cycles a power loss is simulated before reopening: each segment written in
+that cycle is cut at a random byte after its last acknowledged record (a segment with no
+acknowledged record anywhere, even inside its header), so recovery meets torn tails.
 HORAE_CRASH_ITERATIONS (default 30) sets the number of kill cycles.
 """
 
@@ -24,7 +27,11 @@ import threading
 import time
 from pathlib import Path
 
+from storage_testlib import segment_paths
+
 from storage import Position, SegmentStore
+from storage.fileops import FileOps
+from storage.segments import RECORD_HEADER_SIZE, scan_segment
 
 SCRIPT = Path(__file__).with_name("crash_appender.py")
 TOPICS = 3
@@ -76,12 +83,15 @@ async def test_sigkill_never_loses_an_acknowledged_entry(tmp_path: Path) -> None
     acked: dict[int, dict[Position, tuple[int, str]]] = {t: {} for t in range(TOPICS)}
     max_ledger_before = -1
     total_cycles_with_acks = 0
+    truncated_tails = 0
     for cycle in range(ITERATIONS):
         lines = _run_and_kill(root, cycle + 1, rng, log)
         new: dict[int, list[tuple[Position, int, str]]] = {t: [] for t in range(TOPICS)}
         for line in lines:
             _, topic, ledger_id, entry_id, length, digest = line.split()
             new[int(topic)].append((Position(int(ledger_id), int(entry_id)), int(length), digest))
+        if rng.random() < 0.5:
+            _lose_unsynced_tails(root, new, max_ledger_before, rng)
         cycle_ledgers = [p.ledger_id for t in new for p, _, _ in new[t]]
         if cycle_ledgers:
             total_cycles_with_acks += 1
@@ -109,12 +119,35 @@ async def test_sigkill_never_loses_an_acknowledged_entry(tmp_path: Path) -> None
                 if cursor is not None and acked[t]:
                     assert cursor.mark_delete_position <= max(acked[t])
             report = store.recovery_report
+            truncated_tails += sum(e.kind == "truncated_tail" for e in report.events)
             assert report.corrupt_cursors == 0
             assert report.corrupt_records == 0  # a crash tears tails; it never corrupts the middle
         finally:
             await store.close()
+    print(f"crash cycles={ITERATIONS} with_acks={total_cycles_with_acks} "
+          f"acked={sum(len(a) for a in acked.values())} truncated_tails_seen={truncated_tails}")
     assert total_cycles_with_acks >= ITERATIONS // 2
     assert sum(len(a) for a in acked.values()) > 0
+
+
+def _lose_unsynced_tails(root: Path, new: dict[int, list[tuple[Position, int, str]]],
+                         max_ledger_before: int, rng: random.Random) -> None:
+    """Simulate a power loss: cut this cycle's segments at a random byte after their last
+    acknowledged record (unsynced data may be lost or torn; acknowledged data may not)."""
+    for t in range(TOPICS):
+        for path in segment_paths(root, _topic(t)):
+            ledger_id = int(path.stem)
+            if ledger_id <= max_ledger_before:
+                continue
+            size = path.stat().st_size
+            acked_ids = [p.entry_id for p, _, _ in new[t] if p.ledger_id == ledger_id]
+            if not acked_ids:
+                os.truncate(path, rng.randint(0, size))
+                continue
+            scan = scan_segment(FileOps(), path, ledger_id, truncate=False)
+            last = max(acked_ids)
+            end = scan.offsets[last] + RECORD_HEADER_SIZE + scan.lengths[last]
+            os.truncate(path, rng.randint(end, size))
 
 
 async def _check_present(ml: object, wanted: list[Position],

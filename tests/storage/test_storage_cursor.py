@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 from pyroaring import BitMap
+from storage_testlib import flip_bit, ledger_dir, write_segment
 
 from storage import Position, SegmentStore, StorageConfig
 from storage.cursor import CursorState, decode_cursor, encode_cursor
 from storage.errors import CorruptRecordError
-from storage_testlib import flip_bit, ledger_dir, write_segment
 
 TOPIC = "persistent://public/default/c"
 

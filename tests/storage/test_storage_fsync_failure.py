@@ -6,9 +6,9 @@ import asyncio
 from pathlib import Path
 
 import pytest
+from storage_testlib import FaultyFileOps
 
 from storage import PersistenceError, Position, SegmentStore, StorageConfig
-from storage_testlib import FaultyFileOps
 
 TOPIC = "persistent://public/default/f"
 

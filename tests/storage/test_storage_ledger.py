@@ -7,10 +7,10 @@ import threading
 from pathlib import Path
 
 import pytest
+from storage_testlib import segment_paths
 
 from storage import Position, SegmentStore, StorageConfig
 from storage.errors import StorageError
-from storage_testlib import segment_paths
 
 TOPIC = "persistent://public/default/t"
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from storage_testlib import flip_bit, write_segment
+
 from storage.fileops import FileOps
 from storage.segments import (
     FILE_HEADER_SIZE,
@@ -14,7 +16,6 @@ from storage.segments import (
     read_records,
     scan_segment,
 )
-from storage_testlib import flip_bit, write_segment
 
 OPS = FileOps()
 PAYLOADS = [bytes([i % 251]) * (100 + i) for i in range(50)]

@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from storage_testlib import flip_bit
 
 from storage import CorruptRecordError, SegmentStore, SnapshotNotFoundError
-from storage_testlib import flip_bit
 
 
 async def test_snapshot_round_trip_with_pulsar_numbering(tmp_path: Path) -> None:

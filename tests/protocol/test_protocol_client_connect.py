@@ -2,7 +2,7 @@
 
 ``fixtures/pulsar_client_3_13_connect.bin`` holds the first bytes the official client sent to a
 bare listening socket. Recapture it with
-``.venv/bin/python tests/protocol/test_client_connect_fixture.py --write``.
+``PYTHONPATH=. .venv/bin/python tests/protocol/test_protocol_client_connect.py --write``.
 """
 
 from __future__ import annotations

@@ -256,3 +256,11 @@ def test_sticky_key_hash_matches_pulsars_formula(key: bytes) -> None:
 
 def test_key_shared_range_size_is_pulsars_default() -> None:
     assert KEY_SHARED_RANGE_SIZE == 2 << 15
+
+
+def test_parse_entry_sets_every_field_of_entry_info() -> None:
+    import dataclasses
+
+    info = parse_entry(encode_entry(metadata(partition_key="k"), b""))
+    values = {field.name: getattr(info, field.name) for field in dataclasses.fields(EntryInfo)}
+    assert EntryInfo(**values) == info

@@ -19,7 +19,12 @@ from protocol.metadata import encode_entry
 T = pb.BaseCommand
 ENTRY = encode_entry(pb.MessageMetadata(producer_name="p-1", sequence_id=7, publish_time=1_700_000_000_000), b"payload" * 20)
 
-u64 = st.integers(min_value=0, max_value=2**64 - 1)
+VARINT_EDGES = [0, 1, 127, 128, 16383, 16384, 2**21 - 1, 2**21, 2**28 - 1, 2**28, 2**35, 2**63 - 1, 2**63, 2**64 - 1]
+u64 = st.one_of(
+    st.integers(min_value=0, max_value=20_000),  # the table-driven range and just past it
+    st.sampled_from(VARINT_EDGES),
+    st.integers(min_value=0, max_value=2**64 - 1),
+)
 i64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
 i32 = st.integers(min_value=-(2**31), max_value=2**31 - 1)
 

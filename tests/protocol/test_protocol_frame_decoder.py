@@ -116,6 +116,33 @@ def test_random_splits_give_the_same_frames(data: st.DataObject, frames: list[by
     assert [as_tuple(f) for f in decode_in_chunks(stream, cuts)] == [as_tuple(f) for f in decode_in_chunks(stream, [])]
 
 
+BIG_FRAMES = [c.encode_send(9, n, make_entry(bytes([n]) * 90_000)) for n in range(3)]
+
+
+@settings(max_examples=100, deadline=None)
+@given(data=st.data(), small=streams, position=st.integers(min_value=0, max_value=12))
+def test_random_splits_around_large_frames_give_the_same_frames(
+    data: st.DataObject, small: list[bytes], position: int
+) -> None:
+    frames = [*small[:position], *BIG_FRAMES, *small[position:]]
+    stream = b"".join(frames)
+    cuts = data.draw(st.lists(st.integers(min_value=0, max_value=len(stream)), max_size=60))
+    decoded = decode_in_chunks(stream, cuts)
+    assert len(decoded) == len(frames)
+    assert [as_tuple(f) for f in decoded] == [as_tuple(f) for f in decode_in_chunks(stream, [])]
+
+
+@pytest.mark.parametrize("chunk", [4096, 65536, 100_000, 190_000])
+def test_large_frames_in_large_reads_survive_buffer_compaction(chunk: int) -> None:
+    # 200 KB frames read 100-190 KB at a time leave >64 KiB consumed in front of a pending
+    # large frame: the assembly buffer is compacted in place (checked by a line trace once).
+    entries = [make_entry(bytes([n]) * 200_000) for n in range(4)]
+    stream = b"".join(c.encode_send(9, n, entry) for n, entry in enumerate(entries))
+    decoded = decode_in_chunks(stream, list(range(chunk, len(stream), chunk)))
+    assert [f.entry for f in decoded] == entries
+    assert all(f.checksum_valid for f in decoded)
+
+
 def test_many_frames_in_one_chunk_come_out_in_order() -> None:
     data = b"".join(c.encode_send_receipt(1, seq, 2, seq) for seq in range(500))
     decoder = FrameDecoder()
@@ -401,13 +428,21 @@ send_fields = st.fixed_dictionaries(
 
 
 @settings(max_examples=400, deadline=None)
-@given(fields=send_fields, reorder=st.booleans())
-def test_send_is_accepted_exactly_when_protobuf_calls_it_initialized(fields: dict[str, object], reorder: bool) -> None:
+@given(fields=send_fields, reorder=st.booleans(), extra=st.sampled_from(["none", "partial", "complete"]))
+def test_send_is_accepted_exactly_when_protobuf_calls_it_initialized(
+    fields: dict[str, object], reorder: bool, extra: str
+) -> None:
     cmd = pb.BaseCommand(type=T.SEND, send=pb.CommandSend(**fields))
-    body = cmd.SerializePartialToString()
-    if reorder:  # same message, sub-message before the type: never takes the fast path
-        sub = cmd.send.SerializePartialToString()
-        body = b"\x32" + bytes([len(sub)]) + sub + b"\x08\x06" if len(sub) < 128 else body
+    if extra == "partial":  # another sub-message, missing its required client_version
+        cmd.connect.SetInParent()
+    elif extra == "complete":
+        cmd.connect.client_version = "x"
+    # Serialized by hand so that the extra sub-message comes *after* send (as a client that
+    # appended it would), or the type after everything (reorder: never the fast path).
+    sub = cmd.send.SerializePartialToString()
+    send_field = b"\x32" + c._varint(len(sub)) + sub
+    rest = pb.BaseCommand(connect=cmd.connect).SerializePartialToString() if extra != "none" else b""
+    body = send_field + rest + b"\x08\x06" if reorder else b"\x08\x06" + send_field + rest
     entry = make_entry()
     frame_bytes = raw_frame(body, b"\x0e\x01" + struct.pack(">I", crc32c(entry)) + entry)
     decoder = FrameDecoder()
@@ -439,3 +474,29 @@ def test_fast_built_frames_equal_constructor_built_frames() -> None:
     with pytest.raises(AttributeError):
         decoded.entry = b""  # type: ignore[misc]
     assert decoded.entry == entry
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"\x08\x06\x32\x02\x08\x01\x10\x05",  # sequence_id tag just past the sub-message
+        b"\x08\x06\x32\x04\x08\x01\x18\x05",  # num_messages where sequence_id should be
+        b"\x08\x06\x32\x04\x10\x01\x10\x05",  # no producer_id
+        b"\x08\x06\x32\x0a\x08\x01\x10\x02\x4a\x02\x08\x01",  # message_id without entryId
+        b"\x08\x06\x32\x04\x08\x01\x10\x02\x12\x00",  # plus a CONNECT lacking client_version
+    ],
+    ids=["seq-outside-submessage", "other-field", "no-producer-id", "partial-message-id", "extra-incomplete-submessage"],
+)
+def test_send_fast_path_never_accepts_an_incomplete_send(body: bytes) -> None:
+    entry = make_entry()
+    error = fatal_error_of(raw_frame(body, b"\x0e\x01" + struct.pack(">I", crc32c(entry)) + entry))
+    assert type(error) is MalformedFrameError
+
+
+def test_decoded_frames_set_every_field() -> None:
+    import dataclasses
+
+    for data in (c.encode_ping(), c.encode_send(1, 2, make_entry())):
+        (frame,) = decode_in_chunks(data, [])
+        values = {field.name: getattr(frame, field.name) for field in dataclasses.fields(Frame)}
+        assert Frame(**values) == frame

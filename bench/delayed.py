@@ -1,0 +1,241 @@
+"""Delayed-delivery tracker benchmark: memory per message and add / get-scheduled throughput.
+
+Usage:  .venv/bin/python bench/delayed.py [--in-memory N] [--bucket N] [--quick]
+
+Every scenario runs in a fresh subprocess so that the memory figure is the process's resident
+set growth while the index is built (``/proc/self/statm``, after ``gc.collect()`` and
+``malloc_trim(0)``), which includes what CRoaring allocates with malloc (tracemalloc cannot
+see that); the tracker's own estimate (``memory_bytes``, the value exported as
+``pulsar_delayed_message_index_size_bytes``) is printed next to it.
+
+Workload: positions are read in order from ledgers of 50,000 entries (storage's default
+rollover), each message delayed by a uniform random 1 s .. 1 h (seeded), tick 1000 ms,
+non-strict (Pulsar's defaults). Scenarios:
+
+- ``heap``: the peer: a plain ``heapq`` of ``(deliver_at, ledger_id, entry_id)`` tuples, what
+  a straightforward Python broker would keep (issue #15146 territory).
+- ``in-memory``: InMemoryDelayedDeliveryTracker at 1M messages (target <= 24 B/message).
+- ``bucket``: BucketDelayedDeliveryTracker at 10M messages with Pulsar's defaults (50,000
+  indexes per bucket, segments of <= 5,000 indexes / 300 s), snapshots written through the
+  real storage SnapshotStore in a temporary directory (target <= 4 B/message in memory: only
+  the loaded segments and bitmaps stay).
+
+add = tracker.add() rate while building; get-scheduled = rate of draining everything with
+get_scheduled(1000) once the clock is past the last deadline (for the bucket tracker this
+includes loading every segment back from disk). Rates are per CPU-second of the process
+(``time.process_time``, all threads), so they stay meaningful on a busy machine.
+
+The end-to-end lateness and restart-time figures through the official client belong to the
+integration benchmark (not here).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import ctypes
+import gc
+import heapq
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+T0 = 1_700_000_000_000
+ENTRIES_PER_LEDGER = 50_000
+SPAN_MS = 3_600_000
+TICK_MS = 1000
+
+
+def rss_bytes() -> int:
+    gc.collect()
+    with contextlib.suppress(OSError):
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def workload(n: int, seed: int = 1) -> Any:
+    rnd = random.Random(seed).randrange
+    for i in range(n):
+        yield 10 + i // ENTRIES_PER_LEDGER, i % ENTRIES_PER_LEDGER, T0 + 1000 + rnd(SPAN_MS)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now_ms = T0
+
+    def __call__(self) -> int:
+        return self.now_ms
+
+
+def run_heap(n: int) -> dict[str, Any]:
+    items = workload(n)
+    before = rss_bytes()
+    heap: list[tuple[int, int, int]] = []
+    start = time.process_time()
+    for ledger_id, entry_id, at in items:
+        heapq.heappush(heap, (at, ledger_id, entry_id))
+    add_s = time.process_time() - start
+    grown = rss_bytes() - before
+    start = time.process_time()
+    cutoff = T0 + 2 * SPAN_MS
+    got = 0
+    while heap and heap[0][0] <= cutoff:
+        heapq.heappop(heap)
+        got += 1
+    get_s = time.process_time() - start
+    assert got == n
+    return {"n": n, "rss_bytes": grown, "estimate_bytes": None, "add_per_s": n / add_s,
+            "get_per_s": n / get_s}
+
+
+async def run_in_memory(n: int) -> dict[str, Any]:
+    from broker.delayed.in_memory import InMemoryDelayedDeliveryTracker
+
+    items = workload(n)
+    clock = Clock()
+    loop = asyncio.get_running_loop()
+    before = rss_bytes()
+    tracker = InMemoryDelayedDeliveryTracker(tick_time_ms=TICK_MS, strict=False,
+                                             on_due=lambda: None, loop=loop, clock_ms=clock,
+                                             fixed_delay_lookahead=0)
+    add = tracker.add
+    start = time.process_time()
+    for ledger_id, entry_id, at in items:
+        add(ledger_id, entry_id, at)
+    add_s = time.process_time() - start
+    grown = rss_bytes() - before
+    estimate = tracker.memory_bytes
+    assert len(tracker) == n
+    clock.now_ms = T0 + 2 * SPAN_MS
+    start = time.process_time()
+    got = 0
+    while True:
+        batch = tracker.get_scheduled(1000)
+        if not batch:
+            break
+        got += len(batch)
+    get_s = time.process_time() - start
+    assert got == n
+    await tracker.close()
+    return {"n": n, "rss_bytes": grown, "estimate_bytes": estimate, "add_per_s": n / add_s,
+            "get_per_s": n / get_s}
+
+
+async def run_bucket(n: int) -> dict[str, Any]:
+    from broker.delayed.bucket import BucketDelayedDeliveryTracker
+    from storage import SegmentStore
+    from storage.config import StorageConfig
+
+    with tempfile.TemporaryDirectory(prefix="horae-bench-") as tmp:
+        store = await SegmentStore.open(Path(tmp), StorageConfig(fsync=False))
+        ledger = await store.open_ledger("persistent://public/default/bench")
+        cursor = await ledger.open_cursor("sub", initial_position="earliest")
+        items = workload(n)
+        clock = Clock()
+        loop = asyncio.get_running_loop()
+        before = rss_bytes()
+        tracker = BucketDelayedDeliveryTracker(
+            cursor=cursor, snapshots=store.snapshots, tick_time_ms=TICK_MS, strict=False,
+            on_due=lambda: None, loop=loop, clock_ms=clock)
+        add = tracker.add
+        start = time.process_time()
+        for i, (ledger_id, entry_id, at) in enumerate(items):
+            add(ledger_id, entry_id, at)
+            if i % 50_000 == 0:
+                await asyncio.sleep(0)      # let snapshot writes progress, as a broker would
+        await tracker.wait_idle()
+        add_s = time.process_time() - start
+        grown = rss_bytes() - before
+        estimate = tracker.memory_bytes
+        stats = {"buckets": tracker.bucket_count, "loaded": tracker.loaded_index_count,
+                 "snapshot_bytes": tracker.snapshot_size_bytes}
+        assert len(tracker) == n
+        clock.now_ms = T0 + 2 * SPAN_MS
+        start = time.process_time()
+        got = 0
+        while True:
+            batch = tracker.get_scheduled(1000)
+            got += len(batch)
+            if not batch:
+                if not tracker.pending_loads:
+                    break
+                await tracker.wait_idle()
+        await tracker.wait_idle()
+        get_s = time.process_time() - start
+        assert got == n, (got, n)
+        stats["ops"] = {f"{t}/{s}": v for (t, s), v in tracker.op_count.items() if v}
+        await tracker.close()
+        await store.close()
+    return {"n": n, "rss_bytes": grown, "estimate_bytes": estimate, "add_per_s": n / add_s,
+            "get_per_s": n / get_s, **stats}
+
+
+def child(scenario: str, n: int) -> None:
+    try:
+        import uvloop
+        uvloop.install()
+    except ImportError:
+        pass
+    if scenario == "heap":
+        result = run_heap(n)
+    elif scenario == "in-memory":
+        result = asyncio.run(run_in_memory(n))
+    else:
+        result = asyncio.run(run_bucket(n))
+    print(json.dumps(result))
+
+
+def measure(scenario: str, n: int) -> dict[str, Any]:
+    out = subprocess.run([sys.executable, __file__, "--child", scenario, "--n", str(n)],
+                         check=True, capture_output=True, text=True)
+    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--in-memory", type=int, default=1_000_000, dest="in_memory")
+    parser.add_argument("--bucket", type=int, default=10_000_000)
+    parser.add_argument("--quick", action="store_true", help="100k / 1M messages")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--n", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(args.child, args.n)
+        return
+    n_mem, n_bucket = (100_000, 1_000_000) if args.quick else (args.in_memory, args.bucket)
+    rows = [("peer: heapq of tuples", measure("heap", n_mem)),
+            ("in-memory tracker", measure("in-memory", n_mem)),
+            ("bucket tracker", measure("bucket", n_bucket))]
+    peer = rows[0][1]
+    print(f"delayed-delivery trackers (uniform 1 s..1 h delays, {ENTRIES_PER_LEDGER} entries/ledger,"
+          f" tick {TICK_MS} ms, Python {sys.version.split()[0]})")
+    print(f"{'':24}{'messages':>11}{'RSS B/msg':>11}{'est B/msg':>11}{'x peer':>8}"
+          f"{'add/cpu-s':>12}{'get/cpu-s':>12}")
+    for name, r in rows:
+        per = r["rss_bytes"] / r["n"]
+        est = f"{r['estimate_bytes'] / r['n']:.2f}" if r["estimate_bytes"] is not None else "-"
+        ratio = per / (peer["rss_bytes"] / peer["n"])
+        print(f"{name:24}{r['n']:>11,}{per:>11.2f}{est:>11}{ratio:>8.3f}"
+              f"{r['add_per_s']:>12,.0f}{r['get_per_s']:>12,.0f}")
+    bucket = rows[2][1]
+    print(f"bucket tracker: {bucket['buckets']} buckets, {bucket['loaded']:,} indexes loaded, "
+          f"{bucket['snapshot_bytes'] / bucket['n']:.1f} snapshot bytes/msg on disk, "
+          f"ops {bucket['ops']}")
+    print("targets: in-memory <= 24 B/msg (Pulsar's Java index); bucket <= 4 B/msg in memory")
+
+
+if __name__ == "__main__":
+    main()

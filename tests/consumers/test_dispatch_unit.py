@@ -1,0 +1,255 @@
+"""White-box dispatch tests on a real segment store, without sockets.
+
+They pin what the official client cannot observe directly: a read that started before a cursor
+reset is discarded (PIP-269), permits bound what is sent, batch entries cost their message
+count, and the Key_Shared selectors behave like Pulsar's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from broker.consumer import Consumer, HashRange
+from broker.consumer_side import ConsumerSide
+from broker.key_shared import ConsistentHashingSelector, ConsumerAssignError, StickyRangeSelector
+from broker.subscription import Subscription
+from protocol import pulsar_pb as pb
+from protocol.frames import NEED_DATA, FrameDecoder
+from protocol.metadata import encode_entry
+from storage.config import StorageConfig
+from storage.positions import Position
+from storage.store import SegmentStore
+
+
+class FakeConnection:
+    protocol_version = 20
+    remote_address = "127.0.0.1:1"
+    client_version = "test"
+    writes_paused = False
+
+    def __init__(self) -> None:
+        self.decoder = FrameDecoder()
+        self.commands: list[pb.BaseCommand] = []
+
+    def write(self, data: bytes) -> None:
+        self.decoder.receive_data(data)
+        while (frame := self.decoder.next_frame()) is not NEED_DATA:
+            self.commands.append(frame.command)
+
+    def message_ids(self) -> list[tuple[int, int]]:
+        return [(c.message.message_id.ledgerId, c.message.message_id.entryId)
+                for c in self.commands if c.type == pb.BaseCommand.MESSAGE]
+
+
+class StubTopic:
+    def __init__(self, ledger: Any) -> None:
+        self.ledger = ledger
+        self.name = None
+        self.subscriptions: dict[str, Any] = {}
+
+    def remove_subscription(self, sub: Any) -> None:
+        self.subscriptions.pop(sub.name, None)
+
+
+def _entry(i: int, batch: int | None = None, publish_time: int | None = None) -> bytes:
+    md = pb.MessageMetadata(producer_name="p", sequence_id=i,
+                            publish_time=publish_time or int(time.time() * 1000))
+    if batch is not None:
+        md.num_messages_in_batch = batch
+    return encode_entry(md, f"m{i}".encode())
+
+
+@pytest.fixture
+async def ledger(tmp_path: Path) -> AsyncIterator[Any]:
+    store = await SegmentStore.open(tmp_path, StorageConfig(fsync=False))
+    led = await store.open_ledger("persistent://public/default/unit")
+    yield led
+    await store.close()
+
+
+async def _setup(ledger: Any, n: int, sub_type: int = 0, *, times: bool = False,
+                 **entry_kw: Any) -> tuple[Any, ...]:
+    for i in range(n):
+        if times:
+            entry_kw["publish_time"] = 1000 + 10 * i
+        await ledger.append(_entry(i, **entry_kw))
+    sub = await Subscription.open(StubTopic(ledger), "s", durable=True,
+                                  initial_position="earliest")
+    conn = FakeConnection()
+    side = ConsumerSide(conn)
+    consumer = Consumer(side, 1, name="c", subscription=sub, sub_type=sub_type)
+    side.consumers[1] = consumer
+    await sub.add_consumer(consumer)
+    return sub, conn, consumer
+
+
+async def _settle() -> None:
+    for _ in range(20):
+        await asyncio.sleep(0)
+
+
+async def test_a_read_started_before_a_reset_is_discarded(ledger: Any) -> None:
+    sub, conn, consumer = await _setup(ledger, 10)
+    gate = asyncio.Event()
+    started = asyncio.Event()
+    real_read = ledger.read_entries
+
+    async def slow_read(start: Position, n: int, *args: Any, **kw: Any) -> Any:
+        started.set()
+        await gate.wait()
+        return await real_read(start, n, *args, **kw)
+
+    ledger.read_entries = slow_read
+    consumer.permits = 100
+    sub.dispatcher.schedule()
+    await asyncio.wait_for(started.wait(), 5)
+    lid = ledger.last_confirmed.ledger_id
+    revision = sub.cursor.revision
+    await sub._reset(Position(lid, 6), disconnect=False)  # the reset races the read
+    assert sub.cursor.revision == revision + 1
+    gate.set()
+    await _settle()
+    assert conn.message_ids() == [(lid, e) for e in range(6, 10)]
+
+
+async def test_permits_bound_delivery_and_batches_cost_their_size(ledger: Any) -> None:
+    sub, conn, consumer = await _setup(ledger, 10, batch=5)
+    consumer.permits = 12  # three batch entries (15 messages) fit, the fourth waits
+    sub.dispatcher.schedule()
+    await _settle()
+    assert len(conn.message_ids()) == 3
+    assert consumer.permits == -3
+    consumer.permits += 10
+    sub.dispatcher.schedule()
+    await _settle()
+    assert len(conn.message_ids()) == 5
+
+
+async def test_acked_entries_are_not_redelivered_after_redeliver_all(ledger: Any) -> None:
+    sub, conn, consumer = await _setup(ledger, 5)
+    consumer.permits = 100
+    sub.dispatcher.schedule()
+    await _settle()
+    lid = ledger.last_confirmed.ledger_id
+    sub.acknowledge(consumer, [(Position(lid, 1), None), (Position(lid, 3), None)],
+                    cumulative=False)
+    sub.redeliver(consumer, None)
+    await _settle()
+    ids = conn.message_ids()
+    assert ids[:5] == [(lid, e) for e in range(5)]
+    assert ids[5:] == [(lid, 0), (lid, 2), (lid, 4)]
+    redelivered = [c.message.redelivery_count for c in conn.commands
+                   if c.type == pb.BaseCommand.MESSAGE][5:]
+    assert redelivered == [1, 1, 1]
+
+
+async def test_batch_index_ack_is_sent_back_as_ack_set(ledger: Any) -> None:
+    sub, conn, consumer = await _setup(ledger, 1, sub_type=1, batch=3)
+    consumer.permits = 100
+    sub.dispatcher.schedule()
+    await _settle()
+    lid = ledger.last_confirmed.ledger_id
+    sub.acknowledge(consumer, [(Position(lid, 0), [0b110])], cumulative=False)  # index 0 acked
+    assert not sub.cursor.is_deleted(Position(lid, 0))
+    sub.redeliver(consumer, [Position(lid, 0)])
+    await _settle()
+    last = [c for c in conn.commands if c.type == pb.BaseCommand.MESSAGE][-1]
+    assert list(last.message.ack_set) == [0b110]
+    sub.acknowledge(consumer, [(Position(lid, 0), [0])], cumulative=False)
+    assert sub.cursor.is_deleted(Position(lid, 0))
+
+
+async def test_admin_skip_acknowledges_the_next_unacked_entries(ledger: Any) -> None:
+    sub, conn, consumer = await _setup(ledger, 10, sub_type=1)
+    lid = ledger.last_confirmed.ledger_id
+    sub.cursor.delete([Position(lid, 1)])
+    await sub.skip(3)  # entries 0, 2, 3 (1 was already acknowledged)
+    assert sub.cursor.mark_delete_position == Position(lid, 3)
+    assert sub.stats()["msgBacklog"] == 6
+    await sub.skip_all()
+    assert sub.stats()["msgBacklog"] == 0
+    consumer.permits = 100
+    sub.dispatcher.schedule()
+    await _settle()
+    assert conn.message_ids() == []
+
+
+async def test_skip_by_message_ids_acks_entries_and_batch_indexes(ledger: Any) -> None:
+    sub, conn, consumer = await _setup(ledger, 3, sub_type=1, batch=2)
+    lid = ledger.last_confirmed.ledger_id
+    await sub.skip_by_message_ids([(lid, 0), (lid, 1, 0)])
+    assert sub.cursor.is_deleted(Position(lid, 0))
+    assert not sub.cursor.is_deleted(Position(lid, 1))  # one of its two messages is left
+    await sub.skip_by_message_ids([(lid, 1, 1)])
+    assert sub.cursor.is_deleted(Position(lid, 1))
+    consumer.permits = 100
+    sub.dispatcher.schedule()
+    await _settle()
+    assert conn.message_ids() == [(lid, 2)]
+
+
+async def test_skip_by_message_ids_is_refused_on_exclusive(ledger: Any) -> None:
+    from protocol.errors import NotAllowedError
+
+    sub, _, _ = await _setup(ledger, 3, sub_type=0)
+    with pytest.raises(NotAllowedError):
+        await sub.skip_by_message_ids([(0, 0)])
+    assert not sub.cursor.is_deleted(Position(ledger.last_confirmed.ledger_id, 0))
+
+
+async def test_reset_to_timestamp_closes_consumers_and_finds_the_first_later_entry(
+        ledger: Any) -> None:
+    sub, conn, consumer = await _setup(ledger, 50, times=True)
+    lid = ledger.last_confirmed.ledger_id
+    revision = sub.cursor.revision
+    await sub.reset_cursor_to_timestamp(1000 + 10 * 17 - 5)
+    assert sub.cursor.read_position == Position(lid, 17)
+    assert sub.cursor.revision > revision
+    assert [c.type for c in conn.commands] == [pb.BaseCommand.CLOSE_CONSUMER]
+    assert sub.consumers == [] and consumer.closed
+    await sub.reset_cursor_to_timestamp(0)
+    assert sub.cursor.read_position == Position(lid, 0)
+    await sub.reset_cursor_to_timestamp(10**13)
+    assert sub.cursor.read_position == Position(lid, 50)
+
+
+def _consumer(name: str, ranges: tuple[HashRange, ...] = ()) -> Consumer:
+    return Consumer(ConsumerSide(FakeConnection()), 1, name=name, subscription=None,  # type: ignore[arg-type]
+                    sub_type=3, hash_ranges=ranges)
+
+
+def test_consistent_hashing_moves_only_part_of_the_keys() -> None:
+    selector = ConsistentHashingSelector()
+    a, b, c = _consumer("a"), _consumer("b"), _consumer("c")
+    selector.add(a)
+    selector.add(b)
+    before = {slot: selector.select(slot) for slot in range(0, 65536, 16)}
+    assert {x.name for x in before.values()} == {"a", "b"}
+    selector.add(c)
+    after = {slot: selector.select(slot) for slot in before}
+    moved = [s for s in before if before[s] is not after[s]]
+    assert all(after[s] is c for s in moved)  # keys only move to the newcomer
+    assert 0.1 < len(moved) / len(before) < 0.6
+    selector.remove(c)
+    assert {slot: selector.select(slot) for slot in before} == before
+
+
+def test_sticky_ranges_select_and_refuse_overlaps() -> None:
+    selector = StickyRangeSelector()
+    low = _consumer("low", (HashRange(0, 99),))
+    high = _consumer("high", (HashRange(100, 65535),))
+    selector.add(low)
+    selector.add(high)
+    assert selector.select(5) is low
+    assert selector.select(100) is high
+    with pytest.raises(ConsumerAssignError) as info:
+        selector.add(_consumer("clash", (HashRange(50, 150),)))
+    assert info.value.code == pb.ConsumerAssignError
+    selector.remove(low)
+    assert selector.select(5) is None

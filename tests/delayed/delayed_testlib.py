@@ -1,0 +1,162 @@
+"""Fakes for the delayed-delivery tests: a manual clock/loop, a cursor, a snapshot store."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+from storage.errors import SnapshotNotFoundError
+from storage.positions import Position
+
+T0 = 1_700_000_000_000     # an epoch-ms "now" for tests
+
+
+class FakeHandle:
+    def __init__(self, loop: FakeLoop, when: float, callback: Callable[[], object]) -> None:
+        self.when = when
+        self.callback = callback
+        self.cancelled = False
+        self._loop = loop
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+class FakeLoop:
+    """A manual clock that is both the tracker's ``clock_ms`` and its timer loop."""
+
+    def __init__(self, now_ms: int = T0) -> None:
+        self.now_ms = now_ms
+        self.handles: list[FakeHandle] = []
+        self.call_at_count = 0
+
+    def clock_ms(self) -> int:
+        return self.now_ms
+
+    def time(self) -> float:
+        return self.now_ms / 1000.0
+
+    def call_at(self, when: float, callback: Callable[[], object], /) -> Any:
+        self.call_at_count += 1
+        handle = FakeHandle(self, when, callback)
+        self.handles.append(handle)
+        return handle
+
+    @property
+    def pending(self) -> list[FakeHandle]:
+        return [h for h in self.handles if not h.cancelled]
+
+    def advance_to(self, now_ms: int) -> int:
+        """Move the clock, firing due timers in time order. Returns how many fired."""
+        fired = 0
+        while True:
+            due = [h for h in self.pending if h.when <= now_ms / 1000.0 + 1e-9]
+            if not due:
+                break
+            handle = min(due, key=lambda h: h.when)
+            handle.cancelled = True
+            self.now_ms = max(self.now_ms, round(handle.when * 1000))
+            handle.callback()
+            fired += 1
+        self.now_ms = now_ms
+        return fired
+
+    def advance(self, ms: int) -> int:
+        return self.advance_to(self.now_ms + ms)
+
+
+class ManualClock:
+    def __init__(self, now_ms: int = T0) -> None:
+        self.now_ms = now_ms
+
+    def __call__(self) -> int:
+        return self.now_ms
+
+
+class FakeCursor:
+    """The part of storage's ManagedCursor the bucket tracker uses."""
+
+    def __init__(self) -> None:
+        self._properties: dict[str, str] = {}
+        self.mark_delete_position = Position(-1, -1)
+        self.read_position = Position(-1, -1)
+        self.revision = 0
+        self.deleted: set[tuple[int, int]] = set()
+        self.flushes = 0
+
+    @property
+    def properties(self) -> dict[str, str]:
+        return dict(self._properties)
+
+    def set_property(self, key: str, value: str) -> None:
+        self._properties[key] = value
+
+    def remove_property(self, key: str) -> None:
+        self._properties.pop(key, None)
+
+    def is_deleted(self, pos: Position) -> bool:
+        return pos <= self.mark_delete_position or (pos.ledger_id, pos.entry_id) in self.deleted
+
+    async def flush(self) -> None:
+        self.flushes += 1
+
+
+class FakeSnapshotStore:
+    """SnapshotStore in a dict; ``fail_create``/``fail_load`` inject errors."""
+
+    def __init__(self) -> None:
+        self.snapshots: dict[int, list[bytes]] = {}
+        self._next = 1000
+        self.fail_create = False
+        self.fail_load = False
+        self.loads: list[tuple[int, int]] = []
+
+    async def create(self, metadata: bytes, segments: list[bytes]) -> int:
+        await asyncio.sleep(0)
+        if self.fail_create:
+            raise OSError("injected create failure")
+        self._next += 1
+        self.snapshots[self._next] = [metadata, *segments]
+        return self._next
+
+    async def _part(self, snapshot_id: int, index: int) -> bytes:
+        await asyncio.sleep(0)
+        if self.fail_load:
+            raise OSError("injected load failure")
+        try:
+            parts = self.snapshots[snapshot_id]
+        except KeyError:
+            raise SnapshotNotFoundError(str(snapshot_id)) from None
+        if not 0 <= index < len(parts):
+            raise SnapshotNotFoundError(f"{snapshot_id}/{index}")
+        self.loads.append((snapshot_id, index))
+        return parts[index]
+
+    async def load_metadata(self, snapshot_id: int) -> bytes:
+        return await self._part(snapshot_id, 0)
+
+    async def load_segment(self, snapshot_id: int, index: int) -> bytes:
+        if index < 1:
+            raise SnapshotNotFoundError(str(index))
+        return await self._part(snapshot_id, index)
+
+    async def delete(self, snapshot_id: int) -> None:
+        await asyncio.sleep(0)
+        self.snapshots.pop(snapshot_id, None)
+
+    def size_bytes(self, snapshot_id: int) -> int:
+        try:
+            return sum(len(p) for p in self.snapshots[snapshot_id])
+        except KeyError:
+            raise SnapshotNotFoundError(str(snapshot_id)) from None
+
+
+class DueCounter:
+    """An ``on_due`` callback that counts calls."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self) -> None:
+        self.calls += 1

@@ -1,0 +1,304 @@
+"""Bucket tracker (PIP-195): seal, segments, load, merge, delete, dedup, cancel, metrics."""
+
+from __future__ import annotations
+
+import asyncio
+
+from delayed_testlib import T0, DueCounter, FakeCursor, FakeSnapshotStore, ManualClock
+
+from broker.config import BrokerConfig
+from broker.delayed import create_tracker
+from broker.delayed.bucket import BUCKET_KEY_PREFIX, BucketDelayedDeliveryTracker, bucket_key
+from broker.delayed.policy import resolve_policy
+from broker.delayed.snapshot_format import decode_metadata, decode_segment
+from proto import delayed_index_pb2 as dpb
+
+
+def make(cursor: FakeCursor | None = None, store: FakeSnapshotStore | None = None,
+         clock: ManualClock | None = None, *, min_index: int = 10, step_ms: int = 1000,
+         per_segment: int = 4, max_buckets: int = -1,
+         on_due: DueCounter | None = None) -> BucketDelayedDeliveryTracker:
+    return BucketDelayedDeliveryTracker(
+        cursor=cursor or FakeCursor(), snapshots=store or FakeSnapshotStore(), tick_time_ms=1,
+        strict=True, on_due=on_due or DueCounter(), loop=asyncio.get_running_loop(),
+        clock_ms=clock or ManualClock(), min_index_count_per_bucket=min_index,
+        time_step_per_segment_ms=step_ms, max_indexes_per_segment=per_segment,
+        max_num_buckets=max_buckets)
+
+
+async def drain_until(t: BucketDelayedDeliveryTracker, clock: ManualClock, now: int
+                      ) -> list[tuple[int, int]]:
+    """Everything due at ``now``, letting segment loads finish in between."""
+    clock.now_ms = now
+    out: list[tuple[int, int]] = []
+    for _ in range(1000):
+        await t.wait_idle()
+        batch = t.get_scheduled(1_000_000)
+        out.extend(batch)
+        await t.wait_idle()
+        if not batch and not t.has_message_available() and not t.pending_loads:
+            break
+    return out
+
+
+async def test_seals_on_a_ledger_boundary_once_the_min_index_count_is_reached() -> None:
+    cursor, store = FakeCursor(), FakeSnapshotStore()
+    t = make(cursor, store, min_index=10)
+    for e in range(5):
+        t.add(1, e, T0 + 100 + e)
+    for e in range(15):                        # ledger 2 joins the mutable bucket [1, 2] ...
+        t.add(2, e, T0 + 100 + e)
+    assert t.immutable_ranges == []            # ... and is never sealed mid-ledger
+    t.add(3, 0, T0 + 50)                       # ledger 3 past the end, 20 >= 10: seal [1, 2]
+    assert t.immutable_ranges == [(1, 2)]
+    assert t.add(2, 15, T0 + 100) is True      # a late entry of a sealed ledger: in memory
+    assert t.immutable_ranges == [(1, 2)]
+    await t.wait_idle()
+    key = bucket_key(1, 2)
+    assert key == f"{BUCKET_KEY_PREFIX}_1_2" == "#pulsar.internal.delayed.bucket_1_2"
+    assert int(cursor.properties[key]) in store.snapshots
+    assert cursor.flushes >= 1
+    assert t.op_count[("create", "succeed")] == 1
+    assert t.bucket_count == 2
+    assert len(t) == 22
+    assert t.snapshot_size_bytes == store.size_bytes(int(cursor.properties[key]))
+    await t.close()
+
+
+async def test_segments_are_cut_by_time_step_and_index_count() -> None:
+    cursor, store = FakeCursor(), FakeSnapshotStore()
+    t = make(cursor, store, min_index=1, step_ms=1000, per_segment=4)
+    times = [100, 200, 300, 400, 500, 600, 1200, 5000, 5001]
+    for e, dt in enumerate(times):
+        t.add(1, e, T0 + dt)
+    t.add(2, 0, T0 + 10)
+    await t.wait_idle()
+    parts = store.snapshots[int(cursor.properties[bucket_key(1, 1)])]
+    infos = decode_metadata(parts[0])
+    segments = [decode_segment(p) for p in parts[1:]]
+    assert [list(s.ts) for s in segments] == [
+        [T0 + 100, T0 + 200, T0 + 300, T0 + 400], [T0 + 500, T0 + 600, T0 + 1200],
+        [T0 + 5000, T0 + 5001]]
+    assert [(i.min_ts, i.max_ts) for i in infos] == [
+        (T0 + 100, T0 + 400), (T0 + 500, T0 + 1200), (T0 + 5000, T0 + 5001)]
+    assert [sorted(i.bitmaps[1]) for i in infos] == [[0, 1, 2, 3], [4, 5, 6], [7, 8]]
+    await t.close()
+
+
+async def test_delivers_across_buckets_in_time_order_loading_one_segment_at_a_time() -> None:
+    cursor, store, clock = FakeCursor(), FakeSnapshotStore(), ManualClock()
+    t = make(cursor, store, clock, min_index=8, per_segment=2, step_ms=10_000)
+    expected = {}
+    for ledger in (1, 2, 3):
+        for e in range(8):
+            at = T0 + 1000 + ((e * 37 + ledger * 11) % 97) * 10
+            t.add(ledger, e, at)
+            expected[(ledger, e)] = at
+    t.add(4, 0, T0 + 99_999)
+    expected[(4, 0)] = T0 + 99_999
+    await t.wait_idle()
+    assert len(t.immutable_ranges) == 3
+    assert t.loaded_index_count <= 3 * 2 + 1   # one segment per bucket + mutable
+    got = []
+    for now in range(T0 + 1000, T0 + 2000, 7):
+        for pos in await drain_until(t, clock, now):
+            assert expected[pos] <= now
+            got.append(pos)
+    assert sorted(got) == sorted(p for p in expected if p[0] != 4)
+    assert t.op_count[("load", "succeed")] >= 3 * 3   # segments 2..4 of each bucket
+    await t.wait_idle()
+    assert t.immutable_ranges == []            # fully scheduled: deleted
+    assert store.snapshots == {}
+    assert not [k for k in cursor.properties if k.startswith(BUCKET_KEY_PREFIX)]
+    assert t.op_count[("delete", "succeed")] == 3
+    assert sum(t.op_latency_buckets["load"]) == t.op_count[("load", "succeed")]
+    assert len(t) == 1
+    await t.close()
+
+
+async def test_merges_the_two_least_populated_adjacent_buckets() -> None:
+    cursor, store, clock = FakeCursor(), FakeSnapshotStore(), ManualClock()
+    t = make(cursor, store, clock, min_index=4, per_segment=3, max_buckets=2)
+    sizes = {1: 9, 2: 4, 3: 5, 4: 9}
+    expected = {}
+    for ledger, n in sizes.items():
+        for e in range(n):
+            expected[(ledger, e)] = T0 + 1000 + e * 100 + ledger
+            t.add(ledger, e, expected[(ledger, e)])
+        await t.wait_idle()
+    t.add(5, 0, T0 + 50_000)
+    await t.wait_idle()
+    assert t.op_count[("merge", "succeed")] >= 1
+    assert len(t.immutable_ranges) <= 2
+    assert (2, 3) in t.immutable_ranges or (1, 3) in t.immutable_ranges
+    keys = sorted(k for k in cursor.properties if k.startswith(BUCKET_KEY_PREFIX))
+    assert len(keys) == len(t.immutable_ranges)
+    assert len(store.snapshots) == len(keys)
+    assert len(t) == sum(sizes.values()) + 1
+    got = await drain_until(t, clock, T0 + 10_000)
+    assert sorted(got) == sorted(expected)
+    await t.close()
+
+
+async def test_a_re_read_entry_is_not_indexed_twice() -> None:
+    cursor, store, clock = FakeCursor(), FakeSnapshotStore(), ManualClock()
+    t = make(cursor, store, clock, min_index=3)
+    for e in range(3):
+        t.add(1, e, T0 + 100)
+    t.add(2, 0, T0 + 100)
+    await t.wait_idle()
+    assert t.immutable_ranges == [(1, 1)]
+    assert t.add(1, 1, T0 + 100) is True       # pending in the sealed bucket
+    assert t.add(2, 0, T0 + 100) is True       # pending in the mutable bucket
+    assert len(t) == 4
+    clock.now_ms = T0 + 100
+    assert t.get_scheduled(10) == [(1, 0), (1, 1), (1, 2), (2, 0)]
+    # re-read without a cursor reset: already handed out, skipped (no duplicate)
+    assert t.add(1, 0, T0 + 100) is True
+    cursor.revision += 1                        # a reset: the dispatcher must deliver it again
+    assert t.add(1, 0, T0 + 100) is False
+    await t.close()
+
+
+async def test_cancel_of_a_sealed_position_is_persisted_and_then_expires() -> None:
+    cursor, store, clock = FakeCursor(), FakeSnapshotStore(), ManualClock()
+    t = make(cursor, store, clock, min_index=3)
+    for e in range(3):
+        t.add(1, e, T0 + 100 + e)
+    t.add(2, 0, T0 + 500)
+    await t.wait_idle()
+    assert t.cancel(1, 1)
+    assert not t.contains(1, 1)
+    assert not t.cancel(1, 1)
+    for e in range(1, 3):
+        t.add(2, e, T0 + 500 + e)
+    t.add(3, 0, T0 + 900)                       # seals [2, 2] carrying the CANCEL of (1, 1)
+    await t.wait_idle()
+    sid2 = int(cursor.properties[bucket_key(2, 2)])
+    first = dpb.SnapshotSegment.FromString(store.snapshots[sid2][1])
+    cancels = [(i.ledger_id, i.entry_id, i.timestamp) for i in first.indexes
+               if i.delayed_operation_type == dpb.CANCEL]
+    assert cancels == [(1, 1, 0)]
+    await t.close()
+
+    # restart: the CANCEL is re-applied when the first segment of [2, 2] is loaded
+    clock2 = ManualClock(T0)
+    t2 = make(cursor, store, clock2, min_index=3)
+    await t2.recover()
+    assert not t2.contains(1, 1) and t2.contains(1, 0) and t2.contains(1, 2)
+    assert len(t2) == 2 + 3
+    assert sorted(await drain_until(t2, clock2, T0 + 200)) == [(1, 0), (1, 2)]
+    await t2.wait_idle()
+    assert t2.immutable_ranges == [(2, 2)]      # [1, 1] fully scheduled and deleted
+    # the cancel's target is gone: it is not carried into the next snapshot
+    for e in range(3):
+        t2.add(3, e, T0 + 700)
+    t2.add(4, 0, T0 + 800)
+    await t2.wait_idle()
+    sid3 = int(cursor.properties[bucket_key(3, 3)])
+    assert not [i for i in dpb.SnapshotSegment.FromString(store.snapshots[sid3][1]).indexes
+                if i.delayed_operation_type == dpb.CANCEL]
+    await t2.close()
+
+
+async def test_cancel_in_the_mutable_bucket_is_dropped_from_the_next_snapshot() -> None:
+    cursor, store, clock = FakeCursor(), FakeSnapshotStore(), ManualClock()
+    t = make(cursor, store, clock, min_index=2)
+    for e in range(4):
+        t.add(1, e, T0 + 100 + e)
+    assert t.cancel(1, 2)
+    t.add(2, 0, T0 + 50)
+    await t.wait_idle()
+    infos = decode_metadata(store.snapshots[int(cursor.properties[bucket_key(1, 1)])][0])
+    assert sorted(e for i in infos for e in i.bitmaps[1]) == [0, 1, 3]
+    assert sorted(await drain_until(t, clock, T0 + 1000)) == [(1, 0), (1, 1), (1, 3), (2, 0)]
+    await t.close()
+
+
+async def test_a_failed_snapshot_create_keeps_serving_from_memory() -> None:
+    cursor, store, clock = FakeCursor(), FakeSnapshotStore(), ManualClock()
+    store.fail_create = True
+    t = make(cursor, store, clock, min_index=3, per_segment=1)
+    for e in range(3):
+        t.add(1, e, T0 + 100 + e)
+    t.add(2, 0, T0 + 500)
+    await t.wait_idle()
+    assert t.op_count[("create", "failed")] == 1
+    assert not [k for k in cursor.properties if k.startswith(BUCKET_KEY_PREFIX)]
+    assert sorted(await drain_until(t, clock, T0 + 1000)) == [(1, 0), (1, 1), (1, 2), (2, 0)]
+    await t.close()
+
+
+async def test_a_failed_segment_load_is_retried_and_nothing_is_lost(monkeypatch) -> None:
+    import broker.delayed.bucket_lifecycle as bucket_mod
+    monkeypatch.setattr(bucket_mod, "LOAD_RETRY_SECONDS", 0.01)
+    cursor, store, clock = FakeCursor(), FakeSnapshotStore(), ManualClock()
+    t = make(cursor, store, clock, min_index=4, per_segment=1)
+    for e in range(4):
+        t.add(1, e, T0 + 100 + e)
+    t.add(2, 0, T0 + 5000)
+    await t.wait_idle()
+    store.fail_load = True
+    clock.now_ms = T0 + 1000
+    assert t.get_scheduled(100) == [(1, 0)]     # segment 2 must come from the store
+    await t.wait_idle()
+    assert t.op_count[("load", "failed")] >= 1
+    assert t.get_scheduled(100) == []           # blocked behind the barrier, not skipped
+    store.fail_load = False
+    await asyncio.sleep(0.05)
+    got = await drain_until(t, clock, T0 + 1000)
+    assert sorted(got) == [(1, 1), (1, 2), (1, 3)]
+    await t.close()
+
+
+async def test_clear_deletes_every_snapshot_and_property() -> None:
+    cursor, store, clock = FakeCursor(), FakeSnapshotStore(), ManualClock()
+    t = make(cursor, store, clock, min_index=2)
+    for ledger in (1, 2, 3):
+        for e in range(2):
+            t.add(ledger, e, T0 + 100)
+    await t.wait_idle()
+    assert store.snapshots
+    t.clear()
+    await t.wait_idle()
+    assert len(t) == 0 and store.snapshots == {}
+    assert not [k for k in cursor.properties if k.startswith(BUCKET_KEY_PREFIX)]
+    clock.now_ms = T0 + 1000
+    assert t.get_scheduled(10) == []
+    await t.close()
+
+
+async def test_memory_counts_only_loaded_segments_and_bitmaps() -> None:
+    cursor, store, clock = FakeCursor(), FakeSnapshotStore(), ManualClock()
+    t = make(cursor, store, clock, min_index=5000, per_segment=500, step_ms=300_000)
+    n = 0
+    for ledger in range(1, 21):
+        for e in range(5000):
+            t.add(ledger, e, T0 + 1000 + (e * 7919 % 3_600_000))
+            n += 1
+    await t.wait_idle()
+    assert len(t) == n
+    assert t.loaded_index_count <= 19 * 500 + 5000
+    assert t.memory_bytes / n < 4
+    await t.close()
+
+
+async def test_factory_builds_the_bucket_tracker_from_pulsars_class_name() -> None:
+    config = BrokerConfig(
+        delayed_delivery_tracker_factory_class_name=(
+            "org.apache.pulsar.broker.delayed.BucketDelayedDeliveryTrackerFactory"),
+        delayed_delivery_min_index_count_per_bucket=7)
+    policy = resolve_policy(config, None, None)
+    loop = asyncio.get_running_loop()
+    tracker = create_tracker(config, policy, on_due=lambda: None, loop=loop,
+                             cursor=FakeCursor(), snapshots=FakeSnapshotStore())
+    assert isinstance(tracker, BucketDelayedDeliveryTracker)
+    await tracker.close()
+    reader = create_tracker(config, policy, on_due=lambda: None, loop=loop)
+    assert not isinstance(reader, BucketDelayedDeliveryTracker)   # no cursor: in-memory
+    await reader.close()
+    short = BrokerConfig(delayed_delivery_tracker_factory_class_name="bucket")
+    tracker = create_tracker(short, policy, on_due=lambda: None, loop=loop,
+                             cursor=FakeCursor(), snapshots=FakeSnapshotStore())
+    assert isinstance(tracker, BucketDelayedDeliveryTracker)
+    await tracker.close()

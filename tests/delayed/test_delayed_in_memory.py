@@ -1,0 +1,283 @@
+"""In-memory tracker: order, cutoff semantics, one timer, cancel, fixed-delay detection."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+from delayed_testlib import T0, DueCounter, FakeLoop
+
+from broker.config import BrokerConfig
+from broker.delayed import create_tracker
+from broker.delayed.in_memory import InMemoryDelayedDeliveryTracker
+from broker.delayed.packed import PackedTimeIndex
+from broker.delayed.policy import resolve_policy
+from broker.delayed.tracker import DelayedOperationType
+
+
+def make(loop: FakeLoop, *, strict: bool = True, tick: int = 100, lookahead: int = 0,
+         on_due: DueCounter | None = None) -> InMemoryDelayedDeliveryTracker:
+    return InMemoryDelayedDeliveryTracker(tick_time_ms=tick, strict=strict,
+                                          on_due=on_due or DueCounter(), loop=loop,
+                                          fixed_delay_lookahead=lookahead,
+                                          clock_ms=loop.clock_ms)
+
+
+def test_due_positions_come_out_in_deliver_time_order_batches_ascending() -> None:
+    loop = FakeLoop()
+    t = make(loop)
+    rnd = random.Random(3)
+    expected = {}
+    for entry in range(500):
+        at = T0 + rnd.randrange(1, 10_000)
+        assert t.add(1, entry, at)
+        expected[(1, entry)] = at
+    assert len(t) == 500
+    got: list[tuple[int, int]] = []
+    now = T0
+    while len(got) < 500:
+        now += 250
+        loop.now_ms = now
+        batch = t.get_scheduled(1_000_000)
+        assert batch == sorted(batch)
+        for pos in batch:
+            assert expected[pos] <= now
+            assert expected[pos] > now - 250
+        got.extend(batch)
+    assert sorted(got) == sorted(expected)
+    assert len(t) == 0
+
+
+def test_strict_mode_is_never_early() -> None:
+    loop = FakeLoop()
+    t = make(loop, strict=True, tick=1000)
+    assert t.add(1, 1, T0 + 5000)
+    assert t.add(1, 2, T0 + 1) is True
+    assert t.add(1, 3, T0) is False            # due now: deliver normally
+    loop.now_ms = T0 + 4999
+    assert t.get_scheduled(10) == [(1, 2)]
+    assert not t.has_message_available()
+    loop.now_ms = T0 + 5000
+    assert t.has_message_available()
+    assert t.get_scheduled(10) == [(1, 1)]
+
+
+def test_non_strict_mode_is_at_most_one_tick_early() -> None:
+    loop = FakeLoop()
+    t = make(loop, strict=False, tick=1000)
+    assert t.add(1, 1, T0 + 1000) is False      # within one tick: deliver now
+    assert t.add(1, 2, T0 + 1001)
+    assert t.add(1, 3, T0 + 5000)
+    loop.now_ms = T0 + 3999
+    assert t.get_scheduled(10) == [(1, 2)]
+    assert t.get_scheduled(10) == []
+    loop.now_ms = T0 + 4000
+    assert t.get_scheduled(10) == [(1, 3)]
+
+
+def test_one_timer_armed_for_the_earliest_deadline_and_rearmed_only_when_it_moves() -> None:
+    loop = FakeLoop()
+    due = DueCounter()
+    t = make(loop, strict=True, tick=10, on_due=due)
+    for i in range(100):
+        t.add(1, i, T0 + 1000 + i)
+    assert loop.call_at_count == 1
+    assert [h.when for h in loop.pending] == [(T0 + 1000) / 1000]
+    t.add(2, 0, T0 + 500)                     # earlier: re-armed once
+    assert loop.call_at_count == 2
+    assert len(loop.pending) == 1
+    loop.advance_to(T0 + 499)
+    assert due.calls == 0
+    loop.advance_to(T0 + 500)
+    assert due.calls == 1
+    assert t.get_scheduled(10) == [(2, 0)]
+    # the dispatcher's read re-aims the timer at the next deadline (not earlier)
+    assert [h.when for h in loop.pending] == [(T0 + 1000) / 1000]
+    loop.advance_to(T0 + 1000)
+    assert due.calls == 2
+
+
+def test_timer_fires_at_most_once_per_tick() -> None:
+    loop = FakeLoop()
+    due = DueCounter()
+    t = make(loop, strict=True, tick=100, on_due=due)
+    t.add(1, 0, T0 + 10)
+    t.add(1, 1, T0 + 20)
+    loop.advance_to(T0 + 10)
+    assert due.calls == 1
+    assert t.get_scheduled(1) == [(1, 0)]
+    # next deadline T0+20 but the last firing was at T0+10: not before T0+110
+    assert [round(h.when * 1000) for h in loop.pending] == [T0 + 110]
+
+
+def test_non_strict_timer_fires_one_tick_before_the_deadline() -> None:
+    loop = FakeLoop()
+    due = DueCounter()
+    t = make(loop, strict=False, tick=100, on_due=due)
+    t.add(1, 0, T0 + 5000)
+    assert [round(h.when * 1000) for h in loop.pending] == [T0 + 4900]
+    loop.advance_to(T0 + 4900)
+    assert due.calls == 1
+    assert t.get_scheduled(5) == [(1, 0)]
+
+
+def test_early_timer_wakeup_does_not_wake_the_dispatcher() -> None:
+    loop = FakeLoop()
+    due = DueCounter()
+    t = make(loop, strict=True, tick=1, on_due=due)
+    t.add(1, 0, T0 + 50)
+    handle = loop.pending[0]
+    loop.now_ms = T0 + 49                      # the loop fired a millisecond early
+    handle.cancelled = True
+    handle.callback()
+    assert due.calls == 0
+    assert [round(h.when * 1000) for h in loop.pending] == [T0 + 50]
+
+
+def test_cancel_removes_and_is_never_delivered() -> None:
+    loop = FakeLoop()
+    t = make(loop)
+    t.add(1, 1, T0 + 100)
+    t.add(1, 2, T0 + 200)
+    assert t.contains(1, 1)
+    assert t.cancel(1, 1)
+    assert not t.contains(1, 1)
+    assert not t.cancel(1, 1)
+    assert len(t) == 1
+    assert t.apply_delay_operation(DelayedOperationType.CANCEL, 9, 9) is False
+    loop.now_ms = T0 + 1000
+    assert t.get_scheduled(10) == [(1, 2)]
+    assert len(t) == 0
+
+
+def test_cancelled_head_moves_the_timer_to_the_next_message() -> None:
+    loop = FakeLoop()
+    t = make(loop, tick=1)
+    t.add(1, 1, T0 + 100)
+    t.add(1, 2, T0 + 300)
+    t.cancel(1, 1)
+    assert [round(h.when * 1000) for h in loop.pending] == [T0 + 300]
+
+
+def test_re_read_entry_is_indexed_once() -> None:
+    loop = FakeLoop()
+    t = make(loop)
+    assert t.add(5, 5, T0 + 100)
+    assert t.add(5, 5, T0 + 100)
+    assert len(t) == 1
+    loop.now_ms = T0 + 100
+    assert t.get_scheduled(10) == [(5, 5)]
+
+
+def test_max_messages_is_respected_and_the_rest_stays() -> None:
+    loop = FakeLoop()
+    t = make(loop)
+    for i in range(10):
+        t.add(1, i, T0 + 10)
+    loop.now_ms = T0 + 10
+    first = t.get_scheduled(4)
+    assert len(first) == 4
+    rest = t.get_scheduled(100)
+    assert sorted(first + rest) == [(1, i) for i in range(10)]
+
+
+def test_positions_that_do_not_pack_into_64_bits_still_work() -> None:
+    loop = FakeLoop()
+    t = make(loop)
+    big = 1 << 40
+    assert t.add(big, 3, T0 + 10)
+    assert t.add(1, 1, T0 + 20)
+    assert t.contains(big, 3)
+    loop.now_ms = T0 + 30
+    assert t.get_scheduled(10) == [(1, 1), (big, 3)]
+
+
+def test_fixed_delay_detection_pauses_once_the_lookahead_is_full() -> None:
+    loop = FakeLoop()
+    t = make(loop, strict=False, tick=100, lookahead=10)
+    for i in range(9):
+        t.add(1, i, T0 + 10_000 + i * 10)
+    assert not t.should_pause_all_deliveries()
+    t.add(1, 9, T0 + 10_090)
+    assert t.should_pause_all_deliveries()
+    loop.now_ms = T0 + 9_950                   # head due (non-strict): deliver, do not pause
+    assert not t.should_pause_all_deliveries()
+
+
+def test_out_of_order_delays_disable_fixed_delay_detection_until_empty() -> None:
+    loop = FakeLoop()
+    t = make(loop, strict=False, tick=100, lookahead=3)
+    t.add(1, 0, T0 + 10_000)
+    t.add(1, 1, T0 + 9_950)                    # within a tick: still "fixed"
+    t.add(1, 2, T0 + 5_000)                    # earlier by more than a tick
+    t.add(1, 3, T0 + 10_100)
+    assert not t.should_pause_all_deliveries()
+    loop.now_ms = T0 + 20_000
+    assert len(t.get_scheduled(100)) == 4
+    for i in range(3):
+        t.add(2, i, T0 + 30_000 + i)
+    assert t.should_pause_all_deliveries()
+
+
+def test_a_due_message_counts_against_fixed_delay_detection() -> None:
+    loop = FakeLoop()
+    t = make(loop, strict=True, tick=100, lookahead=2)
+    assert t.add(1, 0, T0) is False
+    t.add(1, 1, T0 + 5000)
+    t.add(1, 2, T0 + 5001)
+    assert not t.should_pause_all_deliveries()
+
+
+def test_clear_forgets_everything_and_disarms() -> None:
+    loop = FakeLoop()
+    t = make(loop)
+    t.add(1, 1, T0 + 100)
+    t.clear()
+    assert len(t) == 0
+    assert not t.contains(1, 1)
+    assert loop.pending == []
+    loop.now_ms = T0 + 1000
+    assert t.get_scheduled(10) == []
+
+
+def test_memory_is_packed_under_24_bytes_per_message() -> None:
+    loop = FakeLoop()
+    t = make(loop, strict=False, tick=1000)
+    rnd = random.Random(1)
+    n = 50_000
+    for i in range(n):
+        t.add(10 + i // 20_000, i % 20_000, T0 + 1000 + rnd.randrange(3_600_000))
+    assert t.memory_bytes / n < 24
+
+
+def test_packed_index_survives_splits_and_interleaved_pops() -> None:
+    index = PackedTimeIndex()
+    rnd = random.Random(7)
+    model: list[tuple[int, int]] = []
+    for step in range(20_000):
+        if rnd.random() < 0.7:
+            ts = rnd.randrange(1000)
+            index.push(ts, step)
+            model.append((ts, step))
+        else:
+            bound = rnd.randrange(1000)
+            out: list[int] = []
+            index.pop_upto(bound, 50, out)
+            model.sort()
+            due = [p for ts, p in model if ts <= bound][:len(out)]
+            assert sorted(out) == sorted(due) or len(out) == 50
+            taken = set(out)
+            model = [(ts, p) for ts, p in model if p not in taken]
+        assert len(index) == len(model)
+    assert sorted(index.items()) == sorted(model)
+
+
+async def test_factory_picks_the_in_memory_tracker_and_wires_the_policy() -> None:
+    config = BrokerConfig(is_delayed_delivery_deliver_at_time_strict=True,
+                          delayed_delivery_fixed_delay_detection_lookahead=7)
+    policy = resolve_policy(config, {"tickTime": 25}, None)
+    tracker = create_tracker(config, policy, on_due=lambda: None,
+                             loop=asyncio.get_running_loop())
+    assert isinstance(tracker, InMemoryDelayedDeliveryTracker)
+    assert (tracker.tick_time_ms, tracker.strict) == (25, True)
+    await tracker.close()

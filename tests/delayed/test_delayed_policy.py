@@ -1,0 +1,81 @@
+"""Delayed-delivery policies: validation of REST bodies and per-field resolution."""
+
+from __future__ import annotations
+
+import pytest
+
+from broker.config import BrokerConfig
+from broker.delayed.policy import DelayPolicy, resolve_policy, validate_policy_body
+
+
+def test_broker_defaults_are_pulsars() -> None:
+    policy = resolve_policy(BrokerConfig(), None, None)
+    assert policy == DelayPolicy(active=True, tick_time_ms=1000, max_delay_ms=0,
+                                 fixed_delay_ms=0, strict=False)
+    assert not policy.guards_publish
+
+
+def test_resolve_works_with_a_partial_config_object() -> None:
+    class Partial:
+        delayed_delivery_tick_time_millis = 10
+
+    policy = resolve_policy(Partial(), None, None)
+    assert (policy.active, policy.tick_time_ms, policy.max_delay_ms, policy.strict) == \
+        (True, 10, 0, False)
+
+
+def test_topic_beats_namespace_beats_broker_per_field() -> None:
+    config = BrokerConfig(delayed_delivery_max_delay_in_millis=1000,
+                          delayed_delivery_tick_time_millis=500,
+                          is_delayed_delivery_deliver_at_time_strict=True)
+    ns = {"maxDeliveryDelayInMillis": 2000, "tickTime": 50}
+    topic = {"maxDeliveryDelayInMillis": 3000}
+    assert resolve_policy(config, None, None).max_delay_ms == 1000
+    assert resolve_policy(config, ns, None).max_delay_ms == 2000
+    resolved = resolve_policy(config, ns, topic)
+    assert resolved.max_delay_ms == 3000
+    assert resolved.tick_time_ms == 50          # inherited from the namespace
+    assert resolved.strict is True               # broker-wide only
+    assert resolve_policy(config, {"active": False}, {"active": True}).active is True
+    assert resolve_policy(config, {"active": False}, {}).active is False
+
+
+def test_fixed_delay_beats_max_delay() -> None:
+    config = BrokerConfig(delayed_delivery_max_delay_in_millis=1000)
+    policy = resolve_policy(config, {"fixedDeliveryDelayInMillis": 5000}, None)
+    assert policy.fixed_delay_ms == 5000
+    assert policy.max_delay_ms == 0
+    topic_off = resolve_policy(config, {"fixedDeliveryDelayInMillis": 5000},
+                               {"fixedDeliveryDelayInMillis": 0})
+    assert (topic_off.fixed_delay_ms, topic_off.max_delay_ms) == (0, 1000)
+
+
+def test_validate_accepts_full_and_partial_bodies() -> None:
+    body = {"active": True, "tickTime": 1000, "maxDeliveryDelayInMillis": 0,
+            "fixedDeliveryDelayInMillis": 10.0}
+    assert validate_policy_body(body) == {"active": True, "tickTime": 1000,
+                                          "maxDeliveryDelayInMillis": 0,
+                                          "fixedDeliveryDelayInMillis": 10}
+    assert validate_policy_body({"tickTime": 5, "maxDeliveryDelayInMillis": None}) == \
+        {"tickTime": 5}
+    assert validate_policy_body({}) == {}
+
+
+@pytest.mark.parametrize(("body", "reason"), [
+    ([], "JSON object"),
+    ("x", "JSON object"),
+    ({"tickTime": 0}, "tickTime must be > 0"),
+    ({"tickTime": -5}, "tickTime must be > 0"),
+    ({"maxDeliveryDelayInMillis": -1}, "maxDeliveryDelayInMillis must be >= 0"),
+    ({"fixedDeliveryDelayInMillis": -1}, "fixedDeliveryDelayInMillis must be >= 0"),
+    ({"active": "yes"}, "active must be true or false"),
+    ({"active": 1}, "active must be true or false"),
+    ({"tickTime": True}, "tickTime must be an integer"),
+    ({"tickTime": "100"}, "tickTime must be an integer"),
+    ({"tickTime": 1.5}, "tickTime must be an integer"),
+    ({"tickTime": 10, "maxDelay": 5}, "Unknown delayed delivery policy field(s): maxDelay"),
+])
+def test_validate_rejects_with_a_reason(body: object, reason: str) -> None:
+    with pytest.raises(ValueError) as info:
+        validate_policy_body(body)
+    assert reason in str(info.value)
