@@ -30,6 +30,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import pulsar
 
@@ -74,17 +75,21 @@ class Broker:
 
 
 @contextlib.contextmanager
-def start_horae(tmp: pathlib.Path) -> Iterator[Broker]:
+def start_horae(tmp: pathlib.Path, *, fsync: bool = True) -> Iterator[Broker]:
+    name = "horae" if fsync else "horae-nofsync"
     port, web = free_port(), free_port()
-    data = tmp / "horae"
-    log = tmp / "horae.log"
+    data = tmp / name
+    log = tmp / f"{name}.log"
+    args = [sys.executable, "-m", "broker", "serve", "--data-dir", str(data), "--broker-port",
+            str(port), "--web-port", str(web), "--bind-address", "127.0.0.1",
+            "--advertised-address", "127.0.0.1", "--log-level", "WARNING"]
+    if not fsync:
+        conf = tmp / f"{name}.toml"
+        conf.write_text("journalSyncData = false\n")
+        args += ["--config", str(conf)]
     with log.open("wb") as fh:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "broker", "serve", "--data-dir", str(data), "--broker-port",
-             str(port), "--web-port", str(web), "--bind-address", "127.0.0.1",
-             "--advertised-address", "127.0.0.1", "--log-level", "WARNING"],
-            cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT)
-    broker = Broker("horae", f"pulsar://127.0.0.1:{port}", proc, data)
+        proc = subprocess.Popen(args, cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT)
+    broker = Broker(name, f"pulsar://127.0.0.1:{port}", proc, data)
     try:
         wait_port(port, proc, log)
         yield broker
@@ -208,12 +213,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sync", type=int, default=5_000)
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--only", choices=["horae", "pulsar-lite"])
+    parser.add_argument("--no-fsync-too", action="store_true",
+                        help="also run Horae with journalSyncData=false (pulsar-lite does not "
+                             "fsync per receipt either) and print its figures")
     args = parser.parse_args(argv)
 
     tmp = pathlib.Path(tempfile.mkdtemp(prefix="horae-bench-"))
     figures: dict[str, dict[str, list[float]]] = {}
     try:
-        starters = [("horae", start_horae), ("pulsar-lite", start_pulsar_lite)]
+        starters: list[tuple[str, Any]] = [("horae", start_horae),
+                                           ("pulsar-lite", start_pulsar_lite)]
+        if args.no_fsync_too and args.only is None:
+            starters.append(("horae-nofsync", lambda t: start_horae(t, fsync=False)))
         with contextlib.ExitStack() as stack:
             brokers = [stack.enter_context(start(tmp)) for name, start in starters
                        if args.only in (None, name)]
@@ -228,13 +239,24 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(f"{args.messages} x {args.size} B async, {args.sync} sync; best of {args.rounds} round(s); "
           f"Horae fsyncs before every receipt")
-    print(f"{'workload':40} {'horae':>12} {'pulsar-lite':>12} {'ratio':>7}")
+    extra = any("horae-nofsync" in per for per in figures.values())
+    head = f"{'workload':40} {'horae':>12} {'pulsar-lite':>12} {'ratio':>7}"
+    if extra:
+        head += f" {'horae-nofsync':>14} {'ratio':>7}"
+    print(head)
     for k, per in figures.items():
         h = max(per.get("horae", [0.0]))
         p = max(per.get("pulsar-lite", [0.0]))
-        ratio = f"{h / p:7.2f}" if h and p else "    n/a"
-        print(f"{k:40} {h:12,.0f} {p:12,.0f} {ratio}")
+        line = f"{k:40} {h:12,.0f} {p:12,.0f} {_ratio(h, p)}"
+        if extra:
+            n = max(per.get("horae-nofsync", [0.0]))
+            line += f" {n:14,.0f} {_ratio(n, p)}"
+        print(line)
     return 0
+
+
+def _ratio(a: float, b: float) -> str:
+    return f"{a / b:7.2f}" if a and b else "    n/a"
 
 
 if __name__ == "__main__":

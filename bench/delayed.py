@@ -68,7 +68,7 @@ def rss_bytes() -> int:
 def workload(n: int, seed: int = 1) -> Any:
     rnd = random.Random(seed).randrange
     for i in range(n):
-        yield 10 + i // ENTRIES_PER_LEDGER, i % ENTRIES_PER_LEDGER, T0 + 1000 + rnd(SPAN_MS)
+        yield 10 + i // ENTRIES_PER_LEDGER, i % ENTRIES_PER_LEDGER, T0 + 2000 + rnd(SPAN_MS)
 
 
 class Clock:
@@ -199,7 +199,9 @@ def child(scenario: str, n: int) -> None:
 
 def measure(scenario: str, n: int) -> dict[str, Any]:
     out = subprocess.run([sys.executable, __file__, "--child", scenario, "--n", str(n)],
-                         check=True, capture_output=True, text=True)
+                         capture_output=True, text=True)
+    if out.returncode:
+        raise SystemExit(f"{scenario} failed:\n{out.stderr}")
     result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
     return result
 

@@ -182,7 +182,7 @@ def _skip_body(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _encode_message_id(ledger: int, entry: int, batch: int | None) -> str:
-    from proto import pulsar_api_pb2 as pb
+    from protocol import pulsar_pb as pb
     msg = pb.MessageIdData(ledgerId=ledger, entryId=entry)
     if batch is not None:
         msg.batch_index = batch

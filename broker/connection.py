@@ -61,13 +61,15 @@ class ServerConnection(asyncio.Protocol):
         self.service = service
         self.config = service.config
         self.loop = service.loop
-        self.state = ConnState.CONNECTING
+        self._state = ConnState.CONNECTING
+        self._table = _TABLES[ConnState.CONNECTING]
         self.protocol_version = 0
         self.client_version = ""
         self.remote_address = ""
         self.local_host: str | None = None
         self.connected_since_ms = 0
         self.producers: dict[int, Producer] = {}
+        self.waiting_producers: dict[int, Producer] = {}  # WaitForExclusive, queued
         self.pending_publishes = 0
         self.last_received = self.loop.time()
         self._decoder = FrameDecoder(self.config.max_message_size + FRAME_PADDING)
@@ -83,6 +85,15 @@ class ServerConnection(asyncio.Protocol):
         self._tasks: set[asyncio.Task[Any]] = set()
         self.is_closed = False
 
+    @property
+    def state(self) -> ConnState:
+        return self._state
+
+    @state.setter
+    def state(self, state: ConnState) -> None:
+        self._state = state
+        self._table = _TABLES[state]  # per-state dict: dispatch hashes a plain int only
+
     # ------------------------------------------------------------------ asyncio.Protocol
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -97,6 +108,8 @@ class ServerConnection(asyncio.Protocol):
         self.service.connections.add(self)
 
     def data_received(self, data: bytes) -> None:
+        if self.is_closed:
+            return
         self.last_received = self.loop.time()
         decoder = self._decoder
         decoder.receive_data(data)
@@ -126,6 +139,9 @@ class ServerConnection(asyncio.Protocol):
         for producer in list(self.producers.values()):
             producer.close()
         self.producers.clear()
+        for waiting in self.waiting_producers.values():
+            waiting.closed = True  # never promoted
+        self.waiting_producers.clear()
         side = self._consumer_side
         if side is not None:
             self._consumer_side = None
@@ -187,13 +203,28 @@ class ServerConnection(asyncio.Protocol):
 
     def _dispatch(self, frame: Frame) -> None:
         cmd = frame.command
-        entry = _HANDLERS.get((self.state, cmd.type))
+        entry = self._table.get(cmd.type)
         if entry is None:
             self._unexpected(cmd)
             return
         handler, next_state = entry
-        handler(self, frame)
-        if not self.is_closed:
+        try:
+            handler(self, frame)
+        except RequestError as exc:  # a synchronous handler refused the request
+            rid = request_id_of(cmd)
+            if rid is not None:
+                self.write(C.encode_error(rid, exc.code, exc.message))
+            else:
+                log.warning("%s from %s failed: %s", pb.BaseCommand.Type.Name(cmd.type),
+                            self.remote_address, exc)
+            return
+        except Exception:
+            # A bug must cost this connection only, never the broker.
+            log.exception("handling %s from %s failed", pb.BaseCommand.Type.Name(cmd.type),
+                          self.remote_address)
+            self.close("internal error")
+            return
+        if next_state is not self._state and not self.is_closed:
             self.state = next_state
 
     def _unexpected(self, cmd: pb.BaseCommand) -> None:
@@ -253,6 +284,8 @@ class ServerConnection(asyncio.Protocol):
 
     def keepalive_tick(self, now: float, interval: float) -> None:
         """Called by the service every *interval* s: PING when idle, close when silent."""
+        if self._reading_paused:
+            return  # we stopped reading (back-pressure): silence is ours, not the peer's
         idle = now - self.last_received
         if idle >= 2 * interval:
             log.info("closing %s: nothing received for %.0f s", self.remote_address, idle)
@@ -350,10 +383,11 @@ class ServerConnection(asyncio.Protocol):
             if self._transport is not None:
                 self._transport.pause_reading()
 
-    def publish_finished(self) -> None:
-        self.pending_publishes -= 1
+    def publish_finished(self, count: int = 1) -> None:
+        self.pending_publishes -= count
         if self._reading_paused and self.pending_publishes <= self._resume_at:
             self._reading_paused = False
+            self.last_received = self.loop.time()  # the keep-alive clock restarts
             if self._transport is not None and not self.is_closed:
                 self._transport.resume_reading()
 
@@ -364,6 +398,9 @@ class ServerConnection(asyncio.Protocol):
     def on_close_producer(self, frame: Frame) -> None:
         m = frame.command.close_producer
         producer = self.producers.pop(m.producer_id, None)
+        waiting = self.waiting_producers.pop(m.producer_id, None)
+        if waiting is not None:
+            waiting.closed = True
         rid = m.request_id
 
         async def run() -> None:
@@ -467,8 +504,20 @@ def _log_task_failure(task: asyncio.Task[Any]) -> None:
 _SUBFIELDS = {t: pb.BaseCommand.DESCRIPTOR.fields_by_number[t].name
               for t in (v.number for v in pb.BaseCommand.Type.DESCRIPTOR.values)}
 
+Handler = Callable[[ServerConnection, Frame], None]
+
+
+def build_tables(handlers: dict[tuple[ConnState, int], tuple[Handler, ConnState]],
+                 ) -> dict[ConnState, dict[int, tuple[Handler, ConnState]]]:
+    """Split ``(state, type) -> entry`` into one ``type -> entry`` dict per state."""
+    tables: dict[ConnState, dict[int, tuple[Handler, ConnState]]] = {s: {} for s in ConnState}
+    for (state, cmd_type), entry in handlers.items():
+        tables[state][int(cmd_type)] = entry
+    return tables
+
+
 # (state, command type) -> unbound handler, resolved once from the table.
-_HANDLERS: dict[tuple[ConnState, int],
-                tuple[Callable[[ServerConnection, Frame], None], ConnState]] = {
+_HANDLERS: dict[tuple[ConnState, int], tuple[Handler, ConnState]] = {
     key: (getattr(ServerConnection, t.handler), t.next_state) for key, t in TRANSITIONS.items()
 }
+_TABLES = build_tables(_HANDLERS)

@@ -92,6 +92,9 @@ class Consumer:
         self.last_consumed_ms = 0
         self.last_flow_ms = 0
         self._out: list[bytes] = []
+        from broker.topic import RateMeter  # deferred: avoids an import cycle at load time
+
+        self._rates = RateMeter()
 
     # ------------------------------------------------------------------ sending
 
@@ -169,14 +172,28 @@ class Consumer:
     def sub_type_name(self) -> str:
         return SUB_TYPE_NAMES.get(self.sub_type, "Exclusive")
 
-    def stats(self) -> dict[str, Any]:
-        """Pulsar's ConsumerStats shape (rates are left to the metrics layer)."""
+    def _counter_values(self) -> tuple[float, ...]:
+        return (self.msg_out_counter, self.bytes_out_counter, self.msg_redeliver_counter,
+                self.msg_ack_counter)
+
+    def sample_rates(self, now: float) -> None:
+        self._rates.sample(now, self._counter_values())
+
+    def rates(self, now: float) -> tuple[float, ...]:
+        """(msgRateOut, msgThroughputOut, msgRateRedeliver, messageAckRate) per second."""
+        return tuple(self._rates.rates(now, self._counter_values()))
+
+    def stats(self, now: float | None = None) -> dict[str, Any]:
+        """Pulsar's ConsumerStats shape."""
+        rate_out, thr_out, rate_redeliver, ack_rate = (
+            self.rates(now) if now is not None else (0.0, 0.0, 0.0, 0.0))
         return {
-            "msgRateOut": 0.0,
-            "msgThroughputOut": 0.0,
+            "msgRateOut": rate_out,
+            "msgThroughputOut": thr_out,
             "bytesOutCounter": self.bytes_out_counter,
             "msgOutCounter": self.msg_out_counter,
-            "msgRateRedeliver": 0.0,
+            "msgRateRedeliver": rate_redeliver,
+            "messageAckRate": ack_rate,
             "chunkedMessageRate": 0.0,
             "consumerName": self.name,
             "availablePermits": self.permits,

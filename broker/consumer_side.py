@@ -18,7 +18,9 @@ for a topic with no entries, which the client reads as "nothing available".
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 import uuid
 from typing import Any
 
@@ -229,11 +231,14 @@ class ConsumerSide:
                 error_message=f"Consumer {cmd.consumer_id} not found"))
             return
         sub = consumer.subscription
+        rate_out, thr_out, rate_redeliver, ack_rate = consumer.rates(
+            asyncio.get_running_loop().time())
+        consumer.sample_rates(asyncio.get_running_loop().time())
         self.connection.write(encode_consumer_stats_response(
             cmd.request_id,
-            msgRateOut=0.0,
-            msgThroughputOut=0.0,
-            msgRateRedeliver=0.0,
+            msgRateOut=rate_out,
+            msgThroughputOut=thr_out,
+            msgRateRedeliver=rate_redeliver,
             consumerName=consumer.name,
             availablePermits=max(0, consumer.permits),
             unackedMessages=consumer.unacked_messages,
@@ -243,7 +248,7 @@ class ConsumerSide:
             type=consumer.sub_type_name,
             msgRateExpired=0.0,
             msgBacklog=sub.cursor.backlog,
-            messageAckRate=0.0,
+            messageAckRate=ack_rate,
         ))
 
     def on_writable(self) -> None:
@@ -277,6 +282,4 @@ class ConsumerSide:
 
 
 def _now_ms() -> int:
-    import time
-
     return int(time.time() * 1000)

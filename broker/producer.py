@@ -23,7 +23,9 @@ step 1 until its answer is written.
 
 Access modes: Shared (any number), Exclusive (refused with ProducerBusy while another
 producer is attached, or while an exclusive one is), ExclusiveWithFencing (closes the
-others). WaitForExclusive is answered like Exclusive (no queueing yet).
+others), WaitForExclusive (queued: PRODUCER_SUCCESS with ``producer_ready=false`` at once,
+then a second one with ``producer_ready=true`` when the topic's producers are gone, as
+Pulsar does; the client waits without a timeout meanwhile).
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from protocol import commands as C
 from protocol import pulsar_pb as pb
-from protocol.errors import ChecksumError, PersistenceError, RequestError
+from protocol.errors import ChecksumError, PersistenceError, ProducerBusyError, RequestError
 
 if TYPE_CHECKING:
     from broker.connection import ServerConnection
@@ -79,7 +81,7 @@ class Producer:
 
     def __init__(self, connection: ServerConnection, topic: Topic, producer_id: int,
                  name: str, access_mode: int, user_provided_name: bool,
-                 metadata: dict[str, str]) -> None:
+                 metadata: dict[str, str], epoch: int = 0) -> None:
         self.connection = connection
         self.topic = topic
         self.producer_id = producer_id
@@ -87,6 +89,7 @@ class Producer:
         self.access_mode = access_mode
         self.user_provided_name = user_provided_name
         self.metadata = metadata
+        self.epoch = epoch
         self.connected_since_ms = int(time.time() * 1000)
         self.msg_in_counter = 0
         self.bytes_in_counter = 0
@@ -154,12 +157,14 @@ class Producer:
         queue = self._queue
         topic = self.topic
         pid = self.producer_id
-        write = self._write
-        finished = self.connection.publish_finished
+        out: list[bytes] = []
+        emit = out.append
         encode_receipt = C.encode_send_receipt
         buckets = topic.publish_latency_buckets
+        bounds = PUBLISH_LATENCY_BUCKETS_MS
+        bucket_of = bisect.bisect_left
         now = self._loop.time()
-        msgs = size = count = 0
+        msgs = size = count = answered = 0
         latency_sum = 0.0
         while queue:
             item = queue[0]
@@ -172,20 +177,23 @@ class Producer:
                     item.error = PersistenceError(f"Failed to persist the message: {exc}")
                     self._fail_behind(item.error)
             queue.popleft()
-            finished()
+            answered += 1
             if item.error is None:
                 pos = fut.result()  # type: ignore[union-attr]
-                write(encode_receipt(pid, item.sequence_id, pos.ledger_id, pos.entry_id,
-                                     item.highest_sequence_id))
+                emit(encode_receipt(pid, item.sequence_id, pos.ledger_id, pos.entry_id,
+                                    item.highest_sequence_id))
                 msgs += item.messages
                 size += item.size
                 count += 1
                 latency_ms = (now - item.started) * 1000.0
                 latency_sum += latency_ms
-                buckets[bisect.bisect_left(PUBLISH_LATENCY_BUCKETS_MS, latency_ms)] += 1
+                buckets[bucket_of(bounds, latency_ms)] += 1
             else:
-                write(C.encode_send_error(pid, item.sequence_id, item.error.code,
-                                          item.error.message))
+                emit(C.encode_send_error(pid, item.sequence_id, item.error.code,
+                                         item.error.message))
+        if answered:
+            self._write(out[0] if answered == 1 else b"".join(out))
+            self.connection.publish_finished(answered)
         if count:
             self.msg_in_counter += msgs
             self.bytes_in_counter += size
@@ -266,13 +274,32 @@ async def create_producer(connection: ServerConnection, m: pb.CommandProducer) -
     access_mode = int(m.producer_access_mode) if m.HasField("producer_access_mode") else pb.Shared
     metadata = {kv.key: kv.value for kv in m.metadata}
     producer = Producer(connection, topic, int(m.producer_id), pname, access_mode,
-                        user_provided, metadata)
-    topic.add_producer(producer)  # raises ProducerBusyError
+                        user_provided, metadata, int(m.epoch))
+    try:
+        topic.add_producer(producer)
+    except ProducerBusyError:
+        if access_mode != pb.WaitForExclusive:
+            raise
+        topic.queue_exclusive_waiter(producer, int(m.request_id))
+        connection.waiting_producers[producer.producer_id] = producer
+        connection.write(encode_producer_success(m.request_id, pname, ready=False))
+        return
     if connection.is_closed:
         producer.close()
         return
     connection.producers[producer.producer_id] = producer
     connection.write(C.encode_producer_success(m.request_id, pname, -1))
+
+
+def encode_producer_success(request_id: int, producer_name: str, *, ready: bool) -> bytes:
+    """PRODUCER_SUCCESS with an explicit producer_ready (False: queued for exclusive access)."""
+    cmd = pb.BaseCommand(type=pb.BaseCommand.PRODUCER_SUCCESS)
+    ps = cmd.producer_success
+    ps.request_id = request_id
+    ps.producer_name = producer_name
+    ps.last_sequence_id = -1
+    ps.producer_ready = ready
+    return C.encode_command(cmd)
 
 
 def latency_bucket(latency_ms: float) -> int:

@@ -68,6 +68,9 @@ class BrokerService:
         self.web_port = config.web_service_port
         self.closing = False
         self._loading: dict[str, asyncio.Future[Topic]] = {}
+        # Topics being closed: a reload must wait, or the store would hand back the ledger
+        # that is still closing.
+        self._unloading: dict[str, asyncio.Future[None]] = {}
         self._tenants: dict[str, dict[str, Any]] = {}
         self._namespaces: dict[str, dict[str, Any]] = {}
         self._partitioned: dict[str, int] = {}
@@ -152,6 +155,14 @@ class BrokerService:
         pending = self._loading.get(full)
         if pending is not None:
             return await asyncio.shield(pending)
+        while (unloading := self._unloading.get(full)) is not None:
+            await asyncio.shield(unloading)
+        topic = self.topics.get(full)  # loaded by another caller meanwhile
+        if topic is not None:
+            return topic
+        pending = self._loading.get(full)
+        if pending is not None:
+            return await asyncio.shield(pending)
         if full in self._partitioned:
             raise NotAllowedError(f"{full} is a partitioned topic: use its partitions")
         if not self._topic_known(tn):
@@ -194,7 +205,16 @@ class BrokerService:
         """Close a loaded topic (clients reconnect and load it again, on a new ledger)."""
         topic = self.topics.pop(name, None)
         if topic is not None:
+            await self._close_topic(topic)
+
+    async def _close_topic(self, topic: Topic) -> None:
+        done: asyncio.Future[None] = self.loop.create_future()
+        self._unloading[topic.full] = done
+        try:
             await topic.close()
+        finally:
+            del self._unloading[topic.full]
+            done.set_result(None)
 
     async def list_topics(self, namespace: str) -> list[str]:
         """Non-partitioned topics and existing partitions of *namespace* (full names)."""
@@ -266,7 +286,7 @@ class BrokerService:
                 if any(getattr(s, "consumers", None) for s in topic.subscriptions.values()):
                     raise NotAllowedError("Topic has active subscriptions with connected consumers")
             del self.topics[full]
-            await topic.close()
+            await self._close_topic(topic)
         await self.store.delete_ledger(full)
         await self._drop_topic_policy(full)
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import uuid
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -168,6 +167,8 @@ class Subscription:
         self.msg_out_counter = 0
         self.bytes_out_counter = 0
         self.msg_ack_counter = 0
+        self.msg_redeliver_counter = 0
+        self._rates = _rate_meter()
         self.resetting = False
         self.closed = False
         self._reset_lock = asyncio.Lock()
@@ -550,25 +551,39 @@ class Subscription:
 
     # ------------------------------------------------------------------ stats
 
+    def _counter_values(self) -> tuple[float, ...]:
+        return (self.msg_out_counter, self.bytes_out_counter,
+                sum(c.msg_redeliver_counter for c in self.consumers))
+
+    def sample_rates(self, now: float | None = None) -> None:
+        """Take a rate sample (the topic's once-a-second sampler may call this; stats() does)."""
+        now = asyncio.get_running_loop().time() if now is None else now
+        self._rates.sample(now, self._counter_values())
+        for c in self.consumers:
+            c.sample_rates(now)
+
     def stats(self) -> dict[str, Any]:
         """Pulsar's SubscriptionStats shape."""
+        now = asyncio.get_running_loop().time()
+        rate_out, thr_out, rate_redeliver = self._rates.rates(now, self._counter_values())
+        self.sample_rates(now)
         backlog = self.cursor.backlog
         delayed = self.msg_delayed
         dispatcher = self.dispatcher
         consumers = []
         for c in self.consumers:
-            s = c.stats()
+            s = c.stats(now)
             if isinstance(dispatcher, KeySharedDispatcher):
                 s["keyHashRanges"] = dispatcher.key_hash_ranges(c)
             consumers.append(s)
         active = getattr(dispatcher, "active", None)
         tracker = self.delayed_tracker
         return {
-            "msgRateOut": 0.0,
-            "msgThroughputOut": 0.0,
+            "msgRateOut": rate_out,
+            "msgThroughputOut": thr_out,
             "bytesOutCounter": self.bytes_out_counter,
             "msgOutCounter": self.msg_out_counter,
-            "msgRateRedeliver": 0.0,
+            "msgRateRedeliver": rate_redeliver,
             "chunkedMessageRate": 0.0,
             "msgBacklog": backlog,
             "backlogSize": 0,
@@ -630,5 +645,7 @@ def _reader_mark_delete(
     return tail_position(ledger)
 
 
-def random_name() -> str:
-    return uuid.uuid4().hex[:10]
+def _rate_meter() -> Any:
+    from broker.topic import RateMeter  # deferred: topic imports this module lazily too
+
+    return RateMeter()

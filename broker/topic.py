@@ -132,6 +132,7 @@ class Topic:
         self._sub_creating: dict[str, asyncio.Future[Any]] = {}
         self._rates = RateMeter()
         self._producer_rates: dict[int, RateMeter] = {}
+        self._exclusive_waiters: deque[tuple[Producer, int]] = deque()
 
     # ------------------------------------------------------------------ loading
 
@@ -240,8 +241,11 @@ class Topic:
             raise ServiceNotReadyError(f"Topic {self.full} is being closed or reloaded")
         existing = self.producers.get(producer.name)
         if existing is not None:
-            if existing.connection.is_closed:
-                existing.close()  # a dead connection's leftover: the client reconnected
+            if existing.connection.is_closed or producer.epoch > existing.epoch:
+                # The client reconnected (its epoch grows on every reconnect, Pulsar's
+                # isSuccessorTo) before this broker noticed the old connection was gone.
+                existing.connection.producers.pop(existing.producer_id, None)
+                existing.close()
             else:
                 raise ProducerBusyError(
                     f"Producer with name '{producer.name}' is already connected to topic")
@@ -263,6 +267,27 @@ class Topic:
         if self.producers.get(producer.name) is producer:
             del self.producers[producer.name]
         self._producer_rates.pop(id(producer), None)
+        if not self.producers and self._exclusive_waiters:
+            self._promote_exclusive_waiter()
+
+    def queue_exclusive_waiter(self, producer: Producer, request_id: int) -> None:
+        """A WaitForExclusive producer waits (FIFO) until the topic has no producer."""
+        self._exclusive_waiters.append((producer, request_id))
+
+    def _promote_exclusive_waiter(self) -> None:
+        from broker.producer import encode_producer_success
+
+        while self._exclusive_waiters and not self.closed and not self.fenced:
+            producer, request_id = self._exclusive_waiters.popleft()
+            conn = producer.connection
+            if conn.is_closed or producer.closed:
+                continue
+            conn.waiting_producers.pop(producer.producer_id, None)
+            self.producers[producer.name] = producer
+            self._producer_rates[id(producer)] = RateMeter()
+            conn.producers[producer.producer_id] = producer
+            conn.write(encode_producer_success(request_id, producer.name, ready=True))
+            return
 
     # ------------------------------------------------------------------ subscriptions
 

@@ -237,7 +237,7 @@ def discover_remote(spark: SparkSession, uri: str) -> InputListing:
     jvm = spark.sparkContext._jvm
     assert jvm is not None
     jpath = jvm.org.apache.hadoop.fs.Path(uri)
-    fs = jpath.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())  # type: ignore[union-attr]
+    fs = jpath.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
     if not fs.exists(jpath):
         return InputListing([], [], remote=True)
     files: list[str] = []

@@ -303,7 +303,7 @@ def write_report(
         jvm = spark.sparkContext._jvm
         assert jvm is not None
         hadoop_path = jvm.org.apache.hadoop.fs.Path
-        conf = spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[union-attr]
+        conf = spark.sparkContext._jsc.hadoopConfiguration()
         fs = hadoop_path(out_dir).getFileSystem(conf)
         for name in (SUMMARY_NAME, CHART_NAME):
             src, dst = hadoop_path(str(Path(tmp) / name)), hadoop_path(f"{out_dir}/{name}")

@@ -5,7 +5,13 @@ Theory of operation
 Bytes go in with :meth:`FrameDecoder.receive_data`; complete frames come out of
 :meth:`FrameDecoder.next_frame`, which returns :data:`NEED_DATA` when the buffer holds no complete
 frame. Call ``next_frame`` until it returns ``NEED_DATA`` after every ``receive_data``. Any split
-of the same byte stream yields the same frames. Nothing here does IO or keeps time.
+of the same byte stream yields the same frames. Nothing here does IO or keeps time::
+
+    decoder = FrameDecoder()                       # one per connection
+    def data_received(data: bytes) -> None:
+        decoder.receive_data(data)
+        while (frame := decoder.next_frame()) is not NEED_DATA:   # may raise ConnectionFatalError
+            handle(frame)
 
 Wire layout (all integers big-endian; see ``shared/reference/pulsar-wire.md`` section 1.1)::
 

@@ -36,7 +36,13 @@ from storage.errors import CursorNotFoundError, PersistenceError, StorageError
 from storage.fileops import FileOps
 from storage.ids import ID_BLOCK, IdAllocator
 from storage.positions import Entry, Position
-from storage.segments import RecoveryEvent, now_ms, read_records, segment_name
+from storage.segments import (
+    MAX_RECORD_BYTES,
+    RecoveryEvent,
+    now_ms,
+    read_records,
+    segment_name,
+)
 from storage.writer import AppendItem, GroupCommitWriter, SegmentFile
 
 log = logging.getLogger("horae.storage")
@@ -176,12 +182,18 @@ class ManagedLedger:
         fut: asyncio.Future[Position] = loop.create_future()
         if self._fenced is not None or self._closed:
             self.appends_failed += 1
-            fut.set_exception(
-                self._fenced or PersistenceError(f"managed ledger {self.name} is closed")
-            )
+            if self._fenced is not None:
+                failure = PersistenceError(f"managed ledger {self.name} is fenced: {self._fenced}")
+                failure.__cause__ = self._fenced
+            else:
+                failure = PersistenceError(f"managed ledger {self.name} is closed")
+            fut.set_exception(failure)
             return fut
         if type(data) is not bytes:
             data = bytes(data)
+        if len(data) > MAX_RECORD_BYTES:
+            fut.set_exception(StorageError(f"entry of {len(data)} bytes > {MAX_RECORD_BYTES}"))
+            return fut
         led = self._current
         if self._should_roll(led):
             self._rollover()
@@ -202,7 +214,10 @@ class ManagedLedger:
             self.appends_failed += len(items)
             for item in items:
                 if not item[4].done():
-                    item[4].set_exception(error)
+                    # A fresh exception per future: a shared one would pile up tracebacks.
+                    failure = PersistenceError(str(error))
+                    failure.__cause__ = error.__cause__ or error
+                    item[4].set_exception(failure)
             return
         cache = self._ctx.cache
         ledgers = self._ledgers
@@ -210,7 +225,9 @@ class ManagedLedger:
         for _, segment, entry_id, data, fut, pos in items:
             if led is None or led.segment is not segment:
                 led = ledgers.get(segment.ledger_id)
-                if led is None:  # deleted meanwhile (delete_ledger raced an append)
+                if led is None:  # trimmed or deleted meanwhile; cannot happen via the API
+                    if not fut.done():
+                        fut.set_exception(StorageError(f"ledger {segment.ledger_id} is gone"))
                     continue
             led.confirmed = entry_id + 1
             led.size_bytes += len(data)

@@ -42,6 +42,8 @@ MAX_RECORD_BYTES = 64 * 1024 * 1024
 """Larger lengths are treated as corruption (entries are <= 5 MiB + padding on the wire)."""
 RESYNC_SEARCH_IDS = 1024
 """After a bad record, look this many entry ids ahead for the next valid record."""
+RESYNC_WINDOW_BYTES = 8 * 1024 * 1024
+"""First search for the next valid record this close to the bad one."""
 
 
 def segment_name(ledger_id: int) -> str:
@@ -123,12 +125,25 @@ def _valid_at(buf: mmap.mmap | bytes, size: int, off: int, min_id: int) -> tuple
 
 
 def _resync(buf: mmap.mmap | bytes, size: int, bad: int, last_id: int) -> int | None:
-    """Offset of the next valid record after a bad one at offset bad, or None (torn tail)."""
+    """Offset of the next valid record after a bad one at offset bad, or None (torn tail).
+
+    Searches a window after the bad record first (the usual case: one damaged record), then
+    the whole rest of the file, so a damaged big segment costs a few scans, not thousands."""
+    window_end = min(size, bad + RESYNC_WINDOW_BYTES)
+    found = _search_ids(buf, size, bad, window_end, last_id)
+    if found is None and window_end < size:
+        found = _search_ids(buf, size, bad, size, last_id)
+    return found
+
+
+def _search_ids(
+    buf: mmap.mmap | bytes, size: int, bad: int, end: int, last_id: int
+) -> int | None:
     for k in range(1, RESYNC_SEARCH_IDS + 1):
         pattern = _ENTRY_ID.pack(last_id + k)
         at = bad + 1
         while True:
-            hit = buf.find(pattern, at + 8)
+            hit = buf.find(pattern, at + 8, end)
             if hit < 0:
                 break
             candidate = hit - 8

@@ -1,6 +1,7 @@
 """SegmentStore: the root of Horae's local storage.
 
 On-disk layout under root:
+  LOCK                          flock()ed by the process that has the store open
   LEDGER_ID                     high-water mark of ledger/snapshot ids (storage/ids.py)
   metadata.db (+ -wal, -shm)    MetadataStore (SQLite, WAL, synchronous=FULL)
   ledgers/<encoded name>/       one managed ledger (topic):
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import hashlib
 import logging
 import os
@@ -106,6 +108,7 @@ class SegmentStore:
             self._io_pool, self._report, self._ledger_closed,
         )
         self._flush_task: asyncio.Task[None] | None = None
+        self._lock_fd = -1
         if config.mark_delete_rate_limit_per_sec > 0:
             self._flush_task = self._loop.create_task(self._flush_loop())
 
@@ -117,9 +120,16 @@ class SegmentStore:
         config = config or StorageConfig()
         ops = file_ops or FileOps()
         loop = asyncio.get_running_loop()
-        names, ids = await loop.run_in_executor(None, _prepare_root, root, ops, config.fsync)
-        metadata = await MetadataStore.open(root / "metadata.db")
-        return cls(root, config, ops, ids, names, metadata)
+        lock_fd = await loop.run_in_executor(None, _lock_root, root)
+        try:
+            names, ids = await loop.run_in_executor(None, _prepare_root, root, ops, config.fsync)
+            metadata = await MetadataStore.open(root / "metadata.db")
+        except BaseException:
+            os.close(lock_fd)
+            raise
+        store = cls(root, config, ops, ids, names, metadata)
+        store._lock_fd = lock_fd
+        return store
 
     # -- recovery reporting ----------------------------------------------------------------
 
@@ -231,6 +241,9 @@ class SegmentStore:
         await loop.run_in_executor(None, self._io_pool.shutdown, True)
         await loop.run_in_executor(None, self._read_pool.shutdown, True)
         await self.metadata.close()
+        if self._lock_fd >= 0:
+            os.close(self._lock_fd)  # releases the flock
+            self._lock_fd = -1
 
     def stats(self) -> dict[str, int]:
         writer = self.writer
@@ -254,6 +267,18 @@ def _segment_ids(directory: Path) -> list[int]:
             with contextlib.suppress(ValueError):
                 out.append(int(path.stem))
     return sorted(out)
+
+
+def _lock_root(root: Path) -> int:
+    """Blocking: take the store's exclusive lock, so two processes never share a store."""
+    root.mkdir(parents=True, exist_ok=True)
+    fd = os.open(root / "LOCK", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise StorageError(f"storage at {root} is in use by another process") from None
+    return fd
 
 
 def _prepare_root(root: Path, ops: FileOps, fsync: bool) -> tuple[dict[str, Path], IdAllocator]:

@@ -2,7 +2,8 @@
 
 Theory of operation:
 1. The event loop calls GroupCommitWriter.submit() for every append (already numbered by its
-   managed ledger) and never blocks on disk.
+   managed ledger) and never blocks on disk; at the end of the loop iteration one "kick"
+   wakes the writer for everything queued in that iteration.
 2. The writer thread drains the whole queue as one batch (after waiting up to
    group_commit_max_delay_ms for about as many appends as the previous batch had, so
    concurrent producers share an fsync), writes each touched segment with writev, then calls
@@ -90,7 +91,7 @@ class GroupCommitWriter:
         self._max_batch = max(1, max_batch_entries)
         self._cond = threading.Condition(threading.Lock())
         self._queue: deque[AppendItem | tuple[str, Any]] = deque()
-        self._want: int | None = 1  # queue length at which the writer wants a wakeup
+        self._kick_pending = False  # a _kick is scheduled on the loop (loop-only flag)
         self._last_batch = 1
         self._stopping = False
         # Figures for the benchmark and metrics (plain ints, read at any time).
@@ -106,20 +107,26 @@ class GroupCommitWriter:
     # -- loop side -------------------------------------------------------------------------
 
     def submit(self, item: AppendItem) -> None:
-        with self._cond:
-            self._queue.append(item)
-            want = self._want
-            if want is not None and len(self._queue) >= want:
-                self._want = None
-                self._cond.notify()
+        # No lock and no wakeup per append: deque.append is atomic, and one "kick" per loop
+        # iteration wakes the writer once the loop has queued everything it had to queue
+        # (waking a thread per append costs a context switch each on a busy machine).
+        self._queue.append(item)
+        if not self._kick_pending:
+            self._kick_pending = True
+            self._loop.call_soon(self._kick)
 
     def control(self, kind: str, arg: Any) -> None:
         """Queue a control item handled after the appends queued before it:
         ("seal", SegmentFile) closes its fd; ("delete", SegmentFile) closes and unlinks it;
-        ("call", fn) runs fn() in the writer thread."""
+        ("call", fn) runs fn() in the writer thread. Loop only, like submit()."""
+        self._queue.append((kind, arg))
+        if not self._kick_pending:
+            self._kick_pending = True
+            self._loop.call_soon(self._kick)
+
+    def _kick(self) -> None:
+        self._kick_pending = False
         with self._cond:
-            self._queue.append((kind, arg))
-            self._want = None
             self._cond.notify()
 
     async def barrier(self) -> None:
@@ -142,26 +149,24 @@ class GroupCommitWriter:
     # -- writer thread ---------------------------------------------------------------------
 
     def _take_batch(self) -> list[AppendItem | tuple[str, Any]] | None:
+        queue = self._queue
         with self._cond:
-            while not self._queue:
+            while not queue:
                 if self._stopping:
                     return None
-                self._want = 1
                 self._cond.wait()
             if self._max_delay > 0 and self._last_batch > 1:
-                # Concurrency was seen: give the other producers a moment to join this fsync.
-                target = min(max(1, int(self._last_batch * float(os.environ.get("HX_FRAC", "1")))), self._max_batch)
+                # Concurrency was seen: give the other producers a moment to join this fsync
+                # (each later loop iteration that queues something kicks us again).
+                target = min(self._last_batch, self._max_batch)
                 deadline = time.monotonic() + self._max_delay
-                while len(self._queue) < target and not self._stopping:
+                while len(queue) < target and not self._stopping:
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
                         break
-                    self._want = target
                     self._cond.wait(remaining)
-            self._want = None
-            batch = list(self._queue)
-            self._queue.clear()
-            return batch
+        # popleft, not list()+clear(): the loop may append concurrently (without the lock).
+        return [queue.popleft() for _ in range(len(queue))]
 
     def _run(self) -> None:
         while True:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from google.protobuf.message import DecodeError
 
 from broker.admin.errors import RestError, bad_request
-from proto import pulsar_api_pb2 as pb
+from protocol import pulsar_pb as pb
 
 _SKIP_INVALID = "Invalid skipByMessageIds payload: "
 

@@ -19,7 +19,7 @@ from typing import Any
 from aiohttp import web
 
 from broker.admin import errors as E
-from broker.admin.errors import RestError
+from protocol.errors import TopicNotFoundError
 
 _PARTITION_SUFFIX = re.compile(r"^(?P<parent>.+)-partition-(?P<index>\d+)$")
 
@@ -114,6 +114,9 @@ class AdminFacade:
         """A non-partitioned topic (or a partition) exists: loaded, or known to the store."""
         if full in self.service.topics:
             return True
+        tenant, _, namespace = namespace_of(full).partition("/")
+        if not await self.namespace_exists(tenant, namespace):
+            return False
         names = await self.service.list_topics(namespace_of(full))
         if full in names:
             return True
@@ -130,13 +133,8 @@ class AdminFacade:
             create = True   # partitions of a partitioned topic exist as soon as it does
         try:
             return await self.service.get_topic(full, create=create)
-        except RestError:
-            raise
-        except Exception as exc:
-            from protocol.errors import TopicNotFoundError
-            if isinstance(exc, (TopicNotFoundError, KeyError, FileNotFoundError)):
-                raise E.not_found(E.TOPIC_NOT_FOUND) from None
-            raise
+        except TopicNotFoundError:
+            raise E.not_found(E.TOPIC_NOT_FOUND) from None
 
     async def targets(self, full: str) -> list[Any]:
         """The topics an operation on ``full`` applies to: its partitions when partitioned
@@ -176,7 +174,9 @@ class AdminFacade:
         if fn is not None:
             result: dict[str, Any] | None = await fn(key)
             return result
-        return await self.service.store.metadata.get(f"{level}_policy", key)  # type: ignore[no-any-return]
+        stored: dict[str, Any] | None = await self.service.store.metadata.get(
+            f"{level}_policy", key)
+        return stored
 
     async def set_policy(self, level: str, key: str, policy: dict[str, Any]) -> None:
         fn = getattr(self.service, f"set_{level}_policy", None)

@@ -20,13 +20,20 @@ from broker.admin import bodies
 from broker.admin import errors as E
 from broker.admin.facade import ADMIN_KEY, AdminFacade, name_of, partition_name, topic_full_name
 from broker.admin.stats import aggregate_stats, fallback_internal_stats
+from protocol import pulsar_pb as pb
 
 BASE = "/admin/v2/persistent/{tenant}/{namespace}"
 TOPIC = BASE + "/{topic}"
 SUB = TOPIC + "/subscription/{sub}"
 
 _CUMULATIVE_ACK_TYPES = {"Exclusive", "Failover"}
-_SUB_TYPE_NAMES = {0: "Exclusive", 1: "Shared", 2: "Failover", 3: "Key_Shared"}
+# Subscription.sub_type holds the wire value (CommandSubscribe.SubType).
+_SUB_TYPE_NAMES: dict[int, str] = {
+    pb.CommandSubscribe.Exclusive: "Exclusive",
+    pb.CommandSubscribe.Shared: "Shared",
+    pb.CommandSubscribe.Failover: "Failover",
+    pb.CommandSubscribe.Key_Shared: "Key_Shared",
+}
 
 
 def json_response(value: object, status: int = 200) -> web.Response:
@@ -256,7 +263,7 @@ async def skip(request: web.Request) -> web.Response:
         raise E.bad_request("numMessages must be an integer") from None
     if await facade.partition_count(full) > 0:
         raise E.not_allowed("Skip messages on a partitioned topic is not allowed")
-    (_, sub), = await facade.subscriptions_of(full, request.match_info["sub"])
+    [(_, sub)] = await facade.subscriptions_of(full, request.match_info["sub"])
     await sub.skip(count)
     return no_content()
 
@@ -287,7 +294,7 @@ async def reset_cursor_position(request: web.Request) -> web.Response:
         if not 0 <= data.partition_index < n:
             raise E.not_allowed("Reset-cursor at position is not allowed for partitioned-topic")
         full = partition_name(full, data.partition_index)
-    (topic, sub), = await facade.subscriptions_of(full, request.match_info["sub"])
+    [(topic, sub)] = await facade.subscriptions_of(full, request.match_info["sub"])
     position = (data.ledger_id, data.entry_id)
     if data.is_excluded:
         position = _position_after(topic, position)
@@ -316,8 +323,8 @@ async def skip_by_message_ids(request: web.Request) -> web.Response:
         kind = sub_type_name(sub)
         if kind in _CUMULATIVE_ACK_TYPES:
             raise E.not_allowed(
-                f"Skip messages by message ids is not allowed on a {kind} subscription: "
-                "it uses cumulative acknowledgement")
+                f"Skip messages by message ids is not allowed for subscription type {kind}: "
+                "it acknowledges cumulatively")
     partitioned = len(pairs) > 1 or await facade.partition_count(full) > 0
     for topic, sub in pairs:
         mine = _ids_for(topic, ids) if partitioned else ids

@@ -15,11 +15,15 @@ The index is split by ledger ranges into *buckets*:
   its segments stay in memory. Once durable its id is recorded in the cursor properties under
   ``#pulsar.internal.delayed.bucket_<startLedger>_<endLedger>`` (Pulsar's key) and the cursor
   is flushed;
-- only the current segment of each immutable bucket is in memory (sorted packed columns). A
-  heap of those segments (keyed by their head time) plus the mutable bucket and an in-memory
-  ``extra`` index form the shared priority queue. When a bucket's segment runs dry its next
-  segment is loaded asynchronously; until it arrives nothing later than that segment's first
-  time is handed out (the *barrier*), so delivery stays in deliver-time order;
+- only the current segment of each immutable bucket is in memory (sorted packed columns). Those
+  segments plus the mutable bucket and an in-memory ``extra`` index (positions of sealed
+  ledgers that were not indexed there) form the shared priority queue. ``get_scheduled(n)``
+  finds by bisection the time T such that the n earliest due entries are those <= T, then
+  takes whole runs per source (no per-entry heap work). When a bucket's segment runs dry its
+  next segment is loaded asynchronously; nothing later than the first time of a segment not in
+  memory yet is handed out (the *barrier*), so delivery stays in deliver-time order. The
+  bucket machinery (seal, snapshots, merge, delete, recovery) is in
+  :mod:`broker.delayed.bucket_lifecycle`;
 - each immutable bucket keeps two per-ledger roaring bitmaps: ``indexed`` (everything its
   snapshot holds) and ``pending`` (not yet handed out or cancelled). A re-read entry found in
   ``pending`` is not indexed twice. One found in ``indexed`` but no longer pending was already

@@ -498,15 +498,20 @@ class BucketLifecycle:
                 found.append((rng[0], rng[1], int(value), key))
         found.sort(key=lambda t: (t[0], -t[1]))
         kept: list[tuple[int, int, int, str]] = []
+        stale: list[int] = []
         dropped = False
         for item in found:
             if kept and item[0] <= kept[-1][1]:
                 # Enclosed by (or overlapping) an earlier range: leftover of an interrupted merge.
                 self._cursor.remove_property(item[3])
-                self._spawn(self._delete_snapshot(item[2], None))
+                stale.append(item[2])
                 dropped = True
                 continue
             kept.append(item)
+        live_ids = {item[2] for item in kept}
+        for snapshot_id in stale:
+            if snapshot_id not in live_ids:
+                self._spawn(self._delete_snapshot(snapshot_id, None))
         md = self._cursor.mark_delete_position
         for start, end, snapshot_id, key in kept:
             started = time.monotonic()
@@ -548,6 +553,14 @@ class BucketLifecycle:
         results = await asyncio.gather(*(self._fetch_segment(b, 1) for b in buckets),
                                        return_exceptions=True)
         for bucket, result in zip(buckets, results, strict=True):
+            if isinstance(result, SnapshotNotFoundError):
+                log.warning("delayed bucket %s: snapshot %s is incomplete", bucket.key,
+                            bucket.snapshot_id)
+                self._cursor.remove_property(bucket.key)
+                bucket.snapshot_id = None
+                self._finish_bucket(bucket)
+                dropped = True
+                continue
             if isinstance(result, BaseException):
                 log.error("delayed bucket %s: loading its first segment failed: %r",
                           bucket.key, result)

@@ -108,8 +108,16 @@ class DeadlineTimer:
 
     def _fire(self) -> None:
         self._handle = None
+        now = self._clock_ms()
+        target = self.target_ms
+        if target is not None and now < target:
+            # The loop woke us early (ms rounding, or the wall clock and the loop's monotonic
+            # clock drifting apart): aim again at the same deadline, without the tick spacing.
+            self._handle = self._loop.call_at(self._loop.time() + (target - now) / 1000.0,
+                                              self._fire)
+            return
         self.target_ms = None
-        self._last_fire_ms = self._clock_ms()
+        self._last_fire_ms = now
         self._callback()
 
 

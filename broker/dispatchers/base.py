@@ -48,6 +48,7 @@ log = logging.getLogger(__name__)
 
 MAX_READ_ENTRIES = 100  # Pulsar's dispatcherMaxReadBatchSize
 MAX_REPLAY_READ = 500
+MAX_REPLAY_SCAN = 20_000  # positions examined per round without reading them (Key_Shared)
 
 
 class Dispatcher:
@@ -230,8 +231,10 @@ class Dispatcher:
             for ledger_id, entry_id in tracker.get_scheduled(max(budget, MAX_READ_ENTRIES)):
                 self.add_replay(Position(ledger_id, entry_id))
         if self.replay:
-            limit = MAX_REPLAY_READ if self.needs_hash else min(budget, MAX_READ_ENTRIES)
-            positions = list(islice(self.replay, limit))
+            if self.needs_hash:
+                positions = self._replay_candidates(blocked)
+            else:
+                positions = list(islice(self.replay, min(budget, MAX_READ_ENTRIES)))
             before = len(self.replay)
             entries = await self._read_positions(positions)
             if cursor.revision != revision or self._closed:
@@ -262,6 +265,28 @@ class Dispatcher:
         for consumer in self.consumers:
             consumer.flush()
         return progressed
+
+    def _replay_candidates(self, blocked: set[int]) -> list[Position]:
+        """Replay positions worth reading now (Key_Shared): positions whose key hash is known
+        to be blocked are skipped without a read, so keys of a slow consumer at the head of the
+        replay set cannot hide the entries other consumers could take."""
+        out: list[Position] = []
+        replay_hash = self.replay_hash
+        for scanned, pos in enumerate(self.replay):
+            if len(out) >= MAX_REPLAY_READ or scanned >= MAX_REPLAY_SCAN:
+                break
+            h = replay_hash.get(pos)
+            if h is not None:
+                if h in blocked:
+                    continue
+                if not self._hash_routable(h):
+                    blocked.add(h)
+                    continue
+            out.append(pos)
+        return out
+
+    def _hash_routable(self, sticky_hash: int) -> bool:
+        return True
 
     async def _read_positions(self, positions: list[Position]) -> list[Entry]:
         """Read scattered positions, one store read per run of consecutive entries."""

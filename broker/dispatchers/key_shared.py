@@ -81,6 +81,13 @@ class KeySharedDispatcher(Dispatcher):
     def _may_read_new(self) -> bool:
         return len(self.replay) < MAX_REPLAY_BACKLOG and super()._may_read_new()
 
+    def _hash_routable(self, sticky_hash: int) -> bool:
+        consumer = self.selector.select(sticky_hash)
+        if consumer is None or not consumer.available:
+            return False
+        owner = self.hash_owner.get(sticky_hash)
+        return owner is None or owner[0] is consumer or consumer.allow_out_of_order
+
     def _route(self, position: Position, info: EntryInfo | None, sticky_hash: int,
                from_replay: bool, blocked: set[int]) -> Consumer | None:
         if sticky_hash in blocked:

@@ -34,7 +34,7 @@ class SingleActiveDispatcher(Dispatcher):
 
     def add_consumer(self, consumer: Consumer) -> None:
         self.consumers.append(consumer)
-        self._pick_active(notify_new=False)
+        self._pick_active(joining=consumer)
         self.schedule()
 
     def after_subscribe(self, consumer: Consumer) -> None:
@@ -47,10 +47,10 @@ class SingleActiveDispatcher(Dispatcher):
         self.hand_back(consumer, None, count_redelivery=False)
         if consumer is self.active:
             self.active = None
-        self._pick_active(notify_new=True)
+        self._pick_active(joining=None)
         self.schedule()
 
-    def _pick_active(self, *, notify_new: bool) -> None:
+    def _pick_active(self, *, joining: Consumer | None) -> None:
         if not self.consumers:
             self.active = None
             return
@@ -69,9 +69,8 @@ class SingleActiveDispatcher(Dispatcher):
             self.hand_back(previous, None, count_redelivery=False)
         if self.sub_type == 2:
             for c in self.consumers:
-                if c is chosen and not notify_new and c.is_active is None:
-                    continue  # told after its SUCCESS (after_subscribe)
-                c.notify_active(c is chosen)
+                if c is not joining:  # a joining consumer is told after its SUCCESS
+                    c.notify_active(c is chosen)
 
     def _budget(self) -> int:
         active = self.active

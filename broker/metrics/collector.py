@@ -33,10 +33,12 @@ import asyncio
 import contextlib
 import logging
 import time
+import weakref
 from collections import defaultdict
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
+from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -419,26 +421,31 @@ class HoraeCollector(Collector):
     def _read_bucket_ops(tracker: Any, key: tuple[str, ...], skey: tuple[str, ...] | None,
                          ops: dict[tuple[str, ...], float],
                          lat: dict[tuple[str, ...], list[float]]) -> None:
-        """``tracker.bucket_op_counts``: {(type, state): n} or {type: {state: n}};
-        ``tracker.bucket_op_latency_buckets``: {type: [counts per bound..., overflow]} and
-        ``tracker.bucket_op_latency_sum_ms``: {type: ms}. Absent -> nothing."""
+        """``tracker.op_count``: {(type, state): n} (or {type: {state: n}}) with states
+        succeed/failed, Pulsar's state="all" derived as their sum when absent;
+        ``tracker.op_latency_buckets``: {type: [counts per bound..., overflow]} and, if the
+        tracker keeps it, ``tracker.op_latency_sum_ms``: {type: ms}. Absent -> nothing."""
         if tracker is None:
             return
-        counts = _first_attr(tracker, ("bucket_op_counts", "op_counts"), None)
+        counts = _first_attr(tracker, ("op_count", "bucket_op_counts", "op_counts"), None)
         if isinstance(counts, Mapping):
+            per_op: dict[tuple[str, str], float] = defaultdict(float)
             for k, v in counts.items():
                 if isinstance(k, tuple) and len(k) == 2:
-                    pairs: list[tuple[Any, Any, Any]] = [(k[0], k[1], v)]
+                    per_op[(str(k[0]), str(k[1]))] += _num(v)
                 elif isinstance(v, Mapping):
-                    pairs = [(k, state, n) for state, n in v.items()]
-                else:
-                    continue
-                for op_type, state, n in pairs:
-                    for label_key in (key, skey):
-                        if label_key is not None:
-                            ops[(*label_key, str(state), str(op_type))] += _num(n)
-        buckets = _first_attr(tracker, ("bucket_op_latency_buckets", "op_latency_buckets"), None)
-        sums = _first_attr(tracker, ("bucket_op_latency_sum_ms", "op_latency_sum_ms"), None) or {}
+                    for state, n in v.items():
+                        per_op[(str(k), str(state))] += _num(n)
+            for op_type in {t for t, _ in per_op}:
+                if (op_type, "all") not in per_op:
+                    per_op[(op_type, "all")] = sum(
+                        n for (t, st), n in list(per_op.items()) if t == op_type and st != "all")
+            for (op_type, state), n in per_op.items():
+                for label_key in (key, skey):
+                    if label_key is not None:
+                        ops[(*label_key, state, op_type)] += n
+        buckets = _first_attr(tracker, ("op_latency_buckets", "bucket_op_latency_buckets"), None)
+        sums = _first_attr(tracker, ("op_latency_sum_ms", "bucket_op_latency_sum_ms"), None) or {}
         if isinstance(buckets, Mapping):
             for op_type, counts_list in buckets.items():
                 for label_key in (key, skey):
@@ -536,3 +543,39 @@ class HoraeCollector(Collector):
                                      "Distribution of event-loop probe lateness (seconds)")
         hist.add_metric([], _cumulative(probe.buckets, probe.bounds_s), sum_value=probe.sum_s)
         yield hist
+
+
+# Per service: the first registry (create_app's, serving /metrics) and its loop-lag probe,
+# so the snapshot exporter (collect_families, or a second create_registry) reports the same
+# families, loop lag included.
+_REGISTRIES: weakref.WeakKeyDictionary[Any, CollectorRegistry] = weakref.WeakKeyDictionary()
+_PROBES: weakref.WeakKeyDictionary[Any, LoopLagProbe] = weakref.WeakKeyDictionary()
+
+
+def create_registry(service: Any, lag_probe: LoopLagProbe | None = None) -> CollectorRegistry:
+    """A fresh private registry (never prometheus_client's global one: several brokers may
+    share a process) with :class:`HoraeCollector` and the process, platform and GC
+    collectors. Without ``lag_probe`` it uses the probe an earlier call registered for
+    ``service`` (create_app's)."""
+    with contextlib.suppress(TypeError):   # not weakly referenceable: nothing shared
+        if lag_probe is None:
+            lag_probe = _PROBES.get(service)
+        else:
+            _PROBES[service] = lag_probe
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(HoraeCollector(service, lag_probe=lag_probe))
+    ProcessCollector(registry=registry)
+    PlatformCollector(registry=registry)
+    GCCollector(registry=registry)
+    with contextlib.suppress(TypeError):
+        _REGISTRIES.setdefault(service, registry)
+    return registry
+
+
+def collect_families(service: Any) -> Iterable[Metric]:
+    """Every family /metrics serves for ``service`` (a ``collect`` for the snapshot
+    exporter). Call on the broker loop."""
+    registry = _REGISTRIES.get(service)
+    if registry is None:
+        registry = create_registry(service)
+    return list(registry.collect())

@@ -118,7 +118,7 @@ class MetricSnapshotWriter:
         if hasattr(registry_or_families, "collect"):
             families: Iterable[Metric] = registry_or_families.collect()
         else:
-            families = registry_or_families  # type: ignore[assignment]
+            families = registry_or_families
         ts = int(ts_ms)
         rows: list[dict[str, Any]] = []
         for family in families:

@@ -131,14 +131,17 @@ def test_stats_and_internal_stats(api: Api, client: Any) -> None:
     assert internal.body["numberOfEntries"] == 4
     missing = api("GET", f"{P}/nope/stats")
     assert (missing.status, missing.reason) == (404, "Topic not found")
+    no_namespace = api("GET", "/admin/v2/persistent/public/nope/st/stats")
+    assert (no_namespace.status, no_namespace.reason) == (404, "Topic not found")
     missing_internal = api("GET", f"{P}/nope/internalStats")
     assert (missing_internal.status, missing_internal.reason) == (404, "Topic not found")
 
 
 def test_partitioned_stats_fan_out_and_sum(api: Api, client: Any) -> None:
     assert api("PUT", f"{P}/ps/partitions", 2).status == 204
-    producer = client.create_producer(f"{T}/ps", batching_enabled=False,
-                                      message_routing_mode=pulsar.PartitionsRoutingMode.RoundRobinDistribution)
+    producer = client.create_producer(
+        f"{T}/ps", batching_enabled=False,
+        message_routing_mode=pulsar.PartitionsRoutingMode.RoundRobinDistribution)
     for i in range(6):
         producer.send(f"m{i}".encode())
     producer.close()
@@ -252,7 +255,8 @@ def test_busy_subscription_and_topic_need_force(api: Api, client: Any) -> None:
     assert (busy.status, busy.reason) == (412, "Subscription has active connected consumers")
     producer = client.create_producer(f"{T}/busy")
     busy_topic = api("DELETE", f"{P}/busy")
-    assert (busy_topic.status, busy_topic.reason) == (412, "Topic has active producers/subscriptions")
+    assert (busy_topic.status, busy_topic.reason) == (
+        412, "Topic has active producers/subscriptions")
     assert api("DELETE", f"{P}/busy/subscription/sub?force=true").status == 204
     assert api("GET", f"{P}/busy/subscriptions").body == []
     assert api("DELETE", f"{P}/busy?force=true").status == 204

@@ -127,3 +127,14 @@ def test_topic_stats_count_what_was_published_and_consumed(broker: Any, client: 
     assert internal["entriesAddedCounter"] == 10
     assert internal["numberOfEntries"] == 10
     assert "sub" in internal["cursors"]
+
+
+def test_a_message_near_the_5_mib_limit_round_trips(client: Any) -> None:
+    topic = "persistent://public/default/e2e-large"
+    consumer = client.subscribe(topic, "sub")
+    producer = client.create_producer(topic)
+    payload = bytes(range(256)) * (5 * 1024 * 1024 // 256 - 64)  # 5 MiB minus 16 KiB
+    producer.send(payload)
+    msg = consumer.receive(10000)
+    assert msg.data() == payload
+    consumer.acknowledge(msg)

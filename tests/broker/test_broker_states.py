@@ -91,7 +91,7 @@ def recorded(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         def record(self: ServerConnection, frame: Frame, name: str = transition.handler) -> None:
             calls.append(name)
         fake[key] = (record, transition.next_state)
-    monkeypatch.setattr(connection_mod, "_HANDLERS", fake)
+    monkeypatch.setattr(connection_mod, "_TABLES", connection_mod.build_tables(fake))
     return calls
 
 

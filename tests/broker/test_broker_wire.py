@@ -307,5 +307,36 @@ def test_failed_append_fails_it_and_everything_behind_it_then_the_topic_reloads(
     # the topic is fenced and reloaded: the producer is told to reconnect
     assert raw.recv_command().type == T.CLOSE_PRODUCER
     assert raw.create_producer(topic, 2).type == T.PRODUCER_SUCCESS
-    again = raw.request(C.encode_send(2, 4, make_entry(b"again", sequence_id=4))).send_receipt
+    again_cmd = raw.request(C.encode_send(2, 4, make_entry(b"again", sequence_id=4)))
+    assert again_cmd.type == T.SEND_RECEIPT
+    again = again_cmd.send_receipt
     assert again.message_id.ledgerId > first.message_id.ledgerId
+
+
+def test_reconnecting_producer_with_a_higher_epoch_replaces_the_stale_one(broker: Any) -> None:
+    topic = "persistent://public/default/epoch"
+    with RawClient(broker.service_url) as old, RawClient(broker.service_url) as new:
+        old.handshake()
+        new.handshake()
+        assert old.create_producer(topic, 1, name="p").type == T.PRODUCER_SUCCESS
+        same_epoch = new.request(C.encode_producer(topic, 1, 50, "p", epoch=0))
+        assert same_epoch.type == T.ERROR and same_epoch.error.error == ServerError.ProducerBusy
+        successor = new.request(C.encode_producer(topic, 2, 51, "p", epoch=1))
+        assert successor.type == T.PRODUCER_SUCCESS
+        receipt = new.request(C.encode_send(2, 0, make_entry(b"x", producer_name="p")))
+        assert receipt.type == T.SEND_RECEIPT
+
+
+def test_wait_for_exclusive_is_queued_then_promoted(broker: Any) -> None:
+    topic = "persistent://public/default/wait-excl"
+    with RawClient(broker.service_url) as a, RawClient(broker.service_url) as b:
+        a.handshake()
+        b.handshake()
+        assert a.create_producer(topic, 1, access_mode=pb.Exclusive).type == T.PRODUCER_SUCCESS
+        queued = b.request(C.encode_producer(topic, 7, 70, None, pb.WaitForExclusive))
+        assert queued.type == T.PRODUCER_SUCCESS and not queued.producer_success.producer_ready
+        assert a.request(C.encode_close_producer(1, 2)).type == T.SUCCESS
+        ready = b.recv_command()
+        assert ready.type == T.PRODUCER_SUCCESS
+        assert ready.producer_success.request_id == 70 and ready.producer_success.producer_ready
+        assert b.request(C.encode_send(7, 0, make_entry(b"x"))).type == T.SEND_RECEIPT

@@ -253,3 +253,55 @@ def test_sticky_ranges_select_and_refuse_overlaps() -> None:
     assert info.value.code == pb.ConsumerAssignError
     selector.remove(low)
     assert selector.select(5) is None
+
+
+async def test_key_shared_slow_consumer_keys_do_not_hide_other_keys(ledger: Any) -> None:
+    """Thousands of entries for a consumer without permits wait at the head of the replay set;
+    another consumer still gets its keys from behind them."""
+    from protocol.metadata import sticky_key_hash
+
+    keys = [b"slow"] * 2990 + [f"fast{i}".encode() for i in range(10)]
+    for i, key in enumerate(keys):
+        md = pb.MessageMetadata(producer_name="p", sequence_id=i, publish_time=1,
+                                partition_key=key.decode())
+        await ledger.append(encode_entry(md, b"x"))
+    sub = await Subscription.open(StubTopic(ledger), "s", durable=True,
+                                  initial_position="earliest")
+    slow = sticky_key_hash(b"slow")
+    used = {sticky_key_hash(k) for k in keys}
+    idle = next(h for h in range(65536) if h not in used)  # a range no entry maps to
+
+    def others(*taken: int) -> tuple[HashRange, ...]:
+        cuts = sorted(taken)
+        out, start = [], 0
+        for cut in cuts:
+            if start <= cut - 1:
+                out.append(HashRange(start, cut - 1))
+            start = cut + 1
+        if start <= 65535:
+            out.append(HashRange(start, 65535))
+        return tuple(out)
+
+    ranges = [(HashRange(slow, slow),), others(slow, idle), (HashRange(idle, idle),)]
+    conns = [FakeConnection() for _ in ranges]
+    consumers = [Consumer(ConsumerSide(conn), 1, name=f"c{n}", subscription=sub, sub_type=3,
+                          key_shared_mode=1, hash_ranges=r)
+                 for n, (conn, r) in enumerate(zip(conns, ranges, strict=True))]
+    for c in consumers:
+        await sub.add_consumer(c)
+    consumers[2].permits = 1000  # keeps reading going: every entry ends up in the replay set
+    sub.dispatcher.schedule()
+    await _settle_dispatch(sub)
+    assert len(sub.dispatcher.replay) == 3000
+    consumers[1].permits = 100
+    sub.dispatcher.schedule()
+    await _settle_dispatch(sub)
+    assert len(conns[1].message_ids()) == 10
+    assert conns[0].message_ids() == []
+
+
+async def _settle_dispatch(sub: Any) -> None:
+    for _ in range(10_000):
+        await asyncio.sleep(0)
+        if sub.dispatcher._task is None:
+            return

@@ -12,6 +12,7 @@ from broker.delayed.bucket import BUCKET_KEY_PREFIX, BucketDelayedDeliveryTracke
 from broker.delayed.policy import resolve_policy
 from broker.delayed.snapshot_format import decode_metadata, decode_segment
 from proto import delayed_index_pb2 as dpb
+from storage.positions import Position
 
 
 def make(cursor: FakeCursor | None = None, store: FakeSnapshotStore | None = None,
@@ -302,3 +303,31 @@ async def test_factory_builds_the_bucket_tracker_from_pulsars_class_name() -> No
                              cursor=FakeCursor(), snapshots=FakeSnapshotStore())
     assert isinstance(tracker, BucketDelayedDeliveryTracker)
     await tracker.close()
+
+
+async def test_recovery_drops_ranges_left_by_an_interrupted_merge_and_acked_entries() -> None:
+    cursor, store, clock = FakeCursor(), FakeSnapshotStore(), ManualClock()
+    t = make(cursor, store, clock, min_index=2)
+    for ledger in (1, 2, 3):
+        for e in range(3):
+            t.add(ledger, e, T0 + 100 + e)
+    t.add(4, 0, T0 + 100)
+    await t.wait_idle()
+    await t.close()
+    assert t.immutable_ranges == [(1, 1), (2, 2), (3, 3)]
+    # a merge of [1, 1] and [2, 2] that wrote its snapshot and property, then crashed
+    merged_sid = 5000
+    store.snapshots[merged_sid] = list(store.snapshots[int(cursor.properties[bucket_key(2, 2)])])
+    cursor.set_property(bucket_key(1, 2), str(merged_sid))
+    leftover = int(cursor.properties[bucket_key(1, 1)])
+    cursor.mark_delete_position = Position(2, 1)        # everything up to 2:1 acknowledged
+    cursor.deleted.add((3, 1))                          # and 3:1 individually
+    t2 = make(cursor, store, clock, min_index=2)
+    await t2.recover()
+    await t2.wait_idle()
+    assert t2.immutable_ranges == [(1, 2), (3, 3)]
+    assert bucket_key(1, 1) not in cursor.properties
+    assert bucket_key(2, 2) not in cursor.properties
+    assert leftover not in store.snapshots
+    assert sorted(await drain_until(t2, clock, T0 + 1000)) == [(2, 2), (3, 0), (3, 2)]
+    await t2.close()

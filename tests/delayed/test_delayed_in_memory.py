@@ -281,3 +281,48 @@ async def test_factory_picks_the_in_memory_tracker_and_wires_the_policy() -> Non
     assert isinstance(tracker, InMemoryDelayedDeliveryTracker)
     assert (tracker.tick_time_ms, tracker.strict) == (25, True)
     await tracker.close()
+
+
+def test_a_loop_wakeup_before_the_deadline_re_aims_without_tick_spacing() -> None:
+    loop = FakeLoop()
+    due = DueCounter()
+    t = make(loop, strict=True, tick=1000, on_due=due)
+    t.add(1, 0, T0 + 5000)
+    handle = loop.pending[0]
+    loop.now_ms = T0 + 4999                   # fired one millisecond early
+    handle.cancelled = True
+    handle.callback()
+    assert due.calls == 0
+    assert [round(h.when * 1000) for h in loop.pending] == [T0 + 5000]   # not T0 + 5999
+    loop.advance_to(T0 + 5000)
+    assert due.calls == 1
+
+
+def test_real_loop_timer_wakes_the_dispatcher_when_due_and_never_early() -> None:
+    import uvloop
+
+    from broker.delayed.tracker import wall_clock_ms
+
+    async def scenario() -> list[int]:
+        loop = asyncio.get_running_loop()
+        woke = asyncio.Event()
+        lateness: list[int] = []
+        t = InMemoryDelayedDeliveryTracker(tick_time_ms=10, strict=True, on_due=woke.set,
+                                           loop=loop)
+        start = wall_clock_ms()
+        for i, delay in enumerate((30, 60, 90)):
+            t.add(1, i, start + delay)
+        got = 0
+        while got < 3:
+            await asyncio.wait_for(woke.wait(), 5)
+            woke.clear()
+            now = wall_clock_ms()
+            for pos in t.get_scheduled(10):
+                lateness.append(now - (start + (30, 60, 90)[pos[1]]))
+                got += 1
+        await t.close()
+        return lateness
+
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        lateness = runner.run(scenario())
+    assert all(0 <= late < 200 for late in lateness), lateness

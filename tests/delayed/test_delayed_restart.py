@@ -6,6 +6,7 @@ import asyncio
 import random
 from pathlib import Path
 
+import pytest
 from delayed_testlib import T0, DueCounter, ManualClock
 
 from broker.delayed.bucket import BUCKET_KEY_PREFIX, BucketDelayedDeliveryTracker
@@ -18,11 +19,13 @@ N = 3000
 STEP_MS = 250
 
 
-def make(cursor, snapshots, clock: ManualClock) -> BucketDelayedDeliveryTracker:  # type: ignore[no-untyped-def]
+def make(cursor, snapshots, clock: ManualClock, max_buckets: int  # type: ignore[no-untyped-def]
+         ) -> BucketDelayedDeliveryTracker:
     return BucketDelayedDeliveryTracker(
         cursor=cursor, snapshots=snapshots, tick_time_ms=1, strict=True, on_due=DueCounter(),
         loop=asyncio.get_running_loop(), clock_ms=clock, min_index_count_per_bucket=400,
-        time_step_per_segment_ms=5000, max_indexes_per_segment=100)
+        time_step_per_segment_ms=5000, max_indexes_per_segment=100,
+        max_num_buckets=max_buckets)
 
 
 class Consumer:
@@ -60,7 +63,9 @@ async def run_until(t: BucketDelayedDeliveryTracker, cursor, consumer: Consumer,
         await drain_now(t, cursor, consumer)
 
 
-async def test_restart_mid_schedule_delivers_each_message_once_never_early(tmp_path: Path) -> None:
+@pytest.mark.parametrize("max_buckets", [-1, 3], ids=["no-merge", "merging"])
+async def test_restart_mid_schedule_delivers_each_message_once_never_early(
+        tmp_path: Path, max_buckets: int) -> None:
     config = StorageConfig(fsync=False, max_entries_per_ledger=500)
     clock = ManualClock(T0)
     rnd = random.Random(11)
@@ -74,13 +79,17 @@ async def test_restart_mid_schedule_delivers_each_message_once_never_early(tmp_p
     consumer = Consumer(deliver_at, clock)
 
     # run 1: the dispatcher reads everything and indexes it; a third becomes due and is acked
-    t1 = make(cursor, store.snapshots, clock)
+    t1 = make(cursor, store.snapshots, clock, max_buckets)
     for pos in positions:
         assert t1.add(pos.ledger_id, pos.entry_id, deliver_at[pos]) is True
     cursor.read_position = ledger.next_position(positions[-1])
     await t1.wait_idle()
     sealed = t1.immutable_ranges
-    assert len(sealed) >= 5
+    if max_buckets > 0:
+        assert t1.op_count[("merge", "succeed")] >= 1
+        assert len(sealed) <= max_buckets + 1
+    else:
+        assert len(sealed) >= 5
     await run_until(t1, cursor, consumer, clock, T0 + 20_000)
     first_run = len(consumer.received)
     assert 0 < first_run < N
@@ -95,7 +104,7 @@ async def test_restart_mid_schedule_delivers_each_message_once_never_early(tmp_p
     cursor = await ledger.open_cursor("sub")
     assert [k for k in cursor.properties if k.startswith(BUCKET_KEY_PREFIX)]
     cursor.read_position = ledger.next_position(cursor.mark_delete_position)
-    t2 = make(cursor, store.snapshots, clock)
+    t2 = make(cursor, store.snapshots, clock, max_buckets)
     await t2.recover()
     # recovery read metadata + first segment per bucket, not the backlog
     buckets = len(t2.immutable_ranges)

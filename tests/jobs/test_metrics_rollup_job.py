@@ -338,3 +338,53 @@ def test_hadoop_listing_finds_snapshots_and_skips_hidden_files(spark: Any, job: 
     assert len(names) == 2 * fx.TICKS - len(fx.A_GAP) + 2  # + the two corrupt files
     assert not any(name.startswith(".") for name in names)
     assert "README.txt" not in names
+
+
+# -- the contract end to end: the broker's writer feeds the job -----------------------------------
+
+
+def test_writer_snapshots_roll_up_to_the_published_counts(spark: Any, tmp_path: Path) -> None:
+    from prometheus_client import CollectorRegistry, Counter, Histogram
+    from pyspark.sql import functions as F
+
+    from broker.metrics.snapshots import MetricSnapshotWriter
+
+    registry = CollectorRegistry()
+    msgs = Counter("pulsar_in_messages", "in", ["cluster", "namespace", "topic"], registry=registry)
+    latency = Histogram(
+        "pulsar_storage_write_latency", "ms", ["topic"], buckets=(1, 10), registry=registry
+    )
+    writer = MetricSnapshotWriter(
+        tmp_path / "data", "localhost:8080", "standalone", retention_hours=0
+    )
+    t, u = "persistent://public/default/t", "persistent://public/default/u"
+    msgs.labels(
+        "standalone", "public/default", t
+    )  # the topic exists at start-up, nothing published
+    start = fx.T0_MS
+    for step, (published_t, published_u) in enumerate([(0, 0), (5, 0), (7, 0), (0, 3)]):
+        msgs.labels("standalone", "public/default", t).inc(published_t)
+        if published_u:
+            msgs.labels("standalone", "public/default", u).inc(published_u)
+        for _ in range(published_t):
+            latency.labels(t).observe(4)
+        ts_ms = start + 20_000 * step
+        writer.write(writer.collect_rows(registry, ts_ms), ts_ms)
+
+    out = tmp_path / "out"
+    assert (
+        main(["--input", str(writer.metrics_dir), "--output", str(out), "--window", "1m"])
+        == EXIT_OK
+    )
+    table = spark.read.parquet(str(out / "rollup"))
+    totals = {
+        r["topic"]: r["total"]
+        for r in table.filter("metric = 'pulsar_in_messages_total'")
+        .groupBy("topic")
+        .agg(F.sum("increase").alias("total"))
+        .collect()
+    }
+    assert totals == {t: 12.0, u: 3.0}
+    hist = table.filter("metric = 'pulsar_storage_write_latency' AND kind = 'histogram'").collect()
+    assert sum(r["increase"] for r in hist) == 12.0
+    assert [r["p50"] for r in hist if r["increase"]] == [pytest.approx(1 + 9 * 6 / 12)]

@@ -257,3 +257,47 @@ async def test_concurrent_appenders_on_many_ledgers_keep_per_ledger_order(tmp_pa
         got = await ml.read_entries(results[ml.name][0], 1000)
         assert len(got) == 200
     await store.close()
+
+
+async def test_second_open_of_a_store_in_use_is_refused(tmp_path: Path) -> None:
+    store = await _open(tmp_path)
+    with pytest.raises(StorageError):
+        await _open(tmp_path)
+    await store.close()
+    again = await _open(tmp_path)
+    await again.close()
+
+
+async def test_oversized_entry_is_rejected_without_fencing(tmp_path: Path) -> None:
+    store = await _open(tmp_path)
+    ml = await store.open_ledger(TOPIC)
+    fut = ml.append(b"x" * (64 * 1024 * 1024 + 1))
+    with pytest.raises(StorageError):
+        await fut
+    assert not ml.fenced
+    assert (await ml.append(b"ok")).entry_id == 0
+    await store.close()
+
+
+async def test_ledger_ids_are_not_reused_after_everything_was_deleted(tmp_path: Path) -> None:
+    store = await _open(tmp_path)
+    ml = await store.open_ledger(TOPIC)
+    first = await ml.append(b"x")
+    await store.delete_ledger(TOPIC)
+    await store.close()
+    store = await _open(tmp_path)
+    ml = await store.open_ledger(TOPIC)
+    assert (await ml.append(b"y")).ledger_id > first.ledger_id
+    await store.close()
+
+
+async def test_damaged_id_counter_still_never_reuses_ids_on_disk(tmp_path: Path) -> None:
+    store = await _open(tmp_path)
+    ml = await store.open_ledger(TOPIC)
+    first = await ml.append(b"x")
+    await store.close()
+    (tmp_path / "LEDGER_ID").write_bytes(b"\x00garbage")
+    store = await _open(tmp_path)
+    ml = await store.open_ledger(TOPIC)
+    assert (await ml.append(b"y")).ledger_id > first.ledger_id
+    await store.close()

@@ -1,0 +1,270 @@
+"""/metrics: valid Prometheus text under Pulsar's names, read from plain counters."""
+
+from __future__ import annotations
+
+import datetime
+import time
+import types
+from typing import Any
+
+import pulsar
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from broker.metrics import create_registry
+from broker.metrics.collector import HoraeCollector, LoopLagProbe
+
+from .conftest import Api
+
+T = "persistent://public/default"
+WAIT_S = 10.0
+
+
+def _samples(text: str) -> dict[str, list[Any]]:
+    out: dict[str, list[Any]] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            out.setdefault(sample.name, []).append(sample)
+    return out
+
+
+def _value(samples: dict[str, list[Any]], name: str, **labels: str) -> float | None:
+    for s in samples.get(name, []):
+        if all(s.labels.get(k) == v for k, v in labels.items()):
+            return float(s.value)
+    return None
+
+
+def _scrape(api: Api) -> dict[str, list[Any]]:
+    reply = api("GET", "/metrics")
+    assert reply.status == 200
+    assert reply.content_type.startswith("text/plain")
+    return _samples(reply.body)
+
+
+def test_metrics_count_what_the_official_client_published_and_consumed(
+        api: Api, client: Any) -> None:
+    topic = f"{T}/metered"
+    consumer = client.subscribe(topic, "sub", consumer_type=pulsar.ConsumerType.Shared)
+    producer = client.create_producer(topic, batching_enabled=False)
+    for i in range(7):
+        producer.send(f"message-{i}".encode())
+    samples = _scrape(api)
+    labels = {"topic": topic, "namespace": "public/default", "cluster": "standalone"}
+    assert _value(samples, "pulsar_in_messages_total", **labels) == 7
+    assert _value(samples, "pulsar_in_bytes_total", **labels) >= 7 * len(b"message-0")
+    assert _value(samples, "pulsar_storage_size", **labels) > 0
+    assert _value(samples, "pulsar_producers_count", **labels) == 1
+    assert _value(samples, "pulsar_consumers_count", **labels) == 1
+    assert _value(samples, "pulsar_subscriptions_count", **labels) == 1
+    assert _value(samples, "pulsar_topics_count", namespace="public/default") >= 1
+    assert _value(samples, "pulsar_storage_write_latency_count", **labels) == 7
+    assert _value(samples, "pulsar_storage_write_latency_bucket", le="+Inf", **labels) == 7
+    for _ in range(7):
+        consumer.acknowledge(consumer.receive(timeout_millis=5000))
+    deadline = time.monotonic() + WAIT_S
+    while True:   # acks are asynchronous: wait (bounded) for the backlog to drain
+        samples = _scrape(api)
+        backlog = _value(samples, "pulsar_subscription_back_log", subscription="sub", **labels)
+        if backlog == 0 or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert backlog == 0
+    assert _value(samples, "pulsar_out_messages_total", **labels) == 7
+    assert _value(samples, "pulsar_subscription_unacked_messages", subscription="sub",
+                  **labels) == 0
+    assert _value(samples, "pulsar_msg_backlog", **labels) == 0
+    for name in ("pulsar_rate_in", "pulsar_rate_out", "pulsar_throughput_in",
+                 "pulsar_throughput_out", "pulsar_subscription_delayed",
+                 "pulsar_cursor_epoch_increase_count",
+                 "pulsar_broker_topic_messages_delayed_rejected_total",
+                 "pulsar_broker_topic_messages_fixed_delay_overridden_total",
+                 "pulsar_delayed_message_index_size_bytes"):
+        assert _value(samples, name, **labels) is not None, name
+    producer.close()
+    consumer.close()
+
+
+def test_metrics_include_process_and_event_loop_lag(api: Api) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while True:   # the lag probe fires every 0.5 s
+        samples = _scrape(api)
+        count = _value(samples, "horae_event_loop_lag_histogram_seconds_count")
+        if (count or 0) >= 1 or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert count is not None
+    assert count >= 1
+    assert _value(samples, "horae_event_loop_lag_seconds") is not None
+    assert _value(samples, "process_cpu_seconds_total") is not None
+    assert _value(samples, "process_resident_memory_bytes") > 0
+
+
+def test_delayed_messages_and_cursor_resets_show_in_metrics(api: Api, client: Any) -> None:
+    topic = f"{T}/delayed-metrics"
+    consumer = client.subscribe(topic, "sub", consumer_type=pulsar.ConsumerType.Shared)
+    producer = client.create_producer(topic, batching_enabled=False)
+    producer.send(b"later", deliver_after=datetime.timedelta(minutes=10))
+    labels = {"topic": topic, "subscription": "sub"}
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        samples = _scrape(api)
+        delayed = _value(samples, "pulsar_subscription_delayed", **labels)
+        if delayed == 1 or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert delayed == 1
+    assert _value(samples, "pulsar_delayed_message_index_size_bytes", topic=topic) > 0
+    assert _value(samples, "pulsar_subscription_delayed_message_index_size_bytes", **labels) > 0
+    before = _value(samples, "pulsar_cursor_epoch_increase_count", **labels)
+    path = "/admin/v2/persistent/public/default/delayed-metrics/subscription/sub/skip_all"
+    assert api("POST", path).status == 204
+    after = _value(_scrape(api), "pulsar_cursor_epoch_increase_count", **labels)
+    assert after == before + 1
+    producer.close()
+    consumer.close()
+
+
+# --- the collector on its own (fake service objects) ------------------------------------------
+def _fake_service(*, topic_level: bool = True) -> Any:
+    tracker = types.SimpleNamespace(
+        memory_bytes=240, bucket_count=3, loaded_index_count=10, snapshot_size_bytes=4096,
+        op_count={("create", "succeed"): 2, ("create", "failed"): 1, ("load", "failed"): 1},
+        op_latency_buckets={"create": [1, 1, 0, 0, 0, 0, 0, 0]},
+        op_latency_sum_ms={"create": 120.0},
+        __len__=lambda self: 10)
+    cursor = types.SimpleNamespace(backlog=5, revision=4)
+    consumer = types.SimpleNamespace(unacked_messages=2)
+    sub = types.SimpleNamespace(cursor=cursor, consumers=[consumer], delayed_tracker=tracker,
+                                msg_delayed=10, msg_out_counter=8, bytes_out_counter=80)
+    ledger = types.SimpleNamespace(total_size_bytes=1000)
+    topic = types.SimpleNamespace(
+        name=types.SimpleNamespace(full=f"{T}/fake"), ledger=ledger, producers={1: object()},
+        subscriptions={"s": sub}, msg_in_counter=20, bytes_in_counter=200, msg_out_counter=8,
+        bytes_out_counter=80, delayed_rejected_counter=3, fixed_delay_overridden_counter=4,
+        publish_latency_buckets=[1, 2, 0, 0, 0, 0, 0, 0, 0, 1], publish_latency_sum_ms=2000.5)
+    config = types.SimpleNamespace(cluster_name="c1",
+                                   expose_topic_level_metrics_in_prometheus=topic_level)
+    return types.SimpleNamespace(config=config, topics={f"{T}/fake": topic})
+
+
+def _exposition(service: Any, probe: LoopLagProbe | None = None) -> str:
+    registry = CollectorRegistry()
+    registry.register(HoraeCollector(service, lag_probe=probe))
+    return generate_latest(registry).decode()
+
+
+def test_collector_reads_plain_counters_trackers_and_histograms() -> None:
+    samples = _samples(_exposition(_fake_service()))
+    topic = {"cluster": "c1", "namespace": "public/default", "topic": f"{T}/fake"}
+    sub = {**topic, "subscription": "s"}
+    assert _value(samples, "pulsar_in_messages_total", **topic) == 20
+    assert _value(samples, "pulsar_broker_topic_messages_delayed_rejected_total", **topic) == 3
+    assert _value(samples, "pulsar_broker_topic_messages_fixed_delay_overridden_total",
+                  **topic) == 4
+    assert _value(samples, "pulsar_subscription_back_log", **sub) == 5
+    assert _value(samples, "pulsar_subscription_unacked_messages", **sub) == 2
+    assert _value(samples, "pulsar_subscription_delayed", **sub) == 10
+    assert _value(samples, "pulsar_cursor_epoch_increase_count", **sub) == 4
+    assert _value(samples, "pulsar_delayed_message_index_size_bytes", **topic) == 240
+    assert _value(samples, "pulsar_delayed_message_index_bucket_total", **sub) == 3
+    assert _value(samples, "pulsar_delayed_message_index_loaded", **sub) == 10
+    assert _value(samples, "pulsar_delayed_message_index_bucket_snapshot_size_bytes",
+                  **sub) == 4096
+    assert _value(samples, "pulsar_delayed_message_index_bucket_op_count",
+                  state="succeed", type="create", **sub) == 2
+    assert _value(samples, "pulsar_delayed_message_index_bucket_op_count",
+                  state="failed", type="load", **topic) == 1
+    assert _value(samples, "pulsar_delayed_message_index_bucket_op_count",
+                  state="all", type="create", **sub) == 3
+    assert _value(samples, "pulsar_delayed_message_index_bucket_op_latency_ms_bucket",
+                  le="100", type="create", **sub) == 2
+    assert _value(samples, "pulsar_delayed_message_index_bucket_op_latency_ms_sum",
+                  type="create", **sub) == 120
+    # Pulsar's storage write latency buckets (ms), cumulative.
+    assert _value(samples, "pulsar_storage_write_latency_bucket", le="0.5", **topic) == 1
+    assert _value(samples, "pulsar_storage_write_latency_bucket", le="1", **topic) == 3
+    assert _value(samples, "pulsar_storage_write_latency_bucket", le="1000", **topic) == 3
+    assert _value(samples, "pulsar_storage_write_latency_bucket", le="+Inf", **topic) == 4
+    assert _value(samples, "pulsar_storage_write_latency_sum", **topic) == 2000.5
+
+
+def test_collector_without_topic_level_metrics_sums_per_namespace() -> None:
+    samples = _samples(_exposition(_fake_service(topic_level=False)))
+    assert _value(samples, "pulsar_in_messages_total", namespace="public/default") == 20
+    assert all("topic" not in s.labels for s in samples["pulsar_in_messages_total"])
+    assert "pulsar_subscription_back_log" not in samples
+
+
+def test_collector_tolerates_topics_without_trackers_or_histograms() -> None:
+    topic = types.SimpleNamespace(name=f"{T}/bare", subscriptions={"s": types.SimpleNamespace()})
+    service = types.SimpleNamespace(config=None, topics={f"{T}/bare": topic})
+    samples = _samples(_exposition(service))
+    assert _value(samples, "pulsar_in_messages_total", topic=f"{T}/bare") == 0
+    assert _value(samples, "pulsar_subscription_delayed", topic=f"{T}/bare") == 0
+    assert _value(samples, "pulsar_delayed_message_index_bucket_total",
+                  topic=f"{T}/bare") is None
+
+
+def test_loop_lag_probe_buckets_lateness() -> None:
+    probe = LoopLagProbe()
+    for lag in (0.0005, 0.02, 7.0):
+        probe.record(lag)
+    samples = _samples(_exposition(types.SimpleNamespace(config=None, topics={}), probe))
+    assert _value(samples, "horae_event_loop_lag_seconds") == 7.0
+    assert _value(samples, "horae_event_loop_lag_histogram_seconds_bucket", le="0.001") == 1
+    assert _value(samples, "horae_event_loop_lag_histogram_seconds_bucket", le="0.025") == 2
+    assert _value(samples, "horae_event_loop_lag_histogram_seconds_bucket", le="+Inf") == 3
+    assert _value(samples, "horae_event_loop_lag_histogram_seconds_count") == 3
+
+
+def test_registry_holds_process_metrics_and_stays_private() -> None:
+    service = types.SimpleNamespace(config=None, topics={})
+    text = generate_latest(create_registry(service)).decode()
+    names = {f.name for f in text_string_to_metric_families(text)}
+    assert {"process_cpu_seconds", "pulsar_in_messages"} <= names
+
+
+def test_bucket_tracker_figures_reach_the_exposition(broker_factory: Any) -> None:
+    from .conftest import http
+
+    handle = broker_factory(config_overrides={
+        "delayedDeliveryTrackerFactoryClassName": "bucket"})
+    client = pulsar.Client(handle.service_url, operation_timeout_seconds=10,
+                           logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn))
+    try:
+        topic = f"{T}/bucketed"
+        consumer = client.subscribe(topic, "sub", consumer_type=pulsar.ConsumerType.Shared)
+        producer = client.create_producer(topic, batching_enabled=False)
+        producer.send(b"later", deliver_after=datetime.timedelta(minutes=10))
+        labels = {"topic": topic, "subscription": "sub"}
+        deadline = time.monotonic() + WAIT_S
+        while True:
+            samples = _samples(http(handle.web_url, "GET", "/metrics").body)
+            buckets = _value(samples, "pulsar_delayed_message_index_bucket_total", **labels)
+            if buckets or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        assert buckets is not None
+        assert buckets >= 1
+        assert _value(samples, "pulsar_delayed_message_index_loaded", **labels) == 1
+        assert _value(samples, "pulsar_delayed_message_index_bucket_op_count",
+                      state="all", type="create", **labels) is not None
+        assert _value(samples, "pulsar_delayed_message_index_bucket_op_latency_ms_count",
+                      type="create", **labels) is not None
+        producer.close()
+        consumer.close()
+    finally:
+        client.close()
+
+
+def test_snapshot_exporter_sees_the_same_families_as_metrics(broker: Any) -> None:
+    from broker.metrics import collect_families, create_registry
+
+    expected = {"pulsar_in_messages", "process_cpu_seconds", "horae_event_loop_lag_seconds",
+                "pulsar_storage_write_latency"}
+    names = broker.call(lambda: {m.name for m in collect_families(broker.service)})
+    assert expected <= names
+    # A second registry for the same service (the exporter's) shares the loop-lag probe.
+    again = broker.call(lambda: {m.name for m in create_registry(broker.service).collect()})
+    assert expected <= again
