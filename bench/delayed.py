@@ -9,7 +9,7 @@ see that); the tracker's own estimate (``memory_bytes``, the value exported as
 ``pulsar_delayed_message_index_size_bytes``) is printed next to it.
 
 Workload: positions are read in order from ledgers of 50,000 entries (storage's default
-rollover), each message delayed by a uniform random 1 s .. 1 h (seeded), tick 1000 ms,
+rollover), each message delayed by a uniform random 2 s .. 1 h (seeded), tick 1000 ms,
 non-strict (Pulsar's defaults). Scenarios:
 
 - ``heap``: the peer: a plain ``heapq`` of ``(deliver_at, ledger_id, entry_id)`` tuples, what
@@ -21,8 +21,9 @@ non-strict (Pulsar's defaults). Scenarios:
   the loaded segments and bitmaps stay).
 
 add = tracker.add() rate while building; get-scheduled = rate of draining everything with
-get_scheduled(1000) once the clock is past the last deadline (for the bucket tracker this
-includes loading every segment back from disk). Rates are per CPU-second of the process
+get_scheduled(1000) once the clock is past the last deadline. The bucket tracker is first
+closed and a new one recovers from the snapshots (timed: the tracker's share of a restart),
+then drained: that includes loading every segment back from disk. Rates are per CPU-second of the process
 (``time.process_time``, all threads), so they stay meaningful on a busy machine.
 
 The end-to-end lateness and restart-time figures through the official client belong to the
@@ -162,6 +163,18 @@ async def run_bucket(n: int) -> dict[str, Any]:
         stats = {"buckets": tracker.bucket_count, "loaded": tracker.loaded_index_count,
                  "snapshot_bytes": tracker.snapshot_size_bytes}
         assert len(tracker) == n
+        await tracker.close()
+        # Restart: a new tracker on the same cursor and snapshots recovers from the metadata
+        # and the first segment of each bucket (the unsealed tail is re-read by a dispatcher).
+        tracker = BucketDelayedDeliveryTracker(
+            cursor=cursor, snapshots=store.snapshots, tick_time_ms=TICK_MS, strict=False,
+            on_due=lambda: None, loop=loop, clock_ms=clock)
+        wall = time.perf_counter()
+        await tracker.recover()
+        stats["recover_s"] = time.perf_counter() - wall
+        stats["recovered"] = len(tracker)
+        stats["recovered_estimate_bytes"] = tracker.memory_bytes
+        assert n - 50_000 <= len(tracker) <= n
         clock.now_ms = T0 + 2 * SPAN_MS
         start = time.process_time()
         got = 0
@@ -174,12 +187,12 @@ async def run_bucket(n: int) -> dict[str, Any]:
                 await tracker.wait_idle()
         await tracker.wait_idle()
         get_s = time.process_time() - start
-        assert got == n, (got, n)
+        assert got == stats["recovered"], (got, stats["recovered"])
         stats["ops"] = {f"{t}/{s}": v for (t, s), v in tracker.op_count.items() if v}
         await tracker.close()
         await store.close()
     return {"n": n, "rss_bytes": grown, "estimate_bytes": estimate, "add_per_s": n / add_s,
-            "get_per_s": n / get_s, **stats}
+            "get_per_s": got / get_s, **stats}
 
 
 def child(scenario: str, n: int) -> None:
@@ -222,7 +235,7 @@ def main() -> None:
             ("in-memory tracker", measure("in-memory", n_mem)),
             ("bucket tracker", measure("bucket", n_bucket))]
     peer = rows[0][1]
-    print(f"delayed-delivery trackers (uniform 1 s..1 h delays, {ENTRIES_PER_LEDGER} entries/ledger,"
+    print(f"delayed-delivery trackers (uniform 2 s..1 h delays, {ENTRIES_PER_LEDGER} entries/ledger,"
           f" tick {TICK_MS} ms, Python {sys.version.split()[0]})")
     print(f"{'':24}{'messages':>11}{'RSS B/msg':>11}{'est B/msg':>11}{'x peer':>8}"
           f"{'add/cpu-s':>12}{'get/cpu-s':>12}")
@@ -234,8 +247,11 @@ def main() -> None:
               f"{r['add_per_s']:>12,.0f}{r['get_per_s']:>12,.0f}")
     bucket = rows[2][1]
     print(f"bucket tracker: {bucket['buckets']} buckets, {bucket['loaded']:,} indexes loaded, "
-          f"{bucket['snapshot_bytes'] / bucket['n']:.1f} snapshot bytes/msg on disk, "
-          f"ops {bucket['ops']}")
+          f"{bucket['snapshot_bytes'] / bucket['n']:.1f} snapshot bytes/msg on disk")
+    print(f"bucket tracker restart: recover() of {bucket['recovered']:,} pending messages took "
+          f"{bucket['recover_s']:.2f} s (metadata + first segment per bucket, no backlog read); "
+          f"{bucket['recovered_estimate_bytes'] / bucket['recovered']:.2f} B/msg in memory after; "
+          f"get/cpu-s above measured on the recovered tracker; ops after restart {bucket['ops']}")
     print("targets: in-memory <= 24 B/msg (Pulsar's Java index); bucket <= 4 B/msg in memory")
 
 

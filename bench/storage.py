@@ -45,43 +45,54 @@ ENTRY = 1024
 APPENDERS = 64
 
 
-async def bench_append(root: Path, total: int, rounds: int,
-                       fsync: bool = True) -> list[tuple[float, list[int]]]:
-    """rounds x (total entries by 64 appenders); per round: entries/s and the batch sizes."""
+class RawReplay:
+    """The baseline: the same bytes (records with headers) with os.write + os.fdatasync."""
+
+    def __init__(self, path: Path) -> None:
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        self.record = os.urandom(RECORD_HEADER_SIZE + ENTRY)
+        self.buffers: dict[int, bytes] = {}
+
+    def replay(self, batch_sizes: list[int]) -> float:
+        for n in batch_sizes:
+            if n not in self.buffers:
+                self.buffers[n] = self.record * n
+        start = time.perf_counter()
+        for n in batch_sizes:
+            os.write(self.fd, self.buffers[n])
+            os.fdatasync(self.fd)
+        return sum(batch_sizes) / (time.perf_counter() - start)
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+async def bench_append(
+    root: Path, per_round: int, rounds: int, raw: RawReplay | None, fsync: bool = True
+) -> list[tuple[float, float, float]]:
+    """Rounds of per_round appends by 64 appenders, each followed by a raw replay of that
+    round's exact batch sizes. Returns (store entries/s, raw entries/s, avg batch) per round."""
     store = await SegmentStore.open(root, StorageConfig(fsync=fsync))
     ml = await store.open_ledger("persistent://bench/append/t")
     payload = os.urandom(ENTRY)
     await asyncio.gather(*(ml.append(payload) for _ in range(APPENDERS)))  # warm-up
-    per = total // APPENDERS
+    per = per_round // APPENDERS
 
     async def appender() -> None:
         for _ in range(per):
             await ml.append(payload)
 
-    out: list[tuple[float, list[int]]] = []
+    out: list[tuple[float, float, float]] = []
     for _ in range(rounds):
         store.writer.batch_sizes = []
         start = time.perf_counter()
         await asyncio.gather(*(appender() for _ in range(APPENDERS)))
-        elapsed = time.perf_counter() - start
-        out.append((per * APPENDERS / elapsed, list(store.writer.batch_sizes)))
+        rate = per * APPENDERS / (time.perf_counter() - start)
+        sizes = list(store.writer.batch_sizes)
+        raw_rate = raw.replay(sizes) if raw is not None else 0.0
+        out.append((rate, raw_rate, sum(sizes) / len(sizes)))
     await store.close()
     return out
-
-
-def bench_raw(path: Path, batch_sizes: list[int]) -> float:
-    record = os.urandom(RECORD_HEADER_SIZE + ENTRY)
-    buffers = {n: record * n for n in set(batch_sizes)}
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        start = time.perf_counter()
-        for n in batch_sizes:
-            os.write(fd, buffers[n])
-            os.fdatasync(fd)
-        elapsed = time.perf_counter() - start
-    finally:
-        os.close(fd)
-    return sum(batch_sizes) / elapsed
 
 
 async def bench_read(root: Path, total: int) -> tuple[float, float, float]:
@@ -154,8 +165,8 @@ def cursor_size_at_density(acks: int, ledgers: int, per_ledger: int) -> float:
 
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--entries", type=int, default=16_000, help="appends per round")
-    parser.add_argument("--rounds", type=int, default=9, help="alternating store/raw rounds")
+    parser.add_argument("--entries", type=int, default=6_400, help="appends per round")
+    parser.add_argument("--rounds", type=int, default=25, help="alternating store/raw rounds")
     parser.add_argument("--read-entries", type=int, default=100_000)
     parser.add_argument("--dir", type=Path, default=None, help="where to write (default: tmp)")
     args = parser.parse_args()
@@ -164,11 +175,9 @@ async def main() -> None:
         print(f"storage benchmark in {base} (uvloop, {os.cpu_count()} cpus)")
         # Short alternating store/raw rounds: the disk's fsync latency drifts a lot on shared
         # machines, so each store round is compared with a raw replay right after it.
-        pairs: list[tuple[float, float, float]] = []
-        for r in range(args.rounds):
-            ((rate, sizes),) = await bench_append(base / f"append-{r}", args.entries, 1)
-            raw = bench_raw(base / f"raw-{r}.bin", sizes)
-            pairs.append((rate, raw, sum(sizes) / len(sizes)))
+        raw_replay = RawReplay(base / "raw.bin")
+        pairs = await bench_append(base / "append", args.entries, args.rounds, raw_replay)
+        raw_replay.close()
         ratios = sorted(rate / raw for rate, raw, _ in pairs)
         rate = statistics.median(p[0] for p in pairs)
         raw = statistics.median(p[1] for p in pairs)
@@ -177,10 +186,13 @@ async def main() -> None:
               f"1 KiB entries), {APPENDERS} appenders, avg group commit {avg:.1f} entries, "
               f"{args.rounds} rounds of {args.entries:,}")
         print(f"raw os.write+fdatasync replaying the same batch sizes: median {raw:,.0f} entries/s "
-              f"(fsync ~{1e3 * avg / raw:.2f} ms per batch)")
+              f"(~{1e3 * avg / raw:.2f} ms per write+fdatasync)")
         print(f"ratio store/raw: median {statistics.median(ratios):.2f} "
-              f"(min {ratios[0]:.2f}, max {ratios[-1]:.2f}; target >= 0.7)")
-        ((cpu_rate, _),) = await bench_append(base / "append-nofsync", args.entries, 1, False)
+              f"(quartiles {ratios[len(ratios) // 4]:.2f}..{ratios[3 * len(ratios) // 4]:.2f}; "
+              f"target >= 0.7)")
+        ((cpu_rate, _, _),) = await bench_append(
+            base / "append-nofsync", args.entries * 4, 1, None, fsync=False
+        )
         print(f"CPU cost without fsync (fsync=False): {cpu_rate:,.0f} entries/s = "
               f"{1e6 / cpu_rate:.1f} us per entry (loop + writer thread)")
         eps, mbps, scan = await bench_read(base / "read", args.read_entries)

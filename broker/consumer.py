@@ -32,9 +32,12 @@ if TYPE_CHECKING:
     from broker.consumer_side import ConsumerSide
     from broker.subscription import Subscription
 
-__all__ = ["SUB_TYPE_NAMES", "Consumer", "HashRange"]
+__all__ = ["MAX_UNACKED_MESSAGES_PER_CONSUMER", "SUB_TYPE_NAMES", "Consumer", "HashRange"]
 
 SUB_TYPE_NAMES = {0: "Exclusive", 1: "Shared", 2: "Failover", 3: "Key_Shared"}
+#: Pulsar's maxUnackedMessagesPerConsumer: a Shared/Key_Shared consumer holding this many
+#: unacknowledged messages gets nothing more until it acks (protects against a stuck client).
+MAX_UNACKED_MESSAGES_PER_CONSUMER = 50_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,8 +107,14 @@ class Consumer:
         return not getattr(self.side.connection, "writes_paused", False)
 
     @property
+    def blocked_on_unacked(self) -> bool:
+        return self.sub_type in (1, 3) and \
+            self.unacked_messages >= MAX_UNACKED_MESSAGES_PER_CONSUMER
+
+    @property
     def available(self) -> bool:
-        return self.permits > 0 and not self.closed and self.writable
+        return (self.permits > 0 and not self.closed and self.writable
+                and not self.blocked_on_unacked)
 
     def send(
         self,
@@ -199,7 +208,7 @@ class Consumer:
             "availablePermits": self.permits,
             "unackedMessages": self.unacked_messages,
             "avgMessagesPerEntry": 0,
-            "blockedConsumerOnUnackedMsgs": False,
+            "blockedConsumerOnUnackedMsgs": self.blocked_on_unacked,
             "lastAckedTimestamp": self.last_acked_ms,
             "lastConsumedTimestamp": self.last_consumed_ms,
             "lastConsumedFlowTimestamp": self.last_flow_ms,

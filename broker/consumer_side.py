@@ -43,6 +43,7 @@ __all__ = ["ConsumerSide"]
 log = logging.getLogger(__name__)
 
 _U64 = (1 << 64) - 1
+_I64 = 1 << 63
 
 
 class ConsumerSide:
@@ -155,10 +156,13 @@ class ConsumerSide:
                     cmd.consumer_id, cmd.request_id, error=ServerError.ConsumerNotFound,
                     message="Consumer not found"))
             return
-        ids = [
-            (Position(*wire_position(m.ledgerId, m.entryId)), list(m.ack_set) or None)
-            for m in cmd.message_id
-        ]
+        ids: list[tuple[Position, list[int] | None]] = []
+        for m in cmd.message_id:  # hot path: one ACK carries up to 1000 ids
+            lid, eid = m.ledgerId, m.entryId
+            if lid >= _I64 or eid >= _I64:
+                lid, eid = wire_position(lid, eid)
+            ack_set = m.ack_set
+            ids.append((Position(lid, eid), list(ack_set) if ack_set else None))
         consumer.msg_ack_counter += len(ids)
         consumer.last_acked_ms = _now_ms()
         consumer.subscription.acknowledge(
@@ -242,7 +246,7 @@ class ConsumerSide:
             consumerName=consumer.name,
             availablePermits=max(0, consumer.permits),
             unackedMessages=consumer.unacked_messages,
-            blockedConsumerOnUnackedMsgs=False,
+            blockedConsumerOnUnackedMsgs=consumer.blocked_on_unacked,
             address=self.remote_address,
             connectedSince=str(consumer.connected_since_ms),
             type=consumer.sub_type_name,

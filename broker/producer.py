@@ -66,14 +66,16 @@ class _Pending:
     __slots__ = ("error", "future", "highest_sequence_id", "messages", "sequence_id",
                  "size", "started")
 
-    def __init__(self, sequence_id: int, highest_sequence_id: int, started: float) -> None:
+    def __init__(self, sequence_id: int, highest_sequence_id: int, started: float,
+                 future: asyncio.Future[Any] | None, error: RequestError | None,
+                 messages: int, size: int) -> None:
         self.sequence_id = sequence_id
         self.highest_sequence_id = highest_sequence_id
         self.started = started
-        self.future: asyncio.Future[Any] | None = None
-        self.error: RequestError | None = None
-        self.messages = 0
-        self.size = 0
+        self.future = future
+        self.error = error
+        self.messages = messages
+        self.size = size
 
 
 class Producer:
@@ -112,12 +114,9 @@ class Producer:
 
     # ------------------------------------------------------------------ hot path
 
-    def on_send(self, frame: Frame) -> None:
-        send = frame.command.send
-        item = _Pending(send.sequence_id, send.highest_sequence_id, self._loop.time())
-        queue = self._queue
-        queue.append(item)
-        self.connection.publish_started()
+    def on_send(self, frame: Frame, send: pb.CommandSend) -> None:
+        """One SEND (*send* is ``frame.command.send``, already looked up by the caller)."""
+        started = self._loop.time()
         entry = frame.entry
         try:
             if self._failed is not None:
@@ -126,11 +125,15 @@ class Producer:
                 raise ChecksumError("SEND without a payload")
             if frame.checksum_valid is False:
                 raise ChecksumError("Checksum failed on the broker")
-            item.future, item.messages = self.topic.publish(entry)
-            item.size = len(entry)
+            fut, messages = self.topic.publish(entry)
+            item = _Pending(send.sequence_id, send.highest_sequence_id, started, fut, None,
+                            messages, len(entry))
         except RequestError as exc:
-            item.error = exc
-        if queue[0] is item:
+            item = _Pending(send.sequence_id, send.highest_sequence_id, started, None, exc, 0, 0)
+        queue = self._queue
+        queue.append(item)
+        self.connection.publish_started()
+        if len(queue) == 1:
             self._watch_head()
 
     def _watch_head(self) -> None:

@@ -3,8 +3,9 @@
 Theory of operation
 -------------------
 A :class:`Subscription` is opened by the topic (:meth:`Subscription.open`): durable ones own a
-storage ``ManagedCursor`` (acks persisted), readers (``durable=False``) a :class:`MemoryCursor`
-with the same interface that lives as long as the reader. The dispatcher is created for the
+storage ``ManagedCursor`` (acks persisted), readers (``durable=False``) a
+:class:`broker.dispatchers.cursors.MemoryCursor` with the same interface that lives as long as
+the reader. The dispatcher is created for the
 subscription type of the first consumer and replaced only when every consumer has left and one
 of another type arrives (then the cursor is rewound to the first unacknowledged entry).
 
@@ -33,6 +34,14 @@ from broker.dispatchers import (
     SharedDispatcher,
     SingleActiveDispatcher,
 )
+from broker.dispatchers.cursors import (
+    MemoryCursor,
+    before,
+    normalize_target,
+    reader_mark_delete,
+    tail_position,
+    wire_position,
+)
 from protocol.errors import (
     ConsumerBusyError,
     MetadataError,
@@ -46,106 +55,12 @@ if TYPE_CHECKING:
     from broker.delayed.policy import DelayPolicy
     from broker.delayed.tracker import DelayedDeliveryTracker
 
-__all__ = ["BUCKET_PROPERTY_PREFIX", "MemoryCursor", "Subscription", "wire_position"]
+__all__ = ["BUCKET_PROPERTY_PREFIX", "MemoryCursor", "Subscription", "tail_position", "wire_position"]
 
 log = logging.getLogger(__name__)
 
 BUCKET_PROPERTY_PREFIX = "#pulsar.internal.delayed.bucket"
 EXCLUSIVE, SHARED, FAILOVER, KEY_SHARED = 0, 1, 2, 3
-_LATEST_LEDGER = (1 << 63) - 1  # Pulsar's MessageId.latest ledger id (Long.MAX_VALUE)
-
-
-def wire_position(ledger_id: int, entry_id: int) -> tuple[int, int]:
-    """uint64 wire ids as the signed longs the Java broker sees (-1 arrives as 2**64-1)."""
-    if ledger_id >= 1 << 63:
-        ledger_id -= 1 << 64
-    if entry_id >= 1 << 63:
-        entry_id -= 1 << 64
-    return ledger_id, entry_id
-
-
-def _before(pos: Position) -> Position:
-    return Position(pos.ledger_id, pos.entry_id - 1)
-
-
-def tail_position(ledger: Any) -> Position:
-    """The last entry, or (current ledger, -1) when the topic holds none (Pulsar's LAC)."""
-    last: Position | None = ledger.last_confirmed
-    if last is not None:
-        return last
-    infos = ledger.ledgers
-    return Position(infos[-1].ledger_id, -1) if infos else Position(-1, -1)
-
-
-class MemoryCursor:
-    """A non-durable cursor for readers, with the ManagedCursor interface the broker uses."""
-
-    def __init__(self, ledger: Any, name: str, mark_delete: Position) -> None:
-        self.name = name
-        self._ledger = ledger
-        self._md = mark_delete
-        self.read_position = ledger.next_position(mark_delete)
-        self.revision = 0
-        self._deleted: set[Position] = set()
-        self._properties: dict[str, str] = {}
-        self.persisted_size_bytes = 0
-
-    @property
-    def mark_delete_position(self) -> Position:
-        return self._md
-
-    @property
-    def properties(self) -> dict[str, str]:
-        return dict(self._properties)
-
-    def set_property(self, key: str, value: str) -> None:
-        self._properties[key] = value
-
-    def remove_property(self, key: str) -> None:
-        self._properties.pop(key, None)
-
-    def is_deleted(self, pos: Position) -> bool:
-        return pos <= self._md or pos in self._deleted
-
-    def delete(self, positions: Iterable[Position]) -> None:
-        self._deleted.update(p for p in positions if p > self._md)
-        self._advance()
-
-    def mark_delete(self, pos: Position) -> None:
-        if pos > self._md:
-            self._md = pos
-            self._advance()
-
-    def reset(self, pos: Position) -> None:
-        self.read_position = pos
-        self._md = _before(pos)
-        self._deleted.clear()
-
-    def _advance(self) -> None:
-        last = self._ledger.last_confirmed
-        while last is not None and self._md < last:
-            nxt = self._ledger.next_position(self._md)
-            if nxt not in self._deleted:
-                break
-            self._md = nxt
-        self._deleted = {p for p in self._deleted if p > self._md}
-        if self.read_position <= self._md:
-            self.read_position = self._ledger.next_position(self._md)
-
-    @property
-    def individually_deleted_count(self) -> int:
-        return len(self._deleted)
-
-    @property
-    def backlog(self) -> int:
-        last = self._ledger.last_confirmed
-        if last is None or last <= self._md:
-            return 0
-        between: int = self._ledger.entries_between(self._md, last)
-        return max(0, between - len(self._deleted))
-
-    async def flush(self) -> None:
-        return None
 
 
 class Subscription:
@@ -196,11 +111,11 @@ class Subscription:
             if start_message_id is not None and not existed:
                 # Admin create-subscription at a message id: that entry is the first to read.
                 lid, eid = wire_position(*start_message_id)
-                cursor.reset(_normalize(ledger, lid, eid))
+                cursor.reset(normalize_target(ledger, lid, eid))
                 cursor.revision += 1
         else:
             cursor = MemoryCursor(
-                ledger, name, _reader_mark_delete(ledger, start_message_id, initial_position)
+                ledger, name, reader_mark_delete(ledger, start_message_id, initial_position)
             )
         if durable:
             # Only acks survive a restart: everything unacknowledged is read again (Pulsar
@@ -374,7 +289,7 @@ class Subscription:
         if cumulative:
             pos, ack_set = ids[-1]
             partial = ack_set is not None and self._merge_ack_set(consumer, pos, ack_set)
-            upto = _before(pos) if partial else pos
+            upto = before(pos) if partial else pos
             if upto > cursor.mark_delete_position:
                 cursor.mark_delete(upto)
             acked = [p for p in consumer.pending if p <= upto]
@@ -437,7 +352,7 @@ class Subscription:
             self.dispatcher.schedule()
 
     def _normalize_target(self, ledger_id: int, entry_id: int) -> Position:
-        return _normalize(self.ledger, ledger_id, entry_id)
+        return normalize_target(self.ledger, ledger_id, entry_id)
 
     async def reset_cursor(self, position: tuple[int, int] | Position) -> None:
         """Seek / admin reset-cursor to a message id: the next entry read is that one."""
@@ -607,42 +522,6 @@ class Subscription:
             "readPosition": str(self.cursor.read_position),
             "cursorRevision": self.cursor.revision,
         }
-
-
-def _normalize(ledger: Any, ledger_id: int, entry_id: int) -> Position:
-    """A seek target: MessageId.latest -> after the last entry, earliest -> the first entry."""
-    after_last: Position = ledger.next_position(tail_position(ledger))
-    if ledger_id >= _LATEST_LEDGER:
-        return after_last
-    if ledger_id < 0 or entry_id < 0:
-        first: Position | None = ledger.first_position
-        return first if first is not None else after_last
-    return Position(ledger_id, entry_id)
-
-
-def _reader_mark_delete(
-    ledger: Any, start: tuple[int, int] | None, initial_position: str
-) -> Position:
-    """Where a reader's cursor starts (mark-delete; reading begins right after it).
-
-    As Pulsar's NonDurableCursorImpl: no start id or MessageId.latest -> the initial position;
-    MessageId.earliest -> before the first entry; a real id (l, e) -> (l, e - 1), so the entry
-    itself is delivered and the client drops it unless startMessageIdInclusive.
-    """
-    if start is not None:
-        lid, eid = wire_position(*start)
-        if lid >= _LATEST_LEDGER:
-            start = None
-        elif lid < 0 or eid < 0:
-            initial_position = "earliest"
-            start = None
-        else:
-            return Position(lid, eid - 1)
-    if initial_position == "earliest":
-        first = ledger.first_position
-        if first is not None:
-            return _before(first)
-    return tail_position(ledger)
 
 
 def _rate_meter() -> Any:

@@ -314,8 +314,24 @@ def read_samples(spark: SparkSession, files: list[str]) -> DataFrame:
         .otherwise(F.lit("gauge"))
     )
     base_excluded = ("cluster", *GROUP_LABELS)
-    return raw.select(
+    labels = F.col("labels")
+    # Most Pulsar series carry only the group labels (plus `le` on buckets): answer those
+    # without the lambda-based canonical form, which Spark evaluates row by row.
+    n_labels = F.coalesce(F.size(labels), F.lit(0))
+    n_group = sum((labels[name].isNotNull().cast("int") for name in base_excluded), F.lit(0))
+    has_le = labels["le"].isNotNull()
+    other_labels = (
+        F.when(n_labels == n_group, F.lit(""))
+        .when(has_le & (n_labels == n_group + 1), F.concat(F.lit("le="), labels["le"]))
+        .otherwise(_canonical_labels(base_excluded))
+    )
+    hist_labels = F.when(n_labels == n_group + 1, F.lit("")).otherwise(
+        _canonical_labels((*base_excluded, "le"))
+    )
+    ok = ~bad & ~F.isnan(F.col("value"))
+    normalised = raw.select(
         bad.alias("bad"),
+        ok.alias("ok"),
         F.when(bad, F.col("_metadata.file_path")).alias("bad_file"),
         F.col("ts"),
         F.col("broker"),
@@ -323,30 +339,34 @@ def read_samples(spark: SparkSession, files: list[str]) -> DataFrame:
         metric.alias("metric"),
         (~ftype.isin(*KNOWN_TYPES)).alias("unknown_type"),
         kind.alias("kind"),
-        *[F.coalesce(F.col("labels")[name], F.lit("")).alias(name) for name in GROUP_LABELS],
-        _canonical_labels(base_excluded).alias("labels"),
-        F.when(is_bucket, F.col("labels")["le"].cast("double")).alias("le"),
-        F.when(is_bucket, _canonical_labels((*base_excluded, "le"))).alias("hist_labels"),
+        *[F.coalesce(labels[name], F.lit("")).alias(name) for name in GROUP_LABELS],
+        other_labels.alias("labels"),
+        F.when(is_bucket, labels["le"].try_cast("double")).alias("le"),
+        F.when(is_bucket, hist_labels).alias("hist_labels"),
         F.col("value"),
     )
+    series_cols = ("broker", "cluster", "metric", *GROUP_LABELS, "labels")
+    # A 64-bit hash first makes the series sort compare longs, not strings, almost always.
+    return normalised.withColumn("series_id", F.xxhash64(*series_cols))
+
+
+_SERIES_COLUMNS = ("broker", "cluster", "metric", *GROUP_LABELS, "labels")
 
 
 def with_series_deltas(samples: DataFrame) -> DataFrame:
     """Add each counter sample's increase since the previous sample of its series.
 
     ``delta`` is null on a series' first sample (``is_first``); the first-sample rule needs
-    the brokers' first timestamps and is applied at aggregation (:func:`_increase`).
+    the brokers' first timestamps and is applied at aggregation (:func:`_increase`). Bad and
+    NaN lines stay in the frame (flag ``ok`` false, series of their own) for the statistics.
     """
     from pyspark.sql import Window as W
     from pyspark.sql import functions as F
 
-    series = W.partitionBy("broker", "cluster", "metric", *GROUP_LABELS, "labels").orderBy(
-        "ts", "value"
-    )
+    series = W.partitionBy("ok", "series_id", *_SERIES_COLUMNS).orderBy("ts", "value")
     prev = F.lag("value").over(series)
-    counting = F.col("kind").isin("counter", "bucket")
-    valid = samples.filter(~F.col("bad") & ~F.isnan("value"))
-    return valid.select(
+    counting = F.col("ok") & F.col("kind").isin("counter", "bucket")
+    return samples.select(
         "*",
         prev.isNull().alias("is_first"),
         F.when(counting & prev.isNotNull() & (F.col("value") < prev), F.lit(1))
@@ -359,10 +379,10 @@ def with_series_deltas(samples: DataFrame) -> DataFrame:
 
 
 def collect_stats(samples: DataFrame, stats: InputStats) -> None:
-    """One pass over the cached samples: counts, bad lines, each broker's first timestamp."""
+    """One pass over the cached series: counts, bad lines, each broker's first timestamp."""
     from pyspark.sql import functions as F
 
-    ok = ~F.col("bad") & ~F.isnan("value")
+    ok = F.col("ok")
     per_broker = (
         samples.groupBy("broker")
         .agg(
@@ -426,7 +446,7 @@ def _windowed(series: DataFrame, windows: Sequence[Window], span: tuple[int, int
     start, end = span
     specs = [F.struct(F.lit(w.name).alias("n"), F.lit(w.ms).alias("ms")) for w in windows]
     specs.append(F.struct(F.lit(ALL_WINDOW).alias("n"), F.lit(0).cast("long").alias("ms")))
-    exploded = series.withColumn("_w", F.explode(F.array(*specs)))
+    exploded = series.filter(F.col("ok")).withColumn("_w", F.explode(F.array(*specs)))
     whole = F.col("_w.ms") == 0
     return exploded.select(
         "*",
@@ -445,12 +465,23 @@ def aggregate_counters(windowed: DataFrame, first_ts_by_broker: dict[str, int]) 
     """Counters and histogram buckets: increase and rate per window and group."""
     from pyspark.sql import functions as F
 
-    counters = windowed.filter(F.col("kind").isin("counter", "bucket"))
-    out = counters.groupBy(*_KEYS, "kind", "le", "hist_labels").agg(
-        F.sum(_increase(first_ts_by_broker)).alias("increase"),
-        F.count(F.lit(1)).alias("samples"),
-        F.sum("reset").cast("long").alias("resets"),
-        F.size(F.collect_set("broker")).alias("brokers"),
+    keys = (*_KEYS, "kind", "le", "hist_labels")
+    # Two plain aggregations (per broker, then summed) rather than collect_set(broker):
+    # sums and counts stay in Spark's fast hash aggregate.
+    per_broker = (
+        windowed.filter(F.col("kind").isin("counter", "bucket"))
+        .groupBy(*keys, "broker")
+        .agg(
+            F.sum(_increase(first_ts_by_broker)).alias("increase"),
+            F.count(F.lit(1)).alias("samples"),
+            F.sum("reset").alias("resets"),
+        )
+    )
+    out = per_broker.groupBy(*keys).agg(
+        F.sum("increase").alias("increase"),
+        F.sum("samples").alias("samples"),
+        F.sum("resets").cast("long").alias("resets"),
+        F.count(F.lit(1)).cast("int").alias("brokers"),
     )
     rate = F.when(F.col("window_ms") > 0, F.col("increase") / (F.col("window_ms") / 1000.0))
     return out.withColumn("rate_per_s", rate)
@@ -661,11 +692,13 @@ def run(spark: SparkSession, args: argparse.Namespace, listing: InputListing | N
     stats = InputStats(files_read=len(listing.files), files_skipped=list(listing.skipped))
 
     log.info("[2/5] parsing %d files", len(listing.files))
-    samples = read_samples(spark, listing.files).persist(StorageLevel.MEMORY_AND_DISK)
-    series: DataFrame | None = None
+    # The one cache: parsed samples in series order with their deltas. Statistics, every
+    # window and the summary read it; the JSON is parsed once.
+    series = with_series_deltas(read_samples(spark, listing.files))
+    series = series.persist(StorageLevel.MEMORY_AND_DISK)
     result: DataFrame | None = None
     try:
-        collect_stats(samples, stats)
+        collect_stats(series, stats)
         for path, count in stats.bad_by_file:
             log.warning("skipped %d bad line(s) in %s", count, path)
         if stats.nan_values:
@@ -685,13 +718,11 @@ def run(spark: SparkSession, args: argparse.Namespace, listing: InputListing | N
         )
 
         log.info("[3/5] rolling up windows %s", ", ".join(w.name for w in windows))
-        series = with_series_deltas(samples).persist(StorageLevel.MEMORY_AND_DISK)
         result = rollup(series, windows, stats).persist(StorageLevel.MEMORY_AND_DISK)
         out_dir = args.output.rstrip("/")
         log.info("[4/5] writing Parquet to %s/rollup", out_dir)
         written = result.filter(F.col("window") != ALL_WINDOW)
         written.write.mode("overwrite").partitionBy("date", "window").parquet(f"{out_dir}/rollup")
-        samples.unpersist()
         series.unpersist()
         counts = {r["window"]: int(r["count"]) for r in written.groupBy("window").count().collect()}
         for window in windows:
@@ -702,9 +733,9 @@ def run(spark: SparkSession, args: argparse.Namespace, listing: InputListing | N
             out_dir, args.input, [w.name for w in windows], stats, result, args.top
         )
     finally:
-        for frame in (samples, series, result):
-            if frame is not None:
-                frame.unpersist()
+        series.unpersist()
+        if result is not None:
+            result.unpersist()
     log.info("done in %.1fs", time.monotonic() - started)
     return EXIT_OK
 

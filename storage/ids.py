@@ -25,7 +25,8 @@ class IdAllocator:
         self._path = path
         self._next = next_id
         self._high_water = high_water
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # guards _next and _high_water (held for microseconds)
+        self._write_lock = threading.Lock()  # one counter file write at a time
 
     @classmethod
     def load(cls, ops: FileOps, path: Path, max_seen: int) -> IdAllocator:
@@ -47,13 +48,17 @@ class IdAllocator:
             return value
 
     def ensure_durable(self, value: int) -> None:
-        """Blocking: make sure the persisted high-water mark is above value."""
-        with self._lock:
-            if value < self._high_water:
-                return
-            high_water = max(value + 1, self._next) + ID_BLOCK
+        """Blocking (threads only): make sure the persisted high-water mark is above value.
+        The file is written outside the allocation lock, so allocate() on the loop never
+        waits for an fsync."""
+        with self._write_lock:
+            with self._lock:
+                if value < self._high_water:
+                    return
+                high_water = max(value + 1, self._next) + ID_BLOCK
             self._ops.atomic_write(self._path, str(high_water).encode("ascii"))
-            self._high_water = high_water
+            with self._lock:
+                self._high_water = high_water
 
     @property
     def next_id(self) -> int:

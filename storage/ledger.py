@@ -423,6 +423,7 @@ class ManagedLedger:
         cursor = self._cursors.get(name)
         if cursor is not None:
             return cursor
+        self._check_open()
         if initial_position == "earliest":
             first_ledger = self._ledger_ids[0]
             mark_delete = Position(first_ledger, -1)

@@ -34,9 +34,11 @@ from storage.fileops import FileOps
 SEGMENT_MAGIC = b"HORAESG1"
 _FILE_HEADER = struct.Struct("<8sQQI")  # magic, ledger_id, created_ms, reserved; then crc u32
 FILE_HEADER_SIZE = _FILE_HEADER.size + 4  # 32
-_RECORD_HEADER = struct.Struct("<IIQ")  # length, crc32c, entry_id
+RECORD_HEADER = struct.Struct("<IIQ")  # length, crc32c, entry_id
+_RECORD_HEADER = RECORD_HEADER
 RECORD_HEADER_SIZE = _RECORD_HEADER.size  # 16
-_CRC_PREFIX = struct.Struct("<IQ")  # what the crc covers before the data: length, entry_id
+CRC_PREFIX = struct.Struct("<IQ")  # what the crc covers before the data: length, entry_id
+_CRC_PREFIX = CRC_PREFIX
 _ENTRY_ID = struct.Struct("<Q")
 MAX_RECORD_BYTES = 64 * 1024 * 1024
 """Larger lengths are treated as corruption (entries are <= 5 MiB + padding on the wire)."""

@@ -235,7 +235,10 @@ class SegmentStore:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._flush_task
         for ml in list(self._open.values()):
-            await ml.close()
+            try:
+                await ml.close()
+            except Exception:  # keep closing the rest: their cursors deserve a flush too
+                log.exception("storage: closing %s failed", ml.name)
         await self.writer.stop()
         loop = self._loop
         await loop.run_in_executor(None, self._io_pool.shutdown, True)

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import logging
 import os
 import threading
@@ -32,11 +31,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
+from crc32c import crc32c
+
 from storage.errors import PersistenceError
 from storage.fileops import FileOps
 from storage.ids import IdAllocator
 from storage.positions import Position
-from storage.segments import encode_file_header, encode_record_header
+from storage.segments import CRC_PREFIX, RECORD_HEADER, RECORD_HEADER_SIZE, encode_file_header
 
 log = logging.getLogger("horae.storage")
 
@@ -269,31 +270,31 @@ class GroupCommitWriter:
     def _write_segment(self, segment: SegmentFile, items: list[AppendItem]) -> None:
         if segment.fd < 0:
             self._open_segment(segment)
+        # Hot loop (holds the GIL): header packing and CRC inlined, no per-record calls.
+        pack_header = RECORD_HEADER.pack
+        pack_prefix = CRC_PREFIX.pack
         buffers: list[bytes] = []
         offsets: list[int] = []
         lengths: list[int] = []
-        offset = segment.write_offset
+        start = offset = segment.write_offset
         for item in items:
             data = item[3]
-            buffers.append(encode_record_header(item[2], data))
+            entry_id = item[2]
+            length = len(data)
+            buffers.append(
+                pack_header(length, crc32c(data, crc32c(pack_prefix(length, entry_id))), entry_id)
+            )
             buffers.append(data)
             offsets.append(offset)
-            lengths.append(len(data))
-            offset += 16 + len(data)
-        total = offset - segment.write_offset
-        written = 0
-        index = 0
-        while index < len(buffers):
-            chunk = buffers[index : index + _IOV_MAX]
-            n = self._ops.writev(segment.fd, chunk)
-            want = sum(len(b) for b in chunk)
-            if n < want:  # a short write: finish this chunk byte-wise
-                rest = b"".join(chunk)[n:]
-                self._ops.write_all(segment.fd, rest)
-            written += want
-            index += _IOV_MAX
-        if written != total:
-            raise OSError(errno.EIO, "short segment write")
+            lengths.append(length)
+            offset += RECORD_HEADER_SIZE + length
+        total = offset - start
+        if len(buffers) <= _IOV_MAX:
+            written = self._ops.writev(segment.fd, buffers)
+            if written < total:  # a short write: finish it with plain writes
+                self._ops.write_all(segment.fd, memoryview(b"".join(buffers))[written:])
+        else:
+            self._ops.write_all(segment.fd, b"".join(buffers))
         segment.write_offset = offset
         segment.offsets.extend(offsets)
         segment.lengths.extend(lengths)

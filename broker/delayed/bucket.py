@@ -56,6 +56,7 @@ Metrics, read by the collector as plain attributes:
                           succeed/failed (the collector derives Pulsar's state="all" as the sum)
   ``op_latency_buckets``  dict[type, list[int]]: counts of succeeded ops by latency, buckets
                           <= 50, 100, 500, 1000, 5000, 30000, 60000 ms and the overflow (8 ints)
+  ``op_latency_sum_ms``   dict[type, float]: total latency of the succeeded ops (histogram sum)
   ``memory_bytes``        pulsar_delayed_message_index_size_bytes
 """
 
@@ -151,6 +152,7 @@ class BucketDelayedDeliveryTracker(BucketLifecycle, DelayedDeliveryTracker):
             (t, s): 0 for t in OP_TYPES for s in OP_STATES}
         self.op_latency_buckets: dict[str, list[int]] = {
             t: [0] * (len(LATENCY_BOUNDS_MS) + 1) for t in OP_TYPES}
+        self.op_latency_sum_ms: dict[str, float] = {t: 0.0 for t in OP_TYPES}
 
     # --- bookkeeping -----------------------------------------------------------------------
 

@@ -147,6 +147,7 @@ class BucketLifecycle:
     snapshot_size_bytes: int
     op_count: dict[tuple[str, str], int]
     op_latency_buckets: dict[str, list[int]]
+    op_latency_sum_ms: dict[str, float]
 
     def _after_change(self) -> None:
         raise NotImplementedError
@@ -159,6 +160,7 @@ class BucketLifecycle:
         if ok and started is not None:
             elapsed_ms = (time.monotonic() - started) * 1000.0
             self.op_latency_buckets[op][bisect_left(LATENCY_BOUNDS_MS, elapsed_ms)] += 1
+            self.op_latency_sum_ms[op] += elapsed_ms
 
     def _spawn(self, coro: Any) -> asyncio.Task[Any]:
         task: asyncio.Task[Any] = self._loop.create_task(coro)
@@ -442,8 +444,13 @@ class BucketLifecycle:
             cancels = [c for c in a.cancel_ops + b.cancel_ops
                        if not a.start_ledger <= c >> POSITION_BITS <= b.end_ledger]
             metadata, parts = await self._encode(segments, cancels)
-            snapshot_id = await self._snapshots.create(metadata, parts)
-            self._record("create", True, started)
+            create_started = time.monotonic()
+            try:
+                snapshot_id = await self._snapshots.create(metadata, parts)
+            except Exception:
+                self._record("create", False)
+                raise
+            self._record("create", True, create_started)
         except Exception:
             log.exception("merging delayed buckets %s and %s failed", a.key, b.key)
             self._record("merge", False)

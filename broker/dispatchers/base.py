@@ -236,13 +236,11 @@ class Dispatcher:
             else:
                 positions = list(islice(self.replay, min(budget, MAX_READ_ENTRIES)))
             before = len(self.replay)
-            entries = await self._read_positions(positions)
+            entries, missing = await self._read_positions(positions)
             if cursor.revision != revision or self._closed:
                 return True
-            found = {e.position for e in entries}
-            for pos in positions:
-                if pos not in found:
-                    self.discard_replay(pos)  # trimmed or gone: nothing to redeliver
+            for pos in missing:
+                self.discard_replay(pos)  # trimmed or dropped: nothing to redeliver
             if self._deliver(entries, from_replay=True, blocked=blocked) or \
                     len(self.replay) < before:
                 progressed = True
@@ -288,10 +286,17 @@ class Dispatcher:
     def _hash_routable(self, sticky_hash: int) -> bool:
         return True
 
-    async def _read_positions(self, positions: list[Position]) -> list[Entry]:
-        """Read scattered positions, one store read per run of consecutive entries."""
+    async def _read_positions(
+        self, positions: list[Position]
+    ) -> tuple[list[Entry], list[Position]]:
+        """Read scattered positions, one store read per run of consecutive entries.
+
+        Returns the entries and the positions known not to exist any more. A run cut short by
+        the read's byte limit leaves its tail neither read nor missing: it stays for next time.
+        """
         ledger = self.sub.ledger
         out: list[Entry] = []
+        missing: list[Position] = []
         i = 0
         n = len(positions)
         while i < n:
@@ -307,13 +312,21 @@ class Dispatcher:
                 entry = await ledger.read_entry(start)
                 if entry is not None:
                     out.append(entry)
+                else:
+                    missing.append(start)
             else:
-                wanted = set(positions[i:j])
-                for entry in await ledger.read_entries(start, j - i):
-                    if entry.position in wanted:
-                        out.append(entry)
+                run = positions[i:j]
+                in_run = set(run)
+                got = [e for e in await ledger.read_entries(start, j - i) if e.position in in_run]
+                if got:
+                    out.extend(got)
+                    found = {e.position for e in got}
+                    last = got[-1].position
+                    missing.extend(p for p in run if p < last and p not in found)
+                elif await ledger.read_entry(start) is None:
+                    missing.append(start)  # the next round retries the rest of the run
             i = j
-        return out
+        return out, missing
 
     def _deliver(self, entries: list[Entry], *, from_replay: bool, blocked: set[int]) -> int:
         """Route and queue entries; returns the number of entries sent."""

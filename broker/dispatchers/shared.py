@@ -40,7 +40,8 @@ class SharedDispatcher(Dispatcher):
         for step in range(n):
             i = (self._next + step) % n
             c = consumers[i]
-            if c.available and (best is None or c.priority_level < best.priority_level):
+            if c.permits > 0 and (best is None or c.priority_level < best.priority_level) \
+                    and c.available:
                 best = c
                 best_index = i
         if best is not None:

@@ -138,3 +138,19 @@ def test_a_message_near_the_5_mib_limit_round_trips(client: Any) -> None:
     msg = consumer.receive(10000)
     assert msg.data() == payload
     consumer.acknowledge(msg)
+
+
+def test_wait_for_exclusive_producer_gets_the_topic_when_the_exclusive_one_leaves(
+        client: Any) -> None:
+    topic = "persistent://public/default/e2e-wait-exclusive"
+    first = client.create_producer(topic, access_mode=pulsar.ProducerAccessMode.Exclusive)
+    created: list[Any] = []
+    waiter = threading.Thread(target=lambda: created.append(client.create_producer(
+        topic, access_mode=pulsar.ProducerAccessMode.WaitForExclusive)))
+    waiter.start()
+    waiter.join(1.0)
+    assert waiter.is_alive()  # queued behind the exclusive producer
+    first.close()
+    waiter.join(10)
+    assert len(created) == 1
+    created[0].send(b"mine now")

@@ -305,3 +305,21 @@ async def _settle_dispatch(sub: Any) -> None:
         await asyncio.sleep(0)
         if sub.dispatcher._task is None:
             return
+
+
+async def test_shared_consumer_with_too_many_unacked_messages_waits_for_acks(
+        ledger: Any, monkeypatch: Any) -> None:
+    import broker.consumer
+
+    monkeypatch.setattr(broker.consumer, "MAX_UNACKED_MESSAGES_PER_CONSUMER", 3)
+    sub, conn, consumer = await _setup(ledger, 10, sub_type=1)
+    consumer.permits = 100
+    sub.dispatcher.schedule()
+    await _settle_dispatch(sub)
+    assert len(conn.message_ids()) == 3
+    assert consumer.stats()["blockedConsumerOnUnackedMsgs"]
+    lid = ledger.last_confirmed.ledger_id
+    sub.acknowledge(consumer, [(Position(lid, 0), None), (Position(lid, 1), None)],
+                    cumulative=False)
+    await _settle_dispatch(sub)
+    assert len(conn.message_ids()) == 5

@@ -95,7 +95,7 @@ async def run(tracker: DelayedDeliveryTracker, loop: FakeLoop, ops: list[tuple],
     await tracker.close()
 
 
-SETTINGS = settings(max_examples=int(os.environ.get("HORAE_HYPOTHESIS_EXAMPLES", "150")), deadline=None,
+SETTINGS = settings(max_examples=int(os.environ.get("HORAE_HYPOTHESIS_EXAMPLES", "400")), deadline=None,
                     suppress_health_check=[HealthCheck.too_slow])
 
 

@@ -6,7 +6,9 @@ forever. Each acknowledged append is printed, flushed, as
   ACK <topic> <ledger_id> <entry_id> <length> <blake2b-64 hex>
 after its future resolved (i.e. after the group commit's fdatasync). Each topic has a cursor
 "sub" that individually acks every entry it appended (persisted at 50/s). The parent kills
-this process with SIGKILL at a random moment.
+this process with SIGKILL at a random moment. Meanwhile bucket snapshots are created (printed
+as ``SNAP <id> <segments> <blake2b of all parts>`` once create() returned) and some deleted
+(``DELETING <id>`` before delete(), ``DEL <id>`` once it returned).
 """
 
 from __future__ import annotations
@@ -55,7 +57,26 @@ async def main(root: Path, seed: int) -> None:
             cursors[topic].delete([pos])
             i += 1
 
-    await asyncio.gather(*(appender(k) for k in range(APPENDERS)))
+    async def snapshotter() -> None:
+        r = random.Random(seed * 7919)
+        created: list[int] = []
+        while True:
+            parts = [r.randbytes(r.randrange(0, 3000)) for _ in range(r.randrange(1, 5))]
+            snapshot_id = await store.snapshots.create(parts[0], parts[1:])
+            digest = hashlib.blake2b(b"".join(parts), digest_size=8).hexdigest()
+            out.write(f"SNAP {snapshot_id} {len(parts) - 1} {digest}\n")
+            out.flush()
+            created.append(snapshot_id)
+            if len(created) > 3 and r.random() < 0.5:
+                victim = created.pop(r.randrange(len(created)))
+                out.write(f"DELETING {victim}\n")  # from here on it may or may not exist
+                out.flush()
+                await store.snapshots.delete(victim)
+                out.write(f"DEL {victim}\n")
+                out.flush()
+            await asyncio.sleep(0.01)
+
+    await asyncio.gather(snapshotter(), *(appender(k) for k in range(APPENDERS)))
 
 
 if __name__ == "__main__":

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import os
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -86,4 +88,26 @@ async def test_futures_already_queued_behind_a_failed_batch_fail_too(tmp_path: P
     assert acked == []
     assert failures == 16
     assert store.stats()["failed_fsyncs"] >= 1
+    await store.close()
+
+
+class ShortWriteOps(FaultyFileOps):
+    """writev writes only half of its first buffer, as a full disk or a signal might."""
+
+    def writev(self, fd: int, buffers: Sequence[bytes | memoryview]) -> int:
+        first = bytes(buffers[0])
+        return os.write(fd, first[: max(1, len(first) // 2)])
+
+
+async def test_short_writes_are_completed_not_acknowledged_torn(tmp_path: Path) -> None:
+    store = await SegmentStore.open(tmp_path, file_ops=ShortWriteOps())
+    ml = await store.open_ledger(TOPIC)
+    payloads = [b"short-%d" % i * (i + 1) for i in range(30)]
+    positions = await asyncio.gather(*(ml.append(p) for p in payloads))
+    await store.close()
+    store = await SegmentStore.open(tmp_path)
+    ml = await store.open_ledger(TOPIC)
+    got = await ml.read_entries(positions[0], 100)
+    assert [e.data for e in got] == payloads
+    assert store.recovery_report.events == ()
     await store.close()

@@ -1,0 +1,155 @@
+"""Cursor helpers shared by subscriptions and dispatchers: reader cursors and wire ids.
+
+Theory of operation
+-------------------
+Durable subscriptions use the storage ``ManagedCursor``. A reader (non-durable subscription)
+gets a :class:`MemoryCursor` with the same interface, living as long as the reader: its acks are
+a set of positions beyond its mark-delete position. Where a reader starts follows Pulsar's
+NonDurableCursorImpl (:func:`reader_mark_delete`): reading begins right after the mark-delete
+position, so a start id ``(l, e)`` becomes mark-delete ``(l, e - 1)`` and the entry itself is
+delivered (the client drops it unless ``startMessageIdInclusive``).
+
+Ids arrive as uint64 on the wire: Pulsar's ``-1`` is ``2**64 - 1`` (:func:`wire_position`), and
+``MessageId.latest`` is ``(Long.MAX_VALUE, Long.MAX_VALUE)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from storage.positions import Position
+
+__all__ = ["LATEST_LEDGER", "MemoryCursor", "before", "normalize_target", "reader_mark_delete",
+           "tail_position", "wire_position"]
+
+LATEST_LEDGER = (1 << 63) - 1  # Pulsar's MessageId.latest ledger id (Long.MAX_VALUE)
+
+
+def wire_position(ledger_id: int, entry_id: int) -> tuple[int, int]:
+    """uint64 wire ids as the signed longs the Java broker sees (-1 arrives as 2**64-1)."""
+    if ledger_id >= 1 << 63:
+        ledger_id -= 1 << 64
+    if entry_id >= 1 << 63:
+        entry_id -= 1 << 64
+    return ledger_id, entry_id
+
+
+def before(pos: Position) -> Position:
+    return Position(pos.ledger_id, pos.entry_id - 1)
+
+
+def tail_position(ledger: Any) -> Position:
+    """The last entry, or (current ledger, -1) when the topic holds none (Pulsar's LAC)."""
+    last: Position | None = ledger.last_confirmed
+    if last is not None:
+        return last
+    infos = ledger.ledgers
+    return Position(infos[-1].ledger_id, -1) if infos else Position(-1, -1)
+
+
+class MemoryCursor:
+    """A non-durable cursor for readers, with the ManagedCursor interface the broker uses."""
+
+    def __init__(self, ledger: Any, name: str, mark_delete: Position) -> None:
+        self.name = name
+        self._ledger = ledger
+        self._md = mark_delete
+        self.read_position = ledger.next_position(mark_delete)
+        self.revision = 0
+        self._deleted: set[Position] = set()
+        self._properties: dict[str, str] = {}
+        self.persisted_size_bytes = 0
+
+    @property
+    def mark_delete_position(self) -> Position:
+        return self._md
+
+    @property
+    def properties(self) -> dict[str, str]:
+        return dict(self._properties)
+
+    def set_property(self, key: str, value: str) -> None:
+        self._properties[key] = value
+
+    def remove_property(self, key: str) -> None:
+        self._properties.pop(key, None)
+
+    def is_deleted(self, pos: Position) -> bool:
+        return pos <= self._md or pos in self._deleted
+
+    def delete(self, positions: Iterable[Position]) -> None:
+        self._deleted.update(p for p in positions if p > self._md)
+        self._advance()
+
+    def mark_delete(self, pos: Position) -> None:
+        if pos > self._md:
+            self._md = pos
+            self._advance()
+
+    def reset(self, pos: Position) -> None:
+        self.read_position = pos
+        self._md = before(pos)
+        self._deleted.clear()
+
+    def _advance(self) -> None:
+        last = self._ledger.last_confirmed
+        while last is not None and self._md < last:
+            nxt = self._ledger.next_position(self._md)
+            if nxt not in self._deleted:
+                break
+            self._md = nxt
+        self._deleted = {p for p in self._deleted if p > self._md}
+        if self.read_position <= self._md:
+            self.read_position = self._ledger.next_position(self._md)
+
+    @property
+    def individually_deleted_count(self) -> int:
+        return len(self._deleted)
+
+    @property
+    def backlog(self) -> int:
+        last = self._ledger.last_confirmed
+        if last is None or last <= self._md:
+            return 0
+        between: int = self._ledger.entries_between(self._md, last)
+        return max(0, between - len(self._deleted))
+
+    async def flush(self) -> None:
+        return None
+
+
+def normalize_target(ledger: Any, ledger_id: int, entry_id: int) -> Position:
+    """A seek target: MessageId.latest -> after the last entry, earliest -> the first entry."""
+    after_last: Position = ledger.next_position(tail_position(ledger))
+    if ledger_id >= LATEST_LEDGER:
+        return after_last
+    if ledger_id < 0 or entry_id < 0:
+        first: Position | None = ledger.first_position
+        return first if first is not None else after_last
+    return Position(ledger_id, entry_id)
+
+
+def reader_mark_delete(
+    ledger: Any, start: tuple[int, int] | None, initial_position: str
+) -> Position:
+    """Where a reader's cursor starts (mark-delete; reading begins right after it).
+
+    As Pulsar's NonDurableCursorImpl: no start id or MessageId.latest -> the initial position;
+    MessageId.earliest -> before the first entry; a real id (l, e) -> (l, e - 1), so the entry
+    itself is delivered and the client drops it unless startMessageIdInclusive.
+    """
+    if start is not None:
+        lid, eid = wire_position(*start)
+        if lid >= LATEST_LEDGER:
+            start = None
+        elif lid < 0 or eid < 0:
+            initial_position = "earliest"
+            start = None
+        else:
+            return Position(lid, eid - 1)
+    if initial_position == "earliest":
+        first = ledger.first_position
+        if first is not None:
+            return before(first)
+    return tail_position(ledger)
