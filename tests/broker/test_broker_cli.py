@@ -49,10 +49,11 @@ def test_bad_config_key_exits_2_naming_the_key(tmp_path: pathlib.Path) -> None:
 
 
 def test_serve_works_and_sigterm_exits_0(run_broker_process: Any, tmp_path: pathlib.Path) -> None:
-    proc = run_broker_process(tmp_path / "data")
+    proc = run_broker_process(tmp_path / "data", config_overrides={"clusterName": "c9"})
     c = make_client(proc.service_url)
     try:
         producer = c.create_producer("persistent://public/default/cli")
+        assert producer.producer_name().startswith("c9-")  # the TOML config was applied
         consumer = c.subscribe("persistent://public/default/cli", "s",
                                initial_position=pulsar.InitialPosition.Earliest)
         producer.send(b"hello")
@@ -63,3 +64,9 @@ def test_serve_works_and_sigterm_exits_0(run_broker_process: Any, tmp_path: path
     log = proc.log()
     assert "started: service pulsar://127.0.0.1:" in log
     assert "stopped" in log
+
+
+def test_rollup_delegates_to_the_jobs_module() -> None:
+    result = _run("rollup", "--help")
+    assert result.returncode == 0
+    assert "--input" in result.stdout and "--output" in result.stdout
