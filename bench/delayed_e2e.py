@@ -1,0 +1,401 @@
+"""End-to-end delayed-delivery benchmark through the official client against a broker subprocess.
+
+Usage:  .venv/bin/python bench/delayed_e2e.py [--messages 20000] [--span-s 10] [--tick-ms 10]
+            [--pending 1000000] [--trackers in-memory,bucket] [--no-lateness] [--no-restart]
+            [--kill9]
+
+Every scenario starts ``python -m broker serve`` (the real CLI) on free 127.0.0.1 ports with a
+TOML config written next to a fresh data directory, drives it with ``pulsar-client`` 3.13 and
+stops it with SIGTERM. The config used is printed.
+
+Lateness (``--messages`` over ``--span-s``, once per tracker): one Shared consumer subscribes
+first, then one producer publishes ``--messages`` messages with ``deliver_at`` spread uniformly
+(seeded) over ``--span-s`` seconds starting ``--lead-ms`` after the start of publishing (so
+publishing is over before the first one is due), using ``send_async`` with a bounded in-flight
+window. The payload carries the deliver time; the consumer stamps each message when
+``receive()`` returns it to the application and acknowledges it. Lateness = receive time -
+deliver_at (ms, same host clock). Targets in strict mode: p99 <= 20 ms, none early.
+
+Restart (bucket tracker): ``--pending`` messages delayed 1-2 h (none due during the run) are
+published with batching off (delayed messages are never batched anyway) while a Shared consumer
+is attached, so the dispatcher indexes them all (waits until the subscription's ``msgDelayed``
+reaches the count). The broker is stopped with SIGTERM (and, with ``--kill9``, a second run
+uses kill -9), restarted on the same data directory and ports, and the script measures seconds
+from ``Popen`` until (i) a new producer got a SEND_RECEIPT and (ii) a consumer on the delayed
+subscription received a non-delayed message published after the restart (target <= 3 s for
+both). It then keeps receiving for ``--watch-s`` seconds: any delayed message arriving then is
+early (expected: none) and ``msgDelayed`` must still be the pending count.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+PYTHON = str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv").exists() else sys.executable
+TOPIC = "persistent://public/default/delayed-e2e"
+SUB = "delayed-sub"
+LATENESS_P99_TARGET_MS = 20.0
+RESTART_TARGET_S = 3.0
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def toml_value(v: object) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int | float):
+        return repr(v)
+    return json.dumps(str(v))
+
+
+class BrokerProc:
+    """``python -m broker serve`` with a config file; same ports across restarts."""
+
+    def __init__(self, data_dir: Path, config: dict[str, object]) -> None:
+        self.data_dir = data_dir
+        self.broker_port = free_port()
+        self.web_port = free_port()
+        self.conf = data_dir.parent / f"{data_dir.name}.toml"
+        self.conf.write_text("".join(f"{k} = {toml_value(v)}\n" for k, v in config.items()))
+        self.service_url = f"pulsar://127.0.0.1:{self.broker_port}"
+        self.web_url = f"http://127.0.0.1:{self.web_port}"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.started_at = 0.0
+        self.log_path = data_dir.parent / f"{data_dir.name}.log"
+
+    def start(self) -> float:
+        """Start the process; returns the perf_counter time just before Popen."""
+        args = [PYTHON, "-m", "broker", "serve", "--data-dir", str(self.data_dir),
+                "--broker-port", str(self.broker_port), "--web-port", str(self.web_port),
+                "--bind-address", "127.0.0.1", "--advertised-address", "127.0.0.1",
+                "--config", str(self.conf), "--log-level", "WARNING"]
+        log = self.log_path.open("ab")
+        self.started_at = time.perf_counter()
+        self.proc = subprocess.Popen(args, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+                                     env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        log.close()
+        return self.started_at
+
+    def wait_listening(self, timeout: float = 60.0) -> float:
+        """Poll until the binary port accepts a TCP connection; returns that time."""
+        deadline = time.perf_counter() + timeout
+        while time.perf_counter() < deadline:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"broker exited:\n{self.log_path.read_text(errors='replace')}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.broker_port), timeout=0.2):
+                    return time.perf_counter()
+            except OSError:
+                time.sleep(0.002)  # polling a port: there is nothing to wait on
+        raise RuntimeError("broker did not start listening")
+
+    def stop(self, *, kill: bool = False, timeout: float = 120.0) -> float:
+        """SIGTERM (or SIGKILL) and wait; returns seconds the exit took."""
+        if self.proc is None or self.proc.poll() is not None:
+            return 0.0
+        t = time.perf_counter()
+        self.proc.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            print(f"  (broker did not exit within {timeout:.0f} s of SIGTERM: killed)")
+        return time.perf_counter() - t
+
+    def stats(self) -> dict[str, Any]:
+        url = f"{self.web_url}/admin/v2/persistent/{TOPIC.split('://', 1)[1]}/stats"
+        with urllib.request.urlopen(url, timeout=30) as r:
+            return dict(json.loads(r.read()))
+
+    def msg_delayed(self) -> int:
+        try:
+            return int(self.stats()["subscriptions"][SUB].get("msgDelayed", 0))
+        except Exception:
+            return -1
+
+
+def client(url: str) -> Any:
+    import pulsar
+
+    return pulsar.Client(url, operation_timeout_seconds=30,
+                         logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+
+
+def pct(values: list[float], q: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, max(0, round(q / 100 * len(s)) - 1))]
+
+
+def publish(producer: Any, payloads: list[tuple[bytes, int | None]], window: int) -> int:
+    """send_async with at most ``window`` in flight; returns the number of failed sends."""
+    sem = threading.Semaphore(window)
+    failed = [0]
+    done = threading.Event()
+    remaining = [len(payloads)]
+    lock = threading.Lock()
+
+    import pulsar
+
+    def callback(res: Any, _msg_id: Any) -> None:
+        if res != pulsar.Result.Ok:
+            failed[0] += 1
+        sem.release()
+        with lock:
+            remaining[0] -= 1
+            if remaining[0] == 0:
+                done.set()
+
+    for payload, deliver_at in payloads:
+        sem.acquire()
+        if deliver_at is None:
+            producer.send_async(payload, callback)
+        else:
+            producer.send_async(payload, callback, deliver_at=deliver_at)
+    if payloads:
+        done.wait(600)
+    return failed[0]
+
+
+# ------------------------------------------------------------------------------ lateness
+
+def run_lateness(work: Path, tracker: str, args: argparse.Namespace) -> dict[str, Any]:
+    import pulsar
+
+    config = {"delayedDeliveryTickTimeMillis": args.tick_ms,
+              "isDelayedDeliveryDeliverAtTimeStrict": True,
+              "delayedDeliveryTrackerFactoryClassName": tracker}
+    print(f"\n[lateness] tracker={tracker} config={config} messages={args.messages} "
+          f"span={args.span_s} s lead={args.lead_ms} ms")
+    broker = BrokerProc(work / f"lateness-{tracker}", config)
+    broker.start()
+    broker.wait_listening()
+    c = client(broker.service_url)
+    try:
+        consumer = c.subscribe(TOPIC + "-" + tracker, SUB, consumer_type=pulsar.ConsumerType.Shared,
+                               receiver_queue_size=1000)
+        producer = c.create_producer(TOPIC + "-" + tracker, batching_enabled=False,
+                                     max_pending_messages=2000, block_if_queue_full=True,
+                                     send_timeout_millis=0)
+        rnd = random.Random(7)
+        start_ms = time.time_ns() // 1_000_000 + args.lead_ms
+        span_ms = args.span_s * 1000
+        deliver = [start_ms + rnd.randrange(span_ms) for _ in range(args.messages)]
+        payloads = [(str(d).encode(), d) for d in deliver]
+        t = time.perf_counter()
+        failed = publish(producer, payloads, 1000)
+        publish_s = time.perf_counter() - t
+        published_late = sum(1 for d in deliver if d < start_ms - args.lead_ms + publish_s * 1000)
+        lateness: list[float] = []
+        deadline = time.perf_counter() + args.span_s + args.lead_ms / 1000 + 30
+        while len(lateness) < args.messages - failed and time.perf_counter() < deadline:
+            try:
+                msg = consumer.receive(timeout_millis=1000)
+            except pulsar.Timeout:
+                continue
+            now = time.time_ns() / 1_000_000
+            lateness.append(now - int(msg.data()))
+            consumer.acknowledge(msg)
+        producer.close()
+        consumer.close()
+    finally:
+        c.close()
+        broker.stop()
+    early = sum(1 for x in lateness if x < 0)
+    res = {
+        "tracker": tracker, "sent": args.messages, "failed_sends": failed,
+        "publish_s": round(publish_s, 2), "due_before_published": published_late,
+        "received": len(lateness),
+        "p50_ms": round(pct(lateness, 50), 2) if lateness else None,
+        "p99_ms": round(pct(lateness, 99), 2) if lateness else None,
+        "max_ms": round(max(lateness), 2) if lateness else None,
+        "mean_ms": round(statistics.fmean(lateness), 2) if lateness else None,
+        "early": early,
+    }
+    ok = (res["received"] == args.messages and early == 0 and lateness
+          and pct(lateness, 99) <= LATENESS_P99_TARGET_MS)
+    print(f"  published {args.messages} in {publish_s:.2f} s ({failed} failed); "
+          f"received {len(lateness)}")
+    print(f"  lateness p50 {res['p50_ms']} ms  p99 {res['p99_ms']} ms  max {res['max_ms']} ms  "
+          f"early {early}   (target p99 <= {LATENESS_P99_TARGET_MS:.0f} ms, none early) "
+          f"-> {'OK' if ok else 'MISSED'}")
+    res["ok"] = bool(ok)
+    return res
+
+
+# ------------------------------------------------------------------------------ restart
+
+def fill_pending(broker: BrokerProc, n: int, window: int) -> dict[str, Any]:
+    import pulsar
+
+    c = client(broker.service_url)
+    try:
+        consumer = c.subscribe(TOPIC, SUB, consumer_type=pulsar.ConsumerType.Shared)
+        producer = c.create_producer(TOPIC, batching_enabled=False, max_pending_messages=window,
+                                     block_if_queue_full=True, send_timeout_millis=0)
+        now = time.time_ns() // 1_000_000
+        rnd = random.Random(11)
+        t = time.perf_counter()
+        chunk = 50_000
+        failed = 0
+        for start in range(0, n, chunk):
+            payloads = [(b"d%d" % (now + 3_600_000 + rnd.randrange(3_600_000)),
+                         now + 3_600_000 + rnd.randrange(3_600_000))
+                        for _ in range(min(chunk, n - start))]
+            failed += publish(producer, payloads, window)
+        publish_s = time.perf_counter() - t
+        print(f"  published {n} delayed messages in {publish_s:.1f} s "
+              f"({n / publish_s:,.0f} msg/s, {failed} failed)")
+        t = time.perf_counter()
+        delayed = -1
+        deadline = time.perf_counter() + 600
+        while time.perf_counter() < deadline:
+            delayed = broker.msg_delayed()
+            if delayed >= n - failed:
+                break
+            time.sleep(0.5)  # polling the admin API for the tracker count
+        index_s = time.perf_counter() - t
+        print(f"  tracker holds {delayed} (indexing finished {index_s:.1f} s after publishing)")
+        producer.close()
+        consumer.close()
+    finally:
+        c.close()
+    return {"published": n - failed, "publish_s": round(publish_s, 1), "indexed": delayed}
+
+
+def measure_restart(broker: BrokerProc, pending: int, watch_s: float) -> dict[str, Any]:
+    import pulsar
+
+    t0 = broker.start()
+    listening = broker.wait_listening() - t0
+    c = client(broker.service_url)
+    try:
+        producer = c.create_producer(TOPIC, batching_enabled=False)
+        producer.send(b"after-restart-probe")
+        t_publish = time.perf_counter() - t0
+        consumer = c.subscribe(TOPIC, SUB, consumer_type=pulsar.ConsumerType.Shared)
+        producer.send(b"after-restart")
+        got = None
+        early = 0
+        deadline = time.perf_counter() + 60
+        while got is None and time.perf_counter() < deadline:
+            try:
+                msg = consumer.receive(timeout_millis=100)
+            except pulsar.Timeout:
+                continue
+            data = msg.data()
+            consumer.acknowledge(msg)
+            if data.startswith(b"after-restart"):
+                if data == b"after-restart":
+                    got = time.perf_counter() - t0
+            else:
+                early += 1
+        watch_end = time.perf_counter() + watch_s
+        while time.perf_counter() < watch_end:
+            try:
+                msg = consumer.receive(timeout_millis=100)
+            except pulsar.Timeout:
+                continue
+            consumer.acknowledge(msg)
+            if not msg.data().startswith(b"after-restart"):
+                early += 1
+        delayed = broker.msg_delayed()
+        producer.close()
+        consumer.close()
+    finally:
+        c.close()
+    return {"listening_s": round(listening, 3), "publish_receipt_s": round(t_publish, 3),
+            "consume_s": round(got, 3) if got is not None else None,
+            "early_after_restart": early, "msg_delayed_after": delayed,
+            "expected_delayed": pending}
+
+
+def run_restart(work: Path, args: argparse.Namespace) -> dict[str, Any]:
+    config = {"delayedDeliveryTickTimeMillis": args.tick_ms,
+              "isDelayedDeliveryDeliverAtTimeStrict": True,
+              "delayedDeliveryTrackerFactoryClassName": "bucket"}
+    print(f"\n[restart] tracker=bucket config={config} pending={args.pending}")
+    broker = BrokerProc(work / "restart", config)
+    broker.start()
+    broker.wait_listening()
+    out: dict[str, Any] = {"fill": fill_pending(broker, args.pending, args.window)}
+    du = sum(f.stat().st_size for f in broker.data_dir.rglob("*") if f.is_file())
+    print(f"  data dir {du / 1e6:.0f} MB")
+    variants = [("SIGTERM", False)] + ([("kill -9", True)] if args.kill9 else [])
+    expected = out["fill"]["indexed"]
+    for name, kill in variants:
+        stop_s = broker.stop(kill=kill)
+        print(f"  {name}: broker exited in {stop_s:.2f} s; restarting")
+        r = measure_restart(broker, expected, args.watch_s)
+        r["stop_s"] = round(stop_s, 2)
+        ok = (r["publish_receipt_s"] <= RESTART_TARGET_S and r["consume_s"] is not None
+              and r["consume_s"] <= RESTART_TARGET_S and r["early_after_restart"] == 0)
+        r["ok"] = ok
+        print(f"  after {name}: listening {r['listening_s']} s, publish+receipt "
+              f"{r['publish_receipt_s']} s, consume {r['consume_s']} s since process start "
+              f"(target <= {RESTART_TARGET_S:.0f} s) ; early delayed messages in "
+              f"{args.watch_s:.0f} s: {r['early_after_restart']} ; msgDelayed now "
+              f"{r['msg_delayed_after']} (expected {expected}) -> {'OK' if ok else 'MISSED'}")
+        out[name] = r
+    broker.stop()
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--messages", type=int, default=20_000)
+    p.add_argument("--span-s", type=int, default=10, dest="span_s")
+    p.add_argument("--lead-ms", type=int, default=3000, dest="lead_ms")
+    p.add_argument("--tick-ms", type=int, default=10, dest="tick_ms")
+    p.add_argument("--trackers", default="in-memory,bucket")
+    p.add_argument("--pending", type=int, default=1_000_000)
+    p.add_argument("--window", type=int, default=5000, help="send_async in-flight window")
+    p.add_argument("--watch-s", type=float, default=2.0, dest="watch_s")
+    p.add_argument("--kill9", action="store_true", help="also restart after kill -9")
+    p.add_argument("--no-lateness", action="store_true", dest="no_lateness")
+    p.add_argument("--no-restart", action="store_true", dest="no_restart")
+    p.add_argument("--keep", action="store_true", help="keep the data directories")
+    p.add_argument("--json", help="also write the results to this file")
+    args = p.parse_args()
+
+    work = Path(tempfile.mkdtemp(prefix="horae-delayed-e2e-"))
+    results: dict[str, Any] = {"args": vars(args)}
+    try:
+        if not args.no_lateness:
+            for tracker in args.trackers.split(","):
+                results[f"lateness-{tracker}"] = run_lateness(work, tracker.strip(), args)
+        if not args.no_restart:
+            results["restart"] = run_restart(work, args)
+    finally:
+        if args.keep:
+            print(f"data kept in {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+    print("\n" + json.dumps(results, indent=1))
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()
