@@ -72,6 +72,7 @@ class ServerConnection(asyncio.Protocol):
         self.waiting_producers: dict[int, Producer] = {}  # WaitForExclusive, queued
         self.pending_publishes = 0
         self.last_received = self.loop.time()
+        self._ping_sent_at: float | None = None  # loop time of an unanswered keep-alive PING
         self._decoder = FrameDecoder(self.config.max_message_size + FRAME_PADDING)
         self._transport: asyncio.Transport | None = None
         self._out: list[bytes] = []
@@ -296,15 +297,29 @@ class ServerConnection(asyncio.Protocol):
         pass  # last_received was refreshed by data_received
 
     def keepalive_tick(self, now: float, interval: float) -> None:
-        """Called by the service every *interval* s: PING when idle, close when silent."""
+        """Called by the service every *interval* s: PING when idle, close when a PING went unanswered.
+
+        As Pulsar's PulsarHandler does, a connection is closed only after the broker has sent a
+        PING and heard nothing at all for a whole interval since: a loop stall that delays the
+        tick can then never close a healthy connection without asking first.
+        """
         if self._reading_paused:
             return  # we stopped reading (back-pressure): silence is ours, not the peer's
-        idle = now - self.last_received
-        if idle >= 2 * interval:
-            log.info("closing %s: nothing received for %.0f s", self.remote_address, idle)
-            self.close("keep-alive timeout")
-        elif idle >= interval and self.state is ConnState.CONNECTED:
-            self.write(C.encode_ping())
+        pinged = self._ping_sent_at
+        if pinged is not None and self.last_received < pinged:
+            if now - pinged >= interval:
+                log.info("closing %s: keep-alive PING unanswered for %.1f s",
+                         self.remote_address, now - pinged)
+                self.close("keep-alive timeout")
+            return
+        if now - self.last_received < interval:
+            return
+        if self.state is not ConnState.CONNECTED:
+            log.info("closing %s: no CONNECT within the keep-alive interval", self.remote_address)
+            self.close("handshake timeout")
+            return
+        self._ping_sent_at = now
+        self.write(C.encode_ping())
 
     # ------------------------------------------------------------------ lookups
 
