@@ -432,11 +432,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     admin_url = args.admin_url
     try:
         if (args.group, args.command) == ("topics", "partitioned-lookup"):
-            _print(_partitioned_lookup(admin_url, args))
-            return 0
-        req = _COMMANDS[(args.group, args.command)](args)
-        _print(call(admin_url, req))
-        return 0
+            result = _partitioned_lookup(admin_url, args)
+        else:
+            result = call(admin_url, _COMMANDS[(args.group, args.command)](args))
     except UsageError as exc:
         print(f"horae-admin: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -456,6 +454,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"horae-admin: error: cannot reach the admin API at {admin_url}: {exc}",
               file=sys.stderr)
         return EXIT_HTTP_ERROR
+    try:
+        _print(result)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # The reader went away (`horae-admin ... | head`): not an error of the admin API.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 0
 
 
 if __name__ == "__main__":

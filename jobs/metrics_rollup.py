@@ -24,7 +24,7 @@ is the only thing this module knows about the broker, and it imports nothing fro
    starting from zero). Each contribution belongs to the window holding its sample, so
    file arrival order (late files) does not matter, and an increase across a gap lands in
    the window of the first sample after the gap.
-4. **Per window and group** (cluster, namespace, topic, subscription, metric, other labels):
+4. **Per window and group** (``jobs/rollup_aggregate.py``; cluster, namespace, topic, subscription, metric, other labels):
    counters sum their contributions (``increase``, ``rate_per_s = increase / window``);
    gauges get min/avg/max/last per broker series, then summed over brokers; histograms get
    p50/p95/p99 from the window's bucket increases, as Prometheus ``histogram_quantile``
@@ -32,6 +32,10 @@ is the only thing this module knows about the broker, and it imports nothing fro
 5. **Write** Parquet under ``OUTPUT/rollup/date=YYYY-MM-DD/window=1m/`` (dynamic partition
    overwrite: a rerun replaces only the partitions it produces), then ``summary.md`` and
    ``busiest_topics.png`` (``jobs/rollup_report.py``).
+
+Steps 2 and 3 share one cached frame: the JSON is parsed once. Run as a script by
+spark-submit, the sibling modules are imported from ``jobs/`` itself (``--py-files`` ships
+them to a cluster driver).
 
 Exit codes: 0 when anything could be rolled up, 2 when nothing could be read (missing or
 empty input, every file corrupt, no valid line), 1 on an unexpected failure.
@@ -58,8 +62,10 @@ if TYPE_CHECKING:
 
 try:  # imported as part of the `jobs` package (horae rollup, tests)
     from jobs import rollup_report
+    from jobs.rollup_aggregate import ALL_WINDOW, GROUP_LABELS, Window, rollup
 except ImportError:  # run as a script by spark-submit: jobs/ itself is sys.path[0]
     import rollup_report  # type: ignore[no-redef]
+    from rollup_aggregate import ALL_WINDOW, GROUP_LABELS, Window, rollup  # type: ignore[no-redef]
 
 log = logging.getLogger("horae.rollup")
 
@@ -68,6 +74,11 @@ EXIT_FAILED = 1
 EXIT_NO_INPUT = 2
 
 KNOWN_TYPES = ("counter", "gauge", "histogram", "summary", "untyped")
+_WINDOW_RE = re.compile(r"^(\d+)([smhd])$")
+_UNIT_MS = {"s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+_SCHEME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+
 @dataclass(frozen=True, slots=True)
 class InputListing:
     files: list[str]
@@ -463,7 +474,9 @@ def run(spark: SparkSession, args: argparse.Namespace, listing: InputListing | N
         )
 
         log.info("[3/5] rolling up windows %s", ", ".join(w.name for w in windows))
-        result = rollup(series, windows, stats).persist(StorageLevel.MEMORY_AND_DISK)
+        span = (stats.min_ts, stats.max_ts)
+        result = rollup(series, windows, span, stats.first_ts_by_broker)
+        result = result.persist(StorageLevel.MEMORY_AND_DISK)
         out_dir = args.output.rstrip("/")
         log.info("[4/5] writing Parquet to %s/rollup", out_dir)
         written = result.filter(F.col("window") != ALL_WINDOW)

@@ -27,6 +27,11 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
+try:  # see jobs/metrics_rollup.py: package import, or a sibling module under spark-submit
+    from jobs.rollup_aggregate import ALL_WINDOW
+except ImportError:
+    from rollup_aggregate import ALL_WINDOW  # type: ignore[no-redef]
+
 log = logging.getLogger("horae.rollup")
 
 IN_MESSAGES = "pulsar_in_messages_total"
@@ -44,7 +49,6 @@ DELAYED_METRICS = (
 )
 REPORTED_METRICS = (IN_MESSAGES, OUT_MESSAGES, BACKLOG, *DELAYED_METRICS)
 CHART_NAME = "busiest_topics.png"
-ALL_WINDOW = "all"  # must match jobs.metrics_rollup.ALL_WINDOW
 SUMMARY_NAME = "summary.md"
 
 

@@ -91,6 +91,7 @@ from broker.delayed.packed import (
     WideIndex,
     bitmap_bytes,
     fits,
+    run_end,
 )
 from broker.delayed.tracker import DeadlineTimer, DelayedDeliveryTracker, wall_clock_ms
 from storage.positions import Position
@@ -343,6 +344,26 @@ class BucketDelayedDeliveryTracker(BucketLifecycle, DelayedDeliveryTracker):
             return False
         self._update_timer()
         return True
+
+    def sequential_skip(self, ledger_id: int, entry_id: int) -> int:
+        # The same verdicts as add(): pending in a sealed bucket, handed out since the last
+        # reset (indexed; pending is a subset), retired, or in the mutable/extra members.
+        same_epoch = self._cursor_revision() == self._epoch
+        bucket = self._find_bucket(ledger_id) if self._buckets else None
+        sets = [self._mut_members.get(ledger_id), self._extra_members.get(ledger_id)]
+        if bucket is not None:
+            sets.append((bucket.indexed if same_epoch else bucket.pending).get(ledger_id))
+        if same_epoch and self._retired:
+            sets.append(self._retired.get(ledger_id))
+        live = [bm for bm in sets if bm]
+        pos = entry_id
+        while live:
+            start = pos
+            for bm in live:
+                pos = run_end(bm, pos)
+            if pos == start:
+                break
+        return pos
 
     def contains(self, ledger_id: int, entry_id: int) -> bool:
         if not fits(ledger_id, entry_id):
@@ -598,6 +619,14 @@ class BucketDelayedDeliveryTracker(BucketLifecycle, DelayedDeliveryTracker):
     @property
     def timer(self) -> DeadlineTimer:
         return self._timer
+
+    @property
+    def tick_time_ms(self) -> int:
+        return self._tick_ms
+
+    @property
+    def strict(self) -> bool:
+        return self._strict
 
     @property
     def immutable_ranges(self) -> list[tuple[int, int]]:

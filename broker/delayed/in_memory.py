@@ -40,6 +40,7 @@ from broker.delayed.packed import (
     WideIndex,
     bitmap_bytes,
     fits,
+    run_end,
 )
 from broker.delayed.tracker import DeadlineTimer, DelayedDeliveryTracker, TimerLoop, wall_clock_ms
 
@@ -189,6 +190,9 @@ class InMemoryDelayedDeliveryTracker(DelayedDeliveryTracker):
             self._reset_when_empty()
         self._update_timer()
         return True
+
+    def sequential_skip(self, ledger_id: int, entry_id: int) -> int:
+        return run_end(self._members.get(ledger_id), entry_id)
 
     def contains(self, ledger_id: int, entry_id: int) -> bool:
         if fits(ledger_id, entry_id):

@@ -54,6 +54,20 @@ def unpack(packed: int) -> tuple[int, int]:
     return packed >> POSITION_BITS, packed & POSITION_MASK
 
 
+def run_end(bm: BitMap | None, start: int) -> int:
+    """The first value >= ``start`` that is not in ``bm`` (binary search on ranges, O(log n))."""
+    if bm is None or start not in bm:
+        return start
+    lo, hi = start + 1, bm.max() + 1        # [start, lo) is in bm; hi is not
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if bm.contains_range(start, mid + 1):
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
 def bitmap_bytes(bm: BitMap) -> int:
     """Estimated heap bytes of a roaring bitmap: container payloads plus headers.
 

@@ -178,6 +178,13 @@ class DelayedDeliveryTracker(abc.ABC):
     def reset_tick_time(self, tick_ms: int) -> None:
         """A policy changed the tick: applies to the next cutoff and timer."""
 
+    def sequential_skip(self, ledger_id: int, entry_id: int) -> int:
+        """The first entry id >= ``entry_id`` of ``ledger_id`` that a sequential read must still
+        look at: every position in ``[entry_id, result)`` is one :meth:`add` would answer True
+        for whatever its deliver time (already tracked). The dispatcher moves its read position
+        over such runs instead of reading them again (after a restart or a rewind)."""
+        return entry_id
+
     def apply_delay_operation(self, op: DelayedOperationType, ledger_id: int, entry_id: int,
                               deliver_at_ms: int = 0) -> bool:
         """DELAY = :meth:`add`, CANCEL = :meth:`cancel` (the snapshot operation types)."""

@@ -40,6 +40,7 @@ from storage.positions import Entry, Position
 
 if TYPE_CHECKING:
     from broker.consumer import Consumer
+    from broker.delayed.tracker import DelayedDeliveryTracker
     from broker.subscription import Subscription
 
 __all__ = ["MAX_READ_ENTRIES", "Dispatcher"]
@@ -250,6 +251,9 @@ class Dispatcher:
         if budget > 0 and (not self.replay or self.needs_hash) and self._may_read_new():
             last = ledger.last_confirmed
             read_from = cursor.read_position
+            if tracker is not None and self.delayed_capable and last is not None \
+                    and read_from <= last:
+                read_from = self._skip_tracked(tracker, read_from, last)
             if last is not None and read_from <= last:
                 wanted = max(1, int(budget / self._avg_messages_per_entry))
                 entries = await ledger.read_entries(read_from, min(wanted, MAX_READ_ENTRIES))
@@ -263,6 +267,26 @@ class Dispatcher:
         for consumer in self.consumers:
             consumer.flush()
         return progressed
+
+    def _skip_tracked(self, tracker: DelayedDeliveryTracker, read_from: Position,
+                      last: Position) -> Position:
+        """Move the read position over runs the tracker already holds instead of reading them:
+        after a restart the bucket tracker's sealed ranges (up to whole ledgers) would
+        otherwise be read and parsed entry by entry only to be answered "tracked"."""
+        if not self.sub.topic.delay_policy().active:
+            return read_from    # inactive: held entries are delivered as they are read
+        ledger = self.sub.ledger
+        pos = read_from
+        for _ in range(64):     # bounded work per round; the next round goes on
+            end = tracker.sequential_skip(pos.ledger_id, pos.entry_id)
+            if end == pos.entry_id:
+                break
+            pos = ledger.next_position(Position(pos.ledger_id, end - 1))
+            if pos > last:
+                break
+        if pos != read_from:
+            self.sub.cursor.read_position = pos
+        return pos
 
     def _replay_candidates(self, blocked: set[int]) -> list[Position]:
         """Replay positions worth reading now (Key_Shared): positions whose key hash is known

@@ -39,7 +39,7 @@ exec "$SPARK_SUBMIT" \
   --total-executor-cores "$TOTAL_EXECUTOR_CORES" \
   --conf spark.sql.session.timeZone=UTC \
   --conf spark.sql.adaptive.enabled=true \
-  --py-files "$REPO/jobs/rollup_report.py" \
+  --py-files "$REPO/jobs/rollup_report.py,$REPO/jobs/rollup_aggregate.py" \
   "$REPO/jobs/metrics_rollup.py" \
   --input "$INPUT" \
   --output "$OUTPUT" \
