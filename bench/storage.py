@@ -3,12 +3,20 @@
 Run: .venv/bin/python bench/storage.py [--entries N] [--dir PATH]
 Prints, in one run (uvloop):
 1. durable append throughput: 1 KiB entries, 64 concurrent appenders on the loop, group
-   commit; then a raw baseline that writes the same bytes (record headers included) with
-   os.write + os.fdatasync replaying the exact sequence of batch sizes the store used; the
-   ratio store/raw (target >= 0.7).
-2. sequential read throughput of a sealed ledger (reopened: nothing cached, disk reads in
+   commit; then two raw baselines that write the same bytes (record headers included) with
+   os.write + os.fdatasync replaying the exact sequence of batch sizes the store used, one on
+   a growing file (every fdatasync also commits the new file size) and one on a file whose
+   region was pre-zeroed (written zeros, synced) beforehand; the ratios store/raw (target
+   >= 0.7). The store pre-zeroes its segments ahead of the write head (storage/writer.py),
+   so store/raw(pre-zeroed) is the like-for-like comparison (slightly conservative: the raw
+   file's zeroing is not timed, the store's amortised zeroing is); store/raw(growing) is
+   what the old baseline printed.
+2. sync append latency: one appender, one append in flight at a time (await each), as a
+   synchronous Pulsar producer does; p50/p99, next to a raw pwrite+fdatasync of one record
+   on a pre-zeroed file and on a growing file.
+3. sequential read throughput of a sealed ledger (reopened: nothing cached, disk reads in
    read threads; the OS page cache is warm).
-3. cursor persisted bytes per acked entry: 1M distinct random individual acks over 20 ledgers,
+4. cursor persisted bytes per acked entry: 1M distinct random individual acks over 20 ledgers,
    persisted through ManagedCursor.flush (target <= 1 byte); plus the same measure at other
    ack densities, computed with the same encoder.
 """
@@ -46,32 +54,71 @@ APPENDERS = 64
 
 
 class RawReplay:
-    """The baseline: the same bytes (records with headers) with os.write + os.fdatasync."""
+    """The baseline: the same bytes (records with headers) with os.write + os.fdatasync.
 
-    def __init__(self, path: Path) -> None:
+    prezero=False: a growing file (each fdatasync also commits the new size). prezero=True:
+    before each (timed) replay the region it will write is filled with written zeros and
+    fdatasync'ed (untimed), so the timed fdatasyncs overwrite allocated, initialised blocks."""
+
+    def __init__(self, path: Path, *, prezero: bool) -> None:
         self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        self.prezero = prezero
         self.record = os.urandom(RECORD_HEADER_SIZE + ENTRY)
         self.buffers: dict[int, bytes] = {}
+        self.offset = 0
+
+    def _zero_ahead(self, nbytes: int) -> None:
+        zeros = bytes(1 << 20)
+        end = self.offset + nbytes
+        for at in range(self.offset, end, len(zeros)):
+            os.pwrite(self.fd, zeros[: min(len(zeros), end - at)], at)
+        os.fdatasync(self.fd)
 
     def replay(self, batch_sizes: list[int]) -> float:
         for n in batch_sizes:
             if n not in self.buffers:
                 self.buffers[n] = self.record * n
+        if self.prezero:
+            self._zero_ahead(sum(batch_sizes) * len(self.record))
+        offset = self.offset
         start = time.perf_counter()
         for n in batch_sizes:
-            os.write(self.fd, self.buffers[n])
+            data = self.buffers[n]
+            os.pwrite(self.fd, data, offset)
             os.fdatasync(self.fd)
-        return sum(batch_sizes) / (time.perf_counter() - start)
+            offset += len(data)
+        elapsed = time.perf_counter() - start
+        self.offset = offset
+        return sum(batch_sizes) / elapsed
+
+    def latencies(self, count: int) -> list[float]:
+        """count single-record pwrite+fdatasync, one at a time (seconds each)."""
+        if self.prezero:
+            self._zero_ahead(count * len(self.record))
+        out: list[float] = []
+        for _ in range(count):
+            start = time.perf_counter()
+            os.pwrite(self.fd, self.record, self.offset)
+            os.fdatasync(self.fd)
+            out.append(time.perf_counter() - start)
+            self.offset += len(self.record)
+        return out
 
     def close(self) -> None:
         os.close(self.fd)
 
 
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
 async def bench_append(
-    root: Path, per_round: int, rounds: int, raw: RawReplay | None, fsync: bool = True
-) -> list[tuple[float, float, float]]:
-    """Rounds of per_round appends by 64 appenders, each followed by a raw replay of that
-    round's exact batch sizes. Returns (store entries/s, raw entries/s, avg batch) per round."""
+    root: Path, per_round: int, rounds: int, raws: list[RawReplay], fsync: bool = True
+) -> list[tuple[float, list[float], float]]:
+    """Rounds of per_round appends by 64 appenders, each followed by raw replays of that
+    round's exact batch sizes. Returns (store entries/s, [raw entries/s], avg batch) per
+    round."""
     store = await SegmentStore.open(root, StorageConfig(fsync=fsync))
     ml = await store.open_ledger("persistent://bench/append/t")
     payload = os.urandom(ENTRY)
@@ -82,17 +129,46 @@ async def bench_append(
         for _ in range(per):
             await ml.append(payload)
 
-    out: list[tuple[float, float, float]] = []
+    out: list[tuple[float, list[float], float]] = []
     for _ in range(rounds):
         store.writer.batch_sizes = []
         start = time.perf_counter()
         await asyncio.gather(*(appender() for _ in range(APPENDERS)))
         rate = per * APPENDERS / (time.perf_counter() - start)
         sizes = list(store.writer.batch_sizes)
-        raw_rate = raw.replay(sizes) if raw is not None else 0.0
-        out.append((rate, raw_rate, sum(sizes) / len(sizes)))
+        raw_rates = [raw.replay(sizes) for raw in raws]
+        out.append((rate, raw_rates, sum(sizes) / len(sizes)))
+    writer = store.writer
+    if fsync and hasattr(writer, "prezero_writes"):
+        print(f"  (store pre-zeroing during the append rounds: {writer.prezero_writes} steps, "
+              f"{writer.prezero_bytes / 1e6:.0f} MB of zeros, {writer.prezero_seconds:.2f} s of "
+              f"writer time vs {writer.fsync_seconds:.2f} s in append fdatasyncs)")
     await store.close()
     return out
+
+
+async def bench_sync_latency(
+    root: Path, rounds: int, per_round: int, raws: list[RawReplay]
+) -> tuple[list[float], list[list[float]]]:
+    """One appender awaiting each append (a synchronous producer), in rounds alternating with
+    the raw single-record baselines. Returns (store latencies, [raw latencies]) in seconds."""
+    store = await SegmentStore.open(root, StorageConfig())
+    ml = await store.open_ledger("persistent://bench/sync/t")
+    payload = os.urandom(ENTRY)
+    for _ in range(20):  # warm-up: the segment exists and has zeros ahead
+        await ml.append(payload)
+    lat: list[float] = []
+    raw_lat: list[list[float]] = [[] for _ in raws]
+    perf = time.perf_counter
+    for _ in range(rounds):
+        for _ in range(per_round):
+            start = perf()
+            await ml.append(payload)
+            lat.append(perf() - start)
+        for i, raw in enumerate(raws):
+            raw_lat[i].extend(raw.latencies(per_round))
+    await store.close()
+    return lat, raw_lat
 
 
 async def bench_read(root: Path, total: int) -> tuple[float, float, float]:
@@ -167,6 +243,10 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--entries", type=int, default=6_400, help="appends per round")
     parser.add_argument("--rounds", type=int, default=25, help="alternating store/raw rounds")
+    parser.add_argument("--sync-appends", type=int, default=2_000,
+                        help="appends of the single-appender latency run")
+    parser.add_argument("--sync-rounds", type=int, default=10,
+                        help="alternating store/raw rounds of the latency run")
     parser.add_argument("--read-entries", type=int, default=100_000)
     parser.add_argument("--dir", type=Path, default=None, help="where to write (default: tmp)")
     args = parser.parse_args()
@@ -175,23 +255,39 @@ async def main() -> None:
         print(f"storage benchmark in {base} (uvloop, {os.cpu_count()} cpus)")
         # Short alternating store/raw rounds: the disk's fsync latency drifts a lot on shared
         # machines, so each store round is compared with a raw replay right after it.
-        raw_replay = RawReplay(base / "raw.bin")
-        pairs = await bench_append(base / "append", args.entries, args.rounds, raw_replay)
-        raw_replay.close()
-        ratios = sorted(rate / raw for rate, raw, _ in pairs)
+        raws = [RawReplay(base / "raw-growing.bin", prezero=False),
+                RawReplay(base / "raw-prezeroed.bin", prezero=True)]
+        pairs = await bench_append(base / "append", args.entries, args.rounds, raws)
         rate = statistics.median(p[0] for p in pairs)
-        raw = statistics.median(p[1] for p in pairs)
         avg = statistics.mean(p[2] for p in pairs)
         print(f"durable append: median {rate:,.0f} entries/s ({rate * ENTRY / 1e6:.1f} MB/s of "
               f"1 KiB entries), {APPENDERS} appenders, avg group commit {avg:.1f} entries, "
               f"{args.rounds} rounds of {args.entries:,}")
-        print(f"raw os.write+fdatasync replaying the same batch sizes: median {raw:,.0f} entries/s "
-              f"(~{1e3 * avg / raw:.2f} ms per write+fdatasync)")
-        print(f"ratio store/raw: median {statistics.median(ratios):.2f} "
-              f"(quartiles {ratios[len(ratios) // 4]:.2f}..{ratios[3 * len(ratios) // 4]:.2f}; "
-              f"target >= 0.7)")
+        labels = ["growing file (the old baseline)",
+                  "pre-zeroed file (the like-for-like one: the store pre-zeroes too; the raw "
+                  "zeroing is untimed, the store's amortised zeroing is inside its time)"]
+        for i, label in enumerate(labels):
+            raw = statistics.median(p[1][i] for p in pairs)
+            ratios = sorted(p[0] / p[1][i] for p in pairs)
+            print(f"raw os.write+fdatasync, same batch sizes, {label}: median {raw:,.0f} "
+                  f"entries/s (~{1e3 * avg / raw:.2f} ms per write+fdatasync)")
+            print(f"  ratio store/raw({label.split(' (')[0]}): median "
+                  f"{statistics.median(ratios):.2f} (quartiles {ratios[len(ratios) // 4]:.2f}.."
+                  f"{ratios[3 * len(ratios) // 4]:.2f}; target >= 0.7)")
+        lat, raw_lat = await bench_sync_latency(base / "sync", args.sync_rounds,
+                                                args.sync_appends // args.sync_rounds, raws)
+        for raw in raws:
+            raw.close()
+        print(f"sync append latency p50/p99: {1e3 * percentile(lat, 0.5):.3f} / "
+              f"{1e3 * percentile(lat, 0.99):.3f} ms (one append in flight, {len(lat):,} appends, "
+              f"mean {1e3 * statistics.mean(lat):.3f} ms = {len(lat) / sum(lat):,.0f} appends/s)")
+        for i, label in enumerate(("growing file", "pre-zeroed file")):
+            r = raw_lat[i]
+            print(f"  raw pwrite+fdatasync of one record, {label}: p50/p99 "
+                  f"{1e3 * percentile(r, 0.5):.3f} / {1e3 * percentile(r, 0.99):.3f} ms "
+                  f"(mean {1e3 * statistics.mean(r):.3f} ms)")
         ((cpu_rate, _, _),) = await bench_append(
-            base / "append-nofsync", args.entries * 4, 1, None, fsync=False
+            base / "append-nofsync", args.entries * 4, 1, [], fsync=False
         )
         print(f"CPU cost without fsync (fsync=False): {cpu_rate:,.0f} entries/s = "
               f"{1e6 / cpu_rate:.1f} us per entry (loop + writer thread)")

@@ -17,7 +17,12 @@ One BrokerService per broker, living on the broker's event loop; the binary prot
   mirrored in memory too. A change drops the cached resolved policy of the affected loaded
   topics, so it applies to the next message.
 * Two timers: keep-alive over all connections every ``keepAliveIntervalSeconds``, and a
-  one-second sampler feeding the topics' rate meters.
+  one-second tick feeding the topics' rate meters and running their housekeeping (the
+  producer-sequence snapshot and ledger trimming, :meth:`broker.topic.Topic.housekeeping`).
+* Broker-assigned producer names are ``<cluster>-<generation>-<n>``; the generation is a
+  counter in the metadata store bumped on every start, so a name is never handed out twice
+  for one data directory -- producer names key the re-send deduplication, and a client
+  reconnecting after a restart keeps the name it was given before.
 """
 
 from __future__ import annotations
@@ -76,7 +81,7 @@ class BrokerService:
         self._partitioned: dict[str, int] = {}
         self._ns_policies: dict[str, dict[str, Any]] = {}
         self._topic_policies: dict[str, dict[str, Any]] = {}
-        self._instance = next(_instance_counter)
+        self._instance = next(_instance_counter)  # until start() reads the generation
         self._producer_names = itertools.count()
         self._timers: list[asyncio.Task[None]] = []
 
@@ -93,6 +98,9 @@ class BrokerService:
         self._partitioned = {k: int(v.get("partitions", 0)) for k, v in await md.list("topic")
                              if int(v.get("partitions", 0)) > 0}
         self._ns_policies = dict(await md.list("namespace_policy"))
+        generation = await md.get("broker", "generation")
+        self._instance = int((generation or {}).get("value", -1)) + 1
+        await md.put("broker", "generation", {"value": self._instance})
         self._topic_policies = dict(await md.list("topic_policy"))
         self._timers = [self.loop.create_task(self._keepalive_loop()),
                         self.loop.create_task(self._rates_loop())]
@@ -134,7 +142,11 @@ class BrokerService:
         while True:
             now = self.loop.time()
             for topic in list(self.topics.values()):
-                topic.sample_rates(now)
+                try:
+                    topic.sample_rates(now)
+                    topic.housekeeping(now)
+                except Exception:  # one topic's failure must not stop the tick for all
+                    log.exception("housekeeping of %s failed", topic.full)
             await asyncio.sleep(1.0)
 
     # ------------------------------------------------------------------ topics

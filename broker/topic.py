@@ -21,6 +21,21 @@ plus what subscriptions deleted since the load had delivered.
 The delayed-delivery policy is resolved once and cached; the service drops the cache
 (:meth:`invalidate_policy`) when a namespace or topic policy changes, so the next message
 sees the change without a restart.
+
+Re-sent messages are not stored twice: :class:`broker.producer.Deduplicator` (``self.dedup``)
+keeps the per-producer-name sequence state, snapshotted into the ``pulsar.dedup`` cursor by
+:meth:`housekeeping` (see :mod:`broker.producer`). That cursor is not a subscription.
+
+Trimming (:meth:`housekeeping`, once a second, off the hot path): sealed ledgers that every
+cursor has passed are deleted by ``ManagedLedger.trim`` (Pulsar without retention: with no
+subscription that means every sealed ledger the dedup snapshot covers). A trim is tried when
+the slowest subscription's mark-delete position moved, when a ledger rolled over, or every
+:data:`RETENTION_CHECK_INTERVAL_S` (Pulsar's retentionCheckIntervalInSeconds), at most once
+per :data:`TRIM_MIN_INTERVAL_S`; never at load (a restart must not drop what a subscriber
+created right after it would read). Storage only knows durable cursors, so a trim is skipped
+while it would delete a ledger a reader (in-memory cursor) has not passed, and while a
+subscription is being created. Delayed-delivery trackers only hold positions above their
+cursor's mark-delete position, so they need no check.
 """
 
 from __future__ import annotations
@@ -35,7 +50,7 @@ from typing import TYPE_CHECKING, Any
 
 from google.protobuf.message import DecodeError
 
-from broker.producer import PUBLISH_LATENCY_BUCKETS_MS, Producer
+from broker.producer import DEDUP_CURSOR, PUBLISH_LATENCY_BUCKETS_MS, Deduplicator, Producer
 from protocol import pulsar_pb as pb
 from protocol.errors import (
     MalformedEntryError,
@@ -45,6 +60,7 @@ from protocol.errors import (
     ServiceNotReadyError,
 )
 from protocol.metadata import parse_entry
+from storage.positions import Position
 
 _U32 = struct.Struct(">I")
 _parse_metadata = pb.MessageMetadata.FromString
@@ -59,6 +75,10 @@ log = logging.getLogger("horae.topic")
 
 #: Rates are averaged over this many seconds of samples.
 RATE_WINDOW_S = 10.0
+#: At most one trim per this many seconds per topic.
+TRIM_MIN_INTERVAL_S = 1.0
+#: A trim is also tried this often without a trigger (Pulsar's retentionCheckIntervalInSeconds).
+RETENTION_CHECK_INTERVAL_S = 120.0
 
 try:  # the delayed-delivery helper's modules; Horae works (without delays) if absent
     from broker.delayed.guard import check_and_start_publish as _guard
@@ -133,6 +153,11 @@ class Topic:
         self._rates = RateMeter()
         self._producer_rates: dict[int, RateMeter] = {}
         self._exclusive_waiters: deque[tuple[Producer, int]] = deque()
+        self.dedup = Deduplicator(self)
+        self.trimmed_ledgers = 0
+        self._trim_task: asyncio.Task[None] | None = None
+        self._trim_marker: tuple[Any, int] = (None, 0)
+        self._last_trim = self.loop.time()
 
     # ------------------------------------------------------------------ loading
 
@@ -144,6 +169,9 @@ class Topic:
         from broker.subscription import Subscription
 
         for cursor_name in list(ledger.cursors):
+            if cursor_name == DEDUP_CURSOR:
+                topic.dedup.start_recovery()
+                continue
             try:
                 sub = await Subscription.open(topic, cursor_name, durable=True,
                                               initial_position="latest", start_message_id=None)
@@ -151,16 +179,31 @@ class Topic:
                 log.exception("could not restore subscription %s on %s", cursor_name, name.full)
                 continue
             topic.subscriptions[cursor_name] = sub
+        # No trim at load: only what happens from now on triggers one (module docstring).
+        topic._trim_marker = topic._trim_trigger()
         return topic
 
     # ------------------------------------------------------------------ publishing
 
-    def publish(self, entry: bytes) -> tuple[asyncio.Future[Any], int]:
-        """Guard and append one entry; returns (durable-append future, messages in entry).
+    def publish(self, entry: bytes) -> tuple[asyncio.Future[Any], int, bool]:
+        """Guard and append one entry; returns (durable-append future, messages in entry,
+        whether it is a chunk other than the last of its message).
 
         Raises RequestError subclasses (SEND_ERROR): MalformedEntryError (ChecksumError code),
         NotAllowedError (max delay exceeded), PersistenceError / ServiceNotReadyError.
         """
+        entry, messages, partial = self.check_publish(entry)
+        try:
+            fut = self.ledger.append(entry)
+        except Exception as exc:
+            self.on_persistence_failure(exc)
+            raise PersistenceError(f"Failed to persist the message: {exc}") from None
+        self.entries_added_counter += 1
+        return fut, messages, partial
+
+    def check_publish(self, entry: bytes) -> tuple[bytes, int, bool]:
+        """Everything :meth:`publish` checks, without the append: (entry as it would be
+        stored, messages in it, partial chunk). Raises the same errors."""
         if self.fenced or self.closed:
             raise ServiceNotReadyError(f"Topic {self.full} is being closed or reloaded")
         # Hot path: one upb parse validates the metadata and gives the two fields publishing
@@ -178,6 +221,8 @@ class Topic:
         if not (has("publish_time") and has("sequence_id") and has("producer_name")):
             raise MalformedEntryError("message metadata misses required fields")
         messages = md.num_messages_in_batch if has("num_messages_in_batch") else 1
+        # Chunks but the last share their message's sequence id: deduplication skips them.
+        partial = has("num_chunks_from_msg") and md.chunk_id < md.num_chunks_from_msg - 1
         policy = self._delay_policy
         if policy is None:
             policy = self.delay_policy()
@@ -192,13 +237,7 @@ class Topic:
             if result.overridden:
                 self.fixed_delay_overridden_counter += 1
             entry = result.entry
-        try:
-            fut = self.ledger.append(entry)
-        except Exception as exc:
-            self.on_persistence_failure(exc)
-            raise PersistenceError(f"Failed to persist the message: {exc}") from None
-        self.entries_added_counter += 1
-        return fut, messages
+        return entry, messages, partial
 
     def record_published(self, messages: int, size: int, entries: int,
                          latency_sum_ms: float) -> None:
@@ -286,7 +325,8 @@ class Topic:
             self.producers[producer.name] = producer
             self._producer_rates[id(producer)] = RateMeter()
             conn.producers[producer.producer_id] = producer
-            conn.write(encode_producer_success(request_id, producer.name, ready=True))
+            conn.write(encode_producer_success(request_id, producer.name, ready=True,
+                                               last_sequence_id=producer.seq_state.persisted))
             return
 
     # ------------------------------------------------------------------ subscriptions
@@ -303,6 +343,8 @@ class Topic:
             return await asyncio.shield(pending)
         if self.closed or self.fenced:
             raise ServiceNotReadyError(f"Topic {self.full} is being closed or reloaded")
+        if name == DEDUP_CURSOR:
+            raise NotAllowedError(f"Subscription name {name} is reserved")
         from broker.subscription import Subscription
 
         fut: asyncio.Future[Any] = self.loop.create_future()
@@ -390,6 +432,10 @@ class Topic:
             meter = self._producer_rates.get(id(p))
             if meter is not None:
                 meter.sample(now, (p.msg_in_counter, p.bytes_in_counter))
+        for sub in list(self.subscriptions.values()):
+            sample = getattr(sub, "sample_rates", None)
+            if sample is not None:
+                sample(now)
 
     def rates(self) -> tuple[float, float, float, float]:
         """(msgRateIn, msgThroughputIn, msgRateOut, msgThroughputOut) per second."""
@@ -447,7 +493,7 @@ class Topic:
             "earliestMsgPublishTimeInBacklogs": 0,
             "offloadedStorageSize": 0,
             "waitingPublishers": 0,
-            "deduplicationStatus": "Disabled",
+            "deduplicationStatus": "Enabled" if self.dedup.ready else "Disabled",
             "topicEpoch": 0,
             "nonContiguousDeletedMessagesRanges": 0,
             "nonContiguousDeletedMessagesRangesSerializedSize": 0,
@@ -503,6 +549,68 @@ class Topic:
             "cursors": cursors,
         }
 
+    # ------------------------------------------------------------------ housekeeping
+
+    def housekeeping(self, now: float) -> None:
+        """Once a second (the service's tick): dedup snapshot, then maybe a trim."""
+        if self.closed or self.fenced:
+            return
+        self.dedup.snapshot(now)
+        if self._trim_task is not None or self._sub_creating:
+            return
+        if now - self._last_trim < TRIM_MIN_INTERVAL_S:
+            return
+        marker = self._trim_trigger()
+        if marker == self._trim_marker and now - self._last_trim < RETENTION_CHECK_INTERVAL_S:
+            return
+        self._trim_marker = marker
+        self._last_trim = now
+        if self._trim_safe():
+            self._trim_task = self.loop.create_task(self._trim())
+
+    def _trim_trigger(self) -> tuple[Any, int]:
+        """(slowest subscription mark-delete position, ledger count): a change asks for a trim."""
+        marks = [s.cursor.mark_delete_position for s in self.subscriptions.values()
+                 if getattr(s, "cursor", None) is not None]
+        return (min(marks) if marks else None), len(self.ledger.ledgers)
+
+    def _trim_safe(self) -> bool:
+        """True when ManagedLedger.trim() would delete something and nothing it would delete
+        is still needed by a reader (storage only sees durable cursors)."""
+        ledger = self.ledger
+        if self._sub_creating or getattr(ledger, "closed", False):
+            return False
+        durable = [c.mark_delete_position for c in ledger.cursors.values()]
+        bound = min(durable) if durable else None
+        doomed: list[Position] = []  # last entry of each ledger trim() would delete
+        infos = ledger.ledgers
+        for info in infos[:-1]:  # the last one is the current ledger: never deleted
+            if not info.sealed:
+                break
+            last = Position(info.ledger_id, info.entries - 1)
+            if bound is not None and bound < last:
+                break
+            doomed.append(last)
+        if not doomed:
+            return False
+        readers = [s.cursor.mark_delete_position for s in self.subscriptions.values()
+                   if not getattr(s, "durable", True) and getattr(s, "cursor", None) is not None]
+        if readers and min(readers) < doomed[-1]:
+            log.debug("trim of %s deferred: a reader has not passed the ledgers", self.full)
+            return False
+        return True
+
+    async def _trim(self) -> None:
+        try:
+            # Checked again right before: trim() decides synchronously, before its first await.
+            if not (self.closed or self.fenced) and self._trim_safe():
+                deleted = await self.ledger.trim()
+                self.trimmed_ledgers += len(deleted)
+        except Exception:
+            log.exception("trimming %s failed", self.full)
+        finally:
+            self._trim_task = None
+
     # ------------------------------------------------------------------ lifecycle
 
     async def close(self, *, disconnect_clients: bool = True) -> None:
@@ -518,6 +626,13 @@ class Topic:
                 p.close()
         for sub in list(self.subscriptions.values()):
             await _close_subscription(sub, disconnect_clients=disconnect_clients)
+        if self._trim_task is not None:
+            await asyncio.wait([self._trim_task])
+        try:
+            # Entries still completing are covered by the replay on the next load.
+            self.dedup.snapshot(self.loop.time())
+        except Exception:
+            log.exception("dedup snapshot of %s failed", self.full)
         try:
             await self.ledger.close()
         except Exception:

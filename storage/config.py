@@ -26,5 +26,13 @@ class StorageConfig:
     unless group_commit_max_batch_entries are already queued. 0 = natural batching only."""
     group_commit_max_batch_entries: int = 2048
     """Stop waiting for more appends once this many are queued."""
+    segment_prezero_bytes: int = 4 * 1024 * 1024
+    """Keep up to this many bytes of written, fdatasync'ed zeros ahead of the open segment's
+    write head, so an append's fdatasync overwrites initialised blocks and commits no file
+    size / extent metadata (storage/writer.py). 0 disables pre-zeroing (files then grow
+    with every append)."""
+    segment_prezero_min_bytes: int = 64 * 1024
+    """Smallest pre-zero step: a young segment zeroes about its own size ahead (doubling up to
+    segment_prezero_bytes), so short-lived ledgers do not each write megabytes of zeros."""
     read_threads: int = 4
     """Threads serving uncached reads (disk reads never run on the event loop)."""

@@ -32,6 +32,9 @@ class FileOps:
     def write(self, fd: int, data: bytes | memoryview) -> int:
         return os.write(fd, data)
 
+    def pwrite(self, fd: int, data: bytes | memoryview, offset: int) -> int:
+        return os.pwrite(fd, data, offset)
+
     def pread(self, fd: int, size: int, offset: int) -> bytes:
         return os.pread(fd, size, offset)
 
@@ -57,6 +60,13 @@ class FileOps:
         while view:
             written = self.write(fd, view)
             view = view[written:]
+
+    def pwrite_all(self, fd: int, data: bytes | memoryview, offset: int) -> None:
+        view = memoryview(data)
+        while view:
+            written = self.pwrite(fd, view, offset)
+            view = view[written:]
+            offset += written
 
     def fsync_dir(self, path: Path) -> None:
         fd = self.open(path, os.O_RDONLY | os.O_DIRECTORY)

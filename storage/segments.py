@@ -1,9 +1,20 @@
 """Segment files: one append-only file per ledger, its record format, recovery scan and reads.
 
 File layout: ``<topic dir>/<ledger_id:020d>.seg`` =
-  header (32 bytes): b"HORAESG1" | ledger_id u64 | created_ms u64 | reserved u32 | crc32c u32
-  records, back to back:  length u32 | crc32c u32 | entry_id u64 | data (length bytes)
-  where crc32c covers length, entry_id and data (so a flipped length is detected too).
+  header (32 bytes): magic | ledger_id u64 | created_ms u64 | reserved u32 | crc32c u32
+  records, back to back:  length u32 | crc32c u32 | entry_id u64 | data
+  then, in the open ledger's segment, a pre-zeroed tail (see below).
+  crc32c covers the length field, entry_id and data (so a flipped length is detected too).
+  Format 2 (magic b"HORAESG2", written by this code): length = the whole record's size
+  (16-byte header + data), so every valid length is >= 16 and a length of 0 (an all-zero
+  header) is never a record. Format 1 (b"HORAESG1", read only): length = data size.
+
+Pre-zeroed tail: the writer keeps the open segment filled with written (and fdatasync'ed)
+zeros ahead of its write head (storage/writer.py), so appends overwrite allocated, initialised
+blocks and their fdatasync commits no file-size/extent metadata. The logical end of a segment
+is therefore not its file size: it is the end of the last valid record. Sealed segments are
+truncated to their logical end when sealed (not synced: a crash before the truncation is
+durable just leaves a zero tail, which the scan handles).
 
 Invariants:
 - Records are appended in entry-id order; a sealed segment (every segment but the current
@@ -12,7 +23,13 @@ Invariants:
   the records that follow: the scan searches for the next record id (bytes.find, C speed),
   validates its CRC, and marks the ids in between missing. A record that fails its CRC is never
   returned as data; it is reported (RecoveryEvent) and counted.
-- If no valid record follows a bad one, the rest of the file is a torn tail: it is truncated.
+- The scan finds the last non-zero byte first (data_end). From a record boundary at or after
+  data_end there are only zeros: that is the clean logical end, nothing is reported. An
+  all-zero header before data_end is damage like any other (valid records follow it, so it
+  is not the end): the same resync applies, so a zeroed sector in the middle never hides the
+  records after it.
+- If no valid record follows a bad one, the rest of the file is a torn tail: it is truncated,
+  and reported as data_end - offset bytes (the non-zero garbage; the zero tail is not data).
 
 Everything here is blocking and runs off the event loop (writer thread or executors).
 """
@@ -31,7 +48,10 @@ from crc32c import crc32c
 
 from storage.fileops import FileOps
 
-SEGMENT_MAGIC = b"HORAESG1"
+SEGMENT_MAGIC = b"HORAESG2"
+SEGMENT_MAGIC_V1 = b"HORAESG1"
+FORMAT_V1 = 1
+FORMAT_V2 = 2
 _FILE_HEADER = struct.Struct("<8sQQI")  # magic, ledger_id, created_ms, reserved; then crc u32
 FILE_HEADER_SIZE = _FILE_HEADER.size + 4  # 32
 RECORD_HEADER = struct.Struct("<IIQ")  # length, crc32c, entry_id
@@ -46,6 +66,13 @@ RESYNC_SEARCH_IDS = 1024
 """After a bad record, look this many entry ids ahead for the next valid record."""
 RESYNC_WINDOW_BYTES = 8 * 1024 * 1024
 """First search for the next valid record this close to the bad one."""
+_ZERO_PROBE = 256 * 1024
+"""Chunk size of the backwards search for the last non-zero byte."""
+
+
+def length_bias(fmt: int) -> int:
+    """What the length field adds to the data size in a format."""
+    return RECORD_HEADER_SIZE if fmt >= FORMAT_V2 else 0
 
 
 def segment_name(ledger_id: int) -> str:
@@ -59,22 +86,34 @@ def encode_file_header(ledger_id: int, created_ms: int) -> bytes:
 
 def decode_file_header(data: bytes) -> tuple[int, int] | None:
     """(ledger_id, created_ms), or None if the header is short or fails its CRC."""
+    got = decode_file_header_format(data)
+    return None if got is None else (got[0], got[1])
+
+
+def decode_file_header_format(data: bytes) -> tuple[int, int, int] | None:
+    """(ledger_id, created_ms, format), or None if the header is short or fails its CRC."""
     if len(data) < FILE_HEADER_SIZE:
         return None
     head = data[: _FILE_HEADER.size]
     (crc,) = struct.unpack_from("<I", data, _FILE_HEADER.size)
     magic, ledger_id, created_ms, _ = _FILE_HEADER.unpack(head)
-    if magic != SEGMENT_MAGIC or crc != crc32c(head):
+    if crc != crc32c(head):
         return None
-    return ledger_id, created_ms
+    if magic == SEGMENT_MAGIC:
+        return ledger_id, created_ms, FORMAT_V2
+    if magic == SEGMENT_MAGIC_V1:
+        return ledger_id, created_ms, FORMAT_V1
+    return None
 
 
 def record_crc(length: int, entry_id: int, data: bytes | memoryview) -> int:
+    """CRC of a record; length is the stored length field (format 2: header + data size)."""
     return crc32c(data, crc32c(_CRC_PREFIX.pack(length, entry_id)))
 
 
 def encode_record_header(entry_id: int, data: bytes) -> bytes:
-    length = len(data)
+    """A format-2 record header for data."""
+    length = len(data) + RECORD_HEADER_SIZE
     return _RECORD_HEADER.pack(length, record_crc(length, entry_id, data), entry_id)
 
 
@@ -82,7 +121,8 @@ def encode_record_header(entry_id: int, data: bytes) -> bytes:
 class RecoveryEvent:
     """One thing recovery (or a later read) found wrong and dropped.
 
-    kind: "truncated_tail" (bytes after the last valid record were cut off), "corrupt_record"
+    kind: "truncated_tail" (non-zero bytes after the last valid record were cut off; length
+    counts them, not the pre-zeroed tail, which is not data), "corrupt_record"
     (a record inside a segment failed its checks; entry_ids lists the ids now missing),
     "corrupt_read" (a record failed its CRC when read after recovery), "torn_header"
     (a segment shorter than its header was removed), "bad_header" (header CRC failed; the
@@ -104,42 +144,76 @@ class ScanResult:
     offsets: array[int]  # entry_id -> record offset, -1 = missing
     lengths: array[int]  # entry_id -> data length
     size_bytes: int  # sum of data lengths of valid records
-    valid_end: int  # file offset after the last valid record
+    valid_end: int  # file offset after the last valid record: the logical end
     events: list[tuple[str, int, int, tuple[int, ...]]] = field(default_factory=list)
     removed: bool = False  # the file was a torn header only and was deleted
+    format: int = FORMAT_V2  # record format (from the header; the current one if it is bad)
+    zero_tail_bytes: int = 0  # pre-zeroed bytes after the logical end (cut off if truncate)
 
     @property
     def entries(self) -> int:
         return len(self.offsets)
 
 
-def _valid_at(buf: mmap.mmap | bytes, size: int, off: int, min_id: int) -> tuple[int, int] | None:
-    """(length, entry_id) if a valid record with entry_id >= min_id starts at off."""
+def _valid_at(
+    buf: mmap.mmap | bytes, size: int, off: int, min_id: int, bias: int
+) -> tuple[int, int] | None:
+    """(data length, entry_id) if a valid record with entry_id >= min_id starts at off."""
     if off < FILE_HEADER_SIZE or off + RECORD_HEADER_SIZE > size:
         return None
-    length, crc, entry_id = _RECORD_HEADER.unpack_from(buf, off)
-    if length > MAX_RECORD_BYTES or off + RECORD_HEADER_SIZE + length > size or entry_id < min_id:
+    stored, crc, entry_id = _RECORD_HEADER.unpack_from(buf, off)
+    length = stored - bias
+    if (
+        length < 0  # format 2: a zeroed header (length 0) is never a record
+        or length > MAX_RECORD_BYTES
+        or off + RECORD_HEADER_SIZE + length > size
+        or entry_id < min_id
+    ):
         return None
     start = off + RECORD_HEADER_SIZE
-    if record_crc(length, entry_id, memoryview(buf)[start : start + length]) != crc:
+    if record_crc(stored, entry_id, memoryview(buf)[start : start + length]) != crc:
         return None
     return length, entry_id
 
 
-def _resync(buf: mmap.mmap | bytes, size: int, bad: int, last_id: int) -> int | None:
+def _data_end(buf: mmap.mmap, start: int, size: int) -> int:
+    """Offset after the last non-zero byte at or after start (start if there is none).
+
+    Searched backwards in chunks (C-speed compares), so a long zero tail costs a memcmp pass
+    and a segment without one costs a single small probe."""
+    end = size
+    probe = 4096
+    while end > start:
+        lo = max(start, end - probe)
+        chunk = buf[lo:end]
+        stripped = chunk.rstrip(b"\0")
+        if stripped:
+            return lo + len(stripped)
+        end = lo
+        probe = min(probe * 4, _ZERO_PROBE)
+    return start
+
+
+def _resync(
+    buf: mmap.mmap | bytes, size: int, end: int, bad: int, last_id: int, bias: int
+) -> int | None:
     """Offset of the next valid record after a bad one at offset bad, or None (torn tail).
 
+    Only candidates starting before end are considered (end = data_end + header size: a
+    valid record's length field is non-zero, so it starts before data_end; beyond it are
+    only zeros, which would match every search for entry id 0).
     Searches a window after the bad record first (the usual case: one damaged record), then
     the whole rest of the file, so a damaged big segment costs a few scans, not thousands."""
-    window_end = min(size, bad + RESYNC_WINDOW_BYTES)
-    found = _search_ids(buf, size, bad, window_end, last_id)
-    if found is None and window_end < size:
-        found = _search_ids(buf, size, bad, size, last_id)
+    end = min(end, size)
+    window_end = min(end, bad + RESYNC_WINDOW_BYTES)
+    found = _search_ids(buf, size, bad, window_end, last_id, bias)
+    if found is None and window_end < end:
+        found = _search_ids(buf, size, bad, end, last_id, bias)
     return found
 
 
 def _search_ids(
-    buf: mmap.mmap | bytes, size: int, bad: int, end: int, last_id: int
+    buf: mmap.mmap | bytes, size: int, bad: int, end: int, last_id: int, bias: int
 ) -> int | None:
     for k in range(1, RESYNC_SEARCH_IDS + 1):
         pattern = _ENTRY_ID.pack(last_id + k)
@@ -149,14 +223,15 @@ def _search_ids(
             if hit < 0:
                 break
             candidate = hit - 8
-            if _valid_at(buf, size, candidate, last_id + 1) is not None:
+            if _valid_at(buf, size, candidate, last_id + 1, bias) is not None:
                 return candidate
             at = candidate + 1
     return None
 
 
 def scan_segment(ops: FileOps, path: Path, ledger_id: int, *, truncate: bool = True) -> ScanResult:
-    """Rebuild a segment's index; drop and report bad records; truncate a torn tail."""
+    """Rebuild a segment's index; drop and report bad records; truncate a torn tail and the
+    pre-zeroed tail (truncate=True) so the file ends at its logical end."""
     fd = ops.open(path, os.O_RDWR)
     try:
         size = os.fstat(fd).st_size
@@ -166,17 +241,23 @@ def scan_segment(ops: FileOps, path: Path, ledger_id: int, *, truncate: bool = T
             result.events.append(("torn_header", 0, size, ()))
             return result
         with mmap.mmap(fd, size, access=mmap.ACCESS_READ) as buf:
-            header = decode_file_header(buf[:FILE_HEADER_SIZE])
+            header = decode_file_header_format(buf[:FILE_HEADER_SIZE])
             if header is None:
                 result.created_ms = int(os.fstat(fd).st_mtime * 1000)
                 result.events.append(("bad_header", 0, FILE_HEADER_SIZE, ()))
             else:
                 result.created_ms = header[1]
+                result.format = header[2]
+            bias = length_bias(result.format)
+            data_end = _data_end(buf, FILE_HEADER_SIZE, size)
+            search_end = data_end + RECORD_HEADER_SIZE
             offsets, lengths = result.offsets, result.lengths
             off = FILE_HEADER_SIZE
             last_id = -1
-            while off < size:
-                found = _valid_at(buf, size, off, last_id + 1)
+            # Past data_end only zeros remain: the logical end (a record's length field is
+            # never zero, so a valid record always starts before data_end).
+            while off < data_end:
+                found = _valid_at(buf, size, off, last_id + 1, bias)
                 if found is not None:
                     length, entry_id = found
                     if entry_id == last_id + 1:
@@ -192,9 +273,9 @@ def scan_segment(ops: FileOps, path: Path, ledger_id: int, *, truncate: bool = T
                     last_id = entry_id
                     off += RECORD_HEADER_SIZE + length
                     continue
-                nxt = _resync(buf, size, off, last_id)
+                nxt = _resync(buf, size, search_end, off, last_id, bias)
                 if nxt is None:
-                    result.events.append(("truncated_tail", off, size - off, ()))
+                    result.events.append(("truncated_tail", off, data_end - off, ()))
                     break
                 next_id = _RECORD_HEADER.unpack_from(buf, nxt)[2]
                 result.events.append(
@@ -202,6 +283,14 @@ def scan_segment(ops: FileOps, path: Path, ledger_id: int, *, truncate: bool = T
                 )
                 off = nxt
             result.valid_end = min(off, size)
+            result.zero_tail_bytes = size - max(result.valid_end, data_end)
+            if header is None and result.entries == 0 and data_end == FILE_HEADER_SIZE:
+                # A bad header and nothing but zeros after it: a header torn by a crash in
+                # a pre-zeroed file (not bit rot of a ledger that has records): remove it.
+                nonzero = _data_end(buf, 0, FILE_HEADER_SIZE)
+                result.events[:] = [("torn_header", 0, nonzero, ())]
+                result.removed = True
+                return result
         if result.valid_end < size and truncate:
             ops.ftruncate(fd, result.valid_end)
             ops.fsync(fd)
@@ -211,9 +300,10 @@ def scan_segment(ops: FileOps, path: Path, ledger_id: int, *, truncate: bool = T
 
 
 def read_records(
-    ops: FileOps, path: Path, wanted: list[tuple[int, int, int]]
+    ops: FileOps, path: Path, wanted: list[tuple[int, int, int]], fmt: int = FORMAT_V2
 ) -> list[tuple[int, bytes | None]]:
-    """Read (entry_id, offset, length) records, in offset order, with one pread.
+    """Read (entry_id, offset, length) records (length = data size), in offset order, with
+    one pread. fmt is the segment's record format.
 
     Returns (entry_id, data) pairs; data is None when the record fails its checks (bit rot after
     recovery): the caller reports it and never serves it. Raises FileNotFoundError if the
@@ -229,15 +319,20 @@ def read_records(
     finally:
         ops.close(fd)
     view = memoryview(blob)
+    bias = length_bias(fmt)
     out: list[tuple[int, bytes | None]] = []
     for entry_id, offset, length in wanted:
         rel = offset - first
         if rel + RECORD_HEADER_SIZE + length > len(blob):
             out.append((entry_id, None))
             continue
-        got_length, crc, got_id = _RECORD_HEADER.unpack_from(blob, rel)
+        stored, crc, got_id = _RECORD_HEADER.unpack_from(blob, rel)
         data = view[rel + RECORD_HEADER_SIZE : rel + RECORD_HEADER_SIZE + length]
-        if got_length != length or got_id != entry_id or record_crc(length, entry_id, data) != crc:
+        if (
+            stored != length + bias
+            or got_id != entry_id
+            or record_crc(stored, entry_id, data) != crc
+        ):
             out.append((entry_id, None))
         else:
             out.append((entry_id, bytes(data)))

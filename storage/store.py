@@ -93,6 +93,8 @@ class SegmentStore:
             self._loop, ops, ids, fsync=config.fsync,
             max_delay_ms=config.group_commit_max_delay_ms,
             max_batch_entries=config.group_commit_max_batch_entries,
+            prezero_bytes=config.segment_prezero_bytes,
+            prezero_min_bytes=config.segment_prezero_min_bytes,
         )
         self.cache = EntryCache(config.entry_cache_bytes)
         self._open: dict[str, ManagedLedger] = {}
@@ -255,6 +257,8 @@ class SegmentStore:
             "group_committed_entries": writer.batched_entries,
             "fsyncs": writer.fsyncs,
             "failed_fsyncs": writer.failed_fsyncs,
+            "prezero_writes": writer.prezero_writes,
+            "prezero_bytes": writer.prezero_bytes,
             "cache_bytes": self.cache.size_bytes,
             "cache_hits": self.cache.hits,
             "cache_misses": self.cache.misses,
@@ -335,6 +339,7 @@ def _load_ledger_dir(
                 ops.fsync_dir(directory)
             continue
         segment = SegmentFile(ledger_id, path, result.created_ms)
+        segment.format = result.format
         segment.offsets = result.offsets
         segment.lengths = result.lengths
         missing = [i for i, off in enumerate(result.offsets) if off < 0]

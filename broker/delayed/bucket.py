@@ -91,7 +91,7 @@ from broker.delayed.packed import (
     WideIndex,
     bitmap_bytes,
     fits,
-    run_end,
+    run_end_union,
 )
 from broker.delayed.tracker import DeadlineTimer, DelayedDeliveryTracker, wall_clock_ms
 from storage.positions import Position
@@ -355,15 +355,7 @@ class BucketDelayedDeliveryTracker(BucketLifecycle, DelayedDeliveryTracker):
             sets.append((bucket.indexed if same_epoch else bucket.pending).get(ledger_id))
         if same_epoch and self._retired:
             sets.append(self._retired.get(ledger_id))
-        live = [bm for bm in sets if bm]
-        pos = entry_id
-        while live:
-            start = pos
-            for bm in live:
-                pos = run_end(bm, pos)
-            if pos == start:
-                break
-        return pos
+        return run_end_union(sets, entry_id)
 
     def contains(self, ledger_id: int, entry_id: int) -> bool:
         if not fits(ledger_id, entry_id):

@@ -56,7 +56,7 @@ def unpack(packed: int) -> tuple[int, int]:
 
 def run_end(bm: BitMap | None, start: int) -> int:
     """The first value >= ``start`` that is not in ``bm`` (binary search on ranges, O(log n))."""
-    if bm is None or start not in bm:
+    if bm is None or not 0 <= start < _LIMIT or start not in bm:
         return start
     lo, hi = start + 1, bm.max() + 1        # [start, lo) is in bm; hi is not
     while lo < hi:
@@ -66,6 +66,19 @@ def run_end(bm: BitMap | None, start: int) -> int:
         else:
             hi = mid
     return lo
+
+
+def run_end_union(bitmaps: list[BitMap | None], start: int) -> int:
+    """The first value >= ``start`` in none of ``bitmaps``."""
+    live = [bm for bm in bitmaps if bm]
+    pos = start
+    while live:
+        before = pos
+        for bm in live:
+            pos = run_end(bm, pos)
+        if pos == before:
+            break
+    return pos
 
 
 def bitmap_bytes(bm: BitMap) -> int:

@@ -132,10 +132,6 @@ def test_official_client_keeps_retrying_a_rejected_send_until_the_producer_close
     assert results == [pulsar.Result.AlreadyClosed]
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "core: a message pipelined behind a rejected one is appended, its receipt is lost when the "
-    "C++ client closes the connection on the SEND_ERROR, and it is appended again on every "
-    "re-send (see the delayed helper's report: dedup of re-sends after a rejection)"))
 def test_messages_pipelined_behind_a_rejected_send_are_not_stored_again_on_every_resend(
         limited: Any) -> None:
     import pulsar

@@ -22,6 +22,7 @@ def test_run_end_finds_the_first_value_missing_from_a_bitmap() -> None:
     assert run_end(bm, 701) == 50_000
     assert run_end(bm, 49_999) == 50_000
     assert run_end(BitMap([3]), 3) == 4
+    assert run_end(bm, 1 << 40) == 1 << 40      # beyond uint32: never tracked in a bitmap
 
 
 def test_in_memory_skips_tracked_runs_only() -> None:

@@ -2,7 +2,7 @@
 
 Usage: python crash_appender.py ROOT SEED
 Opens the store at ROOT, then 16 concurrent appenders write random payloads to 3 topics
-forever. Each acknowledged append is printed, flushed, as
+forever (segments pre-zeroed in small steps, see main()). Each acknowledged append is printed, flushed, as
   ACK <topic> <ledger_id> <entry_id> <length> <blake2b-64 hex>
 after its future resolved (i.e. after the group commit's fdatasync). Each topic has a cursor
 "sub" that individually acks every entry it appended (persisted at 50/s). The parent kills
@@ -35,6 +35,10 @@ async def main(root: Path, seed: int) -> None:
         max_entries_per_ledger=rng.choice([50, 500, 50_000]),
         mark_delete_rate_limit_per_sec=50.0,
         group_commit_max_delay_ms=rng.choice([0.0, 1.0]),
+        # Small pre-zero steps make the writer pre-zero every few batches, so kills land
+        # in the middle of one (zeros half written, not yet synced) often.
+        segment_prezero_bytes=rng.choice([16 * 1024, 256 * 1024, 4 * 1024 * 1024]),
+        segment_prezero_min_bytes=rng.choice([4096, 64 * 1024]),
     )
     store = await SegmentStore.open(root, config)
     ledgers = [await store.open_ledger(f"persistent://public/default/crash-{i}")

@@ -5,21 +5,39 @@ from __future__ import annotations
 import errno
 import os
 import shutil
+import struct
 from collections.abc import Sequence
 from pathlib import Path
 
+from crc32c import crc32c
+
 from storage.fileops import FileOps
-from storage.segments import encode_file_header, encode_record_header, segment_name
+from storage.segments import (
+    SEGMENT_MAGIC_V1,
+    encode_file_header,
+    encode_record_header,
+    record_crc,
+    segment_name,
+)
 from storage.store import encode_name
 
 
 class FaultyFileOps(FileOps):
-    """A file layer whose fdatasync / writev can be made to fail with EIO."""
+    """A file layer whose fdatasync / writev / pwrite can be made to fail with EIO
+    (pwrite is only used by the writer to pre-zero segments)."""
 
     def __init__(self) -> None:
         self.fail_fdatasync = False
         self.fail_writev = False
+        self.fail_pwrite = False
         self.fdatasync_calls = 0
+        self.pwrite_calls = 0
+
+    def pwrite(self, fd: int, data: bytes | memoryview, offset: int) -> int:
+        self.pwrite_calls += 1
+        if self.fail_pwrite:
+            raise OSError(errno.EIO, "injected EIO (pwrite)")
+        return super().pwrite(fd, data, offset)
 
     def fdatasync(self, fd: int) -> None:
         self.fdatasync_calls += 1
@@ -37,16 +55,41 @@ def ledger_dir(root: Path, name: str) -> Path:
     return root / "ledgers" / encode_name(name)
 
 
-def write_segment(directory: Path, ledger_id: int, payloads: Sequence[bytes]) -> Path:
-    """Write a complete segment file directly (fast bulk setup for big-state tests)."""
+def write_segment(directory: Path, ledger_id: int, payloads: Sequence[bytes], *,
+                  zero_tail: int = 0) -> Path:
+    """Write a complete segment file directly (fast bulk setup for big-state tests), with
+    zero_tail bytes of zeros after the records (what the writer pre-zeroes ahead)."""
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / segment_name(ledger_id)
     parts = [encode_file_header(ledger_id, 0)]
     for entry_id, data in enumerate(payloads):
         parts.append(encode_record_header(entry_id, data))
         parts.append(data)
+    parts.append(bytes(zero_tail))
     path.write_bytes(b"".join(parts))
     return path
+
+
+def write_segment_v1(directory: Path, ledger_id: int, payloads: Sequence[bytes]) -> Path:
+    """A segment in format 1 (magic HORAESG1, length field = data size), as older code wrote."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / segment_name(ledger_id)
+    head = struct.pack("<8sQQI", SEGMENT_MAGIC_V1, ledger_id, 0, 0)
+    parts = [head, struct.pack("<I", crc32c(head))]
+    for entry_id, data in enumerate(payloads):
+        parts.append(struct.pack("<IIQ", len(data), record_crc(len(data), entry_id, data),
+                                 entry_id))
+        parts.append(data)
+    path.write_bytes(b"".join(parts))
+    return path
+
+
+def zero_range(path: Path, start: int, end: int) -> None:
+    fd = os.open(path, os.O_RDWR)
+    try:
+        os.pwrite(fd, bytes(end - start), start)
+    finally:
+        os.close(fd)
 
 
 def segment_paths(root: Path, name: str) -> list[Path]:

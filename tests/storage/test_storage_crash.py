@@ -10,9 +10,16 @@ SIGKILL, then reopens the store in this process and checks:
 - cursor files are never corrupt and never ahead of what was acknowledged;
 - every bucket snapshot whose create() returned loads intact (all parts, exact bytes);
 - recovery never fails to open.
-In half of the cycles a power loss is simulated before reopening: each segment written in
-that cycle is cut at a random byte after its last acknowledged record (a segment with no
-acknowledged record anywhere, even inside its header), so recovery meets torn tails.
+Segments are pre-zeroed ahead of the write head in small steps (crash_appender.py), so kills
+land in the middle of a pre-zero and every killed child leaves zero tails behind.
+In half of the cycles a power loss is simulated before reopening, on each segment written in
+that cycle, after its last acknowledged record (a segment with no acknowledged record:
+anywhere, even inside its header), so recovery meets torn tails: one of
+- truncation at a random byte (often inside the zero tail: the size change of a pre-zero
+  step was not durable),
+- zeroing from a random byte to the end, keeping the size (unsynced writes into the
+  pre-zeroed region were lost),
+- bit flips inside the zero tail (garbage where only zeros should be).
 HORAE_CRASH_ITERATIONS (default 30) sets the number of kill cycles.
 """
 
@@ -29,7 +36,7 @@ import time
 from pathlib import Path
 
 import pytest
-from storage_testlib import segment_paths
+from storage_testlib import flip_bit, segment_paths, zero_range
 
 from storage import Position, SegmentStore
 from storage.fileops import FileOps
@@ -87,6 +94,8 @@ async def test_sigkill_never_loses_an_acknowledged_entry(tmp_path: Path) -> None
     max_ledger_before = -1
     total_cycles_with_acks = 0
     truncated_tails = 0
+    zero_tails = 0  # segments found with a pre-zeroed tail after a kill
+    damage: dict[str, int] = {"truncate": 0, "zero": 0, "flip": 0}
     snapshots: dict[int, tuple[int, str]] = {}  # acknowledged and not being deleted
     deleted_snapshots: set[int] = set()  # delete() returned
     for cycle in range(ITERATIONS):
@@ -105,8 +114,9 @@ async def test_sigkill_never_loses_an_acknowledged_entry(tmp_path: Path) -> None
                 continue
             topic, ledger_id, entry_id, length, digest = fields
             new[int(topic)].append((Position(int(ledger_id), int(entry_id)), int(length), digest))
+        zero_tails += _count_zero_tails(root)
         if rng.random() < 0.5:
-            _lose_unsynced_tails(root, new, max_ledger_before, rng)
+            _lose_unsynced_tails(root, new, max_ledger_before, rng, damage)
         cycle_ledgers = [p.ledger_id for t in new for p, _, _ in new[t]]
         if cycle_ledgers:
             total_cycles_with_acks += 1
@@ -141,15 +151,28 @@ async def test_sigkill_never_loses_an_acknowledged_entry(tmp_path: Path) -> None
             await store.close()
     print(f"crash cycles={ITERATIONS} with_acks={total_cycles_with_acks} "
           f"snapshots_alive={len(snapshots)} "
-          f"acked={sum(len(a) for a in acked.values())} truncated_tails_seen={truncated_tails}")
+          f"acked={sum(len(a) for a in acked.values())} truncated_tails_seen={truncated_tails} "
+          f"zero_tails_seen={zero_tails} power_loss_damage={damage}")
     assert total_cycles_with_acks >= ITERATIONS // 2
+    assert zero_tails > 0
     assert sum(len(a) for a in acked.values()) > 0
 
 
+def _count_zero_tails(root: Path) -> int:
+    count = 0
+    for t in range(TOPICS):
+        for path in segment_paths(root, _topic(t)):
+            if path.stat().st_size >= 32:
+                scan = scan_segment(FileOps(), path, int(path.stem), truncate=False)
+                count += scan.zero_tail_bytes > 0
+    return count
+
+
 def _lose_unsynced_tails(root: Path, new: dict[int, list[tuple[Position, int, str]]],
-                         max_ledger_before: int, rng: random.Random) -> None:
-    """Simulate a power loss: cut this cycle's segments at a random byte after their last
-    acknowledged record (unsynced data may be lost or torn; acknowledged data may not)."""
+                         max_ledger_before: int, rng: random.Random,
+                         damage: dict[str, int]) -> None:
+    """Simulate a power loss: damage this cycle's segments after their last acknowledged
+    record (unsynced data may be lost or torn; acknowledged data may not)."""
     for t in range(TOPICS):
         for path in segment_paths(root, _topic(t)):
             ledger_id = int(path.stem)
@@ -157,13 +180,24 @@ def _lose_unsynced_tails(root: Path, new: dict[int, list[tuple[Position, int, st
                 continue
             size = path.stat().st_size
             acked_ids = [p.entry_id for p, _, _ in new[t] if p.ledger_id == ledger_id]
-            if not acked_ids:
-                os.truncate(path, rng.randint(0, size))
-                continue
-            scan = scan_segment(FileOps(), path, ledger_id, truncate=False)
-            last = max(acked_ids)
-            end = scan.offsets[last] + RECORD_HEADER_SIZE + scan.lengths[last]
-            os.truncate(path, rng.randint(end, size))
+            end = logical_end = 0
+            if size >= 32:
+                scan = scan_segment(FileOps(), path, ledger_id, truncate=False)
+                logical_end = scan.valid_end  # after the last complete record, acked or not
+                if acked_ids:
+                    last = max(acked_ids)
+                    end = scan.offsets[last] + RECORD_HEADER_SIZE + scan.lengths[last]
+            mode = rng.choice(["truncate", "zero", "flip"])
+            if mode == "flip" and logical_end < size and size > 32:
+                damage[mode] += 1
+                for _ in range(rng.randint(1, 3)):
+                    flip_bit(path, rng.randrange(max(logical_end, 32), size), rng.randrange(8))
+            elif mode == "zero" and end < size:
+                damage[mode] += 1
+                zero_range(path, rng.randint(end, size), size)
+            else:
+                damage["truncate"] += 1
+                os.truncate(path, rng.randint(end, size))
 
 
 async def _check_snapshots(store: SegmentStore, expected: dict[int, tuple[int, str]],
