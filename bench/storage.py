@@ -19,12 +19,18 @@ Prints, in one run (uvloop):
 4. cursor persisted bytes per acked entry: 1M distinct random individual acks over 20 ledgers,
    persisted through ManagedCursor.flush (target <= 1 byte); plus the same measure at other
    ack densities, computed with the same encoder.
+With --prealloc-probe it only runs the probe that chose how segments are pre-allocated:
+one 1040-byte pwrite + fdatasync at a time on a file prepared four ways (nothing: growing;
+posix_fallocate; fallocate(FALLOC_FL_ZERO_RANGE); written zeros + fdatasync), the modes
+rotated in blocks of 25 syncs so the neighbours' I/O noise spreads over all of them.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import ctypes
+import ctypes.util
 import os
 import random
 import shutil
@@ -239,6 +245,52 @@ def cursor_size_at_density(acks: int, ledgers: int, per_ledger: int) -> float:
     return len(encode_cursor(state)) / acks
 
 
+def prealloc_probe(directory: Path, rotations: int = 60, block: int = 25) -> None:
+    libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+
+    def zero_range(fd: int, size: int) -> None:
+        if libc.fallocate(fd, 0x10, ctypes.c_long(0), ctypes.c_long(size)) != 0:  # ZERO_RANGE
+            raise OSError(ctypes.get_errno(), "fallocate(FALLOC_FL_ZERO_RANGE)")
+
+    def written_zeros(fd: int, size: int) -> None:
+        zeros = bytes(1 << 20)
+        for at in range(0, size, len(zeros)):
+            os.pwrite(fd, zeros[: min(len(zeros), size - at)], at)
+
+    modes = {
+        "growing file": lambda fd, size: None,
+        "posix_fallocate": lambda fd, size: os.posix_fallocate(fd, 0, size),
+        "fallocate(ZERO_RANGE)": zero_range,
+        "written zeros": written_zeros,
+    }
+    record = os.urandom(RECORD_HEADER_SIZE + ENTRY)
+    size = rotations * block * len(record) + (1 << 20)
+    fds: dict[str, int] = {}
+    lat: dict[str, list[float]] = {name: [] for name in modes}
+    for name, prepare in modes.items():
+        fd = os.open(directory / f"probe-{len(fds)}", os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        prepare(fd, size)
+        os.fdatasync(fd)
+        fds[name] = fd
+    offset = 0
+    perf = time.perf_counter
+    for _ in range(rotations):
+        for name, fd in fds.items():
+            for i in range(block):
+                start = perf()
+                os.pwrite(fd, record, offset + i * len(record))
+                os.fdatasync(fd)
+                lat[name].append(perf() - start)
+        offset += block * len(record)
+    for fd in fds.values():
+        os.close(fd)
+    print(f"pre-allocation probe: {rotations * block} x (1040-byte pwrite + fdatasync) per mode")
+    for name, values in lat.items():
+        print(f"  {name:22s} p25 {1e3 * percentile(values, 0.25):.3f}  p50 "
+              f"{1e3 * percentile(values, 0.5):.3f}  p75 {1e3 * percentile(values, 0.75):.3f}  "
+              f"mean {1e3 * statistics.mean(values):.3f} ms")
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--entries", type=int, default=6_400, help="appends per round")
@@ -249,9 +301,14 @@ async def main() -> None:
                         help="alternating store/raw rounds of the latency run")
     parser.add_argument("--read-entries", type=int, default=100_000)
     parser.add_argument("--dir", type=Path, default=None, help="where to write (default: tmp)")
+    parser.add_argument("--prealloc-probe", action="store_true",
+                        help="only run the fdatasync probe of pre-allocation strategies")
     args = parser.parse_args()
     base = Path(tempfile.mkdtemp(prefix="horae-bench-", dir=args.dir))
     try:
+        if args.prealloc_probe:
+            prealloc_probe(base)
+            return
         print(f"storage benchmark in {base} (uvloop, {os.cpu_count()} cpus)")
         # Short alternating store/raw rounds: the disk's fsync latency drifts a lot on shared
         # machines, so each store round is compared with a raw replay right after it.

@@ -28,9 +28,10 @@ producer is re-created, re-sends its whole pending queue. Sends pipelined behind
 one were already stored; their receipts died with the connection. So, per topic and producer
 name (the client re-uses the name the broker assigned), a :class:`SequenceState` keeps the
 highest sequence id appended (``pushed``) and persisted (``persisted``), and the message ids of
-the last :data:`RECEIPT_WINDOW` persisted entries. The key of a SEND is its
-``highest_sequence_id`` when set (batches), else its ``sequence_id``. The hot path costs one
-comparison: ``key > pushed`` is a new message. Otherwise (:meth:`Producer._resend`):
+the last :data:`RECEIPT_WINDOW` persisted entries. The key of a SEND is the highest sequence
+id it carries (:func:`send_key`: ``highest_sequence_id`` if set, else ``sequence_id +
+num_messages - 1``, batches of the C++ client). The hot path costs one comparison:
+``key > pushed`` is a new message. Otherwise (:meth:`Producer._resend`):
 
 * persisted and still in the window -> SEND_RECEIPT with the original message id;
 * still in flight on an earlier incarnation of the producer -> answered with that append;
@@ -223,9 +224,12 @@ def _metadata(entry: bytes) -> pb.MessageMetadata | None:
     return md
 
 
-def send_key(sequence_id: int, highest_sequence_id: int) -> int:
-    """The deduplication key of a send: its highest sequence id (batches), else its own."""
-    return highest_sequence_id if highest_sequence_id > sequence_id else sequence_id
+def send_key(sequence_id: int, highest_sequence_id: int, messages: int = 1) -> int:
+    """The deduplication key of a send: the highest sequence id it carries (the Java client
+    sets highest_sequence_id on batches; the C++ client numbers a batch's messages from
+    sequence_id on), as :meth:`Producer.on_send` computes it."""
+    key = highest_sequence_id if highest_sequence_id > sequence_id else sequence_id
+    return max(key, sequence_id + messages - 1)
 
 
 class Producer:
@@ -273,6 +277,9 @@ class Producer:
         seq = send.sequence_id
         highest = send.highest_sequence_id
         key = highest if highest > seq else seq
+        count = send.num_messages
+        if count > 1 and seq + count - 1 > key:  # a C++ batch: ids seq .. seq+count-1
+            key = seq + count - 1
         state = self.seq_state
         try:
             if self._failed is not None:
@@ -683,7 +690,7 @@ async def _replay(ledger: Any, start: Position, end: Position,
                     md.HasField("num_chunks_from_msg")
                     and md.chunk_id < md.num_chunks_from_msg - 1):
                 continue
-            key = send_key(md.sequence_id, md.highest_sequence_id)
+            key = send_key(md.sequence_id, md.highest_sequence_id, md.num_messages_in_batch)
             name = md.producer_name
             state = states.get(name)
             if state is None:

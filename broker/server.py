@@ -126,18 +126,20 @@ class BrokerServer:
         self._stopped = True
         if self._server is not None:
             self._server.close()  # stop accepting
-        service = self._service
-        if service is not None:
-            service.closing = True
-            await service.close()   # topics: in-flight appends finish, clients are told
-            for conn in list(service.connections):
-                conn.close("broker shutting down")
+        # The exporter's last snapshot is taken while the topics are still loaded, so the
+        # files end with the final counters (a snapshot after unloading would hold no topic).
         if self._exporter is not None and self._exporter_stop is not None:
             self._exporter_stop.set()
             try:
                 await asyncio.wait_for(self._exporter, 10)
             except (TimeoutError, asyncio.CancelledError, Exception):
                 log.warning("metric exporter did not stop cleanly")
+        service = self._service
+        if service is not None:
+            service.closing = True
+            await service.close()   # topics: in-flight appends finish, clients are told
+            for conn in list(service.connections):
+                conn.close("broker shutting down")
         if self._runner is not None:
             await self._runner.cleanup()
         if self._server is not None:

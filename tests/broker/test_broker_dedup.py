@@ -257,3 +257,34 @@ def test_official_client_completes_a_send_answered_with_the_duplicate_receipt(
     assert fresh[-1].ledger_id() >= 0 and fresh[-1].entry_id() == 3
     assert _entries(broker, topic) == 4
     producer.close()
+
+
+def test_a_batch_is_keyed_by_its_last_sequence_id_also_after_a_restart(
+        broker_factory: Any, tmp_path: pathlib.Path) -> None:
+    data = tmp_path / "batch"
+    port = find_free_port()
+    topic = "persistent://public/default/dedup-batch"
+
+    def batch(name: str, first: int) -> bytes:
+        entry = make_entry(b"three", sequence_id=first, producer_name=name,
+                           num_messages_in_batch=3)
+        return C.encode_send(1, first, entry, num_messages=3)
+
+    first_broker = broker_factory(data_dir=data, broker_port=port)
+    with RawClient(first_broker.service_url) as raw:
+        raw.handshake()
+        name = raw.create_producer(topic, 1).producer_success.producer_name
+        stored = raw.request(batch(name, 0))
+        reconnected = raw.request(_producer_command(topic, 2, 8, name, epoch=1))
+    first_broker.stop()
+    second = broker_factory(data_dir=data, broker_port=port)
+    with RawClient(second.service_url) as raw:
+        raw.handshake()
+        after_restart = raw.request(_producer_command(topic, 1, 9, name, epoch=2))
+        resent = raw.request(batch(name, 0))
+        fresh = _send(raw, 1, 3, name)
+    assert reconnected.producer_success.last_sequence_id == 2
+    assert after_restart.producer_success.last_sequence_id == 2
+    assert _ids([resent]) == _ids([stored])
+    assert fresh.type == T.SEND_RECEIPT
+    assert _entries(second, topic) == 2

@@ -11,6 +11,7 @@ import json
 import logging
 import math
 import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -388,3 +389,53 @@ def test_writer_snapshots_roll_up_to_the_published_counts(spark: Any, tmp_path: 
     hist = table.filter("metric = 'pulsar_storage_write_latency' AND kind = 'histogram'").collect()
     assert sum(r["increase"] for r in hist) == 12.0
     assert [r["p50"] for r in hist if r["increase"]] == [pytest.approx(1 + 9 * 6 / 12)]
+
+
+# -- end to end: a real broker exports every second, the job rolls its files up ----------------
+
+
+def test_broker_snapshots_roll_up_to_what_the_official_client_sent(
+    spark: Any, broker_factory: Any, tmp_path: Path
+) -> None:
+    import pulsar
+    from pyspark.sql import functions as F
+
+    data_dir = tmp_path / "broker-data"
+    broker = broker_factory(data_dir=data_dir, config_overrides={"metricsExportIntervalSeconds": 1})
+    topic = "persistent://public/default/rollup-e2e"
+    sent = 37
+    client = pulsar.Client(broker.service_url, operation_timeout_seconds=10)
+    try:
+        consumer = client.subscribe(topic, "rollup-sub", consumer_type=pulsar.ConsumerType.Shared)
+        producer = client.create_producer(topic)
+        for i in range(sent):
+            producer.send(f"m-{i}".encode())
+        for _ in range(sent):
+            consumer.acknowledge(consumer.receive(timeout_millis=10_000))
+    finally:
+        client.close()
+    metrics_dir = data_dir / "metrics"
+    # Let the once-a-second exporter write at least one periodic snapshot besides the
+    # start-up one, then stop: the exporter writes a last snapshot on the way out.
+    deadline = time.monotonic() + 15
+    while len(list(metrics_dir.rglob("*.jsonl.gz"))) < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    broker.stop()
+    assert len(list(metrics_dir.rglob("*.jsonl.gz"))) >= 3
+
+    out = tmp_path / "out"
+    assert main(["--input", str(metrics_dir), "--output", str(out), "--window", "1m,1h"]) == EXIT_OK
+    table = spark.read.parquet(str(out / "rollup")).filter(F.col("topic") == topic)
+    for window in ("1m", "1h"):
+        totals = {
+            r["metric"]: r["total"]
+            for r in table.filter(F.col("window") == window)
+            .filter(F.col("metric").isin("pulsar_in_messages_total", "pulsar_out_messages_total"))
+            .groupBy("metric")
+            .agg(F.sum("increase").alias("total"))
+            .collect()
+        }
+        assert totals == {
+            "pulsar_in_messages_total": float(sent),
+            "pulsar_out_messages_total": float(sent),
+        }, window
