@@ -22,9 +22,10 @@ The delayed-delivery policy is resolved once and cached; the service drops the c
 (:meth:`invalidate_policy`) when a namespace or topic policy changes, so the next message
 sees the change without a restart.
 
-Re-sent messages are not stored twice: :class:`broker.producer.Deduplicator` (``self.dedup``)
-keeps the per-producer-name sequence state, snapshotted into the ``pulsar.dedup`` cursor by
-:meth:`housekeeping` (see :mod:`broker.producer`). That cursor is not a subscription.
+Re-sent messages are not stored twice: :class:`broker.dedup.MessageDeduplication`
+(``self.dedup``) keeps the per-producer-name sequence state, recovered when the topic loads
+and snapshotted into the ``pulsar.dedup`` cursor by :meth:`housekeeping` and :meth:`close`
+(see :mod:`broker.dedup`). That cursor is not a subscription.
 
 Trimming (:meth:`housekeeping`, once a second, off the hot path): sealed ledgers that every
 cursor has passed are deleted by ``ManagedLedger.trim`` (Pulsar without retention: with no
@@ -50,7 +51,8 @@ from typing import TYPE_CHECKING, Any
 
 from google.protobuf.message import DecodeError
 
-from broker.producer import DEDUP_CURSOR, PUBLISH_LATENCY_BUCKETS_MS, Deduplicator, Producer
+from broker.dedup import DEDUP_CURSOR, MessageDeduplication
+from broker.producer import PUBLISH_LATENCY_BUCKETS_MS, Producer, encode_producer_success, iso_ms
 from protocol import pulsar_pb as pb
 from protocol.errors import (
     MalformedEntryError,
@@ -58,6 +60,7 @@ from protocol.errors import (
     PersistenceError,
     ProducerBusyError,
     ServiceNotReadyError,
+    SubscriptionNotFoundError,
 )
 from protocol.metadata import parse_entry
 from storage.positions import Position
@@ -69,7 +72,7 @@ if TYPE_CHECKING:
     from broker.service import BrokerService
     from broker.topic_name import TopicName
 
-__all__ = ["RateMeter", "Topic"]
+__all__ = ["FallbackDelayPolicy", "RateMeter", "Topic"]
 
 log = logging.getLogger("horae.topic")
 
@@ -87,7 +90,7 @@ except ImportError:  # pragma: no cover - only while that area is being written
 
 
 @dataclass(frozen=True, slots=True)
-class _FallbackDelayPolicy:
+class FallbackDelayPolicy:
     """Stand-in for broker.delayed.policy.DelayPolicy when that module is unavailable."""
 
     active: bool
@@ -153,7 +156,7 @@ class Topic:
         self._rates = RateMeter()
         self._producer_rates: dict[int, RateMeter] = {}
         self._exclusive_waiters: deque[tuple[Producer, int]] = deque()
-        self.dedup = Deduplicator(self)
+        self.dedup = MessageDeduplication(self)
         self.trimmed_ledgers = 0
         self._trim_task: asyncio.Task[None] | None = None
         self._trim_marker: tuple[Any, int] = (None, 0)
@@ -299,6 +302,9 @@ class Topic:
                 f"Topic has an existing exclusive producer: {exclusive[0].name}")
         elif mode != pb.Shared and others:
             raise ProducerBusyError("Topic has existing shared producers")
+        self._register(producer)
+
+    def _register(self, producer: Producer) -> None:
         self.producers[producer.name] = producer
         self._producer_rates[id(producer)] = RateMeter()
 
@@ -314,16 +320,13 @@ class Topic:
         self._exclusive_waiters.append((producer, request_id))
 
     def _promote_exclusive_waiter(self) -> None:
-        from broker.producer import encode_producer_success
-
         while self._exclusive_waiters and not self.closed and not self.fenced:
             producer, request_id = self._exclusive_waiters.popleft()
             conn = producer.connection
             if conn.is_closed or producer.closed:
                 continue
             conn.waiting_producers.pop(producer.producer_id, None)
-            self.producers[producer.name] = producer
-            self._producer_rates[id(producer)] = RateMeter()
+            self._register(producer)
             conn.producers[producer.producer_id] = producer
             conn.write(encode_producer_success(request_id, producer.name, ready=True,
                                                last_sequence_id=producer.seq_state.persisted))
@@ -375,14 +378,10 @@ class Topic:
     async def delete_subscription(self, name: str, *, force: bool = False) -> None:
         sub = self.subscriptions.get(name)
         if sub is None:
-            from protocol.errors import SubscriptionNotFoundError
-
             raise SubscriptionNotFoundError("Subscription not found")
         if getattr(sub, "consumers", None) and not force:
             raise NotAllowedError("Subscription has active connected consumers")
-        del self.subscriptions[name]
-        self._removed_msg_out += getattr(sub, "msg_out_counter", 0)
-        self._removed_bytes_out += getattr(sub, "bytes_out_counter", 0)
+        self._forget_subscription(name, sub)
         await _close_subscription(sub)
         if name in self.ledger.cursors:
             await self.ledger.delete_cursor(name)
@@ -391,9 +390,13 @@ class Topic:
         """Forget a subscription that went away by itself (e.g. a reader's non-durable one)."""
         name = str(sub.name)
         if self.subscriptions.get(name) is sub:
-            del self.subscriptions[name]
-            self._removed_msg_out += getattr(sub, "msg_out_counter", 0)
-            self._removed_bytes_out += getattr(sub, "bytes_out_counter", 0)
+            self._forget_subscription(name, sub)
+
+    def _forget_subscription(self, name: str, sub: Any) -> None:
+        """Drop *sub*, keeping what it delivered in the topic's out counters."""
+        del self.subscriptions[name]
+        self._removed_msg_out += getattr(sub, "msg_out_counter", 0)
+        self._removed_bytes_out += getattr(sub, "bytes_out_counter", 0)
 
     # ------------------------------------------------------------------ delayed policy
 
@@ -539,7 +542,7 @@ class Topic:
             "totalSize": int(ledger.total_size_bytes),
             "currentLedgerEntries": int(current.entries) if current else 0,
             "currentLedgerSize": int(current.size_bytes) if current else 0,
-            "lastLedgerCreatedTimestamp": _iso(current.created_ms) if current else "",
+            "lastLedgerCreatedTimestamp": iso_ms(current.created_ms) if current else "",
             "waitingCursorsCount": 0,
             "pendingAddEntriesCount": sum(p.pending for p in self.producers.values()),
             "lastConfirmedEntry": _pos(ledger.last_confirmed),
@@ -628,11 +631,7 @@ class Topic:
             await _close_subscription(sub, disconnect_clients=disconnect_clients)
         if self._trim_task is not None:
             await asyncio.wait([self._trim_task])
-        try:
-            # Entries still completing are covered by the replay on the next load.
-            self.dedup.snapshot(self.loop.time())
-        except Exception:
-            log.exception("dedup snapshot of %s failed", self.full)
+        self.dedup.close(self.loop.time())
         try:
             await self.ledger.close()
         except Exception:
@@ -660,11 +659,4 @@ def _pos(p: Any) -> str:
         return "-1:-1"
     return f"{p.ledger_id}:{p.entry_id}"
 
-
-def _iso(ms: int) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ms / 1000)) + f".{ms % 1000:03d}Z"
-
-
-# Exported for the service's policy fallback.
-FallbackDelayPolicy = _FallbackDelayPolicy
 
