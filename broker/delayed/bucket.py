@@ -93,13 +93,13 @@ from broker.delayed.packed import (
     fits,
     run_end_union,
 )
-from broker.delayed.tracker import DeadlineTimer, DelayedDeliveryTracker, wall_clock_ms
+from broker.delayed.tracker import TimedTracker
 from storage.positions import Position
 
 __all__ = ["BUCKET_KEY_PREFIX", "BucketDelayedDeliveryTracker", "bucket_key", "parse_bucket_key"]
 
 
-class BucketDelayedDeliveryTracker(BucketLifecycle, DelayedDeliveryTracker):
+class BucketDelayedDeliveryTracker(BucketLifecycle, TimedTracker):
     def __init__(self, *, cursor: Any, snapshots: Any, tick_time_ms: int, strict: bool,
                  on_due: Callable[[], None], loop: asyncio.AbstractEventLoop,
                  clock_ms: Callable[[], int] | None = None,
@@ -111,16 +111,13 @@ class BucketDelayedDeliveryTracker(BucketLifecycle, DelayedDeliveryTracker):
         self._cursor = cursor
         self._snapshots = snapshots
         self._loop = loop
-        self._clock_ms = clock_ms or wall_clock_ms
-        self._tick_ms = tick_time_ms
-        self._strict = strict
-        self._on_due = on_due
+        self._init_timing(loop=loop, clock_ms=clock_ms, tick_time_ms=tick_time_ms,
+                          strict=strict, on_due=on_due)
         self._min_index_count = max(min_index_count_per_bucket, 1)
         self._time_step_ms = time_step_per_segment_ms
         self._max_indexes_per_segment = max_indexes_per_segment
         self._max_num_buckets = max_num_buckets
         self._executor = executor
-        self._timer = DeadlineTimer(loop, self._clock_ms, tick_time_ms, self._on_timer)
         # the last mutable bucket
         self._mutable = PackedTimeIndex()
         self._mut_members: dict[int, BitMap] = {}
@@ -162,10 +159,6 @@ class BucketDelayedDeliveryTracker(BucketLifecycle, DelayedDeliveryTracker):
         return bool(check is not None and check(Position(ledger_id, entry_id)))
 
     # --- time and timer --------------------------------------------------------------------
-
-    def _cutoff(self) -> int:
-        now = self._clock_ms()
-        return now if self._strict else now + self._tick_ms
 
     def _barrier(self) -> int | None:
         return min(self._loading.values()) if self._loading else None
@@ -220,7 +213,7 @@ class BucketDelayedDeliveryTracker(BucketLifecycle, DelayedDeliveryTracker):
         if head is None:
             self._timer.cancel()
         else:
-            self._timer.update(head if self._strict else head - self._tick_ms)
+            self._timer.update(self._timer_target(head))
 
     def _on_timer(self) -> None:
         if self.has_message_available():
@@ -567,13 +560,6 @@ class BucketDelayedDeliveryTracker(BucketLifecycle, DelayedDeliveryTracker):
     def should_pause_all_deliveries(self) -> bool:
         return False
 
-    def reset_tick_time(self, tick_ms: int) -> None:
-        if tick_ms != self._tick_ms:
-            self._tick_ms = tick_ms
-            self._timer.tick_ms = tick_ms
-            self._timer.cancel()
-            self._update_timer()
-
     # --- metrics and introspection -------------------------------------------------------------
 
     @property
@@ -607,18 +593,6 @@ class BucketDelayedDeliveryTracker(BucketLifecycle, DelayedDeliveryTracker):
     def pending_loads(self) -> int:
         """Segments being loaded (on_due follows when they make something due)."""
         return len(self._loading)
-
-    @property
-    def timer(self) -> DeadlineTimer:
-        return self._timer
-
-    @property
-    def tick_time_ms(self) -> int:
-        return self._tick_ms
-
-    @property
-    def strict(self) -> bool:
-        return self._strict
 
     @property
     def immutable_ranges(self) -> list[tuple[int, int]]:

@@ -42,19 +42,17 @@ from broker.delayed.packed import (
     fits,
     run_end,
 )
-from broker.delayed.tracker import DeadlineTimer, DelayedDeliveryTracker, TimerLoop, wall_clock_ms
+from broker.delayed.tracker import TimedTracker, TimerLoop
 
 log = logging.getLogger(__name__)
 
 
-class InMemoryDelayedDeliveryTracker(DelayedDeliveryTracker):
+class InMemoryDelayedDeliveryTracker(TimedTracker):
     def __init__(self, *, tick_time_ms: int, strict: bool, on_due: Callable[[], None],
                  loop: TimerLoop, fixed_delay_lookahead: int = 0,
                  clock_ms: Callable[[], int] | None = None) -> None:
-        self._clock_ms = clock_ms or wall_clock_ms
-        self._tick_ms = tick_time_ms
-        self._strict = strict
-        self._on_due = on_due
+        self._init_timing(loop=loop, clock_ms=clock_ms, tick_time_ms=tick_time_ms,
+                          strict=strict, on_due=on_due)
         self._lookahead = fixed_delay_lookahead
         self._index = PackedTimeIndex()
         self._members: dict[int, BitMap] = {}
@@ -63,13 +61,8 @@ class InMemoryDelayedDeliveryTracker(DelayedDeliveryTracker):
         self._highest_ms = 0
         self._fixed_delay = True
         self._closed = False
-        self._timer = DeadlineTimer(loop, self._clock_ms, tick_time_ms, self._on_timer)
 
     # --- time ----------------------------------------------------------------------------
-
-    def _cutoff(self) -> int:
-        now = self._clock_ms()
-        return now if self._strict else now + self._tick_ms
 
     def _head_ts(self) -> int | None:
         """Earliest live deliver time (drops stale heads left by cancel)."""
@@ -94,7 +87,7 @@ class InMemoryDelayedDeliveryTracker(DelayedDeliveryTracker):
         if head is None:
             self._timer.cancel()
         else:
-            self._timer.update(head if self._strict else head - self._tick_ms)
+            self._timer.update(self._timer_target(head))
 
     def _on_timer(self) -> None:
         if self.has_message_available():
@@ -225,24 +218,3 @@ class InMemoryDelayedDeliveryTracker(DelayedDeliveryTracker):
 
     async def recover(self) -> None:
         return None
-
-    def reset_tick_time(self, tick_ms: int) -> None:
-        if tick_ms != self._tick_ms:
-            self._tick_ms = tick_ms
-            self._timer.tick_ms = tick_ms
-            self._timer.cancel()
-            self._update_timer()
-
-    # --- introspection (tests, stats) ----------------------------------------------------
-
-    @property
-    def timer(self) -> DeadlineTimer:
-        return self._timer
-
-    @property
-    def strict(self) -> bool:
-        return self._strict
-
-    @property
-    def tick_time_ms(self) -> int:
-        return self._tick_ms

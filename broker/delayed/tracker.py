@@ -191,3 +191,61 @@ class DelayedDeliveryTracker(abc.ABC):
         if op is DelayedOperationType.CANCEL:
             return self.cancel(ledger_id, entry_id)
         return self.add(ledger_id, entry_id, deliver_at_ms)
+
+
+class TimedTracker(DelayedDeliveryTracker):
+    """The part every tracker shares: the tick, strictness, the cutoff and one deadline timer.
+
+    Subclasses call :meth:`_init_timing` from ``__init__`` and implement ``_update_timer``
+    (re-aim the timer at the earliest live deadline) and ``_on_timer`` (its callback).
+    """
+
+    _clock_ms: Callable[[], int]
+    _tick_ms: int
+    _strict: bool
+    _on_due: Callable[[], None]
+    _timer: DeadlineTimer
+
+    def _init_timing(self, *, loop: TimerLoop, clock_ms: Callable[[], int] | None,
+                     tick_time_ms: int, strict: bool, on_due: Callable[[], None]) -> None:
+        self._clock_ms = clock_ms or wall_clock_ms
+        self._tick_ms = tick_time_ms
+        self._strict = strict
+        self._on_due = on_due
+        self._timer = DeadlineTimer(loop, self._clock_ms, tick_time_ms, self._on_timer)
+
+    @abc.abstractmethod
+    def _update_timer(self) -> None:
+        """Re-aim the timer at the earliest live deadline (or cancel it)."""
+
+    @abc.abstractmethod
+    def _on_timer(self) -> None:
+        """The timer fired."""
+
+    def _cutoff(self) -> int:
+        """Deliver times at or before this are due: now (strict) or now + one tick."""
+        now = self._clock_ms()
+        return now if self._strict else now + self._tick_ms
+
+    def _timer_target(self, deliver_at_ms: int) -> int:
+        """When the timer must fire for a message due at ``deliver_at_ms``."""
+        return deliver_at_ms if self._strict else deliver_at_ms - self._tick_ms
+
+    def reset_tick_time(self, tick_ms: int) -> None:
+        if tick_ms != self._tick_ms:
+            self._tick_ms = tick_ms
+            self._timer.tick_ms = tick_ms
+            self._timer.cancel()
+            self._update_timer()
+
+    @property
+    def timer(self) -> DeadlineTimer:
+        return self._timer
+
+    @property
+    def strict(self) -> bool:
+        return self._strict
+
+    @property
+    def tick_time_ms(self) -> int:
+        return self._tick_ms
