@@ -14,6 +14,9 @@ Prints, in one run (uvloop):
 2. sync append latency: one appender, one append in flight at a time (await each), as a
    synchronous Pulsar producer does; p50/p99, next to a raw pwrite+fdatasync of one record
    on a pre-zeroed file and on a growing file.
+0. open_ledger time for 1M entries of 100 B (--open-entries) in 20 segments: every segment
+   scanned (no indexes: the old code's path), with the sealed segments' persisted indexes,
+   and with the last segment unindexed (as after a crash).
 3. sequential read throughput of a sealed ledger (reopened: nothing cached, disk reads in
    read threads; the OS page cache is warm).
 4. cursor persisted bytes per acked entry: 1M distinct random individual acks over 20 ledgers,
@@ -216,6 +219,45 @@ def _bulk_segments(directory: Path, ledgers: int, per_ledger: int) -> None:
         (directory / segment_name(ledger_id)).write_bytes(b"".join(parts))
 
 
+async def bench_open_ledger(root: Path, total: int, entry: int = 100,
+                            per_ledger: int = 50_000) -> tuple[float, float, float]:
+    """open_ledger time for a topic of total entries of entry bytes (segments written
+    directly, default rollover size): (first open: every segment scanned, as after a crash
+    or as before persisted indexes; reopen after a clean close: sealed segments load their
+    index; reopen with the indexes of all but the last segment: a crash in the open ledger)."""
+    name = "persistent://bench/open/t"
+    directory = root / "ledgers" / encode_name(name)
+    directory.mkdir(parents=True)
+    (directory / "NAME").write_text(name)
+    payload = os.urandom(entry)
+    record = encode_record_header
+    for ledger_id in range(0, -(-total // per_ledger)):
+        count = min(per_ledger, total - ledger_id * per_ledger)
+        parts = [encode_file_header(ledger_id, 0)]
+        for i in range(count):
+            parts += (record(i, payload), payload)
+        (directory / segment_name(ledger_id)).write_bytes(b"".join(parts))
+    times: list[float] = []
+    for _ in range(2):
+        store = await SegmentStore.open(root, StorageConfig())
+        t0 = time.perf_counter()
+        ml = await store.open_ledger(name)
+        times.append(time.perf_counter() - t0)
+        assert ml.number_of_entries == total, ml.number_of_entries
+        await store.close()
+    # A crash: the last data segment lost its index (it was the open ledger).
+    last = max(int(p.stem) for p in directory.glob("*.seg") if p.stat().st_size > 32)
+    for p in directory.glob(f"{last:020d}.idx"):
+        p.unlink()
+    store = await SegmentStore.open(root, StorageConfig())
+    t0 = time.perf_counter()
+    ml = await store.open_ledger(name)
+    times.append(time.perf_counter() - t0)
+    assert ml.number_of_entries == total
+    await store.close()
+    return times[0], times[1], times[2]
+
+
 async def bench_cursor(root: Path, ledgers: int = 20, per_ledger: int = 100_000,
                        acks: int = 1_000_000) -> tuple[int, float]:
     name = "persistent://bench/cursor/t"
@@ -300,6 +342,10 @@ async def main() -> None:
     parser.add_argument("--sync-rounds", type=int, default=10,
                         help="alternating store/raw rounds of the latency run")
     parser.add_argument("--read-entries", type=int, default=100_000)
+    parser.add_argument("--open-entries", type=int, default=1_000_000,
+                        help="entries (100 B) of the open_ledger measurement")
+    parser.add_argument("--only-open", action="store_true",
+                        help="only measure open_ledger")
     parser.add_argument("--dir", type=Path, default=None, help="where to write (default: tmp)")
     parser.add_argument("--prealloc-probe", action="store_true",
                         help="only run the fdatasync probe of pre-allocation strategies")
@@ -310,6 +356,14 @@ async def main() -> None:
             prealloc_probe(base)
             return
         print(f"storage benchmark in {base} (uvloop, {os.cpu_count()} cpus)")
+        n = args.open_entries
+        scan, indexed, crashed = await bench_open_ledger(base / "open", n)
+        print(f"open_ledger for {n:,} entries (100 B, {-(-n // 50_000)} segments): "
+              f"{scan:.3f} s scanning every segment (no index: first open / old code), "
+              f"{indexed:.3f} s with persisted indexes (after a clean close), "
+              f"{crashed:.3f} s with the last segment unindexed (after a crash)")
+        if args.only_open:
+            return
         # Short alternating store/raw rounds: the disk's fsync latency drifts a lot on shared
         # machines, so each store round is compared with a raw replay right after it.
         raws = [RawReplay(base / "raw-growing.bin", prezero=False),
@@ -350,7 +404,7 @@ async def main() -> None:
               f"{1e6 / cpu_rate:.1f} us per entry (loop + writer thread)")
         eps, mbps, scan = await bench_read(base / "read", args.read_entries)
         print(f"sealed ledger sequential read: {eps:,.0f} entries/s ({mbps:.0f} MB/s), "
-              f"recovery scan on open {scan:.0f} MB/s")
+              f"open_ledger of it {scan:.0f} MB/s (sealed: its persisted index is loaded)")
         size, per_ack = await bench_cursor(base / "cursor")
         print(f"cursor: 1,000,000 random acks over 20 ledgers x 100,000 entries -> {size:,} "
               f"bytes persisted, {per_ack:.3f} bytes/acked entry (target <= 1)")

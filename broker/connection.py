@@ -12,8 +12,10 @@ Theory of operation
    place (:meth:`_run_request`), with ERROR carrying its code.
 2. A :class:`protocol.errors.ConnectionFatalError` (oversized or malformed frame, TLS or HTTP
    on this port) closes this connection only. Nothing else on the broker is affected.
-3. Outgoing frames are buffered by :meth:`write` and flushed with one ``transport.write`` per
-   event-loop iteration, so a burst of receipts or messages costs one syscall.
+3. Outgoing frames: the first one written in an event-loop iteration goes to the transport at
+   once (a synchronous producer's receipt waits for nothing); later ones are buffered by
+   :meth:`write` and flushed with one ``transport.write`` in the next iteration, so a burst of
+   receipts or messages costs at most two syscalls.
 4. Back-pressure on publishers: once ``pending_publishes`` passes
    ``maxPendingPublishRequestsPerConnection`` the transport stops reading; it resumes at half.
    Back-pressure from the peer: ``writes_paused`` mirrors the transport's pause_writing /
@@ -179,13 +181,23 @@ class ServerConnection(asyncio.Protocol):
         return self._writes_paused
 
     def write(self, data: bytes) -> None:
-        """Queue a frame; all frames queued in one loop iteration go out in one write."""
+        """Send a frame: the first one of a loop iteration at once, later ones queued.
+
+        A lone frame (a synchronous producer's SEND_RECEIPT) must not wait a loop iteration
+        for the flush; frames written after it in the same iteration are queued and go out
+        together in the flush scheduled by the first, so a burst costs at most two writes.
+        Invariant: ``_out`` is non-empty only while a flush is scheduled (frames stay in order).
+        """
         if self.is_closed:
             return
-        self._out.append(data)
-        if not self._flush_scheduled:
-            self._flush_scheduled = True
-            self.loop.call_soon(self._flush)
+        if self._flush_scheduled:
+            self._out.append(data)
+            return
+        self._flush_scheduled = True
+        self.loop.call_soon(self._flush)
+        transport = self._transport
+        if transport is not None and not transport.is_closing():
+            transport.write(data)
 
     def _flush(self) -> None:
         self._flush_scheduled = False

@@ -12,11 +12,15 @@ connection when a receipt overtakes an earlier send):
 2. :meth:`broker.topic.Topic.publish` parses the metadata, applies the delayed-delivery
    publish guard (PIP-315/437) and appends the entry to the managed ledger, which resolves
    the returned future once the entry is fsynced (group commit).
-3. When the record at the head of the queue is complete (one done-callback, on the head's
-   future only, per group commit), its SEND_RECEIPT (echoing
+3. When the record at the head of the queue is complete, its SEND_RECEIPT (echoing
    ``sequence_id`` and ``highest_sequence_id``, as Pulsar does for batches) or SEND_ERROR is
    written, and the next record is looked at. A failed append fails every record queued
-   behind it as well, so nothing is acknowledged out of order.
+   behind it as well, so nothing is acknowledged out of order. A producer whose head
+   append is in flight is listed in its topic's ``awaiting_durable``; the topic's durable
+   listener, which the ledger calls right after resolving a group commit's futures, drains
+   it there (:meth:`Producer.drain_finished`), so the receipt leaves in that very callback.
+   A done-callback on the head's future only (one per group commit, not per SEND) is the
+   fallback, and the only path for failed appends (the ledger calls no listener for them).
 
 Every record counts towards the connection's pending-publish limit (back-pressure) from
 step 1 until its answer is written.
@@ -207,10 +211,14 @@ class Producer:
         elif fut is not self._watched:
             self._watched = fut
             fut.add_done_callback(self._on_done)
+            self.topic.awaiting_durable[self] = None
 
-    def _drain_cb(self, _fut: asyncio.Future[Any]) -> None:
-        self._watched = None
-        self._drain()
+    def _drain_cb(self, fut: asyncio.Future[Any]) -> None:
+        if fut is self._watched:  # else a newer head is watched: keep its callback's record
+            self._watched = None
+        queue = self._queue
+        if queue and (queue[0].future is None or queue[0].future.done()):
+            self._drain()  # usually the topic's durable listener drained this already
 
     def _drain(self) -> None:
         queue = self._queue
@@ -267,8 +275,11 @@ class Producer:
             if head is not None and head is not self._watched:
                 self._watched = head
                 head.add_done_callback(self._on_done)
-        elif self._drained is not None:
-            self._drained.set()
+                topic.awaiting_durable[self] = None
+        else:
+            topic.awaiting_durable.pop(self, None)
+            if self._drained is not None:
+                self._drained.set()
 
     def _fail_behind(self, error: RequestError) -> None:
         """A failed append fails every later send of this producer (FIFO answers)."""

@@ -80,6 +80,10 @@ class BrokerServer:
             port=self.config.broker_service_port, reuse_address=True, backlog=1024)
         self.broker_port = _bound_port(self._server.sockets)
         service.broker_port = self.broker_port
+        # Nagle off, or a lone SEND_RECEIPT waits for the client's delayed ACK. uvloop (and
+        # asyncio) already set TCP_NODELAY on every accepted transport; the listener gets it too
+        # for any other loop (Linux copies it to accepted sockets). Pinned by
+        # test_accepted_connections_disable_nagle.
         for sock in self._server.sockets:
             if sock.family in (socket.AF_INET, socket.AF_INET6):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)

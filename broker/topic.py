@@ -9,8 +9,10 @@ consumers resume where they were after a restart.
 Publishing (:meth:`Topic.publish`, called by :mod:`broker.producer` for every SEND) parses
 the entry's metadata once, runs the delayed-delivery publish guard (PIP-315 max delay,
 PIP-437 fixed delay; :mod:`broker.delayed.guard`) when the entry or the policy asks for it,
-and appends the entry to the ledger. The ledger calls :meth:`_on_durable` once an entry is
-fsynced; subscriptions are then told, at most once per loop iteration, that entries exist.
+and appends the entry to the ledger. The ledger calls :meth:`_on_durable` right after it
+resolved a group commit's futures: the producers in ``awaiting_durable`` send their receipts
+from that call (one loop iteration earlier than their futures' done-callbacks would), then
+subscriptions are told, at most once per loop iteration, that entries exist.
 
 Counters are plain ints, incremented on the hot path and read at scrape time
 (:mod:`broker.metrics`); rates are derived from them over a sliding window
@@ -27,16 +29,10 @@ Re-sent messages are not stored twice: :class:`broker.dedup.MessageDeduplication
 and snapshotted into the ``pulsar.dedup`` cursor by :meth:`housekeeping` and :meth:`close`
 (see :mod:`broker.dedup`). That cursor is not a subscription.
 
-Trimming (:meth:`housekeeping`, once a second, off the hot path): sealed ledgers that every
-cursor has passed are deleted by ``ManagedLedger.trim`` (Pulsar without retention: with no
-subscription that means every sealed ledger the dedup snapshot covers). A trim is tried when
-the slowest subscription's mark-delete position moved, when a ledger rolled over, or every
-:data:`RETENTION_CHECK_INTERVAL_S` (Pulsar's retentionCheckIntervalInSeconds), at most once
-per :data:`TRIM_MIN_INTERVAL_S`; never at load (a restart must not drop what a subscriber
-created right after it would read). Storage only knows durable cursors, so a trim is skipped
-while it would delete a ledger a reader (in-memory cursor) has not passed, and while a
-subscription is being created. Delayed-delivery trackers only hold positions above their
-cursor's mark-delete position, so they need no check.
+Trimming: :meth:`housekeeping` (once a second, off the hot path) lets ``self.trimmer``
+(:class:`broker.trim.LedgerTrimmer`) decide whether sealed ledgers every cursor has passed
+are deleted now; never at load. The admin documents (:meth:`stats`, :meth:`internal_stats`)
+are built by :mod:`broker.topic_stats`.
 """
 
 from __future__ import annotations
@@ -52,7 +48,9 @@ from typing import TYPE_CHECKING, Any
 from google.protobuf.message import DecodeError
 
 from broker.dedup import DEDUP_CURSOR, MessageDeduplication
-from broker.producer import PUBLISH_LATENCY_BUCKETS_MS, Producer, encode_producer_success, iso_ms
+from broker.producer import PUBLISH_LATENCY_BUCKETS_MS, Producer, encode_producer_success
+from broker.topic_stats import internal_stats, topic_stats
+from broker.trim import LedgerTrimmer
 from protocol import pulsar_pb as pb
 from protocol.errors import (
     MalformedEntryError,
@@ -63,7 +61,6 @@ from protocol.errors import (
     SubscriptionNotFoundError,
 )
 from protocol.metadata import parse_entry
-from storage.positions import Position
 
 _U32 = struct.Struct(">I")
 _parse_metadata = pb.MessageMetadata.FromString
@@ -78,10 +75,6 @@ log = logging.getLogger("horae.topic")
 
 #: Rates are averaged over this many seconds of samples.
 RATE_WINDOW_S = 10.0
-#: At most one trim per this many seconds per topic.
-TRIM_MIN_INTERVAL_S = 1.0
-#: A trim is also tried this often without a trigger (Pulsar's retentionCheckIntervalInSeconds).
-RETENTION_CHECK_INTERVAL_S = 120.0
 
 try:  # the delayed-delivery helper's modules; Horae works (without delays) if absent
     from broker.delayed.guard import check_and_start_publish as _guard
@@ -156,11 +149,11 @@ class Topic:
         self._rates = RateMeter()
         self._producer_rates: dict[int, RateMeter] = {}
         self._exclusive_waiters: deque[tuple[Producer, int]] = deque()
+        # Producers whose oldest unanswered SEND waits for its append to become durable
+        # (insertion-ordered set; maintained by the producers, drained by _on_durable).
+        self.awaiting_durable: dict[Producer, None] = {}
         self.dedup = MessageDeduplication(self)
-        self.trimmed_ledgers = 0
-        self._trim_task: asyncio.Task[None] | None = None
-        self._trim_marker: tuple[Any, int] = (None, 0)
-        self._last_trim = self.loop.time()
+        self.trimmer = LedgerTrimmer(self)
 
     # ------------------------------------------------------------------ loading
 
@@ -182,8 +175,8 @@ class Topic:
                 log.exception("could not restore subscription %s on %s", cursor_name, name.full)
                 continue
             topic.subscriptions[cursor_name] = sub
-        # No trim at load: only what happens from now on triggers one (module docstring).
-        topic._trim_marker = topic._trim_trigger()
+        # No trim at load: only what happens from now on triggers one (broker.trim).
+        topic.trimmer.reset_trigger()
         return topic
 
     # ------------------------------------------------------------------ publishing
@@ -255,6 +248,11 @@ class Topic:
         if not self._notify_scheduled:
             self._notify_scheduled = True
             self.loop.call_soon(self._notify_subscriptions)
+        # Receipts from this very callback: the futures' done-callbacks would send them one
+        # loop iteration later (the ledger resolved this group commit's futures before calling).
+        if self.awaiting_durable:
+            for producer in list(self.awaiting_durable):
+                producer.drain_finished()
 
     def _notify_subscriptions(self) -> None:
         self._notify_scheduled = False
@@ -312,6 +310,7 @@ class Topic:
         if self.producers.get(producer.name) is producer:
             del self.producers[producer.name]
         self._producer_rates.pop(id(producer), None)
+        self.awaiting_durable.pop(producer, None)
         if not self.producers and self._exclusive_waiters:
             self._promote_exclusive_waiter()
 
@@ -333,6 +332,11 @@ class Topic:
             return
 
     # ------------------------------------------------------------------ subscriptions
+
+    @property
+    def creating_subscription(self) -> bool:
+        """A subscription is being created (its cursor may not be known to storage yet)."""
+        return bool(self._sub_creating)
 
     async def get_or_create_subscription(self, name: str, *, durable: bool = True,
                                          initial_position: str = "latest",
@@ -458,99 +462,25 @@ class Topic:
                       for s in self.subscriptions.values())
         return int(self.ledger.total_size_bytes * min(1.0, backlog / entries))
 
+    def producer_rates(self, producer: Producer, now: float) -> tuple[float, float]:
+        """(msgRateIn, msgThroughputIn) of one of this topic's producers, per second."""
+        meter = self._producer_rates.get(id(producer))
+        if meter is None:
+            return 0.0, 0.0
+        r = meter.rates(now, (producer.msg_in_counter, producer.bytes_in_counter))
+        return r[0], r[1]
+
+    @property
+    def trimmed_ledgers(self) -> int:
+        return self.trimmer.trimmed_ledgers
+
     def stats(self) -> dict[str, Any]:
-        """Pulsar's TopicStats document."""
-        rate_in, thr_in, rate_out, thr_out = self.rates()
-        now = self.loop.time()
-        publishers = []
-        for p in self.producers.values():
-            meter = self._producer_rates.get(id(p))
-            pr = meter.rates(now, (p.msg_in_counter, p.bytes_in_counter)) if meter else (0.0, 0.0)
-            publishers.append(p.stats(pr[0], pr[1]))
-        subs: dict[str, Any] = {}
-        delayed_index_bytes = 0
-        for name, sub in self.subscriptions.items():
-            try:
-                subs[name] = sub.stats()
-            except Exception:
-                log.exception("stats of subscription %s failed", name)
-                subs[name] = {}
-            tracker = getattr(sub, "delayed_tracker", None)
-            if tracker is not None:
-                delayed_index_bytes += int(getattr(tracker, "memory_bytes", 0) or 0)
-        msg_in = self.msg_in_counter
-        return {
-            "msgRateIn": rate_in,
-            "msgThroughputIn": thr_in,
-            "msgRateOut": rate_out,
-            "msgThroughputOut": thr_out,
-            "bytesInCounter": self.bytes_in_counter,
-            "msgInCounter": msg_in,
-            "bytesOutCounter": self.bytes_out_counter,
-            "msgOutCounter": self.msg_out_counter,
-            "averageMsgSize": (self.bytes_in_counter / msg_in) if msg_in else 0.0,
-            "msgChunkPublished": False,
-            "storageSize": self.storage_size,
-            "backlogSize": self.backlog_size_bytes(),
-            "publishRateLimitedTimes": 0,
-            "earliestMsgPublishTimeInBacklogs": 0,
-            "offloadedStorageSize": 0,
-            "waitingPublishers": 0,
-            "deduplicationStatus": "Enabled" if self.dedup.ready else "Disabled",
-            "topicEpoch": 0,
-            "nonContiguousDeletedMessagesRanges": 0,
-            "nonContiguousDeletedMessagesRangesSerializedSize": 0,
-            "delayedMessageIndexSizeInBytes": delayed_index_bytes,
-            "delayedMessagesRejectedCounter": self.delayed_rejected_counter,
-            "fixedDelayOverriddenCounter": self.fixed_delay_overridden_counter,
-            "publishers": publishers,
-            "subscriptions": subs,
-            "replication": {},
-        }
+        """Pulsar's TopicStats document (:mod:`broker.topic_stats`)."""
+        return topic_stats(self)
 
     def internal_stats(self) -> dict[str, Any]:
-        """Pulsar's PersistentTopicInternalStats document."""
-        ledger = self.ledger
-        infos = list(ledger.ledgers)
-        current = infos[-1] if infos else None
-        cursors: dict[str, Any] = {}
-        for name, cursor in ledger.cursors.items():
-            sub = self.subscriptions.get(name)
-            cursors[name] = {
-                "markDeletePosition": _pos(cursor.mark_delete_position),
-                "readPosition": _pos(cursor.read_position),
-                "waitingReadOp": False,
-                "pendingReadOps": 0,
-                "messagesConsumedCounter": getattr(sub, "msg_out_counter", 0) if sub else 0,
-                "cursorLedger": -1,
-                "cursorLedgerLastEntry": -1,
-                "individuallyDeletedMessages": str(cursor.individually_deleted_count),
-                "lastLedgerSwitchTimestamp": "",
-                "state": "Open",
-                "active": bool(sub is not None and getattr(sub, "consumers", None)),
-                "numberOfEntriesSinceFirstNotAckedMessage": int(cursor.backlog),
-                "totalNonContiguousDeletedMessagesRange": int(cursor.individually_deleted_count),
-                "subscriptionHavePendingRead": False,
-                "subscriptionHavePendingReplayRead": False,
-                "properties": dict(cursor.properties),
-                "revision": int(getattr(cursor, "revision", 0)),
-                "persistedSizeBytes": int(getattr(cursor, "persisted_size_bytes", 0)),
-            }
-        return {
-            "entriesAddedCounter": self.entries_added_counter,
-            "numberOfEntries": int(ledger.number_of_entries),
-            "totalSize": int(ledger.total_size_bytes),
-            "currentLedgerEntries": int(current.entries) if current else 0,
-            "currentLedgerSize": int(current.size_bytes) if current else 0,
-            "lastLedgerCreatedTimestamp": iso_ms(current.created_ms) if current else "",
-            "waitingCursorsCount": 0,
-            "pendingAddEntriesCount": sum(p.pending for p in self.producers.values()),
-            "lastConfirmedEntry": _pos(ledger.last_confirmed),
-            "state": "LedgerOpened" if not self.fenced else "Fenced",
-            "ledgers": [{"ledgerId": li.ledger_id, "entries": li.entries, "size": li.size_bytes,
-                         "offloaded": False, "underReplicated": False} for li in infos],
-            "cursors": cursors,
-        }
+        """Pulsar's PersistentTopicInternalStats document (:mod:`broker.topic_stats`)."""
+        return internal_stats(self)
 
     # ------------------------------------------------------------------ housekeeping
 
@@ -559,60 +489,7 @@ class Topic:
         if self.closed or self.fenced:
             return
         self.dedup.snapshot(now)
-        if self._trim_task is not None or self._sub_creating:
-            return
-        if now - self._last_trim < TRIM_MIN_INTERVAL_S:
-            return
-        marker = self._trim_trigger()
-        if marker == self._trim_marker and now - self._last_trim < RETENTION_CHECK_INTERVAL_S:
-            return
-        self._trim_marker = marker
-        self._last_trim = now
-        if self._trim_safe():
-            self._trim_task = self.loop.create_task(self._trim())
-
-    def _trim_trigger(self) -> tuple[Any, int]:
-        """(slowest subscription mark-delete position, ledger count): a change asks for a trim."""
-        marks = [s.cursor.mark_delete_position for s in self.subscriptions.values()
-                 if getattr(s, "cursor", None) is not None]
-        return (min(marks) if marks else None), len(self.ledger.ledgers)
-
-    def _trim_safe(self) -> bool:
-        """True when ManagedLedger.trim() would delete something and nothing it would delete
-        is still needed by a reader (storage only sees durable cursors)."""
-        ledger = self.ledger
-        if self._sub_creating or getattr(ledger, "closed", False):
-            return False
-        durable = [c.mark_delete_position for c in ledger.cursors.values()]
-        bound = min(durable) if durable else None
-        doomed: list[Position] = []  # last entry of each ledger trim() would delete
-        infos = ledger.ledgers
-        for info in infos[:-1]:  # the last one is the current ledger: never deleted
-            if not info.sealed:
-                break
-            last = Position(info.ledger_id, info.entries - 1)
-            if bound is not None and bound < last:
-                break
-            doomed.append(last)
-        if not doomed:
-            return False
-        readers = [s.cursor.mark_delete_position for s in self.subscriptions.values()
-                   if not getattr(s, "durable", True) and getattr(s, "cursor", None) is not None]
-        if readers and min(readers) < doomed[-1]:
-            log.debug("trim of %s deferred: a reader has not passed the ledgers", self.full)
-            return False
-        return True
-
-    async def _trim(self) -> None:
-        try:
-            # Checked again right before: trim() decides synchronously, before its first await.
-            if not (self.closed or self.fenced) and self._trim_safe():
-                deleted = await self.ledger.trim()
-                self.trimmed_ledgers += len(deleted)
-        except Exception:
-            log.exception("trimming %s failed", self.full)
-        finally:
-            self._trim_task = None
+        self.trimmer.tick(now)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -629,8 +506,7 @@ class Topic:
                 p.close()
         for sub in list(self.subscriptions.values()):
             await _close_subscription(sub, disconnect_clients=disconnect_clients)
-        if self._trim_task is not None:
-            await asyncio.wait([self._trim_task])
+        await self.trimmer.close()
         self.dedup.close(self.loop.time())
         try:
             await self.ledger.close()
@@ -652,11 +528,3 @@ async def _close_subscription(sub: Any, *, disconnect_clients: bool = True) -> N
         await sub.close()
     except Exception:
         log.exception("closing subscription %s failed", getattr(sub, "name", sub))
-
-
-def _pos(p: Any) -> str:
-    if p is None:
-        return "-1:-1"
-    return f"{p.ledger_id}:{p.entry_id}"
-
-

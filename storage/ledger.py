@@ -43,7 +43,7 @@ from storage.segments import (
     read_records,
     segment_name,
 )
-from storage.writer import AppendItem, GroupCommitWriter, SegmentFile
+from storage.writer import AppendBatch, GroupCommitWriter, SegmentFile
 
 log = logging.getLogger("horae.storage")
 
@@ -118,6 +118,9 @@ class ManagedLedger:
                 break
         self._listeners: list[Callable[[Position], None]] = []
         self._last_future: asyncio.Future[Position] | None = None
+        self._batch: AppendBatch | None = None  # this loop iteration's appends (if any)
+        self._create_future = ctx.loop.create_future
+        self._writer = ctx.writer
         self._cursors: dict[str, ManagedCursor] = {}
         for state in cursor_states:
             self._cursors[state.name] = ManagedCursor(self, self._cursor_path(state.name), state)
@@ -141,15 +144,6 @@ class ManagedLedger:
         led.roll_deadline = time.monotonic() + ctx.config.max_ledger_rollover_minutes * 60
         self._add_ledger(led)
         return led
-
-    def _should_roll(self, led: _Ledger) -> bool:
-        """Pulsar's rollover rule: entries, bytes or age (checked on append; an idle ledger
-        needs no rollover). Kept cheap: it runs on every append."""
-        return led.next_entry_id > 0 and (
-            led.next_entry_id >= self._roll_entries
-            or led.assigned_bytes >= self._roll_bytes
-            or time.monotonic() >= led.roll_deadline
-        )
 
     def _rollover(self) -> None:
         old = self._current
@@ -177,64 +171,88 @@ class ManagedLedger:
     # -- appends ---------------------------------------------------------------------------
 
     def append(self, data: bytes) -> asyncio.Future[Position]:
-        """Queue an entry; the future resolves on the loop once it is durable."""
-        loop = self._ctx.loop
-        fut: asyncio.Future[Position] = loop.create_future()
+        """Queue an entry; the future resolves on the loop once it is durable.
+
+        Hot path: per entry it numbers the entry and adds (data, future) to this loop
+        iteration's batch (storage/writer.py AppendBatch); everything else is per batch."""
+        fut: asyncio.Future[Position] = self._create_future()
         if self._fenced is not None or self._closed:
-            self.appends_failed += 1
-            if self._fenced is not None:
-                failure = PersistenceError(f"managed ledger {self.name} is fenced: {self._fenced}")
-                failure.__cause__ = self._fenced
-            else:
-                failure = PersistenceError(f"managed ledger {self.name} is closed")
-            fut.set_exception(failure)
+            self._fail_append(fut)
             return fut
         if type(data) is not bytes:
             data = bytes(data)
-        if len(data) > MAX_RECORD_BYTES:
-            fut.set_exception(StorageError(f"entry of {len(data)} bytes > {MAX_RECORD_BYTES}"))
+        size = len(data)
+        if size > MAX_RECORD_BYTES:
+            fut.set_exception(StorageError(f"entry of {size} bytes > {MAX_RECORD_BYTES}"))
             return fut
         led = self._current
-        if self._should_roll(led):
+        entry_id = led.next_entry_id
+        if entry_id and (entry_id >= self._roll_entries or led.assigned_bytes >= self._roll_bytes):
             self._rollover()
             led = self._current
-        entry_id = led.next_entry_id
+            entry_id = 0
+        batch = self._batch
+        if batch is None or not batch.open or batch.segment is not led.segment:
+            # The first append of this loop iteration (or of a new ledger): the age rule is
+            # checked here, once per batch rather than per entry.
+            if entry_id and time.monotonic() >= led.roll_deadline:
+                self._rollover()
+                led = self._current
+                entry_id = 0
+            batch = self._batch = self._writer.new_batch(self, led.segment, entry_id)
         led.next_entry_id = entry_id + 1
-        led.assigned_bytes += len(data)
-        pos = Position(led.ledger_id, entry_id)
-        item: AppendItem = (self, led.segment, entry_id, data, fut, pos)
-        self._ctx.writer.submit(item)
+        led.assigned_bytes += size
+        datas = batch.datas
+        datas.append(data)
+        batch.futures.append(fut)
         self._last_future = fut
         return fut
 
-    def _complete_appends(self, items: list[AppendItem], error: BaseException | None) -> None:
-        """Called on the loop, once per group commit, with this ledger's appends in order."""
+    def _fail_append(self, fut: asyncio.Future[Position]) -> None:
+        self.appends_failed += 1
+        if self._fenced is not None:
+            failure = PersistenceError(f"managed ledger {self.name} is fenced: {self._fenced}")
+            failure.__cause__ = self._fenced
+        else:
+            failure = PersistenceError(f"managed ledger {self.name} is closed")
+        fut.set_exception(failure)
+
+    def _complete_appends(self, batches: list[AppendBatch], error: BaseException | None) -> None:
+        """Called on the loop, once per group commit, with this ledger's batches in order."""
         if error is not None:
             self._fence(error)
-            self.appends_failed += len(items)
-            for item in items:
-                if not item[4].done():
-                    # A fresh exception per future: a shared one would pile up tracebacks.
-                    failure = PersistenceError(str(error))
-                    failure.__cause__ = error.__cause__ or error
-                    item[4].set_exception(failure)
+            for batch in batches:
+                self.appends_failed += len(batch.futures)
+                for fut in batch.futures:
+                    if not fut.done():
+                        # A fresh exception per future: a shared one would pile up tracebacks.
+                        failure = PersistenceError(str(error))
+                        failure.__cause__ = error.__cause__ or error
+                        fut.set_exception(failure)
             return
         cache = self._ctx.cache
-        ledgers = self._ledgers
-        led: _Ledger | None = None
-        for _, segment, entry_id, data, fut, pos in items:
-            if led is None or led.segment is not segment:
-                led = ledgers.get(segment.ledger_id)
-                if led is None:  # trimmed or deleted meanwhile; cannot happen via the API
+        last: Position | None = None
+        for batch in batches:
+            ledger_id = batch.segment.ledger_id
+            futures = batch.futures
+            first = batch.first_entry_id
+            end = first + len(futures)
+            led = self._ledgers.get(ledger_id)
+            if led is None:  # trimmed or deleted meanwhile; cannot happen via the API
+                for fut in futures:
                     if not fut.done():
-                        fut.set_exception(StorageError(f"ledger {segment.ledger_id} is gone"))
-                    continue
-            led.confirmed = entry_id + 1
-            led.size_bytes += len(data)
-            cache.put(segment.ledger_id, entry_id, data)
-            if not fut.done():
-                fut.set_result(pos)
-        last = items[-1][5]
+                        fut.set_exception(StorageError(f"ledger {ledger_id} is gone"))
+                continue
+            led.confirmed = end
+            led.size_bytes += cache.put_many(ledger_id, first, batch.datas)
+            for fut, entry_id in zip(futures, range(first, end), strict=True):
+                try:  # noqa: SIM105 (contextlib.suppress costs a context manager per entry)
+                    fut.set_result(Position(ledger_id, entry_id))
+                except asyncio.InvalidStateError:  # cancelled by its caller
+                    pass
+            last = Position(ledger_id, end - 1)
+        if last is None:
+            return
         self._last_confirmed = last
         for callback in self._listeners:
             try:
@@ -404,6 +422,8 @@ class ManagedLedger:
         led.missing.add(entry_id)
         self._ctx.report(RecoveryEvent("corrupt_read", self.name, led.ledger_id, offset, length,
                                        (entry_id,)))
+        for cursor in self._cursors.values():
+            cursor._advance()  # a lost entry must not hold mark-delete (and the backlog) back
 
     # -- cursors ---------------------------------------------------------------------------
 
@@ -514,6 +534,12 @@ class ManagedLedger:
             self._current.sealed = True
             self._ctx.writer.control("seal", self._current.segment)
             await self._ctx.writer.barrier()
+            # The indexes of sealed segments being written (I/O thread): done before a
+            # reopen could scan (and rewrite) the same segment.
+            for led in self._ledgers.values():
+                job = led.segment.index_job
+                if job is not None and not job.done():
+                    await asyncio.wrap_future(job)
         finally:
             self._ctx.on_close(self)
 

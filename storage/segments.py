@@ -31,6 +31,20 @@ Invariants:
 - If no valid record follows a bad one, the rest of the file is a torn tail: it is truncated,
   and reported as data_end - offset bytes (the non-zero garbage; the zero tail is not data).
 
+Persisted index (``<ledger_id:020d>.idx``, next to the segment): written once a segment is
+sealed (truncated to its logical end), by the I/O thread, with tmp + fsync + rename, so
+open_ledger loads it instead of scanning the segment:
+  header (64 bytes): magic b"HORAEIX1" | ledger_id u64 | segment_size u64 | entries u64 |
+                     created_ms u64 | format u32 | missing u32 | size_bytes u64 | crc32c u32 | pad u32
+  offsets: entries x i64 (-1 = missing), then lengths: entries x i32 (data sizes), little-endian
+  crc32c covers the header up to the crc field and both arrays.
+It is used only if its CRC holds, it names this ledger, the segment file still has exactly
+segment_size bytes, the segment's own header is valid and names the same ledger and created_ms,
+and its last record ends at segment_size. Anything else (no index: a crash before it was written;
+a damaged one; a segment that changed) falls back to the scan, which rewrites the index. An
+index says nothing about the records' contents: every read checks each record's CRC, so bit
+rot in an indexed segment is caught (and reported) when read, never served.
+
 Everything here is blocking and runs off the event loop (writer thread or executors).
 """
 
@@ -39,6 +53,7 @@ from __future__ import annotations
 import mmap
 import os
 import struct
+import sys
 import time
 from array import array
 from dataclasses import dataclass, field
@@ -70,6 +85,12 @@ _ZERO_PROBE = 256 * 1024
 """Chunk size of the backwards search for the last non-zero byte."""
 
 
+INDEX_MAGIC = b"HORAEIX1"
+_INDEX_HEADER = struct.Struct("<8sQQQQIIQ")  # then crc32c u32 + pad u32
+INDEX_HEADER_SIZE = _INDEX_HEADER.size + 8  # 64
+_LITTLE = sys.byteorder == "little"
+
+
 def length_bias(fmt: int) -> int:
     """What the length field adds to the data size in a format."""
     return RECORD_HEADER_SIZE if fmt >= FORMAT_V2 else 0
@@ -77,6 +98,14 @@ def length_bias(fmt: int) -> int:
 
 def segment_name(ledger_id: int) -> str:
     return f"{ledger_id:020d}.seg"
+
+
+def index_name(ledger_id: int) -> str:
+    return f"{ledger_id:020d}.idx"
+
+
+def index_path(segment_path: Path) -> Path:
+    return segment_path.with_suffix(".idx")
 
 
 def encode_file_header(ledger_id: int, created_ms: int) -> bytes:
@@ -341,3 +370,102 @@ def read_records(
 
 def now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def encode_index(
+    ledger_id: int, segment_size: int, created_ms: int, fmt: int, offsets: array[int],
+    lengths: array[int], size_bytes: int,
+) -> bytes:
+    """A segment's persisted index (format at the top of this module)."""
+    if len(offsets) != len(lengths):
+        raise ValueError("offsets and lengths differ in length")
+    offs, lens = array("q", offsets), array("i", lengths)  # copies: the caller's may grow
+    if not _LITTLE:
+        offs.byteswap()
+        lens.byteswap()
+    body = offs.tobytes() + lens.tobytes()
+    head = _INDEX_HEADER.pack(INDEX_MAGIC, ledger_id, segment_size, len(offs), created_ms, fmt,
+                              offs.count(-1), size_bytes)
+    crc = crc32c(body, crc32c(head))
+    return head + struct.pack("<II", crc, 0) + body
+
+
+def decode_index(data: bytes, ledger_id: int) -> ScanResult | None:
+    """The ScanResult an index describes (valid_end = the segment size it was written for),
+    or None if it is damaged or names another ledger. The segment is not checked here."""
+    if len(data) < INDEX_HEADER_SIZE:
+        return None
+    magic, got_id, seg_size, entries, created_ms, fmt, missing, size_bytes = (
+        _INDEX_HEADER.unpack_from(data)
+    )
+    (crc,) = struct.unpack_from("<I", data, _INDEX_HEADER.size)
+    if (
+        magic != INDEX_MAGIC
+        or got_id != ledger_id
+        or fmt not in (FORMAT_V1, FORMAT_V2)
+        or len(data) != INDEX_HEADER_SIZE + 12 * entries
+    ):
+        return None
+    body = memoryview(data)[INDEX_HEADER_SIZE:]
+    if crc32c(body, crc32c(memoryview(data)[: _INDEX_HEADER.size])) != crc:
+        return None
+    offsets, lengths = array("q"), array("i")
+    offsets.frombytes(body[: 8 * entries])
+    lengths.frombytes(body[8 * entries :])
+    if not _LITTLE:
+        offsets.byteswap()
+        lengths.byteswap()
+    result = ScanResult(ledger_id, created_ms, offsets, lengths, size_bytes, seg_size)
+    result.format = fmt
+    # Cheap consistency checks (the CRC already vouches for the writer's intent).
+    if entries:
+        if offsets[-1] + RECORD_HEADER_SIZE + lengths[-1] != seg_size:
+            return None
+    elif seg_size != FILE_HEADER_SIZE:
+        return None
+    if missing != offsets.count(-1):
+        return None
+    return result
+
+
+def load_index(ops: FileOps, path: Path, ledger_id: int) -> ScanResult | None:
+    """The segment at path's index if it has a consistent one, else None (then scan)."""
+    try:
+        data = ops.read_file(index_path(path))
+    except FileNotFoundError:
+        return None
+    result = decode_index(data, ledger_id)
+    if result is None:
+        return None
+    fd = ops.open(path, os.O_RDONLY)
+    try:
+        if os.fstat(fd).st_size != result.valid_end:
+            return None
+        header = decode_file_header_format(ops.pread(fd, FILE_HEADER_SIZE, 0))
+    finally:
+        ops.close(fd)
+    if header is None or header != (ledger_id, result.created_ms, result.format):
+        return None
+    return result
+
+
+def write_index(
+    ops: FileOps, path: Path, ledger_id: int, segment_size: int, created_ms: int, fmt: int,
+    offsets: array[int], lengths: array[int], size_bytes: int, *, sync: bool,
+) -> None:
+    """Persist the index of the sealed segment at path (tmp + fsync + rename). Skipped if
+    the segment is gone (trimmed meanwhile). Without a directory fsync: a lost rename only
+    means a scan on the next open."""
+    if not path.exists():
+        return
+    data = encode_index(ledger_id, segment_size, created_ms, fmt, offsets, lengths, size_bytes)
+    target = index_path(path)
+    tmp = target.with_name(target.name + ".tmp")
+    fd = ops.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    try:
+        ops.write_all(fd, data)
+        if sync:
+            ops.fsync(fd)
+    finally:
+        ops.close(fd)
+    ops.replace(tmp, target)

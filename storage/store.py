@@ -42,9 +42,9 @@ from storage.fileops import FileOps
 from storage.ids import IdAllocator
 from storage.ledger import LedgerContext, ManagedLedger, _Ledger, recovered_ledger
 from storage.metadata import MetadataStore
-from storage.segments import RecoveryEvent, scan_segment
+from storage.segments import RecoveryEvent, load_index, scan_segment
 from storage.snapshots import SnapshotStore
-from storage.writer import GroupCommitWriter, SegmentFile
+from storage.writer import GroupCommitWriter, SegmentFile, write_index_logged
 
 log = logging.getLogger("horae.storage")
 
@@ -95,6 +95,7 @@ class SegmentStore:
             max_batch_entries=config.group_commit_max_batch_entries,
             prezero_bytes=config.segment_prezero_bytes,
             prezero_min_bytes=config.segment_prezero_min_bytes,
+            index_pool=self._io_pool,
         )
         self.cache = EntryCache(config.entry_cache_bytes)
         self._open: dict[str, ManagedLedger] = {}
@@ -171,11 +172,18 @@ class SegmentStore:
             if ml is not None:
                 return ml
             directory = self._directory(name)
-            recovered, cursors, events = await self._loop.run_in_executor(
+            recovered, cursors, events, unindexed = await self._loop.run_in_executor(
                 self._read_pool, _load_ledger_dir, self._ops, directory, name, self.config.fsync
             )
             for event in events:
                 self._report(event)
+            for led in unindexed:  # scanned: (re)write their indexes in the I/O thread
+                segment = led.segment
+                segment.index_job = self._io_pool.submit(
+                    write_index_logged, self._ops, segment.path, segment.ledger_id,
+                    segment.write_offset, segment.created_ms, segment.format,
+                    segment.offsets, segment.lengths, led.size_bytes, sync=self.config.fsync,
+                )
             ml = ManagedLedger(self._ctx, name, directory, recovered, cursors)
             self._names[name] = directory
             self._open[name] = ml
@@ -321,16 +329,24 @@ def _prepare_root(root: Path, ops: FileOps, fsync: bool) -> tuple[dict[str, Path
 
 def _load_ledger_dir(
     ops: FileOps, directory: Path, name: str, fsync: bool
-) -> tuple[list[_Ledger], list[CursorState], list[RecoveryEvent]]:
+) -> tuple[list[_Ledger], list[CursorState], list[RecoveryEvent], list[_Ledger]]:
     """Blocking: recover every segment of a managed ledger and load its cursors."""
     ops.mkdir(directory / "cursors", sync=fsync)
     if not (directory / "NAME").exists():
         ops.atomic_write(directory / "NAME", name.encode(), sync=fsync)
     events: list[RecoveryEvent] = []
     recovered: list[_Ledger] = []
-    for ledger_id in _segment_ids(directory):
+    unindexed: list[_Ledger] = []
+    segment_ids = _segment_ids(directory)
+    for leftover in directory.glob("*.idx*"):
+        # An interrupted index write, or the index of a segment deleted after it was written.
+        if leftover.suffix != ".idx" or not leftover.with_suffix(".seg").exists():
+            with contextlib.suppress(FileNotFoundError):
+                leftover.unlink()
+    for ledger_id in segment_ids:
         path = directory / f"{ledger_id:020d}.seg"
-        result = scan_segment(ops, path, ledger_id, truncate=True)
+        indexed = load_index(ops, path, ledger_id)
+        result = indexed or scan_segment(ops, path, ledger_id, truncate=True)
         for kind, offset, length, entry_ids in result.events:
             events.append(RecoveryEvent(kind, name, ledger_id, offset, length, entry_ids))
         if result.removed:
@@ -342,8 +358,17 @@ def _load_ledger_dir(
         segment.format = result.format
         segment.offsets = result.offsets
         segment.lengths = result.lengths
-        missing = [i for i, off in enumerate(result.offsets) if off < 0]
-        recovered.append(recovered_ledger(segment, result.size_bytes, missing))
+        segment.write_offset = result.valid_end
+        missing = (
+            [i for i, off in enumerate(result.offsets) if off < 0]
+            if result.offsets.count(-1) else []
+        )
+        led = recovered_ledger(segment, result.size_bytes, missing)
+        recovered.append(led)
+        # A scanned segment gets its index (re)written; not one with a bad header: the index
+        # would never match it.
+        if indexed is None and not any(e[0] == "bad_header" for e in result.events):
+            unindexed.append(led)
     cursors: list[CursorState] = []
     for path in sorted((directory / "cursors").iterdir()):
         if path.suffix != ".cur":
@@ -354,4 +379,4 @@ def _load_ledger_dir(
         except CorruptRecordError as exc:
             log.error("storage: cursor file %s is corrupt (%s); it is ignored", path, exc)
             events.append(RecoveryEvent("corrupt_cursor", name, -1, 0, path.stat().st_size))
-    return recovered, cursors, events
+    return recovered, cursors, events, unindexed

@@ -1,16 +1,19 @@
 """The group-commit writer thread: the only code that writes segment files.
 
 Theory of operation:
-1. The event loop calls GroupCommitWriter.submit() for every append (already numbered by its
-   managed ledger) and never blocks on disk; at the end of the loop iteration one "kick"
-   wakes the writer for everything queued in that iteration.
+1. The event loop never blocks on disk. A managed ledger collects the appends of one loop
+   iteration in an AppendBatch (one per ledger and segment, from new_batch(); per entry only
+   a payload and a future are added to two lists); at the end of the loop iteration one
+   "kick" closes the iteration's batches and hands them (with queued control items, in
+   order) to the writer under its lock, and wakes it once.
 2. The writer thread drains the whole queue as one batch (after waiting up to
    group_commit_max_delay_ms for about as many appends as the previous batch had, so
    concurrent producers share an fsync), writes each touched segment with writev, then calls
    fdatasync once per touched file. New segment files get their header and a directory fsync
    before anything in them is acknowledged.
 3. It then hands the whole batch back to the loop with ONE loop.call_soon_threadsafe; the owner
-   (a managed ledger) resolves its futures there, in append order.
+   (a managed ledger) resolves its futures there, in append order, with per-batch (not
+   per-entry) bookkeeping: confirmed count, size, one cache chunk, listeners.
 4. A failed write or fsync fences the owner: every append of that owner in the batch and every
    later one fails with PersistenceError. Nothing is acknowledged unless its fdatasync (and
    every fdatasync of its owner in the batch) succeeded; a failed fsync is never retried
@@ -40,8 +43,11 @@ import os
 import threading
 import time
 from array import array
-from collections import deque
 from collections.abc import Callable
+from concurrent.futures import Executor, Future
+from functools import partial
+from itertools import accumulate, islice
+from operator import add
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -57,6 +63,8 @@ from storage.segments import (
     RECORD_HEADER,
     RECORD_HEADER_SIZE,
     encode_file_header,
+    index_path,
+    write_index,
 )
 
 log = logging.getLogger("horae.storage")
@@ -64,6 +72,7 @@ log = logging.getLogger("horae.storage")
 _IOV_MAX = 1024
 _PAGE = 4096
 _ZEROS = bytes(1024 * 1024)  # the pre-zero write buffer (written in pieces of this size)
+_RECORD_PLUS = partial(add, RECORD_HEADER_SIZE)  # data length -> record size
 
 
 class SegmentFile:
@@ -71,8 +80,8 @@ class SegmentFile:
     the loop reads indices <= its ledger's last confirmed entry, which the writer published
     before completing the batch (call_soon_threadsafe is the happens-before edge)."""
 
-    __slots__ = ("created_ms", "fd", "format", "ledger_id", "lengths", "offsets", "path",
-                 "write_offset", "zeroed_end")
+    __slots__ = ("broken", "created_ms", "fd", "format", "index_job", "ledger_id", "lengths",
+                 "offsets", "path", "write_offset", "zeroed_end")
 
     def __init__(self, ledger_id: int, path: Path, created_ms: int) -> None:
         self.ledger_id = ledger_id
@@ -84,6 +93,8 @@ class SegmentFile:
         self.fd = -1  # writer thread only
         self.write_offset = 0  # writer thread only: the logical end
         self.zeroed_end = 0  # writer thread only: zeros were written up to here
+        self.broken = False  # writer thread only: a write/fsync failed (never index it)
+        self.index_job: Future[None] | None = None  # the persisted index being written
 
 
 class WriteOwner(Protocol):
@@ -91,11 +102,26 @@ class WriteOwner(Protocol):
 
     writer_fenced: bool
 
-    def _complete_appends(self, items: list[AppendItem], error: BaseException | None) -> None: ...
+    def _complete_appends(self, batches: list[AppendBatch], error: BaseException | None) -> None:
+        ...
 
 
-# (owner, segment, entry_id, data, future, position)
-AppendItem = tuple[WriteOwner, SegmentFile, int, bytes, "asyncio.Future[Position]", Position]
+class AppendBatch:
+    """The appends one owner made to one segment during one loop iteration (entry ids
+    first_entry_id, first_entry_id + 1, ...). Filled on the loop while open; the loop's kick
+    closes it and hands it to the writer thread, which then owns it until it comes back to
+    the loop with the group commit's result. Per-batch, not per-entry, objects and
+    bookkeeping: the loop appends a payload and a future to two lists per entry."""
+
+    __slots__ = ("datas", "first_entry_id", "futures", "open", "owner", "segment")
+
+    def __init__(self, owner: WriteOwner, segment: SegmentFile, first_entry_id: int) -> None:
+        self.owner = owner
+        self.segment = segment
+        self.first_entry_id = first_entry_id
+        self.datas: list[bytes] = []
+        self.futures: list[asyncio.Future[Position]] = []
+        self.open = True  # the loop may still add to it (loop-only flag)
 
 
 class GroupCommitWriter:
@@ -110,8 +136,10 @@ class GroupCommitWriter:
         max_batch_entries: int,
         prezero_bytes: int = 0,
         prezero_min_bytes: int = 64 * 1024,
+        index_pool: Executor | None = None,
     ) -> None:
         self._loop = loop
+        self._index_pool = index_pool  # where sealed segments' indexes are written
         self._ops = ops
         self._ids = ids
         self._fsync = fsync
@@ -120,7 +148,9 @@ class GroupCommitWriter:
         self._max_delay = max_delay_ms / 1000.0
         self._max_batch = max(1, max_batch_entries)
         self._cond = threading.Condition(threading.Lock())
-        self._queue: deque[AppendItem | tuple[str, Any]] = deque()
+        self._queue: list[AppendBatch | tuple[str, Any]] = []  # handed over; under _cond
+        self._queued_entries = 0  # appends in _queue (under _cond)
+        self._pending: list[AppendBatch | tuple[str, Any]] = []  # loop-only: this iteration's
         self._kick_pending = False  # a _kick is scheduled on the loop (loop-only flag)
         self._last_batch = 1
         self._stopping = False
@@ -139,27 +169,39 @@ class GroupCommitWriter:
 
     # -- loop side -------------------------------------------------------------------------
 
-    def submit(self, item: AppendItem) -> None:
-        # No lock and no wakeup per append: deque.append is atomic, and one "kick" per loop
-        # iteration wakes the writer once the loop has queued everything it had to queue
-        # (waking a thread per append costs a context switch each on a busy machine).
-        self._queue.append(item)
+    def new_batch(self, owner: WriteOwner, segment: SegmentFile, first_entry_id: int) -> AppendBatch:
+        """An open batch for owner's appends to segment from first_entry_id on; the caller
+        adds (data, future) pairs to it until the loop's kick closes it. Loop only.
+        No lock and no wakeup per append: one "kick" per loop iteration hands everything the
+        iteration queued to the writer (waking a thread per append costs a context switch
+        each on a busy machine)."""
+        batch = AppendBatch(owner, segment, first_entry_id)
+        self._pending.append(batch)
         if not self._kick_pending:
             self._kick_pending = True
             self._loop.call_soon(self._kick)
+        return batch
 
     def control(self, kind: str, arg: Any) -> None:
         """Queue a control item handled after the appends queued before it:
         ("seal", SegmentFile) closes its fd; ("delete", SegmentFile) closes and unlinks it;
-        ("call", fn) runs fn() in the writer thread. Loop only, like submit()."""
-        self._queue.append((kind, arg))
+        ("call", fn) runs fn() in the writer thread. Loop only, like new_batch()."""
+        self._pending.append((kind, arg))
         if not self._kick_pending:
             self._kick_pending = True
             self._loop.call_soon(self._kick)
 
     def _kick(self) -> None:
         self._kick_pending = False
+        pending, self._pending = self._pending, []
+        entries = 0
+        for item in pending:
+            if type(item) is AppendBatch:
+                item.open = False  # from now on the writer thread owns it
+                entries += len(item.datas)
         with self._cond:
+            self._queue.extend(pending)
+            self._queued_entries += entries
             self._cond.notify()
 
     async def barrier(self) -> None:
@@ -181,10 +223,9 @@ class GroupCommitWriter:
 
     # -- writer thread ---------------------------------------------------------------------
 
-    def _take_batch(self) -> list[AppendItem | tuple[str, Any]] | None:
-        queue = self._queue
+    def _take_batch(self) -> list[AppendBatch | tuple[str, Any]] | None:
         with self._cond:
-            while not queue:
+            while not self._queue:
                 if self._stopping:
                     return None
                 self._cond.wait()
@@ -193,13 +234,14 @@ class GroupCommitWriter:
                 # (each later loop iteration that queues something kicks us again).
                 target = min(self._last_batch, self._max_batch)
                 deadline = time.monotonic() + self._max_delay
-                while len(queue) < target and not self._stopping:
+                while self._queued_entries < target and not self._stopping:
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
                         break
                     self._cond.wait(remaining)
-        # popleft, not list()+clear(): the loop may append concurrently (without the lock).
-        return [queue.popleft() for _ in range(len(queue))]
+            batch, self._queue = self._queue, []
+            self._queued_entries = 0
+            return batch
 
     def _run(self) -> None:
         while True:
@@ -211,15 +253,15 @@ class GroupCommitWriter:
             except BaseException:  # a bug must not kill the only writer silently
                 log.exception("storage writer: unexpected error")
 
-    def _process(self, batch: list[AppendItem | tuple[str, Any]]) -> None:
-        appends: list[AppendItem] = []
+    def _process(self, batch: list[AppendBatch | tuple[str, Any]]) -> None:
+        appends: list[AppendBatch] = []
         controls: list[tuple[str, Any]] = []
         for item in batch:
-            if len(item) == 2:
-                controls.append(item)
-            else:
+            if type(item) is AppendBatch:
                 appends.append(item)
-        touched: list[tuple[WriteOwner, SegmentFile, int]] = []
+            else:
+                controls.append(item)  # type: ignore[arg-type]
+        touched: dict[SegmentFile, tuple[WriteOwner, int]] = {}
         if appends:
             touched = self._write_appends(appends)
         for kind, arg in controls:
@@ -229,46 +271,46 @@ class GroupCommitWriter:
                 log.exception("storage writer: control %s failed", kind)
         # After the batch went back to the loop and after the controls (a barrier is not held
         # up; a segment sealed meanwhile has fd -1 and is skipped).
-        for owner, segment, batch_bytes in touched:
+        for segment, (owner, batch_bytes) in touched.items():
             self._maybe_prezero(owner, segment, batch_bytes)
 
-    def _write_appends(self, appends: list[AppendItem]) -> list[tuple[WriteOwner, SegmentFile, int]]:
-        """Write, fdatasync and hand back one batch; returns the (owner, segment, bytes
-        written) that succeeded, for pre-zeroing."""
-        self._last_batch = len(appends)
+    def _write_appends(self, appends: list[AppendBatch]) -> dict[SegmentFile, tuple[WriteOwner, int]]:
+        """Write, fdatasync and hand back one group commit; returns {segment: (owner, bytes
+        written)} for the segments that succeeded, for pre-zeroing."""
+        count = sum(len(b.datas) for b in appends)
+        self._last_batch = count
         self.batches += 1
-        self.batched_entries += len(appends)
+        self.batched_entries += count
         if self.batch_sizes is not None:
-            self.batch_sizes.append(len(appends))
-        # Group by owner then segment, preserving append order.
-        by_owner: dict[int, tuple[WriteOwner, list[AppendItem]]] = {}
-        for item in appends:
-            slot = by_owner.get(id(item[0]))
+            self.batch_sizes.append(count)
+        # Group by owner, preserving append order (an owner's batches arrive in order).
+        by_owner: dict[int, tuple[WriteOwner, list[AppendBatch]]] = {}
+        for b in appends:
+            slot = by_owner.get(id(b.owner))
             if slot is None:
-                by_owner[id(item[0])] = (item[0], [item])
+                by_owner[id(b.owner)] = (b.owner, [b])
             else:
-                slot[1].append(item)
+                slot[1].append(b)
         errors: dict[int, BaseException] = {}
-        touched: list[tuple[WriteOwner, SegmentFile, int]] = []
-        for key, (owner, items) in by_owner.items():
+        touched: dict[SegmentFile, tuple[WriteOwner, int]] = {}
+        for key, (owner, batches) in by_owner.items():
             if owner.writer_fenced:
                 errors[key] = PersistenceError("ledger is fenced after an earlier write failure")
                 continue
+            segment = batches[0].segment
             try:
-                start = 0
-                while start < len(items):
-                    segment = items[start][1]
-                    end = start
-                    while end < len(items) and items[end][1] is segment:
-                        end += 1
+                for b in batches:
+                    segment = b.segment
                     before = segment.write_offset
-                    self._write_segment(segment, items[start:end])
-                    touched.append((owner, segment, segment.write_offset - before))
-                    start = end
+                    self._write_segment(segment, b)
+                    done = touched.get(segment)
+                    written = segment.write_offset - before + (done[1] if done else 0)
+                    touched[segment] = (owner, written)
             except OSError as exc:
+                segment.broken = True
                 errors[key] = self._fence(owner, exc, "write")
         if self._fsync:
-            for owner, segment, _ in touched:
+            for segment, (owner, _) in touched.items():
                 if id(owner) in errors:
                     continue
                 started = time.perf_counter()
@@ -277,14 +319,15 @@ class GroupCommitWriter:
                     self._ops.fdatasync(segment.fd)
                 except OSError as exc:
                     self.failed_fsyncs += 1
+                    segment.broken = True
                     errors[id(owner)] = self._fence(owner, exc, "fdatasync")
                 finally:
                     self.fsync_seconds += time.perf_counter() - started
-        results = [(owner, items, errors.get(key)) for key, (owner, items) in by_owner.items()]
+        results = [(owner, batches, errors.get(key)) for key, (owner, batches) in by_owner.items()]
         # RuntimeError: the loop is closed, nobody is waiting any more.
         with contextlib.suppress(RuntimeError):
             self._loop.call_soon_threadsafe(_complete_batch, results)
-        return [t for t in touched if id(t[0]) not in errors]
+        return {seg: v for seg, v in touched.items() if id(v[0]) not in errors}
 
     def _fence(self, owner: WriteOwner, exc: OSError, what: str) -> PersistenceError:
         owner.writer_fenced = True
@@ -315,37 +358,36 @@ class GroupCommitWriter:
         segment.fd = fd
         segment.write_offset = len(header)
 
-    def _write_segment(self, segment: SegmentFile, items: list[AppendItem]) -> None:
+    def _write_segment(self, segment: SegmentFile, batch: AppendBatch) -> None:
         if segment.fd < 0:
             self._open_segment(segment)
-        # Hot loop (holds the GIL): header packing and CRC inlined, no per-record calls.
+        # Hot loop (holds the GIL): one header pack and two crc32c calls per record, nothing
+        # else per entry; the index arrays are extended with C-level map/accumulate.
         pack_header = RECORD_HEADER.pack
         pack_prefix = CRC_PREFIX.pack
+        datas = batch.datas
         buffers: list[bytes] = []
-        offsets: list[int] = []
-        lengths: list[int] = []
-        start = offset = segment.write_offset
-        for item in items:
-            data = item[3]
-            entry_id = item[2]
-            length = len(data)
-            stored = length + RECORD_HEADER_SIZE  # format 2: the length field counts the header
-            buffers.append(
-                pack_header(stored, crc32c(data, crc32c(pack_prefix(stored, entry_id))), entry_id)
-            )
-            buffers.append(data)
-            offsets.append(offset)
-            lengths.append(length)
-            offset += RECORD_HEADER_SIZE + length
-        total = offset - start
+        add = buffers.append
+        entry_id = batch.first_entry_id
+        for data in datas:
+            stored = len(data) + RECORD_HEADER_SIZE  # format 2: the length counts the header
+            add(pack_header(stored, crc32c(data, crc32c(pack_prefix(stored, entry_id))), entry_id))
+            add(data)
+            entry_id += 1
+        lengths = array("i", map(len, datas))
+        start = segment.write_offset
+        total = sum(lengths) + RECORD_HEADER_SIZE * len(datas)
         if len(buffers) <= _IOV_MAX:
             written = self._ops.writev(segment.fd, buffers)
             if written < total:  # a short write: finish it with plain writes
                 self._ops.write_all(segment.fd, memoryview(b"".join(buffers))[written:])
         else:
             self._ops.write_all(segment.fd, b"".join(buffers))
-        segment.write_offset = offset
-        segment.offsets.extend(offsets)
+        segment.write_offset = start + total
+        # Offsets of the records: start, then running sums of the record sizes.
+        segment.offsets.extend(
+            islice(accumulate(map(_RECORD_PLUS, lengths), initial=start), len(datas))
+        )
         segment.lengths.extend(lengths)
 
     def _maybe_prezero(self, owner: WriteOwner, segment: SegmentFile, batch_bytes: int) -> None:
@@ -401,11 +443,30 @@ class GroupCommitWriter:
                 finally:
                     self._ops.close(segment.fd)
                     segment.fd = -1
+                if kind == "seal" and not segment.broken and self._index_pool is not None:
+                    # Off this thread: the index's write + fsync must not hold up the next
+                    # group commit. The arrays are final now (nothing appends to a sealed
+                    # segment), so the I/O thread may read them.
+                    segment.index_job = self._index_pool.submit(
+                        write_index_logged, self._ops, segment.path, segment.ledger_id,
+                        segment.write_offset, segment.created_ms, segment.format,
+                        segment.offsets, segment.lengths, sum(segment.lengths), sync=self._fsync,
+                    )
             if kind == "delete":
+                with contextlib.suppress(FileNotFoundError):
+                    self._ops.unlink(index_path(segment.path))  # first: never an orphan
                 with contextlib.suppress(FileNotFoundError):
                     self._ops.unlink(segment.path)
                 if self._fsync:
                     self._ops.fsync_dir(segment.path.parent)
+
+
+def write_index_logged(*args: Any, **kwargs: Any) -> None:
+    """write_index() for a background job: a failure only costs a scan on the next open."""
+    try:
+        write_index(*args, **kwargs)
+    except OSError as exc:
+        log.warning("storage: writing a segment index failed (%s); it will be rebuilt", exc)
 
 
 def _round_up(offset: int) -> int:
@@ -417,9 +478,11 @@ def _set_if_pending(fut: asyncio.Future[None]) -> None:
         fut.set_result(None)
 
 
-def _complete_batch(results: list[tuple[WriteOwner, list[AppendItem], BaseException | None]]) -> None:
-    for owner, items, error in results:
+def _complete_batch(
+    results: list[tuple[WriteOwner, list[AppendBatch], BaseException | None]],
+) -> None:
+    for owner, batches, error in results:
         try:
-            owner._complete_appends(items, error)
+            owner._complete_appends(batches, error)
         except Exception:
             log.exception("storage: completing appends failed")

@@ -160,12 +160,18 @@ async def test_pending_publishes_pause_reading_and_resume_at_half() -> None:
     assert transport.reading and not conn.reading_paused
 
 
-async def test_writes_in_one_iteration_are_coalesced() -> None:
+async def test_first_write_of_an_iteration_goes_out_at_once_the_rest_coalesced() -> None:
     conn, transport = make_connection()
     calls = []
     original = transport.write
     transport.write = lambda data: (calls.append(len(data)), original(data))  # type: ignore[method-assign]
-    for _ in range(5):
+    conn.write(b"a" * 10)
+    assert calls == [10]  # a lone receipt does not wait for the next loop iteration
+    for _ in range(4):
         conn.write(b"x" * 10)
+    assert calls == [10]
     await asyncio.sleep(0)
-    assert calls == [50]
+    assert calls == [10, 40]
+    assert bytes(transport.written) == b"a" * 10 + b"x" * 40  # in order
+    conn.write(b"b" * 10)  # the flush ran: the next iteration's first frame goes at once
+    assert calls == [10, 40, 10]

@@ -38,11 +38,11 @@ def _force_trim(handle: Any, topic: str) -> list[int]:
 
     async def run() -> list[int]:
         t = handle.service.topics[topic]
-        t._last_trim = float("-inf")
-        t._trim_marker = (object(), -1)
+        t.trimmer.last_trim = float("-inf")
+        t.trimmer.marker = (object(), -1)
         t.housekeeping(t.loop.time())
-        if t._trim_task is not None:
-            await t._trim_task
+        if t.trimmer.task is not None:
+            await t.trimmer.task
         return [li.ledger_id for li in t.ledger.ledgers]
 
     return handle.call(run)  # type: ignore[no-any-return]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import struct
 import threading
 from typing import Any
@@ -28,6 +29,16 @@ def test_connected_carries_server_version_and_min_protocol_version(broker: Any) 
         connected = c.handshake(protocol_version=25)
     assert connected.protocol_version == 20
     assert connected.server_version.startswith("Horae-")
+
+
+def test_accepted_connections_disable_nagle(broker: Any, raw: RawClient) -> None:
+    # A lone SEND_RECEIPT must not sit in the kernel waiting for the client's delayed ACK.
+    def nodelay() -> list[int]:
+        return [c._transport.get_extra_info("socket").getsockopt(
+            socket.IPPROTO_TCP, socket.TCP_NODELAY) for c in broker.service.connections]
+
+    flags = broker.call(nodelay)
+    assert flags and all(flags)
 
 
 def test_ping_is_answered_with_pong(raw: RawClient) -> None:

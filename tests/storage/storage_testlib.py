@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import shutil
@@ -97,7 +98,14 @@ def segment_paths(root: Path, name: str) -> list[Path]:
 
 
 def copy_store(src: Path, dst: Path) -> Path:
-    shutil.copytree(src, dst)
+    """Copy a store, possibly live (as a crash leaves it): a file that vanishes meanwhile (an
+    index's temporary file renamed by the I/O thread) is skipped, as a crash would lose it."""
+
+    def copy(s: str, d: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            shutil.copy2(s, d)
+
+    shutil.copytree(src, dst, copy_function=copy)
     return dst
 
 

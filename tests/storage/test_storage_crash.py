@@ -178,6 +178,11 @@ def _lose_unsynced_tails(root: Path, new: dict[int, list[tuple[Position, int, st
             ledger_id = int(path.stem)
             if ledger_id <= max_ledger_before:
                 continue
+            if path.with_suffix(".idx").exists():
+                # A persisted index is written only after the sealed segment's last
+                # fdatasync: everything in it was durable (acked or not, whatever the
+                # child's log got to print), so a power loss cannot touch it.
+                continue
             size = path.stat().st_size
             acked_ids = [p.entry_id for p, _, _ in new[t] if p.ledger_id == ledger_id]
             end = logical_end = 0

@@ -1,0 +1,44 @@
+"""The entry cache: chunks of group-committed entries, LRU by chunk, bounded in bytes."""
+
+from __future__ import annotations
+
+from storage.cache import EntryCache
+
+
+def test_entries_of_a_chunk_are_found_and_missing_ones_are_misses() -> None:
+    cache = EntryCache(1000)
+    assert cache.put_many(7, 10, [b"a", b"bb", b"ccc"]) == 6
+    cache.put_many(7, 13, [b"d"])
+    cache.put_many(9, 0, [b"x"])
+    assert [cache.get(7, i) for i in range(9, 15)] == [None, b"a", b"bb", b"ccc", b"d", None]
+    assert cache.get(9, 0) == b"x" and cache.get(8, 0) is None
+    assert (cache.hits, cache.misses) == (5, 3)
+    assert len(cache) == 5 and cache.size_bytes == 8
+
+
+def test_eviction_drops_the_least_recently_used_chunks_first() -> None:
+    cache = EntryCache(10)
+    cache.put_many(1, 0, [b"aaaa"])
+    cache.put_many(1, 1, [b"bbbb"])
+    assert cache.get(1, 0) == b"aaaa"  # chunk 0 is now the young one
+    cache.put_many(2, 0, [b"cccc"])  # over budget: chunk (1, 1) goes
+    assert cache.get(1, 1) is None
+    assert cache.get(1, 0) == b"aaaa" and cache.get(2, 0) == b"cccc"
+    assert cache.size_bytes == 8
+
+
+def test_a_batch_over_the_budget_keeps_its_newest_entries() -> None:
+    cache = EntryCache(10)
+    cache.put_many(1, 0, [b"123"] * 5 + [b"x" * 11])
+    assert cache.size_bytes <= 10 and len(cache) == 3
+    assert cache.get(1, 4) == b"123" and cache.get(1, 5) is None and cache.get(1, 1) is None
+
+
+def test_discard_and_drop_ledger_release_their_bytes() -> None:
+    cache = EntryCache(100)
+    cache.put_many(1, 0, [b"aa", b"bb"])
+    cache.put_many(2, 0, [b"cc"])
+    cache.discard(1, 1)
+    assert cache.get(1, 1) is None and cache.get(1, 0) == b"aa" and cache.size_bytes == 4
+    cache.drop_ledger(1)
+    assert cache.get(1, 0) is None and cache.size_bytes == 2 and len(cache) == 1
