@@ -206,19 +206,6 @@ class BucketDelayedDeliveryTracker(BucketLifecycle, TimedTracker):
         live = [h for h in heads if h is not None]
         return min(live) if live else None
 
-    def _update_timer(self) -> None:
-        if self._closed:
-            return
-        head = self._head_ts()
-        if head is None:
-            self._timer.cancel()
-        else:
-            self._timer.update(self._timer_target(head))
-
-    def _on_timer(self) -> None:
-        if self.has_message_available():
-            self._on_due()
-
     def _after_change(self) -> None:
         """Background work changed the index: re-aim the timer, wake the dispatcher if due."""
         if not self._closed and self.has_message_available():

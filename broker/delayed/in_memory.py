@@ -80,19 +80,6 @@ class InMemoryDelayedDeliveryTracker(TimedTracker):
             return wide
         return head
 
-    def _update_timer(self) -> None:
-        if self._closed:
-            return
-        head = self._head_ts()
-        if head is None:
-            self._timer.cancel()
-        else:
-            self._timer.update(self._timer_target(head))
-
-    def _on_timer(self) -> None:
-        if self.has_message_available():
-            self._on_due()
-
     # --- the interface -------------------------------------------------------------------
 
     def add(self, ledger_id: int, entry_id: int, deliver_at_ms: int) -> bool:

@@ -196,8 +196,8 @@ class DelayedDeliveryTracker(abc.ABC):
 class TimedTracker(DelayedDeliveryTracker):
     """The part every tracker shares: the tick, strictness, the cutoff and one deadline timer.
 
-    Subclasses call :meth:`_init_timing` from ``__init__`` and implement ``_update_timer``
-    (re-aim the timer at the earliest live deadline) and ``_on_timer`` (its callback).
+    Subclasses call :meth:`_init_timing` from ``__init__``, keep ``_closed``, and implement
+    ``_head_ts`` (the earliest live deliver time); the timer is re-aimed from it.
     """
 
     _clock_ms: Callable[[], int]
@@ -214,13 +214,25 @@ class TimedTracker(DelayedDeliveryTracker):
         self._on_due = on_due
         self._timer = DeadlineTimer(loop, self._clock_ms, tick_time_ms, self._on_timer)
 
-    @abc.abstractmethod
-    def _update_timer(self) -> None:
-        """Re-aim the timer at the earliest live deadline (or cancel it)."""
+    _closed: bool
 
     @abc.abstractmethod
+    def _head_ts(self) -> int | None:
+        """The earliest live deliver time tracked, or None when nothing is."""
+
+    def _update_timer(self) -> None:
+        """Re-aim the timer at the earliest live deadline (or cancel it)."""
+        if self._closed:
+            return
+        head = self._head_ts()
+        if head is None:
+            self._timer.cancel()
+        else:
+            self._timer.update(self._timer_target(head))
+
     def _on_timer(self) -> None:
-        """The timer fired."""
+        if self.has_message_available():
+            self._on_due()
 
     def _cutoff(self) -> int:
         """Deliver times at or before this are due: now (strict) or now + one tick."""
