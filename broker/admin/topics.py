@@ -255,12 +255,17 @@ async def delete_subscription(request: web.Request) -> web.Response:
     return no_content()
 
 
+def _int_path_param(request: web.Request, key: str, reason: str) -> int:
+    """An integer path segment, or 400 with ``reason``."""
+    try:
+        return int(request.match_info[key])
+    except ValueError:
+        raise E.bad_request(reason) from None
+
+
 async def skip(request: web.Request) -> web.Response:
     facade, full = _facade(request), _topic_name(request)
-    try:
-        count = int(request.match_info["n"])
-    except ValueError:
-        raise E.bad_request("numMessages must be an integer") from None
+    count = _int_path_param(request, "n", "numMessages must be an integer")
     if await facade.partition_count(full) > 0:
         raise E.not_allowed("Skip messages on a partitioned topic is not allowed")
     [(_, sub)] = await facade.subscriptions_of(full, request.match_info["sub"])
@@ -277,10 +282,8 @@ async def skip_all(request: web.Request) -> web.Response:
 
 async def reset_cursor_time(request: web.Request) -> web.Response:
     facade, full = _facade(request), _topic_name(request)
-    try:
-        timestamp_ms = int(request.match_info["timestamp"])
-    except ValueError:
-        raise E.bad_request("timestamp must be an integer (milliseconds)") from None
+    timestamp_ms = _int_path_param(
+        request, "timestamp", "timestamp must be an integer (milliseconds)")
     for _, sub in await facade.subscriptions_of(full, request.match_info["sub"]):
         await sub.reset_cursor_to_timestamp(timestamp_ms)
     return no_content()

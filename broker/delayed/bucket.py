@@ -92,6 +92,7 @@ from broker.delayed.packed import (
     bitmap_bytes,
     fits,
     run_end_union,
+    take_members,
 )
 from broker.delayed.tracker import TimedTracker
 from storage.positions import Position
@@ -448,7 +449,7 @@ class BucketDelayedDeliveryTracker(BucketLifecycle, TimedTracker):
             moved = index.pop_upto(bound, limit - consumed, buf)
             if moved:
                 consumed += moved
-                taken = self._take_members(buf, members, out)
+                taken = take_members(buf, members, out)
                 if is_mutable:
                     self._mut_count -= taken
                     self._mut_stale = max(0, self._mut_stale - (moved - taken))
@@ -474,22 +475,6 @@ class BucketDelayedDeliveryTracker(BucketLifecycle, TimedTracker):
         for loaded in exhausted:
             self._segment_done(loaded)
         return consumed
-
-    @staticmethod
-    def _take_members(buf: list[int], members: dict[int, BitMap],
-                      out: list[tuple[int, int]]) -> int:
-        taken = 0
-        for packed in buf:
-            ledger_id = packed >> POSITION_BITS
-            entry_id = packed & POSITION_MASK
-            bm = members.get(ledger_id)
-            if bm is not None and entry_id in bm:
-                bm.remove(entry_id)
-                if not bm:
-                    del members[ledger_id]
-                out.append((ledger_id, entry_id))
-                taken += 1
-        return taken
 
     def _take_segment(self, loaded: _Loaded, bound: int, limit: int,
                       out: list[tuple[int, int]]) -> int:

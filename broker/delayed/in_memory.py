@@ -41,6 +41,7 @@ from broker.delayed.packed import (
     bitmap_bytes,
     fits,
     run_end,
+    take_members,
 )
 from broker.delayed.tracker import TimedTracker, TimerLoop
 
@@ -129,15 +130,7 @@ class InMemoryDelayedDeliveryTracker(TimedTracker):
             buf.clear()
             if not index.pop_upto(cutoff, max_messages - len(out), buf):
                 break
-            for packed in buf:
-                ledger_id = packed >> POSITION_BITS
-                entry_id = packed & POSITION_MASK
-                bm = members.get(ledger_id)
-                if bm is not None and entry_id in bm:
-                    bm.remove(entry_id)
-                    if not bm:
-                        del members[ledger_id]
-                    out.append((ledger_id, entry_id))
+            take_members(buf, members, out)
         if len(out) < max_messages and self._wide:
             self._wide.pop_due(cutoff, max_messages - len(out), out)
         self._count -= len(out)

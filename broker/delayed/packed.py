@@ -81,6 +81,27 @@ def run_end_union(bitmaps: list[BitMap | None], start: int) -> int:
     return pos
 
 
+def take_members(buf: list[int], members: dict[int, BitMap],
+                 out: list[tuple[int, int]]) -> int:
+    """Move the packed positions of ``buf`` still in ``members`` to ``out``, as (ledger, entry).
+
+    A position no longer in its ledger's bitmap was cancelled or already handed out: skipped.
+    Returns how many were taken.
+    """
+    taken = 0
+    for packed in buf:
+        ledger_id = packed >> POSITION_BITS
+        entry_id = packed & POSITION_MASK
+        bm = members.get(ledger_id)
+        if bm is not None and entry_id in bm:
+            bm.remove(entry_id)
+            if not bm:
+                del members[ledger_id]
+            out.append((ledger_id, entry_id))
+            taken += 1
+    return taken
+
+
 def bitmap_bytes(bm: BitMap) -> int:
     """Estimated heap bytes of a roaring bitmap: container payloads plus headers.
 
