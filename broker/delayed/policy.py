@@ -14,20 +14,18 @@ Precedence of the two publish limits (PIP-437): a fixed delay in force (> 0) ove
 client's deliver time and the max delay is not applied, so the resolved policy carries
 ``max_delay_ms = 0`` whenever ``fixed_delay_ms > 0``.
 
-Broker config attributes read (``broker/config.py``; ``getattr`` with Pulsar's defaults so
-this module also works with a partial config object): ``delayed_delivery_enabled`` (True),
-``delayed_delivery_tick_time_millis`` (1000), ``is_delayed_delivery_deliver_at_time_strict``
-(False), ``delayed_delivery_max_delay_in_millis`` (0).
+Broker config read (:class:`broker.config.BrokerConfig`): ``delayed_delivery_enabled``,
+``delayed_delivery_tick_time_millis``, ``is_delayed_delivery_deliver_at_time_strict``,
+``delayed_delivery_max_delay_in_millis``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from broker.config import BrokerConfig
+from broker.config import BrokerConfig
 
 ACTIVE = "active"
 TICK_TIME = "tickTime"
@@ -35,10 +33,6 @@ MAX_DELAY = "maxDeliveryDelayInMillis"
 FIXED_DELAY = "fixedDeliveryDelayInMillis"
 POLICY_KEYS = (ACTIVE, TICK_TIME, MAX_DELAY, FIXED_DELAY)
 
-DEFAULT_ENABLED = True
-DEFAULT_TICK_TIME_MS = 1000
-DEFAULT_STRICT = False
-DEFAULT_MAX_DELAY_MS = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,18 +66,16 @@ def _pick(key: str, topic: Mapping[str, Any] | None, namespace: Mapping[str, Any
     return default
 
 
-def resolve_policy(config: BrokerConfig | Any, namespace_policy: Mapping[str, Any] | None,
+def resolve_policy(config: BrokerConfig, namespace_policy: Mapping[str, Any] | None,
                    topic_policy: Mapping[str, Any] | None) -> DelayPolicy:
     """Per-field resolution: topic > namespace > broker config; fixed beats max."""
-    active = bool(_pick(ACTIVE, topic_policy, namespace_policy,
-                        getattr(config, "delayed_delivery_enabled", DEFAULT_ENABLED)))
+    active = bool(_pick(ACTIVE, topic_policy, namespace_policy, config.delayed_delivery_enabled))
     tick = int(_pick(TICK_TIME, topic_policy, namespace_policy,
-                     getattr(config, "delayed_delivery_tick_time_millis", DEFAULT_TICK_TIME_MS)))
+                     config.delayed_delivery_tick_time_millis))
     max_delay = int(_pick(MAX_DELAY, topic_policy, namespace_policy,
-                          getattr(config, "delayed_delivery_max_delay_in_millis",
-                                  DEFAULT_MAX_DELAY_MS)))
+                          config.delayed_delivery_max_delay_in_millis))
     fixed = int(_pick(FIXED_DELAY, topic_policy, namespace_policy, 0))
-    strict = bool(getattr(config, "is_delayed_delivery_deliver_at_time_strict", DEFAULT_STRICT))
+    strict = config.is_delayed_delivery_deliver_at_time_strict
     if fixed > 0:
         max_delay = 0
     return DelayPolicy(active=active, tick_time_ms=max(tick, 1), max_delay_ms=max(max_delay, 0),

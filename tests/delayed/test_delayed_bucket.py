@@ -4,11 +4,19 @@ from __future__ import annotations
 
 import asyncio
 
-from delayed_testlib import T0, DueCounter, FakeCursor, FakeSnapshotStore, ManualClock
+from delayed_testlib import (
+    T0,
+    DueCounter,
+    FakeCursor,
+    FakeSnapshotStore,
+    ManualClock,
+    wait_until,
+)
 
 from broker.config import BrokerConfig
 from broker.delayed import create_tracker
 from broker.delayed.bucket import BUCKET_KEY_PREFIX, BucketDelayedDeliveryTracker, bucket_key
+from broker.delayed.bucket_snapshots import RetryDelays
 from broker.delayed.policy import resolve_policy
 from broker.delayed.snapshot_format import decode_metadata, decode_segment
 from proto import delayed_index_pb2 as dpb
@@ -18,13 +26,14 @@ from storage.positions import Position
 def make(cursor: FakeCursor | None = None, store: FakeSnapshotStore | None = None,
          clock: ManualClock | None = None, *, min_index: int = 10, step_ms: int = 1000,
          per_segment: int = 4, max_buckets: int = -1,
-         on_due: DueCounter | None = None) -> BucketDelayedDeliveryTracker:
+         on_due: DueCounter | None = None,
+         retry: RetryDelays | None = None) -> BucketDelayedDeliveryTracker:
     return BucketDelayedDeliveryTracker(
         cursor=cursor or FakeCursor(), snapshots=store or FakeSnapshotStore(), tick_time_ms=1,
         strict=True, on_due=on_due or DueCounter(), loop=asyncio.get_running_loop(),
         clock_ms=clock or ManualClock(), min_index_count_per_bucket=min_index,
         time_step_per_segment_ms=step_ms, max_indexes_per_segment=per_segment,
-        max_num_buckets=max_buckets)
+        max_num_buckets=max_buckets, retry=retry or RetryDelays(load_s=0.01))
 
 
 async def drain_until(t: BucketDelayedDeliveryTracker, clock: ManualClock, now: int
@@ -216,23 +225,40 @@ async def test_cancel_in_the_mutable_bucket_is_dropped_from_the_next_snapshot() 
     await t.close()
 
 
-async def test_a_failed_snapshot_create_keeps_serving_from_memory() -> None:
+async def test_a_failed_snapshot_create_is_retried_with_backoff_while_serving_from_memory(
+) -> None:
     cursor, store, clock = FakeCursor(), FakeSnapshotStore(), ManualClock()
     store.fail_create = True
-    t = make(cursor, store, clock, min_index=3, per_segment=1)
+    t = make(cursor, store, clock, min_index=3, per_segment=1,
+             retry=RetryDelays(load_s=0.01, create_first_s=0.001, create_max_s=0.004))
     for e in range(3):
         t.add(1, e, T0 + 100 + e)
     t.add(2, 0, T0 + 500)
-    await t.wait_idle()
-    assert t.op_count[("create", "failed")] == 1
+    await wait_until(lambda: t.op_count[("create", "failed")] >= 4)
     assert not [k for k in cursor.properties if k.startswith(BUCKET_KEY_PREFIX)]
-    assert sorted(await drain_until(t, clock, T0 + 1000)) == [(1, 0), (1, 1), (1, 2), (2, 0)]
+    clock.now_ms = T0 + 100
+    assert t.get_scheduled(10) == [(1, 0)]       # served from memory meanwhile
+    store.fail_create = False
+    await t.wait_idle()
+    assert cursor.properties.get(bucket_key(1, 1)) is not None
+    assert t.op_count[("create", "succeed")] == 1
+    assert sorted(await drain_until(t, clock, T0 + 1000)) == [(1, 1), (1, 2), (2, 0)]
     await t.close()
 
 
-async def test_a_failed_segment_load_is_retried_and_nothing_is_lost(monkeypatch) -> None:
-    import broker.delayed.bucket_lifecycle as bucket_mod
-    monkeypatch.setattr(bucket_mod, "LOAD_RETRY_SECONDS", 0.01)
+async def test_close_stops_a_snapshot_create_waiting_to_retry() -> None:
+    store = FakeSnapshotStore()
+    store.fail_create = True
+    t = make(None, store, min_index=1,
+             retry=RetryDelays(create_first_s=3600.0, create_max_s=3600.0))
+    t.add(1, 0, T0 + 100)
+    t.add(2, 0, T0 + 200)
+    await wait_until(lambda: t.op_count[("create", "failed")] >= 1)
+    await asyncio.wait_for(t.close(), 5)
+    assert t.op_count[("create", "succeed")] == 0
+
+
+async def test_a_failed_segment_load_is_retried_and_nothing_is_lost() -> None:
     cursor, store, clock = FakeCursor(), FakeSnapshotStore(), ManualClock()
     t = make(cursor, store, clock, min_index=4, per_segment=1)
     for e in range(4):

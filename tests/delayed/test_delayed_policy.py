@@ -15,15 +15,6 @@ def test_broker_defaults_are_pulsars() -> None:
     assert not policy.guards_publish
 
 
-def test_resolve_works_with_a_partial_config_object() -> None:
-    class Partial:
-        delayed_delivery_tick_time_millis = 10
-
-    policy = resolve_policy(Partial(), None, None)
-    assert (policy.active, policy.tick_time_ms, policy.max_delay_ms, policy.strict) == \
-        (True, 10, 0, False)
-
-
 def test_topic_beats_namespace_beats_broker_per_field() -> None:
     config = BrokerConfig(delayed_delivery_max_delay_in_millis=1000,
                           delayed_delivery_tick_time_millis=500,
