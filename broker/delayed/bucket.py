@@ -18,9 +18,12 @@ The index is split by ledger ranges into *buckets*. This object owns the schedul
   earliest due entries are those <= T, then takes whole runs per source. Nothing later than the
   first time of a segment not in memory yet is handed out (the *barrier*);
 - a re-read entry found pending in a bucket is not indexed twice. One found in a bucket's
-  ``indexed`` set but no longer pending was already handed out as a replay since the last
-  cursor reset: the dispatcher only meets it again by reading sequentially after a restart, so
-  it is skipped too. After a reset (which calls :meth:`clear`) the ordinary rule applies.
+  ``indexed`` set but no longer pending was already handed out as a replay (or cancelled): the
+  dispatcher only meets it again by reading sequentially after a restart, so it is skipped
+  too. This knowledge lasts until the tracker is reset: every cursor reset of the subscription
+  calls :meth:`clear` (which retires every bucket); an ack, a skip or any other bump of the
+  cursor's revision does not touch it, so messages held unacknowledged by consumers are never
+  handed out twice.
 
 Recovery: the snapshot side rebuilds the immutable buckets from the cursor properties; the
 mutable bucket is rebuilt by the dispatcher's ordinary reading from the cursor. Positions are
@@ -51,6 +54,8 @@ from broker.delayed.bucket_records import (
     parse_bucket_key,
 )
 from broker.delayed.bucket_snapshots import BucketSnapshots, RetryDelays
+from broker.delayed.cancel_journal import CancelJournal
+from broker.delayed.cancels import CancelResult
 from broker.delayed.packed import (
     POSITION_BITS,
     POSITION_MASK,
@@ -101,10 +106,9 @@ class BucketDelayedDeliveryTracker(TimedTracker):
             executor=executor, time_step_ms=time_step_per_segment_ms,
             max_indexes_per_segment=max_indexes_per_segment, max_num_buckets=max_num_buckets,
             retry=retry)
-        self._pending_cancels: list[int] = []
-        # entry ids of retired buckets the sequential read has not passed yet (see add)
-        self._retired: dict[int, BitMap] = {}
-        self._epoch = cursor.revision
+        # every live cancel, persisted in its own snapshot (cancel_journal)
+        self._journal = CancelJournal(book=self._cancels, cursor=cursor, store=snapshots,
+                                      loop=loop, retry=retry or RetryDelays())
         self._closed = False
 
     # --- events from the snapshot side (ports.BucketEvents) -----------------------------
@@ -115,30 +119,7 @@ class BucketDelayedDeliveryTracker(TimedTracker):
             self._on_due()
 
     def on_bucket_retired(self, bucket: ImmutableBucket) -> None:
-        self._pending_cancels = self._live_cancels(self._pending_cancels + bucket.cancel_ops)
-        self._retire(bucket)
-
-    def _live_cancels(self, cancels: list[int]) -> list[int]:
-        """CANCEL targets still worth persisting: their bucket lives."""
-        return [packed for packed in cancels
-                if self._sealed.find(packed >> POSITION_BITS) is not None]
-
-    def _retire(self, bucket: ImmutableBucket) -> None:
-        """Remember what a deleted bucket handed out while a sequential read may still meet
-        those entries (after a restart the read starts again at the mark-delete position)."""
-        if self._cursor.revision != self._epoch:
-            self._retired.clear()
-            return
-        first = self._cursor.read_position.ledger_id
-        for ledger_id, bm in bucket.indexed.items():
-            if ledger_id >= first:
-                have = self._retired.get(ledger_id)
-                if have is None:
-                    self._retired[ledger_id] = bm
-                else:
-                    have |= bm
-        for ledger_id in [k for k in self._retired if k < first]:
-            del self._retired[ledger_id]
+        self._sealed.retire(bucket, self._cursor.read_position.ledger_id)
 
     def _is_deleted(self, ledger_id: int, entry_id: int) -> bool:
         return self._cursor.is_deleted(Position(ledger_id, entry_id))
@@ -169,24 +150,12 @@ class BucketDelayedDeliveryTracker(TimedTracker):
 
     def add(self, ledger_id: int, entry_id: int, deliver_at_ms: int) -> bool:
         sealed = ledger_id <= self._sealed.last_end_ledger
-        if sealed:
-            bucket = self._sealed.find(ledger_id)
-            if bucket is not None:
-                if bucket.is_pending(ledger_id, entry_id):
-                    return True
-                if self._cursor.revision == self._epoch:
-                    indexed = bucket.indexed.get(ledger_id)
-                    if indexed is not None and entry_id in indexed:
-                        return True             # handed out already since the last reset
-        if self._retired:
-            if self._cursor.revision != self._epoch:
-                self._retired.clear()
-            else:
-                retired = self._retired.get(ledger_id)
-                if retired is not None and entry_id in retired:
-                    return True                 # handed out by a bucket deleted since
+        if self._sealed.holds(ledger_id, entry_id):
+            return True                         # pending, or handed out since the last reset
         if not fits(ledger_id, entry_id):
             return self._add_wide(ledger_id, entry_id, deliver_at_ms)
+        if self._cancels.blocks(ledger_id, entry_id, deliver_at_ms):
+            return True                         # cancelled (PIP-423): never delivered
         mut = self._mut_members.get(ledger_id)
         if mut is not None and entry_id in mut:
             return True                         # re-read of a tracked entry
@@ -264,7 +233,6 @@ class BucketDelayedDeliveryTracker(TimedTracker):
             return True
         bucket = self._sealed.take(ledger_id, entry_id)
         if bucket is not None:
-            self._pending_cancels.append((ledger_id << POSITION_BITS) | entry_id)
             self._snapshots.bucket_emptied(bucket)
         elif self._member_take(self._mut_members, ledger_id, entry_id):
             self._mut_count -= 1
@@ -276,16 +244,33 @@ class BucketDelayedDeliveryTracker(TimedTracker):
         self._update_timer()
         return True
 
+    def cancel_delayed(self, ledger_id: int, entry_id: int, deliver_at_ms: int) -> CancelResult:
+        if deliver_at_ms <= self._cutoff():
+            return self._cancels.refuse()
+        if not fits(ledger_id, entry_id):
+            return CancelResult.APPLIED if self.cancel(ledger_id, entry_id) \
+                else CancelResult.NOT_FOUND
+        if self._is_deleted(ledger_id, entry_id):
+            return CancelResult.NOT_FOUND       # acknowledged: nothing to cancel
+        cleared = self.cancel(ledger_id, entry_id)
+        if (not cleared and not self._cancels.used.contains(ledger_id, entry_id, deliver_at_ms)
+                and self._sealed.holds(ledger_id, entry_id)):
+            return CancelResult.NOT_FOUND       # a consumer has it already
+        result = self._cancels.record(ledger_id, entry_id, deliver_at_ms, cleared=cleared)
+        self._journal.changed()
+        return result
+
+    async def persist_cancels(self) -> None:
+        await self._journal.sync()
+
+    def _cancel_still_needed(self, ledger_id: int, entry_id: int) -> bool:
+        return not self._is_deleted(ledger_id, entry_id)
+
     def sequential_skip(self, ledger_id: int, entry_id: int) -> int:
-        # The same verdicts as add(): pending in a sealed bucket, handed out since the last
-        # reset (indexed; pending is a subset), retired, or in the mutable/extra members.
-        same_epoch = self._cursor.revision == self._epoch
-        bucket = self._sealed.find(ledger_id) if self._sealed else None
-        sets = [self._mut_members.get(ledger_id), self._extra_members.get(ledger_id)]
-        if bucket is not None:
-            sets.append((bucket.indexed if same_epoch else bucket.pending).get(ledger_id))
-        if same_epoch and self._retired:
-            sets.append(self._retired.get(ledger_id))
+        # The same verdicts as add(): held by a sealed bucket (pending or handed out since the
+        # last reset, retired buckets included), or in the mutable/extra members.
+        sets = [self._mut_members.get(ledger_id), self._extra_members.get(ledger_id),
+                *self._sealed.held_sets(ledger_id)]
         return run_end_union(sets, entry_id)
 
     def contains(self, ledger_id: int, entry_id: int) -> bool:
@@ -319,6 +304,8 @@ class BucketDelayedDeliveryTracker(TimedTracker):
     def get_scheduled(self, max_messages: int) -> list[tuple[int, int]]:
         if self._closed:
             return []
+        if self._expire_cancels():
+            self._journal.changed()
         out: list[tuple[int, int]] = []
         # A round takes the earliest `need` due entries across all sources: find the time
         # threshold by bisection on counts, then take whole runs per source. Rounds repeat only
@@ -395,8 +382,6 @@ class BucketDelayedDeliveryTracker(TimedTracker):
 
     def clear(self) -> None:
         self._snapshots.clear()
-        self._pending_cancels = []
-        self._retired.clear()
         self._mutable.clear()
         self._mut_members.clear()
         self._mut_count = 0
@@ -412,13 +397,19 @@ class BucketDelayedDeliveryTracker(TimedTracker):
         self._closed = True
         self._timer.cancel()
         await self._snapshots.close()
+        await self._journal.close()
 
     def should_pause_all_deliveries(self) -> bool:
         return False
 
     async def recover(self) -> None:
+        recovered = await self._journal.recover()
         await self._snapshots.recover()
-        self._epoch = self._cursor.revision
+        # Cancels first: clear their targets in the recovered buckets before any hand-out.
+        self._cancels.restore(recovered)
+        for ledger_id, entry_id, slot_ms in recovered.targets():
+            if self.cancel(ledger_id, entry_id):
+                self._cancels.record(ledger_id, entry_id, slot_ms, cleared=True)
         self.on_background_change()
 
     # --- seal ------------------------------------------------------------------------------
@@ -439,15 +430,13 @@ class BucketDelayedDeliveryTracker(TimedTracker):
                     keep_ts.append(ts)
                     keep_pos.append(packed)
             ts_col, pos_col = keep_ts, keep_pos
-        cancels = self._live_cancels(self._pending_cancels)
-        self._pending_cancels = []
         start, end = self._mut_start, self._mut_end
         self._mutable = PackedTimeIndex()
         self._mut_members = {}
         self._mut_count = 0
         self._mut_stale = 0
         self._mut_start = self._mut_end = -1
-        self._snapshots.seal(start, end, ts_col, pos_col, members, cancels)
+        self._snapshots.seal(start, end, ts_col, pos_col, members)
 
     # --- metrics and introspection -------------------------------------------------------------
 
@@ -473,6 +462,11 @@ class BucketDelayedDeliveryTracker(TimedTracker):
         return self._snapshots.op_latency_sum_ms
 
     @property
+    def cancel_journal_failures(self) -> int:
+        """Failed writes of the cancel snapshot (each is retried)."""
+        return self._journal.write_failures
+
+    @property
     def bucket_count(self) -> int:
         return len(self._sealed) + 1
 
@@ -484,8 +478,9 @@ class BucketDelayedDeliveryTracker(TimedTracker):
     @property
     def memory_bytes(self) -> int:
         total = self._mutable.memory_bytes + self._extra.memory_bytes + self._sealed.memory_bytes
-        for members in (self._mut_members, self._extra_members, self._retired):
+        for members in (self._mut_members, self._extra_members):
             total += sum(bitmap_bytes(bm) for bm in members.values())
+        total += self._cancels.memory_bytes
         return total + (self._wide.memory_bytes if self._wide else 0)
 
     @property

@@ -59,7 +59,7 @@ def parse_bucket_key(key: str) -> tuple[int, int] | None:
 class ImmutableBucket:
     """A sealed bucket: ledgers [start_ledger, end_ledger], one snapshot."""
 
-    __slots__ = ("alive", "cancel_ops", "end_ledger", "indexed", "loaded", "loading",
+    __slots__ = ("alive", "end_ledger", "indexed", "loaded", "loading",
                  "mem_segments", "merging", "next_segment", "pending", "recovered",
                  "remaining", "segment_min_ts", "snapshot_id", "snapshot_size", "start_ledger")
 
@@ -74,7 +74,6 @@ class ImmutableBucket:
         self.segment_min_ts: list[int] = []     # per segment 1..N
         self.next_segment = 1                   # next segment number to load
         self.mem_segments: list[RawSegment] | None = None   # until the snapshot is durable
-        self.cancel_ops: list[int] = []         # packed CANCEL targets read from old snapshots
         self.loaded: LoadedSegment | None = None
         self.loading = False
         self.merging = False
@@ -127,7 +126,8 @@ class LoadedSegment:
 class SealedBuckets:
     """The live immutable buckets and the heap of their loaded segments (module docstring)."""
 
-    __slots__ = ("_buckets", "_heap", "_seq", "_starts", "loading", "sealed_remaining")
+    __slots__ = ("_buckets", "_heap", "_retired", "_seq", "_starts", "loading",
+                 "sealed_remaining")
 
     def __init__(self) -> None:
         self._buckets: list[ImmutableBucket] = []
@@ -136,6 +136,8 @@ class SealedBuckets:
         self._seq = itertools.count()
         self.loading: dict[ImmutableBucket, int] = {}   # bucket -> first time of the awaited segment
         self.sealed_remaining = 0
+        # entry ids of retired buckets a sequential read may still meet (see retire)
+        self._retired: dict[int, BitMap] = {}
 
     # --- the bucket list -------------------------------------------------------------------
 
@@ -190,7 +192,38 @@ class SealedBuckets:
             return bucket
         return None
 
+    def retire(self, bucket: ImmutableBucket, first_unread_ledger: int) -> None:
+        """Remember what a deleted bucket handed out while a sequential read may still meet
+        those entries (after a restart the read starts again at the mark-delete position)."""
+        retired = self._retired
+        for ledger_id, bm in bucket.indexed.items():
+            if ledger_id >= first_unread_ledger:
+                have = retired.get(ledger_id)
+                if have is None:
+                    retired[ledger_id] = bm
+                else:
+                    have |= bm
+        for ledger_id in [k for k in retired if k < first_unread_ledger]:
+            del retired[ledger_id]
+
+    def holds(self, ledger_id: int, entry_id: int) -> bool:
+        """Is the position pending in a bucket, or handed out (or cancelled) by a live or
+        retired bucket since the last :meth:`clear`? A dispatcher meeting it again must skip
+        it."""
+        bucket = self.find(ledger_id)
+        if bucket is not None and bucket.was_indexed(ledger_id, entry_id):
+            return True                         # pending is a subset of indexed
+        retired = self._retired.get(ledger_id)
+        return retired is not None and entry_id in retired
+
+    def held_sets(self, ledger_id: int) -> list[BitMap | None]:
+        """The bitmaps :meth:`holds` consults for one ledger."""
+        bucket = self.find(ledger_id)
+        return [bucket.indexed.get(ledger_id) if bucket is not None else None,
+                self._retired.get(ledger_id)]
+
     def clear(self) -> None:
+        self._retired.clear()
         self._buckets.clear()
         self._starts.clear()
         self._heap.clear()
@@ -311,6 +344,7 @@ class SealedBuckets:
     @property
     def memory_bytes(self) -> int:
         total = sys.getsizeof(self._heap) + 64 * len(self._heap)
+        total += sum(bitmap_bytes(bm) for bm in self._retired.values())
         for _, _, seg in self._heap:
             if not seg.dead:
                 total += sys.getsizeof(seg.ts) + sys.getsizeof(seg.pos)

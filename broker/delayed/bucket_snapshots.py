@@ -196,7 +196,8 @@ class BucketSnapshots:
         self._buckets.push_loaded(bucket, segment)
 
     def _apply_old_cancel(self, packed: int) -> None:
-        """A CANCEL index found in a segment (written by an older Horae): clear its target."""
+        """A CANCEL index in a segment (snapshots of an older Horae put them first in segment 1;
+        cancels now live in the cancel journal): clear its target."""
         target = self._buckets.take(packed >> POSITION_BITS, packed & POSITION_MASK)
         if target is not None and target.remaining <= 0 and not target.merging:
             self.finish(target)
@@ -242,7 +243,7 @@ class BucketSnapshots:
     # --- seal and persist ------------------------------------------------------------------
 
     def seal(self, start_ledger: int, end_ledger: int, ts_col: array[int], pos_col: array[int],
-             members: dict[int, BitMap], cancels: list[int]) -> None:
+             members: dict[int, BitMap]) -> None:
         """Turn the mutable bucket's content into an immutable bucket (time-ordered columns,
         stale indexes already filtered); the snapshot is written in the background."""
         segments = cut_columns(ts_col, pos_col, self._time_step_ms,
@@ -253,23 +254,19 @@ class BucketSnapshots:
         bucket.remaining = len(ts_col)
         bucket.segment_min_ts = [seg[0][0] for seg in segments]
         bucket.mem_segments = segments
-        bucket.cancel_ops = cancels
         self._buckets.insert(bucket)
         self.advance(bucket)
-        self._spawn(self._persist(bucket, segments, cancels))
+        self._spawn(self._persist(bucket, segments))
 
-    async def _encode(self, segments: list[RawSegment], cancels: list[int]
-                      ) -> tuple[bytes, list[bytes]]:
-        return await self._loop.run_in_executor(self._executor, encode_snapshot, segments,
-                                                list(cancels))
+    async def _encode(self, segments: list[RawSegment]) -> tuple[bytes, list[bytes]]:
+        return await self._loop.run_in_executor(self._executor, encode_snapshot, segments, [])
 
-    async def _persist(self, bucket: ImmutableBucket, segments: list[RawSegment],
-                       cancels: list[int]) -> None:
+    async def _persist(self, bucket: ImmutableBucket, segments: list[RawSegment]) -> None:
         delay = self._retry.create_first_s
         while True:
             started = time.monotonic()
             try:
-                metadata, parts = await self._encode(segments, cancels)
+                metadata, parts = await self._encode(segments)
                 snapshot_id = await self._store.create(metadata, parts)
                 break
             except Exception:
@@ -325,7 +322,6 @@ class BucketSnapshots:
         """Retire every bucket (cursor reset / clear backlog): snapshots are deleted."""
         for bucket in self._buckets:
             bucket.remaining = 0
-            bucket.cancel_ops = []
             self.finish(bucket)
         self._buckets.clear()
 
@@ -373,9 +369,7 @@ class BucketSnapshots:
             items = list(heapq.merge(await self._remaining_items(a),
                                      await self._remaining_items(b)))
             segments = cut_segments(items, self._time_step_ms, self._max_indexes_per_segment)
-            cancels = [c for c in a.cancel_ops + b.cancel_ops
-                       if not a.start_ledger <= c >> POSITION_BITS <= b.end_ledger]
-            metadata, parts = await self._encode(segments, cancels)
+            metadata, parts = await self._encode(segments)
             create_started = time.monotonic()
             try:
                 snapshot_id = await self._store.create(metadata, parts)
@@ -404,7 +398,6 @@ class BucketSnapshots:
         merged.segment_min_ts = [seg[0][0] for seg in segments]
         merged.snapshot_id = snapshot_id
         merged.snapshot_size = self._snapshot_size(snapshot_id)
-        merged.cancel_ops = cancels
         for old in (a, b):
             self._buckets.remove(old)
         self._buckets.insert(merged)
