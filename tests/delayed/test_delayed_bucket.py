@@ -19,7 +19,6 @@ from broker.delayed.bucket import BUCKET_KEY_PREFIX, BucketDelayedDeliveryTracke
 from broker.delayed.bucket_snapshots import RetryDelays
 from broker.delayed.policy import resolve_policy
 from broker.delayed.snapshot_format import decode_metadata, decode_segment
-from proto import delayed_index_pb2 as dpb
 from storage.positions import Position
 
 
