@@ -13,7 +13,8 @@ The index is split by ledger ranges into *buckets*. This object owns the schedul
   recovers them after a restart;
 - the immutable buckets and the heap of their loaded segments
   (:class:`~broker.delayed.bucket_records.SealedBuckets`) plus the mutable bucket and an
-  in-memory ``extra`` index (positions of sealed ledgers that were not indexed there) form the
+  in-memory ``extra`` index (positions of sealed ledgers that were not indexed there; bounded:
+  at ``max_late_index_count`` the dispatcher is asked to pause reading new entries) form the
   shared priority queue. ``get_scheduled(n)`` finds by bisection the time T such that the n
   earliest due entries are those <= T, then takes whole runs per source. Nothing later than the
   first time of a segment not in memory yet is handed out (the *barrier*);
@@ -42,6 +43,7 @@ import asyncio
 from array import array
 from collections.abc import Callable
 from concurrent.futures import Executor
+from typing import Final
 
 from pyroaring import BitMap
 
@@ -70,7 +72,10 @@ from broker.delayed.ports import BucketCursor, SnapshotStorage
 from broker.delayed.tracker import TimedTracker
 from storage.positions import Position
 
-__all__ = ["BUCKET_KEY_PREFIX", "BucketDelayedDeliveryTracker", "bucket_key", "parse_bucket_key"]
+#: Default bound of the late-entry (``extra``) index, in indexes.
+MAX_LATE_INDEX_COUNT: Final = 100_000
+
+__all__ = ["BUCKET_KEY_PREFIX", "MAX_LATE_INDEX_COUNT", "BucketDelayedDeliveryTracker", "bucket_key", "parse_bucket_key"]
 
 
 class BucketDelayedDeliveryTracker(TimedTracker):
@@ -82,7 +87,8 @@ class BucketDelayedDeliveryTracker(TimedTracker):
                  max_indexes_per_segment: int = 5000,
                  max_num_buckets: int = -1,
                  executor: Executor | None = None,
-                 retry: RetryDelays | None = None) -> None:
+                 retry: RetryDelays | None = None,
+                 max_late_index_count: int = MAX_LATE_INDEX_COUNT) -> None:
         self._cursor = cursor
         self._init_timing(loop=loop, clock_ms=clock_ms, tick_time_ms=tick_time_ms,
                           strict=strict, on_due=on_due)
@@ -98,6 +104,7 @@ class BucketDelayedDeliveryTracker(TimedTracker):
         self._extra = PackedTimeIndex()
         self._extra_members: dict[int, BitMap] = {}
         self._extra_count = 0
+        self._max_late = max(max_late_index_count, 1)
         self._wide = WideIndex()
         # the immutable buckets and their snapshots
         self._sealed = SealedBuckets()
@@ -400,7 +407,9 @@ class BucketDelayedDeliveryTracker(TimedTracker):
         await self._journal.close()
 
     def should_pause_all_deliveries(self) -> bool:
-        return False
+        # The late-entry index is in memory only: bounded by pausing new reads until due
+        # entries drain it (replays and due hand-outs go on; nothing is dropped or early).
+        return self._extra_count >= self._max_late
 
     async def recover(self) -> None:
         recovered = await self._journal.recover()

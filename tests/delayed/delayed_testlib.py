@@ -150,6 +150,9 @@ class FakeSnapshotStore:
             raise SnapshotNotFoundError(str(index))
         return await self._part(snapshot_id, index)
 
+    def ids(self) -> list[int]:
+        return sorted(self.snapshots)
+
     async def delete(self, snapshot_id: int) -> None:
         await asyncio.sleep(0)
         self.snapshots.pop(snapshot_id, None)
