@@ -145,6 +145,70 @@ class BrokerConfig:
     expose_topic_level_metrics_in_prometheus: bool = _opt(
         "exposeTopicLevelMetricsInPrometheus", True, "Per-topic series in /metrics (else per namespace).")
 
+    # --- TLS (issue 15; broker/security/tls.py) -------------------------------------------
+    broker_service_port_tls: int | None = _opt(
+        "brokerServicePortTls", None,
+        "TCP port of the binary protocol over TLS (pulsar+ssl://); unset = no TLS listener. 0 = any.")
+    web_service_port_tls: int | None = _opt(
+        "webServicePortTls", None, "HTTPS port of the admin REST API; unset = no HTTPS listener. 0 = any.")
+    tls_enabled: bool = _opt(
+        "tlsEnabled", False,
+        "Deprecated in Pulsar and accepted for its config files; TLS is on when a *PortTls is set.")
+    tls_certificate_file_path: str = _opt(
+        "tlsCertificateFilePath", "", "PEM file with the broker's certificate (chain) for TLS listeners.")
+    tls_key_file_path: str = _opt("tlsKeyFilePath", "", "PEM file with the private key of that certificate.")
+    tls_trust_certs_file_path: str = _opt(
+        "tlsTrustCertsFilePath", "", "PEM file of the CA certificates that client certificates must chain to.")
+    tls_allow_insecure_connection: bool = _opt(
+        "tlsAllowInsecureConnection", False,
+        "Without a trust file, do not ask clients for certificates. Horae never accepts an untrusted one.")
+    tls_require_trusted_client_cert_on_connect: bool = _opt(
+        "tlsRequireTrustedClientCertOnConnect", False,
+        "Refuse TLS handshakes that do not present a certificate trusted by tlsTrustCertsFilePath.")
+    tls_protocols: str = _opt(
+        "tlsProtocols", "", "Comma-separated TLS versions (TLSv1.3,TLSv1.2); empty = both. Never below 1.2.")
+    tls_ciphers: str = _opt(
+        "tlsCiphers", "", "Comma-separated TLS 1.2 cipher suites (OpenSSL or IANA names); empty = defaults.")
+    tls_cert_refresh_check_duration_sec: int = _opt(
+        "tlsCertRefreshCheckDurationSec", 300,
+        "Seconds between checks of the certificate files; changed files apply to new connections.")
+
+    # --- authentication and authorization (issue 15; broker/security/) ---------------------
+    authentication_enabled: bool = _opt(
+        "authenticationEnabled", False, "Authenticate CONNECT and REST requests with authenticationProviders.")
+    authentication_providers: str = _opt(
+        "authenticationProviders", "",
+        "Comma-separated Pulsar provider class names (AuthenticationProviderToken, ...Basic, ...Tls).")
+    authentication_refresh_check_seconds: int = _opt(
+        "authenticationRefreshCheckSeconds", 60,
+        "Seconds between checks for expired credentials on a connection (then AUTH_CHALLENGE).")
+    anonymous_user_role: str = _opt(
+        "anonymousUserRole", "", "Role given to clients that present no credentials; empty = refuse them.")
+    token_secret_key: str = _opt(
+        "tokenSecretKey", "", "HMAC key for HS256 tokens: data:;base64,..., file:///path, env:VAR or a path.")
+    token_public_key: str = _opt(
+        "tokenPublicKey", "", "Public key (DER or PEM) for RS256/ES256 tokens, same forms as tokenSecretKey.")
+    token_public_alg: str = _opt(
+        "tokenPublicAlg", "RS256", "Algorithm of tokenPublicKey (RS256, RS384, RS512, PS256, ES256, ...).")
+    token_auth_claim: str = _opt(
+        "tokenAuthClaim", "", "Claim holding the role; empty = 'sub'.")
+    token_audience_claim: str = _opt(
+        "tokenAudienceClaim", "", "Claim holding the audience; empty = no audience check.")
+    token_audience: str = _opt(
+        "tokenAudience", "", "Audience that stands for this broker (required with tokenAudienceClaim).")
+    basic_auth_conf: str = _opt(
+        "basicAuthConf", "", "htpasswd users (bcrypt, apr1, crypt) as data:, file:, env:, a path or base64.")
+    authorization_enabled: bool = _opt(
+        "authorizationEnabled", False, "Check roles against superUserRoles, tenant adminRoles and grants.")
+    authorization_provider: str = _opt(
+        "authorizationProvider", "org.apache.pulsar.broker.authorization.PulsarAuthorizationProvider",
+        "Accepted for compatibility; only Pulsar's default provider is implemented.")
+    super_user_roles: str = _opt(
+        "superUserRoles", "", "Comma-separated roles allowed every operation.")
+    authorization_allow_wildcards_matching: bool = _opt(
+        "authorizationAllowWildcardsMatching", False,
+        "Let grants to 'prefix*' or '*suffix' roles match (Pulsar's wildcard matching).")
+
     def __post_init__(self) -> None:
         if self.delayed_delivery_tracker_factory_class_name not in _TRACKER_ALIASES:
             raise ConfigError(
@@ -152,11 +216,13 @@ class BrokerConfig:
                 f"{sorted(_TRACKER_ALIASES)}, not {self.delayed_delivery_tracker_factory_class_name!r}")
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            if f.name.endswith("_port") and not 0 <= value <= 65535:
+            if (f.name.endswith(("_port", "_port_tls")) and value is not None
+                    and not (isinstance(value, int) and 0 <= value <= 65535)):
                 raise ConfigError(f"{f.metadata['key']} must be a port number, not {value}")
         positive = ("max_message_size", "max_pending_publish_requests_per_connection",
                     "keep_alive_interval_seconds", "delayed_delivery_tick_time_millis",
-                    "metrics_export_interval_seconds")
+                    "metrics_export_interval_seconds", "tls_cert_refresh_check_duration_sec",
+                    "authentication_refresh_check_seconds")
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{_KEY_OF[name]} must be > 0, not {getattr(self, name)}")
@@ -199,7 +265,13 @@ def _convert(values: Mapping[str, object], *, source: str) -> dict[str, object]:
             if key.lower() in lowered:
                 hint = f" (did you mean {lowered[key.lower()]!r}?)"
             raise ConfigError(f"unknown config key {key!r} in {source}{hint}")
-        want = _TYPES[f.type] if isinstance(f.type, str) else f.type
+        ftype = f.type if isinstance(f.type, str) else f.type.__name__
+        if ftype.endswith(" | None"):  # optional settings (e.g. brokerServicePortTls)
+            if value is None:
+                out[f.name] = value
+                continue
+            ftype = ftype.removesuffix(" | None")
+        want = _TYPES[ftype]
         # bool is an int subclass: `maxMessageSize = true` must not become 1.
         ok = isinstance(value, want) and not (want is not bool and isinstance(value, bool))
         if want is float and isinstance(value, int) and not isinstance(value, bool):
