@@ -6,6 +6,8 @@ broker.conf key names), applies the flags on top, runs the broker on uvloop and 
 with the service and web URLs. SIGTERM or SIGINT shut it down gracefully (stop accepting,
 answer in-flight publishes, flush cursors, close the store) and the process exits 0.
 
+``horae tokens ...`` is ``pulsar tokens`` (broker/security/tokens_cli.py).
+
 ``horae rollup ...`` hands its arguments to ``jobs.metrics_rollup.main`` (needs the optional
 ``jobs`` extra: pyspark).
 """
@@ -53,6 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
     rollup = sub.add_parser("rollup", help="roll up exported metric snapshots with PySpark",
                             add_help=False)
     rollup.add_argument("args", nargs=argparse.REMAINDER)
+    sub.add_parser("tokens", help="create and inspect JWT keys and tokens (as `pulsar tokens`)",
+                   add_help=False).add_argument("args", nargs=argparse.REMAINDER)
     return parser
 
 
@@ -60,6 +64,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "rollup":
         return _rollup(argv[1:])
+    if argv and argv[0] == "tokens":
+        from broker.security.tokens_cli import main as tokens_main
+
+        return tokens_main(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command == "serve":
