@@ -42,7 +42,8 @@ def _b64decode(text: str) -> bytes:
     try:
         return base64.b64decode(cleaned, validate=True)
     except (binascii.Error, ValueError):
-        return base64.urlsafe_b64decode(cleaned)  # raises binascii.Error when not base64 either
+        # the URL-safe alphabet; raises binascii.Error when not base64 either
+        return base64.b64decode(cleaned, altchars=b"-_", validate=True)
 
 
 def _read_data_url(value: str, setting: str) -> bytes:
