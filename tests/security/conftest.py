@@ -33,9 +33,11 @@ class _Ca:
     path: pathlib.Path
 
 
-def _name(cn: str) -> x509.Name:
-    return x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "Horae tests"),
-                      x509.NameAttribute(NameOID.COMMON_NAME, cn)])
+def _name(cn: str | None) -> x509.Name:
+    attributes = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, "Horae tests")]
+    if cn is not None:
+        attributes.append(x509.NameAttribute(NameOID.COMMON_NAME, cn))
+    return x509.Name(attributes)
 
 
 def _write_key(key: ec.EllipticCurvePrivateKey, path: pathlib.Path) -> None:
@@ -72,7 +74,7 @@ class Pki:
         path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
         return _Ca(cert, key, path)
 
-    def issue(self, cn: str, *, ca: _Ca | None = None, server: bool = False,
+    def issue(self, cn: str | None, *, ca: _Ca | None = None, server: bool = False,
               stem: str | None = None) -> Issued:
         ca = ca or self.ca
         key = ec.generate_private_key(ec.SECP256R1())
@@ -89,7 +91,7 @@ class Pki:
                 x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
                 critical=False)
         cert = builder.sign(ca.key, hashes.SHA256())
-        stem = stem or cn
+        stem = stem or cn or "anonymous"
         cert_path, key_path = self.root / f"{stem}-cert.pem", self.root / f"{stem}-key.pem"
         cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
         _write_key(key, key_path)
