@@ -29,13 +29,14 @@ from typing import Any
 import jwt
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.hazmat.primitives.serialization import load_der_public_key, load_pem_public_key
+from jwt.types import Options
 
 from broker.security.errors import AuthenticationError, SecurityConfigError
 
 __all__ = [
+    "EC_ALGORITHMS",
     "HMAC_ALGORITHMS",
     "RSA_ALGORITHMS",
-    "EC_ALGORITHMS",
     "TokenAuthenticator",
     "TokenIdentity",
 ]
@@ -119,7 +120,7 @@ class TokenAuthenticator:
         """The identity in *token*, or :class:`AuthenticationError` with Pulsar's text."""
         if not token.strip():
             raise AuthenticationError("Blank token found", method=self.method_name)
-        options: dict[str, Any] = {"verify_aud": False, "require": []}
+        options: Options = {"verify_aud": False, "require": []}
         try:
             claims: Mapping[str, Any] = jwt.decode(
                 token.strip(), self._key, algorithms=list(self._algorithms), options=options)

@@ -47,7 +47,8 @@ from broker.security.token_auth import (
 __all__ = ["build_parser", "main", "parse_relative_time"]
 
 _SECRET_BYTES = {"HS256": 32, "HS384": 48, "HS512": 64}
-_CURVES = {"ES256": ec.SECP256R1, "ES384": ec.SECP384R1, "ES512": ec.SECP521R1}
+_CURVES: dict[str, ec.EllipticCurve] = {
+    "ES256": ec.SECP256R1(), "ES384": ec.SECP384R1(), "ES512": ec.SECP521R1()}
 _UNITS_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400, "y": 365 * 86400}
 
 
@@ -122,7 +123,7 @@ def _create_key_pair(args: argparse.Namespace) -> int:
     if alg in RSA_ALGORITHMS:
         private = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     else:
-        private = ec.generate_private_key(_CURVES[alg]())
+        private = ec.generate_private_key(_CURVES[alg])
     _write(args.output_private_key, private.private_bytes(
         serialization.Encoding.DER, serialization.PrivateFormat.PKCS8,
         serialization.NoEncryption()))
