@@ -205,6 +205,18 @@ class NamespaceAuth:
     auth_policies: AuthPolicies = field(default_factory=AuthPolicies)
     subscription_auth_mode: SubscriptionAuthMode = SubscriptionAuthMode.NONE
 
+    @classmethod
+    def from_policies(cls, policies: Mapping[str, object]) -> NamespaceAuth:
+        """From a Pulsar namespace ``Policies`` body (its ``auth_policies`` and
+        ``subscription_auth_mode`` keys; others ignored). ValueError names a bad part."""
+        mode = policies.get("subscription_auth_mode") or SubscriptionAuthMode.NONE.value
+        try:
+            parsed_mode = SubscriptionAuthMode(str(mode))
+        except ValueError:
+            raise ValueError(
+                f"subscription_auth_mode must be None or Prefix, not {mode!r}") from None
+        return cls(AuthPolicies.from_json(policies.get("auth_policies")), parsed_mode)
+
 
 class AuthPolicyStore(Protocol):
     """The reads authorization needs; the service layer implements it over its metadata."""

@@ -171,3 +171,14 @@ def test_bad_auth_policies_bodies(body: object, fragment: str) -> None:
     with pytest.raises(ValueError) as info:
         AuthPolicies.from_json(body)
     assert fragment in str(info.value)
+
+
+def test_namespace_auth_from_pulsar_policies_body() -> None:
+    ns = NamespaceAuth.from_policies({"auth_policies": POLICIES_JSON,
+                                      "subscription_auth_mode": "Prefix", "deduplicationEnabled": True})
+    assert ns.subscription_auth_mode is SubscriptionAuthMode.PREFIX
+    assert ns.auth_policies.namespace_auth["ns-producer"] == frozenset({AuthAction.PRODUCE})
+    assert NamespaceAuth.from_policies({}) == NamespaceAuth()
+    with pytest.raises(ValueError) as info:
+        NamespaceAuth.from_policies({"subscription_auth_mode": "Suffix"})
+    assert "subscription_auth_mode" in str(info.value)
