@@ -106,13 +106,16 @@ def _apply_protocols(ctx: ssl.SSLContext, protocols: tuple[str, ...]) -> None:
 
 
 def _apply_ciphers(ctx: ssl.SSLContext, ciphers: tuple[str, ...]) -> None:
-    tls12 = [iana_to_openssl_cipher(c) for c in ciphers if not c.startswith("TLS_AES_")
-             and not c.startswith("TLS_CHACHA20_")]
-    for original, name in zip(ciphers, tls12, strict=False):
+    tls12 = []
+    for original in ciphers:
+        if original.startswith(("TLS_AES_", "TLS_CHACHA20_")):
+            continue  # a TLS 1.3 suite: Python cannot restrict those (all are strong)
+        name = iana_to_openssl_cipher(original)
         try:
             ssl.create_default_context().set_ciphers(name)
         except ssl.SSLError:
             raise SecurityConfigError(f"tlsCiphers: unknown cipher suite {original!r}") from None
+        tls12.append(name)
     if tls12:
         ctx.set_ciphers(":".join(tls12))
 
