@@ -33,7 +33,7 @@ from broker.config import load_config
 
 if TYPE_CHECKING:
     from broker.server import BrokerServer
-    from broker.service import BrokerService
+    from broker.topics.service import BrokerService
 
 __all__ = ["BrokerHandle", "start_broker"]
 

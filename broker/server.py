@@ -7,9 +7,9 @@ Theory of operation
 production and in :mod:`broker.embed`):
 
 1. open the segment store under ``<dataDir>/store`` (recovers ledgers, cursors, metadata);
-2. start :class:`broker.service.BrokerService` (default tenant/namespace, policy mirrors);
+2. start :class:`broker.topics.service.BrokerService` (default tenant/namespace, policy mirrors);
 3. listen for the binary protocol on ``bindAddress:brokerServicePort``, one
-   :class:`broker.connection.ServerConnection` per TCP connection;
+   :class:`broker.net.connection.ServerConnection` per TCP connection;
 4. serve the admin app (``broker.admin.app.create_app``) on ``webServicePort`` with
    aiohttp's AppRunner; a minimal health/lookup app stands in while that module is absent;
 5. start the metric snapshot exporter (``broker.metrics.snapshots``) writing
@@ -33,8 +33,8 @@ from aiohttp import web
 
 from broker import SERVER_VERSION
 from broker.config import BrokerConfig, storage_config
-from broker.connection import ServerConnection
-from broker.service import BrokerService
+from broker.net.connection import ServerConnection
+from broker.topics.service import BrokerService
 
 __all__ = ["BrokerServer"]
 
@@ -180,7 +180,7 @@ def _metrics_collect(service: BrokerService) -> Any:
 
 def _fallback_app(service: BrokerService) -> web.Application:
     """Health and HTTP lookup only: used while the admin app is unavailable."""
-    from broker.lookup import service_url
+    from broker.net.lookup import service_url
 
     async def health(_request: web.Request) -> web.Response:
         return web.Response(text="ok")

@@ -139,7 +139,7 @@ def _first_attr(obj: Any, names: Sequence[str], default: Any = None) -> Any:
 
 def _publish_latency_bounds() -> tuple[float, ...]:
     try:
-        from broker.producer import PUBLISH_LATENCY_BUCKETS_MS
+        from broker.topics.producer import PUBLISH_LATENCY_BUCKETS_MS
     except ImportError:
         return STORAGE_WRITE_LATENCY_BOUNDS_MS
     return tuple(PUBLISH_LATENCY_BUCKETS_MS)
@@ -460,7 +460,7 @@ class HoraeCollector(Collector):
     @staticmethod
     def _add_write_latency(topic: Any, key: tuple[str, ...], hist: _Hist) -> None:
         """Core's Topic keeps ``publish_latency_buckets``: non-cumulative counts, one per bound
-        of ``broker.producer.PUBLISH_LATENCY_BUCKETS_MS`` plus overflow, and
+        of ``broker.topics.producer.PUBLISH_LATENCY_BUCKETS_MS`` plus overflow, and
         ``publish_latency_sum_ms``. (``write_latency_*`` names are accepted too.)"""
         counts = _first_attr(topic, ("publish_latency_buckets", "write_latency_buckets"))
         if counts is None:

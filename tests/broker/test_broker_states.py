@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-import broker.connection as connection_mod
+import broker.net.connection as connection_mod
 from broker.config import BrokerConfig
-from broker.connection import ServerConnection
-from broker.states import (
+from broker.net.connection import ServerConnection
+from broker.net.states import (
     ALL_COMMAND_TYPES,
     TRANSITIONS,
     ConnState,

@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from broker.consumer import Consumer, HashRange
-from broker.consumer_side import ConsumerSide
-from broker.key_shared import ConsistentHashingSelector, ConsumerAssignError, StickyRangeSelector
-from broker.subscription import Subscription
+from broker.subscriptions.consumer import Consumer, HashRange
+from broker.net.consumers import ConsumerSide
+from broker.subscriptions.selectors import ConsistentHashingSelector, ConsumerAssignError, StickyRangeSelector
+from broker.subscriptions.subscription import Subscription
 from protocol import pulsar_pb as pb
 from protocol.frames import NEED_DATA, FrameDecoder
 from protocol.metadata import encode_entry
@@ -309,9 +309,9 @@ async def _settle_dispatch(sub: Any) -> None:
 
 async def test_shared_consumer_with_too_many_unacked_messages_waits_for_acks(
         ledger: Any, monkeypatch: Any) -> None:
-    import broker.consumer
+    import broker.subscriptions.consumer
 
-    monkeypatch.setattr(broker.consumer, "MAX_UNACKED_MESSAGES_PER_CONSUMER", 3)
+    monkeypatch.setattr(broker.subscriptions.consumer, "MAX_UNACKED_MESSAGES_PER_CONSUMER", 3)
     sub, conn, consumer = await _setup(ledger, 10, sub_type=1)
     consumer.permits = 100
     sub.dispatcher.schedule()

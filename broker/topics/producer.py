@@ -9,7 +9,7 @@ connection when a receipt overtakes an earlier send):
 
 1. The CRC verdict of the frame decoder is checked first: a mismatch is SEND_ERROR
    ChecksumError (the one error the client fails a single message for; the connection stays).
-2. :meth:`broker.topic.Topic.publish` parses the metadata, applies the delayed-delivery
+2. :meth:`broker.topics.topic.Topic.publish` parses the metadata, applies the delayed-delivery
    publish guard (PIP-315/437) and appends the entry to the managed ledger, which resolves
    the returned future once the entry is fsynced (group commit).
 3. When the record at the head of the queue is complete, its SEND_RECEIPT (echoing
@@ -26,7 +26,7 @@ Every record counts towards the connection's pending-publish limit (back-pressur
 step 1 until its answer is written.
 
 Re-sends: a SEND whose key (the highest sequence id it carries) is not above the highest
-one appended under the producer's name is a re-send; :mod:`broker.dedup` decides how it is
+one appended under the producer's name is a re-send; :mod:`broker.topics.dedup` decides how it is
 answered (the original message id, the append still in flight, a new append, or -1:-1).
 The hot path costs one comparison against ``seq_state.pushed``; a durable append is recorded
 in ``seq_state`` when its receipt is written.
@@ -48,7 +48,7 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
-from broker.dedup import SequenceState
+from broker.topics.dedup import SequenceState
 from protocol import commands as C
 from protocol import pulsar_pb as pb
 from protocol.errors import (
@@ -59,8 +59,8 @@ from protocol.errors import (
 )
 
 if TYPE_CHECKING:
-    from broker.connection import ServerConnection
-    from broker.topic import Topic
+    from broker.net.connection import ServerConnection
+    from broker.topics.topic import Topic
     from protocol.frames import Frame
 
 __all__ = ["PUBLISH_LATENCY_BUCKETS_MS", "Producer", "create_producer", "iso_ms"]
@@ -174,7 +174,7 @@ class Producer:
 
     def _resend(self, entry: bytes, seq: int, highest: int, key: int,
                 started: float) -> _Pending:
-        """A SEND whose key is not above the highest appended one (:mod:`broker.dedup`)."""
+        """A SEND whose key is not above the highest appended one (:mod:`broker.topics.dedup`)."""
         original, record_key = self.topic.dedup.resend(self.seq_state, entry, key)
         if original is not None:
             return _Pending(seq, highest, key, started, original, None, 0, 0, dup=True)
@@ -340,7 +340,7 @@ def iso_ms(ms: int) -> str:
 
 async def create_producer(connection: ServerConnection, m: pb.CommandProducer) -> None:
     """Handle PRODUCER: load (or auto-create) the topic, attach, answer PRODUCER_SUCCESS."""
-    from broker.topic_name import TopicName
+    from broker.topics.names import TopicName
 
     service = connection.service
     name = TopicName.parse(m.topic)

@@ -4,7 +4,7 @@ Theory of operation
 -------------------
 :class:`ServerConnection` is an ``asyncio.Protocol``. ``data_received`` feeds the
 :class:`protocol.frames.FrameDecoder` and dispatches every complete frame through
-:data:`broker.states.TRANSITIONS` (state x command type -> handler, next state). Rules:
+:data:`broker.net.states.TRANSITIONS` (state x command type -> handler, next state). Rules:
 
 1. Handlers that answer from memory (PING, SEND, FLOW, ACK, ...) run synchronously, in
    arrival order. Handlers that need IO or a topic load (PRODUCER, SUBSCRIBE, LOOKUP, ...)
@@ -20,11 +20,11 @@ Theory of operation
    ``maxPendingPublishRequestsPerConnection`` the transport stops reading; it resumes at half.
    Back-pressure from the peer: ``writes_paused`` mirrors the transport's pause_writing /
    resume_writing, and the consumer side is told when writing may resume.
-5. Keep-alive is driven by :class:`broker.service.BrokerService` (one timer for all
+5. Keep-alive is driven by :class:`broker.topics.service.BrokerService` (one timer for all
    connections) through :meth:`keepalive_tick`.
 
-Consumer commands go to ``broker.consumer_side.ConsumerSide`` (the consumers area), created on
-first use; producers live in ``self.producers`` (:mod:`broker.producer`).
+Consumer commands go to ``broker.net.consumers.ConsumerSide`` (the consumers area), created on
+first use; producers live in ``self.producers`` (:mod:`broker.topics.producer`).
 """
 
 from __future__ import annotations
@@ -36,9 +36,9 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from broker import SERVER_VERSION
-from broker.lookup import service_url
-from broker.states import TRANSITIONS, ConnState, Unexpected, request_id_of, unexpected
-from broker.topic_name import TopicName
+from broker.net.lookup import service_url
+from broker.net.states import TRANSITIONS, ConnState, Unexpected, request_id_of, unexpected
+from broker.topics.names import TopicName
 from protocol import commands as C
 from protocol import pulsar_pb as pb
 from protocol.errors import ConnectionFatalError, RequestError, ServerError
@@ -46,8 +46,8 @@ from protocol.frames import NEED_DATA, Frame, FrameDecoder
 from protocol.limits import FRAME_PADDING, PROTOCOL_VERSION
 
 if TYPE_CHECKING:
-    from broker.producer import Producer
-    from broker.service import BrokerService
+    from broker.topics.producer import Producer
+    from broker.topics.service import BrokerService
 
 __all__ = ["ServerConnection"]
 
@@ -383,7 +383,7 @@ class ServerConnection(asyncio.Protocol):
     # ------------------------------------------------------------------ producers
 
     def on_producer(self, frame: Frame) -> None:
-        from broker.producer import create_producer
+        from broker.topics.producer import create_producer
 
         m = frame.command.producer
         pid = int(m.producer_id)
@@ -458,7 +458,7 @@ class ServerConnection(asyncio.Protocol):
         side = self._consumer_side
         if side is None:
             try:
-                from broker.consumer_side import ConsumerSide
+                from broker.net.consumers import ConsumerSide
             except ImportError:
                 return None
             side = self._consumer_side = ConsumerSide(self)

@@ -3,7 +3,7 @@
 Theory of operation
 -------------------
 One BrokerService per broker, living on the broker's event loop; the binary protocol
-(:mod:`broker.connection`), the admin REST API and the metrics collector all go through it.
+(:mod:`broker.net.connection`), the admin REST API and the metrics collector all go through it.
 
 * Topics are loaded on first use (:meth:`get_topic`), concurrently-safe: a second caller
   awaits the first load. A topic exists when the store knows its managed ledger, or when it
@@ -18,7 +18,7 @@ One BrokerService per broker, living on the broker's event loop; the binary prot
   topics, so it applies to the next message.
 * Two timers: keep-alive over all connections every ``keepAliveIntervalSeconds``, and a
   one-second tick feeding the topics' rate meters and running their housekeeping (the
-  producer-sequence snapshot and ledger trimming, :meth:`broker.topic.Topic.housekeeping`).
+  producer-sequence snapshot and ledger trimming, :meth:`broker.topics.topic.Topic.housekeeping`).
 * Broker-assigned producer names are ``<cluster>-<generation>-<n>``; the generation is a
   counter in the metadata store bumped on every start, so a name is never handed out twice
   for one data directory -- producer names key the re-send deduplication, and a client
@@ -34,8 +34,8 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from broker.config import BrokerConfig
-from broker.topic import FallbackDelayPolicy, Topic
-from broker.topic_name import TopicName, is_valid_namespace, split_namespace
+from broker.topics.topic import FallbackDelayPolicy, Topic
+from broker.topics.names import TopicName, is_valid_namespace, split_namespace
 from protocol.errors import (
     InvalidTopicNameError,
     MetadataError,
@@ -45,7 +45,7 @@ from protocol.errors import (
 )
 
 if TYPE_CHECKING:
-    from broker.connection import ServerConnection
+    from broker.net.connection import ServerConnection
 
 __all__ = ["BrokerService"]
 

@@ -9,7 +9,7 @@ themselves; a :class:`protocol.errors.RequestError` raised from an async handler
 with the request id (done generically by the connection).
 
 Wire facts that matter (reference sections 2.6/2.7): ids are uint64 on the wire, so Pulsar's
-``-1`` arrives as ``2**64 - 1`` (see :func:`broker.subscription.wire_position`); ACK carries a
+``-1`` arrives as ``2**64 - 1`` (see :func:`broker.subscriptions.subscription.wire_position`); ACK carries a
 *repeated* message_id; ACK_RESPONSE goes out only when the ACK had a request_id; a seek closes
 every consumer of the subscription (CLOSE_CONSUMER) before SUCCESS, as the Java broker does, so
 clients re-subscribe and send fresh FLOW permits; GET_LAST_MESSAGE_ID answers ``(ledger, -1)``
@@ -24,9 +24,9 @@ import time
 import uuid
 from typing import Any
 
-from broker.consumer import Consumer, HashRange
-from broker.subscription import Subscription, tail_position, wire_position
-from broker.topic_name import TopicName
+from broker.subscriptions.consumer import Consumer, HashRange
+from broker.subscriptions.subscription import Subscription, tail_position, wire_position
+from broker.topics.names import TopicName
 from protocol import pulsar_pb as pb
 from protocol.commands import (
     encode_ack_response,

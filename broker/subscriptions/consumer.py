@@ -2,7 +2,7 @@
 
 Theory of operation
 -------------------
-A :class:`Consumer` is created by :class:`broker.consumer_side.ConsumerSide` for every SUBSCRIBE
+A :class:`Consumer` is created by :class:`broker.net.consumers.ConsumerSide` for every SUBSCRIBE
 that succeeds and is owned by one subscription (``consumer.subscription``). The dispatcher of that
 subscription is the only code that sends messages to it, through :meth:`Consumer.send`, which
 charges FLOW permits (in messages: a batch entry costs ``num_messages_in_batch``) and records the
@@ -29,8 +29,8 @@ from protocol.commands import encode_active_consumer_change, encode_close_consum
 from storage.positions import Position
 
 if TYPE_CHECKING:
-    from broker.consumer_side import ConsumerSide
-    from broker.subscription import Subscription
+    from broker.net.consumers import ConsumerSide
+    from broker.subscriptions.subscription import Subscription
 
 __all__ = ["MAX_UNACKED_MESSAGES_PER_CONSUMER", "SUB_TYPE_NAMES", "Consumer", "HashRange"]
 
@@ -95,7 +95,7 @@ class Consumer:
         self.last_consumed_ms = 0
         self.last_flow_ms = 0
         self._out: list[bytes] = []
-        from broker.topic import RateMeter  # deferred: avoids an import cycle at load time
+        from broker.topics.topic import RateMeter  # deferred: avoids an import cycle at load time
 
         self._rates = RateMeter()
 

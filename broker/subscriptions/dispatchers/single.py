@@ -16,12 +16,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from broker.dispatchers.base import Dispatcher
+from broker.subscriptions.dispatchers.base import Dispatcher
 from protocol.metadata import EntryInfo
 from storage.positions import Position
 
 if TYPE_CHECKING:
-    from broker.consumer import Consumer
+    from broker.subscriptions.consumer import Consumer
 
 __all__ = ["SingleActiveDispatcher"]
 

@@ -6,7 +6,7 @@ Theory of operation
 does on every load) and re-opens one durable subscription per cursor the ledger has kept, so
 consumers resume where they were after a restart.
 
-Publishing (:meth:`Topic.publish`, called by :mod:`broker.producer` for every SEND) parses
+Publishing (:meth:`Topic.publish`, called by :mod:`broker.topics.producer` for every SEND) parses
 the entry's metadata once, runs the delayed-delivery publish guard (PIP-315 max delay,
 PIP-437 fixed delay; :mod:`broker.delayed.guard`) when the entry or the policy asks for it,
 and appends the entry to the ledger. The ledger calls :meth:`_on_durable` right after it
@@ -24,15 +24,15 @@ The delayed-delivery policy is resolved once and cached; the service drops the c
 (:meth:`invalidate_policy`) when a namespace or topic policy changes, so the next message
 sees the change without a restart.
 
-Re-sent messages are not stored twice: :class:`broker.dedup.MessageDeduplication`
+Re-sent messages are not stored twice: :class:`broker.topics.dedup.MessageDeduplication`
 (``self.dedup``) keeps the per-producer-name sequence state, recovered when the topic loads
 and snapshotted into the ``pulsar.dedup`` cursor by :meth:`housekeeping` and :meth:`close`
-(see :mod:`broker.dedup`). That cursor is not a subscription.
+(see :mod:`broker.topics.dedup`). That cursor is not a subscription.
 
 Trimming: :meth:`housekeeping` (once a second, off the hot path) lets ``self.trimmer``
-(:class:`broker.trim.LedgerTrimmer`) decide whether sealed ledgers every cursor has passed
+(:class:`broker.topics.trim.LedgerTrimmer`) decide whether sealed ledgers every cursor has passed
 are deleted now; never at load. The admin documents (:meth:`stats`, :meth:`internal_stats`)
-are built by :mod:`broker.topic_stats`.
+are built by :mod:`broker.topics.stats`.
 """
 
 from __future__ import annotations
@@ -47,10 +47,10 @@ from typing import TYPE_CHECKING, Any
 
 from google.protobuf.message import DecodeError
 
-from broker.dedup import DEDUP_CURSOR, MessageDeduplication
-from broker.producer import PUBLISH_LATENCY_BUCKETS_MS, Producer, encode_producer_success
-from broker.topic_stats import internal_stats, topic_stats
-from broker.trim import LedgerTrimmer
+from broker.topics.dedup import DEDUP_CURSOR, MessageDeduplication
+from broker.topics.producer import PUBLISH_LATENCY_BUCKETS_MS, Producer, encode_producer_success
+from broker.topics.stats import internal_stats, topic_stats
+from broker.topics.trim import LedgerTrimmer
 from protocol import pulsar_pb as pb
 from protocol.errors import (
     MalformedEntryError,
@@ -66,8 +66,8 @@ _U32 = struct.Struct(">I")
 _parse_metadata = pb.MessageMetadata.FromString
 
 if TYPE_CHECKING:
-    from broker.service import BrokerService
-    from broker.topic_name import TopicName
+    from broker.topics.service import BrokerService
+    from broker.topics.names import TopicName
 
 __all__ = ["FallbackDelayPolicy", "RateMeter", "Topic"]
 
@@ -162,7 +162,7 @@ class Topic:
         ledger = await service.store.open_ledger(name.full)
         topic = cls(service, name, ledger)
         ledger.add_listener(topic._on_durable)
-        from broker.subscription import Subscription
+        from broker.subscriptions.subscription import Subscription
 
         for cursor_name in list(ledger.cursors):
             if cursor_name == DEDUP_CURSOR:
@@ -175,7 +175,7 @@ class Topic:
                 log.exception("could not restore subscription %s on %s", cursor_name, name.full)
                 continue
             topic.subscriptions[cursor_name] = sub
-        # No trim at load: only what happens from now on triggers one (broker.trim).
+        # No trim at load: only what happens from now on triggers one (broker.topics.trim).
         topic.trimmer.reset_trigger()
         return topic
 
@@ -352,7 +352,7 @@ class Topic:
             raise ServiceNotReadyError(f"Topic {self.full} is being closed or reloaded")
         if name == DEDUP_CURSOR:
             raise NotAllowedError(f"Subscription name {name} is reserved")
-        from broker.subscription import Subscription
+        from broker.subscriptions.subscription import Subscription
 
         fut: asyncio.Future[Any] = self.loop.create_future()
         self._sub_creating[name] = fut
@@ -475,11 +475,11 @@ class Topic:
         return self.trimmer.trimmed_ledgers
 
     def stats(self) -> dict[str, Any]:
-        """Pulsar's TopicStats document (:mod:`broker.topic_stats`)."""
+        """Pulsar's TopicStats document (:mod:`broker.topics.stats`)."""
         return topic_stats(self)
 
     def internal_stats(self) -> dict[str, Any]:
-        """Pulsar's PersistentTopicInternalStats document (:mod:`broker.topic_stats`)."""
+        """Pulsar's PersistentTopicInternalStats document (:mod:`broker.topics.stats`)."""
         return internal_stats(self)
 
     # ------------------------------------------------------------------ housekeeping

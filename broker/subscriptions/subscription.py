@@ -4,7 +4,7 @@ Theory of operation
 -------------------
 A :class:`Subscription` is opened by the topic (:meth:`Subscription.open`): durable ones own a
 storage ``ManagedCursor`` (acks persisted), readers (``durable=False``) a
-:class:`broker.dispatchers.cursors.MemoryCursor` with the same interface that lives as long as
+:class:`broker.subscriptions.dispatchers.cursors.MemoryCursor` with the same interface that lives as long as
 the reader. The dispatcher is created for the
 subscription type of the first consumer and replaced only when every consumer has left and one
 of another type arrives (then the cursor is rewound to the first unacknowledged entry).
@@ -14,7 +14,7 @@ Every cursor position reset -- seek, admin reset-cursor, skip, clear-backlog, re
 pending state, moves the cursor and finally bumps ``cursor.revision`` so a dispatcher read that
 started before the reset is discarded when it completes (PIP-269).
 
-Acks arrive from :class:`broker.consumer_side.ConsumerSide`: individual (with batch ``ack_set``:
+Acks arrive from :class:`broker.net.consumers.ConsumerSide`: individual (with batch ``ack_set``:
 a set bit is a message still to deliver, kept in memory in ``batch_acks`` and sent back on
 redelivery), or cumulative. The delayed tracker (Shared/Key_Shared) is created lazily on the first
 delayed entry, or eagerly on load when the cursor holds bucket snapshots.
@@ -27,14 +27,14 @@ import logging
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from broker.consumer import SUB_TYPE_NAMES, Consumer
-from broker.dispatchers import (
+from broker.subscriptions.consumer import SUB_TYPE_NAMES, Consumer
+from broker.subscriptions.dispatchers import (
     Dispatcher,
     KeySharedDispatcher,
     SharedDispatcher,
     SingleActiveDispatcher,
 )
-from broker.dispatchers.cursors import (
+from broker.subscriptions.dispatchers.cursors import (
     MemoryCursor,
     before,
     normalize_target,
@@ -525,6 +525,6 @@ class Subscription:
 
 
 def _rate_meter() -> Any:
-    from broker.topic import RateMeter  # deferred: topic imports this module lazily too
+    from broker.topics.topic import RateMeter  # deferred: topic imports this module lazily too
 
     return RateMeter()

@@ -22,7 +22,7 @@ client).
 Invariants: ``persisted <= pushed``; ``window`` is sorted by key; every persisted key
 ``>= floor`` is in the window.
 
-The SEND path (:class:`broker.producer.Producer`) does the hot part itself on the state it
+The SEND path (:class:`broker.topics.producer.Producer`) does the hot part itself on the state it
 was given by :meth:`MessageDeduplication.attach`: ``key > pushed`` is a new message (then
 ``pushed = key``), and a durable append is recorded with :meth:`SequenceState.record`.
 Anything else is a re-send (or a sequence going backwards), decided by
@@ -71,8 +71,8 @@ from protocol.errors import ServiceNotReadyError
 from storage.positions import Position
 
 if TYPE_CHECKING:
-    from broker.producer import Producer
-    from broker.topic import Topic
+    from broker.topics.producer import Producer
+    from broker.topics.topic import Topic
 
 __all__ = ["DEDUP_CURSOR", "UNKNOWN_ID", "MessageDeduplication", "SequenceState",
            "is_partial_chunk", "send_key"]
@@ -158,7 +158,7 @@ def _first(item: tuple[int, int, int]) -> int:
 def send_key(sequence_id: int, highest_sequence_id: int, messages: int = 1) -> int:
     """The deduplication key of a send: the highest sequence id it carries (the Java client
     sets highest_sequence_id on batches; the C++ client numbers a batch's messages from
-    sequence_id on). :meth:`broker.producer.Producer.on_send` computes the same inline."""
+    sequence_id on). :meth:`broker.topics.producer.Producer.on_send` computes the same inline."""
     key = highest_sequence_id if highest_sequence_id > sequence_id else sequence_id
     return max(key, sequence_id + messages - 1)
 

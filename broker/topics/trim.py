@@ -22,7 +22,7 @@ no subscription that means every sealed ledger the dedup snapshot covers).
    calling ``trim()``, which decides synchronously, before its first await. The topic's close
    waits for it (:meth:`close`).
 
-Called by :class:`broker.topic.Topic` only; it reads the topic's ledger and subscriptions.
+Called by :class:`broker.topics.topic.Topic` only; it reads the topic's ledger and subscriptions.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 from storage.positions import Position
 
 if TYPE_CHECKING:
-    from broker.topic import Topic
+    from broker.topics.topic import Topic
 
 __all__ = ["RETENTION_CHECK_INTERVAL_S", "TRIM_MIN_INTERVAL_S", "LedgerTrimmer"]
 
