@@ -47,6 +47,8 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from broker.metrics.rates import PUBLISH_LATENCY_BUCKETS_MS
+
 log = logging.getLogger("horae.metrics")
 
 RATE_MIN_INTERVAL_S = 1.0
@@ -138,11 +140,7 @@ def _first_attr(obj: Any, names: Sequence[str], default: Any = None) -> Any:
 
 
 def _publish_latency_bounds() -> tuple[float, ...]:
-    try:
-        from broker.topics.producer import PUBLISH_LATENCY_BUCKETS_MS
-    except ImportError:
-        return STORAGE_WRITE_LATENCY_BOUNDS_MS
-    return tuple(PUBLISH_LATENCY_BUCKETS_MS)
+    return PUBLISH_LATENCY_BUCKETS_MS
 
 
 def _full_name(topic: Any) -> str:
@@ -460,7 +458,7 @@ class HoraeCollector(Collector):
     @staticmethod
     def _add_write_latency(topic: Any, key: tuple[str, ...], hist: _Hist) -> None:
         """Core's Topic keeps ``publish_latency_buckets``: non-cumulative counts, one per bound
-        of ``broker.topics.producer.PUBLISH_LATENCY_BUCKETS_MS`` plus overflow, and
+        of ``broker.metrics.rates.PUBLISH_LATENCY_BUCKETS_MS`` plus overflow, and
         ``publish_latency_sum_ms``. (``write_latency_*`` names are accepted too.)"""
         counts = _first_attr(topic, ("publish_latency_buckets", "write_latency_buckets"))
         if counts is None:

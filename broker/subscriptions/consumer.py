@@ -25,6 +25,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from broker.metrics.rates import RateMeter
 from protocol.commands import encode_active_consumer_change, encode_close_consumer, encode_message
 from storage.positions import Position
 
@@ -95,8 +96,6 @@ class Consumer:
         self.last_consumed_ms = 0
         self.last_flow_ms = 0
         self._out: list[bytes] = []
-        from broker.topics.topic import RateMeter  # deferred: avoids an import cycle at load time
-
         self._rates = RateMeter()
 
     # ------------------------------------------------------------------ sending

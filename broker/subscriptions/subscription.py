@@ -27,6 +27,7 @@ import logging
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from broker.metrics.rates import RateMeter
 from broker.subscriptions.consumer import SUB_TYPE_NAMES, Consumer
 from broker.subscriptions.dispatchers import (
     Dispatcher,
@@ -83,7 +84,7 @@ class Subscription:
         self.bytes_out_counter = 0
         self.msg_ack_counter = 0
         self.msg_redeliver_counter = 0
-        self._rates = _rate_meter()
+        self._rates = RateMeter()
         self.resetting = False
         self.closed = False
         self._reset_lock = asyncio.Lock()
@@ -522,9 +523,3 @@ class Subscription:
             "readPosition": str(self.cursor.read_position),
             "cursorRevision": self.cursor.revision,
         }
-
-
-def _rate_meter() -> Any:
-    from broker.topics.topic import RateMeter  # deferred: topic imports this module lazily too
-
-    return RateMeter()

@@ -48,6 +48,7 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
+from broker.metrics.rates import PUBLISH_LATENCY_BUCKETS_MS, iso_ms
 from broker.topics.dedup import SequenceState
 from protocol import commands as C
 from protocol import pulsar_pb as pb
@@ -63,13 +64,9 @@ if TYPE_CHECKING:
     from broker.topics.topic import Topic
     from protocol.frames import Frame
 
-__all__ = ["PUBLISH_LATENCY_BUCKETS_MS", "Producer", "create_producer", "iso_ms"]
+__all__ = ["Producer", "create_producer"]
 
 log = logging.getLogger("horae.producer")
-
-#: Upper bounds (ms) of the publish-latency histogram: Pulsar's pulsar_storage_write_latency
-#: buckets (0.5 ms ... 1 s); one more bucket counts everything slower.
-PUBLISH_LATENCY_BUCKETS_MS = (0.5, 1.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 1000.0)
 
 ACCESS_MODE_NAMES: dict[int, str] = {
     pb.Shared: "Shared",
@@ -331,11 +328,6 @@ class Producer:
             "msgInCounter": self.msg_in_counter,
             "bytesInCounter": self.bytes_in_counter,
         }
-
-
-def iso_ms(ms: int) -> str:
-    """*ms* since the epoch as Pulsar's stats print it (ISO 8601, UTC, milliseconds)."""
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ms / 1000)) + f".{ms % 1000:03d}Z"
 
 
 async def create_producer(connection: ServerConnection, m: pb.CommandProducer) -> None:

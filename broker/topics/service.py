@@ -34,8 +34,9 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from broker.config import BrokerConfig
-from broker.topics.topic import FallbackDelayPolicy, Topic
+from broker.delayed.policy import DelayPolicy, resolve_policy
 from broker.topics.names import TopicName, is_valid_namespace, split_namespace
+from broker.topics.topic import Topic
 from protocol.errors import (
     InvalidTopicNameError,
     MetadataError,
@@ -54,12 +55,6 @@ log = logging.getLogger("horae.service")
 DEFAULT_TENANT = "public"
 DEFAULT_NAMESPACE = "public/default"
 _instance_counter = itertools.count()
-
-try:
-    from broker.delayed.policy import resolve_policy as _resolve_policy
-except ImportError:  # pragma: no cover - only while that area is being written
-    _resolve_policy = None  # type: ignore[assignment]
-
 
 class BrokerService:
     def __init__(self, config: BrokerConfig, store: Any,
@@ -411,19 +406,14 @@ class BrokerService:
             if match(topic):
                 topic.invalidate_policy()
 
-    def resolve_delay_policy(self, tn: TopicName) -> Any:
+    def resolve_delay_policy(self, tn: TopicName) -> DelayPolicy:
         """The effective DelayPolicy of a topic: topic (or its partitioned parent) policy over
         namespace policy over broker config."""
         ns_policy = self._ns_policies.get(tn.namespace)
         topic_policy = self._topic_policies.get(tn.full)
         if topic_policy is None and tn.is_partition:
             topic_policy = self._topic_policies.get(tn.partitioned_parent)
-        if _resolve_policy is not None:
-            return _resolve_policy(self.config, ns_policy, topic_policy)
-        c = self.config
-        return FallbackDelayPolicy(c.delayed_delivery_enabled, c.delayed_delivery_tick_time_millis,
-                                   c.delayed_delivery_max_delay_in_millis, 0,
-                                   c.is_delayed_delivery_deliver_at_time_strict)
+        return resolve_policy(self.config, ns_policy, topic_policy)
 
 
 def _in_namespace(full: str, namespace: str) -> bool:

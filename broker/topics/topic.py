@@ -42,13 +42,14 @@ import logging
 import struct
 import time
 from collections import deque
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from google.protobuf.message import DecodeError
 
+from broker.delayed.guard import check_and_start_publish
+from broker.metrics.rates import PUBLISH_LATENCY_BUCKETS_MS, RateMeter
 from broker.topics.dedup import DEDUP_CURSOR, MessageDeduplication
-from broker.topics.producer import PUBLISH_LATENCY_BUCKETS_MS, Producer, encode_producer_success
+from broker.topics.producer import Producer, encode_producer_success
 from broker.topics.stats import internal_stats, topic_stats
 from broker.topics.trim import LedgerTrimmer
 from protocol import pulsar_pb as pb
@@ -66,57 +67,12 @@ _U32 = struct.Struct(">I")
 _parse_metadata = pb.MessageMetadata.FromString
 
 if TYPE_CHECKING:
-    from broker.topics.service import BrokerService
     from broker.topics.names import TopicName
+    from broker.topics.service import BrokerService
 
-__all__ = ["FallbackDelayPolicy", "RateMeter", "Topic"]
+__all__ = ["Topic"]
 
 log = logging.getLogger("horae.topic")
-
-#: Rates are averaged over this many seconds of samples.
-RATE_WINDOW_S = 10.0
-
-try:  # the delayed-delivery helper's modules; Horae works (without delays) if absent
-    from broker.delayed.guard import check_and_start_publish as _guard
-except ImportError:  # pragma: no cover - only while that area is being written
-    _guard = None  # type: ignore[assignment]
-
-
-@dataclass(frozen=True, slots=True)
-class FallbackDelayPolicy:
-    """Stand-in for broker.delayed.policy.DelayPolicy when that module is unavailable."""
-
-    active: bool
-    tick_time_ms: int
-    max_delay_ms: int
-    fixed_delay_ms: int
-    strict: bool
-
-
-class RateMeter:
-    """Per-second rates of monotonically increasing counters over a sliding window."""
-
-    __slots__ = ("_samples", "_window")
-
-    def __init__(self, window_s: float = RATE_WINDOW_S) -> None:
-        self._window = window_s
-        self._samples: deque[tuple[float, tuple[float, ...]]] = deque()
-
-    def sample(self, now: float, values: tuple[float, ...]) -> None:
-        samples = self._samples
-        samples.append((now, values))
-        while len(samples) > 2 and now - samples[0][0] > self._window:
-            samples.popleft()
-
-    def rates(self, now: float, values: tuple[float, ...]) -> tuple[float, ...]:
-        if not self._samples:
-            return tuple(0.0 for _ in values)
-        t0, old = self._samples[0]
-        dt = now - t0
-        if dt <= 0.5:  # too short a span to mean anything
-            return tuple(0.0 for _ in values)
-        return tuple(max(0.0, (v - o) / dt) for v, o in zip(values, old, strict=True))
-
 
 class Topic:
     """A loaded topic (see the module docstring)."""
@@ -223,10 +179,10 @@ class Topic:
         if policy is None:
             policy = self.delay_policy()
         # Only where the guard can act (its documented no-op cases skip the EntryInfo parse).
-        if _guard is not None and self._guarded and policy.active and (
+        if self._guarded and policy.active and (
                 policy.fixed_delay_ms > 0 or (policy.max_delay_ms > 0 and has("deliver_at_time"))):
             try:
-                result = _guard(entry, parse_entry(entry), policy)
+                result = check_and_start_publish(entry, parse_entry(entry), policy)
             except NotAllowedError:
                 self.delayed_rejected_counter += 1
                 raise

@@ -15,9 +15,13 @@ from typing import Any
 
 import pytest
 
-from broker.subscriptions.consumer import Consumer, HashRange
 from broker.net.consumers import ConsumerSide
-from broker.subscriptions.selectors import ConsistentHashingSelector, ConsumerAssignError, StickyRangeSelector
+from broker.subscriptions.consumer import Consumer, HashRange
+from broker.subscriptions.selectors import (
+    ConsistentHashingSelector,
+    ConsumerAssignError,
+    StickyRangeSelector,
+)
 from broker.subscriptions.subscription import Subscription
 from protocol import pulsar_pb as pb
 from protocol.frames import NEED_DATA, FrameDecoder

@@ -39,8 +39,8 @@ from protocol.metadata import EntryInfo, parse_entry, sticky_key_hash
 from storage.positions import Entry, Position
 
 if TYPE_CHECKING:
-    from broker.subscriptions.consumer import Consumer
     from broker.delayed.tracker import DelayedDeliveryTracker
+    from broker.subscriptions.consumer import Consumer
     from broker.subscriptions.subscription import Subscription
 
 __all__ = ["MAX_READ_ENTRIES", "Dispatcher"]
