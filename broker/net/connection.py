@@ -36,6 +36,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from broker import SERVER_VERSION
+from broker.net.consumers import ConsumerSide
 from broker.net.lookup import service_url
 from broker.net.states import TRANSITIONS, ConnState, Unexpected, request_id_of, unexpected
 from broker.topics.names import TopicName
@@ -84,7 +85,7 @@ class ServerConnection(asyncio.Protocol):
         self._pending_limit = self.config.max_pending_publish_requests_per_connection
         self._resume_at = self._pending_limit // 2
         self._producers_creating: set[int] = set()
-        self._consumer_side: Any = None
+        self._consumer_side: ConsumerSide | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self.is_closed = False
 
@@ -169,10 +170,8 @@ class ServerConnection(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self._writes_paused = False
-        side = self._consumer_side
-        hook = getattr(side, "on_writable", None) if side is not None else None
-        if hook is not None:
-            hook()
+        if self._consumer_side is not None:
+            self._consumer_side.on_writable()
 
     # ------------------------------------------------------------------ output
 
@@ -453,85 +452,59 @@ class ServerConnection(asyncio.Protocol):
 
     # ------------------------------------------------------------------ consumers
 
-    def consumer_side(self) -> Any:
-        """The connection's ConsumerSide, created on first use (None if unavailable)."""
+    def consumer_side(self) -> ConsumerSide:
+        """The connection's ConsumerSide, created on first use."""
         side = self._consumer_side
         if side is None:
-            try:
-                from broker.net.consumers import ConsumerSide
-            except ImportError:
-                return None
             side = self._consumer_side = ConsumerSide(self)
         return side
 
-    def _consumer_request(self, frame: Frame, method: str) -> None:
-        sub = getattr(frame.command, _SUBFIELDS[frame.command.type])
-        rid = int(sub.request_id)
-        side = self.consumer_side()
-        if side is None:
-            self.write(C.encode_error(rid, ServerError.ServiceNotReady,
-                                      "Consumers are not available on this broker"))
-            return
-        if frame.command.type == pb.BaseCommand.SUBSCRIBE and self.service.closing:
-            self.write(C.encode_error(rid, ServerError.ServiceNotReady, "Broker is shutting down"))
-            return
-        self.spawn(getattr(side, method)(sub), rid)
-
-    def _consumer_oneway(self, frame: Frame, method: str) -> None:
-        side = self.consumer_side()
-        if side is not None:
-            getattr(side, method)(getattr(frame.command, _SUBFIELDS[frame.command.type]))
-
     def on_subscribe(self, frame: Frame) -> None:
-        self._consumer_request(frame, "handle_subscribe")
+        m = frame.command.subscribe
+        if self.service.closing:
+            self.write(C.encode_error(m.request_id, ServerError.ServiceNotReady,
+                                      "Broker is shutting down"))
+            return
+        self.spawn(self.consumer_side().handle_subscribe(m), m.request_id)
 
     def on_flow(self, frame: Frame) -> None:
-        self._consumer_oneway(frame, "handle_flow")
+        self.consumer_side().handle_flow(frame.command.flow)
 
     def on_ack(self, frame: Frame) -> None:
         ack = frame.command.ack
-        side = self.consumer_side()
-        if side is None:
-            if ack.HasField("request_id"):
-                self.write(C.encode_ack_response(ack.consumer_id, ack.request_id,
-                                                 error=ServerError.ConsumerNotFound,
-                                                 message="Consumer not found"))
-            return
         try:
-            side.handle_ack(ack)
+            self.consumer_side().handle_ack(ack)
         except RequestError as exc:
             if ack.HasField("request_id"):
                 self.write(C.encode_ack_response(ack.consumer_id, ack.request_id,
                                                  error=exc.code, message=exc.message))
 
     def on_redeliver(self, frame: Frame) -> None:
-        self._consumer_oneway(frame, "handle_redeliver")
+        self.consumer_side().handle_redeliver(frame.command.redeliverUnacknowledgedMessages)
 
     def on_seek(self, frame: Frame) -> None:
-        self._consumer_request(frame, "handle_seek")
+        m = frame.command.seek
+        self.spawn(self.consumer_side().handle_seek(m), m.request_id)
 
     def on_unsubscribe(self, frame: Frame) -> None:
-        self._consumer_request(frame, "handle_unsubscribe")
+        m = frame.command.unsubscribe
+        self.spawn(self.consumer_side().handle_unsubscribe(m), m.request_id)
 
     def on_close_consumer(self, frame: Frame) -> None:
+        m = frame.command.close_consumer
         if self._consumer_side is None:
             # No consumer was ever created here; Pulsar answers SUCCESS for unknown ids too.
-            self.write(C.encode_success(frame.command.close_consumer.request_id))
+            self.write(C.encode_success(m.request_id))
             return
-        self._consumer_request(frame, "handle_close_consumer")
+        self.spawn(self._consumer_side.handle_close_consumer(m), m.request_id)
 
     def on_get_last_message_id(self, frame: Frame) -> None:
-        self._consumer_request(frame, "handle_get_last_message_id")
+        m = frame.command.getLastMessageId
+        self.spawn(self.consumer_side().handle_get_last_message_id(m), m.request_id)
 
     def on_consumer_stats(self, frame: Frame) -> None:
         m = frame.command.consumerStats
-        side = self.consumer_side()
-        if side is None:
-            self.write(C.encode_consumer_stats_response(
-                m.request_id, error_code=ServerError.ConsumerNotFound,
-                error_message="Consumer not found"))
-            return
-        self.spawn(side.handle_consumer_stats(m), m.request_id)
+        self.spawn(self.consumer_side().handle_consumer_stats(m), m.request_id)
 
     def __repr__(self) -> str:
         return f"<ServerConnection {self.remote_address} {self.state.name}>"
@@ -544,9 +517,6 @@ def _log_task_failure(task: asyncio.Task[Any]) -> None:
 
 _SEND = pb.BaseCommand.SEND
 _CONNECTED = ConnState.CONNECTED
-
-_SUBFIELDS = {t: pb.BaseCommand.DESCRIPTOR.fields_by_number[t].name
-              for t in (v.number for v in pb.BaseCommand.Type.DESCRIPTOR.values)}
 
 Handler = Callable[[ServerConnection, Frame], None]
 

@@ -87,8 +87,8 @@ async def _setup(ledger: Any, n: int, sub_type: int = 0, *, times: bool = False,
                                   initial_position="earliest")
     conn = FakeConnection()
     side = ConsumerSide(conn)
-    consumer = Consumer(side, 1, name="c", subscription=sub, sub_type=sub_type)
-    side.consumers[1] = consumer
+    consumer = Consumer(side, 1, name="c", sub_type=sub_type)
+    side.attach(consumer, sub)
     await sub.add_consumer(consumer)
     return sub, conn, consumer
 
@@ -224,8 +224,7 @@ async def test_reset_to_timestamp_closes_consumers_and_finds_the_first_later_ent
 
 
 def _consumer(name: str, ranges: tuple[HashRange, ...] = ()) -> Consumer:
-    return Consumer(ConsumerSide(FakeConnection()), 1, name=name, subscription=None,  # type: ignore[arg-type]
-                    sub_type=3, hash_ranges=ranges)
+    return Consumer(ConsumerSide(FakeConnection()), 1, name=name, sub_type=3, hash_ranges=ranges)
 
 
 def test_consistent_hashing_moves_only_part_of_the_keys() -> None:
@@ -288,7 +287,7 @@ async def test_key_shared_slow_consumer_keys_do_not_hide_other_keys(ledger: Any)
 
     ranges = [(HashRange(slow, slow),), others(slow, idle), (HashRange(idle, idle),)]
     conns = [FakeConnection() for _ in ranges]
-    consumers = [Consumer(ConsumerSide(conn), 1, name=f"c{n}", subscription=sub, sub_type=3,
+    consumers = [Consumer(ConsumerSide(conn), 1, name=f"c{n}", sub_type=3,
                           key_shared_mode=1, hash_ranges=r)
                  for n, (conn, r) in enumerate(zip(conns, ranges, strict=True))]
     for c in consumers:
