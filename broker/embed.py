@@ -61,6 +61,11 @@ class BrokerHandle:
         self.web_url = f"http://127.0.0.1:{self.web_port}"
 
     @property
+    def server(self) -> BrokerServer:
+        """The server object (touch only on the broker thread, e.g. inside :meth:`call`)."""
+        return self._server
+
+    @property
     def service(self) -> BrokerService:
         """The BrokerService. Read it from other threads only through :meth:`call`."""
         return self._server.service

@@ -20,8 +20,9 @@ Theory of operation
    ``maxPendingPublishRequestsPerConnection`` the transport stops reading; it resumes at half.
    Back-pressure from the peer: ``writes_paused`` mirrors the transport's pause_writing /
    resume_writing, and the consumer side is told when writing may resume.
-5. Keep-alive is driven by :class:`broker.topics.service.BrokerService` (one timer for all
-   connections) through :meth:`keepalive_tick`.
+5. The connection is owned by the server (:class:`broker.server.BrokerServer`), which it tells
+   when it opens and closes (:class:`ConnectionOwner`); the server drives keep-alive (one
+   timer for all connections) through :meth:`keepalive_tick`.
 
 Consumer commands go to ``broker.net.consumers.ConsumerSide`` (the consumers area), created on
 first use; producers live in ``self.producers`` (:mod:`broker.topics.producer`).
@@ -33,7 +34,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from broker import SERVER_VERSION
 from broker.net.consumers import ConsumerSide
@@ -57,11 +58,20 @@ log = logging.getLogger("horae.connection")
 _GET_SCHEMA_NO_SCHEMA = "Topic not found or no-schema"  # Pulsar's exact text
 
 
+class ConnectionOwner(Protocol):
+    """The registry that owns the live connections (the server): told when one opens and closes."""
+
+    def connection_opened(self, connection: ServerConnection) -> None: ...
+
+    def connection_closed(self, connection: ServerConnection) -> None: ...
+
+
 class ServerConnection(asyncio.Protocol):
     """Server side of one TCP connection (see the module docstring)."""
 
-    def __init__(self, service: BrokerService) -> None:
+    def __init__(self, service: BrokerService, owner: ConnectionOwner) -> None:
         self.service = service
+        self._owner = owner
         self.config = service.config
         self.loop = service.loop
         self._state = ConnState.CONNECTING
@@ -109,7 +119,7 @@ class ServerConnection(asyncio.Protocol):
         if sock:
             self.local_host = str(sock[0])
         self.connected_since_ms = int(time.time() * 1000)
-        self.service.connections.add(self)
+        self._owner.connection_opened(self)
 
     def data_received(self, data: bytes) -> None:
         if self.is_closed:
@@ -150,7 +160,7 @@ class ServerConnection(asyncio.Protocol):
         self.is_closed = True
         self.state = ConnState.CLOSED
         self._out.clear()
-        self.service.connections.discard(self)
+        self._owner.connection_closed(self)
         for task in list(self._tasks):
             task.cancel()
         for producer in list(self.producers.values()):
@@ -308,7 +318,7 @@ class ServerConnection(asyncio.Protocol):
         pass  # last_received was refreshed by data_received
 
     def keepalive_tick(self, now: float, interval: float) -> None:
-        """Called by the service every *interval* s: PING when idle, close when a PING went unanswered.
+        """Called by the server every *interval* s: PING when idle, close when a PING went unanswered.
 
         As Pulsar's PulsarHandler does, a connection is closed only after the broker has sent a
         PING and heard nothing at all for a whole interval since: a loop stall that delays the

@@ -24,9 +24,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol
 
+from broker.delayed.policy import DelayPolicy
+from broker.delayed.tracker import DelayedDeliveryTracker
 from broker.metrics.rates import RateMeter
 from broker.subscriptions.consumer import SUB_TYPE_NAMES, Consumer
 from broker.subscriptions.dispatchers import (
@@ -52,11 +54,10 @@ from protocol.errors import (
 from protocol.metadata import parse_entry
 from storage.positions import Position
 
-if TYPE_CHECKING:
-    from broker.delayed.policy import DelayPolicy
-    from broker.delayed.tracker import DelayedDeliveryTracker
-
-__all__ = ["BUCKET_PROPERTY_PREFIX", "MemoryCursor", "Subscription", "tail_position", "wire_position"]
+__all__ = [
+    "BUCKET_PROPERTY_PREFIX", "MemoryCursor", "Subscription", "TopicContext", "tail_position",
+    "wire_position",
+]
 
 log = logging.getLogger(__name__)
 
@@ -64,10 +65,32 @@ BUCKET_PROPERTY_PREFIX = "#pulsar.internal.delayed.bucket"
 EXCLUSIVE, SHARED, FAILOVER, KEY_SHARED = 0, 1, 2, 3
 
 
+class TopicContext(Protocol):
+    """What a subscription may ask of the topic that owns it (implemented by
+    :class:`broker.topics.topic.Topic`): its ledger, partition, delayed-delivery policy and a
+    tracker built with the broker's settings, and to forget or delete this subscription."""
+
+    # storage's ManagedLedger (typed there)
+    @property
+    def ledger(self) -> Any: ...
+
+    @property
+    def partition_index(self) -> int: ...
+
+    def delay_policy(self) -> DelayPolicy: ...
+
+    def new_tracker(self, policy: DelayPolicy, *, on_due: Callable[[], None],
+                    cursor: Any | None) -> DelayedDeliveryTracker: ...
+
+    def remove_subscription(self, sub: Subscription) -> None: ...
+
+    async def delete_subscription(self, name: str, *, force: bool = False) -> None: ...
+
+
 class Subscription:
     """A named subscription on one topic (or one partition of a partitioned topic)."""
 
-    def __init__(self, topic: Any, name: str, cursor: Any, *, durable: bool) -> None:
+    def __init__(self, topic: TopicContext, name: str, cursor: Any, *, durable: bool) -> None:
         self.topic = topic
         self.name = name
         self.cursor = cursor
@@ -88,15 +111,14 @@ class Subscription:
         self.resetting = False
         self.closed = False
         self._reset_lock = asyncio.Lock()
-        tn = getattr(topic, "name", None)
-        self.partition_index: int = getattr(tn, "partition_index", -1)
+        self.partition_index = topic.partition_index
 
     # ------------------------------------------------------------------ open / close
 
     @classmethod
     async def open(
         cls,
-        topic: Any,
+        topic: TopicContext,
         name: str,
         *,
         durable: bool = True,
@@ -157,25 +179,20 @@ class Subscription:
     def ensure_tracker(self, policy: DelayPolicy) -> DelayedDeliveryTracker:
         tracker = self.delayed_tracker
         if tracker is None:
-            from broker.delayed import create_tracker
-
-            service = self.topic.service
-            tracker = create_tracker(
-                service.config,
-                policy,
-                on_due=self._on_due,
-                loop=asyncio.get_running_loop(),
-                cursor=self.cursor if self.durable else None,
-                snapshots=service.store.snapshots if self.durable else None,
-            )
+            tracker = self.topic.new_tracker(
+                policy, on_due=self._on_due, cursor=self.cursor if self.durable else None)
             self.delayed_tracker = tracker
         return tracker
+
+    def delay_policy(self) -> DelayPolicy:
+        """The topic's effective delayed-delivery policy (for the dispatcher)."""
+        return self.topic.delay_policy()
 
     def on_policy_changed(self) -> None:
         """The topic's delayed-delivery policy changed: apply a new tick to the tracker."""
         tracker = self.delayed_tracker
         if tracker is not None:
-            tracker.reset_tick_time(self.topic.delay_policy().tick_time_ms)
+            tracker.reset_tick_time(self.delay_policy().tick_time_ms)
         if self.dispatcher is not None and self.consumers:
             self.dispatcher.schedule()
 

@@ -16,8 +16,7 @@ One BrokerService per broker, living on the broker's event loop; the binary prot
 * Delayed-delivery policies (kinds ``"namespace_policy"`` and ``"topic_policy"``) are
   mirrored in memory too. A change drops the cached resolved policy of the affected loaded
   topics, so it applies to the next message.
-* Two timers: keep-alive over all connections every ``keepAliveIntervalSeconds``, and a
-  one-second tick feeding the topics' rate meters and running their housekeeping (the
+* One timer: a one-second tick feeding the topics' rate meters and running their housekeeping (the
   producer-sequence snapshot and ledger trimming, :meth:`broker.topics.topic.Topic.housekeeping`).
 * Broker-assigned producer names are ``<cluster>-<generation>-<n>``; the generation is a
   counter in the metadata store bumped on every start, so a name is never handed out twice
@@ -31,7 +30,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from broker.config import BrokerConfig
 from broker.delayed.policy import DelayPolicy, resolve_policy
@@ -45,9 +44,6 @@ from protocol.errors import (
     TopicNotFoundError,
 )
 
-if TYPE_CHECKING:
-    from broker.net.connection import ServerConnection
-
 __all__ = ["BrokerService"]
 
 log = logging.getLogger("horae.service")
@@ -56,6 +52,7 @@ DEFAULT_TENANT = "public"
 DEFAULT_NAMESPACE = "public/default"
 _instance_counter = itertools.count()
 
+
 class BrokerService:
     def __init__(self, config: BrokerConfig, store: Any,
                  loop: asyncio.AbstractEventLoop | None = None) -> None:
@@ -63,7 +60,6 @@ class BrokerService:
         self.store = store
         self.loop = loop or asyncio.get_running_loop()
         self.topics: dict[str, Topic] = {}
-        self.connections: set[ServerConnection] = set()
         self.broker_port = config.broker_service_port   # the bound port, set by the server
         self.web_port = config.web_service_port
         self.closing = False
@@ -97,8 +93,7 @@ class BrokerService:
         self._instance = int((generation or {}).get("value", -1)) + 1
         await md.put("broker", "generation", {"value": self._instance})
         self._topic_policies = dict(await md.list("topic_policy"))
-        self._timers = [self.loop.create_task(self._keepalive_loop()),
-                        self.loop.create_task(self._rates_loop())]
+        self._timers = [self.loop.create_task(self._rates_loop())]
 
     async def close(self) -> None:
         """Unload every topic (producers/consumers are told to reconnect)."""
@@ -113,6 +108,11 @@ class BrokerService:
         self.topics.clear()
 
     @property
+    def snapshots(self) -> Any:
+        """The store's bucket-snapshot store (for delayed-delivery trackers)."""
+        return self.store.snapshots
+
+    @property
     def service_url(self) -> str:
         return f"pulsar://{self.config.advertised_address}:{self.broker_port}"
 
@@ -124,14 +124,6 @@ class BrokerService:
         return f"{self.config.cluster_name}-{self._instance}-{next(self._producer_names)}"
 
     # ------------------------------------------------------------------ timers
-
-    async def _keepalive_loop(self) -> None:
-        interval = float(self.config.keep_alive_interval_seconds)
-        while True:
-            await asyncio.sleep(interval)
-            now = self.loop.time()
-            for conn in list(self.connections):
-                conn.keepalive_tick(now, interval)
 
     async def _rates_loop(self) -> None:
         while True:
@@ -185,7 +177,7 @@ class BrokerService:
         fut: asyncio.Future[Topic] = self.loop.create_future()
         self._loading[full] = fut
         try:
-            topic = await Topic.load(self, tn)
+            topic = await Topic.load(self, tn, await self.store.open_ledger(tn.full))
         except BaseException as exc:
             fut.set_exception(exc)
             fut.exception()

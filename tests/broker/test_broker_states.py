@@ -67,8 +67,9 @@ class FakeTransport:
 
 def make_connection(**config: Any) -> tuple[ServerConnection, FakeTransport]:
     service = SimpleNamespace(config=BrokerConfig(**config), loop=asyncio.get_running_loop(),
-                              connections=set(), closing=False)
-    conn = ServerConnection(service)  # type: ignore[arg-type]
+                              closing=False)
+    owner = SimpleNamespace(connection_opened=lambda c: None, connection_closed=lambda c: None)
+    conn = ServerConnection(service, owner)  # type: ignore[arg-type]
     transport = FakeTransport()
     conn.connection_made(transport)  # type: ignore[arg-type]
     return conn, transport

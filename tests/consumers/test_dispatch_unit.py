@@ -54,7 +54,7 @@ class FakeConnection:
 class StubTopic:
     def __init__(self, ledger: Any) -> None:
         self.ledger = ledger
-        self.name = None
+        self.partition_index = -1
         self.subscriptions: dict[str, Any] = {}
 
     def remove_subscription(self, sub: Any) -> None:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from broker.subscriptions.dispatchers.base import Dispatcher
+from broker.subscriptions.dispatchers.base import DispatchContext, Dispatcher
 from broker.subscriptions.selectors import ConsistentHashingSelector, StickyRangeSelector
 from protocol.metadata import EntryInfo
 from storage.positions import Position
@@ -40,7 +40,7 @@ class KeySharedDispatcher(Dispatcher):
     delayed_capable = True
     needs_hash = True
 
-    def __init__(self, sub, mode: int) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, sub: DispatchContext, mode: int) -> None:
         super().__init__(sub)
         self.mode = mode
         self.selector: ConsistentHashingSelector | StickyRangeSelector = (

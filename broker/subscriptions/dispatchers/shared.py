@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from broker.subscriptions.dispatchers.base import Dispatcher
+from broker.subscriptions.dispatchers.base import DispatchContext, Dispatcher
 from protocol.metadata import EntryInfo
 from storage.positions import Position
 
@@ -27,7 +27,7 @@ class SharedDispatcher(Dispatcher):
     sub_type = 1
     delayed_capable = True
 
-    def __init__(self, sub) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, sub: DispatchContext) -> None:
         super().__init__(sub)
         self._next = 0
 
