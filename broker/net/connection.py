@@ -24,8 +24,10 @@ Theory of operation
    when it opens and closes (:class:`ConnectionOwner`); the server drives keep-alive (one
    timer for all connections) through :meth:`keepalive_tick`.
 
-Consumer commands go to ``broker.net.consumers.ConsumerSide`` (the consumers area), created on
-first use; producers live in ``self.producers`` (:mod:`broker.topics.producer`).
+Consumer commands go to :class:`broker.net.consumers.ConsumerSide`, created on first use;
+PRODUCER to :func:`broker.net.producers.create_producer`. The connection owns its producer
+registries (``producers``, ``waiting_producers``): others change them only through
+:meth:`producer_detached` and :meth:`producer_ready` (:class:`broker.topics.producer.ProducerTransport`).
 """
 
 from __future__ import annotations
@@ -34,22 +36,21 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from broker import SERVER_VERSION
 from broker.net.consumers import ConsumerSide
 from broker.net.lookup import service_url
+from broker.net.producers import create_producer
 from broker.net.states import TRANSITIONS, ConnState, Unexpected, request_id_of, unexpected
 from broker.topics.names import TopicName
+from broker.topics.producer import Producer
+from broker.topics.service import BrokerService
 from protocol import commands as C
 from protocol import pulsar_pb as pb
 from protocol.errors import ConnectionFatalError, RequestError, ServerError
 from protocol.frames import NEED_DATA, Frame, FrameDecoder
 from protocol.limits import FRAME_PADDING, PROTOCOL_VERSION
-
-if TYPE_CHECKING:
-    from broker.topics.producer import Producer
-    from broker.topics.service import BrokerService
 
 __all__ = ["ServerConnection"]
 
@@ -392,8 +393,6 @@ class ServerConnection(asyncio.Protocol):
     # ------------------------------------------------------------------ producers
 
     def on_producer(self, frame: Frame) -> None:
-        from broker.topics.producer import create_producer
-
         m = frame.command.producer
         pid = int(m.producer_id)
         existing = self.producers.get(pid)
@@ -444,6 +443,14 @@ class ServerConnection(asyncio.Protocol):
     @property
     def reading_paused(self) -> bool:
         return self._reading_paused
+
+    def producer_detached(self, producer: Producer) -> None:
+        if self.producers.get(producer.producer_id) is producer:
+            del self.producers[producer.producer_id]
+
+    def producer_ready(self, producer: Producer) -> None:
+        self.waiting_producers.pop(producer.producer_id, None)
+        self.producers[producer.producer_id] = producer
 
     def on_close_producer(self, frame: Frame) -> None:
         m = frame.command.close_producer

@@ -6,7 +6,7 @@ Theory of operation
 does on every load) and re-opens one durable subscription per cursor the ledger has kept, so
 consumers resume where they were after a restart.
 
-Publishing (:meth:`Topic.publish`, called by :mod:`broker.topics.producer` for every SEND) parses
+Publishing (:meth:`Topic.publish`, called by :class:`broker.topics.producer.Producer` for every SEND) parses
 the entry's metadata once, runs the delayed-delivery publish guard (PIP-315 max delay,
 PIP-437 fixed delay; :mod:`broker.delayed.guard`) when the entry or the policy asks for it,
 and appends the entry to the ledger. The ledger calls :meth:`_on_durable` right after it
@@ -56,9 +56,10 @@ from broker.metrics.rates import PUBLISH_LATENCY_BUCKETS_MS, RateMeter
 from broker.subscriptions.subscription import Subscription
 from broker.topics.dedup import DEDUP_CURSOR, MessageDeduplication
 from broker.topics.names import TopicName
-from broker.topics.producer import Producer, encode_producer_success
+from broker.topics.producer import Producer
 from broker.topics.stats import internal_stats, topic_stats
 from broker.topics.trim import LedgerTrimmer
+from protocol import commands as C
 from protocol import pulsar_pb as pb
 from protocol.errors import (
     MalformedEntryError,
@@ -260,7 +261,7 @@ class Topic:
             if existing.connection.is_closed or producer.epoch > existing.epoch:
                 # The client reconnected (its epoch grows on every reconnect, Pulsar's
                 # isSuccessorTo) before this broker noticed the old connection was gone.
-                existing.connection.producers.pop(existing.producer_id, None)
+                existing.connection.producer_detached(existing)
                 existing.close()
             else:
                 raise ProducerBusyError(
@@ -300,11 +301,10 @@ class Topic:
             conn = producer.connection
             if conn.is_closed or producer.closed:
                 continue
-            conn.waiting_producers.pop(producer.producer_id, None)
             self._register(producer)
-            conn.producers[producer.producer_id] = producer
-            conn.write(encode_producer_success(request_id, producer.name, ready=True,
-                                               last_sequence_id=producer.seq_state.persisted))
+            conn.producer_ready(producer)
+            conn.write(C.encode_producer_success(request_id, producer.name,
+                                                 producer.seq_state.persisted, ready=True))
             return
 
     # ------------------------------------------------------------------ subscriptions
