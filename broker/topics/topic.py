@@ -57,7 +57,6 @@ from broker.subscriptions.subscription import Subscription
 from broker.topics.dedup import DEDUP_CURSOR, MessageDeduplication
 from broker.topics.names import TopicName
 from broker.topics.producer import Producer
-from broker.topics.stats import internal_stats, topic_stats
 from broker.topics.trim import LedgerTrimmer
 from protocol import commands as C
 from protocol import pulsar_pb as pb
@@ -455,14 +454,6 @@ class Topic:
     @property
     def trimmed_ledgers(self) -> int:
         return self.trimmer.trimmed_ledgers
-
-    def stats(self) -> dict[str, Any]:
-        """Pulsar's TopicStats document (:mod:`broker.topics.stats`)."""
-        return topic_stats(self)
-
-    def internal_stats(self) -> dict[str, Any]:
-        """Pulsar's PersistentTopicInternalStats document (:mod:`broker.topics.stats`)."""
-        return internal_stats(self)
 
     # ------------------------------------------------------------------ housekeeping
 
