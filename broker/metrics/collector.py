@@ -36,7 +36,7 @@ import time
 import weakref
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
 from prometheus_client.core import (
@@ -47,6 +47,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from broker.config import BrokerConfig
 from broker.metrics.rates import PUBLISH_LATENCY_BUCKETS_MS
 
 log = logging.getLogger("horae.metrics")
@@ -253,10 +254,22 @@ class _Rates:
         self._seen.clear()
 
 
+class MetricsSource(Protocol):
+    """What the collector scrapes (:class:`broker.topics.service.BrokerService`, handed in by
+    the server and the admin app): the broker config and the loaded topics. The topics'
+    own figures are still read by name below (see rule 3 of the module docstring)."""
+
+    @property
+    def config(self) -> BrokerConfig: ...
+
+    @property
+    def topics(self) -> Mapping[str, Any]: ...
+
+
 class HoraeCollector(Collector):
     """Collector over a BrokerService (see module docstring). Call collect() on the loop."""
 
-    def __init__(self, service: Any, *, lag_probe: LoopLagProbe | None = None,
+    def __init__(self, service: MetricsSource, *, lag_probe: LoopLagProbe | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.service = service
         self.lag_probe = lag_probe
@@ -266,14 +279,14 @@ class HoraeCollector(Collector):
         return []   # no collect() at registration time: the service may not be ready
 
     def collect(self) -> Iterator[Metric]:
-        config = getattr(self.service, "config", None)
-        cluster = str(getattr(config, "cluster_name", "standalone"))
-        topic_level = bool(getattr(config, "expose_topic_level_metrics_in_prometheus", True))
+        config = self.service.config
+        cluster = config.cluster_name
+        topic_level = config.expose_topic_level_metrics_in_prometheus
         values: dict[str, dict[tuple[str, ...], float]] = defaultdict(lambda: defaultdict(float))
         hist: _Hist = {}
         bucket_ops: dict[tuple[str, ...], float] = defaultdict(float)
         bucket_lat: dict[tuple[str, ...], list[float]] = {}
-        for topic in list(getattr(self.service, "topics", {}).values()):
+        for topic in list(self.service.topics.values()):
             try:
                 self._collect_topic(topic, cluster, topic_level, values, hist, bucket_ops,
                                     bucket_lat)
@@ -550,7 +563,7 @@ _REGISTRIES: weakref.WeakKeyDictionary[Any, CollectorRegistry] = weakref.WeakKey
 _PROBES: weakref.WeakKeyDictionary[Any, LoopLagProbe] = weakref.WeakKeyDictionary()
 
 
-def create_registry(service: Any, lag_probe: LoopLagProbe | None = None) -> CollectorRegistry:
+def create_registry(service: MetricsSource, lag_probe: LoopLagProbe | None = None) -> CollectorRegistry:
     """A fresh private registry (never prometheus_client's global one: several brokers may
     share a process) with :class:`HoraeCollector` and the process, platform and GC
     collectors. Without ``lag_probe`` it uses the probe an earlier call registered for
@@ -570,7 +583,7 @@ def create_registry(service: Any, lag_probe: LoopLagProbe | None = None) -> Coll
     return registry
 
 
-def collect_families(service: Any) -> Iterable[Metric]:
+def collect_families(service: MetricsSource) -> Iterable[Metric]:
     """Every family /metrics serves for ``service`` (a ``collect`` for the snapshot
     exporter). Call on the broker loop."""
     registry = _REGISTRIES.get(service)
