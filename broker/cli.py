@@ -76,10 +76,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 2
 
 
+#: Top-level modules of the 'jobs' extra (pyproject.toml) that `horae rollup` needs.
+_JOBS_EXTRA_MODULES = frozenset({"pyspark", "matplotlib"})
+
+
 def _rollup(argv: list[str]) -> int:
     try:
         from jobs.metrics_rollup import main as rollup_main
-    except ImportError as exc:
+    except ModuleNotFoundError as exc:
+        # Only the optional third-party dependencies of the 'jobs' extra are reported this
+        # way; a missing module of Horae itself is a broken install and crashes.
+        if (exc.name or "").split(".")[0] not in _JOBS_EXTRA_MODULES:
+            raise
         print(f"horae rollup needs the 'jobs' extra (pip install 'horae[jobs]'): {exc}",
               file=sys.stderr)
         return 2

@@ -7,8 +7,8 @@ import base64
 import pytest
 
 from broker.admin import bodies
+from broker.admin.cli import UsageError, parse_duration_ms, parse_message_id, topic_path
 from broker.admin.errors import RestError
-from broker.admin_cli import UsageError, parse_duration_ms, parse_message_id, topic_path
 from proto import pulsar_api_pb2 as pb
 
 

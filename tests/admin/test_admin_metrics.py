@@ -11,6 +11,7 @@ import pulsar
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from broker.config import BrokerConfig
 from broker.metrics import create_registry
 from broker.metrics.collector import HoraeCollector, LoopLagProbe
 
@@ -198,7 +199,7 @@ def test_collector_without_topic_level_metrics_sums_per_namespace() -> None:
 
 def test_collector_tolerates_topics_without_trackers_or_histograms() -> None:
     topic = types.SimpleNamespace(name=f"{T}/bare", subscriptions={"s": types.SimpleNamespace()})
-    service = types.SimpleNamespace(config=None, topics={f"{T}/bare": topic})
+    service = types.SimpleNamespace(config=BrokerConfig(), topics={f"{T}/bare": topic})
     samples = _samples(_exposition(service))
     assert _value(samples, "pulsar_in_messages_total", topic=f"{T}/bare") == 0
     assert _value(samples, "pulsar_subscription_delayed", topic=f"{T}/bare") == 0
@@ -210,7 +211,7 @@ def test_loop_lag_probe_buckets_lateness() -> None:
     probe = LoopLagProbe()
     for lag in (0.0005, 0.02, 7.0):
         probe.record(lag)
-    samples = _samples(_exposition(types.SimpleNamespace(config=None, topics={}), probe))
+    samples = _samples(_exposition(types.SimpleNamespace(config=BrokerConfig(), topics={}), probe))
     assert _value(samples, "horae_event_loop_lag_seconds") == 7.0
     assert _value(samples, "horae_event_loop_lag_histogram_seconds_bucket", le="0.001") == 1
     assert _value(samples, "horae_event_loop_lag_histogram_seconds_bucket", le="0.025") == 2
@@ -219,7 +220,7 @@ def test_loop_lag_probe_buckets_lateness() -> None:
 
 
 def test_registry_holds_process_metrics_and_stays_private() -> None:
-    service = types.SimpleNamespace(config=None, topics={})
+    service = types.SimpleNamespace(config=BrokerConfig(), topics={})
     text = generate_latest(create_registry(service)).decode()
     names = {f.name for f in text_string_to_metric_families(text)}
     assert {"process_cpu_seconds", "pulsar_in_messages"} <= names

@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-import broker.connection as connection_mod
+import broker.net.connection as connection_mod
 from broker.config import BrokerConfig
-from broker.connection import ServerConnection
-from broker.states import (
+from broker.net.connection import ServerConnection
+from broker.net.states import (
     ALL_COMMAND_TYPES,
     TRANSITIONS,
     ConnState,
@@ -67,8 +67,9 @@ class FakeTransport:
 
 def make_connection(**config: Any) -> tuple[ServerConnection, FakeTransport]:
     service = SimpleNamespace(config=BrokerConfig(**config), loop=asyncio.get_running_loop(),
-                              connections=set(), closing=False)
-    conn = ServerConnection(service)  # type: ignore[arg-type]
+                              closing=False)
+    owner = SimpleNamespace(connection_opened=lambda c: None, connection_closed=lambda c: None)
+    conn = ServerConnection(service, owner)  # type: ignore[arg-type]
     transport = FakeTransport()
     conn.connection_made(transport)  # type: ignore[arg-type]
     return conn, transport

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from broker.lookup import advertised_host, service_url
-from broker.topic_name import TopicName
+from broker.net.lookup import advertised_host, service_url
+from broker.topics.names import TopicName
 from protocol.errors import InvalidTopicNameError
 
 

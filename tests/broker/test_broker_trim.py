@@ -11,6 +11,8 @@ from typing import Any
 import pulsar
 from conftest import make_client
 
+from broker.topics.stats import internal_stats, topic_stats
+
 PER_LEDGER = 5
 
 
@@ -83,7 +85,7 @@ def test_acknowledged_ledgers_are_trimmed_and_the_topic_survives_a_restart(
         assert _consume(consumer, 8 * PER_LEDGER) == [b"%d" % i for i in range(8 * PER_LEDGER)]
         assert _wait_for(lambda: _all_acked(handle, topic, "s"))
         assert _wait_for(lambda: len(_ledger_ids(handle, topic)) == 1)
-        internal = handle.call(lambda: handle.service.topics[topic].internal_stats())
+        internal = handle.call(lambda: internal_stats(handle.service.topics[topic]))
         assert [li["ledgerId"] for li in internal["ledgers"]] == [before[-1]]
         assert internal["numberOfEntries"] == PER_LEDGER
         assert _wait_for(lambda: _segments(data) == 1)  # unlinked by the writer thread
@@ -177,5 +179,5 @@ def test_subscription_rates_are_sampled_by_the_tick(broker: Any, client: Any) ->
     seen = broker.call(samples)
     assert _wait_for(lambda: broker.call(samples) >= seen + 1)
     # One stats() call (no earlier one) already has a rate.
-    stats = broker.call(lambda: broker.service.topics[topic].stats())
+    stats = broker.call(lambda: topic_stats(broker.service.topics[topic]))
     assert stats["subscriptions"]["s"]["msgRateOut"] > 0

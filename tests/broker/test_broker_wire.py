@@ -35,7 +35,7 @@ def test_accepted_connections_disable_nagle(broker: Any, raw: RawClient) -> None
     # A lone SEND_RECEIPT must not sit in the kernel waiting for the client's delayed ACK.
     def nodelay() -> list[int]:
         return [c._transport.get_extra_info("socket").getsockopt(
-            socket.IPPROTO_TCP, socket.TCP_NODELAY) for c in broker.service.connections]
+            socket.IPPROTO_TCP, socket.TCP_NODELAY) for c in broker.server.connections]
 
     flags = broker.call(nodelay)
     assert flags and all(flags)

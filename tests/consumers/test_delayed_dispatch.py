@@ -9,7 +9,7 @@ from typing import Any
 import pulsar
 import pytest
 
-from broker.subscription import BUCKET_PROPERTY_PREFIX
+from broker.subscriptions.subscription import BUCKET_PROPERTY_PREFIX
 from tests.conftest import make_client
 
 from ._helpers import Collector, receive_none, topic_name

@@ -22,19 +22,37 @@ no subscription that means every sealed ledger the dedup snapshot covers).
    calling ``trim()``, which decides synchronously, before its first await. The topic's close
    waits for it (:meth:`close`).
 
-Called by :class:`broker.topic.Topic` only; it reads the topic's ledger and subscriptions.
+Called by :class:`broker.topics.topic.Topic` only; it reads the topic's ledger and subscriptions
+through :class:`TrimmedTopic`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from broker.subscriptions.subscription import Subscription
 from storage.positions import Position
 
-if TYPE_CHECKING:
-    from broker.topic import Topic
+
+class TrimmedTopic(Protocol):
+    """What the trimmer reads of its topic (:class:`broker.topics.topic.Topic`)."""
+
+    full: str
+    closed: bool
+    fenced: bool
+    subscriptions: dict[str, Subscription]
+
+    # storage's ManagedLedger (typed there)
+    @property
+    def ledger(self) -> Any: ...
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop: ...
+
+    @property
+    def creating_subscription(self) -> bool: ...
 
 __all__ = ["RETENTION_CHECK_INTERVAL_S", "TRIM_MIN_INTERVAL_S", "LedgerTrimmer"]
 
@@ -49,7 +67,7 @@ RETENTION_CHECK_INTERVAL_S = 120.0
 class LedgerTrimmer:
     """Decides when the topic's managed ledger is trimmed (see the module docstring)."""
 
-    def __init__(self, topic: Topic) -> None:
+    def __init__(self, topic: TrimmedTopic) -> None:
         self.topic = topic
         self.trimmed_ledgers = 0
         self.task: asyncio.Task[None] | None = None  # the trim in progress

@@ -16,18 +16,18 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from broker.dispatchers.base import Dispatcher
+from broker.subscriptions.dispatchers.base import DispatchContext, Dispatcher
 from protocol.metadata import EntryInfo
 from storage.positions import Position
 
 if TYPE_CHECKING:
-    from broker.consumer import Consumer
+    from broker.subscriptions.consumer import Consumer
 
 __all__ = ["SingleActiveDispatcher"]
 
 
 class SingleActiveDispatcher(Dispatcher):
-    def __init__(self, sub, sub_type: int) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, sub: DispatchContext, sub_type: int) -> None:
         super().__init__(sub)
         self.sub_type = sub_type
         self.active: Consumer | None = None

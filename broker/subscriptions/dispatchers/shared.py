@@ -13,12 +13,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from broker.dispatchers.base import Dispatcher
+from broker.subscriptions.dispatchers.base import DispatchContext, Dispatcher
 from protocol.metadata import EntryInfo
 from storage.positions import Position
 
 if TYPE_CHECKING:
-    from broker.consumer import Consumer
+    from broker.subscriptions.consumer import Consumer
 
 __all__ = ["SharedDispatcher"]
 
@@ -27,7 +27,7 @@ class SharedDispatcher(Dispatcher):
     sub_type = 1
     delayed_capable = True
 
-    def __init__(self, sub) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, sub: DispatchContext) -> None:
         super().__init__(sub)
         self._next = 0
 

@@ -6,7 +6,7 @@ Theory of operation
 does on every load) and re-opens one durable subscription per cursor the ledger has kept, so
 consumers resume where they were after a restart.
 
-Publishing (:meth:`Topic.publish`, called by :mod:`broker.producer` for every SEND) parses
+Publishing (:meth:`Topic.publish`, called by :class:`broker.topics.producer.Producer` for every SEND) parses
 the entry's metadata once, runs the delayed-delivery publish guard (PIP-315 max delay,
 PIP-437 fixed delay; :mod:`broker.delayed.guard`) when the entry or the policy asks for it,
 and appends the entry to the ledger. The ledger calls :meth:`_on_durable` right after it
@@ -24,15 +24,15 @@ The delayed-delivery policy is resolved once and cached; the service drops the c
 (:meth:`invalidate_policy`) when a namespace or topic policy changes, so the next message
 sees the change without a restart.
 
-Re-sent messages are not stored twice: :class:`broker.dedup.MessageDeduplication`
+Re-sent messages are not stored twice: :class:`broker.topics.dedup.MessageDeduplication`
 (``self.dedup``) keeps the per-producer-name sequence state, recovered when the topic loads
 and snapshotted into the ``pulsar.dedup`` cursor by :meth:`housekeeping` and :meth:`close`
-(see :mod:`broker.dedup`). That cursor is not a subscription.
+(see :mod:`broker.topics.dedup`). That cursor is not a subscription.
 
 Trimming: :meth:`housekeeping` (once a second, off the hot path) lets ``self.trimmer``
-(:class:`broker.trim.LedgerTrimmer`) decide whether sealed ledgers every cursor has passed
+(:class:`broker.topics.trim.LedgerTrimmer`) decide whether sealed ledgers every cursor has passed
 are deleted now; never at load. The admin documents (:meth:`stats`, :meth:`internal_stats`)
-are built by :mod:`broker.topic_stats`.
+are built by :mod:`broker.topics.stats`.
 """
 
 from __future__ import annotations
@@ -42,15 +42,23 @@ import logging
 import struct
 import time
 from collections import deque
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from google.protobuf.message import DecodeError
 
-from broker.dedup import DEDUP_CURSOR, MessageDeduplication
-from broker.producer import PUBLISH_LATENCY_BUCKETS_MS, Producer, encode_producer_success
-from broker.topic_stats import internal_stats, topic_stats
-from broker.trim import LedgerTrimmer
+from broker.config import BrokerConfig
+from broker.delayed import create_tracker
+from broker.delayed.guard import check_and_start_publish
+from broker.delayed.policy import DelayPolicy
+from broker.delayed.tracker import DelayedDeliveryTracker
+from broker.metrics.rates import PUBLISH_LATENCY_BUCKETS_MS, RateMeter
+from broker.subscriptions.subscription import Subscription
+from broker.topics.dedup import DEDUP_CURSOR, MessageDeduplication
+from broker.topics.names import TopicName
+from broker.topics.producer import Producer
+from broker.topics.trim import LedgerTrimmer
+from protocol import commands as C
 from protocol import pulsar_pb as pb
 from protocol.errors import (
     MalformedEntryError,
@@ -65,70 +73,40 @@ from protocol.metadata import parse_entry
 _U32 = struct.Struct(">I")
 _parse_metadata = pb.MessageMetadata.FromString
 
-if TYPE_CHECKING:
-    from broker.service import BrokerService
-    from broker.topic_name import TopicName
-
-__all__ = ["FallbackDelayPolicy", "RateMeter", "Topic"]
+__all__ = ["Topic"]
 
 log = logging.getLogger("horae.topic")
 
-#: Rates are averaged over this many seconds of samples.
-RATE_WINDOW_S = 10.0
+class TopicHost(Protocol):
+    """What a topic may ask of the registry that loaded it (implemented by
+    :class:`broker.topics.service.BrokerService`)."""
 
-try:  # the delayed-delivery helper's modules; Horae works (without delays) if absent
-    from broker.delayed.guard import check_and_start_publish as _guard
-except ImportError:  # pragma: no cover - only while that area is being written
-    _guard = None  # type: ignore[assignment]
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop: ...
 
+    @property
+    def config(self) -> BrokerConfig: ...
 
-@dataclass(frozen=True, slots=True)
-class FallbackDelayPolicy:
-    """Stand-in for broker.delayed.policy.DelayPolicy when that module is unavailable."""
+    # storage's SnapshotStore (bucket snapshots of delayed-delivery trackers)
+    @property
+    def snapshots(self) -> Any: ...
 
-    active: bool
-    tick_time_ms: int
-    max_delay_ms: int
-    fixed_delay_ms: int
-    strict: bool
+    def resolve_delay_policy(self, name: TopicName) -> DelayPolicy: ...
 
-
-class RateMeter:
-    """Per-second rates of monotonically increasing counters over a sliding window."""
-
-    __slots__ = ("_samples", "_window")
-
-    def __init__(self, window_s: float = RATE_WINDOW_S) -> None:
-        self._window = window_s
-        self._samples: deque[tuple[float, tuple[float, ...]]] = deque()
-
-    def sample(self, now: float, values: tuple[float, ...]) -> None:
-        samples = self._samples
-        samples.append((now, values))
-        while len(samples) > 2 and now - samples[0][0] > self._window:
-            samples.popleft()
-
-    def rates(self, now: float, values: tuple[float, ...]) -> tuple[float, ...]:
-        if not self._samples:
-            return tuple(0.0 for _ in values)
-        t0, old = self._samples[0]
-        dt = now - t0
-        if dt <= 0.5:  # too short a span to mean anything
-            return tuple(0.0 for _ in values)
-        return tuple(max(0.0, (v - o) / dt) for v, o in zip(values, old, strict=True))
+    async def unload_topic(self, full: str) -> None: ...
 
 
 class Topic:
     """A loaded topic (see the module docstring)."""
 
-    def __init__(self, service: BrokerService, name: TopicName, ledger: Any) -> None:
-        self.service = service
+    def __init__(self, host: TopicHost, name: TopicName, ledger: Any) -> None:
+        self.host = host
         self.name = name
         self.full = name.full
         self.ledger = ledger
-        self.loop = service.loop
+        self.loop = host.loop
         self.producers: dict[str, Producer] = {}
-        self.subscriptions: dict[str, Any] = {}
+        self.subscriptions: dict[str, Subscription] = {}
         self.msg_in_counter = 0
         self.bytes_in_counter = 0
         self.entries_added_counter = 0
@@ -143,9 +121,9 @@ class Topic:
         self.loaded_ms = int(time.time() * 1000)
         self._removed_msg_out = 0
         self._removed_bytes_out = 0
-        self._delay_policy: Any = None
+        self._delay_policy: DelayPolicy | None = None
         self._notify_scheduled = False
-        self._sub_creating: dict[str, asyncio.Future[Any]] = {}
+        self._sub_creating: dict[str, asyncio.Future[Subscription]] = {}
         self._rates = RateMeter()
         self._producer_rates: dict[int, RateMeter] = {}
         self._exclusive_waiters: deque[tuple[Producer, int]] = deque()
@@ -158,12 +136,10 @@ class Topic:
     # ------------------------------------------------------------------ loading
 
     @classmethod
-    async def load(cls, service: BrokerService, name: TopicName) -> Topic:
-        ledger = await service.store.open_ledger(name.full)
-        topic = cls(service, name, ledger)
+    async def load(cls, host: TopicHost, name: TopicName, ledger: Any) -> Topic:
+        """A topic over its freshly opened *ledger*, with its durable subscriptions restored."""
+        topic = cls(host, name, ledger)
         ledger.add_listener(topic._on_durable)
-        from broker.subscription import Subscription
-
         for cursor_name in list(ledger.cursors):
             if cursor_name == DEDUP_CURSOR:
                 topic.dedup.start_recovery()
@@ -175,7 +151,7 @@ class Topic:
                 log.exception("could not restore subscription %s on %s", cursor_name, name.full)
                 continue
             topic.subscriptions[cursor_name] = sub
-        # No trim at load: only what happens from now on triggers one (broker.trim).
+        # No trim at load: only what happens from now on triggers one (broker.topics.trim).
         topic.trimmer.reset_trigger()
         return topic
 
@@ -223,10 +199,10 @@ class Topic:
         if policy is None:
             policy = self.delay_policy()
         # Only where the guard can act (its documented no-op cases skip the EntryInfo parse).
-        if _guard is not None and self._guarded and policy.active and (
+        if self._guarded and policy.active and (
                 policy.fixed_delay_ms > 0 or (policy.max_delay_ms > 0 and has("deliver_at_time"))):
             try:
-                result = _guard(entry, parse_entry(entry), policy)
+                result = check_and_start_publish(entry, parse_entry(entry), policy)
             except NotAllowedError:
                 self.delayed_rejected_counter += 1
                 raise
@@ -272,7 +248,7 @@ class Topic:
             return
         self.fenced = True
         log.error("persistence failure on %s: %s; reloading the topic", self.full, exc)
-        self.loop.create_task(self.service.unload_topic(self.full))
+        self.loop.create_task(self.host.unload_topic(self.full))
 
     # ------------------------------------------------------------------ producers
 
@@ -284,7 +260,7 @@ class Topic:
             if existing.connection.is_closed or producer.epoch > existing.epoch:
                 # The client reconnected (its epoch grows on every reconnect, Pulsar's
                 # isSuccessorTo) before this broker noticed the old connection was gone.
-                existing.connection.producers.pop(existing.producer_id, None)
+                existing.connection.producer_detached(existing)
                 existing.close()
             else:
                 raise ProducerBusyError(
@@ -324,11 +300,10 @@ class Topic:
             conn = producer.connection
             if conn.is_closed or producer.closed:
                 continue
-            conn.waiting_producers.pop(producer.producer_id, None)
             self._register(producer)
-            conn.producers[producer.producer_id] = producer
-            conn.write(encode_producer_success(request_id, producer.name, ready=True,
-                                               last_sequence_id=producer.seq_state.persisted))
+            conn.producer_ready(producer)
+            conn.write(C.encode_producer_success(request_id, producer.name,
+                                                 producer.seq_state.persisted, ready=True))
             return
 
     # ------------------------------------------------------------------ subscriptions
@@ -341,7 +316,7 @@ class Topic:
     async def get_or_create_subscription(self, name: str, *, durable: bool = True,
                                          initial_position: str = "latest",
                                          start_message_id: tuple[int, int] | None = None,
-                                         sub_type: Any = None) -> Any:
+                                         sub_type: int | None = None) -> Subscription:
         sub = self.subscriptions.get(name)
         if sub is not None:
             return sub
@@ -352,9 +327,7 @@ class Topic:
             raise ServiceNotReadyError(f"Topic {self.full} is being closed or reloaded")
         if name == DEDUP_CURSOR:
             raise NotAllowedError(f"Subscription name {name} is reserved")
-        from broker.subscription import Subscription
-
-        fut: asyncio.Future[Any] = self.loop.create_future()
+        fut: asyncio.Future[Subscription] = self.loop.create_future()
         self._sub_creating[name] = fut
         try:
             sub = await Subscription.open(self, name, durable=durable,
@@ -371,7 +344,7 @@ class Topic:
             del self._sub_creating[name]
 
     async def create_subscription(self, name: str,
-                                  position: str | tuple[int, int] = "latest") -> Any:
+                                  position: str | tuple[int, int] = "latest") -> Subscription:
         """Admin API: create a durable subscription at latest, earliest or a message id."""
         if name in self.subscriptions:
             raise NotAllowedError(f"Subscription {name} already exists")
@@ -383,51 +356,61 @@ class Topic:
         sub = self.subscriptions.get(name)
         if sub is None:
             raise SubscriptionNotFoundError("Subscription not found")
-        if getattr(sub, "consumers", None) and not force:
+        if sub.consumers and not force:
             raise NotAllowedError("Subscription has active connected consumers")
         self._forget_subscription(name, sub)
         await _close_subscription(sub)
         if name in self.ledger.cursors:
             await self.ledger.delete_cursor(name)
 
-    def remove_subscription(self, sub: Any) -> None:
+    def remove_subscription(self, sub: Subscription) -> None:
         """Forget a subscription that went away by itself (e.g. a reader's non-durable one)."""
         name = str(sub.name)
         if self.subscriptions.get(name) is sub:
             self._forget_subscription(name, sub)
 
-    def _forget_subscription(self, name: str, sub: Any) -> None:
+    def _forget_subscription(self, name: str, sub: Subscription) -> None:
         """Drop *sub*, keeping what it delivered in the topic's out counters."""
         del self.subscriptions[name]
-        self._removed_msg_out += getattr(sub, "msg_out_counter", 0)
-        self._removed_bytes_out += getattr(sub, "bytes_out_counter", 0)
+        self._removed_msg_out += sub.msg_out_counter
+        self._removed_bytes_out += sub.bytes_out_counter
 
     # ------------------------------------------------------------------ delayed policy
 
-    def delay_policy(self) -> Any:
+    def delay_policy(self) -> DelayPolicy:
         policy = self._delay_policy
         if policy is None:
-            policy = self._delay_policy = self.service.resolve_delay_policy(self.name)
+            policy = self._delay_policy = self.host.resolve_delay_policy(self.name)
         return policy
+
+    @property
+    def partition_index(self) -> int:
+        return self.name.partition_index
+
+    def new_tracker(self, policy: DelayPolicy, *, on_due: Callable[[], None],
+                    cursor: Any | None) -> DelayedDeliveryTracker:
+        """A delayed-delivery tracker for one of this topic's subscriptions (bucket snapshots
+        only for a durable one, which passes its *cursor*)."""
+        return create_tracker(self.host.config, policy, on_due=on_due, loop=self.loop,
+                              cursor=cursor,
+                              snapshots=self.host.snapshots if cursor is not None else None)
 
     def invalidate_policy(self) -> None:
         self._delay_policy = None
         for sub in list(self.subscriptions.values()):
-            hook = getattr(sub, "on_policy_changed", None)
-            if hook is not None:
-                hook()
+            sub.on_policy_changed()
 
     # ------------------------------------------------------------------ counters, stats
 
     @property
     def msg_out_counter(self) -> int:
         return self._removed_msg_out + sum(
-            getattr(s, "msg_out_counter", 0) for s in self.subscriptions.values())
+            s.msg_out_counter for s in self.subscriptions.values())
 
     @property
     def bytes_out_counter(self) -> int:
         return self._removed_bytes_out + sum(
-            getattr(s, "bytes_out_counter", 0) for s in self.subscriptions.values())
+            s.bytes_out_counter for s in self.subscriptions.values())
 
     def _counter_values(self) -> tuple[float, ...]:
         return (self.msg_in_counter, self.bytes_in_counter, self.msg_out_counter,
@@ -440,9 +423,7 @@ class Topic:
             if meter is not None:
                 meter.sample(now, (p.msg_in_counter, p.bytes_in_counter))
         for sub in list(self.subscriptions.values()):
-            sample = getattr(sub, "sample_rates", None)
-            if sample is not None:
-                sample(now)
+            sub.sample_rates(now)
 
     def rates(self) -> tuple[float, float, float, float]:
         """(msgRateIn, msgThroughputIn, msgRateOut, msgThroughputOut) per second."""
@@ -458,7 +439,7 @@ class Topic:
         entries = self.ledger.number_of_entries
         if not entries or not self.subscriptions:
             return 0
-        backlog = max((getattr(getattr(s, "cursor", None), "backlog", 0) or 0)
+        backlog = max((s.cursor.backlog or 0)
                       for s in self.subscriptions.values())
         return int(self.ledger.total_size_bytes * min(1.0, backlog / entries))
 
@@ -473,14 +454,6 @@ class Topic:
     @property
     def trimmed_ledgers(self) -> int:
         return self.trimmer.trimmed_ledgers
-
-    def stats(self) -> dict[str, Any]:
-        """Pulsar's TopicStats document (:mod:`broker.topic_stats`)."""
-        return topic_stats(self)
-
-    def internal_stats(self) -> dict[str, Any]:
-        """Pulsar's PersistentTopicInternalStats document (:mod:`broker.topic_stats`)."""
-        return internal_stats(self)
 
     # ------------------------------------------------------------------ housekeeping
 
@@ -517,14 +490,10 @@ class Topic:
         return f"<Topic {self.full}>"
 
 
-async def _close_subscription(sub: Any, *, disconnect_clients: bool = True) -> None:
+async def _close_subscription(sub: Subscription, *, disconnect_clients: bool = True) -> None:
     try:
         if disconnect_clients:
-            disconnect = getattr(sub, "disconnect_consumers", None)
-            if disconnect is not None:
-                result = disconnect()
-                if asyncio.iscoroutine(result):
-                    await result
+            sub.disconnect_consumers()
         await sub.close()
     except Exception:
-        log.exception("closing subscription %s failed", getattr(sub, "name", sub))
+        log.exception("closing subscription %s failed", sub.name)

@@ -22,7 +22,7 @@ client).
 Invariants: ``persisted <= pushed``; ``window`` is sorted by key; every persisted key
 ``>= floor`` is in the window.
 
-The SEND path (:class:`broker.producer.Producer`) does the hot part itself on the state it
+The SEND path (:class:`broker.topics.producer.Producer`) does the hot part itself on the state it
 was given by :meth:`MessageDeduplication.attach`: ``key > pushed`` is a new message (then
 ``pushed = key``), and a durable append is recorded with :meth:`SequenceState.record`.
 Anything else is a re-send (or a sequence going backwards), decided by
@@ -64,15 +64,45 @@ import asyncio
 import bisect
 import logging
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from protocol import pulsar_pb as pb
 from protocol.errors import ServiceNotReadyError
 from storage.positions import Position
 
-if TYPE_CHECKING:
-    from broker.producer import Producer
-    from broker.topic import Topic
+
+class SequencedProducer(Protocol):
+    """What deduplication asks of a producer (:class:`broker.topics.producer.Producer`)."""
+
+    seq_state: SequenceState
+    closed: bool
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def pending(self) -> int: ...
+
+    def pending_append(self, key: int) -> asyncio.Future[Any] | None: ...
+
+    def drain_finished(self) -> None: ...
+
+
+class DedupTopic(Protocol):
+    """What deduplication asks of its topic (:class:`broker.topics.topic.Topic`)."""
+
+    full: str
+    closed: bool
+    fenced: bool
+
+    # storage's ManagedLedger (typed there)
+    @property
+    def ledger(self) -> Any: ...
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop: ...
+
+    def check_publish(self, entry: bytes) -> tuple[bytes, int, bool]: ...
 
 __all__ = ["DEDUP_CURSOR", "UNKNOWN_ID", "MessageDeduplication", "SequenceState",
            "is_partial_chunk", "send_key"]
@@ -109,7 +139,7 @@ class SequenceState:
         self.persisted = persisted       # highest key durable (its receipt was produced)
         self.floor = floor               # every persisted key >= floor is in the window
         self.window: deque[tuple[int, int, int]] = deque()  # (key, ledger, entry), ascending
-        self.producers: list[Producer] = []  # incarnations that may have sends in flight
+        self.producers: list[SequencedProducer] = []  # incarnations that may have sends in flight
         self.snapshotted = snapshotted   # persisted value in the dedup cursor
         self.idle_since = 0.0
 
@@ -158,7 +188,7 @@ def _first(item: tuple[int, int, int]) -> int:
 def send_key(sequence_id: int, highest_sequence_id: int, messages: int = 1) -> int:
     """The deduplication key of a send: the highest sequence id it carries (the Java client
     sets highest_sequence_id on batches; the C++ client numbers a batch's messages from
-    sequence_id on). :meth:`broker.producer.Producer.on_send` computes the same inline."""
+    sequence_id on). :meth:`broker.topics.producer.Producer.on_send` computes the same inline."""
     key = highest_sequence_id if highest_sequence_id > sequence_id else sequence_id
     return max(key, sequence_id + messages - 1)
 
@@ -187,7 +217,7 @@ def _metadata(entry: bytes) -> pb.MessageMetadata | None:
 class MessageDeduplication:
     """The per-producer-name sequence states of one topic, and their persistence."""
 
-    def __init__(self, topic: Topic) -> None:
+    def __init__(self, topic: DedupTopic) -> None:
         self.topic = topic
         self.ledger = topic.ledger
         self.states: dict[str, SequenceState] = {}
@@ -255,7 +285,7 @@ class MessageDeduplication:
 
     # ------------------------------------------------------------------ producers
 
-    def attach(self, producer: Producer) -> None:
+    def attach(self, producer: SequencedProducer) -> None:
         """Give *producer* the state of its name (``producer.seq_state``), created if new."""
         state = self.states.get(producer.name)
         if state is None:

@@ -9,7 +9,7 @@ connection when a receipt overtakes an earlier send):
 
 1. The CRC verdict of the frame decoder is checked first: a mismatch is SEND_ERROR
    ChecksumError (the one error the client fails a single message for; the connection stays).
-2. :meth:`broker.topic.Topic.publish` parses the metadata, applies the delayed-delivery
+2. :meth:`broker.topics.topic.Topic.publish` parses the metadata, applies the delayed-delivery
    publish guard (PIP-315/437) and appends the entry to the managed ledger, which resolves
    the returned future once the entry is fsynced (group commit).
 3. When the record at the head of the queue is complete, its SEND_RECEIPT (echoing
@@ -26,7 +26,7 @@ Every record counts towards the connection's pending-publish limit (back-pressur
 step 1 until its answer is written.
 
 Re-sends: a SEND whose key (the highest sequence id it carries) is not above the highest
-one appended under the producer's name is a re-send; :mod:`broker.dedup` decides how it is
+one appended under the producer's name is a re-send; :mod:`broker.topics.dedup` decides how it is
 answered (the original message id, the append still in flight, a new append, or -1:-1).
 The hot path costs one comparison against ``seq_state.pushed``; a durable append is recorded
 in ``seq_state`` when its receipt is written.
@@ -46,30 +46,22 @@ import contextlib
 import logging
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from broker.dedup import SequenceState
+from broker.metrics.rates import PUBLISH_LATENCY_BUCKETS_MS, iso_ms
+from broker.topics.dedup import MessageDeduplication, SequenceState
 from protocol import commands as C
 from protocol import pulsar_pb as pb
 from protocol.errors import (
     ChecksumError,
     PersistenceError,
-    ProducerBusyError,
     RequestError,
 )
+from protocol.frames import Frame
 
-if TYPE_CHECKING:
-    from broker.connection import ServerConnection
-    from broker.topic import Topic
-    from protocol.frames import Frame
-
-__all__ = ["PUBLISH_LATENCY_BUCKETS_MS", "Producer", "create_producer", "iso_ms"]
+__all__ = ["ACCESS_MODE_NAMES", "Producer", "ProducerTransport", "PublishTarget"]
 
 log = logging.getLogger("horae.producer")
-
-#: Upper bounds (ms) of the publish-latency histogram: Pulsar's pulsar_storage_write_latency
-#: buckets (0.5 ms ... 1 s); one more bucket counts everything slower.
-PUBLISH_LATENCY_BUCKETS_MS = (0.5, 1.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 1000.0)
 
 ACCESS_MODE_NAMES: dict[int, str] = {
     pb.Shared: "Shared",
@@ -77,6 +69,52 @@ ACCESS_MODE_NAMES: dict[int, str] = {
     pb.WaitForExclusive: "WaitForExclusive",
     pb.ExclusiveWithFencing: "ExclusiveWithFencing",
 }
+
+
+class ProducerTransport(Protocol):
+    """What a producer may ask of the connection it was created on
+    (:class:`broker.net.connection.ServerConnection`, which owns the producer registry)."""
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop: ...
+
+    @property
+    def is_closed(self) -> bool: ...
+
+    @property
+    def remote_address(self) -> str: ...
+
+    @property
+    def client_version(self) -> str: ...
+
+    def write(self, data: bytes) -> None: ...
+
+    def publish_started(self) -> None: ...
+
+    def publish_finished(self, count: int = 1) -> None: ...
+
+    def producer_detached(self, producer: Producer) -> None:
+        """The broker closed *producer* (fenced, displaced, topic unloaded): forget it."""
+
+    def producer_ready(self, producer: Producer) -> None:
+        """A queued WaitForExclusive *producer* was given the topic: register it."""
+
+
+class PublishTarget(Protocol):
+    """What a producer may ask of its topic (:class:`broker.topics.topic.Topic`)."""
+
+    dedup: MessageDeduplication
+    awaiting_durable: dict[Producer, None]
+    publish_latency_buckets: list[int]
+
+    def publish(self, entry: bytes) -> tuple[asyncio.Future[Any], int, bool]: ...
+
+    def record_published(self, messages: int, size: int, entries: int,
+                         latency_sum_ms: float) -> None: ...
+
+    def on_persistence_failure(self, exc: object) -> None: ...
+
+    def remove_producer(self, producer: Producer) -> None: ...
 
 
 class _Pending:
@@ -103,7 +141,7 @@ class _Pending:
 class Producer:
     """A producer attached to *topic* through *connection*."""
 
-    def __init__(self, connection: ServerConnection, topic: Topic, producer_id: int,
+    def __init__(self, connection: ProducerTransport, topic: PublishTarget, producer_id: int,
                  name: str, access_mode: int, user_provided_name: bool,
                  metadata: dict[str, str], epoch: int = 0) -> None:
         self.connection = connection
@@ -125,7 +163,7 @@ class Producer:
         self._loop = connection.loop
         self._write = connection.write
         self._on_done = self._drain_cb  # bound once: one allocation less per SEND
-        # Replaced by the topic's MessageDeduplication.attach (create_producer) before any SEND.
+        # Replaced by the topic's MessageDeduplication.attach (broker.net.producers) before any SEND.
         self.seq_state = SequenceState(name)
 
     @property
@@ -174,7 +212,7 @@ class Producer:
 
     def _resend(self, entry: bytes, seq: int, highest: int, key: int,
                 started: float) -> _Pending:
-        """A SEND whose key is not above the highest appended one (:mod:`broker.dedup`)."""
+        """A SEND whose key is not above the highest appended one (:mod:`broker.topics.dedup`)."""
         original, record_key = self.topic.dedup.resend(self.seq_state, entry, key)
         if original is not None:
             return _Pending(seq, highest, key, started, original, None, 0, 0, dup=True)
@@ -308,7 +346,7 @@ class Producer:
 
     def disconnect(self) -> None:
         """Broker-initiated close: tell the client (it will look up and reconnect)."""
-        self.connection.producers.pop(self.producer_id, None)
+        self.connection.producer_detached(self)
         self.close()
         self.connection.write(C.encode_close_producer(self.producer_id, 0))
 
@@ -331,54 +369,3 @@ class Producer:
             "msgInCounter": self.msg_in_counter,
             "bytesInCounter": self.bytes_in_counter,
         }
-
-
-def iso_ms(ms: int) -> str:
-    """*ms* since the epoch as Pulsar's stats print it (ISO 8601, UTC, milliseconds)."""
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ms / 1000)) + f".{ms % 1000:03d}Z"
-
-
-async def create_producer(connection: ServerConnection, m: pb.CommandProducer) -> None:
-    """Handle PRODUCER: load (or auto-create) the topic, attach, answer PRODUCER_SUCCESS."""
-    from broker.topic_name import TopicName
-
-    service = connection.service
-    name = TopicName.parse(m.topic)
-    topic = await service.get_topic(name.full, create=service.config.allow_auto_topic_creation)
-    user_provided = m.HasField("producer_name") and m.producer_name != ""
-    pname = m.producer_name if user_provided else service.generate_producer_name()
-    access_mode = int(m.producer_access_mode) if m.HasField("producer_access_mode") else pb.Shared
-    metadata = {kv.key: kv.value for kv in m.metadata}
-    # The sequence state of this name must be recovered before PRODUCER_SUCCESS tells the
-    # client where its sequence stands (and before its re-sends arrive).
-    await topic.dedup.prepare()
-    producer = Producer(connection, topic, int(m.producer_id), pname, access_mode,
-                        user_provided, metadata, int(m.epoch))
-    topic.dedup.attach(producer)
-    try:
-        topic.add_producer(producer)
-    except ProducerBusyError:
-        if access_mode != pb.WaitForExclusive:
-            raise
-        topic.queue_exclusive_waiter(producer, int(m.request_id))
-        connection.waiting_producers[producer.producer_id] = producer
-        connection.write(encode_producer_success(m.request_id, pname, ready=False))
-        return
-    if connection.is_closed:
-        producer.close()
-        return
-    connection.producers[producer.producer_id] = producer
-    connection.write(C.encode_producer_success(m.request_id, pname,
-                                               producer.seq_state.persisted))
-
-
-def encode_producer_success(request_id: int, producer_name: str, *, ready: bool,
-                            last_sequence_id: int = -1) -> bytes:
-    """PRODUCER_SUCCESS with an explicit producer_ready (False: queued for exclusive access)."""
-    cmd = pb.BaseCommand(type=pb.BaseCommand.PRODUCER_SUCCESS)
-    ps = cmd.producer_success
-    ps.request_id = request_id
-    ps.producer_name = producer_name
-    ps.last_sequence_id = last_sequence_id
-    ps.producer_ready = ready
-    return C.encode_command(cmd)

@@ -2,7 +2,7 @@
 
 Theory of operation
 -------------------
-The selector (:mod:`broker.key_shared`) maps an entry's hash slot to a consumer: consistent
+The selector (:mod:`broker.subscriptions.selectors`) maps an entry's hash slot to a consumer: consistent
 hashing for AUTO_SPLIT, declared ranges for STICKY. Ordering across ownership changes follows
 Pulsar 4's "draining hashes" rule (PIP-379), which replaced the older "recently joined consumers"
 rule: ``hash_owner`` counts, per hash slot, the messages pending on the consumer that received
@@ -22,13 +22,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from broker.dispatchers.base import Dispatcher
-from broker.key_shared import ConsistentHashingSelector, StickyRangeSelector
+from broker.subscriptions.dispatchers.base import DispatchContext, Dispatcher
+from broker.subscriptions.selectors import ConsistentHashingSelector, StickyRangeSelector
 from protocol.metadata import EntryInfo
 from storage.positions import Position
 
 if TYPE_CHECKING:
-    from broker.consumer import Consumer
+    from broker.subscriptions.consumer import Consumer
 
 __all__ = ["KeySharedDispatcher"]
 
@@ -40,7 +40,7 @@ class KeySharedDispatcher(Dispatcher):
     delayed_capable = True
     needs_hash = True
 
-    def __init__(self, sub, mode: int) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, sub: DispatchContext, mode: int) -> None:
         super().__init__(sub)
         self.mode = mode
         self.selector: ConsistentHashingSelector | StickyRangeSelector = (

@@ -2,11 +2,11 @@
 
 Theory of operation
 -------------------
-Pure reads, at request time, of what :class:`broker.topic.Topic` keeps as plain counters, of
+Pure reads, at request time, of what :class:`broker.topics.topic.Topic` keeps as plain counters, of
 its producers' and subscriptions' own ``stats()``, and of its managed ledger and cursors;
 nothing here is on the hot path and nothing is cached. Field names and value formats follow
 Pulsar's REST documents (``ledgerId:entryId`` strings for positions, ``-1:-1`` for none; ISO
-times as :func:`broker.producer.iso_ms` prints them) so Pulsar's tooling reads them unchanged.
+times as :func:`broker.metrics.rates.iso_ms` prints them) so Pulsar's tooling reads them unchanged.
 Fields Horae has no counterpart for keep Pulsar's neutral values (0, false, empty).
 
 Called by :meth:`Topic.stats` and :meth:`Topic.internal_stats` (the admin REST API and tests).
@@ -17,10 +17,10 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from broker.producer import iso_ms
+from broker.metrics.rates import iso_ms
 
 if TYPE_CHECKING:
-    from broker.topic import Topic
+    from broker.topics.topic import Topic
 
 __all__ = ["internal_stats", "topic_stats"]
 

@@ -4,7 +4,7 @@ Theory of operation
 -------------------
 A :class:`Subscription` is opened by the topic (:meth:`Subscription.open`): durable ones own a
 storage ``ManagedCursor`` (acks persisted), readers (``durable=False``) a
-:class:`broker.dispatchers.cursors.MemoryCursor` with the same interface that lives as long as
+:class:`broker.subscriptions.dispatchers.cursors.MemoryCursor` with the same interface that lives as long as
 the reader. The dispatcher is created for the
 subscription type of the first consumer and replaced only when every consumer has left and one
 of another type arrives (then the cursor is rewound to the first unacknowledged entry).
@@ -14,7 +14,7 @@ Every cursor position reset -- seek, admin reset-cursor, skip, clear-backlog, re
 pending state, moves the cursor and finally bumps ``cursor.revision`` so a dispatcher read that
 started before the reset is discarded when it completes (PIP-269).
 
-Acks arrive from :class:`broker.consumer_side.ConsumerSide`: individual (with batch ``ack_set``:
+Acks arrive from :class:`broker.net.consumers.ConsumerSide`: individual (with batch ``ack_set``:
 a set bit is a message still to deliver, kept in memory in ``batch_acks`` and sent back on
 redelivery), or cumulative. The delayed tracker (Shared/Key_Shared) is created lazily on the first
 delayed entry, or eagerly on load when the cursor holds bucket snapshots.
@@ -24,17 +24,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol
 
-from broker.consumer import SUB_TYPE_NAMES, Consumer
-from broker.dispatchers import (
+from broker.delayed.policy import DelayPolicy
+from broker.delayed.tracker import DelayedDeliveryTracker
+from broker.metrics.rates import RateMeter
+from broker.subscriptions.consumer import SUB_TYPE_NAMES, Consumer
+from broker.subscriptions.dispatchers import (
     Dispatcher,
     KeySharedDispatcher,
     SharedDispatcher,
     SingleActiveDispatcher,
 )
-from broker.dispatchers.cursors import (
+from broker.subscriptions.dispatchers.cursors import (
     MemoryCursor,
     before,
     normalize_target,
@@ -51,11 +54,10 @@ from protocol.errors import (
 from protocol.metadata import parse_entry
 from storage.positions import Position
 
-if TYPE_CHECKING:
-    from broker.delayed.policy import DelayPolicy
-    from broker.delayed.tracker import DelayedDeliveryTracker
-
-__all__ = ["BUCKET_PROPERTY_PREFIX", "MemoryCursor", "Subscription", "tail_position", "wire_position"]
+__all__ = [
+    "BUCKET_PROPERTY_PREFIX", "MemoryCursor", "Subscription", "TopicContext", "tail_position",
+    "wire_position",
+]
 
 log = logging.getLogger(__name__)
 
@@ -63,10 +65,32 @@ BUCKET_PROPERTY_PREFIX = "#pulsar.internal.delayed.bucket"
 EXCLUSIVE, SHARED, FAILOVER, KEY_SHARED = 0, 1, 2, 3
 
 
+class TopicContext(Protocol):
+    """What a subscription may ask of the topic that owns it (implemented by
+    :class:`broker.topics.topic.Topic`): its ledger, partition, delayed-delivery policy and a
+    tracker built with the broker's settings, and to forget or delete this subscription."""
+
+    # storage's ManagedLedger (typed there)
+    @property
+    def ledger(self) -> Any: ...
+
+    @property
+    def partition_index(self) -> int: ...
+
+    def delay_policy(self) -> DelayPolicy: ...
+
+    def new_tracker(self, policy: DelayPolicy, *, on_due: Callable[[], None],
+                    cursor: Any | None) -> DelayedDeliveryTracker: ...
+
+    def remove_subscription(self, sub: Subscription) -> None: ...
+
+    async def delete_subscription(self, name: str, *, force: bool = False) -> None: ...
+
+
 class Subscription:
     """A named subscription on one topic (or one partition of a partitioned topic)."""
 
-    def __init__(self, topic: Any, name: str, cursor: Any, *, durable: bool) -> None:
+    def __init__(self, topic: TopicContext, name: str, cursor: Any, *, durable: bool) -> None:
         self.topic = topic
         self.name = name
         self.cursor = cursor
@@ -83,19 +107,18 @@ class Subscription:
         self.bytes_out_counter = 0
         self.msg_ack_counter = 0
         self.msg_redeliver_counter = 0
-        self._rates = _rate_meter()
+        self._rates = RateMeter()
         self.resetting = False
         self.closed = False
         self._reset_lock = asyncio.Lock()
-        tn = getattr(topic, "name", None)
-        self.partition_index: int = getattr(tn, "partition_index", -1)
+        self.partition_index = topic.partition_index
 
     # ------------------------------------------------------------------ open / close
 
     @classmethod
     async def open(
         cls,
-        topic: Any,
+        topic: TopicContext,
         name: str,
         *,
         durable: bool = True,
@@ -156,25 +179,20 @@ class Subscription:
     def ensure_tracker(self, policy: DelayPolicy) -> DelayedDeliveryTracker:
         tracker = self.delayed_tracker
         if tracker is None:
-            from broker.delayed import create_tracker
-
-            service = self.topic.service
-            tracker = create_tracker(
-                service.config,
-                policy,
-                on_due=self._on_due,
-                loop=asyncio.get_running_loop(),
-                cursor=self.cursor if self.durable else None,
-                snapshots=service.store.snapshots if self.durable else None,
-            )
+            tracker = self.topic.new_tracker(
+                policy, on_due=self._on_due, cursor=self.cursor if self.durable else None)
             self.delayed_tracker = tracker
         return tracker
+
+    def delay_policy(self) -> DelayPolicy:
+        """The topic's effective delayed-delivery policy (for the dispatcher)."""
+        return self.topic.delay_policy()
 
     def on_policy_changed(self) -> None:
         """The topic's delayed-delivery policy changed: apply a new tick to the tracker."""
         tracker = self.delayed_tracker
         if tracker is not None:
-            tracker.reset_tick_time(self.topic.delay_policy().tick_time_ms)
+            tracker.reset_tick_time(self.delay_policy().tick_time_ms)
         if self.dispatcher is not None and self.consumers:
             self.dispatcher.schedule()
 
@@ -522,9 +540,3 @@ class Subscription:
             "readPosition": str(self.cursor.read_position),
             "cursorRevision": self.cursor.revision,
         }
-
-
-def _rate_meter() -> Any:
-    from broker.topic import RateMeter  # deferred: topic imports this module lazily too
-
-    return RateMeter()

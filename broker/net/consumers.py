@@ -9,7 +9,7 @@ themselves; a :class:`protocol.errors.RequestError` raised from an async handler
 with the request id (done generically by the connection).
 
 Wire facts that matter (reference sections 2.6/2.7): ids are uint64 on the wire, so Pulsar's
-``-1`` arrives as ``2**64 - 1`` (see :func:`broker.subscription.wire_position`); ACK carries a
+``-1`` arrives as ``2**64 - 1`` (see :func:`broker.subscriptions.subscription.wire_position`); ACK carries a
 *repeated* message_id; ACK_RESPONSE goes out only when the ACK had a request_id; a seek closes
 every consumer of the subscription (CLOSE_CONSUMER) before SUCCESS, as the Java broker does, so
 clients re-subscribe and send fresh FLOW permits; GET_LAST_MESSAGE_ID answers ``(ledger, -1)``
@@ -22,11 +22,12 @@ import asyncio
 import logging
 import time
 import uuid
-from typing import Any
+from typing import Protocol
 
-from broker.consumer import Consumer, HashRange
-from broker.subscription import Subscription, tail_position, wire_position
-from broker.topic_name import TopicName
+from broker.subscriptions.consumer import Consumer, HashRange
+from broker.subscriptions.subscription import Subscription, tail_position, wire_position
+from broker.topics.names import TopicName
+from broker.topics.service import BrokerService
 from protocol import pulsar_pb as pb
 from protocol.commands import (
     encode_ack_response,
@@ -34,7 +35,12 @@ from protocol.commands import (
     encode_get_last_message_id_response,
     encode_success,
 )
-from protocol.errors import NotAllowedError, ServerError, ServiceNotReadyError
+from protocol.errors import (
+    ConsumerNotFoundError,
+    NotAllowedError,
+    ServerError,
+    ServiceNotReadyError,
+)
 from protocol.metadata import parse_entry
 from storage.positions import Position
 
@@ -46,33 +52,73 @@ _U64 = (1 << 64) - 1
 _I64 = 1 << 63
 
 
+class ConsumerConnection(Protocol):
+    """What the consumer side needs of its connection (:class:`broker.net.connection.ServerConnection`)."""
+
+    @property
+    def service(self) -> BrokerService: ...
+
+    @property
+    def protocol_version(self) -> int: ...
+
+    @property
+    def remote_address(self) -> str: ...
+
+    @property
+    def client_version(self) -> str: ...
+
+    @property
+    def writes_paused(self) -> bool: ...
+
+    def write(self, data: bytes) -> None: ...
+
+
 class ConsumerSide:
     """Per-connection registry of consumers and the handlers of consumer commands."""
 
-    def __init__(self, connection: Any) -> None:
+    def __init__(self, connection: ConsumerConnection) -> None:
         self.connection = connection
         self.consumers: dict[int, Consumer] = {}
+        # consumer id -> the subscription it is attached to (the consumer holds no reference up)
+        self._subscriptions: dict[int, Subscription] = {}
         self._subscribing: set[int] = set()
         self._closed = False
 
-    # attributes the Consumer reads from its side
+    # ------------------------------------------------------------------ ConsumerTransport
+
     @property
     def protocol_version(self) -> int:
-        return int(getattr(self.connection, "protocol_version", 20) or 0)
+        return self.connection.protocol_version
 
     @property
     def remote_address(self) -> str:
-        return str(getattr(self.connection, "remote_address", ""))
+        return self.connection.remote_address
 
     @property
     def client_version(self) -> str:
-        return str(getattr(self.connection, "client_version", ""))
+        return self.connection.client_version
+
+    @property
+    def writes_paused(self) -> bool:
+        return self.connection.writes_paused
+
+    def write(self, data: bytes) -> None:
+        self.connection.write(data)
 
     def forget(self, consumer: Consumer) -> None:
         """The broker closed this consumer (seek/reset/topic gone): drop it from the registry."""
         if self.consumers.get(consumer.consumer_id) is consumer:
             del self.consumers[consumer.consumer_id]
+            self._subscriptions.pop(consumer.consumer_id, None)
         consumer.closed = True
+
+    def attach(self, consumer: Consumer, subscription: Subscription) -> None:
+        """Register *consumer* (attached to *subscription*) under its id on this connection."""
+        self.consumers[consumer.consumer_id] = consumer
+        self._subscriptions[consumer.consumer_id] = subscription
+
+    def subscription_of(self, consumer: Consumer) -> Subscription:
+        return self._subscriptions[consumer.consumer_id]
 
     # ------------------------------------------------------------------ SUBSCRIBE
 
@@ -118,7 +164,6 @@ class ConsumerSide:
             self,
             cmd.consumer_id,
             name=cmd.consumer_name or uuid.uuid4().hex[:5],
-            subscription=sub,
             sub_type=int(cmd.subType),
             priority_level=cmd.priority_level,
             key_shared_mode=mode,
@@ -131,7 +176,7 @@ class ConsumerSide:
         if self._closed:
             sub.remove_consumer(consumer)
             return
-        self.consumers[cmd.consumer_id] = consumer
+        self.attach(consumer, sub)
         self.connection.write(encode_success(cmd.request_id))
         sub.after_subscribe(consumer)
 
@@ -143,7 +188,7 @@ class ConsumerSide:
             return
         consumer.permits += cmd.messagePermits
         consumer.last_flow_ms = _now_ms()
-        dispatcher = consumer.subscription.dispatcher
+        dispatcher = self.subscription_of(consumer).dispatcher
         if dispatcher is not None:
             dispatcher.schedule()
 
@@ -165,7 +210,7 @@ class ConsumerSide:
             ids.append((Position(lid, eid), list(ack_set) if ack_set else None))
         consumer.msg_ack_counter += len(ids)
         consumer.last_acked_ms = _now_ms()
-        consumer.subscription.acknowledge(
+        self.subscription_of(consumer).acknowledge(
             consumer, ids, cumulative=cmd.ack_type == pb.CommandAck.Cumulative)
         if has_request:
             self.connection.write(encode_ack_response(cmd.consumer_id, cmd.request_id))
@@ -175,13 +220,13 @@ class ConsumerSide:
         if consumer is None:
             return
         positions = [Position(*wire_position(m.ledgerId, m.entryId)) for m in cmd.message_ids]
-        consumer.subscription.redeliver(consumer, positions or None)
+        self.subscription_of(consumer).redeliver(consumer, positions or None)
 
     # ------------------------------------------------------------------ SEEK / UNSUBSCRIBE / CLOSE
 
     async def handle_seek(self, cmd: pb.CommandSeek) -> None:
         consumer = self._consumer(cmd.consumer_id)
-        sub = consumer.subscription
+        sub = self.subscription_of(consumer)
         if cmd.HasField("message_id"):
             await sub.reset_cursor(wire_position(cmd.message_id.ledgerId, cmd.message_id.entryId))
         elif cmd.HasField("message_publish_time"):
@@ -192,22 +237,23 @@ class ConsumerSide:
 
     async def handle_unsubscribe(self, cmd: pb.CommandUnsubscribe) -> None:
         consumer = self._consumer(cmd.consumer_id)
-        await consumer.subscription.unsubscribe(consumer)
+        await self.subscription_of(consumer).unsubscribe(consumer)
         self.forget(consumer)
         self.connection.write(encode_success(cmd.request_id))
 
     async def handle_close_consumer(self, cmd: pb.CommandCloseConsumer) -> None:
         consumer = self.consumers.pop(cmd.consumer_id, None)
-        if consumer is not None:
+        sub = self._subscriptions.pop(cmd.consumer_id, None)
+        if consumer is not None and sub is not None:
             consumer.closed = True
-            consumer.subscription.remove_consumer(consumer)
+            sub.remove_consumer(consumer)
         self.connection.write(encode_success(cmd.request_id))
 
     # ------------------------------------------------------------------ queries
 
     async def handle_get_last_message_id(self, cmd: pb.CommandGetLastMessageId) -> None:
         consumer = self._consumer(cmd.consumer_id)
-        sub = consumer.subscription
+        sub = self.subscription_of(consumer)
         ledger = sub.ledger
         last = tail_position(ledger)
         batch_index: int | None = None
@@ -234,7 +280,7 @@ class ConsumerSide:
                 cmd.request_id, error_code=ServerError.ConsumerNotFound,
                 error_message=f"Consumer {cmd.consumer_id} not found"))
             return
-        sub = consumer.subscription
+        sub = self.subscription_of(consumer)
         rate_out, thr_out, rate_redeliver, ack_rate = consumer.rates(
             asyncio.get_running_loop().time())
         consumer.sample_rates(asyncio.get_running_loop().time())
@@ -258,7 +304,7 @@ class ConsumerSide:
     def on_writable(self) -> None:
         """The transport drained (resume_writing): dispatch again to this connection."""
         for consumer in list(self.consumers.values()):
-            dispatcher = consumer.subscription.dispatcher
+            dispatcher = self.subscription_of(consumer).dispatcher
             if dispatcher is not None:
                 dispatcher.schedule()
 
@@ -267,20 +313,19 @@ class ConsumerSide:
     async def close(self) -> None:
         """The connection went away: every consumer leaves, its unacked messages are redelivered."""
         self._closed = True
-        consumers = list(self.consumers.values())
+        attached = [(c, self._subscriptions[cid]) for cid, c in self.consumers.items()]
         self.consumers.clear()
-        for consumer in consumers:
+        self._subscriptions.clear()
+        for consumer, sub in attached:
             consumer.closed = True
             try:
-                consumer.subscription.remove_consumer(consumer)
+                sub.remove_consumer(consumer)
             except Exception:
                 log.exception("removing consumer %s failed", consumer.name)
 
     def _consumer(self, consumer_id: int) -> Consumer:
         consumer = self.consumers.get(consumer_id)
         if consumer is None:
-            from protocol.errors import ConsumerNotFoundError
-
             raise ConsumerNotFoundError(f"Consumer {consumer_id} not found")
         return consumer
 

@@ -3,7 +3,7 @@
 Theory of operation
 -------------------
 One BrokerService per broker, living on the broker's event loop; the binary protocol
-(:mod:`broker.connection`), the admin REST API and the metrics collector all go through it.
+(:mod:`broker.net.connection`), the admin REST API and the metrics collector all go through it.
 
 * Topics are loaded on first use (:meth:`get_topic`), concurrently-safe: a second caller
   awaits the first load. A topic exists when the store knows its managed ledger, or when it
@@ -16,9 +16,8 @@ One BrokerService per broker, living on the broker's event loop; the binary prot
 * Delayed-delivery policies (kinds ``"namespace_policy"`` and ``"topic_policy"``) are
   mirrored in memory too. A change drops the cached resolved policy of the affected loaded
   topics, so it applies to the next message.
-* Two timers: keep-alive over all connections every ``keepAliveIntervalSeconds``, and a
-  one-second tick feeding the topics' rate meters and running their housekeeping (the
-  producer-sequence snapshot and ledger trimming, :meth:`broker.topic.Topic.housekeeping`).
+* One timer: a one-second tick feeding the topics' rate meters and running their housekeeping (the
+  producer-sequence snapshot and ledger trimming, :meth:`broker.topics.topic.Topic.housekeeping`).
 * Broker-assigned producer names are ``<cluster>-<generation>-<n>``; the generation is a
   counter in the metadata store bumped on every start, so a name is never handed out twice
   for one data directory -- producer names key the re-send deduplication, and a client
@@ -31,11 +30,12 @@ import asyncio
 import contextlib
 import itertools
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from broker.config import BrokerConfig
-from broker.topic import FallbackDelayPolicy, Topic
-from broker.topic_name import TopicName, is_valid_namespace, split_namespace
+from broker.delayed.policy import DelayPolicy, resolve_policy
+from broker.topics.names import TopicName, is_valid_namespace, split_namespace
+from broker.topics.topic import Topic
 from protocol.errors import (
     InvalidTopicNameError,
     MetadataError,
@@ -43,9 +43,6 @@ from protocol.errors import (
     ServiceNotReadyError,
     TopicNotFoundError,
 )
-
-if TYPE_CHECKING:
-    from broker.connection import ServerConnection
 
 __all__ = ["BrokerService"]
 
@@ -55,11 +52,6 @@ DEFAULT_TENANT = "public"
 DEFAULT_NAMESPACE = "public/default"
 _instance_counter = itertools.count()
 
-try:
-    from broker.delayed.policy import resolve_policy as _resolve_policy
-except ImportError:  # pragma: no cover - only while that area is being written
-    _resolve_policy = None  # type: ignore[assignment]
-
 
 class BrokerService:
     def __init__(self, config: BrokerConfig, store: Any,
@@ -68,7 +60,6 @@ class BrokerService:
         self.store = store
         self.loop = loop or asyncio.get_running_loop()
         self.topics: dict[str, Topic] = {}
-        self.connections: set[ServerConnection] = set()
         self.broker_port = config.broker_service_port   # the bound port, set by the server
         self.web_port = config.web_service_port
         self.closing = False
@@ -102,8 +93,7 @@ class BrokerService:
         self._instance = int((generation or {}).get("value", -1)) + 1
         await md.put("broker", "generation", {"value": self._instance})
         self._topic_policies = dict(await md.list("topic_policy"))
-        self._timers = [self.loop.create_task(self._keepalive_loop()),
-                        self.loop.create_task(self._rates_loop())]
+        self._timers = [self.loop.create_task(self._rates_loop())]
 
     async def close(self) -> None:
         """Unload every topic (producers/consumers are told to reconnect)."""
@@ -118,6 +108,11 @@ class BrokerService:
         self.topics.clear()
 
     @property
+    def snapshots(self) -> Any:
+        """The store's bucket-snapshot store (for delayed-delivery trackers)."""
+        return self.store.snapshots
+
+    @property
     def service_url(self) -> str:
         return f"pulsar://{self.config.advertised_address}:{self.broker_port}"
 
@@ -129,14 +124,6 @@ class BrokerService:
         return f"{self.config.cluster_name}-{self._instance}-{next(self._producer_names)}"
 
     # ------------------------------------------------------------------ timers
-
-    async def _keepalive_loop(self) -> None:
-        interval = float(self.config.keep_alive_interval_seconds)
-        while True:
-            await asyncio.sleep(interval)
-            now = self.loop.time()
-            for conn in list(self.connections):
-                conn.keepalive_tick(now, interval)
 
     async def _rates_loop(self) -> None:
         while True:
@@ -190,7 +177,7 @@ class BrokerService:
         fut: asyncio.Future[Topic] = self.loop.create_future()
         self._loading[full] = fut
         try:
-            topic = await Topic.load(self, tn)
+            topic = await Topic.load(self, tn, await self.store.open_ledger(tn.full))
         except BaseException as exc:
             fut.set_exception(exc)
             fut.exception()
@@ -411,19 +398,14 @@ class BrokerService:
             if match(topic):
                 topic.invalidate_policy()
 
-    def resolve_delay_policy(self, tn: TopicName) -> Any:
+    def resolve_delay_policy(self, tn: TopicName) -> DelayPolicy:
         """The effective DelayPolicy of a topic: topic (or its partitioned parent) policy over
         namespace policy over broker config."""
         ns_policy = self._ns_policies.get(tn.namespace)
         topic_policy = self._topic_policies.get(tn.full)
         if topic_policy is None and tn.is_partition:
             topic_policy = self._topic_policies.get(tn.partitioned_parent)
-        if _resolve_policy is not None:
-            return _resolve_policy(self.config, ns_policy, topic_policy)
-        c = self.config
-        return FallbackDelayPolicy(c.delayed_delivery_enabled, c.delayed_delivery_tick_time_millis,
-                                   c.delayed_delivery_max_delay_in_millis, 0,
-                                   c.is_delayed_delivery_deliver_at_time_strict)
+        return resolve_policy(self.config, ns_policy, topic_policy)
 
 
 def _in_namespace(full: str, namespace: str) -> bool:

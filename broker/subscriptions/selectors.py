@@ -26,7 +26,7 @@ from protocol.errors import RequestError, ServerError
 from protocol.metadata import KEY_SHARED_RANGE_SIZE, murmur3_32_hash
 
 if TYPE_CHECKING:
-    from broker.consumer import Consumer
+    from broker.subscriptions.consumer import Consumer
 
 __all__ = ["ConsistentHashingSelector", "ConsumerAssignError", "StickyRangeSelector"]
 

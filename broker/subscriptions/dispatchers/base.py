@@ -30,26 +30,50 @@ import contextlib
 import logging
 from collections import Counter
 from itertools import islice
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from sortedcontainers import SortedSet
 
+from broker.delayed.policy import DelayPolicy
+from broker.delayed.tracker import DelayedDeliveryTracker
+from broker.subscriptions.consumer import Consumer
 from protocol.errors import ProtocolError
 from protocol.metadata import EntryInfo, parse_entry, sticky_key_hash
 from storage.positions import Entry, Position
 
-if TYPE_CHECKING:
-    from broker.consumer import Consumer
-    from broker.delayed.tracker import DelayedDeliveryTracker
-    from broker.subscription import Subscription
-
-__all__ = ["MAX_READ_ENTRIES", "Dispatcher"]
+__all__ = ["MAX_READ_ENTRIES", "DispatchContext", "Dispatcher"]
 
 log = logging.getLogger(__name__)
 
 MAX_READ_ENTRIES = 100  # Pulsar's dispatcherMaxReadBatchSize
 MAX_REPLAY_READ = 500
 MAX_REPLAY_SCAN = 20_000  # positions examined per round without reading them (Key_Shared)
+
+
+class DispatchContext(Protocol):
+    """What a dispatcher may ask of the subscription that owns it (implemented by
+    :class:`broker.subscriptions.subscription.Subscription`): its cursor and ledger, the
+    redelivery and batch-ack books, its delayed-delivery tracker, and its out counters."""
+
+    name: str
+    resetting: bool
+    partition_index: int
+    msg_out_counter: int
+    bytes_out_counter: int
+    delayed_tracker: DelayedDeliveryTracker | None
+    redelivery_counts: dict[Position, int]
+    batch_acks: dict[Position, int]
+
+    # A storage ManagedCursor or a reader's MemoryCursor; a ManagedLedger (storage's, typed there).
+    @property
+    def cursor(self) -> Any: ...
+
+    @property
+    def ledger(self) -> Any: ...
+
+    def delay_policy(self) -> DelayPolicy: ...
+
+    def ensure_tracker(self, policy: DelayPolicy) -> DelayedDeliveryTracker: ...
 
 
 class Dispatcher:
@@ -59,7 +83,7 @@ class Dispatcher:
     delayed_capable = False
     needs_hash = False
 
-    def __init__(self, sub: Subscription) -> None:
+    def __init__(self, sub: DispatchContext) -> None:
         self.sub = sub
         self.consumers: list[Consumer] = []
         self.replay: SortedSet = SortedSet()
@@ -273,7 +297,7 @@ class Dispatcher:
         """Move the read position over runs the tracker already holds instead of reading them:
         after a restart the bucket tracker's sealed ranges (up to whole ledgers) would
         otherwise be read and parsed entry by entry only to be answered "tracked"."""
-        if not self.sub.topic.delay_policy().active:
+        if not self.sub.delay_policy().active:
             return read_from    # inactive: held entries are delivered as they are read
         ledger = self.sub.ledger
         pos = read_from
@@ -375,7 +399,7 @@ class Dispatcher:
             if not from_replay and self.delayed_capable and info is not None \
                     and info.deliver_at_time is not None:
                 if policy is None:
-                    policy = sub.topic.delay_policy()
+                    policy = sub.delay_policy()
                 if policy.active:
                     tracker = sub.ensure_tracker(policy)
                     if tracker.add(pos.ledger_id, pos.entry_id, info.deliver_at_time):

@@ -2,8 +2,9 @@
 
 Theory of operation
 -------------------
-A :class:`Consumer` is created by :class:`broker.consumer_side.ConsumerSide` for every SUBSCRIBE
-that succeeds and is owned by one subscription (``consumer.subscription``). The dispatcher of that
+A :class:`Consumer` is created by :class:`broker.net.consumers.ConsumerSide` for every SUBSCRIBE
+that succeeds and is attached to one subscription (the side keeps which). It reaches its
+connection only through the narrow :class:`ConsumerTransport` it is given. The dispatcher of that
 subscription is the only code that sends messages to it, through :meth:`Consumer.send`, which
 charges FLOW permits (in messages: a batch entry costs ``num_messages_in_batch``) and records the
 position in :attr:`pending` until it is acknowledged or handed back for redelivery.
@@ -16,21 +17,18 @@ Invariants:
 * ``permits`` may go negative: a batch entry is sent whole even when it costs more permits than
   are left, as Pulsar does; the consumer simply gets fewer messages until its next FLOW.
 * Frames for one consumer are queued in ``_out`` during a dispatch round and written with one
-  ``connection.write`` by :meth:`flush` (coalesced writes).
+  ``side.write`` by :meth:`flush` (coalesced writes).
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from broker.metrics.rates import RateMeter
 from protocol.commands import encode_active_consumer_change, encode_close_consumer, encode_message
 from storage.positions import Position
-
-if TYPE_CHECKING:
-    from broker.consumer_side import ConsumerSide
-    from broker.subscription import Subscription
 
 __all__ = ["MAX_UNACKED_MESSAGES_PER_CONSUMER", "SUB_TYPE_NAMES", "Consumer", "HashRange"]
 
@@ -38,6 +36,28 @@ SUB_TYPE_NAMES = {0: "Exclusive", 1: "Shared", 2: "Failover", 3: "Key_Shared"}
 #: Pulsar's maxUnackedMessagesPerConsumer: a Shared/Key_Shared consumer holding this many
 #: unacknowledged messages gets nothing more until it acks (protects against a stuck client).
 MAX_UNACKED_MESSAGES_PER_CONSUMER = 50_000
+
+
+class ConsumerTransport(Protocol):
+    """What a consumer may ask of the connection it was subscribed on (implemented by
+    :class:`broker.net.consumers.ConsumerSide`): write frames, know whether the peer reads,
+    describe the client, and drop a consumer the broker closed."""
+
+    @property
+    def writes_paused(self) -> bool: ...
+
+    @property
+    def protocol_version(self) -> int: ...
+
+    @property
+    def remote_address(self) -> str: ...
+
+    @property
+    def client_version(self) -> str: ...
+
+    def write(self, data: bytes) -> None: ...
+
+    def forget(self, consumer: Consumer) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,11 +76,10 @@ class Consumer:
 
     def __init__(
         self,
-        side: ConsumerSide,
+        side: ConsumerTransport,
         consumer_id: int,
         *,
         name: str,
-        subscription: Subscription,
         sub_type: int,
         priority_level: int = 0,
         key_shared_mode: int | None = None,
@@ -72,7 +91,6 @@ class Consumer:
         self.side = side
         self.consumer_id = consumer_id
         self.name = name
-        self.subscription = subscription
         self.sub_type = sub_type
         self.priority_level = priority_level
         self.key_shared_mode = key_shared_mode
@@ -95,8 +113,6 @@ class Consumer:
         self.last_consumed_ms = 0
         self.last_flow_ms = 0
         self._out: list[bytes] = []
-        from broker.topic import RateMeter  # deferred: avoids an import cycle at load time
-
         self._rates = RateMeter()
 
     # ------------------------------------------------------------------ sending
@@ -104,7 +120,7 @@ class Consumer:
     @property
     def writable(self) -> bool:
         """False while the connection's transport asks us to stop writing (back-pressure)."""
-        return not getattr(self.side.connection, "writes_paused", False)
+        return not self.side.writes_paused
 
     @property
     def blocked_on_unacked(self) -> bool:
@@ -153,7 +169,7 @@ class Consumer:
         self._out.clear()
         self.last_consumed_ms = int(time.time() * 1000)
         if not self.closed:
-            self.side.connection.write(data)
+            self.side.write(data)
 
     def take_pending(self, position: Position) -> tuple[int, int] | None:
         """Forget a pending position (acked or handed back); returns (messages, hash) if it was ours."""
@@ -168,12 +184,12 @@ class Consumer:
             return
         self.is_active = is_active
         if self.side.protocol_version >= 12:
-            self.side.connection.write(encode_active_consumer_change(self.consumer_id, is_active))
+            self.side.write(encode_active_consumer_change(self.consumer_id, is_active))
 
     def disconnect(self) -> None:
         """Broker-initiated close: the client re-subscribes (after a seek or a reset)."""
         if not self.closed:
-            self.side.connection.write(encode_close_consumer(self.consumer_id, 0))
+            self.side.write(encode_close_consumer(self.consumer_id, 0))
 
     # ------------------------------------------------------------------ stats
 

@@ -18,7 +18,7 @@ A pair missing from the table is a protocol violation (:func:`unexpected`):
    be answered;
 3. in CLOSED the frame is dropped.
 
-Handlers are named methods of :class:`broker.connection.ServerConnection`; a test walks every
+Handlers are named methods of :class:`broker.net.connection.ServerConnection`; a test walks every
 (state, command type) pair.
 """
 

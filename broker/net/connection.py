@@ -4,7 +4,7 @@ Theory of operation
 -------------------
 :class:`ServerConnection` is an ``asyncio.Protocol``. ``data_received`` feeds the
 :class:`protocol.frames.FrameDecoder` and dispatches every complete frame through
-:data:`broker.states.TRANSITIONS` (state x command type -> handler, next state). Rules:
+:data:`broker.net.states.TRANSITIONS` (state x command type -> handler, next state). Rules:
 
 1. Handlers that answer from memory (PING, SEND, FLOW, ACK, ...) run synchronously, in
    arrival order. Handlers that need IO or a topic load (PRODUCER, SUBSCRIBE, LOOKUP, ...)
@@ -20,11 +20,14 @@ Theory of operation
    ``maxPendingPublishRequestsPerConnection`` the transport stops reading; it resumes at half.
    Back-pressure from the peer: ``writes_paused`` mirrors the transport's pause_writing /
    resume_writing, and the consumer side is told when writing may resume.
-5. Keep-alive is driven by :class:`broker.service.BrokerService` (one timer for all
-   connections) through :meth:`keepalive_tick`.
+5. The connection is owned by the server (:class:`broker.server.BrokerServer`), which it tells
+   when it opens and closes (:class:`ConnectionOwner`); the server drives keep-alive (one
+   timer for all connections) through :meth:`keepalive_tick`.
 
-Consumer commands go to ``broker.consumer_side.ConsumerSide`` (the consumers area), created on
-first use; producers live in ``self.producers`` (:mod:`broker.producer`).
+Consumer commands go to :class:`broker.net.consumers.ConsumerSide`, created on first use;
+PRODUCER to :func:`broker.net.producers.create_producer`. The connection owns its producer
+registries (``producers``, ``waiting_producers``): others change them only through
+:meth:`producer_detached` and :meth:`producer_ready` (:class:`broker.topics.producer.ProducerTransport`).
 """
 
 from __future__ import annotations
@@ -33,21 +36,21 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from broker import SERVER_VERSION
-from broker.lookup import service_url
-from broker.states import TRANSITIONS, ConnState, Unexpected, request_id_of, unexpected
-from broker.topic_name import TopicName
+from broker.net.consumers import ConsumerSide
+from broker.net.lookup import service_url
+from broker.net.producers import create_producer
+from broker.net.states import TRANSITIONS, ConnState, Unexpected, request_id_of, unexpected
+from broker.topics.names import TopicName
+from broker.topics.producer import Producer
+from broker.topics.service import BrokerService
 from protocol import commands as C
 from protocol import pulsar_pb as pb
 from protocol.errors import ConnectionFatalError, RequestError, ServerError
 from protocol.frames import NEED_DATA, Frame, FrameDecoder
 from protocol.limits import FRAME_PADDING, PROTOCOL_VERSION
-
-if TYPE_CHECKING:
-    from broker.producer import Producer
-    from broker.service import BrokerService
 
 __all__ = ["ServerConnection"]
 
@@ -56,11 +59,20 @@ log = logging.getLogger("horae.connection")
 _GET_SCHEMA_NO_SCHEMA = "Topic not found or no-schema"  # Pulsar's exact text
 
 
+class ConnectionOwner(Protocol):
+    """The registry that owns the live connections (the server): told when one opens and closes."""
+
+    def connection_opened(self, connection: ServerConnection) -> None: ...
+
+    def connection_closed(self, connection: ServerConnection) -> None: ...
+
+
 class ServerConnection(asyncio.Protocol):
     """Server side of one TCP connection (see the module docstring)."""
 
-    def __init__(self, service: BrokerService) -> None:
+    def __init__(self, service: BrokerService, owner: ConnectionOwner) -> None:
         self.service = service
+        self._owner = owner
         self.config = service.config
         self.loop = service.loop
         self._state = ConnState.CONNECTING
@@ -84,7 +96,7 @@ class ServerConnection(asyncio.Protocol):
         self._pending_limit = self.config.max_pending_publish_requests_per_connection
         self._resume_at = self._pending_limit // 2
         self._producers_creating: set[int] = set()
-        self._consumer_side: Any = None
+        self._consumer_side: ConsumerSide | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self.is_closed = False
 
@@ -108,7 +120,7 @@ class ServerConnection(asyncio.Protocol):
         if sock:
             self.local_host = str(sock[0])
         self.connected_since_ms = int(time.time() * 1000)
-        self.service.connections.add(self)
+        self._owner.connection_opened(self)
 
     def data_received(self, data: bytes) -> None:
         if self.is_closed:
@@ -149,7 +161,7 @@ class ServerConnection(asyncio.Protocol):
         self.is_closed = True
         self.state = ConnState.CLOSED
         self._out.clear()
-        self.service.connections.discard(self)
+        self._owner.connection_closed(self)
         for task in list(self._tasks):
             task.cancel()
         for producer in list(self.producers.values()):
@@ -169,10 +181,8 @@ class ServerConnection(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self._writes_paused = False
-        side = self._consumer_side
-        hook = getattr(side, "on_writable", None) if side is not None else None
-        if hook is not None:
-            hook()
+        if self._consumer_side is not None:
+            self._consumer_side.on_writable()
 
     # ------------------------------------------------------------------ output
 
@@ -309,7 +319,7 @@ class ServerConnection(asyncio.Protocol):
         pass  # last_received was refreshed by data_received
 
     def keepalive_tick(self, now: float, interval: float) -> None:
-        """Called by the service every *interval* s: PING when idle, close when a PING went unanswered.
+        """Called by the server every *interval* s: PING when idle, close when a PING went unanswered.
 
         As Pulsar's PulsarHandler does, a connection is closed only after the broker has sent a
         PING and heard nothing at all for a whole interval since: a loop stall that delays the
@@ -383,8 +393,6 @@ class ServerConnection(asyncio.Protocol):
     # ------------------------------------------------------------------ producers
 
     def on_producer(self, frame: Frame) -> None:
-        from broker.producer import create_producer
-
         m = frame.command.producer
         pid = int(m.producer_id)
         existing = self.producers.get(pid)
@@ -436,6 +444,14 @@ class ServerConnection(asyncio.Protocol):
     def reading_paused(self) -> bool:
         return self._reading_paused
 
+    def producer_detached(self, producer: Producer) -> None:
+        if self.producers.get(producer.producer_id) is producer:
+            del self.producers[producer.producer_id]
+
+    def producer_ready(self, producer: Producer) -> None:
+        self.waiting_producers.pop(producer.producer_id, None)
+        self.producers[producer.producer_id] = producer
+
     def on_close_producer(self, frame: Frame) -> None:
         m = frame.command.close_producer
         producer = self.producers.pop(m.producer_id, None)
@@ -453,85 +469,59 @@ class ServerConnection(asyncio.Protocol):
 
     # ------------------------------------------------------------------ consumers
 
-    def consumer_side(self) -> Any:
-        """The connection's ConsumerSide, created on first use (None if unavailable)."""
+    def consumer_side(self) -> ConsumerSide:
+        """The connection's ConsumerSide, created on first use."""
         side = self._consumer_side
         if side is None:
-            try:
-                from broker.consumer_side import ConsumerSide
-            except ImportError:
-                return None
             side = self._consumer_side = ConsumerSide(self)
         return side
 
-    def _consumer_request(self, frame: Frame, method: str) -> None:
-        sub = getattr(frame.command, _SUBFIELDS[frame.command.type])
-        rid = int(sub.request_id)
-        side = self.consumer_side()
-        if side is None:
-            self.write(C.encode_error(rid, ServerError.ServiceNotReady,
-                                      "Consumers are not available on this broker"))
-            return
-        if frame.command.type == pb.BaseCommand.SUBSCRIBE and self.service.closing:
-            self.write(C.encode_error(rid, ServerError.ServiceNotReady, "Broker is shutting down"))
-            return
-        self.spawn(getattr(side, method)(sub), rid)
-
-    def _consumer_oneway(self, frame: Frame, method: str) -> None:
-        side = self.consumer_side()
-        if side is not None:
-            getattr(side, method)(getattr(frame.command, _SUBFIELDS[frame.command.type]))
-
     def on_subscribe(self, frame: Frame) -> None:
-        self._consumer_request(frame, "handle_subscribe")
+        m = frame.command.subscribe
+        if self.service.closing:
+            self.write(C.encode_error(m.request_id, ServerError.ServiceNotReady,
+                                      "Broker is shutting down"))
+            return
+        self.spawn(self.consumer_side().handle_subscribe(m), m.request_id)
 
     def on_flow(self, frame: Frame) -> None:
-        self._consumer_oneway(frame, "handle_flow")
+        self.consumer_side().handle_flow(frame.command.flow)
 
     def on_ack(self, frame: Frame) -> None:
         ack = frame.command.ack
-        side = self.consumer_side()
-        if side is None:
-            if ack.HasField("request_id"):
-                self.write(C.encode_ack_response(ack.consumer_id, ack.request_id,
-                                                 error=ServerError.ConsumerNotFound,
-                                                 message="Consumer not found"))
-            return
         try:
-            side.handle_ack(ack)
+            self.consumer_side().handle_ack(ack)
         except RequestError as exc:
             if ack.HasField("request_id"):
                 self.write(C.encode_ack_response(ack.consumer_id, ack.request_id,
                                                  error=exc.code, message=exc.message))
 
     def on_redeliver(self, frame: Frame) -> None:
-        self._consumer_oneway(frame, "handle_redeliver")
+        self.consumer_side().handle_redeliver(frame.command.redeliverUnacknowledgedMessages)
 
     def on_seek(self, frame: Frame) -> None:
-        self._consumer_request(frame, "handle_seek")
+        m = frame.command.seek
+        self.spawn(self.consumer_side().handle_seek(m), m.request_id)
 
     def on_unsubscribe(self, frame: Frame) -> None:
-        self._consumer_request(frame, "handle_unsubscribe")
+        m = frame.command.unsubscribe
+        self.spawn(self.consumer_side().handle_unsubscribe(m), m.request_id)
 
     def on_close_consumer(self, frame: Frame) -> None:
+        m = frame.command.close_consumer
         if self._consumer_side is None:
             # No consumer was ever created here; Pulsar answers SUCCESS for unknown ids too.
-            self.write(C.encode_success(frame.command.close_consumer.request_id))
+            self.write(C.encode_success(m.request_id))
             return
-        self._consumer_request(frame, "handle_close_consumer")
+        self.spawn(self._consumer_side.handle_close_consumer(m), m.request_id)
 
     def on_get_last_message_id(self, frame: Frame) -> None:
-        self._consumer_request(frame, "handle_get_last_message_id")
+        m = frame.command.getLastMessageId
+        self.spawn(self.consumer_side().handle_get_last_message_id(m), m.request_id)
 
     def on_consumer_stats(self, frame: Frame) -> None:
         m = frame.command.consumerStats
-        side = self.consumer_side()
-        if side is None:
-            self.write(C.encode_consumer_stats_response(
-                m.request_id, error_code=ServerError.ConsumerNotFound,
-                error_message="Consumer not found"))
-            return
-        self.spawn(side.handle_consumer_stats(m), m.request_id)
+        self.spawn(self.consumer_side().handle_consumer_stats(m), m.request_id)
 
     def __repr__(self) -> str:
         return f"<ServerConnection {self.remote_address} {self.state.name}>"
@@ -544,9 +534,6 @@ def _log_task_failure(task: asyncio.Task[Any]) -> None:
 
 _SEND = pb.BaseCommand.SEND
 _CONNECTED = ConnState.CONNECTED
-
-_SUBFIELDS = {t: pb.BaseCommand.DESCRIPTOR.fields_by_number[t].name
-              for t in (v.number for v in pb.BaseCommand.Type.DESCRIPTOR.values)}
 
 Handler = Callable[[ServerConnection, Frame], None]
 
