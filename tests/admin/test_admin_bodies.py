@@ -9,7 +9,7 @@ import pytest
 from broker.admin import bodies
 from broker.admin.errors import RestError
 from broker.admin_cli import UsageError, parse_duration_ms, parse_message_id, topic_path
-from proto import pulsar_api_pb2 as pb
+from protocol import pulsar_pb as pb
 
 
 def _b64(ledger: int, entry: int, batch: int | None = None) -> str:

@@ -23,7 +23,7 @@ from broker.states import (
     request_id_of,
     subcommand_field,
 )
-from proto import pulsar_api_pb2 as pb
+from protocol import pulsar_pb as pb
 from protocol.errors import ServerError
 from protocol.frames import Frame, FrameDecoder
 

@@ -11,7 +11,7 @@ from broker.delayed import create_tracker
 from broker.delayed.bucket import BUCKET_KEY_PREFIX, BucketDelayedDeliveryTracker, bucket_key
 from broker.delayed.policy import resolve_policy
 from broker.delayed.snapshot_format import decode_metadata, decode_segment
-from proto import delayed_index_pb2 as dpb
+from protocol.generated import delayed_index_pb2 as dpb
 from storage.positions import Position
 
 
