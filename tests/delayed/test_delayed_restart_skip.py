@@ -7,6 +7,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from waiting import wait_until
+
 CONFIG = {
     "delayedDeliveryTrackerFactoryClassName": "bucket",
     "delayedDeliveryMinIndexCountPerBucket": 40,
@@ -27,14 +29,8 @@ def _msg_delayed(handle: Any) -> int:
 
 
 def _wait_delayed(handle: Any, n: int) -> int:
-    deadline = time.monotonic() + 10
-    got = -1
-    while time.monotonic() < deadline:
-        got = _msg_delayed(handle)
-        if got >= n:
-            break
-        time.sleep(0.02)  # polling broker state across threads
-    return got
+    return wait_until(lambda: (got := _msg_delayed(handle)) >= n and got, timeout_s=10,
+                      interval_s=0.02, message=f"msg_delayed reaches {n}")
 
 
 def test_restart_skips_tracked_ranges_but_redelivers_unacked_and_keeps_delayed(
