@@ -1,7 +1,8 @@
 """Roll Horae's metric snapshots up into per-window Parquet, a Markdown summary and a chart.
 
-Run it as ``spark-submit jobs/metrics_rollup.py --input DIR --output DIR [--window 1m,1h]``,
-as ``horae rollup ...`` (the broker CLI calls :func:`main`), or ``python -m jobs.metrics_rollup``.
+Run it with ``deploy/spark/submit-rollup.sh`` (spark-submit, the ``jobs`` package as a
+``--py-files`` zip), as ``horae rollup ...`` (the broker CLI calls :func:`main`), or as
+``python -m jobs.metrics_rollup --input DIR --output DIR [--window 1m,1h]``.
 
 Theory of operation
 -------------------
