@@ -62,14 +62,18 @@ def test_restart_skips_tracked_ranges_but_redelivers_unacked_and_keeps_delayed(
         consumer = client.subscribe(TOPIC, "sub", consumer_type=pulsar.ConsumerType.Shared)
         producer = client.create_producer(TOPIC)
         producer.send(b"after")
-        deadline = time.monotonic() + 10
-        while b"after" not in received and time.monotonic() < deadline:
+
+        def received_after() -> bool:
             try:
                 msg = consumer.receive(timeout_millis=500)
             except pulsar.Timeout:
-                continue
+                return False
             received.append(msg.data())
             consumer.acknowledge(msg)
+            return b"after" in received
+
+        wait_until(received_after, timeout_s=10, interval_s=0,
+                   message="the message published after the restart arrives")
         delayed_after = _wait_delayed(second, DELAYED)
     finally:
         client.close()
