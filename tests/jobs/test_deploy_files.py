@@ -7,6 +7,8 @@ import os
 import re
 import shutil
 import subprocess
+import sys
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +84,7 @@ def test_submit_script_builds_a_cluster_submission(tmp_path: Path) -> None:
         "SPARK_SUBMIT": "echo",
         "SPARK_MASTER": "spark://master.example:7077",
         "WINDOWS": "5m",
+        "JOBS_ZIP": str(tmp_path / "jobs.zip"),
     }
     proc = subprocess.run(
         ["bash", str(script), "--top", "3"],
@@ -96,3 +99,28 @@ def test_submit_script_builds_a_cluster_submission(tmp_path: Path) -> None:
     assert any(a.endswith("jobs/metrics_rollup.py") for a in args)
     assert args[args.index("--window") + 1] == "5m"
     assert args[-2:] == ["--top", "3"]
+    assert args[args.index("--py-files") + 1] == str(tmp_path / "jobs.zip")
+
+
+def test_submitted_script_imports_the_jobs_package_from_the_py_files_zip(tmp_path: Path) -> None:
+    # What spark-submit does with the submission: the zip on PYTHONPATH, the job run as a script
+    # (its own folder first on sys.path), here with a missing input so no JVM starts.
+    zipped = tmp_path / "jobs.zip"
+    env = {**os.environ, "SPARK_SUBMIT": "true", "JOBS_ZIP": str(zipped)}
+    subprocess.run(["bash", str(DEPLOY / "spark" / "submit-rollup.sh")], env=env, timeout=60, check=True)
+    with zipfile.ZipFile(zipped) as archive:
+        assert {"jobs/__init__.py", "jobs/metrics_rollup.py", "jobs/rollup_aggregate.py",
+                "jobs/rollup_report.py"} <= set(archive.namelist())
+    # -S: no site-packages, so `jobs` can only come from the zip (not an installed Horae).
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    script = DEPLOY.parent / "jobs" / "metrics_rollup.py"
+    args = [sys.executable, "-S", str(script), "--input", str(tmp_path / "none"), "--output", str(tmp_path)]
+    proc = subprocess.run(
+        args, cwd=tmp_path, env={**env, "PYTHONPATH": str(zipped)}, capture_output=True, text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "does not exist: nothing to roll up" in proc.stderr
+    bare = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert bare.returncode == 1
+    assert "No module named 'jobs'" in bare.stderr
