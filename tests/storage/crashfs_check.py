@@ -239,6 +239,12 @@ async def check_state(root: Path, marks: list[tuple[Any, ...]]) -> list[str]:
     problems: list[str] = []
     store = await SegmentStore.open(root, CHECK_CONFIG)
     try:
+        # First: the first id this store hands out must be above every id ever handed out.
+        probe = await store.open_ledger(PROBE)
+        pos = await probe.append(b"probe")
+        if pos.ledger_id <= ex.max_id:
+            problems.append(f"ledger id {pos.ledger_id} handed out again (ids up to "
+                            f"{ex.max_id} were in use): LEDGER_ID lost")
         names = set(store.ledger_names())
         for topic, status in sorted(ex.topics.items()):
             if status == "deleted":
@@ -257,11 +263,6 @@ async def check_state(root: Path, marks: list[tuple[Any, ...]]) -> list[str]:
                 problems += await _check_snapshot(store, sid, want)
         if store.recovery_report.corrupt_cursors:
             problems.append(f"{store.recovery_report.corrupt_cursors} corrupt cursor file(s)")
-        probe = await store.open_ledger(PROBE)
-        pos = await probe.append(b"probe")
-        if pos.ledger_id <= ex.max_id:
-            problems.append(f"ledger id {pos.ledger_id} handed out again (ids up to "
-                            f"{ex.max_id} were in use): LEDGER_ID lost")
     finally:
         await store.close()
     return problems
