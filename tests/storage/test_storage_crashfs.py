@@ -15,7 +15,8 @@ state is opened with the real store and checked (crashfs_check.check_state).
   each, all of them ~8 s); HORAE_CRASH_SITES=N runs the append fdatasync plus a seeded
   sample of N-1 others.
   Sites whose sync no promise depends on are listed in NEUTRAL_SITES with the reason.
-Long release run (a few minutes): HORAE_CRASH_STATES=5000 pytest tests/storage/test_storage_crashfs.py
+Long release run (a few minutes): HORAE_CRASH_STATES=5000 pytest tests/storage/test_storage_crashfs.py;
+HORAE_CRASH_SEED=N picks other crash points and state choices (the default seed is fixed).
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ from crashfs_states import generate, states_budget
 
 from storage import StorageConfig
 
-SEED = 20240611
+SEED = int(os.environ.get("HORAE_CRASH_SEED", "20240611"))
 KILL_POINTS = 3
 APPEND_SYNC = "writer.py:_write_appends>"
 
