@@ -232,12 +232,14 @@ class CrashFS(FileOps):
         self.skipped = 0
 
     @classmethod
-    def resume(cls, root: Path, trace: Trace, crash_point: int, **kw: Any) -> CrashFS:
+    def resume(cls, root: Path, trace: Trace, crash_point: int, *, power_loss: bool = False,
+               **kw: Any) -> CrashFS:
         """A process crash at crash_point: root gets every op applied (the page cache
-        survived), the new recorder starts with the volatile ops still volatile."""
+        survived), the new recorder starts with the volatile ops still volatile. With
+        power_loss: root gets only the durable state (every volatile op lost)."""
         replay = Replayer(trace)
         replay.advance(crash_point)
-        volatile = replay.volatile_ops()
+        volatile = [] if power_loss else replay.volatile_ops()
         current = replay.durable.copy()
         for op in volatile:
             current.apply(op)
