@@ -32,6 +32,7 @@ volatile, so a later power loss can take away what recovery read without syncing
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 import threading
@@ -51,7 +52,9 @@ _FILEOPS_FILE = Path(storage.fileops.__file__).name
 @dataclass(frozen=True, slots=True)
 class Op:
     """One traced operation. kind: write, trunc, sync (file), link (new entry; is_dir for
-    mkdir), unlink, rename, dsync (directory), mark. ino: the file/dir inode concerned."""
+    mkdir), unlink, rename, dsync (directory), mark, lose (a failed fsync: the file's
+    volatile writes will never be durable, though reads still see them, as after fsyncgate).
+    ino: the file/dir inode concerned."""
 
     kind: str
     ino: int = -1
@@ -183,6 +186,9 @@ class Replayer:
                 self._settle(self._by_file.pop(op.ino, []))
             elif op.kind == "dsync":
                 self._settle(self._by_dir.pop(op.dir, []))
+            elif op.kind == "lose":
+                for seq in self._by_file.pop(op.ino, []):
+                    self.volatile.pop(seq, None)
             elif op.kind != "mark":
                 self._add(op)
 
@@ -230,6 +236,7 @@ class CrashFS(FileOps):
         self.disabled_site = disabled_site
         self.sites: dict[str, int] = {}  # sync call site -> calls (disabled ones included)
         self.skipped = 0
+        self._fail_next: set[str] = set()
 
     @classmethod
     def resume(cls, root: Path, trace: Trace, crash_point: int, *, power_loss: bool = False,
@@ -247,6 +254,12 @@ class CrashFS(FileOps):
         return cls(root, trace=Trace(replay.durable.copy(), volatile), current=current, **kw)
 
     # -- recording -------------------------------------------------------------------------
+
+    def fail_next_sync(self, site: str) -> None:
+        """The next sync from site fails with EIO; the file's volatile writes are lost to
+        the disk (still readable: Linux marks failed pages clean, see fsyncgate)."""
+        with self._lock:
+            self._fail_next.add(site)
 
     def mark(self, *what: Any) -> None:
         """Record a promise the store made (called by workloads after an await returned)."""
@@ -354,6 +367,11 @@ class CrashFS(FileOps):
             if entry is None:
                 return
             ino, is_dir = entry
+            if site in self._fail_next:
+                self._fail_next.discard(site)
+                if not is_dir:
+                    self._record(Op("lose", ino=ino, site=site))
+                raise OSError(errno.EIO, f"crashfs: injected EIO ({site})")
             if is_dir:
                 self._record(Op("dsync", dir=ino, site=site))
             else:

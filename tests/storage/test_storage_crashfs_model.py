@@ -7,6 +7,7 @@ import os
 import random
 from pathlib import Path
 
+import pytest
 from crashfs import CrashFS, FsState, Op, Replayer, call_site
 from crashfs_states import build, tear
 
@@ -94,3 +95,17 @@ def test_a_process_crash_keeps_volatile_data_volatile(tmp_path: Path) -> None:
     resumed.fdatasync(fd)
     resumed.close(fd)
     assert _file(_state(resumed, "drop_all"), "f") == b"unsynced"
+
+
+def test_a_failed_fsync_loses_the_writes_for_good(tmp_path: Path) -> None:
+    fs = CrashFS(tmp_path)
+    fd = fs.open(tmp_path / "f", os.O_WRONLY | os.O_CREAT)
+    fs.fsync_dir(tmp_path)
+    fs.write_all(fd, b"lost")
+    fs.fail_next_sync("?>")  # the site of a call from outside storage/
+    with pytest.raises(OSError):
+        fs.fdatasync(fd)
+    fs.fdatasync(fd)  # "succeeds", as after fsyncgate, and proves nothing
+    fs.close(fd)
+    assert (tmp_path / "f").read_bytes() == b"lost"  # still readable
+    assert _file(_state(fs, "keep_all"), "f") == b""
