@@ -6,7 +6,8 @@ Workloads mark each promise the store made, right after the await that made it r
   ("ack", topic, ledger, entry, seq)   its future completed: it must survive
   ("served", topic, ledger, entry, seq) a read returned it: it must survive (nothing unsynced
                                         is served)
-  ("cursor", topic, name, ledger, entry)  flush() returned with mark-delete >= this
+  ("cursor", topic, name, ledger, entry, acks)  flush() returned with mark-delete >= this
+                                        and these individual acks ((ledger, entry), ...)
   ("trim_start", topic, ledger, entry) / ("trimmed", topic, ids)  trim() began / returned
   ("cursor_delete_start"|"cursor_deleted", topic, name)
   ("snapshot", id, digest) / ("snapshot_delete_start"|"snapshot_deleted", id)
@@ -84,13 +85,15 @@ class Workload:
     async def flush_cursor(self, ml: ManagedLedger, name: str) -> None:
         cursor = ml.cursors[name]
         md = cursor.mark_delete_position
+        acks = tuple((lid, eid) for lid, bm in sorted(cursor.individually_deleted().items())
+                     for eid in bm)
         await cursor.flush()
-        self.fs.mark("cursor", ml.name, name, md.ledger_id, md.entry_id)
+        self.fs.mark("cursor", ml.name, name, md.ledger_id, md.entry_id, acks)
 
     async def open_cursor(self, ml: ManagedLedger, name: str) -> None:
         await ml.open_cursor(name, initial_position="earliest")
         md = ml.cursors[name].mark_delete_position
-        self.fs.mark("cursor", ml.name, name, md.ledger_id, md.entry_id)
+        self.fs.mark("cursor", ml.name, name, md.ledger_id, md.entry_id, ())
 
     async def snapshot(self, n: int) -> int:
         parts = [f"meta-{n}".encode(), *(bytes([n, i]) * (50 + 30 * i) for i in range(3))]
@@ -146,7 +149,7 @@ async def main_workload(w: Workload) -> None:
     await asyncio.gather(w.append(ma, 4), w.append(mb, 3))
     await w.snapshot(2)
     await w.delete_snapshot(s1)
-    ma.cursors["sub"].delete(w.acked[TA][11:14])
+    ma.cursors["sub"].delete(w.acked[TA][11:13] + w.acked[TA][14:16])
     await w.flush_cursor(ma, "sub")
     mc = await store.open_ledger(TC)
     await w.append(mc, 3)
@@ -192,7 +195,8 @@ class Expect:
     trim_cut: dict[str, Position] = field(default_factory=dict)
     trimmed: dict[str, set[int]] = field(default_factory=dict)
     topics: dict[str, str] = field(default_factory=dict)  # live, deleting, deleted
-    cursors: dict[tuple[str, str], Position | str] = field(default_factory=dict)
+    cursors: dict[tuple[str, str], tuple[Position, tuple[tuple[int, int], ...]] | str] = field(
+        default_factory=dict)
     snapshots: dict[int, str] = field(default_factory=dict)  # digest, deleting, deleted
     max_id: int = -1
 
@@ -209,7 +213,7 @@ def expectations(marks: list[tuple[Any, ...]]) -> Expect:
             ex.max_id = max(ex.max_id, m[2])
             ex.topics[m[1]] = "live"
         elif kind == "cursor":
-            ex.cursors[(m[1], m[2])] = Position(m[3], m[4])
+            ex.cursors[(m[1], m[2])] = (Position(m[3], m[4]), m[5])
             ex.topics[m[1]] = "live"
         elif kind == "trim_start":
             ex.trim_cut[m[1]] = max(ex.trim_cut.get(m[1], Position(-1, -1)), Position(m[2], m[3]))
@@ -269,7 +273,7 @@ async def check_state(root: Path, marks: list[tuple[Any, ...]]) -> list[str]:
 
 
 def _has_cursor(ex: Expect, topic: str) -> bool:
-    return any(t == topic and isinstance(v, Position) for (t, _), v in ex.cursors.items())
+    return any(t == topic and isinstance(v, tuple) for (t, _), v in ex.cursors.items())
 
 
 async def _check_topic(store: SegmentStore, topic: str, ex: Expect) -> list[str]:
@@ -315,12 +319,18 @@ async def _check_topic(store: SegmentStore, topic: str, ex: Expect) -> list[str]
         cursor = ml.cursors.get(name)
         if want == "deleted" and cursor is not None:
             problems.append(f"{topic}: deleted cursor {name} is back")
-        elif isinstance(want, Position):
+        elif isinstance(want, tuple):
+            md, acks = want
             if cursor is None:
                 problems.append(f"{topic}: cursor {name} lost")
-            elif cursor.mark_delete_position < want:
+            elif cursor.mark_delete_position < md:
                 problems.append(f"{topic}: cursor {name} mark-delete "
-                                f"{cursor.mark_delete_position} behind flushed {want}")
+                                f"{cursor.mark_delete_position} behind flushed {md}")
+            else:
+                lost = [p for p in (Position(*a) for a in acks)
+                        if p > cursor.mark_delete_position and not cursor.is_deleted(p)]
+                if lost:
+                    problems.append(f"{topic}: cursor {name} lost flushed acks {lost}")
     return problems
 
 
