@@ -15,7 +15,7 @@ state is opened with the real store and checked (crashfs_check.check_state).
   each, all of them ~8 s); HORAE_CRASH_SITES=N runs the append fdatasync plus a seeded
   sample of N-1 others.
   Sites whose sync no promise depends on are listed in NEUTRAL_SITES with the reason.
-Long release run (a few minutes): HORAE_CRASH_STATES=5000 pytest tests/storage/test_storage_crashfs.py;
+Long release run (about 90 s here): HORAE_CRASH_STATES=5000 pytest tests/storage/test_storage_crashfs.py;
 HORAE_CRASH_SEED=N picks other crash points and state choices (the default seed is fixed).
 """
 
