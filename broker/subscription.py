@@ -57,7 +57,7 @@ if TYPE_CHECKING:
 
 __all__ = ["BUCKET_PROPERTY_PREFIX", "MemoryCursor", "Subscription", "tail_position", "wire_position"]
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("horae.subscription")
 
 BUCKET_PROPERTY_PREFIX = "#pulsar.internal.delayed.bucket"
 EXCLUSIVE, SHARED, FAILOVER, KEY_SHARED = 0, 1, 2, 3

@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 
 __all__ = ["MAX_READ_ENTRIES", "Dispatcher"]
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("horae.dispatchers.base")
 
 MAX_READ_ENTRIES = 100  # Pulsar's dispatcherMaxReadBatchSize
 MAX_REPLAY_READ = 500
