@@ -9,6 +9,10 @@ as aiohttp are formatted alike) with either the text format or :class:`JsonForma
 the ``horae`` tree's level. Nothing here touches the network or disk beyond the stream; only the
 process entry point may call :func:`configure_logging`.
 
+The HTTP access log (:class:`HttpAccessLogger`, handed to aiohttp's AppRunner by the server)
+writes one INFO record per request to ``horae.http.access``: a Common-Log-like message plus the
+fields ``remote``, ``method``, ``path``, ``status``, ``bytes`` and ``duration_ms``.
+
 A JSON line carries ``ts`` (UTC, RFC 3339 with milliseconds), ``level``, ``logger``, ``msg``
 (the formatted message), ``exc`` when an exception is attached, and any ``extra={...}`` fields
 the call site passed (the HTTP access log passes method, path, status...).
@@ -22,9 +26,14 @@ import logging
 import sys
 from typing import IO, Final
 
-__all__ = ["ROOT_LOGGER", "TEXT_FORMAT", "JsonFormatter", "configure_logging"]
+from aiohttp.abc import AbstractAccessLogger
+from aiohttp.web import BaseRequest, StreamResponse
+
+__all__ = ["ACCESS_LOGGER", "ROOT_LOGGER", "TEXT_FORMAT", "HttpAccessLogger", "JsonFormatter",
+           "configure_logging"]
 
 ROOT_LOGGER: Final = "horae"
+ACCESS_LOGGER: Final = "horae.http.access"
 TEXT_FORMAT: Final = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 #: LogRecord attributes that are not call-site ``extra`` fields.
 _STANDARD_ATTRS: Final = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {
@@ -50,6 +59,24 @@ class JsonFormatter(logging.Formatter):
         elif record.exc_text:
             out["exc"] = record.exc_text
         return json.dumps(out, default=str, ensure_ascii=False)
+
+
+class HttpAccessLogger(AbstractAccessLogger):
+    """One record per HTTP request (aiohttp calls :meth:`log` after the response is sent)."""
+
+    def log(self, request: BaseRequest, response: StreamResponse, time: float) -> None:
+        remote = request.remote or "-"
+        size = response.body_length
+        self.logger.info(
+            '%s "%s %s HTTP/%d.%d" %d %d %.1fms', remote, request.method, request.path_qs,
+            request.version.major, request.version.minor, response.status, size, time * 1000,
+            extra={"remote": remote, "method": request.method, "path": request.path,
+                   "status": response.status, "bytes": size,
+                   "duration_ms": round(time * 1000, 3)})
+
+    @property
+    def enabled(self) -> bool:
+        return self.logger.isEnabledFor(logging.INFO)
 
 
 def configure_logging(level: str, log_format: str, stream: IO[str] | None = None) -> None:

@@ -34,6 +34,7 @@ from aiohttp import web
 from broker import SERVER_VERSION
 from broker.config import BrokerConfig, storage_config
 from broker.connection import ServerConnection
+from broker.logs import ACCESS_LOGGER, HttpAccessLogger
 from broker.service import BrokerService
 
 __all__ = ["BrokerServer"]
@@ -98,7 +99,8 @@ class BrokerServer:
             app = _fallback_app(service)
         else:
             app = create_app(service)
-        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        self._runner = web.AppRunner(app, access_log=logging.getLogger(ACCESS_LOGGER),
+                                     access_log_class=HttpAccessLogger, handle_signals=False)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.config.bind_address, self.config.web_service_port,
                            reuse_address=True)

@@ -79,8 +79,8 @@ def test_every_broker_logger_is_under_horae() -> None:
         for path in (ROOT / package).rglob("*.py"):
             names += re.findall(r"getLogger\(([^)]*)\)", path.read_text())
     assert names
-    # getLogger() is the root (configure_logging); ROOT_LOGGER is "horae" itself.
-    assert [n for n in names if n not in ("", "ROOT_LOGGER") and not n.startswith('"horae')] == []
+    # getLogger() is the root (configure_logging); ROOT_LOGGER and ACCESS_LOGGER are horae.* constants.
+    assert [n for n in names if n not in ("", "ROOT_LOGGER", "ACCESS_LOGGER") and not n.startswith('"horae')] == []
 
 
 def test_serve_from_broker_conf_env_and_flags_with_json_logs(tmp_path: pathlib.Path) -> None:
@@ -124,3 +124,8 @@ def test_serve_from_broker_conf_env_and_flags_with_json_logs(tmp_path: pathlib.P
     assert "loadBalancerEnabled" in skipped[0] and str(conf) in skipped[0]
     assert "metadataStoreUrl" in skipped[1] and "PULSAR_PREFIX_" in skipped[1]
     assert records[-1]["msg"] == "stopped"
+    [access] = [r for r in records if r["logger"] == "horae.http.access"]
+    assert (access["method"], access["path"], access["status"]) == ("GET", "/admin/v2/clusters", 200)
+    assert access["remote"] == "127.0.0.1"
+    assert access["duration_ms"] >= 0
+    assert '"GET /admin/v2/clusters HTTP/1.1" 200' in access["msg"]
