@@ -32,7 +32,7 @@ from broker.delayed.policy import DelayPolicy
 from broker.delayed.ports import BucketCursor, SnapshotStorage
 from broker.delayed.tracker import DelayedDeliveryTracker
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("horae.delayed")
 
 IN_MEMORY_FACTORY = "org.apache.pulsar.broker.delayed.InMemoryDelayedDeliveryTrackerFactory"
 BUCKET_FACTORY = "org.apache.pulsar.broker.delayed.BucketDelayedDeliveryTrackerFactory"

@@ -67,7 +67,7 @@ from broker.delayed.snapshot_format import (
 )
 from storage.errors import SnapshotNotFoundError
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("horae.delayed.bucket_snapshots")
 
 OP_TYPES: Final = ("create", "load", "delete", "merge")
 OP_STATES: Final = ("succeed", "failed")

@@ -39,7 +39,7 @@ from broker.delayed.cancels import CancelBook, CancelSet
 from broker.delayed.ports import BucketCursor, SnapshotStorage
 from storage.errors import SnapshotNotFoundError
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("horae.delayed.cancel_journal")
 
 #: Cursor property naming the cancel snapshot (parse_bucket_key ignores it).
 CANCELS_KEY: Final = f"{BUCKET_KEY_PREFIX}_cancels"

@@ -32,7 +32,7 @@ from typing import Any, Final
 from pyroaring import BitMap
 
 from broker.delayed.packed import bitmap_bytes
-from proto import delayed_index_pb2
+from protocol.generated import delayed_index_pb2
 
 # The generated module has no type stubs: its messages are typed as Any here.
 _dpb: Any = delayed_index_pb2

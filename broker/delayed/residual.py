@@ -21,7 +21,7 @@ from typing import Protocol
 
 from broker.delayed.bucket_records import BUCKET_KEY_PREFIX
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("horae.delayed.residual")
 
 
 class DeletableSnapshots(Protocol):

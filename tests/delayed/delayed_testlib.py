@@ -12,14 +12,6 @@ from storage.positions import Position
 T0 = 1_700_000_000_000     # an epoch-ms "now" for tests
 
 
-async def wait_until(predicate: Callable[[], bool], timeout_s: float = 10.0) -> None:
-    """Yield to the loop until ``predicate()`` holds; AssertionError after ``timeout_s``."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while not predicate():
-        assert loop.time() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.001)
-
 
 class FakeHandle:
     def __init__(self, loop: FakeLoop, when: float, callback: Callable[[], object]) -> None:

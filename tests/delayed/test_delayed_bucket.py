@@ -10,8 +10,8 @@ from delayed_testlib import (
     FakeCursor,
     FakeSnapshotStore,
     ManualClock,
-    wait_until,
 )
+from waiting import wait_until_async
 
 from broker.config import BrokerConfig
 from broker.delayed import create_tracker
@@ -194,7 +194,8 @@ async def test_a_failed_snapshot_create_is_retried_with_backoff_while_serving_fr
     for e in range(3):
         t.add(1, e, T0 + 100 + e)
     t.add(2, 0, T0 + 500)
-    await wait_until(lambda: t.op_count[("create", "failed")] >= 4)
+    await wait_until_async(lambda: t.op_count[("create", "failed")] >= 4, interval_s=0,
+                           message="the snapshot create is retried")
     assert not [k for k in cursor.properties if k.startswith(BUCKET_KEY_PREFIX)]
     clock.now_ms = T0 + 100
     assert t.get_scheduled(10) == [(1, 0)]       # served from memory meanwhile
@@ -213,7 +214,8 @@ async def test_close_stops_a_snapshot_create_waiting_to_retry() -> None:
              retry=RetryDelays(create_first_s=3600.0, create_max_s=3600.0))
     t.add(1, 0, T0 + 100)
     t.add(2, 0, T0 + 200)
-    await wait_until(lambda: t.op_count[("create", "failed")] >= 1)
+    await wait_until_async(lambda: t.op_count[("create", "failed")] >= 1, interval_s=0,
+                           message="the snapshot create fails")
     await asyncio.wait_for(t.close(), 5)
     assert t.op_count[("create", "succeed")] == 0
 
@@ -232,7 +234,9 @@ async def test_a_failed_segment_load_is_retried_and_nothing_is_lost() -> None:
     assert t.op_count[("load", "failed")] >= 1
     assert t.get_scheduled(100) == []           # blocked behind the barrier, not skipped
     store.fail_load = False
-    await asyncio.sleep(0.05)
+    loads = len(store.loads)
+    await wait_until_async(lambda: len(store.loads) > loads, timeout_s=5,
+                           message="the failed segment load is retried")
     got = await drain_until(t, clock, T0 + 1000)
     assert sorted(got) == [(1, 1), (1, 2), (1, 3)]
     await t.close()

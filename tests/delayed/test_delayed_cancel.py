@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 
 from delayed_testlib import T0, DueCounter, FakeCursor, FakeLoop, FakeSnapshotStore, ManualClock
+from waiting import wait_until_async
 
 from broker.delayed.bucket import BucketDelayedDeliveryTracker, bucket_key
 from broker.delayed.bucket_snapshots import RetryDelays
@@ -204,10 +205,8 @@ async def test_cancel_persistence_is_retried_when_the_store_fails() -> None:
     t.add(1, 0, T0 + 100)
     store.fail_create = True
     task = asyncio.ensure_future(t.cancel_delayed_message(1, 0, T0 + 100))
-    for _ in range(200):
-        await asyncio.sleep(0.001)
-        if t.cancel_journal_failures >= 2:
-            break
+    await wait_until_async(lambda: t.cancel_journal_failures >= 2, interval_s=0.001,
+                           message="the cancel snapshot write is retried")
     assert not task.done()                          # not answered before it is durable
     store.fail_create = False
     assert await asyncio.wait_for(task, 5) is CancelResult.APPLIED
