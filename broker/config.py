@@ -251,6 +251,9 @@ class BrokerConfig:
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{_KEY_OF[name]} must be > 0, not {getattr(self, name)}")
+        if self.delayed_delivery_max_delay_in_millis < 0:
+            raise ConfigError("delayedDeliveryMaxDelayInMillis must be >= 0 (0 = no limit), "
+                              f"not {self.delayed_delivery_max_delay_in_millis}")
 
     @property
     def delayed_tracker_kind(self) -> str:
@@ -272,12 +275,16 @@ class BrokerConfig:
 
 _FIELDS = {f.metadata["key"]: f for f in dataclasses.fields(BrokerConfig)}
 _KEY_OF = {f.name: key for key, f in _FIELDS.items()}
+#: Other spellings accepted for a key: PIP-315's design names the max-delay setting
+#: ``delayedDeliveryMaxDeliveryDelayInMillis``; Pulsar's broker.conf ``delayedDeliveryMaxDelayInMillis``.
+_KEY_ALIASES = {"delayedDeliveryMaxDeliveryDelayInMillis": "delayedDeliveryMaxDelayInMillis"}
+_FIELDS.update({alias: _FIELDS[key] for alias, key in _KEY_ALIASES.items()})
 _TYPES: dict[str, type] = {"int": int, "float": float, "bool": bool, "str": str}
 
 
 def config_keys() -> dict[str, str]:
-    """``{camelCaseKey: doc}`` of every setting, in declaration order."""
-    return {key: f.metadata["doc"] for key, f in _FIELDS.items()}
+    """``{camelCaseKey: doc}`` of every setting, in declaration order (aliases left out)."""
+    return {key: f.metadata["doc"] for key, f in _FIELDS.items() if key not in _KEY_ALIASES}
 
 
 _TRUE = frozenset({"true", "yes", "on", "1"})
@@ -332,6 +339,9 @@ def _convert(values: Mapping[str, object], *, source: str,
             raise ConfigError(
                 f"config key {key!r} in {source} must be {want.__name__}, "
                 f"not {type(value).__name__} {value!r}")
+        if f.name in out and out[f.name] != value:
+            raise ConfigError(f"config keys {_KEY_OF[f.name]!r} and its alias in {source} "
+                              f"disagree: {out[f.name]!r} vs {value!r}")
         out[f.name] = value
     return out
 

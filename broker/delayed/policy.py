@@ -33,6 +33,12 @@ MAX_DELAY = "maxDeliveryDelayInMillis"
 FIXED_DELAY = "fixedDeliveryDelayInMillis"
 POLICY_KEYS = (ACTIVE, TICK_TIME, MAX_DELAY, FIXED_DELAY)
 
+#: Largest max or fixed delay a policy may set: 100 years. Pulsar sets no bound, but a delay
+#: is added to the producer's publish time (epoch ms, < 2**42 until 2109) and stored in the
+#: int64 ``deliver_at_time``; anything near 2**63 overflowed it and failed every SEND. A
+#: century keeps ``publish_time + delay`` far inside int64 and refuses only typing mistakes.
+MAX_POLICY_DELAY_MS = 100 * 365 * 86_400_000
+
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,8 +84,9 @@ def resolve_policy(config: BrokerConfig, namespace_policy: Mapping[str, Any] | N
     strict = config.is_delayed_delivery_deliver_at_time_strict
     if fixed > 0:
         max_delay = 0
-    return DelayPolicy(active=active, tick_time_ms=max(tick, 1), max_delay_ms=max(max_delay, 0),
-                       fixed_delay_ms=max(fixed, 0), strict=strict)
+    return DelayPolicy(active=active, tick_time_ms=min(max(tick, 1), MAX_POLICY_DELAY_MS),
+                       max_delay_ms=min(max(max_delay, 0), MAX_POLICY_DELAY_MS),
+                       fixed_delay_ms=min(max(fixed, 0), MAX_POLICY_DELAY_MS), strict=strict)
 
 
 def _as_int(key: str, value: object) -> int:
@@ -120,5 +127,11 @@ def validate_policy_body(body: object) -> dict[str, Any]:
             raise ValueError(f"tickTime must be > 0 milliseconds, not {number}")
         if key in (MAX_DELAY, FIXED_DELAY) and number < 0:
             raise ValueError(f"{key} must be >= 0 milliseconds (0 = no limit), not {number}")
+        if key in (MAX_DELAY, FIXED_DELAY) and number > MAX_POLICY_DELAY_MS:
+            raise ValueError(f"{key} must be at most {MAX_POLICY_DELAY_MS} milliseconds "
+                             f"(100 years), not {number}")
+        if key == TICK_TIME and number > MAX_POLICY_DELAY_MS:
+            raise ValueError(f"tickTime must be at most {MAX_POLICY_DELAY_MS} milliseconds, "
+                             f"not {number}")
         out[key] = number
     return out
