@@ -221,7 +221,7 @@ async def run_cancels(n: int) -> dict[str, Any]:
     estimate = tracker.memory_bytes
     assert tracker.cancel_stats().pending == n
     start = time.process_time()
-    encoded = len(tracker._cancels.encode())
+    encoded = len(tracker.cancels.encode())
     encode_s = time.process_time() - start
     del pending
     other = InMemoryDelayedDeliveryTracker(tick_time_ms=TICK_MS, strict=False,

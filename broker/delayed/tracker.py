@@ -255,6 +255,11 @@ class TimedTracker(DelayedDeliveryTracker):
     def cancel_stats(self) -> CancelStats:
         return self._cancels.stats()
 
+    @property
+    def cancels(self) -> CancelBook:
+        """The cancel book (read-only use: stats, benchmarks)."""
+        return self._cancels
+
     def _expire_cancels(self) -> bool:
         """Drop cancels whose deliver time is over by the grace; True if any went."""
         if not self._cancels:

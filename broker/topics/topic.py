@@ -51,6 +51,7 @@ from broker.config import BrokerConfig
 from broker.delayed import create_tracker
 from broker.delayed.guard import DelayTooLongError, check_and_start_publish
 from broker.delayed.policy import DelayPolicy
+from broker.delayed.residual import delete_residual_snapshots
 from broker.delayed.tracker import DelayedDeliveryTracker
 from broker.metrics.rates import PUBLISH_LATENCY_BUCKETS_MS, RateMeter
 from broker.subscriptions.subscription import Subscription
@@ -360,7 +361,10 @@ class Topic:
         self._forget_subscription(name, sub)
         await _close_subscription(sub)
         if name in self.ledger.cursors:
+            properties = self.ledger.cursors[name].properties
             await self.ledger.delete_cursor(name)
+            # Its bucket and cancel snapshots go too (Pulsar's cleanResidualSnapshots).
+            await delete_residual_snapshots(properties, self.host.snapshots)
 
     def remove_subscription(self, sub: Subscription) -> None:
         """Forget a subscription that went away by itself (e.g. a reader's non-durable one)."""
