@@ -1,0 +1,73 @@
+"""Summarise a sampling profile in collapsed-stack form (py-spy ``--format raw``) as text.
+
+Theory of operation
+-------------------
+Each line of the input is ``frame;frame;...;leaf COUNT``, outermost frame first, where py-spy
+writes a frame as ``function (path/to/file.py:LINE)``. Frames are folded by function and file
+(the line number dropped, the path cut to its last two parts) so one function is one row.
+*Self* counts the samples whose leaf is the function; *total* counts the samples with the
+function anywhere on the stack (once per sample, however deep the recursion). Both are printed
+as percentages of all samples, the top ``top`` of each.
+
+Usage: ``python bench/profile_summary.py FILE [--top 25]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import re
+from collections import Counter
+
+_FRAME = re.compile(r"^(?P<func>.*?) \((?P<file>[^()]*?)(?::\d+)?\)$")
+
+
+def fold_frame(frame: str) -> str:
+    """``func (a/b/c/file.py:12)`` -> ``func (c/file.py)``."""
+    match = _FRAME.match(frame.strip())
+    if match is None:
+        return frame.strip()
+    path = "/".join(match["file"].split("/")[-2:])
+    return f"{match['func']} ({path})"
+
+
+def count_collapsed(text: str) -> tuple[int, Counter[str], Counter[str]]:
+    """(samples, self counts, total counts) of a collapsed-stack profile."""
+    self_counts: Counter[str] = Counter()
+    total_counts: Counter[str] = Counter()
+    samples = 0
+    for line in text.splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        n = int(count)
+        frames = [fold_frame(f) for f in stack.split(";")]
+        samples += n
+        self_counts[frames[-1]] += n
+        for frame in set(frames):
+            total_counts[frame] += n
+    return samples, self_counts, total_counts
+
+
+def summarise_collapsed(text: str, top: int = 25) -> str:
+    samples, self_counts, total_counts = count_collapsed(text)
+    if not samples:
+        return "no samples"
+    lines = [f"{samples} samples; top {top} by self time:"]
+    lines += [f"  {100 * n / samples:5.1f}%  {frame}" for frame, n in self_counts.most_common(top)]
+    lines.append(f"top {top} by total time (on the stack):")
+    lines += [f"  {100 * n / samples:5.1f}%  {frame}" for frame, n in total_counts.most_common(top)]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("file", type=pathlib.Path)
+    parser.add_argument("--top", type=int, default=25)
+    args = parser.parse_args(argv)
+    print(summarise_collapsed(args.file.read_text(errors="replace"), args.top))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
