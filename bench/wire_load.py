@@ -49,29 +49,23 @@ import json
 import os
 import pathlib
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 
 import uvloop
 
 from bench.brokers import Broker, cpu_seconds, start_horae, start_pulsar_lite
-from bench.profile_summary import summarise_collapsed
+from bench.profiling import PySpyRecorder, summarise_collapsed
+from bench.wire_clients import Drainer, Publisher, open_producer, subscribe
 from protocol import commands as C
 from protocol import pulsar_pb as pb
-from protocol.frames import NEED_DATA, Frame, FrameDecoder
-from protocol.metadata import encode_batch_payload, encode_entry, parse_metadata
-
-T = pb.BaseCommand
-SUBSCRIPTION = "wl"
-REQUEST_TIMEOUT_S = 30.0
-_PONG = C.encode_pong()
+from protocol.metadata import encode_batch_payload, encode_entry
 
 
 @dataclass(frozen=True)
@@ -84,7 +78,9 @@ class LoadSettings:
     messages: int = 100_000
     batch: int = 0
     """Messages per entry in the batch format; 0 = unbatched."""
-    permits: int = 20_000
+    permits: int = 10_000
+    """FLOW permits, refilled by half: pulsar-lite 0.2.0 stops dispatching once ~8,192
+    messages are outstanding without a new FLOW, so a refill must come before that."""
     ack_batch: int = 1000
     timeout_s: float = 300.0
 
@@ -173,216 +169,10 @@ def build_all_frames(settings: LoadSettings) -> list[ProducerFrames]:
             for c in range(settings.connections)]
 
 
-# --------------------------------------------------------------------------- connections
-
-
-class RawConnection(asyncio.Protocol):
-    """A raw Pulsar connection: replies go to a queue until a handler takes the frames over."""
-
-    def __init__(self) -> None:
-        self.decoder = FrameDecoder()
-        self.transport: asyncio.Transport | None = None
-        self.handler: Callable[[list[Frame]], None] | None = None
-        self.replies: asyncio.Queue[pb.BaseCommand] = asyncio.Queue()
-        self.on_lost: Callable[[str], None] | None = None
-        self.closed = False
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]  # uvloop's is no asyncio.Transport
-
-    def data_received(self, data: bytes) -> None:
-        self.decoder.receive_data(data)
-        next_frame = self.decoder.next_frame
-        frames: list[Frame] = []
-        while (frame := next_frame()) is not NEED_DATA:
-            frames.append(frame)
-        if self.handler is not None:
-            self.handler(frames)
-            return
-        for frame in frames:
-            if frame.command.type == T.PING:
-                self.write(_PONG)
-            else:
-                self.replies.put_nowait(frame.command)
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.closed = True
-        if self.on_lost is not None:
-            self.on_lost(f"connection lost: {exc}")
-
-    def write(self, data: bytes) -> None:
-        assert self.transport is not None
-        self.transport.write(data)
-
-    async def request(self, data: bytes, expect: int) -> pb.BaseCommand:
-        self.write(data)
-        cmd = await asyncio.wait_for(self.replies.get(), REQUEST_TIMEOUT_S)
-        if cmd.type != expect:
-            raise RuntimeError(f"expected command type {expect}, got {cmd}")
-        return cmd
-
-    def close(self) -> None:
-        if self.transport is not None:
-            self.transport.close()
-
-
-async def connect(broker: Broker) -> RawConnection:
-    loop = asyncio.get_running_loop()
-    _, conn = await loop.create_connection(RawConnection, broker.host, broker.port)
-    await conn.request(C.encode_connect("Horae-wire-load"), T.CONNECTED)
-    return conn
-
-
-# --------------------------------------------------------------------------- publish
-
-
-class Publisher:
-    """Keeps ``window`` SENDs in flight on one connection; checks receipts arrive in order."""
-
-    def __init__(self, conn: RawConnection, frames: ProducerFrames, window: int,
-                 done: asyncio.Future[None]) -> None:
-        self.conn = conn
-        self.frames = frames.frames
-        self.firsts = frames.first_sequence_ids
-        self.window = window
-        self.done = done
-        self.sent = 0
-        self.acked = 0
-        self.sent_at = [0.0] * len(self.frames)
-        self.latencies: list[float] = []
-        conn.handler = self.frames_received
-        conn.on_lost = self.fail
-
-    def fail(self, why: str) -> None:
-        if not self.done.done():
-            self.done.set_exception(RuntimeError(f"publish: {why} after {self.acked} receipts"))
-
-    def _send_upto(self, end: int, now: float) -> None:
-        end = min(end, len(self.frames))
-        if end > self.sent:
-            self.conn.write(b"".join(self.frames[self.sent : end]))
-            self.sent_at[self.sent : end] = [now] * (end - self.sent)
-            self.sent = end
-
-    def start(self) -> None:
-        if not self.frames:
-            self.done.set_result(None)
-            return
-        self._send_upto(self.window, time.perf_counter())
-
-    def frames_received(self, frames: list[Frame]) -> None:
-        now = time.perf_counter()
-        acked = self.acked
-        firsts, sent_at, latencies = self.firsts, self.sent_at, self.latencies
-        for frame in frames:
-            cmd = frame.command
-            if cmd.type == T.SEND_RECEIPT:
-                if acked >= self.sent or cmd.send_receipt.sequence_id != firsts[acked]:
-                    self.fail(f"receipt out of order: {cmd.send_receipt}")
-                    return
-                latencies.append(now - sent_at[acked])
-                acked += 1
-            elif cmd.type == T.PING:
-                self.conn.write(_PONG)
-            else:
-                self.fail(f"unexpected {cmd}")
-                return
-        self.acked = acked
-        if acked == len(self.frames):
-            if not self.done.done():
-                self.done.set_result(None)
-            return
-        self._send_upto(acked + self.window, now)
-
-
-async def open_producer(broker: Broker, topic: str, name: str) -> RawConnection:
-    conn = await connect(broker)
-    cmd = await conn.request(C.encode_producer(topic, 1, 1, name), T.PRODUCER_SUCCESS)
-    while cmd.producer_success.HasField("producer_ready") and not cmd.producer_success.producer_ready:
-        cmd = await asyncio.wait_for(conn.replies.get(), REQUEST_TIMEOUT_S)
-    return conn
-
-
-# --------------------------------------------------------------------------- consume
-
-
-class Drainer:
-    """A Shared consumer with large permits and batched individual acks."""
-
-    def __init__(self, conn: RawConnection, settings: LoadSettings, expected: int,
-                 done: asyncio.Future[None]) -> None:
-        self.conn = conn
-        self.batched = settings.batch > 0
-        self.permits = settings.permits
-        self.ack_batch = settings.ack_batch
-        self.expected = expected
-        self.done = done
-        self.seen: set[tuple[int, int]] = set()
-        self.pending_acks: list[tuple[int, int]] = []
-        self.since_flow = 0
-        self.messages = 0
-        self.duplicates = 0
-        self.bad_checksums = 0
-        conn.handler = self.frames_received
-        conn.on_lost = self.fail
-
-    def fail(self, why: str) -> None:
-        if not self.done.done():
-            self.done.set_exception(RuntimeError(f"consume: {why} after {self.messages} messages"))
-
-    def start(self) -> None:
-        self.conn.write(C.encode_flow(1, self.permits))
-
-    def frames_received(self, frames: list[Frame]) -> None:
-        seen, pending = self.seen, self.pending_acks
-        for frame in frames:
-            cmd = frame.command
-            if cmd.type == T.MESSAGE:
-                mid = cmd.message.message_id
-                key = (mid.ledgerId, mid.entryId)
-                count = 1
-                if self.batched:
-                    assert frame.entry is not None
-                    count = parse_metadata(frame.entry).num_messages_in_batch or 1
-                if frame.checksum_valid is False:
-                    self.bad_checksums += 1
-                if key in seen:
-                    self.duplicates += 1
-                else:
-                    seen.add(key)
-                    self.messages += count
-                pending.append(key)
-                self.since_flow += count
-            elif cmd.type == T.PING:
-                self.conn.write(_PONG)
-            elif cmd.type != T.ACTIVE_CONSUMER_CHANGE:
-                self.fail(f"unexpected {cmd}")
-                return
-        if len(pending) >= self.ack_batch:
-            self.flush_acks()
-        if self.since_flow >= self.permits // 2:
-            self.conn.write(C.encode_flow(1, self.since_flow))
-            self.since_flow = 0
-        if self.messages >= self.expected and not self.done.done():
-            self.done.set_result(None)
-
-    def flush_acks(self) -> None:
-        if self.pending_acks:
-            self.conn.write(C.encode_ack(1, self.pending_acks))
-            self.pending_acks = []
-
-
-async def subscribe(broker: Broker, topic: str) -> RawConnection:
-    conn = await connect(broker)
-    await conn.request(C.encode_subscribe(topic, SUBSCRIPTION, 1, 1, 1, initial_position=1),
-                       T.SUCCESS)
-    return conn
-
-
 # --------------------------------------------------------------------------- one round
 
 
-async def _await_phase(done: asyncio.Future[None], timeout_s: float, what: str,
+async def _await_phase(done: asyncio.Future[Any], timeout_s: float, what: str,
                        progress: Callable[[], str]) -> None:
     try:
         await asyncio.wait_for(done, timeout_s)
@@ -401,7 +191,7 @@ async def run_round(broker: Broker, topic: str, settings: LoadSettings,
 
     conns = [await open_producer(broker, topic, p.name) for p in producers]
     dones = [loop.create_future() for _ in producers]
-    pubs = [Publisher(conn, p, settings.in_flight, done)
+    pubs = [Publisher(conn, p.frames, p.first_sequence_ids, settings.in_flight, done)
             for conn, p, done in zip(conns, producers, dones, strict=True)]
     if on_phase:
         on_phase("publish", "start")
@@ -430,7 +220,8 @@ async def run_round(broker: Broker, topic: str, settings: LoadSettings,
 
     conn = await subscribe(broker, topic)
     done = loop.create_future()
-    drainer = Drainer(conn, settings, result.published, done)
+    drainer = Drainer(conn, batched=settings.batch > 0, permits=settings.permits,
+                      ack_batch=settings.ack_batch, expected=result.published, done=done)
     if on_phase:
         on_phase("consume", "start")
     cpu0, gen0, t0 = cpu_seconds(broker.pid), time.process_time(), time.perf_counter()
@@ -467,43 +258,6 @@ def run_load(broker: Broker, topic: str, settings: LoadSettings,
     producers = producers if producers is not None else build_all_frames(settings)
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         return runner.run(run_round(broker, topic, settings, producers, on_phase))
-
-
-# --------------------------------------------------------------------------- profiling
-
-
-class PySpyRecorder:
-    """Records one phase of a process with py-spy (raw collapsed stacks) into ``out_dir``."""
-
-    def __init__(self, pid: int, out_dir: pathlib.Path, rate_hz: int = 250) -> None:
-        self.pid = pid
-        self.out_dir = out_dir
-        self.rate_hz = rate_hz
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.outputs: dict[str, pathlib.Path] = {}
-
-    def __call__(self, phase: str, event: str) -> None:
-        if event == "start":
-            out = self.out_dir / f"horae-{phase}.txt"
-            self.outputs[phase] = out
-            self.proc = subprocess.Popen(
-                [_py_spy(), "record", "--pid", str(self.pid), "--format", "raw", "--nonblocking",
-                 "--rate", str(self.rate_hz), "--output", str(out)],
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            time.sleep(0.5)  # let py-spy attach before the phase starts
-        elif self.proc is not None:
-            self.proc.send_signal(signal.SIGINT)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-            self.proc = None
-
-
-def _py_spy() -> str:
-    candidate = pathlib.Path(sys.executable).with_name("py-spy")
-    return str(candidate) if candidate.exists() else "py-spy"
 
 
 # --------------------------------------------------------------------------- main
@@ -556,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--messages", type=int, default=100_000)
     parser.add_argument("--batch", type=int, default=0,
                         help="messages per batch entry (0 = unbatched)")
-    parser.add_argument("--permits", type=int, default=20_000)
+    parser.add_argument("--permits", type=int, default=10_000)
     parser.add_argument("--ack-batch", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per phase")

@@ -78,6 +78,8 @@ from protocol.errors import (
 )
 from protocol.framing import slot_setter
 from protocol.limits import MAX_FRAME_SIZE
+from protocol.send_path import SendFrame
+from protocol.send_path import parse_send as _parse_send
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +114,7 @@ _U32: Final = struct.Struct(">I")
 _HEADER: Final = struct.Struct(">II")
 _MAGIC_CRC_HI, _MAGIC_CRC_LO = 0x0E, 0x01
 _MAGIC_BEM_LO = 0x02
+_TYPE_TAG, _SEND_TYPE_BYTE = 0x08, pb.BaseCommand.SEND  # BaseCommand starts "08 06" for a SEND
 
 # BaseCommand.Type value -> name of the sub-message field that must accompany it (Pulsar numbers
 # each sub-message field after its type, so the descriptor gives the map).
@@ -328,6 +331,59 @@ class FrameDecoder:
         self._buf = b""
         self._pos = 0
 
+    @property
+    def error(self) -> ConnectionFatalError | None:
+        """The connection-fatal error once the stream turned invalid, else None."""
+        return self._error
+
+    def receive_frames(
+        self, data: bytes | bytearray | memoryview, *, send_frames: bool = True
+    ) -> list[Frame | SendFrame]:
+        """:meth:`receive_data`, then every complete frame, in one call (one per socket read).
+
+        With ``send_frames`` a SEND of the usual layout comes out as a
+        :class:`~protocol.send_path.SendFrame` (no protobuf object, see
+        :func:`~protocol.send_path.parse_send`); any other frame, and any SEND the fast path
+        declines, as the :class:`Frame` that :meth:`next_frame` gives. Never raises: when the
+        stream turns invalid, the frames before the fault are returned and :attr:`error` is set;
+        handle them, then close the connection with that error.
+        """
+        self.receive_data(data)
+        frames: list[Frame | SendFrame] = []
+        append = frames.append
+        max_size = self._max_frame_size
+        next_frame = self.next_frame
+        while self._error is None:
+            buf = self._buf
+            pos = self._pos
+            if send_frames and len(buf) - pos >= 12:
+                total, command_size = _header_unpack_from(buf, pos)
+                frame_end = pos + 4 + total
+                if (
+                    total <= max_size
+                    and 4 <= command_size <= total - 4
+                    and frame_end <= len(buf)
+                    and buf[pos + 9] == _SEND_TYPE_BYTE
+                    and buf[pos + 8] == _TYPE_TAG
+                ):
+                    send = _parse_send(buf, pos + 8, pos + 8 + command_size, frame_end)
+                    if send is not None:
+                        append(send)
+                        if frame_end == len(buf):
+                            self._buf = b""
+                            self._pos = 0
+                        else:
+                            self._pos = frame_end
+                        continue
+            try:
+                frame = next_frame()
+            except ConnectionFatalError:
+                break  # recorded in self._error
+            if frame is NEED_DATA:
+                break
+            append(frame)
+        return frames
+
     def next_frame(self) -> Frame | NeedData:
         """The next complete frame, or :data:`NEED_DATA`.
 
@@ -455,4 +511,4 @@ def _new_frame(
     return frame
 
 
-__all__ = ["NEED_DATA", "Frame", "FrameDecoder", "NeedData", "parse_command"]
+__all__ = ["NEED_DATA", "Frame", "FrameDecoder", "NeedData", "SendFrame", "parse_command"]

@@ -1,7 +1,9 @@
-"""Summarise a sampling profile in collapsed-stack form (py-spy ``--format raw``) as text.
+"""Sample a broker with py-spy and summarise the collapsed stacks as text.
 
 Theory of operation
 -------------------
+:class:`PySpyRecorder` starts ``py-spy record --format raw --nonblocking`` on a pid when a
+phase starts and stops it with SIGINT (py-spy then writes its file) when the phase stops.
 Each line of the input is ``frame;frame;...;leaf COUNT``, outermost frame first, where py-spy
 writes a frame as ``function (path/to/file.py:LINE)``. Frames are folded by function and file
 (the line number dropped, the path cut to its last two parts) so one function is one row.
@@ -9,7 +11,7 @@ writes a frame as ``function (path/to/file.py:LINE)``. Frames are folded by func
 function anywhere on the stack (once per sample, however deep the recursion). Both are printed
 as percentages of all samples, the top ``top`` of each.
 
-Usage: ``python bench/profile_summary.py FILE [--top 25]``.
+Usage: ``python bench/profiling.py FILE [--top 25]`` summarises a saved profile.
 """
 
 from __future__ import annotations
@@ -17,6 +19,10 @@ from __future__ import annotations
 import argparse
 import pathlib
 import re
+import signal
+import subprocess
+import sys
+import time
 from collections import Counter
 
 _FRAME = re.compile(r"^(?P<func>.*?) \((?P<file>[^()]*?)(?::\d+)?\)$")
@@ -67,6 +73,44 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     print(summarise_collapsed(args.file.read_text(errors="replace"), args.top))
     return 0
+
+
+
+# --------------------------------------------------------------------------- profiling
+
+
+class PySpyRecorder:
+    """Records one phase of a process with py-spy (raw collapsed stacks) into ``out_dir``."""
+
+    def __init__(self, pid: int, out_dir: pathlib.Path, rate_hz: int = 250) -> None:
+        self.pid = pid
+        self.out_dir = out_dir
+        self.rate_hz = rate_hz
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.outputs: dict[str, pathlib.Path] = {}
+
+    def __call__(self, phase: str, event: str) -> None:
+        if event == "start":
+            out = self.out_dir / f"horae-{phase}.txt"
+            self.outputs[phase] = out
+            self.proc = subprocess.Popen(
+                [_py_spy(), "record", "--pid", str(self.pid), "--format", "raw", "--nonblocking",
+                 "--rate", str(self.rate_hz), "--output", str(out)],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            time.sleep(0.5)  # let py-spy attach before the phase starts
+        elif self.proc is not None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+            self.proc = None
+
+
+def _py_spy() -> str:
+    candidate = pathlib.Path(sys.executable).with_name("py-spy")
+    return str(candidate) if candidate.exists() else "py-spy"
 
 
 if __name__ == "__main__":
