@@ -38,6 +38,7 @@ from typing import Final, NamedTuple
 from crc32c import crc32c
 
 from protocol.framing import HEADER, ONE_BYTE, SMALL_VARINT, SMALL_VARINT_LIMIT, varint
+from protocol.limits import MAGIC_CRC32C
 
 
 class SendFrame(NamedTuple):
@@ -66,16 +67,20 @@ _SEND_COMMAND: Final = re.compile(
     re.DOTALL,
 )
 _send_command_match: Final = _SEND_COMMAND.match
-_U32: Final = struct.Struct(">I")
-_u32_from: Final = _U32.unpack_from
-_CRC_MAGIC_HI, _CRC_MAGIC_LO = 0x0E, 0x01
+# magic 0x0e01, crc32c, then the entry's metadataSize: what follows a SEND's command
+_trailer_from: Final = struct.Struct(">HII").unpack_from
 _new_send_frame: Final = tuple.__new__
 
 
 def varint_value(data: bytes) -> int:
     """The value of one complete base-128 varint (little-endian 7-bit groups)."""
-    if len(data) == 1:
+    size = len(data)
+    if size == 1:
         return data[0]
+    if size == 2:
+        return (data[0] & 0x7F) | data[1] << 7
+    if size == 3:
+        return (data[0] & 0x7F) | (data[1] & 0x7F) << 7 | data[2] << 14
     value = 0
     shift = 0
     for byte in data:
@@ -95,23 +100,20 @@ def parse_send(
         match is None
         or buf[pos + 3] + 4 != command_end - pos  # the send sub-message fills the command
         or frame_end - command_end < 10
-        or buf[command_end] != _CRC_MAGIC_HI
-        or buf[command_end + 1] != _CRC_MAGIC_LO
     ):
         return None
+    magic, expected, metadata_size = _trailer_from(buf, command_end)
+    if magic != MAGIC_CRC32C or metadata_size > frame_end - command_end - 10:
+        return None  # no checksum, or a metadata size the generic path refuses
     entry = buf[command_end + 6 : frame_end]
     if type(entry) is not bytes:
         entry = bytes(entry)
-    (metadata_size,) = _u32_from(entry, 0)
-    if metadata_size > len(entry) - 4:
-        return None  # the generic path raises MalformedFrameError for it
-    (expected,) = _u32_from(buf, command_end + 2)
     producer, sequence, num_messages, highest = match.groups()
     return _new_send_frame(
         SendFrame,
         (
             producer[0] if len(producer) == 1 else varint_value(producer),
-            sequence[0] if len(sequence) == 1 else varint_value(sequence),
+            varint_value(sequence),
             1 if num_messages is None else varint_value(num_messages),
             0 if highest is None else varint_value(highest),
             entry,
