@@ -25,6 +25,8 @@ from protocol.metadata import parse_metadata
 T = pb.BaseCommand
 SUBSCRIPTION = "wl"
 REQUEST_TIMEOUT_S = 30.0
+STALL_S = 0.5
+"""A consumer that received nothing for this long while owed messages re-sends FLOW."""
 _PONG = C.encode_pong()
 
 
@@ -162,7 +164,12 @@ async def open_producer(broker: Broker, topic: str, name: str) -> RawConnection:
 
 
 class Drainer:
-    """A Shared consumer with large permits and batched individual acks."""
+    """A Shared consumer: FLOW of ``permits`` refilled by half, batched individual acks.
+
+    Stall guard: when no message arrived for :data:`STALL_S` while some are still owed, it
+    sends a fresh FLOW of ``permits`` and counts it in ``stall_flows`` (pulsar-lite 0.2.0
+    loses FLOW permits now and then under large windows and would otherwise stop dispatching).
+    """
 
     def __init__(self, conn: RawConnection, *, batched: bool, permits: int, ack_batch: int,
                  expected: int, done: asyncio.Future[None]) -> None:
@@ -178,6 +185,9 @@ class Drainer:
         self.messages = 0
         self.duplicates = 0
         self.bad_checksums = 0
+        self.stall_flows = 0
+        self._progress_seen = -1
+        self._guard: asyncio.TimerHandle | None = None
         conn.handler = self.frames_received
         conn.on_lost = self.fail
 
@@ -187,6 +197,21 @@ class Drainer:
 
     def start(self) -> None:
         self.conn.write(C.encode_flow(1, self.permits))
+        self._guard = asyncio.get_running_loop().call_later(STALL_S, self._check_progress)
+
+    def stop(self) -> None:
+        if self._guard is not None:
+            self._guard.cancel()
+            self._guard = None
+
+    def _check_progress(self) -> None:
+        if self.done.done():
+            return
+        if self.messages == self._progress_seen:
+            self.stall_flows += 1
+            self.conn.write(C.encode_flow(1, self.permits))
+        self._progress_seen = self.messages
+        self._guard = asyncio.get_running_loop().call_later(STALL_S, self._check_progress)
 
     def frames_received(self, frames: list[Frame]) -> None:
         seen, pending = self.seen, self.pending_acks

@@ -78,9 +78,9 @@ class LoadSettings:
     messages: int = 100_000
     batch: int = 0
     """Messages per entry in the batch format; 0 = unbatched."""
-    permits: int = 10_000
-    """FLOW permits, refilled by half: pulsar-lite 0.2.0 stops dispatching once ~8,192
-    messages are outstanding without a new FLOW, so a refill must come before that."""
+    permits: int = 1000
+    """FLOW permits, refilled by half as the official clients do (receiverQueueSize 1000).
+    Larger windows stall pulsar-lite 0.2.0 (it loses FLOW permits; see wire_clients.Drainer)."""
     ack_batch: int = 1000
     timeout_s: float = 300.0
 
@@ -98,6 +98,8 @@ class LoadResult:
     consumed_entries: int = 0
     duplicates: int = 0
     bad_checksums: int = 0
+    stall_flows: int = 0
+    """FLOWs the consumer re-sent after a 0.5 s stall (each costs the consume figure 0.5 s)."""
     publish_s: float = 0.0
     consume_s: float = 0.0
     latency_p50_ms: float = 0.0
@@ -234,6 +236,7 @@ async def run_round(broker: Broker, topic: str, settings: LoadSettings,
         result.broker_cpu_consume_s = cpu_seconds(broker.pid) - cpu0
         drainer.flush_acks()
     finally:
+        drainer.stop()
         if on_phase:
             on_phase("consume", "stop")
         conn.on_lost = None
@@ -242,6 +245,7 @@ async def run_round(broker: Broker, topic: str, settings: LoadSettings,
     result.consumed_entries = len(drainer.seen)
     result.duplicates = drainer.duplicates
     result.bad_checksums = drainer.bad_checksums
+    result.stall_flows = drainer.stall_flows
     result.compute_figures()
     return result
 
@@ -310,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--messages", type=int, default=100_000)
     parser.add_argument("--batch", type=int, default=0,
                         help="messages per batch entry (0 = unbatched)")
-    parser.add_argument("--permits", type=int, default=10_000)
+    parser.add_argument("--permits", type=int, default=1000)
     parser.add_argument("--ack-batch", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per phase")
@@ -336,8 +340,8 @@ def main(argv: list[str] | None = None) -> int:
                     _check(result)
                     results.setdefault(broker.name, []).append(result)
                     print(f"round {rnd + 1} {broker.name}: "
-                          + ", ".join(f"{k} {v:,.2f}" for k, v in result.figures.items()),
-                          flush=True)
+                          + ", ".join(f"{k} {v:,.2f}" for k, v in result.figures.items())
+                          + f", stall FLOWs {result.stall_flows}", flush=True)
             horae = next((b for b in brokers if b.name == "horae"), None)
             if args.profile is not None and horae is not None:
                 args.profile.mkdir(parents=True, exist_ok=True)
