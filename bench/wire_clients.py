@@ -181,6 +181,8 @@ class Drainer:
         self.done = done
         self.seen: set[tuple[int, int]] = set()
         self.pending_acks: list[tuple[int, int]] = []
+        self.unacked = 0
+        """Messages in ``pending_acks`` (a batch entry counts all its messages)."""
         self.since_flow = 0
         self.messages = 0
         self.duplicates = 0
@@ -232,13 +234,14 @@ class Drainer:
                     seen.add(key)
                     self.messages += count
                 pending.append(key)
+                self.unacked += count
                 self.since_flow += count
             elif cmd.type == T.PING:
                 self.conn.write(_PONG)
             elif cmd.type != T.ACTIVE_CONSUMER_CHANGE:
                 self.fail(f"unexpected {cmd}")
                 return
-        if len(pending) >= self.ack_batch:
+        if self.unacked >= self.ack_batch:  # in messages: the broker's unacked limit counts them
             self.flush_acks()
         if self.since_flow >= self.permits // 2:
             self.conn.write(C.encode_flow(1, self.since_flow))
@@ -250,6 +253,7 @@ class Drainer:
         if self.pending_acks:
             self.conn.write(C.encode_ack(1, self.pending_acks))
             self.pending_acks = []
+            self.unacked = 0
 
 
 async def subscribe(broker: Broker, topic: str) -> RawConnection:

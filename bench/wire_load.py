@@ -82,6 +82,8 @@ class LoadSettings:
     """FLOW permits, refilled by half as the official clients do (receiverQueueSize 1000).
     Larger windows stall pulsar-lite 0.2.0 (it loses FLOW permits; see wire_clients.Drainer)."""
     ack_batch: int = 1000
+    """Messages received before one ACK (by entry id) goes out; counted in messages because
+    the broker's maxUnackedMessagesPerConsumer (50,000) is."""
     timeout_s: float = 300.0
 
 
