@@ -21,6 +21,11 @@ Wire layout (all integers big-endian; see ``shared/reference/pulsar-wire.md`` se
              [0x0e01:u16][crc32c:u32]                         (optional)
              [metadataSize:u32][MessageMetadata][payload]     <- Frame.entry, what the CRC covers
 
+:meth:`FrameDecoder.receive_frames` does both in one call per socket read and returns a list;
+SENDs of the usual layout come out as protobuf-free :class:`~protocol.send_path.SendFrame`
+tuples (:func:`~protocol.send_path.parse_send`), everything else as the same :class:`Frame`.
+It never raises: the frames before a fault are returned and :attr:`FrameDecoder.error` is set.
+
 Rules, in the order they are applied:
 
 1. ``totalSize`` is checked against ``max_frame_size`` as soon as its 4 bytes are buffered,
