@@ -17,9 +17,11 @@ One round against one broker, on a fresh topic:
    back, one ``write`` per socket read. Receipts must arrive in FIFO order; a receipt's latency
    is from the write of its SEND to the read that returned it. Publish msg/s is messages
    confirmed / (first write .. last receipt);
-3. consume: one connection subscribes to ``wl`` (Shared), sends FLOW of ``--permits``, refills
-   half of them at a time, and acks by message id in ACK commands of ``--ack-batch`` ids;
-   consume msg/s is messages received / (FLOW .. last message).
+3. consume: one connection subscribes to ``wl`` (Shared), sends FLOW of ``--permits`` (1000,
+   the clients' receiver queue), refills half of them at a time, and acks by message id, one
+   ACK per ``--ack-batch`` messages received; consume msg/s is messages received / (FLOW ..
+   last message). A consumer that gets nothing for 0.5 s re-sends FLOW and the round reports
+   it ("stall FLOWs"): pulsar-lite 0.2.0 loses permits with windows of a few thousand.
 
 ``--batch B`` publishes entries of B messages in the real Pulsar batch format (outer
 ``num_messages_in_batch``, ``SingleMessageMetadata`` per message); FLOW permits and all counts are
