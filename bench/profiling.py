@@ -8,7 +8,9 @@ Each line of the input is ``frame;frame;...;leaf COUNT``, outermost frame first,
 writes a frame as ``function (path/to/file.py:LINE)``. Frames are folded by function and file
 (the line number dropped, the path cut to its last two parts) so one function is one row.
 *Self* counts the samples whose leaf is the function; *total* counts the samples with the
-function anywhere on the stack (once per sample, however deep the recursion). Both are printed
+function anywhere on the stack (once per sample, however deep the recursion). Frames above the
+event loop's runner or a thread's ``run`` are dropped, so ``Runner.run``'s total is the event
+loop's share and ``Thread.run``'s the other threads'. Both are printed
 as percentages of all samples, the top ``top`` of each.
 
 Usage: ``python bench/profiling.py FILE [--top 25]`` summarises a saved profile.
@@ -25,6 +27,9 @@ import sys
 import time
 from collections import Counter
 
+_ROOT_FUNCTIONS = frozenset({"Runner.run", "Thread.run"})
+"""Where a thread's own work starts: the asyncio runner (uvloop's C loop shows as its self time)
+and ``threading.Thread.run``; the frames above them are cut off."""
 _FRAME = re.compile(r"^(?P<func>.*?) \((?P<file>[^()]*?)(?::\d+)?\)$")
 
 
@@ -48,6 +53,11 @@ def count_collapsed(text: str) -> tuple[int, Counter[str], Counter[str]]:
             continue
         n = int(count)
         frames = [fold_frame(f) for f in stack.split(";")]
+        # Drop the start-up frames above the event loop / thread entry: they are on every stack.
+        for index in range(len(frames) - 1, -1, -1):
+            if frames[index].split(" (")[0] in _ROOT_FUNCTIONS:
+                frames = frames[index:]
+                break
         samples += n
         self_counts[frames[-1]] += n
         for frame in set(frames):
