@@ -163,6 +163,21 @@ def bench_receipts(seconds: float, how: str) -> Rate:
     return best_rate(run_bulk if how == "bulk" else run_each, seconds)
 
 
+def bench_ack_decode(seconds: float) -> Rate:
+    """ACKs of 1,000 message ids (what grouped client acks look like), in acked ids per second."""
+    ack = commands.encode_ack(3, [(12, i) for i in range(1000)])
+    per_round = max(1, FRAMES_PER_ROUND // 1000)
+
+    def run_round() -> int:
+        decoder = FrameDecoder()
+        for _ in range(per_round):
+            decoder.receive_data(ack)
+            decoder.next_frame()
+        return per_round * 1000
+
+    return best_rate(run_round, seconds)
+
+
 def bench_send_receipt_encode(seconds: float) -> Rate:
     encode = commands.encode_send_receipt
 
@@ -221,6 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     report("MESSAGE encode (1 KiB, CRC computed)", message, None)
     report("MESSAGE encode (1 KiB, entry_crc given)", message_crc, None)
     report("parse_entry (publish path, no target)", bench_parse_entry(args.seconds), None)
+    report("ACK decode, 1,000 ids per ACK (ids/s)", bench_ack_decode(args.seconds), None)
     print("\nprotobuf-free publish path (protocol/send_path.py) vs the protobuf path:")
     pb_fields = bench_send_fields(args.seconds, args.chunk, fast=False)
     fast_fields = bench_send_fields(args.seconds, args.chunk, fast=True)

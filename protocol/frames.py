@@ -145,6 +145,14 @@ def _has_string_fields(descriptor: Descriptor, seen: frozenset[str] = frozenset(
     return False
 
 
+def _all_nested(descriptor: Descriptor) -> list[Descriptor]:
+    """``descriptor`` and every message type nested in it."""
+    found = [descriptor]
+    for nested in descriptor.nested_types:
+        found += _all_nested(nested)
+    return found
+
+
 # Command types whose sub-message can hold a string somewhere. upb hands out a proto2 string
 # field holding invalid UTF-8 as *bytes*; those commands get a walk over their set fields so
 # that the broker only ever sees str. SEND, MESSAGE, SEND_RECEIPT and FLOW have no strings and
@@ -156,6 +164,16 @@ _TYPES_WITH_STRINGS: Final = frozenset(
 )
 
 
+# Message types (by full name) that can hold a string somewhere, for the walk below: an ACK of
+# 1,000 message ids must not descend into 1,000 MessageIdData that cannot hold one.
+_MESSAGES_WITH_STRINGS: Final = frozenset(
+    descriptor.full_name
+    for descriptor in pb.DESCRIPTOR.message_types_by_name.values()
+    for descriptor in _all_nested(descriptor)
+    if _has_string_fields(descriptor)
+)
+
+
 def _invalid_string_field(message: Message) -> str | None:
     """Full name of the first string field holding invalid UTF-8 (returned as bytes), if any."""
     for field, value in message.ListFields():
@@ -163,7 +181,10 @@ def _invalid_string_field(message: Message) -> str | None:
             for item in value if field.is_repeated else (value,):
                 if type(item) is not str:
                     return str(field.full_name)
-        elif field.type == FieldDescriptor.TYPE_MESSAGE:
+        elif (
+            field.type == FieldDescriptor.TYPE_MESSAGE
+            and field.message_type.full_name in _MESSAGES_WITH_STRINGS
+        ):
             for item in value if field.is_repeated else (value,):
                 found = _invalid_string_field(item)
                 if found is not None:
