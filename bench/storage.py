@@ -50,13 +50,13 @@ from pyroaring import BitMap
 
 from storage import Position, SegmentStore, StorageConfig
 from storage.cursor import CursorState, encode_cursor
+from storage.names import encode_name
 from storage.segments import (
     RECORD_HEADER_SIZE,
     encode_file_header,
     encode_record_header,
     segment_name,
 )
-from storage.store import encode_name
 
 ENTRY = 1024
 APPENDERS = 64

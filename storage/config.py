@@ -36,3 +36,6 @@ class StorageConfig:
     segment_prezero_bytes), so short-lived ledgers do not each write megabytes of zeros."""
     read_threads: int = 4
     """Threads serving uncached reads (disk reads never run on the event loop)."""
+    cursor_save_threads: int = 4
+    """Threads saving cursor files: saves of different cursors run in parallel, so the
+    window of acknowledgements a crash can lose stays short with many cursors."""

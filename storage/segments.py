@@ -155,7 +155,10 @@ class RecoveryEvent:
     (a record inside a segment failed its checks; entry_ids lists the ids now missing),
     "corrupt_read" (a record failed its CRC when read after recovery), "torn_header"
     (a segment shorter than its header was removed), "bad_header" (header CRC failed; the
-    records were still scanned).
+    records were still scanned), "corrupt_cursor" (a cursor file failed its checks; detail
+    names it), "cursor_fallback" (a cursor was recovered from its previous generation or
+    recreated at the earliest position, or lost: detail says which; trimming stops until
+    it is saved again).
     """
 
     kind: str
@@ -164,6 +167,7 @@ class RecoveryEvent:
     offset: int
     length: int
     entry_ids: tuple[int, ...] = ()
+    detail: str = ""
 
 
 @dataclass(slots=True)

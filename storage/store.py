@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
-import hashlib
 import logging
 import os
 import shutil
@@ -32,32 +31,21 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import quote, unquote
 
 from storage.cache import EntryCache
 from storage.config import StorageConfig
-from storage.cursor import CursorState, decode_cursor
-from storage.errors import CorruptRecordError, StorageError
+from storage.errors import StorageError
 from storage.fileops import FileOps
 from storage.ids import IdAllocator
-from storage.ledger import LedgerContext, ManagedLedger, _Ledger, recovered_ledger
+from storage.ledger import LedgerContext, ManagedLedger
 from storage.metadata import MetadataStore
-from storage.segments import RecoveryEvent, load_index, scan_segment
+from storage.names import HASHED_PREFIX, decode_name, encode_name
+from storage.recovery import load_ledger_dir, segment_ids
+from storage.segments import RecoveryEvent
 from storage.snapshots import SnapshotStore
-from storage.writer import GroupCommitWriter, SegmentFile, write_index_logged
+from storage.writer import GroupCommitWriter, write_index_logged
 
 log = logging.getLogger("horae.storage")
-
-_MAX_PLAIN_NAME = 180
-
-
-def encode_name(name: str) -> str:
-    """A file-name-safe, reversible encoding (no '/', no '.'); long names are hashed."""
-    encoded = quote(name, safe="").replace(".", "%2E")
-    if len(encoded) > _MAX_PLAIN_NAME or not encoded:
-        return "h-" + hashlib.sha256(name.encode()).hexdigest()[:48]
-    return encoded
-
 
 @dataclass(frozen=True, slots=True)
 class RecoveryReport:
@@ -86,6 +74,10 @@ class SegmentStore:
             max_workers=max(1, config.read_threads), thread_name_prefix="horae-storage-read"
         )
         self._io_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="horae-storage-io")
+        self._cursor_pool = ThreadPoolExecutor(
+            max_workers=max(1, config.cursor_save_threads),
+            thread_name_prefix="horae-storage-cursor",
+        )
         self.snapshots = SnapshotStore(
             root / "snapshots", ops, ids, self._loop, self._io_pool, fsync=config.fsync
         )
@@ -108,7 +100,7 @@ class SegmentStore:
         self._closed = False
         self._ctx = LedgerContext(
             self._loop, config, ops, ids, self.writer, self.cache, self._read_pool,
-            self._io_pool, self._report, self._ledger_closed,
+            self._io_pool, self._cursor_pool, self._report, self._ledger_closed,
         )
         self._flush_task: asyncio.Task[None] | None = None
         self._lock_fd = -1
@@ -172,19 +164,20 @@ class SegmentStore:
             if ml is not None:
                 return ml
             directory = self._directory(name)
-            recovered, cursors, events, unindexed = await self._loop.run_in_executor(
-                self._read_pool, _load_ledger_dir, self._ops, directory, name, self.config.fsync
+            found = await self._loop.run_in_executor(
+                self._read_pool, load_ledger_dir, self._ops, directory, name,
+                self.config.fsync, self.writer.fenced_ends,
             )
-            for event in events:
+            for event in found.events:
                 self._report(event)
-            for led in unindexed:  # scanned: (re)write their indexes in the I/O thread
+            for led in found.unindexed:  # scanned: (re)write their indexes in the I/O thread
                 segment = led.segment
                 segment.index_job = self._io_pool.submit(
                     write_index_logged, self._ops, segment.path, segment.ledger_id,
                     segment.write_offset, segment.created_ms, segment.format,
                     segment.offsets, segment.lengths, led.size_bytes, sync=self.config.fsync,
                 )
-            ml = ManagedLedger(self._ctx, name, directory, recovered, cursors)
+            ml = ManagedLedger(self._ctx, name, directory, found.ledgers, found.cursors)
             self._names[name] = directory
             self._open[name] = ml
             return ml
@@ -203,7 +196,7 @@ class SegmentStore:
         if ml is not None:
             await ml.close()
         directory = self._names.pop(name, None) or self._directory(name)
-        for ledger_id in _segment_ids(directory):
+        for ledger_id in segment_ids(directory):
             self.cache.drop_ledger(ledger_id)
         trash = self.root / "trash" / uuid.uuid4().hex
         ops, fsync = self._ops, self.config.fsync
@@ -251,6 +244,7 @@ class SegmentStore:
                 log.exception("storage: closing %s failed", ml.name)
         await self.writer.stop()
         loop = self._loop
+        await loop.run_in_executor(None, self._cursor_pool.shutdown, True)
         await loop.run_in_executor(None, self._io_pool.shutdown, True)
         await loop.run_in_executor(None, self._read_pool.shutdown, True)
         await self.metadata.close()
@@ -273,15 +267,6 @@ class SegmentStore:
             "corrupt_records": self.corrupt_records_total,
             "truncated_bytes": self.truncated_bytes_total,
         }
-
-
-def _segment_ids(directory: Path) -> list[int]:
-    out: list[int] = []
-    if directory.is_dir():
-        for path in directory.glob("*.seg"):
-            with contextlib.suppress(ValueError):
-                out.append(int(path.stem))
-    return sorted(out)
 
 
 def _lock_root(root: Path) -> int:
@@ -310,13 +295,13 @@ def _prepare_root(root: Path, ops: FileOps, fsync: bool) -> tuple[dict[str, Path
         name_file = directory / "NAME"
         if name_file.exists():
             name = ops.read_file(name_file).decode()
-        elif not directory.name.startswith("h-"):
-            name = unquote(directory.name)
+        elif not directory.name.startswith(HASHED_PREFIX):
+            name = decode_name(directory.name) or directory.name
         else:
             log.warning("storage: %s has no NAME file; ignored", directory)
             continue
         names[name] = directory
-        max_seen = max([max_seen, *_segment_ids(directory)])
+        max_seen = max([max_seen, *segment_ids(directory)])
     for path in (root / "snapshots").iterdir():
         if path.suffix == ".tmp":
             path.unlink()
@@ -325,58 +310,3 @@ def _prepare_root(root: Path, ops: FileOps, fsync: bool) -> tuple[dict[str, Path
             max_seen = max(max_seen, int(path.stem))
     ids = IdAllocator.load(ops, root / "LEDGER_ID", max_seen)
     return names, ids
-
-
-def _load_ledger_dir(
-    ops: FileOps, directory: Path, name: str, fsync: bool
-) -> tuple[list[_Ledger], list[CursorState], list[RecoveryEvent], list[_Ledger]]:
-    """Blocking: recover every segment of a managed ledger and load its cursors."""
-    ops.mkdir(directory / "cursors", sync=fsync)
-    if not (directory / "NAME").exists():
-        ops.atomic_write(directory / "NAME", name.encode(), sync=fsync)
-    events: list[RecoveryEvent] = []
-    recovered: list[_Ledger] = []
-    unindexed: list[_Ledger] = []
-    segment_ids = _segment_ids(directory)
-    for leftover in directory.glob("*.idx*"):
-        # An interrupted index write, or the index of a segment deleted after it was written.
-        if leftover.suffix != ".idx" or not leftover.with_suffix(".seg").exists():
-            with contextlib.suppress(FileNotFoundError):
-                leftover.unlink()
-    for ledger_id in segment_ids:
-        path = directory / f"{ledger_id:020d}.seg"
-        indexed = load_index(ops, path, ledger_id)
-        result = indexed or scan_segment(ops, path, ledger_id, truncate=True)
-        for kind, offset, length, entry_ids in result.events:
-            events.append(RecoveryEvent(kind, name, ledger_id, offset, length, entry_ids))
-        if result.removed:
-            ops.unlink(path)
-            if fsync:
-                ops.fsync_dir(directory)
-            continue
-        segment = SegmentFile(ledger_id, path, result.created_ms)
-        segment.format = result.format
-        segment.offsets = result.offsets
-        segment.lengths = result.lengths
-        segment.write_offset = result.valid_end
-        missing = (
-            [i for i, off in enumerate(result.offsets) if off < 0]
-            if result.offsets.count(-1) else []
-        )
-        led = recovered_ledger(segment, result.size_bytes, missing)
-        recovered.append(led)
-        # A scanned segment gets its index (re)written; not one with a bad header: the index
-        # would never match it.
-        if indexed is None and not any(e[0] == "bad_header" for e in result.events):
-            unindexed.append(led)
-    cursors: list[CursorState] = []
-    for path in sorted((directory / "cursors").iterdir()):
-        if path.suffix != ".cur":
-            path.unlink()  # an interrupted atomic_write's temporary file
-            continue
-        try:
-            cursors.append(decode_cursor(ops.read_file(path)))
-        except CorruptRecordError as exc:
-            log.error("storage: cursor file %s is corrupt (%s); it is ignored", path, exc)
-            events.append(RecoveryEvent("corrupt_cursor", name, -1, 0, path.stat().st_size))
-    return recovered, cursors, events, unindexed

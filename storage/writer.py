@@ -17,7 +17,11 @@ Theory of operation:
 4. A failed write or fsync fences the owner: every append of that owner in the batch and every
    later one fails with PersistenceError. Nothing is acknowledged unless its fdatasync (and
    every fdatasync of its owner in the batch) succeeded; a failed fsync is never retried
-   (after fsyncgate, a later "successful" fsync proves nothing).
+   (after fsyncgate, a later "successful" fsync proves nothing). Each segment tracks
+   synced_offset, the end of what its last successful fdatasync covered: a segment of a
+   fenced owner with writes beyond it is "broken"; sealing cuts it back to synced_offset
+   (and syncs that) and writes no index for it, and fenced_ends remembers the offset so a
+   reopen in this process cuts it again before recovery reads it (storage/recovery.py).
 5. Pre-zeroing: an fdatasync after a write that grows the file must also commit the new size
    and block allocation (an ext4 journal commit, several times the cost of the data write
    alone: storage/README.md has the measurements). So the writer keeps the open segment filled with WRITTEN zeros
@@ -81,7 +85,7 @@ class SegmentFile:
     before completing the batch (call_soon_threadsafe is the happens-before edge)."""
 
     __slots__ = ("broken", "created_ms", "fd", "format", "index_job", "ledger_id", "lengths",
-                 "offsets", "path", "write_offset", "zeroed_end")
+                 "offsets", "path", "synced_offset", "write_offset", "zeroed_end")
 
     def __init__(self, ledger_id: int, path: Path, created_ms: int) -> None:
         self.ledger_id = ledger_id
@@ -92,6 +96,7 @@ class SegmentFile:
         self.lengths: array[int] = array("i")
         self.fd = -1  # writer thread only
         self.write_offset = 0  # writer thread only: the logical end
+        self.synced_offset = 0  # writer thread only: end of what fdatasync made durable
         self.zeroed_end = 0  # writer thread only: zeros were written up to here
         self.broken = False  # writer thread only: a write/fsync failed (never index it)
         self.index_job: Future[None] | None = None  # the persisted index being written
@@ -164,6 +169,9 @@ class GroupCommitWriter:
         self.prezero_bytes = 0
         self.prezero_seconds = 0.0
         self.batch_sizes: list[int] | None = None  # set to [] to record every batch (benchmarks)
+        self.fenced_ends: dict[Path, int] = {}
+        """Segments fenced in this process -> their last durably synced offset (the writer
+        adds, recovery reads: a reopen cuts the segment back to it)."""
         self._thread = threading.Thread(target=self._run, name="horae-storage-writer", daemon=True)
         self._thread.start()
 
@@ -323,11 +331,24 @@ class GroupCommitWriter:
                     errors[id(owner)] = self._fence(owner, exc, "fdatasync")
                 finally:
                     self.fsync_seconds += time.perf_counter() - started
+        for key, (_owner, batches) in by_owner.items():
+            if key in errors:
+                for b in batches:
+                    self._mark_broken(b.segment)
+            else:
+                for b in batches:
+                    b.segment.synced_offset = b.segment.write_offset
         results = [(owner, batches, errors.get(key)) for key, (owner, batches) in by_owner.items()]
         # RuntimeError: the loop is closed, nobody is waiting any more.
         with contextlib.suppress(RuntimeError):
             self._loop.call_soon_threadsafe(_complete_batch, results)
         return {seg: v for seg, v in touched.items() if id(v[0]) not in errors}
+
+    def _mark_broken(self, segment: SegmentFile) -> None:
+        """A segment with writes no successful fdatasync covers (or after a failed one)."""
+        if segment.broken or segment.write_offset > segment.synced_offset:
+            segment.broken = True
+            self.fenced_ends[segment.path] = segment.synced_offset
 
     def _fence(self, owner: WriteOwner, exc: OSError, what: str) -> PersistenceError:
         owner.writer_fenced = True
@@ -435,7 +456,9 @@ class GroupCommitWriter:
             segment: SegmentFile = arg
             if segment.fd >= 0:
                 try:
-                    if kind == "seal" and segment.zeroed_end > segment.write_offset:
+                    if kind == "seal" and segment.broken:
+                        self._cut_back(segment)
+                    elif kind == "seal" and segment.zeroed_end > segment.write_offset:
                         # Back to the logical end. Not synced: after a crash recovery cuts the
                         # zero tail itself, so durability of the truncation does not matter.
                         self._ops.ftruncate(segment.fd, segment.write_offset)
@@ -459,6 +482,22 @@ class GroupCommitWriter:
                     self._ops.unlink(segment.path)
                 if self._fsync:
                     self._ops.fsync_dir(segment.path.parent)
+
+
+    def _cut_back(self, segment: SegmentFile) -> None:
+        """Seal a broken segment: drop everything after its last durable sync, and sync that
+        (the unsynced records must never be served after a reopen). If this fails too,
+        fenced_ends still makes the next open cut it back before reading it."""
+        synced = segment.synced_offset
+        try:
+            self._ops.ftruncate(segment.fd, synced)
+            if self._fsync:
+                self._ops.fsync(segment.fd)
+        except OSError as exc:
+            log.error("storage writer: cutting %s back to %d failed (%s)", segment.path, synced,
+                      exc)
+            return
+        segment.write_offset = segment.zeroed_end = synced
 
 
 def write_index_logged(*args: Any, **kwargs: Any) -> None:

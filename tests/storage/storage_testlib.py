@@ -13,6 +13,7 @@ from pathlib import Path
 from crc32c import crc32c
 
 from storage.fileops import FileOps
+from storage.names import encode_name
 from storage.segments import (
     SEGMENT_MAGIC_V1,
     encode_file_header,
@@ -20,7 +21,6 @@ from storage.segments import (
     record_crc,
     segment_name,
 )
-from storage.store import encode_name
 
 
 class FaultyFileOps(FileOps):
