@@ -396,7 +396,8 @@ class ManagedLedger:
         ctx = self._ctx
         try:
             got = await ctx.loop.run_in_executor(
-                ctx.read_pool, read_records, ctx.ops, segment.path, wanted, segment.format
+                ctx.read_pool, read_records, ctx.ops, segment.path, wanted, segment.format,
+                segment.ledger_id,
             )
         except FileNotFoundError:  # trimmed or deleted while we were reading
             return led.confirmed, nbytes

@@ -63,7 +63,7 @@ from storage.ids import IdAllocator
 from storage.positions import Position
 from storage.segments import (
     CRC_PREFIX,
-    FORMAT_V2,
+    FORMAT_V3,
     RECORD_HEADER,
     RECORD_HEADER_SIZE,
     encode_file_header,
@@ -91,7 +91,7 @@ class SegmentFile:
         self.ledger_id = ledger_id
         self.path = path
         self.created_ms = created_ms
-        self.format = FORMAT_V2  # record format (recovered segments may be older)
+        self.format = FORMAT_V3  # record format (recovered segments may be older)
         self.offsets: array[int] = array("q")
         self.lengths: array[int] = array("i")
         self.fd = -1  # writer thread only
@@ -390,9 +390,11 @@ class GroupCommitWriter:
         buffers: list[bytes] = []
         add = buffers.append
         entry_id = batch.first_entry_id
+        ledger_id = segment.ledger_id  # format 3: the crc covers the segment's ledger id too
         for data in datas:
-            stored = len(data) + RECORD_HEADER_SIZE  # format 2: the length counts the header
-            add(pack_header(stored, crc32c(data, crc32c(pack_prefix(stored, entry_id))), entry_id))
+            stored = len(data) + RECORD_HEADER_SIZE  # the length counts the header
+            crc = crc32c(data, crc32c(pack_prefix(stored, entry_id, ledger_id)))
+            add(pack_header(stored, crc, entry_id))
             add(data)
             entry_id += 1
         lengths = array("i", map(len, datas))

@@ -64,7 +64,7 @@ def write_segment(directory: Path, ledger_id: int, payloads: Sequence[bytes], *,
     path = directory / segment_name(ledger_id)
     parts = [encode_file_header(ledger_id, 0)]
     for entry_id, data in enumerate(payloads):
-        parts.append(encode_record_header(entry_id, data))
+        parts.append(encode_record_header(entry_id, data, ledger_id=ledger_id))
         parts.append(data)
     parts.append(bytes(zero_tail))
     path.write_bytes(b"".join(parts))
