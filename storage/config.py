@@ -39,3 +39,14 @@ class StorageConfig:
     cursor_save_threads: int = 4
     """Threads saving cursor files: saves of different cursors run in parallel, so the
     window of acknowledgements a crash can lose stays short with many cursors."""
+    disk_usage_threshold: float = 0.95
+    """BookKeeper's diskUsageThreshold: at this fraction of the disk used the store turns
+    read-only (appends refused with StorageReadOnlyError; reads, acks, cursor saves,
+    snapshots, metadata and trimming go on in the space left). 1.0 disables the check."""
+    disk_usage_lwm_threshold: float = 0.90
+    """BookKeeper's diskUsageLwmThreshold: a read-only store takes appends again once usage
+    falls below this fraction."""
+    disk_check_interval_ms: int = 1000
+    """BookKeeper's diskCheckInterval (its default is 10000): how often disk usage is
+    measured (statvfs, off the event loop). Shorter here, so a fast producer cannot eat
+    the reserve between two checks."""

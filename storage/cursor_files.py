@@ -145,3 +145,22 @@ def _peek(data: bytes, stem: str) -> str | None:
     except (CorruptRecordError, struct.error, UnicodeDecodeError):
         return None
     return name if encode_name(name) == stem else None
+
+
+def cursor_max_ledger_id(ops: FileOps, ledger_directory: Path) -> int:
+    """Blocking: the highest ledger id any cursor file of a managed ledger mentions (-1 if
+    none), so the id allocator never hands out an id a cursor already refers to."""
+    directory = ledger_directory / "cursors"
+    best = -1
+    if not directory.is_dir():
+        return best
+    for path in directory.iterdir():
+        if _split(path.name)[1] not in (CURRENT, PREVIOUS):
+            continue
+        try:
+            state = decode_cursor(ops.read_file(path))
+        except (CorruptRecordError, OSError):
+            continue
+        best = max([best, state.mark_delete.ledger_id, state.read_position.ledger_id,
+                    *state.bitmaps])
+    return best

@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Protocol
 
 from pyroaring import BitMap
 
@@ -44,6 +44,7 @@ from storage.errors import (
     LedgerFencedError,
     PersistenceError,
     StorageError,
+    StorageReadOnlyError,
 )
 from storage.fileops import FileOps
 from storage.ids import ID_BLOCK, IdAllocator
@@ -63,6 +64,12 @@ log = logging.getLogger("horae.storage")
 DEFAULT_MAX_READ_BYTES = 5 * 1024 * 1024
 
 
+class ReadOnlyFlag(Protocol):
+    """The store's disk monitor as a ledger sees it (storage/diskusage.py)."""
+
+    read_only: bool
+
+
 @dataclass(slots=True)
 class LedgerContext:
     """What a managed ledger needs from its store (so ledger.py never imports store.py)."""
@@ -76,6 +83,7 @@ class LedgerContext:
     read_pool: Executor
     io_pool: Executor
     cursor_pool: Executor
+    disk: ReadOnlyFlag
     report: Callable[[RecoveryEvent], None]
     on_close: Callable[[ManagedLedger], None]
 
@@ -108,6 +116,8 @@ class ManagedLedger:
         self._batch: AppendBatch | None = None  # this loop iteration's appends (if any)
         self._create_future = ctx.loop.create_future
         self._writer = ctx.writer
+        self._disk = ctx.disk
+        self.appends_refused_read_only = 0
         self.appends_failed = 0
         self._cursor_set = CursorSet(
             self, CursorFiles(ctx.ops, directory / "cursors", fsync=ctx.config.fsync),
@@ -167,7 +177,7 @@ class ManagedLedger:
         Hot path: per entry it numbers the entry and adds (data, future) to this loop
         iteration's batch (storage/writer.py AppendBatch); everything else is per batch."""
         fut: asyncio.Future[Position] = self._create_future()
-        if self._fenced is not None or self._closed:
+        if self._fenced is not None or self._closed or self._disk.read_only:
             self._fail_append(fut)
             return fut
         if type(data) is not bytes:
@@ -201,7 +211,13 @@ class ManagedLedger:
 
     def _fail_append(self, fut: asyncio.Future[Position]) -> None:
         self.appends_failed += 1
-        failure: PersistenceError
+        failure: StorageError
+        if self._fenced is None and not self._closed:  # refused: the disk is nearly full
+            self.appends_refused_read_only += 1
+            fut.set_exception(StorageReadOnlyError(
+                f"storage is read-only (disk usage above diskUsageThreshold): {self.name} "
+                "accepts no appends until usage falls below diskUsageLwmThreshold"))
+            return
         if self._fenced is not None:
             failure = LedgerFencedError(f"managed ledger {self.name} is fenced: {self._fenced}")
             failure.__cause__ = self._fenced

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import os
 import threading
@@ -169,6 +170,9 @@ class GroupCommitWriter:
         self.prezero_bytes = 0
         self.prezero_seconds = 0.0
         self.batch_sizes: list[int] | None = None  # set to [] to record every batch (benchmarks)
+        self.on_no_space: Callable[[], None] | None = None
+        """Called (in the writer thread) when a write fails with ENOSPC (the store then
+        measures disk usage at once)."""
         self.fenced_ends: dict[Path, int] = {}
         """Segments fenced in this process -> their last durably synced offset (the writer
         adds, recovery reads: a reopen cuts the segment back to it)."""
@@ -353,6 +357,8 @@ class GroupCommitWriter:
     def _fence(self, owner: WriteOwner, exc: OSError, what: str) -> PersistenceError:
         owner.writer_fenced = True
         log.error("storage writer: %s failed (%s); fencing the ledger", what, exc)
+        if exc.errno == errno.ENOSPC and self.on_no_space is not None:
+            self.on_no_space()
         error = PersistenceError(f"{what} failed: {exc}")
         error.__cause__ = exc
         return error
