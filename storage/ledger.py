@@ -45,10 +45,12 @@ from storage.errors import (
     PersistenceError,
     StorageError,
     StorageReadOnlyError,
+    TooManyOpenFilesError,
 )
 from storage.fileops import FileOps
 from storage.ids import ID_BLOCK, IdAllocator
 from storage.ledger_state import LedgerInfo, LedgerState
+from storage.limits import is_fd_exhaustion
 from storage.positions import Entry, Position
 from storage.segments import (
     MAX_RECORD_BYTES,
@@ -227,6 +229,9 @@ class ManagedLedger:
 
     def _complete_appends(self, batches: list[AppendBatch], error: BaseException | None) -> None:
         """Called on the loop, once per group commit, with this ledger's batches in order."""
+        if isinstance(error, TooManyOpenFilesError):
+            self._abandon(batches, error)
+            return
         if error is not None:
             self._fence(error)
             for batch in batches:
@@ -267,6 +272,25 @@ class ManagedLedger:
                 callback(last)
             except Exception:
                 log.exception("storage: ledger listener failed")
+
+    def _abandon(self, batches: list[AppendBatch], error: TooManyOpenFilesError) -> None:
+        """The writer could not create a segment (out of file descriptors): nothing was
+        written and the ledger is not fenced. The abandoned ledger stays empty (no entry will
+        ever be added: cursors move past it) and appends go on in a new ledger."""
+        for batch in batches:
+            self.appends_failed += len(batch.futures)
+            for fut in batch.futures:
+                if not fut.done():
+                    failure = TooManyOpenFilesError(str(error))
+                    failure.__cause__ = error.__cause__
+                    fut.set_exception(failure)
+            led = self._ledgers.get(batch.segment.ledger_id)
+            if led is None or not batch.segment.abandoned:
+                continue
+            led.next_entry_id = led.confirmed
+            led.assigned_bytes = led.size_bytes
+            if led is self._current and not self._closed:
+                self._rollover()
 
     def _fence(self, error: BaseException) -> None:
         if self._fenced is None:
@@ -417,6 +441,10 @@ class ManagedLedger:
             )
         except FileNotFoundError:  # trimmed or deleted while we were reading
             return led.confirmed, nbytes
+        except OSError as exc:
+            if is_fd_exhaustion(exc):
+                raise TooManyOpenFilesError(f"reading {segment.path.name}: {exc}") from exc
+            raise
         for got_id, data in got:
             if data is None:
                 self._drop_corrupt(led, got_id, offsets[got_id], lengths[got_id])

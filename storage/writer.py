@@ -58,9 +58,10 @@ from typing import Any, Protocol
 
 from crc32c import crc32c
 
-from storage.errors import PersistenceError
+from storage.errors import PersistenceError, TooManyOpenFilesError
 from storage.fileops import FileOps
 from storage.ids import IdAllocator
+from storage.limits import is_fd_exhaustion
 from storage.positions import Position
 from storage.segments import (
     CRC_PREFIX,
@@ -85,7 +86,7 @@ class SegmentFile:
     the loop reads indices <= its ledger's last confirmed entry, which the writer published
     before completing the batch (call_soon_threadsafe is the happens-before edge)."""
 
-    __slots__ = ("broken", "created_ms", "fd", "format", "index_job", "ledger_id", "lengths",
+    __slots__ = ("abandoned", "broken", "created_ms", "fd", "format", "index_job", "ledger_id", "lengths",
                  "offsets", "path", "synced_offset", "write_offset", "zeroed_end")
 
     def __init__(self, ledger_id: int, path: Path, created_ms: int) -> None:
@@ -100,6 +101,7 @@ class SegmentFile:
         self.synced_offset = 0  # writer thread only: end of what fdatasync made durable
         self.zeroed_end = 0  # writer thread only: zeros were written up to here
         self.broken = False  # writer thread only: a write/fsync failed (never index it)
+        self.abandoned = False  # writer: the file could not be created (EMFILE); never written
         self.index_job: Future[None] | None = None  # the persisted index being written
 
 
@@ -310,17 +312,39 @@ class GroupCommitWriter:
                 errors[key] = PersistenceError("ledger is fenced after an earlier write failure")
                 continue
             segment = batches[0].segment
+            wrote = False
             try:
                 for b in batches:
                     segment = b.segment
+                    if segment.abandoned:
+                        raise TooManyOpenFilesError(
+                            f"segment {segment.path.name} could not be created (out of file "
+                            "descriptors)")
                     before = segment.write_offset
                     self._write_segment(segment, b)
+                    wrote = True
                     done = touched.get(segment)
                     written = segment.write_offset - before + (done[1] if done else 0)
                     touched[segment] = (owner, written)
+            except TooManyOpenFilesError as exc:
+                if wrote:  # part of the group commit is on disk, unsynced: fence after all
+                    self._mark_broken(segment)
+                    errors[key] = self._fence(owner, OSError(errno.EMFILE, str(exc)), "write")
+                else:
+                    errors[key] = exc
             except OSError as exc:
-                segment.broken = True
-                errors[key] = self._fence(owner, exc, "write")
+                if is_fd_exhaustion(exc) and segment.fd < 0 and not wrote:
+                    # The segment file could not even be created: nothing of this owner was
+                    # written, so nothing is fenced. The segment is abandoned (its ledger
+                    # stays empty; the owner rolls over) and its batches fail.
+                    segment.abandoned = True
+                    log.error("storage writer: cannot create %s: %s", segment.path, exc)
+                    failure = TooManyOpenFilesError(f"cannot create {segment.path.name}: {exc}")
+                    failure.__cause__ = exc
+                    errors[key] = failure
+                else:
+                    segment.broken = True
+                    errors[key] = self._fence(owner, exc, "write")
         if self._fsync:
             for segment, (owner, _) in touched.items():
                 if id(owner) in errors:
