@@ -50,20 +50,18 @@ from storage.errors import (
 from storage.fileops import FileOps
 from storage.ids import ID_BLOCK, IdAllocator
 from storage.ledger_state import LedgerInfo, LedgerState
-from storage.limits import is_fd_exhaustion
 from storage.positions import Entry, Position
+from storage.reads import DEFAULT_MAX_READ_BYTES, EntryReader
+from storage.segment_file import AppendBatch, SegmentFile
 from storage.segments import (
     MAX_RECORD_BYTES,
     RecoveryEvent,
     now_ms,
-    read_records,
     segment_name,
 )
-from storage.writer import AppendBatch, GroupCommitWriter, SegmentFile
+from storage.writer import GroupCommitWriter
 
 log = logging.getLogger("horae.storage")
-
-DEFAULT_MAX_READ_BYTES = 5 * 1024 * 1024
 
 
 class ReadOnlyFlag(Protocol):
@@ -121,6 +119,10 @@ class ManagedLedger:
         self._disk = ctx.disk
         self.appends_refused_read_only = 0
         self.appends_failed = 0
+        self._reader = EntryReader(
+            ctx.loop, ctx.ops, ctx.cache, ctx.read_pool, self._ledgers, self._ledger_ids,
+            self._drop_corrupt,
+        )
         self._cursor_set = CursorSet(
             self, CursorFiles(ctx.ops, directory / "cursors", fsync=ctx.config.fsync),
             ctx.loop, ctx.cursor_pool, ctx.ids.ensure_durable, cursors,
@@ -386,72 +388,7 @@ class ManagedLedger:
         """Entries from start (inclusive) in order, across ledgers, up to last_confirmed.
         Missing entries (dropped by recovery) are skipped. At least one entry is returned if
         any exists, even if it is larger than max_bytes."""
-        out: list[Entry] = []
-        if max_entries <= 0:
-            return out
-        cache = self._ctx.cache
-        nbytes = 0
-        ids = list(self._ledger_ids)
-        for i in range(bisect.bisect_left(ids, start.ledger_id), len(ids)):
-            led = self._ledgers.get(ids[i])
-            if led is None:
-                continue
-            ledger_id = led.ledger_id
-            entry_id = max(start.entry_id, 0) if ledger_id == start.ledger_id else 0
-            while entry_id < led.confirmed and len(out) < max_entries and (
-                not out or nbytes < max_bytes
-            ):
-                data = cache.get(ledger_id, entry_id)
-                if data is not None:
-                    out.append(Entry(Position(ledger_id, entry_id), data))
-                    nbytes += len(data)
-                    entry_id += 1
-                    continue
-                entry_id, nbytes = await self._read_from_disk(
-                    led, entry_id, max_entries, max_bytes, out, nbytes
-                )
-            if len(out) >= max_entries or (out and nbytes >= max_bytes):
-                break
-        return out
-
-    async def _read_from_disk(
-        self, led: LedgerState, entry_id: int, max_entries: int, max_bytes: int,
-        out: list[Entry], nbytes: int,
-    ) -> tuple[int, int]:
-        segment = led.segment
-        offsets, lengths = segment.offsets, segment.lengths
-        wanted: list[tuple[int, int, int]] = []
-        planned = nbytes
-        end = entry_id
-        while end < led.confirmed and len(out) + len(wanted) < max_entries and (
-            not (out or wanted) or planned < max_bytes
-        ):
-            offset = offsets[end]
-            if offset >= 0:
-                wanted.append((end, offset, lengths[end]))
-                planned += lengths[end]
-            end += 1
-        if not wanted:
-            return end, nbytes
-        ctx = self._ctx
-        try:
-            got = await ctx.loop.run_in_executor(
-                ctx.read_pool, read_records, ctx.ops, segment.path, wanted, segment.format,
-                segment.ledger_id,
-            )
-        except FileNotFoundError:  # trimmed or deleted while we were reading
-            return led.confirmed, nbytes
-        except OSError as exc:
-            if is_fd_exhaustion(exc):
-                raise TooManyOpenFilesError(f"reading {segment.path.name}: {exc}") from exc
-            raise
-        for got_id, data in got:
-            if data is None:
-                self._drop_corrupt(led, got_id, offsets[got_id], lengths[got_id])
-                continue
-            out.append(Entry(Position(led.ledger_id, got_id), data))
-            nbytes += len(data)
-        return end, nbytes
+        return await self._reader.read_entries(start, max_entries, max_bytes)
 
     def _drop_corrupt(self, led: LedgerState, entry_id: int, offset: int, length: int) -> None:
         if led.missing is None:

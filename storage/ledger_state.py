@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from pyroaring import BitMap
 
-from storage.writer import SegmentFile
+from storage.segment_file import SegmentFile
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,8 +22,8 @@ from storage.cursor_files import CursorFiles, LoadedCursor
 from storage.errors import PersistenceError
 from storage.fileops import FileOps
 from storage.ledger_state import LedgerState, recovered_ledger
+from storage.segment_file import SegmentFile
 from storage.segments import RecoveryEvent, load_index, scan_segment
-from storage.writer import SegmentFile
 
 
 @dataclass(slots=True)

@@ -49,12 +49,12 @@ import threading
 import time
 from array import array
 from collections.abc import Callable
-from concurrent.futures import Executor, Future
+from concurrent.futures import Executor
 from functools import partial
 from itertools import accumulate, islice
 from operator import add
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from crc32c import crc32c
 
@@ -62,10 +62,9 @@ from storage.errors import PersistenceError, TooManyOpenFilesError
 from storage.fileops import FileOps
 from storage.ids import IdAllocator
 from storage.limits import is_fd_exhaustion
-from storage.positions import Position
+from storage.segment_file import AppendBatch, SegmentFile, WriteOwner
 from storage.segments import (
     CRC_PREFIX,
-    FORMAT_V3,
     RECORD_HEADER,
     RECORD_HEADER_SIZE,
     encode_file_header,
@@ -79,57 +78,6 @@ _IOV_MAX = 1024
 _PAGE = 4096
 _ZEROS = bytes(1024 * 1024)  # the pre-zero write buffer (written in pieces of this size)
 _RECORD_PLUS = partial(add, RECORD_HEADER_SIZE)  # data length -> record size
-
-
-class SegmentFile:
-    """A ledger's segment file. Index arrays are appended by the writer (or recovery) only;
-    the loop reads indices <= its ledger's last confirmed entry, which the writer published
-    before completing the batch (call_soon_threadsafe is the happens-before edge)."""
-
-    __slots__ = ("abandoned", "broken", "created_ms", "fd", "format", "index_job", "ledger_id", "lengths",
-                 "offsets", "path", "synced_offset", "write_offset", "zeroed_end")
-
-    def __init__(self, ledger_id: int, path: Path, created_ms: int) -> None:
-        self.ledger_id = ledger_id
-        self.path = path
-        self.created_ms = created_ms
-        self.format = FORMAT_V3  # record format (recovered segments may be older)
-        self.offsets: array[int] = array("q")
-        self.lengths: array[int] = array("i")
-        self.fd = -1  # writer thread only
-        self.write_offset = 0  # writer thread only: the logical end
-        self.synced_offset = 0  # writer thread only: end of what fdatasync made durable
-        self.zeroed_end = 0  # writer thread only: zeros were written up to here
-        self.broken = False  # writer thread only: a write/fsync failed (never index it)
-        self.abandoned = False  # writer: the file could not be created (EMFILE); never written
-        self.index_job: Future[None] | None = None  # the persisted index being written
-
-
-class WriteOwner(Protocol):
-    """What a managed ledger offers the writer. writer_fenced is written by the writer only."""
-
-    writer_fenced: bool
-
-    def _complete_appends(self, batches: list[AppendBatch], error: BaseException | None) -> None:
-        ...
-
-
-class AppendBatch:
-    """The appends one owner made to one segment during one loop iteration (entry ids
-    first_entry_id, first_entry_id + 1, ...). Filled on the loop while open; the loop's kick
-    closes it and hands it to the writer thread, which then owns it until it comes back to
-    the loop with the group commit's result. Per-batch, not per-entry, objects and
-    bookkeeping: the loop appends a payload and a future to two lists per entry."""
-
-    __slots__ = ("datas", "first_entry_id", "futures", "open", "owner", "segment")
-
-    def __init__(self, owner: WriteOwner, segment: SegmentFile, first_entry_id: int) -> None:
-        self.owner = owner
-        self.segment = segment
-        self.first_entry_id = first_entry_id
-        self.datas: list[bytes] = []
-        self.futures: list[asyncio.Future[Position]] = []
-        self.open = True  # the loop may still add to it (loop-only flag)
 
 
 class GroupCommitWriter:
