@@ -36,6 +36,10 @@ class StorageConfig:
     segment_prezero_bytes), so short-lived ledgers do not each write megabytes of zeros."""
     read_threads: int = 4
     """Threads serving uncached reads (disk reads never run on the event loop)."""
+    index_cache_bytes: int = 64 * 1024 * 1024
+    """Memory for the per-entry indexes (12 bytes per entry) of sealed segments: beyond it
+    the least recently read are dropped and read back from their .idx files on demand, so
+    huge ledgers open and run in bounded memory (the open segments' indexes always stay)."""
     cursor_save_threads: int = 4
     """Threads saving cursor files: saves of different cursors run in parallel, so the
     window of acknowledgements a crash can lose stays short with many cursors."""

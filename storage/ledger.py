@@ -49,6 +49,7 @@ from storage.errors import (
 )
 from storage.fileops import FileOps
 from storage.ids import ID_BLOCK, IdAllocator
+from storage.index_pages import IndexPager
 from storage.ledger_state import LedgerInfo, LedgerState
 from storage.positions import Entry, Position
 from storage.reads import DEFAULT_MAX_READ_BYTES, EntryReader
@@ -84,6 +85,7 @@ class LedgerContext:
     io_pool: Executor
     cursor_pool: Executor
     disk: ReadOnlyFlag
+    pager: IndexPager
     report: Callable[[RecoveryEvent], None]
     on_close: Callable[[ManagedLedger], None]
 
@@ -120,8 +122,8 @@ class ManagedLedger:
         self.appends_refused_read_only = 0
         self.appends_failed = 0
         self._reader = EntryReader(
-            ctx.loop, ctx.ops, ctx.cache, ctx.read_pool, self._ledgers, self._ledger_ids,
-            self._drop_corrupt,
+            ctx.loop, ctx.ops, ctx.cache, ctx.read_pool, ctx.pager, self._ledgers,
+            self._ledger_ids, self._drop_corrupt,
         )
         self._cursor_set = CursorSet(
             self, CursorFiles(ctx.ops, directory / "cursors", fsync=ctx.config.fsync),
@@ -463,6 +465,7 @@ class ManagedLedger:
             led = self._ledgers.pop(ledger_id)
             self._ledger_ids.remove(ledger_id)
             self._ctx.cache.drop_ledger(ledger_id)
+            self._ctx.pager.forget(led.segment)
             self._ctx.writer.control("delete", led.segment)
         if deleted:
             await self._ctx.writer.barrier()
@@ -490,6 +493,8 @@ class ManagedLedger:
                 if job is not None and not job.done():
                     await asyncio.wrap_future(job)
         finally:
+            for led in self._ledgers.values():
+                self._ctx.pager.forget(led.segment)
             self._ctx.on_close(self)
 
     @property

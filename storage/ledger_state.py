@@ -46,8 +46,11 @@ class LedgerState:
         return self.sealed and self.next_entry_id == self.confirmed
 
 
-def recovered_ledger(segment: SegmentFile, size_bytes: int, missing: list[int]) -> LedgerState:
+def recovered_ledger(
+    segment: SegmentFile, entries: int, size_bytes: int, missing: list[int]
+) -> LedgerState:
     led = LedgerState(segment, sealed=True)
+    led.confirmed = led.next_entry_id = entries
     led.size_bytes = size_bytes
     led.assigned_bytes = size_bytes
     if missing:

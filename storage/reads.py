@@ -17,6 +17,7 @@ from concurrent.futures import Executor
 from storage.cache import EntryCache
 from storage.errors import TooManyOpenFilesError
 from storage.fileops import FileOps
+from storage.index_pages import IndexPager
 from storage.ledger_state import LedgerState
 from storage.limits import is_fd_exhaustion
 from storage.positions import Entry, Position
@@ -31,8 +32,10 @@ OnCorrupt = Callable[[LedgerState, int, int, int], None]
 class EntryReader:
     def __init__(
         self, loop: asyncio.AbstractEventLoop, ops: FileOps, cache: EntryCache, pool: Executor,
-        ledgers: Mapping[int, LedgerState], ledger_ids: list[int], on_corrupt: OnCorrupt,
+        pager: IndexPager, ledgers: Mapping[int, LedgerState], ledger_ids: list[int],
+        on_corrupt: OnCorrupt,
     ) -> None:
+        self._pager = pager
         self._loop = loop
         self._ops = ops
         self._cache = cache
@@ -80,7 +83,10 @@ class EntryReader:
         out: list[Entry], nbytes: int,
     ) -> tuple[int, int]:
         segment = led.segment
-        offsets, lengths = segment.offsets, segment.lengths
+        if segment.paged:  # sealed with a durable index: paged in/out by the pager (LRU)
+            offsets, lengths = await self._pager.arrays(segment)
+        else:
+            offsets, lengths = segment.offsets, segment.lengths
         wanted: list[tuple[int, int, int]] = []
         planned = nbytes
         end = entry_id

@@ -111,8 +111,13 @@ def load_ledger_dir(
             [i for i, off in enumerate(result.offsets) if off < 0]
             if result.offsets.count(-1) else []
         )
-        led = recovered_ledger(segment, result.size_bytes, missing)
+        led = recovered_ledger(segment, result.entries, result.size_bytes, missing)
         out.ledgers.append(led)
+        if indexed is not None:
+            # Durable on disk: keep no arrays (the IndexPager pages them in for reads), so
+            # opening a huge ledger holds one segment's index at a time.
+            segment.paged = True
+            segment.page_out()
         # A scanned segment gets its index (re)written; not one with a bad header: the index
         # would never match it.
         if indexed is None and not any(e[0] == "bad_header" for e in result.events):

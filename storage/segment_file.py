@@ -22,10 +22,13 @@ from storage.segments import FORMAT_V3
 class SegmentFile:
     """A ledger's segment file. Index arrays are appended by the writer (or recovery) only;
     the loop reads indices <= its ledger's last confirmed entry, which the writer published
-    before completing the batch (call_soon_threadsafe is the happens-before edge)."""
+    before completing the batch (call_soon_threadsafe is the happens-before edge). A sealed
+    segment with a durable index may have its arrays paged out (resident False): readers
+    get them through the store's IndexPager."""
 
-    __slots__ = ("abandoned", "broken", "created_ms", "fd", "format", "index_job", "ledger_id", "lengths",
-                 "offsets", "path", "synced_offset", "write_offset", "zeroed_end")
+    __slots__ = ("abandoned", "broken", "created_ms", "fd", "format", "index_job", "ledger_id",
+                 "lengths", "offsets", "paged", "path", "resident", "synced_offset",
+                 "write_offset", "zeroed_end")
 
     def __init__(self, ledger_id: int, path: Path, created_ms: int) -> None:
         self.ledger_id = ledger_id
@@ -40,7 +43,15 @@ class SegmentFile:
         self.zeroed_end = 0  # writer thread only: zeros were written up to here
         self.broken = False  # writer thread only: a write/fsync failed (never index it)
         self.abandoned = False  # writer: the file could not be created (EMFILE); never written
-        self.index_job: Future[None] | None = None  # the persisted index being written
+        self.index_job: Future[bool] | None = None  # the persisted index being written
+        self.resident = True  # the arrays are in memory (else: paged out, storage/index_pages)
+        self.paged = False  # sealed with a durable index: the arrays may be paged out
+
+    def page_out(self) -> None:
+        """Drop the index arrays (sealed segments with a durable index only; loop)."""
+        self.offsets = array("q")
+        self.lengths = array("i")
+        self.resident = False
 
 
 class WriteOwner(Protocol):

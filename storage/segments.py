@@ -479,12 +479,12 @@ def load_index(ops: FileOps, path: Path, ledger_id: int) -> ScanResult | None:
 def write_index(
     ops: FileOps, path: Path, ledger_id: int, segment_size: int, created_ms: int, fmt: int,
     offsets: array[int], lengths: array[int], size_bytes: int, *, sync: bool,
-) -> None:
+) -> bool:
     """Persist the index of the sealed segment at path (tmp + fsync + rename). Skipped if
     the segment is gone (trimmed meanwhile). Without a directory fsync: a lost rename only
     means a scan on the next open."""
     if not path.exists():
-        return
+        return False
     data = encode_index(ledger_id, segment_size, created_ms, fmt, offsets, lengths, size_bytes)
     target = index_path(path)
     tmp = target.with_name(target.name + ".tmp")
@@ -496,3 +496,4 @@ def write_index(
     finally:
         ops.close(fd)
     ops.replace(tmp, target)
+    return True

@@ -47,6 +47,7 @@ from storage.diskusage import DiskMonitor, MeasureSpace, statvfs_space
 from storage.errors import LedgerClosedError, StorageError
 from storage.fileops import FileOps
 from storage.ids import IdAllocator
+from storage.index_pages import IndexPager
 from storage.ledger import LedgerContext, ManagedLedger
 from storage.limits import raise_nofile_limit
 from storage.metadata import MetadataStore
@@ -104,6 +105,8 @@ class SegmentStore:
             index_pool=self._io_pool,
         )
         self.cache = EntryCache(config.entry_cache_bytes)
+        self.pager = IndexPager(self._loop, ops, self._read_pool, config.index_cache_bytes)
+        self.writer.index_hook = self.pager.watch
         self._open: dict[str, ManagedLedger] = {}
         self._opening: dict[str, asyncio.Lock] = {}
         self._events: list[RecoveryEvent] = []
@@ -122,7 +125,8 @@ class SegmentStore:
         self.writer.on_no_space = self._no_space
         self._ctx = LedgerContext(
             self._loop, config, ops, ids, self.writer, self.cache, self._read_pool,
-            self._io_pool, self._cursor_pool, self.disk, self._report, self._ledger_closed,
+            self._io_pool, self._cursor_pool, self.disk, self.pager, self._report,
+            self._ledger_closed,
         )
         self._flush_task: asyncio.Task[None] | None = None
         self._lock_fd = -1
@@ -201,11 +205,12 @@ class SegmentStore:
                 self._report(event)
             for led in found.unindexed:  # scanned: (re)write their indexes in the I/O thread
                 segment = led.segment
-                segment.index_job = self._io_pool.submit(
+                segment.index_job = job = self._io_pool.submit(
                     write_index_logged, self._ops, segment.path, segment.ledger_id,
                     segment.write_offset, segment.created_ms, segment.format,
                     segment.offsets, segment.lengths, led.size_bytes, sync=self.config.fsync,
                 )
+                self.pager.watch(segment, job)
             self._check_open()  # close() began while recovering: register nothing
             ml = ManagedLedger(self._ctx, name, directory, found.ledgers, found.cursors)
             self._names[name] = directory

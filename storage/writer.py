@@ -49,7 +49,7 @@ import threading
 import time
 from array import array
 from collections.abc import Callable
-from concurrent.futures import Executor
+from concurrent.futures import Executor, Future
 from functools import partial
 from itertools import accumulate, islice
 from operator import add
@@ -120,6 +120,9 @@ class GroupCommitWriter:
         self.prezero_bytes = 0
         self.prezero_seconds = 0.0
         self.batch_sizes: list[int] | None = None  # set to [] to record every batch (benchmarks)
+        self.index_hook: Callable[[SegmentFile, Future[bool]], None] | None = None
+        """Called (writer thread) with each sealed segment's index job (the store's pager
+        watches it: once the index is on disk the arrays may be paged out)."""
         self.on_no_space: Callable[[], None] | None = None
         """Called (in the writer thread) when a write fails with ENOSPC (the store then
         measures disk usage at once)."""
@@ -455,6 +458,8 @@ class GroupCommitWriter:
                         segment.write_offset, segment.created_ms, segment.format,
                         segment.offsets, segment.lengths, sum(segment.lengths), sync=self._fsync,
                     )
+                    if self.index_hook is not None:
+                        self.index_hook(segment, segment.index_job)
             if kind == "delete":
                 with contextlib.suppress(FileNotFoundError):
                     self._ops.unlink(index_path(segment.path))  # first: never an orphan
@@ -480,12 +485,14 @@ class GroupCommitWriter:
         segment.write_offset = segment.zeroed_end = synced
 
 
-def write_index_logged(*args: Any, **kwargs: Any) -> None:
-    """write_index() for a background job: a failure only costs a scan on the next open."""
+def write_index_logged(*args: Any, **kwargs: Any) -> bool:
+    """write_index() for a background job: a failure only costs a scan on the next open.
+    True once the index is on disk."""
     try:
-        write_index(*args, **kwargs)
+        return write_index(*args, **kwargs)
     except OSError as exc:
         log.warning("storage: writing a segment index failed (%s); it will be rebuilt", exc)
+        return False
 
 
 def _round_up(offset: int) -> int:
