@@ -24,8 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from crc32c import crc32c
 
-from proto import pulsar_api_pb2 as pb
 from protocol import commands
+from protocol import pulsar_pb as pb
 from protocol.frames import NEED_DATA, FrameDecoder
 from protocol.metadata import encode_entry, parse_entry
 

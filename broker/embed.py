@@ -33,7 +33,7 @@ from broker.config import load_config
 
 if TYPE_CHECKING:
     from broker.server import BrokerServer
-    from broker.service import BrokerService
+    from broker.topics.service import BrokerService
 
 __all__ = ["BrokerHandle", "start_broker"]
 
@@ -59,6 +59,11 @@ class BrokerHandle:
         self.web_port: int = server.web_port
         self.service_url = f"pulsar://127.0.0.1:{self.broker_port}"
         self.web_url = f"http://127.0.0.1:{self.web_port}"
+
+    @property
+    def server(self) -> BrokerServer:
+        """The server object (touch only on the broker thread, e.g. inside :meth:`call`)."""
+        return self._server
 
     @property
     def service(self) -> BrokerService:

@@ -7,13 +7,16 @@ Theory of operation
 production and in :mod:`broker.embed`):
 
 1. open the segment store under ``<dataDir>/store`` (recovers ledgers, cursors, metadata);
-2. start :class:`broker.service.BrokerService` (default tenant/namespace, policy mirrors);
+2. start :class:`broker.topics.service.BrokerService` (default tenant/namespace, policy mirrors);
 3. listen for the binary protocol on ``bindAddress:brokerServicePort``, one
-   :class:`broker.connection.ServerConnection` per TCP connection;
-4. serve the admin app (``broker.admin.app.create_app``) on ``webServicePort`` with
-   aiohttp's AppRunner; a minimal health/lookup app stands in while that module is absent;
+   :class:`broker.net.connection.ServerConnection` per TCP connection; the server owns the
+   live connections (``connections``) and runs their keep-alive timer;
+4. serve the admin app (:func:`broker.admin.app.create_app`) on ``webServicePort`` with
+   aiohttp's AppRunner;
 5. start the metric snapshot exporter (``broker.metrics.snapshots``) writing
-   ``<dataDir>/metrics`` every ``metricsExportIntervalSeconds``, if its modules exist.
+   ``<dataDir>/metrics`` every ``metricsExportIntervalSeconds``.
+
+Every module is imported at start-up: a broken install fails here, never as a quieter broker.
 
 :meth:`stop` is graceful and idempotent: stop accepting, close client connections after
 their queued frames are written (in-flight appends finish first: topic close waits for the
@@ -32,9 +35,14 @@ from typing import Any
 from aiohttp import web
 
 from broker import SERVER_VERSION
+from broker.admin.app import create_app
 from broker.config import BrokerConfig, storage_config
-from broker.connection import ServerConnection
-from broker.service import BrokerService
+from broker.logs import ACCESS_LOGGER, HttpAccessLogger
+from broker.metrics import create_registry
+from broker.metrics.snapshots import MetricSnapshotWriter, run_exporter
+from broker.net.connection import ServerConnection
+from broker.topics.service import BrokerService
+from storage.store import SegmentStore
 
 __all__ = ["BrokerServer"]
 
@@ -46,7 +54,7 @@ STORE_DIR_NAME = "store"
 class BrokerServer:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
-        self.store: Any = None
+        self.store: SegmentStore | None = None
         self._service: BrokerService | None = None
         self._server: asyncio.base_events.Server | None = None
         self._runner: web.AppRunner | None = None
@@ -54,6 +62,8 @@ class BrokerServer:
         self._exporter_stop: asyncio.Event | None = None
         self.broker_port = config.broker_service_port
         self.web_port = config.web_service_port
+        self.connections: set[ServerConnection] = set()
+        self._keepalive: asyncio.Task[None] | None = None
         self._started = False
         self._stopped = False
 
@@ -67,8 +77,6 @@ class BrokerServer:
         return pathlib.Path(self.config.data_dir)
 
     async def start(self) -> None:
-        from storage.store import SegmentStore
-
         loop = asyncio.get_running_loop()
         data = self.data_dir
         data.mkdir(parents=True, exist_ok=True)
@@ -76,7 +84,7 @@ class BrokerServer:
         service = self._service = BrokerService(self.config, self.store, loop)
         await service.start()
         self._server = await loop.create_server(
-            lambda: ServerConnection(service), host=self.config.bind_address,
+            lambda: ServerConnection(service, self), host=self.config.bind_address,
             port=self.config.broker_service_port, reuse_address=True, backlog=1024)
         self.broker_port = _bound_port(self._server.sockets)
         service.broker_port = self.broker_port
@@ -87,18 +95,33 @@ class BrokerServer:
         for sock in self._server.sockets:
             if sock.family in (socket.AF_INET, socket.AF_INET6):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._keepalive = loop.create_task(self._keepalive_loop())
         await self._start_web(service)
         self._start_exporter(service)
         self._started = True
 
+    # ------------------------------------------------------------------ connections
+
+    def connection_opened(self, connection: ServerConnection) -> None:
+        self.connections.add(connection)
+
+    def connection_closed(self, connection: ServerConnection) -> None:
+        self.connections.discard(connection)
+
+    async def _keepalive_loop(self) -> None:
+        """Every ``keepAliveIntervalSeconds``: PING idle connections, close silent ones."""
+        interval = float(self.config.keep_alive_interval_seconds)
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(interval)
+            now = loop.time()
+            for conn in list(self.connections):
+                conn.keepalive_tick(now, interval)
+
     async def _start_web(self, service: BrokerService) -> None:
-        try:
-            from broker.admin.app import create_app
-        except ImportError:
-            app = _fallback_app(service)
-        else:
-            app = create_app(service)
-        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        app = create_app(service)
+        self._runner = web.AppRunner(app, access_log=logging.getLogger(ACCESS_LOGGER),
+                                     access_log_class=HttpAccessLogger, handle_signals=False)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.config.bind_address, self.config.web_service_port,
                            reuse_address=True)
@@ -109,13 +132,7 @@ class BrokerServer:
         service.web_port = self.web_port
 
     def _start_exporter(self, service: BrokerService) -> None:
-        try:
-            from broker.metrics.snapshots import MetricSnapshotWriter, run_exporter
-        except ImportError:
-            return
-        collect = _metrics_collect(service)
-        if collect is None:
-            return
+        collect = create_registry(service).collect
         writer = MetricSnapshotWriter(self.data_dir, f"{self.config.advertised_address}:"
                                       f"{self.web_port}", self.config.cluster_name,
                                       self.config.metrics_export_retention_hours)
@@ -142,8 +159,10 @@ class BrokerServer:
         if service is not None:
             service.closing = True
             await service.close()   # topics: in-flight appends finish, clients are told
-            for conn in list(service.connections):
-                conn.close("broker shutting down")
+        if self._keepalive is not None:
+            self._keepalive.cancel()
+        for conn in list(self.connections):
+            conn.close("broker shutting down")
         if self._runner is not None:
             await self._runner.cleanup()
         if self._server is not None:
@@ -167,31 +186,3 @@ def _bound_port(sockets: Any) -> int:
     for sock in sockets:
         return int(sock.getsockname()[1])
     raise RuntimeError("listener has no socket")
-
-
-def _metrics_collect(service: BrokerService) -> Any:
-    """A zero-argument callable returning metric families (the metrics area's registry)."""
-    try:
-        from broker.metrics import create_registry
-    except ImportError:
-        return None
-    return create_registry(service).collect
-
-
-def _fallback_app(service: BrokerService) -> web.Application:
-    """Health and HTTP lookup only: used while the admin app is unavailable."""
-    from broker.lookup import service_url
-
-    async def health(_request: web.Request) -> web.Response:
-        return web.Response(text="ok")
-
-    async def lookup(request: web.Request) -> web.Response:
-        host = request.transport.get_extra_info("sockname")[0] if request.transport else None
-        url = service_url(service.config.advertised_address, service.broker_port, host)
-        return web.json_response({"brokerUrl": url, "httpUrl": service.web_url,
-                                  "nativeUrl": url, "brokerUrlTls": "", "httpUrlTls": ""})
-
-    app = web.Application()
-    app.router.add_get("/admin/v2/brokers/health", health)
-    app.router.add_get("/lookup/v2/topic/{domain}/{tenant}/{namespace}/{topic}", lookup)
-    return app

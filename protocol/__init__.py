@@ -8,5 +8,5 @@ Modules: :mod:`~protocol.frames` (incremental frame decoder), :mod:`~protocol.co
 :mod:`~protocol.framing` (frame headers, checksum, varints), :mod:`~protocol.metadata`
 (entries, message metadata, batches, Key_Shared hash), :mod:`~protocol.errors` (the error
 hierarchy mapped to ``ServerError``), :mod:`~protocol.limits`, and :mod:`~protocol.pulsar_pb`
-(the generated ``proto.pulsar_api_pb2`` with a typing stub, for mypy --strict).
+(the generated ``protocol.generated.pulsar_api_pb2`` with a typing stub, for mypy --strict).
 """

@@ -98,7 +98,11 @@ def encode_producer_success(
     producer_name: str,
     last_sequence_id: int = -1,
     schema_version: bytes | None = None,
+    *,
+    ready: bool | None = None,
 ) -> bytes:
+    """PRODUCER_SUCCESS; *ready* sets producer_ready explicitly (False: the producer is queued
+    for exclusive access, WaitForExclusive; True: the second answer once it is promoted)."""
     cmd = pb.BaseCommand(type=_T.PRODUCER_SUCCESS)
     ps = cmd.producer_success
     ps.request_id = request_id
@@ -106,6 +110,8 @@ def encode_producer_success(
     ps.last_sequence_id = last_sequence_id
     if schema_version is not None:
         ps.schema_version = schema_version
+    if ready is not None:
+        ps.producer_ready = ready
     return encode_command(cmd)
 
 

@@ -1,7 +1,8 @@
-"""Pulsar-compatible admin REST API (``/admin/v2``), HTTP lookup, health and ``/metrics``."""
+"""Pulsar-compatible admin: the REST API (``/admin/v2``, HTTP lookup, health, ``/metrics``)
+served by :mod:`broker.admin.app`, and the ``horae-admin`` command line (:mod:`broker.admin.cli`).
+
+This package's face imports nothing: the CLI is stdlib-only and must start fast, so it must
+not pull aiohttp in. Import :func:`broker.admin.app.create_app` from its module.
+"""
 
 from __future__ import annotations
-
-from broker.admin.app import create_app
-
-__all__ = ["create_app"]

@@ -17,7 +17,7 @@ from aiohttp import web
 
 from protocol import errors as perr
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("horae.admin.errors")
 
 # Pulsar's reason texts (PersistentTopicsBase / NamespacesBase / TenantsBase).
 TOPIC_NOT_FOUND = "Topic not found"

@@ -1,6 +1,6 @@
-"""Stats documents for the admin API: partitioned aggregation and an internal-stats fallback.
+"""Stats documents for the admin API: aggregation of partitioned topics' stats.
 
-Theory of operation: Topic.stats() already returns Pulsar's TopicStats shape; a partitioned
+Theory of operation: :func:`broker.topics.stats.topic_stats` returns Pulsar's TopicStats shape; a partitioned
 topic's stats are the per-partition documents merged the way Pulsar's PartitionedTopicStats
 does: numbers summed, publisher lists concatenated, subscriptions merged by name (their
 numbers summed, consumer lists concatenated), averages recomputed. Pure functions.
@@ -51,46 +51,3 @@ def aggregate_stats(docs: list[dict[str, Any]]) -> dict[str, Any]:
     if _is_number(msgs) and _is_number(size):
         acc["averageMsgSize"] = (size / msgs) if msgs else 0.0
     return acc
-
-
-def _pos(p: Any) -> str:
-    if p is None:
-        return "-1:-1"
-    return f"{p.ledger_id}:{p.entry_id}"
-
-
-def fallback_internal_stats(topic: Any) -> dict[str, Any]:
-    """PersistentTopicInternalStats built from the ledger and cursors, for a Topic without
-    its own ``internal_stats()``."""
-    ledger = topic.ledger
-    ledgers = list(getattr(ledger, "ledgers", ()))
-    current = ledgers[-1] if ledgers else None
-    cursors = {}
-    for name, cursor in getattr(ledger, "cursors", {}).items():
-        cursors[name] = {
-            "markDeletePosition": _pos(cursor.mark_delete_position),
-            "readPosition": _pos(cursor.read_position),
-            "messagesConsumedCounter": 0,
-            "individuallyDeletedMessages": f"{getattr(cursor, 'individually_deleted_count', 0)}",
-            "numberOfEntriesSinceFirstNotAckedMessage": getattr(cursor, "backlog", 0),
-            "totalNonContiguousDeletedMessagesRange":
-                getattr(cursor, "individually_deleted_count", 0),
-            "state": "Open",
-            "properties": dict(getattr(cursor, "properties", {})),
-            "revision": getattr(cursor, "revision", 0),
-        }
-    return {
-        "entriesAddedCounter": getattr(ledger, "number_of_entries", 0),
-        "numberOfEntries": getattr(ledger, "number_of_entries", 0),
-        "totalSize": getattr(ledger, "total_size_bytes", 0),
-        "currentLedgerEntries": getattr(current, "entries", 0),
-        "currentLedgerSize": getattr(current, "size_bytes", 0),
-        "lastLedgerCreatedTimestamp": str(getattr(current, "created_ms", "")),
-        "waitingCursorsCount": 0,
-        "pendingAddEntriesCount": 0,
-        "lastConfirmedEntry": _pos(getattr(ledger, "last_confirmed", None)),
-        "state": "LedgerOpened",
-        "ledgers": [{"ledgerId": li.ledger_id, "entries": li.entries, "size": li.size_bytes,
-                     "offloaded": False} for li in ledgers],
-        "cursors": cursors,
-    }

@@ -19,7 +19,8 @@ from aiohttp import web
 from broker.admin import bodies
 from broker.admin import errors as E
 from broker.admin.facade import ADMIN_KEY, AdminFacade, name_of, partition_name, topic_full_name
-from broker.admin.stats import aggregate_stats, fallback_internal_stats
+from broker.admin.stats import aggregate_stats
+from broker.topics import stats as topic_docs
 from protocol import pulsar_pb as pb
 
 BASE = "/admin/v2/persistent/{tenant}/{namespace}"
@@ -162,7 +163,7 @@ async def topic_stats(request: web.Request) -> web.Response:
     n = await facade.partition_count(full)
     topics = await facade.targets(full)
     if n == 0:
-        return json_response(topics[0].stats())
+        return json_response(topic_docs.topic_stats(topics[0]))
     per_partition = request.query.get("perPartition", "true").lower() != "false"
     return json_response(_partitioned_stats(topics, n, per_partition))
 
@@ -177,19 +178,11 @@ async def partitioned_stats(request: web.Request) -> web.Response:
 
 
 def _partitioned_stats(topics: list[Any], n: int, per_partition: bool) -> dict[str, Any]:
-    stats = {name_of(t): t.stats() for t in topics}
+    stats = {name_of(t): topic_docs.topic_stats(t) for t in topics}
     result = aggregate_stats(list(stats.values()))
     result["metadata"] = {"partitions": n}
     result["partitions"] = stats if per_partition else {}
     return result
-
-
-def _internal_stats(topic: Any) -> dict[str, Any]:
-    fn = getattr(topic, "internal_stats", None)
-    if fn is not None:
-        result: dict[str, Any] = fn()
-        return result
-    return fallback_internal_stats(topic)
 
 
 async def internal_stats(request: web.Request) -> web.Response:
@@ -197,9 +190,9 @@ async def internal_stats(request: web.Request) -> web.Response:
     n = await facade.partition_count(full)
     topics = await facade.targets(full)
     if n == 0:
-        return json_response(_internal_stats(topics[0]))
+        return json_response(topic_docs.internal_stats(topics[0]))
     return json_response({"metadata": {"partitions": n},
-                          "partitions": {name_of(t): _internal_stats(t) for t in topics}})
+                          "partitions": {name_of(t): topic_docs.internal_stats(t) for t in topics}})
 
 
 # --- subscriptions -----------------------------------------------------------------------

@@ -32,7 +32,7 @@ from broker.delayed.tracker import DelayedDeliveryTracker
 if TYPE_CHECKING:
     from broker.config import BrokerConfig
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("horae.delayed")
 
 IN_MEMORY_FACTORY = "org.apache.pulsar.broker.delayed.InMemoryDelayedDeliveryTrackerFactory"
 BUCKET_FACTORY = "org.apache.pulsar.broker.delayed.BucketDelayedDeliveryTrackerFactory"

@@ -34,7 +34,7 @@ from broker.delayed.snapshot_format import (
 )
 from storage.errors import SnapshotNotFoundError
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("horae.delayed.bucket_lifecycle")
 
 BUCKET_KEY_PREFIX = "#pulsar.internal.delayed.bucket"
 OP_TYPES = ("create", "load", "delete", "merge")

@@ -45,7 +45,7 @@ from broker.delayed.packed import (
 )
 from broker.delayed.tracker import TimedTracker, TimerLoop
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("horae.delayed.in_memory")
 
 
 class InMemoryDelayedDeliveryTracker(TimedTracker):

@@ -36,7 +36,7 @@ import time
 import weakref
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
 from prometheus_client.core import (
@@ -46,6 +46,9 @@ from prometheus_client.core import (
     Metric,
 )
 from prometheus_client.registry import Collector
+
+from broker.config import BrokerConfig
+from broker.metrics.rates import PUBLISH_LATENCY_BUCKETS_MS
 
 log = logging.getLogger("horae.metrics")
 
@@ -138,11 +141,7 @@ def _first_attr(obj: Any, names: Sequence[str], default: Any = None) -> Any:
 
 
 def _publish_latency_bounds() -> tuple[float, ...]:
-    try:
-        from broker.producer import PUBLISH_LATENCY_BUCKETS_MS
-    except ImportError:
-        return STORAGE_WRITE_LATENCY_BOUNDS_MS
-    return tuple(PUBLISH_LATENCY_BUCKETS_MS)
+    return PUBLISH_LATENCY_BUCKETS_MS
 
 
 def _full_name(topic: Any) -> str:
@@ -255,10 +254,22 @@ class _Rates:
         self._seen.clear()
 
 
+class MetricsSource(Protocol):
+    """What the collector scrapes (:class:`broker.topics.service.BrokerService`, handed in by
+    the server and the admin app): the broker config and the loaded topics. The topics'
+    own figures are still read by name below (see rule 3 of the module docstring)."""
+
+    @property
+    def config(self) -> BrokerConfig: ...
+
+    @property
+    def topics(self) -> Mapping[str, Any]: ...
+
+
 class HoraeCollector(Collector):
     """Collector over a BrokerService (see module docstring). Call collect() on the loop."""
 
-    def __init__(self, service: Any, *, lag_probe: LoopLagProbe | None = None,
+    def __init__(self, service: MetricsSource, *, lag_probe: LoopLagProbe | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.service = service
         self.lag_probe = lag_probe
@@ -268,14 +279,14 @@ class HoraeCollector(Collector):
         return []   # no collect() at registration time: the service may not be ready
 
     def collect(self) -> Iterator[Metric]:
-        config = getattr(self.service, "config", None)
-        cluster = str(getattr(config, "cluster_name", "standalone"))
-        topic_level = bool(getattr(config, "expose_topic_level_metrics_in_prometheus", True))
+        config = self.service.config
+        cluster = config.cluster_name
+        topic_level = config.expose_topic_level_metrics_in_prometheus
         values: dict[str, dict[tuple[str, ...], float]] = defaultdict(lambda: defaultdict(float))
         hist: _Hist = {}
         bucket_ops: dict[tuple[str, ...], float] = defaultdict(float)
         bucket_lat: dict[tuple[str, ...], list[float]] = {}
-        for topic in list(getattr(self.service, "topics", {}).values()):
+        for topic in list(self.service.topics.values()):
             try:
                 self._collect_topic(topic, cluster, topic_level, values, hist, bucket_ops,
                                     bucket_lat)
@@ -460,7 +471,7 @@ class HoraeCollector(Collector):
     @staticmethod
     def _add_write_latency(topic: Any, key: tuple[str, ...], hist: _Hist) -> None:
         """Core's Topic keeps ``publish_latency_buckets``: non-cumulative counts, one per bound
-        of ``broker.producer.PUBLISH_LATENCY_BUCKETS_MS`` plus overflow, and
+        of ``broker.metrics.rates.PUBLISH_LATENCY_BUCKETS_MS`` plus overflow, and
         ``publish_latency_sum_ms``. (``write_latency_*`` names are accepted too.)"""
         counts = _first_attr(topic, ("publish_latency_buckets", "write_latency_buckets"))
         if counts is None:
@@ -552,7 +563,7 @@ _REGISTRIES: weakref.WeakKeyDictionary[Any, CollectorRegistry] = weakref.WeakKey
 _PROBES: weakref.WeakKeyDictionary[Any, LoopLagProbe] = weakref.WeakKeyDictionary()
 
 
-def create_registry(service: Any, lag_probe: LoopLagProbe | None = None) -> CollectorRegistry:
+def create_registry(service: MetricsSource, lag_probe: LoopLagProbe | None = None) -> CollectorRegistry:
     """A fresh private registry (never prometheus_client's global one: several brokers may
     share a process) with :class:`HoraeCollector` and the process, platform and GC
     collectors. Without ``lag_probe`` it uses the probe an earlier call registered for
@@ -572,7 +583,7 @@ def create_registry(service: Any, lag_probe: LoopLagProbe | None = None) -> Coll
     return registry
 
 
-def collect_families(service: Any) -> Iterable[Metric]:
+def collect_families(service: MetricsSource) -> Iterable[Metric]:
     """Every family /metrics serves for ``service`` (a ``collect`` for the snapshot
     exporter). Call on the broker loop."""
     registry = _REGISTRIES.get(service)

@@ -9,6 +9,8 @@ import pulsar
 import pytest
 from conftest import make_client
 
+from broker.topics.stats import internal_stats, topic_stats
+
 
 @pytest.mark.parametrize("batching", [False, True], ids=["no-batching", "batching"])
 def test_produce_then_consume_exclusive(client: Any, batching: bool) -> None:
@@ -117,13 +119,13 @@ def test_topic_stats_count_what_was_published_and_consumed(broker: Any, client: 
         producer.send(b"0123456789")
     for _ in range(10):
         consumer.acknowledge(consumer.receive(5000))
-    stats = broker.call(lambda: broker.service.topics[topic].stats())
+    stats = broker.call(lambda: topic_stats(broker.service.topics[topic]))
     assert stats["msgInCounter"] == 10
     assert stats["msgOutCounter"] == 10
     assert stats["bytesInCounter"] > 100
     assert [p["msgInCounter"] for p in stats["publishers"]] == [10]
     assert "sub" in stats["subscriptions"]
-    internal = broker.call(lambda: broker.service.topics[topic].internal_stats())
+    internal = broker.call(lambda: internal_stats(broker.service.topics[topic]))
     assert internal["entriesAddedCounter"] == 10
     assert internal["numberOfEntries"] == 10
     assert "sub" in internal["cursors"]

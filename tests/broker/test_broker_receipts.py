@@ -1,8 +1,8 @@
 """SEND -> SEND_RECEIPT without sockets or storage: the producer against a topic stand-in whose
 append futures the test resolves.
 
-Pins the two answer paths of :mod:`broker.producer`: receipts leave from the ledger's durable
-listener (:meth:`broker.topic.Topic._on_durable`) before the loop turns, and a failed append
+Pins the two answer paths of :mod:`broker.topics.producer`: receipts leave from the ledger's durable
+listener (:meth:`broker.topics.topic.Topic._on_durable`) before the loop turns, and a failed append
 (for which the ledger calls no listener) is still answered, with everything queued behind it,
 in order, through the futures' done-callbacks.
 """
@@ -14,9 +14,9 @@ from typing import Any
 
 from test_broker_states import make_connection
 
-from broker.producer import Producer
-from broker.topic import Topic
-from proto import pulsar_api_pb2 as pb
+from broker.topics.producer import Producer
+from broker.topics.topic import Topic
+from protocol import pulsar_pb as pb
 from protocol.errors import ServerError
 from protocol.frames import Frame
 from storage.errors import PersistenceError

@@ -13,17 +13,17 @@ from typing import Any
 
 import pytest
 
-import broker.connection as connection_mod
+import broker.net.connection as connection_mod
 from broker.config import BrokerConfig
-from broker.connection import ServerConnection
-from broker.states import (
+from broker.net.connection import ServerConnection
+from broker.net.states import (
     ALL_COMMAND_TYPES,
     TRANSITIONS,
     ConnState,
     request_id_of,
     subcommand_field,
 )
-from proto import pulsar_api_pb2 as pb
+from protocol import pulsar_pb as pb
 from protocol.errors import ServerError
 from protocol.frames import Frame, FrameDecoder
 
@@ -67,8 +67,9 @@ class FakeTransport:
 
 def make_connection(**config: Any) -> tuple[ServerConnection, FakeTransport]:
     service = SimpleNamespace(config=BrokerConfig(**config), loop=asyncio.get_running_loop(),
-                              connections=set(), closing=False)
-    conn = ServerConnection(service)  # type: ignore[arg-type]
+                              closing=False)
+    owner = SimpleNamespace(connection_opened=lambda c: None, connection_closed=lambda c: None)
+    conn = ServerConnection(service, owner)  # type: ignore[arg-type]
     transport = FakeTransport()
     conn.connection_made(transport)  # type: ignore[arg-type]
     return conn, transport
@@ -102,7 +103,7 @@ def test_every_handler_named_in_the_table_exists() -> None:
 
 @pytest.mark.parametrize("state", list(ConnState), ids=lambda s: s.name)
 @pytest.mark.parametrize("cmd_type", ALL_COMMAND_TYPES, ids=lambda t: T.Type.Name(t))
-async def test_state_table_pair(state: ConnState, cmd_type: int, recorded: list[str]) -> None:
+async def test_every_state_and_command_pair_follows_the_table(state: ConnState, cmd_type: int, recorded: list[str]) -> None:
     conn, transport = make_connection()
     conn.state = state
     if state is ConnState.CLOSED:

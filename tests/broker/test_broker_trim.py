@@ -5,11 +5,13 @@ restarts fine afterwards. Also: subscription rates are sampled by the same tick.
 from __future__ import annotations
 
 import pathlib
-import time
 from typing import Any
 
 import pulsar
 from conftest import make_client
+from waiting import wait_until
+
+from broker.topics.stats import internal_stats, topic_stats
 
 PER_LEDGER = 5
 
@@ -25,12 +27,7 @@ def _segments(data_dir: pathlib.Path) -> int:
 
 def _wait_for(predicate: Any, timeout: float = 15.0) -> bool:
     """Poll a broker-side condition (the housekeeping tick runs once a second)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.1)
-    return bool(predicate())
+    return bool(wait_until(predicate, timeout_s=timeout, interval_s=0.1))
 
 
 def _force_trim(handle: Any, topic: str) -> list[int]:
@@ -83,7 +80,7 @@ def test_acknowledged_ledgers_are_trimmed_and_the_topic_survives_a_restart(
         assert _consume(consumer, 8 * PER_LEDGER) == [b"%d" % i for i in range(8 * PER_LEDGER)]
         assert _wait_for(lambda: _all_acked(handle, topic, "s"))
         assert _wait_for(lambda: len(_ledger_ids(handle, topic)) == 1)
-        internal = handle.call(lambda: handle.service.topics[topic].internal_stats())
+        internal = handle.call(lambda: internal_stats(handle.service.topics[topic]))
         assert [li["ledgerId"] for li in internal["ledgers"]] == [before[-1]]
         assert internal["numberOfEntries"] == PER_LEDGER
         assert _wait_for(lambda: _segments(data) == 1)  # unlinked by the writer thread
@@ -177,5 +174,5 @@ def test_subscription_rates_are_sampled_by_the_tick(broker: Any, client: Any) ->
     seen = broker.call(samples)
     assert _wait_for(lambda: broker.call(samples) >= seen + 1)
     # One stats() call (no earlier one) already has a rate.
-    stats = broker.call(lambda: broker.service.topics[topic].stats())
+    stats = broker.call(lambda: topic_stats(broker.service.topics[topic]))
     assert stats["subscriptions"]["s"]["msgRateOut"] > 0

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from broker_rawclient import RawClient, make_entry
 
-from proto import pulsar_api_pb2 as pb
 from protocol import commands as C
+from protocol import pulsar_pb as pb
 from protocol.errors import ServerError
 
 T = pb.BaseCommand
@@ -35,7 +35,7 @@ def test_accepted_connections_disable_nagle(broker: Any, raw: RawClient) -> None
     # A lone SEND_RECEIPT must not sit in the kernel waiting for the client's delayed ACK.
     def nodelay() -> list[int]:
         return [c._transport.get_extra_info("socket").getsockopt(
-            socket.IPPROTO_TCP, socket.TCP_NODELAY) for c in broker.service.connections]
+            socket.IPPROTO_TCP, socket.TCP_NODELAY) for c in broker.server.connections]
 
     flags = broker.call(nodelay)
     assert flags and all(flags)

@@ -15,10 +15,14 @@ from typing import Any
 
 import pytest
 
-from broker.consumer import Consumer, HashRange
-from broker.consumer_side import ConsumerSide
-from broker.key_shared import ConsistentHashingSelector, ConsumerAssignError, StickyRangeSelector
-from broker.subscription import Subscription
+from broker.net.consumers import ConsumerSide
+from broker.subscriptions.consumer import Consumer, HashRange
+from broker.subscriptions.selectors import (
+    ConsistentHashingSelector,
+    ConsumerAssignError,
+    StickyRangeSelector,
+)
+from broker.subscriptions.subscription import Subscription
 from protocol import pulsar_pb as pb
 from protocol.frames import NEED_DATA, FrameDecoder
 from protocol.metadata import encode_entry
@@ -50,7 +54,7 @@ class FakeConnection:
 class StubTopic:
     def __init__(self, ledger: Any) -> None:
         self.ledger = ledger
-        self.name = None
+        self.partition_index = -1
         self.subscriptions: dict[str, Any] = {}
 
     def remove_subscription(self, sub: Any) -> None:
@@ -83,8 +87,8 @@ async def _setup(ledger: Any, n: int, sub_type: int = 0, *, times: bool = False,
                                   initial_position="earliest")
     conn = FakeConnection()
     side = ConsumerSide(conn)
-    consumer = Consumer(side, 1, name="c", subscription=sub, sub_type=sub_type)
-    side.consumers[1] = consumer
+    consumer = Consumer(side, 1, name="c", sub_type=sub_type)
+    side.attach(consumer, sub)
     await sub.add_consumer(consumer)
     return sub, conn, consumer
 
@@ -220,8 +224,7 @@ async def test_reset_to_timestamp_closes_consumers_and_finds_the_first_later_ent
 
 
 def _consumer(name: str, ranges: tuple[HashRange, ...] = ()) -> Consumer:
-    return Consumer(ConsumerSide(FakeConnection()), 1, name=name, subscription=None,  # type: ignore[arg-type]
-                    sub_type=3, hash_ranges=ranges)
+    return Consumer(ConsumerSide(FakeConnection()), 1, name=name, sub_type=3, hash_ranges=ranges)
 
 
 def test_consistent_hashing_moves_only_part_of_the_keys() -> None:
@@ -284,7 +287,7 @@ async def test_key_shared_slow_consumer_keys_do_not_hide_other_keys(ledger: Any)
 
     ranges = [(HashRange(slow, slow),), others(slow, idle), (HashRange(idle, idle),)]
     conns = [FakeConnection() for _ in ranges]
-    consumers = [Consumer(ConsumerSide(conn), 1, name=f"c{n}", subscription=sub, sub_type=3,
+    consumers = [Consumer(ConsumerSide(conn), 1, name=f"c{n}", sub_type=3,
                           key_shared_mode=1, hash_ranges=r)
                  for n, (conn, r) in enumerate(zip(conns, ranges, strict=True))]
     for c in consumers:
@@ -309,9 +312,9 @@ async def _settle_dispatch(sub: Any) -> None:
 
 async def test_shared_consumer_with_too_many_unacked_messages_waits_for_acks(
         ledger: Any, monkeypatch: Any) -> None:
-    import broker.consumer
+    import broker.subscriptions.consumer
 
-    monkeypatch.setattr(broker.consumer, "MAX_UNACKED_MESSAGES_PER_CONSUMER", 3)
+    monkeypatch.setattr(broker.subscriptions.consumer, "MAX_UNACKED_MESSAGES_PER_CONSUMER", 3)
     sub, conn, consumer = await _setup(ledger, 10, sub_type=1)
     consumer.permits = 100
     sub.dispatcher.schedule()

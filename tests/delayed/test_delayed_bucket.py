@@ -5,13 +5,14 @@ from __future__ import annotations
 import asyncio
 
 from delayed_testlib import T0, DueCounter, FakeCursor, FakeSnapshotStore, ManualClock
+from waiting import wait_until_async
 
 from broker.config import BrokerConfig
 from broker.delayed import create_tracker
 from broker.delayed.bucket import BUCKET_KEY_PREFIX, BucketDelayedDeliveryTracker, bucket_key
 from broker.delayed.policy import resolve_policy
 from broker.delayed.snapshot_format import decode_metadata, decode_segment
-from proto import delayed_index_pb2 as dpb
+from protocol.generated import delayed_index_pb2 as dpb
 from storage.positions import Position
 
 
@@ -246,7 +247,9 @@ async def test_a_failed_segment_load_is_retried_and_nothing_is_lost(monkeypatch)
     assert t.op_count[("load", "failed")] >= 1
     assert t.get_scheduled(100) == []           # blocked behind the barrier, not skipped
     store.fail_load = False
-    await asyncio.sleep(0.05)
+    loads = len(store.loads)
+    await wait_until_async(lambda: len(store.loads) > loads, timeout_s=5,
+                           message="the failed segment load is retried")
     got = await drain_until(t, clock, T0 + 1000)
     assert sorted(got) == [(1, 1), (1, 2), (1, 3)]
     await t.close()

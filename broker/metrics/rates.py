@@ -1,0 +1,53 @@
+"""Measurement primitives that topics, producers, subscriptions and consumers keep.
+
+Owns :class:`RateMeter` (per-second rates of monotonically increasing counters over a sliding
+window), the bounds of the publish-latency histogram, and :func:`iso_ms`, the timestamp format
+of Pulsar's stats documents. Pure values and arithmetic: no IO, no clock of its own (callers
+pass the loop time), no import of anything above this package. Called by every layer that
+keeps counters; read at scrape time by :mod:`broker.metrics.collector`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+
+__all__ = ["PUBLISH_LATENCY_BUCKETS_MS", "RATE_WINDOW_S", "RateMeter", "iso_ms"]
+
+#: Rates are averaged over this many seconds of samples.
+RATE_WINDOW_S = 10.0
+
+#: Upper bounds (ms) of the publish-latency histogram: Pulsar's pulsar_storage_write_latency
+#: buckets (0.5 ms ... 1 s); one more bucket counts everything slower.
+PUBLISH_LATENCY_BUCKETS_MS: tuple[float, ...] = (0.5, 1.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0,
+                                                 1000.0)
+
+
+class RateMeter:
+    """Per-second rates of monotonically increasing counters over a sliding window."""
+
+    __slots__ = ("_samples", "_window")
+
+    def __init__(self, window_s: float = RATE_WINDOW_S) -> None:
+        self._window = window_s
+        self._samples: deque[tuple[float, tuple[float, ...]]] = deque()
+
+    def sample(self, now: float, values: tuple[float, ...]) -> None:
+        samples = self._samples
+        samples.append((now, values))
+        while len(samples) > 2 and now - samples[0][0] > self._window:
+            samples.popleft()
+
+    def rates(self, now: float, values: tuple[float, ...]) -> tuple[float, ...]:
+        if not self._samples:
+            return tuple(0.0 for _ in values)
+        t0, old = self._samples[0]
+        dt = now - t0
+        if dt <= 0.5:  # too short a span to mean anything
+            return tuple(0.0 for _ in values)
+        return tuple(max(0.0, (v - o) / dt) for v, o in zip(values, old, strict=True))
+
+
+def iso_ms(ms: int) -> str:
+    """*ms* since the epoch as Pulsar's stats print it (ISO 8601, UTC, milliseconds)."""
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ms / 1000)) + f".{ms % 1000:03d}Z"

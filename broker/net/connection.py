@@ -1,0 +1,554 @@
+"""One client connection: bytes in through the sans-IO decoder, commands through the state table.
+
+Theory of operation
+-------------------
+:class:`ServerConnection` is an ``asyncio.Protocol``. ``data_received`` feeds the
+:class:`protocol.frames.FrameDecoder` and dispatches every complete frame through
+:data:`broker.net.states.TRANSITIONS` (state x command type -> handler, next state). Rules:
+
+1. Handlers that answer from memory (PING, SEND, FLOW, ACK, ...) run synchronously, in
+   arrival order. Handlers that need IO or a topic load (PRODUCER, SUBSCRIBE, LOOKUP, ...)
+   run as tasks; a :class:`protocol.errors.RequestError` escaping one is answered, in one
+   place (:meth:`_run_request`), with ERROR carrying its code.
+2. A :class:`protocol.errors.ConnectionFatalError` (oversized or malformed frame, TLS or HTTP
+   on this port) closes this connection only. Nothing else on the broker is affected.
+3. Outgoing frames: the first one written in an event-loop iteration goes to the transport at
+   once (a synchronous producer's receipt waits for nothing); later ones are buffered by
+   :meth:`write` and flushed with one ``transport.write`` in the next iteration, so a burst of
+   receipts or messages costs at most two syscalls.
+4. Back-pressure on publishers: once ``pending_publishes`` passes
+   ``maxPendingPublishRequestsPerConnection`` the transport stops reading; it resumes at half.
+   Back-pressure from the peer: ``writes_paused`` mirrors the transport's pause_writing /
+   resume_writing, and the consumer side is told when writing may resume.
+5. The connection is owned by the server (:class:`broker.server.BrokerServer`), which it tells
+   when it opens and closes (:class:`ConnectionOwner`); the server drives keep-alive (one
+   timer for all connections) through :meth:`keepalive_tick`.
+
+Consumer commands go to :class:`broker.net.consumers.ConsumerSide`, created on first use;
+PRODUCER to :func:`broker.net.producers.create_producer`. The connection owns its producer
+registries (``producers``, ``waiting_producers``): others change them only through
+:meth:`producer_detached` and :meth:`producer_ready` (:class:`broker.topics.producer.ProducerTransport`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+from broker import SERVER_VERSION
+from broker.net.consumers import ConsumerSide
+from broker.net.lookup import service_url
+from broker.net.producers import create_producer
+from broker.net.states import TRANSITIONS, ConnState, Unexpected, request_id_of, unexpected
+from broker.topics.names import TopicName
+from broker.topics.producer import Producer
+from broker.topics.service import BrokerService
+from protocol import commands as C
+from protocol import pulsar_pb as pb
+from protocol.errors import ConnectionFatalError, RequestError, ServerError
+from protocol.frames import NEED_DATA, Frame, FrameDecoder
+from protocol.limits import FRAME_PADDING, PROTOCOL_VERSION
+
+__all__ = ["ServerConnection"]
+
+log = logging.getLogger("horae.net.connection")
+
+_GET_SCHEMA_NO_SCHEMA = "Topic not found or no-schema"  # Pulsar's exact text
+
+
+class ConnectionOwner(Protocol):
+    """The registry that owns the live connections (the server): told when one opens and closes."""
+
+    def connection_opened(self, connection: ServerConnection) -> None: ...
+
+    def connection_closed(self, connection: ServerConnection) -> None: ...
+
+
+class ServerConnection(asyncio.Protocol):
+    """Server side of one TCP connection (see the module docstring)."""
+
+    def __init__(self, service: BrokerService, owner: ConnectionOwner) -> None:
+        self.service = service
+        self._owner = owner
+        self.config = service.config
+        self.loop = service.loop
+        self._state = ConnState.CONNECTING
+        self._table = _TABLES[ConnState.CONNECTING]
+        self.protocol_version = 0
+        self.client_version = ""
+        self.remote_address = ""
+        self.local_host: str | None = None
+        self.connected_since_ms = 0
+        self.producers: dict[int, Producer] = {}
+        self.waiting_producers: dict[int, Producer] = {}  # WaitForExclusive, queued
+        self.pending_publishes = 0
+        self.last_received = self.loop.time()
+        self._ping_sent_at: float | None = None  # loop time of an unanswered keep-alive PING
+        self._decoder = FrameDecoder(self.config.max_message_size + FRAME_PADDING)
+        self._transport: asyncio.Transport | None = None
+        self._out: list[bytes] = []
+        self._flush_scheduled = False
+        self._reading_paused = False
+        self._writes_paused = False
+        self._pending_limit = self.config.max_pending_publish_requests_per_connection
+        self._resume_at = self._pending_limit // 2
+        self._producers_creating: set[int] = set()
+        self._consumer_side: ConsumerSide | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self.is_closed = False
+
+    @property
+    def state(self) -> ConnState:
+        return self._state
+
+    @state.setter
+    def state(self, state: ConnState) -> None:
+        self._state = state
+        self._table = _TABLES[state]  # per-state dict: dispatch hashes a plain int only
+
+    # ------------------------------------------------------------------ asyncio.Protocol
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport  # type: ignore[assignment,unused-ignore]  # uvloop's TCPTransport
+        peer = transport.get_extra_info("peername")
+        sock = transport.get_extra_info("sockname")
+        if peer:
+            self.remote_address = f"{peer[0]}:{peer[1]}"
+        if sock:
+            self.local_host = str(sock[0])
+        self.connected_since_ms = int(time.time() * 1000)
+        self._owner.connection_opened(self)
+
+    def data_received(self, data: bytes) -> None:
+        if self.is_closed:
+            return
+        self.last_received = self.loop.time()
+        decoder = self._decoder
+        decoder.receive_data(data)
+        while True:
+            try:
+                frame = decoder.next_frame()
+            except ConnectionFatalError as exc:
+                log.warning("closing connection from %s: %s", self.remote_address, exc)
+                self.close(str(exc))
+                return
+            if frame is NEED_DATA:
+                return
+            cmd = frame.command
+            if cmd.type == _SEND and self._state is _CONNECTED:
+                # The hot path, straight to the producer (same outcome as the table's on_send).
+                send = cmd.send
+                producer = self.producers.get(send.producer_id)
+                if producer is not None:
+                    try:
+                        producer.on_send(frame, send)
+                    except Exception:
+                        log.exception("SEND from %s failed", self.remote_address)
+                        self.close("internal error")
+                        return
+                    continue
+            self._dispatch(frame)
+            if self.is_closed:
+                return
+
+    def eof_received(self) -> bool | None:
+        return None  # close the transport
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.is_closed = True
+        self.state = ConnState.CLOSED
+        self._out.clear()
+        self._owner.connection_closed(self)
+        for task in list(self._tasks):
+            task.cancel()
+        for producer in list(self.producers.values()):
+            producer.close()
+        self.producers.clear()
+        for waiting in self.waiting_producers.values():
+            waiting.closed = True  # never promoted
+        self.waiting_producers.clear()
+        side = self._consumer_side
+        if side is not None:
+            self._consumer_side = None
+            task = self.loop.create_task(side.close())
+            task.add_done_callback(_log_task_failure)
+
+    def pause_writing(self) -> None:
+        self._writes_paused = True
+
+    def resume_writing(self) -> None:
+        self._writes_paused = False
+        if self._consumer_side is not None:
+            self._consumer_side.on_writable()
+
+    # ------------------------------------------------------------------ output
+
+    @property
+    def writes_paused(self) -> bool:
+        return self._writes_paused
+
+    def write(self, data: bytes) -> None:
+        """Send a frame: the first one of a loop iteration at once, later ones queued.
+
+        A lone frame (a synchronous producer's SEND_RECEIPT) must not wait a loop iteration
+        for the flush; frames written after it in the same iteration are queued and go out
+        together in the flush scheduled by the first, so a burst costs at most two writes.
+        Invariant: ``_out`` is non-empty only while a flush is scheduled (frames stay in order).
+        """
+        if self.is_closed:
+            return
+        if self._flush_scheduled:
+            self._out.append(data)
+            return
+        self._flush_scheduled = True
+        self.loop.call_soon(self._flush)
+        transport = self._transport
+        if transport is not None and not transport.is_closing():
+            transport.write(data)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        out = self._out
+        if not out or self._transport is None or self._transport.is_closing():
+            out.clear()
+            return
+        data = out[0] if len(out) == 1 else b"".join(out)
+        out.clear()
+        self._transport.write(data)
+
+    def close(self, reason: str = "") -> None:
+        """Flush what is queued and close the transport (idempotent)."""
+        if self.is_closed:
+            return
+        if reason:
+            log.debug("closing connection %s: %s", self.remote_address, reason)
+        self._flush()
+        self.is_closed = True
+        self.state = ConnState.CLOSED
+        if self._transport is not None:
+            self._transport.close()
+
+    def abort(self) -> None:
+        if self._transport is not None:
+            self._transport.abort()
+
+    # ------------------------------------------------------------------ dispatch
+
+    def _dispatch(self, frame: Frame) -> None:
+        cmd = frame.command
+        entry = self._table.get(cmd.type)
+        if entry is None:
+            self._unexpected(cmd)
+            return
+        handler, next_state = entry
+        try:
+            handler(self, frame)
+        except RequestError as exc:  # a synchronous handler refused the request
+            rid = request_id_of(cmd)
+            if rid is not None:
+                self.write(C.encode_error(rid, exc.code, exc.message))
+            else:
+                log.warning("%s from %s failed: %s", pb.BaseCommand.Type.Name(cmd.type),
+                            self.remote_address, exc)
+            return
+        except Exception:
+            # A bug must cost this connection only, never the broker.
+            log.exception("handling %s from %s failed", pb.BaseCommand.Type.Name(cmd.type),
+                          self.remote_address)
+            self.close("internal error")
+            return
+        if next_state is not self._state and not self.is_closed:
+            self.state = next_state
+
+    def _unexpected(self, cmd: pb.BaseCommand) -> None:
+        action = unexpected(self.state, cmd)
+        name = pb.BaseCommand.Type.Name(cmd.type)
+        if action is Unexpected.ERROR:
+            rid = request_id_of(cmd)
+            assert rid is not None
+            self.write(C.encode_error(rid, ServerError.NotAllowedError,
+                                      f"Command {name} is not supported by this broker"))
+        elif action is Unexpected.CLOSE:
+            log.warning("closing connection from %s: unexpected %s in state %s",
+                        self.remote_address, name, self.state.name)
+            self.close(f"unexpected {name}")
+
+    def spawn(self, coro: Awaitable[Any], request_id: int | None = None,
+              on_error: Callable[[RequestError], bytes] | None = None) -> asyncio.Task[Any]:
+        """Run a request handler as a task; RequestErrors become ERROR (or *on_error*'s frame)."""
+        task = self.loop.create_task(self._run_request(coro, request_id, on_error))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def _run_request(self, coro: Awaitable[Any], request_id: int | None,
+                           on_error: Callable[[RequestError], bytes] | None) -> None:
+        try:
+            await coro
+        except RequestError as exc:
+            self._answer_error(exc, request_id, on_error)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.exception("request %s on %s failed", request_id, self.remote_address)
+            self._answer_error(RequestError(f"{type(exc).__name__}: {exc}"), request_id, on_error)
+
+    def _answer_error(self, exc: RequestError, request_id: int | None,
+                      on_error: Callable[[RequestError], bytes] | None) -> None:
+        if on_error is not None:
+            self.write(on_error(exc))
+        elif request_id is not None:
+            self.write(C.encode_error(request_id, exc.code, exc.message))
+
+    # ------------------------------------------------------------------ handshake, keep-alive
+
+    def on_connect(self, frame: Frame) -> None:
+        c = frame.command.connect
+        self.client_version = c.client_version
+        self.protocol_version = min(int(c.protocol_version), PROTOCOL_VERSION)
+        self.write(C.encode_connected(SERVER_VERSION, self.protocol_version,
+                                      max_message_size=self.config.max_message_size))
+
+    def on_ping(self, frame: Frame) -> None:
+        self.write(C.encode_pong())
+
+    def on_pong(self, frame: Frame) -> None:
+        pass  # last_received was refreshed by data_received
+
+    def keepalive_tick(self, now: float, interval: float) -> None:
+        """Called by the server every *interval* s: PING when idle, close when a PING went unanswered.
+
+        As Pulsar's PulsarHandler does, a connection is closed only after the broker has sent a
+        PING and heard nothing at all for a whole interval since: a loop stall that delays the
+        tick can then never close a healthy connection without asking first.
+        """
+        if self._reading_paused:
+            return  # we stopped reading (back-pressure): silence is ours, not the peer's
+        pinged = self._ping_sent_at
+        if pinged is not None and self.last_received < pinged:
+            if now - pinged >= interval:
+                log.info("closing %s: keep-alive PING unanswered for %.1f s",
+                         self.remote_address, now - pinged)
+                self.close("keep-alive timeout")
+            return
+        if now - self.last_received < interval:
+            return
+        if self.state is not ConnState.CONNECTED:
+            log.info("closing %s: no CONNECT within the keep-alive interval", self.remote_address)
+            self.close("handshake timeout")
+            return
+        self._ping_sent_at = now
+        self.write(C.encode_ping())
+
+    # ------------------------------------------------------------------ lookups
+
+    def on_partitioned_metadata(self, frame: Frame) -> None:
+        m = frame.command.partitionMetadata
+        rid = m.request_id
+
+        async def run() -> None:
+            name = TopicName.parse(m.topic)
+            n = await self.service.get_partition_count(name.full)
+            self.write(C.encode_partitioned_metadata_response(rid, n))
+
+        self.spawn(run(), rid, lambda e: C.encode_partitioned_metadata_response(
+            rid, error=e.code, message=e.message))
+
+    def on_lookup(self, frame: Frame) -> None:
+        m = frame.command.lookupTopic
+        rid = m.request_id
+        try:
+            TopicName.parse(m.topic)
+        except RequestError as exc:
+            self.write(C.encode_lookup_response(rid, response="failed", error=exc.code,
+                                                message=exc.message))
+            return
+        url = service_url(self.config.advertised_address, self.service.broker_port, self.local_host)
+        self.write(C.encode_lookup_response(rid, url, response="connect", authoritative=True))
+
+    def on_get_topics_of_namespace(self, frame: Frame) -> None:
+        m = frame.command.getTopicsOfNamespace
+        rid = m.request_id
+        mode = int(m.mode)
+
+        async def run() -> None:
+            topics = await self.service.topics_of_namespace(m.namespace)
+            if mode == pb.CommandGetTopicsOfNamespace.PERSISTENT:
+                topics = [t for t in topics if t.startswith("persistent://")]
+            elif mode == pb.CommandGetTopicsOfNamespace.NON_PERSISTENT:
+                topics = [t for t in topics if t.startswith("non-persistent://")]
+            self.write(C.encode_get_topics_of_namespace_response(rid, topics))
+
+        self.spawn(run(), rid)
+
+    def on_get_schema(self, frame: Frame) -> None:
+        # Horae keeps no schema registry: answer like Pulsar does for a schema-less topic.
+        self.write(C.encode_get_schema_response(
+            frame.command.getSchema.request_id, error_code=ServerError.TopicNotFound,
+            error_message=_GET_SCHEMA_NO_SCHEMA))
+
+    # ------------------------------------------------------------------ producers
+
+    def on_producer(self, frame: Frame) -> None:
+        m = frame.command.producer
+        pid = int(m.producer_id)
+        existing = self.producers.get(pid)
+        if existing is not None:
+            # The client retried a creation whose answer it missed: same answer again.
+            self.write(C.encode_producer_success(m.request_id, existing.name, -1))
+            return
+        if pid in self._producers_creating:
+            self.write(C.encode_error(m.request_id, ServerError.ServiceNotReady,
+                                      "Producer is already being created on this connection"))
+            return
+        self._producers_creating.add(pid)
+
+        async def run() -> None:
+            try:
+                await create_producer(self, m)
+            finally:
+                self._producers_creating.discard(pid)
+
+        self.spawn(run(), m.request_id)
+
+    def on_send(self, frame: Frame) -> None:
+        send = frame.command.send
+        producer = self.producers.get(send.producer_id)
+        if producer is None:
+            # Pulsar closes the connection too: the client's view of its producers is wrong.
+            log.warning("SEND for unknown producer %d from %s", frame.command.send.producer_id,
+                        self.remote_address)
+            self.close("send for unknown producer")
+            return
+        producer.on_send(frame, send)
+
+    def publish_started(self) -> None:
+        self.pending_publishes += 1
+        if self.pending_publishes >= self._pending_limit and not self._reading_paused:
+            self._reading_paused = True
+            if self._transport is not None:
+                self._transport.pause_reading()
+
+    def publish_finished(self, count: int = 1) -> None:
+        self.pending_publishes -= count
+        if self._reading_paused and self.pending_publishes <= self._resume_at:
+            self._reading_paused = False
+            self.last_received = self.loop.time()  # the keep-alive clock restarts
+            if self._transport is not None and not self.is_closed:
+                self._transport.resume_reading()
+
+    @property
+    def reading_paused(self) -> bool:
+        return self._reading_paused
+
+    def producer_detached(self, producer: Producer) -> None:
+        if self.producers.get(producer.producer_id) is producer:
+            del self.producers[producer.producer_id]
+
+    def producer_ready(self, producer: Producer) -> None:
+        self.waiting_producers.pop(producer.producer_id, None)
+        self.producers[producer.producer_id] = producer
+
+    def on_close_producer(self, frame: Frame) -> None:
+        m = frame.command.close_producer
+        producer = self.producers.pop(m.producer_id, None)
+        waiting = self.waiting_producers.pop(m.producer_id, None)
+        if waiting is not None:
+            waiting.closed = True
+        rid = m.request_id
+
+        async def run() -> None:
+            if producer is not None:
+                await producer.close_gracefully()
+            self.write(C.encode_success(rid))
+
+        self.spawn(run(), rid)
+
+    # ------------------------------------------------------------------ consumers
+
+    def consumer_side(self) -> ConsumerSide:
+        """The connection's ConsumerSide, created on first use."""
+        side = self._consumer_side
+        if side is None:
+            side = self._consumer_side = ConsumerSide(self)
+        return side
+
+    def on_subscribe(self, frame: Frame) -> None:
+        m = frame.command.subscribe
+        if self.service.closing:
+            self.write(C.encode_error(m.request_id, ServerError.ServiceNotReady,
+                                      "Broker is shutting down"))
+            return
+        self.spawn(self.consumer_side().handle_subscribe(m), m.request_id)
+
+    def on_flow(self, frame: Frame) -> None:
+        self.consumer_side().handle_flow(frame.command.flow)
+
+    def on_ack(self, frame: Frame) -> None:
+        ack = frame.command.ack
+        try:
+            self.consumer_side().handle_ack(ack)
+        except RequestError as exc:
+            if ack.HasField("request_id"):
+                self.write(C.encode_ack_response(ack.consumer_id, ack.request_id,
+                                                 error=exc.code, message=exc.message))
+
+    def on_redeliver(self, frame: Frame) -> None:
+        self.consumer_side().handle_redeliver(frame.command.redeliverUnacknowledgedMessages)
+
+    def on_seek(self, frame: Frame) -> None:
+        m = frame.command.seek
+        self.spawn(self.consumer_side().handle_seek(m), m.request_id)
+
+    def on_unsubscribe(self, frame: Frame) -> None:
+        m = frame.command.unsubscribe
+        self.spawn(self.consumer_side().handle_unsubscribe(m), m.request_id)
+
+    def on_close_consumer(self, frame: Frame) -> None:
+        m = frame.command.close_consumer
+        if self._consumer_side is None:
+            # No consumer was ever created here; Pulsar answers SUCCESS for unknown ids too.
+            self.write(C.encode_success(m.request_id))
+            return
+        self.spawn(self._consumer_side.handle_close_consumer(m), m.request_id)
+
+    def on_get_last_message_id(self, frame: Frame) -> None:
+        m = frame.command.getLastMessageId
+        self.spawn(self.consumer_side().handle_get_last_message_id(m), m.request_id)
+
+    def on_consumer_stats(self, frame: Frame) -> None:
+        m = frame.command.consumerStats
+        self.spawn(self.consumer_side().handle_consumer_stats(m), m.request_id)
+
+    def __repr__(self) -> str:
+        return f"<ServerConnection {self.remote_address} {self.state.name}>"
+
+
+def _log_task_failure(task: asyncio.Task[Any]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("connection cleanup failed", exc_info=task.exception())
+
+
+_SEND = pb.BaseCommand.SEND
+_CONNECTED = ConnState.CONNECTED
+
+Handler = Callable[[ServerConnection, Frame], None]
+
+
+def build_tables(handlers: dict[tuple[ConnState, int], tuple[Handler, ConnState]],
+                 ) -> dict[ConnState, dict[int, tuple[Handler, ConnState]]]:
+    """Split ``(state, type) -> entry`` into one ``type -> entry`` dict per state."""
+    tables: dict[ConnState, dict[int, tuple[Handler, ConnState]]] = {s: {} for s in ConnState}
+    for (state, cmd_type), entry in handlers.items():
+        tables[state][int(cmd_type)] = entry
+    return tables
+
+
+# (state, command type) -> unbound handler, resolved once from the table.
+_HANDLERS: dict[tuple[ConnState, int], tuple[Handler, ConnState]] = {
+    key: (getattr(ServerConnection, t.handler), t.next_state) for key, t in TRANSITIONS.items()
+}
+_TABLES = build_tables(_HANDLERS)

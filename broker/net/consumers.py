@@ -1,0 +1,334 @@
+"""The consumer half of one client connection: SUBSCRIBE, FLOW, ACK, SEEK and friends.
+
+Theory of operation
+-------------------
+The connection (core) decodes frames and calls one handler per consumer command; this class owns
+the connection's consumers by ``consumer_id`` and forwards to their subscriptions. Handlers
+answer with SUCCESS / ACK_RESPONSE / GET_LAST_MESSAGE_ID_RESPONSE / CONSUMER_STATS_RESPONSE
+themselves; a :class:`protocol.errors.RequestError` raised from an async handler becomes ERROR
+with the request id (done generically by the connection).
+
+Wire facts that matter (reference sections 2.6/2.7): ids are uint64 on the wire, so Pulsar's
+``-1`` arrives as ``2**64 - 1`` (see :func:`broker.subscriptions.subscription.wire_position`); ACK carries a
+*repeated* message_id; ACK_RESPONSE goes out only when the ACK had a request_id; a seek closes
+every consumer of the subscription (CLOSE_CONSUMER) before SUCCESS, as the Java broker does, so
+clients re-subscribe and send fresh FLOW permits; GET_LAST_MESSAGE_ID answers ``(ledger, -1)``
+for a topic with no entries, which the client reads as "nothing available".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from typing import Protocol
+
+from broker.subscriptions.consumer import Consumer, HashRange
+from broker.subscriptions.subscription import Subscription, tail_position, wire_position
+from broker.topics.names import TopicName
+from broker.topics.service import BrokerService
+from protocol import pulsar_pb as pb
+from protocol.commands import (
+    encode_ack_response,
+    encode_consumer_stats_response,
+    encode_get_last_message_id_response,
+    encode_success,
+)
+from protocol.errors import (
+    ConsumerNotFoundError,
+    NotAllowedError,
+    ServerError,
+    ServiceNotReadyError,
+)
+from protocol.metadata import parse_entry
+from storage.positions import Position
+
+__all__ = ["ConsumerSide"]
+
+log = logging.getLogger("horae.net.consumers")
+
+_U64 = (1 << 64) - 1
+_I64 = 1 << 63
+
+
+class ConsumerConnection(Protocol):
+    """What the consumer side needs of its connection (:class:`broker.net.connection.ServerConnection`)."""
+
+    @property
+    def service(self) -> BrokerService: ...
+
+    @property
+    def protocol_version(self) -> int: ...
+
+    @property
+    def remote_address(self) -> str: ...
+
+    @property
+    def client_version(self) -> str: ...
+
+    @property
+    def writes_paused(self) -> bool: ...
+
+    def write(self, data: bytes) -> None: ...
+
+
+class ConsumerSide:
+    """Per-connection registry of consumers and the handlers of consumer commands."""
+
+    def __init__(self, connection: ConsumerConnection) -> None:
+        self.connection = connection
+        self.consumers: dict[int, Consumer] = {}
+        # consumer id -> the subscription it is attached to (the consumer holds no reference up)
+        self._subscriptions: dict[int, Subscription] = {}
+        self._subscribing: set[int] = set()
+        self._closed = False
+
+    # ------------------------------------------------------------------ ConsumerTransport
+
+    @property
+    def protocol_version(self) -> int:
+        return self.connection.protocol_version
+
+    @property
+    def remote_address(self) -> str:
+        return self.connection.remote_address
+
+    @property
+    def client_version(self) -> str:
+        return self.connection.client_version
+
+    @property
+    def writes_paused(self) -> bool:
+        return self.connection.writes_paused
+
+    def write(self, data: bytes) -> None:
+        self.connection.write(data)
+
+    def forget(self, consumer: Consumer) -> None:
+        """The broker closed this consumer (seek/reset/topic gone): drop it from the registry."""
+        if self.consumers.get(consumer.consumer_id) is consumer:
+            del self.consumers[consumer.consumer_id]
+            self._subscriptions.pop(consumer.consumer_id, None)
+        consumer.closed = True
+
+    def attach(self, consumer: Consumer, subscription: Subscription) -> None:
+        """Register *consumer* (attached to *subscription*) under its id on this connection."""
+        self.consumers[consumer.consumer_id] = consumer
+        self._subscriptions[consumer.consumer_id] = subscription
+
+    def subscription_of(self, consumer: Consumer) -> Subscription:
+        return self._subscriptions[consumer.consumer_id]
+
+    # ------------------------------------------------------------------ SUBSCRIBE
+
+    async def handle_subscribe(self, cmd: pb.CommandSubscribe) -> None:
+        cid = cmd.consumer_id
+        if cid in self.consumers:
+            # The client retried a subscribe that already succeeded: answer it again.
+            self.connection.write(encode_success(cmd.request_id))
+            return
+        if cid in self._subscribing:
+            raise ServiceNotReadyError("Consumer is already present on the connection")
+        self._subscribing.add(cid)
+        try:
+            await self._subscribe(cmd)
+        finally:
+            self._subscribing.discard(cid)
+
+    async def _subscribe(self, cmd: pb.CommandSubscribe) -> None:
+        tn = TopicName.parse(cmd.topic)
+        topic = await self.connection.service.get_topic(tn.full, create=True)
+        durable = cmd.durable if cmd.HasField("durable") else True
+        start = (
+            (cmd.start_message_id.ledgerId, cmd.start_message_id.entryId)
+            if cmd.HasField("start_message_id") else None
+        )
+        initial = "earliest" if cmd.initialPosition == pb.CommandSubscribe.Earliest else "latest"
+        sub: Subscription = await topic.get_or_create_subscription(
+            cmd.subscription, durable=durable, initial_position=initial,
+            start_message_id=start, sub_type=int(cmd.subType),
+        )
+        mode: int | None = None
+        ranges: tuple[HashRange, ...] = ()
+        out_of_order = False
+        if cmd.subType == pb.CommandSubscribe.Key_Shared:
+            mode = int(pb.AUTO_SPLIT)
+            if cmd.HasField("keySharedMeta"):
+                meta = cmd.keySharedMeta
+                mode = int(meta.keySharedMode)
+                ranges = tuple(HashRange(r.start, r.end) for r in meta.hashRanges)
+                out_of_order = bool(meta.allowOutOfOrderDelivery)
+        partition = tn.partition_index if tn.partition_index >= 0 else None
+        consumer = Consumer(
+            self,
+            cmd.consumer_id,
+            name=cmd.consumer_name or uuid.uuid4().hex[:5],
+            sub_type=int(cmd.subType),
+            priority_level=cmd.priority_level,
+            key_shared_mode=mode,
+            hash_ranges=ranges,
+            allow_out_of_order=out_of_order,
+            metadata={kv.key: kv.value for kv in cmd.metadata},
+            partition=partition,
+        )
+        await sub.add_consumer(consumer)
+        if self._closed:
+            sub.remove_consumer(consumer)
+            return
+        self.attach(consumer, sub)
+        self.connection.write(encode_success(cmd.request_id))
+        sub.after_subscribe(consumer)
+
+    # ------------------------------------------------------------------ FLOW / ACK / REDELIVER
+
+    def handle_flow(self, cmd: pb.CommandFlow) -> None:
+        consumer = self.consumers.get(cmd.consumer_id)
+        if consumer is None:
+            return
+        consumer.permits += cmd.messagePermits
+        consumer.last_flow_ms = _now_ms()
+        dispatcher = self.subscription_of(consumer).dispatcher
+        if dispatcher is not None:
+            dispatcher.schedule()
+
+    def handle_ack(self, cmd: pb.CommandAck) -> None:
+        consumer = self.consumers.get(cmd.consumer_id)
+        has_request = cmd.HasField("request_id")
+        if consumer is None:
+            if has_request:
+                self.connection.write(encode_ack_response(
+                    cmd.consumer_id, cmd.request_id, error=ServerError.ConsumerNotFound,
+                    message="Consumer not found"))
+            return
+        ids: list[tuple[Position, list[int] | None]] = []
+        for m in cmd.message_id:  # hot path: one ACK carries up to 1000 ids
+            lid, eid = m.ledgerId, m.entryId
+            if lid >= _I64 or eid >= _I64:
+                lid, eid = wire_position(lid, eid)
+            ack_set = m.ack_set
+            ids.append((Position(lid, eid), list(ack_set) if ack_set else None))
+        consumer.msg_ack_counter += len(ids)
+        consumer.last_acked_ms = _now_ms()
+        self.subscription_of(consumer).acknowledge(
+            consumer, ids, cumulative=cmd.ack_type == pb.CommandAck.Cumulative)
+        if has_request:
+            self.connection.write(encode_ack_response(cmd.consumer_id, cmd.request_id))
+
+    def handle_redeliver(self, cmd: pb.CommandRedeliverUnacknowledgedMessages) -> None:
+        consumer = self.consumers.get(cmd.consumer_id)
+        if consumer is None:
+            return
+        positions = [Position(*wire_position(m.ledgerId, m.entryId)) for m in cmd.message_ids]
+        self.subscription_of(consumer).redeliver(consumer, positions or None)
+
+    # ------------------------------------------------------------------ SEEK / UNSUBSCRIBE / CLOSE
+
+    async def handle_seek(self, cmd: pb.CommandSeek) -> None:
+        consumer = self._consumer(cmd.consumer_id)
+        sub = self.subscription_of(consumer)
+        if cmd.HasField("message_id"):
+            await sub.reset_cursor(wire_position(cmd.message_id.ledgerId, cmd.message_id.entryId))
+        elif cmd.HasField("message_publish_time"):
+            await sub.reset_cursor_to_timestamp(cmd.message_publish_time)
+        else:
+            raise NotAllowedError("Message id and timestamp were not present")
+        self.connection.write(encode_success(cmd.request_id))
+
+    async def handle_unsubscribe(self, cmd: pb.CommandUnsubscribe) -> None:
+        consumer = self._consumer(cmd.consumer_id)
+        await self.subscription_of(consumer).unsubscribe(consumer)
+        self.forget(consumer)
+        self.connection.write(encode_success(cmd.request_id))
+
+    async def handle_close_consumer(self, cmd: pb.CommandCloseConsumer) -> None:
+        consumer = self.consumers.pop(cmd.consumer_id, None)
+        sub = self._subscriptions.pop(cmd.consumer_id, None)
+        if consumer is not None and sub is not None:
+            consumer.closed = True
+            sub.remove_consumer(consumer)
+        self.connection.write(encode_success(cmd.request_id))
+
+    # ------------------------------------------------------------------ queries
+
+    async def handle_get_last_message_id(self, cmd: pb.CommandGetLastMessageId) -> None:
+        consumer = self._consumer(cmd.consumer_id)
+        sub = self.subscription_of(consumer)
+        ledger = sub.ledger
+        last = tail_position(ledger)
+        batch_index: int | None = None
+        if last.entry_id >= 0:
+            entry = await ledger.read_entry(last)
+            if entry is not None:
+                try:
+                    info = parse_entry(entry.data)
+                    if info.num_messages_in_batch is not None:
+                        batch_index = info.num_messages_in_batch - 1
+                except Exception:
+                    batch_index = None
+        md = sub.cursor.mark_delete_position
+        self.connection.write(encode_get_last_message_id_response(
+            cmd.request_id, last.ledger_id & _U64, last.entry_id & _U64,
+            partition=consumer.partition, batch_index=batch_index,
+            mark_delete=(md.ledger_id & _U64, md.entry_id & _U64),
+        ))
+
+    async def handle_consumer_stats(self, cmd: pb.CommandConsumerStats) -> None:
+        consumer = self.consumers.get(cmd.consumer_id)
+        if consumer is None:
+            self.connection.write(encode_consumer_stats_response(
+                cmd.request_id, error_code=ServerError.ConsumerNotFound,
+                error_message=f"Consumer {cmd.consumer_id} not found"))
+            return
+        sub = self.subscription_of(consumer)
+        rate_out, thr_out, rate_redeliver, ack_rate = consumer.rates(
+            asyncio.get_running_loop().time())
+        consumer.sample_rates(asyncio.get_running_loop().time())
+        self.connection.write(encode_consumer_stats_response(
+            cmd.request_id,
+            msgRateOut=rate_out,
+            msgThroughputOut=thr_out,
+            msgRateRedeliver=rate_redeliver,
+            consumerName=consumer.name,
+            availablePermits=max(0, consumer.permits),
+            unackedMessages=consumer.unacked_messages,
+            blockedConsumerOnUnackedMsgs=consumer.blocked_on_unacked,
+            address=self.remote_address,
+            connectedSince=str(consumer.connected_since_ms),
+            type=consumer.sub_type_name,
+            msgRateExpired=0.0,
+            msgBacklog=sub.cursor.backlog,
+            messageAckRate=ack_rate,
+        ))
+
+    def on_writable(self) -> None:
+        """The transport drained (resume_writing): dispatch again to this connection."""
+        for consumer in list(self.consumers.values()):
+            dispatcher = self.subscription_of(consumer).dispatcher
+            if dispatcher is not None:
+                dispatcher.schedule()
+
+    # ------------------------------------------------------------------ teardown
+
+    async def close(self) -> None:
+        """The connection went away: every consumer leaves, its unacked messages are redelivered."""
+        self._closed = True
+        attached = [(c, self._subscriptions[cid]) for cid, c in self.consumers.items()]
+        self.consumers.clear()
+        self._subscriptions.clear()
+        for consumer, sub in attached:
+            consumer.closed = True
+            try:
+                sub.remove_consumer(consumer)
+            except Exception:
+                log.exception("removing consumer %s failed", consumer.name)
+
+    def _consumer(self, consumer_id: int) -> Consumer:
+        consumer = self.consumers.get(consumer_id)
+        if consumer is None:
+            raise ConsumerNotFoundError(f"Consumer {consumer_id} not found")
+        return consumer
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)

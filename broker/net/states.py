@@ -1,0 +1,130 @@
+"""The connection state machine, as data: (state, command type) -> (handler, next state).
+
+Theory of operation
+-------------------
+A connection starts in CONNECTING, where the only acceptable command is CONNECT (the client
+itself refuses anything before CONNECTED, so the broker must not answer anything else
+either). CONNECT's handler replies CONNECTED and the connection moves to CONNECTED, where the
+client commands listed in :data:`TRANSITIONS` are served. CLOSED accepts nothing; frames that
+were already decoded when the connection closed are dropped.
+
+A pair missing from the table is a protocol violation (:func:`unexpected`):
+
+1. in CONNECTING the connection is closed, because no reply is possible before CONNECTED;
+2. in CONNECTED a command carrying a ``request_id`` gets ERROR NotAllowedError and the
+   connection stays open (the peer asked something we do not serve, e.g. a transaction or
+   GET_OR_CREATE_SCHEMA); one without a request id (e.g. a broker-to-client command such as
+   SEND_RECEIPT or MESSAGE, or a second CONNECT) closes the connection, since nothing could
+   be answered;
+3. in CLOSED the frame is dropped.
+
+Handlers are named methods of :class:`broker.net.connection.ServerConnection`; a test walks every
+(state, command type) pair.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum
+from types import MappingProxyType
+from typing import Final
+
+from protocol import pulsar_pb as pb
+
+__all__ = [
+    "ALL_COMMAND_TYPES",
+    "TRANSITIONS",
+    "ConnState",
+    "Transition",
+    "Unexpected",
+    "request_id_of",
+    "subcommand_field",
+    "unexpected",
+]
+
+T = pb.BaseCommand
+
+
+class ConnState(IntEnum):
+    CONNECTING = 0
+    CONNECTED = 1
+    CLOSED = 2
+
+
+class Unexpected(IntEnum):
+    """What to do with a command the table does not list for the current state."""
+
+    CLOSE = 0   # close the connection
+    ERROR = 1   # answer ERROR(request_id, NotAllowedError), keep the connection
+    DROP = 2    # ignore (connection already closed)
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    handler: str          # ServerConnection method name, called with the decoded Frame
+    next_state: ConnState
+
+
+def _t(handler: str, next_state: ConnState = ConnState.CONNECTED) -> Transition:
+    return Transition(handler, next_state)
+
+
+_C = ConnState.CONNECTED
+
+TRANSITIONS: Final = MappingProxyType({
+    (ConnState.CONNECTING, T.CONNECT): _t("on_connect"),
+    (_C, T.PING): _t("on_ping"),
+    (_C, T.PONG): _t("on_pong"),
+    (_C, T.PARTITIONED_METADATA): _t("on_partitioned_metadata"),
+    (_C, T.LOOKUP): _t("on_lookup"),
+    (_C, T.GET_TOPICS_OF_NAMESPACE): _t("on_get_topics_of_namespace"),
+    (_C, T.GET_SCHEMA): _t("on_get_schema"),
+    (_C, T.PRODUCER): _t("on_producer"),
+    (_C, T.SEND): _t("on_send"),
+    (_C, T.CLOSE_PRODUCER): _t("on_close_producer"),
+    (_C, T.SUBSCRIBE): _t("on_subscribe"),
+    (_C, T.FLOW): _t("on_flow"),
+    (_C, T.ACK): _t("on_ack"),
+    (_C, T.REDELIVER_UNACKNOWLEDGED_MESSAGES): _t("on_redeliver"),
+    (_C, T.SEEK): _t("on_seek"),
+    (_C, T.UNSUBSCRIBE): _t("on_unsubscribe"),
+    (_C, T.CLOSE_CONSUMER): _t("on_close_consumer"),
+    (_C, T.GET_LAST_MESSAGE_ID): _t("on_get_last_message_id"),
+    (_C, T.CONSUMER_STATS): _t("on_consumer_stats"),
+})
+"""Every accepted (state, BaseCommand.Type) pair."""
+
+ALL_COMMAND_TYPES: Final = tuple(v.number for v in T.Type.DESCRIPTOR.values)
+
+# BaseCommand.Type -> name of its sub-message field (Pulsar numbers the field after the type).
+_SUBFIELD: Final = {
+    t: T.DESCRIPTOR.fields_by_number[t].name for t in ALL_COMMAND_TYPES
+}
+# Sub-message types that have a request_id field at all.
+_HAS_REQUEST_ID: Final = frozenset(
+    t for t in ALL_COMMAND_TYPES
+    if "request_id" in T.DESCRIPTOR.fields_by_number[t].message_type.fields_by_name
+)
+
+
+def subcommand_field(cmd_type: int) -> str:
+    """``pb.BaseCommand.PRODUCER`` -> ``"producer"``."""
+    return str(_SUBFIELD[cmd_type])
+
+
+def request_id_of(cmd: pb.BaseCommand) -> int | None:
+    """The command's request_id, or None if its type has none or it is unset."""
+    t = cmd.type
+    if t not in _HAS_REQUEST_ID:
+        return None
+    sub = getattr(cmd, _SUBFIELD[t])
+    return int(sub.request_id) if sub.HasField("request_id") else None
+
+
+def unexpected(state: ConnState, cmd: pb.BaseCommand) -> Unexpected:
+    """The action for a (state, command) pair that is not in :data:`TRANSITIONS`."""
+    if state is ConnState.CLOSED:
+        return Unexpected.DROP
+    if state is ConnState.CONNECTING:
+        return Unexpected.CLOSE
+    return Unexpected.ERROR if request_id_of(cmd) is not None else Unexpected.CLOSE

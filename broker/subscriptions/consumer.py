@@ -1,0 +1,239 @@
+"""One consumer attached to a subscription: permits, pending acks, counters.
+
+Theory of operation
+-------------------
+A :class:`Consumer` is created by :class:`broker.net.consumers.ConsumerSide` for every SUBSCRIBE
+that succeeds and is attached to one subscription (the side keeps which). It reaches its
+connection only through the narrow :class:`ConsumerTransport` it is given. The dispatcher of that
+subscription is the only code that sends messages to it, through :meth:`Consumer.send`, which
+charges FLOW permits (in messages: a batch entry costs ``num_messages_in_batch``) and records the
+position in :attr:`pending` until it is acknowledged or handed back for redelivery.
+
+Invariants:
+
+* ``pending`` maps a position to ``(messages, sticky_hash)`` for every entry sent to this consumer
+  and neither acknowledged nor handed back. The subscription keeps the reverse index
+  (``position -> consumer``) so an ack finds its owner in O(1).
+* ``permits`` may go negative: a batch entry is sent whole even when it costs more permits than
+  are left, as Pulsar does; the consumer simply gets fewer messages until its next FLOW.
+* Frames for one consumer are queued in ``_out`` during a dispatch round and written with one
+  ``side.write`` by :meth:`flush` (coalesced writes).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from broker.metrics.rates import RateMeter
+from protocol.commands import encode_active_consumer_change, encode_close_consumer, encode_message
+from storage.positions import Position
+
+__all__ = ["MAX_UNACKED_MESSAGES_PER_CONSUMER", "SUB_TYPE_NAMES", "Consumer", "HashRange"]
+
+SUB_TYPE_NAMES = {0: "Exclusive", 1: "Shared", 2: "Failover", 3: "Key_Shared"}
+#: Pulsar's maxUnackedMessagesPerConsumer: a Shared/Key_Shared consumer holding this many
+#: unacknowledged messages gets nothing more until it acks (protects against a stuck client).
+MAX_UNACKED_MESSAGES_PER_CONSUMER = 50_000
+
+
+class ConsumerTransport(Protocol):
+    """What a consumer may ask of the connection it was subscribed on (implemented by
+    :class:`broker.net.consumers.ConsumerSide`): write frames, know whether the peer reads,
+    describe the client, and drop a consumer the broker closed."""
+
+    @property
+    def writes_paused(self) -> bool: ...
+
+    @property
+    def protocol_version(self) -> int: ...
+
+    @property
+    def remote_address(self) -> str: ...
+
+    @property
+    def client_version(self) -> str: ...
+
+    def write(self, data: bytes) -> None: ...
+
+    def forget(self, consumer: Consumer) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class HashRange:
+    """An inclusive range of Key_Shared sticky-key hashes, as in Pulsar's IntRange."""
+
+    start: int
+    end: int
+
+    def overlaps(self, other: HashRange) -> bool:
+        return self.start <= other.end and other.start <= self.end
+
+
+class Consumer:
+    """Broker-side state of one consumer (``consumer_id`` is unique per connection only)."""
+
+    def __init__(
+        self,
+        side: ConsumerTransport,
+        consumer_id: int,
+        *,
+        name: str,
+        sub_type: int,
+        priority_level: int = 0,
+        key_shared_mode: int | None = None,
+        hash_ranges: tuple[HashRange, ...] = (),
+        allow_out_of_order: bool = False,
+        metadata: dict[str, str] | None = None,
+        partition: int | None = None,
+    ) -> None:
+        self.side = side
+        self.consumer_id = consumer_id
+        self.name = name
+        self.sub_type = sub_type
+        self.priority_level = priority_level
+        self.key_shared_mode = key_shared_mode
+        self.hash_ranges = hash_ranges
+        self.allow_out_of_order = allow_out_of_order
+        self.metadata = metadata or {}
+        self.partition = partition
+        self.permits = 0
+        self.pending: dict[Position, tuple[int, int]] = {}
+        self.unacked_messages = 0
+        self.closed = False
+        self.is_active: bool | None = None  # Failover: last ACTIVE_CONSUMER_CHANGE sent
+        # Counters are plain ints read by stats()/metrics at scrape time.
+        self.msg_out_counter = 0
+        self.bytes_out_counter = 0
+        self.msg_redeliver_counter = 0
+        self.msg_ack_counter = 0
+        self.connected_since_ms = int(time.time() * 1000)
+        self.last_acked_ms = 0
+        self.last_consumed_ms = 0
+        self.last_flow_ms = 0
+        self._out: list[bytes] = []
+        self._rates = RateMeter()
+
+    # ------------------------------------------------------------------ sending
+
+    @property
+    def writable(self) -> bool:
+        """False while the connection's transport asks us to stop writing (back-pressure)."""
+        return not self.side.writes_paused
+
+    @property
+    def blocked_on_unacked(self) -> bool:
+        return self.sub_type in (1, 3) and \
+            self.unacked_messages >= MAX_UNACKED_MESSAGES_PER_CONSUMER
+
+    @property
+    def available(self) -> bool:
+        return (self.permits > 0 and not self.closed and self.writable
+                and not self.blocked_on_unacked)
+
+    def send(
+        self,
+        position: Position,
+        entry: bytes,
+        *,
+        messages: int,
+        sticky_hash: int = 0,
+        redelivery_count: int = 0,
+        ack_set: list[int] | None = None,
+    ) -> None:
+        """Queue one MESSAGE frame; call :meth:`flush` at the end of the dispatch round."""
+        self._out.append(
+            encode_message(
+                self.consumer_id,
+                position.ledger_id,
+                position.entry_id,
+                entry,
+                redelivery_count=redelivery_count,
+                ack_set=ack_set,
+                partition=self.partition,
+            )
+        )
+        self.permits -= messages
+        self.pending[position] = (messages, sticky_hash)
+        self.unacked_messages += messages
+        self.msg_out_counter += messages
+        self.bytes_out_counter += len(entry)
+        if redelivery_count:
+            self.msg_redeliver_counter += messages
+
+    def flush(self) -> None:
+        if not self._out:
+            return
+        data = self._out[0] if len(self._out) == 1 else b"".join(self._out)
+        self._out.clear()
+        self.last_consumed_ms = int(time.time() * 1000)
+        if not self.closed:
+            self.side.write(data)
+
+    def take_pending(self, position: Position) -> tuple[int, int] | None:
+        """Forget a pending position (acked or handed back); returns (messages, hash) if it was ours."""
+        item = self.pending.pop(position, None)
+        if item is not None:
+            self.unacked_messages -= item[0]
+        return item
+
+    def notify_active(self, is_active: bool) -> None:
+        """ACTIVE_CONSUMER_CHANGE (Failover), sent only when the state changes."""
+        if self.is_active is is_active or self.closed:
+            return
+        self.is_active = is_active
+        if self.side.protocol_version >= 12:
+            self.side.write(encode_active_consumer_change(self.consumer_id, is_active))
+
+    def disconnect(self) -> None:
+        """Broker-initiated close: the client re-subscribes (after a seek or a reset)."""
+        if not self.closed:
+            self.side.write(encode_close_consumer(self.consumer_id, 0))
+
+    # ------------------------------------------------------------------ stats
+
+    @property
+    def sub_type_name(self) -> str:
+        return SUB_TYPE_NAMES.get(self.sub_type, "Exclusive")
+
+    def _counter_values(self) -> tuple[float, ...]:
+        return (self.msg_out_counter, self.bytes_out_counter, self.msg_redeliver_counter,
+                self.msg_ack_counter)
+
+    def sample_rates(self, now: float) -> None:
+        self._rates.sample(now, self._counter_values())
+
+    def rates(self, now: float) -> tuple[float, ...]:
+        """(msgRateOut, msgThroughputOut, msgRateRedeliver, messageAckRate) per second."""
+        return tuple(self._rates.rates(now, self._counter_values()))
+
+    def stats(self, now: float | None = None) -> dict[str, Any]:
+        """Pulsar's ConsumerStats shape."""
+        rate_out, thr_out, rate_redeliver, ack_rate = (
+            self.rates(now) if now is not None else (0.0, 0.0, 0.0, 0.0))
+        return {
+            "msgRateOut": rate_out,
+            "msgThroughputOut": thr_out,
+            "bytesOutCounter": self.bytes_out_counter,
+            "msgOutCounter": self.msg_out_counter,
+            "msgRateRedeliver": rate_redeliver,
+            "messageAckRate": ack_rate,
+            "chunkedMessageRate": 0.0,
+            "consumerName": self.name,
+            "availablePermits": self.permits,
+            "unackedMessages": self.unacked_messages,
+            "avgMessagesPerEntry": 0,
+            "blockedConsumerOnUnackedMsgs": self.blocked_on_unacked,
+            "lastAckedTimestamp": self.last_acked_ms,
+            "lastConsumedTimestamp": self.last_consumed_ms,
+            "lastConsumedFlowTimestamp": self.last_flow_ms,
+            "keyHashRanges": [f"[{r.start}, {r.end}]" for r in self.hash_ranges] or None,
+            "metadata": dict(self.metadata),
+            "address": self.side.remote_address,
+            "connectedSince": time.strftime(
+                "%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.connected_since_ms / 1000)
+            ),
+            "clientVersion": self.side.client_version,
+            "priorityLevel": self.priority_level,
+        }

@@ -1,0 +1,446 @@
+"""The dispatch loop shared by every subscription type.
+
+Theory of operation
+-------------------
+A dispatcher moves entries from the subscription's cursor to its consumers within their FLOW
+permits. It never runs two reads at once: :meth:`Dispatcher.schedule` (called on FLOW, new
+entries, acks, redelivery, consumer changes and the delayed tracker's ``on_due``) starts one
+task that loops over :meth:`_dispatch_once` until a round makes no progress.
+
+One round:
+
+1. due delayed positions (``tracker.get_scheduled``) join the *replay* set;
+2. replay positions (redeliveries, handed-back messages, due delayed messages) are read and sent
+   first, in position order, with their original message id and redelivery count;
+3. then up to ``MAX_READ_ENTRIES`` (bounded by the permits) new entries are read from
+   ``cursor.read_position`` and the read position advances past them.
+
+Every read remembers ``cursor.revision`` before awaiting the store; if a reset (seek, reset-cursor,
+skip, rewind) bumped the revision meanwhile the result is discarded, never delivered (PIP-269).
+Acknowledged entries are skipped (``cursor.is_deleted``). On Shared and Key_Shared a fresh entry
+whose ``deliver_at_time`` is accepted by the tracker is held back; replays are never re-tracked.
+Subclasses decide who gets an entry (:meth:`_route`) and how many entries a round may read
+(:meth:`_budget`); an entry nobody can take now waits in the replay set.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import Counter
+from itertools import islice
+from typing import Any, Protocol
+
+from sortedcontainers import SortedSet
+
+from broker.delayed.policy import DelayPolicy
+from broker.delayed.tracker import DelayedDeliveryTracker
+from broker.subscriptions.consumer import Consumer
+from protocol.errors import ProtocolError
+from protocol.metadata import EntryInfo, parse_entry, sticky_key_hash
+from storage.positions import Entry, Position
+
+__all__ = ["MAX_READ_ENTRIES", "DispatchContext", "Dispatcher"]
+
+log = logging.getLogger("horae.subscriptions.dispatchers")
+
+MAX_READ_ENTRIES = 100  # Pulsar's dispatcherMaxReadBatchSize
+MAX_REPLAY_READ = 500
+MAX_REPLAY_SCAN = 20_000  # positions examined per round without reading them (Key_Shared)
+
+
+class DispatchContext(Protocol):
+    """What a dispatcher may ask of the subscription that owns it (implemented by
+    :class:`broker.subscriptions.subscription.Subscription`): its cursor and ledger, the
+    redelivery and batch-ack books, its delayed-delivery tracker, and its out counters."""
+
+    name: str
+    resetting: bool
+    partition_index: int
+    msg_out_counter: int
+    bytes_out_counter: int
+    delayed_tracker: DelayedDeliveryTracker | None
+    redelivery_counts: dict[Position, int]
+    batch_acks: dict[Position, int]
+
+    # A storage ManagedCursor or a reader's MemoryCursor; a ManagedLedger (storage's, typed there).
+    @property
+    def cursor(self) -> Any: ...
+
+    @property
+    def ledger(self) -> Any: ...
+
+    def delay_policy(self) -> DelayPolicy: ...
+
+    def ensure_tracker(self, policy: DelayPolicy) -> DelayedDeliveryTracker: ...
+
+
+class Dispatcher:
+    """Base dispatcher: replay set, pending-ack index, read loop."""
+
+    sub_type: int = -1
+    delayed_capable = False
+    needs_hash = False
+
+    def __init__(self, sub: DispatchContext) -> None:
+        self.sub = sub
+        self.consumers: list[Consumer] = []
+        self.replay: SortedSet = SortedSet()
+        self.replay_hash: dict[Position, int] = {}
+        self.hashes_in_replay: Counter[int] = Counter()
+        self.owner: dict[Position, Consumer] = {}
+        self._avg_messages_per_entry = 1.0  # sizes reads so batches do not overshoot permits
+        self._task: asyncio.Task[None] | None = None
+        self._again = False
+        self._closed = False
+
+    # ------------------------------------------------------------------ consumers
+
+    def add_consumer(self, consumer: Consumer) -> None:
+        self.consumers.append(consumer)
+        self.schedule()
+
+    def remove_consumer(self, consumer: Consumer) -> None:
+        if consumer in self.consumers:
+            self.consumers.remove(consumer)
+        self.hand_back(consumer, None, count_redelivery=False)
+        self.schedule()
+
+    def after_subscribe(self, consumer: Consumer) -> None:
+        """Hook run after SUCCESS was written (Failover notifies the active consumer)."""
+
+    # ------------------------------------------------------------------ pending / replay
+
+    def add_replay(self, position: Position, sticky_hash: int | None = None) -> None:
+        if position in self.replay:
+            return
+        self.replay.add(position)
+        if sticky_hash is not None and self.needs_hash:
+            self.replay_hash[position] = sticky_hash
+            self.hashes_in_replay[sticky_hash] += 1
+
+    def discard_replay(self, position: Position) -> None:
+        if position in self.replay:
+            self.replay.discard(position)
+            h = self.replay_hash.pop(position, None)
+            if h is not None:
+                n = self.hashes_in_replay[h] - 1
+                if n > 0:
+                    self.hashes_in_replay[h] = n
+                else:
+                    del self.hashes_in_replay[h]
+
+    def _released(self, consumer: Consumer, position: Position, sticky_hash: int) -> None:
+        """Hook: a pending message left ``consumer`` (acked or handed back)."""
+
+    def hand_back(
+        self, consumer: Consumer, positions: list[Position] | None, *, count_redelivery: bool
+    ) -> int:
+        """Move pending messages of ``consumer`` (all when ``positions`` is None) to the replay set."""
+        targets = list(consumer.pending) if positions is None else positions
+        counts = self.sub.redelivery_counts
+        moved = 0
+        for pos in targets:
+            item = consumer.take_pending(pos)
+            if item is None:
+                continue
+            if self.owner.get(pos) is consumer:
+                del self.owner[pos]
+            self._released(consumer, pos, item[1])
+            if count_redelivery:
+                counts[pos] = counts.get(pos, 0) + 1
+            if not self.sub.cursor.is_deleted(pos):
+                self.add_replay(pos, item[1])
+            moved += 1
+        if moved:
+            self.schedule()
+        return moved
+
+    def on_acked(self, positions: list[Position]) -> None:
+        """Acknowledged positions: forget them everywhere."""
+        counts = self.sub.redelivery_counts
+        for pos in positions:
+            consumer = self.owner.pop(pos, None)
+            if consumer is not None:
+                item = consumer.take_pending(pos)
+                if item is not None:
+                    self._released(consumer, pos, item[1])
+            if self.replay:
+                self.discard_replay(pos)
+            if counts:
+                counts.pop(pos, None)
+
+    def reset(self) -> None:
+        """Forget every in-flight and replay position (a cursor reset is under way)."""
+        for consumer in self.consumers:
+            for pos in list(consumer.pending):
+                item = consumer.take_pending(pos)
+                if item is not None:
+                    self._released(consumer, pos, item[1])
+        self.owner.clear()
+        self.replay.clear()
+        self.replay_hash.clear()
+        self.hashes_in_replay.clear()
+
+    # ------------------------------------------------------------------ scheduling
+
+    def schedule(self) -> None:
+        if self._closed:
+            return
+        if self._task is not None:
+            self._again = True
+            return
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def _run(self) -> None:
+        try:
+            rounds = 0
+            while not self._closed:
+                self._again = False
+                progressed = await self._dispatch_once()
+                rounds += 1
+                if not progressed and not self._again:
+                    break
+                if rounds % 8 == 0:
+                    await asyncio.sleep(0)  # let FLOW/ACK frames of other connections in
+        except Exception:  # a failed read must not kill dispatching for good
+            log.exception("dispatch failed on %s", self.sub.name)
+            asyncio.get_running_loop().call_later(0.1, self.schedule)
+        finally:
+            self._task = None
+            for consumer in self.consumers:
+                consumer.flush()
+
+    async def close(self) -> None:
+        self._closed = True
+        task = self._task
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+    # ------------------------------------------------------------------ policy hooks
+
+    def _budget(self) -> int:
+        """How many messages may be sent this round (0 = do not read)."""
+        return sum(c.permits for c in self.consumers if c.available)
+
+    def _may_read_new(self) -> bool:
+        """False while the delayed tracker asks to pause (fixed-delay detection)."""
+        tracker = self.sub.delayed_tracker
+        return not (
+            tracker is not None and self.delayed_capable and tracker.should_pause_all_deliveries()
+        )
+
+    def _route(self, position: Position, info: EntryInfo | None, sticky_hash: int,
+               from_replay: bool, blocked: set[int]) -> Consumer | None:
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ the round
+
+    async def _dispatch_once(self) -> bool:
+        sub = self.sub
+        if not self.consumers or sub.resetting:
+            return False
+        budget = self._budget()
+        if budget <= 0:
+            return False
+        cursor = sub.cursor
+        ledger = sub.ledger
+        revision = cursor.revision
+        progressed = False
+        blocked: set[int] = set()
+        tracker = sub.delayed_tracker
+        if tracker is not None and self.delayed_capable and tracker.has_message_available():
+            for ledger_id, entry_id in tracker.get_scheduled(max(budget, MAX_READ_ENTRIES)):
+                self.add_replay(Position(ledger_id, entry_id))
+        if self.replay:
+            if self.needs_hash:
+                positions = self._replay_candidates(blocked)
+            else:
+                positions = list(islice(self.replay, min(budget, MAX_READ_ENTRIES)))
+            before = len(self.replay)
+            entries, missing = await self._read_positions(positions)
+            if cursor.revision != revision or self._closed:
+                return True
+            for pos in missing:
+                self.discard_replay(pos)  # trimmed or dropped: nothing to redeliver
+            if self._deliver(entries, from_replay=True, blocked=blocked) or \
+                    len(self.replay) < before:
+                progressed = True
+            budget = self._budget()
+        # Replays go strictly first, except on Key_Shared where blocked keys may wait while
+        # other keys move on (their order is kept per key by the hash rules).
+        if budget > 0 and (not self.replay or self.needs_hash) and self._may_read_new():
+            last = ledger.last_confirmed
+            read_from = cursor.read_position
+            if tracker is not None and self.delayed_capable and last is not None \
+                    and read_from <= last:
+                read_from = self._skip_tracked(tracker, read_from, last)
+            if last is not None and read_from <= last:
+                wanted = max(1, int(budget / self._avg_messages_per_entry))
+                entries = await ledger.read_entries(read_from, min(wanted, MAX_READ_ENTRIES))
+                if cursor.revision != revision or self._closed:
+                    return True
+                if entries:
+                    if cursor.read_position == read_from:
+                        cursor.read_position = ledger.next_position(entries[-1].position)
+                    progressed = True
+                    self._deliver(entries, from_replay=False, blocked=blocked)
+        for consumer in self.consumers:
+            consumer.flush()
+        return progressed
+
+    def _skip_tracked(self, tracker: DelayedDeliveryTracker, read_from: Position,
+                      last: Position) -> Position:
+        """Move the read position over runs the tracker already holds instead of reading them:
+        after a restart the bucket tracker's sealed ranges (up to whole ledgers) would
+        otherwise be read and parsed entry by entry only to be answered "tracked"."""
+        if not self.sub.delay_policy().active:
+            return read_from    # inactive: held entries are delivered as they are read
+        ledger = self.sub.ledger
+        pos = read_from
+        for _ in range(64):     # bounded work per round; the next round goes on
+            end = tracker.sequential_skip(pos.ledger_id, pos.entry_id)
+            if end == pos.entry_id:
+                break
+            pos = ledger.next_position(Position(pos.ledger_id, end - 1))
+            if pos > last:
+                break
+        if pos != read_from:
+            self.sub.cursor.read_position = pos
+        return pos
+
+    def _replay_candidates(self, blocked: set[int]) -> list[Position]:
+        """Replay positions worth reading now (Key_Shared): positions whose key hash is known
+        to be blocked are skipped without a read, so keys of a slow consumer at the head of the
+        replay set cannot hide the entries other consumers could take."""
+        out: list[Position] = []
+        replay_hash = self.replay_hash
+        for scanned, pos in enumerate(self.replay):
+            if len(out) >= MAX_REPLAY_READ or scanned >= MAX_REPLAY_SCAN:
+                break
+            h = replay_hash.get(pos)
+            if h is not None:
+                if h in blocked:
+                    continue
+                if not self._hash_routable(h):
+                    blocked.add(h)
+                    continue
+            out.append(pos)
+        return out
+
+    def _hash_routable(self, sticky_hash: int) -> bool:
+        return True
+
+    async def _read_positions(
+        self, positions: list[Position]
+    ) -> tuple[list[Entry], list[Position]]:
+        """Read scattered positions, one store read per run of consecutive entries.
+
+        Returns the entries and the positions known not to exist any more. A run cut short by
+        the read's byte limit leaves its tail neither read nor missing: it stays for next time.
+        """
+        ledger = self.sub.ledger
+        out: list[Entry] = []
+        missing: list[Position] = []
+        i = 0
+        n = len(positions)
+        while i < n:
+            start = positions[i]
+            j = i + 1
+            while (
+                j < n
+                and positions[j].ledger_id == start.ledger_id
+                and positions[j].entry_id == start.entry_id + (j - i)
+            ):
+                j += 1
+            if j - i == 1:
+                entry = await ledger.read_entry(start)
+                if entry is not None:
+                    out.append(entry)
+                else:
+                    missing.append(start)
+            else:
+                run = positions[i:j]
+                in_run = set(run)
+                got = [e for e in await ledger.read_entries(start, j - i) if e.position in in_run]
+                if got:
+                    out.extend(got)
+                    found = {e.position for e in got}
+                    last = got[-1].position
+                    missing.extend(p for p in run if p < last and p not in found)
+                elif await ledger.read_entry(start) is None:
+                    missing.append(start)  # the next round retries the rest of the run
+            i = j
+        return out, missing
+
+    def _deliver(self, entries: list[Entry], *, from_replay: bool, blocked: set[int]) -> int:
+        """Route and queue entries; returns the number of entries sent."""
+        sub = self.sub
+        cursor = sub.cursor
+        counts = sub.redelivery_counts
+        batch_acks = sub.batch_acks
+        policy = None
+        sent = 0
+        for entry in entries:
+            pos = entry.position
+            if from_replay and pos not in self.replay:
+                continue  # acked or reset while we were reading
+            if cursor.is_deleted(pos):
+                if from_replay:
+                    self.discard_replay(pos)
+                continue
+            try:
+                info: EntryInfo | None = parse_entry(entry.data)
+            except ProtocolError:
+                info = None
+            if not from_replay and self.delayed_capable and info is not None \
+                    and info.deliver_at_time is not None:
+                if policy is None:
+                    policy = sub.delay_policy()
+                if policy.active:
+                    tracker = sub.ensure_tracker(policy)
+                    if tracker.add(pos.ledger_id, pos.entry_id, info.deliver_at_time):
+                        continue
+            sticky_hash = sticky_key_hash(info.sticky_key) if (self.needs_hash and info) else 0
+            consumer = self._route(pos, info, sticky_hash, from_replay, blocked)
+            if consumer is None:
+                if not from_replay:
+                    self.add_replay(pos, sticky_hash)
+                elif self.needs_hash and pos not in self.replay_hash:
+                    self.discard_replay(pos)
+                    self.add_replay(pos, sticky_hash)
+                continue
+            if from_replay:
+                self.discard_replay(pos)
+            messages = info.messages if info is not None else 1
+            self._avg_messages_per_entry = 0.9 * self._avg_messages_per_entry + 0.1 * messages
+            ack_set = batch_acks.get(pos)
+            consumer.send(
+                pos,
+                entry.data,
+                messages=messages,
+                sticky_hash=sticky_hash,
+                redelivery_count=counts.get(pos, 0) if counts else 0,
+                ack_set=_to_longs(ack_set, messages) if ack_set is not None else None,
+            )
+            self.owner[pos] = consumer
+            self._sent(consumer, sticky_hash)
+            sub.msg_out_counter += messages
+            sub.bytes_out_counter += len(entry.data)
+            sent += 1
+        return sent
+
+    def _sent(self, consumer: Consumer, sticky_hash: int) -> None:
+        """Hook: a message with ``sticky_hash`` went to ``consumer``."""
+
+
+def _to_longs(bits: int, size: int) -> list[int]:
+    """A Python int bitmask as Java's BitSet.toLongArray (signed int64 words)."""
+    words = []
+    for i in range(max(1, (size + 63) // 64)):
+        w = (bits >> (64 * i)) & 0xFFFFFFFFFFFFFFFF
+        words.append(w - (1 << 64) if w >= 1 << 63 else w)
+    return words

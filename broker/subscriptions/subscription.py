@@ -1,0 +1,542 @@
+"""Subscriptions: a cursor, the consumers attached to it, and the dispatcher between them.
+
+Theory of operation
+-------------------
+A :class:`Subscription` is opened by the topic (:meth:`Subscription.open`): durable ones own a
+storage ``ManagedCursor`` (acks persisted), readers (``durable=False``) a
+:class:`broker.subscriptions.dispatchers.cursors.MemoryCursor` with the same interface that lives as long as
+the reader. The dispatcher is created for the
+subscription type of the first consumer and replaced only when every consumer has left and one
+of another type arrives (then the cursor is rewound to the first unacknowledged entry).
+
+Every cursor position reset -- seek, admin reset-cursor, skip, clear-backlog, rewind -- runs
+:meth:`_reset` under one lock: it clears the delayed tracker and the dispatcher's replay and
+pending state, moves the cursor and finally bumps ``cursor.revision`` so a dispatcher read that
+started before the reset is discarded when it completes (PIP-269).
+
+Acks arrive from :class:`broker.net.consumers.ConsumerSide`: individual (with batch ``ack_set``:
+a set bit is a message still to deliver, kept in memory in ``batch_acks`` and sent back on
+redelivery), or cumulative. The delayed tracker (Shared/Key_Shared) is created lazily on the first
+delayed entry, or eagerly on load when the cursor holds bucket snapshots.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol
+
+from broker.delayed.policy import DelayPolicy
+from broker.delayed.tracker import DelayedDeliveryTracker
+from broker.metrics.rates import RateMeter
+from broker.subscriptions.consumer import SUB_TYPE_NAMES, Consumer
+from broker.subscriptions.dispatchers import (
+    Dispatcher,
+    KeySharedDispatcher,
+    SharedDispatcher,
+    SingleActiveDispatcher,
+)
+from broker.subscriptions.dispatchers.cursors import (
+    MemoryCursor,
+    before,
+    normalize_target,
+    reader_mark_delete,
+    tail_position,
+    wire_position,
+)
+from protocol.errors import (
+    ConsumerBusyError,
+    MetadataError,
+    NotAllowedError,
+    ServiceNotReadyError,
+)
+from protocol.metadata import parse_entry
+from storage.positions import Position
+
+__all__ = [
+    "BUCKET_PROPERTY_PREFIX", "MemoryCursor", "Subscription", "TopicContext", "tail_position",
+    "wire_position",
+]
+
+log = logging.getLogger("horae.subscription")
+
+BUCKET_PROPERTY_PREFIX = "#pulsar.internal.delayed.bucket"
+EXCLUSIVE, SHARED, FAILOVER, KEY_SHARED = 0, 1, 2, 3
+
+
+class TopicContext(Protocol):
+    """What a subscription may ask of the topic that owns it (implemented by
+    :class:`broker.topics.topic.Topic`): its ledger, partition, delayed-delivery policy and a
+    tracker built with the broker's settings, and to forget or delete this subscription."""
+
+    # storage's ManagedLedger (typed there)
+    @property
+    def ledger(self) -> Any: ...
+
+    @property
+    def partition_index(self) -> int: ...
+
+    def delay_policy(self) -> DelayPolicy: ...
+
+    def new_tracker(self, policy: DelayPolicy, *, on_due: Callable[[], None],
+                    cursor: Any | None) -> DelayedDeliveryTracker: ...
+
+    def remove_subscription(self, sub: Subscription) -> None: ...
+
+    async def delete_subscription(self, name: str, *, force: bool = False) -> None: ...
+
+
+class Subscription:
+    """A named subscription on one topic (or one partition of a partitioned topic)."""
+
+    def __init__(self, topic: TopicContext, name: str, cursor: Any, *, durable: bool) -> None:
+        self.topic = topic
+        self.name = name
+        self.cursor = cursor
+        self.durable = durable
+        self.ledger = topic.ledger
+        self.sub_type: int | None = None
+        self.key_shared_mode: int | None = None
+        self.consumers: list[Consumer] = []
+        self.dispatcher: Dispatcher | None = None
+        self.delayed_tracker: DelayedDeliveryTracker | None = None
+        self.redelivery_counts: dict[Position, int] = {}
+        self.batch_acks: dict[Position, int] = {}
+        self.msg_out_counter = 0
+        self.bytes_out_counter = 0
+        self.msg_ack_counter = 0
+        self.msg_redeliver_counter = 0
+        self._rates = RateMeter()
+        self.resetting = False
+        self.closed = False
+        self._reset_lock = asyncio.Lock()
+        self.partition_index = topic.partition_index
+
+    # ------------------------------------------------------------------ open / close
+
+    @classmethod
+    async def open(
+        cls,
+        topic: TopicContext,
+        name: str,
+        *,
+        durable: bool = True,
+        initial_position: str = "latest",
+        start_message_id: tuple[int, int] | None = None,
+    ) -> Subscription:
+        ledger = topic.ledger
+        if durable:
+            existed = name in ledger.cursors
+            cursor: Any = await ledger.open_cursor(
+                name, initial_position="earliest" if initial_position == "earliest" else "latest"
+            )
+            if start_message_id is not None and not existed:
+                # Admin create-subscription at a message id: that entry is the first to read.
+                lid, eid = wire_position(*start_message_id)
+                cursor.reset(normalize_target(ledger, lid, eid))
+                cursor.revision += 1
+        else:
+            cursor = MemoryCursor(
+                ledger, name, reader_mark_delete(ledger, start_message_id, initial_position)
+            )
+        if durable:
+            # Only acks survive a restart: everything unacknowledged is read again (Pulsar
+            # recovers a cursor's read position as the entry after its mark-delete position).
+            cursor.read_position = ledger.next_position(cursor.mark_delete_position)
+            cursor.revision += 1  # a rewind: everything handed out before is handed out again
+        sub = cls(topic, name, cursor, durable=durable)
+        if durable and any(k.startswith(BUCKET_PROPERTY_PREFIX) for k in cursor.properties):
+            # Bucket snapshots from a previous run: recover them before anything is dispatched.
+            tracker = sub.ensure_tracker(topic.delay_policy())
+            await tracker.recover()
+        return sub
+
+    def disconnect_consumers(self) -> None:
+        """CLOSE_CONSUMER to every consumer (topic unload/delete): clients re-subscribe."""
+        for consumer in list(self.consumers):
+            consumer.disconnect()
+            consumer.side.forget(consumer)
+            self.remove_consumer(consumer)
+
+    async def close(self, *, disconnect: bool = False) -> None:
+        """Stop dispatching and release the tracker (topic unload, delete, reader gone)."""
+        self.closed = True
+        if disconnect:
+            self.disconnect_consumers()
+        self.consumers.clear()
+        if self.dispatcher is not None:
+            await self.dispatcher.close()
+        if self.delayed_tracker is not None:
+            await self.delayed_tracker.close()
+
+    def on_new_entries(self) -> None:
+        if self.dispatcher is not None and self.consumers:
+            self.dispatcher.schedule()
+
+    # ------------------------------------------------------------------ delayed delivery
+
+    def ensure_tracker(self, policy: DelayPolicy) -> DelayedDeliveryTracker:
+        tracker = self.delayed_tracker
+        if tracker is None:
+            tracker = self.topic.new_tracker(
+                policy, on_due=self._on_due, cursor=self.cursor if self.durable else None)
+            self.delayed_tracker = tracker
+        return tracker
+
+    def delay_policy(self) -> DelayPolicy:
+        """The topic's effective delayed-delivery policy (for the dispatcher)."""
+        return self.topic.delay_policy()
+
+    def on_policy_changed(self) -> None:
+        """The topic's delayed-delivery policy changed: apply a new tick to the tracker."""
+        tracker = self.delayed_tracker
+        if tracker is not None:
+            tracker.reset_tick_time(self.delay_policy().tick_time_ms)
+        if self.dispatcher is not None and self.consumers:
+            self.dispatcher.schedule()
+
+    def _on_due(self) -> None:
+        if self.dispatcher is not None and self.consumers:
+            self.dispatcher.schedule()
+
+    @property
+    def msg_delayed(self) -> int:
+        return len(self.delayed_tracker) if self.delayed_tracker is not None else 0
+
+    # ------------------------------------------------------------------ consumers
+
+    async def add_consumer(self, consumer: Consumer) -> None:
+        """Attach a consumer; raises ConsumerBusy / ConsumerAssignError like Pulsar."""
+        self._check_admission(consumer)
+        dispatcher = self.dispatcher
+        if dispatcher is None or (not self.consumers and self._needs_new_dispatcher(consumer)):
+            await self._replace_dispatcher(consumer)
+            self._check_admission(consumer)  # another subscribe may have won during the await
+        dispatcher = self.dispatcher
+        assert dispatcher is not None
+        if isinstance(dispatcher, KeySharedDispatcher):
+            dispatcher.check(consumer)
+        self.sub_type = consumer.sub_type
+        self.key_shared_mode = consumer.key_shared_mode
+        self.consumers.append(consumer)
+        dispatcher.add_consumer(consumer)
+
+    def _check_admission(self, consumer: Consumer) -> None:
+        if self.closed:
+            # The topic is being unloaded or deleted: the client retries (ServiceNotReady).
+            raise ServiceNotReadyError(f"Subscription {self.name} is closed")
+        if not self.consumers:
+            return
+        if consumer.sub_type != self.sub_type:
+            raise ConsumerBusyError("Subscription is of different type")
+        if consumer.sub_type == EXCLUSIVE:
+            raise ConsumerBusyError("Exclusive consumer is already connected")
+        if consumer.sub_type == KEY_SHARED and consumer.key_shared_mode != self.key_shared_mode:
+            raise ConsumerBusyError("Subscription is of different type (Key_Shared mode)")
+
+    def _needs_new_dispatcher(self, consumer: Consumer) -> bool:
+        d = self.dispatcher
+        if d is None or d.sub_type != consumer.sub_type:
+            return True
+        return isinstance(d, KeySharedDispatcher) and d.mode != consumer.key_shared_mode
+
+    async def _replace_dispatcher(self, consumer: Consumer) -> None:
+        old = self.dispatcher
+        t = consumer.sub_type
+        new: Dispatcher
+        if t == SHARED:
+            new = SharedDispatcher(self)
+        elif t == KEY_SHARED:
+            new = KeySharedDispatcher(self, consumer.key_shared_mode or 0)
+        else:
+            new = SingleActiveDispatcher(self, t)
+        self.dispatcher = new
+        if old is None:
+            return
+        await old.close()
+        # The old dispatcher's replay set and tracker die with it: start again from the
+        # first unacknowledged entry (a rewind, so it goes through the revision).
+        async with self._reset_lock:
+            if self.delayed_tracker is not None and not new.delayed_capable:
+                self.delayed_tracker.clear()
+                await self.delayed_tracker.close()
+                self.delayed_tracker = None
+            elif self.delayed_tracker is not None:
+                self.delayed_tracker.clear()
+            self.cursor.read_position = self.ledger.next_position(self.cursor.mark_delete_position)
+            self.cursor.revision += 1
+
+    def after_subscribe(self, consumer: Consumer) -> None:
+        if self.dispatcher is not None:
+            self.dispatcher.after_subscribe(consumer)
+
+    def remove_consumer(self, consumer: Consumer) -> None:
+        """Detach (close, unsubscribe, connection gone): its unacked messages are redelivered."""
+        if consumer not in self.consumers:
+            return
+        self.consumers.remove(consumer)
+        if self.dispatcher is not None:
+            self.dispatcher.remove_consumer(consumer)
+        if not self.durable and not self.consumers and not self.resetting:
+            # A reader's subscription lives as long as its reader.
+            self.topic.remove_subscription(self)
+            asyncio.get_running_loop().create_task(self.close())
+
+    async def unsubscribe(self, consumer: Consumer) -> None:
+        others = [c for c in self.consumers if c is not consumer]
+        if others:
+            raise MetadataError("Unconnected or shared consumer attempting to unsubscribe")
+        self.remove_consumer(consumer)
+        if self.durable:
+            await self.topic.delete_subscription(self.name)
+        else:
+            self.topic.remove_subscription(self)
+            await self.close()
+
+    # ------------------------------------------------------------------ acks / redelivery
+
+    def acknowledge(
+        self, consumer: Consumer, ids: list[tuple[Position, list[int] | None]], *, cumulative: bool
+    ) -> None:
+        if not ids:
+            return
+        dispatcher = self.dispatcher
+        cursor = self.cursor
+        acked: list[Position] = []
+        if cumulative:
+            pos, ack_set = ids[-1]
+            partial = ack_set is not None and self._merge_ack_set(consumer, pos, ack_set)
+            upto = before(pos) if partial else pos
+            if upto > cursor.mark_delete_position:
+                cursor.mark_delete(upto)
+            acked = [p for p in consumer.pending if p <= upto]
+            if self.batch_acks:
+                for p in [p for p in self.batch_acks if p <= upto]:
+                    del self.batch_acks[p]
+        else:
+            for pos, ack_set in ids:
+                if ack_set is not None and self._merge_ack_set(consumer, pos, ack_set):
+                    continue
+                self.batch_acks.pop(pos, None)
+                acked.append(pos)
+            cursor.delete(acked)
+        self.msg_ack_counter += len(acked)
+        if dispatcher is not None:
+            dispatcher.on_acked(acked)
+            dispatcher.schedule()  # acks may unblock Key_Shared hashes
+
+    def _merge_ack_set(self, consumer: Consumer, pos: Position, ack_set: list[int]) -> bool:
+        """Batch-index ack: keep the still-unacked bits; True while some remain."""
+        bits = 0
+        for i, word in enumerate(ack_set):
+            bits |= (word & 0xFFFFFFFFFFFFFFFF) << (64 * i)
+        pending = consumer.pending.get(pos)
+        size = pending[0] if pending is not None else max(1, 64 * len(ack_set))
+        current = self.batch_acks.get(pos, (1 << size) - 1)
+        remaining = current & bits & ((1 << size) - 1)
+        if remaining == 0:
+            return False
+        self.batch_acks[pos] = remaining
+        return True
+
+    def redeliver(self, consumer: Consumer, positions: list[Position] | None) -> None:
+        """REDELIVER_UNACKNOWLEDGED_MESSAGES: an empty list means all of the consumer's."""
+        if self.dispatcher is not None:
+            self.dispatcher.hand_back(consumer, positions or None, count_redelivery=True)
+
+    # ------------------------------------------------------------------ resets
+
+    async def _reset(self, target: Position, *, disconnect: bool) -> None:
+        async with self._reset_lock:
+            self.resetting = True
+            try:
+                if disconnect:
+                    for consumer in list(self.consumers):
+                        consumer.disconnect()
+                        consumer.side.forget(consumer)
+                        self.remove_consumer(consumer)
+                if self.delayed_tracker is not None:
+                    self.delayed_tracker.clear()
+                if self.dispatcher is not None:
+                    self.dispatcher.reset()
+                self.redelivery_counts.clear()
+                self.batch_acks.clear()
+                self.cursor.reset(target)
+                self.cursor.revision += 1
+            finally:
+                self.resetting = False
+        if self.dispatcher is not None:
+            self.dispatcher.schedule()
+
+    def _normalize_target(self, ledger_id: int, entry_id: int) -> Position:
+        return normalize_target(self.ledger, ledger_id, entry_id)
+
+    async def reset_cursor(self, position: tuple[int, int] | Position) -> None:
+        """Seek / admin reset-cursor to a message id: the next entry read is that one."""
+        lid, eid = (position.ledger_id, position.entry_id) if isinstance(
+            position, Position) else (position[0], position[1])
+        await self._reset(self._normalize_target(lid, eid), disconnect=True)
+
+    async def reset_cursor_to_timestamp(self, timestamp_ms: int) -> None:
+        """Seek by publish time: the next entry is the first one published at or after it."""
+        target = await self._find_by_publish_time(timestamp_ms)
+        await self._reset(target, disconnect=True)
+
+    async def _find_by_publish_time(self, timestamp_ms: int) -> Position:
+        ledger = self.ledger
+        index: list[tuple[int, int]] = []  # (ledger_id, entries), flattened by binary search
+        total = 0
+        for info in ledger.ledgers:
+            if info.entries:
+                index.append((info.ledger_id, info.entries))
+                total += info.entries
+        end: Position = ledger.next_position(tail_position(ledger))
+
+        def at(i: int) -> Position:
+            for lid, n in index:
+                if i < n:
+                    return Position(lid, i)
+                i -= n
+            return end
+
+        lo, hi = 0, total  # first entry with publish_time >= timestamp_ms in [lo, hi]
+        while lo < hi:
+            mid = (lo + hi) // 2
+            entry = await ledger.read_entry(at(mid))
+            if entry is None:
+                lo = mid + 1  # trimmed: treat as older
+                continue
+            try:
+                published = parse_entry(entry.data).publish_time
+            except Exception:
+                published = 0
+            if published < timestamp_ms:
+                lo = mid + 1
+            else:
+                hi = mid
+        return at(lo)
+
+    async def skip(self, n: int) -> None:
+        """Acknowledge the next ``n`` unacknowledged entries (admin skip)."""
+        cursor = self.cursor
+        ledger = self.ledger
+        last = ledger.last_confirmed
+        positions: list[Position] = []
+        pos = cursor.mark_delete_position
+        while last is not None and len(positions) < n and pos < last:
+            pos = ledger.next_position(pos)
+            if not cursor.is_deleted(pos):
+                positions.append(pos)
+        await self._skip_positions(positions)
+
+    async def skip_all(self) -> None:
+        """Clear the backlog: everything up to the last entry is acknowledged."""
+        async with self._reset_lock:
+            last = self.ledger.last_confirmed
+            if self.delayed_tracker is not None:
+                self.delayed_tracker.clear()
+            if self.dispatcher is not None:
+                self.dispatcher.on_acked(list(self.dispatcher.replay))
+            if last is not None:
+                self.cursor.mark_delete(last)
+                if self.cursor.read_position <= last:
+                    self.cursor.read_position = self.ledger.next_position(last)
+            self.batch_acks.clear()
+            self.cursor.revision += 1
+
+    async def skip_by_message_ids(self, ids: Iterable[tuple[int, ...]]) -> None:
+        """PIP-423: individually acknowledge given message ids (batch index optional)."""
+        if self.sub_type in (EXCLUSIVE, FAILOVER) and self.consumers:
+            raise NotAllowedError(
+                f"Skip by message ids is not allowed on a {SUB_TYPE_NAMES[self.sub_type]} "
+                "subscription")
+        full: list[Position] = []
+        for item in ids:
+            pos = Position(int(item[0]), int(item[1]))
+            batch_index = int(item[2]) if len(item) > 2 and item[2] is not None else -1
+            if batch_index >= 0:
+                entry = await self.ledger.read_entry(pos)
+                size = parse_entry(entry.data).messages if entry is not None else 1
+                current = self.batch_acks.get(pos, (1 << size) - 1)
+                remaining = current & ~(1 << batch_index)
+                if remaining:
+                    self.batch_acks[pos] = remaining
+                    continue
+                self.batch_acks.pop(pos, None)
+            full.append(pos)
+        await self._skip_positions(full)
+
+    async def _skip_positions(self, positions: list[Position]) -> None:
+        if not positions:
+            return
+        async with self._reset_lock:
+            tracker = self.delayed_tracker
+            if tracker is not None:
+                for pos in positions:
+                    tracker.cancel(pos.ledger_id, pos.entry_id)
+            self.cursor.delete(positions)
+            if self.dispatcher is not None:
+                self.dispatcher.on_acked(positions)
+            self.cursor.revision += 1
+        if self.dispatcher is not None:
+            self.dispatcher.schedule()
+
+    # ------------------------------------------------------------------ stats
+
+    def _counter_values(self) -> tuple[float, ...]:
+        return (self.msg_out_counter, self.bytes_out_counter,
+                sum(c.msg_redeliver_counter for c in self.consumers))
+
+    def sample_rates(self, now: float | None = None) -> None:
+        """Take a rate sample (the topic's once-a-second sampler may call this; stats() does)."""
+        now = asyncio.get_running_loop().time() if now is None else now
+        self._rates.sample(now, self._counter_values())
+        for c in self.consumers:
+            c.sample_rates(now)
+
+    def stats(self) -> dict[str, Any]:
+        """Pulsar's SubscriptionStats shape."""
+        now = asyncio.get_running_loop().time()
+        rate_out, thr_out, rate_redeliver = self._rates.rates(now, self._counter_values())
+        self.sample_rates(now)
+        backlog = self.cursor.backlog
+        delayed = self.msg_delayed
+        dispatcher = self.dispatcher
+        consumers = []
+        for c in self.consumers:
+            s = c.stats(now)
+            if isinstance(dispatcher, KeySharedDispatcher):
+                s["keyHashRanges"] = dispatcher.key_hash_ranges(c)
+            consumers.append(s)
+        active = getattr(dispatcher, "active", None)
+        tracker = self.delayed_tracker
+        return {
+            "msgRateOut": rate_out,
+            "msgThroughputOut": thr_out,
+            "bytesOutCounter": self.bytes_out_counter,
+            "msgOutCounter": self.msg_out_counter,
+            "msgRateRedeliver": rate_redeliver,
+            "chunkedMessageRate": 0.0,
+            "msgBacklog": backlog,
+            "backlogSize": 0,
+            "msgBacklogNoDelayed": max(0, backlog - delayed),
+            "blockedSubscriptionOnUnackedMsgs": False,
+            "msgDelayed": delayed,
+            "unackedMessages": sum(c.unacked_messages for c in self.consumers),
+            "type": SUB_TYPE_NAMES.get(self.sub_type, "Exclusive")
+            if self.sub_type is not None else "None",
+            "activeConsumerName": active.name if active is not None else None,
+            "msgRateExpired": 0.0,
+            "totalMsgExpired": 0,
+            "lastExpireTimestamp": 0,
+            "consumers": consumers,
+            "isDurable": self.durable,
+            "isReplicated": False,
+            "nonContiguousDeletedMessagesRanges": self.cursor.individually_deleted_count,
+            "delayedMessageIndexSizeInBytes": tracker.memory_bytes if tracker is not None else 0,
+            "subscriptionProperties": {},
+            "markDeletePosition": str(self.cursor.mark_delete_position),
+            "readPosition": str(self.cursor.read_position),
+            "cursorRevision": self.cursor.revision,
+        }

@@ -1,0 +1,371 @@
+"""Producers: PRODUCER -> PRODUCER_SUCCESS, and the SEND -> SEND_RECEIPT pipeline.
+
+Theory of operation
+-------------------
+A :class:`Producer` belongs to one connection and one topic. Each SEND becomes a
+:class:`_Pending` record appended to the producer's FIFO ``_queue`` *before* anything can
+fail, so every answer leaves in the order the sends arrived (the C++ client closes the
+connection when a receipt overtakes an earlier send):
+
+1. The CRC verdict of the frame decoder is checked first: a mismatch is SEND_ERROR
+   ChecksumError (the one error the client fails a single message for; the connection stays).
+2. :meth:`broker.topics.topic.Topic.publish` parses the metadata, applies the delayed-delivery
+   publish guard (PIP-315/437) and appends the entry to the managed ledger, which resolves
+   the returned future once the entry is fsynced (group commit).
+3. When the record at the head of the queue is complete, its SEND_RECEIPT (echoing
+   ``sequence_id`` and ``highest_sequence_id``, as Pulsar does for batches) or SEND_ERROR is
+   written, and the next record is looked at. A failed append fails every record queued
+   behind it as well, so nothing is acknowledged out of order. A producer whose head
+   append is in flight is listed in its topic's ``awaiting_durable``; the topic's durable
+   listener, which the ledger calls right after resolving a group commit's futures, drains
+   it there (:meth:`Producer.drain_finished`), so the receipt leaves in that very callback.
+   A done-callback on the head's future only (one per group commit, not per SEND) is the
+   fallback, and the only path for failed appends (the ledger calls no listener for them).
+
+Every record counts towards the connection's pending-publish limit (back-pressure) from
+step 1 until its answer is written.
+
+Re-sends: a SEND whose key (the highest sequence id it carries) is not above the highest
+one appended under the producer's name is a re-send; :mod:`broker.topics.dedup` decides how it is
+answered (the original message id, the append still in flight, a new append, or -1:-1).
+The hot path costs one comparison against ``seq_state.pushed``; a durable append is recorded
+in ``seq_state`` when its receipt is written.
+
+Access modes: Shared (any number), Exclusive (refused with ProducerBusy while another
+producer is attached, or while an exclusive one is), ExclusiveWithFencing (closes the
+others), WaitForExclusive (queued: PRODUCER_SUCCESS with ``producer_ready=false`` at once,
+then a second one with ``producer_ready=true`` when the topic's producers are gone, as
+Pulsar does; the client waits without a timeout meanwhile).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import contextlib
+import logging
+import time
+from collections import deque
+from typing import Any, Protocol
+
+from broker.metrics.rates import PUBLISH_LATENCY_BUCKETS_MS, iso_ms
+from broker.topics.dedup import MessageDeduplication, SequenceState
+from protocol import commands as C
+from protocol import pulsar_pb as pb
+from protocol.errors import (
+    ChecksumError,
+    PersistenceError,
+    RequestError,
+)
+from protocol.frames import Frame
+
+__all__ = ["ACCESS_MODE_NAMES", "Producer", "ProducerTransport", "PublishTarget"]
+
+log = logging.getLogger("horae.producer")
+
+ACCESS_MODE_NAMES: dict[int, str] = {
+    pb.Shared: "Shared",
+    pb.Exclusive: "Exclusive",
+    pb.WaitForExclusive: "WaitForExclusive",
+    pb.ExclusiveWithFencing: "ExclusiveWithFencing",
+}
+
+
+class ProducerTransport(Protocol):
+    """What a producer may ask of the connection it was created on
+    (:class:`broker.net.connection.ServerConnection`, which owns the producer registry)."""
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop: ...
+
+    @property
+    def is_closed(self) -> bool: ...
+
+    @property
+    def remote_address(self) -> str: ...
+
+    @property
+    def client_version(self) -> str: ...
+
+    def write(self, data: bytes) -> None: ...
+
+    def publish_started(self) -> None: ...
+
+    def publish_finished(self, count: int = 1) -> None: ...
+
+    def producer_detached(self, producer: Producer) -> None:
+        """The broker closed *producer* (fenced, displaced, topic unloaded): forget it."""
+
+    def producer_ready(self, producer: Producer) -> None:
+        """A queued WaitForExclusive *producer* was given the topic: register it."""
+
+
+class PublishTarget(Protocol):
+    """What a producer may ask of its topic (:class:`broker.topics.topic.Topic`)."""
+
+    dedup: MessageDeduplication
+    awaiting_durable: dict[Producer, None]
+    publish_latency_buckets: list[int]
+
+    def publish(self, entry: bytes) -> tuple[asyncio.Future[Any], int, bool]: ...
+
+    def record_published(self, messages: int, size: int, entries: int,
+                         latency_sum_ms: float) -> None: ...
+
+    def on_persistence_failure(self, exc: object) -> None: ...
+
+    def remove_producer(self, producer: Producer) -> None: ...
+
+
+class _Pending:
+    """One SEND awaiting its answer (``dup``: a re-send answered without a new append)."""
+
+    __slots__ = ("dup", "error", "future", "highest_sequence_id", "key", "messages",
+                 "sequence_id", "size", "started")
+
+    def __init__(self, sequence_id: int, highest_sequence_id: int, key: int | None,
+                 started: float,
+                 future: asyncio.Future[Any] | None, error: RequestError | None,
+                 messages: int, size: int, dup: bool = False) -> None:
+        self.sequence_id = sequence_id
+        self.highest_sequence_id = highest_sequence_id
+        self.key = key
+        self.started = started
+        self.future = future
+        self.error = error
+        self.messages = messages
+        self.size = size
+        self.dup = dup
+
+
+class Producer:
+    """A producer attached to *topic* through *connection*."""
+
+    def __init__(self, connection: ProducerTransport, topic: PublishTarget, producer_id: int,
+                 name: str, access_mode: int, user_provided_name: bool,
+                 metadata: dict[str, str], epoch: int = 0) -> None:
+        self.connection = connection
+        self.topic = topic
+        self.producer_id = producer_id
+        self.name = name
+        self.access_mode = access_mode
+        self.user_provided_name = user_provided_name
+        self.metadata = metadata
+        self.epoch = epoch
+        self.connected_since_ms = int(time.time() * 1000)
+        self.msg_in_counter = 0
+        self.bytes_in_counter = 0
+        self.closed = False
+        self._queue: deque[_Pending] = deque()
+        self._failed: RequestError | None = None
+        self._drained: asyncio.Event | None = None
+        self._watched: asyncio.Future[Any] | None = None
+        self._loop = connection.loop
+        self._write = connection.write
+        self._on_done = self._drain_cb  # bound once: one allocation less per SEND
+        # Replaced by the topic's MessageDeduplication.attach (broker.net.producers) before any SEND.
+        self.seq_state = SequenceState(name)
+
+    @property
+    def access_mode_name(self) -> str:
+        return str(ACCESS_MODE_NAMES.get(self.access_mode, str(self.access_mode)))
+
+    @property
+    def pending(self) -> int:
+        return len(self._queue)
+
+    # ------------------------------------------------------------------ hot path
+
+    def on_send(self, frame: Frame, send: pb.CommandSend) -> None:
+        """One SEND (*send* is ``frame.command.send``, already looked up by the caller)."""
+        started = self._loop.time()
+        entry = frame.entry
+        seq = send.sequence_id
+        highest = send.highest_sequence_id
+        key = highest if highest > seq else seq
+        count = send.num_messages
+        if count > 1 and seq + count - 1 > key:  # a C++ batch: ids seq .. seq+count-1
+            key = seq + count - 1
+        state = self.seq_state
+        try:
+            if self._failed is not None:
+                raise self._failed
+            if entry is None:
+                raise ChecksumError("SEND without a payload")
+            if frame.checksum_valid is False:
+                raise ChecksumError("Checksum failed on the broker")
+            if key <= state.pushed:  # a re-send (or a sequence going backwards): rare
+                item = self._resend(entry, seq, highest, key, started)
+            else:
+                fut, messages, partial = self.topic.publish(entry)
+                if not partial:  # a chunk but the last of its message is no dedup key
+                    state.pushed = key
+                item = _Pending(seq, highest, None if partial else key, started, fut, None,
+                                messages, len(entry))
+        except RequestError as exc:
+            item = _Pending(seq, highest, key, started, None, exc, 0, 0)
+        queue = self._queue
+        queue.append(item)
+        self.connection.publish_started()
+        if len(queue) == 1:
+            self._watch_head()
+
+    def _resend(self, entry: bytes, seq: int, highest: int, key: int,
+                started: float) -> _Pending:
+        """A SEND whose key is not above the highest appended one (:mod:`broker.topics.dedup`)."""
+        original, record_key = self.topic.dedup.resend(self.seq_state, entry, key)
+        if original is not None:
+            return _Pending(seq, highest, key, started, original, None, 0, 0, dup=True)
+        fut, messages, _ = self.topic.publish(entry)
+        return _Pending(seq, highest, record_key, started, fut, None, messages, len(entry))
+
+    def pending_append(self, key: int) -> asyncio.Future[Any] | None:
+        """The future of a queued, not failed, send of *key* (a re-send on a later
+        incarnation of this producer is answered with it)."""
+        for item in self._queue:
+            if item.key == key and item.future is not None and item.error is None:
+                return item.future
+        return None
+
+    def drain_finished(self) -> None:
+        """Answer the sends whose appends are durable now (the snapshot wants every durable
+        entry reflected in the sequence state; the done-callbacks may not have run yet)."""
+        queue = self._queue
+        if queue and (queue[0].future is None or queue[0].future.done()):
+            self._drain()
+
+    def _watch_head(self) -> None:
+        """Answer what can be answered; then wait on the head record's future only.
+
+        Appends of one ledger resolve in order and a group commit resolves many at once, so
+        one callback per group commit (not one per SEND) drains every finished record.
+        """
+        queue = self._queue
+        if not queue:
+            return
+        fut = queue[0].future
+        if fut is None or fut.done():
+            self._drain()
+        elif fut is not self._watched:
+            self._watched = fut
+            fut.add_done_callback(self._on_done)
+            self.topic.awaiting_durable[self] = None
+
+    def _drain_cb(self, fut: asyncio.Future[Any]) -> None:
+        if fut is self._watched:  # else a newer head is watched: keep its callback's record
+            self._watched = None
+        queue = self._queue
+        if queue and (queue[0].future is None or queue[0].future.done()):
+            self._drain()  # usually the topic's durable listener drained this already
+
+    def _drain(self) -> None:
+        queue = self._queue
+        topic = self.topic
+        pid = self.producer_id
+        out: list[bytes] = []
+        emit = out.append
+        encode_receipt = C.encode_send_receipt
+        buckets = topic.publish_latency_buckets
+        bounds = PUBLISH_LATENCY_BUCKETS_MS
+        bucket_of = bisect.bisect_left
+        now = self._loop.time()
+        record = self.seq_state.record
+        msgs = size = count = answered = 0
+        latency_sum = 0.0
+        while queue:
+            item = queue[0]
+            fut = item.future
+            if fut is not None:
+                if not fut.done():
+                    break
+                if item.error is None and (fut.cancelled() or fut.exception() is not None):
+                    exc = None if fut.cancelled() else fut.exception()
+                    item.error = PersistenceError(f"Failed to persist the message: {exc}")
+                    self._fail_behind(item.error)
+            queue.popleft()
+            answered += 1
+            if item.error is None:
+                pos = fut.result()  # type: ignore[union-attr]
+                emit(encode_receipt(pid, item.sequence_id, pos.ledger_id, pos.entry_id,
+                                    item.highest_sequence_id))
+                if item.dup:  # answered again, not appended again: not counted either
+                    continue
+                if item.key is not None:
+                    record(item.key, pos.ledger_id, pos.entry_id)
+                msgs += item.messages
+                size += item.size
+                count += 1
+                latency_ms = (now - item.started) * 1000.0
+                latency_sum += latency_ms
+                buckets[bucket_of(bounds, latency_ms)] += 1
+            else:
+                emit(C.encode_send_error(pid, item.sequence_id, item.error.code,
+                                         item.error.message))
+        if answered:
+            self._write(out[0] if answered == 1 else b"".join(out))
+            self.connection.publish_finished(answered)
+        if count:
+            self.msg_in_counter += msgs
+            self.bytes_in_counter += size
+            topic.record_published(msgs, size, count, latency_sum)
+        if queue:
+            head = queue[0].future
+            if head is not None and head is not self._watched:
+                self._watched = head
+                head.add_done_callback(self._on_done)
+                topic.awaiting_durable[self] = None
+        else:
+            topic.awaiting_durable.pop(self, None)
+            if self._drained is not None:
+                self._drained.set()
+
+    def _fail_behind(self, error: RequestError) -> None:
+        """A failed append fails every later send of this producer (FIFO answers)."""
+        self._failed = error
+        for later in self._queue:
+            if later.error is None:
+                later.error = error
+        self.topic.on_persistence_failure(error)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def close_gracefully(self, timeout: float = 30.0) -> None:
+        """Client CLOSE_PRODUCER: answer what is in flight, then detach."""
+        if self._queue:
+            self._drained = asyncio.Event()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._drained.wait(), timeout)
+        self.close()
+
+    def close(self) -> None:
+        """Detach from the topic (connection lost, topic deleted, fenced)."""
+        if self.closed:
+            return
+        self.closed = True
+        self.topic.remove_producer(self)
+
+    def disconnect(self) -> None:
+        """Broker-initiated close: tell the client (it will look up and reconnect)."""
+        self.connection.producer_detached(self)
+        self.close()
+        self.connection.write(C.encode_close_producer(self.producer_id, 0))
+
+    def stats(self, msg_rate_in: float = 0.0, msg_throughput_in: float = 0.0) -> dict[str, Any]:
+        """Pulsar's PublisherStats shape."""
+        avg = self.bytes_in_counter / self.msg_in_counter if self.msg_in_counter else 0.0
+        return {
+            "accessMode": self.access_mode_name,
+            "msgRateIn": msg_rate_in,
+            "msgThroughputIn": msg_throughput_in,
+            "averageMsgSize": avg,
+            "chunkedMessageRate": 0.0,
+            "producerId": self.producer_id,
+            "supportsPartialProducer": False,
+            "producerName": self.name,
+            "address": self.connection.remote_address,
+            "connectedSince": iso_ms(self.connected_since_ms),
+            "clientVersion": self.connection.client_version,
+            "metadata": dict(self.metadata),
+            "msgInCounter": self.msg_in_counter,
+            "bytesInCounter": self.bytes_in_counter,
+        }

@@ -1,0 +1,417 @@
+"""BrokerService: the node's registry of topics, tenants, namespaces and policies.
+
+Theory of operation
+-------------------
+One BrokerService per broker, living on the broker's event loop; the binary protocol
+(:mod:`broker.net.connection`), the admin REST API and the metrics collector all go through it.
+
+* Topics are loaded on first use (:meth:`get_topic`), concurrently-safe: a second caller
+  awaits the first load. A topic exists when the store knows its managed ledger, or when it
+  is a partition of a partitioned topic; with ``allowAutoTopicCreation`` a producer or
+  consumer creates it. Partitioned topics are metadata only (kind ``"topic"``,
+  ``{"partitions": n}``); their partitions are ordinary topics.
+* Tenants (kind ``"tenant"``) and namespaces (kind ``"namespace"``, key ``"tenant/ns"``) live
+  in the metadata store and in an in-memory mirror for the hot checks; ``public`` and
+  ``public/default`` always exist.
+* Delayed-delivery policies (kinds ``"namespace_policy"`` and ``"topic_policy"``) are
+  mirrored in memory too. A change drops the cached resolved policy of the affected loaded
+  topics, so it applies to the next message.
+* One timer: a one-second tick feeding the topics' rate meters and running their housekeeping (the
+  producer-sequence snapshot and ledger trimming, :meth:`broker.topics.topic.Topic.housekeeping`).
+* Broker-assigned producer names are ``<cluster>-<generation>-<n>``; the generation is a
+  counter in the metadata store bumped on every start, so a name is never handed out twice
+  for one data directory -- producer names key the re-send deduplication, and a client
+  reconnecting after a restart keeps the name it was given before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+from typing import Any
+
+from broker.config import BrokerConfig
+from broker.delayed.policy import DelayPolicy, resolve_policy
+from broker.topics.names import TopicName, is_valid_namespace, split_namespace
+from broker.topics.topic import Topic
+from protocol.errors import (
+    InvalidTopicNameError,
+    MetadataError,
+    NotAllowedError,
+    ServiceNotReadyError,
+    TopicNotFoundError,
+)
+
+__all__ = ["BrokerService"]
+
+log = logging.getLogger("horae.service")
+
+DEFAULT_TENANT = "public"
+DEFAULT_NAMESPACE = "public/default"
+_instance_counter = itertools.count()
+
+
+class BrokerService:
+    def __init__(self, config: BrokerConfig, store: Any,
+                 loop: asyncio.AbstractEventLoop | None = None) -> None:
+        self.config = config
+        self.store = store
+        self.loop = loop or asyncio.get_running_loop()
+        self.topics: dict[str, Topic] = {}
+        self.broker_port = config.broker_service_port   # the bound port, set by the server
+        self.web_port = config.web_service_port
+        self.closing = False
+        self._loading: dict[str, asyncio.Future[Topic]] = {}
+        # Topics being closed: a reload must wait, or the store would hand back the ledger
+        # that is still closing.
+        self._unloading: dict[str, asyncio.Future[None]] = {}
+        self._tenants: dict[str, dict[str, Any]] = {}
+        self._namespaces: dict[str, dict[str, Any]] = {}
+        self._partitioned: dict[str, int] = {}
+        self._ns_policies: dict[str, dict[str, Any]] = {}
+        self._topic_policies: dict[str, dict[str, Any]] = {}
+        self._instance = next(_instance_counter)  # until start() reads the generation
+        self._producer_names = itertools.count()
+        self._timers: list[asyncio.Task[None]] = []
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        md = self.store.metadata
+        if await md.get("tenant", DEFAULT_TENANT) is None:
+            await md.put("tenant", DEFAULT_TENANT, _tenant_info(self.config.cluster_name))
+        if await md.get("namespace", DEFAULT_NAMESPACE) is None:
+            await md.put("namespace", DEFAULT_NAMESPACE, {})
+        self._tenants = dict(await md.list("tenant"))
+        self._namespaces = dict(await md.list("namespace"))
+        self._partitioned = {k: int(v.get("partitions", 0)) for k, v in await md.list("topic")
+                             if int(v.get("partitions", 0)) > 0}
+        self._ns_policies = dict(await md.list("namespace_policy"))
+        generation = await md.get("broker", "generation")
+        self._instance = int((generation or {}).get("value", -1)) + 1
+        await md.put("broker", "generation", {"value": self._instance})
+        self._topic_policies = dict(await md.list("topic_policy"))
+        self._timers = [self.loop.create_task(self._rates_loop())]
+
+    async def close(self) -> None:
+        """Unload every topic (producers/consumers are told to reconnect)."""
+        self.closing = True
+        for t in self._timers:
+            t.cancel()
+        for fut in list(self._loading.values()):
+            with contextlib.suppress(Exception):
+                await asyncio.shield(fut)
+        for topic in list(self.topics.values()):
+            await topic.close()
+        self.topics.clear()
+
+    @property
+    def snapshots(self) -> Any:
+        """The store's bucket-snapshot store (for delayed-delivery trackers)."""
+        return self.store.snapshots
+
+    @property
+    def service_url(self) -> str:
+        return f"pulsar://{self.config.advertised_address}:{self.broker_port}"
+
+    @property
+    def web_url(self) -> str:
+        return f"http://{self.config.advertised_address}:{self.web_port}"
+
+    def generate_producer_name(self) -> str:
+        return f"{self.config.cluster_name}-{self._instance}-{next(self._producer_names)}"
+
+    # ------------------------------------------------------------------ timers
+
+    async def _rates_loop(self) -> None:
+        while True:
+            now = self.loop.time()
+            for topic in list(self.topics.values()):
+                try:
+                    topic.sample_rates(now)
+                    topic.housekeeping(now)
+                except Exception:  # one topic's failure must not stop the tick for all
+                    log.exception("housekeeping of %s failed", topic.full)
+            await asyncio.sleep(1.0)
+
+    # ------------------------------------------------------------------ topics
+
+    async def get_topic(self, name: str, *, create: bool) -> Topic:
+        """The loaded topic *name*, loading it; creating it only if *create* (or if it is a
+        partition of an existing partitioned topic). Raises TopicNotFoundError."""
+        topic = self.topics.get(name)
+        if topic is not None:
+            return topic
+        tn = TopicName.parse(name)
+        full = tn.full
+        topic = self.topics.get(full)
+        if topic is not None:
+            return topic
+        if self.closing:
+            raise ServiceNotReadyError("Broker is shutting down")
+        pending = self._loading.get(full)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        while (unloading := self._unloading.get(full)) is not None:
+            await asyncio.shield(unloading)
+        topic = self.topics.get(full)  # loaded by another caller meanwhile
+        if topic is not None:
+            return topic
+        pending = self._loading.get(full)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        if full in self._partitioned:
+            raise NotAllowedError(f"{full} is a partitioned topic: use its partitions")
+        if not self._topic_known(tn):
+            if not (create or self._is_existing_partition(tn)):
+                raise TopicNotFoundError("Topic not found")
+            if tn.namespace not in self._namespaces:
+                raise TopicNotFoundError(f"Namespace {tn.namespace} does not exist")
+            if tn.is_partition and not self._is_existing_partition(tn):
+                parent = tn.partitioned_parent
+                if parent in self._partitioned:
+                    raise TopicNotFoundError(
+                        f"Partition {tn.partition_index} of {parent} does not exist")
+        fut: asyncio.Future[Topic] = self.loop.create_future()
+        self._loading[full] = fut
+        try:
+            topic = await Topic.load(self, tn, await self.store.open_ledger(tn.full))
+        except BaseException as exc:
+            fut.set_exception(exc)
+            fut.exception()
+            raise
+        finally:
+            del self._loading[full]
+        self.topics[full] = topic
+        fut.set_result(topic)
+        return topic
+
+    def _topic_known(self, tn: TopicName) -> bool:
+        return tn.full in self.topics or tn.full in self._ledger_names()
+
+    def _ledger_names(self) -> set[str]:
+        return set(self.store.ledger_names())
+
+    def _is_existing_partition(self, tn: TopicName) -> bool:
+        if not tn.is_partition:
+            return False
+        n = self._partitioned.get(tn.partitioned_parent, 0)
+        return tn.partition_index < n
+
+    async def unload_topic(self, name: str) -> None:
+        """Close a loaded topic (clients reconnect and load it again, on a new ledger)."""
+        topic = self.topics.pop(name, None)
+        if topic is not None:
+            await self._close_topic(topic)
+
+    async def _close_topic(self, topic: Topic) -> None:
+        done: asyncio.Future[None] = self.loop.create_future()
+        self._unloading[topic.full] = done
+        try:
+            await topic.close()
+        finally:
+            del self._unloading[topic.full]
+            done.set_result(None)
+
+    async def list_topics(self, namespace: str) -> list[str]:
+        """Non-partitioned topics and existing partitions of *namespace* (full names)."""
+        self._require_namespace(namespace)
+        names = {n for n in self._ledger_names() if _in_namespace(n, namespace)}
+        names.update(n for n in self.topics if _in_namespace(n, namespace))
+        return sorted(names)
+
+    async def topics_of_namespace(self, namespace: str) -> list[str]:
+        """What GET_TOPICS_OF_NAMESPACE answers: topics plus every partition of partitioned
+        topics (the client groups partitions back itself)."""
+        names = set(await self.list_topics(namespace))
+        for parent, n in self._partitioned.items():
+            if _in_namespace(parent, namespace):
+                names.update(TopicName.parse(parent).partition(i).full for i in range(n))
+        return sorted(names)
+
+    async def list_partitioned_topics(self, namespace: str) -> list[str]:
+        self._require_namespace(namespace)
+        return sorted(p for p in self._partitioned if _in_namespace(p, namespace))
+
+    async def create_partitioned_topic(self, name: str, partitions: int) -> None:
+        tn = TopicName.parse(name)
+        if tn.is_partition:
+            raise InvalidTopicNameError(f"{tn.full} is a partition name")
+        if partitions <= 0:
+            raise NotAllowedError("The number of partitions must be more than 0")
+        self._require_namespace(tn.namespace)
+        if tn.full in self._partitioned or self._topic_known(tn):
+            raise NotAllowedError("This topic already exists")
+        await self.store.metadata.put("topic", tn.full, {"partitions": partitions})
+        self._partitioned[tn.full] = partitions
+
+    async def update_partitioned_topic(self, name: str, partitions: int) -> None:
+        """Grow a partitioned topic (Pulsar never shrinks one)."""
+        tn = TopicName.parse(name)
+        current = self._partitioned.get(tn.full, 0)
+        if current == 0:
+            raise TopicNotFoundError("Partitioned topic not found")
+        if partitions <= current:
+            raise NotAllowedError("The number of partitions can only be increased")
+        await self.store.metadata.put("topic", tn.full, {"partitions": partitions})
+        self._partitioned[tn.full] = partitions
+
+    async def get_partition_count(self, name: str) -> int:
+        """Partitions of *name*; 0 for a non-partitioned (or not yet existing) topic."""
+        return self._partitioned.get(TopicName.parse(name).full, 0)
+
+    async def delete_topic(self, name: str, *, force: bool = False) -> None:
+        tn = TopicName.parse(name)
+        full = tn.full
+        n = self._partitioned.get(full, 0)
+        if n > 0:
+            for i in range(n):
+                part = tn.partition(i)
+                if self._topic_known(part):
+                    await self.delete_topic(part.full, force=force)
+            await self.store.metadata.delete("topic", full)
+            del self._partitioned[full]
+            await self._drop_topic_policy(full)
+            return
+        if not self._topic_known(tn):
+            raise TopicNotFoundError("Topic not found")
+        topic = self.topics.get(full)
+        if topic is not None:
+            if not force:
+                if topic.producers:
+                    raise NotAllowedError("Topic has active producers")
+                if any(getattr(s, "consumers", None) for s in topic.subscriptions.values()):
+                    raise NotAllowedError("Topic has active subscriptions with connected consumers")
+            del self.topics[full]
+            await self._close_topic(topic)
+        await self.store.delete_ledger(full)
+        await self._drop_topic_policy(full)
+
+    # ------------------------------------------------------------------ tenants, namespaces
+
+    async def list_tenants(self) -> list[str]:
+        return sorted(self._tenants)
+
+    async def get_tenant(self, tenant: str) -> dict[str, Any] | None:
+        return self._tenants.get(tenant)
+
+    async def create_tenant(self, tenant: str, info: dict[str, Any] | None = None) -> None:
+        if not tenant or "/" in tenant or not is_valid_namespace(f"{tenant}/x"):
+            raise InvalidTopicNameError(f"Invalid tenant name {tenant!r}")
+        if tenant in self._tenants:
+            raise NotAllowedError("Tenant already exists")
+        value = info if info is not None else _tenant_info(self.config.cluster_name)
+        await self.store.metadata.put("tenant", tenant, value)
+        self._tenants[tenant] = value
+
+    async def update_tenant(self, tenant: str, info: dict[str, Any]) -> None:
+        if tenant not in self._tenants:
+            raise MetadataError("Tenant does not exist")
+        await self.store.metadata.put("tenant", tenant, info)
+        self._tenants[tenant] = info
+
+    async def delete_tenant(self, tenant: str, *, force: bool = False) -> None:
+        if tenant not in self._tenants:
+            raise MetadataError("Tenant does not exist")
+        namespaces = await self.list_namespaces(tenant)
+        if namespaces and not force:
+            raise NotAllowedError("The tenant still has active namespaces")
+        for ns in namespaces:
+            await self.delete_namespace(ns, force=True)
+        await self.store.metadata.delete("tenant", tenant)
+        del self._tenants[tenant]
+
+    async def list_namespaces(self, tenant: str) -> list[str]:
+        """``["tenant/ns", ...]``."""
+        return sorted(ns for ns in self._namespaces if ns.split("/", 1)[0] == tenant)
+
+    async def create_namespace(self, namespace: str, policies: dict[str, Any] | None = None) -> None:
+        tenant, _ = split_namespace(namespace)
+        if tenant not in self._tenants:
+            raise MetadataError("Tenant does not exist")
+        if namespace in self._namespaces:
+            raise NotAllowedError("Namespace already exists")
+        value = policies or {}
+        await self.store.metadata.put("namespace", namespace, value)
+        self._namespaces[namespace] = value
+
+    async def delete_namespace(self, namespace: str, *, force: bool = False) -> None:
+        if namespace not in self._namespaces:
+            raise MetadataError("Namespace does not exist")
+        topics = await self.list_topics(namespace)
+        partitioned = await self.list_partitioned_topics(namespace)
+        if (topics or partitioned) and not force:
+            raise NotAllowedError("Cannot delete non empty namespace")
+        for t in partitioned:
+            await self.delete_topic(t, force=True)
+        for t in await self.list_topics(namespace):
+            await self.delete_topic(t, force=True)
+        await self.store.metadata.delete("namespace", namespace)
+        del self._namespaces[namespace]
+        if namespace in self._ns_policies:
+            await self.remove_namespace_policy(namespace)
+
+    def _require_namespace(self, namespace: str) -> None:
+        if namespace not in self._namespaces:
+            raise MetadataError(f"Namespace {namespace} does not exist")
+
+    def namespace_exists(self, namespace: str) -> bool:
+        return namespace in self._namespaces
+
+    # ------------------------------------------------------------------ delayed-delivery policies
+
+    async def get_namespace_policy(self, namespace: str) -> dict[str, Any] | None:
+        return self._ns_policies.get(namespace)
+
+    async def set_namespace_policy(self, namespace: str, policy: dict[str, Any]) -> None:
+        await self.store.metadata.put("namespace_policy", namespace, policy)
+        self._ns_policies[namespace] = dict(policy)
+        self._invalidate(lambda t: t.name.namespace == namespace)
+
+    async def remove_namespace_policy(self, namespace: str) -> None:
+        await self.store.metadata.delete("namespace_policy", namespace)
+        self._ns_policies.pop(namespace, None)
+        self._invalidate(lambda t: t.name.namespace == namespace)
+
+    async def get_topic_policy(self, topic: str) -> dict[str, Any] | None:
+        return self._topic_policies.get(TopicName.parse(topic).full)
+
+    async def set_topic_policy(self, topic: str, policy: dict[str, Any]) -> None:
+        full = TopicName.parse(topic).full
+        await self.store.metadata.put("topic_policy", full, policy)
+        self._topic_policies[full] = dict(policy)
+        self._invalidate(lambda t: full in (t.full, t.name.partitioned_parent))
+
+    async def remove_topic_policy(self, topic: str) -> None:
+        await self._drop_topic_policy(TopicName.parse(topic).full)
+
+    async def _drop_topic_policy(self, full: str) -> None:
+        if full in self._topic_policies:
+            await self.store.metadata.delete("topic_policy", full)
+            del self._topic_policies[full]
+            self._invalidate(lambda t: full in (t.full, t.name.partitioned_parent))
+
+    def _invalidate(self, match: Any) -> None:
+        for topic in list(self.topics.values()):
+            if match(topic):
+                topic.invalidate_policy()
+
+    def resolve_delay_policy(self, tn: TopicName) -> DelayPolicy:
+        """The effective DelayPolicy of a topic: topic (or its partitioned parent) policy over
+        namespace policy over broker config."""
+        ns_policy = self._ns_policies.get(tn.namespace)
+        topic_policy = self._topic_policies.get(tn.full)
+        if topic_policy is None and tn.is_partition:
+            topic_policy = self._topic_policies.get(tn.partitioned_parent)
+        return resolve_policy(self.config, ns_policy, topic_policy)
+
+
+def _in_namespace(full: str, namespace: str) -> bool:
+    rest = full.split("://", 1)[-1]
+    return rest.startswith(namespace + "/") and "/" not in rest[len(namespace) + 1:]
+
+
+def _tenant_info(cluster: str) -> dict[str, Any]:
+    return {"adminRoles": [], "allowedClusters": [cluster]}

@@ -1,0 +1,128 @@
+"""A topic's admin documents: Pulsar's TopicStats and PersistentTopicInternalStats shapes.
+
+Theory of operation
+-------------------
+Pure reads, at request time, of what :class:`broker.topics.topic.Topic` keeps as plain counters, of
+its producers' and subscriptions' own ``stats()``, and of its managed ledger and cursors;
+nothing here is on the hot path and nothing is cached. Field names and value formats follow
+Pulsar's REST documents (``ledgerId:entryId`` strings for positions, ``-1:-1`` for none; ISO
+times as :func:`broker.metrics.rates.iso_ms` prints them) so Pulsar's tooling reads them unchanged.
+Fields Horae has no counterpart for keep Pulsar's neutral values (0, false, empty).
+
+Called by :meth:`Topic.stats` and :meth:`Topic.internal_stats` (the admin REST API and tests).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from broker.metrics.rates import iso_ms
+
+if TYPE_CHECKING:
+    from broker.topics.topic import Topic
+
+__all__ = ["internal_stats", "topic_stats"]
+
+log = logging.getLogger("horae.topic")
+
+
+def topic_stats(topic: Topic) -> dict[str, Any]:
+    """Pulsar's TopicStats document."""
+    rate_in, thr_in, rate_out, thr_out = topic.rates()
+    now = topic.loop.time()
+    publishers = []
+    for p in topic.producers.values():
+        pr = topic.producer_rates(p, now)
+        publishers.append(p.stats(pr[0], pr[1]))
+    subs: dict[str, Any] = {}
+    delayed_index_bytes = 0
+    for name, sub in topic.subscriptions.items():
+        try:
+            subs[name] = sub.stats()
+        except Exception:
+            log.exception("stats of subscription %s failed", name)
+            subs[name] = {}
+        tracker = getattr(sub, "delayed_tracker", None)
+        if tracker is not None:
+            delayed_index_bytes += int(getattr(tracker, "memory_bytes", 0) or 0)
+    msg_in = topic.msg_in_counter
+    return {
+        "msgRateIn": rate_in,
+        "msgThroughputIn": thr_in,
+        "msgRateOut": rate_out,
+        "msgThroughputOut": thr_out,
+        "bytesInCounter": topic.bytes_in_counter,
+        "msgInCounter": msg_in,
+        "bytesOutCounter": topic.bytes_out_counter,
+        "msgOutCounter": topic.msg_out_counter,
+        "averageMsgSize": (topic.bytes_in_counter / msg_in) if msg_in else 0.0,
+        "msgChunkPublished": False,
+        "storageSize": topic.storage_size,
+        "backlogSize": topic.backlog_size_bytes(),
+        "publishRateLimitedTimes": 0,
+        "earliestMsgPublishTimeInBacklogs": 0,
+        "offloadedStorageSize": 0,
+        "waitingPublishers": 0,
+        "deduplicationStatus": "Enabled" if topic.dedup.ready else "Disabled",
+        "topicEpoch": 0,
+        "nonContiguousDeletedMessagesRanges": 0,
+        "nonContiguousDeletedMessagesRangesSerializedSize": 0,
+        "delayedMessageIndexSizeInBytes": delayed_index_bytes,
+        "delayedMessagesRejectedCounter": topic.delayed_rejected_counter,
+        "fixedDelayOverriddenCounter": topic.fixed_delay_overridden_counter,
+        "publishers": publishers,
+        "subscriptions": subs,
+        "replication": {},
+    }
+
+
+def internal_stats(topic: Topic) -> dict[str, Any]:
+    """Pulsar's PersistentTopicInternalStats document."""
+    ledger = topic.ledger
+    infos = list(ledger.ledgers)
+    current = infos[-1] if infos else None
+    cursors: dict[str, Any] = {}
+    for name, cursor in ledger.cursors.items():
+        sub = topic.subscriptions.get(name)
+        cursors[name] = {
+            "markDeletePosition": _pos(cursor.mark_delete_position),
+            "readPosition": _pos(cursor.read_position),
+            "waitingReadOp": False,
+            "pendingReadOps": 0,
+            "messagesConsumedCounter": getattr(sub, "msg_out_counter", 0) if sub else 0,
+            "cursorLedger": -1,
+            "cursorLedgerLastEntry": -1,
+            "individuallyDeletedMessages": str(cursor.individually_deleted_count),
+            "lastLedgerSwitchTimestamp": "",
+            "state": "Open",
+            "active": bool(sub is not None and getattr(sub, "consumers", None)),
+            "numberOfEntriesSinceFirstNotAckedMessage": int(cursor.backlog),
+            "totalNonContiguousDeletedMessagesRange": int(cursor.individually_deleted_count),
+            "subscriptionHavePendingRead": False,
+            "subscriptionHavePendingReplayRead": False,
+            "properties": dict(cursor.properties),
+            "revision": int(getattr(cursor, "revision", 0)),
+            "persistedSizeBytes": int(getattr(cursor, "persisted_size_bytes", 0)),
+        }
+    return {
+        "entriesAddedCounter": topic.entries_added_counter,
+        "numberOfEntries": int(ledger.number_of_entries),
+        "totalSize": int(ledger.total_size_bytes),
+        "currentLedgerEntries": int(current.entries) if current else 0,
+        "currentLedgerSize": int(current.size_bytes) if current else 0,
+        "lastLedgerCreatedTimestamp": iso_ms(current.created_ms) if current else "",
+        "waitingCursorsCount": 0,
+        "pendingAddEntriesCount": sum(p.pending for p in topic.producers.values()),
+        "lastConfirmedEntry": _pos(ledger.last_confirmed),
+        "state": "LedgerOpened" if not topic.fenced else "Fenced",
+        "ledgers": [{"ledgerId": li.ledger_id, "entries": li.entries, "size": li.size_bytes,
+                     "offloaded": False, "underReplicated": False} for li in infos],
+        "cursors": cursors,
+    }
+
+
+def _pos(p: Any) -> str:
+    if p is None:
+        return "-1:-1"
+    return f"{p.ledger_id}:{p.entry_id}"

@@ -1,0 +1,499 @@
+"""A loaded persistent topic: its managed ledger, producers, subscriptions and counters.
+
+Theory of operation
+-------------------
+:meth:`Topic.load` opens the topic's managed ledger (which starts a new ledger, as Pulsar
+does on every load) and re-opens one durable subscription per cursor the ledger has kept, so
+consumers resume where they were after a restart.
+
+Publishing (:meth:`Topic.publish`, called by :class:`broker.topics.producer.Producer` for every SEND) parses
+the entry's metadata once, runs the delayed-delivery publish guard (PIP-315 max delay,
+PIP-437 fixed delay; :mod:`broker.delayed.guard`) when the entry or the policy asks for it,
+and appends the entry to the ledger. The ledger calls :meth:`_on_durable` right after it
+resolved a group commit's futures: the producers in ``awaiting_durable`` send their receipts
+from that call (one loop iteration earlier than their futures' done-callbacks would), then
+subscriptions are told, at most once per loop iteration, that entries exist.
+
+Counters are plain ints, incremented on the hot path and read at scrape time
+(:mod:`broker.metrics`); rates are derived from them over a sliding window
+(:class:`RateMeter`, sampled by the service once a second). ``msg_out_counter`` and
+``bytes_out_counter`` are the sums over subscriptions (whose dispatchers count deliveries),
+plus what subscriptions deleted since the load had delivered.
+
+The delayed-delivery policy is resolved once and cached; the service drops the cache
+(:meth:`invalidate_policy`) when a namespace or topic policy changes, so the next message
+sees the change without a restart.
+
+Re-sent messages are not stored twice: :class:`broker.topics.dedup.MessageDeduplication`
+(``self.dedup``) keeps the per-producer-name sequence state, recovered when the topic loads
+and snapshotted into the ``pulsar.dedup`` cursor by :meth:`housekeeping` and :meth:`close`
+(see :mod:`broker.topics.dedup`). That cursor is not a subscription.
+
+Trimming: :meth:`housekeeping` (once a second, off the hot path) lets ``self.trimmer``
+(:class:`broker.topics.trim.LedgerTrimmer`) decide whether sealed ledgers every cursor has passed
+are deleted now; never at load. The admin documents (:meth:`stats`, :meth:`internal_stats`)
+are built by :mod:`broker.topics.stats`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from google.protobuf.message import DecodeError
+
+from broker.config import BrokerConfig
+from broker.delayed import create_tracker
+from broker.delayed.guard import check_and_start_publish
+from broker.delayed.policy import DelayPolicy
+from broker.delayed.tracker import DelayedDeliveryTracker
+from broker.metrics.rates import PUBLISH_LATENCY_BUCKETS_MS, RateMeter
+from broker.subscriptions.subscription import Subscription
+from broker.topics.dedup import DEDUP_CURSOR, MessageDeduplication
+from broker.topics.names import TopicName
+from broker.topics.producer import Producer
+from broker.topics.trim import LedgerTrimmer
+from protocol import commands as C
+from protocol import pulsar_pb as pb
+from protocol.errors import (
+    MalformedEntryError,
+    NotAllowedError,
+    PersistenceError,
+    ProducerBusyError,
+    ServiceNotReadyError,
+    SubscriptionNotFoundError,
+)
+from protocol.metadata import parse_entry
+
+_U32 = struct.Struct(">I")
+_parse_metadata = pb.MessageMetadata.FromString
+
+__all__ = ["Topic"]
+
+log = logging.getLogger("horae.topic")
+
+class TopicHost(Protocol):
+    """What a topic may ask of the registry that loaded it (implemented by
+    :class:`broker.topics.service.BrokerService`)."""
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop: ...
+
+    @property
+    def config(self) -> BrokerConfig: ...
+
+    # storage's SnapshotStore (bucket snapshots of delayed-delivery trackers)
+    @property
+    def snapshots(self) -> Any: ...
+
+    def resolve_delay_policy(self, name: TopicName) -> DelayPolicy: ...
+
+    async def unload_topic(self, full: str) -> None: ...
+
+
+class Topic:
+    """A loaded topic (see the module docstring)."""
+
+    def __init__(self, host: TopicHost, name: TopicName, ledger: Any) -> None:
+        self.host = host
+        self.name = name
+        self.full = name.full
+        self.ledger = ledger
+        self.loop = host.loop
+        self.producers: dict[str, Producer] = {}
+        self.subscriptions: dict[str, Subscription] = {}
+        self.msg_in_counter = 0
+        self.bytes_in_counter = 0
+        self.entries_added_counter = 0
+        self.delayed_rejected_counter = 0
+        self.fixed_delay_overridden_counter = 0
+        self.publish_latency_buckets = [0] * (len(PUBLISH_LATENCY_BUCKETS_MS) + 1)
+        self.publish_latency_sum_ms = 0.0
+        self.publish_latency_count = 0
+        self.fenced = False
+        self.closed = False
+        self._guarded = name.is_persistent  # the publish guard is for persistent topics
+        self.loaded_ms = int(time.time() * 1000)
+        self._removed_msg_out = 0
+        self._removed_bytes_out = 0
+        self._delay_policy: DelayPolicy | None = None
+        self._notify_scheduled = False
+        self._sub_creating: dict[str, asyncio.Future[Subscription]] = {}
+        self._rates = RateMeter()
+        self._producer_rates: dict[int, RateMeter] = {}
+        self._exclusive_waiters: deque[tuple[Producer, int]] = deque()
+        # Producers whose oldest unanswered SEND waits for its append to become durable
+        # (insertion-ordered set; maintained by the producers, drained by _on_durable).
+        self.awaiting_durable: dict[Producer, None] = {}
+        self.dedup = MessageDeduplication(self)
+        self.trimmer = LedgerTrimmer(self)
+
+    # ------------------------------------------------------------------ loading
+
+    @classmethod
+    async def load(cls, host: TopicHost, name: TopicName, ledger: Any) -> Topic:
+        """A topic over its freshly opened *ledger*, with its durable subscriptions restored."""
+        topic = cls(host, name, ledger)
+        ledger.add_listener(topic._on_durable)
+        for cursor_name in list(ledger.cursors):
+            if cursor_name == DEDUP_CURSOR:
+                topic.dedup.start_recovery()
+                continue
+            try:
+                sub = await Subscription.open(topic, cursor_name, durable=True,
+                                              initial_position="latest", start_message_id=None)
+            except Exception:
+                log.exception("could not restore subscription %s on %s", cursor_name, name.full)
+                continue
+            topic.subscriptions[cursor_name] = sub
+        # No trim at load: only what happens from now on triggers one (broker.topics.trim).
+        topic.trimmer.reset_trigger()
+        return topic
+
+    # ------------------------------------------------------------------ publishing
+
+    def publish(self, entry: bytes) -> tuple[asyncio.Future[Any], int, bool]:
+        """Guard and append one entry; returns (durable-append future, messages in entry,
+        whether it is a chunk other than the last of its message).
+
+        Raises RequestError subclasses (SEND_ERROR): MalformedEntryError (ChecksumError code),
+        NotAllowedError (max delay exceeded), PersistenceError / ServiceNotReadyError.
+        """
+        entry, messages, partial = self.check_publish(entry)
+        try:
+            fut = self.ledger.append(entry)
+        except Exception as exc:
+            self.on_persistence_failure(exc)
+            raise PersistenceError(f"Failed to persist the message: {exc}") from None
+        self.entries_added_counter += 1
+        return fut, messages, partial
+
+    def check_publish(self, entry: bytes) -> tuple[bytes, int, bool]:
+        """Everything :meth:`publish` checks, without the append: (entry as it would be
+        stored, messages in it, partial chunk). Raises the same errors."""
+        if self.fenced or self.closed:
+            raise ServiceNotReadyError(f"Topic {self.full} is being closed or reloaded")
+        # Hot path: one upb parse validates the metadata and gives the two fields publishing
+        # needs. The full EntryInfo (parse_entry, ~5x dearer) is built only for the guard.
+        if len(entry) < 4:
+            raise MalformedEntryError(f"entry of {len(entry)} bytes has no metadata size")
+        (md_size,) = _U32.unpack_from(entry, 0)
+        if md_size > len(entry) - 4:
+            raise MalformedEntryError(f"metadata size {md_size} exceeds the entry")
+        try:
+            md = _parse_metadata(entry[4:4 + md_size])
+        except DecodeError as exc:
+            raise MalformedEntryError(f"message metadata does not parse: {exc}") from None
+        has = md.HasField
+        if not (has("publish_time") and has("sequence_id") and has("producer_name")):
+            raise MalformedEntryError("message metadata misses required fields")
+        messages = md.num_messages_in_batch if has("num_messages_in_batch") else 1
+        # Chunks but the last share their message's sequence id: deduplication skips them.
+        partial = has("num_chunks_from_msg") and md.chunk_id < md.num_chunks_from_msg - 1
+        policy = self._delay_policy
+        if policy is None:
+            policy = self.delay_policy()
+        # Only where the guard can act (its documented no-op cases skip the EntryInfo parse).
+        if self._guarded and policy.active and (
+                policy.fixed_delay_ms > 0 or (policy.max_delay_ms > 0 and has("deliver_at_time"))):
+            try:
+                result = check_and_start_publish(entry, parse_entry(entry), policy)
+            except NotAllowedError:
+                self.delayed_rejected_counter += 1
+                raise
+            if result.overridden:
+                self.fixed_delay_overridden_counter += 1
+            entry = result.entry
+        return entry, messages, partial
+
+    def record_published(self, messages: int, size: int, entries: int,
+                         latency_sum_ms: float) -> None:
+        """Called by producers for the entries whose receipts were just sent (the latency
+        histogram buckets are incremented by the producer directly)."""
+        self.msg_in_counter += messages
+        self.bytes_in_counter += size
+        self.publish_latency_sum_ms += latency_sum_ms
+        self.publish_latency_count += entries
+
+    def _on_durable(self, _position: Any) -> None:
+        if not self._notify_scheduled:
+            self._notify_scheduled = True
+            self.loop.call_soon(self._notify_subscriptions)
+        # Receipts from this very callback: the futures' done-callbacks would send them one
+        # loop iteration later (the ledger resolved this group commit's futures before calling).
+        if self.awaiting_durable:
+            for producer in list(self.awaiting_durable):
+                producer.drain_finished()
+
+    def _notify_subscriptions(self) -> None:
+        self._notify_scheduled = False
+        for sub in list(self.subscriptions.values()):
+            try:
+                sub.on_new_entries()
+            except Exception:
+                log.exception("subscription %s on %s failed on new entries", sub.name, self.full)
+
+    def on_persistence_failure(self, exc: object) -> None:
+        """The ledger refused or failed a write: fence the topic and reload it.
+
+        Producers are disconnected so clients look the topic up again and re-send to a fresh
+        ledger; nothing that failed was acknowledged.
+        """
+        if self.fenced:
+            return
+        self.fenced = True
+        log.error("persistence failure on %s: %s; reloading the topic", self.full, exc)
+        self.loop.create_task(self.host.unload_topic(self.full))
+
+    # ------------------------------------------------------------------ producers
+
+    def add_producer(self, producer: Producer) -> None:
+        if self.fenced or self.closed:
+            raise ServiceNotReadyError(f"Topic {self.full} is being closed or reloaded")
+        existing = self.producers.get(producer.name)
+        if existing is not None:
+            if existing.connection.is_closed or producer.epoch > existing.epoch:
+                # The client reconnected (its epoch grows on every reconnect, Pulsar's
+                # isSuccessorTo) before this broker noticed the old connection was gone.
+                existing.connection.producer_detached(existing)
+                existing.close()
+            else:
+                raise ProducerBusyError(
+                    f"Producer with name '{producer.name}' is already connected to topic")
+        mode = producer.access_mode
+        others = list(self.producers.values())
+        exclusive = [p for p in others if p.access_mode != pb.Shared]
+        if mode == pb.ExclusiveWithFencing:
+            for p in others:
+                p.disconnect()
+        elif exclusive:
+            raise ProducerBusyError(
+                f"Topic has an existing exclusive producer: {exclusive[0].name}")
+        elif mode != pb.Shared and others:
+            raise ProducerBusyError("Topic has existing shared producers")
+        self._register(producer)
+
+    def _register(self, producer: Producer) -> None:
+        self.producers[producer.name] = producer
+        self._producer_rates[id(producer)] = RateMeter()
+
+    def remove_producer(self, producer: Producer) -> None:
+        if self.producers.get(producer.name) is producer:
+            del self.producers[producer.name]
+        self._producer_rates.pop(id(producer), None)
+        self.awaiting_durable.pop(producer, None)
+        if not self.producers and self._exclusive_waiters:
+            self._promote_exclusive_waiter()
+
+    def queue_exclusive_waiter(self, producer: Producer, request_id: int) -> None:
+        """A WaitForExclusive producer waits (FIFO) until the topic has no producer."""
+        self._exclusive_waiters.append((producer, request_id))
+
+    def _promote_exclusive_waiter(self) -> None:
+        while self._exclusive_waiters and not self.closed and not self.fenced:
+            producer, request_id = self._exclusive_waiters.popleft()
+            conn = producer.connection
+            if conn.is_closed or producer.closed:
+                continue
+            self._register(producer)
+            conn.producer_ready(producer)
+            conn.write(C.encode_producer_success(request_id, producer.name,
+                                                 producer.seq_state.persisted, ready=True))
+            return
+
+    # ------------------------------------------------------------------ subscriptions
+
+    @property
+    def creating_subscription(self) -> bool:
+        """A subscription is being created (its cursor may not be known to storage yet)."""
+        return bool(self._sub_creating)
+
+    async def get_or_create_subscription(self, name: str, *, durable: bool = True,
+                                         initial_position: str = "latest",
+                                         start_message_id: tuple[int, int] | None = None,
+                                         sub_type: int | None = None) -> Subscription:
+        sub = self.subscriptions.get(name)
+        if sub is not None:
+            return sub
+        pending = self._sub_creating.get(name)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        if self.closed or self.fenced:
+            raise ServiceNotReadyError(f"Topic {self.full} is being closed or reloaded")
+        if name == DEDUP_CURSOR:
+            raise NotAllowedError(f"Subscription name {name} is reserved")
+        fut: asyncio.Future[Subscription] = self.loop.create_future()
+        self._sub_creating[name] = fut
+        try:
+            sub = await Subscription.open(self, name, durable=durable,
+                                          initial_position=initial_position,
+                                          start_message_id=start_message_id)
+            self.subscriptions[name] = sub
+            fut.set_result(sub)
+            return sub
+        except BaseException as exc:
+            fut.set_exception(exc)
+            fut.exception()  # retrieved: no "never retrieved" warning when nobody waits
+            raise
+        finally:
+            del self._sub_creating[name]
+
+    async def create_subscription(self, name: str,
+                                  position: str | tuple[int, int] = "latest") -> Subscription:
+        """Admin API: create a durable subscription at latest, earliest or a message id."""
+        if name in self.subscriptions:
+            raise NotAllowedError(f"Subscription {name} already exists")
+        if isinstance(position, tuple):
+            return await self.get_or_create_subscription(name, start_message_id=position)
+        return await self.get_or_create_subscription(name, initial_position=position)
+
+    async def delete_subscription(self, name: str, *, force: bool = False) -> None:
+        sub = self.subscriptions.get(name)
+        if sub is None:
+            raise SubscriptionNotFoundError("Subscription not found")
+        if sub.consumers and not force:
+            raise NotAllowedError("Subscription has active connected consumers")
+        self._forget_subscription(name, sub)
+        await _close_subscription(sub)
+        if name in self.ledger.cursors:
+            await self.ledger.delete_cursor(name)
+
+    def remove_subscription(self, sub: Subscription) -> None:
+        """Forget a subscription that went away by itself (e.g. a reader's non-durable one)."""
+        name = str(sub.name)
+        if self.subscriptions.get(name) is sub:
+            self._forget_subscription(name, sub)
+
+    def _forget_subscription(self, name: str, sub: Subscription) -> None:
+        """Drop *sub*, keeping what it delivered in the topic's out counters."""
+        del self.subscriptions[name]
+        self._removed_msg_out += sub.msg_out_counter
+        self._removed_bytes_out += sub.bytes_out_counter
+
+    # ------------------------------------------------------------------ delayed policy
+
+    def delay_policy(self) -> DelayPolicy:
+        policy = self._delay_policy
+        if policy is None:
+            policy = self._delay_policy = self.host.resolve_delay_policy(self.name)
+        return policy
+
+    @property
+    def partition_index(self) -> int:
+        return self.name.partition_index
+
+    def new_tracker(self, policy: DelayPolicy, *, on_due: Callable[[], None],
+                    cursor: Any | None) -> DelayedDeliveryTracker:
+        """A delayed-delivery tracker for one of this topic's subscriptions (bucket snapshots
+        only for a durable one, which passes its *cursor*)."""
+        return create_tracker(self.host.config, policy, on_due=on_due, loop=self.loop,
+                              cursor=cursor,
+                              snapshots=self.host.snapshots if cursor is not None else None)
+
+    def invalidate_policy(self) -> None:
+        self._delay_policy = None
+        for sub in list(self.subscriptions.values()):
+            sub.on_policy_changed()
+
+    # ------------------------------------------------------------------ counters, stats
+
+    @property
+    def msg_out_counter(self) -> int:
+        return self._removed_msg_out + sum(
+            s.msg_out_counter for s in self.subscriptions.values())
+
+    @property
+    def bytes_out_counter(self) -> int:
+        return self._removed_bytes_out + sum(
+            s.bytes_out_counter for s in self.subscriptions.values())
+
+    def _counter_values(self) -> tuple[float, ...]:
+        return (self.msg_in_counter, self.bytes_in_counter, self.msg_out_counter,
+                self.bytes_out_counter)
+
+    def sample_rates(self, now: float) -> None:
+        self._rates.sample(now, self._counter_values())
+        for p in self.producers.values():
+            meter = self._producer_rates.get(id(p))
+            if meter is not None:
+                meter.sample(now, (p.msg_in_counter, p.bytes_in_counter))
+        for sub in list(self.subscriptions.values()):
+            sub.sample_rates(now)
+
+    def rates(self) -> tuple[float, float, float, float]:
+        """(msgRateIn, msgThroughputIn, msgRateOut, msgThroughputOut) per second."""
+        r = self._rates.rates(self.loop.time(), self._counter_values())
+        return r[0], r[1], r[2], r[3]
+
+    @property
+    def storage_size(self) -> int:
+        return int(self.ledger.total_size_bytes)
+
+    def backlog_size_bytes(self) -> int:
+        """Bytes not yet acknowledged by the slowest durable subscription (estimate)."""
+        entries = self.ledger.number_of_entries
+        if not entries or not self.subscriptions:
+            return 0
+        backlog = max((s.cursor.backlog or 0)
+                      for s in self.subscriptions.values())
+        return int(self.ledger.total_size_bytes * min(1.0, backlog / entries))
+
+    def producer_rates(self, producer: Producer, now: float) -> tuple[float, float]:
+        """(msgRateIn, msgThroughputIn) of one of this topic's producers, per second."""
+        meter = self._producer_rates.get(id(producer))
+        if meter is None:
+            return 0.0, 0.0
+        r = meter.rates(now, (producer.msg_in_counter, producer.bytes_in_counter))
+        return r[0], r[1]
+
+    @property
+    def trimmed_ledgers(self) -> int:
+        return self.trimmer.trimmed_ledgers
+
+    # ------------------------------------------------------------------ housekeeping
+
+    def housekeeping(self, now: float) -> None:
+        """Once a second (the service's tick): dedup snapshot, then maybe a trim."""
+        if self.closed or self.fenced:
+            return
+        self.dedup.snapshot(now)
+        self.trimmer.tick(now)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def close(self, *, disconnect_clients: bool = True) -> None:
+        """Detach producers and subscriptions (telling clients, who reconnect) and close the
+        ledger; in-flight appends complete first."""
+        if self.closed:
+            return
+        self.closed = True
+        for p in list(self.producers.values()):
+            if disconnect_clients:
+                p.disconnect()
+            else:
+                p.close()
+        for sub in list(self.subscriptions.values()):
+            await _close_subscription(sub, disconnect_clients=disconnect_clients)
+        await self.trimmer.close()
+        self.dedup.close(self.loop.time())
+        try:
+            await self.ledger.close()
+        except Exception:
+            log.exception("closing ledger of %s failed", self.full)
+
+    def __repr__(self) -> str:
+        return f"<Topic {self.full}>"
+
+
+async def _close_subscription(sub: Subscription, *, disconnect_clients: bool = True) -> None:
+    try:
+        if disconnect_clients:
+            sub.disconnect_consumers()
+        await sub.close()
+    except Exception:
+        log.exception("closing subscription %s failed", sub.name)

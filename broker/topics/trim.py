@@ -1,0 +1,145 @@
+"""Ledger trimming for one topic: when to ask storage to delete sealed ledgers, and when not to.
+
+Theory of operation
+-------------------
+One :class:`LedgerTrimmer` per loaded topic (``Topic.trimmer``). The topic's housekeeping
+(once a second, off the hot path) calls :meth:`LedgerTrimmer.tick`; sealed ledgers that every
+cursor has passed are then deleted by ``ManagedLedger.trim`` (Pulsar without retention: with
+no subscription that means every sealed ledger the dedup snapshot covers).
+
+1. A trim is tried when its trigger changes -- the slowest subscription's mark-delete
+   position moved, or a ledger rolled over (:meth:`trigger`) -- or every
+   :data:`RETENTION_CHECK_INTERVAL_S` (Pulsar's retentionCheckIntervalInSeconds), and at most
+   once per :data:`TRIM_MIN_INTERVAL_S`.
+2. Never at load: :meth:`reset_trigger` records the trigger as it is when the topic loads,
+   so only what happens from then on starts a trim (a restart must not drop what a
+   subscriber created right after it would read).
+3. Storage only knows durable cursors, so a trim is skipped (:meth:`safe`) while it would
+   delete a ledger a reader (in-memory cursor) has not passed, and while a subscription is
+   being created. Delayed-delivery trackers only hold positions above their cursor's
+   mark-delete position, so they need no check.
+4. One trim at a time, as a task (:attr:`task`); it checks :meth:`safe` again right before
+   calling ``trim()``, which decides synchronously, before its first await. The topic's close
+   waits for it (:meth:`close`).
+
+Called by :class:`broker.topics.topic.Topic` only; it reads the topic's ledger and subscriptions
+through :class:`TrimmedTopic`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, Protocol
+
+from broker.subscriptions.subscription import Subscription
+from storage.positions import Position
+
+
+class TrimmedTopic(Protocol):
+    """What the trimmer reads of its topic (:class:`broker.topics.topic.Topic`)."""
+
+    full: str
+    closed: bool
+    fenced: bool
+    subscriptions: dict[str, Subscription]
+
+    # storage's ManagedLedger (typed there)
+    @property
+    def ledger(self) -> Any: ...
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop: ...
+
+    @property
+    def creating_subscription(self) -> bool: ...
+
+__all__ = ["RETENTION_CHECK_INTERVAL_S", "TRIM_MIN_INTERVAL_S", "LedgerTrimmer"]
+
+log = logging.getLogger("horae.topic")
+
+#: At most one trim per this many seconds per topic.
+TRIM_MIN_INTERVAL_S = 1.0
+#: A trim is also tried this often without a trigger (Pulsar's retentionCheckIntervalInSeconds).
+RETENTION_CHECK_INTERVAL_S = 120.0
+
+
+class LedgerTrimmer:
+    """Decides when the topic's managed ledger is trimmed (see the module docstring)."""
+
+    def __init__(self, topic: TrimmedTopic) -> None:
+        self.topic = topic
+        self.trimmed_ledgers = 0
+        self.task: asyncio.Task[None] | None = None  # the trim in progress
+        self.marker: tuple[Any, int] = (None, 0)      # the trigger at the last decision
+        self.last_trim = topic.loop.time()            # loop time of the last decision
+
+    def reset_trigger(self) -> None:
+        """At load: only changes from now on ask for a trim (rule 2)."""
+        self.marker = self.trigger()
+
+    def tick(self, now: float) -> None:
+        """Once a second (the topic's housekeeping): start a trim if one is due and safe."""
+        topic = self.topic
+        if self.task is not None or topic.creating_subscription:
+            return
+        if now - self.last_trim < TRIM_MIN_INTERVAL_S:
+            return
+        marker = self.trigger()
+        if marker == self.marker and now - self.last_trim < RETENTION_CHECK_INTERVAL_S:
+            return
+        self.marker = marker
+        self.last_trim = now
+        if self.safe():
+            self.task = topic.loop.create_task(self._trim())
+
+    def trigger(self) -> tuple[Any, int]:
+        """(slowest subscription mark-delete position, ledger count): a change asks for a trim."""
+        topic = self.topic
+        marks = [s.cursor.mark_delete_position for s in topic.subscriptions.values()
+                 if getattr(s, "cursor", None) is not None]
+        return (min(marks) if marks else None), len(topic.ledger.ledgers)
+
+    def safe(self) -> bool:
+        """True when ManagedLedger.trim() would delete something and nothing it would delete
+        is still needed by a reader (storage only sees durable cursors)."""
+        topic = self.topic
+        ledger = topic.ledger
+        if topic.creating_subscription or getattr(ledger, "closed", False):
+            return False
+        durable = [c.mark_delete_position for c in ledger.cursors.values()]
+        bound = min(durable) if durable else None
+        doomed: list[Position] = []  # last entry of each ledger trim() would delete
+        infos = ledger.ledgers
+        for info in infos[:-1]:  # the last one is the current ledger: never deleted
+            if not info.sealed:
+                break
+            last = Position(info.ledger_id, info.entries - 1)
+            if bound is not None and bound < last:
+                break
+            doomed.append(last)
+        if not doomed:
+            return False
+        readers = [s.cursor.mark_delete_position for s in topic.subscriptions.values()
+                   if not getattr(s, "durable", True) and getattr(s, "cursor", None) is not None]
+        if readers and min(readers) < doomed[-1]:
+            log.debug("trim of %s deferred: a reader has not passed the ledgers", topic.full)
+            return False
+        return True
+
+    async def _trim(self) -> None:
+        topic = self.topic
+        try:
+            # Checked again right before: trim() decides synchronously, before its first await.
+            if not (topic.closed or topic.fenced) and self.safe():
+                deleted = await topic.ledger.trim()
+                self.trimmed_ledgers += len(deleted)
+        except Exception:
+            log.exception("trimming %s failed", topic.full)
+        finally:
+            self.task = None
+
+    async def close(self) -> None:
+        """Wait for a trim in progress (the topic is closing its ledger)."""
+        if self.task is not None:
+            await asyncio.wait([self.task])

@@ -1,0 +1,139 @@
+"""The authentication service: providers by Pulsar class name, anonymous role, REST headers."""
+
+from __future__ import annotations
+
+import base64
+import time
+from typing import TYPE_CHECKING
+
+import bcrypt
+import jwt
+import pytest
+
+from broker.config import load_config
+from broker.security.authentication import (
+    PROVIDER_BASIC,
+    PROVIDER_TLS,
+    PROVIDER_TOKEN,
+    AuthenticatedRole,
+    AuthenticationService,
+)
+from broker.security.errors import AuthenticationError, SecurityConfigError
+
+if TYPE_CHECKING:
+    from tests.security.conftest import Pki
+
+SECRET = b"k" * 32
+HTPASSWD = "carol:" + bcrypt.hashpw(b"pw", bcrypt.gensalt(4)).decode() + "\n"
+
+
+def _service(**overrides: object) -> AuthenticationService:
+    base: dict[str, object] = {
+        "authenticationEnabled": True,
+        "authenticationProviders": ",".join([PROVIDER_TOKEN, PROVIDER_BASIC, PROVIDER_TLS]),
+        "tokenSecretKey": "data:;base64," + base64.b64encode(SECRET).decode(),
+        "basicAuthConf": "data:;base64," + base64.b64encode(HTPASSWD.encode()).decode(),
+    }
+    base.update(overrides)
+    return AuthenticationService.from_config(load_config(None, base))
+
+
+def _token(sub: str = "alice", **claims: object) -> str:
+    return jwt.encode({"sub": sub, **claims}, SECRET, algorithm="HS256")
+
+
+def _fails(call: object, *args: object) -> AuthenticationError:
+    with pytest.raises(AuthenticationError) as info:
+        call(*args)  # type: ignore[operator]
+    return info.value
+
+
+def test_providers_selected_by_pulsar_class_names() -> None:
+    assert _service().methods == ("token", "basic", "tls")
+    assert _service(authenticationProviders=PROVIDER_TOKEN).methods == ("token",)
+
+
+def test_unknown_provider_class_fails_startup() -> None:
+    with pytest.raises(SecurityConfigError) as info:
+        _service(authenticationProviders="com.example.Nope")
+    assert "com.example.Nope" in str(info.value)
+
+
+def test_binary_token_basic_and_tls(pki: Pki) -> None:
+    service = _service()
+    exp = int(time.time()) + 300
+    assert service.authenticate("token", _token(exp=exp).encode()) == AuthenticatedRole(
+        "alice", "token", exp * 1000)
+    assert service.authenticate("basic", b"carol:pw") == AuthenticatedRole("carol", "basic")
+    assert service.authenticate("tls", b"", pki.client.der) == AuthenticatedRole("alice", "tls")
+
+
+def test_binary_refusals_use_pulsars_wire_text(pki: Pki) -> None:
+    service = _service()
+    for method, data, cert in (("token", b"garbage", None), ("basic", b"carol:nope", None),
+                               ("tls", b"", None), ("token", b"\xff\xfe", None)):
+        error = _fails(service.authenticate, method, data, cert)
+        assert error.wire_message == "Unable to authenticate"
+        assert error.detail
+
+
+def test_no_credentials_anonymous_or_refused() -> None:
+    refused = _fails(_service().authenticate, None, b"")
+    assert refused.detail == "No anonymous role, and no authentication provider configured"
+    anon = _service(anonymousUserRole="anonymous").authenticate(None, b"")
+    assert anon == AuthenticatedRole("anonymous", "anonymous")
+
+
+def test_disabled_authentication_accepts_everyone() -> None:
+    service = AuthenticationService.from_config(load_config(None, {"anonymousUserRole": "anon"}))
+    assert not service.enabled
+    assert service.authenticate("token", b"garbage") == AuthenticatedRole("anon", "none")
+
+
+def test_expiry_and_refresh_keeps_role() -> None:
+    service = _service()
+    first = service.authenticate("token", _token(exp=int(time.time()) + 1).encode())
+    assert first.is_expired(first.expires_at_ms or 0)
+    assert not first.is_expired((first.expires_at_ms or 0) - 1)
+    renewed = service.reauthenticate(first, "token", _token(exp=int(time.time()) + 600).encode())
+    assert renewed.role == "alice"
+    error = _fails(service.reauthenticate, first, "token", _token("mallory").encode())
+    assert error.detail == "Principal cannot change during an authentication refresh"
+
+
+async def test_basic_authentication_runs_off_the_loop() -> None:
+    service = _service()
+    assert service.cpu_bound("basic") and not service.cpu_bound("token")
+    role = await service.authenticate_async("basic", b"carol:pw")
+    assert role.role == "carol"
+
+
+def test_http_bearer_basic_and_client_cert(pki: Pki) -> None:
+    service = _service()
+    basic = "Basic " + base64.b64encode(b"carol:pw").decode()
+    assert service.authenticate_http({"Authorization": f"Bearer {_token()}"}).role == "alice"
+    assert service.authenticate_http({"authorization": basic}).role == "carol"
+    assert service.authenticate_http({}, pki.client.der).role == "alice"
+    assert service.authenticate_http(
+        {"X-Pulsar-Auth-Method-Name": "token", "Authorization": f"Bearer {_token('bob')}"}).role == "bob"
+
+
+def test_http_refusals() -> None:
+    service = _service(anonymousUserRole="anonymous")
+    assert _fails(service.authenticate_http, {"Authorization": "Bearer junk"}).detail.startswith(
+        "Failed to authentication token")
+    assert _fails(service.authenticate_http, {"Authorization": "Digest x"}).detail == (
+        "Authentication required")
+    assert _fails(service.authenticate_http, {"X-Pulsar-Auth-Method-Name": "sasl"}).detail == (
+        "Unsupported authentication method: [sasl].")
+    assert service.authenticate_http({}).role == "anonymous"
+    strict = _service()
+    assert _fails(strict.authenticate_http, {}).detail == "Authentication required"
+    assert strict.www_authenticate() == ('Bearer realm="pulsar"', 'Basic realm="pulsar"')
+
+
+def test_tls_role_needs_a_common_name(pki: Pki) -> None:
+    service = _service()
+    nameless = pki.issue(None, stem="nameless")
+    assert _fails(service.authenticate, "tls", b"", nameless.der).detail == (
+        "Client unable to authenticate with TLS certificate")

@@ -1,0 +1,184 @@
+"""The authorization matrix: each role x each operation, with Pulsar's rules."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+
+from broker.config import load_config
+from broker.security.authorization import (
+    AuthAction,
+    AuthorizationService,
+    AuthPolicies,
+    NamespaceAuth,
+    SubscriptionAuthMode,
+)
+from broker.security.errors import AuthorizationError
+
+TOPIC = "persistent://acme/orders/created"
+PARTITION = "persistent://acme/orders/sharded-partition-3"
+OTHER_NS_TOPIC = "persistent://acme/billing/invoices"
+OTHER_TENANT_TOPIC = "persistent://rival/orders/created"
+
+POLICIES_JSON = {
+    "namespace_auth": {"ns-producer": ["produce"], "ns-both": ["produce", "consume"],
+                       "fn-dev": ["functions"], "svc-*": ["consume"]},
+    "destination_auth": {TOPIC: {"topic-consumer": ["consume"]},
+                         "persistent://acme/orders/sharded": {"part-producer": ["produce"]}},
+    "subscription_auth_roles": {"audited": ["ns-both"]},
+}
+
+
+@dataclass
+class MemoryStore:
+    """A tiny AuthPolicyStore for the tests."""
+
+    admins: dict[str, frozenset[str]] = field(default_factory=dict)
+    namespaces: dict[str, NamespaceAuth] = field(default_factory=dict)
+
+    def tenant_admin_roles(self, tenant: str) -> frozenset[str] | None:
+        return self.admins.get(tenant)
+
+    def namespace_auth(self, namespace: str) -> NamespaceAuth | None:
+        return self.namespaces.get(namespace)
+
+
+def _service(*, wildcards: bool = False, mode: SubscriptionAuthMode = SubscriptionAuthMode.NONE,
+             enabled: bool = True) -> AuthorizationService:
+    store = MemoryStore(
+        admins={"acme": frozenset({"acme-admin"}), "rival": frozenset({"rival-admin"})},
+        namespaces={"acme/orders": NamespaceAuth(AuthPolicies.from_json(POLICIES_JSON), mode),
+                    "acme/billing": NamespaceAuth(),
+                    "rival/orders": NamespaceAuth()})
+    config = load_config(None, {
+        "authorizationEnabled": enabled, "superUserRoles": "root, ops",
+        "authorizationAllowWildcardsMatching": wildcards})
+    return AuthorizationService.from_config(config, store)
+
+
+# role -> (produce TOPIC, consume TOPIC sub "s", lookup TOPIC, produce OTHER_NS, admin acme,
+#          admin rival, functions acme/orders)
+MATRIX = {
+    "root":           (True, True, True, True, True, True, True),
+    "acme-admin":     (True, True, True, True, True, False, True),
+    "rival-admin":    (False, False, False, False, False, True, False),
+    "ns-producer":    (True, False, True, False, False, False, False),
+    "ns-both":        (True, True, True, False, False, False, False),
+    "topic-consumer": (False, True, True, False, False, False, False),
+    "fn-dev":         (False, False, False, False, False, False, True),
+    "svc-reader":     (False, False, False, False, False, False, False),
+    "stranger":       (False, False, False, False, False, False, False),
+}
+
+
+@pytest.mark.parametrize("role", sorted(MATRIX))
+def test_role_by_operation_matrix(role: str) -> None:
+    authz = _service()
+    got = (authz.can_produce(TOPIC, role), authz.can_consume(TOPIC, role, "s"),
+           authz.can_lookup(TOPIC, role), authz.can_produce(OTHER_NS_TOPIC, role),
+           authz.is_tenant_admin("acme", role), authz.is_tenant_admin("rival", role),
+           authz.can_use_functions("acme/orders", role))
+    assert got == MATRIX[role]
+
+
+def test_disabled_authorization_allows_everything() -> None:
+    authz = _service(enabled=False)
+    assert authz.can_produce(OTHER_TENANT_TOPIC, "stranger")
+    assert authz.is_super_user("stranger")
+
+
+def test_partition_inherits_partitioned_topic_grant() -> None:
+    authz = _service()
+    assert authz.can_produce(PARTITION, "part-producer")
+    assert not authz.can_consume(PARTITION, "part-producer", "s")
+
+
+def test_wildcard_grants_only_when_enabled() -> None:
+    assert not _service().can_consume(TOPIC, "svc-reader", "s")
+    assert _service(wildcards=True).can_consume(TOPIC, "svc-reader", "s")
+    assert not _service(wildcards=True).can_consume(TOPIC, "other-reader", "s")
+
+
+def test_subscription_roles_restrict_a_subscription() -> None:
+    authz = _service()
+    assert authz.can_consume(TOPIC, "ns-both", "audited")
+    assert not authz.can_consume(TOPIC, "topic-consumer", "audited")
+    assert authz.can_consume(TOPIC, "acme-admin", "audited")  # admins pass every check
+    with pytest.raises(AuthorizationError) as info:
+        authz.require_consume(TOPIC, "topic-consumer", "audited")
+    assert str(info.value) == "Client is not authorized to subscribe"
+
+
+def test_prefix_subscription_mode() -> None:
+    authz = _service(mode=SubscriptionAuthMode.PREFIX)
+    assert authz.can_consume(TOPIC, "topic-consumer", "topic-consumer-sub")
+    with pytest.raises(AuthorizationError) as info:
+        authz.require_consume(TOPIC, "topic-consumer", "someone-else")
+    assert "needs to be prefixed by the authentication role" in str(info.value)
+
+
+def test_require_texts_match_pulsar() -> None:
+    authz = _service()
+    cases = [
+        (lambda: authz.require_produce(TOPIC, "stranger"), "Client is not authorized to Publish"),
+        (lambda: authz.require_consume(TOPIC, "stranger", "s"), "Client is not authorized to subscribe"),
+        (lambda: authz.require_lookup(TOPIC, "stranger"), "Client is not authorized to Perform Lookup"),
+        (lambda: authz.require_lookup(TOPIC, "stranger", partitioned_metadata=True),
+         "Client is not authorized to Get Partition Metadata"),
+        (lambda: authz.require_tenant_admin("acme", "stranger"),
+         "Don't have permission to administrate resources on this tenant"),
+        (lambda: authz.require_super_user("acme-admin"), "This operation requires super-user access"),
+    ]
+    for call, text in cases:
+        with pytest.raises(AuthorizationError) as info:
+            call()
+        assert str(info.value) == text
+    authz.require_produce(TOPIC, "ns-producer")  # allowed: no exception
+
+
+def test_unknown_namespace_or_tenant_grants_nothing() -> None:
+    authz = _service()
+    assert not authz.can_produce("persistent://acme/missing/t", "ns-producer")
+    assert not authz.is_tenant_admin("ghost", "acme-admin")
+
+
+def test_auth_policies_json_round_trip_and_edits() -> None:
+    policies = AuthPolicies.from_json(POLICIES_JSON)
+    assert AuthPolicies.from_json(policies.to_json()) == policies
+    edited = (policies.grant_namespace("new", [AuthAction.CONSUME])
+              .grant_topic(TOPIC, "new", [AuthAction.PRODUCE])
+              .revoke_namespace("ns-producer")
+              .revoke_topic(TOPIC, "topic-consumer")
+              .with_subscription_roles("audited", []))
+    body = edited.to_json()
+    assert body["namespace_auth"]["new"] == ["consume"]  # type: ignore[index]
+    assert "ns-producer" not in body["namespace_auth"]  # type: ignore[operator]
+    assert body["destination_auth"] == {  # type: ignore[comparison-overlap]
+        TOPIC: {"new": ["produce"]},
+        "persistent://acme/orders/sharded": {"part-producer": ["produce"]}}
+    assert body["subscription_auth_roles"] == {}
+    assert policies.to_json()["namespace_auth"]["ns-producer"] == ["produce"]  # type: ignore[index]
+
+
+@pytest.mark.parametrize("body, fragment", [
+    ({"namespace_auth": {"r": ["fly"]}}, "unknown action 'fly'"),
+    ({"namespace_auth": {"r": "produce"}}, "must be a list"),
+    ({"destination_auth": {"t": ["produce"]}}, "must be an object"),
+    ([], "must be an object"),
+])
+def test_bad_auth_policies_bodies(body: object, fragment: str) -> None:
+    with pytest.raises(ValueError) as info:
+        AuthPolicies.from_json(body)
+    assert fragment in str(info.value)
+
+
+def test_namespace_auth_from_pulsar_policies_body() -> None:
+    ns = NamespaceAuth.from_policies({"auth_policies": POLICIES_JSON,
+                                      "subscription_auth_mode": "Prefix", "deduplicationEnabled": True})
+    assert ns.subscription_auth_mode is SubscriptionAuthMode.PREFIX
+    assert ns.auth_policies.namespace_auth["ns-producer"] == frozenset({AuthAction.PRODUCE})
+    assert NamespaceAuth.from_policies({}) == NamespaceAuth()
+    with pytest.raises(ValueError) as info:
+        NamespaceAuth.from_policies({"subscription_auth_mode": "Suffix"})
+    assert "subscription_auth_mode" in str(info.value)
