@@ -54,14 +54,6 @@ def _cut_to_synced(ops: FileOps, path: Path, synced: int) -> None:
         ops.close(fd)
 
 
-def _sync_file(ops: FileOps, path: Path) -> None:
-    fd = ops.open(path, os.O_RDONLY)
-    try:
-        ops.fdatasync(fd)
-    finally:
-        ops.close(fd)
-
-
 def load_ledger_dir(
     ops: FileOps, directory: Path, name: str, fsync: bool, fenced_ends: Mapping[Path, int],
 ) -> RecoveredDir:
@@ -90,7 +82,9 @@ def load_ledger_dir(
             with contextlib.suppress(FileNotFoundError):
                 ops.unlink(path.with_suffix(".idx"))
         indexed = load_index(ops, path, ledger_id)
-        result = indexed or scan_segment(ops, path, ledger_id, truncate=True)
+        # A scanned segment is synced by the scan (before anything in it is served or
+        # replayed); an indexed one is durable (its index was written after its last sync).
+        result = indexed or scan_segment(ops, path, ledger_id, truncate=True, sync=fsync)
         for kind, offset, length, entry_ids in result.events:
             out.events.append(RecoveryEvent(kind, name, ledger_id, offset, length, entry_ids))
         if result.removed:
@@ -98,10 +92,6 @@ def load_ledger_dir(
             if fsync:
                 ops.fsync_dir(directory)
             continue
-        if indexed is None and fsync:
-            # A scanned segment may hold writes no fdatasync covered yet (the segment open
-            # at a crash of the process: the page cache survived it). Sync before serving.
-            _sync_file(ops, path)
         segment = SegmentFile(ledger_id, path, result.created_ms)
         segment.format = result.format
         segment.offsets = result.offsets

@@ -283,9 +283,14 @@ def _search_ids(
     return None
 
 
-def scan_segment(ops: FileOps, path: Path, ledger_id: int, *, truncate: bool = True) -> ScanResult:
+def scan_segment(
+    ops: FileOps, path: Path, ledger_id: int, *, truncate: bool = True, sync: bool = True
+) -> ScanResult:
     """Rebuild a segment's index; drop and report bad records; truncate a torn tail and the
-    pre-zeroed tail (truncate=True) so the file ends at its logical end."""
+    pre-zeroed tail (truncate=True) so the file ends at its logical end. With truncate and
+    sync (recovery), the file is then fsynced whether or not it was cut: a segment that was
+    being written when the process died may hold records no fdatasync covered yet (the page
+    cache survived the process), and nothing unsynced may be served."""
     fd = ops.open(path, os.O_RDWR)
     try:
         size = os.fstat(fd).st_size
@@ -346,9 +351,11 @@ def scan_segment(ops: FileOps, path: Path, ledger_id: int, *, truncate: bool = T
                 result.events[:] = [("torn_header", 0, nonzero, ())]
                 result.removed = True
                 return result
-        if result.valid_end < size and truncate:
-            ops.ftruncate(fd, result.valid_end)
-            ops.fsync(fd)
+        if truncate:
+            if result.valid_end < size:
+                ops.ftruncate(fd, result.valid_end)
+            if sync:
+                ops.fsync(fd)
         return result
     finally:
         ops.close(fd)
