@@ -25,7 +25,7 @@ import contextlib
 import logging
 import os
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
@@ -147,20 +147,30 @@ def _peek(data: bytes, stem: str) -> str | None:
     return name if encode_name(name) == stem else None
 
 
-def cursor_max_ledger_id(ops: FileOps, ledger_directory: Path) -> int:
-    """Blocking: the highest ledger id any cursor file of a managed ledger mentions (-1 if
-    none), so the id allocator never hands out an id a cursor already refers to."""
+@dataclass(slots=True)
+class CursorScan:
+    """What the cursor files of a store mention (both generations), read at store open."""
+
+    max_ledger_id: int = -1
+    property_ids: set[int] = field(default_factory=set)  # property values that are ids
+    damaged: int = 0  # files that did not decode (their references are unknown)
+
+
+def scan_cursor_files(ops: FileOps, ledger_directory: Path, into: CursorScan) -> None:
+    """Blocking: add what a managed ledger's cursor files mention to into: the highest ledger
+    id (the id allocator must never hand it out again) and every property value that is a
+    decimal id (the broker records bucket snapshot ids as cursor properties)."""
     directory = ledger_directory / "cursors"
-    best = -1
     if not directory.is_dir():
-        return best
+        return
     for path in directory.iterdir():
         if _split(path.name)[1] not in (CURRENT, PREVIOUS):
             continue
         try:
             state = decode_cursor(ops.read_file(path))
         except (CorruptRecordError, OSError):
+            into.damaged += 1
             continue
-        best = max([best, state.mark_delete.ledger_id, state.read_position.ledger_id,
-                    *state.bitmaps])
-    return best
+        into.max_ledger_id = max([into.max_ledger_id, state.mark_delete.ledger_id,
+                                  state.read_position.ledger_id, *state.bitmaps])
+        into.property_ids.update(int(v) for v in state.properties.values() if v.isdigit())

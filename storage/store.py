@@ -42,7 +42,7 @@ from pathlib import Path
 
 from storage.cache import EntryCache
 from storage.config import StorageConfig
-from storage.cursor_files import cursor_max_ledger_id
+from storage.cursor_files import CursorScan, scan_cursor_files
 from storage.diskusage import DiskMonitor, MeasureSpace, statvfs_space
 from storage.errors import LedgerClosedError, StorageError
 from storage.fileops import FileOps
@@ -146,7 +146,9 @@ class SegmentStore:
         loop = asyncio.get_running_loop()
         lock_fd = await loop.run_in_executor(None, _lock_root, root)
         try:
-            names, ids = await loop.run_in_executor(None, _prepare_root, root, ops, config.fsync)
+            names, ids = await loop.run_in_executor(
+                None, _prepare_root, root, ops, config.fsync, config.collect_orphan_snapshots
+            )
             metadata = await MetadataStore.open(root / "metadata.db")
         except BaseException:
             os.close(lock_fd)
@@ -385,10 +387,17 @@ def _lock_root(root: Path) -> int:
     return fd
 
 
-def _prepare_root(root: Path, ops: FileOps, fsync: bool) -> tuple[dict[str, Path], IdAllocator]:
+def _prepare_root(
+    root: Path, ops: FileOps, fsync: bool, collect_snapshots: bool
+) -> tuple[dict[str, Path], IdAllocator]:
     """Blocking: create the layout, finish interrupted deletes, find names and the max id
     (segments, snapshots, and every ledger id a cursor file mentions: a cursor may name a
-    ledger that has no segment, e.g. the empty current ledger at a crash)."""
+    ledger that has no segment, e.g. the empty current ledger at a crash), and collect
+    orphan snapshots: a snapshot is live while some cursor property (of either generation)
+    names its id, as the broker records bucket snapshots; one no cursor names was left by a
+    crash between its creation and the cursor update, or belongs to a deleted subscription
+    or topic. Nothing is collected if any cursor file is unreadable (its references are
+    unknown)."""
     raise_nofile_limit()
     for sub in ("ledgers", "snapshots", "trash"):
         ops.mkdir(root / sub, sync=fsync)
@@ -396,6 +405,7 @@ def _prepare_root(root: Path, ops: FileOps, fsync: bool) -> tuple[dict[str, Path
         shutil.rmtree(leftover, ignore_errors=True)  # renamed here durably: contents are dead
     names: dict[str, Path] = {}
     max_seen = -1
+    cursors = CursorScan()
     for directory in (root / "ledgers").iterdir():
         if not directory.is_dir():
             continue
@@ -408,12 +418,28 @@ def _prepare_root(root: Path, ops: FileOps, fsync: bool) -> tuple[dict[str, Path
             log.warning("storage: %s has no NAME file; ignored", directory)
             continue
         names[name] = directory
-        max_seen = max([max_seen, *segment_ids(directory), cursor_max_ledger_id(ops, directory)])
+        max_seen = max([max_seen, *segment_ids(directory)])
+        scan_cursor_files(ops, directory, cursors)
+    max_seen = max(max_seen, cursors.max_ledger_id)
+    orphans: list[Path] = []
     for path in (root / "snapshots").iterdir():
         if path.suffix == ".tmp":
             ops.unlink(path)  # an interrupted snapshot write
             continue
         with contextlib.suppress(ValueError):
-            max_seen = max(max_seen, int(path.stem))
+            snapshot_id = int(path.stem)
+            max_seen = max(max_seen, snapshot_id)
+            if snapshot_id not in cursors.property_ids:
+                orphans.append(path)
+    # The allocator first: its high-water mark must cover the orphans' ids before they go.
     ids = IdAllocator.load(ops, root / "LEDGER_ID", max_seen)
+    if orphans and collect_snapshots and not cursors.damaged:
+        for path in orphans:
+            ops.unlink(path)
+        if fsync:
+            ops.fsync_dir(root / "snapshots")
+        log.info("storage: removed %d orphan snapshot(s) no cursor refers to", len(orphans))
+    elif orphans and cursors.damaged:
+        log.warning("storage: %d snapshot(s) no readable cursor refers to are kept: %d cursor "
+                    "file(s) could not be read", len(orphans), cursors.damaged)
     return names, ids
