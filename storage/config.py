@@ -46,6 +46,9 @@ class StorageConfig:
     deleted subscription or topic. Only for users that record every live snapshot id as a
     cursor property value (the broker's delayed-delivery buckets do); off by default since
     storage alone cannot know that."""
+    max_open_segment_files: int = 4096
+    """At most this many current segments keep a file descriptor open (LRU by last write;
+    an idle topic's segment is closed and reopened on its next append)."""
     cursor_save_threads: int = 4
     """Threads saving cursor files: saves of different cursors run in parallel, so the
     window of acknowledgements a crash can lose stays short with many cursors."""

@@ -26,9 +26,9 @@ class SegmentFile:
     segment with a durable index may have its arrays paged out (resident False): readers
     get them through the store's IndexPager."""
 
-    __slots__ = ("abandoned", "broken", "created_ms", "fd", "format", "index_job", "ledger_id",
-                 "lengths", "offsets", "paged", "path", "resident", "synced_offset",
-                 "write_offset", "zeroed_end")
+    __slots__ = ("abandoned", "broken", "created_ms", "evicted", "fd", "format", "index_job",
+                 "ledger_id", "lengths", "offsets", "paged", "path", "positioned", "resident",
+                 "synced_offset", "write_offset", "zeroed_end")
 
     def __init__(self, ledger_id: int, path: Path, created_ms: int) -> None:
         self.ledger_id = ledger_id
@@ -42,7 +42,9 @@ class SegmentFile:
         self.synced_offset = 0  # writer thread only: end of what fdatasync made durable
         self.zeroed_end = 0  # writer thread only: zeros were written up to here
         self.broken = False  # writer thread only: a write/fsync failed (never index it)
-        self.abandoned = False  # writer: the file could not be created (EMFILE); never written
+        self.abandoned = False  # writer: the file could not be opened (EMFILE); no more writes
+        self.evicted = False  # writer: its fd was closed by the LRU (storage/segment_fds.py)
+        self.positioned = True  # writer: the fd's position is the write head (else pwrite)
         self.index_job: Future[bool] | None = None  # the persisted index being written
         self.resident = True  # the arrays are in memory (else: paged out, storage/index_pages)
         self.paged = False  # sealed with a durable index: the arrays may be paged out

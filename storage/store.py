@@ -103,6 +103,7 @@ class SegmentStore:
             prezero_bytes=config.segment_prezero_bytes,
             prezero_min_bytes=config.segment_prezero_min_bytes,
             index_pool=self._io_pool,
+            max_open_segments=config.max_open_segment_files,
         )
         self.cache = EntryCache(config.entry_cache_bytes)
         self.pager = IndexPager(self._loop, ops, self._read_pool, config.index_cache_bytes)
