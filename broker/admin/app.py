@@ -21,7 +21,7 @@ from broker.admin import namespaces, topics
 from broker.admin.errors import error_middleware
 from broker.admin.facade import ADMIN_KEY, AdminFacade
 from broker.metrics import create_registry
-from broker.metrics.collector import LoopLagProbe
+from broker.metrics.lag import LoopLagProbe
 
 REGISTRY_KEY = web.AppKey("horae_registry", CollectorRegistry)
 LAG_PROBE_KEY = web.AppKey("horae_lag_probe", LoopLagProbe)

@@ -27,9 +27,11 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
+from broker.delayed.bucket import BucketDelayedDeliveryTracker
 from broker.delayed.policy import DelayPolicy
 from broker.delayed.tracker import DelayedDeliveryTracker
 from broker.metrics.rates import RateMeter
+from broker.metrics.sources import BucketIndexFigures
 from broker.subscriptions.consumer import SUB_TYPE_NAMES, Consumer
 from broker.subscriptions.dispatchers import (
     Dispatcher,
@@ -203,6 +205,12 @@ class Subscription:
     @property
     def msg_delayed(self) -> int:
         return len(self.delayed_tracker) if self.delayed_tracker is not None else 0
+
+    @property
+    def bucket_index(self) -> BucketIndexFigures | None:
+        """The tracker when it is a bucket tracker (its figures for the metrics), else None."""
+        tracker = self.delayed_tracker
+        return tracker if isinstance(tracker, BucketDelayedDeliveryTracker) else None
 
     # ------------------------------------------------------------------ consumers
 
