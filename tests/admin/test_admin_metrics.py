@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import datetime
 import dataclasses
+import datetime
 import time
 from typing import Any
 
