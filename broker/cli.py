@@ -98,7 +98,7 @@ def _rollup(argv: list[str]) -> int:
 def _serve(args: argparse.Namespace) -> int:
     from broker.config import ConfigError, load_config
 
-    logging.basicConfig(level=getattr(logging, args.log_level),
+    logging.basicConfig(level=args.log_level,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     overrides: dict[str, object] = {}
     for flag, key in (("data_dir", "dataDir"), ("broker_port", "brokerServicePort"),

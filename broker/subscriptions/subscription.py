@@ -517,7 +517,7 @@ class Subscription:
             if isinstance(dispatcher, KeySharedDispatcher):
                 s["keyHashRanges"] = dispatcher.key_hash_ranges(c)
             consumers.append(s)
-        active = getattr(dispatcher, "active", None)
+        active = dispatcher.active if isinstance(dispatcher, SingleActiveDispatcher) else None
         tracker = self.delayed_tracker
         return {
             "msgRateOut": rate_out,

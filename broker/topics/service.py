@@ -282,7 +282,7 @@ class BrokerService:
             if not force:
                 if topic.producers:
                     raise NotAllowedError("Topic has active producers")
-                if any(getattr(s, "consumers", None) for s in topic.subscriptions.values()):
+                if any(s.consumers for s in topic.subscriptions.values()):
                     raise NotAllowedError("Topic has active subscriptions with connected consumers")
             del self.topics[full]
             await self._close_topic(topic)
