@@ -20,6 +20,11 @@ non-strict (Pulsar's defaults). Scenarios:
   real storage SnapshotStore in a temporary directory (target <= 4 B/message in memory: only
   the loaded segments and bitmaps stay).
 
+- ``cancels``: PIP-423 tracker-level cancels. 1M cancels of untracked messages (pending:
+  recorded in the cancel book, time-slotted roaring bitmaps; target < 8 B/cancel), then 1M
+  cancels of tracked messages (applied: index cleared and recorded); rates per CPU-second,
+  and the time to encode the whole book for the cancel snapshot (the bucket tracker's journal).
+
 add = tracker.add() rate while building; get-scheduled = rate of draining everything with
 get_scheduled(1000) once the clock is past the last deadline. The bucket tracker is first
 closed and a new one recovers from the snapshots (timed: the tracker's share of a restart),
@@ -197,6 +202,46 @@ async def run_bucket(n: int) -> dict[str, Any]:
             "get_per_s": got / get_s, **stats}
 
 
+async def run_cancels(n: int) -> dict[str, Any]:
+    from broker.delayed.cancels import CancelResult
+    from broker.delayed.in_memory import InMemoryDelayedDeliveryTracker
+
+    clock = Clock()
+    loop = asyncio.get_running_loop()
+    pending = list(workload(n, seed=2))
+    before = rss_bytes()
+    tracker = InMemoryDelayedDeliveryTracker(tick_time_ms=TICK_MS, strict=False,
+                                             on_due=lambda: None, loop=loop, clock_ms=clock)
+    cancel = tracker.cancel_delayed
+    start = time.process_time()
+    for ledger_id, entry_id, at in pending:
+        cancel(ledger_id, entry_id, at)
+    pending_s = time.process_time() - start
+    grown = rss_bytes() - before
+    estimate = tracker.memory_bytes
+    assert tracker.cancel_stats().pending == n
+    start = time.process_time()
+    encoded = len(tracker.cancels.encode())
+    encode_s = time.process_time() - start
+    del pending
+    other = InMemoryDelayedDeliveryTracker(tick_time_ms=TICK_MS, strict=False,
+                                           on_due=lambda: None, loop=loop, clock_ms=clock)
+    items = [(10_000 + ledger_id, entry_id, at) for ledger_id, entry_id, at in workload(n)]
+    for ledger_id, entry_id, at in items:
+        other.add(ledger_id, entry_id, at)
+    cancel = other.cancel_delayed
+    start = time.process_time()
+    applied = sum(cancel(ledger_id, entry_id, at) is CancelResult.APPLIED
+                  for ledger_id, entry_id, at in items)
+    applied_s = time.process_time() - start
+    assert applied == n and len(other) == 0
+    await tracker.close()
+    await other.close()
+    return {"n": n, "rss_bytes": grown, "estimate_bytes": estimate,
+            "pending_per_s": n / pending_s, "applied_per_s": n / applied_s,
+            "encode_s": encode_s, "encoded_bytes": encoded}
+
+
 def child(scenario: str, n: int) -> None:
     try:
         import uvloop
@@ -207,6 +252,8 @@ def child(scenario: str, n: int) -> None:
         result = run_heap(n)
     elif scenario == "in-memory":
         result = asyncio.run(run_in_memory(n))
+    elif scenario == "cancels":
+        result = asyncio.run(run_cancels(n))
     else:
         result = asyncio.run(run_bucket(n))
     print(json.dumps(result))
@@ -225,6 +272,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--in-memory", type=int, default=1_000_000, dest="in_memory")
     parser.add_argument("--bucket", type=int, default=10_000_000)
+    parser.add_argument("--cancels", type=int, default=1_000_000)
+    parser.add_argument("--only-cancels", action="store_true", dest="only_cancels",
+                        help="run only the cancel scenario")
     parser.add_argument("--quick", action="store_true", help="100k / 1M messages")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--n", type=int, help=argparse.SUPPRESS)
@@ -233,6 +283,14 @@ def main() -> None:
         child(args.child, args.n)
         return
     n_mem, n_bucket = (100_000, 1_000_000) if args.quick else (args.in_memory, args.bucket)
+    c = measure("cancels", args.cancels)
+    print(f"cancels (PIP-423, tracker level): {c['n']:,} pending cancels hold "
+          f"{c['rss_bytes'] / c['n']:.2f} B/cancel RSS ({c['estimate_bytes'] / c['n']:.2f} "
+          f"estimated; target < 8); {c['pending_per_s']:,.0f} pending cancels/cpu-s, "
+          f"{c['applied_per_s']:,.0f} applied cancels/cpu-s; cancel snapshot "
+          f"{c['encoded_bytes'] / c['n']:.2f} B/cancel, encoded in {c['encode_s'] * 1000:.0f} ms")
+    if args.only_cancels:
+        return
     rows = [("peer: heapq of tuples", measure("heap", n_mem)),
             ("in-memory tracker", measure("in-memory", n_mem)),
             ("bucket tracker", measure("bucket", n_bucket))]

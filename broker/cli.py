@@ -1,10 +1,13 @@
 """The ``horae`` command: ``horae serve`` runs a broker, ``horae rollup`` the metrics job.
 
-``horae serve [--config broker.toml] [--data-dir DIR] [--broker-port 6650] [--web-port 8080]
-[--advertised-address HOST] [--bind-address ADDR]`` loads the TOML config (Pulsar
-broker.conf key names), applies the flags on top, runs the broker on uvloop and logs one line
-with the service and web URLs. SIGTERM or SIGINT shut it down gracefully (stop accepting,
-answer in-flight publishes, flush cursors, close the store) and the process exits 0.
+``horae serve [--config broker.conf|broker.toml] [--data-dir DIR] [--broker-port 6650]
+[--web-port 8080] [--advertised-address HOST] [--bind-address ADDR] [--log-format text|json]``
+loads the settings (defaults < the config file, TOML or Pulsar's broker.conf format <
+``PULSAR_PREFIX_<key>`` / ``HORAE_<key>`` environment variables < these flags; see
+:mod:`broker.config`), sets up logging (:mod:`broker.logs`), runs the broker on uvloop and logs
+one line with the service and web URLs. SIGTERM or SIGINT shut it down gracefully (stop
+accepting, answer in-flight publishes, flush cursors, close the store) and the process exits 0;
+a shutdown that takes longer than ``brokerShutdownTimeoutMs`` is abandoned with exit code 1.
 
 ``horae tokens ...`` is ``pulsar tokens`` (broker/security/tokens_cli.py).
 
@@ -17,11 +20,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import signal
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from broker import __version__
+
+if TYPE_CHECKING:
+    from broker.config import BrokerConfig
 
 __all__ = ["build_parser", "main"]
 
@@ -39,7 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="run the broker",
                            description="Run the broker (binary protocol + admin HTTP API).")
     serve.add_argument("--config", metavar="FILE",
-                       help="TOML file with Pulsar broker.conf keys (e.g. brokerServicePort = 6650)")
+                       help="Pulsar broker.conf (key=value) or TOML file with broker.conf keys; "
+                            "HORAE_<key> / PULSAR_PREFIX_<key> environment variables override it")
     serve.add_argument("--data-dir", metavar="DIR", help="data directory (default ./data)")
     serve.add_argument("--broker-port", type=int, metavar="PORT",
                        help="binary protocol port (default 6650; 0 = any free port)")
@@ -51,6 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="address to listen on (default 0.0.0.0)")
     serve.add_argument("--log-level", default="INFO",
                        choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="default INFO")
+    serve.add_argument("--log-format", choices=["text", "json"],
+                       help="log lines as text (default) or one JSON object per line "
+                            "(config key logFormat)")
 
     rollup = sub.add_parser("rollup", help="roll up exported metric snapshots with PySpark",
                             add_help=False)
@@ -96,34 +108,35 @@ def _rollup(argv: list[str]) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from broker.config import ConfigError, load_config
+    from broker.config import ConfigError, load_settings, log_ignored
+    from broker.logs import configure_logging
 
-    logging.basicConfig(level=args.log_level,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     overrides: dict[str, object] = {}
     for flag, key in (("data_dir", "dataDir"), ("broker_port", "brokerServicePort"),
                       ("web_port", "webServicePort"), ("advertised_address", "advertisedAddress"),
-                      ("bind_address", "bindAddress")):
+                      ("bind_address", "bindAddress"), ("log_format", "logFormat")):
         value = getattr(args, flag)
         if value is not None:
             overrides[key] = value
     try:
-        config = load_config(args.config, overrides)
+        loaded = load_settings(args.config, overrides, environ=os.environ)
     except ConfigError as exc:
         print(f"horae: {exc}", file=sys.stderr)
         return 2
+    configure_logging(args.log_level, loaded.config.log_format)
+    log_ignored(loaded.ignored)
     import uvloop
 
     try:
-        return uvloop.run(_run(config))
+        return uvloop.run(_run(loaded.config))
     except KeyboardInterrupt:  # a second Ctrl-C during shutdown
         return 130
 
 
-async def _run(config: object) -> int:
+async def _run(config: BrokerConfig) -> int:
     from broker.server import BrokerServer
 
-    server = BrokerServer(config)  # type: ignore[arg-type]
+    server = BrokerServer(config)
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -136,7 +149,13 @@ async def _run(config: object) -> int:
         return 1
     log.info("%s", server.started_line())
     await stop.wait()
-    log.info("shutting down")
-    await server.stop()
+    timeout_s = config.broker_shutdown_timeout_ms / 1000
+    log.info("shutting down (at most %.1f s)", timeout_s)
+    try:
+        await asyncio.wait_for(server.stop(), timeout_s)
+    except TimeoutError:
+        log.error("graceful shutdown did not finish within brokerShutdownTimeoutMs=%d; exiting",
+                  config.broker_shutdown_timeout_ms)
+        return 1
     log.info("stopped")
     return 0

@@ -1,4 +1,4 @@
-"""Broker configuration: one frozen dataclass, loaded from TOML with Pulsar's broker.conf names.
+"""Broker configuration: one frozen dataclass with Pulsar's broker.conf names, from file, env, flags.
 
 Theory of operation
 -------------------
@@ -8,10 +8,14 @@ used in Pulsar's ``broker.conf`` (``brokerServicePort``, ``delayedDeliveryTickTi
 ``config.broker_service_port`` while files and overrides say ``brokerServicePort``.
 
 Sources, weakest first: the defaults below (Pulsar standalone's, unless a comment says why
-not), a TOML file (:func:`load_config`), then overrides (CLI flags, test fixtures) given as a
-``{camelCaseKey: value}`` mapping. Unknown keys and values of the wrong type are errors that
-name the key: a typo must never be silently ignored. The resulting object is immutable; a
-changed setting means a new object (``dataclasses.replace``).
+not), a config file (TOML or Pulsar's broker.conf format), environment variables
+(``PULSAR_PREFIX_<key>``, then ``HORAE_<key>``), then overrides (CLI flags, test fixtures) given
+as a ``{camelCaseKey: value}`` mapping (:func:`load_settings`; reading files and the environment
+is :mod:`broker.config_sources`). Text values (broker.conf, environment) are typed by the field
+they set. Unknown keys and values of the wrong type are errors that name the key: a typo must
+never be silently ignored; only keys of Pulsar's own that Horae does not implement, in a
+broker.conf or a ``PULSAR_PREFIX_`` variable, are skipped and reported. The resulting object is
+immutable; a changed setting means a new object (``dataclasses.replace``).
 
 A few keys (``dataDir``, ``journalSyncData``, ``journalMaxGroupWaitMSec``) are not in Pulsar's
 broker.conf because Pulsar keeps data in BookKeeper; they borrow BookKeeper's names where one
@@ -21,21 +25,32 @@ exists.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import pathlib
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from broker.config_sources import SourceError, environment_settings, read_config_file
+
 __all__ = [
     "DELAYED_TRACKER_BUCKET",
     "DELAYED_TRACKER_IN_MEMORY",
+    "LOG_FORMATS",
     "BrokerConfig",
     "ConfigError",
+    "LoadedConfig",
     "config_keys",
     "load_config",
+    "load_settings",
+    "log_ignored",
     "storage_config",
 ]
+
+log = logging.getLogger("horae.config")
+
+#: Values of ``logFormat``: human-readable lines, or one JSON object per line.
+LOG_FORMATS = ("text", "json")
 
 
 class ConfigError(ValueError):
@@ -209,6 +224,13 @@ class BrokerConfig:
         "authorizationAllowWildcardsMatching", False,
         "Let grants to 'prefix*' or '*suffix' roles match (Pulsar's wildcard matching).")
 
+    # --- operations (issue 16) -----------------------------------------------------------
+    broker_shutdown_timeout_ms: int = _opt(
+        "brokerShutdownTimeoutMs", 60000,
+        "Longest graceful shutdown (ms) after SIGTERM; then the process exits non-zero anyway.")
+    log_format: str = _opt(
+        "logFormat", "text", "Log lines as 'text' or 'json' (one object per line); --log-format.")
+
     def __post_init__(self) -> None:
         if self.delayed_delivery_tracker_factory_class_name not in _TRACKER_ALIASES:
             raise ConfigError(
@@ -219,13 +241,19 @@ class BrokerConfig:
             if (f.name.endswith(("_port", "_port_tls")) and value is not None
                     and not (isinstance(value, int) and 0 <= value <= 65535)):
                 raise ConfigError(f"{f.metadata['key']} must be a port number, not {value}")
+        if self.log_format not in LOG_FORMATS:
+            raise ConfigError(f"logFormat must be one of {list(LOG_FORMATS)}, not {self.log_format!r}")
         positive = ("max_message_size", "max_pending_publish_requests_per_connection",
                     "keep_alive_interval_seconds", "delayed_delivery_tick_time_millis",
                     "metrics_export_interval_seconds", "tls_cert_refresh_check_duration_sec",
-                    "authentication_refresh_check_seconds")
+                    "authentication_refresh_check_seconds",
+                    "broker_shutdown_timeout_ms")
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{_KEY_OF[name]} must be > 0, not {getattr(self, name)}")
+        if self.delayed_delivery_max_delay_in_millis < 0:
+            raise ConfigError("delayedDeliveryMaxDelayInMillis must be >= 0 (0 = no limit), "
+                              f"not {self.delayed_delivery_max_delay_in_millis}")
 
     @property
     def delayed_tracker_kind(self) -> str:
@@ -247,15 +275,44 @@ class BrokerConfig:
 
 _FIELDS = {f.metadata["key"]: f for f in dataclasses.fields(BrokerConfig)}
 _KEY_OF = {f.name: key for key, f in _FIELDS.items()}
+#: Other spellings accepted for a key: PIP-315's design names the max-delay setting
+#: ``delayedDeliveryMaxDeliveryDelayInMillis``; Pulsar's broker.conf ``delayedDeliveryMaxDelayInMillis``.
+_KEY_ALIASES = {"delayedDeliveryMaxDeliveryDelayInMillis": "delayedDeliveryMaxDelayInMillis"}
+_FIELDS.update({alias: _FIELDS[key] for alias, key in _KEY_ALIASES.items()})
 _TYPES: dict[str, type] = {"int": int, "float": float, "bool": bool, "str": str}
 
 
 def config_keys() -> dict[str, str]:
-    """``{camelCaseKey: doc}`` of every setting, in declaration order."""
-    return {key: f.metadata["doc"] for key, f in _FIELDS.items()}
+    """``{camelCaseKey: doc}`` of every setting, in declaration order (aliases left out)."""
+    return {key: f.metadata["doc"] for key, f in _FIELDS.items() if key not in _KEY_ALIASES}
 
 
-def _convert(values: Mapping[str, object], *, source: str) -> dict[str, object]:
+_TRUE = frozenset({"true", "yes", "on", "1"})
+_FALSE = frozenset({"false", "no", "off", "0"})
+
+
+def _from_text(key: str, want: type, text: str, source: str) -> object:
+    """*text* (from broker.conf or the environment) as the field's type, or ConfigError."""
+    stripped = text.strip()
+    try:
+        if want is bool:
+            if stripped.lower() in _TRUE:
+                return True
+            if stripped.lower() in _FALSE:
+                return False
+            raise ValueError(text)
+        if want is int:
+            return int(stripped)
+        if want is float:
+            return float(stripped)
+    except ValueError:
+        raise ConfigError(f"config key {key!r} in {source} must be {want.__name__}, "
+                          f"not {text!r}") from None
+    return text
+
+
+def _convert(values: Mapping[str, object], *, source: str,
+             text: bool = False) -> dict[str, object]:
     out: dict[str, object] = {}
     for key, value in values.items():
         f = _FIELDS.get(key)
@@ -267,11 +324,13 @@ def _convert(values: Mapping[str, object], *, source: str) -> dict[str, object]:
             raise ConfigError(f"unknown config key {key!r} in {source}{hint}")
         ftype = f.type if isinstance(f.type, str) else f.type.__name__
         if ftype.endswith(" | None"):  # optional settings (e.g. brokerServicePortTls)
-            if value is None:
-                out[f.name] = value
-                continue
             ftype = ftype.removesuffix(" | None")
+            if value is None or (text and isinstance(value, str) and not value.strip()):
+                out[f.name] = None
+                continue
         want = _TYPES[ftype]
+        if text and isinstance(value, str):
+            value = _from_text(key, want, value, source)
         # bool is an int subclass: `maxMessageSize = true` must not become 1.
         ok = isinstance(value, want) and not (want is not bool and isinstance(value, bool))
         if want is float and isinstance(value, int) and not isinstance(value, bool):
@@ -280,39 +339,67 @@ def _convert(values: Mapping[str, object], *, source: str) -> dict[str, object]:
             raise ConfigError(
                 f"config key {key!r} in {source} must be {want.__name__}, "
                 f"not {type(value).__name__} {value!r}")
+        if f.name in out and out[f.name] != value:
+            raise ConfigError(f"config keys {_KEY_OF[f.name]!r} and its alias in {source} "
+                              f"disagree: {out[f.name]!r} vs {value!r}")
         out[f.name] = value
     return out
 
 
-def load_config(path: str | pathlib.Path | None = None,
-                overrides: Mapping[str, object] | None = None) -> BrokerConfig:
-    """Defaults, then the TOML file at *path* (if any), then *overrides*.
+@dataclass(frozen=True, slots=True)
+class LoadedConfig:
+    """A loaded config and, per source, the Pulsar keys it set that Horae does not implement."""
 
-    The file is flat ``key = value`` with broker.conf names; a ``[broker]`` table is accepted
-    too so one file can hold other sections later. Raises :class:`ConfigError`.
+    config: BrokerConfig
+    ignored: dict[str, list[str]]
+
+
+def load_settings(path: str | pathlib.Path | None = None,
+                  overrides: Mapping[str, object] | None = None, *,
+                  environ: Mapping[str, str] | None = None) -> LoadedConfig:
+    """Defaults < the config file at *path* < *environ* < *overrides* (module docstring).
+
+    The file is TOML or broker.conf (:func:`broker.config_sources.read_config_file`); *environ*
+    is searched for ``PULSAR_PREFIX_<key>`` and ``HORAE_<key>``; pass ``os.environ`` to use the
+    process's (None reads no environment). Raises :class:`ConfigError`.
     """
     values: dict[str, object] = {}
-    if path is not None:
-        p = pathlib.Path(path)
-        try:
-            with p.open("rb") as fh:
-                doc = tomllib.load(fh)
-        except FileNotFoundError:
-            raise ConfigError(f"config file {str(p)!r} not found") from None
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"config file {str(p)!r} is not valid TOML: {exc}") from None
-        broker_table = doc.pop("broker", None)
-        if broker_table is not None:
-            if not isinstance(broker_table, dict):
-                raise ConfigError(f"[broker] in {str(p)!r} must be a table")
-            doc.update(broker_table)
-        values.update(_convert(doc, source=repr(str(p))))
+    ignored: dict[str, list[str]] = {}
+    try:
+        if path is not None:
+            from_file = read_config_file(path, _FIELDS)
+            values.update(_convert(from_file.values, source=repr(str(path)), text=True))
+            if from_file.ignored:
+                ignored[str(path)] = from_file.ignored
+        if environ is not None:
+            from_env = environment_settings(environ, _FIELDS)
+            values.update(_convert(from_env.values, source="the environment", text=True))
+            if from_env.ignored:
+                ignored["PULSAR_PREFIX_* environment variables"] = from_env.ignored
+    except SourceError as exc:
+        raise ConfigError(str(exc)) from None
     if overrides:
         values.update(_convert(overrides, source="overrides"))
     try:
-        return BrokerConfig(**values)  # type: ignore[arg-type]
+        config = BrokerConfig(**values)  # type: ignore[arg-type]
     except TypeError as exc:  # pragma: no cover - _convert already checked names
         raise ConfigError(str(exc)) from None
+    return LoadedConfig(config, ignored)
+
+
+def load_config(path: str | pathlib.Path | None = None,
+                overrides: Mapping[str, object] | None = None, *,
+                environ: Mapping[str, str] | None = None) -> BrokerConfig:
+    """:func:`load_settings`, logging the skipped Pulsar-only keys as a warning."""
+    loaded = load_settings(path, overrides, environ=environ)
+    log_ignored(loaded.ignored)
+    return loaded.config
+
+
+def log_ignored(ignored: Mapping[str, list[str]]) -> None:
+    for source, keys in ignored.items():
+        log.warning("ignoring %d Pulsar setting(s) Horae does not implement, from %s: %s",
+                    len(keys), source, ", ".join(sorted(keys)))
 
 
 def storage_config(config: BrokerConfig) -> Any:

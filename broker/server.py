@@ -37,6 +37,7 @@ from aiohttp import web
 from broker import SERVER_VERSION
 from broker.admin.app import create_app
 from broker.config import BrokerConfig, storage_config
+from broker.logs import ACCESS_LOGGER, HttpAccessLogger
 from broker.metrics import create_registry
 from broker.metrics.snapshots import MetricSnapshotWriter, run_exporter
 from broker.net.connection import ServerConnection
@@ -119,7 +120,8 @@ class BrokerServer:
 
     async def _start_web(self, service: BrokerService) -> None:
         app = create_app(service)
-        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        self._runner = web.AppRunner(app, access_log=logging.getLogger(ACCESS_LOGGER),
+                                     access_log_class=HttpAccessLogger, handle_signals=False)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.config.bind_address, self.config.web_service_port,
                            reuse_address=True)

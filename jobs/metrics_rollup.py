@@ -1,7 +1,8 @@
 """Roll Horae's metric snapshots up into per-window Parquet, a Markdown summary and a chart.
 
-Run it as ``spark-submit jobs/metrics_rollup.py --input DIR --output DIR [--window 1m,1h]``,
-as ``horae rollup ...`` (the broker CLI calls :func:`main`), or ``python -m jobs.metrics_rollup``.
+Run it with ``deploy/spark/submit-rollup.sh`` (spark-submit, the ``jobs`` package as a
+``--py-files`` zip), as ``horae rollup ...`` (the broker CLI calls :func:`main`), or as
+``python -m jobs.metrics_rollup --input DIR --output DIR [--window 1m,1h]``.
 
 Theory of operation
 -------------------
@@ -33,9 +34,10 @@ is the only thing this module knows about the broker, and it imports nothing fro
    overwrite: a rerun replaces only the partitions it produces), then ``summary.md`` and
    ``busiest_topics.png`` (``jobs/rollup_report.py``).
 
-Steps 2 and 3 share one cached frame: the JSON is parsed once. Run as a script by
-spark-submit, the sibling modules are imported from ``jobs/`` itself (``--py-files`` ships
-them to a cluster driver).
+Steps 2 and 3 share one cached frame: the JSON is parsed once. The job's modules always import
+each other as the ``jobs`` package: run as a script by spark-submit, ``jobs`` comes from the zip
+that ``deploy/spark/submit-rollup.sh`` builds and passes as ``--py-files`` (on the driver's
+path and shipped to every executor); run from a checkout, use ``python -m jobs.metrics_rollup``.
 
 Exit codes: 0 when anything could be rolled up, 2 when nothing could be read (missing or
 empty input, every file corrupt, no valid line), 1 on an unexpected failure.
@@ -55,17 +57,14 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql.types import StructType
 
-try:  # imported as part of the `jobs` package (horae rollup, tests)
-    from jobs import rollup_report
-    from jobs.rollup_aggregate import ALL_WINDOW, GROUP_LABELS, Window, rollup
-except ImportError:  # run as a script by spark-submit: jobs/ itself is sys.path[0]
-    import rollup_report  # type: ignore[no-redef]
-    from rollup_aggregate import ALL_WINDOW, GROUP_LABELS, Window, rollup  # type: ignore[no-redef]
+from jobs import rollup_report
+from jobs.rollup_aggregate import ALL_WINDOW, GROUP_LABELS, Window, rollup
 
 log = logging.getLogger("horae.rollup")
 
@@ -220,7 +219,7 @@ def discover_remote(spark: SparkSession, uri: str) -> InputListing:
 # -- stage 2: parse ----------------------------------------------------------------------------
 
 
-def _raw_schema() -> Any:
+def _raw_schema() -> StructType:
     from pyspark.sql import types as T
 
     return T.StructType(

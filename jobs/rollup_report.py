@@ -22,17 +22,30 @@ import tempfile
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-try:  # see jobs/metrics_rollup.py: package import, or a sibling module under spark-submit
-    from jobs.rollup_aggregate import ALL_WINDOW
-except ImportError:
-    from rollup_aggregate import ALL_WINDOW  # type: ignore[no-redef]
+from jobs.rollup_aggregate import ALL_WINDOW
 
 log = logging.getLogger("horae.rollup")
+
+
+class InputFigures(Protocol):
+    """What the summary reports about the input (``metrics_rollup.InputStats`` implements it)."""
+
+    files_read: int
+    files_skipped: list[tuple[str, str]]  # (path, reason)
+    rows: int
+    bad_lines: int
+    bad_by_file: list[tuple[str, int]]  # (path, bad lines)
+    nan_values: int
+    unknown_types: int
+    first_ts_by_broker: dict[str, int]
+    min_ts: int
+    max_ts: int
+    clusters: list[str]
 
 IN_MESSAGES = "pulsar_in_messages_total"
 OUT_MESSAGES = "pulsar_out_messages_total"
@@ -94,7 +107,7 @@ def _table(headers: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
 def build_summary(
     input_path: str,
     windows: Sequence[str],
-    stats: Any,
+    stats: InputFigures,
     totals: list[dict[str, Any]],
     peaks: dict[str, dict[tuple[str, str], float]],
     top: int,
@@ -279,7 +292,7 @@ def write_report(
     out_dir: str,
     input_path: str,
     windows: Sequence[str],
-    stats: Any,
+    stats: InputFigures,
     result: DataFrame,
     top: int,
 ) -> None:

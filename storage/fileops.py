@@ -53,6 +53,10 @@ class FileOps:
     def unlink(self, path: Path) -> None:
         os.unlink(path)
 
+    def create_dir(self, path: Path) -> None:
+        """One new directory entry (not durable until its parent is fsync'ed)."""
+        os.mkdir(path)
+
     # Composite helpers, built on the primitives above so injected faults apply to them too.
 
     def write_all(self, fd: int, data: bytes | memoryview) -> None:
@@ -113,7 +117,7 @@ class FileOps:
             p = p.parent
         for d in reversed(missing):
             try:
-                os.mkdir(d)
+                self.create_dir(d)
             except FileExistsError:
                 continue
             if sync:

@@ -211,7 +211,7 @@ class SegmentStore:
         def remove() -> None:
             if not directory.exists():
                 return
-            os.replace(directory, trash)  # atomic: the ledger is gone even if rmtree is cut short
+            ops.replace(directory, trash)  # atomic: the ledger is gone even if rmtree is cut short
             if fsync:
                 ops.fsync_dir(directory.parent)
             shutil.rmtree(trash, ignore_errors=True)

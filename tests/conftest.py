@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import pathlib
@@ -21,11 +22,11 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import pytest
+from waiting import WaitTimeout, wait_until
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -152,13 +153,13 @@ def run_broker_process(tmp_path: pathlib.Path) -> Iterator[Callable[..., BrokerP
         with log_path.open("wb") as log:
             proc = subprocess.Popen(args, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
                                     env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        deadline = time.monotonic() + PROCESS_START_TIMEOUT_S
-        match = None
-        while time.monotonic() < deadline:
-            match = _STARTED.search(log_path.read_text(errors="replace"))
-            if match or proc.poll() is not None:
-                break
-            time.sleep(0.05)  # polling a subprocess's log file: there is no event to wait on
+        # The started line is in a subprocess's log file: there is no event to wait on.
+        with contextlib.suppress(WaitTimeout):  # reported below, with the broker's log
+            wait_until(
+                lambda: _STARTED.search(log_path.read_text(errors="replace")) or proc.poll() is not None,
+                timeout_s=PROCESS_START_TIMEOUT_S, interval_s=0.05,
+            )
+        match = _STARTED.search(log_path.read_text(errors="replace"))
         if match is None:
             if proc.poll() is None:
                 proc.kill()

@@ -20,7 +20,7 @@ from broker.topics.storage_errors import StorageOp, storage_failure
 from protocol import errors as perr
 from storage.errors import StorageError
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("horae.admin.errors")
 
 # Pulsar's reason texts (PersistentTopicsBase / NamespacesBase / TenantsBase).
 TOPIC_NOT_FOUND = "Topic not found"

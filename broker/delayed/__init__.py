@@ -12,7 +12,7 @@ class names ``org.apache.pulsar.broker.delayed.InMemoryDelayedDeliveryTrackerFac
 bucket tracker needs a durable cursor and the snapshot store; without them (a non-durable
 reader) the in-memory tracker is used.
 
-Broker config attributes read here (``getattr`` with Pulsar's defaults):
+Broker config read here (:class:`broker.config.BrokerConfig`):
 ``delayed_delivery_tracker_factory_class_name``, ``delayed_delivery_fixed_delay_detection_lookahead``,
 ``delayed_delivery_min_index_count_per_bucket``,
 ``delayed_delivery_max_time_step_per_bucket_snapshot_segment_seconds``,
@@ -24,15 +24,15 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
 
+from broker.config import BrokerConfig
+from broker.delayed.bucket import BucketDelayedDeliveryTracker
+from broker.delayed.in_memory import InMemoryDelayedDeliveryTracker
 from broker.delayed.policy import DelayPolicy
+from broker.delayed.ports import BucketCursor, SnapshotStorage
 from broker.delayed.tracker import DelayedDeliveryTracker
 
-if TYPE_CHECKING:
-    from broker.config import BrokerConfig
-
-log = logging.getLogger(__name__)
+log = logging.getLogger("horae.delayed")
 
 IN_MEMORY_FACTORY = "org.apache.pulsar.broker.delayed.InMemoryDelayedDeliveryTrackerFactory"
 BUCKET_FACTORY = "org.apache.pulsar.broker.delayed.BucketDelayedDeliveryTrackerFactory"
@@ -50,38 +50,29 @@ def tracker_kind(factory_class_name: str) -> str:
             f"expected one of {', '.join(sorted(_KINDS))}") from None
 
 
-def create_tracker(config: BrokerConfig | Any, policy: DelayPolicy, *,
+def create_tracker(config: BrokerConfig, policy: DelayPolicy, *,
                    on_due: Callable[[], None], loop: asyncio.AbstractEventLoop,
-                   cursor: Any = None, snapshots: Any = None,
+                   cursor: BucketCursor | None = None, snapshots: SnapshotStorage | None = None,
                    clock_ms: Callable[[], int] | None = None) -> DelayedDeliveryTracker:
     """A tracker for one subscription (see the module docstring)."""
-    kind = tracker_kind(getattr(config, "delayed_delivery_tracker_factory_class_name",
-                                IN_MEMORY_FACTORY))
+    kind = tracker_kind(config.delayed_delivery_tracker_factory_class_name)
     if kind == "bucket" and cursor is not None and snapshots is not None:
-        from broker.delayed.bucket import BucketDelayedDeliveryTracker
-
         return BucketDelayedDeliveryTracker(
             cursor=cursor, snapshots=snapshots, tick_time_ms=policy.tick_time_ms,
             strict=policy.strict, on_due=on_due, loop=loop, clock_ms=clock_ms,
-            min_index_count_per_bucket=int(getattr(
-                config, "delayed_delivery_min_index_count_per_bucket", 50000)),
-            time_step_per_segment_ms=1000 * int(getattr(
-                config, "delayed_delivery_max_time_step_per_bucket_snapshot_segment_seconds",
-                300)),
-            max_indexes_per_segment=int(getattr(
-                config, "delayed_delivery_max_indexes_per_bucket_snapshot_segment", 5000)),
-            max_num_buckets=int(getattr(config, "delayed_delivery_max_num_buckets", -1)),
+            min_index_count_per_bucket=config.delayed_delivery_min_index_count_per_bucket,
+            time_step_per_segment_ms=1000 * (
+                config.delayed_delivery_max_time_step_per_bucket_snapshot_segment_seconds),
+            max_indexes_per_segment=config.delayed_delivery_max_indexes_per_bucket_snapshot_segment,
+            max_num_buckets=config.delayed_delivery_max_num_buckets,
         )
     if kind == "bucket":
         log.debug("bucket tracker needs a durable cursor and the snapshot store: in-memory used")
-    from broker.delayed.in_memory import InMemoryDelayedDeliveryTracker
-
     return InMemoryDelayedDeliveryTracker(
         tick_time_ms=policy.tick_time_ms, strict=policy.strict, on_due=on_due, loop=loop,
-        fixed_delay_lookahead=int(getattr(
-            config, "delayed_delivery_fixed_delay_detection_lookahead", 50000)),
+        fixed_delay_lookahead=config.delayed_delivery_fixed_delay_detection_lookahead,
         clock_ms=clock_ms)
 
 
-__all__ = ["BUCKET_FACTORY", "IN_MEMORY_FACTORY", "DelayPolicy", "DelayedDeliveryTracker",
-           "create_tracker", "tracker_kind"]
+__all__ = ["BUCKET_FACTORY", "IN_MEMORY_FACTORY", "DelayPolicy",
+           "DelayedDeliveryTracker", "create_tracker", "tracker_kind"]

@@ -1,89 +1,63 @@
-"""Bucket delayed-delivery tracker (PIP-195): a persisted index that survives restarts.
+"""Bucket delayed-delivery tracker (PIP-195): the index and its hand-out.
 
 Theory of operation
 -------------------
-The index is split by ledger ranges into *buckets*:
+The index is split by ledger ranges into *buckets*. This object owns the scheduling side:
 
 - the **last mutable bucket** indexes new positions of ledgers ``[start, end]`` in a packed
   time index (exact deliver times) plus a roaring bitmap per ledger. When a position of a
   ledger past ``end`` arrives and the bucket holds >= ``delayedDeliveryMinIndexCountPerBucket``
-  indexes, it is **sealed** on that ledger boundary into an immutable bucket;
-- an **immutable bucket** is one snapshot in the storage ``SnapshotStore``: metadata (per
-  segment: min/max deliver time and a roaring bitmap per ledger) and segments cut by time step
-  and index count (:mod:`broker.delayed.snapshot_format`). Encoding runs in an executor thread
-  and the write is async: the loop never blocks on snapshot IO. Until the snapshot is durable
-  its segments stay in memory. Once durable its id is recorded in the cursor properties under
-  ``#pulsar.internal.delayed.bucket_<startLedger>_<endLedger>`` (Pulsar's key) and the cursor
-  is flushed;
-- only the current segment of each immutable bucket is in memory (sorted packed columns). Those
-  segments plus the mutable bucket and an in-memory ``extra`` index (positions of sealed
-  ledgers that were not indexed there) form the shared priority queue. ``get_scheduled(n)``
-  finds by bisection the time T such that the n earliest due entries are those <= T, then
-  takes whole runs per source (no per-entry heap work). When a bucket's segment runs dry its
-  next segment is loaded asynchronously; nothing later than the first time of a segment not in
-  memory yet is handed out (the *barrier*), so delivery stays in deliver-time order. The
-  bucket machinery (seal, snapshots, merge, delete, recovery) is in
-  :mod:`broker.delayed.bucket_lifecycle`;
-- each immutable bucket keeps two per-ledger roaring bitmaps: ``indexed`` (everything its
-  snapshot holds) and ``pending`` (not yet handed out or cancelled). A re-read entry found in
-  ``pending`` is not indexed twice. One found in ``indexed`` but no longer pending was already
-  handed out as a replay since the last cursor reset (``cursor.revision`` unchanged): the
+  indexes, it is **sealed** on that ledger boundary: its columns go to the snapshot side
+  (:class:`~broker.delayed.bucket_snapshots.BucketSnapshots`, owned here), which makes an
+  immutable bucket of them, persists it, loads its segments, merges and deletes buckets and
+  recovers them after a restart;
+- the immutable buckets and the heap of their loaded segments
+  (:class:`~broker.delayed.bucket_records.SealedBuckets`) plus the mutable bucket and an
+  in-memory ``extra`` index (positions of sealed ledgers that were not indexed there; bounded:
+  at ``max_late_index_count`` the dispatcher is asked to pause reading new entries) form the
+  shared priority queue. ``get_scheduled(n)`` finds by bisection the time T such that the n
+  earliest due entries are those <= T, then takes whole runs per source. Nothing later than the
+  first time of a segment not in memory yet is handed out (the *barrier*);
+- a re-read entry found pending in a bucket is not indexed twice. One found in a bucket's
+  ``indexed`` set but no longer pending was already handed out as a replay (or cancelled): the
   dispatcher only meets it again by reading sequentially after a restart, so it is skipped
-  too. After a reset the ordinary rule applies (due -> deliver), so nothing is lost;
-- a bucket whose pending set becomes empty is **deleted** (cursor property removed and
-  flushed, then the snapshot). Past ``delayedDeliveryMaxNumBuckets`` (> 0) the two adjacent
-  persisted buckets with the fewest pending indexes are **merged** into one new snapshot;
-- **cancel** (PIP-423, tracker level) of a position in an immutable bucket clears its pending
-  bit and queues a CANCEL index that the next sealed snapshot carries (first in segment 1);
-  loading that segment (recovery always loads every first segment) re-applies it. A CANCEL is
-  carried over by merges and deletes only while its target bucket lives, then expires. A cancel
-  of a position still in the mutable bucket is in memory only: the durable form of a cancel is
-  the individual ack the admin skip-by-message-ids API performs.
+  too. This knowledge lasts until the tracker is reset: every cursor reset of the subscription
+  calls :meth:`clear` (which retires every bucket); an ack, a skip or any other bump of the
+  cursor's revision does not touch it, so messages held unacknowledged by consumers are never
+  handed out twice.
 
-Recovery (:meth:`recover`): read the bucket keys from the cursor properties (a range enclosed
-by another is the leftover of an interrupted merge and is deleted), load each metadata and the
-first segment of each bucket, drop what the mark-delete position already covers. The backlog is
-not re-read for this: the mutable bucket is rebuilt by the dispatcher's ordinary reading from
-the cursor, and positions of sealed ledgers it meets are answered from the bitmaps. Positions
-are only handed out when due, so nothing is delivered early; positions acknowledged before the
-restart are filtered with ``cursor.is_deleted`` as they come up.
+Recovery: the snapshot side rebuilds the immutable buckets from the cursor properties; the
+mutable bucket is rebuilt by the dispatcher's ordinary reading from the cursor. Positions are
+only handed out when due; positions acknowledged before the restart are filtered with
+``cursor.is_deleted`` as they come up.
 
-Metrics, read by the collector as plain attributes:
-  ``bucket_count``        immutable buckets + the mutable one (pulsar_delayed_message_index_bucket_total)
-  ``loaded_index_count``  indexes in memory (pulsar_delayed_message_index_loaded)
-  ``snapshot_size_bytes`` bytes of live snapshots (pulsar_delayed_message_index_bucket_snapshot_size_bytes)
-  ``op_count``            dict[(type, state), int]; type create/load/delete/merge, state
-                          succeed/failed (the collector derives Pulsar's state="all" as the sum)
-  ``op_latency_buckets``  dict[type, list[int]]: counts of succeeded ops by latency, buckets
-                          <= 50, 100, 500, 1000, 5000, 30000, 60000 ms and the overflow (8 ints)
-  ``op_latency_sum_ms``   dict[type, float]: total latency of the succeeded ops (histogram sum)
-  ``memory_bytes``        pulsar_delayed_message_index_size_bytes
+Metrics (plain attributes; :meth:`stats` is the typed form): ``bucket_count`` (immutable + the
+mutable one), ``loaded_index_count``, ``snapshot_size_bytes``, ``op_count``
+{(create|load|delete|merge, succeed|failed): n}, ``op_latency_buckets`` {type: counts per bound
+<= 50, 100, 500, 1000, 5000, 30000, 60000 ms + overflow}, ``op_latency_sum_ms``, ``memory_bytes``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import heapq
-import itertools
-import sys
-from bisect import bisect_right
+from array import array
 from collections.abc import Callable
 from concurrent.futures import Executor
-from typing import Any
+from typing import Final
 
 from pyroaring import BitMap
 
-from broker.delayed.bucket_lifecycle import (
+from broker.delayed.bucket_records import (
     BUCKET_KEY_PREFIX,
-    LATENCY_BOUNDS_MS,
-    OP_STATES,
-    OP_TYPES,
-    BucketLifecycle,
-    _Bucket,
-    _Loaded,
+    ImmutableBucket,
+    LoadedSegment,
+    SealedBuckets,
     bucket_key,
     parse_bucket_key,
 )
+from broker.delayed.bucket_snapshots import BucketSnapshots, RetryDelays
+from broker.delayed.cancel_journal import CancelJournal
+from broker.delayed.cancels import CancelResult
 from broker.delayed.packed import (
     POSITION_BITS,
     POSITION_MASK,
@@ -94,31 +68,31 @@ from broker.delayed.packed import (
     run_end_union,
     take_members,
 )
+from broker.delayed.ports import BucketCursor, SnapshotStorage
 from broker.delayed.tracker import TimedTracker
 from storage.positions import Position
 
-__all__ = ["BUCKET_KEY_PREFIX", "BucketDelayedDeliveryTracker", "bucket_key", "parse_bucket_key"]
+#: Default bound of the late-entry (``extra``) index, in indexes.
+MAX_LATE_INDEX_COUNT: Final = 100_000
+
+__all__ = ["BUCKET_KEY_PREFIX", "MAX_LATE_INDEX_COUNT", "BucketDelayedDeliveryTracker", "bucket_key", "parse_bucket_key"]
 
 
-class BucketDelayedDeliveryTracker(BucketLifecycle, TimedTracker):
-    def __init__(self, *, cursor: Any, snapshots: Any, tick_time_ms: int, strict: bool,
-                 on_due: Callable[[], None], loop: asyncio.AbstractEventLoop,
+class BucketDelayedDeliveryTracker(TimedTracker):
+    def __init__(self, *, cursor: BucketCursor, snapshots: SnapshotStorage, tick_time_ms: int,
+                 strict: bool, on_due: Callable[[], None], loop: asyncio.AbstractEventLoop,
                  clock_ms: Callable[[], int] | None = None,
                  min_index_count_per_bucket: int = 50000,
                  time_step_per_segment_ms: int = 300_000,
                  max_indexes_per_segment: int = 5000,
                  max_num_buckets: int = -1,
-                 executor: Executor | None = None) -> None:
+                 executor: Executor | None = None,
+                 retry: RetryDelays | None = None,
+                 max_late_index_count: int = MAX_LATE_INDEX_COUNT) -> None:
         self._cursor = cursor
-        self._snapshots = snapshots
-        self._loop = loop
         self._init_timing(loop=loop, clock_ms=clock_ms, tick_time_ms=tick_time_ms,
                           strict=strict, on_due=on_due)
         self._min_index_count = max(min_index_count_per_bucket, 1)
-        self._time_step_ms = time_step_per_segment_ms
-        self._max_indexes_per_segment = max_indexes_per_segment
-        self._max_num_buckets = max_num_buckets
-        self._executor = executor
         # the last mutable bucket
         self._mutable = PackedTimeIndex()
         self._mut_members: dict[int, BitMap] = {}
@@ -130,63 +104,34 @@ class BucketDelayedDeliveryTracker(BucketLifecycle, TimedTracker):
         self._extra = PackedTimeIndex()
         self._extra_members: dict[int, BitMap] = {}
         self._extra_count = 0
+        self._max_late = max(max_late_index_count, 1)
         self._wide = WideIndex()
-        # immutable buckets, sorted by start ledger
-        self._buckets: list[_Bucket] = []
-        self._starts: list[int] = []
-        self._heap: list[tuple[int, int, _Loaded]] = []
-        self._seq = itertools.count()
-        self._loading: dict[_Bucket, int] = {}       # bucket -> min time of the segment awaited
-        self._sealed_remaining = 0
-        self._pending_cancels: list[int] = []
-        # entry ids of retired buckets the sequential read has not passed yet (see add)
-        self._retired: dict[int, BitMap] = {}
-        self._tasks: set[asyncio.Task[Any]] = set()
-        self._merge_task: asyncio.Task[None] | None = None
-        self._epoch = int(getattr(cursor, "revision", 0))
+        # the immutable buckets and their snapshots
+        self._sealed = SealedBuckets()
+        self._snapshots = BucketSnapshots(
+            buckets=self._sealed, cursor=cursor, store=snapshots, events=self, loop=loop,
+            executor=executor, time_step_ms=time_step_per_segment_ms,
+            max_indexes_per_segment=max_indexes_per_segment, max_num_buckets=max_num_buckets,
+            retry=retry)
+        # every live cancel, persisted in its own snapshot (cancel_journal)
+        self._journal = CancelJournal(book=self._cancels, cursor=cursor, store=snapshots,
+                                      loop=loop, retry=retry or RetryDelays())
         self._closed = False
-        # metrics
-        self.snapshot_size_bytes = 0
-        self.op_count: dict[tuple[str, str], int] = {
-            (t, s): 0 for t in OP_TYPES for s in OP_STATES}
-        self.op_latency_buckets: dict[str, list[int]] = {
-            t: [0] * (len(LATENCY_BOUNDS_MS) + 1) for t in OP_TYPES}
-        self.op_latency_sum_ms: dict[str, float] = {t: 0.0 for t in OP_TYPES}
 
-    # --- bookkeeping -----------------------------------------------------------------------
+    # --- events from the snapshot side (ports.BucketEvents) -----------------------------
+
+    def on_background_change(self) -> None:
+        """A segment loaded or a merge finished: re-aim the timer, wake the dispatcher if due."""
+        if not self._closed and self.has_message_available():
+            self._on_due()
+
+    def on_bucket_retired(self, bucket: ImmutableBucket) -> None:
+        self._sealed.retire(bucket, self._cursor.read_position.ledger_id)
 
     def _is_deleted(self, ledger_id: int, entry_id: int) -> bool:
-        check = getattr(self._cursor, "is_deleted", None)
-        return bool(check is not None and check(Position(ledger_id, entry_id)))
+        return self._cursor.is_deleted(Position(ledger_id, entry_id))
 
     # --- time and timer --------------------------------------------------------------------
-
-    def _barrier(self) -> int | None:
-        return min(self._loading.values()) if self._loading else None
-
-    def _heap_top(self) -> _Loaded | None:
-        """The loaded segment with the earliest live head (drops stale heads)."""
-        heap = self._heap
-        while heap:
-            loaded = heap[0][2]
-            if loaded.dead:
-                heapq.heappop(heap)
-                continue
-            bucket = loaded.bucket
-            ts, pos, i = loaded.ts, loaded.pos, loaded.i
-            n = len(ts)
-            while i < n and not bucket.is_pending(pos[i] >> POSITION_BITS, pos[i] & POSITION_MASK):
-                i += 1
-            if i != loaded.i:
-                loaded.i = i
-                if i == n:
-                    heapq.heappop(heap)
-                    self._segment_done(loaded)
-                    continue
-                heapq.heapreplace(heap, (ts[i], loaded.seq, loaded))
-                continue
-            return loaded
-        return None
 
     @staticmethod
     def _purge(index: PackedTimeIndex, members: dict[int, BitMap]) -> int | None:
@@ -198,43 +143,26 @@ class BucketDelayedDeliveryTracker(BucketLifecycle, TimedTracker):
             index.drop_head()
         return None
 
+    def _segment_done(self, loaded: LoadedSegment) -> None:
+        self._snapshots.segment_done(loaded)
+
     def _head_ts(self) -> int | None:
         heads = [self._purge(self._mutable, self._mut_members),
-                 self._purge(self._extra, self._extra_members), self._wide.peek_ts()]
-        top = self._heap_top()
-        if top is not None:
-            heads.append(top.ts[top.i])
+                 self._purge(self._extra, self._extra_members), self._wide.peek_ts(),
+                 self._sealed.head(self._segment_done)]
         live = [h for h in heads if h is not None]
         return min(live) if live else None
-
-    def _after_change(self) -> None:
-        """Background work changed the index: re-aim the timer, wake the dispatcher if due."""
-        if not self._closed and self.has_message_available():
-            self._on_due()
 
     # --- add / cancel / contains -----------------------------------------------------------
 
     def add(self, ledger_id: int, entry_id: int, deliver_at_ms: int) -> bool:
-        buckets = self._buckets
-        sealed = bool(buckets) and ledger_id <= buckets[-1].end_ledger
-        if sealed:
-            bucket = self._find_bucket(ledger_id)
-            if bucket is not None:
-                if bucket.is_pending(ledger_id, entry_id):
-                    return True
-                if self._cursor_revision() == self._epoch:
-                    indexed = bucket.indexed.get(ledger_id)
-                    if indexed is not None and entry_id in indexed:
-                        return True             # handed out already since the last reset
-        if self._retired:
-            if self._cursor_revision() != self._epoch:
-                self._retired.clear()
-            else:
-                retired = self._retired.get(ledger_id)
-                if retired is not None and entry_id in retired:
-                    return True                 # handed out by a bucket deleted since
+        sealed = ledger_id <= self._sealed.last_end_ledger
+        if self._sealed.holds(ledger_id, entry_id):
+            return True                         # pending, or handed out since the last reset
         if not fits(ledger_id, entry_id):
             return self._add_wide(ledger_id, entry_id, deliver_at_ms)
+        if self._cancels.blocks(ledger_id, entry_id, deliver_at_ms):
+            return True                         # cancelled (PIP-423): never delivered
         mut = self._mut_members.get(ledger_id)
         if mut is not None and entry_id in mut:
             return True                         # re-read of a tracked entry
@@ -310,12 +238,9 @@ class BucketDelayedDeliveryTracker(BucketLifecycle, TimedTracker):
                 return False
             self._wide.members.discard((ledger_id, entry_id))
             return True
-        bucket = self._find_bucket(ledger_id)
-        if bucket is not None and bucket.take(ledger_id, entry_id):
-            self._sealed_remaining -= 1
-            self._pending_cancels.append((ledger_id << POSITION_BITS) | entry_id)
-            if bucket.remaining <= 0 and not bucket.merging:
-                self._finish_bucket(bucket)
+        bucket = self._sealed.take(ledger_id, entry_id)
+        if bucket is not None:
+            self._snapshots.bucket_emptied(bucket)
         elif self._member_take(self._mut_members, ledger_id, entry_id):
             self._mut_count -= 1
             self._mut_stale += 1
@@ -326,22 +251,39 @@ class BucketDelayedDeliveryTracker(BucketLifecycle, TimedTracker):
         self._update_timer()
         return True
 
+    def cancel_delayed(self, ledger_id: int, entry_id: int, deliver_at_ms: int) -> CancelResult:
+        if deliver_at_ms <= self._cutoff():
+            return self._cancels.refuse()
+        if not fits(ledger_id, entry_id):
+            return CancelResult.APPLIED if self.cancel(ledger_id, entry_id) \
+                else CancelResult.NOT_FOUND
+        if self._is_deleted(ledger_id, entry_id):
+            return CancelResult.NOT_FOUND       # acknowledged: nothing to cancel
+        cleared = self.cancel(ledger_id, entry_id)
+        if (not cleared and not self._cancels.used.contains(ledger_id, entry_id, deliver_at_ms)
+                and self._sealed.holds(ledger_id, entry_id)):
+            return CancelResult.NOT_FOUND       # a consumer has it already
+        result = self._cancels.record(ledger_id, entry_id, deliver_at_ms, cleared=cleared)
+        self._journal.changed()
+        return result
+
+    async def persist_cancels(self) -> None:
+        await self._journal.sync()
+
+    def _cancel_still_needed(self, ledger_id: int, entry_id: int) -> bool:
+        return not self._is_deleted(ledger_id, entry_id)
+
     def sequential_skip(self, ledger_id: int, entry_id: int) -> int:
-        # The same verdicts as add(): pending in a sealed bucket, handed out since the last
-        # reset (indexed; pending is a subset), retired, or in the mutable/extra members.
-        same_epoch = self._cursor_revision() == self._epoch
-        bucket = self._find_bucket(ledger_id) if self._buckets else None
-        sets = [self._mut_members.get(ledger_id), self._extra_members.get(ledger_id)]
-        if bucket is not None:
-            sets.append((bucket.indexed if same_epoch else bucket.pending).get(ledger_id))
-        if same_epoch and self._retired:
-            sets.append(self._retired.get(ledger_id))
+        # The same verdicts as add(): held by a sealed bucket (pending or handed out since the
+        # last reset, retired buckets included), or in the mutable/extra members.
+        sets = [self._mut_members.get(ledger_id), self._extra_members.get(ledger_id),
+                *self._sealed.held_sets(ledger_id)]
         return run_end_union(sets, entry_id)
 
     def contains(self, ledger_id: int, entry_id: int) -> bool:
         if not fits(ledger_id, entry_id):
             return (ledger_id, entry_id) in self._wide.members
-        bucket = self._find_bucket(ledger_id)
+        bucket = self._sealed.find(ledger_id)
         if bucket is not None and bucket.is_pending(ledger_id, entry_id):
             return True
         for members in (self._mut_members, self._extra_members):
@@ -351,14 +293,14 @@ class BucketDelayedDeliveryTracker(BucketLifecycle, TimedTracker):
         return False
 
     def __len__(self) -> int:
-        return self._mut_count + self._extra_count + self._sealed_remaining + len(self._wide)
+        return self._mut_count + self._extra_count + self._sealed.sealed_remaining + len(self._wide)
 
     # --- delivery ----------------------------------------------------------------------------
 
     def has_message_available(self) -> bool:
         head = self._head_ts()
         limit = self._cutoff()
-        barrier = self._barrier()
+        barrier = self._sealed.barrier()
         if barrier is not None and barrier < limit:
             limit = barrier
         available = head is not None and head <= limit
@@ -369,6 +311,8 @@ class BucketDelayedDeliveryTracker(BucketLifecycle, TimedTracker):
     def get_scheduled(self, max_messages: int) -> list[tuple[int, int]]:
         if self._closed:
             return []
+        if self._expire_cancels():
+            self._journal.changed()
         out: list[tuple[int, int]] = []
         # A round takes the earliest `need` due entries across all sources: find the time
         # threshold by bisection on counts, then take whole runs per source. Rounds repeat only
@@ -377,8 +321,8 @@ class BucketDelayedDeliveryTracker(BucketLifecycle, TimedTracker):
             need = max_messages - len(out)
             if need <= 0:
                 break
-            self._heap_top()                    # drop dead segments and stale heads
-            limit_ts = self._limit_ts()
+            self._sealed.head(self._segment_done)   # drop dead segments and stale heads
+            limit_ts = self._sealed.limit(self._cutoff())
             threshold = self._threshold(limit_ts, need)
             if threshold is None:
                 break
@@ -392,34 +336,15 @@ class BucketDelayedDeliveryTracker(BucketLifecycle, TimedTracker):
         self._update_timer()
         return out
 
-    def _limit_ts(self) -> int:
-        """Latest deliver time that may be handed out now: the cutoff, and never past the first
-        time of a segment not in memory yet (so delivery stays in time order)."""
-        limit = self._cutoff()
-        barrier = self._barrier()
-        if barrier is not None and barrier < limit:
-            limit = barrier
-        for _, _, loaded in self._heap:
-            bucket = loaded.bucket
-            if not loaded.dead and bucket.next_segment <= len(bucket.segment_min_ts):
-                upcoming = bucket.segment_min_ts[bucket.next_segment - 1]
-                if upcoming < limit:
-                    limit = upcoming
-        return limit
-
     def _count_upto(self, bound: int) -> int:
-        count = self._mutable.count_upto(bound) + self._extra.count_upto(bound)
-        for _, _, loaded in self._heap:
-            if not loaded.dead:
-                count += bisect_right(loaded.ts, bound, loaded.i) - loaded.i
-        return count
+        return (self._mutable.count_upto(bound) + self._extra.count_upto(bound)
+                + self._sealed.count_upto(bound))
 
     def _threshold(self, limit_ts: int, need: int) -> int | None:
         """The smallest time T <= limit_ts with at least ``need`` entries at or before it
         (limit_ts when fewer are due); None when nothing is due."""
         heads = [h for h in (self._mutable.peek_ts(), self._extra.peek_ts()) if h is not None]
-        heads.extend(loaded.ts[loaded.i] for _, _, loaded in self._heap
-                     if not loaded.dead and loaded.i < len(loaded.ts))
+        heads.extend(self._sealed.live_heads())
         if not heads:
             return None
         low = min(heads)
@@ -455,67 +380,19 @@ class BucketDelayedDeliveryTracker(BucketLifecycle, TimedTracker):
                     self._mut_stale = max(0, self._mut_stale - (moved - taken))
                 else:
                     self._extra_count -= taken
-        exhausted: list[_Loaded] = []
-        touched = False
-        for _, _, loaded in self._heap:
-            if limit - consumed <= 0:
-                break
-            if loaded.dead:
-                continue
-            moved = self._take_segment(loaded, bound, limit - consumed, out)
-            if moved:
-                touched = True
-                consumed += moved
-                if loaded.i == len(loaded.ts):
-                    exhausted.append(loaded)
-        if touched:
-            self._heap = [(seg.ts[seg.i], seg.seq, seg) for _, _, seg in self._heap
-                          if not seg.dead and seg.i < len(seg.ts)]
-            heapq.heapify(self._heap)
+        if limit - consumed <= 0:
+            return consumed
+        moved, exhausted = self._sealed.take_upto(bound, limit - consumed, out, self._is_deleted)
         for loaded in exhausted:
             self._segment_done(loaded)
-        return consumed
-
-    def _take_segment(self, loaded: _Loaded, bound: int, limit: int,
-                      out: list[tuple[int, int]]) -> int:
-        ts, pos, i = loaded.ts, loaded.pos, loaded.i
-        end = min(bisect_right(ts, bound, i), i + limit)
-        bucket = loaded.bucket
-        pending = bucket.pending
-        check_acked = bucket.recovered
-        taken = 0
-        for k in range(i, end):
-            packed = pos[k]
-            ledger_id = packed >> POSITION_BITS
-            entry_id = packed & POSITION_MASK
-            bm = pending.get(ledger_id)
-            if bm is None or entry_id not in bm:
-                continue                        # handed out, cancelled or acked
-            bm.remove(entry_id)
-            taken += 1
-            if check_acked and self._is_deleted(ledger_id, entry_id):
-                continue                        # acknowledged before the restart
-            out.append((ledger_id, entry_id))
-        bucket.remaining -= taken
-        self._sealed_remaining -= taken
-        loaded.i = end
-        return end - i
+        return consumed + moved
 
     def clear(self) -> None:
-        for bucket in list(self._buckets):
-            bucket.remaining = 0
-            bucket.cancel_ops = []
-            self._finish_bucket(bucket)
-        self._buckets.clear()
-        self._starts.clear()
-        self._heap.clear()
-        self._loading.clear()
-        self._sealed_remaining = 0
-        self._pending_cancels = []
-        self._retired.clear()
+        self._snapshots.clear()
         self._mutable.clear()
         self._mut_members.clear()
         self._mut_count = 0
+        self._mut_stale = 0
         self._mut_start = self._mut_end = -1
         self._extra.clear()
         self._extra_members.clear()
@@ -526,57 +403,110 @@ class BucketDelayedDeliveryTracker(BucketLifecycle, TimedTracker):
     async def close(self) -> None:
         self._closed = True
         self._timer.cancel()
-        while self._tasks:
-            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        await self._snapshots.close()
+        await self._journal.close()
 
     def should_pause_all_deliveries(self) -> bool:
-        return False
+        # The late-entry index is in memory only: bounded by pausing new reads until due
+        # entries drain it (replays and due hand-outs go on; nothing is dropped or early).
+        return self._extra_count >= self._max_late
+
+    async def recover(self) -> None:
+        recovered = await self._journal.recover()
+        await self._snapshots.recover()
+        # Cancels first: clear their targets in the recovered buckets before any hand-out.
+        self._cancels.restore(recovered)
+        for ledger_id, entry_id, slot_ms in recovered.targets():
+            if self.cancel(ledger_id, entry_id):
+                self._cancels.record(ledger_id, entry_id, slot_ms, cleared=True)
+        self.on_background_change()
+
+    # --- seal ------------------------------------------------------------------------------
+
+    def _seal(self) -> None:
+        """Hand the mutable bucket to the snapshot side as a new immutable bucket."""
+        members = self._mut_members
+        ts_col, pos_col = self._mutable.columns()
+        if self._mut_stale:
+            # Cancelled entries (and re-added duplicates) are still in the index: filter.
+            seen: set[int] = set()
+            keep_ts: array[int] = array("q")
+            keep_pos: array[int] = array("Q")
+            for ts, packed in zip(ts_col, pos_col, strict=True):
+                bm = members.get(packed >> POSITION_BITS)
+                if bm is not None and (packed & POSITION_MASK) in bm and packed not in seen:
+                    seen.add(packed)
+                    keep_ts.append(ts)
+                    keep_pos.append(packed)
+            ts_col, pos_col = keep_ts, keep_pos
+        start, end = self._mut_start, self._mut_end
+        self._mutable = PackedTimeIndex()
+        self._mut_members = {}
+        self._mut_count = 0
+        self._mut_stale = 0
+        self._mut_start = self._mut_end = -1
+        self._snapshots.seal(start, end, ts_col, pos_col, members)
 
     # --- metrics and introspection -------------------------------------------------------------
 
     @property
+    def snapshots(self) -> BucketSnapshots:
+        """The snapshot side: op counters, latencies and snapshot sizes for the collector."""
+        return self._snapshots
+
+    @property
+    def snapshot_size_bytes(self) -> int:
+        return self._snapshots.snapshot_size_bytes
+
+    @property
+    def op_count(self) -> dict[tuple[str, str], int]:
+        return self._snapshots.op_count
+
+    @property
+    def op_latency_buckets(self) -> dict[str, list[int]]:
+        return self._snapshots.op_latency_buckets
+
+    @property
+    def op_latency_sum_ms(self) -> dict[str, float]:
+        return self._snapshots.op_latency_sum_ms
+
+    @property
+    def cancel_journal_failures(self) -> int:
+        """Failed writes of the cancel snapshot (each is retried)."""
+        return self._journal.write_failures
+
+    @property
     def bucket_count(self) -> int:
-        return len(self._buckets) + 1
+        return len(self._sealed) + 1
 
     @property
     def loaded_index_count(self) -> int:
-        loaded = sum(len(entry[2].ts) - entry[2].i for entry in self._heap if not entry[2].dead)
-        return len(self._mutable) + len(self._extra) + len(self._wide) + loaded
+        return (len(self._mutable) + len(self._extra) + len(self._wide)
+                + self._sealed.loaded_index_count)
 
     @property
     def memory_bytes(self) -> int:
-        total = (self._mutable.memory_bytes + self._extra.memory_bytes
-                 + sys.getsizeof(self._heap) + 64 * len(self._heap))
+        total = self._mutable.memory_bytes + self._extra.memory_bytes + self._sealed.memory_bytes
         for members in (self._mut_members, self._extra_members):
             total += sum(bitmap_bytes(bm) for bm in members.values())
-        for entry in self._heap:
-            if not entry[2].dead:
-                total += sys.getsizeof(entry[2].ts) + sys.getsizeof(entry[2].pos)
-        total += sum(bitmap_bytes(bm) for bm in self._retired.values())
-        for bucket in self._buckets:
-            total += 200
-            total += sum(bitmap_bytes(bm) for bm in bucket.indexed.values())
-            total += sum(bitmap_bytes(bm) for bm in bucket.pending.values())
-            if bucket.mem_segments is not None:
-                total += sum(sys.getsizeof(t) + sys.getsizeof(p) for t, p in bucket.mem_segments)
+        total += self._cancels.memory_bytes
         return total + (self._wide.memory_bytes if self._wide else 0)
 
     @property
     def pending_loads(self) -> int:
         """Segments being loaded (on_due follows when they make something due)."""
-        return len(self._loading)
+        return len(self._sealed.loading)
 
     @property
     def immutable_ranges(self) -> list[tuple[int, int]]:
         """(start, end) ledger ranges of the immutable buckets (tests, internal stats)."""
-        return [(b.start_ledger, b.end_ledger) for b in self._buckets]
+        return self._sealed.ranges
 
     @property
     def sealed_until_ledger(self) -> int:
         """End ledger of the last immutable bucket, -1 if none."""
-        return self._buckets[-1].end_ledger if self._buckets else -1
+        return self._sealed.last_end_ledger
 
     async def wait_idle(self) -> None:
         """Wait for background snapshot work (tests and benchmarks)."""
-        while self._tasks:
-            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        await self._snapshots.wait_idle()

@@ -13,14 +13,18 @@ topic's resolved :class:`~broker.delayed.policy.DelayPolicy`, before appending.
    (:func:`protocol.metadata.rewrite_deliver_at`: new bytes, so the stored entry and every
    MESSAGE carry a CRC32C computed over the rewritten bytes). ``overridden`` is True exactly
    when the client had set a ``deliver_at_time`` and it differed from the fixed one: the
-   message counted in ``pulsar_broker_topic_messages_fixed_delay_overridden_total``. A message
+   messages counted in ``pulsar_broker_topic_messages_fixed_delay_overridden_total``. A message
    without a client delay is rewritten but not counted; one whose client delay already equals
    the fixed one is stored untouched and not counted.
 3. Max delay (PIP-315) in force: ``deliver_at_time - publish_time > max`` (the producer's
-   publish time, not broker time, as upstream) raises
-   ``NotAllowedError("Exceeds max allowed delivery delay of N milliseconds")``; the caller
-   answers SEND_ERROR, stores nothing and counts
+   publish time, not broker time, as upstream) raises :class:`DelayTooLongError` (a
+   ``NotAllowedError``, "Exceeds max allowed delivery delay of N milliseconds"); the caller
+   answers SEND_ERROR, stores nothing and adds its ``messages`` to
    ``pulsar_broker_topic_messages_delayed_rejected_total``.
+
+Total: nothing else is raised for any policy and any parsed entry. The rewritten time is
+clamped to int64 (policies are bounded by :data:`~broker.delayed.policy.MAX_POLICY_DELAY_MS`
+anyway); counters count messages (``num_messages_in_batch``), not entries.
 """
 
 from __future__ import annotations
@@ -31,13 +35,29 @@ from broker.delayed.policy import DelayPolicy
 from protocol.errors import NotAllowedError
 from protocol.metadata import EntryInfo, rewrite_deliver_at
 
+#: ``deliver_at_time`` is an int64 on the wire: a rewritten time is clamped to it.
+INT64_MAX = (1 << 63) - 1
+
 
 @dataclass(frozen=True, slots=True)
 class GuardResult:
-    """The entry to store (possibly rewritten) and whether a client delay was overridden."""
+    """The entry to store (possibly rewritten) and how many of its messages had their client
+    delay overridden (all of the entry's, or 0)."""
 
     entry: bytes
-    overridden: bool
+    overridden_messages: int
+
+    @property
+    def overridden(self) -> bool:
+        return self.overridden_messages > 0
+
+
+class DelayTooLongError(NotAllowedError):
+    """A PIP-315 rejection; ``messages`` is how many messages the refused entry held."""
+
+    def __init__(self, message: str, messages: int) -> None:
+        super().__init__(message)
+        self.messages = messages
 
 
 def max_delay_message(max_delay_ms: int) -> str:
@@ -48,16 +68,17 @@ def max_delay_message(max_delay_ms: int) -> str:
 def check_and_start_publish(entry: bytes, info: EntryInfo, policy: DelayPolicy) -> GuardResult:
     """Apply the topic's max/fixed delay to one entry (see the module docstring)."""
     if not policy.active:
-        return GuardResult(entry, False)
+        return GuardResult(entry, 0)
     fixed = policy.fixed_delay_ms
     if fixed > 0:
-        deliver_at = info.publish_time + fixed
+        deliver_at = min(info.publish_time + fixed, INT64_MAX)
         client_at = info.deliver_at_time
         if client_at == deliver_at:
-            return GuardResult(entry, False)
-        return GuardResult(rewrite_deliver_at(entry, deliver_at), client_at is not None)
+            return GuardResult(entry, 0)
+        overridden = info.messages if client_at is not None else 0
+        return GuardResult(rewrite_deliver_at(entry, deliver_at), overridden)
     max_delay = policy.max_delay_ms
     if (max_delay > 0 and info.deliver_at_time is not None
             and info.deliver_at_time - info.publish_time > max_delay):
-        raise NotAllowedError(max_delay_message(max_delay))
-    return GuardResult(entry, False)
+        raise DelayTooLongError(max_delay_message(max_delay), info.messages)
+    return GuardResult(entry, 0)

@@ -12,7 +12,11 @@ spread thinly (measured: bench/delayed.py). Horae keeps instead:
   distribution), so strict mode needs no rounding and is never early;
 - a roaring bitmap of entry ids per ledger (``_members``) for O(1) ``contains``, dedup of a
   re-read entry, and cancellation. A cancelled position stays in the index until it reaches
-  the head and is then dropped, so cancel is O(1) too.
+  the head and is then dropped, so cancel is O(1) too;
+- the cancel book (:mod:`broker.delayed.cancels`, PIP-423): ``cancel_delayed`` clears a
+  tracked target or records it so that ``add`` refuses it later; kept in memory only until
+  two ticks past its deliver time. Durable cancels are the subscription's job here (it
+  acknowledges the cancelled message).
 
 Invariants: ``len(self)`` == number of members; every member has at least one index entry at
 its deliver time; an index entry whose position is not a member is stale and never delivered.
@@ -33,6 +37,7 @@ from collections.abc import Callable
 
 from pyroaring import BitMap
 
+from broker.delayed.cancels import CancelResult
 from broker.delayed.packed import (
     POSITION_BITS,
     POSITION_MASK,
@@ -45,7 +50,7 @@ from broker.delayed.packed import (
 )
 from broker.delayed.tracker import TimedTracker, TimerLoop
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("horae.delayed.in_memory")
 
 
 class InMemoryDelayedDeliveryTracker(TimedTracker):
@@ -91,6 +96,8 @@ class InMemoryDelayedDeliveryTracker(TimedTracker):
                 return True                 # re-read of a tracked entry: the tracker owns it
         elif (ledger_id, entry_id) in self._wide.members:
             return True
+        if packable and self._cancels.blocks(ledger_id, entry_id, deliver_at_ms):
+            return True                     # cancelled (PIP-423): never delivered
         if deliver_at_ms < 0 or deliver_at_ms <= self._cutoff():
             self._fixed_delay = False
             return False
@@ -121,6 +128,7 @@ class InMemoryDelayedDeliveryTracker(TimedTracker):
         return available
 
     def get_scheduled(self, max_messages: int) -> list[tuple[int, int]]:
+        self._expire_cancels()
         cutoff = self._cutoff()
         out: list[tuple[int, int]] = []
         buf: list[int] = []
@@ -164,6 +172,14 @@ class InMemoryDelayedDeliveryTracker(TimedTracker):
         self._update_timer()
         return True
 
+    def cancel_delayed(self, ledger_id: int, entry_id: int, deliver_at_ms: int) -> CancelResult:
+        if deliver_at_ms <= self._cutoff():
+            return self._cancels.refuse()
+        cleared = self.cancel(ledger_id, entry_id)
+        if not fits(ledger_id, entry_id):
+            return CancelResult.APPLIED if cleared else CancelResult.NOT_FOUND
+        return self._cancels.record(ledger_id, entry_id, deliver_at_ms, cleared=cleared)
+
     def sequential_skip(self, ledger_id: int, entry_id: int) -> int:
         return run_end(self._members.get(ledger_id), entry_id)
 
@@ -180,7 +196,7 @@ class InMemoryDelayedDeliveryTracker(TimedTracker):
     def memory_bytes(self) -> int:
         return (self._index.memory_bytes + sys.getsizeof(self._members)
                 + sum(bitmap_bytes(bm) for bm in self._members.values())
-                + (self._wide.memory_bytes if self._wide else 0))
+                + (self._wide.memory_bytes if self._wide else 0) + self._cancels.memory_bytes)
 
     def clear(self) -> None:
         self._count = 0

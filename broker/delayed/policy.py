@@ -14,20 +14,18 @@ Precedence of the two publish limits (PIP-437): a fixed delay in force (> 0) ove
 client's deliver time and the max delay is not applied, so the resolved policy carries
 ``max_delay_ms = 0`` whenever ``fixed_delay_ms > 0``.
 
-Broker config attributes read (``broker/config.py``; ``getattr`` with Pulsar's defaults so
-this module also works with a partial config object): ``delayed_delivery_enabled`` (True),
-``delayed_delivery_tick_time_millis`` (1000), ``is_delayed_delivery_deliver_at_time_strict``
-(False), ``delayed_delivery_max_delay_in_millis`` (0).
+Broker config read (:class:`broker.config.BrokerConfig`): ``delayed_delivery_enabled``,
+``delayed_delivery_tick_time_millis``, ``is_delayed_delivery_deliver_at_time_strict``,
+``delayed_delivery_max_delay_in_millis``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from broker.config import BrokerConfig
+from broker.config import BrokerConfig
 
 ACTIVE = "active"
 TICK_TIME = "tickTime"
@@ -35,10 +33,12 @@ MAX_DELAY = "maxDeliveryDelayInMillis"
 FIXED_DELAY = "fixedDeliveryDelayInMillis"
 POLICY_KEYS = (ACTIVE, TICK_TIME, MAX_DELAY, FIXED_DELAY)
 
-DEFAULT_ENABLED = True
-DEFAULT_TICK_TIME_MS = 1000
-DEFAULT_STRICT = False
-DEFAULT_MAX_DELAY_MS = 0
+#: Largest max or fixed delay a policy may set: 100 years. Pulsar sets no bound, but a delay
+#: is added to the producer's publish time (epoch ms, < 2**42 until 2109) and stored in the
+#: int64 ``deliver_at_time``; anything near 2**63 overflowed it and failed every SEND. A
+#: century keeps ``publish_time + delay`` far inside int64 and refuses only typing mistakes.
+MAX_POLICY_DELAY_MS = 100 * 365 * 86_400_000
+
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,22 +72,21 @@ def _pick(key: str, topic: Mapping[str, Any] | None, namespace: Mapping[str, Any
     return default
 
 
-def resolve_policy(config: BrokerConfig | Any, namespace_policy: Mapping[str, Any] | None,
+def resolve_policy(config: BrokerConfig, namespace_policy: Mapping[str, Any] | None,
                    topic_policy: Mapping[str, Any] | None) -> DelayPolicy:
     """Per-field resolution: topic > namespace > broker config; fixed beats max."""
-    active = bool(_pick(ACTIVE, topic_policy, namespace_policy,
-                        getattr(config, "delayed_delivery_enabled", DEFAULT_ENABLED)))
+    active = bool(_pick(ACTIVE, topic_policy, namespace_policy, config.delayed_delivery_enabled))
     tick = int(_pick(TICK_TIME, topic_policy, namespace_policy,
-                     getattr(config, "delayed_delivery_tick_time_millis", DEFAULT_TICK_TIME_MS)))
+                     config.delayed_delivery_tick_time_millis))
     max_delay = int(_pick(MAX_DELAY, topic_policy, namespace_policy,
-                          getattr(config, "delayed_delivery_max_delay_in_millis",
-                                  DEFAULT_MAX_DELAY_MS)))
+                          config.delayed_delivery_max_delay_in_millis))
     fixed = int(_pick(FIXED_DELAY, topic_policy, namespace_policy, 0))
-    strict = bool(getattr(config, "is_delayed_delivery_deliver_at_time_strict", DEFAULT_STRICT))
+    strict = config.is_delayed_delivery_deliver_at_time_strict
     if fixed > 0:
         max_delay = 0
-    return DelayPolicy(active=active, tick_time_ms=max(tick, 1), max_delay_ms=max(max_delay, 0),
-                       fixed_delay_ms=max(fixed, 0), strict=strict)
+    return DelayPolicy(active=active, tick_time_ms=min(max(tick, 1), MAX_POLICY_DELAY_MS),
+                       max_delay_ms=min(max(max_delay, 0), MAX_POLICY_DELAY_MS),
+                       fixed_delay_ms=min(max(fixed, 0), MAX_POLICY_DELAY_MS), strict=strict)
 
 
 def _as_int(key: str, value: object) -> int:
@@ -128,5 +127,11 @@ def validate_policy_body(body: object) -> dict[str, Any]:
             raise ValueError(f"tickTime must be > 0 milliseconds, not {number}")
         if key in (MAX_DELAY, FIXED_DELAY) and number < 0:
             raise ValueError(f"{key} must be >= 0 milliseconds (0 = no limit), not {number}")
+        if key in (MAX_DELAY, FIXED_DELAY) and number > MAX_POLICY_DELAY_MS:
+            raise ValueError(f"{key} must be at most {MAX_POLICY_DELAY_MS} milliseconds "
+                             f"(100 years), not {number}")
+        if key == TICK_TIME and number > MAX_POLICY_DELAY_MS:
+            raise ValueError(f"tickTime must be at most {MAX_POLICY_DELAY_MS} milliseconds, "
+                             f"not {number}")
         out[key] = number
     return out

@@ -31,7 +31,7 @@ from typing import Any
 from pyroaring import BitMap
 
 from broker.delayed.packed import POSITION_BITS, POSITION_MASK
-from proto import delayed_index_pb2
+from protocol.generated import delayed_index_pb2
 
 # The generated module has no type stubs: its messages are typed as Any here.
 dpb: Any = delayed_index_pb2

@@ -33,6 +33,11 @@ from collections.abc import Callable
 from enum import IntEnum
 from typing import Protocol
 
+from broker.delayed.cancels import CancelBook, CancelResult, CancelStats
+
+#: A cancel is kept this many ticks past its deliver time (PIP-423: ``deliverAt + 2 * tick``).
+CANCEL_GRACE_TICKS = 2
+
 
 class DelayedOperationType(IntEnum):
     """Operation kinds of a delayed index (``pulsar.delay.DelayedOperationType``)."""
@@ -143,7 +148,33 @@ class DelayedDeliveryTracker(abc.ABC):
 
     @abc.abstractmethod
     def cancel(self, ledger_id: int, entry_id: int) -> bool:
-        """Drop a tracked position (PIP-423, tracker level). True if it was tracked."""
+        """Drop a tracked position, in memory only (the skip-by-ids path, which acks it
+        anyway). True if it was tracked."""
+
+    @abc.abstractmethod
+    def cancel_delayed(self, ledger_id: int, entry_id: int, deliver_at_ms: int) -> CancelResult:
+        """PIP-423 tracker-level cancel of the message at ``(ledger_id, entry_id)`` due at
+        ``deliver_at_ms``. A tracked index is cleared (APPLIED); an untracked one is recorded and
+        dropped when the dispatcher meets it (PENDING); a deliver time at or before the cutoff
+        is refused (REFUSED_PAST); a message already handed out or acknowledged is NOT_FOUND.
+        Applied and pending cancels are kept until their time has passed (and, in the bucket
+        tracker, persisted: await :meth:`persist_cancels` before answering the caller)."""
+
+    async def persist_cancels(self) -> None:
+        """Return once every cancel accepted so far is durable (in-memory: at once)."""
+        return None
+
+    async def cancel_delayed_message(self, ledger_id: int, entry_id: int,
+                                     deliver_at_ms: int) -> CancelResult:
+        """:meth:`cancel_delayed`, then wait until it is durable when it was accepted."""
+        result = self.cancel_delayed(ledger_id, entry_id, deliver_at_ms)
+        if result.accepted:
+            await self.persist_cancels()
+        return result
+
+    @abc.abstractmethod
+    def cancel_stats(self) -> CancelStats:
+        """Cancels applied, refused (totals) and pending (now): per-subscription metrics."""
 
     @abc.abstractmethod
     def contains(self, ledger_id: int, entry_id: int) -> bool:
@@ -186,10 +217,11 @@ class DelayedDeliveryTracker(abc.ABC):
         return entry_id
 
     def apply_delay_operation(self, op: DelayedOperationType, ledger_id: int, entry_id: int,
-                              deliver_at_ms: int = 0) -> bool:
-        """DELAY = :meth:`add`, CANCEL = :meth:`cancel` (the snapshot operation types)."""
+                              deliver_at_ms: int) -> bool:
+        """PIP-423's ``applyDelayOperation``: DELAY = :meth:`add`, CANCEL =
+        :meth:`cancel_delayed` (True when accepted: applied or pending)."""
         if op is DelayedOperationType.CANCEL:
-            return self.cancel(ledger_id, entry_id)
+            return self.cancel_delayed(ledger_id, entry_id, deliver_at_ms).accepted
         return self.add(ledger_id, entry_id, deliver_at_ms)
 
 
@@ -197,8 +229,13 @@ class TimedTracker(DelayedDeliveryTracker):
     """The part every tracker shares: the tick, strictness, the cutoff and one deadline timer.
 
     Subclasses call :meth:`_init_timing` from ``__init__``, keep ``_closed``, and implement
-    ``_head_ts`` (the earliest live deliver time); the timer is re-aimed from it.
+    ``_head_ts`` (the earliest live deliver time); the timer is re-aimed from it. They also
+    share the cancel book: cancels are expired :data:`CANCEL_GRACE_TICKS` ticks after their
+    deliver time (checked at most once a second, from :meth:`_expire_cancels`).
     """
+
+    _cancels: CancelBook
+    _next_expiry_ms: int = 0
 
     _clock_ms: Callable[[], int]
     _tick_ms: int
@@ -213,6 +250,31 @@ class TimedTracker(DelayedDeliveryTracker):
         self._strict = strict
         self._on_due = on_due
         self._timer = DeadlineTimer(loop, self._clock_ms, tick_time_ms, self._on_timer)
+        self._cancels = CancelBook()
+
+    def cancel_stats(self) -> CancelStats:
+        return self._cancels.stats()
+
+    @property
+    def cancels(self) -> CancelBook:
+        """The cancel book (read-only use: stats, benchmarks)."""
+        return self._cancels
+
+    def _expire_cancels(self) -> bool:
+        """Drop cancels whose deliver time is over by the grace; True if any went."""
+        if not self._cancels:
+            return False
+        now = self._clock_ms()
+        if now < self._next_expiry_ms:
+            return False
+        self._next_expiry_ms = now + 1000
+        return self._cancels.expire(now - CANCEL_GRACE_TICKS * self._tick_ms,
+                                    self._cancel_still_needed)
+
+    def _cancel_still_needed(self, ledger_id: int, entry_id: int) -> bool:
+        """May a cancel whose time is over still meet its target? (Bucket tracker: while
+        the target is not acknowledged.) The in-memory tracker cannot tell: no."""
+        return False
 
     _closed: bool
 

@@ -54,7 +54,7 @@ from protocol.limits import FRAME_PADDING, PROTOCOL_VERSION
 
 __all__ = ["ServerConnection"]
 
-log = logging.getLogger("horae.connection")
+log = logging.getLogger("horae.net.connection")
 
 _GET_SCHEMA_NO_SCHEMA = "Topic not found or no-schema"  # Pulsar's exact text
 

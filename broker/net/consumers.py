@@ -48,7 +48,7 @@ from storage.positions import Position
 
 __all__ = ["ConsumerSide"]
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("horae.net.consumers")
 
 _U64 = (1 << 64) - 1
 _I64 = 1 << 63

@@ -44,7 +44,7 @@ __all__ = [
     "iana_to_openssl_cipher",
 ]
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("horae.security.tls")
 
 _VERSIONS = {"TLSv1.2": ssl.TLSVersion.TLSv1_2, "TLSv1.3": ssl.TLSVersion.TLSv1_3}
 

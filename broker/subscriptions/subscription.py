@@ -60,7 +60,7 @@ __all__ = [
     "wire_position",
 ]
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("horae.subscription")
 
 BUCKET_PROPERTY_PREFIX = "#pulsar.internal.delayed.bucket"
 EXCLUSIVE, SHARED, FAILOVER, KEY_SHARED = 0, 1, 2, 3

@@ -49,8 +49,9 @@ from google.protobuf.message import DecodeError
 
 from broker.config import BrokerConfig
 from broker.delayed import create_tracker
-from broker.delayed.guard import check_and_start_publish
+from broker.delayed.guard import DelayTooLongError, check_and_start_publish
 from broker.delayed.policy import DelayPolicy
+from broker.delayed.residual import delete_residual_snapshots
 from broker.delayed.tracker import DelayedDeliveryTracker
 from broker.metrics.rates import PUBLISH_LATENCY_BUCKETS_MS, RateMeter
 from broker.subscriptions.subscription import Subscription
@@ -206,11 +207,10 @@ class Topic:
                 policy.fixed_delay_ms > 0 or (policy.max_delay_ms > 0 and has("deliver_at_time"))):
             try:
                 result = check_and_start_publish(entry, parse_entry(entry), policy)
-            except NotAllowedError:
-                self.delayed_rejected_counter += 1
+            except DelayTooLongError as exc:
+                self.delayed_rejected_counter += exc.messages
                 raise
-            if result.overridden:
-                self.fixed_delay_overridden_counter += 1
+            self.fixed_delay_overridden_counter += result.overridden_messages
             entry = result.entry
         return entry, messages, partial
 
@@ -367,7 +367,10 @@ class Topic:
         self._forget_subscription(name, sub)
         await _close_subscription(sub)
         if name in self.ledger.cursors:
+            properties = self.ledger.cursors[name].properties
             await self.ledger.delete_cursor(name)
+            # Its bucket and cancel snapshots go too (Pulsar's cleanResidualSnapshots).
+            await delete_residual_snapshots(properties, self.host.snapshots)
 
     def remove_subscription(self, sub: Subscription) -> None:
         """Forget a subscription that went away by itself (e.g. a reader's non-durable one)."""

@@ -9,6 +9,10 @@
 # to storage the cluster can read (HDFS, S3 via s3a://, or a shared mount visible under the
 # same path on every node), then point INPUT at it. Every setting is an environment variable;
 # the host names below are placeholders.
+#
+# The job's modules import each other as the `jobs` package. This script zips that package
+# (JOBS_ZIP, default build/horae-jobs.zip in the checkout) and passes the zip as --py-files:
+# spark-submit puts it on the driver's PYTHONPATH and ships it to every executor.
 set -euo pipefail
 
 HERE="$(cd "$(dirname "$0")" && pwd)"
@@ -26,8 +30,20 @@ TOTAL_EXECUTOR_CORES="${TOTAL_EXECUTOR_CORES:-8}"
 DRIVER_MEMORY="${DRIVER_MEMORY:-2g}"
 SHUFFLE_PARTITIONS="${SHUFFLE_PARTITIONS:-64}"
 PYSPARK_PYTHON="${PYSPARK_PYTHON:-python3}"     # executors need Python 3.11+ (no Horae install needed)
+JOBS_ZIP="${JOBS_ZIP:-$REPO/build/horae-jobs.zip}"
 
 export PYSPARK_PYTHON
+
+# The jobs package as jobs/*.py inside the zip (no caches, no docs).
+mkdir -p "$(dirname "$JOBS_ZIP")"
+python3 - "$REPO/jobs" "$JOBS_ZIP" <<'PY'
+import sys, zipfile
+from pathlib import Path
+package, target = Path(sys.argv[1]), sys.argv[2]
+with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as archive:
+    for module in sorted(package.glob("*.py")):
+        archive.write(module, f"jobs/{module.name}")
+PY
 
 exec "$SPARK_SUBMIT" \
   --master "$SPARK_MASTER" \
@@ -39,7 +55,7 @@ exec "$SPARK_SUBMIT" \
   --total-executor-cores "$TOTAL_EXECUTOR_CORES" \
   --conf spark.sql.session.timeZone=UTC \
   --conf spark.sql.adaptive.enabled=true \
-  --py-files "$REPO/jobs/rollup_report.py,$REPO/jobs/rollup_aggregate.py" \
+  --py-files "$JOBS_ZIP" \
   "$REPO/jobs/metrics_rollup.py" \
   --input "$INPUT" \
   --output "$OUTPUT" \

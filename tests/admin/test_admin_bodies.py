@@ -9,7 +9,7 @@ import pytest
 from broker.admin import bodies
 from broker.admin.cli import UsageError, parse_duration_ms, parse_message_id, topic_path
 from broker.admin.errors import RestError
-from proto import pulsar_api_pb2 as pb
+from protocol import pulsar_pb as pb
 
 
 def _b64(ledger: int, entry: int, batch: int | None = None) -> str:
@@ -112,7 +112,7 @@ def test_bad_json_is_a_bad_request() -> None:
     ("500ms", 500), ("30s", 30_000), ("10m", 600_000), ("1h", 3_600_000), ("2d", 172_800_000),
     ("1w", 604_800_000), ("5", 5_000), ("1.5s", 1_500),
 ])
-def test_cli_durations(text: str, ms: int) -> None:
+def test_cli_durations_parse_to_milliseconds(text: str, ms: int) -> None:
     assert parse_duration_ms(text) == ms
 
 

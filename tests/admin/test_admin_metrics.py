@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import time
 from typing import Any
 
 import pulsar
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
+from waiting import wait_until
 
 from broker.config import BrokerConfig
 from broker.metrics import create_registry
@@ -45,6 +45,16 @@ def _scrape(api: Api) -> dict[str, list[Any]]:
     return _samples(reply.body)
 
 
+def _scrape_when(api: Api, name: str, value: float, **labels: str) -> dict[str, list[Any]] | None:
+    """The scrape if the sample ``name{labels}`` is ``value`` (counters: at least it), else None."""
+    samples = _scrape(api)
+    seen = _value(samples, name, **labels)
+    if seen is None:
+        return None
+    reached = seen >= value if name.endswith(("_count", "_total")) else seen == value
+    return samples if reached else None
+
+
 def test_metrics_count_what_the_official_client_published_and_consumed(
         api: Api, client: Any) -> None:
     topic = f"{T}/metered"
@@ -65,14 +75,11 @@ def test_metrics_count_what_the_official_client_published_and_consumed(
     assert _value(samples, "pulsar_storage_write_latency_bucket", le="+Inf", **labels) == 7
     for _ in range(7):
         consumer.acknowledge(consumer.receive(timeout_millis=5000))
-    deadline = time.monotonic() + WAIT_S
-    while True:   # acks are asynchronous: wait (bounded) for the backlog to drain
-        samples = _scrape(api)
-        backlog = _value(samples, "pulsar_subscription_back_log", subscription="sub", **labels)
-        if backlog == 0 or time.monotonic() > deadline:
-            break
-        time.sleep(0.05)
-    assert backlog == 0
+    # acks are asynchronous: scrape until the backlog has drained
+    samples = wait_until(
+        lambda: _scrape_when(api, "pulsar_subscription_back_log", 0, subscription="sub", **labels),
+        timeout_s=WAIT_S, message="pulsar_subscription_back_log drains to 0",
+    )
     assert _value(samples, "pulsar_out_messages_total", **labels) == 7
     assert _value(samples, "pulsar_subscription_unacked_messages", subscription="sub",
                   **labels) == 0
@@ -89,15 +96,11 @@ def test_metrics_count_what_the_official_client_published_and_consumed(
 
 
 def test_metrics_include_process_and_event_loop_lag(api: Api) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while True:   # the lag probe fires every 0.5 s
-        samples = _scrape(api)
-        count = _value(samples, "horae_event_loop_lag_histogram_seconds_count")
-        if (count or 0) >= 1 or time.monotonic() > deadline:
-            break
-        time.sleep(0.1)
-    assert count is not None
-    assert count >= 1
+    # the lag probe fires every 0.5 s
+    samples = wait_until(
+        lambda: _scrape_when(api, "horae_event_loop_lag_histogram_seconds_count", 1),
+        timeout_s=WAIT_S, interval_s=0.1, message="the loop lag probe records a sample",
+    )
     assert _value(samples, "horae_event_loop_lag_seconds") is not None
     assert _value(samples, "process_cpu_seconds_total") is not None
     assert _value(samples, "process_resident_memory_bytes") > 0
@@ -109,14 +112,10 @@ def test_delayed_messages_and_cursor_resets_show_in_metrics(api: Api, client: An
     producer = client.create_producer(topic, batching_enabled=False)
     producer.send(b"later", deliver_after=datetime.timedelta(minutes=10))
     labels = {"topic": topic, "subscription": "sub"}
-    deadline = time.monotonic() + WAIT_S
-    while True:
-        samples = _scrape(api)
-        delayed = _value(samples, "pulsar_subscription_delayed", **labels)
-        if delayed == 1 or time.monotonic() > deadline:
-            break
-        time.sleep(0.05)
-    assert delayed == 1
+    samples = wait_until(
+        lambda: _scrape_when(api, "pulsar_subscription_delayed", 1, **labels),
+        timeout_s=WAIT_S, message="pulsar_subscription_delayed reaches 1",
+    )
     assert _value(samples, "pulsar_delayed_message_index_size_bytes", topic=topic) > 0
     assert _value(samples, "pulsar_subscription_delayed_message_index_size_bytes", **labels) > 0
     before = _value(samples, "pulsar_cursor_epoch_increase_count", **labels)
@@ -326,15 +325,13 @@ def test_bucket_tracker_figures_reach_the_exposition(broker_factory: Any) -> Non
         producer = client.create_producer(topic, batching_enabled=False)
         producer.send(b"later", deliver_after=datetime.timedelta(minutes=10))
         labels = {"topic": topic, "subscription": "sub"}
-        deadline = time.monotonic() + WAIT_S
-        while True:
+        def scraped_with_a_bucket() -> dict[str, list[Any]] | None:
             samples = _samples(http(handle.web_url, "GET", "/metrics").body)
             buckets = _value(samples, "pulsar_delayed_message_index_bucket_total", **labels)
-            if buckets or time.monotonic() > deadline:
-                break
-            time.sleep(0.05)
-        assert buckets is not None
-        assert buckets >= 1
+            return samples if buckets is not None and buckets >= 1 else None
+
+        samples = wait_until(scraped_with_a_bucket, timeout_s=WAIT_S,
+                             message="pulsar_delayed_message_index_bucket_total reaches 1")
         assert _value(samples, "pulsar_delayed_message_index_loaded", **labels) == 1
         assert _value(samples, "pulsar_delayed_message_index_bucket_op_count",
                       state="all", type="create", **labels) is not None

@@ -11,7 +11,6 @@ import json
 import pathlib
 import shutil
 import subprocess
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -19,6 +18,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from waiting import WaitTimeout, wait_until
 
 PROMETHEUS = shutil.which("prometheus")
 START_TIMEOUT_S = 30.0
@@ -56,21 +56,21 @@ def prometheus(broker: Any, tmp_path: pathlib.Path,
          f"--web.listen-address=127.0.0.1:{port}"],
         stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
+    def ready() -> bool:
+        if proc.poll() is not None:
+            pytest.fail("prometheus exited:\n" + (tmp_path / "prometheus.log").read_text())
+        try:
+            with urllib.request.urlopen(f"{url}/-/ready", timeout=2) as resp:
+                return resp.status == 200
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            return False
+
     try:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while True:
-            if proc.poll() is not None:
-                pytest.fail("prometheus exited:\n" + (tmp_path / "prometheus.log").read_text())
-            try:
-                with urllib.request.urlopen(f"{url}/-/ready", timeout=2) as resp:
-                    if resp.status == 200:
-                        break
-            except (urllib.error.URLError, ConnectionError, TimeoutError):
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail("prometheus did not become ready:\n"
-                            + (tmp_path / "prometheus.log").read_text())
-            time.sleep(POLL_S)
+        try:
+            wait_until(ready, timeout_s=START_TIMEOUT_S, interval_s=POLL_S)
+        except WaitTimeout:
+            pytest.fail("prometheus did not become ready:\n"
+                        + (tmp_path / "prometheus.log").read_text())
         yield url
     finally:
         proc.terminate()
@@ -89,18 +89,16 @@ def test_prometheus_scrapes_the_published_count(prometheus: str, client: Any,
         producer.send(f"m{i}".encode())
     producer.close()
     query = urllib.parse.urlencode({"query": f'pulsar_in_messages_total{{topic="{TOPIC}"}}'})
-    deadline = time.monotonic() + RESULT_TIMEOUT_S
-    result: list[Any] = []
-    while time.monotonic() < deadline:
+
+    def scraped_result() -> list[Any] | None:
         answer = _get_json(f"{prometheus}/api/v1/query?{query}")
         assert answer["status"] == "success"
-        result = answer["data"]["result"]
-        if result and float(result[0]["value"][1]) == MESSAGES:
-            break
-        time.sleep(POLL_S)
+        result: list[Any] = answer["data"]["result"]
+        return result if result and float(result[0]["value"][1]) == MESSAGES else None
+
+    result = wait_until(scraped_result, timeout_s=RESULT_TIMEOUT_S, interval_s=POLL_S,
+                        message=f"prometheus reports pulsar_in_messages_total == {MESSAGES}")
     targets = _get_json(f"{prometheus}/api/v1/targets")["data"]["activeTargets"]
     assert [t["health"] for t in targets] == ["up"], targets
-    assert result, "prometheus has no pulsar_in_messages_total for the topic"
-    assert float(result[0]["value"][1]) == MESSAGES
     assert result[0]["metric"]["namespace"] == "public/default"
     assert result[0]["metric"]["cluster"] == "standalone"

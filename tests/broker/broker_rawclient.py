@@ -10,8 +10,8 @@ import itertools
 import socket
 import time
 
-from proto import pulsar_api_pb2 as pb
 from protocol import commands as C
+from protocol import pulsar_pb as pb
 from protocol.frames import NEED_DATA, Frame, FrameDecoder
 from protocol.metadata import encode_entry
 

@@ -29,9 +29,12 @@ def test_serve_help_lists_the_flags() -> None:
         assert flag in result.stdout
 
 
-def test_version() -> None:
+def test_version_flag_prints_the_package_version() -> None:
+    from broker import __version__
+
     result = _run("--version")
-    assert result.returncode == 0 and result.stdout.startswith("horae ")
+    assert result.returncode == 0
+    assert result.stdout == f"horae {__version__}\n"
 
 
 def test_console_script_help() -> None:

@@ -14,8 +14,8 @@ import pytest
 from broker_rawclient import RawClient, make_entry
 from conftest import find_free_port, make_client
 
-from proto import pulsar_api_pb2 as pb
 from protocol import commands as C
+from protocol import pulsar_pb as pb
 from protocol.errors import ServerError
 
 T = pb.BaseCommand

@@ -16,7 +16,7 @@ from test_broker_states import make_connection
 
 from broker.topics.producer import Producer
 from broker.topics.topic import Topic
-from proto import pulsar_api_pb2 as pb
+from protocol import pulsar_pb as pb
 from protocol.errors import ServerError
 from protocol.frames import Frame
 from storage.errors import PersistenceError

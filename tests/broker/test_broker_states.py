@@ -23,7 +23,7 @@ from broker.net.states import (
     request_id_of,
     subcommand_field,
 )
-from proto import pulsar_api_pb2 as pb
+from protocol import pulsar_pb as pb
 from protocol.errors import ServerError
 from protocol.frames import Frame, FrameDecoder
 
@@ -103,7 +103,7 @@ def test_every_handler_named_in_the_table_exists() -> None:
 
 @pytest.mark.parametrize("state", list(ConnState), ids=lambda s: s.name)
 @pytest.mark.parametrize("cmd_type", ALL_COMMAND_TYPES, ids=lambda t: T.Type.Name(t))
-async def test_state_table_pair(state: ConnState, cmd_type: int, recorded: list[str]) -> None:
+async def test_every_state_and_command_pair_follows_the_table(state: ConnState, cmd_type: int, recorded: list[str]) -> None:
     conn, transport = make_connection()
     conn.state = state
     if state is ConnState.CLOSED:

@@ -23,7 +23,7 @@ def test_three_part_and_full_names() -> None:
     assert t.domain == "non-persistent" and not t.is_persistent
 
 
-def test_partition_names() -> None:
+def test_partition_names_know_their_index_and_parent() -> None:
     t = TopicName.parse("persistent://public/default/orders-partition-3")
     assert t.is_partition and t.partition_index == 3
     assert t.partitioned_parent == "persistent://public/default/orders"

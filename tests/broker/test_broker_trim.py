@@ -5,11 +5,11 @@ restarts fine afterwards. Also: subscription rates are sampled by the same tick.
 from __future__ import annotations
 
 import pathlib
-import time
 from typing import Any
 
 import pulsar
 from conftest import make_client
+from waiting import wait_until
 
 from broker.topics.stats import internal_stats, topic_stats
 
@@ -27,12 +27,7 @@ def _segments(data_dir: pathlib.Path) -> int:
 
 def _wait_for(predicate: Any, timeout: float = 15.0) -> bool:
     """Poll a broker-side condition (the housekeeping tick runs once a second)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.1)
-    return bool(predicate())
+    return bool(wait_until(predicate, timeout_s=timeout, interval_s=0.1))
 
 
 def _force_trim(handle: Any, topic: str) -> list[int]:

@@ -6,6 +6,7 @@ import time
 from typing import Any
 
 import pulsar
+from waiting import wait_until
 
 from ._helpers import receive_all, receive_none, topic_name
 
@@ -39,13 +40,22 @@ def test_seek_to_earliest_replays_everything(client: Any) -> None:
     assert [m.data() for m in receive_all(consumer, 5)] == [f"m{i}".encode() for i in range(5)]
 
 
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _ms_after(ms: int) -> int:
+    """Wait for the wall clock (publish times' clock, in ms) to pass ``ms``; the new time."""
+    return wait_until(lambda: (now := _now_ms()) > ms and now, timeout_s=1, interval_s=0.001,
+                      message=f"the clock passes {ms} ms")
+
+
 def test_seek_by_publish_time_starts_at_the_first_later_message(client: Any) -> None:
     topic = topic_name("seek-time")
     consumer = client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.Shared)
     _publish(client, topic, 5)
-    time.sleep(0.05)  # publish times are in ms: separate the two groups
-    cut = int(time.time() * 1000)
-    time.sleep(0.05)
+    cut = _ms_after(_now_ms())  # publish times are in ms: a cut strictly between the groups
+    _ms_after(cut)
     _publish(client, topic, 5, start=5)
     receive_all(consumer, 10)
     consumer.seek(cut)
@@ -96,9 +106,8 @@ def test_reader_on_an_empty_topic_has_nothing_available(client: Any) -> None:
 def test_reader_seek_by_time(client: Any) -> None:
     topic = topic_name("reader-seek")
     _publish(client, topic, 3)
-    time.sleep(0.05)
-    cut = int(time.time() * 1000)
-    time.sleep(0.05)
+    cut = _ms_after(_now_ms())
+    _ms_after(cut)
     _publish(client, topic, 3, start=3)
     reader = client.create_reader(topic, pulsar.MessageId.earliest)
     reader.seek(cut)

@@ -12,6 +12,7 @@ from storage.positions import Position
 T0 = 1_700_000_000_000     # an epoch-ms "now" for tests
 
 
+
 class FakeHandle:
     def __init__(self, loop: FakeLoop, when: float, callback: Callable[[], object]) -> None:
         self.when = when
@@ -140,6 +141,9 @@ class FakeSnapshotStore:
         if index < 1:
             raise SnapshotNotFoundError(str(index))
         return await self._part(snapshot_id, index)
+
+    def ids(self) -> list[int]:
+        return sorted(self.snapshots)
 
     async def delete(self, snapshot_id: int) -> None:
         await asyncio.sleep(0)

@@ -4,27 +4,35 @@ from __future__ import annotations
 
 import asyncio
 
-from delayed_testlib import T0, DueCounter, FakeCursor, FakeSnapshotStore, ManualClock
+from delayed_testlib import (
+    T0,
+    DueCounter,
+    FakeCursor,
+    FakeSnapshotStore,
+    ManualClock,
+)
+from waiting import wait_until_async
 
 from broker.config import BrokerConfig
 from broker.delayed import create_tracker
 from broker.delayed.bucket import BUCKET_KEY_PREFIX, BucketDelayedDeliveryTracker, bucket_key
+from broker.delayed.bucket_snapshots import RetryDelays
 from broker.delayed.policy import resolve_policy
 from broker.delayed.snapshot_format import decode_metadata, decode_segment
-from proto import delayed_index_pb2 as dpb
 from storage.positions import Position
 
 
 def make(cursor: FakeCursor | None = None, store: FakeSnapshotStore | None = None,
          clock: ManualClock | None = None, *, min_index: int = 10, step_ms: int = 1000,
          per_segment: int = 4, max_buckets: int = -1,
-         on_due: DueCounter | None = None) -> BucketDelayedDeliveryTracker:
+         on_due: DueCounter | None = None,
+         retry: RetryDelays | None = None) -> BucketDelayedDeliveryTracker:
     return BucketDelayedDeliveryTracker(
         cursor=cursor or FakeCursor(), snapshots=store or FakeSnapshotStore(), tick_time_ms=1,
         strict=True, on_due=on_due or DueCounter(), loop=asyncio.get_running_loop(),
         clock_ms=clock or ManualClock(), min_index_count_per_bucket=min_index,
         time_step_per_segment_ms=step_ms, max_indexes_per_segment=per_segment,
-        max_num_buckets=max_buckets)
+        max_num_buckets=max_buckets, retry=retry or RetryDelays(load_s=0.01))
 
 
 async def drain_until(t: BucketDelayedDeliveryTracker, clock: ManualClock, now: int
@@ -156,50 +164,11 @@ async def test_a_re_read_entry_is_not_indexed_twice() -> None:
     assert t.get_scheduled(10) == [(1, 0), (1, 1), (1, 2), (2, 0)]
     # re-read without a cursor reset: already handed out, skipped (no duplicate)
     assert t.add(1, 0, T0 + 100) is True
-    cursor.revision += 1                        # a reset: the dispatcher must deliver it again
+    cursor.revision += 1                        # an ack or skip elsewhere: still suppressed
+    assert t.add(1, 0, T0 + 100) is True
+    t.clear()                                   # a cursor reset: the dispatcher delivers it again
     assert t.add(1, 0, T0 + 100) is False
     await t.close()
-
-
-async def test_cancel_of_a_sealed_position_is_persisted_and_then_expires() -> None:
-    cursor, store, clock = FakeCursor(), FakeSnapshotStore(), ManualClock()
-    t = make(cursor, store, clock, min_index=3)
-    for e in range(3):
-        t.add(1, e, T0 + 100 + e)
-    t.add(2, 0, T0 + 500)
-    await t.wait_idle()
-    assert t.cancel(1, 1)
-    assert not t.contains(1, 1)
-    assert not t.cancel(1, 1)
-    for e in range(1, 3):
-        t.add(2, e, T0 + 500 + e)
-    t.add(3, 0, T0 + 900)                       # seals [2, 2] carrying the CANCEL of (1, 1)
-    await t.wait_idle()
-    sid2 = int(cursor.properties[bucket_key(2, 2)])
-    first = dpb.SnapshotSegment.FromString(store.snapshots[sid2][1])
-    cancels = [(i.ledger_id, i.entry_id, i.timestamp) for i in first.indexes
-               if i.delayed_operation_type == dpb.CANCEL]
-    assert cancels == [(1, 1, 0)]
-    await t.close()
-
-    # restart: the CANCEL is re-applied when the first segment of [2, 2] is loaded
-    clock2 = ManualClock(T0)
-    t2 = make(cursor, store, clock2, min_index=3)
-    await t2.recover()
-    assert not t2.contains(1, 1) and t2.contains(1, 0) and t2.contains(1, 2)
-    assert len(t2) == 2 + 3
-    assert sorted(await drain_until(t2, clock2, T0 + 200)) == [(1, 0), (1, 2)]
-    await t2.wait_idle()
-    assert t2.immutable_ranges == [(2, 2)]      # [1, 1] fully scheduled and deleted
-    # the cancel's target is gone: it is not carried into the next snapshot
-    for e in range(3):
-        t2.add(3, e, T0 + 700)
-    t2.add(4, 0, T0 + 800)
-    await t2.wait_idle()
-    sid3 = int(cursor.properties[bucket_key(3, 3)])
-    assert not [i for i in dpb.SnapshotSegment.FromString(store.snapshots[sid3][1]).indexes
-                if i.delayed_operation_type == dpb.CANCEL]
-    await t2.close()
 
 
 async def test_cancel_in_the_mutable_bucket_is_dropped_from_the_next_snapshot() -> None:
@@ -216,23 +185,42 @@ async def test_cancel_in_the_mutable_bucket_is_dropped_from_the_next_snapshot() 
     await t.close()
 
 
-async def test_a_failed_snapshot_create_keeps_serving_from_memory() -> None:
+async def test_a_failed_snapshot_create_is_retried_with_backoff_while_serving_from_memory(
+) -> None:
     cursor, store, clock = FakeCursor(), FakeSnapshotStore(), ManualClock()
     store.fail_create = True
-    t = make(cursor, store, clock, min_index=3, per_segment=1)
+    t = make(cursor, store, clock, min_index=3, per_segment=1,
+             retry=RetryDelays(load_s=0.01, create_first_s=0.001, create_max_s=0.004))
     for e in range(3):
         t.add(1, e, T0 + 100 + e)
     t.add(2, 0, T0 + 500)
-    await t.wait_idle()
-    assert t.op_count[("create", "failed")] == 1
+    await wait_until_async(lambda: t.op_count[("create", "failed")] >= 4, interval_s=0,
+                           message="the snapshot create is retried")
     assert not [k for k in cursor.properties if k.startswith(BUCKET_KEY_PREFIX)]
-    assert sorted(await drain_until(t, clock, T0 + 1000)) == [(1, 0), (1, 1), (1, 2), (2, 0)]
+    clock.now_ms = T0 + 100
+    assert t.get_scheduled(10) == [(1, 0)]       # served from memory meanwhile
+    store.fail_create = False
+    await t.wait_idle()
+    assert cursor.properties.get(bucket_key(1, 1)) is not None
+    assert t.op_count[("create", "succeed")] == 1
+    assert sorted(await drain_until(t, clock, T0 + 1000)) == [(1, 1), (1, 2), (2, 0)]
     await t.close()
 
 
-async def test_a_failed_segment_load_is_retried_and_nothing_is_lost(monkeypatch) -> None:
-    import broker.delayed.bucket_lifecycle as bucket_mod
-    monkeypatch.setattr(bucket_mod, "LOAD_RETRY_SECONDS", 0.01)
+async def test_close_stops_a_snapshot_create_waiting_to_retry() -> None:
+    store = FakeSnapshotStore()
+    store.fail_create = True
+    t = make(None, store, min_index=1,
+             retry=RetryDelays(create_first_s=3600.0, create_max_s=3600.0))
+    t.add(1, 0, T0 + 100)
+    t.add(2, 0, T0 + 200)
+    await wait_until_async(lambda: t.op_count[("create", "failed")] >= 1, interval_s=0,
+                           message="the snapshot create fails")
+    await asyncio.wait_for(t.close(), 5)
+    assert t.op_count[("create", "succeed")] == 0
+
+
+async def test_a_failed_segment_load_is_retried_and_nothing_is_lost() -> None:
     cursor, store, clock = FakeCursor(), FakeSnapshotStore(), ManualClock()
     t = make(cursor, store, clock, min_index=4, per_segment=1)
     for e in range(4):
@@ -246,7 +234,9 @@ async def test_a_failed_segment_load_is_retried_and_nothing_is_lost(monkeypatch)
     assert t.op_count[("load", "failed")] >= 1
     assert t.get_scheduled(100) == []           # blocked behind the barrier, not skipped
     store.fail_load = False
-    await asyncio.sleep(0.05)
+    loads = len(store.loads)
+    await wait_until_async(lambda: len(store.loads) > loads, timeout_s=5,
+                           message="the failed segment load is retried")
     got = await drain_until(t, clock, T0 + 1000)
     assert sorted(got) == [(1, 1), (1, 2), (1, 3)]
     await t.close()
@@ -330,4 +320,24 @@ async def test_recovery_drops_ranges_left_by_an_interrupted_merge_and_acked_entr
     assert bucket_key(2, 2) not in cursor.properties
     assert leftover not in store.snapshots
     assert sorted(await drain_until(t2, clock, T0 + 1000)) == [(2, 2), (3, 0), (3, 2)]
+    await t2.close()
+
+
+async def test_a_revision_bump_after_restart_keeps_handed_out_entries_suppressed() -> None:
+    cursor, store, clock = FakeCursor(), FakeSnapshotStore(), ManualClock()
+    t = make(cursor, store, clock, min_index=3)
+    for e in range(3):
+        t.add(1, e, T0 + 100 + e)
+    t.add(2, 0, T0 + 500)
+    await t.wait_idle()
+    await t.close()
+    cursor.revision += 1                        # the subscription rewinds on load
+    t2 = make(cursor, store, clock, min_index=3)
+    await t2.recover()
+    assert await drain_until(t2, clock, T0 + 101) == [(1, 0), (1, 1)]   # held unacked
+    cursor.revision += 1                        # an admin skip of another message
+    # the dispatcher's sequential read meets the handed-out entries again: not re-delivered
+    assert t2.add(1, 0, T0 + 100) is True and t2.add(1, 1, T0 + 101) is True
+    assert t2.sequential_skip(1, 0) == 3
+    assert await drain_until(t2, clock, T0 + 1000) == [(1, 2)]
     await t2.close()

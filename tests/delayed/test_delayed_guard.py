@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from broker.config import BrokerConfig
-from broker.delayed.guard import check_and_start_publish
+from broker.delayed.guard import DelayTooLongError, check_and_start_publish
 from broker.delayed.policy import DelayPolicy, resolve_policy
 from protocol import pulsar_pb as pb
 from protocol.commands import encode_send
@@ -117,3 +117,29 @@ def test_topic_policy_beats_namespace_beats_broker_in_the_guard() -> None:
     assert "1200 milliseconds" in err.value.message
     off = resolve_policy(config, ns, {"active": False, "maxDeliveryDelayInMillis": 1})
     assert check_and_start_publish(entry, info, off).entry is entry
+
+
+def make_batch(n: int, deliver_at: int | None) -> bytes:
+    md = pb.MessageMetadata(producer_name="p", sequence_id=7, publish_time=PUBLISH,
+                            num_messages_in_batch=n)
+    if deliver_at is not None:
+        md.deliver_at_time = deliver_at
+    return encode_entry(md, b"batch")
+
+
+def test_a_fixed_delay_near_int64_never_raises_and_is_clamped() -> None:
+    entry = make_entry(PUBLISH + 5)
+    for fixed in (2**63, 2**63 - 1 - PUBLISH + 1, 2**64):
+        result = check_and_start_publish(entry, parse_entry(entry), policy(fixed_ms=fixed))
+        assert parse_entry(result.entry).deliver_at_time == (1 << 63) - 1
+
+
+def test_counters_count_the_messages_of_a_batch_not_the_entry() -> None:
+    batch = make_batch(5, PUBLISH + 1)
+    result = check_and_start_publish(batch, parse_entry(batch), policy(fixed_ms=1000))
+    assert result.overridden_messages == 5
+    late = make_batch(3, PUBLISH + 10_000)
+    with pytest.raises(DelayTooLongError) as raised:
+        check_and_start_publish(late, parse_entry(late), policy(max_ms=10))
+    assert raised.value.messages == 3
+    assert isinstance(raised.value, NotAllowedError)

@@ -144,7 +144,8 @@ def test_cancel_removes_and_is_never_delivered() -> None:
     assert not t.contains(1, 1)
     assert not t.cancel(1, 1)
     assert len(t) == 1
-    assert t.apply_delay_operation(DelayedOperationType.CANCEL, 9, 9) is False
+    assert t.apply_delay_operation(DelayedOperationType.CANCEL, 9, 9, T0 - 1) is False  # past
+    assert t.apply_delay_operation(DelayedOperationType.CANCEL, 9, 9, T0 + 300) is True  # pending
     loop.now_ms = T0 + 1000
     assert t.get_scheduled(10) == [(1, 2)]
     assert len(t) == 0

@@ -14,6 +14,7 @@ import urllib.request
 from typing import Any
 
 import pytest
+from waiting import wait_until
 
 NS_POLICY = "/admin/v2/namespaces/public/default/delayedDelivery"
 
@@ -37,14 +38,12 @@ def _tracker_tick(handle: Any, topic: str, sub: str) -> tuple[int, int] | None:
 
 
 def _wait_tracked(handle: Any, topic: str, sub: str, n: int) -> tuple[int, int]:
-    deadline = time.monotonic() + 10
-    state = None
-    while time.monotonic() < deadline:
+    def tracked() -> tuple[int, int] | None:
         state = _tracker_tick(handle, topic, sub)
-        if state is not None and state[1] >= n:
-            return state
-        time.sleep(0.01)  # polling broker state across threads
-    raise AssertionError(f"tracker never held {n} messages: {state}")
+        return state if state is not None and state[1] >= n else None
+
+    return wait_until(tracked, timeout_s=10, interval_s=0.01,
+                      message=f"the tracker of {sub} holds {n} messages")
 
 
 @pytest.mark.parametrize("tracker", ["in-memory", "bucket"])

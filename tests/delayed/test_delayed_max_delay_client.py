@@ -24,9 +24,10 @@ from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from waiting import wait_until
 
-from proto import pulsar_api_pb2 as pb
 from protocol import commands as C
+from protocol import pulsar_pb as pb
 from protocol.errors import ServerError
 
 MAX_DELAY_MS = 1000
@@ -143,11 +144,11 @@ def test_messages_pipelined_behind_a_rejected_send_are_not_stored_again_on_every
         producer = client.create_producer(topic, send_timeout_millis=SEND_TIMEOUT_MS)
         producer.send_async(b"far", lambda *_: None, deliver_after=datetime.timedelta(seconds=30))
         producer.send_async(b"normal", lambda *_: None)
-        deadline = time.monotonic() + 10
-        rejected = 0
-        while rejected < 5 and time.monotonic() < deadline:
-            time.sleep(0.05)  # waiting for the client's reconnect cycles; nothing to wait on
-            rejected, stored = _topic_state(limited, topic)
+        # the client resends through reconnect cycles; the broker's counters show them
+        rejected, stored = wait_until(
+            lambda: (state := _topic_state(limited, topic))[0] >= 5 and state,
+            timeout_s=10, interval_s=0.05, message="the broker rejects 5 resends",
+        )
         producer.close()
     finally:
         client.close()

@@ -5,7 +5,12 @@ from __future__ import annotations
 import pytest
 
 from broker.config import BrokerConfig
-from broker.delayed.policy import DelayPolicy, resolve_policy, validate_policy_body
+from broker.delayed.policy import (
+    MAX_POLICY_DELAY_MS,
+    DelayPolicy,
+    resolve_policy,
+    validate_policy_body,
+)
 
 
 def test_broker_defaults_are_pulsars() -> None:
@@ -13,15 +18,6 @@ def test_broker_defaults_are_pulsars() -> None:
     assert policy == DelayPolicy(active=True, tick_time_ms=1000, max_delay_ms=0,
                                  fixed_delay_ms=0, strict=False)
     assert not policy.guards_publish
-
-
-def test_resolve_works_with_a_partial_config_object() -> None:
-    class Partial:
-        delayed_delivery_tick_time_millis = 10
-
-    policy = resolve_policy(Partial(), None, None)
-    assert (policy.active, policy.tick_time_ms, policy.max_delay_ms, policy.strict) == \
-        (True, 10, 0, False)
 
 
 def test_topic_beats_namespace_beats_broker_per_field() -> None:
@@ -79,3 +75,33 @@ def test_validate_rejects_with_a_reason(body: object, reason: str) -> None:
     with pytest.raises(ValueError) as info:
         validate_policy_body(body)
     assert reason in str(info.value)
+
+
+def test_validate_bounds_max_and_fixed_delay_to_a_century() -> None:
+    assert validate_policy_body({"fixedDeliveryDelayInMillis": MAX_POLICY_DELAY_MS}) == {
+        "fixedDeliveryDelayInMillis": MAX_POLICY_DELAY_MS}
+    for key in ("fixedDeliveryDelayInMillis", "maxDeliveryDelayInMillis"):
+        with pytest.raises(ValueError) as raised:
+            validate_policy_body({key: 2**63})
+        assert f"{key} must be at most {MAX_POLICY_DELAY_MS}" in str(raised.value)
+
+
+def test_resolve_clamps_stored_delays_to_the_bound() -> None:
+    policy = resolve_policy(BrokerConfig(), None, {"fixedDeliveryDelayInMillis": 2**63})
+    assert policy.fixed_delay_ms == MAX_POLICY_DELAY_MS
+
+
+def test_broker_config_accepts_the_designs_max_delay_key_and_refuses_negatives() -> None:
+    from broker.config import ConfigError, load_config
+
+    config = load_config(overrides={"delayedDeliveryMaxDeliveryDelayInMillis": 5000})
+    assert config.delayed_delivery_max_delay_in_millis == 5000
+    assert load_config(overrides={"delayedDeliveryMaxDelayInMillis": 7}
+                       ).delayed_delivery_max_delay_in_millis == 7
+    with pytest.raises(ConfigError) as negative:
+        load_config(overrides={"delayedDeliveryMaxDelayInMillis": -1})
+    assert "delayedDeliveryMaxDelayInMillis must be >= 0" in str(negative.value)
+    with pytest.raises(ConfigError) as both:
+        load_config(overrides={"delayedDeliveryMaxDelayInMillis": 1,
+                               "delayedDeliveryMaxDeliveryDelayInMillis": 2})
+    assert "disagree" in str(both.value)

@@ -7,6 +7,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from waiting import wait_until
+
 CONFIG = {
     "delayedDeliveryTrackerFactoryClassName": "bucket",
     "delayedDeliveryMinIndexCountPerBucket": 40,
@@ -27,14 +29,8 @@ def _msg_delayed(handle: Any) -> int:
 
 
 def _wait_delayed(handle: Any, n: int) -> int:
-    deadline = time.monotonic() + 10
-    got = -1
-    while time.monotonic() < deadline:
-        got = _msg_delayed(handle)
-        if got >= n:
-            break
-        time.sleep(0.02)  # polling broker state across threads
-    return got
+    return wait_until(lambda: (got := _msg_delayed(handle)) >= n and got, timeout_s=10,
+                      interval_s=0.02, message=f"msg_delayed reaches {n}")
 
 
 def test_restart_skips_tracked_ranges_but_redelivers_unacked_and_keeps_delayed(
@@ -66,14 +62,18 @@ def test_restart_skips_tracked_ranges_but_redelivers_unacked_and_keeps_delayed(
         consumer = client.subscribe(TOPIC, "sub", consumer_type=pulsar.ConsumerType.Shared)
         producer = client.create_producer(TOPIC)
         producer.send(b"after")
-        deadline = time.monotonic() + 10
-        while b"after" not in received and time.monotonic() < deadline:
+
+        def received_after() -> bool:
             try:
                 msg = consumer.receive(timeout_millis=500)
             except pulsar.Timeout:
-                continue
+                return False
             received.append(msg.data())
             consumer.acknowledge(msg)
+            return b"after" in received
+
+        wait_until(received_after, timeout_s=10, interval_s=0,
+                   message="the message published after the restart arrives")
         delayed_after = _wait_delayed(second, DELAYED)
     finally:
         client.close()

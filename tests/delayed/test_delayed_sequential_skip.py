@@ -40,7 +40,7 @@ def test_in_memory_skips_tracked_runs_only() -> None:
     assert t.sequential_skip(7, 0) == 0        # handed out: not tracked any more
 
 
-async def test_bucket_skips_a_recovered_sealed_ledger_and_respects_cursor_resets() -> None:
+async def test_bucket_skips_a_recovered_sealed_ledger_and_forgets_it_only_on_a_reset() -> None:
     cursor, store, clock = FakeCursor(), FakeSnapshotStore(), ManualClock()
 
     def make() -> BucketDelayedDeliveryTracker:
@@ -66,7 +66,9 @@ async def test_bucket_skips_a_recovered_sealed_ledger_and_respects_cursor_resets
     clock.now_ms = T0 + 10_000 + 2
     assert r.get_scheduled(100) == [(1, 0), (1, 1), (1, 2)]
     assert r.sequential_skip(1, 0) == 12         # handed out since the last reset: skipped
-    cursor.revision += 1                         # a reset: handed-out ones are read again
+    cursor.revision += 1                         # an ack or skip elsewhere: still skipped
+    assert r.sequential_skip(1, 0) == 12
+    r.clear()                                    # a cursor reset: everything is read again
     assert r.sequential_skip(1, 0) == 0
-    assert r.sequential_skip(1, 3) == 12
+    assert r.sequential_skip(1, 3) == 3
     await r.close()

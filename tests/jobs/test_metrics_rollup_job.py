@@ -11,13 +11,13 @@ import json
 import logging
 import math
 import shutil
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import rollup_fixtures as fx
+from waiting import wait_until
 
 pytest.importorskip("pyspark")
 if shutil.which("java") is None:
@@ -417,9 +417,8 @@ def test_broker_snapshots_roll_up_to_what_the_official_client_sent(
     metrics_dir = data_dir / "metrics"
     # Let the once-a-second exporter write at least one periodic snapshot besides the
     # start-up one, then stop: the exporter writes a last snapshot on the way out.
-    deadline = time.monotonic() + 15
-    while len(list(metrics_dir.rglob("*.jsonl.gz"))) < 2 and time.monotonic() < deadline:
-        time.sleep(0.1)
+    wait_until(lambda: len(list(metrics_dir.rglob("*.jsonl.gz"))) >= 2, timeout_s=15,
+               interval_s=0.1, message="the exporter writes a periodic snapshot")
     broker.stop()
     assert len(list(metrics_dir.rglob("*.jsonl.gz"))) >= 3
 

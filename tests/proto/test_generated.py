@@ -1,4 +1,4 @@
-"""The committed proto/*_pb2.py modules must match their .proto sources."""
+"""The committed generated files (protocol/generated/*_pb2.py, protocol/pulsar_pb.pyi) match proto/."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_generated_modules_are_up_to_date() -> None:
+def test_generated_files_match_the_proto_sources_byte_for_byte() -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "proto.regenerate", "--check"],
+        [sys.executable, str(ROOT / "proto" / "regenerate.py"), "--check"],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -21,8 +21,14 @@ def test_generated_modules_are_up_to_date() -> None:
 
 
 def test_generated_module_has_the_pulsar_base_command() -> None:
-    from proto import pulsar_api_pb2 as pb
+    from protocol.generated import pulsar_api_pb2 as pb
 
     assert pb.BaseCommand.CONNECT == 2
     assert pb.BaseCommand.DESCRIPTOR.fields_by_name["connect"].number == 2
     assert pb.MessageMetadata.DESCRIPTOR.fields_by_name["deliver_at_time"].number == 19
+
+
+def test_proto_folder_is_not_a_python_package() -> None:
+    # proto/ holds sources only; a package there would be installed over proto-plus's.
+    assert not (ROOT / "proto" / "__init__.py").exists()
+    assert not list((ROOT / "proto").glob("*_pb2.py"))

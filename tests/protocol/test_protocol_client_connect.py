@@ -81,7 +81,7 @@ def decode_single_frame(data: bytes) -> Frame:
 
 
 def assert_is_cpp_client_connect(frame: Frame) -> None:
-    from proto import pulsar_api_pb2 as pb
+    from protocol import pulsar_pb as pb
 
     assert frame.command.type == pb.BaseCommand.CONNECT
     connect = frame.command.connect
@@ -98,7 +98,7 @@ def test_committed_fixture_decodes_to_connect_v20() -> None:
 
 
 def test_generated_module_parses_the_fixture_command() -> None:
-    from proto import pulsar_api_pb2
+    from protocol.generated import pulsar_api_pb2
 
     data = FIXTURE.read_bytes()
     command_size = int.from_bytes(data[4:8], "big")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from proto import pulsar_api_pb2 as pb
 from protocol import errors
+from protocol import pulsar_pb as pb
 from protocol.errors import (
     ConnectionFatalError,
     ForeignProtocolError,

@@ -11,8 +11,8 @@ from google.protobuf.message import Message
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from proto import pulsar_api_pb2 as pb
 from protocol import commands as c
+from protocol import pulsar_pb as pb
 from protocol.errors import (
     ConnectionFatalError,
     ForeignProtocolError,

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from pyroaring import BitMap
 from storage_testlib import flip_bit, ledger_dir, write_segment
+from waiting import wait_until_async
 
 from storage import Position, SegmentStore, StorageConfig
 from storage.cursor import CursorState, decode_cursor, encode_cursor
@@ -138,9 +139,8 @@ async def test_background_flush_persists_at_bounded_rate(tmp_path: Path) -> None
     for p in ps:  # 50 acks over ~0.25 s -> far fewer than 50 persists
         cursor.delete([p])
         await asyncio.sleep(0.005)
-    deadline = time.monotonic() + 5
-    while cursor.dirty and time.monotonic() < deadline:
-        await asyncio.sleep(0.01)  # waiting for the background flush task's next tick
+    await wait_until_async(lambda: not cursor.dirty, timeout_s=5, interval_s=0.01,
+                           message="the background flush persists the cursor")
     elapsed = time.monotonic() - started
     persists = cursor.persist_count - base
     assert not cursor.dirty

@@ -43,7 +43,7 @@ from storage.positions import Entry, Position
 
 __all__ = ["MAX_READ_ENTRIES", "DispatchContext", "Dispatcher"]
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("horae.subscriptions.dispatchers")
 
 MAX_READ_ENTRIES = 100  # Pulsar's dispatcherMaxReadBatchSize
 MAX_REPLAY_READ = 500

@@ -1,0 +1,361 @@
+"""The immutable buckets of the bucket tracker, and the queue of their loaded segments.
+
+Theory of operation
+-------------------
+An :class:`ImmutableBucket` is the in-memory record of one sealed bucket (ledgers
+``[start_ledger, end_ledger]``, one snapshot): two per-ledger roaring bitmaps, ``indexed``
+(everything its snapshot holds) and ``pending`` (not handed out or cancelled yet), the first
+deliver time of each segment, and at most one :class:`LoadedSegment` (sorted packed columns and
+a read offset).
+
+:class:`SealedBuckets` owns every live bucket, sorted by start ledger (ranges never overlap), and
+the *shared queue*: a heap of the loaded segments keyed by their head time. It knows nothing of
+IO: the snapshot side (:mod:`broker.delayed.bucket_snapshots`) inserts, loads and retires
+buckets; the tracker (:mod:`broker.delayed.bucket`) hands out due indexes through
+:meth:`SealedBuckets.take_upto`. Invariants:
+
+- ``remaining`` of a bucket == sum of its ``pending`` cardinalities; ``sealed_remaining`` ==
+  sum of ``remaining`` over the live buckets;
+- a bucket waiting for a segment is in ``loading`` with that segment's first time: nothing
+  later than the smallest such time (the *barrier*) is handed out, so delivery stays in time
+  order across buckets;
+- a heap entry whose segment is ``dead`` (bucket retired or merged) is dropped lazily.
+
+Everything runs on the event loop thread.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import sys
+from bisect import bisect_right
+from collections.abc import Callable, Iterator
+from typing import Final
+
+from pyroaring import BitMap
+
+from broker.delayed.packed import POSITION_BITS, POSITION_MASK, bitmap_bytes
+from broker.delayed.snapshot_format import DecodedSegment, RawSegment
+
+#: Pulsar's cursor property prefix for a bucket: ``<prefix>_<startLedger>_<endLedger>``.
+BUCKET_KEY_PREFIX: Final = "#pulsar.internal.delayed.bucket"
+
+
+def bucket_key(start_ledger: int, end_ledger: int) -> str:
+    return f"{BUCKET_KEY_PREFIX}_{start_ledger}_{end_ledger}"
+
+
+def parse_bucket_key(key: str) -> tuple[int, int] | None:
+    """(start, end) of a bucket property key; None for any other key."""
+    if not key.startswith(BUCKET_KEY_PREFIX + "_"):
+        return None
+    parts = key[len(BUCKET_KEY_PREFIX) + 1:].split("_")
+    if len(parts) != 2 or not all(p.isdigit() for p in parts):
+        return None
+    return int(parts[0]), int(parts[1])
+
+
+class ImmutableBucket:
+    """A sealed bucket: ledgers [start_ledger, end_ledger], one snapshot."""
+
+    __slots__ = ("alive", "end_ledger", "indexed", "loaded", "loading",
+                 "mem_segments", "merging", "next_segment", "pending", "recovered",
+                 "remaining", "segment_min_ts", "snapshot_id", "snapshot_size", "start_ledger")
+
+    def __init__(self, start_ledger: int, end_ledger: int) -> None:
+        self.start_ledger = start_ledger
+        self.end_ledger = end_ledger
+        self.snapshot_id: int | None = None
+        self.snapshot_size = 0
+        self.indexed: dict[int, BitMap] = {}
+        self.pending: dict[int, BitMap] = {}
+        self.remaining = 0                      # pending indexes (sum of pending cardinalities)
+        self.segment_min_ts: list[int] = []     # per segment 1..N
+        self.next_segment = 1                   # next segment number to load
+        self.mem_segments: list[RawSegment] | None = None   # until the snapshot is durable
+        self.loaded: LoadedSegment | None = None
+        self.loading = False
+        self.merging = False
+        self.recovered = False                  # from a previous run: entries may be acked
+        self.alive = True
+
+    @property
+    def key(self) -> str:
+        return bucket_key(self.start_ledger, self.end_ledger)
+
+    def is_pending(self, ledger_id: int, entry_id: int) -> bool:
+        bm = self.pending.get(ledger_id)
+        return bm is not None and entry_id in bm
+
+    def was_indexed(self, ledger_id: int, entry_id: int) -> bool:
+        bm = self.indexed.get(ledger_id)
+        return bm is not None and entry_id in bm
+
+    def take(self, ledger_id: int, entry_id: int) -> bool:
+        """Clear a pending bit; True if it was set."""
+        bm = self.pending.get(ledger_id)
+        if bm is None or entry_id not in bm:
+            return False
+        bm.remove(entry_id)
+        self.remaining -= 1
+        return True
+
+    def has_unloaded_segments(self) -> bool:
+        return self.next_segment <= len(self.segment_min_ts)
+
+
+class LoadedSegment:
+    """The in-memory segment of a bucket: sorted packed columns and a read offset."""
+
+    __slots__ = ("bucket", "dead", "i", "pos", "seq", "ts")
+
+    def __init__(self, bucket: ImmutableBucket, segment: DecodedSegment, seq: int) -> None:
+        self.bucket = bucket
+        self.ts = segment.ts
+        self.pos = segment.pos
+        self.i = 0
+        self.seq = seq
+        self.dead = False
+
+    @property
+    def live(self) -> bool:
+        return not self.dead and self.i < len(self.ts)
+
+
+class SealedBuckets:
+    """The live immutable buckets and the heap of their loaded segments (module docstring)."""
+
+    __slots__ = ("_buckets", "_heap", "_retired", "_seq", "_starts", "loading",
+                 "sealed_remaining")
+
+    def __init__(self) -> None:
+        self._buckets: list[ImmutableBucket] = []
+        self._starts: list[int] = []
+        self._heap: list[tuple[int, int, LoadedSegment]] = []
+        self._seq = itertools.count()
+        self.loading: dict[ImmutableBucket, int] = {}   # bucket -> first time of the awaited segment
+        self.sealed_remaining = 0
+        # entry ids of retired buckets a sequential read may still meet (see retire)
+        self._retired: dict[int, BitMap] = {}
+
+    # --- the bucket list -------------------------------------------------------------------
+
+    def __iter__(self) -> Iterator[ImmutableBucket]:
+        return iter(list(self._buckets))
+
+    def __len__(self) -> int:
+        return len(self._buckets)
+
+    def __bool__(self) -> bool:
+        return bool(self._buckets)
+
+    @property
+    def last_end_ledger(self) -> int:
+        """End ledger of the last bucket, -1 if none."""
+        return self._buckets[-1].end_ledger if self._buckets else -1
+
+    def pairs(self) -> Iterator[tuple[ImmutableBucket, ImmutableBucket]]:
+        """Adjacent bucket pairs, in ledger order (merge candidates)."""
+        return itertools.pairwise(list(self._buckets))
+
+    def find(self, ledger_id: int) -> ImmutableBucket | None:
+        i = bisect_right(self._starts, ledger_id) - 1
+        if i >= 0:
+            bucket = self._buckets[i]
+            if ledger_id <= bucket.end_ledger:
+                return bucket
+        return None
+
+    def insert(self, bucket: ImmutableBucket) -> None:
+        i = bisect_right(self._starts, bucket.start_ledger)
+        self._buckets.insert(i, bucket)
+        self._starts.insert(i, bucket.start_ledger)
+        self.sealed_remaining += bucket.remaining
+
+    def remove(self, bucket: ImmutableBucket) -> None:
+        """Take a bucket out (retired or merged): its segment dies, its count goes."""
+        bucket.alive = False
+        if bucket.loaded is not None:
+            bucket.loaded.dead = True
+            bucket.loaded = None
+        self.loading.pop(bucket, None)
+        i = self._buckets.index(bucket)
+        del self._buckets[i], self._starts[i]
+        self.sealed_remaining -= max(bucket.remaining, 0)
+
+    def take(self, ledger_id: int, entry_id: int) -> ImmutableBucket | None:
+        """Clear a pending index (cancel); the bucket it was in, or None."""
+        bucket = self.find(ledger_id)
+        if bucket is not None and bucket.take(ledger_id, entry_id):
+            self.sealed_remaining -= 1
+            return bucket
+        return None
+
+    def retire(self, bucket: ImmutableBucket, first_unread_ledger: int) -> None:
+        """Remember what a deleted bucket handed out while a sequential read may still meet
+        those entries (after a restart the read starts again at the mark-delete position)."""
+        retired = self._retired
+        for ledger_id, bm in bucket.indexed.items():
+            if ledger_id >= first_unread_ledger:
+                have = retired.get(ledger_id)
+                if have is None:
+                    retired[ledger_id] = bm
+                else:
+                    have |= bm
+        for ledger_id in [k for k in retired if k < first_unread_ledger]:
+            del retired[ledger_id]
+
+    def holds(self, ledger_id: int, entry_id: int) -> bool:
+        """Is the position pending in a bucket, or handed out (or cancelled) by a live or
+        retired bucket since the last :meth:`clear`? A dispatcher meeting it again must skip
+        it."""
+        bucket = self.find(ledger_id)
+        if bucket is not None and bucket.was_indexed(ledger_id, entry_id):
+            return True                         # pending is a subset of indexed
+        retired = self._retired.get(ledger_id)
+        return retired is not None and entry_id in retired
+
+    def held_sets(self, ledger_id: int) -> list[BitMap | None]:
+        """The bitmaps :meth:`holds` consults for one ledger."""
+        bucket = self.find(ledger_id)
+        return [bucket.indexed.get(ledger_id) if bucket is not None else None,
+                self._retired.get(ledger_id)]
+
+    def clear(self) -> None:
+        self._retired.clear()
+        self._buckets.clear()
+        self._starts.clear()
+        self._heap.clear()
+        self.loading.clear()
+        self.sealed_remaining = 0
+
+    # --- the shared queue ------------------------------------------------------------------
+
+    def push_loaded(self, bucket: ImmutableBucket, segment: DecodedSegment) -> None:
+        loaded = LoadedSegment(bucket, segment, next(self._seq))
+        bucket.loaded = loaded
+        heapq.heappush(self._heap, (segment.ts[0], loaded.seq, loaded))
+
+    def barrier(self) -> int | None:
+        """First time of the earliest segment being loaded (nothing later is handed out)."""
+        return min(self.loading.values()) if self.loading else None
+
+    def head(self, on_exhausted: Callable[[LoadedSegment], None]) -> int | None:
+        """Earliest pending time among the loaded segments; stale heads are skipped and a
+        segment found exhausted is passed to ``on_exhausted`` (load the next one)."""
+        heap = self._heap
+        while heap:
+            loaded = heap[0][2]
+            if loaded.dead:
+                heapq.heappop(heap)
+                continue
+            bucket = loaded.bucket
+            ts, pos, i = loaded.ts, loaded.pos, loaded.i
+            n = len(ts)
+            while i < n and not bucket.is_pending(pos[i] >> POSITION_BITS, pos[i] & POSITION_MASK):
+                i += 1
+            if i == loaded.i:
+                return ts[i]
+            loaded.i = i
+            if i == n:
+                heapq.heappop(heap)
+                on_exhausted(loaded)
+            else:
+                heapq.heapreplace(heap, (ts[i], loaded.seq, loaded))
+        return None
+
+    def live_heads(self) -> list[int]:
+        return [seg.ts[seg.i] for _, _, seg in self._heap if seg.live]
+
+    def limit(self, limit: int) -> int:
+        """``limit`` lowered to the barrier and to the first time of every loaded bucket's next
+        segment (delivery stays in time order)."""
+        barrier = self.barrier()
+        if barrier is not None and barrier < limit:
+            limit = barrier
+        for _, _, loaded in self._heap:
+            bucket = loaded.bucket
+            if not loaded.dead and bucket.has_unloaded_segments():
+                upcoming = bucket.segment_min_ts[bucket.next_segment - 1]
+                if upcoming < limit:
+                    limit = upcoming
+        return limit
+
+    def count_upto(self, bound: int) -> int:
+        return sum(bisect_right(seg.ts, bound, seg.i) - seg.i
+                   for _, _, seg in self._heap if not seg.dead)
+
+    def take_upto(self, bound: int, limit: int, out: list[tuple[int, int]],
+                  is_deleted: Callable[[int, int], bool]) -> tuple[int, list[LoadedSegment]]:
+        """Consume up to ``limit`` indexes with time <= bound; pending ones go to ``out``
+        (minus those ``is_deleted`` reports acknowledged before a restart). Returns how many
+        were consumed, stale ones included, and the segments that ran dry."""
+        consumed = 0
+        exhausted: list[LoadedSegment] = []
+        touched = False
+        for _, _, loaded in self._heap:
+            if limit - consumed <= 0:
+                break
+            if loaded.dead:
+                continue
+            moved = self._take_segment(loaded, bound, limit - consumed, out, is_deleted)
+            if moved:
+                touched = True
+                consumed += moved
+                if loaded.i == len(loaded.ts):
+                    exhausted.append(loaded)
+        if touched:
+            self._heap = [(seg.ts[seg.i], seg.seq, seg) for _, _, seg in self._heap if seg.live]
+            heapq.heapify(self._heap)
+        return consumed, exhausted
+
+    def _take_segment(self, loaded: LoadedSegment, bound: int, limit: int,
+                      out: list[tuple[int, int]], is_deleted: Callable[[int, int], bool]) -> int:
+        ts, pos, i = loaded.ts, loaded.pos, loaded.i
+        end = min(bisect_right(ts, bound, i), i + limit)
+        bucket = loaded.bucket
+        pending = bucket.pending
+        check_acked = bucket.recovered
+        taken = 0
+        for k in range(i, end):
+            packed = pos[k]
+            ledger_id = packed >> POSITION_BITS
+            entry_id = packed & POSITION_MASK
+            bm = pending.get(ledger_id)
+            if bm is None or entry_id not in bm:
+                continue                        # handed out, cancelled or acked
+            bm.remove(entry_id)
+            taken += 1
+            if check_acked and is_deleted(ledger_id, entry_id):
+                continue                        # acknowledged before the restart
+            out.append((ledger_id, entry_id))
+        bucket.remaining -= taken
+        self.sealed_remaining -= taken
+        loaded.i = end
+        return end - i
+
+    # --- metrics ---------------------------------------------------------------------------
+
+    @property
+    def loaded_index_count(self) -> int:
+        return sum(len(seg.ts) - seg.i for _, _, seg in self._heap if not seg.dead)
+
+    @property
+    def memory_bytes(self) -> int:
+        total = sys.getsizeof(self._heap) + 64 * len(self._heap)
+        total += sum(bitmap_bytes(bm) for bm in self._retired.values())
+        for _, _, seg in self._heap:
+            if not seg.dead:
+                total += sys.getsizeof(seg.ts) + sys.getsizeof(seg.pos)
+        for bucket in self._buckets:
+            total += 200
+            total += sum(bitmap_bytes(bm) for bm in bucket.indexed.values())
+            total += sum(bitmap_bytes(bm) for bm in bucket.pending.values())
+            if bucket.mem_segments is not None:
+                total += sum(sys.getsizeof(t) + sys.getsizeof(p) for t, p in bucket.mem_segments)
+        return total
+
+    @property
+    def ranges(self) -> list[tuple[int, int]]:
+        return [(b.start_ledger, b.end_ledger) for b in self._buckets]

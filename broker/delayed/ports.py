@@ -1,0 +1,69 @@
+"""What the bucket tracker needs from its owners: a cursor, a snapshot store, and events.
+
+Theory of operation
+-------------------
+The bucket tracker is created by a subscription and given narrow views instead of the objects
+themselves (storage's ``ManagedCursor`` and ``SnapshotStore`` satisfy these protocols; tests
+pass fakes):
+
+- :class:`BucketCursor`: the subscription's durable cursor. The tracker reads the mark-delete
+  position, the read position and per-position ack state, and keeps its bucket keys in the
+  cursor properties (persisted by ``flush``). It never moves the cursor.
+- :class:`SnapshotStorage`: create / load / delete bucket snapshots (part 0 = metadata, parts
+  1..N = segments); every call is IO and awaited off the hot path.
+- :class:`BucketEvents`: what the snapshot side of the tracker may tell the index side
+  (:mod:`broker.delayed.bucket_snapshots` -> :mod:`broker.delayed.bucket`): something changed
+  in the background (a segment loaded, a merge finished), and a bucket was retired.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from broker.delayed.bucket_records import ImmutableBucket
+from storage.positions import Position
+
+
+class BucketCursor(Protocol):
+    """The part of a durable cursor the bucket tracker uses."""
+
+    @property
+    def mark_delete_position(self) -> Position: ...
+
+    @property
+    def read_position(self) -> Position: ...
+
+    @property
+    def properties(self) -> dict[str, str]: ...
+
+    def set_property(self, key: str, value: str) -> None: ...
+
+    def remove_property(self, key: str) -> None: ...
+
+    def is_deleted(self, pos: Position) -> bool: ...
+
+    async def flush(self) -> None: ...
+
+
+class SnapshotStorage(Protocol):
+    """The part of storage's ``SnapshotStore`` the bucket tracker uses."""
+
+    async def create(self, metadata: bytes, segments: list[bytes]) -> int: ...
+
+    async def load_metadata(self, snapshot_id: int) -> bytes: ...
+
+    async def load_segment(self, snapshot_id: int, index: int) -> bytes: ...
+
+    async def delete(self, snapshot_id: int) -> None: ...
+
+    def size_bytes(self, snapshot_id: int) -> int: ...
+
+
+class BucketEvents(Protocol):
+    """Callbacks from the snapshot side to the index side of the bucket tracker."""
+
+    def on_background_change(self) -> None:
+        """A segment was loaded or buckets merged: re-aim the timer, wake if something is due."""
+
+    def on_bucket_retired(self, bucket: ImmutableBucket) -> None:
+        """A bucket was fully handed out (or cancelled) and is being deleted."""
