@@ -28,14 +28,19 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable
-from typing import Any, Protocol
+from typing import Protocol
 
 from broker.delayed.tracker import DelayedDeliveryTracker
 from broker.subscriptions.consumer import SUB_TYPE_NAMES, Consumer
 from broker.subscriptions.dispatchers import Dispatcher
-from broker.subscriptions.dispatchers.cursors import normalize_target, tail_position
+from broker.subscriptions.dispatchers.cursors import (
+    SubscriptionCursor,
+    normalize_target,
+    tail_position,
+)
 from protocol.errors import NotAllowedError
 from protocol.metadata import parse_entry
+from storage.ledger import ManagedLedger
 from storage.positions import Position
 
 __all__ = ["CursorResets", "ResetTarget"]
@@ -54,12 +59,11 @@ class ResetTarget(Protocol):
     redelivery_counts: dict[Position, int]
     batch_acks: dict[Position, int]
 
-    # A storage ManagedCursor or a reader's MemoryCursor; storage's ManagedLedger.
     @property
-    def cursor(self) -> Any: ...
+    def cursor(self) -> SubscriptionCursor: ...
 
     @property
-    def ledger(self) -> Any: ...
+    def ledger(self) -> ManagedLedger: ...
 
     def remove_consumer(self, consumer: Consumer) -> None: ...
 
