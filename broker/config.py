@@ -29,7 +29,7 @@ import logging
 import pathlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from broker.config_sources import SourceError, environment_settings, read_config_file
 from storage.config import StorageConfig
@@ -69,7 +69,11 @@ _TRACKER_ALIASES = {
 }
 
 
-def _opt(key: str, default: Any, doc: str) -> Any:
+_T = TypeVar("_T")
+
+
+def _opt(key: str, default: _T, doc: str) -> _T:
+    """A setting: its broker.conf *key*, its default and its documentation (field metadata)."""
     return field(default=default, metadata={"key": key, "doc": doc})
 
 
