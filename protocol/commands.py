@@ -100,9 +100,11 @@ def encode_producer_success(
     schema_version: bytes | None = None,
     *,
     ready: bool | None = None,
+    topic_epoch: int | None = None,
 ) -> bytes:
     """PRODUCER_SUCCESS; *ready* sets producer_ready explicitly (False: the producer is queued
-    for exclusive access, WaitForExclusive; True: the second answer once it is promoted)."""
+    for exclusive access, WaitForExclusive; True: the second answer once it is promoted);
+    *topic_epoch* is the epoch an exclusive producer was granted."""
     cmd = pb.BaseCommand(type=_T.PRODUCER_SUCCESS)
     ps = cmd.producer_success
     ps.request_id = request_id
@@ -112,6 +114,8 @@ def encode_producer_success(
         ps.schema_version = schema_version
     if ready is not None:
         ps.producer_ready = ready
+    if topic_epoch is not None:
+        ps.topic_epoch = topic_epoch
     return encode_command(cmd)
 
 

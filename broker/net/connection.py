@@ -447,6 +447,8 @@ class ServerConnection(asyncio.Protocol):
     def producer_detached(self, producer: Producer) -> None:
         if self.producers.get(producer.producer_id) is producer:
             del self.producers[producer.producer_id]
+        if self.waiting_producers.get(producer.producer_id) is producer:
+            del self.waiting_producers[producer.producer_id]
 
     def producer_ready(self, producer: Producer) -> None:
         self.waiting_producers.pop(producer.producer_id, None)

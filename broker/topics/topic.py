@@ -54,6 +54,7 @@ from broker.delayed.policy import DelayPolicy
 from broker.delayed.tracker import DelayedDeliveryTracker
 from broker.metrics.rates import PUBLISH_LATENCY_BUCKETS_MS, RateMeter
 from broker.subscriptions.subscription import Subscription
+from broker.topics.access_modes import Admission, ProducerAccess
 from broker.topics.dedup import DEDUP_CURSOR, MessageDeduplication
 from broker.topics.names import TopicName
 from broker.topics.producer import Producer
@@ -65,6 +66,7 @@ from protocol.errors import (
     NotAllowedError,
     PersistenceError,
     ProducerBusyError,
+    ServerError,
     ServiceNotReadyError,
     SubscriptionNotFoundError,
 )
@@ -127,6 +129,7 @@ class Topic:
         self._rates = RateMeter()
         self._producer_rates: dict[int, RateMeter] = {}
         self._exclusive_waiters: deque[tuple[Producer, int]] = deque()
+        self.access = ProducerAccess()
         # Producers whose oldest unanswered SEND waits for its append to become durable
         # (insertion-ordered set; maintained by the producers, drained by _on_durable).
         self.awaiting_durable: dict[Producer, None] = {}
@@ -252,7 +255,10 @@ class Topic:
 
     # ------------------------------------------------------------------ producers
 
-    def add_producer(self, producer: Producer) -> None:
+    def add_producer(self, producer: Producer, requested_epoch: int | None = None) -> Admission:
+        """Attach *producer* by its access mode (:mod:`broker.topics.access_modes`); returns
+        NOW/FENCE_OTHERS when it is attached, QUEUE when the caller must queue it
+        (:meth:`queue_exclusive_waiter`). Raises ProducerBusyError / ProducerFencedError."""
         if self.fenced or self.closed:
             raise ServiceNotReadyError(f"Topic {self.full} is being closed or reloaded")
         existing = self.producers.get(producer.name)
@@ -262,21 +268,40 @@ class Topic:
                 # isSuccessorTo) before this broker noticed the old connection was gone.
                 existing.connection.producer_detached(existing)
                 existing.close()
-            else:
+            elif producer.access_mode != pb.ExclusiveWithFencing:
                 raise ProducerBusyError(
                     f"Producer with name '{producer.name}' is already connected to topic")
-        mode = producer.access_mode
-        others = list(self.producers.values())
-        exclusive = [p for p in others if p.access_mode != pb.Shared]
-        if mode == pb.ExclusiveWithFencing:
-            for p in others:
-                p.disconnect()
-        elif exclusive:
-            raise ProducerBusyError(
-                f"Topic has an existing exclusive producer: {exclusive[0].name}")
-        elif mode != pb.Shared and others:
-            raise ProducerBusyError("Topic has existing shared producers")
+        self._drop_dead_waiters()
+        admission = self.access.admit(producer.access_mode, producer.name, requested_epoch,
+                                      has_producers=bool(self.producers),
+                                      has_waiters=bool(self._exclusive_waiters))
+        if admission is Admission.QUEUE:
+            return admission
+        if admission is Admission.FENCE_OTHERS:
+            self._fence_others()
         self._register(producer)
+        return admission
+
+    def _fence_others(self) -> None:
+        """ExclusiveWithFencing took the topic: fail every waiter, close every producer."""
+        waiters = list(self._exclusive_waiters)
+        self._exclusive_waiters.clear()
+        for waiter, request_id in waiters:
+            waiter.closed = True
+            waiter.connection.producer_detached(waiter)
+            waiter.connection.write(C.encode_error(request_id, ServerError.ProducerFenced,
+                                                   "Fenced out"))
+        exclusive_name = self.access.exclusive_name
+        for p in list(self.producers.values()):
+            log.info("fencing out producer %s on %s", p.name, self.full)
+            p.disconnect()
+        self.access.exclusive_name = exclusive_name  # the removals above released the old one
+
+    def _drop_dead_waiters(self) -> None:
+        live = [(p, rid) for p, rid in self._exclusive_waiters
+                if not (p.closed or p.connection.is_closed)]
+        if len(live) != len(self._exclusive_waiters):
+            self._exclusive_waiters = deque(live)
 
     def _register(self, producer: Producer) -> None:
         self.producers[producer.name] = producer
@@ -285,6 +310,7 @@ class Topic:
     def remove_producer(self, producer: Producer) -> None:
         if self.producers.get(producer.name) is producer:
             del self.producers[producer.name]
+            self.access.released(producer.name, producer.access_mode)
         self._producer_rates.pop(id(producer), None)
         self.awaiting_durable.pop(producer, None)
         if not self.producers and self._exclusive_waiters:
@@ -300,10 +326,12 @@ class Topic:
             conn = producer.connection
             if conn.is_closed or producer.closed:
                 continue
+            self.access.promote(producer.name)
             self._register(producer)
             conn.producer_ready(producer)
             conn.write(C.encode_producer_success(request_id, producer.name,
-                                                 producer.seq_state.persisted, ready=True))
+                                                 producer.seq_state.persisted, ready=True,
+                                                 topic_epoch=self.access.topic_epoch))
             return
 
     # ------------------------------------------------------------------ subscriptions
