@@ -85,6 +85,18 @@ class BrokerConfig:
         "The broker PINGs a connection idle this long and closes one silent for two intervals.")
     allow_auto_topic_creation: bool = _opt(
         "allowAutoTopicCreation", True, "Create a non-partitioned topic on first producer/consumer.")
+    broker_deduplication_enabled: bool = _opt(
+        "brokerDeduplicationEnabled", True,
+        "Default of the deduplication policy (namespace/topic policies override it). Pulsar's "
+        "default is false; Horae's is true because the C++ client re-sends every send "
+        "pipelined behind a refused one.")
+    broker_service_compaction_threshold_in_bytes: int = _opt(
+        "brokerServiceCompactionThresholdInBytes", 0,
+        "Backlog bytes that trigger an automatic compaction (0: never; namespace/topic "
+        "compactionThreshold override it).")
+    schema_compatibility_strategy: str = _opt(
+        "schemaCompatibilityStrategy", "FULL",
+        "Default schema compatibility strategy (namespace/topic policies override it).")
     broker_delete_inactive_topics_enabled: bool = _opt(
         "brokerDeleteInactiveTopicsEnabled", False,
         "Accepted for compatibility; Horae never deletes inactive topics (Pulsar's default is true).")

@@ -64,6 +64,7 @@ async def create_producer(connection: ProducerConnection, m: pb.CommandProducer)
         return
     connection.producers[producer.producer_id] = producer
     epoch = topic.access.topic_epoch if access_mode != pb.Shared else None
-    connection.write(C.encode_producer_success(m.request_id, pname,
-                                               producer.seq_state.persisted,
+    # Without deduplication Pulsar does not tell where the name's sequence stands.
+    last_sequence_id = producer.seq_state.persisted if topic.dedup_enabled() else -1
+    connection.write(C.encode_producer_success(m.request_id, pname, last_sequence_id,
                                                topic_epoch=epoch))

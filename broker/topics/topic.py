@@ -57,6 +57,7 @@ from broker.subscriptions.subscription import Subscription
 from broker.topics.access_modes import Admission, ProducerAccess
 from broker.topics.dedup import DEDUP_CURSOR, MessageDeduplication
 from broker.topics.names import TopicName
+from broker.topics.policies import PolicyStore
 from broker.topics.producer import Producer
 from broker.topics.trim import LedgerTrimmer
 from protocol import commands as C
@@ -94,6 +95,9 @@ class TopicHost(Protocol):
     def snapshots(self) -> Any: ...
 
     def resolve_delay_policy(self, name: TopicName) -> DelayPolicy: ...
+
+    @property
+    def policies(self) -> PolicyStore: ...
 
     async def unload_topic(self, full: str) -> None: ...
 
@@ -404,6 +408,10 @@ class Topic:
         self._removed_bytes_out += sub.bytes_out_counter
 
     # ------------------------------------------------------------------ delayed policy
+
+    def dedup_enabled(self) -> bool:
+        """The deduplication policy in force (topic > namespace > brokerDeduplicationEnabled)."""
+        return self.host.policies.dedup_enabled(self.name)
 
     def delay_policy(self) -> DelayPolicy:
         policy = self._delay_policy
