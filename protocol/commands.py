@@ -410,6 +410,25 @@ def encode_get_schema_response(
     return encode_command(cmd)
 
 
+def encode_get_or_create_schema_response(
+    request_id: int,
+    *,
+    error_code: ServerError | int | None = None,
+    error_message: str | None = None,
+    schema_version: bytes | None = None,
+) -> bytes:
+    cmd = pb.BaseCommand(type=_T.GET_OR_CREATE_SCHEMA_RESPONSE)
+    r = cmd.getOrCreateSchemaResponse
+    r.request_id = request_id
+    if error_code is not None:
+        r.error_code = int(error_code)  # type: ignore[assignment]
+    if error_message is not None:
+        r.error_message = error_message
+    if schema_version is not None:
+        r.schema_version = schema_version
+    return encode_command(cmd)
+
+
 def encode_ack_response(
     consumer_id: int,
     request_id: int,

@@ -41,6 +41,7 @@ from typing import Any, Protocol
 from broker import SERVER_VERSION
 from broker.net.consumers import ConsumerSide
 from broker.net.lookup import service_url
+from broker.net import schemas
 from broker.net.producers import create_producer
 from broker.net.states import TRANSITIONS, ConnState, Unexpected, request_id_of, unexpected
 from broker.topics.names import TopicName
@@ -56,7 +57,6 @@ __all__ = ["ServerConnection"]
 
 log = logging.getLogger("horae.connection")
 
-_GET_SCHEMA_NO_SCHEMA = "Topic not found or no-schema"  # Pulsar's exact text
 
 
 class ConnectionOwner(Protocol):
@@ -385,10 +385,12 @@ class ServerConnection(asyncio.Protocol):
         self.spawn(run(), rid)
 
     def on_get_schema(self, frame: Frame) -> None:
-        # Horae keeps no schema registry: answer like Pulsar does for a schema-less topic.
-        self.write(C.encode_get_schema_response(
-            frame.command.getSchema.request_id, error_code=ServerError.TopicNotFound,
-            error_message=_GET_SCHEMA_NO_SCHEMA))
+        m = frame.command.getSchema
+        self.spawn(schemas.get_schema(self, m), m.request_id)
+
+    def on_get_or_create_schema(self, frame: Frame) -> None:
+        m = frame.command.getOrCreateSchema
+        self.spawn(schemas.get_or_create_schema(self, m), m.request_id)
 
     # ------------------------------------------------------------------ producers
 

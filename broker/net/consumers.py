@@ -24,6 +24,7 @@ import time
 import uuid
 from typing import Protocol
 
+from broker.net.schemas import check_consumer_schema
 from broker.subscriptions.consumer import Consumer, HashRange
 from broker.subscriptions.subscription import Subscription, tail_position, wire_position
 from broker.topics.names import TopicName
@@ -139,6 +140,8 @@ class ConsumerSide:
     async def _subscribe(self, cmd: pb.CommandSubscribe) -> None:
         tn = TopicName.parse(cmd.topic)
         topic = await self.connection.service.get_topic(tn.full, create=True)
+        if cmd.HasField("schema"):
+            await check_consumer_schema(self.connection.service, topic, cmd.schema)
         durable = cmd.durable if cmd.HasField("durable") else True
         start = (
             (cmd.start_message_id.ledgerId, cmd.start_message_id.entryId)

@@ -15,7 +15,8 @@ One BrokerService per broker, living on the broker's event loop; the binary prot
   ``public/default`` always exist.
 * Namespace and topic policies other than delayed delivery (deduplication, schema
   compatibility, compaction threshold) are kept by ``self.policies``
-  (:class:`broker.topics.policies.PolicyStore`).
+  (:class:`broker.topics.policies.PolicyStore`); schemas by ``self.schemas``
+  (:class:`broker.topics.schemas.SchemaRegistry`).
 * Delayed-delivery policies (kinds ``"namespace_policy"`` and ``"topic_policy"``) are
   mirrored in memory too. A change drops the cached resolved policy of the affected loaded
   topics, so it applies to the next message.
@@ -39,6 +40,7 @@ from broker.config import BrokerConfig
 from broker.delayed.policy import DelayPolicy, resolve_policy
 from broker.topics.names import TopicName, is_valid_namespace, split_namespace
 from broker.topics.policies import PolicyStore
+from broker.topics.schemas import SchemaRegistry, schema_id
 from broker.topics.topic import Topic
 from protocol.errors import (
     InvalidTopicNameError,
@@ -77,6 +79,7 @@ class BrokerService:
         self._ns_policies: dict[str, dict[str, Any]] = {}
         self._topic_policies: dict[str, dict[str, Any]] = {}
         self.policies = PolicyStore(config, store.metadata)  # dedup, schema, compaction
+        self.schemas = SchemaRegistry(store.metadata)
         self._instance = next(_instance_counter)  # until start() reads the generation
         self._producer_names = itertools.count()
         self._timers: list[asyncio.Task[None]] = []
@@ -395,7 +398,9 @@ class BrokerService:
         await self._drop_topic_policy(TopicName.parse(topic).full)
 
     async def _drop_topic_policy(self, full: str) -> None:
+        """The topic was deleted: its policies and (as Pulsar) its schema go with it."""
         await self.policies.drop_topic(full)
+        await self.schemas.drop(schema_id(full))
         if full in self._topic_policies:
             await self.store.metadata.delete("topic_policy", full)
             del self._topic_policies[full]

@@ -63,12 +63,8 @@ def test_broker_side_command_from_client_closes_the_connection(raw: RawClient) -
 
 
 def test_unsupported_request_gets_error_and_connection_stays(raw: RawClient) -> None:
-    cmd = T(type=T.GET_OR_CREATE_SCHEMA)
-    cmd.getOrCreateSchema.request_id = 42
-    cmd.getOrCreateSchema.topic = "persistent://public/default/x"
-    cmd.getOrCreateSchema.schema.name = "s"
-    cmd.getOrCreateSchema.schema.schema_data = b""
-    cmd.getOrCreateSchema.schema.type = pb.Schema.String
+    cmd = T(type=T.SUCCESS)  # a broker-to-client command that carries a request id
+    cmd.success.request_id = 42
     answer = raw.request(C.encode_command(cmd))
     assert answer.type == T.ERROR
     assert answer.error.request_id == 42
