@@ -71,6 +71,13 @@ class BrokerConfig:
     advertised_address: str = _opt(
         "advertisedAddress", "localhost",
         "Host name put in LOOKUP answers (pulsar://<advertisedAddress>:<brokerServicePort>).")
+    advertised_listeners: str = _opt(
+        "advertisedListeners", "",
+        "Named listeners, name:pulsar://host:port,...; LOOKUPs with a listener name get its URL "
+        "and an unknown name is refused.")
+    internal_listener_name: str = _opt(
+        "internalListenerName", "",
+        "The listener answered to clients without a listener name (default: the first).")
     cluster_name: str = _opt(
         "clusterName", "standalone", "Cluster name: a metrics label and the prefix of producer names.")
     data_dir: str = _opt("dataDir", "./data", "Directory holding ledgers, cursors, metadata, metrics.")
@@ -231,6 +238,15 @@ class BrokerConfig:
             if (f.name.endswith(("_port", "_port_tls")) and value is not None
                     and not (isinstance(value, int) and 0 <= value <= 65535)):
                 raise ConfigError(f"{f.metadata['key']} must be a port number, not {value}")
+        if self.advertised_listeners or self.internal_listener_name:
+            from broker.listeners import parse_listeners
+            try:
+                names = parse_listeners(self.advertised_listeners)
+            except ValueError as exc:
+                raise ConfigError(str(exc)) from None
+            if self.internal_listener_name and self.internal_listener_name not in names:
+                raise ConfigError(f"internalListenerName {self.internal_listener_name!r} is not "
+                                  "one of advertisedListeners")
         positive = ("max_message_size", "max_pending_publish_requests_per_connection",
                     "keep_alive_interval_seconds", "delayed_delivery_tick_time_millis",
                     "metrics_export_interval_seconds", "tls_cert_refresh_check_duration_sec",

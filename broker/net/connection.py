@@ -40,6 +40,7 @@ from typing import Any, Protocol
 
 from broker import SERVER_VERSION
 from broker.net.consumers import ConsumerSide
+from broker.listeners import lookup_url
 from broker.net.lookup import service_url
 from broker.net import schemas
 from broker.net.producers import create_producer
@@ -366,7 +367,16 @@ class ServerConnection(asyncio.Protocol):
             self.write(C.encode_lookup_response(rid, response="failed", error=exc.code,
                                                 message=exc.message))
             return
-        url = service_url(self.config.advertised_address, self.service.broker_port, self.local_host)
+        default = service_url(self.config.advertised_address, self.service.broker_port,
+                              self.local_host)
+        requested = m.advertised_listener_name if m.HasField("advertised_listener_name") else None
+        try:
+            url = lookup_url(self.config.advertised_listeners, self.config.internal_listener_name,
+                             requested, default)
+        except RequestError as exc:
+            self.write(C.encode_lookup_response(rid, response="failed", error=exc.code,
+                                                message=exc.message))
+            return
         self.write(C.encode_lookup_response(rid, url, response="connect", authoritative=True))
 
     def on_get_topics_of_namespace(self, frame: Frame) -> None:
