@@ -17,7 +17,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from broker.admin import errors as E
-from broker.admin import namespaces, policies, schemas, topics
+from broker.admin import compaction, namespaces, policies, schemas, topics
 from broker.admin.errors import error_middleware
 from broker.admin.facade import ADMIN_KEY, AdminFacade
 from broker.metrics import create_registry
@@ -77,6 +77,7 @@ def create_app(service: Any, *, lag_probe_interval_s: float = 0.5) -> web.Applic
     topics.add_routes(app)
     policies.add_routes(app)
     schemas.add_routes(app)
+    compaction.add_routes(app)
     app.router.add_get("/lookup/v2/topic/{domain}/{tenant}/{namespace}/{topic}", lookup)
     app.router.add_get("/admin/v2/brokers/health", health)
     app.router.add_get("/admin/v2/brokers/ready", health)

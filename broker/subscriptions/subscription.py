@@ -84,6 +84,8 @@ class TopicContext(Protocol):
 
     def remove_subscription(self, sub: Subscription) -> None: ...
 
+    def compacted_out(self, pos: Position) -> bool: ...
+
     async def delete_subscription(self, name: str, *, force: bool = False) -> None: ...
 
 
@@ -109,6 +111,7 @@ class Subscription:
         self.msg_redeliver_counter = 0
         self._rates = RateMeter()
         self.resetting = False
+        self.read_compacted = False  # skip what compaction superseded (set on SUBSCRIBE)
         self.closed = False
         self._reset_lock = asyncio.Lock()
         self.partition_index = topic.partition_index

@@ -122,6 +122,11 @@ class BrokerService:
         return self.store.snapshots
 
     @property
+    def metadata(self) -> Any:
+        """The metadata store (compaction results are kept there)."""
+        return self.store.metadata
+
+    @property
     def service_url(self) -> str:
         return f"pulsar://{self.config.advertised_address}:{self.broker_port}"
 

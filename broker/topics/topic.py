@@ -32,7 +32,9 @@ and snapshotted into the ``pulsar.dedup`` cursor by :meth:`housekeeping` and :me
 Trimming: :meth:`housekeeping` (once a second, off the hot path) lets ``self.trimmer``
 (:class:`broker.topics.trim.LedgerTrimmer`) decide whether sealed ledgers every cursor has passed
 are deleted now; never at load. The admin documents (:meth:`stats`, :meth:`internal_stats`)
-are built by :mod:`broker.topics.stats`.
+are built by :mod:`broker.topics.stats`. Compaction (``self.compaction``,
+:mod:`broker.topics.compaction`) keeps the ``__compaction`` cursor, which is not a subscription
+either.
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ from broker.delayed.tracker import DelayedDeliveryTracker
 from broker.metrics.rates import PUBLISH_LATENCY_BUCKETS_MS, RateMeter
 from broker.subscriptions.subscription import Subscription
 from broker.topics.access_modes import Admission, ProducerAccess
+from broker.topics.compaction import COMPACTION_CURSOR, TopicCompaction
 from broker.topics.dedup import DEDUP_CURSOR, MessageDeduplication
 from broker.topics.names import TopicName
 from broker.topics.policies import PolicyStore
@@ -99,6 +102,10 @@ class TopicHost(Protocol):
     @property
     def policies(self) -> PolicyStore: ...
 
+    # storage's MetadataStore (compaction results)
+    @property
+    def metadata(self) -> Any: ...
+
     async def unload_topic(self, full: str) -> None: ...
 
 
@@ -139,6 +146,7 @@ class Topic:
         self.awaiting_durable: dict[Producer, None] = {}
         self.dedup = MessageDeduplication(self)
         self.trimmer = LedgerTrimmer(self)
+        self.compaction = TopicCompaction(self, host.metadata)
 
     # ------------------------------------------------------------------ loading
 
@@ -151,6 +159,8 @@ class Topic:
             if cursor_name == DEDUP_CURSOR:
                 topic.dedup.start_recovery()
                 continue
+            if cursor_name == COMPACTION_CURSOR:
+                continue
             try:
                 sub = await Subscription.open(topic, cursor_name, durable=True,
                                               initial_position="latest", start_message_id=None)
@@ -158,6 +168,7 @@ class Topic:
                 log.exception("could not restore subscription %s on %s", cursor_name, name.full)
                 continue
             topic.subscriptions[cursor_name] = sub
+        await topic.compaction.load()
         # No trim at load: only what happens from now on triggers one (broker.topics.trim).
         topic.trimmer.reset_trigger()
         return topic
@@ -357,7 +368,7 @@ class Topic:
             return await asyncio.shield(pending)
         if self.closed or self.fenced:
             raise ServiceNotReadyError(f"Topic {self.full} is being closed or reloaded")
-        if name == DEDUP_CURSOR:
+        if name in (DEDUP_CURSOR, COMPACTION_CURSOR):
             raise NotAllowedError(f"Subscription name {name} is reserved")
         fut: asyncio.Future[Subscription] = self.loop.create_future()
         self._sub_creating[name] = fut
@@ -408,6 +419,10 @@ class Topic:
         self._removed_bytes_out += sub.bytes_out_counter
 
     # ------------------------------------------------------------------ delayed policy
+
+    def compacted_out(self, pos: Any) -> bool:
+        """A read_compacted subscription skips *pos* (:mod:`broker.topics.compaction`)."""
+        return self.compaction.compacted_out(pos)
 
     def dedup_enabled(self) -> bool:
         """The deduplication policy in force (topic > namespace > brokerDeduplicationEnabled)."""
@@ -498,6 +513,7 @@ class Topic:
         if self.closed or self.fenced:
             return
         self.dedup.snapshot(now)
+        self.compaction.maybe_trigger(self.host.policies.compaction_threshold(self.name))
         self.trimmer.tick(now)
 
     # ------------------------------------------------------------------ lifecycle
@@ -516,6 +532,7 @@ class Topic:
         for sub in list(self.subscriptions.values()):
             await _close_subscription(sub, disconnect_clients=disconnect_clients)
         await self.trimmer.close()
+        await self.compaction.close()
         self.dedup.close(self.loop.time())
         try:
             await self.ledger.close()
