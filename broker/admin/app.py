@@ -16,8 +16,8 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from broker.admin import errors as E
 from broker.admin import compaction, namespaces, policies, schemas, topics
+from broker.admin import errors as E
 from broker.admin.errors import error_middleware
 from broker.admin.facade import ADMIN_KEY, AdminFacade
 from broker.metrics import create_registry

@@ -39,10 +39,10 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from broker import SERVER_VERSION
-from broker.net.consumers import ConsumerSide
 from broker.listeners import lookup_url
-from broker.net.lookup import service_url
 from broker.net import schemas
+from broker.net.consumers import ConsumerSide
+from broker.net.lookup import service_url
 from broker.net.producers import create_producer
 from broker.net.states import TRANSITIONS, ConnState, Unexpected, request_id_of, unexpected
 from broker.topics.names import TopicName

@@ -26,6 +26,7 @@ RUNNING, SUCCESS, ERROR (with ``lastError``), as Pulsar's LongRunningProcessStat
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from typing import Any, Protocol
 
@@ -75,7 +76,7 @@ class TopicCompaction:
         rec = await self._md.get(KIND, self.topic.full)
         if rec and rec.get("horizon"):
             self.horizon = Position(*rec["horizon"])
-            self.kept = frozenset(Position(l, e) for l, e in rec.get("kept", []))
+            self.kept = frozenset(Position(lid, eid) for lid, eid in rec.get("kept", []))
 
     @property
     def running(self) -> bool:
@@ -119,10 +120,8 @@ class TopicCompaction:
         task = self._task
         if task is not None and not task.done():
             task.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-            except (asyncio.CancelledError, Exception):
-                pass
 
     async def _run(self) -> None:
         try:

@@ -9,7 +9,6 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-
 from broker_rawclient import RawClient, make_entry
 
 from proto import pulsar_api_pb2 as pb
