@@ -29,9 +29,10 @@ import logging
 import pathlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from broker.config_sources import SourceError, environment_settings, read_config_file
+from broker.listeners import parse_listeners
 from storage.config import StorageConfig
 
 __all__ = [
@@ -91,6 +92,13 @@ class BrokerConfig:
     advertised_address: str = _opt(
         "advertisedAddress", "localhost",
         "Host name put in LOOKUP answers (pulsar://<advertisedAddress>:<brokerServicePort>).")
+    advertised_listeners: str = _opt(
+        "advertisedListeners", "",
+        "Named listeners, name:pulsar://host:port,...; LOOKUPs with a listener name get its URL "
+        "and an unknown name is refused.")
+    internal_listener_name: str = _opt(
+        "internalListenerName", "",
+        "The listener answered to clients without a listener name (default: the first).")
     cluster_name: str = _opt(
         "clusterName", "standalone", "Cluster name: a metrics label and the prefix of producer names.")
     data_dir: str = _opt("dataDir", "./data", "Directory holding ledgers, cursors, metadata, metrics.")
@@ -105,6 +113,18 @@ class BrokerConfig:
         "The broker PINGs a connection idle this long and closes one silent for two intervals.")
     allow_auto_topic_creation: bool = _opt(
         "allowAutoTopicCreation", True, "Create a non-partitioned topic on first producer/consumer.")
+    broker_deduplication_enabled: bool = _opt(
+        "brokerDeduplicationEnabled", True,
+        "Default of the deduplication policy (namespace/topic policies override it). Pulsar's "
+        "default is false; Horae's is true because the C++ client re-sends every send "
+        "pipelined behind a refused one.")
+    broker_service_compaction_threshold_in_bytes: int = _opt(
+        "brokerServiceCompactionThresholdInBytes", 0,
+        "Backlog bytes that trigger an automatic compaction (0: never; namespace/topic "
+        "compactionThreshold override it).")
+    schema_compatibility_strategy: str = _opt(
+        "schemaCompatibilityStrategy", "FULL",
+        "Default schema compatibility strategy (namespace/topic policies override it).")
     broker_delete_inactive_topics_enabled: bool = _opt(
         "brokerDeleteInactiveTopicsEnabled", False,
         "Accepted for compatibility; Horae never deletes inactive topics (Pulsar's default is true).")
@@ -248,6 +268,14 @@ class BrokerConfig:
                 raise ConfigError(f"{f.metadata['key']} must be a port number, not {value}")
         if self.log_format not in LOG_FORMATS:
             raise ConfigError(f"logFormat must be one of {list(LOG_FORMATS)}, not {self.log_format!r}")
+        if self.advertised_listeners or self.internal_listener_name:
+            try:
+                names = parse_listeners(self.advertised_listeners)
+            except ValueError as exc:
+                raise ConfigError(str(exc)) from None
+            if self.internal_listener_name and self.internal_listener_name not in names:
+                raise ConfigError(f"internalListenerName {self.internal_listener_name!r} is not "
+                                  "one of advertisedListeners")
         positive = ("max_message_size", "max_pending_publish_requests_per_connection",
                     "keep_alive_interval_seconds", "delayed_delivery_tick_time_millis",
                     "metrics_export_interval_seconds", "tls_cert_refresh_check_duration_sec",

@@ -14,8 +14,8 @@ from __future__ import annotations
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from broker.admin import compaction, namespaces, policies, schemas, topics
 from broker.admin import errors as E
-from broker.admin import namespaces, topics
 from broker.admin.errors import error_middleware
 from broker.admin.facade import ADMIN_KEY, AdminFacade
 from broker.metrics import create_registry
@@ -72,6 +72,9 @@ def create_app(service: BrokerService, *, lag_probe_interval_s: float = 0.5) -> 
 
     namespaces.add_routes(app)
     topics.add_routes(app)
+    policies.add_routes(app)
+    schemas.add_routes(app)
+    compaction.add_routes(app)
     app.router.add_get("/lookup/v2/topic/{domain}/{tenant}/{namespace}/{topic}", lookup)
     app.router.add_get("/admin/v2/brokers/health", health)
     app.router.add_get("/admin/v2/brokers/ready", health)

@@ -39,6 +39,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from broker import SERVER_VERSION
+from broker.listeners import lookup_url
+from broker.net import schemas
 from broker.net.consumers import ConsumerSide
 from broker.net.lookup import service_url
 from broker.net.producers import create_producer
@@ -56,7 +58,6 @@ __all__ = ["ServerConnection"]
 
 log = logging.getLogger("horae.net.connection")
 
-_GET_SCHEMA_NO_SCHEMA = "Topic not found or no-schema"  # Pulsar's exact text
 
 
 class ConnectionOwner(Protocol):
@@ -366,7 +367,16 @@ class ServerConnection(asyncio.Protocol):
             self.write(C.encode_lookup_response(rid, response="failed", error=exc.code,
                                                 message=exc.message))
             return
-        url = service_url(self.config.advertised_address, self.service.broker_port, self.local_host)
+        default = service_url(self.config.advertised_address, self.service.broker_port,
+                              self.local_host)
+        requested = m.advertised_listener_name if m.HasField("advertised_listener_name") else None
+        try:
+            url = lookup_url(self.config.advertised_listeners, self.config.internal_listener_name,
+                             requested, default)
+        except RequestError as exc:
+            self.write(C.encode_lookup_response(rid, response="failed", error=exc.code,
+                                                message=exc.message))
+            return
         self.write(C.encode_lookup_response(rid, url, response="connect", authoritative=True))
 
     def on_get_topics_of_namespace(self, frame: Frame) -> None:
@@ -385,10 +395,12 @@ class ServerConnection(asyncio.Protocol):
         self.spawn(run(), rid)
 
     def on_get_schema(self, frame: Frame) -> None:
-        # Horae keeps no schema registry: answer like Pulsar does for a schema-less topic.
-        self.write(C.encode_get_schema_response(
-            frame.command.getSchema.request_id, error_code=ServerError.TopicNotFound,
-            error_message=_GET_SCHEMA_NO_SCHEMA))
+        m = frame.command.getSchema
+        self.spawn(schemas.get_schema(self, m), m.request_id)
+
+    def on_get_or_create_schema(self, frame: Frame) -> None:
+        m = frame.command.getOrCreateSchema
+        self.spawn(schemas.get_or_create_schema(self, m), m.request_id)
 
     # ------------------------------------------------------------------ producers
 
@@ -447,6 +459,8 @@ class ServerConnection(asyncio.Protocol):
     def producer_detached(self, producer: Producer) -> None:
         if self.producers.get(producer.producer_id) is producer:
             del self.producers[producer.producer_id]
+        if self.waiting_producers.get(producer.producer_id) is producer:
+            del self.waiting_producers[producer.producer_id]
 
     def producer_ready(self, producer: Producer) -> None:
         self.waiting_producers.pop(producer.producer_id, None)

@@ -5,7 +5,9 @@ Theory of operation
 Called by :class:`broker.net.connection.ServerConnection` (as a request task) for every
 PRODUCER it does not answer from its registry. The topic is loaded (or auto-created), the
 producer name's sequence state is recovered *before* PRODUCER_SUCCESS tells the client where
-its sequence stands, then the topic decides on access (:meth:`broker.topics.topic.Topic.add_producer`).
+its sequence stands, the producer's schema is registered or checked (:mod:`broker.net.schemas`),
+then the topic decides on access (:meth:`broker.topics.topic.Topic.add_producer`,
+:mod:`broker.topics.access_modes`).
 A WaitForExclusive producer that cannot have the topic yet is queued by the topic and
 answered at once with ``producer_ready=false``; the topic answers again when it promotes it.
 
@@ -17,12 +19,13 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from broker.net.schemas import producer_schema
+from broker.topics.access_modes import Admission
 from broker.topics.names import TopicName
 from broker.topics.producer import Producer, ProducerTransport
 from broker.topics.service import BrokerService
 from protocol import commands as C
 from protocol import pulsar_pb as pb
-from protocol.errors import ProducerBusyError
 
 __all__ = ["ProducerConnection", "create_producer"]
 
@@ -49,21 +52,24 @@ async def create_producer(connection: ProducerConnection, m: pb.CommandProducer)
     # The sequence state of this name must be recovered before PRODUCER_SUCCESS tells the
     # client where its sequence stands (and before its re-sends arrive).
     await topic.dedup.prepare()
+    schema_version = await producer_schema(service, topic,
+                                           m.schema if m.HasField("schema") else None)
     producer = Producer(connection, topic, int(m.producer_id), pname, access_mode,
                         user_provided, metadata, int(m.epoch))
     topic.dedup.attach(producer)
-    try:
-        topic.add_producer(producer)
-    except ProducerBusyError:
-        if access_mode != pb.WaitForExclusive:
-            raise
+    requested_epoch = int(m.topic_epoch) if m.HasField("topic_epoch") else None
+    if topic.add_producer(producer, requested_epoch) is Admission.QUEUE:
         topic.queue_exclusive_waiter(producer, int(m.request_id))
         connection.waiting_producers[producer.producer_id] = producer
-        connection.write(C.encode_producer_success(m.request_id, pname, ready=False))
+        connection.write(C.encode_producer_success(m.request_id, pname, -1, schema_version,
+                                                   ready=False))
         return
     if connection.is_closed:
         producer.close()
         return
     connection.producers[producer.producer_id] = producer
-    connection.write(C.encode_producer_success(m.request_id, pname,
-                                               producer.seq_state.persisted))
+    epoch = topic.access.topic_epoch if access_mode != pb.Shared else None
+    # Without deduplication Pulsar does not tell where the name's sequence stands.
+    last_sequence_id = producer.seq_state.persisted if topic.dedup_enabled() else -1
+    connection.write(C.encode_producer_success(m.request_id, pname, last_sequence_id,
+                                               schema_version, topic_epoch=epoch))

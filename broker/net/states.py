@@ -12,8 +12,8 @@ A pair missing from the table is a protocol violation (:func:`unexpected`):
 
 1. in CONNECTING the connection is closed, because no reply is possible before CONNECTED;
 2. in CONNECTED a command carrying a ``request_id`` gets ERROR NotAllowedError and the
-   connection stays open (the peer asked something we do not serve, e.g. a transaction or
-   GET_OR_CREATE_SCHEMA); one without a request id (e.g. a broker-to-client command such as
+   connection stays open (the peer asked something we do not serve, e.g. a transaction);
+   one without a request id (e.g. a broker-to-client command such as
    SEND_RECEIPT or MESSAGE, or a second CONNECT) closes the connection, since nothing could
    be answered;
 3. in CLOSED the frame is dropped.
@@ -79,6 +79,7 @@ TRANSITIONS: Final = MappingProxyType({
     (_C, T.LOOKUP): _t("on_lookup"),
     (_C, T.GET_TOPICS_OF_NAMESPACE): _t("on_get_topics_of_namespace"),
     (_C, T.GET_SCHEMA): _t("on_get_schema"),
+    (_C, T.GET_OR_CREATE_SCHEMA): _t("on_get_or_create_schema"),
     (_C, T.PRODUCER): _t("on_producer"),
     (_C, T.SEND): _t("on_send"),
     (_C, T.CLOSE_PRODUCER): _t("on_close_producer"),

@@ -13,6 +13,10 @@ One BrokerService per broker, living on the broker's event loop; the binary prot
 * Tenants (kind ``"tenant"``) and namespaces (kind ``"namespace"``, key ``"tenant/ns"``) live
   in the metadata store and in an in-memory mirror for the hot checks; ``public`` and
   ``public/default`` always exist.
+* Namespace and topic policies other than delayed delivery (deduplication, schema
+  compatibility, compaction threshold) are kept by ``self.policies``
+  (:class:`broker.topics.policies.PolicyStore`); schemas by ``self.schemas``
+  (:class:`broker.topics.schemas.SchemaRegistry`).
 * Delayed-delivery policies (kinds ``"namespace_policy"`` and ``"topic_policy"``) are
   mirrored in memory too. A change drops the cached resolved policy of the affected loaded
   topics, so it applies to the next message.
@@ -36,6 +40,8 @@ from typing import Any
 from broker.config import BrokerConfig
 from broker.delayed.policy import DelayPolicy, resolve_policy
 from broker.topics.names import TopicName, is_valid_namespace, split_namespace
+from broker.topics.policies import PolicyStore
+from broker.topics.schemas import SchemaRegistry, schema_id
 from broker.topics.storage_errors import StorageOp, storage_failure
 from broker.topics.topic import Topic
 from protocol.errors import (
@@ -77,6 +83,8 @@ class BrokerService:
         self._partitioned: dict[str, int] = {}
         self._ns_policies: dict[str, dict[str, Any]] = {}
         self._topic_policies: dict[str, dict[str, Any]] = {}
+        self.policies = PolicyStore(config, store.metadata)  # dedup, schema, compaction
+        self.schemas = SchemaRegistry(store.metadata)
         self._instance = next(_instance_counter)  # until start() reads the generation
         self._producer_names = itertools.count()
         self._timers: list[asyncio.Task[None]] = []
@@ -98,6 +106,7 @@ class BrokerService:
         self._instance = int((generation or {}).get("value", -1)) + 1
         await md.put("broker", "generation", {"value": self._instance})
         self._topic_policies = dict(await md.list("topic_policy"))
+        await self.policies.load()
         self._timers = [self.loop.create_task(self._rates_loop())]
 
     async def close(self) -> None:
@@ -116,6 +125,11 @@ class BrokerService:
     def snapshots(self) -> SnapshotStore:
         """The store's bucket-snapshot store (for delayed-delivery trackers)."""
         return self.store.snapshots
+
+    @property
+    def metadata(self) -> Any:
+        """The metadata store (compaction results are kept there)."""
+        return self.store.metadata
 
     @property
     def service_url(self) -> str:
@@ -360,6 +374,7 @@ class BrokerService:
         del self._namespaces[namespace]
         if namespace in self._ns_policies:
             await self.remove_namespace_policy(namespace)
+        await self.policies.drop_namespace(namespace)
 
     def _require_namespace(self, namespace: str) -> None:
         if namespace not in self._namespaces:
@@ -396,6 +411,9 @@ class BrokerService:
         await self._drop_topic_policy(TopicName.parse(topic).full)
 
     async def _drop_topic_policy(self, full: str) -> None:
+        """The topic was deleted: its policies and (as Pulsar) its schema go with it."""
+        await self.policies.drop_topic(full)
+        await self.schemas.drop(schema_id(full))
         if full in self._topic_policies:
             await self.store.metadata.delete("topic_policy", full)
             del self._topic_policies[full]

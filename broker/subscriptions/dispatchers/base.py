@@ -397,6 +397,11 @@ class Dispatcher:
                 if from_replay:
                     self.discard_replay(pos)
                 continue
+            if sub.read_compacted and sub.topic.compacted_out(pos):
+                cursor.delete((pos,))  # superseded by compaction: acknowledged unseen
+                if from_replay:
+                    self.discard_replay(pos)
+                continue
             try:
                 info: EntryInfo | None = parse_entry(entry.data)
             except ProtocolError:
