@@ -173,3 +173,24 @@ def test_https_listener_serves_the_admin_api(broker_factory: Callable[..., Any],
         cluster = json.loads(response.read())
     assert cluster["brokerServiceUrlTls"] == _tls_url(broker)
     assert cluster["serviceUrlTls"] == f"https://127.0.0.1:{broker.server.web_port_tls}"
+
+
+def test_horae_admin_grants_with_a_token_and_refuses_without(
+        token_broker: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    from broker.admin.cli import main
+
+    url = ["--admin-url", token_broker.web_url]
+    assert main([*url, "namespaces", "permissions", "public/default"]) == 1
+    assert "HTTP 401" in capsys.readouterr().err
+    admin = [*url, "--auth-plugin", "org.apache.pulsar.client.impl.auth.AuthenticationToken",
+             "--auth-params", f"token:{_token('admin')}"]
+    assert main([*admin, "namespaces", "grant-permission", "public/default", "--role", "erin",
+                 "--actions", "produce,consume"]) == 0
+    assert main(["--token", _token("admin"), *url, "namespaces", "permissions",
+                 "public/default"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"erin": ["consume", "produce"]}
+    assert main([*admin, "namespaces", "revoke-permission", "public/default", "--role",
+                 "erin"]) == 0
+    assert main([*admin, "namespaces", "permissions", "public/default"]) == 0
+    assert json.loads(capsys.readouterr().out) == {}
+    assert main([*url, "--auth-plugin", "nope", "namespaces", "permissions", "x/y"]) == 2
