@@ -24,6 +24,7 @@ import time
 import uuid
 from typing import Protocol
 
+from broker.net.limits import check_consumers
 from broker.subscriptions.consumer import Consumer, HashRange
 from broker.subscriptions.subscription import Subscription, tail_position, wire_position
 from broker.topics.names import TopicName
@@ -149,6 +150,10 @@ class ConsumerSide:
             cmd.subscription, durable=durable, initial_position=initial,
             start_message_id=start, sub_type=int(cmd.subType),
         )
+        config = self.connection.service.config
+        check_consumers(sum(len(s.consumers) for s in topic.subscriptions.values()),
+                        len(sub.consumers), config.max_consumers_per_topic,
+                        config.max_consumers_per_subscription)
         mode: int | None = None
         ranges: tuple[HashRange, ...] = ()
         out_of_order = False

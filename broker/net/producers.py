@@ -22,6 +22,7 @@ from collections.abc import Awaitable
 from typing import Any, Protocol
 
 from broker.net.handshake import Handshake
+from broker.net.limits import check_producers
 from broker.topics.names import TopicName
 from broker.topics.producer import Producer, ProducerTransport
 from broker.topics.service import BrokerService
@@ -92,6 +93,7 @@ async def create_producer(connection: ProducerConnection, m: pb.CommandProducer)
     service = connection.service
     name = TopicName.parse(m.topic)
     topic = await service.get_topic(name.full, create=service.config.allow_auto_topic_creation)
+    check_producers(len(topic.producers), service.config.max_producers_per_topic)
     user_provided = m.HasField("producer_name") and m.producer_name != ""
     pname = m.producer_name if user_provided else service.generate_producer_name()
     access_mode = int(m.producer_access_mode) if m.HasField("producer_access_mode") else pb.Shared

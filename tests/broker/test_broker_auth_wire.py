@@ -173,3 +173,35 @@ def test_connections_beyond_the_per_ip_limit_are_closed(broker_factory: Callable
         assert first.request(C.encode_ping()).type == T.PONG
     with RawClient(broker.service_url) as again:  # the slot was released
         again.handshake()
+
+
+def test_producer_and_consumer_limits_refuse_the_request_and_keep_the_connection(
+        broker_factory: Callable[..., Any]) -> None:
+    broker = broker_factory(config_overrides={
+        "maxProducersPerTopic": 1, "maxConsumersPerTopic": 2, "maxConsumersPerSubscription": 1})
+    topic = "persistent://public/default/limited"
+    with RawClient(broker.service_url) as raw:
+        raw.handshake()
+        assert raw.create_producer(topic, 1).type == T.PRODUCER_SUCCESS
+        refused = raw.create_producer(topic, 2)
+        assert refused.type == T.ERROR and refused.error.error == ServerError.ProducerBusy
+        assert refused.error.message == "Topic reached max producers limit"
+        assert raw.request(C.encode_subscribe(topic, "a", pb.Shared, 1, 30)).type == T.SUCCESS
+        same_sub = raw.request(C.encode_subscribe(topic, "a", pb.Shared, 2, 31))
+        assert same_sub.type == T.ERROR and same_sub.error.error == ServerError.ConsumerBusy
+        assert same_sub.error.message == "Subscription reached max consumers limit"
+        assert raw.request(C.encode_subscribe(topic, "b", pb.Shared, 3, 32)).type == T.SUCCESS
+        third = raw.request(C.encode_subscribe(topic, "c", pb.Shared, 4, 33))
+        assert third.type == T.ERROR and third.error.message == "Topic reached max consumers limit"
+        assert raw.request(C.encode_ping()).type == T.PONG
+
+
+def test_non_loopback_listener_without_authentication_warns_at_start(
+        broker_factory: Callable[..., Any], caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level("WARNING", logger="horae.server"):
+        broker_factory(bind_address="0.0.0.0")
+        broker_factory(config_overrides=dict(SECURED), bind_address="0.0.0.0")
+        broker_factory()  # loopback only
+    warnings = [r for r in caplog.records if "authenticationEnabled is false" in r.getMessage()]
+    assert len(warnings) == 1
+    assert "0.0.0.0" in warnings[0].getMessage()
