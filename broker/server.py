@@ -60,7 +60,7 @@ from broker.security.tls import ReloadingServerContext, TlsSettings
 from broker.topics.service import BrokerService
 from storage.store import SegmentStore
 
-__all__ = ["BrokerServer"]
+__all__ = ["BrokerServer", "insecure_listener_warning"]
 
 log = logging.getLogger("horae.server")
 
@@ -138,10 +138,9 @@ class BrokerServer:
         self._keepalive = loop.create_task(self._keepalive_loop())
         if authentication.enabled:
             self._timers.append(loop.create_task(self._auth_refresh_loop()))
-        elif not is_loopback(config.bind_address):
-            log.warning("authenticationEnabled is false and the listeners bind %s (not loopback): "
-                        "anyone who can reach them can produce, consume and administer everything",
-                        config.bind_address)
+        warning = insecure_listener_warning(config)
+        if warning is not None:
+            log.warning("%s", warning)
         await self._start_web(service, authentication, authorization)
         self._start_exporter(service)
         self._started = True
@@ -263,6 +262,15 @@ class BrokerServer:
             tls += f" web-tls https://{host}:{self.web_port_tls}"
         return (f"{SERVER_VERSION} started: service {service_url} web {web_url}{tls} "
                 f"data {self.data_dir.resolve()}")
+
+
+def insecure_listener_warning(config: BrokerConfig) -> str | None:
+    """The start-up warning for listeners reachable from other hosts without authentication."""
+    if config.authentication_enabled or is_loopback(config.bind_address):
+        return None
+    return (f"authenticationEnabled is false and the listeners bind {config.bind_address} "
+            "(not loopback): anyone who can reach them can produce, consume and administer "
+            "everything")
 
 
 def _bound_port(sockets: Any) -> int:

@@ -196,12 +196,12 @@ def test_producer_and_consumer_limits_refuse_the_request_and_keep_the_connection
         assert raw.request(C.encode_ping()).type == T.PONG
 
 
-def test_non_loopback_listener_without_authentication_warns_at_start(
-        broker_factory: Callable[..., Any], caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level("WARNING", logger="horae.server"):
-        broker_factory(bind_address="0.0.0.0")
-        broker_factory(config_overrides=dict(SECURED), bind_address="0.0.0.0")
-        broker_factory()  # loopback only
-    warnings = [r for r in caplog.records if "authenticationEnabled is false" in r.getMessage()]
-    assert len(warnings) == 1
-    assert "0.0.0.0" in warnings[0].getMessage()
+def test_non_loopback_listener_without_authentication_warns_at_start() -> None:
+    from broker.config import load_config
+    from broker.server import insecure_listener_warning
+
+    warning = insecure_listener_warning(load_config(None, {"bindAddress": "0.0.0.0"}))
+    assert warning is not None and "0.0.0.0" in warning
+    assert insecure_listener_warning(load_config(None, {"bindAddress": "127.0.0.1"})) is None
+    assert insecure_listener_warning(load_config(None, {"bindAddress": "::1"})) is None
+    assert insecure_listener_warning(load_config(None, {**SECURED, "bindAddress": "0.0.0.0"})) is None
