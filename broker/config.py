@@ -238,6 +238,8 @@ class BrokerConfig:
         "tokenAudience", "", "Audience that stands for this broker (required with tokenAudienceClaim).")
     basic_auth_conf: str = _opt(
         "basicAuthConf", "", "htpasswd users (bcrypt, apr1, crypt) as data:, file:, env:, a path or base64.")
+    authenticate_metrics_endpoint: bool = _opt(
+        "authenticateMetricsEndpoint", False, "Require authentication for /metrics (Pulsar's default: no).")
     authorization_enabled: bool = _opt(
         "authorizationEnabled", False, "Check roles against superUserRoles, tenant adminRoles and grants.")
     authorization_provider: str = _opt(
@@ -248,6 +250,22 @@ class BrokerConfig:
     authorization_allow_wildcards_matching: bool = _opt(
         "authorizationAllowWildcardsMatching", False,
         "Let grants to 'prefix*' or '*suffix' roles match (Pulsar's wildcard matching).")
+
+    # --- limits for hostile or runaway clients (issue 15) ------------------------------------
+    broker_max_connections: int = _opt(
+        "brokerMaxConnections", 0, "Most client connections at once; more are closed at accept. 0 = no limit.")
+    broker_max_connections_per_ip: int = _opt(
+        "brokerMaxConnectionsPerIp", 0, "Most client connections from one IP address. 0 = no limit.")
+    max_producers_per_topic: int = _opt(
+        "maxProducersPerTopic", 0, "Most producers on one topic (ProducerBusy beyond). 0 = no limit.")
+    max_consumers_per_topic: int = _opt(
+        "maxConsumersPerTopic", 0, "Most consumers on one topic (ConsumerBusy beyond). 0 = no limit.")
+    max_consumers_per_subscription: int = _opt(
+        "maxConsumersPerSubscription", 0,
+        "Most consumers on one subscription (ConsumerBusy beyond). 0 = no limit.")
+    handshake_timeout_seconds: float = _opt(
+        "handshakeTimeoutSeconds", 10.0,
+        "A connection that has not completed CONNECT (and authentication) this long after accept is closed.")
 
     # --- operations (issue 16) -----------------------------------------------------------
     broker_shutdown_timeout_ms: int = _opt(
@@ -279,7 +297,7 @@ class BrokerConfig:
         positive = ("max_message_size", "max_pending_publish_requests_per_connection",
                     "keep_alive_interval_seconds", "delayed_delivery_tick_time_millis",
                     "metrics_export_interval_seconds", "tls_cert_refresh_check_duration_sec",
-                    "authentication_refresh_check_seconds",
+                    "authentication_refresh_check_seconds", "handshake_timeout_seconds",
                     "broker_shutdown_timeout_ms")
         for name in positive:
             if getattr(self, name) <= 0:

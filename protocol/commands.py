@@ -301,6 +301,7 @@ def encode_lookup_response(
     authoritative: bool = True,
     error: ServerError | int | None = None,
     message: str | None = None,
+    broker_service_url_tls: str | None = None,
 ) -> bytes:
     cmd = pb.BaseCommand(type=_T.LOOKUP_RESPONSE)
     r = cmd.lookupTopicResponse
@@ -308,6 +309,8 @@ def encode_lookup_response(
     r.response = _LOOKUP_TYPES[response]
     if broker_service_url is not None:
         r.brokerServiceUrl = broker_service_url
+    if broker_service_url_tls is not None:
+        r.brokerServiceUrlTls = broker_service_url_tls
     if response != "failed":
         r.authoritative = authoritative
     if error is not None:

@@ -29,6 +29,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
+from broker.admin.cli_auth import AdminAuth, admin_auth
+
 DEFAULT_ADMIN_URL = "http://localhost:8080"
 TIMEOUT_S = 30.0
 EXIT_HTTP_ERROR = 1
@@ -108,16 +110,17 @@ def parse_message_id(text: str) -> tuple[int, int, int | None]:
 
 
 # --- HTTP -----------------------------------------------------------------------------------
-def call(admin_url: str, req: Request) -> object:
+def call(admin_url: str, req: Request, auth: AdminAuth | None = None) -> object:
     """Send ``req``; return the decoded answer (None for 204). Raises HttpError/OSError."""
     url = admin_url.rstrip("/") + req.path
     data = json.dumps(req.body).encode() if req.has_body else None
-    headers = {"Accept": "application/json"}
+    headers = {"Accept": "application/json", **(auth.headers if auth is not None else {})}
     if data is not None:
         headers["Content-Type"] = "application/json"
     request = urllib.request.Request(url, data=data, method=req.method, headers=headers)
+    context = auth.ssl_context if auth is not None and url.startswith("https:") else None
     try:
-        with urllib.request.urlopen(request, timeout=TIMEOUT_S) as resp:
+        with urllib.request.urlopen(request, timeout=TIMEOUT_S, context=context) as resp:
             raw = resp.read()
             ctype = resp.headers.get("Content-Type", "")
     except urllib.error.HTTPError as exc:
@@ -224,16 +227,16 @@ def _force(args: argparse.Namespace) -> str:
     return "?force=true" if args.force else ""
 
 
-def _partitioned_lookup(admin_url: str, args: argparse.Namespace) -> object:
+def _partitioned_lookup(admin_url: str, args: argparse.Namespace, auth: AdminAuth) -> object:
     path = topic_path(args.topic)
-    meta = call(admin_url, Request("GET", f"/admin/v2/persistent/{path}/partitions"))
+    meta = call(admin_url, Request("GET", f"/admin/v2/persistent/{path}/partitions"), auth)
     n = int(meta.get("partitions", 0)) if isinstance(meta, dict) else 0
     full = "persistent://" + urllib.parse.unquote(path)
     names = [f"{full}-partition-{i}" for i in range(n)] if n else [full]
     out = {}
     for name in names:
         answer = call(admin_url, Request("GET", "/lookup/v2/topic/persistent/"
-                                         + topic_path(name)))
+                                         + topic_path(name)), auth)
         out[name] = answer.get("brokerUrl") if isinstance(answer, dict) else answer
     return out
 
@@ -252,6 +255,18 @@ _COMMANDS: dict[tuple[str, str], Builder] = {
          or ["standalone"]}, True),
     ("tenants", "delete"): lambda a: Request("DELETE", f"/admin/v2/tenants/{_q(a.tenant)}"),
     ("namespaces", "list"): lambda a: Request("GET", f"/admin/v2/namespaces/{_q(a.tenant)}"),
+    ("namespaces", "permissions"): lambda a: Request(
+        "GET", f"/admin/v2/namespaces/{namespace_path(a.namespace)}/permissions"),
+    ("namespaces", "grant-permission"): lambda a: Request(
+        "POST", f"/admin/v2/namespaces/{namespace_path(a.namespace)}/permissions/{_q(a.role)}",
+        _split(a.actions), True),
+    ("namespaces", "revoke-permission"): lambda a: Request(
+        "DELETE", f"/admin/v2/namespaces/{namespace_path(a.namespace)}/permissions/{_q(a.role)}"),
+    ("topics", "permissions"): lambda a: Request("GET", T + topic_path(a.topic) + "/permissions"),
+    ("topics", "grant-permission"): lambda a: Request(
+        "POST", T + topic_path(a.topic) + f"/permissions/{_q(a.role)}", _split(a.actions), True),
+    ("topics", "revoke-permission"): lambda a: Request(
+        "DELETE", T + topic_path(a.topic) + f"/permissions/{_q(a.role)}"),
     ("namespaces", "create"): lambda a: Request(
         "PUT", f"/admin/v2/namespaces/{namespace_path(a.namespace)}"),
     ("namespaces", "delete"): lambda a: Request(
@@ -324,6 +339,14 @@ def build_parser() -> argparse.ArgumentParser:
                    default=os.environ.get("HORAE_ADMIN_URL", DEFAULT_ADMIN_URL),
                    help=f"admin REST API base URL (default {DEFAULT_ADMIN_URL}, "
                         "or $HORAE_ADMIN_URL)")
+    p.add_argument("--auth-plugin", help="Pulsar client auth plugin class (AuthenticationToken, "
+                   "AuthenticationBasic, AuthenticationTls) or token/basic/tls")
+    p.add_argument("--auth-params", help="the plugin's parameters (token:<jwt>, file:///path, "
+                   '{"userId":...,"password":...}, tlsCertFile:...,tlsKeyFile:...)')
+    p.add_argument("--token", help="a JWT (short for the token plugin)")
+    p.add_argument("--tls-trust-cert-path", help="CA file trusted for an https:// admin URL")
+    p.add_argument("--tls-allow-insecure", action="store_true",
+                   help="accept any server certificate (testing only)")
     groups = p.add_subparsers(dest="group", required=True, metavar="GROUP",
                               parser_class=_Parser)
 
@@ -345,8 +368,15 @@ def build_parser() -> argparse.ArgumentParser:
     tc.add_argument("--admin-roles", "-r", default="")
     tc.add_argument("--allowed-clusters", "-c", default="")
 
-    n = group("namespaces", "namespaces and their delayed-delivery policy")
+    n = group("namespaces", "namespaces, their permissions and delayed-delivery policy")
     n.add_parser("list").add_argument("tenant")
+    n.add_parser("permissions").add_argument("namespace", help="tenant/namespace")
+    for name in ("grant-permission", "revoke-permission"):
+        gp = n.add_parser(name)
+        gp.add_argument("namespace", help="tenant/namespace")
+        gp.add_argument("--role", required=True)
+        if name == "grant-permission":
+            gp.add_argument("--actions", required=True, help="comma-separated: produce,consume")
     for name in ("create", "delete", "get-delayed-delivery", "remove-delayed-delivery"):
         sp = n.add_parser(name)
         sp.add_argument("namespace", help="tenant/namespace")
@@ -358,6 +388,13 @@ def build_parser() -> argparse.ArgumentParser:
     tp = group("topics", "persistent topics and subscriptions")
     for name in ("list", "list-partitioned-topics"):
         tp.add_parser(name).add_argument("namespace", help="tenant/namespace")
+    tp.add_parser("permissions").add_argument("topic")
+    for name in ("grant-permission", "revoke-permission"):
+        gp = tp.add_parser(name)
+        gp.add_argument("topic")
+        gp.add_argument("--role", required=True)
+        if name == "grant-permission":
+            gp.add_argument("--actions", required=True, help="comma-separated: produce,consume")
     for name in ("create", "stats", "stats-internal", "subscriptions", "lookup",
                  "partitioned-lookup", "get-partitioned-topic-metadata",
                  "remove-delayed-delivery"):
@@ -431,10 +468,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     admin_url = args.admin_url
     try:
+        try:
+            auth = admin_auth(auth_plugin=args.auth_plugin, auth_params=args.auth_params,
+                              token=args.token, tls_trust_cert_path=args.tls_trust_cert_path,
+                              tls_allow_insecure=args.tls_allow_insecure)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
         if (args.group, args.command) == ("topics", "partitioned-lookup"):
-            result = _partitioned_lookup(admin_url, args)
+            result = _partitioned_lookup(admin_url, args, auth)
         else:
-            result = call(admin_url, _COMMANDS[(args.group, args.command)](args))
+            result = call(admin_url, _COMMANDS[(args.group, args.command)](args), auth)
     except UsageError as exc:
         print(f"horae-admin: error: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -91,11 +91,26 @@ async def list_namespaces(request: web.Request) -> web.Response:
 async def create_namespace(request: web.Request) -> web.Response:
     facade = _facade(request)
     tenant, ns = request.match_info["tenant"], request.match_info["namespace"]
+    body = bodies.load_json(await request.read())
     await facade.require_tenant(tenant)
     if await facade.namespace_exists(tenant, ns):
         raise E.conflict(E.NAMESPACE_EXISTS)
-    await facade.service.create_namespace(f"{tenant}/{ns}")
+    await facade.service.create_namespace(f"{tenant}/{ns}", namespace_policies_body(body))
     return no_content()
+
+
+def namespace_policies_body(body: object) -> dict[str, Any]:
+    """A create-namespace body (Pulsar ``Policies``); its ``auth_policies`` must parse (412)."""
+    from broker.security.authorization import NamespaceAuth
+    if body is None:
+        return {}
+    if not isinstance(body, dict):
+        raise E.bad_request("Invalid namespace policies: expected a JSON object")
+    try:
+        auth = NamespaceAuth.from_policies(body)
+    except ValueError as exc:
+        raise E.precondition_failed(str(exc)) from None
+    return {**body, "auth_policies": auth.auth_policies.to_json()}
 
 
 async def delete_namespace(request: web.Request) -> web.Response:

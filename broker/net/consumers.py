@@ -24,6 +24,7 @@ import time
 import uuid
 from typing import Protocol
 
+from broker.net.limits import check_consumers
 from broker.net.schemas import check_consumer_schema
 from broker.subscriptions.consumer import Consumer, HashRange
 from broker.subscriptions.subscription import Subscription, tail_position, wire_position
@@ -159,6 +160,10 @@ class ConsumerSide:
             cmd.subscription, durable=durable, initial_position=initial,
             start_message_id=start, sub_type=int(cmd.subType),
         )
+        config = self.connection.service.config
+        check_consumers(sum(len(s.consumers) for s in topic.subscriptions.values()),
+                        len(sub.consumers), config.max_consumers_per_topic,
+                        config.max_consumers_per_subscription)
         if read_compacted or not sub.consumers:
             sub.read_compacted = read_compacted
         mode: int | None = None

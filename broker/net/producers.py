@@ -1,9 +1,11 @@
-"""PRODUCER on one connection: load the topic, attach a producer, answer PRODUCER_SUCCESS.
+"""PRODUCER and CLOSE_PRODUCER on one connection: load the topic, attach, answer.
 
 Theory of operation
 -------------------
-Called by :class:`broker.net.connection.ServerConnection` (as a request task) for every
-PRODUCER it does not answer from its registry. The topic is loaded (or auto-created), the
+:func:`handle_producer` is called by :class:`broker.net.connection.ServerConnection` for every
+PRODUCER: a retried creation is answered from the connection's registry, a concurrent one is
+refused, the role must be allowed to produce (:class:`broker.net.handshake.Handshake`; refused:
+ERROR AuthorizationError), then :func:`create_producer` runs as a request task. The topic is loaded (or auto-created), the
 producer name's sequence state is recovered *before* PRODUCER_SUCCESS tells the client where
 its sequence stands, the producer's schema is registered or checked (:mod:`broker.net.schemas`),
 then the topic decides on access (:meth:`broker.topics.topic.Topic.add_producer`,
@@ -17,8 +19,12 @@ module fills them only through the connection it is handed.
 
 from __future__ import annotations
 
-from typing import Protocol
+import asyncio
+from collections.abc import Awaitable
+from typing import Any, Protocol
 
+from broker.net.handshake import Handshake
+from broker.net.limits import check_producers
 from broker.net.schemas import producer_schema
 from broker.topics.access_modes import Admission
 from broker.topics.names import TopicName
@@ -26,8 +32,9 @@ from broker.topics.producer import Producer, ProducerTransport
 from broker.topics.service import BrokerService
 from protocol import commands as C
 from protocol import pulsar_pb as pb
+from protocol.errors import ServerError
 
-__all__ = ["ProducerConnection", "create_producer"]
+__all__ = ["ProducerConnection", "create_producer", "handle_close_producer", "handle_producer"]
 
 
 class ProducerConnection(ProducerTransport, Protocol):
@@ -36,8 +43,53 @@ class ProducerConnection(ProducerTransport, Protocol):
     @property
     def service(self) -> BrokerService: ...
 
+    @property
+    def handshake(self) -> Handshake: ...
+
     producers: dict[int, Producer]
     waiting_producers: dict[int, Producer]
+    producers_creating: set[int]
+
+    def spawn(self, coro: Awaitable[Any], request_id: int | None = None) -> asyncio.Task[Any]: ...
+
+
+def handle_producer(connection: ProducerConnection, m: pb.CommandProducer) -> None:
+    """PRODUCER: registry answers, authorization, then :func:`create_producer` as a task."""
+    pid = int(m.producer_id)
+    existing = connection.producers.get(pid)
+    if existing is not None:
+        # The client retried a creation whose answer it missed: same answer again.
+        connection.write(C.encode_producer_success(m.request_id, existing.name, -1))
+        return
+    if pid in connection.producers_creating:
+        connection.write(C.encode_error(m.request_id, ServerError.ServiceNotReady,
+                                        "Producer is already being created on this connection"))
+        return
+    connection.handshake.require_produce(TopicName.parse(m.topic).full)  # RequestError -> ERROR
+    connection.producers_creating.add(pid)
+
+    async def run() -> None:
+        try:
+            await create_producer(connection, m)
+        finally:
+            connection.producers_creating.discard(pid)
+
+    connection.spawn(run(), m.request_id)
+
+
+def handle_close_producer(connection: ProducerConnection, m: pb.CommandCloseProducer) -> None:
+    producer = connection.producers.pop(m.producer_id, None)
+    waiting = connection.waiting_producers.pop(m.producer_id, None)
+    if waiting is not None:
+        waiting.closed = True
+    rid = m.request_id
+
+    async def run() -> None:
+        if producer is not None:
+            await producer.close_gracefully()
+        connection.write(C.encode_success(rid))
+
+    connection.spawn(run(), rid)
 
 
 async def create_producer(connection: ProducerConnection, m: pb.CommandProducer) -> None:
@@ -45,6 +97,7 @@ async def create_producer(connection: ProducerConnection, m: pb.CommandProducer)
     service = connection.service
     name = TopicName.parse(m.topic)
     topic = await service.get_topic(name.full, create=service.config.allow_auto_topic_creation)
+    check_producers(len(topic.producers), service.config.max_producers_per_topic)
     user_provided = m.HasField("producer_name") and m.producer_name != ""
     pname = m.producer_name if user_provided else service.generate_producer_name()
     access_mode = int(m.producer_access_mode) if m.HasField("producer_access_mode") else pb.Shared

@@ -4,13 +4,17 @@ Theory of operation
 -------------------
 A connection starts in CONNECTING, where the only acceptable command is CONNECT (the client
 itself refuses anything before CONNECTED, so the broker must not answer anything else
-either). CONNECT's handler replies CONNECTED and the connection moves to CONNECTED, where the
-client commands listed in :data:`TRANSITIONS` are served. CLOSED accepts nothing; frames that
-were already decoded when the connection closed are dropped.
+either). CONNECT moves the connection to AUTHENTICATING *before* its handler runs; the handler
+(:class:`broker.net.handshake.Handshake`) checks the credentials, at once or in a worker
+thread, and on success writes CONNECTED and moves the connection on to CONNECTED, where the
+client commands listed in :data:`TRANSITIONS` are served (AUTH_RESPONSE refreshes the
+credentials). A refused CONNECT gets ERROR(AuthenticationError) and CLOSED. CLOSED accepts
+nothing; frames that were already decoded when the connection closed are dropped.
 
 A pair missing from the table is a protocol violation (:func:`unexpected`):
 
-1. in CONNECTING the connection is closed, because no reply is possible before CONNECTED;
+1. in CONNECTING and AUTHENTICATING the connection is closed, because no reply is possible
+   before CONNECTED;
 2. in CONNECTED a command carrying a ``request_id`` gets ERROR NotAllowedError and the
    connection stays open (the peer asked something we do not serve, e.g. a transaction);
    one without a request id (e.g. a broker-to-client command such as
@@ -47,8 +51,9 @@ T = pb.BaseCommand
 
 class ConnState(IntEnum):
     CONNECTING = 0
-    CONNECTED = 1
-    CLOSED = 2
+    AUTHENTICATING = 1
+    CONNECTED = 2
+    CLOSED = 3
 
 
 class Unexpected(IntEnum):
@@ -72,7 +77,8 @@ def _t(handler: str, next_state: ConnState = ConnState.CONNECTED) -> Transition:
 _C = ConnState.CONNECTED
 
 TRANSITIONS: Final = MappingProxyType({
-    (ConnState.CONNECTING, T.CONNECT): _t("on_connect"),
+    (ConnState.CONNECTING, T.CONNECT): _t("on_connect", ConnState.AUTHENTICATING),
+    (_C, T.AUTH_RESPONSE): _t("on_auth_response"),
     (_C, T.PING): _t("on_ping"),
     (_C, T.PONG): _t("on_pong"),
     (_C, T.PARTITIONED_METADATA): _t("on_partitioned_metadata"),
@@ -126,6 +132,6 @@ def unexpected(state: ConnState, cmd: pb.BaseCommand) -> Unexpected:
     """The action for a (state, command) pair that is not in :data:`TRANSITIONS`."""
     if state is ConnState.CLOSED:
         return Unexpected.DROP
-    if state is ConnState.CONNECTING:
+    if state is ConnState.CONNECTING or state is ConnState.AUTHENTICATING:
         return Unexpected.CLOSE
     return Unexpected.ERROR if request_id_of(cmd) is not None else Unexpected.CLOSE

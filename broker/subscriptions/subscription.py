@@ -353,6 +353,10 @@ class Subscription:
 
     # ------------------------------------------------------------------ resets (resets.py)
 
+    def compacted_out(self, pos: Position) -> bool:
+        """A read_compacted subscription skips *pos*: compaction superseded it."""
+        return self.read_compacted and self.topic.compacted_out(pos)
+
     @property
     def resetting(self) -> bool:
         """A reset is disconnecting this subscription's consumers."""

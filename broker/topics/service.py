@@ -39,6 +39,7 @@ from typing import Any
 
 from broker.config import BrokerConfig
 from broker.delayed.policy import DelayPolicy, resolve_policy
+from broker.security.authorization import AuthPolicies, NamespaceAuth
 from broker.topics.names import TopicName, is_valid_namespace, split_namespace
 from broker.topics.policies import PolicyStore
 from broker.topics.schemas import SchemaRegistry, schema_id
@@ -73,6 +74,9 @@ class BrokerService:
         self.topics: dict[str, Topic] = {}
         self.broker_port = config.broker_service_port   # the bound port, set by the server
         self.web_port = config.web_service_port
+        self.broker_port_tls: int | None = None  # bound TLS ports, set by the server
+        self.web_port_tls: int | None = None
+        self._ns_auth: dict[str, NamespaceAuth] = {}  # parsed auth_policies, by namespace
         self.closing = False
         self._loading: dict[str, asyncio.Future[Topic]] = {}
         # Topics being closed: a reload must wait, or the store would hand back the ledger
@@ -358,6 +362,7 @@ class BrokerService:
         value = policies or {}
         await self.store.metadata.put("namespace", namespace, value)
         self._namespaces[namespace] = value
+        self._ns_auth.pop(namespace, None)
 
     async def delete_namespace(self, namespace: str, *, force: bool = False) -> None:
         if namespace not in self._namespaces:
@@ -372,9 +377,57 @@ class BrokerService:
             await self.delete_topic(t, force=True)
         await self.store.metadata.delete("namespace", namespace)
         del self._namespaces[namespace]
+        self._ns_auth.pop(namespace, None)
         if namespace in self._ns_policies:
             await self.remove_namespace_policy(namespace)
         await self.policies.drop_namespace(namespace)
+
+    # ------------------------------------------------------------------ authorization data
+    # (broker.security.authorization.AuthPolicyStore: tenant adminRoles, namespace grants)
+
+    def tenant_admin_roles(self, tenant: str) -> frozenset[str] | None:
+        info = self._tenants.get(tenant)
+        if info is None:
+            return None
+        return frozenset(str(r) for r in info.get("adminRoles") or ())
+
+    def namespace_auth(self, namespace: str) -> NamespaceAuth | None:
+        cached = self._ns_auth.get(namespace)
+        if cached is not None:
+            return cached
+        policies = self._namespaces.get(namespace)
+        if policies is None:
+            return None
+        try:
+            parsed = NamespaceAuth.from_policies(policies)
+        except ValueError:
+            log.exception("namespace %s has unreadable auth_policies; no grants apply", namespace)
+            parsed = NamespaceAuth()
+        self._ns_auth[namespace] = parsed
+        return parsed
+
+    async def set_auth_policies(self, namespace: str, auth: AuthPolicies) -> None:
+        """Replace the namespace's ``auth_policies`` (grants), persisted with its record."""
+        if namespace not in self._namespaces:
+            raise MetadataError("Namespace does not exist")
+        value = {**self._namespaces[namespace], "auth_policies": auth.to_json()}
+        await self.store.metadata.put("namespace", namespace, value)
+        self._namespaces[namespace] = value
+        self._ns_auth.pop(namespace, None)
+
+    async def get_cluster(self, name: str) -> dict[str, Any]:
+        """The cluster record: the stored one over this broker's own URLs."""
+        host = self.config.advertised_address
+        own: dict[str, Any] = {"serviceUrl": self.web_url,
+                               "brokerServiceUrl": self.service_url}
+        if self.web_port_tls is not None:
+            own["serviceUrlTls"] = f"https://{host}:{self.web_port_tls}"
+        if self.broker_port_tls is not None:
+            own["brokerServiceUrlTls"] = f"pulsar+ssl://{host}:{self.broker_port_tls}"
+        return {**own, **(await self.store.metadata.get("cluster", name) or {})}
+
+    async def set_cluster(self, name: str, data: dict[str, Any]) -> None:
+        await self.store.metadata.put("cluster", name, data)
 
     def _require_namespace(self, namespace: str) -> None:
         if namespace not in self._namespaces:

@@ -79,6 +79,7 @@ from protocol.metadata import parse_entry
 from storage.cursor import ManagedCursor
 from storage.errors import StorageError
 from storage.ledger import ManagedLedger
+from storage.metadata import MetadataStore
 from storage.positions import Position
 from storage.snapshots import SnapshotStore
 
@@ -111,7 +112,7 @@ class TopicHost(Protocol):
 
     # storage's MetadataStore (compaction results)
     @property
-    def metadata(self) -> Any: ...
+    def metadata(self) -> MetadataStore: ...
 
     async def unload_topic(self, full: str) -> None: ...
 
@@ -434,7 +435,7 @@ class Topic:
 
     # ------------------------------------------------------------------ delayed policy
 
-    def compacted_out(self, pos: Any) -> bool:
+    def compacted_out(self, pos: Position) -> bool:
         """A read_compacted subscription skips *pos* (:mod:`broker.topics.compaction`)."""
         return self.compaction.compacted_out(pos)
 

@@ -80,6 +80,10 @@ class DispatchContext(Protocol):
 
     def ensure_tracker(self, policy: DelayPolicy) -> DelayedDeliveryTracker: ...
 
+    def compacted_out(self, pos: Position) -> bool:
+        """A read_compacted subscription skips *pos*: compaction superseded it."""
+        ...
+
 
 class Dispatcher:
     """Base dispatcher: replay set, pending-ack index, read loop."""
@@ -397,7 +401,7 @@ class Dispatcher:
                 if from_replay:
                     self.discard_replay(pos)
                 continue
-            if sub.read_compacted and sub.topic.compacted_out(pos):
+            if sub.compacted_out(pos):
                 cursor.delete((pos,))  # superseded by compaction: acknowledged unseen
                 if from_replay:
                     self.discard_replay(pos)
