@@ -16,8 +16,8 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from broker.admin import delayed_routes, namespaces, topics
 from broker.admin import errors as E
-from broker.admin import namespaces, topics
 from broker.admin.errors import error_middleware
 from broker.admin.facade import ADMIN_KEY, AdminFacade
 from broker.metrics import create_registry
@@ -75,6 +75,7 @@ def create_app(service: Any, *, lag_probe_interval_s: float = 0.5) -> web.Applic
 
     namespaces.add_routes(app)
     topics.add_routes(app)
+    delayed_routes.add_routes(app)
     app.router.add_get("/lookup/v2/topic/{domain}/{tenant}/{namespace}/{topic}", lookup)
     app.router.add_get("/admin/v2/brokers/health", health)
     app.router.add_get("/admin/v2/brokers/ready", health)

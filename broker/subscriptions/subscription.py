@@ -475,7 +475,9 @@ class Subscription:
             if tracker is not None:
                 for pos in positions:
                     tracker.cancel(pos.ledger_id, pos.entry_id)
+            fresh = [pos for pos in positions if not self.cursor.is_deleted(pos)]
             self.cursor.delete(positions)
+            self.msg_ack_counter += len(fresh)   # an admin ack counts as any ack
             if self.dispatcher is not None:
                 self.dispatcher.on_acked(positions)
             self.cursor.revision += 1
