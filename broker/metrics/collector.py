@@ -48,6 +48,8 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from broker.config import BrokerConfig
+from broker.delayed.cancels import CancelStats
+from broker.delayed.tracker import DelayedDeliveryTracker
 from broker.metrics.rates import PUBLISH_LATENCY_BUCKETS_MS
 
 log = logging.getLogger("horae.metrics")
@@ -107,6 +109,13 @@ _FAMILIES: dict[str, tuple[str, str, str]] = {
         "gauge", "Memory used by the subscription's delayed-delivery tracker (bytes)", "sub"),
     "pulsar_cursor_epoch_increase_count": (
         "gauge", "Cursor state revisions (PIP-269): position resets of the cursor", "sub"),
+    # PIP-423 tracker-level cancels (Horae's names: Pulsar exposes none).
+    "pulsar_subscription_delayed_cancels_applied": (
+        "counter", "Cancels that cleared a tracked delayed message (PIP-423)", "sub"),
+    "pulsar_subscription_delayed_cancels_refused": (
+        "counter", "Cancels refused: the deliver time was already due (PIP-423)", "sub"),
+    "pulsar_subscription_delayed_cancels_pending": (
+        "gauge", "Cancels recorded whose target has not been read yet (PIP-423)", "sub"),
 }
 
 # Bucket-tracker gauges: topic-level and subscription-level series in one family (Pulsar's).
@@ -118,6 +127,14 @@ _BUCKET_GAUGES: dict[str, tuple[str, tuple[str, ...]]] = {
     "pulsar_delayed_message_index_bucket_snapshot_size_bytes": (
         "Bytes of the persisted bucket snapshots", ("snapshot_size_bytes", "snapshots_size_bytes")),
 }
+
+
+def cancel_figures(tracker: object) -> CancelStats | None:
+    """The PIP-423 cancel counters of a subscription's tracker (typed: the tracker interface's
+    ``cancel_stats``); None without a tracker."""
+    if isinstance(tracker, DelayedDeliveryTracker):
+        return tracker.cancel_stats()
+    return None
 
 
 def _num(value: Any) -> float:
@@ -366,6 +383,11 @@ class HoraeCollector(Collector):
                  _num(getattr(getattr(sub, "cursor", None), "revision", 0)))
             for name, value in bucket_figures.items():
                 sadd(name, value)
+            cancels = cancel_figures(tracker)
+            if cancels is not None:
+                sadd("pulsar_subscription_delayed_cancels_applied", cancels.applied_total)
+                sadd("pulsar_subscription_delayed_cancels_refused", cancels.refused_total)
+                sadd("pulsar_subscription_delayed_cancels_pending", cancels.pending)
         add("pulsar_msg_backlog", backlog_total)
         add("pulsar_consumers_count", consumers_total)
         add("pulsar_delayed_message_index_size_bytes", index_bytes_total)

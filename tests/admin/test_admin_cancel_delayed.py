@@ -7,11 +7,14 @@ import pathlib
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable
 from typing import Any
 
 import pulsar
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from waiting import wait_until
 
 from .conftest import Api, http
 
@@ -197,3 +200,38 @@ def test_horae_admin_cancel_delayed_message(broker: Any, client: Any) -> None:
     assert http(broker.web_url, "GET", f"{P}/c8/stats").body["subscriptions"]["sub"][
         "msgBacklog"] == 0
 
+
+
+def _cancel_metrics(web_url: str, topic: str) -> dict[tuple[str, str], float]:
+    """{(series, subscription): value} of the PIP-423 cancel families for one topic."""
+    with urllib.request.urlopen(web_url + "/metrics", timeout=10) as reply:
+        text = reply.read().decode()
+    out: dict[tuple[str, str], float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if (sample.name.startswith("pulsar_subscription_delayed_cancels_")
+                    and not sample.name.endswith("_created")
+                    and sample.labels.get("topic") == topic):
+                out[(sample.name, sample.labels["subscription"])] = float(sample.value)
+    return out
+
+
+def test_cancels_applied_refused_and_pending_per_subscription_in_metrics(
+        api: Api, client: Any, broker: Any) -> None:
+    tracked = client.subscribe(f"{T}/cm", "tracked", consumer_type=pulsar.ConsumerType.Shared)
+    assert api("PUT", f"{P}/cm/subscription/idle", {"ledgerId": -1, "entryId": -1}).status == 204
+    ids, deliver_at = _schedule(client, "cm", 2, delay_ms=60_000)
+    wait_until(lambda: _sub_stats(api, "cm", "tracked")["msgDelayed"] == 2, timeout_s=10,
+               message="both messages tracked")
+    assert api("POST", _cancel_path("cm", ids[0], deliver_at)).status == 204
+    past, past_at = _schedule(client, "cm", 1, delay_ms=-1000)
+    assert api("POST", _cancel_path("cm", past[0], past_at, subs="idle")).status == 412
+    assert _cancel_metrics(broker.web_url, f"{T}/cm") == {
+        ("pulsar_subscription_delayed_cancels_applied_total", "tracked"): 1.0,
+        ("pulsar_subscription_delayed_cancels_refused_total", "tracked"): 0.0,
+        ("pulsar_subscription_delayed_cancels_pending", "tracked"): 0.0,
+        ("pulsar_subscription_delayed_cancels_applied_total", "idle"): 0.0,
+        ("pulsar_subscription_delayed_cancels_refused_total", "idle"): 1.0,
+        ("pulsar_subscription_delayed_cancels_pending", "idle"): 1.0,
+    }
+    tracked.close()
