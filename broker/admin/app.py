@@ -15,7 +15,15 @@ from __future__ import annotations
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from broker.admin import compaction, namespaces, permissions, policies, schemas, topics
+from broker.admin import (
+    compaction,
+    delayed_routes,
+    namespaces,
+    permissions,
+    policies,
+    schemas,
+    topics,
+)
 from broker.admin import errors as E
 from broker.admin.auth import SECURITY_KEY, RestSecurity, auth_middleware
 from broker.admin.errors import error_middleware
@@ -93,6 +101,7 @@ def create_app(service: BrokerService, *, lag_probe_interval_s: float = 0.5,
     schemas.add_routes(app)
     compaction.add_routes(app)
     permissions.add_routes(app)
+    delayed_routes.add_routes(app)
     app.router.add_get("/lookup/v2/topic/{domain}/{tenant}/{namespace}/{topic}", lookup)
     app.router.add_get("/admin/v2/brokers/health", health)
     app.router.add_get("/admin/v2/brokers/ready", health)

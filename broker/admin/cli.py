@@ -147,8 +147,11 @@ def _policy_body(args: argparse.Namespace) -> dict[str, Any]:
     if args.enable and args.disable:
         raise UsageError("use either --enable or --disable, not both")
     # Only what was given: an absent field is inherited from the next level (namespace or
-    # broker config), so setting --max-delay alone does not reset the tick time.
-    body: dict[str, Any] = {"active": not args.disable}
+    # broker config), so --max-delay alone neither resets the tick time nor re-enables a
+    # delivery the namespace disabled.
+    body: dict[str, Any] = {}
+    if args.enable or args.disable:
+        body["active"] = bool(args.enable)
     for key, value in (("tickTime", args.time), ("maxDeliveryDelayInMillis", args.max_delay),
                        ("fixedDeliveryDelayInMillis", args.fixed_delay)):
         if value is not None:
@@ -160,11 +163,24 @@ def _applied(args: argparse.Namespace) -> str:
     return "?applied=true" if args.applied else ""
 
 
+def parse_ledger_entry(text: str) -> tuple[int, int, int | None]:
+    """PIP-423's ``-m ledgerId=entryId`` -> (ledger, entry, None); both >= 0."""
+    ledger, sep, entry = text.strip().partition("=")
+    try:
+        if sep and int(ledger) >= 0 and int(entry) >= 0:
+            return int(ledger), int(entry), None
+    except ValueError:
+        pass
+    raise UsageError(f"invalid message id {text!r}: use ledgerId=entryId")
+
+
 def _skip_body(args: argparse.Namespace) -> dict[str, Any]:
-    triplets = [parse_message_id(t) for t in args.triplets or ()]
+    triplets = [parse_ledger_entry(m) for m in args.message_ids or ()]
+    triplets += [parse_message_id(t) for t in args.triplets or ()]
     encoded = list(args.base64 or ())
     if not triplets and not encoded:
-        raise UsageError("give at least one --messageId-triplet or --messageId-base64")
+        raise UsageError("give at least one --messageId, --messageId-triplet or "
+                         "--messageId-base64")
     if not encoded:
         ids = []
         for ledger, entry, batch in triplets:
@@ -190,6 +206,19 @@ def _encode_message_id(ledger: int, entry: int, batch: int | None) -> str:
     if batch is not None:
         msg.batch_index = batch
     return base64.b64encode(msg.SerializeToString()).decode("ascii")
+
+
+def _cancel_delayed(args: argparse.Namespace) -> Request:
+    """PIP-423 ``cancel-delayed-message``: ids in the query, subscriptions repeated."""
+    for flag, value, low in (("--ledgerId", args.ledger_id, 0), ("--entryId", args.entry_id, 0),
+                             ("--deliverAt", args.deliver_at, 1)):
+        if value < low:
+            raise UsageError(f"{flag} must be >= {low}, not {value}")
+    query = [("ledgerId", args.ledger_id), ("entryId", args.entry_id),
+             ("deliverAt", args.deliver_at)]
+    query += [("subscriptionNames", name) for name in _split(args.subscription_names)]
+    return Request("POST", T + topic_path(args.topic) + "/cancelDelayedMessage?"
+                   + urllib.parse.urlencode(query))
 
 
 def _reset_cursor(args: argparse.Namespace) -> Request:
@@ -311,6 +340,7 @@ _COMMANDS: dict[tuple[str, str], Builder] = {
     ("topics", "skip-messages"): lambda a: Request(
         "POST", T + topic_path(a.topic) + f"/subscription/{_q(a.subscription)}/skipByMessageIds",
         _skip_body(a), True),
+    ("topics", "cancel-delayed-message"): _cancel_delayed,
     ("topics", "set-delayed-delivery"): lambda a: Request(
         "POST", T + topic_path(a.topic) + "/delayedDelivery", _policy_body(a), True),
     ("topics", "get-delayed-delivery"): lambda a: Request(
@@ -433,10 +463,21 @@ def build_parser() -> argparse.ArgumentParser:
     rc.add_argument("--exclude-message", "-e", action="store_true",
                     help="start just after --messageId")
     sm = sub_cmd("skip-messages")
+    sm.add_argument("--messageId", "-m", dest="message_ids", action="append",
+                    help="ledgerId=entryId (PIP-423; repeatable)")
     sm.add_argument("--messageId-triplet", dest="triplets", action="append",
                     help="ledgerId:entryId[:batchIndex] (repeatable)")
     sm.add_argument("--messageId-base64", dest="base64", action="append",
                     help="base64 MessageIdData, as MessageId.serialize() (repeatable)")
+    cd = tp.add_parser("cancel-delayed-message",
+                       help="cancel a scheduled message (PIP-423); it is also acknowledged")
+    cd.add_argument("topic")
+    cd.add_argument("--ledgerId", "-l", dest="ledger_id", type=int, required=True)
+    cd.add_argument("--entryId", "-e", dest="entry_id", type=int, required=True)
+    cd.add_argument("--deliverAt", "-t", dest="deliver_at", type=int, required=True,
+                    help="the message's deliver time, epoch milliseconds")
+    cd.add_argument("--subscriptionNames", "-s", dest="subscription_names", default="",
+                    help="comma-separated subscriptions (default: every Shared or Key_Shared)")
     _policy_args(tp.add_parser("set-delayed-delivery"), "topic", "topic name")
     return p
 
