@@ -9,8 +9,8 @@ import pulsar
 import pytest
 from broker_rawclient import RawClient, make_entry
 
-from proto import pulsar_api_pb2 as pb
 from protocol import commands as C
+from protocol import pulsar_pb as pb
 from protocol.errors import ServerError
 
 T = pb.BaseCommand

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from broker_rawclient import RawClient, make_entry
 
-from proto import pulsar_api_pb2 as pb
 from protocol import commands as C
+from protocol import pulsar_pb as pb
 
 
 def _http(base: str, method: str, path: str, raw: bytes | None = None) -> tuple[int, Any]:

@@ -10,8 +10,8 @@ from broker_rawclient import RawClient
 
 from broker.config import BrokerConfig, ConfigError
 from broker.listeners import parse_listeners
-from proto import pulsar_api_pb2 as pb
 from protocol import commands as C
+from protocol import pulsar_pb as pb
 from protocol.errors import ServerError
 
 T = pb.BaseCommand

@@ -14,8 +14,8 @@ from broker_rawclient import RawClient
 from pulsar.schema import AvroSchema, Integer, JsonSchema, Record, String, StringSchema
 
 from broker.topics.schema_compat import SchemaIncompatible, can_read, check_compatible
-from proto import pulsar_api_pb2 as pb
 from protocol import commands as C
+from protocol import pulsar_pb as pb
 from protocol.errors import ServerError
 
 T = pb.BaseCommand
