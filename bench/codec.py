@@ -10,6 +10,11 @@ SEND frames decoded per second and >= 300,000 SEND_RECEIPTs encoded per second. 
 target; it is printed with and without a precomputed ``entry_crc``, and so is
 ``metadata.parse_entry``, which the broker runs on every publish. Each figure is the best of
 several rounds, measured with ``time.perf_counter``.
+
+The second block compares the protobuf-free publish path of ``protocol/send_path.py`` with the
+protobuf one: SEND decoded and its fields read (``FrameDecoder.receive_frames`` -> ``SendFrame``
+vs ``next_frame`` -> ``pb.BaseCommand``), and a group commit's receipts encoded into one
+``bytes`` (``encode_send_receipts`` vs one ``encode_send_receipt`` per receipt vs protobuf).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from protocol import commands
 from protocol import pulsar_pb as pb
 from protocol.frames import NEED_DATA, FrameDecoder
 from protocol.metadata import encode_entry, parse_entry
+from protocol.send_path import SendFrame, encode_send_receipts
 
 TARGET_PER_S = 300_000
 PAYLOAD = bytes(range(256)) * 4  # 1 KiB
@@ -83,6 +89,91 @@ def bench_send_decode(seconds: float, chunk: int) -> Rate:
                 valid += frame.checksum_valid is True
         assert decoded == valid == FRAMES_PER_ROUND, (decoded, valid)
         return decoded
+
+    return best_rate(run_round, seconds)
+
+
+def bench_send_receive_frames(seconds: float, chunk: int, *, send_frames: bool) -> Rate:
+    """The same stream through ``receive_frames``: one call per chunk; with ``send_frames`` the
+    SENDs come out as hand-parsed SendFrames (no protobuf object)."""
+    stream = b"".join(commands.encode_send(1, seq, make_entry(seq)) for seq in range(FRAMES_PER_ROUND))
+    chunks = [stream[i : i + chunk] for i in range(0, len(stream), chunk)]
+
+    def run_round() -> int:
+        decoder = FrameDecoder()
+        receive = decoder.receive_frames
+        decoded = valid = 0
+        for piece in chunks:
+            for frame in receive(piece, send_frames=send_frames):
+                decoded += 1
+                valid += frame.checksum_valid is True
+        assert decoded == valid == FRAMES_PER_ROUND, (decoded, valid)
+        return decoded
+
+    return best_rate(run_round, seconds)
+
+
+def bench_send_fields(seconds: float, chunk: int, *, fast: bool) -> Rate:
+    """Decode and read what the broker reads of every SEND (producer id, sequence id,
+    num_messages, highest sequence id, entry): pb path (next_frame) vs SendFrame."""
+    stream = b"".join(commands.encode_send(1, seq, make_entry(seq)) for seq in range(FRAMES_PER_ROUND))
+    chunks = [stream[i : i + chunk] for i in range(0, len(stream), chunk)]
+
+    def run_pb() -> int:
+        decoder = FrameDecoder()
+        receive, next_frame = decoder.receive_data, decoder.next_frame
+        total = 0
+        for piece in chunks:
+            receive(piece)
+            while (frame := next_frame()) is not NEED_DATA:
+                send = frame.command.send
+                total += send.producer_id + send.num_messages + send.highest_sequence_id
+                total += send.sequence_id >= 0 and frame.entry is not None
+        return FRAMES_PER_ROUND
+
+    def run_fast() -> int:
+        decoder = FrameDecoder()
+        receive = decoder.receive_frames
+        total = 0
+        for piece in chunks:
+            for frame in receive(piece):
+                assert type(frame) is SendFrame
+                total += frame.producer_id + frame.num_messages + frame.highest_sequence_id
+                total += frame.sequence_id >= 0 and frame.entry is not None
+        return FRAMES_PER_ROUND
+
+    return best_rate(run_fast if fast else run_pb, seconds)
+
+
+def bench_receipts(seconds: float, how: str) -> Rate:
+    """SEND_RECEIPTs of one group commit (FRAMES_PER_ROUND of one producer) into one bytes:
+    ``bulk`` (encode_send_receipts), ``each`` (encode_send_receipt + join, today's broker) or
+    ``pb`` (the protobuf-built reference + join)."""
+    receipts = [(1_000_000 + i, 12, i, 1_000_000 + i) for i in range(FRAMES_PER_ROUND)]
+    encode_one = commands._reference_send_receipt if how == "pb" else commands.encode_send_receipt
+
+    def run_bulk() -> int:
+        encode_send_receipts(7, receipts)
+        return FRAMES_PER_ROUND
+
+    def run_each() -> int:
+        b"".join([encode_one(7, s, ledger, e, h) for s, ledger, e, h in receipts])
+        return FRAMES_PER_ROUND
+
+    return best_rate(run_bulk if how == "bulk" else run_each, seconds)
+
+
+def bench_ack_decode(seconds: float) -> Rate:
+    """ACKs of 1,000 message ids (what grouped client acks look like), in acked ids per second."""
+    ack = commands.encode_ack(3, [(12, i) for i in range(1000)])
+    per_round = max(1, FRAMES_PER_ROUND // 1000)
+
+    def run_round() -> int:
+        decoder = FrameDecoder()
+        for _ in range(per_round):
+            decoder.receive_data(ack)
+            decoder.next_frame()
+        return per_round * 1000
 
     return best_rate(run_round, seconds)
 
@@ -145,6 +236,26 @@ def main(argv: list[str] | None = None) -> int:
     report("MESSAGE encode (1 KiB, CRC computed)", message, None)
     report("MESSAGE encode (1 KiB, entry_crc given)", message_crc, None)
     report("parse_entry (publish path, no target)", bench_parse_entry(args.seconds), None)
+    report("ACK decode, 1,000 ids per ACK (ids/s)", bench_ack_decode(args.seconds), None)
+    print("\nprotobuf-free publish path (protocol/send_path.py) vs the protobuf path:")
+    pb_fields = bench_send_fields(args.seconds, args.chunk, fast=False)
+    fast_fields = bench_send_fields(args.seconds, args.chunk, fast=True)
+    all_pb = bench_send_receive_frames(args.seconds, args.chunk, send_frames=False)
+    all_fast = bench_send_receive_frames(args.seconds, args.chunk, send_frames=True)
+    report("SEND decode + field reads, next_frame (pb)", pb_fields, None)
+    report("SEND decode + field reads, receive_frames", fast_fields, None)
+    print(f"{'  ratio SendFrame / pb':<46} {fast_fields.best_wall / pb_fields.best_wall:11.2f}x")
+    report("SEND decode, receive_frames(send_frames=False)", all_pb, None)
+    report("SEND decode, receive_frames (SendFrame)", all_fast, None)
+    print(f"{'  ratio vs next_frame loop (first line)':<46} {all_fast.best_wall / decode.best_wall:11.2f}x")
+    rec_pb = bench_receipts(args.seconds, "pb")
+    rec_each = bench_receipts(args.seconds, "each")
+    rec_bulk = bench_receipts(args.seconds, "bulk")
+    report("receipts of a group commit, pb-built + join", rec_pb, None)
+    report("receipts of a group commit, per receipt + join", rec_each, None)
+    report("receipts of a group commit, encode_send_receipts", rec_bulk, None)
+    print(f"{'  ratio bulk / pb, bulk / per receipt':<46} {rec_bulk.best_wall / rec_pb.best_wall:11.2f}x"
+          f" {rec_bulk.best_wall / rec_each.best_wall:6.2f}x")
     return 0 if decode.best_wall >= TARGET_PER_S and receipt.best_wall >= TARGET_PER_S else 1
 
 

@@ -28,105 +28,17 @@ import contextlib
 import os
 import pathlib
 import shutil
-import socket
-import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import pulsar
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-START_TIMEOUT_S = 30.0
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_port(port: int, proc: subprocess.Popen[bytes], log: pathlib.Path) -> None:
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"broker exited: {log.read_text(errors='replace')[-2000:]}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError(f"broker did not listen on {port}")
-
-
-@dataclass
-class Broker:
-    name: str
-    url: str
-    proc: subprocess.Popen[bytes]
-    data: pathlib.Path
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
-
-@contextlib.contextmanager
-def start_horae(tmp: pathlib.Path, *, fsync: bool = True) -> Iterator[Broker]:
-    name = "horae" if fsync else "horae-nofsync"
-    port, web = free_port(), free_port()
-    data = tmp / name
-    log = tmp / f"{name}.log"
-    args = [sys.executable, "-m", "broker", "serve", "--data-dir", str(data), "--broker-port",
-            str(port), "--web-port", str(web), "--bind-address", "127.0.0.1",
-            "--advertised-address", "127.0.0.1", "--log-level", "WARNING"]
-    if not fsync:
-        conf = tmp / f"{name}.toml"
-        conf.write_text("journalSyncData = false\n")
-        args += ["--config", str(conf)]
-    with log.open("wb") as fh:
-        proc = subprocess.Popen(args, cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT)
-    broker = Broker(name, f"pulsar://127.0.0.1:{port}", proc, data)
-    try:
-        wait_port(port, proc, log)
-        yield broker
-    finally:
-        broker.stop()
-
-
-def pulsar_lite_binary() -> str:
-    from pulsar_lite.binary_finder import find_pulsar_lite_binary
-
-    return str(find_pulsar_lite_binary())
-
-
-@contextlib.contextmanager
-def start_pulsar_lite(tmp: pathlib.Path) -> Iterator[Broker]:
-    port = free_port()
-    data = tmp / "pulsar-lite" / "db"
-    data.parent.mkdir(parents=True, exist_ok=True)
-    log = tmp / "pulsar-lite.log"
-    with log.open("wb") as fh:
-        proc = subprocess.Popen(
-            [pulsar_lite_binary(), "--addr", f"127.0.0.1:{port}", "--db-path", str(data),
-             "--log-level", "warn"],
-            cwd=data.parent, stdout=fh, stderr=subprocess.STDOUT,
-            env={**os.environ, "RUST_LOG": "warn"})
-    broker = Broker("pulsar-lite", f"pulsar://127.0.0.1:{port}", proc, data)
-    try:
-        wait_port(port, proc, log)
-        yield broker
-    finally:
-        broker.stop()
+from bench.brokers import Broker, start_horae, start_pulsar_lite
 
 
 def client_for(url: str) -> pulsar.Client:

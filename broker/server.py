@@ -126,9 +126,8 @@ class BrokerServer:
         site = web.TCPSite(self._runner, self.config.bind_address, self.config.web_service_port,
                            reuse_address=True)
         await site.start()
-        server = getattr(site, "_server", None)
-        sockets = getattr(server, "sockets", None) or []
-        self.web_port = _bound_port(sockets) if sockets else self.config.web_service_port
+        # The bound port (webServicePort may be 0): the runner lists its listeners' addresses.
+        self.web_port = int(self._runner.addresses[0][1])
         service.web_port = self.web_port
 
     def _start_exporter(self, service: BrokerService) -> None:

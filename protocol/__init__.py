@@ -3,7 +3,9 @@
 Bytes in, frames and commands out; ``encode_*() -> bytes`` out. No IO, no event loop, no clock:
 the broker's connection handler owns the socket and feeds :class:`protocol.frames.FrameDecoder`.
 
-Modules: :mod:`~protocol.frames` (incremental frame decoder), :mod:`~protocol.commands`
+Modules: :mod:`~protocol.frames` (incremental frame decoder), :mod:`~protocol.command_check`
+(command validation), :mod:`~protocol.send_path` (protobuf-free SEND parse and bulk
+SEND_RECEIPTs), :mod:`~protocol.commands`
 (encoders; client-side ones live in :mod:`~protocol.client_commands` and are re-exported),
 :mod:`~protocol.framing` (frame headers, checksum, varints), :mod:`~protocol.metadata`
 (entries, message metadata, batches, Key_Shared hash), :mod:`~protocol.errors` (the error

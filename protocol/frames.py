@@ -21,6 +21,11 @@ Wire layout (all integers big-endian; see ``shared/reference/pulsar-wire.md`` se
              [0x0e01:u16][crc32c:u32]                         (optional)
              [metadataSize:u32][MessageMetadata][payload]     <- Frame.entry, what the CRC covers
 
+:meth:`FrameDecoder.receive_frames` does both in one call per socket read and returns a list;
+SENDs of the usual layout come out as protobuf-free :class:`~protocol.send_path.SendFrame`
+tuples (:func:`~protocol.send_path.parse_send`), everything else as the same :class:`Frame`.
+It never raises: the frames before a fault are returned and :attr:`FrameDecoder.error` is set.
+
 Rules, in the order they are applied:
 
 1. ``totalSize`` is checked against ``max_frame_size`` as soon as its 4 bytes are buffered,
@@ -50,7 +55,7 @@ contract's shape: ``Frame.command`` is always a real, fully parsed ``pb.BaseComm
 parse costs ~0.3 us; nothing is lazy). What the SEND hot path saves instead:
 
 * the required-field check of a SEND is proven from its serialized bytes by one regex match
-  (``_send_fast_path_pattern``) rather than ``HasField``/``IsInitialized`` calls (~1.5 us);
+  (``command_check.send_is_complete``) rather than ``HasField``/``IsInitialized`` calls (~1.5 us);
   anything unusual falls back to the generic check, so the verdict is identical;
 * a payload frame carrying a checksum and no broker entry metadata is handled inline;
 * frames are built through the slot descriptors of the frozen dataclass (``_new_frame``),
@@ -59,17 +64,18 @@ parse costs ~0.3 us; nothing is lazy). What the SEND hot path saves instead:
 
 from __future__ import annotations
 
-import re
 import struct
 from dataclasses import dataclass
 from enum import Enum
 from typing import Final, Literal
 
 from crc32c import crc32c
-from google.protobuf.descriptor import Descriptor, FieldDescriptor
-from google.protobuf.message import DecodeError, Message
+from google.protobuf.message import DecodeError
 
 from protocol import pulsar_pb as pb
+from protocol.command_check import parse_command
+from protocol.command_check import send_is_complete as _send_is_complete
+from protocol.command_check import validate_command as _validate
 from protocol.errors import (
     ConnectionFatalError,
     ForeignProtocolError,
@@ -78,6 +84,8 @@ from protocol.errors import (
 )
 from protocol.framing import slot_setter
 from protocol.limits import MAX_FRAME_SIZE
+from protocol.send_path import SendFrame
+from protocol.send_path import parse_send as _parse_send
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,56 +120,7 @@ _U32: Final = struct.Struct(">I")
 _HEADER: Final = struct.Struct(">II")
 _MAGIC_CRC_HI, _MAGIC_CRC_LO = 0x0E, 0x01
 _MAGIC_BEM_LO = 0x02
-
-# BaseCommand.Type value -> name of the sub-message field that must accompany it (Pulsar numbers
-# each sub-message field after its type, so the descriptor gives the map).
-_SUBFIELD_BY_TYPE: Final[dict[int, str]] = {
-    value.number: pb.BaseCommand.DESCRIPTOR.fields_by_number[value.number].name
-    for value in pb.BaseCommand.Type.DESCRIPTOR.values
-}
-# Empty sub-messages some clients leave out; the command is still unambiguous.
-_OPTIONAL_SUBFIELD: Final = frozenset({pb.BaseCommand.PING, pb.BaseCommand.PONG})
-
-
-def _has_string_fields(descriptor: Descriptor, seen: frozenset[str] = frozenset()) -> bool:
-    if descriptor.full_name in seen:
-        return False
-    seen = seen | {descriptor.full_name}
-    for field in descriptor.fields:
-        if field.type == FieldDescriptor.TYPE_STRING:
-            return True
-        if field.type == FieldDescriptor.TYPE_MESSAGE and _has_string_fields(
-            field.message_type, seen
-        ):
-            return True
-    return False
-
-
-# Command types whose sub-message can hold a string somewhere. upb hands out a proto2 string
-# field holding invalid UTF-8 as *bytes*; those commands get a walk over their set fields so
-# that the broker only ever sees str. SEND, MESSAGE, SEND_RECEIPT and FLOW have no strings and
-# skip it (the hot path).
-_TYPES_WITH_STRINGS: Final = frozenset(
-    number
-    for number, name in _SUBFIELD_BY_TYPE.items()
-    if _has_string_fields(pb.BaseCommand.DESCRIPTOR.fields_by_name[name].message_type)
-)
-
-
-def _invalid_string_field(message: Message) -> str | None:
-    """Full name of the first string field holding invalid UTF-8 (returned as bytes), if any."""
-    for field, value in message.ListFields():
-        if field.type == FieldDescriptor.TYPE_STRING:
-            for item in value if field.is_repeated else (value,):
-                if type(item) is not str:
-                    return str(field.full_name)
-        elif field.type == FieldDescriptor.TYPE_MESSAGE:
-            for item in value if field.is_repeated else (value,):
-                found = _invalid_string_field(item)
-                if found is not None:
-                    return found
-    return None
-
+_TYPE_TAG, _SEND_TYPE_BYTE = 0x08, pb.BaseCommand.SEND  # BaseCommand starts "08 06" for a SEND
 
 # First 4 bytes of an HTTP/1.x request line or the HTTP/2 preface, as a u32 length.
 _HTTP_PREFIXES: Final = frozenset(
@@ -172,6 +131,8 @@ _COMPACT_AFTER: Final = 64 * 1024
 # Pending bytes below this are re-joined with the next chunk into one ``bytes``; above it (a
 # large frame arriving in many chunks) they go to a bytearray, so assembly stays linear.
 _SMALL_PENDING: Final = 64 * 1024
+_from_string: Final = pb.BaseCommand.FromString
+_SEND: Final = pb.BaseCommand.SEND
 
 
 def _too_large(head: bytes, size: int, limit: int) -> FrameTooLargeError:
@@ -183,65 +144,6 @@ def _too_large(head: bytes, size: int, limit: int) -> FrameTooLargeError:
     return FrameTooLargeError(size, limit)
 
 
-def parse_command(data: bytes | bytearray | memoryview) -> pb.BaseCommand:
-    """Parse and validate one serialized ``BaseCommand`` (rule 3 of the module docstring)."""
-    try:
-        cmd: pb.BaseCommand = _from_string(data)
-    except DecodeError as exc:
-        raise MalformedFrameError(f"command does not parse as BaseCommand: {exc}") from None
-    _validate(cmd)
-    return cmd
-
-
-def _validate(cmd: pb.BaseCommand) -> None:
-    if not cmd.HasField("type"):
-        # An unknown enum value of a proto2 field lands in the unknown fields: type unset.
-        raise MalformedFrameError("command has no type or an unknown command type")
-    field = _SUBFIELD_BY_TYPE[cmd.type]
-    if not cmd.HasField(field) and cmd.type not in _OPTIONAL_SUBFIELD:
-        raise MalformedFrameError(f"command of type {cmd.type} lacks its '{field}' field")
-    if not cmd.IsInitialized():
-        raise MalformedFrameError(
-            f"command of type {cmd.type} misses required fields: "
-            + ", ".join(cmd.FindInitializationErrors())
-        )
-    if cmd.type in _TYPES_WITH_STRINGS:
-        bad = _invalid_string_field(cmd)
-        if bad is not None:
-            raise MalformedFrameError(f"string field {bad} is not valid UTF-8")
-
-
-_from_string: Final = pb.BaseCommand.FromString
-_SEND: Final = pb.BaseCommand.SEND
-
-
-def _send_fast_path_pattern() -> re.Pattern[bytes]:
-    """A regex that proves, in one C call, that a *successfully parsed* command whose final
-    type is SEND has every required field, for the byte layout every client produces::
-
-        08 06             type = SEND
-        32 L              send = sub-message of L bytes (L < 128)
-        08 <varint:k>     producer_id, a varint of k bytes (k = 1..10)
-        10 ...            sequence_id, still inside the sub-message: 5 + k < 4 + L
-        and no 0x4a byte anywhere (send.message_id, whose own fields are required)
-
-    The caller also requires ``4 + L == len(raw)``: no other field follows, so no other
-    sub-message could hide a missing required field. A non-match means "run the generic
-    check", never "invalid". The parse having succeeded guarantees the sequence_id varint is
-    complete inside the sub-message.
-    """
-    alternatives = [
-        b"["
-        + re.escape(bytes([k + 2]))
-        + rb"-\x7f]\x08"
-        + rb"[\x80-\xff]" * (k - 1)
-        + rb"[\x00-\x7f]\x10"
-        for k in range(1, 11)
-    ]
-    return re.compile(rb"(?s)(?!.*\x4a)\x08\x06\x32(?:" + b"|".join(alternatives) + b")")
-
-
-_send_is_complete: Final = _send_fast_path_pattern().match
 
 
 class FrameDecoder:
@@ -328,6 +230,59 @@ class FrameDecoder:
         self._buf = b""
         self._pos = 0
 
+    @property
+    def error(self) -> ConnectionFatalError | None:
+        """The connection-fatal error once the stream turned invalid, else None."""
+        return self._error
+
+    def receive_frames(
+        self, data: bytes | bytearray | memoryview, *, send_frames: bool = True
+    ) -> list[Frame | SendFrame]:
+        """:meth:`receive_data`, then every complete frame, in one call (one per socket read).
+
+        With ``send_frames`` a SEND of the usual layout comes out as a
+        :class:`~protocol.send_path.SendFrame` (no protobuf object, see
+        :func:`~protocol.send_path.parse_send`); any other frame, and any SEND the fast path
+        declines, as the :class:`Frame` that :meth:`next_frame` gives. Never raises: when the
+        stream turns invalid, the frames before the fault are returned and :attr:`error` is set;
+        handle them, then close the connection with that error.
+        """
+        self.receive_data(data)
+        frames: list[Frame | SendFrame] = []
+        append = frames.append
+        max_size = self._max_frame_size
+        next_frame = self.next_frame
+        while self._error is None:
+            buf = self._buf
+            pos = self._pos
+            if send_frames and len(buf) - pos >= 12:
+                total, command_size = _header_unpack_from(buf, pos)
+                frame_end = pos + 4 + total
+                if (
+                    total <= max_size
+                    and 4 <= command_size <= total - 4
+                    and frame_end <= len(buf)
+                    and buf[pos + 9] == _SEND_TYPE_BYTE
+                    and buf[pos + 8] == _TYPE_TAG
+                ):
+                    send = _parse_send(buf, pos + 8, pos + 8 + command_size, frame_end)
+                    if send is not None:
+                        append(send)
+                        if frame_end == len(buf):
+                            self._buf = b""
+                            self._pos = 0
+                        else:
+                            self._pos = frame_end
+                        continue
+            try:
+                frame = next_frame()
+            except ConnectionFatalError:
+                break  # recorded in self._error
+            if frame is NEED_DATA:
+                break
+            append(frame)
+        return frames
+
     def next_frame(self) -> Frame | NeedData:
         """The next complete frame, or :data:`NEED_DATA`.
 
@@ -361,7 +316,7 @@ class FrameDecoder:
             except DecodeError as exc:
                 raise MalformedFrameError(f"command does not parse as BaseCommand: {exc}") from None
             # The SEND hot path proves its required fields from the bytes (~0.2 us, see
-            # _send_fast_path_pattern) instead of IsInitialized (~0.5 us) and friends.
+            # command_check.send_is_complete) instead of IsInitialized (~0.5 us) and friends.
             if (
                 cmd.type != _SEND
                 or _send_is_complete(raw) is None
@@ -455,4 +410,4 @@ def _new_frame(
     return frame
 
 
-__all__ = ["NEED_DATA", "Frame", "FrameDecoder", "NeedData", "parse_command"]
+__all__ = ["NEED_DATA", "Frame", "FrameDecoder", "NeedData", "SendFrame", "parse_command"]

@@ -32,7 +32,7 @@ from __future__ import annotations
 import base64
 import binascii
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Final
 
@@ -230,6 +230,19 @@ def iter_batch(
         pos += data_size
 
 
+def encode_batch_payload(messages: Iterable[tuple[pb.SingleMessageMetadata, bytes]]) -> bytes:
+    """A batch entry's payload, ``N x [u32 size][SingleMessageMetadata][data]`` (the inverse of
+    :func:`iter_batch`). Each ``payload_size`` must equal ``len(data)``; the entry's own metadata
+    carries ``num_messages_in_batch = N``."""
+    parts: list[bytes] = []
+    for index, (single, data) in enumerate(messages):
+        if single.payload_size != len(data) or not single.HasField("payload_size"):
+            raise ValueError(f"batch message {index}: payload_size is not len(data) = {len(data)}")
+        md: bytes = single.SerializeToString()
+        parts += (_U32.pack(len(md)), md, data)
+    return b"".join(parts)
+
+
 def murmur3_32_hash(key: bytes) -> int:
     """Pulsar's ``Murmur3_32Hash.makeHash``: murmur3 x86 32-bit, seed 0, ``& 0x7fffffff``."""
     result: int = mmh3.hash(key, 0, signed=False) & 0x7FFFFFFF
@@ -246,6 +259,7 @@ __all__ = [
     "KEY_SHARED_RANGE_SIZE",
     "NONE_KEY",
     "EntryInfo",
+    "encode_batch_payload",
     "encode_entry",
     "entry_checksum",
     "iter_batch",

@@ -154,7 +154,7 @@ def _policy_body(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _applied(args: argparse.Namespace) -> str:
-    return "?applied=true" if getattr(args, "applied", False) else ""
+    return "?applied=true" if args.applied else ""
 
 
 def _skip_body(args: argparse.Namespace) -> dict[str, Any]:
@@ -221,7 +221,7 @@ def _q(value: str) -> str:
 
 
 def _force(args: argparse.Namespace) -> str:
-    return "?force=true" if getattr(args, "force", False) else ""
+    return "?force=true" if args.force else ""
 
 
 def _partitioned_lookup(admin_url: str, args: argparse.Namespace) -> object:

@@ -34,7 +34,7 @@ def _facade(request: web.Request) -> AdminFacade:
 
 
 def _cluster(facade: AdminFacade) -> str:
-    return str(getattr(facade.service.config, "cluster_name", "standalone"))
+    return facade.service.config.cluster_name
 
 
 # --- clusters / tenants -------------------------------------------------------------------
@@ -50,11 +50,8 @@ async def get_tenant(request: web.Request) -> web.Response:
     facade = _facade(request)
     tenant = request.match_info["tenant"]
     await facade.require_tenant(tenant)
-    info = None
-    getter = getattr(facade.service, "get_tenant", None)
-    if getter is not None:
-        info = await getter(tenant)
-    if not isinstance(info, dict):
+    info = await facade.service.get_tenant(tenant)
+    if info is None:
         info = {"adminRoles": [], "allowedClusters": [_cluster(facade)]}
     return json_response(info)
 

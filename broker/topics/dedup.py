@@ -331,7 +331,7 @@ class MessageDeduplication:
         """Write every name's highest persisted id and the position they cover into the
         dedup cursor (storage persists it at its rate limit, atomically)."""
         cursor = self.cursor
-        if not self.ready or cursor is None or getattr(self.ledger, "closed", False):
+        if not self.ready or cursor is None or self.ledger.closed:
             return
         last = self.ledger.last_confirmed
         states = self.states

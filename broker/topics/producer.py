@@ -50,13 +50,10 @@ from typing import Any, Protocol
 
 from broker.metrics.rates import PUBLISH_LATENCY_BUCKETS_MS, iso_ms
 from broker.topics.dedup import MessageDeduplication, SequenceState
+from broker.topics.storage_errors import StorageOp, storage_failure
 from protocol import commands as C
 from protocol import pulsar_pb as pb
-from protocol.errors import (
-    ChecksumError,
-    PersistenceError,
-    RequestError,
-)
+from protocol.errors import ChecksumError, RequestError
 from protocol.frames import Frame
 
 __all__ = ["ACCESS_MODE_NAMES", "Producer", "ProducerTransport", "PublishTarget"]
@@ -279,9 +276,12 @@ class Producer:
                 if not fut.done():
                     break
                 if item.error is None and (fut.cancelled() or fut.exception() is not None):
-                    exc = None if fut.cancelled() else fut.exception()
-                    item.error = PersistenceError(f"Failed to persist the message: {exc}")
-                    self._fail_behind(item.error)
+                    exc = fut.exception() if not fut.cancelled() else None
+                    failure = storage_failure(
+                        exc if exc is not None else asyncio.CancelledError("append cancelled"),
+                        StorageOp.PUBLISH)
+                    item.error = failure.error
+                    self._fail_behind(failure.error, reload_topic=failure.reload_topic)
             queue.popleft()
             answered += 1
             if item.error is None:
@@ -319,13 +319,14 @@ class Producer:
             if self._drained is not None:
                 self._drained.set()
 
-    def _fail_behind(self, error: RequestError) -> None:
+    def _fail_behind(self, error: RequestError, *, reload_topic: bool) -> None:
         """A failed append fails every later send of this producer (FIFO answers)."""
         self._failed = error
         for later in self._queue:
             if later.error is None:
                 later.error = error
-        self.topic.on_persistence_failure(error)
+        if reload_topic:
+            self.topic.on_persistence_failure(error)
 
     # ------------------------------------------------------------------ lifecycle
 

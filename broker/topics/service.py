@@ -35,6 +35,7 @@ from typing import Any
 from broker.config import BrokerConfig
 from broker.delayed.policy import DelayPolicy, resolve_policy
 from broker.topics.names import TopicName, is_valid_namespace, split_namespace
+from broker.topics.storage_errors import StorageOp, storage_failure
 from broker.topics.topic import Topic
 from protocol.errors import (
     InvalidTopicNameError,
@@ -43,6 +44,7 @@ from protocol.errors import (
     ServiceNotReadyError,
     TopicNotFoundError,
 )
+from storage.errors import StorageError
 
 __all__ = ["BrokerService"]
 
@@ -177,7 +179,10 @@ class BrokerService:
         fut: asyncio.Future[Topic] = self.loop.create_future()
         self._loading[full] = fut
         try:
-            topic = await Topic.load(self, tn, await self.store.open_ledger(tn.full))
+            try:
+                topic = await Topic.load(self, tn, await self.store.open_ledger(tn.full))
+            except StorageError as exc:
+                raise storage_failure(exc, StorageOp.LOAD_TOPIC).error from exc
         except BaseException as exc:
             fut.set_exception(exc)
             fut.exception()
@@ -282,7 +287,7 @@ class BrokerService:
             if not force:
                 if topic.producers:
                     raise NotAllowedError("Topic has active producers")
-                if any(getattr(s, "consumers", None) for s in topic.subscriptions.values()):
+                if any(s.consumers for s in topic.subscriptions.values()):
                     raise NotAllowedError("Topic has active subscriptions with connected consumers")
             del self.topics[full]
             await self._close_topic(topic)

@@ -58,18 +58,19 @@ from broker.subscriptions.subscription import Subscription
 from broker.topics.dedup import DEDUP_CURSOR, MessageDeduplication
 from broker.topics.names import TopicName
 from broker.topics.producer import Producer
+from broker.topics.storage_errors import StorageOp, storage_failure
 from broker.topics.trim import LedgerTrimmer
 from protocol import commands as C
 from protocol import pulsar_pb as pb
 from protocol.errors import (
     MalformedEntryError,
     NotAllowedError,
-    PersistenceError,
     ProducerBusyError,
     ServiceNotReadyError,
     SubscriptionNotFoundError,
 )
 from protocol.metadata import parse_entry
+from storage.errors import StorageError
 
 _U32 = struct.Struct(">I")
 _parse_metadata = pb.MessageMetadata.FromString
@@ -168,9 +169,11 @@ class Topic:
         entry, messages, partial = self.check_publish(entry)
         try:
             fut = self.ledger.append(entry)
-        except Exception as exc:
-            self.on_persistence_failure(exc)
-            raise PersistenceError(f"Failed to persist the message: {exc}") from None
+        except Exception as exc:   # never out of the publish path: a SEND_ERROR instead
+            failure = storage_failure(exc, StorageOp.PUBLISH)
+            if failure.reload_topic:
+                self.on_persistence_failure(exc)
+            raise failure.error from None
         self.entries_added_counter += 1
         return fut, messages, partial
 
@@ -330,9 +333,12 @@ class Topic:
         fut: asyncio.Future[Subscription] = self.loop.create_future()
         self._sub_creating[name] = fut
         try:
-            sub = await Subscription.open(self, name, durable=durable,
-                                          initial_position=initial_position,
-                                          start_message_id=start_message_id)
+            try:
+                sub = await Subscription.open(self, name, durable=durable,
+                                              initial_position=initial_position,
+                                              start_message_id=start_message_id)
+            except StorageError as exc:
+                raise storage_failure(exc, StorageOp.SUBSCRIBE).error from exc
             self.subscriptions[name] = sub
             fut.set_result(sub)
             return sub

@@ -96,8 +96,7 @@ class LedgerTrimmer:
     def trigger(self) -> tuple[Any, int]:
         """(slowest subscription mark-delete position, ledger count): a change asks for a trim."""
         topic = self.topic
-        marks = [s.cursor.mark_delete_position for s in topic.subscriptions.values()
-                 if getattr(s, "cursor", None) is not None]
+        marks = [s.cursor.mark_delete_position for s in topic.subscriptions.values()]
         return (min(marks) if marks else None), len(topic.ledger.ledgers)
 
     def safe(self) -> bool:
@@ -105,7 +104,7 @@ class LedgerTrimmer:
         is still needed by a reader (storage only sees durable cursors)."""
         topic = self.topic
         ledger = topic.ledger
-        if topic.creating_subscription or getattr(ledger, "closed", False):
+        if topic.creating_subscription or ledger.closed:
             return False
         durable = [c.mark_delete_position for c in ledger.cursors.values()]
         bound = min(durable) if durable else None
@@ -121,7 +120,7 @@ class LedgerTrimmer:
         if not doomed:
             return False
         readers = [s.cursor.mark_delete_position for s in topic.subscriptions.values()
-                   if not getattr(s, "durable", True) and getattr(s, "cursor", None) is not None]
+                   if not s.durable]
         if readers and min(readers) < doomed[-1]:
             log.debug("trim of %s deferred: a reader has not passed the ledgers", topic.full)
             return False

@@ -56,7 +56,6 @@ class DispatchContext(Protocol):
     redelivery and batch-ack books, its delayed-delivery tracker, and its out counters."""
 
     name: str
-    resetting: bool
     partition_index: int
     msg_out_counter: int
     bytes_out_counter: int
@@ -70,6 +69,11 @@ class DispatchContext(Protocol):
 
     @property
     def ledger(self) -> Any: ...
+
+    @property
+    def resetting(self) -> bool:
+        """A cursor reset is disconnecting the consumers."""
+        ...
 
     def delay_policy(self) -> DelayPolicy: ...
 

@@ -1,0 +1,173 @@
+"""The publish hot path without protobuf objects: SEND parsed by hand, receipts encoded in bulk.
+
+Theory of operation
+-------------------
+Every published entry costs one SEND in and one SEND_RECEIPT out. Building a ``pb.BaseCommand``
+per SEND (parse, validate, attribute reads) and one ``bytes`` per receipt is most of the codec's
+share of a publish; this module removes both, sans-IO like the rest of ``protocol/``.
+
+:func:`parse_send` reads one complete SEND frame straight out of the decoder's buffer into a
+:class:`SendFrame` (a NamedTuple: ids, entry, checksum verdict and metadata offset). It accepts
+only the layout clients actually send, as one anchored regex over the command bytes::
+
+    08 06 32 L                       BaseCommand{type = SEND, send = L bytes}, nothing else
+      08 v  10 v                     producer_id, sequence_id        (required, in this order)
+      [18 v] [20 00] [28 00] [30 v]  num_messages, txnid 0, txnid 0, highest_sequence_id
+      [38 00] [40 00]                is_chunk = false, marker = false
+    0e 01 crc32c [u32 metadataSize] ...   checksum magic, then the entry
+
+with 64-bit varints of at most 9 bytes (< 2**63) and ``num_messages`` of at most 4 bytes
+(0 <= n < 2**28). Anything else -- fields out of order or repeated, a chunk, a marker, a
+transaction, ``message_id``, no checksum magic, a metadata size beyond the entry -- returns
+None, and the caller decodes the frame the generic way (:class:`protocol.frames.FrameDecoder`),
+which validates it or raises. So the fast path never changes a verdict: whatever it accepts,
+protobuf parses to the same values with every required field present (pinned by tests).
+
+:func:`encode_send_receipts` encodes many SEND_RECEIPTs of one producer (one group commit) into
+one ``bytes``, byte for byte what :func:`protocol.commands.encode_send_receipt` gives for each,
+concatenated.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+from collections.abc import Iterable
+from typing import Final, NamedTuple
+
+from crc32c import crc32c
+
+from protocol.framing import HEADER, ONE_BYTE, SMALL_VARINT, SMALL_VARINT_LIMIT, varint
+from protocol.limits import MAGIC_CRC32C
+
+
+class SendFrame(NamedTuple):
+    """A SEND decoded without protobuf. ``entry`` is ``[metadataSize][MessageMetadata][payload]``
+    (what the CRC covers); the metadata is ``entry[4 : 4 + metadata_size]`` and the payload
+    starts at ``4 + metadata_size``."""
+
+    producer_id: int
+    sequence_id: int
+    num_messages: int
+    """CommandSend.num_messages (1 when absent, as protobuf's default)."""
+    highest_sequence_id: int
+    """CommandSend.highest_sequence_id (0 when absent)."""
+    entry: bytes
+    checksum_valid: bool
+    metadata_size: int
+
+
+_V63: Final = rb"((?:[\x80-\xff]{0,8})[\x00-\x7f])"  # a varint of 1..9 bytes
+_V28: Final = rb"((?:[\x80-\xff]{0,3})[\x00-\x7f])"  # a varint of 1..4 bytes
+_SEND_COMMAND: Final = re.compile(
+    rb"\x08\x06\x32[\x00-\x7f]"
+    rb"\x08" + _V63 + rb"\x10" + _V63
+    + rb"(?:\x18" + _V28 + rb")?(?:\x20\x00)?(?:\x28\x00)?(?:\x30" + _V63 + rb")?"
+    rb"(?:\x38\x00)?(?:\x40\x00)?\Z",
+    re.DOTALL,
+)
+_send_command_match: Final = _SEND_COMMAND.match
+# magic 0x0e01, crc32c, then the entry's metadataSize: what follows a SEND's command
+_trailer_from: Final = struct.Struct(">HII").unpack_from
+_new_send_frame: Final = tuple.__new__
+
+
+def varint_value(data: bytes) -> int:
+    """The value of one complete base-128 varint (little-endian 7-bit groups)."""
+    size = len(data)
+    if size == 1:
+        return data[0]
+    if size == 2:
+        return (data[0] & 0x7F) | data[1] << 7
+    if size == 3:
+        return (data[0] & 0x7F) | (data[1] & 0x7F) << 7 | data[2] << 14
+    value = 0
+    shift = 0
+    for byte in data:
+        value |= (byte & 0x7F) << shift
+        shift += 7
+    return value
+
+
+def parse_send(
+    buf: bytes | bytearray, pos: int, command_end: int, frame_end: int
+) -> SendFrame | None:
+    """The SEND whose command is ``buf[pos:command_end]`` and whose frame ends at ``frame_end``
+    (the frame's 8-byte header already checked and consumed), or None when the frame is not of
+    the usual layout (see the module docstring) and must be decoded the generic way."""
+    match = _send_command_match(buf, pos, command_end)
+    if (
+        match is None
+        or buf[pos + 3] + 4 != command_end - pos  # the send sub-message fills the command
+        or frame_end - command_end < 10
+    ):
+        return None
+    magic, expected, metadata_size = _trailer_from(buf, command_end)
+    if magic != MAGIC_CRC32C or metadata_size > frame_end - command_end - 10:
+        return None  # no checksum, or a metadata size the generic path refuses
+    entry = buf[command_end + 6 : frame_end]
+    if type(entry) is not bytes:
+        entry = bytes(entry)
+    producer, sequence, num_messages, highest = match.groups()
+    return _new_send_frame(
+        SendFrame,
+        (
+            producer[0] if len(producer) == 1 else varint_value(producer),
+            varint_value(sequence),
+            1 if num_messages is None else varint_value(num_messages),
+            0 if highest is None else varint_value(highest),
+            entry,
+            crc32c(entry) == expected,
+            metadata_size,
+        ),
+    )
+
+
+def parse_send_frame(frame: bytes) -> SendFrame | None:
+    """:func:`parse_send` on one whole frame (header included), for tests and tools."""
+    if len(frame) < 8:
+        return None
+    total, command_size = HEADER.unpack_from(frame, 0)
+    if total + 4 != len(frame) or command_size > total - 4:
+        return None
+    return parse_send(frame, 8, 8 + command_size, len(frame))
+
+
+# [totalSize][commandSize] 08 07 3a <n> for a SEND_RECEIPT whose sub-message has n bytes.
+_RECEIPT_PREFIX: Final = tuple(
+    HEADER.pack(n + 8, n + 4) + b"\x08\x07\x3a" + bytes((n,)) for n in range(128)
+)
+_SMALL: Final = SMALL_VARINT
+_SMALL_LIMIT: Final = SMALL_VARINT_LIMIT
+
+
+def encode_send_receipts(
+    producer_id: int, receipts: Iterable[tuple[int, int, int, int]]
+) -> bytes:
+    """SEND_RECEIPTs of one producer, concatenated into one ``bytes`` for one write.
+
+    ``receipts`` holds ``(sequence_id, ledger_id, entry_id, highest_sequence_id)`` in the order
+    they must reach the client. Equals ``b"".join(encode_send_receipt(producer_id, *r) ...)``.
+    """
+    head = b"\x08" + varint(producer_id) + b"\x10"
+    parts: list[bytes] = []
+    extend = parts.extend
+    last_ledger = -1
+    ledger_part = b""
+    for sequence_id, ledger_id, entry_id, highest in receipts:
+        if ledger_id != last_ledger:
+            ledger = varint(ledger_id)
+            ledger_part = b"\x08" + ledger + b"\x10"
+            last_ledger = ledger_id
+        seq = _SMALL[sequence_id] if 0 <= sequence_id < _SMALL_LIMIT else varint(sequence_id)
+        entry = _SMALL[entry_id] if 0 <= entry_id < _SMALL_LIMIT else varint(entry_id)
+        high = _SMALL[highest] if 0 <= highest < _SMALL_LIMIT else varint(highest)
+        message_id_size = len(ledger_part) + len(entry)
+        # head + seq + 1a L + message id + 20 + highest
+        size = len(head) + len(seq) + 2 + message_id_size + 1 + len(high)
+        extend((_RECEIPT_PREFIX[size], head, seq, b"\x1a", ONE_BYTE[message_id_size],
+                ledger_part, entry, b"\x20", high))
+    return b"".join(parts)
+
+
+__all__ = ["SendFrame", "encode_send_receipts", "parse_send", "parse_send_frame", "varint_value"]
