@@ -59,6 +59,9 @@ class RevisionSource(Protocol):
     @property
     def revision(self) -> int: ...
 
+    @property
+    def under_revision(self) -> bool: ...
+
     def is_outdated(self, revision: int) -> bool: ...
 
 
