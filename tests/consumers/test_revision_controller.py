@@ -107,3 +107,23 @@ async def test_wait_idle_returns_when_the_revision_ends() -> None:
     ctl.end(rev)
     await asyncio.wait_for(waiter, 5)
     assert waiter.done()
+
+
+def test_flush_drops_frames_made_under_an_outdated_revision() -> None:
+    from broker.net.consumers import ConsumerSide
+    from broker.subscriptions.consumer import Consumer
+    from storage.positions import Position
+    from tests.consumers.revision_testlib import FakeConnection, entry
+
+    cursor = _Cursor()
+    ctl = RevisionController(cursor)
+    conn = FakeConnection()
+    consumer = Consumer(ConsumerSide(conn), 1, name="c", sub_type=1)  # type: ignore[arg-type]
+    consumer.permits = 10
+    consumer.send(Position(1, 0), entry(0), messages=1, revision=6)   # made before a reset
+    consumer.send(Position(1, 1), entry(1), messages=2, revision=7)
+    consumer.flush(ctl)
+    assert conn.entry_ids() == [1]
+    assert consumer.permits == 8                 # the dropped frame's permit came back
+    assert list(consumer.pending) == [Position(1, 1)]
+    assert consumer.unacked_messages == 2

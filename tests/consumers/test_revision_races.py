@@ -136,7 +136,9 @@ async def _queued_but_unwritten(ledger: Any) -> tuple[Any, Any, Any, ReadGate, i
 
 async def test_frames_queued_before_clear_backlog_are_never_written(ledger: Any) -> None:
     sub, c1, conn1, gate, _ = await _queued_but_unwritten(ledger)
+    assert c1.permits == 1000 - 10             # 5 written, 5 queued
     await sub.skip_all()                       # forward
+    assert c1.permits == 1000 - 5              # the reset itself dropped the queued frames
     gate.release.set()
     await settle(sub)
     assert conn1.entry_ids()[5:] == []         # today: [0..4, 0..4]
@@ -273,3 +275,85 @@ async def test_a_skip_during_a_type_switch_is_queued_behind_it(ledger: Any) -> N
     await settle(sub)
     assert sub.cursor.mark_delete_position == Position(lid, 4)
     assert conn.entry_ids() == list(range(5, 10))
+
+
+# ---------------------------------------------------------------- no round under revision
+
+async def test_no_read_starts_while_a_revision_runs(ledger: Any) -> None:
+    await append(ledger, range(5))
+    sub, _ = await open_sub(ledger)
+    reads: list[Position] = []
+    real = ledger.read_entries
+
+    async def counting(start: Position, n: int, *a: Any, **kw: Any) -> Any:
+        reads.append(start)
+        return await real(start, n, *a, **kw)
+
+    ledger.read_entries = counting
+    rev = await sub.revisions.start()
+    assert sub.revisions.task_state == 1
+    _c1, conn1 = await join_during(sub, rev)
+    await settle(sub)
+    assert reads == [] and conn1.entry_ids() == []
+    sub.revisions.end(rev)
+    sub.on_new_entries()
+    await settle(sub)
+    assert conn1.entry_ids() == list(range(5))
+    assert sub.revisions.task_state == 0
+
+
+async def join_during(sub: Any, rev: Any) -> tuple[Any, Any]:
+    """Attach a consumer while ``rev`` runs (bypassing add_consumer's wait, as a consumer that
+    joined just before the reset started would be) and give it permits."""
+    from tests.consumers.revision_testlib import new_consumer
+
+    consumer, conn, side = new_consumer(SHARED, "c1")
+    side.attach(consumer, sub)
+    sub.dispatcher = sub._new_dispatcher(consumer)
+    sub.sub_type = SHARED
+    sub.consumers.append(consumer)
+    sub.dispatcher.add_consumer(consumer)
+    consumer.permits = 1000
+    sub.on_new_entries()
+    return consumer, conn
+
+
+# ---------------------------------------------------------------- case 7: last consumer leaves
+
+async def test_last_consumer_leaving_during_a_read_then_joins_rewind_once(ledger: Any) -> None:
+    await append(ledger, range(20), key=lambda i: f"k{i % 5}")
+    sub, _ = await open_sub(ledger)
+    c1, conn1 = await join(sub, KEY_SHARED, "c1", permits=10, mode=0)
+    await settle(sub)
+    assert conn1.entry_ids() == list(range(10))
+    gate = ReadGate(ledger, lambda p: p.entry_id == 10)
+    c1.permits += 10
+    sub.on_new_entries()
+    await asyncio.wait_for(gate.started.wait(), 5)
+    count = sub.revisions.increase_count
+    sub.remove_consumer(c1)                      # the last consumer leaves mid-read
+    _, conn2 = await join(sub, KEY_SHARED, "c2", mode=0)   # first join: Pulsar's rewind
+    _, conn3 = await join(sub, KEY_SHARED, "c3", mode=0)
+    gate.release.set()
+    await settle(sub)
+    assert sub.revisions.increase_count == count + 1
+    a, b = conn2.entry_ids(), conn3.entry_ids()
+    assert sorted(a + b) == list(range(20))      # from the first unacked entry, once each
+    assert a == sorted(a) and b == sorted(b)
+
+
+async def test_a_subscribe_waits_for_a_running_reset(ledger: Any) -> None:
+    await append(ledger, range(5))
+    sub, _ = await open_sub(ledger)
+    rev = await sub.revisions.start()
+    joining = asyncio.create_task(join(sub, SHARED, "late"))
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert not joining.done() and sub.consumers == []
+    lid = _lid(ledger)
+    cursor = sub.cursor
+    rev.apply_at_end(lambda: cursor.reset(Position(lid, 3)))
+    sub.revisions.end(rev)
+    _, conn = await asyncio.wait_for(joining, 5)
+    await settle(sub)
+    assert conn.entry_ids() == [3, 4]
