@@ -50,13 +50,13 @@ from pyroaring import BitMap
 
 from storage import Position, SegmentStore, StorageConfig
 from storage.cursor import CursorState, encode_cursor
+from storage.names import encode_name
 from storage.segments import (
     RECORD_HEADER_SIZE,
     encode_file_header,
     encode_record_header,
     segment_name,
 )
-from storage.store import encode_name
 
 ENTRY = 1024
 APPENDERS = 64
@@ -215,7 +215,7 @@ def _bulk_segments(directory: Path, ledgers: int, per_ledger: int) -> None:
     header = encode_record_header  # local alias: this loop writes millions of records
     for ledger_id in range(ledgers):
         parts = [encode_file_header(ledger_id, 0)]
-        parts += [header(i, b"") for i in range(per_ledger)]
+        parts += [header(i, b"", ledger_id=ledger_id) for i in range(per_ledger)]
         (directory / segment_name(ledger_id)).write_bytes(b"".join(parts))
 
 
@@ -235,7 +235,7 @@ async def bench_open_ledger(root: Path, total: int, entry: int = 100,
         count = min(per_ledger, total - ledger_id * per_ledger)
         parts = [encode_file_header(ledger_id, 0)]
         for i in range(count):
-            parts += (record(i, payload), payload)
+            parts += (record(i, payload, ledger_id=ledger_id), payload)
         (directory / segment_name(ledger_id)).write_bytes(b"".join(parts))
     times: list[float] = []
     for _ in range(2):

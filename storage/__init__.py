@@ -11,13 +11,19 @@ from storage.cursor import ManagedCursor
 from storage.errors import (
     CorruptRecordError,
     CursorNotFoundError,
+    EntryTooLargeError,
+    LedgerClosedError,
+    LedgerFencedError,
     LedgerNotFoundError,
     PersistenceError,
     SnapshotNotFoundError,
     StorageError,
+    StorageReadOnlyError,
+    TooManyOpenFilesError,
 )
 from storage.fileops import FileOps
-from storage.ledger import LedgerInfo, ManagedLedger
+from storage.ledger import ManagedLedger
+from storage.ledger_state import LedgerInfo
 from storage.metadata import MetadataStore
 from storage.positions import Entry, Position
 from storage.segments import RecoveryEvent
@@ -28,7 +34,10 @@ __all__ = [
     "CorruptRecordError",
     "CursorNotFoundError",
     "Entry",
+    "EntryTooLargeError",
     "FileOps",
+    "LedgerClosedError",
+    "LedgerFencedError",
     "LedgerInfo",
     "LedgerNotFoundError",
     "ManagedCursor",
@@ -43,4 +52,6 @@ __all__ = [
     "SnapshotStore",
     "StorageConfig",
     "StorageError",
+    "StorageReadOnlyError",
+    "TooManyOpenFilesError",
 ]

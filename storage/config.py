@@ -36,3 +36,30 @@ class StorageConfig:
     segment_prezero_bytes), so short-lived ledgers do not each write megabytes of zeros."""
     read_threads: int = 4
     """Threads serving uncached reads (disk reads never run on the event loop)."""
+    index_cache_bytes: int = 64 * 1024 * 1024
+    """Memory for the per-entry indexes (12 bytes per entry) of sealed segments: beyond it
+    the least recently read are dropped and read back from their .idx files on demand, so
+    huge ledgers open and run in bounded memory (the open segments' indexes always stay)."""
+    collect_orphan_snapshots: bool = False
+    """At open, delete bucket snapshots that no cursor property (of either generation)
+    names: left by a crash between a snapshot's creation and the cursor update, or by a
+    deleted subscription or topic. Only for users that record every live snapshot id as a
+    cursor property value (the broker's delayed-delivery buckets do); off by default since
+    storage alone cannot know that."""
+    max_open_segment_files: int = 4096
+    """At most this many current segments keep a file descriptor open (LRU by last write;
+    an idle topic's segment is closed and reopened on its next append)."""
+    cursor_save_threads: int = 4
+    """Threads saving cursor files: saves of different cursors run in parallel, so the
+    window of acknowledgements a crash can lose stays short with many cursors."""
+    disk_usage_threshold: float = 0.95
+    """BookKeeper's diskUsageThreshold: at this fraction of the disk used the store turns
+    read-only (appends refused with StorageReadOnlyError; reads, acks, cursor saves,
+    snapshots, metadata and trimming go on in the space left). 1.0 disables the check."""
+    disk_usage_lwm_threshold: float = 0.90
+    """BookKeeper's diskUsageLwmThreshold: a read-only store takes appends again once usage
+    falls below this fraction."""
+    disk_check_interval_ms: int = 1000
+    """BookKeeper's diskCheckInterval (its default is 10000): how often disk usage is
+    measured (statvfs, off the event loop). Shorter here, so a fast producer cannot eat
+    the reserve between two checks."""

@@ -6,11 +6,19 @@ entry to read), revision (PIP-269 cursor state revision, set by the broker), pro
 (str -> str). Acks only touch the in-memory bitmaps; the mark-delete position advances over
 contiguous runs of acknowledged (or recovery-dropped, i.e. missing) entries, across ledgers.
 
-Persistence: the whole state is written as a new file ``cursors/<name>.cur`` with
-FileOps.atomic_write (tmp, fsync, rename, fsync dir) in the store's I/O thread, never on the
-loop; at most mark_delete_rate_limit_per_sec times a second by the store's background flush,
-plus on flush() and close(). The ack state is never truncated however fragmented it is:
-persisted_size_bytes says what it costs.
+Ownership: the managed ledger owns its cursors. A cursor sees the ledger only through the
+narrow LedgerView protocol below (extents of ledgers, the next ledger, the current ledger id,
+last confirmed, entries between) and saves itself through a SaveCursor callback the ledger
+hands it (storage/cursor_files.py does the file work). The ledger ends a cursor with close()
+or retire() (deleted: never written again); nothing else touches a cursor's internals.
+
+Persistence: the whole state is encoded here and written by the save callback in the store's
+I/O threads, never on the loop; at most mark_delete_rate_limit_per_sec times a second by the
+store's background flush, plus on flush() and close(). One save at a time per cursor (a lock);
+a retired cursor is never saved again, and retire() waits for a save in flight, so a deleted
+cursor's file cannot be written back. The ack state is never truncated however fragmented
+it is: persisted_size_bytes says what it costs. dirty_since / save_failures / last_save_error
+make the ack durability window visible (store stats).
 
 File format (little endian), version 1:
   b"HCUR" | version u8 | name_len u16 | name utf-8
@@ -24,19 +32,16 @@ from __future__ import annotations
 
 import asyncio
 import struct
-from collections.abc import Iterable
+import time
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from crc32c import crc32c
 from pyroaring import BitMap
 
 from storage.errors import CorruptRecordError, StorageError
 from storage.positions import Position
-
-if TYPE_CHECKING:
-    from storage.ledger import ManagedLedger
 
 CURSOR_MAGIC = b"HCUR"
 CURSOR_VERSION = 1
@@ -125,6 +130,42 @@ def decode_cursor(data: bytes) -> CursorState:
     )
 
 
+class LedgerView(Protocol):
+    """What a cursor may ask of its managed ledger (loop only)."""
+
+    @property
+    def last_confirmed(self) -> Position | None: ...
+
+    @property
+    def current_ledger_id(self) -> int: ...
+
+    def ledger_extent(self, ledger_id: int) -> tuple[int, bool, BitMap | None]:
+        """(confirmed entry count, complete: no entry will ever be added, missing entry ids);
+        (0, True, None) for a ledger that does not exist (any more)."""
+        ...
+
+    def ledger_after(self, ledger_id: int) -> int | None:
+        """The id of the ledger following ledger_id, if any."""
+        ...
+
+    def entries_between(self, start_exclusive: Position, end_inclusive: Position) -> int: ...
+
+    def next_position(self, pos: Position) -> Position: ...
+
+
+SaveCursor = Callable[[str, bytes, int], Awaitable[None]]
+"""save(cursor name, encoded state, highest ledger id the state mentions): durable on return."""
+
+
+def peek_cursor_name(data: bytes) -> str:
+    """The name in a cursor file's header, without checking the CRC (recovering the name of a
+    damaged cursor). Raises CorruptRecordError, struct.error or UnicodeDecodeError."""
+    magic, _version, name_len = _HEAD.unpack_from(data, 0)
+    if magic != CURSOR_MAGIC or len(data) < _HEAD.size + name_len:
+        raise CorruptRecordError("not a cursor file")
+    return data[_HEAD.size : _HEAD.size + name_len].decode()
+
+
 def _run_end(bitmap: BitMap, start: int) -> int:
     """Last id of the run of consecutive ids in bitmap that starts at start (start in bitmap)."""
     good = 1
@@ -144,9 +185,9 @@ def _run_end(bitmap: BitMap, start: int) -> int:
 class ManagedCursor:
     """One subscription's position and acks on a ManagedLedger. Loop-only, except persistence."""
 
-    def __init__(self, ledger: ManagedLedger, path: Path, state: CursorState) -> None:
+    def __init__(self, ledger: LedgerView, save: SaveCursor, state: CursorState) -> None:
         self._ledger = ledger
-        self._path = path
+        self._save = save
         self.name = state.name
         self._md = state.mark_delete
         self._read = state.read_position
@@ -154,8 +195,14 @@ class ManagedCursor:
         self._properties = dict(state.properties)
         self._bitmaps: dict[int, BitMap] = state.bitmaps
         self._dirty = state.persisted_size_bytes == 0  # a loaded state is already on disk
+        self._dirty_since: float | None = time.monotonic() if self._dirty else None
         self._lock = asyncio.Lock()
         self._closed = False
+        self._retired = False
+        self.save_failures = 0
+        """Saves that failed (each is retried by the next flush; the state stays dirty)."""
+        self.last_save_error: BaseException | None = None
+        """The error of the last save if it failed, None once a save succeeded."""
         self.persisted_size_bytes = state.persisted_size_bytes
         """Size in bytes of the last persisted state (0 before the first persist)."""
         self.persist_count = 0
@@ -173,7 +220,7 @@ class ManagedCursor:
     @read_position.setter
     def read_position(self, pos: Position) -> None:
         self._read = pos
-        self._dirty = True
+        self._touch()
 
     @property
     def revision(self) -> int:
@@ -182,7 +229,7 @@ class ManagedCursor:
     @revision.setter
     def revision(self, value: int) -> None:
         self._revision = value
-        self._dirty = True
+        self._touch()
 
     @property
     def properties(self) -> dict[str, str]:
@@ -191,11 +238,21 @@ class ManagedCursor:
 
     def set_property(self, key: str, value: str) -> None:
         self._properties[key] = value
-        self._dirty = True
+        self._touch()
 
     def remove_property(self, key: str) -> None:
         if self._properties.pop(key, None) is not None:
+            self._touch()
+
+    def _touch(self) -> None:
+        if not self._dirty:
             self._dirty = True
+            self._dirty_since = time.monotonic()
+
+    @property
+    def dirty_since(self) -> float | None:
+        """time.monotonic() of the oldest change not yet durable (None: nothing unsaved)."""
+        return self._dirty_since
 
     @property
     def dirty(self) -> bool:
@@ -222,8 +279,8 @@ class ManagedCursor:
             if bitmap is None:
                 bitmap = bitmaps[ledger_id] = BitMap()
             bitmap.add(pos.entry_id)
-        self._dirty = True
-        self._advance()
+        self._touch()
+        self.advance()
 
     def delete_entry_ids(self, ledger_id: int, entry_ids: Iterable[int] | BitMap) -> None:
         """Bulk individual acks of entry ids of one ledger (straight into its bitmap)."""
@@ -236,16 +293,16 @@ class ManagedCursor:
         bitmap |= incoming
         if ledger_id == self._md.ledger_id and self._md.entry_id >= 0:
             bitmap.remove_range(0, self._md.entry_id + 1)
-        self._dirty = True
-        self._advance()
+        self._touch()
+        self.advance()
 
     def mark_delete(self, pos: Position) -> None:
         """Cumulative ack of every entry <= pos."""
         if pos <= self._md:
             return
         self._md = pos
-        self._dirty = True
-        self._advance(force_prune=True)
+        self._touch()
+        self.advance(force_prune=True)
 
     def reset(self, pos: Position) -> None:
         """Next read is pos; mark-delete becomes the position just before it; acks at/after pos
@@ -253,8 +310,8 @@ class ManagedCursor:
         self._read = pos
         self._md = Position(pos.ledger_id, pos.entry_id - 1)
         self._bitmaps.clear()
-        self._dirty = True
-        self._advance()
+        self._touch()
+        self.advance()
 
     @property
     def individually_deleted_count(self) -> int:
@@ -280,14 +337,15 @@ class ManagedCursor:
                 acked += bitmap.range_cardinality(0, lac.entry_id + 1)
         return max(0, between - acked)
 
-    def _advance(self, *, force_prune: bool = False) -> None:
-        """Move mark-delete over acked or missing entries, then drop bitmaps it has passed."""
+    def advance(self, *, force_prune: bool = False) -> None:
+        """Move mark-delete over acked or missing entries, then drop bitmaps it has passed.
+        The ledger calls it when entries went missing (recovery, a corrupt read)."""
         ledger = self._ledger
         ledger_id, entry_id = self._md.ledger_id, self._md.entry_id
         bitmaps = self._bitmaps
         moved = force_prune
         while True:
-            end, complete, missing = ledger._ledger_extent(ledger_id)
+            end, complete, missing = ledger.ledger_extent(ledger_id)
             if entry_id + 1 < end:
                 nxt = entry_id + 1
                 bitmap = bitmaps.get(ledger_id)
@@ -302,15 +360,15 @@ class ManagedCursor:
                 break
             if not complete:
                 break
-            following = ledger._ledger_after(ledger_id)
+            following = ledger.ledger_after(ledger_id)
             if following is None:
                 break
-            next_end, _, next_missing = ledger._ledger_extent(following)
+            next_end, _, next_missing = ledger.ledger_extent(following)
             next_bitmap = bitmaps.get(following)
             if next_end == 0 or (next_bitmap is not None and 0 in next_bitmap) or (
                 next_missing is not None and 0 in next_missing
             ):
-                if next_end == 0 and following == ledger._current_ledger_id:
+                if next_end == 0 and following == ledger.current_ledger_id:
                     break
                 ledger_id, entry_id = following, -1
                 moved = True
@@ -318,7 +376,7 @@ class ManagedCursor:
             break
         if not moved:
             return
-        self._dirty = True
+        self._touch()
         self._md = Position(ledger_id, entry_id)
         for key in [k for k in bitmaps if k < ledger_id]:
             del bitmaps[key]
@@ -340,17 +398,28 @@ class ManagedCursor:
         )
 
     async def flush(self) -> None:
-        """Persist the current state now (durable when this returns)."""
+        """Persist the current state now (durable when this returns). A retired (deleted)
+        cursor is never written."""
         async with self._lock:
-            if not self._dirty:
+            if not self._dirty or self._retired:
                 return
+            since = self._dirty_since
             self._dirty = False
+            self._dirty_since = None
             data = encode_cursor(self.state())
             try:
-                await self._ledger._persist_cursor_file(self._path, data, self._referenced_ledger())
-            except BaseException:
-                self._dirty = True
+                await self._save(self.name, data, self._referenced_ledger())
+            except BaseException as exc:
+                if not self._dirty:
+                    self._dirty = True
+                    self._dirty_since = since
+                elif since is not None:  # changed meanwhile: the older change is the oldest
+                    self._dirty_since = min(since, self._dirty_since or since)
+                if isinstance(exc, Exception):
+                    self.save_failures += 1
+                    self.last_save_error = exc
                 raise
+            self.last_save_error = None
             self.persisted_size_bytes = len(data)
             self.persist_count += 1
 
@@ -358,11 +427,24 @@ class ManagedCursor:
         return max([self._md.ledger_id, self._read.ledger_id, *self._bitmaps])
 
     async def close(self) -> None:
+        """Persist what is dirty, then stop. Idempotent."""
         if self._closed:
             return
         await self.flush()
         self._closed = True
 
-    def _check_open(self) -> None:
+    async def retire(self) -> None:
+        """The cursor is being deleted: wait for a save in flight, and never save again."""
+        self._closed = True
+        async with self._lock:
+            self._retired = True
+            self._dirty = False
+            self._dirty_since = None
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def check_open(self) -> None:
         if self._closed:
             raise StorageError(f"cursor {self.name} is closed")

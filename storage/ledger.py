@@ -13,6 +13,9 @@ Theory of operation:
   PersistenceError until it is closed and opened again (which starts a fresh ledger).
 - Reads are served from the store's entry cache when possible, else from disk in a read
   thread; entries missing after recovery (corrupt records) are skipped, never served.
+- Cursors belong to the ledger's CursorSet (storage/cursors.py); a cursor sees the ledger
+  through the LedgerView protocol (ledger_extent, ledger_after, current_ledger_id, ...),
+  which this class implements, and never holds a reference typed as ManagedLedger.
 """
 
 from __future__ import annotations
@@ -25,38 +28,47 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Protocol
 
 from pyroaring import BitMap
 
 from storage.cache import EntryCache
 from storage.config import StorageConfig
-from storage.cursor import CursorState, ManagedCursor
-from storage.errors import CursorNotFoundError, PersistenceError, StorageError
+from storage.cursor import ManagedCursor
+from storage.cursor_files import CursorFiles, LoadedCursor
+from storage.cursors import CursorSet
+from storage.errors import (
+    CursorNotFoundError,
+    EntryTooLargeError,
+    LedgerClosedError,
+    LedgerFencedError,
+    PersistenceError,
+    StorageError,
+    StorageReadOnlyError,
+    TooManyOpenFilesError,
+)
 from storage.fileops import FileOps
 from storage.ids import ID_BLOCK, IdAllocator
+from storage.index_pages import IndexPager
+from storage.ledger_state import LedgerInfo, LedgerState
 from storage.positions import Entry, Position
+from storage.reads import DEFAULT_MAX_READ_BYTES, EntryReader
+from storage.segment_file import AppendBatch, SegmentFile
 from storage.segments import (
     MAX_RECORD_BYTES,
     RecoveryEvent,
     now_ms,
-    read_records,
     segment_name,
 )
-from storage.writer import AppendBatch, GroupCommitWriter, SegmentFile
+from storage.writer import GroupCommitWriter
 
 log = logging.getLogger("horae.storage")
 
-DEFAULT_MAX_READ_BYTES = 5 * 1024 * 1024
 
+class ReadOnlyFlag(Protocol):
+    """The store's disk monitor as a ledger sees it (storage/diskusage.py)."""
 
-@dataclass(frozen=True, slots=True)
-class LedgerInfo:
-    ledger_id: int
-    entries: int
-    size_bytes: int
-    created_ms: int
-    sealed: bool
+    read_only: bool
 
 
 @dataclass(slots=True)
@@ -71,32 +83,17 @@ class LedgerContext:
     cache: EntryCache
     read_pool: Executor
     io_pool: Executor
+    cursor_pool: Executor
+    disk: ReadOnlyFlag
+    pager: IndexPager
     report: Callable[[RecoveryEvent], None]
     on_close: Callable[[ManagedLedger], None]
 
 
-class _Ledger:
-    """Loop-side bookkeeping of one ledger."""
-
-    __slots__ = ("assigned_bytes", "confirmed", "ledger_id", "missing", "next_entry_id",
-                 "roll_deadline", "sealed", "segment", "size_bytes")
-
-    def __init__(self, segment: SegmentFile, *, sealed: bool) -> None:
-        self.segment = segment
-        self.ledger_id = segment.ledger_id
-        self.sealed = sealed
-        self.confirmed = len(segment.offsets)  # entry ids < confirmed are durable (or missing)
-        self.next_entry_id = self.confirmed  # next id to assign
-        self.size_bytes = 0
-        self.assigned_bytes = 0
-        self.missing: BitMap | None = None  # ids dropped by recovery or a failed read
-        self.roll_deadline = float("inf")  # time.monotonic() at which the ledger is too old
-
-
 class ManagedLedger:
     def __init__(
-        self, ctx: LedgerContext, name: str, directory: Path, recovered: list[_Ledger],
-        cursor_states: list[CursorState],
+        self, ctx: LedgerContext, name: str, directory: Path, recovered: list[LedgerState],
+        cursors: list[LoadedCursor],
     ) -> None:
         self._ctx = ctx
         self._roll_entries = ctx.config.max_entries_per_ledger
@@ -106,7 +103,7 @@ class ManagedLedger:
         self.writer_fenced = False  # set by the writer thread
         self._fenced: PersistenceError | None = None
         self._closed = False
-        self._ledgers: dict[int, _Ledger] = {}
+        self._ledgers: dict[int, LedgerState] = {}
         self._ledger_ids: list[int] = []
         for led in recovered:
             self._add_ledger(led)
@@ -121,26 +118,31 @@ class ManagedLedger:
         self._batch: AppendBatch | None = None  # this loop iteration's appends (if any)
         self._create_future = ctx.loop.create_future
         self._writer = ctx.writer
-        self._cursors: dict[str, ManagedCursor] = {}
-        for state in cursor_states:
-            self._cursors[state.name] = ManagedCursor(self, self._cursor_path(state.name), state)
-        for cursor in self._cursors.values():
-            cursor._advance()  # entries dropped by recovery may let mark-delete move on
+        self._disk = ctx.disk
+        self.appends_refused_read_only = 0
         self.appends_failed = 0
+        self._reader = EntryReader(
+            ctx.loop, ctx.ops, ctx.cache, ctx.read_pool, ctx.pager, self._ledgers,
+            self._ledger_ids, self._drop_corrupt,
+        )
+        self._cursor_set = CursorSet(
+            self, CursorFiles(ctx.ops, directory / "cursors", fsync=ctx.config.fsync),
+            ctx.loop, ctx.cursor_pool, ctx.ids.ensure_durable, cursors,
+        )
 
     # -- ledger list -----------------------------------------------------------------------
 
-    def _add_ledger(self, led: _Ledger) -> None:
+    def _add_ledger(self, led: LedgerState) -> None:
         self._ledgers[led.ledger_id] = led
         bisect.insort(self._ledger_ids, led.ledger_id)
 
-    def _new_ledger(self) -> _Ledger:
+    def _new_ledger(self) -> LedgerState:
         ctx = self._ctx
         ledger_id = ctx.ids.allocate()
         if ledger_id + ID_BLOCK // 2 >= ctx.ids.high_water_hint:
             ctx.io_pool.submit(ctx.ids.ensure_durable, ledger_id + ID_BLOCK // 2)
         segment = SegmentFile(ledger_id, self.directory / segment_name(ledger_id), now_ms())
-        led = _Ledger(segment, sealed=False)
+        led = LedgerState(segment, sealed=False)
         led.roll_deadline = time.monotonic() + ctx.config.max_ledger_rollover_minutes * 60
         self._add_ledger(led)
         return led
@@ -151,19 +153,24 @@ class ManagedLedger:
         self._ctx.writer.control("seal", old.segment)
         self._current = self._new_ledger()
 
+    # -- LedgerView (what cursors may ask) -------------------------------------------------
+
     @property
-    def _current_ledger_id(self) -> int:
+    def current_ledger_id(self) -> int:
         return self._current.ledger_id
 
-    def _ledger_extent(self, ledger_id: int) -> tuple[int, bool, BitMap | None]:
+    @property
+    def first_ledger_id(self) -> int:
+        return self._ledger_ids[0]
+
+    def ledger_extent(self, ledger_id: int) -> tuple[int, bool, BitMap | None]:
         """(confirmed entry count, complete: no more entries will ever be added, missing ids)."""
         led = self._ledgers.get(ledger_id)
         if led is None:
             return 0, True, None
-        complete = led.sealed and led.next_entry_id == led.confirmed
-        return led.confirmed, complete, led.missing
+        return led.confirmed, led.complete, led.missing
 
-    def _ledger_after(self, ledger_id: int) -> int | None:
+    def ledger_after(self, ledger_id: int) -> int | None:
         ids = self._ledger_ids
         i = bisect.bisect_right(ids, ledger_id)
         return ids[i] if i < len(ids) else None
@@ -176,14 +183,14 @@ class ManagedLedger:
         Hot path: per entry it numbers the entry and adds (data, future) to this loop
         iteration's batch (storage/writer.py AppendBatch); everything else is per batch."""
         fut: asyncio.Future[Position] = self._create_future()
-        if self._fenced is not None or self._closed:
+        if self._fenced is not None or self._closed or self._disk.read_only:
             self._fail_append(fut)
             return fut
         if type(data) is not bytes:
             data = bytes(data)
         size = len(data)
         if size > MAX_RECORD_BYTES:
-            fut.set_exception(StorageError(f"entry of {size} bytes > {MAX_RECORD_BYTES}"))
+            fut.set_exception(EntryTooLargeError(f"entry of {size} bytes > {MAX_RECORD_BYTES}"))
             return fut
         led = self._current
         entry_id = led.next_entry_id
@@ -210,15 +217,25 @@ class ManagedLedger:
 
     def _fail_append(self, fut: asyncio.Future[Position]) -> None:
         self.appends_failed += 1
+        failure: StorageError
+        if self._fenced is None and not self._closed:  # refused: the disk is nearly full
+            self.appends_refused_read_only += 1
+            fut.set_exception(StorageReadOnlyError(
+                f"storage is read-only (disk usage above diskUsageThreshold): {self.name} "
+                "accepts no appends until usage falls below diskUsageLwmThreshold"))
+            return
         if self._fenced is not None:
-            failure = PersistenceError(f"managed ledger {self.name} is fenced: {self._fenced}")
+            failure = LedgerFencedError(f"managed ledger {self.name} is fenced: {self._fenced}")
             failure.__cause__ = self._fenced
         else:
-            failure = PersistenceError(f"managed ledger {self.name} is closed")
+            failure = LedgerClosedError(f"managed ledger {self.name} is closed")
         fut.set_exception(failure)
 
     def _complete_appends(self, batches: list[AppendBatch], error: BaseException | None) -> None:
         """Called on the loop, once per group commit, with this ledger's batches in order."""
+        if isinstance(error, TooManyOpenFilesError):
+            self._abandon(batches, error)
+            return
         if error is not None:
             self._fence(error)
             for batch in batches:
@@ -226,7 +243,7 @@ class ManagedLedger:
                 for fut in batch.futures:
                     if not fut.done():
                         # A fresh exception per future: a shared one would pile up tracebacks.
-                        failure = PersistenceError(str(error))
+                        failure = LedgerFencedError(str(error))
                         failure.__cause__ = error.__cause__ or error
                         fut.set_exception(failure)
             return
@@ -259,6 +276,25 @@ class ManagedLedger:
                 callback(last)
             except Exception:
                 log.exception("storage: ledger listener failed")
+
+    def _abandon(self, batches: list[AppendBatch], error: TooManyOpenFilesError) -> None:
+        """The writer could not create a segment (out of file descriptors): nothing was
+        written and the ledger is not fenced. The abandoned ledger stays empty (no entry will
+        ever be added: cursors move past it) and appends go on in a new ledger."""
+        for batch in batches:
+            self.appends_failed += len(batch.futures)
+            for fut in batch.futures:
+                if not fut.done():
+                    failure = TooManyOpenFilesError(str(error))
+                    failure.__cause__ = error.__cause__
+                    fut.set_exception(failure)
+            led = self._ledgers.get(batch.segment.ledger_id)
+            if led is None or not batch.segment.abandoned:
+                continue
+            led.next_entry_id = led.confirmed
+            led.assigned_bytes = led.size_bytes
+            if led is self._current and not self._closed:
+                self._rollover()
 
     def _fence(self, error: BaseException) -> None:
         if self._fenced is None:
@@ -354,142 +390,56 @@ class ManagedLedger:
         """Entries from start (inclusive) in order, across ledgers, up to last_confirmed.
         Missing entries (dropped by recovery) are skipped. At least one entry is returned if
         any exists, even if it is larger than max_bytes."""
-        out: list[Entry] = []
-        if max_entries <= 0:
-            return out
-        cache = self._ctx.cache
-        nbytes = 0
-        ids = list(self._ledger_ids)
-        for i in range(bisect.bisect_left(ids, start.ledger_id), len(ids)):
-            led = self._ledgers.get(ids[i])
-            if led is None:
-                continue
-            ledger_id = led.ledger_id
-            entry_id = max(start.entry_id, 0) if ledger_id == start.ledger_id else 0
-            while entry_id < led.confirmed and len(out) < max_entries and (
-                not out or nbytes < max_bytes
-            ):
-                data = cache.get(ledger_id, entry_id)
-                if data is not None:
-                    out.append(Entry(Position(ledger_id, entry_id), data))
-                    nbytes += len(data)
-                    entry_id += 1
-                    continue
-                entry_id, nbytes = await self._read_from_disk(
-                    led, entry_id, max_entries, max_bytes, out, nbytes
-                )
-            if len(out) >= max_entries or (out and nbytes >= max_bytes):
-                break
-        return out
+        return await self._reader.read_entries(start, max_entries, max_bytes)
 
-    async def _read_from_disk(
-        self, led: _Ledger, entry_id: int, max_entries: int, max_bytes: int,
-        out: list[Entry], nbytes: int,
-    ) -> tuple[int, int]:
-        segment = led.segment
-        offsets, lengths = segment.offsets, segment.lengths
-        wanted: list[tuple[int, int, int]] = []
-        planned = nbytes
-        end = entry_id
-        while end < led.confirmed and len(out) + len(wanted) < max_entries and (
-            not (out or wanted) or planned < max_bytes
-        ):
-            offset = offsets[end]
-            if offset >= 0:
-                wanted.append((end, offset, lengths[end]))
-                planned += lengths[end]
-            end += 1
-        if not wanted:
-            return end, nbytes
-        ctx = self._ctx
-        try:
-            got = await ctx.loop.run_in_executor(
-                ctx.read_pool, read_records, ctx.ops, segment.path, wanted, segment.format
-            )
-        except FileNotFoundError:  # trimmed or deleted while we were reading
-            return led.confirmed, nbytes
-        for got_id, data in got:
-            if data is None:
-                self._drop_corrupt(led, got_id, offsets[got_id], lengths[got_id])
-                continue
-            out.append(Entry(Position(led.ledger_id, got_id), data))
-            nbytes += len(data)
-        return end, nbytes
-
-    def _drop_corrupt(self, led: _Ledger, entry_id: int, offset: int, length: int) -> None:
+    def _drop_corrupt(self, led: LedgerState, entry_id: int, offset: int, length: int) -> None:
         if led.missing is None:
             led.missing = BitMap()
         led.missing.add(entry_id)
         self._ctx.report(RecoveryEvent("corrupt_read", self.name, led.ledger_id, offset, length,
                                        (entry_id,)))
-        for cursor in self._cursors.values():
-            cursor._advance()  # a lost entry must not hold mark-delete (and the backlog) back
+        for cursor in self._cursor_set.values():
+            cursor.advance()  # a lost entry must not hold mark-delete (and the backlog) back
 
     # -- cursors ---------------------------------------------------------------------------
 
     @property
     def cursors(self) -> Mapping[str, ManagedCursor]:
-        return self._cursors
-
-    def _cursor_path(self, name: str) -> Path:
-        from storage.store import encode_name  # local: store imports this module
-
-        return self.directory / "cursors" / (encode_name(name) + ".cur")
+        return self._cursor_set.cursors
 
     async def open_cursor(
         self, name: str, *, initial_position: Literal["earliest", "latest"] = "latest"
     ) -> ManagedCursor:
         """The existing cursor, or a new durable one at the latest or earliest position."""
-        cursor = self._cursors.get(name)
+        cursor = self._cursor_set.cursors.get(name)
         if cursor is not None:
             return cursor
         self._check_open()
-        if initial_position == "earliest":
-            first_ledger = self._ledger_ids[0]
-            mark_delete = Position(first_ledger, -1)
-        elif self._last_confirmed is not None:
-            mark_delete = self._last_confirmed
-        else:
-            mark_delete = Position(self._current.ledger_id, -1)
-        state = CursorState(name, mark_delete, self.next_position(mark_delete))
-        cursor = ManagedCursor(self, self._cursor_path(name), state)
-        self._cursors[name] = cursor
-        cursor._advance()
-        await cursor.flush()
-        return cursor
+        return await self._cursor_set.open(name, initial_position)
 
     async def delete_cursor(self, name: str) -> None:
-        cursor = self._cursors.pop(name, None)
-        if cursor is None:
+        """Delete a cursor and its files; a flush in flight or later never writes it back."""
+        if name not in self._cursor_set.cursors:
             raise CursorNotFoundError(f"no cursor {name!r} on {self.name}")
-        cursor._closed = True
-        path = self._cursor_path(name)
-        ctx = self._ctx
-
-        def remove() -> None:
-            try:
-                ctx.ops.unlink(path)
-            except FileNotFoundError:
-                return
-            if ctx.config.fsync:
-                ctx.ops.fsync_dir(path.parent)
-
-        await ctx.loop.run_in_executor(ctx.io_pool, remove)
-
-    async def _persist_cursor_file(self, path: Path, data: bytes, max_ledger_id: int) -> None:
-        ctx = self._ctx
-
-        def write() -> None:
-            # Every ledger id a persisted cursor mentions must stay unique across restarts.
-            ctx.ids.ensure_durable(max_ledger_id)
-            ctx.ops.atomic_write(path, data, sync=ctx.config.fsync)
-
-        await ctx.loop.run_in_executor(ctx.io_pool, write)
+        await self._cursor_set.delete(name)
 
     async def flush_cursors(self) -> None:
-        for cursor in list(self._cursors.values()):
-            if cursor.dirty:
-                await cursor.flush()
+        await self._cursor_set.flush()
+
+    @property
+    def trim_blockers(self) -> dict[str, str]:
+        """Cursors whose state could not be trusted after a restart (name -> why): trim()
+        deletes nothing while any is listed (a cursor recovered from a fallback is listed
+        until it has been saved again)."""
+        return dict(self._cursor_set.trim_blockers)
+
+    @property
+    def trim_safe(self) -> bool:
+        return not self._cursor_set.trim_blockers
+
+    @property
+    def cursor_set(self) -> CursorSet:
+        return self._cursor_set
 
     # -- trimming and closing --------------------------------------------------------------
 
@@ -497,7 +447,11 @@ class ManagedLedger:
         """Delete sealed ledgers every cursor has fully acknowledged (all sealed ledgers when
         there is no cursor, as Pulsar does without retention). The current ledger is never
         deleted. Returns the deleted ledger ids."""
-        marks = [c.mark_delete_position for c in self._cursors.values()]
+        if self._cursor_set.trim_blockers:
+            log.warning("managed ledger %s: not trimmed, cursor state unsafe: %s", self.name,
+                        self._cursor_set.trim_blockers)
+            return []
+        marks = [c.mark_delete_position for c in self._cursor_set.values()]
         slowest = min(marks) if marks else None
         deleted: list[int] = []
         for ledger_id in list(self._ledger_ids):
@@ -511,6 +465,7 @@ class ManagedLedger:
             led = self._ledgers.pop(ledger_id)
             self._ledger_ids.remove(ledger_id)
             self._ctx.cache.drop_ledger(ledger_id)
+            self._ctx.pager.forget(led.segment)
             self._ctx.writer.control("delete", led.segment)
         if deleted:
             await self._ctx.writer.barrier()
@@ -525,12 +480,9 @@ class ManagedLedger:
         try:
             if self._last_future is not None and not self._last_future.done():
                 await asyncio.wait([self._last_future])
-            for cursor in list(self._cursors.values()):
-                try:
-                    await cursor.close()
-                except Exception:
-                    log.exception("managed ledger %s: persisting cursor %s failed", self.name,
-                                  cursor.name)
+            for cursor_name, error in await self._cursor_set.close():
+                log.error("managed ledger %s: persisting cursor %s failed: %s", self.name,
+                          cursor_name, error)
             self._current.sealed = True
             self._ctx.writer.control("seal", self._current.segment)
             await self._ctx.writer.barrier()
@@ -541,6 +493,8 @@ class ManagedLedger:
                 if job is not None and not job.done():
                     await asyncio.wrap_future(job)
         finally:
+            for led in self._ledgers.values():
+                self._ctx.pager.forget(led.segment)
             self._ctx.on_close(self)
 
     @property
@@ -549,13 +503,4 @@ class ManagedLedger:
 
     def _check_open(self) -> None:
         if self._closed:
-            raise StorageError(f"managed ledger {self.name} is closed")
-
-
-def recovered_ledger(segment: SegmentFile, size_bytes: int, missing: list[int]) -> _Ledger:
-    led = _Ledger(segment, sealed=True)
-    led.size_bytes = size_bytes
-    led.assigned_bytes = size_bytes
-    if missing:
-        led.missing = BitMap(missing)
-    return led
+            raise LedgerClosedError(f"managed ledger {self.name} is closed")

@@ -5,9 +5,13 @@ File layout: ``<topic dir>/<ledger_id:020d>.seg`` =
   records, back to back:  length u32 | crc32c u32 | entry_id u64 | data
   then, in the open ledger's segment, a pre-zeroed tail (see below).
   crc32c covers the length field, entry_id and data (so a flipped length is detected too).
-  Format 2 (magic b"HORAESG2", written by this code): length = the whole record's size
-  (16-byte header + data), so every valid length is >= 16 and a length of 0 (an all-zero
-  header) is never a record. Format 1 (b"HORAESG1", read only): length = data size.
+  Format 3 (magic b"HORAESG3", written by this code): as format 2, and the crc also covers
+  the segment's ledger id (crc over length u32 | entry_id u64 | ledger_id u64 | data; the
+  ledger id is not stored in the record), so a stale block of another segment (a reused
+  disk block, a copied file) never passes as a record of this one, not even on resync.
+  Format 2 (b"HORAESG2", read only): length = the whole record's size (16-byte header +
+  data), so every valid length is >= 16 and a length of 0 (an all-zero header) is never a
+  record; crc without the ledger id. Format 1 (b"HORAESG1", read only): length = data size.
 
 Pre-zeroed tail: the writer keeps the open segment filled with written (and fdatasync'ed)
 zeros ahead of its write head (storage/writer.py), so appends overwrite allocated, initialised
@@ -63,17 +67,20 @@ from crc32c import crc32c
 
 from storage.fileops import FileOps
 
-SEGMENT_MAGIC = b"HORAESG2"
+SEGMENT_MAGIC = b"HORAESG3"
+SEGMENT_MAGIC_V2 = b"HORAESG2"
 SEGMENT_MAGIC_V1 = b"HORAESG1"
 FORMAT_V1 = 1
 FORMAT_V2 = 2
+FORMAT_V3 = 3
+FORMATS = (FORMAT_V1, FORMAT_V2, FORMAT_V3)
 _FILE_HEADER = struct.Struct("<8sQQI")  # magic, ledger_id, created_ms, reserved; then crc u32
 FILE_HEADER_SIZE = _FILE_HEADER.size + 4  # 32
 RECORD_HEADER = struct.Struct("<IIQ")  # length, crc32c, entry_id
 _RECORD_HEADER = RECORD_HEADER
 RECORD_HEADER_SIZE = _RECORD_HEADER.size  # 16
-CRC_PREFIX = struct.Struct("<IQ")  # what the crc covers before the data: length, entry_id
-_CRC_PREFIX = CRC_PREFIX
+CRC_PREFIX = struct.Struct("<IQQ")  # format 3: the crc covers length, entry_id, ledger_id, data
+_CRC_PREFIX_V2 = struct.Struct("<IQ")  # formats 1 and 2: length, entry_id, data
 _ENTRY_ID = struct.Struct("<Q")
 MAX_RECORD_BYTES = 64 * 1024 * 1024
 """Larger lengths are treated as corruption (entries are <= 5 MiB + padding on the wire)."""
@@ -129,21 +136,33 @@ def decode_file_header_format(data: bytes) -> tuple[int, int, int] | None:
     if crc != crc32c(head):
         return None
     if magic == SEGMENT_MAGIC:
+        return ledger_id, created_ms, FORMAT_V3
+    if magic == SEGMENT_MAGIC_V2:
         return ledger_id, created_ms, FORMAT_V2
     if magic == SEGMENT_MAGIC_V1:
         return ledger_id, created_ms, FORMAT_V1
     return None
 
 
-def record_crc(length: int, entry_id: int, data: bytes | memoryview) -> int:
-    """CRC of a record; length is the stored length field (format 2: header + data size)."""
-    return crc32c(data, crc32c(_CRC_PREFIX.pack(length, entry_id)))
+def record_crc(
+    length: int, entry_id: int, data: bytes | memoryview, ledger_id: int | None = None
+) -> int:
+    """CRC of a record; length is the stored length field (formats 2, 3: header + data size).
+    ledger_id: the segment's ledger for format 3, None for formats 1 and 2."""
+    if ledger_id is None:
+        return crc32c(data, crc32c(_CRC_PREFIX_V2.pack(length, entry_id)))
+    return crc32c(data, crc32c(CRC_PREFIX.pack(length, entry_id, ledger_id)))
 
 
-def encode_record_header(entry_id: int, data: bytes) -> bytes:
-    """A format-2 record header for data."""
+def crc_identity(fmt: int, ledger_id: int) -> int | None:
+    """What record_crc's ledger_id must be for a segment of this format and ledger."""
+    return ledger_id if fmt >= FORMAT_V3 else None
+
+
+def encode_record_header(entry_id: int, data: bytes, *, ledger_id: int) -> bytes:
+    """A format-3 record header for data in ledger_id's segment."""
     length = len(data) + RECORD_HEADER_SIZE
-    return _RECORD_HEADER.pack(length, record_crc(length, entry_id, data), entry_id)
+    return _RECORD_HEADER.pack(length, record_crc(length, entry_id, data, ledger_id), entry_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,7 +174,10 @@ class RecoveryEvent:
     (a record inside a segment failed its checks; entry_ids lists the ids now missing),
     "corrupt_read" (a record failed its CRC when read after recovery), "torn_header"
     (a segment shorter than its header was removed), "bad_header" (header CRC failed; the
-    records were still scanned).
+    records were still scanned), "corrupt_cursor" (a cursor file failed its checks; detail
+    names it), "cursor_fallback" (a cursor was recovered from its previous generation or
+    recreated at the earliest position, or lost: detail says which; trimming stops until
+    it is saved again).
     """
 
     kind: str
@@ -164,6 +186,7 @@ class RecoveryEvent:
     offset: int
     length: int
     entry_ids: tuple[int, ...] = ()
+    detail: str = ""
 
 
 @dataclass(slots=True)
@@ -176,7 +199,7 @@ class ScanResult:
     valid_end: int  # file offset after the last valid record: the logical end
     events: list[tuple[str, int, int, tuple[int, ...]]] = field(default_factory=list)
     removed: bool = False  # the file was a torn header only and was deleted
-    format: int = FORMAT_V2  # record format (from the header; the current one if it is bad)
+    format: int = FORMAT_V3  # record format (from the header; the current one if it is bad)
     zero_tail_bytes: int = 0  # pre-zeroed bytes after the logical end (cut off if truncate)
 
     @property
@@ -185,7 +208,7 @@ class ScanResult:
 
 
 def _valid_at(
-    buf: mmap.mmap | bytes, size: int, off: int, min_id: int, bias: int
+    buf: mmap.mmap | bytes, size: int, off: int, min_id: int, bias: int, ident: int | None
 ) -> tuple[int, int] | None:
     """(data length, entry_id) if a valid record with entry_id >= min_id starts at off."""
     if off < FILE_HEADER_SIZE or off + RECORD_HEADER_SIZE > size:
@@ -200,7 +223,7 @@ def _valid_at(
     ):
         return None
     start = off + RECORD_HEADER_SIZE
-    if record_crc(stored, entry_id, memoryview(buf)[start : start + length]) != crc:
+    if record_crc(stored, entry_id, memoryview(buf)[start : start + length], ident) != crc:
         return None
     return length, entry_id
 
@@ -224,7 +247,8 @@ def _data_end(buf: mmap.mmap, start: int, size: int) -> int:
 
 
 def _resync(
-    buf: mmap.mmap | bytes, size: int, end: int, bad: int, last_id: int, bias: int
+    buf: mmap.mmap | bytes, size: int, end: int, bad: int, last_id: int, bias: int,
+    ident: int | None,
 ) -> int | None:
     """Offset of the next valid record after a bad one at offset bad, or None (torn tail).
 
@@ -235,14 +259,15 @@ def _resync(
     the whole rest of the file, so a damaged big segment costs a few scans, not thousands."""
     end = min(end, size)
     window_end = min(end, bad + RESYNC_WINDOW_BYTES)
-    found = _search_ids(buf, size, bad, window_end, last_id, bias)
+    found = _search_ids(buf, size, bad, window_end, last_id, bias, ident)
     if found is None and window_end < end:
-        found = _search_ids(buf, size, bad, end, last_id, bias)
+        found = _search_ids(buf, size, bad, end, last_id, bias, ident)
     return found
 
 
 def _search_ids(
-    buf: mmap.mmap | bytes, size: int, bad: int, end: int, last_id: int, bias: int
+    buf: mmap.mmap | bytes, size: int, bad: int, end: int, last_id: int, bias: int,
+    ident: int | None,
 ) -> int | None:
     for k in range(1, RESYNC_SEARCH_IDS + 1):
         pattern = _ENTRY_ID.pack(last_id + k)
@@ -252,15 +277,20 @@ def _search_ids(
             if hit < 0:
                 break
             candidate = hit - 8
-            if _valid_at(buf, size, candidate, last_id + 1, bias) is not None:
+            if _valid_at(buf, size, candidate, last_id + 1, bias, ident) is not None:
                 return candidate
             at = candidate + 1
     return None
 
 
-def scan_segment(ops: FileOps, path: Path, ledger_id: int, *, truncate: bool = True) -> ScanResult:
+def scan_segment(
+    ops: FileOps, path: Path, ledger_id: int, *, truncate: bool = True, sync: bool = True
+) -> ScanResult:
     """Rebuild a segment's index; drop and report bad records; truncate a torn tail and the
-    pre-zeroed tail (truncate=True) so the file ends at its logical end."""
+    pre-zeroed tail (truncate=True) so the file ends at its logical end. With truncate and
+    sync (recovery), the file is then fsynced whether or not it was cut: a segment that was
+    being written when the process died may hold records no fdatasync covered yet (the page
+    cache survived the process), and nothing unsynced may be served."""
     fd = ops.open(path, os.O_RDWR)
     try:
         size = os.fstat(fd).st_size
@@ -278,6 +308,7 @@ def scan_segment(ops: FileOps, path: Path, ledger_id: int, *, truncate: bool = T
                 result.created_ms = header[1]
                 result.format = header[2]
             bias = length_bias(result.format)
+            ident = crc_identity(result.format, ledger_id)
             data_end = _data_end(buf, FILE_HEADER_SIZE, size)
             search_end = data_end + RECORD_HEADER_SIZE
             offsets, lengths = result.offsets, result.lengths
@@ -286,7 +317,7 @@ def scan_segment(ops: FileOps, path: Path, ledger_id: int, *, truncate: bool = T
             # Past data_end only zeros remain: the logical end (a record's length field is
             # never zero, so a valid record always starts before data_end).
             while off < data_end:
-                found = _valid_at(buf, size, off, last_id + 1, bias)
+                found = _valid_at(buf, size, off, last_id + 1, bias, ident)
                 if found is not None:
                     length, entry_id = found
                     if entry_id == last_id + 1:
@@ -302,7 +333,7 @@ def scan_segment(ops: FileOps, path: Path, ledger_id: int, *, truncate: bool = T
                     last_id = entry_id
                     off += RECORD_HEADER_SIZE + length
                     continue
-                nxt = _resync(buf, size, search_end, off, last_id, bias)
+                nxt = _resync(buf, size, search_end, off, last_id, bias, ident)
                 if nxt is None:
                     result.events.append(("truncated_tail", off, data_end - off, ()))
                     break
@@ -320,19 +351,21 @@ def scan_segment(ops: FileOps, path: Path, ledger_id: int, *, truncate: bool = T
                 result.events[:] = [("torn_header", 0, nonzero, ())]
                 result.removed = True
                 return result
-        if result.valid_end < size and truncate:
-            ops.ftruncate(fd, result.valid_end)
-            ops.fsync(fd)
+        if truncate:
+            if result.valid_end < size:
+                ops.ftruncate(fd, result.valid_end)
+            if sync:
+                ops.fsync(fd)
         return result
     finally:
         ops.close(fd)
 
 
 def read_records(
-    ops: FileOps, path: Path, wanted: list[tuple[int, int, int]], fmt: int = FORMAT_V2
+    ops: FileOps, path: Path, wanted: list[tuple[int, int, int]], fmt: int, ledger_id: int,
 ) -> list[tuple[int, bytes | None]]:
     """Read (entry_id, offset, length) records (length = data size), in offset order, with
-    one pread. fmt is the segment's record format.
+    one pread. fmt is the segment's record format, ledger_id its ledger.
 
     Returns (entry_id, data) pairs; data is None when the record fails its checks (bit rot after
     recovery): the caller reports it and never serves it. Raises FileNotFoundError if the
@@ -349,6 +382,7 @@ def read_records(
         ops.close(fd)
     view = memoryview(blob)
     bias = length_bias(fmt)
+    ident = crc_identity(fmt, ledger_id)
     out: list[tuple[int, bytes | None]] = []
     for entry_id, offset, length in wanted:
         rel = offset - first
@@ -360,7 +394,7 @@ def read_records(
         if (
             stored != length + bias
             or got_id != entry_id
-            or record_crc(stored, entry_id, data) != crc
+            or record_crc(stored, entry_id, data, ident) != crc
         ):
             out.append((entry_id, None))
         else:
@@ -402,7 +436,7 @@ def decode_index(data: bytes, ledger_id: int) -> ScanResult | None:
     if (
         magic != INDEX_MAGIC
         or got_id != ledger_id
-        or fmt not in (FORMAT_V1, FORMAT_V2)
+        or fmt not in FORMATS
         or len(data) != INDEX_HEADER_SIZE + 12 * entries
     ):
         return None
@@ -452,12 +486,12 @@ def load_index(ops: FileOps, path: Path, ledger_id: int) -> ScanResult | None:
 def write_index(
     ops: FileOps, path: Path, ledger_id: int, segment_size: int, created_ms: int, fmt: int,
     offsets: array[int], lengths: array[int], size_bytes: int, *, sync: bool,
-) -> None:
+) -> bool:
     """Persist the index of the sealed segment at path (tmp + fsync + rename). Skipped if
     the segment is gone (trimmed meanwhile). Without a directory fsync: a lost rename only
     means a scan on the next open."""
     if not path.exists():
-        return
+        return False
     data = encode_index(ledger_id, segment_size, created_ms, fmt, offsets, lengths, size_bytes)
     target = index_path(path)
     tmp = target.with_name(target.name + ".tmp")
@@ -469,3 +503,4 @@ def write_index(
     finally:
         ops.close(fd)
     ops.replace(tmp, target)
+    return True

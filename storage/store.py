@@ -17,6 +17,13 @@ one SQLite thread. The event loop never touches disk.
 
 Recovery happens lazily per managed ledger in open_ledger (scan, truncate torn tails, drop
 corrupt records); everything dropped is logged, counted and listed in recovery_report.
+
+Lifecycle and races: one asyncio lock per managed ledger name serialises open_ledger and
+delete_ledger of that name; close() marks the store closed first, and an open_ledger that
+was recovering meanwhile refuses to register its ledger (LedgerClosedError), so close never
+leaves a ledger behind. Disk usage is watched by storage/diskusage.py (read-only mode).
+stats() is one typed StorageStats value for the broker's /metrics; health_problems() words
+what is wrong (read-only, failing cursor saves, trim-unsafe ledgers, fenced ledgers).
 """
 
 from __future__ import annotations
@@ -24,40 +31,34 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
-import hashlib
 import logging
 import os
 import shutil
+import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import quote, unquote
 
 from storage.cache import EntryCache
 from storage.config import StorageConfig
-from storage.cursor import CursorState, decode_cursor
-from storage.errors import CorruptRecordError, StorageError
+from storage.cursor_files import CursorScan, scan_cursor_files
+from storage.diskusage import DiskMonitor, MeasureSpace, statvfs_space
+from storage.errors import LedgerClosedError, StorageError
 from storage.fileops import FileOps
 from storage.ids import IdAllocator
-from storage.ledger import LedgerContext, ManagedLedger, _Ledger, recovered_ledger
+from storage.index_pages import IndexPager
+from storage.ledger import LedgerContext, ManagedLedger
+from storage.limits import raise_nofile_limit
 from storage.metadata import MetadataStore
-from storage.segments import RecoveryEvent, load_index, scan_segment
+from storage.names import HASHED_PREFIX, decode_name, encode_name
+from storage.recovery import load_ledger_dir, segment_ids
+from storage.segments import RecoveryEvent
 from storage.snapshots import SnapshotStore
-from storage.writer import GroupCommitWriter, SegmentFile, write_index_logged
+from storage.stats import StorageStats
+from storage.writer import GroupCommitWriter, write_index_logged
 
 log = logging.getLogger("horae.storage")
-
-_MAX_PLAIN_NAME = 180
-
-
-def encode_name(name: str) -> str:
-    """A file-name-safe, reversible encoding (no '/', no '.'); long names are hashed."""
-    encoded = quote(name, safe="").replace(".", "%2E")
-    if len(encoded) > _MAX_PLAIN_NAME or not encoded:
-        return "h-" + hashlib.sha256(name.encode()).hexdigest()[:48]
-    return encoded
-
 
 @dataclass(frozen=True, slots=True)
 class RecoveryReport:
@@ -67,13 +68,15 @@ class RecoveryReport:
     corrupt_records: int  # records that failed their checks (recovery scans and reads)
     truncated_bytes: int  # bytes cut off torn segment tails
     dropped_entries: int  # entry ids that are now missing because their record was bad
-    corrupt_cursors: int  # cursor files that failed their CRC (state reset to a new cursor)
+    corrupt_cursors: int  # cursor files that failed their checks
+    cursor_fallbacks: int  # cursors recovered from a previous generation / the earliest position
 
 
 class SegmentStore:
     def __init__(
         self, root: Path, config: StorageConfig, ops: FileOps, ids: IdAllocator,
         names: dict[str, Path], metadata: MetadataStore,
+        measure_space: MeasureSpace = statvfs_space,
     ) -> None:
         self.root = root
         self.config = config
@@ -86,6 +89,10 @@ class SegmentStore:
             max_workers=max(1, config.read_threads), thread_name_prefix="horae-storage-read"
         )
         self._io_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="horae-storage-io")
+        self._cursor_pool = ThreadPoolExecutor(
+            max_workers=max(1, config.cursor_save_threads),
+            thread_name_prefix="horae-storage-cursor",
+        )
         self.snapshots = SnapshotStore(
             root / "snapshots", ops, ids, self._loop, self._io_pool, fsync=config.fsync
         )
@@ -96,8 +103,11 @@ class SegmentStore:
             prezero_bytes=config.segment_prezero_bytes,
             prezero_min_bytes=config.segment_prezero_min_bytes,
             index_pool=self._io_pool,
+            max_open_segments=config.max_open_segment_files,
         )
         self.cache = EntryCache(config.entry_cache_bytes)
+        self.pager = IndexPager(self._loop, ops, self._read_pool, config.index_cache_bytes)
+        self.writer.index_hook = self.pager.watch
         self._open: dict[str, ManagedLedger] = {}
         self._opening: dict[str, asyncio.Lock] = {}
         self._events: list[RecoveryEvent] = []
@@ -105,10 +115,19 @@ class SegmentStore:
         self.truncated_bytes_total = 0
         self.dropped_entries_total = 0
         self.corrupt_cursors_total = 0
+        self.cursor_fallbacks_total = 0
+        self.appends_refused_read_only = 0  # of closed managed ledgers (open ones count theirs)
         self._closed = False
+        self.disk = DiskMonitor(
+            self._loop, root, high=config.disk_usage_threshold,
+            low=config.disk_usage_lwm_threshold,
+            interval_s=config.disk_check_interval_ms / 1000.0, measure=measure_space,
+        )
+        self.writer.on_no_space = self._no_space
         self._ctx = LedgerContext(
             self._loop, config, ops, ids, self.writer, self.cache, self._read_pool,
-            self._io_pool, self._report, self._ledger_closed,
+            self._io_pool, self._cursor_pool, self.disk, self.pager, self._report,
+            self._ledger_closed,
         )
         self._flush_task: asyncio.Task[None] | None = None
         self._lock_fd = -1
@@ -117,21 +136,29 @@ class SegmentStore:
 
     @classmethod
     async def open(
-        cls, root: Path, config: StorageConfig | None = None, *, file_ops: FileOps | None = None
+        cls, root: Path, config: StorageConfig | None = None, *, file_ops: FileOps | None = None,
+        measure_space: MeasureSpace = statvfs_space,
     ) -> SegmentStore:
+        """Open (creating) the store at root. measure_space: how disk usage is measured
+        (tests inject a fake); the first measurement is taken before this returns."""
         root = Path(root)
         config = config or StorageConfig()
         ops = file_ops or FileOps()
         loop = asyncio.get_running_loop()
         lock_fd = await loop.run_in_executor(None, _lock_root, root)
         try:
-            names, ids = await loop.run_in_executor(None, _prepare_root, root, ops, config.fsync)
+            names, ids = await loop.run_in_executor(
+                None, _prepare_root, root, ops, config.fsync, config.collect_orphan_snapshots
+            )
             metadata = await MetadataStore.open(root / "metadata.db")
         except BaseException:
             os.close(lock_fd)
             raise
-        store = cls(root, config, ops, ids, names, metadata)
+        store = cls(root, config, ops, ids, names, metadata, measure_space)
         store._lock_fd = lock_fd
+        if config.disk_usage_threshold < 1:
+            await store.disk.check()
+            store.disk.start()
         return store
 
     # -- recovery reporting ----------------------------------------------------------------
@@ -145,13 +172,15 @@ class SegmentStore:
             self.truncated_bytes_total += event.length
         elif event.kind == "corrupt_cursor":
             self.corrupt_cursors_total += 1
+        elif event.kind == "cursor_fallback":
+            self.cursor_fallbacks_total += 1
         log.warning("storage recovery: %s", event)
 
     @property
     def recovery_report(self) -> RecoveryReport:
         return RecoveryReport(
             tuple(self._events), self.corrupt_records_total, self.truncated_bytes_total,
-            self.dropped_entries_total, self.corrupt_cursors_total,
+            self.dropped_entries_total, self.corrupt_cursors_total, self.cursor_fallbacks_total,
         )
 
     # -- managed ledgers -------------------------------------------------------------------
@@ -164,46 +193,66 @@ class SegmentStore:
 
     async def open_ledger(self, name: str) -> ManagedLedger:
         """Open (recovering it) and start a new ledger; the open one if already open."""
-        if self._closed:
-            raise StorageError("store is closed")
-        lock = self._opening.setdefault(name, asyncio.Lock())
-        async with lock:
+        self._check_open()
+        async with self._name_lock(name):
+            self._check_open()
             ml = self._open.get(name)
             if ml is not None:
                 return ml
             directory = self._directory(name)
-            recovered, cursors, events, unindexed = await self._loop.run_in_executor(
-                self._read_pool, _load_ledger_dir, self._ops, directory, name, self.config.fsync
+            found = await self._loop.run_in_executor(
+                self._read_pool, load_ledger_dir, self._ops, directory, name,
+                self.config.fsync, self.writer.fenced_ends,
             )
-            for event in events:
+            for event in found.events:
                 self._report(event)
-            for led in unindexed:  # scanned: (re)write their indexes in the I/O thread
+            for led in found.unindexed:  # scanned: (re)write their indexes in the I/O thread
                 segment = led.segment
-                segment.index_job = self._io_pool.submit(
+                segment.index_job = job = self._io_pool.submit(
                     write_index_logged, self._ops, segment.path, segment.ledger_id,
                     segment.write_offset, segment.created_ms, segment.format,
                     segment.offsets, segment.lengths, led.size_bytes, sync=self.config.fsync,
                 )
-            ml = ManagedLedger(self._ctx, name, directory, recovered, cursors)
+                self.pager.watch(segment, job)
+            self._check_open()  # close() began while recovering: register nothing
+            ml = ManagedLedger(self._ctx, name, directory, found.ledgers, found.cursors)
             self._names[name] = directory
             self._open[name] = ml
             return ml
 
+    def _no_space(self) -> None:
+        """Writer thread: a write failed with ENOSPC; measure disk usage now."""
+        with contextlib.suppress(RuntimeError):  # the loop is closed
+            self._loop.call_soon_threadsafe(self.disk.check_soon)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LedgerClosedError("store is closed")
+
+    def _name_lock(self, name: str) -> asyncio.Lock:
+        return self._opening.setdefault(name, asyncio.Lock())
+
     def _ledger_closed(self, ml: ManagedLedger) -> None:
         if self._open.get(ml.name) is ml:
             del self._open[ml.name]
+            self.appends_refused_read_only += ml.appends_refused_read_only
 
     @property
     def open_ledgers(self) -> dict[str, ManagedLedger]:
         return dict(self._open)
 
     async def delete_ledger(self, name: str) -> None:
-        """Close (if open) and delete a managed ledger with its cursors. No-op if unknown."""
+        """Close (if open) and delete a managed ledger with its cursors. No-op if unknown.
+        Serialised with open_ledger of the same name."""
+        async with self._name_lock(name):
+            await self._delete_locked(name)
+
+    async def _delete_locked(self, name: str) -> None:
         ml = self._open.get(name)
         if ml is not None:
             await ml.close()
         directory = self._names.pop(name, None) or self._directory(name)
-        for ledger_id in _segment_ids(directory):
+        for ledger_id in segment_ids(directory):
             self.cache.drop_ledger(ledger_id)
         trash = self.root / "trash" / uuid.uuid4().hex
         ops, fsync = self._ops, self.config.fsync
@@ -224,22 +273,28 @@ class SegmentStore:
         period = 1.0 / self.config.mark_delete_rate_limit_per_sec
         while True:
             await asyncio.sleep(period)
-            for ml in list(self._open.values()):
-                try:
-                    await ml.flush_cursors()
-                except Exception:
-                    log.exception("storage: persisting cursors of %s failed", ml.name)
+            ledgers = list(self._open.values())
+            results = await asyncio.gather(*(ml.flush_cursors() for ml in ledgers),
+                                           return_exceptions=True)
+            for ml, result in zip(ledgers, results, strict=True):
+                if isinstance(result, Exception):
+                    log.error("storage: persisting cursors of %s failed: %s", ml.name, result)
 
     async def flush(self) -> None:
-        """Persist every dirty cursor now."""
-        for ml in list(self._open.values()):
-            await ml.flush_cursors()
+        """Persist every dirty cursor now (cursors in parallel over the cursor threads)."""
+        ledgers = list(self._open.values())
+        results = await asyncio.gather(*(ml.flush_cursors() for ml in ledgers),
+                                       return_exceptions=True)
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
 
     async def close(self) -> None:
         """Close every managed ledger (persisting cursors), stop the threads. Idempotent."""
         if self._closed:
             return
         self._closed = True
+        await self.disk.stop()
         if self._flush_task is not None:
             self._flush_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -251,6 +306,7 @@ class SegmentStore:
                 log.exception("storage: closing %s failed", ml.name)
         await self.writer.stop()
         loop = self._loop
+        await loop.run_in_executor(None, self._cursor_pool.shutdown, True)
         await loop.run_in_executor(None, self._io_pool.shutdown, True)
         await loop.run_in_executor(None, self._read_pool.shutdown, True)
         await self.metadata.close()
@@ -258,30 +314,66 @@ class SegmentStore:
             os.close(self._lock_fd)  # releases the flock
             self._lock_fd = -1
 
-    def stats(self) -> dict[str, int]:
+    def trim_unsafe(self) -> dict[str, dict[str, str]]:
+        """Open managed ledgers whose trimming is suspended (name -> cursor -> why): a cursor
+        was recovered from a fallback and not saved again yet, or could not be recovered."""
+        return {name: ml.trim_blockers for name, ml in self._open.items() if not ml.trim_safe}
+
+    def stats(self) -> StorageStats:
         writer = self.writer
-        return {
-            "group_commits": writer.batches,
-            "group_committed_entries": writer.batched_entries,
-            "fsyncs": writer.fsyncs,
-            "failed_fsyncs": writer.failed_fsyncs,
-            "prezero_writes": writer.prezero_writes,
-            "prezero_bytes": writer.prezero_bytes,
-            "cache_bytes": self.cache.size_bytes,
-            "cache_hits": self.cache.hits,
-            "cache_misses": self.cache.misses,
-            "corrupt_records": self.corrupt_records_total,
-            "truncated_bytes": self.truncated_bytes_total,
-        }
+        ledgers = list(self._open.values())
+        now = time.monotonic()
+        oldest = 0.0
+        save_failures = failing = 0
+        for ml in ledgers:
+            cursors = ml.cursor_set
+            oldest = max(oldest, cursors.oldest_unsaved(now))
+            total, bad = cursors.save_failures()
+            save_failures += total
+            failing += bad
+        return StorageStats(
+            group_commits=writer.batches,
+            group_committed_entries=writer.batched_entries,
+            fsyncs=writer.fsyncs,
+            failed_fsyncs=writer.failed_fsyncs,
+            prezero_writes=writer.prezero_writes,
+            prezero_bytes=writer.prezero_bytes,
+            cache_bytes=self.cache.size_bytes,
+            cache_hits=self.cache.hits,
+            cache_misses=self.cache.misses,
+            corrupt_records=self.corrupt_records_total,
+            truncated_bytes=self.truncated_bytes_total,
+            dropped_entries=self.dropped_entries_total,
+            corrupt_cursors=self.corrupt_cursors_total,
+            cursor_fallbacks=self.cursor_fallbacks_total,
+            oldest_unsaved_ack_seconds=oldest,
+            cursor_save_failures=save_failures,
+            cursors_failing_save=failing,
+            trim_unsafe_ledgers=sum(1 for ml in ledgers if not ml.trim_safe),
+            read_only=self.disk.read_only,
+            read_only_entered=self.disk.read_only_entered,
+            appends_refused_read_only=self.appends_refused_read_only
+            + sum(ml.appends_refused_read_only for ml in ledgers),
+            disk_usage=self.disk.usage,
+            open_ledgers=len(ledgers),
+            fenced_ledgers=sum(1 for ml in ledgers if ml.fenced),
+        )
 
-
-def _segment_ids(directory: Path) -> list[int]:
-    out: list[int] = []
-    if directory.is_dir():
-        for path in directory.glob("*.seg"):
-            with contextlib.suppress(ValueError):
-                out.append(int(path.stem))
-    return sorted(out)
+    def health_problems(self) -> list[str]:
+        """What is wrong with storage now, in words (empty: healthy)."""
+        stats = self.stats()
+        problems: list[str] = []
+        if stats.read_only:
+            problems.append(f"storage is read-only: disk {stats.disk_usage:.1%} used")
+        if stats.cursors_failing_save:
+            problems.append(f"{stats.cursors_failing_save} cursor(s) failing to save")
+        if stats.trim_unsafe_ledgers:
+            problems.append(f"trimming suspended on {stats.trim_unsafe_ledgers} topic(s): "
+                            "cursor state recovered from a fallback")
+        if stats.fenced_ledgers:
+            problems.append(f"{stats.fenced_ledgers} managed ledger(s) fenced after a write "
+                            "failure")
+        return problems
 
 
 def _lock_root(root: Path) -> int:
@@ -296,87 +388,59 @@ def _lock_root(root: Path) -> int:
     return fd
 
 
-def _prepare_root(root: Path, ops: FileOps, fsync: bool) -> tuple[dict[str, Path], IdAllocator]:
-    """Blocking: create the layout, finish interrupted deletes, find names and the max id."""
+def _prepare_root(
+    root: Path, ops: FileOps, fsync: bool, collect_snapshots: bool
+) -> tuple[dict[str, Path], IdAllocator]:
+    """Blocking: create the layout, finish interrupted deletes, find names and the max id
+    (segments, snapshots, and every ledger id a cursor file mentions: a cursor may name a
+    ledger that has no segment, e.g. the empty current ledger at a crash), and collect
+    orphan snapshots: a snapshot is live while some cursor property (of either generation)
+    names its id, as the broker records bucket snapshots; one no cursor names was left by a
+    crash between its creation and the cursor update, or belongs to a deleted subscription
+    or topic. Nothing is collected if any cursor file is unreadable (its references are
+    unknown)."""
+    raise_nofile_limit()
     for sub in ("ledgers", "snapshots", "trash"):
         ops.mkdir(root / sub, sync=fsync)
     for leftover in (root / "trash").iterdir():
-        shutil.rmtree(leftover, ignore_errors=True)
+        shutil.rmtree(leftover, ignore_errors=True)  # renamed here durably: contents are dead
     names: dict[str, Path] = {}
     max_seen = -1
+    cursors = CursorScan()
     for directory in (root / "ledgers").iterdir():
         if not directory.is_dir():
             continue
         name_file = directory / "NAME"
         if name_file.exists():
             name = ops.read_file(name_file).decode()
-        elif not directory.name.startswith("h-"):
-            name = unquote(directory.name)
+        elif not directory.name.startswith(HASHED_PREFIX):
+            name = decode_name(directory.name) or directory.name
         else:
             log.warning("storage: %s has no NAME file; ignored", directory)
             continue
         names[name] = directory
-        max_seen = max([max_seen, *_segment_ids(directory)])
+        max_seen = max([max_seen, *segment_ids(directory)])
+        scan_cursor_files(ops, directory, cursors)
+    max_seen = max(max_seen, cursors.max_ledger_id)
+    orphans: list[Path] = []
     for path in (root / "snapshots").iterdir():
         if path.suffix == ".tmp":
-            path.unlink()
+            ops.unlink(path)  # an interrupted snapshot write
             continue
         with contextlib.suppress(ValueError):
-            max_seen = max(max_seen, int(path.stem))
+            snapshot_id = int(path.stem)
+            max_seen = max(max_seen, snapshot_id)
+            if snapshot_id not in cursors.property_ids:
+                orphans.append(path)
+    # The allocator first: its high-water mark must cover the orphans' ids before they go.
     ids = IdAllocator.load(ops, root / "LEDGER_ID", max_seen)
-    return names, ids
-
-
-def _load_ledger_dir(
-    ops: FileOps, directory: Path, name: str, fsync: bool
-) -> tuple[list[_Ledger], list[CursorState], list[RecoveryEvent], list[_Ledger]]:
-    """Blocking: recover every segment of a managed ledger and load its cursors."""
-    ops.mkdir(directory / "cursors", sync=fsync)
-    if not (directory / "NAME").exists():
-        ops.atomic_write(directory / "NAME", name.encode(), sync=fsync)
-    events: list[RecoveryEvent] = []
-    recovered: list[_Ledger] = []
-    unindexed: list[_Ledger] = []
-    segment_ids = _segment_ids(directory)
-    for leftover in directory.glob("*.idx*"):
-        # An interrupted index write, or the index of a segment deleted after it was written.
-        if leftover.suffix != ".idx" or not leftover.with_suffix(".seg").exists():
-            with contextlib.suppress(FileNotFoundError):
-                leftover.unlink()
-    for ledger_id in segment_ids:
-        path = directory / f"{ledger_id:020d}.seg"
-        indexed = load_index(ops, path, ledger_id)
-        result = indexed or scan_segment(ops, path, ledger_id, truncate=True)
-        for kind, offset, length, entry_ids in result.events:
-            events.append(RecoveryEvent(kind, name, ledger_id, offset, length, entry_ids))
-        if result.removed:
+    if orphans and collect_snapshots and not cursors.damaged:
+        for path in orphans:
             ops.unlink(path)
-            if fsync:
-                ops.fsync_dir(directory)
-            continue
-        segment = SegmentFile(ledger_id, path, result.created_ms)
-        segment.format = result.format
-        segment.offsets = result.offsets
-        segment.lengths = result.lengths
-        segment.write_offset = result.valid_end
-        missing = (
-            [i for i, off in enumerate(result.offsets) if off < 0]
-            if result.offsets.count(-1) else []
-        )
-        led = recovered_ledger(segment, result.size_bytes, missing)
-        recovered.append(led)
-        # A scanned segment gets its index (re)written; not one with a bad header: the index
-        # would never match it.
-        if indexed is None and not any(e[0] == "bad_header" for e in result.events):
-            unindexed.append(led)
-    cursors: list[CursorState] = []
-    for path in sorted((directory / "cursors").iterdir()):
-        if path.suffix != ".cur":
-            path.unlink()  # an interrupted atomic_write's temporary file
-            continue
-        try:
-            cursors.append(decode_cursor(ops.read_file(path)))
-        except CorruptRecordError as exc:
-            log.error("storage: cursor file %s is corrupt (%s); it is ignored", path, exc)
-            events.append(RecoveryEvent("corrupt_cursor", name, -1, 0, path.stat().st_size))
-    return recovered, cursors, events, unindexed
+        if fsync:
+            ops.fsync_dir(root / "snapshots")
+        log.info("storage: removed %d orphan snapshot(s) no cursor refers to", len(orphans))
+    elif orphans and cursors.damaged:
+        log.warning("storage: %d snapshot(s) no readable cursor refers to are kept: %d cursor "
+                    "file(s) could not be read", len(orphans), cursors.damaged)
+    return names, ids

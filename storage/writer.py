@@ -17,111 +17,49 @@ Theory of operation:
 4. A failed write or fsync fences the owner: every append of that owner in the batch and every
    later one fails with PersistenceError. Nothing is acknowledged unless its fdatasync (and
    every fdatasync of its owner in the batch) succeeded; a failed fsync is never retried
-   (after fsyncgate, a later "successful" fsync proves nothing).
-5. Pre-zeroing: an fdatasync after a write that grows the file must also commit the new size
-   and block allocation (an ext4 journal commit, several times the cost of the data write
-   alone: storage/README.md has the measurements). So the writer keeps the open segment filled with WRITTEN zeros
-   ahead of its write head: after a batch has been handed back to the loop (never before an
-   acknowledgement, never on the loop), a segment whose zeroed region ahead is running low
-   gets the next chunk of zeros written with pwrite and fdatasync'ed once. Appends then
-   overwrite allocated, initialised blocks and their fdatasync writes data only.
-   fallocate() is no substitute: it creates unwritten extents, and the first write into one
-   converts it, which is again a metadata commit (measured slower, see the README).
-   The chunk is about the segment's current size (at least 4 batches' bytes), between
-   segment_prezero_min_bytes and segment_prezero_bytes, so young ledgers zero little and
-   busy ones zero rarely. A new segment's header is written with the first chunk (one
-   fdatasync covers both with the first batch). Sealing truncates the file back to its
-   logical end. A failed pre-zero write or fdatasync fences the owner like any write.
+   (after fsyncgate, a later "successful" fsync proves nothing). Each segment tracks
+   synced_offset, the end of what its last successful fdatasync covered: a segment of a
+   fenced owner with writes beyond it is "broken"; sealing cuts it back to synced_offset
+   (and syncs that) and writes no index for it, and fenced_ends remembers the offset so a
+   reopen in this process cuts it again before recovery reads it (storage/recovery.py).
+5. Pre-zeroing (why: storage/README.md "Pre-zeroed segments"): after a batch was handed
+   back to the loop, a segment whose zeroed region ahead of its write head is running low
+   gets the next chunk of WRITTEN zeros (pwrite) and one fdatasync, so appends overwrite
+   allocated, initialised blocks and their fdatasync commits no size/extent change. The
+   chunk is about the segment's size (at least 4 batches' bytes), between
+   segment_prezero_min_bytes and segment_prezero_bytes; a new segment's header is written
+   with the first chunk; sealing truncates back to the logical end. A failed pre-zero write
+   or fdatasync fences the owner like any write.
+6. Descriptors: at most max_open_segments current segments keep an fd (storage/segment_fds.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
-import os
 import threading
 import time
-from array import array
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
-from functools import partial
-from itertools import accumulate, islice
-from operator import add
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-from crc32c import crc32c
-
-from storage.errors import PersistenceError
+from storage.errors import PersistenceError, TooManyOpenFilesError
 from storage.fileops import FileOps
 from storage.ids import IdAllocator
-from storage.positions import Position
+from storage.limits import is_fd_exhaustion
+from storage.segment_fds import SegmentFds
+from storage.segment_file import AppendBatch, SegmentFile, WriteOwner
+from storage.segment_io import PAGE, ZEROS, create_segment, cut_back, round_up, write_records
 from storage.segments import (
-    CRC_PREFIX,
-    FORMAT_V2,
-    RECORD_HEADER,
-    RECORD_HEADER_SIZE,
-    encode_file_header,
     index_path,
     write_index,
 )
 
 log = logging.getLogger("horae.storage")
 
-_IOV_MAX = 1024
-_PAGE = 4096
-_ZEROS = bytes(1024 * 1024)  # the pre-zero write buffer (written in pieces of this size)
-_RECORD_PLUS = partial(add, RECORD_HEADER_SIZE)  # data length -> record size
-
-
-class SegmentFile:
-    """A ledger's segment file. Index arrays are appended by the writer (or recovery) only;
-    the loop reads indices <= its ledger's last confirmed entry, which the writer published
-    before completing the batch (call_soon_threadsafe is the happens-before edge)."""
-
-    __slots__ = ("broken", "created_ms", "fd", "format", "index_job", "ledger_id", "lengths",
-                 "offsets", "path", "write_offset", "zeroed_end")
-
-    def __init__(self, ledger_id: int, path: Path, created_ms: int) -> None:
-        self.ledger_id = ledger_id
-        self.path = path
-        self.created_ms = created_ms
-        self.format = FORMAT_V2  # record format (recovered segments may be older)
-        self.offsets: array[int] = array("q")
-        self.lengths: array[int] = array("i")
-        self.fd = -1  # writer thread only
-        self.write_offset = 0  # writer thread only: the logical end
-        self.zeroed_end = 0  # writer thread only: zeros were written up to here
-        self.broken = False  # writer thread only: a write/fsync failed (never index it)
-        self.index_job: Future[None] | None = None  # the persisted index being written
-
-
-class WriteOwner(Protocol):
-    """What a managed ledger offers the writer. writer_fenced is written by the writer only."""
-
-    writer_fenced: bool
-
-    def _complete_appends(self, batches: list[AppendBatch], error: BaseException | None) -> None:
-        ...
-
-
-class AppendBatch:
-    """The appends one owner made to one segment during one loop iteration (entry ids
-    first_entry_id, first_entry_id + 1, ...). Filled on the loop while open; the loop's kick
-    closes it and hands it to the writer thread, which then owns it until it comes back to
-    the loop with the group commit's result. Per-batch, not per-entry, objects and
-    bookkeeping: the loop appends a payload and a future to two lists per entry."""
-
-    __slots__ = ("datas", "first_entry_id", "futures", "open", "owner", "segment")
-
-    def __init__(self, owner: WriteOwner, segment: SegmentFile, first_entry_id: int) -> None:
-        self.owner = owner
-        self.segment = segment
-        self.first_entry_id = first_entry_id
-        self.datas: list[bytes] = []
-        self.futures: list[asyncio.Future[Position]] = []
-        self.open = True  # the loop may still add to it (loop-only flag)
 
 
 class GroupCommitWriter:
@@ -137,14 +75,16 @@ class GroupCommitWriter:
         prezero_bytes: int = 0,
         prezero_min_bytes: int = 64 * 1024,
         index_pool: Executor | None = None,
+        max_open_segments: int = 4096,
     ) -> None:
         self._loop = loop
         self._index_pool = index_pool  # where sealed segments' indexes are written
         self._ops = ops
         self._ids = ids
+        self.fds = SegmentFds(ops, max_open_segments)  # writer thread only (counts: any)
         self._fsync = fsync
         self._prezero_max = max(0, prezero_bytes)
-        self._prezero_min = max(_PAGE, min(prezero_min_bytes, self._prezero_max))
+        self._prezero_min = max(PAGE, min(prezero_min_bytes, self._prezero_max))
         self._max_delay = max_delay_ms / 1000.0
         self._max_batch = max(1, max_batch_entries)
         self._cond = threading.Condition(threading.Lock())
@@ -164,6 +104,15 @@ class GroupCommitWriter:
         self.prezero_bytes = 0
         self.prezero_seconds = 0.0
         self.batch_sizes: list[int] | None = None  # set to [] to record every batch (benchmarks)
+        self.index_hook: Callable[[SegmentFile, Future[bool]], None] | None = None
+        """Called (writer thread) with each sealed segment's index job (the store's pager
+        watches it: once the index is on disk the arrays may be paged out)."""
+        self.on_no_space: Callable[[], None] | None = None
+        """Called (in the writer thread) when a write fails with ENOSPC (the store then
+        measures disk usage at once)."""
+        self.fenced_ends: dict[Path, int] = {}
+        """Segments fenced in this process -> their last durably synced offset (the writer
+        adds, recovery reads: a reopen cuts the segment back to it)."""
         self._thread = threading.Thread(target=self._run, name="horae-storage-writer", daemon=True)
         self._thread.start()
 
@@ -273,6 +222,7 @@ class GroupCommitWriter:
         # up; a segment sealed meanwhile has fd -1 and is skipped).
         for segment, (owner, batch_bytes) in touched.items():
             self._maybe_prezero(owner, segment, batch_bytes)
+        self.fds.evict(touched)
 
     def _write_appends(self, appends: list[AppendBatch]) -> dict[SegmentFile, tuple[WriteOwner, int]]:
         """Write, fdatasync and hand back one group commit; returns {segment: (owner, bytes
@@ -298,17 +248,39 @@ class GroupCommitWriter:
                 errors[key] = PersistenceError("ledger is fenced after an earlier write failure")
                 continue
             segment = batches[0].segment
+            wrote = False
             try:
                 for b in batches:
                     segment = b.segment
+                    if segment.abandoned:
+                        raise TooManyOpenFilesError(
+                            f"segment {segment.path.name} could not be created (out of file "
+                            "descriptors)")
                     before = segment.write_offset
                     self._write_segment(segment, b)
+                    wrote = True
                     done = touched.get(segment)
                     written = segment.write_offset - before + (done[1] if done else 0)
                     touched[segment] = (owner, written)
+            except TooManyOpenFilesError as exc:
+                if wrote:  # part of the group commit is on disk, unsynced: fence after all
+                    self._mark_broken(segment)
+                    errors[key] = self._fence(owner, OSError(errno.EMFILE, str(exc)), "write")
+                else:
+                    errors[key] = exc
             except OSError as exc:
-                segment.broken = True
-                errors[key] = self._fence(owner, exc, "write")
+                if is_fd_exhaustion(exc) and segment.fd < 0 and not wrote:
+                    # The segment file could not even be created: nothing of this owner was
+                    # written, so nothing is fenced. The segment is abandoned (its ledger
+                    # stays empty; the owner rolls over) and its batches fail.
+                    segment.abandoned = True
+                    log.error("storage writer: cannot create %s: %s", segment.path, exc)
+                    failure = TooManyOpenFilesError(f"cannot create {segment.path.name}: {exc}")
+                    failure.__cause__ = exc
+                    errors[key] = failure
+                else:
+                    segment.broken = True
+                    errors[key] = self._fence(owner, exc, "write")
         if self._fsync:
             for segment, (owner, _) in touched.items():
                 if id(owner) in errors:
@@ -323,72 +295,44 @@ class GroupCommitWriter:
                     errors[id(owner)] = self._fence(owner, exc, "fdatasync")
                 finally:
                     self.fsync_seconds += time.perf_counter() - started
+        for key, (_owner, batches) in by_owner.items():
+            if key in errors:
+                for b in batches:
+                    self._mark_broken(b.segment)
+            else:
+                for b in batches:
+                    b.segment.synced_offset = b.segment.write_offset
         results = [(owner, batches, errors.get(key)) for key, (owner, batches) in by_owner.items()]
         # RuntimeError: the loop is closed, nobody is waiting any more.
         with contextlib.suppress(RuntimeError):
             self._loop.call_soon_threadsafe(_complete_batch, results)
         return {seg: v for seg, v in touched.items() if id(v[0]) not in errors}
 
+    def _mark_broken(self, segment: SegmentFile) -> None:
+        """A segment with writes no successful fdatasync covers (or after a failed one)."""
+        if segment.broken or segment.write_offset > segment.synced_offset:
+            segment.broken = True
+            self.fenced_ends[segment.path] = segment.synced_offset
+
     def _fence(self, owner: WriteOwner, exc: OSError, what: str) -> PersistenceError:
         owner.writer_fenced = True
         log.error("storage writer: %s failed (%s); fencing the ledger", what, exc)
+        if exc.errno == errno.ENOSPC and self.on_no_space is not None:
+            self.on_no_space()
         error = PersistenceError(f"{what} failed: {exc}")
         error.__cause__ = exc
         return error
 
-    def _open_segment(self, segment: SegmentFile) -> None:
-        self._ids.ensure_durable(segment.ledger_id)
-        fd = self._ops.open(segment.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
-        try:
-            header = encode_file_header(segment.ledger_id, segment.created_ms)
-            self._ops.write_all(fd, header)  # records follow at the fd position (pwrite
-            # writes the zeros, so the position stays at the write head)
-            segment.zeroed_end = len(header)
-            if self._prezero_max:
-                # The first chunk: the first batch's fdatasync commits it with the header.
-                end = _round_up(len(header) + self._prezero_min)
-                self._ops.pwrite_all(fd, memoryview(_ZEROS)[: end - len(header)], len(header))
-                segment.zeroed_end = end
-            if self._fsync:
-                # The new directory entry must be durable before anything in it is acknowledged.
-                self._ops.fsync_dir(segment.path.parent)
-        except BaseException:
-            self._ops.close(fd)
-            raise
-        segment.fd = fd
-        segment.write_offset = len(header)
-
     def _write_segment(self, segment: SegmentFile, batch: AppendBatch) -> None:
-        if segment.fd < 0:
-            self._open_segment(segment)
-        # Hot loop (holds the GIL): one header pack and two crc32c calls per record, nothing
-        # else per entry; the index arrays are extended with C-level map/accumulate.
-        pack_header = RECORD_HEADER.pack
-        pack_prefix = CRC_PREFIX.pack
-        datas = batch.datas
-        buffers: list[bytes] = []
-        add = buffers.append
-        entry_id = batch.first_entry_id
-        for data in datas:
-            stored = len(data) + RECORD_HEADER_SIZE  # format 2: the length counts the header
-            add(pack_header(stored, crc32c(data, crc32c(pack_prefix(stored, entry_id))), entry_id))
-            add(data)
-            entry_id += 1
-        lengths = array("i", map(len, datas))
-        start = segment.write_offset
-        total = sum(lengths) + RECORD_HEADER_SIZE * len(datas)
-        if len(buffers) <= _IOV_MAX:
-            written = self._ops.writev(segment.fd, buffers)
-            if written < total:  # a short write: finish it with plain writes
-                self._ops.write_all(segment.fd, memoryview(b"".join(buffers))[written:])
+        if segment.fd >= 0:
+            self.fds.touch(segment)
+        elif segment.evicted:
+            self.fds.reopen(segment)
         else:
-            self._ops.write_all(segment.fd, b"".join(buffers))
-        segment.write_offset = start + total
-        # Offsets of the records: start, then running sums of the record sizes.
-        segment.offsets.extend(
-            islice(accumulate(map(_RECORD_PLUS, lengths), initial=start), len(datas))
-        )
-        segment.lengths.extend(lengths)
+            create_segment(self._ops, self._ids, segment, fsync=self._fsync,
+                           prezero_bytes=self._prezero_min if self._prezero_max else 0)
+            self.fds.opened(segment)
+        write_records(self._ops, segment, batch.datas, batch.first_entry_id)
 
     def _maybe_prezero(self, owner: WriteOwner, segment: SegmentFile, batch_bytes: int) -> None:
         """Write the next chunk of zeros ahead of the write head if the zeroed region ahead
@@ -400,11 +344,11 @@ class GroupCommitWriter:
         if segment.zeroed_end - head >= chunk // 2:
             return
         start = max(segment.zeroed_end, head)
-        end = _round_up(head + chunk)
+        end = round_up(head + chunk)
         started = time.perf_counter()
         what = "pre-zero write"
         try:
-            ops, fd, zeros = self._ops, segment.fd, memoryview(_ZEROS)
+            ops, fd, zeros = self._ops, segment.fd, memoryview(ZEROS)
             at = start
             while at < end:
                 piece = min(len(zeros), end - at)
@@ -433,14 +377,24 @@ class GroupCommitWriter:
             fn()
         elif kind in ("seal", "delete"):
             segment: SegmentFile = arg
+            if kind == "seal" and segment.evicted:
+                try:  # to cut its zero tail off and index it like any sealed segment
+                    self.fds.reopen(segment)
+                except OSError as exc:  # left with its zero tail: scanned at the next open
+                    log.warning("storage writer: reopening %s to seal it failed: %s",
+                                segment.path, exc)
+            segment.evicted = False
             if segment.fd >= 0:
                 try:
-                    if kind == "seal" and segment.zeroed_end > segment.write_offset:
+                    if kind == "seal" and segment.broken:
+                        cut_back(self._ops, segment, fsync=self._fsync)
+                    elif kind == "seal" and segment.zeroed_end > segment.write_offset:
                         # Back to the logical end. Not synced: after a crash recovery cuts the
                         # zero tail itself, so durability of the truncation does not matter.
                         self._ops.ftruncate(segment.fd, segment.write_offset)
                         segment.zeroed_end = segment.write_offset
                 finally:
+                    self.fds.closed(segment)
                     self._ops.close(segment.fd)
                     segment.fd = -1
                 if kind == "seal" and not segment.broken and self._index_pool is not None:
@@ -452,6 +406,8 @@ class GroupCommitWriter:
                         segment.write_offset, segment.created_ms, segment.format,
                         segment.offsets, segment.lengths, sum(segment.lengths), sync=self._fsync,
                     )
+                    if self.index_hook is not None:
+                        self.index_hook(segment, segment.index_job)
             if kind == "delete":
                 with contextlib.suppress(FileNotFoundError):
                     self._ops.unlink(index_path(segment.path))  # first: never an orphan
@@ -461,16 +417,14 @@ class GroupCommitWriter:
                     self._ops.fsync_dir(segment.path.parent)
 
 
-def write_index_logged(*args: Any, **kwargs: Any) -> None:
-    """write_index() for a background job: a failure only costs a scan on the next open."""
+def write_index_logged(*args: Any, **kwargs: Any) -> bool:
+    """write_index() for a background job: a failure only costs a scan on the next open.
+    True once the index is on disk."""
     try:
-        write_index(*args, **kwargs)
+        return write_index(*args, **kwargs)
     except OSError as exc:
         log.warning("storage: writing a segment index failed (%s); it will be rebuilt", exc)
-
-
-def _round_up(offset: int) -> int:
-    return -(-offset // _PAGE) * _PAGE
+        return False
 
 
 def _set_if_pending(fut: asyncio.Future[None]) -> None:

@@ -11,8 +11,8 @@ from crc32c import crc32c
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proto import pulsar_api_pb2 as pb
 from protocol import commands as c
+from protocol import pulsar_pb as pb
 from protocol.errors import MalformedFrameError
 from protocol.frames import NEED_DATA, Frame, FrameDecoder
 from protocol.framing import encode_payload_command, varint

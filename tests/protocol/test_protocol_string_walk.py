@@ -7,8 +7,8 @@ import struct
 
 import pytest
 
-from proto import pulsar_api_pb2 as pb
 from protocol import commands as c
+from protocol import pulsar_pb as pb
 from protocol.errors import MalformedFrameError
 from protocol.frames import NEED_DATA, FrameDecoder
 

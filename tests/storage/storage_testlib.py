@@ -13,6 +13,7 @@ from pathlib import Path
 from crc32c import crc32c
 
 from storage.fileops import FileOps
+from storage.names import encode_name
 from storage.segments import (
     SEGMENT_MAGIC_V1,
     encode_file_header,
@@ -20,7 +21,6 @@ from storage.segments import (
     record_crc,
     segment_name,
 )
-from storage.store import encode_name
 
 
 class FaultyFileOps(FileOps):
@@ -64,7 +64,7 @@ def write_segment(directory: Path, ledger_id: int, payloads: Sequence[bytes], *,
     path = directory / segment_name(ledger_id)
     parts = [encode_file_header(ledger_id, 0)]
     for entry_id, data in enumerate(payloads):
-        parts.append(encode_record_header(entry_id, data))
+        parts.append(encode_record_header(entry_id, data, ledger_id=ledger_id))
         parts.append(data)
     parts.append(bytes(zero_tail))
     path.write_bytes(b"".join(parts))

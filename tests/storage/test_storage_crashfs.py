@@ -57,7 +57,7 @@ NEUTRAL_SITES = {
     "store.py:_prepare_root>mkdir>fsync_dir": "creating a store always writes LEDGER_ID "
     "right after these directories, and that atomic write's directory fsync of the root "
     "makes the new directory entries durable too",
-    "store.py:_load_ledger_dir>fsync_dir": "it makes the removal of a segment with a torn "
+    "recovery.py:load_ledger_dir>fsync_dir": "it makes the removal of a segment with a torn "
     "header (nothing in it was ever acknowledged) durable; if the removal is lost, the next "
     "open finds the same torn header and removes it again",
     "segments.py:write_index>": "an index that lost its bytes fails its CRC or size checks "
@@ -197,11 +197,6 @@ async def _one_big_batch(w: Workload) -> None:
     await w.append(ml, 30)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "issue 10 item 1: recovery fdatasyncs a segment only when it truncates it. Killed "
-    "between a batch's write and its fdatasync, a segment that ends at its last record "
-    "(no pre-zeroed tail: a batch larger than the zeros ahead, or pre-zeroing off) is "
-    "recovered without a sync; its unsynced records are served, then lost to a power loss"))
 async def test_recovery_syncs_what_it_serves(tmp_path: Path) -> None:
     findings, _ = await run_scenario(tmp_path, states=60, kills=3, workload=_one_big_batch)
     assert not findings, _report(findings, 1)
@@ -223,9 +218,6 @@ async def _flush_races_cursor_delete(w: Workload) -> None:
     await flushing
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "issue 10 item 3: flush_cursors() writes a cursor back after delete_cursor() removed "
-    "it, so the deleted subscription returns after a restart"))
 async def test_deleted_cursor_stays_deleted_when_a_flush_races(tmp_path: Path) -> None:
     findings, _ = await run_scenario(tmp_path, states=20, kills=0,
                                      workload=_flush_races_cursor_delete)
@@ -247,9 +239,6 @@ async def _fdatasync_fails_then_reopen(w: Workload) -> None:
     await w.append(ml, 2)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "issue 10 item 1: records whose fdatasync failed stay in the segment; after the fenced "
-    "ledger is reopened they are recovered and served, though the disk never got them"))
 async def test_records_whose_fdatasync_failed_are_never_served(tmp_path: Path) -> None:
     findings, _ = await run_scenario(tmp_path, states=40, kills=0,
                                      workload=_fdatasync_fails_then_reopen)

@@ -177,14 +177,15 @@ async def test_delete_cursor_removes_its_file(tmp_path: Path) -> None:
     await store.close()
 
 
-async def test_corrupt_cursor_file_is_reported_not_fatal(tmp_path: Path) -> None:
+async def test_corrupt_only_cursor_file_restarts_it_at_earliest(tmp_path: Path) -> None:
     store, _ = await _filled(tmp_path, 3)
     await store.open_ledgers[TOPIC].open_cursor("s")
     await store.close()
     flip_bit(ledger_dir(tmp_path, TOPIC) / "cursors" / "s.cur", 10, 2)
     store = await _open(tmp_path)
     ml = await store.open_ledger(TOPIC)
-    assert "s" not in ml.cursors
+    # Not dropped (its backlog would be trimmed away): back at the earliest position.
+    assert ml.cursors["s"].backlog == 3
     assert store.recovery_report.corrupt_cursors == 1
     await store.close()
 

@@ -87,7 +87,7 @@ async def test_futures_already_queued_behind_a_failed_batch_fail_too(tmp_path: P
     await asyncio.gather(*(producer(i) for i in range(16)))
     assert acked == []
     assert failures == 16
-    assert store.stats()["failed_fsyncs"] >= 1
+    assert store.stats().failed_fsyncs >= 1
     await store.close()
 
 

@@ -38,8 +38,8 @@ async def test_append_resolves_on_loop_in_order_after_fsync(tmp_path: Path) -> N
     assert set(resolved_on) == {loop_thread}
     assert ml.last_confirmed == positions[-1]
     stats = store.stats()
-    assert stats["group_commits"] < 200  # many appends share a group commit
-    assert stats["fsyncs"] == stats["group_commits"]
+    assert stats.group_commits < 200  # many appends share a group commit
+    assert stats.fsyncs == stats.group_commits
     await store.close()
 
 
@@ -63,7 +63,7 @@ async def test_group_commit_completes_with_one_loop_callback_per_batch(tmp_path:
         await asyncio.gather(*futs)
     finally:
         del loop.call_soon_threadsafe
-    assert calls == store.stats()["group_commits"]  # one loop wakeup per group commit
+    assert calls == store.stats().group_commits  # one loop wakeup per group commit
     assert calls < 20  # 200 appends over two ledgers shared a few fsync batches
     await store.close()
 

@@ -59,11 +59,11 @@ async def test_prezero_keeps_ahead_of_a_long_stream_amortised(tmp_path: Path) ->
         await ml.append(p)
     stats = store.stats()
     written = _logical_end(payloads)
-    assert stats["prezero_writes"] >= written // SMALL["segment_prezero_bytes"]
-    assert stats["prezero_writes"] < len(payloads) // 4  # a step per many appends
-    assert stats["prezero_bytes"] >= written - 4096
+    assert stats.prezero_writes >= written // SMALL["segment_prezero_bytes"]
+    assert stats.prezero_writes < len(payloads) // 4  # a step per many appends
+    assert stats.prezero_bytes >= written - 4096
     # One fdatasync per group commit plus one per pre-zero step.
-    assert stats["fsyncs"] == stats["group_commits"] + stats["prezero_writes"]
+    assert stats.fsyncs == stats.group_commits + stats.prezero_writes
     (path,) = segment_paths(tmp_path, TOPIC)
     await store.writer.barrier()
     assert path.stat().st_size > written
@@ -170,7 +170,7 @@ async def test_prezero_can_be_disabled(tmp_path: Path) -> None:
     await store.writer.barrier()
     (path,) = segment_paths(tmp_path, TOPIC)
     assert path.stat().st_size == _logical_end(payloads)
-    assert store.stats()["prezero_writes"] == 0
+    assert store.stats().prezero_writes == 0
     await store.close()
 
 

@@ -229,18 +229,18 @@ async def test_leftover_index_files_are_removed_on_open(tmp_path: Path) -> None:
 async def test_sealed_segments_load_their_index_instead_of_a_scan(
     base: tuple[Path, dict[Position, bytes]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import storage.store
+    import storage.recovery
 
     root, original = base
     copy = copy_store(root, tmp_path / "idx")
     scanned: list[int] = []
-    real_scan = storage.store.scan_segment
+    real_scan = storage.recovery.scan_segment
 
     def counting_scan(*args: object, **kwargs: object) -> object:
         scanned.append(int(args[2]))  # type: ignore[call-overload]
         return real_scan(*args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(storage.store, "scan_segment", counting_scan)
+    monkeypatch.setattr(storage.recovery, "scan_segment", counting_scan)
     store, got = await _reopen_and_read(copy)
     await store.close()
     assert got == original

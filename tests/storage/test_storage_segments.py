@@ -12,6 +12,7 @@ from storage.fileops import FileOps
 from storage.segments import (
     FILE_HEADER_SIZE,
     FORMAT_V1,
+    FORMAT_V3,
     RECORD_HEADER_SIZE,
     decode_file_header,
     encode_file_header,
@@ -81,7 +82,8 @@ def test_corrupt_length_field_does_not_shift_later_entry_ids(tmp_path: Path) -> 
     result = scan_segment(OPS, path, 7)
     assert result.offsets[20] == -1
     assert list(result.offsets[21:]) == _offsets(PAYLOADS)[21:]
-    got = read_records(OPS, path, [(i, result.offsets[i], result.lengths[i]) for i in range(21, 50)])
+    got = read_records(OPS, path, [(i, result.offsets[i], result.lengths[i]) for i in range(21, 50)],
+                       FORMAT_V3, 7)
     assert [d for _, d in got] == PAYLOADS[21:]
 
 
@@ -105,7 +107,8 @@ def test_read_records_never_returns_a_corrupt_payload(tmp_path: Path) -> None:
     path = write_segment(tmp_path, 7, PAYLOADS)
     offsets = _offsets(PAYLOADS)
     flip_bit(path, offsets[3] + RECORD_HEADER_SIZE, 0)
-    got = read_records(OPS, path, [(i, offsets[i], len(PAYLOADS[i])) for i in range(6)])
+    got = read_records(OPS, path, [(i, offsets[i], len(PAYLOADS[i])) for i in range(6)],
+                       FORMAT_V3, 7)
     assert [i for i, _ in got] == list(range(6))
     assert got[3][1] is None
     assert [d for i, d in got if i != 3] == [PAYLOADS[i] for i in (0, 1, 2, 4, 5)]
@@ -117,7 +120,7 @@ def test_read_records_never_returns_a_corrupt_payload(tmp_path: Path) -> None:
 def test_zero_length_is_never_a_valid_record() -> None:
     # The length field counts the 16-byte header, so an empty entry is stored as 16 and a
     # zeroed header (length 0) can never pass as a record, whatever its CRC says.
-    header = encode_record_header(0, b"")
+    header = encode_record_header(0, b"", ledger_id=0)
     assert struct.unpack_from("<I", header)[0] == RECORD_HEADER_SIZE
     assert record_crc(0, 0, b"") != 0
 
@@ -143,7 +146,7 @@ def test_empty_entries_and_entries_ending_in_zeros_survive_a_zero_tail(tmp_path:
     assert result.entries == len(payloads)
     assert result.events == []
     got = read_records(OPS, path, [(i, result.offsets[i], result.lengths[i])
-                                   for i in range(len(payloads))])
+                                   for i in range(len(payloads))], FORMAT_V3, 7)
     assert [d for _, d in got] == payloads
 
 
@@ -223,5 +226,5 @@ def test_format_1_segments_are_still_read(tmp_path: Path) -> None:
     assert result.entries == 3
     assert result.events == []
     got = read_records(OPS, path, [(i, result.offsets[i], result.lengths[i]) for i in range(3)],
-                       result.format)
+                       result.format, 3)
     assert [d for _, d in got] == payloads

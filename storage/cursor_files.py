@@ -1,0 +1,176 @@
+"""CursorFiles: one managed ledger's cursors/ directory, two generations per cursor.
+
+Owns the files ``cursors/<encoded name>.cur`` (newest generation) and ``.cur.prev`` (the
+one before it); the cursor's own format is storage/cursor.py's. Blocking: called from the
+store's I/O threads only, every file operation through FileOps.
+
+save(name, data): write ``.cur.tmp`` and fsync it, rename ``.cur`` over ``.cur.prev``, rename
+``.cur.tmp`` over ``.cur``, fsync the directory. A crash at any point leaves the newest or the
+previous complete generation (between the renames only ``.cur.prev``); bit rot in the
+newest leaves the previous one.
+
+load(): per cursor, the newest generation that decodes; if neither does, the cursor's name
+(from the file name, or from the damaged file's own header for hashed names) so the ledger
+can recreate it at the earliest position: duplicates, never loss. A cursor whose name cannot
+be recovered is reported as lost (the ledger then refuses to trim: its backlog is unknown).
+Temporary files left by a crash are removed.
+
+remove(name): unlink ``.cur.prev`` first, then ``.cur``, then fsync the directory; a crash in
+between leaves the newest generation (the delete did not happen), never an older one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from storage.cursor import CursorState, decode_cursor, peek_cursor_name
+from storage.errors import CorruptRecordError
+from storage.fileops import FileOps
+from storage.names import decode_name, encode_name
+
+log = logging.getLogger("horae.storage")
+
+CURRENT = ".cur"
+PREVIOUS = ".cur.prev"
+TEMPORARY = ".cur.tmp"
+
+Fallback = Literal["none", "previous", "earliest", "lost"]
+
+
+@dataclass(slots=True)
+class LoadedCursor:
+    """One cursor found on disk. state is None for "earliest" (recreate it at the earliest
+    position) and "lost" (name unknown); corrupt lists the damaged files and why."""
+
+    name: str | None
+    state: CursorState | None
+    fallback: Fallback
+    stem: str
+    corrupt: list[tuple[Path, int, str]]  # (path, size, reason)
+
+
+class CursorFiles:
+    def __init__(self, ops: FileOps, directory: Path, *, fsync: bool) -> None:
+        self._ops = ops
+        self.directory = directory
+        self._fsync = fsync
+
+    def _path(self, name: str, suffix: str) -> Path:
+        return self.directory / (encode_name(name) + suffix)
+
+    def save(self, name: str, data: bytes) -> None:
+        ops = self._ops
+        current = self._path(name, CURRENT)
+        tmp = self._path(name, TEMPORARY)
+        fd = ops.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        try:
+            ops.write_all(fd, data)
+            if self._fsync:
+                ops.fsync(fd)
+        finally:
+            ops.close(fd)
+        with contextlib.suppress(FileNotFoundError):
+            ops.replace(current, self._path(name, PREVIOUS))
+        ops.replace(tmp, current)
+        if self._fsync:
+            ops.fsync_dir(self.directory)
+
+    def remove(self, name: str) -> None:
+        removed = False
+        for suffix in (PREVIOUS, CURRENT, TEMPORARY):
+            try:
+                self._ops.unlink(self._path(name, suffix))
+                removed = True
+            except FileNotFoundError:
+                continue
+        if removed and self._fsync:
+            self._ops.fsync_dir(self.directory)
+
+    def load(self) -> list[LoadedCursor]:
+        stems: dict[str, list[Path]] = {}
+        for path in sorted(self.directory.iterdir()):
+            stem, suffix = _split(path.name)
+            if suffix == TEMPORARY or suffix is None:
+                with contextlib.suppress(FileNotFoundError):
+                    self._ops.unlink(path)  # an interrupted save, or a stray file
+                continue
+            stems.setdefault(stem, []).append(path)
+        return [self._load_one(stem) for stem in sorted(stems)]
+
+    def _load_one(self, stem: str) -> LoadedCursor:
+        corrupt: list[tuple[Path, int, str]] = []
+        peeked: str | None = None
+        for suffix, fallback in ((CURRENT, "none"), (PREVIOUS, "previous")):
+            path = self.directory / (stem + suffix)
+            try:
+                data = self._ops.read_file(path)
+            except FileNotFoundError:
+                continue
+            try:
+                state = decode_cursor(data)
+            except CorruptRecordError as exc:
+                corrupt.append((path, len(data), str(exc)))
+                peeked = peeked or _peek(data, stem)
+                continue
+            if encode_name(state.name) != stem:
+                corrupt.append((path, len(data), f"names cursor {state.name!r}"))
+                continue
+            if corrupt or fallback != "none":
+                state.persisted_size_bytes = 0  # not the newest generation: save it again
+                return LoadedCursor(state.name, state, "previous", stem, corrupt)
+            return LoadedCursor(state.name, state, "none", stem, corrupt)
+        name = decode_name(stem) or peeked
+        if name is None:
+            return LoadedCursor(None, None, "lost", stem, corrupt)
+        return LoadedCursor(name, None, "earliest", stem, corrupt)
+
+
+def _split(file_name: str) -> tuple[str, str | None]:
+    for suffix in (TEMPORARY, PREVIOUS, CURRENT):
+        if file_name.endswith(suffix):
+            return file_name[: -len(suffix)], suffix
+    return file_name, None
+
+
+def _peek(data: bytes, stem: str) -> str | None:
+    """The name in a damaged cursor file's header, if it is the name the file is named for."""
+    try:
+        name = peek_cursor_name(data)
+    except (CorruptRecordError, struct.error, UnicodeDecodeError):
+        return None
+    return name if encode_name(name) == stem else None
+
+
+@dataclass(slots=True)
+class CursorScan:
+    """What the cursor files of a store mention (both generations), read at store open."""
+
+    max_ledger_id: int = -1
+    property_ids: set[int] = field(default_factory=set)  # property values that are ids
+    damaged: int = 0  # files that did not decode (their references are unknown)
+
+
+def scan_cursor_files(ops: FileOps, ledger_directory: Path, into: CursorScan) -> None:
+    """Blocking: add what a managed ledger's cursor files mention to into: the highest ledger
+    id (the id allocator must never hand it out again) and every property value that is a
+    decimal id (the broker records bucket snapshot ids as cursor properties)."""
+    directory = ledger_directory / "cursors"
+    if not directory.is_dir():
+        return
+    for path in directory.iterdir():
+        if _split(path.name)[1] not in (CURRENT, PREVIOUS):
+            continue
+        try:
+            state = decode_cursor(ops.read_file(path))
+        except (CorruptRecordError, OSError):
+            into.damaged += 1
+            continue
+        into.max_ledger_id = max([into.max_ledger_id, state.mark_delete.ledger_id,
+                                  state.read_position.ledger_id, *state.bitmaps])
+        into.property_ids.update(int(v) for v in state.properties.values() if v.isdigit())

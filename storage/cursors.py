@@ -1,0 +1,166 @@
+"""CursorSet: the cursors of one managed ledger, their saves, deletes and trim safety.
+
+Owned by a ManagedLedger, which hands it a narrow view of itself (CursorHost: the cursor's
+LedgerView plus the first ledger id) and never lets anything else create or delete cursors.
+Loop-only; file work (storage/cursor_files.py) runs in the store's cursor threads (more
+than one: saves of different cursors run in parallel; one cursor has one save in flight).
+
+Invariants:
+- A deleted cursor is retired before its files are removed (retire waits for a save in
+  flight and forbids later ones), so a flush can never write it back.
+- Creating and deleting cursors is serialised (one lock), so a delete's unlink never
+  removes the file of a cursor of the same name created meanwhile.
+- Trim safety: a cursor recovered from a fallback (its previous generation, or recreated at
+  the earliest position after both generations were damaged) blocks trimming until it has
+  been saved again; a cursor whose name could not be recovered blocks it until the damaged
+  file is removed by hand (its backlog is unknown). trim_blockers says who blocks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import Executor
+from typing import Literal, Protocol
+
+from storage.cursor import CursorState, LedgerView, ManagedCursor
+from storage.cursor_files import CursorFiles, LoadedCursor
+from storage.errors import CursorNotFoundError
+from storage.positions import Position
+
+log = logging.getLogger("horae.storage")
+
+
+class CursorHost(LedgerView, Protocol):
+    """What the cursor set needs from its managed ledger beyond a cursor's view."""
+
+    @property
+    def first_ledger_id(self) -> int: ...
+
+
+class CursorSet:
+    def __init__(
+        self, host: CursorHost, files: CursorFiles, loop: asyncio.AbstractEventLoop,
+        pool: Executor, reserve_id: Callable[[int], None], loaded: list[LoadedCursor],
+    ) -> None:
+        self._host = host
+        self._files = files
+        self._loop = loop
+        self._pool = pool
+        self._reserve_id = reserve_id
+        self._cursors: dict[str, ManagedCursor] = {}
+        self._lock = asyncio.Lock()
+        self.trim_blockers: dict[str, str] = {}
+        """cursor name (or file stem of a lost cursor) -> why trimming is unsafe."""
+        for found in loaded:
+            if found.state is not None:
+                state = found.state
+            elif found.name is not None:
+                mark_delete = Position(host.first_ledger_id, -1)
+                state = CursorState(found.name, mark_delete, host.next_position(mark_delete))
+            else:
+                self.trim_blockers[found.stem] = "cursor file damaged, name unknown"
+                continue
+            if found.fallback != "none":
+                self.trim_blockers[state.name] = f"cursor recovered from fallback {found.fallback}"
+            self._cursors[state.name] = ManagedCursor(host, self._save, state)
+        for cursor in self._cursors.values():
+            cursor.advance()  # entries dropped by recovery may let mark-delete move on
+
+    @property
+    def cursors(self) -> Mapping[str, ManagedCursor]:
+        return self._cursors
+
+    def values(self) -> list[ManagedCursor]:
+        return list(self._cursors.values())
+
+    async def _save(self, name: str, data: bytes, max_ledger_id: int) -> None:
+        files, reserve = self._files, self._reserve_id
+
+        def write() -> None:
+            # Every ledger id a persisted cursor mentions must stay unique across restarts.
+            reserve(max_ledger_id)
+            files.save(name, data)
+
+        await self._loop.run_in_executor(self._pool, write)
+        if name in self.trim_blockers and name in self._cursors:
+            del self.trim_blockers[name]
+            log.info("storage: cursor %s saved again; trimming %s is safe again", name,
+                     files.directory.parent.name)
+
+    async def open(
+        self, name: str, initial_position: Literal["earliest", "latest"]
+    ) -> ManagedCursor:
+        cursor = self._cursors.get(name)
+        if cursor is not None:
+            return cursor
+        async with self._lock:
+            cursor = self._cursors.get(name)
+            if cursor is not None:
+                return cursor
+            host = self._host
+            if initial_position == "earliest":
+                mark_delete = Position(host.first_ledger_id, -1)
+            elif host.last_confirmed is not None:
+                mark_delete = host.last_confirmed
+            else:
+                mark_delete = Position(host.current_ledger_id, -1)
+            state = CursorState(name, mark_delete, host.next_position(mark_delete))
+            cursor = ManagedCursor(host, self._save, state)
+            self._cursors[name] = cursor
+            cursor.advance()
+            try:
+                await cursor.flush()
+            except BaseException:
+                if self._cursors.get(name) is cursor:
+                    del self._cursors[name]
+                raise
+            return cursor
+
+    async def delete(self, name: str) -> None:
+        async with self._lock:
+            cursor = self._cursors.pop(name, None)
+            if cursor is None:
+                raise CursorNotFoundError(f"no cursor {name!r}")
+            await cursor.retire()
+            self.trim_blockers.pop(name, None)
+            await self._loop.run_in_executor(self._pool, self._files.remove, name)
+
+    async def flush(self) -> None:
+        """Save every dirty cursor, in parallel (bounded by the cursor threads). Every
+        cursor is tried; the first failure is raised after the others finished."""
+        dirty = [c for c in self._cursors.values() if c.dirty]
+        if not dirty:
+            return
+        results = await asyncio.gather(*(c.flush() for c in dirty), return_exceptions=True)
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+
+    async def close(self) -> list[tuple[str, BaseException]]:
+        """Close every cursor (saving it); returns the failures."""
+        failures: list[tuple[str, BaseException]] = []
+        cursors = self.values()
+        results = await asyncio.gather(*(c.close() for c in cursors), return_exceptions=True)
+        for cursor, result in zip(cursors, results, strict=True):
+            if isinstance(result, BaseException):
+                failures.append((cursor.name, result))
+        return failures
+
+    def oldest_unsaved(self, now: float | None = None) -> float:
+        """Age in seconds of the oldest change of any cursor not yet durable (0: none)."""
+        oldest = min(
+            (c.dirty_since for c in self._cursors.values() if c.dirty_since is not None),
+            default=None,
+        )
+        if oldest is None:
+            return 0.0
+        return max(0.0, (time.monotonic() if now is None else now) - oldest)
+
+    def save_failures(self) -> tuple[int, int]:
+        """(saves that failed so far, cursors whose last save failed)."""
+        total = sum(c.save_failures for c in self._cursors.values())
+        failing = sum(1 for c in self._cursors.values() if c.last_save_error is not None)
+        return total, failing

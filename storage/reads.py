@@ -1,0 +1,120 @@
+"""EntryReader: the read path of one managed ledger (cache first, then disk in read threads).
+
+Owned by its ManagedLedger, which shares (never replaces) its ledger table and id list with
+it; loop-only. Reads stop at each ledger's confirmed count (never past what was synced and
+acknowledged); a record that fails its checks on disk is never returned: on_corrupt is
+called (the ledger marks the entry missing, reports it and lets cursors move past it).
+Out of file descriptors while reading is TooManyOpenFilesError.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+from collections.abc import Callable, Mapping
+from concurrent.futures import Executor
+
+from storage.cache import EntryCache
+from storage.errors import TooManyOpenFilesError
+from storage.fileops import FileOps
+from storage.index_pages import IndexPager
+from storage.ledger_state import LedgerState
+from storage.limits import is_fd_exhaustion
+from storage.positions import Entry, Position
+from storage.segments import read_records
+
+DEFAULT_MAX_READ_BYTES = 5 * 1024 * 1024
+
+OnCorrupt = Callable[[LedgerState, int, int, int], None]
+"""on_corrupt(ledger, entry_id, offset, length): a record failed its checks when read."""
+
+
+class EntryReader:
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, ops: FileOps, cache: EntryCache, pool: Executor,
+        pager: IndexPager, ledgers: Mapping[int, LedgerState], ledger_ids: list[int],
+        on_corrupt: OnCorrupt,
+    ) -> None:
+        self._pager = pager
+        self._loop = loop
+        self._ops = ops
+        self._cache = cache
+        self._pool = pool
+        self._ledgers = ledgers
+        self._ledger_ids = ledger_ids
+        self._on_corrupt = on_corrupt
+
+    async def read_entries(
+        self, start: Position, max_entries: int, max_bytes: int = DEFAULT_MAX_READ_BYTES
+    ) -> list[Entry]:
+        """Entries from start (inclusive) in order, across ledgers, up to each ledger's
+        confirmed count. Missing entries are skipped. At least one entry is returned if any
+        exists, even if it is larger than max_bytes."""
+        out: list[Entry] = []
+        if max_entries <= 0:
+            return out
+        cache = self._cache
+        nbytes = 0
+        ids = list(self._ledger_ids)
+        for i in range(bisect.bisect_left(ids, start.ledger_id), len(ids)):
+            led = self._ledgers.get(ids[i])
+            if led is None:
+                continue
+            ledger_id = led.ledger_id
+            entry_id = max(start.entry_id, 0) if ledger_id == start.ledger_id else 0
+            while entry_id < led.confirmed and len(out) < max_entries and (
+                not out or nbytes < max_bytes
+            ):
+                data = cache.get(ledger_id, entry_id)
+                if data is not None:
+                    out.append(Entry(Position(ledger_id, entry_id), data))
+                    nbytes += len(data)
+                    entry_id += 1
+                    continue
+                entry_id, nbytes = await self._read_from_disk(
+                    led, entry_id, max_entries, max_bytes, out, nbytes
+                )
+            if len(out) >= max_entries or (out and nbytes >= max_bytes):
+                break
+        return out
+
+    async def _read_from_disk(
+        self, led: LedgerState, entry_id: int, max_entries: int, max_bytes: int,
+        out: list[Entry], nbytes: int,
+    ) -> tuple[int, int]:
+        segment = led.segment
+        if segment.paged:  # sealed with a durable index: paged in/out by the pager (LRU)
+            offsets, lengths = await self._pager.arrays(segment)
+        else:
+            offsets, lengths = segment.offsets, segment.lengths
+        wanted: list[tuple[int, int, int]] = []
+        planned = nbytes
+        end = entry_id
+        while end < led.confirmed and len(out) + len(wanted) < max_entries and (
+            not (out or wanted) or planned < max_bytes
+        ):
+            offset = offsets[end]
+            if offset >= 0:
+                wanted.append((end, offset, lengths[end]))
+                planned += lengths[end]
+            end += 1
+        if not wanted:
+            return end, nbytes
+        try:
+            got = await self._loop.run_in_executor(
+                self._pool, read_records, self._ops, segment.path, wanted, segment.format,
+                segment.ledger_id,
+            )
+        except FileNotFoundError:  # trimmed or deleted while we were reading
+            return led.confirmed, nbytes
+        except OSError as exc:
+            if is_fd_exhaustion(exc):
+                raise TooManyOpenFilesError(f"reading {segment.path.name}: {exc}") from exc
+            raise
+        for got_id, data in got:
+            if data is None:
+                self._on_corrupt(led, got_id, offsets[got_id], lengths[got_id])
+                continue
+            out.append(Entry(Position(led.ledger_id, got_id), data))
+            nbytes += len(data)
+        return end, nbytes

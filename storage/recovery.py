@@ -1,0 +1,124 @@
+"""Recovery of one managed ledger's directory: segments, their indexes, cursor files.
+
+Blocking; run by SegmentStore.open_ledger in a read thread, before the ManagedLedger exists.
+For every segment: a segment the writer fenced in this process is first cut back to its
+last durably synced offset (and synced); then its persisted index is used if it still
+matches, else the segment is scanned (torn tails cut, bad records dropped and reported) and
+fdatasynced, so nothing a crash could still take away is served or replayed (an index is
+only ever written after its segment's last fdatasync, so an indexed segment is durable).
+Cursor files are loaded with their fallbacks (storage/cursor_files.py). Leftover temporary
+index files and indexes of vanished segments are removed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from storage.cursor_files import CursorFiles, LoadedCursor
+from storage.errors import PersistenceError
+from storage.fileops import FileOps
+from storage.ledger_state import LedgerState, recovered_ledger
+from storage.segment_file import SegmentFile
+from storage.segments import RecoveryEvent, load_index, scan_segment
+
+
+@dataclass(slots=True)
+class RecoveredDir:
+    ledgers: list[LedgerState]
+    cursors: list[LoadedCursor]
+    events: list[RecoveryEvent]
+    unindexed: list[LedgerState]  # scanned: their indexes are to be (re)written
+
+
+def segment_ids(directory: Path) -> list[int]:
+    out: list[int] = []
+    if directory.is_dir():
+        for path in directory.glob("*.seg"):
+            with contextlib.suppress(ValueError):
+                out.append(int(path.stem))
+    return sorted(out)
+
+
+def _cut_to_synced(ops: FileOps, path: Path, synced: int) -> None:
+    """A segment fenced in this process: drop every byte after its last durable sync."""
+    fd = ops.open(path, os.O_RDWR)
+    try:
+        if os.fstat(fd).st_size > synced:
+            ops.ftruncate(fd, synced)
+        ops.fsync(fd)
+    finally:
+        ops.close(fd)
+
+
+def load_ledger_dir(
+    ops: FileOps, directory: Path, name: str, fsync: bool, fenced_ends: Mapping[Path, int],
+) -> RecoveredDir:
+    """Blocking: recover every segment of a managed ledger and load its cursors. Raises
+    PersistenceError if a segment fenced in this process cannot be cut back and synced."""
+    ops.mkdir(directory / "cursors", sync=fsync)
+    if not (directory / "NAME").exists():
+        ops.atomic_write(directory / "NAME", name.encode(), sync=fsync)
+    out = RecoveredDir([], [], [], [])
+    for leftover in directory.glob("*.idx*"):
+        # An interrupted index write, or the index of a segment deleted after it was written.
+        if leftover.suffix != ".idx" or not leftover.with_suffix(".seg").exists():
+            with contextlib.suppress(FileNotFoundError):
+                ops.unlink(leftover)
+    for ledger_id in segment_ids(directory):
+        path = directory / f"{ledger_id:020d}.seg"
+        synced = fenced_ends.get(path)
+        if synced is not None:
+            try:
+                _cut_to_synced(ops, path, synced)
+            except OSError as exc:
+                raise PersistenceError(
+                    f"segment {path.name} of {name} failed a sync and cannot be cut back to "
+                    f"its last synced offset {synced}: {exc}"
+                ) from exc
+            with contextlib.suppress(FileNotFoundError):
+                ops.unlink(path.with_suffix(".idx"))
+        indexed = load_index(ops, path, ledger_id)
+        # A scanned segment is synced by the scan (before anything in it is served or
+        # replayed); an indexed one is durable (its index was written after its last sync).
+        result = indexed or scan_segment(ops, path, ledger_id, truncate=True, sync=fsync)
+        for kind, offset, length, entry_ids in result.events:
+            out.events.append(RecoveryEvent(kind, name, ledger_id, offset, length, entry_ids))
+        if result.removed:
+            ops.unlink(path)
+            if fsync:
+                ops.fsync_dir(directory)
+            continue
+        segment = SegmentFile(ledger_id, path, result.created_ms)
+        segment.format = result.format
+        segment.offsets = result.offsets
+        segment.lengths = result.lengths
+        segment.write_offset = segment.synced_offset = result.valid_end
+        missing = (
+            [i for i, off in enumerate(result.offsets) if off < 0]
+            if result.offsets.count(-1) else []
+        )
+        led = recovered_ledger(segment, result.entries, result.size_bytes, missing)
+        out.ledgers.append(led)
+        if indexed is not None:
+            # Durable on disk: keep no arrays (the IndexPager pages them in for reads), so
+            # opening a huge ledger holds one segment's index at a time.
+            segment.paged = True
+            segment.page_out()
+        # A scanned segment gets its index (re)written; not one with a bad header: the index
+        # would never match it.
+        if indexed is None and not any(e[0] == "bad_header" for e in result.events):
+            out.unindexed.append(led)
+    out.cursors = CursorFiles(ops, directory / "cursors", fsync=fsync).load()
+    for found in out.cursors:
+        label = found.name if found.name is not None else found.stem
+        for path, size, reason in found.corrupt:
+            out.events.append(RecoveryEvent("corrupt_cursor", name, -1, 0, size,
+                                            detail=f"{path.name}: {reason}"))
+        if found.fallback != "none":
+            out.events.append(RecoveryEvent("cursor_fallback", name, -1, 0, 0,
+                                            detail=f"{label}: {found.fallback}"))
+    return out

@@ -1,0 +1,83 @@
+"""SegmentFile and AppendBatch: the objects the loop and the writer thread hand each other.
+
+A SegmentFile is one ledger's segment: its path, record format, index arrays (entry id ->
+offset, data length) and the writer thread's state (fd, write/synced/zeroed offsets, broken,
+abandoned). An AppendBatch is one owner's appends to one segment in one loop iteration.
+WriteOwner is what the writer may call on the owner (a managed ledger) when a group commit
+completes. Ownership rules are in storage/writer.py (the only code that writes segments).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from array import array
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Protocol
+
+from storage.positions import Position
+from storage.segments import FORMAT_V3
+
+
+class SegmentFile:
+    """A ledger's segment file. Index arrays are appended by the writer (or recovery) only;
+    the loop reads indices <= its ledger's last confirmed entry, which the writer published
+    before completing the batch (call_soon_threadsafe is the happens-before edge). A sealed
+    segment with a durable index may have its arrays paged out (resident False): readers
+    get them through the store's IndexPager."""
+
+    __slots__ = ("abandoned", "broken", "created_ms", "evicted", "fd", "format", "index_job",
+                 "ledger_id", "lengths", "offsets", "paged", "path", "positioned", "resident",
+                 "synced_offset", "write_offset", "zeroed_end")
+
+    def __init__(self, ledger_id: int, path: Path, created_ms: int) -> None:
+        self.ledger_id = ledger_id
+        self.path = path
+        self.created_ms = created_ms
+        self.format = FORMAT_V3  # record format (recovered segments may be older)
+        self.offsets: array[int] = array("q")
+        self.lengths: array[int] = array("i")
+        self.fd = -1  # writer thread only
+        self.write_offset = 0  # writer thread only: the logical end
+        self.synced_offset = 0  # writer thread only: end of what fdatasync made durable
+        self.zeroed_end = 0  # writer thread only: zeros were written up to here
+        self.broken = False  # writer thread only: a write/fsync failed (never index it)
+        self.abandoned = False  # writer: the file could not be opened (EMFILE); no more writes
+        self.evicted = False  # writer: its fd was closed by the LRU (storage/segment_fds.py)
+        self.positioned = True  # writer: the fd's position is the write head (else pwrite)
+        self.index_job: Future[bool] | None = None  # the persisted index being written
+        self.resident = True  # the arrays are in memory (else: paged out, storage/index_pages)
+        self.paged = False  # sealed with a durable index: the arrays may be paged out
+
+    def page_out(self) -> None:
+        """Drop the index arrays (sealed segments with a durable index only; loop)."""
+        self.offsets = array("q")
+        self.lengths = array("i")
+        self.resident = False
+
+
+class WriteOwner(Protocol):
+    """What a managed ledger offers the writer. writer_fenced is written by the writer only."""
+
+    writer_fenced: bool
+
+    def _complete_appends(self, batches: list[AppendBatch], error: BaseException | None) -> None:
+        ...
+
+
+class AppendBatch:
+    """The appends one owner made to one segment during one loop iteration (entry ids
+    first_entry_id, first_entry_id + 1, ...). Filled on the loop while open; the loop's kick
+    closes it and hands it to the writer thread, which then owns it until it comes back to
+    the loop with the group commit's result. Per-batch, not per-entry, objects and
+    bookkeeping: the loop appends a payload and a future to two lists per entry."""
+
+    __slots__ = ("datas", "first_entry_id", "futures", "open", "owner", "segment")
+
+    def __init__(self, owner: WriteOwner, segment: SegmentFile, first_entry_id: int) -> None:
+        self.owner = owner
+        self.segment = segment
+        self.first_entry_id = first_entry_id
+        self.datas: list[bytes] = []
+        self.futures: list[asyncio.Future[Position]] = []
+        self.open = True  # the loop may still add to it (loop-only flag)

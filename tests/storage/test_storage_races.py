@@ -1,0 +1,132 @@
+"""Races with a slowed disk (a FileOps whose fsync waits on an event; no sleeps): a deleted
+cursor is never written back, delete_ledger is serialised with open_ledger, and an
+open_ledger that overlaps close() registers nothing (issue 10, item 3)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+
+import pytest
+from storage_testlib import ledger_dir
+
+from storage import LedgerClosedError, SegmentStore, StorageConfig
+from storage.fileops import FileOps
+
+TOPIC = "persistent://public/default/races"
+CONFIG = StorageConfig(mark_delete_rate_limit_per_sec=0)
+WAIT = 10.0
+
+
+class GatedOps(FileOps):
+    """fsync / open of paths whose name contains `match` block until `gate` is set; `entered`
+    is set when one is blocked."""
+
+    def __init__(self) -> None:
+        self.match: str | None = None
+        self.gate = threading.Event()
+        self.gate.set()
+        self.entered = threading.Event()
+        self._paths: dict[int, Path] = {}
+
+    def _hold(self, path: Path) -> None:
+        if self.match is not None and self.match in str(path) and not self.gate.is_set():
+            self.entered.set()
+            assert self.gate.wait(WAIT), "test gate never opened"
+
+    def open(self, path: Path, flags: int, mode: int = 0o644) -> int:
+        self._hold(Path(path))
+        fd = super().open(path, flags, mode)
+        self._paths[fd] = Path(path)
+        return fd
+
+    def fsync(self, fd: int) -> None:
+        self._hold(self._paths.get(fd, Path()))
+        super().fsync(fd)
+
+    def block(self, match: str) -> None:
+        self.match = match
+        self.entered.clear()
+        self.gate.clear()
+
+    async def wait_entered(self) -> None:
+        assert await asyncio.get_running_loop().run_in_executor(None, self.entered.wait, WAIT)
+
+    def release(self) -> None:
+        self.gate.set()
+
+
+async def test_deleted_cursor_is_never_written_back_by_a_flush_in_flight(tmp_path: Path) -> None:
+    ops = GatedOps()
+    store = await SegmentStore.open(tmp_path, CONFIG, file_ops=ops)
+    ml = await store.open_ledger(TOPIC)
+    cursor = await ml.open_cursor("doomed", initial_position="earliest")
+    pos = await ml.append(b"x")
+    cursor.mark_delete(pos)
+    ops.block(".cur.tmp")  # the save's fsync of its temporary file hangs
+    flushing = asyncio.create_task(store.flush())
+    await ops.wait_entered()
+    deleting = asyncio.create_task(ml.delete_cursor("doomed"))
+    await asyncio.sleep(0)  # let the delete start (it must wait for the save in flight)
+    assert not deleting.done()
+    ops.release()
+    await asyncio.gather(flushing, deleting)
+    assert list((ledger_dir(tmp_path, TOPIC) / "cursors").iterdir()) == []
+    await store.close()
+    store = await SegmentStore.open(tmp_path, CONFIG)
+    ml = await store.open_ledger(TOPIC)
+    assert "doomed" not in ml.cursors
+    assert await ml.trim() is not None
+    await store.close()
+
+
+async def test_flush_after_delete_does_not_recreate_the_cursor(tmp_path: Path) -> None:
+    store = await SegmentStore.open(tmp_path, CONFIG)
+    ml = await store.open_ledger(TOPIC)
+    cursor = await ml.open_cursor("gone")
+    cursor.read_position = cursor.read_position  # dirty
+    await ml.delete_cursor("gone")
+    await cursor.flush()  # someone still holding the object: a no-op
+    assert list((ledger_dir(tmp_path, TOPIC) / "cursors").iterdir()) == []
+    await store.close()
+
+
+async def test_delete_ledger_waits_for_an_open_of_the_same_name(tmp_path: Path) -> None:
+    ops = GatedOps()
+    store = await SegmentStore.open(tmp_path, CONFIG, file_ops=ops)
+    ml = await store.open_ledger(TOPIC)
+    await ml.append(b"data")
+    await ml.close()
+    ops.block(".seg")  # hold the reopen in recovery, where it opens the segment
+    opening = asyncio.create_task(store.open_ledger(TOPIC))
+    await ops.wait_entered()
+    deleting = asyncio.create_task(store.delete_ledger(TOPIC))
+    await asyncio.sleep(0)
+    assert not deleting.done()  # serialised behind the open
+    ops.release()
+    reopened = await opening
+    await deleting
+    assert reopened.closed  # the delete closed what the open registered
+    assert TOPIC not in store.open_ledgers
+    assert TOPIC not in store.ledger_names()
+    assert not ledger_dir(tmp_path, TOPIC).exists()
+    await store.close()
+
+
+async def test_open_ledger_overlapping_close_registers_nothing(tmp_path: Path) -> None:
+    ops = GatedOps()
+    store = await SegmentStore.open(tmp_path, CONFIG, file_ops=ops)
+    ml = await store.open_ledger(TOPIC)
+    await ml.append(b"data")
+    await ml.close()
+    ops.block(".seg")
+    opening = asyncio.create_task(store.open_ledger(TOPIC))
+    await ops.wait_entered()
+    closing = asyncio.create_task(store.close())
+    await asyncio.sleep(0)  # close() has begun (marked the store closed)
+    ops.release()
+    with pytest.raises(LedgerClosedError):
+        await opening
+    await closing
+    assert store.open_ledgers == {}
