@@ -30,7 +30,7 @@ import contextlib
 import logging
 import pathlib
 import socket
-from typing import Any
+from collections.abc import Iterable
 
 from aiohttp import web
 
@@ -181,7 +181,7 @@ class BrokerServer:
                 f"data {self.data_dir.resolve()}")
 
 
-def _bound_port(sockets: Any) -> int:
+def _bound_port(sockets: Iterable[socket.socket]) -> int:
     for sock in sockets:
         return int(sock.getsockname()[1])
     raise RuntimeError("listener has no socket")

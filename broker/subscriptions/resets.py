@@ -36,16 +36,21 @@ reaches through the narrow :class:`ResetTarget`. Loop thread only.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, Protocol
+from typing import Protocol
 
 from broker.delayed.in_memory import InMemoryDelayedDeliveryTracker
 from broker.delayed.tracker import DelayedDeliveryTracker
 from broker.subscriptions.consumer import SUB_TYPE_NAMES, Consumer
 from broker.subscriptions.dispatchers import Dispatcher
-from broker.subscriptions.dispatchers.cursors import normalize_target, tail_position
+from broker.subscriptions.dispatchers.cursors import (
+    SubscriptionCursor,
+    normalize_target,
+    tail_position,
+)
 from broker.subscriptions.revision import Revision, RevisionController
 from protocol.errors import NotAllowedError
 from protocol.metadata import parse_entry
+from storage.ledger import ManagedLedger
 from storage.positions import Position
 
 __all__ = ["CursorResets", "ResetTarget"]
@@ -64,12 +69,11 @@ class ResetTarget(Protocol):
     redelivery_counts: dict[Position, int]
     batch_acks: dict[Position, int]
 
-    # A storage ManagedCursor or a reader's MemoryCursor; storage's ManagedLedger.
     @property
-    def cursor(self) -> Any: ...
+    def cursor(self) -> SubscriptionCursor: ...
 
     @property
-    def ledger(self) -> Any: ...
+    def ledger(self) -> ManagedLedger: ...
 
     @property
     def revisions(self) -> RevisionController: ...

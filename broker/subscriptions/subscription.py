@@ -57,6 +57,8 @@ from protocol.errors import (
     MetadataError,
     ServiceNotReadyError,
 )
+from storage.cursor import ManagedCursor
+from storage.ledger import ManagedLedger
 from storage.positions import Position
 
 __all__ = [
@@ -75,9 +77,8 @@ class TopicContext(Protocol):
     :class:`broker.topics.topic.Topic`): its ledger, partition, delayed-delivery policy and a
     tracker built with the broker's settings, and to forget or delete this subscription."""
 
-    # storage's ManagedLedger (typed there)
     @property
-    def ledger(self) -> Any: ...
+    def ledger(self) -> ManagedLedger: ...
 
     @property
     def partition_index(self) -> int: ...
@@ -85,7 +86,7 @@ class TopicContext(Protocol):
     def delay_policy(self) -> DelayPolicy: ...
 
     def new_tracker(self, policy: DelayPolicy, *, on_due: Callable[[], None],
-                    cursor: Any | None) -> DelayedDeliveryTracker: ...
+                    cursor: ManagedCursor | None) -> DelayedDeliveryTracker: ...
 
     def remove_subscription(self, sub: Subscription) -> None: ...
 
@@ -95,7 +96,8 @@ class TopicContext(Protocol):
 class Subscription:
     """A named subscription on one topic (or one partition of a partitioned topic)."""
 
-    def __init__(self, topic: TopicContext, name: str, cursor: Any, *, durable: bool) -> None:
+    def __init__(self, topic: TopicContext, name: str, cursor: ManagedCursor | MemoryCursor, *,
+                 durable: bool) -> None:
         self.topic = topic
         self.name = name
         self.cursor = cursor
@@ -131,9 +133,10 @@ class Subscription:
         start_message_id: tuple[int, int] | None = None,
     ) -> Subscription:
         ledger = topic.ledger
+        cursor: ManagedCursor | MemoryCursor
         if durable:
             existed = name in ledger.cursors
-            cursor: Any = await ledger.open_cursor(
+            cursor = await ledger.open_cursor(
                 name, initial_position="earliest" if initial_position == "earliest" else "latest"
             )
             if start_message_id is not None and not existed:
@@ -182,8 +185,10 @@ class Subscription:
     def ensure_tracker(self, policy: DelayPolicy) -> DelayedDeliveryTracker:
         tracker = self.delayed_tracker
         if tracker is None:
+            cursor = self.cursor   # bucket snapshots only for a durable cursor
             tracker = self.topic.new_tracker(
-                policy, on_due=self._on_due, cursor=self.cursor if self.durable else None)
+                policy, on_due=self._on_due,
+                cursor=cursor if isinstance(cursor, ManagedCursor) else None)
             self.delayed_tracker = tracker
         return tracker
 

@@ -30,6 +30,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from broker.config import BrokerConfig
@@ -45,6 +46,8 @@ from protocol.errors import (
     TopicNotFoundError,
 )
 from storage.errors import StorageError
+from storage.snapshots import SnapshotStore
+from storage.store import SegmentStore
 
 __all__ = ["BrokerService"]
 
@@ -56,7 +59,7 @@ _instance_counter = itertools.count()
 
 
 class BrokerService:
-    def __init__(self, config: BrokerConfig, store: Any,
+    def __init__(self, config: BrokerConfig, store: SegmentStore,
                  loop: asyncio.AbstractEventLoop | None = None) -> None:
         self.config = config
         self.store = store
@@ -110,7 +113,7 @@ class BrokerService:
         self.topics.clear()
 
     @property
-    def snapshots(self) -> Any:
+    def snapshots(self) -> SnapshotStore:
         """The store's bucket-snapshot store (for delayed-delivery trackers)."""
         return self.store.snapshots
 
@@ -398,7 +401,7 @@ class BrokerService:
             del self._topic_policies[full]
             self._invalidate(lambda t: full in (t.full, t.name.partitioned_parent))
 
-    def _invalidate(self, match: Any) -> None:
+    def _invalidate(self, match: Callable[[Topic], bool]) -> None:
         for topic in list(self.topics.values()):
             if match(topic):
                 topic.invalidate_policy()

@@ -38,16 +38,18 @@ import contextlib
 import logging
 from collections import Counter
 from itertools import islice
-from typing import Any, Protocol
+from typing import Protocol
 
 from sortedcontainers import SortedSet
 
 from broker.delayed.policy import DelayPolicy
 from broker.delayed.tracker import DelayedDeliveryTracker
 from broker.subscriptions.consumer import Consumer
+from broker.subscriptions.dispatchers.cursors import SubscriptionCursor
 from broker.subscriptions.revision import RevisionSource
 from protocol.errors import ProtocolError
 from protocol.metadata import EntryInfo, parse_entry, sticky_key_hash
+from storage.ledger import ManagedLedger
 from storage.positions import Entry, Position
 
 __all__ = ["MAX_READ_ENTRIES", "DispatchContext", "Dispatcher"]
@@ -72,12 +74,11 @@ class DispatchContext(Protocol):
     redelivery_counts: dict[Position, int]
     batch_acks: dict[Position, int]
 
-    # A storage ManagedCursor or a reader's MemoryCursor; a ManagedLedger (storage's, typed there).
     @property
-    def cursor(self) -> Any: ...
+    def cursor(self) -> SubscriptionCursor: ...
 
     @property
-    def ledger(self) -> Any: ...
+    def ledger(self) -> ManagedLedger: ...
 
     @property
     def revisions(self) -> RevisionSource:
