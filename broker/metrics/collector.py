@@ -104,7 +104,11 @@ _FAMILIES: dict[str, tuple[str, str, str]] = {
     "pulsar_subscription_delayed_message_index_size_bytes": (
         "gauge", "Memory used by the subscription's delayed-delivery tracker (bytes)", "sub"),
     "pulsar_cursor_epoch_increase_count": (
-        "gauge", "Cursor state revisions (PIP-269): position resets of the cursor", "sub"),
+        "gauge", "Cursor state revisions (PIP-269): position resets of the cursor since the "
+        "subscription was loaded (topic loads are not counted)", "sub"),
+    "pulsar_cursor_epoch_increase_task_state": (
+        "gauge", "Cursor state revision task (PIP-269): 1 while a position reset runs, else 0",
+        "sub"),
     # PIP-423 tracker-level cancels (Horae's names: Pulsar exposes none).
     "pulsar_subscription_delayed_cancels_applied": (
         "counter", "Cancels that cleared a tracked delayed message (PIP-423)", "sub"),
@@ -250,7 +254,8 @@ class HoraeCollector(Collector):
             sadd("pulsar_subscription_msg_throughput_out",
                  self._rates.rate(("sbout", full, sub_name), sub.bytes_out_counter))
             sadd("pulsar_subscription_delayed_message_index_size_bytes", index_bytes)
-            sadd("pulsar_cursor_epoch_increase_count", sub.cursor.revision)
+            sadd("pulsar_cursor_epoch_increase_count", sub.revisions.increase_count)
+            sadd("pulsar_cursor_epoch_increase_task_state", int(sub.revisions.task_state))
             for name, value in gauges.items():
                 sadd(name, value)
             if tracker is not None:

@@ -16,6 +16,7 @@ Implemented by (higher layers; this module imports none of them):
 - :class:`TopicFigures` -- ``broker.topics.topic.Topic``
 - :class:`SubscriptionFigures` -- ``broker.subscriptions.subscription.Subscription``
 - :class:`CursorFigures` -- storage's ``ManagedCursor`` and the readers' ``MemoryCursor``
+- :class:`RevisionFigures` -- ``broker.subscriptions.revision.RevisionController``
 - :class:`ConsumerFigures` -- ``broker.subscriptions.consumer.Consumer``
 - :class:`DelayedIndexFigures` -- every delayed-delivery tracker
 - :class:`BucketIndexFigures` -- the bucket tracker (PIP-195), whose subscription hands it out
@@ -33,7 +34,7 @@ from broker.config import BrokerConfig
 
 __all__ = [
     "BucketIndexFigures", "ConsumerFigures", "CursorFigures", "DelayedIndexFigures",
-    "MetricsSource", "SubscriptionFigures", "TopicFigures",
+    "MetricsSource", "RevisionFigures", "SubscriptionFigures", "TopicFigures",
 ]
 
 
@@ -114,6 +115,20 @@ class CursorFigures(Protocol):
         ...
 
 
+class RevisionFigures(Protocol):
+    """A subscription's PIP-269 revision controller."""
+
+    @property
+    def increase_count(self) -> int:
+        """Cursor position resets done since the subscription was loaded (never topic loads)."""
+        ...
+
+    @property
+    def task_state(self) -> int:
+        """``pulsar_cursor_epoch_increase_task_state``: 1 while a reset runs, else 0."""
+        ...
+
+
 class ConsumerFigures(Protocol):
     @property
     def unacked_messages(self) -> int:
@@ -124,6 +139,9 @@ class ConsumerFigures(Protocol):
 class SubscriptionFigures(Protocol):
     @property
     def cursor(self) -> CursorFigures: ...
+
+    @property
+    def revisions(self) -> RevisionFigures: ...
 
     @property
     def consumers(self) -> Sequence[ConsumerFigures]: ...

@@ -17,16 +17,21 @@ Invariants:
 * ``permits`` may go negative: a batch entry is sent whole even when it costs more permits than
   are left, as Pulsar does; the consumer simply gets fewer messages until its next FLOW.
 * Frames for one consumer are queued in ``_out`` during a dispatch round and written with one
-  ``side.write`` by :meth:`flush` (coalesced writes).
+  ``side.write`` by :meth:`flush` (coalesced writes). Each queued frame carries the cursor
+  revision (PIP-269) it was made under: :meth:`flush` drops, just before writing, every frame made
+  under a revision that is now outdated, and a reset drops the queue with :meth:`drop_queued`.
+  A dropped frame gives its permits back; it never reached the client.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from broker.metrics.rates import RateMeter
+from broker.subscriptions.revision import RevisionSource
 from protocol.commands import encode_active_consumer_change, encode_close_consumer, encode_message
 from storage.positions import Position
 
@@ -112,7 +117,8 @@ class Consumer:
         self.last_acked_ms = 0
         self.last_consumed_ms = 0
         self.last_flow_ms = 0
-        self._out: list[bytes] = []
+        # (revision, position, messages, entry bytes, frame) queued for the next flush
+        self._out: list[tuple[int, Position, int, int, bytes]] = []
         self._rates = RateMeter()
 
     # ------------------------------------------------------------------ sending
@@ -141,10 +147,11 @@ class Consumer:
         sticky_hash: int = 0,
         redelivery_count: int = 0,
         ack_set: list[int] | None = None,
+        revision: int,
     ) -> None:
-        """Queue one MESSAGE frame; call :meth:`flush` at the end of the dispatch round."""
-        self._out.append(
-            encode_message(
+        """Queue one MESSAGE frame made under cursor ``revision``; call :meth:`flush` at the end
+        of the dispatch round."""
+        self._out.append((revision, position, messages, len(entry), encode_message(
                 self.consumer_id,
                 position.ledger_id,
                 position.entry_id,
@@ -152,8 +159,7 @@ class Consumer:
                 redelivery_count=redelivery_count,
                 ack_set=ack_set,
                 partition=self.partition,
-            )
-        )
+            )))
         self.permits -= messages
         self.pending[position] = (messages, sticky_hash)
         self.unacked_messages += messages
@@ -162,14 +168,41 @@ class Consumer:
         if redelivery_count:
             self.msg_redeliver_counter += messages
 
-    def flush(self) -> None:
+    def flush(self, revisions: RevisionSource) -> None:
+        """Write the queued frames, dropping those made under an outdated revision."""
         if not self._out:
             return
-        data = self._out[0] if len(self._out) == 1 else b"".join(self._out)
-        self._out.clear()
+        out = self._out
+        if any(revisions.is_outdated(item[0]) for item in out):
+            # Normally the reset already dropped them; this is the last line before the socket.
+            for pos in self.drop_queued(revisions.is_outdated):
+                self.take_pending(pos)
+            out = self._out
+            if not out:
+                return
+        data = out[0][4] if len(out) == 1 else b"".join(item[4] for item in out)
+        out.clear()
         self.last_consumed_ms = int(time.time() * 1000)
         if not self.closed:
             self.side.write(data)
+
+    def drop_queued(self, which: Callable[[int], bool] | None = None) -> list[Position]:
+        """Forget queued, unwritten frames (all, or those whose revision ``which`` selects):
+        their permits and out counters come back. They stay in ``pending`` for the caller
+        (the dispatcher) to release or hand back. Returns their positions."""
+        kept: list[tuple[int, Position, int, int, bytes]] = []
+        dropped: list[Position] = []
+        for item in self._out:
+            if which is not None and not which(item[0]):
+                kept.append(item)
+                continue
+            _, pos, messages, size, _ = item
+            self.permits += messages
+            self.msg_out_counter -= messages
+            self.bytes_out_counter -= size
+            dropped.append(pos)
+        self._out = kept
+        return dropped
 
     def take_pending(self, position: Position) -> tuple[int, int] | None:
         """Forget a pending position (acked or handed back); returns (messages, hash) if it was ours."""

@@ -2,9 +2,10 @@
 
 Theory of operation
 -------------------
-Every operation that moves a subscription's cursor other than by a consumer's ack runs here,
-under one lock (:attr:`CursorResets.lock`), so two resets never interleave and a dispatcher
-never sees half of one:
+Every operation that moves a subscription's cursor other than by a consumer's ack runs here, as
+one *revision* of the subscription's :class:`broker.subscriptions.revision.RevisionController`
+(PIP-269): two resets never interleave (a second one queues behind the first), no dispatcher
+round starts while one runs, and a read, replay read or queued frame made before it is discarded:
 
 - :meth:`~CursorResets.reset_cursor` / :meth:`~CursorResets.reset_cursor_to_timestamp` (client
   SEEK, admin reset-cursor): consumers are disconnected (they re-subscribe, as in Pulsar), the
@@ -12,13 +13,21 @@ never sees half of one:
   acks are cleared, and the cursor is moved so the next entry read is the target.
 - :meth:`~CursorResets.skip`, :meth:`~CursorResets.skip_by_message_ids` (PIP-423) and
   :meth:`~CursorResets.skip_all` (clear-backlog) acknowledge entries on the consumers' behalf.
-- :meth:`~CursorResets.rewind` (a dispatcher of another type replaced the old one): the read
-  position goes back to the first unacknowledged entry.
+- :meth:`~CursorResets.switch_dispatcher` (a consumer of another type arrives on a subscription
+  without consumers) and :meth:`~CursorResets.rewind` (the first consumer arrives on a Shared or
+  Key_Shared dispatcher whose consumers all left, as Pulsar's
+  ``PersistentDispatcherMultipleConsumers.addConsumer`` rewinds): the read position goes back to
+  the first unacknowledged entry and the dispatcher starts afresh.
 
-Each ends by bumping ``cursor.revision`` (PIP-269): a dispatcher read that started before the
-reset is discarded when it completes. :attr:`CursorResets.resetting` is true while a reset
-disconnects consumers, so the subscription does not take a reader's last consumer leaving for
-the end of the reader.
+Inside a revision the derived state is dropped first (the delayed tracker's index and hand-out
+suppression, the dispatcher's replay set, queued frames, pending lists, Key_Shared ownership,
+redelivery counts, batch acks) -- except that a forward skip that keeps the consumers drops only
+what concerns the skipped positions (plus every queued frame). The cursor edit is registered with
+``rev.apply_at_end`` and applied by the controller in the same loop step as the revision bump.
+Nothing else bumps the revision. After the revision the dispatcher is scheduled: everything else
+is re-derived by reading. :attr:`CursorResets.resetting` is true while a reset disconnects
+consumers, so the subscription does not take a reader's last consumer leaving for the end of the
+reader.
 
 Owned by :class:`broker.subscriptions.subscription.Subscription` (``sub.resets``), which it
 reaches through the narrow :class:`ResetTarget`. Loop thread only.
@@ -26,10 +35,10 @@ reaches through the narrow :class:`ResetTarget`. Loop thread only.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterable
 from typing import Protocol
 
+from broker.delayed.in_memory import InMemoryDelayedDeliveryTracker
 from broker.delayed.tracker import DelayedDeliveryTracker
 from broker.subscriptions.consumer import SUB_TYPE_NAMES, Consumer
 from broker.subscriptions.dispatchers import Dispatcher
@@ -38,6 +47,7 @@ from broker.subscriptions.dispatchers.cursors import (
     normalize_target,
     tail_position,
 )
+from broker.subscriptions.revision import Revision, RevisionController
 from protocol.errors import NotAllowedError
 from protocol.metadata import parse_entry
 from storage.ledger import ManagedLedger
@@ -66,6 +76,9 @@ class ResetTarget(Protocol):
     @property
     def ledger(self) -> ManagedLedger: ...
 
+    @property
+    def revisions(self) -> RevisionController: ...
+
     def remove_consumer(self, consumer: Consumer) -> None: ...
 
 
@@ -74,15 +87,29 @@ class CursorResets:
 
     def __init__(self, sub: ResetTarget) -> None:
         self.sub = sub
-        self.lock = asyncio.Lock()
         self.resetting = False
+
+    def _schedule(self) -> None:
+        d = self.sub.dispatcher
+        if d is not None and d.consumers:
+            d.schedule()
+
+    def _drop_derived(self) -> None:
+        """Everything derived from the cursor's positions goes (a reset that moves them)."""
+        sub = self.sub
+        if sub.delayed_tracker is not None:
+            sub.delayed_tracker.clear()
+        if sub.dispatcher is not None:
+            sub.dispatcher.reset()
+        sub.redelivery_counts.clear()
+        sub.batch_acks.clear()
 
     # ------------------------------------------------------------------ seek / reset-cursor
 
     async def reset_to(self, target: Position, *, disconnect: bool) -> None:
         """Move the cursor so *target* is the next entry read (see the module docstring)."""
         sub = self.sub
-        async with self.lock:
+        async with sub.revisions.revise() as rev:
             self.resetting = True
             try:
                 if disconnect:
@@ -90,18 +117,12 @@ class CursorResets:
                         consumer.disconnect()
                         consumer.side.forget(consumer)
                         sub.remove_consumer(consumer)
-                if sub.delayed_tracker is not None:
-                    sub.delayed_tracker.clear()
-                if sub.dispatcher is not None:
-                    sub.dispatcher.reset()
-                sub.redelivery_counts.clear()
-                sub.batch_acks.clear()
-                sub.cursor.reset(target)
-                sub.cursor.revision += 1
+                self._drop_derived()
+                cursor = sub.cursor
+                rev.apply_at_end(lambda: cursor.reset(target))
             finally:
                 self.resetting = False
-        if sub.dispatcher is not None:
-            sub.dispatcher.schedule()
+        self._schedule()
 
     async def reset_cursor(self, position: tuple[int, int] | Position) -> None:
         """Seek / admin reset-cursor to a message id: the next entry read is that one."""
@@ -110,7 +131,8 @@ class CursorResets:
         await self.reset_to(normalize_target(self.sub.ledger, lid, eid), disconnect=True)
 
     async def reset_cursor_to_timestamp(self, timestamp_ms: int) -> None:
-        """Seek by publish time: the next entry is the first one published at or after it."""
+        """Seek by publish time: the next entry is the first one published at or after it.
+        The search reads entries directly (not through the cursor) before the revision starts."""
         target = await self._find_by_publish_time(timestamp_ms)
         await self.reset_to(target, disconnect=True)
 
@@ -152,86 +174,129 @@ class CursorResets:
 
     async def skip(self, n: int) -> None:
         """Acknowledge the next ``n`` unacknowledged entries (admin skip)."""
-        cursor = self.sub.cursor
-        ledger = self.sub.ledger
-        last = ledger.last_confirmed
-        positions: list[Position] = []
-        pos = cursor.mark_delete_position
-        while last is not None and len(positions) < n and pos < last:
-            pos = ledger.next_position(pos)
-            if not cursor.is_deleted(pos):
-                positions.append(pos)
-        await self._skip_positions(positions)
+        sub = self.sub
+        async with sub.revisions.revise() as rev:
+            cursor = sub.cursor
+            ledger = sub.ledger
+            last = ledger.last_confirmed
+            positions: list[Position] = []
+            pos = cursor.mark_delete_position
+            while last is not None and len(positions) < n and pos < last:
+                pos = ledger.next_position(pos)
+                if not cursor.is_deleted(pos):
+                    positions.append(pos)
+            self._skip_inside(rev, positions)
+        self._schedule()
 
     async def skip_all(self) -> None:
         """Clear the backlog: everything up to the last entry is acknowledged."""
         sub = self.sub
-        async with self.lock:
+        async with sub.revisions.revise() as rev:
             last = sub.ledger.last_confirmed
-            if sub.delayed_tracker is not None:
-                sub.delayed_tracker.clear()
-            if sub.dispatcher is not None:
-                sub.dispatcher.on_acked(list(sub.dispatcher.replay))
-            if last is not None:
-                sub.cursor.mark_delete(last)
-                if sub.cursor.read_position <= last:
-                    sub.cursor.read_position = sub.ledger.next_position(last)
-            sub.batch_acks.clear()
-            sub.cursor.revision += 1
+            self._drop_derived()  # everything handed out is acknowledged now
+            cursor, ledger = sub.cursor, sub.ledger
+
+            def edit() -> None:
+                if last is not None:
+                    cursor.mark_delete(last)
+                    if cursor.read_position <= last:
+                        cursor.read_position = ledger.next_position(last)
+
+            rev.apply_at_end(edit)
+        self._schedule()
 
     async def skip_by_message_ids(self, ids: Iterable[tuple[int, ...]]) -> None:
-        """PIP-423: individually acknowledge given message ids (batch index optional)."""
+        """PIP-423: individually acknowledge given message ids (batch index optional).
+
+        Batch sizes are read (direct reads) before the revision starts; the batch-ack book is
+        edited inside it."""
         sub = self.sub
         if sub.sub_type in (EXCLUSIVE, FAILOVER) and sub.consumers:
             raise NotAllowedError(
                 f"Skip by message ids is not allowed on a {SUB_TYPE_NAMES[sub.sub_type]} "
                 "subscription")
-        full: list[Position] = []
+        items: list[tuple[Position, int, int]] = []  # (position, batch index or -1, batch size)
         for item in ids:
             pos = Position(int(item[0]), int(item[1]))
             batch_index = int(item[2]) if len(item) > 2 and item[2] is not None else -1
+            size = 1
             if batch_index >= 0:
                 entry = await sub.ledger.read_entry(pos)
                 size = parse_entry(entry.data).messages if entry is not None else 1
-                current = sub.batch_acks.get(pos, (1 << size) - 1)
-                remaining = current & ~(1 << batch_index)
-                if remaining:
-                    sub.batch_acks[pos] = remaining
-                    continue
-                sub.batch_acks.pop(pos, None)
-            full.append(pos)
-        await self._skip_positions(full)
+            items.append((pos, batch_index, size))
+        async with sub.revisions.revise() as rev:
+            full: list[Position] = []
+            for pos, batch_index, size in items:
+                if batch_index >= 0:
+                    current = sub.batch_acks.get(pos, (1 << size) - 1)
+                    remaining = current & ~(1 << batch_index)
+                    if remaining:
+                        sub.batch_acks[pos] = remaining
+                        continue
+                    sub.batch_acks.pop(pos, None)
+                full.append(pos)
+            self._skip_inside(rev, full)
+        self._schedule()
 
-    async def _skip_positions(self, positions: list[Position]) -> None:
-        if not positions:
-            return
+    def _skip_inside(self, rev: Revision, positions: list[Position]) -> None:
+        """Inside a revision: forget ``positions`` everywhere; acknowledge them at its end."""
         sub = self.sub
-        async with self.lock:
+        tracker = sub.delayed_tracker
+        if tracker is not None:
+            for pos in positions:
+                tracker.cancel(pos.ledger_id, pos.entry_id)
+        if sub.dispatcher is not None:
+            sub.dispatcher.on_skipped(positions)
+        for pos in positions:
+            sub.batch_acks.pop(pos, None)
+        cursor = sub.cursor
+        if positions:
+            def edit() -> None:
+                fresh = sum(1 for pos in positions if not cursor.is_deleted(pos))
+                cursor.delete(positions)
+                sub.msg_ack_counter += fresh  # an admin ack counts as any ack
+
+            rev.apply_at_end(edit)
+
+    # ------------------------------------------------------------------ rewinds
+
+    def _rewind_edit(self, rev: Revision) -> None:
+        cursor, ledger = self.sub.cursor, self.sub.ledger
+
+        def edit() -> None:
+            cursor.read_position = ledger.next_position(cursor.mark_delete_position)
+
+        rev.apply_at_end(edit)
+
+    async def switch_dispatcher(self, new: Dispatcher) -> None:
+        """A consumer of another type arrives on a subscription without consumers: *new*
+        replaces the old dispatcher (whose replay set and frames die with it) and reading starts
+        again from the first unacknowledged entry. A tracker *new* cannot use is closed."""
+        sub = self.sub
+        async with sub.revisions.revise() as rev:
+            old = sub.dispatcher
+            sub.dispatcher = new
+            if old is not None:
+                old.reset()
+                await old.close()
             tracker = sub.delayed_tracker
             if tracker is not None:
-                for pos in positions:
-                    tracker.cancel(pos.ledger_id, pos.entry_id)
-            fresh = [pos for pos in positions if not sub.cursor.is_deleted(pos)]
-            sub.cursor.delete(positions)
-            sub.msg_ack_counter += len(fresh)   # an admin ack counts as any ack
-            if sub.dispatcher is not None:
-                sub.dispatcher.on_acked(positions)
-            sub.cursor.revision += 1
-        if sub.dispatcher is not None:
-            sub.dispatcher.schedule()
+                tracker.clear()
+                if not new.delayed_capable:
+                    sub.delayed_tracker = None
+                    await tracker.close()
+            self._rewind_edit(rev)
 
-    # ------------------------------------------------------------------ rewind
-
-    async def rewind(self, new: Dispatcher) -> None:
-        """A dispatcher replaced the old one (whose replay set and held entries died with it):
-        read again from the first unacknowledged entry. A tracker *new* cannot use is closed."""
+    async def rewind(self) -> None:
+        """The first consumer arrives on a Shared/Key_Shared dispatcher whose consumers all
+        left: like Pulsar's addConsumer on an empty consumer list, forget the replay set and an
+        in-memory delayed index (a bucket index is kept: its snapshots are durable) and read
+        again from the first unacknowledged entry."""
         sub = self.sub
-        async with self.lock:
-            if sub.delayed_tracker is not None and not new.delayed_capable:
-                sub.delayed_tracker.clear()
-                await sub.delayed_tracker.close()
-                sub.delayed_tracker = None
-            elif sub.delayed_tracker is not None:
-                sub.delayed_tracker.clear()
-            sub.cursor.read_position = sub.ledger.next_position(sub.cursor.mark_delete_position)
-            sub.cursor.revision += 1
+        async with sub.revisions.revise() as rev:
+            if sub.dispatcher is not None:
+                sub.dispatcher.reset()
+            tracker = sub.delayed_tracker
+            if isinstance(tracker, InMemoryDelayedDeliveryTracker):
+                tracker.clear()
+            self._rewind_edit(rev)

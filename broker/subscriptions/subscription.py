@@ -9,10 +9,13 @@ the reader. The dispatcher is created for the
 subscription type of the first consumer and replaced only when every consumer has left and one
 of another type arrives (then the cursor is rewound to the first unacknowledged entry).
 
-Every cursor position reset -- seek, admin reset-cursor, skip, clear-backlog, rewind -- is
-run by ``self.resets`` (:class:`broker.subscriptions.resets.CursorResets`) under one lock; it
-ends by bumping ``cursor.revision`` so a dispatcher read that started before the reset is
-discarded when it completes (PIP-269). The methods here of the same names delegate to it.
+Every cursor position reset -- seek, admin reset-cursor, skip, skip by ids, clear-backlog, a
+type switch, the rewind when a first consumer arrives on an emptied Shared/Key_Shared
+dispatcher -- is run by ``self.resets`` (:class:`broker.subscriptions.resets.CursorResets`) as
+one revision of ``self.revisions`` (:class:`broker.subscriptions.revision.RevisionController`,
+PIP-269); the methods here of the same names delegate to it. A subscribe waits for a running
+revision to end before it is admitted. Opening a subscription (topic load) is not a reset: no
+read can be in flight on a new subscription, so it does not bump the revision.
 
 Acks arrive from :class:`broker.net.consumers.ConsumerSide`: individual (with batch ``ack_set``:
 a set bit is a message still to deliver, kept in memory in ``batch_acks`` and sent back on
@@ -48,6 +51,7 @@ from broker.subscriptions.dispatchers.cursors import (
     wire_position,
 )
 from broker.subscriptions.resets import CursorResets
+from broker.subscriptions.revision import RevisionController
 from protocol.errors import (
     ConsumerBusyError,
     MetadataError,
@@ -115,6 +119,7 @@ class Subscription:
         self._rates = RateMeter()
         self.read_compacted = False  # skip what compaction superseded (set on SUBSCRIBE)
         self.closed = False
+        self.revisions = RevisionController(cursor)
         self.resets = CursorResets(self)
         self.partition_index = topic.partition_index
 
@@ -141,7 +146,6 @@ class Subscription:
                 # Admin create-subscription at a message id: that entry is the first to read.
                 lid, eid = wire_position(*start_message_id)
                 cursor.reset(normalize_target(ledger, lid, eid))
-                cursor.revision += 1
         else:
             cursor = MemoryCursor(
                 ledger, name, reader_mark_delete(ledger, start_message_id, initial_position)
@@ -150,7 +154,6 @@ class Subscription:
             # Only acks survive a restart: everything unacknowledged is read again (Pulsar
             # recovers a cursor's read position as the entry after its mark-delete position).
             cursor.read_position = ledger.next_position(cursor.mark_delete_position)
-            cursor.revision += 1  # a rewind: everything handed out before is handed out again
         sub = cls(topic, name, cursor, durable=durable)
         if durable and any(k.startswith(BUCKET_PROPERTY_PREFIX) for k in cursor.properties):
             # Bucket snapshots from a previous run: recover them before anything is dispatched.
@@ -221,12 +224,22 @@ class Subscription:
     # ------------------------------------------------------------------ consumers
 
     async def add_consumer(self, consumer: Consumer) -> None:
-        """Attach a consumer; raises ConsumerBusy / ConsumerAssignError like Pulsar."""
+        """Attach a consumer; raises ConsumerBusy / ConsumerAssignError like Pulsar.
+
+        A subscribe waits for a running reset to end (it is admitted against the state after
+        it); the attach itself runs in the loop step that ends the type switch or rewind it may
+        need, so no other subscribe or read sees the subscription in between."""
+        await self.revisions.wait_idle()
         self._check_admission(consumer)
         dispatcher = self.dispatcher
-        if dispatcher is None or (not self.consumers and self._needs_new_dispatcher(consumer)):
-            await self._replace_dispatcher(consumer)
+        if dispatcher is None:
+            self.dispatcher = self._new_dispatcher(consumer)
+        elif not self.consumers and self._needs_new_dispatcher(consumer):
+            await self.resets.switch_dispatcher(self._new_dispatcher(consumer))
             self._check_admission(consumer)  # another subscribe may have won during the await
+        elif not self.consumers and self._needs_rewind(dispatcher):
+            await self.resets.rewind()
+            self._check_admission(consumer)
         dispatcher = self.dispatcher
         assert dispatcher is not None
         if isinstance(dispatcher, KeySharedDispatcher):
@@ -255,23 +268,22 @@ class Subscription:
             return True
         return isinstance(d, KeySharedDispatcher) and d.mode != consumer.key_shared_mode
 
-    async def _replace_dispatcher(self, consumer: Consumer) -> None:
-        old = self.dispatcher
+    def _new_dispatcher(self, consumer: Consumer) -> Dispatcher:
         t = consumer.sub_type
-        new: Dispatcher
         if t == SHARED:
-            new = SharedDispatcher(self)
-        elif t == KEY_SHARED:
-            new = KeySharedDispatcher(self, consumer.key_shared_mode or 0)
-        else:
-            new = SingleActiveDispatcher(self, t)
-        self.dispatcher = new
-        if old is None:
-            return
-        await old.close()
-        # The old dispatcher's replay set and tracker die with it: start again from the
-        # first unacknowledged entry (a rewind, so it goes through the revision).
-        await self.resets.rewind(new)
+            return SharedDispatcher(self)
+        if t == KEY_SHARED:
+            return KeySharedDispatcher(self, consumer.key_shared_mode or 0)
+        return SingleActiveDispatcher(self, t)
+
+    def _needs_rewind(self, dispatcher: Dispatcher) -> bool:
+        """Pulsar's multi-consumer dispatcher rewinds when a consumer arrives on an empty
+        consumer list; Horae does it only when there is something to rewind."""
+        if not isinstance(dispatcher, (SharedDispatcher, KeySharedDispatcher)):
+            return False
+        cursor = self.cursor
+        return bool(dispatcher.replay) or \
+            cursor.read_position != self.ledger.next_position(cursor.mark_delete_position)
 
     def after_subscribe(self, consumer: Consumer) -> None:
         if self.dispatcher is not None:

@@ -104,6 +104,7 @@ def internal_stats(topic: Topic) -> dict[str, Any]:
             "subscriptionHavePendingReplayRead": False,
             "properties": dict(cursor.properties),
             "revision": cursor.revision,
+            "isUnderRevision": bool(sub is not None and sub.revisions.under_revision),
             "persistedSizeBytes": cursor.persisted_size_bytes,
         }
     return {

@@ -119,10 +119,16 @@ def test_delayed_messages_and_cursor_resets_show_in_metrics(api: Api, client: An
     assert _value(samples, "pulsar_delayed_message_index_size_bytes", topic=topic) > 0
     assert _value(samples, "pulsar_subscription_delayed_message_index_size_bytes", **labels) > 0
     before = _value(samples, "pulsar_cursor_epoch_increase_count", **labels)
+    assert before == 0  # subscribing (a topic load) is not a reset
     path = "/admin/v2/persistent/public/default/delayed-metrics/subscription/sub/skip_all"
     assert api("POST", path).status == 204
-    after = _value(_scrape(api), "pulsar_cursor_epoch_increase_count", **labels)
+    after_samples = _scrape(api)
+    after = _value(after_samples, "pulsar_cursor_epoch_increase_count", **labels)
     assert after == before + 1
+    assert _value(after_samples, "pulsar_cursor_epoch_increase_task_state", **labels) == 0
+    internal = api("GET", "/admin/v2/persistent/public/default/delayed-metrics/internalStats")
+    cursor = internal.body["cursors"]["sub"]
+    assert (cursor["revision"], cursor["isUnderRevision"]) == (1, False)
     producer.close()
     consumer.close()
 
@@ -167,8 +173,15 @@ class _FakeConsumer:
 
 
 @dataclasses.dataclass
+class _FakeRevisions:
+    increase_count: int = 0
+    task_state: int = 0
+
+
+@dataclasses.dataclass
 class _FakeSubscription:
     cursor: _FakeCursor = dataclasses.field(default_factory=_FakeCursor)
+    revisions: _FakeRevisions = dataclasses.field(default_factory=_FakeRevisions)
     consumers: list[_FakeConsumer] = dataclasses.field(default_factory=list)
     msg_out_counter: int = 0
     bytes_out_counter: int = 0
@@ -210,7 +223,8 @@ class _FakeService:
 
 
 def _fake_service(*, topic_level: bool = True) -> MetricsSource:
-    sub = _FakeSubscription(cursor=_FakeCursor(backlog=5, revision=4),
+    sub = _FakeSubscription(cursor=_FakeCursor(backlog=5, revision=9),
+                            revisions=_FakeRevisions(increase_count=4, task_state=1),
                             consumers=[_FakeConsumer(unacked_messages=2)],
                             delayed_tracker=_FakeBucketTracker(),
                             msg_out_counter=8, bytes_out_counter=80)
@@ -242,7 +256,8 @@ def test_collector_reads_plain_counters_trackers_and_histograms() -> None:
     assert _value(samples, "pulsar_subscription_back_log", **sub) == 5
     assert _value(samples, "pulsar_subscription_unacked_messages", **sub) == 2
     assert _value(samples, "pulsar_subscription_delayed", **sub) == 10
-    assert _value(samples, "pulsar_cursor_epoch_increase_count", **sub) == 4
+    assert _value(samples, "pulsar_cursor_epoch_increase_count", **sub) == 4  # not revision 9
+    assert _value(samples, "pulsar_cursor_epoch_increase_task_state", **sub) == 1
     assert _value(samples, "pulsar_delayed_message_index_size_bytes", **topic) == 240
     assert _value(samples, "pulsar_delayed_message_index_bucket_total", **sub) == 3
     assert _value(samples, "pulsar_delayed_message_index_loaded", **sub) == 10

@@ -15,8 +15,16 @@ One round:
 3. then up to ``MAX_READ_ENTRIES`` (bounded by the permits) new entries are read from
    ``cursor.read_position`` and the read position advances past them.
 
-Every read remembers ``cursor.revision`` before awaiting the store; if a reset (seek, reset-cursor,
-skip, rewind) bumped the revision meanwhile the result is discarded, never delivered (PIP-269).
+Cursor revisions (PIP-269, :mod:`broker.subscriptions.revision`): no round starts while a reset
+runs (``revisions.under_revision``); every read and replay read remembers the revision it was
+started under and its result is discarded when it completes under a newer one (or while a reset
+runs); every queued frame carries that revision and :meth:`Consumer.flush` drops it, just before
+writing, if it became outdated. A reset calls :meth:`Dispatcher.reset` (everything derived is
+dropped: replay set, queued frames, pending lists and unacked counts, owners, Key_Shared
+ownership) or, for the forward resets that keep the consumers (skip, skip by ids),
+:meth:`Dispatcher.on_skipped` (queued frames are dropped and go back to the replay set, the
+skipped positions are forgotten everywhere; pending messages the reset did not skip stay with
+their consumer -- dropping them would lose them).
 Acknowledged entries are skipped (``cursor.is_deleted``). On Shared and Key_Shared a fresh entry
 whose ``deliver_at_time`` is accepted by the tracker is held back; replays are never re-tracked.
 Subclasses decide who gets an entry (:meth:`_route`) and how many entries a round may read
@@ -38,6 +46,7 @@ from broker.delayed.policy import DelayPolicy
 from broker.delayed.tracker import DelayedDeliveryTracker
 from broker.subscriptions.consumer import Consumer
 from broker.subscriptions.dispatchers.cursors import SubscriptionCursor
+from broker.subscriptions.revision import RevisionSource
 from protocol.errors import ProtocolError
 from protocol.metadata import EntryInfo, parse_entry, sticky_key_hash
 from storage.ledger import ManagedLedger
@@ -72,8 +81,8 @@ class DispatchContext(Protocol):
     def ledger(self) -> ManagedLedger: ...
 
     @property
-    def resetting(self) -> bool:
-        """A cursor reset is disconnecting the consumers."""
+    def revisions(self) -> RevisionSource:
+        """The cursor's revision controller (PIP-269)."""
         ...
 
     def delay_policy(self) -> DelayPolicy: ...
@@ -181,8 +190,10 @@ class Dispatcher:
                 counts.pop(pos, None)
 
     def reset(self) -> None:
-        """Forget every in-flight and replay position (a cursor reset is under way)."""
+        """Forget every derived position -- queued frames, pending, owners, replay -- (a cursor
+        reset that moves the read position is under way)."""
         for consumer in self.consumers:
+            consumer.drop_queued()
             for pos in list(consumer.pending):
                 item = consumer.take_pending(pos)
                 if item is not None:
@@ -191,6 +202,16 @@ class Dispatcher:
         self.replay.clear()
         self.replay_hash.clear()
         self.hashes_in_replay.clear()
+
+    def on_skipped(self, positions: list[Position]) -> None:
+        """A forward reset keeping the consumers acknowledged ``positions``: frames queued but
+        not written go back to the replay set (their permits back), then the skipped positions
+        are forgotten everywhere."""
+        for consumer in self.consumers:
+            dropped = consumer.drop_queued()
+            if dropped:
+                self.hand_back(consumer, dropped, count_redelivery=False)
+        self.on_acked(positions)
 
     # ------------------------------------------------------------------ scheduling
 
@@ -218,8 +239,9 @@ class Dispatcher:
             asyncio.get_running_loop().call_later(0.1, self.schedule)
         finally:
             self._task = None
+            revisions = self.sub.revisions
             for consumer in self.consumers:
-                consumer.flush()
+                consumer.flush(revisions)
 
     async def close(self) -> None:
         self._closed = True
@@ -250,14 +272,15 @@ class Dispatcher:
 
     async def _dispatch_once(self) -> bool:
         sub = self.sub
-        if not self.consumers or sub.resetting:
-            return False
+        revisions = sub.revisions
+        if not self.consumers or revisions.under_revision:
+            return False  # the reset schedules a round when it ends
         budget = self._budget()
         if budget <= 0:
             return False
         cursor = sub.cursor
         ledger = sub.ledger
-        revision = cursor.revision
+        revision = revisions.revision
         progressed = False
         blocked: set[int] = set()
         tracker = sub.delayed_tracker
@@ -271,11 +294,11 @@ class Dispatcher:
                 positions = list(islice(self.replay, min(budget, MAX_READ_ENTRIES)))
             before = len(self.replay)
             entries, missing = await self._read_positions(positions)
-            if cursor.revision != revision or self._closed:
-                return True
+            if revisions.is_outdated(revision) or self._closed:
+                return True  # a reset ran meanwhile: this replay read is stale
             for pos in missing:
                 self.discard_replay(pos)  # trimmed or dropped: nothing to redeliver
-            if self._deliver(entries, from_replay=True, blocked=blocked) or \
+            if self._deliver(entries, from_replay=True, blocked=blocked, revision=revision) or \
                     len(self.replay) < before:
                 progressed = True
             budget = self._budget()
@@ -290,15 +313,16 @@ class Dispatcher:
             if last is not None and read_from <= last:
                 wanted = max(1, int(budget / self._avg_messages_per_entry))
                 entries = await ledger.read_entries(read_from, min(wanted, MAX_READ_ENTRIES))
-                if cursor.revision != revision or self._closed:
-                    return True
+                if revisions.is_outdated(revision) or self._closed:
+                    return True  # a reset ran meanwhile: this read is stale
                 if entries:
                     if cursor.read_position == read_from:
                         cursor.read_position = ledger.next_position(entries[-1].position)
                     progressed = True
-                    self._deliver(entries, from_replay=False, blocked=blocked)
+                    self._deliver(entries, from_replay=False, blocked=blocked,
+                                  revision=revision)
         for consumer in self.consumers:
-            consumer.flush()
+            consumer.flush(revisions)
         return progressed
 
     def _skip_tracked(self, tracker: DelayedDeliveryTracker, read_from: Position,
@@ -385,7 +409,8 @@ class Dispatcher:
             i = j
         return out, missing
 
-    def _deliver(self, entries: list[Entry], *, from_replay: bool, blocked: set[int]) -> int:
+    def _deliver(self, entries: list[Entry], *, from_replay: bool, blocked: set[int],
+                 revision: int) -> int:
         """Route and queue entries; returns the number of entries sent."""
         sub = self.sub
         cursor = sub.cursor
@@ -439,6 +464,7 @@ class Dispatcher:
                 sticky_hash=sticky_hash,
                 redelivery_count=counts.get(pos, 0) if counts else 0,
                 ack_set=_to_longs(ack_set, messages) if ack_set is not None else None,
+                revision=revision,
             )
             self.owner[pos] = consumer
             self._sent(consumer, sticky_hash)
