@@ -12,6 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from waiting import wait_until
 
 from broker.config import BrokerConfig
+from broker.delayed.cancels import CancelStats
 from broker.metrics import create_registry
 from broker.metrics.collector import HoraeCollector
 from broker.metrics.lag import LoopLagProbe
@@ -151,6 +152,9 @@ class _FakeBucketTracker:
     def __len__(self) -> int:
         return self.size
 
+    def cancel_stats(self) -> CancelStats:
+        return CancelStats(applied_total=6, refused_total=2, pending=4)
+
 
 @dataclasses.dataclass
 class _FakeMemoryTracker:
@@ -159,6 +163,9 @@ class _FakeMemoryTracker:
 
     def __len__(self) -> int:
         return self.size
+
+    def cancel_stats(self) -> CancelStats:
+        return CancelStats(applied_total=0, refused_total=0, pending=0)
 
 
 @dataclasses.dataclass
@@ -258,6 +265,9 @@ def test_collector_reads_plain_counters_trackers_and_histograms() -> None:
     assert _value(samples, "pulsar_subscription_delayed", **sub) == 10
     assert _value(samples, "pulsar_cursor_epoch_increase_count", **sub) == 4  # not revision 9
     assert _value(samples, "pulsar_cursor_epoch_increase_task_state", **sub) == 1
+    assert _value(samples, "pulsar_subscription_delayed_cancels_applied_total", **sub) == 6
+    assert _value(samples, "pulsar_subscription_delayed_cancels_refused_total", **sub) == 2
+    assert _value(samples, "pulsar_subscription_delayed_cancels_pending", **sub) == 4
     assert _value(samples, "pulsar_delayed_message_index_size_bytes", **topic) == 240
     assert _value(samples, "pulsar_delayed_message_index_bucket_total", **sub) == 3
     assert _value(samples, "pulsar_delayed_message_index_loaded", **sub) == 10
