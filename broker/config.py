@@ -29,9 +29,10 @@ import logging
 import pathlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from broker.config_sources import SourceError, environment_settings, read_config_file
+from storage.config import StorageConfig
 
 __all__ = [
     "DELAYED_TRACKER_BUCKET",
@@ -68,7 +69,11 @@ _TRACKER_ALIASES = {
 }
 
 
-def _opt(key: str, default: Any, doc: str) -> Any:
+_T = TypeVar("_T")
+
+
+def _opt(key: str, default: _T, doc: str) -> _T:
+    """A setting: its broker.conf *key*, its default and its documentation (field metadata)."""
     return field(default=default, metadata={"key": key, "doc": doc})
 
 
@@ -402,27 +407,15 @@ def log_ignored(ignored: Mapping[str, list[str]]) -> None:
                     len(keys), source, ", ".join(sorted(keys)))
 
 
-def storage_config(config: BrokerConfig) -> Any:
-    """The storage layer's StorageConfig for *config* (only the fields it knows)."""
-    from storage.config import StorageConfig
-
-    wanted: dict[str, object] = {
-        "max_entries_per_ledger": config.managed_ledger_max_entries_per_ledger,
-        "max_size_per_ledger_bytes": config.managed_ledger_max_size_per_ledger_mbytes * 1024 * 1024,
-        "max_ledger_rollover_minutes": config.managed_ledger_max_ledger_rollover_time_minutes,
-        "mark_delete_rate_limit_per_sec": config.managed_ledger_default_mark_delete_rate_limit,
-        "entry_cache_bytes": config.managed_ledger_cache_size_mb * 1024 * 1024,
-        "fsync": config.journal_sync_data,
-        "group_commit_max_delay_ms": config.journal_max_group_wait_msec,
-    }
-    known = {f.name: f for f in dataclasses.fields(StorageConfig)}
-    kwargs: dict[str, Any] = {}
-    for name, value in wanted.items():
-        if name not in known:
-            continue
-        ftype = known[name].type
-        # Honour the storage field's declared type (an int field gets an int).
-        if ftype in ("int", int) and isinstance(value, float):
-            value = round(value)
-        kwargs[name] = value
-    return StorageConfig(**kwargs)
+def storage_config(config: BrokerConfig) -> StorageConfig:
+    """The storage layer's StorageConfig for *config* (broker.conf's managed-ledger and
+    journal keys; storage's own defaults for the rest)."""
+    return StorageConfig(
+        max_entries_per_ledger=config.managed_ledger_max_entries_per_ledger,
+        max_size_per_ledger_bytes=config.managed_ledger_max_size_per_ledger_mbytes * 1024 * 1024,
+        max_ledger_rollover_minutes=config.managed_ledger_max_ledger_rollover_time_minutes,
+        mark_delete_rate_limit_per_sec=config.managed_ledger_default_mark_delete_rate_limit,
+        entry_cache_bytes=config.managed_ledger_cache_size_mb * 1024 * 1024,
+        fsync=config.journal_sync_data,
+        group_commit_max_delay_ms=config.journal_max_group_wait_msec,
+    )

@@ -93,4 +93,4 @@ def configure_logging(level: str, log_format: str, stream: IO[str] | None = None
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(logging.WARNING)   # third-party libraries: warnings and errors
-    logging.getLogger(ROOT_LOGGER).setLevel(getattr(logging, level))
+    logging.getLogger(ROOT_LOGGER).setLevel(level)   # a level name: DEBUG, INFO, ...

@@ -30,7 +30,7 @@ import contextlib
 import logging
 import pathlib
 import socket
-from typing import Any
+from collections.abc import Iterable
 
 from aiohttp import web
 
@@ -126,9 +126,8 @@ class BrokerServer:
         site = web.TCPSite(self._runner, self.config.bind_address, self.config.web_service_port,
                            reuse_address=True)
         await site.start()
-        server = getattr(site, "_server", None)
-        sockets = getattr(server, "sockets", None) or []
-        self.web_port = _bound_port(sockets) if sockets else self.config.web_service_port
+        # The bound port (webServicePort may be 0): the runner lists its listeners' addresses.
+        self.web_port = int(self._runner.addresses[0][1])
         service.web_port = self.web_port
 
     def _start_exporter(self, service: BrokerService) -> None:
@@ -182,7 +181,7 @@ class BrokerServer:
                 f"data {self.data_dir.resolve()}")
 
 
-def _bound_port(sockets: Any) -> int:
+def _bound_port(sockets: Iterable[socket.socket]) -> int:
     for sock in sockets:
         return int(sock.getsockname()[1])
     raise RuntimeError("listener has no socket")

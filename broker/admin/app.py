@@ -11,8 +11,6 @@ stopped in ``on_cleanup``.
 
 from __future__ import annotations
 
-from typing import Any
-
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
@@ -21,7 +19,8 @@ from broker.admin import namespaces, topics
 from broker.admin.errors import error_middleware
 from broker.admin.facade import ADMIN_KEY, AdminFacade
 from broker.metrics import create_registry
-from broker.metrics.collector import LoopLagProbe
+from broker.metrics.lag import LoopLagProbe
+from broker.topics.service import BrokerService
 
 REGISTRY_KEY = web.AppKey("horae_registry", CollectorRegistry)
 LAG_PROBE_KEY = web.AppKey("horae_lag_probe", LoopLagProbe)
@@ -44,9 +43,7 @@ async def lookup(request: web.Request) -> web.Response:
         raise E.bad_request(f"Invalid topic domain {m['domain']!r}")
     await facade.require_namespace(m["tenant"], m["namespace"])
     broker_url = facade.broker_url()
-    web_url = getattr(facade.service, "web_url", None)
-    if not isinstance(web_url, str) or not web_url:
-        web_url = f"{request.scheme}://{request.host}"
+    web_url = facade.service.web_url
     return topics.json_response({
         "brokerUrl": broker_url,
         "brokerUrlTls": "",
@@ -56,7 +53,7 @@ async def lookup(request: web.Request) -> web.Response:
     })
 
 
-def create_app(service: Any, *, lag_probe_interval_s: float = 0.5) -> web.Application:
+def create_app(service: BrokerService, *, lag_probe_interval_s: float = 0.5) -> web.Application:
     """The admin/lookup/metrics application for ``service`` (see module docstring)."""
     app = web.Application(middlewares=[error_middleware])
     app[ADMIN_KEY] = AdminFacade(service)

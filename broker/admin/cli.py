@@ -27,7 +27,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 DEFAULT_ADMIN_URL = "http://localhost:8080"
 TIMEOUT_S = 30.0
@@ -154,7 +154,7 @@ def _policy_body(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _applied(args: argparse.Namespace) -> str:
-    return "?applied=true" if getattr(args, "applied", False) else ""
+    return "?applied=true" if args.applied else ""
 
 
 def _skip_body(args: argparse.Namespace) -> dict[str, Any]:
@@ -221,7 +221,7 @@ def _q(value: str) -> str:
 
 
 def _force(args: argparse.Namespace) -> str:
-    return "?force=true" if getattr(args, "force", False) else ""
+    return "?force=true" if args.force else ""
 
 
 def _partitioned_lookup(admin_url: str, args: argparse.Namespace) -> object:
@@ -313,7 +313,7 @@ def _split(value: str | None) -> list[str]:
 
 # --- argument parsing -----------------------------------------------------------------------
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> Any:   # argparse exits 2 on usage errors, as we want
+    def error(self, message: str) -> NoReturn:   # argparse exits 2 on usage errors, as we want
         self.print_usage(sys.stderr)
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
@@ -377,8 +377,8 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument("topic")
     cp.add_argument("--partitions", "-p", type=int, required=True)
 
-    def sub_cmd(name: str) -> Any:
-        sp = tp.add_parser(name)
+    def sub_cmd(name: str) -> argparse.ArgumentParser:
+        sp: argparse.ArgumentParser = tp.add_parser(name)
         sp.add_argument("topic")
         sp.add_argument("--subscription", "-s", required=True)
         return sp

@@ -3,7 +3,8 @@
 Theory of operation: handlers raise :class:`RestError` (status + reason, Pulsar's texts) or
 let a service exception escape; :func:`error_middleware` is the ONE place that turns either
 into a JSON error response, so every error body has the same shape whatever raised it.
-Service exceptions are mapped by type (``protocol.errors`` classes, ``ValueError``); anything
+Service exceptions are mapped by type (``protocol.errors`` classes, ``ValueError``); storage's
+exceptions first through :func:`broker.topics.storage_errors.storage_failure`; anything
 unexpected becomes a 500 with the exception text, logged with its traceback.
 """
 
@@ -15,7 +16,9 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
+from broker.topics.storage_errors import StorageOp, storage_failure
 from protocol import errors as perr
+from storage.errors import StorageError
 
 log = logging.getLogger("horae.admin.errors")
 
@@ -104,6 +107,10 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
             raise
         # aiohttp's own 404/405 for unknown paths: same body shape as everything else.
         return json_error(exc.status, exc.reason)
+    except StorageError as exc:
+        mapped = _from_service_error(storage_failure(exc, StorageOp.ADMIN).error)
+        assert mapped is not None   # every storage failure maps to a RequestError
+        return json_error(mapped.status, mapped.reason)
     except Exception as exc:
         mapped = _from_service_error(exc)
         if mapped is not None:

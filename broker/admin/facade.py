@@ -3,9 +3,9 @@
 Theory of operation: REST handlers never touch service internals directly; they ask this
 facade, which (1) checks tenant / namespace / topic / subscription existence itself so the
 answer carries Pulsar's exact 404/409 reason whatever the service would raise, (2) expands
-a partitioned topic into its partitions for the operations Pulsar fans out, and (3) adapts
-to the service facade of CONTRACTS.md, reading optional members defensively (``getattr``)
-so a missing optional method degrades to the metadata store rather than a 500.
+a partitioned topic into its partitions for the operations Pulsar fans out, and (3) calls
+:class:`broker.topics.service.BrokerService` directly and typed (one codebase: no optional
+members, no fallbacks).
 
 Everything here runs on the broker loop (the web app shares it), so service objects are
 used directly, without locks or thread hops.
@@ -14,12 +14,18 @@ used directly, without locks or thread hops.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Literal
 
 from aiohttp import web
 
 from broker.admin import errors as E
+from broker.subscriptions.subscription import Subscription
+from broker.topics.service import BrokerService
+from broker.topics.topic import Topic
 from protocol.errors import TopicNotFoundError
+
+#: The policy levels the admin API stores (namespace over topic, see BrokerService).
+PolicyLevel = Literal["namespace", "topic"]
 
 _PARTITION_SUFFIX = re.compile(r"^(?P<parent>.+)-partition-(?P<index>\d+)$")
 
@@ -49,16 +55,10 @@ def namespace_of(full: str) -> str:
     return "/".join(parts[:2]) if len(parts) >= 3 else ""
 
 
-def name_of(topic: Any) -> str:
-    """A Topic's full name, whether ``topic.name`` is a TopicName or a plain str."""
-    name = getattr(topic, "name", topic)
-    return str(getattr(name, "full", name))
-
-
 class AdminFacade:
     """Existence checks and partition fan-out over a BrokerService (see module docstring)."""
 
-    def __init__(self, service: Any) -> None:
+    def __init__(self, service: BrokerService) -> None:
         self.service = service
 
     # --- tenants and namespaces --------------------------------------------------------
@@ -71,13 +71,12 @@ class AdminFacade:
 
     async def namespaces(self, tenant: str) -> list[str]:
         await self.require_tenant(tenant)
-        return sorted(_ns_full(tenant, ns) for ns in await self.service.list_namespaces(tenant))
+        return await self.service.list_namespaces(tenant)
 
     async def namespace_exists(self, tenant: str, namespace: str) -> bool:
         if tenant not in await self.service.list_tenants():
             return False
-        names = {_ns_full(tenant, ns) for ns in await self.service.list_namespaces(tenant)}
-        return f"{tenant}/{namespace}" in names
+        return self.service.namespace_exists(f"{tenant}/{namespace}")
 
     async def require_namespace(self, tenant: str, namespace: str) -> None:
         if not await self.namespace_exists(tenant, namespace):
@@ -96,19 +95,12 @@ class AdminFacade:
 
     async def list_partitioned(self, tenant: str, namespace: str) -> list[str]:
         await self.require_namespace(tenant, namespace)
-        ns = f"{tenant}/{namespace}"
-        lister = getattr(self.service, "list_partitioned_topics", None)
-        if lister is not None:
-            return sorted(await lister(ns))
-        # Fallback: the "topic" kind of the metadata store holds {"partitions": n}.
-        prefix = f"{PERSISTENT}://{ns}/"
-        rows = await self.service.store.metadata.list("topic", prefix)
-        return sorted(k for k, v in rows if int(v.get("partitions", 0)) > 0)
+        return sorted(await self.service.list_partitioned_topics(f"{tenant}/{namespace}"))
 
     async def partition_count(self, full: str) -> int:
         if split_partition(full)[1] >= 0:
             return 0
-        return int(await self.service.get_partition_count(full))
+        return await self.service.get_partition_count(full)
 
     async def topic_exists(self, full: str) -> bool:
         """A non-partitioned topic (or a partition) exists: loaded, or known to the store."""
@@ -123,7 +115,7 @@ class AdminFacade:
         parent, index = split_partition(full)
         return index >= 0 and index < await self.partition_count(parent)
 
-    async def get_topic(self, full: str, *, create: bool = False) -> Any:
+    async def get_topic(self, full: str, *, create: bool = False) -> Topic:
         """The loaded Topic, or 404 "Topic not found"."""
         topic = self.service.topics.get(full)
         if topic is not None:
@@ -136,7 +128,7 @@ class AdminFacade:
         except TopicNotFoundError:
             raise E.not_found(E.TOPIC_NOT_FOUND) from None
 
-    async def targets(self, full: str) -> list[Any]:
+    async def targets(self, full: str) -> list[Topic]:
         """The topics an operation on ``full`` applies to: its partitions when partitioned
         (Pulsar fans out), else the topic itself (404 when absent)."""
         n = await self.partition_count(full)
@@ -155,13 +147,13 @@ class AdminFacade:
 
     # --- subscriptions -----------------------------------------------------------------
     @staticmethod
-    def subscription(topic: Any, name: str) -> Any:
+    def subscription(topic: Topic, name: str) -> Subscription:
         sub = topic.subscriptions.get(name)
         if sub is None:
             raise E.not_found(E.SUBSCRIPTION_NOT_FOUND)
         return sub
 
-    async def subscriptions_of(self, full: str, name: str) -> list[tuple[Any, Any]]:
+    async def subscriptions_of(self, full: str, name: str) -> list[tuple[Topic, Subscription]]:
         """(topic, subscription) pairs for ``name`` on ``full`` or each of its partitions."""
         pairs = []
         for topic in await self.targets(full):
@@ -169,44 +161,27 @@ class AdminFacade:
         return pairs
 
     # --- policies ------------------------------------------------------------------------
-    async def get_policy(self, level: str, key: str) -> dict[str, Any] | None:
-        fn = getattr(self.service, f"get_{level}_policy", None)
-        if fn is not None:
-            result: dict[str, Any] | None = await fn(key)
-            return result
-        stored: dict[str, Any] | None = await self.service.store.metadata.get(
-            f"{level}_policy", key)
-        return stored
+    async def get_policy(self, level: PolicyLevel, key: str) -> dict[str, Any] | None:
+        if level == "namespace":
+            return await self.service.get_namespace_policy(key)
+        return await self.service.get_topic_policy(key)
 
-    async def set_policy(self, level: str, key: str, policy: dict[str, Any]) -> None:
-        fn = getattr(self.service, f"set_{level}_policy", None)
-        if fn is not None:
-            await fn(key, policy)
+    async def set_policy(self, level: PolicyLevel, key: str, policy: dict[str, Any]) -> None:
+        if level == "namespace":
+            await self.service.set_namespace_policy(key, policy)
         else:
-            await self.service.store.metadata.put(f"{level}_policy", key, policy)
+            await self.service.set_topic_policy(key, policy)
 
-    async def remove_policy(self, level: str, key: str) -> None:
-        fn = getattr(self.service, f"remove_{level}_policy", None)
-        if fn is not None:
-            await fn(key)
+    async def remove_policy(self, level: PolicyLevel, key: str) -> None:
+        if level == "namespace":
+            await self.service.remove_namespace_policy(key)
         else:
-            await self.service.store.metadata.delete(f"{level}_policy", key)
+            await self.service.remove_topic_policy(key)
 
     # --- addresses -----------------------------------------------------------------------
     def broker_url(self) -> str:
         """The pulsar:// URL clients should use (the actual bound port when configured 0)."""
-        for attr in ("service_url", "broker_service_url", "broker_url", "advertised_url"):
-            url = getattr(self.service, attr, None)
-            if isinstance(url, str) and url:
-                return url
-        config = self.service.config
-        port = getattr(self.service, "broker_port", None) or config.broker_service_port
-        return f"pulsar://{config.advertised_address}:{port}"
-
-
-def _ns_full(tenant: str, ns: str) -> str:
-    """Services may list namespaces as "ns" or "tenant/ns"; normalise to "tenant/ns"."""
-    return ns if "/" in ns else f"{tenant}/{ns}"
+        return self.service.service_url
 
 
 #: Where create_app keeps the facade for the handlers.

@@ -21,6 +21,7 @@ from broker.admin import bodies
 from broker.admin import errors as E
 from broker.admin.facade import ADMIN_KEY, AdminFacade, topic_full_name
 from broker.admin.topics import TOPIC, json_response, no_content
+from broker.delayed.policy import DelayPolicy
 
 TENANTS = "/admin/v2/tenants"
 TENANT = TENANTS + "/{tenant}"
@@ -34,7 +35,7 @@ def _facade(request: web.Request) -> AdminFacade:
 
 
 def _cluster(facade: AdminFacade) -> str:
-    return str(getattr(facade.service.config, "cluster_name", "standalone"))
+    return facade.service.config.cluster_name
 
 
 # --- clusters / tenants -------------------------------------------------------------------
@@ -50,11 +51,8 @@ async def get_tenant(request: web.Request) -> web.Response:
     facade = _facade(request)
     tenant = request.match_info["tenant"]
     await facade.require_tenant(tenant)
-    info = None
-    getter = getattr(facade.service, "get_tenant", None)
-    if getter is not None:
-        info = await getter(tenant)
-    if not isinstance(info, dict):
+    info = await facade.service.get_tenant(tenant)
+    if info is None:
         info = {"adminRoles": [], "allowedClusters": [_cluster(facade)]}
     return json_response(info)
 
@@ -120,7 +118,7 @@ def _validate(body: object) -> dict[str, Any]:
         raise E.precondition_failed(str(exc) or "Invalid delayed delivery policy") from None
 
 
-def policy_to_body(policy: Any) -> dict[str, Any]:
+def policy_to_body(policy: DelayPolicy) -> dict[str, Any]:
     """A resolved DelayPolicy as the REST body (Pulsar's DelayedDeliveryPolicies + fixed)."""
     return {"active": policy.active, "tickTime": policy.tick_time_ms,
             "maxDeliveryDelayInMillis": policy.max_delay_ms,

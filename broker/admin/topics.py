@@ -2,7 +2,7 @@
 
 Theory of operation: each handler resolves the path to a full topic name, asks the
 :class:`AdminFacade` for the topic(s) it applies to (404s with Pulsar's reasons come from
-there), and calls the Topic / Subscription methods of CONTRACTS.md. Operations Pulsar fans
+there), and calls the Topic / Subscription methods directly. Operations Pulsar fans
 out over a partitioned topic (stats, internal stats, subscriptions, create/delete
 subscription, skip_all, reset by time, skip by ids) run on every partition; the ones it
 refuses on a partitioned topic (skip/{n}, reset to a position) answer 405 as Pulsar does.
@@ -18,10 +18,13 @@ from aiohttp import web
 
 from broker.admin import bodies
 from broker.admin import errors as E
-from broker.admin.facade import ADMIN_KEY, AdminFacade, name_of, partition_name, topic_full_name
+from broker.admin.facade import ADMIN_KEY, AdminFacade, partition_name, topic_full_name
 from broker.admin.stats import aggregate_stats
+from broker.subscriptions.subscription import Subscription
 from broker.topics import stats as topic_docs
+from broker.topics.topic import Topic
 from protocol import pulsar_pb as pb
+from storage.positions import Position
 
 BASE = "/admin/v2/persistent/{tenant}/{namespace}"
 TOPIC = BASE + "/{topic}"
@@ -59,26 +62,16 @@ def _flag(request: web.Request, name: str) -> bool:
     return request.query.get(name, "false").lower() in ("1", "true", "yes")
 
 
-def sub_type_name(sub: Any) -> str | None:
+def sub_type_name(sub: Subscription) -> str | None:
     """The subscription's type as Pulsar spells it, or None before the first consumer."""
-    st = getattr(sub, "sub_type", None)
+    st = sub.sub_type
     if st is None:
         return None
-    if isinstance(st, str):
-        return st
-    name = getattr(st, "name", None)
-    if isinstance(name, str):
-        return name
-    return _SUB_TYPE_NAMES.get(int(st), str(st))
+    return _SUB_TYPE_NAMES.get(st, str(st))
 
 
-def _has_consumers(sub: Any) -> bool:
-    return bool(getattr(sub, "consumers", ()))
-
-
-def _topic_busy(topic: Any) -> bool:
-    return bool(getattr(topic, "producers", ())) or any(
-        _has_consumers(s) for s in topic.subscriptions.values())
+def _topic_busy(topic: Topic) -> bool:
+    return bool(topic.producers) or any(s.consumers for s in topic.subscriptions.values())
 
 
 # --- topics ------------------------------------------------------------------------------
@@ -150,11 +143,7 @@ async def delete_partitioned(request: web.Request) -> web.Response:
             topic = facade.service.topics.get(p)
             if topic is not None and _topic_busy(topic):
                 raise E.precondition_failed(E.TOPIC_BUSY)
-    deleter = getattr(facade.service, "delete_partitioned_topic", None)
-    if deleter is not None:
-        await deleter(full, force=force)
-    else:
-        await facade.service.delete_topic(full, force=force)
+    await facade.service.delete_topic(full, force=force)   # a partitioned topic: all of it
     return no_content()
 
 
@@ -177,8 +166,8 @@ async def partitioned_stats(request: web.Request) -> web.Response:
     return json_response(_partitioned_stats(await facade.targets(full), n, per_partition))
 
 
-def _partitioned_stats(topics: list[Any], n: int, per_partition: bool) -> dict[str, Any]:
-    stats = {name_of(t): topic_docs.topic_stats(t) for t in topics}
+def _partitioned_stats(topics: list[Topic], n: int, per_partition: bool) -> dict[str, Any]:
+    stats = {t.full: topic_docs.topic_stats(t) for t in topics}
     result = aggregate_stats(list(stats.values()))
     result["metadata"] = {"partitions": n}
     result["partitions"] = stats if per_partition else {}
@@ -192,7 +181,7 @@ async def internal_stats(request: web.Request) -> web.Response:
     if n == 0:
         return json_response(topic_docs.internal_stats(topics[0]))
     return json_response({"metadata": {"partitions": n},
-                          "partitions": {name_of(t): topic_docs.internal_stats(t) for t in topics}})
+                          "partitions": {t.full: topic_docs.internal_stats(t) for t in topics}})
 
 
 # --- subscriptions -----------------------------------------------------------------------
@@ -219,17 +208,9 @@ async def create_subscription(request: web.Request) -> web.Response:
     if any(sub_name in t.subscriptions for t in topics):
         raise E.conflict(E.SUBSCRIPTION_EXISTS)
     for topic in topics:
-        await _open_subscription(topic, sub_name, position, start_id)
+        await topic.get_or_create_subscription(sub_name, durable=True, initial_position=position,
+                                               start_message_id=start_id)
     return no_content()
-
-
-async def _open_subscription(topic: Any, name: str, position: str,
-                             start_id: tuple[int, int] | None) -> None:
-    opener = getattr(topic, "get_or_create_subscription", None)
-    if opener is not None:
-        await opener(name, durable=True, initial_position=position, start_message_id=start_id)
-        return
-    await topic.create_subscription(name, start_id if start_id is not None else position)
 
 
 async def delete_subscription(request: web.Request) -> web.Response:
@@ -237,10 +218,10 @@ async def delete_subscription(request: web.Request) -> web.Response:
     sub_name = request.match_info["sub"]
     force = _flag(request, "force")
     pairs = await facade.subscriptions_of(full, sub_name)
-    if not force and any(_has_consumers(sub) for _, sub in pairs):
+    if not force and any(sub.consumers for _, sub in pairs):
         raise E.precondition_failed(E.SUBSCRIPTION_BUSY)
     for topic, sub in pairs:
-        if force and _has_consumers(sub):
+        if force and sub.consumers:
             # force=true: the topic disconnects the consumers, then deletes (Pulsar's).
             await topic.delete_subscription(sub_name, force=True)
         else:
@@ -298,17 +279,11 @@ async def reset_cursor_position(request: web.Request) -> web.Response:
     return no_content()
 
 
-def _position_after(topic: Any, position: tuple[int, int]) -> tuple[int, int]:
-    ledger = getattr(topic, "ledger", None)
-    nxt = getattr(ledger, "next_position", None)
-    if nxt is not None:
-        try:
-            from storage.positions import Position
-            after = nxt(Position(*position))
-            return (after.ledger_id, after.entry_id)
-        except Exception:  # an unknown ledger: fall back to the next entry id
-            pass
-    return (position[0], position[1] + 1)
+def _position_after(topic: Topic, position: tuple[int, int]) -> tuple[int, int]:
+    """The entry after *position* (the next ledger's first when *position* ends its ledger;
+    the next entry id of an unknown ledger)."""
+    after = topic.ledger.next_position(Position(*position))
+    return (after.ledger_id, after.entry_id)
 
 
 async def skip_by_message_ids(request: web.Request) -> web.Response:
@@ -329,11 +304,11 @@ async def skip_by_message_ids(request: web.Request) -> web.Response:
     return no_content()
 
 
-def _ids_for(topic: Any, ids: list[bodies.MessageIdRef]) -> list[bodies.MessageIdRef]:
+def _ids_for(topic: Topic, ids: list[bodies.MessageIdRef]) -> list[bodies.MessageIdRef]:
     """The ids that belong to one partition: by the id's partition when it names one, else by
     ledger ownership (ledger ids are unique across the broker)."""
-    index = int(name_of(topic).rsplit("-partition-", 1)[-1])
-    ledgers = {getattr(li, "ledger_id", None) for li in getattr(topic.ledger, "ledgers", ())}
+    index = topic.partition_index
+    ledgers = {li.ledger_id for li in topic.ledger.ledgers}
     out = []
     for ref in ids:
         if ref.partition >= 0:

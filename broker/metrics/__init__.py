@@ -10,11 +10,7 @@ Prometheus see identical names and labels.
 
 from __future__ import annotations
 
-from broker.metrics.collector import (
-    HoraeCollector,
-    LoopLagProbe,
-    collect_families,
-    create_registry,
-)
+from broker.metrics.collector import HoraeCollector, collect_families, create_registry
+from broker.metrics.lag import LoopLagProbe
 
 __all__ = ["HoraeCollector", "LoopLagProbe", "collect_families", "create_registry"]

@@ -6,37 +6,35 @@ Topics, subscriptions and delayed-delivery trackers keep their figures as plain 
 the hot path bumps (``topic.msg_in_counter += n``). Nothing on that path looks up a label
 set or touches prometheus_client. At scrape time :meth:`HoraeCollector.collect` (called on
 the broker loop, where those ints live, so no locks) walks ``service.topics``, reads the
-ints, and yields metric families under Pulsar's names with labels ``cluster``,
-``namespace``, ``topic`` and ``subscription``. With ``exposeTopicLevelMetricsInPrometheus``
-false, topic-level series are summed per namespace (no ``topic`` label) and subscription
-series are omitted, as Pulsar does.
+typed figures of :mod:`broker.metrics.sources`, and yields metric families under Pulsar's
+names with labels ``cluster``, ``namespace``, ``topic`` and ``subscription``. With
+``exposeTopicLevelMetricsInPrometheus`` false, topic-level series are summed per namespace
+(no ``topic`` label) and subscription series are omitted, as Pulsar does.
 
 Rules:
 1. Counters are named without ``_total`` (prometheus_client appends it). Two Pulsar counters
    whose names end in ``_count`` (``pulsar_cursor_epoch_increase_count``,
    ``pulsar_delayed_message_index_bucket_op_count``) are exposed as gauges so the sample
    name stays exactly Pulsar's.
-2. Rates (``pulsar_rate_in`` msg/s, ``pulsar_throughput_in`` bytes/s, ...) are the topic's
-   own rate meter (``topic.rates()``, the figures its stats show) when it has one; otherwise,
-   and for subscriptions, counter deltas over at least :data:`RATE_MIN_INTERVAL_S` (a scrape
-   sooner than that repeats the last rate, so concurrent scrapers do not make it jitter).
-3. Everything optional is read with ``getattr`` defaults: a topic without a tracker, a
-   tracker without bucket figures, or a topic without a latency histogram yields zeros, never
-   an exception. One broken topic is logged and skipped; it never fails the scrape.
-4. ``horae_event_loop_lag_seconds`` comes from :class:`LoopLagProbe`: a ``call_later`` timer
-   that measures how late it fires.
+2. Topic rates (``pulsar_rate_in`` msg/s, ``pulsar_throughput_in`` bytes/s, ...) are the
+   topic's own rate meter (``topic.rates()``, the figures its stats show). Subscription rates
+   are counter deltas over at least :data:`RATE_MIN_INTERVAL_S` (a scrape sooner than that
+   repeats the last rate, so concurrent scrapers do not make it jitter).
+3. A topic without subscriptions, a subscription without a tracker, an in-memory tracker
+   (no buckets) yield zeros where Pulsar reports zeros. One topic whose figures raise is
+   logged and skipped; it never fails the scrape.
+4. The delayed-index families live in :mod:`broker.metrics.delayed_index`, the loop-lag probe
+   (``horae_event_loop_lag_seconds``) in :mod:`broker.metrics.lag`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import time
 import weakref
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any, Protocol
+from collections.abc import Callable, Iterable, Iterator
 
 from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
 from prometheus_client.core import (
@@ -47,29 +45,29 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from broker.config import BrokerConfig
+from broker.metrics.delayed_index import BUCKET_GAUGES, BucketOps, index_gauges
+from broker.metrics.exposition import (
+    NS_LABELS,
+    SUB_LABELS,
+    TOPIC_LABELS,
+    SampleTable,
+    cumulative,
+    topic_namespace,
+)
+from broker.metrics.lag import LoopLagProbe, loop_lag_families
 from broker.metrics.rates import PUBLISH_LATENCY_BUCKETS_MS
+from broker.metrics.sources import MetricsSource, TopicFigures
+
+__all__ = ["HoraeCollector", "LoopLagProbe", "MetricsSource", "collect_families",
+           "create_registry"]
 
 log = logging.getLogger("horae.metrics")
 
 RATE_MIN_INTERVAL_S = 1.0
 
-#: Pulsar's storage write latency buckets (ms): pulsar_storage_write_latency_le_0_5 ... _overflow.
-STORAGE_WRITE_LATENCY_BOUNDS_MS: tuple[float, ...] = (0.5, 1, 5, 10, 20, 50, 100, 200, 1000)
-#: Pulsar's BucketDelayedMessageIndexStats latency buckets (ms), plus overflow.
-BUCKET_OP_LATENCY_BOUNDS_MS: tuple[float, ...] = (50, 100, 500, 1000, 5000, 30000, 60000)
-BUCKET_OP_TYPES = ("create", "load", "delete", "merge")
-BUCKET_OP_STATES = ("succeed", "failed", "all")
-#: Event-loop lag histogram buckets (seconds).
-LOOP_LAG_BOUNDS_S: tuple[float, ...] = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
-                                        2.5, 5.0)
-
-#: label values -> (bucket bounds, [non-cumulative counts..., overflow, sum]).
-_Hist = dict[tuple[str, ...], tuple[tuple[float, ...], list[float]]]
-
-TOPIC_LABELS = ("cluster", "namespace", "topic")
-NS_LABELS = ("cluster", "namespace")
-SUB_LABELS = ("cluster", "namespace", "topic", "subscription")
+#: label values -> [non-cumulative counts per bound of PUBLISH_LATENCY_BUCKETS_MS...,
+#: overflow, sum ms].
+_LatencyTable = dict[tuple[str, ...], list[float]]
 
 # name -> (kind, help, level). kind: counter | gauge. level: topic | sub | ns.
 _FAMILIES: dict[str, tuple[str, str, str]] = {
@@ -109,121 +107,6 @@ _FAMILIES: dict[str, tuple[str, str, str]] = {
         "gauge", "Cursor state revisions (PIP-269): position resets of the cursor", "sub"),
 }
 
-# Bucket-tracker gauges: topic-level and subscription-level series in one family (Pulsar's).
-_BUCKET_GAUGES: dict[str, tuple[str, tuple[str, ...]]] = {
-    "pulsar_delayed_message_index_bucket_total": (
-        "Delayed-index buckets (immutable + last mutable)", ("bucket_count", "num_buckets")),
-    "pulsar_delayed_message_index_loaded": (
-        "Delayed indexes loaded in memory", ("loaded_index_count", "loaded_count", "loaded")),
-    "pulsar_delayed_message_index_bucket_snapshot_size_bytes": (
-        "Bytes of the persisted bucket snapshots", ("snapshot_size_bytes", "snapshots_size_bytes")),
-}
-
-
-def _num(value: Any) -> float:
-    """A plain number from an attribute that may be a value, a property or a method."""
-    if callable(value):
-        value = value()
-    if value is None:
-        return 0.0
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return 0.0
-
-
-def _first_attr(obj: Any, names: Sequence[str], default: Any = None) -> Any:
-    for name in names:
-        value = getattr(obj, name, None)
-        if value is not None:
-            return value() if callable(value) else value
-    return default
-
-
-def _publish_latency_bounds() -> tuple[float, ...]:
-    return PUBLISH_LATENCY_BUCKETS_MS
-
-
-def _full_name(topic: Any) -> str:
-    name = getattr(topic, "name", topic)
-    return str(getattr(name, "full", name))
-
-
-def _namespace(full: str) -> str:
-    parts = full.split("://", 1)[-1].split("/")
-    return "/".join(parts[:2])
-
-
-class LoopLagProbe:
-    """Measures event-loop lag: a ``call_later`` timer records how late it fires.
-
-    Start it on the loop it measures (create_app's on_startup); :meth:`stop` cancels it.
-    Bucket counts are plain ints (non-cumulative, overflow last), read at scrape time.
-    """
-
-    def __init__(self, interval_s: float = 0.5,
-                 bounds_s: Sequence[float] = LOOP_LAG_BOUNDS_S) -> None:
-        self.interval_s = interval_s
-        self.bounds_s = tuple(bounds_s)
-        self.last_lag_s = 0.0
-        self.max_lag_s = 0.0
-        self.buckets = [0] * (len(self.bounds_s) + 1)
-        self.sum_s = 0.0
-        self.count = 0
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._handle: asyncio.TimerHandle | None = None
-        self._expected = 0.0
-
-    def start(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
-        self._loop = loop or asyncio.get_running_loop()
-        self._schedule()
-
-    def _schedule(self) -> None:
-        assert self._loop is not None
-        self._expected = self._loop.time() + self.interval_s
-        self._handle = self._loop.call_later(self.interval_s, self._tick)
-
-    def _tick(self) -> None:
-        assert self._loop is not None
-        self.record(max(0.0, self._loop.time() - self._expected))
-        self._schedule()
-
-    def record(self, lag_s: float) -> None:
-        self.last_lag_s = lag_s
-        self.max_lag_s = max(self.max_lag_s, lag_s)
-        self.sum_s += lag_s
-        self.count += 1
-        for i, bound in enumerate(self.bounds_s):
-            if lag_s <= bound:
-                self.buckets[i] += 1
-                return
-        self.buckets[-1] += 1
-
-    def stop(self) -> None:
-        if self._handle is not None:
-            self._handle.cancel()
-            self._handle = None
-
-    @property
-    def running(self) -> bool:
-        return self._handle is not None
-
-
-def _cumulative(counts: Sequence[int | float], bounds: Sequence[float]) -> list[tuple[str, float]]:
-    """Non-cumulative counts (len(bounds)+1, overflow last) -> Prometheus (le, cumulative)."""
-    out: list[tuple[str, float]] = []
-    total = 0.0
-    for i, bound in enumerate(bounds):
-        total += float(counts[i]) if i < len(counts) else 0.0
-        out.append((_le(bound), total))
-    total += sum(float(c) for c in counts[len(bounds):])
-    out.append(("+Inf", total))
-    return out
-
-
-def _le(bound: float) -> str:
-    return str(int(bound)) if float(bound).is_integer() else str(bound)
-
 
 class _Rates:
     """Per-key rates from counter deltas, refreshed at most every RATE_MIN_INTERVAL_S."""
@@ -254,16 +137,18 @@ class _Rates:
         self._seen.clear()
 
 
-class MetricsSource(Protocol):
-    """What the collector scrapes (:class:`broker.topics.service.BrokerService`, handed in by
-    the server and the admin app): the broker config and the loaded topics. The topics'
-    own figures are still read by name below (see rule 3 of the module docstring)."""
+class _Scrape:
+    """What one collect() accumulates before it becomes families."""
 
-    @property
-    def config(self) -> BrokerConfig: ...
+    def __init__(self, cluster: str, topic_level: bool) -> None:
+        self.cluster = cluster
+        self.topic_level = topic_level
+        self.values: SampleTable = defaultdict(lambda: defaultdict(float))
+        self.write_latency: _LatencyTable = {}
+        self.bucket_ops = BucketOps()
 
-    @property
-    def topics(self) -> Mapping[str, Any]: ...
+    def add(self, name: str, key: tuple[str, ...], value: float) -> None:
+        self.values[name][key] += value
 
 
 class HoraeCollector(Collector):
@@ -280,91 +165,86 @@ class HoraeCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         config = self.service.config
-        cluster = config.cluster_name
-        topic_level = config.expose_topic_level_metrics_in_prometheus
-        values: dict[str, dict[tuple[str, ...], float]] = defaultdict(lambda: defaultdict(float))
-        hist: _Hist = {}
-        bucket_ops: dict[tuple[str, ...], float] = defaultdict(float)
-        bucket_lat: dict[tuple[str, ...], list[float]] = {}
-        for topic in list(self.service.topics.values()):
+        scrape = _Scrape(config.cluster_name, config.expose_topic_level_metrics_in_prometheus)
+        for full, topic in list(self.service.topics.items()):
             try:
-                self._collect_topic(topic, cluster, topic_level, values, hist, bucket_ops,
-                                    bucket_lat)
+                self._collect_topic(topic, scrape)
             except Exception:
-                log.exception("metrics: skipping topic %r", _full_name(topic))
+                log.exception("metrics: skipping topic %r", full)
         self._rates.end_scrape()
-        yield from self._families(values, topic_level)
-        yield self._write_latency_family(hist, topic_level)
-        yield from self._bucket_op_families(bucket_ops, bucket_lat, topic_level)
-        yield from self._loop_lag_families()
+        yield from _families(scrape.values, scrape.topic_level)
+        yield _write_latency_family(scrape.write_latency, scrape.topic_level)
+        yield from scrape.bucket_ops.families(scrape.topic_level)
+        if self.lag_probe is not None:
+            yield from loop_lag_families(self.lag_probe)
 
-    # --- reading one topic ---------------------------------------------------------------
-    def _collect_topic(self, topic: Any, cluster: str, topic_level: bool,
-                       values: dict[str, dict[tuple[str, ...], float]],
-                       hist: _Hist,
-                       bucket_ops: dict[tuple[str, ...], float],
-                       bucket_lat: dict[tuple[str, ...], list[float]]) -> None:
-        full = _full_name(topic)
-        ns = _namespace(full)
-        key = (cluster, ns, full) if topic_level else (cluster, ns)
-        values["pulsar_topics_count"][(cluster, ns)] += 1
+    def _collect_topic(self, topic: TopicFigures, scrape: _Scrape) -> None:
+        cluster = scrape.cluster
+        full = topic.full
+        ns = topic_namespace(full)
+        key = (cluster, ns, full) if scrape.topic_level else (cluster, ns)
+        scrape.add("pulsar_topics_count", (cluster, ns), 1)
 
-        msg_in = _num(getattr(topic, "msg_in_counter", 0))
-        bytes_in = _num(getattr(topic, "bytes_in_counter", 0))
-        msg_out = _num(getattr(topic, "msg_out_counter", 0))
-        bytes_out = _num(getattr(topic, "bytes_out_counter", 0))
-        add = self._adder(values, key)
-        add("pulsar_in_messages", msg_in)
-        add("pulsar_in_bytes", bytes_in)
-        add("pulsar_out_messages", msg_out)
-        add("pulsar_out_bytes", bytes_out)
+        def add(name: str, value: float) -> None:
+            scrape.add(name, key, value)
+
+        add("pulsar_in_messages", topic.msg_in_counter)
+        add("pulsar_in_bytes", topic.bytes_in_counter)
+        add("pulsar_out_messages", topic.msg_out_counter)
+        add("pulsar_out_bytes", topic.bytes_out_counter)
         for name, value in zip(("pulsar_rate_in", "pulsar_throughput_in", "pulsar_rate_out",
-                                "pulsar_throughput_out"),
-                               self._topic_rates(topic, full, msg_in, bytes_in, msg_out,
-                                                 bytes_out), strict=True):
+                                "pulsar_throughput_out"), topic.rates(), strict=True):
             add(name, value)
-        ledger = getattr(topic, "ledger", None)
-        add("pulsar_storage_size", _num(getattr(ledger, "total_size_bytes", 0)))
-        add("pulsar_producers_count", len(getattr(topic, "producers", ()) or ()))
-        add("pulsar_broker_topic_messages_delayed_rejected",
-            _num(getattr(topic, "delayed_rejected_counter", 0)))
+        add("pulsar_storage_size", topic.storage_size)
+        add("pulsar_producers_count", len(topic.producers))
+        add("pulsar_broker_topic_messages_delayed_rejected", topic.delayed_rejected_counter)
         add("pulsar_broker_topic_messages_fixed_delay_overridden",
-            _num(getattr(topic, "fixed_delay_overridden_counter", 0)))
-        self._add_write_latency(topic, key, hist)
+            topic.fixed_delay_overridden_counter)
+        acc = scrape.write_latency.setdefault(
+            key, [0.0] * (len(PUBLISH_LATENCY_BUCKETS_MS) + 2))
+        for i, c in enumerate(topic.publish_latency_buckets[: len(acc) - 1]):
+            acc[i] += c
+        acc[-1] += topic.publish_latency_sum_ms
 
-        subs = dict(getattr(topic, "subscriptions", {}) or {})
+        subs = dict(topic.subscriptions)
         add("pulsar_subscriptions_count", len(subs))
         backlog_total = consumers_total = index_bytes_total = 0.0
         bucket_totals: dict[str, float] = defaultdict(float)
         for sub_name, sub in subs.items():
-            skey = (cluster, ns, full, str(sub_name))
-            backlog = self._backlog(sub)
-            consumers = len(getattr(sub, "consumers", ()) or ())
-            tracker = getattr(sub, "delayed_tracker", None)
-            index_bytes = _num(getattr(tracker, "memory_bytes", 0)) if tracker is not None else 0.0
+            skey = (cluster, ns, full, sub_name)
+            backlog = sub.cursor.backlog
+            consumers = len(sub.consumers)
+            tracker = sub.delayed_tracker
+            index_bytes = float(tracker.memory_bytes) if tracker is not None else 0.0
             backlog_total += backlog
             consumers_total += consumers
             index_bytes_total += index_bytes
-            bucket_figures = self._bucket_figures(tracker)
-            for name, value in bucket_figures.items():
-                bucket_totals[name] += value
-            self._read_bucket_ops(tracker, key, skey if topic_level else None, bucket_ops,
-                                  bucket_lat)
-            if not topic_level:
+            gauges: dict[str, float] = {}
+            if tracker is not None:
+                bucket = sub.bucket_index
+                gauges = index_gauges(tracker, bucket)
+                for name, value in gauges.items():
+                    bucket_totals[name] += value
+                if bucket is not None:
+                    scrape.bucket_ops.add(bucket, key, skey if scrape.topic_level else None)
+            if not scrape.topic_level:
                 continue
-            sadd = self._adder(values, skey)
+
+            def sadd(name: str, value: float, skey: tuple[str, ...] = skey) -> None:
+                scrape.add(name, skey, value)
+
             sadd("pulsar_subscription_back_log", backlog)
-            sadd("pulsar_subscription_delayed", self._delayed(sub, tracker))
-            sadd("pulsar_subscription_unacked_messages", self._unacked(sub))
+            sadd("pulsar_subscription_delayed", sub.msg_delayed)
+            sadd("pulsar_subscription_unacked_messages",
+                 sum(c.unacked_messages for c in sub.consumers))
             sadd("pulsar_subscription_consumers_count", consumers)
-            sadd("pulsar_subscription_msg_rate_out", self._rates.rate(
-                ("sout", full, sub_name), _num(getattr(sub, "msg_out_counter", 0))))
-            sadd("pulsar_subscription_msg_throughput_out", self._rates.rate(
-                ("sbout", full, sub_name), _num(getattr(sub, "bytes_out_counter", 0))))
+            sadd("pulsar_subscription_msg_rate_out",
+                 self._rates.rate(("sout", full, sub_name), sub.msg_out_counter))
+            sadd("pulsar_subscription_msg_throughput_out",
+                 self._rates.rate(("sbout", full, sub_name), sub.bytes_out_counter))
             sadd("pulsar_subscription_delayed_message_index_size_bytes", index_bytes)
-            sadd("pulsar_cursor_epoch_increase_count",
-                 _num(getattr(getattr(sub, "cursor", None), "revision", 0)))
-            for name, value in bucket_figures.items():
+            sadd("pulsar_cursor_epoch_increase_count", sub.cursor.revision)
+            for name, value in gauges.items():
                 sadd(name, value)
         add("pulsar_msg_backlog", backlog_total)
         add("pulsar_consumers_count", consumers_total)
@@ -372,198 +252,51 @@ class HoraeCollector(Collector):
         for name, value in bucket_totals.items():
             add(name, value)
 
-    def _topic_rates(self, topic: Any, full: str, *counters: float) -> tuple[float, ...]:
-        """(rate in, throughput in, rate out, throughput out): the topic's own rate meter
-        (``topic.rates()``, what its stats report) when it has one, else counter deltas."""
-        rates = getattr(topic, "rates", None)
-        if callable(rates):
-            values = tuple(float(v) for v in rates())
-            if len(values) == 4:
-                return values
-        return tuple(self._rates.rate((kind, full), c)
-                     for kind, c in zip(("in", "bin", "out", "bout"), counters, strict=True))
 
-    @staticmethod
-    def _adder(values: dict[str, dict[tuple[str, ...], float]],
-               key: tuple[str, ...]) -> Callable[[str, float], None]:
-        def add(name: str, value: float) -> None:
-            values[name][key] += value
-        return add
-
-    @staticmethod
-    def _backlog(sub: Any) -> float:
-        value = _first_attr(sub, ("msg_backlog", "backlog"))
-        if value is None:
-            value = getattr(getattr(sub, "cursor", None), "backlog", 0)
-        return _num(value)
-
-    @staticmethod
-    def _delayed(sub: Any, tracker: Any) -> float:
-        value = getattr(sub, "msg_delayed", None)
-        if value is not None:
-            return _num(value)
-        return float(len(tracker)) if tracker is not None else 0.0
-
-    @staticmethod
-    def _unacked(sub: Any) -> float:
-        value = _first_attr(sub, ("unacked_messages", "unacked_count"))
-        if value is not None:
-            return _num(value)
-        total = 0.0
-        for consumer in getattr(sub, "consumers", ()) or ():
-            total += _num(_first_attr(consumer, ("unacked_messages", "unacked_count"), 0))
-        return total
-
-    @staticmethod
-    def _bucket_figures(tracker: Any) -> dict[str, float]:
-        if tracker is None:
-            return {}
-        out = {}
-        for name, (_, attrs) in _BUCKET_GAUGES.items():
-            out[name] = _num(_first_attr(tracker, attrs, 0))
-        # An in-memory tracker holds every index in memory: that is its loaded count.
-        if not any(getattr(tracker, a, None) is not None
-                   for a in _BUCKET_GAUGES["pulsar_delayed_message_index_loaded"][1]):
-            with contextlib.suppress(TypeError):
-                out["pulsar_delayed_message_index_loaded"] = float(len(tracker))
-        return out
-
-    @staticmethod
-    def _read_bucket_ops(tracker: Any, key: tuple[str, ...], skey: tuple[str, ...] | None,
-                         ops: dict[tuple[str, ...], float],
-                         lat: dict[tuple[str, ...], list[float]]) -> None:
-        """``tracker.op_count``: {(type, state): n} (or {type: {state: n}}) with states
-        succeed/failed, Pulsar's state="all" derived as their sum when absent;
-        ``tracker.op_latency_buckets``: {type: [counts per bound..., overflow]} and, if the
-        tracker keeps it, ``tracker.op_latency_sum_ms``: {type: ms}. Absent -> nothing."""
-        if tracker is None:
-            return
-        counts = _first_attr(tracker, ("op_count", "bucket_op_counts", "op_counts"), None)
-        if isinstance(counts, Mapping):
-            per_op: dict[tuple[str, str], float] = defaultdict(float)
-            for k, v in counts.items():
-                if isinstance(k, tuple) and len(k) == 2:
-                    per_op[(str(k[0]), str(k[1]))] += _num(v)
-                elif isinstance(v, Mapping):
-                    for state, n in v.items():
-                        per_op[(str(k), str(state))] += _num(n)
-            for op_type in {t for t, _ in per_op}:
-                if (op_type, "all") not in per_op:
-                    per_op[(op_type, "all")] = sum(
-                        n for (t, st), n in list(per_op.items()) if t == op_type and st != "all")
-            for (op_type, state), n in per_op.items():
-                for label_key in (key, skey):
-                    if label_key is not None:
-                        ops[(*label_key, state, op_type)] += n
-        buckets = _first_attr(tracker, ("op_latency_buckets", "bucket_op_latency_buckets"), None)
-        sums = _first_attr(tracker, ("op_latency_sum_ms", "bucket_op_latency_sum_ms"), None) or {}
-        if isinstance(buckets, Mapping):
-            for op_type, counts_list in buckets.items():
-                for label_key in (key, skey):
-                    if label_key is None:
-                        continue
-                    acc = lat.setdefault((*label_key, str(op_type)),
-                                         [0.0] * (len(BUCKET_OP_LATENCY_BOUNDS_MS) + 2))
-                    for i, c in enumerate(list(counts_list)[: len(acc) - 1]):
-                        acc[i] += _num(c)
-                    acc[-1] += _num(sums.get(op_type, 0)) if isinstance(sums, Mapping) else 0.0
-
-    @staticmethod
-    def _add_write_latency(topic: Any, key: tuple[str, ...], hist: _Hist) -> None:
-        """Core's Topic keeps ``publish_latency_buckets``: non-cumulative counts, one per bound
-        of ``broker.metrics.rates.PUBLISH_LATENCY_BUCKETS_MS`` plus overflow, and
-        ``publish_latency_sum_ms``. (``write_latency_*`` names are accepted too.)"""
-        counts = _first_attr(topic, ("publish_latency_buckets", "write_latency_buckets"))
-        if counts is None:
-            return
-        bounds = tuple(_first_attr(topic, ("publish_latency_bounds_ms", "write_latency_bounds_ms"),
-                                   _publish_latency_bounds()))
-        total_ms = _num(_first_attr(topic, ("publish_latency_sum_ms", "write_latency_sum_ms"), 0))
-        first_bounds, acc = hist.setdefault(key, (bounds, [0.0] * (len(bounds) + 2)))
-        if first_bounds != bounds:
-            return   # topics disagreeing on bounds cannot be summed; keep the first
-        for i, c in enumerate(list(counts)[: len(bounds) + 1]):
-            acc[i] += _num(c)
-        acc[-1] += total_ms
-
-    # --- emitting --------------------------------------------------------------------------
-    def _families(self, values: dict[str, dict[tuple[str, ...], float]],
-                  topic_level: bool) -> Iterator[Metric]:
-        topic_labels = TOPIC_LABELS if topic_level else NS_LABELS
-        families = dict(_FAMILIES)
-        for name, (doc, _) in _BUCKET_GAUGES.items():
-            families[name] = ("gauge", doc, "mixed")
-        for name, (kind, doc, level) in families.items():
-            if level == "sub" and not topic_level:
-                continue
-            labels = {"topic": topic_labels, "sub": SUB_LABELS, "ns": NS_LABELS}.get(level)
-            family: Metric
-            if kind == "counter":
-                family = CounterMetricFamily(name, doc, labels=labels)
+def _families(values: SampleTable, topic_level: bool) -> Iterator[Metric]:
+    topic_labels = TOPIC_LABELS if topic_level else NS_LABELS
+    families = dict(_FAMILIES)
+    for name, doc in BUCKET_GAUGES.items():
+        families[name] = ("gauge", doc, "mixed")
+    for name, (kind, doc, level) in families.items():
+        if level == "sub" and not topic_level:
+            continue
+        labels = {"topic": topic_labels, "sub": SUB_LABELS, "ns": NS_LABELS}.get(level)
+        family: Metric
+        if kind == "counter":
+            family = CounterMetricFamily(name, doc, labels=labels)
+        else:
+            family = GaugeMetricFamily(name, doc, labels=labels)
+        for label_values, value in values.get(name, {}).items():
+            if labels is None:   # mixed: topic-level and subscription-level series
+                names = SUB_LABELS if len(label_values) == 4 else topic_labels
+                family.add_sample(name, dict(zip(names, label_values, strict=True)), value)
             else:
-                family = GaugeMetricFamily(name, doc, labels=labels)
-            for label_values, value in values.get(name, {}).items():
-                if labels is None:   # mixed: topic-level and subscription-level series
-                    names = SUB_LABELS if len(label_values) == 4 else topic_labels
-                    family.add_sample(name, dict(zip(names, label_values, strict=True)), value)
-                else:
-                    family.add_metric(list(label_values), value)
-            yield family
+                family.add_metric(list(label_values), value)
+        yield family
 
-    def _write_latency_family(self, hist: _Hist,
-                              topic_level: bool) -> Metric:
-        labels = TOPIC_LABELS if topic_level else NS_LABELS
-        family = HistogramMetricFamily(
-            "pulsar_storage_write_latency",
-            "Ledger append latency until durable, in milliseconds", labels=labels)
-        for key, (bounds, acc) in hist.items():
-            family.add_metric(list(key), _cumulative(acc[:-1], bounds), sum_value=acc[-1])
-        return family
 
-    def _bucket_op_families(self, ops: dict[tuple[str, ...], float],
-                            lat: dict[tuple[str, ...], list[float]],
-                            topic_level: bool) -> Iterator[Metric]:
-        base = TOPIC_LABELS if topic_level else NS_LABELS
-        count = GaugeMetricFamily(
-            "pulsar_delayed_message_index_bucket_op_count",
-            "Bucket operations of the delayed-index bucket tracker by state and type")
-        for key, value in ops.items():
-            names = (*(SUB_LABELS if len(key) == 6 else base), "state", "type")
-            count.add_sample(count.name, dict(zip(names, key, strict=True)), value)
-        yield count
-        latency = HistogramMetricFamily(
-            "pulsar_delayed_message_index_bucket_op_latency_ms",
-            "Latency of delayed-index bucket operations by type, in milliseconds")
-        for key, acc in lat.items():
-            names = (*(SUB_LABELS if len(key) == 5 else base), "type")
-            labels = dict(zip(names, key, strict=True))
-            for le, cum in _cumulative(acc[:-1], BUCKET_OP_LATENCY_BOUNDS_MS):
-                latency.add_sample(latency.name + "_bucket", {**labels, "le": le}, cum)
-            latency.add_sample(latency.name + "_count", labels, sum(acc[:-1]))
-            latency.add_sample(latency.name + "_sum", labels, acc[-1])
-        yield latency
-
-    def _loop_lag_families(self) -> Iterator[Metric]:
-        probe = self.lag_probe
-        if probe is None:
-            return
-        yield GaugeMetricFamily("horae_event_loop_lag_seconds",
-                                "How late the last event-loop probe timer fired (seconds)",
-                                value=probe.last_lag_s)
-        hist = HistogramMetricFamily("horae_event_loop_lag_histogram_seconds",
-                                     "Distribution of event-loop probe lateness (seconds)")
-        hist.add_metric([], _cumulative(probe.buckets, probe.bounds_s), sum_value=probe.sum_s)
-        yield hist
+def _write_latency_family(table: _LatencyTable, topic_level: bool) -> Metric:
+    labels = TOPIC_LABELS if topic_level else NS_LABELS
+    family = HistogramMetricFamily(
+        "pulsar_storage_write_latency",
+        "Ledger append latency until durable, in milliseconds", labels=labels)
+    for key, acc in table.items():
+        family.add_metric(list(key), cumulative(acc[:-1], PUBLISH_LATENCY_BUCKETS_MS),
+                          sum_value=acc[-1])
+    return family
 
 
 # Per service: the first registry (create_app's, serving /metrics) and its loop-lag probe,
 # so the snapshot exporter (collect_families, or a second create_registry) reports the same
 # families, loop lag included.
-_REGISTRIES: weakref.WeakKeyDictionary[Any, CollectorRegistry] = weakref.WeakKeyDictionary()
-_PROBES: weakref.WeakKeyDictionary[Any, LoopLagProbe] = weakref.WeakKeyDictionary()
+_REGISTRIES: weakref.WeakKeyDictionary[MetricsSource, CollectorRegistry] = (
+    weakref.WeakKeyDictionary())
+_PROBES: weakref.WeakKeyDictionary[MetricsSource, LoopLagProbe] = weakref.WeakKeyDictionary()
 
 
-def create_registry(service: MetricsSource, lag_probe: LoopLagProbe | None = None) -> CollectorRegistry:
+def create_registry(service: MetricsSource,
+                    lag_probe: LoopLagProbe | None = None) -> CollectorRegistry:
     """A fresh private registry (never prometheus_client's global one: several brokers may
     share a process) with :class:`HoraeCollector` and the process, platform and GC
     collectors. Without ``lag_probe`` it uses the probe an earlier call registered for

@@ -28,6 +28,7 @@ from broker.subscriptions.consumer import Consumer, HashRange
 from broker.subscriptions.subscription import Subscription, tail_position, wire_position
 from broker.topics.names import TopicName
 from broker.topics.service import BrokerService
+from broker.topics.storage_errors import StorageOp, storage_failure
 from protocol import pulsar_pb as pb
 from protocol.commands import (
     encode_ack_response,
@@ -42,6 +43,7 @@ from protocol.errors import (
     ServiceNotReadyError,
 )
 from protocol.metadata import parse_entry
+from storage.errors import StorageError
 from storage.positions import Position
 
 __all__ = ["ConsumerSide"]
@@ -228,9 +230,16 @@ class ConsumerSide:
         consumer = self._consumer(cmd.consumer_id)
         sub = self.subscription_of(consumer)
         if cmd.HasField("message_id"):
-            await sub.reset_cursor(wire_position(cmd.message_id.ledgerId, cmd.message_id.entryId))
+            try:
+                await sub.reset_cursor(
+                    wire_position(cmd.message_id.ledgerId, cmd.message_id.entryId))
+            except StorageError as exc:
+                raise storage_failure(exc, StorageOp.SEEK_MESSAGE_ID).error from exc
         elif cmd.HasField("message_publish_time"):
-            await sub.reset_cursor_to_timestamp(cmd.message_publish_time)
+            try:
+                await sub.reset_cursor_to_timestamp(cmd.message_publish_time)
+            except StorageError as exc:
+                raise storage_failure(exc, StorageOp.SEEK_PUBLISH_TIME).error from exc
         else:
             raise NotAllowedError("Message id and timestamp were not present")
         self.connection.write(encode_success(cmd.request_id))

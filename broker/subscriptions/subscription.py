@@ -9,10 +9,10 @@ the reader. The dispatcher is created for the
 subscription type of the first consumer and replaced only when every consumer has left and one
 of another type arrives (then the cursor is rewound to the first unacknowledged entry).
 
-Every cursor position reset -- seek, admin reset-cursor, skip, clear-backlog, rewind -- runs
-:meth:`_reset` under one lock: it clears the delayed tracker and the dispatcher's replay and
-pending state, moves the cursor and finally bumps ``cursor.revision`` so a dispatcher read that
-started before the reset is discarded when it completes (PIP-269).
+Every cursor position reset -- seek, admin reset-cursor, skip, clear-backlog, rewind -- is
+run by ``self.resets`` (:class:`broker.subscriptions.resets.CursorResets`) under one lock; it
+ends by bumping ``cursor.revision`` so a dispatcher read that started before the reset is
+discarded when it completes (PIP-269). The methods here of the same names delegate to it.
 
 Acks arrive from :class:`broker.net.consumers.ConsumerSide`: individual (with batch ``ack_set``:
 a set bit is a message still to deliver, kept in memory in ``batch_acks`` and sent back on
@@ -27,9 +27,11 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
+from broker.delayed.bucket import BucketDelayedDeliveryTracker
 from broker.delayed.policy import DelayPolicy
 from broker.delayed.tracker import DelayedDeliveryTracker
 from broker.metrics.rates import RateMeter
+from broker.metrics.sources import BucketIndexFigures
 from broker.subscriptions.consumer import SUB_TYPE_NAMES, Consumer
 from broker.subscriptions.dispatchers import (
     Dispatcher,
@@ -45,13 +47,14 @@ from broker.subscriptions.dispatchers.cursors import (
     tail_position,
     wire_position,
 )
+from broker.subscriptions.resets import CursorResets
 from protocol.errors import (
     ConsumerBusyError,
     MetadataError,
-    NotAllowedError,
     ServiceNotReadyError,
 )
-from protocol.metadata import parse_entry
+from storage.cursor import ManagedCursor
+from storage.ledger import ManagedLedger
 from storage.positions import Position
 
 __all__ = [
@@ -70,9 +73,8 @@ class TopicContext(Protocol):
     :class:`broker.topics.topic.Topic`): its ledger, partition, delayed-delivery policy and a
     tracker built with the broker's settings, and to forget or delete this subscription."""
 
-    # storage's ManagedLedger (typed there)
     @property
-    def ledger(self) -> Any: ...
+    def ledger(self) -> ManagedLedger: ...
 
     @property
     def partition_index(self) -> int: ...
@@ -80,7 +82,7 @@ class TopicContext(Protocol):
     def delay_policy(self) -> DelayPolicy: ...
 
     def new_tracker(self, policy: DelayPolicy, *, on_due: Callable[[], None],
-                    cursor: Any | None) -> DelayedDeliveryTracker: ...
+                    cursor: ManagedCursor | None) -> DelayedDeliveryTracker: ...
 
     def remove_subscription(self, sub: Subscription) -> None: ...
 
@@ -90,7 +92,8 @@ class TopicContext(Protocol):
 class Subscription:
     """A named subscription on one topic (or one partition of a partitioned topic)."""
 
-    def __init__(self, topic: TopicContext, name: str, cursor: Any, *, durable: bool) -> None:
+    def __init__(self, topic: TopicContext, name: str, cursor: ManagedCursor | MemoryCursor, *,
+                 durable: bool) -> None:
         self.topic = topic
         self.name = name
         self.cursor = cursor
@@ -108,9 +111,8 @@ class Subscription:
         self.msg_ack_counter = 0
         self.msg_redeliver_counter = 0
         self._rates = RateMeter()
-        self.resetting = False
         self.closed = False
-        self._reset_lock = asyncio.Lock()
+        self.resets = CursorResets(self)
         self.partition_index = topic.partition_index
 
     # ------------------------------------------------------------------ open / close
@@ -126,9 +128,10 @@ class Subscription:
         start_message_id: tuple[int, int] | None = None,
     ) -> Subscription:
         ledger = topic.ledger
+        cursor: ManagedCursor | MemoryCursor
         if durable:
             existed = name in ledger.cursors
-            cursor: Any = await ledger.open_cursor(
+            cursor = await ledger.open_cursor(
                 name, initial_position="earliest" if initial_position == "earliest" else "latest"
             )
             if start_message_id is not None and not existed:
@@ -179,8 +182,10 @@ class Subscription:
     def ensure_tracker(self, policy: DelayPolicy) -> DelayedDeliveryTracker:
         tracker = self.delayed_tracker
         if tracker is None:
+            cursor = self.cursor   # bucket snapshots only for a durable cursor
             tracker = self.topic.new_tracker(
-                policy, on_due=self._on_due, cursor=self.cursor if self.durable else None)
+                policy, on_due=self._on_due,
+                cursor=cursor if isinstance(cursor, ManagedCursor) else None)
             self.delayed_tracker = tracker
         return tracker
 
@@ -203,6 +208,12 @@ class Subscription:
     @property
     def msg_delayed(self) -> int:
         return len(self.delayed_tracker) if self.delayed_tracker is not None else 0
+
+    @property
+    def bucket_index(self) -> BucketIndexFigures | None:
+        """The tracker when it is a bucket tracker (its figures for the metrics), else None."""
+        tracker = self.delayed_tracker
+        return tracker if isinstance(tracker, BucketDelayedDeliveryTracker) else None
 
     # ------------------------------------------------------------------ consumers
 
@@ -257,15 +268,7 @@ class Subscription:
         await old.close()
         # The old dispatcher's replay set and tracker die with it: start again from the
         # first unacknowledged entry (a rewind, so it goes through the revision).
-        async with self._reset_lock:
-            if self.delayed_tracker is not None and not new.delayed_capable:
-                self.delayed_tracker.clear()
-                await self.delayed_tracker.close()
-                self.delayed_tracker = None
-            elif self.delayed_tracker is not None:
-                self.delayed_tracker.clear()
-            self.cursor.read_position = self.ledger.next_position(self.cursor.mark_delete_position)
-            self.cursor.revision += 1
+        await self.resets.rewind(new)
 
     def after_subscribe(self, consumer: Consumer) -> None:
         if self.dispatcher is not None:
@@ -345,142 +348,32 @@ class Subscription:
         if self.dispatcher is not None:
             self.dispatcher.hand_back(consumer, positions or None, count_redelivery=True)
 
-    # ------------------------------------------------------------------ resets
+    # ------------------------------------------------------------------ resets (resets.py)
 
-    async def _reset(self, target: Position, *, disconnect: bool) -> None:
-        async with self._reset_lock:
-            self.resetting = True
-            try:
-                if disconnect:
-                    for consumer in list(self.consumers):
-                        consumer.disconnect()
-                        consumer.side.forget(consumer)
-                        self.remove_consumer(consumer)
-                if self.delayed_tracker is not None:
-                    self.delayed_tracker.clear()
-                if self.dispatcher is not None:
-                    self.dispatcher.reset()
-                self.redelivery_counts.clear()
-                self.batch_acks.clear()
-                self.cursor.reset(target)
-                self.cursor.revision += 1
-            finally:
-                self.resetting = False
-        if self.dispatcher is not None:
-            self.dispatcher.schedule()
-
-    def _normalize_target(self, ledger_id: int, entry_id: int) -> Position:
-        return normalize_target(self.ledger, ledger_id, entry_id)
+    @property
+    def resetting(self) -> bool:
+        """A reset is disconnecting this subscription's consumers."""
+        return self.resets.resetting
 
     async def reset_cursor(self, position: tuple[int, int] | Position) -> None:
         """Seek / admin reset-cursor to a message id: the next entry read is that one."""
-        lid, eid = (position.ledger_id, position.entry_id) if isinstance(
-            position, Position) else (position[0], position[1])
-        await self._reset(self._normalize_target(lid, eid), disconnect=True)
+        await self.resets.reset_cursor(position)
 
     async def reset_cursor_to_timestamp(self, timestamp_ms: int) -> None:
         """Seek by publish time: the next entry is the first one published at or after it."""
-        target = await self._find_by_publish_time(timestamp_ms)
-        await self._reset(target, disconnect=True)
-
-    async def _find_by_publish_time(self, timestamp_ms: int) -> Position:
-        ledger = self.ledger
-        index: list[tuple[int, int]] = []  # (ledger_id, entries), flattened by binary search
-        total = 0
-        for info in ledger.ledgers:
-            if info.entries:
-                index.append((info.ledger_id, info.entries))
-                total += info.entries
-        end: Position = ledger.next_position(tail_position(ledger))
-
-        def at(i: int) -> Position:
-            for lid, n in index:
-                if i < n:
-                    return Position(lid, i)
-                i -= n
-            return end
-
-        lo, hi = 0, total  # first entry with publish_time >= timestamp_ms in [lo, hi]
-        while lo < hi:
-            mid = (lo + hi) // 2
-            entry = await ledger.read_entry(at(mid))
-            if entry is None:
-                lo = mid + 1  # trimmed: treat as older
-                continue
-            try:
-                published = parse_entry(entry.data).publish_time
-            except Exception:
-                published = 0
-            if published < timestamp_ms:
-                lo = mid + 1
-            else:
-                hi = mid
-        return at(lo)
+        await self.resets.reset_cursor_to_timestamp(timestamp_ms)
 
     async def skip(self, n: int) -> None:
         """Acknowledge the next ``n`` unacknowledged entries (admin skip)."""
-        cursor = self.cursor
-        ledger = self.ledger
-        last = ledger.last_confirmed
-        positions: list[Position] = []
-        pos = cursor.mark_delete_position
-        while last is not None and len(positions) < n and pos < last:
-            pos = ledger.next_position(pos)
-            if not cursor.is_deleted(pos):
-                positions.append(pos)
-        await self._skip_positions(positions)
+        await self.resets.skip(n)
 
     async def skip_all(self) -> None:
         """Clear the backlog: everything up to the last entry is acknowledged."""
-        async with self._reset_lock:
-            last = self.ledger.last_confirmed
-            if self.delayed_tracker is not None:
-                self.delayed_tracker.clear()
-            if self.dispatcher is not None:
-                self.dispatcher.on_acked(list(self.dispatcher.replay))
-            if last is not None:
-                self.cursor.mark_delete(last)
-                if self.cursor.read_position <= last:
-                    self.cursor.read_position = self.ledger.next_position(last)
-            self.batch_acks.clear()
-            self.cursor.revision += 1
+        await self.resets.skip_all()
 
     async def skip_by_message_ids(self, ids: Iterable[tuple[int, ...]]) -> None:
         """PIP-423: individually acknowledge given message ids (batch index optional)."""
-        if self.sub_type in (EXCLUSIVE, FAILOVER) and self.consumers:
-            raise NotAllowedError(
-                f"Skip by message ids is not allowed on a {SUB_TYPE_NAMES[self.sub_type]} "
-                "subscription")
-        full: list[Position] = []
-        for item in ids:
-            pos = Position(int(item[0]), int(item[1]))
-            batch_index = int(item[2]) if len(item) > 2 and item[2] is not None else -1
-            if batch_index >= 0:
-                entry = await self.ledger.read_entry(pos)
-                size = parse_entry(entry.data).messages if entry is not None else 1
-                current = self.batch_acks.get(pos, (1 << size) - 1)
-                remaining = current & ~(1 << batch_index)
-                if remaining:
-                    self.batch_acks[pos] = remaining
-                    continue
-                self.batch_acks.pop(pos, None)
-            full.append(pos)
-        await self._skip_positions(full)
-
-    async def _skip_positions(self, positions: list[Position]) -> None:
-        if not positions:
-            return
-        async with self._reset_lock:
-            tracker = self.delayed_tracker
-            if tracker is not None:
-                for pos in positions:
-                    tracker.cancel(pos.ledger_id, pos.entry_id)
-            self.cursor.delete(positions)
-            if self.dispatcher is not None:
-                self.dispatcher.on_acked(positions)
-            self.cursor.revision += 1
-        if self.dispatcher is not None:
-            self.dispatcher.schedule()
+        await self.resets.skip_by_message_ids(ids)
 
     # ------------------------------------------------------------------ stats
 
@@ -509,7 +402,7 @@ class Subscription:
             if isinstance(dispatcher, KeySharedDispatcher):
                 s["keyHashRanges"] = dispatcher.key_hash_ranges(c)
             consumers.append(s)
-        active = getattr(dispatcher, "active", None)
+        active = dispatcher.active if isinstance(dispatcher, SingleActiveDispatcher) else None
         tracker = self.delayed_tracker
         return {
             "msgRateOut": rate_out,

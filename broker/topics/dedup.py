@@ -64,10 +64,12 @@ import asyncio
 import bisect
 import logging
 from collections import deque
-from typing import Any, Protocol
+from typing import Protocol
 
 from protocol import pulsar_pb as pb
 from protocol.errors import ServiceNotReadyError
+from storage.cursor import ManagedCursor
+from storage.ledger import ManagedLedger
 from storage.positions import Position
 
 
@@ -83,7 +85,7 @@ class SequencedProducer(Protocol):
     @property
     def pending(self) -> int: ...
 
-    def pending_append(self, key: int) -> asyncio.Future[Any] | None: ...
+    def pending_append(self, key: int) -> asyncio.Future[Position] | None: ...
 
     def drain_finished(self) -> None: ...
 
@@ -95,9 +97,8 @@ class DedupTopic(Protocol):
     closed: bool
     fenced: bool
 
-    # storage's ManagedLedger (typed there)
     @property
-    def ledger(self) -> Any: ...
+    def ledger(self) -> ManagedLedger: ...
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop: ...
@@ -167,7 +168,7 @@ class SequenceState:
             return window[i][1], window[i][2]
         return None
 
-    def in_flight(self, key: int) -> asyncio.Future[Any] | None:
+    def in_flight(self, key: int) -> asyncio.Future[Position] | None:
         """The pending append of *key* on any incarnation of this producer, if any."""
         for producer in self.producers:
             fut = producer.pending_append(key)
@@ -221,7 +222,7 @@ class MessageDeduplication:
         self.topic = topic
         self.ledger = topic.ledger
         self.states: dict[str, SequenceState] = {}
-        self.cursor: Any = None
+        self.cursor: ManagedCursor | None = None
         self.ready = False
         self._recovery: asyncio.Future[None] | None = None
 
@@ -295,7 +296,7 @@ class MessageDeduplication:
         producer.seq_state = state
 
     def resend(self, state: SequenceState, entry: bytes,
-               key: int) -> tuple[asyncio.Future[Any] | None, int | None]:
+               key: int) -> tuple[asyncio.Future[Position] | None, int | None]:
         """Decide on a SEND whose *key* is not above ``state.pushed`` (module docstring).
 
         Returns ``(future, key)``: answer the send with that future's position without
@@ -320,8 +321,8 @@ class MessageDeduplication:
         self.topic.check_publish(entry)
         return self._resolved(UNKNOWN_ID, UNKNOWN_ID), key
 
-    def _resolved(self, ledger_id: int, entry_id: int) -> asyncio.Future[Any]:
-        fut: asyncio.Future[Any] = self.topic.loop.create_future()
+    def _resolved(self, ledger_id: int, entry_id: int) -> asyncio.Future[Position]:
+        fut: asyncio.Future[Position] = self.topic.loop.create_future()
         fut.set_result(Position(ledger_id, entry_id))
         return fut
 
@@ -331,7 +332,7 @@ class MessageDeduplication:
         """Write every name's highest persisted id and the position they cover into the
         dedup cursor (storage persists it at its rate limit, atomically)."""
         cursor = self.cursor
-        if not self.ready or cursor is None or getattr(self.ledger, "closed", False):
+        if not self.ready or cursor is None or self.ledger.closed:
             return
         last = self.ledger.last_confirmed
         states = self.states
@@ -375,7 +376,7 @@ def _log_failure(fut: asyncio.Future[None]) -> None:
         log.error("recovering producer sequences failed: %s", fut.exception())
 
 
-def _tail_start(ledger: Any) -> Position | None:
+def _tail_start(ledger: ManagedLedger) -> Position | None:
     """The first of the last TAIL_REPLAY_ENTRIES entries (fewer when they are large)."""
     remaining = TAIL_REPLAY_ENTRIES
     budget = float(TAIL_REPLAY_BYTES)
@@ -395,7 +396,7 @@ def _tail_start(ledger: Any) -> Position | None:
     return start
 
 
-async def _replay(ledger: Any, start: Position, end: Position,
+async def _replay(ledger: ManagedLedger, start: Position, end: Position,
                   states: dict[str, SequenceState]) -> None:
     """Rebuild the states from the entries in [start, end] (metadata only)."""
     pos = start

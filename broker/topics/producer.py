@@ -50,14 +50,12 @@ from typing import Any, Protocol
 
 from broker.metrics.rates import PUBLISH_LATENCY_BUCKETS_MS, iso_ms
 from broker.topics.dedup import MessageDeduplication, SequenceState
+from broker.topics.storage_errors import StorageOp, storage_failure
 from protocol import commands as C
 from protocol import pulsar_pb as pb
-from protocol.errors import (
-    ChecksumError,
-    PersistenceError,
-    RequestError,
-)
+from protocol.errors import ChecksumError, RequestError
 from protocol.frames import Frame
+from storage.positions import Position
 
 __all__ = ["ACCESS_MODE_NAMES", "Producer", "ProducerTransport", "PublishTarget"]
 
@@ -107,7 +105,7 @@ class PublishTarget(Protocol):
     awaiting_durable: dict[Producer, None]
     publish_latency_buckets: list[int]
 
-    def publish(self, entry: bytes) -> tuple[asyncio.Future[Any], int, bool]: ...
+    def publish(self, entry: bytes) -> tuple[asyncio.Future[Position], int, bool]: ...
 
     def record_published(self, messages: int, size: int, entries: int,
                          latency_sum_ms: float) -> None: ...
@@ -125,7 +123,7 @@ class _Pending:
 
     def __init__(self, sequence_id: int, highest_sequence_id: int, key: int | None,
                  started: float,
-                 future: asyncio.Future[Any] | None, error: RequestError | None,
+                 future: asyncio.Future[Position] | None, error: RequestError | None,
                  messages: int, size: int, dup: bool = False) -> None:
         self.sequence_id = sequence_id
         self.highest_sequence_id = highest_sequence_id
@@ -159,7 +157,7 @@ class Producer:
         self._queue: deque[_Pending] = deque()
         self._failed: RequestError | None = None
         self._drained: asyncio.Event | None = None
-        self._watched: asyncio.Future[Any] | None = None
+        self._watched: asyncio.Future[Position] | None = None
         self._loop = connection.loop
         self._write = connection.write
         self._on_done = self._drain_cb  # bound once: one allocation less per SEND
@@ -219,7 +217,7 @@ class Producer:
         fut, messages, _ = self.topic.publish(entry)
         return _Pending(seq, highest, record_key, started, fut, None, messages, len(entry))
 
-    def pending_append(self, key: int) -> asyncio.Future[Any] | None:
+    def pending_append(self, key: int) -> asyncio.Future[Position] | None:
         """The future of a queued, not failed, send of *key* (a re-send on a later
         incarnation of this producer is answered with it)."""
         for item in self._queue:
@@ -251,7 +249,7 @@ class Producer:
             fut.add_done_callback(self._on_done)
             self.topic.awaiting_durable[self] = None
 
-    def _drain_cb(self, fut: asyncio.Future[Any]) -> None:
+    def _drain_cb(self, fut: asyncio.Future[Position]) -> None:
         if fut is self._watched:  # else a newer head is watched: keep its callback's record
             self._watched = None
         queue = self._queue
@@ -279,9 +277,12 @@ class Producer:
                 if not fut.done():
                     break
                 if item.error is None and (fut.cancelled() or fut.exception() is not None):
-                    exc = None if fut.cancelled() else fut.exception()
-                    item.error = PersistenceError(f"Failed to persist the message: {exc}")
-                    self._fail_behind(item.error)
+                    exc = fut.exception() if not fut.cancelled() else None
+                    failure = storage_failure(
+                        exc if exc is not None else asyncio.CancelledError("append cancelled"),
+                        StorageOp.PUBLISH)
+                    item.error = failure.error
+                    self._fail_behind(failure.error, reload_topic=failure.reload_topic)
             queue.popleft()
             answered += 1
             if item.error is None:
@@ -319,13 +320,14 @@ class Producer:
             if self._drained is not None:
                 self._drained.set()
 
-    def _fail_behind(self, error: RequestError) -> None:
+    def _fail_behind(self, error: RequestError, *, reload_topic: bool) -> None:
         """A failed append fails every later send of this producer (FIFO answers)."""
         self._failed = error
         for later in self._queue:
             if later.error is None:
                 later.error = error
-        self.topic.on_persistence_failure(error)
+        if reload_topic:
+            self.topic.on_persistence_failure(error)
 
     # ------------------------------------------------------------------ lifecycle
 

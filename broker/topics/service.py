@@ -30,11 +30,13 @@ import asyncio
 import contextlib
 import itertools
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from broker.config import BrokerConfig
 from broker.delayed.policy import DelayPolicy, resolve_policy
 from broker.topics.names import TopicName, is_valid_namespace, split_namespace
+from broker.topics.storage_errors import StorageOp, storage_failure
 from broker.topics.topic import Topic
 from protocol.errors import (
     InvalidTopicNameError,
@@ -43,6 +45,9 @@ from protocol.errors import (
     ServiceNotReadyError,
     TopicNotFoundError,
 )
+from storage.errors import StorageError
+from storage.snapshots import SnapshotStore
+from storage.store import SegmentStore
 
 __all__ = ["BrokerService"]
 
@@ -54,7 +59,7 @@ _instance_counter = itertools.count()
 
 
 class BrokerService:
-    def __init__(self, config: BrokerConfig, store: Any,
+    def __init__(self, config: BrokerConfig, store: SegmentStore,
                  loop: asyncio.AbstractEventLoop | None = None) -> None:
         self.config = config
         self.store = store
@@ -108,7 +113,7 @@ class BrokerService:
         self.topics.clear()
 
     @property
-    def snapshots(self) -> Any:
+    def snapshots(self) -> SnapshotStore:
         """The store's bucket-snapshot store (for delayed-delivery trackers)."""
         return self.store.snapshots
 
@@ -177,7 +182,10 @@ class BrokerService:
         fut: asyncio.Future[Topic] = self.loop.create_future()
         self._loading[full] = fut
         try:
-            topic = await Topic.load(self, tn, await self.store.open_ledger(tn.full))
+            try:
+                topic = await Topic.load(self, tn, await self.store.open_ledger(tn.full))
+            except StorageError as exc:
+                raise storage_failure(exc, StorageOp.LOAD_TOPIC).error from exc
         except BaseException as exc:
             fut.set_exception(exc)
             fut.exception()
@@ -282,7 +290,7 @@ class BrokerService:
             if not force:
                 if topic.producers:
                     raise NotAllowedError("Topic has active producers")
-                if any(getattr(s, "consumers", None) for s in topic.subscriptions.values()):
+                if any(s.consumers for s in topic.subscriptions.values()):
                     raise NotAllowedError("Topic has active subscriptions with connected consumers")
             del self.topics[full]
             await self._close_topic(topic)
@@ -393,7 +401,7 @@ class BrokerService:
             del self._topic_policies[full]
             self._invalidate(lambda t: full in (t.full, t.name.partitioned_parent))
 
-    def _invalidate(self, match: Any) -> None:
+    def _invalidate(self, match: Callable[[Topic], bool]) -> None:
         for topic in list(self.topics.values()):
             if match(topic):
                 topic.invalidate_policy()

@@ -18,6 +18,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from broker.metrics.rates import iso_ms
+from storage.positions import Position
 
 if TYPE_CHECKING:
     from broker.topics.topic import Topic
@@ -43,9 +44,9 @@ def topic_stats(topic: Topic) -> dict[str, Any]:
         except Exception:
             log.exception("stats of subscription %s failed", name)
             subs[name] = {}
-        tracker = getattr(sub, "delayed_tracker", None)
+        tracker = sub.delayed_tracker
         if tracker is not None:
-            delayed_index_bytes += int(getattr(tracker, "memory_bytes", 0) or 0)
+            delayed_index_bytes += tracker.memory_bytes
     msg_in = topic.msg_in_counter
     return {
         "msgRateIn": rate_in,
@@ -90,20 +91,20 @@ def internal_stats(topic: Topic) -> dict[str, Any]:
             "readPosition": _pos(cursor.read_position),
             "waitingReadOp": False,
             "pendingReadOps": 0,
-            "messagesConsumedCounter": getattr(sub, "msg_out_counter", 0) if sub else 0,
+            "messagesConsumedCounter": sub.msg_out_counter if sub else 0,
             "cursorLedger": -1,
             "cursorLedgerLastEntry": -1,
             "individuallyDeletedMessages": str(cursor.individually_deleted_count),
             "lastLedgerSwitchTimestamp": "",
             "state": "Open",
-            "active": bool(sub is not None and getattr(sub, "consumers", None)),
+            "active": bool(sub is not None and sub.consumers),
             "numberOfEntriesSinceFirstNotAckedMessage": int(cursor.backlog),
             "totalNonContiguousDeletedMessagesRange": int(cursor.individually_deleted_count),
             "subscriptionHavePendingRead": False,
             "subscriptionHavePendingReplayRead": False,
             "properties": dict(cursor.properties),
-            "revision": int(getattr(cursor, "revision", 0)),
-            "persistedSizeBytes": int(getattr(cursor, "persisted_size_bytes", 0)),
+            "revision": cursor.revision,
+            "persistedSizeBytes": cursor.persisted_size_bytes,
         }
     return {
         "entriesAddedCounter": topic.entries_added_counter,
@@ -122,7 +123,7 @@ def internal_stats(topic: Topic) -> dict[str, Any]:
     }
 
 
-def _pos(p: Any) -> str:
+def _pos(p: Position | None) -> str:
     if p is None:
         return "-1:-1"
     return f"{p.ledger_id}:{p.entry_id}"

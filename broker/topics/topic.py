@@ -43,7 +43,7 @@ import struct
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Protocol
 
 from google.protobuf.message import DecodeError
 
@@ -58,18 +58,23 @@ from broker.subscriptions.subscription import Subscription
 from broker.topics.dedup import DEDUP_CURSOR, MessageDeduplication
 from broker.topics.names import TopicName
 from broker.topics.producer import Producer
+from broker.topics.storage_errors import StorageOp, storage_failure
 from broker.topics.trim import LedgerTrimmer
 from protocol import commands as C
 from protocol import pulsar_pb as pb
 from protocol.errors import (
     MalformedEntryError,
     NotAllowedError,
-    PersistenceError,
     ProducerBusyError,
     ServiceNotReadyError,
     SubscriptionNotFoundError,
 )
 from protocol.metadata import parse_entry
+from storage.cursor import ManagedCursor
+from storage.errors import StorageError
+from storage.ledger import ManagedLedger
+from storage.positions import Position
+from storage.snapshots import SnapshotStore
 
 _U32 = struct.Struct(">I")
 _parse_metadata = pb.MessageMetadata.FromString
@@ -88,9 +93,10 @@ class TopicHost(Protocol):
     @property
     def config(self) -> BrokerConfig: ...
 
-    # storage's SnapshotStore (bucket snapshots of delayed-delivery trackers)
     @property
-    def snapshots(self) -> Any: ...
+    def snapshots(self) -> SnapshotStore:
+        """Bucket snapshots of delayed-delivery trackers."""
+        ...
 
     def resolve_delay_policy(self, name: TopicName) -> DelayPolicy: ...
 
@@ -100,7 +106,7 @@ class TopicHost(Protocol):
 class Topic:
     """A loaded topic (see the module docstring)."""
 
-    def __init__(self, host: TopicHost, name: TopicName, ledger: Any) -> None:
+    def __init__(self, host: TopicHost, name: TopicName, ledger: ManagedLedger) -> None:
         self.host = host
         self.name = name
         self.full = name.full
@@ -137,7 +143,7 @@ class Topic:
     # ------------------------------------------------------------------ loading
 
     @classmethod
-    async def load(cls, host: TopicHost, name: TopicName, ledger: Any) -> Topic:
+    async def load(cls, host: TopicHost, name: TopicName, ledger: ManagedLedger) -> Topic:
         """A topic over its freshly opened *ledger*, with its durable subscriptions restored."""
         topic = cls(host, name, ledger)
         ledger.add_listener(topic._on_durable)
@@ -158,7 +164,7 @@ class Topic:
 
     # ------------------------------------------------------------------ publishing
 
-    def publish(self, entry: bytes) -> tuple[asyncio.Future[Any], int, bool]:
+    def publish(self, entry: bytes) -> tuple[asyncio.Future[Position], int, bool]:
         """Guard and append one entry; returns (durable-append future, messages in entry,
         whether it is a chunk other than the last of its message).
 
@@ -168,9 +174,11 @@ class Topic:
         entry, messages, partial = self.check_publish(entry)
         try:
             fut = self.ledger.append(entry)
-        except Exception as exc:
-            self.on_persistence_failure(exc)
-            raise PersistenceError(f"Failed to persist the message: {exc}") from None
+        except Exception as exc:   # never out of the publish path: a SEND_ERROR instead
+            failure = storage_failure(exc, StorageOp.PUBLISH)
+            if failure.reload_topic:
+                self.on_persistence_failure(exc)
+            raise failure.error from None
         self.entries_added_counter += 1
         return fut, messages, partial
 
@@ -220,7 +228,7 @@ class Topic:
         self.publish_latency_sum_ms += latency_sum_ms
         self.publish_latency_count += entries
 
-    def _on_durable(self, _position: Any) -> None:
+    def _on_durable(self, _position: Position) -> None:
         if not self._notify_scheduled:
             self._notify_scheduled = True
             self.loop.call_soon(self._notify_subscriptions)
@@ -330,9 +338,12 @@ class Topic:
         fut: asyncio.Future[Subscription] = self.loop.create_future()
         self._sub_creating[name] = fut
         try:
-            sub = await Subscription.open(self, name, durable=durable,
-                                          initial_position=initial_position,
-                                          start_message_id=start_message_id)
+            try:
+                sub = await Subscription.open(self, name, durable=durable,
+                                              initial_position=initial_position,
+                                              start_message_id=start_message_id)
+            except StorageError as exc:
+                raise storage_failure(exc, StorageOp.SUBSCRIBE).error from exc
             self.subscriptions[name] = sub
             fut.set_result(sub)
             return sub
@@ -391,7 +402,7 @@ class Topic:
         return self.name.partition_index
 
     def new_tracker(self, policy: DelayPolicy, *, on_due: Callable[[], None],
-                    cursor: Any | None) -> DelayedDeliveryTracker:
+                    cursor: ManagedCursor | None) -> DelayedDeliveryTracker:
         """A delayed-delivery tracker for one of this topic's subscriptions (bucket snapshots
         only for a durable one, which passes its *cursor*)."""
         return create_tracker(self.host.config, policy, on_due=on_due, loop=self.loop,

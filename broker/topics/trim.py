@@ -30,9 +30,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Protocol
+from typing import Protocol
 
 from broker.subscriptions.subscription import Subscription
+from storage.ledger import ManagedLedger
 from storage.positions import Position
 
 
@@ -44,9 +45,8 @@ class TrimmedTopic(Protocol):
     fenced: bool
     subscriptions: dict[str, Subscription]
 
-    # storage's ManagedLedger (typed there)
     @property
-    def ledger(self) -> Any: ...
+    def ledger(self) -> ManagedLedger: ...
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop: ...
@@ -71,7 +71,7 @@ class LedgerTrimmer:
         self.topic = topic
         self.trimmed_ledgers = 0
         self.task: asyncio.Task[None] | None = None  # the trim in progress
-        self.marker: tuple[Any, int] = (None, 0)      # the trigger at the last decision
+        self.marker: tuple[Position | None, int] = (None, 0)      # the trigger at the last decision
         self.last_trim = topic.loop.time()            # loop time of the last decision
 
     def reset_trigger(self) -> None:
@@ -93,11 +93,10 @@ class LedgerTrimmer:
         if self.safe():
             self.task = topic.loop.create_task(self._trim())
 
-    def trigger(self) -> tuple[Any, int]:
+    def trigger(self) -> tuple[Position | None, int]:
         """(slowest subscription mark-delete position, ledger count): a change asks for a trim."""
         topic = self.topic
-        marks = [s.cursor.mark_delete_position for s in topic.subscriptions.values()
-                 if getattr(s, "cursor", None) is not None]
+        marks = [s.cursor.mark_delete_position for s in topic.subscriptions.values()]
         return (min(marks) if marks else None), len(topic.ledger.ledgers)
 
     def safe(self) -> bool:
@@ -105,7 +104,7 @@ class LedgerTrimmer:
         is still needed by a reader (storage only sees durable cursors)."""
         topic = self.topic
         ledger = topic.ledger
-        if topic.creating_subscription or getattr(ledger, "closed", False):
+        if topic.creating_subscription or ledger.closed:
             return False
         durable = [c.mark_delete_position for c in ledger.cursors.values()]
         bound = min(durable) if durable else None
@@ -121,7 +120,7 @@ class LedgerTrimmer:
         if not doomed:
             return False
         readers = [s.cursor.mark_delete_position for s in topic.subscriptions.values()
-                   if not getattr(s, "durable", True) and getattr(s, "cursor", None) is not None]
+                   if not s.durable]
         if readers and min(readers) < doomed[-1]:
             log.debug("trim of %s deferred: a reader has not passed the ledgers", topic.full)
             return False

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
-import types
 from typing import Any
 
 import pulsar
@@ -13,7 +13,9 @@ from waiting import wait_until
 
 from broker.config import BrokerConfig
 from broker.metrics import create_registry
-from broker.metrics.collector import HoraeCollector, LoopLagProbe
+from broker.metrics.collector import HoraeCollector
+from broker.metrics.lag import LoopLagProbe
+from broker.metrics.sources import MetricsSource
 
 from .conftest import Api
 
@@ -125,30 +127,103 @@ def test_delayed_messages_and_cursor_resets_show_in_metrics(api: Api, client: An
     consumer.close()
 
 
-# --- the collector on its own (fake service objects) ------------------------------------------
-def _fake_service(*, topic_level: bool = True) -> Any:
-    tracker = types.SimpleNamespace(
-        memory_bytes=240, bucket_count=3, loaded_index_count=10, snapshot_size_bytes=4096,
-        op_count={("create", "succeed"): 2, ("create", "failed"): 1, ("load", "failed"): 1},
-        op_latency_buckets={"create": [1, 1, 0, 0, 0, 0, 0, 0]},
-        op_latency_sum_ms={"create": 120.0},
-        __len__=lambda self: 10)
-    cursor = types.SimpleNamespace(backlog=5, revision=4)
-    consumer = types.SimpleNamespace(unacked_messages=2)
-    sub = types.SimpleNamespace(cursor=cursor, consumers=[consumer], delayed_tracker=tracker,
-                                msg_delayed=10, msg_out_counter=8, bytes_out_counter=80)
-    ledger = types.SimpleNamespace(total_size_bytes=1000)
-    topic = types.SimpleNamespace(
-        name=types.SimpleNamespace(full=f"{T}/fake"), ledger=ledger, producers={1: object()},
-        subscriptions={"s": sub}, msg_in_counter=20, bytes_in_counter=200, msg_out_counter=8,
-        bytes_out_counter=80, delayed_rejected_counter=3, fixed_delay_overridden_counter=4,
+# --- the collector on its own (typed fakes of broker.metrics.sources) ---------------------------
+@dataclasses.dataclass
+class _FakeBucketTracker:
+    size: int = 10
+    memory_bytes: int = 240
+    bucket_count: int = 3
+    loaded_index_count: int = 10
+    snapshot_size_bytes: int = 4096
+    op_count: dict[tuple[str, str], int] = dataclasses.field(default_factory=lambda: {
+        ("create", "succeed"): 2, ("create", "failed"): 1, ("load", "failed"): 1})
+    op_latency_buckets: dict[str, list[int]] = dataclasses.field(
+        default_factory=lambda: {"create": [1, 1, 0, 0, 0, 0, 0, 0]})
+    op_latency_sum_ms: dict[str, float] = dataclasses.field(
+        default_factory=lambda: {"create": 120.0})
+
+    def __len__(self) -> int:
+        return self.size
+
+
+@dataclasses.dataclass
+class _FakeMemoryTracker:
+    size: int = 7
+    memory_bytes: int = 100
+
+    def __len__(self) -> int:
+        return self.size
+
+
+@dataclasses.dataclass
+class _FakeCursor:
+    backlog: int = 0
+    revision: int = 0
+
+
+@dataclasses.dataclass
+class _FakeConsumer:
+    unacked_messages: int = 0
+
+
+@dataclasses.dataclass
+class _FakeSubscription:
+    cursor: _FakeCursor = dataclasses.field(default_factory=_FakeCursor)
+    consumers: list[_FakeConsumer] = dataclasses.field(default_factory=list)
+    msg_out_counter: int = 0
+    bytes_out_counter: int = 0
+    delayed_tracker: _FakeBucketTracker | _FakeMemoryTracker | None = None
+
+    @property
+    def msg_delayed(self) -> int:
+        return len(self.delayed_tracker) if self.delayed_tracker is not None else 0
+
+    @property
+    def bucket_index(self) -> _FakeBucketTracker | None:
+        tracker = self.delayed_tracker
+        return tracker if isinstance(tracker, _FakeBucketTracker) else None
+
+
+@dataclasses.dataclass
+class _FakeTopic:
+    full: str
+    subscriptions: dict[str, _FakeSubscription] = dataclasses.field(default_factory=dict)
+    producers: dict[str, object] = dataclasses.field(default_factory=dict)
+    msg_in_counter: int = 0
+    bytes_in_counter: int = 0
+    msg_out_counter: int = 0
+    bytes_out_counter: int = 0
+    delayed_rejected_counter: int = 0
+    fixed_delay_overridden_counter: int = 0
+    storage_size: int = 0
+    publish_latency_buckets: list[int] = dataclasses.field(default_factory=lambda: [0] * 10)
+    publish_latency_sum_ms: float = 0.0
+
+    def rates(self) -> tuple[float, float, float, float]:
+        return 0.0, 0.0, 0.0, 0.0
+
+
+@dataclasses.dataclass
+class _FakeService:
+    config: BrokerConfig
+    topics: dict[str, _FakeTopic] = dataclasses.field(default_factory=dict)
+
+
+def _fake_service(*, topic_level: bool = True) -> MetricsSource:
+    sub = _FakeSubscription(cursor=_FakeCursor(backlog=5, revision=4),
+                            consumers=[_FakeConsumer(unacked_messages=2)],
+                            delayed_tracker=_FakeBucketTracker(),
+                            msg_out_counter=8, bytes_out_counter=80)
+    topic = _FakeTopic(
+        f"{T}/fake", subscriptions={"s": sub}, producers={"p": object()}, msg_in_counter=20,
+        bytes_in_counter=200, msg_out_counter=8, bytes_out_counter=80,
+        delayed_rejected_counter=3, fixed_delay_overridden_counter=4, storage_size=1000,
         publish_latency_buckets=[1, 2, 0, 0, 0, 0, 0, 0, 0, 1], publish_latency_sum_ms=2000.5)
-    config = types.SimpleNamespace(cluster_name="c1",
-                                   expose_topic_level_metrics_in_prometheus=topic_level)
-    return types.SimpleNamespace(config=config, topics={f"{T}/fake": topic})
+    config = BrokerConfig(cluster_name="c1", expose_topic_level_metrics_in_prometheus=topic_level)
+    return _FakeService(config, {topic.full: topic})
 
 
-def _exposition(service: Any, probe: LoopLagProbe | None = None) -> str:
+def _exposition(service: MetricsSource, probe: LoopLagProbe | None = None) -> str:
     registry = CollectorRegistry()
     registry.register(HoraeCollector(service, lag_probe=probe))
     return generate_latest(registry).decode()
@@ -159,6 +234,8 @@ def test_collector_reads_plain_counters_trackers_and_histograms() -> None:
     topic = {"cluster": "c1", "namespace": "public/default", "topic": f"{T}/fake"}
     sub = {**topic, "subscription": "s"}
     assert _value(samples, "pulsar_in_messages_total", **topic) == 20
+    assert _value(samples, "pulsar_storage_size", **topic) == 1000
+    assert _value(samples, "pulsar_producers_count", **topic) == 1
     assert _value(samples, "pulsar_broker_topic_messages_delayed_rejected_total", **topic) == 3
     assert _value(samples, "pulsar_broker_topic_messages_fixed_delay_overridden_total",
                   **topic) == 4
@@ -196,21 +273,32 @@ def test_collector_without_topic_level_metrics_sums_per_namespace() -> None:
     assert "pulsar_subscription_back_log" not in samples
 
 
-def test_collector_tolerates_topics_without_trackers_or_histograms() -> None:
-    topic = types.SimpleNamespace(name=f"{T}/bare", subscriptions={"s": types.SimpleNamespace()})
-    service = types.SimpleNamespace(config=BrokerConfig(), topics={f"{T}/bare": topic})
-    samples = _samples(_exposition(service))
+def test_collector_reports_zeros_for_a_subscription_without_tracker() -> None:
+    topic = _FakeTopic(f"{T}/bare", subscriptions={"s": _FakeSubscription()})
+    samples = _samples(_exposition(_FakeService(BrokerConfig(), {topic.full: topic})))
     assert _value(samples, "pulsar_in_messages_total", topic=f"{T}/bare") == 0
     assert _value(samples, "pulsar_subscription_delayed", topic=f"{T}/bare") == 0
     assert _value(samples, "pulsar_delayed_message_index_bucket_total",
                   topic=f"{T}/bare") is None
 
 
+def test_in_memory_tracker_reports_its_size_as_loaded_and_no_buckets() -> None:
+    sub = _FakeSubscription(delayed_tracker=_FakeMemoryTracker(size=7, memory_bytes=100))
+    topic = _FakeTopic(f"{T}/mem", subscriptions={"s": sub})
+    samples = _samples(_exposition(_FakeService(BrokerConfig(), {topic.full: topic})))
+    labels = {"topic": f"{T}/mem", "subscription": "s"}
+    assert _value(samples, "pulsar_delayed_message_index_loaded", **labels) == 7
+    assert _value(samples, "pulsar_delayed_message_index_bucket_total", **labels) == 0
+    assert _value(samples, "pulsar_subscription_delayed_message_index_size_bytes",
+                  **labels) == 100
+    assert samples.get("pulsar_delayed_message_index_bucket_op_count", []) == []
+
+
 def test_loop_lag_probe_buckets_lateness() -> None:
     probe = LoopLagProbe()
     for lag in (0.0005, 0.02, 7.0):
         probe.record(lag)
-    samples = _samples(_exposition(types.SimpleNamespace(config=BrokerConfig(), topics={}), probe))
+    samples = _samples(_exposition(_FakeService(BrokerConfig()), probe))
     assert _value(samples, "horae_event_loop_lag_seconds") == 7.0
     assert _value(samples, "horae_event_loop_lag_histogram_seconds_bucket", le="0.001") == 1
     assert _value(samples, "horae_event_loop_lag_histogram_seconds_bucket", le="0.025") == 2
@@ -219,8 +307,7 @@ def test_loop_lag_probe_buckets_lateness() -> None:
 
 
 def test_registry_holds_process_metrics_and_stays_private() -> None:
-    service = types.SimpleNamespace(config=BrokerConfig(), topics={})
-    text = generate_latest(create_registry(service)).decode()
+    text = generate_latest(create_registry(_FakeService(BrokerConfig()))).decode()
     names = {f.name for f in text_string_to_metric_families(text)}
     assert {"process_cpu_seconds", "pulsar_in_messages"} <= names
 

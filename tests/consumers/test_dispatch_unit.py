@@ -115,7 +115,7 @@ async def test_a_read_started_before_a_reset_is_discarded(ledger: Any) -> None:
     await asyncio.wait_for(started.wait(), 5)
     lid = ledger.last_confirmed.ledger_id
     revision = sub.cursor.revision
-    await sub._reset(Position(lid, 6), disconnect=False)  # the reset races the read
+    await sub.resets.reset_to(Position(lid, 6), disconnect=False)  # the reset races the read
     assert sub.cursor.revision == revision + 1
     gate.set()
     await _settle()

@@ -30,15 +30,17 @@ import contextlib
 import logging
 from collections import Counter
 from itertools import islice
-from typing import Any, Protocol
+from typing import Protocol
 
 from sortedcontainers import SortedSet
 
 from broker.delayed.policy import DelayPolicy
 from broker.delayed.tracker import DelayedDeliveryTracker
 from broker.subscriptions.consumer import Consumer
+from broker.subscriptions.dispatchers.cursors import SubscriptionCursor
 from protocol.errors import ProtocolError
 from protocol.metadata import EntryInfo, parse_entry, sticky_key_hash
+from storage.ledger import ManagedLedger
 from storage.positions import Entry, Position
 
 __all__ = ["MAX_READ_ENTRIES", "DispatchContext", "Dispatcher"]
@@ -56,7 +58,6 @@ class DispatchContext(Protocol):
     redelivery and batch-ack books, its delayed-delivery tracker, and its out counters."""
 
     name: str
-    resetting: bool
     partition_index: int
     msg_out_counter: int
     bytes_out_counter: int
@@ -64,12 +65,16 @@ class DispatchContext(Protocol):
     redelivery_counts: dict[Position, int]
     batch_acks: dict[Position, int]
 
-    # A storage ManagedCursor or a reader's MemoryCursor; a ManagedLedger (storage's, typed there).
     @property
-    def cursor(self) -> Any: ...
+    def cursor(self) -> SubscriptionCursor: ...
 
     @property
-    def ledger(self) -> Any: ...
+    def ledger(self) -> ManagedLedger: ...
+
+    @property
+    def resetting(self) -> bool:
+        """A cursor reset is disconnecting the consumers."""
+        ...
 
     def delay_policy(self) -> DelayPolicy: ...
 

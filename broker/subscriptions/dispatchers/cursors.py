@@ -16,12 +16,13 @@ Ids arrive as uint64 on the wire: Pulsar's ``-1`` is ``2**64 - 1`` (:func:`wire_
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Protocol
 
+from storage.ledger import ManagedLedger
 from storage.positions import Position
 
-__all__ = ["LATEST_LEDGER", "MemoryCursor", "before", "normalize_target", "reader_mark_delete",
-           "tail_position", "wire_position"]
+__all__ = ["LATEST_LEDGER", "MemoryCursor", "SubscriptionCursor", "before", "normalize_target",
+           "reader_mark_delete", "tail_position", "wire_position"]
 
 LATEST_LEDGER = (1 << 63) - 1  # Pulsar's MessageId.latest ledger id (Long.MAX_VALUE)
 
@@ -39,7 +40,7 @@ def before(pos: Position) -> Position:
     return Position(pos.ledger_id, pos.entry_id - 1)
 
 
-def tail_position(ledger: Any) -> Position:
+def tail_position(ledger: ManagedLedger) -> Position:
     """The last entry, or (current ledger, -1) when the topic holds none (Pulsar's LAC)."""
     last: Position | None = ledger.last_confirmed
     if last is not None:
@@ -48,10 +49,50 @@ def tail_position(ledger: Any) -> Position:
     return Position(infos[-1].ledger_id, -1) if infos else Position(-1, -1)
 
 
+class SubscriptionCursor(Protocol):
+    """What subscriptions and dispatchers use of a cursor: storage's ``ManagedCursor`` (durable)
+    or a reader's :class:`MemoryCursor`."""
+
+    @property
+    def mark_delete_position(self) -> Position: ...
+
+    @property
+    def read_position(self) -> Position: ...
+
+    @read_position.setter
+    def read_position(self, pos: Position) -> None: ...
+
+    @property
+    def revision(self) -> int: ...
+
+    @revision.setter
+    def revision(self, value: int) -> None: ...
+
+    @property
+    def properties(self) -> dict[str, str]: ...
+
+    @property
+    def individually_deleted_count(self) -> int: ...
+
+    @property
+    def backlog(self) -> int: ...
+
+    @property
+    def persisted_size_bytes(self) -> int: ...
+
+    def is_deleted(self, pos: Position) -> bool: ...
+
+    def delete(self, positions: Iterable[Position]) -> None: ...
+
+    def mark_delete(self, pos: Position) -> None: ...
+
+    def reset(self, pos: Position) -> None: ...
+
+
 class MemoryCursor:
     """A non-durable cursor for readers, with the ManagedCursor interface the broker uses."""
 
-    def __init__(self, ledger: Any, name: str, mark_delete: Position) -> None:
+    def __init__(self, ledger: ManagedLedger, name: str, mark_delete: Position) -> None:
         self.name = name
         self._ledger = ledger
         self._md = mark_delete
@@ -112,26 +153,26 @@ class MemoryCursor:
         last = self._ledger.last_confirmed
         if last is None or last <= self._md:
             return 0
-        between: int = self._ledger.entries_between(self._md, last)
+        between = self._ledger.entries_between(self._md, last)
         return max(0, between - len(self._deleted))
 
     async def flush(self) -> None:
         return None
 
 
-def normalize_target(ledger: Any, ledger_id: int, entry_id: int) -> Position:
+def normalize_target(ledger: ManagedLedger, ledger_id: int, entry_id: int) -> Position:
     """A seek target: MessageId.latest -> after the last entry, earliest -> the first entry."""
-    after_last: Position = ledger.next_position(tail_position(ledger))
+    after_last = ledger.next_position(tail_position(ledger))
     if ledger_id >= LATEST_LEDGER:
         return after_last
     if ledger_id < 0 or entry_id < 0:
-        first: Position | None = ledger.first_position
+        first = ledger.first_position
         return first if first is not None else after_last
     return Position(ledger_id, entry_id)
 
 
 def reader_mark_delete(
-    ledger: Any, start: tuple[int, int] | None, initial_position: str
+    ledger: ManagedLedger, start: tuple[int, int] | None, initial_position: str
 ) -> Position:
     """Where a reader's cursor starts (mark-delete; reading begins right after it).
 

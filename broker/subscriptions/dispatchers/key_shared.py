@@ -20,7 +20,8 @@ kept. Replays (redeliveries, due delayed messages) go first. A consumer with
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from broker.subscriptions.dispatchers.base import DispatchContext, Dispatcher
 from broker.subscriptions.selectors import ConsistentHashingSelector, StickyRangeSelector
@@ -35,6 +36,14 @@ __all__ = ["KeySharedDispatcher"]
 MAX_REPLAY_BACKLOG = 10_000  # stop reading ahead when this many entries wait (memory bound)
 
 
+@dataclass(slots=True)
+class _SlotOwner:
+    """The consumer a hash slot's pending messages went to, and how many are pending."""
+
+    consumer: Consumer
+    pending: int
+
+
 class KeySharedDispatcher(Dispatcher):
     sub_type = 3
     delayed_capable = True
@@ -46,7 +55,7 @@ class KeySharedDispatcher(Dispatcher):
         self.selector: ConsistentHashingSelector | StickyRangeSelector = (
             StickyRangeSelector() if mode == 1 else ConsistentHashingSelector()
         )
-        self.hash_owner: dict[int, list[Any]] = {}  # slot -> [consumer, pending messages]
+        self.hash_owner: dict[int, _SlotOwner] = {}
 
     def check(self, consumer: Consumer) -> None:
         if isinstance(self.selector, StickyRangeSelector):
@@ -66,17 +75,17 @@ class KeySharedDispatcher(Dispatcher):
 
     def _released(self, consumer: Consumer, position: Position, sticky_hash: int) -> None:
         owner = self.hash_owner.get(sticky_hash)
-        if owner is not None and owner[0] is consumer:
-            owner[1] -= 1
-            if owner[1] <= 0:
+        if owner is not None and owner.consumer is consumer:
+            owner.pending -= 1
+            if owner.pending <= 0:
                 del self.hash_owner[sticky_hash]
 
     def _sent(self, consumer: Consumer, sticky_hash: int) -> None:
         owner = self.hash_owner.get(sticky_hash)
         if owner is None:
-            self.hash_owner[sticky_hash] = [consumer, 1]
-        elif owner[0] is consumer:
-            owner[1] += 1
+            self.hash_owner[sticky_hash] = _SlotOwner(consumer, 1)
+        elif owner.consumer is consumer:
+            owner.pending += 1
 
     def _may_read_new(self) -> bool:
         return len(self.replay) < MAX_REPLAY_BACKLOG and super()._may_read_new()
@@ -86,7 +95,7 @@ class KeySharedDispatcher(Dispatcher):
         if consumer is None or not consumer.available:
             return False
         owner = self.hash_owner.get(sticky_hash)
-        return owner is None or owner[0] is consumer or consumer.allow_out_of_order
+        return owner is None or owner.consumer is consumer or consumer.allow_out_of_order
 
     def _route(self, position: Position, info: EntryInfo | None, sticky_hash: int,
                from_replay: bool, blocked: set[int]) -> Consumer | None:
@@ -100,7 +109,7 @@ class KeySharedDispatcher(Dispatcher):
             blocked.add(sticky_hash)
             return None
         owner = self.hash_owner.get(sticky_hash)
-        if owner is not None and owner[0] is not consumer and not consumer.allow_out_of_order:
+        if owner is not None and owner.consumer is not consumer and not consumer.allow_out_of_order:
             blocked.add(sticky_hash)  # draining: the previous owner still has this key pending
             return None
         return consumer

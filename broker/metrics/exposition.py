@@ -1,0 +1,47 @@
+"""Shared pieces of the Prometheus exposition: label sets, sample tables, histogram buckets.
+
+Theory of operation
+-------------------
+A scrape accumulates plain floats into :data:`SampleTable` s (family name -> label values ->
+value) and histogram accumulators, then turns them into prometheus_client metric families.
+This module holds what every family builder shares: Pulsar's label names, the conversion of
+non-cumulative bucket counts (overflow last) into Prometheus' cumulative ``le`` pairs, and
+:func:`topic_namespace`. Pure functions, no IO; used by :mod:`broker.metrics.collector`,
+:mod:`broker.metrics.delayed_index` and :mod:`broker.metrics.lag`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+__all__ = ["NS_LABELS", "SUB_LABELS", "TOPIC_LABELS", "SampleTable", "cumulative",
+           "topic_namespace"]
+
+TOPIC_LABELS = ("cluster", "namespace", "topic")
+NS_LABELS = ("cluster", "namespace")
+SUB_LABELS = ("cluster", "namespace", "topic", "subscription")
+
+#: family name -> label values -> value (a defaultdict of defaultdicts during a scrape).
+SampleTable = dict[str, dict[tuple[str, ...], float]]
+
+
+def cumulative(counts: Sequence[int | float], bounds: Sequence[float]) -> list[tuple[str, float]]:
+    """Non-cumulative counts (len(bounds)+1, overflow last) -> Prometheus (le, cumulative)."""
+    out: list[tuple[str, float]] = []
+    total = 0.0
+    for i, bound in enumerate(bounds):
+        total += float(counts[i]) if i < len(counts) else 0.0
+        out.append((_le(bound), total))
+    total += sum(float(c) for c in counts[len(bounds):])
+    out.append(("+Inf", total))
+    return out
+
+
+def _le(bound: float) -> str:
+    return str(int(bound)) if float(bound).is_integer() else str(bound)
+
+
+def topic_namespace(full: str) -> str:
+    """``persistent://tenant/ns/topic`` -> ``tenant/ns``."""
+    parts = full.split("://", 1)[-1].split("/")
+    return "/".join(parts[:2])

@@ -1,0 +1,194 @@
+"""The typed figures the metrics layer reads: what a scraped object must offer, nothing more.
+
+Theory of operation
+-------------------
+The collector (:mod:`broker.metrics.collector`) and its delayed-index part
+(:mod:`broker.metrics.delayed_index`) read topics, subscriptions, consumers and the
+delayed-delivery trackers through these ``typing.Protocol`` s only. The objects implement them
+structurally with the plain counters they already keep (``topic.msg_in_counter += n`` on the
+hot path), so a scrape allocates nothing on them and the hot path never learns about metrics.
+mypy checks the implementations where the service hands its topics in as a
+:class:`MetricsSource`; a renamed counter is a type error, not a silent zero.
+
+Implemented by (higher layers; this module imports none of them):
+
+- :class:`MetricsSource` -- ``broker.topics.service.BrokerService``
+- :class:`TopicFigures` -- ``broker.topics.topic.Topic``
+- :class:`SubscriptionFigures` -- ``broker.subscriptions.subscription.Subscription``
+- :class:`CursorFigures` -- storage's ``ManagedCursor`` and the readers' ``MemoryCursor``
+- :class:`ConsumerFigures` -- ``broker.subscriptions.consumer.Consumer``
+- :class:`DelayedIndexFigures` -- every delayed-delivery tracker
+- :class:`BucketIndexFigures` -- the bucket tracker (PIP-195), whose subscription hands it out
+  as ``bucket_index``
+
+Units: counters are messages or bytes as their names say; latency sums are milliseconds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Protocol
+
+from broker.config import BrokerConfig
+
+__all__ = [
+    "BucketIndexFigures", "ConsumerFigures", "CursorFigures", "DelayedIndexFigures",
+    "MetricsSource", "SubscriptionFigures", "TopicFigures",
+]
+
+
+class DelayedIndexFigures(Protocol):
+    """Any delayed-delivery tracker: ``len()`` is the number of delayed messages tracked."""
+
+    def __len__(self) -> int: ...
+
+    @property
+    def memory_bytes(self) -> int:
+        """Memory of the index (``pulsar_delayed_message_index_size_bytes``)."""
+        ...
+
+
+class BucketIndexFigures(DelayedIndexFigures, Protocol):
+    """The bucket tracker's figures (Pulsar's ``BucketDelayedMessageIndexStats``)."""
+
+    @property
+    def bucket_count(self) -> int:
+        """Immutable buckets plus the mutable one."""
+        ...
+
+    @property
+    def loaded_index_count(self) -> int:
+        """Indexes held in memory."""
+        ...
+
+    @property
+    def snapshot_size_bytes(self) -> int:
+        """Bytes of the live persisted snapshots."""
+        ...
+
+    @property
+    def op_count(self) -> Mapping[tuple[str, str], int]:
+        """(type, state) -> operations; type create/load/delete/merge, state succeed/failed."""
+        ...
+
+    @property
+    def op_latency_buckets(self) -> Mapping[str, Sequence[int]]:
+        """type -> non-cumulative counts of succeeded operations per latency bound of
+        :data:`broker.metrics.delayed_index.BUCKET_OP_LATENCY_BOUNDS_MS`, overflow last."""
+        ...
+
+    @property
+    def op_latency_sum_ms(self) -> Mapping[str, float]:
+        """type -> total latency (ms) of the succeeded operations."""
+        ...
+
+
+class CursorFigures(Protocol):
+    """A subscription's cursor (durable or a reader's)."""
+
+    @property
+    def backlog(self) -> int:
+        """Messages not yet acknowledged."""
+        ...
+
+    @property
+    def revision(self) -> int:
+        """PIP-269 cursor state revision: bumped on every position reset."""
+        ...
+
+
+class ConsumerFigures(Protocol):
+    @property
+    def unacked_messages(self) -> int:
+        """Messages delivered to this consumer and not yet acknowledged."""
+        ...
+
+
+class SubscriptionFigures(Protocol):
+    @property
+    def cursor(self) -> CursorFigures: ...
+
+    @property
+    def consumers(self) -> Sequence[ConsumerFigures]: ...
+
+    @property
+    def msg_out_counter(self) -> int: ...
+
+    @property
+    def bytes_out_counter(self) -> int: ...
+
+    @property
+    def msg_delayed(self) -> int:
+        """Messages held by the delayed-delivery tracker (0 without one)."""
+        ...
+
+    @property
+    def delayed_tracker(self) -> DelayedIndexFigures | None: ...
+
+    @property
+    def bucket_index(self) -> BucketIndexFigures | None:
+        """The tracker again when it is a bucket tracker, else None."""
+        ...
+
+
+class TopicFigures(Protocol):
+    @property
+    def full(self) -> str:
+        """The full topic name (``persistent://tenant/ns/topic``)."""
+        ...
+
+    @property
+    def msg_in_counter(self) -> int: ...
+
+    @property
+    def bytes_in_counter(self) -> int: ...
+
+    @property
+    def msg_out_counter(self) -> int: ...
+
+    @property
+    def bytes_out_counter(self) -> int: ...
+
+    @property
+    def delayed_rejected_counter(self) -> int:
+        """Messages refused for exceeding the max delivery delay (PIP-315)."""
+        ...
+
+    @property
+    def fixed_delay_overridden_counter(self) -> int:
+        """Messages whose deliver-at a fixed delay replaced (PIP-437)."""
+        ...
+
+    @property
+    def storage_size(self) -> int:
+        """Bytes stored for the topic."""
+        ...
+
+    @property
+    def producers(self) -> Mapping[str, object]: ...
+
+    @property
+    def subscriptions(self) -> Mapping[str, SubscriptionFigures]: ...
+
+    @property
+    def publish_latency_buckets(self) -> Sequence[int]:
+        """Non-cumulative counts per bound of
+        :data:`broker.metrics.rates.PUBLISH_LATENCY_BUCKETS_MS`, overflow last."""
+        ...
+
+    @property
+    def publish_latency_sum_ms(self) -> float: ...
+
+    def rates(self) -> tuple[float, float, float, float]:
+        """(msgRateIn, msgThroughputIn, msgRateOut, msgThroughputOut) per second."""
+        ...
+
+
+class MetricsSource(Protocol):
+    """What the collector scrapes: the broker config and the loaded topics by full name."""
+
+    @property
+    def config(self) -> BrokerConfig: ...
+
+    @property
+    def topics(self) -> Mapping[str, TopicFigures]: ...
