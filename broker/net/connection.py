@@ -396,6 +396,10 @@ class ServerConnection(asyncio.Protocol):
         m = frame.command.producer
         pid = int(m.producer_id)
         existing = self.producers.get(pid)
+        if existing is not None and existing.blocked:
+            # Closed by the broker while storage is read-only; the client re-creates it.
+            del self.producers[pid]
+            existing = None
         if existing is not None:
             # The client retried a creation whose answer it missed: same answer again.
             self.write(C.encode_producer_success(m.request_id, existing.name, -1))

@@ -41,6 +41,9 @@ async def create_producer(connection: ProducerConnection, m: pb.CommandProducer)
     """Handle PRODUCER: load (or auto-create) the topic, attach, answer PRODUCER_SUCCESS."""
     service = connection.service
     name = TopicName.parse(m.topic)
+    # Storage read-only (disk full): ProducerBlockedQuotaExceededException, on which the
+    # client fails its pending sends (broker/topics/publish_refusals.py).
+    service.publish_refusals.check_producer()
     topic = await service.get_topic(name.full, create=service.config.allow_auto_topic_creation)
     user_provided = m.HasField("producer_name") and m.producer_name != ""
     pname = m.producer_name if user_provided else service.generate_producer_name()

@@ -36,6 +36,7 @@ from typing import Any
 from broker.config import BrokerConfig
 from broker.delayed.policy import DelayPolicy, resolve_policy
 from broker.topics.names import TopicName, is_valid_namespace, split_namespace
+from broker.topics.publish_refusals import PublishRefusals
 from broker.topics.storage_errors import StorageOp, storage_failure
 from broker.topics.topic import Topic
 from protocol.errors import (
@@ -80,6 +81,7 @@ class BrokerService:
         self._instance = next(_instance_counter)  # until start() reads the generation
         self._producer_names = itertools.count()
         self._timers: list[asyncio.Task[None]] = []
+        self.publish_refusals = PublishRefusals(store.disk)
 
     # ------------------------------------------------------------------ lifecycle
 
