@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from broker.config_sources import SourceError, environment_settings, read_config_file
+from broker.listeners import parse_listeners
 from storage.config import StorageConfig
 
 __all__ = [
@@ -91,6 +92,13 @@ class BrokerConfig:
     advertised_address: str = _opt(
         "advertisedAddress", "localhost",
         "Host name put in LOOKUP answers (pulsar://<advertisedAddress>:<brokerServicePort>).")
+    advertised_listeners: str = _opt(
+        "advertisedListeners", "",
+        "Named listeners, name:pulsar://host:port,...; LOOKUPs with a listener name get its URL "
+        "and an unknown name is refused.")
+    internal_listener_name: str = _opt(
+        "internalListenerName", "",
+        "The listener answered to clients without a listener name (default: the first).")
     cluster_name: str = _opt(
         "clusterName", "standalone", "Cluster name: a metrics label and the prefix of producer names.")
     data_dir: str = _opt("dataDir", "./data", "Directory holding ledgers, cursors, metadata, metrics.")
@@ -105,6 +113,18 @@ class BrokerConfig:
         "The broker PINGs a connection idle this long and closes one silent for two intervals.")
     allow_auto_topic_creation: bool = _opt(
         "allowAutoTopicCreation", True, "Create a non-partitioned topic on first producer/consumer.")
+    broker_deduplication_enabled: bool = _opt(
+        "brokerDeduplicationEnabled", True,
+        "Default of the deduplication policy (namespace/topic policies override it). Pulsar's "
+        "default is false; Horae's is true because the C++ client re-sends every send "
+        "pipelined behind a refused one.")
+    broker_service_compaction_threshold_in_bytes: int = _opt(
+        "brokerServiceCompactionThresholdInBytes", 0,
+        "Backlog bytes that trigger an automatic compaction (0: never; namespace/topic "
+        "compactionThreshold override it).")
+    schema_compatibility_strategy: str = _opt(
+        "schemaCompatibilityStrategy", "FULL",
+        "Default schema compatibility strategy (namespace/topic policies override it).")
     broker_delete_inactive_topics_enabled: bool = _opt(
         "brokerDeleteInactiveTopicsEnabled", False,
         "Accepted for compatibility; Horae never deletes inactive topics (Pulsar's default is true).")
@@ -229,6 +249,8 @@ class BrokerConfig:
         "tokenAudience", "", "Audience that stands for this broker (required with tokenAudienceClaim).")
     basic_auth_conf: str = _opt(
         "basicAuthConf", "", "htpasswd users (bcrypt, apr1, crypt) as data:, file:, env:, a path or base64.")
+    authenticate_metrics_endpoint: bool = _opt(
+        "authenticateMetricsEndpoint", False, "Require authentication for /metrics (Pulsar's default: no).")
     authorization_enabled: bool = _opt(
         "authorizationEnabled", False, "Check roles against superUserRoles, tenant adminRoles and grants.")
     authorization_provider: str = _opt(
@@ -239,6 +261,22 @@ class BrokerConfig:
     authorization_allow_wildcards_matching: bool = _opt(
         "authorizationAllowWildcardsMatching", False,
         "Let grants to 'prefix*' or '*suffix' roles match (Pulsar's wildcard matching).")
+
+    # --- limits for hostile or runaway clients (issue 15) ------------------------------------
+    broker_max_connections: int = _opt(
+        "brokerMaxConnections", 0, "Most client connections at once; more are closed at accept. 0 = no limit.")
+    broker_max_connections_per_ip: int = _opt(
+        "brokerMaxConnectionsPerIp", 0, "Most client connections from one IP address. 0 = no limit.")
+    max_producers_per_topic: int = _opt(
+        "maxProducersPerTopic", 0, "Most producers on one topic (ProducerBusy beyond). 0 = no limit.")
+    max_consumers_per_topic: int = _opt(
+        "maxConsumersPerTopic", 0, "Most consumers on one topic (ConsumerBusy beyond). 0 = no limit.")
+    max_consumers_per_subscription: int = _opt(
+        "maxConsumersPerSubscription", 0,
+        "Most consumers on one subscription (ConsumerBusy beyond). 0 = no limit.")
+    handshake_timeout_seconds: float = _opt(
+        "handshakeTimeoutSeconds", 10.0,
+        "A connection that has not completed CONNECT (and authentication) this long after accept is closed.")
 
     # --- operations (issue 16) -----------------------------------------------------------
     broker_shutdown_timeout_ms: int = _opt(
@@ -259,10 +297,18 @@ class BrokerConfig:
                 raise ConfigError(f"{f.metadata['key']} must be a port number, not {value}")
         if self.log_format not in LOG_FORMATS:
             raise ConfigError(f"logFormat must be one of {list(LOG_FORMATS)}, not {self.log_format!r}")
+        if self.advertised_listeners or self.internal_listener_name:
+            try:
+                names = parse_listeners(self.advertised_listeners)
+            except ValueError as exc:
+                raise ConfigError(str(exc)) from None
+            if self.internal_listener_name and self.internal_listener_name not in names:
+                raise ConfigError(f"internalListenerName {self.internal_listener_name!r} is not "
+                                  "one of advertisedListeners")
         positive = ("max_message_size", "max_pending_publish_requests_per_connection",
                     "keep_alive_interval_seconds", "delayed_delivery_tick_time_millis",
                     "metrics_export_interval_seconds", "tls_cert_refresh_check_duration_sec",
-                    "authentication_refresh_check_seconds",
+                    "authentication_refresh_check_seconds", "handshake_timeout_seconds",
                     "broker_shutdown_timeout_ms", "disk_check_interval")
         for name in positive:
             if getattr(self, name) <= 0:

@@ -8,15 +8,24 @@ production and in :mod:`broker.embed`):
 
 1. open the segment store under ``<dataDir>/store`` (recovers ledgers, cursors, metadata);
 2. start :class:`broker.topics.service.BrokerService` (default tenant/namespace, policy mirrors);
-3. listen for the binary protocol on ``bindAddress:brokerServicePort``, one
-   :class:`broker.net.connection.ServerConnection` per TCP connection; the server owns the
-   live connections (``connections``) and runs their keep-alive timer;
-4. serve the admin app (:func:`broker.admin.app.create_app`) on ``webServicePort`` with
-   aiohttp's AppRunner;
-5. start the metric snapshot exporter (``broker.metrics.snapshots``) writing
+3. build the security services (:mod:`broker.security`: authentication providers, reading key
+   and password files, and authorization over the service's policies) and, when
+   ``brokerServicePortTls`` or ``webServicePortTls`` is set, the reloading TLS context
+   (:class:`broker.security.tls.ReloadingServerContext`) and its file-watch task;
+4. listen for the binary protocol on ``bindAddress:brokerServicePort`` (and
+   ``brokerServicePortTls`` with TLS), one :class:`broker.net.connection.ServerConnection` per
+   TCP connection; the server owns the live connections (``connections``), admits them
+   against ``brokerMaxConnections``/``brokerMaxConnectionsPerIp``
+   (:class:`broker.net.limits.ConnectionLimiter`), and runs their keep-alive and credential
+   refresh timers (one each for all connections);
+5. serve the admin app (:func:`broker.admin.app.create_app`) on ``webServicePort`` (and
+   ``webServicePortTls``) with aiohttp's AppRunner;
+6. start the metric snapshot exporter (``broker.metrics.snapshots``) writing
    ``<dataDir>/metrics`` every ``metricsExportIntervalSeconds``.
 
 Every module is imported at start-up: a broken install fails here, never as a quieter broker.
+A listener on a non-loopback address with ``authenticationEnabled=false`` is logged as a
+warning at start-up: anyone who can reach it may do anything.
 
 :meth:`stop` is graceful and idempotent: stop accepting, close client connections after
 their queued frames are written (in-flight appends finish first: topic close waits for the
@@ -30,6 +39,7 @@ import contextlib
 import logging
 import pathlib
 import socket
+import time
 from collections.abc import Iterable
 
 from aiohttp import web
@@ -41,11 +51,17 @@ from broker.logs import ACCESS_LOGGER, HttpAccessLogger
 from broker.metrics import create_registry
 from broker.metrics.snapshots import MetricSnapshotWriter, run_exporter
 from broker.net.connection import ServerConnection
+from broker.net.handshake import ConnectionSecurity
+from broker.net.limits import ConnectionLimiter
+from broker.net.lookup import is_loopback
+from broker.security.authentication import AuthenticationService
+from broker.security.authorization import AuthorizationService
+from broker.security.tls import ReloadingServerContext, TlsSettings
 from broker.topics.service import BrokerService
 from storage.diskusage import MeasureSpace, statvfs_space
 from storage.store import SegmentStore
 
-__all__ = ["BrokerServer"]
+__all__ = ["BrokerServer", "insecure_listener_warning"]
 
 log = logging.getLogger("horae.server")
 
@@ -66,7 +82,15 @@ class BrokerServer:
         self._exporter_stop: asyncio.Event | None = None
         self.broker_port = config.broker_service_port
         self.web_port = config.web_service_port
+        self.broker_port_tls: int | None = None
+        self.web_port_tls: int | None = None
         self.connections: set[ServerConnection] = set()
+        self._limiter = ConnectionLimiter(config.broker_max_connections,
+                                          config.broker_max_connections_per_ip)
+        self._server_tls: asyncio.base_events.Server | None = None
+        self.tls: ReloadingServerContext | None = None
+        self._tls_stop = asyncio.Event()
+        self._timers: list[asyncio.Task[None]] = []
         self._keepalive: asyncio.Task[None] | None = None
         self._started = False
         self._stopped = False
@@ -88,30 +112,67 @@ class BrokerServer:
                                              measure_space=self._measure_space)
         service = self._service = BrokerService(self.config, self.store, loop)
         await service.start()
+        config = self.config
+        authentication = AuthenticationService.from_config(config)  # reads key files: start-up only
+        authorization = AuthorizationService.from_config(config, service)
+        security = ConnectionSecurity(authentication, authorization,
+                                      float(config.handshake_timeout_seconds))
+        if config.broker_service_port_tls is not None or config.web_service_port_tls is not None:
+            self.tls = ReloadingServerContext(TlsSettings.from_config(config))
+            self._timers.append(loop.create_task(self.tls.run(self._tls_stop)))
         self._server = await loop.create_server(
-            lambda: ServerConnection(service, self), host=self.config.bind_address,
-            port=self.config.broker_service_port, reuse_address=True, backlog=1024)
+            lambda: ServerConnection(service, self, security), host=config.bind_address,
+            port=config.broker_service_port, reuse_address=True, backlog=1024)
         self.broker_port = _bound_port(self._server.sockets)
         service.broker_port = self.broker_port
+        if config.broker_service_port_tls is not None:
+            assert self.tls is not None
+            self._server_tls = await loop.create_server(
+                lambda: ServerConnection(service, self, security), host=config.bind_address,
+                port=config.broker_service_port_tls, reuse_address=True, backlog=1024,
+                ssl=self.tls.listening)
+            self.broker_port_tls = service.broker_port_tls = _bound_port(self._server_tls.sockets)
         # Nagle off, or a lone SEND_RECEIPT waits for the client's delayed ACK. uvloop (and
         # asyncio) already set TCP_NODELAY on every accepted transport; the listener gets it too
         # for any other loop (Linux copies it to accepted sockets). Pinned by
         # test_accepted_connections_disable_nagle.
-        for sock in self._server.sockets:
-            if sock.family in (socket.AF_INET, socket.AF_INET6):
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for server in (self._server, self._server_tls):
+            for sock in server.sockets if server is not None else ():
+                if sock.family in (socket.AF_INET, socket.AF_INET6):
+                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._keepalive = loop.create_task(self._keepalive_loop())
-        await self._start_web(service)
+        if authentication.enabled:
+            self._timers.append(loop.create_task(self._auth_refresh_loop()))
+        warning = insecure_listener_warning(config)
+        if warning is not None:
+            log.warning("%s", warning)
+        await self._start_web(service, authentication, authorization)
         self._start_exporter(service)
         self._started = True
 
     # ------------------------------------------------------------------ connections
 
     def connection_opened(self, connection: ServerConnection) -> None:
+        refusal = self._limiter.refusal(connection.remote_ip)
+        if refusal is not None:
+            log.warning("refusing connection from %s: %s", connection.remote_address, refusal)
+            connection.close(refusal)
+            return
         self.connections.add(connection)
 
     def connection_closed(self, connection: ServerConnection) -> None:
-        self.connections.discard(connection)
+        if connection in self.connections:
+            self.connections.discard(connection)
+            self._limiter.release(connection.remote_ip)
+
+    async def _auth_refresh_loop(self) -> None:
+        """Every ``authenticationRefreshCheckSeconds``: challenge expired credentials."""
+        interval = float(self.config.authentication_refresh_check_seconds)
+        while True:
+            await asyncio.sleep(interval)
+            now_ms = int(time.time() * 1000)
+            for conn in list(self.connections):
+                conn.auth_refresh_tick(now_ms)
 
     async def _keepalive_loop(self) -> None:
         """Every ``keepAliveIntervalSeconds``: PING idle connections, close silent ones."""
@@ -123,8 +184,9 @@ class BrokerServer:
             for conn in list(self.connections):
                 conn.keepalive_tick(now, interval)
 
-    async def _start_web(self, service: BrokerService) -> None:
-        app = create_app(service)
+    async def _start_web(self, service: BrokerService, authentication: AuthenticationService,
+                         authorization: AuthorizationService) -> None:
+        app = create_app(service, authentication=authentication, authorization=authorization)
         self._runner = web.AppRunner(app, access_log=logging.getLogger(ACCESS_LOGGER),
                                      access_log_class=HttpAccessLogger, handle_signals=False)
         await self._runner.setup()
@@ -134,6 +196,15 @@ class BrokerServer:
         # The bound port (webServicePort may be 0): the runner lists its listeners' addresses.
         self.web_port = int(self._runner.addresses[0][1])
         service.web_port = self.web_port
+        if self.config.web_service_port_tls is not None:
+            assert self.tls is not None
+            site_tls = web.TCPSite(self._runner, self.config.bind_address,
+                                   self.config.web_service_port_tls, reuse_address=True,
+                                   ssl_context=self.tls.listening)
+            await site_tls.start()
+            tls_sockets = getattr(getattr(site_tls, "_server", None), "sockets", None) or []
+            self.web_port_tls = service.web_port_tls = (
+                _bound_port(tls_sockets) if tls_sockets else self.config.web_service_port_tls)
 
     def _start_exporter(self, service: BrokerService) -> None:
         collect = create_registry(service).collect
@@ -149,8 +220,12 @@ class BrokerServer:
         if self._stopped:
             return
         self._stopped = True
-        if self._server is not None:
-            self._server.close()  # stop accepting
+        for server in (self._server, self._server_tls):
+            if server is not None:
+                server.close()  # stop accepting
+        self._tls_stop.set()
+        for timer in self._timers:
+            timer.cancel()
         # The exporter's last snapshot is taken while the topics are still loaded, so the
         # files end with the final counters (a snapshot after unloading would hold no topic).
         if self._exporter is not None and self._exporter_stop is not None:
@@ -169,9 +244,10 @@ class BrokerServer:
             conn.close("broker shutting down")
         if self._runner is not None:
             await self._runner.cleanup()
-        if self._server is not None:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._server.wait_closed(), 5)
+        for server in (self._server, self._server_tls):
+            if server is not None:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(server.wait_closed(), 5)
         if self.store is not None:
             await self.store.close()
 
@@ -182,8 +258,23 @@ class BrokerServer:
     def started_line(self) -> str:
         """The one log line printed at start (tests parse 'service ... web ...')."""
         service_url, web_url = self.urls()
-        return (f"{SERVER_VERSION} started: service {service_url} web {web_url} "
+        host = self.config.advertised_address
+        tls = ""
+        if self.broker_port_tls is not None:
+            tls += f" service-tls pulsar+ssl://{host}:{self.broker_port_tls}"
+        if self.web_port_tls is not None:
+            tls += f" web-tls https://{host}:{self.web_port_tls}"
+        return (f"{SERVER_VERSION} started: service {service_url} web {web_url}{tls} "
                 f"data {self.data_dir.resolve()}")
+
+
+def insecure_listener_warning(config: BrokerConfig) -> str | None:
+    """The start-up warning for listeners reachable from other hosts without authentication."""
+    if config.authentication_enabled or is_loopback(config.bind_address):
+        return None
+    return (f"authenticationEnabled is false and the listeners bind {config.bind_address} "
+            "(not loopback): anyone who can reach them can produce, consume and administer "
+            "everything")
 
 
 def _bound_port(sockets: Iterable[socket.socket]) -> int:

@@ -58,6 +58,7 @@ def encode_producer(
     access_mode: int = 0,
     *,
     epoch: int = 0,
+    topic_epoch: int | None = None,
 ) -> bytes:
     cmd = pb.BaseCommand(type=_T.PRODUCER)
     p = cmd.producer
@@ -69,6 +70,8 @@ def encode_producer(
     p.user_provided_producer_name = producer_name is not None
     p.producer_access_mode = access_mode  # type: ignore[assignment]
     p.epoch = epoch
+    if topic_epoch is not None:
+        p.topic_epoch = topic_epoch
     return encode_command(cmd)
 
 

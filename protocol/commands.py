@@ -100,9 +100,11 @@ def encode_producer_success(
     schema_version: bytes | None = None,
     *,
     ready: bool | None = None,
+    topic_epoch: int | None = None,
 ) -> bytes:
     """PRODUCER_SUCCESS; *ready* sets producer_ready explicitly (False: the producer is queued
-    for exclusive access, WaitForExclusive; True: the second answer once it is promoted)."""
+    for exclusive access, WaitForExclusive; True: the second answer once it is promoted);
+    *topic_epoch* is the epoch an exclusive producer was granted."""
     cmd = pb.BaseCommand(type=_T.PRODUCER_SUCCESS)
     ps = cmd.producer_success
     ps.request_id = request_id
@@ -112,6 +114,8 @@ def encode_producer_success(
         ps.schema_version = schema_version
     if ready is not None:
         ps.producer_ready = ready
+    if topic_epoch is not None:
+        ps.topic_epoch = topic_epoch
     return encode_command(cmd)
 
 
@@ -297,6 +301,7 @@ def encode_lookup_response(
     authoritative: bool = True,
     error: ServerError | int | None = None,
     message: str | None = None,
+    broker_service_url_tls: str | None = None,
 ) -> bytes:
     cmd = pb.BaseCommand(type=_T.LOOKUP_RESPONSE)
     r = cmd.lookupTopicResponse
@@ -304,6 +309,8 @@ def encode_lookup_response(
     r.response = _LOOKUP_TYPES[response]
     if broker_service_url is not None:
         r.brokerServiceUrl = broker_service_url
+    if broker_service_url_tls is not None:
+        r.brokerServiceUrlTls = broker_service_url_tls
     if response != "failed":
         r.authoritative = authoritative
     if error is not None:
@@ -401,6 +408,25 @@ def encode_get_schema_response(
         r.error_message = error_message
     if schema is not None:
         r.schema.CopyFrom(schema)
+    if schema_version is not None:
+        r.schema_version = schema_version
+    return encode_command(cmd)
+
+
+def encode_get_or_create_schema_response(
+    request_id: int,
+    *,
+    error_code: ServerError | int | None = None,
+    error_message: str | None = None,
+    schema_version: bytes | None = None,
+) -> bytes:
+    cmd = pb.BaseCommand(type=_T.GET_OR_CREATE_SCHEMA_RESPONSE)
+    r = cmd.getOrCreateSchemaResponse
+    r.request_id = request_id
+    if error_code is not None:
+        r.error_code = int(error_code)  # type: ignore[assignment]
+    if error_message is not None:
+        r.error_message = error_message
     if schema_version is not None:
         r.schema_version = schema_version
     return encode_command(cmd)

@@ -160,6 +160,10 @@ class ProducerBusyError(RequestError):
     default_code = ServerError.ProducerBusy
 
 
+class ProducerFencedError(RequestError):
+    default_code = ServerError.ProducerFenced
+
+
 class InvalidTopicNameError(RequestError):
     default_code = ServerError.InvalidTopicName
 
@@ -194,6 +198,7 @@ _BY_CODE: dict[ServerError, type[RequestError]] = {
         SubscriptionNotFoundError,
         ConsumerNotFoundError,
         ProducerBusyError,
+        ProducerFencedError,
         InvalidTopicNameError,
         IncompatibleSchemaError,
         NotAllowedError,
@@ -229,6 +234,7 @@ __all__ = [
     "NotAllowedError",
     "PersistenceError",
     "ProducerBusyError",
+    "ProducerFencedError",
     "ProtocolError",
     "RequestError",
     "ServerError",

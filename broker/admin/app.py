@@ -3,10 +3,11 @@
 Theory of operation: :func:`create_app` builds an aiohttp Application over a BrokerService;
 the core serves it on ``webServicePort`` on the broker's own event loop, so handlers await
 service methods directly. Routes live in ``topics.py`` (persistent topics and
-subscriptions) and ``namespaces.py`` (clusters, tenants, namespaces, delayed-delivery
-policies); this module adds lookup, health and metrics, the error middleware (every error
-body is ``{"reason": ...}``), and the event-loop lag probe, started in ``on_startup`` and
-stopped in ``on_cleanup``.
+subscriptions), ``namespaces.py`` (clusters, tenants, namespaces, delayed-delivery
+policies) and ``permissions.py`` (grants, tenant updates, cluster records); this module adds
+lookup, health and metrics, the error middleware (every error body is ``{"reason": ...}``),
+the authentication/authorization middleware (:mod:`broker.admin.auth`: 401/403), and the
+event-loop lag probe, started in ``on_startup`` and stopped in ``on_cleanup``.
 """
 
 from __future__ import annotations
@@ -14,12 +15,23 @@ from __future__ import annotations
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from broker.admin import (
+    compaction,
+    delayed_routes,
+    namespaces,
+    permissions,
+    policies,
+    schemas,
+    topics,
+)
 from broker.admin import errors as E
-from broker.admin import namespaces, topics
+from broker.admin.auth import SECURITY_KEY, RestSecurity, auth_middleware
 from broker.admin.errors import error_middleware
 from broker.admin.facade import ADMIN_KEY, AdminFacade
 from broker.metrics import create_registry
 from broker.metrics.lag import LoopLagProbe
+from broker.security.authentication import AuthenticationService
+from broker.security.authorization import AuthorizationService
 from broker.topics.service import BrokerService
 
 REGISTRY_KEY = web.AppKey("horae_registry", CollectorRegistry)
@@ -44,18 +56,31 @@ async def lookup(request: web.Request) -> web.Response:
     await facade.require_namespace(m["tenant"], m["namespace"])
     broker_url = facade.broker_url()
     web_url = facade.service.web_url
+    cluster = await facade.service.get_cluster(facade.service.config.cluster_name)
     return topics.json_response({
         "brokerUrl": broker_url,
-        "brokerUrlTls": "",
+        "brokerUrlTls": str(cluster.get("brokerServiceUrlTls") or ""),
         "httpUrl": web_url,
-        "httpUrlTls": "",
+        "httpUrlTls": str(cluster.get("serviceUrlTls") or ""),
         "nativeUrl": broker_url,
     })
 
 
-def create_app(service: BrokerService, *, lag_probe_interval_s: float = 0.5) -> web.Application:
-    """The admin/lookup/metrics application for ``service`` (see module docstring)."""
-    app = web.Application(middlewares=[error_middleware])
+def create_app(service: BrokerService, *, lag_probe_interval_s: float = 0.5,
+               authentication: AuthenticationService | None = None,
+               authorization: AuthorizationService | None = None) -> web.Application:
+    """The admin/lookup/metrics application for ``service`` (see module docstring).
+
+    *authentication*/*authorization* default to disabled ones (every request allowed)."""
+    if authentication is None:
+        authentication = AuthenticationService(
+            enabled=False, anonymous_user_role=service.config.anonymous_user_role)
+    if authorization is None:
+        authorization = AuthorizationService(service, enabled=False)
+    app = web.Application(middlewares=[error_middleware, auth_middleware])
+    app[SECURITY_KEY] = RestSecurity(
+        authentication, authorization,
+        authenticate_metrics=service.config.authenticate_metrics_endpoint)
     app[ADMIN_KEY] = AdminFacade(service)
     probe = LoopLagProbe(interval_s=lag_probe_interval_s)
     app[LAG_PROBE_KEY] = probe
@@ -72,6 +97,11 @@ def create_app(service: BrokerService, *, lag_probe_interval_s: float = 0.5) -> 
 
     namespaces.add_routes(app)
     topics.add_routes(app)
+    policies.add_routes(app)
+    schemas.add_routes(app)
+    compaction.add_routes(app)
+    permissions.add_routes(app)
+    delayed_routes.add_routes(app)
     app.router.add_get("/lookup/v2/topic/{domain}/{tenant}/{namespace}/{topic}", lookup)
     app.router.add_get("/admin/v2/brokers/health", health)
     app.router.add_get("/admin/v2/brokers/ready", health)

@@ -5,12 +5,16 @@ Theory of operation: aiohttp hands a handler raw bytes; these functions turn the
 the reason Pulsar gives. Keeping parsing here lets tests pin every accepted body format
 without a broker.
 
-skipByMessageIds (PIP-423) accepts, like Pulsar's ``SkipMessageIdsRequest``:
+skipByMessageIds (PIP-423) accepts the design's body and, like Pulsar's
+``SkipMessageIdsRequest``, the later forms:
+  0. the design's map ``{"<ledgerId>": "<entryId>", ...}`` (values may be numbers), also as
+     ``{"type": "map", "messageIds": {...}}``;
   1. a bare JSON array of base64 ``MessageIdData`` bytes (``MessageId.toByteArray()``);
   2. ``{"type": "byteArray", "messageIds": [base64, ...]}`` (``type`` may be omitted);
   3. ``{"type": "messageId", "messageIds": [{"ledgerId": L, "entryId": E, "batchIndex": B}]}``
      where ids may be numbers or numeric strings and a negative ``batchIndex`` means none.
-Anything else is 400 "Invalid skipByMessageIds payload: <why>".
+A ledger or entry id that is missing, not an integer or negative is 400 (never read as 0:0);
+anything else malformed is 400 "Invalid skipByMessageIds payload: <why>".
 """
 
 from __future__ import annotations
@@ -109,14 +113,38 @@ def message_id_to_base64(ledger_id: int, entry_id: int, batch_index: int | None 
 def _message_id_from_object(obj: object) -> MessageIdRef:
     if not isinstance(obj, dict):
         raise bad_request(_SKIP_INVALID + f"expected an object with ledgerId/entryId, got {obj!r}")
+    ledger_id = _id_value("ledgerId", obj.get("ledgerId"))
+    entry_id = _id_value("entryId", obj.get("entryId"))
     try:
-        ledger_id = _as_int(obj.get("ledgerId"), default=0)
-        entry_id = _as_int(obj.get("entryId"), default=0)
         batch = _as_int(obj.get("batchIndex"), default=-1)
         partition = _as_int(obj.get("partitionIndex", obj.get("partition")), default=-1)
     except ValueError as exc:
         raise bad_request(_SKIP_INVALID + str(exc)) from None
     return MessageIdRef(ledger_id, entry_id, batch if batch >= 0 else None, partition)
+
+
+def _id_value(name: str, value: object) -> int:
+    """A ledger or entry id: present, an integer (or numeric string), >= 0; else 400."""
+    try:
+        number = _as_int(value)
+    except ValueError:
+        number = -1
+    if value is None:
+        raise bad_request(_SKIP_INVALID + f"missing {name}")
+    if number < 0:
+        raise bad_request(_SKIP_INVALID + f"{name} must be a non-negative integer, "
+                          f"not {value!r}")
+    return number
+
+
+def _looks_numeric(key: object) -> bool:
+    return isinstance(key, str) and key.strip().lstrip("-").isdigit()
+
+
+def _message_ids_from_map(items: dict[object, object]) -> list[MessageIdRef]:
+    """The design's ``{"<ledgerId>": "<entryId>"}`` map."""
+    return [MessageIdRef(_id_value("ledgerId", key), _id_value("entryId", value))
+            for key, value in items.items()]
 
 
 def parse_skip_by_message_ids(body: object) -> list[MessageIdRef]:
@@ -128,11 +156,13 @@ def parse_skip_by_message_ids(body: object) -> list[MessageIdRef]:
         ids = [message_id_from_base64(item) for item in body if item is not None]
     elif isinstance(body, dict):
         if "messageIds" not in body:
-            raise bad_request(_SKIP_INVALID + "missing messageIds")
+            if not body or not all(_looks_numeric(key) for key in body):
+                raise bad_request(_SKIP_INVALID + "missing messageIds")
+            return list(dict.fromkeys(_message_ids_from_map(body)))
         items = body["messageIds"]
         kind = body.get("type")
-        if isinstance(items, dict):
-            raise bad_request(_SKIP_INVALID + "legacy map format is not supported")
+        if isinstance(items, dict) and (kind is None or str(kind).lower() == "map"):
+            return list(dict.fromkeys(_message_ids_from_map(items)))
         if not isinstance(items, list):
             raise bad_request(_SKIP_INVALID + "unsupported messageIds type")
         if kind is None or kind == "" or str(kind).lower() == "bytearray":

@@ -29,6 +29,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
+from broker.admin.cli_auth import AdminAuth, admin_auth
+
 DEFAULT_ADMIN_URL = "http://localhost:8080"
 TIMEOUT_S = 30.0
 EXIT_HTTP_ERROR = 1
@@ -108,16 +110,17 @@ def parse_message_id(text: str) -> tuple[int, int, int | None]:
 
 
 # --- HTTP -----------------------------------------------------------------------------------
-def call(admin_url: str, req: Request) -> object:
+def call(admin_url: str, req: Request, auth: AdminAuth | None = None) -> object:
     """Send ``req``; return the decoded answer (None for 204). Raises HttpError/OSError."""
     url = admin_url.rstrip("/") + req.path
     data = json.dumps(req.body).encode() if req.has_body else None
-    headers = {"Accept": "application/json"}
+    headers = {"Accept": "application/json", **(auth.headers if auth is not None else {})}
     if data is not None:
         headers["Content-Type"] = "application/json"
     request = urllib.request.Request(url, data=data, method=req.method, headers=headers)
+    context = auth.ssl_context if auth is not None and url.startswith("https:") else None
     try:
-        with urllib.request.urlopen(request, timeout=TIMEOUT_S) as resp:
+        with urllib.request.urlopen(request, timeout=TIMEOUT_S, context=context) as resp:
             raw = resp.read()
             ctype = resp.headers.get("Content-Type", "")
     except urllib.error.HTTPError as exc:
@@ -144,8 +147,11 @@ def _policy_body(args: argparse.Namespace) -> dict[str, Any]:
     if args.enable and args.disable:
         raise UsageError("use either --enable or --disable, not both")
     # Only what was given: an absent field is inherited from the next level (namespace or
-    # broker config), so setting --max-delay alone does not reset the tick time.
-    body: dict[str, Any] = {"active": not args.disable}
+    # broker config), so --max-delay alone neither resets the tick time nor re-enables a
+    # delivery the namespace disabled.
+    body: dict[str, Any] = {}
+    if args.enable or args.disable:
+        body["active"] = bool(args.enable)
     for key, value in (("tickTime", args.time), ("maxDeliveryDelayInMillis", args.max_delay),
                        ("fixedDeliveryDelayInMillis", args.fixed_delay)):
         if value is not None:
@@ -157,11 +163,24 @@ def _applied(args: argparse.Namespace) -> str:
     return "?applied=true" if args.applied else ""
 
 
+def parse_ledger_entry(text: str) -> tuple[int, int, int | None]:
+    """PIP-423's ``-m ledgerId=entryId`` -> (ledger, entry, None); both >= 0."""
+    ledger, sep, entry = text.strip().partition("=")
+    try:
+        if sep and int(ledger) >= 0 and int(entry) >= 0:
+            return int(ledger), int(entry), None
+    except ValueError:
+        pass
+    raise UsageError(f"invalid message id {text!r}: use ledgerId=entryId")
+
+
 def _skip_body(args: argparse.Namespace) -> dict[str, Any]:
-    triplets = [parse_message_id(t) for t in args.triplets or ()]
+    triplets = [parse_ledger_entry(m) for m in args.message_ids or ()]
+    triplets += [parse_message_id(t) for t in args.triplets or ()]
     encoded = list(args.base64 or ())
     if not triplets and not encoded:
-        raise UsageError("give at least one --messageId-triplet or --messageId-base64")
+        raise UsageError("give at least one --messageId, --messageId-triplet or "
+                         "--messageId-base64")
     if not encoded:
         ids = []
         for ledger, entry, batch in triplets:
@@ -187,6 +206,19 @@ def _encode_message_id(ledger: int, entry: int, batch: int | None) -> str:
     if batch is not None:
         msg.batch_index = batch
     return base64.b64encode(msg.SerializeToString()).decode("ascii")
+
+
+def _cancel_delayed(args: argparse.Namespace) -> Request:
+    """PIP-423 ``cancel-delayed-message``: ids in the query, subscriptions repeated."""
+    for flag, value, low in (("--ledgerId", args.ledger_id, 0), ("--entryId", args.entry_id, 0),
+                             ("--deliverAt", args.deliver_at, 1)):
+        if value < low:
+            raise UsageError(f"{flag} must be >= {low}, not {value}")
+    query = [("ledgerId", args.ledger_id), ("entryId", args.entry_id),
+             ("deliverAt", args.deliver_at)]
+    query += [("subscriptionNames", name) for name in _split(args.subscription_names)]
+    return Request("POST", T + topic_path(args.topic) + "/cancelDelayedMessage?"
+                   + urllib.parse.urlencode(query))
 
 
 def _reset_cursor(args: argparse.Namespace) -> Request:
@@ -224,16 +256,16 @@ def _force(args: argparse.Namespace) -> str:
     return "?force=true" if args.force else ""
 
 
-def _partitioned_lookup(admin_url: str, args: argparse.Namespace) -> object:
+def _partitioned_lookup(admin_url: str, args: argparse.Namespace, auth: AdminAuth) -> object:
     path = topic_path(args.topic)
-    meta = call(admin_url, Request("GET", f"/admin/v2/persistent/{path}/partitions"))
+    meta = call(admin_url, Request("GET", f"/admin/v2/persistent/{path}/partitions"), auth)
     n = int(meta.get("partitions", 0)) if isinstance(meta, dict) else 0
     full = "persistent://" + urllib.parse.unquote(path)
     names = [f"{full}-partition-{i}" for i in range(n)] if n else [full]
     out = {}
     for name in names:
         answer = call(admin_url, Request("GET", "/lookup/v2/topic/persistent/"
-                                         + topic_path(name)))
+                                         + topic_path(name)), auth)
         out[name] = answer.get("brokerUrl") if isinstance(answer, dict) else answer
     return out
 
@@ -252,6 +284,18 @@ _COMMANDS: dict[tuple[str, str], Builder] = {
          or ["standalone"]}, True),
     ("tenants", "delete"): lambda a: Request("DELETE", f"/admin/v2/tenants/{_q(a.tenant)}"),
     ("namespaces", "list"): lambda a: Request("GET", f"/admin/v2/namespaces/{_q(a.tenant)}"),
+    ("namespaces", "permissions"): lambda a: Request(
+        "GET", f"/admin/v2/namespaces/{namespace_path(a.namespace)}/permissions"),
+    ("namespaces", "grant-permission"): lambda a: Request(
+        "POST", f"/admin/v2/namespaces/{namespace_path(a.namespace)}/permissions/{_q(a.role)}",
+        _split(a.actions), True),
+    ("namespaces", "revoke-permission"): lambda a: Request(
+        "DELETE", f"/admin/v2/namespaces/{namespace_path(a.namespace)}/permissions/{_q(a.role)}"),
+    ("topics", "permissions"): lambda a: Request("GET", T + topic_path(a.topic) + "/permissions"),
+    ("topics", "grant-permission"): lambda a: Request(
+        "POST", T + topic_path(a.topic) + f"/permissions/{_q(a.role)}", _split(a.actions), True),
+    ("topics", "revoke-permission"): lambda a: Request(
+        "DELETE", T + topic_path(a.topic) + f"/permissions/{_q(a.role)}"),
     ("namespaces", "create"): lambda a: Request(
         "PUT", f"/admin/v2/namespaces/{namespace_path(a.namespace)}"),
     ("namespaces", "delete"): lambda a: Request(
@@ -296,6 +340,7 @@ _COMMANDS: dict[tuple[str, str], Builder] = {
     ("topics", "skip-messages"): lambda a: Request(
         "POST", T + topic_path(a.topic) + f"/subscription/{_q(a.subscription)}/skipByMessageIds",
         _skip_body(a), True),
+    ("topics", "cancel-delayed-message"): _cancel_delayed,
     ("topics", "set-delayed-delivery"): lambda a: Request(
         "POST", T + topic_path(a.topic) + "/delayedDelivery", _policy_body(a), True),
     ("topics", "get-delayed-delivery"): lambda a: Request(
@@ -324,6 +369,14 @@ def build_parser() -> argparse.ArgumentParser:
                    default=os.environ.get("HORAE_ADMIN_URL", DEFAULT_ADMIN_URL),
                    help=f"admin REST API base URL (default {DEFAULT_ADMIN_URL}, "
                         "or $HORAE_ADMIN_URL)")
+    p.add_argument("--auth-plugin", help="Pulsar client auth plugin class (AuthenticationToken, "
+                   "AuthenticationBasic, AuthenticationTls) or token/basic/tls")
+    p.add_argument("--auth-params", help="the plugin's parameters (token:<jwt>, file:///path, "
+                   '{"userId":...,"password":...}, tlsCertFile:...,tlsKeyFile:...)')
+    p.add_argument("--token", help="a JWT (short for the token plugin)")
+    p.add_argument("--tls-trust-cert-path", help="CA file trusted for an https:// admin URL")
+    p.add_argument("--tls-allow-insecure", action="store_true",
+                   help="accept any server certificate (testing only)")
     groups = p.add_subparsers(dest="group", required=True, metavar="GROUP",
                               parser_class=_Parser)
 
@@ -345,8 +398,15 @@ def build_parser() -> argparse.ArgumentParser:
     tc.add_argument("--admin-roles", "-r", default="")
     tc.add_argument("--allowed-clusters", "-c", default="")
 
-    n = group("namespaces", "namespaces and their delayed-delivery policy")
+    n = group("namespaces", "namespaces, their permissions and delayed-delivery policy")
     n.add_parser("list").add_argument("tenant")
+    n.add_parser("permissions").add_argument("namespace", help="tenant/namespace")
+    for name in ("grant-permission", "revoke-permission"):
+        gp = n.add_parser(name)
+        gp.add_argument("namespace", help="tenant/namespace")
+        gp.add_argument("--role", required=True)
+        if name == "grant-permission":
+            gp.add_argument("--actions", required=True, help="comma-separated: produce,consume")
     for name in ("create", "delete", "get-delayed-delivery", "remove-delayed-delivery"):
         sp = n.add_parser(name)
         sp.add_argument("namespace", help="tenant/namespace")
@@ -358,6 +418,13 @@ def build_parser() -> argparse.ArgumentParser:
     tp = group("topics", "persistent topics and subscriptions")
     for name in ("list", "list-partitioned-topics"):
         tp.add_parser(name).add_argument("namespace", help="tenant/namespace")
+    tp.add_parser("permissions").add_argument("topic")
+    for name in ("grant-permission", "revoke-permission"):
+        gp = tp.add_parser(name)
+        gp.add_argument("topic")
+        gp.add_argument("--role", required=True)
+        if name == "grant-permission":
+            gp.add_argument("--actions", required=True, help="comma-separated: produce,consume")
     for name in ("create", "stats", "stats-internal", "subscriptions", "lookup",
                  "partitioned-lookup", "get-partitioned-topic-metadata",
                  "remove-delayed-delivery"):
@@ -396,10 +463,21 @@ def build_parser() -> argparse.ArgumentParser:
     rc.add_argument("--exclude-message", "-e", action="store_true",
                     help="start just after --messageId")
     sm = sub_cmd("skip-messages")
+    sm.add_argument("--messageId", "-m", dest="message_ids", action="append",
+                    help="ledgerId=entryId (PIP-423; repeatable)")
     sm.add_argument("--messageId-triplet", dest="triplets", action="append",
                     help="ledgerId:entryId[:batchIndex] (repeatable)")
     sm.add_argument("--messageId-base64", dest="base64", action="append",
                     help="base64 MessageIdData, as MessageId.serialize() (repeatable)")
+    cd = tp.add_parser("cancel-delayed-message",
+                       help="cancel a scheduled message (PIP-423); it is also acknowledged")
+    cd.add_argument("topic")
+    cd.add_argument("--ledgerId", "-l", dest="ledger_id", type=int, required=True)
+    cd.add_argument("--entryId", "-e", dest="entry_id", type=int, required=True)
+    cd.add_argument("--deliverAt", "-t", dest="deliver_at", type=int, required=True,
+                    help="the message's deliver time, epoch milliseconds")
+    cd.add_argument("--subscriptionNames", "-s", dest="subscription_names", default="",
+                    help="comma-separated subscriptions (default: every Shared or Key_Shared)")
     _policy_args(tp.add_parser("set-delayed-delivery"), "topic", "topic name")
     return p
 
@@ -431,10 +509,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     admin_url = args.admin_url
     try:
+        try:
+            auth = admin_auth(auth_plugin=args.auth_plugin, auth_params=args.auth_params,
+                              token=args.token, tls_trust_cert_path=args.tls_trust_cert_path,
+                              tls_allow_insecure=args.tls_allow_insecure)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
         if (args.group, args.command) == ("topics", "partitioned-lookup"):
-            result = _partitioned_lookup(admin_url, args)
+            result = _partitioned_lookup(admin_url, args, auth)
         else:
-            result = call(admin_url, _COMMANDS[(args.group, args.command)](args))
+            result = call(admin_url, _COMMANDS[(args.group, args.command)](args), auth)
     except UsageError as exc:
         print(f"horae-admin: error: {exc}", file=sys.stderr)
         return EXIT_USAGE

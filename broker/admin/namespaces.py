@@ -8,7 +8,8 @@ empty namespace". Delayed-delivery policies are validated by
 ``broker.delayed.policy.validate_policy_body`` (ValueError -> 412 with its reason) and stored
 through the service, which applies them to the next message. GET returns the stored policy
 (``null`` when none is set) or, with ``?applied=true``, the effective one after precedence
-(topic > namespace > broker config).
+(topic > namespace > broker config; a partition without its own policy reports its
+partitioned topic's, which is what the broker enforces on it).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from aiohttp import web
 
 from broker.admin import bodies
 from broker.admin import errors as E
-from broker.admin.facade import ADMIN_KEY, AdminFacade, topic_full_name
+from broker.admin.facade import ADMIN_KEY, AdminFacade, split_partition, topic_full_name
 from broker.admin.topics import TOPIC, json_response, no_content
 from broker.delayed.policy import DelayPolicy
 
@@ -91,11 +92,26 @@ async def list_namespaces(request: web.Request) -> web.Response:
 async def create_namespace(request: web.Request) -> web.Response:
     facade = _facade(request)
     tenant, ns = request.match_info["tenant"], request.match_info["namespace"]
+    body = bodies.load_json(await request.read())
     await facade.require_tenant(tenant)
     if await facade.namespace_exists(tenant, ns):
         raise E.conflict(E.NAMESPACE_EXISTS)
-    await facade.service.create_namespace(f"{tenant}/{ns}")
+    await facade.service.create_namespace(f"{tenant}/{ns}", namespace_policies_body(body))
     return no_content()
+
+
+def namespace_policies_body(body: object) -> dict[str, Any]:
+    """A create-namespace body (Pulsar ``Policies``); its ``auth_policies`` must parse (412)."""
+    from broker.security.authorization import NamespaceAuth
+    if body is None:
+        return {}
+    if not isinstance(body, dict):
+        raise E.bad_request("Invalid namespace policies: expected a JSON object")
+    try:
+        auth = NamespaceAuth.from_policies(body)
+    except ValueError as exc:
+        raise E.precondition_failed(str(exc)) from None
+    return {**body, "auth_policies": auth.auth_policies.to_json()}
 
 
 async def delete_namespace(request: web.Request) -> web.Response:
@@ -129,6 +145,12 @@ async def _applied(facade: AdminFacade, ns_key: str, topic_key: str | None) -> d
     from broker.delayed.policy import resolve_policy
     ns_policy = await facade.get_policy("namespace", ns_key)
     topic_policy = await facade.get_policy("topic", topic_key) if topic_key else None
+    if topic_policy is None and topic_key:
+        # A partition without a policy of its own runs under its partitioned topic's, as
+        # the broker resolves it (BrokerService.resolve_delay_policy).
+        parent, index = split_partition(topic_key)
+        if index >= 0:
+            topic_policy = await facade.get_policy("topic", parent)
     return policy_to_body(resolve_policy(facade.service.config, ns_policy, topic_policy))
 
 

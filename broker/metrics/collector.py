@@ -105,6 +105,13 @@ _FAMILIES: dict[str, tuple[str, str, str]] = {
         "gauge", "Memory used by the subscription's delayed-delivery tracker (bytes)", "sub"),
     "pulsar_cursor_epoch_increase_count": (
         "gauge", "Cursor state revisions (PIP-269): position resets of the cursor", "sub"),
+    # PIP-423 tracker-level cancels (Horae's names: Pulsar exposes none).
+    "pulsar_subscription_delayed_cancels_applied": (
+        "counter", "Cancels that cleared a tracked delayed message (PIP-423)", "sub"),
+    "pulsar_subscription_delayed_cancels_refused": (
+        "counter", "Cancels refused: the deliver time was already due (PIP-423)", "sub"),
+    "pulsar_subscription_delayed_cancels_pending": (
+        "gauge", "Cancels recorded whose target has not been read yet (PIP-423)", "sub"),
 }
 
 
@@ -246,6 +253,11 @@ class HoraeCollector(Collector):
             sadd("pulsar_cursor_epoch_increase_count", sub.cursor.revision)
             for name, value in gauges.items():
                 sadd(name, value)
+            if tracker is not None:
+                cancels = tracker.cancel_stats()
+                sadd("pulsar_subscription_delayed_cancels_applied", cancels.applied_total)
+                sadd("pulsar_subscription_delayed_cancels_refused", cancels.refused_total)
+                sadd("pulsar_subscription_delayed_cancels_pending", cancels.pending)
         add("pulsar_msg_backlog", backlog_total)
         add("pulsar_consumers_count", consumers_total)
         add("pulsar_delayed_message_index_size_bytes", index_bytes_total)

@@ -37,10 +37,27 @@ __all__ = [
 ]
 
 
+class CancelFigures(Protocol):
+    """PIP-423 tracker-level cancels of one subscription (Horae's metrics; Pulsar has none)."""
+
+    @property
+    def applied_total(self) -> int: ...
+
+    @property
+    def refused_total(self) -> int: ...
+
+    @property
+    def pending(self) -> int: ...
+
+
 class DelayedIndexFigures(Protocol):
     """Any delayed-delivery tracker: ``len()`` is the number of delayed messages tracked."""
 
     def __len__(self) -> int: ...
+
+    def cancel_stats(self) -> CancelFigures:
+        """Cancels applied and refused (totals) and pending (now)."""
+        ...
 
     @property
     def memory_bytes(self) -> int:

@@ -22,10 +22,15 @@ Theory of operation
    resume_writing, and the consumer side is told when writing may resume.
 5. The connection is owned by the server (:class:`broker.server.BrokerServer`), which it tells
    when it opens and closes (:class:`ConnectionOwner`); the server drives keep-alive (one
-   timer for all connections) through :meth:`keepalive_tick`.
+   timer for all connections) through :meth:`keepalive_tick`, and credential refresh through
+   :meth:`auth_refresh_tick`.
+6. CONNECT, authentication, the handshake timeout, AUTH_CHALLENGE/AUTH_RESPONSE and the
+   per-request authorization checks belong to :class:`broker.net.handshake.Handshake`; the
+   lookups to :mod:`broker.net.lookup`. The state table is a constructor argument
+   (``tables``, default :data:`DEFAULT_TABLES`), so a test can substitute recording handlers.
 
 Consumer commands go to :class:`broker.net.consumers.ConsumerSide`, created on first use;
-PRODUCER to :func:`broker.net.producers.create_producer`. The connection owns its producer
+PRODUCER and CLOSE_PRODUCER to :mod:`broker.net.producers`. The connection owns its producer
 registries (``producers``, ``waiting_producers``): others change them only through
 :meth:`producer_detached` and :meth:`producer_ready` (:class:`broker.topics.producer.ProducerTransport`).
 """
@@ -38,10 +43,10 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
-from broker import SERVER_VERSION
+from broker.net import lookup, schemas
 from broker.net.consumers import ConsumerSide
-from broker.net.lookup import service_url
-from broker.net.producers import create_producer
+from broker.net.handshake import ConnectionSecurity, Handshake
+from broker.net.producers import handle_close_producer, handle_producer
 from broker.net.states import TRANSITIONS, ConnState, Unexpected, request_id_of, unexpected
 from broker.topics.names import TopicName
 from broker.topics.producer import Producer
@@ -50,13 +55,12 @@ from protocol import commands as C
 from protocol import pulsar_pb as pb
 from protocol.errors import ConnectionFatalError, RequestError, ServerError
 from protocol.frames import NEED_DATA, Frame, FrameDecoder
-from protocol.limits import FRAME_PADDING, PROTOCOL_VERSION
+from protocol.limits import FRAME_PADDING
 
-__all__ = ["ServerConnection"]
+__all__ = ["DEFAULT_TABLES", "ServerConnection", "StateTables", "build_tables"]
 
 log = logging.getLogger("horae.net.connection")
 
-_GET_SCHEMA_NO_SCHEMA = "Topic not found or no-schema"  # Pulsar's exact text
 
 
 class ConnectionOwner(Protocol):
@@ -70,17 +74,22 @@ class ConnectionOwner(Protocol):
 class ServerConnection(asyncio.Protocol):
     """Server side of one TCP connection (see the module docstring)."""
 
-    def __init__(self, service: BrokerService, owner: ConnectionOwner) -> None:
+    def __init__(self, service: BrokerService, owner: ConnectionOwner,
+                 security: ConnectionSecurity | None = None, *,
+                 tables: StateTables | None = None) -> None:
         self.service = service
         self._owner = owner
         self.config = service.config
         self.loop = service.loop
+        self._tables = tables if tables is not None else DEFAULT_TABLES
         self._state = ConnState.CONNECTING
-        self._table = _TABLES[ConnState.CONNECTING]
-        self.protocol_version = 0
-        self.client_version = ""
+        self._table = self._tables[ConnState.CONNECTING]
+        self.handshake = Handshake(self, security if security is not None
+                                   else ConnectionSecurity.disabled(self.config))
         self.remote_address = ""
+        self.remote_ip = ""
         self.local_host: str | None = None
+        self.peer_certificate: bytes | None = None
         self.connected_since_ms = 0
         self.producers: dict[int, Producer] = {}
         self.waiting_producers: dict[int, Producer] = {}  # WaitForExclusive, queued
@@ -95,7 +104,7 @@ class ServerConnection(asyncio.Protocol):
         self._writes_paused = False
         self._pending_limit = self.config.max_pending_publish_requests_per_connection
         self._resume_at = self._pending_limit // 2
-        self._producers_creating: set[int] = set()
+        self.producers_creating: set[int] = set()  # PRODUCER requests in flight
         self._consumer_side: ConsumerSide | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self.is_closed = False
@@ -107,7 +116,23 @@ class ServerConnection(asyncio.Protocol):
     @state.setter
     def state(self, state: ConnState) -> None:
         self._state = state
-        self._table = _TABLES[state]  # per-state dict: dispatch hashes a plain int only
+        self._table = self._tables[state]  # per-state dict: dispatch hashes a plain int only
+
+    @property
+    def protocol_version(self) -> int:
+        return self.handshake.protocol_version
+
+    @property
+    def client_version(self) -> str:
+        return self.handshake.client_version
+
+    @property
+    def max_message_size(self) -> int:
+        return self.config.max_message_size
+
+    def handshake_done(self) -> None:
+        if not self.is_closed:
+            self.state = ConnState.CONNECTED
 
     # ------------------------------------------------------------------ asyncio.Protocol
 
@@ -117,9 +142,14 @@ class ServerConnection(asyncio.Protocol):
         sock = transport.get_extra_info("sockname")
         if peer:
             self.remote_address = f"{peer[0]}:{peer[1]}"
+            self.remote_ip = str(peer[0])
         if sock:
             self.local_host = str(sock[0])
+        ssl_object = transport.get_extra_info("ssl_object")
+        if ssl_object is not None:
+            self.peer_certificate = ssl_object.getpeercert(binary_form=True)
         self.connected_since_ms = int(time.time() * 1000)
+        self.handshake.start_timer(self.loop)
         self._owner.connection_opened(self)
 
     def data_received(self, data: bytes) -> None:
@@ -161,6 +191,7 @@ class ServerConnection(asyncio.Protocol):
         self.is_closed = True
         self.state = ConnState.CLOSED
         self._out.clear()
+        self.handshake.stop_timer()
         self._owner.connection_closed(self)
         for task in list(self._tasks):
             task.cancel()
@@ -244,6 +275,8 @@ class ServerConnection(asyncio.Protocol):
             self._unexpected(cmd)
             return
         handler, next_state = entry
+        if next_state is not self._state:
+            self.state = next_state  # before the handler, which may move it on (handshake)
         try:
             handler(self, frame)
         except RequestError as exc:  # a synchronous handler refused the request
@@ -259,9 +292,6 @@ class ServerConnection(asyncio.Protocol):
             log.exception("handling %s from %s failed", pb.BaseCommand.Type.Name(cmd.type),
                           self.remote_address)
             self.close("internal error")
-            return
-        if next_state is not self._state and not self.is_closed:
-            self.state = next_state
 
     def _unexpected(self, cmd: pb.BaseCommand) -> None:
         action = unexpected(self.state, cmd)
@@ -306,11 +336,14 @@ class ServerConnection(asyncio.Protocol):
     # ------------------------------------------------------------------ handshake, keep-alive
 
     def on_connect(self, frame: Frame) -> None:
-        c = frame.command.connect
-        self.client_version = c.client_version
-        self.protocol_version = min(int(c.protocol_version), PROTOCOL_VERSION)
-        self.write(C.encode_connected(SERVER_VERSION, self.protocol_version,
-                                      max_message_size=self.config.max_message_size))
+        self.handshake.on_connect(frame)
+
+    def on_auth_response(self, frame: Frame) -> None:
+        self.handshake.on_auth_response(frame)
+
+    def auth_refresh_tick(self, now_ms: int) -> None:
+        """Called by the server every ``authenticationRefreshCheckSeconds``."""
+        self.handshake.refresh_tick(now_ms)
 
     def on_ping(self, frame: Frame) -> None:
         self.write(C.encode_pong())
@@ -334,89 +367,34 @@ class ServerConnection(asyncio.Protocol):
                          self.remote_address, now - pinged)
                 self.close("keep-alive timeout")
             return
-        if now - self.last_received < interval:
-            return
-        if self.state is not ConnState.CONNECTED:
-            log.info("closing %s: no CONNECT within the keep-alive interval", self.remote_address)
-            self.close("handshake timeout")
-            return
+        if now - self.last_received < interval or self.state is not ConnState.CONNECTED:
+            return  # an unfinished handshake is the handshake timer's business
         self._ping_sent_at = now
         self.write(C.encode_ping())
 
     # ------------------------------------------------------------------ lookups
 
     def on_partitioned_metadata(self, frame: Frame) -> None:
-        m = frame.command.partitionMetadata
-        rid = m.request_id
-
-        async def run() -> None:
-            name = TopicName.parse(m.topic)
-            n = await self.service.get_partition_count(name.full)
-            self.write(C.encode_partitioned_metadata_response(rid, n))
-
-        self.spawn(run(), rid, lambda e: C.encode_partitioned_metadata_response(
-            rid, error=e.code, message=e.message))
+        lookup.answer_partitioned_metadata(self, frame.command.partitionMetadata)
 
     def on_lookup(self, frame: Frame) -> None:
-        m = frame.command.lookupTopic
-        rid = m.request_id
-        try:
-            TopicName.parse(m.topic)
-        except RequestError as exc:
-            self.write(C.encode_lookup_response(rid, response="failed", error=exc.code,
-                                                message=exc.message))
-            return
-        url = service_url(self.config.advertised_address, self.service.broker_port, self.local_host)
-        self.write(C.encode_lookup_response(rid, url, response="connect", authoritative=True))
+        lookup.answer_lookup(self, frame.command.lookupTopic)
 
     def on_get_topics_of_namespace(self, frame: Frame) -> None:
-        m = frame.command.getTopicsOfNamespace
-        rid = m.request_id
-        mode = int(m.mode)
-
-        async def run() -> None:
-            topics = await self.service.topics_of_namespace(m.namespace)
-            if mode == pb.CommandGetTopicsOfNamespace.PERSISTENT:
-                topics = [t for t in topics if t.startswith("persistent://")]
-            elif mode == pb.CommandGetTopicsOfNamespace.NON_PERSISTENT:
-                topics = [t for t in topics if t.startswith("non-persistent://")]
-            self.write(C.encode_get_topics_of_namespace_response(rid, topics))
-
-        self.spawn(run(), rid)
+        lookup.answer_topics_of_namespace(self, frame.command.getTopicsOfNamespace)
 
     def on_get_schema(self, frame: Frame) -> None:
-        # Horae keeps no schema registry: answer like Pulsar does for a schema-less topic.
-        self.write(C.encode_get_schema_response(
-            frame.command.getSchema.request_id, error_code=ServerError.TopicNotFound,
-            error_message=_GET_SCHEMA_NO_SCHEMA))
+        m = frame.command.getSchema
+        self.spawn(schemas.get_schema(self, m), m.request_id)
+
+    def on_get_or_create_schema(self, frame: Frame) -> None:
+        m = frame.command.getOrCreateSchema
+        self.spawn(schemas.get_or_create_schema(self, m), m.request_id)
 
     # ------------------------------------------------------------------ producers
 
     def on_producer(self, frame: Frame) -> None:
-        m = frame.command.producer
-        pid = int(m.producer_id)
-        existing = self.producers.get(pid)
-        if existing is not None and existing.blocked:
-            # Closed by the broker while storage is read-only; the client re-creates it.
-            del self.producers[pid]
-            existing = None
-        if existing is not None:
-            # The client retried a creation whose answer it missed: same answer again.
-            self.write(C.encode_producer_success(m.request_id, existing.name, -1))
-            return
-        if pid in self._producers_creating:
-            self.write(C.encode_error(m.request_id, ServerError.ServiceNotReady,
-                                      "Producer is already being created on this connection"))
-            return
-        self._producers_creating.add(pid)
-
-        async def run() -> None:
-            try:
-                await create_producer(self, m)
-            finally:
-                self._producers_creating.discard(pid)
-
-        self.spawn(run(), m.request_id)
+        handle_producer(self, frame.command.producer)
 
     def on_send(self, frame: Frame) -> None:
         send = frame.command.send
@@ -451,25 +429,15 @@ class ServerConnection(asyncio.Protocol):
     def producer_detached(self, producer: Producer) -> None:
         if self.producers.get(producer.producer_id) is producer:
             del self.producers[producer.producer_id]
+        if self.waiting_producers.get(producer.producer_id) is producer:
+            del self.waiting_producers[producer.producer_id]
 
     def producer_ready(self, producer: Producer) -> None:
         self.waiting_producers.pop(producer.producer_id, None)
         self.producers[producer.producer_id] = producer
 
     def on_close_producer(self, frame: Frame) -> None:
-        m = frame.command.close_producer
-        producer = self.producers.pop(m.producer_id, None)
-        waiting = self.waiting_producers.pop(m.producer_id, None)
-        if waiting is not None:
-            waiting.closed = True
-        rid = m.request_id
-
-        async def run() -> None:
-            if producer is not None:
-                await producer.close_gracefully()
-            self.write(C.encode_success(rid))
-
-        self.spawn(run(), rid)
+        handle_close_producer(self, frame.command.close_producer)
 
     # ------------------------------------------------------------------ consumers
 
@@ -486,6 +454,7 @@ class ServerConnection(asyncio.Protocol):
             self.write(C.encode_error(m.request_id, ServerError.ServiceNotReady,
                                       "Broker is shutting down"))
             return
+        self.handshake.require_consume(TopicName.parse(m.topic).full, m.subscription)
         self.spawn(self.consumer_side().handle_subscribe(m), m.request_id)
 
     def on_flow(self, frame: Frame) -> None:
@@ -540,19 +509,21 @@ _SEND = pb.BaseCommand.SEND
 _CONNECTED = ConnState.CONNECTED
 
 Handler = Callable[[ServerConnection, Frame], None]
+StateTables = dict[ConnState, dict[int, tuple[Handler, ConnState]]]
+"""One ``command type -> (handler, next state)`` dict per state."""
 
 
 def build_tables(handlers: dict[tuple[ConnState, int], tuple[Handler, ConnState]],
-                 ) -> dict[ConnState, dict[int, tuple[Handler, ConnState]]]:
+                 ) -> StateTables:
     """Split ``(state, type) -> entry`` into one ``type -> entry`` dict per state."""
-    tables: dict[ConnState, dict[int, tuple[Handler, ConnState]]] = {s: {} for s in ConnState}
+    tables: StateTables = {s: {} for s in ConnState}
     for (state, cmd_type), entry in handlers.items():
         tables[state][int(cmd_type)] = entry
     return tables
 
 
-# (state, command type) -> unbound handler, resolved once from the table.
-_HANDLERS: dict[tuple[ConnState, int], tuple[Handler, ConnState]] = {
+DEFAULT_TABLES: StateTables = build_tables({
     key: (getattr(ServerConnection, t.handler), t.next_state) for key, t in TRANSITIONS.items()
-}
-_TABLES = build_tables(_HANDLERS)
+})
+"""The broker's state table: every (state, command type) pair of :data:`TRANSITIONS`, resolved
+once to the unbound :class:`ServerConnection` method it names."""

@@ -24,6 +24,8 @@ import time
 import uuid
 from typing import Protocol
 
+from broker.net.limits import check_consumers
+from broker.net.schemas import check_consumer_schema
 from broker.subscriptions.consumer import Consumer, HashRange
 from broker.subscriptions.subscription import Subscription, tail_position, wire_position
 from broker.topics.names import TopicName
@@ -140,7 +142,14 @@ class ConsumerSide:
 
     async def _subscribe(self, cmd: pb.CommandSubscribe) -> None:
         tn = TopicName.parse(cmd.topic)
+        read_compacted = bool(cmd.read_compacted)
+        if read_compacted and (not tn.is_persistent or cmd.subType not in (
+                pb.CommandSubscribe.Exclusive, pb.CommandSubscribe.Failover)):
+            raise NotAllowedError("Read compacted can only be used with exclusive or failover "
+                                  "persistent subscriptions")
         topic = await self.connection.service.get_topic(tn.full, create=True)
+        if cmd.HasField("schema"):
+            await check_consumer_schema(self.connection.service, topic, cmd.schema)
         durable = cmd.durable if cmd.HasField("durable") else True
         start = (
             (cmd.start_message_id.ledgerId, cmd.start_message_id.entryId)
@@ -151,6 +160,12 @@ class ConsumerSide:
             cmd.subscription, durable=durable, initial_position=initial,
             start_message_id=start, sub_type=int(cmd.subType),
         )
+        config = self.connection.service.config
+        check_consumers(sum(len(s.consumers) for s in topic.subscriptions.values()),
+                        len(sub.consumers), config.max_consumers_per_topic,
+                        config.max_consumers_per_subscription)
+        if read_compacted or not sub.consumers:
+            sub.read_compacted = read_compacted
         mode: int | None = None
         ranges: tuple[HashRange, ...] = ()
         out_of_order = False

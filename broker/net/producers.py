@@ -1,11 +1,15 @@
-"""PRODUCER on one connection: load the topic, attach a producer, answer PRODUCER_SUCCESS.
+"""PRODUCER and CLOSE_PRODUCER on one connection: load the topic, attach, answer.
 
 Theory of operation
 -------------------
-Called by :class:`broker.net.connection.ServerConnection` (as a request task) for every
-PRODUCER it does not answer from its registry. The topic is loaded (or auto-created), the
+:func:`handle_producer` is called by :class:`broker.net.connection.ServerConnection` for every
+PRODUCER: a retried creation is answered from the connection's registry, a concurrent one is
+refused, the role must be allowed to produce (:class:`broker.net.handshake.Handshake`; refused:
+ERROR AuthorizationError), then :func:`create_producer` runs as a request task. The topic is loaded (or auto-created), the
 producer name's sequence state is recovered *before* PRODUCER_SUCCESS tells the client where
-its sequence stands, then the topic decides on access (:meth:`broker.topics.topic.Topic.add_producer`).
+its sequence stands, the producer's schema is registered or checked (:mod:`broker.net.schemas`),
+then the topic decides on access (:meth:`broker.topics.topic.Topic.add_producer`,
+:mod:`broker.topics.access_modes`).
 A WaitForExclusive producer that cannot have the topic yet is queued by the topic and
 answered at once with ``producer_ready=false``; the topic answers again when it promotes it.
 
@@ -15,16 +19,22 @@ module fills them only through the connection it is handed.
 
 from __future__ import annotations
 
-from typing import Protocol
+import asyncio
+from collections.abc import Awaitable
+from typing import Any, Protocol
 
+from broker.net.handshake import Handshake
+from broker.net.limits import check_producers
+from broker.net.schemas import producer_schema
+from broker.topics.access_modes import Admission
 from broker.topics.names import TopicName
 from broker.topics.producer import Producer, ProducerTransport
 from broker.topics.service import BrokerService
 from protocol import commands as C
 from protocol import pulsar_pb as pb
-from protocol.errors import ProducerBusyError
+from protocol.errors import ServerError
 
-__all__ = ["ProducerConnection", "create_producer"]
+__all__ = ["ProducerConnection", "create_producer", "handle_close_producer", "handle_producer"]
 
 
 class ProducerConnection(ProducerTransport, Protocol):
@@ -33,8 +43,57 @@ class ProducerConnection(ProducerTransport, Protocol):
     @property
     def service(self) -> BrokerService: ...
 
+    @property
+    def handshake(self) -> Handshake: ...
+
     producers: dict[int, Producer]
     waiting_producers: dict[int, Producer]
+    producers_creating: set[int]
+
+    def spawn(self, coro: Awaitable[Any], request_id: int | None = None) -> asyncio.Task[Any]: ...
+
+
+def handle_producer(connection: ProducerConnection, m: pb.CommandProducer) -> None:
+    """PRODUCER: registry answers, authorization, then :func:`create_producer` as a task."""
+    pid = int(m.producer_id)
+    existing = connection.producers.get(pid)
+    if existing is not None and existing.blocked:
+        # Closed by the broker while storage is read-only; the client re-creates it.
+        del connection.producers[pid]
+        existing = None
+    if existing is not None:
+        # The client retried a creation whose answer it missed: same answer again.
+        connection.write(C.encode_producer_success(m.request_id, existing.name, -1))
+        return
+    if pid in connection.producers_creating:
+        connection.write(C.encode_error(m.request_id, ServerError.ServiceNotReady,
+                                        "Producer is already being created on this connection"))
+        return
+    connection.handshake.require_produce(TopicName.parse(m.topic).full)  # RequestError -> ERROR
+    connection.producers_creating.add(pid)
+
+    async def run() -> None:
+        try:
+            await create_producer(connection, m)
+        finally:
+            connection.producers_creating.discard(pid)
+
+    connection.spawn(run(), m.request_id)
+
+
+def handle_close_producer(connection: ProducerConnection, m: pb.CommandCloseProducer) -> None:
+    producer = connection.producers.pop(m.producer_id, None)
+    waiting = connection.waiting_producers.pop(m.producer_id, None)
+    if waiting is not None:
+        waiting.closed = True
+    rid = m.request_id
+
+    async def run() -> None:
+        if producer is not None:
+            await producer.close_gracefully()
+        connection.write(C.encode_success(rid))
+
+    connection.spawn(run(), rid)
 
 
 async def create_producer(connection: ProducerConnection, m: pb.CommandProducer) -> None:
@@ -45,6 +104,7 @@ async def create_producer(connection: ProducerConnection, m: pb.CommandProducer)
     # client fails its pending sends (broker/topics/publish_refusals.py).
     service.publish_refusals.check_producer()
     topic = await service.get_topic(name.full, create=service.config.allow_auto_topic_creation)
+    check_producers(len(topic.producers), service.config.max_producers_per_topic)
     user_provided = m.HasField("producer_name") and m.producer_name != ""
     pname = m.producer_name if user_provided else service.generate_producer_name()
     access_mode = int(m.producer_access_mode) if m.HasField("producer_access_mode") else pb.Shared
@@ -52,21 +112,24 @@ async def create_producer(connection: ProducerConnection, m: pb.CommandProducer)
     # The sequence state of this name must be recovered before PRODUCER_SUCCESS tells the
     # client where its sequence stands (and before its re-sends arrive).
     await topic.dedup.prepare()
+    schema_version = await producer_schema(service, topic,
+                                           m.schema if m.HasField("schema") else None)
     producer = Producer(connection, topic, int(m.producer_id), pname, access_mode,
                         user_provided, metadata, int(m.epoch))
     topic.dedup.attach(producer)
-    try:
-        topic.add_producer(producer)
-    except ProducerBusyError:
-        if access_mode != pb.WaitForExclusive:
-            raise
+    requested_epoch = int(m.topic_epoch) if m.HasField("topic_epoch") else None
+    if topic.add_producer(producer, requested_epoch) is Admission.QUEUE:
         topic.queue_exclusive_waiter(producer, int(m.request_id))
         connection.waiting_producers[producer.producer_id] = producer
-        connection.write(C.encode_producer_success(m.request_id, pname, ready=False))
+        connection.write(C.encode_producer_success(m.request_id, pname, -1, schema_version,
+                                                   ready=False))
         return
     if connection.is_closed:
         producer.close()
         return
     connection.producers[producer.producer_id] = producer
-    connection.write(C.encode_producer_success(m.request_id, pname,
-                                               producer.seq_state.persisted))
+    epoch = topic.access.topic_epoch if access_mode != pb.Shared else None
+    # Without deduplication Pulsar does not tell where the name's sequence stands.
+    last_sequence_id = producer.seq_state.persisted if topic.dedup_enabled() else -1
+    connection.write(C.encode_producer_success(m.request_id, pname, last_sequence_id,
+                                               schema_version, topic_epoch=epoch))

@@ -4,16 +4,20 @@ Theory of operation
 -------------------
 A connection starts in CONNECTING, where the only acceptable command is CONNECT (the client
 itself refuses anything before CONNECTED, so the broker must not answer anything else
-either). CONNECT's handler replies CONNECTED and the connection moves to CONNECTED, where the
-client commands listed in :data:`TRANSITIONS` are served. CLOSED accepts nothing; frames that
-were already decoded when the connection closed are dropped.
+either). CONNECT moves the connection to AUTHENTICATING *before* its handler runs; the handler
+(:class:`broker.net.handshake.Handshake`) checks the credentials, at once or in a worker
+thread, and on success writes CONNECTED and moves the connection on to CONNECTED, where the
+client commands listed in :data:`TRANSITIONS` are served (AUTH_RESPONSE refreshes the
+credentials). A refused CONNECT gets ERROR(AuthenticationError) and CLOSED. CLOSED accepts
+nothing; frames that were already decoded when the connection closed are dropped.
 
 A pair missing from the table is a protocol violation (:func:`unexpected`):
 
-1. in CONNECTING the connection is closed, because no reply is possible before CONNECTED;
+1. in CONNECTING and AUTHENTICATING the connection is closed, because no reply is possible
+   before CONNECTED;
 2. in CONNECTED a command carrying a ``request_id`` gets ERROR NotAllowedError and the
-   connection stays open (the peer asked something we do not serve, e.g. a transaction or
-   GET_OR_CREATE_SCHEMA); one without a request id (e.g. a broker-to-client command such as
+   connection stays open (the peer asked something we do not serve, e.g. a transaction);
+   one without a request id (e.g. a broker-to-client command such as
    SEND_RECEIPT or MESSAGE, or a second CONNECT) closes the connection, since nothing could
    be answered;
 3. in CLOSED the frame is dropped.
@@ -47,8 +51,9 @@ T = pb.BaseCommand
 
 class ConnState(IntEnum):
     CONNECTING = 0
-    CONNECTED = 1
-    CLOSED = 2
+    AUTHENTICATING = 1
+    CONNECTED = 2
+    CLOSED = 3
 
 
 class Unexpected(IntEnum):
@@ -72,13 +77,15 @@ def _t(handler: str, next_state: ConnState = ConnState.CONNECTED) -> Transition:
 _C = ConnState.CONNECTED
 
 TRANSITIONS: Final = MappingProxyType({
-    (ConnState.CONNECTING, T.CONNECT): _t("on_connect"),
+    (ConnState.CONNECTING, T.CONNECT): _t("on_connect", ConnState.AUTHENTICATING),
+    (_C, T.AUTH_RESPONSE): _t("on_auth_response"),
     (_C, T.PING): _t("on_ping"),
     (_C, T.PONG): _t("on_pong"),
     (_C, T.PARTITIONED_METADATA): _t("on_partitioned_metadata"),
     (_C, T.LOOKUP): _t("on_lookup"),
     (_C, T.GET_TOPICS_OF_NAMESPACE): _t("on_get_topics_of_namespace"),
     (_C, T.GET_SCHEMA): _t("on_get_schema"),
+    (_C, T.GET_OR_CREATE_SCHEMA): _t("on_get_or_create_schema"),
     (_C, T.PRODUCER): _t("on_producer"),
     (_C, T.SEND): _t("on_send"),
     (_C, T.CLOSE_PRODUCER): _t("on_close_producer"),
@@ -125,6 +132,6 @@ def unexpected(state: ConnState, cmd: pb.BaseCommand) -> Unexpected:
     """The action for a (state, command) pair that is not in :data:`TRANSITIONS`."""
     if state is ConnState.CLOSED:
         return Unexpected.DROP
-    if state is ConnState.CONNECTING:
+    if state is ConnState.CONNECTING or state is ConnState.AUTHENTICATING:
         return Unexpected.CLOSE
     return Unexpected.ERROR if request_id_of(cmd) is not None else Unexpected.CLOSE

@@ -58,6 +58,7 @@ class ResetTarget(Protocol):
     delayed_tracker: DelayedDeliveryTracker | None
     redelivery_counts: dict[Position, int]
     batch_acks: dict[Position, int]
+    msg_ack_counter: int
 
     @property
     def cursor(self) -> SubscriptionCursor: ...
@@ -210,7 +211,9 @@ class CursorResets:
             if tracker is not None:
                 for pos in positions:
                     tracker.cancel(pos.ledger_id, pos.entry_id)
+            fresh = [pos for pos in positions if not sub.cursor.is_deleted(pos)]
             sub.cursor.delete(positions)
+            sub.msg_ack_counter += len(fresh)   # an admin ack counts as any ack
             if sub.dispatcher is not None:
                 sub.dispatcher.on_acked(positions)
             sub.cursor.revision += 1

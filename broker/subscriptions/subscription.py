@@ -86,6 +86,8 @@ class TopicContext(Protocol):
 
     def remove_subscription(self, sub: Subscription) -> None: ...
 
+    def compacted_out(self, pos: Position) -> bool: ...
+
     async def delete_subscription(self, name: str, *, force: bool = False) -> None: ...
 
 
@@ -111,6 +113,7 @@ class Subscription:
         self.msg_ack_counter = 0
         self.msg_redeliver_counter = 0
         self._rates = RateMeter()
+        self.read_compacted = False  # skip what compaction superseded (set on SUBSCRIBE)
         self.closed = False
         self.resets = CursorResets(self)
         self.partition_index = topic.partition_index
@@ -349,6 +352,10 @@ class Subscription:
             self.dispatcher.hand_back(consumer, positions or None, count_redelivery=True)
 
     # ------------------------------------------------------------------ resets (resets.py)
+
+    def compacted_out(self, pos: Position) -> bool:
+        """A read_compacted subscription skips *pos*: compaction superseded it."""
+        return self.read_compacted and self.topic.compacted_out(pos)
 
     @property
     def resetting(self) -> bool:

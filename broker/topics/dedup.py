@@ -2,12 +2,15 @@
 
 Theory of operation
 -------------------
-Why it is always on. Pulsar makes this optional (``brokerDeduplicationEnabled``); Horae
-cannot: the C++/Python client closes the connection on any SEND_ERROR but ChecksumError and,
-once the producer is re-created, re-sends its whole pending queue. Sends pipelined behind a
-rejected one (e.g. by the delayed-delivery publish guard) were already stored; their
-receipts died with the connection. Without deduplication every such reconnect would store
-them again. It costs one comparison per SEND.
+Why it is on by default. Pulsar makes this optional (``brokerDeduplicationEnabled``, default
+false); Horae's default is true: the C++/Python client closes the connection on any
+SEND_ERROR but ChecksumError and, once the producer is re-created, re-sends its whole pending
+queue. Sends pipelined behind a rejected one (e.g. by the delayed-delivery publish guard)
+were already stored; their receipts died with the connection. Without deduplication every
+such reconnect would store them again. It costs one comparison per SEND. A namespace or
+topic policy (``deduplicationEnabled``, :mod:`broker.topics.policies`) can turn it off: then
+re-sends are stored again and PRODUCER_SUCCESS says ``last_sequence_id = -1``, as Pulsar; the
+sequence states are still kept, so turning it back on needs no recovery.
 
 What it owns. One :class:`MessageDeduplication` per topic (``Topic.dedup``) owns a
 :class:`SequenceState` per producer name (the client re-uses the name the broker assigned)
@@ -104,6 +107,8 @@ class DedupTopic(Protocol):
     def loop(self) -> asyncio.AbstractEventLoop: ...
 
     def check_publish(self, entry: bytes) -> tuple[bytes, int, bool]: ...
+
+    def dedup_enabled(self) -> bool: ...
 
 __all__ = ["DEDUP_CURSOR", "UNKNOWN_ID", "MessageDeduplication", "SequenceState",
            "is_partial_chunk", "send_key"]
@@ -304,6 +309,8 @@ class MessageDeduplication:
         chunk other than the last, which is no deduplication key). Raises what the publish
         guard raises for a re-send older than the window.
         """
+        if not self.topic.dedup_enabled():
+            return None, None  # deduplication is off by policy: stored again, as Pulsar
         stored = state.stored_at(key)
         if stored is not None:
             return self._resolved(*stored), key

@@ -13,6 +13,10 @@ One BrokerService per broker, living on the broker's event loop; the binary prot
 * Tenants (kind ``"tenant"``) and namespaces (kind ``"namespace"``, key ``"tenant/ns"``) live
   in the metadata store and in an in-memory mirror for the hot checks; ``public`` and
   ``public/default`` always exist.
+* Namespace and topic policies other than delayed delivery (deduplication, schema
+  compatibility, compaction threshold) are kept by ``self.policies``
+  (:class:`broker.topics.policies.PolicyStore`); schemas by ``self.schemas``
+  (:class:`broker.topics.schemas.SchemaRegistry`).
 * Delayed-delivery policies (kinds ``"namespace_policy"`` and ``"topic_policy"``) are
   mirrored in memory too. A change drops the cached resolved policy of the affected loaded
   topics, so it applies to the next message.
@@ -35,8 +39,11 @@ from typing import Any
 
 from broker.config import BrokerConfig
 from broker.delayed.policy import DelayPolicy, resolve_policy
+from broker.security.authorization import AuthPolicies, NamespaceAuth
 from broker.topics.names import TopicName, is_valid_namespace, split_namespace
+from broker.topics.policies import PolicyStore
 from broker.topics.publish_refusals import PublishRefusals
+from broker.topics.schemas import SchemaRegistry, schema_id
 from broker.topics.storage_errors import StorageOp, storage_failure
 from broker.topics.topic import Topic
 from protocol.errors import (
@@ -68,6 +75,9 @@ class BrokerService:
         self.topics: dict[str, Topic] = {}
         self.broker_port = config.broker_service_port   # the bound port, set by the server
         self.web_port = config.web_service_port
+        self.broker_port_tls: int | None = None  # bound TLS ports, set by the server
+        self.web_port_tls: int | None = None
+        self._ns_auth: dict[str, NamespaceAuth] = {}  # parsed auth_policies, by namespace
         self.closing = False
         self._loading: dict[str, asyncio.Future[Topic]] = {}
         # Topics being closed: a reload must wait, or the store would hand back the ledger
@@ -78,6 +88,8 @@ class BrokerService:
         self._partitioned: dict[str, int] = {}
         self._ns_policies: dict[str, dict[str, Any]] = {}
         self._topic_policies: dict[str, dict[str, Any]] = {}
+        self.policies = PolicyStore(config, store.metadata)  # dedup, schema, compaction
+        self.schemas = SchemaRegistry(store.metadata)
         self._instance = next(_instance_counter)  # until start() reads the generation
         self._producer_names = itertools.count()
         self._timers: list[asyncio.Task[None]] = []
@@ -100,6 +112,7 @@ class BrokerService:
         self._instance = int((generation or {}).get("value", -1)) + 1
         await md.put("broker", "generation", {"value": self._instance})
         self._topic_policies = dict(await md.list("topic_policy"))
+        await self.policies.load()
         self._timers = [self.loop.create_task(self._rates_loop())]
 
     async def close(self) -> None:
@@ -118,6 +131,11 @@ class BrokerService:
     def snapshots(self) -> SnapshotStore:
         """The store's bucket-snapshot store (for delayed-delivery trackers)."""
         return self.store.snapshots
+
+    @property
+    def metadata(self) -> Any:
+        """The metadata store (compaction results are kept there)."""
+        return self.store.metadata
 
     @property
     def service_url(self) -> str:
@@ -346,6 +364,7 @@ class BrokerService:
         value = policies or {}
         await self.store.metadata.put("namespace", namespace, value)
         self._namespaces[namespace] = value
+        self._ns_auth.pop(namespace, None)
 
     async def delete_namespace(self, namespace: str, *, force: bool = False) -> None:
         if namespace not in self._namespaces:
@@ -360,8 +379,57 @@ class BrokerService:
             await self.delete_topic(t, force=True)
         await self.store.metadata.delete("namespace", namespace)
         del self._namespaces[namespace]
+        self._ns_auth.pop(namespace, None)
         if namespace in self._ns_policies:
             await self.remove_namespace_policy(namespace)
+        await self.policies.drop_namespace(namespace)
+
+    # ------------------------------------------------------------------ authorization data
+    # (broker.security.authorization.AuthPolicyStore: tenant adminRoles, namespace grants)
+
+    def tenant_admin_roles(self, tenant: str) -> frozenset[str] | None:
+        info = self._tenants.get(tenant)
+        if info is None:
+            return None
+        return frozenset(str(r) for r in info.get("adminRoles") or ())
+
+    def namespace_auth(self, namespace: str) -> NamespaceAuth | None:
+        cached = self._ns_auth.get(namespace)
+        if cached is not None:
+            return cached
+        policies = self._namespaces.get(namespace)
+        if policies is None:
+            return None
+        try:
+            parsed = NamespaceAuth.from_policies(policies)
+        except ValueError:
+            log.exception("namespace %s has unreadable auth_policies; no grants apply", namespace)
+            parsed = NamespaceAuth()
+        self._ns_auth[namespace] = parsed
+        return parsed
+
+    async def set_auth_policies(self, namespace: str, auth: AuthPolicies) -> None:
+        """Replace the namespace's ``auth_policies`` (grants), persisted with its record."""
+        if namespace not in self._namespaces:
+            raise MetadataError("Namespace does not exist")
+        value = {**self._namespaces[namespace], "auth_policies": auth.to_json()}
+        await self.store.metadata.put("namespace", namespace, value)
+        self._namespaces[namespace] = value
+        self._ns_auth.pop(namespace, None)
+
+    async def get_cluster(self, name: str) -> dict[str, Any]:
+        """The cluster record: the stored one over this broker's own URLs."""
+        host = self.config.advertised_address
+        own: dict[str, Any] = {"serviceUrl": self.web_url,
+                               "brokerServiceUrl": self.service_url}
+        if self.web_port_tls is not None:
+            own["serviceUrlTls"] = f"https://{host}:{self.web_port_tls}"
+        if self.broker_port_tls is not None:
+            own["brokerServiceUrlTls"] = f"pulsar+ssl://{host}:{self.broker_port_tls}"
+        return {**own, **(await self.store.metadata.get("cluster", name) or {})}
+
+    async def set_cluster(self, name: str, data: dict[str, Any]) -> None:
+        await self.store.metadata.put("cluster", name, data)
 
     def _require_namespace(self, namespace: str) -> None:
         if namespace not in self._namespaces:
@@ -398,6 +466,9 @@ class BrokerService:
         await self._drop_topic_policy(TopicName.parse(topic).full)
 
     async def _drop_topic_policy(self, full: str) -> None:
+        """The topic was deleted: its policies and (as Pulsar) its schema go with it."""
+        await self.policies.drop_topic(full)
+        await self.schemas.drop(schema_id(full))
         if full in self._topic_policies:
             await self.store.metadata.delete("topic_policy", full)
             del self._topic_policies[full]

@@ -65,7 +65,7 @@ def topic_stats(topic: Topic) -> dict[str, Any]:
         "earliestMsgPublishTimeInBacklogs": 0,
         "offloadedStorageSize": 0,
         "waitingPublishers": 0,
-        "deduplicationStatus": "Enabled" if topic.dedup.ready else "Disabled",
+        "deduplicationStatus": "Enabled" if topic.dedup.ready and topic.dedup_enabled() else "Disabled",
         "topicEpoch": 0,
         "nonContiguousDeletedMessagesRanges": 0,
         "nonContiguousDeletedMessagesRangesSerializedSize": 0,

@@ -32,7 +32,9 @@ and snapshotted into the ``pulsar.dedup`` cursor by :meth:`housekeeping` and :me
 Trimming: :meth:`housekeeping` (once a second, off the hot path) lets ``self.trimmer``
 (:class:`broker.topics.trim.LedgerTrimmer`) decide whether sealed ledgers every cursor has passed
 are deleted now; never at load. The admin documents (:meth:`stats`, :meth:`internal_stats`)
-are built by :mod:`broker.topics.stats`.
+are built by :mod:`broker.topics.stats`. Compaction (``self.compaction``,
+:mod:`broker.topics.compaction`) keeps the ``__compaction`` cursor, which is not a subscription
+either.
 """
 
 from __future__ import annotations
@@ -55,8 +57,11 @@ from broker.delayed.residual import delete_residual_snapshots
 from broker.delayed.tracker import DelayedDeliveryTracker
 from broker.metrics.rates import PUBLISH_LATENCY_BUCKETS_MS, RateMeter
 from broker.subscriptions.subscription import Subscription
+from broker.topics.access_modes import Admission, ProducerAccess
+from broker.topics.compaction import COMPACTION_CURSOR, TopicCompaction
 from broker.topics.dedup import DEDUP_CURSOR, MessageDeduplication
 from broker.topics.names import TopicName
+from broker.topics.policies import PolicyStore
 from broker.topics.producer import Producer
 from broker.topics.publish_refusals import PublishRefusals
 from broker.topics.storage_errors import StorageOp, storage_failure
@@ -67,6 +72,7 @@ from protocol.errors import (
     MalformedEntryError,
     NotAllowedError,
     ProducerBusyError,
+    ServerError,
     ServiceNotReadyError,
     SubscriptionNotFoundError,
 )
@@ -74,6 +80,7 @@ from protocol.metadata import parse_entry
 from storage.cursor import ManagedCursor
 from storage.errors import StorageError
 from storage.ledger import ManagedLedger
+from storage.metadata import MetadataStore
 from storage.positions import Position
 from storage.snapshots import SnapshotStore
 
@@ -100,6 +107,13 @@ class TopicHost(Protocol):
         ...
 
     def resolve_delay_policy(self, name: TopicName) -> DelayPolicy: ...
+
+    @property
+    def policies(self) -> PolicyStore: ...
+
+    # storage's MetadataStore (compaction results)
+    @property
+    def metadata(self) -> MetadataStore: ...
 
     #: Refused publishes by reason; refuses producer creation while storage is read-only.
     publish_refusals: PublishRefusals
@@ -138,11 +152,13 @@ class Topic:
         self._rates = RateMeter()
         self._producer_rates: dict[int, RateMeter] = {}
         self._exclusive_waiters: deque[tuple[Producer, int]] = deque()
+        self.access = ProducerAccess()
         # Producers whose oldest unanswered SEND waits for its append to become durable
         # (insertion-ordered set; maintained by the producers, drained by _on_durable).
         self.awaiting_durable: dict[Producer, None] = {}
         self.dedup = MessageDeduplication(self)
         self.trimmer = LedgerTrimmer(self)
+        self.compaction = TopicCompaction(self, host.metadata)
 
     # ------------------------------------------------------------------ loading
 
@@ -155,6 +171,8 @@ class Topic:
             if cursor_name == DEDUP_CURSOR:
                 topic.dedup.start_recovery()
                 continue
+            if cursor_name == COMPACTION_CURSOR:
+                continue
             try:
                 sub = await Subscription.open(topic, cursor_name, durable=True,
                                               initial_position="latest", start_message_id=None)
@@ -162,6 +180,7 @@ class Topic:
                 log.exception("could not restore subscription %s on %s", cursor_name, name.full)
                 continue
             topic.subscriptions[cursor_name] = sub
+        await topic.compaction.load()
         # No trim at load: only what happens from now on triggers one (broker.topics.trim).
         topic.trimmer.reset_trigger()
         return topic
@@ -268,7 +287,10 @@ class Topic:
 
     # ------------------------------------------------------------------ producers
 
-    def add_producer(self, producer: Producer) -> None:
+    def add_producer(self, producer: Producer, requested_epoch: int | None = None) -> Admission:
+        """Attach *producer* by its access mode (:mod:`broker.topics.access_modes`); returns
+        NOW/FENCE_OTHERS when it is attached, QUEUE when the caller must queue it
+        (:meth:`queue_exclusive_waiter`). Raises ProducerBusyError / ProducerFencedError."""
         if self.fenced or self.closed:
             raise ServiceNotReadyError(f"Topic {self.full} is being closed or reloaded")
         existing = self.producers.get(producer.name)
@@ -278,21 +300,40 @@ class Topic:
                 # isSuccessorTo) before this broker noticed the old connection was gone.
                 existing.connection.producer_detached(existing)
                 existing.close()
-            else:
+            elif producer.access_mode != pb.ExclusiveWithFencing:
                 raise ProducerBusyError(
                     f"Producer with name '{producer.name}' is already connected to topic")
-        mode = producer.access_mode
-        others = list(self.producers.values())
-        exclusive = [p for p in others if p.access_mode != pb.Shared]
-        if mode == pb.ExclusiveWithFencing:
-            for p in others:
-                p.disconnect()
-        elif exclusive:
-            raise ProducerBusyError(
-                f"Topic has an existing exclusive producer: {exclusive[0].name}")
-        elif mode != pb.Shared and others:
-            raise ProducerBusyError("Topic has existing shared producers")
+        self._drop_dead_waiters()
+        admission = self.access.admit(producer.access_mode, producer.name, requested_epoch,
+                                      has_producers=bool(self.producers),
+                                      has_waiters=bool(self._exclusive_waiters))
+        if admission is Admission.QUEUE:
+            return admission
+        if admission is Admission.FENCE_OTHERS:
+            self._fence_others()
         self._register(producer)
+        return admission
+
+    def _fence_others(self) -> None:
+        """ExclusiveWithFencing took the topic: fail every waiter, close every producer."""
+        waiters = list(self._exclusive_waiters)
+        self._exclusive_waiters.clear()
+        for waiter, request_id in waiters:
+            waiter.closed = True
+            waiter.connection.producer_detached(waiter)
+            waiter.connection.write(C.encode_error(request_id, ServerError.ProducerFenced,
+                                                   "Fenced out"))
+        exclusive_name = self.access.exclusive_name
+        for p in list(self.producers.values()):
+            log.info("fencing out producer %s on %s", p.name, self.full)
+            p.disconnect()
+        self.access.exclusive_name = exclusive_name  # the removals above released the old one
+
+    def _drop_dead_waiters(self) -> None:
+        live = [(p, rid) for p, rid in self._exclusive_waiters
+                if not (p.closed or p.connection.is_closed)]
+        if len(live) != len(self._exclusive_waiters):
+            self._exclusive_waiters = deque(live)
 
     def _register(self, producer: Producer) -> None:
         self.producers[producer.name] = producer
@@ -301,6 +342,7 @@ class Topic:
     def remove_producer(self, producer: Producer) -> None:
         if self.producers.get(producer.name) is producer:
             del self.producers[producer.name]
+            self.access.released(producer.name, producer.access_mode)
         self._producer_rates.pop(id(producer), None)
         self.awaiting_durable.pop(producer, None)
         if not self.producers and self._exclusive_waiters:
@@ -316,10 +358,12 @@ class Topic:
             conn = producer.connection
             if conn.is_closed or producer.closed:
                 continue
+            self.access.promote(producer.name)
             self._register(producer)
             conn.producer_ready(producer)
             conn.write(C.encode_producer_success(request_id, producer.name,
-                                                 producer.seq_state.persisted, ready=True))
+                                                 producer.seq_state.persisted, ready=True,
+                                                 topic_epoch=self.access.topic_epoch))
             return
 
     # ------------------------------------------------------------------ subscriptions
@@ -341,7 +385,7 @@ class Topic:
             return await asyncio.shield(pending)
         if self.closed or self.fenced:
             raise ServiceNotReadyError(f"Topic {self.full} is being closed or reloaded")
-        if name == DEDUP_CURSOR:
+        if name in (DEDUP_CURSOR, COMPACTION_CURSOR):
             raise NotAllowedError(f"Subscription name {name} is reserved")
         fut: asyncio.Future[Subscription] = self.loop.create_future()
         self._sub_creating[name] = fut
@@ -398,6 +442,14 @@ class Topic:
         self._removed_bytes_out += sub.bytes_out_counter
 
     # ------------------------------------------------------------------ delayed policy
+
+    def compacted_out(self, pos: Position) -> bool:
+        """A read_compacted subscription skips *pos* (:mod:`broker.topics.compaction`)."""
+        return self.compaction.compacted_out(pos)
+
+    def dedup_enabled(self) -> bool:
+        """The deduplication policy in force (topic > namespace > brokerDeduplicationEnabled)."""
+        return self.host.policies.dedup_enabled(self.name)
 
     def delay_policy(self) -> DelayPolicy:
         policy = self._delay_policy
@@ -484,6 +536,7 @@ class Topic:
         if self.closed or self.fenced:
             return
         self.dedup.snapshot(now)
+        self.compaction.maybe_trigger(self.host.policies.compaction_threshold(self.name))
         self.trimmer.tick(now)
 
     # ------------------------------------------------------------------ lifecycle
@@ -502,6 +555,7 @@ class Topic:
         for sub in list(self.subscriptions.values()):
             await _close_subscription(sub, disconnect_clients=disconnect_clients)
         await self.trimmer.close()
+        await self.compaction.close()
         self.dedup.close(self.loop.time())
         try:
             await self.ledger.close()

@@ -46,6 +46,15 @@ def test_skip_ids_decodes_what_the_official_client_serializes() -> None:
     assert ids == [bodies.MessageIdRef(0, 0)]
 
 
+def test_skip_ids_accepts_the_designs_ledger_to_entry_map() -> None:
+    assert bodies.parse_skip_by_message_ids({"12345": "100", "12346": 200}) == [
+        bodies.MessageIdRef(12345, 100), bodies.MessageIdRef(12346, 200)]
+    assert bodies.parse_skip_by_message_ids({"type": "map", "messageIds": {"7": "0"}}) == [
+        bodies.MessageIdRef(7, 0)]
+    assert bodies.parse_skip_by_message_ids({"messageIds": {"0": "0"}}) == [
+        bodies.MessageIdRef(0, 0)]
+
+
 def test_skip_ids_drops_duplicates_keeping_order() -> None:
     ids = bodies.parse_skip_by_message_ids([_b64(1, 2), _b64(1, 1), _b64(1, 2)])
     assert [i.position for i in ids] == [(1, 2), (1, 1)]
@@ -54,12 +63,22 @@ def test_skip_ids_drops_duplicates_keeping_order() -> None:
 @pytest.mark.parametrize(("body", "why"), [
     (None, "empty body"),
     ({"foo": 1}, "missing messageIds"),
-    ({"messageIds": {"1": "2"}}, "legacy map format is not supported"),
+    ({"type": "byteArray", "messageIds": {"1": "2"}}, "unsupported messageIds type"),
     ({"messageIds": 5}, "unsupported messageIds type"),
     ({"type": "other", "messageIds": []}, "unsupported type for array"),
     (42, "unsupported top-level JSON"),
     (["not base64!"], "bad base64 message id"),
-    ({"type": "messageId", "messageIds": [{"ledgerId": "x", "entryId": 1}]}, "invalid literal"),
+    ({"type": "messageId", "messageIds": [{"ledgerId": "x", "entryId": 1}]},
+     "ledgerId must be a non-negative integer, not 'x'"),
+    ({"type": "messageId", "messageIds": [{"entryId": 1}]}, "missing ledgerId"),
+    ({"type": "messageId", "messageIds": [{"ledgerId": 1}]}, "missing entryId"),
+    ({"type": "messageId", "messageIds": [{"ledgerId": 1, "entryId": -1}]},
+     "entryId must be a non-negative integer, not -1"),
+    ({"-1": "2"}, "ledgerId must be a non-negative integer, not '-1'"),
+    ({"12": "-3"}, "entryId must be a non-negative integer, not '-3'"),
+    ({"12": None}, "missing entryId"),
+    ({"12": "x"}, "entryId must be a non-negative integer, not 'x'"),
+    ({"messageIds": {"1": "-2"}}, "entryId must be a non-negative integer"),
 ])
 def test_skip_ids_rejects_bad_payloads_with_400_and_pulsars_prefix(body: object, why: str) -> None:
     with pytest.raises(RestError) as info:

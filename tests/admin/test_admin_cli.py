@@ -126,7 +126,7 @@ def test_delayed_delivery_policies(cli: Cli) -> None:
     cli.ok("namespaces", "set-delayed-delivery", "public/default", "--time", "500ms",
            "--max-delay", "10m")
     assert cli.ok("namespaces", "get-delayed-delivery", "public/default") == {
-        "active": True, "tickTime": 500, "maxDeliveryDelayInMillis": 600_000}
+        "tickTime": 500, "maxDeliveryDelayInMillis": 600_000}
     cli.ok("topics", "create", "dd")
     cli.ok("topics", "set-delayed-delivery", "dd", "--fixed-delay", "30s")
     applied = cli.ok("topics", "get-delayed-delivery", "dd", "--applied")
@@ -155,6 +155,19 @@ def test_server_errors_print_the_reason_and_exit_1(cli: Cli) -> None:
     no_sub = cli.run("topics", "skip-all", "dup", "-s", "none")
     assert no_sub.returncode == 1
     assert "Subscription not found" in no_sub.stderr
+
+
+def test_set_delayed_delivery_sends_only_the_fields_given(cli: Cli) -> None:
+    cli.ok("namespaces", "set-delayed-delivery", "public/default", "--disable")
+    cli.ok("topics", "create", "only")
+    cli.ok("topics", "set-delayed-delivery", "only", "--max-delay", "10m")
+    assert cli.ok("topics", "get-delayed-delivery", "only") == {
+        "maxDeliveryDelayInMillis": 600_000}
+    applied = cli.ok("topics", "get-delayed-delivery", "only", "--applied")
+    assert applied["active"] is False       # the namespace's "disabled" still holds
+    cli.ok("topics", "set-delayed-delivery", "only", "--enable")
+    assert cli.ok("topics", "get-delayed-delivery", "only") == {"active": True}
+    assert cli.run("topics", "set-delayed-delivery", "only", "-e", "-d").returncode == 2
 
 
 def test_invalid_policy_is_refused_with_412_reason(cli: Cli) -> None:

@@ -46,10 +46,10 @@ def test_sync_send_returns_increasing_message_ids(client: Any) -> None:
     assert keys == sorted(keys) and len(set(keys)) == 20
 
 
-def test_exclusive_producer_makes_a_second_one_fail_with_producer_busy(client: Any) -> None:
+def test_exclusive_producer_makes_a_second_one_fail_with_producer_fenced(client: Any) -> None:
     topic = "persistent://public/default/e2e-exclusive"
     first = client.create_producer(topic, access_mode=pulsar.ProducerAccessMode.Exclusive)
-    with pytest.raises(pulsar.ProducerBusy):
+    with pytest.raises(pulsar.ProducerFenced):
         client.create_producer(topic, access_mode=pulsar.ProducerAccessMode.Exclusive)
     first.send(b"still works")
     first.close()

@@ -63,12 +63,8 @@ def test_broker_side_command_from_client_closes_the_connection(raw: RawClient) -
 
 
 def test_unsupported_request_gets_error_and_connection_stays(raw: RawClient) -> None:
-    cmd = T(type=T.GET_OR_CREATE_SCHEMA)
-    cmd.getOrCreateSchema.request_id = 42
-    cmd.getOrCreateSchema.topic = "persistent://public/default/x"
-    cmd.getOrCreateSchema.schema.name = "s"
-    cmd.getOrCreateSchema.schema.schema_data = b""
-    cmd.getOrCreateSchema.schema.type = pb.Schema.String
+    cmd = T(type=T.SUCCESS)  # a broker-to-client command that carries a request id
+    cmd.success.request_id = 42
     answer = raw.request(C.encode_command(cmd))
     assert answer.type == T.ERROR
     assert answer.error.request_id == 42
@@ -178,7 +174,7 @@ def test_errors_keep_fifo_order_with_receipts(raw: RawClient) -> None:
     assert [a.type for a in answers].count(T.SEND_ERROR) == 2
 
 
-def test_exclusive_producer_conflicts_are_producer_busy(broker: Any) -> None:
+def test_exclusive_producer_conflicts_busy_shared_and_fence_exclusive(broker: Any) -> None:
     topic = "persistent://public/default/excl"
     with RawClient(broker.service_url) as a, RawClient(broker.service_url) as b:
         a.handshake()
@@ -188,7 +184,7 @@ def test_exclusive_producer_conflicts_are_producer_busy(broker: Any) -> None:
         assert shared.type == T.ERROR and shared.error.error == ServerError.ProducerBusy
         assert "exclusive producer" in shared.error.message
         excl = b.create_producer(topic, 2, access_mode=pb.Exclusive)
-        assert excl.type == T.ERROR and excl.error.error == ServerError.ProducerBusy
+        assert excl.type == T.ERROR and excl.error.error == ServerError.ProducerFenced
 
 
 def test_duplicate_producer_name_is_producer_busy(broker: Any) -> None:

@@ -80,6 +80,10 @@ class DispatchContext(Protocol):
 
     def ensure_tracker(self, policy: DelayPolicy) -> DelayedDeliveryTracker: ...
 
+    def compacted_out(self, pos: Position) -> bool:
+        """A read_compacted subscription skips *pos*: compaction superseded it."""
+        ...
+
 
 class Dispatcher:
     """Base dispatcher: replay set, pending-ack index, read loop."""
@@ -394,6 +398,11 @@ class Dispatcher:
             if from_replay and pos not in self.replay:
                 continue  # acked or reset while we were reading
             if cursor.is_deleted(pos):
+                if from_replay:
+                    self.discard_replay(pos)
+                continue
+            if sub.compacted_out(pos):
+                cursor.delete((pos,))  # superseded by compaction: acknowledged unseen
                 if from_replay:
                     self.discard_replay(pos)
                 continue

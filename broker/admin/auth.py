@@ -1,0 +1,142 @@
+"""REST authentication and authorization: one aiohttp middleware in front of every route.
+
+Theory of operation
+-------------------
+:func:`auth_middleware` runs after routing (``request.match_info`` is resolved) and before the
+handler:
+
+1. Authentication (``authenticationEnabled``): the request's ``Authorization: Bearer``/``Basic``
+   header, ``X-Pulsar-Auth-Method-Name`` or verified client certificate (HTTPS listener) gives
+   the role (:meth:`AuthenticationService.authenticate_http_async`, bcrypt off the loop).
+   Refused: 401 with one ``WWW-Authenticate`` header per offered scheme and
+   ``{"reason": ...}``. ``/metrics`` is exempt unless ``authenticateMetricsEndpoint``, as in
+   Pulsar. The role is kept on the request (:func:`request_role`).
+2. Authorization (``authorizationEnabled``), by path, Pulsar's rules:
+
+   ============================================================  ===============================
+   path                                                           needs
+   ============================================================  ===============================
+   ``/lookup/v2/topic/{domain}/{t}/{ns}/{topic}``                 lookup (produce or consume)
+   ``GET /admin/v2/{persistent|non-persistent}/.../partitions``   lookup (clients read metadata)
+   other ``/admin/v2/{persistent|non-persistent}/{t}/...``        tenant admin of ``t``
+   ``/admin/v2/namespaces/{t}/...``                              tenant admin of ``t``
+   ``GET /admin/v2/tenants/{t}``                                  tenant admin of ``t``
+   other ``/admin/v2/tenants...``, ``/admin/v2/brokers/...``,     super-user
+   changes under ``/admin/v2/clusters``
+   ``GET /admin/v2/clusters...``                                  any authenticated role
+   ============================================================  ===============================
+
+   Refused: 403 ``{"reason": ...}`` with Pulsar's text.
+
+The services are handed in by :func:`broker.admin.app.create_app`; with both disabled the
+middleware only records the anonymous role.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+
+from broker.admin.errors import json_error
+from broker.security.authentication import AuthenticatedRole, AuthenticationService
+from broker.security.authorization import AuthorizationService
+from broker.security.errors import AuthenticationError, AuthorizationError
+
+__all__ = ["RestSecurity", "auth_middleware", "request_role"]
+
+_ROLE_KEY = web.RequestKey("horae_role", AuthenticatedRole)
+_TOPIC_DOMAINS = frozenset({"persistent", "non-persistent"})
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+class RestSecurity:
+    """The authentication and authorization services the REST middleware uses."""
+
+    def __init__(self, authentication: AuthenticationService, authorization: AuthorizationService,
+                 *, authenticate_metrics: bool = False) -> None:
+        self.authentication = authentication
+        self.authorization = authorization
+        self.authenticate_metrics = authenticate_metrics
+
+
+SECURITY_KEY = web.AppKey("horae_security", RestSecurity)
+
+
+def request_role(request: web.Request) -> str:
+    """The authenticated role of *request* ("" when authentication is off and no anonymous role)."""
+    role = request.get(_ROLE_KEY)
+    return role.role if role is not None else ""
+
+
+def _peer_certificate(request: web.Request) -> bytes | None:
+    transport = request.transport
+    ssl_object = transport.get_extra_info("ssl_object") if transport is not None else None
+    if ssl_object is None:
+        return None
+    cert = ssl_object.getpeercert(binary_form=True)
+    return bytes(cert) if cert else None
+
+
+def _unauthorized(security: RestSecurity, reason: str) -> web.Response:
+    response = json_error(401, reason)
+    for value in security.authentication.www_authenticate():
+        response.headers.add("WWW-Authenticate", value)
+    return response
+
+
+def _topic_of(parts: list[str], start: int) -> str | None:
+    """``domain://t/ns/topic`` from path parts ``[..., domain, t, ns, topic, ...]`` at *start*."""
+    if len(parts) < start + 4 or parts[start] not in _TOPIC_DOMAINS:
+        return None
+    domain, tenant, namespace, topic = parts[start:start + 4]
+    return f"{domain}://{tenant}/{namespace}/{topic}"
+
+
+def check_access(authz: AuthorizationService, role: str, method: str, path: str) -> None:
+    """Raise :class:`AuthorizationError` unless *role* may do *method* on *path* (see the table)."""
+    if not authz.enabled or authz.is_super_user(role):
+        return
+    parts = [p for p in path.split("/") if p]
+    if parts[:3] == ["lookup", "v2", "topic"]:
+        topic = _topic_of(parts, 3)
+        if topic is not None:
+            authz.require_lookup(topic, role)
+            return
+    if parts[:2] != ["admin", "v2"] or len(parts) < 3:
+        authz.require_super_user(role)
+        return
+    area = parts[2]
+    if area in _TOPIC_DOMAINS:
+        topic = _topic_of(parts, 2)
+        if topic is not None and method == "GET" and parts[6:] == ["partitions"]:
+            authz.require_lookup(topic, role, partitioned_metadata=True)
+            return
+        if len(parts) >= 4:
+            authz.require_tenant_admin(parts[3], role)
+            return
+    elif (area == "namespaces" and len(parts) >= 4) or (area == "tenants" and len(parts) == 4 and method == "GET"):
+        authz.require_tenant_admin(parts[3], role)
+        return
+    elif area == "clusters" and method == "GET":
+        return
+    authz.require_super_user(role)
+
+
+@web.middleware
+async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    security = request.app[SECURITY_KEY]
+    authn = security.authentication
+    if request.path.rstrip("/") == "/metrics" and not security.authenticate_metrics:
+        return await handler(request)
+    try:
+        role = await authn.authenticate_http_async(request.headers, _peer_certificate(request))
+    except AuthenticationError as exc:
+        return _unauthorized(security, exc.detail)
+    request[_ROLE_KEY] = role
+    try:
+        check_access(security.authorization, role.role, request.method, request.path)
+    except AuthorizationError as exc:
+        return json_error(403, str(exc))
+    return await handler(request)

@@ -1,0 +1,167 @@
+"""Namespace and topic policies over REST: deduplication, schema compatibility, compaction threshold.
+
+Theory of operation: Pulsar's paths and bodies (``NamespacesBase`` / ``PersistentTopicsBase``):
+
+- ``POST|GET|DELETE /admin/v2/namespaces/{t}/{ns}/deduplication`` (body ``true``/``false``)
+  and, per topic, ``.../{topic}/deduplicationEnabled``;
+- ``PUT|GET|DELETE .../namespaces/{t}/{ns}/schemaCompatibilityStrategy`` (body a JSON string,
+  one of Pulsar's SchemaCompatibilityStrategy names) and per topic
+  ``.../{topic}/schemaCompatibilityStrategy``;
+- ``PUT|GET|DELETE .../namespaces/{t}/{ns}/compactionThreshold`` (bytes, >= 0) and per topic
+  ``.../{topic}/compactionThreshold``;
+- ``GET /admin/v2/namespaces/{t}/{ns}``: the namespace's Policies document.
+
+Values are validated here (400/412 with Pulsar's reasons), stored by the service's
+:class:`broker.topics.policies.PolicyStore`; the topics read them when they need them, so a
+change applies to the next producer, re-send, subscription or compaction check. GET of an
+unset value answers ``null``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+from broker.admin import bodies
+from broker.admin import errors as E
+from broker.admin.facade import ADMIN_KEY, AdminFacade, topic_full_name
+from broker.admin.namespaces import NAMESPACE, policy_to_body
+from broker.admin.topics import TOPIC, json_response, no_content
+from broker.topics import policies as P
+
+__all__ = ["SCHEMA_STRATEGIES", "add_routes"]
+
+SCHEMA_STRATEGIES = ("UNDEFINED", "ALWAYS_INCOMPATIBLE", "ALWAYS_COMPATIBLE", "BACKWARD",
+                     "FORWARD", "FULL", "BACKWARD_TRANSITIVE", "FORWARD_TRANSITIVE",
+                     "FULL_TRANSITIVE")
+
+
+def _facade(request: web.Request) -> AdminFacade:
+    facade: AdminFacade = request.app[ADMIN_KEY]
+    return facade
+
+
+def _store(facade: AdminFacade) -> P.PolicyStore:
+    store: P.PolicyStore = facade.service.policies
+    return store
+
+
+async def _namespace(request: web.Request) -> tuple[AdminFacade, str]:
+    facade = _facade(request)
+    tenant, ns = request.match_info["tenant"], request.match_info["namespace"]
+    await facade.require_namespace(tenant, ns)
+    return facade, f"{tenant}/{ns}"
+
+
+async def _topic(request: web.Request) -> tuple[AdminFacade, str]:
+    facade = _facade(request)
+    m = request.match_info
+    await facade.require_namespace(m["tenant"], m["namespace"])
+    full = topic_full_name(m["tenant"], m["namespace"], m["topic"])
+    await facade.require_topic_or_partitioned(full)
+    return facade, full
+
+
+# --- value parsers ------------------------------------------------------------------------
+def _bool(body: object) -> bool:
+    if not isinstance(body, bool):
+        raise E.bad_request("Invalid value: expected true or false")
+    return body
+
+
+def _strategy(body: object) -> str:
+    if not isinstance(body, str) or body not in SCHEMA_STRATEGIES:
+        raise E.bad_request(f"Invalid schema compatibility strategy: {body!r}")
+    return body
+
+
+def _threshold(body: object) -> int:
+    if isinstance(body, bool) or not isinstance(body, int):
+        raise E.bad_request("Invalid compaction threshold: expected a number of bytes")
+    if body < 0:
+        raise E.precondition_failed("compactionThreshold must be 0 or more")
+    return body
+
+
+# (path suffix, namespace field, topic field, parser, HTTP verb that sets)
+_FIELDS: tuple[tuple[str, str, str, Any], ...] = (
+    ("deduplication", P.NS_DEDUP, "", _bool),
+    ("deduplicationEnabled", "", P.TOPIC_DEDUP, _bool),
+    ("schemaCompatibilityStrategy", P.NS_SCHEMA_STRATEGY, P.TOPIC_SCHEMA_STRATEGY, _strategy),
+    ("compactionThreshold", P.NS_COMPACTION, P.TOPIC_COMPACTION, _threshold),
+)
+
+
+def _ns_handlers(field: str, parse: Any) -> tuple[Any, Any, Any]:
+    async def get(request: web.Request) -> web.Response:
+        facade, ns = await _namespace(request)
+        return json_response(_store(facade).namespace(ns).get(field))
+
+    async def put(request: web.Request) -> web.Response:
+        body = bodies.load_json(await request.read())
+        facade, ns = await _namespace(request)
+        await _store(facade).set_namespace_field(ns, field, parse(body))
+        return no_content()
+
+    async def delete(request: web.Request) -> web.Response:
+        facade, ns = await _namespace(request)
+        await _store(facade).remove_namespace_field(ns, field)
+        return no_content()
+
+    return get, put, delete
+
+
+def _topic_handlers(field: str, parse: Any) -> tuple[Any, Any, Any]:
+    async def get(request: web.Request) -> web.Response:
+        facade, full = await _topic(request)
+        return json_response(_store(facade).topic(full).get(field))
+
+    async def put(request: web.Request) -> web.Response:
+        body = bodies.load_json(await request.read())
+        facade, full = await _topic(request)
+        await _store(facade).set_topic_field(full, field, parse(body))
+        return no_content()
+
+    async def delete(request: web.Request) -> web.Response:
+        facade, full = await _topic(request)
+        await _store(facade).remove_topic_field(full, field)
+        return no_content()
+
+    return get, put, delete
+
+
+async def get_namespace_policies(request: web.Request) -> web.Response:
+    """Pulsar's Policies document of a namespace (the fields Horae keeps)."""
+    facade, ns = await _namespace(request)
+    fields = _store(facade).namespace(ns)
+    delayed = await facade.get_policy("namespace", ns)
+    doc: dict[str, Any] = {
+        "bundles": {"boundaries": ["0x00000000", "0xffffffff"], "numBundles": 1},
+        "replication_clusters": [str(facade.service.config.cluster_name)],
+        "deduplicationEnabled": fields.get(P.NS_DEDUP),
+        "schema_compatibility_strategy": fields.get(P.NS_SCHEMA_STRATEGY, "UNDEFINED"),
+        "compaction_threshold": fields.get(P.NS_COMPACTION),
+        "delayed_delivery_policies": None,
+    }
+    if delayed is not None:
+        from broker.delayed.policy import resolve_policy
+        doc["delayed_delivery_policies"] = policy_to_body(
+            resolve_policy(facade.service.config, delayed, None))
+    return json_response(doc)
+
+
+def add_routes(app: web.Application) -> None:
+    r = app.router
+    r.add_get(NAMESPACE, get_namespace_policies)
+    for suffix, ns_field, topic_field, parse in _FIELDS:
+        for base, field, make in ((NAMESPACE, ns_field, _ns_handlers),
+                                  (TOPIC, topic_field, _topic_handlers)):
+            if not field:
+                continue
+            get, put, delete = make(field, parse)
+            path = f"{base}/{suffix}"
+            r.add_get(path, get)
+            r.add_post(path, put)
+            r.add_put(path, put)
+            r.add_delete(path, delete)

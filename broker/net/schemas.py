@@ -1,0 +1,119 @@
+"""Schemas on the wire: PRODUCER and SUBSCRIBE schemas, GET_SCHEMA and GET_OR_CREATE_SCHEMA.
+
+Theory of operation
+-------------------
+Called by the connection (GET_SCHEMA, GET_OR_CREATE_SCHEMA, as request tasks), by
+:func:`broker.net.producers.create_producer` and by the consumer side's SUBSCRIBE, with the
+service's :class:`broker.topics.schemas.SchemaRegistry` and the strategy in force
+(:meth:`broker.topics.policies.PolicyStore.schema_compatibility`). Registry refusals
+(:class:`broker.topics.schema_compat.SchemaIncompatible`) become IncompatibleSchema errors with
+the registry's reason.
+
+Pulsar's rules: a producer without a schema is accepted on any topic (schema validation is not
+enforced) and gets no version; a producer with one gets the version of that schema, added if it
+is new and compatible. A consumer with a schema adds it only to an idle topic without schema
+(no producer, no connected consumer, no data); otherwise it must be compatible with what is
+registered ("Topic does not have schema to check" when nothing is).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from broker.topics.schemas import (
+    SchemaIncompatible,
+    decode_version,
+    encode_version,
+    schema_id,
+    wire_fields,
+)
+from broker.topics.service import BrokerService
+from broker.topics.topic import Topic
+from protocol import commands as C
+from protocol import pulsar_pb as pb
+from protocol.errors import IncompatibleSchemaError, RequestError, ServerError
+
+__all__ = ["check_consumer_schema", "get_or_create_schema", "get_schema", "producer_schema"]
+
+NO_SCHEMA = "Topic not found or no-schema"  # Pulsar's exact text
+
+
+class SchemaConnection(Protocol):
+    @property
+    def service(self) -> BrokerService: ...
+
+    def write(self, data: bytes) -> None: ...
+
+
+async def producer_schema(service: BrokerService, topic: Topic,
+                          schema: pb.Schema | None) -> bytes | None:
+    """The schema version to answer in PRODUCER_SUCCESS (None: a schema-less producer)."""
+    if schema is None:
+        return None
+    type_name, data, properties = wire_fields(schema)
+    strategy = service.policies.schema_compatibility(topic.name)
+    try:
+        version = await service.schemas.put_if_absent(schema_id(topic.full), type_name, data,
+                                                      properties, strategy)
+    except SchemaIncompatible as exc:
+        raise IncompatibleSchemaError(str(exc)) from None
+    return encode_version(version)
+
+
+def _idle(topic: Topic) -> bool:
+    if topic.producers or topic.ledger.total_size_bytes:
+        return False
+    return not any(sub.consumers for sub in topic.subscriptions.values())
+
+
+async def check_consumer_schema(service: BrokerService, topic: Topic, schema: pb.Schema) -> None:
+    """SUBSCRIBE with a schema: add it to an idle schema-less topic, else check it."""
+    registry = service.schemas
+    sid = schema_id(topic.full)
+    type_name, data, properties = wire_fields(schema)
+    strategy = service.policies.schema_compatibility(topic.name)
+    try:
+        if await registry.latest(sid) is not None or not _idle(topic):
+            await registry.check_consumer(sid, type_name, data, strategy)
+        else:
+            await registry.put_if_absent(sid, type_name, data, properties, strategy)
+    except SchemaIncompatible as exc:
+        raise IncompatibleSchemaError(str(exc)) from None
+
+
+async def get_schema(connection: SchemaConnection, m: pb.CommandGetSchema) -> None:
+    rid = int(m.request_id)
+    version: int | None = None
+    if m.HasField("schema_version"):
+        version = decode_version(bytes(m.schema_version))
+        if version is None:
+            connection.write(C.encode_get_schema_response(
+                rid, error_code=ServerError.TopicNotFound, error_message=NO_SCHEMA))
+            return
+    try:
+        sid = schema_id(m.topic)
+    except RequestError as exc:
+        connection.write(C.encode_get_schema_response(rid, error_code=exc.code,
+                                                      error_message=exc.message))
+        return
+    entry = await connection.service.schemas.get(sid, version)
+    if entry is None:
+        connection.write(C.encode_get_schema_response(
+            rid, error_code=ServerError.TopicNotFound, error_message=NO_SCHEMA))
+        return
+    connection.write(C.encode_get_schema_response(
+        rid, schema=entry.to_wire(sid.rsplit("/", 1)[-1]),
+        schema_version=encode_version(entry.version)))
+
+
+async def get_or_create_schema(connection: SchemaConnection,
+                               m: pb.CommandGetOrCreateSchema) -> None:
+    rid = int(m.request_id)
+    try:
+        topic = await connection.service.get_topic(m.topic, create=False)
+        version = await producer_schema(connection.service, topic, m.schema)
+    except RequestError as exc:
+        connection.write(C.encode_get_or_create_schema_response(
+            rid, error_code=exc.code, error_message=exc.message))
+        return
+    connection.write(C.encode_get_or_create_schema_response(rid, schema_version=version))

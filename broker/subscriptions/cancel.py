@@ -1,0 +1,128 @@
+"""Cancel one scheduled (delayed) message on one subscription: PIP-423's tracker-level cancel,
+plus Horae's acknowledgement of the cancelled message.
+
+Theory of operation
+-------------------
+The admin API (:mod:`broker.admin.delayed_routes`) has already found the message, checked that
+its stored ``deliver_at_time`` is the ``deliverAt`` it was given, and picked the subscriptions.
+For each one :func:`cancel_on_subscription`:
+
+1. refuses what cannot be cancelled: a subscription type that does not delay (Exclusive,
+   Failover), a message already acknowledged, or one a consumer holds right now (delivered,
+   not yet acknowledged): ``NOT_FOUND``;
+2. asks the subscription's tracker (created if the subscription had none yet, as the
+   dispatcher would on its first delayed entry) to cancel it, and waits until an accepted
+   cancel is durable (``DelayedDeliveryTracker.cancel_delayed_message``). ``REFUSED_PAST`` (the
+   deliver time is at or before the cutoff) and ``NOT_FOUND`` stop here;
+3. then -- beyond the design -- acknowledges the message individually on the subscription
+   through the admin ack path (``skip_by_message_ids``: cursor, dispatcher, ack counters), and
+   flushes the cursor. A tracker cancel alone lives in memory (in-memory tracker) or expires
+   after its deliver time (bucket tracker); the acknowledgement is what keeps the message out
+   of the backlog through a restart, a rewind or a reset-cursor. The caller answers 204 only
+   after both are durable.
+
+Runs on the broker loop; the awaits are the cancel journal's and the cursor's writes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from broker.delayed.cancels import CancelResult
+from broker.delayed.policy import DelayPolicy
+from broker.delayed.tracker import DelayedDeliveryTracker
+from storage.positions import Position
+
+__all__ = ["CancelTarget", "SubscriptionCancel", "cancel_on_subscription", "delays_messages"]
+
+#: CommandSubscribe.SubType values whose dispatcher tracks deliver times.
+_SHARED, _KEY_SHARED = 1, 3
+
+
+class CancelConsumer(Protocol):
+    """What the cancel needs to know of a consumer: the positions it holds unacknowledged."""
+
+    @property
+    def pending(self) -> dict[Position, Any]: ...
+
+
+class CancelTarget(Protocol):
+    """The part of :class:`broker.subscriptions.subscription.Subscription` a cancel uses."""
+
+    name: str
+    durable: bool
+    sub_type: int | None
+
+    # storage's ManagedCursor (is_deleted, flush)
+    @property
+    def cursor(self) -> Any: ...
+
+    @property
+    def consumers(self) -> Sequence[CancelConsumer]: ...
+
+    def delay_policy(self) -> DelayPolicy: ...
+
+    def ensure_tracker(self, policy: DelayPolicy) -> DelayedDeliveryTracker: ...
+
+    async def skip_by_message_ids(self, ids: Iterable[tuple[int, ...]]) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionCancel:
+    """The outcome of a cancel on one subscription: the tracker's verdict and why."""
+
+    subscription: str
+    result: CancelResult
+    reason: str
+
+    @property
+    def accepted(self) -> bool:
+        return self.result.accepted
+
+
+def delays_messages(sub: CancelTarget) -> bool:
+    """Does this subscription hold delayed messages back? Shared and Key_Shared do; a durable
+    subscription with no consumer since the broker started (type not known yet) counts too,
+    so a cancel right after a restart is not lost."""
+    if sub.sub_type is None:
+        return sub.durable
+    return sub.sub_type in (_SHARED, _KEY_SHARED)
+
+
+async def cancel_on_subscription(sub: CancelTarget, position: Position,
+                                 deliver_at_ms: int) -> SubscriptionCancel:
+    """Cancel the message at ``position`` due at ``deliver_at_ms`` (module docstring)."""
+    name = str(sub.name)
+
+    def outcome(result: CancelResult, reason: str) -> SubscriptionCancel:
+        return SubscriptionCancel(name, result, reason)
+
+    if not delays_messages(sub):
+        return outcome(CancelResult.NOT_FOUND,
+                       f"subscription {name} does not delay messages (only Shared and "
+                       "Key_Shared do)")
+    if sub.cursor.is_deleted(position):
+        return outcome(CancelResult.NOT_FOUND, f"{_id(position)} is already acknowledged "
+                       f"on subscription {name}")
+    if any(position in consumer.pending for consumer in sub.consumers):
+        return outcome(CancelResult.NOT_FOUND, f"{_id(position)} was already delivered on "
+                       f"subscription {name}")
+    tracker = sub.ensure_tracker(sub.delay_policy())
+    result = await tracker.cancel_delayed_message(position.ledger_id, position.entry_id,
+                                                  deliver_at_ms)
+    if result is CancelResult.REFUSED_PAST:
+        return outcome(result, f"deliverAt {deliver_at_ms} is already due on subscription "
+                       f"{name}: too late to cancel")
+    if result is CancelResult.NOT_FOUND:
+        return outcome(result, f"{_id(position)} was already delivered or acknowledged on "
+                       f"subscription {name}")
+    await sub.skip_by_message_ids([(position.ledger_id, position.entry_id)])
+    await sub.cursor.flush()
+    return outcome(result, f"{_id(position)} cancelled on subscription {name} "
+                   f"({result.value})")
+
+
+def _id(position: Position) -> str:
+    return f"message {position.ledger_id}:{position.entry_id}"

@@ -1,0 +1,130 @@
+"""Namespace and topic policies (Pulsar's ``Policies`` / ``TopicPolicies`` fields) and their resolution.
+
+Theory of operation
+-------------------
+One :class:`PolicyStore` per broker, owned by :class:`broker.topics.service.BrokerService`
+(``service.policies``). It keeps, in the metadata store and mirrored in memory:
+
+- kind ``"ns_policies"``, key ``"tenant/ns"``: the namespace's policy fields under Pulsar's
+  ``Policies`` JSON names (``deduplicationEnabled``, ``schema_compatibility_strategy``,
+  ``compaction_threshold``, ...);
+- kind ``"topic_policies"``, key the full topic name (a partitioned topic's parent name covers
+  its partitions): Pulsar's ``TopicPolicies`` names (``deduplicationEnabled``,
+  ``compactionThreshold``, ``schemaCompatibilityStrategy``).
+
+Writes go to the metadata store first, then the mirror, so a reader never sees a value that
+is not durable. The delayed-delivery policies are not here (``broker.delayed.policy``, kinds
+``namespace_policy`` / ``topic_policy``).
+
+Resolution (:meth:`dedup_enabled`, :meth:`compaction_threshold`,
+:meth:`schema_compatibility`): the topic's value, else the namespace's, else the broker
+configuration (``brokerDeduplicationEnabled``, ``brokerServiceCompactionThresholdInBytes``,
+``schemaCompatibilityStrategy``). Readers are the service (PRODUCER, SUBSCRIBE, housekeeping)
+and the admin API; nothing here touches topics (the service applies a change to loaded ones).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from broker.config import BrokerConfig
+from broker.topics.names import TopicName
+
+__all__ = ["NS_KIND", "TOPIC_KIND", "PolicyStore"]
+
+NS_KIND = "ns_policies"
+TOPIC_KIND = "topic_policies"
+
+# Namespace Policies field -> TopicPolicies field, for what both levels know.
+NS_DEDUP = "deduplicationEnabled"
+NS_COMPACTION = "compaction_threshold"
+NS_SCHEMA_STRATEGY = "schema_compatibility_strategy"
+TOPIC_DEDUP = "deduplicationEnabled"
+TOPIC_COMPACTION = "compactionThreshold"
+TOPIC_SCHEMA_STRATEGY = "schemaCompatibilityStrategy"
+
+
+class PolicyStore:
+    """Namespace and topic policy fields, durable in the metadata store (module docstring)."""
+
+    def __init__(self, config: BrokerConfig, metadata: Any) -> None:
+        self.config = config
+        self._md = metadata
+        self._ns: dict[str, dict[str, Any]] = {}
+        self._topics: dict[str, dict[str, Any]] = {}
+
+    async def load(self) -> None:
+        self._ns = dict(await self._md.list(NS_KIND))
+        self._topics = dict(await self._md.list(TOPIC_KIND))
+
+    # ------------------------------------------------------------------ raw fields
+
+    def namespace(self, namespace: str) -> dict[str, Any]:
+        """A copy of the namespace's stored fields (empty when none is set)."""
+        return dict(self._ns.get(namespace, {}))
+
+    def topic(self, full: str) -> dict[str, Any]:
+        return dict(self._topics.get(full, {}))
+
+    async def set_namespace_field(self, namespace: str, field: str, value: Any) -> None:
+        await self._write(NS_KIND, self._ns, namespace, field, value)
+
+    async def remove_namespace_field(self, namespace: str, field: str) -> None:
+        await self._write(NS_KIND, self._ns, namespace, field, None)
+
+    async def set_topic_field(self, full: str, field: str, value: Any) -> None:
+        await self._write(TOPIC_KIND, self._topics, full, field, value)
+
+    async def remove_topic_field(self, full: str, field: str) -> None:
+        await self._write(TOPIC_KIND, self._topics, full, field, None)
+
+    async def drop_namespace(self, namespace: str) -> None:
+        if self._ns.pop(namespace, None) is not None:
+            await self._md.delete(NS_KIND, namespace)
+
+    async def drop_topic(self, full: str) -> None:
+        if self._topics.pop(full, None) is not None:
+            await self._md.delete(TOPIC_KIND, full)
+
+    async def _write(self, kind: str, mirror: dict[str, dict[str, Any]], key: str, field: str,
+                     value: Any) -> None:
+        fields = dict(mirror.get(key, {}))
+        if value is None:
+            if field not in fields:
+                return
+            del fields[field]
+        else:
+            fields[field] = value
+        if fields:
+            await self._md.put(kind, key, fields)
+            mirror[key] = fields
+        else:
+            await self._md.delete(kind, key)
+            mirror.pop(key, None)
+
+    # ------------------------------------------------------------------ resolution
+
+    def _resolve(self, tn: TopicName, topic_field: str, ns_field: str) -> Any:
+        for key in (tn.full, tn.partitioned_parent if tn.is_partition else None):
+            if key is not None:
+                value = self._topics.get(key, {}).get(topic_field)
+                if value is not None:
+                    return value
+        return self._ns.get(tn.namespace, {}).get(ns_field)
+
+    def dedup_enabled(self, tn: TopicName) -> bool:
+        value = self._resolve(tn, TOPIC_DEDUP, NS_DEDUP)
+        return self.config.broker_deduplication_enabled if value is None else bool(value)
+
+    def compaction_threshold(self, tn: TopicName) -> int:
+        """Backlog bytes above which the topic is compacted automatically (0: never)."""
+        value = self._resolve(tn, TOPIC_COMPACTION, NS_COMPACTION)
+        return self.config.broker_service_compaction_threshold_in_bytes if value is None \
+            else int(value)
+
+    def schema_compatibility(self, tn: TopicName) -> str:
+        """The compatibility strategy name (Pulsar's SchemaCompatibilityStrategy)."""
+        value = self._resolve(tn, TOPIC_SCHEMA_STRATEGY, NS_SCHEMA_STRATEGY)
+        if value is None or value == "UNDEFINED":
+            return self.config.schema_compatibility_strategy
+        return str(value)

@@ -1,0 +1,207 @@
+"""Authentication and authorization on the binary protocol, over real sockets.
+
+A broker with token authentication and authorization: CONNECT credentials decide the role
+(refused: ERROR AuthenticationError "Unable to authenticate", then close), per-command
+authorization answers the request with AuthorizationError and keeps the connection, expired
+tokens are challenged (AUTH_CHALLENGE) and refreshed by AUTH_RESPONSE, an unfinished handshake
+and surplus connections are closed.
+"""
+
+from __future__ import annotations
+
+import base64
+import time
+from collections.abc import Callable
+from typing import Any
+
+import jwt
+import pytest
+from broker_rawclient import RawClient
+
+from protocol import commands as C
+from protocol import pulsar_pb as pb
+from protocol.auth_commands import REFRESH_AUTH_DATA, encode_auth_response
+from protocol.errors import ServerError
+
+T = pb.BaseCommand
+SECRET = b"s" * 32
+SECURED = {
+    "authenticationEnabled": True,
+    "authenticationProviders": "org.apache.pulsar.broker.authentication.AuthenticationProviderToken",
+    "tokenSecretKey": "data:;base64," + base64.b64encode(SECRET).decode(),
+    "authorizationEnabled": True,
+    "superUserRoles": "admin",
+}
+
+
+def token(sub: str, *, exp_in: float | None = None, key: bytes = SECRET) -> str:
+    claims: dict[str, Any] = {"sub": sub}
+    if exp_in is not None:
+        claims["exp"] = int(time.time() + exp_in)
+    return jwt.encode(claims, key, algorithm="HS256")
+
+
+def connect_frame(credential: str | None, *, refresh: bool = False) -> bytes:
+    cmd = T(type=T.CONNECT)
+    cmd.connect.client_version = "raw"
+    cmd.connect.protocol_version = 20
+    if credential is not None:
+        cmd.connect.auth_method_name = "token"
+        cmd.connect.auth_data = credential.encode()
+    if refresh:
+        cmd.connect.feature_flags.supports_auth_refresh = True
+    return C.encode_command(cmd)
+
+
+@pytest.fixture
+def secured(broker_factory: Callable[..., Any]) -> Any:
+    return broker_factory(config_overrides=dict(SECURED))
+
+
+def test_garbage_and_wrong_key_tokens_get_authentication_error_then_close(secured: Any) -> None:
+    for credential in ("garbage", token("admin", key=b"k" * 32), token("admin", exp_in=-60)):
+        with RawClient(secured.service_url) as raw:
+            raw.send(connect_frame(credential))
+            answer = raw.recv_command()
+            assert answer.type == T.ERROR
+            assert answer.error.error == ServerError.AuthenticationError
+            assert answer.error.message == "Unable to authenticate"
+            assert raw.is_closed_by_peer()
+
+
+def test_no_credentials_and_no_anonymous_role_is_refused(secured: Any) -> None:
+    with RawClient(secured.service_url) as raw:
+        raw.send(connect_frame(None))
+        answer = raw.recv_command()
+        assert answer.type == T.ERROR and answer.error.error == ServerError.AuthenticationError
+        assert raw.is_closed_by_peer()
+
+
+def test_unauthorized_requests_get_authorization_error_and_the_connection_stays(secured: Any) -> None:
+    topic = "persistent://public/default/guarded"
+    with RawClient(secured.service_url) as raw:
+        raw.send(connect_frame(token("bob")))
+        assert raw.recv_command().type == T.CONNECTED
+        producer = raw.request(C.encode_producer(topic, 1, 10))
+        assert producer.type == T.ERROR and producer.error.request_id == 10
+        assert producer.error.error == ServerError.AuthorizationError
+        assert producer.error.message == "Client is not authorized to Publish"
+        sub = raw.request(C.encode_subscribe(topic, "s", pb.Shared, 1, 11))
+        assert sub.type == T.ERROR and sub.error.error == ServerError.AuthorizationError
+        lookup = raw.request(C.encode_lookup(topic, 12))
+        assert lookup.lookupTopicResponse.response == pb.CommandLookupTopicResponse.Failed
+        assert lookup.lookupTopicResponse.error == ServerError.AuthorizationError
+        meta = raw.request(C.encode_partitioned_metadata(topic, 13))
+        assert meta.partitionMetadataResponse.error == ServerError.AuthorizationError
+        topics = raw.request(C.encode_get_topics_of_namespace(14, "public/default"))
+        assert topics.type == T.ERROR and topics.error.error == ServerError.AuthorizationError
+        assert raw.request(C.encode_ping()).type == T.PONG  # still open
+
+
+def test_granted_role_produces_and_super_user_looks_up(broker_factory: Callable[..., Any]) -> None:
+    broker = broker_factory(config_overrides=dict(SECURED))
+    broker.call(broker.service.set_auth_policies, "public/default",
+                _grants({"bob": ["produce"]}))
+    topic = "persistent://public/default/granted"
+    with RawClient(broker.service_url) as raw:
+        raw.send(connect_frame(token("bob")))
+        assert raw.recv_command().type == T.CONNECTED
+        assert raw.create_producer(topic).type == T.PRODUCER_SUCCESS
+        sub = raw.request(C.encode_subscribe(topic, "s", pb.Shared, 1, 20))
+        assert sub.type == T.ERROR and sub.error.error == ServerError.AuthorizationError
+    with RawClient(broker.service_url) as raw:
+        raw.send(connect_frame(token("admin")))
+        assert raw.recv_command().type == T.CONNECTED
+        answer = raw.request(C.encode_lookup(topic, 5)).lookupTopicResponse
+        assert answer.brokerServiceUrl == broker.service_url
+        assert not answer.HasField("brokerServiceUrlTls")  # no TLS listener
+
+
+def _grants(namespace_auth: dict[str, list[str]]) -> Any:
+    from broker.security.authorization import AuthPolicies
+    return AuthPolicies.from_json({"namespace_auth": namespace_auth})
+
+
+def test_expired_token_is_challenged_and_refreshed(broker_factory: Callable[..., Any]) -> None:
+    broker = broker_factory(config_overrides={**SECURED, "authenticationRefreshCheckSeconds": 1})
+    with RawClient(broker.service_url, timeout=10) as raw:
+        raw.send(connect_frame(token("admin", exp_in=1), refresh=True))
+        assert raw.recv_command().type == T.CONNECTED
+        challenge = raw.recv_command(timeout=8)
+        assert challenge.type == T.AUTH_CHALLENGE
+        assert challenge.authChallenge.challenge.auth_method_name == "token"
+        assert challenge.authChallenge.challenge.auth_data == REFRESH_AUTH_DATA
+        raw.send(encode_auth_response("raw", "token", token("admin", exp_in=600).encode()))
+        assert not raw.is_closed_by_peer(timeout=2.5)  # two more checks passed
+        assert raw.request(C.encode_ping()).type == T.PONG
+
+
+def test_expired_token_without_refresh_support_closes(broker_factory: Callable[..., Any]) -> None:
+    broker = broker_factory(config_overrides={**SECURED, "authenticationRefreshCheckSeconds": 1})
+    with RawClient(broker.service_url, timeout=10) as raw:
+        raw.send(connect_frame(token("admin", exp_in=1)))
+        assert raw.recv_command().type == T.CONNECTED
+        assert raw.is_closed_by_peer(timeout=8)
+
+
+def test_refresh_with_another_role_closes(broker_factory: Callable[..., Any]) -> None:
+    broker = broker_factory(config_overrides={**SECURED, "authenticationRefreshCheckSeconds": 1})
+    with RawClient(broker.service_url, timeout=10) as raw:
+        raw.send(connect_frame(token("admin", exp_in=1), refresh=True))
+        assert raw.recv_command().type == T.CONNECTED
+        assert raw.recv_command(timeout=8).type == T.AUTH_CHALLENGE
+        raw.send(encode_auth_response("raw", "token", token("mallory", exp_in=600).encode()))
+        answer = raw.recv_command()
+        assert answer.type == T.ERROR and answer.error.error == ServerError.AuthenticationError
+        assert raw.is_closed_by_peer()
+
+
+def test_connection_that_never_sends_connect_is_closed(broker_factory: Callable[..., Any]) -> None:
+    broker = broker_factory(config_overrides={"handshakeTimeoutSeconds": 0.3})
+    with RawClient(broker.service_url) as raw:
+        started = time.monotonic()
+        assert raw.is_closed_by_peer(timeout=5)
+        assert time.monotonic() - started < 4
+
+
+def test_connections_beyond_the_per_ip_limit_are_closed(broker_factory: Callable[..., Any]) -> None:
+    broker = broker_factory(config_overrides={"brokerMaxConnectionsPerIp": 1})
+    with RawClient(broker.service_url) as first:
+        first.handshake()
+        with RawClient(broker.service_url) as second:
+            assert second.is_closed_by_peer()
+        assert first.request(C.encode_ping()).type == T.PONG
+    with RawClient(broker.service_url) as again:  # the slot was released
+        again.handshake()
+
+
+def test_producer_and_consumer_limits_refuse_the_request_and_keep_the_connection(
+        broker_factory: Callable[..., Any]) -> None:
+    broker = broker_factory(config_overrides={
+        "maxProducersPerTopic": 1, "maxConsumersPerTopic": 2, "maxConsumersPerSubscription": 1})
+    topic = "persistent://public/default/limited"
+    with RawClient(broker.service_url) as raw:
+        raw.handshake()
+        assert raw.create_producer(topic, 1).type == T.PRODUCER_SUCCESS
+        refused = raw.create_producer(topic, 2)
+        assert refused.type == T.ERROR and refused.error.error == ServerError.ProducerBusy
+        assert refused.error.message == "Topic reached max producers limit"
+        assert raw.request(C.encode_subscribe(topic, "a", pb.Shared, 1, 30)).type == T.SUCCESS
+        same_sub = raw.request(C.encode_subscribe(topic, "a", pb.Shared, 2, 31))
+        assert same_sub.type == T.ERROR and same_sub.error.error == ServerError.ConsumerBusy
+        assert same_sub.error.message == "Subscription reached max consumers limit"
+        assert raw.request(C.encode_subscribe(topic, "b", pb.Shared, 3, 32)).type == T.SUCCESS
+        third = raw.request(C.encode_subscribe(topic, "c", pb.Shared, 4, 33))
+        assert third.type == T.ERROR and third.error.message == "Topic reached max consumers limit"
+        assert raw.request(C.encode_ping()).type == T.PONG
+
+
+def test_non_loopback_listener_without_authentication_warns_at_start() -> None:
+    from broker.config import load_config
+    from broker.server import insecure_listener_warning
+
+    warning = insecure_listener_warning(load_config(None, {"bindAddress": "0.0.0.0"}))
+    assert warning is not None and "0.0.0.0" in warning
+    assert insecure_listener_warning(load_config(None, {"bindAddress": "127.0.0.1"})) is None
+    assert insecure_listener_warning(load_config(None, {"bindAddress": "::1"})) is None
+    assert insecure_listener_warning(load_config(None, {**SECURED, "bindAddress": "0.0.0.0"})) is None
