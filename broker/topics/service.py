@@ -55,6 +55,7 @@ from protocol.errors import (
 )
 from storage.errors import StorageError
 from storage.snapshots import SnapshotStore
+from storage.stats import StorageStats
 from storage.store import SegmentStore
 
 __all__ = ["BrokerService"]
@@ -126,6 +127,15 @@ class BrokerService:
         for topic in list(self.topics.values()):
             await topic.close()
         self.topics.clear()
+
+    def storage_stats(self) -> StorageStats:
+        """The store's counters and gauges (/metrics, the health check)."""
+        return self.store.stats()
+
+    @property
+    def publish_refused(self) -> dict[str, int]:
+        """Refused publishes by reason (broker/topics/publish_refusals.py)."""
+        return self.publish_refusals.counts
 
     @property
     def snapshots(self) -> SnapshotStore:
