@@ -99,3 +99,28 @@ def test_read_only_store_blocks_the_producer_instead_of_reloading_the_topic() ->
     elsewhere = storage_failure(storage.StorageReadOnlyError("disk full"), StorageOp.ADMIN)
     assert not elsewhere.block_producer
     assert not elsewhere.reload_topic
+
+
+def test_health_check_reports_read_only_storage_with_500_and_reason(
+        tmp_path: pathlib.Path) -> None:
+    import urllib.error
+    import urllib.request
+
+    disk = FakeDisk()
+    with start_broker(data_dir=tmp_path / "b", measure_space=disk,
+                      config_overrides={"diskCheckInterval": 20}) as b:
+        url = f"{b.web_url}/admin/v2/brokers/health"
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            assert resp.read() == b"ok"
+        disk.set(0.97)
+        wait_until(lambda: _read_only(b), message="store read-only")
+        with pytest.raises(urllib.error.HTTPError) as info:
+            urllib.request.urlopen(url, timeout=10)
+        assert info.value.code == 500
+        assert "read-only" in info.value.read().decode()
+        with urllib.request.urlopen(f"{b.web_url}/admin/v2/brokers/ready", timeout=10) as resp:
+            assert resp.read() == b"ok"
+        disk.set(0.5)
+        wait_until(lambda: not _read_only(b), message="store writable again")
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            assert resp.read() == b"ok"
