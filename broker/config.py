@@ -148,6 +148,17 @@ class BrokerConfig:
     journal_max_group_wait_msec: float = _opt(
         "journalMaxGroupWaitMSec", 0.0,
         "Longest wait (ms) to gather appends into one group commit (BookKeeper's name).")
+    disk_usage_threshold: float = _opt(
+        "diskUsageThreshold", 0.95,
+        "Disk usage fraction at which storage turns read-only and publishes are refused "
+        "(BookKeeper's name; 1.0 disables the check).")
+    disk_usage_lwm_threshold: float = _opt(
+        "diskUsageLwmThreshold", 0.90,
+        "Disk usage fraction below which a read-only store takes publishes again (BookKeeper's name).")
+    disk_check_interval: int = _opt(
+        "diskCheckInterval", 1000,
+        "Milliseconds between disk usage checks (BookKeeper's name; its default is 10000: "
+        "shorter so a fast producer cannot eat the reserve between two checks).")
 
     # --- delayed delivery (issue 5) ------------------------------------------------------
     delayed_delivery_enabled: bool = _opt(
@@ -298,10 +309,15 @@ class BrokerConfig:
                     "keep_alive_interval_seconds", "delayed_delivery_tick_time_millis",
                     "metrics_export_interval_seconds", "tls_cert_refresh_check_duration_sec",
                     "authentication_refresh_check_seconds", "handshake_timeout_seconds",
-                    "broker_shutdown_timeout_ms")
+                    "broker_shutdown_timeout_ms", "disk_check_interval")
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{_KEY_OF[name]} must be > 0, not {getattr(self, name)}")
+        if not 0 < self.disk_usage_lwm_threshold <= self.disk_usage_threshold <= 1:
+            raise ConfigError(
+                "diskUsageLwmThreshold and diskUsageThreshold must satisfy 0 < "
+                f"diskUsageLwmThreshold <= diskUsageThreshold <= 1, not "
+                f"{self.disk_usage_lwm_threshold} and {self.disk_usage_threshold}")
         if self.delayed_delivery_max_delay_in_millis < 0:
             raise ConfigError("delayedDeliveryMaxDelayInMillis must be >= 0 (0 = no limit), "
                               f"not {self.delayed_delivery_max_delay_in_millis}")
@@ -464,4 +480,10 @@ def storage_config(config: BrokerConfig) -> StorageConfig:
         entry_cache_bytes=config.managed_ledger_cache_size_mb * 1024 * 1024,
         fsync=config.journal_sync_data,
         group_commit_max_delay_ms=config.journal_max_group_wait_msec,
+        disk_usage_threshold=config.disk_usage_threshold,
+        disk_usage_lwm_threshold=config.disk_usage_lwm_threshold,
+        disk_check_interval_ms=config.disk_check_interval,
+        # The broker records every live bucket snapshot id as a cursor property
+        # (broker/delayed), so snapshots no property names are orphans.
+        collect_orphan_snapshots=True,
     )

@@ -34,6 +34,7 @@ from broker.config import load_config
 if TYPE_CHECKING:
     from broker.server import BrokerServer
     from broker.topics.service import BrokerService
+    from storage.diskusage import MeasureSpace
 
 __all__ = ["BrokerHandle", "start_broker"]
 
@@ -117,8 +118,11 @@ class BrokerHandle:
 def start_broker(*, data_dir: pathlib.Path | str, broker_port: int = 0, web_port: int = 0,
                  config_overrides: Mapping[str, object] | None = None,
                  bind_address: str = "127.0.0.1",
-                 advertised_address: str = "127.0.0.1") -> BrokerHandle:
-    """Start a broker on a new thread and return once it accepts connections."""
+                 advertised_address: str = "127.0.0.1",
+                 measure_space: MeasureSpace | None = None) -> BrokerHandle:
+    """Start a broker on a new thread and return once it accepts connections.
+
+    measure_space: how storage measures disk usage (tests drive the disk watermarks)."""
     from broker.server import BrokerServer
 
     data_path = pathlib.Path(data_dir)
@@ -132,7 +136,8 @@ def start_broker(*, data_dir: pathlib.Path | str, broker_port: int = 0, web_port
     overrides.update(config_overrides or {})
     config = load_config(None, overrides)
     loop = uvloop.new_event_loop()
-    server = BrokerServer(config)
+    server = (BrokerServer(config) if measure_space is None
+              else BrokerServer(config, measure_space=measure_space))
     ready: concurrent.futures.Future[None] = concurrent.futures.Future()
 
     def run() -> None:

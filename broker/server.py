@@ -58,6 +58,7 @@ from broker.security.authentication import AuthenticationService
 from broker.security.authorization import AuthorizationService
 from broker.security.tls import ReloadingServerContext, TlsSettings
 from broker.topics.service import BrokerService
+from storage.diskusage import MeasureSpace, statvfs_space
 from storage.store import SegmentStore
 
 __all__ = ["BrokerServer", "insecure_listener_warning"]
@@ -68,8 +69,11 @@ STORE_DIR_NAME = "store"
 
 
 class BrokerServer:
-    def __init__(self, config: BrokerConfig) -> None:
+    def __init__(self, config: BrokerConfig, *,
+                 measure_space: MeasureSpace = statvfs_space) -> None:
+        """measure_space: how storage measures disk usage (tests drive the watermarks)."""
         self.config = config
+        self._measure_space = measure_space
         self.store: SegmentStore | None = None
         self._service: BrokerService | None = None
         self._server: asyncio.base_events.Server | None = None
@@ -104,7 +108,8 @@ class BrokerServer:
         loop = asyncio.get_running_loop()
         data = self.data_dir
         data.mkdir(parents=True, exist_ok=True)
-        self.store = await SegmentStore.open(data / STORE_DIR_NAME, storage_config(self.config))
+        self.store = await SegmentStore.open(data / STORE_DIR_NAME, storage_config(self.config),
+                                             measure_space=self._measure_space)
         service = self._service = BrokerService(self.config, self.store, loop)
         await service.start()
         config = self.config

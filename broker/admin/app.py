@@ -39,6 +39,20 @@ LAG_PROBE_KEY = web.AppKey("horae_lag_probe", LoopLagProbe)
 
 
 async def health(request: web.Request) -> web.Response:
+    """Pulsar's broker health check: "ok", or 500 with the reason. Storage state counts
+    (SegmentStore.health_problems(): read-only disk, failing cursor saves, suspended
+    trimming, fenced ledgers). The heartbeat-topic round trip is not done yet."""
+    service = request.app[ADMIN_KEY].service
+    problems = service.store.health_problems()
+    if problems:
+        raise E.RestError(500, "Storage is unhealthy: " + "; ".join(problems))
+    return web.Response(text="ok", content_type="text/plain")
+
+
+async def ready(request: web.Request) -> web.Response:
+    """Pulsar's readiness probe: "ok" while the broker serves, 503 once it is closing."""
+    if request.app[ADMIN_KEY].service.closing:
+        raise E.RestError(503, "Broker is shutting down")
     return web.Response(text="ok", content_type="text/plain")
 
 
@@ -104,7 +118,7 @@ def create_app(service: BrokerService, *, lag_probe_interval_s: float = 0.5,
     delayed_routes.add_routes(app)
     app.router.add_get("/lookup/v2/topic/{domain}/{tenant}/{namespace}/{topic}", lookup)
     app.router.add_get("/admin/v2/brokers/health", health)
-    app.router.add_get("/admin/v2/brokers/ready", health)
+    app.router.add_get("/admin/v2/brokers/ready", ready)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/metrics/", metrics)
     return app

@@ -23,7 +23,8 @@ Rules:
 3. A topic without subscriptions, a subscription without a tracker, an in-memory tracker
    (no buckets) yield zeros where Pulsar reports zeros. One topic whose figures raise is
    logged and skipped; it never fails the scrape.
-4. The delayed-index families live in :mod:`broker.metrics.delayed_index`, the loop-lag probe
+4. The store's families (``horae_storage_*``, ``horae_publish_refused_total``) live in
+   :mod:`broker.metrics.storage_families`; the delayed-index families in :mod:`broker.metrics.delayed_index`, the loop-lag probe
    (``horae_event_loop_lag_seconds``) in :mod:`broker.metrics.lag`.
 """
 
@@ -57,6 +58,7 @@ from broker.metrics.exposition import (
 from broker.metrics.lag import LoopLagProbe, loop_lag_families
 from broker.metrics.rates import PUBLISH_LATENCY_BUCKETS_MS
 from broker.metrics.sources import MetricsSource, TopicFigures
+from broker.metrics.storage_families import storage_families
 
 __all__ = ["HoraeCollector", "LoopLagProbe", "MetricsSource", "collect_families",
            "create_registry"]
@@ -186,6 +188,8 @@ class HoraeCollector(Collector):
         yield from _families(scrape.values, scrape.topic_level)
         yield _write_latency_family(scrape.write_latency, scrape.topic_level)
         yield from scrape.bucket_ops.families(scrape.topic_level)
+        yield from storage_families(config.cluster_name, self.service.storage_stats(),
+                                    self.service.publish_refused)
         if self.lag_probe is not None:
             yield from loop_lag_families(self.lag_probe)
 

@@ -31,6 +31,7 @@ from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from broker.config import BrokerConfig
+from storage.stats import StorageStats
 
 __all__ = [
     "BucketIndexFigures", "ConsumerFigures", "CursorFigures", "DelayedIndexFigures",
@@ -220,10 +221,20 @@ class TopicFigures(Protocol):
 
 
 class MetricsSource(Protocol):
-    """What the collector scrapes: the broker config and the loaded topics by full name."""
+    """What the collector scrapes: the broker config, the loaded topics by full name, and the
+    store's figures (:mod:`broker.metrics.storage_families`)."""
 
     @property
     def config(self) -> BrokerConfig: ...
 
     @property
     def topics(self) -> Mapping[str, TopicFigures]: ...
+
+    def storage_stats(self) -> StorageStats:
+        """The segment store's counters and gauges (storage.stats.StorageStats)."""
+        ...
+
+    @property
+    def publish_refused(self) -> Mapping[str, int]:
+        """Refused publishes by reason (``horae_publish_refused_total{reason}``)."""
+        ...

@@ -57,6 +57,10 @@ def handle_producer(connection: ProducerConnection, m: pb.CommandProducer) -> No
     """PRODUCER: registry answers, authorization, then :func:`create_producer` as a task."""
     pid = int(m.producer_id)
     existing = connection.producers.get(pid)
+    if existing is not None and existing.blocked:
+        # Closed by the broker while storage is read-only; the client re-creates it.
+        del connection.producers[pid]
+        existing = None
     if existing is not None:
         # The client retried a creation whose answer it missed: same answer again.
         connection.write(C.encode_producer_success(m.request_id, existing.name, -1))
@@ -96,6 +100,9 @@ async def create_producer(connection: ProducerConnection, m: pb.CommandProducer)
     """Handle PRODUCER: load (or auto-create) the topic, attach, answer PRODUCER_SUCCESS."""
     service = connection.service
     name = TopicName.parse(m.topic)
+    # Storage read-only (disk full): ProducerBlockedQuotaExceededException, on which the
+    # client fails its pending sends (broker/topics/publish_refusals.py).
+    service.publish_refusals.check_producer()
     topic = await service.get_topic(name.full, create=service.config.allow_auto_topic_creation)
     check_producers(len(topic.producers), service.config.max_producers_per_topic)
     user_provided = m.HasField("producer_name") and m.producer_name != ""

@@ -50,6 +50,7 @@ from typing import Any, Protocol
 
 from broker.metrics.rates import PUBLISH_LATENCY_BUCKETS_MS, iso_ms
 from broker.topics.dedup import MessageDeduplication, SequenceState
+from broker.topics.publish_refusals import REASON_DISK
 from broker.topics.storage_errors import StorageOp, storage_failure
 from protocol import commands as C
 from protocol import pulsar_pb as pb
@@ -112,6 +113,8 @@ class PublishTarget(Protocol):
 
     def on_persistence_failure(self, exc: object) -> None: ...
 
+    def publish_refused(self, reason: str, refused: int) -> None: ...
+
     def remove_producer(self, producer: Producer) -> None: ...
 
 
@@ -154,6 +157,9 @@ class Producer:
         self.msg_in_counter = 0
         self.bytes_in_counter = 0
         self.closed = False
+        # Closed because the store is read-only (broker/topics/publish_refusals.py): stays
+        # registered on its connection until the client re-creates or closes it.
+        self.blocked = False
         self._queue: deque[_Pending] = deque()
         self._failed: RequestError | None = None
         self._drained: asyncio.Event | None = None
@@ -187,6 +193,9 @@ class Producer:
         state = self.seq_state
         try:
             if self._failed is not None:
+                if self.blocked:  # already on the wire when CLOSE_PRODUCER left: dropped
+                    self.topic.publish_refused(REASON_DISK, 1)
+                    return
                 raise self._failed
             if entry is None:
                 raise ChecksumError("SEND without a payload")
@@ -270,6 +279,7 @@ class Producer:
         record = self.seq_state.record
         msgs = size = count = answered = 0
         latency_sum = 0.0
+        blocked: RequestError | None = None
         while queue:
             item = queue[0]
             fut = item.future
@@ -281,6 +291,9 @@ class Producer:
                     failure = storage_failure(
                         exc if exc is not None else asyncio.CancelledError("append cancelled"),
                         StorageOp.PUBLISH)
+                    if failure.block_producer:
+                        blocked = failure.error
+                        break
                     item.error = failure.error
                     self._fail_behind(failure.error, reload_topic=failure.reload_topic)
             queue.popleft()
@@ -309,6 +322,9 @@ class Producer:
             self.msg_in_counter += msgs
             self.bytes_in_counter += size
             topic.record_published(msgs, size, count, latency_sum)
+        if blocked is not None:
+            self._block(blocked)
+            return
         if queue:
             head = queue[0].future
             if head is not None and head is not self._watched:
@@ -328,6 +344,29 @@ class Producer:
                 later.error = error
         if reload_topic:
             self.topic.on_persistence_failure(error)
+
+    def _block(self, error: RequestError) -> None:
+        """The store refused an append (read-only): drop what is queued unanswered, close,
+        and send CLOSE_PRODUCER; the client's re-creation is refused until the store is
+        writable (broker/topics/publish_refusals.py), on which it fails the pending sends.
+        A SEND_ERROR instead would make the client close the whole connection."""
+        queue = self._queue
+        dropped = len(queue)
+        queue.clear()
+        self._watched = None
+        self._failed = error
+        self.blocked = True
+        self.topic.awaiting_durable.pop(self, None)
+        if dropped:
+            self.connection.publish_finished(dropped)
+            self.topic.publish_refused(REASON_DISK, dropped)
+        if self._drained is not None:
+            self._drained.set()
+        if not self.closed:
+            log.warning("storage is read-only: closing producer %s (%d sends refused)",
+                        self.name, dropped)
+            self.close()
+            self.connection.write(C.encode_close_producer(self.producer_id, 0))
 
     # ------------------------------------------------------------------ lifecycle
 

@@ -42,6 +42,7 @@ from broker.delayed.policy import DelayPolicy, resolve_policy
 from broker.security.authorization import AuthPolicies, NamespaceAuth
 from broker.topics.names import TopicName, is_valid_namespace, split_namespace
 from broker.topics.policies import PolicyStore
+from broker.topics.publish_refusals import PublishRefusals
 from broker.topics.schemas import SchemaRegistry, schema_id
 from broker.topics.storage_errors import StorageOp, storage_failure
 from broker.topics.topic import Topic
@@ -54,6 +55,7 @@ from protocol.errors import (
 )
 from storage.errors import StorageError
 from storage.snapshots import SnapshotStore
+from storage.stats import StorageStats
 from storage.store import SegmentStore
 
 __all__ = ["BrokerService"]
@@ -92,6 +94,7 @@ class BrokerService:
         self._instance = next(_instance_counter)  # until start() reads the generation
         self._producer_names = itertools.count()
         self._timers: list[asyncio.Task[None]] = []
+        self.publish_refusals = PublishRefusals(store.disk)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -124,6 +127,15 @@ class BrokerService:
         for topic in list(self.topics.values()):
             await topic.close()
         self.topics.clear()
+
+    def storage_stats(self) -> StorageStats:
+        """The store's counters and gauges (/metrics, the health check)."""
+        return self.store.stats()
+
+    @property
+    def publish_refused(self) -> dict[str, int]:
+        """Refused publishes by reason (broker/topics/publish_refusals.py)."""
+        return self.publish_refusals.counts
 
     @property
     def snapshots(self) -> SnapshotStore:

@@ -20,6 +20,13 @@ any, while seeking (SEEK_*)          UnknownError          ServerCnx.handleSeek 
                                                            message id|publish time error: ..."
 CursorNotFoundError                  SubscriptionNotFound  Pulsar's "Subscription not found"
 LedgerNotFoundError                  TopicNotFound         Pulsar's "Topic not found"
+StorageReadOnlyError (disk above    ProducerBlockedQuota  on the publish path: not answered
+diskUsageThreshold), publishing     ExceededException     with a SEND_ERROR (the client would
+                                                           close the connection); the producer
+                                                           is closed and its re-creation
+                                                           refused with this code, on which the
+                                                           client fails its pending sends
+                                                           (broker/topics/publish_refusals.py)
 PersistenceError (write/fsync        PersistenceError      addFailed: PersistenceException; the
 failed, ledger fenced or closed)                           ledger is fenced -> reload the topic
 CorruptRecordError                   PersistenceError      a failed entry read (BookKeeper's
@@ -75,6 +82,9 @@ class StorageFailure:
 
     error: RequestError
     reload_topic: bool
+    block_producer: bool = False
+    """The store is read-only (disk full): close the producer and refuse its re-creation
+    instead of answering the send (publish path only)."""
 
 
 def storage_failure(exc: BaseException, op: StorageOp) -> StorageFailure:
@@ -87,6 +97,10 @@ def storage_failure(exc: BaseException, op: StorageOp) -> StorageFailure:
         return StorageFailure(SubscriptionNotFoundError("Subscription not found"), False)
     if isinstance(exc, storage.LedgerNotFoundError):
         return StorageFailure(TopicNotFoundError("Topic not found"), False)
+    if isinstance(exc, storage.StorageReadOnlyError):
+        code = (ServerError.ProducerBlockedQuotaExceededException if publishing
+                else ServerError.PersistenceError)
+        return StorageFailure(RequestError(text, code), False, block_producer=publishing)
     if isinstance(exc, storage.PersistenceError):
         return StorageFailure(PersistenceError(text), True)
     return StorageFailure(PersistenceError(text), publishing)

@@ -63,6 +63,7 @@ from broker.topics.dedup import DEDUP_CURSOR, MessageDeduplication
 from broker.topics.names import TopicName
 from broker.topics.policies import PolicyStore
 from broker.topics.producer import Producer
+from broker.topics.publish_refusals import PublishRefusals
 from broker.topics.storage_errors import StorageOp, storage_failure
 from broker.topics.trim import LedgerTrimmer
 from protocol import commands as C
@@ -113,6 +114,9 @@ class TopicHost(Protocol):
     # storage's MetadataStore (compaction results)
     @property
     def metadata(self) -> MetadataStore: ...
+
+    #: Refused publishes by reason; refuses producer creation while storage is read-only.
+    publish_refusals: PublishRefusals
 
     async def unload_topic(self, full: str) -> None: ...
 
@@ -264,6 +268,10 @@ class Topic:
                 sub.on_new_entries()
             except Exception:
                 log.exception("subscription %s on %s failed on new entries", sub.name, self.full)
+
+    def publish_refused(self, reason: str, refused: int) -> None:
+        """Producers count the SENDs they drop because the store is read-only."""
+        self.host.publish_refusals.count(reason, refused)
 
     def on_persistence_failure(self, exc: object) -> None:
         """The ledger refused or failed a write: fence the topic and reload it.

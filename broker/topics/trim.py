@@ -18,7 +18,11 @@ no subscription that means every sealed ledger the dedup snapshot covers).
    delete a ledger a reader (in-memory cursor) has not passed, and while a subscription is
    being created. Delayed-delivery trackers only hold positions above their cursor's
    mark-delete position, so they need no check.
-4. One trim at a time, as a task (:attr:`task`); it checks :meth:`safe` again right before
+4. Never while storage cannot trust a cursor (``ManagedLedger.trim_safe`` False: a cursor
+   was recovered from its previous generation or from nothing after damage, until it is
+   saved again; storage's trim() would delete nothing then anyway). The trigger is left
+   unconsumed, so the trim runs at the first tick after the cursor is good again.
+5. One trim at a time, as a task (:attr:`task`); it checks :meth:`safe` again right before
    calling ``trim()``, which decides synchronously, before its first await. The topic's close
    waits for it (:meth:`close`).
 
@@ -70,6 +74,7 @@ class LedgerTrimmer:
     def __init__(self, topic: TrimmedTopic) -> None:
         self.topic = topic
         self.trimmed_ledgers = 0
+        self.suspended = False  # rule 4: a cursor storage cannot trust blocks trimming
         self.task: asyncio.Task[None] | None = None  # the trim in progress
         self.marker: tuple[Position | None, int] = (None, 0)      # the trigger at the last decision
         self.last_trim = topic.loop.time()            # loop time of the last decision
@@ -85,6 +90,14 @@ class LedgerTrimmer:
             return
         if now - self.last_trim < TRIM_MIN_INTERVAL_S:
             return
+        if not topic.ledger.trim_safe:  # rule 4: the trigger stays pending
+            if not self.suspended:
+                self.suspended = True
+                log.warning("trimming %s suspended: %s", topic.full, topic.ledger.trim_blockers)
+            return
+        if self.suspended:
+            self.suspended = False
+            log.info("trimming %s resumed: cursor state is durable again", topic.full)
         marker = self.trigger()
         if marker == self.marker and now - self.last_trim < RETENTION_CHECK_INTERVAL_S:
             return
@@ -104,7 +117,7 @@ class LedgerTrimmer:
         is still needed by a reader (storage only sees durable cursors)."""
         topic = self.topic
         ledger = topic.ledger
-        if topic.creating_subscription or ledger.closed:
+        if topic.creating_subscription or ledger.closed or not ledger.trim_safe:
             return False
         durable = [c.mark_delete_position for c in ledger.cursors.values()]
         bound = min(durable) if durable else None

@@ -17,6 +17,7 @@ from broker.metrics import create_registry
 from broker.metrics.collector import HoraeCollector
 from broker.metrics.lag import LoopLagProbe
 from broker.metrics.sources import MetricsSource
+from storage.stats import StorageStats
 
 from .conftest import Api
 
@@ -223,10 +224,23 @@ class _FakeTopic:
         return 0.0, 0.0, 0.0, 0.0
 
 
+def storage_stats_with(**values: float) -> StorageStats:
+    """A StorageStats of zeros but *values* (field name -> value)."""
+    fields = {f.name: (False if f.type in ("bool", bool) else 0)
+              for f in dataclasses.fields(StorageStats)}
+    fields.update(values)
+    return StorageStats(**fields)  # type: ignore[arg-type]
+
+
 @dataclasses.dataclass
 class _FakeService:
     config: BrokerConfig
     topics: dict[str, _FakeTopic] = dataclasses.field(default_factory=dict)
+    stats: StorageStats = dataclasses.field(default_factory=storage_stats_with)
+    publish_refused: dict[str, int] = dataclasses.field(default_factory=lambda: {"disk": 0})
+
+    def storage_stats(self) -> StorageStats:
+        return self.stats
 
 
 def _fake_service(*, topic_level: bool = True) -> MetricsSource:
@@ -378,3 +392,22 @@ def test_snapshot_exporter_sees_the_same_families_as_metrics(broker: Any) -> Non
     # A second registry for the same service (the exporter's) shares the loop-lag probe.
     again = broker.call(lambda: {m.name for m in create_registry(broker.service).collect()})
     assert expected <= again
+
+
+def test_storage_health_and_publish_refusals_are_exported_under_the_alerted_names() -> None:
+    service = _fake_service()
+    assert isinstance(service, _FakeService)
+    service.stats = storage_stats_with(
+        failed_fsyncs=2, corrupt_records=3, truncated_bytes=40, cursor_fallbacks=1,
+        read_only=True, disk_usage=0.96, oldest_unsaved_ack_seconds=1.5, cursors_failing_save=1)
+    service.publish_refused = {"disk": 7}
+    scraped = _samples(_exposition(service))
+    assert _value(scraped, "horae_storage_fsync_failures_total", cluster="c1") == 2
+    assert _value(scraped, "horae_storage_corrupt_records_total", cluster="c1") == 3
+    assert _value(scraped, "horae_storage_truncated_bytes_total", cluster="c1") == 40
+    assert _value(scraped, "horae_storage_cursor_fallbacks_total", cluster="c1") == 1
+    assert _value(scraped, "horae_storage_read_only", cluster="c1") == 1
+    assert _value(scraped, "horae_storage_disk_usage_ratio", cluster="c1") == 0.96
+    assert _value(scraped, "horae_storage_oldest_unsaved_ack_age_seconds", cluster="c1") == 1.5
+    assert _value(scraped, "horae_storage_cursors_failing_save", cluster="c1") == 1
+    assert _value(scraped, "horae_publish_refused_total", cluster="c1", reason="disk") == 7
