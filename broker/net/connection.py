@@ -8,8 +8,9 @@ Theory of operation
 
 1. Handlers that answer from memory (PING, SEND, FLOW, ACK, ...) run synchronously, in
    arrival order. Handlers that need IO or a topic load (PRODUCER, SUBSCRIBE, LOOKUP, ...)
-   run as tasks; a :class:`protocol.errors.RequestError` escaping one is answered, in one
-   place (:meth:`_run_request`), with ERROR carrying its code.
+   run as tasks (:class:`broker.net.requests.RequestTasks`); a
+   :class:`protocol.errors.RequestError` escaping one is answered there, in one place, with
+   ERROR carrying its code.
 2. A :class:`protocol.errors.ConnectionFatalError` (oversized or malformed frame, TLS or HTTP
    on this port) closes this connection only. Nothing else on the broker is affected.
 3. Outgoing frames: the first one written in an event-loop iteration goes to the transport at
@@ -48,6 +49,7 @@ from broker.net import lookup, schemas
 from broker.net.consumers import ConsumerSide
 from broker.net.handshake import ConnectionSecurity, Handshake
 from broker.net.producers import handle_close_producer, handle_producer
+from broker.net.requests import RequestTasks
 from broker.net.states import TRANSITIONS, ConnState, Unexpected, request_id_of, unexpected
 from broker.net.throttle import PublishBuffer, ReadThrottle
 from broker.topics.names import TopicName
@@ -108,7 +110,7 @@ class ServerConnection(asyncio.Protocol):
             self.config.max_pending_publish_requests_per_connection, self._reading_resumed)
         self.producers_creating: set[int] = set()  # PRODUCER requests in flight
         self._consumer_side: ConsumerSide | None = None
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self._requests = RequestTasks(self.loop, self.write, lambda: self.remote_address)
         self.is_closed = False
 
     @property
@@ -197,8 +199,7 @@ class ServerConnection(asyncio.Protocol):
         self.handshake.stop_timer()
         self.throttle.detach()
         self._owner.connection_closed(self)
-        for task in list(self._tasks):
-            task.cancel()
+        self._requests.cancel_all()
         for producer in list(self.producers.values()):
             producer.close()
         self.producers.clear()
@@ -312,30 +313,8 @@ class ServerConnection(asyncio.Protocol):
 
     def spawn(self, coro: Awaitable[Any], request_id: int | None = None,
               on_error: Callable[[RequestError], bytes] | None = None) -> asyncio.Task[Any]:
-        """Run a request handler as a task; RequestErrors become ERROR (or *on_error*'s frame)."""
-        task = self.loop.create_task(self._run_request(coro, request_id, on_error))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return task
-
-    async def _run_request(self, coro: Awaitable[Any], request_id: int | None,
-                           on_error: Callable[[RequestError], bytes] | None) -> None:
-        try:
-            await coro
-        except RequestError as exc:
-            self._answer_error(exc, request_id, on_error)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            log.exception("request %s on %s failed", request_id, self.remote_address)
-            self._answer_error(RequestError(f"{type(exc).__name__}: {exc}"), request_id, on_error)
-
-    def _answer_error(self, exc: RequestError, request_id: int | None,
-                      on_error: Callable[[RequestError], bytes] | None) -> None:
-        if on_error is not None:
-            self.write(on_error(exc))
-        elif request_id is not None:
-            self.write(C.encode_error(request_id, exc.code, exc.message))
+        """Run a request handler as a task (:class:`broker.net.requests.RequestTasks`)."""
+        return self._requests.spawn(coro, request_id, on_error)
 
     # ------------------------------------------------------------------ handshake, keep-alive
 
@@ -419,14 +398,6 @@ class ServerConnection(asyncio.Protocol):
 
     def _reading_resumed(self) -> None:
         self.last_received = self.loop.time()  # the keep-alive clock restarts
-
-    @property
-    def pending_publishes(self) -> int:
-        return self.throttle.pending_requests
-
-    @property
-    def reading_paused(self) -> bool:
-        return self.throttle.paused
 
     def producer_detached(self, producer: Producer) -> None:
         if self.producers.get(producer.producer_id) is producer:
