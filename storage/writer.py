@@ -77,7 +77,7 @@ class GroupCommitWriter:
         max_batch_entries: int,
         prezero_bytes: int = 0,
         prezero_min_bytes: int = 64 * 1024,
-        prezero_max_batch_bytes: int = 32 * 1024,
+        prezero_max_batch_bytes: int = 256 * 1024,
         index_pool: Executor | None = None,
         max_open_segments: int = 4096,
     ) -> None:
