@@ -31,6 +31,13 @@ class StorageConfig:
     write head, so an append's fdatasync overwrites initialised blocks and commits no file
     size / extent metadata (storage/writer.py). 0 disables pre-zeroing (files then grow
     with every append)."""
+    segment_prezero_max_batch_bytes: int = 256 * 1024
+    """A group commit that wrote at least this many bytes to a segment does not pre-zero it
+    further. Zeros cost about 1.2 us per KiB of writer time (written, then flushed), the
+    file-size commit of a growing file about 0.2 ms per fdatasync on this machine
+    (bench/storage.py: 0.35 vs 0.16 ms per 64 KiB write+fdatasync), so pre-zeroing pays up
+    to ~160 KiB per fdatasync and costs beyond: batched publish (MiB per group commit) spent
+    55-61% of its samples writing zeros (bench/wire_load_baseline.md)."""
     segment_prezero_min_bytes: int = 64 * 1024
     """Smallest pre-zero step: a young segment zeroes about its own size ahead (doubling up to
     segment_prezero_bytes), so short-lived ledgers do not each write megabytes of zeros."""

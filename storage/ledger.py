@@ -9,6 +9,9 @@ Theory of operation:
   new ledger by entry count, size or age, and queues it for the group-commit writer. The
   future resolves on the loop once the entry is fsynced; futures of one ledger resolve in
   append order. last_confirmed only moves then, so readers never see unsynced entries.
+  append_run() does the same for a run of entries (one socket read's SENDs of a producer)
+  with one DurableSink instead of a future per entry (storage/segment_file.py): the sink is
+  told once per run and group commit, in append order with the futures.
 - A write or fsync failure fences the managed ledger: pending and later appends fail with
   PersistenceError until it is closed and opened again (which starts a fresh ledger).
 - Reads are served from the store's entry cache when possible, else from disk in a read
@@ -27,6 +30,7 @@ import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Literal, Protocol
 
@@ -53,7 +57,7 @@ from storage.index_pages import IndexPager
 from storage.ledger_state import LedgerInfo, LedgerState
 from storage.positions import Entry, Position
 from storage.reads import DEFAULT_MAX_READ_BYTES, EntryReader
-from storage.segment_file import AppendBatch, SegmentFile
+from storage.segment_file import AppendBatch, DurableSink, RunCompletion, SegmentFile
 from storage.segments import (
     MAX_RECORD_BYTES,
     RecoveryEvent,
@@ -115,6 +119,7 @@ class ManagedLedger:
                 break
         self._listeners: list[Callable[[Position], None]] = []
         self._last_future: asyncio.Future[Position] | None = None
+        self._runs_appended = False  # append_run was used: close() waits on a writer barrier
         self._batch: AppendBatch | None = None  # this loop iteration's appends (if any)
         self._create_future = ctx.loop.create_future
         self._writer = ctx.writer
@@ -211,25 +216,78 @@ class ManagedLedger:
         led.assigned_bytes += size
         datas = batch.datas
         datas.append(data)
-        batch.futures.append(fut)
+        batch.completions.append(fut)
         self._last_future = fut
         return fut
 
+    def append_run(self, datas: list[bytes], sink: DurableSink) -> None:
+        """Queue consecutive entries (``bytes``, each at most MAX_RECORD_BYTES, which the caller
+        checks) with one completion: *sink* is told on the loop once they are durable, per
+        ledger they landed in (a rollover may split the run), or that they failed.
+
+        Hot path of publishing: per entry one list append and the numbering; the rollover
+        rules are those of :meth:`append`, applied before every entry."""
+        count = len(datas)
+        if not count:
+            return
+        if self._fenced is not None or self._closed or self._disk.read_only:
+            # Reported like a refused append() future: on a later loop callback, never from
+            # inside the caller.
+            self.appends_failed += count
+            self._ctx.loop.call_soon(sink.entries_failed, count, self._refusal())
+            return
+        self._runs_appended = True
+        roll_entries = self._roll_entries
+        roll_bytes = self._roll_bytes
+        i = 0
+        while i < count:
+            led = self._current
+            entry_id = led.next_entry_id
+            if entry_id and (entry_id >= roll_entries or led.assigned_bytes >= roll_bytes):
+                self._rollover()
+                led = self._current
+                entry_id = 0
+            batch = self._batch
+            if batch is None or not batch.open or batch.segment is not led.segment:
+                if entry_id and time.monotonic() >= led.roll_deadline:
+                    self._rollover()
+                    led = self._current
+                    entry_id = 0
+                batch = self._batch = self._writer.new_batch(self, led.segment, entry_id)
+            out = batch.datas
+            assigned = led.assigned_bytes
+            start = i
+            while i < count:
+                if entry_id > led.next_entry_id and (
+                        entry_id >= roll_entries or assigned >= roll_bytes):
+                    break  # this ledger is full: the rest goes to the next one
+                data = datas[i]
+                out.append(data)
+                assigned += len(data)
+                entry_id += 1
+                i += 1
+            led.next_entry_id = entry_id
+            led.assigned_bytes = assigned
+            batch.completions.append(RunCompletion(sink, i - start))
+
     def _fail_append(self, fut: asyncio.Future[Position]) -> None:
         self.appends_failed += 1
+        fut.set_exception(self._refusal())
+
+    def _refusal(self) -> StorageError:
+        """Why an append is refused now (fenced, closed, or read-only storage)."""
         failure: StorageError
         if self._fenced is None and not self._closed:  # refused: the disk is nearly full
             self.appends_refused_read_only += 1
-            fut.set_exception(StorageReadOnlyError(
+            return StorageReadOnlyError(
                 f"storage is read-only (disk usage above diskUsageThreshold): {self.name} "
-                "accepts no appends until usage falls below diskUsageLwmThreshold"))
-            return
+                "accepts no appends until usage falls below diskUsageLwmThreshold")
         if self._fenced is not None:
             failure = LedgerFencedError(f"managed ledger {self.name} is fenced: {self._fenced}")
             failure.__cause__ = self._fenced
         else:
             failure = LedgerClosedError(f"managed ledger {self.name} is closed")
-        fut.set_exception(failure)
+        return failure
 
     def _complete_appends(self, batches: list[AppendBatch], error: BaseException | None) -> None:
         """Called on the loop, once per group commit, with this ledger's batches in order."""
@@ -239,34 +297,33 @@ class ManagedLedger:
         if error is not None:
             self._fence(error)
             for batch in batches:
-                self.appends_failed += len(batch.futures)
-                for fut in batch.futures:
-                    if not fut.done():
-                        # A fresh exception per future: a shared one would pile up tracebacks.
-                        failure = LedgerFencedError(str(error))
-                        failure.__cause__ = error.__cause__ or error
-                        fut.set_exception(failure)
+                self.appends_failed += len(batch.datas)
+                # A fresh exception per future: a shared one would pile up tracebacks.
+                _fail_completions(batch, lambda: _fenced_error(error))
             return
         cache = self._ctx.cache
         last: Position | None = None
         for batch in batches:
             ledger_id = batch.segment.ledger_id
-            futures = batch.futures
             first = batch.first_entry_id
-            end = first + len(futures)
+            end = first + len(batch.datas)
             led = self._ledgers.get(ledger_id)
             if led is None:  # trimmed or deleted meanwhile; cannot happen via the API
-                for fut in futures:
-                    if not fut.done():
-                        fut.set_exception(StorageError(f"ledger {ledger_id} is gone"))
+                _fail_completions(batch, partial(StorageError, f"ledger {ledger_id} is gone"))
                 continue
             led.confirmed = end
             led.size_bytes += cache.put_many(ledger_id, first, batch.datas)
-            for fut, entry_id in zip(futures, range(first, end), strict=True):
+            entry_id = first
+            for done in batch.completions:
+                if type(done) is RunCompletion:
+                    done.sink.entries_durable(ledger_id, entry_id, done.count)
+                    entry_id += done.count
+                    continue
                 try:  # noqa: SIM105 (contextlib.suppress costs a context manager per entry)
-                    fut.set_result(Position(ledger_id, entry_id))
+                    done.set_result(Position(ledger_id, entry_id))  # type: ignore[union-attr]
                 except asyncio.InvalidStateError:  # cancelled by its caller
                     pass
+                entry_id += 1
             last = Position(ledger_id, end - 1)
         if last is None:
             return
@@ -281,13 +338,14 @@ class ManagedLedger:
         """The writer could not create a segment (out of file descriptors): nothing was
         written and the ledger is not fenced. The abandoned ledger stays empty (no entry will
         ever be added: cursors move past it) and appends go on in a new ledger."""
+        def too_many() -> StorageError:
+            failure = TooManyOpenFilesError(str(error))
+            failure.__cause__ = error.__cause__
+            return failure
+
         for batch in batches:
-            self.appends_failed += len(batch.futures)
-            for fut in batch.futures:
-                if not fut.done():
-                    failure = TooManyOpenFilesError(str(error))
-                    failure.__cause__ = error.__cause__
-                    fut.set_exception(failure)
+            self.appends_failed += len(batch.datas)
+            _fail_completions(batch, too_many)
             led = self._ledgers.get(batch.segment.ledger_id)
             if led is None or not batch.segment.abandoned:
                 continue
@@ -480,6 +538,8 @@ class ManagedLedger:
         try:
             if self._last_future is not None and not self._last_future.done():
                 await asyncio.wait([self._last_future])
+            if self._runs_appended:
+                await self._ctx.writer.barrier()  # runs in flight are completed before it
             for cursor_name, error in await self._cursor_set.close():
                 log.error("managed ledger %s: persisting cursor %s failed: %s", self.name,
                           cursor_name, error)
@@ -504,3 +564,19 @@ class ManagedLedger:
     def _check_open(self) -> None:
         if self._closed:
             raise LedgerClosedError(f"managed ledger {self.name} is closed")
+
+
+def _fenced_error(error: BaseException) -> StorageError:
+    failure = LedgerFencedError(str(error))
+    failure.__cause__ = error.__cause__ or error
+    return failure
+
+
+def _fail_completions(batch: AppendBatch, make_error: Callable[[], StorageError]) -> None:
+    """Fail every completion of *batch* (futures not already done, and run sinks), in order,
+    each with a fresh error from *make_error*."""
+    for done in batch.completions:
+        if type(done) is RunCompletion:
+            done.sink.entries_failed(done.count, make_error())
+        elif not done.done():  # type: ignore[union-attr]
+            done.set_exception(make_error())  # type: ignore[union-attr]

@@ -5,6 +5,11 @@ offset, data length) and the writer thread's state (fd, write/synced/zeroed offs
 abandoned). An AppendBatch is one owner's appends to one segment in one loop iteration.
 WriteOwner is what the writer may call on the owner (a managed ledger) when a group commit
 completes. Ownership rules are in storage/writer.py (the only code that writes segments).
+
+A batch's entries are completed in order by its ``completions``: a Future per entry appended
+with ``ManagedLedger.append``, or one :class:`RunCompletion` for a run of consecutive entries
+appended with ``ManagedLedger.append_run``, whose :class:`DurableSink` is told once per run
+(no per-entry future, task or Position on the publish hot path).
 """
 
 from __future__ import annotations
@@ -65,19 +70,43 @@ class WriteOwner(Protocol):
         ...
 
 
+class DurableSink(Protocol):
+    """Told, on the loop, what became of a run of entries appended together
+    (``ManagedLedger.append_run``). A run split by a ledger rollover is reported piece by
+    piece, in order; every entry is reported exactly once."""
+
+    def entries_durable(self, ledger_id: int, first_entry_id: int, count: int) -> None:
+        """``count`` entries of the run, in order, are durable at ledger_id:first_entry_id..."""
+
+    def entries_failed(self, count: int, error: BaseException) -> None:
+        """The next ``count`` entries of the run were not stored (the ledger is fenced, closed,
+        read-only, or the write failed); ``error`` is a StorageError."""
+
+
+class RunCompletion:
+    """``count`` consecutive entries of a batch whose outcome goes to one sink."""
+
+    __slots__ = ("count", "sink")
+
+    def __init__(self, sink: DurableSink, count: int) -> None:
+        self.sink = sink
+        self.count = count
+
+
 class AppendBatch:
     """The appends one owner made to one segment during one loop iteration (entry ids
     first_entry_id, first_entry_id + 1, ...). Filled on the loop while open; the loop's kick
     closes it and hands it to the writer thread, which then owns it until it comes back to
     the loop with the group commit's result. Per-batch, not per-entry, objects and
-    bookkeeping: the loop appends a payload and a future to two lists per entry."""
+    bookkeeping: per entry the loop appends a payload to ``datas``; ``completions`` covers
+    the entries in order (a Future each, or a RunCompletion per run)."""
 
-    __slots__ = ("datas", "first_entry_id", "futures", "open", "owner", "segment")
+    __slots__ = ("completions", "datas", "first_entry_id", "open", "owner", "segment")
 
     def __init__(self, owner: WriteOwner, segment: SegmentFile, first_entry_id: int) -> None:
         self.owner = owner
         self.segment = segment
         self.first_entry_id = first_entry_id
         self.datas: list[bytes] = []
-        self.futures: list[asyncio.Future[Position]] = []
+        self.completions: list[asyncio.Future[Position] | RunCompletion] = []
         self.open = True  # the loop may still add to it (loop-only flag)

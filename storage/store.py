@@ -111,6 +111,7 @@ class SegmentStore:
             max_batch_entries=config.group_commit_max_batch_entries,
             prezero_bytes=config.segment_prezero_bytes,
             prezero_min_bytes=config.segment_prezero_min_bytes,
+            prezero_max_batch_bytes=config.segment_prezero_max_batch_bytes,
             index_pool=self._io_pool,
             max_open_segments=config.max_open_segment_files,
         )

@@ -29,7 +29,10 @@ Theory of operation:
    chunk is about the segment's size (at least 4 batches' bytes), between
    segment_prezero_min_bytes and segment_prezero_bytes; a new segment's header is written
    with the first chunk; sealing truncates back to the logical end. A failed pre-zero write
-   or fdatasync fences the owner like any write.
+   or fdatasync fences the owner like any write. A group commit that wrote at least
+   prezero_max_batch_bytes to the segment pre-zeroes nothing: at that size writing every byte
+   twice costs more than the file-size commit of a growing file (storage/config.py); appends
+   past the zeroed region then simply grow the file, as with pre-zeroing disabled.
 6. Descriptors: at most max_open_segments current segments keep an fd (storage/segment_fds.py).
 """
 
@@ -74,6 +77,7 @@ class GroupCommitWriter:
         max_batch_entries: int,
         prezero_bytes: int = 0,
         prezero_min_bytes: int = 64 * 1024,
+        prezero_max_batch_bytes: int = 256 * 1024,
         index_pool: Executor | None = None,
         max_open_segments: int = 4096,
     ) -> None:
@@ -85,6 +89,7 @@ class GroupCommitWriter:
         self._fsync = fsync
         self._prezero_max = max(0, prezero_bytes)
         self._prezero_min = max(PAGE, min(prezero_min_bytes, self._prezero_max))
+        self._prezero_max_batch = prezero_max_batch_bytes
         self._max_delay = max_delay_ms / 1000.0
         self._max_batch = max(1, max_batch_entries)
         self._cond = threading.Condition(threading.Lock())
@@ -337,7 +342,8 @@ class GroupCommitWriter:
     def _maybe_prezero(self, owner: WriteOwner, segment: SegmentFile, batch_bytes: int) -> None:
         """Write the next chunk of zeros ahead of the write head if the zeroed region ahead
         is below half a chunk; fdatasync it once. Failure fences the owner."""
-        if not self._prezero_max or segment.fd < 0 or owner.writer_fenced:
+        if (not self._prezero_max or segment.fd < 0 or owner.writer_fenced
+                or batch_bytes >= self._prezero_max_batch):
             return
         head = segment.write_offset
         chunk = min(self._prezero_max, max(self._prezero_min, head, 4 * batch_bytes))

@@ -7,10 +7,13 @@ Theory of operation
 :data:`broker.net.states.TRANSITIONS` (state x command type -> handler, next state). Rules:
 
 1. Handlers that answer from memory (PING, SEND, FLOW, ACK, ...) run synchronously, in
-   arrival order. Handlers that need IO or a topic load (PRODUCER, SUBSCRIBE, LOOKUP, ...)
-   run as tasks (:class:`broker.net.requests.RequestTasks`); a
-   :class:`protocol.errors.RequestError` escaping one is answered there, in one place, with
-   ERROR carrying its code.
+   arrival order. One socket read is decoded at once (``FrameDecoder.receive_frames``); the
+   consecutive SENDs of one producer in it, hand-parsed (``SendFrame``), go to the producer
+   together (:meth:`Producer.on_sends`: one ledger run, one completion); a SEND the fast path
+   declines, or one outside CONNECTED, goes through the table like any frame. Handlers that
+   need IO or a topic load (PRODUCER, SUBSCRIBE, LOOKUP, ...) run as tasks
+   (:class:`broker.net.requests.RequestTasks`); a :class:`protocol.errors.RequestError`
+   escaping one is answered there, in one place, with ERROR carrying its code.
 2. A :class:`protocol.errors.ConnectionFatalError` (oversized or malformed frame, TLS or HTTP
    on this port) closes this connection only. Nothing else on the broker is affected.
 3. Outgoing frames: the first one written in an event-loop iteration goes to the transport at
@@ -57,9 +60,10 @@ from broker.topics.producer import Producer
 from broker.topics.service import BrokerService
 from protocol import commands as C
 from protocol import pulsar_pb as pb
-from protocol.errors import ConnectionFatalError, RequestError, ServerError
-from protocol.frames import NEED_DATA, Frame, FrameDecoder
+from protocol.errors import RequestError, ServerError
+from protocol.frames import Frame, FrameDecoder
 from protocol.limits import FRAME_PADDING
+from protocol.send_path import SendFrame
 
 __all__ = ["DEFAULT_TABLES", "ServerConnection", "StateTables", "build_tables"]
 
@@ -162,32 +166,61 @@ class ServerConnection(asyncio.Protocol):
             return
         self.last_received = self.loop.time()
         decoder = self._decoder
-        decoder.receive_data(data)
-        while True:
-            try:
-                frame = decoder.next_frame()
-            except ConnectionFatalError as exc:
-                log.warning("closing connection from %s: %s", self.remote_address, exc)
-                self.close(str(exc))
-                return
-            if frame is NEED_DATA:
-                return
-            cmd = frame.command
+        frames = decoder.receive_frames(data)
+        run: list[SendFrame] = []
+        run_producer: Producer | None = None
+        for frame in frames:
+            if type(frame) is SendFrame:
+                if self._state is _CONNECTED:
+                    producer = self.producers.get(frame.producer_id)
+                    if producer is not None:
+                        if producer is not run_producer:
+                            if run and not self._send_run(run_producer, run):  # type: ignore[arg-type]
+                                return
+                            run = []
+                            run_producer = producer
+                        run.append(frame)
+                        continue
+                generic = _as_frame(frame)  # unknown producer or wrong state: the table decides
+            else:
+                generic = frame  # type: ignore[assignment]
+            if run:
+                if not self._send_run(run_producer, run):  # type: ignore[arg-type]
+                    return
+                run = []
+                run_producer = None
+            cmd = generic.command
             if cmd.type == _SEND and self._state is _CONNECTED:
-                # The hot path, straight to the producer (same outcome as the table's on_send).
+                # A SEND the fast path declined, straight to the producer (as the table's on_send).
                 send = cmd.send
                 producer = self.producers.get(send.producer_id)
                 if producer is not None:
                     try:
-                        producer.on_send(frame, send)
+                        producer.on_send(generic, send)
                     except Exception:
                         log.exception("SEND from %s failed", self.remote_address)
                         self.close("internal error")
                         return
                     continue
-            self._dispatch(frame)
+            self._dispatch(generic)
             if self.is_closed:
                 return
+        if run and not self._send_run(run_producer, run):  # type: ignore[arg-type]
+            return
+        error = decoder.error
+        if error is not None and not self.is_closed:
+            log.warning("closing connection from %s: %s", self.remote_address, error)
+            self.close(str(error))
+
+    def _send_run(self, producer: Producer, run: list[SendFrame]) -> bool:
+        """Hand one producer's consecutive SENDs over; False when the connection was closed."""
+        try:
+            producer.on_sends(run)
+        except Exception:
+            log.exception("SEND from %s failed", self.remote_address)
+            self.close("internal error")
+            return False
+        return not self.is_closed
 
     def eof_received(self) -> bool | None:
         return None  # close the transport
@@ -390,8 +423,8 @@ class ServerConnection(asyncio.Protocol):
             return
         producer.on_send(frame, send)
 
-    def publish_started(self, nbytes: int = 0) -> None:
-        self.throttle.started(nbytes)
+    def publish_started(self, count: int = 1, nbytes: int = 0) -> None:
+        self.throttle.started(count, nbytes)
 
     def publish_finished(self, count: int = 1, nbytes: int = 0) -> None:
         self.throttle.finished(count, nbytes)
@@ -480,6 +513,19 @@ def _log_task_failure(task: asyncio.Task[Any]) -> None:
 
 _SEND = pb.BaseCommand.SEND
 _CONNECTED = ConnState.CONNECTED
+
+
+def _as_frame(send: SendFrame) -> Frame:
+    """The generic Frame of a hand-parsed SEND (rare: for the state table's verdicts)."""
+    cmd = pb.BaseCommand(type=_SEND)
+    m = cmd.send
+    m.producer_id = send.producer_id
+    m.sequence_id = send.sequence_id
+    if send.num_messages != 1:
+        m.num_messages = send.num_messages
+    if send.highest_sequence_id:
+        m.highest_sequence_id = send.highest_sequence_id
+    return Frame(cmd, send.entry, send.checksum_valid)
 
 Handler = Callable[[ServerConnection, Frame], None]
 StateTables = dict[ConnState, dict[int, tuple[Handler, ConnState]]]

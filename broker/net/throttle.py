@@ -110,8 +110,8 @@ class ReadThrottle:
         if held:
             self._buffer.release(held)
 
-    def started(self, nbytes: int) -> None:
-        self.pending_requests += 1
+    def started(self, count: int, nbytes: int) -> None:
+        self.pending_requests += count
         if self._attached:
             self.pending_bytes += nbytes
             self._buffer.add(nbytes)

@@ -25,6 +25,17 @@ connection when a receipt overtakes an earlier send):
 Every record counts towards the connection's pending-publish limit (back-pressure) from
 step 1 until its answer is written.
 
+The hot path (:meth:`Producer.on_sends`) takes all SENDs of one socket read for this producer
+at once, hand-parsed by the decoder (:class:`protocol.send_path.SendFrame`, no protobuf
+object): each is checked as above, and the accepted entries go to the ledger as ONE run with
+one completion (a :class:`_PublishRun`, the storage's ``DurableSink``), which stamps each
+record with its position when the group commit is durable; no future, task or closure per
+SEND. The drain then writes all receipts it can answer with one ``encode_send_receipts`` and
+one write. A record of a run is *in flight* until stamped (``entry_id`` >= 0) or settled
+by a failure; a re-send that must wait for it gets a future created on demand
+(:meth:`Producer.pending_append`). SENDs the fast path declines (:meth:`Producer.on_send`) and
+re-sends keep the per-entry future path; both kinds share the one FIFO queue.
+
 Re-sends: a SEND whose key (the highest sequence id it carries) is not above the highest
 one appended under the producer's name is a re-send; :mod:`broker.topics.dedup` decides how it is
 answered (the original message id, the append still in flight, a new append, or -1:-1).
@@ -56,7 +67,10 @@ from protocol import commands as C
 from protocol import pulsar_pb as pb
 from protocol.errors import ChecksumError, RequestError
 from protocol.frames import Frame
+from protocol.send_path import SendFrame, encode_send_receipts
 from storage.positions import Position
+from storage.segment_file import DurableSink
+from storage.segments import MAX_RECORD_BYTES
 
 __all__ = ["ACCESS_MODE_NAMES", "Producer", "ProducerTransport", "PublishTarget"]
 
@@ -88,8 +102,9 @@ class ProducerTransport(Protocol):
 
     def write(self, data: bytes) -> None: ...
 
-    def publish_started(self, nbytes: int) -> None:
-        """A SEND of *nbytes* (its entry) waits for its answer (back-pressure accounting)."""
+    def publish_started(self, count: int, nbytes: int) -> None:
+        """*count* SENDs holding *nbytes* (their entries) wait for their answers
+        (back-pressure accounting)."""
 
     def publish_finished(self, count: int, nbytes: int) -> None:
         """*count* SENDs holding *nbytes* in all were answered."""
@@ -110,6 +125,10 @@ class PublishTarget(Protocol):
 
     def publish(self, entry: bytes) -> tuple[asyncio.Future[Position], int, bool]: ...
 
+    def check_publish(self, entry: bytes) -> tuple[bytes, int, bool]: ...
+
+    def append_run(self, entries: list[bytes], sink: DurableSink) -> None: ...
+
     def record_published(self, messages: int, size: int, entries: int,
                          latency_sum_ms: float) -> None: ...
 
@@ -120,16 +139,28 @@ class PublishTarget(Protocol):
     def remove_producer(self, producer: Producer) -> None: ...
 
 
-class _Pending:
-    """One SEND awaiting its answer (``dup``: a re-send answered without a new append)."""
+_IN_FLIGHT = -1
+"""``_Pending.entry_id`` of a run record whose append is neither durable nor failed yet."""
+_SETTLED = -2
+"""``_Pending.entry_id`` of a record with nothing in flight in a run (an error, or a future)."""
 
-    __slots__ = ("buffered", "dup", "error", "future", "highest_sequence_id", "key",
-                 "messages", "sequence_id", "size", "started")
+
+class _Pending:
+    """One SEND awaiting its answer (``dup``: a re-send answered without a new append).
+
+    Answered once ``future`` is done, or, for a record appended in a run (no future), once
+    ``entry_id`` is no longer ``_IN_FLIGHT``; ``waiters`` are futures handed out for it by
+    :meth:`Producer.pending_append`."""
+
+    __slots__ = ("buffered", "dup", "entry_id", "error", "future", "highest_sequence_id", "key",
+                 "ledger_id", "messages",
+                 "sequence_id", "size", "started", "waiters")
 
     def __init__(self, sequence_id: int, highest_sequence_id: int, key: int | None,
                  started: float,
                  future: asyncio.Future[Position] | None, error: RequestError | None,
-                 messages: int, size: int, dup: bool = False) -> None:
+                 messages: int, size: int, dup: bool = False,
+                 entry_id: int = _SETTLED) -> None:
         self.sequence_id = sequence_id
         self.highest_sequence_id = highest_sequence_id
         self.key = key
@@ -140,6 +171,65 @@ class _Pending:
         self.size = size
         self.dup = dup
         self.buffered = 0  # bytes counted against the publish buffers until answered
+        self.ledger_id = -1
+        self.entry_id = entry_id
+        self.waiters: list[asyncio.Future[Position]] | None = None
+
+
+class _PublishRun:
+    """The storage's DurableSink for the records of one :meth:`Producer.on_sends` call whose
+    entries were appended together, in order: stamps them with their positions (or fails
+    them), the producer's drain answers them."""
+
+    __slots__ = ("done", "items", "producer")
+
+    def __init__(self, producer: Producer) -> None:
+        self.producer = producer
+        self.items: list[_Pending] = []
+        self.done = 0  # records reported so far (reports come in order)
+
+    def entries_durable(self, ledger_id: int, first_entry_id: int, count: int) -> None:
+        start = self.done
+        self.done = end = start + count
+        entry_id = first_entry_id
+        items = self.items
+        for i in range(start, end):
+            item = items[i]
+            item.ledger_id = ledger_id
+            item.entry_id = entry_id
+            entry_id += 1
+            if item.waiters is not None:
+                _resolve_waiters(item.waiters, Position(ledger_id, item.entry_id))
+        producer = self.producer
+        if not producer.closed:  # answered from the topic's durable listener, right after
+            producer.topic.awaiting_durable[producer] = None
+
+    def entries_failed(self, count: int, error: BaseException) -> None:
+        start = self.done
+        self.done = end = start + count
+        failure = storage_failure(error, StorageOp.PUBLISH)
+        first_failure = False
+        for item in self.items[start:end]:
+            item.entry_id = _SETTLED
+            if item.error is None:
+                item.error = failure.error
+                first_failure = True
+            if item.waiters is not None:
+                for waiter in item.waiters:
+                    if not waiter.done():
+                        waiter.set_exception(failure.error)
+        producer = self.producer
+        if failure.block_producer:  # read-only store: the drain blocks the producer there
+            producer.blocking = failure.error
+        elif first_failure:
+            producer.fail_behind(failure.error, reload_topic=failure.reload_topic)
+        producer.drain_finished()
+
+
+def _resolve_waiters(waiters: list[asyncio.Future[Position]], position: Position) -> None:
+    for waiter in waiters:
+        if not waiter.done():
+            waiter.set_result(position)
 
 
 class Producer:
@@ -163,6 +253,9 @@ class Producer:
         # Closed because the store is read-only (broker/topics/publish_refusals.py): stays
         # registered on its connection until the client re-creates or closes it.
         self.blocked = False
+        # set by a ledger run refused because the store is read-only: the drain answers what
+        # precedes the first record carrying this error, then blocks the producer (_block)
+        self.blocking: RequestError | None = None
         self._queue: deque[_Pending] = deque()
         self._failed: RequestError | None = None
         self._drained: asyncio.Event | None = None
@@ -218,9 +311,73 @@ class Producer:
         item.buffered = nbytes
         queue = self._queue
         queue.append(item)
-        self.connection.publish_started(nbytes)
+        self.connection.publish_started(1, nbytes)
         if len(queue) == 1:
             self._watch_head()
+
+    def on_sends(self, sends: list[SendFrame]) -> None:
+        """The hand-parsed SENDs of one socket read for this producer, in order: each checked
+        as :meth:`on_send` does, the accepted entries appended as one run (one completion)."""
+        started = self._loop.time()
+        topic = self.topic
+        check = topic.check_publish
+        state = self.seq_state
+        queue = self._queue
+        enqueue = queue.append
+        was_empty = not queue
+        run: _PublishRun | None = None
+        datas: list[bytes] = []
+        nbytes = 0
+        for _, seq, count, highest, entry, checksum_valid, _ in sends:
+            key = highest if highest > seq else seq
+            if count > 1 and seq + count - 1 > key:  # a C++ batch: ids seq .. seq+count-1
+                key = seq + count - 1
+            try:
+                if self._failed is not None:
+                    raise self._failed
+                if not checksum_valid:
+                    raise ChecksumError("Checksum failed on the broker")
+                if key <= state.pushed or len(entry) > MAX_RECORD_BYTES:
+                    # Rare: a re-send, or an entry storage refuses; the per-entry path, after
+                    # the run so far (ledger order = send order).
+                    if run is not None:
+                        self._append_run(run, datas)
+                        run, datas = None, []
+                    if key <= state.pushed:
+                        item = self._resend(entry, seq, highest, key, started)
+                    else:
+                        fut, messages, partial = topic.publish(entry)
+                        item = _Pending(seq, highest, None if partial else key, started, fut,
+                                        None, messages, len(entry))
+                else:
+                    stored, messages, partial = check(entry)
+                    if not partial:  # a chunk but the last of its message is no dedup key
+                        state.pushed = key
+                    item = _Pending(seq, highest, None if partial else key, started, None, None,
+                                    messages, len(entry), entry_id=_IN_FLIGHT)
+                    if run is None:
+                        run = _PublishRun(self)
+                    run.items.append(item)
+                    datas.append(stored)
+            except RequestError as exc:
+                item = _Pending(seq, highest, key, started, None, exc, 0, 0)
+            item.buffered = len(entry)
+            nbytes += item.buffered
+            enqueue(item)
+        if run is not None:
+            self._append_run(run, datas)
+        self.connection.publish_started(len(sends), nbytes)
+        if was_empty:
+            self._watch_head()
+
+    def _append_run(self, run: _PublishRun, datas: list[bytes]) -> None:
+        try:
+            self.topic.append_run(datas, run)
+        except RequestError as exc:  # the topic answered for the ledger: none was appended
+            for item in run.items:
+                item.entry_id = _SETTLED
+                if item.error is None:
+                    item.error = exc
 
     def _resend(self, entry: bytes, seq: int, highest: int, key: int,
                 started: float) -> _Pending:
@@ -235,15 +392,27 @@ class Producer:
         """The future of a queued, not failed, send of *key* (a re-send on a later
         incarnation of this producer is answered with it)."""
         for item in self._queue:
-            if item.key == key and item.future is not None and item.error is None:
+            if item.key != key or item.error is not None:
+                continue
+            if item.future is not None:
                 return item.future
+            if item.entry_id == _IN_FLIGHT:  # in a run: a future on demand
+                fut: asyncio.Future[Position] = self._loop.create_future()
+                if item.waiters is None:
+                    item.waiters = []
+                item.waiters.append(fut)
+                return fut
+            if item.entry_id >= 0:  # durable, its receipt not written yet
+                done: asyncio.Future[Position] = self._loop.create_future()
+                done.set_result(Position(item.ledger_id, item.entry_id))
+                return done
         return None
 
     def drain_finished(self) -> None:
         """Answer the sends whose appends are durable now (the snapshot wants every durable
         entry reflected in the sequence state; the done-callbacks may not have run yet)."""
         queue = self._queue
-        if queue and (queue[0].future is None or queue[0].future.done()):
+        if queue and _answerable(queue[0]):
             self._drain()
 
     def _watch_head(self) -> None:
@@ -255,8 +424,14 @@ class Producer:
         queue = self._queue
         if not queue:
             return
-        fut = queue[0].future
-        if fut is None or fut.done():
+        head = queue[0]
+        fut = head.future
+        if fut is None:
+            if head.entry_id == _IN_FLIGHT:
+                self.topic.awaiting_durable[self] = None  # its run reports to the listener
+            else:
+                self._drain()
+        elif fut.done():
             self._drain()
         elif fut is not self._watched:
             self._watched = fut
@@ -267,7 +442,7 @@ class Producer:
         if fut is self._watched:  # else a newer head is watched: keep its callback's record
             self._watched = None
         queue = self._queue
-        if queue and (queue[0].future is None or queue[0].future.done()):
+        if queue and _answerable(queue[0]):
             self._drain()  # usually the topic's durable listener drained this already
 
     def _drain(self) -> None:
@@ -275,8 +450,7 @@ class Producer:
         topic = self.topic
         pid = self.producer_id
         out: list[bytes] = []
-        emit = out.append
-        encode_receipt = C.encode_send_receipt
+        receipts: list[tuple[int, int, int, int]] = []
         buckets = topic.publish_latency_buckets
         bounds = PUBLISH_LATENCY_BUCKETS_MS
         bucket_of = bisect.bisect_left
@@ -300,18 +474,27 @@ class Producer:
                         blocked = failure.error
                         break
                     item.error = failure.error
-                    self._fail_behind(failure.error, reload_topic=failure.reload_topic)
+                    self.fail_behind(failure.error, reload_topic=failure.reload_topic)
+            elif item.entry_id == _IN_FLIGHT:
+                break
+            if item.error is not None and item.error is self.blocking:
+                blocked = item.error
+                break
             queue.popleft()
             answered += 1
             buffered += item.buffered
             if item.error is None:
-                pos = fut.result()  # type: ignore[union-attr]
-                emit(encode_receipt(pid, item.sequence_id, pos.ledger_id, pos.entry_id,
-                                    item.highest_sequence_id))
+                if fut is not None:
+                    pos = fut.result()
+                    ledger_id, entry_id = pos.ledger_id, pos.entry_id
+                else:
+                    ledger_id, entry_id = item.ledger_id, item.entry_id
+                receipts.append((item.sequence_id, ledger_id, entry_id,
+                                 item.highest_sequence_id))
                 if item.dup:  # answered again, not appended again: not counted either
                     continue
                 if item.key is not None:
-                    record(item.key, pos.ledger_id, pos.entry_id)
+                    record(item.key, ledger_id, entry_id)
                 msgs += item.messages
                 size += item.size
                 count += 1
@@ -319,10 +502,15 @@ class Producer:
                 latency_sum += latency_ms
                 buckets[bucket_of(bounds, latency_ms)] += 1
             else:
-                emit(C.encode_send_error(pid, item.sequence_id, item.error.code,
-                                         item.error.message))
+                if receipts:  # the receipts before it first: answers stay in send order
+                    out.append(encode_send_receipts(pid, receipts))
+                    receipts = []
+                out.append(C.encode_send_error(pid, item.sequence_id, item.error.code,
+                                               item.error.message))
         if answered:
-            self._write(out[0] if answered == 1 else b"".join(out))
+            if receipts:
+                out.append(encode_send_receipts(pid, receipts))
+            self._write(out[0] if len(out) == 1 else b"".join(out))
             self.connection.publish_finished(answered, buffered)
         if count:
             self.msg_in_counter += msgs
@@ -333,7 +521,10 @@ class Producer:
             return
         if queue:
             head = queue[0].future
-            if head is not None and head is not self._watched:
+            if head is None:
+                if queue[0].entry_id == _IN_FLIGHT:
+                    topic.awaiting_durable[self] = None
+            elif head is not self._watched:
                 self._watched = head
                 head.add_done_callback(self._on_done)
                 topic.awaiting_durable[self] = None
@@ -342,7 +533,7 @@ class Producer:
             if self._drained is not None:
                 self._drained.set()
 
-    def _fail_behind(self, error: RequestError, *, reload_topic: bool) -> None:
+    def fail_behind(self, error: RequestError, *, reload_topic: bool) -> None:
         """A failed append fails every later send of this producer (FIFO answers)."""
         self._failed = error
         for later in self._queue:
@@ -358,13 +549,14 @@ class Producer:
         A SEND_ERROR instead would make the client close the whole connection."""
         queue = self._queue
         dropped = len(queue)
+        dropped_bytes = sum(item.buffered for item in queue)
         queue.clear()
         self._watched = None
         self._failed = error
         self.blocked = True
         self.topic.awaiting_durable.pop(self, None)
         if dropped:
-            self.connection.publish_finished(dropped)
+            self.connection.publish_finished(dropped, dropped_bytes)
             self.topic.publish_refused(REASON_DISK, dropped)
         if self._drained is not None:
             self._drained.set()
@@ -416,3 +608,12 @@ class Producer:
             "msgInCounter": self.msg_in_counter,
             "bytesInCounter": self.bytes_in_counter,
         }
+
+
+def _answerable(item: _Pending) -> bool:
+    """The record's answer is known: its future is done, or its run reported it (or it
+    carried an error from the start)."""
+    fut = item.future
+    if fut is not None:
+        return fut.done()
+    return item.entry_id != _IN_FLIGHT

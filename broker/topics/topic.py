@@ -82,6 +82,7 @@ from storage.errors import StorageError
 from storage.ledger import ManagedLedger
 from storage.metadata import MetadataStore
 from storage.positions import Position
+from storage.segment_file import DurableSink
 from storage.snapshots import SnapshotStore
 
 _U32 = struct.Struct(">I")
@@ -204,6 +205,19 @@ class Topic:
             raise failure.error from None
         self.entries_added_counter += 1
         return fut, messages, partial
+
+    def append_run(self, entries: list[bytes], sink: DurableSink) -> None:
+        """Append entries that passed :meth:`check_publish` as one run: *sink* is told once
+        they are durable (or failed), with one completion for all (storage's append_run).
+        Raises what :meth:`publish` raises for a failed append; then none was appended."""
+        try:
+            self.ledger.append_run(entries, sink)
+        except Exception as exc:   # never out of the publish path: a SEND_ERROR instead
+            failure = storage_failure(exc, StorageOp.PUBLISH)
+            if failure.reload_topic:
+                self.on_persistence_failure(exc)
+            raise failure.error from None
+        self.entries_added_counter += len(entries)
 
     def check_publish(self, entry: bytes) -> tuple[bytes, int, bool]:
         """Everything :meth:`publish` checks, without the append: (entry as it would be

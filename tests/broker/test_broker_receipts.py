@@ -19,6 +19,7 @@ from broker.topics.topic import Topic
 from protocol import pulsar_pb as pb
 from protocol.errors import ServerError
 from protocol.frames import Frame
+from protocol.send_path import SendFrame
 from storage.errors import PersistenceError
 from storage.positions import Position
 
@@ -32,6 +33,7 @@ class FakeTopic:
         self.loop = asyncio.get_running_loop()
         self.full = "persistent://public/default/receipts"
         self.futures: list[asyncio.Future[Any]] = []
+        self.runs: list[tuple[list[bytes], Any]] = []  # (entries, sink) of append_run
         self.awaiting_durable: dict[Producer, None] = {}
         self.publish_latency_buckets = [0] * 16
         self.recorded = 0
@@ -42,6 +44,12 @@ class FakeTopic:
         fut: asyncio.Future[Any] = self.loop.create_future()
         self.futures.append(fut)
         return fut, 1, False
+
+    def check_publish(self, entry: bytes) -> tuple[bytes, int, bool]:
+        return entry, 1, False
+
+    def append_run(self, entries: list[bytes], sink: Any) -> None:
+        self.runs.append((entries, sink))
 
     def record_published(self, messages: int, size: int, entries: int,
                          latency_sum_ms: float) -> None:
@@ -109,3 +117,68 @@ async def test_failed_append_answers_it_and_every_later_send_in_order() -> None:
     assert all(f.send_error.error == ServerError.PersistenceError for f in answers[1:])
     assert conn.throttle.pending_requests == 0 and producer.pending == 0
     assert topic.awaiting_durable == {} and len(topic.failures) == 1
+
+
+def fast_send(sequence_id: int, *, checksum_valid: bool = True) -> SendFrame:
+    return SendFrame(1, sequence_id, 1, 0, b"entry-%d" % sequence_id, checksum_valid, 0)
+
+
+def start_run(*frames: SendFrame) -> tuple[Any, Any, FakeTopic, Producer]:
+    conn, transport = make_connection()
+    topic = FakeTopic()
+    producer = Producer(conn, topic, 1, "p", pb.Shared, False, {})  # type: ignore[arg-type]
+    conn.producers[1] = producer
+    producer.on_sends(list(frames))
+    return conn, transport, topic, producer
+
+
+async def test_one_read_of_sends_is_one_run_answered_with_one_write_in_order() -> None:
+    conn, transport, topic, producer = start_run(fast_send(0), fast_send(1, checksum_valid=False),
+                                                 fast_send(2), fast_send(3))
+    assert [entries for entries, _ in topic.runs] == [[b"entry-0", b"entry-2", b"entry-3"]]
+    assert conn.throttle.pending_requests == 4 and topic.futures == []  # no future per SEND
+    assert list(topic.awaiting_durable) == [producer]
+    sink = topic.runs[0][1]
+    sink.entries_durable(7, 10, 2)  # a rollover split the run: two reports
+    Topic._on_durable(topic, Position(7, 11))  # type: ignore[arg-type]
+    answers = transport.frames()
+    assert [(f.type, f.send_receipt.sequence_id if f.type == T.SEND_RECEIPT
+             else f.send_error.sequence_id) for f in answers] == [
+        (T.SEND_RECEIPT, 0), (T.SEND_ERROR, 1), (T.SEND_RECEIPT, 2)]
+    assert answers[1].send_error.error == ServerError.ChecksumError
+    assert answers[2].send_receipt.message_id.entryId == 11
+    assert conn.throttle.pending_requests == 1 and producer.pending == 1
+    sink.entries_durable(8, 0, 1)
+    Topic._on_durable(topic, Position(8, 0))  # type: ignore[arg-type]
+    await asyncio.sleep(0)  # the connection flushes what was written in the same iteration
+    last = transport.frames()[-1]
+    assert (last.send_receipt.sequence_id, last.send_receipt.message_id.ledgerId,
+            last.send_receipt.message_id.entryId) == (3, 8, 0)
+    assert conn.throttle.pending_requests == 0 and topic.awaiting_durable == {}
+    assert topic.recorded == 3
+    assert producer.seq_state.persisted == 3
+
+
+async def test_failed_run_answers_every_send_of_it_and_behind_it_in_order() -> None:
+    conn, transport, topic, producer = start_run(fast_send(0), fast_send(1))
+    producer.on_sends([fast_send(2)])
+    first_sink, second_sink = (sink for _, sink in topic.runs)
+    first_sink.entries_failed(2, PersistenceError("fdatasync failed"))
+    second_sink.entries_durable(7, 2, 1)  # durable, but behind a failure: never acknowledged
+    Topic._on_durable(topic, Position(7, 2))  # type: ignore[arg-type]
+    await asyncio.sleep(0)  # the connection flushes what was written in the same iteration
+    answers = transport.frames()
+    assert [f.type for f in answers] == [T.SEND_ERROR] * 3
+    assert [f.send_error.sequence_id for f in answers] == [0, 1, 2]
+    assert all(f.send_error.error == ServerError.PersistenceError for f in answers)
+    assert conn.throttle.pending_requests == 0 and producer.pending == 0
+    assert topic.awaiting_durable == {} and len(topic.failures) == 1
+
+
+async def test_resend_of_a_send_in_flight_in_a_run_waits_for_its_position() -> None:
+    _conn, _transport, topic, producer = start_run(fast_send(5))
+    pending = producer.pending_append(5)
+    assert pending is not None and not pending.done()
+    topic.runs[0][1].entries_durable(7, 3, 1)
+    assert pending.done()
+    assert pending.result() == Position(7, 3)

@@ -48,10 +48,10 @@ def test_buffer_full_pauses_every_connection_and_half_resumes_them() -> None:
     buffer = PublishBuffer(1)
     a, reader_a = _throttle(buffer)
     b, reader_b = _throttle(buffer)
-    a.started(MB // 2)
-    b.started(MB // 2 - 1)
+    a.started(1, MB // 2)
+    b.started(1, MB // 2 - 1)
     assert reader_a.reading and reader_b.reading and not buffer.throttled
-    b.started(1)  # exactly 1 MiB pending
+    b.started(1, 1)  # exactly 1 MiB pending
     assert buffer.throttled and not reader_a.reading and not reader_b.reading
     c, reader_c = _throttle(buffer)  # a connection made while full is not read either
     assert not reader_c.reading and c.paused
@@ -65,13 +65,13 @@ def test_buffer_full_pauses_every_connection_and_half_resumes_them() -> None:
 def test_request_limit_and_buffer_are_independent_reasons() -> None:
     buffer = PublishBuffer(1)
     a, reader = _throttle(buffer, max_requests=2)
-    a.started(MB)  # buffer full
-    a.started(0)  # and 2 requests pending
+    a.started(1, MB)  # buffer full
+    a.started(1, 0)  # and 2 requests pending
     assert not reader.reading
     a.finished(1, MB)  # buffer lets go, 1 request left = half of 2: both released
     assert reader.reading and reader.resumes == 1
-    a.started(0)
-    a.started(0)
+    a.started(1, 0)
+    a.started(1, 0)
     assert not reader.reading  # the request limit alone
     buffer.add(MB)  # another connection fills the buffer
     a.finished(2, 0)
@@ -84,7 +84,7 @@ def test_detached_connection_gives_its_bytes_back_once() -> None:
     buffer = PublishBuffer(1)
     a, _ = _throttle(buffer)
     _, reader_b = _throttle(buffer)
-    a.started(MB)
+    a.started(1, MB)
     assert not reader_b.reading
     a.detach()
     assert buffer.pending_bytes == 0 and reader_b.reading
@@ -96,32 +96,73 @@ def test_detached_connection_gives_its_bytes_back_once() -> None:
 def test_non_positive_size_disables_the_buffer_limit() -> None:
     buffer = PublishBuffer(-1)
     a, reader = _throttle(buffer)
-    a.started(10 * MB)
+    a.started(1, 10 * MB)
     assert reader.reading and not buffer.throttled
 
 
 # ---------------------------------------------------------------------------- on the wire
 
 
+class _HeldSink:
+    """Stands between a ledger run and the producer's sink: reports wait for ``release``."""
+
+    def __init__(self, sink: Any) -> None:
+        self.sink = sink
+        self.calls: list[tuple[str, tuple[Any, ...]]] = []
+        self.released = False
+
+    def entries_durable(self, ledger_id: int, first_entry_id: int, count: int) -> None:
+        self._report("entries_durable", (ledger_id, first_entry_id, count))
+
+    def entries_failed(self, count: int, error: BaseException) -> None:
+        self._report("entries_failed", (count, error))
+
+    def _report(self, name: str, args: tuple[Any, ...]) -> None:
+        if self.released:
+            getattr(self.sink, name)(*args)
+        else:
+            self.calls.append((name, args))
+
+    def release(self) -> None:
+        self.released = True
+        for name, args in self.calls:
+            getattr(self.sink, name)(*args)
+
+
 class HeldAppends:
-    """Wraps a topic's ``publish`` so its futures resolve only when :meth:`release` is called."""
+    """Wraps a topic's ``publish`` (one SEND) and ``append_run`` (the SENDs of one socket read)
+    so the producer hears of their durability only when :meth:`release` is called."""
 
     def __init__(self, topic: Any) -> None:
         self.topic = topic
         self.real = topic.publish
+        self.real_run = topic.append_run
         self.held: list[tuple[asyncio.Future[Any], asyncio.Future[Any]]] = []
+        self.runs: list[_HeldSink] = []
+        self.count = 0  # entries held
         topic.publish = self.publish
+        topic.append_run = self.append_run
 
     def publish(self, entry: bytes) -> tuple[asyncio.Future[Any], int, bool]:
         real, messages, partial = self.real(entry)
         mine: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self.held.append((real, mine))
+        self.count += 1
         return mine, messages, partial
+
+    def append_run(self, entries: list[bytes], sink: Any) -> None:
+        held = _HeldSink(sink)
+        self.runs.append(held)
+        self.count += len(entries)
+        self.real_run(entries, held)
 
     async def release(self) -> None:
         self.topic.publish = self.real
+        self.topic.append_run = self.real_run
         for real, mine in self.held:
             mine.set_result(await real)
+        for run in self.runs:
+            run.release()
 
 
 @pytest.fixture
@@ -156,7 +197,7 @@ def test_pending_requests_limit_stops_reading_one_connection_only(
         held = hold()
         for seq in range(3):
             a.send(C.encode_send(1, seq, make_entry(b"x", sequence_id=seq)))
-        wait_until(lambda: broker.call(lambda: len(held.held)) == 3)
+        wait_until(lambda: broker.call(lambda: held.count) == 3)
         assert _no_pong(a)  # not read: the PING waits in the socket
         assert b.request(C.encode_ping()).type == T.PONG  # the other connection is read
         broker.call(held.release)

@@ -302,7 +302,11 @@ def test_failed_append_fails_it_and_everything_behind_it_then_the_topic_reloads(
             fut.set_exception(OSError("disk on fire"))
             return fut
 
+        def failing_append_run(datas: list[bytes], sink: Any) -> None:
+            broker.loop.call_soon(sink.entries_failed, len(datas), OSError("disk on fire"))
+
         ledger.append = failing_append
+        ledger.append_run = failing_append_run  # the publish hot path (one run per read)
 
     broker.call(break_ledger)
     raw.send(b"".join(C.encode_send(1, seq, make_entry(b"x", sequence_id=seq))

@@ -17,7 +17,9 @@ from storage.fileops import FileOps
 from storage.segments import FILE_HEADER_SIZE, RECORD_HEADER_SIZE, scan_segment
 
 TOPIC = "persistent://public/default/z"
-SMALL = {"segment_prezero_bytes": 32 * 1024, "segment_prezero_min_bytes": 4096}
+SMALL = {"segment_prezero_bytes": 32 * 1024, "segment_prezero_min_bytes": 4096,
+         # these tests pin the zeroing itself, whatever the size of a group commit
+         "segment_prezero_max_batch_bytes": 1 << 30}
 
 
 def _config(**kw: object) -> StorageConfig:
@@ -241,4 +243,27 @@ async def test_kill_in_the_middle_of_a_prezero_loses_nothing(
     assert [(e.position, e.data) for e in got] == acked
     report = store.recovery_report
     assert report.events == ()
+    await store.close()
+
+
+async def test_large_group_commits_grow_the_segment_instead_of_pre_zeroing(
+        tmp_path: Path) -> None:
+    config = {**SMALL, "segment_prezero_max_batch_bytes": 16 * 1024}
+    store = await SegmentStore.open(tmp_path, _config(**config))
+    ml = await store.open_ledger(TOPIC)
+    payloads = [bytes([i % 251]) * 1000 for i in range(200)]
+    await asyncio.gather(*(ml.append(p) for p in payloads))  # one commit of ~200 KB
+    await asyncio.gather(*(ml.append(p) for p in payloads))
+    await store.writer.barrier()
+    stats = store.stats()
+    assert stats.prezero_writes == 0 and stats.fsyncs == stats.group_commits
+    small = await ml.append(b"s" * 100)  # a small commit pre-zeroes again
+    await store.writer.barrier()
+    assert store.stats().prezero_writes == 1
+    await store.close()
+    store = await SegmentStore.open(tmp_path)
+    ml = await store.open_ledger(TOPIC)
+    got = await ml.read_entries(Position(small.ledger_id, 0), 1000, 1 << 30)
+    assert [e.data for e in got] == payloads + payloads + [b"s" * 100]
+    assert store.recovery_report.events == ()
     await store.close()

@@ -1,0 +1,205 @@
+"""Scale benchmark (issue 13 item 4): many idle connections, many topics, a long backlog.
+
+Theory of operation
+-------------------
+One Horae broker runs as a child process (:func:`bench.brokers.start_horae`, fsync on); the
+generator speaks the wire through Horae's own codec (:mod:`bench.wire_clients`). The soft
+RLIMIT_NOFILE of this process is raised to its hard limit first, and the broker inherits it.
+Three phases, each bounded by ``--timeout`` seconds:
+
+1. idle connections: ``--connections`` connections complete CONNECT (``--concurrency`` at a
+   time); the broker's RSS (``/proc/PID/status`` VmRSS) is read before and after, then its
+   CPU over ``--idle-seconds`` of nothing happening (keep-alive only);
+2. topics: ``--topics`` topics get one producer each, spread over those connections; RSS and
+   idle CPU again. Then every connection is closed;
+3. backlog: a Shared subscription is created, ``--backlog`` messages of ``--size`` bytes are
+   published in entries of ``--batch`` messages (one connection, ``--in-flight`` SENDs), then
+   one consumer drains them (FLOW 1000 refilled by half, acks per 1,000 messages) while RSS
+   is sampled every 0.5 s: read throughput in messages/s and entries/s, RSS before, max and
+   after (a flat memory line is the target).
+
+Loopback only, free ports, temporary data directory removed on exit. Never run by the tests.
+
+Usage::
+
+    .venv/bin/python bench/scale.py [--connections 10000] [--topics 10000]
+        [--backlog 10000000] [--batch 100] [--size 100] [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import pathlib
+import resource
+import shutil
+import sys
+import tempfile
+import time
+from typing import Any
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
+
+import uvloop
+
+from bench.brokers import Broker, cpu_seconds, start_horae
+from bench.wire_clients import Drainer, Publisher, RawConnection, connect, subscribe
+from bench.wire_load import LoadSettings, build_producer_frames
+from protocol import commands as C
+from protocol import pulsar_pb as pb
+
+T = pb.BaseCommand
+
+
+def raise_nofile() -> int:
+    """Raise the soft descriptor limit to the hard one (children inherit it); returns it."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+def rss_mib(pid: int) -> float:
+    for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+async def idle_cpu_percent(broker: Broker, seconds: float) -> float:
+    cpu0, t0 = cpu_seconds(broker.pid), time.perf_counter()
+    await asyncio.sleep(seconds)  # measuring idleness: nothing to wait on but the clock
+    return 100.0 * (cpu_seconds(broker.pid) - cpu0) / (time.perf_counter() - t0)
+
+
+async def open_connections(broker: Broker, count: int, concurrency: int,
+                           timeout_s: float) -> list[RawConnection]:
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one() -> RawConnection:
+        async with gate:
+            return await connect(broker)
+
+    return list(await asyncio.wait_for(asyncio.gather(*(one() for _ in range(count))),
+                                       timeout_s))
+
+
+async def open_producers(conns: list[RawConnection], topics: int, concurrency: int,
+                         timeout_s: float) -> None:
+    gate = asyncio.Semaphore(concurrency)
+    # One request at a time per connection: replies are matched by order on its queue.
+    locks = [asyncio.Lock() for _ in conns]
+
+    async def one(i: int) -> None:
+        conn = conns[i % len(conns)]
+        async with gate, locks[i % len(conns)]:
+            await conn.request(C.encode_producer(f"persistent://public/default/scale-{i}",
+                                                 i + 1, i + 1, f"scale-{i}"), T.PRODUCER_SUCCESS)
+
+    await asyncio.wait_for(asyncio.gather(*(one(i) for i in range(topics))), timeout_s)
+
+
+async def backlog_phase(broker: Broker, args: argparse.Namespace, out: dict[str, Any]) -> None:
+    loop = asyncio.get_running_loop()
+    topic = "persistent://public/default/scale-backlog"
+    (await subscribe(broker, topic)).close()
+    settings = LoadSettings(connections=1, in_flight=args.in_flight, size=args.size,
+                            messages=args.backlog, batch=args.batch)
+    frames = build_producer_frames("scale-backlog", args.backlog, settings)
+    conn = await connect(broker)
+    await conn.request(C.encode_producer(topic, 1, 1, frames.name), T.PRODUCER_SUCCESS)
+    done: asyncio.Future[None] = loop.create_future()
+    pub = Publisher(conn, frames.frames, frames.first_sequence_ids, args.in_flight, done)
+    t0 = time.perf_counter()
+    pub.start()
+    await asyncio.wait_for(done, args.timeout)
+    out["backlog_publish_msgs_per_s"] = args.backlog / (time.perf_counter() - t0)
+    conn.on_lost = None
+    conn.close()
+    out["rss_before_drain_mib"] = rss_mib(broker.pid)
+
+    consumer = await subscribe(broker, topic)
+    drained: asyncio.Future[None] = loop.create_future()
+    drainer = Drainer(consumer, batched=args.batch > 0, permits=1000, ack_batch=1000,
+                      expected=args.backlog, done=drained)
+    samples: list[float] = []
+
+    async def sample() -> None:
+        while not drained.done():
+            samples.append(rss_mib(broker.pid))
+            await asyncio.sleep(0.5)  # a sampling period, not a wait for an event
+
+    sampler = loop.create_task(sample())
+    cpu0, t0 = cpu_seconds(broker.pid), time.perf_counter()
+    drainer.start()
+    try:
+        await asyncio.wait_for(drained, args.timeout)
+    finally:
+        drainer.stop()
+        await sampler
+    elapsed = time.perf_counter() - t0
+    drainer.flush_acks()
+    out["drain_msgs_per_s"] = drainer.messages / elapsed
+    out["drain_entries_per_s"] = len(drainer.seen) / elapsed
+    out["drain_broker_cpu_s_per_M_msgs"] = (cpu_seconds(broker.pid) - cpu0) / drainer.messages * 1e6
+    out["drain_rss_max_mib"] = max(samples) if samples else float("nan")
+    out["drain_rss_samples_mib"] = [round(s, 1) for s in samples[:: max(1, len(samples) // 20)]]
+    out["rss_after_drain_mib"] = rss_mib(broker.pid)
+    consumer.on_lost = None
+    consumer.close()
+
+
+async def run(broker: Broker, args: argparse.Namespace) -> dict[str, Any]:
+    out: dict[str, Any] = {"rss_start_mib": rss_mib(broker.pid)}
+    t0 = time.perf_counter()
+    conns = await open_connections(broker, args.connections, args.concurrency, args.timeout)
+    out["connect_s"] = time.perf_counter() - t0
+    out["rss_idle_connections_mib"] = rss_mib(broker.pid)
+    out["idle_cpu_pct_connections"] = await idle_cpu_percent(broker, args.idle_seconds)
+    if args.topics:
+        t0 = time.perf_counter()
+        await open_producers(conns, args.topics, args.concurrency, args.timeout)
+        out["topics_s"] = time.perf_counter() - t0
+        out["rss_topics_mib"] = rss_mib(broker.pid)
+        out["idle_cpu_pct_topics"] = await idle_cpu_percent(broker, args.idle_seconds)
+    for conn in conns:
+        conn.close()
+    if args.backlog:
+        await backlog_phase(broker, args, out)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--connections", type=int, default=10_000)
+    parser.add_argument("--topics", type=int, default=10_000, help="topics, one producer each")
+    parser.add_argument("--concurrency", type=int, default=200, help="handshakes in flight")
+    parser.add_argument("--idle-seconds", type=float, default=10.0)
+    parser.add_argument("--backlog", type=int, default=10_000_000, help="messages")
+    parser.add_argument("--batch", type=int, default=100, help="messages per entry (0: none)")
+    parser.add_argument("--size", type=int, default=100, help="payload bytes per message")
+    parser.add_argument("--in-flight", type=int, default=100, help="SENDs in flight (backlog)")
+    parser.add_argument("--timeout", type=float, default=1800.0, help="seconds per phase")
+    parser.add_argument("--json", type=pathlib.Path, metavar="FILE")
+    args = parser.parse_args()
+    nofile = raise_nofile()
+    if nofile < args.connections + 1000:
+        parser.error(f"RLIMIT_NOFILE is {nofile}: too low for {args.connections} connections")
+    tmp = pathlib.Path(tempfile.mkdtemp(prefix="horae-scale-"))
+    try:
+        with start_horae(tmp) as broker, asyncio.Runner(
+                loop_factory=uvloop.new_event_loop) as runner:
+            out = runner.run(run(broker, args))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    out["settings"] = vars(args) | {"json": str(args.json), "nofile": nofile}
+    for key, value in out.items():
+        if key != "settings":
+            print(f"{key:36} {value if isinstance(value, list) else f'{value:,.2f}'}")
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    main()
