@@ -1,7 +1,8 @@
 """``horae-admin``: Pulsar's ``pulsar-admin`` command names over Horae's REST API.
 
 Usage: ``horae-admin [--admin-url http://localhost:8080] <group> <command> [args]`` with
-groups ``tenants``, ``namespaces``, ``topics`` and ``brokers``. Topic arguments accept
+groups ``tenants``, ``namespaces``, ``topics``, ``schemas`` and ``brokers`` (the policy,
+schema and compaction commands are declared in :mod:`broker.admin.cli_policies`). Topic arguments accept
 short names ("t" is persistent://public/default/t, "tenant/ns/t" too). Durations are
 ``500ms``, ``30s``, ``10m``, ``1h``, ``2d``, ``1w`` (a bare number is seconds).
 
@@ -19,94 +20,34 @@ import argparse
 import base64
 import json
 import os
-import re
 import sys
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any, NoReturn
 
+from broker.admin import cli_policies
 from broker.admin.cli_auth import AdminAuth, admin_auth
+from broker.admin.cli_common import (
+    Builder,
+    HttpError,
+    Request,
+    UsageError,
+    namespace_path,
+    parse_duration_ms,
+    parse_message_id,
+    topic_path,
+)
+from broker.admin.cli_common import (
+    q as _q,
+)
 
 DEFAULT_ADMIN_URL = "http://localhost:8080"
 TIMEOUT_S = 30.0
 EXIT_HTTP_ERROR = 1
 EXIT_USAGE = 2
-
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?\s*$", re.IGNORECASE)
-_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000,
-            "w": 604_800_000, None: 1000}
-
-
-class UsageError(Exception):
-    """Bad command-line input: exit code 2."""
-
-
-class HttpError(Exception):
-    """The server answered with an error status: exit code 1."""
-
-    def __init__(self, status: int, reason: str) -> None:
-        super().__init__(f"HTTP {status}: {reason}")
-        self.status = status
-        self.reason = reason
-
-
-@dataclass(frozen=True, slots=True)
-class Request:
-    method: str
-    path: str
-    body: object = None
-    has_body: bool = False
-
-
-def parse_duration_ms(text: str) -> int:
-    """"500ms" -> 500, "30s" -> 30000, "10m", "1h", "2d", "1w"; a bare number is seconds."""
-    m = _DURATION.match(text)
-    if m is None:
-        raise UsageError(f"invalid duration {text!r} (examples: 500ms, 30s, 10m, 1h, 2d)")
-    unit = m.group(2).lower() if m.group(2) else None
-    return int(float(m.group(1)) * _UNIT_MS[unit])
-
-
-def topic_path(topic: str) -> str:
-    """A topic argument -> "tenant/ns/local" (URL-quoted), persistent topics only."""
-    name = topic.strip()
-    if "://" in name:
-        domain, rest = name.split("://", 1)
-        if domain != "persistent":
-            raise UsageError(f"only persistent topics are supported, not {topic!r}")
-    elif "/" in name:
-        rest = name
-    else:
-        rest = f"public/default/{name}"
-    parts = rest.split("/")
-    if len(parts) != 3 or not all(parts):
-        raise UsageError(f"invalid topic name {topic!r}: use 'name', 'tenant/namespace/name' "
-                         "or 'persistent://tenant/namespace/name'")
-    return "/".join(urllib.parse.quote(p, safe="") for p in parts)
-
-
-def namespace_path(namespace: str) -> str:
-    parts = namespace.strip().split("/")
-    if len(parts) != 2 or not all(parts):
-        raise UsageError(f"invalid namespace {namespace!r}: use 'tenant/namespace'")
-    return "/".join(urllib.parse.quote(p, safe="") for p in parts)
-
-
-def parse_message_id(text: str) -> tuple[int, int, int | None]:
-    """"L:E" or "L:E:B" -> (ledger, entry, batch or None)."""
-    parts = text.strip().split(":")
-    try:
-        if len(parts) == 2:
-            return int(parts[0]), int(parts[1]), None
-        if len(parts) == 3:
-            return int(parts[0]), int(parts[1]), int(parts[2])
-    except ValueError:
-        pass
-    raise UsageError(f"invalid message id {text!r}: use ledgerId:entryId[:batchIndex]")
 
 
 # --- HTTP -----------------------------------------------------------------------------------
@@ -248,8 +189,6 @@ def _create_subscription(args: argparse.Namespace) -> Request:
     return Request("PUT", path, {"ledgerId": ledger, "entryId": entry}, True)
 
 
-def _q(value: str) -> str:
-    return urllib.parse.quote(value, safe="")
 
 
 def _force(args: argparse.Namespace) -> str:
@@ -270,7 +209,6 @@ def _partitioned_lookup(admin_url: str, args: argparse.Namespace, auth: AdminAut
     return out
 
 
-Builder = Callable[[argparse.Namespace], Request]
 T = "/admin/v2/persistent/"
 
 _COMMANDS: dict[tuple[str, str], Builder] = {
@@ -350,6 +288,7 @@ _COMMANDS: dict[tuple[str, str], Builder] = {
     ("topics", "lookup"): lambda a: Request("GET", "/lookup/v2/topic/persistent/"
                                             + topic_path(a.topic)),
 }
+_COMMANDS.update(cli_policies.COMMANDS)
 
 
 def _split(value: str | None) -> list[str]:
@@ -361,6 +300,15 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:   # argparse exits 2 on usage errors, as we want
         self.print_usage(sys.stderr)
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+class _Commands(argparse._SubParsersAction):  # type: ignore[type-arg]
+    """Lists every command in ``GROUP --help`` (argparse lists only those given a help)."""
+
+    def add_parser(self, name: str, **kwargs: Any) -> argparse.ArgumentParser:
+        kwargs.setdefault("help", "")
+        parser: argparse.ArgumentParser = super().add_parser(name, **kwargs)
+        return parser
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -382,7 +330,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     def group(name: str, help_: str) -> Any:
         return groups.add_parser(name, help=help_).add_subparsers(
-            dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
+            dest="command", required=True, metavar="COMMAND", parser_class=_Parser,
+            action=_Commands)
 
     b = group("brokers", "broker health")
     b.add_parser("healthcheck", help="GET /admin/v2/brokers/health")
@@ -398,7 +347,7 @@ def build_parser() -> argparse.ArgumentParser:
     tc.add_argument("--admin-roles", "-r", default="")
     tc.add_argument("--allowed-clusters", "-c", default="")
 
-    n = group("namespaces", "namespaces, their permissions and delayed-delivery policy")
+    n = group("namespaces", "namespaces, their permissions and policies")
     n.add_parser("list").add_argument("tenant")
     n.add_parser("permissions").add_argument("namespace", help="tenant/namespace")
     for name in ("grant-permission", "revoke-permission"):
@@ -415,7 +364,7 @@ def build_parser() -> argparse.ArgumentParser:
                             help="the effective policy (namespace over broker defaults)")
     _policy_args(n.add_parser("set-delayed-delivery"), "namespace", "tenant/namespace")
 
-    tp = group("topics", "persistent topics and subscriptions")
+    tp = group("topics", "topics, subscriptions, compaction and policies")
     for name in ("list", "list-partitioned-topics"):
         tp.add_parser(name).add_argument("namespace", help="tenant/namespace")
     tp.add_parser("permissions").add_argument("topic")
@@ -479,6 +428,7 @@ def build_parser() -> argparse.ArgumentParser:
     cd.add_argument("--subscriptionNames", "-s", dest="subscription_names", default="",
                     help="comma-separated subscriptions (default: every Shared or Key_Shared)")
     _policy_args(tp.add_parser("set-delayed-delivery"), "topic", "topic name")
+    cli_policies.add_parsers(n, tp, group("schemas", cli_policies.schema_group_help()))
     return p
 
 
