@@ -22,6 +22,7 @@ from broker.admin import (
     permissions,
     policies,
     schemas,
+    topic_ops,
     topics,
 )
 from broker.admin import errors as E
@@ -100,6 +101,7 @@ def create_app(service: BrokerService, *, lag_probe_interval_s: float = 0.5,
     policies.add_routes(app)
     schemas.add_routes(app)
     compaction.add_routes(app)
+    topic_ops.add_routes(app)
     permissions.add_routes(app)
     delayed_routes.add_routes(app)
     app.router.add_get("/lookup/v2/topic/{domain}/{tenant}/{namespace}/{topic}", lookup)

@@ -220,6 +220,14 @@ class CursorResets:
         if sub.dispatcher is not None:
             sub.dispatcher.schedule()
 
+    async def first_published_at_or_after(self, timestamp_ms: int) -> Position:
+        """The first entry published at or after *timestamp_ms* (the end when none is)."""
+        return await self._find_by_publish_time(timestamp_ms)
+
+    async def acknowledge_positions(self, positions: list[Position]) -> None:
+        """Acknowledge these entries as an admin operation does (expiry, skip)."""
+        await self._skip_positions(positions)
+
     # ------------------------------------------------------------------ rewind
 
     async def rewind(self, new: Dispatcher) -> None:

@@ -47,6 +47,7 @@ from broker.subscriptions.dispatchers.cursors import (
     tail_position,
     wire_position,
 )
+from broker.subscriptions.expiry import ExpiryCounters
 from broker.subscriptions.resets import CursorResets
 from protocol.errors import (
     ConsumerBusyError,
@@ -116,6 +117,7 @@ class Subscription:
         self.read_compacted = False  # skip what compaction superseded (set on SUBSCRIBE)
         self.closed = False
         self.resets = CursorResets(self)
+        self.expiry = ExpiryCounters()
         self.partition_index = topic.partition_index
 
     # ------------------------------------------------------------------ open / close
@@ -427,9 +429,9 @@ class Subscription:
             "type": SUB_TYPE_NAMES.get(self.sub_type, "Exclusive")
             if self.sub_type is not None else "None",
             "activeConsumerName": active.name if active is not None else None,
-            "msgRateExpired": 0.0,
-            "totalMsgExpired": 0,
-            "lastExpireTimestamp": 0,
+            "msgRateExpired": self.expiry.rate(),
+            "totalMsgExpired": self.expiry.total_expired,
+            "lastExpireTimestamp": self.expiry.last_expire_ms,
             "consumers": consumers,
             "isDurable": self.durable,
             "isReplicated": False,

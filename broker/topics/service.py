@@ -40,6 +40,7 @@ from typing import Any
 from broker.config import BrokerConfig
 from broker.delayed.policy import DelayPolicy, resolve_policy
 from broker.security.authorization import AuthPolicies, NamespaceAuth
+from broker.topics import termination
 from broker.topics.names import TopicName, is_valid_namespace, split_namespace
 from broker.topics.policies import PolicyStore
 from broker.topics.schemas import SchemaRegistry, schema_id
@@ -313,6 +314,7 @@ class BrokerService:
             del self.topics[full]
             await self._close_topic(topic)
         await self.store.delete_ledger(full)
+        await termination.forget(self.store.metadata, full)
         await self._drop_topic_policy(full)
 
     # ------------------------------------------------------------------ tenants, namespaces

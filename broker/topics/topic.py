@@ -64,6 +64,7 @@ from broker.topics.names import TopicName
 from broker.topics.policies import PolicyStore
 from broker.topics.producer import Producer
 from broker.topics.storage_errors import StorageOp, storage_failure
+from broker.topics.termination import TERMINATED_REASON, Termination
 from broker.topics.trim import LedgerTrimmer
 from protocol import commands as C
 from protocol import pulsar_pb as pb
@@ -74,6 +75,7 @@ from protocol.errors import (
     ServerError,
     ServiceNotReadyError,
     SubscriptionNotFoundError,
+    TopicTerminatedError,
 )
 from protocol.metadata import parse_entry
 from storage.cursor import ManagedCursor
@@ -84,6 +86,9 @@ from storage.positions import Position
 from storage.snapshots import SnapshotStore
 
 _U32 = struct.Struct(">I")
+# terminate: how long appends already in flight may take to become durable, polled this often
+TERMINATE_DRAIN_S = 5.0
+TERMINATE_POLL_S = 0.01
 _parse_metadata = pb.MessageMetadata.FromString
 
 __all__ = ["Topic"]
@@ -155,6 +160,7 @@ class Topic:
         self.dedup = MessageDeduplication(self)
         self.trimmer = LedgerTrimmer(self)
         self.compaction = TopicCompaction(self, host.metadata)
+        self.termination = Termination(host.metadata, self.full)
 
     # ------------------------------------------------------------------ loading
 
@@ -177,6 +183,7 @@ class Topic:
                 continue
             topic.subscriptions[cursor_name] = sub
         await topic.compaction.load()
+        await topic.termination.load()
         # No trim at load: only what happens from now on triggers one (broker.topics.trim).
         topic.trimmer.reset_trigger()
         return topic
@@ -206,6 +213,8 @@ class Topic:
         stored, messages in it, partial chunk). Raises the same errors."""
         if self.fenced or self.closed:
             raise ServiceNotReadyError(f"Topic {self.full} is being closed or reloaded")
+        if self.termination.terminated:
+            raise TopicTerminatedError(TERMINATED_REASON)
         # Hot path: one upb parse validates the metadata and gives the two fields publishing
         # needs. The full EntryInfo (parse_entry, ~5x dearer) is built only for the guard.
         if len(entry) < 4:
@@ -285,6 +294,8 @@ class Topic:
         (:meth:`queue_exclusive_waiter`). Raises ProducerBusyError / ProducerFencedError."""
         if self.fenced or self.closed:
             raise ServiceNotReadyError(f"Topic {self.full} is being closed or reloaded")
+        if self.termination.terminated:
+            raise TopicTerminatedError(TERMINATED_REASON)
         existing = self.producers.get(producer.name)
         if existing is not None:
             if existing.connection.is_closed or producer.epoch > existing.epoch:
@@ -530,6 +541,23 @@ class Topic:
         self.dedup.snapshot(now)
         self.compaction.maybe_trigger(self.host.policies.compaction_threshold(self.name))
         self.trimmer.tick(now)
+
+    # ------------------------------------------------------------------ termination
+
+    async def terminate(self) -> Position | None:
+        """Pulsar's terminate: refuse every new message from now on, let the appends already
+        in flight become durable, record the last message id durably and return it; producers
+        are disconnected (their re-creation is refused with TopicTerminatedError)."""
+        if self.termination.recorded:
+            return self.termination.last
+        self.termination.begin()      # new SENDs and producers are refused from now on
+        deadline = self.loop.time() + TERMINATE_DRAIN_S
+        while any(p.pending for p in self.producers.values()) and self.loop.time() < deadline:
+            await asyncio.sleep(TERMINATE_POLL_S)
+        last = await self.termination.record(self.ledger.last_confirmed)
+        for p in list(self.producers.values()):
+            p.disconnect()
+        return last
 
     # ------------------------------------------------------------------ lifecycle
 
