@@ -21,6 +21,7 @@ from broker.admin import (
     namespaces,
     permissions,
     policies,
+    policies_quota,
     schemas,
     topic_ops,
     topics,
@@ -99,6 +100,7 @@ def create_app(service: BrokerService, *, lag_probe_interval_s: float = 0.5,
     namespaces.add_routes(app)
     topics.add_routes(app)
     policies.add_routes(app)
+    policies_quota.add_routes(app)
     schemas.add_routes(app)
     compaction.add_routes(app)
     topic_ops.add_routes(app)

@@ -22,7 +22,9 @@ from broker.admin.cli_common import (
     Request,
     UsageError,
     namespace_path,
+    parse_duration_ms,
     parse_size_bytes,
+    q,
     topic_base,
     topic_path,
 )
@@ -90,12 +92,46 @@ def _threshold(a: argparse.Namespace) -> int:
     return size
 
 
+def _retention(a: argparse.Namespace) -> dict[str, int]:
+    minutes = -1 if a.time.strip() == "-1" else parse_duration_ms(a.time) // 60_000
+    size = parse_size_bytes(a.size)
+    return {"retentionTimeInMinutes": minutes,
+            "retentionSizeInMB": size if size < 0 else size // (1024 * 1024)}
+
+
+def _ttl(a: argparse.Namespace) -> int:
+    seconds = parse_duration_ms(a.ttl) // 1000
+    if seconds < 0:
+        raise UsageError("the message TTL is 0 (none) or more seconds")
+    return seconds
+
+
+def _quota(a: argparse.Namespace) -> dict[str, Any]:
+    size = parse_size_bytes(a.limit_size) if a.limit_size else -1
+    seconds = parse_duration_ms(a.limit_time) // 1000 if a.limit_time else -1
+    if size < 0 and seconds < 0:
+        raise UsageError("give --limitSize and/or --limitTime")
+    return {"limitSize": size, "limitTime": seconds, "policy": a.policy}
+
+
+def _inactive(a: argparse.Namespace) -> dict[str, Any]:
+    if a.enable == a.disable:
+        raise UsageError("give exactly one of --enable-delete-while-inactive or "
+                         "--disable-delete-while-inactive")
+    return {"inactiveTopicDeleteMode": a.delete_mode,
+            "maxInactiveDurationSeconds": parse_duration_ms(a.max_inactive) // 1000,
+            "deleteWhileInactive": bool(a.enable)}
+
+
 # A policy known at both levels: (command stem, namespace suffix, topic suffix, body builder).
 _TRIOS: list[tuple[str, str, str, Any]] = [
     ("deduplication", "deduplication", "deduplicationEnabled", _enable_flag),
     ("schema-compatibility-strategy", "schemaCompatibilityStrategy",
      "schemaCompatibilityStrategy", lambda a: _strategy(a.strategy)),
     ("compaction-threshold", "compactionThreshold", "compactionThreshold", _threshold),
+    ("retention", "retention", "retention", _retention),
+    ("message-ttl", "messageTTL", "messageTTL", _ttl),
+    ("inactive-topic-policies", "inactiveTopicPolicies", "inactiveTopicPolicies", _inactive),
 ]
 
 COMMANDS: dict[tuple[str, str], Builder] = {
@@ -109,6 +145,47 @@ COMMANDS: dict[tuple[str, str], Builder] = {
     ("topics", "compact"): lambda a: Request("PUT", _topic(a) + "/compaction"),
     ("topics", "compaction-status"): lambda a: Request("GET", _topic(a) + "/compaction"),
 }
+
+
+def _sub(a: argparse.Namespace) -> str:
+    return _topic(a) + f"/subscription/{q(a.subscription)}"
+
+
+def _expire(a: argparse.Namespace) -> Request:
+    seconds = parse_duration_ms(a.expire_time) // 1000
+    if a.all_subscriptions:
+        return Request("POST", _topic(a) + f"/all_subscription/expireMessages/{seconds}")
+    if not a.subscription:
+        raise UsageError("give --subscription or --all-subscriptions")
+    return Request("POST", _sub(a) + f"/expireMessages/{seconds}")
+
+
+def _quota_type(a: argparse.Namespace) -> str:
+    return "?backlogQuotaType=" + q(a.type)
+
+
+for _group, _base in (("namespaces", _ns), ("topics", _topic)):
+    COMMANDS[(_group, "set-backlog-quota")] = (
+        lambda b: lambda a: Request("POST", b(a) + "/backlogQuota" + _quota_type(a),
+                                    _quota(a), True))(_base)
+    COMMANDS[(_group, "get-backlog-quotas")] = (
+        lambda b: lambda a: Request("GET", b(a) + "/backlogQuotaMap"))(_base)
+    COMMANDS[(_group, "remove-backlog-quota")] = (
+        lambda b: lambda a: Request("DELETE", b(a) + "/backlogQuota" + _quota_type(a)))(_base)
+
+COMMANDS.update({
+    ("topics", "unload"): lambda a: Request("PUT", _topic(a) + "/unload"),
+    ("topics", "terminate"): lambda a: Request("POST", _topic(a) + "/terminate"),
+    ("topics", "partitioned-terminate"): lambda a: Request(
+        "POST", _topic(a) + "/terminate/partitions"),
+    ("topics", "update-partitioned-topic"): lambda a: Request(
+        "POST", _topic(a) + "/partitions", a.partitions, True),
+    ("topics", "peek-messages"): lambda a: Request("GET", _sub(a) + f"/position/{a.count}"),
+    ("topics", "examine-message"): lambda a: Request(
+        "GET", _topic(a) + f"/examinemessage?initialPosition={q(a.initial_position)}"
+        f"&messagePosition={a.message_position}"),
+    ("topics", "expire-messages"): _expire,
+})
 
 
 def _trio(stem: str, suffix: str, base: Any, body: Any) -> dict[str, Builder]:
@@ -140,6 +217,25 @@ def _set_args(sp: argparse.ArgumentParser, stem: str, level: str) -> None:
         other = ("--strategy", "-s") if level == "namespaces" else ("--compatibility", "-c")
         sp.add_argument(*flags, *other, dest="strategy", required=True,
                         help="one of " + ", ".join(SCHEMA_STRATEGIES))
+    elif stem == "retention":
+        sp.add_argument("--time", "-t", required=True,
+                        help="how long consumed messages are kept, e.g. 100m, 3h, 2d; -1 = forever")
+        sp.add_argument("--size", "-s", required=True,
+                        help="how much consumed data is kept, e.g. 10M, 16G; -1 = no limit")
+    elif stem == "message-ttl":
+        sp.add_argument("--messageTTL", "-ttl", dest="ttl", required=True,
+                        help="unacknowledged messages expire after this, e.g. 3600 (s), 1h")
+    elif stem == "inactive-topic-policies":
+        sp.add_argument("--enable-delete-while-inactive", "-e", dest="enable",
+                        action="store_true")
+        sp.add_argument("--disable-delete-while-inactive", "-d", dest="disable",
+                        action="store_true")
+        sp.add_argument("--max-inactive-duration", "-t", dest="max_inactive", default="60s",
+                        help="inactivity before deletion, e.g. 1h (default 60s)")
+        sp.add_argument("--delete-mode", "-m", dest="delete_mode",
+                        default="delete_when_no_subscriptions",
+                        choices=("delete_when_no_subscriptions",
+                                 "delete_when_subscriptions_caught_up"))
     elif stem == "compaction-threshold":
         sp.add_argument("--threshold", "-t", required=True,
                         help="backlog size that triggers compaction, e.g. 10M, 1G; 0 = off")
@@ -157,6 +253,43 @@ def add_parsers(namespaces: Any, topics: Any, schemas: Any) -> None:
                 sp.add_argument(dest, help=help_)
                 if verb == "set":
                     _set_args(sp, stem, level)
+    for group, dest in ((namespaces, "namespace"), (topics, "topic")):
+        sq = group.add_parser("set-backlog-quota", help="set a backlog quota")
+        sq.add_argument(dest)
+        sq.add_argument("--limitSize", "-l", dest="limit_size", help="e.g. 10M, 16G")
+        sq.add_argument("--limitTime", "-lt", dest="limit_time", help="e.g. 3600 (s), 1h")
+        sq.add_argument("--policy", "-p", required=True,
+                        choices=("producer_request_hold", "producer_exception",
+                                 "consumer_backlog_eviction"))
+        sq.add_argument("--type", "-t", default="destination_storage",
+                        choices=("destination_storage", "message_age"))
+        group.add_parser("get-backlog-quotas", help="the backlog quotas").add_argument(dest)
+        rq = group.add_parser("remove-backlog-quota", help="remove a backlog quota")
+        rq.add_argument(dest)
+        rq.add_argument("--type", "-t", default="destination_storage",
+                        choices=("destination_storage", "message_age"))
+    for name, help_ in (("unload", "unload the topic (clients reconnect)"),
+                        ("terminate", "terminate the topic: no more messages"),
+                        ("partitioned-terminate", "terminate every partition")):
+        topics.add_parser(name, help=help_).add_argument("topic")
+    up = topics.add_parser("update-partitioned-topic", help="grow a partitioned topic")
+    up.add_argument("topic")
+    up.add_argument("--partitions", "-p", type=int, required=True)
+    pk = topics.add_parser("peek-messages", help="the n-th unacknowledged message's payload")
+    pk.add_argument("topic")
+    pk.add_argument("--subscription", "-s", required=True)
+    pk.add_argument("--count", "-n", type=int, default=1)
+    ex = topics.add_parser("examine-message", help="the n-th message from either end")
+    ex.add_argument("topic")
+    ex.add_argument("--initialPosition", "-i", dest="initial_position", default="latest",
+                    choices=("latest", "earliest"))
+    ex.add_argument("--messagePosition", "-m", dest="message_position", type=int, default=1)
+    em = topics.add_parser("expire-messages", help="acknowledge messages older than a time")
+    em.add_argument("topic")
+    em.add_argument("--subscription", "-s")
+    em.add_argument("--all-subscriptions", "-a", dest="all_subscriptions", action="store_true")
+    em.add_argument("--expireTime", "-t", dest="expire_time", required=True,
+                    help="e.g. 3600 (s), 1h")
     for name, help_ in (("compact", "start compacting the topic (PUT .../compaction)"),
                         ("compaction-status", "status of the last compaction run")):
         topics.add_parser(name, help=help_).add_argument("topic")

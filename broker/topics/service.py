@@ -41,6 +41,7 @@ from broker.config import BrokerConfig
 from broker.delayed.policy import DelayPolicy, resolve_policy
 from broker.security.authorization import AuthPolicies, NamespaceAuth
 from broker.topics import termination
+from broker.topics.inactive import InactiveTopicSweeper
 from broker.topics.names import TopicName, is_valid_namespace, split_namespace
 from broker.topics.policies import PolicyStore
 from broker.topics.schemas import SchemaRegistry, schema_id
@@ -89,6 +90,9 @@ class BrokerService:
         self._ns_policies: dict[str, dict[str, Any]] = {}
         self._topic_policies: dict[str, dict[str, Any]] = {}
         self.policies = PolicyStore(config, store.metadata)  # dedup, schema, compaction
+        self.inactive = InactiveTopicSweeper(
+            self.policies, config.broker_delete_inactive_topics_frequency_seconds,
+            lambda full: self.delete_topic(full))
         self.schemas = SchemaRegistry(store.metadata)
         self._instance = next(_instance_counter)  # until start() reads the generation
         self._producer_names = itertools.count()
@@ -158,6 +162,10 @@ class BrokerService:
                     topic.housekeeping(now)
                 except Exception:  # one topic's failure must not stop the tick for all
                     log.exception("housekeeping of %s failed", topic.full)
+            try:
+                await self.inactive.tick(now, self.topics)
+            except Exception:
+                log.exception("inactive topic sweep failed")
             await asyncio.sleep(1.0)
 
     # ------------------------------------------------------------------ topics

@@ -58,6 +58,7 @@ from broker.delayed.tracker import DelayedDeliveryTracker
 from broker.metrics.rates import PUBLISH_LATENCY_BUCKETS_MS, RateMeter
 from broker.subscriptions.subscription import Subscription
 from broker.topics.access_modes import Admission, ProducerAccess
+from broker.topics.backlog_policies import BacklogPolicies
 from broker.topics.compaction import COMPACTION_CURSOR, TopicCompaction
 from broker.topics.dedup import DEDUP_CURSOR, MessageDeduplication
 from broker.topics.names import TopicName
@@ -161,6 +162,7 @@ class Topic:
         self.trimmer = LedgerTrimmer(self)
         self.compaction = TopicCompaction(self, host.metadata)
         self.termination = Termination(host.metadata, self.full)
+        self.backlog = BacklogPolicies(self, host.policies, host.config)
 
     # ------------------------------------------------------------------ loading
 
@@ -296,6 +298,7 @@ class Topic:
             raise ServiceNotReadyError(f"Topic {self.full} is being closed or reloaded")
         if self.termination.terminated:
             raise TopicTerminatedError(TERMINATED_REASON)
+        self.backlog.admit_producer()
         existing = self.producers.get(producer.name)
         if existing is not None:
             if existing.connection.is_closed or producer.epoch > existing.epoch:
@@ -541,6 +544,11 @@ class Topic:
         self.dedup.snapshot(now)
         self.compaction.maybe_trigger(self.host.policies.compaction_threshold(self.name))
         self.trimmer.tick(now)
+        self.backlog.tick(now)
+
+    def retention(self) -> tuple[int, int]:
+        """(minutes, MB) of retention in force (the trimmer keeps that much consumed data)."""
+        return self.host.policies.retention(self.name)
 
     # ------------------------------------------------------------------ termination
 
@@ -575,6 +583,7 @@ class Topic:
         for sub in list(self.subscriptions.values()):
             await _close_subscription(sub, disconnect_clients=disconnect_clients)
         await self.trimmer.close()
+        await self.backlog.close()
         await self.compaction.close()
         self.dedup.close(self.loop.time())
         try:

@@ -119,3 +119,47 @@ def test_compact_and_compaction_status(cli: Cli, client: Any) -> None:
     cli.ok("topics", "compact", "c")
     wait_until(lambda: cli.ok("topics", "compaction-status", "c")["status"] == "SUCCESS",
                message="compaction finished")
+
+
+def test_retention_ttl_quota_inactive_commands(cli: Cli, api: Api) -> None:
+    cli.ok("namespaces", "set-retention", "public/default", "--time", "3h", "--size", "1G")
+    assert cli.ok("namespaces", "get-retention", "public/default") == {
+        "retentionTimeInMinutes": 180, "retentionSizeInMB": 1024}
+    cli.ok("namespaces", "set-message-ttl", "public/default", "-ttl", "1h")
+    assert api("GET", NS).body["message_ttl_in_seconds"] == 3600
+    cli.ok("namespaces", "set-backlog-quota", "public/default", "-l", "10M",
+           "-p", "producer_exception")
+    assert cli.ok("namespaces", "get-backlog-quotas", "public/default") == {
+        "destination_storage": {"limitSize": 10 * 1024 * 1024, "limitTime": -1,
+                                "policy": "producer_exception"}}
+    cli.ok("namespaces", "remove-backlog-quota", "public/default")
+    assert cli.ok("namespaces", "get-backlog-quotas", "public/default") == {}
+    cli.ok("namespaces", "set-inactive-topic-policies", "public/default", "-e", "-t", "2m",
+           "-m", "delete_when_subscriptions_caught_up")
+    assert cli.ok("namespaces", "get-inactive-topic-policies", "public/default") == {
+        "inactiveTopicDeleteMode": "delete_when_subscriptions_caught_up",
+        "maxInactiveDurationSeconds": 120, "deleteWhileInactive": True}
+    cli.ok("topics", "create", "pt")
+    cli.ok("topics", "set-message-ttl", "pt", "-ttl", "30")
+    assert api("GET", T + "/pt/messageTTL").body == 30
+
+
+def test_topic_operation_commands(cli: Cli, client: Any) -> None:
+    client.subscribe("persistent://public/default/ops", "s").close()
+    producer = client.create_producer("persistent://public/default/ops", batching_enabled=False)
+    for i in range(3):
+        producer.send(b"p%d" % i)
+    assert cli.ok("topics", "peek-messages", "ops", "-s", "s", "-n", "2") == "p1"
+    assert cli.ok("topics", "examine-message", "ops", "-i", "earliest", "-m", "1") == "p0"
+    cli.ok("topics", "expire-messages", "ops", "-s", "s", "-t", "0")
+    assert cli.ok("topics", "stats", "ops")["subscriptions"]["s"]["msgBacklog"] == 0
+    cli.ok("topics", "unload", "ops")
+    last = cli.ok("topics", "terminate", "ops")
+    assert last["entryId"] == 2
+    producer.close()
+    cli.ok("topics", "create-partitioned-topic", "pp", "-p", "2")
+    cli.ok("topics", "update-partitioned-topic", "pp", "-p", "3")
+    assert cli.ok("topics", "get-partitioned-topic-metadata", "pp") == {"partitions": 3}
+    shrink = cli.run("topics", "update-partitioned-topic", "pp", "-p", "1")
+    assert shrink.returncode == 1
+    assert "can't be less than the current partitions 3" in shrink.stderr
