@@ -397,6 +397,13 @@ class Subscription:
         for c in self.consumers:
             c.sample_rates(now)
 
+    def _backlog_bytes(self, backlog: int) -> int:
+        """Backlog in bytes, at the ledger's average entry size (as the topic's backlogSize)."""
+        entries = self.ledger.number_of_entries
+        if not entries or not backlog:
+            return 0
+        return int(self.ledger.total_size_bytes * min(1.0, backlog / entries))
+
     def stats(self) -> dict[str, Any]:
         """Pulsar's SubscriptionStats shape."""
         now = asyncio.get_running_loop().time()
@@ -421,7 +428,7 @@ class Subscription:
             "msgRateRedeliver": rate_redeliver,
             "chunkedMessageRate": 0.0,
             "msgBacklog": backlog,
-            "backlogSize": 0,
+            "backlogSize": self._backlog_bytes(backlog),
             "msgBacklogNoDelayed": max(0, backlog - delayed),
             "blockedSubscriptionOnUnackedMsgs": False,
             "msgDelayed": delayed,

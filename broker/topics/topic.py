@@ -354,6 +354,11 @@ class Topic:
         if not self.producers and self._exclusive_waiters:
             self._promote_exclusive_waiter()
 
+    @property
+    def waiting_publishers(self) -> int:
+        """WaitForExclusive producers queued for the topic (stats ``waitingPublishers``)."""
+        return len(self._exclusive_waiters)
+
     def queue_exclusive_waiter(self, producer: Producer, request_id: int) -> None:
         """A WaitForExclusive producer waits (FIFO) until the topic has no producer."""
         self._exclusive_waiters.append((producer, request_id))

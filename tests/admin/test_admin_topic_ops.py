@@ -153,3 +153,21 @@ def _raw_get(base: str, path: str) -> dict[str, str]:
     import urllib.request
     with urllib.request.urlopen(base + path, timeout=10) as resp:
         return dict(resp.headers)
+
+
+def test_stats_report_real_backlog_bytes_and_epoch(client: Any, api: Api) -> None:
+    client.subscribe(f"{FULL}/st", "s").close()
+    _send(client, "st", 4)
+    stats = api("GET", T + "/st/stats").body
+    sub = stats["subscriptions"]["s"]
+    assert sub["msgBacklog"] == 4
+    assert sub["backlogSize"] > 0
+    assert sub["backlogSize"] == stats["backlogSize"]
+    assert stats["waitingPublishers"] == 0
+    for epoch in (0, 1):     # every exclusive grant is a new topic epoch
+        producer = client.create_producer(f"{FULL}/st",
+                                          access_mode=pulsar.ProducerAccessMode.Exclusive)
+        assert api("GET", T + "/st/stats").body["topicEpoch"] == epoch
+        producer.close()
+    assert api("POST", T + "/st/subscription/s/expireMessages/0").status == 204
+    assert api("GET", T + "/st/stats").body["subscriptions"]["s"]["backlogSize"] == 0
