@@ -56,10 +56,17 @@ class ExpiryCounters:
 class ExpiringSubscription(Protocol):
     """What expiry uses of a subscription (:class:`broker.subscriptions.subscription.Subscription`)."""
 
-    cursor: SubscriptionCursor
-    ledger: ManagedLedger
-    resets: CursorResets
-    expiry: ExpiryCounters
+    @property
+    def cursor(self) -> SubscriptionCursor: ...
+
+    @property
+    def ledger(self) -> ManagedLedger: ...
+
+    @property
+    def resets(self) -> CursorResets: ...
+
+    @property
+    def expiry(self) -> ExpiryCounters: ...
 
 
 async def expire_before(sub: ExpiringSubscription, cutoff_ms: int) -> int:

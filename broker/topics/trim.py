@@ -29,6 +29,7 @@ through :class:`TrimmedTopic`.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import time
 from typing import Protocol
@@ -84,7 +85,7 @@ def retention_bound(infos: list[LedgerInfo], minutes: int, size_mb: int,
     total = sum(i.size_bytes for i in infos)
     freed = 0
     bound = -1
-    for info, successor in zip(infos, infos[1:], strict=False):
+    for info, successor in itertools.pairwise(infos):
         expired = minutes >= 0 and now_ms - successor.created_ms > minutes * 60_000
         over_size = size_mb >= 0 and total - freed > size_mb * 1024 * 1024
         if not (expired or over_size):

@@ -8,11 +8,11 @@ from typing import Any
 
 import pulsar
 import pytest
+from conftest import make_client
+from waiting import wait_until
 
 from broker.topics.trim import retention_bound
-from conftest import make_client
 from storage.ledger_state import LedgerInfo
-from waiting import wait_until
 
 from .conftest import Api, http
 

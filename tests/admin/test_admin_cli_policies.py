@@ -7,7 +7,6 @@ import pathlib
 from typing import Any
 
 import pytest
-
 from waiting import wait_until
 
 from .conftest import Api, Cli

@@ -8,8 +8,6 @@ from typing import Any
 import pulsar
 import pytest
 
-from waiting import wait_until
-
 from .conftest import Api, http
 
 T = "/admin/v2/persistent/public/default"
