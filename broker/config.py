@@ -55,6 +55,14 @@ log = logging.getLogger("horae.config")
 LOG_FORMATS = ("text", "json")
 
 
+#: Pulsar's BacklogQuota.RetentionPolicy names.
+BACKLOG_QUOTA_POLICIES = ("producer_request_hold", "producer_exception",
+                          "consumer_backlog_eviction")
+
+#: Pulsar's InactiveTopicDeleteMode names.
+INACTIVE_TOPIC_MODES = ("delete_when_no_subscriptions", "delete_when_subscriptions_caught_up")
+
+
 class ConfigError(ValueError):
     """A configuration file or override is invalid; the message names the key."""
 
@@ -131,7 +139,40 @@ class BrokerConfig:
         "Default schema compatibility strategy (namespace/topic policies override it).")
     broker_delete_inactive_topics_enabled: bool = _opt(
         "brokerDeleteInactiveTopicsEnabled", False,
-        "Accepted for compatibility; Horae never deletes inactive topics (Pulsar's default is true).")
+        "Delete a loaded non-partitioned topic inactive for "
+        "brokerDeleteInactiveTopicsMaxInactiveDurationSeconds (Pulsar's default is true; Horae's "
+        "is false: a broker that deletes data by itself should be asked to).")
+    broker_delete_inactive_topics_frequency_seconds: int = _opt(
+        "brokerDeleteInactiveTopicsFrequencySeconds", 60, "How often inactive topics are looked for.")
+    broker_delete_inactive_topics_max_inactive_duration_seconds: int = _opt(
+        "brokerDeleteInactiveTopicsMaxInactiveDurationSeconds", 60,
+        "Inactivity after which a topic is deleted (namespace/topic inactiveTopicPolicies override).")
+    broker_delete_inactive_topics_mode: str = _opt(
+        "brokerDeleteInactiveTopicsMode", "delete_when_no_subscriptions",
+        "delete_when_no_subscriptions or delete_when_subscriptions_caught_up.")
+    default_retention_time_in_minutes: int = _opt(
+        "defaultRetentionTimeInMinutes", 0,
+        "Keep acknowledged ledgers this long (-1: forever); namespace/topic retention overrides.")
+    default_retention_size_in_mb: int = _opt(
+        "defaultRetentionSizeInMB", 0,
+        "Keep up to this many MB of acknowledged ledgers (-1: no limit).")
+    ttl_duration_default_in_seconds: int = _opt(
+        "ttlDurationDefaultInSeconds", 0,
+        "Message TTL when no namespace/topic messageTTL is set (0: messages never expire).")
+    message_expiry_check_interval_in_minutes: int = _opt(
+        "messageExpiryCheckIntervalInMinutes", 5, "How often message TTL is applied.")
+    backlog_quota_check_interval_in_seconds: int = _opt(
+        "backlogQuotaCheckIntervalInSeconds", 60, "How often backlog quotas are checked.")
+    backlog_quota_default_limit_bytes: int = _opt(
+        "backlogQuotaDefaultLimitBytes", -1,
+        "destination_storage quota when no namespace/topic quota is set (-1: none).")
+    backlog_quota_default_limit_second: int = _opt(
+        "backlogQuotaDefaultLimitSecond", -1,
+        "message_age quota (seconds) when no namespace/topic quota is set (-1: none).")
+    backlog_quota_default_retention_policy: str = _opt(
+        "backlogQuotaDefaultRetentionPolicy", "producer_request_hold",
+        "What the default quotas do: producer_request_hold, producer_exception or "
+        "consumer_backlog_eviction.")
 
     # --- storage (mapped into storage.config.StorageConfig) --------------------------------
     managed_ledger_max_entries_per_ledger: int = _opt(
@@ -322,6 +363,19 @@ class BrokerConfig:
                 "diskUsageLwmThreshold and diskUsageThreshold must satisfy 0 < "
                 f"diskUsageLwmThreshold <= diskUsageThreshold <= 1, not "
                 f"{self.disk_usage_lwm_threshold} and {self.disk_usage_threshold}")
+        if self.broker_delete_inactive_topics_mode not in INACTIVE_TOPIC_MODES:
+            raise ConfigError("brokerDeleteInactiveTopicsMode must be one of "
+                              f"{list(INACTIVE_TOPIC_MODES)}, not "
+                              f"{self.broker_delete_inactive_topics_mode!r}")
+        if self.backlog_quota_default_retention_policy not in BACKLOG_QUOTA_POLICIES:
+            raise ConfigError("backlogQuotaDefaultRetentionPolicy must be one of "
+                              f"{list(BACKLOG_QUOTA_POLICIES)}, not "
+                              f"{self.backlog_quota_default_retention_policy!r}")
+        for name in ("message_expiry_check_interval_in_minutes",
+                     "broker_delete_inactive_topics_frequency_seconds",
+                     "backlog_quota_check_interval_in_seconds"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{_KEY_OF[name]} must be > 0, not {getattr(self, name)}")
         if self.delayed_delivery_max_delay_in_millis < 0:
             raise ConfigError("delayedDeliveryMaxDelayInMillis must be >= 0 (0 = no limit), "
                               f"not {self.delayed_delivery_max_delay_in_millis}")

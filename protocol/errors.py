@@ -176,6 +176,17 @@ class NotAllowedError(RequestError):
     default_code = ServerError.NotAllowedError
 
 
+class TopicTerminatedError(RequestError):
+    default_code = ServerError.TopicTerminatedError
+
+
+class ProducerBlockedQuotaExceededException(RequestError):
+    """A backlog quota (policy ``producer_exception``) refuses the producer; on this code the
+    C++ client fails its pending sends instead of re-sending them."""
+
+    default_code = ServerError.ProducerBlockedQuotaExceededException
+
+
 class MalformedEntryError(ChecksumError):
     """An entry ([metadataSize][MessageMetadata][payload]) or batch payload does not parse.
 
@@ -202,6 +213,8 @@ _BY_CODE: dict[ServerError, type[RequestError]] = {
         InvalidTopicNameError,
         IncompatibleSchemaError,
         NotAllowedError,
+        TopicTerminatedError,
+        ProducerBlockedQuotaExceededException,
     )
 }
 
@@ -233,6 +246,7 @@ __all__ = [
     "MetadataError",
     "NotAllowedError",
     "PersistenceError",
+    "ProducerBlockedQuotaExceededException",
     "ProducerBusyError",
     "ProducerFencedError",
     "ProtocolError",
@@ -241,6 +255,7 @@ __all__ = [
     "ServiceNotReadyError",
     "SubscriptionNotFoundError",
     "TopicNotFoundError",
+    "TopicTerminatedError",
     "UnknownServerError",
     "error_for_code",
 ]

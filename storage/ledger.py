@@ -501,10 +501,11 @@ class ManagedLedger:
 
     # -- trimming and closing --------------------------------------------------------------
 
-    async def trim(self) -> list[int]:
+    async def trim(self, up_to_ledger_id: int | None = None) -> list[int]:
         """Delete sealed ledgers every cursor has fully acknowledged (all sealed ledgers when
-        there is no cursor, as Pulsar does without retention). The current ledger is never
-        deleted. Returns the deleted ledger ids."""
+        there is no cursor, as Pulsar does without retention), none above *up_to_ledger_id*
+        when given (what retention keeps). The current ledger is never deleted. Returns the
+        deleted ledger ids."""
         if self._cursor_set.trim_blockers:
             log.warning("managed ledger %s: not trimmed, cursor state unsafe: %s", self.name,
                         self._cursor_set.trim_blockers)
@@ -517,6 +518,8 @@ class ManagedLedger:
             if led is self._current or not led.sealed or led.next_entry_id != led.confirmed:
                 break
             if slowest is not None and slowest < Position(ledger_id, led.confirmed - 1):
+                break
+            if up_to_ledger_id is not None and ledger_id > up_to_ledger_id:
                 break
             deleted.append(ledger_id)
         for ledger_id in deleted:

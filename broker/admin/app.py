@@ -21,7 +21,9 @@ from broker.admin import (
     namespaces,
     permissions,
     policies,
+    policies_quota,
     schemas,
+    topic_ops,
     topics,
 )
 from broker.admin import errors as E
@@ -112,8 +114,10 @@ def create_app(service: BrokerService, *, lag_probe_interval_s: float = 0.5,
     namespaces.add_routes(app)
     topics.add_routes(app)
     policies.add_routes(app)
+    policies_quota.add_routes(app)
     schemas.add_routes(app)
     compaction.add_routes(app)
+    topic_ops.add_routes(app)
     permissions.add_routes(app)
     delayed_routes.add_routes(app)
     app.router.add_get("/lookup/v2/topic/{domain}/{tenant}/{namespace}/{topic}", lookup)

@@ -1,7 +1,8 @@
 """``horae-admin``: Pulsar's ``pulsar-admin`` command names over Horae's REST API.
 
 Usage: ``horae-admin [--admin-url http://localhost:8080] <group> <command> [args]`` with
-groups ``tenants``, ``namespaces``, ``topics`` and ``brokers``. Topic arguments accept
+groups ``tenants``, ``namespaces``, ``topics``, ``schemas`` and ``brokers`` (the policy,
+schema and compaction commands are declared in :mod:`broker.admin.cli_policies`). Topic arguments accept
 short names ("t" is persistent://public/default/t, "tenant/ns/t" too). Durations are
 ``500ms``, ``30s``, ``10m``, ``1h``, ``2d``, ``1w`` (a bare number is seconds).
 
@@ -23,15 +24,18 @@ import sys
 import time
 import urllib.error
 import urllib.parse
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, NoReturn
 
+from broker.admin import cli_policies
 from broker.admin.cli_args import (
+    Builder,
     UsageError,
     namespace_path,
     parse_duration_ms,
     parse_ledger_entry,
     parse_message_id,
+    q,
     topic_path,
 )
 from broker.admin.cli_auth import AdminAuth, admin_auth
@@ -111,7 +115,7 @@ def _cancel_delayed(args: argparse.Namespace) -> Request:
 
 
 def _reset_cursor(args: argparse.Namespace) -> Request:
-    base = f"/admin/v2/persistent/{topic_path(args.topic)}/subscription/{_q(args.subscription)}"
+    base = f"/admin/v2/persistent/{topic_path(args.topic)}/subscription/{q(args.subscription)}"
     if bool(args.time) == bool(args.message_id):
         raise UsageError("give exactly one of --time or --messageId")
     if args.time:
@@ -127,7 +131,7 @@ def _reset_cursor(args: argparse.Namespace) -> Request:
 
 def _create_subscription(args: argparse.Namespace) -> Request:
     path = (f"/admin/v2/persistent/{topic_path(args.topic)}"
-            f"/subscription/{_q(args.subscription)}")
+            f"/subscription/{q(args.subscription)}")
     mid = args.message_id.strip().lower()
     if mid == "latest":
         return Request("PUT", path)
@@ -137,8 +141,6 @@ def _create_subscription(args: argparse.Namespace) -> Request:
     return Request("PUT", path, {"ledgerId": ledger, "entryId": entry}, True)
 
 
-def _q(value: str) -> str:
-    return urllib.parse.quote(value, safe="")
 
 
 def _force(args: argparse.Namespace) -> str:
@@ -159,32 +161,31 @@ def _partitioned_lookup(admin_url: str, args: argparse.Namespace, auth: AdminAut
     return out
 
 
-Builder = Callable[[argparse.Namespace], Request]
 T = "/admin/v2/persistent/"
 
 _COMMANDS: dict[tuple[str, str], Builder] = {
     ("brokers", "healthcheck"): lambda a: Request("GET", "/admin/v2/brokers/health"),
     ("clusters", "list"): lambda a: Request("GET", "/admin/v2/clusters"),
     ("tenants", "list"): lambda a: Request("GET", "/admin/v2/tenants"),
-    ("tenants", "get"): lambda a: Request("GET", f"/admin/v2/tenants/{_q(a.tenant)}"),
+    ("tenants", "get"): lambda a: Request("GET", f"/admin/v2/tenants/{q(a.tenant)}"),
     ("tenants", "create"): lambda a: Request(
-        "PUT", f"/admin/v2/tenants/{_q(a.tenant)}",
+        "PUT", f"/admin/v2/tenants/{q(a.tenant)}",
         {"adminRoles": _split(a.admin_roles), "allowedClusters": _split(a.allowed_clusters)
          or ["standalone"]}, True),
-    ("tenants", "delete"): lambda a: Request("DELETE", f"/admin/v2/tenants/{_q(a.tenant)}"),
-    ("namespaces", "list"): lambda a: Request("GET", f"/admin/v2/namespaces/{_q(a.tenant)}"),
+    ("tenants", "delete"): lambda a: Request("DELETE", f"/admin/v2/tenants/{q(a.tenant)}"),
+    ("namespaces", "list"): lambda a: Request("GET", f"/admin/v2/namespaces/{q(a.tenant)}"),
     ("namespaces", "permissions"): lambda a: Request(
         "GET", f"/admin/v2/namespaces/{namespace_path(a.namespace)}/permissions"),
     ("namespaces", "grant-permission"): lambda a: Request(
-        "POST", f"/admin/v2/namespaces/{namespace_path(a.namespace)}/permissions/{_q(a.role)}",
+        "POST", f"/admin/v2/namespaces/{namespace_path(a.namespace)}/permissions/{q(a.role)}",
         _split(a.actions), True),
     ("namespaces", "revoke-permission"): lambda a: Request(
-        "DELETE", f"/admin/v2/namespaces/{namespace_path(a.namespace)}/permissions/{_q(a.role)}"),
+        "DELETE", f"/admin/v2/namespaces/{namespace_path(a.namespace)}/permissions/{q(a.role)}"),
     ("topics", "permissions"): lambda a: Request("GET", T + topic_path(a.topic) + "/permissions"),
     ("topics", "grant-permission"): lambda a: Request(
-        "POST", T + topic_path(a.topic) + f"/permissions/{_q(a.role)}", _split(a.actions), True),
+        "POST", T + topic_path(a.topic) + f"/permissions/{q(a.role)}", _split(a.actions), True),
     ("topics", "revoke-permission"): lambda a: Request(
-        "DELETE", T + topic_path(a.topic) + f"/permissions/{_q(a.role)}"),
+        "DELETE", T + topic_path(a.topic) + f"/permissions/{q(a.role)}"),
     ("namespaces", "create"): lambda a: Request(
         "PUT", f"/admin/v2/namespaces/{namespace_path(a.namespace)}"),
     ("namespaces", "delete"): lambda a: Request(
@@ -218,16 +219,16 @@ _COMMANDS: dict[tuple[str, str], Builder] = {
         "GET", T + topic_path(a.topic) + "/subscriptions"),
     ("topics", "create-subscription"): _create_subscription,
     ("topics", "unsubscribe"): lambda a: Request(
-        "DELETE", T + topic_path(a.topic) + f"/subscription/{_q(a.subscription)}" + _force(a)),
+        "DELETE", T + topic_path(a.topic) + f"/subscription/{q(a.subscription)}" + _force(a)),
     ("topics", "skip"): lambda a: Request(
-        "POST", T + topic_path(a.topic) + f"/subscription/{_q(a.subscription)}/skip/{a.count}"),
+        "POST", T + topic_path(a.topic) + f"/subscription/{q(a.subscription)}/skip/{a.count}"),
     ("topics", "skip-all"): lambda a: Request(
-        "POST", T + topic_path(a.topic) + f"/subscription/{_q(a.subscription)}/skip_all"),
+        "POST", T + topic_path(a.topic) + f"/subscription/{q(a.subscription)}/skip_all"),
     ("topics", "clear-backlog"): lambda a: Request(
-        "POST", T + topic_path(a.topic) + f"/subscription/{_q(a.subscription)}/skip_all"),
+        "POST", T + topic_path(a.topic) + f"/subscription/{q(a.subscription)}/skip_all"),
     ("topics", "reset-cursor"): _reset_cursor,
     ("topics", "skip-messages"): lambda a: Request(
-        "POST", T + topic_path(a.topic) + f"/subscription/{_q(a.subscription)}/skipByMessageIds",
+        "POST", T + topic_path(a.topic) + f"/subscription/{q(a.subscription)}/skipByMessageIds",
         _skip_body(a), True),
     ("topics", "cancel-delayed-message"): _cancel_delayed,
     ("topics", "set-delayed-delivery"): lambda a: Request(
@@ -239,6 +240,7 @@ _COMMANDS: dict[tuple[str, str], Builder] = {
     ("topics", "lookup"): lambda a: Request("GET", "/lookup/v2/topic/persistent/"
                                             + topic_path(a.topic)),
 }
+_COMMANDS.update(cli_policies.COMMANDS)
 
 
 def _split(value: str | None) -> list[str]:
@@ -250,6 +252,15 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:   # argparse exits 2 on usage errors, as we want
         self.print_usage(sys.stderr)
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+class _Commands(argparse._SubParsersAction):  # type: ignore[type-arg]
+    """Lists every command in ``GROUP --help`` (argparse lists only those given a help)."""
+
+    def add_parser(self, name: str, **kwargs: Any) -> argparse.ArgumentParser:
+        kwargs.setdefault("help", "")
+        parser: argparse.ArgumentParser = super().add_parser(name, **kwargs)
+        return parser
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -271,7 +282,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     def group(name: str, help_: str) -> Any:
         return groups.add_parser(name, help=help_).add_subparsers(
-            dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
+            dest="command", required=True, metavar="COMMAND", parser_class=_Parser,
+            action=_Commands)
 
     b = group("brokers", "broker health")
     b.add_parser("healthcheck", help="GET /admin/v2/brokers/health")
@@ -287,7 +299,7 @@ def build_parser() -> argparse.ArgumentParser:
     tc.add_argument("--admin-roles", "-r", default="")
     tc.add_argument("--allowed-clusters", "-c", default="")
 
-    n = group("namespaces", "namespaces, their permissions and delayed-delivery policy")
+    n = group("namespaces", "namespaces, their permissions and policies")
     n.add_parser("list").add_argument("tenant")
     n.add_parser("permissions").add_argument("namespace", help="tenant/namespace")
     for name in ("grant-permission", "revoke-permission"):
@@ -304,7 +316,7 @@ def build_parser() -> argparse.ArgumentParser:
                             help="the effective policy (namespace over broker defaults)")
     _policy_args(n.add_parser("set-delayed-delivery"), "namespace", "tenant/namespace")
 
-    tp = group("topics", "persistent topics and subscriptions")
+    tp = group("topics", "topics, subscriptions, compaction and policies")
     for name in ("list", "list-partitioned-topics"):
         tp.add_parser(name).add_argument("namespace", help="tenant/namespace")
     tp.add_parser("permissions").add_argument("topic")
@@ -368,6 +380,7 @@ def build_parser() -> argparse.ArgumentParser:
     cd.add_argument("--subscriptionNames", "-s", dest="subscription_names", default="",
                     help="comma-separated subscriptions (default: every Shared or Key_Shared)")
     _policy_args(tp.add_parser("set-delayed-delivery"), "topic", "topic name")
+    cli_policies.add_parsers(n, tp, group("schemas", cli_policies.schema_group_help()))
     return p
 
 

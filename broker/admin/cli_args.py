@@ -1,27 +1,47 @@
-"""``horae-admin`` argument values: topic and namespace names, durations, message ids.
+"""``horae-admin`` argument values: topic and namespace names, durations, sizes, message ids.
 
 Theory of operation: pure functions from command-line text to the values and URL path parts
 the REST API wants; bad text raises :class:`UsageError` (exit code 2, as argparse's own
-errors). Topic arguments accept short names ("t" is persistent://public/default/t,
-"tenant/ns/t" too). Durations are ``500ms``, ``30s``, ``10m``, ``1h``, ``2d``, ``1w`` (a bare
-number is seconds). Used by :mod:`broker.admin.cli` only; no I/O.
+errors). A command is a :data:`Builder` (parsed arguments -> :class:`Request`). Topic arguments
+accept short names ("t" is persistent://public/default/t, "tenant/ns/t" too). Durations are
+``500ms``, ``30s``, ``10m``, ``1h``, ``2d``, ``1w`` (a bare number is seconds); sizes ``100``,
+``512k``, ``10M``, ``1G`` (``-1`` is unlimited). Used by :mod:`broker.admin.cli` and
+:mod:`broker.admin.cli_policies`; no I/O.
 """
 
 from __future__ import annotations
 
 import re
 import urllib.parse
+from collections.abc import Callable
+from typing import Any
 
-__all__ = ["UsageError", "namespace_path", "parse_duration_ms", "parse_ledger_entry",
-           "parse_message_id", "topic_path"]
+from broker.admin.cli_http import Request
+
+__all__ = ["DOMAINS", "Builder", "UsageError", "namespace_path", "parse_duration_ms",
+           "parse_ledger_entry", "parse_message_id", "parse_size_bytes", "q", "topic_base",
+           "topic_path"]
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?\s*$", re.IGNORECASE)
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000,
             "w": 604_800_000, None: 1000}
+_SIZE = re.compile(r"^\s*(-?\d+)\s*([kmgt])?\s*$", re.IGNORECASE)
+_SIZE_UNIT = {None: 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+DOMAINS = ("persistent", "non-persistent")
 
 
 class UsageError(Exception):
     """Bad command-line input: exit code 2."""
+
+
+
+
+Builder = Callable[[Any], Request]
+"""A command: parsed arguments -> the request it sends."""
+
+
+def q(value: str) -> str:
+    return urllib.parse.quote(value, safe="")
 
 
 def parse_duration_ms(text: str) -> int:
@@ -33,29 +53,55 @@ def parse_duration_ms(text: str) -> int:
     return int(float(m.group(1)) * _UNIT_MS[unit])
 
 
-def topic_path(topic: str) -> str:
-    """A topic argument -> "tenant/ns/local" (URL-quoted), persistent topics only."""
+def parse_size_bytes(text: str) -> int:
+    """pulsar-admin sizes: "10M" -> 10485760, "1G", "512k", "100" bytes; "-1" is unlimited."""
+    m = _SIZE.match(text)
+    if m is None:
+        raise UsageError(f"invalid size {text!r} (examples: 100, 512k, 10M, 1G, -1)")
+    value = int(m.group(1))
+    if value < 0:
+        if value != -1 or m.group(2):
+            raise UsageError(f"invalid size {text!r}: -1 (unlimited) is the only negative value")
+        return -1
+    return value * _SIZE_UNIT[m.group(2).lower() if m.group(2) else None]
+
+
+def _split_topic(topic: str) -> tuple[str, str]:
     name = topic.strip()
     if "://" in name:
         domain, rest = name.split("://", 1)
-        if domain != "persistent":
-            raise UsageError(f"only persistent topics are supported, not {topic!r}")
+        if domain not in DOMAINS:
+            raise UsageError(f"invalid topic domain {domain!r} in {topic!r}")
     elif "/" in name:
-        rest = name
+        domain, rest = "persistent", name
     else:
-        rest = f"public/default/{name}"
+        domain, rest = "persistent", f"public/default/{name}"
     parts = rest.split("/")
     if len(parts) != 3 or not all(parts):
         raise UsageError(f"invalid topic name {topic!r}: use 'name', 'tenant/namespace/name' "
                          "or 'persistent://tenant/namespace/name'")
-    return "/".join(urllib.parse.quote(p, safe="") for p in parts)
+    return domain, "/".join(q(p) for p in parts)
+
+
+def topic_path(topic: str) -> str:
+    """A topic argument -> "tenant/ns/local" (URL-quoted), persistent topics only."""
+    domain, path = _split_topic(topic)
+    if domain != "persistent":
+        raise UsageError(f"only persistent topics are supported, not {topic!r}")
+    return path
+
+
+def topic_base(topic: str) -> str:
+    """A topic argument (either domain) -> "/admin/v2/{domain}/tenant/ns/local"."""
+    domain, path = _split_topic(topic)
+    return f"/admin/v2/{domain}/{path}"
 
 
 def namespace_path(namespace: str) -> str:
     parts = namespace.strip().split("/")
     if len(parts) != 2 or not all(parts):
         raise UsageError(f"invalid namespace {namespace!r}: use 'tenant/namespace'")
-    return "/".join(urllib.parse.quote(p, safe="") for p in parts)
+    return "/".join(q(p) for p in parts)
 
 
 def parse_message_id(text: str) -> tuple[int, int, int | None]:

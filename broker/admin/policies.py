@@ -27,6 +27,7 @@ from broker.admin import bodies
 from broker.admin import errors as E
 from broker.admin.facade import ADMIN_KEY, AdminFacade, topic_full_name
 from broker.admin.namespaces import NAMESPACE, policy_to_body
+from broker.admin.policies_quota import policies_document_fields
 from broker.admin.topics import TOPIC, json_response, no_content
 from broker.topics import policies as P
 
@@ -143,6 +144,7 @@ async def get_namespace_policies(request: web.Request) -> web.Response:
         "schema_compatibility_strategy": fields.get(P.NS_SCHEMA_STRATEGY, "UNDEFINED"),
         "compaction_threshold": fields.get(P.NS_COMPACTION),
         "delayed_delivery_policies": None,
+        **policies_document_fields(_store(facade), ns),
     }
     if delayed is not None:
         from broker.delayed.policy import resolve_policy

@@ -287,6 +287,16 @@ class CursorResets:
                     await tracker.close()
             self._rewind_edit(rev)
 
+    async def first_published_at_or_after(self, timestamp_ms: int) -> Position:
+        """The first entry published at or after *timestamp_ms* (the end when none is)."""
+        return await self._find_by_publish_time(timestamp_ms)
+
+    async def acknowledge_positions(self, positions: list[Position]) -> None:
+        """Acknowledge these entries as an admin operation does (expiry, skip)."""
+        async with self.sub.revisions.revise() as rev:
+            self._skip_inside(rev, positions)
+        self._schedule()
+
     async def rewind(self) -> None:
         """The first consumer arrives on a Shared/Key_Shared dispatcher whose consumers all
         left: like Pulsar's addConsumer on an empty consumer list, forget the replay set and an

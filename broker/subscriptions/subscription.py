@@ -50,6 +50,7 @@ from broker.subscriptions.dispatchers.cursors import (
     tail_position,
     wire_position,
 )
+from broker.subscriptions.expiry import ExpiryCounters
 from broker.subscriptions.resets import CursorResets
 from broker.subscriptions.revision import RevisionController
 from protocol.errors import (
@@ -121,6 +122,7 @@ class Subscription:
         self.closed = False
         self.revisions = RevisionController(cursor)
         self.resets = CursorResets(self)
+        self.expiry = ExpiryCounters()
         self.partition_index = topic.partition_index
 
     # ------------------------------------------------------------------ open / close
@@ -407,6 +409,13 @@ class Subscription:
         for c in self.consumers:
             c.sample_rates(now)
 
+    def _backlog_bytes(self, backlog: int) -> int:
+        """Backlog in bytes, at the ledger's average entry size (as the topic's backlogSize)."""
+        entries = self.ledger.number_of_entries
+        if not entries or not backlog:
+            return 0
+        return int(self.ledger.total_size_bytes * min(1.0, backlog / entries))
+
     def stats(self) -> dict[str, Any]:
         """Pulsar's SubscriptionStats shape."""
         now = asyncio.get_running_loop().time()
@@ -431,7 +440,7 @@ class Subscription:
             "msgRateRedeliver": rate_redeliver,
             "chunkedMessageRate": 0.0,
             "msgBacklog": backlog,
-            "backlogSize": 0,
+            "backlogSize": self._backlog_bytes(backlog),
             "msgBacklogNoDelayed": max(0, backlog - delayed),
             "blockedSubscriptionOnUnackedMsgs": False,
             "msgDelayed": delayed,
@@ -439,9 +448,9 @@ class Subscription:
             "type": SUB_TYPE_NAMES.get(self.sub_type, "Exclusive")
             if self.sub_type is not None else "None",
             "activeConsumerName": active.name if active is not None else None,
-            "msgRateExpired": 0.0,
-            "totalMsgExpired": 0,
-            "lastExpireTimestamp": 0,
+            "msgRateExpired": self.expiry.rate(),
+            "totalMsgExpired": self.expiry.total_expired,
+            "lastExpireTimestamp": self.expiry.last_expire_ms,
             "consumers": consumers,
             "isDurable": self.durable,
             "isReplicated": False,

@@ -42,6 +42,14 @@ NS_SCHEMA_STRATEGY = "schema_compatibility_strategy"
 TOPIC_DEDUP = "deduplicationEnabled"
 TOPIC_COMPACTION = "compactionThreshold"
 TOPIC_SCHEMA_STRATEGY = "schemaCompatibilityStrategy"
+NS_RETENTION = "retention_policies"
+TOPIC_RETENTION = "retentionPolicies"
+NS_TTL = "message_ttl_in_seconds"
+TOPIC_TTL = "messageTTLInSeconds"
+NS_BACKLOG_QUOTA = "backlog_quota_map"
+TOPIC_BACKLOG_QUOTA = "backLogQuotaMap"
+NS_INACTIVE = "inactive_topic_policies"
+TOPIC_INACTIVE = "inactiveTopicPolicies"
 
 
 class PolicyStore:
@@ -121,6 +129,47 @@ class PolicyStore:
         value = self._resolve(tn, TOPIC_COMPACTION, NS_COMPACTION)
         return self.config.broker_service_compaction_threshold_in_bytes if value is None \
             else int(value)
+
+    def retention(self, tn: TopicName) -> tuple[int, int]:
+        """(retentionTimeInMinutes, retentionSizeInMB); -1 is unlimited, 0 keeps nothing."""
+        value = self._resolve(tn, TOPIC_RETENTION, NS_RETENTION)
+        if value is None:
+            return (self.config.default_retention_time_in_minutes,
+                    self.config.default_retention_size_in_mb)
+        return int(value["retentionTimeInMinutes"]), int(value["retentionSizeInMB"])
+
+    def message_ttl_s(self, tn: TopicName) -> int:
+        """Seconds after which unacknowledged messages expire (0: never)."""
+        value = self._resolve(tn, TOPIC_TTL, NS_TTL)
+        return self.config.ttl_duration_default_in_seconds if value is None else int(value)
+
+    def backlog_quotas(self, tn: TopicName) -> dict[str, dict[str, Any]]:
+        """Quota type (destination_storage, message_age) -> {limitSize, limitTime, policy}."""
+        value = self._resolve(tn, TOPIC_BACKLOG_QUOTA, NS_BACKLOG_QUOTA)
+        if value is not None:
+            return dict(value)
+        c = self.config
+        out: dict[str, dict[str, Any]] = {}
+        if c.backlog_quota_default_limit_bytes >= 0:
+            out["destination_storage"] = {
+                "limitSize": c.backlog_quota_default_limit_bytes, "limitTime": -1,
+                "policy": c.backlog_quota_default_retention_policy}
+        if c.backlog_quota_default_limit_second >= 0:
+            out["message_age"] = {
+                "limitSize": -1, "limitTime": c.backlog_quota_default_limit_second,
+                "policy": c.backlog_quota_default_retention_policy}
+        return out
+
+    def inactive_topic_policies(self, tn: TopicName) -> dict[str, Any]:
+        """{inactiveTopicDeleteMode, maxInactiveDurationSeconds, deleteWhileInactive}."""
+        value = self._resolve(tn, TOPIC_INACTIVE, NS_INACTIVE)
+        if value is not None:
+            return dict(value)
+        c = self.config
+        return {"inactiveTopicDeleteMode": c.broker_delete_inactive_topics_mode,
+                "maxInactiveDurationSeconds":
+                    c.broker_delete_inactive_topics_max_inactive_duration_seconds,
+                "deleteWhileInactive": c.broker_delete_inactive_topics_enabled}
 
     def schema_compatibility(self, tn: TopicName) -> str:
         """The compatibility strategy name (Pulsar's SchemaCompatibilityStrategy)."""

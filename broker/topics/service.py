@@ -41,6 +41,8 @@ from broker.config import BrokerConfig
 from broker.delayed.policy import DelayPolicy, resolve_policy
 from broker.delayed.residual import sweep_at_start
 from broker.security.authorization import AuthPolicies, NamespaceAuth
+from broker.topics import termination
+from broker.topics.inactive import InactiveTopicSweeper
 from broker.topics.names import TopicName, is_valid_namespace, split_namespace
 from broker.topics.policies import PolicyStore
 from broker.topics.publish_refusals import PublishRefusals
@@ -91,6 +93,9 @@ class BrokerService:
         self._ns_policies: dict[str, dict[str, Any]] = {}
         self._topic_policies: dict[str, dict[str, Any]] = {}
         self.policies = PolicyStore(config, store.metadata)  # dedup, schema, compaction
+        self.inactive = InactiveTopicSweeper(
+            self.policies, config.broker_delete_inactive_topics_frequency_seconds,
+            lambda full: self.delete_topic(full))
         self.schemas = SchemaRegistry(store.metadata)
         self._instance = next(_instance_counter)  # until start() reads the generation
         self._producer_names = itertools.count()
@@ -172,6 +177,10 @@ class BrokerService:
                     topic.housekeeping(now)
                 except Exception:  # one topic's failure must not stop the tick for all
                     log.exception("housekeeping of %s failed", topic.full)
+            try:
+                await self.inactive.tick(now, self.topics)
+            except Exception:
+                log.exception("inactive topic sweep failed")
             await asyncio.sleep(1.0)
 
     # ------------------------------------------------------------------ topics
@@ -328,6 +337,7 @@ class BrokerService:
             del self.topics[full]
             await self._close_topic(topic)
         await self.store.delete_ledger(full)
+        await termination.forget(self.store.metadata, full)
         await self._drop_topic_policy(full)
 
     # ------------------------------------------------------------------ tenants, namespaces

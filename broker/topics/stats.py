@@ -7,7 +7,10 @@ its producers' and subscriptions' own ``stats()``, and of its managed ledger and
 nothing here is on the hot path and nothing is cached. Field names and value formats follow
 Pulsar's REST documents (``ledgerId:entryId`` strings for positions, ``-1:-1`` for none; ISO
 times as :func:`broker.metrics.rates.iso_ms` prints them) so Pulsar's tooling reads them unchanged.
-Fields Horae has no counterpart for keep Pulsar's neutral values (0, false, empty).
+Fields Horae has no counterpart for keep Pulsar's neutral values (0, false, empty):
+``publishRateLimitedTimes`` (no publish rate limits), ``offloadedStorageSize`` (no tiered
+storage), ``earliestMsgPublishTimeInBacklogs`` (Pulsar fills it only when asked with
+``getEarliestTimeInBacklog=true``; it costs a read per subscription).
 
 Called by :meth:`Topic.stats` and :meth:`Topic.internal_stats` (the admin REST API and tests).
 """
@@ -64,9 +67,9 @@ def topic_stats(topic: Topic) -> dict[str, Any]:
         "publishRateLimitedTimes": 0,
         "earliestMsgPublishTimeInBacklogs": 0,
         "offloadedStorageSize": 0,
-        "waitingPublishers": 0,
+        "waitingPublishers": topic.waiting_publishers,
         "deduplicationStatus": "Enabled" if topic.dedup.ready and topic.dedup_enabled() else "Disabled",
-        "topicEpoch": 0,
+        "topicEpoch": topic.access.topic_epoch or 0,
         "nonContiguousDeletedMessagesRanges": 0,
         "nonContiguousDeletedMessagesRangesSerializedSize": 0,
         "delayedMessageIndexSizeInBytes": delayed_index_bytes,

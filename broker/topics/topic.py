@@ -58,6 +58,7 @@ from broker.delayed.tracker import DelayedDeliveryTracker
 from broker.metrics.rates import PUBLISH_LATENCY_BUCKETS_MS, RateMeter
 from broker.subscriptions.subscription import Subscription
 from broker.topics.access_modes import Admission, ProducerAccess
+from broker.topics.backlog_policies import BacklogPolicies
 from broker.topics.compaction import COMPACTION_CURSOR, TopicCompaction
 from broker.topics.dedup import DEDUP_CURSOR, MessageDeduplication
 from broker.topics.names import TopicName
@@ -65,6 +66,7 @@ from broker.topics.policies import PolicyStore
 from broker.topics.producer import Producer
 from broker.topics.publish_refusals import PublishRefusals
 from broker.topics.storage_errors import StorageOp, storage_failure
+from broker.topics.termination import TERMINATED_REASON, Termination
 from broker.topics.trim import LedgerTrimmer
 from protocol import commands as C
 from protocol import pulsar_pb as pb
@@ -75,6 +77,7 @@ from protocol.errors import (
     ServerError,
     ServiceNotReadyError,
     SubscriptionNotFoundError,
+    TopicTerminatedError,
 )
 from protocol.metadata import parse_entry
 from storage.cursor import ManagedCursor
@@ -86,6 +89,9 @@ from storage.segment_file import DurableSink
 from storage.snapshots import SnapshotStore
 
 _U32 = struct.Struct(">I")
+# terminate: how long appends already in flight may take to become durable, polled this often
+TERMINATE_DRAIN_S = 5.0
+TERMINATE_POLL_S = 0.01
 _parse_metadata = pb.MessageMetadata.FromString
 
 __all__ = ["Topic"]
@@ -160,6 +166,8 @@ class Topic:
         self.dedup = MessageDeduplication(self)
         self.trimmer = LedgerTrimmer(self)
         self.compaction = TopicCompaction(self, host.metadata)
+        self.termination = Termination(host.metadata, self.full)
+        self.backlog = BacklogPolicies(self, host.policies, host.config)
 
     # ------------------------------------------------------------------ loading
 
@@ -182,6 +190,7 @@ class Topic:
                 continue
             topic.subscriptions[cursor_name] = sub
         await topic.compaction.load()
+        await topic.termination.load()
         # No trim at load: only what happens from now on triggers one (broker.topics.trim).
         topic.trimmer.reset_trigger()
         return topic
@@ -224,6 +233,8 @@ class Topic:
         stored, messages in it, partial chunk). Raises the same errors."""
         if self.fenced or self.closed:
             raise ServiceNotReadyError(f"Topic {self.full} is being closed or reloaded")
+        if self.termination.terminated:
+            raise TopicTerminatedError(TERMINATED_REASON)
         # Hot path: one upb parse validates the metadata and gives the two fields publishing
         # needs. The full EntryInfo (parse_entry, ~5x dearer) is built only for the guard.
         if len(entry) < 4:
@@ -307,6 +318,9 @@ class Topic:
         (:meth:`queue_exclusive_waiter`). Raises ProducerBusyError / ProducerFencedError."""
         if self.fenced or self.closed:
             raise ServiceNotReadyError(f"Topic {self.full} is being closed or reloaded")
+        if self.termination.terminated:
+            raise TopicTerminatedError(TERMINATED_REASON)
+        self.backlog.admit_producer()
         existing = self.producers.get(producer.name)
         if existing is not None:
             if existing.connection.is_closed or producer.epoch > existing.epoch:
@@ -361,6 +375,11 @@ class Topic:
         self.awaiting_durable.pop(producer, None)
         if not self.producers and self._exclusive_waiters:
             self._promote_exclusive_waiter()
+
+    @property
+    def waiting_publishers(self) -> int:
+        """WaitForExclusive producers queued for the topic (stats ``waitingPublishers``)."""
+        return len(self._exclusive_waiters)
 
     def queue_exclusive_waiter(self, producer: Producer, request_id: int) -> None:
         """A WaitForExclusive producer waits (FIFO) until the topic has no producer."""
@@ -552,6 +571,28 @@ class Topic:
         self.dedup.snapshot(now)
         self.compaction.maybe_trigger(self.host.policies.compaction_threshold(self.name))
         self.trimmer.tick(now)
+        self.backlog.tick(now)
+
+    def retention(self) -> tuple[int, int]:
+        """(minutes, MB) of retention in force (the trimmer keeps that much consumed data)."""
+        return self.host.policies.retention(self.name)
+
+    # ------------------------------------------------------------------ termination
+
+    async def terminate(self) -> Position | None:
+        """Pulsar's terminate: refuse every new message from now on, let the appends already
+        in flight become durable, record the last message id durably and return it; producers
+        are disconnected (their re-creation is refused with TopicTerminatedError)."""
+        if self.termination.recorded:
+            return self.termination.last
+        self.termination.begin()      # new SENDs and producers are refused from now on
+        deadline = self.loop.time() + TERMINATE_DRAIN_S
+        while any(p.pending for p in self.producers.values()) and self.loop.time() < deadline:
+            await asyncio.sleep(TERMINATE_POLL_S)
+        last = await self.termination.record(self.ledger.last_confirmed)
+        for p in list(self.producers.values()):
+            p.disconnect()
+        return last
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -569,6 +610,7 @@ class Topic:
         for sub in list(self.subscriptions.values()):
             await _close_subscription(sub, disconnect_clients=disconnect_clients)
         await self.trimmer.close()
+        await self.backlog.close()
         await self.compaction.close()
         self.dedup.close(self.loop.time())
         try:

@@ -33,11 +33,14 @@ through :class:`TrimmedTopic`.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
+import time
 from typing import Protocol
 
 from broker.subscriptions.subscription import Subscription
 from storage.ledger import ManagedLedger
+from storage.ledger_state import LedgerInfo
 from storage.positions import Position
 
 
@@ -58,7 +61,12 @@ class TrimmedTopic(Protocol):
     @property
     def creating_subscription(self) -> bool: ...
 
-__all__ = ["RETENTION_CHECK_INTERVAL_S", "TRIM_MIN_INTERVAL_S", "LedgerTrimmer"]
+    def retention(self) -> tuple[int, int]:
+        """(retentionTimeInMinutes, retentionSizeInMB) in force; -1 is unlimited."""
+        ...
+
+__all__ = ["RETENTION_CHECK_INTERVAL_S", "TRIM_MIN_INTERVAL_S", "LedgerTrimmer",
+           "retention_bound"]
 
 log = logging.getLogger("horae.topic")
 
@@ -66,6 +74,29 @@ log = logging.getLogger("horae.topic")
 TRIM_MIN_INTERVAL_S = 1.0
 #: A trim is also tried this often without a trigger (Pulsar's retentionCheckIntervalInSeconds).
 RETENTION_CHECK_INTERVAL_S = 120.0
+
+
+def retention_bound(infos: list[LedgerInfo], minutes: int, size_mb: int,
+                    now_ms: int) -> int | None:
+    """The highest ledger id retention lets a trim delete (None: no limit; -1: none).
+
+    As Pulsar's ManagedLedger: oldest first, a consumed ledger may go when it is expired (it
+    was closed -- the next one created -- more than *minutes* ago) or when what would remain
+    is over *size_mb*; the first ledger that is neither stops the walk. -1 means unlimited.
+    """
+    if minutes == 0 and size_mb == 0:
+        return None
+    total = sum(i.size_bytes for i in infos)
+    freed = 0
+    bound = -1
+    for info, successor in itertools.pairwise(infos):
+        expired = minutes >= 0 and now_ms - successor.created_ms > minutes * 60_000
+        over_size = size_mb >= 0 and total - freed > size_mb * 1024 * 1024
+        if not (expired or over_size):
+            break
+        freed += info.size_bytes
+        bound = info.ledger_id
+    return bound
 
 
 class LedgerTrimmer:
@@ -103,7 +134,7 @@ class LedgerTrimmer:
             return
         self.marker = marker
         self.last_trim = now
-        if self.safe():
+        if self.safe(self.bound()):
             self.task = topic.loop.create_task(self._trim())
 
     def trigger(self) -> tuple[Position | None, int]:
@@ -112,9 +143,15 @@ class LedgerTrimmer:
         marks = [s.cursor.mark_delete_position for s in topic.subscriptions.values()]
         return (min(marks) if marks else None), len(topic.ledger.ledgers)
 
-    def safe(self) -> bool:
-        """True when ManagedLedger.trim() would delete something and nothing it would delete
-        is still needed by a reader (storage only sees durable cursors)."""
+    def bound(self) -> int | None:
+        """What retention keeps: see :func:`retention_bound`."""
+        minutes, size_mb = self.topic.retention()
+        return retention_bound(self.topic.ledger.ledgers, minutes, size_mb,
+                               int(time.time() * 1000))
+
+    def safe(self, up_to: int | None = None) -> bool:
+        """True when ManagedLedger.trim(bound) would delete something and nothing it would
+        delete is still needed by a reader (storage only sees durable cursors)."""
         topic = self.topic
         ledger = topic.ledger
         if topic.creating_subscription or ledger.closed or not ledger.trim_safe:
@@ -128,6 +165,8 @@ class LedgerTrimmer:
                 break
             last = Position(info.ledger_id, info.entries - 1)
             if bound is not None and bound < last:
+                break
+            if up_to is not None and info.ledger_id > up_to:
                 break
             doomed.append(last)
         if not doomed:
@@ -143,8 +182,9 @@ class LedgerTrimmer:
         topic = self.topic
         try:
             # Checked again right before: trim() decides synchronously, before its first await.
-            if not (topic.closed or topic.fenced) and self.safe():
-                deleted = await topic.ledger.trim()
+            up_to = self.bound()
+            if not (topic.closed or topic.fenced) and self.safe(up_to):
+                deleted = await topic.ledger.trim(up_to)
                 self.trimmed_ledgers += len(deleted)
         except Exception:
             log.exception("trimming %s failed", topic.full)

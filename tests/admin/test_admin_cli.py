@@ -11,36 +11,9 @@ from typing import Any
 import pulsar
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-CLI_TIMEOUT_S = 30.0
+from .conftest import CLI_TIMEOUT_S, Cli
+
 T = "persistent://public/default"
-
-
-class Cli:
-    def __init__(self, admin_url: str) -> None:
-        self.admin_url = admin_url
-
-    def run(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "broker.admin.cli", "--admin-url", self.admin_url, *args],
-            cwd=ROOT, capture_output=True, text=True, timeout=CLI_TIMEOUT_S, check=False)
-
-    def ok(self, *args: str) -> Any:
-        """Run, require exit 0, return the printed JSON (or None when nothing printed)."""
-        proc = self.run(*args)
-        assert proc.returncode == 0, (args, proc.stdout, proc.stderr)
-        out = proc.stdout.strip()
-        if not out:
-            return None
-        try:
-            return json.loads(out)
-        except ValueError:
-            return out
-
-
-@pytest.fixture
-def cli(broker: Any) -> Cli:
-    return Cli(broker.web_url)
 
 
 def test_tenants_and_namespaces(cli: Cli) -> None:

@@ -1,0 +1,239 @@
+"""Namespace and topic policies over REST: retention, message TTL, backlog quotas, inactive topics.
+
+Theory of operation: Pulsar's paths and bodies (``Namespaces`` / ``PersistentTopics``):
+
+- ``POST|GET|DELETE .../namespaces/{t}/{ns}/retention`` and ``.../{topic}/retention``, body
+  ``{"retentionTimeInMinutes": m, "retentionSizeInMB": s}`` (-1 unlimited);
+- ``POST|GET|DELETE .../namespaces/{t}/{ns}/messageTTL`` (body: seconds) and
+  ``.../{topic}/messageTTL?messageTTL=seconds`` (a body is accepted too);
+- ``POST|DELETE .../backlogQuota?backlogQuotaType=destination_storage|message_age`` with
+  ``{"limitSize", "limitTime", "policy"}`` (``limit`` is the old name of ``limitSize``) and
+  ``GET .../backlogQuotaMap``, at both levels;
+- ``POST|GET|DELETE .../inactiveTopicPolicies`` with ``{"inactiveTopicDeleteMode",
+  "maxInactiveDurationSeconds", "deleteWhileInactive"}``, at both levels.
+
+Values are checked here (400 malformed, 412 out of range, with Pulsar's reasons) and stored
+in the :class:`broker.topics.policies.PolicyStore` under Pulsar's ``Policies`` /
+``TopicPolicies`` names; the topics read them at their next check (TTL and quota checks,
+trimming, the inactive-topic sweep), so a change needs no restart. GET of an unset value
+answers ``null`` (``?applied=true``: the value in force, after topic > namespace > broker).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+
+from broker.admin import bodies
+from broker.admin import errors as E
+from broker.admin.facade import ADMIN_KEY, AdminFacade, topic_full_name
+from broker.admin.namespaces import NAMESPACE
+from broker.admin.topics import TOPIC, json_response, no_content
+from broker.config import BACKLOG_QUOTA_POLICIES, INACTIVE_TOPIC_MODES
+from broker.topics import policies as P
+from broker.topics.names import TopicName
+
+__all__ = ["QUOTA_TYPES", "add_routes"]
+
+QUOTA_TYPES = ("destination_storage", "message_age")
+Handler = Callable[[web.Request], Awaitable[web.Response]]
+
+
+class _Target:
+    """A namespace or a topic a request names, with the store fields of its level."""
+
+    def __init__(self, store: P.PolicyStore, key: str, is_topic: bool) -> None:
+        self.store = store
+        self.key = key
+        self.is_topic = is_topic
+
+    def get(self, ns_field: str, topic_field: str) -> Any:
+        if self.is_topic:
+            return self.store.topic(self.key).get(topic_field)
+        return self.store.namespace(self.key).get(ns_field)
+
+    async def set(self, ns_field: str, topic_field: str, value: Any) -> None:
+        if self.is_topic:
+            await self.store.set_topic_field(self.key, topic_field, value)
+        else:
+            await self.store.set_namespace_field(self.key, ns_field, value)
+
+    def applied_name(self) -> TopicName:
+        return TopicName.parse(self.key if self.is_topic else f"persistent://{self.key}/_")
+
+
+async def _target(request: web.Request) -> _Target:
+    facade: AdminFacade = request.app[ADMIN_KEY]
+    m = request.match_info
+    await facade.require_namespace(m["tenant"], m["namespace"])
+    store: P.PolicyStore = facade.service.policies
+    if "topic" in m:
+        full = topic_full_name(m["tenant"], m["namespace"], m["topic"])
+        await facade.require_topic_or_partitioned(full)
+        return _Target(store, full, True)
+    return _Target(store, f"{m['tenant']}/{m['namespace']}", False)
+
+
+def _int(body: object, what: str) -> int:
+    if isinstance(body, bool) or not isinstance(body, int):
+        raise E.bad_request(f"Invalid {what}: expected an integer")
+    return body
+
+
+def _applied(request: web.Request) -> bool:
+    return request.query.get("applied", "false").lower() == "true"
+
+
+# --- parsers -----------------------------------------------------------------------------
+def parse_retention(body: object) -> dict[str, int]:
+    if not isinstance(body, dict):
+        raise E.bad_request("Invalid retention policies: expected "
+                            '{"retentionTimeInMinutes": m, "retentionSizeInMB": s}')
+    minutes = _int(body.get("retentionTimeInMinutes", 0), "retentionTimeInMinutes")
+    size = _int(body.get("retentionSizeInMB", 0), "retentionSizeInMB")
+    if minutes < -1 or size < -1:
+        raise E.precondition_failed("Invalid retention policy: time and size must be >= -1")
+    return {"retentionTimeInMinutes": minutes, "retentionSizeInMB": size}
+
+
+def parse_ttl(value: object) -> int:
+    ttl = _int(value, "message TTL")
+    if ttl < 0:
+        raise E.precondition_failed("Invalid value for message TTL, message TTL must >= 0")
+    return ttl
+
+
+def parse_quota(body: object) -> dict[str, Any]:
+    if not isinstance(body, dict):
+        raise E.bad_request('Invalid backlog quota: expected {"limitSize", "limitTime", "policy"}')
+    size = _int(body.get("limitSize", body.get("limit", -1)), "limitSize")
+    seconds = _int(body.get("limitTime", -1), "limitTime")
+    policy = body.get("policy")
+    if policy not in BACKLOG_QUOTA_POLICIES:
+        raise E.precondition_failed(f"Invalid backlog quota policy {policy!r}: one of "
+                                    + ", ".join(BACKLOG_QUOTA_POLICIES))
+    if size < -1 or seconds < -1:
+        raise E.precondition_failed("Invalid backlog quota: limits must be >= -1")
+    return {"limitSize": size, "limitTime": seconds, "policy": policy}
+
+
+def parse_inactive(body: object) -> dict[str, Any]:
+    if not isinstance(body, dict):
+        raise E.bad_request("Invalid inactive topic policies: expected a JSON object")
+    mode = body.get("inactiveTopicDeleteMode", "delete_when_no_subscriptions")
+    if mode not in INACTIVE_TOPIC_MODES:
+        raise E.precondition_failed(f"Invalid inactiveTopicDeleteMode {mode!r}: one of "
+                                    + ", ".join(INACTIVE_TOPIC_MODES))
+    seconds = _int(body.get("maxInactiveDurationSeconds", 60), "maxInactiveDurationSeconds")
+    if seconds <= 0:
+        raise E.precondition_failed("maxInactiveDurationSeconds must be greater than 0")
+    delete = body.get("deleteWhileInactive", False)
+    if not isinstance(delete, bool):
+        raise E.bad_request("Invalid deleteWhileInactive: expected true or false")
+    return {"inactiveTopicDeleteMode": mode, "maxInactiveDurationSeconds": seconds,
+            "deleteWhileInactive": delete}
+
+
+# --- simple fields -------------------------------------------------------------------------
+def _field(ns_field: str, topic_field: str, parse: Callable[[object], Any],
+           applied: Callable[[P.PolicyStore, TopicName], Any]) -> tuple[Handler, Handler,
+                                                                          Handler]:
+    async def get(request: web.Request) -> web.Response:
+        t = await _target(request)
+        if _applied(request):
+            return json_response(applied(t.store, t.applied_name()))
+        return json_response(t.get(ns_field, topic_field))
+
+    async def set_(request: web.Request) -> web.Response:
+        raw = await request.read()
+        if topic_field == P.TOPIC_TTL and "messageTTL" in request.query:
+            try:
+                body: object = int(request.query["messageTTL"])
+            except ValueError:
+                raise E.bad_request("Invalid message TTL: expected an integer") from None
+        else:
+            body = bodies.load_json(raw)
+        value = parse(body)
+        t = await _target(request)
+        await t.set(ns_field, topic_field, value)
+        return no_content()
+
+    async def delete(request: web.Request) -> web.Response:
+        t = await _target(request)
+        await t.set(ns_field, topic_field, None)
+        return no_content()
+
+    return get, set_, delete
+
+
+def _retention_applied(store: P.PolicyStore, tn: TopicName) -> dict[str, int]:
+    minutes, size = store.retention(tn)
+    return {"retentionTimeInMinutes": minutes, "retentionSizeInMB": size}
+
+
+# --- backlog quotas ------------------------------------------------------------------------
+def _quota_type(request: web.Request) -> str:
+    kind = request.query.get("backlogQuotaType", "destination_storage")
+    if kind not in QUOTA_TYPES:
+        raise E.bad_request(f"Invalid backlogQuotaType {kind!r}: one of " + ", ".join(QUOTA_TYPES))
+    return kind
+
+
+async def get_quota_map(request: web.Request) -> web.Response:
+    t = await _target(request)
+    if _applied(request):
+        return json_response(t.store.backlog_quotas(t.applied_name()))
+    return json_response(t.get(P.NS_BACKLOG_QUOTA, P.TOPIC_BACKLOG_QUOTA) or {})
+
+
+async def set_quota(request: web.Request) -> web.Response:
+    kind = _quota_type(request)
+    quota = parse_quota(bodies.load_json(await request.read()))
+    t = await _target(request)
+    current = dict(t.get(P.NS_BACKLOG_QUOTA, P.TOPIC_BACKLOG_QUOTA) or {})
+    current[kind] = quota
+    await t.set(P.NS_BACKLOG_QUOTA, P.TOPIC_BACKLOG_QUOTA, current)
+    return no_content()
+
+
+async def remove_quota(request: web.Request) -> web.Response:
+    kind = _quota_type(request)
+    t = await _target(request)
+    current = dict(t.get(P.NS_BACKLOG_QUOTA, P.TOPIC_BACKLOG_QUOTA) or {})
+    current.pop(kind, None)
+    await t.set(P.NS_BACKLOG_QUOTA, P.TOPIC_BACKLOG_QUOTA, current or None)
+    return no_content()
+
+
+def policies_document_fields(store: P.PolicyStore, namespace: str) -> dict[str, Any]:
+    """The fields of this module in a namespace's Policies document (GET namespace)."""
+    fields = store.namespace(namespace)
+    return {
+        "retention_policies": fields.get(P.NS_RETENTION),
+        "message_ttl_in_seconds": fields.get(P.NS_TTL),
+        "backlog_quota_map": fields.get(P.NS_BACKLOG_QUOTA) or {},
+        "inactive_topic_policies": fields.get(P.NS_INACTIVE),
+    }
+
+
+def add_routes(app: web.Application) -> None:
+    r = app.router
+    simple = (
+        ("retention", P.NS_RETENTION, P.TOPIC_RETENTION, parse_retention, _retention_applied),
+        ("messageTTL", P.NS_TTL, P.TOPIC_TTL, parse_ttl,
+         lambda store, tn: store.message_ttl_s(tn)),
+        ("inactiveTopicPolicies", P.NS_INACTIVE, P.TOPIC_INACTIVE, parse_inactive,
+         lambda store, tn: store.inactive_topic_policies(tn)),
+    )
+    for base in (NAMESPACE, TOPIC):
+        for suffix, ns_field, topic_field, parse, applied in simple:
+            get, set_, delete = _field(ns_field, topic_field, parse, applied)
+            r.add_get(f"{base}/{suffix}", get)
+            r.add_post(f"{base}/{suffix}", set_)
+            r.add_put(f"{base}/{suffix}", set_)
+            r.add_delete(f"{base}/{suffix}", delete)
+        r.add_get(f"{base}/backlogQuotaMap", get_quota_map)
+        r.add_post(f"{base}/backlogQuota", set_quota)
+        r.add_delete(f"{base}/backlogQuota", remove_quota)

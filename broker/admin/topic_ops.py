@@ -1,0 +1,284 @@
+"""Topic operations of Pulsar's admin API: unload, terminate, peek, examine, expire, grow.
+
+Theory of operation: Pulsar's ``PersistentTopics`` paths, status codes and reasons, over the
+same :class:`AdminFacade` the other topic routes use:
+
+- ``PUT .../{topic}/unload``: closes the loaded topic (each partition of a partitioned one);
+  clients reconnect and load it again on a new ledger. 204.
+- ``POST .../{topic}/terminate``: the topic takes no more messages (durably, see
+  :mod:`broker.topics.termination`); answers the last message id ``{"ledgerId", "entryId",
+  "partitionIndex"}``. On a partitioned topic 405 "Termination of a partitioned topic is not
+  allowed"; ``POST .../terminate/partitions`` terminates every partition and answers
+  ``{index: id}``.
+- ``GET .../subscription/{sub}/position/{n}``: peek the n-th (1-based) unacknowledged entry;
+  ``GET .../examinemessage?initialPosition=earliest|latest&messagePosition=n``: the n-th entry
+  from either end. Both answer the entry's payload (``application/octet-stream``) with the
+  ``X-Pulsar-*`` headers Pulsar's admin client decodes (a batch comes whole, with
+  ``X-Pulsar-num-batch-message``). 405 on a partitioned topic, 404 past the end.
+- ``POST .../subscription/{sub}/expireMessages/{seconds}``, ``.../all_subscription/
+  expireMessages/{seconds}`` and ``.../subscription/{sub}/expireMessages`` with a message id:
+  acknowledge what is older (:mod:`broker.subscriptions.expiry`). 204.
+- ``POST .../{topic}/partitions`` with a number: grow a partitioned topic; fewer partitions
+  than now is 422 "Desired partitions N can't be less than the current partitions M.", as
+  Pulsar refuses shrinking.
+"""
+
+from __future__ import annotations
+
+import base64
+import time
+from typing import Any
+
+from aiohttp import web
+
+from broker.admin import bodies
+from broker.admin import errors as E
+from broker.admin.facade import ADMIN_KEY, AdminFacade, partition_name, topic_full_name
+from broker.admin.topics import SUB, TOPIC, json_response, no_content
+from broker.metrics.rates import iso_ms
+from broker.subscriptions.expiry import expire_before, expire_up_to
+from broker.subscriptions.subscription import Subscription
+from broker.topics.topic import Topic
+from protocol.metadata import parse_metadata
+from storage.positions import Position
+
+__all__ = ["add_routes", "entry_response"]
+
+MESSAGE_NOT_FOUND = "Message not found"
+NP_TOPIC = "/admin/v2/non-persistent/{tenant}/{namespace}/{topic}"
+NP_SUB = NP_TOPIC + "/subscription/{sub}"
+_COMPRESSION = {0: "NONE", 1: "LZ4", 2: "ZLIB", 3: "ZSTD", 4: "SNAPPY"}
+
+
+def _facade(request: web.Request) -> AdminFacade:
+    facade: AdminFacade = request.app[ADMIN_KEY]
+    return facade
+
+
+async def _full(request: web.Request) -> tuple[AdminFacade, str]:
+    facade = _facade(request)
+    m = request.match_info
+    await facade.require_namespace(m["tenant"], m["namespace"])
+    domain = "non-persistent" if request.path.startswith("/admin/v2/non-persistent/") \
+        else "persistent"
+    return facade, topic_full_name(m["tenant"], m["namespace"], m["topic"], domain)
+
+
+def _message_id(pos: Position | None, partition: int = -1) -> dict[str, int]:
+    if pos is None:
+        return {"ledgerId": -1, "entryId": -1, "partitionIndex": partition}
+    return {"ledgerId": pos.ledger_id, "entryId": pos.entry_id, "partitionIndex": partition}
+
+
+def _positive_int(request: web.Request, text: str, what: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise E.bad_request(f"{what} must be an integer") from None
+    if value <= 0:
+        raise E.precondition_failed(f"{what} must be greater than 0")
+    return value
+
+
+# --- unload / terminate ------------------------------------------------------------------
+async def unload(request: web.Request) -> web.Response:
+    facade, full = await _full(request)
+    for topic in await facade.targets(full):
+        await facade.service.unload_topic(topic.full)
+    return no_content()
+
+
+async def terminate(request: web.Request) -> web.Response:
+    facade, full = await _full(request)
+    if await facade.partition_count(full) > 0:
+        raise E.not_allowed("Termination of a partitioned topic is not allowed")
+    [topic] = await facade.targets(full)
+    return json_response(_message_id(await topic.terminate()))
+
+
+async def terminate_partitions(request: web.Request) -> web.Response:
+    facade, full = await _full(request)
+    n = await facade.partition_count(full)
+    if n == 0:
+        raise E.not_found(E.PARTITIONED_TOPIC_NOT_FOUND)
+    out: dict[str, Any] = {}
+    for i in range(n):
+        topic = await facade.get_topic(partition_name(full, i), create=True)
+        out[str(i)] = _message_id(await topic.terminate(), i)
+    return json_response(out)
+
+
+# --- peek / examine ------------------------------------------------------------------------
+def entry_response(pos: Position, data: bytes) -> web.Response:
+    """An entry as Pulsar's peek/examine answer it: payload body, metadata in headers."""
+    md_size = int.from_bytes(data[:4], "big")
+    md = parse_metadata(data)
+    payload = data[4 + md_size:]
+    has = md.HasField
+    h: dict[str, str] = {
+        "X-Pulsar-Message-ID": f"{pos.ledger_id}:{pos.entry_id}",
+        "X-Pulsar-publish-time": iso_ms(md.publish_time),
+        "X-Pulsar-producer-name": md.producer_name,
+        "X-Pulsar-sequence-id": str(md.sequence_id),
+        "X-Pulsar-batch-size": str(len(payload)),
+    }
+    for kv in md.properties:
+        h[f"X-Pulsar-PROPERTY-{kv.key}"] = kv.value
+    if has("event_time") and md.event_time:
+        h["X-Pulsar-event-time"] = iso_ms(md.event_time)
+    if has("deliver_at_time"):
+        h["X-Pulsar-deliver-at-time"] = iso_ms(md.deliver_at_time)
+    if has("partition_key"):
+        h["X-Pulsar-partition-key"] = md.partition_key
+    if has("ordering_key"):
+        h["X-Pulsar-Base64-ordering-key"] = base64.b64encode(md.ordering_key).decode()
+    if has("schema_version"):
+        h["X-Pulsar-Base64-schema-version-b64encoded"] = base64.b64encode(
+            md.schema_version).decode()
+    if has("compression") and md.compression:
+        h["X-Pulsar-compression"] = _COMPRESSION.get(md.compression, str(md.compression))
+        h["X-Pulsar-uncompressed-size"] = str(md.uncompressed_size)
+    if has("num_messages_in_batch"):
+        h["X-Pulsar-num-batch-message"] = str(md.num_messages_in_batch)
+    if has("null_value") and md.null_value:
+        h["X-Pulsar-null-value"] = "true"
+    if has("encryption_algo") or len(md.encryption_keys):
+        h["X-Pulsar-Is-Encrypted"] = "true"
+    if has("chunk_id"):
+        h["X-Pulsar-chunk-id"] = str(md.chunk_id)
+        h["X-Pulsar-num-chunks-from-msg"] = str(md.num_chunks_from_msg)
+        h["X-Pulsar-total-chunk-msg-size"] = str(md.total_chunk_msg_size)
+    return web.Response(body=payload, headers=h, content_type="application/octet-stream")
+
+
+async def _single(request: web.Request, what: str) -> Topic:
+    facade, full = await _full(request)
+    if await facade.partition_count(full) > 0:
+        raise E.not_allowed(f"{what} messages on a partitioned topic is not allowed")
+    [topic] = await facade.targets(full)
+    return topic
+
+
+async def _read(topic: Topic, pos: Position) -> web.Response:
+    entry = await topic.ledger.read_entry(pos)
+    if entry is None:
+        raise E.not_found(MESSAGE_NOT_FOUND)
+    return entry_response(pos, entry.data)
+
+
+async def peek(request: web.Request) -> web.Response:
+    n = _positive_int(request, request.match_info["n"], "messagePosition")
+    topic = await _single(request, "Peek")
+    sub = AdminFacade.subscription(topic, request.match_info["sub"])
+    pos = _nth_unacked(topic, sub, n)
+    if pos is None:
+        raise E.not_found(MESSAGE_NOT_FOUND)
+    return await _read(topic, pos)
+
+
+def _nth_unacked(topic: Topic, sub: Subscription, n: int) -> Position | None:
+    ledger = topic.ledger
+    tail = ledger.last_confirmed
+    pos = sub.cursor.mark_delete_position
+    while tail is not None and pos < tail:
+        pos = ledger.next_position(pos)
+        if not sub.cursor.is_deleted(pos):
+            n -= 1
+            if n == 0:
+                return pos
+    return None
+
+
+async def examine(request: web.Request) -> web.Response:
+    initial = request.query.get("initialPosition", "latest").lower()
+    if initial not in ("latest", "earliest"):
+        raise E.precondition_failed("initialPosition must be 'latest' or 'earliest'")
+    n = _positive_int(request, request.query.get("messagePosition", "1"), "messagePosition")
+    topic = await _single(request, "Examine")
+    entries: list[Position] = []
+    for info in topic.ledger.ledgers:
+        entries.extend(Position(info.ledger_id, i) for i in range(info.entries))
+    if not entries:
+        raise E.precondition_failed(
+            "Could not examine messages due to the total message is zero")
+    if n > len(entries):
+        raise E.not_found(MESSAGE_NOT_FOUND)
+    pos = entries[n - 1] if initial == "earliest" else entries[len(entries) - n]
+    return await _read(topic, pos)
+
+
+# --- expire --------------------------------------------------------------------------------
+def _cutoff_ms(request: web.Request) -> int:
+    try:
+        seconds = int(request.match_info["seconds"])
+    except ValueError:
+        raise E.bad_request("expireTimeInSeconds must be an integer") from None
+    return int(time.time() * 1000) - seconds * 1000
+
+
+async def expire_subscription(request: web.Request) -> web.Response:
+    cutoff = _cutoff_ms(request)
+    facade, full = await _full(request)
+    for _, sub in await facade.subscriptions_of(full, request.match_info["sub"]):
+        await expire_before(sub, cutoff)
+    return no_content()
+
+
+async def expire_all_subscriptions(request: web.Request) -> web.Response:
+    cutoff = _cutoff_ms(request)
+    facade, full = await _full(request)
+    for topic in await facade.targets(full):
+        for sub in list(topic.subscriptions.values()):
+            await expire_before(sub, cutoff)
+    return no_content()
+
+
+async def expire_to_message(request: web.Request) -> web.Response:
+    data = bodies.parse_reset_cursor_data(bodies.load_json(await request.read()))
+    facade, full = await _full(request)
+    n = await facade.partition_count(full)
+    if n > 0:
+        if not 0 <= data.partition_index < n:
+            raise E.not_allowed("Expire message at position is not supported for "
+                                "partitioned-topic")
+        full = partition_name(full, data.partition_index)
+    [(_, sub)] = await facade.subscriptions_of(full, request.match_info["sub"])
+    last = Position(data.ledger_id, data.entry_id)
+    if data.is_excluded:
+        last = Position(data.ledger_id, data.entry_id - 1)
+    await expire_up_to(sub, last)
+    return no_content()
+
+
+# --- partitions ------------------------------------------------------------------------------
+async def update_partitions(request: web.Request) -> web.Response:
+    partitions = bodies.parse_partitions(bodies.load_json(await request.read()))
+    facade, full = await _full(request)
+    if partitions <= 0:
+        raise E.RestError(406, E.PARTITIONS_NOT_POSITIVE)
+    current = await facade.partition_count(full)
+    if current == 0:
+        if await facade.topic_exists(full):
+            raise E.RestError(422, f"Topic {full} is not the partitioned topic.")
+        raise E.not_found(E.PARTITIONED_TOPIC_NOT_FOUND)
+    if partitions < current:
+        raise E.RestError(422, f"Desired partitions {partitions} can't be less than the "
+                               f"current partitions {current}.")
+    if partitions > current:
+        await facade.service.update_partitioned_topic(full, partitions)
+    return no_content()
+
+
+def add_routes(app: web.Application) -> None:
+    r = app.router
+    for base, sub in ((TOPIC, SUB), (NP_TOPIC, NP_SUB)):
+        r.add_put(base + "/unload", unload)
+        r.add_post(base + "/terminate", terminate)
+        r.add_post(base + "/terminate/partitions", terminate_partitions)
+        r.add_post(base + "/partitions", update_partitions)
+        r.add_post(base + "/all_subscription/expireMessages/{seconds}", expire_all_subscriptions)
+        r.add_post(sub + "/expireMessages/{seconds}", expire_subscription)
+        r.add_post(sub + "/expireMessages", expire_to_message)
+    r.add_get(SUB + "/position/{n}", peek)
+    r.add_get(TOPIC + "/examinemessage", examine)
+
