@@ -20,9 +20,10 @@ from aiohttp import web
 
 from broker.admin import bodies
 from broker.admin import errors as E
-from broker.admin.facade import ADMIN_KEY, AdminFacade, split_partition, topic_full_name
+from broker.admin.facade import ADMIN_KEY, AdminFacade, topic_full_name
 from broker.admin.topics import TOPIC, json_response, no_content
-from broker.delayed.policy import DelayPolicy
+from broker.delayed.policy import DelayPolicy, resolve_policy
+from broker.topics.names import TopicName
 
 TENANTS = "/admin/v2/tenants"
 TENANT = TENANTS + "/{tenant}"
@@ -142,16 +143,12 @@ def policy_to_body(policy: DelayPolicy) -> dict[str, Any]:
 
 
 async def _applied(facade: AdminFacade, ns_key: str, topic_key: str | None) -> dict[str, Any]:
-    from broker.delayed.policy import resolve_policy
-    ns_policy = await facade.get_policy("namespace", ns_key)
-    topic_policy = await facade.get_policy("topic", topic_key) if topic_key else None
-    if topic_policy is None and topic_key:
-        # A partition without a policy of its own runs under its partitioned topic's, as
-        # the broker resolves it (BrokerService.resolve_delay_policy).
-        parent, index = split_partition(topic_key)
-        if index >= 0:
-            topic_policy = await facade.get_policy("topic", parent)
-    return policy_to_body(resolve_policy(facade.service.config, ns_policy, topic_policy))
+    """The policy in force, resolved as the broker does (``PolicyStore.delay_policy``; a
+    partition without a body of its own runs under its partitioned topic's)."""
+    if topic_key is None:
+        return policy_to_body(resolve_policy(facade.service.config,
+                                             await facade.get_policy("namespace", ns_key), None))
+    return policy_to_body(facade.service.policies.delay_policy(TopicName.parse(topic_key)))
 
 
 def _applied_flag(request: web.Request) -> bool:
