@@ -28,10 +28,12 @@ from broker.admin import errors as E
 from broker.admin.auth import SECURITY_KEY, RestSecurity, auth_middleware
 from broker.admin.errors import error_middleware
 from broker.admin.facade import ADMIN_KEY, AdminFacade
+from broker.admin.healthcheck import HealthCheckError, credentials_of, run_health_check
 from broker.metrics import create_registry
 from broker.metrics.lag import LoopLagProbe
 from broker.security.authentication import AuthenticationService
 from broker.security.authorization import AuthorizationService
+from broker.topics.heartbeat import TopicVersion
 from broker.topics.service import BrokerService
 
 REGISTRY_KEY = web.AppKey("horae_registry", CollectorRegistry)
@@ -39,13 +41,19 @@ LAG_PROBE_KEY = web.AppKey("horae_lag_probe", LoopLagProbe)
 
 
 async def health(request: web.Request) -> web.Response:
-    """Pulsar's broker health check: "ok", or 500 with the reason. Storage state counts
-    (SegmentStore.health_problems(): read-only disk, failing cursor saves, suspended
-    trimming, fenced ledgers). The heartbeat-topic round trip is not done yet."""
+    """Pulsar's broker health check: "ok", or 500 with the reason: the storage state and a
+    produce/consume round trip on the heartbeat topic (broker/admin/healthcheck.py)."""
     service = request.app[ADMIN_KEY].service
-    problems = service.store.health_problems()
-    if problems:
-        raise E.RestError(500, "Storage is unhealthy: " + "; ".join(problems))
+    raw_version = request.query.get("topicVersion")
+    try:
+        version = TopicVersion(raw_version) if raw_version else TopicVersion.V1
+    except ValueError:
+        raise E.bad_request(f"Invalid topicVersion {raw_version!r}: V1 or V2") from None
+    try:
+        await run_health_check(service, version, credentials_of(request.headers),
+                               service.config.health_check_timeout_ms / 1000)
+    except HealthCheckError as exc:
+        raise E.RestError(500, str(exc)) from None
     return web.Response(text="ok", content_type="text/plain")
 
 
