@@ -29,6 +29,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
+from broker.admin import cli_brokers
 from broker.admin.cli_auth import AdminAuth, admin_auth
 
 DEFAULT_ADMIN_URL = "http://localhost:8080"
@@ -274,7 +275,8 @@ Builder = Callable[[argparse.Namespace], Request]
 T = "/admin/v2/persistent/"
 
 _COMMANDS: dict[tuple[str, str], Builder] = {
-    ("brokers", "healthcheck"): lambda a: Request("GET", "/admin/v2/brokers/health"),
+    **{("brokers", name): (lambda a, path=path: Request("GET", path(a)))  # type: ignore[misc]
+       for name, path in cli_brokers.PATHS.items()},
     ("clusters", "list"): lambda a: Request("GET", "/admin/v2/clusters"),
     ("tenants", "list"): lambda a: Request("GET", "/admin/v2/tenants"),
     ("tenants", "get"): lambda a: Request("GET", f"/admin/v2/tenants/{_q(a.tenant)}"),
@@ -384,8 +386,7 @@ def build_parser() -> argparse.ArgumentParser:
         return groups.add_parser(name, help=help_).add_subparsers(
             dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
 
-    b = group("brokers", "broker health")
-    b.add_parser("healthcheck", help="GET /admin/v2/brokers/health")
+    cli_brokers.add_parsers(group("brokers", "broker health check, brokers list, leader"))
     c = group("clusters", "clusters")
     c.add_parser("list")
 

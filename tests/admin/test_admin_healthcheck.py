@@ -120,3 +120,24 @@ def test_with_authentication_the_callers_token_makes_the_round_trip(
     assert _get(url, admin).body == "ok"
     assert _get(url, None).status == 401
     assert _get(url, bob).status == 403
+
+
+def test_brokers_list_names_this_broker_as_pulsar_does(broker: Any, api: Api) -> None:
+    me = f"127.0.0.1:{broker.web_port}"
+    assert api("GET", "/admin/v2/brokers/standalone").body == [me]
+    assert api("GET", "/admin/v2/brokers/leaderBroker").body == {
+        "brokerId": me, "serviceUrl": broker.web_url}
+    other = api("GET", "/admin/v2/brokers/elsewhere")
+    assert other.status == 404
+    assert other.reason == "Cluster does not exist: cluster=elsewhere"
+    assert api("GET", "/admin/v2/brokers/ready").body == "ok"
+
+
+def test_brokers_routes_require_a_super_user(broker_factory: Callable[..., Any]) -> None:
+    b = broker_factory(config_overrides=dict(SECURED))
+    admin = jwt.encode({"sub": "admin"}, SECRET, algorithm="HS256")
+    bob = jwt.encode({"sub": "bob"}, SECRET, algorithm="HS256")
+    assert _get(f"{b.web_url}/admin/v2/brokers/standalone", bob).status == 403
+    reply = _get(f"{b.web_url}/admin/v2/brokers/standalone", admin)
+    assert reply.status == 200
+    assert reply.body == f'["127.0.0.1:{b.web_port}"]'
