@@ -141,3 +141,16 @@ def test_brokers_routes_require_a_super_user(broker_factory: Callable[..., Any])
     reply = _get(f"{b.web_url}/admin/v2/brokers/standalone", admin)
     assert reply.status == 200
     assert reply.body == f'["127.0.0.1:{b.web_port}"]'
+
+
+def test_heartbeat_topics_are_exported_under_their_own_namespace(broker: Any, api: Api) -> None:
+    from broker.metrics.exposition import topic_namespace
+
+    assert topic_namespace("persistent://public/default/t") == "public/default"
+    assert topic_namespace("persistent://pulsar/standalone/h:8080/healthcheck") == (
+        "pulsar/standalone/h:8080")
+    assert api("GET", "/admin/v2/brokers/health").body == "ok"
+    metrics = api("GET", "/metrics").body
+    v1 = f"pulsar/standalone/127.0.0.1:{broker.web_port}"
+    assert (f'pulsar_topics_count{{cluster="standalone",namespace="{v1}"}} 1.0'
+            in metrics)
