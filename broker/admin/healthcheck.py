@@ -102,7 +102,7 @@ async def run_health_check(service: BrokerService, version: TopicVersion,
     topic_name = service.heartbeat.topic(version)
     subscription = SUBSCRIPTION_PREFIX + uuid.uuid4().hex
     started = time.monotonic()
-    log.info("Running health check with topic=%s", topic_name)
+    log.debug("Running health check with topic=%s", topic_name)
     try:
         async with asyncio.timeout(timeout_s):
             await service.get_topic(topic_name, create=True)
