@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from crc32c import crc32c
 
-from protocol import commands
+from protocol import commands, hot_commands
 from protocol import pulsar_pb as pb
 from protocol.frames import NEED_DATA, FrameDecoder
 from protocol.metadata import encode_entry, parse_entry
@@ -150,7 +150,7 @@ def bench_receipts(seconds: float, how: str) -> Rate:
     ``bulk`` (encode_send_receipts), ``each`` (encode_send_receipt + join, today's broker) or
     ``pb`` (the protobuf-built reference + join)."""
     receipts = [(1_000_000 + i, 12, i, 1_000_000 + i) for i in range(FRAMES_PER_ROUND)]
-    encode_one = commands._reference_send_receipt if how == "pb" else commands.encode_send_receipt
+    encode_one = hot_commands.reference_send_receipt if how == "pb" else commands.encode_send_receipt
 
     def run_bulk() -> int:
         encode_send_receipts(7, receipts)

@@ -108,6 +108,10 @@ class BrokerConfig:
     max_pending_publish_requests_per_connection: int = _opt(
         "maxPendingPublishRequestsPerConnection", 1000,
         "Publishes awaiting their receipt after which a connection stops being read (resumes at half).")
+    max_message_publish_buffer_size_in_mb: int = _opt(
+        "maxMessagePublishBufferSizeInMB", 64,
+        "Bytes (MiB) of publishes awaiting their receipt, broker-wide, after which no connection "
+        "is read until half are answered. <= 0 (Pulsar's -1) = no limit.")
     keep_alive_interval_seconds: int = _opt(
         "keepAliveIntervalSeconds", 30,
         "The broker PINGs a connection idle this long and closes one silent for two intervals.")

@@ -27,7 +27,12 @@ Unknown keys. A TOML file or a ``HORAE_`` variable belongs to Horae, so a key it
 an error (a typo must not be ignored). A broker.conf or a ``PULSAR_PREFIX_`` variable may have
 been written for Pulsar, which has hundreds of settings Horae does not implement: those are
 returned in ``ignored`` for the caller to log, unless the key differs from a Horae key only in
-case or by a typo's worth (then it is an error naming the key meant).
+case or by a typo's worth (then it is an error naming the key meant). A typo is a misspelt
+*word*: the two keys, split at their camelCase humps, differ in one word only, and those two
+words are spelt alike (``brokerServicePrt``). Pulsar's own keys often differ from each other by
+one whole word (``managedLedgerMinLedgerRolloverTimeMinutes`` beside ``...Max...``), or by an
+added word (``brokerServicePortTls``): those are other settings, skipped, never typos, so a
+real Pulsar broker.conf loads.
 """
 
 from __future__ import annotations
@@ -53,7 +58,11 @@ HORAE_PREFIX = "HORAE_"
 PULSAR_PREFIX = "PULSAR_PREFIX_"
 #: How close (difflib ratio) an unknown broker.conf key must be to a Horae key to be a typo.
 TYPO_RATIO = 0.9
+#: How alike the one differing word of the two keys must be spelt (``Prt``/``Port`` is 0.86,
+#: ``Min``/``Max`` 0.33).
+TYPO_WORD_RATIO = 0.6
 _UPPER_SNAKE = re.compile(r"[A-Z][A-Z0-9_]*")
+_HUMPS = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z0-9]+")
 
 
 class SourceError(ValueError):
@@ -72,8 +81,24 @@ def _typo_of(key: str, known: Collection[str]) -> str | None:
     lowered = {k.lower(): k for k in known}
     if key.lower() in lowered:
         return lowered[key.lower()]
-    close = difflib.get_close_matches(key, list(known), n=1, cutoff=TYPO_RATIO)
-    return close[0] if close else None
+    for candidate in difflib.get_close_matches(key, list(known), n=3, cutoff=TYPO_RATIO):
+        if _misspelt_word(key, candidate):
+            return candidate
+    return None
+
+
+def _misspelt_word(key: str, candidate: str) -> bool:
+    """True when *key* is *candidate* with one word misspelt (not swapped, added or dropped)."""
+    words = [w.lower() for w in _HUMPS.findall(key)]
+    other = [w.lower() for w in _HUMPS.findall(candidate)]
+    changes = [op for op in difflib.SequenceMatcher(a=words, b=other).get_opcodes()
+               if op[0] != "equal"]
+    if len(changes) != 1:
+        return False
+    tag, a0, a1, b0, b1 = changes[0]
+    if tag != "replace" or a1 - a0 != 1 or b1 - b0 != 1:
+        return False
+    return difflib.SequenceMatcher(a=words[a0], b=other[b0]).ratio() >= TYPO_WORD_RATIO
 
 
 def _foreign(values: Mapping[str, object], known: Collection[str], source: str) -> Settings:

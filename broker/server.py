@@ -16,8 +16,9 @@ production and in :mod:`broker.embed`):
    ``brokerServicePortTls`` with TLS), one :class:`broker.net.connection.ServerConnection` per
    TCP connection; the server owns the live connections (``connections``), admits them
    against ``brokerMaxConnections``/``brokerMaxConnectionsPerIp``
-   (:class:`broker.net.limits.ConnectionLimiter`), and runs their keep-alive and credential
-   refresh timers (one each for all connections);
+   (:class:`broker.net.limits.ConnectionLimiter`), hands them the broker-wide publish buffer
+   (:class:`broker.net.throttle.PublishBuffer`, ``maxMessagePublishBufferSizeInMB``), and runs
+   their keep-alive and credential refresh timers (one each for all connections);
 5. serve the admin app (:func:`broker.admin.app.create_app`) on ``webServicePort`` (and
    ``webServicePortTls``) with aiohttp's AppRunner;
 6. start the metric snapshot exporter (``broker.metrics.snapshots``) writing
@@ -54,6 +55,7 @@ from broker.net.connection import ServerConnection
 from broker.net.handshake import ConnectionSecurity
 from broker.net.limits import ConnectionLimiter
 from broker.net.lookup import is_loopback
+from broker.net.throttle import PublishBuffer
 from broker.security.authentication import AuthenticationService
 from broker.security.authorization import AuthorizationService
 from broker.security.tls import ReloadingServerContext, TlsSettings
@@ -87,6 +89,7 @@ class BrokerServer:
         self.connections: set[ServerConnection] = set()
         self._limiter = ConnectionLimiter(config.broker_max_connections,
                                           config.broker_max_connections_per_ip)
+        self.publish_buffer = PublishBuffer(config.max_message_publish_buffer_size_in_mb)
         self._server_tls: asyncio.base_events.Server | None = None
         self.tls: ReloadingServerContext | None = None
         self._tls_stop = asyncio.Event()
@@ -121,14 +124,16 @@ class BrokerServer:
             self.tls = ReloadingServerContext(TlsSettings.from_config(config))
             self._timers.append(loop.create_task(self.tls.run(self._tls_stop)))
         self._server = await loop.create_server(
-            lambda: ServerConnection(service, self, security), host=config.bind_address,
+            lambda: ServerConnection(service, self, security,
+                                     publish_buffer=self.publish_buffer), host=config.bind_address,
             port=config.broker_service_port, reuse_address=True, backlog=1024)
         self.broker_port = _bound_port(self._server.sockets)
         service.broker_port = self.broker_port
         if config.broker_service_port_tls is not None:
             assert self.tls is not None
             self._server_tls = await loop.create_server(
-                lambda: ServerConnection(service, self, security), host=config.bind_address,
+                lambda: ServerConnection(service, self, security,
+                                     publish_buffer=self.publish_buffer), host=config.bind_address,
                 port=config.broker_service_port_tls, reuse_address=True, backlog=1024,
                 ssl=self.tls.listening)
             self.broker_port_tls = service.broker_port_tls = _bound_port(self._server_tls.sockets)

@@ -15,22 +15,18 @@ changes an entry, pass no stale ``entry_crc`` (the encoder then recomputes it).
 
 Most encoders build a ``pb.BaseCommand`` and ``SerializeToString()`` it, which also enforces
 proto2's required fields. The two per-message hot paths, :func:`encode_send_receipt` and
-:func:`encode_message`, assemble the protobuf bytes by hand from precomputed varints and
-prefixes (SEND_RECEIPT ~3x faster than building a pb object); tests pin their output
-byte-for-byte to the pb-built encoding (:func:`_reference_send_receipt`,
-:func:`_reference_message`).
+:func:`encode_message`, are assembled by hand in :mod:`protocol.hot_commands` (pinned
+byte-for-byte to pb-built twins there).
 
 Layout: framing and varints live in :mod:`protocol.framing`; the client-side encoders (CONNECT,
-PRODUCER, SEND, SUBSCRIBE, FLOW, ACK, ...) in :mod:`protocol.client_commands`. Everything is
-importable from here.
+PRODUCER, SEND, SUBSCRIBE, FLOW, ACK, ...) in :mod:`protocol.client_commands`; the two hot
+per-message encoders in :mod:`protocol.hot_commands`. Everything is importable from here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import Final, Literal
-
-from crc32c import crc32c
 
 from protocol import pulsar_pb as pb
 from protocol.client_commands import (
@@ -51,15 +47,10 @@ from protocol.client_commands import (
     encode_unsubscribe,
 )
 from protocol.errors import ServerError
-from protocol.framing import CHECKSUM_HEADER as _CHECKSUM_HEADER
-from protocol.framing import HEADER as _HEADER
-from protocol.framing import ONE_BYTE as _ONE_BYTE
-from protocol.framing import SMALL_VARINT as _SMALL
-from protocol.framing import SMALL_VARINT_LIMIT as _SMALL_LIMIT
 from protocol.framing import MessageId, encode_command, encode_payload_command
 from protocol.framing import set_message_id as _message_id
-from protocol.framing import varint as _varint
-from protocol.limits import MAGIC_CRC32C, PROTOCOL_VERSION
+from protocol.hot_commands import encode_message, encode_send_receipt
+from protocol.limits import PROTOCOL_VERSION
 
 _T = pb.BaseCommand
 
@@ -119,59 +110,6 @@ def encode_producer_success(
     return encode_command(cmd)
 
 
-def encode_send_receipt(
-    producer_id: int, sequence_id: int, ledger_id: int, entry_id: int, highest_sequence_id: int = 0
-) -> bytes:
-    """SEND_RECEIPT{producer_id, sequence_id, message_id{ledger, entry}, highest_sequence_id}.
-
-    Hand-assembled (hot path, one per published entry); equals :func:`_reference_send_receipt`.
-    highest_sequence_id is always present, as the Java broker does.
-    """
-    # Every id below 16384 is one tuple index; larger ones take one call (see framing.varint).
-    ledger = _SMALL[ledger_id] if 0 <= ledger_id < _SMALL_LIMIT else _varint(ledger_id)
-    entry = _SMALL[entry_id] if 0 <= entry_id < _SMALL_LIMIT else _varint(entry_id)
-    inner = b"".join(
-        (
-            b"\x08",
-            _SMALL[producer_id] if 0 <= producer_id < _SMALL_LIMIT else _varint(producer_id),
-            b"\x10",
-            _SMALL[sequence_id] if 0 <= sequence_id < _SMALL_LIMIT else _varint(sequence_id),
-            b"\x1a",
-            _ONE_BYTE[len(ledger) + len(entry) + 2],  # MessageIdData: at most 22 bytes
-            b"\x08",
-            ledger,
-            b"\x10",
-            entry,
-            b"\x20",
-            _SMALL[highest_sequence_id]
-            if 0 <= highest_sequence_id < _SMALL_LIMIT
-            else _varint(highest_sequence_id),
-        )
-    )
-    # inner is at most 57 bytes: header + BaseCommand{type=7, send_receipt(7)=LEN} prefix is
-    # one precomputed lookup by its length.
-    return _RECEIPT_PREFIX[len(inner)] + inner
-
-
-# [totalSize][commandSize] 08 07 3a <len> for a SEND_RECEIPT whose sub-message has n bytes.
-_RECEIPT_PREFIX: Final = tuple(
-    _HEADER.pack(n + 8, n + 4) + b"\x08\x07\x3a" + bytes((n,)) for n in range(128)
-)
-
-
-def _reference_send_receipt(
-    producer_id: int, sequence_id: int, ledger_id: int, entry_id: int, highest_sequence_id: int = 0
-) -> bytes:
-    """pb-built twin of :func:`encode_send_receipt`, for tests and as documentation."""
-    cmd = pb.BaseCommand(type=_T.SEND_RECEIPT)
-    r = cmd.send_receipt
-    r.producer_id = producer_id
-    r.sequence_id = sequence_id
-    _message_id(r.message_id, ledger_id, entry_id)
-    r.highest_sequence_id = highest_sequence_id
-    return encode_command(cmd)
-
-
 def encode_send_error(
     producer_id: int, sequence_id: int, code: ServerError | int, message: str
 ) -> bytes:
@@ -182,99 +120,6 @@ def encode_send_error(
     e.error = int(code)  # type: ignore[assignment]
     e.message = message
     return encode_command(cmd)
-
-
-def encode_message(
-    consumer_id: int,
-    ledger_id: int,
-    entry_id: int,
-    entry: bytes,
-    *,
-    redelivery_count: int = 0,
-    ack_set: Sequence[int] | None = None,
-    partition: int | None = None,
-    entry_crc: int | None = None,
-    checksum: bool = True,
-) -> bytes:
-    """MESSAGE{consumer_id, message_id, [redelivery_count], [ack_set]} + 0x0e01 + CRC32C + entry.
-
-    Hand-assembled (hot path, one per delivery); equals :func:`_reference_message`.
-    ``entry_crc`` is ``crc32c(entry)`` when the caller already knows it (e.g. from publish);
-    it must describe these exact bytes. ``redelivery_count`` is sent only when non-zero.
-    ``checksum=False`` omits magic and CRC (the client treats the CRC as optional).
-    """
-    ledger = _SMALL[ledger_id] if 0 <= ledger_id < _SMALL_LIMIT else _varint(ledger_id)
-    entry_no = _SMALL[entry_id] if 0 <= entry_id < _SMALL_LIMIT else _varint(entry_id)
-    consumer = _SMALL[consumer_id] if 0 <= consumer_id < _SMALL_LIMIT else _varint(consumer_id)
-    if partition is None and not redelivery_count and not ack_set:
-        # The common delivery: BaseCommand{type=9, message{consumer_id, message_id{l, e}}}.
-        inner = b"".join(
-            (
-                b"\x08",
-                consumer,
-                b"\x12",
-                _ONE_BYTE[len(ledger) + len(entry_no) + 2],
-                b"\x08",
-                ledger,
-                b"\x10",
-                entry_no,
-            )
-        )
-        body_prefix = _MESSAGE_PREFIX[len(inner)]  # inner is at most 35 bytes here
-    else:
-        mid = b"\x08" + ledger + b"\x10" + entry_no
-        if partition is not None:
-            mid += b"\x18" + _varint(partition)
-        parts = [b"\x08", consumer, b"\x12", _ONE_BYTE[len(mid)], mid]
-        if redelivery_count:
-            parts += (b"\x18", _varint(redelivery_count))
-        if ack_set:
-            for word in ack_set:  # proto2 repeated int64, not packed
-                parts += (b"\x20", _varint(word))
-        inner = b"".join(parts)
-        body_prefix = b"\x08\x09\x4a" + _varint(len(inner))
-    command_size = len(body_prefix) + len(inner)
-    if not checksum:
-        return b"".join(
-            (_HEADER.pack(command_size + 4 + len(entry), command_size), body_prefix, inner, entry)
-        )
-    if entry_crc is None:
-        entry_crc = crc32c(entry)
-    return b"".join(
-        (
-            _HEADER.pack(command_size + 10 + len(entry), command_size),
-            body_prefix,
-            inner,
-            _CHECKSUM_HEADER.pack(MAGIC_CRC32C, entry_crc),
-            entry,
-        )
-    )
-
-
-# BaseCommand prefix 08 09 4a <len> of a MESSAGE whose sub-message has n < 128 bytes.
-_MESSAGE_PREFIX: Final = tuple(b"\x08\x09\x4a" + bytes((n,)) for n in range(128))
-
-
-def _reference_message(
-    consumer_id: int,
-    ledger_id: int,
-    entry_id: int,
-    entry: bytes,
-    *,
-    redelivery_count: int = 0,
-    ack_set: Sequence[int] | None = None,
-    partition: int | None = None,
-) -> bytes:
-    """pb-built twin of :func:`encode_message`, for tests and as documentation."""
-    cmd = pb.BaseCommand(type=_T.MESSAGE)
-    m = cmd.message
-    m.consumer_id = consumer_id
-    _message_id(m.message_id, ledger_id, entry_id, partition=partition)
-    if redelivery_count:
-        m.redelivery_count = redelivery_count
-    if ack_set:
-        m.ack_set.extend(ack_set)
-    return encode_payload_command(cmd, entry)
 
 
 def encode_ping() -> bytes:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from storage.config import StorageConfig
 from storage.cursor import ManagedCursor
+from storage.cursor_files import StoredCursor
 from storage.errors import (
     CorruptRecordError,
     CursorNotFoundError,
@@ -28,11 +29,12 @@ from storage.metadata import MetadataStore
 from storage.positions import Entry, Position
 from storage.segments import RecoveryEvent
 from storage.snapshots import SnapshotStore
-from storage.store import RecoveryReport, SegmentStore
+from storage.store import CursorPropertyScan, RecoveryReport, SegmentStore
 
 __all__ = [
     "CorruptRecordError",
     "CursorNotFoundError",
+    "CursorPropertyScan",
     "Entry",
     "EntryTooLargeError",
     "FileOps",
@@ -53,5 +55,6 @@ __all__ = [
     "StorageConfig",
     "StorageError",
     "StorageReadOnlyError",
+    "StoredCursor",
     "TooManyOpenFilesError",
 ]

@@ -15,6 +15,10 @@ can recreate it at the earliest position: duplicates, never loss. A cursor whose
 be recovered is reported as lost (the ledger then refuses to trim: its backlog is unknown).
 Temporary files left by a crash are removed.
 
+read_properties(): every cursor's properties as stored (both generations), for callers that
+must know every reference a cursor holds without opening its managed ledger (opening starts
+a new ledger): the broker's start-up sweep of orphan bucket snapshots.
+
 remove(name): unlink ``.cur.prev`` first, then ``.cur``, then fsync the directory; a crash in
 between leaves the newest generation (the delete did not happen), never an older one.
 """
@@ -174,3 +178,45 @@ def scan_cursor_files(ops: FileOps, ledger_directory: Path, into: CursorScan) ->
         into.max_ledger_id = max([into.max_ledger_id, state.mark_delete.ledger_id,
                                   state.read_position.ledger_id, *state.bitmaps])
         into.property_ids.update(int(v) for v in state.properties.values() if v.isdigit())
+
+
+Generation = Literal["current", "previous", "open"]
+
+
+@dataclass(frozen=True, slots=True)
+class StoredCursor:
+    """One cursor's properties as stored: generation "current" (``.cur``), "previous"
+    (``.cur.prev``), or "open" (the in-memory state of a cursor of an open managed ledger,
+    which is newer than its files)."""
+
+    ledger: str
+    cursor: str
+    generation: Generation
+    properties: dict[str, str]
+
+
+def read_properties(ops: FileOps, ledger: str, ledger_directory: Path
+                    ) -> tuple[list[StoredCursor], list[Path]]:
+    """Blocking: the properties of every cursor file of one managed ledger (both
+    generations), and the cursor files that could not be read (their references are unknown).
+    A file that vanishes meanwhile (removed by a delete) is skipped. Never writes."""
+    directory = ledger_directory / "cursors"
+    found: list[StoredCursor] = []
+    unreadable: list[Path] = []
+    if not directory.is_dir():
+        return found, unreadable
+    for path in sorted(directory.iterdir()):
+        suffix = _split(path.name)[1]
+        if suffix not in (CURRENT, PREVIOUS):
+            continue
+        try:
+            state = decode_cursor(ops.read_file(path))
+        except FileNotFoundError:
+            continue
+        except (CorruptRecordError, OSError):
+            unreadable.append(path)
+            continue
+        found.append(StoredCursor(ledger, state.name,
+                                  "current" if suffix == CURRENT else "previous",
+                                  dict(state.properties)))
+    return found, unreadable

@@ -42,7 +42,7 @@ from pathlib import Path
 
 from storage.cache import EntryCache
 from storage.config import StorageConfig
-from storage.cursor_files import CursorScan, scan_cursor_files
+from storage.cursor_files import CursorScan, StoredCursor, read_properties, scan_cursor_files
 from storage.diskusage import DiskMonitor, MeasureSpace, statvfs_space
 from storage.errors import LedgerClosedError, StorageError
 from storage.fileops import FileOps
@@ -70,6 +70,15 @@ class RecoveryReport:
     dropped_entries: int  # entry ids that are now missing because their record was bad
     corrupt_cursors: int  # cursor files that failed their checks
     cursor_fallbacks: int  # cursors recovered from a previous generation / the earliest position
+
+
+@dataclass(frozen=True, slots=True)
+class CursorPropertyScan:
+    """Every cursor's properties (SegmentStore.cursor_properties) and the cursor files that
+    could not be read: while any is unreadable, the references of that cursor are unknown."""
+
+    cursors: tuple[StoredCursor, ...]
+    unreadable: tuple[Path, ...]
 
 
 class SegmentStore:
@@ -219,6 +228,38 @@ class SegmentStore:
             self._names[name] = directory
             self._open[name] = ml
             return ml
+
+    async def cursor_properties(self) -> CursorPropertyScan:
+        """Every cursor's properties without opening a managed ledger (an open starts a new
+        ledger): both file generations of each ledger not open (ledger directories without
+        a NAME file included, under their directory name), the in-memory state of the open
+        ones' cursors. Read in a read thread; nothing is written. For the broker's start-up
+        sweep of orphan bucket snapshots: a caller deleting what no cursor names must do it
+        while no reference is being created (no tracker running) and delete nothing while
+        `unreadable` is not empty."""
+        self._check_open()
+        open_now = dict(self._open)
+        skip = {self._names[name] for name in open_now if name in self._names}
+        names = {directory: name for name, directory in self._names.items()}
+        ops = self._ops
+
+        def read() -> tuple[list[StoredCursor], list[Path]]:
+            cursors: list[StoredCursor] = []
+            unreadable: list[Path] = []
+            for directory in sorted((self.root / "ledgers").iterdir()):
+                if directory in skip or not directory.is_dir():
+                    continue
+                found, bad = read_properties(ops, names.get(directory, directory.name),
+                                             directory)
+                cursors += found
+                unreadable += bad
+            return cursors, unreadable
+
+        cursors, unreadable = await self._loop.run_in_executor(self._read_pool, read)
+        for name, ml in open_now.items():
+            cursors += [StoredCursor(name, cursor_name, "open", cursor.properties)
+                        for cursor_name, cursor in ml.cursors.items()]
+        return CursorPropertyScan(tuple(cursors), tuple(unreadable))
 
     def _no_space(self) -> None:
         """Writer thread: a write failed with ENOSPC; measure disk usage now."""

@@ -5,10 +5,10 @@ groups ``tenants``, ``namespaces``, ``topics`` and ``brokers``. Topic arguments 
 short names ("t" is persistent://public/default/t, "tenant/ns/t" too). Durations are
 ``500ms``, ``30s``, ``10m``, ``1h``, ``2d``, ``1w`` (a bare number is seconds).
 
-Theory of operation: argparse builds a :class:`Request` (method, path, JSON body) for each
-command; :func:`call` sends it with urllib (stdlib only, so the CLI starts fast and needs
-nothing but Python) and prints a JSON answer pretty-printed, a text answer as is, and
-nothing for 204. Exit codes: 0 success, 1 the server refused (its ``reason`` goes to
+Theory of operation: argparse builds a :class:`broker.admin.cli_http.Request` (method, path,
+JSON body) for each command, from argument values parsed by :mod:`broker.admin.cli_args`;
+:func:`broker.admin.cli_http.call` sends it with urllib and this module prints a JSON
+answer pretty-printed, a text answer as is, and nothing for 204. Exit codes: 0 success, 1 the server refused (its ``reason`` goes to
 stderr) or could not be reached, 2 usage errors (bad arguments, bad topic names,
 bad durations), as argparse does.
 """
@@ -19,128 +19,28 @@ import argparse
 import base64
 import json
 import os
-import re
 import sys
 import time
 import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from broker.admin import cli_brokers
+from broker.admin.cli_args import (
+    UsageError,
+    namespace_path,
+    parse_duration_ms,
+    parse_ledger_entry,
+    parse_message_id,
+    topic_path,
+)
 from broker.admin.cli_auth import AdminAuth, admin_auth
+from broker.admin.cli_http import HttpError, Request, call
 
 DEFAULT_ADMIN_URL = "http://localhost:8080"
-TIMEOUT_S = 30.0
 EXIT_HTTP_ERROR = 1
 EXIT_USAGE = 2
-
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?\s*$", re.IGNORECASE)
-_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000,
-            "w": 604_800_000, None: 1000}
-
-
-class UsageError(Exception):
-    """Bad command-line input: exit code 2."""
-
-
-class HttpError(Exception):
-    """The server answered with an error status: exit code 1."""
-
-    def __init__(self, status: int, reason: str) -> None:
-        super().__init__(f"HTTP {status}: {reason}")
-        self.status = status
-        self.reason = reason
-
-
-@dataclass(frozen=True, slots=True)
-class Request:
-    method: str
-    path: str
-    body: object = None
-    has_body: bool = False
-
-
-def parse_duration_ms(text: str) -> int:
-    """"500ms" -> 500, "30s" -> 30000, "10m", "1h", "2d", "1w"; a bare number is seconds."""
-    m = _DURATION.match(text)
-    if m is None:
-        raise UsageError(f"invalid duration {text!r} (examples: 500ms, 30s, 10m, 1h, 2d)")
-    unit = m.group(2).lower() if m.group(2) else None
-    return int(float(m.group(1)) * _UNIT_MS[unit])
-
-
-def topic_path(topic: str) -> str:
-    """A topic argument -> "tenant/ns/local" (URL-quoted), persistent topics only."""
-    name = topic.strip()
-    if "://" in name:
-        domain, rest = name.split("://", 1)
-        if domain != "persistent":
-            raise UsageError(f"only persistent topics are supported, not {topic!r}")
-    elif "/" in name:
-        rest = name
-    else:
-        rest = f"public/default/{name}"
-    parts = rest.split("/")
-    if len(parts) != 3 or not all(parts):
-        raise UsageError(f"invalid topic name {topic!r}: use 'name', 'tenant/namespace/name' "
-                         "or 'persistent://tenant/namespace/name'")
-    return "/".join(urllib.parse.quote(p, safe="") for p in parts)
-
-
-def namespace_path(namespace: str) -> str:
-    parts = namespace.strip().split("/")
-    if len(parts) != 2 or not all(parts):
-        raise UsageError(f"invalid namespace {namespace!r}: use 'tenant/namespace'")
-    return "/".join(urllib.parse.quote(p, safe="") for p in parts)
-
-
-def parse_message_id(text: str) -> tuple[int, int, int | None]:
-    """"L:E" or "L:E:B" -> (ledger, entry, batch or None)."""
-    parts = text.strip().split(":")
-    try:
-        if len(parts) == 2:
-            return int(parts[0]), int(parts[1]), None
-        if len(parts) == 3:
-            return int(parts[0]), int(parts[1]), int(parts[2])
-    except ValueError:
-        pass
-    raise UsageError(f"invalid message id {text!r}: use ledgerId:entryId[:batchIndex]")
-
-
-# --- HTTP -----------------------------------------------------------------------------------
-def call(admin_url: str, req: Request, auth: AdminAuth | None = None) -> object:
-    """Send ``req``; return the decoded answer (None for 204). Raises HttpError/OSError."""
-    url = admin_url.rstrip("/") + req.path
-    data = json.dumps(req.body).encode() if req.has_body else None
-    headers = {"Accept": "application/json", **(auth.headers if auth is not None else {})}
-    if data is not None:
-        headers["Content-Type"] = "application/json"
-    request = urllib.request.Request(url, data=data, method=req.method, headers=headers)
-    context = auth.ssl_context if auth is not None and url.startswith("https:") else None
-    try:
-        with urllib.request.urlopen(request, timeout=TIMEOUT_S, context=context) as resp:
-            raw = resp.read()
-            ctype = resp.headers.get("Content-Type", "")
-    except urllib.error.HTTPError as exc:
-        raise HttpError(exc.code, _reason(exc.read(), exc.reason)) from None
-    if not raw:
-        return None
-    if "json" in ctype:
-        return json.loads(raw)
-    return raw.decode(errors="replace")
-
-
-def _reason(raw: bytes, fallback: object) -> str:
-    try:
-        doc = json.loads(raw)
-    except ValueError:
-        return raw.decode(errors="replace").strip() or str(fallback)
-    if isinstance(doc, dict) and "reason" in doc:
-        return str(doc["reason"])
-    return raw.decode(errors="replace").strip() or str(fallback)
 
 
 # --- commands -------------------------------------------------------------------------------
@@ -162,17 +62,6 @@ def _policy_body(args: argparse.Namespace) -> dict[str, Any]:
 
 def _applied(args: argparse.Namespace) -> str:
     return "?applied=true" if args.applied else ""
-
-
-def parse_ledger_entry(text: str) -> tuple[int, int, int | None]:
-    """PIP-423's ``-m ledgerId=entryId`` -> (ledger, entry, None); both >= 0."""
-    ledger, sep, entry = text.strip().partition("=")
-    try:
-        if sep and int(ledger) >= 0 and int(entry) >= 0:
-            return int(ledger), int(entry), None
-    except ValueError:
-        pass
-    raise UsageError(f"invalid message id {text!r}: use ledgerId=entryId")
 
 
 def _skip_body(args: argparse.Namespace) -> dict[str, Any]:

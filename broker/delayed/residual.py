@@ -10,13 +10,19 @@ the caller that deletes a cursor first hands its properties to
 :func:`delete_residual_snapshots` (whether or not a tracker is loaded: a subscription with no
 consumer has none). :func:`sweep_orphan_snapshots` is the start-up backstop for a crash between
 the cursor deletion and the snapshot deletion: every stored snapshot that no cursor names is
-deleted. Callers: the subscription/topic deletion path and the broker's start-up.
+deleted; :func:`sweep_at_start` runs it on what storage's ``SegmentStore.cursor_properties``
+read (every cursor of every topic, both file generations, without opening a ledger) and
+deletes nothing while a cursor file is unreadable (its references are unknown). A crash
+between a snapshot's creation and the cursor flush naming it leaves such an orphan too (the
+tracker rebuilds that bucket from the backlog). Callers: the subscription/topic deletion
+path and the broker's start-up (``BrokerService.start``, before any topic is loaded).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Protocol
 
 from broker.delayed.bucket_records import BUCKET_KEY_PREFIX
@@ -64,3 +70,32 @@ async def sweep_orphan_snapshots(cursor_properties: Iterable[Mapping[str, str]],
         except Exception:
             log.exception("deleting orphan delayed-delivery snapshot %d failed", snapshot_id)
     return len(orphans)
+
+
+class StoredCursorProperties(Protocol):
+    @property
+    def properties(self) -> dict[str, str]: ...
+
+
+class CursorPropertySource(Protocol):
+    """What storage's ``CursorPropertyScan`` gives the start-up sweep."""
+
+    @property
+    def cursors(self) -> Sequence[StoredCursorProperties]: ...
+
+    @property
+    def unreadable(self) -> Sequence[Path]: ...
+
+
+async def sweep_at_start(scan: CursorPropertySource, store: DeletableSnapshots) -> int:
+    """The start-up sweep over every stored cursor's properties (module docstring): how many
+    orphans went; none while some cursor file could not be read."""
+    if scan.unreadable:
+        log.warning("%d cursor file(s) could not be read (%s); orphan delayed-delivery "
+                    "snapshots are kept until they can", len(scan.unreadable),
+                    ", ".join(str(p) for p in scan.unreadable[:3]))
+        return 0
+    removed = await sweep_orphan_snapshots((c.properties for c in scan.cursors), store)
+    if removed:
+        log.info("removed %d orphan delayed-delivery snapshot(s) no subscription names", removed)
+    return removed

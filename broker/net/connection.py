@@ -8,17 +8,19 @@ Theory of operation
 
 1. Handlers that answer from memory (PING, SEND, FLOW, ACK, ...) run synchronously, in
    arrival order. Handlers that need IO or a topic load (PRODUCER, SUBSCRIBE, LOOKUP, ...)
-   run as tasks; a :class:`protocol.errors.RequestError` escaping one is answered, in one
-   place (:meth:`_run_request`), with ERROR carrying its code.
+   run as tasks (:class:`broker.net.requests.RequestTasks`); a
+   :class:`protocol.errors.RequestError` escaping one is answered there, in one place, with
+   ERROR carrying its code.
 2. A :class:`protocol.errors.ConnectionFatalError` (oversized or malformed frame, TLS or HTTP
    on this port) closes this connection only. Nothing else on the broker is affected.
 3. Outgoing frames: the first one written in an event-loop iteration goes to the transport at
    once (a synchronous producer's receipt waits for nothing); later ones are buffered by
    :meth:`write` and flushed with one ``transport.write`` in the next iteration, so a burst of
    receipts or messages costs at most two syscalls.
-4. Back-pressure on publishers: once ``pending_publishes`` passes
-   ``maxPendingPublishRequestsPerConnection`` the transport stops reading; it resumes at half.
-   Back-pressure from the peer: ``writes_paused`` mirrors the transport's pause_writing /
+4. Back-pressure on publishers belongs to :class:`broker.net.throttle.ReadThrottle`: past
+   ``maxPendingPublishRequestsPerConnection`` unanswered SENDs, or while the broker-wide
+   :class:`broker.net.throttle.PublishBuffer` (``maxMessagePublishBufferSizeInMB``) is full,
+   the transport stops reading. Back-pressure from the peer: ``writes_paused`` mirrors the transport's pause_writing /
    resume_writing, and the consumer side is told when writing may resume.
 5. The connection is owned by the server (:class:`broker.server.BrokerServer`), which it tells
    when it opens and closes (:class:`ConnectionOwner`); the server drives keep-alive (one
@@ -47,7 +49,9 @@ from broker.net import lookup, schemas
 from broker.net.consumers import ConsumerSide
 from broker.net.handshake import ConnectionSecurity, Handshake
 from broker.net.producers import handle_close_producer, handle_producer
+from broker.net.requests import RequestTasks
 from broker.net.states import TRANSITIONS, ConnState, Unexpected, request_id_of, unexpected
+from broker.net.throttle import PublishBuffer, ReadThrottle
 from broker.topics.names import TopicName
 from broker.topics.producer import Producer
 from broker.topics.service import BrokerService
@@ -76,7 +80,8 @@ class ServerConnection(asyncio.Protocol):
 
     def __init__(self, service: BrokerService, owner: ConnectionOwner,
                  security: ConnectionSecurity | None = None, *,
-                 tables: StateTables | None = None) -> None:
+                 tables: StateTables | None = None,
+                 publish_buffer: PublishBuffer | None = None) -> None:
         self.service = service
         self._owner = owner
         self.config = service.config
@@ -93,20 +98,19 @@ class ServerConnection(asyncio.Protocol):
         self.connected_since_ms = 0
         self.producers: dict[int, Producer] = {}
         self.waiting_producers: dict[int, Producer] = {}  # WaitForExclusive, queued
-        self.pending_publishes = 0
         self.last_received = self.loop.time()
         self._ping_sent_at: float | None = None  # loop time of an unanswered keep-alive PING
         self._decoder = FrameDecoder(self.config.max_message_size + FRAME_PADDING)
         self._transport: asyncio.Transport | None = None
         self._out: list[bytes] = []
         self._flush_scheduled = False
-        self._reading_paused = False
         self._writes_paused = False
-        self._pending_limit = self.config.max_pending_publish_requests_per_connection
-        self._resume_at = self._pending_limit // 2
+        self.throttle = ReadThrottle(
+            publish_buffer if publish_buffer is not None else PublishBuffer(0),
+            self.config.max_pending_publish_requests_per_connection, self._reading_resumed)
         self.producers_creating: set[int] = set()  # PRODUCER requests in flight
         self._consumer_side: ConsumerSide | None = None
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self._requests = RequestTasks(self.loop, self.write, lambda: self.remote_address)
         self.is_closed = False
 
     @property
@@ -149,6 +153,7 @@ class ServerConnection(asyncio.Protocol):
         if ssl_object is not None:
             self.peer_certificate = ssl_object.getpeercert(binary_form=True)
         self.connected_since_ms = int(time.time() * 1000)
+        self.throttle.attach(transport)  # type: ignore[arg-type,unused-ignore]
         self.handshake.start_timer(self.loop)
         self._owner.connection_opened(self)
 
@@ -192,9 +197,9 @@ class ServerConnection(asyncio.Protocol):
         self.state = ConnState.CLOSED
         self._out.clear()
         self.handshake.stop_timer()
+        self.throttle.detach()
         self._owner.connection_closed(self)
-        for task in list(self._tasks):
-            task.cancel()
+        self._requests.cancel_all()
         for producer in list(self.producers.values()):
             producer.close()
         self.producers.clear()
@@ -308,30 +313,8 @@ class ServerConnection(asyncio.Protocol):
 
     def spawn(self, coro: Awaitable[Any], request_id: int | None = None,
               on_error: Callable[[RequestError], bytes] | None = None) -> asyncio.Task[Any]:
-        """Run a request handler as a task; RequestErrors become ERROR (or *on_error*'s frame)."""
-        task = self.loop.create_task(self._run_request(coro, request_id, on_error))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return task
-
-    async def _run_request(self, coro: Awaitable[Any], request_id: int | None,
-                           on_error: Callable[[RequestError], bytes] | None) -> None:
-        try:
-            await coro
-        except RequestError as exc:
-            self._answer_error(exc, request_id, on_error)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            log.exception("request %s on %s failed", request_id, self.remote_address)
-            self._answer_error(RequestError(f"{type(exc).__name__}: {exc}"), request_id, on_error)
-
-    def _answer_error(self, exc: RequestError, request_id: int | None,
-                      on_error: Callable[[RequestError], bytes] | None) -> None:
-        if on_error is not None:
-            self.write(on_error(exc))
-        elif request_id is not None:
-            self.write(C.encode_error(request_id, exc.code, exc.message))
+        """Run a request handler as a task (:class:`broker.net.requests.RequestTasks`)."""
+        return self._requests.spawn(coro, request_id, on_error)
 
     # ------------------------------------------------------------------ handshake, keep-alive
 
@@ -358,7 +341,7 @@ class ServerConnection(asyncio.Protocol):
         PING and heard nothing at all for a whole interval since: a loop stall that delays the
         tick can then never close a healthy connection without asking first.
         """
-        if self._reading_paused:
+        if self.throttle.paused:
             return  # we stopped reading (back-pressure): silence is ours, not the peer's
         pinged = self._ping_sent_at
         if pinged is not None and self.last_received < pinged:
@@ -407,24 +390,14 @@ class ServerConnection(asyncio.Protocol):
             return
         producer.on_send(frame, send)
 
-    def publish_started(self) -> None:
-        self.pending_publishes += 1
-        if self.pending_publishes >= self._pending_limit and not self._reading_paused:
-            self._reading_paused = True
-            if self._transport is not None:
-                self._transport.pause_reading()
+    def publish_started(self, nbytes: int = 0) -> None:
+        self.throttle.started(nbytes)
 
-    def publish_finished(self, count: int = 1) -> None:
-        self.pending_publishes -= count
-        if self._reading_paused and self.pending_publishes <= self._resume_at:
-            self._reading_paused = False
-            self.last_received = self.loop.time()  # the keep-alive clock restarts
-            if self._transport is not None and not self.is_closed:
-                self._transport.resume_reading()
+    def publish_finished(self, count: int = 1, nbytes: int = 0) -> None:
+        self.throttle.finished(count, nbytes)
 
-    @property
-    def reading_paused(self) -> bool:
-        return self._reading_paused
+    def _reading_resumed(self) -> None:
+        self.last_received = self.loop.time()  # the keep-alive clock restarts
 
     def producer_detached(self, producer: Producer) -> None:
         if self.producers.get(producer.producer_id) is producer:

@@ -25,7 +25,10 @@ Rules, as Pulsar's ``AuthorizationService`` + ``PulsarAuthorizationProvider``:
 5. Consuming also needs the subscription: when ``subscription_auth_roles`` lists roles for a
    subscription, only those roles may use it; with ``subscription_auth_mode`` ``Prefix`` the
    subscription name must start with the role.
-6. Lookup is allowed to whoever may produce or consume.
+6. Lookup is allowed to whoever may produce or consume. A refused PARTITIONED_METADATA on a
+   tenant that does not exist answers TopicNotFound "Tenant or namespace or topic does not
+   exist: <tenant/ns>" (Pulsar's tenant-admin check fails with 404 there, and its
+   ServerCnx maps that to TopicNotFound), so a client learns the topic cannot exist.
 
 All checks are synchronous reads of already-loaded policies; callers (connection handlers,
 REST middleware) may call them on the event loop. ``require_*`` methods raise
@@ -44,6 +47,7 @@ from typing import Protocol
 from broker.config import BrokerConfig
 from broker.security.authentication import split_list
 from broker.security.errors import AuthorizationError
+from protocol.errors import TopicNotFoundError
 
 __all__ = [
     "AuthAction",
@@ -349,6 +353,10 @@ class AuthorizationService:
 
     def require_lookup(self, topic: str, role: str, *, partitioned_metadata: bool = False) -> None:
         if not self.can_lookup(topic, role):
+            namespace = namespace_of(topic)
+            if partitioned_metadata and self._store.tenant_admin_roles(
+                    namespace.split("/")[0]) is None:
+                raise TopicNotFoundError(f"Tenant or namespace or topic does not exist: {namespace}")
             raise AuthorizationError(
                 NOT_AUTHORIZED_PARTITIONED_METADATA if partitioned_metadata else NOT_AUTHORIZED_LOOKUP)
 

@@ -88,9 +88,11 @@ class ProducerTransport(Protocol):
 
     def write(self, data: bytes) -> None: ...
 
-    def publish_started(self) -> None: ...
+    def publish_started(self, nbytes: int) -> None:
+        """A SEND of *nbytes* (its entry) waits for its answer (back-pressure accounting)."""
 
-    def publish_finished(self, count: int = 1) -> None: ...
+    def publish_finished(self, count: int, nbytes: int) -> None:
+        """*count* SENDs holding *nbytes* in all were answered."""
 
     def producer_detached(self, producer: Producer) -> None:
         """The broker closed *producer* (fenced, displaced, topic unloaded): forget it."""
@@ -121,8 +123,8 @@ class PublishTarget(Protocol):
 class _Pending:
     """One SEND awaiting its answer (``dup``: a re-send answered without a new append)."""
 
-    __slots__ = ("dup", "error", "future", "highest_sequence_id", "key", "messages",
-                 "sequence_id", "size", "started")
+    __slots__ = ("buffered", "dup", "error", "future", "highest_sequence_id", "key",
+                 "messages", "sequence_id", "size", "started")
 
     def __init__(self, sequence_id: int, highest_sequence_id: int, key: int | None,
                  started: float,
@@ -137,6 +139,7 @@ class _Pending:
         self.messages = messages
         self.size = size
         self.dup = dup
+        self.buffered = 0  # bytes counted against the publish buffers until answered
 
 
 class Producer:
@@ -211,9 +214,11 @@ class Producer:
                                 messages, len(entry))
         except RequestError as exc:
             item = _Pending(seq, highest, key, started, None, exc, 0, 0)
+        nbytes = len(entry) if entry is not None else 0
+        item.buffered = nbytes
         queue = self._queue
         queue.append(item)
-        self.connection.publish_started()
+        self.connection.publish_started(nbytes)
         if len(queue) == 1:
             self._watch_head()
 
@@ -277,7 +282,7 @@ class Producer:
         bucket_of = bisect.bisect_left
         now = self._loop.time()
         record = self.seq_state.record
-        msgs = size = count = answered = 0
+        msgs = size = count = answered = buffered = 0
         latency_sum = 0.0
         blocked: RequestError | None = None
         while queue:
@@ -298,6 +303,7 @@ class Producer:
                     self._fail_behind(failure.error, reload_topic=failure.reload_topic)
             queue.popleft()
             answered += 1
+            buffered += item.buffered
             if item.error is None:
                 pos = fut.result()  # type: ignore[union-attr]
                 emit(encode_receipt(pid, item.sequence_id, pos.ledger_id, pos.entry_id,
@@ -317,7 +323,7 @@ class Producer:
                                          item.error.message))
         if answered:
             self._write(out[0] if answered == 1 else b"".join(out))
-            self.connection.publish_finished(answered)
+            self.connection.publish_finished(answered, buffered)
         if count:
             self.msg_in_counter += msgs
             self.bytes_in_counter += size

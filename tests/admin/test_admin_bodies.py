@@ -7,7 +7,7 @@ import base64
 import pytest
 
 from broker.admin import bodies
-from broker.admin.cli import UsageError, parse_duration_ms, parse_message_id, topic_path
+from broker.admin.cli_args import UsageError, parse_duration_ms, parse_message_id, topic_path
 from broker.admin.errors import RestError
 from protocol import pulsar_pb as pb
 

@@ -74,6 +74,88 @@ def test_a_typo_of_a_horae_key_in_broker_conf_is_an_error(tmp_path: pathlib.Path
     assert "did you mean 'brokerServicePort'" in str(case.value)
 
 
+#: The keys of the official Python client suite's CI broker config (pulsar-client-python
+#: tests/test-conf/standalone-ssl.conf), set here to this test's own values: a real Pulsar
+#: broker.conf must load, its Pulsar-only keys skipped and reported (some are one word away
+#: from a Horae key, e.g. managedLedgerMinLedgerRolloverTimeMinutes).
+SUITE_HORAE_KEYS = {
+    "brokerServicePort": "7650", "brokerServicePortTls": "7651", "webServicePort": "9080",
+    "webServicePortTls": "9443", "bindAddress": "127.0.0.1", "advertisedAddress": "localhost",
+    "clusterName": "standalone", "brokerShutdownTimeoutMs": "3000",
+    "brokerDeleteInactiveTopicsEnabled": "true", "tlsEnabled": "true",
+    "tlsCertificateFilePath": "conf/broker-cert.pem", "tlsKeyFilePath": "conf/broker-key.pem",
+    "tlsTrustCertsFilePath": "conf/cacert.pem", "tlsAllowInsecureConnection": "false",
+    "anonymousUserRole": "anonymous", "authenticationEnabled": "true",
+    "authenticationProviders": "org.apache.pulsar.broker.authentication.AuthenticationProviderTls,"
+                               "org.apache.pulsar.broker.authentication.AuthenticationProviderToken",
+    "authorizationEnabled": "true", "tokenSecretKey": "file:///keys/secret.key",
+    "superUserRoles": "localhost,superUser,admin", "managedLedgerCacheSizeMB": "1024",
+    "managedLedgerDefaultMarkDeleteRateLimit": "0.1", "managedLedgerMaxEntriesPerLedger": "50000",
+    "managedLedgerMaxLedgerRolloverTimeMinutes": "240", "keepAliveIntervalSeconds": "30",
+    "allowAutoTopicCreation": "true", "maxMessageSize": "1024000",
+}
+SUITE_PULSAR_ONLY_KEYS = [
+    "zooKeeperSessionTimeoutMillis", "backlogQuotaCheckEnabled",
+    "backlogQuotaCheckIntervalInSeconds", "backlogQuotaDefaultLimitGB",
+    "brokerDeleteInactiveTopicsFrequencySeconds", "messageExpiryCheckIntervalInMinutes",
+    "clientLibraryVersionCheckEnabled", "clientLibraryVersionCheckAllowUnversioned",
+    "statusFilePath", "maxUnackedMessagesPerConsumer", "subscriptionRedeliveryTrackerEnabled",
+    "acknowledgmentAtBatchIndexLevelEnabled", "bookkeeperClientTimeoutInSeconds",
+    "bookkeeperClientSpeculativeReadTimeoutInMillis", "bookkeeperClientHealthCheckEnabled",
+    "bookkeeperClientHealthCheckIntervalSeconds",
+    "bookkeeperClientHealthCheckErrorThresholdPerInterval",
+    "bookkeeperClientHealthCheckQuarantineTimeInSeconds", "bookkeeperClientRackawarePolicyEnabled",
+    "bookkeeperClientRegionawarePolicyEnabled", "bookkeeperClientMinNumRacksPerWriteQuorum",
+    "bookkeeperClientEnforceMinNumRacksPerWriteQuorum",
+    "bookkeeperClientReorderReadSequenceEnabled", "managedLedgerDefaultEnsembleSize",
+    "managedLedgerDefaultWriteQuorum", "managedLedgerDefaultAckQuorum",
+    "managedLedgerCacheEvictionWatermark", "managedLedgerMinLedgerRolloverTimeMinutes",
+    "managedLedgerCursorMaxEntriesPerLedger", "managedLedgerCursorRolloverTimeInSeconds",
+    "loadBalancerEnabled", "loadBalancerPlacementStrategy",
+    "loadBalancerReportUpdateThresholdPercentage", "loadBalancerReportUpdateMaxIntervalMinutes",
+    "loadBalancerHostUsageCheckIntervalMinutes", "loadBalancerSheddingIntervalMinutes",
+    "loadBalancerSheddingGracePeriodMinutes", "loadBalancerBrokerUnderloadedThresholdPercentage",
+    "loadBalancerBrokerOverloadedThresholdPercentage",
+    "loadBalancerResourceQuotaUpdateIntervalMinutes", "loadBalancerBrokerComfortLoadLevelPercentage",
+    "loadBalancerAutoBundleSplitEnabled", "loadBalancerNamespaceBundleSplitIntervalMinutes",
+    "loadBalancerNamespaceBundleMaxTopics", "loadBalancerNamespaceBundleMaxSessions",
+    "loadBalancerNamespaceBundleMaxMsgRate", "loadBalancerNamespaceBundleMaxBandwidthMbytes",
+    "loadBalancerNamespaceMaximumBundles", "replicationMetricsEnabled",
+    "replicationConnectionsPerBroker", "replicationProducerQueueSize",
+    "defaultRetentionTimeInMinutes", "defaultRetentionSizeInMB", "allowAutoTopicCreationType",
+    "defaultNumPartitions", "brokerServicePurgeInactiveFrequencyInSeconds",
+    "subscriptionKeySharedUseConsistentHashing", "topicLevelPoliciesEnabled",
+]
+SUITE_EMPTY_KEYS = ["zookeeperServers", "configurationStoreServers", "globalZookeeperServers",
+                    "brokerClientAuthenticationPlugin", "bookkeeperClientIsolationGroups"]
+
+
+def test_the_official_suites_pulsar_broker_conf_loads(tmp_path: pathlib.Path) -> None:
+    lines = [f"{key}=" for key in SUITE_EMPTY_KEYS]
+    lines += [f"{key}={value}" for key, value in SUITE_HORAE_KEYS.items()]
+    lines += [f"{key}=1" for key in SUITE_PULSAR_ONLY_KEYS]
+    conf = _write(tmp_path, "standalone-ssl.conf", "\n".join(lines) + "\n")
+    loaded = load_settings(conf)
+    assert loaded.ignored == {str(conf): SUITE_PULSAR_ONLY_KEYS}
+    config = loaded.config
+    assert (config.broker_service_port_tls, config.web_service_port_tls) == (7651, 9443)
+    assert config.managed_ledger_max_ledger_rollover_time_minutes == 240
+    assert config.max_message_size == 1024000 and config.authorization_enabled
+
+
+@pytest.mark.parametrize(("key", "meant"), [
+    ("brokerServicePortTsl", "brokerServicePortTls"),
+    ("maxMesageSize", "maxMessageSize"),
+    ("tlsCertificatFilePath", "tlsCertificateFilePath"),
+    ("keepAliveIntervalSecond", "keepAliveIntervalSeconds"),
+])
+def test_a_misspelt_word_is_still_a_typo(tmp_path: pathlib.Path, key: str, meant: str) -> None:
+    conf = _write(tmp_path, "broker.conf", f"{key}=1\n")
+    with pytest.raises(ConfigError) as typo:
+        load_config(conf)
+    assert f"did you mean {meant!r}" in str(typo.value)
+
+
 @pytest.mark.parametrize(("line", "wanted"), [
     ("brokerServicePort=port", "must be int, not 'port'"),
     ("journalSyncData=maybe", "must be bool, not 'maybe'"),

@@ -82,14 +82,14 @@ async def test_receipts_leave_from_the_durable_listener_in_send_order() -> None:
     receipts = transport.frames()
     assert [(f.type, f.send_receipt.sequence_id, f.send_receipt.message_id.entryId)
             for f in receipts] == [(T.SEND_RECEIPT, 0, 0), (T.SEND_RECEIPT, 1, 1)]
-    assert conn.pending_publishes == 1 and producer.pending == 1
+    assert conn.throttle.pending_requests == 1 and producer.pending == 1
     assert list(topic.awaiting_durable) == [producer]  # the third send is still in flight
     topic.futures[2].set_result(Position(7, 2))
     await asyncio.sleep(0)  # the fallback answers it; the early ones are not answered twice
     await asyncio.sleep(0)
     receipts = transport.frames()
     assert [f.send_receipt.sequence_id for f in receipts] == [0, 1, 2]
-    assert conn.pending_publishes == 0 and topic.awaiting_durable == {}
+    assert conn.throttle.pending_requests == 0 and topic.awaiting_durable == {}
     assert topic.recorded == 3
 
 
@@ -107,5 +107,5 @@ async def test_failed_append_answers_it_and_every_later_send_in_order() -> None:
     assert [f.type for f in answers] == [T.SEND_RECEIPT, T.SEND_ERROR, T.SEND_ERROR]
     assert [f.send_error.sequence_id for f in answers[1:]] == [1, 2]
     assert all(f.send_error.error == ServerError.PersistenceError for f in answers[1:])
-    assert conn.pending_publishes == 0 and producer.pending == 0
+    assert conn.throttle.pending_requests == 0 and producer.pending == 0
     assert topic.awaiting_durable == {} and len(topic.failures) == 1

@@ -152,12 +152,12 @@ async def test_pending_publishes_pause_reading_and_resume_at_half() -> None:
         conn.publish_started()
     assert transport.reading
     conn.publish_started()
-    assert not transport.reading and conn.reading_paused
+    assert not transport.reading and conn.throttle.paused
     for _ in range(4):
         conn.publish_finished()
     assert not transport.reading
     conn.publish_finished()  # 5 left = half of 10
-    assert transport.reading and not conn.reading_paused
+    assert transport.reading and not conn.throttle.paused
 
 
 async def test_first_write_of_an_iteration_goes_out_at_once_the_rest_coalesced() -> None:

@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
-# Run the official Python client suite (pulsar-client-python's tests/pulsar_test.py) against Horae
-# configured as that suite's CI configures Pulsar: tests/compat/standalone-ssl.conf (the
-# translation of its test-conf/standalone-ssl.conf) and the setup of its
+# Run the official Python client suite (pulsar-client-python's tests/: pulsar_test.py,
+# schema_test.py, reader_test.py, table_view_test.py, asyncio_test.py) against Horae configured
+# as that suite's CI configures Pulsar: its own test-conf/standalone-ssl.conf, read as is (Horae
+# skips the Pulsar-only keys with one warning), and the setup of its
 # build-support/start-test-service-inside-container.sh (secret key, token.txt for the subject
 # token-principal copied to tests/.test-token.txt, the tenants/namespaces/permissions).
+# As there, three settings come from outside the file: tokenSecretKey (the file points into
+# Pulsar's container), basicAuthConf (Pulsar's -Dpulsar.auth.basic.conf=test-conf/.htpasswd)
+# and dataDir, through HORAE_<key> environment variables.
 #
 # NOT part of CI: it needs a checkout of the suite. The suite hard-codes localhost:6650/6651/
 # 8080/8443, so by default the script re-runs itself in a private network namespace
@@ -16,6 +20,7 @@
 #                 on PYTHONPATH so the checkout's code runs
 #   SUITE_PYTHON  python with pulsar-client and pytest (default: python3)
 #   ISOLATE=0     run on the host's network (the ports above must be free)
+#   SUITE_FILES   the suite's test files (default: the five above)
 set -euo pipefail
 
 SUITE=$(cd "${1:?usage: $0 SUITE_TESTS_DIR [pytest args...]}" && pwd)
@@ -51,7 +56,8 @@ TOKEN=$(horae tokens create --subject superUser --secret-key "file://$WORK/secre
 
 # -- the broker, started in the suite's tests/ directory (the config's paths are relative to it)
 (cd "$SUITE" && HORAE_tokenSecretKey="file://$WORK/secret.key" HORAE_dataDir="$WORK/data" \
-    exec "$HORAE_PYTHON" -m broker serve --config "$REPO/tests/compat/standalone-ssl.conf" \
+    HORAE_basicAuthConf=test-conf/.htpasswd \
+    exec "$HORAE_PYTHON" -m broker serve --config test-conf/standalone-ssl.conf \
     > "$WORK/horae.log" 2>&1) &
 HORAE_PID=$!
 for _ in $(seq 1 100); do
@@ -83,7 +89,8 @@ rest PUT namespaces/private/auth '{"auth_policies": {"namespace_auth":
 
 # -- the suite
 status=0
-(cd "$SUITE" && "$SUITE_PYTHON" -m pytest pulsar_test.py -p no:cacheprovider "$@") || status=$?
+read -r -a files <<< "${SUITE_FILES:-pulsar_test.py schema_test.py reader_test.py table_view_test.py asyncio_test.py}"
+(cd "$SUITE" && "$SUITE_PYTHON" -m pytest "${files[@]}" -p no:cacheprovider "$@") || status=$?
 if [[ $status != 0 ]]; then
     echo "---- last Horae log lines"
     tail -n 40 "$WORK/horae.log"

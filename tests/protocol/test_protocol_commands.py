@@ -11,9 +11,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from protocol import commands as c
+from protocol import hot_commands
 from protocol import pulsar_pb as pb
 from protocol.errors import ServerError
 from protocol.frames import NEED_DATA, Frame, FrameDecoder
+from protocol.framing import varint
 from protocol.metadata import encode_entry
 
 T = pb.BaseCommand
@@ -217,7 +219,7 @@ def test_hand_assembled_send_receipt_equals_protobuf_encoding(
     producer_id: int, sequence_id: int, ledger_id: int, entry_id: int, highest: int
 ) -> None:
     fast = c.encode_send_receipt(producer_id, sequence_id, ledger_id, entry_id, highest)
-    assert fast == c._reference_send_receipt(producer_id, sequence_id, ledger_id, entry_id, highest)
+    assert fast == hot_commands.reference_send_receipt(producer_id, sequence_id, ledger_id, entry_id, highest)
 
 
 @settings(max_examples=300, deadline=None)
@@ -242,7 +244,7 @@ def test_hand_assembled_message_equals_protobuf_encoding(
     fast = c.encode_message(
         consumer_id, ledger_id, entry_id, entry, redelivery_count=redelivery_count, ack_set=ack_set, partition=partition
     )
-    reference = c._reference_message(
+    reference = hot_commands.reference_message(
         consumer_id, ledger_id, entry_id, entry, redelivery_count=redelivery_count, ack_set=ack_set, partition=partition
     )
     assert fast == reference
@@ -252,7 +254,7 @@ def test_hand_assembled_message_equals_protobuf_encoding(
 @given(value=u64 | i64)
 def test_varint_matches_protobuf_for_int64_and_uint64(value: int) -> None:
     field = pb.MessageIdData(ledgerId=0, entryId=0)
-    encoded = c._varint(value)
+    encoded = varint(value)
     if value < 0:
         field.ack_set.append(value)
         assert field.SerializeToString()[-len(encoded) - 1 :] == b"\x28" + encoded

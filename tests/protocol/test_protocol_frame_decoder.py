@@ -21,6 +21,7 @@ from protocol.errors import (
     ProtocolError,
 )
 from protocol.frames import NEED_DATA, Frame, FrameDecoder, parse_command
+from protocol.framing import varint
 from protocol.limits import MAX_FRAME_SIZE
 from protocol.metadata import encode_entry
 
@@ -440,7 +441,7 @@ def test_send_is_accepted_exactly_when_protobuf_calls_it_initialized(
     # Serialized by hand so that the extra sub-message comes *after* send (as a client that
     # appended it would), or the type after everything (reorder: never the fast path).
     sub = cmd.send.SerializePartialToString()
-    send_field = b"\x32" + c._varint(len(sub)) + sub
+    send_field = b"\x32" + varint(len(sub)) + sub
     rest = pb.BaseCommand(connect=cmd.connect).SerializePartialToString() if extra != "none" else b""
     body = send_field + rest + b"\x08\x06" if reorder else b"\x08\x06" + send_field + rest
     entry = make_entry()

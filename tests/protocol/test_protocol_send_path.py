@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from protocol import commands as c
+from protocol import hot_commands
 from protocol import pulsar_pb as pb
 from protocol.errors import MalformedFrameError
 from protocol.frames import NEED_DATA, Frame, FrameDecoder
@@ -227,7 +228,7 @@ def test_bulk_receipts_equal_per_receipt_and_protobuf_encodings(
 ) -> None:
     bulk = encode_send_receipts(producer_id, receipts)
     assert bulk == b"".join(c.encode_send_receipt(producer_id, *r) for r in receipts)
-    assert bulk == b"".join(c._reference_send_receipt(producer_id, *r) for r in receipts)
+    assert bulk == b"".join(hot_commands.reference_send_receipt(producer_id, *r) for r in receipts)
 
 
 def test_bulk_receipts_decode_in_order() -> None:

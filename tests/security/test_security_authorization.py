@@ -15,6 +15,7 @@ from broker.security.authorization import (
     SubscriptionAuthMode,
 )
 from broker.security.errors import AuthorizationError
+from protocol.errors import ServerError, TopicNotFoundError
 
 TOPIC = "persistent://acme/orders/created"
 PARTITION = "persistent://acme/orders/sharded-partition-3"
@@ -141,6 +142,21 @@ def test_unknown_namespace_or_tenant_grants_nothing() -> None:
     authz = _service()
     assert not authz.can_produce("persistent://acme/missing/t", "ns-producer")
     assert not authz.is_tenant_admin("ghost", "acme-admin")
+
+
+def test_partitioned_metadata_in_a_missing_tenant_is_topic_not_found() -> None:
+    authz = _service()
+    with pytest.raises(TopicNotFoundError) as info:
+        authz.require_lookup("persistent://ghost/ns/t", "stranger", partitioned_metadata=True)
+    assert info.value.code is ServerError.TopicNotFound
+    assert info.value.message == "Tenant or namespace or topic does not exist: ghost/ns"
+    with pytest.raises(AuthorizationError) as lookup:  # LOOKUP keeps Pulsar's refusal
+        authz.require_lookup("persistent://ghost/ns/t", "stranger")
+    assert str(lookup.value) == "Client is not authorized to Perform Lookup"
+    with pytest.raises(AuthorizationError) as existing:  # an existing tenant: not authorized
+        authz.require_lookup("persistent://acme/missing/t", "stranger", partitioned_metadata=True)
+    assert str(existing.value) == "Client is not authorized to Get Partition Metadata"
+    authz.require_lookup("persistent://ghost/ns/t", "root", partitioned_metadata=True)
 
 
 def test_auth_policies_json_round_trip_and_edits() -> None:

@@ -1,0 +1,149 @@
+"""Publish back-pressure: stop reading a connection instead of failing its SENDs.
+
+Theory of operation
+-------------------
+Pulsar never refuses a SEND for being one too many; it stops reading the socket (Netty
+autoread off) and lets TCP push back on the client. Two limits, with Pulsar's names:
+
+* ``maxPendingPublishRequestsPerConnection`` (per connection): once that many SENDs wait for
+  their receipt, the connection is not read; reading resumes when half are answered.
+* ``maxMessagePublishBufferSizeInMB`` (broker-wide; Pulsar divides it among its IO threads,
+  Horae has one event loop): once the bytes of SENDs received and not yet answered reach it,
+  *every* connection stops being read; all resume when the total falls below half. ``<= 0``
+  disables it (Pulsar's ``-1``).
+
+:class:`PublishBuffer` is the broker-wide account, owned by the server
+(:class:`broker.server.BrokerServer`), one per broker. :class:`ReadThrottle` is one
+connection's account, owned by its :class:`broker.net.connection.ServerConnection`; the
+connection calls :meth:`ReadThrottle.attach` once it has a transport, :meth:`started` /
+:meth:`finished` for every SEND taken / answered, and :meth:`detach` exactly once when it is
+lost. A connection is read iff neither limit holds it (two independent reasons, as Pulsar's
+ServerCnxThrottleTracker counts them). Invariant: the buffer's ``pending_bytes`` is the sum of
+its attached throttles' ``pending_bytes``; a detached throttle hands its bytes back at once
+(the SENDs of a lost connection never hold the broker's reads), and its later answers touch
+only its own counters. Everything runs on the event loop; nothing here blocks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+__all__ = ["PublishBuffer", "ReadThrottle", "Reader"]
+
+_MB = 1024 * 1024
+
+
+class Reader(Protocol):
+    """What is paused: the connection's transport."""
+
+    def pause_reading(self) -> None: ...
+
+    def resume_reading(self) -> None: ...
+
+
+class PublishBuffer:
+    """``maxMessagePublishBufferSizeInMB``: bytes of unanswered SENDs across the broker."""
+
+    def __init__(self, max_size_in_mb: int) -> None:
+        self.max_bytes = max_size_in_mb * _MB if max_size_in_mb > 0 else 0
+        self.resume_bytes = self.max_bytes // 2
+        self.pending_bytes = 0
+        self.throttled = False
+        self.throttled_times = 0  # how often the limit was reached (a counter, for metrics)
+        self._members: set[ReadThrottle] = set()
+
+    def join(self, member: ReadThrottle) -> None:
+        self._members.add(member)
+
+    def leave(self, member: ReadThrottle) -> None:
+        self._members.discard(member)
+
+    def add(self, nbytes: int) -> None:
+        self.pending_bytes += nbytes
+        if self.max_bytes and not self.throttled and self.pending_bytes >= self.max_bytes:
+            self.throttled = True
+            self.throttled_times += 1
+            for member in list(self._members):
+                member.buffer_throttled(True)
+
+    def release(self, nbytes: int) -> None:
+        self.pending_bytes -= nbytes
+        if self.throttled and self.pending_bytes < self.resume_bytes:
+            self.throttled = False
+            for member in list(self._members):
+                member.buffer_throttled(False)
+
+
+class ReadThrottle:
+    """One connection's pending SENDs (count and bytes) and whether it is read."""
+
+    def __init__(self, buffer: PublishBuffer, max_pending_requests: int,
+                 on_resume: Callable[[], None]) -> None:
+        self._buffer = buffer
+        self._max_requests = max_pending_requests
+        self._resume_requests = max_pending_requests // 2
+        self._on_resume = on_resume
+        self._reader: Reader | None = None
+        self._attached = False
+        self._by_requests = False
+        self._by_buffer = False
+        self.pending_requests = 0
+        self.pending_bytes = 0
+        self.paused = False
+
+    def attach(self, reader: Reader) -> None:
+        self._reader = reader
+        self._attached = True
+        self._buffer.join(self)
+        if self._buffer.throttled:
+            self.buffer_throttled(True)
+
+    def detach(self) -> None:
+        """The connection is lost: give its bytes back to the broker (idempotent)."""
+        if not self._attached:
+            return
+        self._attached = False
+        self._reader = None
+        self._buffer.leave(self)
+        held, self.pending_bytes = self.pending_bytes, 0
+        if held:
+            self._buffer.release(held)
+
+    def started(self, nbytes: int) -> None:
+        self.pending_requests += 1
+        if self._attached:
+            self.pending_bytes += nbytes
+            self._buffer.add(nbytes)
+        if self.pending_requests >= self._max_requests and not self._by_requests:
+            self._by_requests = True
+            self._update()
+
+    def finished(self, count: int, nbytes: int) -> None:
+        self.pending_requests -= count
+        if self._attached:
+            self.pending_bytes -= nbytes
+            self._buffer.release(nbytes)
+        if self._by_requests and self.pending_requests <= self._resume_requests:
+            self._by_requests = False
+            self._update()
+
+    def buffer_throttled(self, throttled: bool) -> None:
+        """Called by the :class:`PublishBuffer` when the broker-wide limit holds or lets go."""
+        if self._by_buffer is not throttled:
+            self._by_buffer = throttled
+            self._update()
+
+    def _update(self) -> None:
+        paused = self._by_requests or self._by_buffer
+        if paused is self.paused:
+            return
+        self.paused = paused
+        reader = self._reader
+        if reader is None:
+            return
+        if paused:
+            reader.pause_reading()
+        else:
+            self._on_resume()
+            reader.resume_reading()
