@@ -23,7 +23,7 @@ from broker.admin.stats import aggregate_stats
 from broker.subscriptions.subscription import Subscription
 from broker.topics import stats as topic_docs
 from broker.topics.topic import Topic
-from protocol import pulsar_pb as pb
+from protocol.sub_types import SubType
 from storage.positions import Position
 
 BASE = "/admin/v2/persistent/{tenant}/{namespace}"
@@ -31,13 +31,6 @@ TOPIC = BASE + "/{topic}"
 SUB = TOPIC + "/subscription/{sub}"
 
 _CUMULATIVE_ACK_TYPES = {"Exclusive", "Failover"}
-# Subscription.sub_type holds the wire value (CommandSubscribe.SubType).
-_SUB_TYPE_NAMES: dict[int, str] = {
-    pb.CommandSubscribe.Exclusive: "Exclusive",
-    pb.CommandSubscribe.Shared: "Shared",
-    pb.CommandSubscribe.Failover: "Failover",
-    pb.CommandSubscribe.Key_Shared: "Key_Shared",
-}
 
 
 def json_response(value: object, status: int = 200) -> web.Response:
@@ -64,10 +57,7 @@ def _flag(request: web.Request, name: str) -> bool:
 
 def sub_type_name(sub: Subscription) -> str | None:
     """The subscription's type as Pulsar spells it, or None before the first consumer."""
-    st = sub.sub_type
-    if st is None:
-        return None
-    return _SUB_TYPE_NAMES.get(st, str(st))
+    return None if sub.sub_type is None else SubType(sub.sub_type).name
 
 
 def _topic_busy(topic: Topic) -> bool:

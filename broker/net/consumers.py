@@ -45,6 +45,7 @@ from protocol.errors import (
     ServiceNotReadyError,
 )
 from protocol.metadata import parse_entry
+from protocol.sub_types import SubType
 from storage.errors import StorageError
 from storage.positions import Position
 
@@ -158,7 +159,7 @@ class ConsumerSide:
         initial = "earliest" if cmd.initialPosition == pb.CommandSubscribe.Earliest else "latest"
         sub: Subscription = await topic.get_or_create_subscription(
             cmd.subscription, durable=durable, initial_position=initial,
-            start_message_id=start, sub_type=int(cmd.subType),
+            start_message_id=start,
         )
         config = self.connection.service.config
         check_consumers(sum(len(s.consumers) for s in topic.subscriptions.values()),
@@ -166,10 +167,11 @@ class ConsumerSide:
                         config.max_consumers_per_subscription)
         if read_compacted or not sub.consumers:
             sub.read_compacted = read_compacted
+        sub_type = SubType(cmd.subType)
         mode: int | None = None
         ranges: tuple[HashRange, ...] = ()
         out_of_order = False
-        if cmd.subType == pb.CommandSubscribe.Key_Shared:
+        if sub_type == SubType.Key_Shared:
             mode = int(pb.AUTO_SPLIT)
             if cmd.HasField("keySharedMeta"):
                 meta = cmd.keySharedMeta
@@ -181,7 +183,7 @@ class ConsumerSide:
             self,
             cmd.consumer_id,
             name=cmd.consumer_name or uuid.uuid4().hex[:5],
-            sub_type=int(cmd.subType),
+            sub_type=sub_type,
             priority_level=cmd.priority_level,
             key_shared_mode=mode,
             hash_ranges=ranges,

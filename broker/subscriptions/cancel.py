@@ -33,13 +33,10 @@ from typing import Any, Protocol
 from broker.delayed.cancels import CancelResult
 from broker.delayed.policy import DelayPolicy
 from broker.delayed.tracker import DelayedDeliveryTracker
+from protocol.sub_types import SubType
 from storage.positions import Position
 
 __all__ = ["CancelTarget", "SubscriptionCancel", "cancel_on_subscription", "delays_messages"]
-
-#: CommandSubscribe.SubType values whose dispatcher tracks deliver times.
-_SHARED, _KEY_SHARED = 1, 3
-
 
 class CancelConsumer(Protocol):
     """What the cancel needs to know of a consumer: the positions it holds unacknowledged."""
@@ -53,7 +50,7 @@ class CancelTarget(Protocol):
 
     name: str
     durable: bool
-    sub_type: int | None
+    sub_type: SubType | None
 
     # storage's ManagedCursor (is_deleted, flush)
     @property
@@ -88,7 +85,7 @@ def delays_messages(sub: CancelTarget) -> bool:
     so a cancel right after a restart is not lost."""
     if sub.sub_type is None:
         return sub.durable
-    return sub.sub_type in (_SHARED, _KEY_SHARED)
+    return SubType(sub.sub_type).shares_messages
 
 
 async def cancel_on_subscription(sub: CancelTarget, position: Position,

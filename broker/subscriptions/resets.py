@@ -40,7 +40,7 @@ from typing import Protocol
 
 from broker.delayed.in_memory import InMemoryDelayedDeliveryTracker
 from broker.delayed.tracker import DelayedDeliveryTracker
-from broker.subscriptions.consumer import SUB_TYPE_NAMES, Consumer
+from broker.subscriptions.consumer import Consumer
 from broker.subscriptions.dispatchers import Dispatcher
 from broker.subscriptions.dispatchers.cursors import (
     SubscriptionCursor,
@@ -50,19 +50,18 @@ from broker.subscriptions.dispatchers.cursors import (
 from broker.subscriptions.revision import Revision, RevisionController
 from protocol.errors import NotAllowedError
 from protocol.metadata import parse_entry
+from protocol.sub_types import SubType
 from storage.ledger import ManagedLedger
 from storage.positions import Position
 
 __all__ = ["CursorResets", "ResetTarget"]
-
-EXCLUSIVE, FAILOVER = 0, 2
 
 
 class ResetTarget(Protocol):
     """What the reset operations may touch of their subscription (implemented by
     :class:`broker.subscriptions.subscription.Subscription`)."""
 
-    sub_type: int | None
+    sub_type: SubType | None
     consumers: list[Consumer]
     dispatcher: Dispatcher | None
     delayed_tracker: DelayedDeliveryTracker | None
@@ -211,9 +210,9 @@ class CursorResets:
         Batch sizes are read (direct reads) before the revision starts; the batch-ack book is
         edited inside it."""
         sub = self.sub
-        if sub.sub_type in (EXCLUSIVE, FAILOVER) and sub.consumers:
+        if sub.sub_type is not None and SubType(sub.sub_type).single_active and sub.consumers:
             raise NotAllowedError(
-                f"Skip by message ids is not allowed on a {SUB_TYPE_NAMES[sub.sub_type]} "
+                f"Skip by message ids is not allowed on a {SubType(sub.sub_type).name} "
                 "subscription")
         items: list[tuple[Position, int, int]] = []  # (position, batch index or -1, batch size)
         for item in ids:

@@ -409,7 +409,7 @@ class Topic:
     async def get_or_create_subscription(self, name: str, *, durable: bool = True,
                                          initial_position: str = "latest",
                                          start_message_id: tuple[int, int] | None = None,
-                                         sub_type: int | None = None) -> Subscription:
+                                         ) -> Subscription:
         sub = self.subscriptions.get(name)
         if sub is not None:
             return sub
