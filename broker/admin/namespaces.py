@@ -20,8 +20,9 @@ from aiohttp import web
 
 from broker.admin import bodies
 from broker.admin import errors as E
-from broker.admin.facade import ADMIN_KEY, AdminFacade, topic_full_name
-from broker.admin.topics import TOPIC, json_response, no_content
+from broker.admin.facade import AdminFacade, topic_full_name
+from broker.admin.responses import facade_of, json_response, no_content
+from broker.admin.topics import TOPIC
 from broker.delayed.policy import DelayPolicy, resolve_policy
 from broker.topics.names import TopicName
 
@@ -31,26 +32,21 @@ NAMESPACES = "/admin/v2/namespaces/{tenant}"
 NAMESPACE = NAMESPACES + "/{namespace}"
 
 
-def _facade(request: web.Request) -> AdminFacade:
-    facade: AdminFacade = request.app[ADMIN_KEY]
-    return facade
-
-
 def _cluster(facade: AdminFacade) -> str:
     return facade.service.config.cluster_name
 
 
 # --- clusters / tenants -------------------------------------------------------------------
 async def list_clusters(request: web.Request) -> web.Response:
-    return json_response([_cluster(_facade(request))])
+    return json_response([_cluster(facade_of(request))])
 
 
 async def list_tenants(request: web.Request) -> web.Response:
-    return json_response(await _facade(request).tenants())
+    return json_response(await facade_of(request).tenants())
 
 
 async def get_tenant(request: web.Request) -> web.Response:
-    facade = _facade(request)
+    facade = facade_of(request)
     tenant = request.match_info["tenant"]
     await facade.require_tenant(tenant)
     info = await facade.service.get_tenant(tenant)
@@ -60,7 +56,7 @@ async def get_tenant(request: web.Request) -> web.Response:
 
 
 async def create_tenant(request: web.Request) -> web.Response:
-    facade = _facade(request)
+    facade = facade_of(request)
     tenant = request.match_info["tenant"]
     body = bodies.load_json(await request.read())
     if body is not None and not isinstance(body, dict):
@@ -76,7 +72,7 @@ async def create_tenant(request: web.Request) -> web.Response:
 
 
 async def delete_tenant(request: web.Request) -> web.Response:
-    facade = _facade(request)
+    facade = facade_of(request)
     tenant = request.match_info["tenant"]
     await facade.require_tenant(tenant)
     if await facade.service.list_namespaces(tenant):
@@ -87,11 +83,11 @@ async def delete_tenant(request: web.Request) -> web.Response:
 
 # --- namespaces ---------------------------------------------------------------------------
 async def list_namespaces(request: web.Request) -> web.Response:
-    return json_response(await _facade(request).namespaces(request.match_info["tenant"]))
+    return json_response(await facade_of(request).namespaces(request.match_info["tenant"]))
 
 
 async def create_namespace(request: web.Request) -> web.Response:
-    facade = _facade(request)
+    facade = facade_of(request)
     tenant, ns = request.match_info["tenant"], request.match_info["namespace"]
     body = bodies.load_json(await request.read())
     await facade.require_tenant(tenant)
@@ -116,7 +112,7 @@ def namespace_policies_body(body: object) -> dict[str, Any]:
 
 
 async def delete_namespace(request: web.Request) -> web.Response:
-    facade = _facade(request)
+    facade = facade_of(request)
     tenant, ns = request.match_info["tenant"], request.match_info["namespace"]
     await facade.require_namespace(tenant, ns)
     if await facade.service.list_topics(f"{tenant}/{ns}") or \
@@ -156,7 +152,7 @@ def _applied_flag(request: web.Request) -> bool:
 
 
 async def get_ns_delayed(request: web.Request) -> web.Response:
-    facade = _facade(request)
+    facade = facade_of(request)
     tenant, ns = request.match_info["tenant"], request.match_info["namespace"]
     await facade.require_namespace(tenant, ns)
     key = f"{tenant}/{ns}"
@@ -166,7 +162,7 @@ async def get_ns_delayed(request: web.Request) -> web.Response:
 
 
 async def set_ns_delayed(request: web.Request) -> web.Response:
-    facade = _facade(request)
+    facade = facade_of(request)
     tenant, ns = request.match_info["tenant"], request.match_info["namespace"]
     body = bodies.load_json(await request.read())
     await facade.require_namespace(tenant, ns)
@@ -175,7 +171,7 @@ async def set_ns_delayed(request: web.Request) -> web.Response:
 
 
 async def remove_ns_delayed(request: web.Request) -> web.Response:
-    facade = _facade(request)
+    facade = facade_of(request)
     tenant, ns = request.match_info["tenant"], request.match_info["namespace"]
     await facade.require_namespace(tenant, ns)
     await facade.remove_policy("namespace", f"{tenant}/{ns}")
@@ -183,7 +179,7 @@ async def remove_ns_delayed(request: web.Request) -> web.Response:
 
 
 async def _topic_key(request: web.Request) -> tuple[AdminFacade, str, str]:
-    facade = _facade(request)
+    facade = facade_of(request)
     m = request.match_info
     await facade.require_namespace(m["tenant"], m["namespace"])
     full = topic_full_name(m["tenant"], m["namespace"], m["topic"])
