@@ -26,13 +26,14 @@ Runs on the broker loop; the awaits are the cancel journal's and the cursor's wr
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from broker.delayed.cancels import CancelResult
 from broker.delayed.policy import DelayPolicy
 from broker.delayed.tracker import DelayedDeliveryTracker
+from broker.subscriptions.dispatchers.cursors import SubscriptionCursor
 from protocol.sub_types import SubType
 from storage.positions import Position
 
@@ -42,7 +43,7 @@ class CancelConsumer(Protocol):
     """What the cancel needs to know of a consumer: the positions it holds unacknowledged."""
 
     @property
-    def pending(self) -> dict[Position, Any]: ...
+    def pending(self) -> Mapping[Position, object]: ...
 
 
 class CancelTarget(Protocol):
@@ -52,9 +53,8 @@ class CancelTarget(Protocol):
     durable: bool
     sub_type: SubType | None
 
-    # storage's ManagedCursor (is_deleted, flush)
     @property
-    def cursor(self) -> Any: ...
+    def cursor(self) -> SubscriptionCursor: ...
 
     @property
     def consumers(self) -> Sequence[CancelConsumer]: ...
