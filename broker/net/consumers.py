@@ -26,6 +26,7 @@ from typing import Protocol
 
 from broker.net.limits import check_consumers
 from broker.net.schemas import check_consumer_schema
+from broker.net.view import ConnectionView
 from broker.subscriptions.consumer import Consumer, HashRange
 from broker.subscriptions.subscription import Subscription, tail_position, wire_position
 from broker.topics.names import TopicName
@@ -57,7 +58,7 @@ _U64 = (1 << 64) - 1
 _I64 = 1 << 63
 
 
-class ConsumerConnection(Protocol):
+class ConsumerConnection(ConnectionView, Protocol):
     """What the consumer side needs of its connection (:class:`broker.net.connection.ServerConnection`)."""
 
     @property
@@ -67,15 +68,10 @@ class ConsumerConnection(Protocol):
     def protocol_version(self) -> int: ...
 
     @property
-    def remote_address(self) -> str: ...
-
-    @property
     def client_version(self) -> str: ...
 
     @property
     def writes_paused(self) -> bool: ...
-
-    def write(self, data: bytes) -> None: ...
 
 
 class ConsumerSide:

@@ -19,13 +19,12 @@ module fills them only through the connection it is handed.
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable
-from typing import Any, Protocol
+from typing import Protocol
 
 from broker.net.handshake import Handshake
 from broker.net.limits import check_producers
 from broker.net.schemas import producer_schema
+from broker.net.view import ConnectionView
 from broker.topics.access_modes import Admission
 from broker.topics.names import TopicName
 from broker.topics.producer import Producer, ProducerTransport
@@ -37,7 +36,7 @@ from protocol.errors import ServerError
 __all__ = ["ProducerConnection", "create_producer", "handle_close_producer", "handle_producer"]
 
 
-class ProducerConnection(ProducerTransport, Protocol):
+class ProducerConnection(ProducerTransport, ConnectionView, Protocol):
     """The connection a PRODUCER arrived on, with its producer registries."""
 
     @property
@@ -49,8 +48,6 @@ class ProducerConnection(ProducerTransport, Protocol):
     producers: dict[int, Producer]
     waiting_producers: dict[int, Producer]
     producers_creating: set[int]
-
-    def spawn(self, coro: Awaitable[Any], request_id: int | None = None) -> asyncio.Task[Any]: ...
 
 
 def handle_producer(connection: ProducerConnection, m: pb.CommandProducer) -> None:
