@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from broker.topics.nonpersistent import NonPersistentTopic
 from broker.topics.schemas import (
     SchemaIncompatible,
     decode_version,
@@ -28,7 +29,6 @@ from broker.topics.schemas import (
     wire_fields,
 )
 from broker.topics.service import BrokerService
-from broker.topics.nonpersistent import NonPersistentTopic
 from broker.topics.topic import Topic
 from protocol import commands as C
 from protocol import pulsar_pb as pb
