@@ -20,17 +20,14 @@ from broker.admin import errors as E
 from broker.admin.facade import partition_name, topic_full_name
 from broker.admin.responses import facade_of, json_response, no_content
 from broker.admin.stats import aggregate_stats
-from broker.subscriptions.subscription import Subscription
 from broker.topics import stats as topic_docs
 from broker.topics.topic import Topic
-from protocol.sub_types import SubType
 from storage.positions import Position
 
 BASE = "/admin/v2/persistent/{tenant}/{namespace}"
 TOPIC = BASE + "/{topic}"
 SUB = TOPIC + "/subscription/{sub}"
 
-_CUMULATIVE_ACK_TYPES = {"Exclusive", "Failover"}
 
 
 def _topic_name(request: web.Request) -> str:
@@ -40,11 +37,6 @@ def _topic_name(request: web.Request) -> str:
 
 def _flag(request: web.Request, name: str) -> bool:
     return request.query.get(name, "false").lower() in ("1", "true", "yes")
-
-
-def sub_type_name(sub: Subscription) -> str | None:
-    """The subscription's type as Pulsar spells it, or None before the first consumer."""
-    return None if sub.sub_type is None else SubType(sub.sub_type).name
 
 
 def _topic_busy(topic: Topic) -> bool:
@@ -267,12 +259,8 @@ async def skip_by_message_ids(request: web.Request) -> web.Response:
     facade, full = facade_of(request), _topic_name(request)
     ids = bodies.parse_skip_by_message_ids(bodies.load_json(await request.read()))
     pairs = await facade.subscriptions_of(full, request.match_info["sub"])
-    for _, sub in pairs:
-        kind = sub_type_name(sub)
-        if kind in _CUMULATIVE_ACK_TYPES:
-            raise E.not_allowed(
-                f"Skip messages by message ids is not allowed for subscription type {kind}: "
-                "it acknowledges cumulatively")
+    for _, sub in pairs:  # every partition is checked before any skips (405, nothing done)
+        sub.resets.check_skip_by_message_ids()
     partitioned = len(pairs) > 1 or await facade.partition_count(full) > 0
     for topic, sub in pairs:
         mine = _ids_for(topic, ids) if partitioned else ids

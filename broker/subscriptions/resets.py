@@ -204,16 +204,23 @@ class CursorResets:
             rev.apply_at_end(edit)
         self._schedule()
 
+    def check_skip_by_message_ids(self) -> None:
+        """Pulsar's rule (``PersistentSubscription.skipMessages(List)``): a subscription whose
+        type acknowledges cumulatively (Exclusive, Failover) refuses, whether or not consumers
+        are connected now (its type outlives them); one that was never typed accepts."""
+        sub_type = self.sub.sub_type
+        if sub_type is not None and SubType(sub_type).single_active:
+            raise NotAllowedError(
+                "Skip messages by message ids is not allowed for subscription type "
+                f"{SubType(sub_type).name}: it acknowledges cumulatively")
+
     async def skip_by_message_ids(self, ids: Iterable[tuple[int, ...]]) -> None:
         """PIP-423: individually acknowledge given message ids (batch index optional).
 
         Batch sizes are read (direct reads) before the revision starts; the batch-ack book is
         edited inside it."""
+        self.check_skip_by_message_ids()
         sub = self.sub
-        if sub.sub_type is not None and SubType(sub.sub_type).single_active and sub.consumers:
-            raise NotAllowedError(
-                f"Skip by message ids is not allowed on a {SubType(sub.sub_type).name} "
-                "subscription")
         items: list[tuple[Position, int, int]] = []  # (position, batch index or -1, batch size)
         for item in ids:
             pos = Position(int(item[0]), int(item[1]))
