@@ -117,7 +117,7 @@ async def create_producer(connection: ProducerConnection, m: pb.CommandProducer)
     topic.dedup.attach(producer)
     requested_epoch = int(m.topic_epoch) if m.HasField("topic_epoch") else None
     if topic.add_producer(producer, requested_epoch) is Admission.QUEUE:
-        topic.queue_exclusive_waiter(producer, int(m.request_id))
+        topic.queue_exclusive_waiter(producer, int(m.request_id), schema_version)
         connection.waiting_producers[producer.producer_id] = producer
         connection.write(C.encode_producer_success(m.request_id, pname, -1, schema_version,
                                                    ready=False))
@@ -126,8 +126,4 @@ async def create_producer(connection: ProducerConnection, m: pb.CommandProducer)
         producer.close()
         return
     connection.producers[producer.producer_id] = producer
-    epoch = topic.access.topic_epoch if access_mode != pb.Shared else None
-    # Without deduplication Pulsar does not tell where the name's sequence stands.
-    last_sequence_id = producer.seq_state.persisted if topic.dedup_enabled() else -1
-    connection.write(C.encode_producer_success(m.request_id, pname, last_sequence_id,
-                                               schema_version, topic_epoch=epoch))
+    connection.write(topic.producer_success(producer, int(m.request_id), schema_version))
