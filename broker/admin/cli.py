@@ -62,6 +62,9 @@ def _policy_body(args: argparse.Namespace) -> dict[str, Any]:
                        ("fixedDeliveryDelayInMillis", args.fixed_delay)):
         if value is not None:
             body[key] = parse_duration_ms(value)
+    if not body:  # an empty body would store {} and replace the whole policy with nothing
+        raise UsageError("nothing to set: give --enable or --disable, --time, --max-delay "
+                         "or --fixed-delay (each set replaces this level's whole policy)")
     return body
 
 
@@ -401,8 +404,11 @@ def _policy_args(sp: argparse.ArgumentParser, dest: str, help_: str) -> None:
     sp.add_argument("--disable", "-d", action="store_true", help="disable delayed delivery")
 
 
-def _print(result: object) -> None:
+def _print(result: object, *, getter: bool = False) -> None:
+    """The answer as JSON; a getter with nothing set prints ``null`` as pulsar-admin does."""
     if result is None:
+        if getter:
+            print("null")
         return
     if isinstance(result, str):
         print(result)
@@ -444,7 +450,7 @@ def main(argv: Sequence[str] | None = None) -> int:
               file=sys.stderr)
         return EXIT_HTTP_ERROR
     try:
-        _print(result)
+        _print(result, getter=args.command.startswith("get-"))
         sys.stdout.flush()
     except BrokenPipeError:
         # The reader went away (`horae-admin ... | head`): not an error of the admin API.

@@ -111,3 +111,22 @@ def test_message_id_triplet_needs_three_parts(api: Api, client: Any, cli: Cli) -
     assert _backlog(api, "tri") == 1
     missing = cli.run("topics", "skip-messages", "tri", "-s", "s", "-m", "12=3")
     assert missing.returncode != 0
+
+
+def test_get_delayed_delivery_without_a_policy_prints_null(api: Api, client: Any,
+                                                          cli: Cli) -> None:
+    _send(client, "nopolicy", b"a")
+    proc = cli.run("topics", "get-delayed-delivery", "nopolicy")
+    assert (proc.returncode, proc.stdout) == (0, "null\n")
+    proc = cli.run("namespaces", "get-delayed-delivery", "public/default")
+    assert (proc.returncode, proc.stdout) == (0, "null\n")
+
+
+def test_set_delayed_delivery_without_options_is_a_usage_error(api: Api, client: Any,
+                                                               cli: Cli) -> None:
+    _send(client, "noopts", b"a")
+    for group, target in (("topics", "noopts"), ("namespaces", "public/default")):
+        proc = cli.run(group, "set-delayed-delivery", target)
+        assert proc.returncode == 2
+        assert "nothing to set" in proc.stderr
+    assert api("GET", f"{P}/noopts/delayedDelivery").body is None
