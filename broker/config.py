@@ -329,6 +329,10 @@ class BrokerConfig:
         "Longest graceful shutdown (ms) after SIGTERM; then the process exits non-zero anyway.")
     log_format: str = _opt(
         "logFormat", "text", "Log lines as 'text' or 'json' (one object per line); --log-format.")
+    health_check_timeout_ms: int = _opt(
+        "healthCheckTimeoutMs", 58000,
+        "Longest /admin/v2/brokers/health round trip (produce + consume on the heartbeat topic) "
+        "before it answers 500; Pulsar's fixed 58 s, under the admin client's 60 s read timeout.")
 
     def __post_init__(self) -> None:
         if self.delayed_delivery_tracker_factory_class_name not in _TRACKER_ALIASES:
@@ -354,7 +358,8 @@ class BrokerConfig:
                     "keep_alive_interval_seconds", "delayed_delivery_tick_time_millis",
                     "metrics_export_interval_seconds", "tls_cert_refresh_check_duration_sec",
                     "authentication_refresh_check_seconds", "handshake_timeout_seconds",
-                    "broker_shutdown_timeout_ms", "disk_check_interval")
+                    "broker_shutdown_timeout_ms", "disk_check_interval",
+                    "health_check_timeout_ms")
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{_KEY_OF[name]} must be > 0, not {getattr(self, name)}")

@@ -4,8 +4,8 @@ Theory of operation: :func:`create_app` builds an aiohttp Application over a Bro
 the core serves it on ``webServicePort`` on the broker's own event loop, so handlers await
 service methods directly. Routes live in ``topics.py`` (persistent topics and
 subscriptions), ``namespaces.py`` (clusters, tenants, namespaces, delayed-delivery
-policies) and ``permissions.py`` (grants, tenant updates, cluster records); this module adds
-lookup, health and metrics, the error middleware (every error body is ``{"reason": ...}``),
+policies), ``permissions.py`` (grants, tenant updates, cluster records) and ``brokers.py``
+(health check, readiness, brokers list); this module adds lookup and metrics, the error middleware (every error body is ``{"reason": ...}``),
 the authentication/authorization middleware (:mod:`broker.admin.auth`: 401/403), and the
 event-loop lag probe, started in ``on_startup`` and stopped in ``on_cleanup``.
 """
@@ -16,6 +16,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from broker.admin import (
+    brokers,
     compaction,
     delayed_routes,
     namespaces,
@@ -38,24 +39,6 @@ from broker.topics.service import BrokerService
 
 REGISTRY_KEY = web.AppKey("horae_registry", CollectorRegistry)
 LAG_PROBE_KEY = web.AppKey("horae_lag_probe", LoopLagProbe)
-
-
-async def health(request: web.Request) -> web.Response:
-    """Pulsar's broker health check: "ok", or 500 with the reason. Storage state counts
-    (SegmentStore.health_problems(): read-only disk, failing cursor saves, suspended
-    trimming, fenced ledgers). The heartbeat-topic round trip is not done yet."""
-    service = request.app[ADMIN_KEY].service
-    problems = service.store.health_problems()
-    if problems:
-        raise E.RestError(500, "Storage is unhealthy: " + "; ".join(problems))
-    return web.Response(text="ok", content_type="text/plain")
-
-
-async def ready(request: web.Request) -> web.Response:
-    """Pulsar's readiness probe: "ok" while the broker serves, 503 once it is closing."""
-    if request.app[ADMIN_KEY].service.closing:
-        raise E.RestError(503, "Broker is shutting down")
-    return web.Response(text="ok", content_type="text/plain")
 
 
 async def metrics(request: web.Request) -> web.Response:
@@ -121,8 +104,7 @@ def create_app(service: BrokerService, *, lag_probe_interval_s: float = 0.5,
     permissions.add_routes(app)
     delayed_routes.add_routes(app)
     app.router.add_get("/lookup/v2/topic/{domain}/{tenant}/{namespace}/{topic}", lookup)
-    app.router.add_get("/admin/v2/brokers/health", health)
-    app.router.add_get("/admin/v2/brokers/ready", ready)
+    brokers.add_routes(app)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/metrics/", metrics)
     return app

@@ -27,7 +27,7 @@ import urllib.parse
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from broker.admin import cli_policies
+from broker.admin import cli_brokers, cli_policies
 from broker.admin.cli_args import (
     Builder,
     UsageError,
@@ -164,7 +164,8 @@ def _partitioned_lookup(admin_url: str, args: argparse.Namespace, auth: AdminAut
 T = "/admin/v2/persistent/"
 
 _COMMANDS: dict[tuple[str, str], Builder] = {
-    ("brokers", "healthcheck"): lambda a: Request("GET", "/admin/v2/brokers/health"),
+    **{("brokers", name): (lambda a, path=path: Request("GET", path(a)))  # type: ignore[misc]
+       for name, path in cli_brokers.PATHS.items()},
     ("clusters", "list"): lambda a: Request("GET", "/admin/v2/clusters"),
     ("tenants", "list"): lambda a: Request("GET", "/admin/v2/tenants"),
     ("tenants", "get"): lambda a: Request("GET", f"/admin/v2/tenants/{q(a.tenant)}"),
@@ -285,8 +286,7 @@ def build_parser() -> argparse.ArgumentParser:
             dest="command", required=True, metavar="COMMAND", parser_class=_Parser,
             action=_Commands)
 
-    b = group("brokers", "broker health")
-    b.add_parser("healthcheck", help="GET /admin/v2/brokers/health")
+    cli_brokers.add_parsers(group("brokers", "broker health check, brokers list, leader"))
     c = group("clusters", "clusters")
     c.add_parser("list")
 

@@ -24,7 +24,8 @@ Rules:
    (no buckets) yield zeros where Pulsar reports zeros. One topic whose figures raise is
    logged and skipped; it never fails the scrape.
 4. The store's families (``horae_storage_*``, ``horae_publish_refused_total``) live in
-   :mod:`broker.metrics.storage_families`; the delayed-index families in :mod:`broker.metrics.delayed_index`, the loop-lag probe
+   :mod:`broker.metrics.storage_families`; the write-latency histogram and Pulsar's
+   ``pulsar_storage_write_latency_le_*`` gauges in :mod:`broker.metrics.write_latency`; the delayed-index families in :mod:`broker.metrics.delayed_index`, the loop-lag probe
    (``horae_event_loop_lag_seconds``) in :mod:`broker.metrics.lag`.
 """
 
@@ -41,7 +42,6 @@ from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector,
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
-    HistogramMetricFamily,
     Metric,
 )
 from prometheus_client.registry import Collector
@@ -52,13 +52,13 @@ from broker.metrics.exposition import (
     SUB_LABELS,
     TOPIC_LABELS,
     SampleTable,
-    cumulative,
     topic_namespace,
 )
 from broker.metrics.lag import LoopLagProbe, loop_lag_families
 from broker.metrics.rates import PUBLISH_LATENCY_BUCKETS_MS
 from broker.metrics.sources import MetricsSource, TopicFigures
 from broker.metrics.storage_families import storage_families
+from broker.metrics.write_latency import LatencyTable, LatencyWindows, write_latency_families
 
 __all__ = ["HoraeCollector", "LoopLagProbe", "MetricsSource", "collect_families",
            "create_registry"]
@@ -67,9 +67,6 @@ log = logging.getLogger("horae.metrics")
 
 RATE_MIN_INTERVAL_S = 1.0
 
-#: label values -> [non-cumulative counts per bound of PUBLISH_LATENCY_BUCKETS_MS...,
-#: overflow, sum ms].
-_LatencyTable = dict[tuple[str, ...], list[float]]
 
 # name -> (kind, help, level). kind: counter | gauge. level: topic | sub | ns.
 _FAMILIES: dict[str, tuple[str, str, str]] = {
@@ -157,7 +154,7 @@ class _Scrape:
         self.cluster = cluster
         self.topic_level = topic_level
         self.values: SampleTable = defaultdict(lambda: defaultdict(float))
-        self.write_latency: _LatencyTable = {}
+        self.write_latency: LatencyTable = {}
         self.bucket_ops = BucketOps()
 
     def add(self, name: str, key: tuple[str, ...], value: float) -> None:
@@ -172,6 +169,7 @@ class HoraeCollector(Collector):
         self.service = service
         self.lag_probe = lag_probe
         self._rates = _Rates(clock)
+        self._latency_windows = LatencyWindows(clock)
 
     def describe(self) -> list[Metric]:
         return []   # no collect() at registration time: the service may not be ready
@@ -186,7 +184,8 @@ class HoraeCollector(Collector):
                 log.exception("metrics: skipping topic %r", full)
         self._rates.end_scrape()
         yield from _families(scrape.values, scrape.topic_level)
-        yield _write_latency_family(scrape.write_latency, scrape.topic_level)
+        yield from write_latency_families(scrape.write_latency, self._latency_windows,
+                                          scrape.topic_level)
         yield from scrape.bucket_ops.families(scrape.topic_level)
         yield from storage_families(config.cluster_name, self.service.storage_stats(),
                                     self.service.publish_refused)
@@ -295,17 +294,6 @@ def _families(values: SampleTable, topic_level: bool) -> Iterator[Metric]:
             else:
                 family.add_metric(list(label_values), value)
         yield family
-
-
-def _write_latency_family(table: _LatencyTable, topic_level: bool) -> Metric:
-    labels = TOPIC_LABELS if topic_level else NS_LABELS
-    family = HistogramMetricFamily(
-        "pulsar_storage_write_latency",
-        "Ledger append latency until durable, in milliseconds", labels=labels)
-    for key, acc in table.items():
-        family.add_metric(list(key), cumulative(acc[:-1], PUBLISH_LATENCY_BUCKETS_MS),
-                          sum_value=acc[-1])
-    return family
 
 
 # Per service: the first registry (create_app's, serving /metrics) and its loop-lag probe,

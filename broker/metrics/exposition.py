@@ -42,6 +42,7 @@ def _le(bound: float) -> str:
 
 
 def topic_namespace(full: str) -> str:
-    """``persistent://tenant/ns/topic`` -> ``tenant/ns``."""
+    """``persistent://tenant/ns/topic`` -> ``tenant/ns``; a V1 name
+    ``persistent://tenant/cluster/ns/topic`` (the V1 heartbeat topic) -> ``tenant/cluster/ns``."""
     parts = full.split("://", 1)[-1].split("/")
-    return "/".join(parts[:2])
+    return "/".join(parts[:-1])

@@ -12,7 +12,9 @@ One BrokerService per broker, living on the broker's event loop; the binary prot
   ``{"partitions": n}``); their partitions are ordinary topics.
 * Tenants (kind ``"tenant"``) and namespaces (kind ``"namespace"``, key ``"tenant/ns"``) live
   in the metadata store and in an in-memory mirror for the hot checks; ``public`` and
-  ``public/default`` always exist.
+  ``public/default`` always exist. The broker's heartbeat namespaces
+  (:mod:`broker.topics.heartbeat`, used by the health check) are never registered: their
+  topics may be created, but no tenant or namespace listing shows them.
 * Namespace and topic policies other than delayed delivery (deduplication, schema
   compatibility, compaction threshold) are kept by ``self.policies``
   (:class:`broker.topics.policies.PolicyStore`); schemas by ``self.schemas``
@@ -42,6 +44,7 @@ from broker.delayed.policy import DelayPolicy, resolve_policy
 from broker.delayed.residual import sweep_at_start
 from broker.security.authorization import AuthPolicies, NamespaceAuth
 from broker.topics import termination
+from broker.topics.heartbeat import HeartbeatNames
 from broker.topics.inactive import InactiveTopicSweeper
 from broker.topics.names import TopicName, is_valid_namespace, split_namespace
 from broker.topics.policies import PolicyStore
@@ -163,6 +166,13 @@ class BrokerService:
     def web_url(self) -> str:
         return f"http://{self.config.advertised_address}:{self.web_port}"
 
+    @property
+    def heartbeat(self) -> HeartbeatNames:
+        """This broker's heartbeat namespaces (broker/topics/heartbeat.py): topics may be
+        created there although the namespaces are never registered, so no listing shows them."""
+        return HeartbeatNames(self.config.cluster_name, self.config.advertised_address,
+                              self.web_port)
+
     def generate_producer_name(self) -> str:
         return f"{self.config.cluster_name}-{self._instance}-{next(self._producer_names)}"
 
@@ -214,7 +224,7 @@ class BrokerService:
         if not self._topic_known(tn):
             if not (create or self._is_existing_partition(tn)):
                 raise TopicNotFoundError("Topic not found")
-            if tn.namespace not in self._namespaces:
+            if tn.namespace not in self._namespaces and not self.heartbeat.owns(tn.namespace):
                 raise TopicNotFoundError(f"Namespace {tn.namespace} does not exist")
             if tn.is_partition and not self._is_existing_partition(tn):
                 parent = tn.partitioned_parent

@@ -176,3 +176,16 @@ def test_installed_entry_point_runs(broker: Any) -> None:
                           capture_output=True, text=True, timeout=CLI_TIMEOUT_S, check=False)
     assert proc.returncode == 0, proc.stderr
     assert "public" in json.loads(proc.stdout)
+
+
+def test_brokers_healthcheck_list_and_leader(cli: Cli, broker: Any) -> None:
+    me = f"127.0.0.1:{broker.web_port}"
+    assert cli.ok("brokers", "healthcheck") == "ok"
+    assert cli.ok("brokers", "healthcheck", "--topic-version", "V2") == "ok"
+    assert cli.ok("brokers", "list", "standalone") == [me]
+    assert cli.ok("brokers", "leader-broker") == {"brokerId": me, "serviceUrl": broker.web_url}
+    other = cli.run("brokers", "list", "elsewhere")
+    assert other.returncode == 1
+    assert "Cluster does not exist: cluster=elsewhere" in other.stderr
+    bad = cli.run("brokers", "healthcheck", "--topic-version", "V3")
+    assert bad.returncode == 2

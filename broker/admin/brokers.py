@@ -1,0 +1,80 @@
+"""Pulsar's ``/admin/v2/brokers`` routes for a one-broker cluster.
+
+Theory of operation
+-------------------
+* ``GET /admin/v2/brokers/health?topicVersion=V1|V2``: the health check
+  (:mod:`broker.admin.healthcheck`): storage state plus a produce/consume round trip on the
+  heartbeat topic; "ok" or 500 with the reason; 400 for a topicVersion that is neither.
+* ``GET /admin/v2/brokers/ready``: "ok" while the broker serves, 503 once it is closing.
+* ``GET /admin/v2/brokers/{cluster}``: the active brokers of the cluster as Pulsar lists them,
+  broker ids ``<advertisedAddress>:<webServicePort>``; this node is the only one. Another
+  cluster name is 404 "Cluster does not exist: cluster=<name>" (Horae knows only its own).
+* ``GET /admin/v2/brokers/leaderBroker``: Pulsar's BrokerInfo of the leader, this broker.
+
+All are super-user operations (:mod:`broker.admin.auth`). The fixed paths are registered before
+``{cluster}`` so "health", "ready" and "leaderBroker" are never read as cluster names.
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from broker.admin import errors as E
+from broker.admin.facade import ADMIN_KEY
+from broker.admin.healthcheck import HealthCheckError, credentials_of, run_health_check
+from broker.admin.topics import json_response
+from broker.topics.heartbeat import TopicVersion
+from broker.topics.service import BrokerService
+
+__all__ = ["add_routes", "broker_id"]
+
+
+def broker_id(service: BrokerService) -> str:
+    """Pulsar's broker id: ``<advertisedAddress>:<webServicePort>``."""
+    return f"{service.config.advertised_address}:{service.web_port}"
+
+
+def _service(request: web.Request) -> BrokerService:
+    return request.app[ADMIN_KEY].service
+
+
+async def health(request: web.Request) -> web.Response:
+    service = _service(request)
+    raw_version = request.query.get("topicVersion")
+    try:
+        version = TopicVersion(raw_version) if raw_version else TopicVersion.V1
+    except ValueError:
+        raise E.bad_request(f"Invalid topicVersion {raw_version!r}: V1 or V2") from None
+    try:
+        await run_health_check(service, version, credentials_of(request.headers),
+                               service.config.health_check_timeout_ms / 1000)
+    except HealthCheckError as exc:
+        raise E.RestError(500, str(exc)) from None
+    return web.Response(text="ok", content_type="text/plain")
+
+
+async def ready(request: web.Request) -> web.Response:
+    if _service(request).closing:
+        raise E.RestError(503, "Broker is shutting down")
+    return web.Response(text="ok", content_type="text/plain")
+
+
+async def active_brokers(request: web.Request) -> web.Response:
+    service = _service(request)
+    cluster = request.match_info["cluster"]
+    if cluster != service.config.cluster_name:
+        raise E.not_found(f"Cluster does not exist: cluster={cluster}")
+    return json_response([broker_id(service)])
+
+
+async def leader_broker(request: web.Request) -> web.Response:
+    service = _service(request)
+    return json_response({"brokerId": broker_id(service), "serviceUrl": service.web_url})
+
+
+def add_routes(app: web.Application) -> None:
+    r = app.router
+    r.add_get("/admin/v2/brokers/health", health)
+    r.add_get("/admin/v2/brokers/ready", ready)
+    r.add_get("/admin/v2/brokers/leaderBroker", leader_broker)
+    r.add_get("/admin/v2/brokers/{cluster}", active_brokers)
