@@ -26,6 +26,7 @@ from protocol.metadata import (
     murmur3_32_hash,
     parse_entry,
     parse_metadata,
+    peek_dispatch,
     rewrite_deliver_at,
     split_entry,
     sticky_key_hash,
@@ -189,6 +190,23 @@ def test_rewrite_deliver_at_uses_the_given_metadata() -> None:
     rewritten = rewrite_deliver_at(entry, 99, md)
     assert rewritten == rewrite_deliver_at(entry, 99)
     assert parse_entry(rewritten).deliver_at_time == 99
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [{}, {"num_messages_in_batch": 9}, {"deliver_at_time": 1_700_000_001_000},
+     {"num_messages_in_batch": 3, "deliver_at_time": 5, "partition_key": "k"}],
+    ids=["plain", "batch", "delayed", "delayed-batch-with-key"],
+)
+def test_dispatch_peek_agrees_with_entry_info(fields: dict[str, object]) -> None:
+    entry = encode_entry(metadata(**fields), b"body")
+    info = parse_entry(entry)
+    assert peek_dispatch(entry) == (info.messages, info.deliver_at_time)
+
+
+def test_dispatch_peek_refuses_unparsable_metadata() -> None:
+    with pytest.raises(MalformedEntryError):
+        peek_dispatch(struct.pack(">I", 3) + b"\xff\xff\xff")
 
 
 def test_metadata_with_invalid_utf8_key_is_malformed() -> None:
