@@ -16,10 +16,10 @@ from protocol import pulsar_pb as pb
 from protocol.errors import MalformedEntryError, RequestError, ServerError
 from protocol.frames import NEED_DATA, FrameDecoder
 from protocol.metadata import (
-    check_publish_metadata,
     KEY_SHARED_RANGE_SIZE,
     NONE_KEY,
     EntryInfo,
+    check_publish_metadata,
     encode_entry,
     entry_checksum,
     iter_batch,
