@@ -426,6 +426,11 @@ class ManagedLedger:
         return sum(led.size_bytes for led in self._ledgers.values())
 
     @property
+    def ledger_count(self) -> int:
+        """``len(self.ledgers)`` without building the list (the trimmer asks every second)."""
+        return len(self._ledger_ids)
+
+    @property
     def ledgers(self) -> list[LedgerInfo]:
         return [
             LedgerInfo(led.ledger_id, led.confirmed, led.size_bytes, led.segment.created_ms,

@@ -141,7 +141,7 @@ class LedgerTrimmer:
         """(slowest subscription mark-delete position, ledger count): a change asks for a trim."""
         topic = self.topic
         marks = [s.cursor.mark_delete_position for s in topic.subscriptions.values()]
-        return (min(marks) if marks else None), len(topic.ledger.ledgers)
+        return (min(marks) if marks else None), topic.ledger.ledger_count
 
     def bound(self) -> int | None:
         """What retention keeps: see :func:`retention_bound`."""

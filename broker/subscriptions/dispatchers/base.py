@@ -48,7 +48,7 @@ from broker.subscriptions.consumer import Consumer
 from broker.subscriptions.dispatchers.cursors import SubscriptionCursor
 from broker.subscriptions.revision import RevisionSource
 from protocol.errors import ProtocolError
-from protocol.metadata import EntryInfo, parse_entry, sticky_key_hash
+from protocol.metadata import EntryInfo, parse_entry, peek_dispatch, sticky_key_hash
 from storage.ledger import ManagedLedger
 from storage.positions import Entry, Position
 
@@ -431,19 +431,24 @@ class Dispatcher:
                 if from_replay:
                     self.discard_replay(pos)
                 continue
+            # Only a key-routing dispatcher needs the EntryInfo; the others read two fields.
+            info: EntryInfo | None = None
             try:
-                info: EntryInfo | None = parse_entry(entry.data)
+                if self.needs_hash:
+                    info = parse_entry(entry.data)
+                    messages, deliver_at = info.messages, info.deliver_at_time
+                else:
+                    messages, deliver_at = peek_dispatch(entry.data)
             except ProtocolError:
-                info = None
-            if not from_replay and self.delayed_capable and info is not None \
-                    and info.deliver_at_time is not None:
+                info, messages, deliver_at = None, 1, None
+            if not from_replay and self.delayed_capable and deliver_at is not None:
                 if policy is None:
                     policy = sub.delay_policy()
                 if policy.active:
                     tracker = sub.ensure_tracker(policy)
-                    if tracker.add(pos.ledger_id, pos.entry_id, info.deliver_at_time):
+                    if tracker.add(pos.ledger_id, pos.entry_id, deliver_at):
                         continue
-            sticky_hash = sticky_key_hash(info.sticky_key) if (self.needs_hash and info) else 0
+            sticky_hash = sticky_key_hash(info.sticky_key) if info is not None else 0
             consumer = self._route(pos, info, sticky_hash, from_replay, blocked)
             if consumer is None:
                 if not from_replay:
@@ -454,7 +459,6 @@ class Dispatcher:
                 continue
             if from_replay:
                 self.discard_replay(pos)
-            messages = info.messages if info is not None else 1
             self._avg_messages_per_entry = 0.9 * self._avg_messages_per_entry + 0.1 * messages
             ack_set = batch_acks.get(pos)
             consumer.send(
