@@ -155,7 +155,7 @@ class ManagedLedger:
     def _rollover(self) -> None:
         old = self._current
         old.sealed = True
-        self._ctx.writer.control("seal", old.segment)
+        self._ctx.writer.seal(old.segment)
         self._current = self._new_ledger()
 
     # -- LedgerView (what cursors may ask) -------------------------------------------------
@@ -527,7 +527,7 @@ class ManagedLedger:
             self._ledger_ids.remove(ledger_id)
             self._ctx.cache.drop_ledger(ledger_id)
             self._ctx.pager.forget(led.segment)
-            self._ctx.writer.control("delete", led.segment)
+            self._ctx.writer.delete(led.segment)
         if deleted:
             await self._ctx.writer.barrier()
             log.info("managed ledger %s: trimmed ledgers %s", self.name, deleted)
@@ -547,7 +547,7 @@ class ManagedLedger:
                 log.error("managed ledger %s: persisting cursor %s failed: %s", self.name,
                           cursor_name, error)
             self._current.sealed = True
-            self._ctx.writer.control("seal", self._current.segment)
+            self._ctx.writer.seal(self._current.segment)
             await self._ctx.writer.barrier()
             # The indexes of sealed segments being written (I/O thread): done before a
             # reopen could scan (and rewrite) the same segment.

@@ -56,7 +56,7 @@ from storage.recovery import load_ledger_dir, segment_ids
 from storage.segments import RecoveryEvent
 from storage.snapshots import SnapshotStore
 from storage.stats import StorageStats
-from storage.writer import GroupCommitWriter, write_index_logged
+from storage.writer import GroupCommitWriter
 
 log = logging.getLogger("horae.storage")
 
@@ -217,13 +217,7 @@ class SegmentStore:
             for event in found.events:
                 self._report(event)
             for led in found.unindexed:  # scanned: (re)write their indexes in the I/O thread
-                segment = led.segment
-                segment.index_job = job = self._io_pool.submit(
-                    write_index_logged, self._ops, segment.path, segment.ledger_id,
-                    segment.write_offset, segment.created_ms, segment.format,
-                    segment.offsets, segment.lengths, led.size_bytes, sync=self.config.fsync,
-                )
-                self.pager.watch(segment, job)
+                self.writer.submit_index(led.segment, led.size_bytes)
             self._check_open()  # close() began while recovering: register nothing
             ml = ManagedLedger(self._ctx, name, directory, found.ledgers, found.cursors)
             self._names[name] = directory
