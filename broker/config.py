@@ -546,7 +546,4 @@ def storage_config(config: BrokerConfig) -> StorageConfig:
         disk_usage_threshold=config.disk_usage_threshold,
         disk_usage_lwm_threshold=config.disk_usage_lwm_threshold,
         disk_check_interval_ms=config.disk_check_interval,
-        # The broker records every live bucket snapshot id as a cursor property
-        # (broker/delayed), so snapshots no property names are orphans.
-        collect_orphan_snapshots=True,
     )
