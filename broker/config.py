@@ -394,10 +394,6 @@ class BrokerConfig:
     def data_path(self) -> pathlib.Path:
         return pathlib.Path(self.data_dir)
 
-    def with_overrides(self, overrides: Mapping[str, object]) -> BrokerConfig:
-        """A copy with ``{camelCaseKey: value}`` applied (validated like a file)."""
-        return dataclasses.replace(self, **_convert(overrides, source="override"))  # type: ignore[arg-type]
-
     def to_dict(self) -> dict[str, object]:
         """``{camelCaseKey: value}`` for every setting (e.g. for a TOML dump or the admin API)."""
         return {_KEY_OF[f.name]: getattr(self, f.name) for f in dataclasses.fields(self)}

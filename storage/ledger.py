@@ -370,10 +370,6 @@ class ManagedLedger:
         of this ledger durable (once per commit, not once per entry)."""
         self._listeners.append(callback)
 
-    def remove_listener(self, callback: Callable[[Position], None]) -> None:
-        if callback in self._listeners:
-            self._listeners.remove(callback)
-
     # -- positions -------------------------------------------------------------------------
 
     @property

@@ -450,11 +450,6 @@ class BucketDelayedDeliveryTracker(TimedTracker):
     # --- metrics and introspection -------------------------------------------------------------
 
     @property
-    def snapshots(self) -> BucketSnapshots:
-        """The snapshot side: op counters, latencies and snapshot sizes for the collector."""
-        return self._snapshots
-
-    @property
     def snapshot_size_bytes(self) -> int:
         return self._snapshots.snapshot_size_bytes
 
@@ -501,11 +496,6 @@ class BucketDelayedDeliveryTracker(TimedTracker):
     def immutable_ranges(self) -> list[tuple[int, int]]:
         """(start, end) ledger ranges of the immutable buckets (tests, internal stats)."""
         return self._sealed.ranges
-
-    @property
-    def sealed_until_ledger(self) -> int:
-        """End ledger of the last immutable bucket, -1 if none."""
-        return self._sealed.last_end_ledger
 
     async def wait_idle(self) -> None:
         """Wait for background snapshot work (tests and benchmarks)."""
