@@ -422,6 +422,11 @@ class ManagedLedger:
         return sum(led.size_bytes for led in self._ledgers.values())
 
     @property
+    def ledger_count(self) -> int:
+        """Ledgers of this managed ledger, the current one included (no list built)."""
+        return len(self._ledger_ids)
+
+    @property
     def ledgers(self) -> list[LedgerInfo]:
         return [
             LedgerInfo(led.ledger_id, led.confirmed, led.size_bytes, led.segment.created_ms,
@@ -497,15 +502,15 @@ class ManagedLedger:
 
     # -- trimming and closing --------------------------------------------------------------
 
-    async def trim(self, up_to_ledger_id: int | None = None) -> list[int]:
+    async def trim(self, up_to_ledger_id: int | None = None) -> list[int] | None:
         """Delete sealed ledgers every cursor has fully acknowledged (all sealed ledgers when
         there is no cursor, as Pulsar does without retention), none above *up_to_ledger_id*
         when given (what retention keeps). The current ledger is never deleted. Returns the
-        deleted ledger ids."""
+        deleted ledger ids, or None when refused: a cursor's state cannot be trusted
+        (trim_blockers; the caller reports it and retries once it is saved again). Decides
+        synchronously, before its first await."""
         if self._cursor_set.trim_blockers:
-            log.warning("managed ledger %s: not trimmed, cursor state unsafe: %s", self.name,
-                        self._cursor_set.trim_blockers)
-            return []
+            return None
         marks = [c.mark_delete_position for c in self._cursor_set.values()]
         slowest = min(marks) if marks else None
         deleted: list[int] = []
