@@ -27,6 +27,7 @@ from typing import Protocol
 from broker.net.limits import check_consumers
 from broker.net.schemas import check_consumer_schema
 from broker.subscriptions.consumer import Consumer, HashRange
+from broker.subscriptions.nonpersistent import NonPersistentSubscription
 from broker.subscriptions.subscription import Subscription, tail_position, wire_position
 from broker.topics.names import TopicName
 from broker.topics.service import BrokerService
@@ -51,6 +52,8 @@ from storage.positions import Position
 __all__ = ["ConsumerSide"]
 
 log = logging.getLogger("horae.net.consumers")
+
+AnySubscription = Subscription | NonPersistentSubscription
 
 _U64 = (1 << 64) - 1
 _I64 = 1 << 63
@@ -84,7 +87,7 @@ class ConsumerSide:
         self.connection = connection
         self.consumers: dict[int, Consumer] = {}
         # consumer id -> the subscription it is attached to (the consumer holds no reference up)
-        self._subscriptions: dict[int, Subscription] = {}
+        self._subscriptions: dict[int, AnySubscription] = {}
         self._subscribing: set[int] = set()
         self._closed = False
 
@@ -116,12 +119,12 @@ class ConsumerSide:
             self._subscriptions.pop(consumer.consumer_id, None)
         consumer.closed = True
 
-    def attach(self, consumer: Consumer, subscription: Subscription) -> None:
+    def attach(self, consumer: Consumer, subscription: AnySubscription) -> None:
         """Register *consumer* (attached to *subscription*) under its id on this connection."""
         self.consumers[consumer.consumer_id] = consumer
         self._subscriptions[consumer.consumer_id] = subscription
 
-    def subscription_of(self, consumer: Consumer) -> Subscription:
+    def subscription_of(self, consumer: Consumer) -> AnySubscription:
         return self._subscriptions[consumer.consumer_id]
 
     # ------------------------------------------------------------------ SUBSCRIBE
@@ -147,7 +150,7 @@ class ConsumerSide:
                 pb.CommandSubscribe.Exclusive, pb.CommandSubscribe.Failover)):
             raise NotAllowedError("Read compacted can only be used with exclusive or failover "
                                   "persistent subscriptions")
-        topic = await self.connection.service.get_topic(tn.full, create=True)
+        topic = await self.connection.service.get_any_topic(tn.full, create=True)
         if cmd.HasField("schema"):
             await check_consumer_schema(self.connection.service, topic, cmd.schema)
         durable = cmd.durable if cmd.HasField("durable") else True
@@ -156,7 +159,7 @@ class ConsumerSide:
             if cmd.HasField("start_message_id") else None
         )
         initial = "earliest" if cmd.initialPosition == pb.CommandSubscribe.Earliest else "latest"
-        sub: Subscription = await topic.get_or_create_subscription(
+        sub: AnySubscription = await topic.get_or_create_subscription(
             cmd.subscription, durable=durable, initial_position=initial,
             start_message_id=start, sub_type=int(cmd.subType),
         )
@@ -278,6 +281,10 @@ class ConsumerSide:
     async def handle_get_last_message_id(self, cmd: pb.CommandGetLastMessageId) -> None:
         consumer = self._consumer(cmd.consumer_id)
         sub = self.subscription_of(consumer)
+        if isinstance(sub, NonPersistentSubscription):  # nothing is kept: "nothing available"
+            self.connection.write(encode_get_last_message_id_response(
+                cmd.request_id, _U64, _U64, partition=consumer.partition))
+            return
         ledger = sub.ledger
         last = tail_position(ledger)
         batch_index: int | None = None
@@ -321,7 +328,7 @@ class ConsumerSide:
             connectedSince=str(consumer.connected_since_ms),
             type=consumer.sub_type_name,
             msgRateExpired=0.0,
-            msgBacklog=sub.cursor.backlog,
+            msgBacklog=sub.cursor.backlog if isinstance(sub, Subscription) else 0,
             messageAckRate=ack_rate,
         ))
 

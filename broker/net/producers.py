@@ -103,7 +103,8 @@ async def create_producer(connection: ProducerConnection, m: pb.CommandProducer)
     # Storage read-only (disk full): ProducerBlockedQuotaExceededException, on which the
     # client fails its pending sends (broker/topics/publish_refusals.py).
     service.publish_refusals.check_producer()
-    topic = await service.get_topic(name.full, create=service.config.allow_auto_topic_creation)
+    topic = await service.get_any_topic(name.full,
+                                        create=service.config.allow_auto_topic_creation)
     check_producers(len(topic.producers), service.config.max_producers_per_topic)
     user_provided = m.HasField("producer_name") and m.producer_name != ""
     pname = m.producer_name if user_provided else service.generate_producer_name()

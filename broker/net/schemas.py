@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from broker.topics.nonpersistent import NonPersistentTopic
 from broker.topics.schemas import (
     SchemaIncompatible,
     decode_version,
@@ -45,7 +46,7 @@ class SchemaConnection(Protocol):
     def write(self, data: bytes) -> None: ...
 
 
-async def producer_schema(service: BrokerService, topic: Topic,
+async def producer_schema(service: BrokerService, topic: Topic | NonPersistentTopic,
                           schema: pb.Schema | None) -> bytes | None:
     """The schema version to answer in PRODUCER_SUCCESS (None: a schema-less producer)."""
     if schema is None:
@@ -60,13 +61,14 @@ async def producer_schema(service: BrokerService, topic: Topic,
     return encode_version(version)
 
 
-def _idle(topic: Topic) -> bool:
-    if topic.producers or topic.ledger.total_size_bytes:
+def _idle(topic: Topic | NonPersistentTopic) -> bool:
+    if topic.producers or (isinstance(topic, Topic) and topic.ledger.total_size_bytes):
         return False
     return not any(sub.consumers for sub in topic.subscriptions.values())
 
 
-async def check_consumer_schema(service: BrokerService, topic: Topic, schema: pb.Schema) -> None:
+async def check_consumer_schema(service: BrokerService, topic: Topic | NonPersistentTopic,
+                                schema: pb.Schema) -> None:
     """SUBSCRIBE with a schema: add it to an idle schema-less topic, else check it."""
     registry = service.schemas
     sid = schema_id(topic.full)
@@ -110,7 +112,7 @@ async def get_or_create_schema(connection: SchemaConnection,
                                m: pb.CommandGetOrCreateSchema) -> None:
     rid = int(m.request_id)
     try:
-        topic = await connection.service.get_topic(m.topic, create=False)
+        topic = await connection.service.get_any_topic(m.topic, create=False)
         version = await producer_schema(connection.service, topic, m.schema)
     except RequestError as exc:
         connection.write(C.encode_get_or_create_schema_response(

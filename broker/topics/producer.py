@@ -60,7 +60,7 @@ from collections import deque
 from typing import Any, Protocol
 
 from broker.metrics.rates import PUBLISH_LATENCY_BUCKETS_MS, iso_ms
-from broker.topics.dedup import MessageDeduplication, SequenceState
+from broker.topics.dedup import SequenceState
 from broker.topics.publish_refusals import REASON_DISK
 from broker.topics.storage_errors import StorageOp, storage_failure
 from protocol import commands as C
@@ -116,10 +116,21 @@ class ProducerTransport(Protocol):
         """A queued WaitForExclusive *producer* was given the topic: register it."""
 
 
-class PublishTarget(Protocol):
-    """What a producer may ask of its topic (:class:`broker.topics.topic.Topic`)."""
+class ResendPolicy(Protocol):
+    """How a topic answers a re-send (:meth:`broker.topics.dedup.MessageDeduplication.resend`;
+    a non-persistent topic publishes it again)."""
 
-    dedup: MessageDeduplication
+    def resend(self, state: SequenceState, entry: bytes,
+               key: int) -> tuple[asyncio.Future[Position] | None, int | None]: ...
+
+
+class PublishTarget(Protocol):
+    """What a producer may ask of its topic (:class:`broker.topics.topic.Topic`,
+    :class:`broker.topics.nonpersistent.NonPersistentTopic`)."""
+
+    @property
+    def dedup(self) -> ResendPolicy: ...
+
     awaiting_durable: dict[Producer, None]
     publish_latency_buckets: list[int]
 

@@ -46,6 +46,7 @@ from broker.topics import termination
 from broker.topics.heartbeat import HeartbeatNames
 from broker.topics.inactive import InactiveTopicSweeper
 from broker.topics.names import TopicName, is_valid_namespace, split_namespace
+from broker.topics.nonpersistent import NonPersistentTopic, NonPersistentTopics
 from broker.topics.policies import PolicyStore
 from broker.topics.publish_refusals import PublishRefusals
 from broker.topics.schemas import SchemaRegistry, schema_id
@@ -79,6 +80,7 @@ class BrokerService:
         self.store = store
         self.loop = loop or asyncio.get_running_loop()
         self.topics: dict[str, Topic] = {}
+        self.nonpersistent = NonPersistentTopics(self.loop)  # in memory (topics/nonpersistent.py)
         self.broker_port = config.broker_service_port   # the bound port, set by the server
         self.web_port = config.web_service_port
         self.broker_port_tls: int | None = None  # bound TLS ports, set by the server
@@ -135,6 +137,7 @@ class BrokerService:
         for topic in list(self.topics.values()):
             await topic.close()
         self.topics.clear()
+        self.nonpersistent.close()
 
     def storage_stats(self) -> StorageStats:
         """The store's counters and gauges (/metrics, the health check)."""
@@ -184,6 +187,7 @@ class BrokerService:
                     topic.housekeeping(now)
                 except Exception:  # one topic's failure must not stop the tick for all
                     log.exception("housekeeping of %s failed", topic.full)
+            self.nonpersistent.sample_rates(now)
             try:
                 await self.inactive.tick(now, self.topics)
             except Exception:
@@ -192,14 +196,44 @@ class BrokerService:
 
     # ------------------------------------------------------------------ topics
 
+    async def get_any_topic(self, name: str, *,
+                            create: bool) -> Topic | NonPersistentTopic:
+        """The topic *name* by its domain: :meth:`get_topic` or :meth:`get_nonpersistent_topic`."""
+        tn = TopicName.parse(name)
+        if not tn.is_persistent:
+            return self.get_nonpersistent_topic(tn, create=create)
+        return await self.get_topic(tn.full, create=create)
+
+    def get_nonpersistent_topic(self, tn: TopicName, *, create: bool) -> NonPersistentTopic:
+        """The in-memory topic *tn*, created on first use as :meth:`get_topic` decides."""
+        topic = self.nonpersistent.get(tn)
+        if topic is not None:
+            return topic
+        if self.closing:
+            raise ServiceNotReadyError("Broker is shutting down")
+        if tn.full in self._partitioned:
+            raise NotAllowedError(f"{tn.full} is a partitioned topic: use its partitions")
+        if not (create or self._is_existing_partition(tn)):
+            raise TopicNotFoundError("Topic not found")
+        if tn.namespace not in self._namespaces:
+            raise TopicNotFoundError(f"Namespace {tn.namespace} does not exist")
+        if tn.is_partition and not self._is_existing_partition(tn) \
+                and tn.partitioned_parent in self._partitioned:
+            raise TopicNotFoundError(
+                f"Partition {tn.partition_index} of {tn.partitioned_parent} does not exist")
+        return self.nonpersistent.get_or_create(tn)
+
     async def get_topic(self, name: str, *, create: bool) -> Topic:
-        """The loaded topic *name*, loading it; creating it only if *create* (or if it is a
-        partition of an existing partitioned topic). Raises TopicNotFoundError."""
+        """The loaded persistent topic *name*, loading it; creating it only if *create* (or if
+        it is a partition of an existing partitioned topic). Raises TopicNotFoundError; a
+        non-persistent name is NotAllowed (those are :meth:`get_nonpersistent_topic`'s)."""
         topic = self.topics.get(name)
         if topic is not None:
             return topic
         tn = TopicName.parse(name)
         full = tn.full
+        if not tn.is_persistent:
+            raise NotAllowedError(f"{full} is a non-persistent topic")
         topic = self.topics.get(full)
         if topic is not None:
             return topic
@@ -246,6 +280,8 @@ class BrokerService:
         return topic
 
     def _topic_known(self, tn: TopicName) -> bool:
+        if not tn.is_persistent:
+            return self.nonpersistent.get(tn) is not None
         return tn.full in self.topics or tn.full in self._ledger_names()
 
     def _ledger_names(self) -> set[str]:
@@ -277,6 +313,7 @@ class BrokerService:
         self._require_namespace(namespace)
         names = {n for n in self._ledger_names() if _in_namespace(n, namespace)}
         names.update(n for n in self.topics if _in_namespace(n, namespace))
+        names.update(n for n in self.nonpersistent.topics if _in_namespace(n, namespace))
         return sorted(names)
 
     async def topics_of_namespace(self, namespace: str) -> list[str]:
@@ -334,6 +371,9 @@ class BrokerService:
             return
         if not self._topic_known(tn):
             raise TopicNotFoundError("Topic not found")
+        if not tn.is_persistent:
+            await self._delete_nonpersistent(tn, force=force)
+            return
         topic = self.topics.get(full)
         if topic is not None:
             if not force:
@@ -346,6 +386,16 @@ class BrokerService:
         await self.store.delete_ledger(full)
         await termination.forget(self.store.metadata, full)
         await self._drop_topic_policy(full)
+
+    async def _delete_nonpersistent(self, tn: TopicName, *, force: bool) -> None:
+        topic = self.nonpersistent.get(tn)
+        if topic is not None and not force:
+            clients = len(topic.producers) + sum(len(s.consumers)
+                                                 for s in topic.subscriptions.values())
+            if clients:
+                raise NotAllowedError(f"Topic has {clients} connected producers/consumers")
+        self.nonpersistent.delete(tn.full)
+        await self._drop_topic_policy(tn.full)
 
     # ------------------------------------------------------------------ tenants, namespaces
 

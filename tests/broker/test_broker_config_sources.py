@@ -93,11 +93,12 @@ SUITE_HORAE_KEYS = {
     "managedLedgerDefaultMarkDeleteRateLimit": "0.1", "managedLedgerMaxEntriesPerLedger": "50000",
     "managedLedgerMaxLedgerRolloverTimeMinutes": "240", "keepAliveIntervalSeconds": "30",
     "allowAutoTopicCreation": "true", "maxMessageSize": "1024000",
+    "backlogQuotaCheckIntervalInSeconds": "60", "brokerDeleteInactiveTopicsFrequencySeconds": "60",
+    "messageExpiryCheckIntervalInMinutes": "5", "defaultRetentionTimeInMinutes": "0",
+    "defaultRetentionSizeInMB": "0",
 }
 SUITE_PULSAR_ONLY_KEYS = [
-    "zooKeeperSessionTimeoutMillis", "backlogQuotaCheckEnabled",
-    "backlogQuotaCheckIntervalInSeconds", "backlogQuotaDefaultLimitGB",
-    "brokerDeleteInactiveTopicsFrequencySeconds", "messageExpiryCheckIntervalInMinutes",
+    "zooKeeperSessionTimeoutMillis", "backlogQuotaCheckEnabled", "backlogQuotaDefaultLimitGB",
     "clientLibraryVersionCheckEnabled", "clientLibraryVersionCheckAllowUnversioned",
     "statusFilePath", "maxUnackedMessagesPerConsumer", "subscriptionRedeliveryTrackerEnabled",
     "acknowledgmentAtBatchIndexLevelEnabled", "bookkeeperClientTimeoutInSeconds",
@@ -121,8 +122,7 @@ SUITE_PULSAR_ONLY_KEYS = [
     "loadBalancerNamespaceBundleMaxTopics", "loadBalancerNamespaceBundleMaxSessions",
     "loadBalancerNamespaceBundleMaxMsgRate", "loadBalancerNamespaceBundleMaxBandwidthMbytes",
     "loadBalancerNamespaceMaximumBundles", "replicationMetricsEnabled",
-    "replicationConnectionsPerBroker", "replicationProducerQueueSize",
-    "defaultRetentionTimeInMinutes", "defaultRetentionSizeInMB", "allowAutoTopicCreationType",
+    "replicationConnectionsPerBroker", "replicationProducerQueueSize", "allowAutoTopicCreationType",
     "defaultNumPartitions", "brokerServicePurgeInactiveFrequencyInSeconds",
     "subscriptionKeySharedUseConsistentHashing", "topicLevelPoliciesEnabled",
 ]

@@ -1,0 +1,262 @@
+"""Subscriptions of non-persistent topics: at-most-once dispatch, a message dropped when no
+consumer can take it now.
+
+Theory of operation
+-------------------
+A :class:`NonPersistentSubscription` belongs to one
+:class:`broker.topics.nonpersistent.NonPersistentTopic`; it has no cursor, no backlog, no
+redelivery and no delayed delivery, as Pulsar's NonPersistentSubscription and its
+NonPersistentDispatcher* classes. The topic hands it every published entry once
+(:meth:`NonPersistentSubscription.dispatch`), in publish order, and it either sends the entry
+to one consumer at once or drops it, counting the dropped messages (``msgDropRate``):
+
+* Exclusive / Failover: the active consumer (Failover: the first by priority level then name,
+  or ``partition % consumers`` on a partition, told with ACTIVE_CONSUMER_CHANGE) takes it when it
+  has permits and its connection is writable.
+* Shared: the next consumer round-robin that has permits.
+* Key_Shared: the consumer owning the entry's sticky-key hash (the selectors of
+  :mod:`broker.subscriptions.selectors`); if that one has no permits, the entry is dropped
+  (Pulsar's NonPersistentStickyKeyDispatcherMultipleConsumers).
+
+A batch entry costs ``num_messages_in_batch`` permits and is sent whole once a consumer has
+any permit. Message ids are Pulsar's non-persistent ones, ``0:0``; acks are accepted and
+counted but change nothing; no pending acks are kept (``unackedMessages`` stays 0). A
+``deliver_at_time`` is ignored: the message is dispatched at once, as Pulsar does on a
+non-persistent topic. A subscription lives while it has consumers (the topic forgets it when
+the last one leaves).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Protocol
+
+from broker.metrics.rates import RateMeter
+from broker.subscriptions.consumer import SUB_TYPE_NAMES, Consumer
+from broker.subscriptions.selectors import ConsistentHashingSelector, StickyRangeSelector
+from protocol import pulsar_pb as pb
+from protocol.errors import ConsumerBusyError, MetadataError, NotAllowedError, ServiceNotReadyError
+from storage.positions import Position
+
+__all__ = ["NON_PERSISTENT_ID", "NonPersistentSubscription", "SubscriptionOwner"]
+
+#: Pulsar's message id of every message of a non-persistent topic (receipts and dispatch).
+NON_PERSISTENT_ID = Position(0, 0)
+EXCLUSIVE, SHARED, FAILOVER, KEY_SHARED = 0, 1, 2, 3
+SEEK_NOT_SUPPORTED = "Seek command on non-persistent topic is not supported"
+
+
+class SubscriptionOwner(Protocol):
+    """What a non-persistent subscription asks of its topic."""
+
+    @property
+    def partition_index(self) -> int: ...
+
+    def forget_subscription(self, sub: NonPersistentSubscription) -> None: ...
+
+
+class _NoRevisions:
+    """Consumer.flush's revision source: a non-persistent subscription never resets."""
+
+    revision = 0
+    under_revision = False
+
+    def is_outdated(self, revision: int) -> bool:
+        return False
+
+
+_REVISIONS = _NoRevisions()
+
+
+class NonPersistentSubscription:
+    """A named subscription on one non-persistent topic (module docstring)."""
+
+    durable = False
+
+    def __init__(self, topic: SubscriptionOwner, name: str) -> None:
+        self.topic = topic
+        self.name = name
+        self.consumers: list[Consumer] = []
+        self.sub_type: int | None = None
+        self.key_shared_mode: int | None = None
+        self.read_compacted = False
+        self.closed = False
+        self.msg_out_counter = 0
+        self.bytes_out_counter = 0
+        self.msg_ack_counter = 0
+        self.msg_drop_counter = 0
+        self._next = 0  # Shared round-robin index
+        self._selector: ConsistentHashingSelector | StickyRangeSelector | None = None
+        self._active: Consumer | None = None
+        self._rates = RateMeter()
+
+    # ------------------------------------------------------------------ the dispatcher face
+
+    @property
+    def dispatcher(self) -> NonPersistentSubscription:
+        """ConsumerSide asks the dispatcher to run after FLOW: nothing waits here to be read."""
+        return self
+
+    def schedule(self) -> None:
+        pass
+
+    # ------------------------------------------------------------------ consumers
+
+    async def add_consumer(self, consumer: Consumer) -> None:
+        if self.closed:
+            raise ServiceNotReadyError(f"Subscription {self.name} is closed")
+        if self.consumers:
+            if consumer.sub_type != self.sub_type:
+                raise ConsumerBusyError("Subscription is of different type")
+            if consumer.sub_type == EXCLUSIVE:
+                raise ConsumerBusyError("Exclusive consumer is already connected")
+            if consumer.sub_type == KEY_SHARED and consumer.key_shared_mode != self.key_shared_mode:
+                raise ConsumerBusyError("Subscription is of different type (Key_Shared mode)")
+        if consumer.sub_type == KEY_SHARED:
+            if not self.consumers or self._selector is None:
+                self._selector = (StickyRangeSelector() if consumer.key_shared_mode == pb.STICKY
+                                  else ConsistentHashingSelector())
+            self._selector.add(consumer)  # ConsumerAssignError for a bad STICKY range
+        self.sub_type = consumer.sub_type
+        self.key_shared_mode = consumer.key_shared_mode
+        self.consumers.append(consumer)
+
+    def after_subscribe(self, consumer: Consumer) -> None:
+        if self.sub_type == FAILOVER:
+            self._elect()
+
+    def remove_consumer(self, consumer: Consumer) -> None:
+        if consumer not in self.consumers:
+            return
+        self.consumers.remove(consumer)
+        if self._selector is not None:
+            self._selector.remove(consumer)
+        if self._active is consumer:
+            self._active = None
+        if not self.consumers:
+            self.topic.forget_subscription(self)
+        elif self.sub_type == FAILOVER:
+            self._elect()
+
+    def _elect(self) -> None:
+        """Failover: pick the active consumer and tell every consumer whether it is."""
+        if not self.consumers:
+            self._active = None
+            return
+        ordered = sorted(self.consumers, key=lambda c: (c.priority_level, c.name))
+        index = self.topic.partition_index
+        self._active = ordered[index % len(ordered)] if index >= 0 else ordered[0]
+        for c in self.consumers:
+            c.notify_active(c is self._active)
+
+    async def unsubscribe(self, consumer: Consumer) -> None:
+        if any(c is not consumer for c in self.consumers):
+            raise MetadataError("Unconnected or shared consumer attempting to unsubscribe")
+        self.remove_consumer(consumer)
+
+    def disconnect_consumers(self) -> None:
+        """CLOSE_CONSUMER to every consumer (topic deleted or closed)."""
+        self.closed = True
+        for consumer in list(self.consumers):
+            consumer.disconnect()
+            consumer.side.forget(consumer)
+            self.remove_consumer(consumer)
+
+    # ------------------------------------------------------------------ dispatch
+
+    def dispatch(self, entry: bytes, messages: int, sticky_hash: int) -> None:
+        """Send *entry* to the consumer that may take it now, or drop it (module docstring)."""
+        consumer = self._pick(sticky_hash)
+        if consumer is None:
+            self.msg_drop_counter += messages
+            return
+        consumer.send(NON_PERSISTENT_ID, entry, messages=messages, sticky_hash=sticky_hash,
+                      revision=0)
+        consumer.take_pending(NON_PERSISTENT_ID)  # at-most-once: nothing awaits an ack
+        consumer.flush(_REVISIONS)
+        self.msg_out_counter += messages
+        self.bytes_out_counter += len(entry)
+
+    def _pick(self, sticky_hash: int) -> Consumer | None:
+        consumers = self.consumers
+        if not consumers:
+            return None
+        sub_type = self.sub_type
+        if sub_type == SHARED:
+            n = len(consumers)
+            for i in range(n):
+                c = consumers[(self._next + i) % n]
+                if _can_take(c):
+                    self._next = (self._next + i + 1) % n
+                    return c
+            return None
+        if sub_type == KEY_SHARED:
+            owner = self._selector.select(sticky_hash) if self._selector is not None else None
+            return owner if owner is not None and _can_take(owner) else None
+        active = self._active if sub_type == FAILOVER else consumers[0]
+        return active if active is not None and _can_take(active) else None
+
+    # ------------------------------------------------------------------ acks, seeks
+
+    def acknowledge(self, consumer: Consumer,
+                    ids: list[tuple[Position, list[int] | None]], *, cumulative: bool) -> None:
+        """Accepted and counted; a non-persistent subscription keeps no ack state."""
+        self.msg_ack_counter += len(ids)
+
+    def redeliver(self, consumer: Consumer, positions: list[Position] | None) -> None:
+        """Nothing is kept to redeliver (at-most-once)."""
+
+    async def reset_cursor(self, position: tuple[int, int] | Position) -> None:
+        raise NotAllowedError(SEEK_NOT_SUPPORTED)
+
+    async def reset_cursor_to_timestamp(self, timestamp_ms: int) -> None:
+        raise NotAllowedError(SEEK_NOT_SUPPORTED)
+
+    # ------------------------------------------------------------------ stats
+
+    def _counter_values(self) -> tuple[float, ...]:
+        return (self.msg_out_counter, self.bytes_out_counter, self.msg_drop_counter)
+
+    def sample_rates(self, now: float) -> None:
+        self._rates.sample(now, self._counter_values())
+        for c in self.consumers:
+            c.sample_rates(now)
+
+    def drop_rate(self, now: float) -> float:
+        return float(self._rates.rates(now, self._counter_values())[2])
+
+    def stats(self) -> dict[str, Any]:
+        """Pulsar's NonPersistentSubscriptionStats shape."""
+        now = asyncio.get_running_loop().time()
+        rate_out, thr_out, drop_rate = self._rates.rates(now, self._counter_values())
+        active = self._active if self.sub_type == FAILOVER else (
+            self.consumers[0] if self.sub_type == EXCLUSIVE and self.consumers else None)
+        return {
+            "msgRateOut": rate_out,
+            "msgThroughputOut": thr_out,
+            "bytesOutCounter": self.bytes_out_counter,
+            "msgOutCounter": self.msg_out_counter,
+            "msgRateRedeliver": 0.0,
+            "chunkedMessageRate": 0.0,
+            "msgBacklog": 0,
+            "backlogSize": 0,
+            "msgBacklogNoDelayed": 0,
+            "blockedSubscriptionOnUnackedMsgs": False,
+            "msgDelayed": 0,
+            "unackedMessages": 0,
+            "type": SUB_TYPE_NAMES.get(self.sub_type, "Exclusive")
+            if self.sub_type is not None else "None",
+            "activeConsumerName": active.name if active is not None else None,
+            "msgRateExpired": 0.0,
+            "totalMsgExpired": 0,
+            "lastExpireTimestamp": 0,
+            "consumers": [c.stats(now) for c in self.consumers],
+            "isDurable": False,
+            "isReplicated": False,
+            "msgDropRate": drop_rate,
+            "subscriptionProperties": {},
+        }
+
+
+def _can_take(consumer: Consumer) -> bool:
+    return consumer.permits > 0 and not consumer.closed and consumer.writable

@@ -1,0 +1,341 @@
+"""Non-persistent topics: in memory, at-most-once, as Pulsar's NonPersistentTopic.
+
+Theory of operation
+-------------------
+A :class:`NonPersistentTopic` has no ledger, no cursor and nothing on disk: a published entry
+is handed to every subscription at once (:meth:`broker.subscriptions.nonpersistent.
+NonPersistentSubscription.dispatch`: sent to a consumer with permits, or dropped and counted
+in ``msgDropRate``) and the SEND_RECEIPT follows in the same call, with Pulsar's
+non-persistent message id ``0:0``. A restart loses everything, as in Pulsar.
+
+It is the same :class:`broker.topics.producer.PublishTarget` a persistent topic is, so the
+connection's :class:`broker.topics.producer.Producer` serves its SENDs unchanged: an appended
+run reports itself "durable" synchronously (:meth:`append_run`), and the producer's drain writes
+the receipts right away. There is no deduplication (:class:`_NoDeduplication`: a re-send is
+published again, PRODUCER_SUCCESS says ``last_sequence_id = -1``), no delayed-delivery guard (a
+``deliver_at_time`` is delivered at once) and no termination. Access modes are those of
+persistent topics (:class:`broker.topics.access_modes.ProducerAccess`).
+
+:class:`NonPersistentTopics` is the broker's registry of them (owned by
+:class:`broker.topics.service.BrokerService`): a topic is created on first use, within an
+existing namespace, and lives until it is deleted or the broker stops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from typing import Any
+
+from broker.metrics.rates import PUBLISH_LATENCY_BUCKETS_MS, RateMeter
+from broker.subscriptions.nonpersistent import NON_PERSISTENT_ID, NonPersistentSubscription
+from broker.topics.access_modes import Admission, ProducerAccess
+from broker.topics.dedup import SequenceState
+from broker.topics.names import TopicName
+from broker.topics.producer import Producer
+from protocol import commands as C
+from protocol import pulsar_pb as pb
+from protocol.errors import (
+    MalformedEntryError,
+    NotAllowedError,
+    ProducerBusyError,
+    ServerError,
+    ServiceNotReadyError,
+)
+from protocol.metadata import parse_metadata, sticky_key_hash
+from storage.positions import Position
+from storage.segment_file import DurableSink
+
+__all__ = ["NonPersistentTopic", "NonPersistentTopics"]
+
+log = logging.getLogger("horae.nonpersistent")
+
+
+class _NoDeduplication:
+    """Pulsar keeps no sequence state on a non-persistent topic: every SEND is published."""
+
+    async def prepare(self) -> None:
+        return None
+
+    def attach(self, producer: Producer) -> None:
+        return None
+
+    def resend(self, state: SequenceState, entry: bytes,
+               key: int) -> tuple[asyncio.Future[Position] | None, int | None]:
+        return None, key
+
+
+class NonPersistentTopic:
+    """One non-persistent topic (or partition); see the module docstring."""
+
+    def __init__(self, name: TopicName, loop: asyncio.AbstractEventLoop) -> None:
+        self.name = name
+        self.full = name.full
+        self.loop = loop
+        self.producers: dict[str, Producer] = {}
+        self.subscriptions: dict[str, NonPersistentSubscription] = {}
+        self.access = ProducerAccess()
+        self.dedup = _NoDeduplication()
+        self.awaiting_durable: dict[Producer, None] = {}
+        self.publish_latency_buckets = [0] * (len(PUBLISH_LATENCY_BUCKETS_MS) + 1)
+        self.closed = False
+        self.msg_in_counter = 0
+        self.bytes_in_counter = 0
+        self.entries_added_counter = 0
+        self.msg_drop_counter = 0  # messages published while the topic had no subscription
+        self._exclusive_waiters: deque[tuple[Producer, int]] = deque()
+        self._rates = RateMeter()
+        self._producer_rates: dict[int, RateMeter] = {}
+
+    @property
+    def partition_index(self) -> int:
+        return self.name.partition_index
+
+    def dedup_enabled(self) -> bool:
+        return False
+
+    # ------------------------------------------------------------------ publish (PublishTarget)
+
+    def check_publish(self, entry: bytes) -> tuple[bytes, int, bool]:
+        if self.closed:
+            raise ServiceNotReadyError(f"Topic {self.full} is being closed")
+        try:
+            md = parse_metadata(entry)
+        except Exception:
+            raise MalformedEntryError("message metadata does not parse") from None
+        messages = md.num_messages_in_batch if md.HasField("num_messages_in_batch") else 1
+        return entry, messages, False
+
+    def publish(self, entry: bytes) -> tuple[asyncio.Future[Position], int, bool]:
+        entry, messages, partial = self.check_publish(entry)
+        self._deliver(entry, messages)
+        fut: asyncio.Future[Position] = self.loop.create_future()
+        fut.set_result(NON_PERSISTENT_ID)
+        return fut, messages, partial
+
+    def append_run(self, entries: list[bytes], sink: DurableSink) -> None:
+        """Dispatch each entry, then report each one "durable" at ``0:0`` (receipts at once)."""
+        for entry in entries:
+            md = parse_metadata(entry)  # check_publish parsed it already: cannot fail
+            self._deliver(entry, md.num_messages_in_batch
+                          if md.HasField("num_messages_in_batch") else 1)
+        for _ in entries:
+            sink.entries_durable(NON_PERSISTENT_ID.ledger_id, NON_PERSISTENT_ID.entry_id, 1)
+
+    def _deliver(self, entry: bytes, messages: int) -> None:
+        self.entries_added_counter += 1
+        subs = self.subscriptions
+        if not subs:
+            self.msg_drop_counter += messages
+            return
+        sticky = 0
+        if any(s.sub_type == 3 for s in subs.values()):  # Key_Shared needs the key's hash
+            md = parse_metadata(entry)
+            key = md.ordering_key if md.HasField("ordering_key") else \
+                md.partition_key.encode() if md.HasField("partition_key") else b""
+            sticky = sticky_key_hash(key)
+        for sub in list(subs.values()):
+            sub.dispatch(entry, messages, sticky)
+
+    def record_published(self, messages: int, size: int, entries: int,
+                         latency_sum_ms: float) -> None:
+        self.msg_in_counter += messages
+        self.bytes_in_counter += size
+
+    def on_persistence_failure(self, exc: object) -> None:
+        log.error("unexpected publish failure on %s: %s", self.full, exc)
+
+    def publish_refused(self, reason: str, refused: int) -> None:
+        log.warning("%d sends refused on %s (%s)", refused, self.full, reason)
+
+    # ------------------------------------------------------------------ producers
+
+    def add_producer(self, producer: Producer, requested_epoch: int | None = None) -> Admission:
+        """Attach by access mode, as :meth:`broker.topics.topic.Topic.add_producer`."""
+        if self.closed:
+            raise ServiceNotReadyError(f"Topic {self.full} is being closed")
+        existing = self.producers.get(producer.name)
+        if existing is not None:
+            if existing.connection.is_closed or producer.epoch > existing.epoch:
+                existing.connection.producer_detached(existing)
+                existing.close()
+            elif producer.access_mode != pb.ExclusiveWithFencing:
+                raise ProducerBusyError(
+                    f"Producer with name '{producer.name}' is already connected to topic")
+        self._exclusive_waiters = deque(
+            (p, rid) for p, rid in self._exclusive_waiters
+            if not (p.closed or p.connection.is_closed))
+        admission = self.access.admit(producer.access_mode, producer.name, requested_epoch,
+                                      has_producers=bool(self.producers),
+                                      has_waiters=bool(self._exclusive_waiters))
+        if admission is Admission.QUEUE:
+            return admission
+        if admission is Admission.FENCE_OTHERS:
+            self._fence_others()
+        self._register(producer)
+        return admission
+
+    def _fence_others(self) -> None:
+        waiters = list(self._exclusive_waiters)
+        self._exclusive_waiters.clear()
+        for waiter, request_id in waiters:
+            waiter.closed = True
+            waiter.connection.producer_detached(waiter)
+            waiter.connection.write(C.encode_error(request_id, ServerError.ProducerFenced,
+                                                   "Fenced out"))
+        exclusive_name = self.access.exclusive_name
+        for p in list(self.producers.values()):
+            p.disconnect()
+        self.access.exclusive_name = exclusive_name
+
+    def _register(self, producer: Producer) -> None:
+        self.producers[producer.name] = producer
+        self._producer_rates[id(producer)] = RateMeter()
+
+    def remove_producer(self, producer: Producer) -> None:
+        if self.producers.get(producer.name) is producer:
+            del self.producers[producer.name]
+            self.access.released(producer.name, producer.access_mode)
+        self._producer_rates.pop(id(producer), None)
+        self.awaiting_durable.pop(producer, None)
+        while not self.producers and self._exclusive_waiters and not self.closed:
+            waiter, request_id = self._exclusive_waiters.popleft()
+            conn = waiter.connection
+            if conn.is_closed or waiter.closed:
+                continue
+            self.access.promote(waiter.name)
+            self._register(waiter)
+            conn.producer_ready(waiter)
+            conn.write(C.encode_producer_success(request_id, waiter.name, -1, ready=True,
+                                                 topic_epoch=self.access.topic_epoch))
+
+    def queue_exclusive_waiter(self, producer: Producer, request_id: int) -> None:
+        self._exclusive_waiters.append((producer, request_id))
+
+    # ------------------------------------------------------------------ subscriptions
+
+    async def get_or_create_subscription(self, name: str, *, durable: bool = True,
+                                         initial_position: str = "latest",
+                                         start_message_id: tuple[int, int] | None = None,
+                                         sub_type: int = 0) -> NonPersistentSubscription:
+        if self.closed:
+            raise ServiceNotReadyError(f"Topic {self.full} is being closed")
+        sub = self.subscriptions.get(name)
+        if sub is None:
+            sub = self.subscriptions[name] = NonPersistentSubscription(self, name)
+        return sub
+
+    def forget_subscription(self, sub: NonPersistentSubscription) -> None:
+        if self.subscriptions.get(sub.name) is sub:
+            del self.subscriptions[sub.name]
+
+    def delete_subscription(self, name: str, *, force: bool = False) -> None:
+        sub = self.subscriptions.get(name)
+        if sub is None:
+            raise NotAllowedError(f"Subscription {name} not found")
+        if sub.consumers and not force:
+            raise NotAllowedError("Subscription has active connected consumers")
+        sub.disconnect_consumers()
+        self.forget_subscription(sub)
+
+    # ------------------------------------------------------------------ lifecycle, stats
+
+    def close(self) -> None:
+        """Disconnect every producer and consumer (delete, broker shutdown)."""
+        self.closed = True
+        for p in list(self.producers.values()):
+            p.disconnect()
+        for sub in list(self.subscriptions.values()):
+            sub.disconnect_consumers()
+        self.subscriptions.clear()
+
+    def _counter_values(self) -> tuple[float, ...]:
+        return (self.msg_in_counter, self.bytes_in_counter,
+                sum(s.msg_out_counter for s in self.subscriptions.values()),
+                sum(s.bytes_out_counter for s in self.subscriptions.values()),
+                self.msg_drop_counter)
+
+    def sample_rates(self, now: float) -> None:
+        self._rates.sample(now, self._counter_values())
+        for sub in self.subscriptions.values():
+            sub.sample_rates(now)
+        for p in self.producers.values():
+            meter = self._producer_rates.get(id(p))
+            if meter is not None:
+                meter.sample(now, (p.msg_in_counter, p.bytes_in_counter))
+
+    def stats(self) -> dict[str, Any]:
+        """Pulsar's NonPersistentTopicStats shape."""
+        now = self.loop.time()
+        rate_in, thr_in, rate_out, thr_out, drop = self._rates.rates(now, self._counter_values())
+        publishers = []
+        for p in self.producers.values():
+            meter = self._producer_rates.get(id(p))
+            p_rate, p_thr = meter.rates(now, (p.msg_in_counter, p.bytes_in_counter)) \
+                if meter is not None else (0.0, 0.0)
+            publishers.append({**p.stats(p_rate, p_thr), "msgDropRate": 0.0})
+        subs = {name: s.stats() for name, s in self.subscriptions.items()}
+        drop_total = drop + sum(s["msgDropRate"] for s in subs.values())
+        return {
+            "msgRateIn": rate_in,
+            "msgThroughputIn": thr_in,
+            "msgRateOut": rate_out,
+            "msgThroughputOut": thr_out,
+            "bytesInCounter": self.bytes_in_counter,
+            "msgInCounter": self.msg_in_counter,
+            "bytesOutCounter": sum(s.bytes_out_counter for s in self.subscriptions.values()),
+            "msgOutCounter": sum(s.msg_out_counter for s in self.subscriptions.values()),
+            "averageMsgSize": self.bytes_in_counter / self.msg_in_counter
+            if self.msg_in_counter else 0.0,
+            "msgChunkPublished": False,
+            "storageSize": 0,
+            "backlogSize": 0,
+            "earliestMsgPublishTimeInBacklogs": 0,
+            "offloadedStorageSize": 0,
+            "waitingPublishers": len(self._exclusive_waiters),
+            "msgDropRate": drop_total,
+            "publishers": publishers,
+            "subscriptions": subs,
+            "replication": {},
+            "deduplicationStatus": "Disabled",
+            "topicEpoch": self.access.topic_epoch,
+            "nonContiguousDeletedMessagesRanges": 0,
+            "nonContiguousDeletedMessagesRangesSerializedSize": 0,
+        }
+
+    def __repr__(self) -> str:
+        return f"<NonPersistentTopic {self.full}>"
+
+
+class NonPersistentTopics:
+    """The broker's non-persistent topics by full name (owned by the BrokerService)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.topics: dict[str, NonPersistentTopic] = {}
+
+    def get(self, name: TopicName) -> NonPersistentTopic | None:
+        return self.topics.get(name.full)
+
+    def get_or_create(self, name: TopicName) -> NonPersistentTopic:
+        topic = self.topics.get(name.full)
+        if topic is None:
+            topic = self.topics[name.full] = NonPersistentTopic(name, self.loop)
+        return topic
+
+    def delete(self, full: str) -> bool:
+        topic = self.topics.pop(full, None)
+        if topic is None:
+            return False
+        topic.close()
+        return True
+
+    def sample_rates(self, now: float) -> None:
+        for topic in list(self.topics.values()):
+            topic.sample_rates(now)
+
+    def close(self) -> None:
+        for topic in list(self.topics.values()):
+            topic.close()
+        self.topics.clear()
