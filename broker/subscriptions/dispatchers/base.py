@@ -69,6 +69,7 @@ class DispatchContext(Protocol):
 
     name: str
     partition_index: int
+    read_compacted: bool
     msg_out_counter: int
     bytes_out_counter: int
     delayed_tracker: DelayedDeliveryTracker | None
@@ -429,6 +430,7 @@ class Dispatcher:
         cursor = sub.cursor
         counts = sub.redelivery_counts
         batch_acks = sub.batch_acks
+        read_compacted = sub.read_compacted  # once per round, not per entry
         policy = None
         sent = 0
         for entry in entries:
@@ -439,7 +441,7 @@ class Dispatcher:
                 if from_replay:
                     self.discard_replay(pos)
                 continue
-            if sub.compacted_out(pos):
+            if read_compacted and sub.compacted_out(pos):
                 cursor.delete((pos,))  # superseded by compaction: acknowledged unseen
                 if from_replay:
                     self.discard_replay(pos)
