@@ -387,6 +387,9 @@ class BucketDelayedDeliveryTracker(TimedTracker):
             self._segment_done(loaded)
         return consumed + moved
 
+    def on_rewind(self) -> None:
+        return  # durable: the snapshots stay valid, the re-read skips what they hold
+
     def clear(self) -> None:
         self._snapshots.clear()
         self._mutable.clear()
