@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import base64
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
@@ -269,16 +270,42 @@ async def update_partitions(request: web.Request) -> web.Response:
     return no_content()
 
 
+# --- non-persistent topics ----------------------------------------------------------------
+async def unload_nonpersistent(request: web.Request) -> web.Response:
+    """Unloading an in-memory topic closes it: its clients reconnect to a fresh one."""
+    facade, full = await _full(request)
+    n = await facade.partition_count(full)
+    for name in [partition_name(full, i) for i in range(n)] if n else [full]:
+        facade.service.nonpersistent.delete(name)
+    return no_content()
+
+
+def _not_on_nonpersistent(what: str) -> Callable[[web.Request], Awaitable[web.Response]]:
+    async def refuse(request: web.Request) -> web.Response:
+        await _full(request)
+        raise E.not_allowed(f"{what} on a non-persistent topic is not allowed")
+    return refuse
+
+
 def add_routes(app: web.Application) -> None:
     r = app.router
-    for base, sub in ((TOPIC, SUB), (NP_TOPIC, NP_SUB)):
-        r.add_put(base + "/unload", unload)
-        r.add_post(base + "/terminate", terminate)
-        r.add_post(base + "/terminate/partitions", terminate_partitions)
-        r.add_post(base + "/partitions", update_partitions)
-        r.add_post(base + "/all_subscription/expireMessages/{seconds}", expire_all_subscriptions)
-        r.add_post(sub + "/expireMessages/{seconds}", expire_subscription)
-        r.add_post(sub + "/expireMessages", expire_to_message)
+    r.add_put(TOPIC + "/unload", unload)
+    r.add_post(TOPIC + "/terminate", terminate)
+    r.add_post(TOPIC + "/terminate/partitions", terminate_partitions)
+    r.add_post(TOPIC + "/partitions", update_partitions)
+    r.add_post(TOPIC + "/all_subscription/expireMessages/{seconds}", expire_all_subscriptions)
+    r.add_post(SUB + "/expireMessages/{seconds}", expire_subscription)
+    r.add_post(SUB + "/expireMessages", expire_to_message)
+    # Pulsar refuses termination and expiry on non-persistent topics (nothing is stored).
+    r.add_put(NP_TOPIC + "/unload", unload_nonpersistent)
+    r.add_post(NP_TOPIC + "/partitions", update_partitions)
+    terminate_np = _not_on_nonpersistent("Termination")
+    expire_np = _not_on_nonpersistent("Expiring messages")
+    r.add_post(NP_TOPIC + "/terminate", terminate_np)
+    r.add_post(NP_TOPIC + "/terminate/partitions", terminate_np)
+    r.add_post(NP_TOPIC + "/all_subscription/expireMessages/{seconds}", expire_np)
+    r.add_post(NP_SUB + "/expireMessages/{seconds}", expire_np)
+    r.add_post(NP_SUB + "/expireMessages", expire_np)
     r.add_get(SUB + "/position/{n}", peek)
     r.add_get(TOPIC + "/examinemessage", examine)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime
 import json
 import pathlib
+import urllib.error
 import urllib.request
 from typing import Any
 
@@ -134,3 +135,34 @@ def test_nonpersistent_admin_partitioned_create_list_delete(broker: Any, client:
     assert _call(broker, "DELETE", base + "/parted/partitions?force=true") == 204
     assert _get(broker, base + "/partitioned") == []
     assert _get(broker, base) == []
+
+
+def test_nonpersistent_unload_closes_the_topic_and_clients_reconnect(broker: Any,
+                                                                     client: Any) -> None:
+    topic = "non-persistent://public/default/np-unload"
+    consumer = client.subscribe(topic, "s")
+    producer = client.create_producer(topic)
+    assert _call(broker, "PUT", "/admin/v2/non-persistent/public/default/np-unload/unload") == 204
+    # the client re-creates its producer and consumer on the fresh in-memory topic
+    def consumer_back() -> bool:
+        try:
+            stats = _get(broker, "/admin/v2/non-persistent/public/default/np-unload/stats")
+        except urllib.error.HTTPError:  # 404 until a client re-creates the topic
+            return False
+        return bool(stats["subscriptions"].get("s", {}).get("consumers"))
+
+    wait_until(consumer_back)
+    producer.send(b"after unload")
+    assert consumer.receive(timeout_millis=10_000).data() == b"after unload"
+
+
+@pytest.mark.parametrize("path", [
+    "/admin/v2/non-persistent/public/default/np-x/terminate",
+    "/admin/v2/non-persistent/public/default/np-x/all_subscription/expireMessages/10",
+    "/admin/v2/non-persistent/public/default/np-x/subscription/s/expireMessages/10",
+])
+def test_nonpersistent_termination_and_expiry_are_refused(broker: Any, path: str) -> None:
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        _call(broker, "POST", path)
+    assert refused.value.code == 405
+    assert "non-persistent topic is not allowed" in json.loads(refused.value.read())["reason"]
