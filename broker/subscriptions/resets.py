@@ -38,7 +38,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Protocol
 
-from broker.delayed.in_memory import InMemoryDelayedDeliveryTracker
 from broker.delayed.tracker import DelayedDeliveryTracker
 from broker.subscriptions.consumer import SUB_TYPE_NAMES, Consumer
 from broker.subscriptions.dispatchers import Dispatcher
@@ -313,7 +312,6 @@ class CursorResets:
         async with sub.revisions.revise() as rev:
             if sub.dispatcher is not None:
                 sub.dispatcher.reset()
-            tracker = sub.delayed_tracker
-            if isinstance(tracker, InMemoryDelayedDeliveryTracker):
-                tracker.clear()
+            if sub.delayed_tracker is not None:
+                sub.delayed_tracker.on_rewind()
             self._rewind_edit(rev)

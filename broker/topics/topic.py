@@ -31,7 +31,7 @@ and snapshotted into the ``pulsar.dedup`` cursor by :meth:`housekeeping` and :me
 
 Trimming: :meth:`housekeeping` (once a second, off the hot path) lets ``self.trimmer``
 (:class:`broker.topics.trim.LedgerTrimmer`) decide whether sealed ledgers every cursor has passed
-are deleted now; never at load. The admin documents (:meth:`stats`, :meth:`internal_stats`)
+are deleted now; never at load. The admin documents (``topic_stats``, ``internal_stats``)
 are built by :mod:`broker.topics.stats`. Compaction (``self.compaction``,
 :mod:`broker.topics.compaction`) keeps the ``__compaction`` cursor, which is not a subscription
 either.

@@ -18,8 +18,9 @@ One round:
 Cursor revisions (PIP-269, :mod:`broker.subscriptions.revision`): no round starts while a reset
 runs (``revisions.under_revision``); every read and replay read remembers the revision it was
 started under and its result is discarded when it completes under a newer one (or while a reset
-runs); every queued frame carries that revision and :meth:`Consumer.flush` drops it, just before
-writing, if it became outdated. A reset calls :meth:`Dispatcher.reset` (everything derived is
+runs); every queued frame carries that revision and :meth:`flush_consumers`, just before
+writing, drops the frames whose revision became outdated and hands their positions back (one
+check per consumer and flush: frames queue in revision order). A reset calls :meth:`Dispatcher.reset` (everything derived is
 dropped: replay set, queued frames, pending lists and unacked counts, owners, Key_Shared
 ownership) or, for the forward resets that keep the consumers (skip, skip by ids),
 :meth:`Dispatcher.on_skipped` (queued frames are dropped and go back to the replay set, the
@@ -68,6 +69,7 @@ class DispatchContext(Protocol):
 
     name: str
     partition_index: int
+    read_compacted: bool
     msg_out_counter: int
     bytes_out_counter: int
     delayed_tracker: DelayedDeliveryTracker | None
@@ -239,9 +241,7 @@ class Dispatcher:
             asyncio.get_running_loop().call_later(0.1, self.schedule)
         finally:
             self._task = None
-            revisions = self.sub.revisions
-            for consumer in self.consumers:
-                consumer.flush(revisions)
+            self.flush_consumers()
 
     async def close(self) -> None:
         self._closed = True
@@ -321,9 +321,23 @@ class Dispatcher:
                     progressed = True
                     self._deliver(entries, from_replay=False, blocked=blocked,
                                   revision=revision)
-        for consumer in self.consumers:
-            consumer.flush(revisions)
+        self.flush_consumers()
         return progressed
+
+    def flush_consumers(self) -> None:
+        """Write every consumer's queued frames. The last guard before the socket (a reset
+        normally dropped them already): frames made under a revision that is now outdated are
+        dropped and handed back (pending, owner, Key_Shared ownership and the replay set
+        updated), never written."""
+        revisions = self.sub.revisions
+        for consumer in self.consumers:
+            oldest = consumer.oldest_queued_revision
+            if oldest is None:
+                continue
+            if revisions.is_outdated(oldest):
+                dropped = consumer.drop_queued(revisions.is_outdated)
+                self.hand_back(consumer, dropped, count_redelivery=False)
+            consumer.flush()
 
     def _skip_tracked(self, tracker: DelayedDeliveryTracker, read_from: Position,
                       last: Position) -> Position:
@@ -416,6 +430,7 @@ class Dispatcher:
         cursor = sub.cursor
         counts = sub.redelivery_counts
         batch_acks = sub.batch_acks
+        read_compacted = sub.read_compacted  # once per round, not per entry
         policy = None
         sent = 0
         for entry in entries:
@@ -426,7 +441,7 @@ class Dispatcher:
                 if from_replay:
                     self.discard_replay(pos)
                 continue
-            if sub.compacted_out(pos):
+            if read_compacted and sub.compacted_out(pos):
                 cursor.delete((pos,))  # superseded by compaction: acknowledged unseen
                 if from_replay:
                     self.discard_replay(pos)
