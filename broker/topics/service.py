@@ -39,7 +39,6 @@ from typing import Any
 
 from broker.config import BrokerConfig
 from broker.delayed.policy import DelayPolicy
-from broker.delayed.residual import sweep_at_start
 from broker.security.authorization import AuthPolicies, NamespaceAuth
 from broker.topics import termination
 from broker.topics.heartbeat import HeartbeatNames
@@ -120,8 +119,6 @@ class BrokerService:
         self._instance = int((generation or {}).get("value", -1)) + 1
         await md.put("broker", "generation", {"value": self._instance})
         await self.policies.load()
-        # Before any topic (tracker) is loaded: nothing is creating a snapshot now.
-        await sweep_at_start(await self.store.cursor_properties(), self.store.snapshots)
         self._timers = [self.loop.create_task(self._rates_loop())]
 
     async def close(self) -> None:
