@@ -212,7 +212,7 @@ class BrokerServer:
                 _bound_port(tls_sockets) if tls_sockets else self.config.web_service_port_tls)
 
     def _start_exporter(self, service: BrokerService) -> None:
-        collect = create_registry(service).collect
+        collect = create_registry(service).collect_async
         writer = MetricSnapshotWriter(self.data_dir, f"{self.config.advertised_address}:"
                                       f"{self.web_port}", self.config.cluster_name,
                                       self.config.metrics_export_retention_hours)
