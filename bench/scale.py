@@ -23,7 +23,7 @@ Loopback only, free ports, temporary data directory removed on exit. Never run b
 Usage::
 
     .venv/bin/python bench/scale.py [--connections 10000] [--topics 10000]
-        [--backlog 10000000] [--batch 100] [--size 100] [--json FILE]
+        [--backlog 10000000] [--batch 100] [--size 100] [--json FILE] [--profile DIR]
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 import uvloop
 
 from bench.brokers import Broker, cpu_seconds, start_horae
+from bench.profiling import PySpyRecorder, summarise_collapsed
 from bench.wire_clients import Drainer, Publisher, RawConnection, connect, subscribe
 from bench.wire_load import LoadSettings, build_producer_frames
 from protocol import commands as C
@@ -162,7 +163,16 @@ async def run(broker: Broker, args: argparse.Namespace) -> dict[str, Any]:
         await open_producers(conns, args.topics, args.concurrency, args.timeout)
         out["topics_s"] = time.perf_counter() - t0
         out["rss_topics_mib"] = rss_mib(broker.pid)
+        recorder = PySpyRecorder(broker.pid, args.profile) if args.profile else None
+        if recorder is not None:
+            args.profile.mkdir(parents=True, exist_ok=True)
+            recorder("idle-topics", "start")
         out["idle_cpu_pct_topics"] = await idle_cpu_percent(broker, args.idle_seconds)
+        if recorder is not None:
+            recorder("idle-topics", "stop")
+            path = recorder.outputs["idle-topics"]
+            print(f"py-spy, Horae with {args.topics} idle topics ({path}):")
+            print(summarise_collapsed(path.read_text(errors="replace")))
     for conn in conns:
         conn.close()
     if args.backlog:
@@ -182,6 +192,8 @@ def main() -> None:
     parser.add_argument("--in-flight", type=int, default=100, help="SENDs in flight (backlog)")
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds per phase")
     parser.add_argument("--json", type=pathlib.Path, metavar="FILE")
+    parser.add_argument("--profile", type=pathlib.Path, metavar="DIR",
+                        help="py-spy the broker over the idle-topics phase into DIR")
     args = parser.parse_args()
     nofile = raise_nofile()
     if nofile < args.connections + 1000:

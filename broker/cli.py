@@ -135,6 +135,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 async def _run(config: BrokerConfig) -> int:
     from broker.server import BrokerServer
+    from storage.errors import StorageError
 
     server = BrokerServer(config)
     loop = asyncio.get_running_loop()
@@ -143,7 +144,7 @@ async def _run(config: BrokerConfig) -> int:
         loop.add_signal_handler(sig, stop.set)
     try:
         await server.start()
-    except OSError as exc:
+    except (OSError, StorageError) as exc:  # a busy port, a data dir held by another broker
         log.error("cannot start: %s", exc)
         await server.stop()
         return 1

@@ -394,10 +394,6 @@ class BrokerConfig:
     def data_path(self) -> pathlib.Path:
         return pathlib.Path(self.data_dir)
 
-    def with_overrides(self, overrides: Mapping[str, object]) -> BrokerConfig:
-        """A copy with ``{camelCaseKey: value}`` applied (validated like a file)."""
-        return dataclasses.replace(self, **_convert(overrides, source="override"))  # type: ignore[arg-type]
-
     def to_dict(self) -> dict[str, object]:
         """``{camelCaseKey: value}`` for every setting (e.g. for a TOML dump or the admin API)."""
         return {_KEY_OF[f.name]: getattr(self, f.name) for f in dataclasses.fields(self)}
@@ -546,7 +542,4 @@ def storage_config(config: BrokerConfig) -> StorageConfig:
         disk_usage_threshold=config.disk_usage_threshold,
         disk_usage_lwm_threshold=config.disk_usage_lwm_threshold,
         disk_check_interval_ms=config.disk_check_interval,
-        # The broker records every live bucket snapshot id as a cursor property
-        # (broker/delayed), so snapshots no property names are orphans.
-        collect_orphan_snapshots=True,
     )

@@ -48,6 +48,7 @@ from aiohttp import web
 from broker import SERVER_VERSION
 from broker.admin.app import create_app
 from broker.config import BrokerConfig, storage_config
+from broker.delayed.residual import is_snapshot_key
 from broker.logs import ACCESS_LOGGER, HttpAccessLogger
 from broker.metrics import create_registry
 from broker.metrics.snapshots import MetricSnapshotWriter, run_exporter
@@ -111,8 +112,11 @@ class BrokerServer:
         loop = asyncio.get_running_loop()
         data = self.data_dir
         data.mkdir(parents=True, exist_ok=True)
+        # The broker records every live bucket snapshot id as a cursor property, so the
+        # store's open deletes the snapshots none names (broker/delayed/residual.py).
         self.store = await SegmentStore.open(data / STORE_DIR_NAME, storage_config(self.config),
-                                             measure_space=self._measure_space)
+                                             measure_space=self._measure_space,
+                                             is_snapshot_key=is_snapshot_key)
         service = self._service = BrokerService(self.config, self.store, loop)
         await service.start()
         config = self.config

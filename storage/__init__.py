@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from storage.config import StorageConfig
 from storage.cursor import ManagedCursor
-from storage.cursor_files import StoredCursor
+from storage.cursor_files import SnapshotKey
 from storage.errors import (
     CorruptRecordError,
     CursorNotFoundError,
@@ -29,12 +29,11 @@ from storage.metadata import MetadataStore
 from storage.positions import Entry, Position
 from storage.segments import RecoveryEvent
 from storage.snapshots import SnapshotStore
-from storage.store import CursorPropertyScan, RecoveryReport, SegmentStore
+from storage.store import OrphanSweep, RecoveryReport, SegmentStore
 
 __all__ = [
     "CorruptRecordError",
     "CursorNotFoundError",
-    "CursorPropertyScan",
     "Entry",
     "EntryTooLargeError",
     "FileOps",
@@ -45,16 +44,17 @@ __all__ = [
     "ManagedCursor",
     "ManagedLedger",
     "MetadataStore",
+    "OrphanSweep",
     "PersistenceError",
     "Position",
     "RecoveryEvent",
     "RecoveryReport",
     "SegmentStore",
+    "SnapshotKey",
     "SnapshotNotFoundError",
     "SnapshotStore",
     "StorageConfig",
     "StorageError",
     "StorageReadOnlyError",
-    "StoredCursor",
     "TooManyOpenFilesError",
 ]

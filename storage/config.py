@@ -47,12 +47,6 @@ class StorageConfig:
     """Memory for the per-entry indexes (12 bytes per entry) of sealed segments: beyond it
     the least recently read are dropped and read back from their .idx files on demand, so
     huge ledgers open and run in bounded memory (the open segments' indexes always stay)."""
-    collect_orphan_snapshots: bool = False
-    """At open, delete bucket snapshots that no cursor property (of either generation)
-    names: left by a crash between a snapshot's creation and the cursor update, or by a
-    deleted subscription or topic. Only for users that record every live snapshot id as a
-    cursor property value (the broker's delayed-delivery buckets do); off by default since
-    storage alone cannot know that."""
     max_open_segment_files: int = 4096
     """At most this many current segments keep a file descriptor open (LRU by last write;
     an idle topic's segment is closed and reopened on its next append)."""

@@ -6,6 +6,14 @@ entry to read), revision (PIP-269 cursor state revision, set by the broker), pro
 (str -> str). Acks only touch the in-memory bitmaps; the mark-delete position advances over
 contiguous runs of acknowledged (or recovery-dropped, i.e. missing) entries, across ledgers.
 
+Bounds: a cursor only ever records positions of entries that exist. Acks (delete,
+delete_entry_ids, mark_delete) of a position beyond last_confirmed or outside its ledger's
+extent are ignored, as Pulsar's ManagedCursorImpl refuses them ("Invalid mark deleted
+position"); a reset beyond the end lands on the end (Pulsar's asyncResetCursor: "latest"), one
+on a missing entry on the next entry that exists. So a client or admin naming a future id can
+neither swallow messages published later nor make the ledger-id allocator (which counts ids
+cursors reference) jump, and entry ids stay below MAX_ENTRY_ID (pyroaring's uint32).
+
 Ownership: the managed ledger owns its cursors. A cursor sees the ledger only through the
 narrow LedgerView protocol below (extents of ledgers, the next ledger, the current ledger id,
 last confirmed, entries between) and saves itself through a SaveCursor callback the ledger
@@ -49,6 +57,8 @@ _HEAD = struct.Struct("<4sBH")
 _POSITIONS = struct.Struct("<qqqqQ")
 _U32 = struct.Struct("<I")
 _BITMAP_HEAD = struct.Struct("<qI")
+MAX_ENTRY_ID = 1 << 32
+"""Entry ids are < 2**32 (one pyroaring BitMap per ledger); larger ids never exist."""
 
 
 @dataclass(slots=True)
@@ -264,17 +274,38 @@ class ManagedCursor:
     def is_deleted(self, pos: Position) -> bool:
         if pos <= self._md:
             return True
+        if not 0 <= pos.entry_id < MAX_ENTRY_ID:
+            return False  # no such entry: never acknowledged (and no bitmap can hold it)
         bitmap = self._bitmaps.get(pos.ledger_id)
         return bitmap is not None and pos.entry_id in bitmap
 
+    def _exists(self, pos: Position) -> bool:
+        """Is pos an entry the ledger has confirmed (at or before last_confirmed, inside its
+        ledger's extent)? An ack of anything else is ignored (module docstring)."""
+        lac = self._ledger.last_confirmed
+        if lac is None or pos > lac or pos.entry_id < 0:
+            return False
+        return pos.entry_id < self._ledger.ledger_extent(pos.ledger_id)[0]
+
     def delete(self, positions: Iterable[Position]) -> None:
-        """Individual acks. Positions at or before the mark-delete position are ignored."""
+        """Individual acks. Positions at or before the mark-delete position are ignored, and so
+        are positions of entries that do not exist (beyond last_confirmed or outside their
+        ledger's extent: a client or admin naming a future id must not lose that message)."""
         md_ledger, md_entry = self._md.ledger_id, self._md.entry_id
         bitmaps = self._bitmaps
+        lac = self._ledger.last_confirmed
+        if lac is None:
+            return
+        extent = self._ledger.ledger_extent
+        lac_ledger, lac_entry = lac
         for pos in positions:
-            ledger_id = pos.ledger_id
-            if ledger_id < md_ledger or (ledger_id == md_ledger and pos.entry_id <= md_entry):
+            ledger_id, entry_id = pos
+            if ledger_id < md_ledger or (ledger_id == md_ledger and entry_id <= md_entry):
                 continue
+            if entry_id < 0 or ledger_id > lac_ledger or (
+                    entry_id > lac_entry if ledger_id == lac_ledger
+                    else entry_id >= extent(ledger_id)[0]):
+                continue  # not an entry of this topic (yet): ignored, as Pulsar's asyncDelete
             bitmap = bitmaps.get(ledger_id)
             if bitmap is None:
                 bitmap = bitmaps[ledger_id] = BitMap()
@@ -286,7 +317,14 @@ class ManagedCursor:
         """Bulk individual acks of entry ids of one ledger (straight into its bitmap)."""
         if ledger_id < self._md.ledger_id:
             return
-        incoming = entry_ids if isinstance(entry_ids, BitMap) else BitMap(entry_ids)
+        incoming = entry_ids if isinstance(entry_ids, BitMap) else BitMap(
+            e for e in entry_ids if 0 <= e < MAX_ENTRY_ID)
+        end = self._ledger.ledger_extent(ledger_id)[0]
+        if incoming and incoming.max() >= end:  # entries that do not exist (yet): ignored
+            incoming = incoming.copy()
+            incoming.remove_range(end, MAX_ENTRY_ID)
+        if not incoming:
+            return
         bitmap = self._bitmaps.get(ledger_id)
         if bitmap is None:
             bitmap = self._bitmaps[ledger_id] = BitMap()
@@ -297,8 +335,16 @@ class ManagedCursor:
         self.advance()
 
     def mark_delete(self, pos: Position) -> None:
-        """Cumulative ack of every entry <= pos."""
+        """Cumulative ack of every entry <= pos. A position beyond last_confirmed (or an entry
+        id outside its ledger) is ignored, as Pulsar's asyncMarkDelete refuses it ("Invalid
+        mark deleted position"): acknowledging a future id must not swallow future messages."""
         if pos <= self._md:
+            return
+        if pos.entry_id == -1:  # "before the first entry of pos.ledger_id"
+            lac = self._ledger.last_confirmed
+            if lac is None or pos > lac:
+                return
+        elif not self._exists(pos):
             return
         self._md = pos
         self._touch()
@@ -306,12 +352,34 @@ class ManagedCursor:
 
     def reset(self, pos: Position) -> None:
         """Next read is pos; mark-delete becomes the position just before it; acks at/after pos
-        (and all individual acks) are cleared. The revision is the broker's to bump."""
+        (and all individual acks) are cleared. The revision is the broker's to bump.
+
+        A target beyond the end (after the entry that follows last_confirmed) becomes the end,
+        as Pulsar's asyncResetCursor turns a position past every entry into "latest": the next
+        read is the next message published, and no id the ledger never issued is stored."""
+        ledger = self._ledger
+        end = self._end_position()
+        if pos.entry_id < 0:
+            pos = Position(pos.ledger_id, 0)
+        if pos >= end:
+            pos = end
+        else:
+            entries = ledger.ledger_extent(pos.ledger_id)[0]
+            if pos.entry_id >= entries:  # no such entry: the next one that exists (Pulsar's)
+                pos = ledger.next_position(Position(pos.ledger_id, entries - 1))
         self._read = pos
         self._md = Position(pos.ledger_id, pos.entry_id - 1)
         self._bitmaps.clear()
         self._touch()
         self.advance()
+
+    def _end_position(self) -> Position:
+        """The position the next published entry will get (or has, in a later ledger)."""
+        ledger = self._ledger
+        lac = ledger.last_confirmed
+        if lac is None:
+            return Position(ledger.current_ledger_id, 0)
+        return ledger.next_position(lac)
 
     @property
     def individually_deleted_count(self) -> int:

@@ -15,9 +15,9 @@ can recreate it at the earliest position: duplicates, never loss. A cursor whose
 be recovered is reported as lost (the ledger then refuses to trim: its backlog is unknown).
 Temporary files left by a crash are removed.
 
-read_properties(): every cursor's properties as stored (both generations), for callers that
-must know every reference a cursor holds without opening its managed ledger (opening starts
-a new ledger): the broker's start-up sweep of orphan bucket snapshots.
+scan_cursor_files(): what every cursor file (both generations) mentions, read at store open
+without opening a managed ledger (opening starts a new ledger): the highest ledger id and the
+snapshot ids the properties name (the store's open-time sweep of orphan snapshots).
 
 remove(name): unlink ``.cur.prev`` first, then ``.cur``, then fsync the directory; a crash in
 between leaves the newest generation (the delete did not happen), never an older one.
@@ -29,6 +29,7 @@ import contextlib
 import logging
 import os
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -151,72 +152,39 @@ def _peek(data: bytes, stem: str) -> str | None:
     return name if encode_name(name) == stem else None
 
 
+SnapshotKey = Callable[[str], bool]
+"""Whether a cursor property of this key records a snapshot id (its decimal value): the
+store's user says which properties are references (the broker's bucket keys), storage alone
+cannot know."""
+
+
 @dataclass(slots=True)
 class CursorScan:
     """What the cursor files of a store mention (both generations), read at store open."""
 
     max_ledger_id: int = -1
-    property_ids: set[int] = field(default_factory=set)  # property values that are ids
-    damaged: int = 0  # files that did not decode (their references are unknown)
+    snapshot_ids: set[int] = field(default_factory=set)  # values of snapshot-key properties
+    unreadable: list[Path] = field(default_factory=list)  # their references are unknown
 
 
-def scan_cursor_files(ops: FileOps, ledger_directory: Path, into: CursorScan) -> None:
+def scan_cursor_files(ops: FileOps, ledger_directory: Path, into: CursorScan,
+                      is_snapshot_key: SnapshotKey | None) -> None:
     """Blocking: add what a managed ledger's cursor files mention to into: the highest ledger
-    id (the id allocator must never hand it out again) and every property value that is a
-    decimal id (the broker records bucket snapshot ids as cursor properties)."""
+    id (the id allocator must never hand it out again) and, given is_snapshot_key, every
+    snapshot id a property names."""
     directory = ledger_directory / "cursors"
     if not directory.is_dir():
         return
-    for path in directory.iterdir():
+    for path in sorted(directory.iterdir()):
         if _split(path.name)[1] not in (CURRENT, PREVIOUS):
             continue
         try:
             state = decode_cursor(ops.read_file(path))
         except (CorruptRecordError, OSError):
-            into.damaged += 1
+            into.unreadable.append(path)
             continue
         into.max_ledger_id = max([into.max_ledger_id, state.mark_delete.ledger_id,
                                   state.read_position.ledger_id, *state.bitmaps])
-        into.property_ids.update(int(v) for v in state.properties.values() if v.isdigit())
-
-
-Generation = Literal["current", "previous", "open"]
-
-
-@dataclass(frozen=True, slots=True)
-class StoredCursor:
-    """One cursor's properties as stored: generation "current" (``.cur``), "previous"
-    (``.cur.prev``), or "open" (the in-memory state of a cursor of an open managed ledger,
-    which is newer than its files)."""
-
-    ledger: str
-    cursor: str
-    generation: Generation
-    properties: dict[str, str]
-
-
-def read_properties(ops: FileOps, ledger: str, ledger_directory: Path
-                    ) -> tuple[list[StoredCursor], list[Path]]:
-    """Blocking: the properties of every cursor file of one managed ledger (both
-    generations), and the cursor files that could not be read (their references are unknown).
-    A file that vanishes meanwhile (removed by a delete) is skipped. Never writes."""
-    directory = ledger_directory / "cursors"
-    found: list[StoredCursor] = []
-    unreadable: list[Path] = []
-    if not directory.is_dir():
-        return found, unreadable
-    for path in sorted(directory.iterdir()):
-        suffix = _split(path.name)[1]
-        if suffix not in (CURRENT, PREVIOUS):
-            continue
-        try:
-            state = decode_cursor(ops.read_file(path))
-        except FileNotFoundError:
-            continue
-        except (CorruptRecordError, OSError):
-            unreadable.append(path)
-            continue
-        found.append(StoredCursor(ledger, state.name,
-                                  "current" if suffix == CURRENT else "previous",
-                                  dict(state.properties)))
-    return found, unreadable
+        if is_snapshot_key is not None:
+            into.snapshot_ids.update(int(value) for key, value in state.properties.items()
+                                     if value.isdigit() and is_snapshot_key(key))

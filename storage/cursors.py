@@ -128,6 +128,12 @@ class CursorSet:
             self.trim_blockers.pop(name, None)
             await self._loop.run_in_executor(self._pool, self._files.remove, name)
 
+    @property
+    def any_dirty(self) -> bool:
+        """Whether :meth:`flush` has anything to save (cheap: the store's rate-limited flush
+        asks every open ledger this before it schedules anything)."""
+        return any(c.dirty for c in self._cursors.values())
+
     async def flush(self) -> None:
         """Save every dirty cursor, in parallel (bounded by the cursor threads). Every
         cursor is tried; the first failure is raised after the others finished."""

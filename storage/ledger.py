@@ -155,7 +155,7 @@ class ManagedLedger:
     def _rollover(self) -> None:
         old = self._current
         old.sealed = True
-        self._ctx.writer.control("seal", old.segment)
+        self._ctx.writer.seal(old.segment)
         self._current = self._new_ledger()
 
     # -- LedgerView (what cursors may ask) -------------------------------------------------
@@ -370,10 +370,6 @@ class ManagedLedger:
         of this ledger durable (once per commit, not once per entry)."""
         self._listeners.append(callback)
 
-    def remove_listener(self, callback: Callable[[Position], None]) -> None:
-        if callback in self._listeners:
-            self._listeners.remove(callback)
-
     # -- positions -------------------------------------------------------------------------
 
     @property
@@ -424,6 +420,11 @@ class ManagedLedger:
     @property
     def total_size_bytes(self) -> int:
         return sum(led.size_bytes for led in self._ledgers.values())
+
+    @property
+    def ledger_count(self) -> int:
+        """``len(self.ledgers)`` without building the list (the trimmer asks every second)."""
+        return len(self._ledger_ids)
 
     @property
     def ledgers(self) -> list[LedgerInfo]:
@@ -501,15 +502,15 @@ class ManagedLedger:
 
     # -- trimming and closing --------------------------------------------------------------
 
-    async def trim(self, up_to_ledger_id: int | None = None) -> list[int]:
+    async def trim(self, up_to_ledger_id: int | None = None) -> list[int] | None:
         """Delete sealed ledgers every cursor has fully acknowledged (all sealed ledgers when
         there is no cursor, as Pulsar does without retention), none above *up_to_ledger_id*
         when given (what retention keeps). The current ledger is never deleted. Returns the
-        deleted ledger ids."""
+        deleted ledger ids, or None when refused: a cursor's state cannot be trusted
+        (trim_blockers; the caller reports it and retries once it is saved again). Decides
+        synchronously, before its first await."""
         if self._cursor_set.trim_blockers:
-            log.warning("managed ledger %s: not trimmed, cursor state unsafe: %s", self.name,
-                        self._cursor_set.trim_blockers)
-            return []
+            return None
         marks = [c.mark_delete_position for c in self._cursor_set.values()]
         slowest = min(marks) if marks else None
         deleted: list[int] = []
@@ -527,7 +528,7 @@ class ManagedLedger:
             self._ledger_ids.remove(ledger_id)
             self._ctx.cache.drop_ledger(ledger_id)
             self._ctx.pager.forget(led.segment)
-            self._ctx.writer.control("delete", led.segment)
+            self._ctx.writer.delete(led.segment)
         if deleted:
             await self._ctx.writer.barrier()
             log.info("managed ledger %s: trimmed ledgers %s", self.name, deleted)
@@ -547,7 +548,7 @@ class ManagedLedger:
                 log.error("managed ledger %s: persisting cursor %s failed: %s", self.name,
                           cursor_name, error)
             self._current.sealed = True
-            self._ctx.writer.control("seal", self._current.segment)
+            self._ctx.writer.seal(self._current.segment)
             await self._ctx.writer.barrier()
             # The indexes of sealed segments being written (I/O thread): done before a
             # reopen could scan (and rewrite) the same segment.

@@ -107,10 +107,6 @@ def segment_name(ledger_id: int) -> str:
     return f"{ledger_id:020d}.seg"
 
 
-def index_name(ledger_id: int) -> str:
-    return f"{ledger_id:020d}.idx"
-
-
 def index_path(segment_path: Path) -> Path:
     return segment_path.with_suffix(".idx")
 

@@ -42,7 +42,7 @@ from pathlib import Path
 
 from storage.cache import EntryCache
 from storage.config import StorageConfig
-from storage.cursor_files import CursorScan, StoredCursor, read_properties, scan_cursor_files
+from storage.cursor_files import CursorScan, SnapshotKey, scan_cursor_files
 from storage.diskusage import DiskMonitor, MeasureSpace, statvfs_space
 from storage.errors import LedgerClosedError, StorageError
 from storage.fileops import FileOps
@@ -56,7 +56,7 @@ from storage.recovery import load_ledger_dir, segment_ids
 from storage.segments import RecoveryEvent
 from storage.snapshots import SnapshotStore
 from storage.stats import StorageStats
-from storage.writer import GroupCommitWriter, write_index_logged
+from storage.writer import GroupCommitWriter
 
 log = logging.getLogger("horae.storage")
 
@@ -73,12 +73,15 @@ class RecoveryReport:
 
 
 @dataclass(frozen=True, slots=True)
-class CursorPropertyScan:
-    """Every cursor's properties (SegmentStore.cursor_properties) and the cursor files that
-    could not be read: while any is unreadable, the references of that cursor are unknown."""
+class OrphanSweep:
+    """The open-time sweep of orphan snapshots (SegmentStore.open's is_snapshot_key): what
+    the cursor files (both generations) name, what went, and what was kept because some
+    cursor file could not be read (its references are unknown)."""
 
-    cursors: tuple[StoredCursor, ...]
-    unreadable: tuple[Path, ...]
+    referenced: frozenset[int]  # snapshot ids some cursor property names
+    removed: tuple[int, ...]  # stored snapshots no cursor names: deleted
+    kept: tuple[int, ...]  # orphans kept while a cursor file is unreadable
+    unreadable: tuple[Path, ...]  # cursor files that did not decode
 
 
 class SegmentStore:
@@ -141,24 +144,29 @@ class SegmentStore:
         )
         self._flush_task: asyncio.Task[None] | None = None
         self._lock_fd = -1
+        self.orphan_sweep: OrphanSweep | None = None
+        """What open()'s sweep of orphan snapshots did (None without is_snapshot_key)."""
         if config.mark_delete_rate_limit_per_sec > 0:
             self._flush_task = self._loop.create_task(self._flush_loop())
 
     @classmethod
     async def open(
         cls, root: Path, config: StorageConfig | None = None, *, file_ops: FileOps | None = None,
-        measure_space: MeasureSpace = statvfs_space,
+        measure_space: MeasureSpace = statvfs_space, is_snapshot_key: SnapshotKey | None = None,
     ) -> SegmentStore:
         """Open (creating) the store at root. measure_space: how disk usage is measured
-        (tests inject a fake); the first measurement is taken before this returns."""
+        (tests inject a fake); the first measurement is taken before this returns.
+        is_snapshot_key: which cursor properties record snapshot ids (the broker's bucket
+        keys); given it, snapshots no such property names are deleted before this returns
+        (_prepare_root; the outcome is orphan_sweep). Without it every snapshot is kept."""
         root = Path(root)
         config = config or StorageConfig()
         ops = file_ops or FileOps()
         loop = asyncio.get_running_loop()
         lock_fd = await loop.run_in_executor(None, _lock_root, root)
         try:
-            names, ids = await loop.run_in_executor(
-                None, _prepare_root, root, ops, config.fsync, config.collect_orphan_snapshots
+            names, ids, sweep = await loop.run_in_executor(
+                None, _prepare_root, root, ops, config.fsync, is_snapshot_key
             )
             metadata = await MetadataStore.open(root / "metadata.db")
         except BaseException:
@@ -166,6 +174,7 @@ class SegmentStore:
             raise
         store = cls(root, config, ops, ids, names, metadata, measure_space)
         store._lock_fd = lock_fd
+        store.orphan_sweep = sweep
         if config.disk_usage_threshold < 1:
             await store.disk.check()
             store.disk.start()
@@ -217,50 +226,12 @@ class SegmentStore:
             for event in found.events:
                 self._report(event)
             for led in found.unindexed:  # scanned: (re)write their indexes in the I/O thread
-                segment = led.segment
-                segment.index_job = job = self._io_pool.submit(
-                    write_index_logged, self._ops, segment.path, segment.ledger_id,
-                    segment.write_offset, segment.created_ms, segment.format,
-                    segment.offsets, segment.lengths, led.size_bytes, sync=self.config.fsync,
-                )
-                self.pager.watch(segment, job)
+                self.writer.submit_index(led.segment, led.size_bytes)
             self._check_open()  # close() began while recovering: register nothing
             ml = ManagedLedger(self._ctx, name, directory, found.ledgers, found.cursors)
             self._names[name] = directory
             self._open[name] = ml
             return ml
-
-    async def cursor_properties(self) -> CursorPropertyScan:
-        """Every cursor's properties without opening a managed ledger (an open starts a new
-        ledger): both file generations of each ledger not open (ledger directories without
-        a NAME file included, under their directory name), the in-memory state of the open
-        ones' cursors. Read in a read thread; nothing is written. For the broker's start-up
-        sweep of orphan bucket snapshots: a caller deleting what no cursor names must do it
-        while no reference is being created (no tracker running) and delete nothing while
-        `unreadable` is not empty."""
-        self._check_open()
-        open_now = dict(self._open)
-        skip = {self._names[name] for name in open_now if name in self._names}
-        names = {directory: name for name, directory in self._names.items()}
-        ops = self._ops
-
-        def read() -> tuple[list[StoredCursor], list[Path]]:
-            cursors: list[StoredCursor] = []
-            unreadable: list[Path] = []
-            for directory in sorted((self.root / "ledgers").iterdir()):
-                if directory in skip or not directory.is_dir():
-                    continue
-                found, bad = read_properties(ops, names.get(directory, directory.name),
-                                             directory)
-                cursors += found
-                unreadable += bad
-            return cursors, unreadable
-
-        cursors, unreadable = await self._loop.run_in_executor(self._read_pool, read)
-        for name, ml in open_now.items():
-            cursors += [StoredCursor(name, cursor_name, "open", cursor.properties)
-                        for cursor_name, cursor in ml.cursors.items()]
-        return CursorPropertyScan(tuple(cursors), tuple(unreadable))
 
     def _no_space(self) -> None:
         """Writer thread: a write failed with ENOSPC; measure disk usage now."""
@@ -315,7 +286,11 @@ class SegmentStore:
         period = 1.0 / self.config.mark_delete_rate_limit_per_sec
         while True:
             await asyncio.sleep(period)
-            ledgers = list(self._open.values())
+            # Only ledgers with a dirty cursor: 10,000 idle topics cost one flag walk each,
+            # not a coroutine and a gather slot each (issue 13, idle CPU).
+            ledgers = [ml for ml in self._open.values() if ml.cursor_set.any_dirty]
+            if not ledgers:
+                continue
             results = await asyncio.gather(*(ml.flush_cursors() for ml in ledgers),
                                            return_exceptions=True)
             for ml, result in zip(ledgers, results, strict=True):
@@ -431,16 +406,16 @@ def _lock_root(root: Path) -> int:
 
 
 def _prepare_root(
-    root: Path, ops: FileOps, fsync: bool, collect_snapshots: bool
-) -> tuple[dict[str, Path], IdAllocator]:
+    root: Path, ops: FileOps, fsync: bool, is_snapshot_key: SnapshotKey | None
+) -> tuple[dict[str, Path], IdAllocator, OrphanSweep | None]:
     """Blocking: create the layout, finish interrupted deletes, find names and the max id
     (segments, snapshots, and every ledger id a cursor file mentions: a cursor may name a
-    ledger that has no segment, e.g. the empty current ledger at a crash), and collect
-    orphan snapshots: a snapshot is live while some cursor property (of either generation)
-    names its id, as the broker records bucket snapshots; one no cursor names was left by a
+    ledger that has no segment, e.g. the empty current ledger at a crash), and, given
+    is_snapshot_key, collect orphan snapshots: a snapshot is live while some cursor property
+    of that kind (of either generation) names its id; one no cursor names was left by a
     crash between its creation and the cursor update, or belongs to a deleted subscription
     or topic. Nothing is collected if any cursor file is unreadable (its references are
-    unknown)."""
+    unknown). Runs before any managed ledger is open: nothing creates a snapshot meanwhile."""
     raise_nofile_limit()
     for sub in ("ledgers", "snapshots", "trash"):
         ops.mkdir(root / sub, sync=fsync)
@@ -449,7 +424,7 @@ def _prepare_root(
     names: dict[str, Path] = {}
     max_seen = -1
     cursors = CursorScan()
-    for directory in (root / "ledgers").iterdir():
+    for directory in sorted((root / "ledgers").iterdir()):
         if not directory.is_dir():
             continue
         name_file = directory / "NAME"
@@ -462,9 +437,9 @@ def _prepare_root(
             continue
         names[name] = directory
         max_seen = max([max_seen, *segment_ids(directory)])
-        scan_cursor_files(ops, directory, cursors)
+        scan_cursor_files(ops, directory, cursors, is_snapshot_key)
     max_seen = max(max_seen, cursors.max_ledger_id)
-    orphans: list[Path] = []
+    orphans: list[tuple[int, Path]] = []
     for path in (root / "snapshots").iterdir():
         if path.suffix == ".tmp":
             ops.unlink(path)  # an interrupted snapshot write
@@ -472,17 +447,24 @@ def _prepare_root(
         with contextlib.suppress(ValueError):
             snapshot_id = int(path.stem)
             max_seen = max(max_seen, snapshot_id)
-            if snapshot_id not in cursors.property_ids:
-                orphans.append(path)
+            if snapshot_id not in cursors.snapshot_ids:
+                orphans.append((snapshot_id, path))
+    orphans.sort()
     # The allocator first: its high-water mark must cover the orphans' ids before they go.
     ids = IdAllocator.load(ops, root / "LEDGER_ID", max_seen)
-    if orphans and collect_snapshots and not cursors.damaged:
-        for path in orphans:
-            ops.unlink(path)
+    if is_snapshot_key is None:
+        return names, ids, None
+    unreadable = tuple(cursors.unreadable)
+    referenced = frozenset(cursors.snapshot_ids)
+    if orphans and unreadable:
+        log.warning("storage: %d snapshot(s) no readable cursor refers to are kept: %d cursor "
+                    "file(s) could not be read (%s)", len(orphans), len(unreadable),
+                    ", ".join(str(p) for p in unreadable[:3]))
+        return names, ids, OrphanSweep(referenced, (), tuple(i for i, _ in orphans), unreadable)
+    for _, path in orphans:
+        ops.unlink(path)
+    if orphans:
         if fsync:
             ops.fsync_dir(root / "snapshots")
         log.info("storage: removed %d orphan snapshot(s) no cursor refers to", len(orphans))
-    elif orphans and cursors.damaged:
-        log.warning("storage: %d snapshot(s) no readable cursor refers to are kept: %d cursor "
-                    "file(s) could not be read", len(orphans), cursors.damaged)
-    return names, ids
+    return names, ids, OrphanSweep(referenced, tuple(i for i, _ in orphans), (), unreadable)

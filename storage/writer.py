@@ -46,8 +46,8 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from storage.errors import PersistenceError, TooManyOpenFilesError
 from storage.fileops import FileOps
@@ -63,6 +63,30 @@ from storage.segments import (
 
 log = logging.getLogger("horae.storage")
 
+
+@dataclass(frozen=True, slots=True)
+class SealSegment:
+    """Close the segment's fd (cut to its logical end) and index it."""
+
+    segment: SegmentFile
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteSegment:
+    """Close the segment's fd and unlink it and its index."""
+
+    segment: SegmentFile
+
+
+@dataclass(frozen=True, slots=True)
+class CallInWriter:
+    """Run fn() in the writer thread (a barrier)."""
+
+    fn: Callable[[], None]
+
+
+Control = SealSegment | DeleteSegment | CallInWriter
+"""A control record: handled in queue order after the appends queued before it."""
 
 
 class GroupCommitWriter:
@@ -93,9 +117,9 @@ class GroupCommitWriter:
         self._max_delay = max_delay_ms / 1000.0
         self._max_batch = max(1, max_batch_entries)
         self._cond = threading.Condition(threading.Lock())
-        self._queue: list[AppendBatch | tuple[str, Any]] = []  # handed over; under _cond
+        self._queue: list[AppendBatch | Control] = []  # handed over; under _cond
         self._queued_entries = 0  # appends in _queue (under _cond)
-        self._pending: list[AppendBatch | tuple[str, Any]] = []  # loop-only: this iteration's
+        self._pending: list[AppendBatch | Control] = []  # loop-only: this iteration's
         self._kick_pending = False  # a _kick is scheduled on the loop (loop-only flag)
         self._last_batch = 1
         self._stopping = False
@@ -136,11 +160,29 @@ class GroupCommitWriter:
             self._loop.call_soon(self._kick)
         return batch
 
-    def control(self, kind: str, arg: Any) -> None:
-        """Queue a control item handled after the appends queued before it:
-        ("seal", SegmentFile) closes its fd; ("delete", SegmentFile) closes and unlinks it;
-        ("call", fn) runs fn() in the writer thread. Loop only, like new_batch()."""
-        self._pending.append((kind, arg))
+    def seal(self, segment: SegmentFile) -> None:
+        """Seal segment after the appends queued before: close its fd, cut it to its logical
+        end and write its index (submit_index). Loop only, like new_batch()."""
+        self._control(SealSegment(segment))
+
+    def delete(self, segment: SegmentFile) -> None:
+        """Close and unlink segment (and its index) after the appends queued before. Loop
+        only."""
+        self._control(DeleteSegment(segment))
+
+    def submit_index(self, segment: SegmentFile, size_bytes: int) -> Future[bool]:
+        """Write the index of the final (sealed or recovered) segment in the index pool (the
+        I/O thread), record the job on the segment and hand it to index_hook. Any thread."""
+        assert self._index_pool is not None, "a writer without an index pool writes no index"
+        segment.index_job = job = self._index_pool.submit(
+            write_index_logged, self._ops, segment, size_bytes, self._fsync,
+        )
+        if self.index_hook is not None:
+            self.index_hook(segment, job)
+        return job
+
+    def _control(self, record: Control) -> None:
+        self._pending.append(record)
         if not self._kick_pending:
             self._kick_pending = True
             self._loop.call_soon(self._kick)
@@ -165,7 +207,7 @@ class GroupCommitWriter:
         def done() -> None:
             self._loop.call_soon_threadsafe(_set_if_pending, fut)
 
-        self.control("call", done)
+        self._control(CallInWriter(done))
         await fut
 
     async def stop(self) -> None:
@@ -177,7 +219,7 @@ class GroupCommitWriter:
 
     # -- writer thread ---------------------------------------------------------------------
 
-    def _take_batch(self) -> list[AppendBatch | tuple[str, Any]] | None:
+    def _take_batch(self) -> list[AppendBatch | Control] | None:
         with self._cond:
             while not self._queue:
                 if self._stopping:
@@ -207,22 +249,22 @@ class GroupCommitWriter:
             except BaseException:  # a bug must not kill the only writer silently
                 log.exception("storage writer: unexpected error")
 
-    def _process(self, batch: list[AppendBatch | tuple[str, Any]]) -> None:
+    def _process(self, batch: list[AppendBatch | Control]) -> None:
         appends: list[AppendBatch] = []
-        controls: list[tuple[str, Any]] = []
+        controls: list[Control] = []
         for item in batch:
-            if type(item) is AppendBatch:
+            if isinstance(item, AppendBatch):
                 appends.append(item)
             else:
-                controls.append(item)  # type: ignore[arg-type]
+                controls.append(item)
         touched: dict[SegmentFile, tuple[WriteOwner, int]] = {}
         if appends:
             touched = self._write_appends(appends)
-        for kind, arg in controls:
+        for record in controls:
             try:
-                self._handle_control(kind, arg)
+                self._handle_control(record)
             except Exception:
-                log.exception("storage writer: control %s failed", kind)
+                log.exception("storage writer: control %s failed", type(record).__name__)
         # After the batch went back to the loop and after the controls (a barrier is not held
         # up; a segment sealed meanwhile has fd -1 and is skipped).
         for segment, (owner, batch_bytes) in touched.items():
@@ -377,57 +419,54 @@ class GroupCommitWriter:
         self.prezero_writes += 1
         self.prezero_bytes += end - start
 
-    def _handle_control(self, kind: str, arg: Any) -> None:
-        if kind == "call":
-            fn: Callable[[], None] = arg
-            fn()
-        elif kind in ("seal", "delete"):
-            segment: SegmentFile = arg
-            if kind == "seal" and segment.evicted:
-                try:  # to cut its zero tail off and index it like any sealed segment
-                    self.fds.reopen(segment)
-                except OSError as exc:  # left with its zero tail: scanned at the next open
-                    log.warning("storage writer: reopening %s to seal it failed: %s",
-                                segment.path, exc)
-            segment.evicted = False
-            if segment.fd >= 0:
-                try:
-                    if kind == "seal" and segment.broken:
-                        cut_back(self._ops, segment, fsync=self._fsync)
-                    elif kind == "seal" and segment.zeroed_end > segment.write_offset:
-                        # Back to the logical end. Not synced: after a crash recovery cuts the
-                        # zero tail itself, so durability of the truncation does not matter.
-                        self._ops.ftruncate(segment.fd, segment.write_offset)
-                        segment.zeroed_end = segment.write_offset
-                finally:
-                    self.fds.closed(segment)
-                    self._ops.close(segment.fd)
-                    segment.fd = -1
-                if kind == "seal" and not segment.broken and self._index_pool is not None:
-                    # Off this thread: the index's write + fsync must not hold up the next
-                    # group commit. The arrays are final now (nothing appends to a sealed
-                    # segment), so the I/O thread may read them.
-                    segment.index_job = self._index_pool.submit(
-                        write_index_logged, self._ops, segment.path, segment.ledger_id,
-                        segment.write_offset, segment.created_ms, segment.format,
-                        segment.offsets, segment.lengths, sum(segment.lengths), sync=self._fsync,
-                    )
-                    if self.index_hook is not None:
-                        self.index_hook(segment, segment.index_job)
-            if kind == "delete":
-                with contextlib.suppress(FileNotFoundError):
-                    self._ops.unlink(index_path(segment.path))  # first: never an orphan
-                with contextlib.suppress(FileNotFoundError):
-                    self._ops.unlink(segment.path)
-                if self._fsync:
-                    self._ops.fsync_dir(segment.path.parent)
+    def _handle_control(self, record: Control) -> None:
+        if isinstance(record, CallInWriter):
+            record.fn()
+            return
+        segment = record.segment
+        seal = isinstance(record, SealSegment)
+        if seal and segment.evicted:
+            try:  # to cut its zero tail off and index it like any sealed segment
+                self.fds.reopen(segment)
+            except OSError as exc:  # left with its zero tail: scanned at the next open
+                log.warning("storage writer: reopening %s to seal it failed: %s",
+                            segment.path, exc)
+        segment.evicted = False
+        if segment.fd >= 0:
+            try:
+                if seal and segment.broken:
+                    cut_back(self._ops, segment, fsync=self._fsync)
+                elif seal and segment.zeroed_end > segment.write_offset:
+                    # Back to the logical end. Not synced: after a crash recovery cuts the
+                    # zero tail itself, so durability of the truncation does not matter.
+                    self._ops.ftruncate(segment.fd, segment.write_offset)
+                    segment.zeroed_end = segment.write_offset
+            finally:
+                self.fds.closed(segment)
+                self._ops.close(segment.fd)
+                segment.fd = -1
+            if seal and not segment.broken and self._index_pool is not None:
+                # Off this thread: the index's write + fsync must not hold up the next
+                # group commit. The arrays are final now (nothing appends to a sealed
+                # segment), so the I/O thread may read them.
+                self.submit_index(segment, sum(segment.lengths))
+        if isinstance(record, DeleteSegment):
+            with contextlib.suppress(FileNotFoundError):
+                self._ops.unlink(index_path(segment.path))  # first: never an orphan
+            with contextlib.suppress(FileNotFoundError):
+                self._ops.unlink(segment.path)
+            if self._fsync:
+                self._ops.fsync_dir(segment.path.parent)
 
 
-def write_index_logged(*args: Any, **kwargs: Any) -> bool:
-    """write_index() for a background job: a failure only costs a scan on the next open.
-    True once the index is on disk."""
+def write_index_logged(ops: FileOps, segment: SegmentFile, size_bytes: int, sync: bool) -> bool:
+    """write_index() of a final segment for a background job: a failure only costs a scan on
+    the next open. True once the index is on disk."""
     try:
-        return write_index(*args, **kwargs)
+        return write_index(
+            ops, segment.path, segment.ledger_id, segment.write_offset, segment.created_ms,
+            segment.format, segment.offsets, segment.lengths, size_bytes, sync=sync,
+        )
     except OSError as exc:
         log.warning("storage: writing a segment index failed (%s); it will be rebuilt", exc)
         return False

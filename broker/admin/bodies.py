@@ -13,8 +13,10 @@ skipByMessageIds (PIP-423) accepts the design's body and, like Pulsar's
   2. ``{"type": "byteArray", "messageIds": [base64, ...]}`` (``type`` may be omitted);
   3. ``{"type": "messageId", "messageIds": [{"ledgerId": L, "entryId": E, "batchIndex": B}]}``
      where ids may be numbers or numeric strings and a negative ``batchIndex`` means none.
-A ledger or entry id that is missing, not an integer or negative is 400 (never read as 0:0);
-anything else malformed is 400 "Invalid skipByMessageIds payload: <why>".
+A ledger or entry id that is missing, not an integer, negative or beyond Java's long is 400
+(never read as 0:0), as is a batch or partition index beyond Java's int; anything else
+malformed is 400 "Invalid skipByMessageIds payload: <why>". Whether an id names a message that
+exists is the handler's check (412), not the parser's.
 """
 
 from __future__ import annotations
@@ -120,21 +122,35 @@ def _message_id_from_object(obj: object) -> MessageIdRef:
         partition = _as_int(obj.get("partitionIndex", obj.get("partition")), default=-1)
     except ValueError as exc:
         raise bad_request(_SKIP_INVALID + str(exc)) from None
+    _bounded("batchIndex", batch, -_INT_MAX - 1, _INT_MAX, _SKIP_INVALID)
+    _bounded("partitionIndex", partition, -_INT_MAX - 1, _INT_MAX, _SKIP_INVALID)
     return MessageIdRef(ledger_id, entry_id, batch if batch >= 0 else None, partition)
 
 
+_LONG_MAX = (1 << 63) - 1  # Java's Long.MAX_VALUE: ledger and entry ids are longs
+_INT_MAX = (1 << 31) - 1  # Java's Integer.MAX_VALUE: batch and partition indexes are ints
+
+
 def _id_value(name: str, value: object) -> int:
-    """A ledger or entry id: present, an integer (or numeric string), >= 0; else 400."""
+    """A ledger or entry id: present, an integer (or numeric string), 0..Long.MAX_VALUE;
+    else 400."""
     try:
         number = _as_int(value)
     except ValueError:
         number = -1
     if value is None:
         raise bad_request(_SKIP_INVALID + f"missing {name}")
-    if number < 0:
+    if not 0 <= number <= _LONG_MAX:
         raise bad_request(_SKIP_INVALID + f"{name} must be a non-negative integer, "
                           f"not {value!r}")
     return number
+
+
+def _bounded(name: str, value: int, low: int, high: int, prefix: str) -> int:
+    """400 unless low <= value <= high (Java's long/int ranges)."""
+    if not low <= value <= high:
+        raise bad_request(f"{prefix}{name} out of range: {value}")
+    return value
 
 
 def _looks_numeric(key: object) -> bool:
@@ -181,7 +197,7 @@ def parse_reset_cursor_data(body: object) -> ResetCursorData:
     if not isinstance(body, dict) or "ledgerId" not in body or "entryId" not in body:
         raise bad_request("Invalid reset cursor data: expected {\"ledgerId\": L, \"entryId\": E}")
     try:
-        return ResetCursorData(
+        data = ResetCursorData(
             ledger_id=_as_int(body["ledgerId"]),
             entry_id=_as_int(body["entryId"]),
             partition_index=_as_int(body.get("partitionIndex"), default=-1),
@@ -190,6 +206,12 @@ def parse_reset_cursor_data(body: object) -> ResetCursorData:
         )
     except ValueError as exc:
         raise bad_request(f"Invalid reset cursor data: {exc}") from None
+    prefix = "Invalid reset cursor data: "
+    _bounded("ledgerId", data.ledger_id, -_LONG_MAX - 1, _LONG_MAX, prefix)
+    _bounded("entryId", data.entry_id, -_LONG_MAX - 1, _LONG_MAX, prefix)
+    _bounded("partitionIndex", data.partition_index, -_INT_MAX - 1, _INT_MAX, prefix)
+    _bounded("batchIndex", data.batch_index, -_INT_MAX - 1, _INT_MAX, prefix)
+    return data
 
 
 def parse_subscription_start(body: object) -> tuple[str, tuple[int, int] | None]:

@@ -32,9 +32,11 @@ from broker.admin.cli_args import (
     Builder,
     UsageError,
     namespace_path,
+    non_negative_int,
     parse_duration_ms,
     parse_ledger_entry,
     parse_message_id,
+    parse_triplet,
     q,
     topic_path,
 )
@@ -60,6 +62,9 @@ def _policy_body(args: argparse.Namespace) -> dict[str, Any]:
                        ("fixedDeliveryDelayInMillis", args.fixed_delay)):
         if value is not None:
             body[key] = parse_duration_ms(value)
+    if not body:  # an empty body would store {} and replace the whole policy with nothing
+        raise UsageError("nothing to set: give --enable or --disable, --time, --max-delay "
+                         "or --fixed-delay (each set replaces this level's whole policy)")
     return body
 
 
@@ -69,7 +74,7 @@ def _applied(args: argparse.Namespace) -> str:
 
 def _skip_body(args: argparse.Namespace) -> dict[str, Any]:
     triplets = [parse_ledger_entry(m) for m in args.message_ids or ()]
-    triplets += [parse_message_id(t) for t in args.triplets or ()]
+    triplets += [parse_triplet(t) for t in args.triplets or ()]
     encoded = list(args.base64 or ())
     if not triplets and not encoded:
         raise UsageError("give at least one --messageId, --messageId-triplet or "
@@ -355,7 +360,7 @@ def build_parser() -> argparse.ArgumentParser:
     cs.add_argument("--messageId", "-m", dest="message_id", default="latest",
                     help="latest (default), earliest or ledgerId:entryId")
     sub_cmd("unsubscribe").add_argument("--force", "-f", action="store_true")
-    sub_cmd("skip").add_argument("--count", "-n", type=int, required=True)
+    sub_cmd("skip").add_argument("--count", "-n", type=non_negative_int, required=True)
     sub_cmd("skip-all")
     sub_cmd("clear-backlog")
     rc = sub_cmd("reset-cursor")
@@ -367,7 +372,8 @@ def build_parser() -> argparse.ArgumentParser:
     sm.add_argument("--messageId", "-m", dest="message_ids", action="append",
                     help="ledgerId=entryId (PIP-423; repeatable)")
     sm.add_argument("--messageId-triplet", dest="triplets", action="append",
-                    help="ledgerId:entryId[:batchIndex] (repeatable)")
+                    help="ledgerId:entryId:batchIndex, batchIndex -1 for the whole entry "
+                    "(repeatable)")
     sm.add_argument("--messageId-base64", dest="base64", action="append",
                     help="base64 MessageIdData, as MessageId.serialize() (repeatable)")
     cd = tp.add_parser("cancel-delayed-message",
@@ -398,8 +404,11 @@ def _policy_args(sp: argparse.ArgumentParser, dest: str, help_: str) -> None:
     sp.add_argument("--disable", "-d", action="store_true", help="disable delayed delivery")
 
 
-def _print(result: object) -> None:
+def _print(result: object, *, getter: bool = False) -> None:
+    """The answer as JSON; a getter with nothing set prints ``null`` as pulsar-admin does."""
     if result is None:
+        if getter:
+            print("null")
         return
     if isinstance(result, str):
         print(result)
@@ -441,7 +450,7 @@ def main(argv: Sequence[str] | None = None) -> int:
               file=sys.stderr)
         return EXIT_HTTP_ERROR
     try:
-        _print(result)
+        _print(result, getter=args.command.startswith("get-"))
         sys.stdout.flush()
     except BrokenPipeError:
         # The reader went away (`horae-admin ... | head`): not an error of the admin API.

@@ -11,6 +11,7 @@ accept short names ("t" is persistent://public/default/t, "tenant/ns/t" too). Du
 
 from __future__ import annotations
 
+import argparse
 import re
 import urllib.parse
 from collections.abc import Callable
@@ -18,9 +19,9 @@ from typing import Any
 
 from broker.admin.cli_http import Request
 
-__all__ = ["DOMAINS", "Builder", "UsageError", "namespace_path", "parse_duration_ms",
-           "parse_ledger_entry", "parse_message_id", "parse_size_bytes", "q", "topic_base",
-           "topic_path"]
+__all__ = ["DOMAINS", "Builder", "UsageError", "namespace_path", "non_negative_int",
+           "parse_duration_ms", "parse_ledger_entry", "parse_message_id", "parse_size_bytes",
+           "parse_triplet", "q", "topic_base", "topic_path"]
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?\s*$", re.IGNORECASE)
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000,
@@ -115,6 +116,31 @@ def parse_message_id(text: str) -> tuple[int, int, int | None]:
     except ValueError:
         pass
     raise UsageError(f"invalid message id {text!r}: use ledgerId:entryId[:batchIndex]")
+
+
+def parse_triplet(text: str) -> tuple[int, int, int | None]:
+    """PIP-423's ``--messageId-triplet ledgerId:entryId:batchIndex`` -> (ledger, entry, batch
+    or None for a negative batchIndex); exactly three parts, ledger and entry >= 0."""
+    parts = text.strip().split(":")
+    try:
+        if len(parts) == 3 and int(parts[0]) >= 0 and int(parts[1]) >= 0:
+            batch = int(parts[2])
+            return int(parts[0]), int(parts[1]), batch if batch >= 0 else None
+    except ValueError:
+        pass
+    raise UsageError(f"invalid message id triplet {text!r}: use ledgerId:entryId:batchIndex "
+                     "(batchIndex -1: the whole entry)")
+
+
+def non_negative_int(text: str) -> int:
+    """argparse type: an integer >= 0 (a count)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid integer {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, not {value}")
+    return value
 
 
 def parse_ledger_entry(text: str) -> tuple[int, int, int | None]:

@@ -20,6 +20,7 @@ from broker.admin import bodies
 from broker.admin import errors as E
 from broker.admin.facade import ADMIN_KEY, AdminFacade, partition_name, topic_full_name
 from broker.admin.stats import aggregate_stats
+from broker.subscriptions.dispatchers.cursors import entry_exists
 from broker.subscriptions.subscription import Subscription
 from broker.topics import stats as topic_docs
 from broker.topics.topic import Topic
@@ -240,6 +241,8 @@ def _int_path_param(request: web.Request, key: str, reason: str) -> int:
 async def skip(request: web.Request) -> web.Response:
     facade, full = _facade(request), _topic_name(request)
     count = _int_path_param(request, "n", "numMessages must be an integer")
+    if count < 0:  # Pulsar has no check (its cursor would move backwards); Horae refuses
+        raise E.bad_request(f"numMessages must be a non-negative integer, not {count}")
     if await facade.partition_count(full) > 0:
         raise E.not_allowed("Skip messages on a partitioned topic is not allowed")
     [(_, sub)] = await facade.subscriptions_of(full, request.match_info["sub"])
@@ -297,8 +300,15 @@ async def skip_by_message_ids(request: web.Request) -> web.Response:
                 f"Skip messages by message ids is not allowed for subscription type {kind}: "
                 "it acknowledges cumulatively")
     partitioned = len(pairs) > 1 or await facade.partition_count(full) > 0
-    for topic, sub in pairs:
-        mine = _ids_for(topic, ids) if partitioned else ids
+    chosen = [(topic, sub, _ids_for(topic, ids) if partitioned else ids)
+              for topic, sub in pairs]
+    for topic, _, mine in chosen:
+        for ref in mine:  # checked before anything is skipped: all or nothing
+            if not entry_exists(topic.ledger, Position(*ref.position)):
+                raise E.precondition_failed(
+                    f"Invalid mark deleted position: message {ref.ledger_id}:{ref.entry_id} "
+                    f"does not exist on {topic.name}")
+    for _, sub, mine in chosen:
         if mine:
             await sub.skip_by_message_ids(_to_service_ids(mine))
     return no_content()

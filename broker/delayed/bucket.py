@@ -387,6 +387,9 @@ class BucketDelayedDeliveryTracker(TimedTracker):
             self._segment_done(loaded)
         return consumed + moved
 
+    def on_rewind(self) -> None:
+        return  # durable: the snapshots stay valid, the re-read skips what they hold
+
     def clear(self) -> None:
         self._snapshots.clear()
         self._mutable.clear()
@@ -450,11 +453,6 @@ class BucketDelayedDeliveryTracker(TimedTracker):
     # --- metrics and introspection -------------------------------------------------------------
 
     @property
-    def snapshots(self) -> BucketSnapshots:
-        """The snapshot side: op counters, latencies and snapshot sizes for the collector."""
-        return self._snapshots
-
-    @property
     def snapshot_size_bytes(self) -> int:
         return self._snapshots.snapshot_size_bytes
 
@@ -501,11 +499,6 @@ class BucketDelayedDeliveryTracker(TimedTracker):
     def immutable_ranges(self) -> list[tuple[int, int]]:
         """(start, end) ledger ranges of the immutable buckets (tests, internal stats)."""
         return self._sealed.ranges
-
-    @property
-    def sealed_until_ledger(self) -> int:
-        """End ledger of the last immutable bucket, -1 if none."""
-        return self._sealed.last_end_ledger
 
     async def wait_idle(self) -> None:
         """Wait for background snapshot work (tests and benchmarks)."""

@@ -3,8 +3,9 @@
 Theory of operation
 -------------------
 Core's ``Topic.publish`` calls :func:`check_and_start_publish` for persistent topics, with the
-entry the producer sent, its already-parsed :class:`~protocol.metadata.EntryInfo` and the
-topic's resolved :class:`~broker.delayed.policy.DelayPolicy`, before appending.
+entry the producer sent, its already-parsed :class:`~protocol.metadata.EntryInfo` (and the
+parsed MessageMetadata it came from, so a rewrite does not parse again) and the topic's
+resolved :class:`~broker.delayed.policy.DelayPolicy`, before appending.
 
 1. Fast path: policy inactive, or neither a max nor a fixed delay in force: the entry is
    returned as is, nothing is parsed or allocated beyond the result.
@@ -32,6 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from broker.delayed.policy import DelayPolicy
+from protocol import pulsar_pb as pb
 from protocol.errors import NotAllowedError
 from protocol.metadata import EntryInfo, rewrite_deliver_at
 
@@ -65,8 +67,11 @@ def max_delay_message(max_delay_ms: int) -> str:
     return f"Exceeds max allowed delivery delay of {max_delay_ms} milliseconds"
 
 
-def check_and_start_publish(entry: bytes, info: EntryInfo, policy: DelayPolicy) -> GuardResult:
-    """Apply the topic's max/fixed delay to one entry (see the module docstring)."""
+def check_and_start_publish(entry: bytes, info: EntryInfo, policy: DelayPolicy,
+                            metadata: pb.MessageMetadata | None = None) -> GuardResult:
+    """Apply the topic's max/fixed delay to one entry (see the module docstring). *metadata*
+    is the entry's parsed metadata when the caller has it (a rewrite then parses nothing
+    again; it is changed in place)."""
     if not policy.active:
         return GuardResult(entry, 0)
     fixed = policy.fixed_delay_ms
@@ -76,7 +81,7 @@ def check_and_start_publish(entry: bytes, info: EntryInfo, policy: DelayPolicy) 
         if client_at == deliver_at:
             return GuardResult(entry, 0)
         overridden = info.messages if client_at is not None else 0
-        return GuardResult(rewrite_deliver_at(entry, deliver_at), overridden)
+        return GuardResult(rewrite_deliver_at(entry, deliver_at, metadata), overridden)
     max_delay = policy.max_delay_ms
     if (max_delay > 0 and info.deliver_at_time is not None
             and info.deliver_at_time - info.publish_time > max_delay):

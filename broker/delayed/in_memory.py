@@ -204,6 +204,10 @@ class InMemoryDelayedDeliveryTracker(TimedTracker):
         self._reset_when_empty()
         self._timer.cancel()
 
+    def on_rewind(self) -> None:
+        """Nothing of this index is durable: the rewind's re-read adds it again."""
+        self.clear()
+
     async def close(self) -> None:
         self._closed = True
         self._timer.cancel()

@@ -194,6 +194,12 @@ class DelayedDeliveryTracker(abc.ABC):
         """Forget everything (cursor reset / clear backlog)."""
 
     @abc.abstractmethod
+    def on_rewind(self) -> None:
+        """The subscription rewinds to its first unacknowledged entry (its consumers all left
+        and one arrives, as Pulsar's addConsumer): an index that is rebuilt by reading again
+        forgets itself; a durable one is kept (its snapshots stay valid)."""
+
+    @abc.abstractmethod
     async def close(self) -> None:
         """Stop the timer and wait for background work; the tracker is unusable after."""
 

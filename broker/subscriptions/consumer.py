@@ -18,9 +18,10 @@ Invariants:
   are left, as Pulsar does; the consumer simply gets fewer messages until its next FLOW.
 * Frames for one consumer are queued in ``_out`` during a dispatch round and written with one
   ``side.write`` by :meth:`flush` (coalesced writes). Each queued frame carries the cursor
-  revision (PIP-269) it was made under: :meth:`flush` drops, just before writing, every frame made
-  under a revision that is now outdated, and a reset drops the queue with :meth:`drop_queued`.
-  A dropped frame gives its permits back; it never reached the client.
+  revision (PIP-269) it was made under (queued in revision order: revisions only grow); the
+  dispatcher checks :attr:`oldest_queued_revision` once per flush and, if it is outdated, drops
+  those frames with :meth:`drop_queued` and hands their positions back; a reset drops the
+  queue the same way. A dropped frame gives its permits back; it never reached the client.
 """
 
 from __future__ import annotations
@@ -31,7 +32,6 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from broker.metrics.rates import RateMeter
-from broker.subscriptions.revision import RevisionSource
 from protocol.commands import encode_active_consumer_change, encode_close_consumer, encode_message
 from storage.positions import Position
 
@@ -168,18 +168,17 @@ class Consumer:
         if redelivery_count:
             self.msg_redeliver_counter += messages
 
-    def flush(self, revisions: RevisionSource) -> None:
-        """Write the queued frames, dropping those made under an outdated revision."""
-        if not self._out:
-            return
+    @property
+    def oldest_queued_revision(self) -> int | None:
+        """The cursor revision the oldest queued frame was made under (None: nothing queued).
+        Frames queue in revision order, so if none of them is outdated, this one is not."""
+        return self._out[0][0] if self._out else None
+
+    def flush(self) -> None:
+        """Write the queued frames (the dispatcher dropped the outdated ones first)."""
         out = self._out
-        if any(revisions.is_outdated(item[0]) for item in out):
-            # Normally the reset already dropped them; this is the last line before the socket.
-            for pos in self.drop_queued(revisions.is_outdated):
-                self.take_pending(pos)
-            out = self._out
-            if not out:
-                return
+        if not out:
+            return
         data = out[0][4] if len(out) == 1 else b"".join(item[4] for item in out)
         out.clear()
         self.last_consumed_ms = int(time.time() * 1000)

@@ -55,19 +55,6 @@ class SubscriptionOwner(Protocol):
     def forget_subscription(self, sub: NonPersistentSubscription) -> None: ...
 
 
-class _NoRevisions:
-    """Consumer.flush's revision source: a non-persistent subscription never resets."""
-
-    revision = 0
-    under_revision = False
-
-    def is_outdated(self, revision: int) -> bool:
-        return False
-
-
-_REVISIONS = _NoRevisions()
-
-
 class NonPersistentSubscription:
     """A named subscription on one non-persistent topic (module docstring)."""
 
@@ -173,7 +160,7 @@ class NonPersistentSubscription:
         consumer.send(NON_PERSISTENT_ID, entry, messages=messages, sticky_hash=sticky_hash,
                       revision=0)
         consumer.take_pending(NON_PERSISTENT_ID)  # at-most-once: nothing awaits an ack
-        consumer.flush(_REVISIONS)
+        consumer.flush()
         self.msg_out_counter += messages
         self.bytes_out_counter += len(entry)
 

@@ -38,12 +38,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Protocol
 
-from broker.delayed.in_memory import InMemoryDelayedDeliveryTracker
 from broker.delayed.tracker import DelayedDeliveryTracker
 from broker.subscriptions.consumer import SUB_TYPE_NAMES, Consumer
 from broker.subscriptions.dispatchers import Dispatcher
 from broker.subscriptions.dispatchers.cursors import (
     SubscriptionCursor,
+    entry_exists,
     normalize_target,
     tail_position,
 )
@@ -206,7 +206,9 @@ class CursorResets:
         self._schedule()
 
     async def skip_by_message_ids(self, ids: Iterable[tuple[int, ...]]) -> None:
-        """PIP-423: individually acknowledge given message ids (batch index optional).
+        """PIP-423: individually acknowledge given message ids (batch index optional). Ids of
+        entries that do not exist, and batch indexes beyond their batch, are ignored (the admin
+        API refuses them with 412 first).
 
         Batch sizes are read (direct reads) before the revision starts; the batch-ack book is
         edited inside it."""
@@ -218,11 +220,15 @@ class CursorResets:
         items: list[tuple[Position, int, int]] = []  # (position, batch index or -1, batch size)
         for item in ids:
             pos = Position(int(item[0]), int(item[1]))
+            if not entry_exists(sub.ledger, pos):
+                continue  # no such message (yet): acknowledging it would lose it later
             batch_index = int(item[2]) if len(item) > 2 and item[2] is not None else -1
             size = 1
             if batch_index >= 0:
                 entry = await sub.ledger.read_entry(pos)
                 size = parse_entry(entry.data).messages if entry is not None else 1
+                if batch_index >= size:
+                    continue  # no such message in the batch
             items.append((pos, batch_index, size))
         async with sub.revisions.revise() as rev:
             full: list[Position] = []
@@ -306,7 +312,6 @@ class CursorResets:
         async with sub.revisions.revise() as rev:
             if sub.dispatcher is not None:
                 sub.dispatcher.reset()
-            tracker = sub.delayed_tracker
-            if isinstance(tracker, InMemoryDelayedDeliveryTracker):
-                tracker.clear()
+            if sub.delayed_tracker is not None:
+                sub.delayed_tracker.on_rewind()
             self._rewind_edit(rev)

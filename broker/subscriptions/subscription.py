@@ -324,8 +324,15 @@ class Subscription:
         dispatcher = self.dispatcher
         cursor = self.cursor
         acked: list[Position] = []
+        last = self.ledger.last_confirmed
+        if last is None:
+            return
         if cumulative:
             pos, ack_set = ids[-1]
+            if pos > last:  # Pulsar's asyncMarkDelete: "Invalid mark deleted position"
+                log.debug("%s: cumulative ack of %s beyond the last entry %s ignored",
+                          self.name, pos, last)
+                return
             partial = ack_set is not None and self._merge_ack_set(consumer, pos, ack_set)
             upto = before(pos) if partial else pos
             if upto > cursor.mark_delete_position:
@@ -336,6 +343,8 @@ class Subscription:
                     del self.batch_acks[p]
         else:
             for pos, ack_set in ids:
+                if pos > last:
+                    continue  # no such entry (yet): ignored, as storage's cursor does
                 if ack_set is not None and self._merge_ack_set(consumer, pos, ack_set):
                     continue
                 self.batch_acks.pop(pos, None)

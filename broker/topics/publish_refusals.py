@@ -54,10 +54,6 @@ class PublishRefusals:
         self._disk = disk
         self.counts: dict[str, int] = {REASON_DISK: 0}
 
-    @property
-    def read_only(self) -> bool:
-        return self._disk.read_only
-
     def count(self, reason: str, refused: int = 1) -> None:
         self.counts[reason] = self.counts.get(reason, 0) + refused
 

@@ -41,7 +41,6 @@ from typing import Any
 
 from broker.config import BrokerConfig
 from broker.delayed.policy import DelayPolicy, resolve_policy
-from broker.delayed.residual import sweep_at_start
 from broker.security.authorization import AuthPolicies, NamespaceAuth
 from broker.topics import termination
 from broker.topics.heartbeat import HeartbeatNames
@@ -125,8 +124,6 @@ class BrokerService:
         await md.put("broker", "generation", {"value": self._instance})
         self._topic_policies = dict(await md.list("topic_policy"))
         await self.policies.load()
-        # Before any topic (tracker) is loaded: nothing is creating a snapshot now.
-        await sweep_at_start(await self.store.cursor_properties(), self.store.snapshots)
         self._timers = [self.loop.create_task(self._rates_loop())]
 
     async def close(self) -> None:

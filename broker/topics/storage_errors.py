@@ -27,6 +27,12 @@ diskUsageThreshold), publishing     ExceededException     with a SEND_ERROR (the
                                                            refused with this code, on which the
                                                            client fails its pending sends
                                                            (broker/topics/publish_refusals.py)
+TooManyOpenFilesError (EMFILE)      PersistenceError      a resource limit, not a disk failure:
+                                                           storage abandons the segment and
+                                                           rolls over; reloading would need
+                                                           more descriptors -> no reload
+EntryTooLargeError                   NotAllowedError       the entry can never be stored; the
+                                                           ledger is fine -> no reload
 PersistenceError (write/fsync        PersistenceError      addFailed: PersistenceException; the
 failed, ledger fenced or closed)                           ledger is fenced -> reload the topic
 CorruptRecordError                   PersistenceError      a failed entry read (BookKeeper's
@@ -36,10 +42,11 @@ any other StorageError               PersistenceError      ManagedLedgerExceptio
                                                            PersistenceException
 ===================================  ====================  =====================================
 
-On the publish path every failure of an append reloads the topic (nothing that failed was
-acknowledged; producers reconnect to a fresh ledger), and an exception that is not a
-StorageError is answered as a persistence failure too: no exception on the publish path may
-close a connection. Elsewhere only storage's write failures reload the topic.
+On the publish path a failed write (PersistenceError) or an exception that is not a
+StorageError reloads the topic (nothing that failed was acknowledged; producers reconnect to a
+fresh ledger); every exception is answered, none may close a connection. TooManyOpenFilesError
+and EntryTooLargeError never reload (nothing is fenced), and elsewhere only storage's write
+failures reload the topic.
 
 Pure function of the exception; no IO. Imports storage.errors and protocol.errors only.
 """
@@ -50,6 +57,7 @@ import enum
 from dataclasses import dataclass
 
 from protocol.errors import (
+    NotAllowedError,
     PersistenceError,
     RequestError,
     ServerError,
@@ -101,6 +109,10 @@ def storage_failure(exc: BaseException, op: StorageOp) -> StorageFailure:
         code = (ServerError.ProducerBlockedQuotaExceededException if publishing
                 else ServerError.PersistenceError)
         return StorageFailure(RequestError(text, code), False, block_producer=publishing)
+    if isinstance(exc, storage.TooManyOpenFilesError):
+        return StorageFailure(PersistenceError(text), False)
+    if isinstance(exc, storage.EntryTooLargeError):
+        return StorageFailure(NotAllowedError(text), False)
     if isinstance(exc, storage.PersistenceError):
         return StorageFailure(PersistenceError(text), True)
     return StorageFailure(PersistenceError(text), publishing)

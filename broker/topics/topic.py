@@ -31,7 +31,7 @@ and snapshotted into the ``pulsar.dedup`` cursor by :meth:`housekeeping` and :me
 
 Trimming: :meth:`housekeeping` (once a second, off the hot path) lets ``self.trimmer``
 (:class:`broker.topics.trim.LedgerTrimmer`) decide whether sealed ledgers every cursor has passed
-are deleted now; never at load. The admin documents (:meth:`stats`, :meth:`internal_stats`)
+are deleted now; never at load. The admin documents (``topic_stats``, ``internal_stats``)
 are built by :mod:`broker.topics.stats`. Compaction (``self.compaction``,
 :mod:`broker.topics.compaction`) keeps the ``__compaction`` cursor, which is not a subscription
 either.
@@ -41,13 +41,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import struct
 import time
 from collections import deque
 from collections.abc import Callable
 from typing import Protocol
-
-from google.protobuf.message import DecodeError
 
 from broker.config import BrokerConfig
 from broker.delayed import create_tracker
@@ -71,7 +68,6 @@ from broker.topics.trim import LedgerTrimmer
 from protocol import commands as C
 from protocol import pulsar_pb as pb
 from protocol.errors import (
-    MalformedEntryError,
     NotAllowedError,
     ProducerBusyError,
     ServerError,
@@ -79,7 +75,7 @@ from protocol.errors import (
     SubscriptionNotFoundError,
     TopicTerminatedError,
 )
-from protocol.metadata import parse_entry
+from protocol.metadata import check_publish_metadata, entry_info
 from storage.cursor import ManagedCursor
 from storage.errors import StorageError
 from storage.ledger import ManagedLedger
@@ -88,11 +84,9 @@ from storage.positions import Position
 from storage.segment_file import DurableSink
 from storage.snapshots import SnapshotStore
 
-_U32 = struct.Struct(">I")
 # terminate: how long appends already in flight may take to become durable, polled this often
 TERMINATE_DRAIN_S = 5.0
 TERMINATE_POLL_S = 0.01
-_parse_metadata = pb.MessageMetadata.FromString
 
 __all__ = ["Topic"]
 
@@ -235,31 +229,18 @@ class Topic:
             raise ServiceNotReadyError(f"Topic {self.full} is being closed or reloaded")
         if self.termination.terminated:
             raise TopicTerminatedError(TERMINATED_REASON)
-        # Hot path: one upb parse validates the metadata and gives the two fields publishing
-        # needs. The full EntryInfo (parse_entry, ~5x dearer) is built only for the guard.
-        if len(entry) < 4:
-            raise MalformedEntryError(f"entry of {len(entry)} bytes has no metadata size")
-        (md_size,) = _U32.unpack_from(entry, 0)
-        if md_size > len(entry) - 4:
-            raise MalformedEntryError(f"metadata size {md_size} exceeds the entry")
-        try:
-            md = _parse_metadata(entry[4:4 + md_size])
-        except DecodeError as exc:
-            raise MalformedEntryError(f"message metadata does not parse: {exc}") from None
-        has = md.HasField
-        if not (has("publish_time") and has("sequence_id") and has("producer_name")):
-            raise MalformedEntryError("message metadata misses required fields")
-        messages = md.num_messages_in_batch if has("num_messages_in_batch") else 1
-        # Chunks but the last share their message's sequence id: deduplication skips them.
-        partial = has("num_chunks_from_msg") and md.chunk_id < md.num_chunks_from_msg - 1
+        # Hot path: one upb parse validates the metadata (protocol.metadata); the guard,
+        # where it can act, gets that parsed message and never parses the entry again.
+        md, messages, partial = check_publish_metadata(entry)
         policy = self._delay_policy
         if policy is None:
             policy = self.delay_policy()
         # Only where the guard can act (its documented no-op cases skip the EntryInfo parse).
         if self._guarded and policy.active and (
-                policy.fixed_delay_ms > 0 or (policy.max_delay_ms > 0 and has("deliver_at_time"))):
+                policy.fixed_delay_ms > 0
+                or (policy.max_delay_ms > 0 and md.HasField("deliver_at_time"))):
             try:
-                result = check_and_start_publish(entry, parse_entry(entry), policy)
+                result = check_and_start_publish(entry, entry_info(md), policy, md)
             except DelayTooLongError as exc:
                 self.delayed_rejected_counter += exc.messages
                 raise

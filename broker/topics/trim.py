@@ -18,10 +18,11 @@ no subscription that means every sealed ledger the dedup snapshot covers).
    delete a ledger a reader (in-memory cursor) has not passed, and while a subscription is
    being created. Delayed-delivery trackers only hold positions above their cursor's
    mark-delete position, so they need no check.
-4. Never while storage cannot trust a cursor (``ManagedLedger.trim_safe`` False: a cursor
-   was recovered from its previous generation or from nothing after damage, until it is
-   saved again; storage's trim() would delete nothing then anyway). The trigger is left
-   unconsumed, so the trim runs at the first tick after the cursor is good again.
+4. Never while storage cannot trust a cursor (a cursor was recovered from its previous
+   generation or from nothing after damage, until it is saved again): storage checks that
+   itself, and ``ManagedLedger.trim()`` returns None when it refuses; the trimmer then marks
+   the topic :attr:`suspended` (logged once) and leaves the trigger unconsumed, so the trim is
+   retried at the next tick and runs once the cursor is good again.
 5. One trim at a time, as a task (:attr:`task`); it checks :meth:`safe` again right before
    calling ``trim()``, which decides synchronously, before its first await. The topic's close
    waits for it (:meth:`close`).
@@ -121,16 +122,9 @@ class LedgerTrimmer:
             return
         if now - self.last_trim < TRIM_MIN_INTERVAL_S:
             return
-        if not topic.ledger.trim_safe:  # rule 4: the trigger stays pending
-            if not self.suspended:
-                self.suspended = True
-                log.warning("trimming %s suspended: %s", topic.full, topic.ledger.trim_blockers)
-            return
-        if self.suspended:
-            self.suspended = False
-            log.info("trimming %s resumed: cursor state is durable again", topic.full)
         marker = self.trigger()
-        if marker == self.marker and now - self.last_trim < RETENTION_CHECK_INTERVAL_S:
+        if marker == self.marker and not self.suspended \
+                and now - self.last_trim < RETENTION_CHECK_INTERVAL_S:
             return
         self.marker = marker
         self.last_trim = now
@@ -141,7 +135,7 @@ class LedgerTrimmer:
         """(slowest subscription mark-delete position, ledger count): a change asks for a trim."""
         topic = self.topic
         marks = [s.cursor.mark_delete_position for s in topic.subscriptions.values()]
-        return (min(marks) if marks else None), len(topic.ledger.ledgers)
+        return (min(marks) if marks else None), topic.ledger.ledger_count
 
     def bound(self) -> int | None:
         """What retention keeps: see :func:`retention_bound`."""
@@ -154,7 +148,7 @@ class LedgerTrimmer:
         delete is still needed by a reader (storage only sees durable cursors)."""
         topic = self.topic
         ledger = topic.ledger
-        if topic.creating_subscription or ledger.closed or not ledger.trim_safe:
+        if topic.creating_subscription or ledger.closed:
             return False
         durable = [c.mark_delete_position for c in ledger.cursors.values()]
         bound = min(durable) if durable else None
@@ -185,6 +179,15 @@ class LedgerTrimmer:
             up_to = self.bound()
             if not (topic.closed or topic.fenced) and self.safe(up_to):
                 deleted = await topic.ledger.trim(up_to)
+                if deleted is None:  # rule 4: retried at the next tick
+                    if not self.suspended:
+                        self.suspended = True
+                        log.warning("trimming %s suspended: %s", topic.full,
+                                    topic.ledger.trim_blockers)
+                    return
+                if self.suspended:
+                    self.suspended = False
+                    log.info("trimming %s resumed: cursor state is durable again", topic.full)
                 self.trimmed_ledgers += len(deleted)
         except Exception:
             log.exception("trimming %s failed", topic.full)

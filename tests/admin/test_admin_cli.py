@@ -45,7 +45,7 @@ def test_topics_and_subscriptions(cli: Cli, client: Any) -> None:
     cli.ok("topics", "skip", "t", "-s", "sub", "-n", "2")
     assert cli.ok("topics", "stats", "t")["subscriptions"]["sub"]["msgBacklog"] == 3
     cli.ok("topics", "skip-messages", "t", "-s", "sub",
-           "--messageId-triplet", f"{ids[3].ledger_id()}:{ids[3].entry_id()}")
+           "--messageId-triplet", f"{ids[3].ledger_id()}:{ids[3].entry_id()}:-1")
     assert cli.ok("topics", "stats", "t")["subscriptions"]["sub"]["msgBacklog"] == 2
     cli.ok("topics", "skip-all", "t", "-s", "sub")
     assert cli.ok("topics", "stats", "t")["subscriptions"]["sub"]["msgBacklog"] == 0
@@ -68,7 +68,7 @@ def test_skip_messages_accepts_base64_ids(cli: Cli, client: Any) -> None:
     ids = [producer.send(f"m{i}".encode()) for i in range(4)]
     encoded = base64.b64encode(ids[1].serialize()).decode()
     cli.ok("topics", "skip-messages", "b64", "-s", "sub", "--messageId-base64", encoded,
-           "--messageId-triplet", f"{ids[2].ledger_id()}:{ids[2].entry_id()}")
+           "--messageId-triplet", f"{ids[2].ledger_id()}:{ids[2].entry_id()}:-1")
     got = []
     for _ in range(2):
         msg = consumer.receive(timeout_millis=5000)

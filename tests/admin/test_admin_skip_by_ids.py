@@ -111,7 +111,7 @@ def test_horae_admin_skip_messages_with_m_ledger_equals_entry(
         return f"{mid.ledger_id()}={mid.entry_id()}"
 
     done = cli("topics", "skip-messages", "k4", "-s", "sub", "-m", eq(ids[0]), "-m", eq(ids[1]),
-               "--messageId-triplet", f"{ids[2].ledger_id()}:{ids[2].entry_id()}")
+               "--messageId-triplet", f"{ids[2].ledger_id()}:{ids[2].entry_id()}:-1")
     assert (done.returncode, done.stderr) == (0, "")
     assert _backlog(api, "k4") == 2
     bad = cli("topics", "skip-messages", "k4", "-s", "sub", "-m", "1:2")

@@ -73,3 +73,16 @@ def test_rollup_delegates_to_the_jobs_module() -> None:
     result = _run("rollup", "--help")
     assert result.returncode == 0
     assert "--input" in result.stdout and "--output" in result.stdout
+
+
+def test_a_second_broker_on_a_held_data_dir_exits_1_with_one_line(
+        broker_factory: Any, tmp_path: pathlib.Path) -> None:
+    data_dir = tmp_path / "held"
+    broker_factory(data_dir=data_dir)
+    result = _run("serve", "--data-dir", str(data_dir), "--broker-port", "0", "--web-port", "0",
+                  "--bind-address", "127.0.0.1")
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    errors = [line for line in result.stderr.splitlines() if "cannot start" in line]
+    assert len(errors) == 1
+    assert "is in use by another process" in errors[0]

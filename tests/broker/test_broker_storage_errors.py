@@ -52,3 +52,20 @@ def test_seek_failures_answer_unknown_error_as_pulsar_does(op: StorageOp, prefix
 def test_an_error_without_text_is_named_by_its_type() -> None:
     failure = storage_failure(storage.StorageError(), StorageOp.ADMIN)
     assert failure.error.message == "Storage operation failed: StorageError"
+
+
+@pytest.mark.parametrize("op", [StorageOp.PUBLISH, StorageOp.ADMIN, StorageOp.SUBSCRIBE])
+def test_too_many_open_files_is_a_persistence_error_that_never_reloads(op: StorageOp) -> None:
+    failure = storage_failure(storage.TooManyOpenFilesError("EMFILE"), op)
+    assert failure.error.code is ServerError.PersistenceError
+    assert failure.error.message == f"{op.value}: EMFILE"
+    assert not failure.reload_topic
+    assert not failure.block_producer
+
+
+@pytest.mark.parametrize("op", [StorageOp.PUBLISH, StorageOp.ADMIN])
+def test_entry_too_large_is_not_allowed_and_never_reloads(op: StorageOp) -> None:
+    failure = storage_failure(storage.EntryTooLargeError("entry of 9 bytes > 8"), op)
+    assert failure.error.code is ServerError.NotAllowedError
+    assert failure.error.message == f"{op.value}: entry of 9 bytes > 8"
+    assert not failure.reload_topic

@@ -109,21 +109,43 @@ async def test_wait_idle_returns_when_the_revision_ends() -> None:
     assert waiter.done()
 
 
-def test_flush_drops_frames_made_under_an_outdated_revision() -> None:
+async def test_flush_drops_frames_made_under_an_outdated_revision() -> None:
     from broker.net.consumers import ConsumerSide
     from broker.subscriptions.consumer import Consumer
+    from broker.subscriptions.dispatchers.shared import SharedDispatcher
     from storage.positions import Position
     from tests.consumers.revision_testlib import FakeConnection, entry
 
     cursor = _Cursor()
     ctl = RevisionController(cursor)
+    dispatcher = SharedDispatcher(_Subscription(ctl))  # type: ignore[arg-type]
     conn = FakeConnection()
     consumer = Consumer(ConsumerSide(conn), 1, name="c", sub_type=1)  # type: ignore[arg-type]
+    dispatcher.consumers.append(consumer)
     consumer.permits = 10
-    consumer.send(Position(1, 0), entry(0), messages=1, revision=6)   # made before a reset
-    consumer.send(Position(1, 1), entry(1), messages=2, revision=7)
-    consumer.flush(ctl)
+    for pos, messages, revision in ((Position(1, 0), 1, 6),   # made before a reset
+                                    (Position(1, 1), 2, 7)):
+        consumer.send(pos, entry(pos.entry_id), messages=messages, revision=revision)
+        dispatcher.owner[pos] = consumer
+    dispatcher.flush_consumers()
+    await dispatcher.close()
     assert conn.entry_ids() == [1]
     assert consumer.permits == 8                 # the dropped frame's permit came back
     assert list(consumer.pending) == [Position(1, 1)]
     assert consumer.unacked_messages == 2
+    assert list(dispatcher.owner) == [Position(1, 1)]   # handed back, not lost:
+    assert list(dispatcher.replay) == [Position(1, 0)]  # it waits for the next round
+
+
+class _DeletedNothing:
+    def is_deleted(self, position: object) -> bool:
+        return False
+
+
+class _Subscription:
+    """The part of a DispatchContext the flush guard and hand_back use."""
+
+    def __init__(self, revisions: RevisionController) -> None:
+        self.revisions = revisions
+        self.cursor = _DeletedNothing()
+        self.redelivery_counts: dict[object, int] = {}

@@ -191,3 +191,29 @@ def test_failover_tells_consumers_which_one_is_active(raw: RawClient) -> None:
     assert {c.type for c in replies} == {T.SUCCESS, T.ACTIVE_CONSUMER_CHANGE}
     change = next(c for c in replies if c.type == T.ACTIVE_CONSUMER_CHANGE)
     assert change.active_consumer_change.consumer_id == 1 and change.active_consumer_change.is_active
+
+
+def test_acks_of_ids_that_do_not_exist_are_ignored_and_keep_the_connection(
+        raw: RawClient) -> None:
+    """A cumulative ack of (2**62, 0) and individual acks of entry ids >= 2**32 (pyroaring's
+    uint32) or beyond the last entry acknowledge nothing: the connection stays, the backlog
+    stays, and the message later published at an acked id is delivered."""
+    topic = topic_name("raw-ack-bounds")
+    assert _subscribe(raw, topic, 8, 1, initial_position=1).type == T.SUCCESS
+    [(lid, eid)] = _publish(raw, topic, 1)
+    raw.send(cc.encode_ack(8, [(1 << 62, 0)], cumulative=True, request_id=60))
+    assert raw.next().type == T.ACK_RESPONSE
+    raw.send(cc.encode_ack(8, [(lid, 1 << 40), (lid, eid + 1)], request_id=61))
+    assert raw.next().type == T.ACK_RESPONSE
+    raw.send(cc.encode_producer(topic, 2, 901))
+    assert raw.next().type == T.PRODUCER_SUCCESS
+    md = pb.MessageMetadata(producer_name="raw2", sequence_id=0,
+                            publish_time=int(time.time() * 1000))
+    raw.send(cc.encode_send(2, 0, encode_entry(md, b"y")))
+    receipt = raw.next()
+    assert (receipt.send_receipt.message_id.ledgerId,
+            receipt.send_receipt.message_id.entryId) == (lid, eid + 1)
+    raw.send(cc.encode_flow(8, 10))
+    got = [raw.next(), raw.next()]
+    assert [(c.message.message_id.ledgerId, c.message.message_id.entryId) for c in got] == [
+        (lid, eid), (lid, eid + 1)]

@@ -9,11 +9,7 @@ from delayed_testlib import T0, DueCounter, FakeCursor, FakeSnapshotStore, Manua
 
 from broker.delayed.bucket import BucketDelayedDeliveryTracker
 from broker.delayed.cancel_journal import CANCELS_KEY
-from broker.delayed.residual import (
-    delete_residual_snapshots,
-    snapshot_ids,
-    sweep_orphan_snapshots,
-)
+from broker.delayed.residual import delete_residual_snapshots, is_snapshot_key, snapshot_ids
 
 
 def bucket(cursor: FakeCursor, store: FakeSnapshotStore, clock: ManualClock,
@@ -40,7 +36,8 @@ async def test_deleting_a_subscription_removes_its_bucket_and_cancel_snapshots()
     assert store.ids() == [other]
 
 
-async def test_start_up_sweep_deletes_snapshots_no_cursor_names() -> None:
+async def test_every_snapshot_the_tracker_keeps_is_named_by_a_snapshot_key() -> None:
+    # The start-up sweep (SegmentStore.open with is_snapshot_key) keeps exactly these.
     cursor, store, clock = FakeCursor(), FakeSnapshotStore(), ManualClock()
     orphan = await store.create(b"left by a crash", [])
     t = bucket(cursor, store, clock)
@@ -48,9 +45,10 @@ async def test_start_up_sweep_deletes_snapshots_no_cursor_names() -> None:
         t.add(ledger, 0, T0 + 100)
         t.add(ledger, 1, T0 + 100)
     await t.close()
-    named = snapshot_ids(cursor.properties)
-    assert await sweep_orphan_snapshots([cursor.properties, {}], store) == 1
-    assert set(store.ids()) == named and orphan not in store.ids()
+    named = {int(v) for k, v in cursor.properties.items() if is_snapshot_key(k)}
+    assert named == snapshot_ids(cursor.properties)
+    assert named == set(store.ids()) - {orphan}
+    assert not is_snapshot_key("producer-0")  # dedup's sequence ids name no snapshot
 
 
 async def test_the_late_entry_index_is_bounded_by_pausing_new_reads() -> None:

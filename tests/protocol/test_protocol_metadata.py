@@ -19,12 +19,14 @@ from protocol.metadata import (
     KEY_SHARED_RANGE_SIZE,
     NONE_KEY,
     EntryInfo,
+    check_publish_metadata,
     encode_entry,
     entry_checksum,
     iter_batch,
     murmur3_32_hash,
     parse_entry,
     parse_metadata,
+    peek_dispatch,
     rewrite_deliver_at,
     split_entry,
     sticky_key_hash,
@@ -126,6 +128,85 @@ def test_metadata_missing_required_fields_is_malformed() -> None:
     with pytest.raises(MalformedEntryError) as info:
         parse_entry(struct.pack(">I", len(partial)) + partial)
     assert "sequence_id" in str(info.value)
+
+
+def _entry_of(md: pb.MessageMetadata) -> bytes:
+    raw = md.SerializePartialToString()
+    return struct.pack(">I", len(raw)) + raw + b"payload"
+
+
+@pytest.mark.parametrize(
+    "md",
+    [
+        pb.MessageMetadata(producer_name="p", publish_time=1),
+        pb.MessageMetadata(sequence_id=1, publish_time=1),
+        metadata(properties=[pb.KeyValue(key="a")]),
+        metadata(encryption_keys=[pb.EncryptionKeys(value=b"v")]),
+    ],
+    ids=["no-sequence-id", "no-producer-name", "property-without-value", "encryption-key-without-key"],
+)
+def test_publish_check_refuses_what_parse_metadata_refuses(md: pb.MessageMetadata) -> None:
+    entry = _entry_of(md)
+    with pytest.raises(MalformedEntryError) as full:
+        parse_metadata(entry)
+    with pytest.raises(MalformedEntryError) as fast:
+        check_publish_metadata(entry)
+    assert str(fast.value) == str(full.value)
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [b"", b"\x00\x00", struct.pack(">I", 10) + b"short", struct.pack(">I", 3) + b"\xff\xff\xff"],
+    ids=["empty", "short-size", "size-beyond-entry", "garbage-metadata"],
+)
+def test_publish_check_refuses_malformed_entries(entry: bytes) -> None:
+    with pytest.raises(MalformedEntryError) as info:
+        check_publish_metadata(entry)
+    assert info.value.code is ServerError.ChecksumError
+
+
+@pytest.mark.parametrize(
+    ("fields", "messages", "partial"),
+    [
+        ({}, 1, False),
+        ({"num_messages_in_batch": 1}, 1, False),
+        ({"num_messages_in_batch": 7}, 7, False),
+        ({"num_chunks_from_msg": 3, "chunk_id": 0}, 1, True),
+        ({"num_chunks_from_msg": 3, "chunk_id": 2}, 1, False),
+        ({"properties": [pb.KeyValue(key="a", value="b")]}, 1, False),
+    ],
+    ids=["plain", "batch-of-one", "batch", "first-chunk", "last-chunk", "with-properties"],
+)
+def test_publish_check_counts_messages_and_chunks(fields: dict[str, object], messages: int,
+                                                  partial: bool) -> None:
+    md, got_messages, got_partial = check_publish_metadata(encode_entry(metadata(**fields), b"x"))
+    assert (got_messages, got_partial) == (messages, partial)
+    assert md == metadata(**fields)
+
+
+def test_rewrite_deliver_at_uses_the_given_metadata() -> None:
+    entry = encode_entry(metadata(partition_key="k"), b"body")
+    md, _, _ = check_publish_metadata(entry)
+    rewritten = rewrite_deliver_at(entry, 99, md)
+    assert rewritten == rewrite_deliver_at(entry, 99)
+    assert parse_entry(rewritten).deliver_at_time == 99
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [{}, {"num_messages_in_batch": 9}, {"deliver_at_time": 1_700_000_001_000},
+     {"num_messages_in_batch": 3, "deliver_at_time": 5, "partition_key": "k"}],
+    ids=["plain", "batch", "delayed", "delayed-batch-with-key"],
+)
+def test_dispatch_peek_agrees_with_entry_info(fields: dict[str, object]) -> None:
+    entry = encode_entry(metadata(**fields), b"body")
+    info = parse_entry(entry)
+    assert peek_dispatch(entry) == (info.messages, info.deliver_at_time)
+
+
+def test_dispatch_peek_refuses_unparsable_metadata() -> None:
+    with pytest.raises(MalformedEntryError):
+        peek_dispatch(struct.pack(">I", 3) + b"\xff\xff\xff")
 
 
 def test_metadata_with_invalid_utf8_key_is_malformed() -> None:

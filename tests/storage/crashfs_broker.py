@@ -17,8 +17,9 @@ Marks (besides crashfs_check's "sent"/"ack"/"cursor"):
   ("bsnap", id, digest)                          SnapshotStore.create returned id
   ("bsnap_delete_start"|"bsnap_deleted", id)
   ("cancel", topic, ledger, entry, deliver_at)   persist_cancels() returned after the cancel
-check_broker_state() runs the broker's start-up sweep (``sweep_at_start`` over
-``SegmentStore.cursor_properties``) on a post-crash state, then checks: each cursor's
+check_broker_state() opens the store as the broker does (``SegmentStore.open`` with the
+broker's ``is_snapshot_key``: the open-time sweep of orphan snapshots) on a post-crash state,
+then checks: each cursor's
 properties are one of its versions at or after its last returned flush (never older); every
 snapshot a recovered cursor names exists and has the bytes it was created with; no snapshot is
 left that no cursor file (of either generation) names (a crash between a snapshot's creation and the cursor update leaves
@@ -37,7 +38,7 @@ from crashfs_check import CHECK_CONFIG, Workload, digest
 
 from broker.delayed.bucket import BucketDelayedDeliveryTracker
 from broker.delayed.cancels import CancelResult
-from broker.delayed.residual import snapshot_ids, sweep_at_start
+from broker.delayed.residual import is_snapshot_key, snapshot_ids
 from storage import ManagedCursor, Position, SegmentStore, SnapshotStore
 
 TOPIC = "persistent://public/default/crash-broker"
@@ -183,15 +184,14 @@ async def check_broker_state(root: Path, marks: list[tuple[Any, ...]]) -> tuple[
         elif m[0] == "cancel":
             cancels.append((m[2], m[3], m[4]))
     problems: list[str] = []
-    store = await SegmentStore.open(root, CHECK_CONFIG)
+    store = await SegmentStore.open(root, CHECK_CONFIG, is_snapshot_key=is_snapshot_key)
     try:
-        scan = await store.cursor_properties()
-        if scan.unreadable:
-            problems.append(f"unreadable cursor files {scan.unreadable}")
-        removed = await sweep_at_start(scan, store.snapshots)
-        referenced: set[int] = set()  # by either generation of some cursor file
-        for stored_cursor in scan.cursors:
-            referenced |= snapshot_ids(stored_cursor.properties)
+        sweep = store.orphan_sweep
+        assert sweep is not None
+        if sweep.unreadable:
+            problems.append(f"unreadable cursor files {sweep.unreadable}")
+        removed = len(sweep.removed)
+        referenced = sweep.referenced  # by either generation of some cursor file
         if TOPIC not in store.ledger_names():
             return ([*problems, f"{TOPIC}: topic lost"] if flushed else problems), removed
         ml = await store.open_ledger(TOPIC)

@@ -10,6 +10,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from waiting import wait_until_async
 
 from storage import Position, SegmentStore, StorageConfig
 from storage.fileops import FileOps
@@ -108,4 +109,23 @@ async def test_one_slow_cursor_save_does_not_hold_up_the_others(tmp_path: Path) 
     await flushing
     assert not a.dirty and not b.dirty
     assert a.mark_delete_position == Position(a.mark_delete_position.ledger_id, 0)
+    await store.close()
+
+
+async def test_rate_limited_flush_saves_only_ledgers_with_dirty_cursors(tmp_path: Path) -> None:
+    store = await SegmentStore.open(
+        tmp_path, StorageConfig(mark_delete_rate_limit_per_sec=20, cursor_save_threads=2))
+    busy = await store.open_ledger(TOPIC)
+    idle = await store.open_ledger(TOPIC + "-idle")
+    cursor = await busy.open_cursor("sub")
+    await idle.open_cursor("sub")
+    await store.flush()
+    assert not busy.cursor_set.any_dirty
+    assert not idle.cursor_set.any_dirty
+    cursor.delete([await busy.append(b"x")])
+    assert busy.cursor_set.any_dirty
+    assert not idle.cursor_set.any_dirty
+    await wait_until_async(lambda: not busy.cursor_set.any_dirty,
+                           message="the flush loop saves the dirty cursor")
+    assert store.stats().oldest_unsaved_ack_seconds == 0.0
     await store.close()

@@ -1,5 +1,5 @@
-"""Orphan files are collected at load: temporary files of interrupted writes, and (opt-in)
-snapshots no cursor refers to any more (issue 10, item 6)."""
+"""Orphan files are collected at load: temporary files of interrupted writes, and (given
+is_snapshot_key) snapshots no cursor refers to any more (issue 10, item 6)."""
 
 from __future__ import annotations
 
@@ -11,11 +11,15 @@ from storage import SegmentStore, StorageConfig
 from storage.names import encode_name
 
 TOPIC = "persistent://public/default/orphans"
-COLLECT = StorageConfig(collect_orphan_snapshots=True, mark_delete_rate_limit_per_sec=0)
+CFG = StorageConfig(mark_delete_rate_limit_per_sec=0)
+
+
+def _bucket_key(key: str) -> bool:
+    return key.startswith("#pulsar.internal.delayed.bucket_")
 
 
 async def _snapshots_with_one_referenced(root: Path) -> tuple[int, int, int]:
-    store = await SegmentStore.open(root, COLLECT)
+    store = await SegmentStore.open(root, CFG)
     ml = await store.open_ledger(TOPIC)
     cursor = await ml.open_cursor("sub")
     live = await store.snapshots.create(b"meta", [b"seg"])
@@ -34,7 +38,7 @@ async def _snapshots_with_one_referenced(root: Path) -> tuple[int, int, int]:
 async def test_snapshots_no_cursor_names_are_collected_at_open(tmp_path: Path) -> None:
     live = (await _snapshots_with_one_referenced(tmp_path))[0]
     (tmp_path / "snapshots" / "00000000000000000999.snap.tmp").write_bytes(b"half")
-    store = await SegmentStore.open(tmp_path, COLLECT)
+    store = await SegmentStore.open(tmp_path, CFG, is_snapshot_key=_bucket_key)
     assert store.snapshots.ids() == [live]
     assert sorted(p.name for p in (tmp_path / "snapshots").iterdir()) == [f"{live:020d}.snap"]
     assert await store.snapshots.load_metadata(live) == b"meta"
@@ -44,7 +48,7 @@ async def test_snapshots_no_cursor_names_are_collected_at_open(tmp_path: Path) -
 async def test_no_snapshot_is_collected_while_a_cursor_file_is_unreadable(tmp_path: Path) -> None:
     live, orphan, gone = await _snapshots_with_one_referenced(tmp_path)
     flip_bit(ledger_dir(tmp_path, TOPIC) / "cursors" / (encode_name("sub") + ".cur"), 12, 0)
-    store = await SegmentStore.open(tmp_path, COLLECT)
+    store = await SegmentStore.open(tmp_path, CFG, is_snapshot_key=_bucket_key)
     assert store.snapshots.ids() == sorted([live, orphan, gone])
     await store.close()
 

@@ -18,8 +18,9 @@ One round:
 Cursor revisions (PIP-269, :mod:`broker.subscriptions.revision`): no round starts while a reset
 runs (``revisions.under_revision``); every read and replay read remembers the revision it was
 started under and its result is discarded when it completes under a newer one (or while a reset
-runs); every queued frame carries that revision and :meth:`Consumer.flush` drops it, just before
-writing, if it became outdated. A reset calls :meth:`Dispatcher.reset` (everything derived is
+runs); every queued frame carries that revision and :meth:`flush_consumers`, just before
+writing, drops the frames whose revision became outdated and hands their positions back (one
+check per consumer and flush: frames queue in revision order). A reset calls :meth:`Dispatcher.reset` (everything derived is
 dropped: replay set, queued frames, pending lists and unacked counts, owners, Key_Shared
 ownership) or, for the forward resets that keep the consumers (skip, skip by ids),
 :meth:`Dispatcher.on_skipped` (queued frames are dropped and go back to the replay set, the
@@ -48,7 +49,7 @@ from broker.subscriptions.consumer import Consumer
 from broker.subscriptions.dispatchers.cursors import SubscriptionCursor
 from broker.subscriptions.revision import RevisionSource
 from protocol.errors import ProtocolError
-from protocol.metadata import EntryInfo, parse_entry, sticky_key_hash
+from protocol.metadata import EntryInfo, parse_entry, peek_dispatch, sticky_key_hash
 from storage.ledger import ManagedLedger
 from storage.positions import Entry, Position
 
@@ -68,6 +69,7 @@ class DispatchContext(Protocol):
 
     name: str
     partition_index: int
+    read_compacted: bool
     msg_out_counter: int
     bytes_out_counter: int
     delayed_tracker: DelayedDeliveryTracker | None
@@ -239,9 +241,7 @@ class Dispatcher:
             asyncio.get_running_loop().call_later(0.1, self.schedule)
         finally:
             self._task = None
-            revisions = self.sub.revisions
-            for consumer in self.consumers:
-                consumer.flush(revisions)
+            self.flush_consumers()
 
     async def close(self) -> None:
         self._closed = True
@@ -321,9 +321,23 @@ class Dispatcher:
                     progressed = True
                     self._deliver(entries, from_replay=False, blocked=blocked,
                                   revision=revision)
-        for consumer in self.consumers:
-            consumer.flush(revisions)
+        self.flush_consumers()
         return progressed
+
+    def flush_consumers(self) -> None:
+        """Write every consumer's queued frames. The last guard before the socket (a reset
+        normally dropped them already): frames made under a revision that is now outdated are
+        dropped and handed back (pending, owner, Key_Shared ownership and the replay set
+        updated), never written."""
+        revisions = self.sub.revisions
+        for consumer in self.consumers:
+            oldest = consumer.oldest_queued_revision
+            if oldest is None:
+                continue
+            if revisions.is_outdated(oldest):
+                dropped = consumer.drop_queued(revisions.is_outdated)
+                self.hand_back(consumer, dropped, count_redelivery=False)
+            consumer.flush()
 
     def _skip_tracked(self, tracker: DelayedDeliveryTracker, read_from: Position,
                       last: Position) -> Position:
@@ -416,6 +430,7 @@ class Dispatcher:
         cursor = sub.cursor
         counts = sub.redelivery_counts
         batch_acks = sub.batch_acks
+        read_compacted = sub.read_compacted  # once per round, not per entry
         policy = None
         sent = 0
         for entry in entries:
@@ -426,24 +441,29 @@ class Dispatcher:
                 if from_replay:
                     self.discard_replay(pos)
                 continue
-            if sub.compacted_out(pos):
+            if read_compacted and sub.compacted_out(pos):
                 cursor.delete((pos,))  # superseded by compaction: acknowledged unseen
                 if from_replay:
                     self.discard_replay(pos)
                 continue
+            # Only a key-routing dispatcher needs the EntryInfo; the others read two fields.
+            info: EntryInfo | None = None
             try:
-                info: EntryInfo | None = parse_entry(entry.data)
+                if self.needs_hash:
+                    info = parse_entry(entry.data)
+                    messages, deliver_at = info.messages, info.deliver_at_time
+                else:
+                    messages, deliver_at = peek_dispatch(entry.data)
             except ProtocolError:
-                info = None
-            if not from_replay and self.delayed_capable and info is not None \
-                    and info.deliver_at_time is not None:
+                info, messages, deliver_at = None, 1, None
+            if not from_replay and self.delayed_capable and deliver_at is not None:
                 if policy is None:
                     policy = sub.delay_policy()
                 if policy.active:
                     tracker = sub.ensure_tracker(policy)
-                    if tracker.add(pos.ledger_id, pos.entry_id, info.deliver_at_time):
+                    if tracker.add(pos.ledger_id, pos.entry_id, deliver_at):
                         continue
-            sticky_hash = sticky_key_hash(info.sticky_key) if (self.needs_hash and info) else 0
+            sticky_hash = sticky_key_hash(info.sticky_key) if info is not None else 0
             consumer = self._route(pos, info, sticky_hash, from_replay, blocked)
             if consumer is None:
                 if not from_replay:
@@ -454,7 +474,6 @@ class Dispatcher:
                 continue
             if from_replay:
                 self.discard_replay(pos)
-            messages = info.messages if info is not None else 1
             self._avg_messages_per_entry = 0.9 * self._avg_messages_per_entry + 0.1 * messages
             ack_set = batch_acks.get(pos)
             consumer.send(

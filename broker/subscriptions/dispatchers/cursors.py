@@ -10,7 +10,9 @@ position, so a start id ``(l, e)`` becomes mark-delete ``(l, e - 1)`` and the en
 delivered (the client drops it unless ``startMessageIdInclusive``).
 
 Ids arrive as uint64 on the wire: Pulsar's ``-1`` is ``2**64 - 1`` (:func:`wire_position`), and
-``MessageId.latest`` is ``(Long.MAX_VALUE, Long.MAX_VALUE)``.
+``MessageId.latest`` is ``(Long.MAX_VALUE, Long.MAX_VALUE)``. Acks of ids beyond the last
+confirmed entry are ignored and seek targets beyond the end become the end (as storage's
+ManagedCursor does): a client naming a future id never loses the message published there.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from typing import Protocol
 from storage.ledger import ManagedLedger
 from storage.positions import Position
 
-__all__ = ["LATEST_LEDGER", "MemoryCursor", "SubscriptionCursor", "before", "normalize_target",
+__all__ = ["LATEST_LEDGER", "MemoryCursor", "SubscriptionCursor", "before", "entry_exists",
+           "normalize_target",
            "reader_mark_delete", "tail_position", "wire_position"]
 
 LATEST_LEDGER = (1 << 63) - 1  # Pulsar's MessageId.latest ledger id (Long.MAX_VALUE)
@@ -120,11 +123,16 @@ class MemoryCursor:
         return pos <= self._md or pos in self._deleted
 
     def delete(self, positions: Iterable[Position]) -> None:
-        self._deleted.update(p for p in positions if p > self._md)
+        last = self._ledger.last_confirmed
+        if last is None:
+            return
+        self._deleted.update(p for p in positions if self._md < p <= last)
         self._advance()
 
     def mark_delete(self, pos: Position) -> None:
-        if pos > self._md:
+        """Ignored beyond last_confirmed, as storage's ManagedCursor (and Pulsar's) does."""
+        last = self._ledger.last_confirmed
+        if pos > self._md and last is not None and pos <= last:
             self._md = pos
             self._advance()
 
@@ -168,7 +176,18 @@ def normalize_target(ledger: ManagedLedger, ledger_id: int, entry_id: int) -> Po
     if ledger_id < 0 or entry_id < 0:
         first = ledger.first_position
         return first if first is not None else after_last
-    return Position(ledger_id, entry_id)
+    # Beyond the end: the end, as Pulsar's asyncResetCursor makes such a position "latest"
+    # (never a position the ledger has not issued: later messages would be skipped).
+    return min(Position(ledger_id, entry_id), after_last)
+
+
+def entry_exists(ledger: ManagedLedger, pos: Position) -> bool:
+    """Is *pos* an entry this topic holds (or held): at or before the last confirmed entry and
+    inside its ledger's extent?"""
+    last = ledger.last_confirmed
+    if last is None or pos > last or pos.entry_id < 0:
+        return False
+    return pos.entry_id < ledger.ledger_extent(pos.ledger_id)[0]
 
 
 def reader_mark_delete(
