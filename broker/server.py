@@ -210,10 +210,11 @@ class BrokerServer:
             site_tls = web.TCPSite(self._runner, self.config.bind_address,
                                    self.config.web_service_port_tls, reuse_address=True,
                                    ssl_context=self.tls.listening)
+            listening = len(self._runner.addresses)
             await site_tls.start()
-            tls_sockets = getattr(getattr(site_tls, "_server", None), "sockets", None) or []
-            self.web_port_tls = service.web_port_tls = (
-                _bound_port(tls_sockets) if tls_sockets else self.config.web_service_port_tls)
+            # The runner lists its sites' bound addresses in start order: the TLS site's follow.
+            self.web_port_tls = service.web_port_tls = int(
+                self._runner.addresses[listening][1])
 
     def _start_exporter(self, service: BrokerService) -> None:
         collect = create_registry(service).collect_async
