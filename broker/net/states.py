@@ -34,6 +34,7 @@ from types import MappingProxyType
 from typing import Final
 
 from protocol import pulsar_pb as pb
+from protocol.command_check import SUBFIELD_BY_TYPE
 
 __all__ = [
     "ALL_COMMAND_TYPES",
@@ -104,9 +105,7 @@ TRANSITIONS: Final = MappingProxyType({
 ALL_COMMAND_TYPES: Final = tuple(v.number for v in T.Type.DESCRIPTOR.values)
 
 # BaseCommand.Type -> name of its sub-message field (Pulsar numbers the field after the type).
-_SUBFIELD: Final = {
-    t: T.DESCRIPTOR.fields_by_number[t].name for t in ALL_COMMAND_TYPES
-}
+_SUBFIELD: Final = SUBFIELD_BY_TYPE
 # Sub-message types that have a request_id field at all.
 _HAS_REQUEST_ID: Final = frozenset(
     t for t in ALL_COMMAND_TYPES
