@@ -50,7 +50,7 @@ from broker.admin.app import create_app
 from broker.config import BrokerConfig, storage_config
 from broker.delayed.residual import is_snapshot_key
 from broker.logs import ACCESS_LOGGER, HttpAccessLogger
-from broker.metrics import create_registry
+from broker.metrics import attach_publish_buffer, create_registry
 from broker.metrics.snapshots import MetricSnapshotWriter, run_exporter
 from broker.net.connection import ServerConnection
 from broker.net.handshake import ConnectionSecurity
@@ -118,6 +118,7 @@ class BrokerServer:
                                              measure_space=self._measure_space,
                                              is_snapshot_key=is_snapshot_key)
         service = self._service = BrokerService(self.config, self.store, loop)
+        attach_publish_buffer(service, self.publish_buffer)
         await service.start()
         config = self.config
         authentication = AuthenticationService.from_config(config)  # reads key files: start-up only

@@ -14,11 +14,12 @@ from __future__ import annotations
 from broker.metrics.collector import (
     BrokerRegistry,
     HoraeCollector,
+    attach_publish_buffer,
     collect_families,
     create_registry,
     exposition,
 )
 from broker.metrics.lag import LoopLagProbe
 
-__all__ = ["BrokerRegistry", "HoraeCollector", "LoopLagProbe", "collect_families",
-           "create_registry", "exposition"]
+__all__ = ["BrokerRegistry", "HoraeCollector", "LoopLagProbe", "attach_publish_buffer",
+           "collect_families", "create_registry", "exposition"]

@@ -27,6 +27,9 @@ Rules:
    :mod:`broker.metrics.storage_families`; the write-latency histogram and Pulsar's
    ``pulsar_storage_write_latency_le_*`` gauges in :mod:`broker.metrics.write_latency`; the delayed-index families in :mod:`broker.metrics.delayed_index`, the loop-lag probe
    (``horae_event_loop_lag_seconds``) in :mod:`broker.metrics.lag`.
+5. ``horae_publish_buffer_throttled_total{cluster}`` comes from the publish buffer the server
+   attaches (:func:`attach_publish_buffer`), ``horae_delayed_cancel_journal_failures_total``
+   from the bucket trackers (per topic, or per namespace).
 """
 
 from __future__ import annotations
@@ -65,12 +68,12 @@ from broker.metrics.exposition import (
 )
 from broker.metrics.lag import LoopLagProbe, loop_lag_families
 from broker.metrics.rates import PUBLISH_LATENCY_BUCKETS_MS
-from broker.metrics.sources import MetricsSource, TopicFigures
+from broker.metrics.sources import MetricsSource, PublishBufferFigures, TopicFigures
 from broker.metrics.storage_families import storage_families
 from broker.metrics.write_latency import LatencyTable, LatencyWindows, write_latency_steps
 
 __all__ = ["BrokerRegistry", "HoraeCollector", "LoopLagProbe", "MetricsSource",
-           "collect_families", "create_registry", "exposition"]
+           "attach_publish_buffer", "collect_families", "create_registry", "exposition"]
 
 log = logging.getLogger("horae.metrics")
 
@@ -126,6 +129,9 @@ _FAMILIES: dict[str, tuple[str, str, str]] = {
         "counter", "Cancels refused: the deliver time was already due (PIP-423)", "sub"),
     "pulsar_subscription_delayed_cancels_pending": (
         "gauge", "Cancels recorded whose target has not been read yet (PIP-423)", "sub"),
+    "horae_delayed_cancel_journal_failures": (
+        "counter", "Failed writes of the bucket trackers' cancel snapshots (PIP-423; each is "
+        "retried), summed over the topic's subscriptions", "topic"),
 }
 
 
@@ -238,6 +244,14 @@ class HoraeCollector(Collector):
         yield from scrape.bucket_ops.families(scrape.topic_level)
         yield from storage_families(config.cluster_name, self.service.storage_stats(),
                                     self.service.publish_refused)
+        buffer = _attached_buffer(self.service)
+        if buffer is not None:
+            throttled = CounterMetricFamily(
+                "horae_publish_buffer_throttled", "Times the broker-wide publish buffer "
+                "(maxMessagePublishBufferSizeInMB) filled and every connection stopped reading",
+                labels=["cluster"])
+            throttled.add_metric([config.cluster_name], float(buffer.throttled_times))
+            yield throttled
         if self.lag_probe is not None:
             yield from loop_lag_families(self.lag_probe)
 
@@ -271,7 +285,7 @@ class HoraeCollector(Collector):
 
         subs = dict(topic.subscriptions)
         add("pulsar_subscriptions_count", len(subs))
-        backlog_total = consumers_total = index_bytes_total = 0.0
+        backlog_total = consumers_total = index_bytes_total = journal_failures = 0.0
         bucket_totals: dict[str, float] = defaultdict(float)
         for sub_name, sub in subs.items():
             skey = (cluster, ns, full, sub_name)
@@ -290,6 +304,7 @@ class HoraeCollector(Collector):
                     bucket_totals[name] += value
                 if bucket is not None:
                     scrape.bucket_ops.add(bucket, key, skey if scrape.topic_level else None)
+                    journal_failures += bucket.cancel_journal_failures
             if not scrape.topic_level:
                 continue
 
@@ -320,6 +335,7 @@ class HoraeCollector(Collector):
         add("pulsar_msg_backlog", backlog_total)
         add("pulsar_consumers_count", consumers_total)
         add("pulsar_delayed_message_index_size_bytes", index_bytes_total)
+        add("horae_delayed_cancel_journal_failures", journal_failures)
         for name, value in bucket_totals.items():
             add(name, value)
 
@@ -401,6 +417,22 @@ async def exposition(registry: BrokerRegistry) -> bytes:
 _REGISTRIES: weakref.WeakKeyDictionary[MetricsSource, BrokerRegistry] = (
     weakref.WeakKeyDictionary())
 _PROBES: weakref.WeakKeyDictionary[MetricsSource, LoopLagProbe] = weakref.WeakKeyDictionary()
+# Per service: the publish buffer its server owns, read at scrape time by every registry of
+# the service, whenever it was attached.
+_BUFFERS: weakref.WeakKeyDictionary[MetricsSource, PublishBufferFigures] = (
+    weakref.WeakKeyDictionary())
+
+
+def _attached_buffer(service: MetricsSource) -> PublishBufferFigures | None:
+    with contextlib.suppress(TypeError):   # not weakly referenceable or hashable: none
+        return _BUFFERS.get(service)
+    return None
+
+
+def attach_publish_buffer(service: MetricsSource, buffer: PublishBufferFigures) -> None:
+    """Export *buffer*'s figures (``horae_publish_buffer_throttled_total``) with *service*'s
+    metrics. Called by the server, which owns both."""
+    _BUFFERS[service] = buffer
 
 
 def create_registry(service: MetricsSource,
