@@ -32,6 +32,7 @@ from broker.admin import errors as E
 from broker.admin.auth import SECURITY_KEY, RestSecurity, auth_middleware
 from broker.admin.errors import error_middleware
 from broker.admin.facade import ADMIN_KEY, AdminFacade
+from broker.admin.responses import facade_of, json_response
 from broker.metrics import create_registry
 from broker.metrics.lag import LoopLagProbe
 from broker.security.authentication import AuthenticationService
@@ -49,7 +50,7 @@ async def metrics(request: web.Request) -> web.Response:
 
 async def lookup(request: web.Request) -> web.Response:
     """Pulsar's HTTP lookup: this broker owns every topic."""
-    facade = request.app[ADMIN_KEY]
+    facade = facade_of(request)
     m = request.match_info
     if m["domain"] not in ("persistent", "non-persistent"):
         raise E.bad_request(f"Invalid topic domain {m['domain']!r}")
@@ -57,7 +58,7 @@ async def lookup(request: web.Request) -> web.Response:
     broker_url = facade.broker_url()
     web_url = facade.service.web_url
     cluster = await facade.service.get_cluster(facade.service.config.cluster_name)
-    return topics.json_response({
+    return json_response({
         "brokerUrl": broker_url,
         "brokerUrlTls": str(cluster.get("brokerServiceUrlTls") or ""),
         "httpUrl": web_url,

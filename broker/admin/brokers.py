@@ -20,9 +20,8 @@ from __future__ import annotations
 from aiohttp import web
 
 from broker.admin import errors as E
-from broker.admin.facade import ADMIN_KEY
 from broker.admin.healthcheck import HealthCheckError, credentials_of, run_health_check
-from broker.admin.topics import json_response
+from broker.admin.responses import facade_of, json_response
 from broker.topics.heartbeat import TopicVersion
 from broker.topics.service import BrokerService
 
@@ -35,7 +34,7 @@ def broker_id(service: BrokerService) -> str:
 
 
 def _service(request: web.Request) -> BrokerService:
-    return request.app[ADMIN_KEY].service
+    return facade_of(request).service
 
 
 async def health(request: web.Request) -> web.Response:

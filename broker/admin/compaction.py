@@ -13,8 +13,9 @@ from __future__ import annotations
 from aiohttp import web
 
 from broker.admin import errors as E
-from broker.admin.facade import ADMIN_KEY, AdminFacade, topic_full_name
-from broker.admin.topics import TOPIC, json_response, no_content
+from broker.admin.facade import topic_full_name
+from broker.admin.responses import facade_of, json_response, no_content
+from broker.admin.topics import TOPIC
 
 __all__ = ["add_routes"]
 
@@ -22,7 +23,7 @@ IN_PROGRESS = "Compaction already in progress"
 
 
 async def _targets(request: web.Request) -> list[object]:
-    facade: AdminFacade = request.app[ADMIN_KEY]
+    facade = facade_of(request)
     m = request.match_info
     await facade.require_namespace(m["tenant"], m["namespace"])
     return list(await facade.targets(topic_full_name(m["tenant"], m["namespace"], m["topic"])))

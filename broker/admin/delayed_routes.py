@@ -27,15 +27,15 @@ addresses the same topic as the V2 path; another cluster is 404 "Namespace does 
 
 from __future__ import annotations
 
-from typing import Any
-
 from aiohttp import web
+from aiohttp.typedefs import Handler
 
 from broker.admin import errors as E
 from broker.admin import topics
-from broker.admin.facade import ADMIN_KEY, AdminFacade, topic_full_name
-from broker.admin.topics import no_content
+from broker.admin.facade import topic_full_name
+from broker.admin.responses import facade_of, no_content
 from broker.subscriptions.cancel import SubscriptionCancel, cancel_on_subscription, delays_messages
+from broker.topics.topic import Topic
 from protocol.metadata import parse_entry
 from storage.positions import Position
 
@@ -47,11 +47,6 @@ CANCEL = "/cancelDelayedMessage"
 
 INVALID_PARAMETERS = "ledgerId, entryId must be non-negative, and deliverAt must be positive."
 NON_PERSISTENT = "Cancel delayed message is not allowed on a non-persistent topic"
-
-
-def _facade(request: web.Request) -> AdminFacade:
-    facade: AdminFacade = request.app[ADMIN_KEY]
-    return facade
 
 
 def _query_long(request: web.Request, key: str, *, minimum: int) -> int:
@@ -73,7 +68,7 @@ def subscription_names(request: web.Request) -> list[str]:
     return list(names)
 
 
-async def _locate(topic_list: list[Any], position: Position) -> tuple[Any, int | None] | None:
+async def _locate(topic_list: list[Topic], position: Position) -> tuple[Topic, int | None] | None:
     """(topic, stored deliver_at_time) of the topic (partition) holding ``position``."""
     for topic in topic_list:
         entry = await topic.ledger.read_entry(position)
@@ -83,7 +78,7 @@ async def _locate(topic_list: list[Any], position: Position) -> tuple[Any, int |
 
 
 async def cancel_delayed_message(request: web.Request) -> web.Response:
-    facade, m = _facade(request), request.match_info
+    facade, m = facade_of(request), request.match_info
     full = topic_full_name(m["tenant"], m["namespace"], m["topic"])
     ledger_id = _query_long(request, "ledgerId", minimum=0)
     entry_id = _query_long(request, "entryId", minimum=0)
@@ -127,15 +122,14 @@ async def non_persistent(request: web.Request) -> web.Response:
     raise E.not_allowed(NON_PERSISTENT)
 
 
-def v1(handler: Any) -> Any:
+def v1(handler: Handler) -> Handler:
     """A V1 route over a V2 handler (module docstring): the cluster must be this broker's."""
 
     async def wrapped(request: web.Request) -> web.StreamResponse:
-        cluster = str(_facade(request).service.config.cluster_name)
+        cluster = str(facade_of(request).service.config.cluster_name)
         if request.match_info["cluster"] != cluster:
             raise E.not_found(E.NAMESPACE_NOT_FOUND)
-        response: web.StreamResponse = await handler(request)
-        return response
+        return await handler(request)
 
     return wrapped
 

@@ -20,6 +20,7 @@ from aiohttp import web
 
 from broker.admin import errors as E
 from broker.subscriptions.subscription import Subscription
+from broker.topics.names import TopicName
 from broker.topics.service import BrokerService
 from broker.topics.topic import Topic
 from protocol.errors import TopicNotFoundError
@@ -162,9 +163,8 @@ class AdminFacade:
 
     # --- policies ------------------------------------------------------------------------
     async def get_policy(self, level: PolicyLevel, key: str) -> dict[str, Any] | None:
-        if level == "namespace":
-            return await self.service.get_namespace_policy(key)
-        return await self.service.get_topic_policy(key)
+        return self.service.policies.delayed_body(
+            level, key if level == "namespace" else TopicName.parse(key).full)
 
     async def set_policy(self, level: PolicyLevel, key: str, policy: dict[str, Any]) -> None:
         if level == "namespace":

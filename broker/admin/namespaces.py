@@ -20,19 +20,16 @@ from aiohttp import web
 
 from broker.admin import bodies
 from broker.admin import errors as E
-from broker.admin.facade import ADMIN_KEY, AdminFacade, split_partition, topic_full_name
-from broker.admin.topics import TOPIC, json_response, no_content
-from broker.delayed.policy import DelayPolicy
+from broker.admin.facade import AdminFacade, topic_full_name
+from broker.admin.responses import facade_of, json_response, no_content
+from broker.admin.topics import TOPIC
+from broker.delayed.policy import DelayPolicy, resolve_policy
+from broker.topics.names import TopicName
 
 TENANTS = "/admin/v2/tenants"
 TENANT = TENANTS + "/{tenant}"
 NAMESPACES = "/admin/v2/namespaces/{tenant}"
 NAMESPACE = NAMESPACES + "/{namespace}"
-
-
-def _facade(request: web.Request) -> AdminFacade:
-    facade: AdminFacade = request.app[ADMIN_KEY]
-    return facade
 
 
 def _cluster(facade: AdminFacade) -> str:
@@ -41,15 +38,15 @@ def _cluster(facade: AdminFacade) -> str:
 
 # --- clusters / tenants -------------------------------------------------------------------
 async def list_clusters(request: web.Request) -> web.Response:
-    return json_response([_cluster(_facade(request))])
+    return json_response([_cluster(facade_of(request))])
 
 
 async def list_tenants(request: web.Request) -> web.Response:
-    return json_response(await _facade(request).tenants())
+    return json_response(await facade_of(request).tenants())
 
 
 async def get_tenant(request: web.Request) -> web.Response:
-    facade = _facade(request)
+    facade = facade_of(request)
     tenant = request.match_info["tenant"]
     await facade.require_tenant(tenant)
     info = await facade.service.get_tenant(tenant)
@@ -59,7 +56,7 @@ async def get_tenant(request: web.Request) -> web.Response:
 
 
 async def create_tenant(request: web.Request) -> web.Response:
-    facade = _facade(request)
+    facade = facade_of(request)
     tenant = request.match_info["tenant"]
     body = bodies.load_json(await request.read())
     if body is not None and not isinstance(body, dict):
@@ -75,7 +72,7 @@ async def create_tenant(request: web.Request) -> web.Response:
 
 
 async def delete_tenant(request: web.Request) -> web.Response:
-    facade = _facade(request)
+    facade = facade_of(request)
     tenant = request.match_info["tenant"]
     await facade.require_tenant(tenant)
     if await facade.service.list_namespaces(tenant):
@@ -86,11 +83,11 @@ async def delete_tenant(request: web.Request) -> web.Response:
 
 # --- namespaces ---------------------------------------------------------------------------
 async def list_namespaces(request: web.Request) -> web.Response:
-    return json_response(await _facade(request).namespaces(request.match_info["tenant"]))
+    return json_response(await facade_of(request).namespaces(request.match_info["tenant"]))
 
 
 async def create_namespace(request: web.Request) -> web.Response:
-    facade = _facade(request)
+    facade = facade_of(request)
     tenant, ns = request.match_info["tenant"], request.match_info["namespace"]
     body = bodies.load_json(await request.read())
     await facade.require_tenant(tenant)
@@ -115,7 +112,7 @@ def namespace_policies_body(body: object) -> dict[str, Any]:
 
 
 async def delete_namespace(request: web.Request) -> web.Response:
-    facade = _facade(request)
+    facade = facade_of(request)
     tenant, ns = request.match_info["tenant"], request.match_info["namespace"]
     await facade.require_namespace(tenant, ns)
     if await facade.service.list_topics(f"{tenant}/{ns}") or \
@@ -142,16 +139,12 @@ def policy_to_body(policy: DelayPolicy) -> dict[str, Any]:
 
 
 async def _applied(facade: AdminFacade, ns_key: str, topic_key: str | None) -> dict[str, Any]:
-    from broker.delayed.policy import resolve_policy
-    ns_policy = await facade.get_policy("namespace", ns_key)
-    topic_policy = await facade.get_policy("topic", topic_key) if topic_key else None
-    if topic_policy is None and topic_key:
-        # A partition without a policy of its own runs under its partitioned topic's, as
-        # the broker resolves it (BrokerService.resolve_delay_policy).
-        parent, index = split_partition(topic_key)
-        if index >= 0:
-            topic_policy = await facade.get_policy("topic", parent)
-    return policy_to_body(resolve_policy(facade.service.config, ns_policy, topic_policy))
+    """The policy in force, resolved as the broker does (``PolicyStore.delay_policy``; a
+    partition without a body of its own runs under its partitioned topic's)."""
+    if topic_key is None:
+        return policy_to_body(resolve_policy(facade.service.config,
+                                             await facade.get_policy("namespace", ns_key), None))
+    return policy_to_body(facade.service.policies.delay_policy(TopicName.parse(topic_key)))
 
 
 def _applied_flag(request: web.Request) -> bool:
@@ -159,7 +152,7 @@ def _applied_flag(request: web.Request) -> bool:
 
 
 async def get_ns_delayed(request: web.Request) -> web.Response:
-    facade = _facade(request)
+    facade = facade_of(request)
     tenant, ns = request.match_info["tenant"], request.match_info["namespace"]
     await facade.require_namespace(tenant, ns)
     key = f"{tenant}/{ns}"
@@ -169,7 +162,7 @@ async def get_ns_delayed(request: web.Request) -> web.Response:
 
 
 async def set_ns_delayed(request: web.Request) -> web.Response:
-    facade = _facade(request)
+    facade = facade_of(request)
     tenant, ns = request.match_info["tenant"], request.match_info["namespace"]
     body = bodies.load_json(await request.read())
     await facade.require_namespace(tenant, ns)
@@ -178,7 +171,7 @@ async def set_ns_delayed(request: web.Request) -> web.Response:
 
 
 async def remove_ns_delayed(request: web.Request) -> web.Response:
-    facade = _facade(request)
+    facade = facade_of(request)
     tenant, ns = request.match_info["tenant"], request.match_info["namespace"]
     await facade.require_namespace(tenant, ns)
     await facade.remove_policy("namespace", f"{tenant}/{ns}")
@@ -186,7 +179,7 @@ async def remove_ns_delayed(request: web.Request) -> web.Response:
 
 
 async def _topic_key(request: web.Request) -> tuple[AdminFacade, str, str]:
-    facade = _facade(request)
+    facade = facade_of(request)
     m = request.match_info
     await facade.require_namespace(m["tenant"], m["namespace"])
     full = topic_full_name(m["tenant"], m["namespace"], m["topic"])

@@ -18,8 +18,8 @@ from aiohttp import web
 
 from broker.admin import bodies
 from broker.admin import errors as E
-from broker.admin.facade import ADMIN_KEY, AdminFacade, partition_name, topic_full_name
-from broker.admin.topics import json_response, no_content
+from broker.admin.facade import AdminFacade, partition_name, topic_full_name
+from broker.admin.responses import facade_of, json_response, no_content
 from broker.topics.names import TopicName
 from broker.topics.nonpersistent import NonPersistentTopic
 
@@ -33,7 +33,7 @@ _MODES = {"PERSISTENT": ("persistent",), "NON_PERSISTENT": (DOMAIN,),
 
 
 async def _named(request: web.Request) -> tuple[AdminFacade, str]:
-    facade: AdminFacade = request.app[ADMIN_KEY]
+    facade = facade_of(request)
     m = request.match_info
     await facade.require_namespace(m["tenant"], m["namespace"])
     return facade, topic_full_name(m["tenant"], m["namespace"], m["topic"], DOMAIN)
@@ -58,7 +58,7 @@ async def _all_topics(facade: AdminFacade, namespace: str) -> list[str]:
 
 
 async def list_topics(request: web.Request) -> web.Response:
-    facade: AdminFacade = request.app[ADMIN_KEY]
+    facade = facade_of(request)
     m = request.match_info
     await facade.require_namespace(m["tenant"], m["namespace"])
     names = await _all_topics(facade, f"{m['tenant']}/{m['namespace']}")
@@ -66,7 +66,7 @@ async def list_topics(request: web.Request) -> web.Response:
 
 
 async def list_partitioned(request: web.Request) -> web.Response:
-    facade: AdminFacade = request.app[ADMIN_KEY]
+    facade = facade_of(request)
     m = request.match_info
     await facade.require_namespace(m["tenant"], m["namespace"])
     names = await facade.service.list_partitioned_topics(f"{m['tenant']}/{m['namespace']}")
@@ -75,7 +75,7 @@ async def list_partitioned(request: web.Request) -> web.Response:
 
 async def namespace_topics(request: web.Request) -> web.Response:
     """``GET /admin/v2/namespaces/{t}/{ns}/topics?mode=...`` (Pulsar's getTopics)."""
-    facade: AdminFacade = request.app[ADMIN_KEY]
+    facade = facade_of(request)
     m = request.match_info
     await facade.require_namespace(m["tenant"], m["namespace"])
     mode = request.query.get("mode", "PERSISTENT").upper()

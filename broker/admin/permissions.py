@@ -29,19 +29,15 @@ from aiohttp import web
 
 from broker.admin import bodies
 from broker.admin import errors as E
-from broker.admin.facade import ADMIN_KEY, AdminFacade, topic_full_name
+from broker.admin.facade import AdminFacade, topic_full_name
 from broker.admin.namespaces import NAMESPACE, TENANT
-from broker.admin.topics import TOPIC, json_response, no_content
+from broker.admin.responses import facade_of, json_response, no_content
+from broker.admin.topics import TOPIC
 from broker.security.authorization import AuthAction, AuthPolicies
 
 __all__ = ["add_routes", "parse_actions"]
 
 CLUSTER = "/admin/v2/clusters/{cluster}"
-
-
-def _facade(request: web.Request) -> AdminFacade:
-    facade: AdminFacade = request.app[ADMIN_KEY]
-    return facade
 
 
 def parse_actions(body: object) -> frozenset[AuthAction]:
@@ -59,7 +55,7 @@ def parse_actions(body: object) -> frozenset[AuthAction]:
 
 
 async def _ns_auth(request: web.Request) -> tuple[AdminFacade, str, AuthPolicies]:
-    facade = _facade(request)
+    facade = facade_of(request)
     tenant, ns = request.match_info["tenant"], request.match_info["namespace"]
     await facade.require_namespace(tenant, ns)
     key = f"{tenant}/{ns}"
@@ -118,7 +114,7 @@ async def revoke_topic_permission(request: web.Request) -> web.Response:
 
 
 async def update_tenant(request: web.Request) -> web.Response:
-    facade = _facade(request)
+    facade = facade_of(request)
     tenant = request.match_info["tenant"]
     body = bodies.load_json(await request.read())
     if not isinstance(body, dict):
@@ -135,14 +131,14 @@ def _own_cluster(facade: AdminFacade, name: str) -> None:
 
 
 async def get_cluster(request: web.Request) -> web.Response:
-    facade = _facade(request)
+    facade = facade_of(request)
     name = request.match_info["cluster"]
     _own_cluster(facade, name)
     return json_response(await facade.service.get_cluster(name))
 
 
 async def set_cluster(request: web.Request) -> web.Response:
-    facade = _facade(request)
+    facade = facade_of(request)
     name = request.match_info["cluster"]
     _own_cluster(facade, name)
     body = bodies.load_json(await request.read())

@@ -19,16 +19,20 @@ unset value answers ``null``.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
 
 from broker.admin import bodies
 from broker.admin import errors as E
-from broker.admin.facade import ADMIN_KEY, AdminFacade, topic_full_name
+from broker.admin.facade import AdminFacade, topic_full_name
 from broker.admin.namespaces import NAMESPACE, policy_to_body
 from broker.admin.policies_quota import policies_document_fields
-from broker.admin.topics import TOPIC, json_response, no_content
+from broker.admin.responses import facade_of, json_response, no_content
+from broker.admin.topics import TOPIC
+from broker.delayed.policy import resolve_policy
 from broker.topics import policies as P
 
 __all__ = ["SCHEMA_STRATEGIES", "add_routes"]
@@ -38,25 +42,20 @@ SCHEMA_STRATEGIES = ("UNDEFINED", "ALWAYS_INCOMPATIBLE", "ALWAYS_COMPATIBLE", "B
                      "FULL_TRANSITIVE")
 
 
-def _facade(request: web.Request) -> AdminFacade:
-    facade: AdminFacade = request.app[ADMIN_KEY]
-    return facade
-
-
 def _store(facade: AdminFacade) -> P.PolicyStore:
     store: P.PolicyStore = facade.service.policies
     return store
 
 
 async def _namespace(request: web.Request) -> tuple[AdminFacade, str]:
-    facade = _facade(request)
+    facade = facade_of(request)
     tenant, ns = request.match_info["tenant"], request.match_info["namespace"]
     await facade.require_namespace(tenant, ns)
     return facade, f"{tenant}/{ns}"
 
 
 async def _topic(request: web.Request) -> tuple[AdminFacade, str]:
-    facade = _facade(request)
+    facade = facade_of(request)
     m = request.match_info
     await facade.require_namespace(m["tenant"], m["namespace"])
     full = topic_full_name(m["tenant"], m["namespace"], m["topic"])
@@ -85,8 +84,29 @@ def _threshold(body: object) -> int:
     return body
 
 
-# (path suffix, namespace field, topic field, parser, HTTP verb that sets)
-_FIELDS: tuple[tuple[str, str, str, Any], ...] = (
+Handler = Callable[[web.Request], Awaitable[web.Response]]
+Parser = Callable[[object], object]
+
+
+@dataclass(frozen=True, slots=True)
+class _Scope:
+    """One level a policy field is set at: where its routes hang, how a request names the
+    key, and the PolicyStore calls that read and write that level."""
+
+    base: str
+    locate: Callable[[web.Request], Awaitable[tuple[AdminFacade, str]]]
+    read: Callable[[P.PolicyStore, str], dict[str, Any]]
+    write: Callable[[P.PolicyStore, str, str, Any], Awaitable[None]]
+    remove: Callable[[P.PolicyStore, str, str], Awaitable[None]]
+
+
+_NAMESPACE_SCOPE = _Scope(NAMESPACE, _namespace, P.PolicyStore.namespace,
+                          P.PolicyStore.set_namespace_field, P.PolicyStore.remove_namespace_field)
+_TOPIC_SCOPE = _Scope(TOPIC, _topic, P.PolicyStore.topic,
+                      P.PolicyStore.set_topic_field, P.PolicyStore.remove_topic_field)
+
+# (path suffix, namespace field, topic field, parser); "" where a level has no such route
+_FIELDS: tuple[tuple[str, str, str, Parser], ...] = (
     ("deduplication", P.NS_DEDUP, "", _bool),
     ("deduplicationEnabled", "", P.TOPIC_DEDUP, _bool),
     ("schemaCompatibilityStrategy", P.NS_SCHEMA_STRATEGY, P.TOPIC_SCHEMA_STRATEGY, _strategy),
@@ -94,39 +114,20 @@ _FIELDS: tuple[tuple[str, str, str, Any], ...] = (
 )
 
 
-def _ns_handlers(field: str, parse: Any) -> tuple[Any, Any, Any]:
+def _handlers(scope: _Scope, field: str, parse: Parser) -> tuple[Handler, Handler, Handler]:
     async def get(request: web.Request) -> web.Response:
-        facade, ns = await _namespace(request)
-        return json_response(_store(facade).namespace(ns).get(field))
+        facade, key = await scope.locate(request)
+        return json_response(scope.read(_store(facade), key).get(field))
 
     async def put(request: web.Request) -> web.Response:
         body = bodies.load_json(await request.read())
-        facade, ns = await _namespace(request)
-        await _store(facade).set_namespace_field(ns, field, parse(body))
+        facade, key = await scope.locate(request)
+        await scope.write(_store(facade), key, field, parse(body))
         return no_content()
 
     async def delete(request: web.Request) -> web.Response:
-        facade, ns = await _namespace(request)
-        await _store(facade).remove_namespace_field(ns, field)
-        return no_content()
-
-    return get, put, delete
-
-
-def _topic_handlers(field: str, parse: Any) -> tuple[Any, Any, Any]:
-    async def get(request: web.Request) -> web.Response:
-        facade, full = await _topic(request)
-        return json_response(_store(facade).topic(full).get(field))
-
-    async def put(request: web.Request) -> web.Response:
-        body = bodies.load_json(await request.read())
-        facade, full = await _topic(request)
-        await _store(facade).set_topic_field(full, field, parse(body))
-        return no_content()
-
-    async def delete(request: web.Request) -> web.Response:
-        facade, full = await _topic(request)
-        await _store(facade).remove_topic_field(full, field)
+        facade, key = await scope.locate(request)
+        await scope.remove(_store(facade), key, field)
         return no_content()
 
     return get, put, delete
@@ -136,7 +137,7 @@ async def get_namespace_policies(request: web.Request) -> web.Response:
     """Pulsar's Policies document of a namespace (the fields Horae keeps)."""
     facade, ns = await _namespace(request)
     fields = _store(facade).namespace(ns)
-    delayed = await facade.get_policy("namespace", ns)
+    delayed = _store(facade).delayed_body("namespace", ns)
     doc: dict[str, Any] = {
         "bundles": {"boundaries": ["0x00000000", "0xffffffff"], "numBundles": 1},
         "replication_clusters": [str(facade.service.config.cluster_name)],
@@ -147,7 +148,6 @@ async def get_namespace_policies(request: web.Request) -> web.Response:
         **policies_document_fields(_store(facade), ns),
     }
     if delayed is not None:
-        from broker.delayed.policy import resolve_policy
         doc["delayed_delivery_policies"] = policy_to_body(
             resolve_policy(facade.service.config, delayed, None))
     return json_response(doc)
@@ -157,12 +157,11 @@ def add_routes(app: web.Application) -> None:
     r = app.router
     r.add_get(NAMESPACE, get_namespace_policies)
     for suffix, ns_field, topic_field, parse in _FIELDS:
-        for base, field, make in ((NAMESPACE, ns_field, _ns_handlers),
-                                  (TOPIC, topic_field, _topic_handlers)):
+        for scope, field in ((_NAMESPACE_SCOPE, ns_field), (_TOPIC_SCOPE, topic_field)):
             if not field:
                 continue
-            get, put, delete = make(field, parse)
-            path = f"{base}/{suffix}"
+            get, put, delete = _handlers(scope, field, parse)
+            path = f"{scope.base}/{suffix}"
             r.add_get(path, get)
             r.add_post(path, put)
             r.add_put(path, put)

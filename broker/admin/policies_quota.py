@@ -28,9 +28,10 @@ from aiohttp import web
 
 from broker.admin import bodies
 from broker.admin import errors as E
-from broker.admin.facade import ADMIN_KEY, AdminFacade, topic_full_name
+from broker.admin.facade import topic_full_name
 from broker.admin.namespaces import NAMESPACE
-from broker.admin.topics import TOPIC, json_response, no_content
+from broker.admin.responses import facade_of, json_response, no_content
+from broker.admin.topics import TOPIC
 from broker.config import BACKLOG_QUOTA_POLICIES, INACTIVE_TOPIC_MODES
 from broker.topics import policies as P
 from broker.topics.names import TopicName
@@ -65,7 +66,7 @@ class _Target:
 
 
 async def _target(request: web.Request) -> _Target:
-    facade: AdminFacade = request.app[ADMIN_KEY]
+    facade = facade_of(request)
     m = request.match_info
     await facade.require_namespace(m["tenant"], m["namespace"])
     store: P.PolicyStore = facade.service.policies

@@ -23,8 +23,8 @@ from aiohttp import web
 
 from broker.admin import bodies
 from broker.admin import errors as E
-from broker.admin.facade import ADMIN_KEY, AdminFacade, topic_full_name
-from broker.admin.topics import json_response
+from broker.admin.facade import AdminFacade, topic_full_name
+from broker.admin.responses import facade_of, json_response
 from broker.topics.names import TopicName
 from broker.topics.schema_compat import SchemaIncompatible, check_compatible
 from broker.topics.schemas import TYPE_BY_NAME, SchemaEntry, SchemaRegistry, schema_id
@@ -36,7 +36,7 @@ SCHEMA_NOT_FOUND = "Schema not found"
 
 
 async def _target(request: web.Request) -> tuple[AdminFacade, SchemaRegistry, TopicName, str]:
-    facade: AdminFacade = request.app[ADMIN_KEY]
+    facade = facade_of(request)
     m = request.match_info
     await facade.require_namespace(m["tenant"], m["namespace"])
     full = topic_full_name(m["tenant"], m["namespace"], m["topic"])

@@ -34,8 +34,9 @@ from aiohttp import web
 
 from broker.admin import bodies
 from broker.admin import errors as E
-from broker.admin.facade import ADMIN_KEY, AdminFacade, partition_name, topic_full_name
-from broker.admin.topics import SUB, TOPIC, json_response, no_content
+from broker.admin.facade import AdminFacade, partition_name, topic_full_name
+from broker.admin.responses import facade_of, json_response, no_content
+from broker.admin.topics import SUB, TOPIC
 from broker.metrics.rates import iso_ms
 from broker.subscriptions.expiry import expire_before, expire_up_to
 from broker.subscriptions.subscription import Subscription
@@ -51,13 +52,8 @@ NP_SUB = NP_TOPIC + "/subscription/{sub}"
 _COMPRESSION = {0: "NONE", 1: "LZ4", 2: "ZLIB", 3: "ZSTD", 4: "SNAPPY"}
 
 
-def _facade(request: web.Request) -> AdminFacade:
-    facade: AdminFacade = request.app[ADMIN_KEY]
-    return facade
-
-
 async def _full(request: web.Request) -> tuple[AdminFacade, str]:
-    facade = _facade(request)
+    facade = facade_of(request)
     m = request.match_info
     await facade.require_namespace(m["tenant"], m["namespace"])
     domain = "non-persistent" if request.path.startswith("/admin/v2/non-persistent/") \

@@ -11,47 +11,24 @@ Success without a body is 204, like Pulsar's JAX-RS void methods.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from aiohttp import web
 
 from broker.admin import bodies
 from broker.admin import errors as E
-from broker.admin.facade import ADMIN_KEY, AdminFacade, partition_name, topic_full_name
+from broker.admin.facade import partition_name, topic_full_name
+from broker.admin.responses import facade_of, json_response, no_content
 from broker.admin.stats import aggregate_stats
 from broker.subscriptions.dispatchers.cursors import entry_exists
-from broker.subscriptions.subscription import Subscription
 from broker.topics import stats as topic_docs
 from broker.topics.topic import Topic
-from protocol import pulsar_pb as pb
 from storage.positions import Position
 
 BASE = "/admin/v2/persistent/{tenant}/{namespace}"
 TOPIC = BASE + "/{topic}"
 SUB = TOPIC + "/subscription/{sub}"
 
-_CUMULATIVE_ACK_TYPES = {"Exclusive", "Failover"}
-# Subscription.sub_type holds the wire value (CommandSubscribe.SubType).
-_SUB_TYPE_NAMES: dict[int, str] = {
-    pb.CommandSubscribe.Exclusive: "Exclusive",
-    pb.CommandSubscribe.Shared: "Shared",
-    pb.CommandSubscribe.Failover: "Failover",
-    pb.CommandSubscribe.Key_Shared: "Key_Shared",
-}
-
-
-def json_response(value: object, status: int = 200) -> web.Response:
-    return web.Response(status=status, text=json.dumps(value), content_type="application/json")
-
-
-def no_content() -> web.Response:
-    return web.Response(status=204)
-
-
-def _facade(request: web.Request) -> AdminFacade:
-    facade: AdminFacade = request.app[ADMIN_KEY]
-    return facade
 
 
 def _topic_name(request: web.Request) -> str:
@@ -63,14 +40,6 @@ def _flag(request: web.Request, name: str) -> bool:
     return request.query.get(name, "false").lower() in ("1", "true", "yes")
 
 
-def sub_type_name(sub: Subscription) -> str | None:
-    """The subscription's type as Pulsar spells it, or None before the first consumer."""
-    st = sub.sub_type
-    if st is None:
-        return None
-    return _SUB_TYPE_NAMES.get(st, str(st))
-
-
 def _topic_busy(topic: Topic) -> bool:
     return bool(topic.producers) or any(s.consumers for s in topic.subscriptions.values())
 
@@ -78,16 +47,16 @@ def _topic_busy(topic: Topic) -> bool:
 # --- topics ------------------------------------------------------------------------------
 async def list_topics(request: web.Request) -> web.Response:
     m = request.match_info
-    return json_response(await _facade(request).list_topics(m["tenant"], m["namespace"]))
+    return json_response(await facade_of(request).list_topics(m["tenant"], m["namespace"]))
 
 
 async def list_partitioned(request: web.Request) -> web.Response:
     m = request.match_info
-    return json_response(await _facade(request).list_partitioned(m["tenant"], m["namespace"]))
+    return json_response(await facade_of(request).list_partitioned(m["tenant"], m["namespace"]))
 
 
 async def create_topic(request: web.Request) -> web.Response:
-    facade, full = _facade(request), _topic_name(request)
+    facade, full = facade_of(request), _topic_name(request)
     m = request.match_info
     await facade.require_namespace(m["tenant"], m["namespace"])
     if await facade.partition_count(full) > 0 or await facade.topic_exists(full):
@@ -97,7 +66,7 @@ async def create_topic(request: web.Request) -> web.Response:
 
 
 async def create_partitioned(request: web.Request) -> web.Response:
-    facade, full = _facade(request), _topic_name(request)
+    facade, full = facade_of(request), _topic_name(request)
     m = request.match_info
     partitions = bodies.parse_partitions(bodies.load_json(await request.read()))
     await facade.require_namespace(m["tenant"], m["namespace"])
@@ -112,14 +81,14 @@ async def create_partitioned(request: web.Request) -> web.Response:
 
 
 async def get_partitions(request: web.Request) -> web.Response:
-    facade, full = _facade(request), _topic_name(request)
+    facade, full = facade_of(request), _topic_name(request)
     m = request.match_info
     await facade.require_namespace(m["tenant"], m["namespace"])
     return json_response({"partitions": await facade.partition_count(full)})
 
 
 async def delete_topic(request: web.Request) -> web.Response:
-    facade, full = _facade(request), _topic_name(request)
+    facade, full = facade_of(request), _topic_name(request)
     force = _flag(request, "force")
     if await facade.partition_count(full) > 0:
         raise E.conflict("Topic is a partitioned topic: delete it with DELETE .../partitions")
@@ -133,7 +102,7 @@ async def delete_topic(request: web.Request) -> web.Response:
 
 
 async def delete_partitioned(request: web.Request) -> web.Response:
-    facade, full = _facade(request), _topic_name(request)
+    facade, full = facade_of(request), _topic_name(request)
     force = _flag(request, "force")
     n = await facade.partition_count(full)
     if n == 0:
@@ -149,7 +118,7 @@ async def delete_partitioned(request: web.Request) -> web.Response:
 
 
 async def topic_stats(request: web.Request) -> web.Response:
-    facade, full = _facade(request), _topic_name(request)
+    facade, full = facade_of(request), _topic_name(request)
     n = await facade.partition_count(full)
     topics = await facade.targets(full)
     if n == 0:
@@ -159,7 +128,7 @@ async def topic_stats(request: web.Request) -> web.Response:
 
 
 async def partitioned_stats(request: web.Request) -> web.Response:
-    facade, full = _facade(request), _topic_name(request)
+    facade, full = facade_of(request), _topic_name(request)
     n = await facade.partition_count(full)
     if n == 0:
         raise E.not_found(E.PARTITIONED_TOPIC_NOT_FOUND)
@@ -176,7 +145,7 @@ def _partitioned_stats(topics: list[Topic], n: int, per_partition: bool) -> dict
 
 
 async def internal_stats(request: web.Request) -> web.Response:
-    facade, full = _facade(request), _topic_name(request)
+    facade, full = facade_of(request), _topic_name(request)
     n = await facade.partition_count(full)
     topics = await facade.targets(full)
     if n == 0:
@@ -187,7 +156,7 @@ async def internal_stats(request: web.Request) -> web.Response:
 
 # --- subscriptions -----------------------------------------------------------------------
 async def list_subscriptions(request: web.Request) -> web.Response:
-    facade, full = _facade(request), _topic_name(request)
+    facade, full = facade_of(request), _topic_name(request)
     names: dict[str, None] = {}
     for topic in await facade.targets(full):
         names.update(dict.fromkeys(topic.subscriptions))
@@ -195,7 +164,7 @@ async def list_subscriptions(request: web.Request) -> web.Response:
 
 
 async def create_subscription(request: web.Request) -> web.Response:
-    facade, full = _facade(request), _topic_name(request)
+    facade, full = facade_of(request), _topic_name(request)
     m = request.match_info
     sub_name = m["sub"]
     position, start_id = bodies.parse_subscription_start(bodies.load_json(await request.read()))
@@ -215,7 +184,7 @@ async def create_subscription(request: web.Request) -> web.Response:
 
 
 async def delete_subscription(request: web.Request) -> web.Response:
-    facade, full = _facade(request), _topic_name(request)
+    facade, full = facade_of(request), _topic_name(request)
     sub_name = request.match_info["sub"]
     force = _flag(request, "force")
     pairs = await facade.subscriptions_of(full, sub_name)
@@ -239,7 +208,7 @@ def _int_path_param(request: web.Request, key: str, reason: str) -> int:
 
 
 async def skip(request: web.Request) -> web.Response:
-    facade, full = _facade(request), _topic_name(request)
+    facade, full = facade_of(request), _topic_name(request)
     count = _int_path_param(request, "n", "numMessages must be an integer")
     if count < 0:  # Pulsar has no check (its cursor would move backwards); Horae refuses
         raise E.bad_request(f"numMessages must be a non-negative integer, not {count}")
@@ -251,14 +220,14 @@ async def skip(request: web.Request) -> web.Response:
 
 
 async def skip_all(request: web.Request) -> web.Response:
-    facade, full = _facade(request), _topic_name(request)
+    facade, full = facade_of(request), _topic_name(request)
     for _, sub in await facade.subscriptions_of(full, request.match_info["sub"]):
         await sub.skip_all()
     return no_content()
 
 
 async def reset_cursor_time(request: web.Request) -> web.Response:
-    facade, full = _facade(request), _topic_name(request)
+    facade, full = facade_of(request), _topic_name(request)
     timestamp_ms = _int_path_param(
         request, "timestamp", "timestamp must be an integer (milliseconds)")
     for _, sub in await facade.subscriptions_of(full, request.match_info["sub"]):
@@ -267,7 +236,7 @@ async def reset_cursor_time(request: web.Request) -> web.Response:
 
 
 async def reset_cursor_position(request: web.Request) -> web.Response:
-    facade, full = _facade(request), _topic_name(request)
+    facade, full = facade_of(request), _topic_name(request)
     data = bodies.parse_reset_cursor_data(bodies.load_json(await request.read()))
     n = await facade.partition_count(full)
     if n > 0:
@@ -290,15 +259,11 @@ def _position_after(topic: Topic, position: tuple[int, int]) -> tuple[int, int]:
 
 
 async def skip_by_message_ids(request: web.Request) -> web.Response:
-    facade, full = _facade(request), _topic_name(request)
+    facade, full = facade_of(request), _topic_name(request)
     ids = bodies.parse_skip_by_message_ids(bodies.load_json(await request.read()))
     pairs = await facade.subscriptions_of(full, request.match_info["sub"])
-    for _, sub in pairs:
-        kind = sub_type_name(sub)
-        if kind in _CUMULATIVE_ACK_TYPES:
-            raise E.not_allowed(
-                f"Skip messages by message ids is not allowed for subscription type {kind}: "
-                "it acknowledges cumulatively")
+    for _, sub in pairs:  # every partition is checked before any skips (405, nothing done)
+        sub.resets.check_skip_by_message_ids()
     partitioned = len(pairs) > 1 or await facade.partition_count(full) > 0
     chosen = [(topic, sub, _ids_for(topic, ids) if partitioned else ids)
               for topic, sub in pairs]

@@ -7,8 +7,8 @@
 - :mod:`broker.delayed.bucket`: PIP-195 bucket tracker with persisted snapshots.
 
 :func:`create_tracker` picks one from ``delayedDeliveryTrackerFactoryClassName`` (Pulsar's
-class names ``org.apache.pulsar.broker.delayed.InMemoryDelayedDeliveryTrackerFactory`` /
-``...BucketDelayedDeliveryTrackerFactory`` or the short names ``in-memory`` / ``bucket``). The
+class names or the short names ``in-memory`` / ``bucket``, validated and mapped by
+:attr:`broker.config.BrokerConfig.delayed_tracker_kind`). The
 bucket tracker needs a durable cursor and the snapshot store; without them (a non-durable
 reader) the in-memory tracker is used.
 
@@ -34,28 +34,12 @@ from broker.delayed.tracker import DelayedDeliveryTracker
 
 log = logging.getLogger("horae.delayed")
 
-IN_MEMORY_FACTORY = "org.apache.pulsar.broker.delayed.InMemoryDelayedDeliveryTrackerFactory"
-BUCKET_FACTORY = "org.apache.pulsar.broker.delayed.BucketDelayedDeliveryTrackerFactory"
-_KINDS = {IN_MEMORY_FACTORY: "in-memory", BUCKET_FACTORY: "bucket",
-          "in-memory": "in-memory", "bucket": "bucket"}
-
-
-def tracker_kind(factory_class_name: str) -> str:
-    """'in-memory' or 'bucket' for any accepted spelling; ValueError otherwise."""
-    try:
-        return _KINDS[factory_class_name.strip()]
-    except KeyError:
-        raise ValueError(
-            f"unknown delayedDeliveryTrackerFactoryClassName {factory_class_name!r}; "
-            f"expected one of {', '.join(sorted(_KINDS))}") from None
-
-
 def create_tracker(config: BrokerConfig, policy: DelayPolicy, *,
                    on_due: Callable[[], None], loop: asyncio.AbstractEventLoop,
                    cursor: BucketCursor | None = None, snapshots: SnapshotStorage | None = None,
                    clock_ms: Callable[[], int] | None = None) -> DelayedDeliveryTracker:
     """A tracker for one subscription (see the module docstring)."""
-    kind = tracker_kind(config.delayed_delivery_tracker_factory_class_name)
+    kind = config.delayed_tracker_kind
     if kind == "bucket" and cursor is not None and snapshots is not None:
         return BucketDelayedDeliveryTracker(
             cursor=cursor, snapshots=snapshots, tick_time_ms=policy.tick_time_ms,
@@ -74,5 +58,4 @@ def create_tracker(config: BrokerConfig, policy: DelayPolicy, *,
         clock_ms=clock_ms)
 
 
-__all__ = ["BUCKET_FACTORY", "IN_MEMORY_FACTORY", "DelayPolicy",
-           "DelayedDeliveryTracker", "create_tracker", "tracker_kind"]
+__all__ = ["DelayPolicy", "DelayedDeliveryTracker", "create_tracker"]

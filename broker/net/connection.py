@@ -32,7 +32,8 @@ Theory of operation
 6. CONNECT, authentication, the handshake timeout, AUTH_CHALLENGE/AUTH_RESPONSE and the
    per-request authorization checks belong to :class:`broker.net.handshake.Handshake`; the
    lookups to :mod:`broker.net.lookup`. The state table is a constructor argument
-   (``tables``, default :data:`DEFAULT_TABLES`), so a test can substitute recording handlers.
+   (``tables``, default :data:`DEFAULT_TABLES`, whose handlers are the functions of
+   :mod:`broker.net.handlers`), so a test can substitute recording handlers.
 
 Consumer commands go to :class:`broker.net.consumers.ConsumerSide`, created on first use;
 PRODUCER and CLOSE_PRODUCER to :mod:`broker.net.producers`. The connection owns its producer
@@ -45,17 +46,21 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
-from broker.net import lookup, schemas
 from broker.net.consumers import ConsumerSide
 from broker.net.handshake import ConnectionSecurity, Handshake
-from broker.net.producers import handle_close_producer, handle_producer
 from broker.net.requests import RequestTasks
-from broker.net.states import TRANSITIONS, ConnState, Unexpected, request_id_of, unexpected
+from broker.net.states import (
+    TRANSITIONS,
+    ConnState,
+    Handler,
+    Unexpected,
+    request_id_of,
+    unexpected,
+)
 from broker.net.throttle import PublishBuffer, ReadThrottle
-from broker.topics.names import TopicName
 from broker.topics.producer import Producer
 from broker.topics.service import BrokerService
 from protocol import commands as C
@@ -351,21 +356,9 @@ class ServerConnection(asyncio.Protocol):
 
     # ------------------------------------------------------------------ handshake, keep-alive
 
-    def on_connect(self, frame: Frame) -> None:
-        self.handshake.on_connect(frame)
-
-    def on_auth_response(self, frame: Frame) -> None:
-        self.handshake.on_auth_response(frame)
-
     def auth_refresh_tick(self, now_ms: int) -> None:
         """Called by the server every ``authenticationRefreshCheckSeconds``."""
         self.handshake.refresh_tick(now_ms)
-
-    def on_ping(self, frame: Frame) -> None:
-        self.write(C.encode_pong())
-
-    def on_pong(self, frame: Frame) -> None:
-        pass  # last_received was refreshed by data_received
 
     def keepalive_tick(self, now: float, interval: float) -> None:
         """Called by the server every *interval* s: PING when idle, close when a PING went unanswered.
@@ -388,40 +381,7 @@ class ServerConnection(asyncio.Protocol):
         self._ping_sent_at = now
         self.write(C.encode_ping())
 
-    # ------------------------------------------------------------------ lookups
-
-    def on_partitioned_metadata(self, frame: Frame) -> None:
-        lookup.answer_partitioned_metadata(self, frame.command.partitionMetadata)
-
-    def on_lookup(self, frame: Frame) -> None:
-        lookup.answer_lookup(self, frame.command.lookupTopic)
-
-    def on_get_topics_of_namespace(self, frame: Frame) -> None:
-        lookup.answer_topics_of_namespace(self, frame.command.getTopicsOfNamespace)
-
-    def on_get_schema(self, frame: Frame) -> None:
-        m = frame.command.getSchema
-        self.spawn(schemas.get_schema(self, m), m.request_id)
-
-    def on_get_or_create_schema(self, frame: Frame) -> None:
-        m = frame.command.getOrCreateSchema
-        self.spawn(schemas.get_or_create_schema(self, m), m.request_id)
-
     # ------------------------------------------------------------------ producers
-
-    def on_producer(self, frame: Frame) -> None:
-        handle_producer(self, frame.command.producer)
-
-    def on_send(self, frame: Frame) -> None:
-        send = frame.command.send
-        producer = self.producers.get(send.producer_id)
-        if producer is None:
-            # Pulsar closes the connection too: the client's view of its producers is wrong.
-            log.warning("SEND for unknown producer %d from %s", frame.command.send.producer_id,
-                        self.remote_address)
-            self.close("send for unknown producer")
-            return
-        producer.on_send(frame, send)
 
     def publish_started(self, count: int = 1, nbytes: int = 0) -> None:
         self.throttle.started(count, nbytes)
@@ -442,9 +402,6 @@ class ServerConnection(asyncio.Protocol):
         self.waiting_producers.pop(producer.producer_id, None)
         self.producers[producer.producer_id] = producer
 
-    def on_close_producer(self, frame: Frame) -> None:
-        handle_close_producer(self, frame.command.close_producer)
-
     # ------------------------------------------------------------------ consumers
 
     def consumer_side(self) -> ConsumerSide:
@@ -454,53 +411,9 @@ class ServerConnection(asyncio.Protocol):
             side = self._consumer_side = ConsumerSide(self)
         return side
 
-    def on_subscribe(self, frame: Frame) -> None:
-        m = frame.command.subscribe
-        if self.service.closing:
-            self.write(C.encode_error(m.request_id, ServerError.ServiceNotReady,
-                                      "Broker is shutting down"))
-            return
-        self.handshake.require_consume(TopicName.parse(m.topic).full, m.subscription)
-        self.spawn(self.consumer_side().handle_subscribe(m), m.request_id)
-
-    def on_flow(self, frame: Frame) -> None:
-        self.consumer_side().handle_flow(frame.command.flow)
-
-    def on_ack(self, frame: Frame) -> None:
-        ack = frame.command.ack
-        try:
-            self.consumer_side().handle_ack(ack)
-        except RequestError as exc:
-            if ack.HasField("request_id"):
-                self.write(C.encode_ack_response(ack.consumer_id, ack.request_id,
-                                                 error=exc.code, message=exc.message))
-
-    def on_redeliver(self, frame: Frame) -> None:
-        self.consumer_side().handle_redeliver(frame.command.redeliverUnacknowledgedMessages)
-
-    def on_seek(self, frame: Frame) -> None:
-        m = frame.command.seek
-        self.spawn(self.consumer_side().handle_seek(m), m.request_id)
-
-    def on_unsubscribe(self, frame: Frame) -> None:
-        m = frame.command.unsubscribe
-        self.spawn(self.consumer_side().handle_unsubscribe(m), m.request_id)
-
-    def on_close_consumer(self, frame: Frame) -> None:
-        m = frame.command.close_consumer
-        if self._consumer_side is None:
-            # No consumer was ever created here; Pulsar answers SUCCESS for unknown ids too.
-            self.write(C.encode_success(m.request_id))
-            return
-        self.spawn(self._consumer_side.handle_close_consumer(m), m.request_id)
-
-    def on_get_last_message_id(self, frame: Frame) -> None:
-        m = frame.command.getLastMessageId
-        self.spawn(self.consumer_side().handle_get_last_message_id(m), m.request_id)
-
-    def on_consumer_stats(self, frame: Frame) -> None:
-        m = frame.command.consumerStats
-        self.spawn(self.consumer_side().handle_consumer_stats(m), m.request_id)
+    @property
+    def existing_consumer_side(self) -> ConsumerSide | None:
+        return self._consumer_side
 
     def __repr__(self) -> str:
         return f"<ServerConnection {self.remote_address} {self.state.name}>"
@@ -527,12 +440,11 @@ def _as_frame(send: SendFrame) -> Frame:
         m.highest_sequence_id = send.highest_sequence_id
     return Frame(cmd, send.entry, send.checksum_valid)
 
-Handler = Callable[[ServerConnection, Frame], None]
 StateTables = dict[ConnState, dict[int, tuple[Handler, ConnState]]]
 """One ``command type -> (handler, next state)`` dict per state."""
 
 
-def build_tables(handlers: dict[tuple[ConnState, int], tuple[Handler, ConnState]],
+def build_tables(handlers: Mapping[tuple[ConnState, int], tuple[Handler, ConnState]],
                  ) -> StateTables:
     """Split ``(state, type) -> entry`` into one ``type -> entry`` dict per state."""
     tables: StateTables = {s: {} for s in ConnState}
@@ -542,7 +454,6 @@ def build_tables(handlers: dict[tuple[ConnState, int], tuple[Handler, ConnState]
 
 
 DEFAULT_TABLES: StateTables = build_tables({
-    key: (getattr(ServerConnection, t.handler), t.next_state) for key, t in TRANSITIONS.items()
+    key: (t.handler, t.next_state) for key, t in TRANSITIONS.items()
 })
-"""The broker's state table: every (state, command type) pair of :data:`TRANSITIONS`, resolved
-once to the unbound :class:`ServerConnection` method it names."""
+"""The broker's state table: every (state, command type) pair of :data:`TRANSITIONS`."""

@@ -26,6 +26,7 @@ from typing import Protocol
 
 from broker.net.limits import check_consumers
 from broker.net.schemas import check_consumer_schema
+from broker.net.view import ConnectionView
 from broker.subscriptions.consumer import Consumer, HashRange
 from broker.subscriptions.nonpersistent import NonPersistentSubscription
 from broker.subscriptions.subscription import Subscription, tail_position, wire_position
@@ -46,6 +47,7 @@ from protocol.errors import (
     ServiceNotReadyError,
 )
 from protocol.metadata import parse_entry
+from protocol.sub_types import SubType
 from storage.errors import StorageError
 from storage.positions import Position
 
@@ -59,7 +61,7 @@ _U64 = (1 << 64) - 1
 _I64 = 1 << 63
 
 
-class ConsumerConnection(Protocol):
+class ConsumerConnection(ConnectionView, Protocol):
     """What the consumer side needs of its connection (:class:`broker.net.connection.ServerConnection`)."""
 
     @property
@@ -69,15 +71,10 @@ class ConsumerConnection(Protocol):
     def protocol_version(self) -> int: ...
 
     @property
-    def remote_address(self) -> str: ...
-
-    @property
     def client_version(self) -> str: ...
 
     @property
     def writes_paused(self) -> bool: ...
-
-    def write(self, data: bytes) -> None: ...
 
 
 class ConsumerSide:
@@ -161,7 +158,7 @@ class ConsumerSide:
         initial = "earliest" if cmd.initialPosition == pb.CommandSubscribe.Earliest else "latest"
         sub: AnySubscription = await topic.get_or_create_subscription(
             cmd.subscription, durable=durable, initial_position=initial,
-            start_message_id=start, sub_type=int(cmd.subType),
+            start_message_id=start,
         )
         config = self.connection.service.config
         check_consumers(sum(len(s.consumers) for s in topic.subscriptions.values()),
@@ -169,10 +166,11 @@ class ConsumerSide:
                         config.max_consumers_per_subscription)
         if read_compacted or not sub.consumers:
             sub.read_compacted = read_compacted
+        sub_type = SubType(cmd.subType)
         mode: int | None = None
         ranges: tuple[HashRange, ...] = ()
         out_of_order = False
-        if cmd.subType == pb.CommandSubscribe.Key_Shared:
+        if sub_type == SubType.Key_Shared:
             mode = int(pb.AUTO_SPLIT)
             if cmd.HasField("keySharedMeta"):
                 meta = cmd.keySharedMeta
@@ -184,7 +182,7 @@ class ConsumerSide:
             self,
             cmd.consumer_id,
             name=cmd.consumer_name or uuid.uuid4().hex[:5],
-            sub_type=int(cmd.subType),
+            sub_type=sub_type,
             priority_level=cmd.priority_level,
             key_shared_mode=mode,
             hash_ranges=ranges,

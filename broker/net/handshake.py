@@ -32,12 +32,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Final, Protocol
+from typing import Final, Protocol
 
 from broker import SERVER_VERSION
 from broker.config import BrokerConfig
+from broker.net.view import ConnectionView
 from broker.security.authentication import AuthenticatedRole, AuthenticationService
 from broker.security.authorization import (
     AuthAction,
@@ -87,11 +88,8 @@ class ConnectionSecurity:
                    float(config.handshake_timeout_seconds))
 
 
-class HandshakeHost(Protocol):
+class HandshakeHost(ConnectionView, Protocol):
     """What the handshake needs of its connection."""
-
-    @property
-    def remote_address(self) -> str: ...
 
     @property
     def is_closed(self) -> bool: ...
@@ -102,15 +100,11 @@ class HandshakeHost(Protocol):
     @property
     def max_message_size(self) -> int: ...
 
-    def write(self, data: bytes) -> None: ...
-
     def close(self, reason: str = "") -> None: ...
 
     def handshake_done(self) -> None:
         """Move to CONNECTED (the CONNECTED frame has been written)."""
         ...
-
-    def spawn(self, coro: Awaitable[Any], request_id: int | None = None) -> asyncio.Task[Any]: ...
 
 
 class Handshake:

@@ -22,13 +22,12 @@ handlers are called by :class:`broker.net.connection.ServerConnection` through t
 
 from __future__ import annotations
 
-import asyncio
 import ipaddress
-from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from typing import Protocol
 
 from broker.listeners import lookup_url
 from broker.net.handshake import Handshake
+from broker.net.view import ConnectionView
 from broker.topics.names import TopicName
 from broker.topics.service import BrokerService
 from protocol import commands as C
@@ -77,7 +76,7 @@ def service_url(advertised_address: str, port: int, local_host: str | None = Non
     return f"{scheme}://{advertised_host(advertised_address, local_host)}:{port}"
 
 
-class LookupConnection(Protocol):
+class LookupConnection(ConnectionView, Protocol):
     """What the lookup handlers need of their connection."""
 
     @property
@@ -88,11 +87,6 @@ class LookupConnection(Protocol):
 
     @property
     def local_host(self) -> str | None: ...
-
-    def write(self, data: bytes) -> None: ...
-
-    def spawn(self, coro: Awaitable[Any], request_id: int | None = None,
-              on_error: Callable[[RequestError], bytes] | None = None) -> asyncio.Task[Any]: ...
 
 
 def answer_partitioned_metadata(conn: LookupConnection, m: pb.CommandPartitionedTopicMetadata) -> None:

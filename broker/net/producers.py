@@ -19,13 +19,12 @@ module fills them only through the connection it is handed.
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable
-from typing import Any, Protocol
+from typing import Protocol
 
 from broker.net.handshake import Handshake
 from broker.net.limits import check_producers
 from broker.net.schemas import producer_schema
+from broker.net.view import ConnectionView
 from broker.topics.access_modes import Admission
 from broker.topics.names import TopicName
 from broker.topics.producer import Producer, ProducerTransport
@@ -37,7 +36,7 @@ from protocol.errors import ServerError
 __all__ = ["ProducerConnection", "create_producer", "handle_close_producer", "handle_producer"]
 
 
-class ProducerConnection(ProducerTransport, Protocol):
+class ProducerConnection(ProducerTransport, ConnectionView, Protocol):
     """The connection a PRODUCER arrived on, with its producer registries."""
 
     @property
@@ -49,8 +48,6 @@ class ProducerConnection(ProducerTransport, Protocol):
     producers: dict[int, Producer]
     waiting_producers: dict[int, Producer]
     producers_creating: set[int]
-
-    def spawn(self, coro: Awaitable[Any], request_id: int | None = None) -> asyncio.Task[Any]: ...
 
 
 def handle_producer(connection: ProducerConnection, m: pb.CommandProducer) -> None:
@@ -120,7 +117,7 @@ async def create_producer(connection: ProducerConnection, m: pb.CommandProducer)
     topic.dedup.attach(producer)
     requested_epoch = int(m.topic_epoch) if m.HasField("topic_epoch") else None
     if topic.add_producer(producer, requested_epoch) is Admission.QUEUE:
-        topic.queue_exclusive_waiter(producer, int(m.request_id))
+        topic.queue_exclusive_waiter(producer, int(m.request_id), schema_version)
         connection.waiting_producers[producer.producer_id] = producer
         connection.write(C.encode_producer_success(m.request_id, pname, -1, schema_version,
                                                    ready=False))
@@ -129,8 +126,4 @@ async def create_producer(connection: ProducerConnection, m: pb.CommandProducer)
         producer.close()
         return
     connection.producers[producer.producer_id] = producer
-    epoch = topic.access.topic_epoch if access_mode != pb.Shared else None
-    # Without deduplication Pulsar does not tell where the name's sequence stands.
-    last_sequence_id = producer.seq_state.persisted if topic.dedup_enabled() else -1
-    connection.write(C.encode_producer_success(m.request_id, pname, last_sequence_id,
-                                               schema_version, topic_epoch=epoch))
+    connection.write(topic.producer_success(producer, int(m.request_id), schema_version))

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from broker.net.view import ConnectionView
 from broker.topics.nonpersistent import NonPersistentTopic
 from broker.topics.schemas import (
     SchemaIncompatible,
@@ -39,11 +40,11 @@ __all__ = ["check_consumer_schema", "get_or_create_schema", "get_schema", "produ
 NO_SCHEMA = "Topic not found or no-schema"  # Pulsar's exact text
 
 
-class SchemaConnection(Protocol):
+class SchemaConnection(ConnectionView, Protocol):
+    """What the schema lookups need of their connection."""
+
     @property
     def service(self) -> BrokerService: ...
-
-    def write(self, data: bytes) -> None: ...
 
 
 async def producer_schema(service: BrokerService, topic: Topic | NonPersistentTopic,

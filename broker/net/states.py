@@ -22,24 +22,29 @@ A pair missing from the table is a protocol violation (:func:`unexpected`):
    be answered;
 3. in CLOSED the frame is dropped.
 
-Handlers are named methods of :class:`broker.net.connection.ServerConnection`; a test walks every
-(state, command type) pair.
+Handlers are the functions of :mod:`broker.net.handlers`, called with the connection and the
+decoded frame; a test walks every (state, command type) pair.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import IntEnum
 from types import MappingProxyType
 from typing import Final
 
+from broker.net import handlers as H
+from broker.net.handlers import CommandHost
 from protocol import pulsar_pb as pb
 from protocol.command_check import SUBFIELD_BY_TYPE
+from protocol.frames import Frame
 
 __all__ = [
     "ALL_COMMAND_TYPES",
     "TRANSITIONS",
     "ConnState",
+    "Handler",
     "Transition",
     "Unexpected",
     "request_id_of",
@@ -65,40 +70,44 @@ class Unexpected(IntEnum):
     DROP = 2    # ignore (connection already closed)
 
 
+Handler = Callable[[CommandHost, Frame], None]
+"""A command handler: called with the connection and the decoded frame."""
+
+
 @dataclass(frozen=True, slots=True)
 class Transition:
-    handler: str          # ServerConnection method name, called with the decoded Frame
+    handler: Handler
     next_state: ConnState
 
 
-def _t(handler: str, next_state: ConnState = ConnState.CONNECTED) -> Transition:
+def _t(handler: Handler, next_state: ConnState = ConnState.CONNECTED) -> Transition:
     return Transition(handler, next_state)
 
 
 _C = ConnState.CONNECTED
 
 TRANSITIONS: Final = MappingProxyType({
-    (ConnState.CONNECTING, T.CONNECT): _t("on_connect", ConnState.AUTHENTICATING),
-    (_C, T.AUTH_RESPONSE): _t("on_auth_response"),
-    (_C, T.PING): _t("on_ping"),
-    (_C, T.PONG): _t("on_pong"),
-    (_C, T.PARTITIONED_METADATA): _t("on_partitioned_metadata"),
-    (_C, T.LOOKUP): _t("on_lookup"),
-    (_C, T.GET_TOPICS_OF_NAMESPACE): _t("on_get_topics_of_namespace"),
-    (_C, T.GET_SCHEMA): _t("on_get_schema"),
-    (_C, T.GET_OR_CREATE_SCHEMA): _t("on_get_or_create_schema"),
-    (_C, T.PRODUCER): _t("on_producer"),
-    (_C, T.SEND): _t("on_send"),
-    (_C, T.CLOSE_PRODUCER): _t("on_close_producer"),
-    (_C, T.SUBSCRIBE): _t("on_subscribe"),
-    (_C, T.FLOW): _t("on_flow"),
-    (_C, T.ACK): _t("on_ack"),
-    (_C, T.REDELIVER_UNACKNOWLEDGED_MESSAGES): _t("on_redeliver"),
-    (_C, T.SEEK): _t("on_seek"),
-    (_C, T.UNSUBSCRIBE): _t("on_unsubscribe"),
-    (_C, T.CLOSE_CONSUMER): _t("on_close_consumer"),
-    (_C, T.GET_LAST_MESSAGE_ID): _t("on_get_last_message_id"),
-    (_C, T.CONSUMER_STATS): _t("on_consumer_stats"),
+    (ConnState.CONNECTING, T.CONNECT): _t(H.on_connect, ConnState.AUTHENTICATING),
+    (_C, T.AUTH_RESPONSE): _t(H.on_auth_response),
+    (_C, T.PING): _t(H.on_ping),
+    (_C, T.PONG): _t(H.on_pong),
+    (_C, T.PARTITIONED_METADATA): _t(H.on_partitioned_metadata),
+    (_C, T.LOOKUP): _t(H.on_lookup),
+    (_C, T.GET_TOPICS_OF_NAMESPACE): _t(H.on_get_topics_of_namespace),
+    (_C, T.GET_SCHEMA): _t(H.on_get_schema),
+    (_C, T.GET_OR_CREATE_SCHEMA): _t(H.on_get_or_create_schema),
+    (_C, T.PRODUCER): _t(H.on_producer),
+    (_C, T.SEND): _t(H.on_send),
+    (_C, T.CLOSE_PRODUCER): _t(H.on_close_producer),
+    (_C, T.SUBSCRIBE): _t(H.on_subscribe),
+    (_C, T.FLOW): _t(H.on_flow),
+    (_C, T.ACK): _t(H.on_ack),
+    (_C, T.REDELIVER_UNACKNOWLEDGED_MESSAGES): _t(H.on_redeliver),
+    (_C, T.SEEK): _t(H.on_seek),
+    (_C, T.UNSUBSCRIBE): _t(H.on_unsubscribe),
+    (_C, T.CLOSE_CONSUMER): _t(H.on_close_consumer),
+    (_C, T.GET_LAST_MESSAGE_ID): _t(H.on_get_last_message_id),
+    (_C, T.CONSUMER_STATS): _t(H.on_consumer_stats),
 })
 """Every accepted (state, BaseCommand.Type) pair."""
 

@@ -26,26 +26,24 @@ Runs on the broker loop; the awaits are the cancel journal's and the cursor's wr
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from broker.delayed.cancels import CancelResult
 from broker.delayed.policy import DelayPolicy
 from broker.delayed.tracker import DelayedDeliveryTracker
+from broker.subscriptions.dispatchers.cursors import SubscriptionCursor
+from protocol.sub_types import SubType
 from storage.positions import Position
 
 __all__ = ["CancelTarget", "SubscriptionCancel", "cancel_on_subscription", "delays_messages"]
-
-#: CommandSubscribe.SubType values whose dispatcher tracks deliver times.
-_SHARED, _KEY_SHARED = 1, 3
-
 
 class CancelConsumer(Protocol):
     """What the cancel needs to know of a consumer: the positions it holds unacknowledged."""
 
     @property
-    def pending(self) -> dict[Position, Any]: ...
+    def pending(self) -> Mapping[Position, object]: ...
 
 
 class CancelTarget(Protocol):
@@ -53,11 +51,10 @@ class CancelTarget(Protocol):
 
     name: str
     durable: bool
-    sub_type: int | None
+    sub_type: SubType | None
 
-    # storage's ManagedCursor (is_deleted, flush)
     @property
-    def cursor(self) -> Any: ...
+    def cursor(self) -> SubscriptionCursor: ...
 
     @property
     def consumers(self) -> Sequence[CancelConsumer]: ...
@@ -88,7 +85,7 @@ def delays_messages(sub: CancelTarget) -> bool:
     so a cancel right after a restart is not lost."""
     if sub.sub_type is None:
         return sub.durable
-    return sub.sub_type in (_SHARED, _KEY_SHARED)
+    return SubType(sub.sub_type).shares_messages
 
 
 async def cancel_on_subscription(sub: CancelTarget, position: Position,

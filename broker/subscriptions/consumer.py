@@ -33,11 +33,11 @@ from typing import Any, Protocol
 
 from broker.metrics.rates import RateMeter
 from protocol.commands import encode_active_consumer_change, encode_close_consumer, encode_message
+from protocol.sub_types import SubType
 from storage.positions import Position
 
-__all__ = ["MAX_UNACKED_MESSAGES_PER_CONSUMER", "SUB_TYPE_NAMES", "Consumer", "HashRange"]
+__all__ = ["MAX_UNACKED_MESSAGES_PER_CONSUMER", "Consumer", "HashRange"]
 
-SUB_TYPE_NAMES = {0: "Exclusive", 1: "Shared", 2: "Failover", 3: "Key_Shared"}
 #: Pulsar's maxUnackedMessagesPerConsumer: a Shared/Key_Shared consumer holding this many
 #: unacknowledged messages gets nothing more until it acks (protects against a stuck client).
 MAX_UNACKED_MESSAGES_PER_CONSUMER = 50_000
@@ -85,7 +85,7 @@ class Consumer:
         consumer_id: int,
         *,
         name: str,
-        sub_type: int,
+        sub_type: SubType | int,
         priority_level: int = 0,
         key_shared_mode: int | None = None,
         hash_ranges: tuple[HashRange, ...] = (),
@@ -96,7 +96,7 @@ class Consumer:
         self.side = side
         self.consumer_id = consumer_id
         self.name = name
-        self.sub_type = sub_type
+        self.sub_type = SubType(sub_type)
         self.priority_level = priority_level
         self.key_shared_mode = key_shared_mode
         self.hash_ranges = hash_ranges
@@ -130,7 +130,7 @@ class Consumer:
 
     @property
     def blocked_on_unacked(self) -> bool:
-        return self.sub_type in (1, 3) and \
+        return self.sub_type.shares_messages and \
             self.unacked_messages >= MAX_UNACKED_MESSAGES_PER_CONSUMER
 
     @property
@@ -227,7 +227,7 @@ class Consumer:
 
     @property
     def sub_type_name(self) -> str:
-        return SUB_TYPE_NAMES.get(self.sub_type, "Exclusive")
+        return self.sub_type.name
 
     def _counter_values(self) -> tuple[float, ...]:
         return (self.msg_out_counter, self.bytes_out_counter, self.msg_redeliver_counter,

@@ -32,17 +32,17 @@ import asyncio
 from typing import Any, Protocol
 
 from broker.metrics.rates import RateMeter
-from broker.subscriptions.consumer import SUB_TYPE_NAMES, Consumer
+from broker.subscriptions.consumer import Consumer
 from broker.subscriptions.selectors import ConsistentHashingSelector, StickyRangeSelector
 from protocol import pulsar_pb as pb
 from protocol.errors import ConsumerBusyError, MetadataError, NotAllowedError, ServiceNotReadyError
+from protocol.sub_types import SubType
 from storage.positions import Position
 
 __all__ = ["NON_PERSISTENT_ID", "NonPersistentSubscription", "SubscriptionOwner"]
 
 #: Pulsar's message id of every message of a non-persistent topic (receipts and dispatch).
 NON_PERSISTENT_ID = Position(0, 0)
-EXCLUSIVE, SHARED, FAILOVER, KEY_SHARED = 0, 1, 2, 3
 SEEK_NOT_SUPPORTED = "Seek command on non-persistent topic is not supported"
 
 
@@ -64,7 +64,7 @@ class NonPersistentSubscription:
         self.topic = topic
         self.name = name
         self.consumers: list[Consumer] = []
-        self.sub_type: int | None = None
+        self.sub_type: SubType | None = None
         self.key_shared_mode: int | None = None
         self.read_compacted = False
         self.closed = False
@@ -95,11 +95,11 @@ class NonPersistentSubscription:
         if self.consumers:
             if consumer.sub_type != self.sub_type:
                 raise ConsumerBusyError("Subscription is of different type")
-            if consumer.sub_type == EXCLUSIVE:
+            if consumer.sub_type == SubType.Exclusive:
                 raise ConsumerBusyError("Exclusive consumer is already connected")
-            if consumer.sub_type == KEY_SHARED and consumer.key_shared_mode != self.key_shared_mode:
+            if consumer.sub_type == SubType.Key_Shared and consumer.key_shared_mode != self.key_shared_mode:
                 raise ConsumerBusyError("Subscription is of different type (Key_Shared mode)")
-        if consumer.sub_type == KEY_SHARED:
+        if consumer.sub_type == SubType.Key_Shared:
             if not self.consumers or self._selector is None:
                 self._selector = (StickyRangeSelector() if consumer.key_shared_mode == pb.STICKY
                                   else ConsistentHashingSelector())
@@ -109,7 +109,7 @@ class NonPersistentSubscription:
         self.consumers.append(consumer)
 
     def after_subscribe(self, consumer: Consumer) -> None:
-        if self.sub_type == FAILOVER:
+        if self.sub_type == SubType.Failover:
             self._elect()
 
     def remove_consumer(self, consumer: Consumer) -> None:
@@ -122,7 +122,7 @@ class NonPersistentSubscription:
             self._active = None
         if not self.consumers:
             self.topic.forget_subscription(self)
-        elif self.sub_type == FAILOVER:
+        elif self.sub_type == SubType.Failover:
             self._elect()
 
     def _elect(self) -> None:
@@ -169,7 +169,7 @@ class NonPersistentSubscription:
         if not consumers:
             return None
         sub_type = self.sub_type
-        if sub_type == SHARED:
+        if sub_type == SubType.Shared:
             n = len(consumers)
             for i in range(n):
                 c = consumers[(self._next + i) % n]
@@ -177,10 +177,10 @@ class NonPersistentSubscription:
                     self._next = (self._next + i + 1) % n
                     return c
             return None
-        if sub_type == KEY_SHARED:
+        if sub_type == SubType.Key_Shared:
             owner = self._selector.select(sticky_hash) if self._selector is not None else None
             return owner if owner is not None and _can_take(owner) else None
-        active = self._active if sub_type == FAILOVER else consumers[0]
+        active = self._active if sub_type == SubType.Failover else consumers[0]
         return active if active is not None and _can_take(active) else None
 
     # ------------------------------------------------------------------ acks, seeks
@@ -216,8 +216,8 @@ class NonPersistentSubscription:
         """Pulsar's NonPersistentSubscriptionStats shape."""
         now = asyncio.get_running_loop().time()
         rate_out, thr_out, drop_rate = self._rates.rates(now, self._counter_values())
-        active = self._active if self.sub_type == FAILOVER else (
-            self.consumers[0] if self.sub_type == EXCLUSIVE and self.consumers else None)
+        active = self._active if self.sub_type == SubType.Failover else (
+            self.consumers[0] if self.sub_type == SubType.Exclusive and self.consumers else None)
         return {
             "msgRateOut": rate_out,
             "msgThroughputOut": thr_out,
@@ -231,8 +231,7 @@ class NonPersistentSubscription:
             "blockedSubscriptionOnUnackedMsgs": False,
             "msgDelayed": 0,
             "unackedMessages": 0,
-            "type": SUB_TYPE_NAMES.get(self.sub_type, "Exclusive")
-            if self.sub_type is not None else "None",
+            "type": SubType(self.sub_type).name if self.sub_type is not None else "None",
             "activeConsumerName": active.name if active is not None else None,
             "msgRateExpired": 0.0,
             "totalMsgExpired": 0,

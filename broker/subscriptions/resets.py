@@ -39,7 +39,7 @@ from collections.abc import Iterable
 from typing import Protocol
 
 from broker.delayed.tracker import DelayedDeliveryTracker
-from broker.subscriptions.consumer import SUB_TYPE_NAMES, Consumer
+from broker.subscriptions.consumer import Consumer
 from broker.subscriptions.dispatchers import Dispatcher
 from broker.subscriptions.dispatchers.cursors import (
     SubscriptionCursor,
@@ -50,19 +50,18 @@ from broker.subscriptions.dispatchers.cursors import (
 from broker.subscriptions.revision import Revision, RevisionController
 from protocol.errors import NotAllowedError
 from protocol.metadata import parse_entry
+from protocol.sub_types import SubType
 from storage.ledger import ManagedLedger
 from storage.positions import Position
 
 __all__ = ["CursorResets", "ResetTarget"]
-
-EXCLUSIVE, FAILOVER = 0, 2
 
 
 class ResetTarget(Protocol):
     """What the reset operations may touch of their subscription (implemented by
     :class:`broker.subscriptions.subscription.Subscription`)."""
 
-    sub_type: int | None
+    sub_type: SubType | None
     consumers: list[Consumer]
     dispatcher: Dispatcher | None
     delayed_tracker: DelayedDeliveryTracker | None
@@ -205,6 +204,16 @@ class CursorResets:
             rev.apply_at_end(edit)
         self._schedule()
 
+    def check_skip_by_message_ids(self) -> None:
+        """Pulsar's rule (``PersistentSubscription.skipMessages(List)``): a subscription whose
+        type acknowledges cumulatively (Exclusive, Failover) refuses, whether or not consumers
+        are connected now (its type outlives them); one that was never typed accepts."""
+        sub_type = self.sub.sub_type
+        if sub_type is not None and SubType(sub_type).single_active:
+            raise NotAllowedError(
+                "Skip messages by message ids is not allowed for subscription type "
+                f"{SubType(sub_type).name}: it acknowledges cumulatively")
+
     async def skip_by_message_ids(self, ids: Iterable[tuple[int, ...]]) -> None:
         """PIP-423: individually acknowledge given message ids (batch index optional). Ids of
         entries that do not exist, and batch indexes beyond their batch, are ignored (the admin
@@ -212,11 +221,8 @@ class CursorResets:
 
         Batch sizes are read (direct reads) before the revision starts; the batch-ack book is
         edited inside it."""
+        self.check_skip_by_message_ids()
         sub = self.sub
-        if sub.sub_type in (EXCLUSIVE, FAILOVER) and sub.consumers:
-            raise NotAllowedError(
-                f"Skip by message ids is not allowed on a {SUB_TYPE_NAMES[sub.sub_type]} "
-                "subscription")
         items: list[tuple[Position, int, int]] = []  # (position, batch index or -1, batch size)
         for item in ids:
             pos = Position(int(item[0]), int(item[1]))

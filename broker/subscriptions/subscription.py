@@ -35,7 +35,7 @@ from broker.delayed.policy import DelayPolicy
 from broker.delayed.tracker import DelayedDeliveryTracker
 from broker.metrics.rates import RateMeter
 from broker.metrics.sources import BucketIndexFigures
-from broker.subscriptions.consumer import SUB_TYPE_NAMES, Consumer
+from broker.subscriptions.consumer import Consumer
 from broker.subscriptions.dispatchers import (
     Dispatcher,
     KeySharedDispatcher,
@@ -58,6 +58,7 @@ from protocol.errors import (
     MetadataError,
     ServiceNotReadyError,
 )
+from protocol.sub_types import SubType
 from storage.cursor import ManagedCursor
 from storage.ledger import ManagedLedger
 from storage.positions import Position
@@ -70,7 +71,6 @@ __all__ = [
 log = logging.getLogger("horae.subscription")
 
 BUCKET_PROPERTY_PREFIX = "#pulsar.internal.delayed.bucket"
-EXCLUSIVE, SHARED, FAILOVER, KEY_SHARED = 0, 1, 2, 3
 
 
 class TopicContext(Protocol):
@@ -106,7 +106,7 @@ class Subscription:
         self.cursor = cursor
         self.durable = durable
         self.ledger = topic.ledger
-        self.sub_type: int | None = None
+        self.sub_type: SubType | None = None
         self.key_shared_mode: int | None = None
         self.consumers: list[Consumer] = []
         self.dispatcher: Dispatcher | None = None
@@ -259,9 +259,9 @@ class Subscription:
             return
         if consumer.sub_type != self.sub_type:
             raise ConsumerBusyError("Subscription is of different type")
-        if consumer.sub_type == EXCLUSIVE:
+        if consumer.sub_type == SubType.Exclusive:
             raise ConsumerBusyError("Exclusive consumer is already connected")
-        if consumer.sub_type == KEY_SHARED and consumer.key_shared_mode != self.key_shared_mode:
+        if consumer.sub_type == SubType.Key_Shared and consumer.key_shared_mode != self.key_shared_mode:
             raise ConsumerBusyError("Subscription is of different type (Key_Shared mode)")
 
     def _needs_new_dispatcher(self, consumer: Consumer) -> bool:
@@ -272,9 +272,9 @@ class Subscription:
 
     def _new_dispatcher(self, consumer: Consumer) -> Dispatcher:
         t = consumer.sub_type
-        if t == SHARED:
+        if t == SubType.Shared:
             return SharedDispatcher(self)
-        if t == KEY_SHARED:
+        if t == SubType.Key_Shared:
             return KeySharedDispatcher(self, consumer.key_shared_mode or 0)
         return SingleActiveDispatcher(self, t)
 
@@ -454,8 +454,7 @@ class Subscription:
             "blockedSubscriptionOnUnackedMsgs": False,
             "msgDelayed": delayed,
             "unackedMessages": sum(c.unacked_messages for c in self.consumers),
-            "type": SUB_TYPE_NAMES.get(self.sub_type, "Exclusive")
-            if self.sub_type is not None else "None",
+            "type": SubType(self.sub_type).name if self.sub_type is not None else "None",
             "activeConsumerName": active.name if active is not None else None,
             "msgRateExpired": self.expiry.rate(),
             "totalMsgExpired": self.expiry.total_expired,

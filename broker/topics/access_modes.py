@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import enum
 
+from protocol import commands as C
 from protocol import pulsar_pb as pb
 from protocol.errors import ProducerBusyError, ProducerFencedError
 
@@ -76,6 +77,14 @@ class ProducerAccess:
             return Admission.QUEUE
         self._grant(name, requested_epoch)
         return Admission.NOW
+
+    def producer_success(self, request_id: int, name: str, access_mode: int,
+                         last_sequence_id: int, schema_version: bytes | None) -> bytes:
+        """PRODUCER_SUCCESS of a producer that holds the topic now (admitted, or a waiter
+        promoted): it carries the topic epoch for every access mode but Shared."""
+        epoch = self.topic_epoch if access_mode != pb.Shared else None
+        return C.encode_producer_success(request_id, name, last_sequence_id, schema_version,
+                                         topic_epoch=epoch)
 
     def promote(self, name: str) -> None:
         """A queued WaitForExclusive producer takes the topic (it has no producer left)."""

@@ -28,12 +28,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import Any, Protocol
+from typing import Protocol
 
 from broker.subscriptions.dispatchers.cursors import before
 from protocol import pulsar_pb as pb
 from protocol.errors import ProtocolError
 from protocol.metadata import iter_batch, parse_metadata, split_entry
+from storage.ledger import ManagedLedger
+from storage.metadata import MetadataStore
 from storage.positions import Position
 
 __all__ = ["COMPACTION_CURSOR", "KIND", "TopicCompaction"]
@@ -52,9 +54,8 @@ class CompactedTopic(Protocol):
     full: str
     closed: bool
 
-    # storage's ManagedLedger (typed there)
     @property
-    def ledger(self) -> Any: ...
+    def ledger(self) -> ManagedLedger: ...
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop: ...
@@ -63,7 +64,7 @@ class CompactedTopic(Protocol):
 class TopicCompaction:
     """Compaction state and runs of one topic (see the module docstring)."""
 
-    def __init__(self, topic: CompactedTopic, metadata: Any) -> None:
+    def __init__(self, topic: CompactedTopic, metadata: MetadataStore) -> None:
         self.topic = topic
         self._md = metadata
         self.status = "NOT_RUN"
@@ -196,7 +197,7 @@ class TopicCompaction:
             cursor.mark_delete(target)
 
 
-def _before(ledger: Any, pos: Position) -> Position | None:
+def _before(ledger: ManagedLedger, pos: Position) -> Position | None:
     """The position before *pos*, or None when nothing of the ledger lies before it."""
     first = ledger.first_position
     if first is None or pos <= first or pos.entry_id <= 0:

@@ -44,6 +44,7 @@ from protocol.errors import (
     ServiceNotReadyError,
 )
 from protocol.metadata import parse_metadata, sticky_key_hash
+from protocol.sub_types import SubType
 from storage.positions import Position
 from storage.segment_file import DurableSink
 
@@ -84,7 +85,7 @@ class NonPersistentTopic:
         self.bytes_in_counter = 0
         self.entries_added_counter = 0
         self.msg_drop_counter = 0  # messages published while the topic had no subscription
-        self._exclusive_waiters: deque[tuple[Producer, int]] = deque()
+        self._exclusive_waiters: deque[tuple[Producer, int, bytes | None]] = deque()
         self._rates = RateMeter()
         self._producer_rates: dict[int, RateMeter] = {}
 
@@ -130,7 +131,7 @@ class NonPersistentTopic:
             self.msg_drop_counter += messages
             return
         sticky = 0
-        if any(s.sub_type == 3 for s in subs.values()):  # Key_Shared needs the key's hash
+        if any(s.sub_type == SubType.Key_Shared for s in subs.values()):  # needs the key's hash
             md = parse_metadata(entry)
             key = md.ordering_key if md.HasField("ordering_key") else \
                 md.partition_key.encode() if md.HasField("partition_key") else b""
@@ -164,8 +165,8 @@ class NonPersistentTopic:
                 raise ProducerBusyError(
                     f"Producer with name '{producer.name}' is already connected to topic")
         self._exclusive_waiters = deque(
-            (p, rid) for p, rid in self._exclusive_waiters
-            if not (p.closed or p.connection.is_closed))
+            w for w in self._exclusive_waiters
+            if not (w[0].closed or w[0].connection.is_closed))
         admission = self.access.admit(producer.access_mode, producer.name, requested_epoch,
                                       has_producers=bool(self.producers),
                                       has_waiters=bool(self._exclusive_waiters))
@@ -179,7 +180,7 @@ class NonPersistentTopic:
     def _fence_others(self) -> None:
         waiters = list(self._exclusive_waiters)
         self._exclusive_waiters.clear()
-        for waiter, request_id in waiters:
+        for waiter, request_id, _ in waiters:
             waiter.closed = True
             waiter.connection.producer_detached(waiter)
             waiter.connection.write(C.encode_error(request_id, ServerError.ProducerFenced,
@@ -200,18 +201,24 @@ class NonPersistentTopic:
         self._producer_rates.pop(id(producer), None)
         self.awaiting_durable.pop(producer, None)
         while not self.producers and self._exclusive_waiters and not self.closed:
-            waiter, request_id = self._exclusive_waiters.popleft()
+            waiter, request_id, schema_version = self._exclusive_waiters.popleft()
             conn = waiter.connection
             if conn.is_closed or waiter.closed:
                 continue
             self.access.promote(waiter.name)
             self._register(waiter)
             conn.producer_ready(waiter)
-            conn.write(C.encode_producer_success(request_id, waiter.name, -1, ready=True,
-                                                 topic_epoch=self.access.topic_epoch))
+            conn.write(self.producer_success(waiter, request_id, schema_version))
 
-    def queue_exclusive_waiter(self, producer: Producer, request_id: int) -> None:
-        self._exclusive_waiters.append((producer, request_id))
+    def queue_exclusive_waiter(self, producer: Producer, request_id: int,
+                               schema_version: bytes | None) -> None:
+        self._exclusive_waiters.append((producer, request_id, schema_version))
+
+    def producer_success(self, producer: Producer, request_id: int,
+                         schema_version: bytes | None) -> bytes:
+        """PRODUCER_SUCCESS of a producer holding the topic (no deduplication: sequence -1)."""
+        return self.access.producer_success(request_id, producer.name, producer.access_mode,
+                                            -1, schema_version)
 
     # ------------------------------------------------------------------ subscriptions
 

@@ -38,6 +38,7 @@ from typing import Any
 from broker.topics.names import TopicName
 from broker.topics.schema_compat import SchemaIncompatible, check_compatible
 from protocol import pulsar_pb as pb
+from storage.metadata import MetadataStore
 
 __all__ = ["KIND", "TYPE_BY_NAME", "TYPE_NAMES", "SchemaEntry", "SchemaIncompatible",
            "SchemaRegistry", "decode_version", "encode_version", "schema_id", "wire_fields"]
@@ -121,7 +122,7 @@ def wire_fields(schema: pb.Schema) -> tuple[str, bytes, dict[str, str]]:
 class SchemaRegistry:
     """Schema histories by schema id (see the module docstring)."""
 
-    def __init__(self, metadata: Any) -> None:
+    def __init__(self, metadata: MetadataStore) -> None:
         self._md = metadata
         self._cache: dict[str, list[SchemaEntry]] = {}
         self._locks: dict[str, asyncio.Lock] = {}

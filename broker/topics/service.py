@@ -15,13 +15,11 @@ One BrokerService per broker, living on the broker's event loop; the binary prot
   ``public/default`` always exist. The broker's heartbeat namespaces
   (:mod:`broker.topics.heartbeat`, used by the health check) are never registered: their
   topics may be created, but no tenant or namespace listing shows them.
-* Namespace and topic policies other than delayed delivery (deduplication, schema
-  compatibility, compaction threshold) are kept by ``self.policies``
+* Namespace and topic policies (deduplication, schema compatibility, compaction, retention,
+  TTL, quotas, delayed delivery) are kept by ``self.policies``
   (:class:`broker.topics.policies.PolicyStore`); schemas by ``self.schemas``
-  (:class:`broker.topics.schemas.SchemaRegistry`).
-* Delayed-delivery policies (kinds ``"namespace_policy"`` and ``"topic_policy"``) are
-  mirrored in memory too. A change drops the cached resolved policy of the affected loaded
-  topics, so it applies to the next message.
+  (:class:`broker.topics.schemas.SchemaRegistry`). A delayed-delivery change drops the cached
+  resolved policy of the affected loaded topics, so it applies to the next message.
 * One timer: a one-second tick feeding the topics' rate meters and running their housekeeping (the
   producer-sequence snapshot and ledger trimming, :meth:`broker.topics.topic.Topic.housekeeping`).
 * Broker-assigned producer names are ``<cluster>-<generation>-<n>``; the generation is a
@@ -40,14 +38,14 @@ from collections.abc import Callable
 from typing import Any
 
 from broker.config import BrokerConfig
-from broker.delayed.policy import DelayPolicy, resolve_policy
+from broker.delayed.policy import DelayPolicy
 from broker.security.authorization import AuthPolicies, NamespaceAuth
 from broker.topics import termination
 from broker.topics.heartbeat import HeartbeatNames
 from broker.topics.inactive import InactiveTopicSweeper
 from broker.topics.names import TopicName, is_valid_namespace, split_namespace
 from broker.topics.nonpersistent import NonPersistentTopic, NonPersistentTopics
-from broker.topics.policies import PolicyStore
+from broker.topics.policies import NS_DELAYED, TOPIC_DELAYED, PolicyStore
 from broker.topics.publish_refusals import PublishRefusals
 from broker.topics.schemas import SchemaRegistry, schema_id
 from broker.topics.storage_errors import StorageOp, storage_failure
@@ -60,6 +58,7 @@ from protocol.errors import (
     TopicNotFoundError,
 )
 from storage.errors import StorageError
+from storage.metadata import MetadataStore
 from storage.snapshots import SnapshotStore
 from storage.stats import StorageStats
 from storage.store import SegmentStore
@@ -94,9 +93,7 @@ class BrokerService:
         self._tenants: dict[str, dict[str, Any]] = {}
         self._namespaces: dict[str, dict[str, Any]] = {}
         self._partitioned: dict[str, int] = {}
-        self._ns_policies: dict[str, dict[str, Any]] = {}
-        self._topic_policies: dict[str, dict[str, Any]] = {}
-        self.policies = PolicyStore(config, store.metadata)  # dedup, schema, compaction
+        self.policies = PolicyStore(config, store.metadata)
         self.inactive = InactiveTopicSweeper(
             self.policies, config.broker_delete_inactive_topics_frequency_seconds,
             lambda full: self.delete_topic(full))
@@ -118,11 +115,9 @@ class BrokerService:
         self._namespaces = dict(await md.list("namespace"))
         self._partitioned = {k: int(v.get("partitions", 0)) for k, v in await md.list("topic")
                              if int(v.get("partitions", 0)) > 0}
-        self._ns_policies = dict(await md.list("namespace_policy"))
         generation = await md.get("broker", "generation")
         self._instance = int((generation or {}).get("value", -1)) + 1
         await md.put("broker", "generation", {"value": self._instance})
-        self._topic_policies = dict(await md.list("topic_policy"))
         await self.policies.load()
         self._timers = [self.loop.create_task(self._rates_loop())]
 
@@ -154,7 +149,7 @@ class BrokerService:
         return self.store.snapshots
 
     @property
-    def metadata(self) -> Any:
+    def metadata(self) -> MetadataStore:
         """The metadata store (compaction results are kept there)."""
         return self.store.metadata
 
@@ -460,8 +455,6 @@ class BrokerService:
         await self.store.metadata.delete("namespace", namespace)
         del self._namespaces[namespace]
         self._ns_auth.pop(namespace, None)
-        if namespace in self._ns_policies:
-            await self.remove_namespace_policy(namespace)
         await self.policies.drop_namespace(namespace)
 
     # ------------------------------------------------------------------ authorization data
@@ -519,40 +512,31 @@ class BrokerService:
         return namespace in self._namespaces
 
     # ------------------------------------------------------------------ delayed-delivery policies
-
-    async def get_namespace_policy(self, namespace: str) -> dict[str, Any] | None:
-        return self._ns_policies.get(namespace)
+    # (read with policies.delayed_body; a write drops loaded topics' cached resolution)
 
     async def set_namespace_policy(self, namespace: str, policy: dict[str, Any]) -> None:
-        await self.store.metadata.put("namespace_policy", namespace, policy)
-        self._ns_policies[namespace] = dict(policy)
+        await self.policies.set_namespace_field(namespace, NS_DELAYED, dict(policy))
         self._invalidate(lambda t: t.name.namespace == namespace)
 
     async def remove_namespace_policy(self, namespace: str) -> None:
-        await self.store.metadata.delete("namespace_policy", namespace)
-        self._ns_policies.pop(namespace, None)
+        await self.policies.remove_namespace_field(namespace, NS_DELAYED)
         self._invalidate(lambda t: t.name.namespace == namespace)
-
-    async def get_topic_policy(self, topic: str) -> dict[str, Any] | None:
-        return self._topic_policies.get(TopicName.parse(topic).full)
 
     async def set_topic_policy(self, topic: str, policy: dict[str, Any]) -> None:
         full = TopicName.parse(topic).full
-        await self.store.metadata.put("topic_policy", full, policy)
-        self._topic_policies[full] = dict(policy)
+        await self.policies.set_topic_field(full, TOPIC_DELAYED, dict(policy))
         self._invalidate(lambda t: full in (t.full, t.name.partitioned_parent))
 
     async def remove_topic_policy(self, topic: str) -> None:
-        await self._drop_topic_policy(TopicName.parse(topic).full)
+        full = TopicName.parse(topic).full
+        await self.policies.remove_topic_field(full, TOPIC_DELAYED)
+        self._invalidate(lambda t: full in (t.full, t.name.partitioned_parent))
 
     async def _drop_topic_policy(self, full: str) -> None:
         """The topic was deleted: its policies and (as Pulsar) its schema go with it."""
         await self.policies.drop_topic(full)
         await self.schemas.drop(schema_id(full))
-        if full in self._topic_policies:
-            await self.store.metadata.delete("topic_policy", full)
-            del self._topic_policies[full]
-            self._invalidate(lambda t: full in (t.full, t.name.partitioned_parent))
+        self._invalidate(lambda t: full in (t.full, t.name.partitioned_parent))
 
     def _invalidate(self, match: Callable[[Topic], bool]) -> None:
         for topic in list(self.topics.values()):
@@ -560,13 +544,8 @@ class BrokerService:
                 topic.invalidate_policy()
 
     def resolve_delay_policy(self, tn: TopicName) -> DelayPolicy:
-        """The effective DelayPolicy of a topic: topic (or its partitioned parent) policy over
-        namespace policy over broker config."""
-        ns_policy = self._ns_policies.get(tn.namespace)
-        topic_policy = self._topic_policies.get(tn.full)
-        if topic_policy is None and tn.is_partition:
-            topic_policy = self._topic_policies.get(tn.partitioned_parent)
-        return resolve_policy(self.config, ns_policy, topic_policy)
+        """The effective DelayPolicy of a topic (:meth:`PolicyStore.delay_policy`)."""
+        return self.policies.delay_policy(tn)
 
 
 def _in_namespace(full: str, namespace: str) -> bool:

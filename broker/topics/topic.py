@@ -152,7 +152,8 @@ class Topic:
         self._sub_creating: dict[str, asyncio.Future[Subscription]] = {}
         self._rates = RateMeter()
         self._producer_rates: dict[int, RateMeter] = {}
-        self._exclusive_waiters: deque[tuple[Producer, int]] = deque()
+        # WaitForExclusive producers: (producer, PRODUCER request id, schema version answered)
+        self._exclusive_waiters: deque[tuple[Producer, int, bytes | None]] = deque()
         self.access = ProducerAccess()
         # Producers whose oldest unanswered SEND waits for its append to become durable
         # (insertion-ordered set; maintained by the producers, drained by _on_durable).
@@ -327,7 +328,7 @@ class Topic:
         """ExclusiveWithFencing took the topic: fail every waiter, close every producer."""
         waiters = list(self._exclusive_waiters)
         self._exclusive_waiters.clear()
-        for waiter, request_id in waiters:
+        for waiter, request_id, _ in waiters:
             waiter.closed = True
             waiter.connection.producer_detached(waiter)
             waiter.connection.write(C.encode_error(request_id, ServerError.ProducerFenced,
@@ -339,8 +340,8 @@ class Topic:
         self.access.exclusive_name = exclusive_name  # the removals above released the old one
 
     def _drop_dead_waiters(self) -> None:
-        live = [(p, rid) for p, rid in self._exclusive_waiters
-                if not (p.closed or p.connection.is_closed)]
+        live = [w for w in self._exclusive_waiters
+                if not (w[0].closed or w[0].connection.is_closed)]
         if len(live) != len(self._exclusive_waiters):
             self._exclusive_waiters = deque(live)
 
@@ -362,22 +363,31 @@ class Topic:
         """WaitForExclusive producers queued for the topic (stats ``waitingPublishers``)."""
         return len(self._exclusive_waiters)
 
-    def queue_exclusive_waiter(self, producer: Producer, request_id: int) -> None:
+    def queue_exclusive_waiter(self, producer: Producer, request_id: int,
+                               schema_version: bytes | None) -> None:
         """A WaitForExclusive producer waits (FIFO) until the topic has no producer."""
-        self._exclusive_waiters.append((producer, request_id))
+        self._exclusive_waiters.append((producer, request_id, schema_version))
+
+    def producer_success(self, producer: Producer, request_id: int,
+                         schema_version: bytes | None) -> bytes:
+        """PRODUCER_SUCCESS for a producer that now holds the topic (created, or a queued
+        WaitForExclusive one promoted): the name's last persisted sequence id only with
+        deduplication on (Pulsar says nothing of it otherwise), the topic epoch for every
+        access mode but Shared."""
+        last_sequence_id = producer.seq_state.persisted if self.dedup_enabled() else -1
+        return self.access.producer_success(request_id, producer.name, producer.access_mode,
+                                            last_sequence_id, schema_version)
 
     def _promote_exclusive_waiter(self) -> None:
         while self._exclusive_waiters and not self.closed and not self.fenced:
-            producer, request_id = self._exclusive_waiters.popleft()
+            producer, request_id, schema_version = self._exclusive_waiters.popleft()
             conn = producer.connection
             if conn.is_closed or producer.closed:
                 continue
             self.access.promote(producer.name)
             self._register(producer)
             conn.producer_ready(producer)
-            conn.write(C.encode_producer_success(request_id, producer.name,
-                                                 producer.seq_state.persisted, ready=True,
-                                                 topic_epoch=self.access.topic_epoch))
+            conn.write(self.producer_success(producer, request_id, schema_version))
             return
 
     # ------------------------------------------------------------------ subscriptions
@@ -390,7 +400,7 @@ class Topic:
     async def get_or_create_subscription(self, name: str, *, durable: bool = True,
                                          initial_position: str = "latest",
                                          start_message_id: tuple[int, int] | None = None,
-                                         sub_type: int | None = None) -> Subscription:
+                                         ) -> Subscription:
         sub = self.subscriptions.get(name)
         if sub is not None:
             return sub

@@ -88,15 +88,18 @@ def recording_tables(calls: list[str]) -> StateTables:
     """The broker's table with every handler replaced by one that records its name."""
     fake = {}
     for key, transition in TRANSITIONS.items():
-        def record(self: ServerConnection, frame: Frame, name: str = transition.handler) -> None:
+        def record(self: ServerConnection, frame: Frame,
+                   name: str = transition.handler.__name__) -> None:
             calls.append(name)
         fake[key] = (record, transition.next_state)
     return build_tables(fake)
 
 
-def test_every_handler_named_in_the_table_exists() -> None:
-    for transition in TRANSITIONS.values():
-        assert callable(getattr(ServerConnection, transition.handler))
+def test_every_handler_in_the_table_is_a_command_handler_function() -> None:
+    for (_, cmd_type), transition in TRANSITIONS.items():
+        assert callable(transition.handler)
+        assert transition.handler.__module__ == "broker.net.handlers"
+        assert transition.handler.__name__.startswith("on_"), T.Type.Name(cmd_type)
 
 
 @pytest.mark.parametrize("state", list(ConnState), ids=lambda s: s.name)
@@ -112,7 +115,7 @@ async def test_every_state_and_command_pair_follows_the_table(state: ConnState, 
     conn._flush()
     transition = TRANSITIONS.get((state, cmd_type))
     if transition is not None:
-        assert recorded == [transition.handler]
+        assert recorded == [transition.handler.__name__]
         assert conn.state is transition.next_state
         assert not transport.closed
     elif state is ConnState.CLOSED:

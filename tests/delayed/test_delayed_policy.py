@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from broker.config import BrokerConfig
@@ -11,6 +13,9 @@ from broker.delayed.policy import (
     resolve_policy,
     validate_policy_body,
 )
+from broker.topics.names import TopicName
+from broker.topics.policies import PolicyStore
+from storage.metadata import MetadataStore
 
 
 def test_broker_defaults_are_pulsars() -> None:
@@ -105,3 +110,27 @@ def test_broker_config_accepts_the_designs_max_delay_key_and_refuses_negatives()
         load_config(overrides={"delayedDeliveryMaxDelayInMillis": 1,
                                "delayedDeliveryMaxDeliveryDelayInMillis": 2})
     assert "disagree" in str(both.value)
+
+
+async def test_policy_store_moves_legacy_delayed_kinds_into_its_fields(tmp_path: Path) -> None:
+    md = await MetadataStore.open(tmp_path / "m.db")
+    ns, parent = "public/default", "persistent://public/default/t"
+    await md.put("namespace_policy", ns, {"tickTime": 50})
+    await md.put("topic_policy", parent, {"maxDeliveryDelayInMillis": 3000})
+    await md.put("ns_policies", ns, {"deduplicationEnabled": True})
+    store = PolicyStore(BrokerConfig(), md)
+    await store.load()
+    assert await md.list("namespace_policy") == []
+    assert await md.list("topic_policy") == []
+    assert store.namespace(ns) == {"deduplicationEnabled": True,
+                                   "delayed_delivery_policies": {"tickTime": 50}}
+    assert store.delayed_body("topic", parent) == {"maxDeliveryDelayInMillis": 3000}
+    partition = TopicName.parse(parent).partition(1)
+    resolved = store.delay_policy(partition)
+    assert (resolved.tick_time_ms, resolved.max_delay_ms) == (50, 3000)
+    await md.close()
+    md = await MetadataStore.open(tmp_path / "m.db")
+    reloaded = PolicyStore(BrokerConfig(), md)
+    await reloaded.load()
+    assert reloaded.delay_policy(partition) == resolved
+    await md.close()

@@ -50,6 +50,7 @@ from broker.subscriptions.dispatchers.cursors import SubscriptionCursor
 from broker.subscriptions.revision import RevisionSource
 from protocol.errors import ProtocolError
 from protocol.metadata import EntryInfo, parse_entry, peek_dispatch, sticky_key_hash
+from protocol.sub_types import SubType
 from storage.ledger import ManagedLedger
 from storage.positions import Entry, Position
 
@@ -99,7 +100,7 @@ class DispatchContext(Protocol):
 class Dispatcher:
     """Base dispatcher: replay set, pending-ack index, read loop."""
 
-    sub_type: int = -1
+    sub_type: SubType | None = None  # set by each concrete dispatcher
     delayed_capable = False
     needs_hash = False
 

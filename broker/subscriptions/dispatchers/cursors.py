@@ -91,6 +91,8 @@ class SubscriptionCursor(Protocol):
 
     def reset(self, pos: Position) -> None: ...
 
+    async def flush(self) -> None: ...
+
 
 class MemoryCursor:
     """A non-durable cursor for readers, with the ManagedCursor interface the broker uses."""

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 from broker.subscriptions.dispatchers.base import DispatchContext, Dispatcher
 from broker.subscriptions.selectors import ConsistentHashingSelector, StickyRangeSelector
 from protocol.metadata import EntryInfo
+from protocol.sub_types import SubType
 from storage.positions import Position
 
 if TYPE_CHECKING:
@@ -45,7 +46,7 @@ class _SlotOwner:
 
 
 class KeySharedDispatcher(Dispatcher):
-    sub_type = 3
+    sub_type = SubType.Key_Shared
     delayed_capable = True
     needs_hash = True
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from broker.subscriptions.dispatchers.base import DispatchContext, Dispatcher
 from protocol.metadata import EntryInfo
+from protocol.sub_types import SubType
 from storage.positions import Position
 
 if TYPE_CHECKING:
@@ -24,7 +25,7 @@ __all__ = ["SharedDispatcher"]
 
 
 class SharedDispatcher(Dispatcher):
-    sub_type = 1
+    sub_type = SubType.Shared
     delayed_capable = True
 
     def __init__(self, sub: DispatchContext) -> None:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from broker.subscriptions.dispatchers.base import DispatchContext, Dispatcher
 from protocol.metadata import EntryInfo
+from protocol.sub_types import SubType
 from storage.positions import Position
 
 if TYPE_CHECKING:
@@ -27,7 +28,7 @@ __all__ = ["SingleActiveDispatcher"]
 
 
 class SingleActiveDispatcher(Dispatcher):
-    def __init__(self, sub: DispatchContext, sub_type: int) -> None:
+    def __init__(self, sub: DispatchContext, sub_type: SubType) -> None:
         super().__init__(sub)
         self.sub_type = sub_type
         self.active: Consumer | None = None
@@ -38,7 +39,7 @@ class SingleActiveDispatcher(Dispatcher):
         self.schedule()
 
     def after_subscribe(self, consumer: Consumer) -> None:
-        if self.sub_type == 2:
+        if self.sub_type == SubType.Failover:
             consumer.notify_active(consumer is self.active)
 
     def remove_consumer(self, consumer: Consumer) -> None:
@@ -67,7 +68,7 @@ class SingleActiveDispatcher(Dispatcher):
         if previous is not None and previous in self.consumers:
             # The new active consumer gets everything the old one has not acknowledged.
             self.hand_back(previous, None, count_redelivery=False)
-        if self.sub_type == 2:
+        if self.sub_type == SubType.Failover:
             for c in self.consumers:
                 if c is not joining:  # a joining consumer is told after its SUCCESS
                     c.notify_active(c is chosen)

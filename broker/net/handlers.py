@@ -1,0 +1,170 @@
+"""The command handlers of a connection: one function per accepted command type.
+
+Theory of operation: :data:`broker.net.states.TRANSITIONS` maps each accepted
+(state, command type) pair to one of these functions; :class:`broker.net.connection.ServerConnection`
+calls it with itself and the decoded frame. A handler answers from memory at once (PING, SEND,
+FLOW, ACK, ...) or spawns a task for work that needs IO or a topic load (PRODUCER, SUBSCRIBE,
+LOOKUP, ...); a :class:`protocol.errors.RequestError` raised synchronously is answered by the
+connection's dispatcher, one raised in a task by :class:`broker.net.requests.RequestTasks`.
+Handlers see the connection only through :class:`CommandHost`, the union of the views its
+parts use (handshake, lookups, schemas, producers) plus its consumer side; the work itself
+belongs to those parts.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Protocol
+
+from broker.net import lookup, schemas
+from broker.net.consumers import ConsumerSide
+from broker.net.lookup import LookupConnection
+from broker.net.producers import ProducerConnection, handle_close_producer, handle_producer
+from broker.net.schemas import SchemaConnection
+from broker.topics.names import TopicName
+from protocol import commands as C
+from protocol.errors import RequestError, ServerError
+from protocol.frames import Frame
+
+__all__ = ["CommandHost"]
+
+log = logging.getLogger("horae.net.connection")
+
+
+class CommandHost(LookupConnection, ProducerConnection, SchemaConnection, Protocol):
+    """What the handlers use of their connection."""
+
+    def close(self, reason: str = "") -> None: ...
+
+    def consumer_side(self) -> ConsumerSide:
+        """The connection's consumer side, created on first use."""
+        ...
+
+    @property
+    def existing_consumer_side(self) -> ConsumerSide | None:
+        """The consumer side if a consumer command created it, else None."""
+        ...
+
+
+# ---------------------------------------------------------------------- handshake, keep-alive
+
+def on_connect(conn: CommandHost, frame: Frame) -> None:
+    conn.handshake.on_connect(frame)
+
+
+def on_auth_response(conn: CommandHost, frame: Frame) -> None:
+    conn.handshake.on_auth_response(frame)
+
+
+def on_ping(conn: CommandHost, frame: Frame) -> None:
+    conn.write(C.encode_pong())
+
+
+def on_pong(conn: CommandHost, frame: Frame) -> None:
+    pass  # the connection's last_received was refreshed when the frame arrived
+
+
+# ---------------------------------------------------------------------- lookups, schemas
+
+def on_partitioned_metadata(conn: CommandHost, frame: Frame) -> None:
+    lookup.answer_partitioned_metadata(conn, frame.command.partitionMetadata)
+
+
+def on_lookup(conn: CommandHost, frame: Frame) -> None:
+    lookup.answer_lookup(conn, frame.command.lookupTopic)
+
+
+def on_get_topics_of_namespace(conn: CommandHost, frame: Frame) -> None:
+    lookup.answer_topics_of_namespace(conn, frame.command.getTopicsOfNamespace)
+
+
+def on_get_schema(conn: CommandHost, frame: Frame) -> None:
+    m = frame.command.getSchema
+    conn.spawn(schemas.get_schema(conn, m), m.request_id)
+
+
+def on_get_or_create_schema(conn: CommandHost, frame: Frame) -> None:
+    m = frame.command.getOrCreateSchema
+    conn.spawn(schemas.get_or_create_schema(conn, m), m.request_id)
+
+
+# ---------------------------------------------------------------------- producers
+
+def on_producer(conn: CommandHost, frame: Frame) -> None:
+    handle_producer(conn, frame.command.producer)
+
+
+def on_send(conn: CommandHost, frame: Frame) -> None:
+    send = frame.command.send
+    producer = conn.producers.get(send.producer_id)
+    if producer is None:
+        # Pulsar closes the connection too: the client's view of its producers is wrong.
+        log.warning("SEND for unknown producer %d from %s", send.producer_id,
+                    conn.remote_address)
+        conn.close("send for unknown producer")
+        return
+    producer.on_send(frame, send)
+
+
+def on_close_producer(conn: CommandHost, frame: Frame) -> None:
+    handle_close_producer(conn, frame.command.close_producer)
+
+
+# ---------------------------------------------------------------------- consumers
+
+def on_subscribe(conn: CommandHost, frame: Frame) -> None:
+    m = frame.command.subscribe
+    if conn.service.closing:
+        conn.write(C.encode_error(m.request_id, ServerError.ServiceNotReady,
+                                  "Broker is shutting down"))
+        return
+    conn.handshake.require_consume(TopicName.parse(m.topic).full, m.subscription)
+    conn.spawn(conn.consumer_side().handle_subscribe(m), m.request_id)
+
+
+def on_flow(conn: CommandHost, frame: Frame) -> None:
+    conn.consumer_side().handle_flow(frame.command.flow)
+
+
+def on_ack(conn: CommandHost, frame: Frame) -> None:
+    ack = frame.command.ack
+    try:
+        conn.consumer_side().handle_ack(ack)
+    except RequestError as exc:
+        if ack.HasField("request_id"):
+            conn.write(C.encode_ack_response(ack.consumer_id, ack.request_id,
+                                             error=exc.code, message=exc.message))
+
+
+def on_redeliver(conn: CommandHost, frame: Frame) -> None:
+    conn.consumer_side().handle_redeliver(frame.command.redeliverUnacknowledgedMessages)
+
+
+def on_seek(conn: CommandHost, frame: Frame) -> None:
+    m = frame.command.seek
+    conn.spawn(conn.consumer_side().handle_seek(m), m.request_id)
+
+
+def on_unsubscribe(conn: CommandHost, frame: Frame) -> None:
+    m = frame.command.unsubscribe
+    conn.spawn(conn.consumer_side().handle_unsubscribe(m), m.request_id)
+
+
+def on_close_consumer(conn: CommandHost, frame: Frame) -> None:
+    m = frame.command.close_consumer
+    side = conn.existing_consumer_side
+    if side is None:
+        # No consumer was ever created here; Pulsar answers SUCCESS for unknown ids too.
+        conn.write(C.encode_success(m.request_id))
+        return
+    conn.spawn(side.handle_close_consumer(m), m.request_id)
+
+
+def on_get_last_message_id(conn: CommandHost, frame: Frame) -> None:
+    m = frame.command.getLastMessageId
+    conn.spawn(conn.consumer_side().handle_get_last_message_id(m), m.request_id)
+
+
+def on_consumer_stats(conn: CommandHost, frame: Frame) -> None:
+    m = frame.command.consumerStats
+    conn.spawn(conn.consumer_side().handle_consumer_stats(m), m.request_id)
