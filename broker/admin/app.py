@@ -13,7 +13,7 @@ event-loop lag probe, started in ``on_startup`` and stopped in ``on_cleanup``.
 from __future__ import annotations
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from broker.admin import (
     brokers,
@@ -33,18 +33,18 @@ from broker.admin.auth import SECURITY_KEY, RestSecurity, auth_middleware
 from broker.admin.errors import error_middleware
 from broker.admin.facade import ADMIN_KEY, AdminFacade
 from broker.admin.responses import facade_of, json_response
-from broker.metrics import create_registry
+from broker.metrics import BrokerRegistry, create_registry, exposition
 from broker.metrics.lag import LoopLagProbe
 from broker.security.authentication import AuthenticationService
 from broker.security.authorization import AuthorizationService
 from broker.topics.service import BrokerService
 
-REGISTRY_KEY = web.AppKey("horae_registry", CollectorRegistry)
+REGISTRY_KEY = web.AppKey("horae_registry", BrokerRegistry)
 LAG_PROBE_KEY = web.AppKey("horae_lag_probe", LoopLagProbe)
 
 
 async def metrics(request: web.Request) -> web.Response:
-    body = generate_latest(request.app[REGISTRY_KEY])
+    body = await exposition(request.app[REGISTRY_KEY])  # collected in slices, rendered off the loop
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
