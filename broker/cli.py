@@ -108,7 +108,8 @@ def _rollup(argv: list[str]) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from broker.config import ConfigError, load_settings, log_ignored
+    from broker.config import ConfigError
+    from broker.config_loading import load_settings, log_ignored
     from broker.logs import configure_logging
 
     overrides: dict[str, object] = {}

@@ -10,8 +10,8 @@ used in Pulsar's ``broker.conf`` (``brokerServicePort``, ``delayedDeliveryTickTi
 Sources, weakest first: the defaults below (Pulsar standalone's, unless a comment says why
 not), a config file (TOML or Pulsar's broker.conf format), environment variables
 (``PULSAR_PREFIX_<key>``, then ``HORAE_<key>``), then overrides (CLI flags, test fixtures) given
-as a ``{camelCaseKey: value}`` mapping (:func:`load_settings`; reading files and the environment
-is :mod:`broker.config_sources`). Text values (broker.conf, environment) are typed by the field
+as a ``{camelCaseKey: value}`` mapping (:func:`broker.config_loading.load_settings`; reading
+files and the environment is :mod:`broker.config_sources`). Text values (broker.conf, environment) are typed by the field
 they set. Unknown keys and values of the wrong type are errors that name the key: a typo must
 never be silently ignored; only keys of Pulsar's own that Horae does not implement, in a
 broker.conf or a ``PULSAR_PREFIX_`` variable, are skipped and reported. The resulting object is
@@ -27,11 +27,9 @@ from __future__ import annotations
 import dataclasses
 import logging
 import pathlib
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from broker.config_sources import SourceError, environment_settings, read_config_file
 from broker.listeners import parse_listeners
 from storage.config import StorageConfig
 from storage.diskusage import check_watermarks
@@ -39,14 +37,13 @@ from storage.diskusage import check_watermarks
 __all__ = [
     "DELAYED_TRACKER_BUCKET",
     "DELAYED_TRACKER_IN_MEMORY",
+    "FIELDS_BY_KEY",
+    "FIELD_TYPES",
+    "KEY_OF_FIELD",
     "LOG_FORMATS",
     "BrokerConfig",
     "ConfigError",
-    "LoadedConfig",
     "config_keys",
-    "load_config",
-    "load_settings",
-    "log_ignored",
     "storage_config",
 ]
 
@@ -363,7 +360,7 @@ class BrokerConfig:
                     "health_check_timeout_ms")
         for name in positive:
             if getattr(self, name) <= 0:
-                raise ConfigError(f"{_KEY_OF[name]} must be > 0, not {getattr(self, name)}")
+                raise ConfigError(f"{KEY_OF_FIELD[name]} must be > 0, not {getattr(self, name)}")
         try:
             check_watermarks(high=self.disk_usage_threshold, low=self.disk_usage_lwm_threshold)
         except ValueError as exc:
@@ -380,7 +377,7 @@ class BrokerConfig:
                      "broker_delete_inactive_topics_frequency_seconds",
                      "backlog_quota_check_interval_in_seconds"):
             if getattr(self, name) <= 0:
-                raise ConfigError(f"{_KEY_OF[name]} must be > 0, not {getattr(self, name)}")
+                raise ConfigError(f"{KEY_OF_FIELD[name]} must be > 0, not {getattr(self, name)}")
         if self.delayed_delivery_max_delay_in_millis < 0:
             raise ConfigError("delayedDeliveryMaxDelayInMillis must be >= 0 (0 = no limit), "
                               f"not {self.delayed_delivery_max_delay_in_millis}")
@@ -396,136 +393,22 @@ class BrokerConfig:
 
     def to_dict(self) -> dict[str, object]:
         """``{camelCaseKey: value}`` for every setting (e.g. for a TOML dump or the admin API)."""
-        return {_KEY_OF[f.name]: getattr(self, f.name) for f in dataclasses.fields(self)}
+        return {KEY_OF_FIELD[f.name]: getattr(self, f.name) for f in dataclasses.fields(self)}
 
 
-_FIELDS = {f.metadata["key"]: f for f in dataclasses.fields(BrokerConfig)}
-_KEY_OF = {f.name: key for key, f in _FIELDS.items()}
+#: Every setting's dataclass field by its broker.conf key (aliases included; see below).
+FIELDS_BY_KEY = {f.metadata["key"]: f for f in dataclasses.fields(BrokerConfig)}
+KEY_OF_FIELD = {f.name: key for key, f in FIELDS_BY_KEY.items()}
 #: Other spellings accepted for a key: PIP-315's design names the max-delay setting
 #: ``delayedDeliveryMaxDeliveryDelayInMillis``; Pulsar's broker.conf ``delayedDeliveryMaxDelayInMillis``.
 _KEY_ALIASES = {"delayedDeliveryMaxDeliveryDelayInMillis": "delayedDeliveryMaxDelayInMillis"}
-_FIELDS.update({alias: _FIELDS[key] for alias, key in _KEY_ALIASES.items()})
-_TYPES: dict[str, type] = {"int": int, "float": float, "bool": bool, "str": str}
+FIELDS_BY_KEY.update({alias: FIELDS_BY_KEY[key] for alias, key in _KEY_ALIASES.items()})
+FIELD_TYPES: dict[str, type] = {"int": int, "float": float, "bool": bool, "str": str}
 
 
 def config_keys() -> dict[str, str]:
     """``{camelCaseKey: doc}`` of every setting, in declaration order (aliases left out)."""
-    return {key: f.metadata["doc"] for key, f in _FIELDS.items() if key not in _KEY_ALIASES}
-
-
-_TRUE = frozenset({"true", "yes", "on", "1"})
-_FALSE = frozenset({"false", "no", "off", "0"})
-
-
-def _from_text(key: str, want: type, text: str, source: str) -> object:
-    """*text* (from broker.conf or the environment) as the field's type, or ConfigError."""
-    stripped = text.strip()
-    try:
-        if want is bool:
-            if stripped.lower() in _TRUE:
-                return True
-            if stripped.lower() in _FALSE:
-                return False
-            raise ValueError(text)
-        if want is int:
-            return int(stripped)
-        if want is float:
-            return float(stripped)
-    except ValueError:
-        raise ConfigError(f"config key {key!r} in {source} must be {want.__name__}, "
-                          f"not {text!r}") from None
-    return text
-
-
-def _convert(values: Mapping[str, object], *, source: str,
-             text: bool = False) -> dict[str, object]:
-    out: dict[str, object] = {}
-    for key, value in values.items():
-        f = _FIELDS.get(key)
-        if f is None:
-            hint = ""
-            lowered = {k.lower(): k for k in _FIELDS}
-            if key.lower() in lowered:
-                hint = f" (did you mean {lowered[key.lower()]!r}?)"
-            raise ConfigError(f"unknown config key {key!r} in {source}{hint}")
-        ftype = f.type if isinstance(f.type, str) else f.type.__name__
-        if ftype.endswith(" | None"):  # optional settings (e.g. brokerServicePortTls)
-            ftype = ftype.removesuffix(" | None")
-            if value is None or (text and isinstance(value, str) and not value.strip()):
-                out[f.name] = None
-                continue
-        want = _TYPES[ftype]
-        if text and isinstance(value, str):
-            value = _from_text(key, want, value, source)
-        # bool is an int subclass: `maxMessageSize = true` must not become 1.
-        ok = isinstance(value, want) and not (want is not bool and isinstance(value, bool))
-        if want is float and isinstance(value, int) and not isinstance(value, bool):
-            value, ok = float(value), True
-        if not ok:
-            raise ConfigError(
-                f"config key {key!r} in {source} must be {want.__name__}, "
-                f"not {type(value).__name__} {value!r}")
-        if f.name in out and out[f.name] != value:
-            raise ConfigError(f"config keys {_KEY_OF[f.name]!r} and its alias in {source} "
-                              f"disagree: {out[f.name]!r} vs {value!r}")
-        out[f.name] = value
-    return out
-
-
-@dataclass(frozen=True, slots=True)
-class LoadedConfig:
-    """A loaded config and, per source, the Pulsar keys it set that Horae does not implement."""
-
-    config: BrokerConfig
-    ignored: dict[str, list[str]]
-
-
-def load_settings(path: str | pathlib.Path | None = None,
-                  overrides: Mapping[str, object] | None = None, *,
-                  environ: Mapping[str, str] | None = None) -> LoadedConfig:
-    """Defaults < the config file at *path* < *environ* < *overrides* (module docstring).
-
-    The file is TOML or broker.conf (:func:`broker.config_sources.read_config_file`); *environ*
-    is searched for ``PULSAR_PREFIX_<key>`` and ``HORAE_<key>``; pass ``os.environ`` to use the
-    process's (None reads no environment). Raises :class:`ConfigError`.
-    """
-    values: dict[str, object] = {}
-    ignored: dict[str, list[str]] = {}
-    try:
-        if path is not None:
-            from_file = read_config_file(path, _FIELDS)
-            values.update(_convert(from_file.values, source=repr(str(path)), text=True))
-            if from_file.ignored:
-                ignored[str(path)] = from_file.ignored
-        if environ is not None:
-            from_env = environment_settings(environ, _FIELDS)
-            values.update(_convert(from_env.values, source="the environment", text=True))
-            if from_env.ignored:
-                ignored["PULSAR_PREFIX_* environment variables"] = from_env.ignored
-    except SourceError as exc:
-        raise ConfigError(str(exc)) from None
-    if overrides:
-        values.update(_convert(overrides, source="overrides"))
-    try:
-        config = BrokerConfig(**values)  # type: ignore[arg-type]
-    except TypeError as exc:  # pragma: no cover - _convert already checked names
-        raise ConfigError(str(exc)) from None
-    return LoadedConfig(config, ignored)
-
-
-def load_config(path: str | pathlib.Path | None = None,
-                overrides: Mapping[str, object] | None = None, *,
-                environ: Mapping[str, str] | None = None) -> BrokerConfig:
-    """:func:`load_settings`, logging the skipped Pulsar-only keys as a warning."""
-    loaded = load_settings(path, overrides, environ=environ)
-    log_ignored(loaded.ignored)
-    return loaded.config
-
-
-def log_ignored(ignored: Mapping[str, list[str]]) -> None:
-    for source, keys in ignored.items():
-        log.warning("ignoring %d Pulsar setting(s) Horae does not implement, from %s: %s",
-                    len(keys), source, ", ".join(sorted(keys)))
+    return {key: f.metadata["doc"] for key, f in FIELDS_BY_KEY.items() if key not in _KEY_ALIASES}
 
 
 def storage_config(config: BrokerConfig) -> StorageConfig:

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import uvloop
 
-from broker.config import load_config
+from broker.config_loading import load_config
 
 if TYPE_CHECKING:
     from broker.server import BrokerServer

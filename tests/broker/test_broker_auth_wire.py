@@ -197,7 +197,7 @@ def test_producer_and_consumer_limits_refuse_the_request_and_keep_the_connection
 
 
 def test_non_loopback_listener_without_authentication_warns_at_start() -> None:
-    from broker.config import load_config
+    from broker.config_loading import load_config
     from broker.server import insecure_listener_warning
 
     warning = insecure_listener_warning(load_config(None, {"bindAddress": "0.0.0.0"}))

@@ -12,9 +12,9 @@ from broker.config import (
     BrokerConfig,
     ConfigError,
     config_keys,
-    load_config,
     storage_config,
 )
+from broker.config_loading import load_config
 
 
 def test_defaults_are_pulsar_standalone_values() -> None:

@@ -6,7 +6,8 @@ import pathlib
 
 import pytest
 
-from broker.config import DELAYED_TRACKER_BUCKET, ConfigError, load_config, load_settings
+from broker.config import DELAYED_TRACKER_BUCKET, ConfigError
+from broker.config_loading import load_config, load_settings
 from broker.config_sources import parse_broker_conf, parse_env_file
 
 BROKER_CONF = f"""\

@@ -97,7 +97,8 @@ def test_resolve_clamps_stored_delays_to_the_bound() -> None:
 
 
 def test_broker_config_accepts_the_designs_max_delay_key_and_refuses_negatives() -> None:
-    from broker.config import ConfigError, load_config
+    from broker.config import ConfigError
+    from broker.config_loading import load_config
 
     config = load_config(overrides={"delayedDeliveryMaxDeliveryDelayInMillis": 5000})
     assert config.delayed_delivery_max_delay_in_millis == 5000

@@ -103,7 +103,7 @@ def test_services_pdb_and_servicemonitor_select_the_broker_pod() -> None:
 
 
 def test_configmap_settings_load_as_a_valid_broker_config() -> None:
-    from broker.config import load_config
+    from broker.config_loading import load_config
 
     [configmap] = _by_kind("ConfigMap")
     config = load_config(None, environ=configmap["data"])

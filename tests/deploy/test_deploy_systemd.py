@@ -74,7 +74,7 @@ def test_unit_keeps_the_data_dir_writable_and_everything_else_read_only() -> Non
 
 
 def test_env_file_loads_as_a_valid_broker_config() -> None:
-    from broker.config import load_config
+    from broker.config_loading import load_config
     from broker.config_sources import parse_env_file
 
     env = parse_env_file(ENV_FILE.read_text())

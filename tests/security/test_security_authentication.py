@@ -10,7 +10,7 @@ import bcrypt
 import jwt
 import pytest
 
-from broker.config import load_config
+from broker.config_loading import load_config
 from broker.security.authentication import (
     PROVIDER_BASIC,
     PROVIDER_TLS,

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from broker.config import load_config
+from broker.config_loading import load_config
 from broker.security.authorization import (
     AuthAction,
     AuthorizationService,

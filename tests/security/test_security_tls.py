@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from broker.config import load_config
+from broker.config_loading import load_config
 from broker.security.authentication import TlsCertAuthenticator
 from broker.security.errors import SecurityConfigError
 from broker.security.tls import (
