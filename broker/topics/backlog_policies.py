@@ -57,7 +57,9 @@ class PolicedTopic(Protocol):
     ledger: ManagedLedger
     loop: asyncio.AbstractEventLoop
     subscriptions: dict[str, Subscription]
-    producers: dict[str, Producer]
+
+    @property
+    def producers(self) -> dict[str, Producer]: ...
 
     def backlog_size_bytes(self) -> int: ...
 

@@ -42,7 +42,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import deque
 from collections.abc import Callable
 from typing import Protocol
 
@@ -54,7 +53,7 @@ from broker.delayed.residual import delete_residual_snapshots
 from broker.delayed.tracker import DelayedDeliveryTracker
 from broker.metrics.rates import PUBLISH_LATENCY_BUCKETS_MS, RateMeter
 from broker.subscriptions.subscription import Subscription
-from broker.topics.access_modes import Admission, ProducerAccess
+from broker.topics.access_modes import Admission, ProducerAccess, ProducerAdmission
 from broker.topics.backlog_policies import BacklogPolicies
 from broker.topics.compaction import COMPACTION_CURSOR, TopicCompaction
 from broker.topics.dedup import DEDUP_CURSOR, MessageDeduplication
@@ -65,12 +64,8 @@ from broker.topics.publish_refusals import PublishRefusals
 from broker.topics.storage_errors import StorageOp, storage_failure
 from broker.topics.termination import TERMINATED_REASON, Termination
 from broker.topics.trim import LedgerTrimmer
-from protocol import commands as C
-from protocol import pulsar_pb as pb
 from protocol.errors import (
     NotAllowedError,
-    ProducerBusyError,
-    ServerError,
     ServiceNotReadyError,
     SubscriptionNotFoundError,
     TopicTerminatedError,
@@ -131,7 +126,7 @@ class Topic:
         self.full = name.full
         self.ledger = ledger
         self.loop = host.loop
-        self.producers: dict[str, Producer] = {}
+        self.admission = ProducerAdmission(self.full, self.producer_success, self._accepting)
         self.subscriptions: dict[str, Subscription] = {}
         self.msg_in_counter = 0
         self.bytes_in_counter = 0
@@ -151,10 +146,6 @@ class Topic:
         self._notify_scheduled = False
         self._sub_creating: dict[str, asyncio.Future[Subscription]] = {}
         self._rates = RateMeter()
-        self._producer_rates: dict[int, RateMeter] = {}
-        # WaitForExclusive producers: (producer, PRODUCER request id, schema version answered)
-        self._exclusive_waiters: deque[tuple[Producer, int, bytes | None]] = deque()
-        self.access = ProducerAccess()
         # Producers whose oldest unanswered SEND waits for its append to become durable
         # (insertion-ordered set; maintained by the producers, drained by _on_durable).
         self.awaiting_durable: dict[Producer, None] = {}
@@ -294,6 +285,15 @@ class Topic:
 
     # ------------------------------------------------------------------ producers
 
+    @property
+    def producers(self) -> dict[str, Producer]:
+        """The attached producers by name (owned by ``self.admission``)."""
+        return self.admission.producers
+
+    @property
+    def access(self) -> ProducerAccess:
+        return self.admission.access
+
     def add_producer(self, producer: Producer, requested_epoch: int | None = None) -> Admission:
         """Attach *producer* by its access mode (:mod:`broker.topics.access_modes`); returns
         NOW/FENCE_OTHERS when it is attached, QUEUE when the caller must queue it
@@ -303,70 +303,24 @@ class Topic:
         if self.termination.terminated:
             raise TopicTerminatedError(TERMINATED_REASON)
         self.backlog.admit_producer()
-        existing = self.producers.get(producer.name)
-        if existing is not None:
-            if existing.connection.is_closed or producer.epoch > existing.epoch:
-                # The client reconnected (its epoch grows on every reconnect, Pulsar's
-                # isSuccessorTo) before this broker noticed the old connection was gone.
-                existing.connection.producer_detached(existing)
-                existing.close()
-            elif producer.access_mode != pb.ExclusiveWithFencing:
-                raise ProducerBusyError(
-                    f"Producer with name '{producer.name}' is already connected to topic")
-        self._drop_dead_waiters()
-        admission = self.access.admit(producer.access_mode, producer.name, requested_epoch,
-                                      has_producers=bool(self.producers),
-                                      has_waiters=bool(self._exclusive_waiters))
-        if admission is Admission.QUEUE:
-            return admission
-        if admission is Admission.FENCE_OTHERS:
-            self._fence_others()
-        self._register(producer)
-        return admission
+        return self.admission.add(producer, requested_epoch)
 
-    def _fence_others(self) -> None:
-        """ExclusiveWithFencing took the topic: fail every waiter, close every producer."""
-        waiters = list(self._exclusive_waiters)
-        self._exclusive_waiters.clear()
-        for waiter, request_id, _ in waiters:
-            waiter.closed = True
-            waiter.connection.producer_detached(waiter)
-            waiter.connection.write(C.encode_error(request_id, ServerError.ProducerFenced,
-                                                   "Fenced out"))
-        exclusive_name = self.access.exclusive_name
-        for p in list(self.producers.values()):
-            log.info("fencing out producer %s on %s", p.name, self.full)
-            p.disconnect()
-        self.access.exclusive_name = exclusive_name  # the removals above released the old one
-
-    def _drop_dead_waiters(self) -> None:
-        live = [w for w in self._exclusive_waiters
-                if not (w[0].closed or w[0].connection.is_closed)]
-        if len(live) != len(self._exclusive_waiters):
-            self._exclusive_waiters = deque(live)
-
-    def _register(self, producer: Producer) -> None:
-        self.producers[producer.name] = producer
-        self._producer_rates[id(producer)] = RateMeter()
+    def _accepting(self) -> bool:
+        return not (self.closed or self.fenced)
 
     def remove_producer(self, producer: Producer) -> None:
-        if self.producers.get(producer.name) is producer:
-            del self.producers[producer.name]
-            self.access.released(producer.name, producer.access_mode)
-        self._producer_rates.pop(id(producer), None)
         self.awaiting_durable.pop(producer, None)
-        if not self.producers and self._exclusive_waiters:
-            self._promote_exclusive_waiter()
+        self.admission.remove(producer)
 
     @property
     def waiting_publishers(self) -> int:
         """WaitForExclusive producers queued for the topic (stats ``waitingPublishers``)."""
-        return len(self._exclusive_waiters)
+        return self.admission.waiting
 
     def queue_exclusive_waiter(self, producer: Producer, request_id: int,
                                schema_version: bytes | None) -> None:
         """A WaitForExclusive producer waits (FIFO) until the topic has no producer."""
-        self._exclusive_waiters.append((producer, request_id, schema_version))
+        self.admission.queue(producer, request_id, schema_version)
 
     def producer_success(self, producer: Producer, request_id: int,
                          schema_version: bytes | None) -> bytes:
@@ -375,20 +329,8 @@ class Topic:
         deduplication on (Pulsar says nothing of it otherwise), the topic epoch for every
         access mode but Shared."""
         last_sequence_id = producer.seq_state.persisted if self.dedup_enabled() else -1
-        return self.access.producer_success(request_id, producer.name, producer.access_mode,
-                                            last_sequence_id, schema_version)
-
-    def _promote_exclusive_waiter(self) -> None:
-        while self._exclusive_waiters and not self.closed and not self.fenced:
-            producer, request_id, schema_version = self._exclusive_waiters.popleft()
-            conn = producer.connection
-            if conn.is_closed or producer.closed:
-                continue
-            self.access.promote(producer.name)
-            self._register(producer)
-            conn.producer_ready(producer)
-            conn.write(self.producer_success(producer, request_id, schema_version))
-            return
+        return self.access.producer_success(request_id, producer, last_sequence_id,
+                                            schema_version)
 
     # ------------------------------------------------------------------ subscriptions
 
@@ -516,10 +458,7 @@ class Topic:
 
     def sample_rates(self, now: float) -> None:
         self._rates.sample(now, self._counter_values())
-        for p in self.producers.values():
-            meter = self._producer_rates.get(id(p))
-            if meter is not None:
-                meter.sample(now, (p.msg_in_counter, p.bytes_in_counter))
+        self.admission.sample_rates(now)
         for sub in list(self.subscriptions.values()):
             sub.sample_rates(now)
 
@@ -543,11 +482,7 @@ class Topic:
 
     def producer_rates(self, producer: Producer, now: float) -> tuple[float, float]:
         """(msgRateIn, msgThroughputIn) of one of this topic's producers, per second."""
-        meter = self._producer_rates.get(id(producer))
-        if meter is None:
-            return 0.0, 0.0
-        r = meter.rates(now, (producer.msg_in_counter, producer.bytes_in_counter))
-        return r[0], r[1]
+        return self.admission.producer_rates(producer, now)
 
     @property
     def trimmed_ledgers(self) -> int:
