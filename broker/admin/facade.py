@@ -178,11 +178,6 @@ class AdminFacade:
         else:
             await self.service.remove_topic_policy(key)
 
-    # --- addresses -----------------------------------------------------------------------
-    def broker_url(self) -> str:
-        """The pulsar:// URL clients should use (the actual bound port when configured 0)."""
-        return self.service.service_url
-
 
 #: Where create_app keeps the facade for the handlers.
 ADMIN_KEY = web.AppKey("horae_admin", AdminFacade)

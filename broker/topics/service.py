@@ -39,6 +39,7 @@ from typing import Any
 
 from broker.config import BrokerConfig
 from broker.delayed.policy import DelayPolicy
+from broker.listeners import Listeners, ServiceUrls, service_urls
 from broker.security.authorization import NamespaceAuth
 from broker.topics import termination
 from broker.topics.heartbeat import HeartbeatNames
@@ -83,6 +84,7 @@ class BrokerService:
         self.web_port = config.web_service_port
         self.broker_port_tls: int | None = None  # bound TLS ports, set by the server
         self.web_port_tls: int | None = None
+        self.listeners = Listeners.parse(config.advertised_listeners, config.internal_listener_name)
         self.closing = False
         self._loading: dict[str, asyncio.Future[Topic]] = {}
         # Topics being closed: a reload must wait, or the store would hand back the ledger
@@ -145,13 +147,17 @@ class BrokerService:
         """The metadata store (compaction results are kept there)."""
         return self.store.metadata
 
-    @property
-    def service_url(self) -> str:
-        return f"pulsar://{self.config.advertised_address}:{self.broker_port}"
+    def urls(self, local_host: str | None = None) -> ServiceUrls:
+        """This broker's URLs as advertised to a client that reached it on *local_host*
+        (None: the configured ``advertisedAddress``), with the bound ports."""
+        return service_urls(self.config.advertised_address, local_host,
+                            broker_port=self.broker_port, broker_port_tls=self.broker_port_tls,
+                            web_port=self.web_port, web_port_tls=self.web_port_tls)
 
-    @property
-    def web_url(self) -> str:
-        return f"http://{self.config.advertised_address}:{self.web_port}"
+    def lookup_url(self, listener: str | None, local_host: str | None) -> str:
+        """The ``pulsar://`` URL a lookup answers (by listener name when one is asked for or
+        configured); raises ServiceNotReadyError for an unknown listener name."""
+        return self.listeners.lookup_url(listener, self.urls(local_host).broker_url)
 
     @property
     def heartbeat(self) -> HeartbeatNames:
@@ -419,13 +425,12 @@ class BrokerService:
 
     async def get_cluster(self, name: str) -> dict[str, Any]:
         """The cluster record: the stored one over this broker's own URLs."""
-        host = self.config.advertised_address
-        own: dict[str, Any] = {"serviceUrl": self.web_url,
-                               "brokerServiceUrl": self.service_url}
-        if self.web_port_tls is not None:
-            own["serviceUrlTls"] = f"https://{host}:{self.web_port_tls}"
-        if self.broker_port_tls is not None:
-            own["brokerServiceUrlTls"] = f"pulsar+ssl://{host}:{self.broker_port_tls}"
+        urls = self.urls()
+        own: dict[str, Any] = {"serviceUrl": urls.web_url, "brokerServiceUrl": urls.broker_url}
+        if urls.web_url_tls is not None:
+            own["serviceUrlTls"] = urls.web_url_tls
+        if urls.broker_url_tls is not None:
+            own["brokerServiceUrlTls"] = urls.broker_url_tls
         return {**own, **(await self.tenancy.cluster_record(name))}
 
     # ------------------------------------------------------------------ delayed-delivery policies
