@@ -24,6 +24,7 @@ import time
 import uuid
 from typing import Protocol
 
+from broker.metrics.rates import iso_ms
 from broker.net.limits import check_consumers
 from broker.net.schemas import check_consumer_schema
 from broker.net.view import ConnectionView
@@ -310,9 +311,9 @@ class ConsumerSide:
                 error_message=f"Consumer {cmd.consumer_id} not found"))
             return
         sub = self.subscription_of(consumer)
+        # Rates as the service's once-a-second tick sampled them: a stats read changes nothing.
         rate_out, thr_out, rate_redeliver, ack_rate = consumer.rates(
             asyncio.get_running_loop().time())
-        consumer.sample_rates(asyncio.get_running_loop().time())
         self.connection.write(encode_consumer_stats_response(
             cmd.request_id,
             msgRateOut=rate_out,
@@ -323,7 +324,7 @@ class ConsumerSide:
             unackedMessages=consumer.unacked_messages,
             blockedConsumerOnUnackedMsgs=consumer.blocked_on_unacked,
             address=self.remote_address,
-            connectedSince=str(consumer.connected_since_ms),
+            connectedSince=iso_ms(consumer.connected_since_ms),  # Pulsar: the stats' string
             type=consumer.sub_type_name,
             msgRateExpired=0.0,
             msgBacklog=sub.cursor.backlog if isinstance(sub, Subscription) else 0,

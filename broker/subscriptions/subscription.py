@@ -411,9 +411,9 @@ class Subscription:
         return (self.msg_out_counter, self.bytes_out_counter,
                 sum(c.msg_redeliver_counter for c in self.consumers))
 
-    def sample_rates(self, now: float | None = None) -> None:
-        """Take a rate sample (the topic's once-a-second sampler may call this; stats() does)."""
-        now = asyncio.get_running_loop().time() if now is None else now
+    def sample_rates(self, now: float) -> None:
+        """Take a rate sample (the service's once-a-second tick, through the topic); reading
+        the stats never does."""
         self._rates.sample(now, self._counter_values())
         for c in self.consumers:
             c.sample_rates(now)
@@ -429,7 +429,6 @@ class Subscription:
         """Pulsar's SubscriptionStats shape."""
         now = asyncio.get_running_loop().time()
         rate_out, thr_out, rate_redeliver = self._rates.rates(now, self._counter_values())
-        self.sample_rates(now)
         backlog = self.cursor.backlog
         delayed = self.msg_delayed
         dispatcher = self.dispatcher
