@@ -255,13 +255,13 @@ class ConsumerSide:
         sub = self._attached_to(cmd.consumer_id).subscription
         if cmd.HasField("message_id"):
             try:
-                await sub.reset_cursor(
+                await sub.resets.reset_cursor(
                     wire_position(cmd.message_id.ledgerId, cmd.message_id.entryId))
             except StorageError as exc:
                 raise storage_failure(exc, StorageOp.SEEK_MESSAGE_ID).error from exc
         elif cmd.HasField("message_publish_time"):
             try:
-                await sub.reset_cursor_to_timestamp(cmd.message_publish_time)
+                await sub.resets.reset_cursor_to_timestamp(cmd.message_publish_time)
             except StorageError as exc:
                 raise storage_failure(exc, StorageOp.SEEK_PUBLISH_TIME).error from exc
         else:
