@@ -66,6 +66,7 @@ class Broker:
     proc: subprocess.Popen[bytes]
     data: pathlib.Path
     log: pathlib.Path
+    web_port: int | None = None
 
     @property
     def url(self) -> str:
@@ -95,7 +96,9 @@ def _running(broker: Broker) -> Iterator[Broker]:
 
 
 @contextlib.contextmanager
-def start_horae(tmp: pathlib.Path, *, fsync: bool = True, name: str | None = None) -> Iterator[Broker]:
+def start_horae(tmp: pathlib.Path, *, fsync: bool = True, name: str | None = None,
+                config: str = "") -> Iterator[Broker]:
+    """A Horae broker; *config* is extra TOML lines for its config file."""
     name = name or ("horae" if fsync else "horae-nofsync")
     port, web = free_port(), free_port()
     data = tmp / name
@@ -104,12 +107,14 @@ def start_horae(tmp: pathlib.Path, *, fsync: bool = True, name: str | None = Non
             str(port), "--web-port", str(web), "--bind-address", "127.0.0.1",
             "--advertised-address", "127.0.0.1", "--log-level", "WARNING"]
     if not fsync:
+        config = f"journalSyncData = false\n{config}"
+    if config:
         conf = tmp / f"{name}.toml"
-        conf.write_text("journalSyncData = false\n")
+        conf.write_text(config)
         args += ["--config", str(conf)]
     with log.open("wb") as fh:
         proc = subprocess.Popen(args, cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT)
-    with _running(Broker(name, "127.0.0.1", port, proc, data, log)) as broker:
+    with _running(Broker(name, "127.0.0.1", port, proc, data, log, web)) as broker:
         yield broker
 
 

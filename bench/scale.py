@@ -18,12 +18,20 @@ Three phases, each bounded by ``--timeout`` seconds:
    is sampled every 0.5 s: read throughput in messages/s and entries/s, RSS before, max and
    after (a flat memory line is the target).
 
+With ``--metrics-seconds S`` (> 0) phase 2 is followed, topics still open, by a metrics phase:
+the broker writes a metric snapshot every ``--export-interval`` seconds
+(``metricsExportIntervalSeconds``) while one connection PINGs the broker every 10 ms for S
+seconds (the PONG round trip is how long the event loop was unavailable: its maximum is the
+longest stall), and ``/metrics`` is scraped once (its wall time, its size). Then the same PING
+probe runs for S seconds with no scrape (the exports alone).
+
 Loopback only, free ports, temporary data directory removed on exit. Never run by the tests.
 
 Usage::
 
     .venv/bin/python bench/scale.py [--connections 10000] [--topics 10000]
         [--backlog 10000000] [--batch 100] [--size 100] [--json FILE] [--profile DIR]
+        [--metrics-seconds 0] [--export-interval 5]
 """
 
 from __future__ import annotations
@@ -37,6 +45,7 @@ import shutil
 import sys
 import tempfile
 import time
+import urllib.request
 from typing import Any
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
@@ -99,6 +108,46 @@ async def open_producers(conns: list[RawConnection], topics: int, concurrency: i
                                                  i + 1, i + 1, f"scale-{i}"), T.PRODUCER_SUCCESS)
 
     await asyncio.wait_for(asyncio.gather(*(one(i) for i in range(topics))), timeout_s)
+
+
+async def ping_stalls(conn: RawConnection, seconds: float) -> list[float]:
+    """PING every 10 ms for *seconds*: the PONG round trips (s), sorted."""
+    rtts: list[float] = []
+    deadline = time.perf_counter() + seconds
+    while time.perf_counter() < deadline:
+        t0 = time.perf_counter()
+        await conn.request(C.encode_ping(), T.PONG)
+        rtts.append(time.perf_counter() - t0)
+        await asyncio.sleep(0.01)  # the probe's period, not a wait for an event
+    return sorted(rtts)
+
+
+def _scrape(url: str) -> tuple[float, int]:
+    t0 = time.perf_counter()
+    with urllib.request.urlopen(url, timeout=600) as response:  # loopback only
+        size = len(response.read())
+    return time.perf_counter() - t0, size
+
+
+async def metrics_phase(broker: Broker, args: argparse.Namespace, out: dict[str, Any]) -> None:
+    loop = asyncio.get_running_loop()
+    conn = await connect(broker)
+    url = f"http://{broker.host}:{broker.web_port}/metrics"
+    cpu0 = cpu_seconds(broker.pid)
+    probe = loop.create_task(ping_stalls(conn, args.metrics_seconds))
+    scrape_s, size = await loop.run_in_executor(None, _scrape, url)
+    rtts = await probe
+    out["metrics_scrape_s"] = scrape_s
+    out["metrics_scrape_mib"] = size / 2**20
+    out["ping_max_ms_with_scrape"] = rtts[-1] * 1000
+    cpu1 = cpu_seconds(broker.pid)
+    rtts = await ping_stalls(conn, args.metrics_seconds)
+    out["ping_max_ms_exports_only"] = rtts[-1] * 1000
+    out["ping_p99_ms_exports_only"] = rtts[int(len(rtts) * 0.99)] * 1000
+    out["broker_cpu_pct_exports_only"] = (100.0 * (cpu_seconds(broker.pid) - cpu1)
+                                          / args.metrics_seconds)
+    out["broker_cpu_s_scrape_phase"] = cpu1 - cpu0
+    conn.close()
 
 
 async def backlog_phase(broker: Broker, args: argparse.Namespace, out: dict[str, Any]) -> None:
@@ -173,6 +222,8 @@ async def run(broker: Broker, args: argparse.Namespace) -> dict[str, Any]:
             path = recorder.outputs["idle-topics"]
             print(f"py-spy, Horae with {args.topics} idle topics ({path}):")
             print(summarise_collapsed(path.read_text(errors="replace")))
+        if args.metrics_seconds > 0:
+            await metrics_phase(broker, args, out)
     for conn in conns:
         conn.close()
     if args.backlog:
@@ -192,6 +243,10 @@ def main() -> None:
     parser.add_argument("--in-flight", type=int, default=100, help="SENDs in flight (backlog)")
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds per phase")
     parser.add_argument("--json", type=pathlib.Path, metavar="FILE")
+    parser.add_argument("--metrics-seconds", type=float, default=0.0,
+                        help="metrics phase: PING probe seconds (0: no metrics phase)")
+    parser.add_argument("--export-interval", type=int, default=5,
+                        help="metricsExportIntervalSeconds of the broker")
     parser.add_argument("--profile", type=pathlib.Path, metavar="DIR",
                         help="py-spy the broker over the idle-topics phase into DIR")
     args = parser.parse_args()
@@ -200,7 +255,8 @@ def main() -> None:
         parser.error(f"RLIMIT_NOFILE is {nofile}: too low for {args.connections} connections")
     tmp = pathlib.Path(tempfile.mkdtemp(prefix="horae-scale-"))
     try:
-        with start_horae(tmp) as broker, asyncio.Runner(
+        config = f"metricsExportIntervalSeconds = {args.export_interval}\n"
+        with start_horae(tmp, config=config) as broker, asyncio.Runner(
                 loop_factory=uvloop.new_event_loop) as runner:
             out = runner.run(run(broker, args))
     finally:

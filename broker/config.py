@@ -34,6 +34,7 @@ from typing import TypeVar
 from broker.config_sources import SourceError, environment_settings, read_config_file
 from broker.listeners import parse_listeners
 from storage.config import StorageConfig
+from storage.diskusage import check_watermarks
 
 __all__ = [
     "DELAYED_TRACKER_BUCKET",
@@ -363,11 +364,10 @@ class BrokerConfig:
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{_KEY_OF[name]} must be > 0, not {getattr(self, name)}")
-        if not 0 < self.disk_usage_lwm_threshold <= self.disk_usage_threshold <= 1:
-            raise ConfigError(
-                "diskUsageLwmThreshold and diskUsageThreshold must satisfy 0 < "
-                f"diskUsageLwmThreshold <= diskUsageThreshold <= 1, not "
-                f"{self.disk_usage_lwm_threshold} and {self.disk_usage_threshold}")
+        try:
+            check_watermarks(high=self.disk_usage_threshold, low=self.disk_usage_lwm_threshold)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
         if self.broker_delete_inactive_topics_mode not in INACTIVE_TOPIC_MODES:
             raise ConfigError("brokerDeleteInactiveTopicsMode must be one of "
                               f"{list(INACTIVE_TOPIC_MODES)}, not "

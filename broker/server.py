@@ -50,7 +50,7 @@ from broker.admin.app import create_app
 from broker.config import BrokerConfig, storage_config
 from broker.delayed.residual import is_snapshot_key
 from broker.logs import ACCESS_LOGGER, HttpAccessLogger
-from broker.metrics import create_registry
+from broker.metrics import attach_publish_buffer, create_registry
 from broker.metrics.snapshots import MetricSnapshotWriter, run_exporter
 from broker.net.connection import ServerConnection
 from broker.net.handshake import ConnectionSecurity
@@ -118,6 +118,7 @@ class BrokerServer:
                                              measure_space=self._measure_space,
                                              is_snapshot_key=is_snapshot_key)
         service = self._service = BrokerService(self.config, self.store, loop)
+        attach_publish_buffer(service, self.publish_buffer)
         await service.start()
         config = self.config
         authentication = AuthenticationService.from_config(config)  # reads key files: start-up only
@@ -210,13 +211,14 @@ class BrokerServer:
             site_tls = web.TCPSite(self._runner, self.config.bind_address,
                                    self.config.web_service_port_tls, reuse_address=True,
                                    ssl_context=self.tls.listening)
+            listening = len(self._runner.addresses)
             await site_tls.start()
-            tls_sockets = getattr(getattr(site_tls, "_server", None), "sockets", None) or []
-            self.web_port_tls = service.web_port_tls = (
-                _bound_port(tls_sockets) if tls_sockets else self.config.web_service_port_tls)
+            # The runner lists its sites' bound addresses in start order: the TLS site's follow.
+            self.web_port_tls = service.web_port_tls = int(
+                self._runner.addresses[listening][1])
 
     def _start_exporter(self, service: BrokerService) -> None:
-        collect = create_registry(service).collect
+        collect = create_registry(service).collect_async
         writer = MetricSnapshotWriter(self.data_dir, f"{self.config.advertised_address}:"
                                       f"{self.web_port}", self.config.cluster_name,
                                       self.config.metrics_export_retention_hours)

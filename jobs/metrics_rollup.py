@@ -9,8 +9,8 @@ Theory of operation
 Input is the snapshot schema of ``jobs/SCHEMA.md`` (gzip JSON Lines, one sample per line); it
 is the only thing this module knows about the broker, and it imports nothing from it.
 
-1. **Discover.** Local input is listed and every ``.gz`` is test-decompressed in the driver
-   (threads; zlib releases the GIL) before Spark starts, so a corrupt file is named in a
+1. **Discover** (``jobs/rollup_inputs.py``). Local input is listed and every ``.gz`` is
+   test-decompressed in the driver before Spark starts, so a corrupt file is named in a
    warning and skipped, and an empty or missing directory exits 2 without starting a JVM.
    Remote input (``hdfs://``, ``s3a://``) is listed through Hadoop; corrupt files there are
    skipped by ``spark.sql.files.ignoreCorruptFiles`` and reported in Spark's log only.
@@ -46,17 +46,13 @@ empty input, every file corrupt, no valid line), 1 on an unexpected failure.
 from __future__ import annotations
 
 import argparse
-import gzip
 import logging
 import os
 import re
 import sys
 import time
-import zlib
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -65,6 +61,13 @@ if TYPE_CHECKING:
 
 from jobs import rollup_report
 from jobs.rollup_aggregate import ALL_WINDOW, GROUP_LABELS, Window, rollup
+from jobs.rollup_inputs import (
+    InputListing,
+    discover_local,
+    discover_remote,
+    is_remote,
+    local_path,
+)
 
 log = logging.getLogger("horae.rollup")
 
@@ -75,14 +78,6 @@ EXIT_NO_INPUT = 2
 KNOWN_TYPES = ("counter", "gauge", "histogram", "summary", "untyped")
 _WINDOW_RE = re.compile(r"^(\d+)([smhd])$")
 _UNIT_MS = {"s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
-_SCHEME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
-
-
-@dataclass(frozen=True, slots=True)
-class InputListing:
-    files: list[str]
-    skipped: list[tuple[str, str]]  # (path, reason)
-    remote: bool
 
 
 @dataclass(slots=True)
@@ -147,73 +142,6 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-validate", action="store_true", help="skip the driver-side gzip check of local files"
     )
     return parser
-
-
-# -- stage 1: discover -------------------------------------------------------------------------
-
-
-def _is_remote(path: str) -> bool:
-    return bool(_SCHEME_RE.match(path)) and not path.startswith("file:")
-
-
-def _local_path(path: str) -> Path:
-    return Path(re.sub(r"^file:(//)?", "", path)) if path.startswith("file:") else Path(path)
-
-
-def _is_snapshot_name(name: str) -> bool:
-    # Hidden and underscore files are in-progress writes (.x.tmp) or Hadoop markers.
-    return not name.startswith((".", "_")) and name.endswith((".jsonl.gz", ".jsonl"))
-
-
-def _check_gzip(path: Path) -> str | None:
-    """Why ``path`` cannot be read, or None. Decompresses it fully: CRC and length checked."""
-    try:
-        if path.stat().st_size == 0:
-            return "empty file (not a gzip stream)"
-        if path.suffix != ".gz":
-            return None
-        with gzip.open(path, "rb") as stream:
-            while stream.read(1 << 20):
-                pass
-    except (OSError, EOFError, zlib.error) as exc:
-        return f"corrupt gzip: {exc}"
-    return None
-
-
-def discover_local(root: Path, *, validate: bool = True) -> InputListing:
-    """List snapshot files under ``root`` (recursively) and set corrupt ones aside."""
-    candidates = sorted(p for p in root.rglob("*") if p.is_file() and _is_snapshot_name(p.name))
-    skipped: list[tuple[str, str]] = []
-    if validate and candidates:
-        workers = min(8, os.cpu_count() or 1, len(candidates))
-        with ThreadPoolExecutor(max_workers=workers) as pool:
-            problems = list(pool.map(_check_gzip, candidates))
-    else:
-        problems = [None] * len(candidates)
-    files: list[str] = []
-    for path, problem in zip(candidates, problems, strict=True):
-        if problem is None:
-            files.append(str(path.resolve()))
-        else:
-            skipped.append((str(path), problem))
-    return InputListing(files, skipped, remote=False)
-
-
-def discover_remote(spark: SparkSession, uri: str) -> InputListing:
-    """List snapshot files under a Hadoop URI (no driver-side validation)."""
-    jvm = spark.sparkContext._jvm
-    assert jvm is not None
-    jpath = jvm.org.apache.hadoop.fs.Path(uri)
-    fs = jpath.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
-    if not fs.exists(jpath):
-        return InputListing([], [], remote=True)
-    files: list[str] = []
-    it = fs.listFiles(jpath, True)
-    while it.hasNext():
-        status = it.next()
-        if _is_snapshot_name(status.getPath().getName()) and status.getLen() > 0:
-            files.append(status.getPath().toString())
-    return InputListing(sorted(files), [], remote=True)
 
 
 # -- stage 2: parse ----------------------------------------------------------------------------
@@ -511,8 +439,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.error("%s", exc)
         return EXIT_NO_INPUT
     listing: InputListing | None = None
-    if not _is_remote(args.input):
-        root = _local_path(args.input)
+    if not is_remote(args.input):
+        root = local_path(args.input)
         if not root.is_dir():
             log.error("input directory %s does not exist: nothing to roll up", root)
             return EXIT_NO_INPUT

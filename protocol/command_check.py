@@ -15,6 +15,8 @@ instead. Every violation raises :class:`~protocol.errors.MalformedFrameError`. U
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Final
 
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
@@ -23,12 +25,13 @@ from google.protobuf.message import DecodeError, Message
 from protocol import pulsar_pb as pb
 from protocol.errors import MalformedFrameError
 
-# BaseCommand.Type value -> name of the sub-message field that must accompany it (Pulsar numbers
-# each sub-message field after its type, so the descriptor gives the map).
-_SUBFIELD_BY_TYPE: Final[dict[int, str]] = {
+#: BaseCommand.Type value -> name of the sub-message field that must accompany it (Pulsar numbers
+#: each sub-message field after its type, so the descriptor gives the map). The one such map:
+#: the connection state machine (broker/net/states.py) reads it too.
+SUBFIELD_BY_TYPE: Final[Mapping[int, str]] = MappingProxyType({
     value.number: pb.BaseCommand.DESCRIPTOR.fields_by_number[value.number].name
     for value in pb.BaseCommand.Type.DESCRIPTOR.values
-}
+})
 # Empty sub-messages some clients leave out; the command is still unambiguous.
 _OPTIONAL_SUBFIELD: Final = frozenset({pb.BaseCommand.PING, pb.BaseCommand.PONG})
 
@@ -61,7 +64,7 @@ def _all_nested(descriptor: Descriptor) -> list[Descriptor]:
 # skip it (the hot path).
 _TYPES_WITH_STRINGS: Final = frozenset(
     number
-    for number, name in _SUBFIELD_BY_TYPE.items()
+    for number, name in SUBFIELD_BY_TYPE.items()
     if _has_string_fields(pb.BaseCommand.DESCRIPTOR.fields_by_name[name].message_type)
 )
 
@@ -109,7 +112,7 @@ def validate_command(cmd: pb.BaseCommand) -> None:
     if not cmd.HasField("type"):
         # An unknown enum value of a proto2 field lands in the unknown fields: type unset.
         raise MalformedFrameError("command has no type or an unknown command type")
-    field = _SUBFIELD_BY_TYPE[cmd.type]
+    field = SUBFIELD_BY_TYPE[cmd.type]
     if not cmd.HasField(field) and cmd.type not in _OPTIONAL_SUBFIELD:
         raise MalformedFrameError(f"command of type {cmd.type} lacks its '{field}' field")
     if not cmd.IsInitialized():

@@ -204,8 +204,9 @@ class ManagedCursor:
         self._revision = state.revision
         self._properties = dict(state.properties)
         self._bitmaps: dict[int, BitMap] = state.bitmaps
-        self._dirty = state.persisted_size_bytes == 0  # a loaded state is already on disk
-        self._dirty_since: float | None = time.monotonic() if self._dirty else None
+        # Unsaved changes since (monotonic); None: nothing unsaved. A loaded state is on disk.
+        self._dirty_since: float | None = (
+            time.monotonic() if state.persisted_size_bytes == 0 else None)
         self._lock = asyncio.Lock()
         self._closed = False
         self._retired = False
@@ -255,8 +256,7 @@ class ManagedCursor:
             self._touch()
 
     def _touch(self) -> None:
-        if not self._dirty:
-            self._dirty = True
+        if self._dirty_since is None:
             self._dirty_since = time.monotonic()
 
     @property
@@ -267,7 +267,7 @@ class ManagedCursor:
     @property
     def dirty(self) -> bool:
         """True while some change is not yet durable (including one being written now)."""
-        return self._dirty or self._lock.locked()
+        return self._dirty_since is not None or self._lock.locked()
 
     # -- acks ------------------------------------------------------------------------------
 
@@ -469,20 +469,17 @@ class ManagedCursor:
         """Persist the current state now (durable when this returns). A retired (deleted)
         cursor is never written."""
         async with self._lock:
-            if not self._dirty or self._retired:
-                return
             since = self._dirty_since
-            self._dirty = False
+            if since is None or self._retired:
+                return
             self._dirty_since = None
             data = encode_cursor(self.state())
             try:
                 await self._save(self.name, data, self._referenced_ledger())
             except BaseException as exc:
-                if not self._dirty:
-                    self._dirty = True
-                    self._dirty_since = since
-                elif since is not None:  # changed meanwhile: the older change is the oldest
-                    self._dirty_since = min(since, self._dirty_since or since)
+                # Changed meanwhile or not: the older change is the oldest unsaved one.
+                self._dirty_since = (since if self._dirty_since is None
+                                     else min(since, self._dirty_since))
                 if isinstance(exc, Exception):
                     self.save_failures += 1
                     self.last_save_error = exc
@@ -506,7 +503,6 @@ class ManagedCursor:
         self._closed = True
         async with self._lock:
             self._retired = True
-            self._dirty = False
             self._dirty_since = None
 
     @property

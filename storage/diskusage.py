@@ -50,14 +50,21 @@ def statvfs_space(path: Path) -> DiskSpace:
 MeasureSpace = Callable[[Path], DiskSpace]
 
 
+def check_watermarks(*, high: float, low: float) -> None:
+    """The one rule for the two watermarks (diskUsageThreshold *high*, diskUsageLwmThreshold
+    *low*): ``0 < low <= high <= 1``; ValueError otherwise. The broker's config calls it."""
+    if not 0 < low <= high <= 1:
+        raise ValueError("diskUsageLwmThreshold and diskUsageThreshold must satisfy 0 < "
+                         f"diskUsageLwmThreshold <= diskUsageThreshold <= 1, not {low} and "
+                         f"{high}")
+
+
 class DiskMonitor:
     def __init__(
         self, loop: asyncio.AbstractEventLoop, path: Path, *, high: float, low: float,
         interval_s: float, measure: MeasureSpace = statvfs_space,
     ) -> None:
-        if not 0 < low <= high <= 1:
-            raise ValueError(f"disk usage watermarks must satisfy 0 < low <= high <= 1, got "
-                             f"low={low} high={high}")
+        check_watermarks(high=high, low=low)
         self._loop = loop
         self._path = path
         self._high = high

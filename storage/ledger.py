@@ -16,6 +16,8 @@ Theory of operation:
   PersistenceError until it is closed and opened again (which starts a fresh ledger).
 - Reads are served from the store's entry cache when possible, else from disk in a read
   thread; entries missing after recovery (corrupt records) are skipped, never served.
+- The ledger list and the position arithmetic over it (next position, entries between two
+  positions, what a trim may delete) are storage/ledger_list.py's LedgerList, owned here.
 - Cursors belong to the ledger's CursorSet (storage/cursors.py); a cursor sees the ledger
   through the LedgerView protocol (ledger_extent, ledger_after, current_ledger_id, ...),
   which this class implements, and never holds a reference typed as ManagedLedger.
@@ -24,7 +26,6 @@ Theory of operation:
 from __future__ import annotations
 
 import asyncio
-import bisect
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -37,6 +38,7 @@ from typing import Literal, Protocol
 from pyroaring import BitMap
 
 from storage.cache import EntryCache
+from storage.completions import fail_batch, fenced_error, resolve_batch
 from storage.config import StorageConfig
 from storage.cursor import ManagedCursor
 from storage.cursor_files import CursorFiles, LoadedCursor
@@ -54,6 +56,7 @@ from storage.errors import (
 from storage.fileops import FileOps
 from storage.ids import ID_BLOCK, IdAllocator
 from storage.index_pages import IndexPager
+from storage.ledger_list import LedgerList
 from storage.ledger_state import LedgerInfo, LedgerState
 from storage.positions import Entry, Position
 from storage.reads import DEFAULT_MAX_READ_BYTES, EntryReader
@@ -107,10 +110,11 @@ class ManagedLedger:
         self.writer_fenced = False  # set by the writer thread
         self._fenced: PersistenceError | None = None
         self._closed = False
-        self._ledgers: dict[int, LedgerState] = {}
-        self._ledger_ids: list[int] = []
+        self._list = LedgerList()
+        self._ledgers = self._list.by_id  # the same objects: the reader shares them
+        self._ledger_ids = self._list.ids
         for led in recovered:
-            self._add_ledger(led)
+            self._list.add(led)
         self._current = self._new_ledger()
         self._last_confirmed: Position | None = None
         for led in reversed(recovered):
@@ -137,10 +141,6 @@ class ManagedLedger:
 
     # -- ledger list -----------------------------------------------------------------------
 
-    def _add_ledger(self, led: LedgerState) -> None:
-        self._ledgers[led.ledger_id] = led
-        bisect.insort(self._ledger_ids, led.ledger_id)
-
     def _new_ledger(self) -> LedgerState:
         ctx = self._ctx
         ledger_id = ctx.ids.allocate()
@@ -149,7 +149,7 @@ class ManagedLedger:
         segment = SegmentFile(ledger_id, self.directory / segment_name(ledger_id), now_ms())
         led = LedgerState(segment, sealed=False)
         led.roll_deadline = time.monotonic() + ctx.config.max_ledger_rollover_minutes * 60
-        self._add_ledger(led)
+        self._list.add(led)
         return led
 
     def _rollover(self) -> None:
@@ -166,19 +166,14 @@ class ManagedLedger:
 
     @property
     def first_ledger_id(self) -> int:
-        return self._ledger_ids[0]
+        return self._list.first_ledger_id
 
     def ledger_extent(self, ledger_id: int) -> tuple[int, bool, BitMap | None]:
         """(confirmed entry count, complete: no more entries will ever be added, missing ids)."""
-        led = self._ledgers.get(ledger_id)
-        if led is None:
-            return 0, True, None
-        return led.confirmed, led.complete, led.missing
+        return self._list.extent(ledger_id)
 
     def ledger_after(self, ledger_id: int) -> int | None:
-        ids = self._ledger_ids
-        i = bisect.bisect_right(ids, ledger_id)
-        return ids[i] if i < len(ids) else None
+        return self._list.after(ledger_id)
 
     # -- appends ---------------------------------------------------------------------------
 
@@ -289,7 +284,7 @@ class ManagedLedger:
             failure = LedgerClosedError(f"managed ledger {self.name} is closed")
         return failure
 
-    def _complete_appends(self, batches: list[AppendBatch], error: BaseException | None) -> None:
+    def complete_appends(self, batches: list[AppendBatch], error: BaseException | None) -> None:
         """Called on the loop, once per group commit, with this ledger's batches in order."""
         if isinstance(error, TooManyOpenFilesError):
             self._abandon(batches, error)
@@ -299,7 +294,7 @@ class ManagedLedger:
             for batch in batches:
                 self.appends_failed += len(batch.datas)
                 # A fresh exception per future: a shared one would pile up tracebacks.
-                _fail_completions(batch, lambda: _fenced_error(error))
+                fail_batch(batch, lambda: fenced_error(error))
             return
         cache = self._ctx.cache
         last: Position | None = None
@@ -309,21 +304,11 @@ class ManagedLedger:
             end = first + len(batch.datas)
             led = self._ledgers.get(ledger_id)
             if led is None:  # trimmed or deleted meanwhile; cannot happen via the API
-                _fail_completions(batch, partial(StorageError, f"ledger {ledger_id} is gone"))
+                fail_batch(batch, partial(StorageError, f"ledger {ledger_id} is gone"))
                 continue
             led.confirmed = end
             led.size_bytes += cache.put_many(ledger_id, first, batch.datas)
-            entry_id = first
-            for done in batch.completions:
-                if type(done) is RunCompletion:
-                    done.sink.entries_durable(ledger_id, entry_id, done.count)
-                    entry_id += done.count
-                    continue
-                try:  # noqa: SIM105 (contextlib.suppress costs a context manager per entry)
-                    done.set_result(Position(ledger_id, entry_id))  # type: ignore[union-attr]
-                except asyncio.InvalidStateError:  # cancelled by its caller
-                    pass
-                entry_id += 1
+            resolve_batch(batch, ledger_id)
             last = Position(ledger_id, end - 1)
         if last is None:
             return
@@ -345,7 +330,7 @@ class ManagedLedger:
 
         for batch in batches:
             self.appends_failed += len(batch.datas)
-            _fail_completions(batch, too_many)
+            fail_batch(batch, too_many)
             led = self._ledgers.get(batch.segment.ledger_id)
             if led is None or not batch.segment.abandoned:
                 continue
@@ -378,61 +363,30 @@ class ManagedLedger:
 
     @property
     def first_position(self) -> Position | None:
-        for ledger_id in self._ledger_ids:
-            led = self._ledgers[ledger_id]
-            for entry_id in range(led.confirmed):
-                if led.missing is None or entry_id not in led.missing:
-                    return Position(ledger_id, entry_id)
-        return None
+        return self._list.first_position()
 
     def next_position(self, pos: Position) -> Position:
-        led = self._ledgers.get(pos.ledger_id)
-        if led is not None and (led is self._current or pos.entry_id + 1 < led.next_entry_id):
-            return Position(pos.ledger_id, max(pos.entry_id + 1, 0))
-        ids = self._ledger_ids
-        for i in range(bisect.bisect_right(ids, pos.ledger_id), len(ids)):
-            following = self._ledgers[ids[i]]
-            if following.next_entry_id > 0 or following is self._current:
-                return Position(following.ledger_id, 0)
-        return Position(pos.ledger_id, pos.entry_id + 1)
+        return self._list.next_position(pos, self._current)
 
     def entries_between(self, start_exclusive: Position, end_inclusive: Position) -> int:
-        if end_inclusive <= start_exclusive:
-            return 0
-        ids = self._ledger_ids
-        total = 0
-        for i in range(bisect.bisect_left(ids, start_exclusive.ledger_id), len(ids)):
-            ledger_id = ids[i]
-            if ledger_id > end_inclusive.ledger_id:
-                break
-            led = self._ledgers[ledger_id]
-            lo = start_exclusive.entry_id + 1 if ledger_id == start_exclusive.ledger_id else 0
-            hi = led.confirmed
-            if ledger_id == end_inclusive.ledger_id:
-                hi = min(hi, end_inclusive.entry_id + 1)
-            total += max(0, hi - lo)
-        return total
+        return self._list.entries_between(start_exclusive, end_inclusive)
 
     @property
     def number_of_entries(self) -> int:
-        return sum(led.confirmed for led in self._ledgers.values())
+        return self._list.number_of_entries()
 
     @property
     def total_size_bytes(self) -> int:
-        return sum(led.size_bytes for led in self._ledgers.values())
+        return self._list.total_size_bytes()
 
     @property
     def ledger_count(self) -> int:
         """``len(self.ledgers)`` without building the list (the trimmer asks every second)."""
-        return len(self._ledger_ids)
+        return len(self._list)
 
     @property
     def ledgers(self) -> list[LedgerInfo]:
-        return [
-            LedgerInfo(led.ledger_id, led.confirmed, led.size_bytes, led.segment.created_ms,
-                       led.sealed)
-            for led in (self._ledgers[i] for i in self._ledger_ids)
-        ]
+        return self._list.infos()
 
     # -- reads -----------------------------------------------------------------------------
 
@@ -513,19 +467,9 @@ class ManagedLedger:
             return None
         marks = [c.mark_delete_position for c in self._cursor_set.values()]
         slowest = min(marks) if marks else None
-        deleted: list[int] = []
-        for ledger_id in list(self._ledger_ids):
-            led = self._ledgers[ledger_id]
-            if led is self._current or not led.sealed or led.next_entry_id != led.confirmed:
-                break
-            if slowest is not None and slowest < Position(ledger_id, led.confirmed - 1):
-                break
-            if up_to_ledger_id is not None and ledger_id > up_to_ledger_id:
-                break
-            deleted.append(ledger_id)
+        deleted = self._list.trimmable(self._current, slowest, up_to_ledger_id)
         for ledger_id in deleted:
-            led = self._ledgers.pop(ledger_id)
-            self._ledger_ids.remove(ledger_id)
+            led = self._list.remove(ledger_id)
             self._ctx.cache.drop_ledger(ledger_id)
             self._ctx.pager.forget(led.segment)
             self._ctx.writer.delete(led.segment)
@@ -568,19 +512,3 @@ class ManagedLedger:
     def _check_open(self) -> None:
         if self._closed:
             raise LedgerClosedError(f"managed ledger {self.name} is closed")
-
-
-def _fenced_error(error: BaseException) -> StorageError:
-    failure = LedgerFencedError(str(error))
-    failure.__cause__ = error.__cause__ or error
-    return failure
-
-
-def _fail_completions(batch: AppendBatch, make_error: Callable[[], StorageError]) -> None:
-    """Fail every completion of *batch* (futures not already done, and run sinks), in order,
-    each with a fresh error from *make_error*."""
-    for done in batch.completions:
-        if type(done) is RunCompletion:
-            done.sink.entries_failed(done.count, make_error())
-        elif not done.done():  # type: ignore[union-attr]
-            done.set_exception(make_error())  # type: ignore[union-attr]

@@ -2,7 +2,8 @@
 
 One table ``kv(kind, key, value)``, value a JSON object. WAL mode with synchronous=FULL: a
 put() that returned survives a crash. One worker thread owns the connection and runs every
-call (so the loop never blocks on SQLite and calls are serialised in submission order).
+call (so the loop never blocks on SQLite and calls are serialised in submission order); a
+put()'s JSON is encoded there too.
 Kinds used by the broker: "tenant", "namespace", "topic" ({"partitions": n}),
 "namespace_policy", "topic_policy", "subscription". (Ledger lists are NOT kept here: each
 managed ledger's directory listing is its ledger list, see storage/ledger.py.)
@@ -13,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
@@ -66,10 +68,14 @@ class MetadataStore:
         result: dict[str, Any] | None = await self._run(get)
         return result
 
-    async def put(self, kind: str, key: str, value: dict[str, Any]) -> None:
-        text = json.dumps(value, separators=(",", ":"), sort_keys=True)
+    async def put(self, kind: str, key: str, value: Mapping[str, Any]) -> None:
+        """Store *value* as JSON (sets and frozensets as sorted lists, tuples as lists).
+
+        It is serialised in the metadata thread, not on the loop: the caller must not mutate
+        *value* (or what it holds) until the put returns; pass immutable or fresh objects."""
 
         def put() -> None:
+            text = json.dumps(value, separators=(",", ":"), sort_keys=True, default=_as_json)
             self._c().execute(
                 "INSERT INTO kv (kind, key, value) VALUES (?, ?, ?) "
                 "ON CONFLICT (kind, key) DO UPDATE SET value = excluded.value",
@@ -106,3 +112,10 @@ class MetadataStore:
         await asyncio.get_running_loop().run_in_executor(self._executor, conn.close)
         self._conn = None
         self._executor.shutdown(wait=True)
+
+
+def _as_json(value: object) -> object:
+    """json.dumps' fallback: sets become sorted lists (deterministic bytes)."""
+    if isinstance(value, (set, frozenset)):
+        return sorted(value)
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")

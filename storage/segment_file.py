@@ -66,7 +66,7 @@ class WriteOwner(Protocol):
 
     writer_fenced: bool
 
-    def _complete_appends(self, batches: list[AppendBatch], error: BaseException | None) -> None:
+    def complete_appends(self, batches: list[AppendBatch], error: BaseException | None) -> None:
         ...
 
 

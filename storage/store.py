@@ -265,7 +265,8 @@ class SegmentStore:
         if ml is not None:
             await ml.close()
         directory = self._names.pop(name, None) or self._directory(name)
-        for ledger_id in segment_ids(directory):
+        # Listing the directory is disk I/O: the io pool does it, the loop drops the cache.
+        for ledger_id in await self._loop.run_in_executor(self._io_pool, segment_ids, directory):
             self.cache.drop_ledger(ledger_id)
         trash = self.root / "trash" / uuid.uuid4().hex
         ops, fsync = self._ops, self.config.fsync

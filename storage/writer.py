@@ -482,6 +482,6 @@ def _complete_batch(
 ) -> None:
     for owner, batches, error in results:
         try:
-            owner._complete_appends(batches, error)
+            owner.complete_appends(batches, error)
         except Exception:
             log.exception("storage: completing appends failed")

@@ -17,7 +17,7 @@ answers the URLs a binary LOOKUP does (:meth:`broker.topics.service.BrokerServic
 from __future__ import annotations
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from broker.admin import (
     brokers,
@@ -37,7 +37,7 @@ from broker.admin.auth import SECURITY_KEY, RestSecurity, auth_middleware
 from broker.admin.errors import error_middleware
 from broker.admin.facade import ADMIN_KEY, AdminFacade
 from broker.admin.responses import facade_of, json_response
-from broker.metrics import create_registry
+from broker.metrics import BrokerRegistry, create_registry, exposition
 from broker.metrics.lag import LoopLagProbe
 from broker.security.authentication import AuthenticationService
 from broker.security.authorization import AuthorizationService
@@ -46,12 +46,12 @@ from broker.topics.service import BrokerService
 #: Pulsar's HTTP lookup header naming the advertised listener (or ``?listenerName=``).
 LISTENER_HEADER = "X-Pulsar-ListenerName"
 
-REGISTRY_KEY = web.AppKey("horae_registry", CollectorRegistry)
+REGISTRY_KEY = web.AppKey("horae_registry", BrokerRegistry)
 LAG_PROBE_KEY = web.AppKey("horae_lag_probe", LoopLagProbe)
 
 
 async def metrics(request: web.Request) -> web.Response:
-    body = generate_latest(request.app[REGISTRY_KEY])
+    body = await exposition(request.app[REGISTRY_KEY])  # collected in slices, rendered off the loop
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 

@@ -156,12 +156,16 @@ class BucketDelayedDeliveryTracker(TimedTracker):
     # --- add / cancel / contains -----------------------------------------------------------
 
     def add(self, ledger_id: int, entry_id: int, deliver_at_ms: int) -> bool:
-        sealed = ledger_id <= self._sealed.last_end_ledger
-        if self._sealed.holds(ledger_id, entry_id):
+        records = self._sealed
+        sealed = ledger_id <= records.last_end_ledger
+        # Hot path: a position past every sealed bucket with nothing retired needs no lookup.
+        if (sealed or records.retired) and records.holds(ledger_id, entry_id):
             return True                         # pending, or handed out since the last reset
         if not fits(ledger_id, entry_id):
             return self._add_wide(ledger_id, entry_id, deliver_at_ms)
-        if self._cancels.blocks(ledger_id, entry_id, deliver_at_ms):
+        cancels = self._cancels
+        if (cancels.waiting.count or cancels.used.count) \
+                and cancels.blocks(ledger_id, entry_id, deliver_at_ms):
             return True                         # cancelled (PIP-423): never delivered
         mut = self._mut_members.get(ledger_id)
         if mut is not None and entry_id in mut:

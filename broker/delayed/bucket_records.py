@@ -126,7 +126,7 @@ class LoadedSegment:
 class SealedBuckets:
     """The live immutable buckets and the heap of their loaded segments (module docstring)."""
 
-    __slots__ = ("_buckets", "_heap", "_retired", "_seq", "_starts", "loading",
+    __slots__ = ("_buckets", "_heap", "_seq", "_starts", "loading", "retired",
                  "sealed_remaining")
 
     def __init__(self) -> None:
@@ -137,7 +137,7 @@ class SealedBuckets:
         self.loading: dict[ImmutableBucket, int] = {}   # bucket -> first time of the awaited segment
         self.sealed_remaining = 0
         # entry ids of retired buckets a sequential read may still meet (see retire)
-        self._retired: dict[int, BitMap] = {}
+        self.retired: dict[int, BitMap] = {}
 
     # --- the bucket list -------------------------------------------------------------------
 
@@ -195,7 +195,7 @@ class SealedBuckets:
     def retire(self, bucket: ImmutableBucket, first_unread_ledger: int) -> None:
         """Remember what a deleted bucket handed out while a sequential read may still meet
         those entries (after a restart the read starts again at the mark-delete position)."""
-        retired = self._retired
+        retired = self.retired
         for ledger_id, bm in bucket.indexed.items():
             if ledger_id >= first_unread_ledger:
                 have = retired.get(ledger_id)
@@ -213,17 +213,17 @@ class SealedBuckets:
         bucket = self.find(ledger_id)
         if bucket is not None and bucket.was_indexed(ledger_id, entry_id):
             return True                         # pending is a subset of indexed
-        retired = self._retired.get(ledger_id)
+        retired = self.retired.get(ledger_id)
         return retired is not None and entry_id in retired
 
     def held_sets(self, ledger_id: int) -> list[BitMap | None]:
         """The bitmaps :meth:`holds` consults for one ledger."""
         bucket = self.find(ledger_id)
         return [bucket.indexed.get(ledger_id) if bucket is not None else None,
-                self._retired.get(ledger_id)]
+                self.retired.get(ledger_id)]
 
     def clear(self) -> None:
-        self._retired.clear()
+        self.retired.clear()
         self._buckets.clear()
         self._starts.clear()
         self._heap.clear()
@@ -344,7 +344,7 @@ class SealedBuckets:
     @property
     def memory_bytes(self) -> int:
         total = sys.getsizeof(self._heap) + 64 * len(self._heap)
-        total += sum(bitmap_bytes(bm) for bm in self._retired.values())
+        total += sum(bitmap_bytes(bm) for bm in self.retired.values())
         for _, _, seg in self._heap:
             if not seg.dead:
                 total += sys.getsizeof(seg.ts) + sys.getsizeof(seg.pos)

@@ -28,7 +28,9 @@ mutable bucket or the hand-out logic.
   of each bucket, drop what the mark-delete position already covers.
 
 IO runs in background tasks (counted in ``op_count`` / ``op_latency_buckets``); everything else
-runs on the event loop thread.
+runs on the event loop thread. What merge and recovery decide about bucket records (which pair,
+the merged bucket, which ranges are live, a bucket rebuilt from its metadata) are the pure
+functions of :mod:`broker.delayed.bucket_rebuild`.
 """
 
 from __future__ import annotations
@@ -47,11 +49,16 @@ from typing import Any, Final
 
 from pyroaring import BitMap
 
+from broker.delayed.bucket_rebuild import (
+    cheapest_pair,
+    live_ranges,
+    merged_bucket,
+    recovered_bucket,
+)
 from broker.delayed.bucket_records import (
     ImmutableBucket,
     LoadedSegment,
     SealedBuckets,
-    parse_bucket_key,
 )
 from broker.delayed.packed import POSITION_BITS, POSITION_MASK
 from broker.delayed.ports import BucketCursor, BucketEvents, SnapshotStorage
@@ -332,14 +339,7 @@ class BucketSnapshots:
                 or len(self._buckets) <= self._max_num_buckets
                 or (self._merge_task is not None and not self._merge_task.done())):
             return
-        best: tuple[ImmutableBucket, ImmutableBucket] | None = None
-        best_n = 0
-        for a, b in self._buckets.pairs():
-            if a.merging or b.merging or a.snapshot_id is None or b.snapshot_id is None:
-                continue
-            n = a.remaining + b.remaining
-            if best is None or n < best_n:
-                best, best_n = (a, b), n
+        best = cheapest_pair(self._buckets.pairs())
         if best is not None:
             best[0].merging = best[1].merging = True
             self._merge_task = self._spawn(self._merge(*best))
@@ -390,14 +390,8 @@ class BucketSnapshots:
                 if old.alive and old.remaining <= 0:
                     self.finish(old)
             return
-        merged = ImmutableBucket(a.start_ledger, b.end_ledger)
-        merged.recovered = a.recovered or b.recovered
-        merged.indexed = {**a.indexed, **b.indexed}
-        merged.pending = {**a.pending, **b.pending}
-        merged.remaining = a.remaining + b.remaining
-        merged.segment_min_ts = [seg[0][0] for seg in segments]
-        merged.snapshot_id = snapshot_id
-        merged.snapshot_size = self._snapshot_size(snapshot_id)
+        merged = merged_bucket(a, b, [seg[0][0] for seg in segments], snapshot_id,
+                               self._snapshot_size(snapshot_id))
         for old in (a, b):
             self._buckets.remove(old)
         self._buckets.insert(merged)
@@ -421,25 +415,12 @@ class BucketSnapshots:
 
     async def recover(self) -> None:
         """Rebuild the immutable buckets from the cursor properties (module docstring)."""
-        found: list[tuple[int, int, int, str]] = []
-        for key, value in self._cursor.properties.items():
-            rng = parse_bucket_key(key)
-            if rng is not None and value.isdigit():
-                found.append((rng[0], rng[1], int(value), key))
-        found.sort(key=lambda t: (t[0], -t[1]))
-        kept: list[tuple[int, int, int, str]] = []
-        stale: list[int] = []
-        dropped = False
-        for item in found:
-            if kept and item[0] <= kept[-1][1]:
-                # Enclosed by (or overlapping) an earlier range: leftover of an interrupted merge.
-                self._cursor.remove_property(item[3])
-                stale.append(item[2])
-                dropped = True
-                continue
-            kept.append(item)
+        kept, stale = live_ranges(self._cursor.properties)
+        for _, _, _, key in stale:  # leftovers of an interrupted merge
+            self._cursor.remove_property(key)
+        dropped = bool(stale)
         live_ids = {item[2] for item in kept}
-        for snapshot_id in stale:
+        for _, _, snapshot_id, _ in stale:
             if snapshot_id not in live_ids:
                 self._spawn(self._delete_snapshot(snapshot_id, None))
         for start, end, snapshot_id, key in kept:
@@ -470,26 +451,8 @@ class BucketSnapshots:
             self._record("load", False)
             return None
         self._record("load", True, started)
-        md = self._cursor.mark_delete_position
-        bucket = ImmutableBucket(start, end)
-        bucket.recovered = True
-        bucket.snapshot_id = snapshot_id
-        bucket.snapshot_size = self._snapshot_size(snapshot_id)
-        bucket.segment_min_ts = [info.min_ts for info in infos]
-        for info in infos:
-            for ledger_id, bm in info.bitmaps.items():
-                if ledger_id < md.ledger_id:
-                    continue                    # acknowledged cumulatively
-                if ledger_id == md.ledger_id and md.entry_id >= 0:
-                    bm.remove_range(0, md.entry_id + 1)
-                have = bucket.indexed.get(ledger_id)
-                if have is None:
-                    bucket.indexed[ledger_id] = bm
-                else:
-                    have |= bm
-        bucket.pending = {ledger_id: bm.copy() for ledger_id, bm in bucket.indexed.items()}
-        bucket.remaining = sum(len(bm) for bm in bucket.pending.values())
-        return bucket
+        return recovered_bucket(start, end, snapshot_id, self._snapshot_size(snapshot_id), infos,
+                                self._cursor.mark_delete_position)
 
     async def _load_first_segments(self) -> bool:
         """First segments only once every bucket is known, so CANCELs find their targets.

@@ -49,17 +49,17 @@ def slot_of(deliver_at_ms: int) -> int:
 class CancelSet:
     """Cancelled targets, keyed by (deliver-time slot, ledger) -> entry-id bitmap."""
 
-    __slots__ = ("_count", "_slots")
+    __slots__ = ("_slots", "count")
 
     def __init__(self) -> None:
         self._slots: dict[int, dict[int, BitMap]] = {}
-        self._count = 0
+        self.count = 0
 
     def __len__(self) -> int:
-        return self._count
+        return self.count
 
     def __bool__(self) -> bool:
-        return self._count > 0
+        return self.count > 0
 
     def add(self, ledger_id: int, entry_id: int, deliver_at_ms: int) -> bool:
         """Record a target; False if it was already recorded."""
@@ -71,7 +71,7 @@ class CancelSet:
             return False
         else:
             bm.add(entry_id)
-        self._count += 1
+        self.count += 1
         return True
 
     def contains(self, ledger_id: int, entry_id: int, deliver_at_ms: int) -> bool:
@@ -92,7 +92,7 @@ class CancelSet:
             del ledgers[ledger_id]
             if not ledgers:
                 del self._slots[slot]
-        self._count -= 1
+        self.count -= 1
         return True
 
     def expire(self, used_before_ms: int,
@@ -112,7 +112,7 @@ class CancelSet:
                 gone += len(bm) - (len(kept) if kept else 0)
             if survivors:
                 self._slots[slot] = survivors
-        self._count -= gone
+        self.count -= gone
         return gone
 
     def targets(self) -> Iterable[tuple[int, int, int]]:
@@ -131,11 +131,11 @@ class CancelSet:
                     mine[ledger_id] = bm.copy()
                 else:
                     have |= bm
-        self._count = sum(len(bm) for ledgers in self._slots.values() for bm in ledgers.values())
+        self.count = sum(len(bm) for ledgers in self._slots.values() for bm in ledgers.values())
 
     def clear(self) -> None:
         self._slots.clear()
-        self._count = 0
+        self.count = 0
 
     @property
     def memory_bytes(self) -> int:
@@ -169,7 +169,7 @@ class CancelSet:
                     ledgers[ledger_id] = bm
                 else:
                     have |= bm
-        out._count = sum(len(bm) for ledgers in out._slots.values() for bm in ledgers.values())
+        out.count = sum(len(bm) for ledgers in out._slots.values() for bm in ledgers.values())
         return out
 
 

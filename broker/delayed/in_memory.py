@@ -96,7 +96,9 @@ class InMemoryDelayedDeliveryTracker(TimedTracker):
                 return True                 # re-read of a tracked entry: the tracker owns it
         elif (ledger_id, entry_id) in self._wide.members:
             return True
-        if packable and self._cancels.blocks(ledger_id, entry_id, deliver_at_ms):
+        cancels = self._cancels
+        if packable and (cancels.waiting.count or cancels.used.count) \
+                and cancels.blocks(ledger_id, entry_id, deliver_at_ms):
             return True                     # cancelled (PIP-423): never delivered
         if deliver_at_ms < 0 or deliver_at_ms <= self._cutoff():
             self._fixed_delay = False

@@ -27,10 +27,14 @@ Rules:
    :mod:`broker.metrics.storage_families`; the write-latency histogram and Pulsar's
    ``pulsar_storage_write_latency_le_*`` gauges in :mod:`broker.metrics.write_latency`; the delayed-index families in :mod:`broker.metrics.delayed_index`, the loop-lag probe
    (``horae_event_loop_lag_seconds``) in :mod:`broker.metrics.lag`.
+5. ``horae_publish_buffer_throttled_total{cluster}`` comes from the publish buffer the server
+   attaches (:func:`attach_publish_buffer`), ``horae_delayed_cancel_journal_failures_total``
+   from the bucket trackers (per topic, or per namespace).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import time
@@ -38,34 +42,44 @@ import weakref
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
 
-from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
+from prometheus_client import (
+    CollectorRegistry,
+    GCCollector,
+    PlatformCollector,
+    ProcessCollector,
+    generate_latest,
+)
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
     Metric,
 )
 from prometheus_client.registry import Collector
+from prometheus_client.samples import Sample
 
 from broker.metrics.delayed_index import BUCKET_GAUGES, BucketOps, index_gauges
 from broker.metrics.exposition import (
     NS_LABELS,
     SUB_LABELS,
     TOPIC_LABELS,
+    LabelSets,
     SampleTable,
     topic_namespace,
 )
 from broker.metrics.lag import LoopLagProbe, loop_lag_families
 from broker.metrics.rates import PUBLISH_LATENCY_BUCKETS_MS
-from broker.metrics.sources import MetricsSource, TopicFigures
+from broker.metrics.sources import MetricsSource, PublishBufferFigures, TopicFigures
 from broker.metrics.storage_families import storage_families
-from broker.metrics.write_latency import LatencyTable, LatencyWindows, write_latency_families
+from broker.metrics.write_latency import LatencyTable, LatencyWindows, write_latency_steps
 
-__all__ = ["HoraeCollector", "LoopLagProbe", "MetricsSource", "collect_families",
-           "create_registry"]
+__all__ = ["BrokerRegistry", "HoraeCollector", "LoopLagProbe", "MetricsSource",
+           "attach_publish_buffer", "collect_families", "create_registry", "exposition"]
 
 log = logging.getLogger("horae.metrics")
 
 RATE_MIN_INTERVAL_S = 1.0
+#: Topics walked per loop turn by :meth:`HoraeCollector.collect_async`.
+SLICE_TOPICS = 256
 
 
 # name -> (kind, help, level). kind: counter | gauge. level: topic | sub | ns.
@@ -115,6 +129,9 @@ _FAMILIES: dict[str, tuple[str, str, str]] = {
         "counter", "Cancels refused: the deliver time was already due (PIP-423)", "sub"),
     "pulsar_subscription_delayed_cancels_pending": (
         "gauge", "Cancels recorded whose target has not been read yet (PIP-423)", "sub"),
+    "horae_delayed_cancel_journal_failures": (
+        "counter", "Failed writes of the bucket trackers' cancel snapshots (PIP-423; each is "
+        "retried), summed over the topic's subscriptions", "topic"),
 }
 
 
@@ -124,11 +141,10 @@ class _Rates:
     def __init__(self, clock: Callable[[], float]) -> None:
         self._clock = clock
         self._state: dict[tuple[str, ...], tuple[float, float, float]] = {}
-        self._seen: set[tuple[str, ...]] = set()
 
-    def rate(self, key: tuple[str, ...], counter: float) -> float:
+    def rate(self, key: tuple[str, ...], counter: float, seen: set[tuple[str, ...]]) -> float:
         now = self._clock()
-        self._seen.add(key)
+        seen.add(key)
         prev = self._state.get(key)
         if prev is None:
             self._state[key] = (now, counter, 0.0)
@@ -141,10 +157,11 @@ class _Rates:
         self._state[key] = (now, counter, rate)
         return rate
 
-    def end_scrape(self) -> None:
-        for key in [k for k in self._state if k not in self._seen]:
+    def end_scrape(self, seen: set[tuple[str, ...]]) -> None:
+        """Forget keys one whole scrape did not see (each scrape keeps its own *seen*, so a
+        sliced scrape and a /metrics scrape interleaving on the loop do not confuse them)."""
+        for key in [k for k in self._state if k not in seen]:
             del self._state[key]   # unloaded topics / deleted subscriptions
-        self._seen.clear()
 
 
 class _Scrape:
@@ -156,6 +173,8 @@ class _Scrape:
         self.values: SampleTable = defaultdict(lambda: defaultdict(float))
         self.write_latency: LatencyTable = {}
         self.bucket_ops = BucketOps()
+        self.labels = LabelSets()
+        self.seen: set[tuple[str, ...]] = set()
 
     def add(self, name: str, key: tuple[str, ...], value: float) -> None:
         self.values[name][key] += value
@@ -175,20 +194,64 @@ class HoraeCollector(Collector):
         return []   # no collect() at registration time: the service may not be ready
 
     def collect(self) -> Iterator[Metric]:
-        config = self.service.config
-        scrape = _Scrape(config.cluster_name, config.expose_topic_level_metrics_in_prometheus)
+        """Every family in one go (prometheus_client's Collector API; blocks the loop for the
+        whole walk: at 10,000 topics prefer :meth:`collect_async`)."""
+        scrape = self._begin()
         for full, topic in list(self.service.topics.items()):
-            try:
-                self._collect_topic(topic, scrape)
-            except Exception:
-                log.exception("metrics: skipping topic %r", full)
-        self._rates.end_scrape()
-        yield from _families(scrape.values, scrape.topic_level)
-        yield from write_latency_families(scrape.write_latency, self._latency_windows,
-                                          scrape.topic_level)
+            self._collect_one(full, topic, scrape)
+        for step in self._finish(scrape, len(scrape.write_latency) + 1):
+            if step is not None:
+                yield step
+
+    async def collect_async(self, slice_topics: int = SLICE_TOPICS) -> list[Metric]:
+        """The same families as :meth:`collect`, walking the topics in slices of
+        *slice_topics* and building one family at a time, yielding to the loop in between.
+
+        A topic unloaded between two slices is still read (its counters stay readable); a
+        topic loaded after the walk started is in the next scrape."""
+        scrape = self._begin()
+        topics = list(self.service.topics.items())
+        for start in range(0, len(topics), slice_topics):
+            for full, topic in topics[start:start + slice_topics]:
+                self._collect_one(full, topic, scrape)
+            await asyncio.sleep(0)
+        families: list[Metric] = []
+        # Each family is O(topics), the write-latency histogram comes in slices: one step
+        # per loop turn.
+        for step in self._finish(scrape, slice_topics):
+            if step is not None:
+                families.append(step)
+            await asyncio.sleep(0)
+        return families
+
+    def _begin(self) -> _Scrape:
+        config = self.service.config
+        return _Scrape(config.cluster_name, config.expose_topic_level_metrics_in_prometheus)
+
+    def _collect_one(self, full: str, topic: TopicFigures, scrape: _Scrape) -> None:
+        try:
+            self._collect_topic(topic, scrape)
+        except Exception:
+            log.exception("metrics: skipping topic %r", full)
+
+    def _finish(self, scrape: _Scrape, slice_keys: int) -> Iterator[Metric | None]:
+        """The families of *scrape*, and ``None`` where an async caller may yield."""
+        self._rates.end_scrape(scrape.seen)
+        config = self.service.config
+        yield from _families(scrape.values, scrape.topic_level, scrape.labels)
+        yield from write_latency_steps(scrape.write_latency, self._latency_windows,
+                                       scrape.topic_level, scrape.labels, slice_keys)
         yield from scrape.bucket_ops.families(scrape.topic_level)
         yield from storage_families(config.cluster_name, self.service.storage_stats(),
                                     self.service.publish_refused)
+        buffer = _attached_buffer(self.service)
+        if buffer is not None:
+            throttled = CounterMetricFamily(
+                "horae_publish_buffer_throttled", "Times the broker-wide publish buffer "
+                "(maxMessagePublishBufferSizeInMB) filled and every connection stopped reading",
+                labels=["cluster"])
+            throttled.add_metric([config.cluster_name], float(buffer.throttled_times))
+            yield throttled
         if self.lag_probe is not None:
             yield from loop_lag_families(self.lag_probe)
 
@@ -222,7 +285,7 @@ class HoraeCollector(Collector):
 
         subs = dict(topic.subscriptions)
         add("pulsar_subscriptions_count", len(subs))
-        backlog_total = consumers_total = index_bytes_total = 0.0
+        backlog_total = consumers_total = index_bytes_total = journal_failures = 0.0
         bucket_totals: dict[str, float] = defaultdict(float)
         for sub_name, sub in subs.items():
             skey = (cluster, ns, full, sub_name)
@@ -241,6 +304,7 @@ class HoraeCollector(Collector):
                     bucket_totals[name] += value
                 if bucket is not None:
                     scrape.bucket_ops.add(bucket, key, skey if scrape.topic_level else None)
+                    journal_failures += bucket.cancel_journal_failures
             if not scrape.topic_level:
                 continue
 
@@ -253,9 +317,11 @@ class HoraeCollector(Collector):
                  sum(c.unacked_messages for c in sub.consumers))
             sadd("pulsar_subscription_consumers_count", consumers)
             sadd("pulsar_subscription_msg_rate_out",
-                 self._rates.rate(("sout", full, sub_name), sub.msg_out_counter))
+                 self._rates.rate(("sout", full, sub_name), sub.msg_out_counter,
+                                 scrape.seen))
             sadd("pulsar_subscription_msg_throughput_out",
-                 self._rates.rate(("sbout", full, sub_name), sub.bytes_out_counter))
+                 self._rates.rate(("sbout", full, sub_name), sub.bytes_out_counter,
+                                 scrape.seen))
             sadd("pulsar_subscription_delayed_message_index_size_bytes", index_bytes)
             sadd("pulsar_cursor_epoch_increase_count", sub.revisions.increase_count)
             sadd("pulsar_cursor_epoch_increase_task_state", int(sub.revisions.task_state))
@@ -269,11 +335,12 @@ class HoraeCollector(Collector):
         add("pulsar_msg_backlog", backlog_total)
         add("pulsar_consumers_count", consumers_total)
         add("pulsar_delayed_message_index_size_bytes", index_bytes_total)
+        add("horae_delayed_cancel_journal_failures", journal_failures)
         for name, value in bucket_totals.items():
             add(name, value)
 
 
-def _families(values: SampleTable, topic_level: bool) -> Iterator[Metric]:
+def _families(values: SampleTable, topic_level: bool, labels_of: LabelSets) -> Iterator[Metric]:
     topic_labels = TOPIC_LABELS if topic_level else NS_LABELS
     families = dict(_FAMILIES)
     for name, doc in BUCKET_GAUGES.items():
@@ -285,27 +352,91 @@ def _families(values: SampleTable, topic_level: bool) -> Iterator[Metric]:
         family: Metric
         if kind == "counter":
             family = CounterMetricFamily(name, doc, labels=labels)
+            sample_name = name + "_total"
         else:
             family = GaugeMetricFamily(name, doc, labels=labels)
+            sample_name = name
+        samples = family.samples
         for label_values, value in values.get(name, {}).items():
             if labels is None:   # mixed: topic-level and subscription-level series
                 names = SUB_LABELS if len(label_values) == 4 else topic_labels
-                family.add_sample(name, dict(zip(names, label_values, strict=True)), value)
             else:
-                family.add_metric(list(label_values), value)
+                names = labels
+            samples.append(Sample(sample_name, labels_of(names, label_values), value))
         yield family
+
+
+class BrokerRegistry(CollectorRegistry):
+    """A private registry: :class:`HoraeCollector` first, then prometheus_client's process,
+    platform and GC collectors (registered on this registry as usual).
+
+    ``collect()`` (what ``generate_latest`` calls) walks everything at once;
+    :meth:`collect_async` yields to the loop while it walks the topics (the snapshot exporter
+    and an off-loop /metrics use it) and returns a list of finished families, which
+    :func:`exposition` serialises in the default executor."""
+
+    def __init__(self, horae: HoraeCollector) -> None:
+        super().__init__(auto_describe=False)
+        self.horae = horae
+        ProcessCollector(registry=self)
+        PlatformCollector(registry=self)
+        GCCollector(registry=self)
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self.horae.collect()
+        yield from super().collect()
+
+    async def collect_async(self) -> list[Metric]:
+        families = await self.horae.collect_async()
+        families.extend(super().collect())   # a few process figures: cheap
+        return families
+
+
+class _Families:
+    """Already collected families, in the shape ``generate_latest`` reads (``collect()``)."""
+
+    def __init__(self, families: list[Metric]) -> None:
+        self._families = families
+
+    def collect(self) -> Iterator[Metric]:
+        return iter(self._families)
+
+
+async def exposition(registry: BrokerRegistry) -> bytes:
+    """The Prometheus text for a /metrics response without blocking the loop: families are
+    collected in slices on the loop, rendered by ``generate_latest`` in the default executor
+    (the families are finished values by then; the render reads nothing live)."""
+    families = await registry.collect_async()
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(None, generate_latest, _Families(families))
 
 
 # Per service: the first registry (create_app's, serving /metrics) and its loop-lag probe,
 # so the snapshot exporter (collect_families, or a second create_registry) reports the same
 # families, loop lag included.
-_REGISTRIES: weakref.WeakKeyDictionary[MetricsSource, CollectorRegistry] = (
+_REGISTRIES: weakref.WeakKeyDictionary[MetricsSource, BrokerRegistry] = (
     weakref.WeakKeyDictionary())
 _PROBES: weakref.WeakKeyDictionary[MetricsSource, LoopLagProbe] = weakref.WeakKeyDictionary()
+# Per service: the publish buffer its server owns, read at scrape time by every registry of
+# the service, whenever it was attached.
+_BUFFERS: weakref.WeakKeyDictionary[MetricsSource, PublishBufferFigures] = (
+    weakref.WeakKeyDictionary())
+
+
+def _attached_buffer(service: MetricsSource) -> PublishBufferFigures | None:
+    with contextlib.suppress(TypeError):   # not weakly referenceable or hashable: none
+        return _BUFFERS.get(service)
+    return None
+
+
+def attach_publish_buffer(service: MetricsSource, buffer: PublishBufferFigures) -> None:
+    """Export *buffer*'s figures (``horae_publish_buffer_throttled_total``) with *service*'s
+    metrics. Called by the server, which owns both."""
+    _BUFFERS[service] = buffer
 
 
 def create_registry(service: MetricsSource,
-                    lag_probe: LoopLagProbe | None = None) -> CollectorRegistry:
+                    lag_probe: LoopLagProbe | None = None) -> BrokerRegistry:
     """A fresh private registry (never prometheus_client's global one: several brokers may
     share a process) with :class:`HoraeCollector` and the process, platform and GC
     collectors. Without ``lag_probe`` it uses the probe an earlier call registered for
@@ -315,19 +446,14 @@ def create_registry(service: MetricsSource,
             lag_probe = _PROBES.get(service)
         else:
             _PROBES[service] = lag_probe
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(HoraeCollector(service, lag_probe=lag_probe))
-    ProcessCollector(registry=registry)
-    PlatformCollector(registry=registry)
-    GCCollector(registry=registry)
+    registry = BrokerRegistry(HoraeCollector(service, lag_probe=lag_probe))
     with contextlib.suppress(TypeError):
         _REGISTRIES.setdefault(service, registry)
     return registry
 
 
 def collect_families(service: MetricsSource) -> Iterable[Metric]:
-    """Every family /metrics serves for ``service`` (a ``collect`` for the snapshot
-    exporter). Call on the broker loop."""
+    """Every family /metrics serves for ``service``, at once. Call on the broker loop."""
     registry = _REGISTRIES.get(service)
     if registry is None:
         registry = create_registry(service)

@@ -6,7 +6,11 @@ A scrape accumulates plain floats into :data:`SampleTable` s (family name -> lab
 value) and histogram accumulators, then turns them into prometheus_client metric families.
 This module holds what every family builder shares: Pulsar's label names, the conversion of
 non-cumulative bucket counts (overflow last) into Prometheus' cumulative ``le`` pairs, and
-:func:`topic_namespace`. Pure functions, no IO; used by :mod:`broker.metrics.collector`,
+:func:`topic_namespace`, and :class:`LabelSets`, which hands every family of one scrape the
+same labels dict for the same label values (a scrape of 10,000 topics builds ~40 samples per
+topic: one dict each would dominate its cost). Sample label dicts are therefore shared and
+must never be mutated by a reader (prometheus_client's exposition and the snapshot writer only
+read them). Pure functions, no IO; used by :mod:`broker.metrics.collector`,
 :mod:`broker.metrics.delayed_index` and :mod:`broker.metrics.lag`.
 """
 
@@ -14,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-__all__ = ["NS_LABELS", "SUB_LABELS", "TOPIC_LABELS", "SampleTable", "cumulative",
+__all__ = ["NS_LABELS", "SUB_LABELS", "TOPIC_LABELS", "LabelSets", "SampleTable", "cumulative",
            "topic_namespace"]
 
 TOPIC_LABELS = ("cluster", "namespace", "topic")
@@ -23,6 +27,22 @@ SUB_LABELS = ("cluster", "namespace", "topic", "subscription")
 
 #: family name -> label values -> value (a defaultdict of defaultdicts during a scrape).
 SampleTable = dict[str, dict[tuple[str, ...], float]]
+
+
+class LabelSets:
+    """One scrape's labels dicts: ``labels_of(names, values)`` returns the same dict for the
+    same names and values (read-only by contract, see the module docstring)."""
+
+    __slots__ = ("_dicts",)
+
+    def __init__(self) -> None:
+        self._dicts: dict[tuple[tuple[str, ...], tuple[str, ...]], dict[str, str]] = {}
+
+    def __call__(self, names: tuple[str, ...], values: tuple[str, ...]) -> dict[str, str]:
+        labels = self._dicts.get((names, values))
+        if labels is None:
+            labels = self._dicts[(names, values)] = dict(zip(names, values, strict=True))
+        return labels
 
 
 def cumulative(counts: Sequence[int | float], bounds: Sequence[float]) -> list[tuple[str, float]]:

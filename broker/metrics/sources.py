@@ -21,6 +21,8 @@ Implemented by (higher layers; this module imports none of them):
 - :class:`DelayedIndexFigures` -- every delayed-delivery tracker
 - :class:`BucketIndexFigures` -- the bucket tracker (PIP-195), whose subscription hands it out
   as ``bucket_index``
+- :class:`PublishBufferFigures` -- ``broker.net.throttle.PublishBuffer``, which the server owns
+  and attaches to the service's metrics (``broker.metrics.collector.attach_publish_buffer``)
 
 Units: counters are messages or bytes as their names say; latency sums are milliseconds.
 """
@@ -35,7 +37,8 @@ from storage.stats import StorageStats
 
 __all__ = [
     "BucketIndexFigures", "ConsumerFigures", "CursorFigures", "DelayedIndexFigures",
-    "MetricsSource", "RevisionFigures", "SubscriptionFigures", "TopicFigures",
+    "MetricsSource", "PublishBufferFigures", "RevisionFigures", "SubscriptionFigures",
+    "TopicFigures",
 ]
 
 
@@ -99,6 +102,22 @@ class BucketIndexFigures(DelayedIndexFigures, Protocol):
     @property
     def op_latency_sum_ms(self) -> Mapping[str, float]:
         """type -> total latency (ms) of the succeeded operations."""
+        ...
+
+    @property
+    def cancel_journal_failures(self) -> int:
+        """Failed writes of the PIP-423 cancel snapshot (each retried;
+        ``horae_delayed_cancel_journal_failures_total``)."""
+        ...
+
+
+class PublishBufferFigures(Protocol):
+    """The broker-wide publish buffer (``maxMessagePublishBufferSizeInMB``)."""
+
+    @property
+    def throttled_times(self) -> int:
+        """Times the buffer filled and every connection stopped reading
+        (``horae_publish_buffer_throttled_total``)."""
         ...
 
 

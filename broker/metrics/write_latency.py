@@ -29,12 +29,13 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.samples import Sample
 
-from broker.metrics.exposition import NS_LABELS, TOPIC_LABELS, cumulative
+from broker.metrics.exposition import NS_LABELS, TOPIC_LABELS, LabelSets, cumulative
 from broker.metrics.rates import PUBLISH_LATENCY_BUCKETS_MS
 
 __all__ = ["PULSAR_BUCKET_SERIES", "STATS_WINDOW_S", "LatencyTable", "LatencyWindows",
-           "write_latency_families"]
+           "write_latency_families", "write_latency_steps"]
 
 #: Pulsar's statsUpdateFrequencyInSecs default: the window its *_le_* gauges cover.
 STATS_WINDOW_S = 60.0
@@ -67,43 +68,96 @@ class LatencyWindows:
         self._state: dict[tuple[str, ...], _Window] = {}
 
     def counts(self, table: LatencyTable) -> LatencyTable:
-        """*table* (cumulative counts, sum last) -> the windowed counts (no sum), per key."""
+        """*table* (cumulative counts, sum last) -> the windowed counts (no sum), per key.
+
+        O(keys); an idle label set (counts unchanged since its window started) allocates
+        nothing: its baseline or last window is returned as is. Callers must not mutate the
+        lists returned."""
         now = self._clock()
         out: LatencyTable = {}
+        state_of = self._state
         for key, acc in table.items():
-            current = list(acc[:-1])
-            state = self._state.get(key)
-            if state is None or any(c < b for c, b in zip(current, state.baseline, strict=True)):
-                state = self._state[key] = _Window(now, [0.0] * len(current))
-            if now - state.started >= self._window_s:
-                state.last = [c - b for c, b in zip(current, state.baseline, strict=True)]
-                state.baseline = current
+            n = len(acc) - 1
+            state = state_of.get(key)
+            if state is None or _went_down(acc, state.baseline):
+                state = state_of[key] = _Window(now, [0.0] * n)
+            elif now - state.started < self._window_s:
+                if state.last is not None:
+                    out[key] = state.last
+                    continue
+            else:
+                state.last = [acc[i] - b for i, b in enumerate(state.baseline)]
+                state.baseline = acc[:n]
                 state.started = now
-            out[key] = state.last if state.last is not None else [
-                c - b for c, b in zip(current, state.baseline, strict=True)]
-        for key in [k for k in self._state if k not in table]:
-            del self._state[key]
+                out[key] = state.last
+                continue
+            # The first window of this label set, still in progress: show it.
+            out[key] = [acc[i] - b for i, b in enumerate(state.baseline)]
+        if len(state_of) > len(out):
+            for key in [k for k in state_of if k not in out]:
+                del state_of[key]
         return out
 
 
-def write_latency_families(table: LatencyTable, windows: LatencyWindows,
-                           topic_level: bool) -> Iterator[Metric]:
-    labels = TOPIC_LABELS if topic_level else NS_LABELS
+def _went_down(acc: Sequence[float], baseline: Sequence[float]) -> bool:
+    """A count below its baseline: the label set's topic was reloaded with fresh counters."""
+    return any(a < b for a, b in zip(acc, baseline, strict=False))
+
+
+def write_latency_families(table: LatencyTable, windows: LatencyWindows, topic_level: bool,
+                           labels_of: LabelSets | None = None) -> Iterator[Metric]:
+    """The histogram and Pulsar's bucket gauges for one scrape's *table*, at once."""
+    for step in write_latency_steps(table, windows, topic_level, labels_of, len(table) + 1):
+        if step is not None:
+            yield step
+
+
+def write_latency_steps(table: LatencyTable, windows: LatencyWindows, topic_level: bool,
+                        labels_of: LabelSets | None, slice_keys: int) -> Iterator[Metric | None]:
+    """:func:`write_latency_families` in steps: each finished family, and ``None`` after every
+    *slice_keys* label sets of the histogram (a point where an async caller may yield to the
+    loop: the histogram alone is 12 samples per topic).
+
+    O(label sets): per label set one labels dict (shared by its ``_count``, ``_sum`` and gauge
+    samples, or taken from *labels_of*, which shares it with the collector's other families)
+    and one dict per histogram bucket, which must carry ``le``; nothing else per label set
+    beyond the samples themselves."""
+    names = TOPIC_LABELS if topic_level else NS_LABELS
+    if labels_of is None:
+        labels_of = LabelSets()
     histogram = HistogramMetricFamily(
-        HISTOGRAM, "Ledger append latency until durable, in milliseconds", labels=labels)
-    for key, acc in table.items():
-        histogram.add_metric(list(key), cumulative(acc[:-1], PUBLISH_LATENCY_BUCKETS_MS),
-                             sum_value=acc[-1])
-    yield histogram
+        HISTOGRAM, "Ledger append latency until durable, in milliseconds", labels=names)
     windowed = windows.counts(table)
+    yield None
+    bucket_name, count_name, sum_name = (f"{HISTOGRAM}_bucket", f"{HISTOGRAM}_count",
+                                         f"{HISTOGRAM}_sum")
+    samples = histogram.samples
+    n_bounds = len(_LE)
+    for done, (key, acc) in enumerate(table.items(), 1):
+        labels = labels_of(names, key)
+        total = 0.0
+        for i, le in enumerate(_LE):
+            total += acc[i]
+            samples.append(Sample(bucket_name, {**labels, "le": le}, total))
+        for c in acc[n_bounds:-1]:
+            total += c
+        samples.append(Sample(bucket_name, {**labels, "le": "+Inf"}, total))
+        samples.append(Sample(count_name, labels, total))
+        samples.append(Sample(sum_name, labels, float(acc[-1])))
+        if done % slice_keys == 0:
+            yield None
+    yield histogram
+    # One family per pass over the label sets (10,000 samples at 10,000 topics).
     for i, name in enumerate(PULSAR_BUCKET_SERIES):
         gauge = GaugeMetricFamily(
             name, f"Appends in this write-latency bucket during the last {int(STATS_WINDOW_S)} s "
-            "(Pulsar's topic-stats series; not cumulative)", labels=labels)
+            "(Pulsar's topic-stats series; not cumulative)", labels=names)
+        out = gauge.samples
         for key, counts in windowed.items():
-            gauge.add_metric(list(key), _at(counts, i))
+            out.append(Sample(name, labels_of(names, key),
+                              float(counts[i]) if i < len(counts) else 0.0))
         yield gauge
 
 
-def _at(counts: Sequence[float], i: int) -> float:
-    return float(counts[i]) if i < len(counts) else 0.0
+#: The ``le`` label of each finite bound of PUBLISH_LATENCY_BUCKETS_MS (``+Inf`` comes last).
+_LE: tuple[str, ...] = tuple(le for le, _ in cumulative([], PUBLISH_LATENCY_BUCKETS_MS)[:-1])

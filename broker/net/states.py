@@ -37,6 +37,7 @@ from typing import Final
 from broker.net import handlers as H
 from broker.net.handlers import CommandHost
 from protocol import pulsar_pb as pb
+from protocol.command_check import SUBFIELD_BY_TYPE
 from protocol.frames import Frame
 
 __all__ = [
@@ -113,9 +114,7 @@ TRANSITIONS: Final = MappingProxyType({
 ALL_COMMAND_TYPES: Final = tuple(v.number for v in T.Type.DESCRIPTOR.values)
 
 # BaseCommand.Type -> name of its sub-message field (Pulsar numbers the field after the type).
-_SUBFIELD: Final = {
-    t: T.DESCRIPTOR.fields_by_number[t].name for t in ALL_COMMAND_TYPES
-}
+_SUBFIELD: Final = SUBFIELD_BY_TYPE
 # Sub-message types that have a request_id field at all.
 _HAS_REQUEST_ID: Final = frozenset(
     t for t in ALL_COMMAND_TYPES

@@ -30,6 +30,7 @@ import contextlib
 import logging
 from typing import Protocol
 
+from broker.subscriptions.dispatchers.cursors import before
 from protocol import pulsar_pb as pb
 from protocol.errors import ProtocolError
 from protocol.metadata import iter_batch, parse_metadata, split_entry
@@ -128,10 +129,10 @@ class TopicCompaction:
         try:
             horizon, kept = await self._compact()
             if horizon is not None:
-                await self._md.put(KIND, self.topic.full, {
-                    "horizon": [horizon.ledger_id, horizon.entry_id],
-                    "kept": sorted([p.ledger_id, p.entry_id] for p in kept)})
-                self.horizon, self.kept = horizon, frozenset(kept)
+                frozen = frozenset(kept)
+                # Positions are tuples (JSON lists); the store sorts the set in its thread.
+                await self._md.put(KIND, self.topic.full, {"horizon": horizon, "kept": frozen})
+                self.horizon, self.kept = horizon, frozen
                 await self._hold(kept, horizon)
             self.status = "SUCCESS"
         except asyncio.CancelledError:
@@ -197,7 +198,8 @@ class TopicCompaction:
 
 
 def _before(ledger: ManagedLedger, pos: Position) -> Position | None:
+    """The position before *pos*, or None when nothing of the ledger lies before it."""
     first = ledger.first_position
-    if first is None or pos <= first:
+    if first is None or pos <= first or pos.entry_id <= 0:
         return None
-    return Position(pos.ledger_id, pos.entry_id - 1) if pos.entry_id > 0 else None
+    return before(pos)

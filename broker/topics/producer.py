@@ -3,7 +3,7 @@
 Theory of operation
 -------------------
 A :class:`Producer` belongs to one connection and one topic. Each SEND becomes a
-:class:`_Pending` record appended to the producer's FIFO ``_queue`` *before* anything can
+:class:`Pending` record appended to the producer's FIFO ``_queue`` *before* anything can
 fail, so every answer leaves in the order the sends arrived (the C++ client closes the
 connection when a receipt overtakes an earlier send):
 
@@ -28,7 +28,7 @@ step 1 until its answer is written.
 The hot path (:meth:`Producer.on_sends`) takes all SENDs of one socket read for this producer
 at once, hand-parsed by the decoder (:class:`protocol.send_path.SendFrame`, no protobuf
 object): each is checked as above, and the accepted entries go to the ledger as ONE run with
-one completion (a :class:`_PublishRun`, the storage's ``DurableSink``), which stamps each
+one completion (a :class:`PublishRun`, the storage's ``DurableSink``), which stamps each
 record with its position when the group commit is durable; no future, task or closure per
 SEND. The drain then writes all receipts it can answer with one ``encode_send_receipts`` and
 one write. A record of a run is *in flight* until stamped (``entry_id`` >= 0) or settled
@@ -61,8 +61,15 @@ from typing import Any, Protocol
 
 from broker.metrics.rates import PUBLISH_LATENCY_BUCKETS_MS, iso_ms
 from broker.topics.dedup import SequenceState
+from broker.topics.publish_records import (
+    IN_FLIGHT,
+    SETTLED,
+    Pending,
+    PublishRun,
+    answerable,
+)
 from broker.topics.publish_refusals import REASON_DISK
-from broker.topics.storage_errors import StorageOp, storage_failure
+from broker.topics.storage_errors import StorageFailure, StorageOp, storage_failure
 from protocol import commands as C
 from protocol import pulsar_pb as pb
 from protocol.errors import ChecksumError, RequestError
@@ -150,99 +157,6 @@ class PublishTarget(Protocol):
     def remove_producer(self, producer: Producer) -> None: ...
 
 
-_IN_FLIGHT = -1
-"""``_Pending.entry_id`` of a run record whose append is neither durable nor failed yet."""
-_SETTLED = -2
-"""``_Pending.entry_id`` of a record with nothing in flight in a run (an error, or a future)."""
-
-
-class _Pending:
-    """One SEND awaiting its answer (``dup``: a re-send answered without a new append).
-
-    Answered once ``future`` is done, or, for a record appended in a run (no future), once
-    ``entry_id`` is no longer ``_IN_FLIGHT``; ``waiters`` are futures handed out for it by
-    :meth:`Producer.pending_append`."""
-
-    __slots__ = ("buffered", "dup", "entry_id", "error", "future", "highest_sequence_id", "key",
-                 "ledger_id", "messages",
-                 "sequence_id", "size", "started", "waiters")
-
-    def __init__(self, sequence_id: int, highest_sequence_id: int, key: int | None,
-                 started: float,
-                 future: asyncio.Future[Position] | None, error: RequestError | None,
-                 messages: int, size: int, dup: bool = False,
-                 entry_id: int = _SETTLED) -> None:
-        self.sequence_id = sequence_id
-        self.highest_sequence_id = highest_sequence_id
-        self.key = key
-        self.started = started
-        self.future = future
-        self.error = error
-        self.messages = messages
-        self.size = size
-        self.dup = dup
-        self.buffered = 0  # bytes counted against the publish buffers until answered
-        self.ledger_id = -1
-        self.entry_id = entry_id
-        self.waiters: list[asyncio.Future[Position]] | None = None
-
-
-class _PublishRun:
-    """The storage's DurableSink for the records of one :meth:`Producer.on_sends` call whose
-    entries were appended together, in order: stamps them with their positions (or fails
-    them), the producer's drain answers them."""
-
-    __slots__ = ("done", "items", "producer")
-
-    def __init__(self, producer: Producer) -> None:
-        self.producer = producer
-        self.items: list[_Pending] = []
-        self.done = 0  # records reported so far (reports come in order)
-
-    def entries_durable(self, ledger_id: int, first_entry_id: int, count: int) -> None:
-        start = self.done
-        self.done = end = start + count
-        entry_id = first_entry_id
-        items = self.items
-        for i in range(start, end):
-            item = items[i]
-            item.ledger_id = ledger_id
-            item.entry_id = entry_id
-            entry_id += 1
-            if item.waiters is not None:
-                _resolve_waiters(item.waiters, Position(ledger_id, item.entry_id))
-        producer = self.producer
-        if not producer.closed:  # answered from the topic's durable listener, right after
-            producer.topic.awaiting_durable[producer] = None
-
-    def entries_failed(self, count: int, error: BaseException) -> None:
-        start = self.done
-        self.done = end = start + count
-        failure = storage_failure(error, StorageOp.PUBLISH)
-        first_failure = False
-        for item in self.items[start:end]:
-            item.entry_id = _SETTLED
-            if item.error is None:
-                item.error = failure.error
-                first_failure = True
-            if item.waiters is not None:
-                for waiter in item.waiters:
-                    if not waiter.done():
-                        waiter.set_exception(failure.error)
-        producer = self.producer
-        if failure.block_producer:  # read-only store: the drain blocks the producer there
-            producer.blocking = failure.error
-        elif first_failure:
-            producer.fail_behind(failure.error, reload_topic=failure.reload_topic)
-        producer.drain_finished()
-
-
-def _resolve_waiters(waiters: list[asyncio.Future[Position]], position: Position) -> None:
-    for waiter in waiters:
-        if not waiter.done():
-            waiter.set_result(position)
-
-
 class Producer:
     """A producer attached to *topic* through *connection*."""
 
@@ -267,7 +181,7 @@ class Producer:
         # set by a ledger run refused because the store is read-only: the drain answers what
         # precedes the first record carrying this error, then blocks the producer (_block)
         self.blocking: RequestError | None = None
-        self._queue: deque[_Pending] = deque()
+        self._queue: deque[Pending] = deque()
         self._failed: RequestError | None = None
         self._drained: asyncio.Event | None = None
         self._watched: asyncio.Future[Position] | None = None
@@ -314,10 +228,10 @@ class Producer:
                 fut, messages, partial = self.topic.publish(entry)
                 if not partial:  # a chunk but the last of its message is no dedup key
                     state.pushed = key
-                item = _Pending(seq, highest, None if partial else key, started, fut, None,
+                item = Pending(seq, highest, None if partial else key, started, fut, None,
                                 messages, len(entry))
         except RequestError as exc:
-            item = _Pending(seq, highest, key, started, None, exc, 0, 0)
+            item = Pending(seq, highest, key, started, None, exc, 0, 0)
         nbytes = len(entry) if entry is not None else 0
         item.buffered = nbytes
         queue = self._queue
@@ -336,7 +250,7 @@ class Producer:
         queue = self._queue
         enqueue = queue.append
         was_empty = not queue
-        run: _PublishRun | None = None
+        run: PublishRun | None = None
         datas: list[bytes] = []
         nbytes = 0
         for _, seq, count, highest, entry, checksum_valid, _ in sends:
@@ -358,20 +272,20 @@ class Producer:
                         item = self._resend(entry, seq, highest, key, started)
                     else:
                         fut, messages, partial = topic.publish(entry)
-                        item = _Pending(seq, highest, None if partial else key, started, fut,
+                        item = Pending(seq, highest, None if partial else key, started, fut,
                                         None, messages, len(entry))
                 else:
                     stored, messages, partial = check(entry)
                     if not partial:  # a chunk but the last of its message is no dedup key
                         state.pushed = key
-                    item = _Pending(seq, highest, None if partial else key, started, None, None,
-                                    messages, len(entry), entry_id=_IN_FLIGHT)
+                    item = Pending(seq, highest, None if partial else key, started, None, None,
+                                    messages, len(entry), entry_id=IN_FLIGHT)
                     if run is None:
-                        run = _PublishRun(self)
+                        run = PublishRun(self)
                     run.items.append(item)
                     datas.append(stored)
             except RequestError as exc:
-                item = _Pending(seq, highest, key, started, None, exc, 0, 0)
+                item = Pending(seq, highest, key, started, None, exc, 0, 0)
             item.buffered = len(entry)
             nbytes += item.buffered
             enqueue(item)
@@ -381,23 +295,23 @@ class Producer:
         if was_empty:
             self._watch_head()
 
-    def _append_run(self, run: _PublishRun, datas: list[bytes]) -> None:
+    def _append_run(self, run: PublishRun, datas: list[bytes]) -> None:
         try:
             self.topic.append_run(datas, run)
         except RequestError as exc:  # the topic answered for the ledger: none was appended
             for item in run.items:
-                item.entry_id = _SETTLED
+                item.entry_id = SETTLED
                 if item.error is None:
                     item.error = exc
 
     def _resend(self, entry: bytes, seq: int, highest: int, key: int,
-                started: float) -> _Pending:
+                started: float) -> Pending:
         """A SEND whose key is not above the highest appended one (:mod:`broker.topics.dedup`)."""
         original, record_key = self.topic.dedup.resend(self.seq_state, entry, key)
         if original is not None:
-            return _Pending(seq, highest, key, started, original, None, 0, 0, dup=True)
+            return Pending(seq, highest, key, started, original, None, 0, 0, dup=True)
         fut, messages, _ = self.topic.publish(entry)
-        return _Pending(seq, highest, record_key, started, fut, None, messages, len(entry))
+        return Pending(seq, highest, record_key, started, fut, None, messages, len(entry))
 
     def pending_append(self, key: int) -> asyncio.Future[Position] | None:
         """The future of a queued, not failed, send of *key* (a re-send on a later
@@ -407,7 +321,7 @@ class Producer:
                 continue
             if item.future is not None:
                 return item.future
-            if item.entry_id == _IN_FLIGHT:  # in a run: a future on demand
+            if item.entry_id == IN_FLIGHT:  # in a run: a future on demand
                 fut: asyncio.Future[Position] = self._loop.create_future()
                 if item.waiters is None:
                     item.waiters = []
@@ -419,11 +333,24 @@ class Producer:
                 return done
         return None
 
+    # -- RunOwner (broker.topics.publish_records) ----------------------------------------------
+
+    def run_durable(self) -> None:
+        if not self.closed:  # answered from the topic's durable listener, right after
+            self.topic.awaiting_durable[self] = None
+
+    def run_failed(self, failure: StorageFailure, first_failure: bool) -> None:
+        if failure.block_producer:  # read-only store: the drain blocks the producer there
+            self.blocking = failure.error
+        elif first_failure:
+            self.fail_behind(failure.error, reload_topic=failure.reload_topic)
+        self.drain_finished()
+
     def drain_finished(self) -> None:
         """Answer the sends whose appends are durable now (the snapshot wants every durable
         entry reflected in the sequence state; the done-callbacks may not have run yet)."""
         queue = self._queue
-        if queue and _answerable(queue[0]):
+        if queue and answerable(queue[0]):
             self._drain()
 
     def _watch_head(self) -> None:
@@ -438,7 +365,7 @@ class Producer:
         head = queue[0]
         fut = head.future
         if fut is None:
-            if head.entry_id == _IN_FLIGHT:
+            if head.entry_id == IN_FLIGHT:
                 self.topic.awaiting_durable[self] = None  # its run reports to the listener
             else:
                 self._drain()
@@ -453,7 +380,7 @@ class Producer:
         if fut is self._watched:  # else a newer head is watched: keep its callback's record
             self._watched = None
         queue = self._queue
-        if queue and _answerable(queue[0]):
+        if queue and answerable(queue[0]):
             self._drain()  # usually the topic's durable listener drained this already
 
     def _drain(self) -> None:
@@ -486,7 +413,7 @@ class Producer:
                         break
                     item.error = failure.error
                     self.fail_behind(failure.error, reload_topic=failure.reload_topic)
-            elif item.entry_id == _IN_FLIGHT:
+            elif item.entry_id == IN_FLIGHT:
                 break
             if item.error is not None and item.error is self.blocking:
                 blocked = item.error
@@ -533,7 +460,7 @@ class Producer:
         if queue:
             head = queue[0].future
             if head is None:
-                if queue[0].entry_id == _IN_FLIGHT:
+                if queue[0].entry_id == IN_FLIGHT:
                     topic.awaiting_durable[self] = None
             elif head is not self._watched:
                 self._watched = head
@@ -619,12 +546,3 @@ class Producer:
             "msgInCounter": self.msg_in_counter,
             "bytesInCounter": self.bytes_in_counter,
         }
-
-
-def _answerable(item: _Pending) -> bool:
-    """The record's answer is known: its future is done, or its run reported it (or it
-    carried an error from the start)."""
-    fut = item.future
-    if fut is not None:
-        return fut.done()
-    return item.entry_id != _IN_FLIGHT

@@ -14,9 +14,10 @@ from waiting import wait_until
 from broker.config import BrokerConfig
 from broker.delayed.cancels import CancelStats
 from broker.metrics import create_registry
-from broker.metrics.collector import HoraeCollector
+from broker.metrics.collector import HoraeCollector, attach_publish_buffer
 from broker.metrics.lag import LoopLagProbe
 from broker.metrics.sources import MetricsSource
+from broker.net.throttle import PublishBuffer
 from storage.stats import StorageStats
 
 from .conftest import Api
@@ -149,6 +150,7 @@ class _FakeBucketTracker:
         default_factory=lambda: {"create": [1, 1, 0, 0, 0, 0, 0, 0]})
     op_latency_sum_ms: dict[str, float] = dataclasses.field(
         default_factory=lambda: {"create": 120.0})
+    cancel_journal_failures: int = 0
 
     def __len__(self) -> int:
         return self.size
@@ -331,6 +333,40 @@ def test_in_memory_tracker_reports_its_size_as_loaded_and_no_buckets() -> None:
     assert _value(samples, "pulsar_subscription_delayed_message_index_size_bytes",
                   **labels) == 100
     assert samples.get("pulsar_delayed_message_index_bucket_op_count", []) == []
+
+
+def test_cancel_journal_failures_are_exported_per_topic_and_namespace() -> None:
+    def service(topic_level: bool) -> MetricsSource:
+        sub = _FakeSubscription(delayed_tracker=_FakeBucketTracker(cancel_journal_failures=3))
+        topic = _FakeTopic(f"{T}/journal", subscriptions={"s": sub, "t": sub})
+        config = BrokerConfig(expose_topic_level_metrics_in_prometheus=topic_level)
+        return _FakeService(config, {topic.full: topic})
+
+    by_topic = _samples(_exposition(service(True)))
+    by_ns = _samples(_exposition(service(False)))
+    assert _value(by_topic, "horae_delayed_cancel_journal_failures_total",
+                  topic=f"{T}/journal") == 6   # two subscriptions' trackers
+    assert _value(by_ns, "horae_delayed_cancel_journal_failures_total",
+                  namespace="public/default") == 6
+
+
+@dataclasses.dataclass(eq=False)
+class _HashableService(_FakeService):
+    """A service that can key the collector's per-service tables (as BrokerService does)."""
+
+    __hash__ = object.__hash__
+
+
+def test_publish_buffer_throttled_times_are_exported_once_attached() -> None:
+    service = _HashableService(BrokerConfig(cluster_name="c1"))
+    assert "horae_publish_buffer_throttled_total" not in _samples(_exposition(service))
+    buffer = PublishBuffer(1)
+    attach_publish_buffer(service, buffer)
+    buffer.add(1 << 20)   # full: throttled once
+    buffer.release(1 << 20)
+    buffer.add(1 << 20)   # and again
+    samples = _samples(_exposition(service))
+    assert _value(samples, "horae_publish_buffer_throttled_total", cluster="c1") == 2
 
 
 def test_loop_lag_probe_buckets_lateness() -> None:

@@ -95,6 +95,21 @@ def test_nan_is_dropped_and_infinity_survives(tmp_path: Path) -> None:
     assert written[0]["value"] == math.inf
 
 
+def test_write_families_writes_the_same_bytes_as_rows(
+    registry: CollectorRegistry, tmp_path: Path
+) -> None:
+    shared = {"cluster": "c1", "topic": "persistent://public/default/é"}
+    gauge = GaugeMetricFamily("g", "x", labels=["cluster", "topic"])
+    gauge.add_sample("g", shared, -math.inf)
+    gauge.add_sample("g", shared, 1e-7)
+    families = [*registry.collect(), gauge, GaugeMetricFamily("g_nan", "x", value=math.nan)]
+    writer = MetricSnapshotWriter(tmp_path, "b:1", 'c"1', 24)
+    by_rows = writer.write(writer.collect_rows(families, TS), TS).read_bytes()
+    by_families = writer.write_families(families, TS).read_bytes()
+    assert by_families == by_rows
+    assert len(read_rows(writer.path_for(TS))) == len(writer.collect_rows(families, TS))
+
+
 def test_write_places_a_complete_file_by_utc_date(
     registry: CollectorRegistry, tmp_path: Path
 ) -> None:
@@ -161,13 +176,16 @@ class _CountingCollector:
         family.add_metric(["t"], float(self.calls))
         return [family]
 
+    async def collect_async(self) -> Iterable[Metric]:
+        return self.collect()
+
 
 async def test_exporter_writes_now_periodically_and_on_stop_off_the_loop(tmp_path: Path) -> None:
     writer = MetricSnapshotWriter(tmp_path, "b", "c1", 24)
     write_threads: list[int] = []
     written = asyncio.Event()
     loop = asyncio.get_running_loop()
-    original = writer.write_and_retain
+    original = writer.write_families_and_retain
 
     def spy(rows: Any, ts_ms: int) -> Path:
         write_threads.append(threading.get_ident())
@@ -176,10 +194,10 @@ async def test_exporter_writes_now_periodically_and_on_stop_off_the_loop(tmp_pat
             loop.call_soon_threadsafe(written.set)
         return path
 
-    writer.write_and_retain = spy  # type: ignore[method-assign]
+    writer.write_families_and_retain = spy  # type: ignore[method-assign]
     collector = _CountingCollector()
     stop = asyncio.Event()
-    task = asyncio.create_task(run_exporter(writer, collector.collect, 0.05, stop))
+    task = asyncio.create_task(run_exporter(writer, collector.collect_async, 0.05, stop))
     await asyncio.wait_for(written.wait(), timeout=10)
     stop.set()
     await asyncio.wait_for(task, timeout=10)
@@ -204,9 +222,9 @@ async def test_exporter_survives_a_failing_write(tmp_path: Path) -> None:
             loop.call_soon_threadsafe(retried.set)
         raise OSError("disk full")
 
-    writer.write_and_retain = broken  # type: ignore[method-assign]
+    writer.write_families_and_retain = broken  # type: ignore[method-assign]
     stop = asyncio.Event()
-    task = asyncio.create_task(run_exporter(writer, _CountingCollector().collect, 0.05, stop))
+    task = asyncio.create_task(run_exporter(writer, _CountingCollector().collect_async, 0.05, stop))
     await asyncio.wait_for(retried.wait(), timeout=10)
     stop.set()
     await asyncio.wait_for(task, timeout=10)
@@ -217,12 +235,12 @@ async def test_exporter_stopped_at_once_still_writes_a_snapshot(tmp_path: Path) 
     writer = MetricSnapshotWriter(tmp_path, "b", "c1", 24)
     stop = asyncio.Event()
     stop.set()
-    await asyncio.wait_for(run_exporter(writer, _CountingCollector().collect, 60, stop), timeout=10)
+    await asyncio.wait_for(run_exporter(writer, _CountingCollector().collect_async, 60, stop), timeout=10)
     assert 1 <= len(snapshot_files(tmp_path)) <= 2  # the two may share a millisecond
 
 
 async def test_exporter_rejects_a_non_positive_interval(tmp_path: Path) -> None:
     writer = MetricSnapshotWriter(tmp_path, "b", "c1", 24)
     with pytest.raises(ValueError, match="interval_s"):
-        await run_exporter(writer, _CountingCollector().collect, 0, asyncio.Event())
+        await run_exporter(writer, _CountingCollector().collect_async, 0, asyncio.Event())
     assert not (tmp_path / "metrics").exists()

@@ -109,7 +109,7 @@ def _on_loop_thread(loop: asyncio.AbstractEventLoop) -> bool:
 def test_watermarks_must_be_ordered(tmp_path: Path) -> None:
     loop = asyncio.new_event_loop()
     try:
-        with pytest.raises(ValueError, match="low <= high"):
+        with pytest.raises(ValueError, match="diskUsageLwmThreshold <= diskUsageThreshold"):
             DiskMonitor(loop, tmp_path, high=0.80, low=0.90, interval_s=1)
     finally:
         loop.close()
