@@ -164,10 +164,6 @@ class NonPersistentTopic:
         self.awaiting_durable.pop(producer, None)
         self.admission.remove(producer)
 
-    def queue_exclusive_waiter(self, producer: Producer, request_id: int,
-                               schema_version: bytes | None) -> None:
-        self.admission.queue(producer, request_id, schema_version)
-
     def producer_success(self, producer: Producer, request_id: int,
                          schema_version: bytes | None) -> bytes:
         """PRODUCER_SUCCESS of a producer holding the topic (no deduplication: sequence -1)."""

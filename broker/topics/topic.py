@@ -66,6 +66,7 @@ from broker.topics.termination import TERMINATED_REASON, Termination
 from broker.topics.trim import LedgerTrimmer
 from protocol.errors import (
     NotAllowedError,
+    RequestError,
     ServiceNotReadyError,
     SubscriptionNotFoundError,
     TopicTerminatedError,
@@ -78,10 +79,6 @@ from storage.metadata import MetadataStore
 from storage.positions import Position
 from storage.segment_file import DurableSink
 from storage.snapshots import SnapshotStore
-
-# terminate: how long appends already in flight may take to become durable, polled this often
-TERMINATE_DRAIN_S = 5.0
-TERMINATE_POLL_S = 0.01
 
 __all__ = ["Topic"]
 
@@ -194,10 +191,7 @@ class Topic:
         try:
             fut = self.ledger.append(entry)
         except Exception as exc:   # never out of the publish path: a SEND_ERROR instead
-            failure = storage_failure(exc, StorageOp.PUBLISH)
-            if failure.reload_topic:
-                self.on_persistence_failure(exc)
-            raise failure.error from None
+            raise self._append_failed(exc) from None
         self.entries_added_counter += 1
         return fut, messages, partial
 
@@ -208,11 +202,15 @@ class Topic:
         try:
             self.ledger.append_run(entries, sink)
         except Exception as exc:   # never out of the publish path: a SEND_ERROR instead
-            failure = storage_failure(exc, StorageOp.PUBLISH)
-            if failure.reload_topic:
-                self.on_persistence_failure(exc)
-            raise failure.error from None
+            raise self._append_failed(exc) from None
         self.entries_added_counter += len(entries)
+
+    def _append_failed(self, exc: Exception) -> RequestError:
+        """The SEND_ERROR of a failed append (reloading the topic when storage asks for it)."""
+        failure = storage_failure(exc, StorageOp.PUBLISH)
+        if failure.reload_topic:
+            self.on_persistence_failure(exc)
+        return failure.error
 
     def check_publish(self, entry: bytes) -> tuple[bytes, int, bool]:
         """Everything :meth:`publish` checks, without the append: (entry as it would be
@@ -297,7 +295,7 @@ class Topic:
     def add_producer(self, producer: Producer, requested_epoch: int | None = None) -> Admission:
         """Attach *producer* by its access mode (:mod:`broker.topics.access_modes`); returns
         NOW/FENCE_OTHERS when it is attached, QUEUE when the caller must queue it
-        (:meth:`queue_exclusive_waiter`). Raises ProducerBusyError / ProducerFencedError."""
+        (``self.admission.queue``). Raises ProducerBusyError / ProducerFencedError."""
         if self.fenced or self.closed:
             raise ServiceNotReadyError(f"Topic {self.full} is being closed or reloaded")
         if self.termination.terminated:
@@ -311,16 +309,6 @@ class Topic:
     def remove_producer(self, producer: Producer) -> None:
         self.awaiting_durable.pop(producer, None)
         self.admission.remove(producer)
-
-    @property
-    def waiting_publishers(self) -> int:
-        """WaitForExclusive producers queued for the topic (stats ``waitingPublishers``)."""
-        return self.admission.waiting
-
-    def queue_exclusive_waiter(self, producer: Producer, request_id: int,
-                               schema_version: bytes | None) -> None:
-        """A WaitForExclusive producer waits (FIFO) until the topic has no producer."""
-        self.admission.queue(producer, request_id, schema_version)
 
     def producer_success(self, producer: Producer, request_id: int,
                          schema_version: bytes | None) -> bytes:
@@ -480,10 +468,6 @@ class Topic:
                       for s in self.subscriptions.values())
         return int(self.ledger.total_size_bytes * min(1.0, backlog / entries))
 
-    def producer_rates(self, producer: Producer, now: float) -> tuple[float, float]:
-        """(msgRateIn, msgThroughputIn) of one of this topic's producers, per second."""
-        return self.admission.producer_rates(producer, now)
-
     @property
     def trimmed_ledgers(self) -> int:
         return self.trimmer.trimmed_ledgers
@@ -506,19 +490,9 @@ class Topic:
     # ------------------------------------------------------------------ termination
 
     async def terminate(self) -> Position | None:
-        """Pulsar's terminate: refuse every new message from now on, let the appends already
-        in flight become durable, record the last message id durably and return it; producers
-        are disconnected (their re-creation is refused with TopicTerminatedError)."""
-        if self.termination.recorded:
-            return self.termination.last
-        self.termination.begin()      # new SENDs and producers are refused from now on
-        deadline = self.loop.time() + TERMINATE_DRAIN_S
-        while any(p.pending for p in self.producers.values()) and self.loop.time() < deadline:
-            await asyncio.sleep(TERMINATE_POLL_S)
-        last = await self.termination.record(self.ledger.last_confirmed)
-        for p in list(self.producers.values()):
-            p.disconnect()
-        return last
+        """Pulsar's terminate (:meth:`broker.topics.termination.Termination.terminate`)."""
+        return await self.termination.terminate(self.producers,
+                                                lambda: self.ledger.last_confirmed)
 
     # ------------------------------------------------------------------ lifecycle
 
