@@ -14,6 +14,11 @@ resolved a group commit's futures: the producers in ``awaiting_durable`` send th
 from that call (one loop iteration earlier than their futures' done-callbacks would), then
 subscriptions are told, at most once per loop iteration, that entries exist.
 
+Producers attach through ``self.admission``
+(:class:`broker.topics.access_modes.ProducerAdmission`, shared with non-persistent topics): it
+owns the attached producers, the WaitForExclusive line, fencing and promotion; the topic only
+checks its own state (closed, fenced, terminated, backlog quota) first.
+
 Counters are plain ints, incremented on the hot path and read at scrape time
 (:mod:`broker.metrics`); rates are derived from them over a sliding window
 (:class:`RateMeter`, sampled by the service once a second). ``msg_out_counter`` and
