@@ -9,7 +9,8 @@ handler:
    header, ``X-Pulsar-Auth-Method-Name`` or verified client certificate (HTTPS listener) gives
    the role (:meth:`AuthenticationService.authenticate_http_async`, bcrypt off the loop).
    Refused: 401 with one ``WWW-Authenticate`` header per offered scheme and
-   ``{"reason": ...}``. ``/metrics`` is exempt unless ``authenticateMetricsEndpoint``, as in
+   ``{"reason": ...}``. ``/status.html`` is never authenticated, ``/metrics`` is exempt
+   unless ``authenticateMetricsEndpoint``, as in
    Pulsar. The role is kept on the request (:func:`request_role`).
 2. Authorization (``authorizationEnabled``), by path, Pulsar's rules:
 
@@ -38,6 +39,7 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
+from broker.admin.brokers import STATUS_PAGE
 from broker.admin.errors import json_error
 from broker.security.authentication import AuthenticatedRole, AuthenticationService
 from broker.security.authorization import AuthorizationService
@@ -128,7 +130,8 @@ def check_access(authz: AuthorizationService, role: str, method: str, path: str)
 async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     security = request.app[SECURITY_KEY]
     authn = security.authentication
-    if request.path.rstrip("/") == "/metrics" and not security.authenticate_metrics:
+    path = request.path.rstrip("/")
+    if path == STATUS_PAGE or (path == "/metrics" and not security.authenticate_metrics):
         return await handler(request)
     try:
         role = await authn.authenticate_http_async(request.headers, _peer_certificate(request))

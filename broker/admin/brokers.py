@@ -6,12 +6,15 @@ Theory of operation
   (:mod:`broker.admin.healthcheck`): storage state plus a produce/consume round trip on the
   heartbeat topic; "ok" or 500 with the reason; 400 for a topicVersion that is neither.
 * ``GET /admin/v2/brokers/ready``: "ok" while the broker serves, 503 once it is closing.
+* ``GET /status.html``: Pulsar's liveness page, "OK" while the broker serves, 404 once it is
+  closing (Pulsar answers 404 when its status file is gone). Never authenticated, as in Pulsar,
+  so container and Kubernetes probes need no credentials.
 * ``GET /admin/v2/brokers/{cluster}``: the active brokers of the cluster as Pulsar lists them,
   broker ids ``<advertisedAddress>:<webServicePort>``; this node is the only one. Another
   cluster name is 404 "Cluster does not exist: cluster=<name>" (Horae knows only its own).
 * ``GET /admin/v2/brokers/leaderBroker``: Pulsar's BrokerInfo of the leader, this broker.
 
-All are super-user operations (:mod:`broker.admin.auth`). The fixed paths are registered before
+All but ``/status.html`` are super-user operations (:mod:`broker.admin.auth`). The fixed paths are registered before
 ``{cluster}`` so "health", "ready" and "leaderBroker" are never read as cluster names.
 """
 
@@ -25,7 +28,10 @@ from broker.admin.responses import facade_of, json_response
 from broker.topics.heartbeat import TopicVersion
 from broker.topics.service import BrokerService
 
-__all__ = ["add_routes", "broker_id"]
+__all__ = ["STATUS_PAGE", "add_routes", "broker_id"]
+
+#: Pulsar's unauthenticated liveness page (its Helm chart probes it).
+STATUS_PAGE = "/status.html"
 
 
 def broker_id(service: BrokerService) -> str:
@@ -58,6 +64,12 @@ async def ready(request: web.Request) -> web.Response:
     return web.Response(text="ok", content_type="text/plain")
 
 
+async def status_page(request: web.Request) -> web.Response:
+    if _service(request).closing:
+        raise E.not_found("Broker is shutting down")
+    return web.Response(text="OK", content_type="text/plain")
+
+
 async def active_brokers(request: web.Request) -> web.Response:
     service = _service(request)
     cluster = request.match_info["cluster"]
@@ -75,5 +87,6 @@ def add_routes(app: web.Application) -> None:
     r = app.router
     r.add_get("/admin/v2/brokers/health", health)
     r.add_get("/admin/v2/brokers/ready", ready)
+    r.add_get(STATUS_PAGE, status_page)
     r.add_get("/admin/v2/brokers/leaderBroker", leader_broker)
     r.add_get("/admin/v2/brokers/{cluster}", active_brokers)

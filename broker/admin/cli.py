@@ -38,6 +38,7 @@ from broker.admin.cli_args import (
     parse_message_id,
     parse_triplet,
     q,
+    topic_base,
     topic_path,
 )
 from broker.admin.cli_auth import AdminAuth, admin_auth
@@ -207,25 +208,25 @@ _COMMANDS: dict[tuple[str, str], Builder] = {
     ("topics", "list"): lambda a: Request("GET", T + namespace_path(a.namespace)),
     ("topics", "list-partitioned-topics"): lambda a: Request(
         "GET", T + namespace_path(a.namespace) + "/partitioned"),
-    ("topics", "create"): lambda a: Request("PUT", T + topic_path(a.topic)),
+    ("topics", "create"): lambda a: Request("PUT", topic_base(a.topic)),
     ("topics", "create-partitioned-topic"): lambda a: Request(
-        "PUT", T + topic_path(a.topic) + "/partitions", a.partitions, True),
+        "PUT", topic_base(a.topic) + "/partitions", a.partitions, True),
     ("topics", "get-partitioned-topic-metadata"): lambda a: Request(
-        "GET", T + topic_path(a.topic) + "/partitions"),
-    ("topics", "delete"): lambda a: Request("DELETE", T + topic_path(a.topic) + _force(a)),
+        "GET", topic_base(a.topic) + "/partitions"),
+    ("topics", "delete"): lambda a: Request("DELETE", topic_base(a.topic) + _force(a)),
     ("topics", "delete-partitioned-topic"): lambda a: Request(
-        "DELETE", T + topic_path(a.topic) + "/partitions" + _force(a)),
-    ("topics", "stats"): lambda a: Request("GET", T + topic_path(a.topic) + "/stats"),
+        "DELETE", topic_base(a.topic) + "/partitions" + _force(a)),
+    ("topics", "stats"): lambda a: Request("GET", topic_base(a.topic) + "/stats"),
     ("topics", "partitioned-stats"): lambda a: Request(
-        "GET", T + topic_path(a.topic) + "/partitioned-stats"
+        "GET", topic_base(a.topic) + "/partitioned-stats"
         + ("" if a.per_partition else "?perPartition=false")),
     ("topics", "stats-internal"): lambda a: Request(
         "GET", T + topic_path(a.topic) + "/internalStats"),
     ("topics", "subscriptions"): lambda a: Request(
-        "GET", T + topic_path(a.topic) + "/subscriptions"),
+        "GET", topic_base(a.topic) + "/subscriptions"),
     ("topics", "create-subscription"): _create_subscription,
     ("topics", "unsubscribe"): lambda a: Request(
-        "DELETE", T + topic_path(a.topic) + f"/subscription/{q(a.subscription)}" + _force(a)),
+        "DELETE", topic_base(a.topic) + f"/subscription/{q(a.subscription)}" + _force(a)),
     ("topics", "skip"): lambda a: Request(
         "POST", T + topic_path(a.topic) + f"/subscription/{q(a.subscription)}/skip/{a.count}"),
     ("topics", "skip-all"): lambda a: Request(

@@ -189,3 +189,11 @@ def test_brokers_healthcheck_list_and_leader(cli: Cli, broker: Any) -> None:
     assert "Cluster does not exist: cluster=elsewhere" in other.stderr
     bad = cli.run("brokers", "healthcheck", "--topic-version", "V3")
     assert bad.returncode == 2
+
+
+def test_topic_commands_take_non_persistent_names(cli: Cli, client: Any) -> None:
+    name = "non-persistent://public/default/cli-np"
+    client.subscribe(name, "s")
+    stats = cli.ok("topics", "stats", name)
+    assert "msgDropRate" in stats and "s" in stats["subscriptions"]
+    assert cli.ok("topics", "subscriptions", name) == ["s"]

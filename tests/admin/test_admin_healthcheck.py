@@ -154,3 +154,10 @@ def test_heartbeat_topics_are_exported_under_their_own_namespace(broker: Any, ap
     v1 = f"pulsar/standalone/127.0.0.1:{broker.web_port}"
     assert (f'pulsar_topics_count{{cluster="standalone",namespace="{v1}"}} 1.0'
             in metrics)
+
+
+def test_status_page_answers_probes_without_credentials(
+        broker_factory: Callable[..., Any]) -> None:
+    b = broker_factory(config_overrides=dict(SECURED))
+    assert _get(f"{b.web_url}/status.html", None).body == "OK"          # no token needed
+    assert _get(f"{b.web_url}/admin/v2/brokers/ready", None).status == 401  # the admin API is

@@ -53,7 +53,7 @@ def test_containerfile_runs_unprivileged_with_a_data_volume_healthcheck_and_port
     assert words["USER"] == "10001:10001"
     assert words["VOLUME"] == '["/data"]'
     assert words["EXPOSE"].split() == ["6650", "8080", "6651", "8443"]
-    assert "/admin/v2/brokers/health" in words["HEALTHCHECK"]
+    assert "/status.html" in words["HEALTHCHECK"]
     assert "HORAE_dataDir=/data" in words["ENV"]
     for word, args in instructions:
         if word == "COPY" and not args.startswith("--from"):

@@ -71,7 +71,8 @@ def test_statefulset_keeps_data_on_a_claim_and_probes_the_health_endpoints() -> 
     assert env["HORAE_dataDir"] == "/data"
     assert {p["name"]: p["containerPort"] for p in container["ports"]} == PORTS
     assert container["readinessProbe"]["httpGet"]["path"] == "/admin/v2/brokers/health"
-    assert container["livenessProbe"]["httpGet"]["path"] == "/admin/v2/brokers/ready"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/status.html"
+    assert container["startupProbe"]["httpGet"]["path"] == "/status.html"
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
         assert container[probe]["httpGet"]["port"] == "http"
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
