@@ -5,9 +5,13 @@ the core serves it on ``webServicePort`` on the broker's own event loop, so hand
 service methods directly. Routes live in ``topics.py`` (persistent topics and
 subscriptions), ``namespaces.py`` (clusters, tenants, namespaces, delayed-delivery
 policies), ``permissions.py`` (grants, tenant updates, cluster records) and ``brokers.py``
-(health check, readiness, brokers list); this module adds lookup and metrics, the error middleware (every error body is ``{"reason": ...}``),
+(health check, readiness, brokers list); this module adds lookup and metrics, the error
+middleware (every error body is ``{"reason": ...}``),
 the authentication/authorization middleware (:mod:`broker.admin.auth`: 401/403), and the
-event-loop lag probe, started in ``on_startup`` and stopped in ``on_cleanup``.
+event-loop lag probe, started in ``on_startup`` and stopped in ``on_cleanup``. The HTTP lookup
+answers the URLs a binary LOOKUP does (:meth:`broker.topics.service.BrokerService.urls` and
+``lookup_url``: the advertised listener named by ``?listenerName=`` or the
+``X-Pulsar-ListenerName`` header, the host the client reached us on).
 """
 
 from __future__ import annotations
@@ -39,6 +43,9 @@ from broker.security.authentication import AuthenticationService
 from broker.security.authorization import AuthorizationService
 from broker.topics.service import BrokerService
 
+#: Pulsar's HTTP lookup header naming the advertised listener (or ``?listenerName=``).
+LISTENER_HEADER = "X-Pulsar-ListenerName"
+
 REGISTRY_KEY = web.AppKey("horae_registry", BrokerRegistry)
 LAG_PROBE_KEY = web.AppKey("horae_lag_probe", LoopLagProbe)
 
@@ -55,16 +62,24 @@ async def lookup(request: web.Request) -> web.Response:
     if m["domain"] not in ("persistent", "non-persistent"):
         raise E.bad_request(f"Invalid topic domain {m['domain']!r}")
     await facade.require_namespace(m["tenant"], m["namespace"])
-    broker_url = facade.broker_url()
-    web_url = facade.service.web_url
-    cluster = await facade.service.get_cluster(facade.service.config.cluster_name)
+    listener = request.query.get("listenerName") or request.headers.get(LISTENER_HEADER)
+    local_host = _local_host(request)
+    urls = facade.service.urls(local_host)
+    broker_url = facade.service.lookup_url(listener, local_host)
     return json_response({
         "brokerUrl": broker_url,
-        "brokerUrlTls": str(cluster.get("brokerServiceUrlTls") or ""),
-        "httpUrl": web_url,
-        "httpUrlTls": str(cluster.get("serviceUrlTls") or ""),
+        "brokerUrlTls": urls.broker_url_tls or "",
+        "httpUrl": urls.web_url,
+        "httpUrlTls": urls.web_url_tls or "",
         "nativeUrl": broker_url,
     })
+
+
+def _local_host(request: web.Request) -> str | None:
+    """The address the client reached us on (the advertised host rule of broker.listeners)."""
+    transport = request.transport
+    sockname = transport.get_extra_info("sockname") if transport is not None else None
+    return str(sockname[0]) if isinstance(sockname, tuple) and sockname else None
 
 
 def create_app(service: BrokerService, *, lag_probe_interval_s: float = 0.5,

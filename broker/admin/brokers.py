@@ -80,7 +80,7 @@ async def active_brokers(request: web.Request) -> web.Response:
 
 async def leader_broker(request: web.Request) -> web.Response:
     service = _service(request)
-    return json_response({"brokerId": broker_id(service), "serviceUrl": service.web_url})
+    return json_response({"brokerId": broker_id(service), "serviceUrl": service.urls().web_url})
 
 
 def add_routes(app: web.Application) -> None:

@@ -64,20 +64,20 @@ class AdminFacade:
 
     # --- tenants and namespaces --------------------------------------------------------
     async def tenants(self) -> list[str]:
-        return sorted(await self.service.list_tenants())
+        return sorted(await self.service.tenancy.list_tenants())
 
     async def require_tenant(self, tenant: str) -> None:
-        if tenant not in await self.service.list_tenants():
+        if tenant not in await self.service.tenancy.list_tenants():
             raise E.not_found(E.TENANT_NOT_FOUND)
 
     async def namespaces(self, tenant: str) -> list[str]:
         await self.require_tenant(tenant)
-        return await self.service.list_namespaces(tenant)
+        return await self.service.tenancy.list_namespaces(tenant)
 
     async def namespace_exists(self, tenant: str, namespace: str) -> bool:
-        if tenant not in await self.service.list_tenants():
+        if tenant not in await self.service.tenancy.list_tenants():
             return False
-        return self.service.namespace_exists(f"{tenant}/{namespace}")
+        return self.service.tenancy.namespace_exists(f"{tenant}/{namespace}")
 
     async def require_namespace(self, tenant: str, namespace: str) -> None:
         if not await self.namespace_exists(tenant, namespace):
@@ -177,11 +177,6 @@ class AdminFacade:
             await self.service.remove_namespace_policy(key)
         else:
             await self.service.remove_topic_policy(key)
-
-    # --- addresses -----------------------------------------------------------------------
-    def broker_url(self) -> str:
-        """The pulsar:// URL clients should use (the actual bound port when configured 0)."""
-        return self.service.service_url
 
 
 #: Where create_app keeps the facade for the handlers.

@@ -49,7 +49,7 @@ async def get_tenant(request: web.Request) -> web.Response:
     facade = facade_of(request)
     tenant = request.match_info["tenant"]
     await facade.require_tenant(tenant)
-    info = await facade.service.get_tenant(tenant)
+    info = await facade.service.tenancy.get_tenant(tenant)
     if info is None:
         info = {"adminRoles": [], "allowedClusters": [_cluster(facade)]}
     return json_response(info)
@@ -61,13 +61,13 @@ async def create_tenant(request: web.Request) -> web.Response:
     body = bodies.load_json(await request.read())
     if body is not None and not isinstance(body, dict):
         raise E.bad_request("Invalid tenant info: expected a JSON object")
-    if tenant in await facade.service.list_tenants():
+    if tenant in await facade.service.tenancy.list_tenants():
         raise E.conflict(E.TENANT_EXISTS)
     info = {"adminRoles": [], "allowedClusters": [_cluster(facade)], **(body or {})}
     try:
-        await facade.service.create_tenant(tenant, info)
+        await facade.service.tenancy.create_tenant(tenant, info)
     except TypeError:
-        await facade.service.create_tenant(tenant)   # a service that keeps no tenant info
+        await facade.service.tenancy.create_tenant(tenant)   # a service that keeps no tenant info
     return no_content()
 
 
@@ -75,7 +75,7 @@ async def delete_tenant(request: web.Request) -> web.Response:
     facade = facade_of(request)
     tenant = request.match_info["tenant"]
     await facade.require_tenant(tenant)
-    if await facade.service.list_namespaces(tenant):
+    if await facade.service.tenancy.list_namespaces(tenant):
         raise E.conflict(E.TENANT_NOT_EMPTY)
     await facade.service.delete_tenant(tenant)
     return no_content()
@@ -93,7 +93,7 @@ async def create_namespace(request: web.Request) -> web.Response:
     await facade.require_tenant(tenant)
     if await facade.namespace_exists(tenant, ns):
         raise E.conflict(E.NAMESPACE_EXISTS)
-    await facade.service.create_namespace(f"{tenant}/{ns}", namespace_policies_body(body))
+    await facade.service.tenancy.create_namespace(f"{tenant}/{ns}", namespace_policies_body(body))
     return no_content()
 
 

@@ -71,14 +71,14 @@ async def get_ns_permissions(request: web.Request) -> web.Response:
 async def grant_ns_permission(request: web.Request) -> web.Response:
     actions = parse_actions(bodies.load_json(await request.read()))
     facade, key, auth = await _ns_auth(request)
-    await facade.service.set_auth_policies(
+    await facade.service.tenancy.set_auth_policies(
         key, auth.grant_namespace(request.match_info["role"], actions))
     return no_content()
 
 
 async def revoke_ns_permission(request: web.Request) -> web.Response:
     facade, key, auth = await _ns_auth(request)
-    await facade.service.set_auth_policies(key, auth.revoke_namespace(request.match_info["role"]))
+    await facade.service.tenancy.set_auth_policies(key, auth.revoke_namespace(request.match_info["role"]))
     return no_content()
 
 
@@ -99,7 +99,7 @@ async def get_topic_permissions(request: web.Request) -> web.Response:
 async def grant_topic_permission(request: web.Request) -> web.Response:
     actions = parse_actions(bodies.load_json(await request.read()))
     facade, key, full, auth = await _topic_auth(request)
-    await facade.service.set_auth_policies(
+    await facade.service.tenancy.set_auth_policies(
         key, auth.grant_topic(full, request.match_info["role"], actions))
     return no_content()
 
@@ -109,7 +109,7 @@ async def revoke_topic_permission(request: web.Request) -> web.Response:
     role = request.match_info["role"]
     if role not in auth.destination_auth.get(full, {}):
         raise E.precondition_failed(f"Permissions are not set at the topic level for {role}")
-    await facade.service.set_auth_policies(key, auth.revoke_topic(full, role))
+    await facade.service.tenancy.set_auth_policies(key, auth.revoke_topic(full, role))
     return no_content()
 
 
@@ -120,8 +120,8 @@ async def update_tenant(request: web.Request) -> web.Response:
     if not isinstance(body, dict):
         raise E.bad_request("Invalid tenant info: expected a JSON object")
     await facade.require_tenant(tenant)
-    current = await facade.service.get_tenant(tenant) or {}
-    await facade.service.update_tenant(tenant, {**current, **body})
+    current = await facade.service.tenancy.get_tenant(tenant) or {}
+    await facade.service.tenancy.update_tenant(tenant, {**current, **body})
     return no_content()
 
 
@@ -145,7 +145,7 @@ async def set_cluster(request: web.Request) -> web.Response:
     if not isinstance(body, dict):
         raise E.bad_request("Invalid cluster data: expected a JSON object")
     data: dict[str, Any] = {k: v for k, v in body.items() if isinstance(v, str | bool | int)}
-    await facade.service.set_cluster(name, data)
+    await facade.service.tenancy.set_cluster(name, data)
     return no_content()
 
 

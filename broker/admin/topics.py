@@ -215,14 +215,14 @@ async def skip(request: web.Request) -> web.Response:
     if await facade.partition_count(full) > 0:
         raise E.not_allowed("Skip messages on a partitioned topic is not allowed")
     [(_, sub)] = await facade.subscriptions_of(full, request.match_info["sub"])
-    await sub.skip(count)
+    await sub.resets.skip(count)
     return no_content()
 
 
 async def skip_all(request: web.Request) -> web.Response:
     facade, full = facade_of(request), _topic_name(request)
     for _, sub in await facade.subscriptions_of(full, request.match_info["sub"]):
-        await sub.skip_all()
+        await sub.resets.skip_all()
     return no_content()
 
 
@@ -231,7 +231,7 @@ async def reset_cursor_time(request: web.Request) -> web.Response:
     timestamp_ms = _int_path_param(
         request, "timestamp", "timestamp must be an integer (milliseconds)")
     for _, sub in await facade.subscriptions_of(full, request.match_info["sub"]):
-        await sub.reset_cursor_to_timestamp(timestamp_ms)
+        await sub.resets.reset_cursor_to_timestamp(timestamp_ms)
     return no_content()
 
 
@@ -247,7 +247,7 @@ async def reset_cursor_position(request: web.Request) -> web.Response:
     position = (data.ledger_id, data.entry_id)
     if data.is_excluded:
         position = _position_after(topic, position)
-    await sub.reset_cursor(position)
+    await sub.resets.reset_cursor(position)
     return no_content()
 
 
@@ -275,7 +275,7 @@ async def skip_by_message_ids(request: web.Request) -> web.Response:
                     f"does not exist on {topic.name}")
     for _, sub, mine in chosen:
         if mine:
-            await sub.skip_by_message_ids(_to_service_ids(mine))
+            await sub.resets.skip_by_message_ids(_to_service_ids(mine))
     return no_content()
 
 
@@ -295,7 +295,7 @@ def _ids_for(topic: Topic, ids: list[bodies.MessageIdRef]) -> list[bodies.Messag
 
 
 def _to_service_ids(ids: list[bodies.MessageIdRef]) -> list[tuple[int, ...]]:
-    """Subscription.skip_by_message_ids takes (ledger_id, entry_id) tuples, with a third
+    """CursorResets.skip_by_message_ids takes (ledger_id, entry_id) tuples, with a third
     element, the batch index, when a single message of a batch is meant."""
     return [ref.position if ref.batch_index is None
             else (ref.ledger_id, ref.entry_id, ref.batch_index) for ref in ids]

@@ -247,8 +247,7 @@ class ServerConnection(asyncio.Protocol):
         side = self._consumer_side
         if side is not None:
             self._consumer_side = None
-            task = self.loop.create_task(side.close())
-            task.add_done_callback(_log_task_failure)
+            side.close()
 
     def pause_writing(self) -> None:
         self._writes_paused = True
@@ -417,11 +416,6 @@ class ServerConnection(asyncio.Protocol):
 
     def __repr__(self) -> str:
         return f"<ServerConnection {self.remote_address} {self.state.name}>"
-
-
-def _log_task_failure(task: asyncio.Task[Any]) -> None:
-    if not task.cancelled() and task.exception() is not None:
-        log.error("connection cleanup failed", exc_info=task.exception())
 
 
 _SEND = pb.BaseCommand.SEND

@@ -22,8 +22,10 @@ import asyncio
 import logging
 import time
 import uuid
+from dataclasses import dataclass
 from typing import Protocol
 
+from broker.metrics.rates import iso_ms
 from broker.net.limits import check_consumers
 from broker.net.schemas import check_consumer_schema
 from broker.net.view import ConnectionView
@@ -43,6 +45,7 @@ from protocol.commands import (
 from protocol.errors import (
     ConsumerNotFoundError,
     NotAllowedError,
+    RequestError,
     ServerError,
     ServiceNotReadyError,
 )
@@ -59,6 +62,14 @@ AnySubscription = Subscription | NonPersistentSubscription
 
 _U64 = (1 << 64) - 1
 _I64 = 1 << 63
+
+
+@dataclass(frozen=True, slots=True)
+class Attached:
+    """One consumer of this connection and the subscription it is attached to."""
+
+    consumer: Consumer
+    subscription: AnySubscription
 
 
 class ConsumerConnection(ConnectionView, Protocol):
@@ -82,9 +93,9 @@ class ConsumerSide:
 
     def __init__(self, connection: ConsumerConnection) -> None:
         self.connection = connection
-        self.consumers: dict[int, Consumer] = {}
-        # consumer id -> the subscription it is attached to (the consumer holds no reference up)
-        self._subscriptions: dict[int, AnySubscription] = {}
+        # consumer id -> the consumer and the subscription it is attached to (the consumer
+        # holds no reference up): one record, so the two never disagree
+        self._attached: dict[int, Attached] = {}
         self._subscribing: set[int] = set()
         self._closed = False
 
@@ -111,24 +122,20 @@ class ConsumerSide:
 
     def forget(self, consumer: Consumer) -> None:
         """The broker closed this consumer (seek/reset/topic gone): drop it from the registry."""
-        if self.consumers.get(consumer.consumer_id) is consumer:
-            del self.consumers[consumer.consumer_id]
-            self._subscriptions.pop(consumer.consumer_id, None)
+        attached = self._attached.get(consumer.consumer_id)
+        if attached is not None and attached.consumer is consumer:
+            del self._attached[consumer.consumer_id]
         consumer.closed = True
 
     def attach(self, consumer: Consumer, subscription: AnySubscription) -> None:
         """Register *consumer* (attached to *subscription*) under its id on this connection."""
-        self.consumers[consumer.consumer_id] = consumer
-        self._subscriptions[consumer.consumer_id] = subscription
-
-    def subscription_of(self, consumer: Consumer) -> AnySubscription:
-        return self._subscriptions[consumer.consumer_id]
+        self._attached[consumer.consumer_id] = Attached(consumer, subscription)
 
     # ------------------------------------------------------------------ SUBSCRIBE
 
     async def handle_subscribe(self, cmd: pb.CommandSubscribe) -> None:
         cid = cmd.consumer_id
-        if cid in self.consumers:
+        if cid in self._attached:
             # The client retried a subscribe that already succeeded: answer it again.
             self.connection.write(encode_success(cmd.request_id))
             return
@@ -201,19 +208,20 @@ class ConsumerSide:
     # ------------------------------------------------------------------ FLOW / ACK / REDELIVER
 
     def handle_flow(self, cmd: pb.CommandFlow) -> None:
-        consumer = self.consumers.get(cmd.consumer_id)
-        if consumer is None:
+        attached = self._attached.get(cmd.consumer_id)
+        if attached is None:
             return
+        consumer = attached.consumer
         consumer.permits += cmd.messagePermits
         consumer.last_flow_ms = _now_ms()
-        dispatcher = self.subscription_of(consumer).dispatcher
+        dispatcher = attached.subscription.dispatcher
         if dispatcher is not None:
             dispatcher.schedule()
 
     def handle_ack(self, cmd: pb.CommandAck) -> None:
-        consumer = self.consumers.get(cmd.consumer_id)
+        attached = self._attached.get(cmd.consumer_id)
         has_request = cmd.HasField("request_id")
-        if consumer is None:
+        if attached is None:
             if has_request:
                 self.connection.write(encode_ack_response(
                     cmd.consumer_id, cmd.request_id, error=ServerError.ConsumerNotFound,
@@ -226,34 +234,34 @@ class ConsumerSide:
                 lid, eid = wire_position(lid, eid)
             ack_set = m.ack_set
             ids.append((Position(lid, eid), list(ack_set) if ack_set else None))
+        consumer = attached.consumer
         consumer.msg_ack_counter += len(ids)
         consumer.last_acked_ms = _now_ms()
-        self.subscription_of(consumer).acknowledge(
+        attached.subscription.acknowledge(
             consumer, ids, cumulative=cmd.ack_type == pb.CommandAck.Cumulative)
         if has_request:
             self.connection.write(encode_ack_response(cmd.consumer_id, cmd.request_id))
 
     def handle_redeliver(self, cmd: pb.CommandRedeliverUnacknowledgedMessages) -> None:
-        consumer = self.consumers.get(cmd.consumer_id)
-        if consumer is None:
+        attached = self._attached.get(cmd.consumer_id)
+        if attached is None:
             return
         positions = [Position(*wire_position(m.ledgerId, m.entryId)) for m in cmd.message_ids]
-        self.subscription_of(consumer).redeliver(consumer, positions or None)
+        attached.subscription.redeliver(attached.consumer, positions or None)
 
     # ------------------------------------------------------------------ SEEK / UNSUBSCRIBE / CLOSE
 
     async def handle_seek(self, cmd: pb.CommandSeek) -> None:
-        consumer = self._consumer(cmd.consumer_id)
-        sub = self.subscription_of(consumer)
+        sub = self._attached_to(cmd.consumer_id).subscription
         if cmd.HasField("message_id"):
             try:
-                await sub.reset_cursor(
+                await sub.resets.reset_cursor(
                     wire_position(cmd.message_id.ledgerId, cmd.message_id.entryId))
             except StorageError as exc:
                 raise storage_failure(exc, StorageOp.SEEK_MESSAGE_ID).error from exc
         elif cmd.HasField("message_publish_time"):
             try:
-                await sub.reset_cursor_to_timestamp(cmd.message_publish_time)
+                await sub.resets.reset_cursor_to_timestamp(cmd.message_publish_time)
             except StorageError as exc:
                 raise storage_failure(exc, StorageOp.SEEK_PUBLISH_TIME).error from exc
         else:
@@ -261,24 +269,27 @@ class ConsumerSide:
         self.connection.write(encode_success(cmd.request_id))
 
     async def handle_unsubscribe(self, cmd: pb.CommandUnsubscribe) -> None:
-        consumer = self._consumer(cmd.consumer_id)
-        await self.subscription_of(consumer).unsubscribe(consumer)
-        self.forget(consumer)
+        attached = self._attached_to(cmd.consumer_id)
+        await attached.subscription.unsubscribe(attached.consumer)
+        self.forget(attached.consumer)
         self.connection.write(encode_success(cmd.request_id))
 
-    async def handle_close_consumer(self, cmd: pb.CommandCloseConsumer) -> None:
-        consumer = self.consumers.pop(cmd.consumer_id, None)
-        sub = self._subscriptions.pop(cmd.consumer_id, None)
-        if consumer is not None and sub is not None:
-            consumer.closed = True
-            sub.remove_consumer(consumer)
+    def handle_close_consumer(self, cmd: pb.CommandCloseConsumer) -> None:
+        attached = self._attached.pop(cmd.consumer_id, None)
+        if attached is not None:
+            attached.consumer.closed = True
+            try:
+                attached.subscription.remove_consumer(attached.consumer)
+            except Exception as exc:  # a bug answers this request only, as the others do
+                log.exception("closing consumer %s failed", attached.consumer.name)
+                raise RequestError(f"{type(exc).__name__}: {exc}") from exc
         self.connection.write(encode_success(cmd.request_id))
 
     # ------------------------------------------------------------------ queries
 
     async def handle_get_last_message_id(self, cmd: pb.CommandGetLastMessageId) -> None:
-        consumer = self._consumer(cmd.consumer_id)
-        sub = self.subscription_of(consumer)
+        attached = self._attached_to(cmd.consumer_id)
+        consumer, sub = attached.consumer, attached.subscription
         if isinstance(sub, NonPersistentSubscription):  # nothing is kept: "nothing available"
             self.connection.write(encode_get_last_message_id_response(
                 cmd.request_id, _U64, _U64, partition=consumer.partition))
@@ -303,16 +314,16 @@ class ConsumerSide:
         ))
 
     async def handle_consumer_stats(self, cmd: pb.CommandConsumerStats) -> None:
-        consumer = self.consumers.get(cmd.consumer_id)
-        if consumer is None:
+        attached = self._attached.get(cmd.consumer_id)
+        if attached is None:
             self.connection.write(encode_consumer_stats_response(
                 cmd.request_id, error_code=ServerError.ConsumerNotFound,
                 error_message=f"Consumer {cmd.consumer_id} not found"))
             return
-        sub = self.subscription_of(consumer)
+        consumer, sub = attached.consumer, attached.subscription
+        # Rates as the service's once-a-second tick sampled them: a stats read changes nothing.
         rate_out, thr_out, rate_redeliver, ack_rate = consumer.rates(
             asyncio.get_running_loop().time())
-        consumer.sample_rates(asyncio.get_running_loop().time())
         self.connection.write(encode_consumer_stats_response(
             cmd.request_id,
             msgRateOut=rate_out,
@@ -323,7 +334,7 @@ class ConsumerSide:
             unackedMessages=consumer.unacked_messages,
             blockedConsumerOnUnackedMsgs=consumer.blocked_on_unacked,
             address=self.remote_address,
-            connectedSince=str(consumer.connected_since_ms),
+            connectedSince=iso_ms(consumer.connected_since_ms),  # Pulsar: the stats' string
             type=consumer.sub_type_name,
             msgRateExpired=0.0,
             msgBacklog=sub.cursor.backlog if isinstance(sub, Subscription) else 0,
@@ -332,31 +343,30 @@ class ConsumerSide:
 
     def on_writable(self) -> None:
         """The transport drained (resume_writing): dispatch again to this connection."""
-        for consumer in list(self.consumers.values()):
-            dispatcher = self.subscription_of(consumer).dispatcher
+        for attached in list(self._attached.values()):
+            dispatcher = attached.subscription.dispatcher
             if dispatcher is not None:
                 dispatcher.schedule()
 
     # ------------------------------------------------------------------ teardown
 
-    async def close(self) -> None:
+    def close(self) -> None:
         """The connection went away: every consumer leaves, its unacked messages are redelivered."""
         self._closed = True
-        attached = [(c, self._subscriptions[cid]) for cid, c in self.consumers.items()]
-        self.consumers.clear()
-        self._subscriptions.clear()
-        for consumer, sub in attached:
-            consumer.closed = True
+        attached = list(self._attached.values())
+        self._attached.clear()
+        for record in attached:
+            record.consumer.closed = True
             try:
-                sub.remove_consumer(consumer)
+                record.subscription.remove_consumer(record.consumer)
             except Exception:
-                log.exception("removing consumer %s failed", consumer.name)
+                log.exception("removing consumer %s failed", record.consumer.name)
 
-    def _consumer(self, consumer_id: int) -> Consumer:
-        consumer = self.consumers.get(consumer_id)
-        if consumer is None:
+    def _attached_to(self, consumer_id: int) -> Attached:
+        attached = self._attached.get(consumer_id)
+        if attached is None:
             raise ConsumerNotFoundError(f"Consumer {consumer_id} not found")
-        return consumer
+        return attached
 
 
 def _now_ms() -> int:

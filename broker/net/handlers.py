@@ -157,7 +157,7 @@ def on_close_consumer(conn: CommandHost, frame: Frame) -> None:
         # No consumer was ever created here; Pulsar answers SUCCESS for unknown ids too.
         conn.write(C.encode_success(m.request_id))
         return
-    conn.spawn(side.handle_close_consumer(m), m.request_id)
+    side.handle_close_consumer(m)
 
 
 def on_get_last_message_id(conn: CommandHost, frame: Frame) -> None:

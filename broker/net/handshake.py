@@ -221,11 +221,12 @@ class Handshake:
         method, data = auth_response_fields(frame.command.authResponse)
         cert = self._host.peer_certificate
 
+        off_loop = self._authn.cpu_bound(method)
+
         async def run() -> None:
             try:
-                if self._authn.cpu_bound(method):
-                    fresh = await asyncio.to_thread(self._authn.reauthenticate, previous,
-                                                    method, data, cert)
+                if off_loop:
+                    fresh = await self._authn.reauthenticate_async(previous, method, data, cert)
                 else:
                     fresh = self._authn.reauthenticate(previous, method, data, cert)
             except AuthenticationError as exc:

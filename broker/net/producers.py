@@ -117,7 +117,7 @@ async def create_producer(connection: ProducerConnection, m: pb.CommandProducer)
     topic.dedup.attach(producer)
     requested_epoch = int(m.topic_epoch) if m.HasField("topic_epoch") else None
     if topic.add_producer(producer, requested_epoch) is Admission.QUEUE:
-        topic.queue_exclusive_waiter(producer, int(m.request_id), schema_version)
+        topic.admission.queue(producer, int(m.request_id), schema_version)
         connection.waiting_producers[producer.producer_id] = producer
         connection.write(C.encode_producer_success(m.request_id, pname, -1, schema_version,
                                                    ready=False))

@@ -32,8 +32,10 @@ are presented and wrong are refused even when an anonymous role exists (Pulsar 2
 fall through to anonymous); absent credentials get the anonymous role or "Authentication
 required". The caller answers 401 with :meth:`~AuthenticationService.www_authenticate`.
 
-Basic authentication costs a bcrypt check: :meth:`~AuthenticationService.authenticate_async`
-runs it in a worker thread so the event loop never stalls on it.
+Basic authentication costs a bcrypt check: for a method :meth:`~AuthenticationService.cpu_bound`
+names, the caller uses :meth:`~AuthenticationService.authenticate_async` /
+:meth:`~AuthenticationService.reauthenticate_async`, which run it in a worker thread so the
+event loop never stalls on it.
 """
 
 from __future__ import annotations
@@ -214,10 +216,9 @@ class AuthenticationService:
 
     async def authenticate_async(self, method_name: str | None, auth_data: bytes,
                                  peer_cert_der: bytes | None = None) -> AuthenticatedRole:
-        """:meth:`authenticate`, in a worker thread when the method is CPU-bound."""
-        if self.cpu_bound(method_name):
-            return await asyncio.to_thread(self.authenticate, method_name, auth_data, peer_cert_der)
-        return self.authenticate(method_name, auth_data, peer_cert_der)
+        """:meth:`authenticate` in a worker thread, for a method :meth:`cpu_bound` says is
+        too slow for the event loop (the caller decides, once)."""
+        return await asyncio.to_thread(self.authenticate, method_name, auth_data, peer_cert_der)
 
     def reauthenticate(self, previous: AuthenticatedRole, method_name: str | None,
                        auth_data: bytes, peer_cert_der: bytes | None = None) -> AuthenticatedRole:
@@ -227,6 +228,13 @@ class AuthenticationService:
             raise AuthenticationError("Principal cannot change during an authentication refresh",
                                       method=method_name)
         return fresh
+
+    async def reauthenticate_async(self, previous: AuthenticatedRole, method_name: str | None,
+                                   auth_data: bytes,
+                                   peer_cert_der: bytes | None = None) -> AuthenticatedRole:
+        """:meth:`reauthenticate` in a worker thread (as :meth:`authenticate_async`)."""
+        return await asyncio.to_thread(self.reauthenticate, previous, method_name, auth_data,
+                                       peer_cert_der)
 
     # --- REST ----------------------------------------------------------------------------
 

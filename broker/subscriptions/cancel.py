@@ -46,6 +46,12 @@ class CancelConsumer(Protocol):
     def pending(self) -> Mapping[Position, object]: ...
 
 
+class MessageIdSkipper(Protocol):
+    """The part of :class:`broker.subscriptions.resets.CursorResets` a cancel uses."""
+
+    async def skip_by_message_ids(self, ids: Iterable[tuple[int, ...]]) -> None: ...
+
+
 class CancelTarget(Protocol):
     """The part of :class:`broker.subscriptions.subscription.Subscription` a cancel uses."""
 
@@ -63,7 +69,8 @@ class CancelTarget(Protocol):
 
     def ensure_tracker(self, policy: DelayPolicy) -> DelayedDeliveryTracker: ...
 
-    async def skip_by_message_ids(self, ids: Iterable[tuple[int, ...]]) -> None: ...
+    @property
+    def resets(self) -> MessageIdSkipper: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,7 +122,7 @@ async def cancel_on_subscription(sub: CancelTarget, position: Position,
     if result is CancelResult.NOT_FOUND:
         return outcome(result, f"{_id(position)} was already delivered or acknowledged on "
                        f"subscription {name}")
-    await sub.skip_by_message_ids([(position.ledger_id, position.entry_id)])
+    await sub.resets.skip_by_message_ids([(position.ledger_id, position.entry_id)])
     await sub.cursor.flush()
     return outcome(result, f"{_id(position)} cancelled on subscription {name} "
                    f"({result.value})")

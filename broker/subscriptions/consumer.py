@@ -31,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from broker.metrics.rates import RateMeter
+from broker.metrics.rates import RateMeter, iso_ms
 from protocol.commands import encode_active_consumer_change, encode_close_consumer, encode_message
 from protocol.sub_types import SubType
 from storage.positions import Position
@@ -263,9 +263,7 @@ class Consumer:
             "keyHashRanges": [f"[{r.start}, {r.end}]" for r in self.hash_ranges] or None,
             "metadata": dict(self.metadata),
             "address": self.side.remote_address,
-            "connectedSince": time.strftime(
-                "%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.connected_since_ms / 1000)
-            ),
+            "connectedSince": iso_ms(self.connected_since_ms),
             "clientVersion": self.side.client_version,
             "priorityLevel": self.priority_level,
         }

@@ -39,11 +39,22 @@ from protocol.errors import ConsumerBusyError, MetadataError, NotAllowedError, S
 from protocol.sub_types import SubType
 from storage.positions import Position
 
-__all__ = ["NON_PERSISTENT_ID", "NonPersistentSubscription", "SubscriptionOwner"]
+__all__ = ["NON_PERSISTENT_ID", "NonPersistentSubscription", "RefusedResets", "SubscriptionOwner"]
 
 #: Pulsar's message id of every message of a non-persistent topic (receipts and dispatch).
 NON_PERSISTENT_ID = Position(0, 0)
 SEEK_NOT_SUPPORTED = "Seek command on non-persistent topic is not supported"
+
+
+class RefusedResets:
+    """``NonPersistentSubscription.resets``: there is no cursor to move, so every seek is
+    refused with Pulsar's text (the counterpart of :class:`broker.subscriptions.resets.CursorResets`)."""
+
+    async def reset_cursor(self, position: tuple[int, int] | Position) -> None:
+        raise NotAllowedError(SEEK_NOT_SUPPORTED)
+
+    async def reset_cursor_to_timestamp(self, timestamp_ms: int) -> None:
+        raise NotAllowedError(SEEK_NOT_SUPPORTED)
 
 
 class SubscriptionOwner(Protocol):
@@ -76,6 +87,7 @@ class NonPersistentSubscription:
         self._selector: ConsistentHashingSelector | StickyRangeSelector | None = None
         self._active: Consumer | None = None
         self._rates = RateMeter()
+        self.resets = RefusedResets()
 
     # ------------------------------------------------------------------ the dispatcher face
 
@@ -193,11 +205,6 @@ class NonPersistentSubscription:
     def redeliver(self, consumer: Consumer, positions: list[Position] | None) -> None:
         """Nothing is kept to redeliver (at-most-once)."""
 
-    async def reset_cursor(self, position: tuple[int, int] | Position) -> None:
-        raise NotAllowedError(SEEK_NOT_SUPPORTED)
-
-    async def reset_cursor_to_timestamp(self, timestamp_ms: int) -> None:
-        raise NotAllowedError(SEEK_NOT_SUPPORTED)
 
     # ------------------------------------------------------------------ stats
 

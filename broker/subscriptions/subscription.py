@@ -13,7 +13,8 @@ Every cursor position reset -- seek, admin reset-cursor, skip, skip by ids, clea
 type switch, the rewind when a first consumer arrives on an emptied Shared/Key_Shared
 dispatcher -- is run by ``self.resets`` (:class:`broker.subscriptions.resets.CursorResets`) as
 one revision of ``self.revisions`` (:class:`broker.subscriptions.revision.RevisionController`,
-PIP-269); the methods here of the same names delegate to it. A subscribe waits for a running
+PIP-269); callers use ``sub.resets`` directly (a non-persistent subscription's ``resets``
+refuses every seek). A subscribe waits for a running
 revision to end before it is admitted. Opening a subscription (topic load) is not a reset: no
 read can be in flight on a new subscription, so it does not bump the revision.
 
@@ -27,7 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from broker.delayed.bucket import BucketDelayedDeliveryTracker
@@ -298,7 +299,7 @@ class Subscription:
         self.consumers.remove(consumer)
         if self.dispatcher is not None:
             self.dispatcher.remove_consumer(consumer)
-        if not self.durable and not self.consumers and not self.resetting:
+        if not self.durable and not self.consumers and not self.resets.resetting:
             # A reader's subscription lives as long as its reader.
             self.topic.remove_subscription(self)
             asyncio.get_running_loop().create_task(self.close())
@@ -374,36 +375,11 @@ class Subscription:
         if self.dispatcher is not None:
             self.dispatcher.hand_back(consumer, positions or None, count_redelivery=True)
 
-    # ------------------------------------------------------------------ resets (resets.py)
+    # ------------------------------------------------------------------ compaction
 
     def compacted_out(self, pos: Position) -> bool:
         """A read_compacted subscription skips *pos*: compaction superseded it."""
         return self.read_compacted and self.topic.compacted_out(pos)
-
-    @property
-    def resetting(self) -> bool:
-        """A reset is disconnecting this subscription's consumers."""
-        return self.resets.resetting
-
-    async def reset_cursor(self, position: tuple[int, int] | Position) -> None:
-        """Seek / admin reset-cursor to a message id: the next entry read is that one."""
-        await self.resets.reset_cursor(position)
-
-    async def reset_cursor_to_timestamp(self, timestamp_ms: int) -> None:
-        """Seek by publish time: the next entry is the first one published at or after it."""
-        await self.resets.reset_cursor_to_timestamp(timestamp_ms)
-
-    async def skip(self, n: int) -> None:
-        """Acknowledge the next ``n`` unacknowledged entries (admin skip)."""
-        await self.resets.skip(n)
-
-    async def skip_all(self) -> None:
-        """Clear the backlog: everything up to the last entry is acknowledged."""
-        await self.resets.skip_all()
-
-    async def skip_by_message_ids(self, ids: Iterable[tuple[int, ...]]) -> None:
-        """PIP-423: individually acknowledge given message ids (batch index optional)."""
-        await self.resets.skip_by_message_ids(ids)
 
     # ------------------------------------------------------------------ stats
 
@@ -411,9 +387,9 @@ class Subscription:
         return (self.msg_out_counter, self.bytes_out_counter,
                 sum(c.msg_redeliver_counter for c in self.consumers))
 
-    def sample_rates(self, now: float | None = None) -> None:
-        """Take a rate sample (the topic's once-a-second sampler may call this; stats() does)."""
-        now = asyncio.get_running_loop().time() if now is None else now
+    def sample_rates(self, now: float) -> None:
+        """Take a rate sample (the service's once-a-second tick, through the topic); reading
+        the stats never does."""
         self._rates.sample(now, self._counter_values())
         for c in self.consumers:
             c.sample_rates(now)
@@ -429,7 +405,6 @@ class Subscription:
         """Pulsar's SubscriptionStats shape."""
         now = asyncio.get_running_loop().time()
         rate_out, thr_out, rate_redeliver = self._rates.rates(now, self._counter_values())
-        self.sample_rates(now)
         backlog = self.cursor.backlog
         delayed = self.msg_delayed
         dispatcher = self.dispatcher

@@ -57,7 +57,9 @@ class PolicedTopic(Protocol):
     ledger: ManagedLedger
     loop: asyncio.AbstractEventLoop
     subscriptions: dict[str, Subscription]
-    producers: dict[str, Producer]
+
+    @property
+    def producers(self) -> dict[str, Producer]: ...
 
     def backlog_size_bytes(self) -> int: ...
 
@@ -171,7 +173,7 @@ class BacklogPolicies:
         for sub in list(self.topic.subscriptions.values()):
             excess = int(sub.cursor.backlog) - keep
             if excess > 0:
-                await sub.skip(math.ceil(excess))
+                await sub.resets.skip(math.ceil(excess))
 
     async def close(self) -> None:
         """Wait for a check in progress (the topic is closing)."""

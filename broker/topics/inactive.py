@@ -34,7 +34,9 @@ log = logging.getLogger("horae.topic")
 class SweptTopic(Protocol):
     name: TopicName
     full: str
-    producers: dict[str, Producer]
+
+    @property
+    def producers(self) -> dict[str, Producer]: ...
     subscriptions: dict[str, Subscription]
 
 

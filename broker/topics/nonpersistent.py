@@ -25,22 +25,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import deque
 from typing import Any
 
 from broker.metrics.rates import PUBLISH_LATENCY_BUCKETS_MS, RateMeter
 from broker.subscriptions.nonpersistent import NON_PERSISTENT_ID, NonPersistentSubscription
-from broker.topics.access_modes import Admission, ProducerAccess
+from broker.topics.access_modes import Admission, ProducerAccess, ProducerAdmission
 from broker.topics.dedup import SequenceState
 from broker.topics.names import TopicName
 from broker.topics.producer import Producer
-from protocol import commands as C
-from protocol import pulsar_pb as pb
 from protocol.errors import (
     MalformedEntryError,
     NotAllowedError,
-    ProducerBusyError,
-    ServerError,
     ServiceNotReadyError,
 )
 from protocol.metadata import parse_metadata, sticky_key_hash
@@ -74,9 +69,9 @@ class NonPersistentTopic:
         self.name = name
         self.full = name.full
         self.loop = loop
-        self.producers: dict[str, Producer] = {}
         self.subscriptions: dict[str, NonPersistentSubscription] = {}
-        self.access = ProducerAccess()
+        self.admission = ProducerAdmission(self.full, self.producer_success,
+                                           lambda: not self.closed)
         self.dedup = _NoDeduplication()
         self.awaiting_durable: dict[Producer, None] = {}
         self.publish_latency_buckets = [0] * (len(PUBLISH_LATENCY_BUCKETS_MS) + 1)
@@ -85,9 +80,7 @@ class NonPersistentTopic:
         self.bytes_in_counter = 0
         self.entries_added_counter = 0
         self.msg_drop_counter = 0  # messages published while the topic had no subscription
-        self._exclusive_waiters: deque[tuple[Producer, int, bytes | None]] = deque()
         self._rates = RateMeter()
-        self._producer_rates: dict[int, RateMeter] = {}
 
     @property
     def partition_index(self) -> int:
@@ -152,73 +145,29 @@ class NonPersistentTopic:
 
     # ------------------------------------------------------------------ producers
 
+    @property
+    def producers(self) -> dict[str, Producer]:
+        """The attached producers by name (owned by ``self.admission``)."""
+        return self.admission.producers
+
+    @property
+    def access(self) -> ProducerAccess:
+        return self.admission.access
+
     def add_producer(self, producer: Producer, requested_epoch: int | None = None) -> Admission:
         """Attach by access mode, as :meth:`broker.topics.topic.Topic.add_producer`."""
         if self.closed:
             raise ServiceNotReadyError(f"Topic {self.full} is being closed")
-        existing = self.producers.get(producer.name)
-        if existing is not None:
-            if existing.connection.is_closed or producer.epoch > existing.epoch:
-                existing.connection.producer_detached(existing)
-                existing.close()
-            elif producer.access_mode != pb.ExclusiveWithFencing:
-                raise ProducerBusyError(
-                    f"Producer with name '{producer.name}' is already connected to topic")
-        self._exclusive_waiters = deque(
-            w for w in self._exclusive_waiters
-            if not (w[0].closed or w[0].connection.is_closed))
-        admission = self.access.admit(producer.access_mode, producer.name, requested_epoch,
-                                      has_producers=bool(self.producers),
-                                      has_waiters=bool(self._exclusive_waiters))
-        if admission is Admission.QUEUE:
-            return admission
-        if admission is Admission.FENCE_OTHERS:
-            self._fence_others()
-        self._register(producer)
-        return admission
-
-    def _fence_others(self) -> None:
-        waiters = list(self._exclusive_waiters)
-        self._exclusive_waiters.clear()
-        for waiter, request_id, _ in waiters:
-            waiter.closed = True
-            waiter.connection.producer_detached(waiter)
-            waiter.connection.write(C.encode_error(request_id, ServerError.ProducerFenced,
-                                                   "Fenced out"))
-        exclusive_name = self.access.exclusive_name
-        for p in list(self.producers.values()):
-            p.disconnect()
-        self.access.exclusive_name = exclusive_name
-
-    def _register(self, producer: Producer) -> None:
-        self.producers[producer.name] = producer
-        self._producer_rates[id(producer)] = RateMeter()
+        return self.admission.add(producer, requested_epoch)
 
     def remove_producer(self, producer: Producer) -> None:
-        if self.producers.get(producer.name) is producer:
-            del self.producers[producer.name]
-            self.access.released(producer.name, producer.access_mode)
-        self._producer_rates.pop(id(producer), None)
         self.awaiting_durable.pop(producer, None)
-        while not self.producers and self._exclusive_waiters and not self.closed:
-            waiter, request_id, schema_version = self._exclusive_waiters.popleft()
-            conn = waiter.connection
-            if conn.is_closed or waiter.closed:
-                continue
-            self.access.promote(waiter.name)
-            self._register(waiter)
-            conn.producer_ready(waiter)
-            conn.write(self.producer_success(waiter, request_id, schema_version))
-
-    def queue_exclusive_waiter(self, producer: Producer, request_id: int,
-                               schema_version: bytes | None) -> None:
-        self._exclusive_waiters.append((producer, request_id, schema_version))
+        self.admission.remove(producer)
 
     def producer_success(self, producer: Producer, request_id: int,
                          schema_version: bytes | None) -> bytes:
         """PRODUCER_SUCCESS of a producer holding the topic (no deduplication: sequence -1)."""
-        return self.access.producer_success(request_id, producer.name, producer.access_mode,
-                                            -1, schema_version)
+        return self.access.producer_success(request_id, producer, -1, schema_version)
 
     # ------------------------------------------------------------------ subscriptions
 
@@ -267,10 +216,7 @@ class NonPersistentTopic:
         self._rates.sample(now, self._counter_values())
         for sub in self.subscriptions.values():
             sub.sample_rates(now)
-        for p in self.producers.values():
-            meter = self._producer_rates.get(id(p))
-            if meter is not None:
-                meter.sample(now, (p.msg_in_counter, p.bytes_in_counter))
+        self.admission.sample_rates(now)
 
     def stats(self) -> dict[str, Any]:
         """Pulsar's NonPersistentTopicStats shape."""
@@ -278,9 +224,7 @@ class NonPersistentTopic:
         rate_in, thr_in, rate_out, thr_out, drop = self._rates.rates(now, self._counter_values())
         publishers = []
         for p in self.producers.values():
-            meter = self._producer_rates.get(id(p))
-            p_rate, p_thr = meter.rates(now, (p.msg_in_counter, p.bytes_in_counter)) \
-                if meter is not None else (0.0, 0.0)
+            p_rate, p_thr = self.admission.producer_rates(p, now)
             publishers.append({**p.stats(p_rate, p_thr), "msgDropRate": 0.0})
         subs = {name: s.stats() for name, s in self.subscriptions.items()}
         drop_total = drop + sum(s["msgDropRate"] for s in subs.values())
@@ -300,7 +244,7 @@ class NonPersistentTopic:
             "backlogSize": 0,
             "earliestMsgPublishTimeInBacklogs": 0,
             "offloadedStorageSize": 0,
-            "waitingPublishers": len(self._exclusive_waiters),
+            "waitingPublishers": self.admission.waiting,
             "msgDropRate": drop_total,
             "publishers": publishers,
             "subscriptions": subs,

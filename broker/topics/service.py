@@ -10,9 +10,9 @@ One BrokerService per broker, living on the broker's event loop; the binary prot
   is a partition of a partitioned topic; with ``allowAutoTopicCreation`` a producer or
   consumer creates it. Partitioned topics are metadata only (kind ``"topic"``,
   ``{"partitions": n}``); their partitions are ordinary topics.
-* Tenants (kind ``"tenant"``) and namespaces (kind ``"namespace"``, key ``"tenant/ns"``) live
-  in the metadata store and in an in-memory mirror for the hot checks; ``public`` and
-  ``public/default`` always exist. The broker's heartbeat namespaces
+* Tenants, namespaces, their grants and the cluster records are ``self.tenancy``
+  (:class:`broker.topics.tenancy.Tenancy`); deleting a namespace or tenant deletes its topics
+  here first. The broker's heartbeat namespaces
   (:mod:`broker.topics.heartbeat`, used by the health check) are never registered: their
   topics may be created, but no tenant or namespace listing shows them.
 * Namespace and topic policies (deduplication, schema compatibility, compaction, retention,
@@ -39,16 +39,18 @@ from typing import Any
 
 from broker.config import BrokerConfig
 from broker.delayed.policy import DelayPolicy
-from broker.security.authorization import AuthPolicies, NamespaceAuth
+from broker.listeners import Listeners, ServiceUrls, service_urls
+from broker.security.authorization import NamespaceAuth
 from broker.topics import termination
 from broker.topics.heartbeat import HeartbeatNames
 from broker.topics.inactive import InactiveTopicSweeper
-from broker.topics.names import TopicName, is_valid_namespace, split_namespace
+from broker.topics.names import TopicName
 from broker.topics.nonpersistent import NonPersistentTopic, NonPersistentTopics
 from broker.topics.policies import NS_DELAYED, TOPIC_DELAYED, PolicyStore
 from broker.topics.publish_refusals import PublishRefusals
 from broker.topics.schemas import SchemaRegistry, schema_id
 from broker.topics.storage_errors import StorageOp, storage_failure
+from broker.topics.tenancy import Tenancy
 from broker.topics.topic import Topic
 from protocol.errors import (
     InvalidTopicNameError,
@@ -67,8 +69,6 @@ __all__ = ["BrokerService"]
 
 log = logging.getLogger("horae.service")
 
-DEFAULT_TENANT = "public"
-DEFAULT_NAMESPACE = "public/default"
 _instance_counter = itertools.count()
 
 
@@ -84,14 +84,13 @@ class BrokerService:
         self.web_port = config.web_service_port
         self.broker_port_tls: int | None = None  # bound TLS ports, set by the server
         self.web_port_tls: int | None = None
-        self._ns_auth: dict[str, NamespaceAuth] = {}  # parsed auth_policies, by namespace
+        self.listeners = Listeners.parse(config.advertised_listeners, config.internal_listener_name)
         self.closing = False
         self._loading: dict[str, asyncio.Future[Topic]] = {}
         # Topics being closed: a reload must wait, or the store would hand back the ledger
         # that is still closing.
         self._unloading: dict[str, asyncio.Future[None]] = {}
-        self._tenants: dict[str, dict[str, Any]] = {}
-        self._namespaces: dict[str, dict[str, Any]] = {}
+        self.tenancy = Tenancy(store.metadata, config.cluster_name)
         self._partitioned: dict[str, int] = {}
         self.policies = PolicyStore(config, store.metadata)
         self.inactive = InactiveTopicSweeper(
@@ -107,12 +106,7 @@ class BrokerService:
 
     async def start(self) -> None:
         md = self.store.metadata
-        if await md.get("tenant", DEFAULT_TENANT) is None:
-            await md.put("tenant", DEFAULT_TENANT, _tenant_info(self.config.cluster_name))
-        if await md.get("namespace", DEFAULT_NAMESPACE) is None:
-            await md.put("namespace", DEFAULT_NAMESPACE, {})
-        self._tenants = dict(await md.list("tenant"))
-        self._namespaces = dict(await md.list("namespace"))
+        await self.tenancy.load()
         self._partitioned = {k: int(v.get("partitions", 0)) for k, v in await md.list("topic")
                              if int(v.get("partitions", 0)) > 0}
         generation = await md.get("broker", "generation")
@@ -153,13 +147,17 @@ class BrokerService:
         """The metadata store (compaction results are kept there)."""
         return self.store.metadata
 
-    @property
-    def service_url(self) -> str:
-        return f"pulsar://{self.config.advertised_address}:{self.broker_port}"
+    def urls(self, local_host: str | None = None) -> ServiceUrls:
+        """This broker's URLs as advertised to a client that reached it on *local_host*
+        (None: the configured ``advertisedAddress``), with the bound ports."""
+        return service_urls(self.config.advertised_address, local_host,
+                            broker_port=self.broker_port, broker_port_tls=self.broker_port_tls,
+                            web_port=self.web_port, web_port_tls=self.web_port_tls)
 
-    @property
-    def web_url(self) -> str:
-        return f"http://{self.config.advertised_address}:{self.web_port}"
+    def lookup_url(self, listener: str | None, local_host: str | None) -> str:
+        """The ``pulsar://`` URL a lookup answers (by listener name when one is asked for or
+        configured); raises ServiceNotReadyError for an unknown listener name."""
+        return self.listeners.lookup_url(listener, self.urls(local_host).broker_url)
 
     @property
     def heartbeat(self) -> HeartbeatNames:
@@ -210,7 +208,7 @@ class BrokerService:
             raise NotAllowedError(f"{tn.full} is a partitioned topic: use its partitions")
         if not (create or self._is_existing_partition(tn)):
             raise TopicNotFoundError("Topic not found")
-        if tn.namespace not in self._namespaces:
+        if not self.tenancy.namespace_exists(tn.namespace):
             raise TopicNotFoundError(f"Namespace {tn.namespace} does not exist")
         if tn.is_partition and not self._is_existing_partition(tn) \
                 and tn.partitioned_parent in self._partitioned:
@@ -250,7 +248,7 @@ class BrokerService:
         if not self._topic_known(tn):
             if not (create or self._is_existing_partition(tn)):
                 raise TopicNotFoundError("Topic not found")
-            if tn.namespace not in self._namespaces and not self.heartbeat.owns(tn.namespace):
+            if not self.tenancy.namespace_exists(tn.namespace) and not self.heartbeat.owns(tn.namespace):
                 raise TopicNotFoundError(f"Namespace {tn.namespace} does not exist")
             if tn.is_partition and not self._is_existing_partition(tn):
                 parent = tn.partitioned_parent
@@ -305,7 +303,7 @@ class BrokerService:
 
     async def list_topics(self, namespace: str) -> list[str]:
         """Non-partitioned topics and existing partitions of *namespace* (full names)."""
-        self._require_namespace(namespace)
+        self.tenancy.require_namespace(namespace)
         names = {n for n in self._ledger_names() if _in_namespace(n, namespace)}
         names.update(n for n in self.topics if _in_namespace(n, namespace))
         names.update(n for n in self.nonpersistent.topics if _in_namespace(n, namespace))
@@ -321,7 +319,7 @@ class BrokerService:
         return sorted(names)
 
     async def list_partitioned_topics(self, namespace: str) -> list[str]:
-        self._require_namespace(namespace)
+        self.tenancy.require_namespace(namespace)
         return sorted(p for p in self._partitioned if _in_namespace(p, namespace))
 
     async def create_partitioned_topic(self, name: str, partitions: int) -> None:
@@ -330,7 +328,7 @@ class BrokerService:
             raise InvalidTopicNameError(f"{tn.full} is a partition name")
         if partitions <= 0:
             raise NotAllowedError("The number of partitions must be more than 0")
-        self._require_namespace(tn.namespace)
+        self.tenancy.require_namespace(tn.namespace)
         if tn.full in self._partitioned or self._topic_known(tn):
             raise NotAllowedError("This topic already exists")
         await self.store.metadata.put("topic", tn.full, {"partitions": partitions})
@@ -394,55 +392,17 @@ class BrokerService:
 
     # ------------------------------------------------------------------ tenants, namespaces
 
-    async def list_tenants(self) -> list[str]:
-        return sorted(self._tenants)
-
-    async def get_tenant(self, tenant: str) -> dict[str, Any] | None:
-        return self._tenants.get(tenant)
-
-    async def create_tenant(self, tenant: str, info: dict[str, Any] | None = None) -> None:
-        if not tenant or "/" in tenant or not is_valid_namespace(f"{tenant}/x"):
-            raise InvalidTopicNameError(f"Invalid tenant name {tenant!r}")
-        if tenant in self._tenants:
-            raise NotAllowedError("Tenant already exists")
-        value = info if info is not None else _tenant_info(self.config.cluster_name)
-        await self.store.metadata.put("tenant", tenant, value)
-        self._tenants[tenant] = value
-
-    async def update_tenant(self, tenant: str, info: dict[str, Any]) -> None:
-        if tenant not in self._tenants:
-            raise MetadataError("Tenant does not exist")
-        await self.store.metadata.put("tenant", tenant, info)
-        self._tenants[tenant] = info
-
     async def delete_tenant(self, tenant: str, *, force: bool = False) -> None:
-        if tenant not in self._tenants:
-            raise MetadataError("Tenant does not exist")
-        namespaces = await self.list_namespaces(tenant)
+        self.tenancy.require_tenant(tenant)
+        namespaces = await self.tenancy.list_namespaces(tenant)
         if namespaces and not force:
             raise NotAllowedError("The tenant still has active namespaces")
         for ns in namespaces:
             await self.delete_namespace(ns, force=True)
-        await self.store.metadata.delete("tenant", tenant)
-        del self._tenants[tenant]
-
-    async def list_namespaces(self, tenant: str) -> list[str]:
-        """``["tenant/ns", ...]``."""
-        return sorted(ns for ns in self._namespaces if ns.split("/", 1)[0] == tenant)
-
-    async def create_namespace(self, namespace: str, policies: dict[str, Any] | None = None) -> None:
-        tenant, _ = split_namespace(namespace)
-        if tenant not in self._tenants:
-            raise MetadataError("Tenant does not exist")
-        if namespace in self._namespaces:
-            raise NotAllowedError("Namespace already exists")
-        value = policies or {}
-        await self.store.metadata.put("namespace", namespace, value)
-        self._namespaces[namespace] = value
-        self._ns_auth.pop(namespace, None)
+        await self.tenancy.forget_tenant(tenant)
 
     async def delete_namespace(self, namespace: str, *, force: bool = False) -> None:
-        if namespace not in self._namespaces:
+        if not self.tenancy.namespace_exists(namespace):
             raise MetadataError("Namespace does not exist")
         topics = await self.list_topics(namespace)
         partitioned = await self.list_partitioned_topics(namespace)
@@ -452,64 +412,26 @@ class BrokerService:
             await self.delete_topic(t, force=True)
         for t in await self.list_topics(namespace):
             await self.delete_topic(t, force=True)
-        await self.store.metadata.delete("namespace", namespace)
-        del self._namespaces[namespace]
-        self._ns_auth.pop(namespace, None)
+        await self.tenancy.forget_namespace(namespace)
         await self.policies.drop_namespace(namespace)
 
-    # ------------------------------------------------------------------ authorization data
-    # (broker.security.authorization.AuthPolicyStore: tenant adminRoles, namespace grants)
+    # (broker.security.authorization.AuthPolicyStore, read from self.tenancy)
 
     def tenant_admin_roles(self, tenant: str) -> frozenset[str] | None:
-        info = self._tenants.get(tenant)
-        if info is None:
-            return None
-        return frozenset(str(r) for r in info.get("adminRoles") or ())
+        return self.tenancy.tenant_admin_roles(tenant)
 
     def namespace_auth(self, namespace: str) -> NamespaceAuth | None:
-        cached = self._ns_auth.get(namespace)
-        if cached is not None:
-            return cached
-        policies = self._namespaces.get(namespace)
-        if policies is None:
-            return None
-        try:
-            parsed = NamespaceAuth.from_policies(policies)
-        except ValueError:
-            log.exception("namespace %s has unreadable auth_policies; no grants apply", namespace)
-            parsed = NamespaceAuth()
-        self._ns_auth[namespace] = parsed
-        return parsed
-
-    async def set_auth_policies(self, namespace: str, auth: AuthPolicies) -> None:
-        """Replace the namespace's ``auth_policies`` (grants), persisted with its record."""
-        if namespace not in self._namespaces:
-            raise MetadataError("Namespace does not exist")
-        value = {**self._namespaces[namespace], "auth_policies": auth.to_json()}
-        await self.store.metadata.put("namespace", namespace, value)
-        self._namespaces[namespace] = value
-        self._ns_auth.pop(namespace, None)
+        return self.tenancy.namespace_auth(namespace)
 
     async def get_cluster(self, name: str) -> dict[str, Any]:
         """The cluster record: the stored one over this broker's own URLs."""
-        host = self.config.advertised_address
-        own: dict[str, Any] = {"serviceUrl": self.web_url,
-                               "brokerServiceUrl": self.service_url}
-        if self.web_port_tls is not None:
-            own["serviceUrlTls"] = f"https://{host}:{self.web_port_tls}"
-        if self.broker_port_tls is not None:
-            own["brokerServiceUrlTls"] = f"pulsar+ssl://{host}:{self.broker_port_tls}"
-        return {**own, **(await self.store.metadata.get("cluster", name) or {})}
-
-    async def set_cluster(self, name: str, data: dict[str, Any]) -> None:
-        await self.store.metadata.put("cluster", name, data)
-
-    def _require_namespace(self, namespace: str) -> None:
-        if namespace not in self._namespaces:
-            raise MetadataError(f"Namespace {namespace} does not exist")
-
-    def namespace_exists(self, namespace: str) -> bool:
-        return namespace in self._namespaces
+        urls = self.urls()
+        own: dict[str, Any] = {"serviceUrl": urls.web_url, "brokerServiceUrl": urls.broker_url}
+        if urls.web_url_tls is not None:
+            own["serviceUrlTls"] = urls.web_url_tls
+        if urls.broker_url_tls is not None:
+            own["brokerServiceUrlTls"] = urls.broker_url_tls
+        return {**own, **(await self.tenancy.cluster_record(name))}
 
     # ------------------------------------------------------------------ delayed-delivery policies
     # (read with policies.delayed_body; a write drops loaded topics' cached resolution)
@@ -552,6 +474,3 @@ def _in_namespace(full: str, namespace: str) -> bool:
     rest = full.split("://", 1)[-1]
     return rest.startswith(namespace + "/") and "/" not in rest[len(namespace) + 1:]
 
-
-def _tenant_info(cluster: str) -> dict[str, Any]:
-    return {"adminRoles": [], "allowedClusters": [cluster]}

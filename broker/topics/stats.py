@@ -37,7 +37,7 @@ def topic_stats(topic: Topic) -> dict[str, Any]:
     now = topic.loop.time()
     publishers = []
     for p in topic.producers.values():
-        pr = topic.producer_rates(p, now)
+        pr = topic.admission.producer_rates(p, now)
         publishers.append(p.stats(pr[0], pr[1]))
     subs: dict[str, Any] = {}
     delayed_index_bytes = 0
@@ -67,7 +67,7 @@ def topic_stats(topic: Topic) -> dict[str, Any]:
         "publishRateLimitedTimes": 0,
         "earliestMsgPublishTimeInBacklogs": 0,
         "offloadedStorageSize": 0,
-        "waitingPublishers": topic.waiting_publishers,
+        "waitingPublishers": topic.admission.waiting,
         "deduplicationStatus": "Enabled" if topic.dedup.ready and topic.dedup_enabled() else "Disabled",
         "topicEpoch": topic.access.topic_epoch or 0,
         "nonContiguousDeletedMessagesRanges": 0,

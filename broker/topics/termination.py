@@ -2,13 +2,14 @@
 
 Theory of operation
 -------------------
-One :class:`Termination` per loaded topic (``Topic.termination``). :meth:`begin` refuses new
-messages at once; once the appends in flight are durable, :meth:`record` writes the topic's
+One :class:`Termination` per loaded topic (``Topic.termination``). :meth:`terminate` runs
+Pulsar's terminate: :meth:`begin` refuses new messages at once; once the appends in flight are
+durable (waited for up to ``TERMINATE_DRAIN_S``), :meth:`record` writes the topic's
 last message id in the metadata store (kind ``"terminated"``, key the full topic
 name) before it reports the topic terminated, so the state survives unloads and restarts;
 :meth:`load` reads it back when the topic loads. From then on the topic refuses new producers
 and SENDs with ``TopicTerminatedError`` ("Topic was already terminated"), as Pulsar does.
-Consumers are not sent REACHED_END_OF_TOPIC: pulsar-client 3.13 (C++ 4.2.0) closes the
+The producers are then disconnected. Consumers are not sent REACHED_END_OF_TOPIC: pulsar-client 3.13 (C++ 4.2.0) closes the
 connection on that command (reference 2.2); they simply receive nothing more.
 
 Terminating twice answers the same last id. Deleting the topic drops the record
@@ -17,6 +18,10 @@ Terminating twice answers the same last id. Deleting the topic drops the record
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable, Mapping
+from typing import Protocol
+
 from storage.metadata import MetadataStore
 from storage.positions import Position
 
@@ -24,6 +29,21 @@ __all__ = ["TERMINATED_KIND", "TERMINATED_REASON", "Termination", "forget"]
 
 TERMINATED_KIND = "terminated"
 TERMINATED_REASON = "Topic was already terminated"
+
+# terminate: how long appends already in flight may take to become durable, polled this often
+TERMINATE_DRAIN_S = 5.0
+TERMINATE_POLL_S = 0.01
+
+
+class DrainingProducer(Protocol):
+    """What terminate needs of the topic's producers."""
+
+    @property
+    def pending(self) -> int:
+        """SENDs not answered yet."""
+        ...
+
+    def disconnect(self) -> None: ...
 
 
 class Termination:
@@ -42,6 +62,23 @@ class Termination:
             self.terminated = self.recorded = True
             ledger, entry = int(doc["ledgerId"]), int(doc["entryId"])
             self.last = Position(ledger, entry) if ledger >= 0 else None
+
+    async def terminate(self, producers: Mapping[str, DrainingProducer],
+                        last_confirmed: Callable[[], Position | None]) -> Position | None:
+        """Refuse every new message from now on, let the appends already in flight become
+        durable, record the last message id durably and return it; *producers* are
+        disconnected (their re-creation is refused with TopicTerminatedError)."""
+        if self.recorded:
+            return self.last
+        self.begin()      # new SENDs and producers are refused from now on
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + TERMINATE_DRAIN_S
+        while any(p.pending for p in producers.values()) and loop.time() < deadline:
+            await asyncio.sleep(TERMINATE_POLL_S)
+        last = await self.record(last_confirmed())
+        for p in list(producers.values()):
+            p.disconnect()
+        return last
 
     def begin(self) -> None:
         """Refuse new messages from now on (the topic then drains its in-flight appends)."""

@@ -14,6 +14,11 @@ resolved a group commit's futures: the producers in ``awaiting_durable`` send th
 from that call (one loop iteration earlier than their futures' done-callbacks would), then
 subscriptions are told, at most once per loop iteration, that entries exist.
 
+Producers attach through ``self.admission``
+(:class:`broker.topics.access_modes.ProducerAdmission`, shared with non-persistent topics): it
+owns the attached producers, the WaitForExclusive line, fencing and promotion; the topic only
+checks its own state (closed, fenced, terminated, backlog quota) first.
+
 Counters are plain ints, incremented on the hot path and read at scrape time
 (:mod:`broker.metrics`); rates are derived from them over a sliding window
 (:class:`RateMeter`, sampled by the service once a second). ``msg_out_counter`` and
@@ -42,7 +47,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import deque
 from collections.abc import Callable
 from typing import Protocol
 
@@ -54,7 +58,7 @@ from broker.delayed.residual import delete_residual_snapshots
 from broker.delayed.tracker import DelayedDeliveryTracker
 from broker.metrics.rates import PUBLISH_LATENCY_BUCKETS_MS, RateMeter
 from broker.subscriptions.subscription import Subscription
-from broker.topics.access_modes import Admission, ProducerAccess
+from broker.topics.access_modes import Admission, ProducerAccess, ProducerAdmission
 from broker.topics.backlog_policies import BacklogPolicies
 from broker.topics.compaction import COMPACTION_CURSOR, TopicCompaction
 from broker.topics.dedup import DEDUP_CURSOR, MessageDeduplication
@@ -65,12 +69,9 @@ from broker.topics.publish_refusals import PublishRefusals
 from broker.topics.storage_errors import StorageOp, storage_failure
 from broker.topics.termination import TERMINATED_REASON, Termination
 from broker.topics.trim import LedgerTrimmer
-from protocol import commands as C
-from protocol import pulsar_pb as pb
 from protocol.errors import (
     NotAllowedError,
-    ProducerBusyError,
-    ServerError,
+    RequestError,
     ServiceNotReadyError,
     SubscriptionNotFoundError,
     TopicTerminatedError,
@@ -83,10 +84,6 @@ from storage.metadata import MetadataStore
 from storage.positions import Position
 from storage.segment_file import DurableSink
 from storage.snapshots import SnapshotStore
-
-# terminate: how long appends already in flight may take to become durable, polled this often
-TERMINATE_DRAIN_S = 5.0
-TERMINATE_POLL_S = 0.01
 
 __all__ = ["Topic"]
 
@@ -131,7 +128,7 @@ class Topic:
         self.full = name.full
         self.ledger = ledger
         self.loop = host.loop
-        self.producers: dict[str, Producer] = {}
+        self.admission = ProducerAdmission(self.full, self.producer_success, self._accepting)
         self.subscriptions: dict[str, Subscription] = {}
         self.msg_in_counter = 0
         self.bytes_in_counter = 0
@@ -151,10 +148,6 @@ class Topic:
         self._notify_scheduled = False
         self._sub_creating: dict[str, asyncio.Future[Subscription]] = {}
         self._rates = RateMeter()
-        self._producer_rates: dict[int, RateMeter] = {}
-        # WaitForExclusive producers: (producer, PRODUCER request id, schema version answered)
-        self._exclusive_waiters: deque[tuple[Producer, int, bytes | None]] = deque()
-        self.access = ProducerAccess()
         # Producers whose oldest unanswered SEND waits for its append to become durable
         # (insertion-ordered set; maintained by the producers, drained by _on_durable).
         self.awaiting_durable: dict[Producer, None] = {}
@@ -203,10 +196,7 @@ class Topic:
         try:
             fut = self.ledger.append(entry)
         except Exception as exc:   # never out of the publish path: a SEND_ERROR instead
-            failure = storage_failure(exc, StorageOp.PUBLISH)
-            if failure.reload_topic:
-                self.on_persistence_failure(exc)
-            raise failure.error from None
+            raise self._append_failed(exc) from None
         self.entries_added_counter += 1
         return fut, messages, partial
 
@@ -217,11 +207,15 @@ class Topic:
         try:
             self.ledger.append_run(entries, sink)
         except Exception as exc:   # never out of the publish path: a SEND_ERROR instead
-            failure = storage_failure(exc, StorageOp.PUBLISH)
-            if failure.reload_topic:
-                self.on_persistence_failure(exc)
-            raise failure.error from None
+            raise self._append_failed(exc) from None
         self.entries_added_counter += len(entries)
+
+    def _append_failed(self, exc: Exception) -> RequestError:
+        """The SEND_ERROR of a failed append (reloading the topic when storage asks for it)."""
+        failure = storage_failure(exc, StorageOp.PUBLISH)
+        if failure.reload_topic:
+            self.on_persistence_failure(exc)
+        return failure.error
 
     def check_publish(self, entry: bytes) -> tuple[bytes, int, bool]:
         """Everything :meth:`publish` checks, without the append: (entry as it would be
@@ -294,79 +288,32 @@ class Topic:
 
     # ------------------------------------------------------------------ producers
 
+    @property
+    def producers(self) -> dict[str, Producer]:
+        """The attached producers by name (owned by ``self.admission``)."""
+        return self.admission.producers
+
+    @property
+    def access(self) -> ProducerAccess:
+        return self.admission.access
+
     def add_producer(self, producer: Producer, requested_epoch: int | None = None) -> Admission:
         """Attach *producer* by its access mode (:mod:`broker.topics.access_modes`); returns
         NOW/FENCE_OTHERS when it is attached, QUEUE when the caller must queue it
-        (:meth:`queue_exclusive_waiter`). Raises ProducerBusyError / ProducerFencedError."""
+        (``self.admission.queue``). Raises ProducerBusyError / ProducerFencedError."""
         if self.fenced or self.closed:
             raise ServiceNotReadyError(f"Topic {self.full} is being closed or reloaded")
         if self.termination.terminated:
             raise TopicTerminatedError(TERMINATED_REASON)
         self.backlog.admit_producer()
-        existing = self.producers.get(producer.name)
-        if existing is not None:
-            if existing.connection.is_closed or producer.epoch > existing.epoch:
-                # The client reconnected (its epoch grows on every reconnect, Pulsar's
-                # isSuccessorTo) before this broker noticed the old connection was gone.
-                existing.connection.producer_detached(existing)
-                existing.close()
-            elif producer.access_mode != pb.ExclusiveWithFencing:
-                raise ProducerBusyError(
-                    f"Producer with name '{producer.name}' is already connected to topic")
-        self._drop_dead_waiters()
-        admission = self.access.admit(producer.access_mode, producer.name, requested_epoch,
-                                      has_producers=bool(self.producers),
-                                      has_waiters=bool(self._exclusive_waiters))
-        if admission is Admission.QUEUE:
-            return admission
-        if admission is Admission.FENCE_OTHERS:
-            self._fence_others()
-        self._register(producer)
-        return admission
+        return self.admission.add(producer, requested_epoch)
 
-    def _fence_others(self) -> None:
-        """ExclusiveWithFencing took the topic: fail every waiter, close every producer."""
-        waiters = list(self._exclusive_waiters)
-        self._exclusive_waiters.clear()
-        for waiter, request_id, _ in waiters:
-            waiter.closed = True
-            waiter.connection.producer_detached(waiter)
-            waiter.connection.write(C.encode_error(request_id, ServerError.ProducerFenced,
-                                                   "Fenced out"))
-        exclusive_name = self.access.exclusive_name
-        for p in list(self.producers.values()):
-            log.info("fencing out producer %s on %s", p.name, self.full)
-            p.disconnect()
-        self.access.exclusive_name = exclusive_name  # the removals above released the old one
-
-    def _drop_dead_waiters(self) -> None:
-        live = [w for w in self._exclusive_waiters
-                if not (w[0].closed or w[0].connection.is_closed)]
-        if len(live) != len(self._exclusive_waiters):
-            self._exclusive_waiters = deque(live)
-
-    def _register(self, producer: Producer) -> None:
-        self.producers[producer.name] = producer
-        self._producer_rates[id(producer)] = RateMeter()
+    def _accepting(self) -> bool:
+        return not (self.closed or self.fenced)
 
     def remove_producer(self, producer: Producer) -> None:
-        if self.producers.get(producer.name) is producer:
-            del self.producers[producer.name]
-            self.access.released(producer.name, producer.access_mode)
-        self._producer_rates.pop(id(producer), None)
         self.awaiting_durable.pop(producer, None)
-        if not self.producers and self._exclusive_waiters:
-            self._promote_exclusive_waiter()
-
-    @property
-    def waiting_publishers(self) -> int:
-        """WaitForExclusive producers queued for the topic (stats ``waitingPublishers``)."""
-        return len(self._exclusive_waiters)
-
-    def queue_exclusive_waiter(self, producer: Producer, request_id: int,
-                               schema_version: bytes | None) -> None:
-        """A WaitForExclusive producer waits (FIFO) until the topic has no producer."""
-        self._exclusive_waiters.append((producer, request_id, schema_version))
+        self.admission.remove(producer)
 
     def producer_success(self, producer: Producer, request_id: int,
                          schema_version: bytes | None) -> bytes:
@@ -375,20 +322,8 @@ class Topic:
         deduplication on (Pulsar says nothing of it otherwise), the topic epoch for every
         access mode but Shared."""
         last_sequence_id = producer.seq_state.persisted if self.dedup_enabled() else -1
-        return self.access.producer_success(request_id, producer.name, producer.access_mode,
-                                            last_sequence_id, schema_version)
-
-    def _promote_exclusive_waiter(self) -> None:
-        while self._exclusive_waiters and not self.closed and not self.fenced:
-            producer, request_id, schema_version = self._exclusive_waiters.popleft()
-            conn = producer.connection
-            if conn.is_closed or producer.closed:
-                continue
-            self.access.promote(producer.name)
-            self._register(producer)
-            conn.producer_ready(producer)
-            conn.write(self.producer_success(producer, request_id, schema_version))
-            return
+        return self.access.producer_success(request_id, producer, last_sequence_id,
+                                            schema_version)
 
     # ------------------------------------------------------------------ subscriptions
 
@@ -516,10 +451,7 @@ class Topic:
 
     def sample_rates(self, now: float) -> None:
         self._rates.sample(now, self._counter_values())
-        for p in self.producers.values():
-            meter = self._producer_rates.get(id(p))
-            if meter is not None:
-                meter.sample(now, (p.msg_in_counter, p.bytes_in_counter))
+        self.admission.sample_rates(now)
         for sub in list(self.subscriptions.values()):
             sub.sample_rates(now)
 
@@ -540,14 +472,6 @@ class Topic:
         backlog = max((s.cursor.backlog or 0)
                       for s in self.subscriptions.values())
         return int(self.ledger.total_size_bytes * min(1.0, backlog / entries))
-
-    def producer_rates(self, producer: Producer, now: float) -> tuple[float, float]:
-        """(msgRateIn, msgThroughputIn) of one of this topic's producers, per second."""
-        meter = self._producer_rates.get(id(producer))
-        if meter is None:
-            return 0.0, 0.0
-        r = meter.rates(now, (producer.msg_in_counter, producer.bytes_in_counter))
-        return r[0], r[1]
 
     @property
     def trimmed_ledgers(self) -> int:
@@ -571,19 +495,9 @@ class Topic:
     # ------------------------------------------------------------------ termination
 
     async def terminate(self) -> Position | None:
-        """Pulsar's terminate: refuse every new message from now on, let the appends already
-        in flight become durable, record the last message id durably and return it; producers
-        are disconnected (their re-creation is refused with TopicTerminatedError)."""
-        if self.termination.recorded:
-            return self.termination.last
-        self.termination.begin()      # new SENDs and producers are refused from now on
-        deadline = self.loop.time() + TERMINATE_DRAIN_S
-        while any(p.pending for p in self.producers.values()) and self.loop.time() < deadline:
-            await asyncio.sleep(TERMINATE_POLL_S)
-        last = await self.termination.record(self.ledger.last_confirmed)
-        for p in list(self.producers.values()):
-            p.disconnect()
-        return last
+        """Pulsar's terminate (:meth:`broker.topics.termination.Termination.terminate`)."""
+        return await self.termination.terminate(self.producers,
+                                                lambda: self.ledger.last_confirmed)
 
     # ------------------------------------------------------------------ lifecycle
 

@@ -100,7 +100,7 @@ def test_unauthorized_requests_get_authorization_error_and_the_connection_stays(
 
 def test_granted_role_produces_and_super_user_looks_up(broker_factory: Callable[..., Any]) -> None:
     broker = broker_factory(config_overrides=dict(SECURED))
-    broker.call(broker.service.set_auth_policies, "public/default",
+    broker.call(broker.service.tenancy.set_auth_policies, "public/default",
                 _grants({"bob": ["produce"]}))
     topic = "persistent://public/default/granted"
     with RawClient(broker.service_url) as raw:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import urllib.request
 from typing import Any
 
 import pulsar
@@ -45,6 +47,25 @@ def test_named_listeners_answer_their_urls(broker_factory: Any) -> None:
         default = _lookup(raw, "persistent://public/default/l", None)
     assert external.brokerServiceUrl == "pulsar://example.test:7000"
     assert default.brokerServiceUrl == "pulsar://127.0.0.1:6000"
+
+
+def _http_lookup(web_url: str, listener: str | None) -> dict[str, Any]:
+    url = f"{web_url}/lookup/v2/topic/persistent/public/default/l"
+    headers = {"X-Pulsar-ListenerName": listener} if listener else {}
+    with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=10) as r:
+        body: dict[str, Any] = json.loads(r.read())
+    return body
+
+
+def test_http_lookup_answers_the_listener_urls_a_binary_lookup_does(broker_factory: Any) -> None:
+    b = broker_factory(config_overrides={
+        "advertisedListeners": "internal:pulsar://127.0.0.1:6000,external:pulsar://example.test:7000",
+        "internalListenerName": "internal"})
+    external = _http_lookup(b.web_url, "external")
+    default = _http_lookup(b.web_url, None)
+    assert external["brokerUrl"] == "pulsar://example.test:7000"
+    assert default["brokerUrl"] == default["nativeUrl"] == "pulsar://127.0.0.1:6000"
+    assert default["httpUrl"] == b.web_url
 
 
 def test_official_client_with_an_unknown_listener_cannot_produce(broker: Any) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from broker.net.lookup import advertised_host, service_url
+from broker.listeners import advertised_host, service_urls
 from broker.topics.names import TopicName
 from protocol.errors import InvalidTopicNameError
 
@@ -41,6 +41,11 @@ def test_invalid_names_raise(bad: str) -> None:
     with pytest.raises(InvalidTopicNameError) as info:
         TopicName.parse(bad)
     assert info.value.code.name == "InvalidTopicName"
+
+
+def service_url(advertised_address: str, port: int, local_host: str) -> str:
+    return service_urls(advertised_address, local_host, broker_port=port, broker_port_tls=None,
+                        web_port=8080, web_port_tls=None).broker_url
 
 
 def test_lookup_advertises_the_configured_name_on_loopback() -> None:

@@ -173,10 +173,10 @@ async def test_admin_skip_acknowledges_the_next_unacked_entries(ledger: Any) -> 
     sub, conn, consumer = await _setup(ledger, 10, sub_type=1)
     lid = ledger.last_confirmed.ledger_id
     sub.cursor.delete([Position(lid, 1)])
-    await sub.skip(3)  # entries 0, 2, 3 (1 was already acknowledged)
+    await sub.resets.skip(3)  # entries 0, 2, 3 (1 was already acknowledged)
     assert sub.cursor.mark_delete_position == Position(lid, 3)
     assert sub.stats()["msgBacklog"] == 6
-    await sub.skip_all()
+    await sub.resets.skip_all()
     assert sub.stats()["msgBacklog"] == 0
     consumer.permits = 100
     sub.dispatcher.schedule()
@@ -187,10 +187,10 @@ async def test_admin_skip_acknowledges_the_next_unacked_entries(ledger: Any) -> 
 async def test_skip_by_message_ids_acks_entries_and_batch_indexes(ledger: Any) -> None:
     sub, conn, consumer = await _setup(ledger, 3, sub_type=1, batch=2)
     lid = ledger.last_confirmed.ledger_id
-    await sub.skip_by_message_ids([(lid, 0), (lid, 1, 0)])
+    await sub.resets.skip_by_message_ids([(lid, 0), (lid, 1, 0)])
     assert sub.cursor.is_deleted(Position(lid, 0))
     assert not sub.cursor.is_deleted(Position(lid, 1))  # one of its two messages is left
-    await sub.skip_by_message_ids([(lid, 1, 1)])
+    await sub.resets.skip_by_message_ids([(lid, 1, 1)])
     assert sub.cursor.is_deleted(Position(lid, 1))
     consumer.permits = 100
     sub.dispatcher.schedule()
@@ -203,7 +203,7 @@ async def test_skip_by_message_ids_is_refused_on_exclusive(ledger: Any) -> None:
 
     sub, _, _ = await _setup(ledger, 3, sub_type=0)
     with pytest.raises(NotAllowedError):
-        await sub.skip_by_message_ids([(0, 0)])
+        await sub.resets.skip_by_message_ids([(0, 0)])
     assert not sub.cursor.is_deleted(Position(ledger.last_confirmed.ledger_id, 0))
 
 
@@ -212,14 +212,14 @@ async def test_reset_to_timestamp_closes_consumers_and_finds_the_first_later_ent
     sub, conn, consumer = await _setup(ledger, 50, times=True)
     lid = ledger.last_confirmed.ledger_id
     revision = sub.cursor.revision
-    await sub.reset_cursor_to_timestamp(1000 + 10 * 17 - 5)
+    await sub.resets.reset_cursor_to_timestamp(1000 + 10 * 17 - 5)
     assert sub.cursor.read_position == Position(lid, 17)
     assert sub.cursor.revision > revision
     assert [c.type for c in conn.commands] == [pb.BaseCommand.CLOSE_CONSUMER]
     assert sub.consumers == [] and consumer.closed
-    await sub.reset_cursor_to_timestamp(0)
+    await sub.resets.reset_cursor_to_timestamp(0)
     assert sub.cursor.read_position == Position(lid, 0)
-    await sub.reset_cursor_to_timestamp(10**13)
+    await sub.resets.reset_cursor_to_timestamp(10**13)
     assert sub.cursor.read_position == Position(lid, 50)
 
 

@@ -55,7 +55,7 @@ async def test_replay_read_in_flight_is_discarded_by_a_backward_seek(ledger: Any
     gate = ReadGate(ledger, lambda p: p == Position(lid, 5))
     sub.redeliver(c1, [Position(lid, 5), Position(lid, 6)])
     await asyncio.wait_for(gate.started.wait(), 5)
-    await sub.reset_cursor((lid, 2))          # backward: consumers are closed and re-join
+    await sub.resets.reset_cursor((lid, 2))          # backward: consumers are closed and re-join
     _, conn2 = await join(sub, SHARED, "c2")
     gate.release.set()
     await settle(sub)
@@ -72,7 +72,7 @@ async def test_replay_read_in_flight_is_discarded_by_a_forward_skip(ledger: Any)
     gate = ReadGate(ledger, lambda p: p == Position(lid, 5))
     sub.redeliver(c1, [Position(lid, 5), Position(lid, 6)])
     await asyncio.wait_for(gate.started.wait(), 5)
-    await sub.skip(7)                          # forward: 0..6 acknowledged, no disconnect
+    await sub.resets.skip(7)                          # forward: 0..6 acknowledged, no disconnect
     gate.release.set()
     await settle(sub)
     assert conn1.entry_ids()[10:] == []
@@ -92,7 +92,7 @@ async def test_sequential_read_in_flight_is_discarded_by_a_backward_seek(ledger:
     await append(ledger, range(10, 20))
     sub.on_new_entries()
     await asyncio.wait_for(gate.started.wait(), 5)
-    await sub.reset_cursor((lid, 3))
+    await sub.resets.reset_cursor((lid, 3))
     _, conn2 = await join(sub, EXCLUSIVE, "c2")
     gate.release.set()
     await settle(sub)
@@ -108,7 +108,7 @@ async def test_sequential_read_in_flight_is_discarded_by_a_forward_seek(ledger: 
     gate = ReadGate(ledger, lambda p: p.entry_id == 0)
     _, conn1 = await join(sub, EXCLUSIVE, "c1")
     await asyncio.wait_for(gate.started.wait(), 5)
-    await sub.reset_cursor((lid, 15))
+    await sub.resets.reset_cursor((lid, 15))
     _, conn2 = await join(sub, EXCLUSIVE, "c2")
     gate.release.set()
     await settle(sub)
@@ -137,7 +137,7 @@ async def _queued_but_unwritten(ledger: Any) -> tuple[Any, Any, Any, ReadGate, i
 async def test_frames_queued_before_clear_backlog_are_never_written(ledger: Any) -> None:
     sub, c1, conn1, gate, _ = await _queued_but_unwritten(ledger)
     assert c1.permits == 1000 - 10             # 5 written, 5 queued
-    await sub.skip_all()                       # forward
+    await sub.resets.skip_all()                       # forward
     assert c1.permits == 1000 - 5              # the reset itself dropped the queued frames
     gate.release.set()
     await settle(sub)
@@ -147,7 +147,7 @@ async def test_frames_queued_before_clear_backlog_are_never_written(ledger: Any)
 
 async def test_frames_queued_before_a_skip_are_never_written(ledger: Any) -> None:
     sub, _c1, conn1, gate, _ledger_id = await _queued_but_unwritten(ledger)
-    await sub.skip(2)                          # forward: 0 and 1 acknowledged
+    await sub.resets.skip(2)                          # forward: 0 and 1 acknowledged
     gate.release.set()
     await settle(sub)
     after = conn1.entry_ids()[5:]
@@ -157,7 +157,7 @@ async def test_frames_queued_before_a_skip_are_never_written(ledger: Any) -> Non
 
 async def test_frames_queued_before_a_backward_seek_are_never_written(ledger: Any) -> None:
     sub, _c1, conn1, gate, lid = await _queued_but_unwritten(ledger)
-    await sub.reset_cursor((lid, 1))           # backward
+    await sub.resets.reset_cursor((lid, 1))           # backward
     _, conn2 = await join(sub, SHARED, "c2")
     gate.release.set()
     await settle(sub)
@@ -173,7 +173,7 @@ async def test_clear_backlog_drops_pending_and_key_shared_ownership(ledger: Any)
     c1, conn1 = await join(sub, KEY_SHARED, "c1", mode=0)
     await settle(sub)
     assert conn1.entry_ids() == list(range(10))
-    await sub.skip_all()
+    await sub.resets.skip_all()
     d = sub.dispatcher
     assert c1.pending == {} and c1.unacked_messages == 0
     assert d is not None and d.owner == {} and d.hash_owner == {}  # type: ignore[attr-defined]
@@ -197,7 +197,7 @@ async def test_key_shared_joins_during_a_read_and_a_backward_seek(ledger: Any) -
     await append(ledger, range(10, 20), key=lambda i: f"k{i % 4}")
     sub.on_new_entries()
     await asyncio.wait_for(gate.started.wait(), 5)
-    await sub.reset_cursor((lid, 0))
+    await sub.resets.reset_cursor((lid, 0))
     _, conn2 = await join(sub, KEY_SHARED, "c2", mode=0)
     _, conn3 = await join(sub, KEY_SHARED, "c3", mode=0)
     gate.release.set()
@@ -216,7 +216,7 @@ async def test_key_shared_join_during_a_read_and_a_forward_skip(ledger: Any) -> 
     _c1, conn1 = await join(sub, KEY_SHARED, "c1", mode=0)
     await asyncio.wait_for(gate.started.wait(), 5)
     _, conn2 = await join(sub, KEY_SHARED, "c2", mode=0)
-    await sub.skip(8)
+    await sub.resets.skip(8)
     gate.release.set()
     await settle(sub)
     a, b = conn1.entry_ids(), conn2.entry_ids()
@@ -265,7 +265,7 @@ async def test_a_skip_during_a_type_switch_is_queued_behind_it(ledger: Any) -> N
     sub, topic, lid = await _shared_then_gone(ledger)
     first = asyncio.create_task(join(sub, EXCLUSIVE, "a"))
     await asyncio.wait_for(topic.closing.wait(), 5)
-    skip = asyncio.create_task(sub.skip(2))                # forward, behind the rewind
+    skip = asyncio.create_task(sub.resets.skip(2))                # forward, behind the rewind
     for _ in range(20):
         await asyncio.sleep(0)
     assert not skip.done()

@@ -7,6 +7,7 @@ repeated SUBSCRIBE, CONSUMER_STATS, UNSUBSCRIBE refused while another consumer i
 
 from __future__ import annotations
 
+import re
 import socket
 import time
 from collections.abc import Iterator
@@ -153,6 +154,8 @@ def test_consumer_stats_answer(raw: RawClient) -> None:
     assert stats.consumerName == "stats-me"
     assert stats.availablePermits == 123
     assert stats.type == "Shared"
+    # Pulsar sends the stats' formatted date, not a number of milliseconds.
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", stats.connectedSince)
     raw.send(cc.encode_consumer_stats(3, 404))
     assert raw.next().consumerStatsResponse.error_code == pb.ConsumerNotFound
 

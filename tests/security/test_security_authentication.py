@@ -106,6 +106,8 @@ async def test_basic_authentication_runs_off_the_loop() -> None:
     assert service.cpu_bound("basic") and not service.cpu_bound("token")
     role = await service.authenticate_async("basic", b"carol:pw")
     assert role.role == "carol"
+    renewed = await service.reauthenticate_async(role, "basic", b"carol:pw")
+    assert renewed.role == "carol"
 
 
 def test_http_bearer_basic_and_client_cert(pki: Pki) -> None:
