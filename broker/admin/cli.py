@@ -205,7 +205,9 @@ _COMMANDS: dict[tuple[str, str], Builder] = {
         + _applied(a)),
     ("namespaces", "remove-delayed-delivery"): lambda a: Request(
         "DELETE", f"/admin/v2/namespaces/{namespace_path(a.namespace)}/delayedDelivery"),
-    ("topics", "list"): lambda a: Request("GET", T + namespace_path(a.namespace)),
+    # pulsar-admin lists both domains: Pulsar's namespace topics route with mode=ALL
+    ("topics", "list"): lambda a: Request(
+        "GET", f"/admin/v2/namespaces/{namespace_path(a.namespace)}/topics?mode=ALL"),
     ("topics", "list-partitioned-topics"): lambda a: Request(
         "GET", T + namespace_path(a.namespace) + "/partitioned"),
     ("topics", "create"): lambda a: Request("PUT", topic_base(a.topic)),

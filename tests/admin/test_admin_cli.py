@@ -197,3 +197,4 @@ def test_topic_commands_take_non_persistent_names(cli: Cli, client: Any) -> None
     stats = cli.ok("topics", "stats", name)
     assert "msgDropRate" in stats and "s" in stats["subscriptions"]
     assert cli.ok("topics", "subscriptions", name) == ["s"]
+    assert name in cli.ok("topics", "list", "public/default")  # both domains, as pulsar-admin
