@@ -192,6 +192,19 @@ class ManagedLedger:
         if size > MAX_RECORD_BYTES:
             fut.set_exception(EntryTooLargeError(f"entry of {size} bytes > {MAX_RECORD_BYTES}"))
             return fut
+        led, batch, entry_id = self._writable_batch()
+        led.next_entry_id = entry_id + 1
+        led.assigned_bytes += size
+        datas = batch.datas
+        datas.append(data)
+        batch.completions.append(fut)
+        self._last_future = fut
+        return fut
+
+    def _writable_batch(self) -> tuple[LedgerState, AppendBatch, int]:
+        """Where the next entry goes: the current ledger (rolled over first when it is full by
+        entries or bytes, or, at the first append of a batch, too old), the open batch of its
+        segment, and the entry id. The age rule is checked once per batch, not per entry."""
         led = self._current
         entry_id = led.next_entry_id
         if entry_id and (entry_id >= self._roll_entries or led.assigned_bytes >= self._roll_bytes):
@@ -200,20 +213,12 @@ class ManagedLedger:
             entry_id = 0
         batch = self._batch
         if batch is None or not batch.open or batch.segment is not led.segment:
-            # The first append of this loop iteration (or of a new ledger): the age rule is
-            # checked here, once per batch rather than per entry.
             if entry_id and time.monotonic() >= led.roll_deadline:
                 self._rollover()
                 led = self._current
                 entry_id = 0
             batch = self._batch = self._writer.new_batch(self, led.segment, entry_id)
-        led.next_entry_id = entry_id + 1
-        led.assigned_bytes += size
-        datas = batch.datas
-        datas.append(data)
-        batch.completions.append(fut)
-        self._last_future = fut
-        return fut
+        return led, batch, entry_id
 
     def append_run(self, datas: list[bytes], sink: DurableSink) -> None:
         """Queue consecutive entries (``bytes``, each at most MAX_RECORD_BYTES, which the caller
@@ -236,19 +241,7 @@ class ManagedLedger:
         roll_bytes = self._roll_bytes
         i = 0
         while i < count:
-            led = self._current
-            entry_id = led.next_entry_id
-            if entry_id and (entry_id >= roll_entries or led.assigned_bytes >= roll_bytes):
-                self._rollover()
-                led = self._current
-                entry_id = 0
-            batch = self._batch
-            if batch is None or not batch.open or batch.segment is not led.segment:
-                if entry_id and time.monotonic() >= led.roll_deadline:
-                    self._rollover()
-                    led = self._current
-                    entry_id = 0
-                batch = self._batch = self._writer.new_batch(self, led.segment, entry_id)
+            led, batch, entry_id = self._writable_batch()
             out = batch.datas
             assigned = led.assigned_bytes
             start = i
