@@ -2,28 +2,16 @@
 
 from __future__ import annotations
 
-import json
 import time
-import urllib.error
-import urllib.request
 from typing import Any
 
 import pulsar
 import pytest
 from conftest import make_client
+from rest import http_json as _http
 
 P = "/admin/v2/persistent/public/default"
 
-
-def _http(base: str, method: str, path: str, raw: bytes | None = None) -> tuple[int, Any]:
-    req = urllib.request.Request(base + path, data=raw, method=method,
-                                 headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=10) as resp:
-            status, payload = resp.status, resp.read()
-    except urllib.error.HTTPError as exc:
-        status, payload = exc.code, exc.read()
-    return status, json.loads(payload) if payload else None
 
 
 def _compact(broker: Any, local: str) -> dict[str, str]:

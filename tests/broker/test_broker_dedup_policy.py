@@ -2,28 +2,15 @@
 
 from __future__ import annotations
 
-import json
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 from broker_rawclient import RawClient, make_entry
+from rest import http_json as _http
 
 from protocol import commands as C
 from protocol import pulsar_pb as pb
-
-
-def _http(base: str, method: str, path: str, raw: bytes | None = None) -> tuple[int, Any]:
-    req = urllib.request.Request(base + path, data=raw, method=method,
-                                 headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=10) as resp:
-            status, payload = resp.status, resp.read()
-    except urllib.error.HTTPError as exc:
-        status, payload = exc.code, exc.read()
-    return status, json.loads(payload) if payload else None
 
 
 class Reply:
