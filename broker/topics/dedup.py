@@ -67,7 +67,8 @@ import asyncio
 import bisect
 import logging
 from collections import deque
-from typing import Protocol
+from itertools import repeat
+from typing import Protocol, cast
 
 from protocol import pulsar_pb as pb
 from protocol.errors import ServiceNotReadyError
@@ -163,6 +164,29 @@ class SequenceState:
             window.insert(i, (key, ledger_id, entry_id))
         if len(window) > RECEIPT_WINDOW:
             evicted = window.popleft()[0]
+            if evicted >= self.floor:
+                self.floor = evicted + 1
+
+    def record_run(self, keys: list[int | None], ledger_id: int, first_entry_id: int) -> None:
+        """:meth:`record` for consecutive entries ``first_entry_id..`` of one ledger whose keys
+        are *keys* (None: not a dedup key). A run's keys ascend, so when they all follow the
+        window they are appended at once; anything else goes through :meth:`record`."""
+        window = self.window
+        ascending = cast("list[int]", keys)  # checked just below: no None in it
+        if not keys or None in keys or (window and ascending[0] <= window[-1][0]):
+            for offset, key in enumerate(keys):
+                if key is not None:
+                    self.record(key, ledger_id, first_entry_id + offset)
+            return
+        if ascending[-1] > self.persisted:
+            self.persisted = ascending[-1]
+        window.extend(zip(ascending, repeat(ledger_id),
+                          range(first_entry_id, first_entry_id + len(keys))))
+        excess = len(window) - RECEIPT_WINDOW
+        if excess > 0:
+            for _ in range(excess - 1):
+                window.popleft()
+            evicted = window.popleft()[0]  # the highest evicted key
             if evicted >= self.floor:
                 self.floor = evicted + 1
 

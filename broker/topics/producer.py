@@ -52,29 +52,23 @@ Pulsar does; the client waits without a timeout meanwhile).
 from __future__ import annotations
 
 import asyncio
-import bisect
 import contextlib
 import logging
 import time
 from collections import deque
 from typing import Any, Protocol
 
-from broker.metrics.rates import PUBLISH_LATENCY_BUCKETS_MS, iso_ms
+from broker.metrics.rates import iso_ms
 from broker.topics.dedup import SequenceState
-from broker.topics.publish_records import (
-    IN_FLIGHT,
-    SETTLED,
-    Pending,
-    PublishRun,
-    answerable,
-)
+from broker.topics.publish_answers import Answers
+from broker.topics.publish_records import Pending, PublishRun, answerable
 from broker.topics.publish_refusals import REASON_DISK
-from broker.topics.storage_errors import StorageFailure, StorageOp, storage_failure
+from broker.topics.storage_errors import StorageFailure
 from protocol import commands as C
 from protocol import pulsar_pb as pb
 from protocol.errors import ChecksumError, RequestError
 from protocol.frames import Frame
-from protocol.send_path import SendFrame, encode_send_receipts
+from protocol.send_path import SendFrame
 from storage.positions import Position
 from storage.segment_file import DurableSink
 from storage.segments import MAX_RECORD_BYTES
@@ -181,7 +175,7 @@ class Producer:
         # set by a ledger run refused because the store is read-only: the drain answers what
         # precedes the first record carrying this error, then blocks the producer (_block)
         self.blocking: RequestError | None = None
-        self._queue: deque[Pending] = deque()
+        self._queue: deque[Pending | PublishRun] = deque()
         self._failed: RequestError | None = None
         self._drained: asyncio.Event | None = None
         self._watched: asyncio.Future[Position] | None = None
@@ -197,7 +191,9 @@ class Producer:
 
     @property
     def pending(self) -> int:
-        return len(self._queue)
+        """SENDs not answered yet."""
+        return sum(len(item) - item.answered if isinstance(item, PublishRun) else 1
+                   for item in self._queue)
 
     # ------------------------------------------------------------------ hot path
 
@@ -242,52 +238,49 @@ class Producer:
 
     def on_sends(self, sends: list[SendFrame]) -> None:
         """The hand-parsed SENDs of one socket read for this producer, in order: each checked
-        as :meth:`on_send` does, the accepted entries appended as one run (one completion)."""
+        as :meth:`on_send` does, the accepted ones appended as runs (one completion each; a
+        SEND taking another path ends the run before it, so the queue stays in send order)."""
         started = self._loop.time()
-        topic = self.topic
-        check = topic.check_publish
+        check = self.topic.check_publish
         state = self.seq_state
-        queue = self._queue
-        enqueue = queue.append
-        was_empty = not queue
+        enqueue = self._queue.append
+        was_empty = not self._queue
         run: PublishRun | None = None
         datas: list[bytes] = []
         nbytes = 0
         for _, seq, count, highest, entry, checksum_valid, _ in sends:
+            size = len(entry)
+            nbytes += size
             key = highest if highest > seq else seq
             if count > 1 and seq + count - 1 > key:  # a C++ batch: ids seq .. seq+count-1
                 key = seq + count - 1
-            try:
-                if self._failed is not None:
-                    raise self._failed
-                if not checksum_valid:
-                    raise ChecksumError("Checksum failed on the broker")
-                if key <= state.pushed or len(entry) > MAX_RECORD_BYTES:
-                    # Rare: a re-send, or an entry storage refuses; the per-entry path, after
-                    # the run so far (ledger order = send order).
-                    if run is not None:
-                        self._append_run(run, datas)
-                        run, datas = None, []
-                    if key <= state.pushed:
-                        item = self._resend(entry, seq, highest, key, started)
-                    else:
-                        fut, messages, partial = topic.publish(entry)
-                        item = Pending(seq, highest, None if partial else key, started, fut,
-                                        None, messages, len(entry))
-                else:
+            if self._failed is None and checksum_valid and key > state.pushed \
+                    and size <= MAX_RECORD_BYTES:
+                try:
                     stored, messages, partial = check(entry)
-                    if not partial:  # a chunk but the last of its message is no dedup key
-                        state.pushed = key
-                    item = Pending(seq, highest, None if partial else key, started, None, None,
-                                    messages, len(entry), entry_id=IN_FLIGHT)
+                except RequestError as exc:
+                    item = Pending(seq, highest, key, started, None, exc, 0, 0)
+                else:
                     if run is None:
-                        run = PublishRun(self)
-                    run.items.append(item)
+                        run = PublishRun(self, started)
+                        enqueue(run)
+                    if partial:  # a chunk but the last of its message is no dedup key
+                        run.keys.append(None)
+                    else:
+                        state.pushed = key
+                        run.keys.append(key)
+                    run.seqs.append(seq)
+                    run.highests.append(highest)
+                    run.messages.append(messages)
+                    run.sizes.append(size)
                     datas.append(stored)
-            except RequestError as exc:
-                item = Pending(seq, highest, key, started, None, exc, 0, 0)
-            item.buffered = len(entry)
-            nbytes += item.buffered
+                    continue
+            else:
+                item = self._one_send(entry, seq, highest, key, checksum_valid, started)
+            if run is not None:  # the run so far first: ledger order = queue order = send order
+                self._append_run(run, datas)
+                run, datas = None, []
+            item.buffered = size
             enqueue(item)
         if run is not None:
             self._append_run(run, datas)
@@ -295,14 +288,30 @@ class Producer:
         if was_empty:
             self._watch_head()
 
+    def _one_send(self, entry: bytes, seq: int, highest: int, key: int,
+                  checksum_valid: bool, started: float) -> Pending:
+        """A SEND the run path does not take: the producer failed, a bad checksum, a re-send,
+        or an entry storage refuses (the per-entry path)."""
+        try:
+            if self._failed is not None:
+                raise self._failed
+            if not checksum_valid:
+                raise ChecksumError("Checksum failed on the broker")
+            if key <= self.seq_state.pushed:
+                return self._resend(entry, seq, highest, key, started)
+            fut, messages, partial = self.topic.publish(entry)
+            if not partial:
+                self.seq_state.pushed = key
+            return Pending(seq, highest, None if partial else key, started, fut, None,
+                           messages, len(entry))
+        except RequestError as exc:
+            return Pending(seq, highest, key, started, None, exc, 0, 0)
+
     def _append_run(self, run: PublishRun, datas: list[bytes]) -> None:
         try:
             self.topic.append_run(datas, run)
         except RequestError as exc:  # the topic answered for the ledger: none was appended
-            for item in run.items:
-                item.entry_id = SETTLED
-                if item.error is None:
-                    item.error = exc
+            run.refuse(exc)
 
     def _resend(self, entry: bytes, seq: int, highest: int, key: int,
                 started: float) -> Pending:
@@ -317,20 +326,12 @@ class Producer:
         """The future of a queued, not failed, send of *key* (a re-send on a later
         incarnation of this producer is answered with it)."""
         for item in self._queue:
-            if item.key != key or item.error is not None:
-                continue
-            if item.future is not None:
+            if isinstance(item, PublishRun):
+                fut = item.waiter(key, self._loop)
+                if fut is not None:
+                    return fut
+            elif item.key == key and item.error is None and item.future is not None:
                 return item.future
-            if item.entry_id == IN_FLIGHT:  # in a run: a future on demand
-                fut: asyncio.Future[Position] = self._loop.create_future()
-                if item.waiters is None:
-                    item.waiters = []
-                item.waiters.append(fut)
-                return fut
-            if item.entry_id >= 0:  # durable, its receipt not written yet
-                done: asyncio.Future[Position] = self._loop.create_future()
-                done.set_result(Position(item.ledger_id, item.entry_id))
-                return done
         return None
 
     # -- RunOwner (broker.topics.publish_records) ----------------------------------------------
@@ -354,24 +355,29 @@ class Producer:
             self._drain()
 
     def _watch_head(self) -> None:
-        """Answer what can be answered; then wait on the head record's future only.
+        """Answer what can be answered; then wait for the head record.
 
         Appends of one ledger resolve in order and a group commit resolves many at once, so
-        one callback per group commit (not one per SEND) drains every finished record.
+        one callback per group commit (not one per SEND) drains every finished record: a run
+        reports to the topic's durable listener, a Pending's future gets a done-callback.
         """
         queue = self._queue
         if not queue:
             return
         head = queue[0]
-        fut = head.future
-        if fut is None:
-            if head.entry_id == IN_FLIGHT:
-                self.topic.awaiting_durable[self] = None  # its run reports to the listener
-            else:
-                self._drain()
-        elif fut.done():
+        if answerable(head):
             self._drain()
-        elif fut is not self._watched:
+        elif isinstance(head, PublishRun):
+            self.topic.awaiting_durable[self] = None  # its run reports to the listener
+        else:
+            self._watch(head)
+
+    def _watch(self, head: Pending) -> None:
+        """Drain when the head record's future is done (it has one: a record without a
+        future carries an error and is answerable at once)."""
+        fut = head.future
+        assert fut is not None
+        if fut is not self._watched:
             self._watched = fut
             fut.add_done_callback(self._on_done)
             self.topic.awaiting_durable[self] = None
@@ -384,88 +390,36 @@ class Producer:
             self._drain()  # usually the topic's durable listener drained this already
 
     def _drain(self) -> None:
-        queue = self._queue
+        """Answer the records at the head of the queue whose outcome is known, in order, with
+        one write (:class:`broker.topics.publish_answers.Answers`)."""
         topic = self.topic
-        pid = self.producer_id
-        out: list[bytes] = []
-        receipts: list[tuple[int, int, int, int]] = []
-        buckets = topic.publish_latency_buckets
-        bounds = PUBLISH_LATENCY_BUCKETS_MS
-        bucket_of = bisect.bisect_left
-        now = self._loop.time()
-        record = self.seq_state.record
-        msgs = size = count = answered = buffered = 0
-        latency_sum = 0.0
-        blocked: RequestError | None = None
+        answers = Answers(self, self._loop.time(), topic.publish_latency_buckets)
+        queue = self._queue
         while queue:
             item = queue[0]
-            fut = item.future
-            if fut is not None:
-                if not fut.done():
+            if isinstance(item, PublishRun):
+                if not answers.run(item):
                     break
-                if item.error is None and (fut.cancelled() or fut.exception() is not None):
-                    exc = fut.exception() if not fut.cancelled() else None
-                    failure = storage_failure(
-                        exc if exc is not None else asyncio.CancelledError("append cancelled"),
-                        StorageOp.PUBLISH)
-                    if failure.block_producer:
-                        blocked = failure.error
-                        break
-                    item.error = failure.error
-                    self.fail_behind(failure.error, reload_topic=failure.reload_topic)
-            elif item.entry_id == IN_FLIGHT:
-                break
-            if item.error is not None and item.error is self.blocking:
-                blocked = item.error
+            elif not answers.pending(item):
                 break
             queue.popleft()
-            answered += 1
-            buffered += item.buffered
-            if item.error is None:
-                if fut is not None:
-                    pos = fut.result()
-                    ledger_id, entry_id = pos.ledger_id, pos.entry_id
-                else:
-                    ledger_id, entry_id = item.ledger_id, item.entry_id
-                receipts.append((item.sequence_id, ledger_id, entry_id,
-                                 item.highest_sequence_id))
-                if item.dup:  # answered again, not appended again: not counted either
-                    continue
-                if item.key is not None:
-                    record(item.key, ledger_id, entry_id)
-                msgs += item.messages
-                size += item.size
-                count += 1
-                latency_ms = (now - item.started) * 1000.0
-                latency_sum += latency_ms
-                buckets[bucket_of(bounds, latency_ms)] += 1
-            else:
-                if receipts:  # the receipts before it first: answers stay in send order
-                    out.append(encode_send_receipts(pid, receipts))
-                    receipts = []
-                out.append(C.encode_send_error(pid, item.sequence_id, item.error.code,
-                                               item.error.message))
-        if answered:
-            if receipts:
-                out.append(encode_send_receipts(pid, receipts))
-            self._write(out[0] if len(out) == 1 else b"".join(out))
-            self.connection.publish_finished(answered, buffered)
-        if count:
-            self.msg_in_counter += msgs
-            self.bytes_in_counter += size
-            topic.record_published(msgs, size, count, latency_sum)
-        if blocked is not None:
-            self._block(blocked)
+        if answers.answered:
+            self._write(answers.data())
+            self.connection.publish_finished(answers.answered, answers.buffered)
+        if answers.count:
+            self.msg_in_counter += answers.msgs
+            self.bytes_in_counter += answers.size
+            topic.record_published(answers.msgs, answers.size, answers.count,
+                                   answers.latency_sum)
+        if answers.blocked is not None:
+            self._block(answers.blocked)
             return
         if queue:
-            head = queue[0].future
-            if head is None:
-                if queue[0].entry_id == IN_FLIGHT:
-                    topic.awaiting_durable[self] = None
-            elif head is not self._watched:
-                self._watched = head
-                head.add_done_callback(self._on_done)
+            head = queue[0]
+            if isinstance(head, PublishRun):
                 topic.awaiting_durable[self] = None
+            else:
+                self._watch(head)
         else:
             topic.awaiting_durable.pop(self, None)
             if self._drained is not None:
@@ -475,7 +429,9 @@ class Producer:
         """A failed append fails every later send of this producer (FIFO answers)."""
         self._failed = error
         for later in self._queue:
-            if later.error is None:
+            if isinstance(later, PublishRun):
+                later.fail_unanswered(error)
+            elif later.error is None:
                 later.error = error
         if reload_topic:
             self.topic.on_persistence_failure(error)
@@ -486,8 +442,11 @@ class Producer:
         writable (broker/topics/publish_refusals.py), on which it fails the pending sends.
         A SEND_ERROR instead would make the client close the whole connection."""
         queue = self._queue
-        dropped = len(queue)
-        dropped_bytes = sum(item.buffered for item in queue)
+        dropped = self.pending
+        dropped_bytes = 0
+        for item in queue:
+            dropped_bytes += (sum(item.sizes[item.answered:]) if isinstance(item, PublishRun)
+                              else item.buffered)
         queue.clear()
         self._watched = None
         self._failed = error

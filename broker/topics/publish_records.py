@@ -1,23 +1,28 @@
-"""The records of the publish pipeline: one :class:`Pending` per SEND, one :class:`PublishRun`
-per batch of SENDs appended together.
+"""The records of the publish pipeline: a :class:`PublishRun` for the SENDs appended together,
+a :class:`Pending` for each SEND that takes the per-entry path.
 
 Theory of operation
 -------------------
-A :class:`broker.topics.producer.Producer` keeps its unanswered SENDs as :class:`Pending`
-records in one FIFO queue, in arrival order; a record is answered (SEND_RECEIPT or SEND_ERROR)
-only when every record ahead of it is. A record is in one of three states, told by its fields:
+A :class:`broker.topics.producer.Producer` keeps its unanswered SENDs in one FIFO queue, in
+arrival order; a SEND is answered (SEND_RECEIPT or SEND_ERROR) only when every SEND ahead of
+it is. The queue holds two kinds of records:
 
-* appended with a future (``future`` set): answerable once the future is done;
-* appended in a run (no future): ``entry_id`` is :data:`IN_FLIGHT` until the run stamps it
-  with its position (durable) or :data:`SETTLED` with an ``error`` (failed);
-* answered without an append (a duplicate, or refused): :data:`SETTLED` from the start.
+* :class:`PublishRun`: the consecutive SENDs of one socket read that passed the publish
+  checks and were appended to the ledger as one run. It is the storage's ``DurableSink``
+  and holds its SENDs as parallel lists (sequence ids, highest sequence ids, dedup keys,
+  messages, sizes), not as one object each: the hot path adds five ints per SEND. The
+  ledger reports its entries in order, durable (a *span*: items ``[start, end)`` are at
+  ``ledger_id:first_entry_id..``) or failed; ``done`` counts the items reported, ``answered``
+  the items the drain has answered (a prefix of ``done``). ``errors`` stays None until one
+  of its items fails; then it holds one error (or None) per item.
+* :class:`Pending`: one SEND appended with a future (a SEND the fast path declined, or a
+  re-send), a duplicate answered with the original's future, or a SEND refused before any
+  append (``error`` set, no future).
 
-A :class:`PublishRun` is the storage's ``DurableSink`` for the records of one
-``Producer.on_sends`` call: the ledger reports their entries in order, durable (stamped, and
-the waiters :meth:`Producer.pending_append` handed out resolved) or failed (settled with the
-storage error). It then tells its owner through the narrow :class:`RunOwner` interface, never
-more: the producer decides when to answer (its drain) and what a failure does to it.
-Everything here runs on the broker loop; no locks.
+A run tells its producer through the narrow :class:`RunOwner` interface, never more: the
+producer decides when to answer (its drain) and what a failure does to it. Futures handed
+out for a run's item (:meth:`PublishRun.waiter`, a re-send waiting for its original) are
+resolved when the item is reported. Everything here runs on the broker loop; no locks.
 """
 
 from __future__ import annotations
@@ -29,45 +34,34 @@ from broker.topics.storage_errors import StorageFailure, StorageOp, storage_fail
 from protocol.errors import RequestError
 from storage.positions import Position
 
-__all__ = ["IN_FLIGHT", "SETTLED", "Pending", "PublishRun", "RunOwner", "answerable",
-           "resolve_waiters"]
+__all__ = ["Pending", "PublishRun", "RunOwner", "answerable"]
 
 
 class RunOwner(Protocol):
     """What a run tells its producer (:class:`broker.topics.producer.Producer`)."""
 
     def run_durable(self) -> None:
-        """Records of the run were stamped durable: answer them soon (the topic's durable
+        """Items of the run were reported durable: answer them soon (the topic's durable
         listener, right after the group commit)."""
         ...
 
     def run_failed(self, failure: StorageFailure, first_failure: bool) -> None:
-        """Records of the run failed; *first_failure*: one of them carried no error yet."""
+        """Items of the run failed; *first_failure*: one of them carried no error yet."""
         ...
 
 
-IN_FLIGHT = -1
-"""``Pending.entry_id`` of a run record whose append is neither durable nor failed yet."""
-SETTLED = -2
-"""``Pending.entry_id`` of a record with nothing in flight in a run (an error, or a future)."""
-
-
 class Pending:
-    """One SEND awaiting its answer (``dup``: a re-send answered without a new append).
+    """One SEND awaiting its answer outside a run (``dup``: a re-send answered with the
+    original's future, without a new append). Answered once ``future`` is done; a record
+    refused before any append has no future and carries ``error``."""
 
-    Answered once ``future`` is done, or, for a record appended in a run (no future), once
-    ``entry_id`` is no longer ``IN_FLIGHT``; ``waiters`` are futures handed out for it by
-    :meth:`Producer.pending_append`."""
-
-    __slots__ = ("buffered", "dup", "entry_id", "error", "future", "highest_sequence_id", "key",
-                 "ledger_id", "messages",
-                 "sequence_id", "size", "started", "waiters")
+    __slots__ = ("buffered", "dup", "error", "future", "highest_sequence_id", "key",
+                 "messages", "sequence_id", "size", "started")
 
     def __init__(self, sequence_id: int, highest_sequence_id: int, key: int | None,
                  started: float,
                  future: asyncio.Future[Position] | None, error: RequestError | None,
-                 messages: int, size: int, dup: bool = False,
-                 entry_id: int = SETTLED) -> None:
+                 messages: int, size: int, dup: bool = False) -> None:
         self.sequence_id = sequence_id
         self.highest_sequence_id = highest_sequence_id
         self.key = key
@@ -78,52 +72,109 @@ class Pending:
         self.size = size
         self.dup = dup
         self.buffered = 0  # bytes counted against the publish buffers until answered
-        self.ledger_id = -1
-        self.entry_id = entry_id
-        self.waiters: list[asyncio.Future[Position]] | None = None
 
 
 class PublishRun:
-    """The storage's DurableSink for the records of one :meth:`Producer.on_sends` call whose
-    entries were appended together, in order: stamps them with their positions (or fails
-    them), the producer's drain answers them."""
+    """Consecutive SENDs of one producer appended as one ledger run (module docstring)."""
 
-    __slots__ = ("done", "items", "producer")
+    __slots__ = ("answered", "done", "errors", "highests", "keys", "messages", "producer",
+                 "seqs", "sizes", "spans", "started", "waiters")
 
-    def __init__(self, producer: RunOwner) -> None:
+    def __init__(self, producer: RunOwner, started: float) -> None:
         self.producer = producer
-        self.items: list[Pending] = []
-        self.done = 0  # records reported so far (reports come in order)
+        self.started = started  # loop time the SENDs arrived (one socket read)
+        self.seqs: list[int] = []
+        self.highests: list[int] = []
+        self.keys: list[int | None] = []  # None: a chunk but the last of its message
+        self.messages: list[int] = []
+        self.sizes: list[int] = []  # bytes of each SEND's entry (as received)
+        self.done = 0  # items reported by the ledger, durable or failed (in order)
+        self.answered = 0  # items answered by the drain: a prefix of done
+        self.spans: list[tuple[int, int, int, int]] = []
+        """(first item, end item, ledger id, first entry id) of each durable report."""
+        self.errors: list[RequestError | None] | None = None
+        self.waiters: dict[int, list[asyncio.Future[Position]]] | None = None
+
+    def __len__(self) -> int:
+        return len(self.seqs)
+
+    # -- DurableSink (storage.segment_file) ---------------------------------------------------
 
     def entries_durable(self, ledger_id: int, first_entry_id: int, count: int) -> None:
         start = self.done
         self.done = end = start + count
-        entry_id = first_entry_id
-        items = self.items
-        for i in range(start, end):
-            item = items[i]
-            item.ledger_id = ledger_id
-            item.entry_id = entry_id
-            entry_id += 1
-            if item.waiters is not None:
-                resolve_waiters(item.waiters, Position(ledger_id, item.entry_id))
+        self.spans.append((start, end, ledger_id, first_entry_id))
+        if self.waiters is not None:
+            for index in range(start, end):
+                waiting = self.waiters.pop(index, None)
+                if waiting is not None:
+                    resolve_waiters(waiting, Position(ledger_id, first_entry_id + index - start))
         self.producer.run_durable()
 
     def entries_failed(self, count: int, error: BaseException) -> None:
         start = self.done
         self.done = end = start + count
         failure = storage_failure(error, StorageOp.PUBLISH)
+        errors = self.error_list()
         first_failure = False
-        for item in self.items[start:end]:
-            item.entry_id = SETTLED
-            if item.error is None:
-                item.error = failure.error
+        for index in range(start, end):
+            if errors[index] is None:
+                errors[index] = failure.error
                 first_failure = True
-            if item.waiters is not None:
-                for waiter in item.waiters:
+            if self.waiters is not None:
+                for waiter in self.waiters.pop(index, ()):
                     if not waiter.done():
                         waiter.set_exception(failure.error)
         self.producer.run_failed(failure, first_failure)
+
+    # -- the rare paths ----------------------------------------------------------------------
+
+    def error_list(self) -> list[RequestError | None]:
+        """The per-item errors, created on the first failure."""
+        if self.errors is None:
+            self.errors = [None] * len(self.seqs)
+        return self.errors
+
+    def fail_unanswered(self, error: RequestError) -> None:
+        """Every unanswered item without an error gets *error* (a failed append fails every
+        later send of the producer); answered once the ledger has reported it."""
+        errors = self.error_list()
+        for index in range(self.answered, len(errors)):
+            if errors[index] is None:
+                errors[index] = error
+
+    def refuse(self, error: RequestError) -> None:
+        """The run was refused before any append (the topic answered for the ledger)."""
+        errors = self.error_list()
+        for index in range(len(errors)):
+            if errors[index] is None:
+                errors[index] = error
+        self.done = len(errors)
+
+    def position(self, index: int) -> Position | None:
+        """Where item *index* was stored, if it was reported durable."""
+        for start, end, ledger_id, first_entry_id in self.spans:
+            if start <= index < end:
+                return Position(ledger_id, first_entry_id + index - start)
+        return None
+
+    def waiter(self, key: int, loop: asyncio.AbstractEventLoop) -> asyncio.Future[Position] | None:
+        """A future of the unanswered, not failed item whose dedup key is *key* (a re-send
+        on a later incarnation of the producer waits on it), or None."""
+        keys = self.keys
+        for index in range(self.answered, len(keys)):
+            if keys[index] != key or (self.errors is not None and self.errors[index] is not None):
+                continue
+            fut: asyncio.Future[Position] = loop.create_future()
+            position = self.position(index) if index < self.done else None
+            if position is not None:  # durable, its receipt not written yet
+                fut.set_result(position)
+                return fut
+            if self.waiters is None:
+                self.waiters = {}
+            self.waiters.setdefault(index, []).append(fut)
+            return fut
+        return None
 
 
 def resolve_waiters(waiters: list[asyncio.Future[Position]], position: Position) -> None:
@@ -132,10 +183,10 @@ def resolve_waiters(waiters: list[asyncio.Future[Position]], position: Position)
             waiter.set_result(position)
 
 
-def answerable(item: Pending) -> bool:
-    """The record's answer is known: its future is done, or its run reported it (or it
-    carried an error from the start)."""
+def answerable(item: Pending | PublishRun) -> bool:
+    """The record's next answer is known: a Pending's future is done (or it carried an error
+    from the start); a run's next item was reported."""
+    if isinstance(item, PublishRun):
+        return item.answered < item.done
     fut = item.future
-    if fut is not None:
-        return fut.done()
-    return item.entry_id != IN_FLIGHT
+    return fut is None or fut.done()

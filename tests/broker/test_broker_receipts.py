@@ -14,6 +14,7 @@ from typing import Any
 
 from test_broker_states import make_connection
 
+from broker.topics.dedup import RECEIPT_WINDOW, SequenceState
 from broker.topics.producer import Producer
 from broker.topics.topic import Topic
 from protocol import pulsar_pb as pb
@@ -132,14 +133,16 @@ def start_run(*frames: SendFrame) -> tuple[Any, Any, FakeTopic, Producer]:
     return conn, transport, topic, producer
 
 
-async def test_one_read_of_sends_is_one_run_answered_with_one_write_in_order() -> None:
+async def test_one_read_of_sends_is_answered_in_order_when_a_refused_send_splits_the_run() -> None:
     conn, transport, topic, producer = start_run(fast_send(0), fast_send(1, checksum_valid=False),
                                                  fast_send(2), fast_send(3))
-    assert [entries for entries, _ in topic.runs] == [[b"entry-0", b"entry-2", b"entry-3"]]
+    # The refused SEND ends the run before it (queue order = send order): two runs.
+    assert [entries for entries, _ in topic.runs] == [[b"entry-0"], [b"entry-2", b"entry-3"]]
     assert conn.throttle.pending_requests == 4 and topic.futures == []  # no future per SEND
     assert list(topic.awaiting_durable) == [producer]
-    sink = topic.runs[0][1]
-    sink.entries_durable(7, 10, 2)  # a rollover split the run: two reports
+    first, second = (sink for _, sink in topic.runs)
+    first.entries_durable(7, 10, 1)
+    second.entries_durable(7, 11, 1)  # a rollover split the second run: two reports
     Topic._on_durable(topic, Position(7, 11))  # type: ignore[arg-type]
     answers = transport.frames()
     assert [(f.type, f.send_receipt.sequence_id if f.type == T.SEND_RECEIPT
@@ -148,7 +151,7 @@ async def test_one_read_of_sends_is_one_run_answered_with_one_write_in_order() -
     assert answers[1].send_error.error == ServerError.ChecksumError
     assert answers[2].send_receipt.message_id.entryId == 11
     assert conn.throttle.pending_requests == 1 and producer.pending == 1
-    sink.entries_durable(8, 0, 1)
+    second.entries_durable(8, 0, 1)
     Topic._on_durable(topic, Position(8, 0))  # type: ignore[arg-type]
     await asyncio.sleep(0)  # the connection flushes what was written in the same iteration
     last = transport.frames()[-1]
@@ -157,6 +160,7 @@ async def test_one_read_of_sends_is_one_run_answered_with_one_write_in_order() -
     assert conn.throttle.pending_requests == 0 and topic.awaiting_durable == {}
     assert topic.recorded == 3
     assert producer.seq_state.persisted == 3
+    assert producer.seq_state.stored_at(2) == (7, 11) and producer.seq_state.stored_at(3) == (8, 0)
 
 
 async def test_failed_run_answers_every_send_of_it_and_behind_it_in_order() -> None:
@@ -182,3 +186,47 @@ async def test_resend_of_a_send_in_flight_in_a_run_waits_for_its_position() -> N
     topic.runs[0][1].entries_durable(7, 3, 1)
     assert pending.done()
     assert pending.result() == Position(7, 3)
+
+
+async def test_a_resend_waiting_on_a_run_item_gets_its_position_once_durable() -> None:
+    _, _, topic, producer = start_run(fast_send(0), fast_send(1), fast_send(2))
+    (_, sink), = topic.runs
+    in_flight = producer.pending_append(1)
+    assert in_flight is not None and not in_flight.done()
+    assert producer.pending_append(9) is None  # no such key queued
+    sink.entries_durable(7, 4, 2)  # items 0 and 1 durable; answered right after
+    assert in_flight.done() and in_flight.result() == Position(7, 5)
+    waiting_for_last = producer.pending_append(2)
+    assert waiting_for_last is not None and not waiting_for_last.done()
+    sink.entries_failed(1, PersistenceError("fdatasync failed"))
+    assert waiting_for_last.done() and waiting_for_last.exception() is not None
+
+
+async def test_a_durable_but_unanswered_run_item_is_handed_out_as_a_done_future() -> None:
+    _, _, topic, producer = start_run(fast_send(0), fast_send(1))
+    (_, sink), = topic.runs
+    producer.closed = True  # the durable listener does not drain a closed producer
+    sink.entries_durable(7, 0, 2)
+    fut = producer.pending_append(1)
+    assert fut is not None and fut.done() and fut.result() == Position(7, 1)
+
+
+def test_record_run_keeps_the_window_record_keeps() -> None:
+    cases: list[tuple[list[int], list[list[int | None]]]] = [
+        ([], [list(range(10))]),                                 # the common case
+        ([5, 6], [list(range(7, 7 + RECEIPT_WINDOW + 40))]),     # trims past the window
+        ([5, 9], [[6, 7, 8]]),                                   # fills a gap: sorted insert
+        ([1], [[2, None, 4], [5]]),                              # a chunk's key is skipped
+    ]
+    for before, runs in cases:
+        by_run, by_record = SequenceState("p"), SequenceState("p")
+        for entry_id, key in enumerate(before):
+            by_run.record(key, 1, entry_id)
+            by_record.record(key, 1, entry_id)
+        for ledger_id, keys in enumerate(runs, start=2):
+            by_run.record_run(keys, ledger_id, 100)
+            for offset, key in enumerate(keys):
+                if key is not None:
+                    by_record.record(key, ledger_id, 100 + offset)
+        assert list(by_run.window) == list(by_record.window)
+        assert (by_run.persisted, by_run.floor) == (by_record.persisted, by_record.floor)
