@@ -99,11 +99,11 @@ def scan_publish_metadata(entry: bytes) -> tuple[int, bool, bool] | None:
     ``messages`` is ``num_messages_in_batch`` (1 when absent); the chunk test is
     ``chunk_id < num_chunks_from_msg - 1`` with both defaulting to 0.
     """
-    size = len(entry)
-    if size < 6:
+    entry_size = len(entry)
+    if entry_size < 6:
         return None
     end = 4 + _u32_unpack_from(entry, 0)[0]
-    if end > size or entry[4] != 0x0A:  # producer_name first
+    if end > entry_size or entry[4] != 0x0A:  # producer_name first
         return None
     name_size = entry[5]
     if name_size < 0x80:
@@ -117,25 +117,23 @@ def scan_publish_metadata(entry: bytes) -> tuple[int, bool, bool] | None:
         return None
     if match.lastindex is None:  # nothing captured: one message, no length-delimited field
         return _SINGLE if match.end() == end else None
-    messages, delayed, num_chunks, chunk_id, tag, _ = match.groups()
-    if tag is None and num_chunks is None and chunk_id is None:  # a batch or a delayed message
-        if match.end() != end:
+    messages, delayed, num_chunks, chunk_id, tag, size = match.groups()
+    pos = match.end()
+    while tag is not None:  # a length-delimited field: skip its value, match the run after it
+        value_end = pos + (size[0] if len(size) == 1 else varint_value(size))
+        if value_end > end or (tag == _PROPERTIES_TAG and not _is_key_value(entry, pos, value_end)):
             return None
-        return (1 if messages is None else messages[0] if len(messages) == 1
-                else int32_value(messages)), False, delayed is not None
-    return _scan_captured(entry, match, end)
-
-
-_SINGLE: Final = (1, False, False)
-
-
-def _scan_captured(entry: bytes, match: re.Match[bytes], end: int) -> tuple[int, bool, bool] | None:
-    """:func:`scan_publish_metadata` from a *match* that captured something: read the captured
-    values and, while a run ends on a length-delimited field's tag and length, skip that value
-    (checking a property's layout) and match the next run, keeping each field's last value."""
-    messages = delayed = num_chunks = chunk_id = None
-    while True:
+        if value_end == end:
+            pos = end
+            break
+        match = _run_match(entry, value_end, end)
+        if match is None:
+            return None
+        pos = match.end()
+        if match.lastindex is None:
+            break
         more_messages, more_delayed, more_chunks, more_chunk_id, tag, size = match.groups()
+        # a field seen again keeps its last value, as protobuf does
         if more_messages is not None:
             messages = more_messages
         if more_delayed is not None:
@@ -144,28 +142,18 @@ def _scan_captured(entry: bytes, match: re.Match[bytes], end: int) -> tuple[int,
             num_chunks = more_chunks
         if more_chunk_id is not None:
             chunk_id = more_chunk_id
-        if tag is None:
-            if match.end() != end:
-                return None
-            break
-        pos = match.end()
-        value_end = pos + (size[0] if len(size) == 1 else varint_value(size))
-        if value_end > end or (tag == _PROPERTIES_TAG and not _is_key_value(entry, pos, value_end)):
-            return None
-        next_match = _run_match(entry, value_end, end)
-        if next_match is None:
-            return None
-        if next_match.lastindex is None:  # nothing captured, nothing length-delimited: the end
-            if next_match.end() != end:
-                return None
-            break
-        match = next_match
-    return (
-        1 if messages is None else int32_value(messages),
-        (0 if chunk_id is None else int32_value(chunk_id))
-        < (0 if num_chunks is None else int32_value(num_chunks)) - 1,
-        delayed is not None,
-    )
+    if pos != end:
+        return None
+    if num_chunks is None and chunk_id is None:
+        return (1 if messages is None else messages[0] if len(messages) == 1
+                else int32_value(messages)), False, delayed is not None
+    chunk = 0 if chunk_id is None else chunk_id[0] if len(chunk_id) == 1 else int32_value(chunk_id)
+    chunks = (0 if num_chunks is None else num_chunks[0] if len(num_chunks) == 1
+              else int32_value(num_chunks))
+    return 1 if messages is None else int32_value(messages), chunk < chunks - 1, delayed is not None
+
+
+_SINGLE: Final = (1, False, False)
 
 
 def _is_key_value(entry: bytes, pos: int, end: int) -> bool:
