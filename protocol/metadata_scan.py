@@ -1,4 +1,4 @@
-"""The publish check of an entry's MessageMetadata without protobuf: tags walked by hand.
+"""The publish check of an entry's MessageMetadata without protobuf: its tags read by regex.
 
 Theory of operation
 -------------------
