@@ -15,6 +15,10 @@ The second block compares the protobuf-free publish path of ``protocol/send_path
 protobuf one: SEND decoded and its fields read (``FrameDecoder.receive_frames`` -> ``SendFrame``
 vs ``next_frame`` -> ``pb.BaseCommand``), and a group commit's receipts encoded into one
 ``bytes`` (``encode_send_receipts`` vs one ``encode_send_receipt`` per receipt vs protobuf).
+
+The third block compares the publish path's metadata check, ``check_publish_metadata`` (one upb
+parse and the field reads) with ``metadata_scan.scan_publish_metadata`` (no protobuf), on the
+layouts the official client writes.
 """
 
 from __future__ import annotations
@@ -32,7 +36,8 @@ from crc32c import crc32c
 from protocol import commands, hot_commands
 from protocol import pulsar_pb as pb
 from protocol.frames import NEED_DATA, FrameDecoder
-from protocol.metadata import encode_entry, parse_entry
+from protocol.metadata import check_publish_metadata, encode_entry, parse_entry
+from protocol.metadata_scan import scan_publish_metadata
 from protocol.send_path import SendFrame, encode_send_receipts
 
 TARGET_PER_S = 300_000
@@ -216,6 +221,38 @@ def bench_parse_entry(seconds: float) -> Rate:
     return best_rate(run_round, seconds)
 
 
+METADATA_LAYOUTS: dict[str, dict[str, object]] = {
+    "plain": {},
+    "batch of 100": {"num_messages_in_batch": 100},
+    "compressed batch": {"compression": pb.LZ4, "uncompressed_size": 65536,
+                         "num_messages_in_batch": 100},
+    "delayed": {"deliver_at_time": 1_700_000_060_000},
+    "keyed": {"partition_key": "user-42"},
+    "keyed batch": {"partition_key": "user-42", "num_messages_in_batch": 100},
+    "2 properties": {"properties": [pb.KeyValue(key="k1", value="v1"),
+                                    pb.KeyValue(key="trace", value="abcdef")]},
+    "chunk": {"uuid": "standalone-0-1-1000000", "num_chunks_from_msg": 3,
+              "total_chunk_msg_size": 12_000_000, "chunk_id": 1},
+}
+
+
+def bench_metadata_check(seconds: float, fields: dict[str, object], *, scan: bool) -> Rate:
+    """The publish path's metadata check of one entry: upb (check_publish_metadata) or the
+    protobuf-free scan (scan_publish_metadata), which must not decline."""
+    md = pb.MessageMetadata(producer_name="standalone-0-1", sequence_id=1_000_000,
+                            publish_time=1_700_000_000_000, **fields)  # type: ignore[arg-type]
+    entry = encode_entry(md, PAYLOAD)
+    assert scan_publish_metadata(entry) is not None, fields
+    check = scan_publish_metadata if scan else check_publish_metadata
+
+    def run_round() -> int:
+        for _ in range(FRAMES_PER_ROUND):
+            check(entry)
+        return FRAMES_PER_ROUND
+
+    return best_rate(run_round, seconds)
+
+
 def report(name: str, rate: Rate, target: int | None) -> None:
     ratio = f"  {rate.best_wall / target:5.2f}x target ({target:,}/s)" if target else ""
     print(f"{name:<46} {rate.best_wall:>11,.0f}/s{ratio}   [CPU-time mean {rate.cpu_mean:,.0f}/s]")
@@ -256,6 +293,12 @@ def main(argv: list[str] | None = None) -> int:
     report("receipts of a group commit, encode_send_receipts", rec_bulk, None)
     print(f"{'  ratio bulk / pb, bulk / per receipt':<46} {rec_bulk.best_wall / rec_pb.best_wall:11.2f}x"
           f" {rec_bulk.best_wall / rec_each.best_wall:6.2f}x")
+    print("\npublish metadata check: check_publish_metadata (upb) vs scan_publish_metadata:")
+    for layout, fields in METADATA_LAYOUTS.items():
+        upb = bench_metadata_check(args.seconds / 4, fields, scan=False)
+        scanned = bench_metadata_check(args.seconds / 4, fields, scan=True)
+        print(f"  {layout:<20} upb {1e6 / upb.best_wall:5.2f} us  scan {1e6 / scanned.best_wall:5.2f} us"
+              f"  ratio {scanned.best_wall / upb.best_wall:5.2f}x")
     return 0 if decode.best_wall >= TARGET_PER_S and receipt.best_wall >= TARGET_PER_S else 1
 
 

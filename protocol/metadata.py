@@ -15,9 +15,12 @@ recomputes the CRC from the entry it sends unless given ``entry_crc`` -- never p
 the original bytes for a rewritten entry.
 
 :func:`parse_entry` is the broker's cheap read (one upb parse of the metadata, ~1 us) into an
-immutable :class:`EntryInfo`. The publish path parses once with :func:`check_publish_metadata`
-(the same verdicts as :func:`parse_metadata`, cheaper) and hands that one parsed message on:
-:func:`entry_info` and :func:`rewrite_deliver_at` take it instead of parsing the entry again. A batch payload is ``N x [u32 size][SingleMessageMetadata][data]``
+immutable :class:`EntryInfo`. The publish path checks an entry first with
+:func:`protocol.metadata_scan.scan_publish_metadata` (no protobuf at all, for the layouts clients
+write); what that declines, or what the delay guard must read, it parses once with
+:func:`check_publish_metadata` (the same verdicts as :func:`parse_metadata`, cheaper) and hands
+that one parsed message on: :func:`entry_info` and :func:`rewrite_deliver_at` take it instead of
+parsing the entry again. A batch payload is ``N x [u32 size][SingleMessageMetadata][data]``
 and :func:`iter_batch` walks it. Every malformed input raises :class:`MalformedEntryError`
 (a request-scoped error: SEND_ERROR, the connection survives).
 

@@ -69,6 +69,7 @@ from broker.topics.publish_refusals import PublishRefusals
 from broker.topics.storage_errors import StorageOp, storage_failure
 from broker.topics.termination import TERMINATED_REASON, Termination
 from broker.topics.trim import LedgerTrimmer
+from protocol import pulsar_pb as pb
 from protocol.errors import (
     NotAllowedError,
     RequestError,
@@ -77,6 +78,7 @@ from protocol.errors import (
     TopicTerminatedError,
 )
 from protocol.metadata import check_publish_metadata, entry_info
+from protocol.metadata_scan import scan_publish_metadata
 from storage.cursor import ManagedCursor
 from storage.errors import StorageError
 from storage.ledger import ManagedLedger
@@ -224,16 +226,24 @@ class Topic:
             raise ServiceNotReadyError(f"Topic {self.full} is being closed or reloaded")
         if self.termination.terminated:
             raise TopicTerminatedError(TERMINATED_REASON)
-        # Hot path: one upb parse validates the metadata (protocol.metadata); the guard,
-        # where it can act, gets that parsed message and never parses the entry again.
-        md, messages, partial = check_publish_metadata(entry)
+        # Hot path: the metadata is checked from its bytes (protocol.metadata_scan), no protobuf;
+        # a layout the scan declines gets one upb parse, which accepts it or raises.
+        scanned = scan_publish_metadata(entry)
+        md: pb.MessageMetadata | None = None
+        if scanned is None:
+            md, messages, partial = check_publish_metadata(entry)
+            delayed = md.HasField("deliver_at_time")
+        else:
+            messages, partial, delayed = scanned
         policy = self._delay_policy
         if policy is None:
             policy = self.delay_policy()
-        # Only where the guard can act (its documented no-op cases skip the EntryInfo parse).
+        # Only where the guard can act (its documented no-op cases skip the EntryInfo parse);
+        # the guard needs the parsed message, and gets the one parse there is.
         if self._guarded and policy.active and (
-                policy.fixed_delay_ms > 0
-                or (policy.max_delay_ms > 0 and md.HasField("deliver_at_time"))):
+                policy.fixed_delay_ms > 0 or (policy.max_delay_ms > 0 and delayed)):
+            if md is None:
+                md = check_publish_metadata(entry)[0]
             try:
                 result = check_and_start_publish(entry, entry_info(md), policy, md)
             except DelayTooLongError as exc:
