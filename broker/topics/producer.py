@@ -2,39 +2,38 @@
 
 Theory of operation
 -------------------
-A :class:`Producer` belongs to one connection and one topic. Each SEND becomes a
-:class:`Pending` record appended to the producer's FIFO ``_queue`` *before* anything can
-fail, so every answer leaves in the order the sends arrived (the C++ client closes the
-connection when a receipt overtakes an earlier send):
+A :class:`Producer` belongs to one connection and one topic. Each SEND is put in the
+producer's FIFO ``_queue`` *before* anything can fail, so every answer leaves in the order
+the sends arrived (the C++ client closes the connection when a receipt overtakes an earlier
+send). The queue's records are defined in :mod:`broker.topics.publish_records`:
 
-1. The CRC verdict of the frame decoder is checked first: a mismatch is SEND_ERROR
-   ChecksumError (the one error the client fails a single message for; the connection stays).
-2. :meth:`broker.topics.topic.Topic.publish` parses the metadata, applies the delayed-delivery
-   publish guard (PIP-315/437) and appends the entry to the managed ledger, which resolves
-   the returned future once the entry is fsynced (group commit).
-3. When the record at the head of the queue is complete, its SEND_RECEIPT (echoing
-   ``sequence_id`` and ``highest_sequence_id``, as Pulsar does for batches) or SEND_ERROR is
-   written, and the next record is looked at. A failed append fails every record queued
-   behind it as well, so nothing is acknowledged out of order. A producer whose head
-   append is in flight is listed in its topic's ``awaiting_durable``; the topic's durable
-   listener, which the ledger calls right after resolving a group commit's futures, drains
-   it there (:meth:`Producer.drain_finished`), so the receipt leaves in that very callback.
-   A done-callback on the head's future only (one per group commit, not per SEND) is the
-   fallback, and the only path for failed appends (the ledger calls no listener for them).
+1. The hot path (:meth:`Producer.on_sends`) takes all SENDs of one socket read for this
+   producer at once, hand-parsed by the decoder (:class:`protocol.send_path.SendFrame`, no
+   protobuf object). Each is checked (the producer has not failed, the CRC verdict, not a
+   re-send, :meth:`broker.topics.topic.Topic.check_publish`: metadata, the delayed-delivery
+   publish guard of PIP-315/437); the consecutive accepted ones form ONE
+   :class:`PublishRun` (five ints per SEND in parallel lists; no object, future, task or
+   closure per SEND), appended to the ledger as one run with one completion.
+2. A SEND refused there (SEND_ERROR ChecksumError for a bad CRC: the one error the client
+   fails a single message for; the connection stays), a re-send and an entry storage
+   refuses become one :class:`Pending` each, ending the run before them: re-sends and
+   oversized entries take the per-entry path (:meth:`Topic.publish`, a future); the
+   generic-decoded SEND (:meth:`Producer.on_send`) does too.
+3. The drain (:meth:`Producer._drain`, :class:`broker.topics.publish_answers.Answers`)
+   answers the head records whose outcome is known, in order, with ONE write: a run range
+   by range as the ledger reports it (a rollover may split it), receipts encoded in bulk
+   (echoing ``sequence_id`` and ``highest_sequence_id``, as Pulsar does for batches), a
+   SEND_ERROR where a record failed. A failed append fails every record queued behind it
+   as well, so nothing is acknowledged out of order. A producer whose head is in flight is
+   listed in its topic's ``awaiting_durable``; the topic's durable listener, which the
+   ledger calls right after a group commit, drains it there
+   (:meth:`Producer.drain_finished`), so the receipts leave in that very callback. A
+   done-callback on a Pending head's future (one per group commit, not per SEND) is the
+   fallback, and the only path for failed future appends. A re-send that must wait for a
+   run's item gets a future made on demand (:meth:`Producer.pending_append`).
 
-Every record counts towards the connection's pending-publish limit (back-pressure) from
+Every SEND counts towards the connection's pending-publish limit (back-pressure) from
 step 1 until its answer is written.
-
-The hot path (:meth:`Producer.on_sends`) takes all SENDs of one socket read for this producer
-at once, hand-parsed by the decoder (:class:`protocol.send_path.SendFrame`, no protobuf
-object): each is checked as above, and the accepted entries go to the ledger as ONE run with
-one completion (a :class:`PublishRun`, the storage's ``DurableSink``), which stamps each
-record with its position when the group commit is durable; no future, task or closure per
-SEND. The drain then writes all receipts it can answer with one ``encode_send_receipts`` and
-one write. A record of a run is *in flight* until stamped (``entry_id`` >= 0) or settled
-by a failure; a re-send that must wait for it gets a future created on demand
-(:meth:`Producer.pending_append`). SENDs the fast path declines (:meth:`Producer.on_send`) and
-re-sends keep the per-entry future path; both kinds share the one FIFO queue.
 
 Re-sends: a SEND whose key (the highest sequence id it carries) is not above the highest
 one appended under the producer's name is a re-send; :mod:`broker.topics.dedup` decides how it is
