@@ -48,12 +48,12 @@ from storage import PersistenceError, StorageConfig
 
 SEED = int(os.environ.get("HORAE_CRASH_SEED", "20240611"))
 KILL_POINTS = 3
-APPEND_SYNC = "writer.py:_write_appends>"
+# The sync stage's one fdatasync per file and round (storage/sync_stage.py): it covers the
+# group commits written since the last one AND any pre-zero step's zeros (a pre-zero step has
+# no sync site of its own any more), so disabling it disables both.
+APPEND_SYNC = "sync_stage.py:_sync_file>"
 
 NEUTRAL_SITES = {
-    "writer.py:_maybe_prezero>": "the zeros ahead of the write head are made durable by the "
-    "next append's fdatasync anyway (fdatasync covers every dirty block of the file); this "
-    "sync only keeps that later fdatasync from having to commit a size change",
     "store.py:_prepare_root>mkdir>fsync_dir": "creating a store always writes LEDGER_ID "
     "right after these directories, and that atomic write's directory fsync of the root "
     "makes the new directory entries durable too",
