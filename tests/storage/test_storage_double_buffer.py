@@ -1,0 +1,242 @@
+"""The double-buffered group commit (storage/writer.py + storage/sync_stage.py), pinned with a
+FileOps whose sync-stage fdatasyncs each wait on their own event (no sleeps): the next group
+is written while the previous one syncs, nothing completes before an fdatasync that started
+after its write returned, groups written during one fdatasync share the next, a failed
+fdatasync fails what was written behind it, barriers wait for both stages, and the fd LRU
+never closes a file the sync stage is about to fdatasync."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+from storage import PersistenceError, Position, SegmentStore, StorageConfig
+from storage.fileops import FileOps
+
+WAIT = 10.0
+CONFIG = StorageConfig(segment_prezero_bytes=0, mark_delete_rate_limit_per_sec=0)
+SYNC_THREAD = "horae-storage-sync"
+
+
+class HeldSyncOps(FileOps):
+    """Once hold() is called, the sync stage's n-th fdatasync (1-based, counted from then)
+    signals entered[n] and waits for release(n); fail(n) makes it raise EIO when released.
+    log records, for segment files, ("write", fd) after each write returned and
+    ("sync", fd) / ("synced", fd) around each sync-stage fdatasync."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self._segments: set[int] = set()
+        self.holding = False
+        self.syncs = 0  # sync-stage fdatasyncs since hold()
+        self.writes = 0  # segment writes since hold()
+        self.released: set[int] = set()
+        self.failing: set[int] = set()
+        self.log: list[tuple[str, int]] = []
+
+    def open(self, path: Path, flags: int, mode: int = 0o644) -> int:
+        fd = super().open(path, flags, mode)
+        if Path(path).suffix == ".seg":
+            with self._lock:
+                self._segments.add(fd)
+        return fd
+
+    def close(self, fd: int) -> None:
+        with self._lock:
+            self._segments.discard(fd)
+        super().close(fd)
+
+    def _wrote(self, fd: int) -> None:
+        with self._cond:
+            if self.holding and fd in self._segments:
+                self.writes += 1
+                self.log.append(("write", fd))
+                self._cond.notify_all()
+
+    def writev(self, fd: int, buffers: Sequence[bytes | memoryview]) -> int:
+        written = super().writev(fd, buffers)
+        self._wrote(fd)
+        return written
+
+    def write(self, fd: int, data: bytes | memoryview) -> int:
+        written = super().write(fd, data)
+        self._wrote(fd)
+        return written
+
+    def pwrite(self, fd: int, data: bytes | memoryview, offset: int) -> int:
+        written = super().pwrite(fd, data, offset)
+        self._wrote(fd)
+        return written
+
+    def fdatasync(self, fd: int) -> None:
+        if not self.holding or threading.current_thread().name != SYNC_THREAD:
+            super().fdatasync(fd)
+            return
+        with self._cond:
+            self.syncs += 1
+            n = self.syncs
+            self.log.append(("sync", fd))
+            self._cond.notify_all()
+            assert self._cond.wait_for(lambda: n in self.released, WAIT), "never released"
+            fail = n in self.failing
+        if fail:
+            raise OSError(errno.EIO, "injected EIO (fdatasync)")
+        super().fdatasync(fd)  # EBADF if the fd was closed meanwhile
+        with self._cond:
+            self.log.append(("synced", fd))
+
+    def hold(self, on: bool = True) -> None:
+        with self._cond:
+            self.holding = on
+
+    def release(self, n: int, *, fail: bool = False) -> None:
+        with self._cond:
+            if fail:
+                self.failing.add(n)
+            self.released.add(n)
+            self._cond.notify_all()
+
+    def _wait(self, what: str, predicate: object) -> None:
+        with self._cond:
+            assert self._cond.wait_for(predicate, WAIT), f"never {what}"  # type: ignore[arg-type]
+
+    async def entered(self, n: int) -> None:
+        """Wait until the n-th held fdatasync has begun."""
+        await asyncio.get_running_loop().run_in_executor(
+            None, self._wait, f"entered fdatasync {n}", lambda: self.syncs >= n)
+
+    async def written(self, n: int) -> None:
+        """Wait until n segment writes have returned since hold()."""
+        await asyncio.get_running_loop().run_in_executor(
+            None, self._wait, f"wrote {n} times", lambda: self.writes >= n)
+
+    def kinds(self) -> list[str]:
+        with self._lock:
+            return [kind for kind, _ in self.log]
+
+
+async def _open(tmp_path: Path, ops: HeldSyncOps, config: StorageConfig = CONFIG) -> SegmentStore:
+    return await SegmentStore.open(tmp_path, config, file_ops=ops)
+
+
+async def test_next_group_is_written_while_the_previous_one_syncs(tmp_path: Path) -> None:
+    ops = HeldSyncOps()
+    store = await _open(tmp_path, ops)
+    ml = await store.open_ledger("t")
+    await ml.append(b"warm")  # the segment exists
+    ops.hold()
+    first = ml.append(b"one")
+    await ops.entered(1)
+    second = ml.append(b"two")
+    await ops.written(2)  # written while the first group's fdatasync is still running
+    assert not first.done() and not second.done()
+    ops.release(1)
+    assert await first == Position(0, 1)
+    await ops.entered(2)  # second's own fdatasync, started after its write returned
+    assert not second.done()
+    ops.release(2)
+    assert await second == Position(0, 2)
+    assert ops.kinds() == ["write", "sync", "write", "synced", "sync", "synced"]
+    await store.close()
+
+
+async def test_groups_written_during_one_fdatasync_share_the_next(tmp_path: Path) -> None:
+    ops = HeldSyncOps()
+    store = await _open(tmp_path, ops)
+    ml = await store.open_ledger("t")
+    await ml.append(b"warm")
+    ops.hold()
+    first = ml.append(b"one")
+    await ops.entered(1)
+    second = ml.append(b"two")
+    await ops.written(2)
+    third = ml.append(b"three")  # another loop iteration: another written group
+    await ops.written(3)
+    ops.release(1)
+    await ops.entered(2)
+    assert first.done() and not second.done() and not third.done()
+    ops.release(2)
+    assert await asyncio.gather(second, third) == [Position(0, 2), Position(0, 3)]
+    assert ops.syncs == 2  # one fdatasync covered both groups written behind the first
+    assert ops.kinds() == ["write", "sync", "write", "write", "synced", "sync", "synced"]
+    await store.close()
+
+
+async def test_failed_fdatasync_fails_the_group_written_behind_it(tmp_path: Path) -> None:
+    ops = HeldSyncOps()
+    store = await _open(tmp_path, ops)
+    ml = await store.open_ledger("t")
+    other = await store.open_ledger("other")
+    warm = await ml.append(b"warm")
+    await other.append(b"warm")
+    ops.hold()
+    first = ml.append(b"one")
+    await ops.entered(1)
+    second = ml.append(b"two")  # its own fdatasync would succeed
+    bystander = other.append(b"fine")  # another ledger in the same group
+    await ops.written(3)
+    ops.release(1, fail=True)
+    ops.release(2)
+    ops.release(3)
+    results = await asyncio.gather(first, second, return_exceptions=True)
+    assert all(isinstance(r, PersistenceError) for r in results), results
+    assert await bystander == Position(1, 1)
+    assert ml.fenced and not other.fenced
+    assert ml.last_confirmed == warm
+    # The fenced ledger's file was never fsynced again (fsyncgate): one for it, one for other.
+    assert ops.syncs == 2
+    await store.close()
+    store = await SegmentStore.open(tmp_path, CONFIG)
+    ml = await store.open_ledger("t")
+    got = await ml.read_entries(warm, 10)
+    assert [e.data for e in got] == [b"warm"]  # nothing unsynced survived
+    await store.close()
+
+
+async def test_barrier_waits_for_the_sync_stage(tmp_path: Path) -> None:
+    ops = HeldSyncOps()
+    store = await _open(tmp_path, ops)
+    ml = await store.open_ledger("t")
+    await ml.append(b"warm")
+    ops.hold()
+    first = ml.append(b"one")
+    await ops.entered(1)
+    barrier = asyncio.ensure_future(store.writer.barrier())
+    done, _ = await asyncio.wait({barrier}, timeout=0.2)
+    assert not done  # the write thread waits for the sync stage before the barrier
+    ops.release(1)
+    await barrier
+    assert first.done() and first.result() == Position(0, 1)  # completed before the barrier
+    await store.close()
+
+
+async def test_fd_eviction_never_closes_a_file_being_synced(tmp_path: Path) -> None:
+    config = StorageConfig(segment_prezero_bytes=0, max_open_segment_files=1,
+                           mark_delete_rate_limit_per_sec=0)
+    ops = HeldSyncOps()
+    store = await _open(tmp_path, ops, config)
+    ledgers = [await store.open_ledger(name) for name in ("a", "b", "c")]
+    for ml in ledgers:
+        await ml.append(b"warm")
+    a, b, c = ledgers
+    ops.hold()
+    fa = a.append(b"x")
+    await ops.entered(1)  # a's fdatasync is about to run on a's fd
+    fb = b.append(b"y")  # b written: the LRU (limit 1) would close a's fd after it
+    await ops.written(2)
+    fc = c.append(b"z")  # the write thread finished b's group (its eviction included)
+    await ops.written(3)
+    for n in (1, 2, 3):
+        ops.release(n)
+    assert await fa == Position(0, 1)  # fdatasync ran on a still-open fd (no EBADF)
+    assert await asyncio.gather(fb, fc) == [Position(1, 1), Position(2, 1)]
+    assert not any(ml.fenced for ml in ledgers)
+    ops.hold(False)
+    await c.append(b"again")  # once synced, the idle files are evicted as before
+    await store.writer.barrier()
+    assert store.writer.fds.open_count <= 1
+    await store.close()
