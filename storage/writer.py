@@ -121,6 +121,7 @@ class GroupCommitWriter:
         prezero_max_batch_bytes: int = 256 * 1024,
         index_pool: Executor | None = None,
         max_open_segments: int = 4096,
+        early_sync_bytes: int = 0,
     ) -> None:
         self._loop = loop
         self._index_pool = index_pool  # where sealed segments' indexes are written
@@ -132,6 +133,7 @@ class GroupCommitWriter:
         self._prezero_min = max(PAGE, min(prezero_min_bytes, self._prezero_max))
         self._prezero_max_batch = prezero_max_batch_bytes
         self._max_delay = max_delay_ms / 1000.0
+        self._early_sync_bytes = max(0, early_sync_bytes)
         self._max_batch = max(1, max_batch_entries)
         self._cond = threading.Condition(threading.Lock())
         self._queue: list[AppendBatch | Control] = []  # handed over; under _cond
@@ -363,7 +365,7 @@ class GroupCommitWriter:
                             f"segment {segment.path.name} could not be created (out of file "
                             "descriptors)")
                     before = segment.write_offset
-                    self._write_segment(segment, b)
+                    self._write_segment(owner, segment, b)
                     wrote = True
                     done = touched.get(segment)
                     written = segment.write_offset - before + (done[1] if done else 0)
@@ -398,7 +400,7 @@ class GroupCommitWriter:
     def _fence(self, owner: WriteOwner, exc: OSError, what: str) -> PersistenceError:
         return fence(owner, exc, what, self._on_no_space)
 
-    def _write_segment(self, segment: SegmentFile, batch: AppendBatch) -> None:
+    def _write_segment(self, owner: WriteOwner, segment: SegmentFile, batch: AppendBatch) -> None:
         if segment.fd >= 0:
             self.fds.touch(segment)
         elif segment.evicted:
@@ -407,7 +409,23 @@ class GroupCommitWriter:
             create_segment(self._ops, self._ids, segment, fsync=self._fsync,
                            prezero_bytes=self._prezero_min if self._prezero_max else 0)
             self.fds.opened(segment)
-        write_records(self._ops, segment, batch.datas, batch.first_entry_id)
+        datas, early = batch.datas, self._early_sync_bytes
+        if not early or not self._fsync or len(datas) < 2:
+            write_records(self._ops, segment, datas, batch.first_entry_id)
+            return
+        # A big batch is written in slices of about early_sync_bytes; each slice but the
+        # last is handed to the sync stage at once (a files-only job), so its fdatasync runs
+        # while the next slice is written. The batch still completes with its group.
+        start = 0
+        while start < len(datas):
+            size, end = 0, start
+            while end < len(datas) and size < early:
+                size += len(datas[end])
+                end += 1
+            write_records(self._ops, segment, datas[start:end], batch.first_entry_id + start)
+            if end < len(datas):
+                self._sync.hand(SyncJob(files={segment: (owner, segment.write_offset)}))
+            start = end
 
     def _maybe_prezero(self, owner: WriteOwner, segment: SegmentFile, batch_bytes: int) -> bool:
         """Write the next chunk of zeros ahead of the write head if the zeroed region ahead

@@ -166,6 +166,26 @@ async def test_groups_written_during_one_fdatasync_share_the_next(tmp_path: Path
     await store.close()
 
 
+async def test_big_batch_slices_sync_while_the_next_slice_is_written(tmp_path: Path) -> None:
+    config = StorageConfig(segment_prezero_bytes=0, mark_delete_rate_limit_per_sec=0,
+                           group_commit_early_sync_bytes=100)
+    ops = HeldSyncOps()
+    store = await _open(tmp_path, ops, config)
+    ml = await store.open_ledger("t")
+    await ml.append(b"warm")
+    ops.hold()
+    futs = [ml.append(b"%d" % i * 100) for i in range(3)]  # one batch, three slices
+    await ops.entered(1)  # the first slice's fdatasync began...
+    await ops.written(3)  # ...and the other two slices were written meanwhile
+    ops.release(1)
+    await ops.entered(2)  # one fdatasync for the two slices written behind it
+    assert not any(f.done() for f in futs)  # the batch waits for its last slice's sync
+    ops.release(2)
+    assert await asyncio.gather(*futs) == [Position(0, i) for i in range(1, 4)]
+    assert ops.kinds() == ["write", "sync", "write", "write", "synced", "sync", "synced"]
+    await store.close()
+
+
 async def test_failed_fdatasync_fails_the_group_written_behind_it(tmp_path: Path) -> None:
     ops = HeldSyncOps()
     store = await _open(tmp_path, ops)
