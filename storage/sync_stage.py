@@ -11,7 +11,10 @@ Theory of operation (the writer's side is in storage/writer.py):
 2. The sync thread takes ALL jobs waiting (FIFO) as one round and fdatasyncs each file of
    the round ONCE, however many jobs wrote to it: several group commits written while the
    previous round's fdatasync ran share one. The write stage meanwhile writes the next
-   group: writing and syncing overlap (double buffering).
+   group: writing and syncing overlap (double buffering). When the write stage has nothing
+   more queued and this stage is idle (appenders in lockstep: nothing to overlap), it runs
+   the round itself (run_if_idle), in order since nothing else is waiting, and saves the
+   thread hand-off.
 3. After the round's fdatasyncs, each owner of the round is judged once: it is good unless
    it is fenced (writer_fenced: a failed write in the write stage, a failed pre-zero, or a
    failed fdatasync of any of its files in this or an earlier round). A good owner's
@@ -157,21 +160,36 @@ class SyncStage:
             jobs = self._take()
             if jobs is None:
                 return
-            handed_back = False
-            try:
-                self._round(jobs)
-                handed_back = True
-            except BaseException:  # a bug must not kill the sync stage silently
-                log.exception("storage writer: unexpected error in the sync stage")
-            finally:
-                if not handed_back:
-                    self._fail_round(jobs)
-                with self._cond:
-                    self._finished += len(jobs)
-                    for job in jobs:
-                        self._pending.subtract(job.files.keys())
-                    self._pending = +self._pending  # drop the zero counts
-                    self._cond.notify_all()
+            self._finish(jobs)
+
+    def run_if_idle(self, job: SyncJob) -> bool:
+        """Run job's round in the calling (write) thread if nothing is waiting or in progress
+        here: in lockstep there is nothing to overlap, and this saves a thread hand-off per
+        round. False (nothing done) when busy: hand() it instead."""
+        with self._cond:
+            if self._jobs or self._finished != self._handed or self._stopping:
+                return False
+            self._handed += 1
+            self._pending.update(job.files.keys())
+        self._finish([job])
+        return True
+
+    def _finish(self, jobs: list[SyncJob]) -> None:
+        handed_back = False
+        try:
+            self._round(jobs)
+            handed_back = True
+        except BaseException:  # a bug must not kill the sync stage silently
+            log.exception("storage writer: unexpected error in the sync stage")
+        finally:
+            if not handed_back:
+                self._fail_round(jobs)
+            with self._cond:
+                self._finished += len(jobs)
+                for job in jobs:
+                    self._pending.subtract(job.files.keys())
+                self._pending = +self._pending  # drop the zero counts
+                self._cond.notify_all()
 
     def _round(self, jobs: list[SyncJob]) -> None:
         files: dict[SegmentFile, tuple[WriteOwner, int]] = {}

@@ -13,8 +13,12 @@ Theory of operation:
    completed, so concurrent producers share an fsync; when it is busy, at once: what is
    written now joins its next fdatasync), writes each touched segment with writev and hands
    the group to the sync stage as one SyncJob (results in append order, and each file's
-   written end). New segment files get their header and a directory fsync before the
-   hand-off, so before anything in them can be acknowledged.
+   written end). With nothing more queued and the sync stage idle it runs that round itself
+   (lockstep appenders: nothing to overlap; saves a thread hand-off). A batch over
+   early_sync_bytes is written in slices, each but the last handed over at once as a
+   files-only job, so its fdatasync runs while the next slice is written (the batch
+   completes with its group). New segment files get their header and a directory fsync
+   before the hand-off, so before anything in them can be acknowledged.
 3. The sync thread takes every job waiting as one round, fdatasyncs each file of the round
    once (jobs written during the previous fdatasync share one), sets synced_offset, and
    hands the round back to the loop with ONE loop.call_soon_threadsafe; the owner (a managed
@@ -71,11 +75,16 @@ from storage.ids import IdAllocator
 from storage.limits import is_fd_exhaustion
 from storage.segment_fds import SegmentFds
 from storage.segment_file import AppendBatch, SegmentFile, WriteOwner
-from storage.segment_io import PAGE, ZEROS, create_segment, cut_back, round_up, write_records
-from storage.segments import (
-    index_path,
-    write_index,
+from storage.segment_io import (
+    PAGE,
+    create_segment,
+    cut_back,
+    round_up,
+    write_index_logged,
+    write_records,
+    write_zeros,
 )
+from storage.segments import index_path
 from storage.sync_stage import SyncJob, SyncStage, fence
 
 log = logging.getLogger("horae.storage")
@@ -335,7 +344,7 @@ class GroupCommitWriter:
             if self._maybe_prezero(owner, segment, batch_bytes):
                 zeroed.files[segment] = (owner, segment.write_offset)
         if zeroed.files and self._fsync:
-            self._sync.hand(zeroed)
+            self._submit(zeroed)
         self.fds.evict(touched.keys() | self._sync.busy())
 
     def _write_appends(self, appends: list[AppendBatch]) -> dict[SegmentFile, tuple[WriteOwner, int]]:
@@ -394,8 +403,16 @@ class GroupCommitWriter:
                        for key, (owner, batches) in by_owner.items()]
         touched = {seg: v for seg, v in touched.items() if id(v[0]) not in errors}
         job.files = {seg: (owner, seg.write_offset) for seg, (owner, _) in touched.items()}
-        self._sync.hand(job)
+        self._submit(job)
         return touched
+
+    def _submit(self, job: SyncJob) -> None:
+        """Hand job to the sync stage, or, with nothing more to write and that stage idle,
+        sync it here (no overlap to gain, one thread hand-off saved)."""
+        with self._cond:
+            more = bool(self._queue)
+        if more or not self._sync.run_if_idle(job):
+            self._sync.hand(job)
 
     def _fence(self, owner: WriteOwner, exc: OSError, what: str) -> PersistenceError:
         return fence(owner, exc, what, self._on_no_space)
@@ -442,12 +459,7 @@ class GroupCommitWriter:
         end = round_up(head + chunk)
         started = time.perf_counter()
         try:
-            ops, fd, zeros = self._ops, segment.fd, memoryview(ZEROS)
-            at = start
-            while at < end:
-                piece = min(len(zeros), end - at)
-                ops.pwrite_all(fd, zeros[:piece], at)
-                at += piece
+            write_zeros(self._ops, segment.fd, start, end)
         except OSError as exc:
             # Fenced like a failed append: the segment's state on disk is unknown now (the
             # sync stage fails whatever of this owner it has not acknowledged yet).
@@ -498,19 +510,6 @@ class GroupCommitWriter:
                 self._ops.unlink(segment.path)
             if self._fsync:
                 self._ops.fsync_dir(segment.path.parent)
-
-
-def write_index_logged(ops: FileOps, segment: SegmentFile, size_bytes: int, sync: bool) -> bool:
-    """write_index() of a final segment for a background job: a failure only costs a scan on
-    the next open. True once the index is on disk."""
-    try:
-        return write_index(
-            ops, segment.path, segment.ledger_id, segment.write_offset, segment.created_ms,
-            segment.format, segment.offsets, segment.lengths, size_bytes, sync=sync,
-        )
-    except OSError as exc:
-        log.warning("storage: writing a segment index failed (%s); it will be rebuilt", exc)
-        return False
 
 
 def _set_if_pending(fut: asyncio.Future[None]) -> None:

@@ -1,16 +1,20 @@
 """The double-buffered group commit (storage/writer.py + storage/sync_stage.py), pinned with a
-FileOps whose sync-stage fdatasyncs each wait on their own event (no sleeps): the next group
-is written while the previous one syncs, nothing completes before an fdatasync that started
+FileOps whose segment fdatasyncs each wait on their own event (no sleeps): the next group is
+written while the previous one syncs, nothing completes before an fdatasync that started
 after its write returned, groups written during one fdatasync share the next, a failed
 fdatasync fails what was written behind it, barriers wait for both stages, and the fd LRU
-never closes a file the sync stage is about to fdatasync."""
+never closes a file the sync stage is about to fdatasync.
+
+With nothing else queued and the sync stage idle the write thread syncs a group itself (no
+overlap to gain), so the tests that need the hand-off hold the first group's write until the
+second group is queued (_queue_behind_a_held_write)."""
 
 from __future__ import annotations
 
 import asyncio
 import errno
 import threading
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
 from storage import PersistenceError, Position, SegmentStore, StorageConfig
@@ -18,14 +22,15 @@ from storage.fileops import FileOps
 
 WAIT = 10.0
 CONFIG = StorageConfig(segment_prezero_bytes=0, mark_delete_rate_limit_per_sec=0)
-SYNC_THREAD = "horae-storage-sync"
+WRITER_THREADS = {"horae-storage-writer", "horae-storage-sync"}
 
 
 class HeldSyncOps(FileOps):
-    """Once hold() is called, the sync stage's n-th fdatasync (1-based, counted from then)
-    signals entered[n] and waits for release(n); fail(n) makes it raise EIO when released.
-    log records, for segment files, ("write", fd) after each write returned and
-    ("sync", fd) / ("synced", fd) around each sync-stage fdatasync."""
+    """Once hold() is called, the writer's n-th fdatasync (1-based, counted from then, from
+    either writer thread) waits for release(n) (fail=True: it raises EIO then). log records,
+    for segment files, ("write", fd) after each write returned and ("sync", fd) /
+    ("synced", fd) around each held fdatasync. hold_next_writes(n): the next n segment writes
+    wait for their events before they return."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -37,6 +42,8 @@ class HeldSyncOps(FileOps):
         self.released: set[int] = set()
         self.failing: set[int] = set()
         self.log: list[tuple[str, int]] = []
+        self.held_writes = 0  # writes that reached their gate
+        self._write_gates: list[threading.Event] = []
 
     def open(self, path: Path, flags: int, mode: int = 0o644) -> int:
         fd = super().open(path, flags, mode)
@@ -52,10 +59,26 @@ class HeldSyncOps(FileOps):
 
     def _wrote(self, fd: int) -> None:
         with self._cond:
-            if self.holding and fd in self._segments:
-                self.writes += 1
-                self.log.append(("write", fd))
+            if not (self.holding and fd in self._segments):
+                return
+            gate = self._write_gates.pop(0) if self._write_gates else None
+            if gate is not None:
+                self.held_writes += 1
                 self._cond.notify_all()
+        if gate is not None:
+            assert gate.wait(WAIT), "write never released"
+        with self._cond:
+            self.writes += 1
+            self.log.append(("write", fd))
+            self._cond.notify_all()
+
+    def hold_next_writes(self, count: int) -> list[threading.Event]:
+        """The next count segment writes, once done, each wait for their event before they
+        return (and are logged)."""
+        gates = [threading.Event() for _ in range(count)]
+        with self._cond:
+            self._write_gates.extend(gates)
+        return gates
 
     def writev(self, fd: int, buffers: Sequence[bytes | memoryview]) -> int:
         written = super().writev(fd, buffers)
@@ -73,7 +96,7 @@ class HeldSyncOps(FileOps):
         return written
 
     def fdatasync(self, fd: int) -> None:
-        if not self.holding or threading.current_thread().name != SYNC_THREAD:
+        if not self.holding or threading.current_thread().name not in WRITER_THREADS:
             super().fdatasync(fd)
             return
         with self._cond:
@@ -109,6 +132,11 @@ class HeldSyncOps(FileOps):
         await asyncio.get_running_loop().run_in_executor(
             None, self._wait, f"entered fdatasync {n}", lambda: self.syncs >= n)
 
+    async def held(self, n: int) -> None:
+        """Wait until n held writes reached their gates."""
+        await asyncio.get_running_loop().run_in_executor(
+            None, self._wait, f"held {n} writes", lambda: self.held_writes >= n)
+
     async def written(self, n: int) -> None:
         """Wait until n segment writes have returned since hold()."""
         await asyncio.get_running_loop().run_in_executor(
@@ -123,21 +151,40 @@ async def _open(tmp_path: Path, ops: HeldSyncOps, config: StorageConfig = CONFIG
     return await SegmentStore.open(tmp_path, config, file_ops=ops)
 
 
+async def _queue_behind_a_held_write(
+    ops: HeldSyncOps, first: Callable[[], Awaitable[Position]],
+    second: Callable[[], Awaitable[Position]],
+) -> tuple[Awaitable[Position], Awaitable[Position]]:
+    """Start the first group and hold its write until the second group is queued, so the
+    write thread hands the first to the sync thread instead of syncing it itself; hold the
+    second group's write until that fdatasync has begun (held), so the two do not share one.
+    Returns then, with the second group's write returning."""
+    gates = ops.hold_next_writes(2)
+    one = first()
+    await ops.held(1)
+    two = second()
+    await asyncio.sleep(0)  # the loop's kick (scheduled by the append) queues it
+    gates[0].set()
+    await ops.held(2)
+    await ops.entered(1)
+    gates[1].set()
+    return one, two
+
+
 async def test_next_group_is_written_while_the_previous_one_syncs(tmp_path: Path) -> None:
     ops = HeldSyncOps()
     store = await _open(tmp_path, ops)
     ml = await store.open_ledger("t")
     await ml.append(b"warm")  # the segment exists
     ops.hold()
-    first = ml.append(b"one")
-    await ops.entered(1)
-    second = ml.append(b"two")
+    first, second = await _queue_behind_a_held_write(
+        ops, lambda: ml.append(b"one"), lambda: ml.append(b"two"))
     await ops.written(2)  # written while the first group's fdatasync is still running
-    assert not first.done() and not second.done()
+    assert not first.done() and not second.done()  # type: ignore[attr-defined]
     ops.release(1)
     assert await first == Position(0, 1)
     await ops.entered(2)  # second's own fdatasync, started after its write returned
-    assert not second.done()
+    assert not second.done()  # type: ignore[attr-defined]
     ops.release(2)
     assert await second == Position(0, 2)
     assert ops.kinds() == ["write", "sync", "write", "synced", "sync", "synced"]
@@ -150,15 +197,14 @@ async def test_groups_written_during_one_fdatasync_share_the_next(tmp_path: Path
     ml = await store.open_ledger("t")
     await ml.append(b"warm")
     ops.hold()
-    first = ml.append(b"one")
-    await ops.entered(1)
-    second = ml.append(b"two")
+    first, second = await _queue_behind_a_held_write(
+        ops, lambda: ml.append(b"one"), lambda: ml.append(b"two"))
     await ops.written(2)
     third = ml.append(b"three")  # another loop iteration: another written group
     await ops.written(3)
     ops.release(1)
     await ops.entered(2)
-    assert first.done() and not second.done() and not third.done()
+    assert first.done() and not second.done() and not third.done()  # type: ignore[attr-defined]
     ops.release(2)
     assert await asyncio.gather(second, third) == [Position(0, 2), Position(0, 3)]
     assert ops.syncs == 2  # one fdatasync covered both groups written behind the first
@@ -174,9 +220,13 @@ async def test_big_batch_slices_sync_while_the_next_slice_is_written(tmp_path: P
     ml = await store.open_ledger("t")
     await ml.append(b"warm")
     ops.hold()
+    gates = ops.hold_next_writes(2)
+    gates[0].set()  # the first slice's write returns at once
     futs = [ml.append(b"%d" % i * 100) for i in range(3)]  # one batch, three slices
-    await ops.entered(1)  # the first slice's fdatasync began...
-    await ops.written(3)  # ...and the other two slices were written meanwhile
+    await ops.held(2)  # the second slice is written (held until...)
+    await ops.entered(1)  # ...the first slice's fdatasync began
+    gates[1].set()
+    await ops.written(3)  # the other two slices were written meanwhile
     ops.release(1)
     await ops.entered(2)  # one fdatasync for the two slices written behind it
     assert not any(f.done() for f in futs)  # the batch waits for its last slice's sync
@@ -194,17 +244,21 @@ async def test_failed_fdatasync_fails_the_group_written_behind_it(tmp_path: Path
     warm = await ml.append(b"warm")
     await other.append(b"warm")
     ops.hold()
-    first = ml.append(b"one")
-    await ops.entered(1)
-    second = ml.append(b"two")  # its own fdatasync would succeed
-    bystander = other.append(b"fine")  # another ledger in the same group
+    bystander: list[Awaitable[Position]] = []
+
+    def second_group() -> Awaitable[Position]:
+        bystander.append(other.append(b"fine"))  # another ledger in the same group
+        return ml.append(b"two")  # its own fdatasync would succeed
+
+    first, second = await _queue_behind_a_held_write(
+        ops, lambda: ml.append(b"one"), second_group)
     await ops.written(3)
     ops.release(1, fail=True)
     ops.release(2)
     ops.release(3)
     results = await asyncio.gather(first, second, return_exceptions=True)
     assert all(isinstance(r, PersistenceError) for r in results), results
-    assert await bystander == Position(1, 1)
+    assert await bystander[0] == Position(1, 1)
     assert ml.fenced and not other.fenced
     assert ml.last_confirmed == warm
     # The fenced ledger's file was never fsynced again (fsyncgate): one for it, one for other.
@@ -244,9 +298,10 @@ async def test_fd_eviction_never_closes_a_file_being_synced(tmp_path: Path) -> N
         await ml.append(b"warm")
     a, b, c = ledgers
     ops.hold()
-    fa = a.append(b"x")
-    await ops.entered(1)  # a's fdatasync is about to run on a's fd
-    fb = b.append(b"y")  # b written: the LRU (limit 1) would close a's fd after it
+    # a's fdatasync is about to run on a's fd (held) while b is written: the LRU (limit 1)
+    # would close a's fd after that
+    fa, fb = await _queue_behind_a_held_write(
+        ops, lambda: a.append(b"x"), lambda: b.append(b"y"))
     await ops.written(2)
     fc = c.append(b"z")  # the write thread finished b's group (its eviction included)
     await ops.written(3)
