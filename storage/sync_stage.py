@@ -42,7 +42,6 @@ import errno
 import logging
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -92,11 +91,14 @@ class SyncStage:
         self._fsync = fsync
         self.fenced_ends = fenced_ends  # shared with the writer (recovery reads it)
         self.on_no_space = on_no_space
-        self._cond = threading.Condition(threading.Lock())
+        lock = threading.Lock()
+        self._cond = threading.Condition(lock)  # the sync thread waits here for jobs
+        self._drained = threading.Condition(lock)  # drain() waits here (never the sync
+        # thread: waking it for nothing each round costs a context switch and the GIL)
         self._jobs: list[SyncJob] = []  # under _cond
         self._handed = 0  # jobs handed over (under _cond)
         self._finished = 0  # jobs finished, their results handed back (under _cond)
-        self._pending: Counter[SegmentFile] = Counter()  # file -> unfinished jobs naming it
+        self._pending: dict[SegmentFile, int] = {}  # file -> unfinished jobs naming it
         self._stopping = False
         # Figures (plain numbers, read at any time).
         self.batches = 0  # rounds that completed appends (group commits)
@@ -116,8 +118,8 @@ class SyncStage:
         with self._cond:
             self._jobs.append(job)
             self._handed += 1
-            self._pending.update(job.files.keys())
-            self._cond.notify_all()
+            self._count(job, 1)
+            self._cond.notify()
 
     def idle(self) -> bool:
         """Nothing handed over is unfinished."""
@@ -135,7 +137,7 @@ class SyncStage:
         with self._cond:
             target = self._handed
             while self._finished < target:
-                self._cond.wait()
+                self._drained.wait()
 
     def stop(self) -> None:
         """Finish the jobs handed over, then end the thread (blocking)."""
@@ -170,7 +172,7 @@ class SyncStage:
             if self._jobs or self._finished != self._handed or self._stopping:
                 return False
             self._handed += 1
-            self._pending.update(job.files.keys())
+            self._count(job, 1)
         self._finish([job])
         return True
 
@@ -187,9 +189,18 @@ class SyncStage:
             with self._cond:
                 self._finished += len(jobs)
                 for job in jobs:
-                    self._pending.subtract(job.files.keys())
-                self._pending = +self._pending  # drop the zero counts
-                self._cond.notify_all()
+                    self._count(job, -1)
+                self._drained.notify_all()
+
+    def _count(self, job: SyncJob, delta: int) -> None:
+        """Count job's files in or out of _pending (under _cond)."""
+        pending = self._pending
+        for segment in job.files:
+            left = pending.get(segment, 0) + delta
+            if left:
+                pending[segment] = left
+            else:
+                del pending[segment]
 
     def _round(self, jobs: list[SyncJob]) -> None:
         files: dict[SegmentFile, tuple[WriteOwner, int]] = {}
