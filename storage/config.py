@@ -26,6 +26,10 @@ class StorageConfig:
     unless group_commit_max_batch_entries are already queued. 0 = natural batching only."""
     group_commit_max_batch_entries: int = 2048
     """Stop waiting for more appends once this many are queued."""
+    group_commit_early_sync_bytes: int = 1024 * 1024
+    """A ledger's batch bigger than this is written in slices of about this size, and each
+    slice's fdatasync starts while the next slice is written (storage/writer.py); 0 = one
+    write per batch."""
     segment_prezero_bytes: int = 4 * 1024 * 1024
     """Keep up to this many bytes of written, fdatasync'ed zeros ahead of the open segment's
     write head, so an append's fdatasync overwrites initialised blocks and commits no file

@@ -9,6 +9,9 @@ operation goes through FileOps. What they keep true:
   covers the segment's ledger id), one writev of header/data pairs without copying the
   payloads; the index arrays grow with C-level map/accumulate. A segment reopened after its
   fd was evicted (positioned False) is written at explicit offsets instead.
+- write_zeros: a pre-zero step's zeros ahead of the write head (the sync stage syncs them).
+- write_index_logged: a final segment's persisted index, for the I/O thread (a failure only
+  costs a scan at the next open).
 - cut_back: a broken segment (a write or fdatasync failed) is truncated to synced_offset and
   that is synced, so nothing unsynced survives into a reopen.
 """
@@ -33,6 +36,7 @@ from storage.segments import (
     RECORD_HEADER,
     RECORD_HEADER_SIZE,
     encode_file_header,
+    write_index,
 )
 
 log = logging.getLogger("horae.storage")
@@ -111,6 +115,16 @@ def write_records(
     segment.lengths.extend(lengths)
 
 
+def write_zeros(ops: FileOps, fd: int, start: int, end: int) -> None:
+    """Write zeros over [start, end) (a pre-zero step; not synced here)."""
+    zeros = memoryview(ZEROS)
+    at = start
+    while at < end:
+        piece = min(len(zeros), end - at)
+        ops.pwrite_all(fd, zeros[:piece], at)
+        at += piece
+
+
 def cut_back(ops: FileOps, segment: SegmentFile, *, fsync: bool) -> None:
     """Seal a broken segment: drop everything after its last durable sync, and sync that
     (the unsynced records must never be served after a reopen). If this fails too, the
@@ -124,3 +138,16 @@ def cut_back(ops: FileOps, segment: SegmentFile, *, fsync: bool) -> None:
         log.error("storage writer: cutting %s back to %d failed (%s)", segment.path, synced, exc)
         return
     segment.write_offset = segment.zeroed_end = synced
+
+
+def write_index_logged(ops: FileOps, segment: SegmentFile, size_bytes: int, sync: bool) -> bool:
+    """write_index() of a final segment for a background job: a failure only costs a scan on
+    the next open. True once the index is on disk."""
+    try:
+        return write_index(
+            ops, segment.path, segment.ledger_id, segment.write_offset, segment.created_ms,
+            segment.format, segment.offsets, segment.lengths, size_bytes, sync=sync,
+        )
+    except OSError as exc:
+        log.warning("storage: writing a segment index failed (%s); it will be rebuilt", exc)
+        return False

@@ -117,6 +117,7 @@ class SegmentStore:
             prezero_max_batch_bytes=config.segment_prezero_max_batch_bytes,
             index_pool=self._io_pool,
             max_open_segments=config.max_open_segment_files,
+            early_sync_bytes=config.group_commit_early_sync_bytes,
         )
         self.cache = EntryCache(config.entry_cache_bytes)
         self.pager = IndexPager(self._loop, ops, self._read_pool, config.index_cache_bytes)

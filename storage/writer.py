@@ -1,4 +1,6 @@
-"""The group-commit writer thread: the only code that writes segment files.
+"""The group-commit writer: the only code that writes segment files. Two threads, a write
+stage and a sync stage (storage/sync_stage.py), so that writing group commit N+1 overlaps the
+fdatasync of group commit N (double buffering).
 
 Theory of operation:
 1. The event loop never blocks on disk. A managed ledger collects the appends of one loop
@@ -6,34 +8,52 @@ Theory of operation:
    a payload and a future are added to two lists); at the end of the loop iteration one
    "kick" closes the iteration's batches and hands them (with queued control items, in
    order) to the writer under its lock, and wakes it once.
-2. The writer thread drains the whole queue as one batch (after waiting up to
-   group_commit_max_delay_ms for about as many appends as the previous batch had, so
-   concurrent producers share an fsync), writes each touched segment with writev, then calls
-   fdatasync once per touched file. New segment files get their header and a directory fsync
-   before anything in them is acknowledged.
-3. It then hands the whole batch back to the loop with ONE loop.call_soon_threadsafe; the owner
-   (a managed ledger) resolves its futures there, in append order, with per-batch (not
-   per-entry) bookkeeping: confirmed count, size, one cache chunk, listeners.
-4. A failed write or fsync fences the owner: every append of that owner in the batch and every
-   later one fails with PersistenceError. Nothing is acknowledged unless its fdatasync (and
-   every fdatasync of its owner in the batch) succeeded; a failed fsync is never retried
-   (after fsyncgate, a later "successful" fsync proves nothing). Each segment tracks
-   synced_offset, the end of what its last successful fdatasync covered: a segment of a
-   fenced owner with writes beyond it is "broken"; sealing cuts it back to synced_offset
-   (and syncs that) and writes no index for it, and fenced_ends remembers the offset so a
-   reopen in this process cuts it again before recovery reads it (storage/recovery.py).
-5. Pre-zeroing (why: storage/README.md "Pre-zeroed segments"): after a batch was handed
-   back to the loop, a segment whose zeroed region ahead of its write head is running low
-   gets the next chunk of WRITTEN zeros (pwrite) and one fdatasync, so appends overwrite
-   allocated, initialised blocks and their fdatasync commits no size/extent change. The
-   chunk is about the segment's size (at least 4 batches' bytes), between
-   segment_prezero_min_bytes and segment_prezero_bytes; a new segment's header is written
-   with the first chunk; sealing truncates back to the logical end. A failed pre-zero write
-   or fdatasync fences the owner like any write. A group commit that wrote at least
-   prezero_max_batch_bytes to the segment pre-zeroes nothing: at that size writing every byte
-   twice costs more than the file-size commit of a growing file (storage/config.py); appends
-   past the zeroed region then simply grow the file, as with pre-zeroing disabled.
-6. Descriptors: at most max_open_segments current segments keep an fd (storage/segment_fds.py).
+2. The write thread drains the whole queue as one group (when the sync stage is idle, after
+   waiting up to group_commit_max_delay_ms for about as many appends as its last round
+   completed, so concurrent producers share an fsync; when it is busy, at once: what is
+   written now joins its next fdatasync), writes each touched segment with writev and hands
+   the group to the sync stage as one SyncJob (results in append order, and each file's
+   written end). With nothing more queued and the sync stage idle it runs that round itself
+   (lockstep appenders: nothing to overlap; saves a thread hand-off). A batch over
+   early_sync_bytes is written in slices, each but the last handed over at once as a
+   files-only job, so its fdatasync runs while the next slice is written (the batch
+   completes with its group). New segment files get their header and a directory fsync
+   before the hand-off, so before anything in them can be acknowledged.
+3. The sync thread takes every job waiting as one round, fdatasyncs each file of the round
+   once (jobs written during the previous fdatasync share one), sets synced_offset, and
+   hands the round back to the loop with ONE loop.call_soon_threadsafe; the owner (a managed
+   ledger) resolves its futures there, in append order, with per-batch (not per-entry)
+   bookkeeping: confirmed count, size, one cache chunk, listeners. Nothing is acknowledged
+   before an fdatasync that started after its write returned.
+4. A failed write (write stage) or fdatasync (sync stage) fences the owner: every append of
+   that owner not yet acknowledged fails with PersistenceError, also one written before the
+   failure was known whose own fdatasync succeeded: the sync stage judges each owner once per
+   round, after its fdatasyncs, and fails every batch of a fenced owner. A failed fsync is
+   never retried (after fsyncgate, a later "successful" fsync proves nothing). Each segment
+   tracks synced_offset, the end of what its last successful fdatasync covered (moved only
+   by the sync stage, never for a fenced owner): a segment of a fenced owner with writes
+   beyond it is "broken"; sealing cuts it back to synced_offset (and syncs that) and writes
+   no index for it, and fenced_ends remembers the offset so a reopen in this process cuts it
+   again before recovery reads it (storage/recovery.py).
+5. Controls (seal, delete, barrier) are handled in queue order after the appends queued
+   before them: the write thread first drains the sync stage (everything written before is
+   synced and handed back), so a barrier also waits for both stages, and a seal or delete
+   never closes an fd a fdatasync is about to use.
+6. Pre-zeroing (why: storage/README.md "Pre-zeroed segments"): after a group was handed to
+   the sync stage (and after the controls), the write thread, which alone moves the write
+   head, gives a segment whose zeroed region ahead of its write head is running low the next
+   chunk of WRITTEN zeros (pwrite), and hands the sync stage a job naming the file: its next
+   round's fdatasync of that file makes the zeros durable (shared with any group written
+   meanwhile), so appends overwrite allocated, initialised blocks and their fdatasync
+   commits no size/extent change. The chunk is about the segment's size (at least 4 batches'
+   bytes), between segment_prezero_min_bytes and segment_prezero_bytes; a new segment's
+   header is written with the first chunk; sealing truncates back to the logical end. A
+   failed pre-zero write or fdatasync fences the owner like any write. A group commit that
+   wrote at least prezero_max_batch_bytes to the segment pre-zeroes nothing: at that size
+   writing every byte twice costs more than the file-size commit of a growing file
+   (storage/config.py); appends past the zeroed region then simply grow the file.
+7. Descriptors: at most max_open_segments current segments keep an fd (storage/segment_fds.py),
+   evicted by the write thread after a group, never one a sync job still names (busy()).
 """
 
 from __future__ import annotations
@@ -55,11 +75,17 @@ from storage.ids import IdAllocator
 from storage.limits import is_fd_exhaustion
 from storage.segment_fds import SegmentFds
 from storage.segment_file import AppendBatch, SegmentFile, WriteOwner
-from storage.segment_io import PAGE, ZEROS, create_segment, cut_back, round_up, write_records
-from storage.segments import (
-    index_path,
-    write_index,
+from storage.segment_io import (
+    PAGE,
+    create_segment,
+    cut_back,
+    round_up,
+    write_index_logged,
+    write_records,
+    write_zeros,
 )
+from storage.segments import index_path
+from storage.sync_stage import SyncJob, SyncStage, fence
 
 log = logging.getLogger("horae.storage")
 
@@ -104,6 +130,7 @@ class GroupCommitWriter:
         prezero_max_batch_bytes: int = 256 * 1024,
         index_pool: Executor | None = None,
         max_open_segments: int = 4096,
+        early_sync_bytes: int = 0,
     ) -> None:
         self._loop = loop
         self._index_pool = index_pool  # where sealed segments' indexes are written
@@ -115,35 +142,74 @@ class GroupCommitWriter:
         self._prezero_min = max(PAGE, min(prezero_min_bytes, self._prezero_max))
         self._prezero_max_batch = prezero_max_batch_bytes
         self._max_delay = max_delay_ms / 1000.0
+        self._early_sync_bytes = max(0, early_sync_bytes)
         self._max_batch = max(1, max_batch_entries)
         self._cond = threading.Condition(threading.Lock())
         self._queue: list[AppendBatch | Control] = []  # handed over; under _cond
         self._queued_entries = 0  # appends in _queue (under _cond)
         self._pending: list[AppendBatch | Control] = []  # loop-only: this iteration's
         self._kick_pending = False  # a _kick is scheduled on the loop (loop-only flag)
-        self._last_batch = 1
         self._stopping = False
-        # Figures for the benchmark and metrics (plain ints, read at any time).
-        self.batches = 0
-        self.batched_entries = 0
-        self.fsyncs = 0
-        self.failed_fsyncs = 0
-        self.fsync_seconds = 0.0  # wall time spent inside fdatasync
-        self.prezero_writes = 0  # pre-zero steps (each: zeros written + one fdatasync)
+        self.fenced_ends: dict[Path, int] = {}
+        """Segments fenced in this process -> their last durably synced offset (the sync
+        stage adds, recovery reads: a reopen cuts the segment back to it)."""
+        self._on_no_space: Callable[[], None] | None = None
+        self._sync = SyncStage(loop, ops, fsync=fsync, fenced_ends=self.fenced_ends)
+        # Figures for the benchmark and metrics (plain numbers, read at any time); the
+        # group-commit and fdatasync ones are the sync stage's (properties below).
+        self.prezero_writes = 0  # pre-zero steps (each: zeros written, synced by the sync stage)
         self.prezero_bytes = 0
-        self.prezero_seconds = 0.0
-        self.batch_sizes: list[int] | None = None  # set to [] to record every batch (benchmarks)
+        self.prezero_seconds = 0.0  # write-thread time spent writing zeros
         self.index_hook: Callable[[SegmentFile, Future[bool]], None] | None = None
         """Called (writer thread) with each sealed segment's index job (the store's pager
         watches it: once the index is on disk the arrays may be paged out)."""
-        self.on_no_space: Callable[[], None] | None = None
-        """Called (in the writer thread) when a write fails with ENOSPC (the store then
-        measures disk usage at once)."""
-        self.fenced_ends: dict[Path, int] = {}
-        """Segments fenced in this process -> their last durably synced offset (the writer
-        adds, recovery reads: a reopen cuts the segment back to it)."""
         self._thread = threading.Thread(target=self._run, name="horae-storage-writer", daemon=True)
         self._thread.start()
+
+    # -- figures ---------------------------------------------------------------------------
+
+    @property
+    def batches(self) -> int:
+        """Group commits: sync rounds that completed appends."""
+        return self._sync.batches
+
+    @property
+    def batched_entries(self) -> int:
+        return self._sync.batched_entries
+
+    @property
+    def fsyncs(self) -> int:
+        """fdatasync calls on segments (a pre-zero step's included when it had its own)."""
+        return self._sync.fsyncs
+
+    @property
+    def failed_fsyncs(self) -> int:
+        return self._sync.failed_fsyncs
+
+    @property
+    def fsync_seconds(self) -> float:
+        """Wall time spent inside fdatasync."""
+        return self._sync.fsync_seconds
+
+    @property
+    def batch_sizes(self) -> list[int] | None:
+        """Entries per group commit (one fdatasync round), recorded once set to [] (benchmarks)."""
+        return self._sync.batch_sizes
+
+    @batch_sizes.setter
+    def batch_sizes(self, value: list[int] | None) -> None:
+        self._sync.batch_sizes = value
+
+    @property
+    def on_no_space(self) -> Callable[[], None] | None:
+        """Called (in a writer thread) when a write fails with ENOSPC (the store then
+        measures disk usage at once)."""
+        return self._on_no_space
+
+    @on_no_space.setter
+    def on_no_space(self, callback: Callable[[], None] | None) -> None:
+        self._on_no_space = callback
+        self._sync.on_no_space = callback
 
     # -- loop side -------------------------------------------------------------------------
 
@@ -217,7 +283,7 @@ class GroupCommitWriter:
             self._cond.notify()
         await asyncio.get_running_loop().run_in_executor(None, self._thread.join)
 
-    # -- writer thread ---------------------------------------------------------------------
+    # -- write thread ----------------------------------------------------------------------
 
     def _take_batch(self) -> list[AppendBatch | Control] | None:
         with self._cond:
@@ -225,10 +291,11 @@ class GroupCommitWriter:
                 if self._stopping:
                     return None
                 self._cond.wait()
-            if self._max_delay > 0 and self._last_batch > 1:
-                # Concurrency was seen: give the other producers a moment to join this fsync
-                # (each later loop iteration that queues something kicks us again).
-                target = min(self._last_batch, self._max_batch)
+            target = min(self._sync.last_round_entries, self._max_batch)
+            if self._max_delay > 0 and target > 1 and self._sync.idle():
+                # Concurrency was seen and no fdatasync is running that the next writes
+                # would wait for anyway: give the other producers a moment to join this
+                # fsync (each later loop iteration that queues something kicks us again).
                 deadline = time.monotonic() + self._max_delay
                 while self._queued_entries < target and not self._stopping:
                     remaining = deadline - time.monotonic()
@@ -240,14 +307,17 @@ class GroupCommitWriter:
             return batch
 
     def _run(self) -> None:
-        while True:
-            batch = self._take_batch()
-            if batch is None:
-                return
-            try:
-                self._process(batch)
-            except BaseException:  # a bug must not kill the only writer silently
-                log.exception("storage writer: unexpected error")
+        try:
+            while True:
+                batch = self._take_batch()
+                if batch is None:
+                    return
+                try:
+                    self._process(batch)
+                except BaseException:  # a bug must not kill the only writer silently
+                    log.exception("storage writer: unexpected error")
+        finally:
+            self._sync.stop()  # after everything handed to it was synced
 
     def _process(self, batch: list[AppendBatch | Control]) -> None:
         appends: list[AppendBatch] = []
@@ -260,26 +330,26 @@ class GroupCommitWriter:
         touched: dict[SegmentFile, tuple[WriteOwner, int]] = {}
         if appends:
             touched = self._write_appends(appends)
-        for record in controls:
-            try:
-                self._handle_control(record)
-            except Exception:
-                log.exception("storage writer: control %s failed", type(record).__name__)
-        # After the batch went back to the loop and after the controls (a barrier is not held
-        # up; a segment sealed meanwhile has fd -1 and is skipped).
+        if controls:
+            self._sync.drain()  # everything written before them is synced and handed back
+            for record in controls:
+                try:
+                    self._handle_control(record)
+                except Exception:
+                    log.exception("storage writer: control %s failed", type(record).__name__)
+        # After the group went to the sync stage and after the controls (a barrier is not
+        # held up; a segment sealed meanwhile has fd -1 and is skipped).
+        zeroed = SyncJob()
         for segment, (owner, batch_bytes) in touched.items():
-            self._maybe_prezero(owner, segment, batch_bytes)
-        self.fds.evict(touched)
+            if self._maybe_prezero(owner, segment, batch_bytes):
+                zeroed.files[segment] = (owner, segment.write_offset)
+        if zeroed.files and self._fsync:
+            self._submit(zeroed)
+        self.fds.evict(touched.keys() | self._sync.busy())
 
     def _write_appends(self, appends: list[AppendBatch]) -> dict[SegmentFile, tuple[WriteOwner, int]]:
-        """Write, fdatasync and hand back one group commit; returns {segment: (owner, bytes
-        written)} for the segments that succeeded, for pre-zeroing."""
-        count = sum(len(b.datas) for b in appends)
-        self._last_batch = count
-        self.batches += 1
-        self.batched_entries += count
-        if self.batch_sizes is not None:
-            self.batch_sizes.append(count)
+        """Write one group and hand it to the sync stage; returns {segment: (owner, bytes
+        written)} for the segments whose owner's writes succeeded, for pre-zeroing."""
         # Group by owner, preserving append order (an owner's batches arrive in order).
         by_owner: dict[int, tuple[WriteOwner, list[AppendBatch]]] = {}
         for b in appends:
@@ -304,14 +374,14 @@ class GroupCommitWriter:
                             f"segment {segment.path.name} could not be created (out of file "
                             "descriptors)")
                     before = segment.write_offset
-                    self._write_segment(segment, b)
+                    self._write_segment(owner, segment, b)
                     wrote = True
                     done = touched.get(segment)
                     written = segment.write_offset - before + (done[1] if done else 0)
                     touched[segment] = (owner, written)
             except TooManyOpenFilesError as exc:
-                if wrote:  # part of the group commit is on disk, unsynced: fence after all
-                    self._mark_broken(segment)
+                if wrote:  # part of the group is on disk, unsynced: fence after all (the
+                    # sync stage marks its segments broken)
                     errors[key] = self._fence(owner, OSError(errno.EMFILE, str(exc)), "write")
                 else:
                     errors[key] = exc
@@ -328,49 +398,26 @@ class GroupCommitWriter:
                 else:
                     segment.broken = True
                     errors[key] = self._fence(owner, exc, "write")
-        if self._fsync:
-            for segment, (owner, _) in touched.items():
-                if id(owner) in errors:
-                    continue
-                started = time.perf_counter()
-                try:
-                    self.fsyncs += 1
-                    self._ops.fdatasync(segment.fd)
-                except OSError as exc:
-                    self.failed_fsyncs += 1
-                    segment.broken = True
-                    errors[id(owner)] = self._fence(owner, exc, "fdatasync")
-                finally:
-                    self.fsync_seconds += time.perf_counter() - started
-        for key, (_owner, batches) in by_owner.items():
-            if key in errors:
-                for b in batches:
-                    self._mark_broken(b.segment)
-            else:
-                for b in batches:
-                    b.segment.synced_offset = b.segment.write_offset
-        results = [(owner, batches, errors.get(key)) for key, (owner, batches) in by_owner.items()]
-        # RuntimeError: the loop is closed, nobody is waiting any more.
-        with contextlib.suppress(RuntimeError):
-            self._loop.call_soon_threadsafe(_complete_batch, results)
-        return {seg: v for seg, v in touched.items() if id(v[0]) not in errors}
+        job = SyncJob()
+        job.results = [(owner, batches, errors.get(key))
+                       for key, (owner, batches) in by_owner.items()]
+        touched = {seg: v for seg, v in touched.items() if id(v[0]) not in errors}
+        job.files = {seg: (owner, seg.write_offset) for seg, (owner, _) in touched.items()}
+        self._submit(job)
+        return touched
 
-    def _mark_broken(self, segment: SegmentFile) -> None:
-        """A segment with writes no successful fdatasync covers (or after a failed one)."""
-        if segment.broken or segment.write_offset > segment.synced_offset:
-            segment.broken = True
-            self.fenced_ends[segment.path] = segment.synced_offset
+    def _submit(self, job: SyncJob) -> None:
+        """Hand job to the sync stage, or, with nothing more to write and that stage idle,
+        sync it here (no overlap to gain, one thread hand-off saved)."""
+        with self._cond:
+            more = bool(self._queue)
+        if more or not self._sync.run_if_idle(job):
+            self._sync.hand(job)
 
     def _fence(self, owner: WriteOwner, exc: OSError, what: str) -> PersistenceError:
-        owner.writer_fenced = True
-        log.error("storage writer: %s failed (%s); fencing the ledger", what, exc)
-        if exc.errno == errno.ENOSPC and self.on_no_space is not None:
-            self.on_no_space()
-        error = PersistenceError(f"{what} failed: {exc}")
-        error.__cause__ = exc
-        return error
+        return fence(owner, exc, what, self._on_no_space)
 
-    def _write_segment(self, segment: SegmentFile, batch: AppendBatch) -> None:
+    def _write_segment(self, owner: WriteOwner, segment: SegmentFile, batch: AppendBatch) -> None:
         if segment.fd >= 0:
             self.fds.touch(segment)
         elif segment.evicted:
@@ -379,45 +426,51 @@ class GroupCommitWriter:
             create_segment(self._ops, self._ids, segment, fsync=self._fsync,
                            prezero_bytes=self._prezero_min if self._prezero_max else 0)
             self.fds.opened(segment)
-        write_records(self._ops, segment, batch.datas, batch.first_entry_id)
+        datas, early = batch.datas, self._early_sync_bytes
+        if not early or not self._fsync or len(datas) < 2:
+            write_records(self._ops, segment, datas, batch.first_entry_id)
+            return
+        # A big batch is written in slices of about early_sync_bytes; each slice but the
+        # last is handed to the sync stage at once (a files-only job), so its fdatasync runs
+        # while the next slice is written. The batch still completes with its group.
+        start = 0
+        while start < len(datas):
+            size, end = 0, start
+            while end < len(datas) and size < early:
+                size += len(datas[end])
+                end += 1
+            write_records(self._ops, segment, datas[start:end], batch.first_entry_id + start)
+            if end < len(datas):
+                self._sync.hand(SyncJob(files={segment: (owner, segment.write_offset)}))
+            start = end
 
-    def _maybe_prezero(self, owner: WriteOwner, segment: SegmentFile, batch_bytes: int) -> None:
+    def _maybe_prezero(self, owner: WriteOwner, segment: SegmentFile, batch_bytes: int) -> bool:
         """Write the next chunk of zeros ahead of the write head if the zeroed region ahead
-        is below half a chunk; fdatasync it once. Failure fences the owner."""
+        is below half a chunk (the sync stage's next fdatasync of the file makes them
+        durable). True if zeros were written; a failure fences the owner."""
         if (not self._prezero_max or segment.fd < 0 or owner.writer_fenced
                 or batch_bytes >= self._prezero_max_batch):
-            return
+            return False
         head = segment.write_offset
         chunk = min(self._prezero_max, max(self._prezero_min, head, 4 * batch_bytes))
         if segment.zeroed_end - head >= chunk // 2:
-            return
+            return False
         start = max(segment.zeroed_end, head)
         end = round_up(head + chunk)
         started = time.perf_counter()
-        what = "pre-zero write"
         try:
-            ops, fd, zeros = self._ops, segment.fd, memoryview(ZEROS)
-            at = start
-            while at < end:
-                piece = min(len(zeros), end - at)
-                ops.pwrite_all(fd, zeros[:piece], at)
-                at += piece
-            if self._fsync:
-                what = "pre-zero fdatasync"
-                self.fsyncs += 1
-                ops.fdatasync(fd)
+            write_zeros(self._ops, segment.fd, start, end)
         except OSError as exc:
-            if what == "pre-zero fdatasync":
-                self.failed_fsyncs += 1
-            # Fenced like a failed append: the segment's state on disk is unknown now, and
-            # after fsyncgate a later fdatasync of the same file proves nothing.
-            self._fence(owner, exc, what)
-            return
+            # Fenced like a failed append: the segment's state on disk is unknown now (the
+            # sync stage fails whatever of this owner it has not acknowledged yet).
+            self._fence(owner, exc, "pre-zero write")
+            return False
         finally:
             self.prezero_seconds += time.perf_counter() - started
         segment.zeroed_end = end
         self.prezero_writes += 1
         self.prezero_bytes += end - start
+        return True
 
     def _handle_control(self, record: Control) -> None:
         if isinstance(record, CallInWriter):
@@ -459,29 +512,6 @@ class GroupCommitWriter:
                 self._ops.fsync_dir(segment.path.parent)
 
 
-def write_index_logged(ops: FileOps, segment: SegmentFile, size_bytes: int, sync: bool) -> bool:
-    """write_index() of a final segment for a background job: a failure only costs a scan on
-    the next open. True once the index is on disk."""
-    try:
-        return write_index(
-            ops, segment.path, segment.ledger_id, segment.write_offset, segment.created_ms,
-            segment.format, segment.offsets, segment.lengths, size_bytes, sync=sync,
-        )
-    except OSError as exc:
-        log.warning("storage: writing a segment index failed (%s); it will be rebuilt", exc)
-        return False
-
-
 def _set_if_pending(fut: asyncio.Future[None]) -> None:
     if not fut.done():
         fut.set_result(None)
-
-
-def _complete_batch(
-    results: list[tuple[WriteOwner, list[AppendBatch], BaseException | None]],
-) -> None:
-    for owner, batches, error in results:
-        try:
-            owner.complete_appends(batches, error)
-        except Exception:
-            log.exception("storage: completing appends failed")

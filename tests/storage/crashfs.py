@@ -198,7 +198,7 @@ class Replayer:
 
 def call_site() -> str:
     """The storage code location that asked for the current operation:
-    "writer.py:_write_appends" for a direct call, "ids.py:ensure_durable>atomic_write>fsync"
+    "sync_stage.py:_sync_file>" for a direct call, "ids.py:ensure_durable>atomic_write>fsync"
     through FileOps composites (the chain of fileops.py functions in between)."""
     frame = sys._getframe(1)
     chain: list[str] = []

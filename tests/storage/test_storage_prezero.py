@@ -64,8 +64,9 @@ async def test_prezero_keeps_ahead_of_a_long_stream_amortised(tmp_path: Path) ->
     assert stats.prezero_writes >= written // SMALL["segment_prezero_bytes"]
     assert stats.prezero_writes < len(payloads) // 4  # a step per many appends
     assert stats.prezero_bytes >= written - 4096
-    # One fdatasync per group commit plus one per pre-zero step.
-    assert stats.fsyncs == stats.group_commits + stats.prezero_writes
+    # One fdatasync per group commit, plus at most one per pre-zero step (the sync stage's
+    # next fdatasync of the file covers the zeros: its own, or the next group commit's).
+    assert stats.group_commits <= stats.fsyncs <= stats.group_commits + stats.prezero_writes
     (path,) = segment_paths(tmp_path, TOPIC)
     await store.writer.barrier()
     assert path.stat().st_size > written
