@@ -167,13 +167,18 @@ class SyncStage:
     def run_if_idle(self, job: SyncJob) -> bool:
         """Run job's round in the calling (write) thread if nothing is waiting or in progress
         here: in lockstep there is nothing to overlap, and this saves a thread hand-off per
-        round. False (nothing done) when busy: hand() it instead."""
+        round. False (nothing done) when busy: hand() it instead.
+
+        The job is never counted as handed or pending: it is finished before this returns,
+        and only the write thread hands jobs, drains and asks busy()."""
         with self._cond:
             if self._jobs or self._finished != self._handed or self._stopping:
                 return False
-            self._handed += 1
-            self._count(job, 1)
-        self._finish([job])
+        try:
+            self._round([job])
+        except BaseException:  # a bug must not kill the write thread silently
+            log.exception("storage writer: unexpected error in an inline sync round")
+            self._fail_round([job])
         return True
 
     def _finish(self, jobs: list[SyncJob]) -> None:
