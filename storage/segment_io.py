@@ -101,12 +101,16 @@ def write_records(
     total = sum(lengths) + RECORD_HEADER_SIZE * len(datas)
     if not segment.positioned:  # reopened after an eviction: write at the write head
         ops.pwrite_all(segment.fd, b"".join(buffers), start)
-    elif len(buffers) <= IOV_MAX:
-        written = ops.writev(segment.fd, buffers)
-        if written < total:  # a short write: finish it with plain writes
-            ops.write_all(segment.fd, memoryview(b"".join(buffers))[written:])
     else:
-        ops.write_all(segment.fd, b"".join(buffers))
+        # writev in pieces of IOV_MAX buffers (IOV_MAX // 2 records): the kernel gathers them
+        # without the GIL, where one b"".join would copy the whole group holding it.
+        step = IOV_MAX // 2
+        for first in range(0, len(datas), step):
+            piece = buffers[2 * first : 2 * (first + step)]
+            size = sum(lengths[first : first + step]) + RECORD_HEADER_SIZE * (len(piece) // 2)
+            written = ops.writev(segment.fd, piece)
+            if written < size:  # a short write: finish the piece with plain writes
+                ops.write_all(segment.fd, memoryview(b"".join(piece))[written:])
     segment.write_offset = start + total
     # Offsets of the records: start, then running sums of the record sizes.
     segment.offsets.extend(

@@ -111,3 +111,20 @@ async def test_short_writes_are_completed_not_acknowledged_torn(tmp_path: Path) 
     assert [e.data for e in got] == payloads
     assert store.recovery_report.events == ()
     await store.close()
+
+
+async def test_a_group_of_more_records_than_iov_max_is_written_whole(tmp_path: Path) -> None:
+    # 1,300 records in one group: writev in three pieces of at most IOV_MAX buffers, each
+    # one short (ShortWriteOps) and finished with plain writes, in order.
+    store = await SegmentStore.open(tmp_path, file_ops=ShortWriteOps())
+    ml = await store.open_ledger(TOPIC)
+    payloads = [b"many-%d" % i for i in range(1300)]
+    positions = await asyncio.gather(*(ml.append(p) for p in payloads))
+    assert store.stats().group_commits == 1
+    await store.close()
+    store = await SegmentStore.open(tmp_path)
+    ml = await store.open_ledger(TOPIC)
+    got = await ml.read_entries(positions[0], 2000)
+    assert [e.data for e in got] == payloads
+    assert store.recovery_report.events == ()
+    await store.close()
