@@ -47,7 +47,8 @@ SMALL_VARINT_LIMIT: Final = 1 << 14
 SMALL_VARINT: Final = tuple(_slow_varint(i) for i in range(SMALL_VARINT_LIMIT))
 """``SMALL_VARINT[n]`` is the varint of ``0 <= n < 16384`` (1-2 bytes): hot encoders index it
 inline instead of calling :func:`varint` (~0.3 MB, built once at import)."""
-_LOW_14_BITS: Final = tuple(bytes((i & 0x7F | 0x80, i >> 7 | 0x80)) for i in range(1 << 14))
+LOW_14_BITS: Final = tuple(bytes((i & 0x7F | 0x80, i >> 7 | 0x80)) for i in range(1 << 14))
+"""``LOW_14_BITS[n & 0x3FFF] + SMALL_VARINT[n >> 14]`` is the varint of ``16384 <= n < 2**28``."""
 _VARINT_28_BITS: Final = 1 << 28
 
 
@@ -57,7 +58,7 @@ def varint(value: int) -> bytes:
         return SMALL_VARINT[value]
     if SMALL_VARINT_LIMIT <= value < _VARINT_28_BITS:
         # low 14 bits as two continuation bytes, then the (1-2 byte) rest
-        return _LOW_14_BITS[value & 0x3FFF] + SMALL_VARINT[value >> 14]
+        return LOW_14_BITS[value & 0x3FFF] + SMALL_VARINT[value >> 14]
     return _slow_varint(value)
 
 

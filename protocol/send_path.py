@@ -32,12 +32,19 @@ from __future__ import annotations
 
 import re
 import struct
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Final, NamedTuple
 
 from crc32c import crc32c
 
-from protocol.framing import HEADER, ONE_BYTE, SMALL_VARINT, SMALL_VARINT_LIMIT, varint
+from protocol.framing import (
+    HEADER,
+    LOW_14_BITS,
+    ONE_BYTE,
+    SMALL_VARINT,
+    SMALL_VARINT_LIMIT,
+    varint,
+)
 from protocol.limits import MAGIC_CRC32C
 
 
@@ -139,6 +146,7 @@ _RECEIPT_PREFIX: Final = tuple(
 )
 _SMALL: Final = SMALL_VARINT
 _SMALL_LIMIT: Final = SMALL_VARINT_LIMIT
+_V28: Final = 1 << 28
 
 
 def encode_send_receipts(
@@ -170,4 +178,43 @@ def encode_send_receipts(
     return b"".join(parts)
 
 
-__all__ = ["SendFrame", "encode_send_receipts", "parse_send", "parse_send_frame", "varint_value"]
+def encode_run_receipts(
+    producer_id: int, sequence_ids: Sequence[int], highest_sequence_ids: Sequence[int],
+    ledger_id: int, first_entry_id: int,
+) -> bytes:
+    """SEND_RECEIPTs of consecutive entries ``first_entry_id..`` of one ledger (a publish
+    run's span): equals :func:`encode_send_receipts` of ``zip(sequence_ids, repeat(ledger_id),
+    count(first_entry_id), highest_sequence_ids)``, without a tuple per receipt and with the
+    varints of up to 28 bits built inline (sequence and entry ids soon pass 14 bits)."""
+    head = b"\x08" + varint(producer_id) + b"\x10"
+    ledger_part = b"\x08" + varint(ledger_id) + b"\x10"
+    # 1a L + ledger part, by the size of the entry id's varint (1..10 bytes)
+    message_id_heads = [b""] + [b"\x1a" + ONE_BYTE[len(ledger_part) + n] + ledger_part
+                                for n in range(1, 11)]
+    fixed = len(head) + 3 + len(ledger_part)  # head, 1a L, the ledger part, 20
+    prefix = _RECEIPT_PREFIX
+    small, limit, low = _SMALL, _SMALL_LIMIT, LOW_14_BITS
+    parts: list[bytes] = []
+    extend = parts.extend
+    entry_id = first_entry_id
+    for sequence_id, highest in zip(sequence_ids, highest_sequence_ids, strict=True):
+        if 0 <= sequence_id < limit:
+            seq = small[sequence_id]
+        elif limit <= sequence_id < _V28:
+            seq = low[sequence_id & 0x3FFF] + small[sequence_id >> 14]
+        else:
+            seq = varint(sequence_id)
+        if entry_id < limit:
+            entry = small[entry_id]
+        elif entry_id < _V28:
+            entry = low[entry_id & 0x3FFF] + small[entry_id >> 14]
+        else:
+            entry = varint(entry_id)
+        high = small[highest] if 0 <= highest < limit else varint(highest)
+        extend((prefix[fixed + len(seq) + len(entry) + len(high)], head, seq,
+                message_id_heads[len(entry)], entry, b"\x20", high))
+        entry_id += 1
+    return b"".join(parts)
+
+
+__all__ = ["SendFrame", "encode_run_receipts", "encode_send_receipts", "parse_send", "parse_send_frame", "varint_value"]

@@ -4,10 +4,11 @@ Theory of operation
 -------------------
 :meth:`broker.topics.producer.Producer._drain` walks its FIFO queue from the head and hands
 each record whose outcome is known to one :class:`Answers`, which collects the answers of the
-whole drain for ONE write: receipts are gathered as ``(sequence id, ledger id, entry id,
-highest sequence id)`` tuples and encoded in bulk
-(:func:`protocol.send_path.encode_send_receipts`); a SEND_ERROR first flushes the receipts
-before it, so the client sees its answers in send order. It also sums what the producer and
+whole drain for ONE write, in send order: a run's receipts are encoded straight from its
+lists (:func:`protocol.send_path.encode_run_receipts`, span by span), a Pending's receipt is
+gathered as a ``(sequence id, ledger id, entry id, highest sequence id)`` tuple and those are
+encoded in bulk (:func:`protocol.send_path.encode_send_receipts`) before whatever answer
+follows them. It also sums what the producer and
 topic count (messages, bytes, latency histogram) and records durable keys in the producer's
 :class:`broker.topics.dedup.SequenceState`.
 
@@ -24,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import bisect
-from itertools import repeat
 from typing import Protocol
 
 from broker.metrics.rates import PUBLISH_LATENCY_BUCKETS_MS
@@ -33,7 +33,7 @@ from broker.topics.publish_records import Pending, PublishRun
 from broker.topics.storage_errors import StorageOp, storage_failure
 from protocol import commands as C
 from protocol.errors import RequestError
-from protocol.send_path import encode_send_receipts
+from protocol.send_path import encode_run_receipts, encode_send_receipts
 
 __all__ = ["AnsweringProducer", "Answers"]
 
@@ -84,17 +84,20 @@ class Answers:
 
     def _durable(self, run: PublishRun, start: int, end: int) -> None:
         """Items [start, end) of a run without failures: all durable."""
+        self._flush_receipts()  # receipts of Pending records before it first: in send order
         seqs, highests, keys = run.seqs, run.highests, run.keys
-        extend = self.receipts.extend
+        out = self.out
+        pid = self.producer.producer_id
         record_run = self.producer.seq_state.record_run
         for first, last, ledger_id, entry_id in run.spans:
             lo = first if first > start else start
             hi = last if last < end else end
             if lo >= hi:
                 continue
-            entries = range(entry_id + lo - first, entry_id + hi - first)
-            extend(zip(seqs[lo:hi], repeat(ledger_id), entries, highests[lo:hi]))
-            record_run(keys[lo:hi], ledger_id, entries.start)
+            first_entry = entry_id + lo - first
+            out.append(encode_run_receipts(pid, seqs[lo:hi], highests[lo:hi], ledger_id,
+                                           first_entry))
+            record_run(keys[lo:hi], ledger_id, first_entry)
         n = end - start
         size = sum(run.sizes[start:end])
         self.answered += n
@@ -176,18 +179,20 @@ class Answers:
         self.latency_sum += latency_ms
         self.buckets[_bucket_of(_BOUNDS, latency_ms)] += 1
 
-    def _error(self, sequence_id: int, error: RequestError) -> None:
-        if self.receipts:  # the receipts before it first: answers stay in send order
+    def _flush_receipts(self) -> None:
+        """Encode the receipts gathered one by one (answers stay in send order)."""
+        if self.receipts:
             self.out.append(encode_send_receipts(self.producer.producer_id, self.receipts))
             self.receipts = []
+
+    def _error(self, sequence_id: int, error: RequestError) -> None:
+        self._flush_receipts()  # the receipts before it first
         self.out.append(C.encode_send_error(self.producer.producer_id, sequence_id, error.code,
                                             error.message))
 
     def data(self) -> bytes:
         """Everything to write, in order (empty when nothing was answered)."""
-        if self.receipts:
-            self.out.append(encode_send_receipts(self.producer.producer_id, self.receipts))
-            self.receipts = []
+        self._flush_receipts()
         out = self.out
         return out[0] if len(out) == 1 else b"".join(out)
 

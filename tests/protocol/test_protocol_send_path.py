@@ -20,6 +20,7 @@ from protocol.framing import encode_payload_command, varint
 from protocol.metadata import encode_entry
 from protocol.send_path import (
     SendFrame,
+    encode_run_receipts,
     encode_send_receipts,
     parse_send_frame,
     varint_value,
@@ -238,3 +239,24 @@ def test_bulk_receipts_decode_in_order() -> None:
                 f.command.send_receipt.message_id.entryId, f.command.send_receipt.highest_sequence_id)
                for f in frames if isinstance(f, Frame)]
     assert decoded == receipts
+
+
+@settings(max_examples=300, deadline=None)
+@given(producer_id=u64, ledger_id=u64, first_entry_id=st.integers(0, 2**62),
+       ids=st.lists(st.tuples(u64, st.one_of(st.just(0), u64)), max_size=20))
+def test_run_receipts_equal_bulk_receipts_of_consecutive_entries(
+    producer_id: int, ledger_id: int, first_entry_id: int, ids: list[tuple[int, int]]
+) -> None:
+    seqs = [seq for seq, _ in ids]
+    highests = [high for _, high in ids]
+    receipts = [(seq, ledger_id, first_entry_id + i, high) for i, (seq, high) in enumerate(ids)]
+    assert encode_run_receipts(producer_id, seqs, highests, ledger_id, first_entry_id) == \
+        encode_send_receipts(producer_id, receipts)
+
+
+def test_run_receipts_cross_the_varint_widths() -> None:
+    # entry and sequence ids around 2**7, 2**14, 2**21 and 2**28: each varint width in turn
+    for start in (120, 16_370, 2**21 - 5, 2**28 - 5):
+        seqs = list(range(start, start + 12))
+        receipts = [(seq, 9, start + i, 0) for i, seq in enumerate(seqs)]
+        assert encode_run_receipts(4, seqs, [0] * 12, 9, start) == encode_send_receipts(4, receipts)
