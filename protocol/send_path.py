@@ -146,7 +146,7 @@ _RECEIPT_PREFIX: Final = tuple(
 )
 _SMALL: Final = SMALL_VARINT
 _SMALL_LIMIT: Final = SMALL_VARINT_LIMIT
-_V28: Final = 1 << 28
+_TWO_28: Final = 1 << 28
 
 
 def encode_send_receipts(
@@ -200,13 +200,13 @@ def encode_run_receipts(
     for sequence_id, highest in zip(sequence_ids, highest_sequence_ids, strict=True):
         if 0 <= sequence_id < limit:
             seq = small[sequence_id]
-        elif limit <= sequence_id < _V28:
+        elif limit <= sequence_id < _TWO_28:
             seq = low[sequence_id & 0x3FFF] + small[sequence_id >> 14]
         else:
             seq = varint(sequence_id)
         if entry_id < limit:
             entry = small[entry_id]
-        elif entry_id < _V28:
+        elif entry_id < _TWO_28:
             entry = low[entry_id & 0x3FFF] + small[entry_id >> 14]
         else:
             entry = varint(entry_id)
