@@ -55,6 +55,7 @@ import contextlib
 import logging
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from broker.metrics.rates import iso_ms
@@ -244,8 +245,8 @@ class Producer:
         state = self.seq_state
         enqueue = self._queue.append
         was_empty = not self._queue
-        run: PublishRun | None = None
-        datas: list[bytes] = []
+        run = _RunLists()
+        seqs, highests, keys, messages, sizes, datas = run.lists()
         nbytes = 0
         for _, seq, count, highest, entry, checksum_valid, _ in sends:
             size = len(entry)
@@ -256,33 +257,31 @@ class Producer:
             if self._failed is None and checksum_valid and key > state.pushed \
                     and size <= MAX_RECORD_BYTES:
                 try:
-                    stored, messages, partial = check(entry)
+                    stored, in_entry, partial = check(entry)
                 except RequestError as exc:
                     item = Pending(seq, highest, key, started, None, exc, 0, 0)
                 else:
-                    if run is None:
-                        run = PublishRun(self, started)
-                        enqueue(run)
                     if partial:  # a chunk but the last of its message is no dedup key
-                        run.keys.append(None)
+                        keys(None)
                     else:
                         state.pushed = key
-                        run.keys.append(key)
-                    run.seqs.append(seq)
-                    run.highests.append(highest)
-                    run.messages.append(messages)
-                    run.sizes.append(size)
-                    datas.append(stored)
+                        keys(key)
+                    seqs(seq)
+                    highests(highest)
+                    messages(in_entry)
+                    sizes(size)
+                    datas(stored)
                     continue
             else:
                 item = self._one_send(entry, seq, highest, key, checksum_valid, started)
-            if run is not None:  # the run so far first: ledger order = queue order = send order
-                self._append_run(run, datas)
-                run, datas = None, []
+            if run.datas:  # the run so far first: ledger order = queue order = send order
+                self._append_run(run, started)
+                run = _RunLists()
+                seqs, highests, keys, messages, sizes, datas = run.lists()
             item.buffered = size
             enqueue(item)
-        if run is not None:
-            self._append_run(run, datas)
+        if run.datas:
+            self._append_run(run, started)
         self.connection.publish_started(len(sends), nbytes)
         if was_empty:
             self._watch_head()
@@ -306,9 +305,13 @@ class Producer:
         except RequestError as exc:
             return Pending(seq, highest, key, started, None, exc, 0, 0)
 
-    def _append_run(self, run: PublishRun, datas: list[bytes]) -> None:
+    def _append_run(self, lists: _RunLists, started: float) -> None:
+        """Queue the run gathered in *lists* and append its entries to the ledger."""
+        run = PublishRun(self, started, lists.seqs, lists.highests, lists.keys, lists.messages,
+                         lists.sizes)
+        self._queue.append(run)
         try:
-            self.topic.append_run(datas, run)
+            self.topic.append_run(lists.datas, run)
         except RequestError as exc:  # the topic answered for the ledger: none was appended
             run.refuse(exc)
 
@@ -504,3 +507,24 @@ class Producer:
             "msgInCounter": self.msg_in_counter,
             "bytesInCounter": self.bytes_in_counter,
         }
+
+
+class _RunLists:
+    """The lists one run is gathered in by :meth:`Producer.on_sends` (their bound ``append``
+    methods are the hot loop's locals)."""
+
+    __slots__ = ("datas", "highests", "keys", "messages", "seqs", "sizes")
+
+    def __init__(self) -> None:
+        self.seqs: list[int] = []
+        self.highests: list[int] = []
+        self.keys: list[int | None] = []
+        self.messages: list[int] = []
+        self.sizes: list[int] = []
+        self.datas: list[bytes] = []  # the entries as they will be stored
+
+    def lists(self) -> tuple[Callable[[int], None], Callable[[int], None],
+                             Callable[[int | None], None], Callable[[int], None],
+                             Callable[[int], None], Callable[[bytes], None]]:
+        return (self.seqs.append, self.highests.append, self.keys.append,
+                self.messages.append, self.sizes.append, self.datas.append)

@@ -80,14 +80,16 @@ class PublishRun:
     __slots__ = ("answered", "done", "errors", "highests", "keys", "messages", "producer",
                  "seqs", "sizes", "spans", "started", "waiters")
 
-    def __init__(self, producer: RunOwner, started: float) -> None:
+    def __init__(self, producer: RunOwner, started: float, seqs: list[int],
+                 highests: list[int], keys: list[int | None], messages: list[int],
+                 sizes: list[int]) -> None:
         self.producer = producer
         self.started = started  # loop time the SENDs arrived (one socket read)
-        self.seqs: list[int] = []
-        self.highests: list[int] = []
-        self.keys: list[int | None] = []  # None: a chunk but the last of its message
-        self.messages: list[int] = []
-        self.sizes: list[int] = []  # bytes of each SEND's entry (as received)
+        self.seqs = seqs
+        self.highests = highests
+        self.keys = keys  # None: a chunk but the last of its message
+        self.messages = messages
+        self.sizes = sizes  # bytes of each SEND's entry (as received)
         self.done = 0  # items reported by the ledger, durable or failed (in order)
         self.answered = 0  # items answered by the drain: a prefix of done
         self.spans: list[tuple[int, int, int, int]] = []
