@@ -55,7 +55,6 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
 from typing import Any, Protocol
 
 from broker.metrics.rates import iso_ms
@@ -245,8 +244,10 @@ class Producer:
         state = self.seq_state
         enqueue = self._queue.append
         was_empty = not self._queue
-        run = _RunLists()
-        seqs, highests, keys, messages, sizes, datas = run.lists()
+        run = PublishRun(self, started)
+        seqs, highests, keys, messages, sizes = run.appenders()
+        datas: list[bytes] = []  # the run's entries as they will be stored
+        add_data = datas.append
         nbytes = 0
         for _, seq, count, highest, entry, checksum_valid, _ in sends:
             size = len(entry)
@@ -270,18 +271,20 @@ class Producer:
                     highests(highest)
                     messages(in_entry)
                     sizes(size)
-                    datas(stored)
+                    add_data(stored)
                     continue
             else:
                 item = self._one_send(entry, seq, highest, key, checksum_valid, started)
-            if run.datas:  # the run so far first: ledger order = queue order = send order
-                self._append_run(run, started)
-                run = _RunLists()
-                seqs, highests, keys, messages, sizes, datas = run.lists()
+            if datas:  # the run so far first: ledger order = queue order = send order
+                self._append_run(run, datas)
+                run = PublishRun(self, started)
+                seqs, highests, keys, messages, sizes = run.appenders()
+                datas = []
+                add_data = datas.append
             item.buffered = size
             enqueue(item)
-        if run.datas:
-            self._append_run(run, started)
+        if datas:
+            self._append_run(run, datas)
         self.connection.publish_started(len(sends), nbytes)
         if was_empty:
             self._watch_head()
@@ -305,13 +308,11 @@ class Producer:
         except RequestError as exc:
             return Pending(seq, highest, key, started, None, exc, 0, 0)
 
-    def _append_run(self, lists: _RunLists, started: float) -> None:
-        """Queue the run gathered in *lists* and append its entries to the ledger."""
-        run = PublishRun(self, started, lists.seqs, lists.highests, lists.keys, lists.messages,
-                         lists.sizes)
+    def _append_run(self, run: PublishRun, datas: list[bytes]) -> None:
+        """Queue *run* and append its entries (*datas*) to the ledger."""
         self._queue.append(run)
         try:
-            self.topic.append_run(lists.datas, run)
+            self.topic.append_run(datas, run)
         except RequestError as exc:  # the topic answered for the ledger: none was appended
             run.refuse(exc)
 
@@ -508,23 +509,3 @@ class Producer:
             "bytesInCounter": self.bytes_in_counter,
         }
 
-
-class _RunLists:
-    """The lists one run is gathered in by :meth:`Producer.on_sends` (their bound ``append``
-    methods are the hot loop's locals)."""
-
-    __slots__ = ("datas", "highests", "keys", "messages", "seqs", "sizes")
-
-    def __init__(self) -> None:
-        self.seqs: list[int] = []
-        self.highests: list[int] = []
-        self.keys: list[int | None] = []
-        self.messages: list[int] = []
-        self.sizes: list[int] = []
-        self.datas: list[bytes] = []  # the entries as they will be stored
-
-    def lists(self) -> tuple[Callable[[int], None], Callable[[int], None],
-                             Callable[[int | None], None], Callable[[int], None],
-                             Callable[[int], None], Callable[[bytes], None]]:
-        return (self.seqs.append, self.highests.append, self.keys.append,
-                self.messages.append, self.sizes.append, self.datas.append)

@@ -28,6 +28,7 @@ resolved when the item is reported. Everything here runs on the broker loop; no 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Protocol
 
 from broker.topics.storage_errors import StorageFailure, StorageOp, storage_failure
@@ -80,16 +81,14 @@ class PublishRun:
     __slots__ = ("answered", "done", "errors", "highests", "keys", "messages", "producer",
                  "seqs", "sizes", "spans", "started", "waiters")
 
-    def __init__(self, producer: RunOwner, started: float, seqs: list[int],
-                 highests: list[int], keys: list[int | None], messages: list[int],
-                 sizes: list[int]) -> None:
+    def __init__(self, producer: RunOwner, started: float) -> None:
         self.producer = producer
         self.started = started  # loop time the SENDs arrived (one socket read)
-        self.seqs = seqs
-        self.highests = highests
-        self.keys = keys  # None: a chunk but the last of its message
-        self.messages = messages
-        self.sizes = sizes  # bytes of each SEND's entry (as received)
+        self.seqs: list[int] = []
+        self.highests: list[int] = []
+        self.keys: list[int | None] = []  # None: a chunk but the last of its message
+        self.messages: list[int] = []
+        self.sizes: list[int] = []  # bytes of each SEND's entry (as received)
         self.done = 0  # items reported by the ledger, durable or failed (in order)
         self.answered = 0  # items answered by the drain: a prefix of done
         self.spans: list[tuple[int, int, int, int]] = []
@@ -99,6 +98,14 @@ class PublishRun:
 
     def __len__(self) -> int:
         return len(self.seqs)
+
+    def appenders(self) -> tuple[Callable[[int], None], Callable[[int], None],
+                                 Callable[[int | None], None], Callable[[int], None],
+                                 Callable[[int], None]]:
+        """The bound ``append`` of (seqs, highests, keys, messages, sizes): the producer's
+        hot loop adds a SEND with five local calls."""
+        return (self.seqs.append, self.highests.append, self.keys.append,
+                self.messages.append, self.sizes.append)
 
     # -- DurableSink (storage.segment_file) ---------------------------------------------------
 
