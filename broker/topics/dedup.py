@@ -218,7 +218,7 @@ def _first(item: tuple[int, int, int]) -> int:
 def send_key(sequence_id: int, highest_sequence_id: int, messages: int = 1) -> int:
     """The deduplication key of a send: the highest sequence id it carries (the Java client
     sets highest_sequence_id on batches; the C++ client numbers a batch's messages from
-    sequence_id on). :meth:`broker.topics.producer.Producer.on_send` computes the same inline."""
+    sequence_id on). :meth:`broker.topics.producer.Producer.on_sends` computes the same inline."""
     key = highest_sequence_id if highest_sequence_id > sequence_id else sequence_id
     return max(key, sequence_id + messages - 1)
 

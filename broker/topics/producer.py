@@ -58,7 +58,7 @@ from collections import deque
 from typing import Any, Protocol
 
 from broker.metrics.rates import iso_ms
-from broker.topics.dedup import SequenceState
+from broker.topics.dedup import SequenceState, send_key
 from broker.topics.publish_answers import Answers
 from broker.topics.publish_records import Pending, PublishRun, answerable
 from broker.topics.publish_refusals import REASON_DISK
@@ -197,37 +197,24 @@ class Producer:
     # ------------------------------------------------------------------ hot path
 
     def on_send(self, frame: Frame, send: pb.CommandSend) -> None:
-        """One SEND (*send* is ``frame.command.send``, already looked up by the caller)."""
+        """One SEND the fast path declined (*send* is ``frame.command.send``, already looked
+        up by the caller): the per-entry path of :meth:`_one_send`."""
         started = self._loop.time()
         entry = frame.entry
         seq = send.sequence_id
         highest = send.highest_sequence_id
-        key = highest if highest > seq else seq
-        count = send.num_messages
-        if count > 1 and seq + count - 1 > key:  # a C++ batch: ids seq .. seq+count-1
-            key = seq + count - 1
-        state = self.seq_state
-        try:
-            if self._failed is not None:
-                if self.blocked:  # already on the wire when CLOSE_PRODUCER left: dropped
-                    self.topic.publish_refused(REASON_DISK, 1)
-                    return
-                raise self._failed
-            if entry is None:
-                raise ChecksumError("SEND without a payload")
-            if frame.checksum_valid is False:
-                raise ChecksumError("Checksum failed on the broker")
-            if key <= state.pushed:  # a re-send (or a sequence going backwards): rare
-                item = self._resend(entry, seq, highest, key, started)
-            else:
-                fut, messages, partial = self.topic.publish(entry)
-                if not partial:  # a chunk but the last of its message is no dedup key
-                    state.pushed = key
-                item = Pending(seq, highest, None if partial else key, started, fut, None,
-                                messages, len(entry))
-        except RequestError as exc:
-            item = Pending(seq, highest, key, started, None, exc, 0, 0)
-        nbytes = len(entry) if entry is not None else 0
+        key = send_key(seq, highest, send.num_messages)
+        if self.blocked:  # already on the wire when CLOSE_PRODUCER left: dropped
+            self.topic.publish_refused(REASON_DISK, 1)
+            return
+        if entry is None:
+            error = self._failed or ChecksumError("SEND without a payload")
+            item = Pending(seq, highest, key, started, None, error, 0, 0)
+            nbytes = 0
+        else:  # a frame without a checksum (checksum_valid None) is taken as it is
+            item = self._one_send(entry, seq, highest, key, frame.checksum_valid is not False,
+                                  started)
+            nbytes = len(entry)
         item.buffered = nbytes
         queue = self._queue
         queue.append(item)
@@ -291,8 +278,9 @@ class Producer:
 
     def _one_send(self, entry: bytes, seq: int, highest: int, key: int,
                   checksum_valid: bool, started: float) -> Pending:
-        """A SEND the run path does not take: the producer failed, a bad checksum, a re-send,
-        or an entry storage refuses (the per-entry path)."""
+        """A SEND the run path does not take (the producer failed, a bad checksum, a re-send,
+        an entry storage refuses) or the fast decoder declined: its Pending, appended with a
+        future or refused."""
         try:
             if self._failed is not None:
                 raise self._failed
