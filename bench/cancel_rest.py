@@ -1,4 +1,4 @@
-"""REST cancels of scheduled messages per second, end to end (issue 11, PIP-423 first form).
+"""REST cancels of scheduled messages per second, end to end (PIP-423 first form).
 
 Usage:  .venv/bin/python bench/cancel_rest.py [--messages 5000] [--concurrency 1,16]
 

@@ -5,7 +5,7 @@ Usage::
     .venv/bin/python bench/codec.py [--seconds 2.0] [--chunk 65536]
 
 SEND frames carry a 1 KiB payload and a CRC32C that the decoder verifies; they are fed in
-``--chunk``-byte slices, as a transport's ``data_received`` would. Targets (issue 2): >= 300,000
+``--chunk``-byte slices, as a transport's ``data_received`` would. Targets: >= 300,000
 SEND frames decoded per second and >= 300,000 SEND_RECEIPTs encoded per second. MESSAGE has no
 target; it is printed with and without a precomputed ``entry_crc``, and so is
 ``metadata.parse_entry``, which the broker runs on every publish. Each figure is the best of

@@ -13,7 +13,7 @@ rollover), each message delayed by a uniform random 2 s .. 1 h (seeded), tick 10
 non-strict (Pulsar's defaults). Scenarios:
 
 - ``heap``: the peer: a plain ``heapq`` of ``(deliver_at, ledger_id, entry_id)`` tuples, what
-  a straightforward Python broker would keep (issue #15146 territory).
+  a straightforward Python broker would keep (apache/pulsar#15146 territory).
 - ``in-memory``: InMemoryDelayedDeliveryTracker at 1M messages (target <= 24 B/message).
 - ``bucket``: BucketDelayedDeliveryTracker at 10M messages with Pulsar's defaults (50,000
   indexes per bucket, segments of <= 5,000 indexes / 300 s), snapshots written through the

@@ -1,4 +1,4 @@
-"""Scale benchmark (issue 13 item 4): many idle connections, many topics, a long backlog.
+"""Scale benchmark: many idle connections, many topics, a long backlog.
 
 Theory of operation
 -------------------

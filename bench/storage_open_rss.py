@@ -1,4 +1,4 @@
-"""Open a managed ledger of tens of millions of entries in bounded memory (issue 10): RSS vs entries.
+"""Open a managed ledger of tens of millions of entries in bounded memory: RSS vs entries.
 
 Run: .venv/bin/python bench/storage_open_rss.py [--sizes 1000000,10000000,50000000] [--dir PATH]
 

@@ -88,7 +88,7 @@ def _opt(key: str, default: _T, doc: str) -> _T:
 class BrokerConfig:
     """All broker settings. Attribute names are snake_case; file keys are camelCase."""
 
-    # --- network -------------------------------------------------------------------------
+    # --- network ----------------------------------------------------------------------------
     broker_service_port: int = _opt(
         "brokerServicePort", 6650, "TCP port of the binary protocol (pulsar://). 0 = any free port.")
     web_service_port: int = _opt(
@@ -172,7 +172,7 @@ class BrokerConfig:
         "What the default quotas do: producer_request_hold, producer_exception or "
         "consumer_backlog_eviction.")
 
-    # --- storage (mapped into storage.config.StorageConfig) --------------------------------
+    # --- storage (mapped into storage.config.StorageConfig) ---------------------------------
     managed_ledger_max_entries_per_ledger: int = _opt(
         "managedLedgerMaxEntriesPerLedger", 50000, "Entries after which a ledger is rolled over.")
     managed_ledger_max_size_per_ledger_mbytes: int = _opt(
@@ -203,7 +203,7 @@ class BrokerConfig:
         "Milliseconds between disk usage checks (BookKeeper's name; its default is 10000: "
         "shorter so a fast producer cannot eat the reserve between two checks).")
 
-    # --- delayed delivery (issue 5) ------------------------------------------------------
+    # --- delayed delivery -------------------------------------------------------------------
     delayed_delivery_enabled: bool = _opt(
         "delayedDeliveryEnabled", True, "Honour deliver_at_time on Shared and Key_Shared subscriptions.")
     delayed_delivery_tick_time_millis: int = _opt(
@@ -231,7 +231,7 @@ class BrokerConfig:
         "delayedDeliveryFixedDelayDetectionLookahead", 50000,
         "In-memory tracker: lookahead for detecting a fixed delay (0 disables).")
 
-    # --- metrics (issue 6) ---------------------------------------------------------------
+    # --- metrics ----------------------------------------------------------------------------
     metrics_export_interval_seconds: int = _opt(
         "metricsExportIntervalSeconds", 60, "Period of metric snapshots written to <dataDir>/metrics.")
     metrics_export_retention_hours: int = _opt(
@@ -239,7 +239,7 @@ class BrokerConfig:
     expose_topic_level_metrics_in_prometheus: bool = _opt(
         "exposeTopicLevelMetricsInPrometheus", True, "Per-topic series in /metrics (else per namespace).")
 
-    # --- TLS (issue 15; broker/security/tls.py) -------------------------------------------
+    # --- TLS (broker/security/tls.py) -------------------------------------------------------
     broker_service_port_tls: int | None = _opt(
         "brokerServicePortTls", None,
         "TCP port of the binary protocol over TLS (pulsar+ssl://); unset = no TLS listener. 0 = any.")
@@ -267,7 +267,7 @@ class BrokerConfig:
         "tlsCertRefreshCheckDurationSec", 300,
         "Seconds between checks of the certificate files; changed files apply to new connections.")
 
-    # --- authentication and authorization (issue 15; broker/security/) ---------------------
+    # --- authentication and authorization (broker/security/) --------------------------------
     authentication_enabled: bool = _opt(
         "authenticationEnabled", False, "Authenticate CONNECT and REST requests with authenticationProviders.")
     authentication_providers: str = _opt(
@@ -305,7 +305,7 @@ class BrokerConfig:
         "authorizationAllowWildcardsMatching", False,
         "Let grants to 'prefix*' or '*suffix' roles match (Pulsar's wildcard matching).")
 
-    # --- limits for hostile or runaway clients (issue 15) ------------------------------------
+    # --- limits for hostile or runaway clients ----------------------------------------------
     broker_max_connections: int = _opt(
         "brokerMaxConnections", 0, "Most client connections at once; more are closed at accept. 0 = no limit.")
     broker_max_connections_per_ip: int = _opt(
@@ -321,7 +321,7 @@ class BrokerConfig:
         "handshakeTimeoutSeconds", 10.0,
         "A connection that has not completed CONNECT (and authentication) this long after accept is closed.")
 
-    # --- operations (issue 16) -----------------------------------------------------------
+    # --- operations -------------------------------------------------------------------------
     broker_shutdown_timeout_ms: int = _opt(
         "brokerShutdownTimeoutMs", 60000,
         "Longest graceful shutdown (ms) after SIGTERM; then the process exits non-zero anyway.")

@@ -17,8 +17,8 @@ Subclasses of :class:`RequestError` have a fixed code (``TopicNotFoundError`` is
 to the exception class, used when a code arrives from elsewhere (e.g. a storage layer result).
 
 Note for the broker: the C++ client (pulsar-client 3.13) treats every SEND_ERROR code except
-``ChecksumError`` by closing the connection and re-sending its pending queue, see
-``shared/reference/pulsar-wire.md`` section 2.5.
+``ChecksumError`` by closing the connection and re-sending its pending queue (its
+``ProducerImpl::handleSendError`` / ``ClientConnection::handleSendError``).
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ of the same byte stream yields the same frames. Nothing here does IO or keeps ti
         while (frame := decoder.next_frame()) is not NEED_DATA:   # may raise ConnectionFatalError
             handle(frame)
 
-Wire layout (all integers big-endian; see ``shared/reference/pulsar-wire.md`` section 1.1)::
+Wire layout (all integers big-endian; Pulsar's binary protocol documentation, "Framing")::
 
     simple:  [totalSize:u32][commandSize:u32][BaseCommand]
     payload: [totalSize:u32][commandSize:u32][BaseCommand]

@@ -289,7 +289,7 @@ class SegmentStore:
         while True:
             await asyncio.sleep(period)
             # Only ledgers with a dirty cursor: 10,000 idle topics cost one flag walk each,
-            # not a coroutine and a gather slot each (issue 13, idle CPU).
+            # not a coroutine and a gather slot each (idle CPU).
             ledgers = [ml for ml in self._open.values() if ml.cursor_set.any_dirty]
             if not ledgers:
                 continue

@@ -1,4 +1,4 @@
-"""/admin/v2/brokers/health runs Pulsar's heartbeat round trip (issue 16, item 3).
+"""/admin/v2/brokers/health runs Pulsar's heartbeat round trip.
 
 A healthy broker answers "ok" after producing and consuming one message on
 ``persistent://pulsar/<cluster>/<advertisedAddress>:<webPort>/healthcheck`` (V1, the default) or

@@ -1,4 +1,4 @@
-"""Pulsar's pulsar_storage_write_latency_le_* series beside the histogram (issue 16, item 3).
+"""Pulsar's pulsar_storage_write_latency_le_* series beside the histogram.
 
 Pulsar's topic stats export one gauge per latency bucket (``_le_0_5`` ... ``_le_1000``,
 ``_overflow``) holding the appends of the last stats window; Horae exports them under the same

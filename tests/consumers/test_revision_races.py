@@ -1,4 +1,4 @@
-"""Deterministic reproductions of PIP-269's races on one node (issue 12).
+"""Deterministic reproductions of PIP-269's races on one node.
 
 Each test holds a storage read (or the old tracker's close during a type change) at a chosen
 point with :class:`ReadGate` / an event, runs a cursor position reset meanwhile, releases the

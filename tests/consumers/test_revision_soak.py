@@ -1,4 +1,4 @@
-"""Soak: random cursor resets while the official client consumes (issue 12, PIP-269).
+"""Soak: random cursor resets while the official client consumes (PIP-269).
 
 Rounds cycle the subscription through Exclusive, Failover, Shared and Key_Shared (each change
 of type is a type switch on the broker), with a tenth of the messages delayed. In each round

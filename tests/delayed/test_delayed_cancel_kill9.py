@@ -1,4 +1,4 @@
-"""A REST cancel (PIP-423) survives kill -9 of a bucket-tracker broker in the three cases issue 11
+"""A REST cancel (PIP-423) survives kill -9 of a bucket-tracker broker in the three cases
 lists: the target still in the mutable bucket, a pending cancel with no later bucket sealed,
 and the bucket sealed after the cancel finishing before its target's bucket. Official client,
 broker subprocesses; each topic keeps every other message."""

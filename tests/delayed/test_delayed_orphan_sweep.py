@@ -1,4 +1,4 @@
-"""The broker's start-up sweep of orphan bucket snapshots (issues 10 and 11): snapshots of a
+"""The broker's start-up sweep of orphan bucket snapshots: snapshots of a
 deleted topic or subscription and snapshots a crash left between their creation and the cursor
 update are deleted before any topic loads; snapshots a cursor names (either generation) stay;
 nothing goes while a cursor file is unreadable."""

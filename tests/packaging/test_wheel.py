@@ -1,4 +1,4 @@
-"""The built wheel installs cleanly beside proto-plus (issue 9: no top-level ``proto`` package).
+"""The built wheel installs cleanly beside proto-plus (no top-level ``proto`` package).
 
 proto-plus, a dependency of every google-cloud library, owns the top-level ``proto`` package.
 Horae once shipped a ``proto`` package too, so installing it overwrote proto-plus's

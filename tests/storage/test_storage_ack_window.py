@@ -1,6 +1,6 @@
 """The acknowledgement durability window is bounded and visible: cursor saves run in
 parallel, the oldest unsaved ack's age is in the stats, a failing save is surfaced in stats
-and health, not only logged (issue 10, item 5)."""
+and health, not only logged."""
 
 from __future__ import annotations
 

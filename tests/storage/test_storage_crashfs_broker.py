@@ -1,4 +1,4 @@
-"""The broker's storage use keeps its promises in every sampled post-crash state (issue 10):
+"""The broker's storage use keeps its promises in every sampled post-crash state:
 dedup cursor properties, bucket snapshots named by cursor properties, the cancel journal,
 entries and acks; and the start-up sweep collects the snapshots a crash left between their
 creation and the cursor update (how the harness works: crashfs.py; the workload and checks:

@@ -1,5 +1,5 @@
 """Cursor files keep their previous generation; a damaged cursor falls back to it, else to
-the earliest position; trimming waits until the cursor is saved again (issue 10, item 2)."""
+the earliest position; trimming waits until the cursor is saved again."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Disk nearly full, as BookKeeper handles it: read-only at diskUsageThreshold, writable again
 below diskUsageLwmThreshold, reads/acks/cursor saves/trims keep working meanwhile; disk usage
-comes from an injected measure (issue 10, item 4)."""
+comes from an injected measure."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Out of file descriptors is a clear error, not a fence; the soft RLIMIT_NOFILE is raised
-at open; the id allocator counts ids that only cursors mention (issue 10, item 6)."""
+at open; the id allocator counts ids that only cursors mention."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """The per-entry index of sealed segments is paged within index_cache_bytes: a big ledger
-opens holding no sealed segment's index, and reads page indexes in and out (issue 10,
-item 6)."""
+opens holding no sealed segment's index, and reads page indexes in and out."""
 
 from __future__ import annotations
 

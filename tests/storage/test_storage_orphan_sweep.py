@@ -1,6 +1,6 @@
 """SegmentStore.open's sweep of orphan snapshots reads every cursor file (both generations)
 without opening a ledger, counts only the properties its caller names as snapshot keys, and
-reports what it read (issue 10: orphan snapshots collected at load; the broker opens its
+reports what it read (orphan snapshots collected at load; the broker opens its
 store with its bucket keys)."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Orphan files are collected at load: temporary files of interrupted writes, and (given
-is_snapshot_key) snapshots no cursor refers to any more (issue 10, item 6)."""
+is_snapshot_key) snapshots no cursor refers to any more."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Races with a slowed disk (a FileOps whose fsync waits on an event; no sleeps): a deleted
 cursor is never written back, delete_ledger is serialised with open_ledger, and an
-open_ledger that overlaps close() registers nothing (issue 10, item 3)."""
+open_ledger that overlaps close() registers nothing."""
 
 from __future__ import annotations
 

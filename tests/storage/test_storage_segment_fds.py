@@ -1,5 +1,5 @@
 """Idle topics' segment descriptors are closed by an LRU and reopened on the next append
-(issue 10, item 6)."""
+(item 6)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Nothing unsynced is served: synced offsets, cut-back of fenced segments, recovery syncs,
-and record checksums that cover the segment's ledger id (issue 10, item 1)."""
+and record checksums that cover the segment's ledger id."""
 
 from __future__ import annotations
 
