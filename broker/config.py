@@ -207,10 +207,12 @@ class BrokerConfig:
     delayed_delivery_enabled: bool = _opt(
         "delayedDeliveryEnabled", True, "Honour deliver_at_time on Shared and Key_Shared subscriptions.")
     delayed_delivery_tick_time_millis: int = _opt(
-        "delayedDeliveryTickTimeMillis", 1000, "Timer tick (ms): the delivery accuracy.")
+        "delayedDeliveryTickTimeMillis", 1000,
+        "Tick (ms): the early-delivery window and timer spacing when not strict; the cancel grace.")
     is_delayed_delivery_deliver_at_time_strict: bool = _opt(
-        "isDelayedDeliveryDeliverAtTimeStrict", False,
-        "true: never deliver early; false: up to one tick early.")
+        "isDelayedDeliveryDeliverAtTimeStrict", True,
+        "true (Horae's default; Pulsar's is false): never deliver early, on time to the "
+        "millisecond; false: up to one tick early, as Pulsar.")
     delayed_delivery_max_delay_in_millis: int = _opt(
         "delayedDeliveryMaxDelayInMillis", 0,
         "PIP-315 max deliver_at_time - publish_time (ms); 0 = no limit.")

@@ -46,7 +46,7 @@ class DelayPolicy:
     """The delayed-delivery rules in force for one topic.
 
     active: deliver_at_time is honoured (Shared/Key_Shared) and the publish guard runs.
-    tick_time_ms: tracker tick: delivery accuracy and minimum timer spacing.
+    tick_time_ms: tracker tick: the early window and timer spacing when not strict.
     max_delay_ms: PIP-315 limit on ``deliver_at_time - publish_time``; 0 = none.
     fixed_delay_ms: PIP-437: every message gets ``publish_time + fixed``; 0 = none.
     strict: never deliver early (else up to one tick early); broker-wide.

@@ -9,15 +9,21 @@ dispatcher's "read more / replay" trigger) and the dispatcher pulls them with
 :meth:`~DelayedDeliveryTracker.get_scheduled`, re-reads those entries and dispatches them as
 replays with their original message ids.
 
-Cutoff: ``now`` in strict mode (``isDelayedDeliveryDeliverAtTimeStrict``; never early) or
-``now + tick`` otherwise (at most one tick early, as in Pulsar). ``add`` returns False for a
-position already at or before the cutoff: the dispatcher delivers it at once.
+Cutoff: ``now`` in strict mode (``isDelayedDeliveryDeliverAtTimeStrict``, Horae's default:
+never early) or ``now + tick`` otherwise (Pulsar's default: up to one tick early). ``add``
+returns False for a position already at or before the cutoff: the dispatcher delivers it at
+once.
 
 Timer (:class:`DeadlineTimer`): one ``loop.call_at`` handle per tracker, armed for the next
 deadline and re-armed only when that deadline changes. Like Pulsar's
 ``AbstractDelayedDeliveryTracker.updateTimer``: no timer while something is already due (the
-dispatcher reads when its consumers have permits again), and two firings are at least one tick
-apart so a stream of distinct deadlines cannot turn into a wake-up per message.
+dispatcher reads when its consumers have permits again), and two firings are at least
+``spacing_ms`` apart so a stream of distinct deadlines cannot turn into a wake-up per message.
+The spacing is the tick when early delivery is allowed (what is due within a tick goes out
+together, as in Pulsar) and :data:`STRICT_TIMER_SPACING_MS` in strict mode: Pulsar spaces
+strict firings by the tick too, so a message due just after a firing waits up to a whole tick
+(1 s by default); here it waits at most that one millisecond, the precision of
+``deliver_at_time`` itself, and the wake-ups stay bounded at 1,000 a second per tracker.
 
 Clocks: ``clock_ms()`` is wall-clock epoch milliseconds (``deliver_at_time`` is epoch ms);
 the timer converts the remaining delay to the loop's monotonic clock. Everything here runs on
@@ -37,6 +43,10 @@ from broker.delayed.cancels import CancelBook, CancelResult, CancelStats
 
 #: A cancel is kept this many ticks past its deliver time (PIP-423: ``deliverAt + 2 * tick``).
 CANCEL_GRACE_TICKS = 2
+
+#: The least time between two timer firings in strict mode (ms): the precision of
+#: ``deliver_at_time``, so nothing waits for a tick (see the module docstring).
+STRICT_TIMER_SPACING_MS = 1
 
 
 class DelayedOperationType(IntEnum):
@@ -63,21 +73,21 @@ class DeadlineTimer:
     """One loop timer aimed at the tracker's next deadline (epoch ms).
 
     ``update(deadline)`` is cheap when the deadline did not change, which is the common case
-    for a stream of adds behind the head. ``arm_count`` counts ``call_at`` calls (tests and
-    debugging: "armed once").
+    for a stream of adds behind the head. ``spacing_ms`` is the least time between two
+    firings. ``arm_count`` counts ``call_at`` calls (tests and debugging: "armed once").
     """
 
     __slots__ = ("_callback", "_clock_ms", "_handle", "_last_fire_ms", "_loop", "arm_count",
-                 "target_ms", "tick_ms")
+                 "spacing_ms", "target_ms")
 
-    def __init__(self, loop: TimerLoop, clock_ms: Callable[[], int], tick_ms: int,
+    def __init__(self, loop: TimerLoop, clock_ms: Callable[[], int], spacing_ms: int,
                  callback: Callable[[], None]) -> None:
         self._loop = loop
         self._clock_ms = clock_ms
         self._callback = callback
         self._handle: asyncio.TimerHandle | None = None
         self._last_fire_ms = 0
-        self.tick_ms = tick_ms
+        self.spacing_ms = spacing_ms
         self.target_ms: int | None = None
         self.arm_count = 0
 
@@ -99,8 +109,8 @@ class DeadlineTimer:
             # Already due: the dispatcher is behind (no permits or slow consumers) and reads
             # again by itself; re-firing here would spin.
             return
-        # Never fire more often than once per tick (Pulsar does the same).
-        delay = max(delay, self._last_fire_ms + self.tick_ms - now)
+        # Never fire more often than once per spacing.
+        delay = max(delay, self._last_fire_ms + self.spacing_ms - now)
         self.target_ms = deadline_ms
         self.arm_count += 1
         self._handle = self._loop.call_at(self._loop.time() + delay / 1000.0, self._fire)
@@ -117,7 +127,7 @@ class DeadlineTimer:
         target = self.target_ms
         if target is not None and now < target:
             # The loop woke us early (ms rounding, or the wall clock and the loop's monotonic
-            # clock drifting apart): aim again at the same deadline, without the tick spacing.
+            # clock drifting apart): aim again at the same deadline, without the spacing.
             self._handle = self._loop.call_at(self._loop.time() + (target - now) / 1000.0,
                                               self._fire)
             return
@@ -255,7 +265,8 @@ class TimedTracker(DelayedDeliveryTracker):
         self._tick_ms = tick_time_ms
         self._strict = strict
         self._on_due = on_due
-        self._timer = DeadlineTimer(loop, self._clock_ms, tick_time_ms, self._on_timer)
+        self._timer = DeadlineTimer(loop, self._clock_ms, self._timer_spacing_ms(),
+                                    self._on_timer)
         self._cancels = CancelBook()
 
     def cancel_stats(self) -> CancelStats:
@@ -311,10 +322,14 @@ class TimedTracker(DelayedDeliveryTracker):
         """When the timer must fire for a message due at ``deliver_at_ms``."""
         return deliver_at_ms if self._strict else deliver_at_ms - self._tick_ms
 
+    def _timer_spacing_ms(self) -> int:
+        """Least time between firings: one tick, or 1 ms in strict mode (module docstring)."""
+        return STRICT_TIMER_SPACING_MS if self._strict else self._tick_ms
+
     def reset_tick_time(self, tick_ms: int) -> None:
         if tick_ms != self._tick_ms:
             self._tick_ms = tick_ms
-            self._timer.tick_ms = tick_ms
+            self._timer.spacing_ms = self._timer_spacing_ms()
             self._timer.cancel()
             self._update_timer()
 

@@ -30,7 +30,7 @@ def test_defaults_are_pulsar_standalone_values() -> None:
     assert c.keep_alive_interval_seconds == 30
     assert c.delayed_delivery_enabled is True
     assert c.delayed_delivery_tick_time_millis == 1000
-    assert c.is_delayed_delivery_deliver_at_time_strict is False
+    assert c.is_delayed_delivery_deliver_at_time_strict is True
     assert c.delayed_delivery_max_delay_in_millis == 0
     assert c.delayed_tracker_kind == "in-memory"
     assert c.delayed_delivery_min_index_count_per_bucket == 50000
@@ -62,7 +62,7 @@ def test_toml_file_with_broker_conf_names(tmp_path: pathlib.Path) -> None:
         'webServicePort = 9080\n'
         'advertisedAddress = "broker.example"\n'
         'delayedDeliveryTickTimeMillis = 10\n'
-        'isDelayedDeliveryDeliverAtTimeStrict = true\n'
+        'isDelayedDeliveryDeliverAtTimeStrict = false\n'
         f'delayedDeliveryTrackerFactoryClassName = "{DELAYED_TRACKER_BUCKET}"\n'
         'managedLedgerDefaultMarkDeleteRateLimit = 5\n'
     )
@@ -70,7 +70,7 @@ def test_toml_file_with_broker_conf_names(tmp_path: pathlib.Path) -> None:
     assert (c.broker_service_port, c.web_service_port) == (7650, 9080)
     assert c.advertised_address == "broker.example"
     assert c.delayed_delivery_tick_time_millis == 10
-    assert c.is_delayed_delivery_deliver_at_time_strict is True
+    assert c.is_delayed_delivery_deliver_at_time_strict is False
     assert c.delayed_tracker_kind == "bucket"
     assert c.managed_ledger_default_mark_delete_rate_limit == 5.0
 

@@ -17,7 +17,7 @@ brokerServicePort=7650
 webServicePort: 9080
 advertisedAddress=
 ! also a comment
-isDelayedDeliveryDeliverAtTimeStrict=true
+isDelayedDeliveryDeliverAtTimeStrict=false
 managedLedgerDefaultMarkDeleteRateLimit=2.5
 delayedDeliveryTrackerFactoryClassName={DELAYED_TRACKER_BUCKET}
 dataDir=/var/lib/\\
@@ -36,7 +36,7 @@ def test_broker_conf_lines_comments_empty_values_and_continuations() -> None:
         "clusterName": "conf-cluster",
         "brokerServicePort": "7650",
         "webServicePort": "9080",
-        "isDelayedDeliveryDeliverAtTimeStrict": "true",
+        "isDelayedDeliveryDeliverAtTimeStrict": "false",
         "managedLedgerDefaultMarkDeleteRateLimit": "2.5",
         "delayedDeliveryTrackerFactoryClassName": DELAYED_TRACKER_BUCKET,
         "dataDir": "/var/lib/horae",
@@ -48,7 +48,7 @@ def test_broker_conf_values_are_typed_by_their_setting(tmp_path: pathlib.Path) -
     assert config.cluster_name == "conf-cluster"
     assert (config.broker_service_port, config.web_service_port) == (7650, 9080)
     assert config.advertised_address == "localhost"    # empty value: the default
-    assert config.is_delayed_delivery_deliver_at_time_strict is True
+    assert config.is_delayed_delivery_deliver_at_time_strict is False
     assert config.managed_ledger_default_mark_delete_rate_limit == 2.5
     assert config.delayed_tracker_kind == "bucket"
     assert config.data_dir == "/var/lib/horae"

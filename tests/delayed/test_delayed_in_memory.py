@@ -97,17 +97,30 @@ def test_one_timer_armed_for_the_earliest_deadline_and_rearmed_only_when_it_move
     assert due.calls == 2
 
 
-def test_timer_fires_at_most_once_per_tick() -> None:
+def test_non_strict_timer_fires_at_most_once_per_tick() -> None:
+    loop = FakeLoop()
+    due = DueCounter()
+    t = make(loop, strict=False, tick=100, on_due=due)
+    t.add(1, 0, T0 + 200)
+    t.add(1, 1, T0 + 210)
+    loop.advance_to(T0 + 100)                 # one tick before the first deadline
+    assert due.calls == 1
+    assert t.get_scheduled(10) == [(1, 0)]
+    # next aim T0+110 (210 - tick) but the last firing was at T0+100: not before T0+200
+    assert [round(h.when * 1000) for h in loop.pending] == [T0 + 200]
+
+
+def test_strict_timer_fires_at_most_once_per_millisecond() -> None:
     loop = FakeLoop()
     due = DueCounter()
     t = make(loop, strict=True, tick=100, on_due=due)
     t.add(1, 0, T0 + 10)
-    t.add(1, 1, T0 + 20)
+    t.add(1, 1, T0 + 10)
+    t.add(1, 2, T0 + 11)
     loop.advance_to(T0 + 10)
     assert due.calls == 1
-    assert t.get_scheduled(1) == [(1, 0)]
-    # next deadline T0+20 but the last firing was at T0+10: not before T0+110
-    assert [round(h.when * 1000) for h in loop.pending] == [T0 + 110]
+    assert t.get_scheduled(10) == [(1, 0), (1, 1)]
+    assert [round(h.when * 1000) for h in loop.pending] == [T0 + 11]
 
 
 def test_non_strict_timer_fires_one_tick_before_the_deadline() -> None:
@@ -327,3 +340,41 @@ def test_real_loop_timer_wakes_the_dispatcher_when_due_and_never_early() -> None
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         lateness = runner.run(scenario())
     assert all(0 <= late < 200 for late in lateness), lateness
+
+
+def test_the_default_configuration_never_delivers_early() -> None:
+    loop = FakeLoop()
+    policy = resolve_policy(BrokerConfig(), None, None)
+    assert policy.strict and policy.tick_time_ms == 1000
+    t = make(loop, strict=policy.strict, tick=policy.tick_time_ms)
+    assert t.add(1, 0, T0 + 5000)
+    loop.now_ms = T0 + 4999
+    assert not t.has_message_available()      # Pulsar's default would hand it out a tick early
+    loop.now_ms = T0 + 5000
+    assert t.has_message_available()
+
+
+def test_strict_firings_are_not_held_a_tick_apart() -> None:
+    loop = FakeLoop()
+    due = DueCounter()
+    t = make(loop, strict=True, tick=1000, on_due=due)
+    t.add(1, 0, T0 + 5000)
+    loop.advance_to(T0 + 5000)
+    assert due.calls == 1
+    assert [p[:2] for p in t.get_scheduled(10)] == [(1, 0)]
+    t.add(1, 1, T0 + 5007)                   # due 7 ms after the last firing
+    assert [round(h.when * 1000) for h in loop.pending] == [T0 + 5007]   # not T0 + 6000
+    loop.advance_to(T0 + 5007)
+    assert due.calls == 2
+
+
+def test_non_strict_firings_stay_a_tick_apart() -> None:
+    loop = FakeLoop()
+    due = DueCounter()
+    t = make(loop, strict=False, tick=1000, on_due=due)
+    t.add(1, 0, T0 + 5000)
+    loop.advance_to(T0 + 4000)                # one tick early, Pulsar's window
+    assert due.calls == 1
+    t.get_scheduled(10)
+    t.add(1, 1, T0 + 5500)
+    assert [round(h.when * 1000) for h in loop.pending] == [T0 + 5000]

@@ -18,10 +18,10 @@ from broker.topics.policies import PolicyStore
 from storage.metadata import MetadataStore
 
 
-def test_broker_defaults_are_pulsars() -> None:
+def test_broker_defaults_are_pulsars_but_never_early() -> None:
     policy = resolve_policy(BrokerConfig(), None, None)
     assert policy == DelayPolicy(active=True, tick_time_ms=1000, max_delay_ms=0,
-                                 fixed_delay_ms=0, strict=False)
+                                 fixed_delay_ms=0, strict=True)
     assert not policy.guards_publish
 
 
