@@ -50,13 +50,13 @@ from broker.admin.app import create_app
 from broker.config import BrokerConfig, storage_config
 from broker.delayed.residual import is_snapshot_key
 from broker.logs import ACCESS_LOGGER, HttpAccessLogger
-from broker.metrics import attach_publish_buffer, create_registry
+from broker.metrics import attach_connection_figures, attach_publish_buffer, create_registry
 from broker.metrics.snapshots import MetricSnapshotWriter, run_exporter
 from broker.net.connection import ServerConnection
 from broker.net.handshake import ConnectionSecurity
 from broker.net.limits import ConnectionLimiter
 from broker.net.lookup import is_loopback
-from broker.net.throttle import PublishBuffer
+from broker.net.throttle import OutputPauses, PublishBuffer
 from broker.security.authentication import AuthenticationService
 from broker.security.authorization import AuthorizationService
 from broker.security.tls import ReloadingServerContext, TlsSettings
@@ -91,6 +91,7 @@ class BrokerServer:
         self._limiter = ConnectionLimiter(config.broker_max_connections,
                                           config.broker_max_connections_per_ip)
         self.publish_buffer = PublishBuffer(config.max_message_publish_buffer_size_in_mb)
+        self.output_pauses = OutputPauses()
         self._server_tls: asyncio.base_events.Server | None = None
         self.tls: ReloadingServerContext | None = None
         self._tls_stop = asyncio.Event()
@@ -119,6 +120,7 @@ class BrokerServer:
                                              is_snapshot_key=is_snapshot_key)
         service = self._service = BrokerService(self.config, self.store, loop)
         attach_publish_buffer(service, self.publish_buffer)
+        attach_connection_figures(service, self.output_pauses)
         await service.start()
         config = self.config
         authentication = AuthenticationService.from_config(config)  # reads key files: start-up only
@@ -130,7 +132,8 @@ class BrokerServer:
             self._timers.append(loop.create_task(self.tls.run(self._tls_stop)))
         self._server = await loop.create_server(
             lambda: ServerConnection(service, self, security,
-                                     publish_buffer=self.publish_buffer), host=config.bind_address,
+                                     publish_buffer=self.publish_buffer,
+                                     output_pauses=self.output_pauses), host=config.bind_address,
             port=config.broker_service_port, reuse_address=True, backlog=1024)
         self.broker_port = _bound_port(self._server.sockets)
         service.broker_port = self.broker_port
@@ -138,7 +141,8 @@ class BrokerServer:
             assert self.tls is not None
             self._server_tls = await loop.create_server(
                 lambda: ServerConnection(service, self, security,
-                                     publish_buffer=self.publish_buffer), host=config.bind_address,
+                                     publish_buffer=self.publish_buffer,
+                                     output_pauses=self.output_pauses), host=config.bind_address,
                 port=config.broker_service_port_tls, reuse_address=True, backlog=1024,
                 ssl=self.tls.listening)
             self.broker_port_tls = service.broker_port_tls = _bound_port(self._server_tls.sockets)
