@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import socket
+import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -58,6 +59,15 @@ def _closed_by_broker(sock: socket.socket) -> bool:
 def _rest_works(broker: Any) -> None:
     with urllib.request.urlopen(broker.web_url + "/admin/v2/clusters", timeout=10) as resp:
         assert resp.status == 200 and json.loads(resp.read()) == ["standalone"]
+
+
+def _rest_answers(broker: Any) -> bool:
+    """True when a REST request got its answer (False when its connection was refused)."""
+    try:
+        _rest_works(broker)
+    except (ConnectionError, urllib.error.URLError):
+        return False
+    return True
 
 
 def _binary_works(broker: Any) -> None:
@@ -165,3 +175,20 @@ def test_refusals_are_counted_each_and_logged_once_per_interval(
     caplog.set_level(logging.WARNING, logger="horae.web")
     asyncio.run(run())  # five refusals in a row, well within one WARN_INTERVAL_S
     assert len(caplog.records) == 1
+
+
+def test_idle_web_sockets_cannot_lock_the_binary_port_out_of_file_descriptors(
+        run_broker_process: Callable[..., Any], tmp_path: Any,
+        sockets: list[socket.socket]) -> None:
+    """A broker allowed 256 open files: 300 idle web sockets used to take them all, and the
+    binary port could accept nothing. The web port now keeps to half of the limit."""
+    broker = run_broker_process(tmp_path / "data", open_files_limit=256)
+    idle = [_connect(broker, sockets) for _ in range(300)]
+    # The broker holds at most 128 of them; it closes the others at accept.
+    wait_until(lambda: sum(_closed_by_broker(s) for s in idle[128:]) == len(idle) - 128,
+               timeout_s=30, message="web sockets over half the open-file limit closed")
+    _binary_works(broker)
+    assert "maxHttpServerConnections=2048 does not leave the binary port" in broker.log()
+    for sock in idle[:8]:
+        sock.close()
+    wait_until(lambda: _rest_answers(broker), message="a REST client got a place")
