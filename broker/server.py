@@ -232,7 +232,9 @@ class BrokerServer:
             listener_tls = await loop.create_server(
                 protocol, host=config.bind_address, port=config.web_service_port_tls,
                 reuse_address=True, backlog=config.http_server_accept_queue_size,
-                ssl=self.tls.listening)
+                ssl=self.tls.listening,
+                # the TLS handshake comes before the head: it gets no longer than the head does
+                ssl_handshake_timeout=config.http_server_request_header_timeout_ms / 1000)
             self._web_servers.append(listener_tls)
             self.web_port_tls = service.web_port_tls = _bound_port(listener_tls.sockets)
 
