@@ -213,8 +213,8 @@ def web_connection_limit(configured: int, fd_limit: int) -> int:
     budget = max(1, fd_limit // 2)
     if 0 < configured <= budget:
         return configured
-    log.warning("maxHttpServerConnections=%d does not leave the binary port and the store "
+    log.warning("maxHttpServerConnections=%d%s does not leave the binary port and the store "
                 "enough of the %d open files this process may have: the web port takes at most "
                 "%d connections (raise the open-file limit, e.g. LimitNOFILE, to allow more)",
-                configured, fd_limit, budget)
+                configured, " (no limit)" if configured <= 0 else "", fd_limit, budget)
     return budget
