@@ -322,6 +322,33 @@ class BrokerConfig:
     handshake_timeout_seconds: float = _opt(
         "handshakeTimeoutSeconds", 10.0,
         "A connection that has not completed CONNECT (and authentication) this long after accept is closed.")
+    max_http_server_connections: int = _opt(
+        "maxHttpServerConnections", 2048,
+        "Most open connections on the web port; more are closed at accept. 0 = no limit of its "
+        "own; either way at most half the process's open-file limit.")
+    http_server_accept_queue_size: int = _opt(
+        "httpServerAcceptQueueSize", 8192,
+        "Listen backlog of the web port (the kernel caps it at net.core.somaxconn).")
+    http_server_idle_timeout_ms: int = _opt(
+        "httpServerIdleTimeoutMs", 30000,
+        "A web connection with no complete request head this long after it was accepted or "
+        "after its last response is closed (Horae's key; Pulsar's Jetty idle timeout is 30 s).")
+    http_server_request_header_timeout_ms: int = _opt(
+        "httpServerRequestHeaderTimeoutMs", 10000,
+        "A request head must arrive whole this long after its first byte, or the web "
+        "connection is closed (Horae's key: slowloris protection).")
+    pulsar_channel_write_buffer_high_water_mark: int = _opt(
+        "pulsarChannelWriteBufferHighWaterMark", 64 * 1024,
+        "Bytes of unsent output on a binary connection above which it is not writable (Netty's "
+        "WRITE_BUFFER_HIGH_WATER_MARK): no more messages are dispatched to its consumers and, "
+        "with pulsarChannelPauseReceivingRequestsIfUnwritable, it is not read.")
+    pulsar_channel_write_buffer_low_water_mark: int = _opt(
+        "pulsarChannelWriteBufferLowWaterMark", 32 * 1024,
+        "Bytes of unsent output below which a connection that was not writable is again.")
+    pulsar_channel_pause_receiving_requests_if_unwritable: bool = _opt(
+        "pulsarChannelPauseReceivingRequestsIfUnwritable", True,
+        "Stop reading a connection while it is not writable, so a peer that never reads cannot "
+        "make the broker queue answers without limit. Pulsar's default is false; Horae's is true.")
 
     # --- operations -------------------------------------------------------------------------
     broker_shutdown_timeout_ms: int = _opt(
@@ -359,7 +386,9 @@ class BrokerConfig:
                     "metrics_export_interval_seconds", "tls_cert_refresh_check_duration_sec",
                     "authentication_refresh_check_seconds", "handshake_timeout_seconds",
                     "broker_shutdown_timeout_ms", "disk_check_interval",
-                    "health_check_timeout_ms")
+                    "health_check_timeout_ms", "pulsar_channel_write_buffer_high_water_mark",
+                    "http_server_accept_queue_size", "http_server_idle_timeout_ms",
+                    "http_server_request_header_timeout_ms")
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{KEY_OF_FIELD[name]} must be > 0, not {getattr(self, name)}")
@@ -380,6 +409,15 @@ class BrokerConfig:
                      "backlog_quota_check_interval_in_seconds"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{KEY_OF_FIELD[name]} must be > 0, not {getattr(self, name)}")
+        if self.max_http_server_connections < 0:
+            raise ConfigError("maxHttpServerConnections must be >= 0 (0 = no limit), not "
+                              f"{self.max_http_server_connections}")
+        if not (0 <= self.pulsar_channel_write_buffer_low_water_mark
+                <= self.pulsar_channel_write_buffer_high_water_mark):
+            raise ConfigError(
+                "pulsarChannelWriteBufferLowWaterMark must be between 0 and "
+                f"pulsarChannelWriteBufferHighWaterMark ({self.pulsar_channel_write_buffer_high_water_mark}), "
+                f"not {self.pulsar_channel_write_buffer_low_water_mark}")
         if self.delayed_delivery_max_delay_in_millis < 0:
             raise ConfigError("delayedDeliveryMaxDelayInMillis must be >= 0 (0 = no limit), "
                               f"not {self.delayed_delivery_max_delay_in_millis}")

@@ -20,7 +20,11 @@ production and in :mod:`broker.embed`):
    (:class:`broker.net.throttle.PublishBuffer`, ``maxMessagePublishBufferSizeInMB``), and runs
    their keep-alive and credential refresh timers (one each for all connections);
 5. serve the admin app (:func:`broker.admin.app.create_app`) on ``webServicePort`` (and
-   ``webServicePortTls``) with aiohttp's AppRunner;
+   ``webServicePortTls``) with aiohttp's AppRunner (``keepalive_timeout`` =
+   ``httpServerIdleTimeoutMs``), on listeners of its own (backlog ``httpServerAcceptQueueSize``)
+   whose connections pass the :class:`broker.admin.listener.WebConnectionGuard`
+   (``maxHttpServerConnections``, ``httpServerRequestHeaderTimeoutMs``); the soft open-file
+   limit is raised to the hard one first, and the web port kept to half of it;
 6. start the metric snapshot exporter (``broker.metrics.snapshots``) writing
    ``<dataDir>/metrics`` every ``metricsExportIntervalSeconds``.
 
@@ -47,16 +51,17 @@ from aiohttp import web
 
 from broker import SERVER_VERSION
 from broker.admin.app import create_app
+from broker.admin.listener import WebConnectionGuard, raise_fd_limit, web_connection_limit
 from broker.config import BrokerConfig, storage_config
 from broker.delayed.residual import is_snapshot_key
 from broker.logs import ACCESS_LOGGER, HttpAccessLogger
-from broker.metrics import attach_publish_buffer, create_registry
+from broker.metrics import attach_connection_figures, attach_publish_buffer, create_registry
 from broker.metrics.snapshots import MetricSnapshotWriter, run_exporter
 from broker.net.connection import ServerConnection
 from broker.net.handshake import ConnectionSecurity
 from broker.net.limits import ConnectionLimiter
 from broker.net.lookup import is_loopback
-from broker.net.throttle import PublishBuffer
+from broker.net.throttle import OutputPauses, PublishBuffer
 from broker.security.authentication import AuthenticationService
 from broker.security.authorization import AuthorizationService
 from broker.security.tls import ReloadingServerContext, TlsSettings
@@ -91,6 +96,10 @@ class BrokerServer:
         self._limiter = ConnectionLimiter(config.broker_max_connections,
                                           config.broker_max_connections_per_ip)
         self.publish_buffer = PublishBuffer(config.max_message_publish_buffer_size_in_mb)
+        self.output_pauses = OutputPauses()
+        self.web_guard = WebConnectionGuard(config.max_http_server_connections,
+                                            config.http_server_request_header_timeout_ms / 1000)
+        self._web_servers: list[asyncio.base_events.Server] = []
         self._server_tls: asyncio.base_events.Server | None = None
         self.tls: ReloadingServerContext | None = None
         self._tls_stop = asyncio.Event()
@@ -119,6 +128,9 @@ class BrokerServer:
                                              is_snapshot_key=is_snapshot_key)
         service = self._service = BrokerService(self.config, self.store, loop)
         attach_publish_buffer(service, self.publish_buffer)
+        attach_connection_figures(service, self.output_pauses, self.web_guard)
+        self.web_guard.max_connections = web_connection_limit(
+            self.config.max_http_server_connections, raise_fd_limit())
         await service.start()
         config = self.config
         authentication = AuthenticationService.from_config(config)  # reads key files: start-up only
@@ -130,7 +142,8 @@ class BrokerServer:
             self._timers.append(loop.create_task(self.tls.run(self._tls_stop)))
         self._server = await loop.create_server(
             lambda: ServerConnection(service, self, security,
-                                     publish_buffer=self.publish_buffer), host=config.bind_address,
+                                     publish_buffer=self.publish_buffer,
+                                     output_pauses=self.output_pauses), host=config.bind_address,
             port=config.broker_service_port, reuse_address=True, backlog=1024)
         self.broker_port = _bound_port(self._server.sockets)
         service.broker_port = self.broker_port
@@ -138,7 +151,8 @@ class BrokerServer:
             assert self.tls is not None
             self._server_tls = await loop.create_server(
                 lambda: ServerConnection(service, self, security,
-                                     publish_buffer=self.publish_buffer), host=config.bind_address,
+                                     publish_buffer=self.publish_buffer,
+                                     output_pauses=self.output_pauses), host=config.bind_address,
                 port=config.broker_service_port_tls, reuse_address=True, backlog=1024,
                 ssl=self.tls.listening)
             self.broker_port_tls = service.broker_port_tls = _bound_port(self._server_tls.sockets)
@@ -196,26 +210,33 @@ class BrokerServer:
 
     async def _start_web(self, service: BrokerService, authentication: AuthenticationService,
                          authorization: AuthorizationService) -> None:
-        app = create_app(service, authentication=authentication, authorization=authorization)
+        config = self.config
+        app = create_app(service, authentication=authentication, authorization=authorization,
+                         web_guard=self.web_guard)
         self._runner = web.AppRunner(app, access_log=logging.getLogger(ACCESS_LOGGER),
-                                     access_log_class=HttpAccessLogger, handle_signals=False)
+                                     access_log_class=HttpAccessLogger, handle_signals=False,
+                                     keepalive_timeout=config.http_server_idle_timeout_ms / 1000)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.config.bind_address, self.config.web_service_port,
-                           reuse_address=True)
-        await site.start()
-        # The bound port (webServicePort may be 0): the runner lists its listeners' addresses.
-        self.web_port = int(self._runner.addresses[0][1])
-        service.web_port = self.web_port
-        if self.config.web_service_port_tls is not None:
+        # Listeners of our own rather than aiohttp's sites: every connection passes the guard.
+        loop = asyncio.get_running_loop()
+        handlers = self._runner.server
+        assert handlers is not None  # set up above
+        protocol = self.web_guard.protocol_factory(handlers)
+        listener = await loop.create_server(
+            protocol, host=config.bind_address, port=config.web_service_port,
+            reuse_address=True, backlog=config.http_server_accept_queue_size)
+        self._web_servers.append(listener)
+        self.web_port = service.web_port = _bound_port(listener.sockets)
+        if config.web_service_port_tls is not None:
             assert self.tls is not None
-            site_tls = web.TCPSite(self._runner, self.config.bind_address,
-                                   self.config.web_service_port_tls, reuse_address=True,
-                                   ssl_context=self.tls.listening)
-            listening = len(self._runner.addresses)
-            await site_tls.start()
-            # The runner lists its sites' bound addresses in start order: the TLS site's follow.
-            self.web_port_tls = service.web_port_tls = int(
-                self._runner.addresses[listening][1])
+            listener_tls = await loop.create_server(
+                protocol, host=config.bind_address, port=config.web_service_port_tls,
+                reuse_address=True, backlog=config.http_server_accept_queue_size,
+                ssl=self.tls.listening,
+                # the TLS handshake comes before the head: it gets no longer than the head does
+                ssl_handshake_timeout=config.http_server_request_header_timeout_ms / 1000)
+            self._web_servers.append(listener_tls)
+            self.web_port_tls = service.web_port_tls = _bound_port(listener_tls.sockets)
 
     def _start_exporter(self, service: BrokerService) -> None:
         collect = create_registry(service).collect_async
@@ -231,7 +252,7 @@ class BrokerServer:
         if self._stopped:
             return
         self._stopped = True
-        for server in (self._server, self._server_tls):
+        for server in (self._server, self._server_tls, *self._web_servers):
             if server is not None:
                 server.close()  # stop accepting
         self._tls_stop.set()
@@ -255,7 +276,7 @@ class BrokerServer:
             conn.close("broker shutting down")
         if self._runner is not None:
             await self._runner.cleanup()
-        for server in (self._server, self._server_tls):
+        for server in (self._server, self._server_tls, *self._web_servers):
             if server is not None:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(server.wait_closed(), 5)

@@ -8,7 +8,8 @@
   teardown. Client logging is limited to warnings so test output stays readable.
 - ``free_port()``: a TCP port on 127.0.0.1 that was free a moment ago.
 - ``run_broker_process(data_dir, ...)``: ``python -m broker serve`` as a subprocess (for
-  kill -9 and restart tests); returns a :class:`BrokerProcess`. All are killed at teardown.
+  kill -9 and restart tests, or under ``open_files_limit``); returns a :class:`BrokerProcess`.
+  All are killed at teardown.
 """
 
 from __future__ import annotations
@@ -131,6 +132,19 @@ class BrokerProcess:
         return self.log_path.read_text(errors="replace")
 
 
+def _open_files_limit(limit: int | None) -> Callable[[], None] | None:
+    """A preexec_fn setting the child's soft and hard RLIMIT_NOFILE to *limit* (None: as is)."""
+    if limit is None:
+        return None
+
+    def apply() -> None:
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
+
+    return apply
+
+
 @pytest.fixture
 def run_broker_process(tmp_path: pathlib.Path) -> Iterator[Callable[..., BrokerProcess]]:
     procs: list[BrokerProcess] = []
@@ -138,7 +152,8 @@ def run_broker_process(tmp_path: pathlib.Path) -> Iterator[Callable[..., BrokerP
 
     def start(data_dir: pathlib.Path | str, *, broker_port: int = 0, web_port: int = 0,
               config_overrides: Mapping[str, object] | None = None,
-              extra_args: tuple[str, ...] = ()) -> BrokerProcess:
+              extra_args: tuple[str, ...] = (),
+              open_files_limit: int | None = None) -> BrokerProcess:
         n = next(counter)
         data_path = pathlib.Path(data_dir)
         args = [sys.executable, "-m", "broker", "serve", "--data-dir", str(data_path),
@@ -152,7 +167,8 @@ def run_broker_process(tmp_path: pathlib.Path) -> Iterator[Callable[..., BrokerP
         log_path = tmp_path / f"broker-process-{n}.log"
         with log_path.open("wb") as log:
             proc = subprocess.Popen(args, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-                                    env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                                    env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                                    preexec_fn=_open_files_limit(open_files_limit))
         # The started line is in a subprocess's log file: there is no event to wait on.
         with contextlib.suppress(WaitTimeout):  # reported below, with the broker's log
             wait_until(

@@ -7,7 +7,8 @@ subscriptions), ``namespaces.py`` (clusters, tenants, namespaces, delayed-delive
 policies), ``permissions.py`` (grants, tenant updates, cluster records) and ``brokers.py``
 (health check, readiness, brokers list); this module adds lookup and metrics, the error
 middleware (every error body is ``{"reason": ...}``),
-the authentication/authorization middleware (:mod:`broker.admin.auth`: 401/403), and the
+the authentication/authorization middleware (:mod:`broker.admin.auth`: 401/403), the server's
+connection guard's middleware when given (:mod:`broker.admin.listener`), and the
 event-loop lag probe, started in ``on_startup`` and stopped in ``on_cleanup``. The HTTP lookup
 answers the URLs a binary LOOKUP does (:meth:`broker.topics.service.BrokerService.urls` and
 ``lookup_url``: the advertised listener named by ``?listenerName=`` or the
@@ -36,6 +37,7 @@ from broker.admin import errors as E
 from broker.admin.auth import SECURITY_KEY, RestSecurity, auth_middleware
 from broker.admin.errors import error_middleware
 from broker.admin.facade import ADMIN_KEY, AdminFacade
+from broker.admin.listener import WebConnectionGuard
 from broker.admin.responses import facade_of, json_response
 from broker.metrics import BrokerRegistry, create_registry, exposition
 from broker.metrics.lag import LoopLagProbe
@@ -84,16 +86,22 @@ def _local_host(request: web.Request) -> str | None:
 
 def create_app(service: BrokerService, *, lag_probe_interval_s: float = 0.5,
                authentication: AuthenticationService | None = None,
-               authorization: AuthorizationService | None = None) -> web.Application:
+               authorization: AuthorizationService | None = None,
+               web_guard: WebConnectionGuard | None = None) -> web.Application:
     """The admin/lookup/metrics application for ``service`` (see module docstring).
 
-    *authentication*/*authorization* default to disabled ones (every request allowed)."""
+    *authentication*/*authorization* default to disabled ones (every request allowed).
+    *web_guard*: the server's connection guard, told by its middleware (the first) when a
+    request head arrived whole."""
     if authentication is None:
         authentication = AuthenticationService(
             enabled=False, anonymous_user_role=service.config.anonymous_user_role)
     if authorization is None:
         authorization = AuthorizationService(service, enabled=False)
-    app = web.Application(middlewares=[error_middleware, auth_middleware])
+    middlewares = [error_middleware, auth_middleware]
+    if web_guard is not None:
+        middlewares.insert(0, web_guard.middleware)
+    app = web.Application(middlewares=middlewares)
     app[SECURITY_KEY] = RestSecurity(
         authentication, authorization,
         authenticate_metrics=service.config.authenticate_metrics_endpoint)

@@ -19,7 +19,9 @@ from broker.metrics.collector import (
     create_registry,
     exposition,
 )
+from broker.metrics.connection_families import attach_connection_figures
 from broker.metrics.lag import LoopLagProbe
 
-__all__ = ["BrokerRegistry", "HoraeCollector", "LoopLagProbe", "attach_publish_buffer",
+__all__ = ["BrokerRegistry", "HoraeCollector", "LoopLagProbe", "attach_connection_figures",
+           "attach_publish_buffer",
            "collect_families", "create_registry", "exposition"]

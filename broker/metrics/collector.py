@@ -29,7 +29,9 @@ Rules:
    (``horae_event_loop_lag_seconds``) in :mod:`broker.metrics.lag`.
 5. ``horae_publish_buffer_throttled_total{cluster}`` comes from the publish buffer the server
    attaches (:func:`attach_publish_buffer`), ``horae_delayed_cancel_journal_failures_total``
-   from the bucket trackers (per topic, or per namespace).
+   from the bucket trackers (per topic, or per namespace); the listeners' families
+   (``horae_connection_output_paused_total``, ``horae_http_*``) from
+   :mod:`broker.metrics.connection_families`.
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
 
+from broker.metrics.connection_families import connection_families
 from broker.metrics.delayed_index import BUCKET_GAUGES, BucketOps, index_gauges
 from broker.metrics.exposition import (
     NS_LABELS,
@@ -252,6 +255,7 @@ class HoraeCollector(Collector):
                 labels=["cluster"])
             throttled.add_metric([config.cluster_name], float(buffer.throttled_times))
             yield throttled
+        yield from connection_families(self.service, config.cluster_name)
         if self.lag_probe is not None:
             yield from loop_lag_families(self.lag_probe)
 

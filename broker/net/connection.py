@@ -23,8 +23,13 @@ Theory of operation
 4. Back-pressure on publishers belongs to :class:`broker.net.throttle.ReadThrottle`: past
    ``maxPendingPublishRequestsPerConnection`` unanswered SENDs, or while the broker-wide
    :class:`broker.net.throttle.PublishBuffer` (``maxMessagePublishBufferSizeInMB``) is full,
-   the transport stops reading. Back-pressure from the peer: ``writes_paused`` mirrors the transport's pause_writing /
-   resume_writing, and the consumer side is told when writing may resume.
+   the transport stops reading. Back-pressure from the peer: the transport's write buffer has
+   the water marks ``pulsarChannelWriteBufferHighWaterMark`` / ``LowWaterMark``;
+   ``writes_paused`` mirrors its pause_writing / resume_writing, so dispatchers send nothing
+   more to this connection's consumers while it is set, and the consumer side is told when
+   writing may resume. With ``pulsarChannelPauseReceivingRequestsIfUnwritable`` the connection
+   is not read either meanwhile (:meth:`ReadThrottle.output_full`): a peer that never reads
+   cannot make the broker queue answers (PONGs, receipts) without limit.
 5. The connection is owned by the server (:class:`broker.server.BrokerServer`), which it tells
    when it opens and closes (:class:`ConnectionOwner`); the server drives keep-alive (one
    timer for all connections) through :meth:`keepalive_tick`, and credential refresh through
@@ -60,7 +65,7 @@ from broker.net.states import (
     request_id_of,
     unexpected,
 )
-from broker.net.throttle import PublishBuffer, ReadThrottle
+from broker.net.throttle import OutputPauses, PublishBuffer, ReadThrottle
 from broker.topics.producer import Producer
 from broker.topics.service import BrokerService
 from protocol import commands as C
@@ -90,7 +95,8 @@ class ServerConnection(asyncio.Protocol):
     def __init__(self, service: BrokerService, owner: ConnectionOwner,
                  security: ConnectionSecurity | None = None, *,
                  tables: StateTables | None = None,
-                 publish_buffer: PublishBuffer | None = None) -> None:
+                 publish_buffer: PublishBuffer | None = None,
+                 output_pauses: OutputPauses | None = None) -> None:
         self.service = service
         self._owner = owner
         self.config = service.config
@@ -112,11 +118,16 @@ class ServerConnection(asyncio.Protocol):
         self._decoder = FrameDecoder(self.config.max_message_size + FRAME_PADDING)
         self._transport: asyncio.Transport | None = None
         self._out: list[bytes] = []
+        self._out_bytes = 0
+        self._out_limit = self.config.pulsar_channel_write_buffer_high_water_mark
         self._flush_scheduled = False
         self._writes_paused = False
         self.throttle = ReadThrottle(
             publish_buffer if publish_buffer is not None else PublishBuffer(0),
-            self.config.max_pending_publish_requests_per_connection, self._reading_resumed)
+            self.config.max_pending_publish_requests_per_connection, self._reading_resumed,
+            output_pauses)
+        self._pause_reads_when_unwritable = \
+            self.config.pulsar_channel_pause_receiving_requests_if_unwritable
         self.producers_creating: set[int] = set()  # PRODUCER requests in flight
         self._consumer_side: ConsumerSide | None = None
         self._requests = RequestTasks(self.loop, self.write, lambda: self.remote_address)
@@ -162,6 +173,10 @@ class ServerConnection(asyncio.Protocol):
         if ssl_object is not None:
             self.peer_certificate = ssl_object.getpeercert(binary_form=True)
         self.connected_since_ms = int(time.time() * 1000)
+        if self._transport is not None:
+            self._transport.set_write_buffer_limits(
+                high=self.config.pulsar_channel_write_buffer_high_water_mark,
+                low=self.config.pulsar_channel_write_buffer_low_water_mark)
         self.throttle.attach(transport)  # type: ignore[arg-type,unused-ignore]
         self.handshake.start_timer(self.loop)
         self._owner.connection_opened(self)
@@ -234,6 +249,7 @@ class ServerConnection(asyncio.Protocol):
         self.is_closed = True
         self.state = ConnState.CLOSED
         self._out.clear()
+        self._out_bytes = 0
         self.handshake.stop_timer()
         self.throttle.detach()
         self._owner.connection_closed(self)
@@ -251,9 +267,13 @@ class ServerConnection(asyncio.Protocol):
 
     def pause_writing(self) -> None:
         self._writes_paused = True
+        if self._pause_reads_when_unwritable:
+            self.throttle.output_full(True)
 
     def resume_writing(self) -> None:
         self._writes_paused = False
+        if self._pause_reads_when_unwritable:
+            self.throttle.output_full(False)
         if self._consumer_side is not None:
             self._consumer_side.on_writable()
 
@@ -270,11 +290,17 @@ class ServerConnection(asyncio.Protocol):
         for the flush; frames written after it in the same iteration are queued and go out
         together in the flush scheduled by the first, so a burst costs at most two writes.
         Invariant: ``_out`` is non-empty only while a flush is scheduled (frames stay in order).
+        Queued frames count as unsent output: past the high water mark they go to the transport
+        at once, so its pause_writing (and the pause of reading) comes while the burst is
+        being made, not after it (one event-loop turn may read a socket many times).
         """
         if self.is_closed:
             return
         if self._flush_scheduled:
             self._out.append(data)
+            self._out_bytes += len(data)
+            if self._out_bytes >= self._out_limit:
+                self._write_out()
             return
         self._flush_scheduled = True
         self.loop.call_soon(self._flush)
@@ -284,7 +310,11 @@ class ServerConnection(asyncio.Protocol):
 
     def _flush(self) -> None:
         self._flush_scheduled = False
+        self._write_out()
+
+    def _write_out(self) -> None:
         out = self._out
+        self._out_bytes = 0
         if not out or self._transport is None or self._transport.is_closing():
             out.clear()
             return

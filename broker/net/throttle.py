@@ -3,7 +3,7 @@
 Theory of operation
 -------------------
 Pulsar never refuses a SEND for being one too many; it stops reading the socket (Netty
-autoread off) and lets TCP push back on the client. Two limits, with Pulsar's names:
+autoread off) and lets TCP push back on the client. Three limits, with Pulsar's names:
 
 * ``maxPendingPublishRequestsPerConnection`` (per connection): once that many SENDs wait for
   their receipt, the connection is not read; reading resumes when half are answered.
@@ -11,13 +11,21 @@ autoread off) and lets TCP push back on the client. Two limits, with Pulsar's na
   Horae has one event loop): once the bytes of SENDs received and not yet answered reach it,
   *every* connection stops being read; all resume when the total falls below half. ``<= 0``
   disables it (Pulsar's ``-1``).
+* ``pulsarChannelWriteBufferHighWaterMark`` / ``LowWaterMark`` with
+  ``pulsarChannelPauseReceivingRequestsIfUnwritable`` (per connection, PIP-434): once the
+  connection's unsent output passes the high water mark (the transport calls
+  ``pause_writing``), it is not read until the output drains below the low water mark
+  (``resume_writing``). A peer that sends and never reads (a PING flood, a producer that never
+  reads its receipts) then costs at most the high water mark plus the answers to one socket
+  read: what was already read is still answered, in order, and goes out when the peer reads.
+  The broker-wide :class:`OutputPauses` counts these pauses for the metrics.
 
 :class:`PublishBuffer` is the broker-wide account, owned by the server
 (:class:`broker.server.BrokerServer`), one per broker. :class:`ReadThrottle` is one
 connection's account, owned by its :class:`broker.net.connection.ServerConnection`; the
 connection calls :meth:`ReadThrottle.attach` once it has a transport, :meth:`started` /
 :meth:`finished` for every SEND taken / answered, and :meth:`detach` exactly once when it is
-lost. A connection is read iff neither limit holds it (two independent reasons, as Pulsar's
+lost. A connection is read iff no limit holds it (independent reasons, as Pulsar's
 ServerCnxThrottleTracker counts them). Invariant: the buffer's ``pending_bytes`` is the sum of
 its attached throttles' ``pending_bytes``; a detached throttle hands its bytes back at once
 (the SENDs of a lost connection never hold the broker's reads), and its later answers touch
@@ -29,7 +37,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
-__all__ = ["PublishBuffer", "ReadThrottle", "Reader"]
+__all__ = ["OutputPauses", "PublishBuffer", "ReadThrottle", "Reader"]
 
 _MB = 1024 * 1024
 
@@ -75,12 +83,21 @@ class PublishBuffer:
                 member.buffer_throttled(False)
 
 
+class OutputPauses:
+    """Broker-wide figures of connections not read because their output is full (metrics)."""
+
+    def __init__(self) -> None:
+        self.paused_times = 0  # how often a connection stopped being read for it (a counter)
+        self.paused_connections = 0  # connections not read for it now (a gauge)
+
+
 class ReadThrottle:
     """One connection's pending SENDs (count and bytes) and whether it is read."""
 
     def __init__(self, buffer: PublishBuffer, max_pending_requests: int,
-                 on_resume: Callable[[], None]) -> None:
+                 on_resume: Callable[[], None], output_pauses: OutputPauses | None = None) -> None:
         self._buffer = buffer
+        self._output_pauses = output_pauses if output_pauses is not None else OutputPauses()
         self._max_requests = max_pending_requests
         self._resume_requests = max_pending_requests // 2
         self._on_resume = on_resume
@@ -88,6 +105,7 @@ class ReadThrottle:
         self._attached = False
         self._by_requests = False
         self._by_buffer = False
+        self._by_output = False
         self.pending_requests = 0
         self.pending_bytes = 0
         self.paused = False
@@ -106,6 +124,9 @@ class ReadThrottle:
         self._attached = False
         self._reader = None
         self._buffer.leave(self)
+        if self._by_output:
+            self._by_output = False
+            self._output_pauses.paused_connections -= 1
         held, self.pending_bytes = self.pending_bytes, 0
         if held:
             self._buffer.release(held)
@@ -134,8 +155,26 @@ class ReadThrottle:
             self._by_buffer = throttled
             self._update()
 
+    def output_full(self, full: bool) -> None:
+        """The connection's unsent output passed the high water mark (True) or drained below
+        the low one (False): the transport's pause_writing / resume_writing."""
+        if self._by_output is full or not self._attached:
+            return
+        self._by_output = full
+        pauses = self._output_pauses
+        if full:
+            pauses.paused_times += 1
+            pauses.paused_connections += 1
+        else:
+            pauses.paused_connections -= 1
+        self._update()
+
+    @property
+    def output_paused(self) -> bool:
+        return self._by_output
+
     def _update(self) -> None:
-        paused = self._by_requests or self._by_buffer
+        paused = self._by_requests or self._by_buffer or self._by_output
         if paused is self.paused:
             return
         self.paused = paused

@@ -50,6 +50,9 @@ class FakeTransport:
     def resume_reading(self) -> None:
         self.reading = True
 
+    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
+        pass
+
     def get_extra_info(self, name: str, default: Any = None) -> Any:
         return {"peername": ("127.0.0.1", 5000), "sockname": ("127.0.0.1", 6650)}.get(name, default)
 
