@@ -41,5 +41,6 @@ def test_security_quick_start_uses_the_venv_commands_and_says_to_stop_the_first_
             if re.match(r"\s*(horae|horae-admin)\s", line)]
     assert bare == []
     assert ".venv/bin/horae serve" in quick
-    assert "LOCK" in quick
+    assert "6650/8080" in quick                    # why the first broker must stop
+    assert "mkdir -p secure-demo && cd secure-demo" in quick   # its files stay out of the checkout
     assert "pulsar.Timeout" in security
