@@ -80,10 +80,11 @@ def _unload(broker: Any, topic: str) -> None:
 
 @pytest.mark.parametrize("connections", [1, 5])
 @pytest.mark.parametrize("schema", [False, True])
+@pytest.mark.parametrize("domain", ["persistent", "non-persistent"])
 def test_producer_burst_on_an_unloaded_topic_admits_exactly_the_limit(
-        broker_factory: Callable[..., Any], connections: int, schema: bool) -> None:
+        broker_factory: Callable[..., Any], connections: int, schema: bool, domain: str) -> None:
     broker = broker_factory(config_overrides={"maxProducersPerTopic": LIMIT})
-    topic = f"persistent://public/default/producer-burst-{connections}-{schema}"
+    topic = f"{domain}://public/default/producer-burst-{connections}-{schema}"
     assert _producer_burst(broker.service_url, topic, connections, schema=schema) == Counter({
         "PRODUCER_SUCCESS": LIMIT,
         "ProducerBusy: Topic reached max producers limit": BURST - LIMIT})
