@@ -8,7 +8,9 @@ valid UTF-8. upb hands out a proto2 string field holding invalid UTF-8 as *bytes
 that can carry a string get a walk over their set fields, which skips sub-messages that cannot
 hold one (an ACK's MessageIdData), so that the broker only ever sees ``str``. The SEND hot path
 proves its required fields from the serialized bytes with one regex (:data:`send_is_complete`)
-instead. Every violation raises :class:`~protocol.errors.MalformedFrameError`. Used by
+instead. Every violation raises :class:`~protocol.errors.MalformedFrameError`; a ``type``
+number the proto does not declare (protobuf keeps it among the unknown fields) raises its
+subclass :class:`~protocol.errors.UnknownCommandTypeError`, naming the number. Used by
 :class:`protocol.frames.FrameDecoder`; sans-IO.
 """
 
@@ -19,11 +21,12 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Final
 
+from google.protobuf import unknown_fields
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import DecodeError, Message
 
 from protocol import pulsar_pb as pb
-from protocol.errors import MalformedFrameError
+from protocol.errors import MalformedFrameError, UnknownCommandTypeError
 
 #: BaseCommand.Type value -> name of the sub-message field that must accompany it (Pulsar numbers
 #: each sub-message field after its type, so the descriptor gives the map). The one such map:
@@ -111,7 +114,10 @@ def validate_command(cmd: pb.BaseCommand) -> None:
     """Rule 3 on a parsed command; raises MalformedFrameError."""
     if not cmd.HasField("type"):
         # An unknown enum value of a proto2 field lands in the unknown fields: type unset.
-        raise MalformedFrameError("command has no type or an unknown command type")
+        type_number = _unknown_type_number(cmd)
+        if type_number is None:
+            raise MalformedFrameError("command has no type")
+        raise UnknownCommandTypeError(type_number)
     field = SUBFIELD_BY_TYPE[cmd.type]
     if not cmd.HasField(field) and cmd.type not in _OPTIONAL_SUBFIELD:
         raise MalformedFrameError(f"command of type {cmd.type} lacks its '{field}' field")
@@ -124,6 +130,18 @@ def validate_command(cmd: pb.BaseCommand) -> None:
         bad = _invalid_string_field(cmd)
         if bad is not None:
             raise MalformedFrameError(f"string field {bad} is not valid UTF-8")
+
+
+_TYPE_FIELD: Final = pb.BaseCommand.DESCRIPTOR.fields_by_name["type"].number
+_VARINT: Final = 0
+
+
+def _unknown_type_number(cmd: pb.BaseCommand) -> int | None:
+    """The ``type`` value protobuf kept among the unknown fields (not a declared command type)."""
+    for item in unknown_fields.UnknownFieldSet(cmd):
+        if item.field_number == _TYPE_FIELD and item.wire_type == _VARINT:
+            return int(item.data)
+    return None
 
 
 _from_string: Final = pb.BaseCommand.FromString

@@ -258,6 +258,40 @@ def encode_get_schema_response(
     return encode_command(cmd)
 
 
+def encode_end_txn_on_partition_response(
+    request_id: int, txnid_least_bits: int, txnid_most_bits: int, *,
+    error: ServerError | int, message: str,
+) -> bytes:
+    """END_TXN_ON_PARTITION_RESPONSE refusing the request (the broker ends no transaction)."""
+    cmd = pb.BaseCommand(type=_T.END_TXN_ON_PARTITION_RESPONSE)
+    _txn_refusal(cmd.endTxnOnPartitionResponse, request_id, txnid_least_bits, txnid_most_bits,
+                 error, message)
+    return encode_command(cmd)
+
+
+def encode_end_txn_on_subscription_response(
+    request_id: int, txnid_least_bits: int, txnid_most_bits: int, *,
+    error: ServerError | int, message: str,
+) -> bytes:
+    """END_TXN_ON_SUBSCRIPTION_RESPONSE refusing the request (the broker ends no transaction)."""
+    cmd = pb.BaseCommand(type=_T.END_TXN_ON_SUBSCRIPTION_RESPONSE)
+    _txn_refusal(cmd.endTxnOnSubscriptionResponse, request_id, txnid_least_bits,
+                 txnid_most_bits, error, message)
+    return encode_command(cmd)
+
+
+def _txn_refusal(
+    r: pb.CommandEndTxnOnPartitionResponse | pb.CommandEndTxnOnSubscriptionResponse,
+    request_id: int, txnid_least_bits: int, txnid_most_bits: int,
+    error: ServerError | int, message: str,
+) -> None:
+    r.request_id = request_id
+    r.txnid_least_bits = txnid_least_bits
+    r.txnid_most_bits = txnid_most_bits
+    r.error = int(error)  # type: ignore[assignment]
+    r.message = message
+
+
 def encode_get_or_create_schema_response(
     request_id: int,
     *,
@@ -338,6 +372,8 @@ __all__ = [
     "encode_connected",
     "encode_consumer_stats",
     "encode_consumer_stats_response",
+    "encode_end_txn_on_partition_response",
+    "encode_end_txn_on_subscription_response",
     "encode_error",
     "encode_flow",
     "encode_get_last_message_id",

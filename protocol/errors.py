@@ -103,6 +103,16 @@ class MalformedFrameError(ConnectionFatalError):
     """Lengths inside a frame are inconsistent, or its command does not parse."""
 
 
+class UnknownCommandTypeError(MalformedFrameError):
+    """A well-formed command whose ``BaseCommand.type`` this codec does not know (a command of
+    a newer protocol). Fatal where nothing can answer it; the frame decoder consumes the frame
+    and yields :class:`protocol.frames.UnknownCommand` instead, so the stream goes on."""
+
+    def __init__(self, type_number: int) -> None:
+        self.type_number = type_number
+        super().__init__(f"unknown command type {type_number}")
+
+
 # --------------------------------------------------------------------------- request-scoped
 
 

@@ -34,7 +34,10 @@ Rules, in the order they are applied:
 2. ``commandSize <= totalSize - 4`` is checked from the 8-byte header, again before the body.
 3. The command must parse as a ``BaseCommand`` whose ``type`` is known, whose required fields
    are all present, whose sub-message for that type is present (PING/PONG may omit their
-   empty one) and whose string fields are valid UTF-8. Otherwise :class:`MalformedFrameError`.
+   empty one) and whose string fields are valid UTF-8. Otherwise :class:`MalformedFrameError`,
+   except for a ``type`` number the proto does not declare (a newer protocol's command): the
+   frame is consumed whole and comes out as :class:`UnknownCommand`, which the broker can
+   answer; the stream goes on.
 4. Bytes after the command make it a payload frame: optional broker-entry metadata, optional
    magic+CRC32C, then the entry, whose ``metadataSize`` must lie within the frame.
 5. A CRC mismatch is *not* raised: ``Frame.checksum_valid`` is False and the broker answers
@@ -81,6 +84,7 @@ from protocol.errors import (
     ForeignProtocolError,
     FrameTooLargeError,
     MalformedFrameError,
+    UnknownCommandTypeError,
 )
 from protocol.framing import slot_setter
 from protocol.limits import MAX_FRAME_SIZE
@@ -102,6 +106,14 @@ class Frame:
     entry: bytes | None = None
     checksum_valid: bool | None = None
     broker_entry_metadata: bytes | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class UnknownCommand:
+    """A frame whose command type the proto does not declare (rule 3): only its number is
+    known, so no field of it (a request id) can be read."""
+
+    type_number: int
 
 
 class _Sentinel(Enum):
@@ -237,7 +249,7 @@ class FrameDecoder:
 
     def receive_frames(
         self, data: bytes | bytearray | memoryview, *, send_frames: bool = True
-    ) -> list[Frame | SendFrame]:
+    ) -> list[Frame | SendFrame | UnknownCommand]:
         """:meth:`receive_data`, then every complete frame, in one call (one per socket read).
 
         With ``send_frames`` a SEND of the usual layout comes out as a
@@ -248,7 +260,7 @@ class FrameDecoder:
         handle them, then close the connection with that error.
         """
         self.receive_data(data)
-        frames: list[Frame | SendFrame] = []
+        frames: list[Frame | SendFrame | UnknownCommand] = []
         append = frames.append
         max_size = self._max_frame_size
         next_frame = self.next_frame
@@ -283,8 +295,9 @@ class FrameDecoder:
             append(frame)
         return frames
 
-    def next_frame(self) -> Frame | NeedData:
-        """The next complete frame, or :data:`NEED_DATA`.
+    def next_frame(self) -> Frame | UnknownCommand | NeedData:
+        """The next complete frame (:class:`UnknownCommand` for an undeclared command type),
+        or :data:`NEED_DATA`.
 
         Raises a :class:`~protocol.errors.ConnectionFatalError` subclass (and keeps raising it)
         when the stream is invalid.
@@ -310,6 +323,7 @@ class FrameDecoder:
             return NEED_DATA
         command_end = pos + 8 + command_size
         raw = buf[pos + 8 : command_end]
+        frame: Frame | UnknownCommand
         try:
             try:
                 cmd: pb.BaseCommand = _from_string(raw)
@@ -344,6 +358,8 @@ class FrameDecoder:
                 frame = _new_frame(cmd, entry, crc32c(entry) == expected, None)
             else:
                 frame = _payload_frame(cmd, buf, command_end, frame_end)
+        except UnknownCommandTypeError as exc:
+            frame = UnknownCommand(exc.type_number)  # consumed whole; the stream is intact
         except ConnectionFatalError as exc:
             self._fail(exc)
             raise
@@ -410,4 +426,5 @@ def _new_frame(
     return frame
 
 
-__all__ = ["NEED_DATA", "Frame", "FrameDecoder", "NeedData", "SendFrame", "parse_command"]
+__all__ = ["NEED_DATA", "Frame", "FrameDecoder", "NeedData", "SendFrame", "UnknownCommand",
+           "parse_command"]

@@ -55,7 +55,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
 from broker.net.consumers import ConsumerSide
-from broker.net.handshake import ConnectionSecurity, Handshake
+from broker.net.handshake import NO_REQUEST_ID, ConnectionSecurity, Handshake
 from broker.net.requests import RequestTasks
 from broker.net.states import (
     TRANSITIONS,
@@ -64,6 +64,7 @@ from broker.net.states import (
     Unexpected,
     request_id_of,
     unexpected,
+    unknown_command,
 )
 from broker.net.throttle import OutputPauses, PublishBuffer, ReadThrottle
 from broker.topics.producer import Producer
@@ -71,7 +72,7 @@ from broker.topics.service import BrokerService
 from protocol import commands as C
 from protocol import pulsar_pb as pb
 from protocol.errors import RequestError, ServerError
-from protocol.frames import Frame, FrameDecoder
+from protocol.frames import Frame, FrameDecoder, UnknownCommand
 from protocol.limits import FRAME_PADDING
 from protocol.send_path import SendFrame
 
@@ -209,6 +210,11 @@ class ServerConnection(asyncio.Protocol):
                     return
                 run = []
                 run_producer = None
+            if type(frame) is UnknownCommand:
+                self._unknown_command(frame.type_number)
+                if self.is_closed:
+                    return
+                continue
             cmd = generic.command
             if cmd.type == _SEND and self._state is _CONNECTED:
                 # A SEND the fast path declined, straight to the producer (as the table's on_send).
@@ -377,6 +383,17 @@ class ServerConnection(asyncio.Protocol):
             log.warning("closing connection from %s: unexpected %s in state %s",
                         self.remote_address, name, self.state.name)
             self.close(f"unexpected {name}")
+
+    def _unknown_command(self, type_number: int) -> None:
+        """A command type the proto does not declare (rule 4 of broker/net/states.py)."""
+        action = unknown_command(self.state)
+        if action is Unexpected.ERROR:
+            self.write(C.encode_error(NO_REQUEST_ID, ServerError.NotAllowedError,
+                                      f"Command type {type_number} is not supported by this broker"))
+        elif action is Unexpected.CLOSE:
+            log.warning("closing connection from %s: unknown command type %d in state %s",
+                        self.remote_address, type_number, self.state.name)
+            self.close(f"unknown command type {type_number}")
 
     def spawn(self, coro: Awaitable[Any], request_id: int | None = None,
               on_error: Callable[[RequestError], bytes] | None = None) -> asyncio.Task[Any]:

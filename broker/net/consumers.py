@@ -26,10 +26,10 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from broker.metrics.rates import iso_ms
-from broker.net.limits import check_consumers
 from broker.net.schemas import check_consumer_schema
 from broker.net.view import ConnectionView
 from broker.subscriptions.consumer import Consumer, HashRange
+from broker.subscriptions.limits import ConsumerLimits
 from broker.subscriptions.nonpersistent import NonPersistentSubscription
 from broker.subscriptions.subscription import Subscription, tail_position, wire_position
 from broker.topics.names import TopicName
@@ -167,10 +167,6 @@ class ConsumerSide:
             cmd.subscription, durable=durable, initial_position=initial,
             start_message_id=start,
         )
-        config = self.connection.service.config
-        check_consumers(sum(len(s.consumers) for s in topic.subscriptions.values()),
-                        len(sub.consumers), config.max_consumers_per_topic,
-                        config.max_consumers_per_subscription)
         if read_compacted or not sub.consumers:
             sub.read_compacted = read_compacted
         sub_type = SubType(cmd.subType)
@@ -197,7 +193,11 @@ class ConsumerSide:
             metadata={kv.key: kv.value for kv in cmd.metadata},
             partition=partition,
         )
-        await sub.add_consumer(consumer)
+        config = self.connection.service.config
+        # The limits are decided when the consumer is appended, after every await of the
+        # subscribe (broker/subscriptions/limits.py).
+        await sub.add_consumer(consumer, ConsumerLimits(config.max_consumers_per_topic,
+                                                        config.max_consumers_per_subscription))
         if self._closed:
             sub.remove_consumer(consumer)
             return

@@ -14,7 +14,7 @@ belongs to those parts.
 from __future__ import annotations
 
 import logging
-from typing import Protocol
+from typing import Final, Protocol
 
 from broker.net import lookup, schemas
 from broker.net.consumers import ConsumerSide
@@ -23,10 +23,12 @@ from broker.net.producers import ProducerConnection, handle_close_producer, hand
 from broker.net.schemas import SchemaConnection
 from broker.topics.names import TopicName
 from protocol import commands as C
+from protocol import pulsar_pb as pb
+from protocol.command_check import SUBFIELD_BY_TYPE
 from protocol.errors import RequestError, ServerError
 from protocol.frames import Frame
 
-__all__ = ["CommandHost"]
+__all__ = ["TRANSACTIONS_DISABLED", "TRANSACTION_REQUESTS", "WATCHERS_DISABLED", "CommandHost"]
 
 log = logging.getLogger("horae.net.connection")
 
@@ -168,3 +170,68 @@ def on_get_last_message_id(conn: CommandHost, frame: Frame) -> None:
 def on_consumer_stats(conn: CommandHost, frame: Frame) -> None:
     m = frame.command.consumerStats
     conn.spawn(conn.consumer_side().handle_consumer_stats(m), m.request_id)
+
+
+# ---------------------------------------------------------------------- features not served
+#
+# Transactions and topic-list watchers: a client sends these only when its user turns the
+# feature on (a transactional client; a pattern consumer, which watches a topic list only when
+# CONNECTED advertised supports_topic_watchers, never set here). Each is answered as Pulsar's
+# ServerCnx answers it with the feature off, and the connection stays open with its producers
+# and consumers:
+#
+# - NEW_TXN, ADD_PARTITION_TO_TXN, ADD_SUBSCRIPTION_TO_TXN, END_TXN, TC_CLIENT_CONNECT_REQUEST:
+#   ERROR NotAllowedError "Transactions are not enabled." (transactionCoordinatorEnabled false:
+#   checkTransactionEnableAndSendError), which fails the client's request at once;
+# - END_TXN_ON_PARTITION, END_TXN_ON_SUBSCRIPTION (a transaction coordinator asking the broker
+#   that owns a topic to commit or abort there): their own response with the same error; no
+#   transaction can have touched a topic here;
+# - WATCH_TOPIC_LIST: ERROR NotAllowedError, TopicListService's text with
+#   enableBrokerSideSubscriptionPatternEvaluation false;
+# - WATCH_TOPIC_LIST_CLOSE: SUCCESS (Pulsar answers so whether or not the watcher exists).
+
+#: Pulsar's texts for the features turned off.
+TRANSACTIONS_DISABLED: Final = "Transactions are not enabled."
+WATCHERS_DISABLED: Final = (
+    "Unable to create topic list watcher: Evaluating subscription patterns is disabled.")
+
+
+def on_transaction_request(conn: CommandHost, frame: Frame) -> None:
+    """NEW_TXN, ADD_PARTITION_TO_TXN, ADD_SUBSCRIPTION_TO_TXN, END_TXN, TC_CLIENT_CONNECT_REQUEST."""
+    cmd = frame.command
+    request = getattr(cmd, SUBFIELD_BY_TYPE[cmd.type])
+    conn.write(C.encode_error(request.request_id, ServerError.NotAllowedError,
+                              TRANSACTIONS_DISABLED))
+
+
+def on_end_txn_on_partition(conn: CommandHost, frame: Frame) -> None:
+    m = frame.command.endTxnOnPartition
+    conn.write(C.encode_end_txn_on_partition_response(
+        m.request_id, m.txnid_least_bits, m.txnid_most_bits,
+        error=ServerError.NotAllowedError, message=TRANSACTIONS_DISABLED))
+
+
+def on_end_txn_on_subscription(conn: CommandHost, frame: Frame) -> None:
+    m = frame.command.endTxnOnSubscription
+    conn.write(C.encode_end_txn_on_subscription_response(
+        m.request_id, m.txnid_least_bits, m.txnid_most_bits,
+        error=ServerError.NotAllowedError, message=TRANSACTIONS_DISABLED))
+
+
+def on_watch_topic_list(conn: CommandHost, frame: Frame) -> None:
+    conn.write(C.encode_error(frame.command.watchTopicList.request_id,
+                              ServerError.NotAllowedError, WATCHERS_DISABLED))
+
+
+def on_watch_topic_list_close(conn: CommandHost, frame: Frame) -> None:
+    conn.write(C.encode_success(frame.command.watchTopicListClose.request_id))
+
+
+#: The transaction commands a client sends (each has a ``request_id``).
+TRANSACTION_REQUESTS: Final = (
+    pb.BaseCommand.NEW_TXN,
+    pb.BaseCommand.ADD_PARTITION_TO_TXN,
+    pb.BaseCommand.ADD_SUBSCRIPTION_TO_TXN,
+    pb.BaseCommand.END_TXN,
+    pb.BaseCommand.TC_CLIENT_CONNECT_REQUEST,
+)

@@ -249,6 +249,12 @@ class Handshake:
         self._check(lambda role: self._authz.require_lookup(
             topic, role, partitioned_metadata=partitioned_metadata))
 
+    def require_get_schema(self, topic: str) -> None:
+        self._check(lambda role: self._authz.require_get_schema(topic, role))
+
+    def require_get_or_create_schema(self, topic: str) -> None:
+        self._check(lambda role: self._authz.require_get_or_create_schema(topic, role))
+
     def require_namespace_lookup(self, namespace: str) -> None:
         role = self.role_name
         authz = self._authz

@@ -1,5 +1,4 @@
-"""Limits with Pulsar's names: connections per broker and per IP, producers and consumers per
-topic and per subscription.
+"""Connection limits with Pulsar's names: connections per broker and per IP.
 
 Theory of operation
 -------------------
@@ -10,34 +9,17 @@ connection is closed at once without a reply, as Pulsar's ConnectionController d
 command is possible before CONNECT). ``0`` means no limit. Counts are plain integers on the
 event loop; nothing here blocks or allocates per byte.
 
-:func:`check_producers` and :func:`check_consumers` are called by the PRODUCER and SUBSCRIBE
-handlers before a producer or consumer is attached (``maxProducersPerTopic``,
-``maxConsumersPerTopic``, ``maxConsumersPerSubscription``; 0 = no limit) and raise Pulsar's
-errors: ProducerBusy "Topic reached max producers limit", ConsumerBusy "Topic reached max
-consumers limit" / "Subscription reached max consumers limit". The request fails; the
-connection stays.
+The producer and consumer limits (``maxProducersPerTopic``, ``maxConsumersPerTopic``,
+``maxConsumersPerSubscription``) are decided where a producer or consumer is registered, in
+the same event-loop step: :meth:`broker.topics.access_modes.ProducerAdmission.add` and
+:mod:`broker.subscriptions.limits`.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 
-from protocol.errors import ConsumerBusyError, ProducerBusyError
-
-__all__ = ["ConnectionLimiter", "check_consumers", "check_producers"]
-
-
-def check_producers(current: int, limit: int) -> None:
-    if 0 < limit <= current:
-        raise ProducerBusyError("Topic reached max producers limit")
-
-
-def check_consumers(on_topic: int, on_subscription: int, per_topic: int,
-                    per_subscription: int) -> None:
-    if 0 < per_topic <= on_topic:
-        raise ConsumerBusyError("Topic reached max consumers limit")
-    if 0 < per_subscription <= on_subscription:
-        raise ConsumerBusyError("Subscription reached max consumers limit")
+__all__ = ["ConnectionLimiter"]
 
 
 class ConnectionLimiter:

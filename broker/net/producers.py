@@ -22,7 +22,6 @@ from __future__ import annotations
 from typing import Protocol
 
 from broker.net.handshake import Handshake
-from broker.net.limits import check_producers
 from broker.net.schemas import producer_schema
 from broker.net.view import ConnectionView
 from broker.topics.access_modes import Admission
@@ -102,7 +101,8 @@ async def create_producer(connection: ProducerConnection, m: pb.CommandProducer)
     service.publish_refusals.check_producer()
     topic = await service.get_any_topic(name.full,
                                         create=service.config.allow_auto_topic_creation)
-    check_producers(len(topic.producers), service.config.max_producers_per_topic)
+    max_producers = service.config.max_producers_per_topic
+    topic.admission.check_limit(max_producers)  # early, before the work; add_producer decides
     user_provided = m.HasField("producer_name") and m.producer_name != ""
     pname = m.producer_name if user_provided else service.generate_producer_name()
     access_mode = int(m.producer_access_mode) if m.HasField("producer_access_mode") else pb.Shared
@@ -116,7 +116,8 @@ async def create_producer(connection: ProducerConnection, m: pb.CommandProducer)
                         user_provided, metadata, int(m.epoch))
     topic.dedup.attach(producer)
     requested_epoch = int(m.topic_epoch) if m.HasField("topic_epoch") else None
-    if topic.add_producer(producer, requested_epoch) is Admission.QUEUE:
+    if topic.add_producer(producer, requested_epoch,
+                          max_producers=max_producers) is Admission.QUEUE:
         topic.admission.queue(producer, int(m.request_id), schema_version)
         connection.waiting_producers[producer.producer_id] = producer
         connection.write(C.encode_producer_success(m.request_id, pname, -1, schema_version,

@@ -9,6 +9,10 @@ service's :class:`broker.topics.schemas.SchemaRegistry` and the strategy in forc
 (:class:`broker.topics.schema_compat.SchemaIncompatible`) become IncompatibleSchema errors with
 the registry's reason.
 
+GET_SCHEMA needs lookup permission on the topic (produce or consume) and GET_OR_CREATE_SCHEMA
+produce permission (:class:`broker.net.handshake.Handshake`): a refusal is the command's own
+response with ``AuthorizationError``, answered before anything is read or registered.
+
 Pulsar's rules: a producer without a schema is accepted on any topic (schema validation is not
 enforced) and gets no version; a producer with one gets the version of that schema, added if it
 is new and compatible. A consumer with a schema adds it only to an idle topic without schema
@@ -20,7 +24,9 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from broker.net.handshake import Handshake
 from broker.net.view import ConnectionView
+from broker.topics.names import TopicName
 from broker.topics.nonpersistent import NonPersistentTopic
 from broker.topics.schemas import (
     SchemaIncompatible,
@@ -45,6 +51,9 @@ class SchemaConnection(ConnectionView, Protocol):
 
     @property
     def service(self) -> BrokerService: ...
+
+    @property
+    def handshake(self) -> Handshake: ...
 
 
 async def producer_schema(service: BrokerService, topic: Topic | NonPersistentTopic,
@@ -86,6 +95,13 @@ async def check_consumer_schema(service: BrokerService, topic: Topic | NonPersis
 
 async def get_schema(connection: SchemaConnection, m: pb.CommandGetSchema) -> None:
     rid = int(m.request_id)
+    try:
+        connection.handshake.require_get_schema(TopicName.parse(m.topic).full)
+        sid = schema_id(m.topic)
+    except RequestError as exc:
+        connection.write(C.encode_get_schema_response(rid, error_code=exc.code,
+                                                      error_message=exc.message))
+        return
     version: int | None = None
     if m.HasField("schema_version"):
         version = decode_version(bytes(m.schema_version))
@@ -93,12 +109,6 @@ async def get_schema(connection: SchemaConnection, m: pb.CommandGetSchema) -> No
             connection.write(C.encode_get_schema_response(
                 rid, error_code=ServerError.TopicNotFound, error_message=NO_SCHEMA))
             return
-    try:
-        sid = schema_id(m.topic)
-    except RequestError as exc:
-        connection.write(C.encode_get_schema_response(rid, error_code=exc.code,
-                                                      error_message=exc.message))
-        return
     entry = await connection.service.schemas.get(sid, version)
     if entry is None:
         connection.write(C.encode_get_schema_response(
@@ -113,7 +123,9 @@ async def get_or_create_schema(connection: SchemaConnection,
                                m: pb.CommandGetOrCreateSchema) -> None:
     rid = int(m.request_id)
     try:
-        topic = await connection.service.get_any_topic(m.topic, create=False)
+        name = TopicName.parse(m.topic)
+        connection.handshake.require_get_or_create_schema(name.full)
+        topic = await connection.service.get_any_topic(name.full, create=False)
         version = await producer_schema(connection.service, topic, m.schema)
     except RequestError as exc:
         connection.write(C.encode_get_or_create_schema_response(

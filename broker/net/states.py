@@ -16,14 +16,19 @@ A pair missing from the table is a protocol violation (:func:`unexpected`):
 1. in CONNECTING and AUTHENTICATING the connection is closed, because no reply is possible
    before CONNECTED;
 2. in CONNECTED a command carrying a ``request_id`` gets ERROR NotAllowedError and the
-   connection stays open (the peer asked something we do not serve, e.g. a transaction);
-   one without a request id (e.g. a broker-to-client command such as
-   SEND_RECEIPT or MESSAGE, or a second CONNECT) closes the connection, since nothing could
-   be answered;
-3. in CLOSED the frame is dropped.
+   connection stays open (the peer asked something we do not serve); one without a request
+   id (e.g. a broker-to-client command such as SEND_RECEIPT or MESSAGE, or a second CONNECT)
+   closes the connection, since nothing could be answered;
+3. in CLOSED the frame is dropped;
+4. a command type the proto does not declare (a newer protocol's command, decoded as
+   :class:`protocol.frames.UnknownCommand`) is never in the table: :func:`unknown_command`
+   answers it in CONNECTED with ERROR NotAllowedError and request id -1 (no field of an
+   undeclared command can be read) and keeps the connection; before CONNECTED it closes it,
+   in CLOSED it is dropped.
 
-Handlers are the functions of :mod:`broker.net.handlers`, called with the connection and the
-decoded frame; a test walks every (state, command type) pair.
+Handlers are the functions of :mod:`broker.net.handlers` (among them the answers to the
+transaction and topic-list-watcher commands, as Pulsar's with those features off), called
+with the connection and the decoded frame; a test walks every (state, command type) pair.
 """
 
 from __future__ import annotations
@@ -50,6 +55,7 @@ __all__ = [
     "request_id_of",
     "subcommand_field",
     "unexpected",
+    "unknown_command",
 ]
 
 T = pb.BaseCommand
@@ -108,6 +114,11 @@ TRANSITIONS: Final = MappingProxyType({
     (_C, T.CLOSE_CONSUMER): _t(H.on_close_consumer),
     (_C, T.GET_LAST_MESSAGE_ID): _t(H.on_get_last_message_id),
     (_C, T.CONSUMER_STATS): _t(H.on_consumer_stats),
+    **{(_C, t): _t(H.on_transaction_request) for t in H.TRANSACTION_REQUESTS},
+    (_C, T.END_TXN_ON_PARTITION): _t(H.on_end_txn_on_partition),
+    (_C, T.END_TXN_ON_SUBSCRIPTION): _t(H.on_end_txn_on_subscription),
+    (_C, T.WATCH_TOPIC_LIST): _t(H.on_watch_topic_list),
+    (_C, T.WATCH_TOPIC_LIST_CLOSE): _t(H.on_watch_topic_list_close),
 })
 """Every accepted (state, BaseCommand.Type) pair."""
 
@@ -143,3 +154,12 @@ def unexpected(state: ConnState, cmd: pb.BaseCommand) -> Unexpected:
     if state is ConnState.CONNECTING or state is ConnState.AUTHENTICATING:
         return Unexpected.CLOSE
     return Unexpected.ERROR if request_id_of(cmd) is not None else Unexpected.CLOSE
+
+
+def unknown_command(state: ConnState) -> Unexpected:
+    """The action for a command type the proto does not declare (rule 4)."""
+    if state is ConnState.CLOSED:
+        return Unexpected.DROP
+    if state is ConnState.CONNECTED:
+        return Unexpected.ERROR
+    return Unexpected.CLOSE

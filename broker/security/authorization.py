@@ -25,7 +25,9 @@ Rules, as Pulsar's ``AuthorizationService`` + ``PulsarAuthorizationProvider``:
 5. Consuming also needs the subscription: when ``subscription_auth_roles`` lists roles for a
    subscription, only those roles may use it; with ``subscription_auth_mode`` ``Prefix`` the
    subscription name must start with the role.
-6. Lookup is allowed to whoever may produce or consume. A refused PARTITIONED_METADATA on a
+6. Lookup is allowed to whoever may produce or consume; so is reading a topic's schema
+   (GET_SCHEMA), while registering one (GET_OR_CREATE_SCHEMA) needs produce, as a PRODUCER
+   carrying that schema would. A refused PARTITIONED_METADATA on a
    tenant that does not exist answers TopicNotFound "Tenant or namespace or topic does not
    exist: <tenant/ns>" (Pulsar's tenant-admin check fails with 404 there, and its
    ServerCnx maps that to TopicNotFound), so a client learns the topic cannot exist.
@@ -64,6 +66,8 @@ NOT_AUTHORIZED_PRODUCE = "Client is not authorized to Publish"
 NOT_AUTHORIZED_SUBSCRIBE = "Client is not authorized to subscribe"
 NOT_AUTHORIZED_LOOKUP = "Client is not authorized to Perform Lookup"
 NOT_AUTHORIZED_PARTITIONED_METADATA = "Client is not authorized to Get Partition Metadata"
+NOT_AUTHORIZED_GET_SCHEMA = "Client is not authorized to GetSchema"
+NOT_AUTHORIZED_GET_OR_CREATE_SCHEMA = "Client is not authorized to GetOrCreateSchema"
 #: Pulsar's REST 403 text for tenant/namespace administration.
 NOT_TENANT_ADMIN = "Don't have permission to administrate resources on this tenant"
 NOT_SUPER_USER = "This operation requires super-user access"
@@ -359,6 +363,14 @@ class AuthorizationService:
                 raise TopicNotFoundError(f"Tenant or namespace or topic does not exist: {namespace}")
             raise AuthorizationError(
                 NOT_AUTHORIZED_PARTITIONED_METADATA if partitioned_metadata else NOT_AUTHORIZED_LOOKUP)
+
+    def require_get_schema(self, topic: str, role: str) -> None:
+        if not self.can_lookup(topic, role):
+            raise AuthorizationError(NOT_AUTHORIZED_GET_SCHEMA)
+
+    def require_get_or_create_schema(self, topic: str, role: str) -> None:
+        if not self.can_produce(topic, role):
+            raise AuthorizationError(NOT_AUTHORIZED_GET_OR_CREATE_SCHEMA)
 
     def require_tenant_admin(self, tenant: str, role: str) -> None:
         if not self.is_tenant_admin(tenant, role):

@@ -33,6 +33,7 @@ from typing import Any, Protocol
 
 from broker.metrics.rates import RateMeter
 from broker.subscriptions.consumer import Consumer
+from broker.subscriptions.limits import NO_CONSUMER_LIMITS, ConsumerLimits
 from broker.subscriptions.selectors import ConsistentHashingSelector, StickyRangeSelector
 from protocol import pulsar_pb as pb
 from protocol.errors import ConsumerBusyError, MetadataError, NotAllowedError, ServiceNotReadyError
@@ -64,6 +65,10 @@ class SubscriptionOwner(Protocol):
     def partition_index(self) -> int: ...
 
     def forget_subscription(self, sub: NonPersistentSubscription) -> None: ...
+
+    def consumer_count(self) -> int:
+        """Consumers attached to all the topic's subscriptions (``maxConsumersPerTopic``)."""
+        ...
 
 
 class NonPersistentSubscription:
@@ -101,9 +106,11 @@ class NonPersistentSubscription:
 
     # ------------------------------------------------------------------ consumers
 
-    async def add_consumer(self, consumer: Consumer) -> None:
+    async def add_consumer(self, consumer: Consumer,
+                           limits: ConsumerLimits = NO_CONSUMER_LIMITS) -> None:
         if self.closed:
             raise ServiceNotReadyError(f"Subscription {self.name} is closed")
+        limits.check(self.topic.consumer_count, len(self.consumers))
         if self.consumers:
             if consumer.sub_type != self.sub_type:
                 raise ConsumerBusyError("Subscription is of different type")

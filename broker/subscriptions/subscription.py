@@ -52,6 +52,7 @@ from broker.subscriptions.dispatchers.cursors import (
     wire_position,
 )
 from broker.subscriptions.expiry import ExpiryCounters
+from broker.subscriptions.limits import NO_CONSUMER_LIMITS, ConsumerLimits
 from broker.subscriptions.resets import CursorResets
 from broker.subscriptions.revision import RevisionController
 from protocol.errors import (
@@ -95,6 +96,10 @@ class TopicContext(Protocol):
     def compacted_out(self, pos: Position) -> bool: ...
 
     async def delete_subscription(self, name: str, *, force: bool = False) -> None: ...
+
+    def consumer_count(self) -> int:
+        """Consumers attached to all the topic's subscriptions (``maxConsumersPerTopic``)."""
+        ...
 
 
 class Subscription:
@@ -226,23 +231,25 @@ class Subscription:
 
     # ------------------------------------------------------------------ consumers
 
-    async def add_consumer(self, consumer: Consumer) -> None:
+    async def add_consumer(self, consumer: Consumer,
+                           limits: ConsumerLimits = NO_CONSUMER_LIMITS) -> None:
         """Attach a consumer; raises ConsumerBusy / ConsumerAssignError like Pulsar.
 
         A subscribe waits for a running reset to end (it is admitted against the state after
         it); the attach itself runs in the loop step that ends the type switch or rewind it may
-        need, so no other subscribe or read sees the subscription in between."""
+        need, so no other subscribe or read sees the subscription in between. The admission
+        (state, *limits*, type) is checked again in that step."""
         await self.revisions.wait_idle()
-        self._check_admission(consumer)
+        self._check_admission(consumer, limits)
         dispatcher = self.dispatcher
         if dispatcher is None:
             self.dispatcher = self._new_dispatcher(consumer)
         elif not self.consumers and self._needs_new_dispatcher(consumer):
             await self.resets.switch_dispatcher(self._new_dispatcher(consumer))
-            self._check_admission(consumer)  # another subscribe may have won during the await
+            self._check_admission(consumer, limits)  # another subscribe may have won meanwhile
         elif not self.consumers and self._needs_rewind(dispatcher):
             await self.resets.rewind()
-            self._check_admission(consumer)
+            self._check_admission(consumer, limits)
         dispatcher = self.dispatcher
         assert dispatcher is not None
         if isinstance(dispatcher, KeySharedDispatcher):
@@ -252,10 +259,11 @@ class Subscription:
         self.consumers.append(consumer)
         dispatcher.add_consumer(consumer)
 
-    def _check_admission(self, consumer: Consumer) -> None:
+    def _check_admission(self, consumer: Consumer, limits: ConsumerLimits) -> None:
         if self.closed:
             # The topic is being unloaded or deleted: the client retries (ServiceNotReady).
             raise ServiceNotReadyError(f"Subscription {self.name} is closed")
+        limits.check(self.topic.consumer_count, len(self.consumers))
         if not self.consumers:
             return
         if consumer.sub_type != self.sub_type:

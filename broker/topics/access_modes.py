@@ -133,7 +133,11 @@ class ProducerAdmission:
 
     *success* builds the PRODUCER_SUCCESS of a producer that holds the topic (the topic knows
     its sequence state); *accepting* says whether the topic may still take a producer (a
-    waiter is not promoted onto a closing topic); *full* names the topic in logs."""
+    waiter is not promoted onto a closing topic); *full* names the topic in logs.
+
+    ``maxProducersPerTopic`` is decided in :meth:`add`, in the step that registers the
+    producer: a check made before the PRODUCER's awaits (topic load, sequence recovery,
+    schema) would let a burst that waited together pass it together."""
 
     def __init__(self, full: str, success: SuccessFrame, accepting: Callable[[], bool]) -> None:
         self.full = full
@@ -150,10 +154,17 @@ class ProducerAdmission:
         """WaitForExclusive producers queued for the topic (stats ``waitingPublishers``)."""
         return len(self._waiters)
 
-    def add(self, producer: Producer, requested_epoch: int | None) -> Admission:
-        """Attach *producer* by its access mode; returns NOW/FENCE_OTHERS when it is
-        attached, QUEUE when the caller must queue it (:meth:`queue`). Raises
-        ProducerBusyError / ProducerFencedError."""
+    def check_limit(self, max_producers: int) -> None:
+        """ProducerBusy when one more attached producer would pass *max_producers* (0 = no
+        limit): Pulsar's ``AbstractTopic.internalAddProducer``."""
+        if 0 < max_producers <= len(self.producers):
+            raise ProducerBusyError("Topic reached max producers limit")
+
+    def add(self, producer: Producer, requested_epoch: int | None,
+            max_producers: int = 0) -> Admission:
+        """Attach *producer* by its access mode and *max_producers* (0 = no limit); returns
+        NOW/FENCE_OTHERS when it is attached, QUEUE when the caller must queue it
+        (:meth:`queue`). Raises ProducerBusyError / ProducerFencedError."""
         existing = self.producers.get(producer.name)
         if existing is not None:
             if existing.connection.is_closed or producer.epoch > existing.epoch:
@@ -172,6 +183,9 @@ class ProducerAdmission:
             return admission
         if admission is Admission.FENCE_OTHERS:
             self._fence_others()
+        else:
+            # NOW beside other producers is Shared only, whose admission changed nothing.
+            self.check_limit(max_producers)
         self._register(producer)
         return admission
 

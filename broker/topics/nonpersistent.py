@@ -154,11 +154,12 @@ class NonPersistentTopic:
     def access(self) -> ProducerAccess:
         return self.admission.access
 
-    def add_producer(self, producer: Producer, requested_epoch: int | None = None) -> Admission:
+    def add_producer(self, producer: Producer, requested_epoch: int | None = None, *,
+                     max_producers: int = 0) -> Admission:
         """Attach by access mode, as :meth:`broker.topics.topic.Topic.add_producer`."""
         if self.closed:
             raise ServiceNotReadyError(f"Topic {self.full} is being closed")
-        return self.admission.add(producer, requested_epoch)
+        return self.admission.add(producer, requested_epoch, max_producers)
 
     def remove_producer(self, producer: Producer) -> None:
         self.awaiting_durable.pop(producer, None)
@@ -181,6 +182,10 @@ class NonPersistentTopic:
         if sub is None:
             sub = self.subscriptions[name] = NonPersistentSubscription(self, name)
         return sub
+
+    def consumer_count(self) -> int:
+        """Consumers attached to all its subscriptions (``maxConsumersPerTopic``)."""
+        return sum(len(sub.consumers) for sub in self.subscriptions.values())
 
     def forget_subscription(self, sub: NonPersistentSubscription) -> None:
         if self.subscriptions.get(sub.name) is sub:

@@ -307,16 +307,18 @@ class Topic:
     def access(self) -> ProducerAccess:
         return self.admission.access
 
-    def add_producer(self, producer: Producer, requested_epoch: int | None = None) -> Admission:
-        """Attach *producer* by its access mode (:mod:`broker.topics.access_modes`); returns
-        NOW/FENCE_OTHERS when it is attached, QUEUE when the caller must queue it
-        (``self.admission.queue``). Raises ProducerBusyError / ProducerFencedError."""
+    def add_producer(self, producer: Producer, requested_epoch: int | None = None, *,
+                     max_producers: int = 0) -> Admission:
+        """Attach *producer* by its access mode and ``maxProducersPerTopic`` (0 = no limit;
+        :mod:`broker.topics.access_modes`); returns NOW/FENCE_OTHERS when it is attached,
+        QUEUE when the caller must queue it (``self.admission.queue``). Raises
+        ProducerBusyError / ProducerFencedError."""
         if self.fenced or self.closed:
             raise ServiceNotReadyError(f"Topic {self.full} is being closed or reloaded")
         if self.termination.terminated:
             raise TopicTerminatedError(TERMINATED_REASON)
         self.backlog.admit_producer()
-        return self.admission.add(producer, requested_epoch)
+        return self.admission.add(producer, requested_epoch, max_producers)
 
     def _accepting(self) -> bool:
         return not (self.closed or self.fenced)
@@ -397,6 +399,10 @@ class Topic:
             await self.ledger.delete_cursor(name)
             # Its bucket and cancel snapshots go too (Pulsar's cleanResidualSnapshots).
             await delete_residual_snapshots(properties, self.host.snapshots)
+
+    def consumer_count(self) -> int:
+        """Consumers attached to all its subscriptions (``maxConsumersPerTopic``)."""
+        return sum(len(sub.consumers) for sub in self.subscriptions.values())
 
     def remove_subscription(self, sub: Subscription) -> None:
         """Forget a subscription that went away by itself (e.g. a reader's non-durable one)."""

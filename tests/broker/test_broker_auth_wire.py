@@ -205,3 +205,76 @@ def test_non_loopback_listener_without_authentication_warns_at_start() -> None:
     assert insecure_listener_warning(load_config(None, {"bindAddress": "127.0.0.1"})) is None
     assert insecure_listener_warning(load_config(None, {"bindAddress": "::1"})) is None
     assert insecure_listener_warning(load_config(None, {**SECURED, "bindAddress": "0.0.0.0"})) is None
+
+
+def _get_or_create_schema(request_id: int, topic: str, schema_type: int, data: bytes) -> bytes:
+    cmd = T(type=T.GET_OR_CREATE_SCHEMA)
+    cmd.getOrCreateSchema.request_id = request_id
+    cmd.getOrCreateSchema.topic = topic
+    cmd.getOrCreateSchema.schema.name = "s"
+    cmd.getOrCreateSchema.schema.schema_data = data
+    cmd.getOrCreateSchema.schema.type = schema_type  # type: ignore[assignment]
+    return C.encode_command(cmd)
+
+
+def _rest_status(broker: Any, path: str, credential: str) -> int:
+    import urllib.error
+    import urllib.request
+
+    req = urllib.request.Request(broker.web_url + path,
+                                 headers={"Authorization": "Bearer " + credential})
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return int(resp.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+
+
+def test_schema_commands_need_lookup_or_produce_permission(broker_factory: Callable[..., Any]) -> None:
+    broker = broker_factory(config_overrides=dict(SECURED))
+    broker.call(broker.service.tenancy.set_auth_policies, "public/default",
+                _grants({"owner": ["produce"], "reader": ["consume"]}))
+    topic = "persistent://public/default/schema-guarded"
+    record = b'{"type":"record","name":"R","fields":[{"name":"x","type":"int"}]}'
+    with RawClient(broker.service_url) as raw:
+        raw.send(connect_frame(token("owner")))
+        assert raw.recv_command().type == T.CONNECTED
+        assert raw.create_producer(topic).type == T.PRODUCER_SUCCESS  # the topic, no schema yet
+    with RawClient(broker.service_url) as stranger:
+        stranger.send(connect_frame(token("bob")))
+        assert stranger.recv_command().type == T.CONNECTED
+        created = stranger.request(_get_or_create_schema(40, topic, pb.Schema.Avro, record))
+        assert created.type == T.GET_OR_CREATE_SCHEMA_RESPONSE
+        assert created.getOrCreateSchemaResponse.request_id == 40
+        assert created.getOrCreateSchemaResponse.error_code == ServerError.AuthorizationError
+        assert created.getOrCreateSchemaResponse.error_message == \
+            "Client is not authorized to GetOrCreateSchema"
+        read = stranger.request(C.encode_get_schema(41, topic)).getSchemaResponse
+        assert (read.request_id, read.error_code) == (41, ServerError.AuthorizationError)
+        assert read.error_message == "Client is not authorized to GetSchema"
+        assert stranger.request(C.encode_ping()).type == T.PONG  # the connection stays
+    with RawClient(broker.service_url) as owner:
+        owner.send(connect_frame(token("owner")))
+        assert owner.recv_command().type == T.CONNECTED
+        nothing = owner.request(C.encode_get_schema(50, topic)).getSchemaResponse
+        assert nothing.error_code == ServerError.TopicNotFound  # the stranger registered nothing
+        mine = owner.request(_get_or_create_schema(51, topic, pb.Schema.String, b""))
+        assert not mine.getOrCreateSchemaResponse.HasField("error_code")
+    with RawClient(broker.service_url) as reader:
+        reader.send(connect_frame(token("reader")))
+        assert reader.recv_command().type == T.CONNECTED
+        latest = reader.request(C.encode_get_schema(60, topic)).getSchemaResponse
+        assert not latest.HasField("error_code") and latest.schema.type == pb.Schema.String
+        other = reader.request(_get_or_create_schema(61, topic, pb.Schema.Avro, record))
+        assert other.getOrCreateSchemaResponse.error_code == ServerError.AuthorizationError
+    with RawClient(broker.service_url) as stranger:
+        stranger.send(connect_frame(token("bob")))
+        assert stranger.recv_command().type == T.CONNECTED
+        refused = stranger.request(C.encode_get_schema(70, topic)).getSchemaResponse
+        assert refused.error_code == ServerError.AuthorizationError
+        assert not refused.HasField("schema")
+    # The REST schema routes keep their rule: super-user only.
+    path = "/admin/v2/schemas/public/default/schema-guarded/schema"
+    assert _rest_status(broker, path, token("admin")) == 200
+    assert _rest_status(broker, path, token("owner")) == 403
+    assert _rest_status(broker, path, token("bob")) == 403

@@ -70,6 +70,9 @@ class StubTopic:
     def remove_subscription(self, sub: Any) -> None:
         return None
 
+    def consumer_count(self) -> int:
+        return 0
+
     async def delete_subscription(self, name: str, *, force: bool = False) -> None:
         return None
 

@@ -60,6 +60,9 @@ class StubTopic:
     def remove_subscription(self, sub: Any) -> None:
         self.subscriptions.pop(sub.name, None)
 
+    def consumer_count(self) -> int:
+        return sum(len(sub.consumers) for sub in self.subscriptions.values())
+
 
 def _entry(i: int, batch: int | None = None, publish_time: int | None = None) -> bytes:
     md = pb.MessageMetadata(producer_name="p", sequence_id=i,

@@ -112,6 +112,15 @@ CASES: list[tuple[str, bytes, Callable[[Frame], object]]] = [
                 and f.command.getSchemaResponse.request_id == 10)),
     ("get_schema_response_error", c.encode_get_schema_response(10, error_code=ServerError.TopicNotFound, error_message="none"),
      lambda f: f.command.getSchemaResponse.error_code == pb.TopicNotFound and f.command.getSchemaResponse.error_message == "none"),
+    ("end_txn_on_partition_response", c.encode_end_txn_on_partition_response(14, 1, 2, error=ServerError.NotAllowedError, message="off"),
+     lambda f: (f.command.endTxnOnPartitionResponse.request_id == 14
+                and (f.command.endTxnOnPartitionResponse.txnid_least_bits, f.command.endTxnOnPartitionResponse.txnid_most_bits) == (1, 2)
+                and f.command.endTxnOnPartitionResponse.error == pb.NotAllowedError
+                and f.command.endTxnOnPartitionResponse.message == "off")),
+    ("end_txn_on_subscription_response", c.encode_end_txn_on_subscription_response(15, 3, 4, error=ServerError.NotAllowedError, message="off"),
+     lambda f: (f.command.endTxnOnSubscriptionResponse.request_id == 15
+                and (f.command.endTxnOnSubscriptionResponse.txnid_least_bits, f.command.endTxnOnSubscriptionResponse.txnid_most_bits) == (3, 4)
+                and f.command.endTxnOnSubscriptionResponse.error == pb.NotAllowedError)),
     ("ack_response", c.encode_ack_response(11, 12, error=ServerError.UnknownError, message="x"),
      lambda f: (f.command.ackResponse.consumer_id == 11 and f.command.ackResponse.request_id == 12
                 and f.command.ackResponse.HasField("error"))),

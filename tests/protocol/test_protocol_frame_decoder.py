@@ -13,14 +13,16 @@ from hypothesis import strategies as st
 
 from protocol import commands as c
 from protocol import pulsar_pb as pb
+from protocol.command_check import SUBFIELD_BY_TYPE
 from protocol.errors import (
     ConnectionFatalError,
     ForeignProtocolError,
     FrameTooLargeError,
     MalformedFrameError,
     ProtocolError,
+    UnknownCommandTypeError,
 )
-from protocol.frames import NEED_DATA, Frame, FrameDecoder, parse_command
+from protocol.frames import NEED_DATA, Frame, FrameDecoder, UnknownCommand, parse_command
 from protocol.framing import varint
 from protocol.limits import MAX_FRAME_SIZE
 from protocol.metadata import encode_entry
@@ -54,11 +56,15 @@ def assert_strings_are_str(message: Message) -> None:
 
 
 def drain(decoder: FrameDecoder) -> list[Frame]:
+    """The decoded frames; an undeclared command type (a valid outcome) is checked and left out."""
     frames = []
     for _ in range(100_000):
         frame = decoder.next_frame()
         if frame is NEED_DATA:
             return frames
+        if isinstance(frame, UnknownCommand):
+            assert frame.type_number not in SUBFIELD_BY_TYPE
+            continue
         assert frame.command.IsInitialized()
         assert_strings_are_str(frame.command)
         frames.append(frame)
@@ -306,15 +312,38 @@ def test_truncated_payload_headers_are_refused(after_command: bytes) -> None:
         b"\x08\x06\x32\x05\x08\x01",  # SEND sub-message length beyond the command
         b"\xff\xff\xff",  # invalid tag
         b"",  # empty: no type
-        b"\x08\x63",  # unknown command type 99
+        b"\x12\x00",  # a sub-message but no type
         b"\x08\x06",  # SEND without its send field
         b"\x08\x06\x32\x02\x08\x01",  # SEND missing required sequence_id
     ],
-    ids=["truncated-varint", "truncated-submessage", "bad-tag", "empty", "unknown-type", "missing-subcommand", "missing-required"],
+    ids=["truncated-varint", "truncated-submessage", "bad-tag", "empty", "no-type", "missing-subcommand", "missing-required"],
 )
 def test_command_that_is_not_a_valid_base_command_is_refused(command: bytes) -> None:
     error = fatal_error_of(raw_frame(command))
     assert type(error) is MalformedFrameError
+
+
+def test_undeclared_command_type_is_consumed_and_the_stream_goes_on() -> None:
+    # type 99 with a sub-message in field 99 and a payload after the command: a newer
+    # protocol's command, read whole, then the next frame as usual.
+    unknown = raw_frame(b"\x08\x63\x9a\x06\x02\x08\x07", b"\x00\x00\x00\x00")
+    data = unknown + c.encode_flow(1, 10)
+    for cuts in ([], list(range(1, len(data)))):
+        decoder = FrameDecoder()
+        frames: list[object] = []
+        start = 0
+        for cut in [*cuts, len(data)]:
+            decoder.receive_data(data[start:cut])
+            while (frame := decoder.next_frame()) is not NEED_DATA:
+                frames.append(frame)
+            start = cut
+        assert frames[0] == UnknownCommand(99)
+        assert isinstance(frames[1], Frame) and frames[1].command.flow.messagePermits == 10
+        assert len(frames) == 2 and not decoder.failed and decoder.buffered == 0
+    assert FrameDecoder().receive_frames(data)[0] == UnknownCommand(99)
+    with pytest.raises(UnknownCommandTypeError) as info:
+        parse_command(b"\x08\x63")  # alone, nothing can answer it: still malformed for the caller
+    assert info.value.type_number == 99 and isinstance(info.value, MalformedFrameError)
 
 
 @pytest.mark.parametrize(

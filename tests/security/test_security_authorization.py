@@ -138,6 +138,24 @@ def test_require_texts_match_pulsar() -> None:
     authz.require_produce(TOPIC, "ns-producer")  # allowed: no exception
 
 
+def test_schema_reads_need_lookup_and_registration_needs_produce() -> None:
+    authz = _service()
+    for role in ("root", "acme-admin", "ns-producer", "ns-both"):
+        authz.require_get_schema(TOPIC, role)
+        authz.require_get_or_create_schema(TOPIC, role)
+    authz.require_get_schema(TOPIC, "topic-consumer")
+    with pytest.raises(AuthorizationError) as info:
+        authz.require_get_or_create_schema(TOPIC, "topic-consumer")
+    assert str(info.value) == "Client is not authorized to GetOrCreateSchema"
+    for role in ("stranger", "rival-admin", "fn-dev"):
+        with pytest.raises(AuthorizationError) as info:
+            authz.require_get_schema(TOPIC, role)
+        assert str(info.value) == "Client is not authorized to GetSchema"
+        with pytest.raises(AuthorizationError):
+            authz.require_get_or_create_schema(TOPIC, role)
+    authz.require_get_or_create_schema(PARTITION, "part-producer")  # the partitioned topic's grant
+
+
 def test_unknown_namespace_or_tenant_grants_nothing() -> None:
     authz = _service()
     assert not authz.can_produce("persistent://acme/missing/t", "ns-producer")
