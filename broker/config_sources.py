@@ -19,9 +19,11 @@ Environment (:func:`environment_settings`), as Pulsar's container image does it:
 - ``PULSAR_PREFIX_<key>=value`` sets ``<key>`` (any broker.conf key).
 - ``HORAE_<key>=value`` sets ``<key>`` and beats ``PULSAR_PREFIX_<key>``. ``<key>`` is the
   camelCase name (``HORAE_brokerServicePort``) or its upper snake form
-  (``HORAE_BROKER_SERVICE_PORT``). Upper-case ``HORAE_*`` names that are no setting are left
-  alone (other tools own them, e.g. ``HORAE_CRASH_STATES``); a camelCase one that is no setting
-  is an error.
+  (``HORAE_BROKER_SERVICE_PORT``). A camelCase one that is no setting is an error. An upper-case
+  one that is no setting is an error when it is a near-miss of a setting's upper snake name
+  (``HORAE_BROKER_SERVICE_PRT``, by the typo rule below); any other is left alone: Horae's own
+  tools and tests read such names (``HORAE_ADMIN_URL``, ``HORAE_CRASH_STATES``) from the same
+  environment the broker runs in.
 
 Unknown keys. A TOML file or a ``HORAE_`` variable belongs to Horae, so a key it does not know is
 an error (a typo must not be ignored). A broker.conf or a ``PULSAR_PREFIX_`` variable may have
@@ -205,7 +207,11 @@ def environment_settings(environ: Mapping[str, str], known: Collection[str]) -> 
             key = suffix
         elif _UPPER_SNAKE.fullmatch(suffix):
             if suffix not in snake:
-                continue   # an upper-case HORAE_* that is no setting belongs to someone else
+                meant = _typo_of(_camel(suffix), known)
+                if meant is None:
+                    continue   # no setting, nor a near-miss of one: it belongs to another tool
+                raise SourceError(f"environment variable {name} names no config key "
+                                  f"(did you mean {HORAE_PREFIX}{_upper_snake(meant)}?)")
             key = snake[suffix]
         else:
             meant = _typo_of(suffix, known)
@@ -222,3 +228,9 @@ def environment_settings(environ: Mapping[str, str], known: Collection[str]) -> 
 def _upper_snake(key: str) -> str:
     """brokerServicePort -> BROKER_SERVICE_PORT; journalMaxGroupWaitMSec -> JOURNAL_MAX_GROUP_WAIT_MSEC."""
     return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", key).upper()
+
+
+def _camel(upper_snake: str) -> str:
+    """BROKER_SERVICE_PRT -> brokerServicePrt (to compare it word by word with the keys)."""
+    first, *rest = upper_snake.lower().split("_")
+    return first + "".join(word.capitalize() for word in rest)

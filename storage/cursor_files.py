@@ -13,7 +13,10 @@ load(): per cursor, the newest generation that decodes; if neither does, the cur
 (from the file name, or from the damaged file's own header for hashed names) so the ledger
 can recreate it at the earliest position: duplicates, never loss. A cursor whose name cannot
 be recovered is reported as lost (the ledger then refuses to trim: its backlog is unknown).
-Temporary files left by a crash are removed.
+Temporary files left by a crash are removed. Files an older version stored under a stem that
+is no longer the name's (storage/names.py: a short name beginning ``h-``) are renamed to the
+name's stem first, generation by generation (a crash in between leaves each generation under
+one of the two stems, and the next load finishes the move).
 
 scan_cursor_files(): what every cursor file (both generations) mentions, read at store open
 without opening a managed ledger (opening starts a new ledger): the highest ledger id and the
@@ -37,7 +40,13 @@ from typing import Literal
 from storage.cursor import CursorState, decode_cursor, peek_cursor_name
 from storage.errors import CorruptRecordError
 from storage.fileops import FileOps
-from storage.names import decode_name, encode_name
+from storage.names import (
+    HASHED_PREFIX,
+    decode_name,
+    encode_name,
+    legacy_plain_name,
+    legacy_stem,
+)
 
 log = logging.getLogger("horae.storage")
 
@@ -98,15 +107,60 @@ class CursorFiles:
             self._ops.fsync_dir(self.directory)
 
     def load(self) -> list[LoadedCursor]:
-        stems: dict[str, list[Path]] = {}
+        stems = self._stems()
+        legacy = {stem: name for stem in stems if stem.startswith(HASHED_PREFIX)
+                  for name in [self._legacy_name(stem)] if name is not None}
+        if legacy:
+            for stem, name in legacy.items():
+                self._move_stem(stem, encode_name(name))
+            if self._fsync:
+                self._ops.fsync_dir(self.directory)
+            stems = self._stems()
+        return [self._load_one(stem) for stem in sorted(stems)]
+
+    def _stems(self) -> set[str]:
+        stems: set[str] = set()
         for path in sorted(self.directory.iterdir()):
             stem, suffix = _split(path.name)
             if suffix == TEMPORARY or suffix is None:
                 with contextlib.suppress(FileNotFoundError):
                     self._ops.unlink(path)  # an interrupted save, or a stray file
                 continue
-            stems.setdefault(stem, []).append(path)
-        return [self._load_one(stem) for stem in sorted(stems)]
+            stems.add(stem)
+        return stems
+
+    def _legacy_name(self, stem: str) -> str | None:
+        """The cursor name when *stem* is an older version's stem for it (not encode_name's):
+        read from the newest readable header, else from the stem when it cannot be a hash."""
+        for suffix in (CURRENT, PREVIOUS):
+            try:
+                data = self._ops.read_file(self.directory / (stem + suffix))
+            except FileNotFoundError:
+                continue
+            try:
+                name = peek_cursor_name(data)
+            except (CorruptRecordError, struct.error, UnicodeDecodeError):
+                continue
+            if encode_name(name) == stem:
+                return None
+            if legacy_stem(name) == stem:
+                return name
+        return legacy_plain_name(stem)
+
+    def _move_stem(self, old: str, new: str) -> None:
+        """Rename each generation of *old* to *new*, unless *new* has that generation already
+        (written since, by this version: newer)."""
+        for suffix in (CURRENT, PREVIOUS):
+            source = self.directory / (old + suffix)
+            if not source.exists():
+                continue
+            target = self.directory / (new + suffix)
+            if target.exists():
+                self._ops.unlink(source)
+                log.info("storage: cursor file %s removed (%s is newer)", source.name, target.name)
+            else:
+                self._ops.replace(source, target)
+                log.info("storage: cursor file %s renamed to %s", source.name, target.name)
 
     def _load_one(self, stem: str) -> LoadedCursor:
         corrupt: list[tuple[Path, int, str]] = []

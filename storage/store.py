@@ -51,7 +51,7 @@ from storage.index_pages import IndexPager
 from storage.ledger import LedgerContext, ManagedLedger
 from storage.limits import raise_nofile_limit
 from storage.metadata import MetadataStore
-from storage.names import HASHED_PREFIX, decode_name, encode_name
+from storage.names import HASHED_PREFIX, decode_name, encode_name, legacy_plain_name
 from storage.recovery import load_ledger_dir, segment_ids
 from storage.segments import RecoveryEvent
 from storage.snapshots import SnapshotStore
@@ -407,6 +407,23 @@ def _lock_root(root: Path) -> int:
     return fd
 
 
+def _rename_to_stem(ops: FileOps, directory: Path, stem: str, fsync: bool) -> Path:
+    """A managed ledger directory an older version named differently (storage/names.py) moves
+    to its name's stem, unless a directory holds that stem already (then it stays put)."""
+    if directory.name == stem:
+        return directory
+    target = directory.with_name(stem)
+    if target.exists():
+        log.warning("storage: %s and %s name the same managed ledger; %s is ignored",
+                    directory, target, directory)
+        return target
+    ops.replace(directory, target)
+    if fsync:
+        ops.fsync_dir(directory.parent)
+    log.info("storage: managed ledger directory %s renamed to %s", directory.name, stem)
+    return target
+
+
 def _prepare_root(
     root: Path, ops: FileOps, fsync: bool, is_snapshot_key: SnapshotKey | None
 ) -> tuple[dict[str, Path], IdAllocator, OrphanSweep | None]:
@@ -434,12 +451,14 @@ def _prepare_root(
             name = ops.read_file(name_file).decode()
         elif not directory.name.startswith(HASHED_PREFIX):
             name = decode_name(directory.name) or directory.name
+        elif (legacy := legacy_plain_name(directory.name)) is not None:
+            name = legacy
         else:
             log.warning("storage: %s has no NAME file; ignored", directory)
             continue
-        names[name] = directory
         max_seen = max([max_seen, *segment_ids(directory)])
         scan_cursor_files(ops, directory, cursors, is_snapshot_key)
+        names[name] = _rename_to_stem(ops, directory, encode_name(name), fsync)
     max_seen = max(max_seen, cursors.max_ledger_id)
     orphans: list[tuple[int, Path]] = []
     for path in (root / "snapshots").iterdir():

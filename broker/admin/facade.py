@@ -34,7 +34,9 @@ PERSISTENT = "persistent"
 
 
 def topic_full_name(tenant: str, namespace: str, local: str, domain: str = PERSISTENT) -> str:
-    return f"{domain}://{tenant}/{namespace}/{local}"
+    """The topic a REST path names, checked as Pulsar's validateTopicName does before anything
+    is looked up: InvalidTopicNameError (412) for a name broker.topics.names refuses."""
+    return TopicName.parse(f"{domain}://{tenant}/{namespace}/{local}").full
 
 
 def partition_name(parent: str, index: int) -> str:

@@ -22,6 +22,11 @@ Acks arrive from :class:`broker.net.consumers.ConsumerSide`: individual (with ba
 a set bit is a message still to deliver, kept in memory in ``batch_acks`` and sent back on
 redelivery), or cumulative. The delayed tracker (Shared/Key_Shared) is created lazily on the first
 delayed entry, or eagerly on load when the cursor holds bucket snapshots.
+
+The type outlives the consumers: a durable subscription keeps it in a cursor property
+(``SUBSCRIPTION_TYPE_PROPERTY``, saved with the cursor) when a consumer attaches and takes it
+back on load, so what depends on it (skip by message ids refused on Exclusive/Failover, which
+subscriptions a cancel concerns) answers the same before and after an unload or a restart.
 """
 
 from __future__ import annotations
@@ -66,13 +71,15 @@ from storage.ledger import ManagedLedger
 from storage.positions import Position
 
 __all__ = [
-    "BUCKET_PROPERTY_PREFIX", "MemoryCursor", "Subscription", "TopicContext", "tail_position",
-    "wire_position",
+    "BUCKET_PROPERTY_PREFIX", "SUBSCRIPTION_TYPE_PROPERTY", "MemoryCursor", "Subscription",
+    "TopicContext", "tail_position", "wire_position",
 ]
 
 log = logging.getLogger("horae.subscription")
 
 BUCKET_PROPERTY_PREFIX = "#pulsar.internal.delayed.bucket"
+#: The cursor property that keeps a durable subscription's type (SubType name) across loads.
+SUBSCRIPTION_TYPE_PROPERTY = "#horae.internal.subscription.type"
 
 
 class TopicContext(Protocol):
@@ -163,6 +170,8 @@ class Subscription:
             # recovers a cursor's read position as the entry after its mark-delete position).
             cursor.read_position = ledger.next_position(cursor.mark_delete_position)
         sub = cls(topic, name, cursor, durable=durable)
+        if durable:
+            sub.sub_type = _stored_type(name, cursor.properties)
         if durable and any(k.startswith(BUCKET_PROPERTY_PREFIX) for k in cursor.properties):
             # Bucket snapshots from a previous run: recover them before anything is dispatched.
             tracker = sub.ensure_tracker(topic.delay_policy())
@@ -258,6 +267,10 @@ class Subscription:
         self.key_shared_mode = consumer.key_shared_mode
         self.consumers.append(consumer)
         dispatcher.add_consumer(consumer)
+        cursor = self.cursor
+        if isinstance(cursor, ManagedCursor) and \
+                cursor.properties.get(SUBSCRIPTION_TYPE_PROPERTY) != consumer.sub_type.name:
+            cursor.set_property(SUBSCRIPTION_TYPE_PROPERTY, consumer.sub_type.name)
 
     def _check_admission(self, consumer: Consumer, limits: ConsumerLimits) -> None:
         if self.closed:
@@ -452,3 +465,15 @@ class Subscription:
             "readPosition": str(self.cursor.read_position),
             "cursorRevision": self.cursor.revision,
         }
+
+
+def _stored_type(name: str, properties: dict[str, str]) -> SubType | None:
+    """The type a durable subscription's cursor keeps (SUBSCRIPTION_TYPE_PROPERTY), if any."""
+    value = properties.get(SUBSCRIPTION_TYPE_PROPERTY)
+    if value is None:
+        return None
+    try:
+        return SubType[value]
+    except KeyError:
+        log.warning("subscription %s: unknown stored type %r ignored", name, value)
+        return None

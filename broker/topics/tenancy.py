@@ -23,7 +23,7 @@ import logging
 from typing import Any
 
 from broker.security.authorization import AuthPolicies, NamespaceAuth
-from broker.topics.names import is_valid_namespace, split_namespace
+from broker.topics.names import NAME_RULE, is_valid_name, split_namespace
 from protocol.errors import InvalidTopicNameError, MetadataError, NotAllowedError
 from storage.metadata import MetadataStore
 
@@ -64,8 +64,8 @@ class Tenancy:
         return self._tenants.get(tenant)
 
     async def create_tenant(self, tenant: str, info: dict[str, Any] | None = None) -> None:
-        if not tenant or "/" in tenant or not is_valid_namespace(f"{tenant}/x"):
-            raise InvalidTopicNameError(f"Invalid tenant name {tenant!r}")
+        if not is_valid_name(tenant):
+            raise InvalidTopicNameError(f"Tenant name is not valid: {tenant!a} ({NAME_RULE})")
         if tenant in self._tenants:
             raise NotAllowedError("Tenant already exists")
         value = info if info is not None else _tenant_info(self._cluster_name)

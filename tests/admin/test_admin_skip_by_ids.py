@@ -186,3 +186,39 @@ def test_a_skip_after_restart_redelivers_nothing_held_unacked(
         client.close()
     assert len(received) == len(set(received)), "a message held unacked was delivered again"
     assert set(received) == {b"d%d" % i for i in range(n - 1)}
+
+
+def test_an_exclusive_subscription_refuses_skip_and_cancel_after_unload_and_restart(
+        broker_factory: Callable[..., Any]) -> None:
+    # The type is known while a consumer is attached; it must not be forgotten when the
+    # topic is unloaded or the broker restarts (no consumer attached since).
+    first = broker_factory()
+    client = make_client(first.service_url)
+    consumer = client.subscribe(f"{T}/k6", "excl", consumer_type=pulsar.ConsumerType.Exclusive)
+    producer = client.create_producer(f"{T}/k6", batching_enabled=False)
+    deliver_at = int(time.time() * 1000) + 600_000
+    mid = producer.send(b"later", deliver_at=deliver_at)
+    consumer.close()
+    client.close()
+    skip = (f"{P}/k6/subscription/excl/skipByMessageIds",
+            {str(mid.ledger_id()): str(mid.entry_id())})
+    cancel = (f"{P}/k6/cancelDelayedMessage?ledgerId={mid.ledger_id()}"
+              f"&entryId={mid.entry_id()}&deliverAt={deliver_at}&subscriptionNames=excl")
+
+    def answers(web_url: str) -> tuple[tuple[int, str | None], tuple[int, str | None]]:
+        skipped = http(web_url, "POST", *skip)
+        cancelled = http(web_url, "POST", cancel)
+        return (skipped.status, skipped.reason), (cancelled.status, cancelled.reason)
+
+    before = answers(first.web_url)
+    assert before[0] == (405, "Skip messages by message ids is not allowed for subscription "
+                              "type Exclusive: it acknowledges cumulatively")
+    assert before[1][0] == 412 and "does not delay messages" in str(before[1][1])
+    assert http(first.web_url, "PUT", f"{P}/k6/unload").status == 204
+    assert answers(first.web_url) == before
+    first.stop()
+
+    second = broker_factory(data_dir=first.data_dir)
+    assert answers(second.web_url) == before
+    stats = http(second.web_url, "GET", f"{P}/k6/stats").body["subscriptions"]["excl"]
+    assert (stats["type"], stats["msgBacklog"]) == ("Exclusive", 1)   # nothing was skipped

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import pathlib
 import subprocess
 import sys
@@ -11,9 +12,9 @@ import pulsar
 from conftest import ROOT, make_client
 
 
-def _run(*args: str) -> subprocess.CompletedProcess[str]:
+def _run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "broker", *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=60)
+                          text=True, timeout=60, env=env)
 
 
 def test_help_lists_the_commands() -> None:
@@ -49,6 +50,17 @@ def test_bad_config_key_exits_2_naming_the_key(tmp_path: pathlib.Path) -> None:
     result = _run("serve", "--config", str(conf), "--data-dir", str(tmp_path / "d"))
     assert result.returncode == 2
     assert "brokerServicePorts" in result.stderr
+
+
+def test_misspelt_upper_snake_variable_exits_2_naming_the_variable_meant(
+        tmp_path: pathlib.Path) -> None:
+    env = {**os.environ, "HORAE_BROKER_SERVICE_PRT": "6655"}
+    result = _run("serve", "--data-dir", str(tmp_path / "d"), "--broker-port", "0",
+                  "--web-port", "0", env=env)
+    assert result.returncode == 2
+    assert "environment variable HORAE_BROKER_SERVICE_PRT names no config key (did you mean " \
+        "HORAE_BROKER_SERVICE_PORT?)" in result.stderr
+    assert not (tmp_path / "d").exists()   # refused before anything started
 
 
 def test_serve_works_and_sigterm_exits_0(run_broker_process: Any, tmp_path: pathlib.Path) -> None:

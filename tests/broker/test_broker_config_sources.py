@@ -189,6 +189,7 @@ def test_environment_sets_keys_by_camel_case_and_upper_snake_names() -> None:
         "PULSAR_PREFIX_webServicePort": "9100",
         "PULSAR_PREFIX_journalSyncData": "false",
         "HORAE_CRASH_STATES": "50",         # not a setting: belongs to another tool
+        "HORAE_ADMIN_URL": "http://127.0.0.1:8080",   # horae-admin's, not a setting
         "PATH": "/usr/bin",
     })
     assert config.cluster_name == "env-c"
@@ -221,6 +222,13 @@ def test_bad_environment_settings_are_errors_that_name_the_variable() -> None:
         load_config(environ={"HORAE_brokerServicePort": "many"})
     assert "HORAE_brokerServicePrt" in str(typo.value)
     assert "did you mean HORAE_brokerServicePort" in str(typo.value)
+    for misspelt, meant in (("HORAE_BROKER_SERVICE_PRT", "HORAE_BROKER_SERVICE_PORT"),
+                            ("HORAE_WEB_SERVICE_PORTS", "HORAE_WEB_SERVICE_PORT"),
+                            ("HORAE_DATADIR", "HORAE_DATA_DIR")):
+        with pytest.raises(ConfigError) as snake_typo:
+            load_config(environ={misspelt: "1"})
+        assert f"environment variable {misspelt} names no config key (did you mean " \
+            f"{meant}?)" in str(snake_typo.value)
     assert "HORAE_BROKER_SERVICE_PORT" in str(clash.value)
     assert "brokerServicePort" in str(bad_value.value)
 
