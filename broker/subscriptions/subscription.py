@@ -24,7 +24,7 @@ redelivery), or cumulative. The delayed tracker (Shared/Key_Shared) is created l
 delayed entry, or eagerly on load when the cursor holds bucket snapshots.
 
 The type outlives the consumers: a durable subscription keeps it in a cursor property
-(``SUBSCRIPTION_TYPE_PROPERTY``, saved with the cursor) when a consumer attaches and takes it
+(``SUBSCRIPTION_TYPE_PROPERTY``, saved before the subscribe is answered) when a consumer attaches and takes it
 back on load, so what depends on it (skip by message ids refused on Exclusive/Failover, which
 subscriptions a cancel concerns) answers the same before and after an unload or a restart.
 """
@@ -271,6 +271,13 @@ class Subscription:
         if isinstance(cursor, ManagedCursor) and \
                 cursor.properties.get(SUBSCRIPTION_TYPE_PROPERTY) != consumer.sub_type.name:
             cursor.set_property(SUBSCRIPTION_TYPE_PROPERTY, consumer.sub_type.name)
+            # Saved before the subscribe is answered, as Pulsar stores a new subscription
+            # before its SUCCESS: a kill -9 right after must not forget the type (the admin
+            # skip and cancel checks read it). Only a new or changed type pays for it.
+            try:
+                await cursor.flush()
+            except Exception as exc:    # the rate-limited save tries again
+                log.warning("subscription %s: saving its type failed: %s", self.name, exc)
 
     def _check_admission(self, consumer: Consumer, limits: ConsumerLimits) -> None:
         if self.closed:

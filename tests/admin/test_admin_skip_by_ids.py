@@ -222,3 +222,25 @@ def test_an_exclusive_subscription_refuses_skip_and_cancel_after_unload_and_rest
     assert answers(second.web_url) == before
     stats = http(second.web_url, "GET", f"{P}/k6/stats").body["subscriptions"]["excl"]
     assert (stats["type"], stats["msgBacklog"]) == ("Exclusive", 1)   # nothing was skipped
+
+
+def test_an_exclusive_subscription_type_survives_kill9_right_after_subscribe(
+        run_broker_process: Callable[..., Any], tmp_path: pathlib.Path) -> None:
+    # The type is saved before the subscribe is answered: a kill -9 at once (long before the
+    # rate-limited cursor save) must not turn the subscription into one skip-messages accepts.
+    first = run_broker_process(tmp_path / "data")
+    client = make_client(first.service_url)
+    producer = client.create_producer(f"{T}/k9", batching_enabled=False)
+    mid = producer.send(b"m")
+    client.subscribe(f"{T}/k9", "excl", consumer_type=pulsar.ConsumerType.Exclusive,
+                     initial_position=pulsar.InitialPosition.Earliest)
+    first.kill()
+    client.close()
+    second = run_broker_process(tmp_path / "data")
+    skipped = http(second.web_url, "POST", f"{P}/k9/subscription/excl/skipByMessageIds",
+                   {str(mid.ledger_id()): str(mid.entry_id())})
+    assert (skipped.status, skipped.reason) == (
+        405, "Skip messages by message ids is not allowed for subscription type Exclusive: "
+             "it acknowledges cumulatively")
+    stats = http(second.web_url, "GET", f"{P}/k9/stats").body["subscriptions"]["excl"]
+    assert (stats["type"], stats["msgBacklog"]) == ("Exclusive", 1)
