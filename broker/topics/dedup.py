@@ -391,15 +391,15 @@ async def _replay(ledger: ManagedLedger, start: Position, end: Position,
             key = send_key(seq, md.highest_sequence_id, md.num_messages_in_batch)
             name = md.producer_name
             state = states.get(name)
+            snapshotted = snapshot_at is not None and e.position <= snapshot_at
             if state is None:
-                if snapshot_at is None:
-                    state = SequenceState(name, IdRanges([NO_FLOOR, seq - 1]), floor=key)
-                elif e.position > snapshot_at:
-                    state = SequenceState(name)
-                else:
+                if snapshotted:
                     continue
-                states[name] = state
-            state.record(seq, key, e.position.ledger_id, e.position.entry_id)
+                state = states[name] = (
+                    SequenceState(name) if snapshot_at is not None
+                    else SequenceState(name, IdRanges([NO_FLOOR, seq - 1]), floor=key))
+            state.record(seq, key, e.position.ledger_id, e.position.entry_id,
+                         in_ranges=snapshotted)
         last = entries[-1].position
         if last >= end:
             return

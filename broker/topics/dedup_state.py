@@ -224,8 +224,11 @@ class SequenceState:
     def pushed(self, key: int) -> None:
         self.next_seq = key + 1
 
-    def record(self, sequence_id: int, key: int, ledger_id: int, entry_id: int) -> None:
-        """A send ``[sequence_id, key]`` is durable at (ledger_id, entry_id)."""
+    def record(self, sequence_id: int, key: int, ledger_id: int, entry_id: int, *,
+               in_ranges: bool = False) -> None:
+        """A send ``[sequence_id, key]`` is durable at (ledger_id, entry_id). *in_ranges*:
+        ``stored`` holds it already (an entry the recovered snapshot covers): only its id is
+        recorded."""
         window = self.window
         if key > self.persisted:
             self.persisted = key
@@ -238,7 +241,8 @@ class SequenceState:
             if i < len(window) and window[i][0] == key and window[i][1] == sequence_id:
                 return  # recorded already
             window.insert(i, (key, sequence_id, ledger_id, entry_id))
-        self.stored.cover(sequence_id, key)
+        if not in_ranges:
+            self.stored.cover(sequence_id, key)
         if len(window) > RECEIPT_WINDOW:
             self._evicted(window.popleft()[0])
 
