@@ -249,7 +249,7 @@ class Producer:
                 try:
                     stored, in_entry, partial = check(entry)
                 except RequestError as exc:
-                    item = Pending(seq, highest, key, started, None, exc, 0, 0)
+                    item: Pending | None = Pending(seq, highest, key, started, None, exc, 0, 0)
                 else:
                     if partial:  # a chunk but the last of its message is no dedup key
                         keys(None)
@@ -263,13 +263,16 @@ class Producer:
                     add_data(stored)
                     continue
             else:
-                item = self._one_send(entry, seq, highest, key, checksum_valid, started)
+                item = None  # decided once the run before it is queued (a re-send of one
+                #              of its sends is answered with that append)
             if datas:  # the run so far first: ledger order = queue order = send order
                 self._append_run(run, datas)
                 run = PublishRun(self, started)
                 seqs, highests, keys, messages, sizes = run.appenders()
                 datas = []
                 add_data = datas.append
+            if item is None:
+                item = self._one_send(entry, seq, highest, key, checksum_valid, started)
             item.buffered = size
             enqueue(item)
         if datas:

@@ -4,7 +4,7 @@ and its receipt carries the id of the entry that holds it.
 Hypothesis drives an in-process broker over the wire (RawClient) the way pulsar-client 3.13
 does: plain messages accumulate in a batch sent with its first id and its count; a delayed
 message is sent at once, outside the batch, with the next id (inside the batch's range);
-receipts are read in order; a connection drops and the producer, re-created under its name,
+receipts are read in order; a send is duplicated while in flight; a connection drops and the producer, re-created under its name,
 re-sends its whole pending queue (same ids, same batches); an acknowledged send is re-sent
 again; the broker restarts, gracefully or from a stale dedup snapshot (as after kill -9: the
 ledger is durable, the snapshot is the last one housekeeping wrote).
@@ -150,6 +150,11 @@ class Client:
         if acked:
             self.send(acked[choice % len(acked)], resend_of_acked=True)
 
+    def resend_pending(self, choice: int) -> None:
+        """A duplicate of a send still waiting for its receipt, on the same connection."""
+        if self.pending:
+            self.send(self.pending[choice % len(self.pending)])
+
     def reconnect(self) -> None:
         self.disconnect()
         self.connect()
@@ -198,6 +203,7 @@ ACTIONS = st.lists(
         st.just(("flush",)), st.just(("receive",)),
         st.just(("reconnect",)),
         st.tuples(st.just("resend_acked"), st.integers(0, 1000)),
+        st.tuples(st.just("resend_pending"), st.integers(0, 1000)),
         st.tuples(st.just("restart"), st.booleans()),
     ),
     min_size=1, max_size=40,
