@@ -155,6 +155,14 @@ class Client:
         if self.pending:
             self.send(self.pending[choice % len(self.pending)])
 
+    def snapshot(self) -> None:
+        """The topic's housekeeping writes the dedup snapshot now (a later stale restart
+        recovers from it plus the replay of what follows)."""
+        def write() -> None:
+            topic = self.broker.service.topics[TOPIC]
+            topic.dedup.snapshot(topic.loop.time())
+        self.broker.call(write)
+
     def reconnect(self) -> None:
         self.disconnect()
         self.connect()
@@ -201,7 +209,7 @@ ACTIONS = st.lists(
         st.just(("plain",)), st.just(("plain",)), st.just(("plain",)),
         st.just(("delayed",)), st.just(("delayed",)),
         st.just(("flush",)), st.just(("receive",)),
-        st.just(("reconnect",)),
+        st.just(("reconnect",)), st.just(("snapshot",)),
         st.tuples(st.just("resend_acked"), st.integers(0, 1000)),
         st.tuples(st.just("resend_pending"), st.integers(0, 1000)),
         st.tuples(st.just("restart"), st.booleans()),
