@@ -92,3 +92,16 @@ def test_a_peer_cycling_producer_names_is_capped_and_a_connected_producer_keeps_
     receipt = resent.send_receipt.message_id
     assert (receipt.ledgerId, receipt.entryId) == (healthy_ids[-1].ledger_id(),
                                                    healthy_ids[-1].entry_id())
+
+
+def test_a_refused_producer_does_not_hold_its_names_sequence_state(broker: Any) -> None:
+    topic = "persistent://public/default/dedup-refused"
+    with RawClient(broker.service_url) as owner, RawClient(broker.service_url) as peer:
+        owner.handshake()
+        peer.handshake()
+        assert owner.create_producer(topic, 1, name="taken").type == T.PRODUCER_SUCCESS
+        refused = [peer.create_producer(topic, i, name="taken") for i in range(1, 51)]
+        incarnations = broker.call(
+            lambda: len(broker.service.topics[topic].dedup.states["taken"].producers))
+    assert all(r.type == T.ERROR and r.error.error == pb.ProducerBusy for r in refused)
+    assert incarnations == 1
