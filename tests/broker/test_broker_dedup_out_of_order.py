@@ -51,17 +51,18 @@ class Sent:
 
 
 def _send_rounds(producer: Any, sent: Sent, rng: random.Random, first: int, rounds: int,
-                 *, tag: bytes = b"") -> int:
-    """Send *rounds* rounds of random patterns; returns the number of messages sent."""
+                 *, keys: bool = False) -> int:
+    """Send *rounds* rounds of random patterns (with random partition keys when *keys*);
+    returns the number of messages sent."""
     n = 0
     for r in range(first, first + rounds):
         pattern = rng.choice(PATTERNS)
         for i, kind in enumerate(pattern):
-            payload = b"%s%d-%d-%s" % (tag, r, i, kind.encode())
+            payload = b"%d-%d-%s" % (r, i, kind.encode())
+            extra: dict[str, Any] = {"partition_key": rng.choice("abc")} if keys else {}
             if kind == "d":
-                producer.send_async(payload, sent.callback(payload), deliver_after=DELAY)
-            else:
-                producer.send_async(payload, sent.callback(payload))
+                extra["deliver_after"] = DELAY
+            producer.send_async(payload, sent.callback(payload), **extra)
             n += 1
         if rng.random() < 0.8:  # else the batch timer sends it, while the next round begins
             producer.flush()
@@ -96,15 +97,20 @@ def _check(sent: Sent, seen: dict[bytes, list[MsgKey]]) -> None:
 
 
 @pytest.mark.timeout(180)
+@pytest.mark.parametrize("batching_type", ["Default", "KeyBased"])
 def test_delayed_messages_inside_a_batch_range_are_each_stored_once_with_their_own_id(
-        broker: Any, client: Any) -> None:
-    topic = "persistent://public/default/dedup-out-of-order"
+        broker: Any, client: Any, batching_type: str) -> None:
+    # Key-based batching sends one batch per key, each with its first id and its count:
+    # their computed ranges overlap one another as well as the delayed messages' ids.
+    topic = f"persistent://public/default/dedup-out-of-order-{batching_type}"
     consumer = client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.Shared)
     producer = client.create_producer(topic, batching_enabled=True,
                                       batching_max_publish_delay_ms=5,
-                                      batching_max_messages=1000)
+                                      batching_max_messages=1000,
+                                      batching_type=getattr(pulsar.BatchingType, batching_type))
     sent = Sent()
-    total = _send_rounds(producer, sent, random.Random(7), 0, 300)
+    total = _send_rounds(producer, sent, random.Random(7), 0, 300,
+                         keys=batching_type == "KeyBased")
     wait_until(lambda: sent.answered == total, message="every send answered", timeout_s=60)
     assert not sent.failed
     assert len(sent.acked) == total
