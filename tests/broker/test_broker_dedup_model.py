@@ -2,12 +2,13 @@
 and its receipt carries the id of the entry that holds it.
 
 Hypothesis drives an in-process broker over the wire (RawClient) the way pulsar-client 3.13
-does: plain messages accumulate in a batch sent with its first id and its count; a delayed
-message is sent at once, outside the batch, with the next id (inside the batch's range);
-receipts are read in order; a send is duplicated while in flight; a connection drops and the producer, re-created under its name,
-re-sends its whole pending queue (same ids, same batches); an acknowledged send is re-sent
-again; the broker restarts, gracefully or from a stale dedup snapshot (as after kill -9: the
-ledger is durable, the snapshot is the last one housekeeping wrote).
+does: plain messages accumulate in a batch (one per key with key-based batching) sent with
+its first id and its count; a delayed message is sent at once, outside the batch, with the
+next id (inside the batch's range); receipts are read in order; a send is duplicated while
+in flight; a connection drops and the producer, re-created under its name, re-sends its
+whole pending queue (same ids, same batches); an acknowledged send is re-sent again; the
+broker restarts, gracefully or from a stale dedup snapshot (as after kill -9: the ledger is
+durable, the snapshot is the last one housekeeping wrote).
 """
 
 from __future__ import annotations
@@ -76,7 +77,7 @@ class Client:
     def __init__(self, broker: BrokerHandle) -> None:
         self.broker = broker
         self.next_id = 0
-        self.batch: list[int] = []
+        self.batches: tuple[list[int], list[int]] = ([], [])  # key-based: one per key
         self.ops: list[Op] = []
         self.pending: list[Op] = []  # sent, not acknowledged, in send order
         self.acked: dict[int, tuple[int, int]] = {}  # op index -> receipt's message id
@@ -117,18 +118,19 @@ class Client:
 
     # -- actions -------------------------------------------------------------------------
 
-    def plain(self) -> None:
-        self.batch.append(self.next_id)
+    def plain(self, key: int = 0) -> None:
+        self.batches[key].append(self.next_id)
         self.next_id += 1
 
     def delayed(self) -> None:
         self.new_op(self.next_id, 1, batch=False)
         self.next_id += 1
 
-    def flush(self) -> None:
-        if self.batch:
-            self.new_op(self.batch[0], len(self.batch), batch=True)
-            self.batch = []
+    def flush(self, reverse: bool = False) -> None:
+        for batch in reversed(self.batches) if reverse else self.batches:
+            if batch:
+                self.new_op(batch[0], len(batch), batch=True)
+                batch.clear()
 
     def receive(self) -> None:
         assert self.raw is not None
@@ -206,9 +208,9 @@ async def _stored(handle: BrokerHandle) -> dict[bytes, list[tuple[int, int]]]:
 
 ACTIONS = st.lists(
     st.one_of(
-        st.just(("plain",)), st.just(("plain",)), st.just(("plain",)),
+        st.just(("plain",)), st.just(("plain",)), st.tuples(st.just("plain"), st.integers(0, 1)),
         st.just(("delayed",)), st.just(("delayed",)),
-        st.just(("flush",)), st.just(("receive",)),
+        st.tuples(st.just("flush"), st.booleans()), st.just(("receive",)),
         st.just(("reconnect",)), st.just(("snapshot",)),
         st.tuples(st.just("resend_acked"), st.integers(0, 1000)),
         st.tuples(st.just("resend_pending"), st.integers(0, 1000)),
