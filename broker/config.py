@@ -128,6 +128,12 @@ class BrokerConfig:
         "Default of the deduplication policy (namespace/topic policies override it). Pulsar's "
         "default is false; Horae's is true because the C++ client re-sends every send "
         "pipelined behind a refused one.")
+    broker_deduplication_max_number_of_producers: int = _opt(
+        "brokerDeduplicationMaxNumberOfProducers", 10000,
+        "Most producer names whose sequence state deduplication keeps per topic (in memory and "
+        "in the pulsar.dedup cursor). Past it the least recently active names without a "
+        "connected producer are evicted (pulsar_broker_topic_deduplication_producers_evicted): "
+        "an evicted name that comes back starts as a new one. Pulsar's key and default.")
     broker_service_compaction_threshold_in_bytes: int = _opt(
         "brokerServiceCompactionThresholdInBytes", 0,
         "Backlog bytes that trigger an automatic compaction (0: never; namespace/topic "
@@ -388,7 +394,8 @@ class BrokerConfig:
                     "broker_shutdown_timeout_ms", "disk_check_interval",
                     "health_check_timeout_ms", "pulsar_channel_write_buffer_high_water_mark",
                     "http_server_accept_queue_size", "http_server_idle_timeout_ms",
-                    "http_server_request_header_timeout_ms")
+                    "http_server_request_header_timeout_ms",
+                    "broker_deduplication_max_number_of_producers")
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{KEY_OF_FIELD[name]} must be > 0, not {getattr(self, name)}")

@@ -108,6 +108,9 @@ _FAMILIES: dict[str, tuple[str, str, str]] = {
     "pulsar_broker_topic_messages_fixed_delay_overridden": (
         "counter", "Messages whose client deliver-at was overridden by a fixed delay (PIP-437)",
         "topic"),
+    "pulsar_broker_topic_deduplication_producers_evicted": (
+        "counter", "Producer names whose deduplication state was evicted over "
+        "brokerDeduplicationMaxNumberOfProducers", "topic"),
     "pulsar_topics_count": ("gauge", "Loaded topics in the namespace", "ns"),
     "pulsar_subscription_back_log": ("gauge", "Backlog of the subscription (messages)", "sub"),
     "pulsar_subscription_delayed": ("gauge", "Delayed messages tracked by the subscription",
@@ -281,6 +284,8 @@ class HoraeCollector(Collector):
         add("pulsar_broker_topic_messages_delayed_rejected", topic.delayed_rejected_counter)
         add("pulsar_broker_topic_messages_fixed_delay_overridden",
             topic.fixed_delay_overridden_counter)
+        add("pulsar_broker_topic_deduplication_producers_evicted",
+            topic.dedup_producers_evicted_counter)
         acc = scrape.write_latency.setdefault(
             key, [0.0] * (len(PUBLISH_LATENCY_BUCKETS_MS) + 2))
         for i, c in enumerate(topic.publish_latency_buckets[: len(acc) - 1]):

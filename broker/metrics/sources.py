@@ -215,6 +215,11 @@ class TopicFigures(Protocol):
         ...
 
     @property
+    def dedup_producers_evicted_counter(self) -> int:
+        """Producer names deduplication evicted over brokerDeduplicationMaxNumberOfProducers."""
+        ...
+
+    @property
     def storage_size(self) -> int:
         """Bytes stored for the topic."""
         ...

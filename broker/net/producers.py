@@ -114,10 +114,12 @@ async def create_producer(connection: ProducerConnection, m: pb.CommandProducer)
                                            m.schema if m.HasField("schema") else None)
     producer = Producer(connection, topic, int(m.producer_id), pname, access_mode,
                         user_provided, metadata, int(m.epoch))
-    topic.dedup.attach(producer)
     requested_epoch = int(m.topic_epoch) if m.HasField("topic_epoch") else None
-    if topic.add_producer(producer, requested_epoch,
-                          max_producers=max_producers) is Admission.QUEUE:
+    admission = topic.add_producer(producer, requested_epoch, max_producers=max_producers)
+    # Only an admitted producer holds its name's sequence state (a refused one would keep the
+    # name from ever being evicted); no SEND comes before PRODUCER_SUCCESS.
+    topic.dedup.attach(producer)
+    if admission is Admission.QUEUE:
         topic.admission.queue(producer, int(m.request_id), schema_version)
         connection.waiting_producers[producer.producer_id] = producer
         connection.write(C.encode_producer_success(m.request_id, pname, -1, schema_version,

@@ -57,7 +57,7 @@ class _NoDeduplication:
     def attach(self, producer: Producer) -> None:
         return None
 
-    def resend(self, state: SequenceState, entry: bytes,
+    def resend(self, state: SequenceState, entry: bytes, sequence_id: int,
                key: int) -> tuple[asyncio.Future[Position] | None, int | None]:
         return None, key
 

@@ -35,11 +35,13 @@ send). The queue's records are defined in :mod:`broker.topics.publish_records`:
 Every SEND counts towards the connection's pending-publish limit (back-pressure) from
 step 1 until its answer is written.
 
-Re-sends: a SEND whose key (the highest sequence id it carries) is not above the highest
-one appended under the producer's name is a re-send; :mod:`broker.topics.dedup` decides how it is
-answered (the original message id, the append still in flight, a new append, or -1:-1).
-The hot path costs one comparison against ``seq_state.pushed``; a durable append is recorded
-in ``seq_state`` when its receipt is written.
+Re-sends: a SEND that starts right after the last one appended under the producer's name
+(``sequence_id == seq_state.next_seq``) is new, in order: the hot path costs that one
+comparison. So is one whose key (the highest sequence id it carries) is above every key
+appended. Anything else -- a re-send, a gap filled late, a batch behind out-of-order delayed
+messages -- goes to :mod:`broker.topics.dedup`, which decides how it is answered (the
+original message id, the append still in flight, a new append, or -1:-1). A durable append
+is recorded in ``seq_state`` when its receipt is written.
 
 Access modes: Shared (any number), Exclusive (refused with ProducerBusy while another
 producer is attached, or while an exclusive one is), ExclusiveWithFencing (closes the
@@ -120,7 +122,7 @@ class ResendPolicy(Protocol):
     """How a topic answers a re-send (:meth:`broker.topics.dedup.MessageDeduplication.resend`;
     a non-persistent topic publishes it again)."""
 
-    def resend(self, state: SequenceState, entry: bytes,
+    def resend(self, state: SequenceState, entry: bytes, sequence_id: int,
                key: int) -> tuple[asyncio.Future[Position] | None, int | None]: ...
 
 
@@ -242,17 +244,17 @@ class Producer:
             key = highest if highest > seq else seq
             if count > 1 and seq + count - 1 > key:  # a C++ batch: ids seq .. seq+count-1
                 key = seq + count - 1
-            if self._failed is None and checksum_valid and key > state.pushed \
+            if self._failed is None and checksum_valid and seq == state.next_seq \
                     and size <= MAX_RECORD_BYTES:
                 try:
                     stored, in_entry, partial = check(entry)
                 except RequestError as exc:
-                    item = Pending(seq, highest, key, started, None, exc, 0, 0)
+                    item: Pending | None = Pending(seq, highest, key, started, None, exc, 0, 0)
                 else:
                     if partial:  # a chunk but the last of its message is no dedup key
                         keys(None)
                     else:
-                        state.pushed = key
+                        state.next_seq = key + 1
                         keys(key)
                     seqs(seq)
                     highests(highest)
@@ -261,13 +263,16 @@ class Producer:
                     add_data(stored)
                     continue
             else:
-                item = self._one_send(entry, seq, highest, key, checksum_valid, started)
+                item = None  # decided once the run before it is queued (a re-send of one
+                #              of its sends is answered with that append)
             if datas:  # the run so far first: ledger order = queue order = send order
                 self._append_run(run, datas)
                 run = PublishRun(self, started)
                 seqs, highests, keys, messages, sizes = run.appenders()
                 datas = []
                 add_data = datas.append
+            if item is None:
+                item = self._one_send(entry, seq, highest, key, checksum_valid, started)
             item.buffered = size
             enqueue(item)
         if datas:
@@ -278,9 +283,9 @@ class Producer:
 
     def _one_send(self, entry: bytes, seq: int, highest: int, key: int,
                   checksum_valid: bool, started: float) -> Pending:
-        """A SEND the run path does not take (the producer failed, a bad checksum, a re-send,
-        an entry storage refuses) or the fast decoder declined: its Pending, appended with a
-        future or refused."""
+        """A SEND the run path does not take (the producer failed, a bad checksum, not in
+        order, an entry storage refuses) or the fast decoder declined: its Pending, appended
+        with a future or refused."""
         try:
             if self._failed is not None:
                 raise self._failed
@@ -307,21 +312,22 @@ class Producer:
     def _resend(self, entry: bytes, seq: int, highest: int, key: int,
                 started: float) -> Pending:
         """A SEND whose key is not above the highest appended one (:mod:`broker.topics.dedup`)."""
-        original, record_key = self.topic.dedup.resend(self.seq_state, entry, key)
+        original, record_key = self.topic.dedup.resend(self.seq_state, entry, seq, key)
         if original is not None:
             return Pending(seq, highest, key, started, original, None, 0, 0, dup=True)
         fut, messages, _ = self.topic.publish(entry)
         return Pending(seq, highest, record_key, started, fut, None, messages, len(entry))
 
-    def pending_append(self, key: int) -> asyncio.Future[Position] | None:
-        """The future of a queued, not failed, send of *key* (a re-send on a later
-        incarnation of this producer is answered with it)."""
+    def pending_append(self, sequence_id: int, key: int) -> asyncio.Future[Position] | None:
+        """The future of a queued, not failed, send ``[sequence_id, key]`` (a re-send on a
+        later incarnation of this producer is answered with it)."""
         for item in self._queue:
             if isinstance(item, PublishRun):
-                fut = item.waiter(key, self._loop)
+                fut = item.waiter(sequence_id, key, self._loop)
                 if fut is not None:
                     return fut
-            elif item.key == key and item.error is None and item.future is not None:
+            elif item.key == key and item.sequence_id == sequence_id and item.error is None \
+                    and item.future is not None:
                 return item.future
         return None
 

@@ -95,9 +95,10 @@ class Answers:
             if lo >= hi:
                 continue
             first_entry = entry_id + lo - first
-            out.append(encode_run_receipts(pid, seqs[lo:hi], highests[lo:hi], ledger_id,
+            span_seqs = seqs[lo:hi]
+            out.append(encode_run_receipts(pid, span_seqs, highests[lo:hi], ledger_id,
                                            first_entry))
-            record_run(keys[lo:hi], ledger_id, first_entry)
+            record_run(span_seqs, keys[lo:hi], ledger_id, first_entry)
         n = end - start
         size = sum(run.sizes[start:end])
         self.answered += n
@@ -132,7 +133,8 @@ class Answers:
                                   run.highests[index]))
             key = run.keys[index]
             if key is not None:
-                self.producer.seq_state.record(key, position.ledger_id, position.entry_id)
+                self.producer.seq_state.record(run.seqs[index], key, position.ledger_id,
+                                               position.entry_id)
             self._count(run.messages[index], size, run.started)
         run.answered = end
         return True
@@ -167,7 +169,8 @@ class Answers:
                               item.highest_sequence_id))
         if not item.dup:  # a duplicate is answered again, not appended again: not counted
             if item.key is not None:
-                self.producer.seq_state.record(item.key, position.ledger_id, position.entry_id)
+                self.producer.seq_state.record(item.sequence_id, item.key,
+                                               position.ledger_id, position.entry_id)
             self._count(item.messages, item.size, item.started)
         return True
 

@@ -167,12 +167,14 @@ class PublishRun:
                 return Position(ledger_id, first_entry_id + index - start)
         return None
 
-    def waiter(self, key: int, loop: asyncio.AbstractEventLoop) -> asyncio.Future[Position] | None:
-        """A future of the unanswered, not failed item whose dedup key is *key* (a re-send
-        on a later incarnation of the producer waits on it), or None."""
+    def waiter(self, sequence_id: int, key: int,
+               loop: asyncio.AbstractEventLoop) -> asyncio.Future[Position] | None:
+        """A future of the unanswered, not failed item ``[sequence_id, key]`` (a re-send on
+        a later incarnation of the producer waits on it), or None."""
         keys = self.keys
         for index in range(self.answered, len(keys)):
-            if keys[index] != key or (self.errors is not None and self.errors[index] is not None):
+            if keys[index] != key or self.seqs[index] != sequence_id \
+                    or (self.errors is not None and self.errors[index] is not None):
                 continue
             fut: asyncio.Future[Position] = loop.create_future()
             position = self.position(index) if index < self.done else None

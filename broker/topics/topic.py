@@ -153,7 +153,8 @@ class Topic:
         # Producers whose oldest unanswered SEND waits for its append to become durable
         # (insertion-ordered set; maintained by the producers, drained by _on_durable).
         self.awaiting_durable: dict[Producer, None] = {}
-        self.dedup = MessageDeduplication(self)
+        self.dedup = MessageDeduplication(
+            self, host.config.broker_deduplication_max_number_of_producers)
         self.trimmer = LedgerTrimmer(self)
         self.compaction = TopicCompaction(self, host.metadata)
         self.termination = Termination(host.metadata, self.full)
@@ -421,6 +422,11 @@ class Topic:
     def compacted_out(self, pos: Position) -> bool:
         """A read_compacted subscription skips *pos* (:mod:`broker.topics.compaction`)."""
         return self.compaction.compacted_out(pos)
+
+    @property
+    def dedup_producers_evicted_counter(self) -> int:
+        """Producer names deduplication forgot over brokerDeduplicationMaxNumberOfProducers."""
+        return self.dedup.evicted_producers
 
     def dedup_enabled(self) -> bool:
         """The deduplication policy in force (topic > namespace > brokerDeduplicationEnabled)."""

@@ -218,6 +218,7 @@ class _FakeTopic:
     bytes_out_counter: int = 0
     delayed_rejected_counter: int = 0
     fixed_delay_overridden_counter: int = 0
+    dedup_producers_evicted_counter: int = 0
     storage_size: int = 0
     publish_latency_buckets: list[int] = dataclasses.field(default_factory=lambda: [0] * 10)
     publish_latency_sum_ms: float = 0.0

@@ -252,3 +252,10 @@ def test_log_format_and_shutdown_timeout_are_validated() -> None:
         load_config(environ={"HORAE_brokerShutdownTimeoutMs": "0"})
     assert "logFormat" in str(fmt.value)
     assert "brokerShutdownTimeoutMs must be > 0" in str(timeout.value)
+
+
+def test_dedup_max_number_of_producers_has_pulsars_default_and_is_validated() -> None:
+    assert load_config(environ={}).broker_deduplication_max_number_of_producers == 10_000
+    with pytest.raises(ConfigError) as cap:
+        load_config(overrides={"brokerDeduplicationMaxNumberOfProducers": 0})
+    assert "brokerDeduplicationMaxNumberOfProducers must be > 0" in str(cap.value)

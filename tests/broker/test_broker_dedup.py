@@ -248,6 +248,7 @@ def test_official_client_completes_a_send_answered_with_the_duplicate_receipt(
         state = next(iter(broker.service.topics[topic].dedup.states.values()))
         state.drop_window()
         state.pushed = state.persisted = 10
+        state.stored.add(3, 10)
         state.floor = 11
 
     broker.call(pretend_seen_up_to_ten)

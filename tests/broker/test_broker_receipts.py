@@ -14,7 +14,7 @@ from typing import Any
 
 from test_broker_states import make_connection
 
-from broker.topics.dedup import RECEIPT_WINDOW, SequenceState
+from broker.topics.dedup_state import RECEIPT_WINDOW, SequenceState
 from broker.topics.producer import Producer
 from broker.topics.topic import Topic
 from protocol import pulsar_pb as pb
@@ -136,13 +136,14 @@ def start_run(*frames: SendFrame) -> tuple[Any, Any, FakeTopic, Producer]:
 async def test_one_read_of_sends_is_answered_in_order_when_a_refused_send_splits_the_run() -> None:
     conn, transport, topic, producer = start_run(fast_send(0), fast_send(1, checksum_valid=False),
                                                  fast_send(2), fast_send(3))
-    # The refused SEND ends the run before it (queue order = send order): two runs.
-    assert [entries for entries, _ in topic.runs] == [[b"entry-0"], [b"entry-2", b"entry-3"]]
-    assert conn.throttle.pending_requests == 4 and topic.futures == []  # no future per SEND
+    # The refused SEND ends the run before it (queue order = send order); the next one skips
+    # its id, so it is not in order and takes the per-entry path; then a run again.
+    assert [entries for entries, _ in topic.runs] == [[b"entry-0"], [b"entry-3"]]
+    assert conn.throttle.pending_requests == 4 and len(topic.futures) == 1
     assert list(topic.awaiting_durable) == [producer]
     first, second = (sink for _, sink in topic.runs)
     first.entries_durable(7, 10, 1)
-    second.entries_durable(7, 11, 1)  # a rollover split the second run: two reports
+    topic.futures[0].set_result(Position(7, 11))
     Topic._on_durable(topic, Position(7, 11))  # type: ignore[arg-type]
     answers = transport.frames()
     assert [(f.type, f.send_receipt.sequence_id if f.type == T.SEND_RECEIPT
@@ -160,7 +161,9 @@ async def test_one_read_of_sends_is_answered_in_order_when_a_refused_send_splits
     assert conn.throttle.pending_requests == 0 and topic.awaiting_durable == {}
     assert topic.recorded == 3
     assert producer.seq_state.persisted == 3
-    assert producer.seq_state.stored_at(2) == (7, 11) and producer.seq_state.stored_at(3) == (8, 0)
+    assert producer.seq_state.stored_at(2, 2) == (7, 11)
+    assert producer.seq_state.stored_at(3, 3) == (8, 0)
+    assert producer.seq_state.stored.bounds == [0, 0, 2, 3]  # 1 was never stored
 
 
 async def test_failed_run_answers_every_send_of_it_and_behind_it_in_order() -> None:
@@ -180,8 +183,8 @@ async def test_failed_run_answers_every_send_of_it_and_behind_it_in_order() -> N
 
 
 async def test_resend_of_a_send_in_flight_in_a_run_waits_for_its_position() -> None:
-    _conn, _transport, topic, producer = start_run(fast_send(5))
-    pending = producer.pending_append(5)
+    _conn, _transport, topic, producer = start_run(fast_send(0))
+    pending = producer.pending_append(0, 0)
     assert pending is not None and not pending.done()
     topic.runs[0][1].entries_durable(7, 3, 1)
     assert pending.done()
@@ -191,12 +194,13 @@ async def test_resend_of_a_send_in_flight_in_a_run_waits_for_its_position() -> N
 async def test_a_resend_waiting_on_a_run_item_gets_its_position_once_durable() -> None:
     _, _, topic, producer = start_run(fast_send(0), fast_send(1), fast_send(2))
     (_, sink), = topic.runs
-    in_flight = producer.pending_append(1)
+    in_flight = producer.pending_append(1, 1)
     assert in_flight is not None and not in_flight.done()
-    assert producer.pending_append(9) is None  # no such key queued
+    assert producer.pending_append(9, 9) is None  # no such send queued
+    assert producer.pending_append(0, 1) is None  # same key, another send
     sink.entries_durable(7, 4, 2)  # items 0 and 1 durable; answered right after
     assert in_flight.done() and in_flight.result() == Position(7, 5)
-    waiting_for_last = producer.pending_append(2)
+    waiting_for_last = producer.pending_append(2, 2)
     assert waiting_for_last is not None and not waiting_for_last.done()
     sink.entries_failed(1, PersistenceError("fdatasync failed"))
     assert waiting_for_last.done() and waiting_for_last.exception() is not None
@@ -207,7 +211,7 @@ async def test_a_durable_but_unanswered_run_item_is_handed_out_as_a_done_future(
     (_, sink), = topic.runs
     producer.closed = True  # the durable listener does not drain a closed producer
     sink.entries_durable(7, 0, 2)
-    fut = producer.pending_append(1)
+    fut = producer.pending_append(1, 1)
     assert fut is not None and fut.done() and fut.result() == Position(7, 1)
 
 
@@ -221,12 +225,15 @@ def test_record_run_keeps_the_window_record_keeps() -> None:
     for before, runs in cases:
         by_run, by_record = SequenceState("p"), SequenceState("p")
         for entry_id, key in enumerate(before):
-            by_run.record(key, 1, entry_id)
-            by_record.record(key, 1, entry_id)
+            by_run.record(key, key, 1, entry_id)
+            by_record.record(key, key, 1, entry_id)
         for ledger_id, keys in enumerate(runs, start=2):
-            by_run.record_run(keys, ledger_id, 100)
+            # single messages: a chunk carries the sequence id of its message's last chunk
+            seqs = [key if key is not None else keys[i + 1] for i, key in enumerate(keys)]
+            by_run.record_run(seqs, keys, ledger_id, 100)  # type: ignore[arg-type]
             for offset, key in enumerate(keys):
                 if key is not None:
-                    by_record.record(key, ledger_id, 100 + offset)
+                    by_record.record(key, key, ledger_id, 100 + offset)
         assert list(by_run.window) == list(by_record.window)
         assert (by_run.persisted, by_run.floor) == (by_record.persisted, by_record.floor)
+        assert by_run.stored.bounds == by_record.stored.bounds
