@@ -9,10 +9,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from broker_rawclient import RawClient
 
+from protocol import commands as C
 from protocol import pulsar_pb as pb
 from protocol.framing import encode_command
+from tests.rest import http_json
 
 T = pb.BaseCommand
 
@@ -64,3 +67,35 @@ def test_an_initial_subscription_with_a_reserved_name_refuses_the_producer(broke
     assert answer.type == T.ERROR
     assert answer.error.error == pb.NotAllowedError
     assert answer.error.message.startswith("Failed to create the initial subscription: ")
+
+
+@pytest.mark.parametrize(("client_version", "told"), [
+    ("Pulsar-Java-v4.0.8", True),
+    ("Pulsar-CPP-v4.2.0", False),  # closes its connection on REACHED_END_OF_TOPIC
+])
+def test_reached_end_of_topic_goes_only_to_clients_that_handle_it(
+        broker: Any, client: Any, client_version: str, told: bool) -> None:
+    topic = f"persistent://public/default/java-end-of-topic-{told}"
+    with RawClient(broker.service_url) as raw:
+        raw.send(C.encode_connect(client_version, 20))
+        assert raw.recv_command().type == T.CONNECTED
+        assert raw.request(C.encode_subscribe(topic, "sub", 0, 1, 1)).type == T.SUCCESS
+        producer = client.create_producer(topic)
+        producer.send(b"last")
+        producer.close()
+        raw.send(C.encode_flow(1, 10))
+        message = raw.recv_command()
+        assert message.type == T.MESSAGE
+        status, _ = http_json(broker.web_url, "POST",
+                              f"/admin/v2/persistent/public/default/{topic.rsplit('/', 1)[1]}/terminate")
+        assert status == 200
+        # Terminated, but the message is not acknowledged yet: not the end for this subscription.
+        raw.send(C.encode_ping())
+        assert raw.recv_command().type == T.PONG
+        ids = [(message.message.message_id.ledgerId, message.message.message_id.entryId)]
+        raw.send(C.encode_ack(1, ids))
+        raw.send(C.encode_ping())  # answered after anything the ack caused
+        if told:
+            end = raw.recv_command()
+            assert end.type == T.REACHED_END_OF_TOPIC and end.reachedEndOfTopic.consumer_id == 1
+        assert raw.recv_command().type == T.PONG
