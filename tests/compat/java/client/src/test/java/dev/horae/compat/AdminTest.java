@@ -11,10 +11,12 @@ import java.util.List;
 import java.util.Map;
 import java.util.Set;
 import java.util.UUID;
+import org.apache.pulsar.client.admin.LongRunningProcessStatus;
 import org.apache.pulsar.client.admin.PulsarAdminException;
 import org.apache.pulsar.client.api.Message;
 import org.apache.pulsar.client.api.MessageId;
 import org.apache.pulsar.client.api.Producer;
+import org.apache.pulsar.client.api.PulsarClientException;
 import org.apache.pulsar.client.api.Schema;
 import org.apache.pulsar.common.naming.TopicVersion;
 import org.apache.pulsar.common.policies.data.AuthAction;
@@ -203,6 +205,64 @@ class AdminTest extends BrokerTestBase {
     admin.topics().deletePartitionedTopic(partitioned);
     assertFalse(admin.topics().getPartitionedTopicList("public/default").contains(partitioned));
     assertThrows(PulsarAdminException.NotFoundException.class, () -> admin.topics().getStats(topic));
+  }
+
+  @Test
+  void lookupsBrokersAndTopicOperations() throws Exception {
+    String topic = HoraeEnv.topic("admin-ops");
+    admin.topics().createNonPartitionedTopic(topic);
+    assertEquals(HoraeEnv.serviceUrl(), admin.lookups().lookupTopic(topic));
+    assertFalse(admin.brokers().getActiveBrokers("standalone").isEmpty());
+    assertNotNull(admin.brokers().getLeaderBroker().getServiceUrl());
+
+    admin.topics().createSubscription(topic, "sub", MessageId.latest);
+    try (Producer<String> producer = client.newProducer(Schema.STRING).topic(topic)
+        .enableBatching(false).create()) {
+      producer.newMessage().key("k").value("old").send();
+      producer.newMessage().key("k").value("new").send();
+    }
+    admin.topics().expireMessagesForAllSubscriptions(topic, 0);
+    HoraeEnv.waitUntil("expired messages leave the backlog", () -> {
+      try {
+        return admin.topics().getStats(topic).getSubscriptions().get("sub").getMsgBacklog() == 0;
+      } catch (Exception e) {
+        return false;
+      }
+    });
+
+    admin.topics().triggerCompaction(topic);
+    HoraeEnv.waitUntil("compaction succeeds", () -> {
+      try {
+        return admin.topics().compactionStatus(topic).status == LongRunningProcessStatus.Status.SUCCESS;
+      } catch (Exception e) {
+        return false;
+      }
+    });
+
+    admin.topicPolicies().setRetention(topic, new RetentionPolicies(10, 10));
+    HoraeEnv.waitUntil("the topic retention is set", () -> {
+      try {
+        return new RetentionPolicies(10, 10).equals(admin.topicPolicies().getRetention(topic));
+      } catch (Exception e) {
+        return false;
+      }
+    });
+    admin.topicPolicies().setSchemaCompatibilityStrategy(topic, SchemaCompatibilityStrategy.ALWAYS_COMPATIBLE);
+    HoraeEnv.waitUntil("the topic schema strategy is set", () -> {
+      try {
+        return admin.topicPolicies().getSchemaCompatibilityStrategy(topic, false)
+            == SchemaCompatibilityStrategy.ALWAYS_COMPATIBLE;
+      } catch (Exception e) {
+        return false;
+      }
+    });
+
+    String partitioned = HoraeEnv.topic("admin-terminate-partitioned");
+    admin.topics().createPartitionedTopic(partitioned, 2);
+    assertEquals(2, admin.topics().getPartitionedInternalStats(partitioned).partitions.size());
+    assertEquals(2, admin.topics().terminatePartitionedTopic(partitioned).size());
+    assertThrows(PulsarClientException.TopicTerminatedException.class,
+        () -> client.newProducer(Schema.STRING).topic(partitioned + "-partition-0").create());
   }
 
   @Test
