@@ -274,7 +274,8 @@ class AdminTest extends BrokerTestBase {
     assertEquals(SchemaType.AVRO, stored.getType());
     assertEquals(info.getSchemaDefinition(), stored.getSchemaDefinition());
     assertEquals(1, admin.schemas().getAllSchemas(topic).size());
-    assertTrue(admin.schemas().testCompatibility(topic, info).isCompatibility());
+    assertTrue(admin.schemas().testCompatibility(topic, info).isCompatibility(),
+        "a schema is compatible with itself");
     admin.schemas().deleteSchema(topic);
     assertThrows(PulsarAdminException.NotFoundException.class, () -> admin.schemas().getSchemaInfo(topic));
   }
