@@ -7,8 +7,12 @@ answers the way Pulsar's broker gives them.
 
 from __future__ import annotations
 
+import base64
+import urllib.request
+from collections.abc import Callable
 from typing import Any
 
+import jwt
 import pytest
 from broker_rawclient import RawClient
 
@@ -99,3 +103,32 @@ def test_reached_end_of_topic_goes_only_to_clients_that_handle_it(
             end = raw.recv_command()
             assert end.type == T.REACHED_END_OF_TOPIC and end.reachedEndOfTopic.consumer_id == 1
         assert raw.recv_command().type == T.PONG
+
+
+def test_an_initial_subscription_needs_the_right_to_consume(broker_factory: Callable[..., Any]) -> None:
+    secret = b"s" * 32
+    secured = broker_factory(config_overrides={
+        "authenticationEnabled": True,
+        "authenticationProviders":
+            "org.apache.pulsar.broker.authentication.AuthenticationProviderToken",
+        "tokenSecretKey": "data:;base64," + base64.b64encode(secret).decode(),
+        "authorizationEnabled": True, "superUserRoles": "admin"})
+    request = urllib.request.Request(
+        secured.web_url + "/admin/v2/namespaces/public/default/permissions/writer",
+        data=b'["produce"]', method="POST",
+        headers={"Content-Type": "application/json",
+                 "Authorization": "Bearer " + jwt.encode({"sub": "admin"}, secret, "HS256")})
+    with urllib.request.urlopen(request, timeout=10) as granted:
+        assert granted.status == 204
+    topic = "persistent://public/default/java-initial-subscription-authz"
+    with RawClient(secured.service_url) as raw:
+        connect = pb.BaseCommand(type=T.CONNECT)
+        connect.connect.client_version = "Pulsar-Java-v4.0.8"
+        connect.connect.protocol_version = 20
+        connect.connect.auth_method_name = "token"
+        connect.connect.auth_data = jwt.encode({"sub": "writer"}, secret, "HS256").encode()
+        raw.send(encode_command(connect))
+        assert raw.recv_command().type == T.CONNECTED
+        refused = raw.request(_producer(topic, 1, 1, "dlq-sub"))
+        assert refused.type == T.ERROR and refused.error.error == pb.AuthorizationError
+        assert raw.create_producer(topic, 2).type == T.PRODUCER_SUCCESS
