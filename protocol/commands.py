@@ -95,14 +95,17 @@ def encode_producer_success(
 ) -> bytes:
     """PRODUCER_SUCCESS; *ready* sets producer_ready explicitly (False: the producer is queued
     for exclusive access, WaitForExclusive; True: the second answer once it is promoted);
-    *topic_epoch* is the epoch an exclusive producer was granted."""
+    *topic_epoch* is the epoch an exclusive producer was granted.
+
+    schema_version is always present, as Pulsar sends it: a schema-less producer (None) gets
+    the empty version (Pulsar's ``SchemaVersion.Empty``). The Java client reads the field
+    unconditionally and drops the connection when it is missing."""
     cmd = pb.BaseCommand(type=_T.PRODUCER_SUCCESS)
     ps = cmd.producer_success
     ps.request_id = request_id
     ps.producer_name = producer_name
     ps.last_sequence_id = last_sequence_id
-    if schema_version is not None:
-        ps.schema_version = schema_version
+    ps.schema_version = b"" if schema_version is None else schema_version
     if ready is not None:
         ps.producer_ready = ready
     if topic_epoch is not None:

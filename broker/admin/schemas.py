@@ -8,7 +8,8 @@ Theory of operation: Pulsar's SchemasResource paths and bodies, served from the 
 - ``GET .../schemas``: ``{"getSchemaResponses": [...]}``, every live version;
 - ``POST .../schema`` with ``{"type", "schema", "properties"}``: registers it under the
   strategy in force, ``{"version": {"version": n}}``; 409 with the reason when incompatible;
-- ``POST .../compatibility``: ``{"isCompatible", "schemaCompatibilityStrategy"}`` without
+- ``POST .../compatibility``: ``{"compatibility", "schemaCompatibilityStrategy"}`` (Pulsar's
+  IsCompatibilityResponse as Jackson writes it: its getter is ``isCompatibility()``) without
   registering;
 - ``DELETE .../schema``: ``{"version": n}`` (the deletion marker's version).
 
@@ -118,7 +119,7 @@ async def post_compatibility(request: web.Request) -> web.Response:
             check_compatible(entry.type_name, entry.data, type_name, data, strategy)
         except SchemaIncompatible:
             compatible = False
-    return json_response({"isCompatible": compatible, "schemaCompatibilityStrategy": strategy})
+    return json_response({"compatibility": compatible, "schemaCompatibilityStrategy": strategy})
 
 
 async def delete_schema(request: web.Request) -> web.Response:

@@ -8,7 +8,11 @@ refused, the role must be allowed to produce (:class:`broker.net.handshake.Hands
 ERROR AuthorizationError), then :func:`create_producer` runs as a request task. The topic is loaded (or auto-created), the
 producer name's sequence state is recovered *before* PRODUCER_SUCCESS tells the client where
 its sequence stands, the producer's schema is registered or checked (:mod:`broker.net.schemas`),
-then the topic decides on access (:meth:`broker.topics.topic.Topic.add_producer`,
+the producer's initial subscription is created when it names one (``initial_subscription_name``,
+what the Java client's dead-letter producer sends for ``DeadLetterPolicy.initialSubscriptionName``:
+a durable subscription at the earliest position on a persistent topic that lacks it, so nothing
+published before its first consumer is lost; the role must be allowed to produce and to consume
+that subscription), then the topic decides on access (:meth:`broker.topics.topic.Topic.add_producer`,
 :mod:`broker.topics.access_modes`).
 A WaitForExclusive producer that cannot have the topic yet is queued by the topic and
 answered at once with ``producer_ready=false``; the topic answers again when it promotes it.
@@ -28,11 +32,13 @@ from broker.topics.access_modes import Admission
 from broker.topics.names import TopicName
 from broker.topics.producer import Producer, ProducerTransport
 from broker.topics.service import BrokerService
+from broker.topics.topic import Topic
 from protocol import commands as C
 from protocol import pulsar_pb as pb
-from protocol.errors import ServerError
+from protocol.errors import RequestError, ServerError
 
-__all__ = ["ProducerConnection", "create_producer", "handle_close_producer", "handle_producer"]
+__all__ = ["ProducerConnection", "create_initial_subscription", "create_producer",
+           "handle_close_producer", "handle_producer"]
 
 
 class ProducerConnection(ProducerTransport, ConnectionView, Protocol):
@@ -65,7 +71,10 @@ def handle_producer(connection: ProducerConnection, m: pb.CommandProducer) -> No
         connection.write(C.encode_error(m.request_id, ServerError.ServiceNotReady,
                                         "Producer is already being created on this connection"))
         return
-    connection.handshake.require_produce(TopicName.parse(m.topic).full)  # RequestError -> ERROR
+    topic_name = TopicName.parse(m.topic).full
+    connection.handshake.require_produce(topic_name)  # RequestError -> ERROR
+    if m.initial_subscription_name:
+        connection.handshake.require_consume(topic_name, m.initial_subscription_name)
     connection.producers_creating.add(pid)
 
     async def run() -> None:
@@ -112,6 +121,8 @@ async def create_producer(connection: ProducerConnection, m: pb.CommandProducer)
     await topic.dedup.prepare()
     schema_version = await producer_schema(service, topic,
                                            m.schema if m.HasField("schema") else None)
+    if m.initial_subscription_name and isinstance(topic, Topic):
+        await create_initial_subscription(topic, m.initial_subscription_name)
     producer = Producer(connection, topic, int(m.producer_id), pname, access_mode,
                         user_provided, metadata, int(m.epoch))
     requested_epoch = int(m.topic_epoch) if m.HasField("topic_epoch") else None
@@ -130,3 +141,17 @@ async def create_producer(connection: ProducerConnection, m: pb.CommandProducer)
         return
     connection.producers[producer.producer_id] = producer
     connection.write(topic.producer_success(producer, int(m.request_id), schema_version))
+
+
+async def create_initial_subscription(topic: Topic, name: str) -> None:
+    """The producer's initial subscription: durable, at the earliest position, made once.
+
+    Refused as Pulsar refuses it: the subscription's error code, the message prefixed with
+    "Failed to create the initial subscription: "."""
+    if name in topic.subscriptions:
+        return
+    try:
+        await topic.get_or_create_subscription(name, durable=True, initial_position="earliest")
+    except RequestError as exc:
+        raise RequestError(f"Failed to create the initial subscription: {exc.message}",
+                           exc.code) from exc

@@ -32,15 +32,25 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from broker.metrics.rates import RateMeter, iso_ms
-from protocol.commands import encode_active_consumer_change, encode_close_consumer, encode_message
+from protocol.commands import (
+    encode_active_consumer_change,
+    encode_close_consumer,
+    encode_message,
+    encode_reached_end_of_topic,
+)
 from protocol.sub_types import SubType
 from storage.positions import Position
 
-__all__ = ["MAX_UNACKED_MESSAGES_PER_CONSUMER", "Consumer", "HashRange"]
+__all__ = ["END_OF_TOPIC_CLIENTS", "MAX_UNACKED_MESSAGES_PER_CONSUMER", "Consumer", "HashRange"]
 
 #: Pulsar's maxUnackedMessagesPerConsumer: a Shared/Key_Shared consumer holding this many
 #: unacknowledged messages gets nothing more until it acks (protects against a stuck client).
 MAX_UNACKED_MESSAGES_PER_CONSUMER = 50_000
+
+#: CONNECT client_version prefixes of the clients that handle REACHED_END_OF_TOPIC (the Java
+#: client sends "Pulsar-Java-v<version>"). The C++ client, and the Python client built on it,
+#: close the connection on that command, so the others are never sent it.
+END_OF_TOPIC_CLIENTS = ("Pulsar-Java-",)
 
 
 class ConsumerTransport(Protocol):
@@ -108,6 +118,7 @@ class Consumer:
         self.unacked_messages = 0
         self.closed = False
         self.is_active: bool | None = None  # Failover: last ACTIVE_CONSUMER_CHANGE sent
+        self.end_of_topic_sent = False  # REACHED_END_OF_TOPIC goes out once
         # Counters are plain ints read by stats()/metrics at scrape time.
         self.msg_out_counter = 0
         self.bytes_out_counter = 0
@@ -137,6 +148,17 @@ class Consumer:
     def available(self) -> bool:
         return (self.permits > 0 and not self.closed and self.writable
                 and not self.blocked_on_unacked)
+
+    def reached_end_of_topic(self) -> None:
+        """Tell the client it has consumed everything of a terminated topic (Pulsar's
+        CommandReachedEndOfTopic; the Java client's ``hasReachedEndOfTopic()``): once, and
+        only to a client that handles the command (:data:`END_OF_TOPIC_CLIENTS`)."""
+        if self.end_of_topic_sent or self.closed:
+            return
+        if not self.side.client_version.startswith(END_OF_TOPIC_CLIENTS):
+            return
+        self.end_of_topic_sent = True
+        self.side.write(encode_reached_end_of_topic(self.consumer_id))
 
     def send(
         self,

@@ -93,6 +93,9 @@ class TopicContext(Protocol):
     @property
     def partition_index(self) -> int: ...
 
+    @property
+    def terminated(self) -> bool: ...
+
     def delay_policy(self) -> DelayPolicy: ...
 
     def new_tracker(self, policy: DelayPolicy, *, on_due: Callable[[], None],
@@ -319,6 +322,14 @@ class Subscription:
     def after_subscribe(self, consumer: Consumer) -> None:
         if self.dispatcher is not None:
             self.dispatcher.after_subscribe(consumer)
+        self.check_end_of_topic()
+
+    def check_end_of_topic(self) -> None:
+        """Pulsar's end of topic: once the topic is terminated and this subscription has
+        nothing left to acknowledge, its consumers are told they reached the end."""
+        if self.topic.terminated and self.consumers and self.cursor.backlog == 0:
+            for consumer in self.consumers:
+                consumer.reached_end_of_topic()
 
     def remove_consumer(self, consumer: Consumer) -> None:
         """Detach (close, unsubscribe, connection gone): its unacked messages are redelivered."""
@@ -383,6 +394,7 @@ class Subscription:
         if dispatcher is not None:
             dispatcher.on_acked(acked)
             dispatcher.schedule()  # acks may unblock Key_Shared hashes
+        self.check_end_of_topic()
 
     def _merge_ack_set(self, consumer: Consumer, pos: Position, ack_set: list[int]) -> bool:
         """Batch-index ack: keep the still-unacked bits; True while some remain."""

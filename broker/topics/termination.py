@@ -9,8 +9,10 @@ last message id in the metadata store (kind ``"terminated"``, key the full topic
 name) before it reports the topic terminated, so the state survives unloads and restarts;
 :meth:`load` reads it back when the topic loads. From then on the topic refuses new producers
 and SENDs with ``TopicTerminatedError`` ("Topic was already terminated"), as Pulsar does.
-The producers are then disconnected. Consumers are not sent REACHED_END_OF_TOPIC: pulsar-client 3.13 (C++ 4.2.0) closes the
-connection on that command (reference 2.2); they simply receive nothing more.
+The producers are then disconnected. A subscription with nothing left to acknowledge tells its
+consumers REACHED_END_OF_TOPIC (:meth:`broker.subscriptions.subscription.Subscription.check_end_of_topic`),
+but only clients that handle it (the Java client): pulsar-client 3.13 (C++ 4.2.0) closes the
+connection on that command (reference 2.2), so its consumers simply receive nothing more.
 
 Terminating twice answers the same last id. Deleting the topic drops the record
 (:func:`forget`). Called by :class:`broker.topics.topic.Topic` and the admin API.

@@ -516,10 +516,19 @@ class Topic:
 
     # ------------------------------------------------------------------ termination
 
+    @property
+    def terminated(self) -> bool:
+        """Terminated, durably: no message will ever be added."""
+        return self.termination.recorded
+
     async def terminate(self) -> Position | None:
-        """Pulsar's terminate (:meth:`broker.topics.termination.Termination.terminate`)."""
-        return await self.termination.terminate(self.producers,
+        """Pulsar's terminate (:meth:`broker.topics.termination.Termination.terminate`);
+        subscriptions with nothing left to read tell their consumers they reached the end."""
+        last = await self.termination.terminate(self.producers,
                                                 lambda: self.ledger.last_confirmed)
+        for sub in list(self.subscriptions.values()):
+            sub.check_end_of_topic()
+        return last
 
     # ------------------------------------------------------------------ lifecycle
 

@@ -90,7 +90,7 @@ def test_schema_upload_get_versions_delete(cli: Cli, tmp_path: pathlib.Path) -> 
     assert latest["properties"] == {"k": "v"}
     assert cli.ok("schemas", "get", "s", "--version", "0")["version"] == 0
     assert len(cli.ok("schemas", "get", "s", "-a")["getSchemaResponses"]) == 1
-    assert cli.ok("schemas", "compatibility", "s", "-f", str(path))["isCompatible"] is True
+    assert cli.ok("schemas", "compatibility", "s", "-f", str(path))["compatibility"] is True
     assert cli.ok("schemas", "delete", "s") == {"version": 1}
     gone = cli.run("schemas", "get", "s")
     assert gone.returncode == 1

@@ -47,6 +47,7 @@ class StubTopic:
     def __init__(self, ledger: Any) -> None:
         self.ledger = ledger
         self.partition_index = -1
+        self.terminated = False
         self.close_gate: asyncio.Event | None = None
         self.closing = asyncio.Event()
 

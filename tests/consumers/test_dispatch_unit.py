@@ -55,6 +55,7 @@ class StubTopic:
     def __init__(self, ledger: Any) -> None:
         self.ledger = ledger
         self.partition_index = -1
+        self.terminated = False
         self.subscriptions: dict[str, Any] = {}
 
     def remove_subscription(self, sub: Any) -> None:

@@ -57,6 +57,10 @@ CASES: list[tuple[str, bytes, Callable[[Frame], object]]] = [
                 and f.command.producer_success.last_sequence_id == 9 and f.command.producer_success.schema_version == b"\x00\x01")),
     ("producer_success_defaults", c.encode_producer_success(5, "p"),
      lambda f: f.command.producer_success.last_sequence_id == -1 and f.command.producer_success.producer_ready),
+    # The Java client reads schema_version unconditionally: a schema-less producer gets it empty.
+    ("producer_success_schemaless", c.encode_producer_success(5, "p"),
+     lambda f: (f.command.producer_success.HasField("schema_version")
+                and f.command.producer_success.schema_version == b"")),
     ("send_receipt", c.encode_send_receipt(1, 2, 3, 4, 5),
      lambda f: (f.command.type == T.SEND_RECEIPT and f.command.send_receipt.producer_id == 1
                 and f.command.send_receipt.sequence_id == 2 and f.command.send_receipt.message_id.ledgerId == 3
