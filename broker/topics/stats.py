@@ -81,6 +81,19 @@ def topic_stats(topic: Topic) -> dict[str, Any]:
     }
 
 
+def _long_properties(properties: dict[str, str]) -> dict[str, int]:
+    """A cursor's properties as Pulsar's ``CursorStats.properties`` (``Map<String, Long>``:
+    the Java admin client fails on any other value). Numeric values as they are; the
+    deduplication cursor's stored id ranges (``lo:hi,...``) as their highest id, which is
+    what Pulsar keeps there; Horae's own text markers (a subscription's type) left out."""
+    shown: dict[str, int] = {}
+    for key, value in properties.items():
+        last = value.rpartition(":")[2]
+        if last.lstrip("-").isdigit():
+            shown[key] = int(last)
+    return shown
+
+
 def internal_stats(topic: Topic) -> dict[str, Any]:
     """Pulsar's PersistentTopicInternalStats document."""
     ledger = topic.ledger
@@ -105,7 +118,7 @@ def internal_stats(topic: Topic) -> dict[str, Any]:
             "totalNonContiguousDeletedMessagesRange": int(cursor.individually_deleted_count),
             "subscriptionHavePendingRead": False,
             "subscriptionHavePendingReplayRead": False,
-            "properties": dict(cursor.properties),
+            "properties": _long_properties(cursor.properties),
             "revision": cursor.revision,
             "isUnderRevision": bool(sub is not None and sub.revisions.under_revision),
             "persistedSizeBytes": cursor.persisted_size_bytes,

@@ -137,6 +137,24 @@ def test_stats_and_internal_stats(api: Api, client: Any) -> None:
     assert (missing_internal.status, missing_internal.reason) == (404, "Topic not found")
 
 
+def test_internal_stats_cursor_properties_are_longs_as_pulsars(api: Api, client: Any) -> None:
+    # Pulsar's CursorStats.properties is a Map<String, Long>: the Java admin client fails to
+    # read the whole document when one value is text (a subscription's kept type, the
+    # deduplication cursor's id ranges).
+    consumer = client.subscribe(f"{T}/props", "ex", consumer_type=pulsar.ConsumerType.Exclusive)
+    producer = client.create_producer(f"{T}/props", producer_name="pp", batching_enabled=False)
+    for i in range(3):
+        producer.send(b"m%d" % i)
+    api("PUT", f"{P}/props/unload")             # writes the dedup snapshot, as the 1 s tick does
+    cursors = api("GET", f"{P}/props/internalStats").body["cursors"]
+    producer.close()
+    consumer.close()
+    for name, cursor in cursors.items():
+        assert all(type(v) is int for v in cursor["properties"].values()), (name, cursor)
+    assert cursors["pulsar.dedup"]["properties"] == {"pp": 2}   # the highest sequence id stored
+    assert cursors["ex"]["properties"] == {}
+
+
 def test_partitioned_stats_fan_out_and_sum(api: Api, client: Any) -> None:
     assert api("PUT", f"{P}/ps/partitions", 2).status == 204
     producer = client.create_producer(
