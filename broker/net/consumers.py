@@ -89,9 +89,6 @@ class ConsumerConnection(ConnectionView, Protocol):
     @property
     def writes_paused(self) -> bool: ...
 
-    @property
-    def loop(self) -> asyncio.AbstractEventLoop: ...
-
     def hold_reading(self, held: bool) -> None:
         """Stop (True) or resume (False) reading the socket, for the consumer side's reason."""
         ...
@@ -108,7 +105,7 @@ class ConsumerSide:
         self._subscribing: set[int] = set()
         self._closed = False
         # big ACK / REDELIVER frames, applied in slices and in order
-        self._sliced = SlicedCommands(connection.loop, connection.hold_reading)
+        self._sliced = SlicedCommands(self._hold_reading)
 
     # ------------------------------------------------------------------ ConsumerTransport
 
@@ -217,6 +214,9 @@ class ConsumerSide:
         sub.after_subscribe(consumer)
 
     # ------------------------------------------------------------------ FLOW / ACK / REDELIVER
+
+    def _hold_reading(self, held: bool) -> None:
+        self.connection.hold_reading(held)
 
     def handle_flow(self, cmd: pb.CommandFlow) -> None:
         attached = self._attached.get(cmd.consumer_id)

@@ -40,9 +40,7 @@ SLICE_IDS: Final = 1000
 class SlicedCommands:
     """One connection's queue of commands applied in slices (see the module docstring)."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop,
-                 hold_reading: Callable[[bool], None]) -> None:
-        self._loop = loop
+    def __init__(self, hold_reading: Callable[[bool], None]) -> None:
         self._hold_reading = hold_reading
         self._queue: deque[Iterator[None]] = deque()
         self._task: asyncio.Task[None] | None = None
@@ -57,7 +55,7 @@ class SlicedCommands:
         self._queue.append(work)
         if self._task is None:
             self._hold_reading(True)
-            self._task = self._loop.create_task(self._drain())
+            self._task = asyncio.get_running_loop().create_task(self._drain())
 
     def run_after(self, command: Callable[[], None]) -> None:
         """*command* now if nothing is queued, else once what is queued has run."""
