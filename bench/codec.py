@@ -37,7 +37,12 @@ from crc32c import crc32c
 from protocol import commands, hot_commands
 from protocol import pulsar_pb as pb
 from protocol.frames import NEED_DATA, FrameDecoder
-from protocol.metadata import check_publish_metadata, encode_batch_payload, encode_entry, parse_entry
+from protocol.metadata import (
+    check_publish_metadata,
+    encode_batch_payload,
+    encode_entry,
+    parse_entry,
+)
 from protocol.metadata_scan import scan_publish_metadata
 from protocol.send_path import SendFrame, encode_send_receipts
 
