@@ -44,7 +44,7 @@ import re
 import struct
 from typing import Final
 
-from protocol.entry_shape import MAX_EXPANSION, entry_shape_error
+from protocol.entry_shape import MAX_EXPANSION, MIN_BATCHED_MESSAGE_BYTES, entry_shape_error
 from protocol.limits import MAX_MESSAGE_SIZE
 from protocol.send_path import varint_value
 
@@ -62,7 +62,7 @@ _SCALARS: Final = (
     + rb"|\x40(" + _V64 + rb")"  # 8 compression
     + rb"|\x48(" + _V64 + rb")"  # 9 uncompressed_size
     + rb"|\xe0\x01(" + _V64 + rb")"  # 28 total_chunk_msg_size
-    + rb")*"
+    + rb")*+"
 )
 """Any number of varint fields, in any order: 12 event_time, 17 partition_key_b64_encoded, 20
 marker_type, 22-23 txnid bits, 24 highest_sequence_id, 25 null_value, 30 null_partition_key;
@@ -90,8 +90,8 @@ _CODECS: Final = len(MAX_EXPANSION)
 def int32_value(data: bytes) -> int:
     """An int32 field's value from its varint bytes: the low 32 bits, two's complement (as upb
     and protoc's parsers truncate)."""
-    if len(data) == 1:
-        return data[0]
+    if len(data) <= 4:  # below 2**28: positive
+        return varint_value(data)
     value = 0
     shift = 0
     for byte in data[:5]:  # bytes 6..10 hold bits 35 and up
@@ -169,19 +169,25 @@ def scan_publish_metadata(entry: bytes, max_message_size: int = MAX_MESSAGE_SIZE
     if pos != end:
         return None
     count = None if messages is None else messages[0] if len(messages) == 1 else int32_value(messages)
+    if compression is None and num_chunks is None and chunk_id is None:
+        if count is None:
+            return 1, False, delayed is not None
+        # an uncompressed batch: entry_shape_error's batch test inline (the common case)
+        if count < 1 or count * MIN_BATCHED_MESSAGE_BYTES > entry_size - end:
+            return None
+        return count, False, delayed is not None
     codec = 0
     if compression is not None:
-        codec = int32_value(compression)
+        codec = compression[0] if len(compression) == 1 else int32_value(compression)
         if not 0 <= codec < _CODECS:
             return None  # an unknown value: protobuf keeps an earlier known one, if any
     chunks = None if num_chunks is None else int32_value(num_chunks)
     chunk = None if chunk_id is None else int32_value(chunk_id)
-    if (count is not None or codec or chunks is not None or chunk is not None) and \
-            entry_shape_error(
-                entry_size - end, count, codec,
-                0 if uncompressed is None else varint_value(uncompressed) & 0xFFFFFFFF,
-                chunks, chunk, 0 if total_chunk is None else int32_value(total_chunk),
-                has_uuid, max_message_size) is not None:
+    if entry_shape_error(
+            entry_size - end, count, codec,
+            0 if uncompressed is None else varint_value(uncompressed) & 0xFFFFFFFF,
+            chunks, chunk, 0 if total_chunk is None else int32_value(total_chunk),
+            has_uuid, max_message_size) is not None:
         return None
     # a chunk passed entry_shape_error: num_chunks_from_msg is present, chunk_id defaults to 0
     partial = chunks is not None and (0 if chunk is None else chunk) < chunks - 1
