@@ -167,18 +167,22 @@ def check_publish_metadata(entry: bytes, max_message_size: int = MAX_MESSAGE_SIZ
         raise MalformedEntryError(
             "message metadata misses required fields: " + ", ".join(md.FindInitializationErrors())
         )
-    batched = has("num_messages_in_batch")
-    chunked = has("num_chunks_from_msg") or has("chunk_id")
-    if batched or chunked or md.compression:
+    messages = md.num_messages_in_batch
+    compression = md.compression
+    error = None
+    if compression or has("num_chunks_from_msg") or has("chunk_id"):
         error = entry_shape_error(
-            len(entry) - 4 - size, md.num_messages_in_batch if batched else None,
-            md.compression, md.uncompressed_size,
+            len(entry) - 4 - size, messages if has("num_messages_in_batch") else None,
+            compression, md.uncompressed_size,
             md.num_chunks_from_msg if has("num_chunks_from_msg") else None,
             md.chunk_id if has("chunk_id") else None, md.total_chunk_msg_size, has("uuid"),
             max_message_size)
-        if error is not None:
-            raise MalformedEntryError(f"message metadata claims what the entry cannot hold: {error}")
-    return md, md.num_messages_in_batch, md.chunk_id < md.num_chunks_from_msg - 1
+    elif has("num_messages_in_batch"):  # an uncompressed batch: the fields read are its count
+        error = entry_shape_error(len(entry) - 4 - size, messages, 0, 0, None, None, 0, False,
+                                  max_message_size)
+    if error is not None:
+        raise MalformedEntryError(f"message metadata claims what the entry cannot hold: {error}")
+    return md, messages, md.chunk_id < md.num_chunks_from_msg - 1
 
 
 def parse_entry(entry: bytes) -> EntryInfo:
