@@ -46,8 +46,10 @@ from crc32c import crc32c
 from google.protobuf.message import DecodeError
 
 from protocol import pulsar_pb as pb
+from protocol.entry_shape import entry_shape_error
 from protocol.errors import MalformedEntryError
 from protocol.framing import slot_setter
+from protocol.limits import MAX_MESSAGE_SIZE
 
 _U32: Final = struct.Struct(">I")
 
@@ -135,10 +137,13 @@ def parse_metadata(entry: bytes) -> pb.MessageMetadata:
     return md
 
 
-def check_publish_metadata(entry: bytes) -> tuple[pb.MessageMetadata, int, bool]:
-    """:func:`parse_metadata`'s verdicts at the publish path's price (one upb parse per SEND):
-    (the parsed metadata, messages in the entry, whether it is a chunk other than the last of
-    its message).
+def check_publish_metadata(entry: bytes, max_message_size: int = MAX_MESSAGE_SIZE,
+                           ) -> tuple[pb.MessageMetadata, int, bool]:
+    """:func:`parse_metadata`'s verdicts at the publish path's price (one upb parse per SEND),
+    and what the entry's counts and sizes claim checked against its payload
+    (:func:`protocol.entry_shape.entry_shape_error`; *max_message_size* is the broker's
+    ``maxMessageSize``): (the parsed metadata, messages in the entry, whether it is a chunk other
+    than the last of its message).
 
     The three required top-level fields are tested with ``HasField``; the whole-tree
     ``IsInitialized`` walk (about as dear as the parse) runs only when the metadata holds a
@@ -162,7 +167,22 @@ def check_publish_metadata(entry: bytes) -> tuple[pb.MessageMetadata, int, bool]
         raise MalformedEntryError(
             "message metadata misses required fields: " + ", ".join(md.FindInitializationErrors())
         )
-    return md, md.num_messages_in_batch, md.chunk_id < md.num_chunks_from_msg - 1
+    messages = md.num_messages_in_batch
+    compression = md.compression
+    error = None
+    if compression or has("num_chunks_from_msg") or has("chunk_id"):
+        error = entry_shape_error(
+            len(entry) - 4 - size, messages if has("num_messages_in_batch") else None,
+            compression, md.uncompressed_size,
+            md.num_chunks_from_msg if has("num_chunks_from_msg") else None,
+            md.chunk_id if has("chunk_id") else None, md.total_chunk_msg_size, has("uuid"),
+            max_message_size)
+    elif has("num_messages_in_batch"):  # an uncompressed batch: the fields read are its count
+        error = entry_shape_error(len(entry) - 4 - size, messages, 0, 0, None, None, 0, False,
+                                  max_message_size)
+    if error is not None:
+        raise MalformedEntryError(f"message metadata claims what the entry cannot hold: {error}")
+    return md, messages, md.chunk_id < md.num_chunks_from_msg - 1
 
 
 def parse_entry(entry: bytes) -> EntryInfo:

@@ -16,7 +16,11 @@ The entries a client sends are small variations of one shape, so
       a length-delimited field (4 5 6 7 14 15 16 18 26): tag, length of 1..4 bytes, value
 
 Varints are of 1..10 bytes (upb takes any 10th byte below 0x80); a value must end inside the
-metadata. A ``properties`` element (4) is accepted only as exactly ``0a L key 12 L value``: a
+metadata. What the counts and sizes claim (``num_messages_in_batch``, ``compression`` and
+``uncompressed_size``, the chunk fields and ``uuid``) goes through
+:func:`protocol.entry_shape.entry_shape_error`, the very function the generic check raises from:
+an entry it faults is declined here and refused there. A ``compression`` value protobuf does
+not know (it keeps the last known one, which a regex cannot tell) is declined as well. A ``properties`` element (4) is accepted only as exactly ``0a L key 12 L value``: a
 KeyValue with both of its required fields and nothing else. Anything else -- an unknown field,
 ``encryption_keys`` (nested required fields, left to upb), a second required field, a wrong wire
 type, a non-canonical tag, a truncation -- returns None, and the caller checks the entry the
@@ -29,7 +33,8 @@ UTF-8: upb does not refuse invalid UTF-8 in proto2 strings either.
 
 What every protobuf serializer writes for a plain message, a batch, a compressed batch or a
 delayed message (no length-delimited field after ``producer_name``) costs one regex match; each
-length-delimited field (a key, properties, a schema version, a chunk's uuid) one more. Pure
+length-delimited field (a key, properties, a schema version, a chunk's uuid) one more; a batch,
+a compressed entry or a chunk one call of ``entry_shape_error``. Pure
 function, sans-IO; the broker's publish path (``Topic.check_publish``) calls it.
 """
 
@@ -39,6 +44,8 @@ import re
 import struct
 from typing import Final
 
+from protocol.entry_shape import MAX_EXPANSION, MIN_BATCHED_MESSAGE_BYTES, entry_shape_error
+from protocol.limits import MAX_MESSAGE_SIZE
 from protocol.send_path import varint_value
 
 _V64: Final = rb"[\x80-\xff]{0,9}[\x00-\x7f]"
@@ -47,18 +54,20 @@ _LENGTH: Final = rb"([\x80-\xff]{0,3}[\x00-\x7f])"
 """A length: a varint of 1..4 bytes (below 2**28)."""
 
 _SCALARS: Final = (
-    rb"(?:(?:[\x40\x48\x60]|[\x88\xa0\xb0\xb8\xc0\xc8\xe0\xf0]\x01)" + _V64  # values unread
+    rb"(?:(?:\x60|[\x88\xa0\xb0\xb8\xc0\xc8\xf0]\x01)" + _V64  # values unread
     + rb"|\x58(" + _V64 + rb")"  # 11 num_messages_in_batch
     + rb"|\x98\x01(" + _V64 + rb")"  # 19 deliver_at_time
     + rb"|\xd8\x01(" + _V64 + rb")"  # 27 num_chunks_from_msg
     + rb"|\xe8\x01(" + _V64 + rb")"  # 29 chunk_id
-    + rb")*"
+    + rb"|\x40(" + _V64 + rb")"  # 8 compression
+    + rb"|\x48(" + _V64 + rb")"  # 9 uncompressed_size
+    + rb"|\xe0\x01(" + _V64 + rb")"  # 28 total_chunk_msg_size
+    + rb")*+"
 )
-"""Any number of varint fields, in any order: 8 compression (an unknown enum value still
-parses), 9 uncompressed_size, 12 event_time, 17 partition_key_b64_encoded, 20 marker_type, 22-23
-txnid bits, 24 highest_sequence_id, 25 null_value, 28 total_chunk_msg_size, 30
-null_partition_key; and, captured (a repeated group keeps its last match, as protobuf keeps
-the last value), the four whose values or presence the broker needs."""
+"""Any number of varint fields, in any order: 12 event_time, 17 partition_key_b64_encoded, 20
+marker_type, 22-23 txnid bits, 24 highest_sequence_id, 25 null_value, 30 null_partition_key;
+and, captured (a repeated group keeps its last match, as protobuf keeps the last value), the
+seven whose values or presence the broker needs."""
 _BYTES_FIELD: Final = rb"(\x22|\x2a|\x32|\x3a|\x72|\x7a|\x82\x01|\x92\x01|\xd2\x01)" + _LENGTH
 """The tag and length of a length-delimited field: 4 properties, 5 replicated_from, 6
 partition_key, 7 replicate_to, 14 encryption_algo, 15 encryption_param, 16 schema_version, 18
@@ -74,13 +83,15 @@ _run_match: Final = _RUN.match
 _length_match: Final = re.compile(_LENGTH, re.DOTALL).match
 _u32_unpack_from: Final = struct.Struct(">I").unpack_from
 _PROPERTIES_TAG: Final = b"\x22"
+_UUID_TAG: Final = b"\xd2\x01"
+_CODECS: Final = len(MAX_EXPANSION)
 
 
 def int32_value(data: bytes) -> int:
     """An int32 field's value from its varint bytes: the low 32 bits, two's complement (as upb
     and protoc's parsers truncate)."""
-    if len(data) == 1:
-        return data[0]
+    if len(data) <= 4:  # below 2**28: positive
+        return varint_value(data)
     value = 0
     shift = 0
     for byte in data[:5]:  # bytes 6..10 hold bits 35 and up
@@ -90,14 +101,16 @@ def int32_value(data: bytes) -> int:
     return value - (1 << 32) if value & 0x80000000 else value
 
 
-def scan_publish_metadata(entry: bytes) -> tuple[int, bool, bool] | None:
+def scan_publish_metadata(entry: bytes, max_message_size: int = MAX_MESSAGE_SIZE,
+                          ) -> tuple[int, bool, bool] | None:
     """(messages in the entry, whether it is a chunk other than the last, whether
     ``deliver_at_time`` is set) of an entry ``[metadataSize][MessageMetadata][payload]``, or None
     when the metadata is not of a layout this scan accepts (see the module docstring) and must be
     checked with :func:`protocol.metadata.check_publish_metadata`, which may raise.
 
     ``messages`` is ``num_messages_in_batch`` (1 when absent); the chunk test is
-    ``chunk_id < num_chunks_from_msg - 1`` with both defaulting to 0.
+    ``chunk_id < num_chunks_from_msg - 1`` with both defaulting to 0. *max_message_size* is the
+    broker's ``maxMessageSize`` (it bounds a chunked message's ``total_chunk_msg_size``).
     """
     entry_size = len(entry)
     if entry_size < 6:
@@ -117,12 +130,16 @@ def scan_publish_metadata(entry: bytes) -> tuple[int, bool, bool] | None:
         return None
     if match.lastindex is None:  # nothing captured: one message, no length-delimited field
         return _SINGLE if match.end() == end else None
-    messages, delayed, num_chunks, chunk_id, tag, size = match.groups()
+    (messages, delayed, num_chunks, chunk_id, compression, uncompressed, total_chunk, tag,
+     size) = match.groups()
+    has_uuid = False
     pos = match.end()
     while tag is not None:  # a length-delimited field: skip its value, match the run after it
         value_end = pos + (size[0] if len(size) == 1 else varint_value(size))
         if value_end > end or (tag == _PROPERTIES_TAG and not _is_key_value(entry, pos, value_end)):
             return None
+        if tag == _UUID_TAG:
+            has_uuid = True
         if value_end == end:
             pos = end
             break
@@ -132,7 +149,8 @@ def scan_publish_metadata(entry: bytes) -> tuple[int, bool, bool] | None:
         pos = match.end()
         if match.lastindex is None:
             break
-        more_messages, more_delayed, more_chunks, more_chunk_id, tag, size = match.groups()
+        (more_messages, more_delayed, more_chunks, more_chunk_id, more_compression,
+         more_uncompressed, more_total_chunk, tag, size) = match.groups()
         # a field seen again keeps its last value, as protobuf does
         if more_messages is not None:
             messages = more_messages
@@ -142,15 +160,38 @@ def scan_publish_metadata(entry: bytes) -> tuple[int, bool, bool] | None:
             num_chunks = more_chunks
         if more_chunk_id is not None:
             chunk_id = more_chunk_id
+        if more_compression is not None:
+            compression = more_compression
+        if more_uncompressed is not None:
+            uncompressed = more_uncompressed
+        if more_total_chunk is not None:
+            total_chunk = more_total_chunk
     if pos != end:
         return None
-    if num_chunks is None and chunk_id is None:
-        return (1 if messages is None else messages[0] if len(messages) == 1
-                else int32_value(messages)), False, delayed is not None
-    chunk = 0 if chunk_id is None else chunk_id[0] if len(chunk_id) == 1 else int32_value(chunk_id)
-    chunks = (0 if num_chunks is None else num_chunks[0] if len(num_chunks) == 1
-              else int32_value(num_chunks))
-    return 1 if messages is None else int32_value(messages), chunk < chunks - 1, delayed is not None
+    count = None if messages is None else messages[0] if len(messages) == 1 else int32_value(messages)
+    if compression is None and num_chunks is None and chunk_id is None:
+        if count is None:
+            return 1, False, delayed is not None
+        # an uncompressed batch: entry_shape_error's batch test inline (the common case)
+        if count < 1 or count * MIN_BATCHED_MESSAGE_BYTES > entry_size - end:
+            return None
+        return count, False, delayed is not None
+    codec = 0
+    if compression is not None:
+        codec = compression[0] if len(compression) == 1 else int32_value(compression)
+        if not 0 <= codec < _CODECS:
+            return None  # an unknown value: protobuf keeps an earlier known one, if any
+    chunks = None if num_chunks is None else int32_value(num_chunks)
+    chunk = None if chunk_id is None else int32_value(chunk_id)
+    if entry_shape_error(
+            entry_size - end, count, codec,
+            0 if uncompressed is None else varint_value(uncompressed) & 0xFFFFFFFF,
+            chunks, chunk, 0 if total_chunk is None else int32_value(total_chunk),
+            has_uuid, max_message_size) is not None:
+        return None
+    # a chunk passed entry_shape_error: num_chunks_from_msg is present, chunk_id defaults to 0
+    partial = chunks is not None and (0 if chunk is None else chunk) < chunks - 1
+    return 1 if count is None else count, partial, delayed is not None
 
 
 _SINGLE: Final = (1, False, False)

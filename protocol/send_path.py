@@ -88,6 +88,8 @@ def varint_value(data: bytes) -> int:
         return (data[0] & 0x7F) | data[1] << 7
     if size == 3:
         return (data[0] & 0x7F) | (data[1] & 0x7F) << 7 | data[2] << 14
+    if size == 4:
+        return (data[0] & 0x7F) | (data[1] & 0x7F) << 7 | (data[2] & 0x7F) << 14 | data[3] << 21
     value = 0
     shift = 0
     for byte in data:

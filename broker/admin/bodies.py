@@ -23,11 +23,11 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 from dataclasses import dataclass
 
 from google.protobuf.message import DecodeError
 
+from broker import json_bounds
 from broker.admin.errors import RestError, bad_request
 from protocol import pulsar_pb as pb
 
@@ -61,12 +61,13 @@ class ResetCursorData:
 
 
 def load_json(raw: bytes, *, what: str = "request body") -> object:
-    """Decode a JSON body; an empty body is ``None``."""
+    """Decode a JSON body; an empty body is ``None``. 400 when it does not parse or nests
+    deeper than :data:`broker.json_bounds.MAX_JSON_DEPTH`."""
     if not raw.strip():
         return None
     try:
-        return json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        return json_bounds.loads(raw)
+    except (UnicodeDecodeError, ValueError) as exc:  # JSONDecodeError, JsonTooDeepError
         raise bad_request(f"Invalid {what}: {exc}") from None
 
 

@@ -435,6 +435,10 @@ class ServerConnection(asyncio.Protocol):
     def publish_finished(self, count: int = 1, nbytes: int = 0) -> None:
         self.throttle.finished(count, nbytes)
 
+    def hold_reading(self, held: bool) -> None:
+        """The consumer side applies big commands in slices: hold reading meanwhile."""
+        self.throttle.backlog_held(held)
+
     def _reading_resumed(self) -> None:
         self.last_received = self.loop.time()  # the keep-alive clock restarts
 

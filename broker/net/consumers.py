@@ -22,11 +22,13 @@ import asyncio
 import logging
 import time
 import uuid
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from broker.metrics.rates import iso_ms
 from broker.net.schemas import check_consumer_schema
+from broker.net.sliced import SLICE_IDS, SlicedCommands
 from broker.net.view import ConnectionView
 from broker.subscriptions.consumer import Consumer, HashRange
 from broker.subscriptions.limits import ConsumerLimits
@@ -87,6 +89,10 @@ class ConsumerConnection(ConnectionView, Protocol):
     @property
     def writes_paused(self) -> bool: ...
 
+    def hold_reading(self, held: bool) -> None:
+        """Stop (True) or resume (False) reading the socket, for the consumer side's reason."""
+        ...
+
 
 class ConsumerSide:
     """Per-connection registry of consumers and the handlers of consumer commands."""
@@ -98,6 +104,8 @@ class ConsumerSide:
         self._attached: dict[int, Attached] = {}
         self._subscribing: set[int] = set()
         self._closed = False
+        # big ACK / REDELIVER frames, applied in slices and in order
+        self._sliced = SlicedCommands(self._hold_reading)
 
     # ------------------------------------------------------------------ ConsumerTransport
 
@@ -207,6 +215,9 @@ class ConsumerSide:
 
     # ------------------------------------------------------------------ FLOW / ACK / REDELIVER
 
+    def _hold_reading(self, held: bool) -> None:
+        self.connection.hold_reading(held)
+
     def handle_flow(self, cmd: pb.CommandFlow) -> None:
         attached = self._attached.get(cmd.consumer_id)
         if attached is None:
@@ -219,16 +230,44 @@ class ConsumerSide:
             dispatcher.schedule()
 
     def handle_ack(self, cmd: pb.CommandAck) -> None:
+        """Apply an ACK, then answer it (ACK_RESPONSE when it has a request id). One of more
+        than :data:`SLICE_IDS` ids, or one arriving while such work is queued, is applied in
+        slices (:mod:`broker.net.sliced`): its answer still follows all of it."""
+        if self._sliced.busy or len(cmd.message_id) > SLICE_IDS:
+            self._sliced.run(self._ack_slices(cmd))
+            return
+        if self._apply_ack(cmd, cmd.message_id) and cmd.HasField("request_id"):
+            self.connection.write(encode_ack_response(cmd.consumer_id, cmd.request_id))
+
+    def _ack_slices(self, cmd: pb.CommandAck) -> Iterator[None]:
+        ids = cmd.message_id
+        if cmd.ack_type == pb.CommandAck.Cumulative:
+            ids = ids[-1:]  # only the last counts (Subscription.acknowledge): no slices
+        for start in range(0, max(1, len(ids)), SLICE_IDS):
+            try:
+                if not self._apply_ack(cmd, ids[start:start + SLICE_IDS]):
+                    return
+            except RequestError as exc:
+                if cmd.HasField("request_id"):
+                    self.connection.write(encode_ack_response(
+                        cmd.consumer_id, cmd.request_id, error=exc.code, message=exc.message))
+                return
+            yield
+        if cmd.HasField("request_id"):
+            self.connection.write(encode_ack_response(cmd.consumer_id, cmd.request_id))
+
+    def _apply_ack(self, cmd: pb.CommandAck, message_ids: Sequence[pb.MessageIdData]) -> bool:
+        """Acknowledge *message_ids* (all or a slice of ``cmd.message_id``) for the ACK's
+        consumer; False (answered ConsumerNotFound) when that consumer is not attached."""
         attached = self._attached.get(cmd.consumer_id)
-        has_request = cmd.HasField("request_id")
         if attached is None:
-            if has_request:
+            if cmd.HasField("request_id"):
                 self.connection.write(encode_ack_response(
                     cmd.consumer_id, cmd.request_id, error=ServerError.ConsumerNotFound,
                     message="Consumer not found"))
-            return
+            return False
         ids: list[tuple[Position, list[int] | None]] = []
-        for m in cmd.message_id:  # hot path: one ACK carries up to 1000 ids
+        for m in message_ids:  # hot path: one ACK carries up to 1000 ids
             lid, eid = m.ledgerId, m.entryId
             if lid >= _I64 or eid >= _I64:
                 lid, eid = wire_position(lid, eid)
@@ -239,15 +278,35 @@ class ConsumerSide:
         consumer.last_acked_ms = _now_ms()
         attached.subscription.acknowledge(
             consumer, ids, cumulative=cmd.ack_type == pb.CommandAck.Cumulative)
-        if has_request:
-            self.connection.write(encode_ack_response(cmd.consumer_id, cmd.request_id))
+        return True
 
     def handle_redeliver(self, cmd: pb.CommandRedeliverUnacknowledgedMessages) -> None:
-        attached = self._attached.get(cmd.consumer_id)
-        if attached is None:
+        """REDELIVER_UNACKNOWLEDGED_MESSAGES, after the ACKs queued before it; one of more than
+        :data:`SLICE_IDS` ids is handed back in slices."""
+        if self._sliced.busy or len(cmd.message_ids) > SLICE_IDS:
+            self._sliced.run(self._redeliver_slices(cmd))
             return
-        positions = [Position(*wire_position(m.ledgerId, m.entryId)) for m in cmd.message_ids]
-        attached.subscription.redeliver(attached.consumer, positions or None)
+        self._redeliver(cmd.consumer_id, cmd.message_ids, everything=True)
+
+    def _redeliver_slices(self, cmd: pb.CommandRedeliverUnacknowledgedMessages) -> Iterator[None]:
+        ids = cmd.message_ids
+        for start in range(0, max(1, len(ids)), SLICE_IDS):
+            if not self._redeliver(cmd.consumer_id, ids[start:start + SLICE_IDS],
+                                   everything=start == 0):
+                return
+            yield
+
+    def _redeliver(self, consumer_id: int, message_ids: Sequence[pb.MessageIdData], *,
+                   everything: bool) -> bool:
+        """Hand *message_ids* back (no ids and *everything*: all the consumer's unacked ones);
+        False when the consumer is not attached."""
+        attached = self._attached.get(consumer_id)
+        if attached is None:
+            return False
+        positions = [Position(*wire_position(m.ledgerId, m.entryId)) for m in message_ids]
+        if positions or everything:
+            attached.subscription.redeliver(attached.consumer, positions or None)
+        return True
 
     # ------------------------------------------------------------------ SEEK / UNSUBSCRIBE / CLOSE
 
@@ -275,6 +334,10 @@ class ConsumerSide:
         self.connection.write(encode_success(cmd.request_id))
 
     def handle_close_consumer(self, cmd: pb.CommandCloseConsumer) -> None:
+        """CLOSE_CONSUMER, after the ACKs and REDELIVERs queued before it."""
+        self._sliced.run_after(lambda: self._close_consumer(cmd))
+
+    def _close_consumer(self, cmd: pb.CommandCloseConsumer) -> None:
         attached = self._attached.pop(cmd.consumer_id, None)
         if attached is not None:
             attached.consumer.closed = True
@@ -353,6 +416,7 @@ class ConsumerSide:
     def close(self) -> None:
         """The connection went away: every consumer leaves, its unacked messages are redelivered."""
         self._closed = True
+        self._sliced.close()
         attached = list(self._attached.values())
         self._attached.clear()
         for record in attached:

@@ -25,8 +25,11 @@ autoread off) and lets TCP push back on the client. Three limits, with Pulsar's 
 connection's account, owned by its :class:`broker.net.connection.ServerConnection`; the
 connection calls :meth:`ReadThrottle.attach` once it has a transport, :meth:`started` /
 :meth:`finished` for every SEND taken / answered, and :meth:`detach` exactly once when it is
-lost. A connection is read iff no limit holds it (independent reasons, as Pulsar's
-ServerCnxThrottleTracker counts them). Invariant: the buffer's ``pending_bytes`` is the sum of
+lost. A connection is read iff nothing holds it (independent reasons, as Pulsar's
+ServerCnxThrottleTracker counts them): the two limits, the connection's unsent output
+(:meth:`ReadThrottle.output_full`), and :meth:`ReadThrottle.backlog_held`, set while the
+connection's consumer side still applies big ACKs in slices (:mod:`broker.net.sliced`), so one
+peer cannot queue more of them than one read holds. Invariant: the buffer's ``pending_bytes`` is the sum of
 its attached throttles' ``pending_bytes``; a detached throttle hands its bytes back at once
 (the SENDs of a lost connection never hold the broker's reads), and its later answers touch
 only its own counters. Everything runs on the event loop; nothing here blocks.
@@ -106,6 +109,7 @@ class ReadThrottle:
         self._by_requests = False
         self._by_buffer = False
         self._by_output = False
+        self._by_backlog = False
         self.pending_requests = 0
         self.pending_bytes = 0
         self.paused = False
@@ -173,8 +177,14 @@ class ReadThrottle:
     def output_paused(self) -> bool:
         return self._by_output
 
+    def backlog_held(self, held: bool) -> None:
+        """Hold reading while the connection works through commands it applies in slices."""
+        if self._by_backlog is not held:
+            self._by_backlog = held
+            self._update()
+
     def _update(self) -> None:
-        paused = self._by_requests or self._by_buffer or self._by_output
+        paused = self._by_requests or self._by_buffer or self._by_output or self._by_backlog
         if paused is self.paused:
             return
         self.paused = paused

@@ -34,11 +34,10 @@ from broker.topics.dedup import SequenceState
 from broker.topics.names import TopicName
 from broker.topics.producer import Producer
 from protocol.errors import (
-    MalformedEntryError,
     NotAllowedError,
     ServiceNotReadyError,
 )
-from protocol.metadata import parse_metadata, sticky_key_hash
+from protocol.metadata import check_publish_metadata, parse_metadata, sticky_key_hash
 from protocol.sub_types import SubType
 from storage.positions import Position
 from storage.segment_file import DurableSink
@@ -94,11 +93,8 @@ class NonPersistentTopic:
     def check_publish(self, entry: bytes) -> tuple[bytes, int, bool]:
         if self.closed:
             raise ServiceNotReadyError(f"Topic {self.full} is being closed")
-        try:
-            md = parse_metadata(entry)
-        except Exception:
-            raise MalformedEntryError("message metadata does not parse") from None
-        messages = md.num_messages_in_batch if md.HasField("num_messages_in_batch") else 1
+        # the persistent topic's checks (no chunks here: clients chunk persistent topics only)
+        _, messages, _ = check_publish_metadata(entry)
         return entry, messages, False
 
     def publish(self, entry: bytes) -> tuple[asyncio.Future[Position], int, bool]:

@@ -67,8 +67,10 @@ from broker.topics.publish_refusals import REASON_DISK
 from broker.topics.storage_errors import StorageFailure
 from protocol import commands as C
 from protocol import pulsar_pb as pb
+from protocol.entry_shape import check_send_messages
 from protocol.errors import ChecksumError, RequestError
 from protocol.frames import Frame
+from protocol.metadata import peek_dispatch
 from protocol.send_path import SendFrame
 from storage.positions import Position
 from storage.segment_file import DurableSink
@@ -215,7 +217,7 @@ class Producer:
             nbytes = 0
         else:  # a frame without a checksum (checksum_valid None) is taken as it is
             item = self._one_send(entry, seq, highest, key, frame.checksum_valid is not False,
-                                  started)
+                                  started, send.num_messages)
             nbytes = len(entry)
         item.buffered = nbytes
         queue = self._queue
@@ -248,6 +250,8 @@ class Producer:
                     and size <= MAX_RECORD_BYTES:
                 try:
                     stored, in_entry, partial = check(entry)
+                    if count != 1 or in_entry != 1:
+                        check_send_messages(count, in_entry)
                 except RequestError as exc:
                     item: Pending | None = Pending(seq, highest, key, started, None, exc, 0, 0)
                 else:
@@ -272,7 +276,7 @@ class Producer:
                 datas = []
                 add_data = datas.append
             if item is None:
-                item = self._one_send(entry, seq, highest, key, checksum_valid, started)
+                item = self._one_send(entry, seq, highest, key, checksum_valid, started, count)
             item.buffered = size
             enqueue(item)
         if datas:
@@ -282,15 +286,17 @@ class Producer:
             self._watch_head()
 
     def _one_send(self, entry: bytes, seq: int, highest: int, key: int,
-                  checksum_valid: bool, started: float) -> Pending:
-        """A SEND the run path does not take (the producer failed, a bad checksum, not in
-        order, an entry storage refuses) or the fast decoder declined: its Pending, appended
-        with a future or refused."""
+                  checksum_valid: bool, started: float, num_messages: int) -> Pending:
+        """A SEND the run path does not take (the producer failed, a bad checksum, not in order,
+        an entry storage refuses) or the fast decoder declined: its Pending, appended with a
+        future or refused. *num_messages* is the SEND's (checked against the entry's)."""
         try:
             if self._failed is not None:
                 raise self._failed
             if not checksum_valid:
                 raise ChecksumError("Checksum failed on the broker")
+            if num_messages != 1:  # a batch's size: no more than the entry holds
+                check_send_messages(num_messages, peek_dispatch(entry)[0])
             if key <= self.seq_state.pushed:
                 return self._resend(entry, seq, highest, key, started)
             fut, messages, partial = self.topic.publish(entry)

@@ -27,6 +27,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from broker import json_bounds
+
 __all__ = ["AVRO_BASED", "SchemaIncompatible", "can_read", "check_compatible", "parse_avro"]
 
 AVRO_BASED = frozenset({"AVRO", "JSON"})
@@ -48,8 +50,8 @@ class SchemaIncompatible(Exception):
 def parse_avro(data: bytes) -> Any:
     """The Avro schema definition carried by an AVRO/JSON schema (raises SchemaIncompatible)."""
     try:
-        return json.loads(data.decode("utf-8")) if data.strip() else "null"
-    except (UnicodeDecodeError, ValueError) as exc:
+        return json_bounds.loads(data.decode("utf-8")) if data.strip() else "null"
+    except (UnicodeDecodeError, ValueError) as exc:  # JSONDecodeError, JsonTooDeepError
         raise SchemaIncompatible(f"Invalid schema definition: {exc}") from None
 
 

@@ -138,6 +138,7 @@ class Topic:
         self.delayed_rejected_counter = 0
         self.fixed_delay_overridden_counter = 0
         self.publish_latency_buckets = [0] * (len(PUBLISH_LATENCY_BUCKETS_MS) + 1)
+        self._max_message_size = host.config.max_message_size  # bounds a chunked message
         self.publish_latency_sum_ms = 0.0
         self.publish_latency_count = 0
         self.fenced = False
@@ -229,10 +230,11 @@ class Topic:
             raise TopicTerminatedError(TERMINATED_REASON)
         # Hot path: the metadata is checked from its bytes (protocol.metadata_scan), no protobuf;
         # a layout the scan declines gets one upb parse, which accepts it or raises.
-        scanned = scan_publish_metadata(entry)
+        max_size = self._max_message_size
+        scanned = scan_publish_metadata(entry, max_size)
         md: pb.MessageMetadata | None = None
         if scanned is None:
-            md, messages, partial = check_publish_metadata(entry)
+            md, messages, partial = check_publish_metadata(entry, max_size)
             delayed = md.HasField("deliver_at_time")
         else:
             messages, partial, delayed = scanned
@@ -244,7 +246,7 @@ class Topic:
         if self._guarded and policy.active and (
                 policy.fixed_delay_ms > 0 or (policy.max_delay_ms > 0 and delayed)):
             if md is None:
-                md = check_publish_metadata(entry)[0]
+                md = check_publish_metadata(entry, max_size)[0]
             try:
                 result = check_and_start_publish(entry, entry_info(md), policy, md)
             except DelayTooLongError as exc:

@@ -13,7 +13,7 @@ import time
 from protocol import commands as C
 from protocol import pulsar_pb as pb
 from protocol.frames import NEED_DATA, Frame, FrameDecoder
-from protocol.metadata import encode_entry
+from protocol.metadata import encode_batch_payload, encode_entry
 
 T = pb.BaseCommand
 
@@ -25,6 +25,17 @@ def make_entry(payload: bytes, *, sequence_id: int = 0, producer_name: str = "ra
     for k, v in fields.items():
         setattr(md, k, v)
     return encode_entry(md, payload)
+
+
+def make_batch_entry(messages: list[bytes], *, sequence_id: int = 0, producer_name: str = "raw",
+                     **fields: object) -> bytes:
+    """A batch entry as clients write it: ``num_messages_in_batch`` and a batch payload with
+    one SingleMessageMetadata per message."""
+    payload = encode_batch_payload(
+        (pb.SingleMessageMetadata(payload_size=len(data), sequence_id=sequence_id + index), data)
+        for index, data in enumerate(messages))
+    return make_entry(payload, sequence_id=sequence_id, producer_name=producer_name,
+                      num_messages_in_batch=len(messages), **fields)
 
 
 class RawClient:

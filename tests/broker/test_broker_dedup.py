@@ -11,7 +11,7 @@ from typing import Any
 
 import pulsar
 import pytest
-from broker_rawclient import RawClient, make_entry
+from broker_rawclient import RawClient, make_batch_entry, make_entry
 from conftest import find_free_port, make_client
 
 from protocol import commands as C
@@ -267,8 +267,8 @@ def test_a_batch_is_keyed_by_its_last_sequence_id_also_after_a_restart(
     topic = "persistent://public/default/dedup-batch"
 
     def batch(name: str, first: int) -> bytes:
-        entry = make_entry(b"three", sequence_id=first, producer_name=name,
-                           num_messages_in_batch=3)
+        entry = make_batch_entry([b"one", b"two", b"three"], sequence_id=first,
+                                 producer_name=name)
         return C.encode_send(1, first, entry, num_messages=3)
 
     first_broker = broker_factory(data_dir=data, broker_port=port)

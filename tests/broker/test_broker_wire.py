@@ -8,7 +8,7 @@ import threading
 from typing import Any
 
 import pytest
-from broker_rawclient import RawClient, make_entry
+from broker_rawclient import RawClient, make_batch_entry, make_entry
 
 from protocol import commands as C
 from protocol import pulsar_pb as pb
@@ -123,7 +123,7 @@ def test_send_receipts_echo_sequence_ids_in_order(raw: RawClient) -> None:
     for seq in range(5):
         raw.send(C.encode_send(1, seq, make_entry(b"m%d" % seq, sequence_id=seq)))
     # a batch of 3: the receipt echoes the first and the highest sequence id
-    raw.send(C.encode_send(1, 5, make_entry(b"batch", sequence_id=5, num_messages_in_batch=3),
+    raw.send(C.encode_send(1, 5, make_batch_entry([b"b5", b"b6", b"b7"], sequence_id=5),
                            num_messages=3, highest_sequence_id=7))
     receipts = [raw.recv_command().send_receipt for _ in range(6)]
     assert [r.sequence_id for r in receipts] == [0, 1, 2, 3, 4, 5]

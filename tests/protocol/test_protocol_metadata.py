@@ -171,15 +171,18 @@ def test_publish_check_refuses_malformed_entries(entry: bytes) -> None:
         ({}, 1, False),
         ({"num_messages_in_batch": 1}, 1, False),
         ({"num_messages_in_batch": 7}, 7, False),
-        ({"num_chunks_from_msg": 3, "chunk_id": 0}, 1, True),
-        ({"num_chunks_from_msg": 3, "chunk_id": 2}, 1, False),
+        ({"uuid": "p-1", "num_chunks_from_msg": 3, "total_chunk_msg_size": 150, "chunk_id": 0},
+         1, True),
+        ({"uuid": "p-1", "num_chunks_from_msg": 3, "total_chunk_msg_size": 150, "chunk_id": 2},
+         1, False),
         ({"properties": [pb.KeyValue(key="a", value="b")]}, 1, False),
     ],
     ids=["plain", "batch-of-one", "batch", "first-chunk", "last-chunk", "with-properties"],
 )
 def test_publish_check_counts_messages_and_chunks(fields: dict[str, object], messages: int,
                                                   partial: bool) -> None:
-    md, got_messages, got_partial = check_publish_metadata(encode_entry(metadata(**fields), b"x"))
+    md, got_messages, got_partial = check_publish_metadata(
+        encode_entry(metadata(**fields), b"x" * 64))
     assert (got_messages, got_partial) == (messages, partial)
     assert md == metadata(**fields)
 

@@ -18,6 +18,9 @@ UINT32 = st.integers(min_value=0, max_value=2**32 - 1)
 INT64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
 UINT64 = st.integers(min_value=0, max_value=2**64 - 1)
 SMALL_OR_ANY_INT32 = st.one_of(st.integers(min_value=-2, max_value=5), INT32)
+SMALL_OR_ANY_SIZE = st.one_of(st.integers(min_value=-2, max_value=3_000), INT32)
+SMALL_OR_ANY_UINT32 = st.one_of(st.integers(min_value=0, max_value=30_000), UINT32)
+PAYLOAD = st.binary(max_size=120)
 TEXT = st.text(max_size=200)
 BLOB = st.binary(max_size=200)
 
@@ -25,7 +28,7 @@ OPTIONAL_FIELDS: dict[str, st.SearchStrategy[object]] = {
     "replicated_from": TEXT,
     "partition_key": TEXT,
     "compression": st.sampled_from([0, 1, 2, 3, 4]),
-    "uncompressed_size": UINT32,
+    "uncompressed_size": SMALL_OR_ANY_UINT32,
     "num_messages_in_batch": SMALL_OR_ANY_INT32,
     "event_time": UINT64,
     "encryption_algo": TEXT,
@@ -41,7 +44,7 @@ OPTIONAL_FIELDS: dict[str, st.SearchStrategy[object]] = {
     "null_value": st.booleans(),
     "uuid": TEXT,
     "num_chunks_from_msg": SMALL_OR_ANY_INT32,
-    "total_chunk_msg_size": INT32,
+    "total_chunk_msg_size": SMALL_OR_ANY_SIZE,
     "chunk_id": SMALL_OR_ANY_INT32,
     "null_partition_key": st.booleans(),
 }
@@ -81,17 +84,21 @@ def entry_of(raw_metadata: bytes, payload: bytes = b"payload") -> bytes:
     return struct.pack(">I", len(raw_metadata)) + raw_metadata + payload
 
 
-@settings(max_examples=1500, deadline=None)
-@given(md=metadata_messages())
-def test_scan_accepts_every_serialized_metadata_without_encryption_keys(
-        md: pb.MessageMetadata) -> None:
-    entry = encode_entry(md, b"payload")
+@settings(max_examples=3000, deadline=None)
+@given(md=metadata_messages(), payload=PAYLOAD)
+def test_scan_accepts_every_serialized_metadata_the_check_accepts_without_encryption_keys(
+        md: pb.MessageMetadata, payload: bytes) -> None:
+    entry = encode_entry(md, payload)
     scanned = scan_publish_metadata(entry)
+    try:
+        verdict = publish_verdict(entry)
+    except MalformedEntryError:  # counts or sizes the payload cannot back: refused
+        assert scanned is None
+        return
     if md.encryption_keys:
-        assert scanned is None or scanned == publish_verdict(entry)
+        assert scanned is None or scanned == verdict
     else:
-        assert scanned is not None
-        assert scanned == publish_verdict(entry)
+        assert scanned == verdict
 
 
 @settings(max_examples=1500, deadline=None)
@@ -208,27 +215,39 @@ def test_scan_accepts_the_official_client_layouts(name: str) -> None:
 
 def test_scan_reads_batch_size_chunk_and_delay() -> None:
     layouts = official_client_layouts()
+    payload = b"x" * 1024
     assert scan_publish_metadata(encode_entry(layouts["plain"], b"")) == (1, False, False)
-    assert scan_publish_metadata(encode_entry(layouts["compressed_batch"], b"")) == (
+    assert scan_publish_metadata(encode_entry(layouts["compressed_batch"], payload)) == (
         1000, False, False)
-    assert scan_publish_metadata(encode_entry(layouts["first_chunk"], b"")) == (1, True, False)
-    assert scan_publish_metadata(encode_entry(layouts["last_chunk"], b"")) == (1, False, False)
+    assert scan_publish_metadata(encode_entry(layouts["first_chunk"], payload)) == (
+        1, True, False)
+    assert scan_publish_metadata(encode_entry(layouts["last_chunk"], payload)) == (
+        1, False, False)
     assert scan_publish_metadata(encode_entry(layouts["delayed"], b"")) == (1, False, True)
 
 
 def test_scan_keeps_the_last_value_of_a_repeated_scalar_as_protobuf_does() -> None:
     # num_messages_in_batch twice, on both sides of a partition_key: protobuf keeps the last
     raw = b"\x0a\x01p\x10\x01\x18\x02\x58\x05\x32\x01k\x58\x07"
-    assert scan_publish_metadata(entry_of(raw)) == (7, False, False)
-    assert publish_verdict(entry_of(raw)) == (7, False, False)
+    assert scan_publish_metadata(entry_of(raw, b"x" * 42)) == (7, False, False)
+    assert publish_verdict(entry_of(raw, b"x" * 42)) == (7, False, False)
+    # 7 messages need 42 bytes at least: one byte less and both refuse
+    assert scan_publish_metadata(entry_of(raw, b"x" * 41)) is None
+    with pytest.raises(MalformedEntryError):
+        publish_verdict(entry_of(raw, b"x" * 41))
 
 
 def test_scan_reads_negative_int32_as_protobuf_does() -> None:
     md = pb.MessageMetadata(producer_name="p", sequence_id=1, publish_time=2,
-                            num_messages_in_batch=-3, num_chunks_from_msg=-1, chunk_id=-5)
+                            total_chunk_msg_size=-3)  # not a chunk: not read
     entry = encode_entry(md, b"")
-    assert scan_publish_metadata(entry) == (-3, True, False)
-    assert publish_verdict(entry) == (-3, True, False)
+    assert scan_publish_metadata(entry) == (1, False, False)
+    assert publish_verdict(entry) == (1, False, False)
+    refused = pb.MessageMetadata(producer_name="p", sequence_id=1, publish_time=2,
+                                 num_messages_in_batch=-3, num_chunks_from_msg=-1, chunk_id=-5)
+    assert scan_publish_metadata(encode_entry(refused, b"x" * 100)) is None
+    with pytest.raises(MalformedEntryError, match="num_chunks_from_msg -1 is below 1"):
+        publish_verdict(encode_entry(refused, b"x" * 100))
 
 
 @pytest.mark.parametrize("raw", [

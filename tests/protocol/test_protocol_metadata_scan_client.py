@@ -8,6 +8,7 @@ the verdict ``check_publish_metadata`` gives.
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -27,9 +28,9 @@ def scanned(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Scanned, tuple[int, b
     """(what the scan returned, check_publish_metadata's verdict) of every published entry."""
     seen: list[tuple[Scanned, tuple[int, bool, bool]]] = []
 
-    def watched(entry: bytes) -> Scanned:
-        result = scan_publish_metadata(entry)
-        md, messages, partial = check_publish_metadata(entry)
+    def watched(entry: bytes, max_message_size: int) -> Scanned:
+        result = scan_publish_metadata(entry, max_message_size)
+        md, messages, partial = check_publish_metadata(entry, max_message_size)
         seen.append((result, (messages, partial, md.HasField("deliver_at_time"))))
         return result
 
@@ -59,6 +60,18 @@ CASES: dict[str, tuple[dict[str, object], Callable[[Any], None]]] = {
                       "compression_type": pulsar.CompressionType.ZSTD}, send_batch),
     "chunked": ({"batching_enabled": False, "chunking_enabled": True},
                 lambda producer: producer.send(bytes(range(256)) * 2000)),
+    # uncompressed_size beyond maxMessageSize: the client checks only the compressed size,
+    # and every chunk of a compressed message carries the whole message's uncompressed size
+    "unbatched_lz4_beyond_max_size": ({"batching_enabled": False,
+                                       "compression_type": pulsar.CompressionType.LZ4},
+                                      lambda producer: producer.send(b"\0" * 500_000)),
+    "batched_lz4_beyond_max_size": ({"batching_enabled": True,
+                                     "compression_type": pulsar.CompressionType.LZ4},
+                                    lambda producer: producer.send(b"\0" * 500_000)),
+    "chunked_lz4": ({"batching_enabled": False, "chunking_enabled": True,
+                     "compression_type": pulsar.CompressionType.LZ4},
+                    lambda producer: producer.send(random.Random(7).randbytes(150_000)
+                                                   + b"\0" * 1_000_000)),
 }
 
 
@@ -80,7 +93,7 @@ def test_official_client_entries_take_the_scan_path(
     assert scanned
     assert [result for result, _ in scanned if result is None] == []
     assert [result for result, _ in scanned] == [verdict for _, verdict in scanned]
-    if case == "chunked":
+    if case.startswith("chunked"):
         assert sum(partial for _, (_, partial, _) in scanned) == len(scanned) - 1 >= 1
-    if case.startswith("batched"):
+    if case in ("batched", "batched_zstd"):
         assert sum(messages for _, (messages, _, _) in scanned) == 20

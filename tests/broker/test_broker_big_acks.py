@@ -1,0 +1,102 @@
+"""Big ACK / REDELIVER frames are applied in slices: other connections are served meanwhile,
+and each connection's acks, their answers and its redeliveries keep their order."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from broker_rawclient import RawClient, make_entry
+
+from broker.net import consumers as consumers_module
+from broker.subscriptions.subscription import Subscription
+from protocol import commands as C
+from protocol import pulsar_pb as pb
+
+T = pb.BaseCommand
+TOPIC = "persistent://public/default/big-acks"
+BIG_ACK_IDS = 600_000
+"""About 4.6 MiB of ids: under the 5 MiB frame limit, over a second of work to apply."""
+
+
+def attach_consumer(client: RawClient, entries: int = 3) -> int:
+    """Publish *entries*, subscribe (Shared) consumer 1; the ledger id of the entries."""
+    assert client.create_producer(TOPIC, 1).type == T.PRODUCER_SUCCESS
+    ledger = 0
+    for seq in range(entries):
+        client.send(C.encode_send(1, seq, make_entry(b"x", sequence_id=seq)))
+        ledger = client.recv_command().send_receipt.message_id.ledgerId
+    assert client.request(C.encode_subscribe(TOPIC, "sub", 1, 1, 100, initial_position=1)).type == T.SUCCESS
+    return int(ledger)
+
+
+@pytest.fixture
+def attacker(broker: Any) -> Iterator[RawClient]:
+    with RawClient(broker.service_url, timeout=30.0) as client:
+        client.handshake()
+        yield client
+
+
+def test_other_connections_are_answered_while_a_big_ack_is_applied(
+        broker: Any, attacker: RawClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    ledger = attach_consumer(attacker)
+    applying = threading.Event()
+    answered: list[int] = []  # ACK_RESPONSEs written, in the broker's thread
+    acknowledge = Subscription.acknowledge
+    encode_ack_response = consumers_module.encode_ack_response
+
+    def watched_acknowledge(self: Subscription, *args: Any, **kw: Any) -> None:
+        applying.set()
+        acknowledge(self, *args, **kw)
+
+    def watched_response(consumer_id: int, request_id: int, **kw: Any) -> bytes:
+        answered.append(request_id)
+        return encode_ack_response(consumer_id, request_id, **kw)
+
+    monkeypatch.setattr(Subscription, "acknowledge", watched_acknowledge)
+    monkeypatch.setattr(consumers_module, "encode_ack_response", watched_response)
+    # ids of entries that exist, so every one is applied (none skipped as beyond the last)
+    big = C.encode_ack(1, [(ledger, entry % 3) for entry in range(BIG_ACK_IDS)], request_id=7)
+    with RawClient(broker.service_url, timeout=120.0) as healthy:
+        healthy.handshake()
+        attacker.send(big)
+        assert applying.wait(60.0)
+        healthy.send(C.encode_ping())
+        assert healthy.recv_command(skip_pings=False).type == T.PONG
+        # Answered while the ACK was being applied: applied at once, it would hold the loop
+        # until its ACK_RESPONSE was written, and the PING would come after it.
+        assert answered == []
+    answer = attacker.recv_command(timeout=120.0)
+    assert answer.type == T.ACK_RESPONSE and answer.ackResponse.request_id == 7
+    assert answered == [7]
+
+
+def test_acks_after_a_big_ack_are_answered_in_order(attacker: RawClient) -> None:
+    ledger = attach_consumer(attacker)
+    frames = [C.encode_ack(1, [(ledger + 1, entry) for entry in range(5_000)], request_id=1),
+              C.encode_ack(1, [(ledger, 0)], request_id=2),
+              C.encode_ack(1, [(ledger + 1, entry) for entry in range(2_500)], request_id=3),
+              C.encode_ack(1, [(ledger, 1)], request_id=4)]
+    attacker.send(b"".join(frames))
+    answers = [attacker.recv_command() for _ in frames]
+    assert [a.type for a in answers] == [T.ACK_RESPONSE] * 4
+    assert [a.ackResponse.request_id for a in answers] == [1, 2, 3, 4]
+    assert all(not a.ackResponse.HasField("error") for a in answers)
+
+
+def test_a_redeliver_after_a_big_ack_redelivers_only_what_stayed_unacked(
+        broker: Any, attacker: RawClient) -> None:
+    ledger = attach_consumer(attacker, entries=3)
+    attacker.send(C.encode_flow(1, 10))
+    delivered = [attacker.recv_command() for _ in range(3)]
+    assert [d.type for d in delivered] == [T.MESSAGE] * 3
+    # a big ACK that acknowledges entries 0 and 1 among many ids of no entry, then REDELIVER all
+    ids = [(ledger + 1, entry) for entry in range(3_000)] + [(ledger, 0), (ledger, 1)]
+    attacker.send(C.encode_ack(1, ids, request_id=5) + C.encode_redeliver(1))
+    answer = attacker.recv_command()
+    assert answer.type == T.ACK_RESPONSE and answer.ackResponse.request_id == 5
+    again = attacker.recv_command()
+    assert again.type == T.MESSAGE
+    assert (again.message.message_id.ledgerId, again.message.message_id.entryId) == (ledger, 2)
