@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 from broker.embed import BrokerHandle, start_broker
 from protocol import commands as C
 from protocol import pulsar_pb as pb
+from protocol.metadata import encode_batch_payload
 from storage.positions import Position
 
 T = pb.BaseCommand
@@ -43,7 +44,14 @@ class Op:
 
     @property
     def payload(self) -> bytes:
-        return b"op-%d" % self.index
+        """The entry's payload: for a batch, a real batch payload of *count* messages (the
+        broker refuses a count the payload cannot hold), the first one naming the op."""
+        tag = b"op-%d" % self.index
+        if not self.batch:
+            return tag
+        return encode_batch_payload(
+            (pb.SingleMessageMetadata(payload_size=len(data), sequence_id=self.sequence_id + i),
+             data) for i, data in enumerate([tag] + [b""] * (self.count - 1)))
 
     def command(self, producer_id: int, name: str) -> bytes:
         fields: dict[str, Any] = {}
