@@ -25,6 +25,7 @@ Used by ``bench/compare_peer.py`` (official client), ``bench/wire_load.py`` (raw
 from __future__ import annotations
 
 import contextlib
+import importlib.metadata
 import os
 import pathlib
 import socket
@@ -39,6 +40,13 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 15.0
 _CLOCK_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
+
+
+def _version(distribution: str) -> str:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return "?"
 
 
 def free_port() -> int:
@@ -134,7 +142,8 @@ def start_horae(tmp: pathlib.Path, *, fsync: bool = True, name: str | None = Non
         args += ["--config", str(conf)]
     with log.open("wb") as fh:
         proc = subprocess.Popen(args, cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT)
-    with _running(Broker(name, "127.0.0.1", port, proc, data, log, web)) as broker:
+    with _running(Broker(name, "127.0.0.1", port, proc, data, log, web,
+                         version=_version("horae"))) as broker:
         yield broker
 
 
@@ -157,7 +166,8 @@ def start_pulsar_lite(tmp: pathlib.Path) -> Iterator[Broker]:
              "--log-level", "warn"],
             cwd=data.parent, stdout=fh, stderr=subprocess.STDOUT,
             env={**os.environ, "RUST_LOG": "warn"})
-    with _running(Broker("pulsar-lite", "127.0.0.1", port, proc, data, log)) as broker:
+    with _running(Broker("pulsar-lite", "127.0.0.1", port, proc, data, log,
+                         version=_version("pulsar-lite"))) as broker:
         yield broker
 
 
