@@ -27,9 +27,11 @@ def best(values: Sequence[float], lower_is_better: bool) -> float:
 
 def advantage(horae: float, peer: float, lower_is_better: bool) -> float:
     """Horae's advantage over *peer* on one figure: > 1 means Horae is ahead."""
-    if not horae or not peer or math.isnan(horae) or math.isnan(peer):
+    if math.isnan(horae) or math.isnan(peer) or (horae == 0 and peer == 0):
         return math.nan
-    return peer / horae if lower_is_better else horae / peer
+    if lower_is_better:
+        return peer / horae if horae else math.inf
+    return horae / peer if peer else math.inf
 
 
 def format_table(figures: Figures, peers: Sequence[str], lower_is_better: Collection[str],
