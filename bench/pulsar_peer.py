@@ -34,7 +34,8 @@ what it reserved; the ``--add-opens`` and ``-D`` options are those ``bin/pulsar`
 
 Ready means: ``GET /admin/v2/clusters`` lists ``standalone``, ``public/default`` exists, and a
 topic lookup (``GET /lookup/v2/topic/persistent/public/default/...``) answers a broker URL.
-Stop: SIGTERM (Pulsar's shutdown hook closes broker and bookie), then SIGKILL.
+Stop (:meth:`bench.brokers.Broker.stop`): SIGTERM (Pulsar's shutdown hook closes broker and
+bookie), then SIGKILL after ``STOP_TIMEOUT_S``.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 
-from bench.brokers import STOP_TIMEOUT_S, Broker, free_port
+from bench.brokers import Broker, free_port
 
 PEER_DIR = pathlib.Path(__file__).resolve().parent / "peers" / "pulsar"
 LIB_DIR = PEER_DIR / "target" / "lib"
@@ -164,7 +165,8 @@ def wait_ready(broker: Broker, timeout_s: float = READY_TIMEOUT_S) -> None:
         if _ready(web):
             return
         time.sleep(0.5)  # polling a starting JVM: nothing to wait on but its answers
-    raise RuntimeError(f"pulsar not ready within {timeout_s} s; log: {broker.log}")
+    raise RuntimeError(f"pulsar not ready within {timeout_s} s: "
+                       f"{broker.log.read_text(errors='replace')[-3000:]}")
 
 
 def listening_ports(pid: int) -> set[int]:
@@ -214,14 +216,4 @@ def start_pulsar_standalone(tmp: pathlib.Path, *, sync: bool = True,
             raise RuntimeError(f"pulsar listens on ports it was not given: {sorted(extra)}")
         yield broker
     finally:
-        _stop(proc)
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        broker.stop()
