@@ -8,7 +8,8 @@ commands it receives go to a queue (:meth:`RawConnection.request` awaits the rep
 handler in one call, which answers in at most one or two writes per read. A lost connection
 fails the handler's ``done`` future, so a phase never hangs on a dead peer. PINGs are answered
 everywhere. Before a producer or a subscription the connection LOOKUPs the topic, as every
-Pulsar client does, so every peer does the same work per topic. Nothing here keeps time except the receipt latencies (``time.perf_counter``).
+Pulsar client does, so every peer does the same work per topic. Nothing here keeps time except
+the receipt latencies (``time.perf_counter``).
 """
 
 from __future__ import annotations
