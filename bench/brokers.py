@@ -1,33 +1,52 @@
-"""Start the brokers a benchmark compares: Horae (subprocess) and the pulsar-lite binary.
+"""Start the brokers a benchmark compares: Horae, the pulsar-lite binary and Apache Pulsar.
 
 Theory of operation
 -------------------
 Each starter is a context manager that picks free loopback ports, puts the broker's data in a
 directory under the caller's temporary directory, starts the broker as a child process, waits
-(bounded) until its binary port accepts connections, yields a :class:`Broker`, and terminates
-(then kills) the child on exit. Horae runs as ``python -m broker serve`` with its defaults (fsync
-before every receipt), so benchmarks import nothing under ``broker/``. The child's pid is the
-broker process itself, so :func:`cpu_seconds` on it reads the broker's CPU (all threads).
+(bounded) until it is ready, yields a :class:`Broker`, and terminates (then kills) the child on
+exit. Horae runs as ``python -m broker serve`` with its defaults (fsync before every receipt),
+so benchmarks import nothing under ``broker/``. The child's pid is the broker process itself
+(for Pulsar: the JVM), so :func:`cpu_seconds` and :func:`rss_mib` on it read the broker's CPU
+(all threads) and memory.
 
-Used by ``bench/compare_peer.py`` (official client) and ``bench/wire_load.py`` (raw wire).
+Apache Pulsar runs as one standalone JVM (:mod:`bench.pulsar_peer`: broker, embedded bookie,
+RocksDB metadata store), from the jars ``bench/peers/pulsar/pom.xml`` resolves.
+
+:data:`STARTERS` names every peer a benchmark can run (``--peers``): ``horae``, ``pulsar-lite``,
+``pulsar`` (bookie journal fsynced before each receipt, deduplication on: the same promises as
+Horae's defaults), and the relaxed ``horae-nofsync`` and ``pulsar-nosync`` (Pulsar standalone's
+shipped ``journalSyncData=false``).
+
+Used by ``bench/compare_peer.py`` (official client), ``bench/wire_load.py`` (raw wire) and
+``bench/scale.py``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib.metadata
 import os
 import pathlib
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 15.0
 _CLOCK_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
+
+
+def _version(distribution: str) -> str:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return "?"
 
 
 def free_port() -> int:
@@ -49,6 +68,14 @@ def wait_port(port: int, proc: subprocess.Popen[bytes], log: pathlib.Path) -> No
     raise RuntimeError(f"broker did not listen on {port} within {START_TIMEOUT_S} s")
 
 
+def rss_mib(pid: int, field: str = "VmRSS") -> float:
+    """Resident memory of process ``pid`` in MiB; ``field="VmHWM"`` gives its peak."""
+    for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(f"{field}:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
 def cpu_seconds(pid: int) -> float:
     """User + system CPU seconds of process ``pid`` and all its threads (``/proc/PID/stat``)."""
     with open(f"/proc/{pid}/stat", "rb") as fh:
@@ -67,6 +94,7 @@ class Broker:
     data: pathlib.Path
     log: pathlib.Path
     web_port: int | None = None
+    version: str = ""
 
     @property
     def url(self) -> str:
@@ -114,7 +142,8 @@ def start_horae(tmp: pathlib.Path, *, fsync: bool = True, name: str | None = Non
         args += ["--config", str(conf)]
     with log.open("wb") as fh:
         proc = subprocess.Popen(args, cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT)
-    with _running(Broker(name, "127.0.0.1", port, proc, data, log, web)) as broker:
+    with _running(Broker(name, "127.0.0.1", port, proc, data, log, web,
+                         version=_version("horae"))) as broker:
         yield broker
 
 
@@ -137,5 +166,44 @@ def start_pulsar_lite(tmp: pathlib.Path) -> Iterator[Broker]:
              "--log-level", "warn"],
             cwd=data.parent, stdout=fh, stderr=subprocess.STDOUT,
             env={**os.environ, "RUST_LOG": "warn"})
-    with _running(Broker("pulsar-lite", "127.0.0.1", port, proc, data, log)) as broker:
+    with _running(Broker("pulsar-lite", "127.0.0.1", port, proc, data, log,
+                         version=_version("pulsar-lite"))) as broker:
         yield broker
+
+
+def start_pulsar(tmp: pathlib.Path, *, sync: bool = True,
+                 name: str | None = None) -> AbstractContextManager[Broker]:
+    """Apache Pulsar standalone (see :mod:`bench.pulsar_peer`); ``sync=False`` is its shipped
+    ``journalSyncData=false``."""
+    from bench.pulsar_peer import start_pulsar_standalone
+
+    return start_pulsar_standalone(tmp, sync=sync, name=name or ("pulsar" if sync else
+                                                                   "pulsar-nosync"))
+
+
+Starter = Callable[[pathlib.Path], AbstractContextManager[Broker]]
+
+STARTERS: dict[str, Starter] = {
+    "horae": start_horae,
+    "pulsar-lite": start_pulsar_lite,
+    "pulsar": start_pulsar,
+    "horae-nofsync": lambda tmp: start_horae(tmp, fsync=False),
+    "pulsar-nosync": lambda tmp: start_pulsar(tmp, sync=False),
+}
+DEFAULT_PEERS = ("horae", "pulsar-lite", "pulsar")
+
+
+def parse_peers(text: str) -> list[str]:
+    """``"horae,pulsar"`` -> the names, checked against :data:`STARTERS` (order kept)."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in STARTERS]
+    if unknown or not names:
+        raise ValueError(f"unknown peer(s) {unknown or text!r}; choose from {', '.join(STARTERS)}")
+    return list(dict.fromkeys(names))
+
+
+@contextlib.contextmanager
+def started(tmp: pathlib.Path, names: list[str]) -> Iterator[list[Broker]]:
+    """Every peer in *names*, all running at once (stopped in reverse order)."""
+    with contextlib.ExitStack() as stack:
+        yield [stack.enter_context(STARTERS[n](tmp)) for n in names]

@@ -1,44 +1,54 @@
-"""Horae vs pulsar-lite 0.2.0 with the same official-client workload.
+"""Horae vs pulsar-lite 0.2.0 vs Apache Pulsar 4.0 with the same official-client workload.
 
-Starts Horae (``python -m broker serve``, fsync before every receipt, the default) and the
-pulsar-lite binary, each on free ports with its data in a temporary directory, then drives
-each in turn with pulsar-client 3.13:
+Starts Horae (``python -m broker serve``, fsync before every receipt, the default), the
+pulsar-lite binary and Apache Pulsar standalone (bookie journal fsynced before each receipt,
+deduplication on: :mod:`bench.pulsar_peer`), each on free ports with its data in a temporary
+directory, then drives each in turn with pulsar-client 3.13:
 
 1. async publish of N x S bytes, batching off   (msgs/s, first send to last receipt)
 2. async publish of N x S bytes, batching on    (msgs/s)
 3. Shared consume of workload 1's N messages with an ack per message   (msgs/s)
 4. synchronous send of M messages               (msgs/s, i.e. 1 / round-trip latency),
    with the p50 and p99 of the per-send round trip (us)
+5. end to end: E synchronous sends while a Shared consumer receives and acks; each message
+   carries its send time, so its latency is send -> receive in the consumer (p50, p99, us)
 
-and prints each figure for both and the Horae/pulsar-lite ratio (target: every ratio >= 0.8;
-for the latency lines the ratio is pulsar-lite/Horae, so higher is better there too).
+Each peer first runs one uncounted warm-up round (``--warmup``: that fraction of every count;
+the JVM compiles its hot paths then). Around each workload the broker's CPU seconds (``/proc/PID/stat``, all threads; for Pulsar the
+JVM's) are read and given per million messages; after the round its RSS and its peak RSS
+(``VmHWM``). Every figure is printed for each peer with Horae's ratio to it (above 1 = Horae
+ahead: Horae/peer for rates, peer/Horae for latency, CPU and memory; :mod:`bench.peer_table`).
 
-The sync-send figure is the most sensitive to other load on the machine: each Horae round trip
-has two thread hand-offs (loop -> storage writer -> loop) and an fdatasync, each of which
-waits for a CPU when the machine is busy; run several rounds and compare p50 latencies.
+The sync-send and end-to-end figures are the most sensitive to other load on the machine: each
+Horae round trip has two thread hand-offs (loop -> storage writer -> loop) and an fdatasync,
+each of which waits for a CPU when the machine is busy; run several rounds and compare p50s.
 
 Usage: ``.venv/bin/python bench/compare_peer.py [--messages 50000] [--size 1024] [--sync 5000]
-[--only horae|pulsar-lite] [--rounds 1]``. Never part of the test run.
+[--e2e 5000] [--peers horae,pulsar-lite,pulsar] [--rounds 1] [--json FILE]``; the peers
+``horae-nofsync`` and ``pulsar-nosync`` (Pulsar standalone's shipped ``journalSyncData=false``)
+are the relaxed runs. Never part of the test run.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
+import json
 import os
 import pathlib
 import shutil
+import struct
 import sys
 import tempfile
 import threading
 import time
-from typing import Any
+from collections.abc import Callable
 
 import pulsar
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 
-from bench.brokers import Broker, start_horae, start_pulsar_lite
+from bench.brokers import DEFAULT_PEERS, Broker, cpu_seconds, parse_peers, rss_mib, started
+from bench.peer_table import format_table
 
 
 def client_for(url: str) -> pulsar.Client:
@@ -108,54 +118,138 @@ def sync_send(client: pulsar.Client, topic: str, n: int,
     return n / elapsed, latencies[n // 2] * 1e6, latencies[(n * 99) // 100] * 1e6
 
 
+def end_to_end(client: pulsar.Client, topic: str, n: int, payload: bytes) -> tuple[float, float]:
+    """(p50 us, p99 us) of send -> receive for n messages, one send in flight."""
+    consumer = client.subscribe(topic, "e2e", consumer_type=pulsar.ConsumerType.Shared,
+                                receiver_queue_size=1000)
+    producer = client.create_producer(topic, batching_enabled=False)
+    producer.send(payload)
+    consumer.acknowledge(consumer.receive(30_000))
+    body = payload[8:]
+    failure: list[BaseException] = []
+
+    def produce() -> None:
+        try:
+            for _ in range(n):
+                producer.send(struct.pack("<q", time.perf_counter_ns()) + body)
+        except BaseException as exc:  # reported by the consuming thread
+            failure.append(exc)
+
+    sender = threading.Thread(target=produce, daemon=True)
+    latencies = [0] * n
+    sender.start()
+    try:
+        for i in range(n):
+            msg = consumer.receive(30_000)
+            latencies[i] = time.perf_counter_ns() - struct.unpack_from("<q", msg.data())[0]
+            consumer.acknowledge(msg)
+    finally:
+        sender.join(60)
+    if failure:
+        raise RuntimeError(f"end-to-end producer failed: {failure[0]}")
+    producer.close()
+    consumer.close()
+    latencies.sort()
+    return latencies[n // 2] / 1e3, latencies[(n * 99) // 100] / 1e3
+
+
+def _cpu_per_million(broker: Broker, results: dict[str, float], phase: str, messages: int,
+                     work: Callable[[], float]) -> float:
+    cpu0 = cpu_seconds(broker.pid)
+    value = work()
+    results[f"broker CPU s/M msgs, {phase}"] = (cpu_seconds(broker.pid) - cpu0) / messages * 1e6
+    return value
+
+
 def run_workload(broker: Broker, args: argparse.Namespace, rnd: int) -> dict[str, float]:
-    payload = os.urandom(args.size)
+    payload = os.urandom(max(args.size, 8))
     client = client_for(broker.url)
     results: dict[str, float] = {}
+    cpu: dict[str, float] = {}
     try:
-        t_plain = f"persistent://public/default/bench-plain-{rnd}"
-        t_batch = f"persistent://public/default/bench-batch-{rnd}"
+        rnd_name = "warm" if rnd < 0 else str(rnd)
+        t_plain = f"persistent://public/default/bench-plain-{rnd_name}"
+        t_batch = f"persistent://public/default/bench-batch-{rnd_name}"
         # the subscription exists before publishing so that the consume reads what was published
         client.subscribe(t_plain, "bench", consumer_type=pulsar.ConsumerType.Shared,
                          initial_position=pulsar.InitialPosition.Earliest).close()
-        results["async publish, batching off (msg/s)"] = async_publish(
-            client, t_plain, args.messages, payload, False)
-        results["async publish, batching on (msg/s)"] = async_publish(
-            client, t_batch, args.messages, payload, True)
-        results["Shared consume + ack each (msg/s)"] = shared_consume(
-            client, t_plain, args.messages + 1)
-        rate, p50, p99 = sync_send(
-            client, f"persistent://public/default/bench-sync-{rnd}", args.sync, payload)
-        results["sync send (msg/s)"] = rate
-        results["sync send p50 latency (us)"] = p50
-        results["sync send p99 latency (us)"] = p99
+        results["async publish, batching off (msg/s)"] = _cpu_per_million(
+            broker, cpu, "publish unbatched", args.messages,
+            lambda: async_publish(client, t_plain, args.messages, payload, False))
+        results["async publish, batching on (msg/s)"] = _cpu_per_million(
+            broker, cpu, "publish batched", args.messages,
+            lambda: async_publish(client, t_batch, args.messages, payload, True))
+        results["Shared consume + ack each (msg/s)"] = _cpu_per_million(
+            broker, cpu, "consume + ack", args.messages,
+            lambda: shared_consume(client, t_plain, args.messages + 1))
+        latency: dict[str, float] = {}
+
+        def sync() -> float:
+            rate, latency["p50"], latency["p99"] = sync_send(
+                client, f"persistent://public/default/bench-sync-{rnd_name}", args.sync, payload)
+            return rate
+
+        results["sync send (msg/s)"] = _cpu_per_million(broker, cpu, "sync send", args.sync,
+                                                        sync)
+        results["sync send p50 latency (us)"] = latency["p50"]
+        results["sync send p99 latency (us)"] = latency["p99"]
+        if args.e2e:
+            e2e: dict[str, float] = {}
+
+            def run_e2e() -> float:
+                e2e["p50"], e2e["p99"] = end_to_end(
+                    client, f"persistent://public/default/bench-e2e-{rnd_name}", args.e2e, payload)
+                return 0.0
+
+            _cpu_per_million(broker, cpu, "end to end", args.e2e, run_e2e)
+            results["end-to-end p50 latency (us)"] = e2e["p50"]
+            results["end-to-end p99 latency (us)"] = e2e["p99"]
+        results.update(cpu)
+        results["broker RSS after round (MiB)"] = rss_mib(broker.pid)
+        results["broker peak RSS (MiB)"] = rss_mib(broker.pid, "VmHWM")
     finally:
         client.close()
     return results
 
 
+def is_lower_better(figure: str) -> bool:
+    return figure.endswith("(us)") or figure.endswith("(MiB)") or "CPU" in figure
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--messages", type=int, default=50_000)
     parser.add_argument("--size", type=int, default=1024)
     parser.add_argument("--sync", type=int, default=5_000)
+    parser.add_argument("--e2e", type=int, default=5_000,
+                        help="messages in the end-to-end latency workload (0: skip it)")
     parser.add_argument("--rounds", type=int, default=1)
-    parser.add_argument("--only", choices=["horae", "pulsar-lite"])
-    parser.add_argument("--no-fsync-too", action="store_true",
-                        help="also run Horae with journalSyncData=false (pulsar-lite does not "
-                             "fsync per receipt either) and print its figures")
+    parser.add_argument("--warmup", type=float, default=0.2,
+                        help="an uncounted first round per peer at this fraction of every "
+                             "count (JIT, caches); 0: none")
+    parser.add_argument("--peers", default=",".join(DEFAULT_PEERS),
+                        help="comma-separated peers to run: horae, pulsar-lite, pulsar, "
+                             "horae-nofsync, pulsar-nosync")
+    parser.add_argument("--json", type=pathlib.Path, metavar="FILE", help="write all figures")
     args = parser.parse_args(argv)
+    try:
+        peers = parse_peers(args.peers)
+    except ValueError as exc:
+        parser.error(str(exc))
 
     tmp = pathlib.Path(tempfile.mkdtemp(prefix="horae-bench-"))
     figures: dict[str, dict[str, list[float]]] = {}
+    versions: dict[str, str] = {}
     try:
-        starters: list[tuple[str, Any]] = [("horae", start_horae),
-                                           ("pulsar-lite", start_pulsar_lite)]
-        if args.no_fsync_too and args.only is None:
-            starters.append(("horae-nofsync", lambda t: start_horae(t, fsync=False)))
-        with contextlib.ExitStack() as stack:
-            brokers = [stack.enter_context(start(tmp)) for name, start in starters
-                       if args.only in (None, name)]
+        with started(tmp, peers) as brokers:
+            versions = {b.name: b.version for b in brokers}
+            if args.warmup > 0:
+                warm = argparse.Namespace(**vars(args))
+                for field in ("messages", "sync", "e2e"):
+                    setattr(warm, field, max(int(getattr(args, field) * args.warmup), 10))
+                for broker in brokers:
+                    run_workload(broker, warm, -1)
+                    print(f"warm-up {broker.name}: done", flush=True)
             for rnd in range(args.rounds):
                 for broker in brokers:
                     print(f"round {rnd + 1}: {broker.name} ...", flush=True)
@@ -165,30 +259,15 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(tmp, ignore_errors=True)
 
     print()
-    print(f"{args.messages} x {args.size} B async, {args.sync} sync; best of {args.rounds} round(s); "
-          f"Horae fsyncs before every receipt")
-    extra = any("horae-nofsync" in per for per in figures.values())
-    head = f"{'workload':40} {'horae':>12} {'pulsar-lite':>12} {'ratio':>7}"
-    if extra:
-        head += f" {'horae-nofsync':>14} {'ratio':>7}"
-    print(head)
-    for k, per in figures.items():
-        latency = k.endswith("(us)")  # lower is better: best = min, ratio = peer / Horae
-        best = min if latency else max
-        h = best(per.get("horae", [0.0]))
-        p = best(per.get("pulsar-lite", [0.0]))
-        line = f"{k:40} {h:12,.0f} {p:12,.0f} {_ratio(p, h) if latency else _ratio(h, p)}"
-        if extra:
-            n = best(per.get("horae-nofsync", [0.0]))
-            line += f" {n:14,.0f} {_ratio(p, n) if latency else _ratio(n, p)}"
-        print(line)
+    print(f"official client: {args.messages} x {args.size} B async, {args.sync} sync, "
+          f"{args.e2e} end to end; best of {args.rounds} round(s); Horae and Pulsar fsync "
+          "before every receipt")
+    print(format_table(figures, peers, {f for f in figures if is_lower_better(f)}))
+    if args.json is not None:
+        args.json.write_text(json.dumps({"settings": vars(args) | {"json": str(args.json)},
+                                         "versions": versions, "figures": figures}, indent=1))
     return 0
 
 
-def _ratio(a: float, b: float) -> str:
-    return f"{a / b:7.2f}" if a and b else "    n/a"
-
-
 if __name__ == "__main__":
-
     raise SystemExit(main())

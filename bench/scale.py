@@ -1,17 +1,20 @@
-"""Scale benchmark: many idle connections, many topics, a long backlog.
+"""Scale benchmark: many idle connections, many topics, a long backlog; Horae and its peers.
 
 Theory of operation
 -------------------
-One Horae broker runs as a child process (:func:`bench.brokers.start_horae`, fsync on); the
-generator speaks the wire through Horae's own codec (:mod:`bench.wire_clients`). The soft
-RLIMIT_NOFILE of this process is raised to its hard limit first, and the broker inherits it.
-Three phases, each bounded by ``--timeout`` seconds:
+Each peer of ``--peers`` (default ``horae,pulsar-lite,pulsar``; :mod:`bench.brokers`) runs in
+turn, alone, as a child process: Horae with fsync on, pulsar-lite 0.2.0, Apache Pulsar 4.0
+standalone (journal fsynced, deduplication on). The generator speaks the wire through Horae's
+own codec (:mod:`bench.wire_clients`). The soft RLIMIT_NOFILE of this process is raised to its
+hard limit first, and the brokers inherit it. Three phases, each bounded by ``--timeout``
+seconds:
 
 1. idle connections: ``--connections`` connections complete CONNECT (``--concurrency`` at a
    time); the broker's RSS (``/proc/PID/status`` VmRSS) is read before and after, then its
    CPU over ``--idle-seconds`` of nothing happening (keep-alive only);
-2. topics: ``--topics`` topics get one producer each, spread over those connections; RSS and
-   idle CPU again. Then every connection is closed;
+2. topics: ``--topics`` topics get one producer each (a LOOKUP, then PRODUCER, as a client
+   does), spread over those connections; RSS and idle CPU again. Then every connection is
+   closed;
 3. backlog: a Shared subscription is created, ``--backlog`` messages of ``--size`` bytes are
    published in entries of ``--batch`` messages (one connection, ``--in-flight`` SENDs), then
    one consumer drains them (FLOW 1000 refilled by half, acks per 1,000 messages) while RSS
@@ -23,7 +26,11 @@ the broker writes a metric snapshot every ``--export-interval`` seconds
 (``metricsExportIntervalSeconds``) while one connection PINGs the broker every 10 ms for S
 seconds (the PONG round trip is how long the event loop was unavailable: its maximum is the
 longest stall), and ``/metrics`` is scraped once (its wall time, its size). Then the same PING
-probe runs for S seconds with no scrape (the exports alone).
+probe runs for S seconds with no scrape (the exports alone). Peers without a web port
+(pulsar-lite) skip it.
+
+After the last peer a table gives every figure per peer and Horae's ratio to each (above 1 =
+Horae ahead; :mod:`bench.peer_table`). RSS is the broker process's (for Pulsar, the JVM's).
 
 Loopback only, free ports, temporary data directory removed on exit. Never run by the tests.
 
@@ -31,7 +38,7 @@ Usage::
 
     .venv/bin/python bench/scale.py [--connections 10000] [--topics 10000]
         [--backlog 10000000] [--batch 100] [--size 100] [--json FILE] [--profile DIR]
-        [--metrics-seconds 0] [--export-interval 5]
+        [--metrics-seconds 0] [--export-interval 5] [--peers horae,pulsar-lite,pulsar]
 """
 
 from __future__ import annotations
@@ -52,9 +59,18 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 
 import uvloop
 
-from bench.brokers import Broker, cpu_seconds, start_horae
+from bench.brokers import (
+    DEFAULT_PEERS,
+    STARTERS,
+    Broker,
+    cpu_seconds,
+    parse_peers,
+    rss_mib,
+    start_horae,
+)
+from bench.peer_table import format_table
 from bench.profiling import PySpyRecorder, summarise_collapsed
-from bench.wire_clients import Drainer, Publisher, RawConnection, connect, subscribe
+from bench.wire_clients import Drainer, Publisher, RawConnection, connect, lookup, subscribe
 from bench.wire_load import LoadSettings, build_producer_frames
 from protocol import commands as C
 from protocol import pulsar_pb as pb
@@ -68,13 +84,6 @@ def raise_nofile() -> int:
     if soft < hard:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-
-
-def rss_mib(pid: int) -> float:
-    for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 async def idle_cpu_percent(broker: Broker, seconds: float) -> float:
@@ -103,9 +112,11 @@ async def open_producers(conns: list[RawConnection], topics: int, concurrency: i
 
     async def one(i: int) -> None:
         conn = conns[i % len(conns)]
+        topic = f"persistent://public/default/scale-{i}"
         async with gate, locks[i % len(conns)]:
-            await conn.request(C.encode_producer(f"persistent://public/default/scale-{i}",
-                                                 i + 1, i + 1, f"scale-{i}"), T.PRODUCER_SUCCESS)
+            await lookup(conn, topic, 2 * i + 1)
+            await conn.request(C.encode_producer(topic, i + 1, 2 * i + 2, f"scale-{i}"),
+                               T.PRODUCER_SUCCESS)
 
     await asyncio.wait_for(asyncio.gather(*(one(i) for i in range(topics))), timeout_s)
 
@@ -158,7 +169,8 @@ async def backlog_phase(broker: Broker, args: argparse.Namespace, out: dict[str,
                             messages=args.backlog, batch=args.batch)
     frames = build_producer_frames("scale-backlog", args.backlog, settings)
     conn = await connect(broker)
-    await conn.request(C.encode_producer(topic, 1, 1, frames.name), T.PRODUCER_SUCCESS)
+    await lookup(conn, topic, 1)
+    await conn.request(C.encode_producer(topic, 1, 2, frames.name), T.PRODUCER_SUCCESS)
     done: asyncio.Future[None] = loop.create_future()
     pub = Publisher(conn, frames.frames, frames.first_sequence_ids, args.in_flight, done)
     t0 = time.perf_counter()
@@ -185,14 +197,16 @@ async def backlog_phase(broker: Broker, args: argparse.Namespace, out: dict[str,
     drainer.start()
     try:
         await asyncio.wait_for(drained, args.timeout)
+        # before the sampler's last sleep ends: that wait is no part of the drain
+        elapsed = time.perf_counter() - t0
+        cpu = cpu_seconds(broker.pid) - cpu0
     finally:
         drainer.stop()
         await sampler
-    elapsed = time.perf_counter() - t0
     drainer.flush_acks()
     out["drain_msgs_per_s"] = drainer.messages / elapsed
     out["drain_entries_per_s"] = len(drainer.seen) / elapsed
-    out["drain_broker_cpu_s_per_M_msgs"] = (cpu_seconds(broker.pid) - cpu0) / drainer.messages * 1e6
+    out["drain_broker_cpu_s_per_M_msgs"] = cpu / drainer.messages * 1e6
     out["drain_rss_max_mib"] = max(samples) if samples else float("nan")
     out["drain_rss_samples_mib"] = [round(s, 1) for s in samples[:: max(1, len(samples) // 20)]]
     out["rss_after_drain_mib"] = rss_mib(broker.pid)
@@ -212,7 +226,8 @@ async def run(broker: Broker, args: argparse.Namespace) -> dict[str, Any]:
         await open_producers(conns, args.topics, args.concurrency, args.timeout)
         out["topics_s"] = time.perf_counter() - t0
         out["rss_topics_mib"] = rss_mib(broker.pid)
-        recorder = PySpyRecorder(broker.pid, args.profile) if args.profile else None
+        profiled = args.profile and broker.name.startswith("horae")
+        recorder = PySpyRecorder(broker.pid, args.profile) if profiled else None
         if recorder is not None:
             args.profile.mkdir(parents=True, exist_ok=True)
             recorder("idle-topics", "start")
@@ -222,7 +237,7 @@ async def run(broker: Broker, args: argparse.Namespace) -> dict[str, Any]:
             path = recorder.outputs["idle-topics"]
             print(f"py-spy, Horae with {args.topics} idle topics ({path}):")
             print(summarise_collapsed(path.read_text(errors="replace")))
-        if args.metrics_seconds > 0:
+        if args.metrics_seconds > 0 and broker.web_port is not None:
             await metrics_phase(broker, args, out)
     for conn in conns:
         conn.close()
@@ -231,8 +246,11 @@ async def run(broker: Broker, args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+LISTS = ("drain_rss_samples_mib",)
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--connections", type=int, default=10_000)
     parser.add_argument("--topics", type=int, default=10_000, help="topics, one producer each")
     parser.add_argument("--concurrency", type=int, default=200, help="handshakes in flight")
@@ -246,27 +264,51 @@ def main() -> None:
     parser.add_argument("--metrics-seconds", type=float, default=0.0,
                         help="metrics phase: PING probe seconds (0: no metrics phase)")
     parser.add_argument("--export-interval", type=int, default=5,
-                        help="metricsExportIntervalSeconds of the broker")
+                        help="metricsExportIntervalSeconds of the Horae broker")
     parser.add_argument("--profile", type=pathlib.Path, metavar="DIR",
-                        help="py-spy the broker over the idle-topics phase into DIR")
+                        help="py-spy Horae over the idle-topics phase into DIR")
+    parser.add_argument("--peers", default=",".join(DEFAULT_PEERS),
+                        help="comma-separated peers, run one after another: horae, pulsar-lite, "
+                             "pulsar, horae-nofsync, pulsar-nosync")
     args = parser.parse_args()
+    try:
+        peers = parse_peers(args.peers)
+    except ValueError as exc:
+        parser.error(str(exc))
     nofile = raise_nofile()
     if nofile < args.connections + 1000:
         parser.error(f"RLIMIT_NOFILE is {nofile}: too low for {args.connections} connections")
-    tmp = pathlib.Path(tempfile.mkdtemp(prefix="horae-scale-"))
-    try:
-        config = f"metricsExportIntervalSeconds = {args.export_interval}\n"
-        with start_horae(tmp, config=config) as broker, asyncio.Runner(
-                loop_factory=uvloop.new_event_loop) as runner:
-            out = runner.run(run(broker, args))
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    out["settings"] = vars(args) | {"json": str(args.json), "nofile": nofile}
-    for key, value in out.items():
-        if key != "settings":
-            print(f"{key:36} {value if isinstance(value, list) else f'{value:,.2f}'}")
+    config = f"metricsExportIntervalSeconds = {args.export_interval}\n"
+    results: dict[str, dict[str, Any]] = {}
+    for name in peers:
+        tmp = pathlib.Path(tempfile.mkdtemp(prefix="horae-scale-"))
+        starter = STARTERS[name]
+        if name == "horae":
+            def starter(t: pathlib.Path) -> Any:
+                return start_horae(t, config=config)
+        try:
+            with starter(tmp) as broker, asyncio.Runner(
+                    loop_factory=uvloop.new_event_loop) as runner:
+                print(f"{name} ...", flush=True)
+                results[name] = out = runner.run(run(broker, args))
+                out["version"] = broker.version
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        for key, value in out.items():
+            if not isinstance(value, str):
+                print(f"  {key:36} {value if isinstance(value, list) else f'{value:,.2f}'}",
+                      flush=True)
+    keys = [k for k in results[peers[0]] if k not in LISTS and k != "version"]
+    figures = {k: {n: [results[n][k]] for n in peers if k in results[n]} for k in keys}
+    print()
+    print(f"scale: {args.connections:,} connections, {args.topics:,} topics, backlog "
+          f"{args.backlog:,} x {args.size} B in entries of {args.batch}; Horae and Pulsar fsync "
+          "before every receipt")
+    print(format_table(figures, peers, {k for k in keys if not k.endswith("_per_s")}))
     if args.json:
-        args.json.write_text(json.dumps(out, indent=2))
+        args.json.write_text(json.dumps(
+            {"settings": vars(args) | {"json": str(args.json), "profile": str(args.profile),
+                                       "nofile": nofile}, "results": results}, indent=2))
 
 
 if __name__ == "__main__":

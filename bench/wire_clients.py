@@ -7,7 +7,9 @@ commands it receives go to a queue (:meth:`RawConnection.request` awaits the rep
 :class:`Publisher` or :class:`Drainer` takes it over, every socket read's frames go to that
 handler in one call, which answers in at most one or two writes per read. A lost connection
 fails the handler's ``done`` future, so a phase never hangs on a dead peer. PINGs are answered
-everywhere. Nothing here keeps time except the receipt latencies (``time.perf_counter``).
+everywhere. Before a producer or a subscription the connection LOOKUPs the topic, as every
+Pulsar client does, so every peer does the same work per topic. Nothing here keeps time except
+the receipt latencies (``time.perf_counter``).
 """
 
 from __future__ import annotations
@@ -90,6 +92,14 @@ async def connect(broker: Broker) -> RawConnection:
     return conn
 
 
+async def lookup(conn: RawConnection, topic: str, request_id: int) -> None:
+    """LOOKUP *topic*; the (single) broker must answer Connect, i.e. that it serves it."""
+    cmd = await conn.request(C.encode_lookup(topic, request_id), T.LOOKUP_RESPONSE)
+    resp = cmd.lookupTopicResponse
+    if resp.response != pb.CommandLookupTopicResponse.Connect:
+        raise RuntimeError(f"lookup of {topic}: {resp}")
+
+
 # --------------------------------------------------------------------------- publish
 
 
@@ -154,7 +164,8 @@ class Publisher:
 
 async def open_producer(broker: Broker, topic: str, name: str) -> RawConnection:
     conn = await connect(broker)
-    cmd = await conn.request(C.encode_producer(topic, 1, 1, name), T.PRODUCER_SUCCESS)
+    await lookup(conn, topic, 1)
+    cmd = await conn.request(C.encode_producer(topic, 1, 2, name), T.PRODUCER_SUCCESS)
     while cmd.producer_success.HasField("producer_ready") and not cmd.producer_success.producer_ready:
         cmd = await asyncio.wait_for(conn.replies.get(), REQUEST_TIMEOUT_S)
     return conn
@@ -258,6 +269,7 @@ class Drainer:
 
 async def subscribe(broker: Broker, topic: str) -> RawConnection:
     conn = await connect(broker)
-    await conn.request(C.encode_subscribe(topic, SUBSCRIPTION, 1, 1, 1, initial_position=1),
+    await lookup(conn, topic, 1)
+    await conn.request(C.encode_subscribe(topic, SUBSCRIPTION, 1, 1, 2, initial_position=1),
                        T.SUCCESS)
     return conn

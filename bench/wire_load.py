@@ -5,9 +5,12 @@ Theory of operation
 No client library: the generator speaks Pulsar's binary protocol through Horae's own sans-IO
 codec (``protocol/``) on raw asyncio sockets, so the client costs almost nothing per message and
 the broker is what is measured. Brokers run as child processes (:mod:`bench.brokers`): Horae as
-``python -m broker serve`` (fsync before every receipt, its default) and pulsar-lite 0.2.0, each
-on free loopback ports with a temporary data directory, started in the same run and measured
-round by round, alternately.
+``python -m broker serve`` (fsync before every receipt, its default), pulsar-lite 0.2.0 and
+Apache Pulsar 4.0 standalone (bookie journal fsynced before each receipt, deduplication on; see
+:mod:`bench.pulsar_peer`), each on free loopback ports with a temporary data directory, started
+in the same run and measured round by round, alternately, after one uncounted warm-up round each (``--warmup`` messages:
+the JVM compiles its hot paths then). ``--peers`` picks them (default
+``horae,pulsar-lite,pulsar``; ``horae-nofsync`` and ``pulsar-nosync`` are the relaxed runs).
 
 One round against one broker, on a fresh topic:
 
@@ -27,7 +30,8 @@ One round against one broker, on a fresh topic:
 ``num_messages_in_batch``, ``SingleMessageMetadata`` per message); FLOW permits and all counts are
 in messages, the in-flight window in SENDs (entries). Broker CPU is read from
 ``/proc/PID/stat`` (all threads) around each phase and given per million messages; the
-generator's own CPU is printed too, to show it is not the bottleneck.
+generator's own CPU is printed too, to show it is not the bottleneck. The broker's RSS is read
+after each round (``/proc/PID/status``; for Pulsar, the JVM's).
 
 Everything is bounded: a phase that does not finish within ``--timeout`` seconds fails the run;
 child processes are terminated on exit. ``--profile DIR`` adds one extra Horae round under py-spy
@@ -36,7 +40,7 @@ child processes are terminated on exit. ``--profile DIR`` adds one extra Horae r
 Usage::
 
     .venv/bin/python bench/wire_load.py [--connections 4] [--in-flight 1000] [--size 1024]
-        [--messages 100000] [--batch B] [--rounds 3] [--only horae|pulsar-lite]
+        [--messages 100000] [--batch B] [--rounds 3] [--peers horae,pulsar-lite,pulsar]
         [--profile DIR] [--json FILE]
 
 Never part of the test run (``tests/bench/test_wire_load_smoke.py`` only checks the counts).
@@ -46,7 +50,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import os
 import pathlib
@@ -54,7 +57,7 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -62,7 +65,8 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 
 import uvloop
 
-from bench.brokers import Broker, cpu_seconds, start_horae, start_pulsar_lite
+from bench.brokers import DEFAULT_PEERS, Broker, cpu_seconds, parse_peers, rss_mib, started
+from bench.peer_table import format_table
 from bench.profiling import PySpyRecorder, summarise_collapsed
 from bench.wire_clients import Drainer, Publisher, open_producer, subscribe
 from protocol import commands as C
@@ -112,6 +116,8 @@ class LoadResult:
     broker_cpu_consume_s: float = 0.0
     generator_cpu_publish_s: float = 0.0
     generator_cpu_consume_s: float = 0.0
+    broker_rss_mib: float = 0.0
+    """The broker's RSS after the round."""
     figures: dict[str, float] = field(default_factory=dict)
 
     def compute_figures(self) -> None:
@@ -125,6 +131,7 @@ class LoadResult:
             "broker CPU s/M msgs, consume": self.broker_cpu_consume_s * per_million,
             "generator CPU s/M msgs, publish": self.generator_cpu_publish_s * per_million,
             "generator CPU s/M msgs, consume": self.generator_cpu_consume_s * per_million,
+            "broker RSS after round (MiB)": self.broker_rss_mib,
         }
 
 
@@ -250,6 +257,7 @@ async def run_round(broker: Broker, topic: str, settings: LoadSettings,
     result.duplicates = drainer.duplicates
     result.bad_checksums = drainer.bad_checksums
     result.stall_flows = drainer.stall_flows
+    result.broker_rss_mib = rss_mib(broker.pid)
     result.compute_figures()
     return result
 
@@ -271,43 +279,22 @@ def run_load(broker: Broker, topic: str, settings: LoadSettings,
 # --------------------------------------------------------------------------- main
 
 
-def _best(name: str, values: list[float]) -> float:
-    return max(values) if name in HIGHER_IS_BETTER else min(values)
-
-
 def print_table(settings: LoadSettings, rounds: int,
                 results: dict[str, list[LoadResult]]) -> None:
     mode = f"batches of {settings.batch}" if settings.batch else "unbatched"
     print()
     print(f"wire load: {settings.connections} conn x {settings.in_flight} SENDs in flight, "
           f"{settings.messages:,} x {settings.size} B, {mode}; best of {rounds} round(s); "
-          "Horae fsyncs before every receipt")
+          "Horae and Pulsar fsync before every receipt")
     names = list(results)
-    head = f"{'figure':36}" + "".join(f"{n:>14}" for n in names)
-    if "horae" in results and "pulsar-lite" in results:
-        head += f"{'horae/lite':>12}"
-    print(head)
-    for fig in next(iter(results.values()))[0].figures:
-        best = {n: _best(fig, [r.figures[fig] for r in results[n]]) for n in names}
-        line = f"{fig:36}" + "".join(f"{best[n]:>14,.2f}" for n in names)
-        if "horae" in best and "pulsar-lite" in best:
-            ratio = best["horae"] / best["pulsar-lite"] if best["pulsar-lite"] else float("nan")
-            note = "" if fig in HIGHER_IS_BETTER else "  (lower is better)"
-            line += f"{ratio:>12.2f}{note}"
-        print(line)
+    figures = {fig: {n: [r.figures[fig] for r in results[n]] for n in names}
+               for fig in next(iter(results.values()))[0].figures}
+    print(format_table(figures, names, set(figures) - HIGHER_IS_BETTER, width=36))
 
 
 def _check(result: LoadResult) -> None:
     if result.published != result.messages or result.consumed != result.published:
         raise RuntimeError(f"counts do not add up: {result}")
-
-
-@contextlib.contextmanager
-def started_brokers(tmp: pathlib.Path, only: str | None) -> Iterator[list[Broker]]:
-    starters = [("horae", start_horae), ("pulsar-lite", start_pulsar_lite)]
-    with contextlib.ExitStack() as stack:
-        yield [stack.enter_context(start(tmp)) for name, start in starters
-               if only in (None, name)]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -321,14 +308,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--permits", type=int, default=1000)
     parser.add_argument("--ack-batch", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--warmup", type=int, default=20_000,
+                        help="messages of an uncounted first round per peer (JIT, caches); 0: none")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per phase")
-    parser.add_argument("--only", choices=["horae", "pulsar-lite"])
+    parser.add_argument("--peers", default=",".join(DEFAULT_PEERS),
+                        help="comma-separated peers to run: horae, pulsar-lite, pulsar, "
+                             "horae-nofsync, pulsar-nosync")
     parser.add_argument("--profile", type=pathlib.Path, metavar="DIR",
                         help="one extra Horae round under py-spy; raw stacks go to DIR")
     parser.add_argument("--json", type=pathlib.Path, metavar="FILE", help="write all results")
     args = parser.parse_args(argv)
     if args.connections < 1 or args.in_flight < 1 or args.messages < args.connections:
         parser.error("need connections >= 1, in-flight >= 1 and messages >= connections")
+    try:
+        peers = parse_peers(args.peers)
+    except ValueError as exc:
+        parser.error(str(exc))
     settings = LoadSettings(args.connections, args.in_flight, args.size, args.messages,
                             args.batch, args.permits, args.ack_batch, args.timeout)
     producers = build_all_frames(settings)
@@ -336,7 +331,16 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, list[LoadResult]] = {}
     token = os.getpid()
     try:
-        with started_brokers(tmp, args.only) as brokers:
+        with started(tmp, peers) as brokers:
+            if args.warmup:
+                warm = LoadSettings(args.connections, args.in_flight, args.size,
+                                    max(args.warmup, args.connections), args.batch,
+                                    args.permits, args.ack_batch, args.timeout)
+                warm_frames = build_all_frames(warm)
+                for broker in brokers:
+                    _check(run_load(broker, f"persistent://public/default/wl-{token}-warm",
+                                    warm, warm_frames))
+                    print(f"warm-up {broker.name}: done", flush=True)
             for rnd in range(args.rounds):
                 for broker in brokers:
                     topic = f"persistent://public/default/wl-{token}-{rnd}"
