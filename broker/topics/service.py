@@ -311,7 +311,11 @@ class BrokerService:
 
     async def topics_of_namespace(self, namespace: str) -> list[str]:
         """What GET_TOPICS_OF_NAMESPACE answers: topics plus every partition of partitioned
-        topics (the client groups partitions back itself)."""
+        topics (the client groups partitions back itself). A namespace that does not exist has
+        no topics: Pulsar lists the children of its metadata path, which answers an empty list
+        (only the REST listing answers 404)."""
+        if not self.tenancy.namespace_exists(namespace):
+            return []
         names = set(await self.list_topics(namespace))
         for parent, n in self._partitioned.items():
             if _in_namespace(parent, namespace):

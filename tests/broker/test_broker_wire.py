@@ -118,6 +118,14 @@ def test_get_topics_of_namespace_lists_topics_and_partitions(broker: Any, raw: R
             "persistent://public/default/parted-partition-1"} <= topics
 
 
+def test_get_topics_of_a_missing_namespace_answers_an_empty_list(raw: RawClient) -> None:
+    # as Pulsar's broker (the Go client's TestNamespaceTopicsNamespaceDoesNotExit): no ERROR
+    answer = raw.request(C.encode_get_topics_of_namespace(12, "public/no-such-namespace"))
+    assert answer.type == T.GET_TOPICS_OF_NAMESPACE_RESPONSE
+    assert answer.getTopicsOfNamespaceResponse.request_id == 12
+    assert list(answer.getTopicsOfNamespaceResponse.topics) == []
+
+
 def test_send_receipts_echo_sequence_ids_in_order(raw: RawClient) -> None:
     assert raw.create_producer("persistent://public/default/receipts", 1).type == T.PRODUCER_SUCCESS
     for seq in range(5):
