@@ -12,8 +12,9 @@
 # -Dpulsar.auth.basic.conf) and dataDir come from outside the file, as HORAE_<key> variables.
 #
 # The module comes from the Go module proxy (`go mod download -json`) into the module cache and
-# is copied to a temporary directory; its test binaries are built there (`go test -c`, on the
-# host's network, which the proxy needs). The suite hard-codes localhost:6650/6651/8080/8443,
+# is copied to a temporary directory; its test binaries are built there (`go test -c -trimpath`,
+# so Go's build cache serves the next run whatever the directory, on the host's network, which
+# the proxy needs). The suite hard-codes localhost:6650/6651/8080/8443,
 # so by default the broker and the tests then run in a private network namespace
 # (`unshare -n`, root needed) where those ports are free whatever runs on the host.
 #
@@ -66,7 +67,7 @@ if [[ -z "${HORAE_GO_SUITE_WORK:-}" ]]; then
     mkdir -p "$WORK/bin"
     for pkg in "${PKGS[@]}"; do
         echo "-- building the tests of $MODULE/$pkg@$VERSION"
-        (cd "$WORK/src" && go test -c -o "$WORK/bin/${pkg//\//_}.test" "./$pkg")
+        (cd "$WORK/src" && go test -c -trimpath -o "$WORK/bin/${pkg//\//_}.test" "./$pkg")
     done
     go build -o "$WORK/bin/test2json" cmd/test2json
     trap - EXIT
