@@ -8,7 +8,9 @@ refused, the role must be allowed to produce (:class:`broker.net.handshake.Hands
 ERROR AuthorizationError), then :func:`create_producer` runs as a request task. The topic is loaded (or auto-created), the
 producer name's sequence state is recovered *before* PRODUCER_SUCCESS tells the client where
 its sequence stands, the producer's schema is registered or checked (:mod:`broker.net.schemas`),
-then the topic decides on access (:meth:`broker.topics.topic.Topic.add_producer`,
+the durable subscription the producer names in ``initial_subscription_name`` is created at the
+earliest position if the topic lacks it (the role must also be allowed to subscribe, as in
+Pulsar), then the topic decides on access (:meth:`broker.topics.topic.Topic.add_producer`,
 :mod:`broker.topics.access_modes`).
 A WaitForExclusive producer that cannot have the topic yet is queued by the topic and
 answered at once with ``producer_ready=false``; the topic answers again when it promotes it.
@@ -29,6 +31,7 @@ from broker.topics.access_modes import Admission
 from broker.topics.names import TopicName
 from broker.topics.producer import Producer, ProducerTransport
 from broker.topics.service import BrokerService
+from broker.topics.topic import Topic
 from protocol import commands as C
 from protocol import pulsar_pb as pb
 from protocol.errors import ServerError
@@ -66,7 +69,11 @@ def handle_producer(connection: ProducerConnection, m: pb.CommandProducer) -> No
         connection.write(C.encode_error(m.request_id, ServerError.ServiceNotReady,
                                         "Producer is already being created on this connection"))
         return
-    connection.handshake.require_produce(TopicName.parse(m.topic).full)  # RequestError -> ERROR
+    topic_name = TopicName.parse(m.topic).full
+    connection.handshake.require_produce(topic_name)  # RequestError -> ERROR
+    if m.initial_subscription_name:
+        # creating it is subscribing on the client's behalf (Pulsar: TopicOperation.SUBSCRIBE)
+        connection.handshake.require_consume(topic_name, m.initial_subscription_name)
     connection.producers_creating.add(pid)
 
     async def run() -> None:
@@ -112,6 +119,11 @@ async def create_producer(connection: ProducerConnection, m: pb.CommandProducer)
     await topic.dedup.prepare()
     schema_version = await producer_schema(service, topic,
                                            m.schema if m.HasField("schema") else None)
+    initial_sub = m.initial_subscription_name
+    if initial_sub and isinstance(topic, Topic) and initial_sub not in topic.subscriptions:
+        # e.g. a dead-letter topic's subscription, so nothing sent there before anyone
+        # subscribes is trimmed; created at the earliest position, as Pulsar does
+        await topic.get_or_create_subscription(initial_sub, initial_position="earliest")
     producer = Producer(connection, topic, int(m.producer_id), pname, access_mode,
                         user_provided, metadata, int(m.epoch))
     topic.dedup.attach(producer)

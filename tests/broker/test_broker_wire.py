@@ -126,6 +126,30 @@ def test_get_topics_of_a_missing_namespace_answers_an_empty_list(raw: RawClient)
     assert list(answer.getTopicsOfNamespaceResponse.topics) == []
 
 
+def _producer_with_initial_subscription(topic: str, sub: str, producer_id: int,
+                                        request_id: int) -> bytes:
+    cmd = T(type=T.PRODUCER)
+    cmd.producer.topic = topic
+    cmd.producer.producer_id = producer_id
+    cmd.producer.request_id = request_id
+    cmd.producer.initial_subscription_name = sub
+    return C.encode_command(cmd)
+
+
+def test_producer_initial_subscription_keeps_what_is_sent_before_anyone_subscribes(
+        raw: RawClient, client: Any) -> None:
+    # what the Go and Java clients' dead-letter producers ask for (DLQPolicy.InitialSubscriptionName)
+    topic = "persistent://public/default/with-initial-sub"
+    answer = raw.request(_producer_with_initial_subscription(topic, "init-sub", 1, 30))
+    assert answer.type == T.PRODUCER_SUCCESS
+    raw.send(C.encode_send(1, 0, make_entry(b"early")))
+    assert raw.recv_command().type == T.SEND_RECEIPT
+    # subscribing at the default initial position (latest) still gets it: the subscription
+    # existed, at the earliest position, before the message was sent
+    consumer = client.subscribe(topic, "init-sub")
+    assert consumer.receive(timeout_millis=10_000).data() == b"early"
+
+
 def test_send_receipts_echo_sequence_ids_in_order(raw: RawClient) -> None:
     assert raw.create_producer("persistent://public/default/receipts", 1).type == T.PRODUCER_SUCCESS
     for seq in range(5):
