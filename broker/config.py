@@ -135,6 +135,10 @@ class BrokerConfig:
     schema_compatibility_strategy: str = _opt(
         "schemaCompatibilityStrategy", "FULL",
         "Default schema compatibility strategy (namespace/topic policies override it).")
+    subscription_key_shared_use_consistent_hashing: bool = _opt(
+        "subscriptionKeySharedUseConsistentHashing", True,
+        "Key_Shared AUTO_SPLIT assigns hash slots by consistent hashing (Pulsar's default); false "
+        "= Pulsar's hash-range auto-split (each new consumer takes half of the largest range).")
     broker_delete_inactive_topics_enabled: bool = _opt(
         "brokerDeleteInactiveTopicsEnabled", False,
         "Delete a loaded non-partitioned topic inactive for "

@@ -54,6 +54,8 @@ from broker.subscriptions.dispatchers.cursors import (
 from broker.subscriptions.expiry import ExpiryCounters
 from broker.subscriptions.resets import CursorResets
 from broker.subscriptions.revision import RevisionController
+from broker.subscriptions.selectors import KeySharedSelector
+from protocol import pulsar_pb as pb
 from protocol.errors import (
     ConsumerBusyError,
     MetadataError,
@@ -89,6 +91,10 @@ class TopicContext(Protocol):
 
     def new_tracker(self, policy: DelayPolicy, *, on_due: Callable[[], None],
                     cursor: ManagedCursor | None) -> DelayedDeliveryTracker: ...
+
+    def new_key_shared_selector(self, sticky: bool) -> KeySharedSelector:
+        """A Key_Shared selector built with the broker's settings."""
+        ...
 
     def remove_subscription(self, sub: Subscription) -> None: ...
 
@@ -276,7 +282,9 @@ class Subscription:
         if t == SubType.Shared:
             return SharedDispatcher(self)
         if t == SubType.Key_Shared:
-            return KeySharedDispatcher(self, consumer.key_shared_mode or 0)
+            mode = consumer.key_shared_mode or 0
+            return KeySharedDispatcher(self, mode,
+                                       self.topic.new_key_shared_selector(mode == pb.STICKY))
         return SingleActiveDispatcher(self, t)
 
     def _needs_rewind(self, dispatcher: Dispatcher) -> bool:

@@ -79,7 +79,8 @@ class BrokerService:
         self.store = store
         self.loop = loop or asyncio.get_running_loop()
         self.topics: dict[str, Topic] = {}
-        self.nonpersistent = NonPersistentTopics(self.loop)  # in memory (topics/nonpersistent.py)
+        self.nonpersistent = NonPersistentTopics(  # in memory (topics/nonpersistent.py)
+            self.loop, key_shared_consistent_hashing=config.subscription_key_shared_use_consistent_hashing)
         self.broker_port = config.broker_service_port   # the bound port, set by the server
         self.web_port = config.web_service_port
         self.broker_port_tls: int | None = None  # bound TLS ports, set by the server
