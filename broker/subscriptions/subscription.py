@@ -96,6 +96,11 @@ class TopicContext(Protocol):
         """A Key_Shared selector built with the broker's settings."""
         ...
 
+    @property
+    def failover_delay_s(self) -> float:
+        """``activeConsumerFailoverDelayTimeMillis`` in seconds."""
+        ...
+
     def remove_subscription(self, sub: Subscription) -> None: ...
 
     def compacted_out(self, pos: Position) -> bool: ...
@@ -285,7 +290,7 @@ class Subscription:
             mode = consumer.key_shared_mode or 0
             return KeySharedDispatcher(self, mode,
                                        self.topic.new_key_shared_selector(mode == pb.STICKY))
-        return SingleActiveDispatcher(self, t)
+        return SingleActiveDispatcher(self, t, self.topic.failover_delay_s)
 
     def _needs_rewind(self, dispatcher: Dispatcher) -> bool:
         """Pulsar's multi-consumer dispatcher rewinds when a consumer arrives on an empty

@@ -445,6 +445,10 @@ class Topic:
         return new_selector(sticky, consistent_hashing=(
             self.host.config.subscription_key_shared_use_consistent_hashing))
 
+    @property
+    def failover_delay_s(self) -> float:
+        return self.host.config.active_consumer_failover_delay_time_millis / 1000
+
     def invalidate_policy(self) -> None:
         self._delay_policy = None
         for sub in list(self.subscriptions.values()):

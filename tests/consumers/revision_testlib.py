@@ -68,6 +68,8 @@ class StubTopic:
         return _Tracker(tick_time_ms=policy.tick_time_ms, strict=policy.strict, on_due=on_due,
                         loop=asyncio.get_running_loop())
 
+    failover_delay_s = 0.0
+
     def new_key_shared_selector(self, sticky: bool) -> KeySharedSelector:
         return new_selector(sticky, consistent_hashing=True)
 

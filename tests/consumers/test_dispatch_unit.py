@@ -62,6 +62,8 @@ class StubTopic:
     def remove_subscription(self, sub: Any) -> None:
         self.subscriptions.pop(sub.name, None)
 
+    failover_delay_s = 0.0
+
     def new_key_shared_selector(self, sticky: bool) -> Any:
         return new_selector(sticky, consistent_hashing=True)
 
