@@ -242,12 +242,13 @@ class Producer:
             key = highest if highest > seq else seq
             if count > 1 and seq + count - 1 > key:  # a C++ batch: ids seq .. seq+count-1
                 key = seq + count - 1
+            refused: Pending | None = None
             if self._failed is None and checksum_valid and key > state.pushed \
                     and size <= MAX_RECORD_BYTES:
                 try:
                     stored, in_entry, partial = check(entry)
                 except RequestError as exc:
-                    item = Pending(seq, highest, key, started, None, exc, 0, 0)
+                    refused = Pending(seq, highest, key, started, None, exc, 0, 0)
                 else:
                     if partial:  # a chunk but the last of its message is no dedup key
                         keys(None)
@@ -260,14 +261,15 @@ class Producer:
                     sizes(size)
                     add_data(stored)
                     continue
-            else:
-                item = self._one_send(entry, seq, highest, key, checksum_valid, started)
             if datas:  # the run so far first: ledger order = queue order = send order
                 self._append_run(run, datas)
                 run = PublishRun(self, started)
                 seqs, highests, keys, messages, sizes = run.appenders()
                 datas = []
                 add_data = datas.append
+            # _one_send may append at once: only now, after the run before it
+            item = refused if refused is not None else \
+                self._one_send(entry, seq, highest, key, checksum_valid, started)
             item.buffered = size
             enqueue(item)
         if datas:
