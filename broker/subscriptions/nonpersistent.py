@@ -250,6 +250,7 @@ class NonPersistentSubscription:
             "isReplicated": False,
             "msgDropRate": drop_rate,
             "subscriptionProperties": {},
+            "consumersAfterMarkDeletePosition": {},
         }
 
 

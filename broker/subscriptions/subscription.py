@@ -453,6 +453,8 @@ class Subscription:
             "nonContiguousDeletedMessagesRanges": self.cursor.individually_deleted_count,
             "delayedMessageIndexSizeInBytes": tracker.memory_bytes if tracker is not None else 0,
             "subscriptionProperties": {},
+            # Pulsar 4 reports it empty: draining hashes (PIP-379) replaced recently joined consumers
+            "consumersAfterMarkDeletePosition": {},
             "markDeletePosition": str(self.cursor.mark_delete_position),
             "readPosition": str(self.cursor.read_position),
             "cursorRevision": self.cursor.revision,
