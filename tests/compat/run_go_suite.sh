@@ -28,7 +28,7 @@
 # Usage:  tests/compat/run_go_suite.sh [-run REGEXP] [-timeout DURATION] [-pkg PACKAGE]...
 #                                      [-out DIR]
 #   -run      which tests (Go's -run syntax, matched against top-level test names; default all)
-#   -timeout  per test (Go duration, default 5m)
+#   -timeout  per test (Go duration, default 5m); the whole suite takes ~20 min
 #   -pkg      a package of the module (repeatable; default: pulsar pulsaradmin/pkg/admin)
 #   -out      keep the events (PKG.jsonl), results.json, report.txt and horae.log there
 #   e.g.  tests/compat/run_go_suite.sh -run 'TestProducerConsumer|TestReader' -out /tmp/go-suite

@@ -2,7 +2,7 @@
 
 Runs ``run_go_suite.sh`` with a ``-run`` filter naming a dozen representative tests of the
 ``pulsar`` package: produce/consume, batching, Shared and Key_Shared, delayed delivery, seek,
-readers, schemas, TLS and token authentication. About 40 s once Go's build cache holds the
+readers, schemas, TLS and token authentication. About 20 s once Go's build cache holds the
 suite. The whole suite is run by hand (the README's
 Compatibility section); this keeps CI honest about the client that is neither Python nor C++.
 
