@@ -141,6 +141,15 @@ class BrokerConfig:
     schema_compatibility_strategy: str = _opt(
         "schemaCompatibilityStrategy", "FULL",
         "Default schema compatibility strategy (namespace/topic policies override it).")
+    active_consumer_failover_delay_time_millis: int = _opt(
+        "activeConsumerFailoverDelayTimeMillis", 1000,
+        "Failover: a new active consumer is told (ACTIVE_CONSUMER_CHANGE) and fed only this long "
+        "after the change, as in Pulsar (the previous one's unacked messages are not sent twice "
+        "at once, and a just-subscribed client has registered its consumer). 0 = at once.")
+    subscription_key_shared_use_consistent_hashing: bool = _opt(
+        "subscriptionKeySharedUseConsistentHashing", True,
+        "Key_Shared AUTO_SPLIT assigns hash slots by consistent hashing (Pulsar's default); false "
+        "= Pulsar's hash-range auto-split (each new consumer takes half of the largest range).")
     broker_delete_inactive_topics_enabled: bool = _opt(
         "brokerDeleteInactiveTopicsEnabled", False,
         "Delete a loaded non-partitioned topic inactive for "

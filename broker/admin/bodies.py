@@ -234,7 +234,14 @@ def parse_subscription_start(body: object) -> tuple[str, tuple[int, int] | None]
 
 
 def parse_partitions(body: object) -> int:
-    """``PUT .../partitions`` body: a JSON integer (Pulsar also tolerates a numeric string)."""
+    """``PUT .../partitions`` body: a JSON integer (Pulsar also tolerates a numeric string), or
+    Pulsar's PartitionedTopicMetadata object ``{"partitions": N, "properties": {...}}`` (media
+    type ``application/vnd.partitioned-topic-metadata+json``, what pulsar-admin and the Go admin
+    client send). Horae keeps no topic properties, so non-empty ones are refused, not dropped."""
+    if isinstance(body, dict) and "partitions" in body:
+        if body.get("properties"):
+            raise bad_request("Topic properties are not supported")
+        body = body["partitions"]
     try:
         if isinstance(body, bool):
             raise ValueError

@@ -78,6 +78,13 @@ async def _target(request: web.Request) -> _Target:
 
 
 def _int(body: object, what: str) -> int:
+    """A Long field as Pulsar's Jackson reads it: a JSON integer, or a string holding one
+    (``{"limit": "10240"}`` is what the Go client's tests send)."""
+    if isinstance(body, str):
+        try:
+            return int(body.strip())
+        except ValueError:
+            pass
     if isinstance(body, bool) or not isinstance(body, int):
         raise E.bad_request(f"Invalid {what}: expected an integer")
     return body

@@ -15,6 +15,8 @@ same :class:`AdminFacade` the other topic routes use:
   from either end. Both answer the entry's payload (``application/octet-stream``) with the
   ``X-Pulsar-*`` headers Pulsar's admin client decodes (a batch comes whole, with
   ``X-Pulsar-num-batch-message``). 405 on a partitioned topic, 404 past the end.
+  ``GET .../ledger/{ledgerId}/entry/{entryId}`` answers one entry by its id the same way (404
+  "Message not found" for an id the topic does not hold).
 - ``POST .../subscription/{sub}/expireMessages/{seconds}``, ``.../all_subscription/
   expireMessages/{seconds}`` and ``.../subscription/{sub}/expireMessages`` with a message id:
   acknowledge what is older (:mod:`broker.subscriptions.expiry`). 204.
@@ -204,6 +206,22 @@ async def examine(request: web.Request) -> web.Response:
     return await _read(topic, pos)
 
 
+async def message_by_id(request: web.Request) -> web.Response:
+    """``GET .../ledger/{ledgerId}/entry/{entryId}``: that entry, as peek answers it. A
+    partitioned topic's parent has no ledgers: ask a partition (404 otherwise, as Pulsar's
+    topic lookup answers)."""
+    m = request.match_info
+    try:
+        pos = Position(int(m["ledgerId"]), int(m["entryId"]))
+    except ValueError:
+        raise E.bad_request("ledgerId and entryId must be integers") from None
+    facade, full = await _full(request)
+    if await facade.partition_count(full) > 0:
+        raise E.not_found(E.TOPIC_NOT_FOUND)
+    [topic] = await facade.targets(full)
+    return await _read(topic, pos)
+
+
 # --- expire --------------------------------------------------------------------------------
 def _cutoff_ms(request: web.Request) -> int:
     try:
@@ -304,4 +322,5 @@ def add_routes(app: web.Application) -> None:
     r.add_post(NP_SUB + "/expireMessages", expire_np)
     r.add_get(SUB + "/position/{n}", peek)
     r.add_get(TOPIC + "/examinemessage", examine)
+    r.add_get(TOPIC + "/ledger/{ledgerId}/entry/{entryId}", message_by_id)
 

@@ -11,6 +11,7 @@ Success without a body is 204, like Pulsar's JAX-RS void methods.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
@@ -117,14 +118,33 @@ async def delete_partitioned(request: web.Request) -> web.Response:
     return no_content()
 
 
+def _stats_of(request: web.Request) -> Callable[[Topic], dict[str, Any]]:
+    """A topic's TopicStats as the request asks: Pulsar's ``excludePublishers`` and
+    ``excludeConsumers`` options leave those lists empty."""
+    no_publishers = _flag(request, "excludePublishers")
+    no_consumers = _flag(request, "excludeConsumers")
+
+    def stats(topic: Topic) -> dict[str, Any]:
+        doc = topic_docs.topic_stats(topic)
+        if no_publishers:
+            doc["publishers"] = []
+        if no_consumers:
+            for sub in doc["subscriptions"].values():
+                sub["consumers"] = []
+        return doc
+
+    return stats
+
+
 async def topic_stats(request: web.Request) -> web.Response:
     facade, full = facade_of(request), _topic_name(request)
     n = await facade.partition_count(full)
     topics = await facade.targets(full)
+    stats = _stats_of(request)
     if n == 0:
-        return json_response(topic_docs.topic_stats(topics[0]))
+        return json_response(stats(topics[0]))
     per_partition = request.query.get("perPartition", "true").lower() != "false"
-    return json_response(_partitioned_stats(topics, n, per_partition))
+    return json_response(_partitioned_stats(topics, n, per_partition, stats))
 
 
 async def partitioned_stats(request: web.Request) -> web.Response:
@@ -133,11 +153,13 @@ async def partitioned_stats(request: web.Request) -> web.Response:
     if n == 0:
         raise E.not_found(E.PARTITIONED_TOPIC_NOT_FOUND)
     per_partition = request.query.get("perPartition", "true").lower() != "false"
-    return json_response(_partitioned_stats(await facade.targets(full), n, per_partition))
+    return json_response(_partitioned_stats(await facade.targets(full), n, per_partition,
+                                            _stats_of(request)))
 
 
-def _partitioned_stats(topics: list[Topic], n: int, per_partition: bool) -> dict[str, Any]:
-    stats = {t.full: topic_docs.topic_stats(t) for t in topics}
+def _partitioned_stats(topics: list[Topic], n: int, per_partition: bool,
+                       stats_of: Callable[[Topic], dict[str, Any]]) -> dict[str, Any]:
+    stats = {t.full: stats_of(t) for t in topics}
     result = aggregate_stats(list(stats.values()))
     result["metadata"] = {"partitions": n}
     result["partitions"] = stats if per_partition else {}

@@ -74,6 +74,7 @@ def handle_producer(connection: ProducerConnection, m: pb.CommandProducer) -> No
     topic_name = TopicName.parse(m.topic).full
     connection.handshake.require_produce(topic_name)  # RequestError -> ERROR
     if m.initial_subscription_name:
+        # creating it is subscribing on the client's behalf (Pulsar: TopicOperation.SUBSCRIBE)
         connection.handshake.require_consume(topic_name, m.initial_subscription_name)
     connection.producers_creating.add(pid)
 

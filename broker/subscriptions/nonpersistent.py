@@ -34,7 +34,7 @@ from typing import Any, Protocol
 from broker.metrics.rates import RateMeter
 from broker.subscriptions.consumer import Consumer
 from broker.subscriptions.limits import NO_CONSUMER_LIMITS, ConsumerLimits
-from broker.subscriptions.selectors import ConsistentHashingSelector, StickyRangeSelector
+from broker.subscriptions.selectors import KeySharedSelector
 from protocol import pulsar_pb as pb
 from protocol.errors import ConsumerBusyError, MetadataError, NotAllowedError, ServiceNotReadyError
 from protocol.sub_types import SubType
@@ -70,6 +70,8 @@ class SubscriptionOwner(Protocol):
         """Consumers attached to all the topic's subscriptions (``maxConsumersPerTopic``)."""
         ...
 
+    def new_key_shared_selector(self, sticky: bool) -> KeySharedSelector: ...
+
 
 class NonPersistentSubscription:
     """A named subscription on one non-persistent topic (module docstring)."""
@@ -89,7 +91,7 @@ class NonPersistentSubscription:
         self.msg_ack_counter = 0
         self.msg_drop_counter = 0
         self._next = 0  # Shared round-robin index
-        self._selector: ConsistentHashingSelector | StickyRangeSelector | None = None
+        self._selector: KeySharedSelector | None = None
         self._active: Consumer | None = None
         self._rates = RateMeter()
         self.resets = RefusedResets()
@@ -120,9 +122,9 @@ class NonPersistentSubscription:
                 raise ConsumerBusyError("Subscription is of different type (Key_Shared mode)")
         if consumer.sub_type == SubType.Key_Shared:
             if not self.consumers or self._selector is None:
-                self._selector = (StickyRangeSelector() if consumer.key_shared_mode == pb.STICKY
-                                  else ConsistentHashingSelector())
-            self._selector.add(consumer)  # ConsumerAssignError for a bad STICKY range
+                self._selector = self.topic.new_key_shared_selector(
+                    consumer.key_shared_mode == pb.STICKY)
+            self._selector.add(consumer)  # ConsumerAssignError: bad STICKY range, none left
         self.sub_type = consumer.sub_type
         self.key_shared_mode = consumer.key_shared_mode
         self.consumers.append(consumer)
@@ -255,6 +257,7 @@ class NonPersistentSubscription:
             "isReplicated": False,
             "msgDropRate": drop_rate,
             "subscriptionProperties": {},
+            "consumersAfterMarkDeletePosition": {},
         }
 
 

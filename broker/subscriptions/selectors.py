@@ -10,6 +10,12 @@ Every entry has a sticky key (ordering key, else partition key, else empty), has
   contributes ``points`` (100, Pulsar's ``keySharedConsistentHashingReplicaPoints``) positions on
   a 65536-slot ring, hashed from its name and an index; a slot belongs to the first point at or
   after it (wrapping). A consumer joining or leaving only moves the slots next to its points.
+* :class:`HashRangeAutoSplitSelector` (AUTO_SPLIT with
+  ``subscriptionKeySharedUseConsistentHashing=false``, Pulsar's
+  ``HashRangeAutoSplitStickyKeyConsumerSelector``): the first consumer owns every slot; each
+  later one takes the lower half of the largest range (the first largest, in slot order); a
+  consumer leaving gives its range to the next higher one (the top range takes the one below
+  it instead). Ranges are kept as their inclusive upper ends, the top one being 65536.
 * :class:`StickyRangeSelector` (STICKY): consumers declare inclusive ranges; an overlap with an
   existing consumer is refused with ConsumerAssignError as in Pulsar. Slots nobody covers have no
   consumer (their entries wait, as in Pulsar).
@@ -28,7 +34,8 @@ from protocol.metadata import KEY_SHARED_RANGE_SIZE, murmur3_32_hash
 if TYPE_CHECKING:
     from broker.subscriptions.consumer import Consumer
 
-__all__ = ["ConsistentHashingSelector", "ConsumerAssignError", "StickyRangeSelector"]
+__all__ = ["ConsistentHashingSelector", "ConsumerAssignError", "HashRangeAutoSplitSelector",
+           "KeySharedSelector", "StickyRangeSelector", "new_selector"]
 
 REPLICA_POINTS = 100
 
@@ -86,6 +93,62 @@ class ConsistentHashingSelector:
         return out
 
 
+class HashRangeAutoSplitSelector:
+    """AUTO_SPLIT by halving the largest hash range (Pulsar's hash-range auto-split)."""
+
+    def __init__(self) -> None:
+        self._ends: list[int] = []              # sorted inclusive upper ends of the ranges
+        self._owner: dict[int, Consumer] = {}   # range end -> consumer
+
+    def _largest(self) -> tuple[int, int]:
+        """(end, width) of the first largest range."""
+        best_end, best_width, low = KEY_SHARED_RANGE_SIZE, 0, 0
+        for end in self._ends:
+            if end - low > best_width:
+                best_end, best_width = end, end - low
+            low = end
+        return best_end, best_width
+
+    def check(self, consumer: Consumer) -> None:
+        if self._ends and self._largest()[1] <= 1:
+            raise ConsumerAssignError(
+                f"No more range can assign to new consumer, assigned consumers {len(self._ends)}")
+
+    def add(self, consumer: Consumer) -> None:
+        self.check(consumer)
+        if not self._ends:
+            split = KEY_SHARED_RANGE_SIZE
+        else:
+            end, width = self._largest()
+            split = end - (width >> 1)
+        bisect.insort(self._ends, split)
+        self._owner[split] = consumer
+
+    def remove(self, consumer: Consumer) -> None:
+        ends = [e for e in self._ends if self._owner[e] is consumer]
+        for end in ends:
+            i = bisect.bisect_left(self._ends, end)
+            if end == KEY_SHARED_RANGE_SIZE and len(self._ends) > 1:
+                below = self._ends.pop(i - 1)   # the range below joins the top range
+                self._owner[end] = self._owner.pop(below)
+            else:
+                self._ends.pop(i)                # the next higher range takes this one
+                del self._owner[end]
+
+    def select(self, slot: int) -> Consumer | None:
+        i = bisect.bisect_left(self._ends, slot)
+        return self._owner[self._ends[i]] if i < len(self._ends) else None
+
+    def ranges_of(self, consumer: Consumer) -> list[tuple[int, int]]:
+        out: list[tuple[int, int]] = []
+        low = 0
+        for end in self._ends:
+            if self._owner[end] is consumer:
+                out.append((low, end))
+            low = end + 1
+        return out
+
+
 class StickyRangeSelector:
     """STICKY: each consumer declares its inclusive hash ranges; overlaps are refused."""
 
@@ -127,3 +190,14 @@ class StickyRangeSelector:
 
     def ranges_of(self, consumer: Consumer) -> list[tuple[int, int]]:
         return [(s, e) for s, e, c in self._ranges if c is consumer]
+
+
+KeySharedSelector = ConsistentHashingSelector | HashRangeAutoSplitSelector | StickyRangeSelector
+
+
+def new_selector(sticky: bool, *, consistent_hashing: bool) -> KeySharedSelector:
+    """The selector of a Key_Shared subscription: STICKY's declared ranges, else AUTO_SPLIT's
+    consistent hashing or hash-range splitting (``subscriptionKeySharedUseConsistentHashing``)."""
+    if sticky:
+        return StickyRangeSelector()
+    return ConsistentHashingSelector() if consistent_hashing else HashRangeAutoSplitSelector()

@@ -60,6 +60,8 @@ from broker.subscriptions.expiry import ExpiryCounters
 from broker.subscriptions.limits import NO_CONSUMER_LIMITS, ConsumerLimits
 from broker.subscriptions.resets import CursorResets
 from broker.subscriptions.revision import RevisionController
+from broker.subscriptions.selectors import KeySharedSelector
+from protocol import pulsar_pb as pb
 from protocol.errors import (
     ConsumerBusyError,
     MetadataError,
@@ -100,6 +102,15 @@ class TopicContext(Protocol):
 
     def new_tracker(self, policy: DelayPolicy, *, on_due: Callable[[], None],
                     cursor: ManagedCursor | None) -> DelayedDeliveryTracker: ...
+
+    def new_key_shared_selector(self, sticky: bool) -> KeySharedSelector:
+        """A Key_Shared selector built with the broker's settings."""
+        ...
+
+    @property
+    def failover_delay_s(self) -> float:
+        """``activeConsumerFailoverDelayTimeMillis`` in seconds."""
+        ...
 
     def remove_subscription(self, sub: Subscription) -> None: ...
 
@@ -307,8 +318,10 @@ class Subscription:
         if t == SubType.Shared:
             return SharedDispatcher(self)
         if t == SubType.Key_Shared:
-            return KeySharedDispatcher(self, consumer.key_shared_mode or 0)
-        return SingleActiveDispatcher(self, t)
+            mode = consumer.key_shared_mode or 0
+            return KeySharedDispatcher(self, mode,
+                                       self.topic.new_key_shared_selector(mode == pb.STICKY))
+        return SingleActiveDispatcher(self, t, self.topic.failover_delay_s)
 
     def _needs_rewind(self, dispatcher: Dispatcher) -> bool:
         """Pulsar's multi-consumer dispatcher rewinds when a consumer arrives on an empty
@@ -480,6 +493,8 @@ class Subscription:
             "nonContiguousDeletedMessagesRanges": self.cursor.individually_deleted_count,
             "delayedMessageIndexSizeInBytes": tracker.memory_bytes if tracker is not None else 0,
             "subscriptionProperties": {},
+            # Pulsar 4 reports it empty: draining hashes (PIP-379) replaced recently joined consumers
+            "consumersAfterMarkDeletePosition": {},
             "markDeletePosition": str(self.cursor.mark_delete_position),
             "readPosition": str(self.cursor.read_position),
             "cursorRevision": self.cursor.revision,

@@ -29,6 +29,7 @@ from typing import Any
 
 from broker.metrics.rates import PUBLISH_LATENCY_BUCKETS_MS, RateMeter
 from broker.subscriptions.nonpersistent import NON_PERSISTENT_ID, NonPersistentSubscription
+from broker.subscriptions.selectors import KeySharedSelector, new_selector
 from broker.topics.access_modes import Admission, ProducerAccess, ProducerAdmission
 from broker.topics.dedup import SequenceState
 from broker.topics.names import TopicName
@@ -64,8 +65,10 @@ class _NoDeduplication:
 class NonPersistentTopic:
     """One non-persistent topic (or partition); see the module docstring."""
 
-    def __init__(self, name: TopicName, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, name: TopicName, loop: asyncio.AbstractEventLoop, *,
+                 key_shared_consistent_hashing: bool = True) -> None:
         self.name = name
+        self.key_shared_consistent_hashing = key_shared_consistent_hashing
         self.full = name.full
         self.loop = loop
         self.subscriptions: dict[str, NonPersistentSubscription] = {}
@@ -168,6 +171,10 @@ class NonPersistentTopic:
 
     # ------------------------------------------------------------------ subscriptions
 
+    def new_key_shared_selector(self, sticky: bool) -> KeySharedSelector:
+        """A Key_Shared selector with the broker's settings."""
+        return new_selector(sticky, consistent_hashing=self.key_shared_consistent_hashing)
+
     async def get_or_create_subscription(self, name: str, *, durable: bool = True,
                                          initial_position: str = "latest",
                                          start_message_id: tuple[int, int] | None = None,
@@ -263,8 +270,10 @@ class NonPersistentTopic:
 class NonPersistentTopics:
     """The broker's non-persistent topics by full name (owned by the BrokerService)."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, *,
+                 key_shared_consistent_hashing: bool = True) -> None:
         self.loop = loop
+        self.key_shared_consistent_hashing = key_shared_consistent_hashing
         self.topics: dict[str, NonPersistentTopic] = {}
 
     def get(self, name: TopicName) -> NonPersistentTopic | None:
@@ -273,7 +282,8 @@ class NonPersistentTopics:
     def get_or_create(self, name: TopicName) -> NonPersistentTopic:
         topic = self.topics.get(name.full)
         if topic is None:
-            topic = self.topics[name.full] = NonPersistentTopic(name, self.loop)
+            topic = self.topics[name.full] = NonPersistentTopic(
+                name, self.loop, key_shared_consistent_hashing=self.key_shared_consistent_hashing)
         return topic
 
     def delete(self, full: str) -> bool:

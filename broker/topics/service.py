@@ -79,7 +79,8 @@ class BrokerService:
         self.store = store
         self.loop = loop or asyncio.get_running_loop()
         self.topics: dict[str, Topic] = {}
-        self.nonpersistent = NonPersistentTopics(self.loop)  # in memory (topics/nonpersistent.py)
+        self.nonpersistent = NonPersistentTopics(  # in memory (topics/nonpersistent.py)
+            self.loop, key_shared_consistent_hashing=config.subscription_key_shared_use_consistent_hashing)
         self.broker_port = config.broker_service_port   # the bound port, set by the server
         self.web_port = config.web_service_port
         self.broker_port_tls: int | None = None  # bound TLS ports, set by the server
@@ -311,7 +312,11 @@ class BrokerService:
 
     async def topics_of_namespace(self, namespace: str) -> list[str]:
         """What GET_TOPICS_OF_NAMESPACE answers: topics plus every partition of partitioned
-        topics (the client groups partitions back itself)."""
+        topics (the client groups partitions back itself). A namespace that does not exist has
+        no topics: Pulsar lists the children of its metadata path, which answers an empty list
+        (only the REST listing answers 404)."""
+        if not self.tenancy.namespace_exists(namespace):
+            return []
         names = set(await self.list_topics(namespace))
         for parent, n in self._partitioned.items():
             if _in_namespace(parent, namespace):

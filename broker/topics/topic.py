@@ -57,6 +57,7 @@ from broker.delayed.policy import DelayPolicy
 from broker.delayed.residual import delete_residual_snapshots
 from broker.delayed.tracker import DelayedDeliveryTracker
 from broker.metrics.rates import PUBLISH_LATENCY_BUCKETS_MS, RateMeter
+from broker.subscriptions.selectors import KeySharedSelector, new_selector
 from broker.subscriptions.subscription import Subscription
 from broker.topics.access_modes import Admission, ProducerAccess, ProducerAdmission
 from broker.topics.backlog_policies import BacklogPolicies
@@ -451,6 +452,16 @@ class Topic:
         return create_tracker(self.host.config, policy, on_due=on_due, loop=self.loop,
                               cursor=cursor,
                               snapshots=self.host.snapshots if cursor is not None else None)
+
+    def new_key_shared_selector(self, sticky: bool) -> KeySharedSelector:
+        """A Key_Shared selector for one of this topic's subscriptions
+        (``subscriptionKeySharedUseConsistentHashing`` picks AUTO_SPLIT's kind)."""
+        return new_selector(sticky, consistent_hashing=(
+            self.host.config.subscription_key_shared_use_consistent_hashing))
+
+    @property
+    def failover_delay_s(self) -> float:
+        return self.host.config.active_consumer_failover_delay_time_millis / 1000
 
     def invalidate_policy(self) -> None:
         self._delay_policy = None

@@ -63,6 +63,16 @@ def test_topic_policies_and_applied_values(api: Api) -> None:
     assert api("GET", T + "/pol/backlogQuotaMap").body == {"message_age": quota}
 
 
+def test_numeric_strings_and_the_old_limit_name_are_read_as_pulsar_reads_them(api: Api) -> None:
+    # Jackson coerces a JSON string to a Long field; "limit" is limitSize's deprecated name
+    body = {"limit": "10240", "policy": "producer_request_hold"}
+    assert api("POST", NS + "/backlogQuota", body).status == 204
+    assert api("GET", NS + "/backlogQuotaMap").body["destination_storage"] == {
+        "limitSize": 10240, "limitTime": -1, "policy": "producer_request_hold"}
+    assert api("POST", NS + "/retention", {"retentionTimeInMinutes": "5",
+                                          "retentionSizeInMB": 1}).status == 204
+
+
 @pytest.mark.parametrize(("path", "body", "status", "reason"), [
     ("/messageTTL", -1, 412, "Invalid value for message TTL, message TTL must >= 0"),
     ("/messageTTL", "x", 400, None),

@@ -121,6 +121,17 @@ def test_partitions_body_must_be_an_integer() -> None:
     assert info.value.status == 400
 
 
+def test_partitions_body_may_be_partitioned_topic_metadata() -> None:
+    # what pulsar-admin and the Go admin client send (application/vnd.partitioned-topic-metadata+json)
+    assert bodies.parse_partitions({"partitions": 3, "properties": None}) == 3
+    assert bodies.parse_partitions({"partitions": 2, "properties": {}}) == 2
+    assert bodies.parse_partitions({"partitions": 2}) == 2
+    with pytest.raises(RestError) as info:
+        bodies.parse_partitions({"partitions": 2, "properties": {"owner": "x"}})
+    assert info.value.status == 400
+    assert "properties" in info.value.reason
+
+
 def test_bad_json_is_a_bad_request() -> None:
     with pytest.raises(RestError) as info:
         bodies.load_json(b"{nope")

@@ -176,6 +176,29 @@ def test_partitioned_stats_fan_out_and_sum(api: Api, client: Any) -> None:
     assert not_partitioned.status == 404
 
 
+def test_stats_can_exclude_publishers_and_consumers(api: Api, client: Any) -> None:
+    # Pulsar's GetStatsOptions (pulsar-admin topics stats --exclude-publishers ...)
+    assert api("PUT", f"{P}/ex/partitions", 2).status == 204
+    consumer = client.subscribe(f"{T}/ex", "sub")
+    producer = client.create_producer(f"{T}/ex")
+    full = api("GET", f"{P}/ex/partitioned-stats").body
+    assert len(full["publishers"]) == 2
+    assert all(s["consumers"] for p in full["partitions"].values()
+               for s in p["subscriptions"].values())
+    bare = api("GET", f"{P}/ex/partitioned-stats?excludePublishers=true&excludeConsumers=true").body
+    assert bare["publishers"] == []
+    for part in bare["partitions"].values():
+        assert part["publishers"] == []
+        assert [s["consumers"] for s in part["subscriptions"].values()] == [[]]
+    one = api("GET", f"{P}/ex-partition-0/stats?excludeConsumers=true").body
+    assert len(one["publishers"]) == 1 and one["subscriptions"]["sub"]["consumers"] == []
+    # maps Pulsar always reports, if empty (a client decoding into maps tells {} from absent)
+    assert one["subscriptions"]["sub"]["consumersAfterMarkDeletePosition"] == {}
+    assert one["subscriptions"]["sub"]["subscriptionProperties"] == {}
+    producer.close()
+    consumer.close()
+
+
 # --- subscriptions -------------------------------------------------------------------------
 def test_subscription_create_list_delete(api: Api) -> None:
     assert api("PUT", f"{P}/s1").status == 204

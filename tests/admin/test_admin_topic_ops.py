@@ -116,6 +116,23 @@ def test_examine_from_either_end(client: Any, api: Api) -> None:
                ).status == 404
 
 
+def test_get_message_by_id(client: Any, broker: Any, api: Api) -> None:
+    ids = _send(client, "byid", 2, properties={"k": "v"})
+    last = ids[-1]
+    path = T + f"/byid/ledger/{last.ledger_id()}/entry/{last.entry_id()}"
+    reply = api("GET", path)
+    assert reply.status == 200
+    assert reply.body == "m1"
+    raw = _raw_get(broker.web_url, path)
+    assert raw["X-Pulsar-Message-ID"] == f"{last.ledger_id()}:{last.entry_id()}"
+    assert raw["X-Pulsar-PROPERTY-k"] == "v"
+    missing = api("GET", T + f"/byid/ledger/{last.ledger_id()}/entry/{last.entry_id() + 1}")
+    assert (missing.status, missing.reason) == (404, "Message not found")
+    assert api("GET", T + f"/byid/ledger/{last.ledger_id() + 99}/entry/0").status == 404
+    assert api("GET", T + "/byid/ledger/x/entry/0").status == 400
+    assert api("GET", T + "/nope/ledger/1/entry/0").status == 404
+
+
 def test_expire_messages_acknowledges_what_is_older(client: Any, api: Api) -> None:
     client.subscribe(f"{FULL}/exp", "a").close()
     client.subscribe(f"{FULL}/exp", "b").close()

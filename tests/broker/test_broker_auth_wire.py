@@ -117,6 +117,27 @@ def test_granted_role_produces_and_super_user_looks_up(broker_factory: Callable[
         assert not answer.HasField("brokerServiceUrlTls")  # no TLS listener
 
 
+def test_producer_initial_subscription_needs_the_right_to_subscribe(
+        broker_factory: Callable[..., Any]) -> None:
+    broker = broker_factory(config_overrides=dict(SECURED))
+    broker.call(broker.service.tenancy.set_auth_policies, "public/default",
+                _grants({"bob": ["produce"]}))
+    cmd = T(type=T.PRODUCER)
+    cmd.producer.topic = "persistent://public/default/initial-sub-guarded"
+    cmd.producer.producer_id = 1
+    cmd.producer.request_id = 21
+    cmd.producer.initial_subscription_name = "init-sub"
+    with RawClient(broker.service_url) as raw:
+        raw.send(connect_frame(token("bob")))
+        assert raw.recv_command().type == T.CONNECTED
+        answer = raw.request(C.encode_command(cmd))
+        assert answer.type == T.ERROR and answer.error.request_id == 21
+        assert answer.error.error == ServerError.AuthorizationError
+        cmd.producer.ClearField("initial_subscription_name")
+        cmd.producer.request_id = 22
+        assert raw.request(C.encode_command(cmd)).type == T.PRODUCER_SUCCESS
+
+
 def _grants(namespace_auth: dict[str, list[str]]) -> Any:
     from broker.security.authorization import AuthPolicies
     return AuthPolicies.from_json({"namespace_auth": namespace_auth})

@@ -118,6 +118,59 @@ def test_get_topics_of_namespace_lists_topics_and_partitions(broker: Any, raw: R
             "persistent://public/default/parted-partition-1"} <= topics
 
 
+def test_get_topics_of_a_missing_namespace_answers_an_empty_list(raw: RawClient) -> None:
+    # as Pulsar's broker (the Go client's TestNamespaceTopicsNamespaceDoesNotExit): no ERROR
+    answer = raw.request(C.encode_get_topics_of_namespace(12, "public/no-such-namespace"))
+    assert answer.type == T.GET_TOPICS_OF_NAMESPACE_RESPONSE
+    assert answer.getTopicsOfNamespaceResponse.request_id == 12
+    assert list(answer.getTopicsOfNamespaceResponse.topics) == []
+
+
+def _producer_with_initial_subscription(topic: str, sub: str, producer_id: int,
+                                        request_id: int) -> bytes:
+    cmd = T(type=T.PRODUCER)
+    cmd.producer.topic = topic
+    cmd.producer.producer_id = producer_id
+    cmd.producer.request_id = request_id
+    cmd.producer.initial_subscription_name = sub
+    return C.encode_command(cmd)
+
+
+def test_producer_initial_subscription_keeps_what_is_sent_before_anyone_subscribes(
+        raw: RawClient, client: Any) -> None:
+    # what the Go and Java clients' dead-letter producers ask for (DLQPolicy.InitialSubscriptionName)
+    topic = "persistent://public/default/with-initial-sub"
+    answer = raw.request(_producer_with_initial_subscription(topic, "init-sub", 1, 30))
+    assert answer.type == T.PRODUCER_SUCCESS
+    raw.send(C.encode_send(1, 0, make_entry(b"early")))
+    assert raw.recv_command().type == T.SEND_RECEIPT
+    # subscribing at the default initial position (latest) still gets it: the subscription
+    # existed, at the earliest position, before the message was sent
+    consumer = client.subscribe(topic, "init-sub")
+    assert consumer.receive(timeout_millis=10_000).data() == b"early"
+
+
+def test_a_send_below_the_highest_id_is_stored_after_the_sends_before_it(
+        broker_factory: Any) -> None:
+    # Key-based batching (Go, Java, C++ clients): one flush sends a batch per key, and a later
+    # key's batch can carry a lower highest id than the batch before it, e.g. ids 0,3,6,9 then
+    # 1,4,7. Sent in one socket read, the second takes the per-entry path; the ledger must
+    # still hold them in send order (each key's order depends on it).
+    handle = broker_factory(config_overrides={"brokerDeduplicationEnabled": False})
+    with RawClient(handle.service_url) as raw:
+        raw.handshake()
+        topic = "persistent://public/default/key-based-batches"
+        assert raw.create_producer(topic, 1).type == T.PRODUCER_SUCCESS
+        first = make_entry(b"key1", sequence_id=0, num_messages_in_batch=4)
+        second = make_entry(b"key2", sequence_id=1, num_messages_in_batch=3)
+        raw.send(C.encode_send(1, 0, first, num_messages=4, highest_sequence_id=9)
+                 + C.encode_send(1, 1, second, num_messages=3, highest_sequence_id=7))
+        receipts = [raw.recv_command().send_receipt for _ in range(2)]
+    assert [r.sequence_id for r in receipts] == [0, 1]
+    ids = [(r.message_id.ledgerId, r.message_id.entryId) for r in receipts]
+    assert ids[0] < ids[1]
+
+
 def test_send_receipts_echo_sequence_ids_in_order(raw: RawClient) -> None:
     assert raw.create_producer("persistent://public/default/receipts", 1).type == T.PRODUCER_SUCCESS
     for seq in range(5):

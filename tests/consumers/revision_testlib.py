@@ -12,6 +12,7 @@ from broker.delayed.policy import DelayPolicy
 from broker.delayed.tracker import DelayedDeliveryTracker
 from broker.net.consumers import ConsumerSide
 from broker.subscriptions.consumer import Consumer
+from broker.subscriptions.selectors import KeySharedSelector, new_selector
 from broker.subscriptions.subscription import Subscription
 from protocol import pulsar_pb as pb
 from protocol.frames import NEED_DATA, FrameDecoder
@@ -67,6 +68,11 @@ class StubTopic:
 
         return _Tracker(tick_time_ms=policy.tick_time_ms, strict=policy.strict, on_due=on_due,
                         loop=asyncio.get_running_loop())
+
+    failover_delay_s = 0.0
+
+    def new_key_shared_selector(self, sticky: bool) -> KeySharedSelector:
+        return new_selector(sticky, consistent_hashing=True)
 
     def remove_subscription(self, sub: Any) -> None:
         return None

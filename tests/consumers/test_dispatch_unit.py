@@ -20,7 +20,9 @@ from broker.subscriptions.consumer import Consumer, HashRange
 from broker.subscriptions.selectors import (
     ConsistentHashingSelector,
     ConsumerAssignError,
+    HashRangeAutoSplitSelector,
     StickyRangeSelector,
+    new_selector,
 )
 from broker.subscriptions.subscription import Subscription
 from protocol import pulsar_pb as pb
@@ -63,6 +65,11 @@ class StubTopic:
 
     def consumer_count(self) -> int:
         return sum(len(sub.consumers) for sub in self.subscriptions.values())
+
+    failover_delay_s = 0.0
+
+    def new_key_shared_selector(self, sticky: bool) -> Any:
+        return new_selector(sticky, consistent_hashing=True)
 
 
 def _entry(i: int, batch: int | None = None, publish_time: int | None = None) -> bytes:
@@ -245,6 +252,37 @@ def test_consistent_hashing_moves_only_part_of_the_keys() -> None:
     assert 0.1 < len(moved) / len(before) < 0.6
     selector.remove(c)
     assert {slot: selector.select(slot) for slot in before} == before
+
+
+def test_hash_range_auto_split_halves_the_largest_range_as_pulsar_does() -> None:
+    selector = HashRangeAutoSplitSelector()
+    a, b, c, d = _consumer("a"), _consumer("b"), _consumer("c"), _consumer("d")
+    assert selector.select(0) is None
+    selector.add(a)
+    assert selector.ranges_of(a) == [(0, 65536)]
+    selector.add(b)                       # the newcomer takes the lower half
+    assert selector.ranges_of(b) == [(0, 32768)]
+    assert selector.ranges_of(a) == [(32769, 65536)]
+    assert (selector.select(32768), selector.select(32769), selector.select(65535)) == (b, a, a)
+    selector.add(c)                       # the first largest range in slot order: b's
+    assert selector.ranges_of(c) == [(0, 16384)]
+    selector.add(d)                       # now a's is the largest
+    assert selector.ranges_of(d) == [(32769, 49152)]
+    assert selector.ranges_of(a) == [(49153, 65536)]
+    selector.remove(d)                    # the next higher range (a's) takes it back
+    assert selector.ranges_of(a) == [(32769, 65536)]
+    selector.remove(a)                    # the top range takes the one below it
+    assert selector.ranges_of(b) == [(16385, 65536)]
+    assert selector.select(65535) is b and selector.select(0) is c
+    selector.remove(c)
+    selector.remove(b)
+    assert selector.select(0) is None
+
+
+def test_selector_kind_follows_the_setting() -> None:
+    assert isinstance(new_selector(False, consistent_hashing=True), ConsistentHashingSelector)
+    assert isinstance(new_selector(False, consistent_hashing=False), HashRangeAutoSplitSelector)
+    assert isinstance(new_selector(True, consistent_hashing=False), StickyRangeSelector)
 
 
 def test_sticky_ranges_select_and_refuse_overlaps() -> None:

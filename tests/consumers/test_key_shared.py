@@ -99,3 +99,31 @@ def test_overlapping_sticky_ranges_are_refused(client: Any) -> None:
         client.subscribe(
             topic, "ks", consumer_type=pulsar.ConsumerType.KeyShared,
             key_shared_policy=pulsar.ConsumerKeySharedPolicy(pulsar.KeySharedMode.Sticky, sticky_ranges=[(500, 2000)]))
+
+
+def test_hash_range_auto_split_when_consistent_hashing_is_off(broker_factory: Any) -> None:
+    """``subscriptionKeySharedUseConsistentHashing=false`` (the Go client's CI setting): the
+    second consumer takes the lower half of the hash range, whatever the consumers' names."""
+    from conftest import make_client
+
+    from protocol.metadata import sticky_key_hash
+
+    handle = broker_factory(config_overrides={"subscriptionKeySharedUseConsistentHashing": False})
+    client = make_client(handle.service_url)
+    try:
+        topic = topic_name("ks-split")
+        first = client.subscribe(topic, "ks", consumer_type=pulsar.ConsumerType.KeyShared)
+        second = client.subscribe(topic, "ks", consumer_type=pulsar.ConsumerType.KeyShared)
+        keys = ["key-shared-0", "key-shared-1", "key-shared-2"]
+        producer = client.create_producer(topic, batching_enabled=False)
+        for i in range(30):
+            producer.send(f"{i}".encode(), partition_key=keys[i % 3])
+        got: dict[str, set[str]] = {"first": set(), "second": set()}
+        for c, msg in drain([first, second]):
+            got["first" if c is first else "second"].add(msg.partition_key())
+            c.acknowledge(msg)
+        assert got == {"first": {k for k in keys if sticky_key_hash(k.encode()) > 32768},
+                       "second": {k for k in keys if sticky_key_hash(k.encode()) <= 32768}}
+        assert got["first"] and got["second"]
+    finally:
+        client.close()

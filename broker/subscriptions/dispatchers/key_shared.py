@@ -2,8 +2,9 @@
 
 Theory of operation
 -------------------
-The selector (:mod:`broker.subscriptions.selectors`) maps an entry's hash slot to a consumer: consistent
-hashing for AUTO_SPLIT, declared ranges for STICKY. Ordering across ownership changes follows
+The selector (:mod:`broker.subscriptions.selectors`, chosen by the topic with the broker's
+settings) maps an entry's hash slot to a consumer: consistent hashing or hash-range splitting for
+AUTO_SPLIT, declared ranges for STICKY. Ordering across ownership changes follows
 Pulsar 4's "draining hashes" rule (PIP-379), which replaced the older "recently joined consumers"
 rule: ``hash_owner`` counts, per hash slot, the messages pending on the consumer that received
 them. While a slot still has messages pending on consumer A, a message of that slot is not sent
@@ -24,7 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from broker.subscriptions.dispatchers.base import DispatchContext, Dispatcher
-from broker.subscriptions.selectors import ConsistentHashingSelector, StickyRangeSelector
+from broker.subscriptions.selectors import ConsistentHashingSelector, KeySharedSelector
 from protocol.metadata import EntryInfo
 from protocol.sub_types import SubType
 from storage.positions import Position
@@ -50,17 +51,15 @@ class KeySharedDispatcher(Dispatcher):
     delayed_capable = True
     needs_hash = True
 
-    def __init__(self, sub: DispatchContext, mode: int) -> None:
+    def __init__(self, sub: DispatchContext, mode: int, selector: KeySharedSelector) -> None:
         super().__init__(sub)
         self.mode = mode
-        self.selector: ConsistentHashingSelector | StickyRangeSelector = (
-            StickyRangeSelector() if mode == 1 else ConsistentHashingSelector()
-        )
+        self.selector = selector
         self.hash_owner: dict[int, _SlotOwner] = {}
 
     def check(self, consumer: Consumer) -> None:
-        if isinstance(self.selector, StickyRangeSelector):
-            self.selector.check(consumer)
+        if not isinstance(self.selector, ConsistentHashingSelector):
+            self.selector.check(consumer)  # a bad STICKY range, or no AUTO_SPLIT range left
 
     def add_consumer(self, consumer: Consumer) -> None:
         self.selector.add(consumer)
