@@ -150,22 +150,30 @@ def test_producer_initial_subscription_keeps_what_is_sent_before_anyone_subscrib
     assert consumer.receive(timeout_millis=10_000).data() == b"early"
 
 
+@pytest.mark.parametrize(("dedup", "with_highest"), [(False, True), (True, True), (True, False)])
 def test_a_send_below_the_highest_id_is_stored_after_the_sends_before_it(
-        broker_factory: Any) -> None:
+        broker_factory: Any, dedup: bool, with_highest: bool) -> None:
     # Key-based batching (Go, Java, C++ clients): one flush sends a batch per key, and a later
     # key's batch can carry a lower highest id than the batch before it, e.g. ids 0,3,6,9 then
     # 1,4,7. Sent in one socket read, the second takes the per-entry path; the ledger must
-    # still hold them in send order (each key's order depends on it).
-    handle = broker_factory(config_overrides={"brokerDeduplicationEnabled": False})
+    # still hold them in send order (each key's order depends on it), and with deduplication
+    # on the second is no re-send of the first, whether or not the client sets
+    # highest_sequence_id (the Go and C++ clients do not: both then span ids 0..3 by count).
+    handle = broker_factory(config_overrides={"brokerDeduplicationEnabled": dedup})
     with RawClient(handle.service_url) as raw:
         raw.handshake()
         topic = "persistent://public/default/key-based-batches"
         assert raw.create_producer(topic, 1).type == T.PRODUCER_SUCCESS
-        first = make_entry(b"key1", sequence_id=0, num_messages_in_batch=4)
-        second = make_entry(b"key2", sequence_id=1, num_messages_in_batch=3)
-        raw.send(C.encode_send(1, 0, first, num_messages=4, highest_sequence_id=9)
-                 + C.encode_send(1, 1, second, num_messages=3, highest_sequence_id=7))
-        receipts = [raw.recv_command().send_receipt for _ in range(2)]
+        first = make_batch_entry([b"k1-%d" % i for i in range(4)], sequence_id=0)
+        second = make_batch_entry([b"k2-%d" % i for i in range(3)], sequence_id=1)
+        highest = {"highest_sequence_id": 9}, {"highest_sequence_id": 7}
+        if not with_highest:
+            highest = {}, {}
+        raw.send(C.encode_send(1, 0, first, num_messages=4, **highest[0])
+                 + C.encode_send(1, 1, second, num_messages=3, **highest[1]))
+        answers = [raw.recv_command() for _ in range(2)]
+    assert [a.type for a in answers] == [T.SEND_RECEIPT, T.SEND_RECEIPT]
+    receipts = [a.send_receipt for a in answers]
     assert [r.sequence_id for r in receipts] == [0, 1]
     ids = [(r.message_id.ledgerId, r.message_id.entryId) for r in receipts]
     assert ids[0] < ids[1]
