@@ -28,18 +28,19 @@ import contextlib
 import importlib.metadata
 import os
 import pathlib
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+
+from bench.processes import Broker, cpu_seconds, free_port, rss_mib, wait_port
+
+# What the benchmarks take from here besides the starters (bench.processes holds them).
+__all__ = ["DEFAULT_PEERS", "ROOT", "STARTERS", "Broker", "cpu_seconds", "free_port",
+           "parse_peers", "rss_mib", "start_horae", "start_pulsar", "start_pulsar_lite",
+           "started"]
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-START_TIMEOUT_S = 30.0
-STOP_TIMEOUT_S = 15.0
-_CLOCK_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 
 
 def _version(distribution: str) -> str:
@@ -47,71 +48,6 @@ def _version(distribution: str) -> str:
         return importlib.metadata.version(distribution)
     except importlib.metadata.PackageNotFoundError:
         return "?"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_port(port: int, proc: subprocess.Popen[bytes], log: pathlib.Path) -> None:
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"broker exited: {log.read_text(errors='replace')[-2000:]}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError(f"broker did not listen on {port} within {START_TIMEOUT_S} s")
-
-
-def rss_mib(pid: int, field: str = "VmRSS") -> float:
-    """Resident memory of process ``pid`` in MiB; ``field="VmHWM"`` gives its peak."""
-    for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(f"{field}:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of process ``pid`` and all its threads (``/proc/PID/stat``)."""
-    with open(f"/proc/{pid}/stat", "rb") as fh:
-        stat = fh.read()
-    # fields after "(comm)": state is field 3, utime field 14, stime field 15 (proc(5))
-    fields = stat[stat.rindex(b")") + 2 :].split()
-    return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS_PER_S
-
-
-@dataclass
-class Broker:
-    name: str
-    host: str
-    port: int
-    proc: subprocess.Popen[bytes]
-    data: pathlib.Path
-    log: pathlib.Path
-    web_port: int | None = None
-    version: str = ""
-
-    @property
-    def url(self) -> str:
-        return f"pulsar://{self.host}:{self.port}"
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
 
 
 @contextlib.contextmanager

@@ -50,7 +50,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 
-from bench.brokers import Broker, free_port
+from bench.processes import Broker, free_port
 
 PEER_DIR = pathlib.Path(__file__).resolve().parent / "peers" / "pulsar"
 LIB_DIR = PEER_DIR / "target" / "lib"

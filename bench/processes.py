@@ -1,0 +1,88 @@
+"""A broker child process as the benchmarks see it: free loopback ports, readiness, CPU, memory.
+
+Theory of operation
+-------------------
+:class:`Broker` is one started broker (Horae, pulsar-lite or Apache Pulsar): its process, ports,
+data directory and log; :meth:`Broker.stop` terminates, then kills it. :func:`cpu_seconds` and
+:func:`rss_mib` read ``/proc`` for the broker process and all its threads. Shared by the
+starters in :mod:`bench.brokers` and the Pulsar launcher in :mod:`bench.pulsar_peer`, which
+import this module and nothing of each other's.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+
+START_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 15.0
+_CLOCK_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_port(port: int, proc: subprocess.Popen[bytes], log: pathlib.Path) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"broker exited: {log.read_text(errors='replace')[-2000:]}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"broker did not listen on {port} within {START_TIMEOUT_S} s")
+
+
+def rss_mib(pid: int, field: str = "VmRSS") -> float:
+    """Resident memory of process ``pid`` in MiB; ``field="VmHWM"`` gives its peak."""
+    for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(f"{field}:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` and all its threads (``/proc/PID/stat``)."""
+    with open(f"/proc/{pid}/stat", "rb") as fh:
+        stat = fh.read()
+    # fields after "(comm)": state is field 3, utime field 14, stime field 15 (proc(5))
+    fields = stat[stat.rindex(b")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS_PER_S
+
+
+@dataclass
+class Broker:
+    name: str
+    host: str
+    port: int
+    proc: subprocess.Popen[bytes]
+    data: pathlib.Path
+    log: pathlib.Path
+    web_port: int | None = None
+    version: str = ""
+
+    @property
+    def url(self) -> str:
+        return f"pulsar://{self.host}:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
