@@ -80,6 +80,7 @@ def test_a_typo_of_a_horae_key_in_broker_conf_is_an_error(tmp_path: pathlib.Path
 #: broker.conf must load, its Pulsar-only keys skipped and reported (some are one word away
 #: from a Horae key, e.g. managedLedgerMinLedgerRolloverTimeMinutes).
 SUITE_HORAE_KEYS = {
+    "subscriptionKeySharedUseConsistentHashing": "true",
     "brokerServicePort": "7650", "brokerServicePortTls": "7651", "webServicePort": "9080",
     "webServicePortTls": "9443", "bindAddress": "127.0.0.1", "advertisedAddress": "localhost",
     "clusterName": "standalone", "brokerShutdownTimeoutMs": "3000",
@@ -125,7 +126,7 @@ SUITE_PULSAR_ONLY_KEYS = [
     "loadBalancerNamespaceMaximumBundles", "replicationMetricsEnabled",
     "replicationConnectionsPerBroker", "replicationProducerQueueSize", "allowAutoTopicCreationType",
     "defaultNumPartitions", "brokerServicePurgeInactiveFrequencyInSeconds",
-    "subscriptionKeySharedUseConsistentHashing", "topicLevelPoliciesEnabled",
+    "topicLevelPoliciesEnabled",
 ]
 SUITE_EMPTY_KEYS = ["zookeeperServers", "configurationStoreServers", "globalZookeeperServers",
                     "brokerClientAuthenticationPlugin", "bookkeeperClientIsolationGroups"]
