@@ -25,6 +25,9 @@ handler:
    other ``/admin/v2/tenants...``, ``/admin/v2/brokers/...``,     super-user
    changes under ``/admin/v2/clusters``
    ``GET /admin/v2/clusters...``                                  any authenticated role
+   ``/admin/v2/schemas/{t}/{ns}/{topic}/...``: GET, POST          lookup; produce to register
+   ``compatibility`` and ``version``; POST ``schema``; DELETE    (POST ``schema``); tenant admin
+                                                                  of ``t`` to delete
    ============================================================  ===============================
 
    Refused: 403 ``{"reason": ...}`` with Pulsar's text.
@@ -122,6 +125,17 @@ def check_access(authz: AuthorizationService, role: str, method: str, path: str)
         authz.require_tenant_admin(parts[3], role)
         return
     elif area == "clusters" and method == "GET":
+        return
+    elif area == "schemas" and len(parts) >= 7:
+        # Pulsar's SchemasResource: reads (and a compatibility or version check) need lookup,
+        # registering needs produce, deleting a tenant admin; a tenant admin may do all three.
+        topic = f"persistent://{parts[3]}/{parts[4]}/{parts[5]}"
+        if method == "DELETE":
+            authz.require_tenant_admin(parts[3], role)
+        elif method == "POST" and parts[6] == "schema":
+            authz.require_produce(topic, role)
+        else:
+            authz.require_lookup(topic, role)
         return
     authz.require_super_user(role)
 

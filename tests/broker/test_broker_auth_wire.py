@@ -294,8 +294,9 @@ def test_schema_commands_need_lookup_or_produce_permission(broker_factory: Calla
         refused = stranger.request(C.encode_get_schema(70, topic)).getSchemaResponse
         assert refused.error_code == ServerError.AuthorizationError
         assert not refused.HasField("schema")
-    # The REST schema routes keep their rule: super-user only.
+    # The REST schema routes: reading needs lookup, as on the wire (Pulsar's SchemasResource).
     path = "/admin/v2/schemas/public/default/schema-guarded/schema"
     assert _rest_status(broker, path, token("admin")) == 200
-    assert _rest_status(broker, path, token("owner")) == 403
+    assert _rest_status(broker, path, token("owner")) == 200
+    assert _rest_status(broker, path, token("reader")) == 200
     assert _rest_status(broker, path, token("bob")) == 403

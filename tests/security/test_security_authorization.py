@@ -216,3 +216,34 @@ def test_namespace_auth_from_pulsar_policies_body() -> None:
     with pytest.raises(ValueError) as info:
         NamespaceAuth.from_policies({"subscription_auth_mode": "Suffix"})
     assert "subscription_auth_mode" in str(info.value)
+
+
+@pytest.mark.parametrize(("role", "read", "register", "delete"), [
+    ("root", True, True, True),
+    ("acme-admin", True, True, True),          # a tenant admin may use its topics' schemas
+    ("ns-producer", True, True, False),
+    ("topic-consumer", True, False, False),    # lookup reads, only produce registers
+    ("rival-admin", False, False, False),
+    ("stranger", False, False, False),
+])
+def test_rest_schema_routes_follow_pulsars_schema_resource_rules(
+        role: str, read: bool, register: bool, delete: bool) -> None:
+    from broker.admin.auth import check_access
+
+    service = _service()
+    base = "/admin/v2/schemas/acme/orders/created"
+
+    def allowed(method: str, path: str) -> bool:
+        try:
+            check_access(service, role, method, path)
+        except AuthorizationError:
+            return False
+        return True
+
+    assert allowed("GET", f"{base}/schema") is read
+    assert allowed("GET", f"{base}/schema/3") is read
+    assert allowed("GET", f"{base}/schemas") is read
+    assert allowed("POST", f"{base}/compatibility") is read
+    assert allowed("POST", f"{base}/version") is read
+    assert allowed("POST", f"{base}/schema") is register
+    assert allowed("DELETE", f"{base}/schema") is delete
