@@ -30,7 +30,8 @@ handler:
                                                                   of ``t`` to delete
    ============================================================  ===============================
 
-   Refused: 403 ``{"reason": ...}`` with Pulsar's text.
+   Refused: 403 ``{"reason": ...}`` with Pulsar's text; a refused topic lookup (the first two
+   rows) 401, as Pulsar answers its topic operations.
 
 The services are handed in by :func:`broker.admin.app.create_app`; with both disabled the
 middleware only records the anonymous role.
@@ -99,6 +100,19 @@ def _topic_of(parts: list[str], start: int) -> str | None:
     return f"{domain}://{tenant}/{namespace}/{topic}"
 
 
+class TopicLookupRefused(AuthorizationError):
+    """A refused lookup of a topic (``/lookup/v2``, partitioned metadata): Pulsar answers these
+    topic operations 401, not 403 (``validateTopicOperation``); clients report that status."""
+
+
+def _require_lookup(authz: AuthorizationService, topic: str, role: str, *,
+                    partitioned_metadata: bool = False) -> None:
+    try:
+        authz.require_lookup(topic, role, partitioned_metadata=partitioned_metadata)
+    except AuthorizationError as exc:
+        raise TopicLookupRefused(str(exc)) from None
+
+
 def check_access(authz: AuthorizationService, role: str, method: str, path: str) -> None:
     """Raise :class:`AuthorizationError` unless *role* may do *method* on *path* (see the table)."""
     if not authz.enabled or authz.is_super_user(role):
@@ -107,7 +121,7 @@ def check_access(authz: AuthorizationService, role: str, method: str, path: str)
     if parts[:3] == ["lookup", "v2", "topic"]:
         topic = _topic_of(parts, 3)
         if topic is not None:
-            authz.require_lookup(topic, role)
+            _require_lookup(authz, topic, role)
             return
     if parts[:2] != ["admin", "v2"] or len(parts) < 3:
         authz.require_super_user(role)
@@ -116,7 +130,7 @@ def check_access(authz: AuthorizationService, role: str, method: str, path: str)
     if area in _TOPIC_DOMAINS:
         topic = _topic_of(parts, 2)
         if topic is not None and method == "GET" and parts[6:] == ["partitions"]:
-            authz.require_lookup(topic, role, partitioned_metadata=True)
+            _require_lookup(authz, topic, role, partitioned_metadata=True)
             return
         if len(parts) >= 4:
             authz.require_tenant_admin(parts[3], role)
@@ -154,6 +168,8 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
     request[_ROLE_KEY] = role
     try:
         check_access(security.authorization, role.role, request.method, request.path)
+    except TopicLookupRefused as exc:
+        return json_error(401, str(exc))
     except AuthorizationError as exc:
         return json_error(403, str(exc))
     return await handler(request)

@@ -165,6 +165,19 @@ def test_rest_refuses_non_admins_with_403_and_grants_open_the_binary_protocol(
         carol.close()
 
 
+def test_a_refused_topic_lookup_over_rest_is_401_as_pulsars(token_broker: Any) -> None:
+    # Pulsar answers its topic operations (lookup, partitioned metadata) 401 when the role may
+    # not use the topic; the C++ client's HTTP lookup reports that status.
+    for path in ("/admin/v2/persistent/public/default/closed/partitions",
+                 "/lookup/v2/topic/persistent/public/default/closed"):
+        status, _, body = _rest(token_broker, "GET", path, _token("bob"))
+        assert status == 401, path
+        assert isinstance(body["reason"], str) and body["reason"]
+    status, _, _ = _rest(token_broker, "GET", "/admin/v2/persistent/public/default/closed/partitions",
+                         _token("admin"))
+    assert status == 200
+
+
 def test_https_listener_serves_the_admin_api(broker_factory: Callable[..., Any], pki: Pki) -> None:
     broker = broker_factory(config_overrides=_tls_overrides(pki))
     context = ssl.create_default_context(cafile=str(pki.ca.path))
