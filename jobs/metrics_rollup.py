@@ -26,13 +26,15 @@ is the only thing this module knows about the broker, and it imports nothing fro
    file arrival order (late files) does not matter, and an increase across a gap lands in
    the window of the first sample after the gap.
 4. **Per window and group** (``jobs/rollup_aggregate.py``; cluster, namespace, topic, subscription, metric, other labels):
-   counters sum their contributions (``increase``, ``rate_per_s = increase / window``);
+   counters sum their contributions (``increase``) and divide by the time those increases
+   took (``covered_s``), not the window's nominal length, so a partly covered window's rate
+   is the true average rate;
    gauges get min/avg/max/last per broker series, then summed over brokers; histograms get
    p50/p95/p99 from the window's bucket increases, as Prometheus ``histogram_quantile``
    over ``sum by (le) (increase(x_bucket[w]))`` does.
 5. **Write** Parquet under ``OUTPUT/rollup/date=YYYY-MM-DD/window=1m/`` (dynamic partition
    overwrite: a rerun replaces only the partitions it produces), then ``summary.md`` and
-   ``busiest_topics.png`` (``jobs/rollup_report.py``).
+   ``rollup.png`` (``jobs/rollup_report.py``).
 
 Steps 2 and 3 share one cached frame: the JSON is parsed once. The job's modules always import
 each other as the ``jobs`` package: run as a script by spark-submit, ``jobs`` comes from the zip
@@ -121,7 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--input", required=True, help="snapshot directory (<data>/metrics), local or a Hadoop URI"
     )
     parser.add_argument(
-        "--output", required=True, help="output directory (rollup/, summary.md, busiest_topics.png)"
+        "--output", required=True, help="output directory (rollup/, summary.md, rollup.png)"
     )
     parser.add_argument(
         "--window", default="1m,1h", help="comma-separated windows: Ns, Nm, Nh, Nd (default 1m,1h)"
@@ -255,7 +257,8 @@ def read_samples(spark: SparkSession, files: list[str]) -> DataFrame:
 def with_series_deltas(samples: DataFrame) -> DataFrame:
     """Add each counter sample's increase since the previous sample of its series.
 
-    ``delta`` is null on a series' first sample (``is_first``); the first-sample rule needs
+    ``delta`` is null on a series' first sample (``is_first``); ``interval_ms`` is the time
+    that increase took (since the previous sample), the time a rate divides by. The first-sample rule needs
     the brokers' first timestamps and is applied at aggregation (:func:`_increase`). Bad and
     NaN lines stay in the frame (flag ``ok`` false, series of their own) for the statistics.
     """
@@ -264,10 +267,12 @@ def with_series_deltas(samples: DataFrame) -> DataFrame:
 
     series = W.partitionBy("series_id", "series_id2").orderBy("ts", "value")
     prev = F.lag("value").over(series)
+    prev_ts = F.lag("ts").over(series)
     counting = F.col("ok") & F.col("kind").isin("counter", "bucket")
     return samples.select(
         "*",
         prev.isNull().alias("is_first"),
+        F.when(counting & prev.isNotNull(), F.col("ts") - prev_ts).alias("interval_ms"),
         F.when(counting & prev.isNotNull() & (F.col("value") < prev), F.lit(1))
         .otherwise(F.lit(0))
         .alias("reset"),
@@ -419,7 +424,13 @@ def run(spark: SparkSession, args: argparse.Namespace, listing: InputListing | N
 
         log.info("[5/5] writing %s/summary.md and the chart", out_dir)
         rollup_report.write_report(
-            out_dir, args.input, [w.name for w in windows], stats, result, args.top
+            out_dir,
+            args.input,
+            [w.name for w in windows],
+            stats,
+            result,
+            args.top,
+            {w.name: w.ms for w in windows},
         )
     finally:
         series.unpersist()

@@ -9,7 +9,12 @@ size plus :data:`ALL_WINDOW` (the whole input, for the summary) in one pass, so 
 of Spark stages does not grow with the number of windows, then:
 
 * counters and histogram buckets: contributions summed per broker, then over brokers
-  (two hash aggregations; ``brokers`` counts the first level's rows);
+  (two hash aggregations; ``brokers`` counts the first level's rows). A rate divides the
+  increase by the time it took (``covered``: from the previous sample of the earliest
+  contribution to the latest one), never by the window's nominal length: a window the
+  input only partly covers (the first and last, or a 1-hour window over 75 s of data) gets
+  its true average rate, and no window's rate is below the whole range's average (the
+  windows' covered spans are disjoint parts of the whole range's);
 * gauges: min/avg/max/last per broker series, then summed over brokers;
 * histograms: Prometheus ``histogram_quantile`` over the window's bucket increases.
 
@@ -45,6 +50,7 @@ OUTPUT_COLUMNS: tuple[tuple[str, str], ...] = (
     ("resets", "long"),
     ("increase", "double"),
     ("rate_per_s", "double"),
+    ("covered_s", "double"),
     ("min", "double"),
     ("avg", "double"),
     ("max", "double"),
@@ -124,6 +130,10 @@ def aggregate_counters(windowed: DataFrame, first_ts_by_broker: dict[str, int]) 
             F.sum(_increase(first_ts_by_broker)).alias("increase"),
             F.count(F.lit(1)).alias("samples"),
             F.sum("reset").alias("resets"),
+            # The rate counts only increases of known duration: not a series' first value.
+            F.sum(F.when(~F.col("is_first"), F.col("delta"))).alias("timed"),
+            F.min(F.col("ts") - F.coalesce(F.col("interval_ms"), F.lit(0))).alias("from_ts"),
+            F.max("ts").alias("to_ts"),
         )
     )
     out = per_broker.groupBy(*keys).agg(
@@ -131,9 +141,14 @@ def aggregate_counters(windowed: DataFrame, first_ts_by_broker: dict[str, int]) 
         F.sum("samples").alias("samples"),
         F.sum("resets").cast("long").alias("resets"),
         F.count(F.lit(1)).cast("int").alias("brokers"),
+        (F.max("to_ts") - F.min("from_ts")).alias("covered_ms"),
+        F.sum("timed").alias("timed"),
     )
-    rate = F.when(F.col("window_ms") > 0, F.col("increase") / (F.col("window_ms") / 1000.0))
-    return out.withColumn("rate_per_s", rate)
+    rate = F.when(
+        F.col("covered_ms") > 0,
+        F.coalesce(F.col("timed"), F.lit(0.0)) / (F.col("covered_ms") / 1000.0),
+    )
+    return out.withColumn("rate_per_s", rate).drop("timed")
 
 
 def aggregate_gauges(windowed: DataFrame) -> DataFrame:
@@ -225,10 +240,11 @@ def aggregate_histograms(counter_rows: DataFrame) -> DataFrame:
         F.sum("samples").alias("samples"),
         F.max("brokers").alias("brokers"),
         F.sum("resets").cast("long").alias("resets"),
+        F.max("covered_ms").alias("covered_ms"),
     )
     total = F.expr("element_at(buckets, -1).n")
     has_inf = F.expr("element_at(buckets, -1).le = double('Infinity')")
-    rate = F.when(has_inf & (F.col("window_ms") > 0), total / (F.col("window_ms") / 1000.0))
+    rate = F.when(has_inf & (F.col("covered_ms") > 0), total / (F.col("covered_ms") / 1000.0))
     out = grouped.select(
         *_KEYS,
         F.lit("histogram").alias("kind"),
@@ -237,6 +253,7 @@ def aggregate_histograms(counter_rows: DataFrame) -> DataFrame:
         "resets",
         F.when(has_inf, total).alias("increase"),
         rate.alias("rate_per_s"),
+        "covered_ms",
         "buckets",
     )
     return _quantile_columns(out)
@@ -252,6 +269,8 @@ def _conform(df: DataFrame) -> DataFrame:
         "window_end": F.timestamp_millis(F.col("window_start_ms") + F.col("window_ms")),
         "date": F.date_format(start, "yyyy-MM-dd"),
     }
+    if "covered_ms" in df.columns:
+        derived["covered_s"] = F.when(F.col("covered_ms") > 0, F.col("covered_ms") / 1000.0)
     present = set(df.columns)
     cols = []
     for name, dtype in OUTPUT_COLUMNS:

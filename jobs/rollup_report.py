@@ -1,12 +1,18 @@
-"""The human side of the rollup: ``summary.md`` and ``busiest_topics.png``.
+"""The human side of the rollup: ``summary.md`` and ``rollup.png``.
 
 Theory of operation
 -------------------
 ``jobs/metrics_rollup.py`` hands over its cached rollup, which besides the Parquet windows
 holds the pseudo-window ``all`` spanning the whole input (computed by the same code). The
-report filters the metrics it shows (and the ``all`` rows, or the peak per-window rates) in
-Spark and collects only those, so it costs little however large the input. The chart uses matplotlib's Agg backend (no display needed). Output goes to a local
-directory, or through Hadoop's FileSystem when the output is a URI (``hdfs://...``).
+report filters the metrics it shows (and the ``all`` rows, the peak per-window rates, and
+the time series of the chart) in Spark and collects only those, so it costs little however
+large the input: the chart's series use the smallest window that gives at most
+:data:`MAX_CHART_POINTS` points, and are summed over topics in Spark except for the few
+busiest. The picture uses matplotlib's Agg backend (no display needed). Output goes to a
+local directory, or through Hadoop's FileSystem when the output is a URI (``hdfs://...``).
+
+Rates are per second of covered time (the time the counted increases took), so the
+summary states how much of each window size the input covers.
 
 Topic-level figures prefer a topic's series without a ``subscription`` label; when a topic
 only has per-subscription series of a metric, they are summed.
@@ -21,6 +27,7 @@ import re
 import tempfile
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -47,6 +54,7 @@ class InputFigures(Protocol):
     max_ts: int
     clusters: list[str]
 
+
 IN_MESSAGES = "pulsar_in_messages_total"
 OUT_MESSAGES = "pulsar_out_messages_total"
 DELAYED_REJECTED = "pulsar_broker_topic_messages_delayed_rejected_total"
@@ -54,19 +62,92 @@ FIXED_DELAY_OVERRIDDEN = "pulsar_broker_topic_messages_fixed_delay_overridden_to
 SUBSCRIPTION_DELAYED = "pulsar_subscription_delayed"
 DELAYED_INDEX_BYTES = "pulsar_delayed_message_index_size_bytes"
 BACKLOG = "pulsar_msg_backlog"
+DELAYED_CANCELLED = "pulsar_subscription_delayed_cancels_applied_total"
+DELAYED_DUE = "horae_subscription_delayed_due_total"
 DELAYED_METRICS = (
     DELAYED_REJECTED,
     FIXED_DELAY_OVERRIDDEN,
     SUBSCRIPTION_DELAYED,
     DELAYED_INDEX_BYTES,
 )
-REPORTED_METRICS = (IN_MESSAGES, OUT_MESSAGES, BACKLOG, *DELAYED_METRICS)
-CHART_NAME = "busiest_topics.png"
+REPORTED_METRICS = (
+    IN_MESSAGES,
+    OUT_MESSAGES,
+    BACKLOG,
+    *DELAYED_METRICS,
+    DELAYED_CANCELLED,
+    DELAYED_DUE,
+)
+# The picture's time series: (metric, column of the rollup row, label, panel).
+TIMELINE = (
+    (SUBSCRIPTION_DELAYED, "last", "scheduled (pending)", "delayed"),
+    (DELAYED_DUE, "increase", "fell due", "delayed"),
+    (DELAYED_CANCELLED, "increase", "cancelled", "delayed"),
+    (DELAYED_REJECTED, "increase", "rejected (max delay)", "delayed"),
+    (DELAYED_INDEX_BYTES, "last", "index bytes", "index"),
+)
+MAX_CHART_POINTS = 1500
+CHART_TOPICS = 5
+CHART_NAME = "rollup.png"
 SUMMARY_NAME = "summary.md"
 
 
 def fmt_ts(ms: int) -> str:
     return dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def fmt_span(ms: float) -> str:
+    """A duration as the summary prints it: ``1h 2m 3s``, ``75s``, ``250ms``."""
+    if ms < 1000:
+        return f"{int(ms)}ms"
+    seconds = int(ms // 1000)
+    parts = []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            parts.append(f"{seconds // size}{unit}")
+            seconds %= size
+    if seconds or not parts:
+        parts.append(f"{seconds}s")
+    return " ".join(parts)
+
+
+def window_coverage(min_ts: int, max_ts: int, window_ms: int) -> tuple[int, int, float]:
+    """(windows touched, windows only partly covered, least covered fraction) of a size.
+
+    A window is covered where it lies between the first and the last snapshot.
+    """
+    first, last = min_ts // window_ms, max_ts // window_ms
+    fractions = []
+    for index in (first, last) if last > first else (first,):
+        start = index * window_ms
+        overlap = min(max_ts, start + window_ms) - max(min_ts, start)
+        fractions.append(max(overlap, 0) / window_ms)
+    partial = sum(1 for f in fractions if f < 1.0)
+    return last - first + 1, partial, min(fractions)
+
+
+def _coverage_lines(
+    stats: InputFigures, windows: Sequence[str], window_ms: dict[str, int]
+) -> list[str]:
+    span = stats.max_ts - stats.min_ts
+    lines = [
+        f"- Covered span: {fmt_span(span)} (first to last snapshot). Rates are per second of "
+        "covered time (the time the counted increases took), not per window length, so a "
+        "partly covered window reports its true average rate"
+    ]
+    for name in windows:
+        ms = window_ms.get(name)
+        if not ms:
+            continue
+        count, partial, least = window_coverage(stats.min_ts, stats.max_ts, ms)
+        if partial:
+            lines.append(
+                f"  - {name}: {count} window(s), {partial} partly covered "
+                f"(the least: {least:.0%} of its length)"
+            )
+        else:
+            lines.append(f"  - {name}: {count} window(s), all fully covered")
+    return lines
 
 
 def _num(value: float | None) -> str:
@@ -111,6 +192,7 @@ def build_summary(
     totals: list[dict[str, Any]],
     peaks: dict[str, dict[tuple[str, str], float]],
     top: int,
+    window_ms: dict[str, int] | None = None,
 ) -> tuple[str, list[tuple[str, float, float]]]:
     """The Markdown text, and the chart's (topic, in, out) bars."""
     brokers = sorted(stats.first_ts_by_broker)
@@ -121,6 +203,7 @@ def build_summary(
         f"- Samples: {stats.rows:,} from {len(brokers)} broker(s) ({', '.join(brokers)}); "
         f"clusters: {', '.join(stats.clusters) or '-'}",
         f"- Time range: {fmt_ts(stats.min_ts)} .. {fmt_ts(stats.max_ts)} UTC; windows: {', '.join(windows)}",
+        *_coverage_lines(stats, windows, window_ms or {}),
         f"- Bad lines skipped: {stats.bad_lines:,}; unknown-type samples carried as gauges: "
         f"{stats.unknown_types:,}; NaN samples ignored: {stats.nan_values:,}",
         "",
@@ -180,8 +263,15 @@ def _delayed_section(totals: list[dict[str, Any]]) -> list[str]:
     lines += [
         f"- Messages rejected for exceeding the max delivery delay ({DELAYED_REJECTED}): {_num(rejected)}",
         f"- Deliver-at times overridden by a fixed delay ({FIXED_DELAY_OVERRIDDEN}): {_num(overridden)}",
-        "",
     ]
+    for metric, what in (
+        (DELAYED_DUE, "Delayed messages that fell due"),
+        (DELAYED_CANCELLED, "Scheduled messages cancelled"),
+    ):
+        counted = [r["increase"] or 0.0 for r in totals if r["metric"] == metric]
+        if counted:
+            lines.append(f"- {what} ({metric}): {_num(sum(counted))}")
+    lines.append("")
     table: dict[tuple[str, str, str], dict[str, str]] = defaultdict(dict)
     for r in rows:
         cells = table[(r["cluster"], r["topic"], r["subscription"])]
@@ -230,42 +320,213 @@ def _latency_section(totals: list[dict[str, Any]], top: int) -> list[str]:
     ]
 
 
-def draw_chart(path: Path, bars: list[tuple[str, float, float]], subtitle: str) -> None:
-    """Horizontal bars of messages in/out for the busiest topics (Agg backend, no display)."""
+@dataclass
+class Timeline:
+    """The picture's time series, collected from one window size (``window``)."""
+
+    window: str = ""
+    # topic -> [(window start ms, messages in/s, messages out/s)]
+    rates: dict[str, list[tuple[int, float | None, float | None]]] = field(default_factory=dict)
+    # label -> [(window start ms, value)], for the delayed-delivery panel
+    delayed: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
+    index_bytes: list[tuple[int, float]] = field(default_factory=list)
+
+
+def draw_chart(
+    path: Path,
+    bars: list[tuple[str, float, float]],
+    subtitle: str,
+    timeline: Timeline | None = None,
+) -> None:
+    """The rollup's picture (Agg backend, no display): three panels, top to bottom.
+
+    Messages in/out of the busiest topics over the whole range; their rates over time; the
+    delayed-delivery figures over time (scheduled, fell due, cancelled, rejected per window,
+    and the index size on a second axis).
+    """
     import matplotlib
 
     matplotlib.use("Agg")
+    from matplotlib import dates as mdates
     from matplotlib import pyplot as plt
 
-    height = 2.0 + 0.45 * max(len(bars), 3)
-    fig, ax = plt.subplots(figsize=(10, height), dpi=100)
+    timeline = timeline or Timeline()
+    height = 9.0 + 0.3 * max(len(bars), 3)
+    fig, (ax, rates_ax, delayed_ax) = plt.subplots(
+        3, 1, figsize=(11, height), dpi=100, gridspec_kw={"height_ratios": [1.2, 1, 1]}
+    )
     try:
-        if bars:
-            names = [b[0] for b in reversed(bars)]
-            ys = range(len(names))
-            ax.barh(
-                [y + 0.2 for y in ys],
-                [b[1] for b in reversed(bars)],
-                height=0.4,
-                label="messages in",
-            )
-            ax.barh(
-                [y - 0.2 for y in ys],
-                [b[2] for b in reversed(bars)],
-                height=0.4,
-                label="messages out",
-            )
-            ax.set_yticks(list(ys), names)
-            ax.set_xlabel("messages")
-            ax.legend(loc="lower right")
-        else:
-            ax.text(0.5, 0.5, f"no {IN_MESSAGES} samples in the input", ha="center", va="center")
-            ax.set_axis_off()
-        ax.set_title(f"Busiest topics by messages in\n{subtitle}")
+        _draw_bars(ax, bars, subtitle)
+        times = _draw_rates(rates_ax, timeline, mdates)
+        times |= _draw_delayed(delayed_ax, timeline, mdates)
+        for axis in (rates_ax, delayed_ax):
+            if times:
+                lo, hi = min(times), max(times)
+                axis.set_xlim(_when(mdates, lo), _when(mdates, hi if hi > lo else lo + 60_000))
+            locator = mdates.AutoDateLocator(tz=dt.UTC)  # type: ignore[no-untyped-call]
+            axis.xaxis.set_major_locator(locator)
+            formatter = mdates.ConciseDateFormatter(locator, tz=dt.UTC)  # type: ignore[no-untyped-call]
+            axis.xaxis.set_major_formatter(formatter)
+            axis.set_xlabel(f"time (UTC), {timeline.window or '-'} windows")
         fig.tight_layout()
         fig.savefig(path, format="png")
     finally:
         plt.close(fig)
+
+
+def _when(mdates: Any, ms: int) -> float:
+    return float(mdates.date2num(dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC)))
+
+
+def _draw_bars(ax: Any, bars: list[tuple[str, float, float]], subtitle: str) -> None:
+    if bars:
+        names = [b[0] for b in reversed(bars)]
+        ys = range(len(names))
+        ax.barh(
+            [y + 0.2 for y in ys], [b[1] for b in reversed(bars)], height=0.4, label="messages in"
+        )
+        ax.barh(
+            [y - 0.2 for y in ys], [b[2] for b in reversed(bars)], height=0.4, label="messages out"
+        )
+        ax.set_yticks(list(ys), names)
+        ax.set_xlabel("messages")
+        ax.legend(loc="lower right")
+    else:
+        ax.text(0.5, 0.5, f"no {IN_MESSAGES} samples in the input", ha="center", va="center")
+        ax.set_axis_off()
+    ax.set_title(f"Busiest topics by messages in\n{subtitle}")
+
+
+def _draw_rates(ax: Any, timeline: Timeline, mdates: Any) -> set[int]:
+    times: set[int] = set()
+    for topic, points in timeline.rates.items():
+        points = sorted(points)
+        xs = [_when(mdates, t) for t, _, _ in points]
+        times.update(t for t, _, _ in points)
+        line = ax.plot(
+            xs,
+            [i if i is not None else math.nan for _, i, _ in points],
+            marker=".",
+            label=f"{topic} in",
+        )
+        ax.plot(
+            xs,
+            [o if o is not None else math.nan for _, _, o in points],
+            linestyle="--",
+            color=line[0].get_color(),
+            label=f"{topic} out",
+        )
+    if timeline.rates:
+        ax.legend(loc="upper left", fontsize="small", ncol=2)
+    else:
+        ax.text(
+            0.5,
+            0.5,
+            "no message rates in the input",
+            ha="center",
+            va="center",
+            transform=ax.transAxes,
+        )
+    ax.set_ylabel("messages/s")
+    ax.set_title("Messages in (solid) and out (dashed) per second of the busiest topics")
+    return times
+
+
+def _draw_delayed(ax: Any, timeline: Timeline, mdates: Any) -> set[int]:
+    times: set[int] = set()
+    for label, points in timeline.delayed.items():
+        points = sorted(points)
+        times.update(t for t, _ in points)
+        ax.plot(
+            [_when(mdates, t) for t, _ in points], [v for _, v in points], marker=".", label=label
+        )
+    if timeline.index_bytes:
+        points = sorted(timeline.index_bytes)
+        times.update(t for t, _ in points)
+        twin = ax.twinx()
+        twin.plot(
+            [_when(mdates, t) for t, _ in points],
+            [v for _, v in points],
+            color="grey",
+            linestyle=":",
+            label="index bytes",
+        )
+        twin.set_ylabel("index bytes")
+        twin.legend(loc="upper right", fontsize="small")
+    if timeline.delayed:
+        ax.legend(loc="upper left", fontsize="small")
+    elif not timeline.index_bytes:
+        ax.text(
+            0.5,
+            0.5,
+            "no delayed-delivery metrics in the input",
+            ha="center",
+            va="center",
+            transform=ax.transAxes,
+        )
+    ax.set_ylabel("messages (pending: last; others: per window)")
+    ax.set_title("Delayed delivery: scheduled, fell due, cancelled, rejected")
+    return times
+
+
+def chart_window(
+    windows: Sequence[str], window_ms: dict[str, int], min_ts: int, max_ts: int
+) -> str:
+    """The smallest window size that gives at most MAX_CHART_POINTS points, else the largest."""
+    sized = sorted((window_ms[w], w) for w in windows if w in window_ms)
+    for ms, name in sized:
+        if window_coverage(min_ts, max_ts, ms)[0] <= MAX_CHART_POINTS:
+            return name
+    return sized[-1][1] if sized else ""
+
+
+def _timeline(result: DataFrame, window: str, topics: Sequence[str]) -> Timeline:
+    """Collect the picture's series from the rollup: a few rows per window start."""
+    from pyspark.sql import functions as F
+
+    timeline = Timeline(window=window)
+    if not window:
+        return timeline
+    of_window = result.filter(F.col("window") == window)
+    rows = (
+        of_window.filter(
+            F.col("metric").isin(IN_MESSAGES, OUT_MESSAGES)
+            & F.col("topic").isin(*topics)
+            & (F.col("subscription") == "")
+        )
+        .groupBy("topic", "metric", F.unix_millis("window_start").alias("t"))
+        .agg(F.sum("rate_per_s").alias("v"))
+        .collect()
+        if topics
+        else []
+    )
+    by_topic: dict[str, dict[int, list[float | None]]] = defaultdict(dict)
+    for r in rows:
+        point = by_topic[_short(r["topic"])].setdefault(int(r["t"]), [None, None])
+        point[0 if r["metric"] == IN_MESSAGES else 1] = r["v"]
+    timeline.rates = {
+        topic: [(t, v[0], v[1]) for t, v in points.items()] for topic, points in by_topic.items()
+    }
+    summed = [
+        F.sum(F.when(F.col("metric") == metric, F.col(column))).alias(f"m{i}")
+        for i, (metric, column, _, _) in enumerate(TIMELINE)
+    ]
+    wanted = of_window.filter(F.col("metric").isin(*[m for m, _, _, _ in TIMELINE]))
+    for r in wanted.groupBy(F.unix_millis("window_start").alias("t")).agg(*summed).collect():
+        for i, (_, _, label, panel) in enumerate(TIMELINE):
+            value = r[f"m{i}"]
+            if value is None:
+                continue
+            if panel == "index":
+                timeline.index_bytes.append((int(r["t"]), float(value)))
+            else:
+                timeline.delayed.setdefault(label, []).append((int(r["t"]), float(value)))
+    return timeline
+
+
+def _busiest_topics(totals: list[dict[str, Any]], count: int) -> list[str]:
+    msgs_in = _topic_values(totals, IN_MESSAGES, "increase")
+    return [k[1] for k in sorted(msgs_in, key=lambda k: (-msgs_in[k], k))[:count]]
 
 
 def _peak_rates(result: DataFrame) -> dict[str, dict[tuple[str, str], float]]:
@@ -295,27 +556,33 @@ def write_report(
     stats: InputFigures,
     result: DataFrame,
     top: int,
+    window_ms: dict[str, int] | None = None,
 ) -> None:
-    """Collect the small aggregates and write summary.md and the chart under ``out_dir``."""
+    """Collect the small aggregates and write summary.md and the picture under ``out_dir``."""
     from pyspark.sql import functions as F
 
+    sizes = window_ms or {}
     totals = result.filter(
         (F.col("window") == ALL_WINDOW)
         & (F.col("metric").isin(*REPORTED_METRICS) | (F.col("kind") == "histogram"))
     )
     total_rows = [r.asDict() for r in totals.collect()]
-    summary, bars = build_summary(input_path, windows, stats, total_rows, _peak_rates(result), top)
-    subtitle = f"{fmt_ts(stats.min_ts)} .. {fmt_ts(stats.max_ts)} UTC"
+    summary, bars = build_summary(
+        input_path, windows, stats, total_rows, _peak_rates(result), top, sizes
+    )
+    busiest = _busiest_topics(total_rows, CHART_TOPICS)
+    timeline = _timeline(result, chart_window(windows, sizes, stats.min_ts, stats.max_ts), busiest)
+    subtitle = f"{fmt_ts(stats.min_ts)} .. {fmt_ts(stats.max_ts)} UTC ({fmt_span(stats.max_ts - stats.min_ts)})"
     remote = re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", out_dir) and not out_dir.startswith("file:")
     if not remote:
         local = Path(re.sub(r"^file:(//)?", "", out_dir))
         local.mkdir(parents=True, exist_ok=True)
         (local / SUMMARY_NAME).write_text(summary, encoding="utf-8")
-        draw_chart(local / CHART_NAME, bars, subtitle)
+        draw_chart(local / CHART_NAME, bars, subtitle, timeline)
         return
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / SUMMARY_NAME).write_text(summary, encoding="utf-8")
-        draw_chart(Path(tmp) / CHART_NAME, bars, subtitle)
+        draw_chart(Path(tmp) / CHART_NAME, bars, subtitle, timeline)
         spark = result.sparkSession
         jvm = spark.sparkContext._jvm
         assert jvm is not None

@@ -279,28 +279,36 @@ def expected_rollup(
         key = (s["broker"], s["cluster"], s["metric"], json.dumps(s["labels"], sort_keys=True))
         series[key].append(s)
 
-    contributions = []  # (sample, increase, reset)
+    contributions = []  # (sample, increase, reset, ms since the series' previous sample or None)
     for rows in series.values():
         rows.sort(key=lambda r: (r["ts"], r["value"]))
         for i, row in enumerate(rows):
             if kind_of(row) == "gauge":
-                contributions.append((row, None, 0))
+                contributions.append((row, None, 0, None))
             elif i == 0:
                 contributions.append(
-                    (row, row["value"] if row["ts"] > first_ts[row["broker"]] else 0.0, 0)
+                    (row, row["value"] if row["ts"] > first_ts[row["broker"]] else 0.0, 0, None)
                 )
-            elif row["value"] >= rows[i - 1]["value"]:
-                contributions.append((row, row["value"] - rows[i - 1]["value"], 0))
             else:
-                contributions.append((row, row["value"], 1))
+                took = row["ts"] - rows[i - 1]["ts"]
+                if row["value"] >= rows[i - 1]["value"]:
+                    contributions.append((row, row["value"] - rows[i - 1]["value"], 0, took))
+                else:
+                    contributions.append((row, row["value"], 1, took))
 
     out: dict[Key, dict[str, Any]] = {}
     for name, ms in windows.items():
         counters: dict[Key, dict[str, Any]] = defaultdict(
-            lambda: {"increase": 0.0, "samples": 0, "resets": 0, "brokers": set()}
+            lambda: {
+                "increase": 0.0,
+                "samples": 0,
+                "resets": 0,
+                "brokers": set(),
+                "span": [None, None],  # [earliest interval start, latest sample] in ms
+            }
         )
         gauges: dict[tuple[Key, str], list[tuple[int, float]]] = defaultdict(list)
-        for row, inc, reset in contributions:
+        for row, inc, reset, took in contributions:
             labels = row["labels"]
             start = row["ts"] - row["ts"] % ms
             key: Key = (
@@ -319,15 +327,23 @@ def expected_rollup(
             else:
                 acc = counters[key]
                 acc["increase"] += inc
+                acc["timed"] = acc.get("timed", 0.0) + (inc if took is not None else 0.0)
                 acc["samples"] += 1
                 acc["resets"] += reset
                 acc["brokers"].add(row["broker"])
+                since = row["ts"] - (took or 0)
+                span = acc["span"]
+                span[0] = since if span[0] is None else min(span[0], since)
+                span[1] = row["ts"] if span[1] is None else max(span[1], row["ts"])
                 acc["le"] = float(labels["le"]) if kind_of(row) == "bucket" else None
                 acc["hist_labels"] = labels_string(labels, drop_le=True)
         for key, acc in counters.items():
+            covered = acc["span"][1] - acc["span"][0]
+            acc["covered"] = covered
             out[key] = {
                 "increase": acc["increase"],
-                "rate_per_s": acc["increase"] / (ms / 1000),
+                "rate_per_s": acc.get("timed", 0.0) / (covered / 1000) if covered else None,
+                "covered_s": covered / 1000 if covered else None,
                 "samples": acc["samples"],
                 "resets": acc["resets"],
                 "brokers": len(acc["brokers"]),
@@ -345,17 +361,20 @@ def expected_rollup(
                 "brokers": len(per_broker),
             }
         hist: dict[Key, list[tuple[float, float]]] = defaultdict(list)
+        hist_covered: dict[Key, int] = {}
         for key, acc in counters.items():
             if key[-1] == "bucket":
                 base = key[6].removesuffix("_bucket")
                 hkey: Key = (*key[:6], base, acc["hist_labels"], "histogram")  # type: ignore[assignment]
                 hist[hkey].append((acc["le"], acc["increase"]))
+                hist_covered[hkey] = max(hist_covered.get(hkey, 0), acc["covered"])
         for hkey, buckets in hist.items():
             buckets.sort()
             total = buckets[-1][1] if buckets[-1][0] == INF else None
+            covered = hist_covered[hkey]
             out[hkey] = {
                 "increase": total,
-                "rate_per_s": None if total is None else total / (ms / 1000),
+                "rate_per_s": None if total is None or not covered else total / (covered / 1000),
                 **{
                     p: histogram_quantile(q, buckets)
                     for p, q in (("p50", 0.5), ("p95", 0.95), ("p99", 0.99))

@@ -140,7 +140,10 @@ def test_counter_reset_counts_the_post_reset_value(job: JobRun) -> None:
     assert (row["increase"], row["resets"]) == (6.0, 1)
     hour = job.rows[_key("1h", 24, fx.T2, "pulsar_in_messages_total", "counter")]
     assert (hour["increase"], hour["resets"]) == (6 * 6 + 2 + 11 * 2, 1)
-    assert hour["rate_per_s"] == pytest.approx(60 / 3600)
+    # The hour window holds k = 18..35 of broker b: 18 intervals of 20 s since the previous
+    # sample, so 360 s covered, and the rate is per covered second, not per 3600 s.
+    assert hour["covered_s"] == pytest.approx(360)
+    assert hour["rate_per_s"] == pytest.approx(60 / 360)
 
 
 def test_series_in_first_snapshot_is_a_baseline_and_later_series_count_from_zero(
@@ -268,10 +271,51 @@ def test_summary_names_busiest_topics_and_delayed_delivery(job: JobRun) -> None:
     assert "pulsar_storage_write_latency" in text
 
 
-def test_chart_is_a_real_png(job: JobRun) -> None:
-    data = (job.out / "busiest_topics.png").read_bytes()
+def test_summary_states_the_covered_span_and_peaks_never_fall_below_the_average(
+    job: JobRun,
+) -> None:
+    text = (job.out / "summary.md").read_text()
+    # k = 0..35 at 20 s: 11m 40s from the first to the last snapshot, across midnight.
+    assert "Covered span: 11m 40s" in text
+    assert "1h: 2 window(s), 2 partly covered" in text
+    header = next(line for line in text.splitlines() if line.startswith("| # |"))
+    columns = [c.strip() for c in header.strip("|").split("|")]
+    avg, peak_1m, peak_1h = (
+        columns.index("avg in/s"),
+        columns.index("peak in/s (1m)"),
+        columns.index("peak in/s (1h)"),
+    )
+    rows = [
+        [c.strip().replace(",", "") for c in line.strip("|").split("|")]
+        for line in text.splitlines()
+        if line.startswith("| ") and "`" in line and line.count("|") == len(columns) + 1
+    ]
+    assert rows
+    for cells in rows:
+        if "-" in (cells[avg], cells[peak_1m], cells[peak_1h]):
+            continue
+        # Over partial windows the rates are per covered second: no peak below the average.
+        assert float(cells[peak_1m]) >= float(cells[avg]) - 1e-3, cells
+        assert float(cells[peak_1h]) >= float(cells[avg]) - 1e-3, cells
+
+
+def test_rates_of_a_partly_covered_window_are_per_covered_second(job: JobRun) -> None:
+    # The first minute (23:54:00 .. 23:55:00) of t1 on broker a: k = 0..2 are in it, and k=0
+    # is the baseline, so 40 s are covered (a full minute would divide by 60 s).
+    row = job.rows[_key("1m", 0, fx.T1, "pulsar_in_messages_total", "counter")]
+    assert row["covered_s"] == pytest.approx(40)
+    assert row["rate_per_s"] == pytest.approx(row["increase"] / 40)
+
+
+def test_chart_is_a_real_png_with_a_time_axis(job: JobRun) -> None:
+    from jobs import rollup_report
+
+    data = (job.out / "rollup.png").read_bytes()
     assert data[:8] == PNG_MAGIC
     assert len(data) > 10_000
+    assert rollup_report.chart_window(["1m", "1h"], WINDOWS, fx.ts(0), fx.ts(35)) == "1m"
+    # Forty days of 1 m windows are too many points: the chart falls back to the hour.
+    assert rollup_report.chart_window(["1m", "1h"], WINDOWS, 0, 40 * 86_400_000) == "1h"
 
 
 # -- inputs that cannot be rolled up --------------------------------------------------------------
@@ -438,3 +482,15 @@ def test_broker_snapshots_roll_up_to_what_the_official_client_sent(
             "pulsar_in_messages_total": float(sent),
             "pulsar_out_messages_total": float(sent),
         }, window
+
+
+def test_picture_series_follow_the_smallest_window(job: JobRun, spark: Any) -> None:
+    from jobs import rollup_report
+
+    table = spark.read.parquet(str(job.out / "rollup"))
+    timeline = rollup_report._timeline(table, "1m", [fx.T1])
+    t1 = timeline.rates["public/default/t1"]
+    assert len(t1) >= 6  # one point per minute of t1's data
+    assert all(t % 60_000 == 0 for t, _, _ in t1)
+    rejected = dict(timeline.delayed["rejected (max delay)"])
+    assert sum(rejected.values()) == 8  # the whole range's increase, spread over the minutes
