@@ -10,7 +10,10 @@ Three kinds, handled differently by the callers:
 * :class:`AuthenticationError`: credentials were refused. On the binary protocol the
   connection answers ``ERROR(AuthenticationError, wire_message)`` and closes; ``wire_message``
   is Pulsar's fixed "Unable to authenticate", so a client learns nothing about *why*, while
-  ``detail`` (Pulsar's provider text) goes to the log. On REST it is a 401.
+  ``detail`` (Pulsar's provider text) goes to the log. On REST it is a 401. ``reason`` is the
+  provider's error code as Pulsar's providers name it (``INVALID_TOKEN``, ``INVALID_CERTS``...),
+  the ``reason`` label of ``pulsar_authentication_failures_total``: a short fixed set, so the
+  counter stays bounded whatever a client sends.
 * :class:`AuthorizationError`: an authenticated role may not do this. Request-scoped: the
   binary protocol answers that request with ``AuthorizationError`` and keeps the connection;
   REST answers 403.
@@ -36,12 +39,16 @@ class SecurityConfigError(ConfigError):
 
 
 class AuthenticationError(Exception):
-    """Credentials were refused. ``detail`` is the provider's reason (for logs and REST)."""
+    """Credentials were refused. ``detail`` is the provider's reason (for logs and REST),
+    ``reason`` its error code (for the failure counter), ``method`` the provider's wire name
+    (None when no provider refused: no credentials, or a method no provider serves)."""
 
-    def __init__(self, detail: str, *, method: str | None = None) -> None:
+    def __init__(self, detail: str, *, method: str | None = None,
+                 reason: str = "UNKNOWN") -> None:
         super().__init__(detail)
         self.detail = detail
         self.method = method
+        self.reason = reason
 
     @property
     def wire_message(self) -> str:
