@@ -189,10 +189,11 @@ def make_client(options: ClientOptions) -> Any:
         "operation_timeout_seconds": options.operation_timeout_s,
         "tls_allow_insecure_connection": options.tls_allow_insecure_connection,
         "tls_validate_hostname": options.tls_enable_hostname_verification,
-        # The C++ core logs every connection at INFO; the commands' own output is what counts.
-        # Its own console logger: a Python logger called from the client's threads can abort
-        # the process at exit ("terminate called without an active exception").
-        "logger": pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn),
+        # The C++ core logs every connection at INFO: only its warnings, on stderr (stdout is
+        # the commands' output). Its own file logger: a Python logger called from the client's
+        # threads can abort the process at exit ("terminate called without an active
+        # exception"), and its console logger writes to stdout.
+        "logger": pulsar.FileLogger(pulsar.LoggerLevel.Warn, "/dev/stderr"),
     }
     if options.tls_trust_certs_file_path:
         kw["tls_trust_certs_file_path"] = options.tls_trust_certs_file_path
@@ -282,9 +283,7 @@ def check_connect(options: ClientOptions, timeout_s: float = 10.0) -> None:
         sock: socket.socket = raw
         if tls:
             try:
-                sock = _tls_context(options, creds).wrap_socket(
-                    raw, server_hostname=host if options.tls_enable_hostname_verification
-                    or not options.tls_allow_insecure_connection else None)
+                sock = _tls_context(options, creds).wrap_socket(raw, server_hostname=host)
             except ssl.SSLError as exc:
                 raise ConnectRefused(
                     f"TLS handshake with {where} failed: {exc.reason or exc}; if the port is not "

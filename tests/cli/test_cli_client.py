@@ -115,6 +115,12 @@ def test_refused_tokens_fail_at_once_with_the_reason_and_a_good_one_works(
         assert time.monotonic() - started < FAST_S
         assert run.returncode == 1, run.stdout
         assert "refused the connection: AuthenticationError: Unable to authenticate" in run.stderr
+    # Without the check, the official client retries the refused CONNECT until its operation
+    # timeout and reports a Timeout, as it does against Pulsar.
+    slow = horae_client(url, "--no-connect-check", "--operation-timeout", "2", "produce",
+                        "cli-auth", "-m", "x")
+    assert slow.returncode == 1 and "Timeout" in slow.stderr, slow.stderr
+    assert slow.stdout.strip() == "0 messages successfully produced"
     token_file = tmp_path / "alice.jwt"
     token_file.write_text(jwt.encode({"sub": "alice"}, SECRET, algorithm="HS256") + "\n")
     ok = horae_client(url, "--auth-plugin", TOKEN_PLUGIN, "--auth-params",
