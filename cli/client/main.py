@@ -30,34 +30,48 @@ EXIT_FAILED = 1
 EXIT_USAGE = 2
 
 
-def _globals(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--url", "--service-url", "-u", dest="url", default=DEFAULT_SERVICE_URL,
+def _globals(parser: argparse.ArgumentParser, *, here: bool = True) -> None:
+    """The global flags; with ``here=False`` (on each command, so that ``perf produce -u URL``
+    works as in pulsar-perf) they only override what was given before the command."""
+
+    def default(value: object) -> object:
+        return value if here else argparse.SUPPRESS
+
+    parser.add_argument("--url", "--service-url", "-u", dest="url",
+                        default=default(DEFAULT_SERVICE_URL),
                         help="Broker URL to which to connect (pulsar://, pulsar+ssl://, "
                              f"http://; default {DEFAULT_SERVICE_URL})")
-    parser.add_argument("--auth-plugin", help="Authentication plugin class name "
+    parser.add_argument("--auth-plugin", default=default(None),
+                        help="Authentication plugin class name "
                         "(org.apache.pulsar.client.impl.auth.AuthenticationToken, "
                         "AuthenticationBasic, AuthenticationTls, "
                         "org.apache.pulsar.client.impl.auth.oauth2.AuthenticationOAuth2)")
-    parser.add_argument("--auth-params", help="Authentication parameters: token:XXX or "
+    parser.add_argument("--auth-params", default=default(None),
+                        help="Authentication parameters: token:XXX or "
                         "file:///path for a token, '{\"userId\":..,\"password\":..}' for basic, "
                         "tlsCertFile:..,tlsKeyFile:.. for TLS")
     parser.add_argument("--tlsTrustCertsFilePath", "--trust-cert-file", dest="tls_trust",
+                        default=default(None),
                         help="File path to the trusted TLS certificate file")
     parser.add_argument("--tlsAllowInsecureConnection", "--tls-allow-insecure",
-                        dest="tls_insecure", action="store_true",
+                        dest="tls_insecure", action="store_true", default=default(False),
                         help="Allow TLS insecure connection")
     parser.add_argument("--tlsEnableHostnameVerification", dest="tls_hostname",
-                        action="store_true", help="Enable TLS hostname verification")
-    parser.add_argument("--listener-name", help="Listener name for the broker")
-    parser.add_argument("--operation-timeout", type=int, default=30, metavar="SECONDS",
+                        action="store_true", default=default(False),
+                        help="Enable TLS hostname verification")
+    parser.add_argument("--listener-name", default=default(None),
+                        help="Listener name for the broker")
+    parser.add_argument("--operation-timeout", type=int, default=default(30), metavar="SECONDS",
                         help="The client's operation timeout (default 30)")
     parser.add_argument("--no-connect-check", dest="connect_check", action="store_false",
+                        default=default(True),
                         help="Skip the CONNECT check that fails at once when the broker refuses "
                              "the credentials or the port speaks TLS")
 
 
 def _produce(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("produce", help="Produce messages to a specified topic")
+    _globals(p, here=False)
     p.add_argument("topic")
     p.add_argument("-m", "--messages", action="append", default=[],
                    help="Messages to send, either -m or -f must be specified. Specify -m for "
@@ -87,6 +101,7 @@ def _produce(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def _consume(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("consume", help="Consume messages from a specified topic")
+    _globals(p, here=False)
     p.add_argument("topic")
     p.add_argument("-t", "--subscription-type", default="Exclusive",
                    help="Subscription type: Exclusive, Shared, Failover, Key_Shared")
@@ -111,6 +126,7 @@ def _read_flags(p: argparse.ArgumentParser) -> None:
 
 def _read(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("read", help="Read messages from a specified topic")
+    _globals(p, here=False)
     p.add_argument("topic")
     p.add_argument("-m", "--start-message-id", default="latest",
                    help="Initial reader position: latest, earliest or ledgerId:entryId")
@@ -126,6 +142,7 @@ def _perf(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                                        "and latency percentiles")
     kinds = perf.add_subparsers(dest="perf_command", required=True)
     pp = kinds.add_parser("produce", help="Test producer performance")
+    _globals(pp, here=False)
     pp.add_argument("topics", nargs="+")
     pp.add_argument("-r", "--rate", type=int, default=100,
                     help="Publish rate msg/s across topics (0: as fast as possible)")
@@ -154,6 +171,7 @@ def _perf(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     pp.add_argument("--report-interval", type=float, default=10.0,
                     help="Seconds between two reports (pulsar-perf: 10)")
     pc = kinds.add_parser("consume", help="Test consumer performance")
+    _globals(pc, here=False)
     pc.add_argument("topics", nargs="+")
     pc.add_argument("-n", "--num-consumers", type=int, default=1,
                     help="Number of consumers (per subscription)")
