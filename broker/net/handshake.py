@@ -11,8 +11,8 @@ table moves a connection from CONNECTING to AUTHENTICATING when CONNECT arrives;
    method (token, TLS, none) is checked at once; basic authentication (bcrypt) runs in a
    worker thread, the connection staying in AUTHENTICATING meanwhile.
 2. Accepted: the role is kept (:attr:`Handshake.role`), CONNECTED is written and the host moves
-   to CONNECTED. Refused: ``ERROR(request_id=2^64-1, AuthenticationError, "Unable to
-   authenticate")`` as Pulsar's ServerCnx writes it, then the connection closes. The reason
+   to CONNECTED. Refused: ``ERROR(request_id=2^64-1, AuthenticationError, "Failed to
+   authenticate")`` as Pulsar 4.0's ServerCnx writes it, then the connection closes. The reason
    goes to the log only, at WARN: which provider refused, for which method, its error code and
    text (:meth:`AuthenticationService.explain`); each refusal is counted in
    ``pulsar_authentication_failures_total``. Pulsar's C++ client (and so the Python client)

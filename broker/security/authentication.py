@@ -21,7 +21,7 @@ certificate (DER, ``ssl_object.getpeercert(binary_form=True)``). As Pulsar, a me
 provider (including none at all) falls back to ``anonymousUserRole`` when one is set, and is
 refused otherwise (``AUTH_REQUIRED``; the log says which method the client offered and which
 providers are configured). Any refusal is an :class:`AuthenticationError` carrying the provider's
-error code; the connection answers ERROR(AuthenticationError, "Unable to authenticate") and
+error code; the connection answers ERROR(AuthenticationError, "Failed to authenticate") and
 closes. A token's expiry is carried in the result so the
 connection can send AUTH_CHALLENGE; :meth:`~AuthenticationService.reauthenticate` checks the
 AUTH_RESPONSE and refuses a change of role.

@@ -9,7 +9,7 @@ Three kinds, handled differently by the callers:
   state); the message names the setting, never the secret.
 * :class:`AuthenticationError`: credentials were refused. On the binary protocol the
   connection answers ``ERROR(AuthenticationError, wire_message)`` and closes; ``wire_message``
-  is Pulsar's fixed "Unable to authenticate", so a client learns nothing about *why*, while
+  is Pulsar's fixed "Failed to authenticate", so a client learns nothing about *why*, while
   ``detail`` (Pulsar's provider text) goes to the log. On REST it is a 401. ``reason`` is the
   provider's error code as Pulsar's providers name it (``INVALID_TOKEN``, ``INVALID_CERTS``...),
   the ``reason`` label of ``pulsar_authentication_failures_total``: a short fixed set, so the
@@ -30,8 +30,9 @@ __all__ = [
     "SecurityConfigError",
 ]
 
-#: What Pulsar's ServerCnx sends with ServerError.AuthenticationError, whatever the cause.
-WIRE_AUTHENTICATION_FAILED = "Unable to authenticate"
+#: What Pulsar 4.0's ServerCnx sends with ServerError.AuthenticationError, whatever the cause
+#: (Pulsar 2.x sent "Unable to authenticate").
+WIRE_AUTHENTICATION_FAILED = "Failed to authenticate"
 
 
 class SecurityConfigError(ConfigError):

@@ -15,7 +15,7 @@ a missing one, or a plaintext client on a TLS port all look like a slow broker, 
 ``Timeout``. Before the command builds its client, :func:`check_connect` opens one connection to
 the first host of a ``pulsar://`` or ``pulsar+ssl://`` URL, sends the CONNECT the client would
 send (same method name and credentials; the client certificate on TLS) and reads the first
-answer: CONNECTED passes; ERROR (``AuthenticationError: Unable to authenticate``), a close
+answer: CONNECTED passes; ERROR (``AuthenticationError: Failed to authenticate``), a close
 without an answer, a TLS failure or a refused TCP connection raise :class:`ConnectRefused` with
 what happened and what to check, within ``timeout_s``. It is skipped for ``http(s)://`` service
 URLs (the client's lookups go over HTTP there) and for plugins whose credentials only the client

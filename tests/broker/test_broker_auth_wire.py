@@ -1,7 +1,7 @@
 """Authentication and authorization on the binary protocol, over real sockets.
 
 A broker with token authentication and authorization: CONNECT credentials decide the role
-(refused: ERROR AuthenticationError "Unable to authenticate", then close), per-command
+(refused: ERROR AuthenticationError "Failed to authenticate", then close), per-command
 authorization answers the request with AuthorizationError and keeps the connection, expired
 tokens are challenged (AUTH_CHALLENGE) and refreshed by AUTH_RESPONSE, an unfinished handshake
 and surplus connections are closed.
@@ -65,7 +65,7 @@ def test_garbage_and_wrong_key_tokens_get_authentication_error_then_close(secure
             answer = raw.recv_command()
             assert answer.type == T.ERROR
             assert answer.error.error == ServerError.AuthenticationError
-            assert answer.error.message == "Unable to authenticate"
+            assert answer.error.message == "Failed to authenticate"
             assert raw.is_closed_by_peer()
 
 

@@ -114,7 +114,7 @@ def test_refused_tokens_fail_at_once_with_the_reason_and_a_good_one_works(
         run = horae_client(url, *auth, "produce", "cli-auth", "-m", "x")
         assert time.monotonic() - started < FAST_S
         assert run.returncode == 1, run.stdout
-        assert "refused the connection: AuthenticationError: Unable to authenticate" in run.stderr
+        assert "refused the connection: AuthenticationError: Failed to authenticate" in run.stderr
     # Without the check, the official client retries the refused CONNECT until its operation
     # timeout and reports a Timeout, as it does against Pulsar.
     slow = horae_client(url, "--no-connect-check", "--operation-timeout", "2", "produce",

@@ -73,7 +73,7 @@ def test_binary_refusals_use_pulsars_wire_text(pki: Pki) -> None:
     for method, data, cert in (("token", b"garbage", None), ("basic", b"carol:nope", None),
                                ("tls", b"", None), ("token", b"\xff\xfe", None)):
         error = _fails(service.authenticate, method, data, cert)
-        assert error.wire_message == "Unable to authenticate"
+        assert error.wire_message == "Failed to authenticate"
         assert error.detail
 
 
