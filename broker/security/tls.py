@@ -23,6 +23,11 @@ checked every ``tlsCertRefreshCheckDurationSec`` (:meth:`ReloadingServerContext.
 (mtime, size); the check and the rebuild read files, so they run in a worker thread. A
 rebuild that fails (a half-written key, a key not matching its certificate) keeps the
 previous context and is retried at the next check.
+
+A handshake that fails is dropped by the event loop without a word (it logs TLS errors only in
+debug mode); the listening context's :class:`HandshakeReportingSSLObject` logs each at WARN with
+OpenSSL's reason, and says so when the peer spoke plaintext (``WRONG_VERSION_NUMBER``: a
+``pulsar://`` client on the TLS port), the mistake a client otherwise only sees as a timeout.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from broker.config import BrokerConfig
 from broker.security.errors import SecurityConfigError
 
 __all__ = [
+    "HandshakeReportingSSLObject",
     "ReloadingServerContext",
     "TlsSettings",
     "build_server_context",
@@ -163,6 +169,35 @@ def _fingerprint(paths: tuple[str, ...]) -> tuple[tuple[int, int], ...]:
     return tuple(out)
 
 
+#: OpenSSL's reasons when the first bytes are not a TLS ClientHello: a plaintext client.
+_PLAINTEXT_REASONS = frozenset({"WRONG_VERSION_NUMBER", "HTTP_REQUEST", "HTTPS_PROXY_REQUEST",
+                                "RECORD_LAYER_FAILURE", "PACKET_LENGTH_TOO_LONG",
+                                "UNKNOWN_PROTOCOL"})
+
+
+class HandshakeReportingSSLObject(ssl.SSLObject):
+    """The listening context's TLS sessions: a failed handshake is logged at WARN with
+    OpenSSL's reason (the event loop drops it silently), naming the likely mistake when the
+    peer spoke plaintext (a ``pulsar://`` or ``http://`` client on a TLS port). A peer that
+    closes mid-handshake (a port probe) is not reported."""
+
+    def do_handshake(self) -> None:
+        try:
+            super().do_handshake()
+        except (ssl.SSLWantReadError, ssl.SSLWantWriteError, ssl.SSLEOFError,
+                ssl.SSLZeroReturnError):
+            raise
+        except ssl.SSLError as exc:
+            reason = exc.reason or type(exc).__name__
+            if reason in _PLAINTEXT_REASONS:
+                log.warning("TLS handshake refused (%s): the client spoke plaintext to the TLS "
+                            "port (pulsar:// or http:// instead of pulsar+ssl:// or https://)",
+                            reason)
+            else:
+                log.warning("TLS handshake refused (%s): %s", reason, exc)
+            raise
+
+
 class ReloadingServerContext:
     """A listening SSL context whose certificate follows the files (see the module doc)."""
 
@@ -174,6 +209,7 @@ class ReloadingServerContext:
         # needs a certificate of its own for OpenSSL to accept it as a server context.
         self.listening = build_server_context(settings)
         self.listening.sni_callback = self._select
+        self.listening.sslobject_class = HandshakeReportingSSLObject
         self.reloads = 0
 
     @property

@@ -4,6 +4,7 @@ delayed delivery, and refusals that fail at once with the reason."""
 from __future__ import annotations
 
 import base64
+import logging
 import subprocess
 import sys
 import time
@@ -130,7 +131,9 @@ def test_refused_tokens_fail_at_once_with_the_reason_and_a_good_one_works(
 
 
 def test_plaintext_to_a_tls_port_and_a_closed_port_fail_at_once(
-        broker_factory: Callable[..., Any], pki: Pki, free_port: Callable[[], int]) -> None:
+        broker_factory: Callable[..., Any], pki: Pki, free_port: Callable[[], int],
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="horae.security.tls")
     broker = broker_factory(config_overrides={
         "brokerServicePortTls": 0, "tlsCertificateFilePath": str(pki.server.cert),
         "tlsKeyFilePath": str(pki.server.key), "tlsTrustCertsFilePath": str(pki.ca.path)})
@@ -140,6 +143,10 @@ def test_plaintext_to_a_tls_port_and_a_closed_port_fail_at_once(
     assert time.monotonic() - started < FAST_S
     assert run.returncode == 1
     assert "the port may be a TLS port: use pulsar+ssl://" in run.stderr, run.stderr
+    # The broker says why at WARN (the event loop alone drops the handshake silently).
+    assert any(r.levelno == logging.WARNING and "TLS handshake refused (WRONG_VERSION_NUMBER): "
+               "the client spoke plaintext to the TLS port" in r.getMessage()
+               for r in caplog.records), [r.getMessage() for r in caplog.records]
     ok = horae_client(f"pulsar+ssl://127.0.0.1:{tls_port}", "--tlsTrustCertsFilePath",
                       str(pki.ca.path), "produce", "cli-tls", "-m", "x")
     assert ok.returncode == 0, ok.stderr
