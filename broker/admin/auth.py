@@ -171,9 +171,10 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
     try:
         role = await authn.authenticate_http_async(request.headers, _peer_certificate(request))
     except AuthenticationError as exc:
-        log.warning("authentication of %s (%s %s) %s", request.remote, request.method,
-                    request.path[:200],
-                    authn.explain(exc, request.headers.get(AUTH_METHOD_HEADER)))
+        line = authn.refusal_line(exc, request.headers.get(AUTH_METHOD_HEADER))
+        if line is not None:
+            log.warning("authentication of %s (%s %s) %s", request.remote, request.method,
+                        request.path[:200], line)
         return _unauthorized(security, exc.detail)
     request[_ROLE_KEY] = role
     try:

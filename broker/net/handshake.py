@@ -14,7 +14,8 @@ table moves a connection from CONNECTING to AUTHENTICATING when CONNECT arrives;
    to CONNECTED. Refused: ``ERROR(request_id=2^64-1, AuthenticationError, "Failed to
    authenticate")`` as Pulsar 4.0's ServerCnx writes it, then the connection closes. The reason
    goes to the log only, at WARN: which provider refused, for which method, its error code and
-   text (:meth:`AuthenticationService.explain`); each refusal is counted in
+   text (:meth:`AuthenticationService.refusal_line`: at most once per 10 s for one provider,
+   method and reason, with the count in between); each refusal is counted in
    ``pulsar_authentication_failures_total``. Pulsar's C++ client (and so the Python client)
    treats any answer to CONNECT but CONNECTED as a dropped connection and retries until its
    operation timeout, against Pulsar too (the Java client fails with AuthenticationException).
@@ -190,8 +191,10 @@ class Handshake:
         self._host.handshake_done()
 
     def _refuse(self, exc: AuthenticationError, offered_method: str | None) -> None:
-        log.warning("authentication of %s (client %r) %s", self._host.remote_address,
-                    self.client_version[:64], self._authn.explain(exc, offered_method))
+        line = self._authn.refusal_line(exc, offered_method)
+        if line is not None:
+            log.warning("authentication of %s (client %r) %s", self._host.remote_address,
+                        self.client_version[:64], line)
         self._host.write(C.encode_error(NO_REQUEST_ID, ServerError.AuthenticationError,
                                         exc.wire_message))
         self._host.close("authentication failed")

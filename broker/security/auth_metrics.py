@@ -21,9 +21,17 @@ send.
 from __future__ import annotations
 
 import threading
+import time
+from collections.abc import Callable
 from typing import Final
 
-__all__ = ["NO_PROVIDER", "PROVIDER_OF_METHOD", "AuthenticationCounters", "method_label"]
+__all__ = ["NO_PROVIDER", "PROVIDER_OF_METHOD", "REFUSAL_WARN_INTERVAL_S",
+           "AuthenticationCounters", "RefusalLog", "method_label"]
+
+#: A refusal is logged at most once per this many seconds per (provider, method, reason): a
+#: client retrying a bad token every few hundred milliseconds, or a flood of them, would fill the
+#: log; the line after a quiet spell says how many were not logged.
+REFUSAL_WARN_INTERVAL_S: Final = 10.0
 
 #: ``provider_name`` of a refusal no provider made (no credentials and no anonymous role, or a
 #: method no configured provider serves): the service that looked for one.
@@ -74,3 +82,25 @@ class AuthenticationCounters:
         """``(provider_name, auth_method, reason) -> count``, a copy."""
         with self._lock:
             return dict(self._failures)
+
+
+class RefusalLog:
+    """Which refusals get a WARN line (see :data:`REFUSAL_WARN_INTERVAL_S`); keys are label
+    tuples from the bounded sets above."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._last: dict[tuple[str, str, str], float] = {}
+        self._unlogged: dict[tuple[str, str, str], int] = {}
+
+    def admit(self, key: tuple[str, str, str]) -> int | None:
+        """None when this refusal is not to be logged; else how many were not since the last."""
+        now = self._clock()
+        with self._lock:
+            last = self._last.get(key)
+            if last is not None and now - last < REFUSAL_WARN_INTERVAL_S:
+                self._unlogged[key] = self._unlogged.get(key, 0) + 1
+                return None
+            self._last[key] = now
+            return self._unlogged.pop(key, 0)

@@ -41,7 +41,9 @@ event loop never stalls on it.
 Every check, binary or REST, is counted in :attr:`AuthenticationService.counters`
 (:mod:`broker.security.auth_metrics`): successes by provider and method, refusals by provider,
 method and reason, as Pulsar's ``AuthenticationMetrics``. :meth:`AuthenticationService.explain`
-turns a refusal into the log line: who refused, for which method, why.
+turns a refusal into the log line: who refused, for which method, why;
+:meth:`AuthenticationService.refusal_line` gives it at most once per 10 s per provider, method
+and reason.
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ from broker.security.auth_metrics import (
     NO_PROVIDER,
     PROVIDER_OF_METHOD,
     AuthenticationCounters,
+    RefusalLog,
     method_label,
 )
 from broker.security.basic_auth import BasicAuthenticator, decode_basic_header, parse_htpasswd
@@ -148,6 +151,7 @@ class AuthenticationService:
         self._basic = basic if enabled else None
         self._tls = tls if enabled else None
         self.counters = AuthenticationCounters()
+        self.refusals = RefusalLog()
 
     @classmethod
     def from_config(cls, config: BrokerConfig) -> AuthenticationService:
@@ -246,6 +250,16 @@ class AuthenticationService:
         provider's text (never the credential)."""
         method = method_label(exc.method or offered)
         return f"refused by {self._provider_of(exc)} (method {method}, {exc.reason}): {exc.detail}"
+
+    def refusal_line(self, exc: AuthenticationError, offered: str | None) -> str | None:
+        """:meth:`explain`, or None when the same provider, method and reason were logged in
+        the last 10 s (:class:`broker.security.auth_metrics.RefusalLog`)."""
+        key = (self._provider_of(exc), method_label(exc.method or offered), exc.reason)
+        unlogged = self.refusals.admit(key)
+        if unlogged is None:
+            return None
+        tail = f" ({unlogged} more since the last report)" if unlogged else ""
+        return self.explain(exc, offered) + tail
 
     def authenticate(self, method_name: str | None, auth_data: bytes,
                      peer_cert_der: bytes | None = None) -> AuthenticatedRole:

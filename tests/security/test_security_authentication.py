@@ -196,3 +196,22 @@ def test_tls_role_needs_a_common_name(pki: Pki) -> None:
     nameless = pki.issue(None, stem="nameless")
     assert _fails(service.authenticate, "tls", b"", nameless.der).detail == (
         "Client unable to authenticate with TLS certificate")
+
+
+def test_refusal_lines_at_most_once_per_interval_per_provider_method_and_reason() -> None:
+    from broker.security.auth_metrics import REFUSAL_WARN_INTERVAL_S, RefusalLog
+
+    service = _service()
+    now = [0.0]
+    service.refusals = RefusalLog(clock=lambda: now[0])
+    bad = _fails(service.authenticate, "token", b"garbage")
+    none = _fails(service.authenticate, "none", b"")
+    assert service.refusal_line(bad, "token") == service.explain(bad, "token")
+    assert service.refusal_line(bad, "token") is None
+    assert service.refusal_line(bad, "token") is None
+    assert service.refusal_line(none, "none") == service.explain(none, "none")
+    now[0] = REFUSAL_WARN_INTERVAL_S
+    assert service.refusal_line(bad, "token") == (
+        service.explain(bad, "token") + " (2 more since the last report)")
+    assert service.counters.failures()[
+        ("AuthenticationProviderToken", "token", "INVALID_TOKEN")] == 1  # counted once per check
