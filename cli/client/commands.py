@@ -35,10 +35,13 @@ __all__ = [
     "MAX_MESSAGES",
     "MESSAGE_BOUNDARY",
     "ConsumeArgs",
+    "Pacer",
     "ProduceArgs",
     "ReadArgs",
     "consume",
+    "consumer_type_of",
     "format_message",
+    "initial_position_of",
     "parse_duration_ms",
     "produce",
     "read",
@@ -69,7 +72,7 @@ def parse_duration_ms(text: str) -> int:
     return int(amount * scale)
 
 
-class _Pacer:
+class Pacer:
     """Guava's RateLimiter as ``pulsar-client`` uses it: at most *rate* calls a second."""
 
     def __init__(self, rate: float, clock: Callable[[], float] = time.monotonic,
@@ -160,7 +163,7 @@ def produce(options: ClientOptions, args: ProduceArgs, out: TextIO) -> int:
         producer = client.create_producer(
             args.topic, batching_enabled=not (args.disable_batching or args.chunking),
             chunking_enabled=args.chunking)
-        pacer = _Pacer(args.rate)
+        pacer = Pacer(args.rate)
         for _ in range(args.num_produce):
             for body in bodies:
                 pacer.acquire()
@@ -239,7 +242,7 @@ def _receive_loop(receive: Callable[[int], Any], after: Callable[[Any], None], w
                   rate: float, printer: _Printer) -> None:
     import pulsar
 
-    pacer = _Pacer(rate)
+    pacer = Pacer(rate)
     while wanted == 0 or printer.count < wanted:
         pacer.acquire()
         try:
@@ -250,7 +253,7 @@ def _receive_loop(receive: Callable[[int], Any], after: Callable[[Any], None], w
         after(msg)
 
 
-def _consumer_type(name: str) -> Any:
+def consumer_type_of(name: str) -> Any:
     import pulsar
 
     types = {"exclusive": pulsar.ConsumerType.Exclusive, "shared": pulsar.ConsumerType.Shared,
@@ -263,7 +266,7 @@ def _consumer_type(name: str) -> Any:
                          "Key_Shared") from None
 
 
-def _position(name: str) -> Any:
+def initial_position_of(name: str) -> Any:
     import pulsar
 
     positions = {"latest": pulsar.InitialPosition.Latest,
@@ -282,8 +285,8 @@ def consume(options: ClientOptions, args: ConsumeArgs, out: TextIO) -> int:
         raise UsageError("Subscription name is not provided.")
     if args.num_messages < 0:
         raise UsageError("Number of messages should be zero or positive.")
-    kw: dict[str, Any] = {"consumer_type": _consumer_type(args.subscription_type),
-                          "initial_position": _position(args.subscription_position)}
+    kw: dict[str, Any] = {"consumer_type": consumer_type_of(args.subscription_type),
+                          "initial_position": initial_position_of(args.subscription_position)}
     if args.queue_size > 0:
         kw["receiver_queue_size"] = args.queue_size
     topic: Any = args.topic

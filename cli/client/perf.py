@@ -33,7 +33,7 @@ from typing import Any, Final, TextIO
 
 from hdrh.histogram import HdrHistogram
 
-from cli.client.commands import _consumer_type, _Pacer, _position
+from cli.client.commands import Pacer, consumer_type_of, initial_position_of
 from cli.client.connect import ClientOptions, UsageError, make_client
 
 __all__ = ["LatencyRecorder", "PerfConsumeArgs", "PerfProduceArgs", "perf_consume",
@@ -233,7 +233,7 @@ def perf_produce(options: ClientOptions, args: PerfProduceArgs, out: TextIO) -> 
                 producers.append(client.create_producer(topic, **kw))
         _say(out, f"Created {len(producers)} producers")
         warmup_end = time.monotonic() + args.warmup_time_s
-        pacer = _Pacer(float(args.rate))
+        pacer = Pacer(float(args.rate))
         sent = 0
         try:
             while args.num_messages == 0 or sent < args.num_messages:
@@ -301,8 +301,8 @@ def perf_consume(options: ClientOptions, args: PerfConsumeArgs, out: TextIO) -> 
     if args.num_consumers <= 0 or args.receiver_queue_size <= 0:
         raise UsageError("--num-consumers and --receiver-queue-size must be positive")
     _check_common(args.num_messages, args.test_duration, args.report_interval_s)
-    consumer_type = _consumer_type(args.subscription_type)
-    position = _position(args.subscription_position)
+    consumer_type = consumer_type_of(args.subscription_type)
+    position = initial_position_of(args.subscription_position)
     recorder = LatencyRecorder()
     enough = threading.Event()
 
