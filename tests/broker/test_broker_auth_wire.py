@@ -331,3 +331,24 @@ def test_refused_connects_are_logged_at_warn_with_the_reason_and_counted(
             'provider_name="AuthenticationService",reason="AUTH_REQUIRED"} 1.0') in text
     assert ('pulsar_authentication_success_total{auth_method="token",cluster="standalone",'
             'provider_name="AuthenticationProviderToken"} 1.0') in text
+
+
+def test_refused_rest_requests_are_logged_at_warn_and_counted(
+        secured: Any, caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+    import urllib.error
+    import urllib.request
+
+    caplog.set_level(logging.WARNING, logger="horae.admin.auth")
+    request = urllib.request.Request(secured.web_url + "/admin/v2/tenants",
+                                     headers={"Authorization": "Bearer garbage"})
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=10)
+    assert refused.value.code == 401
+    lines = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any("(GET /admin/v2/tenants) refused by AuthenticationProviderToken (method token, "
+               "INVALID_TOKEN): Failed to authentication token" in line for line in lines), lines
+    with urllib.request.urlopen(secured.web_url + "/metrics", timeout=10) as answer:
+        text = answer.read().decode()
+    assert ('pulsar_authentication_failures_total{auth_method="token",cluster="standalone",'
+            'provider_name="AuthenticationProviderToken",reason="INVALID_TOKEN"} 1.0') in text
