@@ -55,7 +55,12 @@ from broker.admin.listener import WebConnectionGuard, raise_fd_limit, web_connec
 from broker.config import BrokerConfig, storage_config
 from broker.delayed.residual import is_snapshot_key
 from broker.logs import ACCESS_LOGGER, HttpAccessLogger
-from broker.metrics import attach_connection_figures, attach_publish_buffer, create_registry
+from broker.metrics import (
+    attach_authentication_counters,
+    attach_connection_figures,
+    attach_publish_buffer,
+    create_registry,
+)
 from broker.metrics.snapshots import MetricSnapshotWriter, run_exporter
 from broker.net.connection import ServerConnection
 from broker.net.handshake import ConnectionSecurity
@@ -134,6 +139,7 @@ class BrokerServer:
         await service.start()
         config = self.config
         authentication = AuthenticationService.from_config(config)  # reads key files: start-up only
+        attach_authentication_counters(service, authentication.counters)
         authorization = AuthorizationService.from_config(config, service)
         security = ConnectionSecurity(authentication, authorization,
                                       float(config.handshake_timeout_seconds))

@@ -39,15 +39,22 @@ middleware only records the anonymous role.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
 from broker.admin.brokers import STATUS_PAGE
 from broker.admin.errors import json_error
-from broker.security.authentication import AuthenticatedRole, AuthenticationService
+from broker.security.authentication import (
+    AUTH_METHOD_HEADER,
+    AuthenticatedRole,
+    AuthenticationService,
+)
 from broker.security.authorization import AuthorizationService
 from broker.security.errors import AuthenticationError, AuthorizationError
+
+log = logging.getLogger("horae.admin.auth")
 
 __all__ = ["RestSecurity", "auth_middleware", "request_role"]
 
@@ -164,6 +171,10 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
     try:
         role = await authn.authenticate_http_async(request.headers, _peer_certificate(request))
     except AuthenticationError as exc:
+        line = authn.refusal_line(exc, request.headers.get(AUTH_METHOD_HEADER))
+        if line is not None:
+            log.warning("authentication of %s (%s %s) %s", request.remote, request.method,
+                        request.path[:200], line)
         return _unauthorized(security, exc.detail)
     request[_ROLE_KEY] = role
     try:

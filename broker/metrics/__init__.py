@@ -11,6 +11,7 @@ Prometheus see identical names and labels.
 
 from __future__ import annotations
 
+from broker.metrics.auth_families import attach_authentication_counters
 from broker.metrics.collector import (
     BrokerRegistry,
     HoraeCollector,
@@ -22,6 +23,7 @@ from broker.metrics.collector import (
 from broker.metrics.connection_families import attach_connection_figures
 from broker.metrics.lag import LoopLagProbe
 
-__all__ = ["BrokerRegistry", "HoraeCollector", "LoopLagProbe", "attach_connection_figures",
+__all__ = ["BrokerRegistry", "HoraeCollector", "LoopLagProbe", "attach_authentication_counters",
+           "attach_connection_figures",
            "attach_publish_buffer",
            "collect_families", "create_registry", "exposition"]

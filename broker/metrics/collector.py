@@ -31,7 +31,8 @@ Rules:
    attaches (:func:`attach_publish_buffer`), ``horae_delayed_cancel_journal_failures_total``
    from the bucket trackers (per topic, or per namespace); the listeners' families
    (``horae_connection_output_paused_total``, ``horae_http_*``) from
-   :mod:`broker.metrics.connection_families`.
+   :mod:`broker.metrics.connection_families`; ``pulsar_authentication_success_total`` and
+   ``pulsar_authentication_failures_total`` from :mod:`broker.metrics.auth_families`.
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
 
+from broker.metrics.auth_families import authentication_families
 from broker.metrics.connection_families import connection_families
 from broker.metrics.delayed_index import BUCKET_GAUGES, BucketOps, index_gauges
 from broker.metrics.exposition import (
@@ -259,6 +261,7 @@ class HoraeCollector(Collector):
             throttled.add_metric([config.cluster_name], float(buffer.throttled_times))
             yield throttled
         yield from connection_families(self.service, config.cluster_name)
+        yield from authentication_families(self.service, config.cluster_name)
         if self.lag_probe is not None:
             yield from loop_lag_families(self.lag_probe)
 

@@ -11,9 +11,14 @@ table moves a connection from CONNECTING to AUTHENTICATING when CONNECT arrives;
    method (token, TLS, none) is checked at once; basic authentication (bcrypt) runs in a
    worker thread, the connection staying in AUTHENTICATING meanwhile.
 2. Accepted: the role is kept (:attr:`Handshake.role`), CONNECTED is written and the host moves
-   to CONNECTED. Refused: ``ERROR(request_id=2^64-1, AuthenticationError, "Unable to
-   authenticate")`` as Pulsar's ServerCnx writes it, then the connection closes. The reason
-   goes to the log only.
+   to CONNECTED. Refused: ``ERROR(request_id=2^64-1, AuthenticationError, "Failed to
+   authenticate")`` as Pulsar 4.0's ServerCnx writes it, then the connection closes. The reason
+   goes to the log only, at WARN: which provider refused, for which method, its error code and
+   text (:meth:`AuthenticationService.refusal_line`: at most once per 10 s for one provider,
+   method and reason, with the count in between); each refusal is counted in
+   ``pulsar_authentication_failures_total``. Pulsar's C++ client (and so the Python client)
+   treats any answer to CONNECT but CONNECTED as a dropped connection and retries until its
+   operation timeout, against Pulsar too (the Java client fails with AuthenticationException).
 3. A connection that has not finished the handshake ``handshakeTimeoutSeconds`` after it was
    accepted is closed (:meth:`Handshake.start_timer`), so idle or hostile sockets never pile up.
 4. Refresh (:meth:`Handshake.refresh_tick`, called by the server every
@@ -164,7 +169,7 @@ class Handshake:
         try:
             role = self._authn.authenticate(method, data, cert)
         except AuthenticationError as exc:
-            self._refuse(exc)
+            self._refuse(exc, method)
             return
         self._accept(role)
 
@@ -173,7 +178,7 @@ class Handshake:
         try:
             role = await self._authn.authenticate_async(method, data, cert)
         except AuthenticationError as exc:
-            self._refuse(exc)
+            self._refuse(exc, method)
             return
         if not self._host.is_closed:
             self._accept(role)
@@ -185,9 +190,11 @@ class Handshake:
                                             max_message_size=self._host.max_message_size))
         self._host.handshake_done()
 
-    def _refuse(self, exc: AuthenticationError) -> None:
-        log.info("authentication of %s failed (method %s): %s", self._host.remote_address,
-                 exc.method, exc.detail)
+    def _refuse(self, exc: AuthenticationError, offered_method: str | None) -> None:
+        line = self._authn.refusal_line(exc, offered_method)
+        if line is not None:
+            log.warning("authentication of %s (client %r) %s", self._host.remote_address,
+                        self.client_version[:64], line)
         self._host.write(C.encode_error(NO_REQUEST_ID, ServerError.AuthenticationError,
                                         exc.wire_message))
         self._host.close("authentication failed")
@@ -230,7 +237,7 @@ class Handshake:
                 else:
                     fresh = self._authn.reauthenticate(previous, method, data, cert)
             except AuthenticationError as exc:
-                self._refuse(exc)
+                self._refuse(exc, method)
                 return
             self.role = fresh
             self._challenged = False

@@ -19,9 +19,10 @@ Binary protocol (:meth:`~AuthenticationService.authenticate`): CONNECT's ``auth_
 picks the provider; ``auth_data`` is the credential; the TLS provider reads the verified peer
 certificate (DER, ``ssl_object.getpeercert(binary_form=True)``). As Pulsar, a method with no
 provider (including none at all) falls back to ``anonymousUserRole`` when one is set, and is
-refused otherwise with "No anonymous role, and no authentication provider configured". Any
-refusal is an :class:`AuthenticationError`; the connection answers ERROR(AuthenticationError,
-"Unable to authenticate") and closes. A token's expiry is carried in the result so the
+refused otherwise (``AUTH_REQUIRED``; the log says which method the client offered and which
+providers are configured). Any refusal is an :class:`AuthenticationError` carrying the provider's
+error code; the connection answers ERROR(AuthenticationError, "Failed to authenticate") and
+closes. A token's expiry is carried in the result so the
 connection can send AUTH_CHALLENGE; :meth:`~AuthenticationService.reauthenticate` checks the
 AUTH_RESPONSE and refuses a change of role.
 
@@ -36,6 +37,13 @@ Basic authentication costs a bcrypt check: for a method :meth:`~AuthenticationSe
 names, the caller uses :meth:`~AuthenticationService.authenticate_async` /
 :meth:`~AuthenticationService.reauthenticate_async`, which run it in a worker thread so the
 event loop never stalls on it.
+
+Every check, binary or REST, is counted in :attr:`AuthenticationService.counters`
+(:mod:`broker.security.auth_metrics`): successes by provider and method, refusals by provider,
+method and reason, as Pulsar's ``AuthenticationMetrics``. :meth:`AuthenticationService.explain`
+turns a refusal into the log line: who refused, for which method, why;
+:meth:`AuthenticationService.refusal_line` gives it at most once per 10 s per provider, method
+and reason.
 """
 
 from __future__ import annotations
@@ -48,12 +56,20 @@ from cryptography import x509
 from cryptography.x509.oid import NameOID
 
 from broker.config import BrokerConfig
+from broker.security.auth_metrics import (
+    NO_PROVIDER,
+    PROVIDER_OF_METHOD,
+    AuthenticationCounters,
+    RefusalLog,
+    method_label,
+)
 from broker.security.basic_auth import BasicAuthenticator, decode_basic_header, parse_htpasswd
 from broker.security.errors import AuthenticationError, SecurityConfigError
 from broker.security.sources import read_secret
 from broker.security.token_auth import TokenAuthenticator
 
 __all__ = [
+    "AUTH_METHOD_HEADER",
     "PROVIDER_BASIC",
     "PROVIDER_TLS",
     "PROVIDER_TOKEN",
@@ -104,18 +120,21 @@ class TlsCertAuthenticator:
     def authenticate(self, peer_cert_der: bytes | None) -> str:
         if not peer_cert_der:
             raise AuthenticationError(
-                "Failed to get TLS certificates from client", method=self.method_name)
+                "Failed to get TLS certificates from client", method=self.method_name,
+                reason="INVALID_CERTS")
         try:
             cert = x509.load_der_x509_certificate(peer_cert_der)
         except ValueError:
             raise AuthenticationError(
-                "Failed to get TLS certificates from client", method=self.method_name) from None
+                "Failed to get TLS certificates from client", method=self.method_name,
+                reason="INVALID_CERTS") from None
         # Pulsar reads the first CN of the RFC 2253 name, which lists RDNs last-first.
         names = [a.value for a in cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)]
         role = next((n for n in reversed(names) if isinstance(n, str) and n), None)
         if role is None:
             raise AuthenticationError(
-                "Client unable to authenticate with TLS certificate", method=self.method_name)
+                "Client unable to authenticate with TLS certificate", method=self.method_name,
+                reason="INVALID_CN")
         return role
 
 
@@ -131,6 +150,8 @@ class AuthenticationService:
         self._token = token if enabled else None
         self._basic = basic if enabled else None
         self._tls = tls if enabled else None
+        self.counters = AuthenticationCounters()
+        self.refusals = RefusalLog()
 
     @classmethod
     def from_config(cls, config: BrokerConfig) -> AuthenticationService:
@@ -193,16 +214,66 @@ class AuthenticationService:
 
     # --- binary protocol -----------------------------------------------------------------
 
-    def _anonymous(self) -> AuthenticatedRole:
+    def _anonymous(self, offered: str | None = None) -> AuthenticatedRole:
         if not self.enabled:
             return AuthenticatedRole(role=self.anonymous_user_role, method="none")
         if self.anonymous_user_role:
             return AuthenticatedRole(role=self.anonymous_user_role, method="anonymous")
-        raise AuthenticationError("No anonymous role, and no authentication provider configured")
+        configured = ", ".join(self.methods) or "none"
+        if offered in (None, "", "none"):
+            detail = (f"No anonymous role, and the client sent no credentials (authentication "
+                      f"method 'none'); configured providers: {configured}")
+        else:
+            detail = (f"No anonymous role, and no configured provider serves the client's "
+                      f"authentication method {offered[:64]!r}; configured providers: "
+                      f"{configured}")
+        raise AuthenticationError(detail, reason="AUTH_REQUIRED")
+
+    # --- counting ------------------------------------------------------------------------
+
+    def _provider_of(self, exc: AuthenticationError) -> str:
+        if exc.method is not None and exc.method in self.methods:
+            return PROVIDER_OF_METHOD[exc.method]
+        return NO_PROVIDER
+
+    def _count(self, role: AuthenticatedRole) -> None:
+        provider = PROVIDER_OF_METHOD.get(role.method)
+        if provider is not None:  # anonymous and disabled authentication are not counted
+            self.counters.success(provider, role.method)
+
+    def _count_failure(self, exc: AuthenticationError, offered: str | None) -> None:
+        self.counters.failure(self._provider_of(exc), method_label(exc.method or offered),
+                              exc.reason)
+
+    def explain(self, exc: AuthenticationError, offered: str | None) -> str:
+        """One log line for a refusal: the provider, the method, the reason code and the
+        provider's text (never the credential)."""
+        method = method_label(exc.method or offered)
+        return f"refused by {self._provider_of(exc)} (method {method}, {exc.reason}): {exc.detail}"
+
+    def refusal_line(self, exc: AuthenticationError, offered: str | None) -> str | None:
+        """:meth:`explain`, or None when the same provider, method and reason were logged in
+        the last 10 s (:class:`broker.security.auth_metrics.RefusalLog`)."""
+        key = (self._provider_of(exc), method_label(exc.method or offered), exc.reason)
+        unlogged = self.refusals.admit(key)
+        if unlogged is None:
+            return None
+        tail = f" ({unlogged} more since the last report)" if unlogged else ""
+        return self.explain(exc, offered) + tail
 
     def authenticate(self, method_name: str | None, auth_data: bytes,
                      peer_cert_der: bytes | None = None) -> AuthenticatedRole:
-        """CONNECT's credentials -> role, or :class:`AuthenticationError`."""
+        """CONNECT's credentials -> role, or :class:`AuthenticationError` (both counted)."""
+        try:
+            role = self._authenticate(method_name, auth_data, peer_cert_der)
+        except AuthenticationError as exc:
+            self._count_failure(exc, method_name)
+            raise
+        self._count(role)
+        return role
+
+    def _authenticate(self, method_name: str | None, auth_data: bytes,
+                      peer_cert_der: bytes | None) -> AuthenticatedRole:
         if not self.enabled:
             return self._anonymous()
         if method_name == "token" and self._token is not None:
@@ -212,7 +283,7 @@ class AuthenticationService:
             return AuthenticatedRole(self._basic.authenticate(_text(auth_data, "basic")), "basic")
         if method_name == "tls" and self._tls is not None:
             return AuthenticatedRole(self._tls.authenticate(peer_cert_der), "tls")
-        return self._anonymous()
+        return self._anonymous(method_name)
 
     async def authenticate_async(self, method_name: str | None, auth_data: bytes,
                                  peer_cert_der: bytes | None = None) -> AuthenticatedRole:
@@ -225,8 +296,10 @@ class AuthenticationService:
         """An AUTH_RESPONSE's credentials; the role may not change (Pulsar closes then)."""
         fresh = self.authenticate(method_name, auth_data, peer_cert_der)
         if fresh.role != previous.role:
-            raise AuthenticationError("Principal cannot change during an authentication refresh",
-                                      method=method_name)
+            exc = AuthenticationError("Principal cannot change during an authentication refresh",
+                                      method=method_name, reason="PRINCIPAL_CHANGED")
+            self._count_failure(exc, method_name)
+            raise exc
         return fresh
 
     async def reauthenticate_async(self, previous: AuthenticatedRole, method_name: str | None,
@@ -240,7 +313,18 @@ class AuthenticationService:
 
     def authenticate_http(self, headers: Mapping[str, str],
                           peer_cert_der: bytes | None = None) -> AuthenticatedRole:
-        """A request's role, or :class:`AuthenticationError` (answer 401 + WWW-Authenticate)."""
+        """A request's role, or :class:`AuthenticationError` (answer 401 + WWW-Authenticate);
+        both counted."""
+        try:
+            role = self._authenticate_http(headers, peer_cert_der)
+        except AuthenticationError as exc:
+            self._count_failure(exc, _header(headers, AUTH_METHOD_HEADER))
+            raise
+        self._count(role)
+        return role
+
+    def _authenticate_http(self, headers: Mapping[str, str],
+                           peer_cert_der: bytes | None) -> AuthenticatedRole:
         if not self.enabled:
             return self._anonymous()
         method = _header(headers, AUTH_METHOD_HEADER)
@@ -248,18 +332,19 @@ class AuthenticationService:
         if method is not None:
             method = method.strip()
             if method not in self.methods:
-                raise AuthenticationError(f"Unsupported authentication method: [{method}].")
+                raise AuthenticationError(f"Unsupported authentication method: [{method}].",
+                                          reason="UNSUPPORTED_METHOD")
         elif authorization is not None:
             scheme = authorization.strip().partition(" ")[0].lower()
             method = {"bearer": "token", "basic": "basic"}.get(scheme)
             if method is None or method not in self.methods:
-                raise AuthenticationError("Authentication required")
+                raise AuthenticationError("Authentication required", reason="AUTH_REQUIRED")
         elif peer_cert_der and self._tls is not None:
             method = "tls"
         else:
             if self.anonymous_user_role:
                 return AuthenticatedRole(role=self.anonymous_user_role, method="anonymous")
-            raise AuthenticationError("Authentication required")
+            raise AuthenticationError("Authentication required", reason="AUTH_REQUIRED")
         return self._http_credentials(method, authorization, peer_cert_der)
 
     def _http_credentials(self, method: str, authorization: str | None,
@@ -268,12 +353,14 @@ class AuthenticationService:
             assert self._tls is not None
             return AuthenticatedRole(self._tls.authenticate(peer_cert_der), "tls")
         if authorization is None:
-            raise AuthenticationError("Invalid HTTP Authorization header", method=method)
+            raise AuthenticationError("Invalid HTTP Authorization header", method=method,
+                                      reason="INVALID_AUTH_DATA")
         if method == "token":
             assert self._token is not None
             scheme, _, token = authorization.strip().partition(" ")
             if scheme.lower() != "bearer":
-                raise AuthenticationError("Invalid HTTP Authorization header", method=method)
+                raise AuthenticationError("Invalid HTTP Authorization header", method=method,
+                                          reason="INVALID_AUTH_DATA")
             identity = self._token.authenticate(token)
             return AuthenticatedRole(identity.role, "token", identity.expires_at_ms)
         assert self._basic is not None
@@ -292,7 +379,8 @@ def _text(auth_data: bytes, method: str) -> str:
     try:
         return auth_data.decode()
     except UnicodeDecodeError:
-        raise AuthenticationError("credentials are not UTF-8 text", method=method) from None
+        raise AuthenticationError("credentials are not UTF-8 text", method=method,
+                                  reason="INVALID_AUTH_DATA") from None
 
 
 def _header(headers: Mapping[str, str], name: str) -> str | None:

@@ -84,7 +84,8 @@ def split_credentials(data: str) -> tuple[str, str]:
     """``(user, password)`` from ``user:password``; AuthenticationError when malformed."""
     user, sep, password = data.partition(":")
     if not sep or not user:
-        raise AuthenticationError("Base64 decoded params are invalid", method="basic")
+        raise AuthenticationError("Base64 decoded params are invalid", method="basic",
+                                  reason="INVALID_AUTH_DATA")
     return user, password
 
 
@@ -93,14 +94,17 @@ def decode_basic_header(header: str) -> str:
     scheme, _, encoded = header.strip().partition(" ")
     if scheme.lower() != "basic":
         raise AuthenticationError(
-            'Authentication token has to be started with "Basic "', method="basic")
+            'Authentication token has to be started with "Basic "', method="basic",
+            reason="INVALID_HEADER")
     encoded = encoded.strip()
     if not encoded or " " in encoded:
-        raise AuthenticationError("Base64 encoded token is not found", method="basic")
+        raise AuthenticationError("Base64 encoded token is not found", method="basic",
+                                  reason="INVALID_HEADER")
     try:
         return base64.b64decode(encoded, validate=True).decode()
     except (binascii.Error, UnicodeDecodeError) as exc:
-        raise AuthenticationError(f"Base64 decoding is failure: {exc}", method="basic") from None
+        raise AuthenticationError(f"Base64 decoding is failure: {exc}", method="basic",
+                                  reason="INVALID_HEADER") from None
 
 
 class BasicAuthenticator:
@@ -118,7 +122,8 @@ class BasicAuthenticator:
         user, password = split_credentials(credentials)
         hashed = self._users.get(user)
         if hashed is None:
-            raise AuthenticationError(UNKNOWN_USER_OR_BAD_PASSWORD, method=self.method_name)
+            raise AuthenticationError(UNKNOWN_USER_OR_BAD_PASSWORD, method=self.method_name,
+                                      reason="INVALID_TOKEN")
         digest = hashlib.sha256(password.encode()).digest()
         key = (user, digest)
         with self._lock:
@@ -128,7 +133,8 @@ class BasicAuthenticator:
         verify = _verifier_for(hashed)
         assert verify is not None  # parse_htpasswd refused unknown schemes
         if not verify(password, hashed):
-            raise AuthenticationError(UNKNOWN_USER_OR_BAD_PASSWORD, method=self.method_name)
+            raise AuthenticationError(UNKNOWN_USER_OR_BAD_PASSWORD, method=self.method_name,
+                                      reason="INVALID_TOKEN")
         with self._lock:
             self._verified[key] = None
             while len(self._verified) > _SUCCESS_CACHE_SIZE:

@@ -9,8 +9,11 @@ Three kinds, handled differently by the callers:
   state); the message names the setting, never the secret.
 * :class:`AuthenticationError`: credentials were refused. On the binary protocol the
   connection answers ``ERROR(AuthenticationError, wire_message)`` and closes; ``wire_message``
-  is Pulsar's fixed "Unable to authenticate", so a client learns nothing about *why*, while
-  ``detail`` (Pulsar's provider text) goes to the log. On REST it is a 401.
+  is Pulsar's fixed "Failed to authenticate", so a client learns nothing about *why*, while
+  ``detail`` (Pulsar's provider text) goes to the log. On REST it is a 401. ``reason`` is the
+  provider's error code as Pulsar's providers name it (``INVALID_TOKEN``, ``INVALID_CERTS``...),
+  the ``reason`` label of ``pulsar_authentication_failures_total``: a short fixed set, so the
+  counter stays bounded whatever a client sends.
 * :class:`AuthorizationError`: an authenticated role may not do this. Request-scoped: the
   binary protocol answers that request with ``AuthorizationError`` and keeps the connection;
   REST answers 403.
@@ -27,8 +30,9 @@ __all__ = [
     "SecurityConfigError",
 ]
 
-#: What Pulsar's ServerCnx sends with ServerError.AuthenticationError, whatever the cause.
-WIRE_AUTHENTICATION_FAILED = "Unable to authenticate"
+#: What Pulsar 4.0's ServerCnx sends with ServerError.AuthenticationError, whatever the cause
+#: (Pulsar 2.x sent "Unable to authenticate").
+WIRE_AUTHENTICATION_FAILED = "Failed to authenticate"
 
 
 class SecurityConfigError(ConfigError):
@@ -36,12 +40,16 @@ class SecurityConfigError(ConfigError):
 
 
 class AuthenticationError(Exception):
-    """Credentials were refused. ``detail`` is the provider's reason (for logs and REST)."""
+    """Credentials were refused. ``detail`` is the provider's reason (for logs and REST),
+    ``reason`` its error code (for the failure counter), ``method`` the provider's wire name
+    (None when no provider refused: no credentials, or a method no provider serves)."""
 
-    def __init__(self, detail: str, *, method: str | None = None) -> None:
+    def __init__(self, detail: str, *, method: str | None = None,
+                 reason: str = "UNKNOWN") -> None:
         super().__init__(detail)
         self.detail = detail
         self.method = method
+        self.reason = reason
 
     @property
     def wire_message(self) -> str:

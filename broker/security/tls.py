@@ -23,6 +23,12 @@ checked every ``tlsCertRefreshCheckDurationSec`` (:meth:`ReloadingServerContext.
 (mtime, size); the check and the rebuild read files, so they run in a worker thread. A
 rebuild that fails (a half-written key, a key not matching its certificate) keeps the
 previous context and is retried at the next check.
+
+A handshake that fails is dropped by the event loop without a word (it logs TLS errors only in
+debug mode); the listening context's :class:`HandshakeReportingSSLObject` logs each at WARN with
+OpenSSL's reason (at most once per 10 s per reason, with the count in between), and says so
+when the peer spoke plaintext (``WRONG_VERSION_NUMBER``: a
+``pulsar://`` client on the TLS port), the mistake a client otherwise only sees as a timeout.
 """
 
 from __future__ import annotations
@@ -32,12 +38,17 @@ import contextlib
 import logging
 import os
 import ssl
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from broker.config import BrokerConfig
 from broker.security.errors import SecurityConfigError
 
 __all__ = [
+    "HANDSHAKE_WARN_INTERVAL_S",
+    "HandshakeReportingSSLObject",
+    "HandshakeReports",
     "ReloadingServerContext",
     "TlsSettings",
     "build_server_context",
@@ -163,6 +174,63 @@ def _fingerprint(paths: tuple[str, ...]) -> tuple[tuple[int, int], ...]:
     return tuple(out)
 
 
+#: OpenSSL's reasons when the first bytes are not a TLS ClientHello: a plaintext client.
+_PLAINTEXT_REASONS = frozenset({"WRONG_VERSION_NUMBER", "HTTP_REQUEST", "HTTPS_PROXY_REQUEST",
+                                "RECORD_LAYER_FAILURE", "PACKET_LENGTH_TOO_LONG",
+                                "UNKNOWN_PROTOCOL"})
+#: A failed handshake is logged at most once per this many seconds per reason (a retrying
+#: client or a scanner would flood the log), with the count of those not logged since.
+HANDSHAKE_WARN_INTERVAL_S = 10.0
+
+
+class HandshakeReports:
+    """The WARN lines of failed handshakes for one listening context, rate-limited per OpenSSL
+    reason (a bounded set). Called on the event loop only."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._last: dict[str, float] = {}
+        self._unreported: dict[str, int] = {}
+        self.failures = 0
+
+    def failed(self, exc: ssl.SSLError) -> None:
+        self.failures += 1
+        reason = str(exc.reason or type(exc).__name__)[:64]
+        now = self._clock()
+        last = self._last.get(reason)
+        if last is not None and now - last < HANDSHAKE_WARN_INTERVAL_S:
+            self._unreported[reason] = self._unreported.get(reason, 0) + 1
+            return
+        self._last[reason] = now
+        more = self._unreported.pop(reason, 0)
+        tail = f" ({more} more since the last report)" if more else ""
+        if reason in _PLAINTEXT_REASONS:
+            log.warning("TLS handshake refused (%s): the client spoke plaintext to the TLS port "
+                        "(pulsar:// or http:// instead of pulsar+ssl:// or https://)%s",
+                        reason, tail)
+        else:
+            log.warning("TLS handshake refused (%s): %s%s", reason, exc, tail)
+
+
+class HandshakeReportingSSLObject(ssl.SSLObject):
+    """The listening context's TLS sessions: a failed handshake goes to :attr:`reports` (the
+    event loop drops it silently). A peer that closes mid-handshake (a port probe) is not
+    reported. Each :class:`ReloadingServerContext` binds a subclass to its own reports."""
+
+    reports: HandshakeReports | None = None
+
+    def do_handshake(self) -> None:
+        try:
+            super().do_handshake()
+        except (ssl.SSLWantReadError, ssl.SSLWantWriteError, ssl.SSLEOFError,
+                ssl.SSLZeroReturnError):
+            raise
+        except ssl.SSLError as exc:
+            if self.reports is not None:
+                self.reports.failed(exc)
+            raise
+
+
 class ReloadingServerContext:
     """A listening SSL context whose certificate follows the files (see the module doc)."""
 
@@ -174,6 +242,10 @@ class ReloadingServerContext:
         # needs a certificate of its own for OpenSSL to accept it as a server context.
         self.listening = build_server_context(settings)
         self.listening.sni_callback = self._select
+        self.handshake_reports = HandshakeReports()
+        self.listening.sslobject_class = type(
+            "ListeningSSLObject", (HandshakeReportingSSLObject,),
+            {"reports": self.handshake_reports})
         self.reloads = 0
 
     @property

@@ -119,13 +119,15 @@ class TokenAuthenticator:
     def authenticate(self, token: str) -> TokenIdentity:
         """The identity in *token*, or :class:`AuthenticationError` with Pulsar's text."""
         if not token.strip():
-            raise AuthenticationError("Blank token found", method=self.method_name)
+            raise AuthenticationError("Blank token found", method=self.method_name,
+                                      reason="INVALID_AUTH_DATA")
         options: Options = {"verify_aud": False, "require": []}
         try:
             claims: Mapping[str, Any] = jwt.decode(
                 token.strip(), self._key, algorithms=list(self._algorithms), options=options)
         except jwt.PyJWTError as exc:
-            raise AuthenticationError(_FAILED + str(exc), method=self.method_name) from None
+            raise AuthenticationError(_FAILED + str(exc), method=self.method_name,
+                                      reason="INVALID_TOKEN") from None
         self._check_audience(claims)
         role = self._role_of(claims)
         exp = claims.get("exp")
@@ -139,15 +141,16 @@ class TokenAuthenticator:
         if found is None:
             raise AuthenticationError(
                 _FAILED + f"Found null Audience in token, for claimed field: {self._audience_claim}",
-                method=self.method_name)
+                method=self.method_name, reason="INVALID_TOKEN")
         audiences = found if isinstance(found, list) else [found]
         if not all(isinstance(a, str) for a in audiences):
             raise AuthenticationError(
-                f"Audiences in token is not in expected format: {found}", method=self.method_name)
+                f"Audiences in token is not in expected format: {found}", method=self.method_name,
+                reason="INVALID_AUDIENCES")
         if self._audience not in audiences:
             raise AuthenticationError(
                 f"Audiences in token: [{', '.join(audiences)}] not contains this broker: "
-                f"{self._audience}", method=self.method_name)
+                f"{self._audience}", method=self.method_name, reason="INVALID_AUDIENCES")
 
     def _role_of(self, claims: Mapping[str, Any]) -> str:
         value = claims.get(self._role_claim)
@@ -156,5 +159,5 @@ class TokenAuthenticator:
         if not isinstance(value, str) or not value.strip():
             raise AuthenticationError(
                 _FAILED + f"no role in the token's {self._role_claim!r} claim",
-                method=self.method_name)
+                method=self.method_name, reason="INVALID_TOKEN")
         return value

@@ -1,7 +1,7 @@
 """Authentication and authorization on the binary protocol, over real sockets.
 
 A broker with token authentication and authorization: CONNECT credentials decide the role
-(refused: ERROR AuthenticationError "Unable to authenticate", then close), per-command
+(refused: ERROR AuthenticationError "Failed to authenticate", then close), per-command
 authorization answers the request with AuthorizationError and keeps the connection, expired
 tokens are challenged (AUTH_CHALLENGE) and refreshed by AUTH_RESPONSE, an unfinished handshake
 and surplus connections are closed.
@@ -65,7 +65,7 @@ def test_garbage_and_wrong_key_tokens_get_authentication_error_then_close(secure
             answer = raw.recv_command()
             assert answer.type == T.ERROR
             assert answer.error.error == ServerError.AuthenticationError
-            assert answer.error.message == "Unable to authenticate"
+            assert answer.error.message == "Failed to authenticate"
             assert raw.is_closed_by_peer()
 
 
@@ -300,3 +300,55 @@ def test_schema_commands_need_lookup_or_produce_permission(broker_factory: Calla
     assert _rest_status(broker, path, token("owner")) == 200
     assert _rest_status(broker, path, token("reader")) == 200
     assert _rest_status(broker, path, token("bob")) == 403
+
+
+def test_refused_connects_are_logged_at_warn_with_the_reason_and_counted(
+        secured: Any, caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+    import urllib.request
+
+    caplog.set_level(logging.WARNING, logger="horae.handshake")
+    for credential in ("garbage", None):
+        with RawClient(secured.service_url) as raw:
+            raw.send(connect_frame(credential))
+            assert raw.recv_command().type == T.ERROR
+            assert raw.is_closed_by_peer()
+    with RawClient(secured.service_url) as raw:
+        raw.send(connect_frame(token("admin")))
+        assert raw.recv_command().type == T.CONNECTED
+    lines = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any("refused by AuthenticationProviderToken (method token, INVALID_TOKEN): "
+               "Failed to authentication token" in line for line in lines), lines
+    assert any("refused by AuthenticationService (method none, AUTH_REQUIRED): No anonymous "
+               "role, and the client sent no credentials" in line
+               and "configured providers: token" in line for line in lines), lines
+    assert not any("garbage" in line for line in lines)  # the credential never reaches the log
+    with urllib.request.urlopen(secured.web_url + "/metrics", timeout=10) as answer:
+        text = answer.read().decode()
+    assert ('pulsar_authentication_failures_total{auth_method="token",cluster="standalone",'
+            'provider_name="AuthenticationProviderToken",reason="INVALID_TOKEN"} 1.0') in text
+    assert ('pulsar_authentication_failures_total{auth_method="none",cluster="standalone",'
+            'provider_name="AuthenticationService",reason="AUTH_REQUIRED"} 1.0') in text
+    assert ('pulsar_authentication_success_total{auth_method="token",cluster="standalone",'
+            'provider_name="AuthenticationProviderToken"} 1.0') in text
+
+
+def test_refused_rest_requests_are_logged_at_warn_and_counted(
+        secured: Any, caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+    import urllib.error
+    import urllib.request
+
+    caplog.set_level(logging.WARNING, logger="horae.admin.auth")
+    request = urllib.request.Request(secured.web_url + "/admin/v2/tenants",
+                                     headers={"Authorization": "Bearer garbage"})
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=10)
+    assert refused.value.code == 401
+    lines = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any("(GET /admin/v2/tenants) refused by AuthenticationProviderToken (method token, "
+               "INVALID_TOKEN): Failed to authentication token" in line for line in lines), lines
+    with urllib.request.urlopen(secured.web_url + "/metrics", timeout=10) as answer:
+        text = answer.read().decode()
+    assert ('pulsar_authentication_failures_total{auth_method="token",cluster="standalone",'
+            'provider_name="AuthenticationProviderToken",reason="INVALID_TOKEN"} 1.0') in text

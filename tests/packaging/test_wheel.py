@@ -26,8 +26,8 @@ import pytest
 from broker import __version__
 
 ROOT = Path(__file__).resolve().parents[2]
-SOURCES = ("pyproject.toml", "README.md", "broker", "protocol", "storage", "jobs", "proto")
-PACKAGES = {"broker", "protocol", "storage", "jobs"}
+SOURCES = ("pyproject.toml", "README.md", "broker", "protocol", "storage", "jobs", "cli", "proto")
+PACKAGES = {"broker", "protocol", "storage", "jobs", "cli"}
 PIP_TIMEOUT_S = 180
 # What pip prints when it cannot reach an index or find proto-plus in any configured source.
 UNREACHABLE = (

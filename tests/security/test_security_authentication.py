@@ -73,15 +73,71 @@ def test_binary_refusals_use_pulsars_wire_text(pki: Pki) -> None:
     for method, data, cert in (("token", b"garbage", None), ("basic", b"carol:nope", None),
                                ("tls", b"", None), ("token", b"\xff\xfe", None)):
         error = _fails(service.authenticate, method, data, cert)
-        assert error.wire_message == "Unable to authenticate"
+        assert error.wire_message == "Failed to authenticate"
         assert error.detail
 
 
 def test_no_credentials_anonymous_or_refused() -> None:
-    refused = _fails(_service().authenticate, None, b"")
-    assert refused.detail == "No anonymous role, and no authentication provider configured"
+    for method in (None, "none"):
+        refused = _fails(_service().authenticate, method, b"")
+        assert refused.reason == "AUTH_REQUIRED"
+        assert refused.detail == (
+            "No anonymous role, and the client sent no credentials (authentication method "
+            "'none'); configured providers: token, basic, tls")
     anon = _service(anonymousUserRole="anonymous").authenticate(None, b"")
     assert anon == AuthenticatedRole("anonymous", "anonymous")
+
+
+def test_a_method_no_provider_serves_is_named_with_the_configured_ones() -> None:
+    service = _service(authenticationProviders=PROVIDER_BASIC)
+    refused = _fails(service.authenticate, "token", _token().encode())
+    assert refused.reason == "AUTH_REQUIRED" and refused.method is None
+    assert refused.detail == ("No anonymous role, and no configured provider serves the client's "
+                              "authentication method 'token'; configured providers: basic")
+    assert service.explain(refused, "token") == (
+        "refused by AuthenticationService (method token, AUTH_REQUIRED): " + refused.detail)
+
+
+@pytest.mark.parametrize(("method", "data", "provider", "reason"), [
+    ("token", b"garbage", "AuthenticationProviderToken", "INVALID_TOKEN"),
+    ("token", b"  ", "AuthenticationProviderToken", "INVALID_AUTH_DATA"),
+    ("token", b"\xff", "AuthenticationProviderToken", "INVALID_AUTH_DATA"),
+    ("basic", b"carol:nope", "AuthenticationProviderBasic", "INVALID_TOKEN"),
+    ("basic", b"carol", "AuthenticationProviderBasic", "INVALID_AUTH_DATA"),
+    ("tls", b"", "AuthenticationProviderTls", "INVALID_CERTS"),
+    ("none", b"", "AuthenticationService", "AUTH_REQUIRED"),
+])
+def test_refusals_carry_pulsars_provider_and_reason_and_are_counted(
+        method: str, data: bytes, provider: str, reason: str) -> None:
+    service = _service()
+    error = _fails(service.authenticate, method, data)
+    assert error.reason == reason
+    assert service.explain(error, method).startswith(
+        f"refused by {provider} (method {method}, {reason}): ")
+    assert service.counters.failures() == {(provider, method, reason): 1}
+    assert service.counters.successes() == {}
+
+
+def test_successes_counted_by_provider_and_method_and_anonymous_not() -> None:
+    service = _service(anonymousUserRole="anon")
+    service.authenticate("token", _token().encode())
+    service.authenticate("token", _token().encode())
+    service.authenticate_http({"Authorization": f"Bearer {_token()}"})
+    service.authenticate("basic", b"carol:pw")
+    service.authenticate("none", b"")
+    assert service.counters.successes() == {("AuthenticationProviderToken", "token"): 3,
+                                            ("AuthenticationProviderBasic", "basic"): 1}
+
+
+def test_unknown_client_methods_are_one_label() -> None:
+    service = _service()
+    for method in ("x1", "x2", "sasl"):
+        _fails(service.authenticate, method, b"")
+    _fails(service.authenticate_http, {"X-Pulsar-Auth-Method-Name": "zzz"})
+    assert service.counters.failures() == {
+        ("AuthenticationService", "other", "AUTH_REQUIRED"): 2,
+        ("AuthenticationService", "sasl", "AUTH_REQUIRED"): 1,
+        ("AuthenticationService", "other", "UNSUPPORTED_METHOD"): 1}
 
 
 def test_disabled_authentication_accepts_everyone() -> None:
@@ -99,6 +155,7 @@ def test_expiry_and_refresh_keeps_role() -> None:
     assert renewed.role == "alice"
     error = _fails(service.reauthenticate, first, "token", _token("mallory").encode())
     assert error.detail == "Principal cannot change during an authentication refresh"
+    assert error.reason == "PRINCIPAL_CHANGED"
 
 
 async def test_basic_authentication_runs_off_the_loop() -> None:
@@ -139,3 +196,22 @@ def test_tls_role_needs_a_common_name(pki: Pki) -> None:
     nameless = pki.issue(None, stem="nameless")
     assert _fails(service.authenticate, "tls", b"", nameless.der).detail == (
         "Client unable to authenticate with TLS certificate")
+
+
+def test_refusal_lines_at_most_once_per_interval_per_provider_method_and_reason() -> None:
+    from broker.security.auth_metrics import REFUSAL_WARN_INTERVAL_S, RefusalLog
+
+    service = _service()
+    now = [0.0]
+    service.refusals = RefusalLog(clock=lambda: now[0])
+    bad = _fails(service.authenticate, "token", b"garbage")
+    none = _fails(service.authenticate, "none", b"")
+    assert service.refusal_line(bad, "token") == service.explain(bad, "token")
+    assert service.refusal_line(bad, "token") is None
+    assert service.refusal_line(bad, "token") is None
+    assert service.refusal_line(none, "none") == service.explain(none, "none")
+    now[0] = REFUSAL_WARN_INTERVAL_S
+    assert service.refusal_line(bad, "token") == (
+        service.explain(bad, "token") + " (2 more since the last report)")
+    assert service.counters.failures()[
+        ("AuthenticationProviderToken", "token", "INVALID_TOKEN")] == 1  # counted once per check

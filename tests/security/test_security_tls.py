@@ -211,3 +211,33 @@ async def test_reloader_task_checks_every_refresh_interval(pki: Pki) -> None:
         stop.set()
         await asyncio.wait_for(task, HANDSHAKE_TIMEOUT_S)
     assert task.done() and task.exception() is None
+
+
+def test_failed_handshakes_are_reported_at_most_once_per_interval_per_reason(
+        caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+
+    from broker.security.tls import HANDSHAKE_WARN_INTERVAL_S, HandshakeReports
+
+    now = [0.0]
+    reports = HandshakeReports(clock=lambda: now[0])
+    plaintext = ssl.SSLError(1, "[SSL: WRONG_VERSION_NUMBER] wrong version number")
+    plaintext.reason = "WRONG_VERSION_NUMBER"
+    other = ssl.SSLError(1, "[SSL: NO_SHARED_CIPHER] no shared cipher")
+    other.reason = "NO_SHARED_CIPHER"
+    caplog.set_level(logging.WARNING, logger="horae.security.tls")
+    for _ in range(5):
+        reports.failed(plaintext)
+    reports.failed(other)
+    now[0] = HANDSHAKE_WARN_INTERVAL_S
+    reports.failed(plaintext)
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines == [
+        "TLS handshake refused (WRONG_VERSION_NUMBER): the client spoke plaintext to the TLS port "
+        "(pulsar:// or http:// instead of pulsar+ssl:// or https://)",
+        "TLS handshake refused (NO_SHARED_CIPHER): [SSL: NO_SHARED_CIPHER] no shared cipher",
+        "TLS handshake refused (WRONG_VERSION_NUMBER): the client spoke plaintext to the TLS port "
+        "(pulsar:// or http:// instead of pulsar+ssl:// or https://) (4 more since the last "
+        "report)",
+    ]
+    assert reports.failures == 7
