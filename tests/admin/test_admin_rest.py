@@ -50,6 +50,11 @@ def test_tenant_errors_carry_pulsars_reasons(api: Api) -> None:
     assert (gone.status, gone.reason) == (404, "Tenant does not exist")
     bad = api("PUT", "/admin/v2/tenants/x", raw=b"[1,2")
     assert bad.status == 400
+    elsewhere = api("PUT", "/admin/v2/tenants/x", {"allowedClusters": ["nowhere"]})
+    assert (elsewhere.status, elsewhere.reason) == (412, "Clusters do not exist")
+    moved = api("POST", "/admin/v2/tenants/public", {"allowedClusters": ["standalone", "b"]})
+    assert (moved.status, moved.reason) == (412, "Clusters do not exist")
+    assert "x" not in api("GET", "/admin/v2/tenants").body
 
 
 # --- namespaces ----------------------------------------------------------------------------
