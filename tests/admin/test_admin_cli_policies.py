@@ -60,6 +60,7 @@ def test_topic_deduplication_and_strategy_and_threshold(cli: Cli, api: Api) -> N
 
 
 def test_namespace_schema_strategy_is_in_the_policies_document(cli: Cli, api: Api) -> None:
+    assert api("GET", NS + "/schemaCompatibilityStrategy").body == "UNDEFINED"  # unset: Pulsar's
     cli.ok("namespaces", "set-schema-compatibility-strategy", "public/default",
            "--compatibility", "BACKWARD_TRANSITIVE")
     assert cli.ok("namespaces", "get-schema-compatibility-strategy",
