@@ -7,8 +7,8 @@ same :class:`AdminFacade` the other topic routes use:
   clients reconnect and load it again on a new ledger. 204.
 - ``POST .../{topic}/terminate``: the topic takes no more messages (durably, see
   :mod:`broker.topics.termination`); answers the last message id ``{"ledgerId", "entryId",
-  "partitionIndex"}``. On a partitioned topic 405 "Termination of a partitioned topic is not
-  allowed"; ``POST .../terminate/partitions`` terminates every partition and answers
+  "partitionIndex", "batchIndex", "batchSize"}`` (batch -1 and 0, as Pulsar's MessageIdImpl).
+  On a partitioned topic 405 "Termination of a partitioned topic is not allowed"; ``POST .../terminate/partitions`` terminates every partition and answers
   ``{index: id}``.
 - ``GET .../subscription/{sub}/position/{n}``: peek the n-th (1-based) unacknowledged entry;
   ``GET .../examinemessage?initialPosition=earliest|latest&messagePosition=n``: the n-th entry
@@ -64,9 +64,10 @@ async def _full(request: web.Request) -> tuple[AdminFacade, str]:
 
 
 def _message_id(pos: Position | None, partition: int = -1) -> dict[str, int]:
-    if pos is None:
-        return {"ledgerId": -1, "entryId": -1, "partitionIndex": partition}
-    return {"ledgerId": pos.ledger_id, "entryId": pos.entry_id, "partitionIndex": partition}
+    """Pulsar's MessageIdImpl as its admin writes it (no batch: index -1, size 0)."""
+    ledger, entry = (-1, -1) if pos is None else (pos.ledger_id, pos.entry_id)
+    return {"ledgerId": ledger, "entryId": entry, "partitionIndex": partition,
+            "batchIndex": -1, "batchSize": 0}
 
 
 def _positive_int(request: web.Request, text: str, what: str) -> int:

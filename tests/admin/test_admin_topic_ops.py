@@ -37,7 +37,7 @@ def test_terminate_answers_the_last_id_and_refuses_producers(client: Any, api: A
     reply = api("POST", T + "/term/terminate")
     assert reply.status == 200
     assert reply.body == {"ledgerId": ids[-1].ledger_id(), "entryId": ids[-1].entry_id(),
-                          "partitionIndex": -1}
+                          "partitionIndex": -1, "batchIndex": -1, "batchSize": 0}
     with pytest.raises(pulsar.TopicTerminated):
         client.create_producer(f"{FULL}/term")
     for _ in range(3):      # what was sent before the termination is still delivered
