@@ -161,7 +161,7 @@ def test_topic_operation_commands(cli: Cli, client: Any) -> None:
     assert last["entryId"] == 2
     cli.ok("topics", "create-partitioned-topic", "pp", "-p", "2")
     cli.ok("topics", "update-partitioned-topic", "pp", "-p", "3")
-    assert cli.ok("topics", "get-partitioned-topic-metadata", "pp") == {"partitions": 3}
+    assert cli.ok("topics", "get-partitioned-topic-metadata", "pp") == {"partitions": 3, "deleted": False}
     shrink = cli.run("topics", "update-partitioned-topic", "pp", "-p", "1")
     assert shrink.returncode == 1
     assert "can't be less than the current partitions 3" in shrink.stderr

@@ -156,7 +156,7 @@ def test_expire_messages_acknowledges_what_is_older(client: Any, api: Api) -> No
 def test_grow_a_partitioned_topic_but_never_shrink_it(api: Api) -> None:
     assert api("PUT", T + "/grow/partitions", 2).status == 204
     assert api("POST", T + "/grow/partitions", 4).status == 204
-    assert api("GET", T + "/grow/partitions").body == {"partitions": 4}
+    assert api("GET", T + "/grow/partitions").body == {"partitions": 4, "deleted": False}
     shrink = api("POST", T + "/grow/partitions", 3)
     assert shrink.status == 422
     assert shrink.reason == "Desired partitions 3 can't be less than the current partitions 4."

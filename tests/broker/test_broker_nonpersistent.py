@@ -126,12 +126,12 @@ def test_nonpersistent_admin_partitioned_create_list_delete(broker: Any, client:
     base = "/admin/v2/non-persistent/public/default"
     assert _call(broker, "PUT", base + "/parted/partitions", b"3") == 204
     assert _get(broker, base + "/partitioned") == ["non-persistent://public/default/parted"]
-    assert _get(broker, base + "/parted/partitions") == {"partitions": 3}
+    assert _get(broker, base + "/parted/partitions") == {"partitions": 3, "deleted": False}
     producer = client.create_producer("non-persistent://public/default/parted")
     producer.send(b"x")
     producer.close()
     stats = _get(broker, base + "/parted/partitioned-stats")
-    assert stats["msgInCounter"] == 1 and stats["metadata"] == {"partitions": 3}
+    assert stats["msgInCounter"] == 1 and stats["metadata"] == {"partitions": 3, "deleted": False}
     assert _call(broker, "DELETE", base + "/parted/partitions?force=true") == 204
     assert _get(broker, base + "/partitioned") == []
     assert _get(broker, base) == []
