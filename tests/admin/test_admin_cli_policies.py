@@ -130,8 +130,8 @@ def test_retention_ttl_quota_inactive_commands(cli: Cli, api: Api) -> None:
     cli.ok("namespaces", "set-backlog-quota", "public/default", "-l", "10M",
            "-p", "producer_exception")
     assert cli.ok("namespaces", "get-backlog-quotas", "public/default") == {
-        "destination_storage": {"limitSize": 10 * 1024 * 1024, "limitTime": -1,
-                                "policy": "producer_exception"}}
+        "destination_storage": {"limit": 10 * 1024 * 1024, "limitSize": 10 * 1024 * 1024,
+                                "limitTime": -1, "policy": "producer_exception"}}
     cli.ok("namespaces", "remove-backlog-quota", "public/default")
     assert cli.ok("namespaces", "get-backlog-quotas", "public/default") == {}
     cli.ok("namespaces", "set-inactive-topic-policies", "public/default", "-e", "-t", "2m",
