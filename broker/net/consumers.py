@@ -45,7 +45,7 @@ from protocol.commands import (
     encode_success,
 )
 from protocol.errors import (
-    ConsumerNotFoundError,
+    MetadataError,
     NotAllowedError,
     RequestError,
     ServerError,
@@ -324,7 +324,7 @@ class ConsumerSide:
             except StorageError as exc:
                 raise storage_failure(exc, StorageOp.SEEK_PUBLISH_TIME).error from exc
         else:
-            raise NotAllowedError("Message id and timestamp were not present")
+            raise MetadataError("Message id and message publish time were not present")
         self.connection.write(encode_success(cmd.request_id))
 
     async def handle_unsubscribe(self, cmd: pb.CommandUnsubscribe) -> None:
@@ -427,9 +427,12 @@ class ConsumerSide:
                 log.exception("removing consumer %s failed", record.consumer.name)
 
     def _attached_to(self, consumer_id: int) -> Attached:
+        """The consumer a SEEK, UNSUBSCRIBE or GET_LAST_MESSAGE_ID names; Pulsar refuses an
+        unknown one with MetadataError "Consumer not found" (ConsumerNotFound is its code for
+        CONSUMER_STATS and acks)."""
         attached = self._attached.get(consumer_id)
         if attached is None:
-            raise ConsumerNotFoundError(f"Consumer {consumer_id} not found")
+            raise MetadataError("Consumer not found")
         return attached
 
 

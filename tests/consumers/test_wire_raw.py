@@ -136,6 +136,24 @@ def test_seek_closes_the_consumer_before_answering(raw: RawClient) -> None:
     assert (msg.message_id.ledgerId, msg.message_id.entryId) == ids[1]
 
 
+def test_requests_naming_an_unknown_consumer_get_pulsars_metadata_error(raw: RawClient) -> None:
+    # Pulsar's ServerCnx answers SEEK, UNSUBSCRIBE and GET_LAST_MESSAGE_ID for a consumer id
+    # the connection does not have with MetadataError "Consumer not found"
+    for request_id, frame in enumerate((cc.encode_seek(77, 1, message_id=(1, 1)),
+                                        cc.encode_seek(77, 2, publish_time=1),
+                                        cc.encode_unsubscribe(77, 3),
+                                        cc.encode_get_last_message_id(77, 4)), start=1):
+        raw.send(frame)
+        error = raw.next().error
+        assert (error.request_id, error.error, error.message) == (
+            request_id, pb.MetadataError, "Consumer not found")
+    assert _subscribe(raw, topic_name("raw-seek-nothing"), 8, 5).type == T.SUCCESS
+    raw.send(cc.encode_seek(8, 6))
+    error = raw.next().error
+    assert (error.request_id, error.error, error.message) == (
+        6, pb.MetadataError, "Message id and message publish time were not present")
+
+
 def test_repeated_subscribe_and_unknown_close_both_succeed(raw: RawClient) -> None:
     topic = topic_name("raw-repeat")
     assert _subscribe(raw, topic, 5, 1).type == T.SUCCESS
