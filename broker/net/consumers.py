@@ -370,8 +370,10 @@ class ConsumerSide:
                 except Exception:
                     batch_index = None
         md = sub.cursor.mark_delete_position
+        # Pulsar answers a topic without an entry (-1, -1), not (its ledger, -1)
+        last_ledger = last.ledger_id if last.entry_id >= 0 else -1
         self.connection.write(encode_get_last_message_id_response(
-            cmd.request_id, last.ledger_id & _U64, last.entry_id & _U64,
+            cmd.request_id, last_ledger & _U64, last.entry_id & _U64,
             partition=consumer.partition, batch_index=batch_index,
             mark_delete=(md.ledger_id & _U64, md.entry_id & _U64),
         ))

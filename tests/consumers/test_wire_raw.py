@@ -108,13 +108,15 @@ def test_ack_response_only_when_the_ack_has_a_request_id(raw: RawClient) -> None
     assert reply.ackResponse.request_id == 55 and not reply.ackResponse.HasField("error")
 
 
-def test_get_last_message_id_on_an_empty_topic_has_entry_minus_one(raw: RawClient) -> None:
+def test_get_last_message_id_on_an_empty_topic_is_minus_one_minus_one(raw: RawClient) -> None:
     topic = topic_name("raw-last")
     assert _subscribe(raw, topic, 3, 1).type == T.SUCCESS
     raw.send(cc.encode_get_last_message_id(3, 2))
     reply = raw.next().getLastMessageIdResponse
     assert reply.request_id == 2
-    assert reply.last_message_id.entryId == U64_MINUS_ONE  # -1 as the client reads it
+    # (-1, -1) as the client reads it, as Pulsar answers a topic without an entry
+    assert (reply.last_message_id.ledgerId, reply.last_message_id.entryId) == (
+        U64_MINUS_ONE, U64_MINUS_ONE)
     ids = _publish(raw, topic, 1)
     raw.send(cc.encode_get_last_message_id(3, 3))
     reply = raw.next().getLastMessageIdResponse
