@@ -34,6 +34,7 @@ from broker.subscriptions.consumer import Consumer, HashRange
 from broker.subscriptions.limits import ConsumerLimits
 from broker.subscriptions.nonpersistent import NonPersistentSubscription
 from broker.subscriptions.subscription import Subscription, tail_position, wire_position
+from broker.topics.dedup import DEDUP_CURSOR
 from broker.topics.names import TopicName
 from broker.topics.service import BrokerService
 from broker.topics.storage_errors import StorageOp, storage_failure
@@ -47,6 +48,7 @@ from protocol.commands import (
 from protocol.errors import (
     MetadataError,
     NotAllowedError,
+    ProducerBusyError,
     RequestError,
     ServerError,
     ServiceNotReadyError,
@@ -57,6 +59,9 @@ from storage.errors import StorageError
 from storage.positions import Position
 
 __all__ = ["ConsumerSide"]
+
+#: Pulsar's geo-replication cursors' prefix: no consumer may take such a name.
+REPLICATOR_PREFIX = "pulsar.repl"
 
 log = logging.getLogger("horae.net.consumers")
 
@@ -157,6 +162,11 @@ class ConsumerSide:
 
     async def _subscribe(self, cmd: pb.CommandSubscribe) -> None:
         tn = TopicName.parse(cmd.topic)
+        # Pulsar refuses these names with its NamingException's code, ProducerBusy
+        if not cmd.subscription.strip():
+            raise ProducerBusyError("Empty subscription name")
+        if cmd.subscription == DEDUP_CURSOR or cmd.subscription.startswith(REPLICATOR_PREFIX):
+            raise ProducerBusyError("Subscription with reserved subscription name attempted")
         read_compacted = bool(cmd.read_compacted)
         if read_compacted and (not tn.is_persistent or cmd.subType not in (
                 pb.CommandSubscribe.Exclusive, pb.CommandSubscribe.Failover)):

@@ -156,6 +156,20 @@ def test_requests_naming_an_unknown_consumer_get_pulsars_metadata_error(raw: Raw
         6, pb.MetadataError, "Message id and message publish time were not present")
 
 
+@pytest.mark.parametrize(("name", "reason"), [
+    ("", "Empty subscription name"),
+    ("  ", "Empty subscription name"),
+    ("pulsar.dedup", "Subscription with reserved subscription name attempted"),
+    ("pulsar.repl.elsewhere", "Subscription with reserved subscription name attempted"),
+])
+def test_empty_and_reserved_subscription_names_are_refused_as_pulsar_refuses_them(
+        raw: RawClient, name: str, reason: str) -> None:
+    raw.send(cc.encode_subscribe(topic_name("raw-names"), name, 1, 9, 1))
+    error = raw.next().error
+    assert (error.request_id, error.error, error.message) == (1, pb.ProducerBusy, reason)
+    assert _subscribe(raw, topic_name("raw-names"), 9, 2).type == T.SUCCESS
+
+
 def test_repeated_subscribe_and_unknown_close_both_succeed(raw: RawClient) -> None:
     topic = topic_name("raw-repeat")
     assert _subscribe(raw, topic, 5, 1).type == T.SUCCESS
