@@ -141,7 +141,7 @@ def unique_names(scenario: str) -> dict[str, str]:
     """Names no other scenario run uses: ``t`` tenant, ``ns`` namespace, ``topic`` topic."""
     n = next(_run)
     slug = "".join(ch if ch.isalnum() else "-" for ch in scenario.lower())[:40].strip("-")
-    return {"t": f"o{_PROCESS}{n}-{slug}", "ns": f"ns{n}", "topic": f"tp{n}-{slug}"}
+    return {"t": f"o{_PROCESS}{n}-{slug}", "ns": f"ns{n}", "topic": f"tp{_PROCESS}{n}-{slug}"}
 
 
 def positions(received: Iterable[Any], published: list[Any]) -> list[int | str]:
