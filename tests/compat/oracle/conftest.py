@@ -45,7 +45,7 @@ def _java_major(java: str) -> int | None:
 
 
 def _skip_reason() -> str | None:
-    java = os.environ.get("PULSAR_JAVA") or shutil.which("java")
+    java = shutil.which(os.environ.get("PULSAR_JAVA") or "java")
     if java is None:
         return "java (17+) is not installed: Pulsar standalone cannot run"
     major = _java_major(java)

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from conftest_client import client_for
+from clients import client_for
 from peers import Peer, Peers, positions, unique_names
 
 FULL = os.environ.get("HORAE_ORACLE") == "full"

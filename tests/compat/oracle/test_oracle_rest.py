@@ -188,7 +188,7 @@ def _fill(value: Any, names: dict[str, str]) -> Any:
 
 
 def _publish(peer: Peer, step: Publish, names: dict[str, str]) -> None:
-    from conftest_client import client_for
+    from clients import client_for
 
     topic = f"persistent://{names['t']}/{names['ns']}/{step.topic.format(**names)}"
     with client_for(peer) as client:

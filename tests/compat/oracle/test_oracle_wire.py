@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 from broker_rawclient import RawClient, make_entry
-from conftest_client import client_for
+from clients import client_for
 from peers import Peer, Peers, unique_names
 
 from protocol import commands as C
