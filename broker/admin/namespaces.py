@@ -37,6 +37,13 @@ def _cluster(facade: AdminFacade) -> str:
 
 
 # --- clusters / tenants -------------------------------------------------------------------
+def require_known_clusters(facade: AdminFacade, info: dict[str, Any] | None) -> None:
+    """A tenant's ``allowedClusters`` may name only this node's cluster (Pulsar: 412)."""
+    allowed = (info or {}).get("allowedClusters")
+    if isinstance(allowed, list) and any(name != _cluster(facade) for name in allowed):
+        raise E.precondition_failed(E.CLUSTERS_NOT_FOUND)
+
+
 async def list_clusters(request: web.Request) -> web.Response:
     return json_response([_cluster(facade_of(request))])
 
@@ -63,6 +70,7 @@ async def create_tenant(request: web.Request) -> web.Response:
         raise E.bad_request("Invalid tenant info: expected a JSON object")
     if tenant in await facade.service.tenancy.list_tenants():
         raise E.conflict(E.TENANT_EXISTS)
+    require_known_clusters(facade, body)
     info = {"adminRoles": [], "allowedClusters": [_cluster(facade)], **(body or {})}
     try:
         await facade.service.tenancy.create_tenant(tenant, info)

@@ -121,7 +121,8 @@ async def create_partitioned(request: web.Request) -> web.Response:
 
 async def get_partitions(request: web.Request) -> web.Response:
     facade, full = await _named(request)
-    return json_response({"partitions": await facade.service.get_partition_count(full)})
+    return json_response({"partitions": await facade.service.get_partition_count(full),
+                          "deleted": False})
 
 
 async def delete_partitioned(request: web.Request) -> web.Response:
@@ -154,7 +155,7 @@ async def partitioned_stats(request: web.Request) -> web.Response:
                     "msgDropRate")}
     for key in ("msgInCounter", "bytesInCounter", "msgOutCounter", "bytesOutCounter"):
         total[key] = sum(int(s[key]) for s in parts.values())
-    total["metadata"] = {"partitions": n}
+    total["metadata"] = {"partitions": n, "deleted": False}
     per_partition = request.query.get("perPartition", "true").lower() in ("1", "true", "yes")
     total["partitions"] = parts if per_partition else {}
     return json_response(total)

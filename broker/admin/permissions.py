@@ -30,7 +30,7 @@ from aiohttp import web
 from broker.admin import bodies
 from broker.admin import errors as E
 from broker.admin.facade import AdminFacade, topic_full_name
-from broker.admin.namespaces import NAMESPACE, TENANT
+from broker.admin.namespaces import NAMESPACE, TENANT, require_known_clusters
 from broker.admin.responses import facade_of, json_response, no_content
 from broker.admin.topics import TOPIC
 from broker.security.authorization import AuthAction, AuthPolicies
@@ -120,6 +120,7 @@ async def update_tenant(request: web.Request) -> web.Response:
     if not isinstance(body, dict):
         raise E.bad_request("Invalid tenant info: expected a JSON object")
     await facade.require_tenant(tenant)
+    require_known_clusters(facade, body)
     current = await facade.service.tenancy.get_tenant(tenant) or {}
     await facade.service.tenancy.update_tenant(tenant, {**current, **body})
     return no_content()

@@ -115,9 +115,12 @@ _FIELDS: tuple[tuple[str, str, str, Parser], ...] = (
 
 
 def _handlers(scope: _Scope, field: str, parse: Parser) -> tuple[Handler, Handler, Handler]:
+    # what GET answers while unset: Pulsar's namespace strategy reads "UNDEFINED", others null
+    unset = "UNDEFINED" if field == P.NS_SCHEMA_STRATEGY else None
+
     async def get(request: web.Request) -> web.Response:
         facade, key = await scope.locate(request)
-        return json_response(scope.read(_store(facade), key).get(field))
+        return json_response(scope.read(_store(facade), key).get(field, unset))
 
     async def put(request: web.Request) -> web.Response:
         body = bodies.load_json(await request.read())
@@ -134,7 +137,7 @@ def _handlers(scope: _Scope, field: str, parse: Parser) -> tuple[Handler, Handle
 
 
 async def get_namespace_policies(request: web.Request) -> web.Response:
-    """Pulsar's Policies document of a namespace (the fields Horae keeps)."""
+    """Pulsar's Policies document of a namespace (the fields Horae keeps; unset ones left out)."""
     facade, ns = await _namespace(request)
     fields = _store(facade).namespace(ns)
     delayed = _store(facade).delayed_body("namespace", ns)
@@ -150,7 +153,8 @@ async def get_namespace_policies(request: web.Request) -> web.Response:
     if delayed is not None:
         doc["delayed_delivery_policies"] = policy_to_body(
             resolve_policy(facade.service.config, delayed, None))
-    return json_response(doc)
+    # Pulsar leaves out the policies a namespace does not set (its Policies omits nulls)
+    return json_response({key: value for key, value in doc.items() if value is not None})
 
 
 def add_routes(app: web.Application) -> None:

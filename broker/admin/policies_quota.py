@@ -189,11 +189,17 @@ def _quota_type(request: web.Request) -> str:
     return kind
 
 
+def _written(quotas: dict[str, Any]) -> dict[str, Any]:
+    """A quota map as Pulsar writes it: each quota also under its deprecated ``limit`` name."""
+    return {kind: {"limit": quota.get("limitSize"), **quota} if isinstance(quota, dict) else quota
+            for kind, quota in quotas.items()}
+
+
 async def get_quota_map(request: web.Request) -> web.Response:
     t = await _target(request)
     if _applied(request):
-        return json_response(t.store.backlog_quotas(t.applied_name()))
-    return json_response(t.get(P.NS_BACKLOG_QUOTA, P.TOPIC_BACKLOG_QUOTA) or {})
+        return json_response(_written(t.store.backlog_quotas(t.applied_name())))
+    return json_response(_written(t.get(P.NS_BACKLOG_QUOTA, P.TOPIC_BACKLOG_QUOTA) or {}))
 
 
 async def set_quota(request: web.Request) -> web.Response:
@@ -221,7 +227,7 @@ def policies_document_fields(store: P.PolicyStore, namespace: str) -> dict[str, 
     return {
         "retention_policies": fields.get(P.NS_RETENTION),
         "message_ttl_in_seconds": fields.get(P.NS_TTL),
-        "backlog_quota_map": fields.get(P.NS_BACKLOG_QUOTA) or {},
+        "backlog_quota_map": _written(fields.get(P.NS_BACKLOG_QUOTA) or {}),
         "inactive_topic_policies": fields.get(P.NS_INACTIVE),
     }
 

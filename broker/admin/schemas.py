@@ -119,7 +119,9 @@ async def post_compatibility(request: web.Request) -> web.Response:
             check_compatible(entry.type_name, entry.data, type_name, data, strategy)
         except SchemaIncompatible:
             compatible = False
-    return json_response({"compatibility": compatible, "schemaCompatibilityStrategy": strategy})
+    # 202 Accepted, as Pulsar's SchemasResource answers a compatibility check
+    return json_response({"compatibility": compatible, "schemaCompatibilityStrategy": strategy},
+                         status=202)
 
 
 async def delete_schema(request: web.Request) -> web.Response:

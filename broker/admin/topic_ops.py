@@ -7,9 +7,11 @@ same :class:`AdminFacade` the other topic routes use:
   clients reconnect and load it again on a new ledger. 204.
 - ``POST .../{topic}/terminate``: the topic takes no more messages (durably, see
   :mod:`broker.topics.termination`); answers the last message id ``{"ledgerId", "entryId",
-  "partitionIndex"}``. On a partitioned topic 405 "Termination of a partitioned topic is not
-  allowed"; ``POST .../terminate/partitions`` terminates every partition and answers
-  ``{index: id}``.
+  "partitionIndex", "batchIndex", "batchSize"}`` (batch -1 and 0, as Pulsar's MessageIdImpl).
+  On a partitioned topic 405 "Termination of a partitioned topic is not allowed";
+  ``POST .../terminate/partitions`` terminates every partition and answers ``{index: id}``.
+  On a non-persistent topic termination is 406 "Need to provide a persistent topic name" and
+  expiry 405 "Expire messages on a non-persistent topic is not allowed", Pulsar's answers.
 - ``GET .../subscription/{sub}/position/{n}``: peek the n-th (1-based) unacknowledged entry;
   ``GET .../examinemessage?initialPosition=earliest|latest&messagePosition=n``: the n-th entry
   from either end. Both answer the entry's payload (``application/octet-stream``) with the
@@ -64,9 +66,10 @@ async def _full(request: web.Request) -> tuple[AdminFacade, str]:
 
 
 def _message_id(pos: Position | None, partition: int = -1) -> dict[str, int]:
-    if pos is None:
-        return {"ledgerId": -1, "entryId": -1, "partitionIndex": partition}
-    return {"ledgerId": pos.ledger_id, "entryId": pos.entry_id, "partitionIndex": partition}
+    """Pulsar's MessageIdImpl as its admin writes it (no batch: index -1, size 0)."""
+    ledger, entry = (-1, -1) if pos is None else (pos.ledger_id, pos.entry_id)
+    return {"ledgerId": ledger, "entryId": entry, "partitionIndex": partition,
+            "batchIndex": -1, "batchSize": 0}
 
 
 def _positive_int(request: web.Request, text: str, what: str) -> int:
@@ -294,10 +297,11 @@ async def unload_nonpersistent(request: web.Request) -> web.Response:
     return no_content()
 
 
-def _not_on_nonpersistent(what: str) -> Callable[[web.Request], Awaitable[web.Response]]:
+def _not_on_nonpersistent(status: int,
+                          reason: str) -> Callable[[web.Request], Awaitable[web.Response]]:
     async def refuse(request: web.Request) -> web.Response:
         await _full(request)
-        raise E.not_allowed(f"{what} on a non-persistent topic is not allowed")
+        raise E.RestError(status, reason)
     return refuse
 
 
@@ -310,11 +314,13 @@ def add_routes(app: web.Application) -> None:
     r.add_post(TOPIC + "/all_subscription/expireMessages/{seconds}", expire_all_subscriptions)
     r.add_post(SUB + "/expireMessages/{seconds}", expire_subscription)
     r.add_post(SUB + "/expireMessages", expire_to_message)
-    # Pulsar refuses termination and expiry on non-persistent topics (nothing is stored).
+    # Pulsar refuses termination and expiry on non-persistent topics (nothing is stored), with
+    # these statuses and reasons.
     r.add_put(NP_TOPIC + "/unload", unload_nonpersistent)
     r.add_post(NP_TOPIC + "/partitions", update_partitions)
-    terminate_np = _not_on_nonpersistent("Termination")
-    expire_np = _not_on_nonpersistent("Expiring messages")
+    terminate_np = _not_on_nonpersistent(406, "Need to provide a persistent topic name")
+    expire_np = _not_on_nonpersistent(
+        405, "Expire messages on a non-persistent topic is not allowed")
     r.add_post(NP_TOPIC + "/terminate", terminate_np)
     r.add_post(NP_TOPIC + "/terminate/partitions", terminate_np)
     r.add_post(NP_TOPIC + "/all_subscription/expireMessages/{seconds}", expire_np)

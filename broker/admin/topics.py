@@ -85,7 +85,8 @@ async def get_partitions(request: web.Request) -> web.Response:
     facade, full = facade_of(request), _topic_name(request)
     m = request.match_info
     await facade.require_namespace(m["tenant"], m["namespace"])
-    return json_response({"partitions": await facade.partition_count(full)})
+    # Pulsar's PartitionedTopicMetadata; "deleted" is true only while a deletion runs
+    return json_response({"partitions": await facade.partition_count(full), "deleted": False})
 
 
 async def delete_topic(request: web.Request) -> web.Response:
@@ -161,7 +162,7 @@ def _partitioned_stats(topics: list[Topic], n: int, per_partition: bool,
                        stats_of: Callable[[Topic], dict[str, Any]]) -> dict[str, Any]:
     stats = {t.full: stats_of(t) for t in topics}
     result = aggregate_stats(list(stats.values()))
-    result["metadata"] = {"partitions": n}
+    result["metadata"] = {"partitions": n, "deleted": False}
     result["partitions"] = stats if per_partition else {}
     return result
 
@@ -172,7 +173,7 @@ async def internal_stats(request: web.Request) -> web.Response:
     topics = await facade.targets(full)
     if n == 0:
         return json_response(topic_docs.internal_stats(topics[0]))
-    return json_response({"metadata": {"partitions": n},
+    return json_response({"metadata": {"partitions": n, "deleted": False},
                           "partitions": {t.full: topic_docs.internal_stats(t) for t in topics}})
 
 

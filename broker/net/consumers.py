@@ -34,6 +34,7 @@ from broker.subscriptions.consumer import Consumer, HashRange
 from broker.subscriptions.limits import ConsumerLimits
 from broker.subscriptions.nonpersistent import NonPersistentSubscription
 from broker.subscriptions.subscription import Subscription, tail_position, wire_position
+from broker.topics.dedup import DEDUP_CURSOR
 from broker.topics.names import TopicName
 from broker.topics.service import BrokerService
 from broker.topics.storage_errors import StorageOp, storage_failure
@@ -45,8 +46,9 @@ from protocol.commands import (
     encode_success,
 )
 from protocol.errors import (
-    ConsumerNotFoundError,
+    MetadataError,
     NotAllowedError,
+    ProducerBusyError,
     RequestError,
     ServerError,
     ServiceNotReadyError,
@@ -57,6 +59,9 @@ from storage.errors import StorageError
 from storage.positions import Position
 
 __all__ = ["ConsumerSide"]
+
+#: Pulsar's geo-replication cursors' prefix: no consumer may take such a name.
+REPLICATOR_PREFIX = "pulsar.repl"
 
 log = logging.getLogger("horae.net.consumers")
 
@@ -157,6 +162,11 @@ class ConsumerSide:
 
     async def _subscribe(self, cmd: pb.CommandSubscribe) -> None:
         tn = TopicName.parse(cmd.topic)
+        # Pulsar refuses these names with its NamingException's code, ProducerBusy
+        if not cmd.subscription.strip():
+            raise ProducerBusyError("Empty subscription name")
+        if cmd.subscription == DEDUP_CURSOR or cmd.subscription.startswith(REPLICATOR_PREFIX):
+            raise ProducerBusyError("Subscription with reserved subscription name attempted")
         read_compacted = bool(cmd.read_compacted)
         if read_compacted and (not tn.is_persistent or cmd.subType not in (
                 pb.CommandSubscribe.Exclusive, pb.CommandSubscribe.Failover)):
@@ -324,7 +334,7 @@ class ConsumerSide:
             except StorageError as exc:
                 raise storage_failure(exc, StorageOp.SEEK_PUBLISH_TIME).error from exc
         else:
-            raise NotAllowedError("Message id and timestamp were not present")
+            raise MetadataError("Message id and message publish time were not present")
         self.connection.write(encode_success(cmd.request_id))
 
     async def handle_unsubscribe(self, cmd: pb.CommandUnsubscribe) -> None:
@@ -370,8 +380,10 @@ class ConsumerSide:
                 except Exception:
                     batch_index = None
         md = sub.cursor.mark_delete_position
+        # Pulsar answers a topic without an entry (-1, -1), not (its ledger, -1)
+        last_ledger = last.ledger_id if last.entry_id >= 0 else -1
         self.connection.write(encode_get_last_message_id_response(
-            cmd.request_id, last.ledger_id & _U64, last.entry_id & _U64,
+            cmd.request_id, last_ledger & _U64, last.entry_id & _U64,
             partition=consumer.partition, batch_index=batch_index,
             mark_delete=(md.ledger_id & _U64, md.entry_id & _U64),
         ))
@@ -427,9 +439,12 @@ class ConsumerSide:
                 log.exception("removing consumer %s failed", record.consumer.name)
 
     def _attached_to(self, consumer_id: int) -> Attached:
+        """The consumer a SEEK, UNSUBSCRIBE or GET_LAST_MESSAGE_ID names; Pulsar refuses an
+        unknown one with MetadataError "Consumer not found" (ConsumerNotFound is its code for
+        CONSUMER_STATS and acks)."""
         attached = self._attached.get(consumer_id)
         if attached is None:
-            raise ConsumerNotFoundError(f"Consumer {consumer_id} not found")
+            raise MetadataError("Consumer not found")
         return attached
 
 

@@ -84,12 +84,12 @@ def test_skip_messages_accepts_base64_ids(cli: Cli, client: Any) -> None:
 def test_partitioned_topics_and_lookup(cli: Cli, broker: Any) -> None:
     cli.ok("topics", "create-partitioned-topic", "pt", "-p", "2")
     assert cli.ok("topics", "list-partitioned-topics", "public/default") == [f"{T}/pt"]
-    assert cli.ok("topics", "get-partitioned-topic-metadata", "pt") == {"partitions": 2}
+    assert cli.ok("topics", "get-partitioned-topic-metadata", "pt") == {"partitions": 2, "deleted": False}
     lookup = cli.ok("topics", "partitioned-lookup", "pt")
     assert lookup == {f"{T}/pt-partition-0": broker.service_url,
                       f"{T}/pt-partition-1": broker.service_url}
     assert cli.ok("topics", "lookup", "pt-partition-0")["brokerUrl"] == broker.service_url
-    assert cli.ok("topics", "partitioned-stats", "pt")["metadata"] == {"partitions": 2}
+    assert cli.ok("topics", "partitioned-stats", "pt")["metadata"] == {"partitions": 2, "deleted": False}
     cli.ok("topics", "delete-partitioned-topic", "pt")
     assert cli.ok("topics", "list-partitioned-topics", "public/default") == []
     assert cli.ok("brokers", "healthcheck") == "ok"

@@ -60,6 +60,7 @@ def test_topic_deduplication_and_strategy_and_threshold(cli: Cli, api: Api) -> N
 
 
 def test_namespace_schema_strategy_is_in_the_policies_document(cli: Cli, api: Api) -> None:
+    assert api("GET", NS + "/schemaCompatibilityStrategy").body == "UNDEFINED"  # unset: Pulsar's
     cli.ok("namespaces", "set-schema-compatibility-strategy", "public/default",
            "--compatibility", "BACKWARD_TRANSITIVE")
     assert cli.ok("namespaces", "get-schema-compatibility-strategy",
@@ -129,8 +130,8 @@ def test_retention_ttl_quota_inactive_commands(cli: Cli, api: Api) -> None:
     cli.ok("namespaces", "set-backlog-quota", "public/default", "-l", "10M",
            "-p", "producer_exception")
     assert cli.ok("namespaces", "get-backlog-quotas", "public/default") == {
-        "destination_storage": {"limitSize": 10 * 1024 * 1024, "limitTime": -1,
-                                "policy": "producer_exception"}}
+        "destination_storage": {"limit": 10 * 1024 * 1024, "limitSize": 10 * 1024 * 1024,
+                                "limitTime": -1, "policy": "producer_exception"}}
     cli.ok("namespaces", "remove-backlog-quota", "public/default")
     assert cli.ok("namespaces", "get-backlog-quotas", "public/default") == {}
     cli.ok("namespaces", "set-inactive-topic-policies", "public/default", "-e", "-t", "2m",
@@ -160,7 +161,7 @@ def test_topic_operation_commands(cli: Cli, client: Any) -> None:
     assert last["entryId"] == 2
     cli.ok("topics", "create-partitioned-topic", "pp", "-p", "2")
     cli.ok("topics", "update-partitioned-topic", "pp", "-p", "3")
-    assert cli.ok("topics", "get-partitioned-topic-metadata", "pp") == {"partitions": 3}
+    assert cli.ok("topics", "get-partitioned-topic-metadata", "pp") == {"partitions": 3, "deleted": False}
     shrink = cli.run("topics", "update-partitioned-topic", "pp", "-p", "1")
     assert shrink.returncode == 1
     assert "can't be less than the current partitions 3" in shrink.stderr

@@ -50,6 +50,11 @@ def test_tenant_errors_carry_pulsars_reasons(api: Api) -> None:
     assert (gone.status, gone.reason) == (404, "Tenant does not exist")
     bad = api("PUT", "/admin/v2/tenants/x", raw=b"[1,2")
     assert bad.status == 400
+    elsewhere = api("PUT", "/admin/v2/tenants/x", {"allowedClusters": ["nowhere"]})
+    assert (elsewhere.status, elsewhere.reason) == (412, "Clusters do not exist")
+    moved = api("POST", "/admin/v2/tenants/public", {"allowedClusters": ["standalone", "b"]})
+    assert (moved.status, moved.reason) == (412, "Clusters do not exist")
+    assert "x" not in api("GET", "/admin/v2/tenants").body
 
 
 # --- namespaces ----------------------------------------------------------------------------
@@ -80,7 +85,7 @@ def test_topic_create_list_delete(api: Api) -> None:
     assert f"{T}/t1" in api("GET", P).body
     again = api("PUT", f"{P}/t1")
     assert (again.status, again.reason) == (409, "This topic already exists")
-    assert api("GET", f"{P}/t1/partitions").body == {"partitions": 0}
+    assert api("GET", f"{P}/t1/partitions").body == {"partitions": 0, "deleted": False}
     assert api("DELETE", f"{P}/t1").status == 204
     assert f"{T}/t1" not in api("GET", P).body
     gone = api("DELETE", f"{P}/t1")
@@ -96,7 +101,7 @@ def test_topic_in_a_missing_namespace_is_404(api: Api) -> None:
 
 def test_partitioned_topic_lifecycle(api: Api) -> None:
     assert api("PUT", f"{P}/pt/partitions", 3).status == 204
-    assert api("GET", f"{P}/pt/partitions").body == {"partitions": 3}
+    assert api("GET", f"{P}/pt/partitions").body == {"partitions": 3, "deleted": False}
     assert api("GET", f"{P}/partitioned").body == [f"{T}/pt"]
     listed = api("GET", P).body
     assert [f"{T}/pt-partition-{i}" for i in range(3)] == [n for n in listed if "pt-" in n]
@@ -165,13 +170,13 @@ def test_partitioned_stats_fan_out_and_sum(api: Api, client: Any) -> None:
     producer.close()
     stats = api("GET", f"{P}/ps/stats").body
     assert stats["msgInCounter"] == 6
-    assert stats["metadata"] == {"partitions": 2}
+    assert stats["metadata"] == {"partitions": 2, "deleted": False}
     assert sorted(stats["partitions"]) == [f"{T}/ps-partition-0", f"{T}/ps-partition-1"]
     assert sum(p["msgInCounter"] for p in stats["partitions"].values()) == 6
     compact = api("GET", f"{P}/ps/partitioned-stats?perPartition=false").body
     assert compact["partitions"] == {}
     internal = api("GET", f"{P}/ps/internalStats").body
-    assert internal["metadata"] == {"partitions": 2}
+    assert internal["metadata"] == {"partitions": 2, "deleted": False}
     not_partitioned = api("GET", f"{P}/nope/partitioned-stats")
     assert not_partitioned.status == 404
 

@@ -37,7 +37,7 @@ def test_terminate_answers_the_last_id_and_refuses_producers(client: Any, api: A
     reply = api("POST", T + "/term/terminate")
     assert reply.status == 200
     assert reply.body == {"ledgerId": ids[-1].ledger_id(), "entryId": ids[-1].entry_id(),
-                          "partitionIndex": -1}
+                          "partitionIndex": -1, "batchIndex": -1, "batchSize": 0}
     with pytest.raises(pulsar.TopicTerminated):
         client.create_producer(f"{FULL}/term")
     for _ in range(3):      # what was sent before the termination is still delivered
@@ -156,7 +156,7 @@ def test_expire_messages_acknowledges_what_is_older(client: Any, api: Api) -> No
 def test_grow_a_partitioned_topic_but_never_shrink_it(api: Api) -> None:
     assert api("PUT", T + "/grow/partitions", 2).status == 204
     assert api("POST", T + "/grow/partitions", 4).status == 204
-    assert api("GET", T + "/grow/partitions").body == {"partitions": 4}
+    assert api("GET", T + "/grow/partitions").body == {"partitions": 4, "deleted": False}
     shrink = api("POST", T + "/grow/partitions", 3)
     assert shrink.status == 422
     assert shrink.reason == "Desired partitions 3 can't be less than the current partitions 4."

@@ -126,12 +126,12 @@ def test_nonpersistent_admin_partitioned_create_list_delete(broker: Any, client:
     base = "/admin/v2/non-persistent/public/default"
     assert _call(broker, "PUT", base + "/parted/partitions", b"3") == 204
     assert _get(broker, base + "/partitioned") == ["non-persistent://public/default/parted"]
-    assert _get(broker, base + "/parted/partitions") == {"partitions": 3}
+    assert _get(broker, base + "/parted/partitions") == {"partitions": 3, "deleted": False}
     producer = client.create_producer("non-persistent://public/default/parted")
     producer.send(b"x")
     producer.close()
     stats = _get(broker, base + "/parted/partitioned-stats")
-    assert stats["msgInCounter"] == 1 and stats["metadata"] == {"partitions": 3}
+    assert stats["msgInCounter"] == 1 and stats["metadata"] == {"partitions": 3, "deleted": False}
     assert _call(broker, "DELETE", base + "/parted/partitions?force=true") == 204
     assert _get(broker, base + "/partitioned") == []
     assert _get(broker, base) == []
@@ -156,13 +156,19 @@ def test_nonpersistent_unload_closes_the_topic_and_clients_reconnect(broker: Any
     assert consumer.receive(timeout_millis=10_000).data() == b"after unload"
 
 
-@pytest.mark.parametrize("path", [
-    "/admin/v2/non-persistent/public/default/np-x/terminate",
-    "/admin/v2/non-persistent/public/default/np-x/all_subscription/expireMessages/10",
-    "/admin/v2/non-persistent/public/default/np-x/subscription/s/expireMessages/10",
+EXPIRE_REFUSED = (405, "Expire messages on a non-persistent topic is not allowed")
+
+
+@pytest.mark.parametrize(("path", "answer"), [
+    ("/admin/v2/non-persistent/public/default/np-x/terminate",
+     (406, "Need to provide a persistent topic name")),
+    ("/admin/v2/non-persistent/public/default/np-x/all_subscription/expireMessages/10",
+     EXPIRE_REFUSED),
+    ("/admin/v2/non-persistent/public/default/np-x/subscription/s/expireMessages/10",
+     EXPIRE_REFUSED),
 ])
-def test_nonpersistent_termination_and_expiry_are_refused(broker: Any, path: str) -> None:
+def test_nonpersistent_termination_and_expiry_are_refused(broker: Any, path: str,
+                                                          answer: tuple[int, str]) -> None:
     with pytest.raises(urllib.error.HTTPError) as refused:
         _call(broker, "POST", path)
-    assert refused.value.code == 405
-    assert "non-persistent topic is not allowed" in json.loads(refused.value.read())["reason"]
+    assert (refused.value.code, json.loads(refused.value.read())["reason"]) == answer

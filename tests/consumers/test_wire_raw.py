@@ -108,13 +108,15 @@ def test_ack_response_only_when_the_ack_has_a_request_id(raw: RawClient) -> None
     assert reply.ackResponse.request_id == 55 and not reply.ackResponse.HasField("error")
 
 
-def test_get_last_message_id_on_an_empty_topic_has_entry_minus_one(raw: RawClient) -> None:
+def test_get_last_message_id_on_an_empty_topic_is_minus_one_minus_one(raw: RawClient) -> None:
     topic = topic_name("raw-last")
     assert _subscribe(raw, topic, 3, 1).type == T.SUCCESS
     raw.send(cc.encode_get_last_message_id(3, 2))
     reply = raw.next().getLastMessageIdResponse
     assert reply.request_id == 2
-    assert reply.last_message_id.entryId == U64_MINUS_ONE  # -1 as the client reads it
+    # (-1, -1) as the client reads it, as Pulsar answers a topic without an entry
+    assert (reply.last_message_id.ledgerId, reply.last_message_id.entryId) == (
+        U64_MINUS_ONE, U64_MINUS_ONE)
     ids = _publish(raw, topic, 1)
     raw.send(cc.encode_get_last_message_id(3, 3))
     reply = raw.next().getLastMessageIdResponse
@@ -134,6 +136,38 @@ def test_seek_closes_the_consumer_before_answering(raw: RawClient) -> None:
     raw.send(cc.encode_flow(4, 10))
     msg = raw.next().message
     assert (msg.message_id.ledgerId, msg.message_id.entryId) == ids[1]
+
+
+def test_requests_naming_an_unknown_consumer_get_pulsars_metadata_error(raw: RawClient) -> None:
+    # Pulsar's ServerCnx answers SEEK, UNSUBSCRIBE and GET_LAST_MESSAGE_ID for a consumer id
+    # the connection does not have with MetadataError "Consumer not found"
+    for request_id, frame in enumerate((cc.encode_seek(77, 1, message_id=(1, 1)),
+                                        cc.encode_seek(77, 2, publish_time=1),
+                                        cc.encode_unsubscribe(77, 3),
+                                        cc.encode_get_last_message_id(77, 4)), start=1):
+        raw.send(frame)
+        error = raw.next().error
+        assert (error.request_id, error.error, error.message) == (
+            request_id, pb.MetadataError, "Consumer not found")
+    assert _subscribe(raw, topic_name("raw-seek-nothing"), 8, 5).type == T.SUCCESS
+    raw.send(cc.encode_seek(8, 6))
+    error = raw.next().error
+    assert (error.request_id, error.error, error.message) == (
+        6, pb.MetadataError, "Message id and message publish time were not present")
+
+
+@pytest.mark.parametrize(("name", "reason"), [
+    ("", "Empty subscription name"),
+    ("  ", "Empty subscription name"),
+    ("pulsar.dedup", "Subscription with reserved subscription name attempted"),
+    ("pulsar.repl.elsewhere", "Subscription with reserved subscription name attempted"),
+])
+def test_empty_and_reserved_subscription_names_are_refused_as_pulsar_refuses_them(
+        raw: RawClient, name: str, reason: str) -> None:
+    raw.send(cc.encode_subscribe(topic_name("raw-names"), name, 1, 9, 1))
+    error = raw.next().error
+    assert (error.request_id, error.error, error.message) == (1, pb.ProducerBusy, reason)
+    assert _subscribe(raw, topic_name("raw-names"), 9, 2).type == T.SUCCESS
 
 
 def test_repeated_subscribe_and_unknown_close_both_succeed(raw: RawClient) -> None:

@@ -1,0 +1,337 @@
+"""The REST scenarios: every admin, lookup and broker route Horae serves, with its error cases.
+
+A scenario is a list of steps run in order against each peer in names of its own (``{t}``
+tenant, ``{ns}`` namespace, ``{topic}`` topic; ``{cluster}`` is ``standalone``). A step is an
+HTTP call (:class:`Call`) or a publish through the official client (:class:`Publish`, which
+puts the ids it got into the names as ``{ledger0}``/``{entry0}``, ``{ledger1}``/...).
+Every call's status is compared, and so is its body's shape unless the call says
+``shape=False`` (bodies whose values are the scenario's point, such as lists of names, still
+compare by shape; ``shape=False`` is for bodies that are not the broker's data, none yet).
+
+``SAMPLE`` names the scenarios ``bash .ci/run`` runs; ``HORAE_ORACLE=full`` runs all of them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Call:
+    method: str
+    path: str
+    body: Any = None
+    label: str = ""
+    raw: bytes | None = None
+    shape: bool = True
+
+
+@dataclass(frozen=True)
+class Publish:
+    topic: str
+    count: int = 1
+    label: str = "publish"
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    steps: list[Call | Publish] = field(default_factory=list)
+
+
+TENANT_BODY = {"adminRoles": [], "allowedClusters": ["standalone"]}
+NS = "/admin/v2/namespaces/{t}/{ns}"
+TP = "/admin/v2/persistent/{t}/{ns}/{topic}"
+NP = "/admin/v2/non-persistent/{t}/{ns}/{topic}"
+SC = "/admin/v2/schemas/{t}/{ns}/{topic}"
+SETUP = [Call("PUT", "/admin/v2/tenants/{t}", TENANT_BODY, "setup tenant"),
+         Call("PUT", NS, None, "setup namespace")]
+WITH_TOPIC = [*SETUP, Call("PUT", TP, None, "setup topic")]
+
+# Namespace- and topic-level policies: (name, ns path, topic path, good body, topic query, bad body)
+POLICIES: list[tuple[str, str, str, Any, str, Any]] = [
+    ("retention", "retention", "retention",
+     {"retentionTimeInMinutes": 60, "retentionSizeInMB": 100}, "", {"retentionTimeInMinutes": "x"}),
+    ("messageTTL", "messageTTL", "messageTTL", 3600, "?messageTTL=3600", "x"),
+    ("deduplication", "deduplication", "deduplicationEnabled", True, "", "x"),
+    ("compactionThreshold", "compactionThreshold", "compactionThreshold", 1048576, "", "x"),
+    ("inactiveTopicPolicies", "inactiveTopicPolicies", "inactiveTopicPolicies",
+     {"inactiveTopicDeleteMode": "delete_when_no_subscriptions", "maxInactiveDurationSeconds": 60,
+      "deleteWhileInactive": True}, "", {"inactiveTopicDeleteMode": "nope"}),
+    ("delayedDelivery", "delayedDelivery", "delayedDelivery",
+     {"active": True, "tickTime": 1000, "maxDeliveryDelayInMillis": 0}, "", {"tickTime": "x"}),
+    ("schemaCompatibilityStrategy", "schemaCompatibilityStrategy", "schemaCompatibilityStrategy",
+     "BACKWARD", "", "NOPE"),
+]
+QUOTA = {"limitSize": 1048576, "limitTime": -1, "policy": "producer_request_hold"}
+
+
+def _other(method: str) -> str:
+    return "POST" if method == "PUT" else "PUT"
+
+
+def _policy_scenarios() -> list[Scenario]:
+    out = []
+    for name, ns_part, tp_part, good, query, bad in POLICIES:
+        # Pulsar's verbs: PUT for both strategies and the namespace's threshold, else POST
+        method = "PUT" if name == "schemaCompatibilityStrategy" else "POST"
+        ns_method = "PUT" if name == "compactionThreshold" else method
+        ns_path, tp_path = f"{NS}/{ns_part}", f"{TP}/{tp_part}"
+        out.append(Scenario(f"ns policy {name}", [
+            *SETUP,
+            Call("GET", ns_path, label="get unset"),
+            Call(ns_method, ns_path, good, "set"),
+            Call("GET", ns_path, label="get set"),
+            Call(ns_method, ns_path, bad, "set bad body"),
+            Call(_other(ns_method), ns_path, good, "set other verb"),
+            Call("DELETE", ns_path, label="remove"),
+            Call("GET", ns_path, label="get removed"),
+            Call("GET", f"/admin/v2/namespaces/{{t}}/missing/{ns_part}", label="missing namespace"),
+        ]))
+        topic_set = (Call("POST", tp_path + query, None, "set") if query
+                     else Call(method, tp_path, good, "set"))
+        out.append(Scenario(f"topic policy {name}", [
+            *WITH_TOPIC,
+            Call("GET", tp_path, label="get unset"),
+            topic_set,
+            Call("GET", tp_path, label="get set"),
+            Call("GET", tp_path + "?applied=true", label="get applied"),
+            Call(method, tp_path, bad, "set bad body"),
+            Call(_other(method), tp_path, good, "set other verb"),
+            Call("DELETE", tp_path, label="remove"),
+            Call("GET", tp_path, label="get removed"),
+        ]))
+    return out
+
+
+SCENARIOS: list[Scenario] = [
+    Scenario("clusters", [
+        Call("GET", "/admin/v2/clusters", label="list"),
+        Call("GET", "/admin/v2/clusters/standalone", label="get"),
+        Call("GET", "/admin/v2/clusters/{t}", label="get missing"),
+        Call("PUT", "/admin/v2/clusters/{t}", {"serviceUrl": "http://127.0.0.1:1"}, "create"),
+        Call("PUT", "/admin/v2/clusters/{t}", {"serviceUrl": "http://127.0.0.1:1"}, "create again"),
+        Call("GET", "/admin/v2/clusters/{t}", label="get created"),
+        Call("POST", "/admin/v2/clusters/{t}", {"serviceUrl": "http://127.0.0.1:2"}, "update"),
+        Call("POST", "/admin/v2/clusters/{t}-x", {"serviceUrl": "http://127.0.0.1:2"},
+             "update missing"),
+        Call("PUT", "/admin/v2/clusters/{t}-y", raw=b"{not json", label="create bad body"),
+    ]),
+    Scenario("tenants", [
+        Call("GET", "/admin/v2/tenants", label="list"),
+        Call("GET", "/admin/v2/tenants/{t}", label="get missing"),
+        Call("PUT", "/admin/v2/tenants/{t}", TENANT_BODY, "create"),
+        Call("PUT", "/admin/v2/tenants/{t}", TENANT_BODY, "create again"),
+        Call("GET", "/admin/v2/tenants/{t}", label="get"),
+        Call("POST", "/admin/v2/tenants/{t}", {"adminRoles": ["r1"],
+                                               "allowedClusters": ["standalone"]}, "update"),
+        Call("POST", "/admin/v2/tenants/{t}-x", TENANT_BODY, "update missing"),
+        Call("PUT", "/admin/v2/tenants/{t}-c", {"allowedClusters": ["nowhere"]},
+             "create unknown cluster"),
+        Call("PUT", "/admin/v2/tenants/{t}-b", raw=b"{not json", label="create bad body"),
+        Call("PUT", "/admin/v2/namespaces/{t}/{ns}", None, "namespace"),
+        Call("DELETE", "/admin/v2/tenants/{t}", label="delete not empty"),
+        Call("DELETE", "/admin/v2/namespaces/{t}/{ns}", label="delete namespace"),
+        Call("DELETE", "/admin/v2/tenants/{t}", label="delete"),
+        Call("DELETE", "/admin/v2/tenants/{t}", label="delete missing"),
+    ]),
+    Scenario("namespaces", [
+        Call("GET", "/admin/v2/namespaces/{t}", label="list missing tenant"),
+        Call("PUT", NS, None, "create missing tenant"),
+        Call("PUT", "/admin/v2/tenants/{t}", TENANT_BODY, "setup tenant"),
+        Call("GET", "/admin/v2/namespaces/{t}", label="list empty"),
+        Call("PUT", NS, None, "create"),
+        Call("PUT", NS, None, "create again"),
+        Call("GET", "/admin/v2/namespaces/{t}", label="list"),
+        Call("GET", NS, label="policies"),
+        Call("GET", "/admin/v2/namespaces/{t}/missing", label="policies missing"),
+        Call("GET", NS + "/topics", label="topics empty"),
+        Call("PUT", TP, None, "topic"),
+        Call("GET", NS + "/topics", label="topics"),
+        Call("GET", "/admin/v2/namespaces/{t}/missing/topics", label="topics missing"),
+        Call("DELETE", NS, label="delete not empty"),
+        Call("DELETE", TP, label="delete topic"),
+        Call("DELETE", NS, label="delete"),
+        Call("DELETE", NS, label="delete missing"),
+    ]),
+    *_policy_scenarios(),
+    Scenario("backlog quota", [
+        *WITH_TOPIC,
+        Call("GET", NS + "/backlogQuotaMap", label="ns get unset"),
+        Call("POST", NS + "/backlogQuota", QUOTA, "ns set"),
+        Call("GET", NS + "/backlogQuotaMap", label="ns get"),
+        Call("POST", NS + "/backlogQuota?backlogQuotaType=nope", QUOTA, "ns set bad type"),
+        Call("POST", NS + "/backlogQuota", {"policy": "nope"}, "ns set bad body"),
+        Call("DELETE", NS + "/backlogQuota", label="ns remove"),
+        Call("GET", TP + "/backlogQuotaMap", label="topic get unset"),
+        Call("POST", TP + "/backlogQuota", QUOTA, "topic set"),
+        Call("GET", TP + "/backlogQuotaMap", label="topic get"),
+        Call("GET", TP + "/backlogQuotaMap?applied=true", label="topic get applied"),
+        Call("DELETE", TP + "/backlogQuota", label="topic remove"),
+        Call("GET", "/admin/v2/namespaces/{t}/missing/backlogQuotaMap", label="missing namespace"),
+    ]),
+    Scenario("permissions", [
+        *WITH_TOPIC,
+        Call("GET", NS + "/permissions", label="ns get"),
+        Call("POST", NS + "/permissions/role-a", ["produce", "consume"], "ns grant"),
+        Call("GET", NS + "/permissions", label="ns get granted"),
+        Call("POST", NS + "/permissions/role-b", ["nope"], "ns grant bad action"),
+        Call("DELETE", NS + "/permissions/role-a", label="ns revoke"),
+        Call("DELETE", NS + "/permissions/role-z", label="ns revoke missing role"),
+        Call("GET", "/admin/v2/namespaces/{t}/missing/permissions", label="ns missing"),
+        Call("GET", TP + "/permissions", label="topic get"),
+        Call("POST", TP + "/permissions/role-c", ["consume"], "topic grant"),
+        Call("GET", TP + "/permissions", label="topic get granted"),
+        Call("DELETE", TP + "/permissions/role-c", label="topic revoke"),
+    ]),
+    Scenario("topics", [
+        *SETUP,
+        Call("GET", "/admin/v2/persistent/{t}/{ns}", label="list empty"),
+        Call("PUT", TP, None, "create"),
+        Call("PUT", TP, None, "create again"),
+        Call("GET", "/admin/v2/persistent/{t}/{ns}", label="list"),
+        Call("GET", "/admin/v2/persistent/{t}/missing", label="list missing namespace"),
+        Call("PUT", "/admin/v2/persistent/{t}/missing/{topic}", None, "create missing namespace"),
+        Call("GET", TP + "/stats", label="stats"),
+        Call("GET", TP + "-missing/stats", label="stats missing"),
+        Call("GET", TP + "/internalStats", label="internal stats"),
+        Call("GET", TP + "/subscriptions", label="subscriptions"),
+        Call("GET", TP + "-missing/subscriptions", label="subscriptions missing"),
+        Call("PUT", TP + "/unload", label="unload"),
+        Call("DELETE", TP, label="delete"),
+        Call("DELETE", TP, label="delete missing"),
+    ]),
+    Scenario("partitioned topics", [
+        *SETUP,
+        Call("GET", "/admin/v2/persistent/{t}/{ns}/partitioned", label="list empty"),
+        Call("PUT", TP + "/partitions", 2, "create"),
+        Call("PUT", TP + "/partitions", 2, "create again"),
+        Call("PUT", TP + "-zero/partitions", 0, "create zero"),
+        Call("PUT", TP + "-bad/partitions", "x", "create bad body"),
+        Call("GET", "/admin/v2/persistent/{t}/{ns}/partitioned", label="list"),
+        Call("GET", TP + "/partitions", label="metadata"),
+        Call("GET", TP + "-missing/partitions", label="metadata missing"),
+        Call("POST", TP + "/partitions", 3, "update"),
+        Call("POST", TP + "/partitions", 1, "update shrink"),
+        Call("GET", TP + "/partitioned-stats", label="stats"),
+        Call("GET", TP + "/partitioned-internalStats", label="internal stats"),
+        Call("POST", TP + "/terminate/partitions", label="terminate"),
+        Call("DELETE", TP + "/partitions", label="delete"),
+        Call("DELETE", TP + "/partitions", label="delete missing"),
+    ]),
+    Scenario("subscriptions", [
+        *WITH_TOPIC,
+        Publish("{topic}", 3),
+        Call("PUT", TP + "/subscription/s1", None, "create"),
+        Call("PUT", TP + "/subscription/s1", None, "create again"),
+        Call("PUT", "/admin/v2/persistent/{t}/missing/{topic}/subscription/s1", None,
+             "create missing namespace"),
+        Call("GET", TP + "/subscriptions", label="list"),
+        Call("GET", TP + "/subscription/s1/position/1", label="peek"),
+        Call("GET", TP + "/subscription/s1/position/9", label="peek past end"),
+        Call("GET", TP + "/subscription/nope/position/1", label="peek missing subscription"),
+        Call("POST", TP + "/subscription/s1/skip/1", label="skip"),
+        Call("POST", TP + "/subscription/nope/skip/1", label="skip missing subscription"),
+        Call("POST", TP + "/subscription/s1/skip_all", label="skip all"),
+        Call("POST", TP + "/subscription/s1/resetcursor/0", label="reset by time"),
+        Call("POST", TP + "/subscription/s1/resetcursor",
+             {"ledgerId": "{ledger1}", "entryId": "{entry1}"}, "reset by id"),
+        Call("POST", TP + "/subscription/s1/resetcursor", raw=b"{not json",
+             label="reset bad body"),
+        Call("POST", TP + "/subscription/s1/skipByMessageIds",
+             [{"messageId": "{ledger0}:{entry0}"}], "skip by ids"),
+        Call("POST", "/admin/persistent/{t}/standalone/{ns}/{topic}/subscription/s1/skipByMessageIds",
+             [{"messageId": "{ledger0}:{entry0}"}], "skip by ids v1"),
+        Call("POST", TP + "/subscription/s1/expireMessages",
+             {"ledgerId": "{ledger2}", "entryId": "{entry2}", "isExcluded": False},
+             "expire to id"),
+        Call("POST", TP + "/subscription/s1/expireMessages/0", label="expire"),
+        Call("POST", TP + "/all_subscription/expireMessages/0", label="expire all"),
+        Call("GET", TP + "/examinemessage?initialPosition=earliest&messagePosition=1",
+             label="examine"),
+        Call("GET", TP + "/ledger/{ledger0}/entry/{entry0}", label="message by id"),
+        Call("GET", TP + "/ledger/{ledger0}/entry/999999", label="message by missing id"),
+        Call("DELETE", TP + "/subscription/s1", label="delete"),
+        Call("DELETE", TP + "/subscription/s1", label="delete missing"),
+    ]),
+    Scenario("compaction and terminate", [
+        *WITH_TOPIC,
+        Publish("{topic}", 2),
+        Call("GET", TP + "/compaction", label="status before"),
+        Call("PUT", TP + "/compaction", label="trigger"),
+        Call("PUT", TP + "-missing/compaction", label="trigger missing topic"),
+        Call("POST", TP + "/terminate", label="terminate"),
+        Call("POST", TP + "/terminate", label="terminate again"),
+        Call("POST", TP + "-missing/terminate", label="terminate missing"),
+    ]),
+    Scenario("delayed cancel", [
+        *WITH_TOPIC,
+        Publish("{topic}", 1),
+        Call("POST", TP + "/cancelDelayedMessage",
+             {"ledgerId": "{ledger0}", "entryId": "{entry0}"}, "cancel"),
+        Call("POST", "/admin/persistent/{t}/standalone/{ns}/{topic}/cancelDelayedMessage",
+             {"ledgerId": "{ledger0}", "entryId": "{entry0}"}, "cancel v1"),
+        Call("POST", NP + "/cancelDelayedMessage", {"ledgerId": 1, "entryId": 1},
+             "cancel non-persistent"),
+        Call("POST", "/admin/non-persistent/{t}/standalone/{ns}/{topic}/cancelDelayedMessage",
+             {"ledgerId": 1, "entryId": 1}, "cancel non-persistent v1"),
+    ]),
+    Scenario("non-persistent topics", [
+        *SETUP,
+        Call("GET", "/admin/v2/non-persistent/{t}/{ns}", label="list"),
+        Call("GET", "/admin/v2/non-persistent/{t}/{ns}/partitioned", label="list partitioned"),
+        Call("PUT", NP, None, "create"),
+        Call("GET", NP + "/stats", label="stats"),
+        Call("GET", NP + "/subscriptions", label="subscriptions"),
+        Call("DELETE", NP + "/subscription/nope", label="delete missing subscription"),
+        Call("POST", NP + "/terminate", label="terminate"),
+        Call("POST", NP + "/subscription/s/expireMessages/1", label="expire"),
+        Call("POST", NP + "/subscription/s/expireMessages", {"ledgerId": 1, "entryId": 1},
+             "expire to id"),
+        Call("POST", NP + "/all_subscription/expireMessages/1", label="expire all"),
+        Call("PUT", NP + "/unload", label="unload"),
+        Call("DELETE", NP, label="delete after unload"),
+        Call("PUT", NP + "-p/partitions", 2, "create partitioned"),
+        Call("GET", NP + "-p/partitions", label="metadata"),
+        Call("POST", NP + "-p/partitions", 3, "update"),
+        Call("GET", NP + "-p/partitioned-stats", label="partitioned stats"),
+        Call("POST", NP + "-p/terminate/partitions", label="terminate partitions"),
+        Call("DELETE", NP + "-p/partitions", label="delete partitioned"),
+    ]),
+    Scenario("schemas", [
+        *WITH_TOPIC,
+        Call("GET", SC + "/schema", label="get missing"),
+        Call("POST", SC + "/schema", {"type": "STRING", "schema": "", "properties": {}},
+             "upload"),
+        Call("POST", SC + "/schema", {"type": "NOPE", "schema": ""}, "upload bad type"),
+        Call("GET", SC + "/schema", label="get"),
+        Call("GET", SC + "/schema/0", label="get version"),
+        Call("GET", SC + "/schema/7", label="get missing version"),
+        Call("GET", SC + "/schemas", label="get all"),
+        Call("POST", SC + "/compatibility", {"type": "STRING", "schema": "", "properties": {}},
+             "compatibility"),
+        Call("DELETE", SC + "/schema", label="delete"),
+        Call("GET", "/admin/v2/schemas/{t}/missing/{topic}/schema", label="missing namespace"),
+    ]),
+    Scenario("lookup", [
+        *SETUP,
+        Call("GET", "/lookup/v2/topic/persistent/{t}/{ns}/{topic}", label="persistent"),
+        Call("GET", "/lookup/v2/topic/non-persistent/{t}/{ns}/{topic}", label="non-persistent"),
+        Call("GET", "/lookup/v2/topic/persistent/{t}/missing/{topic}", label="missing namespace"),
+        Call("GET", "/lookup/v2/topic/nope/{t}/{ns}/{topic}", label="bad domain"),
+    ]),
+    Scenario("brokers", [
+        Call("GET", "/admin/v2/brokers/health", label="health"),
+        Call("GET", "/admin/v2/brokers/ready", label="ready"),
+        Call("GET", "/status.html", label="status page"),
+        Call("GET", "/admin/v2/brokers/leaderBroker", label="leader"),
+        Call("GET", "/admin/v2/brokers/standalone", label="active brokers"),
+        Call("GET", "/admin/v2/brokers/nowhere", label="active brokers missing cluster"),
+        Call("GET", "/metrics", label="metrics"),
+        Call("GET", "/metrics/", label="metrics slash"),
+    ]),
+]
+
+SAMPLE = ("tenants", "namespaces", "topics", "subscriptions", "topic policy retention",
+          "schemas")
