@@ -10,6 +10,12 @@
 - ``run_broker_process(data_dir, ...)``: ``python -m broker serve`` as a subprocess (for
   kill -9 and restart tests, or under ``open_files_limit``); returns a :class:`BrokerProcess`.
   All are killed at teardown.
+- ``pulsar_standalone``: one Apache Pulsar 4.0 standalone for the whole session
+  (``bench.pulsar_peer``, free loopback ports, a temporary directory; 30-90 s to start), for
+  the differential tests and every comparison with Pulsar. Skipped with the reason when Java
+  17+ or Maven is missing or Pulsar's runtime cannot be resolved.
+  ``HORAE_ORACLE_PULSAR=pulsar://host:port,http://host:port`` uses one already running. The
+  tests that use it run last, so the JVM lives only for them.
 """
 
 from __future__ import annotations
@@ -19,11 +25,13 @@ import itertools
 import os
 import pathlib
 import re
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -188,3 +196,64 @@ def run_broker_process(tmp_path: pathlib.Path) -> Iterator[Callable[..., BrokerP
     yield start
     for bp in procs:
         bp.kill()
+
+
+# -- Apache Pulsar standalone, the peer and oracle ------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PulsarStandalone:
+    service_url: str
+    web_url: str
+
+
+def _java_major(java: str) -> int | None:
+    done = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=60,
+                          check=False)
+    for token in done.stderr.split():
+        token = token.strip('"')
+        head = token.split(".", 1)[0]
+        if head.isdigit() and "." in token:
+            return int(token.split(".")[1]) if head == "1" else int(head)
+    return None
+
+
+def pulsar_standalone_missing() -> str | None:
+    """Why Pulsar standalone cannot run here, or None."""
+    java = shutil.which(os.environ.get("PULSAR_JAVA") or "java")
+    if java is None:
+        return "java (17+) is not installed: Pulsar standalone cannot run"
+    major = _java_major(java)
+    if major is None or major < 17:
+        return f"Pulsar 4.0 needs Java 17+, found {major}"
+    if shutil.which("mvn") is None:
+        return "mvn is not installed: Pulsar's runtime cannot be resolved from Maven Central"
+    return None
+
+
+@pytest.fixture(scope="session")
+def pulsar_standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PulsarStandalone]:
+    given = os.environ.get("HORAE_ORACLE_PULSAR")
+    if given:
+        service_url, web_url = given.split(",", 1)
+        yield PulsarStandalone(service_url, web_url)
+        return
+    reason = pulsar_standalone_missing()
+    if reason is not None:
+        pytest.skip(reason)
+    from bench.pulsar_peer import runtime_jars, start_pulsar_standalone
+
+    try:
+        runtime_jars()
+    except (subprocess.SubprocessError, RuntimeError) as exc:
+        pytest.skip(f"Pulsar's runtime cannot be resolved from Maven Central: {exc}")
+    with start_pulsar_standalone(tmp_path_factory.mktemp("pulsar"), sync=False) as broker:
+        yield PulsarStandalone(broker.url, f"http://{broker.host}:{broker.web_port}")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests that need Pulsar standalone run last: its JVM then lives only while they run."""
+    def needs_pulsar(item: pytest.Item) -> bool:
+        return "pulsar_standalone" in getattr(item, "fixturenames", ())
+
+    items.sort(key=needs_pulsar)  # stable: the order within each group is kept

@@ -3,10 +3,8 @@ when Java and Pulsar's jars are at hand, against Pulsar 4.0 standalone with the 
 
 from __future__ import annotations
 
-import os
 import pathlib
 import re
-import shutil
 import subprocess
 import sys
 from typing import Any
@@ -93,34 +91,11 @@ def test_recorder_figures() -> None:
         "produced")
 
 
-def _pulsar_peer_missing() -> str | None:
-    if os.environ.get("HORAE_PULSAR_PEER") == "0":
-        return "HORAE_PULSAR_PEER=0"
-    missing = [tool for tool in ("java", "mvn") if shutil.which(tool) is None]
-    if missing:
-        return f"{' and '.join(missing)} not installed (Pulsar standalone runs on Java, from Maven)"
-    from bench.pulsar_peer import LIB_DIR, PULSAR_VERSION
-
-    cached = (pathlib.Path.home() / ".m2" / "repository" / "org" / "apache" / "pulsar"
-              / "pulsar-broker" / PULSAR_VERSION)
-    if not (LIB_DIR / f"pulsar-broker-{PULSAR_VERSION}.jar").exists() and not cached.exists() \
-            and os.environ.get("HORAE_PULSAR_PEER") != "1":
-        return (f"Pulsar {PULSAR_VERSION}'s jars are not in the local Maven repository (a large "
-                "download: set HORAE_PULSAR_PEER=1 to fetch them)")
-    return None
-
-
 @pytest.mark.slow
 def test_perf_produce_prints_the_same_columns_against_pulsar_standalone(
-        broker: Any, tmp_path: pathlib.Path) -> None:
-    reason = _pulsar_peer_missing()
-    if reason is not None:
-        pytest.skip(reason)
-    from bench.pulsar_peer import start_pulsar_standalone
-
+        broker: Any, pulsar_standalone: Any) -> None:
     horae = run_produce(broker.service_url, "perf-same")
-    with start_pulsar_standalone(tmp_path, sync=False) as pulsar:
-        apache = run_produce(pulsar.url, "perf-same")
+    apache = run_produce(pulsar_standalone.service_url, "perf-same")
     for kind in ("Aggregated throughput stats", "Aggregated latency stats"):
         assert horae[kind] == apache[kind]
     assert set(horae["Throughput produced:"]) == set(apache["Throughput produced:"]) == {PRODUCED}
