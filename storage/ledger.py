@@ -26,6 +26,7 @@ Theory of operation:
 from __future__ import annotations
 
 import asyncio
+import enum
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -72,6 +73,20 @@ from storage.writer import GroupCommitWriter
 log = logging.getLogger("horae.storage")
 
 
+class LedgerLifecycle(enum.Enum):
+    """A managed ledger's lifecycle, on the loop: OPEN -> FENCED (a write or fdatasync failed;
+    the cause is kept) -> CLOSED; OPEN -> CLOSED. Appends are taken in OPEN alone.
+    (``writer_fenced`` is the writer threads' own mark of the same failure, set before the
+    loop hears of it, so that no later batch of the ledger is written.)"""
+
+    OPEN = "open"
+    FENCED = "fenced"
+    CLOSED = "closed"
+
+
+_OPEN = LedgerLifecycle.OPEN
+
+
 class ReadOnlyFlag(Protocol):
     """The store's disk monitor as a ledger sees it (storage/diskusage.py)."""
 
@@ -107,9 +122,9 @@ class ManagedLedger:
         self._roll_bytes = ctx.config.max_size_per_ledger_bytes
         self.name = name
         self.directory = directory
-        self.writer_fenced = False  # set by the writer thread
-        self._fenced: PersistenceError | None = None
-        self._closed = False
+        self.writer_fenced = False  # set by the writer threads (see LedgerLifecycle)
+        self._state = LedgerLifecycle.OPEN
+        self._fence_cause: PersistenceError | None = None  # why it was fenced (kept once closed)
         self._list = LedgerList()
         self._ledgers = self._list.by_id  # the same objects: the reader shares them
         self._ledger_ids = self._list.ids
@@ -183,7 +198,7 @@ class ManagedLedger:
         Hot path: per entry it numbers the entry and adds (data, future) to this loop
         iteration's batch (storage/writer.py AppendBatch); everything else is per batch."""
         fut: asyncio.Future[Position] = self._create_future()
-        if self._fenced is not None or self._closed or self._disk.read_only:
+        if self._state is not _OPEN or self._disk.read_only:
             self._fail_append(fut)
             return fut
         if type(data) is not bytes:
@@ -230,7 +245,7 @@ class ManagedLedger:
         count = len(datas)
         if not count:
             return
-        if self._fenced is not None or self._closed or self._disk.read_only:
+        if self._state is not _OPEN or self._disk.read_only:
             # Reported like a refused append() future: on a later loop callback, never from
             # inside the caller.
             self.appends_failed += count
@@ -265,14 +280,15 @@ class ManagedLedger:
     def _refusal(self) -> StorageError:
         """Why an append is refused now (fenced, closed, or read-only storage)."""
         failure: StorageError
-        if self._fenced is None and not self._closed:  # refused: the disk is nearly full
+        if self._state is _OPEN:  # refused: the disk is nearly full
             self.appends_refused_read_only += 1
             return StorageReadOnlyError(
                 f"storage is read-only (disk usage above diskUsageThreshold): {self.name} "
                 "accepts no appends until usage falls below diskUsageLwmThreshold")
-        if self._fenced is not None:
-            failure = LedgerFencedError(f"managed ledger {self.name} is fenced: {self._fenced}")
-            failure.__cause__ = self._fenced
+        cause = self._fence_cause
+        if cause is not None:
+            failure = LedgerFencedError(f"managed ledger {self.name} is fenced: {cause}")
+            failure.__cause__ = cause
         else:
             failure = LedgerClosedError(f"managed ledger {self.name} is closed")
         return failure
@@ -329,19 +345,26 @@ class ManagedLedger:
                 continue
             led.next_entry_id = led.confirmed
             led.assigned_bytes = led.size_bytes
-            if led is self._current and not self._closed:
+            if led is self._current and self._state is not LedgerLifecycle.CLOSED:
                 self._rollover()
 
     def _fence(self, error: BaseException) -> None:
-        if self._fenced is None:
+        if self._fence_cause is None:
             log.error("managed ledger %s fenced: %s", self.name, error)
-            self._fenced = (
+            self._fence_cause = (
                 error if isinstance(error, PersistenceError) else PersistenceError(str(error))
             )
+        if self._state is _OPEN:
+            self._state = LedgerLifecycle.FENCED
+
+    @property
+    def state(self) -> LedgerLifecycle:
+        return self._state
 
     @property
     def fenced(self) -> bool:
-        return self._fenced is not None
+        """A write failed: fenced (or closed after it)."""
+        return self._fence_cause is not None
 
     def add_listener(self, callback: Callable[[Position], None]) -> None:
         """callback(last_confirmed) runs on the loop after each group commit that made entries
@@ -473,9 +496,9 @@ class ManagedLedger:
 
     async def close(self) -> None:
         """Wait for queued appends, persist cursors, close the segment. Idempotent."""
-        if self._closed:
+        if self._state is LedgerLifecycle.CLOSED:
             return
-        self._closed = True
+        self._state = LedgerLifecycle.CLOSED
         try:
             if self._last_future is not None and not self._last_future.done():
                 await asyncio.wait([self._last_future])
@@ -500,8 +523,8 @@ class ManagedLedger:
 
     @property
     def closed(self) -> bool:
-        return self._closed
+        return self._state is LedgerLifecycle.CLOSED
 
     def _check_open(self) -> None:
-        if self._closed:
+        if self._state is LedgerLifecycle.CLOSED:
             raise LedgerClosedError(f"managed ledger {self.name} is closed")

@@ -6,11 +6,12 @@ Theory of operation
 :class:`protocol.frames.FrameDecoder` and dispatches every complete frame through
 :data:`broker.net.states.TRANSITIONS` (state x command type -> handler, next state). Rules:
 
-1. Handlers that answer from memory (PING, SEND, FLOW, ACK, ...) run synchronously, in
-   arrival order. One socket read is decoded at once (``FrameDecoder.receive_frames``); the
-   consecutive SENDs of one producer in it, hand-parsed (``SendFrame``), go to the producer
-   together (:meth:`Producer.on_sends`: one ledger run, one completion); a SEND the fast path
-   declines, or one outside CONNECTED, goes through the table like any frame. Handlers that
+1. Handlers that answer from memory (PING, FLOW, ACK, ...) run synchronously, in
+   arrival order. One socket read is decoded at once (``FrameDecoder.receive_frames``). SEND
+   has one path: the consecutive SENDs of one producer in it, as
+   :class:`protocol.send_path.SendFrame` (hand-parsed; a SEND the hand parser declines is
+   turned into one), go to the producer together (:meth:`Producer.on_sends`); a SEND outside
+   CONNECTED or for an unknown producer gets :func:`broker.net.states.send_verdict`. Handlers that
    need IO or a topic load (PRODUCER, SUBSCRIBE, LOOKUP, ...) run as tasks
    (:class:`broker.net.requests.RequestTasks`); a :class:`protocol.errors.RequestError`
    escaping one is answered there, in one place, with ERROR carrying its code.
@@ -63,6 +64,7 @@ from broker.net.states import (
     Handler,
     Unexpected,
     request_id_of,
+    send_verdict,
     unexpected,
     unknown_command,
 )
@@ -191,46 +193,40 @@ class ServerConnection(asyncio.Protocol):
         run: list[SendFrame] = []
         run_producer: Producer | None = None
         for frame in frames:
-            if type(frame) is SendFrame:
-                if self._state is _CONNECTED:
-                    producer = self.producers.get(frame.producer_id)
-                    if producer is not None:
-                        if producer is not run_producer:
-                            if run and not self._send_run(run_producer, run):  # type: ignore[arg-type]
-                                return
-                            run = []
-                            run_producer = producer
-                        run.append(frame)
-                        continue
-                generic = _as_frame(frame)  # unknown producer or wrong state: the table decides
-            else:
-                generic = frame  # type: ignore[assignment]
-            if run:
-                if not self._send_run(run_producer, run):  # type: ignore[arg-type]
+            kind = type(frame)
+            if kind is not SendFrame:
+                if kind is Frame and frame.command.type == _SEND:  # type: ignore[union-attr]
+                    frame = _send_frame(frame)  # type: ignore[arg-type]  # the parser declined it
+                else:
+                    if run:
+                        if not self._send_run(run_producer, run):  # type: ignore[arg-type]
+                            return
+                        run = []
+                        run_producer = None
+                    if kind is UnknownCommand:
+                        self._unknown_command(frame.type_number)  # type: ignore[union-attr]
+                    else:
+                        self._dispatch(frame)  # type: ignore[arg-type]
+                    if self.is_closed:
+                        return
+                    continue
+            # A SEND: the consecutive SENDs of one producer go to it together.
+            producer = self.producers.get(frame.producer_id)  # type: ignore[union-attr]
+            if producer is None or self._state is not _CONNECTED:
+                if run and not self._send_run(run_producer, run):  # type: ignore[arg-type]
                     return
                 run = []
                 run_producer = None
-            if type(frame) is UnknownCommand:
-                self._unknown_command(frame.type_number)
+                self._stray_send(frame.producer_id)  # type: ignore[union-attr]
                 if self.is_closed:
                     return
                 continue
-            cmd = generic.command
-            if cmd.type == _SEND and self._state is _CONNECTED:
-                # A SEND the fast path declined, straight to the producer (as the table's on_send).
-                send = cmd.send
-                producer = self.producers.get(send.producer_id)
-                if producer is not None:
-                    try:
-                        producer.on_send(generic, send)
-                    except Exception:
-                        log.exception("SEND from %s failed", self.remote_address)
-                        self.close("internal error")
-                        return
-                    continue
-            self._dispatch(generic)
-            if self.is_closed:
-                return
+            if producer is not run_producer:
+                if run and not self._send_run(run_producer, run):  # type: ignore[arg-type]
+                    return
+                run = []
+                run_producer = producer
+            run.append(frame)  # type: ignore[arg-type]
         if run and not self._send_run(run_producer, run):  # type: ignore[arg-type]
             return
         error = decoder.error
@@ -239,7 +235,8 @@ class ServerConnection(asyncio.Protocol):
             self.close(str(error))
 
     def _send_run(self, producer: Producer, run: list[SendFrame]) -> bool:
-        """Hand one producer's consecutive SENDs over; False when the connection was closed."""
+        """Hand one producer's consecutive SENDs over (the one SEND entry of a producer);
+        False when the connection was closed."""
         try:
             producer.on_sends(run)
         except Exception:
@@ -247,6 +244,20 @@ class ServerConnection(asyncio.Protocol):
             self.close("internal error")
             return False
         return not self.is_closed
+
+    def _stray_send(self, producer_id: int) -> None:
+        """A SEND outside CONNECTED, or for a producer this connection does not have
+        (:func:`broker.net.states.send_verdict`): no answer is possible (SEND has no request
+        id), so the connection is closed, or the frame dropped once it is closed."""
+        if send_verdict(self._state) is Unexpected.DROP:
+            return
+        if self._state is _CONNECTED:
+            log.warning("SEND for unknown producer %d from %s", producer_id, self.remote_address)
+            self.close("send for unknown producer")
+            return
+        log.warning("closing connection from %s: unexpected SEND in state %s",
+                    self.remote_address, self._state.name)
+        self.close("unexpected SEND")
 
     def eof_received(self) -> bool | None:
         return None  # close the transport
@@ -264,7 +275,7 @@ class ServerConnection(asyncio.Protocol):
             producer.close()
         self.producers.clear()
         for waiting in self.waiting_producers.values():
-            waiting.closed = True  # never promoted
+            waiting.abandon()  # never promoted
         self.waiting_producers.clear()
         side = self._consumer_side
         if side is not None:
@@ -473,17 +484,19 @@ _SEND = pb.BaseCommand.SEND
 _CONNECTED = ConnState.CONNECTED
 
 
-def _as_frame(send: SendFrame) -> Frame:
-    """The generic Frame of a hand-parsed SEND (rare: for the state table's verdicts)."""
-    cmd = pb.BaseCommand(type=_SEND)
-    m = cmd.send
-    m.producer_id = send.producer_id
-    m.sequence_id = send.sequence_id
-    if send.num_messages != 1:
-        m.num_messages = send.num_messages
-    if send.highest_sequence_id:
-        m.highest_sequence_id = send.highest_sequence_id
-    return Frame(cmd, send.entry, send.checksum_valid)
+def _send_frame(frame: Frame) -> SendFrame:
+    """The SendFrame of a SEND the hand parser declined (an unusual layout): the fields a
+    producer reads; no payload is an empty entry that fails its checksum."""
+    send = frame.command.send
+    entry = frame.entry
+    if entry is None:
+        return SendFrame(send.producer_id, send.sequence_id, send.num_messages,
+                         send.highest_sequence_id, b"", False, 0)
+    metadata_size = int.from_bytes(entry[:4], "big") if len(entry) >= 4 else 0
+    return SendFrame(send.producer_id, send.sequence_id, send.num_messages,
+                     send.highest_sequence_id, entry, frame.checksum_valid is not False,
+                     metadata_size)
+
 
 StateTables = dict[ConnState, dict[int, tuple[Handler, ConnState]]]
 """One ``command type -> (handler, next state)`` dict per state."""
