@@ -59,9 +59,11 @@ from broker.net.consumers import ConsumerSide
 from broker.net.handshake import NO_REQUEST_ID, ConnectionSecurity, Handshake
 from broker.net.requests import RequestTasks
 from broker.net.states import (
+    LIFECYCLE,
     TRANSITIONS,
     ConnState,
     Handler,
+    Lifecycle,
     Unexpected,
     request_id_of,
     send_verdict,
@@ -134,7 +136,6 @@ class ServerConnection(asyncio.Protocol):
         self.producers_creating: set[int] = set()  # PRODUCER requests in flight
         self._consumer_side: ConsumerSide | None = None
         self._requests = RequestTasks(self.loop, self.write, lambda: self.remote_address)
-        self.is_closed = False
 
     @property
     def state(self) -> ConnState:
@@ -144,6 +145,18 @@ class ServerConnection(asyncio.Protocol):
     def state(self, state: ConnState) -> None:
         self._state = state
         self._table = self._tables[state]  # per-state dict: dispatch hashes a plain int only
+
+    @property
+    def is_closed(self) -> bool:
+        return self._state is _CLOSED
+
+    def _on(self, event: Lifecycle) -> bool:
+        """Move on by :data:`broker.net.states.LIFECYCLE`; False when *event* moves nothing."""
+        next_state = LIFECYCLE.get((self._state, event))
+        if next_state is None:
+            return False
+        self.state = next_state
+        return True
 
     @property
     def protocol_version(self) -> int:
@@ -158,8 +171,7 @@ class ServerConnection(asyncio.Protocol):
         return self.config.max_message_size
 
     def handshake_done(self) -> None:
-        if not self.is_closed:
-            self.state = ConnState.CONNECTED
+        self._on(Lifecycle.HANDSHAKE_DONE)
 
     # ------------------------------------------------------------------ asyncio.Protocol
 
@@ -263,8 +275,7 @@ class ServerConnection(asyncio.Protocol):
         return None  # close the transport
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.is_closed = True
-        self.state = ConnState.CLOSED
+        self._on(Lifecycle.CLOSED)
         self._out.clear()
         self._out_bytes = 0
         self.handshake.stop_timer()
@@ -346,8 +357,7 @@ class ServerConnection(asyncio.Protocol):
         if reason:
             log.debug("closing connection %s: %s", self.remote_address, reason)
         self._flush()
-        self.is_closed = True
-        self.state = ConnState.CLOSED
+        self._on(Lifecycle.CLOSED)
         if self._transport is not None:
             self._transport.close()
 
@@ -482,6 +492,7 @@ class ServerConnection(asyncio.Protocol):
 
 _SEND = pb.BaseCommand.SEND
 _CONNECTED = ConnState.CONNECTED
+_CLOSED = ConnState.CLOSED
 
 
 def _send_frame(frame: Frame) -> SendFrame:

@@ -10,6 +10,9 @@ thread, and on success writes CONNECTED and moves the connection on to CONNECTED
 client commands listed in :data:`TRANSITIONS` are served (AUTH_RESPONSE refreshes the
 credentials). A refused CONNECT gets ERROR(AuthenticationError) and CLOSED. CLOSED accepts
 nothing; frames that were already decoded when the connection closed are dropped.
+The moves that are no command -- the handshake completing (AUTHENTICATING -> CONNECTED) and
+the connection closing (any state -> CLOSED) -- are :data:`LIFECYCLE`; the connection makes
+every move of its state through one of the two tables.
 
 SEND is served outside the table, on the publish path alone: the connection hands the
 consecutive SENDs of one producer to it together (:func:`send_verdict`).
@@ -50,9 +53,11 @@ from protocol.frames import Frame
 
 __all__ = [
     "ALL_COMMAND_TYPES",
+    "LIFECYCLE",
     "TRANSITIONS",
     "ConnState",
     "Handler",
+    "Lifecycle",
     "Transition",
     "Unexpected",
     "request_id_of",
@@ -70,6 +75,13 @@ class ConnState(IntEnum):
     AUTHENTICATING = 1
     CONNECTED = 2
     CLOSED = 3
+
+
+class Lifecycle(IntEnum):
+    """The events that move a connection but are no command (:data:`LIFECYCLE`)."""
+
+    HANDSHAKE_DONE = 0  # the credentials were accepted and CONNECTED written (Handshake)
+    CLOSED = 1          # either side closed the connection
 
 
 class Unexpected(IntEnum):
@@ -124,6 +136,14 @@ TRANSITIONS: Final = MappingProxyType({
     (_C, T.WATCH_TOPIC_LIST_CLOSE): _t(H.on_watch_topic_list_close),
 })
 """Every accepted (state, BaseCommand.Type) pair."""
+
+LIFECYCLE: Final[MappingProxyType[tuple[ConnState, Lifecycle], ConnState]] = MappingProxyType({
+    (ConnState.AUTHENTICATING, Lifecycle.HANDSHAKE_DONE): ConnState.CONNECTED,
+    **{(state, Lifecycle.CLOSED): ConnState.CLOSED
+       for state in ConnState if state is not ConnState.CLOSED},
+})
+"""The transitions that are no command: (state, event) -> next state. An event a state does
+not list leaves it where it is (a handshake that completes after the connection closed)."""
 
 ALL_COMMAND_TYPES: Final = tuple(v.number for v in T.Type.DESCRIPTOR.values)
 
