@@ -61,7 +61,7 @@ from storage.ledger_list import LedgerList
 from storage.ledger_state import LedgerInfo, LedgerState
 from storage.positions import Entry, Position
 from storage.reads import DEFAULT_MAX_READ_BYTES, EntryReader
-from storage.segment_file import AppendBatch, DurableSink, RunCompletion, SegmentFile
+from storage.segment_file import AppendBatch, DurableSink, RunCompletion, SegmentFile, WriteState
 from storage.segments import (
     MAX_RECORD_BYTES,
     RecoveryEvent,
@@ -341,7 +341,7 @@ class ManagedLedger:
             self.appends_failed += len(batch.datas)
             fail_batch(batch, too_many)
             led = self._ledgers.get(batch.segment.ledger_id)
-            if led is None or not batch.segment.abandoned:
+            if led is None or batch.segment.write_state is not WriteState.ABANDONED:
                 continue
             led.next_entry_id = led.confirmed
             led.assigned_bytes = led.size_bytes
