@@ -17,10 +17,11 @@ Theory of operation
    escaping one is answered there, in one place, with ERROR carrying its code.
 2. A :class:`protocol.errors.ConnectionFatalError` (oversized or malformed frame, TLS or HTTP
    on this port) closes this connection only. Nothing else on the broker is affected.
-3. Outgoing frames: the first one written in an event-loop iteration goes to the transport at
-   once (a synchronous producer's receipt waits for nothing); later ones are buffered by
-   :meth:`write` and flushed with one ``transport.write`` in the next iteration, so a burst of
-   receipts or messages costs at most two syscalls.
+3. Outgoing frames (``write``) belong to :class:`broker.net.output.Output`: the first one
+   written in an event-loop iteration goes to the transport at once (a synchronous producer's
+   receipt waits for nothing); later ones are buffered and flushed with one
+   ``transport.write`` in the next iteration, so a burst of receipts or messages costs at most
+   two syscalls.
 4. Back-pressure on publishers belongs to :class:`broker.net.throttle.ReadThrottle`: past
    ``maxPendingPublishRequestsPerConnection`` unanswered SENDs, or while the broker-wide
    :class:`broker.net.throttle.PublishBuffer` (``maxMessagePublishBufferSizeInMB``) is full,
@@ -57,6 +58,7 @@ from typing import Any, Protocol
 
 from broker.net.consumers import ConsumerSide
 from broker.net.handshake import NO_REQUEST_ID, ConnectionSecurity, Handshake
+from broker.net.output import Output
 from broker.net.requests import RequestTasks
 from broker.net.states import (
     LIFECYCLE,
@@ -105,6 +107,7 @@ class ServerConnection(asyncio.Protocol):
         self.service = service
         self._owner = owner
         self.config = service.config
+        self.max_message_size = self.config.max_message_size
         self.loop = service.loop
         self._tables = tables if tables is not None else DEFAULT_TABLES
         self._state = ConnState.CONNECTING
@@ -122,11 +125,8 @@ class ServerConnection(asyncio.Protocol):
         self._ping_sent_at: float | None = None  # loop time of an unanswered keep-alive PING
         self._decoder = FrameDecoder(self.config.max_message_size + FRAME_PADDING)
         self._transport: asyncio.Transport | None = None
-        self._out: list[bytes] = []
-        self._out_bytes = 0
-        self._out_limit = self.config.pulsar_channel_write_buffer_high_water_mark
-        self._flush_scheduled = False
-        self._writes_paused = False
+        self._output = Output(self.loop, self.config.pulsar_channel_write_buffer_high_water_mark)
+        self.write = self._output.write  # (data: bytes) -> None: see broker.net.output
         self.throttle = ReadThrottle(
             publish_buffer if publish_buffer is not None else PublishBuffer(0),
             self.config.max_pending_publish_requests_per_connection, self._reading_resumed,
@@ -166,10 +166,6 @@ class ServerConnection(asyncio.Protocol):
     def client_version(self) -> str:
         return self.handshake.client_version
 
-    @property
-    def max_message_size(self) -> int:
-        return self.config.max_message_size
-
     def handshake_done(self) -> None:
         self._on(Lifecycle.HANDSHAKE_DONE)
 
@@ -177,6 +173,7 @@ class ServerConnection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment,unused-ignore]  # uvloop's TCPTransport
+        self._output.transport = self._transport
         peer = transport.get_extra_info("peername")
         sock = transport.get_extra_info("sockname")
         if peer:
@@ -216,7 +213,9 @@ class ServerConnection(asyncio.Protocol):
                         run = []
                         run_producer = None
                     if kind is UnknownCommand:
-                        self._unknown_command(frame.type_number)  # type: ignore[union-attr]
+                        self._refuse(unknown_command(self._state),  # rule 4 of states.py
+                                     f"Command type {frame.type_number}",  # type: ignore[union-attr]
+                                     NO_REQUEST_ID)
                     else:
                         self._dispatch(frame)  # type: ignore[arg-type]
                     if self.is_closed:
@@ -229,7 +228,14 @@ class ServerConnection(asyncio.Protocol):
                     return
                 run = []
                 run_producer = None
-                self._stray_send(frame.producer_id)  # type: ignore[union-attr]
+                if producer is None and self._state is _CONNECTED:
+                    # Pulsar closes the connection too: the client's view of its producers
+                    # is wrong. SEND has no request id: nothing can be answered.
+                    log.warning("SEND for unknown producer %d from %s",
+                                frame.producer_id, self.remote_address)  # type: ignore[union-attr]
+                    self.close("send for unknown producer")
+                else:
+                    self._refuse(send_verdict(self._state), "SEND", None)
                 if self.is_closed:
                     return
                 continue
@@ -257,27 +263,12 @@ class ServerConnection(asyncio.Protocol):
             return False
         return not self.is_closed
 
-    def _stray_send(self, producer_id: int) -> None:
-        """A SEND outside CONNECTED, or for a producer this connection does not have
-        (:func:`broker.net.states.send_verdict`): no answer is possible (SEND has no request
-        id), so the connection is closed, or the frame dropped once it is closed."""
-        if send_verdict(self._state) is Unexpected.DROP:
-            return
-        if self._state is _CONNECTED:
-            log.warning("SEND for unknown producer %d from %s", producer_id, self.remote_address)
-            self.close("send for unknown producer")
-            return
-        log.warning("closing connection from %s: unexpected SEND in state %s",
-                    self.remote_address, self._state.name)
-        self.close("unexpected SEND")
-
     def eof_received(self) -> bool | None:
         return None  # close the transport
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._on(Lifecycle.CLOSED)
-        self._out.clear()
-        self._out_bytes = 0
+        self._output.close()
         self.handshake.stop_timer()
         self.throttle.detach()
         self._owner.connection_closed(self)
@@ -294,12 +285,12 @@ class ServerConnection(asyncio.Protocol):
             side.close()
 
     def pause_writing(self) -> None:
-        self._writes_paused = True
+        self._output.paused = True
         if self._pause_reads_when_unwritable:
             self.throttle.output_full(True)
 
     def resume_writing(self) -> None:
-        self._writes_paused = False
+        self._output.paused = False
         if self._pause_reads_when_unwritable:
             self.throttle.output_full(False)
         if self._consumer_side is not None:
@@ -309,46 +300,7 @@ class ServerConnection(asyncio.Protocol):
 
     @property
     def writes_paused(self) -> bool:
-        return self._writes_paused
-
-    def write(self, data: bytes) -> None:
-        """Send a frame: the first one of a loop iteration at once, later ones queued.
-
-        A lone frame (a synchronous producer's SEND_RECEIPT) must not wait a loop iteration
-        for the flush; frames written after it in the same iteration are queued and go out
-        together in the flush scheduled by the first, so a burst costs at most two writes.
-        Invariant: ``_out`` is non-empty only while a flush is scheduled (frames stay in order).
-        Queued frames count as unsent output: past the high water mark they go to the transport
-        at once, so its pause_writing (and the pause of reading) comes while the burst is
-        being made, not after it (one event-loop turn may read a socket many times).
-        """
-        if self.is_closed:
-            return
-        if self._flush_scheduled:
-            self._out.append(data)
-            self._out_bytes += len(data)
-            if self._out_bytes >= self._out_limit:
-                self._write_out()
-            return
-        self._flush_scheduled = True
-        self.loop.call_soon(self._flush)
-        transport = self._transport
-        if transport is not None and not transport.is_closing():
-            transport.write(data)
-
-    def _flush(self) -> None:
-        self._flush_scheduled = False
-        self._write_out()
-
-    def _write_out(self) -> None:
-        out = self._out
-        self._out_bytes = 0
-        if not out or self._transport is None or self._transport.is_closing():
-            out.clear()
-            return
-        data = out[0] if len(out) == 1 else b"".join(out)
-        out.clear()
-        self._transport.write(data)
+        return self._output.paused
 
     def close(self, reason: str = "") -> None:
         """Flush what is queued and close the transport (idempotent)."""
@@ -356,7 +308,8 @@ class ServerConnection(asyncio.Protocol):
             return
         if reason:
             log.debug("closing connection %s: %s", self.remote_address, reason)
-        self._flush()
+        self._output.flush()
+        self._output.closed = True
         self._on(Lifecycle.CLOSED)
         if self._transport is not None:
             self._transport.close()
@@ -371,7 +324,8 @@ class ServerConnection(asyncio.Protocol):
         cmd = frame.command
         entry = self._table.get(cmd.type)
         if entry is None:
-            self._unexpected(cmd)
+            self._refuse(unexpected(self._state, cmd),
+                         f"Command {pb.BaseCommand.Type.Name(cmd.type)}", request_id_of(cmd))
             return
         handler, next_state = entry
         if next_state is not self._state:
@@ -392,29 +346,19 @@ class ServerConnection(asyncio.Protocol):
                           self.remote_address)
             self.close("internal error")
 
-    def _unexpected(self, cmd: pb.BaseCommand) -> None:
-        action = unexpected(self.state, cmd)
-        name = pb.BaseCommand.Type.Name(cmd.type)
+    def _refuse(self, action: Unexpected | None, what: str, request_id: int | None) -> None:
+        """A command the state table does not serve here (:func:`broker.net.states.unexpected`,
+        :func:`~broker.net.states.unknown_command`, :func:`~broker.net.states.send_verdict`):
+        ERROR NotAllowedError with *request_id* and the connection stays, or it is closed, or
+        the frame is dropped."""
         if action is Unexpected.ERROR:
-            rid = request_id_of(cmd)
-            assert rid is not None
-            self.write(C.encode_error(rid, ServerError.NotAllowedError,
-                                      f"Command {name} is not supported by this broker"))
+            assert request_id is not None
+            self.write(C.encode_error(request_id, ServerError.NotAllowedError,
+                                      f"{what} is not supported by this broker"))
         elif action is Unexpected.CLOSE:
             log.warning("closing connection from %s: unexpected %s in state %s",
-                        self.remote_address, name, self.state.name)
-            self.close(f"unexpected {name}")
-
-    def _unknown_command(self, type_number: int) -> None:
-        """A command type the proto does not declare (rule 4 of broker/net/states.py)."""
-        action = unknown_command(self.state)
-        if action is Unexpected.ERROR:
-            self.write(C.encode_error(NO_REQUEST_ID, ServerError.NotAllowedError,
-                                      f"Command type {type_number} is not supported by this broker"))
-        elif action is Unexpected.CLOSE:
-            log.warning("closing connection from %s: unknown command type %d in state %s",
-                        self.remote_address, type_number, self.state.name)
-            self.close(f"unknown command type {type_number}")
+                        self.remote_address, what, self.state.name)
+            self.close(f"unexpected {what}")
 
     def spawn(self, coro: Awaitable[Any], request_id: int | None = None,
               on_error: Callable[[RequestError], bytes] | None = None) -> asyncio.Task[Any]:

@@ -120,7 +120,7 @@ async def test_every_state_and_command_pair_follows_the_table(state: ConnState, 
     conn.state = state
     cmd = command_of(cmd_type)
     conn._dispatch(Frame(cmd))
-    conn._flush()
+    conn._output.flush()
     transition = TRANSITIONS.get((state, cmd_type))
     if transition is not None:
         assert recorded == [transition.handler.__name__]
@@ -148,7 +148,7 @@ async def test_connect_answers_connected_with_min_protocol_version() -> None:
         cmd.connect.client_version = "x"
         cmd.connect.protocol_version = client_version
         conn._dispatch(Frame(cmd))
-        conn._flush()
+        conn._output.flush()
         [answer] = transport.frames()
         assert answer.type == T.CONNECTED
         assert answer.connected.protocol_version == expected
