@@ -253,12 +253,23 @@ class Producer:
     def on_sends(self, sends: list[SendFrame]) -> None:
         """The SENDs of one socket read for this producer, in order (the one SEND entry of a
         producer): each is checked, the accepted ones appended as runs (one completion each; a
-        SEND taking another path ends the run before it, so the queue stays in send order)."""
+        SEND taking another path ends the run before it, so the queue stays in send order).
+        Runs reported meanwhile (a non-persistent topic reports at once) are answered after
+        the SENDs are counted as started."""
+        self._sending = True
+        try:
+            nbytes = self._take(sends)
+        finally:
+            self._sending = False
+        self.connection.publish_started(len(sends), nbytes)
+        self._answer_head()
+
+    def _take(self, sends: list[SendFrame]) -> int:
+        """Queue and append *sends* (:meth:`on_sends`); returns the bytes of their entries."""
         started = self._loop.time()
         check = self.topic.check_publish
         state = self.seq_state
         enqueue = self._queue.append
-        self._sending = True
         run = PublishRun(self, started)
         seqs, highests, keys, messages, sizes = run.appenders()
         datas: list[bytes] = []  # the run's entries as they will be stored
@@ -306,9 +317,7 @@ class Producer:
                 enqueue(item)
         if datas:
             self._append_run(run, datas)
-        self._sending = False
-        self.connection.publish_started(len(sends), nbytes)
-        self._answer_head()
+        return nbytes
 
     def _one_send(self, entry: bytes, seq: int, highest: int, key: int,
                   checksum_valid: bool, started: float, num_messages: int) -> None:
