@@ -20,14 +20,15 @@ from collections import OrderedDict
 from concurrent.futures import Executor, Future
 
 from storage.fileops import FileOps
-from storage.segment_file import SegmentFile
+from storage.segment_file import IndexResidency, SegmentFile
 from storage.segments import load_index, scan_segment
 
 ENTRY_INDEX_BYTES = 12  # i64 offset + i32 length
 
 
 def resident_bytes(segment: SegmentFile) -> int:
-    return len(segment.offsets) * ENTRY_INDEX_BYTES if segment.resident else 0
+    return (len(segment.offsets) * ENTRY_INDEX_BYTES
+            if segment.index is not IndexResidency.PAGED_OUT else 0)
 
 
 class IndexPager:
@@ -60,9 +61,9 @@ class IndexPager:
 
     def pageable(self, segment: SegmentFile) -> None:
         """Loop: segment is sealed and its index is durable on disk."""
-        if segment.paged or not segment.resident:
+        if segment.index is not IndexResidency.RESIDENT:
             return
-        segment.paged = True
+        segment.index = IndexResidency.PAGEABLE
         self._admit(segment)
 
     def forget(self, segment: SegmentFile) -> None:
@@ -73,7 +74,7 @@ class IndexPager:
 
     async def arrays(self, segment: SegmentFile) -> tuple[array[int], array[int]]:
         """Loop: the segment's index arrays, paged in if needed."""
-        if segment.resident:
+        if segment.index is not IndexResidency.PAGED_OUT:
             if segment in self._lru:
                 self._lru.move_to_end(segment)
             return segment.offsets, segment.lengths
@@ -86,7 +87,7 @@ class IndexPager:
                     self._pool, _load_arrays, self._ops, segment
                 )
                 segment.offsets, segment.lengths = offsets, lengths
-                segment.resident = True
+                segment.index = IndexResidency.PAGEABLE
                 self.loads += 1
                 self._admit(segment)
                 loading.set_result(None)

@@ -21,6 +21,7 @@ from storage.index_pages import IndexPager
 from storage.ledger_state import LedgerState
 from storage.limits import is_fd_exhaustion
 from storage.positions import Entry, Position
+from storage.segment_file import IndexResidency
 from storage.segments import read_records
 
 DEFAULT_MAX_READ_BYTES = 5 * 1024 * 1024
@@ -83,7 +84,7 @@ class EntryReader:
         out: list[Entry], nbytes: int,
     ) -> tuple[int, int]:
         segment = led.segment
-        if segment.paged:  # sealed with a durable index: paged in/out by the pager (LRU)
+        if segment.index is not IndexResidency.RESIDENT:  # paged in/out by the pager (LRU)
             offsets, lengths = await self._pager.arrays(segment)
         else:
             offsets, lengths = segment.offsets, segment.lengths

@@ -106,7 +106,6 @@ def load_ledger_dir(
         if indexed is not None:
             # Durable on disk: keep no arrays (the IndexPager pages them in for reads), so
             # opening a huge ledger holds one segment's index at a time.
-            segment.paged = True
             segment.page_out()
         # A scanned segment gets its index (re)written; not one with a bad header: the index
         # would never match it.

@@ -18,7 +18,7 @@ from collections import OrderedDict
 from collections.abc import Container
 
 from storage.fileops import FileOps
-from storage.segment_file import SegmentFile
+from storage.segment_file import SegmentFile, WriteState
 
 
 class SegmentFds:
@@ -60,7 +60,7 @@ class SegmentFds:
         for segment in list(self._lru):
             if len(self._lru) <= self._limit:
                 return
-            if segment in busy or segment.broken or segment.fd < 0:
+            if segment in busy or segment.write_state is WriteState.BROKEN or segment.fd < 0:
                 continue
             del self._lru[segment]
             fd, segment.fd = segment.fd, -1

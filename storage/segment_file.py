@@ -1,8 +1,8 @@
 """SegmentFile and AppendBatch: the objects the loop and the writer thread hand each other.
 
 A SegmentFile is one ledger's segment: its path, record format, index arrays (entry id ->
-offset, data length) and the writer thread's state (fd, write/synced/zeroed offsets, broken,
-abandoned). An AppendBatch is one owner's appends to one segment in one loop iteration.
+offset, data length) and the writer thread's state (fd, write/synced/zeroed offsets, its
+:class:`WriteState`). An AppendBatch is one owner's appends to one segment in one loop iteration.
 WriteOwner is what the writer may call on the owner (a managed ledger) when a group commit
 completes. Ownership rules are in storage/writer.py (the only code that writes segments).
 
@@ -15,6 +15,7 @@ appended with ``ManagedLedger.append_run``, whose :class:`DurableSink` is told o
 from __future__ import annotations
 
 import asyncio
+import enum
 from array import array
 from concurrent.futures import Future
 from pathlib import Path
@@ -24,16 +25,40 @@ from storage.positions import Position
 from storage.segments import FORMAT_V3
 
 
+class WriteState(enum.Enum):
+    """What the writer may still do with a segment (writer threads only): WRITABLE ->
+    BROKEN (a write or fdatasync failed, or a fenced owner's writes no fdatasync covers:
+    never indexed, cut back when sealed) or WRITABLE -> ABANDONED (the file could not be
+    created, out of file descriptors: nothing was written, no more writes)."""
+
+    WRITABLE = "writable"
+    BROKEN = "broken"
+    ABANDONED = "abandoned"
+
+
+class IndexResidency(enum.Enum):
+    """Where a segment's index arrays are (loop only): RESIDENT (in memory, not pageable:
+    the segment is open or its index not durable yet) -> PAGEABLE (in memory, sealed with a
+    durable index: the store's IndexPager may page it out) <-> PAGED_OUT (read back from the
+    index file on demand)."""
+
+    RESIDENT = "resident"
+    PAGEABLE = "pageable"
+    PAGED_OUT = "paged-out"
+
+
 class SegmentFile:
     """A ledger's segment file. Index arrays are appended by the writer (or recovery) only;
     the loop reads indices <= its ledger's last confirmed entry, which the writer published
     before completing the batch (call_soon_threadsafe is the happens-before edge). A sealed
     segment with a durable index may have its arrays paged out (resident False): readers
-    get them through the store's IndexPager."""
+    get them through the store's IndexPager. Its two lifecycles are :class:`WriteState`
+    (``write_state``) and :class:`IndexResidency` (``index``); ``evicted`` and ``positioned``
+    are the writer's fd cache marks, not lifecycle."""
 
-    __slots__ = ("abandoned", "broken", "created_ms", "evicted", "fd", "format", "index_job",
-                 "ledger_id", "lengths", "offsets", "paged", "path", "positioned", "resident",
-                 "synced_offset", "write_offset", "zeroed_end")
+    __slots__ = ("created_ms", "evicted", "fd", "format", "index", "index_job", "ledger_id",
+                 "lengths", "offsets", "path", "positioned", "synced_offset", "write_offset",
+                 "write_state", "zeroed_end")
 
     def __init__(self, ledger_id: int, path: Path, created_ms: int) -> None:
         self.ledger_id = ledger_id
@@ -46,19 +71,17 @@ class SegmentFile:
         self.write_offset = 0  # writer thread only: the logical end
         self.synced_offset = 0  # writer thread only: end of what fdatasync made durable
         self.zeroed_end = 0  # writer thread only: zeros were written up to here
-        self.broken = False  # writer thread only: a write/fsync failed (never index it)
-        self.abandoned = False  # writer: the file could not be opened (EMFILE); no more writes
+        self.write_state = WriteState.WRITABLE  # writer threads only
         self.evicted = False  # writer: its fd was closed by the LRU (storage/segment_fds.py)
         self.positioned = True  # writer: the fd's position is the write head (else pwrite)
         self.index_job: Future[bool] | None = None  # the persisted index being written
-        self.resident = True  # the arrays are in memory (else: paged out, storage/index_pages)
-        self.paged = False  # sealed with a durable index: the arrays may be paged out
+        self.index = IndexResidency.RESIDENT  # loop only (storage/index_pages)
 
     def page_out(self) -> None:
         """Drop the index arrays (sealed segments with a durable index only; loop)."""
         self.offsets = array("q")
         self.lengths = array("i")
-        self.resident = False
+        self.index = IndexResidency.PAGED_OUT
 
 
 class WriteOwner(Protocol):

@@ -48,7 +48,7 @@ from pathlib import Path
 
 from storage.errors import PersistenceError
 from storage.fileops import FileOps
-from storage.segment_file import AppendBatch, SegmentFile, WriteOwner
+from storage.segment_file import AppendBatch, SegmentFile, WriteOwner, WriteState
 
 log = logging.getLogger("horae.storage")
 
@@ -263,7 +263,7 @@ class SyncStage:
             self._ops.fdatasync(segment.fd)
         except OSError as exc:
             self.failed_fsyncs += 1
-            segment.broken = True
+            segment.write_state = WriteState.BROKEN
             failed[id(owner)] = fence(owner, exc, "fdatasync", self.on_no_space)
         finally:
             self.fsync_seconds += time.perf_counter() - started
@@ -271,8 +271,9 @@ class SyncStage:
     def _mark_broken(self, segment: SegmentFile) -> None:
         """A segment of a fenced owner with writes no successful fdatasync covers (or after
         a failed one): sealing cuts it back, a reopen in this process too."""
-        if segment.broken or segment.write_offset > segment.synced_offset:
-            segment.broken = True
+        if segment.write_state is WriteState.BROKEN \
+                or segment.write_offset > segment.synced_offset:
+            segment.write_state = WriteState.BROKEN
             self.fenced_ends[segment.path] = segment.synced_offset
 
     def _fail_round(self, jobs: list[SyncJob]) -> None:

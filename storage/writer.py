@@ -74,7 +74,7 @@ from storage.fileops import FileOps
 from storage.ids import IdAllocator
 from storage.limits import is_fd_exhaustion
 from storage.segment_fds import SegmentFds
-from storage.segment_file import AppendBatch, SegmentFile, WriteOwner
+from storage.segment_file import AppendBatch, SegmentFile, WriteOwner, WriteState
 from storage.segment_io import (
     PAGE,
     create_segment,
@@ -369,7 +369,7 @@ class GroupCommitWriter:
             try:
                 for b in batches:
                     segment = b.segment
-                    if segment.abandoned:
+                    if segment.write_state is WriteState.ABANDONED:
                         raise TooManyOpenFilesError(
                             f"segment {segment.path.name} could not be created (out of file "
                             "descriptors)")
@@ -390,13 +390,13 @@ class GroupCommitWriter:
                     # The segment file could not even be created: nothing of this owner was
                     # written, so nothing is fenced. The segment is abandoned (its ledger
                     # stays empty; the owner rolls over) and its batches fail.
-                    segment.abandoned = True
+                    segment.write_state = WriteState.ABANDONED
                     log.error("storage writer: cannot create %s: %s", segment.path, exc)
                     failure = TooManyOpenFilesError(f"cannot create {segment.path.name}: {exc}")
                     failure.__cause__ = exc
                     errors[key] = failure
                 else:
-                    segment.broken = True
+                    segment.write_state = WriteState.BROKEN
                     errors[key] = self._fence(owner, exc, "write")
         job = SyncJob()
         job.results = [(owner, batches, errors.get(key))
@@ -487,7 +487,7 @@ class GroupCommitWriter:
         segment.evicted = False
         if segment.fd >= 0:
             try:
-                if seal and segment.broken:
+                if seal and segment.write_state is WriteState.BROKEN:
                     cut_back(self._ops, segment, fsync=self._fsync)
                 elif seal and segment.zeroed_end > segment.write_offset:
                     # Back to the logical end. Not synced: after a crash recovery cuts the
@@ -498,7 +498,7 @@ class GroupCommitWriter:
                 self.fds.closed(segment)
                 self._ops.close(segment.fd)
                 segment.fd = -1
-            if seal and not segment.broken and self._index_pool is not None:
+            if seal and segment.write_state is not WriteState.BROKEN and self._index_pool is not None:
                 # Off this thread: the index's write + fsync must not hold up the next
                 # group commit. The arrays are final now (nothing appends to a sealed
                 # segment), so the I/O thread may read them.

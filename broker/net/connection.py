@@ -6,20 +6,22 @@ Theory of operation
 :class:`protocol.frames.FrameDecoder` and dispatches every complete frame through
 :data:`broker.net.states.TRANSITIONS` (state x command type -> handler, next state). Rules:
 
-1. Handlers that answer from memory (PING, SEND, FLOW, ACK, ...) run synchronously, in
-   arrival order. One socket read is decoded at once (``FrameDecoder.receive_frames``); the
-   consecutive SENDs of one producer in it, hand-parsed (``SendFrame``), go to the producer
-   together (:meth:`Producer.on_sends`: one ledger run, one completion); a SEND the fast path
-   declines, or one outside CONNECTED, goes through the table like any frame. Handlers that
+1. Handlers that answer from memory (PING, FLOW, ACK, ...) run synchronously, in
+   arrival order. One socket read is decoded at once (``FrameDecoder.receive_frames``). SEND
+   has one path: the consecutive SENDs of one producer in it, as
+   :class:`protocol.send_path.SendFrame` (hand-parsed; a SEND the hand parser declines is
+   turned into one), go to the producer together (:meth:`Producer.on_sends`); a SEND outside
+   CONNECTED or for an unknown producer gets :func:`broker.net.states.send_verdict`. Handlers that
    need IO or a topic load (PRODUCER, SUBSCRIBE, LOOKUP, ...) run as tasks
    (:class:`broker.net.requests.RequestTasks`); a :class:`protocol.errors.RequestError`
    escaping one is answered there, in one place, with ERROR carrying its code.
 2. A :class:`protocol.errors.ConnectionFatalError` (oversized or malformed frame, TLS or HTTP
    on this port) closes this connection only. Nothing else on the broker is affected.
-3. Outgoing frames: the first one written in an event-loop iteration goes to the transport at
-   once (a synchronous producer's receipt waits for nothing); later ones are buffered by
-   :meth:`write` and flushed with one ``transport.write`` in the next iteration, so a burst of
-   receipts or messages costs at most two syscalls.
+3. Outgoing frames (``write``) belong to :class:`broker.net.output.Output`: the first one
+   written in an event-loop iteration goes to the transport at once (a synchronous producer's
+   receipt waits for nothing); later ones are buffered and flushed with one
+   ``transport.write`` in the next iteration, so a burst of receipts or messages costs at most
+   two syscalls.
 4. Back-pressure on publishers belongs to :class:`broker.net.throttle.ReadThrottle`: past
    ``maxPendingPublishRequestsPerConnection`` unanswered SENDs, or while the broker-wide
    :class:`broker.net.throttle.PublishBuffer` (``maxMessagePublishBufferSizeInMB``) is full,
@@ -56,13 +58,17 @@ from typing import Any, Protocol
 
 from broker.net.consumers import ConsumerSide
 from broker.net.handshake import NO_REQUEST_ID, ConnectionSecurity, Handshake
+from broker.net.output import Output
 from broker.net.requests import RequestTasks
 from broker.net.states import (
+    LIFECYCLE,
     TRANSITIONS,
     ConnState,
     Handler,
+    Lifecycle,
     Unexpected,
     request_id_of,
+    send_verdict,
     unexpected,
     unknown_command,
 )
@@ -101,6 +107,7 @@ class ServerConnection(asyncio.Protocol):
         self.service = service
         self._owner = owner
         self.config = service.config
+        self.max_message_size = self.config.max_message_size
         self.loop = service.loop
         self._tables = tables if tables is not None else DEFAULT_TABLES
         self._state = ConnState.CONNECTING
@@ -118,11 +125,8 @@ class ServerConnection(asyncio.Protocol):
         self._ping_sent_at: float | None = None  # loop time of an unanswered keep-alive PING
         self._decoder = FrameDecoder(self.config.max_message_size + FRAME_PADDING)
         self._transport: asyncio.Transport | None = None
-        self._out: list[bytes] = []
-        self._out_bytes = 0
-        self._out_limit = self.config.pulsar_channel_write_buffer_high_water_mark
-        self._flush_scheduled = False
-        self._writes_paused = False
+        self._output = Output(self.loop, self.config.pulsar_channel_write_buffer_high_water_mark)
+        self.write = self._output.write  # (data: bytes) -> None: see broker.net.output
         self.throttle = ReadThrottle(
             publish_buffer if publish_buffer is not None else PublishBuffer(0),
             self.config.max_pending_publish_requests_per_connection, self._reading_resumed,
@@ -132,7 +136,6 @@ class ServerConnection(asyncio.Protocol):
         self.producers_creating: set[int] = set()  # PRODUCER requests in flight
         self._consumer_side: ConsumerSide | None = None
         self._requests = RequestTasks(self.loop, self.write, lambda: self.remote_address)
-        self.is_closed = False
 
     @property
     def state(self) -> ConnState:
@@ -144,6 +147,18 @@ class ServerConnection(asyncio.Protocol):
         self._table = self._tables[state]  # per-state dict: dispatch hashes a plain int only
 
     @property
+    def is_closed(self) -> bool:
+        return self._state is _CLOSED
+
+    def _on(self, event: Lifecycle) -> bool:
+        """Move on by :data:`broker.net.states.LIFECYCLE`; False when *event* moves nothing."""
+        next_state = LIFECYCLE.get((self._state, event))
+        if next_state is None:
+            return False
+        self.state = next_state
+        return True
+
+    @property
     def protocol_version(self) -> int:
         return self.handshake.protocol_version
 
@@ -151,18 +166,14 @@ class ServerConnection(asyncio.Protocol):
     def client_version(self) -> str:
         return self.handshake.client_version
 
-    @property
-    def max_message_size(self) -> int:
-        return self.config.max_message_size
-
     def handshake_done(self) -> None:
-        if not self.is_closed:
-            self.state = ConnState.CONNECTED
+        self._on(Lifecycle.HANDSHAKE_DONE)
 
     # ------------------------------------------------------------------ asyncio.Protocol
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment,unused-ignore]  # uvloop's TCPTransport
+        self._output.transport = self._transport
         peer = transport.get_extra_info("peername")
         sock = transport.get_extra_info("sockname")
         if peer:
@@ -191,46 +202,49 @@ class ServerConnection(asyncio.Protocol):
         run: list[SendFrame] = []
         run_producer: Producer | None = None
         for frame in frames:
-            if type(frame) is SendFrame:
-                if self._state is _CONNECTED:
-                    producer = self.producers.get(frame.producer_id)
-                    if producer is not None:
-                        if producer is not run_producer:
-                            if run and not self._send_run(run_producer, run):  # type: ignore[arg-type]
-                                return
-                            run = []
-                            run_producer = producer
-                        run.append(frame)
-                        continue
-                generic = _as_frame(frame)  # unknown producer or wrong state: the table decides
-            else:
-                generic = frame  # type: ignore[assignment]
-            if run:
-                if not self._send_run(run_producer, run):  # type: ignore[arg-type]
+            kind = type(frame)
+            if kind is not SendFrame:
+                if kind is Frame and frame.command.type == _SEND:  # type: ignore[union-attr]
+                    frame = _send_frame(frame)  # type: ignore[arg-type]  # the parser declined it
+                else:
+                    if run:
+                        if not self._send_run(run_producer, run):  # type: ignore[arg-type]
+                            return
+                        run = []
+                        run_producer = None
+                    if kind is UnknownCommand:
+                        self._refuse(unknown_command(self._state),  # rule 4 of states.py
+                                     f"Command type {frame.type_number}",  # type: ignore[union-attr]
+                                     NO_REQUEST_ID)
+                    else:
+                        self._dispatch(frame)  # type: ignore[arg-type]
+                    if self.is_closed:
+                        return
+                    continue
+            # A SEND: the consecutive SENDs of one producer go to it together.
+            producer = self.producers.get(frame.producer_id)  # type: ignore[union-attr]
+            if producer is None or self._state is not _CONNECTED:
+                if run and not self._send_run(run_producer, run):  # type: ignore[arg-type]
                     return
                 run = []
                 run_producer = None
-            if type(frame) is UnknownCommand:
-                self._unknown_command(frame.type_number)
+                if producer is None and self._state is _CONNECTED:
+                    # Pulsar closes the connection too: the client's view of its producers
+                    # is wrong. SEND has no request id: nothing can be answered.
+                    log.warning("SEND for unknown producer %d from %s",
+                                frame.producer_id, self.remote_address)  # type: ignore[union-attr]
+                    self.close("send for unknown producer")
+                else:
+                    self._refuse(send_verdict(self._state), "SEND", None)
                 if self.is_closed:
                     return
                 continue
-            cmd = generic.command
-            if cmd.type == _SEND and self._state is _CONNECTED:
-                # A SEND the fast path declined, straight to the producer (as the table's on_send).
-                send = cmd.send
-                producer = self.producers.get(send.producer_id)
-                if producer is not None:
-                    try:
-                        producer.on_send(generic, send)
-                    except Exception:
-                        log.exception("SEND from %s failed", self.remote_address)
-                        self.close("internal error")
-                        return
-                    continue
-            self._dispatch(generic)
-            if self.is_closed:
-                return
+            if producer is not run_producer:
+                if run and not self._send_run(run_producer, run):  # type: ignore[arg-type]
+                    return
+                run = []
+                run_producer = producer
+            run.append(frame)  # type: ignore[arg-type]
         if run and not self._send_run(run_producer, run):  # type: ignore[arg-type]
             return
         error = decoder.error
@@ -239,7 +253,8 @@ class ServerConnection(asyncio.Protocol):
             self.close(str(error))
 
     def _send_run(self, producer: Producer, run: list[SendFrame]) -> bool:
-        """Hand one producer's consecutive SENDs over; False when the connection was closed."""
+        """Hand one producer's consecutive SENDs over (the one SEND entry of a producer);
+        False when the connection was closed."""
         try:
             producer.on_sends(run)
         except Exception:
@@ -252,10 +267,8 @@ class ServerConnection(asyncio.Protocol):
         return None  # close the transport
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.is_closed = True
-        self.state = ConnState.CLOSED
-        self._out.clear()
-        self._out_bytes = 0
+        self._on(Lifecycle.CLOSED)
+        self._output.close()
         self.handshake.stop_timer()
         self.throttle.detach()
         self._owner.connection_closed(self)
@@ -264,7 +277,7 @@ class ServerConnection(asyncio.Protocol):
             producer.close()
         self.producers.clear()
         for waiting in self.waiting_producers.values():
-            waiting.closed = True  # never promoted
+            waiting.abandon()  # never promoted
         self.waiting_producers.clear()
         side = self._consumer_side
         if side is not None:
@@ -272,12 +285,12 @@ class ServerConnection(asyncio.Protocol):
             side.close()
 
     def pause_writing(self) -> None:
-        self._writes_paused = True
+        self._output.paused = True
         if self._pause_reads_when_unwritable:
             self.throttle.output_full(True)
 
     def resume_writing(self) -> None:
-        self._writes_paused = False
+        self._output.paused = False
         if self._pause_reads_when_unwritable:
             self.throttle.output_full(False)
         if self._consumer_side is not None:
@@ -287,46 +300,7 @@ class ServerConnection(asyncio.Protocol):
 
     @property
     def writes_paused(self) -> bool:
-        return self._writes_paused
-
-    def write(self, data: bytes) -> None:
-        """Send a frame: the first one of a loop iteration at once, later ones queued.
-
-        A lone frame (a synchronous producer's SEND_RECEIPT) must not wait a loop iteration
-        for the flush; frames written after it in the same iteration are queued and go out
-        together in the flush scheduled by the first, so a burst costs at most two writes.
-        Invariant: ``_out`` is non-empty only while a flush is scheduled (frames stay in order).
-        Queued frames count as unsent output: past the high water mark they go to the transport
-        at once, so its pause_writing (and the pause of reading) comes while the burst is
-        being made, not after it (one event-loop turn may read a socket many times).
-        """
-        if self.is_closed:
-            return
-        if self._flush_scheduled:
-            self._out.append(data)
-            self._out_bytes += len(data)
-            if self._out_bytes >= self._out_limit:
-                self._write_out()
-            return
-        self._flush_scheduled = True
-        self.loop.call_soon(self._flush)
-        transport = self._transport
-        if transport is not None and not transport.is_closing():
-            transport.write(data)
-
-    def _flush(self) -> None:
-        self._flush_scheduled = False
-        self._write_out()
-
-    def _write_out(self) -> None:
-        out = self._out
-        self._out_bytes = 0
-        if not out or self._transport is None or self._transport.is_closing():
-            out.clear()
-            return
-        data = out[0] if len(out) == 1 else b"".join(out)
-        out.clear()
-        self._transport.write(data)
+        return self._output.paused
 
     def close(self, reason: str = "") -> None:
         """Flush what is queued and close the transport (idempotent)."""
@@ -334,9 +308,9 @@ class ServerConnection(asyncio.Protocol):
             return
         if reason:
             log.debug("closing connection %s: %s", self.remote_address, reason)
-        self._flush()
-        self.is_closed = True
-        self.state = ConnState.CLOSED
+        self._output.flush()
+        self._output.closed = True
+        self._on(Lifecycle.CLOSED)
         if self._transport is not None:
             self._transport.close()
 
@@ -350,7 +324,8 @@ class ServerConnection(asyncio.Protocol):
         cmd = frame.command
         entry = self._table.get(cmd.type)
         if entry is None:
-            self._unexpected(cmd)
+            self._refuse(unexpected(self._state, cmd),
+                         f"Command {pb.BaseCommand.Type.Name(cmd.type)}", request_id_of(cmd))
             return
         handler, next_state = entry
         if next_state is not self._state:
@@ -371,29 +346,19 @@ class ServerConnection(asyncio.Protocol):
                           self.remote_address)
             self.close("internal error")
 
-    def _unexpected(self, cmd: pb.BaseCommand) -> None:
-        action = unexpected(self.state, cmd)
-        name = pb.BaseCommand.Type.Name(cmd.type)
+    def _refuse(self, action: Unexpected | None, what: str, request_id: int | None) -> None:
+        """A command the state table does not serve here (:func:`broker.net.states.unexpected`,
+        :func:`~broker.net.states.unknown_command`, :func:`~broker.net.states.send_verdict`):
+        ERROR NotAllowedError with *request_id* and the connection stays, or it is closed, or
+        the frame is dropped."""
         if action is Unexpected.ERROR:
-            rid = request_id_of(cmd)
-            assert rid is not None
-            self.write(C.encode_error(rid, ServerError.NotAllowedError,
-                                      f"Command {name} is not supported by this broker"))
+            assert request_id is not None
+            self.write(C.encode_error(request_id, ServerError.NotAllowedError,
+                                      f"{what} is not supported by this broker"))
         elif action is Unexpected.CLOSE:
             log.warning("closing connection from %s: unexpected %s in state %s",
-                        self.remote_address, name, self.state.name)
-            self.close(f"unexpected {name}")
-
-    def _unknown_command(self, type_number: int) -> None:
-        """A command type the proto does not declare (rule 4 of broker/net/states.py)."""
-        action = unknown_command(self.state)
-        if action is Unexpected.ERROR:
-            self.write(C.encode_error(NO_REQUEST_ID, ServerError.NotAllowedError,
-                                      f"Command type {type_number} is not supported by this broker"))
-        elif action is Unexpected.CLOSE:
-            log.warning("closing connection from %s: unknown command type %d in state %s",
-                        self.remote_address, type_number, self.state.name)
-            self.close(f"unknown command type {type_number}")
+                        self.remote_address, what, self.state.name)
+            self.close(f"unexpected {what}")
 
     def spawn(self, coro: Awaitable[Any], request_id: int | None = None,
               on_error: Callable[[RequestError], bytes] | None = None) -> asyncio.Task[Any]:
@@ -471,19 +436,22 @@ class ServerConnection(asyncio.Protocol):
 
 _SEND = pb.BaseCommand.SEND
 _CONNECTED = ConnState.CONNECTED
+_CLOSED = ConnState.CLOSED
 
 
-def _as_frame(send: SendFrame) -> Frame:
-    """The generic Frame of a hand-parsed SEND (rare: for the state table's verdicts)."""
-    cmd = pb.BaseCommand(type=_SEND)
-    m = cmd.send
-    m.producer_id = send.producer_id
-    m.sequence_id = send.sequence_id
-    if send.num_messages != 1:
-        m.num_messages = send.num_messages
-    if send.highest_sequence_id:
-        m.highest_sequence_id = send.highest_sequence_id
-    return Frame(cmd, send.entry, send.checksum_valid)
+def _send_frame(frame: Frame) -> SendFrame:
+    """The SendFrame of a SEND the hand parser declined (an unusual layout): the fields a
+    producer reads; no payload is an empty entry that fails its checksum."""
+    send = frame.command.send
+    entry = frame.entry
+    if entry is None:
+        return SendFrame(send.producer_id, send.sequence_id, send.num_messages,
+                         send.highest_sequence_id, b"", False, 0)
+    metadata_size = int.from_bytes(entry[:4], "big") if len(entry) >= 4 else 0
+    return SendFrame(send.producer_id, send.sequence_id, send.num_messages,
+                     send.highest_sequence_id, entry, frame.checksum_valid is not False,
+                     metadata_size)
+
 
 StateTables = dict[ConnState, dict[int, tuple[Handler, ConnState]]]
 """One ``command type -> (handler, next state)`` dict per state."""

@@ -96,18 +96,6 @@ def on_producer(conn: CommandHost, frame: Frame) -> None:
     handle_producer(conn, frame.command.producer)
 
 
-def on_send(conn: CommandHost, frame: Frame) -> None:
-    send = frame.command.send
-    producer = conn.producers.get(send.producer_id)
-    if producer is None:
-        # Pulsar closes the connection too: the client's view of its producers is wrong.
-        log.warning("SEND for unknown producer %d from %s", send.producer_id,
-                    conn.remote_address)
-        conn.close("send for unknown producer")
-        return
-    producer.on_send(frame, send)
-
-
 def on_close_producer(conn: CommandHost, frame: Frame) -> None:
     handle_close_producer(conn, frame.command.close_producer)
 

@@ -5,15 +5,17 @@ Theory of operation
 :func:`handle_producer` is called by :class:`broker.net.connection.ServerConnection` for every
 PRODUCER: a retried creation is answered from the connection's registry, a concurrent one is
 refused, the role must be allowed to produce (:class:`broker.net.handshake.Handshake`; refused:
-ERROR AuthorizationError), then :func:`create_producer` runs as a request task. The topic is loaded (or auto-created), the
-producer name's sequence state is recovered *before* PRODUCER_SUCCESS tells the client where
-its sequence stands, the producer's schema is registered or checked (:mod:`broker.net.schemas`),
-the producer's initial subscription is created when it names one (``initial_subscription_name``,
-what the Java client's dead-letter producer sends for ``DeadLetterPolicy.initialSubscriptionName``:
-a durable subscription at the earliest position on a persistent topic that lacks it, so nothing
-published before its first consumer is lost; the role must be allowed to produce and to consume
-that subscription), then the topic decides on access (:meth:`broker.topics.topic.Topic.add_producer`,
-:mod:`broker.topics.access_modes`).
+ERROR AuthorizationError), then :func:`create_producer` runs as a request task. The topic is
+loaded (or auto-created), the producer's schema is registered or checked
+(:mod:`broker.net.schemas`), the producer's initial subscription is created when it names one
+(``initial_subscription_name``, what the Java client's dead-letter producer sends for
+``DeadLetterPolicy.initialSubscriptionName``: a durable subscription at the earliest position
+on a persistent topic that lacks it, so nothing published before its first consumer is lost;
+the role must be allowed to produce and to consume that subscription), then the topic attaches
+the producer, the one way a producer joins a topic
+(:meth:`broker.topics.topic.Topic.attach_producer`: its state, the name's sequence state
+recovered *before* PRODUCER_SUCCESS tells the client where its sequence stands, access modes
+by :mod:`broker.topics.access_modes`) and hands back the answer.
 A WaitForExclusive producer that cannot have the topic yet is queued by the topic and
 answered at once with ``producer_ready=false``; the topic answers again when it promotes it.
 
@@ -28,9 +30,8 @@ from typing import Protocol
 from broker.net.handshake import Handshake
 from broker.net.schemas import producer_schema
 from broker.net.view import ConnectionView
-from broker.topics.access_modes import Admission
 from broker.topics.names import TopicName
-from broker.topics.producer import Producer, ProducerTransport
+from broker.topics.producer import Producer, ProducerRequest, ProducerTransport
 from broker.topics.service import BrokerService
 from broker.topics.topic import Topic
 from protocol import commands as C
@@ -91,7 +92,7 @@ def handle_close_producer(connection: ProducerConnection, m: pb.CommandCloseProd
     producer = connection.producers.pop(m.producer_id, None)
     waiting = connection.waiting_producers.pop(m.producer_id, None)
     if waiting is not None:
-        waiting.closed = True
+        waiting.abandon()
     rid = m.request_id
 
     async def run() -> None:
@@ -103,7 +104,9 @@ def handle_close_producer(connection: ProducerConnection, m: pb.CommandCloseProd
 
 
 async def create_producer(connection: ProducerConnection, m: pb.CommandProducer) -> None:
-    """Handle PRODUCER: load (or auto-create) the topic, attach, answer PRODUCER_SUCCESS."""
+    """Handle PRODUCER: load (or auto-create) the topic, register or check the schema, create
+    the initial subscription, then the topic attaches the producer
+    (:meth:`broker.topics.topic.Topic.attach_producer`) and this answers."""
     service = connection.service
     name = TopicName.parse(m.topic)
     # Storage read-only (disk full): ProducerBlockedQuotaExceededException, on which the
@@ -112,36 +115,32 @@ async def create_producer(connection: ProducerConnection, m: pb.CommandProducer)
     topic = await service.get_any_topic(name.full,
                                         create=service.config.allow_auto_topic_creation)
     max_producers = service.config.max_producers_per_topic
-    topic.admission.check_limit(max_producers)  # early, before the work; add_producer decides
+    topic.check_producer_limit(max_producers)  # early, before the work; attaching decides
     user_provided = m.HasField("producer_name") and m.producer_name != ""
-    pname = m.producer_name if user_provided else service.generate_producer_name()
-    access_mode = int(m.producer_access_mode) if m.HasField("producer_access_mode") else pb.Shared
-    metadata = {kv.key: kv.value for kv in m.metadata}
-    # The sequence state of this name must be recovered before PRODUCER_SUCCESS tells the
-    # client where its sequence stands (and before its re-sends arrive).
-    await topic.dedup.prepare()
     schema_version = await producer_schema(service, topic,
                                            m.schema if m.HasField("schema") else None)
     if m.initial_subscription_name and isinstance(topic, Topic):
         await create_initial_subscription(topic, m.initial_subscription_name)
-    producer = Producer(connection, topic, int(m.producer_id), pname, access_mode,
-                        user_provided, metadata, int(m.epoch))
-    requested_epoch = int(m.topic_epoch) if m.HasField("topic_epoch") else None
-    admission = topic.add_producer(producer, requested_epoch, max_producers=max_producers)
-    # Only an admitted producer holds its name's sequence state (a refused one would keep the
-    # name from ever being evicted); no SEND comes before PRODUCER_SUCCESS.
-    topic.dedup.attach(producer)
-    if admission is Admission.QUEUE:
-        topic.admission.queue(producer, int(m.request_id), schema_version)
+    request = ProducerRequest(
+        producer_id=int(m.producer_id), request_id=int(m.request_id),
+        name=m.producer_name if user_provided else service.generate_producer_name(),
+        user_provided_name=user_provided,
+        access_mode=int(m.producer_access_mode) if m.HasField("producer_access_mode")
+        else pb.Shared,
+        metadata={kv.key: kv.value for kv in m.metadata}, epoch=int(m.epoch),
+        topic_epoch=int(m.topic_epoch) if m.HasField("topic_epoch") else None,
+        schema_version=schema_version)
+    producer, answer, attached = await topic.attach_producer(connection, request,
+                                                             max_producers=max_producers)
+    if not attached:
         connection.waiting_producers[producer.producer_id] = producer
-        connection.write(C.encode_producer_success(m.request_id, pname, -1, schema_version,
-                                                   ready=False))
+        connection.write(answer)
         return
     if connection.is_closed:
         producer.close()
         return
     connection.producers[producer.producer_id] = producer
-    connection.write(topic.producer_success(producer, int(m.request_id), schema_version))
+    connection.write(answer)
 
 
 async def create_initial_subscription(topic: Topic, name: str) -> None:

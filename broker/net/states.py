@@ -10,6 +10,12 @@ thread, and on success writes CONNECTED and moves the connection on to CONNECTED
 client commands listed in :data:`TRANSITIONS` are served (AUTH_RESPONSE refreshes the
 credentials). A refused CONNECT gets ERROR(AuthenticationError) and CLOSED. CLOSED accepts
 nothing; frames that were already decoded when the connection closed are dropped.
+The moves that are no command -- the handshake completing (AUTHENTICATING -> CONNECTED) and
+the connection closing (any state -> CLOSED) -- are :data:`LIFECYCLE`; the connection makes
+every move of its state through one of the two tables.
+
+SEND is served outside the table, on the publish path alone: the connection hands the
+consecutive SENDs of one producer to it together (:func:`send_verdict`).
 
 A pair missing from the table is a protocol violation (:func:`unexpected`):
 
@@ -47,12 +53,15 @@ from protocol.frames import Frame
 
 __all__ = [
     "ALL_COMMAND_TYPES",
+    "LIFECYCLE",
     "TRANSITIONS",
     "ConnState",
     "Handler",
+    "Lifecycle",
     "Transition",
     "Unexpected",
     "request_id_of",
+    "send_verdict",
     "subcommand_field",
     "unexpected",
     "unknown_command",
@@ -66,6 +75,13 @@ class ConnState(IntEnum):
     AUTHENTICATING = 1
     CONNECTED = 2
     CLOSED = 3
+
+
+class Lifecycle(IntEnum):
+    """The events that move a connection but are no command (:data:`LIFECYCLE`)."""
+
+    HANDSHAKE_DONE = 0  # the credentials were accepted and CONNECTED written (Handshake)
+    CLOSED = 1          # either side closed the connection
 
 
 class Unexpected(IntEnum):
@@ -103,7 +119,6 @@ TRANSITIONS: Final = MappingProxyType({
     (_C, T.GET_SCHEMA): _t(H.on_get_schema),
     (_C, T.GET_OR_CREATE_SCHEMA): _t(H.on_get_or_create_schema),
     (_C, T.PRODUCER): _t(H.on_producer),
-    (_C, T.SEND): _t(H.on_send),
     (_C, T.CLOSE_PRODUCER): _t(H.on_close_producer),
     (_C, T.SUBSCRIBE): _t(H.on_subscribe),
     (_C, T.FLOW): _t(H.on_flow),
@@ -121,6 +136,14 @@ TRANSITIONS: Final = MappingProxyType({
     (_C, T.WATCH_TOPIC_LIST_CLOSE): _t(H.on_watch_topic_list_close),
 })
 """Every accepted (state, BaseCommand.Type) pair."""
+
+LIFECYCLE: Final[MappingProxyType[tuple[ConnState, Lifecycle], ConnState]] = MappingProxyType({
+    (ConnState.AUTHENTICATING, Lifecycle.HANDSHAKE_DONE): ConnState.CONNECTED,
+    **{(state, Lifecycle.CLOSED): ConnState.CLOSED
+       for state in ConnState if state is not ConnState.CLOSED},
+})
+"""The transitions that are no command: (state, event) -> next state. An event a state does
+not list leaves it where it is (a handshake that completes after the connection closed)."""
 
 ALL_COMMAND_TYPES: Final = tuple(v.number for v in T.Type.DESCRIPTOR.values)
 
@@ -154,6 +177,16 @@ def unexpected(state: ConnState, cmd: pb.BaseCommand) -> Unexpected:
     if state is ConnState.CONNECTING or state is ConnState.AUTHENTICATING:
         return Unexpected.CLOSE
     return Unexpected.ERROR if request_id_of(cmd) is not None else Unexpected.CLOSE
+
+
+def send_verdict(state: ConnState) -> Unexpected | None:
+    """SEND, the one command not in :data:`TRANSITIONS` that is served: in CONNECTED the
+    connection hands it to its producer (None; a SEND for a producer the connection does not
+    have closes it, as Pulsar does: the client's view of its producers is wrong); elsewhere
+    the verdict of a command without a request id (rule 1: CLOSE; rule 3: DROP)."""
+    if state is ConnState.CONNECTED:
+        return None
+    return Unexpected.DROP if state is ConnState.CLOSED else Unexpected.CLOSE
 
 
 def unknown_command(state: ConnState) -> Unexpected:

@@ -208,7 +208,7 @@ class ProducerAdmission:
         waiters = list(self._waiters)
         self._waiters.clear()
         for waiter, request_id, _ in waiters:
-            waiter.closed = True
+            waiter.abandon()
             waiter.connection.producer_detached(waiter)
             waiter.connection.write(C.encode_error(request_id, ServerError.ProducerFenced,
                                                    "Fenced out"))

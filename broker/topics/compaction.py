@@ -52,7 +52,12 @@ class CompactedTopic(Protocol):
     """What compaction asks of its topic (:class:`broker.topics.topic.Topic`)."""
 
     full: str
-    closed: bool
+
+    @property
+    def serving(self) -> bool:
+        """Neither fenced nor closed."""
+        ...
+
 
     @property
     def ledger(self) -> ManagedLedger: ...
@@ -150,7 +155,7 @@ class TopicCompaction:
             return None, set()
         latest: dict[str, tuple[Position, bool]] = {}  # key -> (position, is tombstone)
         always: set[Position] = set()
-        while pos <= end and not self.topic.closed:
+        while pos <= end and self.topic.serving:
             entries = await ledger.read_entries(pos, _READ_BATCH, _READ_BYTES)
             if not entries:
                 break

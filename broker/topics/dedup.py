@@ -96,8 +96,11 @@ class DedupTopic(Protocol):
     """What deduplication asks of its topic (:class:`broker.topics.topic.Topic`)."""
 
     full: str
-    closed: bool
-    fenced: bool
+
+    @property
+    def serving(self) -> bool:
+        """Neither fenced nor closed."""
+        ...
 
     @property
     def ledger(self) -> ManagedLedger: ...
@@ -171,7 +174,7 @@ class MessageDeduplication:
         """Recover once (concurrent callers wait for the same recovery)."""
         if self.ready:
             return
-        if self.topic.closed or self.topic.fenced:
+        if not self.topic.serving:
             raise ServiceNotReadyError(f"Topic {self.topic.full} is being closed or reloaded")
         if self._recovery is None:
             self._recovery = asyncio.ensure_future(self._recover())

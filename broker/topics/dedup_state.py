@@ -63,7 +63,8 @@ NO_FLOOR = -(1 << 64)
 class InFlight(Protocol):
     """An incarnation of a producer that may still have sends in flight."""
 
-    closed: bool
+    @property
+    def closed(self) -> bool: ...
 
     @property
     def pending(self) -> int: ...

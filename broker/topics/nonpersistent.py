@@ -33,7 +33,8 @@ from broker.subscriptions.selectors import KeySharedSelector, new_selector
 from broker.topics.access_modes import Admission, ProducerAccess, ProducerAdmission
 from broker.topics.dedup import SequenceState
 from broker.topics.names import TopicName
-from broker.topics.producer import Producer
+from broker.topics.producer import Producer, ProducerRequest, ProducerTransport
+from protocol import commands as C
 from protocol.errors import (
     NotAllowedError,
     ServiceNotReadyError,
@@ -50,12 +51,6 @@ log = logging.getLogger("horae.nonpersistent")
 
 class _NoDeduplication:
     """Pulsar keeps no sequence state on a non-persistent topic: every SEND is published."""
-
-    async def prepare(self) -> None:
-        return None
-
-    def attach(self, producer: Producer) -> None:
-        return None
 
     def resend(self, state: SequenceState, entry: bytes, sequence_id: int,
                key: int) -> tuple[asyncio.Future[Position] | None, int | None]:
@@ -75,7 +70,6 @@ class NonPersistentTopic:
         self.admission = ProducerAdmission(self.full, self.producer_success,
                                            lambda: not self.closed)
         self.dedup = _NoDeduplication()
-        self.awaiting_durable: dict[Producer, None] = {}
         self.publish_latency_buckets = [0] * (len(PUBLISH_LATENCY_BUCKETS_MS) + 1)
         self.closed = False
         self.msg_in_counter = 0
@@ -99,13 +93,6 @@ class NonPersistentTopic:
         # the persistent topic's checks (no chunks here: clients chunk persistent topics only)
         _, messages, _ = check_publish_metadata(entry)
         return entry, messages, False
-
-    def publish(self, entry: bytes) -> tuple[asyncio.Future[Position], int, bool]:
-        entry, messages, partial = self.check_publish(entry)
-        self._deliver(entry, messages)
-        fut: asyncio.Future[Position] = self.loop.create_future()
-        fut.set_result(NON_PERSISTENT_ID)
-        return fut, messages, partial
 
     def append_run(self, entries: list[bytes], sink: DurableSink) -> None:
         """Dispatch each entry, then report each one "durable" at ``0:0`` (receipts at once)."""
@@ -153,15 +140,29 @@ class NonPersistentTopic:
     def access(self) -> ProducerAccess:
         return self.admission.access
 
-    def add_producer(self, producer: Producer, requested_epoch: int | None = None, *,
-                     max_producers: int = 0) -> Admission:
-        """Attach by access mode, as :meth:`broker.topics.topic.Topic.add_producer`."""
+    def check_producer_limit(self, max_producers: int) -> None:
+        """As :meth:`broker.topics.topic.Topic.check_producer_limit`."""
+        self.admission.check_limit(max_producers)
+
+    async def attach_producer(self, transport: ProducerTransport, request: ProducerRequest, *,
+                              max_producers: int = 0) -> tuple[Producer, bytes, bool]:
+        """Attach by access mode, as :meth:`broker.topics.topic.Topic.attach_producer` (no
+        sequence state: nothing is deduplicated here)."""
+        producer = Producer(transport, self, request.producer_id, request.name,
+                            request.access_mode, request.user_provided_name, request.metadata,
+                            request.epoch)
         if self.closed:
             raise ServiceNotReadyError(f"Topic {self.full} is being closed")
-        return self.admission.add(producer, requested_epoch, max_producers)
+        admission = self.admission.add(producer, request.topic_epoch, max_producers)
+        if admission is Admission.QUEUE:
+            self.admission.queue(producer, request.request_id, request.schema_version)
+            return producer, C.encode_producer_success(
+                request.request_id, producer.name, -1, request.schema_version,
+                ready=False), False
+        return producer, self.producer_success(producer, request.request_id,
+                                               request.schema_version), True
 
     def remove_producer(self, producer: Producer) -> None:
-        self.awaiting_durable.pop(producer, None)
         self.admission.remove(producer)
 
     def producer_success(self, producer: Producer, request_id: int,

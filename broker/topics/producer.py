@@ -7,30 +7,31 @@ producer's FIFO ``_queue`` *before* anything can fail, so every answer leaves in
 the sends arrived (the C++ client closes the connection when a receipt overtakes an earlier
 send). The queue's records are defined in :mod:`broker.topics.publish_records`:
 
-1. The hot path (:meth:`Producer.on_sends`) takes all SENDs of one socket read for this
+1. The one SEND entry (:meth:`Producer.on_sends`) takes all SENDs of one socket read for this
    producer at once, hand-parsed by the decoder (:class:`protocol.send_path.SendFrame`, no
    protobuf object). Each is checked (the producer has not failed, the CRC verdict, not a
    re-send, :meth:`broker.topics.topic.Topic.check_publish`: metadata, the delayed-delivery
    publish guard of PIP-315/437); the consecutive accepted ones form ONE
    :class:`PublishRun` (five ints per SEND in parallel lists; no object, future, task or
    closure per SEND), appended to the ledger as one run with one completion.
-2. A SEND refused there (SEND_ERROR ChecksumError for a bad CRC: the one error the client
-   fails a single message for; the connection stays), a re-send and an entry storage
-   refuses become one :class:`Pending` each, ending the run before them: re-sends and
-   oversized entries take the per-entry path (:meth:`Topic.publish`, a future); the
-   generic-decoded SEND (:meth:`Producer.on_send`) does too.
-3. The drain (:meth:`Producer._drain`, :class:`broker.topics.publish_answers.Answers`)
-   answers the head records whose outcome is known, in order, with ONE write: a run range
-   by range as the ledger reports it (a rollover may split it), receipts encoded in bulk
-   (echoing ``sequence_id`` and ``highest_sequence_id``, as Pulsar does for batches), a
-   SEND_ERROR where a record failed. A failed append fails every record queued behind it
-   as well, so nothing is acknowledged out of order. A producer whose head is in flight is
-   listed in its topic's ``awaiting_durable``; the topic's durable listener, which the
-   ledger calls right after a group commit, drains it there
-   (:meth:`Producer.drain_finished`), so the receipts leave in that very callback. A
-   done-callback on a Pending head's future (one per group commit, not per SEND) is the
-   fallback, and the only path for failed future appends. A re-send that must wait for a
-   run's item gets a future made on demand (:meth:`Producer.pending_append`).
+2. A SEND the hot loop does not take ends the run before it: a re-send stored again, one
+   out of order or that the hot checks decline is a run of one (the per-entry path); a SEND
+   refused before any append (SEND_ERROR ChecksumError for a bad CRC: the one error the
+   client fails a single message for; the connection stays) and a duplicate answered with its
+   original's append are one :class:`Pending` each.
+3. One completion channel: the ledger tells each run once its entries are durable (or
+   failed), and the run tells its producer (:meth:`Producer.run_durable`), which answers
+   from that very call. The drain (:meth:`Producer._drain`,
+   :class:`broker.topics.publish_answers.Answers`) answers the head records whose outcome is
+   known, in order, with ONE write: a run range by range as the ledger reports it (a rollover
+   may split it), receipts encoded in bulk (echoing ``sequence_id`` and
+   ``highest_sequence_id``, as Pulsar does for batches), a SEND_ERROR where a record failed.
+   A failed append fails every record queued behind it as well, so nothing is acknowledged
+   out of order. A duplicate at the head waits for its original's future (a done-callback);
+   a re-send that must wait for a run's item gets a future made on demand
+   (:meth:`Producer.pending_append`).
+
+Lifecycle: one :class:`ProducerState` (ACTIVE, FAILED, BLOCKING, BLOCKED, CLOSED).
 
 Every SEND counts towards the connection's pending-publish limit (back-pressure) from
 step 1 until its answer is written.
@@ -54,13 +55,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import logging
 import time
 from collections import deque
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from broker.metrics.rates import iso_ms
-from broker.topics.dedup import SequenceState, send_key
+from broker.topics.dedup import SequenceState
 from broker.topics.publish_answers import Answers
 from broker.topics.publish_records import Pending, PublishRun, answerable
 from broker.topics.publish_refusals import REASON_DISK
@@ -69,14 +72,15 @@ from protocol import commands as C
 from protocol import pulsar_pb as pb
 from protocol.entry_shape import check_send_messages
 from protocol.errors import ChecksumError, RequestError
-from protocol.frames import Frame
 from protocol.metadata import peek_dispatch
 from protocol.send_path import SendFrame
+from storage.errors import EntryTooLargeError
 from storage.positions import Position
 from storage.segment_file import DurableSink
 from storage.segments import MAX_RECORD_BYTES
 
-__all__ = ["ACCESS_MODE_NAMES", "Producer", "ProducerTransport", "PublishTarget"]
+__all__ = ["ACCESS_MODE_NAMES", "Producer", "ProducerRequest", "ProducerState",
+           "ProducerTransport", "PublishTarget"]
 
 log = logging.getLogger("horae.producer")
 
@@ -86,6 +90,43 @@ ACCESS_MODE_NAMES: dict[int, str] = {
     pb.WaitForExclusive: "WaitForExclusive",
     pb.ExclusiveWithFencing: "ExclusiveWithFencing",
 }
+
+
+class ProducerState(enum.Enum):
+    """Where a producer stands; every lifecycle check reads this one field.
+
+    ACTIVE -> FAILED (an append failed: every later SEND fails with that error) ->
+    BLOCKING (the store refused an append because it is read-only: the drain answers what
+    precedes that record, then blocks) -> BLOCKED (closed by the broker, CLOSE_PRODUCER sent;
+    it stays registered on its connection until the client re-creates or closes it).
+    Any state but BLOCKED -> CLOSED (detached: connection lost, CLOSE_PRODUCER, topic closed,
+    a queued WaitForExclusive producer that will never be promoted)."""
+
+    ACTIVE = "active"
+    FAILED = "failed"
+    BLOCKING = "blocking"
+    BLOCKED = "blocked"
+    CLOSED = "closed"
+
+
+_DETACHED = frozenset({ProducerState.CLOSED, ProducerState.BLOCKED})
+_BLOCKING = ProducerState.BLOCKING
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerRequest:
+    """A PRODUCER command as the topic needs it to attach the producer
+    (:meth:`broker.topics.topic.Topic.attach_producer`)."""
+
+    producer_id: int
+    request_id: int
+    name: str
+    user_provided_name: bool
+    access_mode: int
+    metadata: dict[str, str]
+    epoch: int
+    topic_epoch: int | None
+    schema_version: bytes | None
 
 
 class ProducerTransport(Protocol):
@@ -135,10 +176,7 @@ class PublishTarget(Protocol):
     @property
     def dedup(self) -> ResendPolicy: ...
 
-    awaiting_durable: dict[Producer, None]
     publish_latency_buckets: list[int]
-
-    def publish(self, entry: bytes) -> tuple[asyncio.Future[Position], int, bool]: ...
 
     def check_publish(self, entry: bytes) -> tuple[bytes, int, bool]: ...
 
@@ -171,15 +209,11 @@ class Producer:
         self.connected_since_ms = int(time.time() * 1000)
         self.msg_in_counter = 0
         self.bytes_in_counter = 0
-        self.closed = False
-        # Closed because the store is read-only (broker/topics/publish_refusals.py): stays
-        # registered on its connection until the client re-creates or closes it.
-        self.blocked = False
-        # set by a ledger run refused because the store is read-only: the drain answers what
-        # precedes the first record carrying this error, then blocks the producer (_block)
-        self.blocking: RequestError | None = None
+        self.state = ProducerState.ACTIVE
+        # What every new SEND is refused with (FAILED, BLOCKING, BLOCKED; kept once CLOSED).
+        self._error: RequestError | None = None
+        self._sending = False  # inside on_sends: runs reported at once are drained at its end
         self._queue: deque[Pending | PublishRun] = deque()
-        self._failed: RequestError | None = None
         self._drained: asyncio.Event | None = None
         self._watched: asyncio.Future[Position] | None = None
         self._loop = connection.loop
@@ -187,6 +221,22 @@ class Producer:
         self._on_done = self._drain_cb  # bound once: one allocation less per SEND
         # Replaced by the topic's MessageDeduplication.attach (broker.net.producers) before any SEND.
         self.seq_state = SequenceState(name)
+
+    @property
+    def closed(self) -> bool:
+        """Detached from its topic (CLOSED or BLOCKED)."""
+        return self.state in _DETACHED
+
+    @property
+    def blocked(self) -> bool:
+        return self.state is ProducerState.BLOCKED
+
+    @property
+    def blocking(self) -> RequestError | None:
+        """The read-only refusal the drain stops at (BLOCKING; BLOCKED: SENDs still on the
+        wire when CLOSE_PRODUCER left are dropped there), else None."""
+        state = self.state
+        return self._error if state is _BLOCKING or state is ProducerState.BLOCKED else None
 
     @property
     def access_mode_name(self) -> str:
@@ -200,41 +250,26 @@ class Producer:
 
     # ------------------------------------------------------------------ hot path
 
-    def on_send(self, frame: Frame, send: pb.CommandSend) -> None:
-        """One SEND the fast path declined (*send* is ``frame.command.send``, already looked
-        up by the caller): the per-entry path of :meth:`_one_send`."""
-        started = self._loop.time()
-        entry = frame.entry
-        seq = send.sequence_id
-        highest = send.highest_sequence_id
-        key = send_key(seq, highest, send.num_messages)
-        if self.blocked:  # already on the wire when CLOSE_PRODUCER left: dropped
-            self.topic.publish_refused(REASON_DISK, 1)
-            return
-        if entry is None:
-            error = self._failed or ChecksumError("SEND without a payload")
-            item = Pending(seq, highest, key, started, None, error, 0, 0)
-            nbytes = 0
-        else:  # a frame without a checksum (checksum_valid None) is taken as it is
-            item = self._one_send(entry, seq, highest, key, frame.checksum_valid is not False,
-                                  started, send.num_messages)
-            nbytes = len(entry)
-        item.buffered = nbytes
-        queue = self._queue
-        queue.append(item)
-        self.connection.publish_started(1, nbytes)
-        if len(queue) == 1:
-            self._watch_head()
-
     def on_sends(self, sends: list[SendFrame]) -> None:
-        """The hand-parsed SENDs of one socket read for this producer, in order: each checked
-        as :meth:`on_send` does, the accepted ones appended as runs (one completion each; a
-        SEND taking another path ends the run before it, so the queue stays in send order)."""
+        """The SENDs of one socket read for this producer, in order (the one SEND entry of a
+        producer): each is checked, the accepted ones appended as runs (one completion each; a
+        SEND taking another path ends the run before it, so the queue stays in send order).
+        Runs reported meanwhile (a non-persistent topic reports at once) are answered after
+        the SENDs are counted as started."""
+        self._sending = True
+        try:
+            nbytes = self._take(sends)
+        finally:
+            self._sending = False
+        self.connection.publish_started(len(sends), nbytes)
+        self._answer_head()
+
+    def _take(self, sends: list[SendFrame]) -> int:
+        """Queue and append *sends* (:meth:`on_sends`); returns the bytes of their entries."""
         started = self._loop.time()
         check = self.topic.check_publish
         state = self.seq_state
         enqueue = self._queue.append
-        was_empty = not self._queue
         run = PublishRun(self, started)
         seqs, highests, keys, messages, sizes = run.appenders()
         datas: list[bytes] = []  # the run's entries as they will be stored
@@ -246,7 +281,7 @@ class Producer:
             key = highest if highest > seq else seq
             if count > 1 and seq + count - 1 > key:  # a C++ batch: ids seq .. seq+count-1
                 key = seq + count - 1
-            if self._failed is None and checksum_valid and seq == state.next_seq \
+            if self._error is None and checksum_valid and seq == state.next_seq \
                     and size <= MAX_RECORD_BYTES:
                 try:
                     stored, in_entry, partial = check(entry)
@@ -276,36 +311,57 @@ class Producer:
                 datas = []
                 add_data = datas.append
             if item is None:
-                item = self._one_send(entry, seq, highest, key, checksum_valid, started, count)
-            item.buffered = size
-            enqueue(item)
+                self._one_send(entry, seq, highest, key, checksum_valid, started, count)
+            else:
+                item.buffered = size
+                enqueue(item)
         if datas:
             self._append_run(run, datas)
-        self.connection.publish_started(len(sends), nbytes)
-        if was_empty:
-            self._watch_head()
+        return nbytes
 
     def _one_send(self, entry: bytes, seq: int, highest: int, key: int,
-                  checksum_valid: bool, started: float, num_messages: int) -> Pending:
-        """A SEND the run path does not take (the producer failed, a bad checksum, not in order,
-        an entry storage refuses) or the fast decoder declined: its Pending, appended with a
-        future or refused. *num_messages* is the SEND's (checked against the entry's)."""
+                  checksum_valid: bool, started: float, num_messages: int) -> None:
+        """A SEND the run path does not take (the producer failed, a bad checksum or no
+        payload, not in order, an entry storage refuses): queued as a run of one, as a
+        duplicate answered with its original's append, or refused.
+        *num_messages* is the SEND's (checked against the entry's)."""
+        size = len(entry)
         try:
-            if self._failed is not None:
-                raise self._failed
+            if self._error is not None:
+                raise self._error
             if not checksum_valid:
-                raise ChecksumError("Checksum failed on the broker")
+                raise ChecksumError("Checksum failed on the broker" if entry
+                                    else "SEND without a payload")
             if num_messages != 1:  # a batch's size: no more than the entry holds
                 check_send_messages(num_messages, peek_dispatch(entry)[0])
-            if key <= self.seq_state.pushed:
-                return self._resend(entry, seq, highest, key, started)
-            fut, messages, partial = self.topic.publish(entry)
-            if not partial:
-                self.seq_state.pushed = key
-            return Pending(seq, highest, None if partial else key, started, fut, None,
-                           messages, len(entry))
+            resend = key <= self.seq_state.pushed
+            record_key: int | None = key
+            if resend:
+                original, record_key = self.topic.dedup.resend(self.seq_state, entry, seq, key)
+                if original is not None:
+                    dup = Pending(seq, highest, key, started, original, None, 0, 0, dup=True)
+                    dup.buffered = size
+                    self._queue.append(dup)
+                    return
+            stored, messages, partial = self.topic.check_publish(entry)
         except RequestError as exc:
-            return Pending(seq, highest, key, started, None, exc, 0, 0)
+            refused = Pending(seq, highest, key, started, None, exc, 0, 0)
+            refused.buffered = size
+            self._queue.append(refused)
+            return
+        if not resend:
+            if partial:
+                record_key = None
+            else:
+                self.seq_state.pushed = key
+        run = PublishRun(self, started)
+        run.add(seq, highest, record_key, messages, size)
+        if len(stored) > MAX_RECORD_BYTES:  # failed as the ledger fails it: no append
+            self._queue.append(run)
+            run.entries_failed(1, EntryTooLargeError(
+                f"entry of {len(stored)} bytes > {MAX_RECORD_BYTES}"))
+            return
+        self._append_run(run, [stored])
 
     def _append_run(self, run: PublishRun, datas: list[bytes]) -> None:
         """Queue *run* and append its entries (*datas*) to the ledger."""
@@ -314,15 +370,6 @@ class Producer:
             self.topic.append_run(datas, run)
         except RequestError as exc:  # the topic answered for the ledger: none was appended
             run.refuse(exc)
-
-    def _resend(self, entry: bytes, seq: int, highest: int, key: int,
-                started: float) -> Pending:
-        """A SEND whose key is not above the highest appended one (:mod:`broker.topics.dedup`)."""
-        original, record_key = self.topic.dedup.resend(self.seq_state, entry, seq, key)
-        if original is not None:
-            return Pending(seq, highest, key, started, original, None, 0, 0, dup=True)
-        fut, messages, _ = self.topic.publish(entry)
-        return Pending(seq, highest, record_key, started, fut, None, messages, len(entry))
 
     def pending_append(self, sequence_id: int, key: int) -> asyncio.Future[Position] | None:
         """The future of a queued, not failed, send ``[sequence_id, key]`` (a re-send on a
@@ -340,57 +387,56 @@ class Producer:
     # -- RunOwner (broker.topics.publish_records) ----------------------------------------------
 
     def run_durable(self) -> None:
-        if not self.closed:  # answered from the topic's durable listener, right after
-            self.topic.awaiting_durable[self] = None
+        """The ledger reported entries of a run durable: answer them now, from that very call
+        (runs of one ledger are reported in append order, so every record ahead of them was
+        reported first). A detached producer answers nothing more."""
+        if not self._sending and self.state not in _DETACHED:
+            self._answer_head()
 
     def run_failed(self, failure: StorageFailure, first_failure: bool) -> None:
         if failure.block_producer:  # read-only store: the drain blocks the producer there
-            self.blocking = failure.error
+            if self.state is ProducerState.ACTIVE or self.state is ProducerState.FAILED:
+                self.state = ProducerState.BLOCKING
+                self._error = failure.error
         elif first_failure:
             self.fail_behind(failure.error, reload_topic=failure.reload_topic)
-        self.drain_finished()
+        if not self._sending:
+            self._answer_head()
 
     def drain_finished(self) -> None:
-        """Answer the sends whose appends are durable now (the snapshot wants every durable
-        entry reflected in the sequence state; the done-callbacks may not have run yet)."""
+        """Answer the sends whose appends are durable now, detached or not (the dedup
+        snapshot wants every durable entry reflected in the sequence state)."""
         queue = self._queue
         if queue and answerable(queue[0]):
             self._drain()
 
-    def _watch_head(self) -> None:
-        """Answer what can be answered; then wait for the head record.
-
-        Appends of one ledger resolve in order and a group commit resolves many at once, so
-        one callback per group commit (not one per SEND) drains every finished record: a run
-        reports to the topic's durable listener, a Pending's future gets a done-callback.
-        """
+    def _answer_head(self) -> None:
+        """Answer what can be answered. A run at the head is answered when the ledger reports
+        it (:meth:`run_durable`); a duplicate at the head waits for its original's future."""
         queue = self._queue
         if not queue:
             return
         head = queue[0]
         if answerable(head):
             self._drain()
-        elif isinstance(head, PublishRun):
-            self.topic.awaiting_durable[self] = None  # its run reports to the listener
-        else:
+        elif type(head) is Pending:
             self._watch(head)
 
     def _watch(self, head: Pending) -> None:
-        """Drain when the head record's future is done (it has one: a record without a
-        future carries an error and is answerable at once)."""
+        """Drain when the head duplicate's original is done (a record without a future
+        carries an error and is answerable at once)."""
         fut = head.future
         assert fut is not None
         if fut is not self._watched:
             self._watched = fut
             fut.add_done_callback(self._on_done)
-            self.topic.awaiting_durable[self] = None
 
     def _drain_cb(self, fut: asyncio.Future[Position]) -> None:
         if fut is self._watched:  # else a newer head is watched: keep its callback's record
             self._watched = None
         queue = self._queue
         if queue and answerable(queue[0]):
-            self._drain()  # usually the topic's durable listener drained this already
+            self._drain()
 
     def _drain(self) -> None:
         """Answer the records at the head of the queue whose outcome is known, in order, with
@@ -419,18 +465,17 @@ class Producer:
             return
         if queue:
             head = queue[0]
-            if isinstance(head, PublishRun):
-                topic.awaiting_durable[self] = None
-            else:
+            if type(head) is Pending:
                 self._watch(head)
-        else:
-            topic.awaiting_durable.pop(self, None)
-            if self._drained is not None:
-                self._drained.set()
+        elif self._drained is not None:
+            self._drained.set()
 
     def fail_behind(self, error: RequestError, *, reload_topic: bool) -> None:
         """A failed append fails every later send of this producer (FIFO answers)."""
-        self._failed = error
+        if self.state is ProducerState.ACTIVE:
+            self.state = ProducerState.FAILED
+        if self._error is None or self.state is ProducerState.FAILED:
+            self._error = error
         for later in self._queue:
             if isinstance(later, PublishRun):
                 later.fail_unanswered(error)
@@ -452,18 +497,18 @@ class Producer:
                               else item.buffered)
         queue.clear()
         self._watched = None
-        self._failed = error
-        self.blocked = True
-        self.topic.awaiting_durable.pop(self, None)
+        was_attached = self.state not in _DETACHED
+        self.state = ProducerState.BLOCKED
+        self._error = error
         if dropped:
             self.connection.publish_finished(dropped, dropped_bytes)
             self.topic.publish_refused(REASON_DISK, dropped)
         if self._drained is not None:
             self._drained.set()
-        if not self.closed:
+        if was_attached:
             log.warning("storage is read-only: closing producer %s (%d sends refused)",
                         self.name, dropped)
-            self.close()
+            self.topic.remove_producer(self)
             self.connection.write(C.encode_close_producer(self.producer_id, 0))
 
     # ------------------------------------------------------------------ lifecycle
@@ -478,10 +523,16 @@ class Producer:
 
     def close(self) -> None:
         """Detach from the topic (connection lost, topic deleted, fenced)."""
-        if self.closed:
+        if self.state in _DETACHED:
             return
-        self.closed = True
+        self.state = ProducerState.CLOSED
         self.topic.remove_producer(self)
+
+    def abandon(self) -> None:
+        """A queued WaitForExclusive producer that will never be promoted: CLOSED, never
+        attached."""
+        if self.state not in _DETACHED:
+            self.state = ProducerState.CLOSED
 
     def disconnect(self) -> None:
         """Broker-initiated close: tell the client (it will look up and reconnect)."""

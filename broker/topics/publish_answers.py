@@ -45,8 +45,10 @@ class AnsweringProducer(Protocol):
     """What a drain reads of its producer (:class:`broker.topics.producer.Producer`)."""
 
     producer_id: int
-    blocking: RequestError | None
     seq_state: SequenceState
+
+    @property
+    def blocking(self) -> RequestError | None: ...
 
     def fail_behind(self, error: RequestError, *, reload_topic: bool) -> None: ...
 

@@ -1,5 +1,5 @@
 """The records of the publish pipeline: a :class:`PublishRun` for the SENDs appended together,
-a :class:`Pending` for each SEND that takes the per-entry path.
+a :class:`Pending` for a SEND answered without an append of its own.
 
 Theory of operation
 -------------------
@@ -8,16 +8,16 @@ arrival order; a SEND is answered (SEND_RECEIPT or SEND_ERROR) only when every S
 it is. The queue holds two kinds of records:
 
 * :class:`PublishRun`: the consecutive SENDs of one socket read that passed the publish
-  checks and were appended to the ledger as one run. It is the storage's ``DurableSink``
+  checks and were appended to the ledger as one run (a SEND the hot loop does not take --
+  out of order, a re-send stored again, an entry the hot checks decline -- is a run of one). It is the storage's ``DurableSink``
   and holds its SENDs as parallel lists (sequence ids, highest sequence ids, dedup keys,
   messages, sizes), not as one object each: the hot path adds five ints per SEND. The
   ledger reports its entries in order, durable (a *span*: items ``[start, end)`` are at
   ``ledger_id:first_entry_id..``) or failed; ``done`` counts the items reported, ``answered``
   the items the drain has answered (a prefix of ``done``). ``errors`` stays None until one
   of its items fails; then it holds one error (or None) per item.
-* :class:`Pending`: one SEND appended with a future (a SEND the fast path declined, or a
-  re-send), a duplicate answered with the original's future, or a SEND refused before any
-  append (``error`` set, no future).
+* :class:`Pending`: a duplicate answered with the original's future (``dup``), or a SEND
+  refused before any append (``error`` set, no future).
 
 A run tells its producer through the narrow :class:`RunOwner` interface, never more: the
 producer decides when to answer (its drain) and what a failure does to it. Futures handed
@@ -42,8 +42,7 @@ class RunOwner(Protocol):
     """What a run tells its producer (:class:`broker.topics.producer.Producer`)."""
 
     def run_durable(self) -> None:
-        """Items of the run were reported durable: answer them soon (the topic's durable
-        listener, right after the group commit)."""
+        """Items of the run were reported durable: answer them now."""
         ...
 
     def run_failed(self, failure: StorageFailure, first_failure: bool) -> None:
@@ -52,9 +51,9 @@ class RunOwner(Protocol):
 
 
 class Pending:
-    """One SEND awaiting its answer outside a run (``dup``: a re-send answered with the
-    original's future, without a new append). Answered once ``future`` is done; a record
-    refused before any append has no future and carries ``error``."""
+    """One SEND awaiting its answer outside a run: a re-send answered with the original's
+    future, without a new append (``dup``), once ``future`` is done; or a record refused
+    before any append, which has no future and carries ``error``."""
 
     __slots__ = ("buffered", "dup", "error", "future", "highest_sequence_id", "key",
                  "messages", "sequence_id", "size", "started")
@@ -106,6 +105,14 @@ class PublishRun:
         hot loop adds a SEND with five local calls."""
         return (self.seqs.append, self.highests.append, self.keys.append,
                 self.messages.append, self.sizes.append)
+
+    def add(self, seq: int, highest: int, key: int | None, messages: int, size: int) -> None:
+        """One SEND (a run of one: the per-entry path)."""
+        self.seqs.append(seq)
+        self.highests.append(highest)
+        self.keys.append(key)
+        self.messages.append(messages)
+        self.sizes.append(size)
 
     # -- DurableSink (storage.segment_file) ---------------------------------------------------
 

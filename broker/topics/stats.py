@@ -21,6 +21,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from broker.metrics.rates import iso_ms
+from broker.topics.topic_state import TopicState
 from storage.positions import Position
 
 if TYPE_CHECKING:
@@ -133,7 +134,7 @@ def internal_stats(topic: Topic) -> dict[str, Any]:
         "waitingCursorsCount": 0,
         "pendingAddEntriesCount": sum(p.pending for p in topic.producers.values()),
         "lastConfirmedEntry": _pos(ledger.last_confirmed),
-        "state": "LedgerOpened" if not topic.fenced else "Fenced",
+        "state": "Fenced" if topic.state is TopicState.FENCED else "LedgerOpened",
         "ledgers": [{"ledgerId": li.ledger_id, "entries": li.entries, "size": li.size_bytes,
                      "offloaded": False, "underReplicated": False} for li in infos],
         "cursors": cursors,

@@ -3,7 +3,8 @@
 Theory of operation
 -------------------
 One :class:`Termination` per loaded topic (``Topic.termination``). :meth:`terminate` runs
-Pulsar's terminate: :meth:`begin` refuses new messages at once; once the appends in flight are
+Pulsar's terminate once the topic refuses new messages (its state is TERMINATED from then on,
+:meth:`broker.topics.topic.Topic.terminate`); once the appends in flight are
 durable (waited for up to ``TERMINATE_DRAIN_S``), :meth:`record` writes the topic's
 last message id in the metadata store (kind ``"terminated"``, key the full topic
 name) before it reports the topic terminated, so the state survives unloads and restarts;
@@ -55,24 +56,23 @@ class Termination:
         self._md = metadata
         self._full = full
         self.last: Position | None = None
-        self.terminated = False
-        self.recorded = False   # durable (terminated may be True alone while draining)
+        self.recorded = False   # durable: the topic is TERMINATED from the load on
 
     async def load(self) -> None:
         doc = await self._md.get(TERMINATED_KIND, self._full)
         if doc is not None:
-            self.terminated = self.recorded = True
+            self.recorded = True
             ledger, entry = int(doc["ledgerId"]), int(doc["entryId"])
             self.last = Position(ledger, entry) if ledger >= 0 else None
 
     async def terminate(self, producers: Mapping[str, DrainingProducer],
                         last_confirmed: Callable[[], Position | None]) -> Position | None:
-        """Refuse every new message from now on, let the appends already in flight become
-        durable, record the last message id durably and return it; *producers* are
-        disconnected (their re-creation is refused with TopicTerminatedError)."""
+        """Called once the topic refuses every new message (TERMINATED): let the appends
+        already in flight become durable, record the last message id durably and return it;
+        *producers* are disconnected (their re-creation is refused with TopicTerminatedError).
+        Raises when the record fails (the topic then accepts messages again)."""
         if self.recorded:
             return self.last
-        self.begin()      # new SENDs and producers are refused from now on
         loop = asyncio.get_running_loop()
         deadline = loop.time() + TERMINATE_DRAIN_S
         while any(p.pending for p in producers.values()) and loop.time() < deadline:
@@ -82,20 +82,12 @@ class Termination:
             p.disconnect()
         return last
 
-    def begin(self) -> None:
-        """Refuse new messages from now on (the topic then drains its in-flight appends)."""
-        self.terminated = True
-
     async def record(self, last: Position | None) -> Position | None:
-        """Make the termination durable at *last* (None: the topic has no message); a failed
-        write lifts the refusal again, so the topic is never terminated only in memory."""
-        self.terminated = True
+        """Make the termination durable at *last* (None: the topic has no message); raises
+        when the write fails (the topic lifts its refusal, so it is never terminated only in
+        memory)."""
         doc = {"ledgerId": last.ledger_id if last else -1, "entryId": last.entry_id if last else -1}
-        try:
-            await self._md.put(TERMINATED_KIND, self._full, doc)
-        except BaseException:
-            self.terminated = False
-            raise
+        await self._md.put(TERMINATED_KIND, self._full, doc)
         self.last = last
         self.recorded = True
         return last

@@ -6,18 +6,23 @@ Theory of operation
 does on every load) and re-opens one durable subscription per cursor the ledger has kept, so
 consumers resume where they were after a restart.
 
-Publishing (:meth:`Topic.publish`, called by :class:`broker.topics.producer.Producer` for every SEND) parses
+Publishing (:meth:`Topic.check_publish`, called by :class:`broker.topics.producer.Producer` for every SEND) parses
 the entry's metadata once, runs the delayed-delivery publish guard (PIP-315 max delay,
 PIP-437 fixed delay; :mod:`broker.delayed.guard`) when the entry or the policy asks for it,
-and appends the entry to the ledger. The ledger calls :meth:`_on_durable` right after it
-resolved a group commit's futures: the producers in ``awaiting_durable`` send their receipts
-from that call (one loop iteration earlier than their futures' done-callbacks would), then
-subscriptions are told, at most once per loop iteration, that entries exist.
+and appends the entries to the ledger as a run (:meth:`append_run`): the ledger tells the
+run itself once its entries are durable, and its producer answers from that call. The
+ledger's listener (:meth:`_on_durable`, once per group commit) only tells subscriptions, at
+most once per loop iteration, that entries exist.
 
-Producers attach through ``self.admission``
-(:class:`broker.topics.access_modes.ProducerAdmission`, shared with non-persistent topics): it
-owns the attached producers, the WaitForExclusive line, fencing and promotion; the topic only
-checks its own state (closed, fenced, terminated, backlog quota) first.
+Lifecycle: one :class:`TopicState` (OPEN, TERMINATED, FENCED, CLOSED), read by two guards:
+:meth:`_check_publishing` (SENDs and producers: OPEN only) and :attr:`serving`
+(subscriptions, housekeeping: OPEN or TERMINATED).
+
+Producers join through :meth:`attach_producer`, the one way in: the topic checks its own
+state and backlog quota, recovers the name's sequence state, then ``self.admission``
+(:class:`broker.topics.access_modes.ProducerAdmission`, shared with non-persistent topics)
+attaches or queues it: it owns the attached producers, the WaitForExclusive line, fencing
+and promotion.
 
 Counters are plain ints, incremented on the hot path and read at scrape time
 (:mod:`broker.metrics`); rates are derived from them over a sliding window
@@ -65,11 +70,13 @@ from broker.topics.compaction import COMPACTION_CURSOR, TopicCompaction
 from broker.topics.dedup import DEDUP_CURSOR, MessageDeduplication
 from broker.topics.names import TopicName
 from broker.topics.policies import PolicyStore
-from broker.topics.producer import Producer
+from broker.topics.producer import Producer, ProducerRequest, ProducerTransport
 from broker.topics.publish_refusals import PublishRefusals
 from broker.topics.storage_errors import StorageOp, storage_failure
 from broker.topics.termination import TERMINATED_REASON, Termination
+from broker.topics.topic_state import TopicState
 from broker.topics.trim import LedgerTrimmer
+from protocol import commands as C
 from protocol import pulsar_pb as pb
 from protocol.errors import (
     NotAllowedError,
@@ -122,6 +129,10 @@ class TopicHost(Protocol):
     async def unload_topic(self, full: str) -> None: ...
 
 
+_OPEN = TopicState.OPEN
+_SERVING = frozenset({TopicState.OPEN, TopicState.TERMINATED})
+
+
 class Topic:
     """A loaded topic (see the module docstring)."""
 
@@ -142,8 +153,7 @@ class Topic:
         self._max_message_size = host.config.max_message_size  # bounds a chunked message
         self.publish_latency_sum_ms = 0.0
         self.publish_latency_count = 0
-        self.fenced = False
-        self.closed = False
+        self.state = TopicState.OPEN
         self._guarded = name.is_persistent  # the publish guard is for persistent topics
         self.loaded_ms = int(time.time() * 1000)
         self._removed_msg_out = 0
@@ -152,9 +162,6 @@ class Topic:
         self._notify_scheduled = False
         self._sub_creating: dict[str, asyncio.Future[Subscription]] = {}
         self._rates = RateMeter()
-        # Producers whose oldest unanswered SEND waits for its append to become durable
-        # (insertion-ordered set; maintained by the producers, drained by _on_durable).
-        self.awaiting_durable: dict[Producer, None] = {}
         self.dedup = MessageDeduplication(
             self, host.config.broker_deduplication_max_number_of_producers)
         self.trimmer = LedgerTrimmer(self)
@@ -184,31 +191,19 @@ class Topic:
             topic.subscriptions[cursor_name] = sub
         await topic.compaction.load()
         await topic.termination.load()
+        if topic.termination.recorded:
+            topic.state = TopicState.TERMINATED
         # No trim at load: only what happens from now on triggers one (broker.topics.trim).
         topic.trimmer.reset_trigger()
         return topic
 
     # ------------------------------------------------------------------ publishing
 
-    def publish(self, entry: bytes) -> tuple[asyncio.Future[Position], int, bool]:
-        """Guard and append one entry; returns (durable-append future, messages in entry,
-        whether it is a chunk other than the last of its message).
-
-        Raises RequestError subclasses (SEND_ERROR): MalformedEntryError (ChecksumError code),
-        NotAllowedError (max delay exceeded), PersistenceError / ServiceNotReadyError.
-        """
-        entry, messages, partial = self.check_publish(entry)
-        try:
-            fut = self.ledger.append(entry)
-        except Exception as exc:   # never out of the publish path: a SEND_ERROR instead
-            raise self._append_failed(exc) from None
-        self.entries_added_counter += 1
-        return fut, messages, partial
-
     def append_run(self, entries: list[bytes], sink: DurableSink) -> None:
         """Append entries that passed :meth:`check_publish` as one run: *sink* is told once
         they are durable (or failed), with one completion for all (storage's append_run).
-        Raises what :meth:`publish` raises for a failed append; then none was appended."""
+        Raises the SEND_ERROR of a failed append (PersistenceError / ServiceNotReadyError);
+        then none was appended."""
         try:
             self.ledger.append_run(entries, sink)
         except Exception as exc:   # never out of the publish path: a SEND_ERROR instead
@@ -223,12 +218,14 @@ class Topic:
         return failure.error
 
     def check_publish(self, entry: bytes) -> tuple[bytes, int, bool]:
-        """Everything :meth:`publish` checks, without the append: (entry as it would be
-        stored, messages in it, partial chunk). Raises the same errors."""
-        if self.fenced or self.closed:
-            raise ServiceNotReadyError(f"Topic {self.full} is being closed or reloaded")
-        if self.termination.terminated:
-            raise TopicTerminatedError(TERMINATED_REASON)
+        """Everything a SEND is checked for before its append: (entry as it will be stored,
+        messages in it, whether it is a chunk other than the last of its message).
+
+        Raises RequestError subclasses (SEND_ERROR): MalformedEntryError (ChecksumError code),
+        NotAllowedError (max delay exceeded), ServiceNotReadyError, TopicTerminatedError.
+        """
+        if self.state is not _OPEN:
+            self._check_publishing()
         # Hot path: the metadata is checked from its bytes (protocol.metadata_scan), no protobuf;
         # a layout the scan declines gets one upb parse, which accepts it or raises.
         max_size = self._max_message_size
@@ -270,11 +267,6 @@ class Topic:
         if not self._notify_scheduled:
             self._notify_scheduled = True
             self.loop.call_soon(self._notify_subscriptions)
-        # Receipts from this very callback: the futures' done-callbacks would send them one
-        # loop iteration later (the ledger resolved this group commit's futures before calling).
-        if self.awaiting_durable:
-            for producer in list(self.awaiting_durable):
-                producer.drain_finished()
 
     def _notify_subscriptions(self) -> None:
         self._notify_scheduled = False
@@ -294,9 +286,9 @@ class Topic:
         Producers are disconnected so clients look the topic up again and re-send to a fresh
         ledger; nothing that failed was acknowledged.
         """
-        if self.fenced:
+        if self.state is TopicState.FENCED or self.state is TopicState.CLOSED:
             return
-        self.fenced = True
+        self.state = TopicState.FENCED
         log.error("persistence failure on %s: %s; reloading the topic", self.full, exc)
         self.loop.create_task(self.host.unload_topic(self.full))
 
@@ -311,24 +303,56 @@ class Topic:
     def access(self) -> ProducerAccess:
         return self.admission.access
 
-    def add_producer(self, producer: Producer, requested_epoch: int | None = None, *,
-                     max_producers: int = 0) -> Admission:
-        """Attach *producer* by its access mode and ``maxProducersPerTopic`` (0 = no limit;
-        :mod:`broker.topics.access_modes`); returns NOW/FENCE_OTHERS when it is attached,
-        QUEUE when the caller must queue it (``self.admission.queue``). Raises
-        ProducerBusyError / ProducerFencedError."""
-        if self.fenced or self.closed:
-            raise ServiceNotReadyError(f"Topic {self.full} is being closed or reloaded")
-        if self.termination.terminated:
-            raise TopicTerminatedError(TERMINATED_REASON)
+    def check_producer_limit(self, max_producers: int) -> None:
+        """Refuse early, before a PRODUCER's other work, when ``maxProducersPerTopic`` is
+        reached (:meth:`attach_producer` decides)."""
+        self.admission.check_limit(max_producers)
+
+    async def attach_producer(self, transport: ProducerTransport, request: ProducerRequest, *,
+                              max_producers: int = 0) -> tuple[Producer, bytes, bool]:
+        """The one way a producer joins the topic: the topic's state and backlog quota, the
+        name's sequence state recovered (before PRODUCER_SUCCESS tells the client where its
+        sequence stands), then attached by its access mode and ``maxProducersPerTopic``
+        (0 = no limit; :mod:`broker.topics.access_modes`) or queued (WaitForExclusive).
+        Returns the producer, its answer (PRODUCER_SUCCESS) and whether it is attached now
+        (else queued: the answer says ``producer_ready=false``). Raises ServiceNotReadyError,
+        TopicTerminatedError, ProducerBusyError / ProducerFencedError, the quota's errors."""
+        await self.dedup.prepare()
+        producer = Producer(transport, self, request.producer_id, request.name,
+                            request.access_mode, request.user_provided_name, request.metadata,
+                            request.epoch)
+        self._check_publishing()
         self.backlog.admit_producer()
-        return self.admission.add(producer, requested_epoch, max_producers)
+        admission = self.admission.add(producer, request.topic_epoch, max_producers)
+        # Only an admitted producer holds its name's sequence state (a refused one would keep
+        # the name from ever being evicted); no SEND comes before PRODUCER_SUCCESS.
+        self.dedup.attach(producer)
+        if admission is Admission.QUEUE:
+            self.admission.queue(producer, request.request_id, request.schema_version)
+            return producer, C.encode_producer_success(
+                request.request_id, producer.name, -1, request.schema_version,
+                ready=False), False
+        return producer, self.producer_success(producer, request.request_id,
+                                               request.schema_version), True
+
+    def _check_publishing(self) -> None:
+        """The one guard of SENDs and producers: raises unless the topic is OPEN."""
+        state = self.state
+        if state is _OPEN:
+            return
+        if state is TopicState.TERMINATED:
+            raise TopicTerminatedError(TERMINATED_REASON)
+        raise ServiceNotReadyError(f"Topic {self.full} is being closed or reloaded")
+
+    @property
+    def serving(self) -> bool:
+        """Subscriptions and housekeeping go on: OPEN or TERMINATED."""
+        return self.state in _SERVING
 
     def _accepting(self) -> bool:
-        return not (self.closed or self.fenced)
+        return self.state in _SERVING
 
     def remove_producer(self, producer: Producer) -> None:
-        self.awaiting_durable.pop(producer, None)
         self.admission.remove(producer)
 
     def producer_success(self, producer: Producer, request_id: int,
@@ -358,7 +382,7 @@ class Topic:
         pending = self._sub_creating.get(name)
         if pending is not None:
             return await asyncio.shield(pending)
-        if self.closed or self.fenced:
+        if not self.serving:
             raise ServiceNotReadyError(f"Topic {self.full} is being closed or reloaded")
         if name in (DEDUP_CURSOR, COMPACTION_CURSOR):
             raise NotAllowedError(f"Subscription name {name} is reserved")
@@ -516,7 +540,7 @@ class Topic:
 
     def housekeeping(self, now: float) -> None:
         """Once a second (the service's tick): dedup snapshot, then maybe a trim."""
-        if self.closed or self.fenced:
+        if not self.serving:
             return
         self.dedup.snapshot(now)
         self.compaction.maybe_trigger(self.host.policies.compaction_threshold(self.name))
@@ -537,8 +561,17 @@ class Topic:
     async def terminate(self) -> Position | None:
         """Pulsar's terminate (:meth:`broker.topics.termination.Termination.terminate`);
         subscriptions with nothing left to read tell their consumers they reached the end."""
-        last = await self.termination.terminate(self.producers,
-                                                lambda: self.ledger.last_confirmed)
+        if self.termination.recorded:
+            return self.termination.last
+        self._check_publishing()
+        self.state = TopicState.TERMINATED  # new SENDs and producers are refused from now on
+        try:
+            last = await self.termination.terminate(self.producers,
+                                                    lambda: self.ledger.last_confirmed)
+        except BaseException:
+            if self.state is TopicState.TERMINATED:  # never terminated only in memory
+                self.state = _OPEN
+            raise
         for sub in list(self.subscriptions.values()):
             sub.check_end_of_topic()
         return last
@@ -548,9 +581,9 @@ class Topic:
     async def close(self, *, disconnect_clients: bool = True) -> None:
         """Detach producers and subscriptions (telling clients, who reconnect) and close the
         ledger; in-flight appends complete first."""
-        if self.closed:
+        if self.state is TopicState.CLOSED:
             return
-        self.closed = True
+        self.state = TopicState.CLOSED
         for p in list(self.producers.values()):
             if disconnect_clients:
                 p.disconnect()

@@ -49,8 +49,12 @@ class TrimmedTopic(Protocol):
     """What the trimmer reads of its topic (:class:`broker.topics.topic.Topic`)."""
 
     full: str
-    closed: bool
-    fenced: bool
+
+    @property
+    def serving(self) -> bool:
+        """Neither fenced nor closed."""
+        ...
+
     subscriptions: dict[str, Subscription]
 
     @property
@@ -177,7 +181,7 @@ class LedgerTrimmer:
         try:
             # Checked again right before: trim() decides synchronously, before its first await.
             up_to = self.bound()
-            if not (topic.closed or topic.fenced) and self.safe(up_to):
+            if topic.serving and self.safe(up_to):
                 deleted = await topic.ledger.trim(up_to)
                 if deleted is None:  # rule 4: retried at the next tick
                     if not self.suspended:

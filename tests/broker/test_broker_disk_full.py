@@ -16,6 +16,7 @@ from waiting import wait_until
 
 from broker.embed import start_broker
 from broker.topics.storage_errors import StorageOp, storage_failure
+from broker.topics.topic_state import TopicState
 from protocol.errors import ServerError
 from storage import errors as storage
 from storage.diskusage import DiskSpace
@@ -86,7 +87,7 @@ def test_disk_full_refuses_producer_and_resumes_below_low_watermark(
             consumer.acknowledge(msg)
             # The topic was never unloaded and reloaded.
             assert b.call(lambda: b.service.topics[topic]) is topic_obj
-            assert not b.call(lambda: topic_obj.fenced)
+            assert b.call(lambda: topic_obj.state) is TopicState.OPEN
         finally:
             client.close()
 

@@ -147,7 +147,7 @@ def _server_side(broker: Any, port: int) -> Any:
 def _buffered(broker: Any, conn: Any) -> int:
     """Bytes the broker holds for *conn*: its transport's buffer and frames queued to flush."""
     return int(broker.call(lambda: conn._transport.get_write_buffer_size()
-                           + sum(len(f) for f in conn._out)))
+                           + conn._output.queued))
 
 
 def _healthy_pair_works(broker: Any, topic: str, count: int = 20) -> None:

@@ -1,10 +1,9 @@
 """SEND -> SEND_RECEIPT without sockets or storage: the producer against a topic stand-in whose
-append futures the test resolves.
+appended runs the test reports durable or failed.
 
-Pins the two answer paths of :mod:`broker.topics.producer`: receipts leave from the ledger's durable
-listener (:meth:`broker.topics.topic.Topic._on_durable`) before the loop turns, and a failed append
-(for which the ledger calls no listener) is still answered, with everything queued behind it,
-in order, through the futures' done-callbacks.
+Pins the one answer path of :mod:`broker.topics.producer`: the receipts leave from the run's own
+durable report, in send order, and a failed append is answered, with everything queued behind
+it, in order.
 """
 
 from __future__ import annotations
@@ -15,11 +14,9 @@ from typing import Any
 from test_broker_states import make_connection
 
 from broker.topics.dedup_state import RECEIPT_WINDOW, SequenceState
-from broker.topics.producer import Producer
-from broker.topics.topic import Topic
+from broker.topics.producer import Producer, ProducerState
 from protocol import pulsar_pb as pb
 from protocol.errors import ServerError
-from protocol.frames import Frame
 from protocol.send_path import SendFrame
 from storage.errors import PersistenceError
 from storage.positions import Position
@@ -28,23 +25,15 @@ T = pb.BaseCommand
 
 
 class FakeTopic:
-    """What a Producer uses of its Topic; appends return futures the test resolves."""
+    """What a Producer uses of its Topic; the test reports the appended runs."""
 
     def __init__(self) -> None:
         self.loop = asyncio.get_running_loop()
         self.full = "persistent://public/default/receipts"
-        self.futures: list[asyncio.Future[Any]] = []
         self.runs: list[tuple[list[bytes], Any]] = []  # (entries, sink) of append_run
-        self.awaiting_durable: dict[Producer, None] = {}
         self.publish_latency_buckets = [0] * 16
         self.recorded = 0
         self.failures: list[object] = []
-        self._notify_scheduled = True  # Topic._on_durable: no subscription notification
-
-    def publish(self, entry: bytes) -> tuple[asyncio.Future[Any], int, bool]:
-        fut: asyncio.Future[Any] = self.loop.create_future()
-        self.futures.append(fut)
-        return fut, 1, False
 
     def check_publish(self, entry: bytes) -> tuple[bytes, int, bool]:
         return entry, 1, False
@@ -60,64 +49,56 @@ class FakeTopic:
         self.failures.append(exc)
 
     def remove_producer(self, producer: Producer) -> None:
-        self.awaiting_durable.pop(producer, None)
-
-
-def send_frame(sequence_id: int) -> Frame:
-    cmd = T(type=T.SEND)
-    cmd.send.producer_id = 1
-    cmd.send.sequence_id = sequence_id
-    return Frame(cmd, entry=b"entry-%d" % sequence_id, checksum_valid=True)
+        pass
 
 
 def start_three_sends() -> tuple[Any, Any, FakeTopic, Producer]:
+    """Three SENDs of three socket reads: three runs."""
     conn, transport = make_connection()
     topic = FakeTopic()
     producer = Producer(conn, topic, 1, "p", pb.Shared, False, {})  # type: ignore[arg-type]
     conn.producers[1] = producer
     for seq in range(3):
-        frame = send_frame(seq)
-        producer.on_send(frame, frame.command.send)
+        producer.on_sends([fast_send(seq)])
     return conn, transport, topic, producer
 
 
-async def test_receipts_leave_from_the_durable_listener_in_send_order() -> None:
+async def test_receipts_leave_from_the_runs_durable_report_in_send_order() -> None:
     conn, transport, topic, producer = start_three_sends()
-    assert list(topic.awaiting_durable) == [producer]
-    for entry_id, fut in enumerate(topic.futures[:2]):
-        fut.set_result(Position(7, entry_id))
-    Topic._on_durable(topic, Position(7, 1))  # type: ignore[arg-type]
-    # Written before the loop turned: no done-callback has run yet.
+    assert [entries for entries, _ in topic.runs] == [[b"entry-0"], [b"entry-1"], [b"entry-2"]]
+    topic.runs[0][1].entries_durable(7, 0, 1)
+    # Written from the report itself, before the loop turned.
+    [receipt] = transport.frames()
+    assert (receipt.type, receipt.send_receipt.sequence_id,
+            receipt.send_receipt.message_id.entryId) == (T.SEND_RECEIPT, 0, 0)
+    topic.runs[1][1].entries_durable(7, 1, 1)
+    await asyncio.sleep(0)  # the connection flushes what was written in the same iteration
     receipts = transport.frames()
     assert [(f.type, f.send_receipt.sequence_id, f.send_receipt.message_id.entryId)
             for f in receipts] == [(T.SEND_RECEIPT, 0, 0), (T.SEND_RECEIPT, 1, 1)]
     assert conn.throttle.pending_requests == 1 and producer.pending == 1
-    assert list(topic.awaiting_durable) == [producer]  # the third send is still in flight
-    topic.futures[2].set_result(Position(7, 2))
-    await asyncio.sleep(0)  # the fallback answers it; the early ones are not answered twice
-    await asyncio.sleep(0)
+    topic.runs[2][1].entries_durable(7, 2, 1)
+    await asyncio.sleep(0)  # the connection flushes what was written in the same iteration
     receipts = transport.frames()
     assert [f.send_receipt.sequence_id for f in receipts] == [0, 1, 2]
-    assert conn.throttle.pending_requests == 0 and topic.awaiting_durable == {}
+    assert conn.throttle.pending_requests == 0
     assert topic.recorded == 3
 
 
 async def test_failed_append_answers_it_and_every_later_send_in_order() -> None:
     conn, transport, topic, producer = start_three_sends()
-    first, second, third = topic.futures
-    first.set_result(Position(7, 0))
-    second.set_exception(PersistenceError("fdatasync failed"))  # no listener call for it
-    await asyncio.sleep(0)
-    await asyncio.sleep(0)
-    third.set_result(Position(7, 2))  # durable, but behind a failure: never acknowledged
-    await asyncio.sleep(0)
+    first, second, third = (sink for _, sink in topic.runs)
+    first.entries_durable(7, 0, 1)
+    second.entries_failed(1, PersistenceError("fdatasync failed"))
+    third.entries_durable(7, 2, 1)  # durable, but behind a failure: never acknowledged
     await asyncio.sleep(0)
     answers = transport.frames()
     assert [f.type for f in answers] == [T.SEND_RECEIPT, T.SEND_ERROR, T.SEND_ERROR]
     assert [f.send_error.sequence_id for f in answers[1:]] == [1, 2]
     assert all(f.send_error.error == ServerError.PersistenceError for f in answers[1:])
     assert conn.throttle.pending_requests == 0 and producer.pending == 0
-    assert topic.awaiting_durable == {} and len(topic.failures) == 1
+    assert len(topic.failures) == 1
+    assert producer.state is ProducerState.FAILED
 
 
 def fast_send(sequence_id: int, *, checksum_valid: bool = True) -> SendFrame:
@@ -137,14 +118,13 @@ async def test_one_read_of_sends_is_answered_in_order_when_a_refused_send_splits
     conn, transport, topic, producer = start_run(fast_send(0), fast_send(1, checksum_valid=False),
                                                  fast_send(2), fast_send(3))
     # The refused SEND ends the run before it (queue order = send order); the next one skips
-    # its id, so it is not in order and takes the per-entry path; then a run again.
-    assert [entries for entries, _ in topic.runs] == [[b"entry-0"], [b"entry-3"]]
-    assert conn.throttle.pending_requests == 4 and len(topic.futures) == 1
-    assert list(topic.awaiting_durable) == [producer]
-    first, second = (sink for _, sink in topic.runs)
+    # its id, so it is not in order and takes the per-entry path (a run of one); then a run.
+    assert [entries for entries, _ in topic.runs] == [[b"entry-0"], [b"entry-2"], [b"entry-3"]]
+    assert conn.throttle.pending_requests == 4
+    first, one, second = (sink for _, sink in topic.runs)
     first.entries_durable(7, 10, 1)
-    topic.futures[0].set_result(Position(7, 11))
-    Topic._on_durable(topic, Position(7, 11))  # type: ignore[arg-type]
+    one.entries_durable(7, 11, 1)
+    await asyncio.sleep(0)  # the connection flushes what was written in the same iteration
     answers = transport.frames()
     assert [(f.type, f.send_receipt.sequence_id if f.type == T.SEND_RECEIPT
              else f.send_error.sequence_id) for f in answers] == [
@@ -153,12 +133,11 @@ async def test_one_read_of_sends_is_answered_in_order_when_a_refused_send_splits
     assert answers[2].send_receipt.message_id.entryId == 11
     assert conn.throttle.pending_requests == 1 and producer.pending == 1
     second.entries_durable(8, 0, 1)
-    Topic._on_durable(topic, Position(8, 0))  # type: ignore[arg-type]
     await asyncio.sleep(0)  # the connection flushes what was written in the same iteration
     last = transport.frames()[-1]
     assert (last.send_receipt.sequence_id, last.send_receipt.message_id.ledgerId,
             last.send_receipt.message_id.entryId) == (3, 8, 0)
-    assert conn.throttle.pending_requests == 0 and topic.awaiting_durable == {}
+    assert conn.throttle.pending_requests == 0
     assert topic.recorded == 3
     assert producer.seq_state.persisted == 3
     assert producer.seq_state.stored_at(2, 2) == (7, 11)
@@ -172,14 +151,13 @@ async def test_failed_run_answers_every_send_of_it_and_behind_it_in_order() -> N
     first_sink, second_sink = (sink for _, sink in topic.runs)
     first_sink.entries_failed(2, PersistenceError("fdatasync failed"))
     second_sink.entries_durable(7, 2, 1)  # durable, but behind a failure: never acknowledged
-    Topic._on_durable(topic, Position(7, 2))  # type: ignore[arg-type]
     await asyncio.sleep(0)  # the connection flushes what was written in the same iteration
     answers = transport.frames()
     assert [f.type for f in answers] == [T.SEND_ERROR] * 3
     assert [f.send_error.sequence_id for f in answers] == [0, 1, 2]
     assert all(f.send_error.error == ServerError.PersistenceError for f in answers)
     assert conn.throttle.pending_requests == 0 and producer.pending == 0
-    assert topic.awaiting_durable == {} and len(topic.failures) == 1
+    assert len(topic.failures) == 1
 
 
 async def test_resend_of_a_send_in_flight_in_a_run_waits_for_its_position() -> None:
@@ -209,7 +187,7 @@ async def test_a_resend_waiting_on_a_run_item_gets_its_position_once_durable() -
 async def test_a_durable_but_unanswered_run_item_is_handed_out_as_a_done_future() -> None:
     _, _, topic, producer = start_run(fast_send(0), fast_send(1))
     (_, sink), = topic.runs
-    producer.closed = True  # the durable listener does not drain a closed producer
+    producer.state = ProducerState.CLOSED  # a detached producer answers nothing more
     sink.entries_durable(7, 0, 2)
     fut = producer.pending_append(1, 1)
     assert fut is not None and fut.done() and fut.result() == Position(7, 1)

@@ -17,14 +17,21 @@ from broker.config import BrokerConfig
 from broker.net.connection import ServerConnection, StateTables, build_tables
 from broker.net.states import (
     ALL_COMMAND_TYPES,
+    LIFECYCLE,
     TRANSITIONS,
     ConnState,
+    Lifecycle,
+    Unexpected,
     request_id_of,
+    send_verdict,
     subcommand_field,
 )
 from protocol import pulsar_pb as pb
+from protocol.client_commands import encode_send
 from protocol.errors import ServerError
 from protocol.frames import Frame, FrameDecoder
+from protocol.metadata import encode_entry
+from protocol.send_path import SendFrame
 
 T = pb.BaseCommand
 
@@ -111,11 +118,9 @@ async def test_every_state_and_command_pair_follows_the_table(state: ConnState, 
     recorded: list[str] = []
     conn, transport = make_connection(recording_tables(recorded))
     conn.state = state
-    if state is ConnState.CLOSED:
-        conn.is_closed = True
     cmd = command_of(cmd_type)
     conn._dispatch(Frame(cmd))
-    conn._flush()
+    conn._output.flush()
     transition = TRANSITIONS.get((state, cmd_type))
     if transition is not None:
         assert recorded == [transition.handler.__name__]
@@ -143,7 +148,7 @@ async def test_connect_answers_connected_with_min_protocol_version() -> None:
         cmd.connect.client_version = "x"
         cmd.connect.protocol_version = client_version
         conn._dispatch(Frame(cmd))
-        conn._flush()
+        conn._output.flush()
         [answer] = transport.frames()
         assert answer.type == T.CONNECTED
         assert answer.connected.protocol_version == expected
@@ -181,3 +186,66 @@ async def test_first_write_of_an_iteration_goes_out_at_once_the_rest_coalesced()
     assert bytes(transport.written) == b"a" * 10 + b"x" * 40  # in order
     conn.write(b"b" * 10)  # the flush ran: the next iteration's first frame goes at once
     assert calls == [10, 40, 10]
+
+
+class RecordingProducer:
+    """Stands for a producer: records the SENDs handed to it, call by call."""
+
+    def __init__(self) -> None:
+        self.calls: list[list[Any]] = []
+
+    def on_sends(self, sends: list[Any]) -> None:
+        self.calls.append(list(sends))
+
+
+def _entry(payload: bytes = b"x") -> bytes:
+    return encode_entry(pb.MessageMetadata(producer_name="p", sequence_id=0, publish_time=1),
+                        payload)
+
+
+async def test_every_send_takes_one_path_hand_parsed_or_not() -> None:
+    conn, transport = make_connection()
+    conn.state = ConnState.CONNECTED
+    producer = RecordingProducer()
+    conn.producers[1] = producer  # type: ignore[assignment]
+    entry = _entry()
+    # One read: two hand-parsed SENDs, one without a checksum (the hand parser declines it),
+    # then one more: all four go to the producer together, in order, as SendFrames.
+    conn.data_received(encode_send(1, 0, entry) + encode_send(1, 1, entry)
+                       + encode_send(1, 2, entry, checksum=False) + encode_send(1, 3, entry))
+    [sends] = producer.calls
+    assert all(type(s) is SendFrame for s in sends)
+    assert [(s.sequence_id, s.checksum_valid, s.entry) for s in sends] == [
+        (0, True, entry), (1, True, entry), (2, True, entry), (3, True, entry)]
+    assert not transport.closed
+
+
+@pytest.mark.parametrize("state", list(ConnState), ids=lambda s: s.name)
+async def test_a_send_outside_connected_or_for_an_unknown_producer_gets_the_send_verdict(
+        state: ConnState) -> None:
+    conn, transport = make_connection()
+    conn.state = state
+    conn.data_received(encode_send(9, 0, _entry()))
+    assert send_verdict(state) is (None if state is ConnState.CONNECTED
+                                   else Unexpected.DROP if state is ConnState.CLOSED
+                                   else Unexpected.CLOSE)
+    # SEND has no request id: nothing can be answered; the connection closes, or, once
+    # closed, the frame is dropped.
+    assert transport.written == b""
+    assert transport.closed is (state is not ConnState.CLOSED)
+
+
+def test_every_lifecycle_move_is_in_the_table() -> None:
+    assert LIFECYCLE[(ConnState.AUTHENTICATING, Lifecycle.HANDSHAKE_DONE)] is ConnState.CONNECTED
+    for state in ConnState:
+        if state is not ConnState.CLOSED:
+            assert LIFECYCLE[(state, Lifecycle.CLOSED)] is ConnState.CLOSED
+    assert (ConnState.CLOSED, Lifecycle.HANDSHAKE_DONE) not in LIFECYCLE
+
+
+async def test_a_handshake_done_after_the_close_leaves_the_connection_closed() -> None:
+    conn, _ = make_connection()
+    conn.state = ConnState.AUTHENTICATING
+    conn.close("test")
+    conn.handshake_done()
+    assert conn.state is ConnState.CLOSED and conn.is_closed

@@ -7,7 +7,6 @@ appends (the store answers only when the test lets it) so the pending SENDs are 
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -130,25 +129,15 @@ class _HeldSink:
 
 
 class HeldAppends:
-    """Wraps a topic's ``publish`` (one SEND) and ``append_run`` (the SENDs of one socket read)
-    so the producer hears of their durability only when :meth:`release` is called."""
+    """Wraps a topic's ``append_run`` (the SENDs of one socket read, or one SEND) so the
+    producer hears of their durability only when :meth:`release` is called."""
 
     def __init__(self, topic: Any) -> None:
         self.topic = topic
-        self.real = topic.publish
         self.real_run = topic.append_run
-        self.held: list[tuple[asyncio.Future[Any], asyncio.Future[Any]]] = []
         self.runs: list[_HeldSink] = []
         self.count = 0  # entries held
-        topic.publish = self.publish
         topic.append_run = self.append_run
-
-    def publish(self, entry: bytes) -> tuple[asyncio.Future[Any], int, bool]:
-        real, messages, partial = self.real(entry)
-        mine: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self.held.append((real, mine))
-        self.count += 1
-        return mine, messages, partial
 
     def append_run(self, entries: list[bytes], sink: Any) -> None:
         held = _HeldSink(sink)
@@ -157,10 +146,7 @@ class HeldAppends:
         self.real_run(entries, held)
 
     async def release(self) -> None:
-        self.topic.publish = self.real
         self.topic.append_run = self.real_run
-        for real, mine in self.held:
-            mine.set_result(await real)
         for run in self.runs:
             run.release()
 

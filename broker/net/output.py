@@ -1,0 +1,83 @@
+"""A connection's outgoing frames: the first of an event-loop iteration at once, the rest in one
+write at the end of it.
+
+Theory of operation
+-------------------
+:class:`Output` belongs to one :class:`broker.net.connection.ServerConnection`, which hands it
+the transport once connected and tells it of the transport's pause_writing / resume_writing.
+A lone frame (a synchronous producer's SEND_RECEIPT) must not wait a loop iteration for the
+flush; frames written after it in the same iteration are queued and go out together in the
+flush scheduled by the first, so a burst costs at most two writes. Invariant: the queue is
+non-empty only while a flush is scheduled (frames stay in order). Queued frames count as unsent
+output: past the high water mark (``pulsarChannelWriteBufferHighWaterMark``) they go to the
+transport at once, so its pause_writing (and the connection's pause of reading) comes while
+the burst is being made, not after it (one event-loop turn may read a socket many times).
+``paused`` mirrors the transport's pause_writing / resume_writing. Once closed it writes
+nothing more.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+__all__ = ["Output"]
+
+
+class Output:
+    """The outgoing side of one connection (module docstring)."""
+
+    __slots__ = ("_flush_scheduled", "_limit", "_loop", "_out", "_out_bytes", "closed",
+                 "paused", "transport")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, high_water_mark: int) -> None:
+        self._loop = loop
+        self._limit = high_water_mark
+        self.transport: asyncio.Transport | None = None
+        self._out: list[bytes] = []
+        self._out_bytes = 0
+        self._flush_scheduled = False
+        self.paused = False  # the transport's pause_writing until its resume_writing
+        self.closed = False
+
+    def write(self, data: bytes) -> None:
+        """Send a frame: the first one of a loop iteration at once, later ones queued."""
+        if self.closed:
+            return
+        if self._flush_scheduled:
+            self._out.append(data)
+            self._out_bytes += len(data)
+            if self._out_bytes >= self._limit:
+                self._write_out()
+            return
+        self._flush_scheduled = True
+        self._loop.call_soon(self.flush)
+        transport = self.transport
+        if transport is not None and not transport.is_closing():
+            transport.write(data)
+
+    def flush(self) -> None:
+        """Write what is queued now (the scheduled flush, or before a close)."""
+        self._flush_scheduled = False
+        self._write_out()
+
+    def _write_out(self) -> None:
+        out = self._out
+        self._out_bytes = 0
+        transport = self.transport
+        if not out or transport is None or transport.is_closing():
+            out.clear()
+            return
+        data = out[0] if len(out) == 1 else b"".join(out)
+        out.clear()
+        transport.write(data)
+
+    @property
+    def queued(self) -> int:
+        """Bytes queued for the next flush."""
+        return sum(len(frame) for frame in self._out)
+
+    def close(self) -> None:
+        """Write nothing more; drop what is queued (the peer is gone)."""
+        self.closed = True
+        self._out.clear()
+        self._out_bytes = 0
