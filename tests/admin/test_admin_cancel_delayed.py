@@ -182,7 +182,7 @@ def test_horae_admin_cancel_delayed_message(broker: Any, client: Any) -> None:
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "broker.admin.cli", "--admin-url", broker.web_url, *args],
+            [sys.executable, "-m", "cli.admin", "--admin-url", broker.web_url, *args],
             cwd=ROOT, capture_output=True, text=True, timeout=30, check=False)
 
     done = cli("topics", "cancel-delayed-message", "c8", "-l", str(ids[0].ledger_id()),

@@ -3,7 +3,7 @@
 Theory of operation: pulsar-admin's names and flags, each a builder
 ``argparse.Namespace -> Request`` in :data:`COMMANDS`, keyed ``(group, command)``;
 :func:`add_parsers` declares their arguments on the ``namespaces``, ``topics`` and ``schemas``
-sub-parsers :mod:`broker.admin.cli` creates. A policy is a trio ``set-X`` / ``get-X`` /
+sub-parsers :mod:`cli.admin.main` creates. A policy is a trio ``set-X`` / ``get-X`` /
 ``remove-X`` on the namespace path (``/admin/v2/namespaces/{t}/{ns}/<suffix>``) and on the
 topic path (``/admin/v2/persistent/{t}/{ns}/{topic}/<suffix>``), as Pulsar's REST API has
 them; set sends POST (PUT where Pulsar's own client does). Values are checked here, so a
@@ -17,7 +17,7 @@ import json
 import pathlib
 from typing import Any
 
-from broker.admin.cli_args import (
+from cli.admin.args import (
     Builder,
     UsageError,
     namespace_path,
@@ -27,7 +27,7 @@ from broker.admin.cli_args import (
     topic_base,
     topic_path,
 )
-from broker.admin.cli_http import Request
+from cli.admin.rest import Request
 
 __all__ = ["COMMANDS", "add_parsers"]
 
