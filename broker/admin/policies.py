@@ -33,12 +33,11 @@ from broker.admin.responses import admin_of, json_response, no_content
 from broker.admin.service import AdminService, topic_name
 from broker.admin.topics import TOPIC
 from broker.topics import policies as P
+from protocol import admin_names
 
 __all__ = ["SCHEMA_STRATEGIES", "add_routes"]
 
-SCHEMA_STRATEGIES = ("UNDEFINED", "ALWAYS_INCOMPATIBLE", "ALWAYS_COMPATIBLE", "BACKWARD",
-                     "FORWARD", "FULL", "BACKWARD_TRANSITIVE", "FORWARD_TRANSITIVE",
-                     "FULL_TRANSITIVE")
+SCHEMA_STRATEGIES = admin_names.SCHEMA_COMPATIBILITY_STRATEGIES
 
 
 def _store(admin: AdminService) -> P.PolicyStore:

@@ -35,10 +35,11 @@ from broker.admin.topics import TOPIC
 from broker.config import BACKLOG_QUOTA_POLICIES, INACTIVE_TOPIC_MODES
 from broker.topics import policies as P
 from broker.topics.names import TopicName
+from protocol import admin_names
 
 __all__ = ["QUOTA_TYPES", "add_routes"]
 
-QUOTA_TYPES = ("destination_storage", "message_age")
+QUOTA_TYPES = admin_names.BACKLOG_QUOTA_TYPES
 Handler = Callable[[web.Request], Awaitable[web.Response]]
 
 
