@@ -33,7 +33,7 @@ from aiohttp.typedefs import Handler
 from broker.admin import errors as E
 from broker.admin import topics
 from broker.admin.responses import admin_of, no_content
-from broker.admin.service import topic_name
+from broker.admin.service import AdminEntries, topic_name
 from broker.subscriptions.cancel import SubscriptionCancel, cancel_on_subscription, delays_messages
 from broker.topics.topic import Topic
 from protocol.metadata import parse_entry
@@ -71,9 +71,9 @@ def subscription_names(request: web.Request) -> list[str]:
 async def _locate(topic_list: list[Topic], position: Position) -> tuple[Topic, int | None] | None:
     """(topic, stored deliver_at_time) of the topic (partition) holding ``position``."""
     for topic in topic_list:
-        entry = await topic.ledger.read_entry(position)
-        if entry is not None:
-            return topic, parse_entry(entry.data).deliver_at_time
+        data = await AdminEntries.read(topic, position)
+        if data is not None:
+            return topic, parse_entry(data).deliver_at_time
     return None
 
 

@@ -13,6 +13,9 @@ per concept:
   (an operation Pulsar fans out over a partitioned topic applies to every partition),
   create/delete/unload and subscriptions. Loaded topics and subscriptions are handed back
   typed (:class:`broker.topics.topic.Topic`) for the per-topic operations they own.
+- :class:`AdminEntries`: a topic's stored entries as the admin API reads them (one entry,
+  the n-th unacknowledged one of a subscription, every position, what follows a position), so
+  no handler reaches a topic's ledger or a subscription's cursor itself.
 - :class:`AdminPolicies`: delayed-delivery policies (a write reaches the loaded topics) and
   the policy values a handler resolves; the :class:`broker.topics.policies.PolicyStore`
   itself for the field-by-field policy routes, and the schema registry, are handed out as
@@ -35,6 +38,7 @@ from broker.admin import errors as E
 from broker.admin.healthcheck import LoopbackCredentials, run_health_check
 from broker.delayed.policy import DelayPolicy, resolve_policy
 from broker.security.authorization import AuthPolicies
+from broker.subscriptions.dispatchers.cursors import entry_exists
 from broker.subscriptions.subscription import Subscription
 from broker.topics.heartbeat import TopicVersion
 from broker.topics.names import TopicName
@@ -44,10 +48,11 @@ from broker.topics.schemas import SchemaRegistry
 from broker.topics.service import BrokerService
 from broker.topics.topic import Topic
 from protocol.errors import TopicNotFoundError
+from storage.positions import Position
 
 __all__ = [
-    "ADMIN_KEY", "NON_PERSISTENT", "PERSISTENT", "AdminBroker", "AdminPolicies", "AdminService",
-    "AdminTenants", "AdminTopics", "topic_name",
+    "ADMIN_KEY", "NON_PERSISTENT", "PERSISTENT", "AdminBroker", "AdminEntries", "AdminPolicies",
+    "AdminService", "AdminTenants", "AdminTopics", "topic_name",
 ]
 
 PERSISTENT = "persistent"
@@ -258,6 +263,52 @@ class AdminTopics:
         self._service.nonpersistent.delete(tn.full)
 
 
+class AdminEntries:
+    """A loaded topic's stored entries, read for peek, examine, reset and cancel routes."""
+
+    @staticmethod
+    async def read(topic: Topic, pos: Position) -> bytes | None:
+        """The stored entry at *pos* (metadata and payload), None when the topic has none."""
+        entry = await topic.ledger.read_entry(pos)
+        return None if entry is None else entry.data
+
+    @staticmethod
+    def exists(topic: Topic, pos: Position) -> bool:
+        """*pos* is an entry the topic holds (or held)."""
+        return entry_exists(topic.ledger, pos)
+
+    @staticmethod
+    def after(topic: Topic, pos: Position) -> Position:
+        """The entry after *pos* (the next ledger's first when *pos* ends its ledger; the next
+        entry id of an unknown ledger)."""
+        return topic.ledger.next_position(pos)
+
+    @staticmethod
+    def positions(topic: Topic) -> list[Position]:
+        """Every entry position of the topic's ledgers, oldest first."""
+        return [Position(info.ledger_id, i)
+                for info in topic.ledger.ledgers for i in range(info.entries)]
+
+    @staticmethod
+    def ledger_ids(topic: Topic) -> set[int]:
+        return {info.ledger_id for info in topic.ledger.ledgers}
+
+    @staticmethod
+    def nth_unacked(topic: Topic, sub: Subscription, n: int) -> Position | None:
+        """The *n*-th (1-based) entry after the subscription's mark-delete position that it
+        has not acknowledged, None past the last confirmed entry."""
+        ledger = topic.ledger
+        tail = ledger.last_confirmed
+        pos = sub.cursor.mark_delete_position
+        while tail is not None and pos < tail:
+            pos = ledger.next_position(pos)
+            if not sub.cursor.is_deleted(pos):
+                n -= 1
+                if n == 0:
+                    return pos
+        return None
+
+
 class AdminPolicies:
     """Delayed-delivery policies and the resolved values handlers answer with."""
 
@@ -345,6 +396,7 @@ class AdminService:
 
     tenants: AdminTenants
     topics: AdminTopics
+    entries: AdminEntries
     policies: AdminPolicies
     broker: AdminBroker
     #: The policy fields store, for the field-by-field policy routes (its own typed API).
@@ -356,7 +408,7 @@ class AdminService:
     def over(cls, service: BrokerService) -> AdminService:
         tenants = AdminTenants(service)
         return cls(tenants=tenants, topics=AdminTopics(service, tenants),
-                   policies=AdminPolicies(service), broker=AdminBroker(service),
+                   entries=AdminEntries(), policies=AdminPolicies(service), broker=AdminBroker(service),
                    policy_store=service.policies, schemas=service.schemas)
 
 

@@ -37,11 +37,10 @@ from aiohttp import web
 from broker.admin import bodies
 from broker.admin import errors as E
 from broker.admin.responses import admin_of, json_response, no_content
-from broker.admin.service import AdminService, AdminTopics, topic_name
+from broker.admin.service import AdminEntries, AdminService, AdminTopics, topic_name
 from broker.admin.topics import SUB, TOPIC
 from broker.metrics.rates import iso_ms
 from broker.subscriptions.expiry import expire_before, expire_up_to
-from broker.subscriptions.subscription import Subscription
 from broker.topics.names import TopicName
 from broker.topics.topic import Topic
 from protocol.metadata import parse_metadata
@@ -160,33 +159,20 @@ async def _single(request: web.Request, what: str) -> Topic:
 
 
 async def _read(topic: Topic, pos: Position) -> web.Response:
-    entry = await topic.ledger.read_entry(pos)
-    if entry is None:
+    data = await AdminEntries.read(topic, pos)
+    if data is None:
         raise E.not_found(MESSAGE_NOT_FOUND)
-    return entry_response(pos, entry.data)
+    return entry_response(pos, data)
 
 
 async def peek(request: web.Request) -> web.Response:
     n = _positive_int(request, request.match_info["n"], "messagePosition")
     topic = await _single(request, "Peek")
     sub = AdminTopics.subscription(topic, request.match_info["sub"])
-    pos = _nth_unacked(topic, sub, n)
+    pos = AdminEntries.nth_unacked(topic, sub, n)
     if pos is None:
         raise E.not_found(MESSAGE_NOT_FOUND)
     return await _read(topic, pos)
-
-
-def _nth_unacked(topic: Topic, sub: Subscription, n: int) -> Position | None:
-    ledger = topic.ledger
-    tail = ledger.last_confirmed
-    pos = sub.cursor.mark_delete_position
-    while tail is not None and pos < tail:
-        pos = ledger.next_position(pos)
-        if not sub.cursor.is_deleted(pos):
-            n -= 1
-            if n == 0:
-                return pos
-    return None
 
 
 async def examine(request: web.Request) -> web.Response:
@@ -195,9 +181,7 @@ async def examine(request: web.Request) -> web.Response:
         raise E.precondition_failed("initialPosition must be 'latest' or 'earliest'")
     n = _positive_int(request, request.query.get("messagePosition", "1"), "messagePosition")
     topic = await _single(request, "Examine")
-    entries: list[Position] = []
-    for info in topic.ledger.ledgers:
-        entries.extend(Position(info.ledger_id, i) for i in range(info.entries))
+    entries = AdminEntries.positions(topic)
     if not entries:
         raise E.precondition_failed(
             "Could not examine messages due to the total message is zero")

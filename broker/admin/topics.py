@@ -19,9 +19,8 @@ from aiohttp import web
 from broker.admin import bodies
 from broker.admin import errors as E
 from broker.admin.responses import admin_of, json_response, no_content
-from broker.admin.service import topic_name
+from broker.admin.service import AdminEntries, topic_name
 from broker.admin.stats import aggregate_stats
-from broker.subscriptions.dispatchers.cursors import entry_exists
 from broker.topics import stats as topic_docs
 from broker.topics.names import TopicName
 from broker.topics.topic import Topic
@@ -278,7 +277,7 @@ async def reset_cursor_position(request: web.Request) -> web.Response:
 def _position_after(topic: Topic, position: tuple[int, int]) -> tuple[int, int]:
     """The entry after *position* (the next ledger's first when *position* ends its ledger;
     the next entry id of an unknown ledger)."""
-    after = topic.ledger.next_position(Position(*position))
+    after = AdminEntries.after(topic, Position(*position))
     return (after.ledger_id, after.entry_id)
 
 
@@ -293,7 +292,7 @@ async def skip_by_message_ids(request: web.Request) -> web.Response:
               for topic, sub in pairs]
     for topic, _, mine in chosen:
         for ref in mine:  # checked before anything is skipped: all or nothing
-            if not entry_exists(topic.ledger, Position(*ref.position)):
+            if not AdminEntries.exists(topic, Position(*ref.position)):
                 raise E.precondition_failed(
                     f"Invalid mark deleted position: message {ref.ledger_id}:{ref.entry_id} "
                     f"does not exist on {topic.name}")
@@ -307,7 +306,7 @@ def _ids_for(topic: Topic, ids: list[bodies.MessageIdRef]) -> list[bodies.Messag
     """The ids that belong to one partition: by the id's partition when it names one, else by
     ledger ownership (ledger ids are unique across the broker)."""
     index = topic.partition_index
-    ledgers = {li.ledger_id for li in topic.ledger.ledgers}
+    ledgers = AdminEntries.ledger_ids(topic)
     out = []
     for ref in ids:
         if ref.partition >= 0:
