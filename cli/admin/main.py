@@ -2,16 +2,18 @@
 
 Usage: ``horae-admin [--admin-url http://localhost:8080] <group> <command> [args]`` with
 groups ``tenants``, ``namespaces``, ``topics``, ``schemas`` and ``brokers`` (the policy,
-schema and compaction commands are declared in :mod:`cli.admin.policies`). Topic arguments accept
-short names ("t" is persistent://public/default/t, "tenant/ns/t" too). Durations are
-``500ms``, ``30s``, ``10m``, ``1h``, ``2d``, ``1w`` (a bare number is seconds).
+schema and compaction commands are declared in :mod:`cli.admin.policies`, the broker ones in
+:mod:`cli.admin.brokers`). Topic arguments accept short names ("t" is
+persistent://public/default/t, "tenant/ns/t" too). Durations are ``500ms``, ``30s``, ``10m``,
+``1h``, ``2d``, ``1w`` (a bare number is seconds).
 
 Theory of operation: argparse builds a :class:`cli.admin.rest.Request` (method, path,
 JSON body) for each command, from argument values parsed by :mod:`cli.admin.args`;
-:func:`cli.admin.rest.call` sends it with urllib and this module prints a JSON
-answer pretty-printed, a text answer as is, and nothing for 204. Exit codes: 0 success, 1 the server refused (its ``reason`` goes to
-stderr) or could not be reached, 2 usage errors (bad arguments, bad topic names,
-bad durations), as argparse does.
+:func:`cli.admin.rest.call` sends it with urllib and this module prints a JSON answer
+pretty-printed, a text answer as is, and nothing for 204. Exit codes: 0 success, 1 the server
+refused (its ``reason`` goes to stderr) or could not be reached, 2 usage errors (bad
+arguments, bad topic names, bad durations), as argparse does. The server's names are not
+checked here beyond their shape: it answers a bad one with 412 and its reason.
 """
 
 from __future__ import annotations
