@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from broker.listeners import parse_listeners
+from protocol import admin_names
 from storage.config import StorageConfig
 from storage.diskusage import check_watermarks
 
@@ -53,12 +54,11 @@ log = logging.getLogger("horae.config")
 LOG_FORMATS = ("text", "json")
 
 
-#: Pulsar's BacklogQuota.RetentionPolicy names.
-BACKLOG_QUOTA_POLICIES = ("producer_request_hold", "producer_exception",
-                          "consumer_backlog_eviction")
+#: Pulsar's BacklogQuota.RetentionPolicy names (shared with the command-line clients).
+BACKLOG_QUOTA_POLICIES = admin_names.BACKLOG_QUOTA_POLICIES
 
-#: Pulsar's InactiveTopicDeleteMode names.
-INACTIVE_TOPIC_MODES = ("delete_when_no_subscriptions", "delete_when_subscriptions_caught_up")
+#: Pulsar's InactiveTopicDeleteMode names (shared with the command-line clients).
+INACTIVE_TOPIC_MODES = admin_names.INACTIVE_TOPIC_DELETE_MODES
 
 
 class ConfigError(ValueError):

@@ -9,6 +9,8 @@ SEND_RECEIPTs), :mod:`~protocol.commands`
 (encoders; client-side ones live in :mod:`~protocol.client_commands` and are re-exported),
 :mod:`~protocol.framing` (frame headers, checksum, varints), :mod:`~protocol.metadata`
 (entries, message metadata, batches, Key_Shared hash), :mod:`~protocol.errors` (the error
-hierarchy mapped to ``ServerError``), :mod:`~protocol.limits`, and :mod:`~protocol.pulsar_pb`
-(the generated ``protocol.generated.pulsar_api_pb2`` with a typing stub, for mypy --strict).
+hierarchy mapped to ``ServerError``), :mod:`~protocol.limits`, :mod:`~protocol.admin_names`
+(Pulsar's names for the admin API's enumerated values, shared with the command-line clients),
+and :mod:`~protocol.pulsar_pb` (the generated ``protocol.generated.pulsar_api_pb2`` with a
+typing stub, for mypy --strict).
 """

@@ -1,8 +1,9 @@
 """The broker's HTTP side: Pulsar's admin REST API, HTTP lookup, health and /metrics.
 
-Theory of operation: :func:`create_app` builds an aiohttp Application over a BrokerService;
-the core serves it on ``webServicePort`` on the broker's own event loop, so handlers await
-service methods directly. Routes live in ``topics.py`` (persistent topics and
+Theory of operation: :func:`create_app` builds an aiohttp Application over a BrokerService,
+which handlers reach only through the typed :class:`broker.admin.service.AdminService`; the
+core serves it on ``webServicePort`` on the broker's own event loop, so handlers await its
+operations directly. Routes live in ``topics.py`` (persistent topics and
 subscriptions), ``namespaces.py`` (clusters, tenants, namespaces, delayed-delivery
 policies), ``permissions.py`` (grants, tenant updates, cluster records) and ``brokers.py``
 (health check, readiness, brokers list); this module adds lookup and metrics, the error
@@ -10,8 +11,8 @@ middleware (every error body is ``{"reason": ...}``),
 the authentication/authorization middleware (:mod:`broker.admin.auth`: 401/403), the server's
 connection guard's middleware when given (:mod:`broker.admin.listener`), and the
 event-loop lag probe, started in ``on_startup`` and stopped in ``on_cleanup``. The HTTP lookup
-answers the URLs a binary LOOKUP does (:meth:`broker.topics.service.BrokerService.urls` and
-``lookup_url``: the advertised listener named by ``?listenerName=`` or the
+answers the URLs a binary LOOKUP does (:meth:`broker.admin.service.AdminBroker.lookup_answer`:
+the advertised listener named by ``?listenerName=`` or the
 ``X-Pulsar-ListenerName`` header, the host the client reached us on).
 """
 
@@ -36,9 +37,9 @@ from broker.admin import (
 from broker.admin import errors as E
 from broker.admin.auth import SECURITY_KEY, RestSecurity, auth_middleware
 from broker.admin.errors import error_middleware
-from broker.admin.facade import ADMIN_KEY, AdminFacade
 from broker.admin.listener import WebConnectionGuard
-from broker.admin.responses import facade_of, json_response
+from broker.admin.responses import admin_of, json_response
+from broker.admin.service import ADMIN_KEY, AdminService
 from broker.metrics import BrokerRegistry, create_registry, exposition
 from broker.metrics.lag import LoopLagProbe
 from broker.security.authentication import AuthenticationService
@@ -59,22 +60,13 @@ async def metrics(request: web.Request) -> web.Response:
 
 async def lookup(request: web.Request) -> web.Response:
     """Pulsar's HTTP lookup: this broker owns every topic."""
-    facade = facade_of(request)
+    admin = admin_of(request)
     m = request.match_info
     if m["domain"] not in ("persistent", "non-persistent"):
         raise E.bad_request(f"Invalid topic domain {m['domain']!r}")
-    await facade.require_namespace(m["tenant"], m["namespace"])
+    await admin.tenants.require_namespace(m["tenant"], m["namespace"])
     listener = request.query.get("listenerName") or request.headers.get(LISTENER_HEADER)
-    local_host = _local_host(request)
-    urls = facade.service.urls(local_host)
-    broker_url = facade.service.lookup_url(listener, local_host)
-    return json_response({
-        "brokerUrl": broker_url,
-        "brokerUrlTls": urls.broker_url_tls or "",
-        "httpUrl": urls.web_url,
-        "httpUrlTls": urls.web_url_tls or "",
-        "nativeUrl": broker_url,
-    })
+    return json_response(admin.broker.lookup_answer(listener, _local_host(request)))
 
 
 def _local_host(request: web.Request) -> str | None:
@@ -105,7 +97,7 @@ def create_app(service: BrokerService, *, lag_probe_interval_s: float = 0.5,
     app[SECURITY_KEY] = RestSecurity(
         authentication, authorization,
         authenticate_metrics=service.config.authenticate_metrics_endpoint)
-    app[ADMIN_KEY] = AdminFacade(service)
+    app[ADMIN_KEY] = AdminService.over(service)
     probe = LoopLagProbe(interval_s=lag_probe_interval_s)
     app[LAG_PROBE_KEY] = probe
     app[REGISTRY_KEY] = create_registry(service, probe)

@@ -23,64 +23,52 @@ from __future__ import annotations
 from aiohttp import web
 
 from broker.admin import errors as E
-from broker.admin.healthcheck import HealthCheckError, credentials_of, run_health_check
-from broker.admin.responses import facade_of, json_response
+from broker.admin.healthcheck import HealthCheckError, credentials_of
+from broker.admin.responses import admin_of, json_response
 from broker.topics.heartbeat import TopicVersion
-from broker.topics.service import BrokerService
 
-__all__ = ["STATUS_PAGE", "add_routes", "broker_id"]
+__all__ = ["STATUS_PAGE", "add_routes"]
 
 #: Pulsar's unauthenticated liveness page (its Helm chart probes it).
 STATUS_PAGE = "/status.html"
 
 
-def broker_id(service: BrokerService) -> str:
-    """Pulsar's broker id: ``<advertisedAddress>:<webServicePort>``."""
-    return f"{service.config.advertised_address}:{service.web_port}"
-
-
-def _service(request: web.Request) -> BrokerService:
-    return facade_of(request).service
-
-
 async def health(request: web.Request) -> web.Response:
-    service = _service(request)
     raw_version = request.query.get("topicVersion")
     try:
         version = TopicVersion(raw_version) if raw_version else TopicVersion.V1
     except ValueError:
         raise E.bad_request(f"Invalid topicVersion {raw_version!r}: V1 or V2") from None
     try:
-        await run_health_check(service, version, credentials_of(request.headers),
-                               service.config.health_check_timeout_ms / 1000)
+        await admin_of(request).broker.health_check(version, credentials_of(request.headers))
     except HealthCheckError as exc:
         raise E.RestError(500, str(exc)) from None
     return web.Response(text="ok", content_type="text/plain")
 
 
 async def ready(request: web.Request) -> web.Response:
-    if _service(request).closing:
+    if admin_of(request).broker.closing:
         raise E.RestError(503, "Broker is shutting down")
     return web.Response(text="ok", content_type="text/plain")
 
 
 async def status_page(request: web.Request) -> web.Response:
-    if _service(request).closing:
+    if admin_of(request).broker.closing:
         raise E.not_found("Broker is shutting down")
     return web.Response(text="OK", content_type="text/plain")
 
 
 async def active_brokers(request: web.Request) -> web.Response:
-    service = _service(request)
+    broker = admin_of(request).broker
     cluster = request.match_info["cluster"]
-    if cluster != service.config.cluster_name:
+    if cluster != broker.cluster_name:
         raise E.not_found(f"Cluster does not exist: cluster={cluster}")
-    return json_response([broker_id(service)])
+    return json_response([broker.broker_id()])
 
 
 async def leader_broker(request: web.Request) -> web.Response:
-    service = _service(request)
-    return json_response({"brokerId": broker_id(service), "serviceUrl": service.urls().web_url})
+    broker = admin_of(request).broker
+    return json_response({"brokerId": broker.broker_id(), "serviceUrl": broker.web_url()})
 
 
 def add_routes(app: web.Application) -> None:

@@ -13,33 +13,34 @@ from __future__ import annotations
 from aiohttp import web
 
 from broker.admin import errors as E
-from broker.admin.facade import topic_full_name
-from broker.admin.responses import facade_of, json_response, no_content
+from broker.admin.responses import admin_of, json_response, no_content
+from broker.admin.service import topic_name
 from broker.admin.topics import TOPIC
+from broker.topics.topic import Topic
 
 __all__ = ["add_routes"]
 
 IN_PROGRESS = "Compaction already in progress"
 
 
-async def _targets(request: web.Request) -> list[object]:
-    facade = facade_of(request)
+async def _targets(request: web.Request) -> list[Topic]:
+    admin = admin_of(request)
     m = request.match_info
-    await facade.require_namespace(m["tenant"], m["namespace"])
-    return list(await facade.targets(topic_full_name(m["tenant"], m["namespace"], m["topic"])))
+    await admin.tenants.require_namespace(m["tenant"], m["namespace"])
+    return await admin.topics.targets(topic_name(m["tenant"], m["namespace"], m["topic"]))
 
 
 async def trigger(request: web.Request) -> web.Response:
     topics = await _targets(request)
-    if any(t.compaction.running for t in topics):  # type: ignore[attr-defined]
+    if any(t.compaction.running for t in topics):
         raise E.conflict(IN_PROGRESS)
     for t in topics:
-        t.compaction.trigger()  # type: ignore[attr-defined]
+        t.compaction.trigger()
     return no_content()
 
 
 async def status(request: web.Request) -> web.Response:
-    docs = [t.compaction.status_doc() for t in await _targets(request)]  # type: ignore[attr-defined]
+    docs = [t.compaction.status_doc() for t in await _targets(request)]
     for state in ("RUNNING", "ERROR", "SUCCESS"):
         for doc in docs:
             if doc["status"] == state:

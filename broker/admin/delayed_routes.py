@@ -32,8 +32,8 @@ from aiohttp.typedefs import Handler
 
 from broker.admin import errors as E
 from broker.admin import topics
-from broker.admin.facade import topic_full_name
-from broker.admin.responses import facade_of, no_content
+from broker.admin.responses import admin_of, no_content
+from broker.admin.service import AdminEntries, topic_name
 from broker.subscriptions.cancel import SubscriptionCancel, cancel_on_subscription, delays_messages
 from broker.topics.topic import Topic
 from protocol.metadata import parse_entry
@@ -71,25 +71,25 @@ def subscription_names(request: web.Request) -> list[str]:
 async def _locate(topic_list: list[Topic], position: Position) -> tuple[Topic, int | None] | None:
     """(topic, stored deliver_at_time) of the topic (partition) holding ``position``."""
     for topic in topic_list:
-        entry = await topic.ledger.read_entry(position)
-        if entry is not None:
-            return topic, parse_entry(entry.data).deliver_at_time
+        data = await AdminEntries.read(topic, position)
+        if data is not None:
+            return topic, parse_entry(data).deliver_at_time
     return None
 
 
 async def cancel_delayed_message(request: web.Request) -> web.Response:
-    facade, m = facade_of(request), request.match_info
-    full = topic_full_name(m["tenant"], m["namespace"], m["topic"])
+    admin, m = admin_of(request), request.match_info
+    tn = topic_name(m["tenant"], m["namespace"], m["topic"])
     ledger_id = _query_long(request, "ledgerId", minimum=0)
     entry_id = _query_long(request, "entryId", minimum=0)
     deliver_at = _query_long(request, "deliverAt", minimum=1)
     names = subscription_names(request)
     position = Position(ledger_id, entry_id)
-    found = await _locate(await facade.targets(full), position)
+    found = await _locate(await admin.topics.targets(tn), position)
     if found is None:
         raise E.precondition_failed(
             f"Failed to cancel delayed message: message {ledger_id}:{entry_id} not found "
-            f"in {full}")
+            f"in {tn}")
     topic, stored_at = found
     if stored_at is None:
         raise E.precondition_failed(
@@ -100,7 +100,7 @@ async def cancel_delayed_message(request: web.Request) -> web.Response:
             f"Failed to cancel delayed message: deliverAt {deliver_at} does not match message "
             f"{ledger_id}:{entry_id}, which is due at {stored_at}")
     if names:
-        subs = [facade.subscription(topic, n) for n in names]
+        subs = [admin.topics.subscription(topic, n) for n in names]
     else:
         subs = [s for s in topic.subscriptions.values() if delays_messages(s)]
     outcomes: list[SubscriptionCancel] = []
@@ -126,7 +126,7 @@ def v1(handler: Handler) -> Handler:
     """A V1 route over a V2 handler (module docstring): the cluster must be this broker's."""
 
     async def wrapped(request: web.Request) -> web.StreamResponse:
-        cluster = str(facade_of(request).service.config.cluster_name)
+        cluster = admin_of(request).broker.cluster_name
         if request.match_info["cluster"] != cluster:
             raise E.not_found(E.NAMESPACE_NOT_FOUND)
         return await handler(request)

@@ -20,10 +20,10 @@ from aiohttp import web
 
 from broker.admin import bodies
 from broker.admin import errors as E
-from broker.admin.facade import AdminFacade, topic_full_name
-from broker.admin.responses import facade_of, json_response, no_content
+from broker.admin.responses import admin_of, json_response, no_content
+from broker.admin.service import AdminService, topic_name
 from broker.admin.topics import TOPIC
-from broker.delayed.policy import DelayPolicy, resolve_policy
+from broker.delayed.policy import DelayPolicy
 from broker.topics.names import TopicName
 
 TENANTS = "/admin/v2/tenants"
@@ -32,76 +32,73 @@ NAMESPACES = "/admin/v2/namespaces/{tenant}"
 NAMESPACE = NAMESPACES + "/{namespace}"
 
 
-def _cluster(facade: AdminFacade) -> str:
-    return facade.service.config.cluster_name
+def _cluster(admin: AdminService) -> str:
+    return admin.broker.cluster_name
 
 
 # --- clusters / tenants -------------------------------------------------------------------
-def require_known_clusters(facade: AdminFacade, info: dict[str, Any] | None) -> None:
+def require_known_clusters(admin: AdminService, info: dict[str, Any] | None) -> None:
     """A tenant's ``allowedClusters`` may name only this node's cluster (Pulsar: 412)."""
     allowed = (info or {}).get("allowedClusters")
-    if isinstance(allowed, list) and any(name != _cluster(facade) for name in allowed):
+    if isinstance(allowed, list) and any(name != _cluster(admin) for name in allowed):
         raise E.precondition_failed(E.CLUSTERS_NOT_FOUND)
 
 
 async def list_clusters(request: web.Request) -> web.Response:
-    return json_response([_cluster(facade_of(request))])
+    return json_response([_cluster(admin_of(request))])
 
 
 async def list_tenants(request: web.Request) -> web.Response:
-    return json_response(await facade_of(request).tenants())
+    return json_response(await admin_of(request).tenants.tenants())
 
 
 async def get_tenant(request: web.Request) -> web.Response:
-    facade = facade_of(request)
+    admin = admin_of(request)
     tenant = request.match_info["tenant"]
-    await facade.require_tenant(tenant)
-    info = await facade.service.tenancy.get_tenant(tenant)
+    await admin.tenants.require_tenant(tenant)
+    info = await admin.tenants.tenant_info(tenant)
     if info is None:
-        info = {"adminRoles": [], "allowedClusters": [_cluster(facade)]}
+        info = {"adminRoles": [], "allowedClusters": [_cluster(admin)]}
     return json_response(info)
 
 
 async def create_tenant(request: web.Request) -> web.Response:
-    facade = facade_of(request)
+    admin = admin_of(request)
     tenant = request.match_info["tenant"]
     body = bodies.load_json(await request.read())
     if body is not None and not isinstance(body, dict):
         raise E.bad_request("Invalid tenant info: expected a JSON object")
-    if tenant in await facade.service.tenancy.list_tenants():
+    if await admin.tenants.tenant_exists(tenant):
         raise E.conflict(E.TENANT_EXISTS)
-    require_known_clusters(facade, body)
-    info = {"adminRoles": [], "allowedClusters": [_cluster(facade)], **(body or {})}
-    try:
-        await facade.service.tenancy.create_tenant(tenant, info)
-    except TypeError:
-        await facade.service.tenancy.create_tenant(tenant)   # a service that keeps no tenant info
+    require_known_clusters(admin, body)
+    info = {"adminRoles": [], "allowedClusters": [_cluster(admin)], **(body or {})}
+    await admin.tenants.create_tenant(tenant, info)
     return no_content()
 
 
 async def delete_tenant(request: web.Request) -> web.Response:
-    facade = facade_of(request)
+    admin = admin_of(request)
     tenant = request.match_info["tenant"]
-    await facade.require_tenant(tenant)
-    if await facade.service.tenancy.list_namespaces(tenant):
+    await admin.tenants.require_tenant(tenant)
+    if await admin.tenants.has_namespaces(tenant):
         raise E.conflict(E.TENANT_NOT_EMPTY)
-    await facade.service.delete_tenant(tenant)
+    await admin.tenants.delete_tenant(tenant)
     return no_content()
 
 
 # --- namespaces ---------------------------------------------------------------------------
 async def list_namespaces(request: web.Request) -> web.Response:
-    return json_response(await facade_of(request).namespaces(request.match_info["tenant"]))
+    return json_response(await admin_of(request).tenants.namespaces(request.match_info["tenant"]))
 
 
 async def create_namespace(request: web.Request) -> web.Response:
-    facade = facade_of(request)
+    admin = admin_of(request)
     tenant, ns = request.match_info["tenant"], request.match_info["namespace"]
     body = bodies.load_json(await request.read())
-    await facade.require_tenant(tenant)
-    if await facade.namespace_exists(tenant, ns):
+    await admin.tenants.require_tenant(tenant)
+    if await admin.tenants.namespace_exists(tenant, ns):
         raise E.conflict(E.NAMESPACE_EXISTS)
-    await facade.service.tenancy.create_namespace(f"{tenant}/{ns}", namespace_policies_body(body))
+    await admin.tenants.create_namespace(f"{tenant}/{ns}", namespace_policies_body(body))
     return no_content()
 
 
@@ -120,13 +117,13 @@ def namespace_policies_body(body: object) -> dict[str, Any]:
 
 
 async def delete_namespace(request: web.Request) -> web.Response:
-    facade = facade_of(request)
+    admin = admin_of(request)
     tenant, ns = request.match_info["tenant"], request.match_info["namespace"]
-    await facade.require_namespace(tenant, ns)
-    if await facade.service.list_topics(f"{tenant}/{ns}") or \
-            await facade.list_partitioned(tenant, ns):
+    await admin.tenants.require_namespace(tenant, ns)
+    if await admin.topics.stored_names(tenant, ns) or \
+            await admin.topics.list_partitioned(tenant, ns):
         raise E.conflict(E.NAMESPACE_NOT_EMPTY)
-    await facade.service.delete_namespace(f"{tenant}/{ns}")
+    await admin.tenants.delete_namespace(f"{tenant}/{ns}")
     return no_content()
 
 
@@ -146,13 +143,6 @@ def policy_to_body(policy: DelayPolicy) -> dict[str, Any]:
             "fixedDeliveryDelayInMillis": policy.fixed_delay_ms}
 
 
-async def _applied(facade: AdminFacade, ns_key: str, topic_key: str | None) -> dict[str, Any]:
-    """The policy in force, resolved as the broker does (``PolicyStore.delay_policy``; a
-    partition without a body of its own runs under its partitioned topic's)."""
-    if topic_key is None:
-        return policy_to_body(resolve_policy(facade.service.config,
-                                             await facade.get_policy("namespace", ns_key), None))
-    return policy_to_body(facade.service.policies.delay_policy(TopicName.parse(topic_key)))
 
 
 def _applied_flag(request: web.Request) -> bool:
@@ -160,58 +150,58 @@ def _applied_flag(request: web.Request) -> bool:
 
 
 async def get_ns_delayed(request: web.Request) -> web.Response:
-    facade = facade_of(request)
+    admin = admin_of(request)
     tenant, ns = request.match_info["tenant"], request.match_info["namespace"]
-    await facade.require_namespace(tenant, ns)
+    await admin.tenants.require_namespace(tenant, ns)
     key = f"{tenant}/{ns}"
     if _applied_flag(request):
-        return json_response(await _applied(facade, key, None))
-    return json_response(await facade.get_policy("namespace", key))
+        return json_response(policy_to_body(admin.policies.applied_delay(key)))
+    return json_response(admin.policies.delayed_body(key))
 
 
 async def set_ns_delayed(request: web.Request) -> web.Response:
-    facade = facade_of(request)
+    admin = admin_of(request)
     tenant, ns = request.match_info["tenant"], request.match_info["namespace"]
     body = bodies.load_json(await request.read())
-    await facade.require_namespace(tenant, ns)
-    await facade.set_policy("namespace", f"{tenant}/{ns}", _validate(body))
+    await admin.tenants.require_namespace(tenant, ns)
+    await admin.policies.set_delayed(f"{tenant}/{ns}", _validate(body))
     return no_content()
 
 
 async def remove_ns_delayed(request: web.Request) -> web.Response:
-    facade = facade_of(request)
+    admin = admin_of(request)
     tenant, ns = request.match_info["tenant"], request.match_info["namespace"]
-    await facade.require_namespace(tenant, ns)
-    await facade.remove_policy("namespace", f"{tenant}/{ns}")
+    await admin.tenants.require_namespace(tenant, ns)
+    await admin.policies.remove_delayed(f"{tenant}/{ns}")
     return no_content()
 
 
-async def _topic_key(request: web.Request) -> tuple[AdminFacade, str, str]:
-    facade = facade_of(request)
+async def _topic_key(request: web.Request) -> tuple[AdminService, TopicName]:
+    admin = admin_of(request)
     m = request.match_info
-    await facade.require_namespace(m["tenant"], m["namespace"])
-    full = topic_full_name(m["tenant"], m["namespace"], m["topic"])
-    await facade.require_topic_or_partitioned(full)
-    return facade, f"{m['tenant']}/{m['namespace']}", full
+    await admin.tenants.require_namespace(m["tenant"], m["namespace"])
+    tn = topic_name(m["tenant"], m["namespace"], m["topic"])
+    await admin.topics.require_topic_or_partitioned(tn)
+    return admin, tn
 
 
 async def get_topic_delayed(request: web.Request) -> web.Response:
-    facade, ns_key, full = await _topic_key(request)
+    admin, tn = await _topic_key(request)
     if _applied_flag(request):
-        return json_response(await _applied(facade, ns_key, full))
-    return json_response(await facade.get_policy("topic", full))
+        return json_response(policy_to_body(admin.policies.applied_delay(tn)))
+    return json_response(admin.policies.delayed_body(tn))
 
 
 async def set_topic_delayed(request: web.Request) -> web.Response:
     body = bodies.load_json(await request.read())
-    facade, _, full = await _topic_key(request)
-    await facade.set_policy("topic", full, _validate(body))
+    admin, tn = await _topic_key(request)
+    await admin.policies.set_delayed(tn, _validate(body))
     return no_content()
 
 
 async def remove_topic_delayed(request: web.Request) -> web.Response:
-    facade, _, full = await _topic_key(request)
-    await facade.remove_policy("topic", full)
+    admin, tn = await _topic_key(request)
+    await admin.policies.remove_delayed(tn)
     return no_content()
 
 

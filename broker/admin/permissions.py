@@ -16,7 +16,7 @@ Pulsar's paths and bodies:
   broker's own URLs are answered. Only this node's cluster exists.
 
 Grants are kept in the namespace record's ``auth_policies`` (Pulsar's JSON shape) through the
-service (:meth:`broker.topics.service.BrokerService.set_auth_policies`); a bad action is 412
+admin service (:meth:`broker.admin.service.AdminTenants.set_auth_policies`); a bad action is 412
 with a reason naming it. Who may call these is the middleware's business
 (:mod:`broker.admin.auth`: tenant admin for grants, super-user for tenants and clusters).
 """
@@ -29,11 +29,12 @@ from aiohttp import web
 
 from broker.admin import bodies
 from broker.admin import errors as E
-from broker.admin.facade import AdminFacade, topic_full_name
 from broker.admin.namespaces import NAMESPACE, TENANT, require_known_clusters
-from broker.admin.responses import facade_of, json_response, no_content
+from broker.admin.responses import admin_of, json_response, no_content
+from broker.admin.service import AdminService, topic_name
 from broker.admin.topics import TOPIC
 from broker.security.authorization import AuthAction, AuthPolicies
+from broker.topics.names import TopicName
 
 __all__ = ["add_routes", "parse_actions"]
 
@@ -54,13 +55,12 @@ def parse_actions(body: object) -> frozenset[AuthAction]:
     return frozenset(out)
 
 
-async def _ns_auth(request: web.Request) -> tuple[AdminFacade, str, AuthPolicies]:
-    facade = facade_of(request)
+async def _ns_auth(request: web.Request) -> tuple[AdminService, str, AuthPolicies]:
+    admin = admin_of(request)
     tenant, ns = request.match_info["tenant"], request.match_info["namespace"]
-    await facade.require_namespace(tenant, ns)
+    await admin.tenants.require_namespace(tenant, ns)
     key = f"{tenant}/{ns}"
-    current = facade.service.namespace_auth(key)
-    return facade, key, current.auth_policies if current is not None else AuthPolicies()
+    return admin, key, admin.tenants.auth_policies(key)
 
 
 async def get_ns_permissions(request: web.Request) -> web.Response:
@@ -70,83 +70,83 @@ async def get_ns_permissions(request: web.Request) -> web.Response:
 
 async def grant_ns_permission(request: web.Request) -> web.Response:
     actions = parse_actions(bodies.load_json(await request.read()))
-    facade, key, auth = await _ns_auth(request)
-    await facade.service.tenancy.set_auth_policies(
+    admin, key, auth = await _ns_auth(request)
+    await admin.tenants.set_auth_policies(
         key, auth.grant_namespace(request.match_info["role"], actions))
     return no_content()
 
 
 async def revoke_ns_permission(request: web.Request) -> web.Response:
-    facade, key, auth = await _ns_auth(request)
-    await facade.service.tenancy.set_auth_policies(key, auth.revoke_namespace(request.match_info["role"]))
+    admin, key, auth = await _ns_auth(request)
+    await admin.tenants.set_auth_policies(key, auth.revoke_namespace(request.match_info["role"]))
     return no_content()
 
 
-async def _topic_auth(request: web.Request) -> tuple[AdminFacade, str, str, AuthPolicies]:
-    facade, key, auth = await _ns_auth(request)
+async def _topic_auth(request: web.Request) -> tuple[AdminService, str, TopicName, AuthPolicies]:
+    admin, key, auth = await _ns_auth(request)
     m = request.match_info
-    return facade, key, topic_full_name(m["tenant"], m["namespace"], m["topic"]), auth
+    return admin, key, topic_name(m["tenant"], m["namespace"], m["topic"]), auth
 
 
 async def get_topic_permissions(request: web.Request) -> web.Response:
-    _, _, full, auth = await _topic_auth(request)
+    _, _, tn, auth = await _topic_auth(request)
     merged: dict[str, set[str]] = {r: set(a) for r, a in auth.namespace_auth.items()}
-    for role, actions in auth.destination_auth.get(full, {}).items():
+    for role, actions in auth.destination_auth.get(tn.full, {}).items():
         merged.setdefault(role, set()).update(actions)
     return json_response({r: sorted(a) for r, a in sorted(merged.items())})
 
 
 async def grant_topic_permission(request: web.Request) -> web.Response:
     actions = parse_actions(bodies.load_json(await request.read()))
-    facade, key, full, auth = await _topic_auth(request)
-    await facade.service.tenancy.set_auth_policies(
-        key, auth.grant_topic(full, request.match_info["role"], actions))
+    admin, key, tn, auth = await _topic_auth(request)
+    await admin.tenants.set_auth_policies(
+        key, auth.grant_topic(tn.full, request.match_info["role"], actions))
     return no_content()
 
 
 async def revoke_topic_permission(request: web.Request) -> web.Response:
-    facade, key, full, auth = await _topic_auth(request)
+    admin, key, tn, auth = await _topic_auth(request)
     role = request.match_info["role"]
-    if role not in auth.destination_auth.get(full, {}):
+    if role not in auth.destination_auth.get(tn.full, {}):
         raise E.precondition_failed(f"Permissions are not set at the topic level for {role}")
-    await facade.service.tenancy.set_auth_policies(key, auth.revoke_topic(full, role))
+    await admin.tenants.set_auth_policies(key, auth.revoke_topic(tn.full, role))
     return no_content()
 
 
 async def update_tenant(request: web.Request) -> web.Response:
-    facade = facade_of(request)
+    admin = admin_of(request)
     tenant = request.match_info["tenant"]
     body = bodies.load_json(await request.read())
     if not isinstance(body, dict):
         raise E.bad_request("Invalid tenant info: expected a JSON object")
-    await facade.require_tenant(tenant)
-    require_known_clusters(facade, body)
-    current = await facade.service.tenancy.get_tenant(tenant) or {}
-    await facade.service.tenancy.update_tenant(tenant, {**current, **body})
+    await admin.tenants.require_tenant(tenant)
+    require_known_clusters(admin, body)
+    current = await admin.tenants.tenant_info(tenant) or {}
+    await admin.tenants.update_tenant(tenant, {**current, **body})
     return no_content()
 
 
-def _own_cluster(facade: AdminFacade, name: str) -> None:
-    if name != facade.service.config.cluster_name:
+def _own_cluster(admin: AdminService, name: str) -> None:
+    if name != admin.broker.cluster_name:
         raise E.not_found("Cluster does not exist")
 
 
 async def get_cluster(request: web.Request) -> web.Response:
-    facade = facade_of(request)
+    admin = admin_of(request)
     name = request.match_info["cluster"]
-    _own_cluster(facade, name)
-    return json_response(await facade.service.get_cluster(name))
+    _own_cluster(admin, name)
+    return json_response(await admin.tenants.cluster_record(name))
 
 
 async def set_cluster(request: web.Request) -> web.Response:
-    facade = facade_of(request)
+    admin = admin_of(request)
     name = request.match_info["cluster"]
-    _own_cluster(facade, name)
+    _own_cluster(admin, name)
     body = bodies.load_json(await request.read())
     if not isinstance(body, dict):
         raise E.bad_request("Invalid cluster data: expected a JSON object")
     data: dict[str, Any] = {k: v for k, v in body.items() if isinstance(v, str | bool | int)}
-    await facade.service.tenancy.set_cluster(name, data)
+    await admin.tenants.set_cluster_record(name, data)
     return no_content()
 
 

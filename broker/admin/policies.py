@@ -11,10 +11,10 @@ Theory of operation: Pulsar's paths and bodies (``NamespacesBase`` / ``Persisten
   ``.../{topic}/compactionThreshold``;
 - ``GET /admin/v2/namespaces/{t}/{ns}``: the namespace's Policies document.
 
-Values are validated here (400/412 with Pulsar's reasons), stored by the service's
-:class:`broker.topics.policies.PolicyStore`; the topics read them when they need them, so a
-change applies to the next producer, re-send, subscription or compaction check. GET of an
-unset value answers ``null``.
+Values are validated here (400/412 with Pulsar's reasons), stored by the broker's
+:class:`broker.topics.policies.PolicyStore` (``AdminService.policy_store``); the topics read
+them when they need them, so a change applies to the next producer, re-send, subscription or
+compaction check. GET of an unset value answers ``null``.
 """
 
 from __future__ import annotations
@@ -27,40 +27,37 @@ from aiohttp import web
 
 from broker.admin import bodies
 from broker.admin import errors as E
-from broker.admin.facade import AdminFacade, topic_full_name
 from broker.admin.namespaces import NAMESPACE, policy_to_body
 from broker.admin.policies_quota import policies_document_fields
-from broker.admin.responses import facade_of, json_response, no_content
+from broker.admin.responses import admin_of, json_response, no_content
+from broker.admin.service import AdminService, topic_name
 from broker.admin.topics import TOPIC
-from broker.delayed.policy import resolve_policy
 from broker.topics import policies as P
+from protocol import admin_names
 
 __all__ = ["SCHEMA_STRATEGIES", "add_routes"]
 
-SCHEMA_STRATEGIES = ("UNDEFINED", "ALWAYS_INCOMPATIBLE", "ALWAYS_COMPATIBLE", "BACKWARD",
-                     "FORWARD", "FULL", "BACKWARD_TRANSITIVE", "FORWARD_TRANSITIVE",
-                     "FULL_TRANSITIVE")
+SCHEMA_STRATEGIES = admin_names.SCHEMA_COMPATIBILITY_STRATEGIES
 
 
-def _store(facade: AdminFacade) -> P.PolicyStore:
-    store: P.PolicyStore = facade.service.policies
-    return store
+def _store(admin: AdminService) -> P.PolicyStore:
+    return admin.policy_store
 
 
-async def _namespace(request: web.Request) -> tuple[AdminFacade, str]:
-    facade = facade_of(request)
+async def _namespace(request: web.Request) -> tuple[AdminService, str]:
+    admin = admin_of(request)
     tenant, ns = request.match_info["tenant"], request.match_info["namespace"]
-    await facade.require_namespace(tenant, ns)
-    return facade, f"{tenant}/{ns}"
+    await admin.tenants.require_namespace(tenant, ns)
+    return admin, f"{tenant}/{ns}"
 
 
-async def _topic(request: web.Request) -> tuple[AdminFacade, str]:
-    facade = facade_of(request)
+async def _topic(request: web.Request) -> tuple[AdminService, str]:
+    admin = admin_of(request)
     m = request.match_info
-    await facade.require_namespace(m["tenant"], m["namespace"])
-    full = topic_full_name(m["tenant"], m["namespace"], m["topic"])
-    await facade.require_topic_or_partitioned(full)
-    return facade, full
+    await admin.tenants.require_namespace(m["tenant"], m["namespace"])
+    tn = topic_name(m["tenant"], m["namespace"], m["topic"])
+    await admin.topics.require_topic_or_partitioned(tn)
+    return admin, tn.full   # the PolicyStore keys a topic by its full name
 
 
 # --- value parsers ------------------------------------------------------------------------
@@ -94,7 +91,7 @@ class _Scope:
     key, and the PolicyStore calls that read and write that level."""
 
     base: str
-    locate: Callable[[web.Request], Awaitable[tuple[AdminFacade, str]]]
+    locate: Callable[[web.Request], Awaitable[tuple[AdminService, str]]]
     read: Callable[[P.PolicyStore, str], dict[str, Any]]
     write: Callable[[P.PolicyStore, str, str, Any], Awaitable[None]]
     remove: Callable[[P.PolicyStore, str, str], Awaitable[None]]
@@ -119,18 +116,18 @@ def _handlers(scope: _Scope, field: str, parse: Parser) -> tuple[Handler, Handle
     unset = "UNDEFINED" if field == P.NS_SCHEMA_STRATEGY else None
 
     async def get(request: web.Request) -> web.Response:
-        facade, key = await scope.locate(request)
-        return json_response(scope.read(_store(facade), key).get(field, unset))
+        admin, key = await scope.locate(request)
+        return json_response(scope.read(_store(admin), key).get(field, unset))
 
     async def put(request: web.Request) -> web.Response:
         body = bodies.load_json(await request.read())
-        facade, key = await scope.locate(request)
-        await scope.write(_store(facade), key, field, parse(body))
+        admin, key = await scope.locate(request)
+        await scope.write(_store(admin), key, field, parse(body))
         return no_content()
 
     async def delete(request: web.Request) -> web.Response:
-        facade, key = await scope.locate(request)
-        await scope.remove(_store(facade), key, field)
+        admin, key = await scope.locate(request)
+        await scope.remove(_store(admin), key, field)
         return no_content()
 
     return get, put, delete
@@ -138,21 +135,21 @@ def _handlers(scope: _Scope, field: str, parse: Parser) -> tuple[Handler, Handle
 
 async def get_namespace_policies(request: web.Request) -> web.Response:
     """Pulsar's Policies document of a namespace (the fields Horae keeps; unset ones left out)."""
-    facade, ns = await _namespace(request)
-    fields = _store(facade).namespace(ns)
-    delayed = _store(facade).delayed_body("namespace", ns)
+    admin, ns = await _namespace(request)
+    fields = _store(admin).namespace(ns)
+    delayed = admin.policies.delayed_body(ns)
     doc: dict[str, Any] = {
         "bundles": {"boundaries": ["0x00000000", "0xffffffff"], "numBundles": 1},
-        "replication_clusters": [str(facade.service.config.cluster_name)],
+        "replication_clusters": [admin.broker.cluster_name],
         "deduplicationEnabled": fields.get(P.NS_DEDUP),
         "schema_compatibility_strategy": fields.get(P.NS_SCHEMA_STRATEGY, "UNDEFINED"),
         "compaction_threshold": fields.get(P.NS_COMPACTION),
         "delayed_delivery_policies": None,
-        **policies_document_fields(_store(facade), ns),
+        **policies_document_fields(_store(admin), ns),
     }
     if delayed is not None:
         doc["delayed_delivery_policies"] = policy_to_body(
-            resolve_policy(facade.service.config, delayed, None))
+            admin.policies.resolve_namespace_delay(delayed))
     # Pulsar leaves out the policies a namespace does not set (its Policies omits nulls)
     return json_response({key: value for key, value in doc.items() if value is not None})
 

@@ -28,53 +28,57 @@ from aiohttp import web
 
 from broker.admin import bodies
 from broker.admin import errors as E
-from broker.admin.facade import topic_full_name
 from broker.admin.namespaces import NAMESPACE
-from broker.admin.responses import facade_of, json_response, no_content
+from broker.admin.responses import admin_of, json_response, no_content
+from broker.admin.service import topic_name
 from broker.admin.topics import TOPIC
 from broker.config import BACKLOG_QUOTA_POLICIES, INACTIVE_TOPIC_MODES
 from broker.topics import policies as P
 from broker.topics.names import TopicName
+from protocol import admin_names
 
 __all__ = ["QUOTA_TYPES", "add_routes"]
 
-QUOTA_TYPES = ("destination_storage", "message_age")
+QUOTA_TYPES = admin_names.BACKLOG_QUOTA_TYPES
 Handler = Callable[[web.Request], Awaitable[web.Response]]
 
 
 class _Target:
     """A namespace or a topic a request names, with the store fields of its level."""
 
-    def __init__(self, store: P.PolicyStore, key: str, is_topic: bool) -> None:
+    def __init__(self, store: P.PolicyStore, namespace: str, topic: TopicName | None) -> None:
         self.store = store
-        self.key = key
-        self.is_topic = is_topic
+        self.namespace = namespace   # "tenant/ns"
+        self.topic = topic           # None: the namespace level
 
     def get(self, ns_field: str, topic_field: str) -> Any:
-        if self.is_topic:
-            return self.store.topic(self.key).get(topic_field)
-        return self.store.namespace(self.key).get(ns_field)
+        if self.topic is not None:
+            return self.store.topic(self.topic.full).get(topic_field)
+        return self.store.namespace(self.namespace).get(ns_field)
 
     async def set(self, ns_field: str, topic_field: str, value: Any) -> None:
-        if self.is_topic:
-            await self.store.set_topic_field(self.key, topic_field, value)
+        if self.topic is not None:
+            await self.store.set_topic_field(self.topic.full, topic_field, value)
         else:
-            await self.store.set_namespace_field(self.key, ns_field, value)
+            await self.store.set_namespace_field(self.namespace, ns_field, value)
 
     def applied_name(self) -> TopicName:
-        return TopicName.parse(self.key if self.is_topic else f"persistent://{self.key}/_")
+        """The topic the value in force is resolved for (any topic, for a namespace)."""
+        if self.topic is not None:
+            return self.topic
+        return TopicName.parse(f"persistent://{self.namespace}/_")
 
 
 async def _target(request: web.Request) -> _Target:
-    facade = facade_of(request)
+    admin = admin_of(request)
     m = request.match_info
-    await facade.require_namespace(m["tenant"], m["namespace"])
-    store: P.PolicyStore = facade.service.policies
+    await admin.tenants.require_namespace(m["tenant"], m["namespace"])
+    namespace = f"{m['tenant']}/{m['namespace']}"
     if "topic" in m:
-        full = topic_full_name(m["tenant"], m["namespace"], m["topic"])
-        await facade.require_topic_or_partitioned(full)
-        return _Target(store, full, True)
-    return _Target(store, f"{m['tenant']}/{m['namespace']}", False)
+        tn = topic_name(m["tenant"], m["namespace"], m["topic"])
+        await admin.topics.require_topic_or_partitioned(tn)
+        return _Target(admin.policy_store, namespace, tn)
+    return _Target(admin.policy_store, namespace, None)
 
 
 def _int(body: object, what: str) -> int:

@@ -1,8 +1,8 @@
-"""What every admin REST handler shares: the facade of the request's app, and the replies.
+"""What every admin REST handler shares: the admin service of the request's app, and the replies.
 
 Theory of operation: :func:`broker.admin.app.create_app` stores one
-:class:`broker.admin.facade.AdminFacade` under ``ADMIN_KEY``; handlers reach the broker only
-through :func:`facade_of`. Successful answers are a JSON document (:func:`json_response`) or
+:class:`broker.admin.service.AdminService` under ``ADMIN_KEY``; handlers reach the broker only
+through :func:`admin_of`. Successful answers are a JSON document (:func:`json_response`) or
 Pulsar's bare ``204 No Content`` (:func:`no_content`); errors are raised as
 :class:`broker.admin.errors.RestError` and rendered by the error middleware, not here.
 """
@@ -13,15 +13,14 @@ import json
 
 from aiohttp import web
 
-from broker.admin.facade import ADMIN_KEY, AdminFacade
+from broker.admin.service import ADMIN_KEY, AdminService
 
-__all__ = ["facade_of", "json_response", "no_content"]
+__all__ = ["admin_of", "json_response", "no_content"]
 
 
-def facade_of(request: web.Request) -> AdminFacade:
-    """The admin facade of the app serving *request*."""
-    facade: AdminFacade = request.app[ADMIN_KEY]
-    return facade
+def admin_of(request: web.Request) -> AdminService:
+    """The admin service of the app serving *request*."""
+    return request.app[ADMIN_KEY]
 
 
 def json_response(value: object, status: int = 200) -> web.Response:

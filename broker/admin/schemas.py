@@ -1,6 +1,6 @@
 """``/admin/v2/schemas/{tenant}/{namespace}/{topic}/...``: the schema registry over REST.
 
-Theory of operation: Pulsar's SchemasResource paths and bodies, served from the service's
+Theory of operation: Pulsar's SchemasResource paths and bodies, served from the broker's
 :class:`broker.topics.schemas.SchemaRegistry`:
 
 - ``GET .../schema`` (latest) and ``GET .../schema/{version}``: ``{"version", "type",
@@ -24,8 +24,8 @@ from aiohttp import web
 
 from broker.admin import bodies
 from broker.admin import errors as E
-from broker.admin.facade import AdminFacade, topic_full_name
-from broker.admin.responses import facade_of, json_response
+from broker.admin.responses import admin_of, json_response
+from broker.admin.service import AdminService, topic_name
 from broker.topics.names import TopicName
 from broker.topics.schema_compat import SchemaIncompatible, check_compatible
 from broker.topics.schemas import TYPE_BY_NAME, SchemaEntry, SchemaRegistry, schema_id
@@ -36,13 +36,12 @@ BASE = "/admin/v2/schemas/{tenant}/{namespace}/{topic}"
 SCHEMA_NOT_FOUND = "Schema not found"
 
 
-async def _target(request: web.Request) -> tuple[AdminFacade, SchemaRegistry, TopicName, str]:
-    facade = facade_of(request)
+async def _target(request: web.Request) -> tuple[AdminService, SchemaRegistry, TopicName, str]:
+    admin = admin_of(request)
     m = request.match_info
-    await facade.require_namespace(m["tenant"], m["namespace"])
-    full = topic_full_name(m["tenant"], m["namespace"], m["topic"])
-    registry: SchemaRegistry = facade.service.schemas
-    return facade, registry, TopicName.parse(full), schema_id(full)
+    await admin.tenants.require_namespace(m["tenant"], m["namespace"])
+    tn = topic_name(m["tenant"], m["namespace"], m["topic"])
+    return admin, admin.schemas, tn, schema_id(tn.full)
 
 
 def _doc(entry: SchemaEntry) -> dict[str, Any]:
@@ -96,9 +95,9 @@ def _payload(body: object) -> tuple[str, bytes, dict[str, str]]:
 
 async def post_schema(request: web.Request) -> web.Response:
     body = bodies.load_json(await request.read())
-    facade, registry, tn, sid = await _target(request)
+    admin, registry, tn, sid = await _target(request)
     type_name, data, props = _payload(body)
-    strategy = facade.service.policies.schema_compatibility(tn)
+    strategy = admin.policies.schema_compatibility(tn)
     try:
         version = await registry.put_if_absent(sid, type_name, data, props, strategy)
     except SchemaIncompatible as exc:
@@ -108,9 +107,9 @@ async def post_schema(request: web.Request) -> web.Response:
 
 async def post_compatibility(request: web.Request) -> web.Response:
     body = bodies.load_json(await request.read())
-    facade, registry, tn, sid = await _target(request)
+    admin, registry, tn, sid = await _target(request)
     type_name, data, _ = _payload(body)
-    strategy = facade.service.policies.schema_compatibility(tn)
+    strategy = admin.policies.schema_compatibility(tn)
     live = await registry.live(sid)
     against = live if strategy.endswith("_TRANSITIVE") else live[-1:]
     compatible = True

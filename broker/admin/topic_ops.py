@@ -1,7 +1,7 @@
 """Topic operations of Pulsar's admin API: unload, terminate, peek, examine, expire, grow.
 
 Theory of operation: Pulsar's ``PersistentTopics`` paths, status codes and reasons, over the
-same :class:`AdminFacade` the other topic routes use:
+same :class:`AdminService` the other topic routes use:
 
 - ``PUT .../{topic}/unload``: closes the loaded topic (each partition of a partitioned one);
   clients reconnect and load it again on a new ledger. 204.
@@ -38,12 +38,12 @@ from aiohttp import web
 
 from broker.admin import bodies
 from broker.admin import errors as E
-from broker.admin.facade import AdminFacade, partition_name, topic_full_name
-from broker.admin.responses import facade_of, json_response, no_content
+from broker.admin.responses import admin_of, json_response, no_content
+from broker.admin.service import AdminEntries, AdminService, AdminTopics, topic_name
 from broker.admin.topics import SUB, TOPIC
 from broker.metrics.rates import iso_ms
 from broker.subscriptions.expiry import expire_before, expire_up_to
-from broker.subscriptions.subscription import Subscription
+from broker.topics.names import TopicName
 from broker.topics.topic import Topic
 from protocol.metadata import parse_metadata
 from storage.positions import Position
@@ -56,13 +56,13 @@ NP_SUB = NP_TOPIC + "/subscription/{sub}"
 _COMPRESSION = {0: "NONE", 1: "LZ4", 2: "ZLIB", 3: "ZSTD", 4: "SNAPPY"}
 
 
-async def _full(request: web.Request) -> tuple[AdminFacade, str]:
-    facade = facade_of(request)
+async def _topic(request: web.Request) -> tuple[AdminService, TopicName]:
+    admin = admin_of(request)
     m = request.match_info
-    await facade.require_namespace(m["tenant"], m["namespace"])
+    await admin.tenants.require_namespace(m["tenant"], m["namespace"])
     domain = "non-persistent" if request.path.startswith("/admin/v2/non-persistent/") \
         else "persistent"
-    return facade, topic_full_name(m["tenant"], m["namespace"], m["topic"], domain)
+    return admin, topic_name(m["tenant"], m["namespace"], m["topic"], domain)
 
 
 def _message_id(pos: Position | None, partition: int = -1) -> dict[str, int]:
@@ -84,28 +84,28 @@ def _positive_int(request: web.Request, text: str, what: str) -> int:
 
 # --- unload / terminate ------------------------------------------------------------------
 async def unload(request: web.Request) -> web.Response:
-    facade, full = await _full(request)
-    for topic in await facade.targets(full):
-        await facade.service.unload_topic(topic.full)
+    admin, tn = await _topic(request)
+    for topic in await admin.topics.targets(tn):
+        await admin.topics.unload(topic)
     return no_content()
 
 
 async def terminate(request: web.Request) -> web.Response:
-    facade, full = await _full(request)
-    if await facade.partition_count(full) > 0:
+    admin, tn = await _topic(request)
+    if await admin.topics.partition_count(tn) > 0:
         raise E.not_allowed("Termination of a partitioned topic is not allowed")
-    [topic] = await facade.targets(full)
+    [topic] = await admin.topics.targets(tn)
     return json_response(_message_id(await topic.terminate()))
 
 
 async def terminate_partitions(request: web.Request) -> web.Response:
-    facade, full = await _full(request)
-    n = await facade.partition_count(full)
+    admin, tn = await _topic(request)
+    n = await admin.topics.partition_count(tn)
     if n == 0:
         raise E.not_found(E.PARTITIONED_TOPIC_NOT_FOUND)
     out: dict[str, Any] = {}
     for i in range(n):
-        topic = await facade.get_topic(partition_name(full, i), create=True)
+        topic = await admin.topics.get(tn.partition(i), create=True)
         out[str(i)] = _message_id(await topic.terminate(), i)
     return json_response(out)
 
@@ -154,41 +154,28 @@ def entry_response(pos: Position, data: bytes) -> web.Response:
 
 
 async def _single(request: web.Request, what: str) -> Topic:
-    facade, full = await _full(request)
-    if await facade.partition_count(full) > 0:
+    admin, tn = await _topic(request)
+    if await admin.topics.partition_count(tn) > 0:
         raise E.not_allowed(f"{what} messages on a partitioned topic is not allowed")
-    [topic] = await facade.targets(full)
+    [topic] = await admin.topics.targets(tn)
     return topic
 
 
 async def _read(topic: Topic, pos: Position) -> web.Response:
-    entry = await topic.ledger.read_entry(pos)
-    if entry is None:
+    data = await AdminEntries.read(topic, pos)
+    if data is None:
         raise E.not_found(MESSAGE_NOT_FOUND)
-    return entry_response(pos, entry.data)
+    return entry_response(pos, data)
 
 
 async def peek(request: web.Request) -> web.Response:
     n = _positive_int(request, request.match_info["n"], "messagePosition")
     topic = await _single(request, "Peek")
-    sub = AdminFacade.subscription(topic, request.match_info["sub"])
-    pos = _nth_unacked(topic, sub, n)
+    sub = AdminTopics.subscription(topic, request.match_info["sub"])
+    pos = AdminEntries.nth_unacked(topic, sub, n)
     if pos is None:
         raise E.not_found(MESSAGE_NOT_FOUND)
     return await _read(topic, pos)
-
-
-def _nth_unacked(topic: Topic, sub: Subscription, n: int) -> Position | None:
-    ledger = topic.ledger
-    tail = ledger.last_confirmed
-    pos = sub.cursor.mark_delete_position
-    while tail is not None and pos < tail:
-        pos = ledger.next_position(pos)
-        if not sub.cursor.is_deleted(pos):
-            n -= 1
-            if n == 0:
-                return pos
-    return None
 
 
 async def examine(request: web.Request) -> web.Response:
@@ -197,9 +184,7 @@ async def examine(request: web.Request) -> web.Response:
         raise E.precondition_failed("initialPosition must be 'latest' or 'earliest'")
     n = _positive_int(request, request.query.get("messagePosition", "1"), "messagePosition")
     topic = await _single(request, "Examine")
-    entries: list[Position] = []
-    for info in topic.ledger.ledgers:
-        entries.extend(Position(info.ledger_id, i) for i in range(info.entries))
+    entries = AdminEntries.positions(topic)
     if not entries:
         raise E.precondition_failed(
             "Could not examine messages due to the total message is zero")
@@ -218,10 +203,10 @@ async def message_by_id(request: web.Request) -> web.Response:
         pos = Position(int(m["ledgerId"]), int(m["entryId"]))
     except ValueError:
         raise E.bad_request("ledgerId and entryId must be integers") from None
-    facade, full = await _full(request)
-    if await facade.partition_count(full) > 0:
+    admin, tn = await _topic(request)
+    if await admin.topics.partition_count(tn) > 0:
         raise E.not_found(E.TOPIC_NOT_FOUND)
-    [topic] = await facade.targets(full)
+    [topic] = await admin.topics.targets(tn)
     return await _read(topic, pos)
 
 
@@ -236,16 +221,16 @@ def _cutoff_ms(request: web.Request) -> int:
 
 async def expire_subscription(request: web.Request) -> web.Response:
     cutoff = _cutoff_ms(request)
-    facade, full = await _full(request)
-    for _, sub in await facade.subscriptions_of(full, request.match_info["sub"]):
+    admin, tn = await _topic(request)
+    for _, sub in await admin.topics.subscriptions_of(tn, request.match_info["sub"]):
         await expire_before(sub, cutoff)
     return no_content()
 
 
 async def expire_all_subscriptions(request: web.Request) -> web.Response:
     cutoff = _cutoff_ms(request)
-    facade, full = await _full(request)
-    for topic in await facade.targets(full):
+    admin, tn = await _topic(request)
+    for topic in await admin.topics.targets(tn):
         for sub in list(topic.subscriptions.values()):
             await expire_before(sub, cutoff)
     return no_content()
@@ -253,14 +238,14 @@ async def expire_all_subscriptions(request: web.Request) -> web.Response:
 
 async def expire_to_message(request: web.Request) -> web.Response:
     data = bodies.parse_reset_cursor_data(bodies.load_json(await request.read()))
-    facade, full = await _full(request)
-    n = await facade.partition_count(full)
+    admin, tn = await _topic(request)
+    n = await admin.topics.partition_count(tn)
     if n > 0:
         if not 0 <= data.partition_index < n:
             raise E.not_allowed("Expire message at position is not supported for "
                                 "partitioned-topic")
-        full = partition_name(full, data.partition_index)
-    [(_, sub)] = await facade.subscriptions_of(full, request.match_info["sub"])
+        tn = tn.partition(data.partition_index)
+    [(_, sub)] = await admin.topics.subscriptions_of(tn, request.match_info["sub"])
     last = Position(data.ledger_id, data.entry_id)
     if data.is_excluded:
         last = Position(data.ledger_id, data.entry_id - 1)
@@ -271,36 +256,36 @@ async def expire_to_message(request: web.Request) -> web.Response:
 # --- partitions ------------------------------------------------------------------------------
 async def update_partitions(request: web.Request) -> web.Response:
     partitions = bodies.parse_partitions(bodies.load_json(await request.read()))
-    facade, full = await _full(request)
+    admin, tn = await _topic(request)
     if partitions <= 0:
         raise E.RestError(406, E.PARTITIONS_NOT_POSITIVE)
-    current = await facade.partition_count(full)
+    current = await admin.topics.partition_count(tn)
     if current == 0:
-        if await facade.topic_exists(full):
-            raise E.RestError(422, f"Topic {full} is not the partitioned topic.")
+        if await admin.topics.exists(tn):
+            raise E.RestError(422, f"Topic {tn} is not the partitioned topic.")
         raise E.not_found(E.PARTITIONED_TOPIC_NOT_FOUND)
     if partitions < current:
         raise E.RestError(422, f"Desired partitions {partitions} can't be less than the "
                                f"current partitions {current}.")
     if partitions > current:
-        await facade.service.update_partitioned_topic(full, partitions)
+        await admin.topics.grow_partitioned(tn, partitions)
     return no_content()
 
 
 # --- non-persistent topics ----------------------------------------------------------------
 async def unload_nonpersistent(request: web.Request) -> web.Response:
     """Unloading an in-memory topic closes it: its clients reconnect to a fresh one."""
-    facade, full = await _full(request)
-    n = await facade.partition_count(full)
-    for name in [partition_name(full, i) for i in range(n)] if n else [full]:
-        facade.service.nonpersistent.delete(name)
+    admin, tn = await _topic(request)
+    n = await admin.topics.partition_count(tn)
+    for name in [tn.partition(i) for i in range(n)] if n else [tn]:
+        admin.topics.close_nonpersistent(name)
     return no_content()
 
 
 def _not_on_nonpersistent(status: int,
                           reason: str) -> Callable[[web.Request], Awaitable[web.Response]]:
     async def refuse(request: web.Request) -> web.Response:
-        await _full(request)
+        await _topic(request)
         raise E.RestError(status, reason)
     return refuse
 

@@ -1,8 +1,8 @@
 """``/admin/v2/persistent/{tenant}/{namespace}/...``: topics and subscriptions.
 
-Theory of operation: each handler resolves the path to a full topic name, asks the
-:class:`AdminFacade` for the topic(s) it applies to (404s with Pulsar's reasons come from
-there), and calls the Topic / Subscription methods directly. Operations Pulsar fans
+Theory of operation: each handler parses the path into a :class:`TopicName` once, asks the
+admin service's topics (:class:`broker.admin.service.AdminTopics`) for the topic(s) it
+applies to (404s with Pulsar's reasons come from there), and calls the Topic / Subscription methods directly. Operations Pulsar fans
 out over a partitioned topic (stats, internal stats, subscriptions, create/delete
 subscription, skip_all, reset by time, skip by ids) run on every partition; the ones it
 refuses on a partitioned topic (skip/{n}, reset to a position) answer 405 as Pulsar does.
@@ -18,11 +18,11 @@ from aiohttp import web
 
 from broker.admin import bodies
 from broker.admin import errors as E
-from broker.admin.facade import partition_name, topic_full_name
-from broker.admin.responses import facade_of, json_response, no_content
+from broker.admin.responses import admin_of, json_response, no_content
+from broker.admin.service import AdminEntries, topic_name
 from broker.admin.stats import aggregate_stats
-from broker.subscriptions.dispatchers.cursors import entry_exists
 from broker.topics import stats as topic_docs
+from broker.topics.names import TopicName
 from broker.topics.topic import Topic
 from storage.positions import Position
 
@@ -32,9 +32,9 @@ SUB = TOPIC + "/subscription/{sub}"
 
 
 
-def _topic_name(request: web.Request) -> str:
+def _topic_name(request: web.Request) -> TopicName:
     m = request.match_info
-    return topic_full_name(m["tenant"], m["namespace"], m["topic"])
+    return topic_name(m["tenant"], m["namespace"], m["topic"])
 
 
 def _flag(request: web.Request, name: str) -> bool:
@@ -48,74 +48,75 @@ def _topic_busy(topic: Topic) -> bool:
 # --- topics ------------------------------------------------------------------------------
 async def list_topics(request: web.Request) -> web.Response:
     m = request.match_info
-    return json_response(await facade_of(request).list_topics(m["tenant"], m["namespace"]))
+    return json_response(await admin_of(request).topics.list_topics(m["tenant"], m["namespace"]))
 
 
 async def list_partitioned(request: web.Request) -> web.Response:
     m = request.match_info
-    return json_response(await facade_of(request).list_partitioned(m["tenant"], m["namespace"]))
+    return json_response(
+        await admin_of(request).topics.list_partitioned(m["tenant"], m["namespace"]))
 
 
 async def create_topic(request: web.Request) -> web.Response:
-    facade, full = facade_of(request), _topic_name(request)
+    admin, tn = admin_of(request), _topic_name(request)
     m = request.match_info
-    await facade.require_namespace(m["tenant"], m["namespace"])
-    if await facade.partition_count(full) > 0 or await facade.topic_exists(full):
+    await admin.tenants.require_namespace(m["tenant"], m["namespace"])
+    if await admin.topics.partition_count(tn) > 0 or await admin.topics.exists(tn):
         raise E.conflict(E.TOPIC_EXISTS)
-    await facade.service.get_topic(full, create=True)
+    await admin.topics.create(tn)
     return no_content()
 
 
 async def create_partitioned(request: web.Request) -> web.Response:
-    facade, full = facade_of(request), _topic_name(request)
+    admin, tn = admin_of(request), _topic_name(request)
     m = request.match_info
     partitions = bodies.parse_partitions(bodies.load_json(await request.read()))
-    await facade.require_namespace(m["tenant"], m["namespace"])
+    await admin.tenants.require_namespace(m["tenant"], m["namespace"])
     if partitions <= 0:
         raise E.RestError(406, E.PARTITIONS_NOT_POSITIVE)
-    if await facade.partition_count(full) > 0:
+    if await admin.topics.partition_count(tn) > 0:
         raise E.conflict(E.PARTITIONED_TOPIC_EXISTS)
-    if await facade.topic_exists(full):
+    if await admin.topics.exists(tn):
         raise E.conflict(E.TOPIC_EXISTS)
-    await facade.service.create_partitioned_topic(full, partitions)
+    await admin.topics.create_partitioned(tn, partitions)
     return no_content()
 
 
 async def get_partitions(request: web.Request) -> web.Response:
-    facade, full = facade_of(request), _topic_name(request)
+    admin, tn = admin_of(request), _topic_name(request)
     m = request.match_info
-    await facade.require_namespace(m["tenant"], m["namespace"])
+    await admin.tenants.require_namespace(m["tenant"], m["namespace"])
     # Pulsar's PartitionedTopicMetadata; "deleted" is true only while a deletion runs
-    return json_response({"partitions": await facade.partition_count(full), "deleted": False})
+    return json_response({"partitions": await admin.topics.partition_count(tn), "deleted": False})
 
 
 async def delete_topic(request: web.Request) -> web.Response:
-    facade, full = facade_of(request), _topic_name(request)
+    admin, tn = admin_of(request), _topic_name(request)
     force = _flag(request, "force")
-    if await facade.partition_count(full) > 0:
+    if await admin.topics.partition_count(tn) > 0:
         raise E.conflict("Topic is a partitioned topic: delete it with DELETE .../partitions")
-    if not await facade.topic_exists(full):
+    if not await admin.topics.exists(tn):
         raise E.not_found(E.TOPIC_NOT_FOUND)
-    topic = facade.service.topics.get(full)
+    topic = admin.topics.loaded(tn)
     if topic is not None and not force and _topic_busy(topic):
         raise E.precondition_failed(E.TOPIC_BUSY)
-    await facade.service.delete_topic(full, force=force)
+    await admin.topics.delete(tn, force=force)
     return no_content()
 
 
 async def delete_partitioned(request: web.Request) -> web.Response:
-    facade, full = facade_of(request), _topic_name(request)
+    admin, tn = admin_of(request), _topic_name(request)
     force = _flag(request, "force")
-    n = await facade.partition_count(full)
+    n = await admin.topics.partition_count(tn)
     if n == 0:
         raise E.not_found(E.PARTITIONED_TOPIC_NOT_FOUND)
-    parts = [partition_name(full, i) for i in range(n)]
+    parts = [tn.partition(i) for i in range(n)]
     if not force:
         for p in parts:
-            topic = facade.service.topics.get(p)
+            topic = admin.topics.loaded(p)
             if topic is not None and _topic_busy(topic):
                 raise E.precondition_failed(E.TOPIC_BUSY)
-    await facade.service.delete_topic(full, force=force)   # a partitioned topic: all of it
+    await admin.topics.delete(tn, force=force)   # a partitioned topic: all of it
     return no_content()
 
 
@@ -138,9 +139,9 @@ def _stats_of(request: web.Request) -> Callable[[Topic], dict[str, Any]]:
 
 
 async def topic_stats(request: web.Request) -> web.Response:
-    facade, full = facade_of(request), _topic_name(request)
-    n = await facade.partition_count(full)
-    topics = await facade.targets(full)
+    admin, tn = admin_of(request), _topic_name(request)
+    n = await admin.topics.partition_count(tn)
+    topics = await admin.topics.targets(tn)
     stats = _stats_of(request)
     if n == 0:
         return json_response(stats(topics[0]))
@@ -149,12 +150,12 @@ async def topic_stats(request: web.Request) -> web.Response:
 
 
 async def partitioned_stats(request: web.Request) -> web.Response:
-    facade, full = facade_of(request), _topic_name(request)
-    n = await facade.partition_count(full)
+    admin, tn = admin_of(request), _topic_name(request)
+    n = await admin.topics.partition_count(tn)
     if n == 0:
         raise E.not_found(E.PARTITIONED_TOPIC_NOT_FOUND)
     per_partition = request.query.get("perPartition", "true").lower() != "false"
-    return json_response(_partitioned_stats(await facade.targets(full), n, per_partition,
+    return json_response(_partitioned_stats(await admin.topics.targets(tn), n, per_partition,
                                             _stats_of(request)))
 
 
@@ -168,9 +169,9 @@ def _partitioned_stats(topics: list[Topic], n: int, per_partition: bool,
 
 
 async def internal_stats(request: web.Request) -> web.Response:
-    facade, full = facade_of(request), _topic_name(request)
-    n = await facade.partition_count(full)
-    topics = await facade.targets(full)
+    admin, tn = admin_of(request), _topic_name(request)
+    n = await admin.topics.partition_count(tn)
+    topics = await admin.topics.targets(tn)
     if n == 0:
         return json_response(topic_docs.internal_stats(topics[0]))
     return json_response({"metadata": {"partitions": n, "deleted": False},
@@ -179,25 +180,25 @@ async def internal_stats(request: web.Request) -> web.Response:
 
 # --- subscriptions -----------------------------------------------------------------------
 async def list_subscriptions(request: web.Request) -> web.Response:
-    facade, full = facade_of(request), _topic_name(request)
+    admin, tn = admin_of(request), _topic_name(request)
     names: dict[str, None] = {}
-    for topic in await facade.targets(full):
+    for topic in await admin.topics.targets(tn):
         names.update(dict.fromkeys(topic.subscriptions))
     return json_response(sorted(names))
 
 
 async def create_subscription(request: web.Request) -> web.Response:
-    facade, full = facade_of(request), _topic_name(request)
+    admin, tn = admin_of(request), _topic_name(request)
     m = request.match_info
     sub_name = m["sub"]
     position, start_id = bodies.parse_subscription_start(bodies.load_json(await request.read()))
-    await facade.require_namespace(m["tenant"], m["namespace"])
-    n = await facade.partition_count(full)
+    await admin.tenants.require_namespace(m["tenant"], m["namespace"])
+    n = await admin.topics.partition_count(tn)
     if n > 0:
-        topics = await facade.targets(full)
+        topics = await admin.topics.targets(tn)
     else:
         # Pulsar auto-creates the topic here (allowAutoTopicCreation defaults to true).
-        topics = [await facade.get_topic(full, create=True)]
+        topics = [await admin.topics.get(tn, create=True)]
     if any(sub_name in t.subscriptions for t in topics):
         raise E.conflict(E.SUBSCRIPTION_EXISTS)
     for topic in topics:
@@ -207,10 +208,10 @@ async def create_subscription(request: web.Request) -> web.Response:
 
 
 async def delete_subscription(request: web.Request) -> web.Response:
-    facade, full = facade_of(request), _topic_name(request)
+    admin, tn = admin_of(request), _topic_name(request)
     sub_name = request.match_info["sub"]
     force = _flag(request, "force")
-    pairs = await facade.subscriptions_of(full, sub_name)
+    pairs = await admin.topics.subscriptions_of(tn, sub_name)
     if not force and any(sub.consumers for _, sub in pairs):
         raise E.precondition_failed(E.SUBSCRIPTION_BUSY)
     for topic, sub in pairs:
@@ -231,42 +232,42 @@ def _int_path_param(request: web.Request, key: str, reason: str) -> int:
 
 
 async def skip(request: web.Request) -> web.Response:
-    facade, full = facade_of(request), _topic_name(request)
+    admin, tn = admin_of(request), _topic_name(request)
     count = _int_path_param(request, "n", "numMessages must be an integer")
     if count < 0:  # Pulsar has no check (its cursor would move backwards); Horae refuses
         raise E.bad_request(f"numMessages must be a non-negative integer, not {count}")
-    if await facade.partition_count(full) > 0:
+    if await admin.topics.partition_count(tn) > 0:
         raise E.not_allowed("Skip messages on a partitioned topic is not allowed")
-    [(_, sub)] = await facade.subscriptions_of(full, request.match_info["sub"])
+    [(_, sub)] = await admin.topics.subscriptions_of(tn, request.match_info["sub"])
     await sub.resets.skip(count)
     return no_content()
 
 
 async def skip_all(request: web.Request) -> web.Response:
-    facade, full = facade_of(request), _topic_name(request)
-    for _, sub in await facade.subscriptions_of(full, request.match_info["sub"]):
+    admin, tn = admin_of(request), _topic_name(request)
+    for _, sub in await admin.topics.subscriptions_of(tn, request.match_info["sub"]):
         await sub.resets.skip_all()
     return no_content()
 
 
 async def reset_cursor_time(request: web.Request) -> web.Response:
-    facade, full = facade_of(request), _topic_name(request)
+    admin, tn = admin_of(request), _topic_name(request)
     timestamp_ms = _int_path_param(
         request, "timestamp", "timestamp must be an integer (milliseconds)")
-    for _, sub in await facade.subscriptions_of(full, request.match_info["sub"]):
+    for _, sub in await admin.topics.subscriptions_of(tn, request.match_info["sub"]):
         await sub.resets.reset_cursor_to_timestamp(timestamp_ms)
     return no_content()
 
 
 async def reset_cursor_position(request: web.Request) -> web.Response:
-    facade, full = facade_of(request), _topic_name(request)
+    admin, tn = admin_of(request), _topic_name(request)
     data = bodies.parse_reset_cursor_data(bodies.load_json(await request.read()))
-    n = await facade.partition_count(full)
+    n = await admin.topics.partition_count(tn)
     if n > 0:
         if not 0 <= data.partition_index < n:
             raise E.not_allowed("Reset-cursor at position is not allowed for partitioned-topic")
-        full = partition_name(full, data.partition_index)
-    [(topic, sub)] = await facade.subscriptions_of(full, request.match_info["sub"])
+        tn = tn.partition(data.partition_index)
+    [(topic, sub)] = await admin.topics.subscriptions_of(tn, request.match_info["sub"])
     position = (data.ledger_id, data.entry_id)
     if data.is_excluded:
         position = _position_after(topic, position)
@@ -277,22 +278,22 @@ async def reset_cursor_position(request: web.Request) -> web.Response:
 def _position_after(topic: Topic, position: tuple[int, int]) -> tuple[int, int]:
     """The entry after *position* (the next ledger's first when *position* ends its ledger;
     the next entry id of an unknown ledger)."""
-    after = topic.ledger.next_position(Position(*position))
+    after = AdminEntries.after(topic, Position(*position))
     return (after.ledger_id, after.entry_id)
 
 
 async def skip_by_message_ids(request: web.Request) -> web.Response:
-    facade, full = facade_of(request), _topic_name(request)
+    admin, tn = admin_of(request), _topic_name(request)
     ids = bodies.parse_skip_by_message_ids(bodies.load_json(await request.read()))
-    pairs = await facade.subscriptions_of(full, request.match_info["sub"])
+    pairs = await admin.topics.subscriptions_of(tn, request.match_info["sub"])
     for _, sub in pairs:  # every partition is checked before any skips (405, nothing done)
         sub.resets.check_skip_by_message_ids()
-    partitioned = len(pairs) > 1 or await facade.partition_count(full) > 0
+    partitioned = len(pairs) > 1 or await admin.topics.partition_count(tn) > 0
     chosen = [(topic, sub, _ids_for(topic, ids) if partitioned else ids)
               for topic, sub in pairs]
     for topic, _, mine in chosen:
         for ref in mine:  # checked before anything is skipped: all or nothing
-            if not entry_exists(topic.ledger, Position(*ref.position)):
+            if not AdminEntries.exists(topic, Position(*ref.position)):
                 raise E.precondition_failed(
                     f"Invalid mark deleted position: message {ref.ledger_id}:{ref.entry_id} "
                     f"does not exist on {topic.name}")
@@ -306,7 +307,7 @@ def _ids_for(topic: Topic, ids: list[bodies.MessageIdRef]) -> list[bodies.Messag
     """The ids that belong to one partition: by the id's partition when it names one, else by
     ledger ownership (ledger ids are unique across the broker)."""
     index = topic.partition_index
-    ledgers = {li.ledger_id for li in topic.ledger.ledgers}
+    ledgers = AdminEntries.ledger_ids(topic)
     out = []
     for ref in ids:
         if ref.partition >= 0:

@@ -67,7 +67,7 @@ class Cli:
 
     def run(self, *args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "broker.admin.cli", "--admin-url", self.admin_url, *args],
+            [sys.executable, "-m", "cli.admin", "--admin-url", self.admin_url, *args],
             cwd=ROOT, capture_output=True, text=True, timeout=CLI_TIMEOUT_S, check=False)
 
     def ok(self, *args: str) -> Any:

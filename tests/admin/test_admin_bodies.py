@@ -7,8 +7,8 @@ import base64
 import pytest
 
 from broker.admin import bodies
-from broker.admin.cli_args import UsageError, parse_duration_ms, parse_message_id, topic_path
 from broker.admin.errors import RestError
+from cli.admin.args import UsageError, parse_duration_ms, parse_message_id, topic_path
 from protocol import pulsar_pb as pb
 
 

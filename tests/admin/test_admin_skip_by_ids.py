@@ -105,7 +105,7 @@ def test_horae_admin_skip_messages_with_m_ledger_equals_entry(
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "broker.admin.cli", "--admin-url", broker.web_url, *args],
+            [sys.executable, "-m", "cli.admin", "--admin-url", broker.web_url, *args],
             cwd=ROOT, capture_output=True, text=True, timeout=30, check=False)
 
     def eq(mid: Any) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pathlib
 import subprocess
+import tomllib
 
 import pytest
 from deploy_testlib import DEPLOY, ROOT, find_tool, require_tool, run_tool
@@ -59,6 +60,18 @@ def test_containerfile_runs_unprivileged_with_a_data_volume_healthcheck_and_port
         if word == "COPY" and not args.startswith("--from"):
             source = args.split()[0]
             assert (ROOT / source).exists(), f"COPY {source}: not in the build context"
+
+
+def test_build_stage_copies_every_installed_package() -> None:
+    """pip installs what pyproject's packages.find includes; a package not copied in would be
+    missing from the image (and ``horae-admin`` with it when ``cli`` is the one left out)."""
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    included = pyproject["tool"]["setuptools"]["packages"]["find"]["include"]
+    packages = {name for name in included if "." not in name and "*" not in name}
+    assert {"broker", "cli", "protocol"} <= packages
+    copied = {args.split()[0] for word, args in _instructions()
+              if word == "COPY" and not args.startswith("--from")}
+    assert packages <= copied, sorted(packages - copied)
 
 
 def test_container_image_builds() -> None:

@@ -1,8 +1,9 @@
 """The built wheel installs cleanly beside proto-plus (no top-level ``proto`` package).
 
 proto-plus, a dependency of every google-cloud library, owns the top-level ``proto`` package.
-Horae once shipped a ``proto`` package too, so installing it overwrote proto-plus's
-``proto/__init__.py`` and uninstalling it removed that file. This module builds the wheel from a
+A wheel with a ``proto`` package too would overwrite proto-plus's ``proto/__init__.py`` on
+install and remove that file on uninstall: the wheel's top-level packages are exactly
+broker, cli, protocol, storage and jobs. This module builds the wheel from a
 copy of the sources, reads its file list, then installs it into a fresh venv (no system site
 packages, PYTHONPATH cleared, isolated mode) after proto-plus and imports both side by side,
 and again after uninstalling Horae.
@@ -26,8 +27,8 @@ import pytest
 from broker import __version__
 
 ROOT = Path(__file__).resolve().parents[2]
-SOURCES = ("pyproject.toml", "README.md", "broker", "protocol", "storage", "jobs", "cli", "proto")
-PACKAGES = {"broker", "protocol", "storage", "jobs", "cli"}
+SOURCES = ("pyproject.toml", "README.md", "broker", "cli", "protocol", "storage", "jobs", "proto")
+PACKAGES = {"broker", "cli", "protocol", "storage", "jobs"}
 PIP_TIMEOUT_S = 180
 # What pip prints when it cannot reach an index or find proto-plus in any configured source.
 UNREACHABLE = (
@@ -40,12 +41,12 @@ UNREACHABLE = (
 IMPORT_BOTH = """
 import sys, proto
 assert proto.Message.__module__ == "proto.message", proto.Message
-import broker, protocol
+import broker, cli.admin.main, protocol
 from protocol import pulsar_pb
 from protocol.generated import delayed_index_pb2
 assert pulsar_pb.BaseCommand.CONNECT == 2
 assert delayed_index_pb2.DelayedIndex.DESCRIPTOR.full_name == "pulsar.delay.DelayedIndex"
-for module in (proto, protocol, broker):
+for module in (proto, protocol, broker, cli):
     assert module.__file__.startswith(sys.prefix), (module.__name__, module.__file__)
 print(broker.__version__)
 """

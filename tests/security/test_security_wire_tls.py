@@ -190,7 +190,7 @@ def test_https_listener_serves_the_admin_api(broker_factory: Callable[..., Any],
 
 def test_horae_admin_grants_with_a_token_and_refuses_without(
         token_broker: Any, capsys: pytest.CaptureFixture[str]) -> None:
-    from broker.admin.cli import main
+    from cli.admin.main import main
 
     url = ["--admin-url", token_broker.web_url]
     assert main([*url, "namespaces", "permissions", "public/default"]) == 1

@@ -11,7 +11,7 @@ them. While a slot still has messages pending on consumer A, a message of that s
 to a different consumer B (the slot moved to B when B joined); it waits in the replay set until A
 acknowledges or hands back its messages. Unlike the recently-joined rule this blocks only the
 moved slots, never a whole consumer, and a delayed message sitting in the tracker is pending on
-nobody, so it can never stall anyone (the #15397/#8703 stalls in Pulsar).
+nobody, so it can never stall anyone (the stalls of Pulsar issues apache/pulsar#15397 and #8703).
 
 Within a round, once a slot is blocked every later entry of that slot is blocked too, and a fresh
 entry whose slot already has entries waiting in the replay set waits behind them: per-key order is

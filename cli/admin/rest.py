@@ -2,10 +2,10 @@
 
 Theory of operation: :func:`call` sends a :class:`Request` (method, path, optional JSON body)
 with urllib (stdlib only, so the CLI starts fast and needs nothing but Python), adding the
-credentials and TLS context of :class:`broker.admin.cli_auth.AdminAuth`. It returns decoded
+credentials and TLS context of :class:`cli.admin.auth.AdminAuth`. It returns decoded
 JSON, text, or None for an empty answer (204); an error status raises :class:`HttpError`
 carrying the server's ``reason``; an unreachable server raises urllib's URLError / OSError.
-Used by :mod:`broker.admin.cli` only.
+Used by :mod:`cli.admin.main` only.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 
-from broker.admin.cli_auth import AdminAuth
+from cli.admin.auth import AdminAuth
 
 __all__ = ["TIMEOUT_S", "HttpError", "Request", "call"]
 

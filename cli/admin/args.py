@@ -5,8 +5,8 @@ the REST API wants; bad text raises :class:`UsageError` (exit code 2, as argpars
 errors). A command is a :data:`Builder` (parsed arguments -> :class:`Request`). Topic arguments
 accept short names ("t" is persistent://public/default/t, "tenant/ns/t" too). Durations are
 ``500ms``, ``30s``, ``10m``, ``1h``, ``2d``, ``1w`` (a bare number is seconds); sizes ``100``,
-``512k``, ``10M``, ``1G`` (``-1`` is unlimited). Used by :mod:`broker.admin.cli` and
-:mod:`broker.admin.cli_policies`; no I/O.
+``512k``, ``10M``, ``1G`` (``-1`` is unlimited). Used by :mod:`cli.admin.main` and
+:mod:`cli.admin.policies`; no I/O.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import urllib.parse
 from collections.abc import Callable
 from typing import Any
 
-from broker.admin.cli_http import Request
+from cli.admin.rest import Request
 
 __all__ = ["DOMAINS", "Builder", "UsageError", "namespace_path", "non_negative_int",
            "parse_duration_ms", "parse_ledger_entry", "parse_message_id", "parse_size_bytes",

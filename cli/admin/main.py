@@ -2,16 +2,18 @@
 
 Usage: ``horae-admin [--admin-url http://localhost:8080] <group> <command> [args]`` with
 groups ``tenants``, ``namespaces``, ``topics``, ``schemas`` and ``brokers`` (the policy,
-schema and compaction commands are declared in :mod:`broker.admin.cli_policies`). Topic arguments accept
-short names ("t" is persistent://public/default/t, "tenant/ns/t" too). Durations are
-``500ms``, ``30s``, ``10m``, ``1h``, ``2d``, ``1w`` (a bare number is seconds).
+schema and compaction commands are declared in :mod:`cli.admin.policies`, the broker ones in
+:mod:`cli.admin.brokers`). Topic arguments accept short names ("t" is
+persistent://public/default/t, "tenant/ns/t" too). Durations are ``500ms``, ``30s``, ``10m``,
+``1h``, ``2d``, ``1w`` (a bare number is seconds).
 
-Theory of operation: argparse builds a :class:`broker.admin.cli_http.Request` (method, path,
-JSON body) for each command, from argument values parsed by :mod:`broker.admin.cli_args`;
-:func:`broker.admin.cli_http.call` sends it with urllib and this module prints a JSON
-answer pretty-printed, a text answer as is, and nothing for 204. Exit codes: 0 success, 1 the server refused (its ``reason`` goes to
-stderr) or could not be reached, 2 usage errors (bad arguments, bad topic names,
-bad durations), as argparse does.
+Theory of operation: argparse builds a :class:`cli.admin.rest.Request` (method, path,
+JSON body) for each command, from argument values parsed by :mod:`cli.admin.args`;
+:func:`cli.admin.rest.call` sends it with urllib and this module prints a JSON answer
+pretty-printed, a text answer as is, and nothing for 204. Exit codes: 0 success, 1 the server
+refused (its ``reason`` goes to stderr) or could not be reached, 2 usage errors (bad
+arguments, bad topic names, bad durations), as argparse does. The server's names are not
+checked here beyond their shape: it answers a bad one with 412 and its reason.
 """
 
 from __future__ import annotations
@@ -27,8 +29,9 @@ import urllib.parse
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from broker.admin import cli_brokers, cli_policies
-from broker.admin.cli_args import (
+from cli.admin import brokers as broker_commands
+from cli.admin import policies as policy_commands
+from cli.admin.args import (
     Builder,
     UsageError,
     namespace_path,
@@ -41,8 +44,8 @@ from broker.admin.cli_args import (
     topic_base,
     topic_path,
 )
-from broker.admin.cli_auth import AdminAuth, admin_auth
-from broker.admin.cli_http import HttpError, Request, call
+from cli.admin.auth import AdminAuth, admin_auth
+from cli.admin.rest import HttpError, Request, call
 
 DEFAULT_ADMIN_URL = "http://localhost:8080"
 EXIT_HTTP_ERROR = 1
@@ -171,7 +174,7 @@ T = "/admin/v2/persistent/"
 
 _COMMANDS: dict[tuple[str, str], Builder] = {
     **{("brokers", name): (lambda a, path=path: Request("GET", path(a)))  # type: ignore[misc]
-       for name, path in cli_brokers.PATHS.items()},
+       for name, path in broker_commands.PATHS.items()},
     ("clusters", "list"): lambda a: Request("GET", "/admin/v2/clusters"),
     ("tenants", "list"): lambda a: Request("GET", "/admin/v2/tenants"),
     ("tenants", "get"): lambda a: Request("GET", f"/admin/v2/tenants/{q(a.tenant)}"),
@@ -249,7 +252,7 @@ _COMMANDS: dict[tuple[str, str], Builder] = {
     ("topics", "lookup"): lambda a: Request("GET", "/lookup/v2/topic/persistent/"
                                             + topic_path(a.topic)),
 }
-_COMMANDS.update(cli_policies.COMMANDS)
+_COMMANDS.update(policy_commands.COMMANDS)
 
 
 def _split(value: str | None) -> list[str]:
@@ -294,7 +297,7 @@ def build_parser() -> argparse.ArgumentParser:
             dest="command", required=True, metavar="COMMAND", parser_class=_Parser,
             action=_Commands)
 
-    cli_brokers.add_parsers(group("brokers", "broker health check, brokers list, leader"))
+    broker_commands.add_parsers(group("brokers", "broker health check, brokers list, leader"))
     c = group("clusters", "clusters")
     c.add_parser("list")
 
@@ -389,7 +392,7 @@ def build_parser() -> argparse.ArgumentParser:
     cd.add_argument("--subscriptionNames", "-s", dest="subscription_names", default="",
                     help="comma-separated subscriptions (default: every Shared or Key_Shared)")
     _policy_args(tp.add_parser("set-delayed-delivery"), "topic", "topic name")
-    cli_policies.add_parsers(n, tp, group("schemas", cli_policies.schema_group_help()))
+    policy_commands.add_parsers(n, tp, group("schemas", policy_commands.schema_group_help()))
     return p
 
 

@@ -1,8 +1,8 @@
 """``horae-admin brokers ...``: pulsar-admin's broker commands (all GETs on /admin/v2/brokers).
 
 Theory of operation: :func:`add_parsers` declares the commands on the ``brokers`` group of
-:mod:`broker.admin.cli`; :data:`PATHS` maps each command to the REST path it GETs, which the
-CLI sends and prints like any other command. Kept apart from ``cli.py`` so the broker group
+:mod:`cli.admin.main`; :data:`PATHS` maps each command to the REST path it GETs, which the
+CLI sends and prints like any other command. Kept apart from ``main.py`` so the broker group
 grows without touching the other groups.
 
 =============================================  =============================================

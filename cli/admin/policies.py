@@ -3,7 +3,7 @@
 Theory of operation: pulsar-admin's names and flags, each a builder
 ``argparse.Namespace -> Request`` in :data:`COMMANDS`, keyed ``(group, command)``;
 :func:`add_parsers` declares their arguments on the ``namespaces``, ``topics`` and ``schemas``
-sub-parsers :mod:`broker.admin.cli` creates. A policy is a trio ``set-X`` / ``get-X`` /
+sub-parsers :mod:`cli.admin.main` creates. A policy is a trio ``set-X`` / ``get-X`` /
 ``remove-X`` on the namespace path (``/admin/v2/namespaces/{t}/{ns}/<suffix>``) and on the
 topic path (``/admin/v2/persistent/{t}/{ns}/{topic}/<suffix>``), as Pulsar's REST API has
 them; set sends POST (PUT where Pulsar's own client does). Values are checked here, so a
@@ -17,7 +17,7 @@ import json
 import pathlib
 from typing import Any
 
-from broker.admin.cli_args import (
+from cli.admin.args import (
     Builder,
     UsageError,
     namespace_path,
@@ -27,12 +27,12 @@ from broker.admin.cli_args import (
     topic_base,
     topic_path,
 )
-from broker.admin.cli_http import Request
+from cli.admin.rest import Request
+from protocol import admin_names
 
 __all__ = ["COMMANDS", "add_parsers"]
 
-SCHEMA_STRATEGIES = ("ALWAYS_INCOMPATIBLE", "ALWAYS_COMPATIBLE", "BACKWARD", "FORWARD", "FULL",
-                     "BACKWARD_TRANSITIVE", "FORWARD_TRANSITIVE", "FULL_TRANSITIVE", "UNDEFINED")
+SCHEMA_STRATEGIES = admin_names.SCHEMA_COMPATIBILITY_STRATEGIES
 
 
 def _ns(a: argparse.Namespace) -> str:
@@ -234,8 +234,7 @@ def _set_args(sp: argparse.ArgumentParser, stem: str, level: str) -> None:
                         help="inactivity before deletion, e.g. 1h (default 60s)")
         sp.add_argument("--delete-mode", "-m", dest="delete_mode",
                         default="delete_when_no_subscriptions",
-                        choices=("delete_when_no_subscriptions",
-                                 "delete_when_subscriptions_caught_up"))
+                        choices=admin_names.INACTIVE_TOPIC_DELETE_MODES)
     elif stem == "compaction-threshold":
         sp.add_argument("--threshold", "-t", required=True,
                         help="backlog size that triggers compaction, e.g. 10M, 1G; 0 = off")
@@ -259,15 +258,14 @@ def add_parsers(namespaces: Any, topics: Any, schemas: Any) -> None:
         sq.add_argument("--limitSize", "-l", dest="limit_size", help="e.g. 10M, 16G")
         sq.add_argument("--limitTime", "-lt", dest="limit_time", help="e.g. 3600 (s), 1h")
         sq.add_argument("--policy", "-p", required=True,
-                        choices=("producer_request_hold", "producer_exception",
-                                 "consumer_backlog_eviction"))
+                        choices=admin_names.BACKLOG_QUOTA_POLICIES)
         sq.add_argument("--type", "-t", default="destination_storage",
-                        choices=("destination_storage", "message_age"))
+                        choices=admin_names.BACKLOG_QUOTA_TYPES)
         group.add_parser("get-backlog-quotas", help="the backlog quotas").add_argument(dest)
         rq = group.add_parser("remove-backlog-quota", help="remove a backlog quota")
         rq.add_argument(dest)
         rq.add_argument("--type", "-t", default="destination_storage",
-                        choices=("destination_storage", "message_age"))
+                        choices=admin_names.BACKLOG_QUOTA_TYPES)
     for name, help_ in (("unload", "unload the topic (clients reconnect)"),
                         ("terminate", "terminate the topic: no more messages"),
                         ("partitioned-terminate", "terminate every partition")):

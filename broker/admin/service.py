@@ -1,0 +1,416 @@
+"""The admin API's one dependency: named, typed operations over the broker.
+
+Theory of operation: :func:`broker.admin.app.create_app` builds one :class:`AdminService` over
+the :class:`broker.topics.service.BrokerService` and REST handlers reach the broker only
+through it (:func:`broker.admin.responses.admin_of`). The broker service is private to each
+part; a handler calls a named operation, never an attribute of the service. The parts, one
+per concept:
+
+- :class:`AdminTenants`: tenants, namespaces, their grants and the cluster record. Existence
+  is checked here first, so an answer carries Pulsar's exact 404/409 reason whatever the
+  service would raise.
+- :class:`AdminTopics`: persistent and non-persistent topics, existence, partition fan-out
+  (an operation Pulsar fans out over a partitioned topic applies to every partition),
+  create/delete/unload and subscriptions. Loaded topics and subscriptions are handed back
+  typed (:class:`broker.topics.topic.Topic`) for the per-topic operations they own.
+- :class:`AdminEntries`: a topic's stored entries as the admin API reads them (one entry,
+  the n-th unacknowledged one of a subscription, every position, what follows a position), so
+  no handler reaches a topic's ledger or a subscription's cursor itself.
+- :class:`AdminPolicies`: delayed-delivery policies (a write reaches the loaded topics) and
+  the policy values a handler resolves; the :class:`broker.topics.policies.PolicyStore`
+  itself for the field-by-field policy routes, and the schema registry, are handed out as
+  explicit dependencies (:attr:`AdminService.policy_store`, :attr:`AdminService.schemas`).
+- :class:`AdminBroker`: this broker: cluster name, URLs, readiness, broker id, health check.
+
+Topic names travel as :class:`broker.topics.names.TopicName` (parsed once, from the REST path,
+by :func:`topic_name`); they become strings only at the BrokerService's door. Everything here
+runs on the broker loop (the web app shares it), so no locks or thread hops.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+from broker.admin import errors as E
+from broker.admin.healthcheck import LoopbackCredentials, run_health_check
+from broker.delayed.policy import DelayPolicy, resolve_policy
+from broker.security.authorization import AuthPolicies
+from broker.subscriptions.dispatchers.cursors import entry_exists
+from broker.subscriptions.subscription import Subscription
+from broker.topics.heartbeat import TopicVersion
+from broker.topics.names import TopicName
+from broker.topics.nonpersistent import NonPersistentTopic
+from broker.topics.policies import PolicyStore
+from broker.topics.schemas import SchemaRegistry
+from broker.topics.service import BrokerService
+from broker.topics.topic import Topic
+from protocol.errors import TopicNotFoundError
+from storage.positions import Position
+
+__all__ = [
+    "ADMIN_KEY", "NON_PERSISTENT", "PERSISTENT", "AdminBroker", "AdminEntries", "AdminPolicies",
+    "AdminService", "AdminTenants", "AdminTopics", "topic_name",
+]
+
+PERSISTENT = "persistent"
+NON_PERSISTENT = "non-persistent"
+
+
+def topic_name(tenant: str, namespace: str, local: str, domain: str = PERSISTENT) -> TopicName:
+    """The topic a REST path names, checked as Pulsar's validateTopicName does before anything
+    is looked up: InvalidTopicNameError (412) for a name :class:`TopicName` refuses."""
+    return TopicName.parse(f"{domain}://{tenant}/{namespace}/{local}")
+
+
+class AdminTenants:
+    """Tenants, namespaces, grants and the cluster record (see the module docstring)."""
+
+    def __init__(self, service: BrokerService) -> None:
+        self._service = service
+
+    async def tenants(self) -> list[str]:
+        return sorted(await self._service.tenancy.list_tenants())
+
+    async def tenant_exists(self, tenant: str) -> bool:
+        return tenant in await self._service.tenancy.list_tenants()
+
+    async def require_tenant(self, tenant: str) -> None:
+        if not await self.tenant_exists(tenant):
+            raise E.not_found(E.TENANT_NOT_FOUND)
+
+    async def tenant_info(self, tenant: str) -> dict[str, Any] | None:
+        return await self._service.tenancy.get_tenant(tenant)
+
+    async def create_tenant(self, tenant: str, info: dict[str, Any]) -> None:
+        await self._service.tenancy.create_tenant(tenant, info)
+
+    async def update_tenant(self, tenant: str, info: dict[str, Any]) -> None:
+        await self._service.tenancy.update_tenant(tenant, info)
+
+    async def delete_tenant(self, tenant: str) -> None:
+        await self._service.delete_tenant(tenant)
+
+    async def namespaces(self, tenant: str) -> list[str]:
+        await self.require_tenant(tenant)
+        return await self._service.tenancy.list_namespaces(tenant)
+
+    async def has_namespaces(self, tenant: str) -> bool:
+        return bool(await self._service.tenancy.list_namespaces(tenant))
+
+    async def namespace_exists(self, tenant: str, namespace: str) -> bool:
+        if not await self.tenant_exists(tenant):
+            return False
+        return self._service.tenancy.namespace_exists(f"{tenant}/{namespace}")
+
+    async def require_namespace(self, tenant: str, namespace: str) -> None:
+        if not await self.namespace_exists(tenant, namespace):
+            raise E.not_found(E.NAMESPACE_NOT_FOUND)
+
+    async def create_namespace(self, namespace: str, policies: dict[str, Any]) -> None:
+        """*namespace* is ``tenant/ns``; *policies* Pulsar's ``Policies`` document."""
+        await self._service.tenancy.create_namespace(namespace, policies)
+
+    async def delete_namespace(self, namespace: str) -> None:
+        await self._service.delete_namespace(namespace)
+
+    def auth_policies(self, namespace: str) -> AuthPolicies:
+        """The namespace's grants (empty when none are stored)."""
+        current = self._service.namespace_auth(namespace)
+        return current.auth_policies if current is not None else AuthPolicies()
+
+    async def set_auth_policies(self, namespace: str, auth: AuthPolicies) -> None:
+        await self._service.tenancy.set_auth_policies(namespace, auth)
+
+    async def cluster_record(self, name: str) -> dict[str, Any]:
+        """The stored cluster record over this broker's own URLs."""
+        return await self._service.get_cluster(name)
+
+    async def set_cluster_record(self, name: str, data: dict[str, Any]) -> None:
+        await self._service.tenancy.set_cluster(name, data)
+
+
+class AdminTopics:
+    """Topics of both domains: existence, partitions, fan-out (see the module docstring)."""
+
+    def __init__(self, service: BrokerService, tenants: AdminTenants) -> None:
+        self._service = service
+        self._tenants = tenants
+
+    # --- listing -------------------------------------------------------------------------
+    async def names(self, tenant: str, namespace: str) -> list[str]:
+        """Every topic of the namespace in both domains, a partitioned topic as its
+        partitions (404 for an unknown namespace)."""
+        await self._tenants.require_namespace(tenant, namespace)
+        key = f"{tenant}/{namespace}"
+        names = set(await self._service.list_topics(key))
+        for parent in await self._service.list_partitioned_topics(key):
+            names.discard(parent)
+            tn = TopicName.parse(parent)
+            names.update(tn.partition(i).full for i in range(await self.partition_count(tn)))
+        return sorted(names)
+
+    async def list_topics(self, tenant: str, namespace: str,
+                          domain: str = PERSISTENT) -> list[str]:
+        """Non-partitioned topics and partitions of one domain, as Pulsar's
+        ``GET /admin/v2/{domain}/{t}/{ns}``."""
+        return [n for n in await self.names(tenant, namespace) if n.startswith(f"{domain}://")]
+
+    async def list_partitioned(self, tenant: str, namespace: str,
+                               domain: str | None = None) -> list[str]:
+        """Partitioned topics of the namespace (of *domain* only, when given)."""
+        await self._tenants.require_namespace(tenant, namespace)
+        names = sorted(await self._service.list_partitioned_topics(f"{tenant}/{namespace}"))
+        return names if domain is None else [n for n in names if n.startswith(f"{domain}://")]
+
+    async def stored_names(self, tenant: str, namespace: str) -> list[str]:
+        """The namespace's non-partitioned topics as stored (no partitions expanded)."""
+        return await self._service.list_topics(f"{tenant}/{namespace}")
+
+    # --- existence and fan-out -----------------------------------------------------------
+    async def partition_count(self, tn: TopicName) -> int:
+        """Partitions of *tn* as a partitioned topic; 0 for a partition or a plain topic."""
+        if tn.is_partition:
+            return 0
+        return await self._service.get_partition_count(tn.full)
+
+    async def exists(self, tn: TopicName) -> bool:
+        """A non-partitioned topic (or a partition) exists: loaded, or known to the store."""
+        if tn.full in self._service.topics:
+            return True
+        tenant, _, namespace = tn.namespace.partition("/")
+        if not await self._tenants.namespace_exists(tenant, namespace):
+            return False
+        if tn.full in await self._service.list_topics(tn.namespace):
+            return True
+        return tn.is_partition and tn.partition_index < await self.partition_count(
+            TopicName.parse(tn.partitioned_parent))
+
+    def loaded(self, tn: TopicName) -> Topic | None:
+        """The topic when it is loaded now (nothing is loaded or created)."""
+        return self._service.topics.get(tn.full)
+
+    async def get(self, tn: TopicName, *, create: bool = False) -> Topic:
+        """The loaded Topic, or 404 "Topic not found"."""
+        topic = self._service.topics.get(tn.full)
+        if topic is not None:
+            return topic
+        if tn.is_partition and tn.partition_index < await self.partition_count(
+                TopicName.parse(tn.partitioned_parent)):
+            create = True   # partitions of a partitioned topic exist as soon as it does
+        try:
+            return await self._service.get_topic(tn.full, create=create)
+        except TopicNotFoundError:
+            raise E.not_found(E.TOPIC_NOT_FOUND) from None
+
+    async def targets(self, tn: TopicName) -> list[Topic]:
+        """The topics an operation on *tn* applies to: its partitions when partitioned
+        (Pulsar fans out), else the topic itself (404 when absent)."""
+        n = await self.partition_count(tn)
+        if n > 0:
+            return [await self.get(tn.partition(i), create=True) for i in range(n)]
+        if not await self.exists(tn):
+            raise E.not_found(E.TOPIC_NOT_FOUND)
+        return [await self.get(tn)]
+
+    async def require_topic_or_partitioned(self, tn: TopicName) -> int:
+        """404 unless *tn* is a topic or a partitioned topic; returns its partition count."""
+        n = await self.partition_count(tn)
+        if n == 0 and not await self.exists(tn):
+            raise E.not_found(E.TOPIC_NOT_FOUND)
+        return n
+
+    @staticmethod
+    def subscription(topic: Topic, name: str) -> Subscription:
+        sub = topic.subscriptions.get(name)
+        if sub is None:
+            raise E.not_found(E.SUBSCRIPTION_NOT_FOUND)
+        return sub
+
+    async def subscriptions_of(self, tn: TopicName, name: str) -> list[tuple[Topic, Subscription]]:
+        """(topic, subscription) pairs for *name* on *tn* or each of its partitions."""
+        return [(topic, self.subscription(topic, name)) for topic in await self.targets(tn)]
+
+    # --- lifecycle -----------------------------------------------------------------------
+    async def create(self, tn: TopicName) -> None:
+        await self._service.get_topic(tn.full, create=True)
+
+    async def create_partitioned(self, tn: TopicName, partitions: int) -> None:
+        await self._service.create_partitioned_topic(tn.full, partitions)
+
+    async def grow_partitioned(self, tn: TopicName, partitions: int) -> None:
+        await self._service.update_partitioned_topic(tn.full, partitions)
+
+    async def delete(self, tn: TopicName, *, force: bool) -> None:
+        """Delete a topic of either domain, or a partitioned topic with all its partitions."""
+        await self._service.delete_topic(tn.full, force=force)
+
+    async def unload(self, topic: Topic) -> None:
+        await self._service.unload_topic(topic.full)
+
+    # --- non-persistent topics -----------------------------------------------------------
+    def nonpersistent(self, tn: TopicName) -> NonPersistentTopic | None:
+        """The in-memory topic when it exists (nothing is created)."""
+        return self._service.nonpersistent.get(tn)
+
+    def create_nonpersistent(self, tn: TopicName) -> None:
+        self._service.get_nonpersistent_topic(tn, create=True)
+
+    def close_nonpersistent(self, tn: TopicName) -> None:
+        """Close the in-memory topic (its clients reconnect to a fresh one)."""
+        self._service.nonpersistent.delete(tn.full)
+
+
+class AdminEntries:
+    """A loaded topic's stored entries, read for peek, examine, reset and cancel routes."""
+
+    @staticmethod
+    async def read(topic: Topic, pos: Position) -> bytes | None:
+        """The stored entry at *pos* (metadata and payload), None when the topic has none."""
+        entry = await topic.ledger.read_entry(pos)
+        return None if entry is None else entry.data
+
+    @staticmethod
+    def exists(topic: Topic, pos: Position) -> bool:
+        """*pos* is an entry the topic holds (or held)."""
+        return entry_exists(topic.ledger, pos)
+
+    @staticmethod
+    def after(topic: Topic, pos: Position) -> Position:
+        """The entry after *pos* (the next ledger's first when *pos* ends its ledger; the next
+        entry id of an unknown ledger)."""
+        return topic.ledger.next_position(pos)
+
+    @staticmethod
+    def positions(topic: Topic) -> list[Position]:
+        """Every entry position of the topic's ledgers, oldest first."""
+        return [Position(info.ledger_id, i)
+                for info in topic.ledger.ledgers for i in range(info.entries)]
+
+    @staticmethod
+    def ledger_ids(topic: Topic) -> set[int]:
+        return {info.ledger_id for info in topic.ledger.ledgers}
+
+    @staticmethod
+    def nth_unacked(topic: Topic, sub: Subscription, n: int) -> Position | None:
+        """The *n*-th (1-based) entry after the subscription's mark-delete position that it
+        has not acknowledged, None past the last confirmed entry."""
+        ledger = topic.ledger
+        tail = ledger.last_confirmed
+        pos = sub.cursor.mark_delete_position
+        while tail is not None and pos < tail:
+            pos = ledger.next_position(pos)
+            if not sub.cursor.is_deleted(pos):
+                n -= 1
+                if n == 0:
+                    return pos
+        return None
+
+
+class AdminPolicies:
+    """Delayed-delivery policies and the resolved values handlers answer with."""
+
+    def __init__(self, service: BrokerService) -> None:
+        self._service = service
+
+    def delayed_body(self, target: str | TopicName) -> dict[str, Any] | None:
+        """The delayed-delivery body stored on a namespace (``tenant/ns``) or a topic."""
+        if isinstance(target, TopicName):
+            return self._service.policies.delayed_body("topic", target.full)
+        return self._service.policies.delayed_body("namespace", target)
+
+    async def set_delayed(self, target: str | TopicName, body: dict[str, Any]) -> None:
+        """Store a validated body; the loaded topics it covers apply it to the next message."""
+        if isinstance(target, TopicName):
+            await self._service.set_topic_policy(target.full, body)
+        else:
+            await self._service.set_namespace_policy(target, body)
+
+    async def remove_delayed(self, target: str | TopicName) -> None:
+        if isinstance(target, TopicName):
+            await self._service.remove_topic_policy(target.full)
+        else:
+            await self._service.remove_namespace_policy(target)
+
+    def applied_delay(self, target: str | TopicName) -> DelayPolicy:
+        """The policy in force, resolved as the broker does (a partition without a body of its
+        own runs under its partitioned topic's; a namespace over the broker's defaults)."""
+        if isinstance(target, TopicName):
+            return self._service.policies.delay_policy(target)
+        return self.resolve_namespace_delay(self.delayed_body(target))
+
+    def resolve_namespace_delay(self, body: dict[str, Any] | None) -> DelayPolicy:
+        """A namespace body over the broker's defaults."""
+        return resolve_policy(self._service.config, body, None)
+
+    def schema_compatibility(self, tn: TopicName) -> str:
+        """The schema compatibility strategy in force on *tn* (Pulsar's name)."""
+        return self._service.policies.schema_compatibility(tn)
+
+
+class AdminBroker:
+    """This broker as the admin API shows it: cluster, URLs, readiness, health."""
+
+    def __init__(self, service: BrokerService) -> None:
+        self._service = service
+
+    @property
+    def cluster_name(self) -> str:
+        return self._service.config.cluster_name
+
+    @property
+    def closing(self) -> bool:
+        return self._service.closing
+
+    def broker_id(self) -> str:
+        """Pulsar's broker id: ``<advertisedAddress>:<webServicePort>``."""
+        return f"{self._service.config.advertised_address}:{self._service.web_port}"
+
+    def web_url(self, local_host: str | None = None) -> str:
+        return self._service.urls(local_host).web_url
+
+    def lookup_answer(self, listener: str | None, local_host: str | None) -> dict[str, str]:
+        """Pulsar's HTTP lookup body: the URLs a binary LOOKUP answers (the advertised
+        listener named by *listener*, the host the client reached us on)."""
+        urls = self._service.urls(local_host)
+        broker_url = self._service.lookup_url(listener, local_host)
+        return {
+            "brokerUrl": broker_url,
+            "brokerUrlTls": urls.broker_url_tls or "",
+            "httpUrl": urls.web_url,
+            "httpUrlTls": urls.web_url_tls or "",
+            "nativeUrl": broker_url,
+        }
+
+    async def health_check(self, version: TopicVersion, credentials: LoopbackCredentials) -> None:
+        """Raise HealthCheckError unless storage and the heartbeat round trip are healthy."""
+        await run_health_check(self._service, version, credentials,
+                               self._service.config.health_check_timeout_ms / 1000)
+
+
+@dataclass(frozen=True, slots=True)
+class AdminService:
+    """What REST handlers may ask of the broker (see the module docstring)."""
+
+    tenants: AdminTenants
+    topics: AdminTopics
+    entries: AdminEntries
+    policies: AdminPolicies
+    broker: AdminBroker
+    #: The policy fields store, for the field-by-field policy routes (its own typed API).
+    policy_store: PolicyStore
+    #: The schema registry, for the schema routes.
+    schemas: SchemaRegistry
+
+    @classmethod
+    def over(cls, service: BrokerService) -> AdminService:
+        tenants = AdminTenants(service)
+        return cls(tenants=tenants, topics=AdminTopics(service, tenants),
+                   entries=AdminEntries(), policies=AdminPolicies(service), broker=AdminBroker(service),
+                   policy_store=service.policies, schemas=service.schemas)
+
+
+#: Where create_app keeps the admin service for the handlers.
+ADMIN_KEY = web.AppKey("horae_admin", AdminService)
