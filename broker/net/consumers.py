@@ -12,8 +12,8 @@ Wire facts that matter (reference sections 2.6/2.7): ids are uint64 on the wire,
 ``-1`` arrives as ``2**64 - 1`` (see :func:`broker.subscriptions.subscription.wire_position`); ACK carries a
 *repeated* message_id; ACK_RESPONSE goes out only when the ACK had a request_id; a seek closes
 every consumer of the subscription (CLOSE_CONSUMER) before SUCCESS, as the Java broker does, so
-clients re-subscribe and send fresh FLOW permits; GET_LAST_MESSAGE_ID answers ``(ledger, -1)``
-for a topic with no entries, which the client reads as "nothing available".
+clients re-subscribe and send fresh FLOW permits; GET_LAST_MESSAGE_ID answers ``(-1, -1)``
+for a topic with no entries, as Pulsar does, which the client reads as "nothing available".
 """
 
 from __future__ import annotations
@@ -359,17 +359,23 @@ class ConsumerSide:
             return
         ledger = sub.ledger
         last = tail_position(ledger)
-        batch_index: int | None = None
-        if last.entry_id >= 0:
-            entry = await ledger.read_entry(last)
-            if entry is not None:
-                try:
-                    info = parse_entry(entry.data)
-                    if info.num_messages_in_batch is not None:
-                        batch_index = info.num_messages_in_batch - 1
-                except Exception:
-                    batch_index = None
         md = sub.cursor.mark_delete_position
+        if last.entry_id < 0:
+            # Nothing in the topic: Pulsar answers (-1, -1) (its compacted-ledger fallback finds
+            # nothing either), not the current ledger's id.
+            self.connection.write(encode_get_last_message_id_response(
+                cmd.request_id, _U64, _U64, partition=consumer.partition,
+                mark_delete=(md.ledger_id & _U64, md.entry_id & _U64)))
+            return
+        batch_index: int | None = None
+        entry = await ledger.read_entry(last)
+        if entry is not None:
+            try:
+                info = parse_entry(entry.data)
+                if info.num_messages_in_batch is not None:
+                    batch_index = info.num_messages_in_batch - 1
+            except Exception:
+                batch_index = None
         self.connection.write(encode_get_last_message_id_response(
             cmd.request_id, last.ledger_id & _U64, last.entry_id & _U64,
             partition=consumer.partition, batch_index=batch_index,

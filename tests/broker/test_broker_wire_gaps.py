@@ -1,0 +1,47 @@
+"""Commands and fields the Java, Go and C++ clients use, each answered as Pulsar answers it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from broker_rawclient import RawClient, make_entry
+
+from protocol import commands as C
+from protocol import pulsar_pb as pb
+
+T = pb.BaseCommand
+_U64 = (1 << 64) - 1
+
+
+@pytest.fixture
+def raw(broker: Any) -> Any:
+    with RawClient(broker.service_url) as c:
+        c.handshake()
+        yield c
+
+
+def test_last_message_id_of_an_empty_topic_is_minus_one_minus_one(raw: RawClient) -> None:
+    topic = "persistent://public/default/empty-last-id"
+    assert raw.request(C.encode_subscribe(topic, "s", 1, 5, 100)).type == T.SUCCESS
+    answer = raw.request(C.encode_get_last_message_id(5, 101))
+    assert answer.type == T.GET_LAST_MESSAGE_ID_RESPONSE
+    mid = answer.getLastMessageIdResponse.last_message_id
+    assert (mid.ledgerId, mid.entryId) == (_U64, _U64)
+
+    assert raw.create_producer(topic, 1).type == T.PRODUCER_SUCCESS
+    receipt = raw.request(C.encode_send(1, 0, make_entry(b"x")))
+    answer = raw.request(C.encode_get_last_message_id(5, 102))
+    mid = answer.getLastMessageIdResponse.last_message_id
+    sent = receipt.send_receipt.message_id
+    assert (mid.ledgerId, mid.entryId) == (sent.ledgerId, sent.entryId)
+
+
+def test_official_client_reads_an_empty_topic_as_earliest(client: Any) -> None:
+    import pulsar
+
+    consumer = client.subscribe("empty-last-id-client", "s")
+    last = consumer.get_last_message_id()
+    assert (last.ledger_id(), last.entry_id()) == (-1, -1)
+    reader = client.create_reader("empty-last-id-client", pulsar.MessageId.earliest)
+    assert not reader.has_message_available()
