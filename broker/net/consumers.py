@@ -47,6 +47,7 @@ from protocol.commands import (
 from protocol.errors import (
     ConsumerNotFoundError,
     NotAllowedError,
+    ProducerBusyError,
     RequestError,
     ServerError,
     ServiceNotReadyError,
@@ -163,6 +164,10 @@ class ConsumerSide:
             raise NotAllowedError("Read compacted can only be used with exclusive or failover "
                                   "persistent subscriptions")
         topic = await self.connection.service.get_any_topic(tn.full, create=True)
+        if not cmd.subscription.strip():
+            # Pulsar's topic refuses a blank name with a NamingException, sent as ProducerBusy;
+            # the C++ client reads that code on a subscribe as "SubscriptionName cannot be empty".
+            raise ProducerBusyError("Empty subscription name")
         if cmd.HasField("schema"):
             await check_consumer_schema(self.connection.service, topic, cmd.schema)
         durable = cmd.durable if cmd.HasField("durable") else True

@@ -9,6 +9,7 @@ from broker_rawclient import RawClient, make_entry
 
 from protocol import commands as C
 from protocol import pulsar_pb as pb
+from protocol.errors import ServerError
 
 T = pb.BaseCommand
 _U64 = (1 << 64) - 1
@@ -45,3 +46,21 @@ def test_official_client_reads_an_empty_topic_as_earliest(client: Any) -> None:
     assert (last.ledger_id(), last.entry_id()) == (-1, -1)
     reader = client.create_reader("empty-last-id-client", pulsar.MessageId.earliest)
     assert not reader.has_message_available()
+
+
+@pytest.mark.parametrize("name", ["", "  "])
+def test_a_blank_subscription_name_is_refused_as_pulsar_refuses_it(raw: RawClient,
+                                                                  name: str) -> None:
+    answer = raw.request(C.encode_subscribe("persistent://public/default/blank-sub", name,
+                                            0, 5, 100))
+    assert answer.type == T.ERROR
+    assert answer.error.request_id == 100
+    assert answer.error.error == ServerError.ProducerBusy
+    assert answer.error.message == "Empty subscription name"
+
+
+def test_official_client_fails_a_subscribe_without_a_name(client: Any) -> None:
+    import pulsar
+
+    with pytest.raises(pulsar.InvalidConfiguration):
+        client.subscribe("blank-sub-client", "")
