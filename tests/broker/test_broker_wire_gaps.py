@@ -64,3 +64,22 @@ def test_official_client_fails_a_subscribe_without_a_name(client: Any) -> None:
 
     with pytest.raises(pulsar.InvalidConfiguration):
         client.subscribe("blank-sub-client", "")
+
+
+def test_seek_by_publish_time_keeps_the_message_published_at_that_millisecond(
+        broker: Any, raw: RawClient, client: Any) -> None:
+    # Pulsar's PersistentMessageFinder finds the newest entry published *before* the time and
+    # starts after it: an entry whose publish time equals the target is delivered again.
+    topic = "persistent://public/default/seek-same-ms"
+    consumer = client.subscribe(topic, "s")
+    assert raw.create_producer(topic, 1).type == T.PRODUCER_SUCCESS
+    for seq, (payload, published) in enumerate([(b"a", 1000), (b"b", 2000), (b"c", 2000),
+                                                (b"d", 3000)]):
+        answer = raw.request(C.encode_send(1, seq, make_entry(payload, sequence_id=seq,
+                                                              publish_time=published)))
+        assert answer.type == T.SEND_RECEIPT
+    assert [consumer.receive(5000).data() for _ in range(4)] == [b"a", b"b", b"c", b"d"]
+    consumer.seek(2000)
+    assert [consumer.receive(5000).data() for _ in range(3)] == [b"b", b"c", b"d"]
+    consumer.seek(2001)
+    assert consumer.receive(5000).data() == b"d"
