@@ -111,7 +111,7 @@ async def create_producer(connection: ProducerConnection, m: pb.CommandProducer)
     service.publish_refusals.check_producer()
     topic = await service.get_any_topic(name.full,
                                         create=service.config.allow_auto_topic_creation)
-    max_producers = service.config.max_producers_per_topic
+    max_producers = service.policies.max_producers_per_topic(name)
     topic.admission.check_limit(max_producers)  # early, before the work; add_producer decides
     user_provided = m.HasField("producer_name") and m.producer_name != ""
     pname = m.producer_name if user_provided else service.generate_producer_name()

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 from broker_rawclient import RawClient, make_entry
+from rest import http_json
 
 from protocol import commands as C
 from protocol import pulsar_pb as pb
@@ -83,3 +85,30 @@ def test_seek_by_publish_time_keeps_the_message_published_at_that_millisecond(
     assert [consumer.receive(5000).data() for _ in range(3)] == [b"b", b"c", b"d"]
     consumer.seek(2001)
     assert consumer.receive(5000).data() == b"d"
+
+
+def test_namespace_max_producers_per_topic_is_enforced_at_producer_creation(
+        broker: Any, client: Any) -> None:
+    import pulsar
+
+    status, _ = http_json(broker.web_url, "PUT", "/admin/v2/namespaces/public/limited",
+                          json.dumps({"max_producers_per_topic": 2}).encode())
+    assert status == 204
+    status, doc = http_json(broker.web_url, "GET", "/admin/v2/namespaces/public/limited")
+    assert doc["max_producers_per_topic"] == 2
+    topic = "persistent://public/limited/t"
+    producers = [client.create_producer(topic) for _ in range(2)]
+    with pytest.raises(pulsar.ProducerBusy):
+        client.create_producer(topic)
+    # The topic's own limit comes first, as in Pulsar's topic > namespace > broker order.
+    status, _ = http_json(broker.web_url, "POST",
+                          "/admin/v2/persistent/public/limited/t/maxProducers", b"3")
+    assert status == 204
+    producers.append(client.create_producer(topic))
+    with pytest.raises(pulsar.ProducerBusy):
+        client.create_producer(topic)
+    status, body = http_json(broker.web_url, "POST",
+                             "/admin/v2/namespaces/public/limited/maxProducersPerTopic", b"-1")
+    assert (status, body["reason"]) == (412, "maxProducersPerTopic must be 0 or more")
+    for producer in producers:
+        producer.close()
