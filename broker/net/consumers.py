@@ -334,7 +334,7 @@ class ConsumerSide:
 
     async def handle_unsubscribe(self, cmd: pb.CommandUnsubscribe) -> None:
         attached = self._attached_to(cmd.consumer_id)
-        await attached.subscription.unsubscribe(attached.consumer)
+        await attached.subscription.unsubscribe(attached.consumer, force=bool(cmd.force))
         self.forget(attached.consumer)
         self.connection.write(encode_success(cmd.request_id))
 

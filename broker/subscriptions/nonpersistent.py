@@ -157,9 +157,14 @@ class NonPersistentSubscription:
         for c in self.consumers:
             c.notify_active(c is self._active)
 
-    async def unsubscribe(self, consumer: Consumer) -> None:
-        if any(c is not consumer for c in self.consumers):
+    async def unsubscribe(self, consumer: Consumer, *, force: bool = False) -> None:
+        others = [c for c in self.consumers if c is not consumer]
+        if others and not force:
             raise MetadataError("Unconnected or shared consumer attempting to unsubscribe")
+        for other in others:
+            other.disconnect()
+            other.side.forget(other)
+            self.remove_consumer(other)
         self.remove_consumer(consumer)
 
     def disconnect_consumers(self) -> None:

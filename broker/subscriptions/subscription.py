@@ -356,10 +356,16 @@ class Subscription:
             self.topic.remove_subscription(self)
             asyncio.get_running_loop().create_task(self.close())
 
-    async def unsubscribe(self, consumer: Consumer) -> None:
+    async def unsubscribe(self, consumer: Consumer, *, force: bool = False) -> None:
+        """UNSUBSCRIBE from *consumer*: refused while others are attached, unless *force*,
+        which disconnects them first (Pulsar's ``doUnsubscribe(consumer, forcefully)``)."""
         others = [c for c in self.consumers if c is not consumer]
-        if others:
+        if others and not force:
             raise MetadataError("Unconnected or shared consumer attempting to unsubscribe")
+        for other in others:
+            other.disconnect()
+            other.side.forget(other)
+            self.remove_consumer(other)
         self.remove_consumer(consumer)
         if self.durable:
             await self.topic.delete_subscription(self.name)

@@ -112,3 +112,23 @@ def test_namespace_max_producers_per_topic_is_enforced_at_producer_creation(
     assert (status, body["reason"]) == (412, "maxProducersPerTopic must be 0 or more")
     for producer in producers:
         producer.close()
+
+
+def test_unsubscribe_force_disconnects_the_other_consumers_and_deletes(broker: Any) -> None:
+    topic = "persistent://public/default/unsub-force"
+    with RawClient(broker.service_url) as first, RawClient(broker.service_url) as second:
+        first.handshake()
+        second.handshake()
+        for c in (first, second):
+            assert c.request(C.encode_subscribe(topic, "s", 1, 7, 1)).type == T.SUCCESS
+        refused = first.request(C.encode_unsubscribe(7, 2))
+        assert refused.type == T.ERROR
+        assert refused.error.error == ServerError.MetadataError
+        assert refused.error.message == "Unconnected or shared consumer attempting to unsubscribe"
+        done = first.request(C.encode_unsubscribe(7, 3, force=True))
+        assert (done.type, done.success.request_id) == (T.SUCCESS, 3)
+        closed = second.recv_command()
+        assert (closed.type, closed.close_consumer.consumer_id) == (T.CLOSE_CONSUMER, 7)
+    status, stats = http_json(broker.web_url, "GET",
+                              "/admin/v2/persistent/public/default/unsub-force/stats")
+    assert status == 200 and "s" not in stats["subscriptions"]
