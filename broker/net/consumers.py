@@ -180,6 +180,9 @@ class ConsumerSide:
             cmd.subscription, durable=durable, initial_position=initial,
             start_message_id=start,
         )
+        rollback_s = int(cmd.start_message_rollback_duration_sec)
+        if rollback_s > 0 and isinstance(sub, Subscription):
+            await _roll_back(sub, rollback_s)
         if read_compacted or not sub.consumers:
             sub.read_compacted = read_compacted
         sub_type = SubType(cmd.subType)
@@ -442,6 +445,16 @@ class ConsumerSide:
         if attached is None:
             raise ConsumerNotFoundError(f"Consumer {consumer_id} not found")
         return attached
+
+
+async def _roll_back(sub: Subscription, seconds: int) -> None:
+    """SUBSCRIBE's ``start_message_rollback_duration_sec``: the subscription (new or existing)
+    restarts at what was published in the last *seconds*, before the consumer joins, as
+    Pulsar's topic resets it; a failed reset is logged and the subscribe goes on."""
+    try:
+        await sub.resets.reset_cursor_to_timestamp(_now_ms() - seconds * 1000)
+    except (StorageError, RequestError) as exc:
+        log.warning("%s: rolling back %d s on subscribe failed: %s", sub.name, seconds, exc)
 
 
 def _now_ms() -> int:

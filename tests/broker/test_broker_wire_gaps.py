@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import pytest
@@ -12,6 +13,7 @@ from rest import http_json
 from protocol import commands as C
 from protocol import pulsar_pb as pb
 from protocol.errors import ServerError
+from protocol.metadata import split_entry
 
 T = pb.BaseCommand
 _U64 = (1 << 64) - 1
@@ -132,3 +134,41 @@ def test_unsubscribe_force_disconnects_the_other_consumers_and_deletes(broker: A
     status, stats = http_json(broker.web_url, "GET",
                               "/admin/v2/persistent/public/default/unsub-force/stats")
     assert status == 200 and "s" not in stats["subscriptions"]
+
+
+def _subscribe_rolled_back(topic: str, sub: str, consumer_id: int, request_id: int,
+                           seconds: int) -> bytes:
+    cmd = pb.BaseCommand(type=T.SUBSCRIBE)
+    s = cmd.subscribe
+    s.topic, s.subscription, s.subType = topic, sub, pb.CommandSubscribe.Exclusive
+    s.consumer_id, s.request_id = consumer_id, request_id
+    s.start_message_rollback_duration_sec = seconds
+    return C.encode_command(cmd)
+
+
+def _receive_payloads(raw: RawClient, consumer_id: int, count: int) -> list[bytes]:
+    raw.send(C.encode_flow(consumer_id, 100))
+    got = []
+    for _ in range(count):
+        frame = raw.recv_frame()
+        assert frame.command.type == T.MESSAGE and frame.entry is not None
+        got.append(bytes(split_entry(frame.entry)[1]))
+    return got
+
+
+def test_subscribe_rollback_duration_starts_at_the_messages_of_that_period(
+        raw: RawClient) -> None:
+    topic = "persistent://public/default/rollback"
+    now = int(time.time() * 1000)
+    assert raw.create_producer(topic, 1).type == T.PRODUCER_SUCCESS
+    for seq, age_s in enumerate((300, 100, 10)):
+        entry = make_entry(f"{age_s}s".encode(), sequence_id=seq,
+                           publish_time=now - age_s * 1000)
+        assert raw.request(C.encode_send(1, seq, entry)).type == T.SEND_RECEIPT
+    # A new subscription (initial position Latest) rolled back 200 s.
+    assert raw.request(_subscribe_rolled_back(topic, "s", 5, 10, 200)).type == T.SUCCESS
+    assert _receive_payloads(raw, 5, 2) == [b"100s", b"10s"]
+    assert raw.request(C.encode_close_consumer(5, 11)).type == T.SUCCESS
+    # An existing subscription is rolled back too.
+    assert raw.request(_subscribe_rolled_back(topic, "s", 6, 12, 30)).type == T.SUCCESS
+    assert _receive_payloads(raw, 6, 1) == [b"10s"]
