@@ -179,6 +179,7 @@ class ConsumerSide:
         sub: AnySubscription = await topic.get_or_create_subscription(
             cmd.subscription, durable=durable, initial_position=initial,
             start_message_id=start,
+            properties={kv.key: kv.value for kv in cmd.subscription_properties},
         )
         rollback_s = int(cmd.start_message_rollback_duration_sec)
         if rollback_s > 0 and isinstance(sub, Subscription):

@@ -78,9 +78,11 @@ class NonPersistentSubscription:
 
     durable = False
 
-    def __init__(self, topic: SubscriptionOwner, name: str) -> None:
+    def __init__(self, topic: SubscriptionOwner, name: str,
+                 properties: dict[str, str] | None = None) -> None:
         self.topic = topic
         self.name = name
+        self.subscription_properties: dict[str, str] = dict(properties or {})
         self.consumers: list[Consumer] = []
         self.sub_type: SubType | None = None
         self.key_shared_mode: int | None = None
@@ -261,7 +263,7 @@ class NonPersistentSubscription:
             "isDurable": False,
             "isReplicated": False,
             "msgDropRate": drop_rate,
-            "subscriptionProperties": {},
+            "subscriptionProperties": dict(self.subscription_properties),
             "consumersAfterMarkDeletePosition": {},
         }
 

@@ -172,3 +172,45 @@ def test_subscribe_rollback_duration_starts_at_the_messages_of_that_period(
     # An existing subscription is rolled back too.
     assert raw.request(_subscribe_rolled_back(topic, "s", 6, 12, 30)).type == T.SUCCESS
     assert _receive_payloads(raw, 6, 1) == [b"10s"]
+
+
+def _subscribe_with_properties(topic: str, sub: str, consumer_id: int, request_id: int,
+                               properties: dict[str, str], *, durable: bool = True) -> bytes:
+    cmd = pb.BaseCommand(type=T.SUBSCRIBE)
+    s = cmd.subscribe
+    s.topic, s.subscription, s.subType = topic, sub, pb.CommandSubscribe.Shared
+    s.consumer_id, s.request_id, s.durable = consumer_id, request_id, durable
+    for key, value in properties.items():
+        s.subscription_properties.add(key=key, value=value)
+    return C.encode_command(cmd)
+
+
+def _subscription_stats(broker: Any, local: str, sub: str) -> dict[str, Any]:
+    status, stats = http_json(broker.web_url, "GET",
+                              f"/admin/v2/persistent/public/default/{local}/stats")
+    assert status == 200
+    return dict(stats["subscriptions"][sub])
+
+
+def test_subscription_properties_are_kept_durable_and_shown_in_stats(
+        broker_factory: Any) -> None:
+    first = broker_factory()
+    topic = "persistent://public/default/sub-props"
+    with RawClient(first.service_url) as raw:
+        raw.handshake()
+        answer = raw.request(_subscribe_with_properties(topic, "s", 1, 1, {"team": "billing"}))
+        assert answer.type == T.SUCCESS
+        # Created once: a later subscribe does not change them (Pulsar opens the cursor once).
+        answer = raw.request(_subscribe_with_properties(topic, "s", 2, 2, {"team": "other"}))
+        assert answer.type == T.SUCCESS
+        answer = raw.request(_subscribe_with_properties(topic, "r", 3, 3, {"k": "v"},
+                                                        durable=False))
+        assert answer.type == T.SUCCESS
+        assert _subscription_stats(first, "sub-props", "s")["subscriptionProperties"] == \
+            {"team": "billing"}
+        assert _subscription_stats(first, "sub-props", "r")["subscriptionProperties"] == \
+            {"k": "v"}
+    first.stop()
+    second = broker_factory(data_dir=first.data_dir)
+    assert _subscription_stats(second, "sub-props", "s")["subscriptionProperties"] == \
+        {"team": "billing"}
