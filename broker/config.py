@@ -59,6 +59,7 @@ BACKLOG_QUOTA_POLICIES = ("producer_request_hold", "producer_exception",
 
 #: Pulsar's InactiveTopicDeleteMode names.
 INACTIVE_TOPIC_MODES = ("delete_when_no_subscriptions", "delete_when_subscriptions_caught_up")
+AUTO_TOPIC_TYPES = ("non-partitioned", "partitioned")
 
 
 class ConfigError(ValueError):
@@ -122,7 +123,14 @@ class BrokerConfig:
         "keepAliveIntervalSeconds", 30,
         "The broker PINGs a connection idle this long and closes one silent for two intervals.")
     allow_auto_topic_creation: bool = _opt(
-        "allowAutoTopicCreation", True, "Create a non-partitioned topic on first producer/consumer.")
+        "allowAutoTopicCreation", True, "Create a topic on first lookup, producer or consumer.")
+    allow_auto_topic_creation_type: str = _opt(
+        "allowAutoTopicCreationType", "non-partitioned",
+        "non-partitioned or partitioned: what an auto-created topic is (a partitioned one is "
+        "made on its first partitioned-metadata lookup, with defaultNumPartitions).")
+    default_num_partitions: int = _opt(
+        "defaultNumPartitions", 1,
+        "Partitions of a topic auto-created with allowAutoTopicCreationType=partitioned.")
     broker_deduplication_enabled: bool = _opt(
         "brokerDeduplicationEnabled", True,
         "Default of the deduplication policy (namespace/topic policies override it). Pulsar's "
@@ -404,7 +412,7 @@ class BrokerConfig:
                     "health_check_timeout_ms", "pulsar_channel_write_buffer_high_water_mark",
                     "http_server_accept_queue_size", "http_server_idle_timeout_ms",
                     "http_server_request_header_timeout_ms",
-                    "broker_deduplication_max_number_of_producers")
+                    "broker_deduplication_max_number_of_producers", "default_num_partitions")
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{KEY_OF_FIELD[name]} must be > 0, not {getattr(self, name)}")
@@ -412,6 +420,10 @@ class BrokerConfig:
             check_watermarks(high=self.disk_usage_threshold, low=self.disk_usage_lwm_threshold)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
+        if self.allow_auto_topic_creation_type not in AUTO_TOPIC_TYPES:
+            raise ConfigError("allowAutoTopicCreationType must be one of "
+                              f"{list(AUTO_TOPIC_TYPES)}, not "
+                              f"{self.allow_auto_topic_creation_type!r}")
         if self.broker_delete_inactive_topics_mode not in INACTIVE_TOPIC_MODES:
             raise ConfigError("brokerDeleteInactiveTopicsMode must be one of "
                               f"{list(INACTIVE_TOPIC_MODES)}, not "

@@ -85,6 +85,9 @@ async def get_partitions(request: web.Request) -> web.Response:
     facade, full = facade_of(request), _topic_name(request)
     m = request.match_info
     await facade.require_namespace(m["tenant"], m["namespace"])
+    if _flag(request, "checkAllowAutoCreation"):
+        # A client's HTTP lookup: auto-created as its binary lookup would be.
+        return json_response({"partitions": await facade.service.lookup_partition_count(full)})
     return json_response({"partitions": await facade.partition_count(full)})
 
 

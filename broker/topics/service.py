@@ -354,6 +354,25 @@ class BrokerService:
         """Partitions of *name*; 0 for a non-partitioned (or not yet existing) topic."""
         return self._partitioned.get(TopicName.parse(name).full, 0)
 
+    async def lookup_partition_count(self, name: str) -> int:
+        """Partitions of *name* as a client's partitioned-metadata lookup sees them: with
+        ``allowAutoTopicCreationType=partitioned``, a topic that does not exist yet (nor as a
+        non-partitioned one, nor as a partition name) is created partitioned first, with
+        ``defaultNumPartitions``, as Pulsar's lookup creates it."""
+        tn = TopicName.parse(name)
+        n = self._partitioned.get(tn.full, 0)
+        config = self.config
+        if (n > 0 or not config.allow_auto_topic_creation
+                or config.allow_auto_topic_creation_type != "partitioned"
+                or tn.is_partition or not self.tenancy.namespace_exists(tn.namespace)
+                or self._topic_known(tn)):
+            return n
+        try:
+            await self.create_partitioned_topic(tn.full, config.default_num_partitions)
+        except NotAllowedError:
+            pass  # created meanwhile, by another lookup or as a non-partitioned topic
+        return self._partitioned.get(tn.full, 0)
+
     async def delete_topic(self, name: str, *, force: bool = False) -> None:
         tn = TopicName.parse(name)
         full = tn.full

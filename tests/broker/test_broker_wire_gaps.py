@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from broker_rawclient import RawClient, make_entry
+from conftest import make_client
 from rest import http_json
 
 from protocol import commands as C
@@ -214,3 +215,37 @@ def test_subscription_properties_are_kept_durable_and_shown_in_stats(
     second = broker_factory(data_dir=first.data_dir)
     assert _subscription_stats(second, "sub-props", "s")["subscriptionProperties"] == \
         {"team": "billing"}
+
+
+def test_auto_created_topics_are_partitioned_when_the_broker_says_so(
+        broker_factory: Any) -> None:
+    b = broker_factory(config_overrides={"allowAutoTopicCreationType": "partitioned",
+                                         "defaultNumPartitions": 3})
+    with RawClient(b.service_url) as raw:
+        raw.handshake()
+        answer = raw.request(C.encode_partitioned_metadata("auto-parted", 1))
+        assert answer.partitionMetadataResponse.partitions == 3
+        # A partition's name, and a topic that exists unpartitioned, stay as they are.
+        answer = raw.request(C.encode_partitioned_metadata("other-partition-0", 2))
+        assert answer.partitionMetadataResponse.partitions == 0
+        assert raw.create_producer("persistent://public/default/plain", 1).type == \
+            T.PRODUCER_SUCCESS
+        answer = raw.request(C.encode_partitioned_metadata("plain", 3))
+        assert answer.partitionMetadataResponse.partitions == 0
+    status, body = http_json(b.web_url, "GET",
+                             "/admin/v2/persistent/public/default/auto-parted/partitions")
+    assert (status, body["partitions"]) == (200, 3)
+    # The client's HTTP lookup asks with checkAllowAutoCreation=true.
+    status, body = http_json(
+        b.web_url, "GET",
+        "/admin/v2/persistent/public/default/by-http/partitions?checkAllowAutoCreation=true")
+    assert (status, body["partitions"]) == (200, 3)
+    client = make_client(b.service_url)
+    try:
+        producer = client.create_producer("official-parted")
+        producer.send(b"x")
+        status, body = http_json(b.web_url, "GET",
+                                 "/admin/v2/persistent/public/default/official-parted/partitions")
+        assert body["partitions"] == 3
+    finally:
+        client.close()
