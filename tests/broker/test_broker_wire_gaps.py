@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import time
 from typing import Any
@@ -249,3 +250,41 @@ def test_auto_created_topics_are_partitioned_when_the_broker_says_so(
         assert body["partitions"] == 3
     finally:
         client.close()
+
+
+def _protobuf_native(message: Any) -> bytes:
+    """A PROTOBUF_NATIVE schema definition as the clients build it for *message*'s class."""
+    from google.protobuf import descriptor_pb2
+
+    files = descriptor_pb2.FileDescriptorSet()
+    message.DESCRIPTOR.file.CopyToProto(files.file.add())
+    return json.dumps({
+        "fileDescriptorSet": base64.b64encode(files.SerializeToString()).decode(),
+        "rootMessageTypeName": message.DESCRIPTOR.full_name,
+        "rootFileDescriptorName": message.DESCRIPTOR.file.name,
+    }).encode()
+
+
+def _producer_with_schema(topic: str, producer_id: int, request_id: int,
+                          schema_type: int, data: bytes) -> bytes:
+    cmd = pb.BaseCommand(type=T.PRODUCER)
+    p = cmd.producer
+    p.topic, p.producer_id, p.request_id = topic, producer_id, request_id
+    p.schema.name, p.schema.type, p.schema.schema_data = "s", schema_type, data
+    return C.encode_command(cmd)
+
+
+def test_protobuf_native_schemas_may_not_change_their_root_message(raw: RawClient) -> None:
+    topic = "persistent://public/default/protobuf-native"
+    native = pb.Schema.ProtobufNative
+    first = _protobuf_native(pb.MessageIdData)
+    assert raw.request(_producer_with_schema(topic, 1, 1, native, first)).type == \
+        T.PRODUCER_SUCCESS
+    assert raw.request(C.encode_close_producer(1, 2)).type == T.SUCCESS
+    refused = raw.request(_producer_with_schema(topic, 2, 3, native,
+                                                _protobuf_native(pb.KeyValue)))
+    assert refused.type == T.ERROR
+    assert refused.error.error == ServerError.IncompatibleSchema
+    assert "Protobuf root message isn't allow change!" in refused.error.message
+    assert raw.request(_producer_with_schema(topic, 3, 4, native, first)).type == \
+        T.PRODUCER_SUCCESS
