@@ -149,6 +149,10 @@ class BrokerConfig:
     schema_compatibility_strategy: str = _opt(
         "schemaCompatibilityStrategy", "FULL",
         "Default schema compatibility strategy (namespace/topic policies override it).")
+    is_schema_validation_enforced: bool = _opt(
+        "isSchemaValidationEnforced", False,
+        "Refuse a producer without a schema on a topic that has one (IncompatibleSchema); the "
+        "namespace/topic schemaValidationEnforced policies can turn it on too.")
     active_consumer_failover_delay_time_millis: int = _opt(
         "activeConsumerFailoverDelayTimeMillis", 1000,
         "Failover: a new active consumer is told (ACTIVE_CONSUMER_CHANGE) and fed only this long "

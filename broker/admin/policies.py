@@ -11,6 +11,8 @@ Theory of operation: Pulsar's paths and bodies (``NamespacesBase`` / ``Persisten
   ``.../{topic}/compactionThreshold``;
 - ``POST|GET|DELETE .../namespaces/{t}/{ns}/maxProducersPerTopic`` (>= 0, 0 no limit) and per
   topic ``.../{topic}/maxProducers``;
+- ``POST|GET|DELETE .../namespaces/{t}/{ns}/schemaValidationEnforced`` (``true``/``false``)
+  and per topic ``.../{topic}/schemaValidationEnforced``;
 - ``GET /admin/v2/namespaces/{t}/{ns}``: the namespace's Policies document.
 
 Values are validated here (400/412 with Pulsar's reasons), stored by the service's
@@ -123,6 +125,7 @@ _FIELDS: tuple[tuple[str, str, str, Parser], ...] = (
     ("compactionThreshold", P.NS_COMPACTION, P.TOPIC_COMPACTION, _threshold),
     ("maxProducersPerTopic", P.NS_MAX_PRODUCERS, "", _producer_limit),
     ("maxProducers", "", P.TOPIC_MAX_PRODUCERS, _producer_limit),
+    ("schemaValidationEnforced", P.NS_SCHEMA_VALIDATION, P.TOPIC_SCHEMA_VALIDATION, _bool),
 )
 
 
@@ -157,6 +160,7 @@ async def get_namespace_policies(request: web.Request) -> web.Response:
         "schema_compatibility_strategy": fields.get(P.NS_SCHEMA_STRATEGY, "UNDEFINED"),
         "compaction_threshold": fields.get(P.NS_COMPACTION),
         "max_producers_per_topic": fields.get(P.NS_MAX_PRODUCERS),
+        "schema_validation_enforced": bool(fields.get(P.NS_SCHEMA_VALIDATION, False)),
         "delayed_delivery_policies": None,
         **policies_document_fields(_store(facade), ns),
     }

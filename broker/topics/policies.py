@@ -55,6 +55,8 @@ TOPIC_INACTIVE = "inactiveTopicPolicies"
 NS_DELAYED = "delayed_delivery_policies"
 TOPIC_DELAYED = "delayedDeliveryPolicies"
 NS_MAX_PRODUCERS = "max_producers_per_topic"
+NS_SCHEMA_VALIDATION = "schema_validation_enforced"
+TOPIC_SCHEMA_VALIDATION = "schemaValidationEnforced"
 TOPIC_MAX_PRODUCERS = "maxProducerPerTopic"
 
 #: Where delayed-delivery bodies were kept before they joined the fields above (read at load).
@@ -207,6 +209,13 @@ class PolicyStore:
         """Most producers on the topic (0: no limit), ``maxProducersPerTopic`` by default."""
         value = self._resolve(tn, TOPIC_MAX_PRODUCERS, NS_MAX_PRODUCERS)
         return self.config.max_producers_per_topic if value is None else int(value)
+
+    def schema_validation_enforced(self, tn: TopicName) -> bool:
+        """Producers without a schema are refused on a topic with one: the broker's
+        ``isSchemaValidationEnforced`` or the topic's (else the namespace's) policy."""
+        if self.config.is_schema_validation_enforced:
+            return True
+        return bool(self._resolve(tn, TOPIC_SCHEMA_VALIDATION, NS_SCHEMA_VALIDATION))
 
     def schema_compatibility(self, tn: TopicName) -> str:
         """The compatibility strategy name (Pulsar's SchemaCompatibilityStrategy)."""

@@ -288,3 +288,38 @@ def test_protobuf_native_schemas_may_not_change_their_root_message(raw: RawClien
     assert "Protobuf root message isn't allow change!" in refused.error.message
     assert raw.request(_producer_with_schema(topic, 3, 4, native, first)).type == \
         T.PRODUCER_SUCCESS
+
+
+def test_schema_validation_enforced_refuses_producers_without_a_schema(
+        broker_factory: Any) -> None:
+    import pulsar
+    from pulsar.schema import Record, String, StringSchema
+
+    class Greeting(Record):
+        text = String()
+
+    enforced = broker_factory(config_overrides={"isSchemaValidationEnforced": True})
+    client = make_client(enforced.service_url)
+    try:
+        client.create_producer("typed", schema=pulsar.schema.AvroSchema(Greeting)).close()
+        with pytest.raises(pulsar.IncompatibleSchema):
+            client.create_producer("typed")
+        client.subscribe("typed", "no-schema-consumers-are-fine").close()
+        client.create_producer("untyped").close()  # a topic without schema takes anyone
+    finally:
+        client.close()
+
+    # Off by default; the namespace policy turns it on.
+    plain = broker_factory()
+    client = make_client(plain.service_url)
+    try:
+        client.create_producer("typed", schema=StringSchema()).close()
+        client.create_producer("typed").close()
+        status, _ = http_json(plain.web_url, "POST",
+                              "/admin/v2/namespaces/public/default/schemaValidationEnforced",
+                              b"true")
+        assert status == 204
+        with pytest.raises(pulsar.IncompatibleSchema):
+            client.create_producer("typed")
+    finally:
+        client.close()
