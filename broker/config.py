@@ -124,6 +124,14 @@ class BrokerConfig:
         "The broker PINGs a connection idle this long and closes one silent for two intervals.")
     allow_auto_topic_creation: bool = _opt(
         "allowAutoTopicCreation", True, "Create a topic on first lookup, producer or consumer.")
+    enable_broker_side_subscription_pattern_evaluation: bool = _opt(
+        "enableBrokerSideSubscriptionPatternEvaluation", True,
+        "Serve topic-list watchers (WATCH_TOPIC_LIST, advertised in CONNECTED's feature flags): "
+        "pattern consumers learn of new topics at once instead of polling.")
+    subscription_pattern_max_length: int = _opt(
+        "subscriptionPatternMaxLength", 50,
+        "Longest pattern a topic-list watcher accepts (a longer one is refused with "
+        "NotAllowedError and the client polls instead).")
     allow_auto_topic_creation_type: str = _opt(
         "allowAutoTopicCreationType", "non-partitioned",
         "non-partitioned or partitioned: what an auto-created topic is (a partitioned one is "

@@ -16,6 +16,7 @@ from protocol import commands as C
 from protocol import pulsar_pb as pb
 from protocol.errors import ServerError
 from protocol.metadata import split_entry
+from protocol.topic_list import encode_watch_topic_list, encode_watch_topic_list_close, topics_hash
 
 T = pb.BaseCommand
 _U64 = (1 << 64) - 1
@@ -323,3 +324,59 @@ def test_schema_validation_enforced_refuses_producers_without_a_schema(
             client.create_producer("typed")
     finally:
         client.close()
+
+
+def test_topic_list_watchers_report_matching_topics_as_they_come_and_go(broker: Any) -> None:
+    with RawClient(broker.service_url) as raw:
+        connected = raw.handshake()
+        assert connected.feature_flags.supports_topic_watchers
+        assert raw.create_producer("persistent://public/default/watched-a", 1).type == \
+            T.PRODUCER_SUCCESS
+        assert raw.create_producer("persistent://public/default/other", 2).type == \
+            T.PRODUCER_SUCCESS
+        ok = raw.request(encode_watch_topic_list(10, 7, "public/default",
+                                                 "persistent://public/default/watched-.*"))
+        assert ok.type == T.WATCH_TOPIC_LIST_SUCCESS
+        success = ok.watchTopicListSuccess
+        assert (success.request_id, success.watcher_id) == (10, 7)
+        assert list(success.topic) == ["persistent://public/default/watched-a"]
+        assert success.topics_hash == topics_hash(["persistent://public/default/watched-a"])
+
+        # A new matching topic, and partitions of a new partitioned one, are pushed.
+        raw.send(C.encode_producer("persistent://public/default/watched-b", 3, 11))
+        answers = {c.type: c for c in (raw.recv_command(), raw.recv_command())}
+        assert set(answers) == {T.PRODUCER_SUCCESS, T.WATCH_TOPIC_UPDATE}
+        update = answers[T.WATCH_TOPIC_UPDATE].watchTopicUpdate
+        assert (update.watcher_id, list(update.new_topics), list(update.deleted_topics)) == \
+            (7, ["persistent://public/default/watched-b"], [])
+        assert update.topics_hash == topics_hash(["persistent://public/default/watched-a",
+                                                  "persistent://public/default/watched-b"])
+        status, _ = http_json(broker.web_url, "PUT",
+                              "/admin/v2/persistent/public/default/watched-p/partitions", b"2")
+        assert status == 204
+        parts = [list(raw.recv_command().watchTopicUpdate.new_topics) for _ in range(2)]
+        assert parts == [["persistent://public/default/watched-p-partition-0"],
+                         ["persistent://public/default/watched-p-partition-1"]]
+
+        # A deleted one too; then, closed, the watcher says nothing more.
+        assert raw.request(C.encode_close_producer(3, 20)).type == T.SUCCESS
+        status, _ = http_json(broker.web_url, "DELETE",
+                              "/admin/v2/persistent/public/default/watched-b")
+        assert status == 204
+        update = raw.recv_command().watchTopicUpdate
+        assert list(update.deleted_topics) == ["persistent://public/default/watched-b"]
+        closed = raw.request(encode_watch_topic_list_close(21, 7))
+        assert (closed.type, closed.success.request_id) == (T.SUCCESS, 21)
+        assert raw.create_producer("persistent://public/default/watched-c", 4).type == \
+            T.PRODUCER_SUCCESS  # the next frame is this answer, no update before it
+
+        # The client's hash being current: no topics resent. A pattern too long: refused.
+        again = raw.request(encode_watch_topic_list(
+            22, 8, "public/default", "persistent://public/default/watched-a",
+            topics_hash(["persistent://public/default/watched-a"])))
+        assert list(again.watchTopicListSuccess.topic) == []
+        refused = raw.request(encode_watch_topic_list(23, 9, "public/default", "x" * 51))
+        assert (refused.type, refused.error.error) == (T.ERROR, ServerError.NotAllowedError)
+        assert refused.error.message == \
+            "Unable to create topic list watcher: Pattern longer than maximum: 50"
+    assert broker.call(lambda: len(broker.service.topic_events)) == 0
