@@ -192,7 +192,10 @@ async def create_subscription(request: web.Request) -> web.Response:
     facade, full = facade_of(request), _topic_name(request)
     m = request.match_info
     sub_name = m["sub"]
-    position, start_id = bodies.parse_subscription_start(bodies.load_json(await request.read()))
+    body = bodies.load_json(await request.read())
+    position, start_id = bodies.parse_subscription_start(body)
+    properties = bodies.parse_subscription_properties(
+        body.get("properties") if isinstance(body, dict) else None)
     await facade.require_namespace(m["tenant"], m["namespace"])
     n = await facade.partition_count(full)
     if n > 0:
@@ -204,7 +207,23 @@ async def create_subscription(request: web.Request) -> web.Response:
         raise E.conflict(E.SUBSCRIPTION_EXISTS)
     for topic in topics:
         await topic.get_or_create_subscription(sub_name, durable=True, initial_position=position,
-                                               start_message_id=start_id)
+                                               start_message_id=start_id, properties=properties)
+    return no_content()
+
+
+async def get_subscription_properties(request: web.Request) -> web.Response:
+    facade, full = facade_of(request), _topic_name(request)
+    merged: dict[str, str] = {}
+    for _, sub in await facade.subscriptions_of(full, request.match_info["sub"]):
+        merged.update(sub.subscription_properties)
+    return json_response(merged)
+
+
+async def update_subscription_properties(request: web.Request) -> web.Response:
+    facade, full = facade_of(request), _topic_name(request)
+    properties = bodies.parse_subscription_properties(bodies.load_json(await request.read()))
+    for _, sub in await facade.subscriptions_of(full, request.match_info["sub"]):
+        sub.set_subscription_properties(properties)
     return no_content()
 
 
@@ -342,6 +361,8 @@ def add_routes(app: web.Application) -> None:
     r.add_get(TOPIC + "/subscriptions", list_subscriptions)
     r.add_put(SUB, create_subscription)
     r.add_delete(SUB, delete_subscription)
+    r.add_get(SUB + "/properties", get_subscription_properties)
+    r.add_put(SUB + "/properties", update_subscription_properties)
     r.add_post(SUB + "/skip/{n}", skip)
     r.add_post(SUB + "/skip_all", skip_all)
     r.add_post(SUB + "/resetcursor/{timestamp}", reset_cursor_time)

@@ -210,6 +210,14 @@ class Subscription:
         return {key[n:]: value for key, value in self.cursor.properties.items()
                 if key.startswith(SUBSCRIPTION_PROPERTY_PREFIX)}
 
+    def set_subscription_properties(self, properties: Mapping[str, str]) -> None:
+        """Replace the subscription's own properties (admin update, Pulsar's whole-map set)."""
+        for key in self.cursor.properties:
+            if key.startswith(SUBSCRIPTION_PROPERTY_PREFIX):
+                self.cursor.remove_property(key)
+        for key, value in properties.items():
+            self.cursor.set_property(SUBSCRIPTION_PROPERTY_PREFIX + key, value)
+
     def disconnect_consumers(self) -> None:
         """CLOSE_CONSUMER to every consumer (topic unload/delete): clients re-subscribe."""
         for consumer in list(self.consumers):

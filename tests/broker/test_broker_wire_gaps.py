@@ -380,3 +380,17 @@ def test_topic_list_watchers_report_matching_topics_as_they_come_and_go(broker: 
         assert refused.error.message == \
             "Unable to create topic list watcher: Pattern longer than maximum: 50"
     assert broker.call(lambda: len(broker.service.topic_events)) == 0
+
+
+def test_subscription_properties_over_rest(broker: Any) -> None:
+    sub = "/admin/v2/persistent/public/default/rest-sub-props/subscription/s"
+    body = json.dumps({"ledgerId": -1, "entryId": -1, "properties": {"a": "1"}}).encode()
+    assert http_json(broker.web_url, "PUT", sub, body)[0] == 204
+    assert http_json(broker.web_url, "GET", sub + "/properties") == (200, {"a": "1"})
+    assert http_json(broker.web_url, "PUT", sub + "/properties", b'{"b": "2"}')[0] == 204
+    assert http_json(broker.web_url, "GET", sub + "/properties") == (200, {"b": "2"})
+    status, refused = http_json(broker.web_url, "PUT", sub + "/properties", b'{"b": 2}')
+    assert (status, refused["reason"]) == (
+        400, "Invalid subscription properties: expected an object of strings")
+    status, _ = http_json(broker.web_url, "GET", sub.replace("/s", "/nope") + "/properties")
+    assert status == 404
