@@ -59,6 +59,7 @@ BACKLOG_QUOTA_POLICIES = admin_names.BACKLOG_QUOTA_POLICIES
 
 #: Pulsar's InactiveTopicDeleteMode names (shared with the command-line clients).
 INACTIVE_TOPIC_MODES = admin_names.INACTIVE_TOPIC_DELETE_MODES
+AUTO_TOPIC_TYPES = ("non-partitioned", "partitioned")
 
 
 class ConfigError(ValueError):
@@ -122,7 +123,22 @@ class BrokerConfig:
         "keepAliveIntervalSeconds", 30,
         "The broker PINGs a connection idle this long and closes one silent for two intervals.")
     allow_auto_topic_creation: bool = _opt(
-        "allowAutoTopicCreation", True, "Create a non-partitioned topic on first producer/consumer.")
+        "allowAutoTopicCreation", True, "Create a topic on first lookup, producer or consumer.")
+    enable_broker_side_subscription_pattern_evaluation: bool = _opt(
+        "enableBrokerSideSubscriptionPatternEvaluation", True,
+        "Serve topic-list watchers (WATCH_TOPIC_LIST, advertised in CONNECTED's feature flags): "
+        "pattern consumers learn of new topics at once instead of polling.")
+    subscription_pattern_max_length: int = _opt(
+        "subscriptionPatternMaxLength", 50,
+        "Longest pattern a topic-list watcher accepts (a longer one is refused with "
+        "NotAllowedError and the client polls instead).")
+    allow_auto_topic_creation_type: str = _opt(
+        "allowAutoTopicCreationType", "non-partitioned",
+        "non-partitioned or partitioned: what an auto-created topic is (a partitioned one is "
+        "made on its first partitioned-metadata lookup, with defaultNumPartitions).")
+    default_num_partitions: int = _opt(
+        "defaultNumPartitions", 1,
+        "Partitions of a topic auto-created with allowAutoTopicCreationType=partitioned.")
     broker_deduplication_enabled: bool = _opt(
         "brokerDeduplicationEnabled", True,
         "Default of the deduplication policy (namespace/topic policies override it). Pulsar's "
@@ -141,6 +157,10 @@ class BrokerConfig:
     schema_compatibility_strategy: str = _opt(
         "schemaCompatibilityStrategy", "FULL",
         "Default schema compatibility strategy (namespace/topic policies override it).")
+    is_schema_validation_enforced: bool = _opt(
+        "isSchemaValidationEnforced", False,
+        "Refuse a producer without a schema on a topic that has one (IncompatibleSchema); the "
+        "namespace/topic schemaValidationEnforced policies can turn it on too.")
     active_consumer_failover_delay_time_millis: int = _opt(
         "activeConsumerFailoverDelayTimeMillis", 1000,
         "Failover: a new active consumer is told (ACTIVE_CONSUMER_CHANGE) and fed only this long "
@@ -404,7 +424,7 @@ class BrokerConfig:
                     "health_check_timeout_ms", "pulsar_channel_write_buffer_high_water_mark",
                     "http_server_accept_queue_size", "http_server_idle_timeout_ms",
                     "http_server_request_header_timeout_ms",
-                    "broker_deduplication_max_number_of_producers")
+                    "broker_deduplication_max_number_of_producers", "default_num_partitions")
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{KEY_OF_FIELD[name]} must be > 0, not {getattr(self, name)}")
@@ -412,6 +432,10 @@ class BrokerConfig:
             check_watermarks(high=self.disk_usage_threshold, low=self.disk_usage_lwm_threshold)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
+        if self.allow_auto_topic_creation_type not in AUTO_TOPIC_TYPES:
+            raise ConfigError("allowAutoTopicCreationType must be one of "
+                              f"{list(AUTO_TOPIC_TYPES)}, not "
+                              f"{self.allow_auto_topic_creation_type!r}")
         if self.broker_delete_inactive_topics_mode not in INACTIVE_TOPIC_MODES:
             raise ConfigError("brokerDeleteInactiveTopicsMode must be one of "
                               f"{list(INACTIVE_TOPIC_MODES)}, not "

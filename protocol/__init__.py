@@ -7,7 +7,8 @@ Modules: :mod:`~protocol.frames` (incremental frame decoder), :mod:`~protocol.co
 (command validation), :mod:`~protocol.send_path` (protobuf-free SEND parse and bulk
 SEND_RECEIPTs), :mod:`~protocol.commands`
 (encoders; client-side ones live in :mod:`~protocol.client_commands` and are re-exported),
-:mod:`~protocol.framing` (frame headers, checksum, varints), :mod:`~protocol.metadata`
+:mod:`~protocol.framing` (frame headers, checksum, varints), :mod:`~protocol.topic_list`
+(topic-list watcher commands and hash), :mod:`~protocol.metadata`
 (entries, message metadata, batches, Key_Shared hash), :mod:`~protocol.errors` (the error
 hierarchy mapped to ``ServerError``), :mod:`~protocol.limits`, :mod:`~protocol.admin_names`
 (Pulsar's names for the admin API's enumerated values, shared with the command-line clients),

@@ -193,10 +193,12 @@ def encode_seek(
     return encode_command(cmd)
 
 
-def encode_unsubscribe(consumer_id: int, request_id: int) -> bytes:
+def encode_unsubscribe(consumer_id: int, request_id: int, *, force: bool = False) -> bytes:
     cmd = pb.BaseCommand(type=_T.UNSUBSCRIBE)
     cmd.unsubscribe.consumer_id = consumer_id
     cmd.unsubscribe.request_id = request_id
+    if force:
+        cmd.unsubscribe.force = True
     return encode_command(cmd)
 
 

@@ -61,12 +61,16 @@ def encode_connected(
     server_version: str,
     protocol_version: int = PROTOCOL_VERSION,
     max_message_size: int | None = None,
+    *,
+    supports_topic_watchers: bool = False,
 ) -> bytes:
+    """``supports_topic_watchers``: the broker serves WATCH_TOPIC_LIST (feature_flags)."""
     cmd = pb.BaseCommand(type=_T.CONNECTED)
     cmd.connected.server_version = server_version
     cmd.connected.protocol_version = protocol_version
     if max_message_size is not None:
         cmd.connected.max_message_size = max_message_size
+    cmd.connected.feature_flags.supports_topic_watchers = supports_topic_watchers
     return encode_command(cmd)
 
 

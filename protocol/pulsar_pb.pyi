@@ -743,12 +743,14 @@ class CommandFlow(_message.Message):
     def __init__(self, consumer_id: _Optional[int] = ..., messagePermits: _Optional[int] = ...) -> None: ...
 
 class CommandUnsubscribe(_message.Message):
-    __slots__ = ("consumer_id", "request_id")
+    __slots__ = ("consumer_id", "request_id", "force")
     CONSUMER_ID_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    FORCE_FIELD_NUMBER: _ClassVar[int]
     consumer_id: int
     request_id: int
-    def __init__(self, consumer_id: _Optional[int] = ..., request_id: _Optional[int] = ...) -> None: ...
+    force: bool
+    def __init__(self, consumer_id: _Optional[int] = ..., request_id: _Optional[int] = ..., force: _Optional[bool] = ...) -> None: ...
 
 class CommandSeek(_message.Message):
     __slots__ = ("consumer_id", "request_id", "message_id", "message_publish_time")

@@ -233,6 +233,16 @@ def parse_subscription_start(body: object) -> tuple[str, tuple[int, int] | None]
     return ("latest", (data.ledger_id, data.entry_id))
 
 
+def parse_subscription_properties(body: object) -> dict[str, str]:
+    """A subscription's properties: a JSON object of strings (``null``: none)."""
+    if body is None:
+        return {}
+    if not isinstance(body, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in body.items()):
+        raise bad_request("Invalid subscription properties: expected an object of strings")
+    return dict(body)
+
+
 def parse_partitions(body: object) -> int:
     """``PUT .../partitions`` body: a JSON integer (Pulsar also tolerates a numeric string), or
     Pulsar's PartitionedTopicMetadata object ``{"partitions": N, "properties": {...}}`` (media

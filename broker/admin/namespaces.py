@@ -25,6 +25,7 @@ from broker.admin.service import AdminService, topic_name
 from broker.admin.topics import TOPIC
 from broker.delayed.policy import DelayPolicy
 from broker.topics.names import TopicName
+from broker.topics.policies import NS_MAX_PRODUCERS
 
 TENANTS = "/admin/v2/tenants"
 TENANT = TENANTS + "/{tenant}"
@@ -98,8 +99,22 @@ async def create_namespace(request: web.Request) -> web.Response:
     await admin.tenants.require_tenant(tenant)
     if await admin.tenants.namespace_exists(tenant, ns):
         raise E.conflict(E.NAMESPACE_EXISTS)
-    await admin.tenants.create_namespace(f"{tenant}/{ns}", namespace_policies_body(body))
+    policies = namespace_policies_body(body)
+    max_producers = _max_producers_of(policies)
+    await admin.tenants.create_namespace(f"{tenant}/{ns}", policies)
+    if max_producers is not None:
+        await admin.policy_store.set_namespace_field(f"{tenant}/{ns}", NS_MAX_PRODUCERS, max_producers)
     return no_content()
+
+
+def _max_producers_of(policies: dict[str, Any]) -> int | None:
+    """The create body's ``max_producers_per_topic`` (a limit the topics enforce), if set."""
+    value = policies.get(NS_MAX_PRODUCERS)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise E.precondition_failed("maxProducersPerTopic must be 0 or more")
+    return value
 
 
 def namespace_policies_body(body: object) -> dict[str, Any]:

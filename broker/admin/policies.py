@@ -9,6 +9,10 @@ Theory of operation: Pulsar's paths and bodies (``NamespacesBase`` / ``Persisten
   ``.../{topic}/schemaCompatibilityStrategy``;
 - ``PUT|GET|DELETE .../namespaces/{t}/{ns}/compactionThreshold`` (bytes, >= 0) and per topic
   ``.../{topic}/compactionThreshold``;
+- ``POST|GET|DELETE .../namespaces/{t}/{ns}/maxProducersPerTopic`` (>= 0, 0 no limit) and per
+  topic ``.../{topic}/maxProducers``;
+- ``POST|GET|DELETE .../namespaces/{t}/{ns}/schemaValidationEnforced`` (``true``/``false``)
+  and per topic ``.../{topic}/schemaValidationEnforced``;
 - ``GET /admin/v2/namespaces/{t}/{ns}``: the namespace's Policies document.
 
 Values are validated here (400/412 with Pulsar's reasons), stored by the broker's
@@ -73,6 +77,14 @@ def _strategy(body: object) -> str:
     return body
 
 
+def _producer_limit(body: object) -> int:
+    if isinstance(body, bool) or not isinstance(body, int):
+        raise E.bad_request("Invalid value: expected a number of producers")
+    if body < 0:
+        raise E.precondition_failed("maxProducersPerTopic must be 0 or more")
+    return body
+
+
 def _threshold(body: object) -> int:
     if isinstance(body, bool) or not isinstance(body, int):
         raise E.bad_request("Invalid compaction threshold: expected a number of bytes")
@@ -108,6 +120,9 @@ _FIELDS: tuple[tuple[str, str, str, Parser], ...] = (
     ("deduplicationEnabled", "", P.TOPIC_DEDUP, _bool),
     ("schemaCompatibilityStrategy", P.NS_SCHEMA_STRATEGY, P.TOPIC_SCHEMA_STRATEGY, _strategy),
     ("compactionThreshold", P.NS_COMPACTION, P.TOPIC_COMPACTION, _threshold),
+    ("maxProducersPerTopic", P.NS_MAX_PRODUCERS, "", _producer_limit),
+    ("maxProducers", "", P.TOPIC_MAX_PRODUCERS, _producer_limit),
+    ("schemaValidationEnforced", P.NS_SCHEMA_VALIDATION, P.TOPIC_SCHEMA_VALIDATION, _bool),
 )
 
 
@@ -144,6 +159,8 @@ async def get_namespace_policies(request: web.Request) -> web.Response:
         "deduplicationEnabled": fields.get(P.NS_DEDUP),
         "schema_compatibility_strategy": fields.get(P.NS_SCHEMA_STRATEGY, "UNDEFINED"),
         "compaction_threshold": fields.get(P.NS_COMPACTION),
+        "max_producers_per_topic": fields.get(P.NS_MAX_PRODUCERS),
+        "schema_validation_enforced": bool(fields.get(P.NS_SCHEMA_VALIDATION, False)),
         "delayed_delivery_policies": None,
         **policies_document_fields(_store(admin), ns),
     }

@@ -170,6 +170,11 @@ class AdminTopics:
         return await self._service.list_topics(f"{tenant}/{namespace}")
 
     # --- existence and fan-out -----------------------------------------------------------
+    async def lookup_partition_count(self, tn: TopicName) -> int:
+        """Partitions as a client's lookup sees them: a missing topic is auto-created first
+        (``allowAutoTopicCreationType``), as its binary lookup would create it."""
+        return await self._service.lookup_partition_count(tn.full)
+
     async def partition_count(self, tn: TopicName) -> int:
         """Partitions of *tn* as a partitioned topic; 0 for a partition or a plain topic."""
         if tn.is_partition:

@@ -86,8 +86,13 @@ async def get_partitions(request: web.Request) -> web.Response:
     admin, tn = admin_of(request), _topic_name(request)
     m = request.match_info
     await admin.tenants.require_namespace(m["tenant"], m["namespace"])
+    if _flag(request, "checkAllowAutoCreation"):
+        # A client's HTTP lookup: auto-created as its binary lookup would be.
+        partitions = await admin.topics.lookup_partition_count(tn)
+    else:
+        partitions = await admin.topics.partition_count(tn)
     # Pulsar's PartitionedTopicMetadata; "deleted" is true only while a deletion runs
-    return json_response({"partitions": await admin.topics.partition_count(tn), "deleted": False})
+    return json_response({"partitions": partitions, "deleted": False})
 
 
 async def delete_topic(request: web.Request) -> web.Response:
@@ -191,7 +196,10 @@ async def create_subscription(request: web.Request) -> web.Response:
     admin, tn = admin_of(request), _topic_name(request)
     m = request.match_info
     sub_name = m["sub"]
-    position, start_id = bodies.parse_subscription_start(bodies.load_json(await request.read()))
+    body = bodies.load_json(await request.read())
+    position, start_id = bodies.parse_subscription_start(body)
+    properties = bodies.parse_subscription_properties(
+        body.get("properties") if isinstance(body, dict) else None)
     await admin.tenants.require_namespace(m["tenant"], m["namespace"])
     n = await admin.topics.partition_count(tn)
     if n > 0:
@@ -203,7 +211,23 @@ async def create_subscription(request: web.Request) -> web.Response:
         raise E.conflict(E.SUBSCRIPTION_EXISTS)
     for topic in topics:
         await topic.get_or_create_subscription(sub_name, durable=True, initial_position=position,
-                                               start_message_id=start_id)
+                                               start_message_id=start_id, properties=properties)
+    return no_content()
+
+
+async def get_subscription_properties(request: web.Request) -> web.Response:
+    admin, tn = admin_of(request), _topic_name(request)
+    merged: dict[str, str] = {}
+    for _, sub in await admin.topics.subscriptions_of(tn, request.match_info["sub"]):
+        merged.update(sub.subscription_properties)
+    return json_response(merged)
+
+
+async def update_subscription_properties(request: web.Request) -> web.Response:
+    admin, tn = admin_of(request), _topic_name(request)
+    properties = bodies.parse_subscription_properties(bodies.load_json(await request.read()))
+    for _, sub in await admin.topics.subscriptions_of(tn, request.match_info["sub"]):
+        sub.set_subscription_properties(properties)
     return no_content()
 
 
@@ -341,6 +365,8 @@ def add_routes(app: web.Application) -> None:
     r.add_get(TOPIC + "/subscriptions", list_subscriptions)
     r.add_put(SUB, create_subscription)
     r.add_delete(SUB, delete_subscription)
+    r.add_get(SUB + "/properties", get_subscription_properties)
+    r.add_put(SUB + "/properties", update_subscription_properties)
     r.add_post(SUB + "/skip/{n}", skip)
     r.add_post(SUB + "/skip_all", skip_all)
     r.add_post(SUB + "/resetcursor/{timestamp}", reset_cursor_time)

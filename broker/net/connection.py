@@ -42,7 +42,8 @@ Theory of operation
    (``tables``, default :data:`DEFAULT_TABLES`, whose handlers are the functions of
    :mod:`broker.net.handlers`), so a test can substitute recording handlers.
 
-Consumer commands go to :class:`broker.net.consumers.ConsumerSide`, created on first use;
+Consumer commands go to :class:`broker.net.consumers.ConsumerSide`, created on first use (topic-list
+watchers to :class:`broker.net.topic_watchers.TopicWatchers`, likewise);
 PRODUCER and CLOSE_PRODUCER to :mod:`broker.net.producers`. The connection owns its producer
 registries (``producers``, ``waiting_producers``): others change them only through
 :meth:`producer_detached` and :meth:`producer_ready` (:class:`broker.topics.producer.ProducerTransport`).
@@ -73,6 +74,7 @@ from broker.net.states import (
     unknown_command,
 )
 from broker.net.throttle import OutputPauses, PublishBuffer, ReadThrottle
+from broker.net.topic_watchers import TopicWatchers
 from broker.topics.producer import Producer
 from broker.topics.service import BrokerService
 from protocol import commands as C
@@ -135,6 +137,7 @@ class ServerConnection(asyncio.Protocol):
             self.config.pulsar_channel_pause_receiving_requests_if_unwritable
         self.producers_creating: set[int] = set()  # PRODUCER requests in flight
         self._consumer_side: ConsumerSide | None = None
+        self._topic_watchers: TopicWatchers | None = None
         self._requests = RequestTasks(self.loop, self.write, lambda: self.remote_address)
 
     @property
@@ -283,6 +286,8 @@ class ServerConnection(asyncio.Protocol):
         if side is not None:
             self._consumer_side = None
             side.close()
+        if self._topic_watchers is not None:
+            self._topic_watchers.close()
 
     def pause_writing(self) -> None:
         self._output.paused = True
@@ -429,6 +434,17 @@ class ServerConnection(asyncio.Protocol):
     @property
     def existing_consumer_side(self) -> ConsumerSide | None:
         return self._consumer_side
+
+    def topic_watchers(self) -> TopicWatchers:
+        """The connection's topic-list watchers, created on first use."""
+        watchers = self._topic_watchers
+        if watchers is None:
+            watchers = self._topic_watchers = TopicWatchers(self)
+        return watchers
+
+    @property
+    def serves_topic_watchers(self) -> bool:
+        return self.config.enable_broker_side_subscription_pattern_evaluation
 
     def __repr__(self) -> str:
         return f"<ServerConnection {self.remote_address} {self.state.name}>"

@@ -12,8 +12,8 @@ Wire facts that matter (reference sections 2.6/2.7): ids are uint64 on the wire,
 ``-1`` arrives as ``2**64 - 1`` (see :func:`broker.subscriptions.subscription.wire_position`); ACK carries a
 *repeated* message_id; ACK_RESPONSE goes out only when the ACK had a request_id; a seek closes
 every consumer of the subscription (CLOSE_CONSUMER) before SUCCESS, as the Java broker does, so
-clients re-subscribe and send fresh FLOW permits; GET_LAST_MESSAGE_ID answers ``(ledger, -1)``
-for a topic with no entries, which the client reads as "nothing available".
+clients re-subscribe and send fresh FLOW permits; GET_LAST_MESSAGE_ID answers ``(-1, -1)``
+for a topic with no entries, as Pulsar does, which the client reads as "nothing available".
 """
 
 from __future__ import annotations
@@ -173,6 +173,10 @@ class ConsumerSide:
             raise NotAllowedError("Read compacted can only be used with exclusive or failover "
                                   "persistent subscriptions")
         topic = await self.connection.service.get_any_topic(tn.full, create=True)
+        if not cmd.subscription.strip():
+            # Pulsar's topic refuses a blank name with a NamingException, sent as ProducerBusy;
+            # the C++ client reads that code on a subscribe as "SubscriptionName cannot be empty".
+            raise ProducerBusyError("Empty subscription name")
         if cmd.HasField("schema"):
             await check_consumer_schema(self.connection.service, topic, cmd.schema)
         durable = cmd.durable if cmd.HasField("durable") else True
@@ -184,7 +188,11 @@ class ConsumerSide:
         sub: AnySubscription = await topic.get_or_create_subscription(
             cmd.subscription, durable=durable, initial_position=initial,
             start_message_id=start,
+            properties={kv.key: kv.value for kv in cmd.subscription_properties},
         )
+        rollback_s = int(cmd.start_message_rollback_duration_sec)
+        if rollback_s > 0 and isinstance(sub, Subscription):
+            await _roll_back(sub, rollback_s)
         if read_compacted or not sub.consumers:
             sub.read_compacted = read_compacted
         sub_type = SubType(cmd.subType)
@@ -339,7 +347,7 @@ class ConsumerSide:
 
     async def handle_unsubscribe(self, cmd: pb.CommandUnsubscribe) -> None:
         attached = self._attached_to(cmd.consumer_id)
-        await attached.subscription.unsubscribe(attached.consumer)
+        await attached.subscription.unsubscribe(attached.consumer, force=bool(cmd.force))
         self.forget(attached.consumer)
         self.connection.write(encode_success(cmd.request_id))
 
@@ -369,19 +377,24 @@ class ConsumerSide:
             return
         ledger = sub.ledger
         last = tail_position(ledger)
-        batch_index: int | None = None
-        if last.entry_id >= 0:
-            entry = await ledger.read_entry(last)
-            if entry is not None:
-                try:
-                    info = parse_entry(entry.data)
-                    if info.num_messages_in_batch is not None:
-                        batch_index = info.num_messages_in_batch - 1
-                except Exception:
-                    batch_index = None
         md = sub.cursor.mark_delete_position
-        # Pulsar answers a topic without an entry (-1, -1), not (its ledger, -1)
-        last_ledger = last.ledger_id if last.entry_id >= 0 else -1
+        if last.entry_id < 0:
+            # Nothing in the topic: Pulsar answers (-1, -1) (its compacted-ledger fallback finds
+            # nothing either), not the current ledger's id.
+            self.connection.write(encode_get_last_message_id_response(
+                cmd.request_id, _U64, _U64, partition=consumer.partition,
+                mark_delete=(md.ledger_id & _U64, md.entry_id & _U64)))
+            return
+        batch_index: int | None = None
+        entry = await ledger.read_entry(last)
+        if entry is not None:
+            try:
+                info = parse_entry(entry.data)
+                if info.num_messages_in_batch is not None:
+                    batch_index = info.num_messages_in_batch - 1
+            except Exception:
+                batch_index = None
+        last_ledger = last.ledger_id
         self.connection.write(encode_get_last_message_id_response(
             cmd.request_id, last_ledger & _U64, last.entry_id & _U64,
             partition=consumer.partition, batch_index=batch_index,
@@ -446,6 +459,16 @@ class ConsumerSide:
         if attached is None:
             raise MetadataError("Consumer not found")
         return attached
+
+
+async def _roll_back(sub: Subscription, seconds: int) -> None:
+    """SUBSCRIBE's ``start_message_rollback_duration_sec``: the subscription (new or existing)
+    restarts at what was published in the last *seconds*, before the consumer joins, as
+    Pulsar's topic resets it; a failed reset is logged and the subscribe goes on."""
+    try:
+        await sub.resets.reset_cursor_to_timestamp(_now_ms() - seconds * 1000)
+    except (StorageError, RequestError) as exc:
+        log.warning("%s: rolling back %d s on subscribe failed: %s", sub.name, seconds, exc)
 
 
 def _now_ms() -> int:

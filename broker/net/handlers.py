@@ -21,6 +21,7 @@ from broker.net.consumers import ConsumerSide
 from broker.net.lookup import LookupConnection
 from broker.net.producers import ProducerConnection, handle_close_producer, handle_producer
 from broker.net.schemas import SchemaConnection
+from broker.net.topic_watchers import TopicWatchers
 from broker.topics.names import TopicName
 from protocol import commands as C
 from protocol import pulsar_pb as pb
@@ -28,7 +29,7 @@ from protocol.command_check import SUBFIELD_BY_TYPE
 from protocol.errors import RequestError, ServerError
 from protocol.frames import Frame
 
-__all__ = ["TRANSACTIONS_DISABLED", "TRANSACTION_REQUESTS", "WATCHERS_DISABLED", "CommandHost"]
+__all__ = ["TRANSACTIONS_DISABLED", "TRANSACTION_REQUESTS", "CommandHost"]
 
 log = logging.getLogger("horae.net.connection")
 
@@ -45,6 +46,10 @@ class CommandHost(LookupConnection, ProducerConnection, SchemaConnection, Protoc
     @property
     def existing_consumer_side(self) -> ConsumerSide | None:
         """The consumer side if a consumer command created it, else None."""
+        ...
+
+    def topic_watchers(self) -> TopicWatchers:
+        """The connection's topic-list watchers, created on first use."""
         ...
 
 
@@ -162,26 +167,22 @@ def on_consumer_stats(conn: CommandHost, frame: Frame) -> None:
 
 # ---------------------------------------------------------------------- features not served
 #
-# Transactions and topic-list watchers: a client sends these only when its user turns the
-# feature on (a transactional client; a pattern consumer, which watches a topic list only when
-# CONNECTED advertised supports_topic_watchers, never set here). Each is answered as Pulsar's
-# ServerCnx answers it with the feature off, and the connection stays open with its producers
-# and consumers:
+# Transactions: a client sends these only when its user turns the feature on (a transactional
+# client). Each is answered as Pulsar's ServerCnx answers it with the feature off, and the
+# connection stays open with its producers and consumers:
 #
 # - NEW_TXN, ADD_PARTITION_TO_TXN, ADD_SUBSCRIPTION_TO_TXN, END_TXN, TC_CLIENT_CONNECT_REQUEST:
 #   ERROR NotAllowedError "Transactions are not enabled." (transactionCoordinatorEnabled false:
 #   checkTransactionEnableAndSendError), which fails the client's request at once;
 # - END_TXN_ON_PARTITION, END_TXN_ON_SUBSCRIPTION (a transaction coordinator asking the broker
 #   that owns a topic to commit or abort there): their own response with the same error; no
-#   transaction can have touched a topic here;
-# - WATCH_TOPIC_LIST: ERROR NotAllowedError, TopicListService's text with
-#   enableBrokerSideSubscriptionPatternEvaluation false;
-# - WATCH_TOPIC_LIST_CLOSE: SUCCESS (Pulsar answers so whether or not the watcher exists).
+#   transaction can have touched a topic here.
+#
+# Topic-list watchers (WATCH_TOPIC_LIST, WATCH_TOPIC_LIST_CLOSE) are served by the connection's
+# :class:`broker.net.topic_watchers.TopicWatchers`.
 
-#: Pulsar's texts for the features turned off.
+#: Pulsar's text for the transactions turned off.
 TRANSACTIONS_DISABLED: Final = "Transactions are not enabled."
-WATCHERS_DISABLED: Final = (
-    "Unable to create topic list watcher: Evaluating subscription patterns is disabled.")
 
 
 def on_transaction_request(conn: CommandHost, frame: Frame) -> None:
@@ -207,12 +208,13 @@ def on_end_txn_on_subscription(conn: CommandHost, frame: Frame) -> None:
 
 
 def on_watch_topic_list(conn: CommandHost, frame: Frame) -> None:
-    conn.write(C.encode_error(frame.command.watchTopicList.request_id,
-                              ServerError.NotAllowedError, WATCHERS_DISABLED))
+    conn.topic_watchers().watch(frame.command.watchTopicList)
 
 
 def on_watch_topic_list_close(conn: CommandHost, frame: Frame) -> None:
-    conn.write(C.encode_success(frame.command.watchTopicListClose.request_id))
+    m = frame.command.watchTopicListClose
+    conn.topic_watchers().unwatch(int(m.watcher_id))
+    conn.write(C.encode_success(m.request_id))  # Pulsar's answer, known watcher or not
 
 
 #: The transaction commands a client sends (each has a ``request_id``).

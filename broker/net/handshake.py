@@ -105,6 +105,11 @@ class HandshakeHost(ConnectionView, Protocol):
     @property
     def max_message_size(self) -> int: ...
 
+    @property
+    def serves_topic_watchers(self) -> bool:
+        """CONNECTED advertises ``supports_topic_watchers``."""
+        ...
+
     def close(self, reason: str = "") -> None: ...
 
     def handshake_done(self) -> None:
@@ -186,8 +191,9 @@ class Handshake:
     def _accept(self, role: AuthenticatedRole) -> None:
         self.role = role
         self.stop_timer()
-        self._host.write(C.encode_connected(SERVER_VERSION, self.protocol_version,
-                                            max_message_size=self._host.max_message_size))
+        self._host.write(C.encode_connected(
+            SERVER_VERSION, self.protocol_version, max_message_size=self._host.max_message_size,
+            supports_topic_watchers=self._host.serves_topic_watchers))
         self._host.handshake_done()
 
     def _refuse(self, exc: AuthenticationError, offered_method: str | None) -> None:

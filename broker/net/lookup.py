@@ -66,7 +66,7 @@ def answer_partitioned_metadata(conn: LookupConnection, m: pb.CommandPartitioned
         return
 
     async def run() -> None:
-        n = await conn.service.get_partition_count(name.full)
+        n = await conn.service.lookup_partition_count(name.full)
         conn.write(C.encode_partitioned_metadata_response(rid, n))
 
     conn.spawn(run(), rid, failed)

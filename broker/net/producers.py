@@ -114,7 +114,7 @@ async def create_producer(connection: ProducerConnection, m: pb.CommandProducer)
     service.publish_refusals.check_producer()
     topic = await service.get_any_topic(name.full,
                                         create=service.config.allow_auto_topic_creation)
-    max_producers = service.config.max_producers_per_topic
+    max_producers = service.policies.max_producers_per_topic(name)
     topic.check_producer_limit(max_producers)  # early, before the work; attaching decides
     user_provided = m.HasField("producer_name") and m.producer_name != ""
     schema_version = await producer_schema(service, topic,

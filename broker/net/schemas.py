@@ -13,8 +13,9 @@ GET_SCHEMA needs lookup permission on the topic (produce or consume) and GET_OR_
 produce permission (:class:`broker.net.handshake.Handshake`): a refusal is the command's own
 response with ``AuthorizationError``, answered before anything is read or registered.
 
-Pulsar's rules: a producer without a schema is accepted on any topic (schema validation is not
-enforced) and gets no version; a producer with one gets the version of that schema, added if it
+Pulsar's rules: a producer without a schema is accepted on any topic and gets no version,
+unless schema validation is enforced (``isSchemaValidationEnforced`` or the namespace/topic
+``schemaValidationEnforced`` policy) and the topic has a schema: IncompatibleSchema then; a producer with one gets the version of that schema, added if it
 is new and compatible. A consumer with a schema adds it only to an idle topic without schema
 (no producer, no connected consumer, no data); otherwise it must be compatible with what is
 registered ("Topic does not have schema to check" when nothing is).
@@ -44,6 +45,8 @@ from protocol.errors import IncompatibleSchemaError, RequestError, ServerError
 __all__ = ["check_consumer_schema", "get_or_create_schema", "get_schema", "producer_schema"]
 
 NO_SCHEMA = "Topic not found or no-schema"  # Pulsar's exact text
+NO_SCHEMA_REFUSED = ("Producers cannot connect or send message without a schema to topics "
+                     "with a schema")  # Pulsar's, with schema validation enforced
 
 
 class SchemaConnection(ConnectionView, Protocol):
@@ -60,6 +63,9 @@ async def producer_schema(service: BrokerService, topic: Topic | NonPersistentTo
                           schema: pb.Schema | None) -> bytes | None:
     """The schema version to answer in PRODUCER_SUCCESS (None: a schema-less producer)."""
     if schema is None:
+        if (service.policies.schema_validation_enforced(topic.name)
+                and await service.schemas.latest(schema_id(topic.full)) is not None):
+            raise IncompatibleSchemaError(NO_SCHEMA_REFUSED)
         return None
     type_name, data, properties = wire_fields(schema)
     strategy = service.policies.schema_compatibility(topic.name)

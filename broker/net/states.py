@@ -33,7 +33,7 @@ A pair missing from the table is a protocol violation (:func:`unexpected`):
    in CLOSED it is dropped.
 
 Handlers are the functions of :mod:`broker.net.handlers` (among them the answers to the
-transaction and topic-list-watcher commands, as Pulsar's with those features off), called
+transaction commands, as Pulsar's with that feature off), called
 with the connection and the decoded frame; a test walks every (state, command type) pair.
 """
 

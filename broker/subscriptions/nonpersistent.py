@@ -78,9 +78,11 @@ class NonPersistentSubscription:
 
     durable = False
 
-    def __init__(self, topic: SubscriptionOwner, name: str) -> None:
+    def __init__(self, topic: SubscriptionOwner, name: str,
+                 properties: dict[str, str] | None = None) -> None:
         self.topic = topic
         self.name = name
+        self.subscription_properties: dict[str, str] = dict(properties or {})
         self.consumers: list[Consumer] = []
         self.sub_type: SubType | None = None
         self.key_shared_mode: int | None = None
@@ -157,9 +159,14 @@ class NonPersistentSubscription:
         for c in self.consumers:
             c.notify_active(c is self._active)
 
-    async def unsubscribe(self, consumer: Consumer) -> None:
-        if any(c is not consumer for c in self.consumers):
+    async def unsubscribe(self, consumer: Consumer, *, force: bool = False) -> None:
+        others = [c for c in self.consumers if c is not consumer]
+        if others and not force:
             raise MetadataError("Unconnected or shared consumer attempting to unsubscribe")
+        for other in others:
+            other.disconnect()
+            other.side.forget(other)
+            self.remove_consumer(other)
         self.remove_consumer(consumer)
 
     def disconnect_consumers(self) -> None:
@@ -256,7 +263,7 @@ class NonPersistentSubscription:
             "isDurable": False,
             "isReplicated": False,
             "msgDropRate": drop_rate,
-            "subscriptionProperties": {},
+            "subscriptionProperties": dict(self.subscription_properties),
             "consumersAfterMarkDeletePosition": {},
         }
 

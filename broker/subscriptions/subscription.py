@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from broker.delayed.bucket import BucketDelayedDeliveryTracker
@@ -73,7 +73,8 @@ from storage.ledger import ManagedLedger
 from storage.positions import Position
 
 __all__ = [
-    "BUCKET_PROPERTY_PREFIX", "SUBSCRIPTION_TYPE_PROPERTY", "MemoryCursor", "Subscription",
+    "BUCKET_PROPERTY_PREFIX", "SUBSCRIPTION_PROPERTY_PREFIX", "SUBSCRIPTION_TYPE_PROPERTY",
+    "MemoryCursor", "Subscription",
     "TopicContext", "tail_position", "wire_position",
 ]
 
@@ -82,6 +83,9 @@ log = logging.getLogger("horae.subscription")
 BUCKET_PROPERTY_PREFIX = "#pulsar.internal.delayed.bucket"
 #: The cursor property that keeps a durable subscription's type (SubType name) across loads.
 SUBSCRIPTION_TYPE_PROPERTY = "#horae.internal.subscription.type"
+#: Prefix of the cursor properties that keep the subscription's own properties (SUBSCRIBE
+#: ``subscription_properties``, Pulsar's cursor properties), so they survive a restart.
+SUBSCRIPTION_PROPERTY_PREFIX = "#horae.internal.subscription.property."
 
 
 class TopicContext(Protocol):
@@ -163,9 +167,13 @@ class Subscription:
         durable: bool = True,
         initial_position: str = "latest",
         start_message_id: tuple[int, int] | None = None,
+        properties: Mapping[str, str] | None = None,
     ) -> Subscription:
+        """*properties*: the subscription's own properties, kept only when it is created here
+        (Pulsar opens the cursor with them; an existing one keeps its own)."""
         ledger = topic.ledger
         cursor: ManagedCursor | MemoryCursor
+        existed = False
         if durable:
             existed = name in ledger.cursors
             cursor = await ledger.open_cursor(
@@ -183,6 +191,9 @@ class Subscription:
             # Only acks survive a restart: everything unacknowledged is read again (Pulsar
             # recovers a cursor's read position as the entry after its mark-delete position).
             cursor.read_position = ledger.next_position(cursor.mark_delete_position)
+        if properties and not existed:
+            for key, value in properties.items():
+                cursor.set_property(SUBSCRIPTION_PROPERTY_PREFIX + key, value)
         sub = cls(topic, name, cursor, durable=durable)
         if durable:
             sub.sub_type = _stored_type(name, cursor.properties)
@@ -191,6 +202,21 @@ class Subscription:
             tracker = sub.ensure_tracker(topic.delay_policy())
             await tracker.recover()
         return sub
+
+    @property
+    def subscription_properties(self) -> dict[str, str]:
+        """The subscription's own properties (stats ``subscriptionProperties``)."""
+        n = len(SUBSCRIPTION_PROPERTY_PREFIX)
+        return {key[n:]: value for key, value in self.cursor.properties.items()
+                if key.startswith(SUBSCRIPTION_PROPERTY_PREFIX)}
+
+    def set_subscription_properties(self, properties: Mapping[str, str]) -> None:
+        """Replace the subscription's own properties (admin update, Pulsar's whole-map set)."""
+        for key in self.cursor.properties:
+            if key.startswith(SUBSCRIPTION_PROPERTY_PREFIX):
+                self.cursor.remove_property(key)
+        for key, value in properties.items():
+            self.cursor.set_property(SUBSCRIPTION_PROPERTY_PREFIX + key, value)
 
     def disconnect_consumers(self) -> None:
         """CLOSE_CONSUMER to every consumer (topic unload/delete): clients re-subscribe."""
@@ -356,10 +382,16 @@ class Subscription:
             self.topic.remove_subscription(self)
             asyncio.get_running_loop().create_task(self.close())
 
-    async def unsubscribe(self, consumer: Consumer) -> None:
+    async def unsubscribe(self, consumer: Consumer, *, force: bool = False) -> None:
+        """UNSUBSCRIBE from *consumer*: refused while others are attached, unless *force*,
+        which disconnects them first (Pulsar's ``doUnsubscribe(consumer, forcefully)``)."""
         others = [c for c in self.consumers if c is not consumer]
-        if others:
+        if others and not force:
             raise MetadataError("Unconnected or shared consumer attempting to unsubscribe")
+        for other in others:
+            other.disconnect()
+            other.side.forget(other)
+            self.remove_consumer(other)
         self.remove_consumer(consumer)
         if self.durable:
             await self.topic.delete_subscription(self.name)
@@ -492,7 +524,7 @@ class Subscription:
             "isReplicated": False,
             "nonContiguousDeletedMessagesRanges": self.cursor.individually_deleted_count,
             "delayedMessageIndexSizeInBytes": tracker.memory_bytes if tracker is not None else 0,
-            "subscriptionProperties": {},
+            "subscriptionProperties": self.subscription_properties,
             # Pulsar 4 reports it empty: draining hashes (PIP-379) replaced recently joined consumers
             "consumersAfterMarkDeletePosition": {},
             "markDeletePosition": str(self.cursor.mark_delete_position),

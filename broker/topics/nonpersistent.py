@@ -179,12 +179,14 @@ class NonPersistentTopic:
     async def get_or_create_subscription(self, name: str, *, durable: bool = True,
                                          initial_position: str = "latest",
                                          start_message_id: tuple[int, int] | None = None,
-                                         sub_type: int = 0) -> NonPersistentSubscription:
+                                         sub_type: int = 0,
+                                         properties: dict[str, str] | None = None,
+                                         ) -> NonPersistentSubscription:
         if self.closed:
             raise ServiceNotReadyError(f"Topic {self.full} is being closed")
         sub = self.subscriptions.get(name)
         if sub is None:
-            sub = self.subscriptions[name] = NonPersistentSubscription(self, name)
+            sub = self.subscriptions[name] = NonPersistentSubscription(self, name, properties)
         return sub
 
     def consumer_count(self) -> int:

@@ -7,7 +7,7 @@ One :class:`PolicyStore` per broker, owned by :class:`broker.topics.service.Brok
 
 - kind ``"ns_policies"``, key ``"tenant/ns"``: the namespace's policy fields under Pulsar's
   ``Policies`` JSON names (``deduplicationEnabled``, ``schema_compatibility_strategy``,
-  ``compaction_threshold``, ...);
+  ``compaction_threshold``, ``max_producers_per_topic``, ...);
 - kind ``"topic_policies"``, key the full topic name (a partitioned topic's parent name covers
   its partitions): Pulsar's ``TopicPolicies`` names (``deduplicationEnabled``,
   ``compactionThreshold``, ``schemaCompatibilityStrategy``).
@@ -54,6 +54,10 @@ NS_INACTIVE = "inactive_topic_policies"
 TOPIC_INACTIVE = "inactiveTopicPolicies"
 NS_DELAYED = "delayed_delivery_policies"
 TOPIC_DELAYED = "delayedDeliveryPolicies"
+NS_MAX_PRODUCERS = "max_producers_per_topic"
+NS_SCHEMA_VALIDATION = "schema_validation_enforced"
+TOPIC_SCHEMA_VALIDATION = "schemaValidationEnforced"
+TOPIC_MAX_PRODUCERS = "maxProducerPerTopic"
 
 #: Where delayed-delivery bodies were kept before they joined the fields above (read at load).
 LEGACY_DELAYED_KINDS = (("namespace_policy", NS_KIND, NS_DELAYED),
@@ -200,6 +204,18 @@ class PolicyStore:
             topic_body = self._topics.get(tn.partitioned_parent, {}).get(TOPIC_DELAYED)
         ns_body = self._ns.get(tn.namespace, {}).get(NS_DELAYED)
         return resolve_policy(self.config, ns_body, topic_body)
+
+    def max_producers_per_topic(self, tn: TopicName) -> int:
+        """Most producers on the topic (0: no limit), ``maxProducersPerTopic`` by default."""
+        value = self._resolve(tn, TOPIC_MAX_PRODUCERS, NS_MAX_PRODUCERS)
+        return self.config.max_producers_per_topic if value is None else int(value)
+
+    def schema_validation_enforced(self, tn: TopicName) -> bool:
+        """Producers without a schema are refused on a topic with one: the broker's
+        ``isSchemaValidationEnforced`` or the topic's (else the namespace's) policy."""
+        if self.config.is_schema_validation_enforced:
+            return True
+        return bool(self._resolve(tn, TOPIC_SCHEMA_VALIDATION, NS_SCHEMA_VALIDATION))
 
     def schema_compatibility(self, tn: TopicName) -> str:
         """The compatibility strategy name (Pulsar's SchemaCompatibilityStrategy)."""

@@ -11,6 +11,8 @@ versions and a strategy (Pulsar's SchemaCompatibilityStrategy names), raising
 - AVRO and JSON schemas (both carry an Avro schema definition) are checked by the Avro
   schema-resolution rules: BACKWARD = the new schema reads data written with the existing one,
   FORWARD = the existing one reads data written with the new one, FULL = both;
+- PROTOBUF_NATIVE schemas must keep their root message type (Pulsar's
+  ProtobufNativeSchemaCompatibilityCheck: "Protobuf root message isn't allow change!");
 - other types (STRING, INT32, PROTOBUF, KEY_VALUE, ...) are compatible with themselves.
 
 The Avro rules implemented (:func:`can_read`): same primitive or a promotion (int -> long ->
@@ -181,6 +183,9 @@ def check_compatible(existing_type: str, existing: bytes, new_type: str, new: by
                                  f"new schema type {new_type}")
     if strategy == "ALWAYS_INCOMPATIBLE":
         raise SchemaIncompatible(f"Incompatible schema: strategy {strategy}")
+    if existing_type == "PROTOBUF_NATIVE":
+        _check_protobuf_native(existing, new)
+        return
     if existing_type not in AVRO_BASED:
         return
     old_def, new_def = parse_avro(existing), parse_avro(new)
@@ -195,3 +200,23 @@ def check_compatible(existing_type: str, existing: bytes, new_type: str, new: by
         reason = can_read(reader, writer)
         if reason is not None:
             raise SchemaIncompatible(f"Incompatible schema ({strategy}): {what}: {reason}")
+
+
+def _protobuf_root(data: bytes) -> str:
+    """The root message type a PROTOBUF_NATIVE schema definition names (its JSON document's
+    ``rootMessageTypeName``, beside the base64 ``fileDescriptorSet``)."""
+    try:
+        doc = json_bounds.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise SchemaIncompatible(f"Invalid schema definition: {exc}") from None
+    root = doc.get("rootMessageTypeName") if isinstance(doc, dict) else None
+    if not isinstance(root, str):
+        raise SchemaIncompatible("Invalid schema definition: no rootMessageTypeName")
+    return root
+
+
+def _check_protobuf_native(existing: bytes, new: bytes) -> None:
+    """Pulsar's ProtobufNativeSchemaCompatibilityCheck under every checking strategy: the root
+    message may not change (its fields are not compared)."""
+    if _protobuf_root(existing) != _protobuf_root(new):
+        raise SchemaIncompatible("Protobuf root message isn't allow change!")

@@ -20,6 +20,9 @@ One BrokerService per broker, living on the broker's event loop; the binary prot
   (:class:`broker.topics.policies.PolicyStore`); schemas by ``self.schemas``
   (:class:`broker.topics.schemas.SchemaRegistry`). A delayed-delivery change drops the cached
   resolved policy of the affected loaded topics, so it applies to the next message.
+* Persistent topics loaded, partitions added and topics deleted are told to
+  ``self.topic_events`` (:class:`broker.topics.topic_events.TopicEvents`), which the
+  connections' topic-list watchers listen to.
 * One timer: a one-second tick feeding the topics' rate meters and running their housekeeping (the
   producer-sequence snapshot and ledger trimming, :meth:`broker.topics.topic.Topic.housekeeping`).
 * Broker-assigned producer names are ``<cluster>-<generation>-<n>``; the generation is a
@@ -52,6 +55,7 @@ from broker.topics.schemas import SchemaRegistry, schema_id
 from broker.topics.storage_errors import StorageOp, storage_failure
 from broker.topics.tenancy import Tenancy
 from broker.topics.topic import Topic
+from broker.topics.topic_events import TopicEvents
 from protocol.errors import (
     InvalidTopicNameError,
     MetadataError,
@@ -94,6 +98,7 @@ class BrokerService:
         self.tenancy = Tenancy(store.metadata, config.cluster_name)
         self._partitioned: dict[str, int] = {}
         self.policies = PolicyStore(config, store.metadata)
+        self.topic_events = TopicEvents()
         self.inactive = InactiveTopicSweeper(
             self.policies, config.broker_delete_inactive_topics_frequency_seconds,
             lambda full: self.delete_topic(full))
@@ -271,6 +276,7 @@ class BrokerService:
             del self._loading[full]
         self.topics[full] = topic
         fut.set_result(topic)
+        self.topic_events.created((full,))
         return topic
 
     def _topic_known(self, tn: TopicName) -> bool:
@@ -338,6 +344,8 @@ class BrokerService:
             raise NotAllowedError("This topic already exists")
         await self.store.metadata.put("topic", tn.full, {"partitions": partitions})
         self._partitioned[tn.full] = partitions
+        if tn.is_persistent:
+            self.topic_events.created(tn.partition(i).full for i in range(partitions))
 
     async def update_partitioned_topic(self, name: str, partitions: int) -> None:
         """Grow a partitioned topic (Pulsar never shrinks one)."""
@@ -349,10 +357,30 @@ class BrokerService:
             raise NotAllowedError("The number of partitions can only be increased")
         await self.store.metadata.put("topic", tn.full, {"partitions": partitions})
         self._partitioned[tn.full] = partitions
+        if tn.is_persistent:
+            self.topic_events.created(tn.partition(i).full for i in range(current, partitions))
 
     async def get_partition_count(self, name: str) -> int:
         """Partitions of *name*; 0 for a non-partitioned (or not yet existing) topic."""
         return self._partitioned.get(TopicName.parse(name).full, 0)
+
+    async def lookup_partition_count(self, name: str) -> int:
+        """Partitions of *name* as a client's partitioned-metadata lookup sees them: with
+        ``allowAutoTopicCreationType=partitioned``, a topic that does not exist yet (nor as a
+        non-partitioned one, nor as a partition name) is created partitioned first, with
+        ``defaultNumPartitions``, as Pulsar's lookup creates it."""
+        tn = TopicName.parse(name)
+        n = self._partitioned.get(tn.full, 0)
+        config = self.config
+        if (n > 0 or not config.allow_auto_topic_creation
+                or config.allow_auto_topic_creation_type != "partitioned"
+                or tn.is_partition or not self.tenancy.namespace_exists(tn.namespace)
+                or self._topic_known(tn)):
+            return n
+        # NotAllowed: created meanwhile, by another lookup or as a non-partitioned topic
+        with contextlib.suppress(NotAllowedError):
+            await self.create_partitioned_topic(tn.full, config.default_num_partitions)
+        return self._partitioned.get(tn.full, 0)
 
     async def delete_topic(self, name: str, *, force: bool = False) -> None:
         tn = TopicName.parse(name)
@@ -384,6 +412,7 @@ class BrokerService:
         await self.store.delete_ledger(full)
         await termination.forget(self.store.metadata, full)
         await self._drop_topic_policy(full)
+        self.topic_events.deleted((full,))
 
     async def _delete_nonpersistent(self, tn: TopicName, *, force: bool) -> None:
         topic = self.nonpersistent.get(tn)

@@ -52,7 +52,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Protocol
 
 from broker.config import BrokerConfig
@@ -375,6 +375,7 @@ class Topic:
     async def get_or_create_subscription(self, name: str, *, durable: bool = True,
                                          initial_position: str = "latest",
                                          start_message_id: tuple[int, int] | None = None,
+                                         properties: Mapping[str, str] | None = None,
                                          ) -> Subscription:
         sub = self.subscriptions.get(name)
         if sub is not None:
@@ -392,7 +393,8 @@ class Topic:
             try:
                 sub = await Subscription.open(self, name, durable=durable,
                                               initial_position=initial_position,
-                                              start_message_id=start_message_id)
+                                              start_message_id=start_message_id,
+                                              properties=properties)
             except StorageError as exc:
                 raise storage_failure(exc, StorageOp.SUBSCRIBE).error from exc
             self.subscriptions[name] = sub

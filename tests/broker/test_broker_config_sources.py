@@ -98,6 +98,8 @@ SUITE_HORAE_KEYS = {
     "backlogQuotaCheckIntervalInSeconds": "60", "brokerDeleteInactiveTopicsFrequencySeconds": "60",
     "messageExpiryCheckIntervalInMinutes": "5", "defaultRetentionTimeInMinutes": "0",
     "defaultRetentionSizeInMB": "0",
+    "allowAutoTopicCreationType": "non-partitioned",
+    "defaultNumPartitions": "1",
 }
 SUITE_PULSAR_ONLY_KEYS = [
     "zooKeeperSessionTimeoutMillis", "backlogQuotaCheckEnabled", "backlogQuotaDefaultLimitGB",
@@ -124,8 +126,8 @@ SUITE_PULSAR_ONLY_KEYS = [
     "loadBalancerNamespaceBundleMaxTopics", "loadBalancerNamespaceBundleMaxSessions",
     "loadBalancerNamespaceBundleMaxMsgRate", "loadBalancerNamespaceBundleMaxBandwidthMbytes",
     "loadBalancerNamespaceMaximumBundles", "replicationMetricsEnabled",
-    "replicationConnectionsPerBroker", "replicationProducerQueueSize", "allowAutoTopicCreationType",
-    "defaultNumPartitions", "brokerServicePurgeInactiveFrequencyInSeconds",
+    "replicationConnectionsPerBroker", "replicationProducerQueueSize",
+    "brokerServicePurgeInactiveFrequencyInSeconds",
     "topicLevelPoliciesEnabled",
 ]
 SUITE_EMPTY_KEYS = ["zookeeperServers", "configurationStoreServers", "globalZookeeperServers",

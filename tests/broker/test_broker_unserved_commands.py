@@ -1,6 +1,6 @@
 """Commands the broker does not serve are answered, and the connection with its producers stays.
 
-Transactions and topic-list watchers get Pulsar's answers with those features off; a command
+Transactions (and topic-list watchers, turned off) get Pulsar's answers with those features off; a command
 type the proto does not declare at all (a newer protocol's) gets ERROR NotAllowedError with
 request id -1. Before, each of them closed the connection as a malformed frame, taking every
 producer and consumer on it along.
@@ -102,7 +102,16 @@ def test_transaction_commands_get_pulsars_answer_and_the_producer_keeps_publishi
     _publish(raw, 10)
 
 
-def test_topic_list_watchers_are_refused_as_pulsar_does_with_them_off(raw: Any) -> None:
+def test_topic_list_watchers_are_refused_as_pulsar_does_with_them_off(
+        broker_factory: Any) -> None:
+    b = broker_factory(config_overrides={"enableBrokerSideSubscriptionPatternEvaluation": False})
+    with RawClient(b.service_url) as raw:
+        connected = raw.handshake()
+        assert not connected.feature_flags.supports_topic_watchers
+        _refused_watch_keeps_the_producer(raw)
+
+
+def _refused_watch_keeps_the_producer(raw: RawClient) -> None:
     assert raw.create_producer("persistent://public/default/unserved-watch").type == T.PRODUCER_SUCCESS
     watch = raw.request(_command(T.WATCH_TOPIC_LIST, "watchTopicList", request_id=120,
                                  watcher_id=1, namespace="public/default",

@@ -6,6 +6,7 @@ import static org.junit.jupiter.api.Assertions.assertNotNull;
 import java.util.ArrayList;
 import java.util.HashSet;
 import java.util.List;
+import java.util.Map;
 import java.util.Set;
 import java.util.concurrent.TimeUnit;
 import org.apache.pulsar.client.api.Consumer;
@@ -79,6 +80,22 @@ class ConsumerOperationsTest extends BrokerTestBase {
       assertEquals(first.getMessageId(), again.getMessageId());
       assertEquals(1, again.getRedeliveryCount());
       consumer.acknowledge(again);
+    }
+  }
+
+  @Test
+  void subscriptionPropertiesAreKeptAndShownAndUpdatedByTheAdmin() throws Exception {
+    String topic = HoraeEnv.topic("sub-props");
+    try (Consumer<String> consumer = client.newConsumer(Schema.STRING).topic(topic)
+            .subscriptionName("sub").subscriptionProperties(Map.of("team", "billing"))
+            .subscribe()) {
+      assertEquals(Map.of("team", "billing"),
+          admin.topics().getSubscriptionProperties(topic, "sub"));
+      assertEquals(Map.of("team", "billing"),
+          admin.topics().getStats(topic).getSubscriptions().get("sub").getSubscriptionProperties());
+      admin.topics().updateSubscriptionProperties(topic, "sub", Map.of("team", "payments"));
+      assertEquals(Map.of("team", "payments"),
+          admin.topics().getSubscriptionProperties(topic, "sub"));
     }
   }
 }

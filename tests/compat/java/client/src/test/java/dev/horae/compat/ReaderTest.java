@@ -131,4 +131,27 @@ class ReaderTest extends BrokerTestBase {
       assertEquals(second, fromSecond.getTopicName());
     }
   }
+
+  @Test
+  void aPatternConsumerLearnsOfANewTopicFromItsTopicListWatcher() throws Exception {
+    // A pattern within subscriptionPatternMaxLength (50) and no polling for an hour: only the
+    // broker's WATCH_TOPIC_UPDATE can tell the consumer of the new topic.
+    String stem = HoraeEnv.topic("w");
+    String first = stem + "-1";
+    String second = stem + "-2";
+    produce(first, 1);
+    try (Consumer<String> consumer = client.newConsumer(Schema.STRING)
+        .topicsPattern(stem + "-.*")
+        .patternAutoDiscoveryPeriod(1, TimeUnit.HOURS)
+        .subscriptionInitialPosition(SubscriptionInitialPosition.Earliest)
+        .subscriptionName("sub").subscribe()) {
+      assertEquals(first, receive(consumer, 1).get(0).getTopicName());
+      try (Producer<String> producer = client.newProducer(Schema.STRING).topic(second).create()) {
+        producer.send("pushed");
+      }
+      Message<String> fromSecond = receive(consumer, 1).get(0);
+      assertEquals("pushed", fromSecond.getValue());
+      assertEquals(second, fromSecond.getTopicName());
+    }
+  }
 }

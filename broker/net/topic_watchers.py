@@ -1,0 +1,192 @@
+"""A connection's topic-list watchers: WATCH_TOPIC_LIST, its updates, WATCH_TOPIC_LIST_CLOSE.
+
+Theory of operation
+-------------------
+Pattern consumers (the Java client's ``topicsPattern``) watch the persistent topics of a
+namespace that match their pattern when CONNECTED advertised ``supports_topic_watchers``
+(``enableBrokerSideSubscriptionPatternEvaluation``), as Pulsar's TopicListService serves them:
+
+1. WATCH_TOPIC_LIST: refused with NotAllowedError when the feature is off or the pattern is
+   longer than ``subscriptionPatternMaxLength`` (Pulsar's texts; the client then polls), or
+   when the connection already has :data:`MAX_WATCHERS` watchers; authorized as
+   GET_TOPICS_OF_NAMESPACE. The pattern loses its ``persistent://`` scheme and must match a
+   whole topic name without scheme and without partition suffix. The watcher listens to
+   ``service.topic_events`` from before the namespace is listed (what arrives meanwhile is
+   applied to the list), then answers WATCH_TOPIC_LIST_SUCCESS with the matching topics
+   (partitions by their own names) and their hash, or no topics when the client's hash is the
+   current one. A second WATCH_TOPIC_LIST with a live watcher's id is answered again.
+2. A matching topic created or deleted afterwards: WATCH_TOPIC_UPDATE with it and the new hash.
+3. WATCH_TOPIC_LIST_CLOSE: the watcher stops listening; SUCCESS (also for an unknown id).
+4. The connection closes: every watcher stops listening (:meth:`TopicWatchers.close`).
+
+Owned by :class:`broker.net.connection.ServerConnection` (created on first use); loop thread only.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import Final, Protocol
+
+from broker.net.handshake import Handshake
+from broker.net.view import ConnectionView
+from broker.topics.names import TopicName
+from broker.topics.service import BrokerService
+from protocol import pulsar_pb as pb
+from protocol.errors import NotAllowedError, ServiceNotReadyError
+from protocol.topic_list import (
+    encode_watch_topic_list_success,
+    encode_watch_topic_update,
+    topics_hash,
+)
+
+__all__ = ["MAX_WATCHERS", "WATCHERS_DISABLED", "TopicWatchers"]
+
+log = logging.getLogger("horae.net.topic_watchers")
+
+#: Pulsar's texts for a watcher refused (TopicListService).
+WATCHERS_DISABLED: Final = (
+    "Unable to create topic list watcher: Evaluating subscription patterns is disabled.")
+PATTERN_TOO_LONG: Final = "Unable to create topic list watcher: Pattern longer than maximum: {}"
+#: Watchers one connection may hold (a client holds one per pattern consumer).
+MAX_WATCHERS: Final = 256
+_SCHEME = "persistent://"
+
+
+class WatcherConnection(ConnectionView, Protocol):
+    """What the watchers need of their connection."""
+
+    @property
+    def service(self) -> BrokerService: ...
+
+    @property
+    def handshake(self) -> Handshake: ...
+
+
+class _Watcher:
+    """One watcher: its namespace, pattern and the matching topics the client was told of."""
+
+    def __init__(self, owner: TopicWatchers, watcher_id: int, namespace: str,
+                 pattern: re.Pattern[str]) -> None:
+        self._owner = owner
+        self.watcher_id = watcher_id
+        self.namespace = namespace
+        self.pattern = pattern
+        self.topics: set[str] | None = None  # None until the namespace has been listed
+        self._early: list[tuple[str, bool]] = []  # events while it was being listed
+
+    def matches(self, full: str) -> bool:
+        if not full.startswith(_SCHEME):
+            return False
+        try:
+            tn = TopicName.parse(full)
+        except ValueError:
+            return False
+        if tn.namespace != self.namespace:
+            return False
+        name = tn.partitioned_parent if tn.is_partition else tn.full
+        return self.pattern.fullmatch(name[len(_SCHEME):]) is not None
+
+    def listed(self, topics: list[str]) -> None:
+        self.topics = {t for t in topics if self.matches(t)}
+        for full, created in self._early:
+            (self.topics.add if created else self.topics.discard)(full)
+        self._early.clear()
+
+    def __call__(self, full: str, created: bool) -> None:
+        """A topic event (:class:`broker.topics.topic_events.TopicEvents`)."""
+        if not self.matches(full):
+            return
+        if self.topics is None:
+            self._early.append((full, created))
+            return
+        if created == (full in self.topics):
+            return  # nothing new (a topic loaded again, a partition already listed)
+        if created:
+            self.topics.add(full)
+        else:
+            self.topics.discard(full)
+        self._owner.write(encode_watch_topic_update(
+            self.watcher_id, [full] if created else [], [] if created else [full],
+            topics_hash(self.topics)))
+
+
+class TopicWatchers:
+    """The topic-list watchers of one connection (see the module docstring)."""
+
+    def __init__(self, connection: WatcherConnection) -> None:
+        self._connection = connection
+        self._watchers: dict[int, _Watcher] = {}
+        self._closed = False
+
+    def write(self, data: bytes) -> None:
+        self._connection.write(data)
+
+    def watch(self, m: pb.CommandWatchTopicList) -> None:
+        """WATCH_TOPIC_LIST (a RequestError raised here is answered ERROR)."""
+        service = self._connection.service
+        config = service.config
+        if not config.enable_broker_side_subscription_pattern_evaluation:
+            raise NotAllowedError(WATCHERS_DISABLED)
+        if len(m.topics_pattern) > config.subscription_pattern_max_length:
+            raise NotAllowedError(PATTERN_TOO_LONG.format(config.subscription_pattern_max_length))
+        self._connection.handshake.require_namespace_lookup(m.namespace)
+        watcher_id = int(m.watcher_id)
+        existing = self._watchers.get(watcher_id)
+        if existing is not None and existing.topics is not None:
+            self._answer(int(m.request_id), existing, m)
+            return
+        if existing is not None:
+            raise ServiceNotReadyError("Topic list watcher is already present on the connection")
+        if len(self._watchers) >= MAX_WATCHERS:
+            raise NotAllowedError(f"Too many topic list watchers on the connection "
+                                  f"(at most {MAX_WATCHERS})")
+        pattern_text = m.topics_pattern
+        if "://" in pattern_text:
+            head, _, tail = pattern_text.partition("://")
+            pattern_text = ("^" if head.startswith("^") else "") + tail
+        try:
+            pattern = re.compile(pattern_text)
+        except re.error as exc:
+            raise NotAllowedError(f"Unable to create topic list watcher: invalid pattern: "
+                                  f"{exc}") from None
+        watcher = _Watcher(self, watcher_id, m.namespace, pattern)
+        self._watchers[watcher_id] = watcher
+        service.topic_events.add(watcher)
+        self._connection.spawn(self._list(int(m.request_id), watcher, m), int(m.request_id))
+
+    async def _list(self, request_id: int, watcher: _Watcher,
+                    m: pb.CommandWatchTopicList) -> None:
+        try:
+            topics = await self._connection.service.topics_of_namespace(watcher.namespace)
+        except BaseException:
+            self._forget(watcher.watcher_id)
+            raise
+        if self._closed or self._watchers.get(watcher.watcher_id) is not watcher:
+            return  # closed meanwhile
+        watcher.listed(topics)
+        self._answer(request_id, watcher, m)
+
+    def _answer(self, request_id: int, watcher: _Watcher, m: pb.CommandWatchTopicList) -> None:
+        assert watcher.topics is not None
+        current = sorted(watcher.topics)
+        digest = topics_hash(current)
+        if m.HasField("topics_hash") and m.topics_hash == digest:
+            current = []
+        self.write(encode_watch_topic_list_success(request_id, watcher.watcher_id, current,
+                                                   digest))
+
+    def unwatch(self, watcher_id: int) -> None:
+        """WATCH_TOPIC_LIST_CLOSE (the handler answers SUCCESS)."""
+        self._forget(watcher_id)
+
+    def _forget(self, watcher_id: int) -> None:
+        watcher = self._watchers.pop(watcher_id, None)
+        if watcher is not None:
+            self._connection.service.topic_events.remove(watcher)
+
+    def close(self) -> None:
+        """The connection went away: every watcher stops listening."""
+        self._closed = True
+        for watcher_id in list(self._watchers):
+            self._forget(watcher_id)
