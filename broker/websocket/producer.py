@@ -1,0 +1,216 @@
+"""The producer endpoint: JSON messages in, one ``ProducerAck`` out per message.
+
+Theory of operation
+-------------------
+:func:`open_producer` creates the producer on the session's link (PRODUCER; a refusal is
+raised for the route to answer over HTTP, as Pulsar answers before the upgrade), and learns the
+producer's name and where its sequence stands. :class:`ProducerSession` then turns every text
+frame into one SEND: the payload and ``properties``, ``key`` (partition key),
+``replicationClusters`` / ``disableReplication``, ``eventTime``, ``deliverAt`` (epoch ms) and
+``deliverAfterMs`` (the later wins, as the client's builder applies them in that order) go into
+the message metadata; the sequence id is the frame's ``sequenceId`` when given, else the next
+one. The answer, ``{"result": "ok", "messageId", "context"}`` or ``send-error:N`` with
+``errorMsg``, is queued when the broker's receipt or error arrives, or when
+``sendTimeoutMillis`` passes first (0 = no timeout), in the order they arrive.
+
+Bounds: a frame is read from the client only when the session has a slot for its answer;
+slots are ``maxPendingMessages`` (at most the broker's
+``maxPendingPublishRequestsPerConnection``) and one is freed when its answer has been written
+to the socket. A client that sends faster than the broker stores, or reads its answers slowly,
+is therefore paused (its socket is not read) rather than answered with a full-queue error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+
+from aiohttp import web
+
+from broker.websocket.frames import (
+    FrameError,
+    MessageRef,
+    ProduceRequest,
+    WebSocketError,
+    encode_message_id,
+    parse_produce_request,
+    producer_ack,
+    producer_error,
+)
+from broker.websocket.link import BrokerLink
+from broker.websocket.params import ProducerOptions
+from broker.websocket.session import Session
+from protocol import commands as C
+from protocol import pulsar_pb as pb
+from protocol.errors import RequestError
+from protocol.metadata import encode_entry
+
+__all__ = ["ProducerSession", "open_producer"]
+
+log = logging.getLogger("horae.websocket.producer")
+
+
+@dataclass(frozen=True, slots=True)
+class OpenedProducer:
+    producer_id: int
+    name: str
+    last_sequence_id: int
+
+
+async def open_producer(link: BrokerLink, topic: str, options: ProducerOptions) -> OpenedProducer:
+    """PRODUCER on *link*; raises :class:`RequestError` with the broker's refusal."""
+    producer_id = link.next_id()
+    request_id = link.next_request_id()
+    answer = await link.request(
+        C.encode_producer(topic, producer_id, request_id, options.producer_name), request_id)
+    success = answer.producer_success
+    last = success.last_sequence_id if success.HasField("last_sequence_id") else -1
+    return OpenedProducer(producer_id, success.producer_name, last)
+
+
+@dataclass(slots=True)
+class _Pending:
+    context: str | None
+    timer: asyncio.TimerHandle | None
+
+
+class ProducerSession(Session):
+    """One producer endpoint session (see the module docstring)."""
+
+    def __init__(self, ws: web.WebSocketResponse, link: BrokerLink, topic: str, idle_timeout_s: float,
+                 opened: OpenedProducer, options: ProducerOptions, *, max_pending: int,
+                 max_message_size: int) -> None:
+        super().__init__(ws, link, topic, idle_timeout_s)
+        self._producer_id = opened.producer_id
+        self._name = opened.name
+        if options.initial_sequence_id is not None:
+            self._next_sequence = options.initial_sequence_id + 1
+        else:
+            self._next_sequence = opened.last_sequence_id + 1
+        self._send_timeout_s = options.send_timeout_ms / 1000
+        self._max_message_size = max_message_size
+        self._pending: dict[int, _Pending] = {}
+        self._slots = asyncio.Semaphore(max_pending)
+        self.sent = 0
+        self.failed = 0
+        link.add_producer(self._producer_id, self)
+
+    # ------------------------------------------------------------------ admission
+
+    async def admit(self) -> None:
+        await self._slots.acquire()
+
+    def on_sent(self, tag: object) -> None:
+        self._slots.release()
+
+    def _answer(self, text: str) -> None:
+        self.queue(text)  # the slot taken in admit() is freed once this is written
+
+    # ------------------------------------------------------------------ client frames
+
+    def on_text(self, text: str) -> None:
+        try:
+            request = parse_produce_request(text)
+        except FrameError as exc:
+            self.failed += 1
+            self._answer(producer_error(exc.error, exc.message, exc.context))
+            return
+        if len(request.payload) > self._max_message_size:
+            self.failed += 1
+            self._answer(producer_error(
+                WebSocketError.UnknownError,
+                f"The producer {self._name} can not send message to the topic {self.topic} "
+                f"within given timeout : message size {len(request.payload)} exceeds the max "
+                f"message size {self._max_message_size}", request.context))
+            return
+        sequence_id = request.sequence_id if request.sequence_id is not None \
+            else self._next_sequence
+        if sequence_id in self._pending:
+            self.failed += 1
+            self._answer(producer_error(
+                WebSocketError.UnknownError,
+                f"A message with sequence id {sequence_id} is already pending", request.context))
+            return
+        self._next_sequence = max(self._next_sequence, sequence_id + 1)
+        entry = encode_entry(self._metadata(request, sequence_id), request.payload)
+        timer = None
+        if self._send_timeout_s > 0:
+            timer = self._loop.call_later(self._send_timeout_s, self._timed_out, sequence_id)
+        self._pending[sequence_id] = _Pending(request.context, timer)
+        try:
+            self.link.send(C.encode_send(self._producer_id, sequence_id, entry))
+        except RequestError as exc:
+            self.on_send_error(sequence_id, exc)
+
+    def _metadata(self, request: ProduceRequest, sequence_id: int) -> pb.MessageMetadata:
+        now_ms = int(time.time() * 1000)
+        md = pb.MessageMetadata(producer_name=self._name, sequence_id=sequence_id,
+                                publish_time=now_ms)
+        for key, value in request.properties.items():
+            md.properties.add(key=key, value=value)
+        if request.key is not None:
+            md.partition_key = request.key
+        if request.replication_clusters:
+            md.replicate_to.extend(request.replication_clusters)
+        if request.disable_replication:
+            del md.replicate_to[:]
+            md.replicate_to.append("__local__")
+        if request.event_time_ms:
+            md.event_time = request.event_time_ms
+        deliver_at = 0
+        if request.deliver_at_ms > 0:
+            deliver_at = request.deliver_at_ms
+        if request.deliver_after_ms > 0:
+            deliver_at = now_ms + request.deliver_after_ms
+        if deliver_at:
+            md.deliver_at_time = deliver_at
+        md.uncompressed_size = len(request.payload)
+        return md
+
+    # ------------------------------------------------------------------ broker answers
+
+    def on_receipt(self, sequence_id: int, ledger_id: int, entry_id: int) -> None:
+        pending = self._take(sequence_id)
+        if pending is None:
+            return
+        self.sent += 1
+        self._answer(producer_ack(encode_message_id(MessageRef(ledger_id, entry_id)),
+                                  pending.context))
+
+    def on_send_error(self, sequence_id: int, error: RequestError) -> None:
+        pending = self._take(sequence_id)
+        if pending is None:
+            return
+        self.failed += 1
+        self._answer(producer_error(WebSocketError.UnknownError, error.message, pending.context))
+
+    def _timed_out(self, sequence_id: int) -> None:
+        pending = self._pending.pop(sequence_id, None)
+        if pending is None:
+            return
+        self.failed += 1
+        self._answer(producer_error(
+            WebSocketError.UnknownError,
+            f"The producer {self._name} can not send message to the topic {self.topic} within "
+            "given timeout", pending.context))
+
+    def _take(self, sequence_id: int) -> _Pending | None:
+        pending = self._pending.pop(sequence_id, None)
+        if pending is not None and pending.timer is not None:
+            pending.timer.cancel()
+        return pending
+
+    def on_closed_by_broker(self) -> None:
+        """The broker closed the producer (topic unloaded, deleted or terminated, fenced)."""
+        for sequence_id in list(self._pending):
+            self.on_send_error(sequence_id, RequestError("Producer was closed by the broker"))
+        self.close_with(WebSocketError.UnknownError, "the producer was closed by the broker")
+
+    def on_close(self) -> None:
+        self.link.remove_producer(self._producer_id)
+        for pending in self._pending.values():
+            if pending.timer is not None:
+                pending.timer.cancel()
+        self._pending.clear()
