@@ -14,9 +14,11 @@ is itself skipped, as the client skips it). :class:`ConsumerSession` then moves 
    ``receiverQueueSize`` delivered messages await the client's ack (Pulsar's
    ``pendingMessages``); in pull mode while the client's ``permit`` credits last.
 3. A FLOW permit goes back to the broker for each message *written to the socket*, grouped by
-   half the queue as the client does. So the broker, ``_held`` and the outbox together hold at
-   most ``receiverQueueSize`` messages (plus the rest of one batch), and a slow socket stops
-   the broker's dispatch to this consumer.
+   half the queue as the client does. So the broker's outstanding permits, ``_held`` and the
+   outbox together hold at most ``receiverQueueSize`` messages (plus the rest of one batch), as
+   the client's receiver queue does, and a slow socket stops the broker's dispatch to this
+   consumer. With the client's unacked messages (push mode), a session has at most twice
+   ``receiverQueueSize`` messages out, as Pulsar's.
 
 Client commands: ``{"messageId"}`` acknowledges (``"ackType": "cumulative"`` cumulatively; a
 message of a batch with the batch-index ``ack_set``), ``negativeAcknowledge`` hands the message

@@ -1,0 +1,326 @@
+"""Pulsar's WebSocket API against a real broker, with a real WebSocket client (aiohttp's).
+
+The frames are those of Pulsar's documentation ("Pulsar WebSocket API"): the producer example
+(``payload``, ``properties``, ``context``), the consumer's acks, negative acks, ``permit`` in
+pull mode, ``isEndOfTopic``, the reader's ``messageId``; and the official Python client on the
+other side, so both directions meet what a binary client sees.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+import aiohttp
+import pytest
+from conftest import make_client
+
+from tests.websocket.conftest import b64, eventually, receive, unb64, ws_base
+
+TOPIC = "persistent/public/default/ws-topic"
+
+
+async def _stats(http: aiohttp.ClientSession, broker: Any, topic: str = TOPIC) -> Any:
+    async with http.get(f"{broker.web_url}/admin/v2/{topic}/stats") as resp:
+        assert resp.status == 200, await resp.text()
+        return await resp.json()
+
+
+async def _produce(http: aiohttp.ClientSession, broker: Any, n: int, *, topic: str = TOPIC,
+                   prefix: str = "m", **extra: Any) -> list[str]:
+    """Publish *n* messages (``m0``...) through the producer endpoint; their message ids."""
+    ids = []
+    async with http.ws_connect(f"{ws_base(broker)}/ws/v2/producer/{topic}") as ws:
+        for i in range(n):
+            await ws.send_str(json.dumps({"payload": b64(f"{prefix}{i}".encode()),
+                                          "context": str(i),
+                                          **extra}))
+        for i in range(n):
+            ack = await receive(ws)
+            assert ack["result"] == "ok" and ack["context"] == str(i), ack
+            ids.append(ack["messageId"])
+    return ids
+
+
+async def test_documented_round_trip(broker: Any, http: aiohttp.ClientSession) -> None:
+    base = ws_base(broker)
+    consumer = await http.ws_connect(f"{base}/ws/v2/consumer/{TOPIC}/my-sub")
+    async with http.ws_connect(f"{base}/ws/v2/producer/{TOPIC}") as producer:
+        await producer.send_str(json.dumps({
+            "payload": "SGVsbG8gV29ybGQ=", "properties": {"key1": "value1", "key2": "value2"},
+            "context": 5, "key": "my-key"}))
+        ack = await receive(producer)
+    assert ack["result"] == "ok" and ack["context"] == "5"
+    msg = await receive(consumer)
+    assert msg["messageId"] == ack["messageId"]
+    assert unb64(msg["payload"]) == b"Hello World"
+    assert msg["properties"] == {"key1": "value1", "key2": "value2"}
+    assert msg["key"] == "my-key" and msg["redeliveryCount"] == 0
+    assert msg["publishTime"].endswith("Z")
+    await consumer.send_str(json.dumps({"messageId": msg["messageId"]}))
+
+    async def drained() -> bool:
+        return (await _stats(http, broker))["subscriptions"]["my-sub"]["msgBacklog"] == 0
+
+    await eventually(drained, "the WebSocket ack reached the subscription")
+    await consumer.close()
+
+
+async def test_binary_client_and_websocket_meet(broker: Any, http: aiohttp.ClientSession) -> None:
+    import pulsar
+
+    client = make_client(broker.service_url)
+    try:
+        sub = client.subscribe("ws-meet", "bin", consumer_type=pulsar.ConsumerType.Shared)
+        ids = await _produce(http, broker, 1, topic="persistent/public/default/ws-meet",
+                             properties={"p": "1"}, key="k1")
+        got = await asyncio.to_thread(sub.receive, 10_000)
+        assert got.data() == b"m0" and got.properties() == {"p": "1"}
+        assert got.partition_key() == "k1"
+        assert (got.message_id().ledger_id(), got.message_id().entry_id()) == \
+            _ids(ids[0])
+        async with http.ws_connect(f"{ws_base(broker)}/ws/v2/reader/persistent/public/default/"
+                                   "ws-meet?messageId=earliest") as reader:
+            producer = client.create_producer("ws-meet", batching_enabled=True,
+                                              batching_max_publish_delay_ms=50)
+            for i in range(3):
+                producer.send_async(f"b{i}".encode(), None, properties={"i": str(i)})
+            await asyncio.to_thread(producer.flush)
+            seen = [await receive(reader) for _ in range(4)]
+        assert [unb64(m["payload"]) for m in seen] == [b"m0", b"b0", b"b1", b"b2"]
+        assert [m["properties"] for m in seen[1:]] == [{"i": "0"}, {"i": "1"}, {"i": "2"}]
+        assert len({m["messageId"] for m in seen}) == 4
+    finally:
+        client.close()
+
+
+def _ids(message_id: str) -> tuple[int, int]:
+    from broker.websocket.frames import decode_message_id
+
+    ref = decode_message_id(message_id)
+    return ref.ledger_id, ref.entry_id
+
+
+async def test_batch_messages_acked_one_by_one(broker: Any, http: aiohttp.ClientSession) -> None:
+    client = make_client(broker.service_url)
+    try:
+        consumer = await http.ws_connect(
+            f"{ws_base(broker)}/ws/v2/consumer/persistent/public/default/ws-batch/s"
+            "?subscriptionType=Shared")
+        producer = client.create_producer("ws-batch", batching_enabled=True,
+                                          batching_max_publish_delay_ms=50)
+        for i in range(4):
+            producer.send_async(f"x{i}".encode(), None)
+        await asyncio.to_thread(producer.flush)
+        msgs = [await receive(consumer) for _ in range(4)]
+        assert {_ids(m["messageId"]) for m in msgs} == {_ids(msgs[0]["messageId"])}  # one entry
+        for m in msgs[:3]:
+            await consumer.send_str(json.dumps({"messageId": m["messageId"]}))
+        topic = "persistent/public/default/ws-batch"
+
+        async def backlog() -> int:
+            return int((await _stats(http, broker, topic))["subscriptions"]["s"]["msgBacklog"])
+
+        assert await backlog() == 1  # three of four acked: the entry stays
+        await consumer.send_str(json.dumps({"messageId": msgs[3]["messageId"]}))
+
+        async def empty() -> bool:
+            return await backlog() == 0
+
+        await eventually(empty, "the last batch index acked the entry")
+        await consumer.close()
+    finally:
+        client.close()
+
+
+async def test_reader_starts_after_the_given_id(broker: Any, http: aiohttp.ClientSession) -> None:
+    ids = await _produce(http, broker, 3)
+    url = f"{ws_base(broker)}/ws/v2/reader/{TOPIC}"
+    async with http.ws_connect(url, params={"messageId": ids[0]}) as reader:
+        first = await receive(reader)
+        assert (first["messageId"], unb64(first["payload"])) == (ids[1], b"m1")
+        await reader.send_str(json.dumps({"messageId": first["messageId"]}))
+        second = await receive(reader)
+        assert unb64(second["payload"]) == b"m2"
+        await reader.send_str(json.dumps({"type": "isEndOfTopic"}))
+        assert await receive(reader) == {"endOfTopic": False}
+    async with http.ws_connect(f"{ws_base(broker)}/ws/v2/reader/{TOPIC}") as latest:
+        await _produce(http, broker, 1)
+        assert unb64((await receive(latest))["payload"]) == b"m0"  # only what came after
+
+
+async def test_delayed_delivery_from_the_producer(broker: Any, http: aiohttp.ClientSession) -> None:
+    topic = "persistent/public/default/ws-delayed"
+    consumer = await http.ws_connect(
+        f"{ws_base(broker)}/ws/v2/consumer/{topic}/d?subscriptionType=Shared")
+    sent_at = time.time()
+    await _produce(http, broker, 1, topic=topic, prefix="at", deliverAt=int((sent_at + 1.5) * 1000))
+    await _produce(http, broker, 1, topic=topic, prefix="after", deliverAfterMs=800)
+    await _produce(http, broker, 1, topic=topic, prefix="now")
+    arrivals = []
+    for _ in range(3):
+        msg = await receive(consumer)
+        arrivals.append((unb64(msg["payload"]), time.time() - sent_at))
+        await consumer.send_str(json.dumps({"messageId": msg["messageId"]}))
+    assert [payload for payload, _ in arrivals] == [b"now0", b"after0", b"at0"]
+    assert arrivals[1][1] >= 0.8 - 0.05 and arrivals[2][1] >= 1.5 - 0.05
+    await consumer.close()
+
+
+async def test_negative_ack_redelivers(broker: Any, http: aiohttp.ClientSession) -> None:
+    consumer = await http.ws_connect(
+        f"{ws_base(broker)}/ws/v2/consumer/{TOPIC}/n?subscriptionType=Shared"
+        "&negativeAckRedeliveryDelay=100")
+    await _produce(http, broker, 1)
+    msg = await receive(consumer)
+    await consumer.send_str(json.dumps({"type": "negativeAcknowledge",
+                                        "messageId": msg["messageId"]}))
+    again = await receive(consumer)
+    assert again["messageId"] == msg["messageId"] and again["redeliveryCount"] == 1
+    await consumer.close()
+
+
+async def test_ack_timeout_redelivers(broker: Any, http: aiohttp.ClientSession) -> None:
+    consumer = await http.ws_connect(
+        f"{ws_base(broker)}/ws/v2/consumer/{TOPIC}/t?subscriptionType=Shared"
+        "&ackTimeoutMillis=1000")
+    await _produce(http, broker, 1)
+    msg = await receive(consumer)
+    again = await receive(consumer)
+    assert again["messageId"] == msg["messageId"] and again["redeliveryCount"] == 1
+    await consumer.close()
+
+
+async def test_pull_mode_waits_for_permits(broker: Any, http: aiohttp.ClientSession) -> None:
+    consumer = await http.ws_connect(
+        f"{ws_base(broker)}/ws/v2/consumer/{TOPIC}/p?pullMode=true&subscriptionType=Shared")
+    await _produce(http, broker, 3)
+    await consumer.send_str(json.dumps({"type": "isEndOfTopic"}))
+    assert await receive(consumer) == {"endOfTopic": False}  # no message came before it
+    await consumer.send_str(json.dumps({"type": "permit", "permitMessages": 2}))
+    got = [unb64((await receive(consumer))["payload"]) for _ in range(2)]
+    assert got == [b"m0", b"m1"]
+    await consumer.send_str(json.dumps({"type": "isEndOfTopic"}))
+    assert await receive(consumer) == {"endOfTopic": False}  # the third waits for a permit
+    await consumer.send_str(json.dumps({"type": "permit"}))  # no permitMessages: refused
+    closed = await consumer.receive(timeout=10)
+    assert closed.type == aiohttp.WSMsgType.CLOSE and closed.data == 1003
+    assert "Failed to de-serialize from JSON" in closed.extra
+
+
+async def test_push_mode_holds_at_most_the_receiver_queue(broker: Any,
+                                                          http: aiohttp.ClientSession) -> None:
+    queue = 4
+    await _produce(http, broker, 12)
+    consumer = await http.ws_connect(
+        f"{ws_base(broker)}/ws/v2/consumer/{TOPIC}/q?subscriptionType=Shared"
+        f"&receiverQueueSize={queue}")
+    # the subscription was made after the messages: start it at the first one
+    async with http.post(f"{broker.web_url}/admin/v2/{TOPIC}/subscription/q/resetcursor/0") \
+            as resp:
+        assert resp.status == 204, await resp.text()
+    await consumer.close()
+    consumer = await http.ws_connect(
+        f"{ws_base(broker)}/ws/v2/consumer/{TOPIC}/q?subscriptionType=Shared"
+        f"&receiverQueueSize={queue}")
+    first = [await receive(consumer) for _ in range(queue)]
+
+    async def sent_out() -> int:
+        sub = (await _stats(http, broker))["subscriptions"]["q"]
+        return int(sum(c["msgOutCounter"] for c in sub["consumers"]))
+
+    async def permits_used() -> bool:
+        return await sent_out() >= 2 * queue
+
+    # queue unacked by the client, and as many held back (the client's receiver queue)
+    await eventually(permits_used, "the broker used the permits given back")
+    await consumer.send_str(json.dumps({"type": "isEndOfTopic"}))
+    assert await receive(consumer) == {"endOfTopic": False}  # unacked: nothing more came
+    assert await sent_out() == 2 * queue  # the broker sent no more than it was allowed
+    await consumer.send_str(json.dumps({"messageId": first[0]["messageId"]}))
+    assert unb64((await receive(consumer))["payload"]) == f"m{queue}".encode()
+    await consumer.close()
+
+
+async def test_end_of_topic_after_terminate(broker: Any, http: aiohttp.ClientSession) -> None:
+    topic = "persistent/public/default/ws-end"
+    consumer = await http.ws_connect(f"{ws_base(broker)}/ws/v2/consumer/{topic}/e")
+    await _produce(http, broker, 1, topic=topic)
+    msg = await receive(consumer)
+    async with http.post(f"{broker.web_url}/admin/v2/{topic}/terminate") as resp:
+        assert resp.status == 200, await resp.text()
+    await consumer.send_str(json.dumps({"messageId": msg["messageId"]}))
+
+    async def reached() -> bool:
+        await consumer.send_str(json.dumps({"type": "isEndOfTopic"}))
+        return bool((await receive(consumer))["endOfTopic"])
+
+    await eventually(reached, "isEndOfTopic after the topic was terminated")
+    with pytest.raises(aiohttp.WSServerHandshakeError) as info:
+        await http.ws_connect(f"{ws_base(broker)}/ws/v2/producer/{topic}")
+    assert info.value.status == 503  # Pulsar's answer for TopicTerminatedException
+    await consumer.close()
+
+
+async def test_refusals_before_the_upgrade(broker: Any, http: aiohttp.ClientSession) -> None:
+    base = ws_base(broker)
+    async with http.get(f"{broker.web_url}/ws/v2/producer/{TOPIC}") as resp:
+        assert resp.status == 400
+    for path, status, reason in (
+        (f"/ws/v2/consumer/{TOPIC}/s?subscriptionType=Bogus", 400,
+         "Invalid query params: Invalid subscriptionType Bogus"),
+        (f"/ws/v2/producer/{TOPIC}?sendTimeoutMillis=soon", 400,
+         'Invalid query params: For input string: "soon"'),
+        (f"/ws/v2/reader/{TOPIC}?messageId=garbage", 400, None),
+        ("/ws/v2/producer/persistent/no-such-tenant/default/t", 404, None),
+    ):
+        with pytest.raises(aiohttp.WSServerHandshakeError) as info:
+            await http.ws_connect(base + path)
+        assert info.value.status == status, path
+        if reason is not None:
+            async with http.get(broker.web_url + path, headers={
+                    "Connection": "Upgrade", "Upgrade": "websocket", "Sec-WebSocket-Version": "13",
+                    "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="}) as resp:
+                assert (await resp.json())["reason"] == reason
+
+
+async def test_second_exclusive_consumer_is_busy(broker: Any, http: aiohttp.ClientSession) -> None:
+    url = f"{ws_base(broker)}/ws/v2/consumer/{TOPIC}/x"
+    first = await http.ws_connect(url)
+    with pytest.raises(aiohttp.WSServerHandshakeError) as info:
+        await http.ws_connect(url)
+    assert info.value.status == 409
+    await first.close()
+
+
+async def test_bad_frames_close_or_answer(broker: Any, http: aiohttp.ClientSession) -> None:
+    async with http.ws_connect(f"{ws_base(broker)}/ws/v2/producer/{TOPIC}") as producer:
+        await producer.send_str("{not json")
+        assert (await receive(producer))["result"] == "send-error:3"
+        await producer.send_str(json.dumps({"payload": "%%%", "context": "c"}))
+        bad = await receive(producer)
+        assert bad["result"] == "send-error:7" and bad["context"] == "c"
+        await producer.send_str(json.dumps({"payload": b64(b"ok")}))
+        assert (await receive(producer))["result"] == "ok"  # the session goes on
+    consumer = await http.ws_connect(f"{ws_base(broker)}/ws/v2/consumer/{TOPIC}/bad")
+    await consumer.send_str(json.dumps({"messageId": "@@@"}))
+    closed = await consumer.receive(timeout=10)
+    assert closed.type == aiohttp.WSMsgType.CLOSE and closed.data == 1003
+
+
+async def test_unsubscribe(broker: Any, http: aiohttp.ClientSession) -> None:
+    consumer = await http.ws_connect(f"{ws_base(broker)}/ws/v2/consumer/{TOPIC}/gone")
+    await consumer.send_str(json.dumps({"type": "unsubscribe"}))
+    closed = await consumer.receive(timeout=10)
+    assert closed.type == aiohttp.WSMsgType.CLOSE and closed.data == 1000
+    assert "gone" not in (await _stats(http, broker))["subscriptions"]
+
+
+async def test_disabled_service_has_no_endpoints(broker_factory: Any,
+                                                 http: aiohttp.ClientSession) -> None:
+    off = broker_factory(config_overrides={"webSocketServiceEnabled": False})
+    with pytest.raises(aiohttp.WSServerHandshakeError) as info:
+        await http.ws_connect(f"{ws_base(off)}/ws/v2/producer/{TOPIC}")
+    assert info.value.status == 404
