@@ -72,6 +72,7 @@ MAX_TRACKED = 50_000
 _U64 = (1 << 64) - 1
 _EARLIEST = (_U64, _U64)                        # MessageId.earliest (-1, -1) on the wire
 _LATEST = ((1 << 63) - 1, (1 << 63) - 1)        # MessageId.latest (Long.MAX_VALUE twice)
+_WHOLE_ENTRY = (1 << 31) - 1                     # a batch index past any batch's last
 _COMPRESSION_NAMES = {pb.LZ4: "LZ4", pb.ZLIB: "ZLIB", pb.ZSTD: "ZSTD", pb.SNAPPY: "SNAPPY"}
 
 
@@ -82,6 +83,11 @@ class OpenedConsumer:
     sub_type: SubType
     start: MessageRef | None = None
     """A reader's start id, which it skips (None: nothing to skip)."""
+    durable: bool = True
+    name: str | None = None
+    priority: int = 0
+    start_wire: tuple[int, int] | None = None
+    """Where a reader's subscription started (its SUBSCRIBE's ``start_message_id``)."""
 
 
 async def _subscribe(link: BrokerLink, topic: str, subscription: str, sub_type: SubType, *,
@@ -111,7 +117,8 @@ async def open_consumer(link: BrokerLink, topic: str, subscription: str,
     consumer_id = await _subscribe(link, topic, subscription, options.sub_type,
                                    durable=options.durable, name=options.consumer_name,
                                    priority=options.priority_level, start=None)
-    return OpenedConsumer(consumer_id, subscription, options.sub_type)
+    return OpenedConsumer(consumer_id, subscription, options.sub_type, None, options.durable,
+                          options.consumer_name, options.priority_level)
 
 
 async def open_reader(link: BrokerLink, topic: str, options: ReaderOptions) -> OpenedConsumer:
@@ -127,7 +134,8 @@ async def open_reader(link: BrokerLink, topic: str, options: ReaderOptions) -> O
     subscription = "reader-" + secrets.token_hex(5)
     consumer_id = await _subscribe(link, topic, subscription, SubType.Exclusive, durable=False,
                                    name=options.reader_name, priority=0, start=wire)
-    return OpenedConsumer(consumer_id, subscription, SubType.Exclusive, start)
+    return OpenedConsumer(consumer_id, subscription, SubType.Exclusive, start, False,
+                          options.reader_name, 0, wire)
 
 
 @dataclass(slots=True)
@@ -136,6 +144,8 @@ class _Held:
     position: tuple[int, int]
     redelivery_count: int
     last_of_entry: bool
+    generation: int = 0
+    """Which subscription of this session it came from (a re-subscribe starts a new one)."""
 
 
 class ConsumerSession(Session):
@@ -146,6 +156,9 @@ class ConsumerSession(Session):
                  options: ConsumerOptions | None = None) -> None:
         super().__init__(ws, link, topic, idle_timeout_s)
         self._consumer_id = opened.consumer_id
+        self._opened = opened
+        self._generation = 0
+        self._last_written: tuple[int, int] | None = None
         self._sub_type = opened.sub_type
         self._start = opened.start
         self._is_reader = reader
@@ -205,7 +218,8 @@ class ConsumerSession(Session):
                 return [], 1
             ref = MessageRef(position[0], position[1])
             return [_Held(consumer_message(encode_message_id(ref), data, metadata, None,
-                                           redelivery), position, redelivery, True)], 1
+                                           redelivery), position, redelivery, True,
+                          self._generation)], 1
         acked = _acked_indexes(ack_set, count)
         out: list[_Held] = []
         for index, (single, body) in enumerate(iter_batch(data, count)):
@@ -216,13 +230,44 @@ class ConsumerSession(Session):
                 continue
             ref = MessageRef(position[0], position[1], index, count)
             out.append(_Held(consumer_message(encode_message_id(ref), body, metadata, single,
-                                              redelivery), position, redelivery, False))
+                                              redelivery), position, redelivery, False,
+                             self._generation))
         if out:
             out[-1].last_of_entry = True
         return out, count
 
     def on_closed_by_broker(self) -> None:
-        self.close_with(WebSocketError.UnknownError, "the consumer was closed by the broker")
+        """The broker closed the consumer (topic unloaded, a cursor reset) or the whole link."""
+        if self.link.closed:
+            self.close_with(WebSocketError.UnknownError, "the broker closed the connection")
+            return
+        self._loop.create_task(self._resubscribe())
+
+    async def _resubscribe(self) -> None:
+        """Subscribe again, as the client does: what was held is dropped (the broker sends it
+        again), a reader starts after the last message it wrote to the socket."""
+        self.link.remove_consumer(self._consumer_id)
+        self._generation += 1
+        self._held.clear()
+        self._permits_to_return = 0
+        self._cumulative_upto = None
+        opened = self._opened
+        start = opened.start_wire
+        last = self._last_written
+        if self._is_reader and last is not None:
+            # everything of that entry was written: skip it whole
+            self._start = MessageRef(last[0], last[1], batch_index=_WHOLE_ENTRY)
+            start = (last[0] & _U64, last[1] & _U64)
+
+        async def attempt() -> None:
+            consumer_id = await _subscribe(
+                self.link, self.topic, opened.subscription, opened.sub_type,
+                durable=opened.durable, name=opened.name, priority=opened.priority, start=start)
+            self._consumer_id = consumer_id
+            self.link.add_consumer(consumer_id, self)
+            self.link.send(C.encode_flow(consumer_id, self._queue_size))
+
+        await self.reconnect(attempt, "the consumer could not subscribe again")
 
     def on_end_of_topic(self) -> None:
         self._end_of_topic = True
@@ -254,6 +299,10 @@ class ConsumerSession(Session):
         if not isinstance(tag, _Held):
             return
         self.delivered += 1
+        if tag.last_of_entry:
+            self._last_written = tag.position
+        if tag.generation != self._generation:
+            return  # from a subscription the broker closed: it owes that one no permit
         if not self._is_reader and self._ack_timeout_s > 0:
             self._track(self._delivered_at, tag.position, self._loop.time() + self._ack_timeout_s)
         if self._is_reader and tag.last_of_entry:

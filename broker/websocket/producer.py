@@ -13,6 +13,10 @@ one. The answer, ``{"result": "ok", "messageId", "context"}`` or ``send-error:N`
 ``errorMsg``, is queued when the broker's receipt or error arrives, or when
 ``sendTimeoutMillis`` passes first (0 = no timeout), in the order they arrive.
 
+The broker may close the producer (its topic unloaded or deleted): the session re-creates it
+under the same name and sends what was pending again, as the client does, meanwhile holding
+new messages; a refusal that another attempt cannot change ends the session.
+
 Bounds: a frame is read from the client only when the session has a slot for its answer;
 slots are ``maxPendingMessages`` (at most the broker's
 ``maxPendingPublishRequestsPerConnection``) and one is freed when its answer has been written
@@ -74,6 +78,8 @@ async def open_producer(link: BrokerLink, topic: str, options: ProducerOptions) 
 class _Pending:
     context: str | None
     timer: asyncio.TimerHandle | None
+    entry: bytes
+    """Kept to send again on the re-created producer after the broker closed this one."""
 
 
 class ProducerSession(Session):
@@ -93,6 +99,7 @@ class ProducerSession(Session):
         self._max_message_size = max_message_size
         self._pending: dict[int, _Pending] = {}
         self._slots = asyncio.Semaphore(max_pending)
+        self._reconnecting = False
         self.sent = 0
         self.failed = 0
         link.add_producer(self._producer_id, self)
@@ -138,7 +145,9 @@ class ProducerSession(Session):
         timer = None
         if self._send_timeout_s > 0:
             timer = self._loop.call_later(self._send_timeout_s, self._timed_out, sequence_id)
-        self._pending[sequence_id] = _Pending(request.context, timer)
+        self._pending[sequence_id] = _Pending(request.context, timer, entry)
+        if self._reconnecting:
+            return  # sent with the others once the producer is back
         try:
             self.link.send(C.encode_send(self._producer_id, sequence_id, entry))
         except RequestError as exc:
@@ -203,10 +212,34 @@ class ProducerSession(Session):
         return pending
 
     def on_closed_by_broker(self) -> None:
-        """The broker closed the producer (topic unloaded, deleted or terminated, fenced)."""
-        for sequence_id in list(self._pending):
-            self.on_send_error(sequence_id, RequestError("Producer was closed by the broker"))
-        self.close_with(WebSocketError.UnknownError, "the producer was closed by the broker")
+        """The broker closed the producer (topic unloaded or deleted) or the whole link."""
+        if self.link.closed:
+            for sequence_id in list(self._pending):
+                self.on_send_error(sequence_id, RequestError("The broker closed the connection"))
+            self.close_with(WebSocketError.UnknownError, "the broker closed the connection")
+            return
+        if not self._reconnecting:
+            self._reconnecting = True
+            self._loop.create_task(self._recreate())
+
+    async def _recreate(self) -> None:
+        """Re-create the producer under its name, then send what is pending again, in order
+        (de-duplication answers a message the broker had stored with its first id)."""
+        self.link.remove_producer(self._producer_id)
+        options = ProducerOptions(producer_name=self._name)
+
+        async def attempt() -> None:
+            opened = await open_producer(self.link, self.topic, options)
+            self._producer_id = opened.producer_id
+            self.link.add_producer(opened.producer_id, self)
+
+        if not await self.reconnect(attempt, "the producer could not be re-created"):
+            for sequence_id in list(self._pending):
+                self.on_send_error(sequence_id, RequestError("The producer was closed"))
+            return
+        self._reconnecting = False
+        for sequence_id, pending in list(self._pending.items()):
+            self.link.send(C.encode_send(self._producer_id, sequence_id, pending.entry))
 
     def on_close(self) -> None:
         self.link.remove_producer(self._producer_id)

@@ -17,6 +17,9 @@ only when it has a slot for its answer, the consumer sessions queue a message on
 flow control (receiverQueueSize, permits) allows one. So a slow socket stops the broker from
 sending (no FLOW, no new SEND) instead of growing a buffer.
 
+A producer or consumer the broker closes (its topic unloaded, a cursor reset) is re-created
+by the session (:meth:`Session.reconnect`), as the client inside Pulsar's service does.
+
 Idle sessions: a session with nothing received from the client and nothing sent to it for
 ``webSocketSessionIdleTimeoutMillis`` is closed with 1001 "Connection Idle Timeout", as Jetty
 closes Pulsar's. Errors close the session with a standard code (1003 for a frame that does not
@@ -29,16 +32,30 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
+from collections.abc import Awaitable, Callable
 
 from aiohttp import WSCloseCode, WSMsgType, web
 
 from broker.websocket.frames import FrameError, WebSocketError
 from broker.websocket.link import BrokerLink
+from protocol.errors import RequestError, ServerError
 
 __all__ = ["Session", "close_code"]
 
 log = logging.getLogger("horae.websocket")
 
+#: Re-creating a producer or consumer the broker closed, as the client's backoff does: the
+#: first wait, the longest, and when to give up (the client's operation timeout).
+RECONNECT_FIRST_S = 0.1
+RECONNECT_MAX_S = 3.0
+RECONNECT_GIVE_UP_S = 30.0
+#: Refusals that another attempt cannot change.
+_PERMANENT = frozenset({
+    ServerError.TopicTerminatedError, ServerError.AuthorizationError,
+    ServerError.AuthenticationError, ServerError.InvalidTopicName,
+    ServerError.IncompatibleSchema, ServerError.ProducerFenced, ServerError.NotAllowedError,
+    ServerError.TopicNotFound, ServerError.ProducerBlockedQuotaExceededException,
+})
 #: How long a closing session waits for its queued frames to be written.
 CLOSE_DRAIN_S = 2.0
 #: Jetty's reason when it closes an idle WebSocket session.
@@ -111,6 +128,26 @@ class Session:
         reason = error.description if not message else f"{error.description}: {message}"
         log.warning("closing WebSocket session on %s: %s", self.topic, reason)
         self.close(close_code(error), reason)
+
+    async def reconnect(self, attempt: Callable[[], Awaitable[None]], what: str) -> bool:
+        """Run *attempt* (re-create what the broker closed) until it succeeds, with the
+        client's backoff; a permanent refusal, or none succeeding within
+        :data:`RECONNECT_GIVE_UP_S`, closes the session. True when it succeeded."""
+        delay = RECONNECT_FIRST_S
+        deadline = self._loop.time() + RECONNECT_GIVE_UP_S
+        while not self._closing and not self.link.closed:
+            try:
+                await attempt()
+                return True
+            except RequestError as exc:
+                if exc.code in _PERMANENT or self._loop.time() + delay > deadline:
+                    self.close_with(WebSocketError.UnknownError, f"{what}: {exc.message}")
+                    return False
+                log.info("re-creating the %s on %s failed (%s); trying again in %.1f s",
+                         what, self.topic, exc.message, delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, RECONNECT_MAX_S)
+        return False
 
     def close(self, code: int, reason: str) -> None:
         if self._closing:

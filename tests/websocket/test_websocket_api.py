@@ -324,3 +324,41 @@ async def test_disabled_service_has_no_endpoints(broker_factory: Any,
     with pytest.raises(aiohttp.WSServerHandshakeError) as info:
         await http.ws_connect(f"{ws_base(off)}/ws/v2/producer/{TOPIC}")
     assert info.value.status == 404
+
+
+async def test_sessions_survive_a_topic_unload(broker: Any, http: aiohttp.ClientSession) -> None:
+    topic = "persistent/public/default/ws-unload"
+    base = ws_base(broker)
+    consumer = await http.ws_connect(f"{base}/ws/v2/consumer/{topic}/u?subscriptionType=Shared")
+    reader = await http.ws_connect(f"{base}/ws/v2/reader/{topic}?messageId=earliest")
+    producer = await http.ws_connect(f"{base}/ws/v2/producer/{topic}")
+    await producer.send_str(json.dumps({"payload": b64(b"before")}))
+    assert (await receive(producer))["result"] == "ok"
+    first = await receive(consumer)
+    await consumer.send_str(json.dumps({"messageId": first["messageId"]}))
+    assert unb64((await receive(reader))["payload"]) == b"before"
+    async with http.put(f"{broker.web_url}/admin/v2/{topic}/unload") as resp:
+        assert resp.status == 204, await resp.text()
+    await producer.send_str(json.dumps({"payload": b64(b"after"), "context": "a"}))
+    ack = await receive(producer)
+    assert ack["result"] == "ok" and ack["context"] == "a"  # the producer came back by itself
+    assert unb64((await receive(consumer))["payload"]) == b"after"
+    assert unb64((await receive(reader))["payload"]) == b"after"  # not "before" again
+    for ws in (producer, consumer, reader):
+        await ws.close()
+
+
+async def test_consumer_follows_a_cursor_reset(broker: Any, http: aiohttp.ClientSession) -> None:
+    topic = "persistent/public/default/ws-reset"
+    consumer = await http.ws_connect(f"{ws_base(broker)}/ws/v2/consumer/{topic}/r")
+    await _produce(http, broker, 3, topic=topic)
+    for i in range(3):
+        msg = await receive(consumer)
+        assert unb64(msg["payload"]) == f"m{i}".encode()
+        await consumer.send_str(json.dumps({"messageId": msg["messageId"]}))
+    async with http.post(f"{broker.web_url}/admin/v2/{topic}/subscription/r/resetcursor/0") \
+            as resp:
+        assert resp.status == 204, await resp.text()
+    again = [unb64((await receive(consumer))["payload"]) for _ in range(3)]
+    assert again == [b"m0", b"m1", b"m2"]
+    await consumer.close()
