@@ -27,6 +27,9 @@ back after ``negativeAckRedeliveryDelay``, ``permit`` adds pull credits, ``unsub
 hands back what stays unacknowledged that long. A reader's acks only free its flow; the reader
 acknowledges cumulatively to the broker itself, as the client's reader does.
 
+``maxRedeliverCount`` (and ``deadLetterTopic``) send a message handed back once more after
+that many redeliveries to the dead-letter topic instead (:mod:`broker.websocket.dead_letter`).
+
 Every table here is bounded: held and delivered messages by the flow above, the ack-timeout and
 negative-ack tables by :data:`MAX_TRACKED` (past it the oldest is handed back at once).
 """
@@ -42,6 +45,7 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
+from broker.websocket.dead_letter import DeadLetters, Letter, default_topic
 from broker.websocket.frames import (
     ConsumerCommand,
     FrameError,
@@ -177,6 +181,11 @@ class ConsumerSession(Session):
         self._timer: asyncio.TimerHandle | None = None
         self._pump_scheduled = False
         self._end_of_topic = False
+        self._dead_letters: DeadLetters | None = None
+        if options.max_redeliver_count > 0:
+            self._dead_letters = DeadLetters(
+                link, topic, options.dead_letter_topic
+                or default_topic(topic, opened.subscription), options.max_redeliver_count)
         self.delivered = 0
         self.acked = 0
         link.add_consumer(self._consumer_id, self)
@@ -213,28 +222,48 @@ class ConsumerSession(Session):
             else None
         if start is not None and position < (start.ledger_id, start.entry_id):
             return [], count or 1
+        candidate = self._dead_letters is not None and \
+            self._dead_letters.is_candidate(redelivery)
         if count is None:
             if start is not None and position == (start.ledger_id, start.entry_id):
                 return [], 1
+            if candidate:
+                self._note_letters(position, [(metadata, -1, data)])
             ref = MessageRef(position[0], position[1])
             return [_Held(consumer_message(encode_message_id(ref), data, metadata, None,
                                            redelivery), position, redelivery, True,
                           self._generation)], 1
         acked = _acked_indexes(ack_set, count)
         out: list[_Held] = []
+        kept: list[tuple[pb.SingleMessageMetadata, int, bytes]] = []
         for index, (single, body) in enumerate(iter_batch(data, count)):
             if index in acked:
                 continue
             if start is not None and position == (start.ledger_id, start.entry_id) \
                     and index <= start.batch_index:
                 continue
+            kept.append((single, index, body))
             ref = MessageRef(position[0], position[1], index, count)
             out.append(_Held(consumer_message(encode_message_id(ref), body, metadata, single,
                                               redelivery), position, redelivery, False,
                              self._generation))
         if out:
             out[-1].last_of_entry = True
+        if candidate:
+            self._note_letters(position, kept)
         return out, count
+
+    def _note_letters(self, position: tuple[int, int],
+                      messages: list[tuple[pb.MessageMetadata | pb.SingleMessageMetadata, int,
+                                           bytes]]) -> None:
+        assert self._dead_letters is not None
+        origin = f"{position[0]}:{position[1]}:-1"
+        self._dead_letters.note(position, [
+            Letter(body, tuple((kv.key, kv.value) for kv in md.properties),
+                   md.partition_key if md.HasField("partition_key") else None,
+                   md.event_time if md.HasField("event_time") else 0, index,
+                   origin if index < 0 else f"{origin}:{index}")
+            for md, index, body in messages])
 
     def on_closed_by_broker(self) -> None:
         """The broker closed the consumer (topic unloaded, a cursor reset) or the whole link."""
@@ -375,6 +404,8 @@ class ConsumerSession(Session):
         self.acked += 1
         self._delivered_at.pop(position, None)
         self._nacks.pop(position, None)
+        if self._dead_letters is not None:
+            self._dead_letters.acked(position, ref.batch_index)
 
     def _negative_ack(self, ref: MessageRef) -> None:
         position = (ref.ledger_id, ref.entry_id)
@@ -425,10 +456,38 @@ class ConsumerSession(Session):
             self._timer = self._loop.call_at(next_due, self._on_timer)
 
     def _redeliver(self, positions: list[tuple[int, int]]) -> None:
+        """Hand *positions* back to the broker; those whose messages reached
+        ``maxRedeliverCount`` go to the dead-letter topic instead."""
         if self.link.closed:
             return
-        self.link.send(C.encode_redeliver(
-            self._consumer_id, [(lid & _U64, eid & _U64) for lid, eid in positions]))
+        dead = self._dead_letters
+        if dead is not None:
+            again = []
+            for position in positions:
+                letters = dead.take(position)
+                if letters is None:
+                    again.append(position)
+                else:
+                    self._loop.create_task(self._dead_letter(position, letters))
+            positions = again
+        if positions:
+            self.link.send(C.encode_redeliver(
+                self._consumer_id, [(lid & _U64, eid & _U64) for lid, eid in positions]))
+
+    async def _dead_letter(self, position: tuple[int, int], letters: list[Letter]) -> None:
+        """Store *letters* on the dead-letter topic, then acknowledge their entry."""
+        assert self._dead_letters is not None
+        try:
+            await self._dead_letters.publish(letters)
+        except RequestError as exc:
+            log.warning("could not publish %s of %s to the dead-letter topic %s: %s; "
+                        "redelivering it", position, self.topic, self._dead_letters.topic,
+                        exc.message)
+            self._redeliver([position])
+            return
+        if not self.link.closed:
+            self.link.send(C.encode_ack(self._consumer_id,
+                                        [(position[0] & _U64, position[1] & _U64)]))
 
     def on_close(self) -> None:
         self.link.remove_consumer(self._consumer_id)

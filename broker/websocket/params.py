@@ -152,8 +152,9 @@ def consumer_options(query: Mapping[str, str]) -> ConsumerOptions:
     if nack_delay is not None and nack_delay < 0:
         raise InvalidParams("redeliveryDelay needs to be >= 0")
     max_redeliver = _int(query, "maxRedeliverCount") or 0
-    if max_redeliver < 0:
-        raise InvalidParams("maxRedeliverCount must be > 0")
+    if max_redeliver < 0 or (max_redeliver == 0 and (
+            "maxRedeliverCount" in query or "deadLetterTopic" in query)):
+        raise InvalidParams("MaxRedeliveryCount must be > 0.")
     name = query.get("consumerName")
     return ConsumerOptions(
         sub_type=SubType[sub_type] if sub_type is not None else SubType.Exclusive,

@@ -362,3 +362,39 @@ async def test_consumer_follows_a_cursor_reset(broker: Any, http: aiohttp.Client
     again = [unb64((await receive(consumer))["payload"]) for _ in range(3)]
     assert again == [b"m0", b"m1", b"m2"]
     await consumer.close()
+
+
+async def test_dead_letter_topic_after_max_redeliveries(broker: Any,
+                                                        http: aiohttp.ClientSession) -> None:
+    topic = "persistent/public/default/ws-dlq"
+    base = ws_base(broker)
+    consumer = await http.ws_connect(
+        f"{base}/ws/v2/consumer/{topic}/s?subscriptionType=Shared&maxRedeliverCount=1"
+        "&negativeAckRedeliveryDelay=0")
+    ids = await _produce(http, broker, 1, topic=topic, properties={"p": "v"}, key="k")
+    for count in (0, 1):
+        msg = await receive(consumer)
+        assert (msg["messageId"], msg["redeliveryCount"]) == (ids[0], count)
+        await consumer.send_str(json.dumps({"type": "negativeAcknowledge",
+                                            "messageId": msg["messageId"]}))
+    dlq = f"{topic}-s-DLQ"  # Pulsar's default name: <topic>-<subscription>-DLQ
+
+    async def letter() -> Any:
+        async with http.ws_connect(f"{base}/ws/v2/reader/{dlq}?messageId=earliest") as reader:
+            try:
+                return await receive(reader, timeout=0.5)
+            except TimeoutError:
+                return None
+
+    dead = await eventually(letter, "the message reached the dead-letter topic")
+    assert unb64(dead["payload"]) == b"m0" and dead["key"] == "k"
+    assert dead["properties"]["p"] == "v"
+    assert dead["properties"]["REAL_TOPIC"] == "persistent://public/default/ws-dlq"
+    assert dead["properties"]["ORIGIN_MESSAGE_ID"] == "{}:{}:-1".format(*_ids(ids[0]))
+
+    async def acked() -> bool:
+        stats = await _stats(http, broker, topic)
+        return stats["subscriptions"]["s"]["msgBacklog"] == 0
+
+    await eventually(acked, "the dead-lettered message was acknowledged")
+    await consumer.close()

@@ -141,6 +141,7 @@ def test_query_parameters_as_the_builders_read_them() -> None:
     (consumer_options, {"ackTimeoutMillis": "10"}, "Ack timeout should be greater than 1000 ms"),
     (consumer_options, {"receiverQueueSize": "-1"}, "receiverQueueSize needs to be >= 0"),
     (consumer_options, {"receiverQueueSize": "99999999999"}, 'For input string: "99999999999"'),
+    (consumer_options, {"deadLetterTopic": "dlq"}, "MaxRedeliveryCount must be > 0."),
 ])
 def test_refused_query_parameters(make: object, query: dict[str, str], message: str) -> None:
     with pytest.raises(InvalidParams) as info:
