@@ -398,3 +398,52 @@ async def test_dead_letter_topic_after_max_redeliveries(broker: Any,
 
     await eventually(acked, "the dead-lettered message was acknowledged")
     await consumer.close()
+
+
+async def test_a_client_that_stops_reading_stops_the_broker(broker: Any,
+                                                            http: aiohttp.ClientSession) -> None:
+    topic = "persistent/public/default/ws-slow"
+    total, queue, size = 300, 10, 64 * 1024
+    consumer = await http.ws_connect(
+        f"{ws_base(broker)}/ws/v2/consumer/{topic}/slow?pullMode=true&receiverQueueSize={queue}")
+    await consumer.send_str(json.dumps({"type": "permit", "permitMessages": total}))
+    async with http.ws_connect(f"{ws_base(broker)}/ws/v2/producer/{topic}") as producer:
+        for i in range(total):
+            await producer.send_str(json.dumps({"payload": b64(i.to_bytes(4, "big") * (size // 4))}))
+        for _ in range(total):
+            assert (await receive(producer))["result"] == "ok"
+
+    async def sent_out() -> int:
+        sub = (await _stats(http, broker, topic))["subscriptions"]["slow"]
+        return int(sum(c["msgOutCounter"] for c in sub["consumers"]))
+
+    # The consumer has not read a byte: its socket buffers fill, the session stops writing and
+    # then asks the broker for no more than its receiver queue.
+    last = -1
+
+    async def settled() -> bool:
+        nonlocal last
+        now = await sent_out()
+        stable, last = now == last, now
+        if not stable:
+            await asyncio.sleep(0.5)
+        return stable
+
+    await eventually(settled, "the broker stopped sending to the consumer that does not read")
+    assert 0 < last < total
+    for i in range(total):
+        msg = await receive(consumer)
+        assert unb64(msg["payload"])[:4] == i.to_bytes(4, "big")
+    await consumer.close()
+
+
+async def test_non_persistent_topic(broker: Any, http: aiohttp.ClientSession) -> None:
+    topic = "non-persistent/public/default/ws-np"
+    consumer = await http.ws_connect(
+        f"{ws_base(broker)}/ws/v2/consumer/{topic}/np?subscriptionType=Shared")
+    await _produce(http, broker, 2, topic=topic)
+    got = [await receive(consumer) for _ in range(2)]
+    assert [unb64(m["payload"]) for m in got] == [b"m0", b"m1"]
+    for m in got:
+        await consumer.send_str(json.dumps({"messageId": m["messageId"]}))
+    await consumer.close()
