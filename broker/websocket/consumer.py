@@ -169,6 +169,9 @@ class ConsumerSession(Session):
         options = options or ConsumerOptions()
         self._pull = options.pull_mode and not reader
         self._queue_size = max(1, receiver_queue_size)
+        # the client's commands are read while the outbox holds no more than the messages the
+        # flow allows and a few answers (isEndOfTopic)
+        self.outbox_limit = self._queue_size + 64
         self._nack_delay_s = options.negative_ack_delay_ms / 1000
         self._ack_timeout_s = options.ack_timeout_ms / 1000
         self._held: deque[_Held] = deque()

@@ -112,6 +112,9 @@ class ProducerSession(Session):
     def on_sent(self, tag: object) -> None:
         self._slots.release()
 
+    def admitted_without_answer(self) -> None:
+        self._slots.release()
+
     def _answer(self, text: str) -> None:
         self.queue(text)  # the slot taken in admit() is freed once this is written
 

@@ -109,6 +109,9 @@ class Session:
             self._outbox_shrunk.clear()
             await self._outbox_shrunk.wait()
 
+    def admitted_without_answer(self) -> None:
+        """The frame :meth:`admit` let in queued no answer (a ping, a pong)."""
+
     def on_close(self) -> None:
         """The session ends: release what it holds (the link is closed after this)."""
 
@@ -202,8 +205,10 @@ class Session:
                     self.on_text(msg.data)
                 except FrameError as exc:
                     self.close_with(exc.error, exc.message)
-            elif msg.type == WSMsgType.PING:
-                await ws.pong(msg.data)
+            elif msg.type in (WSMsgType.PING, WSMsgType.PONG):
+                self.admitted_without_answer()
+                if msg.type == WSMsgType.PING:
+                    await ws.pong(msg.data)
             elif msg.type == WSMsgType.BINARY:
                 self.close(int(WSCloseCode.UNSUPPORTED_DATA), "Binary frames are not supported")
             elif msg.type == WSMsgType.ERROR:
@@ -212,7 +217,6 @@ class Session:
                 break
             elif msg.type in (WSMsgType.CLOSE, WSMsgType.CLOSING, WSMsgType.CLOSED):
                 break
-            # PONG: activity only
 
     async def _write_loop(self) -> None:
         ws = self.ws

@@ -304,6 +304,17 @@ async def test_bad_frames_close_or_answer(broker: Any, http: aiohttp.ClientSessi
         assert bad["result"] == "send-error:7" and bad["context"] == "c"
         await producer.send_str(json.dumps({"payload": b64(b"ok")}))
         assert (await receive(producer))["result"] == "ok"  # the session goes on
+    async with http.ws_connect(f"{ws_base(broker)}/ws/v2/producer/{TOPIC}?maxPendingMessages=2",
+                               autoping=False) as producer:
+        for _ in range(5):  # pings take no answer slot
+            await producer.ping(b"x")
+            pong = await producer.receive(timeout=10)
+            assert pong.type == aiohttp.WSMsgType.PONG and pong.data == b"x"
+        await producer.send_str(json.dumps({"payload": b64(b"after pings")}))
+        assert (await receive(producer))["result"] == "ok"
+        await producer.send_bytes(b"binary")
+        closed = await producer.receive(timeout=10)
+        assert closed.type == aiohttp.WSMsgType.CLOSE and closed.data == 1003
     consumer = await http.ws_connect(f"{ws_base(broker)}/ws/v2/consumer/{TOPIC}/bad")
     await consumer.send_str(json.dumps({"messageId": "@@@"}))
     closed = await consumer.receive(timeout=10)
