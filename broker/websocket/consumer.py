@@ -18,7 +18,10 @@ is itself skipped, as the client skips it). :class:`ConsumerSession` then moves 
    outbox together hold at most ``receiverQueueSize`` messages (plus the rest of one batch), as
    the client's receiver queue does, and a slow socket stops the broker's dispatch to this
    consumer. With the client's unacked messages (push mode), a session has at most twice
-   ``receiverQueueSize`` messages out, as Pulsar's.
+   ``receiverQueueSize`` messages out, as Pulsar's. Permits are also given back only while
+   what is held and queued stays under :data:`MAX_BUFFERED_BYTES` (at the messages' average
+   size), and the first FLOW asks for :data:`INITIAL_PERMITS` only, so large messages are
+   bounded by bytes too.
 
 Client commands: ``{"messageId"}`` acknowledges (``"ackType": "cumulative"`` cumulatively; a
 message of a batch with the batch-index ``ack_set``), ``negativeAcknowledge`` hands the message
@@ -73,6 +76,12 @@ log = logging.getLogger("horae.websocket.consumer")
 
 #: Most positions one session tracks for ack timeouts and for pending negative acks.
 MAX_TRACKED = 50_000
+#: Bytes of JSON a session may hold (received, not yet written to the socket) before it gives
+#: the broker fewer permits than the receiver queue would: big messages count by size too.
+MAX_BUFFERED_BYTES = 16 * 1024 * 1024
+#: Permits of the first FLOW: the rest of the receiver queue follows once the first message is
+#: written, as far as :data:`MAX_BUFFERED_BYTES` allows at the size the messages turn out to be.
+INITIAL_PERMITS = 16
 _U64 = (1 << 64) - 1
 _EARLIEST = (_U64, _U64)                        # MessageId.earliest (-1, -1) on the wire
 _LATEST = ((1 << 63) - 1, (1 << 63) - 1)        # MessageId.latest (Long.MAX_VALUE twice)
@@ -175,9 +184,12 @@ class ConsumerSession(Session):
         self._nack_delay_s = options.negative_ack_delay_ms / 1000
         self._ack_timeout_s = options.ack_timeout_ms / 1000
         self._held: deque[_Held] = deque()
+        self._held_bytes = 0
+        self._average_size = 0.0  # of a message's JSON (moving average)
         self._unacked_by_client = 0     # push mode: delivered, not acked (Pulsar's pendingMessages)
         self._credits = 0               # pull mode: the client's permits not used yet
         self._permits_to_return = 0
+        self._outstanding = 0           # permits the broker holds (granted, not yet used)
         self._cumulative_upto: tuple[int, int] | None = None  # a reader's next broker ack
         self._delivered_at: OrderedDict[tuple[int, int], float] = OrderedDict()
         self._nacks: OrderedDict[tuple[int, int], float] = OrderedDict()
@@ -192,7 +204,13 @@ class ConsumerSession(Session):
         self.delivered = 0
         self.acked = 0
         link.add_consumer(self._consumer_id, self)
-        link.send(C.encode_flow(self._consumer_id, self._queue_size))
+        self._first_flow()
+
+    def _first_flow(self) -> None:
+        first = min(self._queue_size, INITIAL_PERMITS)
+        self._permits_to_return = self._queue_size - first
+        self._outstanding = first
+        self.link.send(C.encode_flow(self._consumer_id, first))
 
     # ------------------------------------------------------------------ from the broker
 
@@ -209,7 +227,13 @@ class ConsumerSession(Session):
             log.warning("dropping malformed message %s on %s: %s", position, self.topic, exc)
             return
         held, total = unpacked
+        self._outstanding = max(0, self._outstanding - total)
         self._held.extend(held)
+        for item in held:
+            size = len(item.text)
+            self._held_bytes += size
+            self._average_size = size if not self._average_size else \
+                0.9 * self._average_size + 0.1 * size
         if total > len(held):
             self._permits_to_return += total - len(held)  # never written: permits come back
         self._schedule_pump()
@@ -281,6 +305,7 @@ class ConsumerSession(Session):
         self.link.remove_consumer(self._consumer_id)
         self._generation += 1
         self._held.clear()
+        self._held_bytes = 0
         self._permits_to_return = 0
         self._cumulative_upto = None
         opened = self._opened
@@ -297,7 +322,7 @@ class ConsumerSession(Session):
                 durable=opened.durable, name=opened.name, priority=opened.priority, start=start)
             self._consumer_id = consumer_id
             self.link.add_consumer(consumer_id, self)
-            self.link.send(C.encode_flow(consumer_id, self._queue_size))
+            self._first_flow()
 
         await self.reconnect(attempt, "the consumer could not subscribe again")
 
@@ -320,6 +345,7 @@ class ConsumerSession(Session):
         self._pump_scheduled = False
         while self._held and self._may_deliver() and not self._closing:
             held = self._held.popleft()
+            self._held_bytes -= len(held.text)
             if self._pull:
                 self._credits -= 1
             else:
@@ -345,12 +371,20 @@ class ConsumerSession(Session):
     def _return_permits(self) -> None:
         if self._permits_to_return < max(1, self._queue_size // 2) or self.link.closed:
             return
+        room = (MAX_BUFFERED_BYTES - self._held_bytes - self.outbox_bytes
+                - self._outstanding * self._average_size)  # what the broker may still send
+        if room <= 0 or not self._average_size:
+            # the next message written makes room and calls again; before the first message
+            # the first FLOW stands: nothing tells yet how large they are
+            return
+        grant = min(self._permits_to_return, max(1, int(room // self._average_size)))
         if self._cumulative_upto is not None:
             self.link.send(C.encode_ack(self._consumer_id, [self._cumulative_upto],
                                         cumulative=True))
             self._cumulative_upto = None
-        self.link.send(C.encode_flow(self._consumer_id, self._permits_to_return))
-        self._permits_to_return = 0
+        self.link.send(C.encode_flow(self._consumer_id, grant))
+        self._permits_to_return -= grant
+        self._outstanding += grant
 
     # ------------------------------------------------------------------ client frames
 

@@ -88,6 +88,8 @@ class Session:
         self._outbox_shrunk = asyncio.Event()
         #: the default :meth:`admit` reads the next client frame only below this many queued
         self.outbox_limit = 64
+        #: characters of the frames queued and not yet written
+        self.outbox_bytes = 0
         self._last_activity = self._loop.time()
         self._closing = False
         self._reader: asyncio.Task[None] | None = None
@@ -120,6 +122,7 @@ class Session:
     def queue(self, text: str, tag: object = None) -> None:
         """Queue one frame for the writer (*tag* comes back to :meth:`on_sent`)."""
         self._outbox.append((text, tag))
+        self.outbox_bytes += len(text)
         self._outbox_ready.set()
 
     @property
@@ -229,6 +232,7 @@ class Session:
             if ws.closed:
                 return
             await ws.send_str(text)  # waits while the client's socket is full
+            self.outbox_bytes -= len(text)
             self._last_activity = self._loop.time()
             self._outbox_shrunk.set()
             self.on_sent(tag)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import time
 from typing import Any
 
@@ -411,12 +412,16 @@ async def test_dead_letter_topic_after_max_redeliveries(broker: Any,
     await consumer.close()
 
 
-async def test_a_client_that_stops_reading_stops_the_broker(broker: Any,
-                                                            http: aiohttp.ClientSession) -> None:
-    topic = "persistent/public/default/ws-slow"
-    total, queue, size = 300, 10, 64 * 1024
-    consumer = await http.ws_connect(
-        f"{ws_base(broker)}/ws/v2/consumer/{topic}/slow?pullMode=true&receiverQueueSize={queue}")
+async def _stalled(broker: Any, http: aiohttp.ClientSession, topic: str, *, total: int,
+                   queue: int, size: int) -> int:
+    """Publish *total* messages of *size* bytes to a pull-mode consumer that never reads its
+    socket; return how many the broker sent it once it stopped, after checking that the
+    consumer then reads them all, in order."""
+    slow_http = aiohttp.ClientSession(connector=aiohttp.TCPConnector(
+        socket_factory=_small_receive_buffer))
+    consumer = await slow_http.ws_connect(
+        f"{ws_base(broker)}/ws/v2/consumer/{topic}/slow?pullMode=true&receiverQueueSize={queue}",
+        max_msg_size=0)
     await consumer.send_str(json.dumps({"type": "permit", "permitMessages": total}))
     async with http.ws_connect(f"{ws_base(broker)}/ws/v2/producer/{topic}") as producer:
         for i in range(total):
@@ -428,8 +433,6 @@ async def test_a_client_that_stops_reading_stops_the_broker(broker: Any,
         sub = (await _stats(http, broker, topic))["subscriptions"]["slow"]
         return int(sum(c["msgOutCounter"] for c in sub["consumers"]))
 
-    # The consumer has not read a byte: its socket buffers fill, the session stops writing and
-    # then asks the broker for no more than its receiver queue.
     last = -1
 
     async def settled() -> bool:
@@ -441,11 +444,40 @@ async def test_a_client_that_stops_reading_stops_the_broker(broker: Any,
         return stable
 
     await eventually(settled, "the broker stopped sending to the consumer that does not read")
-    assert 0 < last < total
+    stalled = last
     for i in range(total):
         msg = await receive(consumer)
         assert unb64(msg["payload"])[:4] == i.to_bytes(4, "big")
     await consumer.close()
+    await slow_http.close()
+    return stalled
+
+
+def _small_receive_buffer(addr_info: Any) -> socket.socket:
+    """A client socket with a fixed 256 KiB receive buffer: the kernel's autotuning (up to
+    ``tcp_rmem``'s maximum, tens of MB) would otherwise hide how much the session holds."""
+    family, kind, proto, _, _ = addr_info
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 256 * 1024)
+    return sock
+
+
+async def test_a_client_that_stops_reading_stops_the_broker(broker: Any,
+                                                            http: aiohttp.ClientSession) -> None:
+    # The consumer has not read a byte: its socket buffers fill, the session stops writing and
+    # then asks the broker for no more than its receiver queue.
+    stalled = await _stalled(broker, http, "persistent/public/default/ws-slow", total=300,
+                             queue=10, size=64 * 1024)
+    assert 0 < stalled < 300
+
+
+async def test_large_messages_are_bounded_by_bytes(broker: Any,
+                                                   http: aiohttp.ClientSession) -> None:
+    # 80 messages of 512 KiB (about 700 kB of JSON each) with the largest receiver queue: what
+    # the session holds is bounded by MAX_BUFFERED_BYTES, not by 1000 messages.
+    stalled = await _stalled(broker, http, "persistent/public/default/ws-large", total=80,
+                             queue=1000, size=512 * 1024)
+    assert 0 < stalled < 80
 
 
 async def test_non_persistent_topic(broker: Any, http: aiohttp.ClientSession) -> None:
