@@ -85,9 +85,9 @@ class _Pending:
 class ProducerSession(Session):
     """One producer endpoint session (see the module docstring)."""
 
-    def __init__(self, ws: web.WebSocketResponse, link: BrokerLink, topic: str, idle_timeout_s: float,
-                 opened: OpenedProducer, options: ProducerOptions, *, max_pending: int,
-                 max_message_size: int) -> None:
+    def __init__(self, ws: web.WebSocketResponse, link: BrokerLink, topic: str,
+                 idle_timeout_s: float, opened: OpenedProducer, options: ProducerOptions, *,
+                 max_pending: int, max_message_size: int) -> None:
         super().__init__(ws, link, topic, idle_timeout_s)
         self._producer_id = opened.producer_id
         self._name = opened.name

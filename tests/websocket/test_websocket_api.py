@@ -425,7 +425,8 @@ async def _stalled(broker: Any, http: aiohttp.ClientSession, topic: str, *, tota
     await consumer.send_str(json.dumps({"type": "permit", "permitMessages": total}))
     async with http.ws_connect(f"{ws_base(broker)}/ws/v2/producer/{topic}") as producer:
         for i in range(total):
-            await producer.send_str(json.dumps({"payload": b64(i.to_bytes(4, "big") * (size // 4))}))
+            payload = i.to_bytes(4, "big") * (size // 4)
+            await producer.send_str(json.dumps({"payload": b64(payload)}))
         for _ in range(total):
             assert (await receive(producer))["result"] == "ok"
 

@@ -42,8 +42,10 @@ def test_batch_message_id_round_trip() -> None:
     assert decode_message_id(encode_message_id(ref)) == ref
 
 
-@pytest.mark.parametrize("text", ["", "@@", base64.b64encode(b"\xff\xff").decode(),
-                                  base64.b64encode(pb.MessageIdData(ledgerId=1).SerializePartialToString()).decode()])
+_NO_ENTRY_ID = base64.b64encode(pb.MessageIdData(ledgerId=1).SerializePartialToString()).decode()
+
+
+@pytest.mark.parametrize("text", ["", "@@", base64.b64encode(b"\xff\xff").decode(), _NO_ENTRY_ID])
 def test_bad_message_ids_are_refused_with_code_3(text: str) -> None:
     with pytest.raises(FrameError) as info:
         decode_message_id(text)
