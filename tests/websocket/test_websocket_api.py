@@ -491,3 +491,22 @@ async def test_non_persistent_topic(broker: Any, http: aiohttp.ClientSession) ->
     for m in got:
         await consumer.send_str(json.dumps({"messageId": m["messageId"]}))
     await consumer.close()
+
+
+async def test_named_producer_resend_is_stored_once(broker: Any,
+                                                    http: aiohttp.ClientSession) -> None:
+    topic = "persistent/public/default/ws-dedup"
+    url = f"{ws_base(broker)}/ws/v2/producer/{topic}?producerName=ws-p"
+    async with http.ws_connect(url) as producer:
+        await producer.send_str(json.dumps({"payload": b64(b"once"), "sequenceId": 7}))
+        first = await receive(producer)
+    async with http.ws_connect(url) as producer:  # the same name again: its re-send
+        await producer.send_str(json.dumps({"payload": b64(b"once"), "sequenceId": 7}))
+        again = await receive(producer)
+        await producer.send_str(json.dumps({"payload": b64(b"next")}))  # continues after 7
+        after = await receive(producer)
+    assert first["result"] == again["result"] == after["result"] == "ok"
+    assert again["messageId"] == first["messageId"]  # de-duplicated: answered with its first id
+    assert after["messageId"] != first["messageId"]
+    async with http.ws_connect(f"{ws_base(broker)}/ws/v2/reader/{topic}?messageId=earliest") as r:
+        assert [unb64((await receive(r))["payload"]) for _ in range(2)] == [b"once", b"next"]
