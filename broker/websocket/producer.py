@@ -9,7 +9,8 @@ frame into one SEND: the payload and ``properties``, ``key`` (partition key),
 ``replicationClusters`` / ``disableReplication``, ``eventTime``, ``deliverAt`` (epoch ms) and
 ``deliverAfterMs`` (the later wins, as the client's builder applies them in that order) go into
 the message metadata; the sequence id is the frame's ``sequenceId`` when given, else the next
-one. The answer, ``{"result": "ok", "messageId", "context"}`` or ``send-error:N`` with
+one. With ``compressionType=ZLIB`` the payload is stored compressed (the other codecs are
+accepted and store it as it is). The answer, ``{"result": "ok", "messageId", "context"}`` or ``send-error:N`` with
 ``errorMsg``, is queued when the broker's receipt or error arrives, or when
 ``sendTimeoutMillis`` passes first (0 = no timeout), in the order they arrive.
 
@@ -29,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import zlib
 from dataclasses import dataclass
 
 from aiohttp import web
@@ -96,6 +98,7 @@ class ProducerSession(Session):
         else:
             self._next_sequence = opened.last_sequence_id + 1
         self._send_timeout_s = options.send_timeout_ms / 1000
+        self._zlib = options.compression_type == "ZLIB"
         self._max_message_size = max_message_size
         self._pending: dict[int, _Pending] = {}
         self._slots = asyncio.Semaphore(max_pending)
@@ -144,7 +147,12 @@ class ProducerSession(Session):
                 f"A message with sequence id {sequence_id} is already pending", request.context))
             return
         self._next_sequence = max(self._next_sequence, sequence_id + 1)
-        entry = encode_entry(self._metadata(request, sequence_id), request.payload)
+        metadata = self._metadata(request, sequence_id)
+        payload = request.payload
+        if self._zlib and payload:
+            payload = zlib.compress(payload)
+            metadata.compression = pb.ZLIB
+        entry = encode_entry(metadata, payload)
         timer = None
         if self._send_timeout_s > 0:
             timer = self._loop.call_later(self._send_timeout_s, self._timed_out, sequence_id)

@@ -193,6 +193,10 @@ async def _serve(request: web.Request, kind: str) -> web.StreamResponse:
             reader_opts = reader_options(query)
     except InvalidParams as exc:
         return _error(400, f"Invalid query params: {exc}")
+    if kind == "producer" and "encryptionKeys" in query:
+        # Pulsar without cryptoKeyReaderFactoryClassName: an IllegalStateException, 500
+        return _error(500, "Failed to create producer/consumer: Can't add encryption key "
+                           "without configuring cryptoKeyReaderFactoryClassName")
     peer = _peer(request)
     try:
         role = await _authenticate(request, service)

@@ -30,10 +30,10 @@ async def _stats(http: aiohttp.ClientSession, broker: Any, topic: str = TOPIC) -
 
 
 async def _produce(http: aiohttp.ClientSession, broker: Any, n: int, *, topic: str = TOPIC,
-                   prefix: str = "m", **extra: Any) -> list[str]:
+                   prefix: str = "m", query: str = "", **extra: Any) -> list[str]:
     """Publish *n* messages (``m0``...) through the producer endpoint; their message ids."""
     ids = []
-    async with http.ws_connect(f"{ws_base(broker)}/ws/v2/producer/{topic}") as ws:
+    async with http.ws_connect(f"{ws_base(broker)}/ws/v2/producer/{topic}{query}") as ws:
         for i in range(n):
             await ws.send_str(json.dumps({"payload": b64(f"{prefix}{i}".encode()),
                                           "context": str(i),
@@ -276,6 +276,9 @@ async def test_refusals_before_the_upgrade(broker: Any, http: aiohttp.ClientSess
          'Invalid query params: For input string: "soon"'),
         (f"/ws/v2/reader/{TOPIC}?messageId=garbage", 400, None),
         ("/ws/v2/producer/persistent/no-such-tenant/default/t", 404, None),
+        (f"/ws/v2/producer/{TOPIC}?encryptionKeys=k1", 500,
+         "Failed to create producer/consumer: Can't add encryption key without configuring "
+         "cryptoKeyReaderFactoryClassName"),
     ):
         with pytest.raises(aiohttp.WSServerHandshakeError) as info:
             await http.ws_connect(base + path)
@@ -510,3 +513,27 @@ async def test_named_producer_resend_is_stored_once(broker: Any,
     assert after["messageId"] != first["messageId"]
     async with http.ws_connect(f"{ws_base(broker)}/ws/v2/reader/{topic}?messageId=earliest") as r:
         assert [unb64((await receive(r))["payload"]) for _ in range(2)] == [b"once", b"next"]
+
+
+async def test_zlib_compression_both_ways(broker: Any, http: aiohttp.ClientSession) -> None:
+    import pulsar
+
+    topic = "persistent/public/default/ws-zlib"
+    client = make_client(broker.service_url)
+    try:
+        binary = client.subscribe("ws-zlib", "bin")
+        consumer = await http.ws_connect(f"{ws_base(broker)}/ws/v2/consumer/{topic}/ws")
+        text = b"compress me " * 200
+        await _produce(http, broker, 1, topic=topic, prefix=text.decode(),
+                       query="?compressionType=ZLIB")
+        got = await asyncio.to_thread(binary.receive, 10_000)
+        assert got.data() == text + b"0"  # the official client inflates what the session stored
+        stats = await _stats(http, broker, topic)
+        assert 0 < stats["storageSize"] < len(text) // 2  # and it was stored compressed
+        producer = client.create_producer("ws-zlib", compression_type=pulsar.CompressionType.ZLib)
+        await asyncio.to_thread(producer.send, text)
+        first, second = await receive(consumer), await receive(consumer)
+        assert unb64(first["payload"]) == text + b"0" and unb64(second["payload"]) == text
+        await consumer.close()
+    finally:
+        client.close()
