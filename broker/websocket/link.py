@@ -159,6 +159,7 @@ class BrokerLink:
     def __init__(self, service: BrokerService, role: str,
                  authorization: AuthorizationService, peer: tuple[str, int]) -> None:
         self._loop = service.loop
+        self._service = service
         self._decoder = FrameDecoder(service.config.max_message_size + FRAME_PADDING)
         self._requests: dict[int, asyncio.Future[pb.BaseCommand]] = {}
         self._request_ids = itertools.count(1)
@@ -210,6 +211,11 @@ class BrokerLink:
         self._requests.clear()
 
     # ------------------------------------------------------------------ to the broker
+
+    @property
+    def broker_closing(self) -> bool:
+        """The broker is shutting down: what it closes now will not come back."""
+        return bool(self._service.closing)
 
     @property
     def reading(self) -> bool:

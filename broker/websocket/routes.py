@@ -32,9 +32,9 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from aiohttp import web
+from aiohttp import WSCloseCode, web
 
 from broker.security.authentication import AuthenticationService
 from broker.security.authorization import AuthorizationService
@@ -51,7 +51,7 @@ from broker.websocket.params import (
     reader_options,
 )
 from broker.websocket.producer import ProducerSession, open_producer
-from broker.websocket.session import Session
+from broker.websocket.session import SHUTDOWN_REASON, Session
 from protocol.errors import RequestError, ServerError
 
 __all__ = ["WS_PATH_PREFIX", "WebSocketService", "add_routes", "http_status"]
@@ -65,11 +65,13 @@ _DOMAINS = ("persistent", "non-persistent")
 
 @dataclass(frozen=True, slots=True)
 class WebSocketService:
-    """What the endpoints use: the broker and its security services."""
+    """What the endpoints use: the broker and its security services; the open sessions (closed
+    with 1001 when the web app shuts down)."""
 
     broker: BrokerService
     authentication: AuthenticationService
     authorization: AuthorizationService
+    sessions: set[Session] = field(default_factory=set)
 
 
 SERVICE_KEY = web.AppKey("horae_websocket", WebSocketService)
@@ -81,6 +83,12 @@ def add_routes(app: web.Application, service: WebSocketService) -> None:
     app.router.add_get(base.replace("{kind}", "producer"), _producer)
     app.router.add_get(base.replace("{kind}", "consumer"), _consumer)
     app.router.add_get(base.replace("{kind}", "reader"), _reader)
+
+    async def close_sessions(app: web.Application) -> None:
+        for session in list(service.sessions):
+            session.close(int(WSCloseCode.GOING_AWAY), SHUTDOWN_REASON)
+
+    app.on_shutdown.append(close_sessions)
 
 
 # ---------------------------------------------------------------------------- errors
@@ -262,7 +270,11 @@ async def _serve(request: web.Request, kind: str) -> web.StreamResponse:
         raise
     log.info("[%s:%d] New WebSocket %s session on topic %s (role %r)", peer[0], peer[1], kind,
              target.topic, role)
-    await session.run()
+    service.sessions.add(session)
+    try:
+        await session.run()
+    finally:
+        service.sessions.discard(session)
     log.info("[%s:%d] Closed WebSocket %s session on topic %s", peer[0], peer[1], kind,
              target.topic)
     return ws

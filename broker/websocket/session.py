@@ -40,7 +40,7 @@ from broker.websocket.frames import FrameError, WebSocketError
 from broker.websocket.link import BrokerLink
 from protocol.errors import RequestError, ServerError
 
-__all__ = ["Session", "close_code"]
+__all__ = ["SHUTDOWN_REASON", "Session", "close_code"]
 
 log = logging.getLogger("horae.websocket")
 
@@ -56,6 +56,8 @@ _PERMANENT = frozenset({
     ServerError.IncompatibleSchema, ServerError.ProducerFenced, ServerError.NotAllowedError,
     ServerError.TopicNotFound, ServerError.ProducerBlockedQuotaExceededException,
 })
+#: The reason of the close (1001) when the broker shuts down.
+SHUTDOWN_REASON = "Broker is shutting down"
 #: How long a closing session waits for its queued frames to be written.
 CLOSE_DRAIN_S = 2.0
 #: Jetty's reason when it closes an idle WebSocket session.
@@ -142,6 +144,9 @@ class Session:
         delay = RECONNECT_FIRST_S
         deadline = self._loop.time() + RECONNECT_GIVE_UP_S
         while not self._closing and not self.link.closed:
+            if self.link.broker_closing:
+                self.close(int(WSCloseCode.GOING_AWAY), SHUTDOWN_REASON)
+                return False
             try:
                 await attempt()
                 return True

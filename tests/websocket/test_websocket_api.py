@@ -537,3 +537,17 @@ async def test_zlib_compression_both_ways(broker: Any, http: aiohttp.ClientSessi
         await consumer.close()
     finally:
         client.close()
+
+
+async def test_broker_shutdown_closes_sessions_with_1001(broker_factory: Any,
+                                                         http: aiohttp.ClientSession) -> None:
+    stopping = broker_factory()
+    base = ws_base(stopping)
+    consumer = await http.ws_connect(f"{base}/ws/v2/consumer/{TOPIC}/bye")
+    producer = await http.ws_connect(f"{base}/ws/v2/producer/{TOPIC}")
+    # a bound, not an expectation: sessions must not hold the shutdown for their reconnects
+    await asyncio.wait_for(asyncio.to_thread(stopping.stop), 20)
+    for ws in (consumer, producer):
+        closed = await ws.receive(timeout=10)
+        assert closed.type == aiohttp.WSMsgType.CLOSE and closed.data == 1001
+        assert closed.extra == "Broker is shutting down"
