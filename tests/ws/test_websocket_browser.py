@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.websocket.test_websocket_auth import SECURED, token
+from tests.ws.test_websocket_auth import SECURED, token
 
 PAGE_TIMEOUT_MS = 20_000
 

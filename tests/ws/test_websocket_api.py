@@ -18,7 +18,7 @@ import aiohttp
 import pytest
 from conftest import make_client
 
-from tests.websocket.conftest import b64, eventually, receive, unb64, ws_base
+from tests.ws.conftest import b64, eventually, receive, unb64, ws_base
 
 TOPIC = "persistent/public/default/ws-topic"
 
@@ -551,3 +551,18 @@ async def test_broker_shutdown_closes_sessions_with_1001(broker_factory: Any,
         closed = await ws.receive(timeout=10)
         assert closed.type == aiohttp.WSMsgType.CLOSE and closed.data == 1001
         assert closed.extra == "Broker is shutting down"
+
+
+async def test_idle_sessions_and_oversized_frames_are_closed(broker_factory: Any,
+                                                             http: aiohttp.ClientSession) -> None:
+    small = broker_factory(config_overrides={"webSocketSessionIdleTimeoutMillis": 300,
+                                             "webSocketMaxTextFrameSize": 1024})
+    base = ws_base(small)
+    idle = await http.ws_connect(f"{base}/ws/v2/consumer/{TOPIC}/idle")
+    closed = await idle.receive(timeout=10)
+    assert closed.type == aiohttp.WSMsgType.CLOSE and closed.data == 1001
+    assert closed.extra == "Connection Idle Timeout"
+    async with http.ws_connect(f"{base}/ws/v2/producer/{TOPIC}") as producer:
+        await producer.send_str(json.dumps({"payload": b64(b"x" * 2000)}))
+        closed = await producer.receive(timeout=10)
+        assert closed.type == aiohttp.WSMsgType.CLOSE and closed.data == 1009

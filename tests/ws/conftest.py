@@ -1,4 +1,7 @@
-"""Helpers for the WebSocket API tests: an aiohttp client session and Pulsar's JSON frames."""
+"""Helpers for the WebSocket API tests: an aiohttp client session and Pulsar's JSON frames.
+
+(The directory is ``tests/ws``, not ``tests/websocket``: ``tests`` is on ``sys.path``, where a
+``websocket`` package would hide the ``websocket-client`` library Pulsar's examples use.)"""
 
 from __future__ import annotations
 

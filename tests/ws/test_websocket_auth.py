@@ -18,7 +18,7 @@ import aiohttp
 import jwt
 import pytest
 
-from tests.websocket.conftest import b64, receive, unb64, ws_base
+from tests.ws.conftest import b64, receive, unb64, ws_base
 
 SECRET = b"w" * 32
 SECURED = {
