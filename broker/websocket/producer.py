@@ -21,8 +21,10 @@ new messages; a refusal that another attempt cannot change ends the session.
 Bounds: a frame is read from the client only when the session has a slot for its answer;
 slots are ``maxPendingMessages`` (at most the broker's
 ``maxPendingPublishRequestsPerConnection``) and one is freed when its answer has been written
-to the socket. A client that sends faster than the broker stores, or reads its answers slowly,
-is therefore paused (its socket is not read) rather than answered with a full-queue error.
+to the socket; and only while the messages awaiting the broker's answer hold less than
+:data:`MAX_PENDING_BYTES`. A client that sends faster than the broker stores, or reads its
+answers slowly, is therefore paused (its socket is not read) rather than answered with a
+full-queue error.
 """
 
 from __future__ import annotations
@@ -56,6 +58,10 @@ from protocol.metadata import encode_entry
 __all__ = ["ProducerSession", "open_producer"]
 
 log = logging.getLogger("horae.websocket.producer")
+
+#: Bytes of entries a session may have sent and not yet answered: the next frame from the
+#: client is read only below this (as the client's ``memoryLimitBytes`` bounds its pending sends).
+MAX_PENDING_BYTES = 16 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +108,8 @@ class ProducerSession(Session):
         self._max_message_size = max_message_size
         self._pending: dict[int, _Pending] = {}
         self._slots = asyncio.Semaphore(max_pending)
+        self._pending_bytes = 0
+        self._bytes_freed = asyncio.Event()
         self._reconnecting = False
         self.sent = 0
         self.failed = 0
@@ -111,6 +119,9 @@ class ProducerSession(Session):
 
     async def admit(self) -> None:
         await self._slots.acquire()
+        while self._pending_bytes >= MAX_PENDING_BYTES and not self._closing:
+            self._bytes_freed.clear()
+            await self._bytes_freed.wait()
 
     def on_sent(self, tag: object) -> None:
         self._slots.release()
@@ -157,6 +168,7 @@ class ProducerSession(Session):
         if self._send_timeout_s > 0:
             timer = self._loop.call_later(self._send_timeout_s, self._timed_out, sequence_id)
         self._pending[sequence_id] = _Pending(request.context, timer, entry)
+        self._pending_bytes += len(entry)
         if self._reconnecting:
             return  # sent with the others once the producer is back
         try:
@@ -210,6 +222,7 @@ class ProducerSession(Session):
         pending = self._pending.pop(sequence_id, None)
         if pending is None:
             return
+        self._freed(pending)
         self.failed += 1
         self._answer(producer_error(
             WebSocketError.UnknownError,
@@ -218,9 +231,15 @@ class ProducerSession(Session):
 
     def _take(self, sequence_id: int) -> _Pending | None:
         pending = self._pending.pop(sequence_id, None)
-        if pending is not None and pending.timer is not None:
-            pending.timer.cancel()
+        if pending is not None:
+            if pending.timer is not None:
+                pending.timer.cancel()
+            self._freed(pending)
         return pending
+
+    def _freed(self, pending: _Pending) -> None:
+        self._pending_bytes -= len(pending.entry)
+        self._bytes_freed.set()
 
     def on_closed_by_broker(self) -> None:
         """The broker closed the producer (topic unloaded or deleted) or the whole link."""
