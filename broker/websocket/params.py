@@ -51,6 +51,8 @@ class ProducerOptions:
     send_timeout_ms: int = DEFAULT_SEND_TIMEOUT_MS
     max_pending_messages: int = DEFAULT_MAX_PENDING_MESSAGES
     batching_enabled: bool = False
+    batching_max_messages: int = 1000
+    batching_max_publish_delay_ms: int = 10
     compression_type: str = "NONE"
 
 
@@ -111,7 +113,9 @@ def producer_options(query: Mapping[str, str]) -> ProducerOptions:
     batching_max = _int(query, "batchingMaxMessages")
     if batching_max is not None and batching_max < 1:
         raise InvalidParams("batchingMaxMessages needs to be > 0")
-    _int(query, "batchingMaxPublishDelay")
+    batching_delay = _int(query, "batchingMaxPublishDelay")
+    if batching_delay is not None and batching_delay < 0:
+        raise InvalidParams("configured value for batch delay must be at least 0ms")
     _enum(query, "messageRoutingMode", "messageRoutingMode", _ROUTING_MODES)
     compression = _enum(query, "compressionType", "compressionType", _COMPRESSION_TYPES)
     hashing = query.get("hashingScheme")
@@ -125,6 +129,8 @@ def producer_options(query: Mapping[str, str]) -> ProducerOptions:
         send_timeout_ms=DEFAULT_SEND_TIMEOUT_MS if send_timeout is None else send_timeout,
         max_pending_messages=max_pending or DEFAULT_MAX_PENDING_MESSAGES,
         batching_enabled=bool(_bool(query, "batchingEnabled")),
+        batching_max_messages=batching_max or 1000,
+        batching_max_publish_delay_ms=10 if batching_delay is None else batching_delay,
         compression_type=compression or "NONE",
     )
 

@@ -9,9 +9,12 @@ frame into one SEND: the payload and ``properties``, ``key`` (partition key),
 ``replicationClusters`` / ``disableReplication``, ``eventTime``, ``deliverAt`` (epoch ms) and
 ``deliverAfterMs`` (the later wins, as the client's builder applies them in that order) go into
 the message metadata; the sequence id is the frame's ``sequenceId`` when given, else the next
-one. With ``compressionType=ZLIB`` the payload is stored compressed (the other codecs are
-accepted and store it as it is). The answer, ``{"result": "ok", "messageId", "context"}`` or ``send-error:N`` with
-``errorMsg``, is queued when the broker's receipt or error arrives, or when
+one. With ``batchingEnabled=true`` messages arriving within ``batchingMaxPublishDelay`` (10 ms)
+go out as one batch entry of at most ``batchingMaxMessages`` (1000), each answered with its
+batch message id; a delayed message is sent on its own, as the client sends it. With
+``compressionType=ZLIB`` the payload is stored compressed (the other codecs are accepted
+and store it as it is). The answer, ``{"result": "ok", "messageId", "context"}`` or
+``send-error:N`` with ``errorMsg``, is queued when the broker's receipt or error arrives, or when
 ``sendTimeoutMillis`` passes first (0 = no timeout), in the order they arrive.
 
 The broker may close the producer (its topic unloaded or deleted): the session re-creates it
@@ -53,7 +56,7 @@ from broker.websocket.session import Session
 from protocol import commands as C
 from protocol import pulsar_pb as pb
 from protocol.errors import RequestError
-from protocol.metadata import encode_entry
+from protocol.metadata import encode_batch_payload, encode_entry
 
 __all__ = ["ProducerSession", "open_producer"]
 
@@ -84,10 +87,14 @@ async def open_producer(link: BrokerLink, topic: str, options: ProducerOptions) 
 
 @dataclass(slots=True)
 class _Pending:
-    context: str | None
+    """One SEND awaiting its answer: a message, or a batch of them (one context each)."""
+
+    contexts: list[str | None]
     timer: asyncio.TimerHandle | None
     entry: bytes
     """Kept to send again on the re-created producer after the broker closed this one."""
+    batch: bool
+    highest_sequence_id: int
 
 
 class ProducerSession(Session):
@@ -105,6 +112,11 @@ class ProducerSession(Session):
             self._next_sequence = opened.last_sequence_id + 1
         self._send_timeout_s = options.send_timeout_ms / 1000
         self._zlib = options.compression_type == "ZLIB"
+        self._batching = options.batching_enabled
+        self._batch_max = options.batching_max_messages
+        self._batch_delay_s = options.batching_max_publish_delay_ms / 1000
+        self._batch: list[tuple[ProduceRequest, int]] = []
+        self._batch_timer: asyncio.TimerHandle | None = None
         self._max_message_size = max_message_size
         self._pending: dict[int, _Pending] = {}
         self._slots = asyncio.Semaphore(max_pending)
@@ -158,8 +170,54 @@ class ProducerSession(Session):
                 f"A message with sequence id {sequence_id} is already pending", request.context))
             return
         self._next_sequence = max(self._next_sequence, sequence_id + 1)
+        if self._batching and _batchable(request):
+            self._batch.append((request, sequence_id))
+            if len(self._batch) >= self._batch_max:
+                self._flush_batch()
+            elif self._batch_timer is None:
+                self._batch_timer = self._loop.call_later(self._batch_delay_s, self._flush_batch)
+            return
+        self._flush_batch()  # what was batched before goes first
         metadata = self._metadata(request, sequence_id)
-        payload = request.payload
+        self._send(metadata, request.payload, [request.context], batch=False,
+                   highest_sequence_id=sequence_id)
+
+    def _flush_batch(self) -> None:
+        """Send the messages batched so far as one entry (Pulsar's batch format)."""
+        if self._batch_timer is not None:
+            self._batch_timer.cancel()
+            self._batch_timer = None
+        batch, self._batch = self._batch, []
+        if not batch:
+            return
+        if len(batch) == 1:  # as the client: a batch of one goes out as a plain message
+            request, sequence_id = batch[0]
+            self._send(self._metadata(request, sequence_id), request.payload, [request.context],
+                       batch=False, highest_sequence_id=sequence_id)
+            return
+        first, last = batch[0][1], max(sequence_id for _, sequence_id in batch)
+        metadata = pb.MessageMetadata(producer_name=self._name, sequence_id=first,
+                                      publish_time=int(time.time() * 1000),
+                                      num_messages_in_batch=len(batch),
+                                      highest_sequence_id=last)
+        singles = []
+        for request, sequence_id in batch:
+            single = pb.SingleMessageMetadata(payload_size=len(request.payload),
+                                              sequence_id=sequence_id)
+            for key, value in request.properties.items():
+                single.properties.add(key=key, value=value)
+            if request.key is not None:
+                single.partition_key = request.key
+            if request.event_time_ms:
+                single.event_time = request.event_time_ms
+            singles.append((single, request.payload))
+        self._send(metadata, encode_batch_payload(singles), [r.context for r, _ in batch],
+                   batch=True, highest_sequence_id=last)
+
+    def _send(self, metadata: pb.MessageMetadata, payload: bytes, contexts: list[str | None],
+              *, batch: bool, highest_sequence_id: int) -> None:
+        sequence_id = metadata.sequence_id
+        metadata.uncompressed_size = len(payload)
         if self._zlib and payload:
             payload = zlib.compress(payload)
             metadata.compression = pb.ZLIB
@@ -167,14 +225,22 @@ class ProducerSession(Session):
         timer = None
         if self._send_timeout_s > 0:
             timer = self._loop.call_later(self._send_timeout_s, self._timed_out, sequence_id)
-        self._pending[sequence_id] = _Pending(request.context, timer, entry)
+        pending = _Pending(contexts, timer, entry, batch, highest_sequence_id)
+        self._pending[sequence_id] = pending
         self._pending_bytes += len(entry)
         if self._reconnecting:
             return  # sent with the others once the producer is back
         try:
-            self.link.send(C.encode_send(self._producer_id, sequence_id, entry))
+            self.link.send(self._send_frame(sequence_id, pending))
         except RequestError as exc:
             self.on_send_error(sequence_id, exc)
+
+    def _send_frame(self, sequence_id: int, pending: _Pending) -> bytes:
+        if pending.batch:
+            return C.encode_send(self._producer_id, sequence_id, pending.entry,
+                                 num_messages=len(pending.contexts),
+                                 highest_sequence_id=pending.highest_sequence_id)
+        return C.encode_send(self._producer_id, sequence_id, pending.entry)
 
     def _metadata(self, request: ProduceRequest, sequence_id: int) -> pb.MessageMetadata:
         now_ms = int(time.time() * 1000)
@@ -198,7 +264,6 @@ class ProducerSession(Session):
             deliver_at = now_ms + request.deliver_after_ms
         if deliver_at:
             md.deliver_at_time = deliver_at
-        md.uncompressed_size = len(request.payload)
         return md
 
     # ------------------------------------------------------------------ broker answers
@@ -207,27 +272,32 @@ class ProducerSession(Session):
         pending = self._take(sequence_id)
         if pending is None:
             return
-        self.sent += 1
-        self._answer(producer_ack(encode_message_id(MessageRef(ledger_id, entry_id)),
-                                  pending.context))
+        size = len(pending.contexts)
+        self.sent += size
+        for index, context in enumerate(pending.contexts):
+            ref = MessageRef(ledger_id, entry_id, index, size) if pending.batch \
+                else MessageRef(ledger_id, entry_id)
+            self._answer(producer_ack(encode_message_id(ref), context))
 
     def on_send_error(self, sequence_id: int, error: RequestError) -> None:
         pending = self._take(sequence_id)
         if pending is None:
             return
-        self.failed += 1
-        self._answer(producer_error(WebSocketError.UnknownError, error.message, pending.context))
+        self.failed += len(pending.contexts)
+        for context in pending.contexts:
+            self._answer(producer_error(WebSocketError.UnknownError, error.message, context))
 
     def _timed_out(self, sequence_id: int) -> None:
         pending = self._pending.pop(sequence_id, None)
         if pending is None:
             return
         self._freed(pending)
-        self.failed += 1
-        self._answer(producer_error(
-            WebSocketError.UnknownError,
-            f"The producer {self._name} can not send message to the topic {self.topic} within "
-            "given timeout", pending.context))
+        self.failed += len(pending.contexts)
+        for context in pending.contexts:
+            self._answer(producer_error(
+                WebSocketError.UnknownError,
+                f"The producer {self._name} can not send message to the topic {self.topic} "
+                "within given timeout", context))
 
     def _take(self, sequence_id: int) -> _Pending | None:
         pending = self._pending.pop(sequence_id, None)
@@ -269,11 +339,19 @@ class ProducerSession(Session):
             return
         self._reconnecting = False
         for sequence_id, pending in list(self._pending.items()):
-            self.link.send(C.encode_send(self._producer_id, sequence_id, pending.entry))
+            self.link.send(self._send_frame(sequence_id, pending))
 
     def on_close(self) -> None:
+        if self._batch_timer is not None:
+            self._batch_timer.cancel()
         self.link.remove_producer(self._producer_id)
         for pending in self._pending.values():
             if pending.timer is not None:
                 pending.timer.cancel()
         self._pending.clear()
+
+
+def _batchable(request: ProduceRequest) -> bool:
+    """As the client: a delayed message, or one naming its replication, is sent on its own."""
+    return not (request.deliver_at_ms > 0 or request.deliver_after_ms > 0
+                or request.replication_clusters or request.disable_replication)

@@ -566,3 +566,33 @@ async def test_idle_sessions_and_oversized_frames_are_closed(broker_factory: Any
         await producer.send_str(json.dumps({"payload": b64(b"x" * 2000)}))
         closed = await producer.receive(timeout=10)
         assert closed.type == aiohttp.WSMsgType.CLOSE and closed.data == 1009
+
+
+async def test_producer_batching(broker: Any, http: aiohttp.ClientSession) -> None:
+    topic = "persistent/public/default/ws-batching"
+    consumer = await http.ws_connect(
+        f"{ws_base(broker)}/ws/v2/consumer/{topic}/b?subscriptionType=Shared")
+    url = (f"{ws_base(broker)}/ws/v2/producer/{topic}"
+           "?batchingEnabled=true&batchingMaxMessages=3&batchingMaxPublishDelay=1000")
+    async with http.ws_connect(url) as producer:
+        for i in range(4):
+            await producer.send_str(json.dumps({"payload": b64(f"b{i}".encode()),
+                                                "context": str(i), "properties": {"i": str(i)}}))
+        # three fill a batch; the fourth waits for the delay, or for a message sent on its own
+        await producer.send_str(json.dumps({"payload": b64(b"delayed"), "context": "d",
+                                            "deliverAfterMs": 1}))
+        acks = [await receive(producer) for _ in range(5)]
+    assert [a["context"] for a in acks] == ["0", "1", "2", "3", "d"]
+    assert all(a["result"] == "ok" for a in acks)
+    from broker.websocket.frames import decode_message_id
+
+    refs = [decode_message_id(a["messageId"]) for a in acks]
+    # a batch of one goes out as a plain message, as the client sends it
+    assert [(r.batch_index, r.batch_size) for r in refs] == \
+        [(0, 3), (1, 3), (2, 3), (-1, 0), (-1, 0)]
+    assert len({(r.ledger_id, r.entry_id) for r in refs[:3]}) == 1
+    got = [await receive(consumer) for _ in range(5)]
+    assert sorted(unb64(m["payload"]) for m in got) == [b"b0", b"b1", b"b2", b"b3", b"delayed"]
+    assert {m["messageId"] for m in got} == {a["messageId"] for a in acks}
+    assert [m["properties"] for m in got if m["payload"] == b64(b"b1")] == [{"i": "1"}]
+    await consumer.close()
