@@ -372,6 +372,17 @@ class BrokerConfig:
         "httpServerRequestHeaderTimeoutMs", 10000,
         "A request head must arrive whole this long after its first byte, or the web "
         "connection is closed (Horae's key: slowloris protection).")
+    web_socket_service_enabled: bool = _opt(
+        "webSocketServiceEnabled", True,
+        "Serve Pulsar's WebSocket API (/ws/v2/producer|consumer|reader/...) on the web port "
+        "(on by default, as in Pulsar standalone).")
+    web_socket_session_idle_timeout_millis: int = _opt(
+        "webSocketSessionIdleTimeoutMillis", 300000,
+        "A WebSocket session with nothing received or sent this long is closed (1001); 0 = never.")
+    web_socket_max_text_frame_size: int = _opt(
+        "webSocketMaxTextFrameSize", 1048576,
+        "Largest text frame (bytes) a WebSocket client may send; a larger one closes the "
+        "session (1009).")
     pulsar_channel_write_buffer_high_water_mark: int = _opt(
         "pulsarChannelWriteBufferHighWaterMark", 64 * 1024,
         "Bytes of unsent output on a binary connection above which it is not writable (Netty's "
@@ -424,7 +435,8 @@ class BrokerConfig:
                     "health_check_timeout_ms", "pulsar_channel_write_buffer_high_water_mark",
                     "http_server_accept_queue_size", "http_server_idle_timeout_ms",
                     "http_server_request_header_timeout_ms",
-                    "broker_deduplication_max_number_of_producers", "default_num_partitions")
+                    "broker_deduplication_max_number_of_producers", "default_num_partitions",
+                    "web_socket_max_text_frame_size")
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{KEY_OF_FIELD[name]} must be > 0, not {getattr(self, name)}")

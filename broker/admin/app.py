@@ -13,7 +13,8 @@ connection guard's middleware when given (:mod:`broker.admin.listener`), and the
 event-loop lag probe, started in ``on_startup`` and stopped in ``on_cleanup``. The HTTP lookup
 answers the URLs a binary LOOKUP does (:meth:`broker.admin.service.AdminBroker.lookup_answer`:
 the advertised listener named by ``?listenerName=`` or the
-``X-Pulsar-ListenerName`` header, the host the client reached us on).
+``X-Pulsar-ListenerName`` header, the host the client reached us on). Pulsar's WebSocket API
+(``/ws/v2/...``, :mod:`broker.websocket`) is served here too when ``webSocketServiceEnabled``.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from broker.metrics.lag import LoopLagProbe
 from broker.security.authentication import AuthenticationService
 from broker.security.authorization import AuthorizationService
 from broker.topics.service import BrokerService
+from broker.websocket import routes as websocket
 
 #: Pulsar's HTTP lookup header naming the advertised listener (or ``?listenerName=``).
 LISTENER_HEADER = "X-Pulsar-ListenerName"
@@ -125,4 +127,7 @@ def create_app(service: BrokerService, *, lag_probe_interval_s: float = 0.5,
     brokers.add_routes(app)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/metrics/", metrics)
+    if service.config.web_socket_service_enabled:
+        websocket.add_routes(app, websocket.WebSocketService(service, authentication,
+                                                             authorization))
     return app

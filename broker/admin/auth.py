@@ -11,7 +11,7 @@ handler:
    Refused: 401 with one ``WWW-Authenticate`` header per offered scheme and
    ``{"reason": ...}``. ``/status.html`` is never authenticated, ``/metrics`` is exempt
    unless ``authenticateMetricsEndpoint``, as in
-   Pulsar. The role is kept on the request (:func:`request_role`).
+   Pulsar; ``/ws/...`` (the WebSocket API) authenticates in its own handlers. The role is kept on the request (:func:`request_role`).
 2. Authorization (``authorizationEnabled``), by path, Pulsar's rules:
 
    ============================================================  ===============================
@@ -59,6 +59,9 @@ log = logging.getLogger("horae.admin.auth")
 __all__ = ["RestSecurity", "auth_middleware", "request_role"]
 
 _ROLE_KEY = web.RequestKey("horae_role", AuthenticatedRole)
+#: Paths whose handlers authenticate and authorize themselves (:mod:`broker.websocket.routes`:
+#: the ``token`` query parameter, Pulsar's 401/403 texts before the upgrade).
+SELF_AUTHENTICATED_PREFIX = "/ws/"
 _TOPIC_DOMAINS = frozenset({"persistent", "non-persistent"})
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -168,6 +171,8 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
     path = request.path.rstrip("/")
     if path == STATUS_PAGE or (path == "/metrics" and not security.authenticate_metrics):
         return await handler(request)
+    if path.startswith(SELF_AUTHENTICATED_PREFIX):
+        return await handler(request)  # the WebSocket API authenticates as Pulsar's does
     try:
         role = await authn.authenticate_http_async(request.headers, _peer_certificate(request))
     except AuthenticationError as exc:

@@ -48,9 +48,10 @@ __all__ = ["END_OF_TOPIC_CLIENTS", "MAX_UNACKED_MESSAGES_PER_CONSUMER", "Consume
 MAX_UNACKED_MESSAGES_PER_CONSUMER = 50_000
 
 #: CONNECT client_version prefixes of the clients that handle REACHED_END_OF_TOPIC (the Java
-#: client sends "Pulsar-Java-v<version>"). The C++ client, and the Python client built on it,
-#: close the connection on that command, so the others are never sent it.
-END_OF_TOPIC_CLIENTS = ("Pulsar-Java-",)
+#: client sends "Pulsar-Java-v<version>"; the WebSocket API's in-process link "Horae-WebSocket").
+#: The C++ client, and the Python client built on it, close the connection on that command, so
+#: the others are never sent it.
+END_OF_TOPIC_CLIENTS = ("Pulsar-Java-", "Horae-WebSocket")
 
 
 class ConsumerTransport(Protocol):
