@@ -37,6 +37,7 @@ from pyroaring import BitMap
 
 from broker.delayed.packed import POSITION_BITS, POSITION_MASK, bitmap_bytes
 from broker.delayed.snapshot_format import DecodedSegment, RawSegment
+from storage.positions import Position
 
 #: Pulsar's cursor property prefix for a bucket: ``<prefix>_<startLedger>_<endLedger>``.
 BUCKET_KEY_PREFIX: Final = "#pulsar.internal.delayed.bucket"
@@ -286,8 +287,8 @@ class SealedBuckets:
         return sum(bisect_right(seg.ts, bound, seg.i) - seg.i
                    for _, _, seg in self._heap if not seg.dead)
 
-    def take_upto(self, bound: int, limit: int, out: list[tuple[int, int]],
-                  is_deleted: Callable[[int, int], bool]) -> tuple[int, list[LoadedSegment]]:
+    def take_upto(self, bound: int, limit: int, out: list[Position],
+                  is_deleted: Callable[[Position], bool]) -> tuple[int, list[LoadedSegment]]:
         """Consume up to ``limit`` indexes with time <= bound; pending ones go to ``out``
         (minus those ``is_deleted`` reports acknowledged before a restart). Returns how many
         were consumed, stale ones included, and the segments that ran dry."""
@@ -311,7 +312,7 @@ class SealedBuckets:
         return consumed, exhausted
 
     def _take_segment(self, loaded: LoadedSegment, bound: int, limit: int,
-                      out: list[tuple[int, int]], is_deleted: Callable[[int, int], bool]) -> int:
+                      out: list[Position], is_deleted: Callable[[Position], bool]) -> int:
         ts, pos, i = loaded.ts, loaded.pos, loaded.i
         end = min(bisect_right(ts, bound, i), i + limit)
         bucket = loaded.bucket
@@ -327,9 +328,10 @@ class SealedBuckets:
                 continue                        # handed out, cancelled or acked
             bm.remove(entry_id)
             taken += 1
-            if check_acked and is_deleted(ledger_id, entry_id):
+            position = Position(ledger_id, entry_id)
+            if check_acked and is_deleted(position):
                 continue                        # acknowledged before the restart
-            out.append((ledger_id, entry_id))
+            out.append(position)
         bucket.remaining -= taken
         self.sealed_remaining -= taken
         loaded.i = end

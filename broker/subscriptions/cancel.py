@@ -31,8 +31,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from broker.delayed.cancels import CancelResult
-from broker.delayed.policy import DelayPolicy
-from broker.delayed.tracker import DelayedDeliveryTracker
+from broker.delayed.delivery import DelayedDelivery
 from broker.subscriptions.dispatchers.cursors import SubscriptionCursor
 from protocol.sub_types import SubType
 from storage.positions import Position
@@ -65,9 +64,8 @@ class CancelTarget(Protocol):
     @property
     def consumers(self) -> Sequence[CancelConsumer]: ...
 
-    def delay_policy(self) -> DelayPolicy: ...
-
-    def ensure_tracker(self, policy: DelayPolicy) -> DelayedDeliveryTracker: ...
+    @property
+    def delayed(self) -> DelayedDelivery: ...
 
     @property
     def resets(self) -> MessageIdSkipper: ...
@@ -113,9 +111,7 @@ async def cancel_on_subscription(sub: CancelTarget, position: Position,
     if any(position in consumer.pending for consumer in sub.consumers):
         return outcome(CancelResult.NOT_FOUND, f"{_id(position)} was already delivered on "
                        f"subscription {name}")
-    tracker = sub.ensure_tracker(sub.delay_policy())
-    result = await tracker.cancel_delayed_message(position.ledger_id, position.entry_id,
-                                                  deliver_at_ms)
+    result = await sub.delayed.cancel(position, deliver_at_ms)
     if result is CancelResult.REFUSED_PAST:
         return outcome(result, f"deliverAt {deliver_at_ms} is already due on subscription "
                        f"{name}: too late to cancel")
