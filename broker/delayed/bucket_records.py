@@ -6,7 +6,11 @@ An :class:`ImmutableBucket` is the in-memory record of one sealed bucket (ledger
 ``[start_ledger, end_ledger]``, one snapshot): two per-ledger roaring bitmaps, ``indexed``
 (everything its snapshot holds) and ``pending`` (not handed out or cancelled yet), the first
 deliver time of each segment, and at most one :class:`LoadedSegment` (sorted packed columns and
-a read offset).
+a read offset). Its lifecycle is one :class:`BucketState`: LIVE (in the bucket list, handing
+out) -> MERGING (being merged with its neighbour: it is not retired when it runs dry
+meanwhile) -> LIVE again, or RETIRED (handed out, cancelled, merged away or cleared; final).
+``recovered`` is not a state: it says where the bucket's entries came from (a previous run:
+some may have been acknowledged since).
 
 :class:`SealedBuckets` owns every live bucket, sorted by start ledger (ranges never overlap), and
 the *shared queue*: a heap of the loaded segments keyed by their head time. It knows nothing of
@@ -31,6 +35,7 @@ import itertools
 import sys
 from bisect import bisect_right
 from collections.abc import Callable, Iterator
+from enum import Enum
 from typing import Final
 
 from pyroaring import BitMap
@@ -57,14 +62,22 @@ def parse_bucket_key(key: str) -> tuple[int, int] | None:
     return int(parts[0]), int(parts[1])
 
 
+class BucketState(Enum):
+    """The lifecycle of an immutable bucket (module docstring)."""
+
+    LIVE = "live"
+    MERGING = "merging"
+    RETIRED = "retired"
+
+
 class ImmutableBucket:
     """A sealed bucket: ledgers [start_ledger, end_ledger], one snapshot."""
 
-    __slots__ = ("alive", "end_ledger", "indexed", "loaded", "loading",
-                 "mem_segments", "merging", "next_segment", "pending", "recovered",
-                 "remaining", "segment_min_ts", "snapshot_id", "snapshot_size", "start_ledger")
+    __slots__ = ("end_ledger", "indexed", "loaded", "mem_segments", "next_segment", "pending",
+                 "recovered", "remaining", "segment_min_ts", "snapshot_id", "snapshot_size",
+                 "start_ledger", "state")
 
-    def __init__(self, start_ledger: int, end_ledger: int) -> None:
+    def __init__(self, start_ledger: int, end_ledger: int, *, recovered: bool = False) -> None:
         self.start_ledger = start_ledger
         self.end_ledger = end_ledger
         self.snapshot_id: int | None = None
@@ -76,10 +89,31 @@ class ImmutableBucket:
         self.next_segment = 1                   # next segment number to load
         self.mem_segments: list[RawSegment] | None = None   # until the snapshot is durable
         self.loaded: LoadedSegment | None = None
-        self.loading = False
-        self.merging = False
-        self.recovered = False                  # from a previous run: entries may be acked
-        self.alive = True
+        self.recovered = recovered              # from a previous run: entries may be acked
+        self.state = BucketState.LIVE
+
+    # --- lifecycle: one state, one guard each ------------------------------------------------
+
+    @property
+    def alive(self) -> bool:
+        """Not retired (LIVE or MERGING)."""
+        return self.state is not BucketState.RETIRED
+
+    @property
+    def merging(self) -> bool:
+        return self.state is BucketState.MERGING
+
+    def begin_merge(self) -> None:
+        if self.state is BucketState.LIVE:
+            self.state = BucketState.MERGING
+
+    def end_merge(self) -> None:
+        """The merge is over (done or failed); a bucket retired meanwhile stays retired."""
+        if self.state is BucketState.MERGING:
+            self.state = BucketState.LIVE
+
+    def retire(self) -> None:
+        self.state = BucketState.RETIRED
 
     @property
     def key(self) -> str:
@@ -176,7 +210,7 @@ class SealedBuckets:
 
     def remove(self, bucket: ImmutableBucket) -> None:
         """Take a bucket out (retired or merged): its segment dies, its count goes."""
-        bucket.alive = False
+        bucket.retire()
         if bucket.loaded is not None:
             bucket.loaded.dead = True
             bucket.loaded = None
