@@ -10,9 +10,9 @@ For each one :func:`cancel_on_subscription`:
 1. refuses what cannot be cancelled: a subscription type that does not delay (Exclusive,
    Failover), a message already acknowledged, or one a consumer holds right now (delivered,
    not yet acknowledged): ``NOT_FOUND``;
-2. asks the subscription's tracker (created if the subscription had none yet, as the
-   dispatcher would on its first delayed entry) to cancel it, and waits until an accepted
-   cancel is durable (``DelayedDeliveryTracker.cancel_delayed_message``). ``REFUSED_PAST`` (the
+2. asks the subscription's delayed delivery (``DelayedDelivery.cancel``: its tracker, built
+   if there is none yet, as on the dispatcher's first delayed entry) to cancel it, and waits
+   until an accepted cancel is durable (``DelayedDeliveryTracker.cancel_delayed_message``). ``REFUSED_PAST`` (the
    deliver time is at or before the cutoff) and ``NOT_FOUND`` stop here;
 3. then -- beyond the design -- acknowledges the message individually on the subscription
    through the admin ack path (``skip_by_message_ids``: cursor, dispatcher, ack counters), and
