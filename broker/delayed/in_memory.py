@@ -114,9 +114,9 @@ class InMemoryDelayedDeliveryTracker(TimedTracker):
         while len(out) < max_messages and positions.index:
             if not positions.pop_upto(cutoff, max_messages - len(out), out):
                 break
-        if len(out) < max_messages and self._wide:
+        if len(out) < max_messages and self._wide.members:
             self._wide.pop_due(cutoff, max_messages - len(out), out)
-        if not self:
+        if not positions.count and not self._wide.members:
             self._reset_when_empty()
         out.sort()
         self._update_timer()
@@ -129,14 +129,15 @@ class InMemoryDelayedDeliveryTracker(TimedTracker):
 
     def cancel(self, position: Position) -> bool:
         ledger_id, entry_id = position
+        positions = self._positions
         if fits(ledger_id, entry_id):
-            if not self._positions.discard(ledger_id, entry_id):
+            if not positions.discard(ledger_id, entry_id):
                 return False
         elif position in self._wide.members:
             self._wide.members.discard(position)
         else:
             return False
-        if not self:
+        if not positions.count and not self._wide.members:
             self._reset_when_empty()
         self._update_timer()
         return True
@@ -145,10 +146,10 @@ class InMemoryDelayedDeliveryTracker(TimedTracker):
         if deliver_at_ms <= self._cutoff():
             return self._cancels.refuse()
         cleared = self.cancel(position)
-        if not fits(*position):
+        ledger_id, entry_id = position
+        if not fits(ledger_id, entry_id):
             return CancelResult.APPLIED if cleared else CancelResult.NOT_FOUND
-        return self._cancels.record(position.ledger_id, position.entry_id, deliver_at_ms,
-                                    cleared=cleared)
+        return self._cancels.record(ledger_id, entry_id, deliver_at_ms, cleared=cleared)
 
     def sequential_skip(self, position: Position) -> int:
         return self._positions.run_end(*position)
@@ -159,7 +160,7 @@ class InMemoryDelayedDeliveryTracker(TimedTracker):
         return position in self._wide.members
 
     def __len__(self) -> int:
-        return self._positions.count + len(self._wide)
+        return self._positions.count + len(self._wide.members)
 
     @property
     def memory_bytes(self) -> int:
