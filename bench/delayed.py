@@ -79,6 +79,14 @@ def workload(n: int, seed: int = 1) -> Any:
         yield 10 + i // ENTRIES_PER_LEDGER, i % ENTRIES_PER_LEDGER, T0 + 2000 + rnd(SPAN_MS)
 
 
+def positions(n: int, seed: int = 1, ledger_offset: int = 0) -> Any:
+    """The workload as a dispatcher hands it to a tracker: (Position, deliver_at_ms)."""
+    from storage.positions import Position
+
+    for ledger_id, entry_id, at in workload(n, seed):
+        yield Position(ledger_offset + ledger_id, entry_id), at
+
+
 class Clock:
     def __init__(self) -> None:
         self.now_ms = T0
@@ -111,7 +119,7 @@ def run_heap(n: int) -> dict[str, Any]:
 async def run_in_memory(n: int) -> dict[str, Any]:
     from broker.delayed.in_memory import InMemoryDelayedDeliveryTracker
 
-    items = workload(n)
+    items = positions(n)
     clock = Clock()
     loop = asyncio.get_running_loop()
     before = rss_bytes()
@@ -120,8 +128,8 @@ async def run_in_memory(n: int) -> dict[str, Any]:
                                              fixed_delay_lookahead=0)
     add = tracker.add
     start = time.process_time()
-    for ledger_id, entry_id, at in items:
-        add(ledger_id, entry_id, at)
+    for pos, at in items:
+        add(pos, at)
     add_s = time.process_time() - start
     grown = rss_bytes() - before
     estimate = tracker.memory_bytes
@@ -150,7 +158,7 @@ async def run_bucket(n: int) -> dict[str, Any]:
         store = await SegmentStore.open(Path(tmp), StorageConfig(fsync=False))
         ledger = await store.open_ledger("persistent://public/default/bench")
         cursor = await ledger.open_cursor("sub", initial_position="earliest")
-        items = workload(n)
+        items = positions(n)
         clock = Clock()
         loop = asyncio.get_running_loop()
         before = rss_bytes()
@@ -159,8 +167,8 @@ async def run_bucket(n: int) -> dict[str, Any]:
             on_due=lambda: None, loop=loop, clock_ms=clock)
         add = tracker.add
         start = time.process_time()
-        for i, (ledger_id, entry_id, at) in enumerate(items):
-            add(ledger_id, entry_id, at)
+        for i, (pos, at) in enumerate(items):
+            add(pos, at)
             if i % 50_000 == 0:
                 await asyncio.sleep(0)      # let snapshot writes progress, as a broker would
         await tracker.wait_idle()
@@ -208,14 +216,14 @@ async def run_cancels(n: int) -> dict[str, Any]:
 
     clock = Clock()
     loop = asyncio.get_running_loop()
-    pending = list(workload(n, seed=2))
+    pending = list(positions(n, seed=2))
     before = rss_bytes()
     tracker = InMemoryDelayedDeliveryTracker(tick_time_ms=TICK_MS, strict=False,
                                              on_due=lambda: None, loop=loop, clock_ms=clock)
     cancel = tracker.cancel_delayed
     start = time.process_time()
-    for ledger_id, entry_id, at in pending:
-        cancel(ledger_id, entry_id, at)
+    for pos, at in pending:
+        cancel(pos, at)
     pending_s = time.process_time() - start
     grown = rss_bytes() - before
     estimate = tracker.memory_bytes
@@ -226,13 +234,12 @@ async def run_cancels(n: int) -> dict[str, Any]:
     del pending
     other = InMemoryDelayedDeliveryTracker(tick_time_ms=TICK_MS, strict=False,
                                            on_due=lambda: None, loop=loop, clock_ms=clock)
-    items = [(10_000 + ledger_id, entry_id, at) for ledger_id, entry_id, at in workload(n)]
-    for ledger_id, entry_id, at in items:
-        other.add(ledger_id, entry_id, at)
+    items = list(positions(n, ledger_offset=10_000))
+    for pos, at in items:
+        other.add(pos, at)
     cancel = other.cancel_delayed
     start = time.process_time()
-    applied = sum(cancel(ledger_id, entry_id, at) is CancelResult.APPLIED
-                  for ledger_id, entry_id, at in items)
+    applied = sum(cancel(pos, at) is CancelResult.APPLIED for pos, at in items)
     applied_s = time.process_time() - start
     assert applied == n and len(other) == 0
     await tracker.close()

@@ -47,8 +47,7 @@ def cheapest_pair(pairs: Iterable[tuple[ImmutableBucket, ImmutableBucket]]
 
 def merged_bucket(a: ImmutableBucket, b: ImmutableBucket, segment_min_ts: list[int],
                   snapshot_id: int, snapshot_size: int) -> ImmutableBucket:
-    merged = ImmutableBucket(a.start_ledger, b.end_ledger)
-    merged.recovered = a.recovered or b.recovered
+    merged = ImmutableBucket(a.start_ledger, b.end_ledger, recovered=a.recovered or b.recovered)
     merged.indexed = {**a.indexed, **b.indexed}
     merged.pending = {**a.pending, **b.pending}
     merged.remaining = a.remaining + b.remaining
@@ -78,8 +77,7 @@ def live_ranges(properties: Mapping[str, str]) -> tuple[list[BucketRange], list[
 
 def recovered_bucket(start: int, end: int, snapshot_id: int, snapshot_size: int,
                      infos: list[SegmentInfo], mark_delete: Position) -> ImmutableBucket:
-    bucket = ImmutableBucket(start, end)
-    bucket.recovered = True
+    bucket = ImmutableBucket(start, end, recovered=True)
     bucket.snapshot_id = snapshot_id
     bucket.snapshot_size = snapshot_size
     bucket.segment_min_ts = [info.min_ts for info in infos]

@@ -6,7 +6,11 @@ An :class:`ImmutableBucket` is the in-memory record of one sealed bucket (ledger
 ``[start_ledger, end_ledger]``, one snapshot): two per-ledger roaring bitmaps, ``indexed``
 (everything its snapshot holds) and ``pending`` (not handed out or cancelled yet), the first
 deliver time of each segment, and at most one :class:`LoadedSegment` (sorted packed columns and
-a read offset).
+a read offset). Its lifecycle is one :class:`BucketState`: LIVE (in the bucket list, handing
+out) -> MERGING (being merged with its neighbour: it is not retired when it runs dry
+meanwhile) -> LIVE again, or RETIRED (handed out, cancelled, merged away or cleared; final).
+``recovered`` is not a state: it says where the bucket's entries came from (a previous run:
+some may have been acknowledged since).
 
 :class:`SealedBuckets` owns every live bucket, sorted by start ledger (ranges never overlap), and
 the *shared queue*: a heap of the loaded segments keyed by their head time. It knows nothing of
@@ -31,12 +35,14 @@ import itertools
 import sys
 from bisect import bisect_right
 from collections.abc import Callable, Iterator
+from enum import Enum
 from typing import Final
 
 from pyroaring import BitMap
 
 from broker.delayed.packed import POSITION_BITS, POSITION_MASK, bitmap_bytes
 from broker.delayed.snapshot_format import DecodedSegment, RawSegment
+from storage.positions import Position
 
 #: Pulsar's cursor property prefix for a bucket: ``<prefix>_<startLedger>_<endLedger>``.
 BUCKET_KEY_PREFIX: Final = "#pulsar.internal.delayed.bucket"
@@ -56,14 +62,22 @@ def parse_bucket_key(key: str) -> tuple[int, int] | None:
     return int(parts[0]), int(parts[1])
 
 
+class BucketState(Enum):
+    """The lifecycle of an immutable bucket (module docstring)."""
+
+    LIVE = "live"
+    MERGING = "merging"
+    RETIRED = "retired"
+
+
 class ImmutableBucket:
     """A sealed bucket: ledgers [start_ledger, end_ledger], one snapshot."""
 
-    __slots__ = ("alive", "end_ledger", "indexed", "loaded", "loading",
-                 "mem_segments", "merging", "next_segment", "pending", "recovered",
-                 "remaining", "segment_min_ts", "snapshot_id", "snapshot_size", "start_ledger")
+    __slots__ = ("end_ledger", "indexed", "loaded", "mem_segments", "next_segment", "pending",
+                 "recovered", "remaining", "segment_min_ts", "snapshot_id", "snapshot_size",
+                 "start_ledger", "state")
 
-    def __init__(self, start_ledger: int, end_ledger: int) -> None:
+    def __init__(self, start_ledger: int, end_ledger: int, *, recovered: bool = False) -> None:
         self.start_ledger = start_ledger
         self.end_ledger = end_ledger
         self.snapshot_id: int | None = None
@@ -75,10 +89,31 @@ class ImmutableBucket:
         self.next_segment = 1                   # next segment number to load
         self.mem_segments: list[RawSegment] | None = None   # until the snapshot is durable
         self.loaded: LoadedSegment | None = None
-        self.loading = False
-        self.merging = False
-        self.recovered = False                  # from a previous run: entries may be acked
-        self.alive = True
+        self.recovered = recovered              # from a previous run: entries may be acked
+        self.state = BucketState.LIVE
+
+    # --- lifecycle: one state, one guard each ------------------------------------------------
+
+    @property
+    def alive(self) -> bool:
+        """Not retired (LIVE or MERGING)."""
+        return self.state is not BucketState.RETIRED
+
+    @property
+    def merging(self) -> bool:
+        return self.state is BucketState.MERGING
+
+    def begin_merge(self) -> None:
+        if self.state is BucketState.LIVE:
+            self.state = BucketState.MERGING
+
+    def end_merge(self) -> None:
+        """The merge is over (done or failed); a bucket retired meanwhile stays retired."""
+        if self.state is BucketState.MERGING:
+            self.state = BucketState.LIVE
+
+    def retire(self) -> None:
+        self.state = BucketState.RETIRED
 
     @property
     def key(self) -> str:
@@ -175,7 +210,7 @@ class SealedBuckets:
 
     def remove(self, bucket: ImmutableBucket) -> None:
         """Take a bucket out (retired or merged): its segment dies, its count goes."""
-        bucket.alive = False
+        bucket.retire()
         if bucket.loaded is not None:
             bucket.loaded.dead = True
             bucket.loaded = None
@@ -286,8 +321,8 @@ class SealedBuckets:
         return sum(bisect_right(seg.ts, bound, seg.i) - seg.i
                    for _, _, seg in self._heap if not seg.dead)
 
-    def take_upto(self, bound: int, limit: int, out: list[tuple[int, int]],
-                  is_deleted: Callable[[int, int], bool]) -> tuple[int, list[LoadedSegment]]:
+    def take_upto(self, bound: int, limit: int, out: list[Position],
+                  is_deleted: Callable[[Position], bool]) -> tuple[int, list[LoadedSegment]]:
         """Consume up to ``limit`` indexes with time <= bound; pending ones go to ``out``
         (minus those ``is_deleted`` reports acknowledged before a restart). Returns how many
         were consumed, stale ones included, and the segments that ran dry."""
@@ -311,7 +346,7 @@ class SealedBuckets:
         return consumed, exhausted
 
     def _take_segment(self, loaded: LoadedSegment, bound: int, limit: int,
-                      out: list[tuple[int, int]], is_deleted: Callable[[int, int], bool]) -> int:
+                      out: list[Position], is_deleted: Callable[[Position], bool]) -> int:
         ts, pos, i = loaded.ts, loaded.pos, loaded.i
         end = min(bisect_right(ts, bound, i), i + limit)
         bucket = loaded.bucket
@@ -327,9 +362,10 @@ class SealedBuckets:
                 continue                        # handed out, cancelled or acked
             bm.remove(entry_id)
             taken += 1
-            if check_acked and is_deleted(ledger_id, entry_id):
+            position = Position(ledger_id, entry_id)
+            if check_acked and is_deleted(position):
                 continue                        # acknowledged before the restart
-            out.append((ledger_id, entry_id))
+            out.append(position)
         bucket.remaining -= taken
         self.sealed_remaining -= taken
         loaded.i = end

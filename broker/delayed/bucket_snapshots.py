@@ -112,6 +112,7 @@ class BucketSnapshots:
         self._wake_on_close = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
         self._merge_task: asyncio.Task[None] | None = None
+        self._loads_in_flight: set[ImmutableBucket] = set()   # a segment read is running
         self._closed = False
         self.snapshot_size_bytes = 0
         self.op_count: dict[tuple[str, str], int] = {
@@ -185,9 +186,9 @@ class BucketSnapshots:
             return
         if bucket.mem_segments is not None:
             self._install(bucket, raw_to_decoded(bucket.mem_segments[bucket.next_segment - 1]))
-        elif not bucket.loading:
+        elif bucket not in self._loads_in_flight:
             self._buckets.loading[bucket] = bucket.segment_min_ts[bucket.next_segment - 1]
-            bucket.loading = True
+            self._loads_in_flight.add(bucket)
             self._spawn(self._load_next(bucket))
 
     def _install(self, bucket: ImmutableBucket, segment: DecodedSegment) -> None:
@@ -232,11 +233,11 @@ class BucketSnapshots:
         except Exception:
             log.exception("loading segment %d of delayed bucket %s failed; retrying", number,
                           bucket.key)
-            bucket.loading = False
+            self._loads_in_flight.discard(bucket)
             if bucket.alive and not self._closed:
                 self._loop.call_later(self._retry.load_s, self._retry_load, bucket)
             return
-        bucket.loading = False
+        self._loads_in_flight.discard(bucket)
         if not bucket.alive or self._closed or bucket.next_segment != number:
             self._buckets.loading.pop(bucket, None)
             return
@@ -341,7 +342,8 @@ class BucketSnapshots:
             return
         best = cheapest_pair(self._buckets.pairs())
         if best is not None:
-            best[0].merging = best[1].merging = True
+            best[0].begin_merge()
+            best[1].begin_merge()
             self._merge_task = self._spawn(self._merge(*best))
 
     async def _remaining_items(self, bucket: ImmutableBucket) -> list[tuple[int, int]]:
@@ -380,9 +382,11 @@ class BucketSnapshots:
         except Exception:
             log.exception("merging delayed buckets %s and %s failed", a.key, b.key)
             self._record("merge", False)
-            a.merging = b.merging = False
+            a.end_merge()
+            b.end_merge()
             return
-        a.merging = b.merging = False
+        a.end_merge()
+        b.end_merge()
         if not (a.alive and b.alive) or self._closed:
             await self._delete_snapshot(snapshot_id, None)
             self._record("merge", False)

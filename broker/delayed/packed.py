@@ -32,6 +32,8 @@ from collections.abc import Iterator
 
 from pyroaring import BitMap
 
+from storage.positions import Position
+
 #: Entries per chunk before it may split (at twice this).
 CHUNK = 1024
 _SPLIT = 2 * CHUNK
@@ -81,9 +83,8 @@ def run_end_union(bitmaps: list[BitMap | None], start: int) -> int:
     return pos
 
 
-def take_members(buf: list[int], members: dict[int, BitMap],
-                 out: list[tuple[int, int]]) -> int:
-    """Move the packed positions of ``buf`` still in ``members`` to ``out``, as (ledger, entry).
+def take_members(buf: list[int], members: dict[int, BitMap], out: list[Position]) -> int:
+    """Move the packed positions of ``buf`` still in ``members`` to ``out``, as positions.
 
     A position no longer in its ledger's bitmap was cancelled or already handed out: skipped.
     Returns how many were taken.
@@ -97,7 +98,7 @@ def take_members(buf: list[int], members: dict[int, BitMap],
             bm.remove(entry_id)
             if not bm:
                 del members[ledger_id]
-            out.append((ledger_id, entry_id))
+            out.append(Position(ledger_id, entry_id))
             taken += 1
     return taken
 
@@ -275,12 +276,12 @@ class WideIndex:
             heapq.heappop(self._heap)       # cancelled: drop lazily
         return self._heap[0][0] if self._heap else None
 
-    def pop_due(self, cutoff: int, limit: int, out: list[tuple[int, int]]) -> int:
+    def pop_due(self, cutoff: int, limit: int, out: list[Position]) -> int:
         moved = 0
         while moved < limit and self.peek_ts() is not None and self._heap[0][0] <= cutoff:
             _, ledger_id, entry_id = heapq.heappop(self._heap)
             self.members.discard((ledger_id, entry_id))
-            out.append((ledger_id, entry_id))
+            out.append(Position(ledger_id, entry_id))
             moved += 1
         return moved
 

@@ -3,7 +3,7 @@
 Theory of operation
 -------------------
 A Shared or Key_Shared dispatcher reads an entry whose ``deliver_at_time`` is past the cutoff
-and hands its position to the subscription's tracker with :meth:`DelayedDeliveryTracker.add`;
+and hands its position to its tracker with :meth:`DelayedDeliveryTracker.add`;
 the entry is skipped for now. When positions become due the tracker calls ``on_due()`` (the
 dispatcher's "read more / replay" trigger) and the dispatcher pulls them with
 :meth:`~DelayedDeliveryTracker.get_scheduled`, re-reads those entries and dispatches them as
@@ -40,6 +40,7 @@ from enum import IntEnum
 from typing import Protocol
 
 from broker.delayed.cancels import CancelBook, CancelResult, CancelStats
+from storage.positions import Position
 
 #: A cancel is kept this many ticks past its deliver time (PIP-423: ``deliverAt + 2 * tick``).
 CANCEL_GRACE_TICKS = 2
@@ -139,12 +140,13 @@ class DeadlineTimer:
 class DelayedDeliveryTracker(abc.ABC):
     """What a dispatcher needs from a delayed-delivery index (see the module docstring).
 
-    Positions are ``(ledger_id, entry_id)`` tuples. Implementations: in_memory (packed,
-    process-lifetime) and bucket (PIP-195, persisted snapshots).
+    Positions go in and come out as storage's :class:`~storage.positions.Position`.
+    Implementations: in_memory (packed, process-lifetime) and bucket (PIP-195, persisted
+    snapshots).
     """
 
     @abc.abstractmethod
-    def add(self, ledger_id: int, entry_id: int, deliver_at_ms: int) -> bool:
+    def add(self, position: Position, deliver_at_ms: int) -> bool:
         """Track a position. False = already due (<= cutoff): deliver it normally now.
         True = tracked (or already tracked): skip it for now."""
 
@@ -153,17 +155,17 @@ class DelayedDeliveryTracker(abc.ABC):
         """Is some tracked position due now? (Also re-aims the timer when not.)"""
 
     @abc.abstractmethod
-    def get_scheduled(self, max_messages: int) -> list[tuple[int, int]]:
+    def get_scheduled(self, max_messages: int) -> list[Position]:
         """Up to ``max_messages`` due positions, ascending, removed from the tracker."""
 
     @abc.abstractmethod
-    def cancel(self, ledger_id: int, entry_id: int) -> bool:
+    def cancel(self, position: Position) -> bool:
         """Drop a tracked position, in memory only (the skip-by-ids path, which acks it
         anyway). True if it was tracked."""
 
     @abc.abstractmethod
-    def cancel_delayed(self, ledger_id: int, entry_id: int, deliver_at_ms: int) -> CancelResult:
-        """PIP-423 tracker-level cancel of the message at ``(ledger_id, entry_id)`` due at
+    def cancel_delayed(self, position: Position, deliver_at_ms: int) -> CancelResult:
+        """PIP-423 tracker-level cancel of the message at ``position`` due at
         ``deliver_at_ms``. A tracked index is cleared (APPLIED); an untracked one is recorded and
         dropped when the dispatcher meets it (PENDING); a deliver time at or before the cutoff
         is refused (REFUSED_PAST); a message already handed out or acknowledged is NOT_FOUND.
@@ -174,10 +176,9 @@ class DelayedDeliveryTracker(abc.ABC):
         """Return once every cancel accepted so far is durable (in-memory: at once)."""
         return None
 
-    async def cancel_delayed_message(self, ledger_id: int, entry_id: int,
-                                     deliver_at_ms: int) -> CancelResult:
+    async def cancel_delayed_message(self, position: Position, deliver_at_ms: int) -> CancelResult:
         """:meth:`cancel_delayed`, then wait until it is durable when it was accepted."""
-        result = self.cancel_delayed(ledger_id, entry_id, deliver_at_ms)
+        result = self.cancel_delayed(position, deliver_at_ms)
         if result.accepted:
             await self.persist_cancels()
         return result
@@ -187,7 +188,7 @@ class DelayedDeliveryTracker(abc.ABC):
         """Cancels applied, refused (totals) and pending (now): per-subscription metrics."""
 
     @abc.abstractmethod
-    def contains(self, ledger_id: int, entry_id: int) -> bool:
+    def contains(self, position: Position) -> bool:
         """Is the position tracked and not yet handed out?"""
 
     @abc.abstractmethod
@@ -225,20 +226,20 @@ class DelayedDeliveryTracker(abc.ABC):
     def reset_tick_time(self, tick_ms: int) -> None:
         """A policy changed the tick: applies to the next cutoff and timer."""
 
-    def sequential_skip(self, ledger_id: int, entry_id: int) -> int:
-        """The first entry id >= ``entry_id`` of ``ledger_id`` that a sequential read must still
+    def sequential_skip(self, position: Position) -> int:
+        """The first entry id >= ``position.entry_id`` of its ledger that a sequential read must still
         look at: every position in ``[entry_id, result)`` is one :meth:`add` would answer True
         for whatever its deliver time (already tracked). The dispatcher moves its read position
         over such runs instead of reading them again (after a restart or a rewind)."""
-        return entry_id
+        return position.entry_id
 
-    def apply_delay_operation(self, op: DelayedOperationType, ledger_id: int, entry_id: int,
+    def apply_delay_operation(self, op: DelayedOperationType, position: Position,
                               deliver_at_ms: int) -> bool:
         """PIP-423's ``applyDelayOperation``: DELAY = :meth:`add`, CANCEL =
         :meth:`cancel_delayed` (True when accepted: applied or pending)."""
         if op is DelayedOperationType.CANCEL:
-            return self.cancel_delayed(ledger_id, entry_id, deliver_at_ms).accepted
-        return self.add(ledger_id, entry_id, deliver_at_ms)
+            return self.cancel_delayed(position, deliver_at_ms).accepted
+        return self.add(position, deliver_at_ms)
 
 
 class TimedTracker(DelayedDeliveryTracker):

@@ -10,9 +10,9 @@ For each one :func:`cancel_on_subscription`:
 1. refuses what cannot be cancelled: a subscription type that does not delay (Exclusive,
    Failover), a message already acknowledged, or one a consumer holds right now (delivered,
    not yet acknowledged): ``NOT_FOUND``;
-2. asks the subscription's tracker (created if the subscription had none yet, as the
-   dispatcher would on its first delayed entry) to cancel it, and waits until an accepted
-   cancel is durable (``DelayedDeliveryTracker.cancel_delayed_message``). ``REFUSED_PAST`` (the
+2. asks the subscription's delayed delivery (``DelayedDelivery.cancel``: its tracker, built
+   if there is none yet, as on the dispatcher's first delayed entry) to cancel it, and waits
+   until an accepted cancel is durable (``DelayedDeliveryTracker.cancel_delayed_message``). ``REFUSED_PAST`` (the
    deliver time is at or before the cutoff) and ``NOT_FOUND`` stop here;
 3. then -- beyond the design -- acknowledges the message individually on the subscription
    through the admin ack path (``skip_by_message_ids``: cursor, dispatcher, ack counters), and
@@ -31,8 +31,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from broker.delayed.cancels import CancelResult
-from broker.delayed.policy import DelayPolicy
-from broker.delayed.tracker import DelayedDeliveryTracker
+from broker.delayed.delivery import DelayedDelivery
 from broker.subscriptions.dispatchers.cursors import SubscriptionCursor
 from protocol.sub_types import SubType
 from storage.positions import Position
@@ -65,9 +64,8 @@ class CancelTarget(Protocol):
     @property
     def consumers(self) -> Sequence[CancelConsumer]: ...
 
-    def delay_policy(self) -> DelayPolicy: ...
-
-    def ensure_tracker(self, policy: DelayPolicy) -> DelayedDeliveryTracker: ...
+    @property
+    def delayed(self) -> DelayedDelivery: ...
 
     @property
     def resets(self) -> MessageIdSkipper: ...
@@ -113,9 +111,7 @@ async def cancel_on_subscription(sub: CancelTarget, position: Position,
     if any(position in consumer.pending for consumer in sub.consumers):
         return outcome(CancelResult.NOT_FOUND, f"{_id(position)} was already delivered on "
                        f"subscription {name}")
-    tracker = sub.ensure_tracker(sub.delay_policy())
-    result = await tracker.cancel_delayed_message(position.ledger_id, position.entry_id,
-                                                  deliver_at_ms)
+    result = await sub.delayed.cancel(position, deliver_at_ms)
     if result is CancelResult.REFUSED_PAST:
         return outcome(result, f"deliverAt {deliver_at_ms} is already due on subscription "
                        f"{name}: too late to cancel")

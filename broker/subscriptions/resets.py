@@ -38,7 +38,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Protocol
 
-from broker.delayed.tracker import DelayedDeliveryTracker
+from broker.delayed.delivery import DelayedDelivery
 from broker.subscriptions.consumer import Consumer
 from broker.subscriptions.dispatchers import Dispatcher
 from broker.subscriptions.dispatchers.cursors import (
@@ -64,7 +64,7 @@ class ResetTarget(Protocol):
     sub_type: SubType | None
     consumers: list[Consumer]
     dispatcher: Dispatcher | None
-    delayed_tracker: DelayedDeliveryTracker | None
+    delayed: DelayedDelivery
     redelivery_counts: dict[Position, int]
     batch_acks: dict[Position, int]
     msg_ack_counter: int
@@ -96,8 +96,7 @@ class CursorResets:
     def _drop_derived(self) -> None:
         """Everything derived from the cursor's positions goes (a reset that moves them)."""
         sub = self.sub
-        if sub.delayed_tracker is not None:
-            sub.delayed_tracker.clear()
+        sub.delayed.clear()
         if sub.dispatcher is not None:
             sub.dispatcher.reset()
         sub.redelivery_counts.clear()
@@ -253,10 +252,7 @@ class CursorResets:
     def _skip_inside(self, rev: Revision, positions: list[Position]) -> None:
         """Inside a revision: forget ``positions`` everywhere; acknowledge them at its end."""
         sub = self.sub
-        tracker = sub.delayed_tracker
-        if tracker is not None:
-            for pos in positions:
-                tracker.cancel(pos.ledger_id, pos.entry_id)
+        sub.delayed.forget(positions)
         if sub.dispatcher is not None:
             sub.dispatcher.on_skipped(positions)
         for pos in positions:
@@ -291,12 +287,10 @@ class CursorResets:
             if old is not None:
                 old.reset()
                 await old.close()
-            tracker = sub.delayed_tracker
-            if tracker is not None:
-                tracker.clear()
-                if not new.delayed_capable:
-                    sub.delayed_tracker = None
-                    await tracker.close()
+            sub.delayed.clear()
+            if new.delayed is None:
+                sub.delayed.wake_with(None)
+                await sub.delayed.release()
             self._rewind_edit(rev)
 
     async def first_published_at_or_after(self, timestamp_ms: int) -> Position:
@@ -318,6 +312,5 @@ class CursorResets:
         async with sub.revisions.revise() as rev:
             if sub.dispatcher is not None:
                 sub.dispatcher.reset()
-            if sub.delayed_tracker is not None:
-                sub.delayed_tracker.on_rewind()
+            sub.delayed.on_rewind()
             self._rewind_edit(rev)

@@ -20,8 +20,11 @@ read can be in flight on a new subscription, so it does not bump the revision.
 
 Acks arrive from :class:`broker.net.consumers.ConsumerSide`: individual (with batch ``ack_set``:
 a set bit is a message still to deliver, kept in memory in ``batch_acks`` and sent back on
-redelivery), or cumulative. The delayed tracker (Shared/Key_Shared) is created lazily on the first
-delayed entry, or eagerly on load when the cursor holds bucket snapshots.
+redelivery), or cumulative. Delayed delivery (:class:`broker.delayed.delivery.DelayedDelivery`,
+made from the topic's tracker factory and policy) is handed to each Shared or Key_Shared
+dispatcher the subscription creates, which drives it; the topic pushes policy changes through
+:meth:`Subscription.on_policy_changed`. Its tracker is built on the first delayed entry, or on
+load when the cursor holds bucket snapshots.
 
 The type outlives the consumers: a durable subscription keeps it in a cursor property
 (``SUBSCRIPTION_TYPE_PROPERTY``, saved before the subscribe is answered) when a consumer attaches and takes it
@@ -33,10 +36,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 from broker.delayed.bucket import BucketDelayedDeliveryTracker
+from broker.delayed.delivery import DelayedDelivery, TrackerFactory
 from broker.delayed.policy import DelayPolicy
 from broker.delayed.tracker import DelayedDeliveryTracker
 from broker.metrics.rates import RateMeter
@@ -91,7 +95,7 @@ SUBSCRIPTION_PROPERTY_PREFIX = "#horae.internal.subscription.property."
 class TopicContext(Protocol):
     """What a subscription may ask of the topic that owns it (implemented by
     :class:`broker.topics.topic.Topic`): its ledger, partition, delayed-delivery policy and a
-    tracker built with the broker's settings, and to forget or delete this subscription."""
+    tracker factory, and to forget or delete this subscription."""
 
     @property
     def ledger(self) -> ManagedLedger: ...
@@ -104,8 +108,10 @@ class TopicContext(Protocol):
 
     def delay_policy(self) -> DelayPolicy: ...
 
-    def new_tracker(self, policy: DelayPolicy, *, on_due: Callable[[], None],
-                    cursor: ManagedCursor | None) -> DelayedDeliveryTracker: ...
+    def tracker_factory(self, cursor: ManagedCursor | None) -> TrackerFactory:
+        """How this subscription builds its delayed-delivery tracker (*cursor*: a durable
+        one's, for bucket snapshots)."""
+        ...
 
     def new_key_shared_selector(self, sticky: bool) -> KeySharedSelector:
         """A Key_Shared selector built with the broker's settings."""
@@ -141,7 +147,9 @@ class Subscription:
         self.key_shared_mode: int | None = None
         self.consumers: list[Consumer] = []
         self.dispatcher: Dispatcher | None = None
-        self.delayed_tracker: DelayedDeliveryTracker | None = None
+        self.delayed = DelayedDelivery(
+            topic.tracker_factory(cursor if isinstance(cursor, ManagedCursor) else None),
+            topic.delay_policy())
         self.redelivery_counts: dict[Position, int] = {}
         self.batch_acks: dict[Position, int] = {}
         self.msg_out_counter = 0
@@ -199,8 +207,7 @@ class Subscription:
             sub.sub_type = _stored_type(name, cursor.properties)
         if durable and any(k.startswith(BUCKET_PROPERTY_PREFIX) for k in cursor.properties):
             # Bucket snapshots from a previous run: recover them before anything is dispatched.
-            tracker = sub.ensure_tracker(topic.delay_policy())
-            await tracker.recover()
+            await sub.delayed.recover()
         return sub
 
     @property
@@ -233,8 +240,7 @@ class Subscription:
         self.consumers.clear()
         if self.dispatcher is not None:
             await self.dispatcher.close()
-        if self.delayed_tracker is not None:
-            await self.delayed_tracker.close()
+        await self.delayed.release()
 
     def on_new_entries(self) -> None:
         if self.dispatcher is not None and self.consumers:
@@ -242,35 +248,20 @@ class Subscription:
 
     # ------------------------------------------------------------------ delayed delivery
 
-    def ensure_tracker(self, policy: DelayPolicy) -> DelayedDeliveryTracker:
-        tracker = self.delayed_tracker
-        if tracker is None:
-            cursor = self.cursor   # bucket snapshots only for a durable cursor
-            tracker = self.topic.new_tracker(
-                policy, on_due=self._on_due,
-                cursor=cursor if isinstance(cursor, ManagedCursor) else None)
-            self.delayed_tracker = tracker
-        return tracker
-
-    def delay_policy(self) -> DelayPolicy:
-        """The topic's effective delayed-delivery policy (for the dispatcher)."""
-        return self.topic.delay_policy()
-
-    def on_policy_changed(self) -> None:
-        """The topic's delayed-delivery policy changed: apply a new tick to the tracker."""
-        tracker = self.delayed_tracker
-        if tracker is not None:
-            tracker.reset_tick_time(self.delay_policy().tick_time_ms)
-        if self.dispatcher is not None and self.consumers:
-            self.dispatcher.schedule()
-
-    def _on_due(self) -> None:
+    def on_policy_changed(self, policy: DelayPolicy) -> None:
+        """The topic's delayed-delivery policy changed: *policy* is the one now in force."""
+        self.delayed.set_policy(policy)
         if self.dispatcher is not None and self.consumers:
             self.dispatcher.schedule()
 
     @property
+    def delayed_tracker(self) -> DelayedDeliveryTracker | None:
+        """The delayed-delivery tracker once built (its figures for the metrics)."""
+        return self.delayed.tracker
+
+    @property
     def msg_delayed(self) -> int:
-        return len(self.delayed_tracker) if self.delayed_tracker is not None else 0
+        return len(self.delayed)
 
     @property
     def bucket_index(self) -> BucketIndexFigures | None:
@@ -342,10 +333,10 @@ class Subscription:
     def _new_dispatcher(self, consumer: Consumer) -> Dispatcher:
         t = consumer.sub_type
         if t == SubType.Shared:
-            return SharedDispatcher(self)
+            return SharedDispatcher(self, self.delayed)
         if t == SubType.Key_Shared:
             mode = consumer.key_shared_mode or 0
-            return KeySharedDispatcher(self, mode,
+            return KeySharedDispatcher(self, self.delayed, mode,
                                        self.topic.new_key_shared_selector(mode == pb.STICKY))
         return SingleActiveDispatcher(self, t, self.topic.failover_delay_s)
 
@@ -500,7 +491,6 @@ class Subscription:
                 s["keyHashRanges"] = dispatcher.key_hash_ranges(c)
             consumers.append(s)
         active = dispatcher.active if isinstance(dispatcher, SingleActiveDispatcher) else None
-        tracker = self.delayed_tracker
         return {
             "msgRateOut": rate_out,
             "msgThroughputOut": thr_out,
@@ -523,7 +513,7 @@ class Subscription:
             "isDurable": self.durable,
             "isReplicated": False,
             "nonContiguousDeletedMessagesRanges": self.cursor.individually_deleted_count,
-            "delayedMessageIndexSizeInBytes": tracker.memory_bytes if tracker is not None else 0,
+            "delayedMessageIndexSizeInBytes": self.delayed.memory_bytes,
             "subscriptionProperties": self.subscription_properties,
             # Pulsar 4 reports it empty: draining hashes (PIP-379) replaced recently joined consumers
             "consumersAfterMarkDeletePosition": {},

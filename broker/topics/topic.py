@@ -52,15 +52,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Protocol
 
 from broker.config import BrokerConfig
-from broker.delayed import create_tracker
+from broker.delayed import TrackerFactory
 from broker.delayed.guard import DelayTooLongError, check_and_start_publish
 from broker.delayed.policy import DelayPolicy
 from broker.delayed.residual import delete_residual_snapshots
-from broker.delayed.tracker import DelayedDeliveryTracker
 from broker.metrics.rates import PUBLISH_LATENCY_BUCKETS_MS, RateMeter
 from broker.subscriptions.selectors import KeySharedSelector, new_selector
 from broker.subscriptions.subscription import Subscription
@@ -471,13 +470,11 @@ class Topic:
     def partition_index(self) -> int:
         return self.name.partition_index
 
-    def new_tracker(self, policy: DelayPolicy, *, on_due: Callable[[], None],
-                    cursor: ManagedCursor | None) -> DelayedDeliveryTracker:
-        """A delayed-delivery tracker for one of this topic's subscriptions (bucket snapshots
-        only for a durable one, which passes its *cursor*)."""
-        return create_tracker(self.host.config, policy, on_due=on_due, loop=self.loop,
-                              cursor=cursor,
-                              snapshots=self.host.snapshots if cursor is not None else None)
+    def tracker_factory(self, cursor: ManagedCursor | None) -> TrackerFactory:
+        """How one of this topic's subscriptions builds its delayed-delivery tracker (bucket
+        snapshots only for a durable one, which passes its *cursor*)."""
+        return TrackerFactory(self.host.config, self.loop, cursor,
+                              self.host.snapshots if cursor is not None else None)
 
     def new_key_shared_selector(self, sticky: bool) -> KeySharedSelector:
         """A Key_Shared selector for one of this topic's subscriptions
@@ -490,9 +487,12 @@ class Topic:
         return self.host.config.active_consumer_failover_delay_time_millis / 1000
 
     def invalidate_policy(self) -> None:
+        """A delayed-delivery policy changed: resolve it again and push it to every
+        subscription."""
         self._delay_policy = None
+        policy = self.delay_policy()
         for sub in list(self.subscriptions.values()):
-            sub.on_policy_changed()
+            sub.on_policy_changed(policy)
 
     # ------------------------------------------------------------------ counters, stats
 

@@ -55,8 +55,8 @@ class StubTopic:
     def delay_policy(self) -> DelayPolicy:
         return POLICY
 
-    def new_tracker(self, policy: DelayPolicy, *, on_due: Callable[[], None],
-                    cursor: Any | None) -> DelayedDeliveryTracker:
+    def tracker_factory(self, cursor: Any | None
+                        ) -> Callable[[DelayPolicy, Callable[[], None]], DelayedDeliveryTracker]:
         topic = self
 
         class _Tracker(InMemoryDelayedDeliveryTracker):
@@ -66,8 +66,11 @@ class StubTopic:
                     await topic.close_gate.wait()
                 await super().close()
 
-        return _Tracker(tick_time_ms=policy.tick_time_ms, strict=policy.strict, on_due=on_due,
-                        loop=asyncio.get_running_loop())
+        def build(policy: DelayPolicy, on_due: Callable[[], None]) -> DelayedDeliveryTracker:
+            return _Tracker(tick_time_ms=policy.tick_time_ms, strict=policy.strict,
+                            on_due=on_due, loop=asyncio.get_running_loop())
+
+        return build
 
     failover_delay_s = 0.0
 

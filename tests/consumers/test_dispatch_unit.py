@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 
+from broker.config import BrokerConfig
+from broker.delayed import DelayPolicy, TrackerFactory
 from broker.net.consumers import ConsumerSide
 from broker.subscriptions.consumer import Consumer, HashRange
 from broker.subscriptions.selectors import (
@@ -70,6 +72,13 @@ class StubTopic:
 
     def new_key_shared_selector(self, sticky: bool) -> Any:
         return new_selector(sticky, consistent_hashing=True)
+
+    def delay_policy(self) -> DelayPolicy:
+        return DelayPolicy(active=True, tick_time_ms=1, max_delay_ms=0, fixed_delay_ms=0,
+                           strict=True)
+
+    def tracker_factory(self, cursor: Any | None) -> TrackerFactory:
+        return TrackerFactory(BrokerConfig(), asyncio.get_running_loop())
 
 
 def _entry(i: int, batch: int | None = None, publish_time: int | None = None) -> bytes:

@@ -118,7 +118,7 @@ async def test_flush_drops_frames_made_under_an_outdated_revision() -> None:
 
     cursor = _Cursor()
     ctl = RevisionController(cursor)
-    dispatcher = SharedDispatcher(_Subscription(ctl))  # type: ignore[arg-type]
+    dispatcher = SharedDispatcher(_Subscription(ctl), None)  # type: ignore[arg-type]
     conn = FakeConnection()
     consumer = Consumer(ConsumerSide(conn), 1, name="c", sub_type=1)  # type: ignore[arg-type]
     dispatcher.consumers.append(consumer)

@@ -20,7 +20,6 @@ from storage.config import StorageConfig
 from storage.positions import Position
 from storage.store import SegmentStore
 from tests.consumers.revision_testlib import (
-    POLICY,
     ReadGate,
     append,
     join,
@@ -232,7 +231,7 @@ async def _shared_then_gone(ledger: Any) -> tuple[Any, Any, int]:
     its consumer leaves; the old tracker's close() will wait on the topic's close_gate."""
     await append(ledger, range(10))
     sub, topic = await open_sub(ledger)
-    sub.ensure_tracker(POLICY)
+    await sub.delayed.recover()     # builds the tracker (an in-memory one has nothing to recover)
     c1, conn1 = await join(sub, SHARED, "c1", permits=5)
     await settle(sub)
     assert conn1.entry_ids() == list(range(5))

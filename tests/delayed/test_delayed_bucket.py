@@ -54,13 +54,13 @@ async def test_seals_on_a_ledger_boundary_once_the_min_index_count_is_reached() 
     cursor, store = FakeCursor(), FakeSnapshotStore()
     t = make(cursor, store, min_index=10)
     for e in range(5):
-        t.add(1, e, T0 + 100 + e)
+        t.add(Position(1, e), T0 + 100 + e)
     for e in range(15):                        # ledger 2 joins the mutable bucket [1, 2] ...
-        t.add(2, e, T0 + 100 + e)
+        t.add(Position(2, e), T0 + 100 + e)
     assert t.immutable_ranges == []            # ... and is never sealed mid-ledger
-    t.add(3, 0, T0 + 50)                       # ledger 3 past the end, 20 >= 10: seal [1, 2]
+    t.add(Position(3, 0), T0 + 50)                       # ledger 3 past the end, 20 >= 10: seal [1, 2]
     assert t.immutable_ranges == [(1, 2)]
-    assert t.add(2, 15, T0 + 100) is True      # a late entry of a sealed ledger: in memory
+    assert t.add(Position(2, 15), T0 + 100) is True      # a late entry of a sealed ledger: in memory
     assert t.immutable_ranges == [(1, 2)]
     await t.wait_idle()
     key = bucket_key(1, 2)
@@ -79,8 +79,8 @@ async def test_segments_are_cut_by_time_step_and_index_count() -> None:
     t = make(cursor, store, min_index=1, step_ms=1000, per_segment=4)
     times = [100, 200, 300, 400, 500, 600, 1200, 5000, 5001]
     for e, dt in enumerate(times):
-        t.add(1, e, T0 + dt)
-    t.add(2, 0, T0 + 10)
+        t.add(Position(1, e), T0 + dt)
+    t.add(Position(2, 0), T0 + 10)
     await t.wait_idle()
     parts = store.snapshots[int(cursor.properties[bucket_key(1, 1)])]
     infos = decode_metadata(parts[0])
@@ -101,9 +101,9 @@ async def test_delivers_across_buckets_in_time_order_loading_one_segment_at_a_ti
     for ledger in (1, 2, 3):
         for e in range(8):
             at = T0 + 1000 + ((e * 37 + ledger * 11) % 97) * 10
-            t.add(ledger, e, at)
+            t.add(Position(ledger, e), at)
             expected[(ledger, e)] = at
-    t.add(4, 0, T0 + 99_999)
+    t.add(Position(4, 0), T0 + 99_999)
     expected[(4, 0)] = T0 + 99_999
     await t.wait_idle()
     assert len(t.immutable_ranges) == 3
@@ -133,9 +133,9 @@ async def test_merges_the_two_least_populated_adjacent_buckets() -> None:
     for ledger, n in sizes.items():
         for e in range(n):
             expected[(ledger, e)] = T0 + 1000 + e * 100 + ledger
-            t.add(ledger, e, expected[(ledger, e)])
+            t.add(Position(ledger, e), expected[(ledger, e)])
         await t.wait_idle()
-    t.add(5, 0, T0 + 50_000)
+    t.add(Position(5, 0), T0 + 50_000)
     await t.wait_idle()
     assert t.op_count[("merge", "succeed")] >= 1
     assert len(t.immutable_ranges) <= 2
@@ -153,21 +153,21 @@ async def test_a_re_read_entry_is_not_indexed_twice() -> None:
     cursor, store, clock = FakeCursor(), FakeSnapshotStore(), ManualClock()
     t = make(cursor, store, clock, min_index=3)
     for e in range(3):
-        t.add(1, e, T0 + 100)
-    t.add(2, 0, T0 + 100)
+        t.add(Position(1, e), T0 + 100)
+    t.add(Position(2, 0), T0 + 100)
     await t.wait_idle()
     assert t.immutable_ranges == [(1, 1)]
-    assert t.add(1, 1, T0 + 100) is True       # pending in the sealed bucket
-    assert t.add(2, 0, T0 + 100) is True       # pending in the mutable bucket
+    assert t.add(Position(1, 1), T0 + 100) is True       # pending in the sealed bucket
+    assert t.add(Position(2, 0), T0 + 100) is True       # pending in the mutable bucket
     assert len(t) == 4
     clock.now_ms = T0 + 100
     assert t.get_scheduled(10) == [(1, 0), (1, 1), (1, 2), (2, 0)]
     # re-read without a cursor reset: already handed out, skipped (no duplicate)
-    assert t.add(1, 0, T0 + 100) is True
+    assert t.add(Position(1, 0), T0 + 100) is True
     cursor.revision += 1                        # an ack or skip elsewhere: still suppressed
-    assert t.add(1, 0, T0 + 100) is True
+    assert t.add(Position(1, 0), T0 + 100) is True
     t.clear()                                   # a cursor reset: the dispatcher delivers it again
-    assert t.add(1, 0, T0 + 100) is False
+    assert t.add(Position(1, 0), T0 + 100) is False
     await t.close()
 
 
@@ -175,9 +175,9 @@ async def test_cancel_in_the_mutable_bucket_is_dropped_from_the_next_snapshot() 
     cursor, store, clock = FakeCursor(), FakeSnapshotStore(), ManualClock()
     t = make(cursor, store, clock, min_index=2)
     for e in range(4):
-        t.add(1, e, T0 + 100 + e)
-    assert t.cancel(1, 2)
-    t.add(2, 0, T0 + 50)
+        t.add(Position(1, e), T0 + 100 + e)
+    assert t.cancel(Position(1, 2))
+    t.add(Position(2, 0), T0 + 50)
     await t.wait_idle()
     infos = decode_metadata(store.snapshots[int(cursor.properties[bucket_key(1, 1)])][0])
     assert sorted(e for i in infos for e in i.bitmaps[1]) == [0, 1, 3]
@@ -192,8 +192,8 @@ async def test_a_failed_snapshot_create_is_retried_with_backoff_while_serving_fr
     t = make(cursor, store, clock, min_index=3, per_segment=1,
              retry=RetryDelays(load_s=0.01, create_first_s=0.001, create_max_s=0.004))
     for e in range(3):
-        t.add(1, e, T0 + 100 + e)
-    t.add(2, 0, T0 + 500)
+        t.add(Position(1, e), T0 + 100 + e)
+    t.add(Position(2, 0), T0 + 500)
     await wait_until_async(lambda: t.op_count[("create", "failed")] >= 4, interval_s=0,
                            message="the snapshot create is retried")
     assert not [k for k in cursor.properties if k.startswith(BUCKET_KEY_PREFIX)]
@@ -212,8 +212,8 @@ async def test_close_stops_a_snapshot_create_waiting_to_retry() -> None:
     store.fail_create = True
     t = make(None, store, min_index=1,
              retry=RetryDelays(create_first_s=3600.0, create_max_s=3600.0))
-    t.add(1, 0, T0 + 100)
-    t.add(2, 0, T0 + 200)
+    t.add(Position(1, 0), T0 + 100)
+    t.add(Position(2, 0), T0 + 200)
     await wait_until_async(lambda: t.op_count[("create", "failed")] >= 1, interval_s=0,
                            message="the snapshot create fails")
     await asyncio.wait_for(t.close(), 5)
@@ -224,8 +224,8 @@ async def test_a_failed_segment_load_is_retried_and_nothing_is_lost() -> None:
     cursor, store, clock = FakeCursor(), FakeSnapshotStore(), ManualClock()
     t = make(cursor, store, clock, min_index=4, per_segment=1)
     for e in range(4):
-        t.add(1, e, T0 + 100 + e)
-    t.add(2, 0, T0 + 5000)
+        t.add(Position(1, e), T0 + 100 + e)
+    t.add(Position(2, 0), T0 + 5000)
     await t.wait_idle()
     store.fail_load = True
     clock.now_ms = T0 + 1000
@@ -247,7 +247,7 @@ async def test_clear_deletes_every_snapshot_and_property() -> None:
     t = make(cursor, store, clock, min_index=2)
     for ledger in (1, 2, 3):
         for e in range(2):
-            t.add(ledger, e, T0 + 100)
+            t.add(Position(ledger, e), T0 + 100)
     await t.wait_idle()
     assert store.snapshots
     t.clear()
@@ -265,7 +265,7 @@ async def test_memory_counts_only_loaded_segments_and_bitmaps() -> None:
     n = 0
     for ledger in range(1, 21):
         for e in range(5000):
-            t.add(ledger, e, T0 + 1000 + (e * 7919 % 3_600_000))
+            t.add(Position(ledger, e), T0 + 1000 + (e * 7919 % 3_600_000))
             n += 1
     await t.wait_idle()
     assert len(t) == n
@@ -300,8 +300,8 @@ async def test_recovery_drops_ranges_left_by_an_interrupted_merge_and_acked_entr
     t = make(cursor, store, clock, min_index=2)
     for ledger in (1, 2, 3):
         for e in range(3):
-            t.add(ledger, e, T0 + 100 + e)
-    t.add(4, 0, T0 + 100)
+            t.add(Position(ledger, e), T0 + 100 + e)
+    t.add(Position(4, 0), T0 + 100)
     await t.wait_idle()
     await t.close()
     assert t.immutable_ranges == [(1, 1), (2, 2), (3, 3)]
@@ -327,8 +327,8 @@ async def test_a_revision_bump_after_restart_keeps_handed_out_entries_suppressed
     cursor, store, clock = FakeCursor(), FakeSnapshotStore(), ManualClock()
     t = make(cursor, store, clock, min_index=3)
     for e in range(3):
-        t.add(1, e, T0 + 100 + e)
-    t.add(2, 0, T0 + 500)
+        t.add(Position(1, e), T0 + 100 + e)
+    t.add(Position(2, 0), T0 + 500)
     await t.wait_idle()
     await t.close()
     cursor.revision += 1                        # the subscription rewinds on load
@@ -337,7 +337,7 @@ async def test_a_revision_bump_after_restart_keeps_handed_out_entries_suppressed
     assert await drain_until(t2, clock, T0 + 101) == [(1, 0), (1, 1)]   # held unacked
     cursor.revision += 1                        # an admin skip of another message
     # the dispatcher's sequential read meets the handed-out entries again: not re-delivered
-    assert t2.add(1, 0, T0 + 100) is True and t2.add(1, 1, T0 + 101) is True
-    assert t2.sequential_skip(1, 0) == 3
+    assert t2.add(Position(1, 0), T0 + 100) is True and t2.add(Position(1, 1), T0 + 101) is True
+    assert t2.sequential_skip(Position(1, 0)) == 3
     assert await drain_until(t2, clock, T0 + 1000) == [(1, 2)]
     await t2.close()

@@ -13,6 +13,7 @@ from broker.delayed.in_memory import InMemoryDelayedDeliveryTracker
 from broker.delayed.packed import PackedTimeIndex
 from broker.delayed.policy import resolve_policy
 from broker.delayed.tracker import DelayedOperationType
+from storage.positions import Position
 
 
 def make(loop: FakeLoop, *, strict: bool = True, tick: int = 100, lookahead: int = 0,
@@ -30,7 +31,7 @@ def test_due_positions_come_out_in_deliver_time_order_batches_ascending() -> Non
     expected = {}
     for entry in range(500):
         at = T0 + rnd.randrange(1, 10_000)
-        assert t.add(1, entry, at)
+        assert t.add(Position(1, entry), at)
         expected[(1, entry)] = at
     assert len(t) == 500
     got: list[tuple[int, int]] = []
@@ -51,9 +52,9 @@ def test_due_positions_come_out_in_deliver_time_order_batches_ascending() -> Non
 def test_strict_mode_is_never_early() -> None:
     loop = FakeLoop()
     t = make(loop, strict=True, tick=1000)
-    assert t.add(1, 1, T0 + 5000)
-    assert t.add(1, 2, T0 + 1) is True
-    assert t.add(1, 3, T0) is False            # due now: deliver normally
+    assert t.add(Position(1, 1), T0 + 5000)
+    assert t.add(Position(1, 2), T0 + 1) is True
+    assert t.add(Position(1, 3), T0) is False            # due now: deliver normally
     loop.now_ms = T0 + 4999
     assert t.get_scheduled(10) == [(1, 2)]
     assert not t.has_message_available()
@@ -65,9 +66,9 @@ def test_strict_mode_is_never_early() -> None:
 def test_non_strict_mode_is_at_most_one_tick_early() -> None:
     loop = FakeLoop()
     t = make(loop, strict=False, tick=1000)
-    assert t.add(1, 1, T0 + 1000) is False      # within one tick: deliver now
-    assert t.add(1, 2, T0 + 1001)
-    assert t.add(1, 3, T0 + 5000)
+    assert t.add(Position(1, 1), T0 + 1000) is False      # within one tick: deliver now
+    assert t.add(Position(1, 2), T0 + 1001)
+    assert t.add(Position(1, 3), T0 + 5000)
     loop.now_ms = T0 + 3999
     assert t.get_scheduled(10) == [(1, 2)]
     assert t.get_scheduled(10) == []
@@ -80,10 +81,10 @@ def test_one_timer_armed_for_the_earliest_deadline_and_rearmed_only_when_it_move
     due = DueCounter()
     t = make(loop, strict=True, tick=10, on_due=due)
     for i in range(100):
-        t.add(1, i, T0 + 1000 + i)
+        t.add(Position(1, i), T0 + 1000 + i)
     assert loop.call_at_count == 1
     assert [h.when for h in loop.pending] == [(T0 + 1000) / 1000]
-    t.add(2, 0, T0 + 500)                     # earlier: re-armed once
+    t.add(Position(2, 0), T0 + 500)                     # earlier: re-armed once
     assert loop.call_at_count == 2
     assert len(loop.pending) == 1
     loop.advance_to(T0 + 499)
@@ -101,8 +102,8 @@ def test_non_strict_timer_fires_at_most_once_per_tick() -> None:
     loop = FakeLoop()
     due = DueCounter()
     t = make(loop, strict=False, tick=100, on_due=due)
-    t.add(1, 0, T0 + 200)
-    t.add(1, 1, T0 + 210)
+    t.add(Position(1, 0), T0 + 200)
+    t.add(Position(1, 1), T0 + 210)
     loop.advance_to(T0 + 100)                 # one tick before the first deadline
     assert due.calls == 1
     assert t.get_scheduled(10) == [(1, 0)]
@@ -114,9 +115,9 @@ def test_strict_timer_fires_at_most_once_per_millisecond() -> None:
     loop = FakeLoop()
     due = DueCounter()
     t = make(loop, strict=True, tick=100, on_due=due)
-    t.add(1, 0, T0 + 10)
-    t.add(1, 1, T0 + 10)
-    t.add(1, 2, T0 + 11)
+    t.add(Position(1, 0), T0 + 10)
+    t.add(Position(1, 1), T0 + 10)
+    t.add(Position(1, 2), T0 + 11)
     loop.advance_to(T0 + 10)
     assert due.calls == 1
     assert t.get_scheduled(10) == [(1, 0), (1, 1)]
@@ -127,7 +128,7 @@ def test_non_strict_timer_fires_one_tick_before_the_deadline() -> None:
     loop = FakeLoop()
     due = DueCounter()
     t = make(loop, strict=False, tick=100, on_due=due)
-    t.add(1, 0, T0 + 5000)
+    t.add(Position(1, 0), T0 + 5000)
     assert [round(h.when * 1000) for h in loop.pending] == [T0 + 4900]
     loop.advance_to(T0 + 4900)
     assert due.calls == 1
@@ -138,7 +139,7 @@ def test_early_timer_wakeup_does_not_wake_the_dispatcher() -> None:
     loop = FakeLoop()
     due = DueCounter()
     t = make(loop, strict=True, tick=1, on_due=due)
-    t.add(1, 0, T0 + 50)
+    t.add(Position(1, 0), T0 + 50)
     handle = loop.pending[0]
     loop.now_ms = T0 + 49                      # the loop fired a millisecond early
     handle.cancelled = True
@@ -150,15 +151,15 @@ def test_early_timer_wakeup_does_not_wake_the_dispatcher() -> None:
 def test_cancel_removes_and_is_never_delivered() -> None:
     loop = FakeLoop()
     t = make(loop)
-    t.add(1, 1, T0 + 100)
-    t.add(1, 2, T0 + 200)
-    assert t.contains(1, 1)
-    assert t.cancel(1, 1)
-    assert not t.contains(1, 1)
-    assert not t.cancel(1, 1)
+    t.add(Position(1, 1), T0 + 100)
+    t.add(Position(1, 2), T0 + 200)
+    assert t.contains(Position(1, 1))
+    assert t.cancel(Position(1, 1))
+    assert not t.contains(Position(1, 1))
+    assert not t.cancel(Position(1, 1))
     assert len(t) == 1
-    assert t.apply_delay_operation(DelayedOperationType.CANCEL, 9, 9, T0 - 1) is False  # past
-    assert t.apply_delay_operation(DelayedOperationType.CANCEL, 9, 9, T0 + 300) is True  # pending
+    assert t.apply_delay_operation(DelayedOperationType.CANCEL, Position(9, 9), T0 - 1) is False  # past
+    assert t.apply_delay_operation(DelayedOperationType.CANCEL, Position(9, 9), T0 + 300) is True  # pending
     loop.now_ms = T0 + 1000
     assert t.get_scheduled(10) == [(1, 2)]
     assert len(t) == 0
@@ -167,17 +168,17 @@ def test_cancel_removes_and_is_never_delivered() -> None:
 def test_cancelled_head_moves_the_timer_to_the_next_message() -> None:
     loop = FakeLoop()
     t = make(loop, tick=1)
-    t.add(1, 1, T0 + 100)
-    t.add(1, 2, T0 + 300)
-    t.cancel(1, 1)
+    t.add(Position(1, 1), T0 + 100)
+    t.add(Position(1, 2), T0 + 300)
+    t.cancel(Position(1, 1))
     assert [round(h.when * 1000) for h in loop.pending] == [T0 + 300]
 
 
 def test_re_read_entry_is_indexed_once() -> None:
     loop = FakeLoop()
     t = make(loop)
-    assert t.add(5, 5, T0 + 100)
-    assert t.add(5, 5, T0 + 100)
+    assert t.add(Position(5, 5), T0 + 100)
+    assert t.add(Position(5, 5), T0 + 100)
     assert len(t) == 1
     loop.now_ms = T0 + 100
     assert t.get_scheduled(10) == [(5, 5)]
@@ -187,7 +188,7 @@ def test_max_messages_is_respected_and_the_rest_stays() -> None:
     loop = FakeLoop()
     t = make(loop)
     for i in range(10):
-        t.add(1, i, T0 + 10)
+        t.add(Position(1, i), T0 + 10)
     loop.now_ms = T0 + 10
     first = t.get_scheduled(4)
     assert len(first) == 4
@@ -199,9 +200,9 @@ def test_positions_that_do_not_pack_into_64_bits_still_work() -> None:
     loop = FakeLoop()
     t = make(loop)
     big = 1 << 40
-    assert t.add(big, 3, T0 + 10)
-    assert t.add(1, 1, T0 + 20)
-    assert t.contains(big, 3)
+    assert t.add(Position(big, 3), T0 + 10)
+    assert t.add(Position(1, 1), T0 + 20)
+    assert t.contains(Position(big, 3))
     loop.now_ms = T0 + 30
     assert t.get_scheduled(10) == [(1, 1), (big, 3)]
 
@@ -210,9 +211,9 @@ def test_fixed_delay_detection_pauses_once_the_lookahead_is_full() -> None:
     loop = FakeLoop()
     t = make(loop, strict=False, tick=100, lookahead=10)
     for i in range(9):
-        t.add(1, i, T0 + 10_000 + i * 10)
+        t.add(Position(1, i), T0 + 10_000 + i * 10)
     assert not t.should_pause_all_deliveries()
-    t.add(1, 9, T0 + 10_090)
+    t.add(Position(1, 9), T0 + 10_090)
     assert t.should_pause_all_deliveries()
     loop.now_ms = T0 + 9_950                   # head due (non-strict): deliver, do not pause
     assert not t.should_pause_all_deliveries()
@@ -221,34 +222,34 @@ def test_fixed_delay_detection_pauses_once_the_lookahead_is_full() -> None:
 def test_out_of_order_delays_disable_fixed_delay_detection_until_empty() -> None:
     loop = FakeLoop()
     t = make(loop, strict=False, tick=100, lookahead=3)
-    t.add(1, 0, T0 + 10_000)
-    t.add(1, 1, T0 + 9_950)                    # within a tick: still "fixed"
-    t.add(1, 2, T0 + 5_000)                    # earlier by more than a tick
-    t.add(1, 3, T0 + 10_100)
+    t.add(Position(1, 0), T0 + 10_000)
+    t.add(Position(1, 1), T0 + 9_950)                    # within a tick: still "fixed"
+    t.add(Position(1, 2), T0 + 5_000)                    # earlier by more than a tick
+    t.add(Position(1, 3), T0 + 10_100)
     assert not t.should_pause_all_deliveries()
     loop.now_ms = T0 + 20_000
     assert len(t.get_scheduled(100)) == 4
     for i in range(3):
-        t.add(2, i, T0 + 30_000 + i)
+        t.add(Position(2, i), T0 + 30_000 + i)
     assert t.should_pause_all_deliveries()
 
 
 def test_a_due_message_counts_against_fixed_delay_detection() -> None:
     loop = FakeLoop()
     t = make(loop, strict=True, tick=100, lookahead=2)
-    assert t.add(1, 0, T0) is False
-    t.add(1, 1, T0 + 5000)
-    t.add(1, 2, T0 + 5001)
+    assert t.add(Position(1, 0), T0) is False
+    t.add(Position(1, 1), T0 + 5000)
+    t.add(Position(1, 2), T0 + 5001)
     assert not t.should_pause_all_deliveries()
 
 
 def test_clear_forgets_everything_and_disarms() -> None:
     loop = FakeLoop()
     t = make(loop)
-    t.add(1, 1, T0 + 100)
+    t.add(Position(1, 1), T0 + 100)
     t.clear()
     assert len(t) == 0
-    assert not t.contains(1, 1)
+    assert not t.contains(Position(1, 1))
     assert loop.pending == []
     loop.now_ms = T0 + 1000
     assert t.get_scheduled(10) == []
@@ -260,7 +261,7 @@ def test_memory_is_packed_under_24_bytes_per_message() -> None:
     rnd = random.Random(1)
     n = 50_000
     for i in range(n):
-        t.add(10 + i // 20_000, i % 20_000, T0 + 1000 + rnd.randrange(3_600_000))
+        t.add(Position(10 + i // 20_000, i % 20_000), T0 + 1000 + rnd.randrange(3_600_000))
     assert t.memory_bytes / n < 24
 
 
@@ -301,7 +302,7 @@ def test_a_loop_wakeup_before_the_deadline_re_aims_without_tick_spacing() -> Non
     loop = FakeLoop()
     due = DueCounter()
     t = make(loop, strict=True, tick=1000, on_due=due)
-    t.add(1, 0, T0 + 5000)
+    t.add(Position(1, 0), T0 + 5000)
     handle = loop.pending[0]
     loop.now_ms = T0 + 4999                   # fired one millisecond early
     handle.cancelled = True
@@ -325,7 +326,7 @@ def test_real_loop_timer_wakes_the_dispatcher_when_due_and_never_early() -> None
                                            loop=loop)
         start = wall_clock_ms()
         for i, delay in enumerate((30, 60, 90)):
-            t.add(1, i, start + delay)
+            t.add(Position(1, i), start + delay)
         got = 0
         while got < 3:
             await asyncio.wait_for(woke.wait(), 5)
@@ -347,7 +348,7 @@ def test_the_default_configuration_never_delivers_early() -> None:
     policy = resolve_policy(BrokerConfig(), None, None)
     assert policy.strict and policy.tick_time_ms == 1000
     t = make(loop, strict=policy.strict, tick=policy.tick_time_ms)
-    assert t.add(1, 0, T0 + 5000)
+    assert t.add(Position(1, 0), T0 + 5000)
     loop.now_ms = T0 + 4999
     assert not t.has_message_available()      # Pulsar's default would hand it out a tick early
     loop.now_ms = T0 + 5000
@@ -358,11 +359,11 @@ def test_strict_firings_are_not_held_a_tick_apart() -> None:
     loop = FakeLoop()
     due = DueCounter()
     t = make(loop, strict=True, tick=1000, on_due=due)
-    t.add(1, 0, T0 + 5000)
+    t.add(Position(1, 0), T0 + 5000)
     loop.advance_to(T0 + 5000)
     assert due.calls == 1
     assert [p[:2] for p in t.get_scheduled(10)] == [(1, 0)]
-    t.add(1, 1, T0 + 5007)                   # due 7 ms after the last firing
+    t.add(Position(1, 1), T0 + 5007)                   # due 7 ms after the last firing
     assert [round(h.when * 1000) for h in loop.pending] == [T0 + 5007]   # not T0 + 6000
     loop.advance_to(T0 + 5007)
     assert due.calls == 2
@@ -372,9 +373,9 @@ def test_non_strict_firings_stay_a_tick_apart() -> None:
     loop = FakeLoop()
     due = DueCounter()
     t = make(loop, strict=False, tick=1000, on_due=due)
-    t.add(1, 0, T0 + 5000)
+    t.add(Position(1, 0), T0 + 5000)
     loop.advance_to(T0 + 4000)                # one tick early, Pulsar's window
     assert due.calls == 1
     t.get_scheduled(10)
-    t.add(1, 1, T0 + 5500)
+    t.add(Position(1, 1), T0 + 5500)
     assert [round(h.when * 1000) for h in loop.pending] == [T0 + 5000]

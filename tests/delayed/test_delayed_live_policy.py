@@ -1,8 +1,9 @@
 """A delayedDelivery policy change reaches the trackers of a loaded topic without a restart.
 
 Path: REST POST/DELETE .../delayedDelivery -> service policy store -> ``Topic.invalidate_policy``
--> ``Subscription.on_policy_changed`` -> ``tracker.reset_tick_time(new tick)``, which moves the
-cutoff and re-aims the one timer at once (the next message and the messages already tracked).
+(resolves it once) -> ``Subscription.on_policy_changed(policy)`` -> ``DelayedDelivery.set_policy``
+-> ``tracker.reset_tick_time(new tick)``, which moves the cutoff and re-aims the one timer at
+once (the next message and the messages already tracked).
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from broker.delayed.bucket import BucketDelayedDeliveryTracker
 from broker.delayed.in_memory import InMemoryDelayedDeliveryTracker
 from broker.delayed.tracker import DelayedDeliveryTracker
+from storage.positions import Position
 
 # ops: ("add", delay_ms, new_ledger) | ("readd",) | ("advance", ms) | ("get", n) | ("cancel", k)
 OPS = st.lists(st.one_of(
@@ -46,12 +47,12 @@ async def run(tracker: DelayedDeliveryTracker, loop: FakeLoop, ops: list[tuple],
             entry += 1
             at = loop.now_ms + op[1]
             expect = at > model.cutoff(loop.now_ms)
-            assert tracker.add(*pos, at) is expect
+            assert tracker.add(Position(*pos), at) is expect
             if expect:
                 model.items[pos] = at
         elif kind == "readd" and model.items:
             pos = sorted(model.items)[op[1] % len(model.items)]
-            assert tracker.add(*pos, model.items[pos]) is True
+            assert tracker.add(Position(*pos), model.items[pos]) is True
         elif kind == "advance":
             loop.now_ms += op[1]
         elif kind == "get":
@@ -75,12 +76,12 @@ async def run(tracker: DelayedDeliveryTracker, loop: FakeLoop, ops: list[tuple],
                 assert not left or min(left) >= latest
         elif kind == "cancel" and model.items:
             pos = sorted(model.items)[op[1] % len(model.items)]
-            assert tracker.cancel(*pos) is True
-            assert tracker.cancel(*pos) is False
+            assert tracker.cancel(Position(*pos)) is True
+            assert tracker.cancel(Position(*pos)) is False
             del model.items[pos]
         assert len(tracker) == len(model.items)
         for pos in list(model.items)[:5]:
-            assert tracker.contains(*pos)
+            assert tracker.contains(Position(*pos))
     loop.now_ms += 10_000
     rest: list[tuple[int, int]] = []
     for _ in range(200):

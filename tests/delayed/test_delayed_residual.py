@@ -10,6 +10,7 @@ from delayed_testlib import T0, DueCounter, FakeCursor, FakeSnapshotStore, Manua
 from broker.delayed.bucket import BucketDelayedDeliveryTracker
 from broker.delayed.cancel_journal import CANCELS_KEY
 from broker.delayed.residual import delete_residual_snapshots, is_snapshot_key, snapshot_ids
+from storage.positions import Position
 
 
 def bucket(cursor: FakeCursor, store: FakeSnapshotStore, clock: ManualClock,
@@ -25,10 +26,10 @@ async def test_deleting_a_subscription_removes_its_bucket_and_cancel_snapshots()
     other = await store.create(b"another subscription's", [])
     t = bucket(cursor, store, clock)
     for ledger in (1, 2):
-        t.add(ledger, 0, T0 + 100)
-        t.add(ledger, 1, T0 + 100)
-    t.add(3, 0, T0 + 100)
-    await t.cancel_delayed_message(3, 5, T0 + 500)
+        t.add(Position(ledger, 0), T0 + 100)
+        t.add(Position(ledger, 1), T0 + 100)
+    t.add(Position(3, 0), T0 + 100)
+    await t.cancel_delayed_message(Position(3, 5), T0 + 500)
     await t.close()
     properties = cursor.properties
     assert CANCELS_KEY in properties and len(snapshot_ids(properties)) == 3
@@ -42,8 +43,8 @@ async def test_every_snapshot_the_tracker_keeps_is_named_by_a_snapshot_key() -> 
     orphan = await store.create(b"left by a crash", [])
     t = bucket(cursor, store, clock)
     for ledger in (1, 2):
-        t.add(ledger, 0, T0 + 100)
-        t.add(ledger, 1, T0 + 100)
+        t.add(Position(ledger, 0), T0 + 100)
+        t.add(Position(ledger, 1), T0 + 100)
     await t.close()
     named = {int(v) for k, v in cursor.properties.items() if is_snapshot_key(k)}
     assert named == snapshot_ids(cursor.properties)
@@ -55,11 +56,11 @@ async def test_the_late_entry_index_is_bounded_by_pausing_new_reads() -> None:
     cursor, store, clock = FakeCursor(), FakeSnapshotStore(), ManualClock()
     t = bucket(cursor, store, clock, max_late_index_count=3)
     for e in range(2):
-        t.add(1, e, T0 + 100)
-    t.add(2, 0, T0 + 100)                       # seals [1, 1]
+        t.add(Position(1, e), T0 + 100)
+    t.add(Position(2, 0), T0 + 100)                       # seals [1, 1]
     await t.wait_idle()
     for e in range(10, 13):                     # late entries of the sealed ledger 1
-        assert t.add(1, e, T0 + 200) is True
+        assert t.add(Position(1, e), T0 + 200) is True
     assert t.should_pause_all_deliveries()
     clock.now_ms = T0 + 200
     await t.wait_idle()

@@ -81,7 +81,7 @@ async def test_restart_mid_schedule_delivers_each_message_once_never_early(
     # run 1: the dispatcher reads everything and indexes it; a third becomes due and is acked
     t1 = make(cursor, store.snapshots, clock, max_buckets)
     for pos in positions:
-        assert t1.add(pos.ledger_id, pos.entry_id, deliver_at[pos]) is True
+        assert t1.add(pos, deliver_at[pos]) is True
     cursor.read_position = ledger.next_position(positions[-1])
     await t1.wait_idle()
     sealed = t1.immutable_ranges
@@ -116,7 +116,7 @@ async def test_restart_mid_schedule_delivers_each_message_once_never_early(
     for pos in positions:
         if cursor.is_deleted(pos):
             continue
-        if not t2.add(pos.ledger_id, pos.entry_id, deliver_at[pos]):
+        if not t2.add(Position(pos.ledger_id, pos.entry_id), deliver_at[pos]):
             consumer.deliver(cursor, pos)               # due: delivered by the normal read
     await run_until(t2, cursor, consumer, clock, T0 + 70_000)
     await t2.close()

@@ -9,7 +9,8 @@ task that loops over :meth:`_dispatch_once` until a round makes no progress.
 
 One round:
 
-1. due delayed positions (``tracker.get_scheduled``) join the *replay* set;
+1. due delayed positions (:meth:`DelayedDelivery.due <broker.delayed.delivery.DelayedDelivery.due>`)
+   join the *replay* set;
 2. replay positions (redeliveries, handed-back messages, due delayed messages) are read and sent
    first, in position order, with their original message id and redelivery count;
 3. then up to ``MAX_READ_ENTRIES`` (bounded by the permits) new entries are read from
@@ -26,8 +27,10 @@ ownership) or, for the forward resets that keep the consumers (skip, skip by ids
 :meth:`Dispatcher.on_skipped` (queued frames are dropped and go back to the replay set, the
 skipped positions are forgotten everywhere; pending messages the reset did not skip stay with
 their consumer -- dropping them would lose them).
-Acknowledged entries are skipped (``cursor.is_deleted``). On Shared and Key_Shared a fresh entry
-whose ``deliver_at_time`` is accepted by the tracker is held back; replays are never re-tracked.
+Acknowledged entries are skipped (``cursor.is_deleted``). Shared and Key_Shared dispatchers are
+given the subscription's delayed delivery when they are created (``delayed``); they drive it and
+are the ones its tracker wakes. A fresh entry whose ``deliver_at_time`` it holds back waits in
+the tracker; replays are never re-tracked.
 Subclasses decide who gets an entry (:meth:`_route`) and how many entries a round may read
 (:meth:`_budget`); an entry nobody can take now waits in the replay set.
 """
@@ -43,8 +46,7 @@ from typing import Protocol
 
 from sortedcontainers import SortedSet
 
-from broker.delayed.policy import DelayPolicy
-from broker.delayed.tracker import DelayedDeliveryTracker
+from broker.delayed.delivery import DelayedDelivery
 from broker.subscriptions.consumer import Consumer
 from broker.subscriptions.dispatchers.cursors import SubscriptionCursor
 from broker.subscriptions.revision import RevisionSource
@@ -66,14 +68,13 @@ MAX_REPLAY_SCAN = 20_000  # positions examined per round without reading them (K
 class DispatchContext(Protocol):
     """What a dispatcher may ask of the subscription that owns it (implemented by
     :class:`broker.subscriptions.subscription.Subscription`): its cursor and ledger, the
-    redelivery and batch-ack books, its delayed-delivery tracker, and its out counters."""
+    redelivery and batch-ack books, and its out counters."""
 
     name: str
     partition_index: int
     read_compacted: bool
     msg_out_counter: int
     bytes_out_counter: int
-    delayed_tracker: DelayedDeliveryTracker | None
     redelivery_counts: dict[Position, int]
     batch_acks: dict[Position, int]
 
@@ -88,10 +89,6 @@ class DispatchContext(Protocol):
         """The cursor's revision controller (PIP-269)."""
         ...
 
-    def delay_policy(self) -> DelayPolicy: ...
-
-    def ensure_tracker(self, policy: DelayPolicy) -> DelayedDeliveryTracker: ...
-
     def compacted_out(self, pos: Position) -> bool:
         """A read_compacted subscription skips *pos*: compaction superseded it."""
         ...
@@ -101,11 +98,15 @@ class Dispatcher:
     """Base dispatcher: replay set, pending-ack index, read loop."""
 
     sub_type: SubType | None = None  # set by each concrete dispatcher
-    delayed_capable = False
     needs_hash = False
 
-    def __init__(self, sub: DispatchContext) -> None:
+    def __init__(self, sub: DispatchContext, delayed: DelayedDelivery | None = None) -> None:
         self.sub = sub
+        #: The subscription's delayed delivery, driven here (Shared/Key_Shared); None = this
+        #: dispatcher delivers every entry as it is read.
+        self.delayed = delayed
+        if delayed is not None:
+            delayed.wake_with(self._on_due)
         self.consumers: list[Consumer] = []
         self.replay: SortedSet = SortedSet()
         self.replay_hash: dict[Position, int] = {}
@@ -218,6 +219,11 @@ class Dispatcher:
 
     # ------------------------------------------------------------------ scheduling
 
+    def _on_due(self) -> None:
+        """The delayed tracker has positions due: a round takes them."""
+        if self.consumers:
+            self.schedule()
+
     def schedule(self) -> None:
         if self._closed:
             return
@@ -259,11 +265,10 @@ class Dispatcher:
         return sum(c.permits for c in self.consumers if c.available)
 
     def _may_read_new(self) -> bool:
-        """False while the delayed tracker asks to pause (fixed-delay detection)."""
-        tracker = self.sub.delayed_tracker
-        return not (
-            tracker is not None and self.delayed_capable and tracker.should_pause_all_deliveries()
-        )
+        """False while the delayed tracker asks to pause (fixed-delay detection, a full
+        late-entry index)."""
+        delayed = self.delayed
+        return delayed is None or not delayed.paused()
 
     def _route(self, position: Position, info: EntryInfo | None, sticky_hash: int,
                from_replay: bool, blocked: set[int]) -> Consumer | None:
@@ -284,10 +289,10 @@ class Dispatcher:
         revision = revisions.revision
         progressed = False
         blocked: set[int] = set()
-        tracker = sub.delayed_tracker
-        if tracker is not None and self.delayed_capable and tracker.has_message_available():
-            for ledger_id, entry_id in tracker.get_scheduled(max(budget, MAX_READ_ENTRIES)):
-                self.add_replay(Position(ledger_id, entry_id))
+        delayed = self.delayed
+        if delayed is not None:
+            for pos in delayed.due(max(budget, MAX_READ_ENTRIES)):
+                self.add_replay(pos)
         if self.replay:
             if self.needs_hash:
                 positions = self._replay_candidates(blocked)
@@ -308,9 +313,8 @@ class Dispatcher:
         if budget > 0 and (not self.replay or self.needs_hash) and self._may_read_new():
             last = ledger.last_confirmed
             read_from = cursor.read_position
-            if tracker is not None and self.delayed_capable and last is not None \
-                    and read_from <= last:
-                read_from = self._skip_tracked(tracker, read_from, last)
+            if delayed is not None and last is not None and read_from <= last:
+                read_from = self._skip_held(delayed, read_from, last)
             if last is not None and read_from <= last:
                 wanted = max(1, int(budget / self._avg_messages_per_entry))
                 entries = await ledger.read_entries(read_from, min(wanted, MAX_READ_ENTRIES))
@@ -340,17 +344,15 @@ class Dispatcher:
                 self.hand_back(consumer, dropped, count_redelivery=False)
             consumer.flush()
 
-    def _skip_tracked(self, tracker: DelayedDeliveryTracker, read_from: Position,
-                      last: Position) -> Position:
+    def _skip_held(self, delayed: DelayedDelivery, read_from: Position,
+                   last: Position) -> Position:
         """Move the read position over runs the tracker already holds instead of reading them:
         after a restart the bucket tracker's sealed ranges (up to whole ledgers) would
         otherwise be read and parsed entry by entry only to be answered "tracked"."""
-        if not self.sub.delay_policy().active:
-            return read_from    # inactive: held entries are delivered as they are read
         ledger = self.sub.ledger
         pos = read_from
         for _ in range(64):     # bounded work per round; the next round goes on
-            end = tracker.sequential_skip(pos.ledger_id, pos.entry_id)
+            end = delayed.skip_held(pos)
             if end == pos.entry_id:
                 break
             pos = ledger.next_position(Position(pos.ledger_id, end - 1))
@@ -432,7 +434,7 @@ class Dispatcher:
         counts = sub.redelivery_counts
         batch_acks = sub.batch_acks
         read_compacted = sub.read_compacted  # once per round, not per entry
-        policy = None
+        delayed = None if from_replay else self.delayed
         sent = 0
         for entry in entries:
             pos = entry.position
@@ -457,13 +459,8 @@ class Dispatcher:
                     messages, deliver_at = peek_dispatch(entry.data)
             except ProtocolError:
                 info, messages, deliver_at = None, 1, None
-            if not from_replay and self.delayed_capable and deliver_at is not None:
-                if policy is None:
-                    policy = sub.delay_policy()
-                if policy.active:
-                    tracker = sub.ensure_tracker(policy)
-                    if tracker.add(pos.ledger_id, pos.entry_id, deliver_at):
-                        continue
+            if delayed is not None and deliver_at is not None and delayed.hold(pos, deliver_at):
+                continue
             sticky_hash = sticky_key_hash(info.sticky_key) if info is not None else 0
             consumer = self._route(pos, info, sticky_hash, from_replay, blocked)
             if consumer is None:

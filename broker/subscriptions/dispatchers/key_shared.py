@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from broker.delayed.delivery import DelayedDelivery
 from broker.subscriptions.dispatchers.base import DispatchContext, Dispatcher
 from broker.subscriptions.selectors import ConsistentHashingSelector, KeySharedSelector
 from protocol.metadata import EntryInfo
@@ -48,11 +49,11 @@ class _SlotOwner:
 
 class KeySharedDispatcher(Dispatcher):
     sub_type = SubType.Key_Shared
-    delayed_capable = True
     needs_hash = True
 
-    def __init__(self, sub: DispatchContext, mode: int, selector: KeySharedSelector) -> None:
-        super().__init__(sub)
+    def __init__(self, sub: DispatchContext, delayed: DelayedDelivery, mode: int,
+                 selector: KeySharedSelector) -> None:
+        super().__init__(sub, delayed)
         self.mode = mode
         self.selector = selector
         self.hash_owner: dict[int, _SlotOwner] = {}

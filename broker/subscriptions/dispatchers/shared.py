@@ -6,13 +6,15 @@ Consumers with the best (lowest) priority level that still have permits are serv
 robin among them, like Pulsar's PersistentDispatcherMultipleConsumers. Each message sent is
 pending on its consumer until acked; a consumer that leaves or asks for redelivery hands its
 pending messages back to the replay set (redelivery asked by the client increments
-``redelivery_count``). Delayed messages go through the subscription's tracker (base class).
+``redelivery_count``). Delayed messages are held back by the delayed delivery it is given
+(base class).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from broker.delayed.delivery import DelayedDelivery
 from broker.subscriptions.dispatchers.base import DispatchContext, Dispatcher
 from protocol.metadata import EntryInfo
 from protocol.sub_types import SubType
@@ -26,10 +28,9 @@ __all__ = ["SharedDispatcher"]
 
 class SharedDispatcher(Dispatcher):
     sub_type = SubType.Shared
-    delayed_capable = True
 
-    def __init__(self, sub: DispatchContext) -> None:
-        super().__init__(sub)
+    def __init__(self, sub: DispatchContext, delayed: DelayedDelivery) -> None:
+        super().__init__(sub, delayed)
         self._next = 0
 
     def _route(self, position: Position, info: EntryInfo | None, sticky_hash: int,

@@ -1,0 +1,209 @@
+"""Delayed delivery of one subscription: its policy, its tracker, and who the tracker wakes.
+
+Theory of operation
+-------------------
+A subscription has one :class:`DelayedDelivery`, made from a :class:`TrackerFactory` (the
+broker's settings, the event loop and, for a durable subscription, its cursor and the snapshot
+store) and the delayed-delivery policy in force. When the subscription creates a Shared or
+Key_Shared dispatcher it hands that dispatcher its ``DelayedDelivery``; the dispatcher drives it
+(:meth:`DelayedDelivery.hold` for a fresh entry with a deliver time, :meth:`~DelayedDelivery.due`
+for the positions that fell due, :meth:`~DelayedDelivery.paused`,
+:meth:`~DelayedDelivery.skip_held`) and is the one the tracker wakes (``on_due``). A dispatcher
+of another type gets none. The same object outlives a dispatcher switch (its tracker is
+cleared by the reset, or released when the new dispatcher does not delay), serves the admin
+cancel and the figures while no consumer is attached, and recovers a bucket tracker's
+snapshots when the subscription is loaded.
+
+The tracker is built from the factory on first use: the first delayed entry read, a cancel,
+or a load that finds bucket snapshots in the cursor properties. The policy is pushed:
+:meth:`DelayedDelivery.set_policy` on every change, which applies a new tick to the tracker;
+nothing here asks the topic for it. Positions go in and come out as storage's
+:class:`~storage.positions.Position`.
+
+:func:`create_tracker` picks the tracker kind from ``delayedDeliveryTrackerFactoryClassName``
+(Pulsar's class names or the short names ``in-memory`` / ``bucket``, validated and mapped by
+:attr:`broker.config.BrokerConfig.delayed_tracker_kind`). The bucket tracker needs a durable
+cursor and the snapshot store; without them (a non-durable reader) the in-memory tracker is
+used.
+
+Broker config read here (:class:`broker.config.BrokerConfig`):
+``delayed_delivery_tracker_factory_class_name``, ``delayed_delivery_fixed_delay_detection_lookahead``,
+``delayed_delivery_min_index_count_per_bucket``,
+``delayed_delivery_max_time_step_per_bucket_snapshot_segment_seconds``,
+``delayed_delivery_max_indexes_per_bucket_snapshot_segment``, ``delayed_delivery_max_num_buckets``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from broker.config import BrokerConfig
+from broker.delayed.bucket import BucketDelayedDeliveryTracker
+from broker.delayed.cancels import CancelResult
+from broker.delayed.in_memory import InMemoryDelayedDeliveryTracker
+from broker.delayed.policy import DelayPolicy
+from broker.delayed.ports import BucketCursor, SnapshotStorage
+from broker.delayed.tracker import DelayedDeliveryTracker
+from storage.positions import Position
+
+__all__ = ["DelayedDelivery", "TrackerFactory", "create_tracker"]
+
+log = logging.getLogger("horae.delayed")
+
+
+def create_tracker(config: BrokerConfig, policy: DelayPolicy, *,
+                   on_due: Callable[[], None], loop: asyncio.AbstractEventLoop,
+                   cursor: BucketCursor | None = None, snapshots: SnapshotStorage | None = None,
+                   clock_ms: Callable[[], int] | None = None) -> DelayedDeliveryTracker:
+    """A tracker for one subscription (see the module docstring)."""
+    kind = config.delayed_tracker_kind
+    if kind == "bucket" and cursor is not None and snapshots is not None:
+        return BucketDelayedDeliveryTracker(
+            cursor=cursor, snapshots=snapshots, tick_time_ms=policy.tick_time_ms,
+            strict=policy.strict, on_due=on_due, loop=loop, clock_ms=clock_ms,
+            min_index_count_per_bucket=config.delayed_delivery_min_index_count_per_bucket,
+            time_step_per_segment_ms=1000 * (
+                config.delayed_delivery_max_time_step_per_bucket_snapshot_segment_seconds),
+            max_indexes_per_segment=config.delayed_delivery_max_indexes_per_bucket_snapshot_segment,
+            max_num_buckets=config.delayed_delivery_max_num_buckets,
+        )
+    if kind == "bucket":
+        log.debug("bucket tracker needs a durable cursor and the snapshot store: in-memory used")
+    return InMemoryDelayedDeliveryTracker(
+        tick_time_ms=policy.tick_time_ms, strict=policy.strict, on_due=on_due, loop=loop,
+        fixed_delay_lookahead=config.delayed_delivery_fixed_delay_detection_lookahead,
+        clock_ms=clock_ms)
+
+
+@dataclass(frozen=True, slots=True)
+class TrackerFactory:
+    """Builds the tracker of one subscription: the broker's settings, its loop and, for a
+    durable subscription, its cursor and the snapshot store (bucket snapshots)."""
+
+    config: BrokerConfig
+    loop: asyncio.AbstractEventLoop
+    cursor: BucketCursor | None = None
+    snapshots: SnapshotStorage | None = None
+
+    def __call__(self, policy: DelayPolicy, on_due: Callable[[], None]) -> DelayedDeliveryTracker:
+        return create_tracker(self.config, policy, on_due=on_due, loop=self.loop,
+                              cursor=self.cursor, snapshots=self.snapshots)
+
+
+class DelayedDelivery:
+    """One subscription's delayed delivery (see the module docstring)."""
+
+    __slots__ = ("_factory", "_policy", "_tracker", "_wake")
+
+    def __init__(self, factory: Callable[[DelayPolicy, Callable[[], None]], DelayedDeliveryTracker],
+                 policy: DelayPolicy) -> None:
+        self._factory = factory
+        self._policy = policy
+        self._tracker: DelayedDeliveryTracker | None = None
+        self._wake: Callable[[], None] | None = None
+
+    # --- owner side: the policy, the dispatcher, the lifecycle -----------------------------
+
+    @property
+    def policy(self) -> DelayPolicy:
+        return self._policy
+
+    @property
+    def tracker(self) -> DelayedDeliveryTracker | None:
+        """The tracker, once built (figures, tests)."""
+        return self._tracker
+
+    def set_policy(self, policy: DelayPolicy) -> None:
+        """The policy in force changed: a new tick applies to the next cutoff and timer."""
+        self._policy = policy
+        if self._tracker is not None:
+            self._tracker.reset_tick_time(policy.tick_time_ms)
+
+    def wake_with(self, callback: Callable[[], None] | None) -> None:
+        """Who the tracker wakes when positions fall due: the dispatcher driving it."""
+        self._wake = callback
+
+    def _on_due(self) -> None:
+        if self._wake is not None:
+            self._wake()
+
+    def _ensure(self) -> DelayedDeliveryTracker:
+        tracker = self._tracker
+        if tracker is None:
+            tracker = self._tracker = self._factory(self._policy, self._on_due)
+        return tracker
+
+    async def recover(self) -> None:
+        """Rebuild the tracker's persisted state (a load that found bucket snapshots)."""
+        await self._ensure().recover()
+
+    async def release(self) -> None:
+        """Close and drop the tracker (the next use builds a new one)."""
+        tracker, self._tracker = self._tracker, None
+        if tracker is not None:
+            await tracker.close()
+
+    # --- the dispatcher's side -------------------------------------------------------------
+
+    def hold(self, position: Position, deliver_at_ms: int) -> bool:
+        """A fresh entry due at ``deliver_at_ms``: True = the tracker keeps it back for now;
+        False = deliver it (already due, or delayed delivery is not active)."""
+        if not self._policy.active:
+            return False
+        return self._ensure().add(position, deliver_at_ms)
+
+    def due(self, max_messages: int) -> list[Position]:
+        """Up to ``max_messages`` positions that fell due, ascending, handed over for good."""
+        tracker = self._tracker
+        if tracker is None or not tracker.has_message_available():
+            return []
+        return tracker.get_scheduled(max_messages)
+
+    def paused(self) -> bool:
+        """Should the dispatcher stop reading new entries for now (the tracker asks)?"""
+        tracker = self._tracker
+        return tracker is not None and tracker.should_pause_all_deliveries()
+
+    def skip_held(self, position: Position) -> int:
+        """The first entry id >= ``position``'s in its ledger that a sequential read must still
+        look at (:meth:`DelayedDeliveryTracker.sequential_skip`); none is skipped while
+        delayed delivery is not active (held entries are then delivered as they are read)."""
+        tracker = self._tracker
+        if tracker is None or not self._policy.active:
+            return position.entry_id
+        return tracker.sequential_skip(position)
+
+    # --- resets and cancels ----------------------------------------------------------------
+
+    def forget(self, positions: Iterable[Position]) -> None:
+        """Drop tracked positions, in memory only (skipped: they are acknowledged anyway)."""
+        tracker = self._tracker
+        if tracker is not None:
+            for position in positions:
+                tracker.cancel(position)
+
+    def clear(self) -> None:
+        """Forget everything (a cursor reset)."""
+        if self._tracker is not None:
+            self._tracker.clear()
+
+    def on_rewind(self) -> None:
+        """The subscription reads again from its first unacknowledged entry."""
+        if self._tracker is not None:
+            self._tracker.on_rewind()
+
+    async def cancel(self, position: Position, deliver_at_ms: int) -> CancelResult:
+        """PIP-423 cancel (:meth:`DelayedDeliveryTracker.cancel_delayed_message`)."""
+        return await self._ensure().cancel_delayed_message(position, deliver_at_ms)
+
+    # --- figures ---------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self._tracker) if self._tracker is not None else 0
+
+    @property
+    def memory_bytes(self) -> int:
+        return self._tracker.memory_bytes if self._tracker is not None else 0
