@@ -208,6 +208,10 @@ class SegmentStore:
     def ledger_names(self) -> list[str]:
         return sorted(self._names)
 
+    def has_ledger(self, name: str) -> bool:
+        """Whether the store knows the managed ledger *name* (O(1): a topic lookup asks)."""
+        return name in self._names
+
     def _directory(self, name: str) -> Path:
         return self.root / "ledgers" / encode_name(name)
 

@@ -276,10 +276,7 @@ class BrokerService:
     def _topic_known(self, tn: TopicName) -> bool:
         if not tn.is_persistent:
             return self.nonpersistent.get(tn) is not None
-        return tn.full in self.topics or tn.full in self._ledger_names()
-
-    def _ledger_names(self) -> set[str]:
-        return set(self.store.ledger_names())
+        return tn.full in self.topics or self.store.has_ledger(tn.full)
 
     def _is_existing_partition(self, tn: TopicName) -> bool:
         if not tn.is_partition:
@@ -305,7 +302,7 @@ class BrokerService:
     async def list_topics(self, namespace: str) -> list[str]:
         """Non-partitioned topics and existing partitions of *namespace* (full names)."""
         self.tenancy.require_namespace(namespace)
-        names = {n for n in self._ledger_names() if _in_namespace(n, namespace)}
+        names = {n for n in self.store.ledger_names() if _in_namespace(n, namespace)}
         names.update(n for n in self.topics if _in_namespace(n, namespace))
         names.update(n for n in self.nonpersistent.topics if _in_namespace(n, namespace))
         return sorted(names)
