@@ -20,8 +20,10 @@ One BrokerService per broker, living on the broker's event loop; the binary prot
   (:class:`broker.topics.policies.PolicyStore`); schemas by ``self.schemas``
   (:class:`broker.topics.schemas.SchemaRegistry`). A delayed-delivery change drops the cached
   resolved policy of the affected loaded topics, so it applies to the next message.
-* One timer: a one-second tick feeding the topics' rate meters and running their housekeeping (the
-  producer-sequence snapshot and ledger trimming, :meth:`broker.topics.topic.Topic.housekeeping`).
+* One timer: a one-second tick feeding the rate meters and running the housekeeping (the
+  producer-sequence snapshot and ledger trimming, :meth:`broker.topics.topic.Topic.housekeeping`)
+  of the topics that moved lately, and of a slice of the idle ones
+  (:class:`broker.topics.activity.TopicActivity`): idle topics cost next to nothing.
 * Broker-assigned producer names are ``<cluster>-<generation>-<n>``; the generation is a
   counter in the metadata store bumped on every start, so a name is never handed out twice
   for one data directory -- producer names key the re-send deduplication, and a client
@@ -42,6 +44,7 @@ from broker.delayed.policy import DelayPolicy
 from broker.listeners import Listeners, ServiceUrls, service_urls
 from broker.security.authorization import NamespaceAuth
 from broker.topics import termination
+from broker.topics.activity import TopicActivity
 from broker.topics.heartbeat import HeartbeatNames
 from broker.topics.inactive import InactiveTopicSweeper
 from broker.topics.names import TopicName
@@ -102,6 +105,9 @@ class BrokerService:
         self._producer_names = itertools.count()
         self._timers: list[asyncio.Task[None]] = []
         self.publish_refusals = PublishRefusals(store.disk)
+        self.activity = TopicActivity(min(
+            float(config.backlog_quota_check_interval_in_seconds),
+            config.message_expiry_check_interval_in_minutes * 60.0))
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -175,12 +181,7 @@ class BrokerService:
     async def _rates_loop(self) -> None:
         while True:
             now = self.loop.time()
-            for topic in list(self.topics.values()):
-                try:
-                    topic.sample_rates(now)
-                    topic.housekeeping(now)
-                except Exception:  # one topic's failure must not stop the tick for all
-                    log.exception("housekeeping of %s failed", topic.full)
+            self.activity.tick(now, self.topics.values())
             self.nonpersistent.sample_rates(now)
             try:
                 await self.inactive.tick(now, self.topics)
@@ -270,6 +271,7 @@ class BrokerService:
         finally:
             del self._loading[full]
         self.topics[full] = topic
+        self.activity.touch(topic)   # sampled from its first second: its counters start at 0
         fut.set_result(topic)
         return topic
 
