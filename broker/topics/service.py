@@ -41,7 +41,7 @@ from typing import Any
 
 from broker.config import BrokerConfig
 from broker.delayed.policy import DelayPolicy
-from broker.listeners import Listeners, ServiceUrls, service_urls
+from broker.listeners import BoundPorts, Listeners, ServiceUrls, service_urls
 from broker.security.authorization import NamespaceAuth
 from broker.topics import termination
 from broker.topics.activity import TopicActivity
@@ -84,12 +84,11 @@ class BrokerService:
         self.topics: dict[str, Topic] = {}
         self.nonpersistent = NonPersistentTopics(  # in memory (topics/nonpersistent.py)
             self.loop, key_shared_consistent_hashing=config.subscription_key_shared_use_consistent_hashing)
-        self.broker_port = config.broker_service_port   # the bound port, set by the server
-        self.web_port = config.web_service_port
-        self.broker_port_tls: int | None = None  # bound TLS ports, set by the server
-        self.web_port_tls: int | None = None
+        # The configured ports until the server hands over the bound ones (serve_on).
+        self._ports = BoundPorts(config.broker_service_port, config.web_service_port)
+        self._ports_bound = False
         self.listeners = Listeners.parse(config.advertised_listeners, config.internal_listener_name)
-        self.closing = False
+        self.closing = False   # set by close()
         self._loading: dict[str, asyncio.Future[Topic]] = {}
         # Topics being closed: a reload must wait, or the store would hand back the ledger
         # that is still closing.
@@ -153,6 +152,28 @@ class BrokerService:
     def metadata(self) -> MetadataStore:
         """The metadata store (compaction results are kept there)."""
         return self.store.metadata
+
+    def serve_on(self, ports: BoundPorts) -> None:
+        """The ports the server's listeners bound, handed over once before they serve."""
+        if self._ports_bound:
+            raise RuntimeError("the bound ports were already handed over")
+        self._ports, self._ports_bound = ports, True
+
+    @property
+    def broker_port(self) -> int:
+        return self._ports.broker
+
+    @property
+    def web_port(self) -> int:
+        return self._ports.web
+
+    @property
+    def broker_port_tls(self) -> int | None:
+        return self._ports.broker_tls
+
+    @property
+    def web_port_tls(self) -> int | None:
+        return self._ports.web_tls
 
     def urls(self, local_host: str | None = None) -> ServiceUrls:
         """This broker's URLs as advertised to a client that reached it on *local_host*
