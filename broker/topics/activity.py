@@ -10,7 +10,8 @@ one-second timer) then visits:
    its rate meters are sampled and its housekeeping runs. After that long without a touch
    its meters hold one flat window (every rate is 0) and it leaves the active set. A topic
    touched again has its meters resumed from the previous tick first (it stood still until
-   then), so its first rates measure the last second and not the whole pause;
+   then), so its first rates measure the last second and not the whole pause. A topic just
+   loaded is not active: its counters start at zero, and its meters resume from zeros;
 2. a slice of all the loaded topics, sized so that each one is visited once per sweep
    (``sweep_s``: the shortest of a minute and the TTL and backlog-quota check intervals),
    for the housekeeping that time alone makes due (retention, message TTL, backlog quota,

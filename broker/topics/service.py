@@ -292,7 +292,6 @@ class BrokerService:
         finally:
             del self._loading[full]
         self.topics[full] = topic
-        self.activity.touch(topic)   # sampled from its first second: its counters start at 0
         fut.set_result(topic)
         return topic
 
