@@ -104,6 +104,17 @@ def advertised_host(advertised_address: str, local_host: str | None) -> str:
 
 
 @dataclass(frozen=True, slots=True)
+class BoundPorts:
+    """The ports the broker's listeners bound (``0`` in the config means any free port);
+    the TLS ones None without a TLS listener."""
+
+    broker: int
+    web: int
+    broker_tls: int | None = None
+    web_tls: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class ServiceUrls:
     """The broker's own URLs as one client sees them (TLS ones None without a TLS listener)."""
 

@@ -7,7 +7,10 @@ Theory of operation
 production and in :mod:`broker.embed`):
 
 1. open the segment store under ``<dataDir>/store`` (recovers ledgers, cursors, metadata);
-2. start :class:`broker.topics.service.BrokerService` (default tenant/namespace, policy mirrors);
+2. start :class:`broker.topics.service.BrokerService` (default tenant/namespace, policy mirrors)
+   and compose its metrics (:class:`broker.metrics.BrokerMetrics`: the collector, the loop-lag
+   probe, the publish buffer and the listeners' figures), the one object the web app's
+   ``/metrics`` and the snapshot exporter both read;
 3. build the security services (:mod:`broker.security`: authentication providers, reading key
    and password files, and authorization over the service's policies) and, when
    ``brokerServicePortTls`` or ``webServicePortTls`` is set, the reloading TLS context
@@ -24,7 +27,10 @@ production and in :mod:`broker.embed`):
    ``httpServerIdleTimeoutMs``), on listeners of its own (backlog ``httpServerAcceptQueueSize``)
    whose connections pass the :class:`broker.admin.listener.WebConnectionGuard`
    (``maxHttpServerConnections``, ``httpServerRequestHeaderTimeoutMs``); the soft open-file
-   limit is raised to the hard one first, and the web port kept to half of it;
+   limit is raised to the hard one first, and the web port kept to half of it.
+   Every listener binds first without serving; the bound ports are then handed to the service
+   once (:meth:`broker.topics.service.BrokerService.serve_on`: lookups and URLs read them)
+   and the listeners start serving;
 6. start the metric snapshot exporter (``broker.metrics.snapshots``) writing
    ``<dataDir>/metrics`` every ``metricsExportIntervalSeconds``.
 
@@ -54,13 +60,9 @@ from broker.admin.app import create_app
 from broker.admin.listener import WebConnectionGuard, raise_fd_limit, web_connection_limit
 from broker.config import BrokerConfig, storage_config
 from broker.delayed.residual import is_snapshot_key
+from broker.listeners import BoundPorts
 from broker.logs import ACCESS_LOGGER, HttpAccessLogger
-from broker.metrics import (
-    attach_authentication_counters,
-    attach_connection_figures,
-    attach_publish_buffer,
-    create_registry,
-)
+from broker.metrics import BrokerMetrics, ConnectionFigures, LoopLagProbe
 from broker.metrics.snapshots import MetricSnapshotWriter, run_exporter
 from broker.net.connection import ServerConnection
 from broker.net.handshake import ConnectionSecurity
@@ -93,10 +95,9 @@ class BrokerServer:
         self._runner: web.AppRunner | None = None
         self._exporter: asyncio.Task[None] | None = None
         self._exporter_stop: asyncio.Event | None = None
-        self.broker_port = config.broker_service_port
-        self.web_port = config.web_service_port
-        self.broker_port_tls: int | None = None
-        self.web_port_tls: int | None = None
+        # The configured ports until the listeners bind (0 = any free port).
+        self.ports = BoundPorts(config.broker_service_port, config.web_service_port)
+        self.metrics: BrokerMetrics | None = None
         self.connections: set[ServerConnection] = set()
         self._limiter = ConnectionLimiter(config.broker_max_connections,
                                           config.broker_max_connections_per_ip)
@@ -119,6 +120,22 @@ class BrokerServer:
         return self._service
 
     @property
+    def broker_port(self) -> int:
+        return self.ports.broker
+
+    @property
+    def web_port(self) -> int:
+        return self.ports.web
+
+    @property
+    def broker_port_tls(self) -> int | None:
+        return self.ports.broker_tls
+
+    @property
+    def web_port_tls(self) -> int | None:
+        return self.ports.web_tls
+
+    @property
     def data_dir(self) -> pathlib.Path:
         return pathlib.Path(self.config.data_dir)
 
@@ -132,14 +149,15 @@ class BrokerServer:
                                              measure_space=self._measure_space,
                                              is_snapshot_key=is_snapshot_key)
         service = self._service = BrokerService(self.config, self.store, loop)
-        attach_publish_buffer(service, self.publish_buffer)
-        attach_connection_figures(service, self.output_pauses, self.web_guard)
+        config = self.config
+        authentication = AuthenticationService.from_config(config)  # reads key files: start-up only
+        self.metrics = BrokerMetrics(
+            service, lag_probe=LoopLagProbe(), publish_buffer=self.publish_buffer,
+            connections=ConnectionFigures(self.output_pauses, self.web_guard),
+            authentication=authentication.counters)
         self.web_guard.max_connections = web_connection_limit(
             self.config.max_http_server_connections, raise_fd_limit())
         await service.start()
-        config = self.config
-        authentication = AuthenticationService.from_config(config)  # reads key files: start-up only
-        attach_authentication_counters(service, authentication.counters)
         authorization = AuthorizationService.from_config(config, service)
         security = ConnectionSecurity(authentication, authorization,
                                       float(config.handshake_timeout_seconds))
@@ -150,9 +168,8 @@ class BrokerServer:
             lambda: ServerConnection(service, self, security,
                                      publish_buffer=self.publish_buffer,
                                      output_pauses=self.output_pauses), host=config.bind_address,
-            port=config.broker_service_port, reuse_address=True, backlog=1024)
-        self.broker_port = _bound_port(self._server.sockets)
-        service.broker_port = self.broker_port
+            port=config.broker_service_port, reuse_address=True, backlog=1024,
+            start_serving=False)
         if config.broker_service_port_tls is not None:
             assert self.tls is not None
             self._server_tls = await loop.create_server(
@@ -160,8 +177,7 @@ class BrokerServer:
                                      publish_buffer=self.publish_buffer,
                                      output_pauses=self.output_pauses), host=config.bind_address,
                 port=config.broker_service_port_tls, reuse_address=True, backlog=1024,
-                ssl=self.tls.listening)
-            self.broker_port_tls = service.broker_port_tls = _bound_port(self._server_tls.sockets)
+                ssl=self.tls.listening, start_serving=False)
         # Nagle off, or a lone SEND_RECEIPT waits for the client's delayed ACK. uvloop (and
         # asyncio) already set TCP_NODELAY on every accepted transport; the listener gets it too
         # for any other loop (Linux copies it to accepted sockets). Pinned by
@@ -170,14 +186,23 @@ class BrokerServer:
             for sock in server.sockets if server is not None else ():
                 if sock.family in (socket.AF_INET, socket.AF_INET6):
                     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        await self._start_web(service, authentication, authorization)
+        # Every listener is bound, none serves yet: the ports are handed over once.
+        self.ports = BoundPorts(
+            _bound_port(self._server.sockets), _bound_port(self._web_servers[0].sockets),
+            _bound_port(self._server_tls.sockets) if self._server_tls is not None else None,
+            _bound_port(self._web_servers[1].sockets) if len(self._web_servers) > 1 else None)
+        service.serve_on(self.ports)
+        for server in (self._server, self._server_tls, *self._web_servers):
+            if server is not None:
+                await server.start_serving()
         self._keepalive = loop.create_task(self._keepalive_loop())
         if authentication.enabled:
             self._timers.append(loop.create_task(self._auth_refresh_loop()))
         warning = insecure_listener_warning(config)
         if warning is not None:
             log.warning("%s", warning)
-        await self._start_web(service, authentication, authorization)
-        self._start_exporter(service)
+        self._start_exporter(self.metrics)
         self._started = True
 
     # ------------------------------------------------------------------ connections
@@ -217,8 +242,8 @@ class BrokerServer:
     async def _start_web(self, service: BrokerService, authentication: AuthenticationService,
                          authorization: AuthorizationService) -> None:
         config = self.config
-        app = create_app(service, authentication=authentication, authorization=authorization,
-                         web_guard=self.web_guard)
+        app = create_app(service, metrics_source=self.metrics, authentication=authentication,
+                         authorization=authorization, web_guard=self.web_guard)
         self._runner = web.AppRunner(app, access_log=logging.getLogger(ACCESS_LOGGER),
                                      access_log_class=HttpAccessLogger, handle_signals=False,
                                      keepalive_timeout=config.http_server_idle_timeout_ms / 1000)
@@ -230,9 +255,9 @@ class BrokerServer:
         protocol = self.web_guard.protocol_factory(handlers)
         listener = await loop.create_server(
             protocol, host=config.bind_address, port=config.web_service_port,
-            reuse_address=True, backlog=config.http_server_accept_queue_size)
+            reuse_address=True, backlog=config.http_server_accept_queue_size,
+            start_serving=False)
         self._web_servers.append(listener)
-        self.web_port = service.web_port = _bound_port(listener.sockets)
         if config.web_service_port_tls is not None:
             assert self.tls is not None
             listener_tls = await loop.create_server(
@@ -240,12 +265,12 @@ class BrokerServer:
                 reuse_address=True, backlog=config.http_server_accept_queue_size,
                 ssl=self.tls.listening,
                 # the TLS handshake comes before the head: it gets no longer than the head does
-                ssl_handshake_timeout=config.http_server_request_header_timeout_ms / 1000)
+                ssl_handshake_timeout=config.http_server_request_header_timeout_ms / 1000,
+                start_serving=False)
             self._web_servers.append(listener_tls)
-            self.web_port_tls = service.web_port_tls = _bound_port(listener_tls.sockets)
 
-    def _start_exporter(self, service: BrokerService) -> None:
-        collect = create_registry(service).collect_async
+    def _start_exporter(self, metrics: BrokerMetrics) -> None:
+        collect = metrics.collect_async
         writer = MetricSnapshotWriter(self.data_dir, f"{self.config.advertised_address}:"
                                       f"{self.web_port}", self.config.cluster_name,
                                       self.config.metrics_export_retention_hours)
@@ -274,7 +299,6 @@ class BrokerServer:
                 log.warning("metric exporter did not stop cleanly")
         service = self._service
         if service is not None:
-            service.closing = True
             await service.close()   # topics: in-flight appends finish, clients are told
         if self._keepalive is not None:
             self._keepalive.cancel()

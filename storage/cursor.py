@@ -195,9 +195,13 @@ def _run_end(bitmap: BitMap, start: int) -> int:
 class ManagedCursor:
     """One subscription's position and acks on a ManagedLedger. Loop-only, except persistence."""
 
-    def __init__(self, ledger: LedgerView, save: SaveCursor, state: CursorState) -> None:
+    def __init__(self, ledger: LedgerView, save: SaveCursor, state: CursorState,
+                 on_dirty: Callable[[], None] | None = None) -> None:
+        """*on_dirty*: told each time the cursor goes from saved to holding unsaved changes
+        (the store's flush visits only ledgers whose cursors said so)."""
         self._ledger = ledger
         self._save = save
+        self._on_dirty = on_dirty
         self.name = state.name
         self._md = state.mark_delete
         self._read = state.read_position
@@ -205,8 +209,9 @@ class ManagedCursor:
         self._properties = dict(state.properties)
         self._bitmaps: dict[int, BitMap] = state.bitmaps
         # Unsaved changes since (monotonic); None: nothing unsaved. A loaded state is on disk.
-        self._dirty_since: float | None = (
-            time.monotonic() if state.persisted_size_bytes == 0 else None)
+        self._dirty_since: float | None = None
+        if state.persisted_size_bytes == 0:
+            self._touch()
         self._lock = asyncio.Lock()
         self._closed = False
         self._retired = False
@@ -258,6 +263,8 @@ class ManagedCursor:
     def _touch(self) -> None:
         if self._dirty_since is None:
             self._dirty_since = time.monotonic()
+            if self._on_dirty is not None:
+                self._on_dirty()
 
     @property
     def dirty_since(self) -> float | None:
@@ -478,8 +485,10 @@ class ManagedCursor:
                 await self._save(self.name, data, self._referenced_ledger())
             except BaseException as exc:
                 # Changed meanwhile or not: the older change is the oldest unsaved one.
-                self._dirty_since = (since if self._dirty_since is None
-                                     else min(since, self._dirty_since))
+                current = self._dirty_since
+                if current is None:
+                    self._touch()   # dirty again: the next flush retries
+                self._dirty_since = since if current is None else min(since, current)
                 if isinstance(exc, Exception):
                     self.save_failures += 1
                     self.last_save_error = exc

@@ -44,7 +44,10 @@ class CursorSet:
     def __init__(
         self, host: CursorHost, files: CursorFiles, loop: asyncio.AbstractEventLoop,
         pool: Executor, reserve_id: Callable[[int], None], loaded: list[LoadedCursor],
+        on_dirty: Callable[[], None] | None = None,
     ) -> None:
+        """*on_dirty*: told when one of the cursors goes from saved to unsaved changes."""
+        self._on_dirty = on_dirty
         self._host = host
         self._files = files
         self._loop = loop
@@ -65,7 +68,7 @@ class CursorSet:
                 continue
             if found.fallback != "none":
                 self.trim_blockers[state.name] = f"cursor recovered from fallback {found.fallback}"
-            self._cursors[state.name] = ManagedCursor(host, self._save, state)
+            self._cursors[state.name] = ManagedCursor(host, self._save, state, self._on_dirty)
         for cursor in self._cursors.values():
             cursor.advance()  # entries dropped by recovery may let mark-delete move on
 
@@ -108,7 +111,7 @@ class CursorSet:
             else:
                 mark_delete = Position(host.current_ledger_id, -1)
             state = CursorState(name, mark_delete, host.next_position(mark_delete))
-            cursor = ManagedCursor(host, self._save, state)
+            cursor = ManagedCursor(host, self._save, state, self._on_dirty)
             self._cursors[name] = cursor
             cursor.advance()
             try:

@@ -80,6 +80,8 @@ class LedgerContext:
     pager: IndexPager
     report: Callable[[RecoveryEvent], None]
     on_close: Callable[[ManagedLedger], None]
+    #: A cursor of this ledger now holds unsaved changes (the store's flush visits those).
+    on_cursor_dirty: Callable[[ManagedLedger], None]
 
 
 class ManagedLedger:
@@ -112,6 +114,7 @@ class ManagedLedger:
         self._cursor_set = CursorSet(
             self, CursorFiles(ctx.ops, directory / "cursors", fsync=ctx.config.fsync),
             ctx.loop, ctx.cursor_pool, ctx.ids.ensure_durable, cursors,
+            on_dirty=lambda: ctx.on_cursor_dirty(self),
         )
 
     # -- LedgerView (what cursors may ask) -------------------------------------------------

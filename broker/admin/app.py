@@ -41,7 +41,7 @@ from broker.admin.errors import error_middleware
 from broker.admin.listener import WebConnectionGuard
 from broker.admin.responses import admin_of, json_response
 from broker.admin.service import ADMIN_KEY, AdminService
-from broker.metrics import BrokerRegistry, create_registry, exposition
+from broker.metrics import BrokerMetrics
 from broker.metrics.lag import LoopLagProbe
 from broker.security.authentication import AuthenticationService
 from broker.security.authorization import AuthorizationService
@@ -51,12 +51,11 @@ from broker.websocket import routes as websocket
 #: Pulsar's HTTP lookup header naming the advertised listener (or ``?listenerName=``).
 LISTENER_HEADER = "X-Pulsar-ListenerName"
 
-REGISTRY_KEY = web.AppKey("horae_registry", BrokerRegistry)
-LAG_PROBE_KEY = web.AppKey("horae_lag_probe", LoopLagProbe)
+METRICS_KEY = web.AppKey("horae_metrics", BrokerMetrics)
 
 
 async def metrics(request: web.Request) -> web.Response:
-    body = await exposition(request.app[REGISTRY_KEY])  # collected in slices, rendered off the loop
+    body = await request.app[METRICS_KEY].exposition()  # collected in slices, rendered off the loop
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
@@ -78,11 +77,15 @@ def _local_host(request: web.Request) -> str | None:
     return str(sockname[0]) if isinstance(sockname, tuple) and sockname else None
 
 
-def create_app(service: BrokerService, *, lag_probe_interval_s: float = 0.5,
+def create_app(service: BrokerService, *, metrics_source: BrokerMetrics | None = None,
                authentication: AuthenticationService | None = None,
                authorization: AuthorizationService | None = None,
                web_guard: WebConnectionGuard | None = None) -> web.Application:
     """The admin/lookup/metrics application for ``service`` (see module docstring).
+
+    *metrics_source*: the broker's metrics, which ``/metrics`` serves (the server's, shared
+    with its snapshot exporter); by default metrics of the app's own with a loop-lag probe.
+    The app runs the probe while it is started.
 
     *authentication*/*authorization* default to disabled ones (every request allowed).
     *web_guard*: the server's connection guard, told by its middleware (the first) when a
@@ -100,18 +103,19 @@ def create_app(service: BrokerService, *, lag_probe_interval_s: float = 0.5,
         authentication, authorization,
         authenticate_metrics=service.config.authenticate_metrics_endpoint)
     app[ADMIN_KEY] = AdminService.over(service)
-    probe = LoopLagProbe(interval_s=lag_probe_interval_s)
-    app[LAG_PROBE_KEY] = probe
-    app[REGISTRY_KEY] = create_registry(service, probe)
+    if metrics_source is None:
+        metrics_source = BrokerMetrics(service, lag_probe=LoopLagProbe())
+    app[METRICS_KEY] = metrics_source
+    probe = metrics_source.lag_probe
+    if probe is not None:
+        async def start_probe(app: web.Application) -> None:
+            probe.start()
 
-    async def start_probe(app: web.Application) -> None:
-        probe.start()
+        async def stop_probe(app: web.Application) -> None:
+            probe.stop()
 
-    async def stop_probe(app: web.Application) -> None:
-        probe.stop()
-
-    app.on_startup.append(start_probe)
-    app.on_cleanup.append(stop_probe)
+        app.on_startup.append(start_probe)
+        app.on_cleanup.append(stop_probe)
 
     namespaces.add_routes(app)
     topics.add_routes(app)

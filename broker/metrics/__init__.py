@@ -1,29 +1,19 @@
-"""Broker metrics: the Prometheus collector and the registry /metrics serves.
+"""Broker metrics: the Prometheus collector, the registry /metrics serves, the snapshot files.
 
-``create_registry(service, lag_probe)`` builds a private CollectorRegistry holding
-:class:`HoraeCollector` (topic, subscription and delayed-delivery figures read at scrape
-time) plus prometheus_client's process, platform and GC collectors; /metrics serves it with
-``prometheus_client.generate_latest`` (or, without blocking the loop at 10,000 topics,
-``await exposition(registry)``: collected in slices, rendered in the executor). ``collect_families(service)`` returns the same
-families for the snapshot exporter (``broker.metrics.snapshots``), so files on disk and
-Prometheus see identical names and labels.
+The server composes one :class:`BrokerMetrics` (the collector over the service, with the
+loop-lag probe, the publish buffer and the listeners' figures, in a private registry holding
+prometheus_client's process, platform and GC collectors too) and passes it to the web app,
+which serves ``await metrics.exposition()`` (collected in slices, rendered in the executor),
+and to the snapshot exporter (``broker.metrics.snapshots``), which writes
+``await metrics.collect_async()``: files on disk and Prometheus see identical names and labels.
 """
 
 from __future__ import annotations
 
-from broker.metrics.auth_families import attach_authentication_counters
-from broker.metrics.collector import (
-    BrokerRegistry,
-    HoraeCollector,
-    attach_publish_buffer,
-    collect_families,
-    create_registry,
-    exposition,
-)
-from broker.metrics.connection_families import attach_connection_figures
+from broker.metrics.auth_families import AuthenticationFigures
+from broker.metrics.collector import BrokerMetrics, BrokerRegistry, HoraeCollector, exposition
+from broker.metrics.connection_families import ConnectionFigures
 from broker.metrics.lag import LoopLagProbe
 
-__all__ = ["BrokerRegistry", "HoraeCollector", "LoopLagProbe", "attach_authentication_counters",
-           "attach_connection_figures",
-           "attach_publish_buffer",
-           "collect_families", "create_registry", "exposition"]
+__all__ = ["AuthenticationFigures", "BrokerMetrics", "BrokerRegistry", "ConnectionFigures", "HoraeCollector",
+           "LoopLagProbe", "exposition"]

@@ -3,8 +3,8 @@
 Theory of operation
 -------------------
 The server builds the broker's :class:`broker.security.authentication.AuthenticationService`
-and attaches its counters to the service with :func:`attach_authentication_counters`; every
-registry of that service reads them at scrape time through :class:`AuthenticationFigures`.
+and hands its counters to the broker's :class:`broker.metrics.BrokerMetrics`, which reads them
+at scrape time through :class:`AuthenticationFigures`.
 Names and labels are Pulsar's, with the ``cluster`` label Pulsar adds to every series:
 
 - ``pulsar_authentication_success_total{cluster, provider_name, auth_method}``;
@@ -20,14 +20,12 @@ do. A family appears once something was counted.
 
 from __future__ import annotations
 
-import contextlib
-import weakref
 from collections.abc import Iterator
 from typing import Protocol
 
 from prometheus_client.core import CounterMetricFamily, Metric
 
-__all__ = ["AuthenticationFigures", "attach_authentication_counters", "authentication_families"]
+__all__ = ["AuthenticationFigures", "authentication_families"]
 
 
 class AuthenticationFigures(Protocol):
@@ -38,19 +36,9 @@ class AuthenticationFigures(Protocol):
     def failures(self) -> dict[tuple[str, str, str], int]: ...
 
 
-_ATTACHED: weakref.WeakKeyDictionary[object, AuthenticationFigures] = weakref.WeakKeyDictionary()
-
-
-def attach_authentication_counters(service: object, counters: AuthenticationFigures) -> None:
-    """Export *counters* with *service*'s metrics (called by the server)."""
-    _ATTACHED[service] = counters
-
-
-def authentication_families(service: object, cluster: str) -> Iterator[Metric]:
-    """The two counters of *service* (nothing when none were attached or counted)."""
-    counters: AuthenticationFigures | None = None
-    with contextlib.suppress(TypeError):   # not weakly referenceable: nothing attached
-        counters = _ATTACHED.get(service)
+def authentication_families(counters: AuthenticationFigures | None,
+                            cluster: str) -> Iterator[Metric]:
+    """The two counters (nothing when there are none or nothing was counted)."""
     if counters is None:
         return
     successes = counters.successes()

@@ -28,22 +28,25 @@ Rules:
    ``pulsar_storage_write_latency_le_*`` gauges in :mod:`broker.metrics.write_latency`; the delayed-index families in :mod:`broker.metrics.delayed_index`, the loop-lag probe
    (``horae_event_loop_lag_seconds``) in :mod:`broker.metrics.lag`.
 5. ``horae_publish_buffer_throttled_total{cluster}`` comes from the publish buffer the server
-   attaches (:func:`attach_publish_buffer`), ``horae_delayed_cancel_journal_failures_total``
-   from the bucket trackers (per topic, or per namespace); the listeners' families
-   (``horae_connection_output_paused_total``, ``horae_http_*``) from
-   :mod:`broker.metrics.connection_families`; ``pulsar_authentication_success_total`` and
-   ``pulsar_authentication_failures_total`` from :mod:`broker.metrics.auth_families`.
+   hands over, ``horae_delayed_cancel_journal_failures_total`` from the bucket trackers (per
+   topic, or per namespace); the listeners' families (``horae_connection_output_paused_total``,
+   ``horae_http_*``) from :mod:`broker.metrics.connection_families`;
+   ``pulsar_authentication_success_total`` and ``pulsar_authentication_failures_total``
+   from the authentication service's counters (:mod:`broker.metrics.auth_families`).
+
+Wiring: the server composes one :class:`BrokerMetrics` from the service, the loop-lag probe,
+the publish buffer and the listeners' figures, and passes it to the web app (``/metrics``)
+and to the snapshot exporter, which therefore report the same families from the same
+registry. Nothing is kept at module level: two brokers in one process share nothing.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
-import weakref
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 
 from prometheus_client import (
     CollectorRegistry,
@@ -60,8 +63,8 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
 
-from broker.metrics.auth_families import authentication_families
-from broker.metrics.connection_families import connection_families
+from broker.metrics.auth_families import AuthenticationFigures, authentication_families
+from broker.metrics.connection_families import ConnectionFigures, connection_families
 from broker.metrics.delayed_index import BUCKET_GAUGES, BucketOps, index_gauges
 from broker.metrics.exposition import (
     NS_LABELS,
@@ -77,8 +80,8 @@ from broker.metrics.sources import MetricsSource, PublishBufferFigures, TopicFig
 from broker.metrics.storage_families import storage_families
 from broker.metrics.write_latency import LatencyTable, LatencyWindows, write_latency_steps
 
-__all__ = ["BrokerRegistry", "HoraeCollector", "LoopLagProbe", "MetricsSource",
-           "attach_publish_buffer", "collect_families", "create_registry", "exposition"]
+__all__ = ["BrokerMetrics", "BrokerRegistry", "HoraeCollector", "LoopLagProbe",
+           "MetricsSource", "exposition"]
 
 log = logging.getLogger("horae.metrics")
 
@@ -192,9 +195,15 @@ class HoraeCollector(Collector):
     """Collector over a BrokerService (see module docstring). Call collect() on the loop."""
 
     def __init__(self, service: MetricsSource, *, lag_probe: LoopLagProbe | None = None,
+                 publish_buffer: PublishBufferFigures | None = None,
+                 connections: ConnectionFigures | None = None,
+                 authentication: AuthenticationFigures | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.service = service
         self.lag_probe = lag_probe
+        self.publish_buffer = publish_buffer
+        self.connections = connections
+        self.authentication = authentication
         self._rates = _Rates(clock)
         self._latency_windows = LatencyWindows(clock)
 
@@ -252,7 +261,7 @@ class HoraeCollector(Collector):
         yield from scrape.bucket_ops.families(scrape.topic_level)
         yield from storage_families(config.cluster_name, self.service.storage_stats(),
                                     self.service.publish_refused)
-        buffer = _attached_buffer(self.service)
+        buffer = self.publish_buffer
         if buffer is not None:
             throttled = CounterMetricFamily(
                 "horae_publish_buffer_throttled", "Times the broker-wide publish buffer "
@@ -260,8 +269,8 @@ class HoraeCollector(Collector):
                 labels=["cluster"])
             throttled.add_metric([config.cluster_name], float(buffer.throttled_times))
             yield throttled
-        yield from connection_families(self.service, config.cluster_name)
-        yield from authentication_families(self.service, config.cluster_name)
+        yield from connection_families(self.connections, config.cluster_name)
+        yield from authentication_families(self.authentication, config.cluster_name)
         if self.lag_probe is not None:
             yield from loop_lag_families(self.lag_probe)
 
@@ -423,50 +432,29 @@ async def exposition(registry: BrokerRegistry) -> bytes:
     return await loop.run_in_executor(None, generate_latest, _Families(families))
 
 
-# Per service: the first registry (create_app's, serving /metrics) and its loop-lag probe,
-# so the snapshot exporter (collect_families, or a second create_registry) reports the same
-# families, loop lag included.
-_REGISTRIES: weakref.WeakKeyDictionary[MetricsSource, BrokerRegistry] = (
-    weakref.WeakKeyDictionary())
-_PROBES: weakref.WeakKeyDictionary[MetricsSource, LoopLagProbe] = weakref.WeakKeyDictionary()
-# Per service: the publish buffer its server owns, read at scrape time by every registry of
-# the service, whenever it was attached.
-_BUFFERS: weakref.WeakKeyDictionary[MetricsSource, PublishBufferFigures] = (
-    weakref.WeakKeyDictionary())
+class BrokerMetrics:
+    """The broker's metrics, composed once by the server (see the module docstring): the
+    collector over *service* with the loop-lag probe, the publish buffer, the listeners'
+    figures and the authentication counters, in one private registry that ``/metrics`` and the snapshot exporter share."""
 
+    def __init__(self, service: MetricsSource, *, lag_probe: LoopLagProbe | None = None,
+                 publish_buffer: PublishBufferFigures | None = None,
+                 connections: ConnectionFigures | None = None,
+                 authentication: AuthenticationFigures | None = None) -> None:
+        self.lag_probe = lag_probe
+        self.collector = HoraeCollector(service, lag_probe=lag_probe,
+                                        publish_buffer=publish_buffer, connections=connections,
+                                        authentication=authentication)
+        self.registry = BrokerRegistry(self.collector)
 
-def _attached_buffer(service: MetricsSource) -> PublishBufferFigures | None:
-    with contextlib.suppress(TypeError):   # not weakly referenceable or hashable: none
-        return _BUFFERS.get(service)
-    return None
+    def collect(self) -> list[Metric]:
+        """Every family at once (on the broker loop; blocks it for the whole walk)."""
+        return list(self.registry.collect())
 
+    async def collect_async(self) -> list[Metric]:
+        """Every family, the topics walked in slices (the snapshot exporter's collect)."""
+        return await self.registry.collect_async()
 
-def attach_publish_buffer(service: MetricsSource, buffer: PublishBufferFigures) -> None:
-    """Export *buffer*'s figures (``horae_publish_buffer_throttled_total``) with *service*'s
-    metrics. Called by the server, which owns both."""
-    _BUFFERS[service] = buffer
-
-
-def create_registry(service: MetricsSource,
-                    lag_probe: LoopLagProbe | None = None) -> BrokerRegistry:
-    """A fresh private registry (never prometheus_client's global one: several brokers may
-    share a process) with :class:`HoraeCollector` and the process, platform and GC
-    collectors. Without ``lag_probe`` it uses the probe an earlier call registered for
-    ``service`` (create_app's)."""
-    with contextlib.suppress(TypeError):   # not weakly referenceable: nothing shared
-        if lag_probe is None:
-            lag_probe = _PROBES.get(service)
-        else:
-            _PROBES[service] = lag_probe
-    registry = BrokerRegistry(HoraeCollector(service, lag_probe=lag_probe))
-    with contextlib.suppress(TypeError):
-        _REGISTRIES.setdefault(service, registry)
-    return registry
-
-
-def collect_families(service: MetricsSource) -> Iterable[Metric]:
-    """Every family /metrics serves for ``service``, at once. Call on the broker loop."""
-    registry = _REGISTRIES.get(service)
-    if registry is None:
-        registry = create_registry(service)
-    return list(registry.collect())
+    async def exposition(self) -> bytes:
+        """The ``/metrics`` body (:func:`exposition`)."""
+        return await exposition(self.registry)

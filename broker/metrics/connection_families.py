@@ -4,9 +4,10 @@ and the web port's connection guard.
 Theory of operation
 -------------------
 The server owns the figures (:class:`broker.net.throttle.OutputPauses` for the binary port,
-:class:`broker.admin.listener.WebConnectionGuard` for the web port) and attaches them to its
-service with :func:`attach_connection_figures`; every registry of that service reads them at
-scrape time through the protocols below (plain ints, no locks: all on the broker loop). Names
+:class:`broker.admin.listener.WebConnectionGuard` for the web port) and hands them, as
+:class:`ConnectionFigures`, to the metrics it composes (:class:`broker.metrics.BrokerMetrics`);
+the collector reads them at scrape time through the protocols below (plain ints, no locks:
+all on the broker loop). Names
 are Horae's (``horae_*``): Pulsar exports no figure for either.
 
 - ``horae_connection_output_paused_total{cluster}``: times a binary connection stopped being
@@ -21,15 +22,13 @@ are Horae's (``horae_*``): Pulsar exports no figure for either.
 
 from __future__ import annotations
 
-import contextlib
-import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-__all__ = ["OutputPauseFigures", "WebConnectionFigures", "attach_connection_figures",
+__all__ = ["ConnectionFigures", "OutputPauseFigures", "WebConnectionFigures",
            "connection_families"]
 
 
@@ -57,25 +56,15 @@ class WebConnectionFigures(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
-class _Attached:
+class ConnectionFigures:
+    """The listeners' figures: the binary port's output pauses, the web port's guard."""
+
     output: OutputPauseFigures
-    web: WebConnectionFigures | None
+    web: WebConnectionFigures | None = None
 
 
-_ATTACHED: weakref.WeakKeyDictionary[object, _Attached] = weakref.WeakKeyDictionary()
-
-
-def attach_connection_figures(service: object, output: OutputPauseFigures,
-                              web: WebConnectionFigures | None = None) -> None:
-    """Export the listeners' figures with *service*'s metrics (called by the server)."""
-    _ATTACHED[service] = _Attached(output, web)
-
-
-def connection_families(service: object, cluster: str) -> Iterator[Metric]:
-    """The families above for *service* (none when nothing was attached)."""
-    attached: _Attached | None = None
-    with contextlib.suppress(TypeError):   # not weakly referenceable: nothing attached
-        attached = _ATTACHED.get(service)
+def connection_families(attached: ConnectionFigures | None, cluster: str) -> Iterator[Metric]:
+    """The families above (none without figures)."""
     if attached is None:
         return
     labels = ["cluster"]

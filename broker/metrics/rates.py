@@ -24,24 +24,45 @@ PUBLISH_LATENCY_BUCKETS_MS: tuple[float, ...] = (0.5, 1.0, 5.0, 10.0, 20.0, 50.0
 
 
 class RateMeter:
-    """Per-second rates of monotonically increasing counters over a sliding window."""
+    """Per-second rates of monotonically increasing counters over a sliding window.
 
-    __slots__ = ("_samples", "_window")
+    Sampling may pause while the counters stand still (the service samples only the topics
+    that were active lately): :meth:`resume` then says since when they may have moved, so
+    the next sample measures from there and not from before the pause. Counters start at
+    zero, so a meter never sampled resumes from zeros."""
+
+    __slots__ = ("_resume_at", "_samples", "_window")
 
     def __init__(self, window_s: float = RATE_WINDOW_S) -> None:
         self._window = window_s
         self._samples: deque[tuple[float, tuple[float, ...]]] = deque()
+        self._resume_at: float | None = None
+
+    def resume(self, since: float) -> None:
+        """The counters stood still (at their last sample, or at zero) until *since*."""
+        self._resume_at = since
 
     def sample(self, now: float, values: tuple[float, ...]) -> None:
         samples = self._samples
+        since = self._resume_at
+        if since is not None:
+            self._resume_at = None
+            still = samples[-1][1] if samples else tuple(0 for _ in values)
+            samples.clear()
+            samples.append((min(since, now), still))
         samples.append((now, values))
         while len(samples) > 2 and now - samples[0][0] > self._window:
             samples.popleft()
 
     def rates(self, now: float, values: tuple[float, ...]) -> tuple[float, ...]:
-        if not self._samples:
+        since = self._resume_at
+        if since is not None:   # read between a resume and the next sample
+            t0 = since
+            old = self._samples[-1][1] if self._samples else tuple(0 for _ in values)
+        elif not self._samples:
             return tuple(0.0 for _ in values)
-        t0, old = self._samples[0]
+        else:
+            t0, old = self._samples[0]
         dt = now - t0
         if dt <= 0.5:  # too short a span to mean anything
             return tuple(0.0 for _ in values)

@@ -59,8 +59,9 @@ log = logging.getLogger("horae.metrics.snapshots")
 METRICS_DIR_NAME = "metrics"
 FILE_SUFFIX = ".jsonl.gz"
 _DAY_MS = 86_400_000
-# gzip level 6 is zlib's default: ~6x smaller than raw JSON at a few ms per 10k samples.
-_GZIP_LEVEL = 6
+# gzip level 1: the rows repeat so much that it is within ~10% of level 6's size (90 MB of
+# rows at 10,000 topics: 1.47 MB against 1.34 MB) at a third of the CPU (0.22 s against 0.64 s).
+_GZIP_LEVEL = 1
 #: Lines joined per gzip write (bounds the memory of one export's text).
 _LINES_PER_CHUNK = 4096
 _DATE_DIR_RE = re.compile(r"^date=(\d{4}-\d{2}-\d{2})$")
@@ -113,6 +114,9 @@ class MetricSnapshotWriter:
         self.cluster = cluster
         self.retention_hours = retention_hours
         self._file_broker = _UNSAFE_NAME_CHARS.sub("_", broker_id) or "broker"
+        # Label values -> the labels' JSON, kept from one write to the next (a label set's JSON
+        # is computed once while it lives, not once per export); only the last write's.
+        self._labels_json: dict[tuple[tuple[str, str], ...], str] = {}
 
     # -- rows -----------------------------------------------------------------------------
 
@@ -180,6 +184,7 @@ class MetricSnapshotWriter:
                 f'"cluster":{json.dumps(self.cluster)},"metric":')
         # id(labels dict) -> its JSON; the dicts stay alive (held by families) meanwhile.
         labels_json: dict[int, str] = {}
+        known, kept = self._labels_json, {}
         for family in families:
             row_type = _FAMILY_TYPES.get(family.type, "untyped")
             created = family.name + "_created"
@@ -198,10 +203,15 @@ class MetricSnapshotWriter:
                 labels = sample.labels
                 text = labels_json.get(id(labels))
                 if text is None:
-                    text = labels_json[id(labels)] = json.dumps(
-                        {str(k): str(v) for k, v in sorted(labels.items()) if k != "cluster"},
-                        separators=(",", ":"))
+                    key = tuple(labels.items())
+                    text = known.get(key)
+                    if text is None:
+                        text = json.dumps(
+                            {str(k): str(v) for k, v in sorted(key) if k != "cluster"},
+                            separators=(",", ":"))
+                    labels_json[id(labels)] = kept[key] = text
                 yield f'{prefix}{text},"value":{_json_float(value)}}}\n'
+        self._labels_json = kept
 
     def _write_lines(self, lines: Iterable[str], ts_ms: int) -> Path:
         final = self.path_for(ts_ms)

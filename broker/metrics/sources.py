@@ -22,7 +22,7 @@ Implemented by (higher layers; this module imports none of them):
 - :class:`BucketIndexFigures` -- the bucket tracker (PIP-195), whose subscription hands it out
   as ``bucket_index``
 - :class:`PublishBufferFigures` -- ``broker.net.throttle.PublishBuffer``, which the server owns
-  and attaches to the service's metrics (``broker.metrics.collector.attach_publish_buffer``)
+  and hands to the metrics it composes (``broker.metrics.collector.BrokerMetrics``)
 
 Units: counters are messages or bytes as their names say; latency sums are milliseconds.
 """

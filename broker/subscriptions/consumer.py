@@ -256,6 +256,10 @@ class Consumer:
         return (self.msg_out_counter, self.bytes_out_counter, self.msg_redeliver_counter,
                 self.msg_ack_counter)
 
+    def resume_rates(self, since: float) -> None:
+        """Rate sampling paused while this consumer stood still (:meth:`RateMeter.resume`)."""
+        self._rates.resume(since)
+
     def sample_rates(self, now: float) -> None:
         self._rates.sample(now, self._counter_values())
 

@@ -80,6 +80,10 @@ class ResetTarget(Protocol):
 
     def remove_consumer(self, consumer: Consumer) -> None: ...
 
+    def touch(self) -> None:
+        """The ack counter moved: the topic's rate meters need sampling again."""
+        ...
+
 
 class CursorResets:
     """The position-reset operations of one subscription (see the module docstring)."""
@@ -263,6 +267,7 @@ class CursorResets:
                 fresh = sum(1 for pos in positions if not cursor.is_deleted(pos))
                 cursor.delete(positions)
                 sub.msg_ack_counter += fresh  # an admin ack counts as any ack
+                sub.touch()
 
             rev.apply_at_end(edit)
 

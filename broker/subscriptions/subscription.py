@@ -124,6 +124,10 @@ class TopicContext(Protocol):
 
     def remove_subscription(self, sub: Subscription) -> None: ...
 
+    def touch(self) -> None:
+        """Counters of the topic may have moved (its rate meters are sampled while it is active)."""
+        ...
+
     def compacted_out(self, pos: Position) -> bool: ...
 
     async def delete_subscription(self, name: str, *, force: bool = False) -> None: ...
@@ -427,6 +431,7 @@ class Subscription:
                 acked.append(pos)
             cursor.delete(acked)
         self.msg_ack_counter += len(acked)
+        self.topic.touch()
         if dispatcher is not None:
             dispatcher.on_acked(acked)
             dispatcher.schedule()  # acks may unblock Key_Shared hashes
@@ -462,6 +467,16 @@ class Subscription:
     def _counter_values(self) -> tuple[float, ...]:
         return (self.msg_out_counter, self.bytes_out_counter,
                 sum(c.msg_redeliver_counter for c in self.consumers))
+
+    def touch(self) -> None:
+        """Something moved (a dispatch, an ack): the topic's rates need sampling again."""
+        self.topic.touch()
+
+    def resume_rates(self, since: float) -> None:
+        """Rate sampling paused while the subscription stood still (its consumers too)."""
+        self._rates.resume(since)
+        for c in self.consumers:
+            c.resume_rates(since)
 
     def sample_rates(self, now: float) -> None:
         """Take a rate sample (the service's once-a-second tick, through the topic); reading

@@ -239,6 +239,11 @@ class ProducerAdmission:
 
     # ------------------------------------------------------------------ rates
 
+    def resume_rates(self, since: float) -> None:
+        """Rate sampling paused while the producers stood still (:meth:`RateMeter.resume`)."""
+        for meter in self._rates.values():
+            meter.resume(since)
+
     def sample_rates(self, now: float) -> None:
         for p, meter in self._rates.items():
             meter.sample(now, (p.msg_in_counter, p.bytes_in_counter))

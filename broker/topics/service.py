@@ -23,8 +23,10 @@ One BrokerService per broker, living on the broker's event loop; the binary prot
 * Persistent topics loaded, partitions added and topics deleted are told to
   ``self.topic_events`` (:class:`broker.topics.topic_events.TopicEvents`), which the
   connections' topic-list watchers listen to.
-* One timer: a one-second tick feeding the topics' rate meters and running their housekeeping (the
-  producer-sequence snapshot and ledger trimming, :meth:`broker.topics.topic.Topic.housekeeping`).
+* One timer: a one-second tick feeding the rate meters and running the housekeeping (the
+  producer-sequence snapshot and ledger trimming, :meth:`broker.topics.topic.Topic.housekeeping`)
+  of the topics that moved lately, and of a slice of the idle ones
+  (:class:`broker.topics.activity.TopicActivity`): idle topics cost next to nothing.
 * Broker-assigned producer names are ``<cluster>-<generation>-<n>``; the generation is a
   counter in the metadata store bumped on every start, so a name is never handed out twice
   for one data directory -- producer names key the re-send deduplication, and a client
@@ -42,9 +44,10 @@ from typing import Any
 
 from broker.config import BrokerConfig
 from broker.delayed.policy import DelayPolicy
-from broker.listeners import Listeners, ServiceUrls, service_urls
+from broker.listeners import BoundPorts, Listeners, ServiceUrls, service_urls
 from broker.security.authorization import NamespaceAuth
 from broker.topics import termination
+from broker.topics.activity import TopicActivity
 from broker.topics.heartbeat import HeartbeatNames
 from broker.topics.inactive import InactiveTopicSweeper
 from broker.topics.names import TopicName
@@ -85,12 +88,11 @@ class BrokerService:
         self.topics: dict[str, Topic] = {}
         self.nonpersistent = NonPersistentTopics(  # in memory (topics/nonpersistent.py)
             self.loop, key_shared_consistent_hashing=config.subscription_key_shared_use_consistent_hashing)
-        self.broker_port = config.broker_service_port   # the bound port, set by the server
-        self.web_port = config.web_service_port
-        self.broker_port_tls: int | None = None  # bound TLS ports, set by the server
-        self.web_port_tls: int | None = None
+        # The configured ports until the server hands over the bound ones (serve_on).
+        self._ports = BoundPorts(config.broker_service_port, config.web_service_port)
+        self._ports_bound = False
         self.listeners = Listeners.parse(config.advertised_listeners, config.internal_listener_name)
-        self.closing = False
+        self.closing = False   # set by close()
         self._loading: dict[str, asyncio.Future[Topic]] = {}
         # Topics being closed: a reload must wait, or the store would hand back the ledger
         # that is still closing.
@@ -107,6 +109,9 @@ class BrokerService:
         self._producer_names = itertools.count()
         self._timers: list[asyncio.Task[None]] = []
         self.publish_refusals = PublishRefusals(store.disk)
+        self.activity = TopicActivity(min(
+            float(config.backlog_quota_check_interval_in_seconds),
+            config.message_expiry_check_interval_in_minutes * 60.0))
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -153,6 +158,28 @@ class BrokerService:
         """The metadata store (compaction results are kept there)."""
         return self.store.metadata
 
+    def serve_on(self, ports: BoundPorts) -> None:
+        """The ports the server's listeners bound, handed over once before they serve."""
+        if self._ports_bound:
+            raise RuntimeError("the bound ports were already handed over")
+        self._ports, self._ports_bound = ports, True
+
+    @property
+    def broker_port(self) -> int:
+        return self._ports.broker
+
+    @property
+    def web_port(self) -> int:
+        return self._ports.web
+
+    @property
+    def broker_port_tls(self) -> int | None:
+        return self._ports.broker_tls
+
+    @property
+    def web_port_tls(self) -> int | None:
+        return self._ports.web_tls
+
     def urls(self, local_host: str | None = None) -> ServiceUrls:
         """This broker's URLs as advertised to a client that reached it on *local_host*
         (None: the configured ``advertisedAddress``), with the bound ports."""
@@ -180,12 +207,7 @@ class BrokerService:
     async def _rates_loop(self) -> None:
         while True:
             now = self.loop.time()
-            for topic in list(self.topics.values()):
-                try:
-                    topic.sample_rates(now)
-                    topic.housekeeping(now)
-                except Exception:  # one topic's failure must not stop the tick for all
-                    log.exception("housekeeping of %s failed", topic.full)
+            self.activity.tick(now, self.topics.values())
             self.nonpersistent.sample_rates(now)
             try:
                 await self.inactive.tick(now, self.topics)
@@ -282,10 +304,7 @@ class BrokerService:
     def _topic_known(self, tn: TopicName) -> bool:
         if not tn.is_persistent:
             return self.nonpersistent.get(tn) is not None
-        return tn.full in self.topics or tn.full in self._ledger_names()
-
-    def _ledger_names(self) -> set[str]:
-        return set(self.store.ledger_names())
+        return tn.full in self.topics or self.store.has_ledger(tn.full)
 
     def _is_existing_partition(self, tn: TopicName) -> bool:
         if not tn.is_partition:
@@ -311,7 +330,7 @@ class BrokerService:
     async def list_topics(self, namespace: str) -> list[str]:
         """Non-partitioned topics and existing partitions of *namespace* (full names)."""
         self.tenancy.require_namespace(namespace)
-        names = {n for n in self._ledger_names() if _in_namespace(n, namespace)}
+        names = {n for n in self.store.ledger_names() if _in_namespace(n, namespace)}
         names.update(n for n in self.topics if _in_namespace(n, namespace))
         names.update(n for n in self.nonpersistent.topics if _in_namespace(n, namespace))
         return sorted(names)

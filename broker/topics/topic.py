@@ -64,6 +64,7 @@ from broker.metrics.rates import PUBLISH_LATENCY_BUCKETS_MS, RateMeter
 from broker.subscriptions.selectors import KeySharedSelector, new_selector
 from broker.subscriptions.subscription import Subscription
 from broker.topics.access_modes import Admission, ProducerAccess, ProducerAdmission
+from broker.topics.activity import TopicActivity
 from broker.topics.backlog_policies import BacklogPolicies
 from broker.topics.compaction import COMPACTION_CURSOR, TopicCompaction
 from broker.topics.dedup import DEDUP_CURSOR, MessageDeduplication
@@ -124,6 +125,9 @@ class TopicHost(Protocol):
 
     #: Refused publishes by reason; refuses producer creation while storage is read-only.
     publish_refusals: PublishRefusals
+
+    #: Which topics moved lately (the rate and housekeeping tick visits those).
+    activity: TopicActivity
 
     async def unload_topic(self, full: str) -> None: ...
 
@@ -261,6 +265,7 @@ class Topic:
         self.bytes_in_counter += size
         self.publish_latency_sum_ms += latency_sum_ms
         self.publish_latency_count += entries
+        self.host.activity.touch(self)
 
     def _on_durable(self, _position: Position) -> None:
         if not self._notify_scheduled:
@@ -510,6 +515,17 @@ class Topic:
         return (self.msg_in_counter, self.bytes_in_counter, self.msg_out_counter,
                 self.bytes_out_counter)
 
+    def touch(self) -> None:
+        """A counter moved (dispatch, ack): sample this topic's rates while it is active."""
+        self.host.activity.touch(self)
+
+    def resume_rates(self, since: float) -> None:
+        """Rate sampling paused while the topic stood still (:meth:`RateMeter.resume`)."""
+        self._rates.resume(since)
+        self.admission.resume_rates(since)
+        for sub in list(self.subscriptions.values()):
+            sub.resume_rates(since)
+
     def sample_rates(self, now: float) -> None:
         self._rates.sample(now, self._counter_values())
         self.admission.sample_rates(now)
@@ -586,6 +602,7 @@ class Topic:
         if self.state is TopicState.CLOSED:
             return
         self.state = TopicState.CLOSED
+        self.host.activity.forget(self)
         for p in list(self.producers.values()):
             if disconnect_clients:
                 p.disconnect()

@@ -13,11 +13,11 @@ from waiting import wait_until
 
 from broker.config import BrokerConfig
 from broker.delayed.cancels import CancelStats
-from broker.metrics import create_registry
-from broker.metrics.collector import HoraeCollector, attach_publish_buffer
+from broker.metrics import BrokerMetrics, ConnectionFigures
+from broker.metrics.collector import HoraeCollector
 from broker.metrics.lag import LoopLagProbe
 from broker.metrics.sources import MetricsSource
-from broker.net.throttle import PublishBuffer
+from broker.net.throttle import OutputPauses, PublishBuffer
 from storage.stats import StorageStats
 
 from .conftest import Api
@@ -261,9 +261,9 @@ def _fake_service(*, topic_level: bool = True) -> MetricsSource:
     return _FakeService(config, {topic.full: topic})
 
 
-def _exposition(service: MetricsSource, probe: LoopLagProbe | None = None) -> str:
+def _exposition(service: MetricsSource, probe: LoopLagProbe | None = None, **figures: Any) -> str:
     registry = CollectorRegistry()
-    registry.register(HoraeCollector(service, lag_probe=probe))
+    registry.register(HoraeCollector(service, lag_probe=probe, **figures))
     return generate_latest(registry).decode()
 
 
@@ -351,22 +351,14 @@ def test_cancel_journal_failures_are_exported_per_topic_and_namespace() -> None:
                   namespace="public/default") == 6
 
 
-@dataclasses.dataclass(eq=False)
-class _HashableService(_FakeService):
-    """A service that can key the collector's per-service tables (as BrokerService does)."""
-
-    __hash__ = object.__hash__
-
-
-def test_publish_buffer_throttled_times_are_exported_once_attached() -> None:
-    service = _HashableService(BrokerConfig(cluster_name="c1"))
+def test_publish_buffer_throttled_times_are_exported_when_handed_over() -> None:
+    service = _FakeService(BrokerConfig(cluster_name="c1"))
     assert "horae_publish_buffer_throttled_total" not in _samples(_exposition(service))
     buffer = PublishBuffer(1)
-    attach_publish_buffer(service, buffer)
     buffer.add(1 << 20)   # full: throttled once
     buffer.release(1 << 20)
     buffer.add(1 << 20)   # and again
-    samples = _samples(_exposition(service))
+    samples = _samples(_exposition(service, publish_buffer=buffer))
     assert _value(samples, "horae_publish_buffer_throttled_total", cluster="c1") == 2
 
 
@@ -383,9 +375,21 @@ def test_loop_lag_probe_buckets_lateness() -> None:
 
 
 def test_registry_holds_process_metrics_and_stays_private() -> None:
-    text = generate_latest(create_registry(_FakeService(BrokerConfig()))).decode()
+    text = generate_latest(BrokerMetrics(_FakeService(BrokerConfig())).registry).decode()
     names = {f.name for f in text_string_to_metric_families(text)}
     assert {"process_cpu_seconds", "pulsar_in_messages"} <= names
+    # Two brokers' metrics in one process share nothing: each reads its own figures.
+    one, two = _FakeService(BrokerConfig(cluster_name="one")), _FakeService(BrokerConfig())
+    throttled = PublishBuffer(1)
+    throttled.add(1 << 20)
+    first = BrokerMetrics(one, publish_buffer=throttled,
+                          connections=ConnectionFigures(OutputPauses()))
+    second = BrokerMetrics(two)
+    first_names = {m.name for m in first.collect()}
+    second_names = {m.name for m in second.collect()}
+    assert {"horae_publish_buffer_throttled", "horae_connection_output_paused"} <= first_names
+    assert not {"horae_publish_buffer_throttled",
+                "horae_connection_output_paused"} & second_names
 
 
 def test_bucket_tracker_figures_reach_the_exposition(broker_factory: Any) -> None:
@@ -420,15 +424,17 @@ def test_bucket_tracker_figures_reach_the_exposition(broker_factory: Any) -> Non
 
 
 def test_snapshot_exporter_sees_the_same_families_as_metrics(broker: Any) -> None:
-    from broker.metrics import collect_families, create_registry
+    from broker.admin.app import METRICS_KEY
 
     expected = {"pulsar_in_messages", "process_cpu_seconds", "horae_event_loop_lag_seconds",
-                "pulsar_storage_write_latency"}
-    names = broker.call(lambda: {m.name for m in collect_families(broker.service)})
+                "pulsar_storage_write_latency", "horae_publish_buffer_throttled",
+                "horae_connection_output_paused", "horae_http_connections"}
+    metrics = broker.call(lambda: broker.server.metrics)
+    names = broker.call(lambda: {m.name for m in metrics.collect()})
     assert expected <= names
-    # A second registry for the same service (the exporter's) shares the loop-lag probe.
-    again = broker.call(lambda: {m.name for m in create_registry(broker.service).collect()})
-    assert expected <= again
+    # The web app serves the very object the exporter collects (one composition).
+    app = broker.call(lambda: broker.server._runner.app)
+    assert app[METRICS_KEY] is metrics
 
 
 def test_storage_health_and_publish_refusals_are_exported_under_the_alerted_names() -> None:

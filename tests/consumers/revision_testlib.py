@@ -77,6 +77,11 @@ class StubTopic:
     def new_key_shared_selector(self, sticky: bool) -> KeySharedSelector:
         return new_selector(sticky, consistent_hashing=True)
 
+    touches = 0
+
+    def touch(self) -> None:
+        self.touches += 1   # the rate tick's activity signal
+
     def remove_subscription(self, sub: Any) -> None:
         return None
 

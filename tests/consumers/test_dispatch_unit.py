@@ -62,6 +62,11 @@ class StubTopic:
         self.terminated = False
         self.subscriptions: dict[str, Any] = {}
 
+    touches = 0
+
+    def touch(self) -> None:
+        self.touches += 1   # the rate tick's activity signal
+
     def remove_subscription(self, sub: Any) -> None:
         self.subscriptions.pop(sub.name, None)
 

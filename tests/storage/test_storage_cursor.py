@@ -150,6 +150,30 @@ async def test_background_flush_persists_at_bounded_rate(tmp_path: Path) -> None
     await store.close()
 
 
+async def test_background_flush_visits_only_ledgers_whose_cursors_changed(
+        tmp_path: Path) -> None:
+    store, ps = await _filled(tmp_path, 5, mark_delete_rate_limit_per_sec=20.0)
+    ml = store.open_ledgers[TOPIC]
+    idle = await store.open_ledger("idle")
+    quiet = await idle.open_cursor("q", initial_position="earliest")
+    cursor = await ml.open_cursor("s", initial_position="earliest")
+    await wait_until_async(lambda: not cursor.dirty and not quiet.dirty, timeout_s=5,
+                           interval_s=0.01, message="new cursors are persisted by the flush")
+    quiet_saves = quiet.persist_count
+    # An ack, then a property: each change is reported and persisted in the background.
+    cursor.delete([ps[0]])
+    await wait_until_async(lambda: not cursor.dirty, timeout_s=5, interval_s=0.01,
+                           message="the ack is persisted")
+    cursor.set_property("k", "v")
+    await wait_until_async(lambda: not cursor.dirty, timeout_s=5, interval_s=0.01,
+                           message="the property is persisted")
+    on_disk = decode_cursor((ledger_dir(tmp_path, TOPIC) / "cursors" / "s.cur").read_bytes())
+    assert on_disk.mark_delete == ps[0] and on_disk.properties == {"k": "v"}
+    assert quiet.persist_count == quiet_saves   # the unchanged cursor was never rewritten
+    assert not store._dirty_cursors   # nothing left to visit
+    await store.close()
+
+
 async def test_flush_persists_now_and_skips_when_clean(tmp_path: Path) -> None:
     store, ps = await _filled(tmp_path, 5, mark_delete_rate_limit_per_sec=0)
     ml = store.open_ledgers[TOPIC]

@@ -85,6 +85,8 @@ async def test_each_open_starts_a_new_ledger_with_increasing_ids(tmp_path: Path)
     ml = await store.open_ledger(TOPIC)
     assert [info.sealed for info in ml.ledgers] == [True, True, True, False]
     assert store.ledger_names() == ["other", TOPIC]
+    assert store.has_ledger("other") and store.has_ledger(TOPIC)   # recovered from disk
+    assert not store.has_ledger("never-opened")
     await store.close()
 
 
@@ -222,6 +224,7 @@ async def test_delete_ledger_removes_everything(tmp_path: Path) -> None:
     await ml.append(b"x")
     await store.delete_ledger(TOPIC)
     assert store.ledger_names() == []
+    assert not store.has_ledger(TOPIC)
     assert ml.closed
     ml2 = await store.open_ledger(TOPIC)
     assert ml2.last_confirmed is None

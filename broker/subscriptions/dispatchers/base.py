@@ -93,6 +93,10 @@ class DispatchContext(Protocol):
         """A read_compacted subscription skips *pos*: compaction superseded it."""
         ...
 
+    def touch(self) -> None:
+        """The out counters moved: the topic's rate meters need sampling again."""
+        ...
+
 
 class Dispatcher:
     """Base dispatcher: replay set, pending-ack index, read loop."""
@@ -488,6 +492,8 @@ class Dispatcher:
             sub.msg_out_counter += messages
             sub.bytes_out_counter += len(entry.data)
             sent += 1
+        if sent:
+            sub.touch()
         return sent
 
     def _sent(self, consumer: Consumer, sticky_hash: int) -> None:
