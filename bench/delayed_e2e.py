@@ -341,9 +341,10 @@ def measure_restart(broker: BrokerProc, pending: int, watch_s: float) -> dict[st
 
 
 def run_restart(work: Path, args: argparse.Namespace) -> dict[str, Any]:
-    config = {"delayedDeliveryTickTimeMillis": args.tick_ms,
-              "isDelayedDeliveryDeliverAtTimeStrict": True,
-              "delayedDeliveryTrackerFactoryClassName": "bucket"}
+    config: dict[str, Any] = {"isDelayedDeliveryDeliverAtTimeStrict": True,
+                              "delayedDeliveryTrackerFactoryClassName": "bucket"}
+    if args.tick_ms:  # else the broker's default tick
+        config["delayedDeliveryTickTimeMillis"] = args.tick_ms
     print(f"\n[restart] tracker=bucket config={config} pending={args.pending}")
     broker = BrokerProc(work / "restart", config)
     broker.start()
