@@ -11,6 +11,7 @@ import pytest
 from broker_rawclient import RawClient, make_entry
 from conftest import make_client
 from rest import http_json
+from waiting import wait_until
 
 from protocol import commands as C
 from protocol import pulsar_pb as pb
@@ -379,7 +380,9 @@ def test_topic_list_watchers_report_matching_topics_as_they_come_and_go(broker: 
         assert (refused.type, refused.error.error) == (T.ERROR, ServerError.NotAllowedError)
         assert refused.error.message == \
             "Unable to create topic list watcher: Pattern longer than maximum: 50"
-    assert broker.call(lambda: len(broker.service.topic_events)) == 0
+    # The broker unregisters the connection's watchers when it sees the connection close.
+    wait_until(lambda: broker.call(lambda: len(broker.service.topic_events)) == 0,
+               message="the closed connection's watchers to be unregistered")
 
 
 def test_subscription_properties_over_rest(broker: Any) -> None:

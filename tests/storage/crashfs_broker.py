@@ -147,10 +147,10 @@ async def broker_workload(w: Workload) -> None:
         start = w.seqs.get(TOPIC, 0)
         positions = await w.append(ml, PER_ROUND)
         for i, pos in enumerate(positions):
-            tracker.add(pos.ledger_id, pos.entry_id, deliver_at(start + i))
+            tracker.add(pos, deliver_at(start + i))
         await tracker.wait_idle()
         target = positions[1]
-        result = tracker.cancel_delayed(target.ledger_id, target.entry_id, deliver_at(start + 1))
+        result = tracker.cancel_delayed(target, deliver_at(start + 1))
         assert result in (CancelResult.APPLIED, CancelResult.PENDING), result
         await tracker.persist_cancels()
         w.fs.mark("cancel", TOPIC, target.ledger_id, target.entry_id, deliver_at(start + 1))
@@ -249,8 +249,8 @@ async def _check_cancels(cursor: ManagedCursor, snapshots: SnapshotStore,
         return [f"tracker recovery failed: {exc!r}"]
     problems = []
     for ledger_id, entry_id, at in cancels:
-        tracker.add(ledger_id, entry_id, at)  # the dispatcher re-reads the backlog
-        if tracker.contains(ledger_id, entry_id):
+        tracker.add(Position(ledger_id, entry_id), at)  # the dispatcher re-reads the backlog
+        if tracker.contains(Position(ledger_id, entry_id)):
             problems.append(f"cancel of {ledger_id}:{entry_id} lost: pending again")
     await tracker.close()
     return problems
