@@ -62,6 +62,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from broker.delayed.rejection import DelayRejection
 from broker.metrics.rates import iso_ms
 from broker.topics.dedup import SequenceState
 from broker.topics.publish_answers import Answers
@@ -221,6 +222,8 @@ class Producer:
         self._on_done = self._drain_cb  # bound once: one allocation less per SEND
         # Replaced by the topic's MessageDeduplication.attach (broker.net.producers) before any SEND.
         self.seq_state = SequenceState(name)
+        # How this client must be told of a max-delay rejection (broker.delayed.rejection).
+        self._rejection = DelayRejection(connection.client_version)
 
     @property
     def closed(self) -> bool:
@@ -288,7 +291,8 @@ class Producer:
                     if count != 1 or in_entry != 1:
                         check_send_messages(count, in_entry)
                 except RequestError as exc:
-                    item: Pending | None = Pending(seq, highest, key, started, None, exc, 0, 0)
+                    item: Pending | None = Pending(seq, highest, key, started, None,
+                                                   self._rejection.answer(exc), 0, 0)
                 else:
                     if partial:  # a chunk but the last of its message is no dedup key
                         keys(None)
@@ -345,7 +349,7 @@ class Producer:
                     return
             stored, messages, partial = self.topic.check_publish(entry)
         except RequestError as exc:
-            refused = Pending(seq, highest, key, started, None, exc, 0, 0)
+            refused = Pending(seq, highest, key, started, None, self._rejection.answer(exc), 0, 0)
             refused.buffered = size
             self._queue.append(refused)
             return
