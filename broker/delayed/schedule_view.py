@@ -59,6 +59,8 @@ SORT_INLINE_MAX: Final = 20_000
 
 #: (deliver_at_ms, ledger_id, entry_id): the listing's order and its page cursor.
 ScheduledKey = tuple[int, int, int]
+#: The ledger and entry id of a cursor that stands past every position due at its time.
+LAST: Final = (1 << 63) - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,28 +136,32 @@ def _sources(src: ScheduledSources) -> list[_Source]:
 
 async def _source_page(source: _Source, after: ScheduledKey | None, limit: int
                        ) -> tuple[list[ScheduledKey], ScheduledKey | None, bool]:
-    """(live entries past *after*, at most *limit*; the last key examined; exhausted)."""
+    """(live entries past *after*, at most *limit*; the last key examined; exhausted).
+
+    A window holds every entry of its last time, so once a window is examined everything
+    due up to that time is: the examined bound is then ``(time, LAST, LAST)``."""
     found: list[ScheduledKey] = []
-    cursor = after
+    examined = after
+    from_ts = after[0] if after is not None else -(1 << 63)
     for _ in range(MAX_ROUNDS):
-        from_ts = cursor[0] if cursor is not None else -(1 << 63)
         ts, pos = source.window(from_ts, limit)
+        if not ts:
+            return found, examined, True
         if len(ts) > SORT_INLINE_MAX:
-            keys = await asyncio.to_thread(_candidates, ts, pos, cursor)
+            keys = await asyncio.to_thread(_candidates, ts, pos, after)
         else:
-            keys = _candidates(ts, pos, cursor)
-        if not keys:
-            return found, cursor, True
+            keys = _candidates(ts, pos, after)
         live = source.live     # checked now, on the loop: the state the page reports
         for key in keys:
-            cursor = key
             if live(key[1], key[2]) and (not found or key != found[-1]):
                 found.append(key)
                 if len(found) == limit:
-                    return found, cursor, False
-        if len(ts) < limit:     # the window held everything past the cursor
-            return found, cursor, True
-    return found, cursor, False
+                    return found, key, False
+        if len(ts) < limit:     # the window held everything from from_ts on
+            return found, examined, True
+        examined = (ts[-1], LAST, LAST)
+        from_ts = ts[-1] + 1
+    return found, examined, False
 
 
 async def scheduled_page(src: ScheduledSources, after: ScheduledKey | None,
