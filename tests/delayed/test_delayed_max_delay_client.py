@@ -23,7 +23,6 @@ from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from waiting import wait_until
 
 from protocol import commands as C
 from protocol import pulsar_pb as pb

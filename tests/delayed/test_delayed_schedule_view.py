@@ -9,6 +9,7 @@ import random
 from array import array
 
 import pytest
+from pyroaring import BitMap
 
 from broker.delayed import schedule_view
 from broker.delayed.bucket_records import ImmutableBucket, LoadedSegment
@@ -22,7 +23,6 @@ from broker.delayed.schedule_view import (
     scheduled_page,
 )
 from broker.delayed.snapshot_format import DecodedSegment
-from pyroaring import BitMap
 
 
 def _list_all(src: ScheduledSources, limit: int) -> list[ScheduledKey]:
