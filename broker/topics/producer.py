@@ -17,8 +17,9 @@ send). The queue's records are defined in :mod:`broker.topics.publish_records`:
 2. A SEND the hot loop does not take ends the run before it: a re-send stored again, one
    out of order or that the hot checks decline is a run of one (the per-entry path); a SEND
    refused before any append (SEND_ERROR ChecksumError for a bad CRC: the one error the
-   client fails a single message for; the connection stays) and a duplicate answered with its
-   original's append are one :class:`Pending` each.
+   C++ client fails a single message for; the connection stays; a max-delay rejection takes
+   the code its client needs, :mod:`broker.delayed.rejection`) and a duplicate answered with
+   its original's append are one :class:`Pending` each.
 3. One completion channel: the ledger tells each run once its entries are durable (or
    failed), and the run tells its producer (:meth:`Producer.run_durable`), which answers
    from that very call. The drain (:meth:`Producer._drain`,
