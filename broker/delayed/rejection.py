@@ -25,7 +25,10 @@ fails that one send without closing the connection:
   producer from the connection and keeps the connection. Nothing fails a single send, so the
   least harmful answer is ``NotAllowedError``: the connection and every other producer and
   consumer on it are untouched; that producer's pending sends (the rejected one included)
-  fail with the client's send timeout.
+  fail with the client's send timeout. The client never hears of that producer again, so the
+  broker refuses its later sends too (:meth:`DelayRejection.refuse_after`, the producer's
+  FAILED state): what the client reports as failed is never stored, and an application that
+  re-sends it on a new producer makes no duplicate.
 * Anything else (the WebSocket API's in-process link, other clients): Pulsar's
   ``NotAllowedError``.
 
@@ -39,13 +42,19 @@ from __future__ import annotations
 from typing import Final
 
 from broker.delayed.guard import DelayTooLongError
-from protocol.errors import RequestError, ServerError
+from protocol.errors import NotAllowedError, RequestError, ServerError
 
-__all__ = ["CHECKSUM_ERROR_CLIENTS", "DelayRejection", "rejection_code"]
+__all__ = ["CHECKSUM_ERROR_CLIENTS", "DETACHED_TEXT", "DETACHING_CLIENTS", "DelayRejection",
+           "rejection_code"]
 
 #: CONNECT ``client_version`` prefixes of the clients that close their connection on every
 #: SEND_ERROR but ``ChecksumError`` (the C++ library; Python and Node send its version).
 CHECKSUM_ERROR_CLIENTS: Final = ("Pulsar-CPP-",)
+#: Prefixes of the clients that detach a producer from its connection on NotAllowedError.
+DETACHING_CLIENTS: Final = ("Pulsar-Go-",)
+#: Why a producer's sends after its client detached it are refused.
+DETACHED_TEXT: Final = ("The client stopped listening to this producer after a max-delay "
+                        "rejection; re-create the producer")
 
 
 def rejection_code(client_version: str) -> ServerError:
@@ -58,10 +67,18 @@ def rejection_code(client_version: str) -> ServerError:
 class DelayRejection:
     """One producer's answer to a max-delay rejection (module docstring)."""
 
-    __slots__ = ("code",)
+    __slots__ = ("code", "detaches")
 
     def __init__(self, client_version: str) -> None:
         self.code = rejection_code(client_version)
+        self.detaches = client_version.startswith(DETACHING_CLIENTS)
+
+    def refuse_after(self, answered: RequestError) -> RequestError | None:
+        """What every later send of the producer must be refused with once *answered* went
+        out (None: nothing; the producer goes on)."""
+        if self.detaches and type(answered) is DelayTooLongError:
+            return NotAllowedError(DETACHED_TEXT)
+        return None
 
     def answer(self, error: RequestError) -> RequestError:
         """*error* as this producer's client must see it."""

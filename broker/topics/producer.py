@@ -97,7 +97,8 @@ ACCESS_MODE_NAMES: dict[int, str] = {
 class ProducerState(enum.Enum):
     """Where a producer stands; every lifecycle check reads this one field.
 
-    ACTIVE -> FAILED (an append failed: every later SEND fails with that error) ->
+    ACTIVE -> FAILED (an append failed, or a max-delay rejection made the client stop
+    listening to the producer: every later SEND fails with that error) ->
     BLOCKING (the store refused an append because it is read-only: the drain answers what
     precedes that record, then blocks) -> BLOCKED (closed by the broker, CLOSE_PRODUCER sent;
     it stays registered on its connection until the client re-creates or closes it).
@@ -293,7 +294,7 @@ class Producer:
                         check_send_messages(count, in_entry)
                 except RequestError as exc:
                     item: Pending | None = Pending(seq, highest, key, started, None,
-                                                   self._rejection.answer(exc), 0, 0)
+                                                   self._refused(exc), 0, 0)
                 else:
                     if partial:  # a chunk but the last of its message is no dedup key
                         keys(None)
@@ -350,7 +351,7 @@ class Producer:
                     return
             stored, messages, partial = self.topic.check_publish(entry)
         except RequestError as exc:
-            refused = Pending(seq, highest, key, started, None, self._rejection.answer(exc), 0, 0)
+            refused = Pending(seq, highest, key, started, None, self._refused(exc), 0, 0)
             refused.buffered = size
             self._queue.append(refused)
             return
@@ -367,6 +368,17 @@ class Producer:
                 f"entry of {len(stored)} bytes > {MAX_RECORD_BYTES}"))
             return
         self._append_run(run, [stored])
+
+    def _refused(self, error: RequestError) -> RequestError:
+        """The answer to a SEND refused with *error* (a max-delay rejection takes the code its
+        client needs). A client that stops listening to the producer on it (the Go client)
+        gets every later send refused as well: FAILED, nothing stored it would not hear of."""
+        answered = self._rejection.answer(error)
+        later = self._rejection.refuse_after(answered)
+        if later is not None and self.state is ProducerState.ACTIVE:
+            self.state = ProducerState.FAILED
+            self._error = later
+        return answered
 
     def _append_run(self, run: PublishRun, datas: list[bytes]) -> None:
         """Queue *run* and append its entries (*datas*) to the ledger."""
