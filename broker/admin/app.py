@@ -31,6 +31,7 @@ from broker.admin import (
     permissions,
     policies,
     policies_quota,
+    scheduled_routes,
     schemas,
     topic_ops,
     topics,
@@ -126,6 +127,7 @@ def create_app(service: BrokerService, *, metrics_source: BrokerMetrics | None =
     topic_ops.add_routes(app)
     permissions.add_routes(app)
     delayed_routes.add_routes(app)
+    scheduled_routes.add_routes(app)
     nonpersistent_routes.add_routes(app)
     app.router.add_get("/lookup/v2/topic/{domain}/{tenant}/{namespace}/{topic}", lookup)
     brokers.add_routes(app)

@@ -3,17 +3,18 @@
 Theory of operation
 -------------------
 ``POST /admin/v2/persistent/{tenant}/{namespace}/{topic}/cancelDelayedMessage`` with the query
-``ledgerId``, ``entryId``, ``deliverAt`` (epoch ms, the message's real deliver time) and an
-optional ``subscriptionNames`` (repeated or comma-separated; none = every subscription that
-delays messages: Shared, Key_Shared, or not typed yet since the broker started).
+``ledgerId``, ``entryId``, an optional ``deliverAt`` (epoch ms, the message's real deliver time;
+without it the broker reads it from the stored entry) and an optional ``subscriptionNames``
+(repeated or comma-separated; none = every subscription that delays messages: Shared,
+Key_Shared, or not typed yet since the broker started).
 
 1. Parameters: a missing, non-numeric or negative ``ledgerId``/``entryId``, or a
-   ``deliverAt`` <= 0, is 412 (the design's "invalid parameters").
+   ``deliverAt`` given but not a positive number, is 412 (the design's "invalid parameters").
 2. The topic (404 when absent). A partitioned topic fans out to its partitions, but a message
    lives in exactly one of them (ledger ids are unique in a broker): the partition whose
    ledger holds it is the one acted on.
-3. The message must exist and carry that deliver time (as stored: after a fixed delay's
-   rewrite): otherwise 412, "nothing to cancel". Named subscriptions must exist (404).
+3. The message must exist and be delayed; a ``deliverAt`` given must be its deliver time (as
+   stored: after a fixed delay's rewrite): otherwise 412, "nothing to cancel". Named subscriptions must exist (404).
 4. Each chosen subscription: :func:`broker.subscriptions.cancel.cancel_on_subscription`
    (tracker cancel, made durable, then the message is acknowledged and the cursor flushed).
    Named subscriptions must all accept; without names at least one must. Otherwise 412 with
@@ -82,7 +83,8 @@ async def cancel_delayed_message(request: web.Request) -> web.Response:
     tn = topic_name(m["tenant"], m["namespace"], m["topic"])
     ledger_id = _query_long(request, "ledgerId", minimum=0)
     entry_id = _query_long(request, "entryId", minimum=0)
-    deliver_at = _query_long(request, "deliverAt", minimum=1)
+    deliver_at = (_query_long(request, "deliverAt", minimum=1)
+                  if "deliverAt" in request.query else None)
     names = subscription_names(request)
     position = Position(ledger_id, entry_id)
     found = await _locate(await admin.topics.targets(tn), position)
@@ -95,7 +97,9 @@ async def cancel_delayed_message(request: web.Request) -> web.Response:
         raise E.precondition_failed(
             f"Failed to cancel delayed message: message {ledger_id}:{entry_id} is not a "
             "delayed message")
-    if stored_at != deliver_at:
+    if deliver_at is None:
+        deliver_at = stored_at
+    elif stored_at != deliver_at:
         raise E.precondition_failed(
             f"Failed to cancel delayed message: deliverAt {deliver_at} does not match message "
             f"{ledger_id}:{entry_id}, which is due at {stored_at}")

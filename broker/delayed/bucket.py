@@ -60,6 +60,7 @@ from broker.delayed.cancels import CancelResult
 from broker.delayed.indexed import IndexedPositions, MutableBucket
 from broker.delayed.packed import WideIndex, fits, run_end_union
 from broker.delayed.ports import BucketCursor, SnapshotStorage
+from broker.delayed.schedule_view import ScheduledSources
 from broker.delayed.tracker import TimedTracker
 from storage.positions import Position
 
@@ -266,6 +267,34 @@ class BucketDelayedDeliveryTracker(TimedTracker):
         out.sort()
         self._update_timer()
         return out
+
+    def scheduled_sources(self) -> ScheduledSources:
+        """The mutable bucket, the late-entry index and the loaded segments; the pending
+        positions of segments only on disk are counted as ``not_loaded``."""
+        segments = tuple(b.loaded for b in self._sealed if b.alive and b.loaded is not None)
+        in_segments = sum(len(seg.ts) - seg.i for seg in segments if seg.live)
+        sealed_pending = sum(b.remaining for b in self._sealed if b.alive)
+        return ScheduledSources(indexes=(self._mutable, self._late), segments=segments,
+                                wide=tuple(self._wide.items()),
+                                not_loaded=max(0, sealed_pending - in_segments))
+
+    def next_due_ms(self) -> int | None:
+        return self._head_ts()
+
+    def last_due_ms(self) -> int | None:
+        """From the indexes in memory and, for a sealed bucket, the first time of its last
+        segment (its later times are on disk)."""
+        lasts = [self._mutable.index.last_ts(), self._late.index.last_ts()]
+        wide = self._wide.items()
+        if wide:
+            lasts.append(wide[-1][0])
+        for bucket in self._sealed:
+            if bucket.alive and bucket.remaining and bucket.segment_min_ts:
+                lasts.append(bucket.segment_min_ts[-1])
+            if bucket.alive and bucket.loaded is not None and bucket.loaded.live:
+                lasts.append(bucket.loaded.ts[-1])
+        live = [t for t in lasts if t is not None]
+        return max(live) if live and len(self) else None
 
     def on_rewind(self) -> None:
         return  # durable: the snapshots stay valid, the re-read skips what they hold

@@ -46,6 +46,7 @@ from broker.delayed.cancels import CancelResult
 from broker.delayed.in_memory import InMemoryDelayedDeliveryTracker
 from broker.delayed.policy import DelayPolicy
 from broker.delayed.ports import BucketCursor, SnapshotStorage
+from broker.delayed.schedule_view import ScheduledSources
 from broker.delayed.tracker import DelayedDeliveryTracker
 from storage.positions import Position
 
@@ -96,7 +97,7 @@ class TrackerFactory:
 class DelayedDelivery:
     """One subscription's delayed delivery (see the module docstring)."""
 
-    __slots__ = ("_factory", "_policy", "_tracker", "_wake")
+    __slots__ = ("_factory", "_policy", "_tracker", "_wake", "due_total")
 
     def __init__(self, factory: Callable[[DelayPolicy, Callable[[], None]], DelayedDeliveryTracker],
                  policy: DelayPolicy) -> None:
@@ -104,6 +105,8 @@ class DelayedDelivery:
         self._policy = policy
         self._tracker: DelayedDeliveryTracker | None = None
         self._wake: Callable[[], None] | None = None
+        #: Delayed positions handed to the dispatcher as due (``horae_subscription_delayed_due``).
+        self.due_total = 0
 
     # --- owner side: the policy, the dispatcher, the lifecycle -----------------------------
 
@@ -160,7 +163,9 @@ class DelayedDelivery:
         tracker = self._tracker
         if tracker is None or not tracker.has_message_available():
             return []
-        return tracker.get_scheduled(max_messages)
+        due = tracker.get_scheduled(max_messages)
+        self.due_total += len(due)
+        return due
 
     def paused(self) -> bool:
         """Should the dispatcher stop reading new entries for now (the tracker asks)?"""
@@ -207,3 +212,16 @@ class DelayedDelivery:
     @property
     def memory_bytes(self) -> int:
         return self._tracker.memory_bytes if self._tracker is not None else 0
+
+    def next_due_ms(self) -> int | None:
+        """The earliest deliver time tracked (epoch ms); None when nothing is."""
+        return self._tracker.next_due_ms() if self._tracker is not None else None
+
+    def last_due_ms(self) -> int | None:
+        """The latest deliver time tracked (epoch ms); None when nothing is."""
+        return self._tracker.last_due_ms() if self._tracker is not None else None
+
+    def scheduled_sources(self) -> ScheduledSources:
+        """What is scheduled, as held in memory (:mod:`broker.delayed.schedule_view`)."""
+        return (self._tracker.scheduled_sources() if self._tracker is not None
+                else ScheduledSources())

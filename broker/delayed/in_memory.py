@@ -37,6 +37,7 @@ from collections.abc import Callable
 from broker.delayed.cancels import CancelResult
 from broker.delayed.indexed import IndexedPositions
 from broker.delayed.packed import WideIndex, fits
+from broker.delayed.schedule_view import ScheduledSources
 from broker.delayed.tracker import TimedTracker, TimerLoop
 from storage.positions import Position
 
@@ -121,6 +122,20 @@ class InMemoryDelayedDeliveryTracker(TimedTracker):
         out.sort()
         self._update_timer()
         return out
+
+    def scheduled_sources(self) -> ScheduledSources:
+        return ScheduledSources(indexes=(self._positions,), wide=tuple(self._wide.items()))
+
+    def next_due_ms(self) -> int | None:
+        return self._head_ts()
+
+    def last_due_ms(self) -> int | None:
+        if not self._positions.count and not self._wide.members:
+            return None
+        wide = self._wide.items()
+        lasts = [t for t in (self._positions.index.last_ts(),
+                             wide[-1][0] if wide else None) if t is not None]
+        return max(lasts) if lasts else None
 
     def _reset_when_empty(self) -> None:
         self._positions.clear()             # only stale entries can be left

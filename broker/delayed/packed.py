@@ -27,7 +27,7 @@ from __future__ import annotations
 import heapq
 import sys
 from array import array
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterator
 
 from pyroaring import BitMap
@@ -235,6 +235,30 @@ class PackedTimeIndex:
         for c, (ts_col, pos_col) in enumerate(zip(self._ts, self._pos, strict=True)):
             start = self._head if c == 0 else 0
             yield from zip(ts_col[start:], pos_col[start:], strict=True)
+
+    def last_ts(self) -> int | None:
+        """Latest time, or None when empty."""
+        return self._maxes[-1] if self._len else None
+
+    def window(self, from_ts: int, count: int) -> tuple[array[int], array[int]]:
+        """Copies of entries with time >= ``from_ts``, in time order: at least ``count`` of
+        them (all when fewer), and every entry sharing the last copied time. Whole slices are
+        copied (no per-entry Python work), so an admin listing can order them off the loop."""
+        ts_out: array[int] = array("q")
+        pos_out: array[int] = array("Q")
+        for c in range(bisect_left(self._maxes, from_ts), len(self._ts)):
+            ts_col, pos_col = self._ts[c], self._pos[c]
+            lo = bisect_left(ts_col, from_ts, self._head if c == 0 else 0)
+            if len(ts_out) >= count:    # complete the group of the last time copied
+                hi = bisect_right(ts_col, ts_out[-1], lo)
+                ts_out.extend(ts_col[lo:hi])
+                pos_out.extend(pos_col[lo:hi])
+                if hi < len(ts_col):
+                    break
+            else:
+                ts_out.extend(ts_col[lo:])
+                pos_out.extend(pos_col[lo:])
+        return ts_out, pos_out
 
     def clear(self) -> None:
         self._ts.clear()

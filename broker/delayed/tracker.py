@@ -40,6 +40,7 @@ from enum import IntEnum
 from typing import Protocol
 
 from broker.delayed.cancels import CancelBook, CancelResult, CancelStats
+from broker.delayed.schedule_view import ScheduledSources
 from storage.positions import Position
 
 #: A cancel is kept this many ticks past its deliver time (PIP-423: ``deliverAt + 2 * tick``).
@@ -240,6 +241,21 @@ class DelayedDeliveryTracker(abc.ABC):
         if op is DelayedOperationType.CANCEL:
             return self.cancel_delayed(position, deliver_at_ms).accepted
         return self.add(position, deliver_at_ms)
+
+    # --- what is scheduled (admin listing, metrics) ----------------------------------------
+
+    def scheduled_sources(self) -> ScheduledSources:
+        """What the index holds in memory, for :mod:`broker.delayed.schedule_view`."""
+        return ScheduledSources()
+
+    def next_due_ms(self) -> int | None:
+        """The earliest deliver time tracked (epoch ms), None when nothing is."""
+        return None
+
+    def last_due_ms(self) -> int | None:
+        """The latest deliver time tracked (epoch ms; from index slots, so a handed-out or
+        cancelled message may still count until its slot leaves), None when nothing is."""
+        return None
 
 
 class TimedTracker(DelayedDeliveryTracker):

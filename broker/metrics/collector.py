@@ -140,6 +140,14 @@ _FAMILIES: dict[str, tuple[str, str, str]] = {
         "counter", "Cancels refused: the deliver time was already due (PIP-423)", "sub"),
     "pulsar_subscription_delayed_cancels_pending": (
         "gauge", "Cancels recorded whose target has not been read yet (PIP-423)", "sub"),
+    "horae_subscription_delayed_due": (
+        "counter", "Delayed messages that fell due and were handed to the dispatcher", "sub"),
+    "horae_subscription_delayed_next_due_timestamp_seconds": (
+        "gauge", "Earliest deliver time tracked (seconds since the epoch; absent when none)",
+        "sub"),
+    "horae_subscription_delayed_last_due_timestamp_seconds": (
+        "gauge", "Latest deliver time tracked (seconds since the epoch; absent when none)",
+        "sub"),
     "horae_delayed_cancel_journal_failures": (
         "counter", "Failed writes of the bucket trackers' cancel snapshots (PIP-423; each is "
         "retried), summed over the topic's subscriptions", "topic"),
@@ -348,6 +356,15 @@ class HoraeCollector(Collector):
             sadd("pulsar_cursor_epoch_increase_task_state", int(sub.revisions.task_state))
             for name, value in gauges.items():
                 sadd(name, value)
+            delayed = sub.delayed
+            sadd("horae_subscription_delayed_due", delayed.due_total)
+            for name, due_ms in (
+                    ("horae_subscription_delayed_next_due_timestamp_seconds",
+                     delayed.next_due_ms()),
+                    ("horae_subscription_delayed_last_due_timestamp_seconds",
+                     delayed.last_due_ms())):
+                if due_ms is not None:
+                    sadd(name, due_ms / 1000.0)
             if tracker is not None:
                 cancels = tracker.cancel_stats()
                 sadd("pulsar_subscription_delayed_cancels_applied", cancels.applied_total)

@@ -37,7 +37,7 @@ from storage.stats import StorageStats
 
 __all__ = [
     "BucketIndexFigures", "ConsumerFigures", "CursorFigures", "DelayedIndexFigures",
-    "MetricsSource", "PublishBufferFigures", "RevisionFigures", "SubscriptionFigures",
+    "DueFigures", "MetricsSource", "PublishBufferFigures", "RevisionFigures", "SubscriptionFigures",
     "TopicFigures",
 ]
 
@@ -156,7 +156,23 @@ class ConsumerFigures(Protocol):
         ...
 
 
+class DueFigures(Protocol):
+    """A subscription's delayed delivery: what fell due, and the due times tracked."""
+
+    @property
+    def due_total(self) -> int:
+        """Delayed messages handed to the dispatcher as due since the subscription loaded."""
+        ...
+
+    def next_due_ms(self) -> int | None: ...
+
+    def last_due_ms(self) -> int | None: ...
+
+
 class SubscriptionFigures(Protocol):
+    @property
+    def delayed(self) -> DueFigures: ...
+
     @property
     def cursor(self) -> CursorFigures: ...
 

@@ -17,8 +17,9 @@ send). The queue's records are defined in :mod:`broker.topics.publish_records`:
 2. A SEND the hot loop does not take ends the run before it: a re-send stored again, one
    out of order or that the hot checks decline is a run of one (the per-entry path); a SEND
    refused before any append (SEND_ERROR ChecksumError for a bad CRC: the one error the
-   client fails a single message for; the connection stays) and a duplicate answered with its
-   original's append are one :class:`Pending` each.
+   C++ client fails a single message for; the connection stays; a max-delay rejection takes
+   the code its client needs, :mod:`broker.delayed.rejection`) and a duplicate answered with
+   its original's append are one :class:`Pending` each.
 3. One completion channel: the ledger tells each run once its entries are durable (or
    failed), and the run tells its producer (:meth:`Producer.run_durable`), which answers
    from that very call. The drain (:meth:`Producer._drain`,
@@ -62,6 +63,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from broker.delayed.rejection import DelayRejection
 from broker.metrics.rates import iso_ms
 from broker.topics.dedup import SequenceState
 from broker.topics.publish_answers import Answers
@@ -95,7 +97,8 @@ ACCESS_MODE_NAMES: dict[int, str] = {
 class ProducerState(enum.Enum):
     """Where a producer stands; every lifecycle check reads this one field.
 
-    ACTIVE -> FAILED (an append failed: every later SEND fails with that error) ->
+    ACTIVE -> FAILED (an append failed, or a max-delay rejection made the client stop
+    listening to the producer: every later SEND fails with that error) ->
     BLOCKING (the store refused an append because it is read-only: the drain answers what
     precedes that record, then blocks) -> BLOCKED (closed by the broker, CLOSE_PRODUCER sent;
     it stays registered on its connection until the client re-creates or closes it).
@@ -221,6 +224,8 @@ class Producer:
         self._on_done = self._drain_cb  # bound once: one allocation less per SEND
         # Replaced by the topic's MessageDeduplication.attach (broker.net.producers) before any SEND.
         self.seq_state = SequenceState(name)
+        # How this client must be told of a max-delay rejection (broker.delayed.rejection).
+        self._rejection = DelayRejection(connection.client_version)
 
     @property
     def closed(self) -> bool:
@@ -288,7 +293,8 @@ class Producer:
                     if count != 1 or in_entry != 1:
                         check_send_messages(count, in_entry)
                 except RequestError as exc:
-                    item: Pending | None = Pending(seq, highest, key, started, None, exc, 0, 0)
+                    item: Pending | None = Pending(seq, highest, key, started, None,
+                                                   self._refused(exc), 0, 0)
                 else:
                     if partial:  # a chunk but the last of its message is no dedup key
                         keys(None)
@@ -345,7 +351,7 @@ class Producer:
                     return
             stored, messages, partial = self.topic.check_publish(entry)
         except RequestError as exc:
-            refused = Pending(seq, highest, key, started, None, exc, 0, 0)
+            refused = Pending(seq, highest, key, started, None, self._refused(exc), 0, 0)
             refused.buffered = size
             self._queue.append(refused)
             return
@@ -362,6 +368,17 @@ class Producer:
                 f"entry of {len(stored)} bytes > {MAX_RECORD_BYTES}"))
             return
         self._append_run(run, [stored])
+
+    def _refused(self, error: RequestError) -> RequestError:
+        """The answer to a SEND refused with *error* (a max-delay rejection takes the code its
+        client needs). A client that stops listening to the producer on it (the Go client)
+        gets every later send refused as well: FAILED, nothing stored it would not hear of."""
+        answered = self._rejection.answer(error)
+        later = self._rejection.refuse_after(answered)
+        if later is not None and self.state is ProducerState.ACTIVE:
+            self.state = ProducerState.FAILED
+            self._error = later
+        return answered
 
     def _append_run(self, run: PublishRun, datas: list[bytes]) -> None:
         """Queue *run* and append its entries (*datas*) to the ledger."""

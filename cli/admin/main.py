@@ -114,10 +114,11 @@ def _cancel_delayed(args: argparse.Namespace) -> Request:
     """PIP-423 ``cancel-delayed-message``: ids in the query, subscriptions repeated."""
     for flag, value, low in (("--ledgerId", args.ledger_id, 0), ("--entryId", args.entry_id, 0),
                              ("--deliverAt", args.deliver_at, 1)):
-        if value < low:
+        if value is not None and value < low:
             raise UsageError(f"{flag} must be >= {low}, not {value}")
-    query = [("ledgerId", args.ledger_id), ("entryId", args.entry_id),
-             ("deliverAt", args.deliver_at)]
+    query = [("ledgerId", args.ledger_id), ("entryId", args.entry_id)]
+    if args.deliver_at is not None:  # without it the broker reads it from the message
+        query.append(("deliverAt", args.deliver_at))
     query += [("subscriptionNames", name) for name in _split(args.subscription_names)]
     return Request("POST", T + topic_path(args.topic) + "/cancelDelayedMessage?"
                    + urllib.parse.urlencode(query))
@@ -243,6 +244,11 @@ _COMMANDS: dict[tuple[str, str], Builder] = {
         "POST", T + topic_path(a.topic) + f"/subscription/{q(a.subscription)}/skipByMessageIds",
         _skip_body(a), True),
     ("topics", "cancel-delayed-message"): _cancel_delayed,
+    ("topics", "list-delayed-messages"): lambda a: _delayed_view(a, "", [
+        ("limit", a.limit), ("after", a.after)]),
+    ("topics", "delayed-histogram"): lambda a: _delayed_view(a, "/histogram", [
+        ("boundsMs", ",".join(str(parse_duration_ms(b)) for b in _split(a.bounds))
+         if a.bounds else None)]),
     ("topics", "set-delayed-delivery"): lambda a: Request(
         "POST", T + topic_path(a.topic) + "/delayedDelivery", _policy_body(a), True),
     ("topics", "get-delayed-delivery"): lambda a: Request(
@@ -253,6 +259,15 @@ _COMMANDS: dict[tuple[str, str], Builder] = {
                                             + topic_path(a.topic)),
 }
 _COMMANDS.update(policy_commands.COMMANDS)
+
+
+def _delayed_view(args: argparse.Namespace, tail: str,
+                  query: list[tuple[str, object]]) -> Request:
+    """The scheduled-messages listing and histogram of one subscription (GET, query given)."""
+    given = [(k, v) for k, v in query if v is not None]
+    return Request("GET", T + topic_path(args.topic)
+                   + f"/subscription/{q(args.subscription)}/delayedMessages" + tail
+                   + ("?" + urllib.parse.urlencode(given) if given else ""))
 
 
 def _split(value: str | None) -> list[str]:
@@ -374,6 +389,14 @@ def build_parser() -> argparse.ArgumentParser:
     rc.add_argument("--messageId", "-m", dest="message_id", help="ledgerId:entryId")
     rc.add_argument("--exclude-message", "-e", action="store_true",
                     help="start just after --messageId")
+    ld = sub_cmd("list-delayed-messages")
+    ld.add_argument("--limit", "-n", type=non_negative_int, default=None,
+                    help="messages per page (server default 100, at most 1000)")
+    ld.add_argument("--after", "-a", default=None,
+                    help="deliverAt:ledgerId:entryId, the 'next' of the previous page")
+    sub_cmd("delayed-histogram").add_argument(
+        "--bounds", "-b", default=None,
+        help="comma-separated bin bounds from now (e.g. 1m,1h,1d; default 1s to 30d)")
     sm = sub_cmd("skip-messages")
     sm.add_argument("--messageId", "-m", dest="message_ids", action="append",
                     help="ledgerId=entryId (PIP-423; repeatable)")
@@ -387,8 +410,9 @@ def build_parser() -> argparse.ArgumentParser:
     cd.add_argument("topic")
     cd.add_argument("--ledgerId", "-l", dest="ledger_id", type=int, required=True)
     cd.add_argument("--entryId", "-e", dest="entry_id", type=int, required=True)
-    cd.add_argument("--deliverAt", "-t", dest="deliver_at", type=int, required=True,
-                    help="the message's deliver time, epoch milliseconds")
+    cd.add_argument("--deliverAt", "-t", dest="deliver_at", type=int, default=None,
+                    help="the message's deliver time, epoch milliseconds (checked when given; "
+                         "default: read from the message)")
     cd.add_argument("--subscriptionNames", "-s", dest="subscription_names", default="",
                     help="comma-separated subscriptions (default: every Shared or Key_Shared)")
     _policy_args(tp.add_parser("set-delayed-delivery"), "topic", "topic name")

@@ -97,6 +97,24 @@ def test_cancel_before_any_consumer_holds_after_a_shared_consumer_arrives(
     assert _drain(consumer) == [b"m1"]
 
 
+def test_cancel_without_deliver_at_reads_the_deliver_time_from_the_message(
+        api: Api, client: Any) -> None:
+    consumer = client.subscribe(f"{T}/c9", "sub", consumer_type=pulsar.ConsumerType.Shared)
+    ids, _ = _schedule(client, "c9", 2)
+    base = f"{P}/c9/cancelDelayedMessage"
+    reply = api("POST", f"{base}?ledgerId={ids[0].ledger_id()}&entryId={ids[0].entry_id()}")
+    assert reply.status == 204, reply
+    assert _sub_stats(api, "c9", "sub")["msgBacklog"] == 1
+    plain = client.create_producer(f"{T}/c9").send(b"now")
+    not_delayed = api("POST", f"{base}?ledgerId={plain.ledger_id()}&entryId={plain.entry_id()}")
+    assert not_delayed.status == 412
+    assert "not a delayed message" in str(not_delayed.reason)
+    missing = api("POST", f"{base}?ledgerId={ids[0].ledger_id()}&entryId=999")
+    assert missing.status == 412
+    assert "not found" in str(missing.reason)
+    assert _drain(consumer) == [b"m1", b"now"]
+
+
 def test_cancel_on_named_subscriptions_only(api: Api, client: Any) -> None:
     a = client.subscribe(f"{T}/c3", "a", consumer_type=pulsar.ConsumerType.Shared)
     b = client.subscribe(f"{T}/c3", "b", consumer_type=pulsar.ConsumerType.KeyShared)
@@ -138,7 +156,9 @@ def test_cancel_status_codes(api: Api, client: Any) -> None:
     ids, deliver_at = _schedule(client, "c6", 1, delay_ms=60_000)
     mid = ids[0]
     base = f"{P}/c6/cancelDelayedMessage"
-    for query in ("", f"?ledgerId={mid.ledger_id()}&entryId={mid.entry_id()}",
+    for query in ("", f"?entryId={mid.entry_id()}",
+                  f"?ledgerId={mid.ledger_id()}&entryId={mid.entry_id()}&deliverAt=",
+                  f"?ledgerId={mid.ledger_id()}&entryId={mid.entry_id()}&deliverAt=x",
                   f"?ledgerId=-1&entryId=0&deliverAt={deliver_at}",
                   f"?ledgerId=x&entryId=0&deliverAt={deliver_at}",
                   f"?ledgerId={mid.ledger_id()}&entryId={mid.entry_id()}&deliverAt=0"):
@@ -193,8 +213,7 @@ def test_horae_admin_cancel_delayed_message(broker: Any, client: Any) -> None:
                "-e", str(ids[0].entry_id()), "-t", str(deliver_at), "-s", "sub")
     assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
     done = cli("topics", "cancel-delayed-message", f"{T}/c8", "--ledgerId",
-               str(ids[2].ledger_id()), "--entryId", str(ids[2].entry_id()),
-               "--deliverAt", str(deliver_at))
+               str(ids[2].ledger_id()), "--entryId", str(ids[2].entry_id()))
     assert done.returncode == 0, done.stderr
     refused = cli("topics", "cancel-delayed-message", "c8", "-l", str(ids[1].ledger_id()),
                   "-e", str(ids[1].entry_id()), "-t", str(deliver_at + 5))

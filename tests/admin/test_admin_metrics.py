@@ -189,6 +189,19 @@ class _FakeRevisions:
 
 
 @dataclasses.dataclass
+class _FakeDelayed:
+    due_total: int = 0
+    next_due: int | None = None
+    last_due: int | None = None
+
+    def next_due_ms(self) -> int | None:
+        return self.next_due
+
+    def last_due_ms(self) -> int | None:
+        return self.last_due
+
+
+@dataclasses.dataclass
 class _FakeSubscription:
     cursor: _FakeCursor = dataclasses.field(default_factory=_FakeCursor)
     revisions: _FakeRevisions = dataclasses.field(default_factory=_FakeRevisions)
@@ -196,6 +209,7 @@ class _FakeSubscription:
     msg_out_counter: int = 0
     bytes_out_counter: int = 0
     delayed_tracker: _FakeBucketTracker | _FakeMemoryTracker | None = None
+    delayed: _FakeDelayed = dataclasses.field(default_factory=_FakeDelayed)
 
     @property
     def msg_delayed(self) -> int:
@@ -251,6 +265,8 @@ def _fake_service(*, topic_level: bool = True) -> MetricsSource:
                             revisions=_FakeRevisions(increase_count=4, task_state=1),
                             consumers=[_FakeConsumer(unacked_messages=2)],
                             delayed_tracker=_FakeBucketTracker(),
+                            delayed=_FakeDelayed(due_total=7, next_due=1_767_225_600_000,
+                                                 last_due=1_767_225_601_500),
                             msg_out_counter=8, bytes_out_counter=80)
     topic = _FakeTopic(
         f"{T}/fake", subscriptions={"s": sub}, producers={"p": object()}, msg_in_counter=20,
@@ -285,6 +301,11 @@ def test_collector_reads_plain_counters_trackers_and_histograms() -> None:
     assert _value(samples, "pulsar_subscription_delayed_cancels_applied_total", **sub) == 6
     assert _value(samples, "pulsar_subscription_delayed_cancels_refused_total", **sub) == 2
     assert _value(samples, "pulsar_subscription_delayed_cancels_pending", **sub) == 4
+    assert _value(samples, "horae_subscription_delayed_due_total", **sub) == 7
+    assert _value(samples, "horae_subscription_delayed_next_due_timestamp_seconds",
+                  **sub) == 1_767_225_600.0
+    assert _value(samples, "horae_subscription_delayed_last_due_timestamp_seconds",
+                  **sub) == 1_767_225_601.5
     assert _value(samples, "pulsar_delayed_message_index_size_bytes", **topic) == 240
     assert _value(samples, "pulsar_delayed_message_index_bucket_total", **sub) == 3
     assert _value(samples, "pulsar_delayed_message_index_loaded", **sub) == 10

@@ -1,15 +1,14 @@
-"""PIP-315 max-delay rejection as clients see it: the exact SEND_ERROR on the wire (raw client
-built on ``protocol/``) and what the official Python client 3.13 (C++ 4.2.0) does with it.
+"""PIP-315 max-delay rejection as clients see it: the SEND_ERROR on the wire per client kind
+(raw client built on ``protocol/``, announcing each official client's ``client_version``) and
+what the official Python client 3.13 (C++ 4.2.0) does with it.
 
-Why the official client never fails the send (read in pulsar-client-cpp v4.2.0):
-``ClientConnection::handleSendError`` fails a single message only for ChecksumError; any other
-code (NotAllowedError included) closes the whole connection. The producer reconnects (backoff
-100 ms), and ``ProducerImpl::handleCreateProducer`` on PRODUCER_SUCCESS re-sends the pending
-queue, resets the backoff and calls ``startSendTimeoutTimer()``, which re-arms the send-timeout
-timer to a full ``send_timeout_millis`` from now. The timer only fires after a whole send
-timeout without a successful reconnect, so with a broker that answers PRODUCER (as upstream
-Pulsar does) the cycle reject -> close -> reconnect -> re-send repeats about ten times a second
-and the message completes only when the producer or client is closed (AlreadyClosed).
+Why the C++-based clients get ``ChecksumError`` (read in pulsar-client-cpp v4.2.0):
+``ClientConnection::handleSendError`` fails a single message only for ChecksumError
+(``ProducerImpl::removeCorruptMessage``: the head of the pending queue, matched by sequence id);
+any other code closes the whole connection, and the producer re-sends the rejected message
+after every reconnect, with no end (every consumer on that connection is disturbed too). The
+Java client fails the send on NotAllowedError (``recoverNotAllowedError``); see
+:mod:`broker.delayed.rejection`.
 """
 
 from __future__ import annotations
@@ -24,7 +23,6 @@ from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from waiting import wait_until
 
 from protocol import commands as C
 from protocol import pulsar_pb as pb
@@ -71,18 +69,31 @@ def limited(broker_factory: Any) -> Any:
     return broker_factory(config_overrides={"delayedDeliveryMaxDelayInMillis": MAX_DELAY_MS})
 
 
-def test_max_delay_rejection_is_send_error_not_allowed_with_pulsars_text(limited: Any) -> None:
+CLIENT_CODES = [
+    ("Pulsar-CPP-v4.2.0", ServerError.ChecksumError),      # C++, Python and Node clients
+    ("Pulsar-CPP-v4.2.0-my-app", ServerError.ChecksumError),  # with a description
+    ("Pulsar-Java-v4.0.8", ServerError.NotAllowedError),
+    ("Pulsar-Go-v0.19.0", ServerError.NotAllowedError),
+    ("Horae-rawclient", ServerError.NotAllowedError),      # anything else: Pulsar's answer
+]
+
+
+@pytest.mark.parametrize(("client_version", "code"), CLIENT_CODES)
+def test_max_delay_rejection_code_follows_the_client_and_keeps_pulsars_text(
+        limited: Any, client_version: str, code: ServerError) -> None:
     raw = _rawclient_module()
-    topic = "persistent://public/default/max-delay-wire"
+    topic = f"persistent://public/default/max-delay-wire-{CLIENT_CODES.index((client_version, code))}"
     with raw.RawClient(limited.service_url) as rc:
-        rc.handshake()
+        rc.send(C.encode_connect(client_version, 20))
+        assert rc.recv_command().type == pb.BaseCommand.CONNECTED
         assert rc.create_producer(topic, 1).type == pb.BaseCommand.PRODUCER_SUCCESS
         now = int(time.time() * 1000)
         far = raw.make_entry(b"far", sequence_id=0, publish_time=now,
                              deliver_at_time=now + MAX_DELAY_MS + 1)
         rc.send(C.encode_send(1, 0, far))
         answer = rc.recv_command()
-        # The boundary (exactly the max) is accepted, and the connection stayed open.
+        # The boundary (exactly the max) is accepted, and the connection stayed open (but
+        # see below for the Go client).
         ok = raw.make_entry(b"ok", sequence_id=1, publish_time=now,
                             deliver_at_time=now + MAX_DELAY_MS)
         rc.send(C.encode_send(1, 1, ok))
@@ -90,67 +101,115 @@ def test_max_delay_rejection_is_send_error_not_allowed_with_pulsars_text(limited
     assert answer.type == pb.BaseCommand.SEND_ERROR
     assert answer.send_error.producer_id == 1
     assert answer.send_error.sequence_id == 0
-    assert answer.send_error.error == ServerError.NotAllowedError
+    assert answer.send_error.error == code
     assert answer.send_error.message == TEXT
-    assert receipt.type == pb.BaseCommand.SEND_RECEIPT
-    assert receipt.send_receipt.sequence_id == 1
-    assert _topic_state(limited, topic) == (1, 1)   # one rejection, only "ok" stored
+    if client_version.startswith("Pulsar-Go-"):
+        # The Go client stops listening to the producer on that answer: its later sends are
+        # refused too, so nothing it reports as failed is stored.
+        assert receipt.type == pb.BaseCommand.SEND_ERROR
+        assert receipt.send_error.sequence_id == 1
+        assert receipt.send_error.error == ServerError.NotAllowedError
+        assert "re-create the producer" in receipt.send_error.message
+        assert _topic_state(limited, topic) == (1, 0)
+    else:
+        assert receipt.type == pb.BaseCommand.SEND_RECEIPT
+        assert receipt.send_receipt.sequence_id == 1
+        assert _topic_state(limited, topic) == (1, 1)   # one rejection, only "ok" stored
     assert _rejected_metric(limited, topic) == 1.0
 
 
-def test_official_client_keeps_retrying_a_rejected_send_until_the_producer_closes(
+def _connections(handle: Any) -> set[str]:
+    """The peers (address:port) of the broker's open client connections: a reconnect shows
+    as a new port."""
+    async def read() -> set[str]:
+        return {c.remote_address for c in handle.server.connections}
+
+    return handle.call(read)  # type: ignore[no-any-return]
+
+
+def test_official_client_fails_only_the_rejected_send_and_disturbs_nobody(
         limited: Any) -> None:
-    """Pins the 3.13 client's behaviour (see the module docstring): no failure within twice
-    the send timeout, rejections keep coming, nothing is stored; closing the producer fails
-    the send with AlreadyClosed."""
+    """The application gets an exception for that send at once; the producer goes on; a
+    second producer and a consumer on the same client see no reconnect, no redelivery and
+    no duplicate."""
     import pulsar
     from conftest import make_client
 
     topic = "persistent://public/default/max-delay-official"
     client = make_client(limited.service_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
-    results: list[Any] = []
-    done = threading.Event()
-
-    def callback(result: Any, _msg_id: Any) -> None:
-        results.append(result)
-        done.set()
-
     try:
-        producer = client.create_producer(topic, send_timeout_millis=SEND_TIMEOUT_MS)
-        producer.send_async(b"far", callback, deliver_after=datetime.timedelta(seconds=30))
-        completed = done.wait(2 * SEND_TIMEOUT_MS / 1000)
+        consumer = client.subscribe(topic, "sub", consumer_type=pulsar.ConsumerType.Shared)
+        rejected_producer = client.create_producer(topic, batching_enabled=False,
+                                                   send_timeout_millis=SEND_TIMEOUT_MS)
+        other = client.create_producer(topic, send_timeout_millis=SEND_TIMEOUT_MS)
+        connections = _connections(limited)
+        sent = [other.send(b"other-%d" % i) for i in range(3)]
+        before = time.monotonic()
+        with pytest.raises(pulsar.ChecksumError) as refused:
+            rejected_producer.send(b"far", deliver_after=datetime.timedelta(seconds=30))
+        refused_after_s = time.monotonic() - before
+        failures: list[Any] = []
+        done = threading.Event()
+
+        def callback(result: Any, _msg_id: Any) -> None:
+            failures.append(result)
+            done.set()
+
+        rejected_producer.send_async(b"far-async", callback,
+                                     deliver_after=datetime.timedelta(seconds=30))
+        assert done.wait(10)
+        sent.append(rejected_producer.send(b"after"))          # the producer goes on
+        sent.extend(other.send(b"other-%d" % i) for i in range(3, 6))
+        got = []
+        for _ in range(len(sent)):
+            msg = consumer.receive(10_000)
+            got.append((msg.data(), msg.redelivery_count()))
+            consumer.acknowledge(msg)
+        with pytest.raises(pulsar.Timeout):
+            consumer.receive(500)     # nothing more: no redelivery, no duplicate
         rejected, stored = _topic_state(limited, topic)
-        metric = _rejected_metric(limited, topic)
-        producer.close()
-        closed_in_time = done.wait(10)
+        connections_after = _connections(limited)
     finally:
         client.close()
-    assert not completed
-    assert rejected >= 2          # re-sent after each reconnect (about every 100 ms)
-    assert stored == 0
-    assert metric is not None and metric >= 2
-    assert closed_in_time
-    assert results == [pulsar.Result.AlreadyClosed]
+    assert "ChecksumError" in str(refused.value)
+    assert refused_after_s < SEND_TIMEOUT_MS / 1000      # failed at once, not on a timeout
+    assert failures == [pulsar.Result.ChecksumError]
+    assert sorted(d for d, _ in got) == sorted(
+        [b"other-%d" % i for i in range(6)] + [b"after"])
+    assert all(count == 0 for _, count in got)
+    assert (rejected, stored) == (2, 7)                   # each rejection once: no re-sends
+    assert connections_after == connections               # nobody reconnected
 
 
-def test_messages_pipelined_behind_a_rejected_send_are_not_stored_again_on_every_resend(
+def test_pipelined_sends_behind_a_rejected_one_are_stored_once_and_acknowledged(
         limited: Any) -> None:
     import pulsar
     from conftest import make_client
 
     topic = "persistent://public/default/max-delay-pipelined"
     client = make_client(limited.service_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+    results: dict[bytes, Any] = {}
+    done = threading.Event()
+    payloads = [b"n0", b"far", b"n1", b"n2"]
+
+    def callback_for(payload: bytes) -> Any:
+        def callback(result: Any, _msg_id: Any) -> None:
+            results[payload] = result
+            if len(results) == len(payloads):
+                done.set()
+        return callback
+
     try:
-        producer = client.create_producer(topic, send_timeout_millis=SEND_TIMEOUT_MS)
-        producer.send_async(b"far", lambda *_: None, deliver_after=datetime.timedelta(seconds=30))
-        producer.send_async(b"normal", lambda *_: None)
-        # the client resends through reconnect cycles; the broker's counters show them
-        rejected, stored = wait_until(
-            lambda: (state := _topic_state(limited, topic))[0] >= 5 and state,
-            timeout_s=10, interval_s=0.05, message="the broker rejects 5 resends",
-        )
-        producer.close()
+        producer = client.create_producer(topic, batching_enabled=False,
+                                          send_timeout_millis=SEND_TIMEOUT_MS)
+        for payload in payloads:
+            delay = {"deliver_after": datetime.timedelta(seconds=30)} if payload == b"far" else {}
+            producer.send_async(payload, callback_for(payload), **delay)
+        producer.flush()
+        assert done.wait(10)
+        rejected, stored = _topic_state(limited, topic)
     finally:
         client.close()
-    assert rejected >= 5
-    assert stored <= 1
+    assert results == {b"n0": pulsar.Result.Ok, b"far": pulsar.Result.ChecksumError,
+                       b"n1": pulsar.Result.Ok, b"n2": pulsar.Result.Ok}
+    assert (rejected, stored) == (1, 3)

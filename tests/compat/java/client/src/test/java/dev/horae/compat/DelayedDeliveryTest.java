@@ -111,6 +111,29 @@ class DelayedDeliveryTest extends BrokerTestBase {
       producer.newMessage().value("in time").deliverAfter(500, TimeUnit.MILLISECONDS).send();
       assertEquals("in time", next(consumer).getValue());
     }
+    // The rejection fails that one send only: a second producer and a consumer on the same
+    // client go on, with no redelivery and no duplicate.
+    try (Consumer<String> consumer = shared(topic);
+        Producer<String> rejected = client.newProducer(Schema.STRING).topic(topic)
+            .enableBatching(false).create();
+        Producer<String> other = client.newProducer(Schema.STRING).topic(topic).create()) {
+      other.send("before");
+      assertThrows(ExecutionException.class,
+          () -> rejected.newMessage().value("too late").deliverAfter(1, TimeUnit.MINUTES)
+              .sendAsync().get(HoraeEnv.RECEIVE_TIMEOUT_S, TimeUnit.SECONDS));
+      rejected.send("after");
+      other.send("other after");
+      java.util.List<String> got = new java.util.ArrayList<>();
+      for (int i = 0; i < 3; i++) {
+        Message<String> msg = next(consumer);
+        assertEquals(0, msg.getRedeliveryCount());
+        got.add(msg.getValue());
+        consumer.acknowledge(msg);
+      }
+      java.util.Collections.sort(got);
+      assertEquals(java.util.List.of("after", "before", "other after"), got);
+      assertEquals(null, consumer.receive(500, TimeUnit.MILLISECONDS));
+    }
     admin.topicPolicies().removeDelayedDeliveryPolicy(topic);
     HoraeEnv.waitUntil("the policy is gone", () -> {
       try {
