@@ -47,8 +47,8 @@ from broker.delayed.bucket import BucketDelayedDeliveryTracker
 from broker.delayed.cancels import CancelResult
 from broker.delayed.in_memory import InMemoryDelayedDeliveryTracker
 from broker.delayed.policy import DelayPolicy
-from broker.delayed.replace_by_key import KeyedSchedule
 from broker.delayed.ports import BucketCursor, SnapshotStorage
+from broker.delayed.replace_by_key import KeyedSchedule
 from broker.delayed.tracker import DelayedDeliveryTracker
 from storage.positions import Position
 
