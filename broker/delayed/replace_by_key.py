@@ -28,8 +28,11 @@ Ordinary messages (no deliver time, a payload) neither replace nor are replaced.
 Entries are recorded (:meth:`KeyedSchedule.record`) when they are durable, before their
 receipts, in log order; so a replacement answered to its producer is already in force. The
 dispatchers of every Shared and Key_Shared subscription ask :meth:`KeyedSchedule.superseded`
-for each entry they read or find due, and acknowledge a superseded one unseen. A replaced
-message still held by a tracker is dropped when it falls due (no tracker change, no write).
+for each entry they read or find due, and acknowledge a superseded one unseen. As a position
+is superseded the topic is told (``on_superseded``) and acknowledges it at once on those
+subscriptions and drops it from their trackers, so neither the backlog nor a tracker keeps
+replaced versions until their old deliver time (the dispatcher's check covers the rest:
+a subscription whose acknowledgements were not yet persisted when the broker stopped).
 
 Durability: nothing is written. After a restart the topic rebuilds the schedule by reading its
 backlog, from the oldest position any subscription still needs, before a subscription
@@ -44,24 +47,31 @@ Runs on the event loop; not thread-safe.
 
 from __future__ import annotations
 
+import struct
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Final
 
 import mmh3
+from google.protobuf.message import DecodeError
 from pyroaring import BitMap
 
 from broker.delayed.packed import bitmap_bytes
 from protocol import pulsar_pb as pb
 from protocol.errors import ProtocolError
-from protocol.metadata import iter_batch, parse_metadata, split_entry
+from protocol.metadata import iter_batch, split_entry
 from storage.positions import Position
 
 __all__ = ["EntryKeys", "KeyedSchedule", "classify"]
 
 _ENTRY_BITS: Final = 32
 _ENTRY_MASK: Final = (1 << _ENTRY_BITS) - 1
+_u32_unpack_from: Final = struct.Struct(">I").unpack_from
+_metadata_from_string: Final = pb.MessageMetadata.FromString
+_hash128: Final = mmh3.hash128
+_NONE: Final = pb.NONE
+
 #: ``latest`` entries examined per :meth:`KeyedSchedule.prune` call (bounded work per tick).
 PRUNE_STEP: Final = 50_000
 
@@ -77,38 +87,39 @@ class EntryKeys:
 
 def key_hash(key: str | bytes) -> int:
     """The 128-bit identity of a message key."""
-    raw = key.encode() if isinstance(key, str) else key
-    value: int = mmh3.hash128(raw, 0, signed=False)
+    value: int = _hash128(key, 0, signed=False)
     return value
 
 
 def classify(entry: bytes) -> EntryKeys | None:
-    """What a stored entry schedules or cancels (module docstring); None: nothing."""
-    try:
-        md = parse_metadata(entry)
-        if md.HasField("num_messages_in_batch"):
-            return _classify_batch(md, entry)
-        if not md.HasField("partition_key"):
-            return None
-        if _empty(md, entry):
-            return EntryKeys(((key_hash(md.partition_key), True),), True)
-        if md.HasField("deliver_at_time"):
-            return EntryKeys(((key_hash(md.partition_key), False),), False)
-    except (ProtocolError, UnicodeError):
+    """What a stored entry schedules or cancels (module docstring); None: nothing. The entry
+    passed the publish checks (or is read back from the log): its metadata is parsed without
+    the required-field check, and one that does not parse counts as nothing."""
+    if len(entry) < 4:
         return None
+    (size,) = _u32_unpack_from(entry, 0)
+    try:
+        md = _metadata_from_string(entry[4:4 + size])
+    except DecodeError:
+        return None
+    has = md.HasField
+    if has("num_messages_in_batch"):
+        try:
+            return _classify_batch(md, entry)
+        except (ProtocolError, UnicodeError):
+            return None
+    if not has("partition_key"):
+        return None
+    if md.null_value or (len(entry) == 4 + size if md.compression == _NONE
+                         else has("uncompressed_size") and md.uncompressed_size == 0):
+        return EntryKeys(((key_hash(md.partition_key), True),), True)
+    if has("deliver_at_time"):
+        return EntryKeys(((key_hash(md.partition_key), False),), False)
     return None
 
 
-def _empty(md: pb.MessageMetadata, entry: bytes) -> bool:
-    if md.null_value:
-        return True
-    if md.compression != pb.NONE:
-        return md.HasField("uncompressed_size") and md.uncompressed_size == 0
-    return len(split_entry(entry)[1]) == 0
-
-
 def _classify_batch(md: pb.MessageMetadata, entry: bytes) -> EntryKeys | None:
-    if md.compression != pb.NONE:
+    if md.compression != _NONE:
         return None
     keys: list[tuple[int, bool]] = []
     count = md.num_messages_in_batch
@@ -127,10 +138,13 @@ def _pack(ledger_id: int, entry_id: int) -> int:
 class KeyedSchedule:
     """The newest scheduling message per key and the superseded positions of one topic."""
 
-    __slots__ = ("_latest", "_prune_from", "_superseded", "replaced_total", "superseded_count",
-                 "tombstones_total")
+    __slots__ = ("_latest", "_prune_from", "_superseded", "on_superseded", "replaced_total",
+                 "superseded_count", "tombstones_total")
 
-    def __init__(self) -> None:
+    def __init__(self, on_superseded: Callable[[int, int], None] | None = None) -> None:
+        #: Told ``(ledger_id, entry_id)`` of each position as it is superseded (the topic
+        #: acknowledges it on its subscriptions at once).
+        self.on_superseded = on_superseded
         self._latest: dict[int, int] = {}
         self._superseded: dict[int, BitMap] = {}
         self._prune_from: Iterator[tuple[int, int]] | None = None
@@ -164,10 +178,13 @@ class KeyedSchedule:
         bm = self._superseded.get(ledger_id)
         if bm is None:
             self._superseded[ledger_id] = BitMap((entry_id,))
-            self.superseded_count += 1
         elif entry_id not in bm:
             bm.add(entry_id)
-            self.superseded_count += 1
+        else:
+            return
+        self.superseded_count += 1
+        if self.on_superseded is not None:
+            self.on_superseded(ledger_id, entry_id)
 
     def superseded(self, position: Position) -> bool:
         """Must this entry never be delivered (replaced, cancelled, or a tombstone)?"""

@@ -11,7 +11,9 @@ delayed delivery; switched off, it is taken back and messages flow as before.
 
 While on, :meth:`~TopicReplaceByKey.sink_for` classifies a run's entries and, when any is
 keyed, wraps the run's sink so the schedule records them as they become durable (before the
-producer's receipts, which the wrapped sink then sends).
+producer's receipts, which the wrapped sink then sends). Each position the schedule supersedes
+is acknowledged at once on every subscription that delays messages (Shared, Key_Shared, or a
+durable one whose type is not known yet) and dropped from its tracker.
 
 :meth:`~TopicReplaceByKey.rebuild` (topic load, policy on) reads the backlog from the oldest
 position a subscription has not acknowledged to the last entry and records every keyed entry:
@@ -27,6 +29,7 @@ from typing import Final, Protocol
 
 from broker.delayed.delivery import DelayedDelivery
 from broker.delayed.replace_by_key import EntryKeys, KeyedSchedule, classify
+from protocol.sub_types import SubType
 from storage.ledger import ManagedLedger
 from storage.positions import Position
 from storage.segment_file import DurableSink
@@ -41,6 +44,10 @@ class _Acknowledged(Protocol):
     @property
     def mark_delete_position(self) -> Position: ...
 
+    def is_deleted(self, pos: Position) -> bool: ...
+
+    def delete(self, positions: Iterable[Position]) -> None: ...
+
 
 class KeyedSubscription(Protocol):
     """What the rebuild and the pruning need of a subscription."""
@@ -50,6 +57,12 @@ class KeyedSubscription(Protocol):
 
     @property
     def cursor(self) -> _Acknowledged: ...
+
+    @property
+    def sub_type(self) -> SubType | None: ...
+
+    @property
+    def durable(self) -> bool: ...
 
 
 class _RecordingSink:
@@ -82,21 +95,57 @@ class _RecordingSink:
 class TopicReplaceByKey:
     """The replace-by-key schedule of one topic while its policy is on (module docstring)."""
 
-    __slots__ = ("_enabled", "_ledger", "schedule")
+    __slots__ = ("_deferred", "_enabled", "_ledger", "_subscriptions", "schedule")
 
-    def __init__(self, ledger: ManagedLedger, enabled: Callable[[], bool]) -> None:
+    def __init__(self, ledger: ManagedLedger, enabled: Callable[[], bool],
+                 subscriptions: Callable[[], Iterable[KeyedSubscription]]) -> None:
         self._ledger = ledger
         self._enabled = enabled
+        self._subscriptions = subscriptions
+        self._deferred: list[Position] = []
         self.schedule: KeyedSchedule | None = None
+
+    def _acknowledge(self, ledger_id: int, entry_id: int) -> None:
+        """A position was superseded: acknowledge it on every subscription that delays
+        messages and drop it from their trackers. A withheld entry of the run being made
+        durable is not confirmed in the ledger yet (cursors ignore it): it waits for
+        :meth:`flush`."""
+        pos = Position(ledger_id, entry_id)
+        last = self._ledger.last_confirmed
+        if last is None or pos > last:
+            self._deferred.append(pos)
+            return
+        self._acknowledge_now(pos)
+
+    def flush(self) -> None:
+        """Acknowledge the withheld entries that have been confirmed since (the topic calls
+        this when it tells its subscriptions of new entries)."""
+        deferred = self._deferred
+        if not deferred:
+            return
+        last = self._ledger.last_confirmed
+        self._deferred = [pos for pos in deferred if last is None or pos > last]
+        for pos in deferred:
+            if last is not None and pos <= last:
+                self._acknowledge_now(pos)
+
+    def _acknowledge_now(self, pos: Position) -> None:
+        for sub in self._subscriptions():
+            kind = sub.sub_type
+            if (sub.durable if kind is None else SubType(kind).shares_messages) and \
+                    not sub.cursor.is_deleted(pos):
+                sub.cursor.delete((pos,))
+                sub.delayed.forget((pos,))
 
     def sync(self, subscriptions: Iterable[KeyedSubscription]) -> KeyedSchedule | None:
         """Follow the policy; returns the schedule in force."""
         on = self._enabled()
         if on and self.schedule is None:
-            self.schedule = KeyedSchedule()
+            self.schedule = KeyedSchedule(self._acknowledge)
             self.adopt_all(subscriptions)
         elif not on and self.schedule is not None:
             self.schedule = None
+            self._deferred = []
             self.adopt_all(subscriptions)
         return self.schedule
 

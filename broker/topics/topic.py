@@ -173,7 +173,8 @@ class Topic:
         self.termination = Termination(host.metadata, self.full)
         self.backlog = BacklogPolicies(self, host.policies, host.config)
         self.replace_by_key = TopicReplaceByKey(
-            ledger, lambda: name.is_persistent and host.policies.delayed_replace_by_key(name))
+            ledger, lambda: name.is_persistent and host.policies.delayed_replace_by_key(name),
+            self.subscriptions.values)
 
     # ------------------------------------------------------------------ loading
 
@@ -282,6 +283,7 @@ class Topic:
 
     def _notify_subscriptions(self) -> None:
         self._notify_scheduled = False
+        self.replace_by_key.flush()
         for sub in list(self.subscriptions.values()):
             try:
                 sub.on_new_entries()
