@@ -138,8 +138,8 @@ def _pack(ledger_id: int, entry_id: int) -> int:
 class KeyedSchedule:
     """The newest scheduling message per key and the superseded positions of one topic."""
 
-    __slots__ = ("_latest", "_prune_from", "_superseded", "on_superseded", "replaced_total",
-                 "superseded_count", "tombstones_total")
+    __slots__ = ("_latest", "_prune_from", "_pruned_up_to", "_superseded", "on_superseded",
+                 "replaced_total", "superseded_count", "tombstones_total")
 
     def __init__(self, on_superseded: Callable[[int, int], None] | None = None) -> None:
         #: Told ``(ledger_id, entry_id)`` of each position as it is superseded (the topic
@@ -147,7 +147,8 @@ class KeyedSchedule:
         self.on_superseded = on_superseded
         self._latest: dict[int, int] = {}
         self._superseded: dict[int, BitMap] = {}
-        self._prune_from: Iterator[tuple[int, int]] | None = None
+        self._prune_from: Iterator[int] | None = None
+        self._pruned_up_to = -1     # the bound the last sweep of ``latest`` started with
         self.superseded_count = 0
         self.replaced_total = 0        # scheduled messages replaced by a newer one or cancelled
         self.tombstones_total = 0
@@ -208,19 +209,23 @@ class KeyedSchedule:
                 self.superseded_count -= before - len(bm)
                 if not bm:
                     del self._superseded[ledger_id]
-        bound = _pack(bound_ledger, max(bound_entry, 0)) if bound_entry >= 0 else \
+        bound = _pack(bound_ledger, bound_entry) if bound_entry >= 0 else \
             _pack(bound_ledger, 0) - 1
         sweep = self._prune_from
         if sweep is None:
-            sweep = self._prune_from = iter(list(self._latest.items()))
+            if bound <= self._pruned_up_to:
+                return          # nothing was acknowledged since the last full sweep
+            # keys only (8 B each, transient): the int objects are the dict's own
+            sweep = self._prune_from = iter(list(self._latest))
+            self._pruned_up_to = bound
         latest = self._latest
         for _ in range(PRUNE_STEP):
-            item = next(sweep, None)
-            if item is None:
+            h = next(sweep, None)
+            if h is None:
                 self._prune_from = None
                 break
-            h, packed = item
-            if packed <= bound and latest.get(h) == packed:
+            packed = latest.get(h)
+            if packed is not None and packed <= bound:
                 del latest[h]
 
     @property
