@@ -13,6 +13,9 @@ Theory of operation: Pulsar's paths and bodies (``NamespacesBase`` / ``Persisten
   topic ``.../{topic}/maxProducers``;
 - ``POST|GET|DELETE .../namespaces/{t}/{ns}/schemaValidationEnforced`` (``true``/``false``)
   and per topic ``.../{topic}/schemaValidationEnforced``;
+- ``POST|GET|DELETE .../namespaces/{t}/{ns}/delayedDeliveryReplaceByKey`` (``true``/``false``)
+  and per topic ``.../{topic}/delayedDeliveryReplaceByKey``: a keyed delayed message replaces
+  the pending one with its key, a tombstone cancels it (:mod:`broker.delayed.replace_by_key`);
 - ``GET /admin/v2/namespaces/{t}/{ns}``: the namespace's Policies document.
 
 Values are validated here (400/412 with Pulsar's reasons), stored by the broker's
@@ -123,6 +126,7 @@ _FIELDS: tuple[tuple[str, str, str, Parser], ...] = (
     ("maxProducersPerTopic", P.NS_MAX_PRODUCERS, "", _producer_limit),
     ("maxProducers", "", P.TOPIC_MAX_PRODUCERS, _producer_limit),
     ("schemaValidationEnforced", P.NS_SCHEMA_VALIDATION, P.TOPIC_SCHEMA_VALIDATION, _bool),
+    ("delayedDeliveryReplaceByKey", P.NS_REPLACE_BY_KEY, P.TOPIC_REPLACE_BY_KEY, _bool),
 )
 
 
@@ -161,6 +165,7 @@ async def get_namespace_policies(request: web.Request) -> web.Response:
         "compaction_threshold": fields.get(P.NS_COMPACTION),
         "max_producers_per_topic": fields.get(P.NS_MAX_PRODUCERS),
         "schema_validation_enforced": bool(fields.get(P.NS_SCHEMA_VALIDATION, False)),
+        "delayed_delivery_replace_by_key": fields.get(P.NS_REPLACE_BY_KEY),
         "delayed_delivery_policies": None,
         **policies_document_fields(_store(admin), ns),
     }

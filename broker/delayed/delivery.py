@@ -17,7 +17,9 @@ snapshots when the subscription is loaded.
 The tracker is built from the factory on first use: the first delayed entry read, a cancel,
 or a load that finds bucket snapshots in the cursor properties. The policy is pushed:
 :meth:`DelayedDelivery.set_policy` on every change, which applies a new tick to the tracker;
-nothing here asks the topic for it. Positions go in and come out as storage's
+nothing here asks the topic for it. So is the topic's replace-by-key schedule
+(``replacements``, :mod:`broker.delayed.replace_by_key`) while that policy is on: the
+dispatcher asks it whether an entry was superseded. Positions go in and come out as storage's
 :class:`~storage.positions.Position`.
 
 :func:`create_tracker` picks the tracker kind from ``delayedDeliveryTrackerFactoryClassName``
@@ -46,6 +48,7 @@ from broker.delayed.cancels import CancelResult
 from broker.delayed.in_memory import InMemoryDelayedDeliveryTracker
 from broker.delayed.policy import DelayPolicy
 from broker.delayed.ports import BucketCursor, SnapshotStorage
+from broker.delayed.replace_by_key import KeyedSchedule
 from broker.delayed.schedule_view import ScheduledSources
 from broker.delayed.tracker import DelayedDeliveryTracker
 from storage.positions import Position
@@ -97,7 +100,7 @@ class TrackerFactory:
 class DelayedDelivery:
     """One subscription's delayed delivery (see the module docstring)."""
 
-    __slots__ = ("_factory", "_policy", "_tracker", "_wake", "due_total")
+    __slots__ = ("_factory", "_policy", "_tracker", "_wake", "due_total", "replacements")
 
     def __init__(self, factory: Callable[[DelayPolicy, Callable[[], None]], DelayedDeliveryTracker],
                  policy: DelayPolicy) -> None:
@@ -107,6 +110,9 @@ class DelayedDelivery:
         self._wake: Callable[[], None] | None = None
         #: Delayed positions handed to the dispatcher as due (``horae_subscription_delayed_due``).
         self.due_total = 0
+        #: The topic's replace-by-key schedule while that policy is on (the dispatcher
+        #: acknowledges unseen what it says is superseded); set by the topic.
+        self.replacements: KeyedSchedule | None = None
 
     # --- owner side: the policy, the dispatcher, the lifecycle -----------------------------
 

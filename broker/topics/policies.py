@@ -58,6 +58,8 @@ NS_MAX_PRODUCERS = "max_producers_per_topic"
 NS_SCHEMA_VALIDATION = "schema_validation_enforced"
 TOPIC_SCHEMA_VALIDATION = "schemaValidationEnforced"
 TOPIC_MAX_PRODUCERS = "maxProducerPerTopic"
+NS_REPLACE_BY_KEY = "delayed_delivery_replace_by_key"
+TOPIC_REPLACE_BY_KEY = "delayedDeliveryReplaceByKey"
 
 #: Where delayed-delivery bodies were kept before they joined the fields above (read at load).
 LEGACY_DELAYED_KINDS = (("namespace_policy", NS_KIND, NS_DELAYED),
@@ -141,6 +143,11 @@ class PolicyStore:
     def dedup_enabled(self, tn: TopicName) -> bool:
         value = self._resolve(tn, TOPIC_DEDUP, NS_DEDUP)
         return self.config.broker_deduplication_enabled if value is None else bool(value)
+
+    def delayed_replace_by_key(self, tn: TopicName) -> bool:
+        """Does a keyed delayed message replace the pending one with its key, and a tombstone
+        cancel it (:mod:`broker.delayed.replace_by_key`)? Off unless a level sets it."""
+        return bool(self._resolve(tn, TOPIC_REPLACE_BY_KEY, NS_REPLACE_BY_KEY))
 
     def compaction_threshold(self, tn: TopicName) -> int:
         """Backlog bytes above which the topic is compacted automatically (0: never)."""

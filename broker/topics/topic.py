@@ -30,6 +30,10 @@ Counters are plain ints, incremented on the hot path and read at scrape time
 ``bytes_out_counter`` are the sums over subscriptions (whose dispatchers count deliveries),
 plus what subscriptions deleted since the load had delivered.
 
+Replace by key (``self.replace_by_key``, :mod:`broker.topics.replace_by_key`): while the
+``delayedDeliveryReplaceByKey`` policy is on, each run's keyed entries are recorded as they
+become durable; a load rebuilds that record from the backlog before anything is dispatched.
+
 The delayed-delivery policy is resolved once and cached; the service drops the cache
 (:meth:`invalidate_policy`) when a namespace or topic policy changes, so the next message
 sees the change without a restart.
@@ -72,6 +76,7 @@ from broker.topics.names import TopicName
 from broker.topics.policies import PolicyStore
 from broker.topics.producer import Producer, ProducerRequest, ProducerTransport
 from broker.topics.publish_refusals import PublishRefusals
+from broker.topics.replace_by_key import TopicReplaceByKey
 from broker.topics.storage_errors import StorageOp, storage_failure
 from broker.topics.termination import TERMINATED_REASON, Termination
 from broker.topics.topic_state import TopicState
@@ -171,6 +176,9 @@ class Topic:
         self.compaction = TopicCompaction(self, host.metadata)
         self.termination = Termination(host.metadata, self.full)
         self.backlog = BacklogPolicies(self, host.policies, host.config)
+        self.replace_by_key = TopicReplaceByKey(
+            ledger, lambda: name.is_persistent and host.policies.delayed_replace_by_key(name),
+            self.subscriptions.values)
 
     # ------------------------------------------------------------------ loading
 
@@ -192,6 +200,10 @@ class Topic:
                 log.exception("could not restore subscription %s on %s", cursor_name, name.full)
                 continue
             topic.subscriptions[cursor_name] = sub
+        subs = list(topic.subscriptions.values())
+        if topic.replace_by_key.sync(subs) is not None:
+            # Before anything is dispatched: what the previous run had replaced stays replaced.
+            await topic.replace_by_key.rebuild(subs)
         await topic.compaction.load()
         await topic.termination.load()
         if topic.termination.recorded:
@@ -207,6 +219,8 @@ class Topic:
         they are durable (or failed), with one completion for all (storage's append_run).
         Raises the SEND_ERROR of a failed append (PersistenceError / ServiceNotReadyError);
         then none was appended."""
+        self.replace_by_key.sync(self.subscriptions.values())
+        sink = self.replace_by_key.sink_for(entries, sink)
         try:
             self.ledger.append_run(entries, sink)
         except Exception as exc:   # never out of the publish path: a SEND_ERROR instead
@@ -274,6 +288,7 @@ class Topic:
 
     def _notify_subscriptions(self) -> None:
         self._notify_scheduled = False
+        self.replace_by_key.flush()
         for sub in list(self.subscriptions.values()):
             try:
                 sub.on_new_entries()
@@ -402,6 +417,7 @@ class Topic:
             except StorageError as exc:
                 raise storage_failure(exc, StorageOp.SUBSCRIBE).error from exc
             self.subscriptions[name] = sub
+            self.replace_by_key.adopt(sub)
             fut.set_result(sub)
             return sub
         except BaseException as exc:
@@ -564,6 +580,9 @@ class Topic:
         self.compaction.maybe_trigger(self.host.policies.compaction_threshold(self.name))
         self.trimmer.tick(now)
         self.backlog.tick(now)
+        subs = list(self.subscriptions.values())
+        self.replace_by_key.sync(subs)
+        self.replace_by_key.prune(subs)
 
     def retention(self) -> tuple[int, int]:
         """(minutes, MB) of retention in force (the trimmer keeps that much consumed data)."""

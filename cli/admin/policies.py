@@ -132,6 +132,8 @@ _TRIOS: list[tuple[str, str, str, Any]] = [
     ("retention", "retention", "retention", _retention),
     ("message-ttl", "messageTTL", "messageTTL", _ttl),
     ("inactive-topic-policies", "inactiveTopicPolicies", "inactiveTopicPolicies", _inactive),
+    ("delayed-delivery-replace-by-key", "delayedDeliveryReplaceByKey",
+     "delayedDeliveryReplaceByKey", _enable_flag),
 ]
 
 COMMANDS: dict[tuple[str, str], Builder] = {
@@ -212,6 +214,11 @@ def _set_args(sp: argparse.ArgumentParser, stem: str, level: str) -> None:
     if stem == "deduplication":
         sp.add_argument("--enable", "-e", action="store_true", help="enable deduplication")
         sp.add_argument("--disable", "-d", action="store_true", help="disable deduplication")
+    elif stem == "delayed-delivery-replace-by-key":
+        sp.add_argument("--enable", "-e", action="store_true",
+                        help="a keyed delayed message replaces the pending one with its key; "
+                             "a tombstone (the key, an empty payload) cancels it")
+        sp.add_argument("--disable", "-d", action="store_true", help="turn it off")
     elif stem == "schema-compatibility-strategy":
         flags = ("--compatibility", "-c") if level == "namespaces" else ("--strategy", "-s")
         other = ("--strategy", "-s") if level == "namespaces" else ("--compatibility", "-c")

@@ -30,7 +30,8 @@ their consumer -- dropping them would lose them).
 Acknowledged entries are skipped (``cursor.is_deleted``). Shared and Key_Shared dispatchers are
 given the subscription's delayed delivery when they are created (``delayed``); they drive it and
 are the ones its tracker wakes. A fresh entry whose ``deliver_at_time`` it holds back waits in
-the tracker; replays are never re-tracked.
+the tracker; replays are never re-tracked. An entry the topic's replace-by-key schedule says
+was superseded (``delayed.replacements``) is acknowledged unseen, read fresh or fallen due.
 Subclasses decide who gets an entry (:meth:`_route`) and how many entries a round may read
 (:meth:`_budget`); an entry nobody can take now waits in the replay set.
 """
@@ -439,12 +440,18 @@ class Dispatcher:
         batch_acks = sub.batch_acks
         read_compacted = sub.read_compacted  # once per round, not per entry
         delayed = None if from_replay else self.delayed
+        replacements = self.delayed.replacements if self.delayed is not None else None
         sent = 0
         for entry in entries:
             pos = entry.position
             if from_replay and pos not in self.replay:
                 continue  # acked or reset while we were reading
             if cursor.is_deleted(pos):
+                if from_replay:
+                    self.discard_replay(pos)
+                continue
+            if replacements is not None and replacements.superseded(pos):
+                cursor.delete((pos,))  # replaced or cancelled by key: acknowledged unseen
                 if from_replay:
                     self.discard_replay(pos)
                 continue

@@ -1,0 +1,241 @@
+"""Replace by key: a keyed delayed message replaces the pending one with the same key; a
+tombstone cancels it (the ``delayedDeliveryReplaceByKey`` namespace/topic policy).
+
+Theory of operation
+-------------------
+One :class:`KeyedSchedule` per topic while the policy is on. It never touches a tracker or a
+cursor: the log is the record. A message *supersedes* the older pending message with its key,
+and the schedule keeps two things:
+
+- ``latest``: key -> the position of the newest scheduling message with that key (a 128-bit
+  MurmurHash3 of the key, so the map holds no key strings; two keys colliding is a 2**-128
+  event), packed as ``ledger_id << 32 | entry_id``;
+- ``superseded``: per ledger, a roaring bitmap of the entry ids that must never be delivered:
+  each replaced message, and each tombstone.
+
+What counts (:func:`classify`), all sent by any Pulsar client unchanged:
+
+- a *scheduling* message: a single (unbatched) message with a key (``partition_key``) and a
+  ``deliver_at_time`` (``deliverAfter``/``deliverAt``; clients never batch those);
+- a *tombstone*: a message with a key and an empty payload (``null_value``, or zero bytes,
+  uncompressed size 0), batched or not. It cancels the pending message of its key and is not
+  delivered itself. In a batch that holds other messages too, the tombstones cancel and the
+  batch is delivered as it is (a broker cannot take one message out of a batch); a batch of
+  tombstones only is not delivered. A compressed batch is not opened.
+
+Ordinary messages (no deliver time, a payload) neither replace nor are replaced.
+
+Entries are recorded (:meth:`KeyedSchedule.record`) when they are durable, before their
+receipts, in log order; so a replacement answered to its producer is already in force. The
+dispatchers of every Shared and Key_Shared subscription ask :meth:`KeyedSchedule.superseded`
+for each entry they read or find due, and acknowledge a superseded one unseen. As a position
+is superseded the topic is told (``on_superseded``) and acknowledges it at once on those
+subscriptions and drops it from their trackers, so neither the backlog nor a tracker keeps
+replaced versions until their old deliver time (the dispatcher's check covers the rest:
+a subscription whose acknowledgements were not yet persisted when the broker stopped).
+
+Durability: nothing is written. After a restart the topic rebuilds the schedule by reading its
+backlog, from the oldest position any subscription still needs, before a subscription
+dispatches (:meth:`KeyedSchedule.record` over the same entries gives the same state).
+
+Memory: ``latest`` holds one entry per key whose newest message is still in some
+subscription's backlog (:meth:`prune` drops what every subscription acknowledged):
+a dict slot plus a 128-bit and a 64-bit int, ~130 B per key (``bench/delayed_reschedule.py``
+prints the figure); ``superseded`` ~2 B per replaced message until acknowledged everywhere.
+Runs on the event loop; not thread-safe.
+"""
+
+from __future__ import annotations
+
+import struct
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Final
+
+import mmh3
+from google.protobuf.message import DecodeError
+from pyroaring import BitMap
+
+from broker.delayed.packed import bitmap_bytes
+from protocol import pulsar_pb as pb
+from protocol.errors import ProtocolError
+from protocol.metadata import iter_batch, split_entry
+from storage.positions import Position
+
+__all__ = ["EntryKeys", "KeyedSchedule", "classify"]
+
+_ENTRY_BITS: Final = 32
+_ENTRY_MASK: Final = (1 << _ENTRY_BITS) - 1
+_u32_unpack_from: Final = struct.Struct(">I").unpack_from
+_metadata_from_string: Final = pb.MessageMetadata.FromString
+_hash128: Final = mmh3.hash128
+_NONE: Final = pb.NONE
+
+#: ``latest`` entries examined per :meth:`KeyedSchedule.prune` call (bounded work per tick).
+PRUNE_STEP: Final = 50_000
+
+
+@dataclass(frozen=True, slots=True)
+class EntryKeys:
+    """What one entry does under the policy: ``keys`` as (key hash, is tombstone), and
+    whether the entry itself is withheld (a tombstone, or a batch of tombstones only)."""
+
+    keys: tuple[tuple[int, bool], ...]
+    withheld: bool
+
+
+def key_hash(key: str | bytes) -> int:
+    """The 128-bit identity of a message key."""
+    value: int = _hash128(key, 0, signed=False)
+    return value
+
+
+def classify(entry: bytes) -> EntryKeys | None:
+    """What a stored entry schedules or cancels (module docstring); None: nothing. The entry
+    passed the publish checks (or is read back from the log): its metadata is parsed without
+    the required-field check, and one that does not parse counts as nothing."""
+    if len(entry) < 4:
+        return None
+    (size,) = _u32_unpack_from(entry, 0)
+    try:
+        md = _metadata_from_string(entry[4:4 + size])
+    except DecodeError:
+        return None
+    has = md.HasField
+    if has("num_messages_in_batch"):
+        try:
+            return _classify_batch(md, entry)
+        except (ProtocolError, UnicodeError):
+            return None
+    if not has("partition_key"):
+        return None
+    if md.null_value or (len(entry) == 4 + size if md.compression == _NONE
+                         else has("uncompressed_size") and md.uncompressed_size == 0):
+        return EntryKeys(((key_hash(md.partition_key), True),), True)
+    if has("deliver_at_time"):
+        return EntryKeys(((key_hash(md.partition_key), False),), False)
+    return None
+
+
+def _classify_batch(md: pb.MessageMetadata, entry: bytes) -> EntryKeys | None:
+    if md.compression != _NONE:
+        return None
+    keys: list[tuple[int, bool]] = []
+    count = md.num_messages_in_batch
+    for single, data in iter_batch(split_entry(entry)[1], count):
+        if single.HasField("partition_key") and (single.null_value or not data):
+            keys.append((key_hash(single.partition_key), True))
+    if not keys:
+        return None
+    return EntryKeys(tuple(keys), len(keys) == count)
+
+
+def _pack(ledger_id: int, entry_id: int) -> int:
+    return (ledger_id << _ENTRY_BITS) | entry_id
+
+
+class KeyedSchedule:
+    """The newest scheduling message per key and the superseded positions of one topic."""
+
+    __slots__ = ("_latest", "_prune_from", "_pruned_up_to", "_superseded", "on_superseded",
+                 "replaced_total", "superseded_count", "tombstones_total")
+
+    def __init__(self, on_superseded: Callable[[int, int], None] | None = None) -> None:
+        #: Told ``(ledger_id, entry_id)`` of each position as it is superseded (the topic
+        #: acknowledges it on its subscriptions at once).
+        self.on_superseded = on_superseded
+        self._latest: dict[int, int] = {}
+        self._superseded: dict[int, BitMap] = {}
+        self._prune_from: Iterator[int] | None = None
+        self._pruned_up_to = -1     # the bound the last sweep of ``latest`` started with
+        self.superseded_count = 0
+        self.replaced_total = 0        # scheduled messages replaced by a newer one or cancelled
+        self.tombstones_total = 0
+
+    def __len__(self) -> int:
+        """Keys with a pending scheduling message."""
+        return len(self._latest)
+
+    def record(self, ledger_id: int, entry_id: int, keys: EntryKeys) -> None:
+        """A durable entry (log order) that :func:`classify` found keyed."""
+        if entry_id > _ENTRY_MASK:
+            return
+        here = _pack(ledger_id, entry_id)
+        latest = self._latest
+        for h, tombstone in keys.keys:
+            older = latest.pop(h, None)
+            if older is not None:
+                self._supersede(older >> _ENTRY_BITS, older & _ENTRY_MASK)
+                self.replaced_total += 1
+            if tombstone:
+                self.tombstones_total += 1
+            else:
+                latest[h] = here
+        if keys.withheld:
+            self._supersede(ledger_id, entry_id)
+
+    def _supersede(self, ledger_id: int, entry_id: int) -> None:
+        bm = self._superseded.get(ledger_id)
+        if bm is None:
+            self._superseded[ledger_id] = BitMap((entry_id,))
+        elif entry_id not in bm:
+            bm.add(entry_id)
+        else:
+            return
+        self.superseded_count += 1
+        if self.on_superseded is not None:
+            self.on_superseded(ledger_id, entry_id)
+
+    def superseded(self, position: Position) -> bool:
+        """Must this entry never be delivered (replaced, cancelled, or a tombstone)?"""
+        bm = self._superseded.get(position.ledger_id)
+        return bm is not None and position.entry_id in bm
+
+    def prune(self, acknowledged_up_to: Position) -> None:
+        """Forget what every subscription has acknowledged: positions <= the bound (the
+        oldest mark-delete position of the topic's subscriptions). Bounded work per call:
+        ``latest`` is swept :data:`PRUNE_STEP` entries at a time."""
+        bound_ledger, bound_entry = acknowledged_up_to.ledger_id, acknowledged_up_to.entry_id
+        for ledger_id in [lid for lid in self._superseded if lid <= bound_ledger]:
+            bm = self._superseded[ledger_id]
+            before = len(bm)
+            if ledger_id < bound_ledger:
+                del self._superseded[ledger_id]
+                self.superseded_count -= before
+                continue
+            if bound_entry >= 0:
+                bm.remove_range(0, bound_entry + 1)
+                self.superseded_count -= before - len(bm)
+                if not bm:
+                    del self._superseded[ledger_id]
+        bound = _pack(bound_ledger, bound_entry) if bound_entry >= 0 else \
+            _pack(bound_ledger, 0) - 1
+        sweep = self._prune_from
+        if sweep is None:
+            if bound <= self._pruned_up_to:
+                return          # nothing was acknowledged since the last full sweep
+            # keys only (8 B each, transient): the int objects are the dict's own
+            sweep = self._prune_from = iter(list(self._latest))
+            self._pruned_up_to = bound
+        latest = self._latest
+        for _ in range(PRUNE_STEP):
+            h = next(sweep, None)
+            if h is None:
+                self._prune_from = None
+                break
+            packed = latest.get(h)
+            if packed is not None and packed <= bound:
+                del latest[h]
+
+    @property
+    def memory_bytes(self) -> int:
+        """Approximate bytes held: the dict, its int objects, the bitmaps."""
+        latest = self._latest
+        per_item = 0
+        if latest:
+            h, packed = next(iter(latest.items()))
+            per_item = sys.getsizeof(h) + sys.getsizeof(packed)
+        total = sys.getsizeof(latest) + per_item * len(latest)
+        total += sys.getsizeof(self._superseded)
+        return total + sum(bitmap_bytes(bm) for bm in self._superseded.values())

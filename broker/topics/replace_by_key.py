@@ -1,0 +1,198 @@
+"""A topic's side of replace-by-key: the policy switch, recording durable entries, the
+rebuild after a load, pruning (see :mod:`broker.delayed.replace_by_key` for the rules).
+
+Theory of operation
+-------------------
+:class:`TopicReplaceByKey` is owned by the topic. :meth:`~TopicReplaceByKey.sync` follows the
+``delayedDeliveryReplaceByKey`` policy (the topic calls it on every appended run and every
+housekeeping tick, so a change applies to the next message): switched on, a fresh
+:class:`~broker.delayed.replace_by_key.KeyedSchedule` is handed to every subscription's
+delayed delivery; switched off, it is taken back and messages flow as before.
+
+While on, :meth:`~TopicReplaceByKey.sink_for` classifies a run's entries and, when any is
+keyed, wraps the run's sink so the schedule records them as they become durable (before the
+producer's receipts, which the wrapped sink then sends). Each position the schedule supersedes
+is acknowledged at once on every subscription that delays messages (Shared, Key_Shared, or a
+durable one whose type is not known yet) and dropped from its tracker.
+
+:meth:`~TopicReplaceByKey.rebuild` (topic load, policy on) reads the backlog from the oldest
+position a subscription has not acknowledged to the last entry and records every keyed entry:
+the same state the previous run had, recovered from the log itself; the topic awaits it before
+any subscription dispatches. :meth:`~TopicReplaceByKey.prune` (housekeeping) forgets what
+every subscription has acknowledged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import Final, Protocol
+
+from broker.delayed.delivery import DelayedDelivery
+from broker.delayed.replace_by_key import EntryKeys, KeyedSchedule, classify
+from protocol.sub_types import SubType
+from storage.ledger import ManagedLedger
+from storage.positions import Position
+from storage.segment_file import DurableSink
+
+__all__ = ["TopicReplaceByKey"]
+
+#: Entries read per step of a rebuild.
+REBUILD_READ: Final = 1000
+
+
+class _Acknowledged(Protocol):
+    @property
+    def mark_delete_position(self) -> Position: ...
+
+    def is_deleted(self, pos: Position) -> bool: ...
+
+    def delete(self, positions: Iterable[Position]) -> None: ...
+
+
+class KeyedSubscription(Protocol):
+    """What the rebuild and the pruning need of a subscription."""
+
+    @property
+    def delayed(self) -> DelayedDelivery: ...
+
+    @property
+    def cursor(self) -> _Acknowledged: ...
+
+    @property
+    def sub_type(self) -> SubType | None: ...
+
+    @property
+    def durable(self) -> bool: ...
+
+
+class _RecordingSink:
+    """Records a run's keyed entries in the schedule as they become durable, then passes the
+    news on to the run's own sink."""
+
+    __slots__ = ("_done", "_keys", "_schedule", "_sink")
+
+    def __init__(self, sink: DurableSink, schedule: KeyedSchedule,
+                 keys: list[EntryKeys | None]) -> None:
+        self._sink = sink
+        self._schedule = schedule
+        self._keys = keys
+        self._done = 0
+
+    def entries_durable(self, ledger_id: int, first_entry_id: int, count: int) -> None:
+        start = self._done
+        record = self._schedule.record
+        for i, keys in enumerate(self._keys[start:start + count]):
+            if keys is not None:
+                record(ledger_id, first_entry_id + i, keys)
+        self._done = start + count
+        self._sink.entries_durable(ledger_id, first_entry_id, count)
+
+    def entries_failed(self, count: int, error: BaseException) -> None:
+        self._done += count
+        self._sink.entries_failed(count, error)
+
+
+class TopicReplaceByKey:
+    """The replace-by-key schedule of one topic while its policy is on (module docstring)."""
+
+    __slots__ = ("_deferred", "_enabled", "_ledger", "_subscriptions", "schedule")
+
+    def __init__(self, ledger: ManagedLedger, enabled: Callable[[], bool],
+                 subscriptions: Callable[[], Iterable[KeyedSubscription]]) -> None:
+        self._ledger = ledger
+        self._enabled = enabled
+        self._subscriptions = subscriptions
+        self._deferred: list[Position] = []
+        self.schedule: KeyedSchedule | None = None
+
+    def _acknowledge(self, ledger_id: int, entry_id: int) -> None:
+        """A position was superseded: acknowledge it on every subscription that delays
+        messages and drop it from their trackers. A withheld entry of the run being made
+        durable is not confirmed in the ledger yet (cursors ignore it): it waits for
+        :meth:`flush`."""
+        pos = Position(ledger_id, entry_id)
+        last = self._ledger.last_confirmed
+        if last is None or pos > last:
+            self._deferred.append(pos)
+            return
+        self._acknowledge_now(pos)
+
+    def flush(self) -> None:
+        """Acknowledge the withheld entries that have been confirmed since (the topic calls
+        this when it tells its subscriptions of new entries)."""
+        deferred = self._deferred
+        if not deferred:
+            return
+        last = self._ledger.last_confirmed
+        self._deferred = [pos for pos in deferred if last is None or pos > last]
+        for pos in deferred:
+            if last is not None and pos <= last:
+                self._acknowledge_now(pos)
+
+    def _acknowledge_now(self, pos: Position) -> None:
+        for sub in self._subscriptions():
+            kind = sub.sub_type
+            if (sub.durable if kind is None else SubType(kind).shares_messages) and \
+                    not sub.cursor.is_deleted(pos):
+                sub.cursor.delete((pos,))
+                sub.delayed.forget((pos,))
+
+    def sync(self, subscriptions: Iterable[KeyedSubscription]) -> KeyedSchedule | None:
+        """Follow the policy; returns the schedule in force."""
+        on = self._enabled()
+        if on and self.schedule is None:
+            self.schedule = KeyedSchedule(self._acknowledge)
+            self.adopt_all(subscriptions)
+        elif not on and self.schedule is not None:
+            self.schedule = None
+            self._deferred = []
+            self.adopt_all(subscriptions)
+        return self.schedule
+
+    def adopt_all(self, subscriptions: Iterable[KeyedSubscription]) -> None:
+        for sub in subscriptions:
+            sub.delayed.replacements = self.schedule
+
+    def adopt(self, sub: KeyedSubscription) -> None:
+        """A subscription joined the topic: it follows the schedule in force."""
+        sub.delayed.replacements = self.schedule
+
+    def sink_for(self, entries: Sequence[bytes], sink: DurableSink) -> DurableSink:
+        """The sink to append a run with: the run's own, or one that records its keyed
+        entries first."""
+        schedule = self.schedule
+        if schedule is None:
+            return sink
+        keys = [classify(entry) for entry in entries]
+        if all(k is None for k in keys):
+            return sink
+        return _RecordingSink(sink, schedule, keys)
+
+    async def rebuild(self, subscriptions: Sequence[KeyedSubscription]) -> int:
+        """Record the keyed entries of the backlog (topic load); returns entries read."""
+        schedule = self.schedule
+        ledger = self._ledger
+        last = ledger.last_confirmed
+        if schedule is None or last is None or not subscriptions:
+            return 0
+        pos = ledger.next_position(min(s.cursor.mark_delete_position for s in subscriptions))
+        read = 0
+        while pos <= last:
+            entries = await ledger.read_entries(pos, REBUILD_READ)
+            if not entries:
+                break
+            for entry in entries:
+                if entry.position > last:
+                    return read
+                keys = classify(entry.data)
+                if keys is not None:
+                    schedule.record(entry.position.ledger_id, entry.position.entry_id, keys)
+            read += len(entries)
+            pos = ledger.next_position(entries[-1].position)
+        return read
+
+    def prune(self, subscriptions: Sequence[KeyedSubscription]) -> None:
+        """Forget what every subscription acknowledged (housekeeping)."""
+        schedule = self.schedule
+        if schedule is not None and subscriptions:
+            schedule.prune(min(s.cursor.mark_delete_position for s in subscriptions))

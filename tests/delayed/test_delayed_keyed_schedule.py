@@ -1,0 +1,96 @@
+"""The replace-by-key rules on stored entries: what :func:`classify` counts as scheduling or
+cancelling, and what :class:`KeyedSchedule` then supersedes and forgets."""
+
+from __future__ import annotations
+
+from typing import NoReturn
+
+from broker.delayed.replace_by_key import KeyedSchedule, classify, key_hash
+from protocol import pulsar_pb as pb
+from protocol.metadata import encode_batch_payload, encode_entry
+from storage.positions import Position
+
+
+def entry(payload: bytes = b"job", **fields: object) -> bytes:
+    md = pb.MessageMetadata(producer_name="p", sequence_id=1, publish_time=1_760_000_000_000)
+    for name, value in fields.items():
+        setattr(md, name, value)
+    return encode_entry(md, payload)
+
+
+def batch(*messages: tuple[str | None, bytes]) -> bytes:
+    singles = []
+    for key, data in messages:
+        single = pb.SingleMessageMetadata(payload_size=len(data))
+        if key is not None:
+            single.partition_key = key
+        singles.append((single, data))
+    return entry(encode_batch_payload(singles), num_messages_in_batch=len(messages))
+
+
+def test_keyed_delayed_message_schedules_and_empty_keyed_message_is_a_tombstone() -> None:
+    scheduled = classify(entry(partition_key="k", deliver_at_time=5))
+    assert scheduled is not None and scheduled.keys == ((key_hash("k"), False),)
+    assert not scheduled.withheld
+    tombstone = classify(entry(b"", partition_key="k"))
+    assert tombstone is not None and tombstone.keys == ((key_hash("k"), True),)
+    assert tombstone.withheld
+    null_value = classify(entry(b"", partition_key="k", null_value=True))
+    assert null_value is not None and null_value.withheld
+    compressed_empty = classify(entry(b"\x00", partition_key="k", compression=pb.LZ4,
+                                      uncompressed_size=0))
+    assert compressed_empty is not None and compressed_empty.withheld
+
+
+def test_ordinary_messages_neither_replace_nor_cancel() -> None:
+    assert classify(entry(partition_key="k")) is None              # no deliver time
+    assert classify(entry(deliver_at_time=5)) is None              # no key
+    assert classify(entry(b"")) is None                            # empty, no key
+    assert classify(batch(("k", b"x"), (None, b""))) is None       # no keyed empty message
+    assert classify(b"\x00\x00") is None                           # malformed: nothing
+
+
+def test_batch_of_tombstones_is_withheld_and_a_mixed_batch_is_delivered() -> None:
+    only = classify(batch(("a", b""), ("b", b"")))
+    assert only is not None and only.withheld
+    assert only.keys == ((key_hash("a"), True), (key_hash("b"), True))
+    mixed = classify(batch(("a", b""), ("b", b"payload")))
+    assert mixed is not None and not mixed.withheld and mixed.keys == ((key_hash("a"), True),)
+
+
+def test_newer_message_supersedes_older_and_tombstone_supersedes_both() -> None:
+    schedule = KeyedSchedule()
+    schedule.record(7, 0, classify(entry(partition_key="k", deliver_at_time=5)) or _fail())
+    assert not schedule.superseded(Position(7, 0))
+    schedule.record(7, 3, classify(entry(partition_key="k", deliver_at_time=9)) or _fail())
+    assert schedule.superseded(Position(7, 0)) and not schedule.superseded(Position(7, 3))
+    assert len(schedule) == 1 and schedule.replaced_total == 1
+    other = classify(entry(partition_key="other", deliver_at_time=9)) or _fail()
+    schedule.record(7, 4, other)
+    tombstone = classify(entry(b"", partition_key="k")) or _fail()
+    schedule.record(8, 0, tombstone)
+    assert schedule.superseded(Position(7, 3)) and schedule.superseded(Position(8, 0))
+    assert not schedule.superseded(Position(7, 4))
+    assert len(schedule) == 1 and schedule.tombstones_total == 1
+    # a new message after the tombstone schedules again and supersedes nothing
+    schedule.record(8, 1, classify(entry(partition_key="k", deliver_at_time=9)) or _fail())
+    assert not schedule.superseded(Position(8, 1)) and len(schedule) == 2
+
+
+def test_prune_forgets_what_every_subscription_acknowledged() -> None:
+    schedule = KeyedSchedule()
+    keys = [classify(entry(partition_key=f"k{i % 3}", deliver_at_time=5)) for i in range(9)]
+    for i, k in enumerate(keys):
+        schedule.record(1, i, k or _fail())
+    assert schedule.superseded_count == 6 and len(schedule) == 3
+    schedule.prune(Position(1, 6))
+    assert schedule.superseded_count == 0                   # 0..5 were the superseded ones
+    assert len(schedule) == 2                               # k0's newest (1:6) is acknowledged
+    assert not schedule.superseded(Position(1, 7))
+    schedule.prune(Position(2, -1))                         # a later ledger: everything before
+    assert len(schedule) == 0
+    assert schedule.memory_bytes > 0
+
+
+def _fail() -> NoReturn:
+    raise AssertionError("classify found nothing")
