@@ -34,11 +34,14 @@ from typing import Any
 
 from aiohttp import web
 
+from broker import __version__
 from broker.admin import errors as E
 from broker.admin.healthcheck import LoopbackCredentials, run_health_check
 from broker.delayed.policy import DelayPolicy, resolve_policy
+from broker.metrics.rates import iso_ms
 from broker.security.authorization import AuthPolicies
 from broker.subscriptions.dispatchers.cursors import entry_exists
+from broker.subscriptions.resets import find_by_publish_time
 from broker.subscriptions.subscription import Subscription
 from broker.topics.heartbeat import TopicVersion
 from broker.topics.names import TopicName
@@ -48,6 +51,7 @@ from broker.topics.schemas import SchemaRegistry
 from broker.topics.service import BrokerService
 from broker.topics.topic import Topic
 from protocol.errors import TopicNotFoundError
+from protocol.metadata import parse_entry
 from storage.positions import Position
 
 __all__ = [
@@ -56,6 +60,8 @@ __all__ = [
 ]
 
 PERSISTENT = "persistent"
+#: Most individually acknowledged entries listed per cursor by ``internal-info``.
+MAX_LISTED_DELETED = 1000
 NON_PERSISTENT = "non-persistent"
 
 
@@ -255,6 +261,12 @@ class AdminTopics:
     async def unload(self, topic: Topic) -> None:
         await self._service.unload_topic(topic.full)
 
+    def loaded_of_namespace(self, tenant: str, namespace: str) -> list[Topic]:
+        """The namespace's persistent topics loaded now (partitions included): what Pulsar's
+        namespace-wide operations (unload, clear-backlog, unsubscribe) reach."""
+        key = f"{tenant}/{namespace}"
+        return [t for t in list(self._service.topics.values()) if t.name.namespace == key]
+
     # --- non-persistent topics -----------------------------------------------------------
     def nonpersistent(self, tn: TopicName) -> NonPersistentTopic | None:
         """The in-memory topic when it exists (nothing is created)."""
@@ -312,6 +324,139 @@ class AdminEntries:
                 if n == 0:
                     return pos
         return None
+
+
+    # --- inspection and maintenance (Pulsar's PersistentTopicsBase) -----------------------
+    @staticmethod
+    async def first_published_at(topic: Topic, timestamp_ms: int) -> Position | None:
+        """The first entry published at or after *timestamp_ms*, None when every one is
+        older (Pulsar's message id by timestamp)."""
+        pos = await find_by_publish_time(topic.ledger, timestamp_ms)
+        return pos if entry_exists(topic.ledger, pos) else None
+
+    @staticmethod
+    def last_position(topic: Topic) -> Position:
+        """The last stored entry; ``(current ledger, -1)`` when the topic holds none, as
+        Pulsar's last message id of an empty topic."""
+        last = topic.ledger.last_confirmed
+        return last if last is not None else Position(topic.ledger.current_ledger_id, -1)
+
+    @staticmethod
+    def managed_ledger_info(topic: Topic) -> dict[str, Any]:
+        """Pulsar's ManagedLedgerInfo (``internal-info``): ledgers, cursors, termination."""
+        ledger = topic.ledger
+        infos = list(ledger.ledgers)
+        created = iso_ms(infos[0].created_ms) if infos else ""
+        modified = iso_ms(infos[-1].created_ms) if infos else ""
+        cursors: dict[str, Any] = {}
+        for name, cursor in ledger.cursors.items():
+            mark = cursor.mark_delete_position
+            ranges = _deleted_ranges(cursor.individually_deleted())
+            cursors[name] = {
+                "version": cursor.revision, "creationDate": created, "modificationDate": "",
+                "cursorsLedgerId": -1,
+                "markDelete": {"ledgerId": mark.ledger_id, "entryId": mark.entry_id},
+                "individualDeletedMessages": ranges[:MAX_LISTED_DELETED],
+                "properties": dict(cursor.properties)}
+        info: dict[str, Any] = {
+            "version": len(infos), "creationDate": created, "modificationDate": modified,
+            "ledgers": [{"ledgerId": li.ledger_id, "entries": li.entries, "size": li.size_bytes,
+                         "timestamp": li.created_ms, "isOffloaded": False,
+                         "underReplicated": False} for li in infos],
+            "cursors": cursors,
+        }
+        if topic.terminated:
+            last = AdminEntries.last_position(topic)
+            info["terminatedPosition"] = {"ledgerId": last.ledger_id, "entryId": last.entry_id}
+        return info
+
+    @staticmethod
+    def backlog_size_from(topic: Topic, pos: Position) -> int:
+        """Bytes stored from *pos* (inclusive) to the end, estimated as Pulsar's
+        ``getEstimatedBacklogSize``: whole ledgers after *pos*'s, and *pos*'s ledger in
+        proportion to the entries from *pos* on."""
+        size = 0
+        for info in topic.ledger.ledgers:
+            if info.ledger_id > pos.ledger_id:
+                size += info.size_bytes
+            elif info.ledger_id == pos.ledger_id and info.entries:
+                remaining = max(0, info.entries - max(pos.entry_id, 0))
+                size += info.size_bytes * remaining // info.entries
+        return size
+
+    @staticmethod
+    async def analyze_backlog(topic: Topic, sub: Subscription, start: Position | None,
+                              max_entries: int) -> dict[str, Any]:
+        """Pulsar's AnalyzeSubscriptionBacklogResult: the subscription's unacknowledged
+        entries from *start* (default: after its mark-delete position) and the messages they
+        hold, at most *max_entries* read (``aborted`` past it). No entry filters: every entry
+        counts as accepted."""
+        ledger, cursor = topic.ledger, sub.cursor
+        tail = ledger.last_confirmed
+        entries = messages = 0
+        first: Position | None = None
+        last: Position | None = None
+        aborted = False
+        current = start if start is not None else ledger.next_position(
+            cursor.mark_delete_position)
+        while tail is not None and current <= tail:
+            if entries >= max_entries:
+                aborted = True
+                break
+            if not cursor.is_deleted(current) and entry_exists(ledger, current):
+                entry = await ledger.read_entry(current)
+                if entry is not None:
+                    try:
+                        messages += parse_entry(entry.data).messages
+                    except Exception:
+                        messages += 1
+                    entries += 1
+                    first = first or current
+                    last = current
+            current = ledger.next_position(current)
+        return {"entries": entries, "messages": messages,
+                "filterRejectedEntries": 0, "filterAcceptedEntries": entries,
+                "filterRescheduledEntries": 0, "filterRejectedMessages": 0,
+                "filterAcceptedMessages": messages, "filterRescheduledMessages": 0,
+                "aborted": aborted,
+                "firstPosition": _pos_text(first), "lastPosition": _pos_text(last)}
+
+    @staticmethod
+    async def trim(topic: Topic, *, keep_retained: bool = True) -> None:
+        """Delete the sealed ledgers every subscription has consumed now, keeping what
+        retention keeps unless *keep_retained* is False (the current ledger stays)."""
+        await topic.trimmer.trim_now(keep_retained=keep_retained)
+
+    @staticmethod
+    async def truncate(topic: Topic) -> None:
+        """Pulsar's truncate: every subscription's backlog is cleared, then every sealed
+        ledger is deleted, retention notwithstanding."""
+        for sub in list(topic.subscriptions.values()):
+            await sub.resets.skip_all()
+        await topic.trimmer.trim_now(keep_retained=False)
+
+
+def _deleted_ranges(deleted: dict[int, Any]) -> list[dict[str, Any]]:
+    """Individually acknowledged entries as Pulsar's open-closed MessageRanges (lower bound
+    excluded), consecutive ids joined, at most :data:`MAX_LISTED_DELETED` ranges."""
+    ranges: list[dict[str, Any]] = []
+    for lid, ids in sorted(deleted.items()):
+        run_start = run_end = None
+        for eid in [*list(ids), None]:
+            if eid is not None and run_end is not None and eid == run_end + 1:
+                run_end = eid
+                continue
+            if run_start is not None and run_end is not None:
+                ranges.append({"lowerEndpoint": {"ledgerId": lid, "entryId": run_start - 1},
+                               "upperEndpoint": {"ledgerId": lid, "entryId": run_end}})
+                if len(ranges) >= MAX_LISTED_DELETED:
+                    return ranges
+            run_start = run_end = None if eid is None else int(eid)
+    return ranges
+
+
+def _pos_text(pos: Position | None) -> str | None:
+    return None if pos is None else f"{pos.ledger_id}:{pos.entry_id}"
 
 
 class AdminPolicies:
@@ -388,6 +533,40 @@ class AdminBroker:
             "httpUrlTls": urls.web_url_tls or "",
             "nativeUrl": broker_url,
         }
+
+    # --- configuration (Pulsar's BrokersBase) ---------------------------------------------
+    def dynamic_names(self) -> list[str]:
+        """The settings that may change at run time (:mod:`broker.dynamic_config`)."""
+        return self._service.dynamic_config.names()
+
+    def dynamic_overrides(self) -> dict[str, str]:
+        """The stored dynamic overrides, as given."""
+        return self._service.dynamic_config.overrides()
+
+    async def update_dynamic(self, key: str, value: str) -> None:
+        """Store and apply an override (DynamicConfigError: Pulsar's 412 reason)."""
+        await self._service.dynamic_config.update(key, value)
+
+    async def delete_dynamic(self, key: str) -> None:
+        await self._service.dynamic_config.delete(key)
+
+    def runtime_config(self) -> dict[str, str]:
+        """Every setting's value in force, as text (secrets masked)."""
+        return self._service.dynamic_config.runtime()
+
+    def internal_config(self) -> dict[str, str | None]:
+        """Pulsar's InternalConfigurationData: where metadata and ledgers live. One node keeps
+        both in its data directory; there is no ZooKeeper or BookKeeper."""
+        data = self._service.config.data_path
+        return {"zookeeperServers": None, "configurationStoreServers": None,
+                "ledgersRootPath": str(data),
+                "bookkeeperMetadataServiceUri": None, "stateStorageServiceUrl": None,
+                "metadataStoreUrl": f"sqlite:{data / 'metadata.db'}",
+                "configurationMetadataStoreUrl": f"sqlite:{data / 'metadata.db'}"}
+
+    @staticmethod
+    def version() -> str:
+        return __version__
 
     async def health_check(self, version: TopicVersion, credentials: LoopbackCredentials) -> None:
         """Raise HealthCheckError unless storage and the heartbeat round trip are healthy."""
