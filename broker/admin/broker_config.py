@@ -24,8 +24,6 @@ names are never read as a cluster name.
 
 from __future__ import annotations
 
-import urllib.parse
-
 from aiohttp import web
 
 from broker.admin import errors as E
@@ -51,8 +49,8 @@ async def runtime(request: web.Request) -> web.Response:
 
 
 def _segment(request: web.Request, name: str) -> str:
-    """A path segment as given: an encoded ``/`` (``%2F``) inside it stays one value."""
-    return urllib.parse.unquote(request.match_info[name])
+    """A path segment, decoded once by the router (an encoded ``/`` stays inside the value)."""
+    return request.match_info[name]
 
 
 async def update_dynamic(request: web.Request) -> web.Response:

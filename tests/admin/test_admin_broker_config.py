@@ -1,0 +1,91 @@
+"""Pulsar's broker configuration routes: dynamic settings (applied at once, kept across a
+restart), runtime and internal configuration, version."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import quote
+
+from broker import __version__
+
+from .conftest import Api, http
+
+B = "/admin/v2/brokers"
+T = "/admin/v2/persistent/public/default"
+
+
+def test_dynamic_names_are_pulsars_dynamic_keys(api: Api) -> None:
+    names = api("GET", B + "/configuration").body
+    assert "allowAutoTopicCreation" in names and "maxProducersPerTopic" in names
+    assert "brokerServicePort" not in names
+    assert api("GET", B + "/configuration/").body == names
+    assert api("GET", B + "/configuration/values").body == {}
+
+
+def test_update_applies_at_once_and_delete_restores(client: Any, api: Api) -> None:
+    reply = api("POST", B + "/configuration/allowAutoTopicCreation/false")
+    assert (reply.status, reply.body) == (200, None)
+    assert api("GET", B + "/configuration/values").body == {"allowAutoTopicCreation": "false"}
+    assert api("GET", B + "/configuration/runtime").body["allowAutoTopicCreation"] == "false"
+    # a lookup of a topic that does not exist no longer creates it
+    assert api("GET", T + "/dyn-new/partitions?checkAllowAutoCreation=true").status == 200
+    assert api("GET", T + "/dyn-new/stats").status == 404
+    assert api("DELETE", B + "/configuration/allowAutoTopicCreation").status == 200
+    assert api("GET", B + "/configuration/values").body == {}
+    assert api("GET", B + "/configuration/runtime").body["allowAutoTopicCreation"] == "true"
+    client.create_producer("persistent://public/default/dyn-new").close()
+    assert api("GET", T + "/dyn-new/stats").status == 200
+
+
+def test_non_dynamic_and_unknown_keys_are_refused(api: Api) -> None:
+    for key in ("brokerServicePort", "noSuchKey"):
+        reply = api("POST", B + f"/configuration/{key}/1")
+        assert (reply.status, reply.reason) == (412, "Can't update non-dynamic configuration")
+        reply = api("DELETE", B + f"/configuration/{key}")
+        assert (reply.status, reply.reason) == (412, "Can't delete non-dynamic configuration")
+
+
+def test_a_value_that_does_not_read_is_stored_but_not_applied(api: Api) -> None:
+    """As Pulsar: the text is stored; the setting keeps its value in force."""
+    value = '{"key/123":"https://example.com/%41"}'
+    reply = api("POST", B + "/configuration/maxProducersPerTopic/" + quote(value, safe=""))
+    assert reply.status == 200
+    assert api("GET", B + "/configuration/values").body == {"maxProducersPerTopic": value}
+    assert api("GET", B + "/configuration/runtime").body["maxProducersPerTopic"] == "0"
+    assert api("POST", B + "/configuration/allowAutoTopicCreationType/sometimes").status == 200
+    runtime = api("GET", B + "/configuration/runtime").body
+    assert runtime["allowAutoTopicCreationType"] == "non-partitioned"
+
+
+def test_a_dynamic_limit_is_enforced_on_the_next_producer(client: Any, api: Api) -> None:
+    import pulsar
+    import pytest
+
+    assert api("POST", B + "/configuration/maxProducersPerTopic/1").status == 200
+    first = client.create_producer("persistent://public/default/dyn-limit")
+    with pytest.raises(pulsar.ProducerBusy):
+        client.create_producer("persistent://public/default/dyn-limit")
+    first.close()
+
+
+def test_overrides_survive_a_restart(broker_factory: Any, tmp_path: Any) -> None:
+    data = tmp_path / "restart"
+    first = broker_factory(data_dir=data)
+    assert http(first.web_url, "POST", B + "/configuration/defaultNumPartitions/3").status == 200
+    first.stop()
+    second = broker_factory(data_dir=data)
+    assert http(second.web_url, "GET", B + "/configuration/values").body == {
+        "defaultNumPartitions": "3"}
+    assert http(second.web_url, "GET",
+                B + "/configuration/runtime").body["defaultNumPartitions"] == "3"
+
+
+def test_runtime_internal_and_version(api: Api) -> None:
+    runtime = api("GET", B + "/configuration/runtime").body
+    assert runtime["clusterName"] == "standalone" and runtime["webServicePort"] != ""
+    assert all(isinstance(v, str) for v in runtime.values())
+    internal = api("GET", B + "/internal-configuration").body
+    assert internal["metadataStoreUrl"].startswith("sqlite:")
+    assert internal["zookeeperServers"] is None
+    reply = api("GET", B + "/version")
+    assert (reply.status, reply.body) == (200, __version__)
