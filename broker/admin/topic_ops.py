@@ -12,7 +12,8 @@ same :class:`AdminService` the other topic routes use:
   ``POST .../terminate/partitions`` terminates every partition and answers ``{index: id}``.
   On a non-persistent topic termination is 406 "Need to provide a persistent topic name" and
   expiry 405 "Expire messages on a non-persistent topic is not allowed", Pulsar's answers.
-- ``GET .../subscription/{sub}/position/{n}``: peek the n-th (1-based) unacknowledged entry;
+- ``GET .../subscription/{sub}/position/{n}``: peek the n-th (1-based) unacknowledged entry
+  (a subscription the topic does not have is created at the earliest message, as Pulsar does);
   ``GET .../examinemessage?initialPosition=earliest|latest&messagePosition=n``: the n-th entry
   from either end. Both answer the entry's payload (``application/octet-stream``) with the
   ``X-Pulsar-*`` headers Pulsar's admin client decodes (a batch comes whole, with
@@ -30,6 +31,7 @@ same :class:`AdminService` the other topic routes use:
 from __future__ import annotations
 
 import base64
+import json
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -126,6 +128,11 @@ def entry_response(pos: Position, data: bytes) -> web.Response:
     }
     for kv in md.properties:
         h[f"X-Pulsar-PROPERTY-{kv.key}"] = kv.value
+    if len(md.properties):
+        # All of them in one JSON header too, as Pulsar sends: names keep their case there
+        # (HTTP libraries canonicalise header names).
+        h["X-Pulsar-Property"] = json.dumps({kv.key: kv.value for kv in md.properties},
+                                            ensure_ascii=False)
     if has("event_time") and md.event_time:
         h["X-Pulsar-event-time"] = iso_ms(md.event_time)
     if has("deliver_at_time"):
@@ -169,9 +176,14 @@ async def _read(topic: Topic, pos: Position) -> web.Response:
 
 
 async def peek(request: web.Request) -> web.Response:
+    """As Pulsar's ``getSubscriptionReference``: a subscription the topic does not have is
+    created first, at the earliest message, so peeking a new name shows the whole topic."""
     n = _positive_int(request, request.match_info["n"], "messagePosition")
     topic = await _single(request, "Peek")
-    sub = AdminTopics.subscription(topic, request.match_info["sub"])
+    name = request.match_info["sub"]
+    if name not in topic.subscriptions:
+        await topic.get_or_create_subscription(name, initial_position="earliest")
+    sub = AdminTopics.subscription(topic, name)
     pos = AdminEntries.nth_unacked(topic, sub, n)
     if pos is None:
         raise E.not_found(MESSAGE_NOT_FOUND)

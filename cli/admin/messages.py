@@ -132,6 +132,14 @@ def messages_of(answer: RawAnswer) -> list[Message]:
     deliver = _ms(_header(h, "X-Pulsar-deliver-at-time"))
     props = {k[len(_PROPERTY_PREFIX):]: v for k, v in h.items()
              if k.lower().startswith(_PROPERTY_PREFIX)}
+    all_props = _header(h, "X-Pulsar-Property")   # every property, names in their own case
+    if all_props:
+        try:
+            decoded = json.loads(all_props)
+        except ValueError:
+            decoded = None
+        if isinstance(decoded, dict):
+            props = {str(k): str(v) for k, v in decoded.items()}
     payload, note = answer.body, ""
     codec = (_header(h, "X-Pulsar-compression") or "NONE").upper()
     if codec == "ZLIB":

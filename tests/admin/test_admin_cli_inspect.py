@@ -46,19 +46,19 @@ def test_peek_messages_expands_batches_and_dumps_binary_safely(client: Any, cli:
     consumer = client.subscribe(f"{FULL}/peek", "s")
     _send(client, "peek", [b"one", b"\x00\x1b[2Jtwo", b"three"], batched=True,
           properties={"k": "v"})
-    _send(client, "peek", [b"four"])
+    _send(client, "peek", [b"four"], properties={"MixedCase": "V"})
     proc = cli.run("topics", "peek-messages", "peek", "-s", "s", "-n", "4")
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     assert out.count("Batch Message ID: ") == 3 and out.count("\nMessage ID: ") == 1
-    assert '"k": "v"' in out and "Publish time: " in out
+    assert '"k": "v"' in out and '"MixedCase": "V"' in out and "Publish time: " in out
     assert "\x1b" not in out and "|..[2Jtwo" in out    # control bytes shown as dots
     two = cli.run("topics", "peek-messages", "peek", "-s", "s", "-n", "2").stdout
     assert two.count("Batch Message ID: ") == 2 and ":1\n" in two
     more = cli.run("topics", "peek-messages", "peek", "-s", "s", "-n", "50").stdout
     assert more.count("Message ID: ") == 4      # everything there is, then it stops
-    missing = cli.run("topics", "peek-messages", "peek", "-s", "nope")
-    assert missing.returncode == 1 and "Subscription not found" in missing.stderr
+    missing = cli.run("topics", "peek-messages", "no-such-topic", "-s", "s")
+    assert missing.returncode == 1 and "Topic not found" in missing.stderr
     consumer.close()
 
 
