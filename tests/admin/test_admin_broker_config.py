@@ -89,3 +89,49 @@ def test_runtime_internal_and_version(api: Api) -> None:
     assert internal["zookeeperServers"] is None
     reply = api("GET", B + "/version")
     assert (reply.status, reply.body) == (200, __version__)
+
+
+def test_who_may_call_the_new_routes() -> None:
+    """Pulsar's rules: broker configuration is for super-users, version for any authenticated
+    role; a topic's and a namespace's maintenance for the tenant's admins."""
+    import pytest
+
+    from broker.admin.auth import check_access
+    from broker.config_loading import load_config
+    from broker.security.authorization import AuthorizationService, NamespaceAuth
+    from broker.security.errors import AuthorizationError
+
+    class Store:
+        def tenant_admin_roles(self, tenant: str) -> frozenset[str] | None:
+            return frozenset({"acme-admin"}) if tenant == "acme" else None
+
+        def namespace_auth(self, namespace: str) -> NamespaceAuth | None:
+            return NamespaceAuth() if namespace == "acme/orders" else None
+
+    service = AuthorizationService.from_config(load_config(None, {
+        "authorizationEnabled": True, "superUserRoles": "root"}), Store())
+
+    def allowed(role: str, method: str, path: str) -> bool:
+        try:
+            check_access(service, role, method, path)
+        except AuthorizationError:
+            return False
+        return True
+
+    topic = "/admin/v2/persistent/acme/orders/t"
+    for method, path in (("POST", B + "/configuration/maxProducersPerTopic/1"),
+                         ("DELETE", B + "/configuration/maxProducersPerTopic"),
+                         ("GET", B + "/configuration"), ("GET", B + "/configuration/values"),
+                         ("GET", B + "/configuration/runtime"),
+                         ("GET", B + "/internal-configuration")):
+        assert allowed("root", method, path)
+        assert not allowed("acme-admin", method, path), path
+    assert allowed("stranger", "GET", B + "/version")
+    for method, path in (("DELETE", topic + "/truncate"), ("POST", topic + "/trim"),
+                         ("GET", topic + "/messageid/0"), ("GET", topic + "/internal-info"),
+                         ("PUT", "/admin/v2/namespaces/acme/orders/unload"),
+                         ("POST", "/admin/v2/namespaces/acme/orders/clearBacklog")):
+        assert allowed("acme-admin", method, path)
+        assert not allowed("stranger", method, path), path
+    with pytest.raises(AuthorizationError):
+        check_access(service, "acme-admin", "GET", B + "/configuration/runtime")
