@@ -135,3 +135,14 @@ def test_who_may_call_the_new_routes() -> None:
         assert not allowed("stranger", method, path), path
     with pytest.raises(AuthorizationError):
         check_access(service, "acme-admin", "GET", B + "/configuration/runtime")
+
+
+def test_the_applied_delay_policy_follows_a_dynamic_max_delay(client: Any, api: Api) -> None:
+    producer = client.create_producer("persistent://public/default/dyn-delay")
+    path = T + "/dyn-delay/delayedDelivery?applied=true"
+    assert api("GET", path).body["maxDeliveryDelayInMillis"] == 0
+    assert api("POST", B + "/configuration/delayedDeliveryMaxDelayInMillis/60000").status == 200
+    assert api("GET", path).body["maxDeliveryDelayInMillis"] == 60000
+    assert api("DELETE", B + "/configuration/delayedDeliveryMaxDelayInMillis").status == 200
+    assert api("GET", path).body["maxDeliveryDelayInMillis"] == 0
+    producer.close()
