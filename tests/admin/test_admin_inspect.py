@@ -161,3 +161,24 @@ def test_namespace_clear_backlog_unsubscribe_and_unload(client: Any, api: Api) -
     other = api("PUT", NS + "/0x00000000_0x7fffffff/unload")
     assert (other.status, other.reason) == (404, "Namespace bundle not found")
     assert api("PUT", "/admin/v2/namespaces/public/nope/unload").status == 404
+
+
+def test_peek_headers_survive_any_property(client: Any, broker: Any) -> None:
+    """A property name that is no header token, or a value with a line break, must not break
+    the answer: every property is in the X-Pulsar-Property JSON header."""
+    import json
+    import urllib.request
+
+    props = {"details=man": "good at playing basketball", "KeY3": "line\r\nX-Injected: 1",
+             "ok": "plain"}
+    consumer = client.subscribe(f"{FULL}/hdr", "s")
+    _send(client, "hdr", 1, properties=props)
+    with urllib.request.urlopen(broker.web_url + T + "/hdr/subscription/s/position/1",
+                                timeout=10) as resp:
+        headers = dict(resp.headers.items())
+        assert resp.read() == b"m0"
+    assert json.loads(headers["X-Pulsar-Property"]) == props
+    assert headers["X-Pulsar-PROPERTY-ok"] == "plain"
+    assert headers["X-Pulsar-PROPERTY-KeY3"] == "line%0D%0AX-Injected: 1"
+    assert "X-Injected" not in headers and not any("details" in k for k in headers)
+    consumer.close()
