@@ -4,7 +4,9 @@ Theory of operation: :func:`create_app` builds an aiohttp Application over a Bro
 which handlers reach only through the typed :class:`broker.admin.service.AdminService`; the
 core serves it on ``webServicePort`` on the broker's own event loop, so handlers await its
 operations directly. Routes live in ``topics.py`` (persistent topics and
-subscriptions), ``namespaces.py`` (clusters, tenants, namespaces, delayed-delivery
+subscriptions), ``inspect_routes.py`` (a topic's inspection and maintenance),
+``namespace_ops.py`` (namespace-wide unload, clear-backlog, unsubscribe),
+``broker_config.py`` (dynamic, runtime and internal configuration, version), ``namespaces.py`` (clusters, tenants, namespaces, delayed-delivery
 policies), ``permissions.py`` (grants, tenant updates, cluster records) and ``brokers.py``
 (health check, readiness, brokers list); this module adds lookup and metrics, the error
 middleware (every error body is ``{"reason": ...}``),
@@ -23,9 +25,12 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from broker.admin import (
+    broker_config,
     brokers,
     compaction,
     delayed_routes,
+    inspect_routes,
+    namespace_ops,
     namespaces,
     nonpersistent_routes,
     permissions,
@@ -125,11 +130,14 @@ def create_app(service: BrokerService, *, metrics_source: BrokerMetrics | None =
     schemas.add_routes(app)
     compaction.add_routes(app)
     topic_ops.add_routes(app)
+    inspect_routes.add_routes(app)
+    namespace_ops.add_routes(app)
     permissions.add_routes(app)
     delayed_routes.add_routes(app)
     scheduled_routes.add_routes(app)
     nonpersistent_routes.add_routes(app)
     app.router.add_get("/lookup/v2/topic/{domain}/{tenant}/{namespace}/{topic}", lookup)
+    broker_config.add_routes(app)   # before brokers' {cluster}
     brokers.add_routes(app)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/metrics/", metrics)

@@ -24,7 +24,7 @@ handler:
    ``GET /admin/v2/tenants/{t}``                                  tenant admin of ``t``
    other ``/admin/v2/tenants...``, ``/admin/v2/brokers/...``,     super-user
    changes under ``/admin/v2/clusters``
-   ``GET /admin/v2/clusters...``                                  any authenticated role
+   ``GET /admin/v2/clusters...``, ``/admin/v2/brokers/version``   any authenticated role
    ``/admin/v2/schemas/{t}/{ns}/{topic}/...``: GET, POST          lookup; produce to register
    ``compatibility`` and ``version``; POST ``schema``; DELETE    (POST ``schema``); tenant admin
                                                                   of ``t`` to delete
@@ -148,7 +148,7 @@ def check_access(authz: AuthorizationService, role: str, method: str, path: str)
     elif (area == "namespaces" and len(parts) >= 4) or (area == "tenants" and len(parts) == 4 and method == "GET"):
         authz.require_tenant_admin(parts[3], role)
         return
-    elif area == "clusters" and method == "GET":
+    elif (area == "clusters" and method == "GET") or parts[2:] == ["brokers", "version"]:
         return
     elif area == "schemas" and len(parts) >= 7:
         # Pulsar's SchemasResource: reads (and a compatibility or version check) need lookup,

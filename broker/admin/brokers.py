@@ -12,6 +12,7 @@ Theory of operation
 * ``GET /admin/v2/brokers/{cluster}``: the active brokers of the cluster as Pulsar lists them,
   broker ids ``<advertisedAddress>:<webServicePort>``; this node is the only one. Another
   cluster name is 404 "Cluster does not exist: cluster=<name>" (Horae knows only its own).
+* ``GET /admin/v2/brokers``: the same list for this broker's own cluster.
 * ``GET /admin/v2/brokers/leaderBroker``: Pulsar's BrokerInfo of the leader, this broker.
 
 All but ``/status.html`` are super-user operations (:mod:`broker.admin.auth`). The fixed paths are registered before
@@ -66,6 +67,11 @@ async def active_brokers(request: web.Request) -> web.Response:
     return json_response([broker.broker_id()])
 
 
+async def list_brokers(request: web.Request) -> web.Response:
+    """``GET /admin/v2/brokers``: the active brokers of this broker's cluster."""
+    return json_response([admin_of(request).broker.broker_id()])
+
+
 async def leader_broker(request: web.Request) -> web.Response:
     broker = admin_of(request).broker
     return json_response({"brokerId": broker.broker_id(), "serviceUrl": broker.web_url()})
@@ -73,6 +79,8 @@ async def leader_broker(request: web.Request) -> web.Response:
 
 def add_routes(app: web.Application) -> None:
     r = app.router
+    r.add_get("/admin/v2/brokers", list_brokers)
+    r.add_get("/admin/v2/brokers/", list_brokers)
     r.add_get("/admin/v2/brokers/health", health)
     r.add_get("/admin/v2/brokers/ready", ready)
     r.add_get(STATUS_PAGE, status_page)

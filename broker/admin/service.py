@@ -34,12 +34,15 @@ from typing import Any
 
 from aiohttp import web
 
+from broker import __version__
 from broker.admin import errors as E
 from broker.admin.healthcheck import LoopbackCredentials, run_health_check
 from broker.delayed.policy import DelayPolicy, resolve_policy
 from broker.security.authorization import AuthPolicies
 from broker.subscriptions.dispatchers.cursors import entry_exists
+from broker.subscriptions.resets import find_by_publish_time
 from broker.subscriptions.subscription import Subscription
+from broker.topics import ledger_info
 from broker.topics.heartbeat import TopicVersion
 from broker.topics.names import TopicName
 from broker.topics.nonpersistent import NonPersistentTopic
@@ -255,6 +258,12 @@ class AdminTopics:
     async def unload(self, topic: Topic) -> None:
         await self._service.unload_topic(topic.full)
 
+    def loaded_of_namespace(self, tenant: str, namespace: str) -> list[Topic]:
+        """The namespace's persistent topics loaded now (partitions included): what Pulsar's
+        namespace-wide operations (unload, clear-backlog, unsubscribe) reach."""
+        key = f"{tenant}/{namespace}"
+        return [t for t in list(self._service.topics.values()) if t.name.namespace == key]
+
     # --- non-persistent topics -----------------------------------------------------------
     def nonpersistent(self, tn: TopicName) -> NonPersistentTopic | None:
         """The in-memory topic when it exists (nothing is created)."""
@@ -312,6 +321,61 @@ class AdminEntries:
                 if n == 0:
                     return pos
         return None
+
+
+    # --- inspection and maintenance (Pulsar's PersistentTopicsBase) -----------------------
+    @staticmethod
+    async def first_published_at(topic: Topic, timestamp_ms: int) -> Position | None:
+        """The first entry published at or after *timestamp_ms*, None when every one is
+        older (Pulsar's message id by timestamp)."""
+        pos = await find_by_publish_time(topic.ledger, timestamp_ms)
+        return pos if entry_exists(topic.ledger, pos) else None
+
+    @staticmethod
+    def last_position(topic: Topic) -> Position:
+        """The last stored entry; ``(current ledger, -1)`` when the topic holds none, as
+        Pulsar's last message id of an empty topic."""
+        return ledger_info.last_position(topic)
+
+    @staticmethod
+    def managed_ledger_info(topic: Topic) -> dict[str, Any]:
+        """Pulsar's ManagedLedgerInfo (``internal-info``): ledgers, cursors, termination."""
+        return ledger_info.managed_ledger_info(topic)
+
+    @staticmethod
+    def backlog_size_from(topic: Topic, pos: Position) -> int:
+        """Bytes stored from *pos* (inclusive) to the end, estimated as Pulsar's
+        ``getEstimatedBacklogSize``: whole ledgers after *pos*'s, and *pos*'s ledger in
+        proportion to the entries from *pos* on."""
+        size = 0
+        for info in topic.ledger.ledgers:
+            if info.ledger_id > pos.ledger_id:
+                size += info.size_bytes
+            elif info.ledger_id == pos.ledger_id and info.entries:
+                remaining = max(0, info.entries - max(pos.entry_id, 0))
+                size += info.size_bytes * remaining // info.entries
+        return size
+
+    @staticmethod
+    async def analyze_backlog(topic: Topic, sub: Subscription, start: Position | None,
+                              max_entries: int) -> dict[str, Any]:
+        """Pulsar's AnalyzeSubscriptionBacklogResult (:func:`broker.topics.ledger_info.
+        analyze_backlog`)."""
+        return await ledger_info.analyze_backlog(topic, sub, start, max_entries)
+
+    @staticmethod
+    async def trim(topic: Topic, *, keep_retained: bool = True) -> None:
+        """Delete the sealed ledgers every subscription has consumed now, keeping what
+        retention keeps unless *keep_retained* is False (the current ledger stays)."""
+        await topic.trimmer.trim_now(keep_retained=keep_retained)
+
+    @staticmethod
+    async def truncate(topic: Topic) -> None:
+        """Pulsar's truncate: every subscription's backlog is cleared, then every sealed
+        ledger is deleted, retention notwithstanding."""
+        for sub in list(topic.subscriptions.values()):
+            await sub.resets.skip_all()
+        await topic.trimmer.trim_now(keep_retained=False)
 
 
 class AdminPolicies:
@@ -388,6 +452,40 @@ class AdminBroker:
             "httpUrlTls": urls.web_url_tls or "",
             "nativeUrl": broker_url,
         }
+
+    # --- configuration (Pulsar's BrokersBase) ---------------------------------------------
+    def dynamic_names(self) -> list[str]:
+        """The settings that may change at run time (:mod:`broker.dynamic_config`)."""
+        return self._service.dynamic_config.names()
+
+    def dynamic_overrides(self) -> dict[str, str]:
+        """The stored dynamic overrides, as given."""
+        return self._service.dynamic_config.overrides()
+
+    async def update_dynamic(self, key: str, value: str) -> None:
+        """Store and apply an override (DynamicConfigError: Pulsar's 412 reason)."""
+        await self._service.dynamic_config.update(key, value)
+
+    async def delete_dynamic(self, key: str) -> None:
+        await self._service.dynamic_config.delete(key)
+
+    def runtime_config(self) -> dict[str, str]:
+        """Every setting's value in force, as text (secrets masked)."""
+        return self._service.dynamic_config.runtime()
+
+    def internal_config(self) -> dict[str, str | None]:
+        """Pulsar's InternalConfigurationData: where metadata and ledgers live. One node keeps
+        both in its data directory; there is no ZooKeeper or BookKeeper."""
+        data = self._service.config.data_path
+        return {"zookeeperServers": None, "configurationStoreServers": None,
+                "ledgersRootPath": str(data),
+                "bookkeeperMetadataServiceUri": None, "stateStorageServiceUrl": None,
+                "metadataStoreUrl": f"sqlite:{data / 'metadata.db'}",
+                "configurationMetadataStoreUrl": f"sqlite:{data / 'metadata.db'}"}
+
+    @staticmethod
+    def version() -> str:
+        return __version__
 
     async def health_check(self, version: TopicVersion, credentials: LoopbackCredentials) -> None:
         """Raise HealthCheckError unless storage and the heartbeat round trip are healthy."""

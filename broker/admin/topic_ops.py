@@ -12,7 +12,8 @@ same :class:`AdminService` the other topic routes use:
   ``POST .../terminate/partitions`` terminates every partition and answers ``{index: id}``.
   On a non-persistent topic termination is 406 "Need to provide a persistent topic name" and
   expiry 405 "Expire messages on a non-persistent topic is not allowed", Pulsar's answers.
-- ``GET .../subscription/{sub}/position/{n}``: peek the n-th (1-based) unacknowledged entry;
+- ``GET .../subscription/{sub}/position/{n}``: peek the n-th (1-based) unacknowledged entry
+  (a subscription the topic does not have is created at the earliest message, as Pulsar does);
   ``GET .../examinemessage?initialPosition=earliest|latest&messagePosition=n``: the n-th entry
   from either end. Both answer the entry's payload (``application/octet-stream``) with the
   ``X-Pulsar-*`` headers Pulsar's admin client decodes (a batch comes whole, with
@@ -30,6 +31,8 @@ same :class:`AdminService` the other topic routes use:
 from __future__ import annotations
 
 import base64
+import json
+import re
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -111,6 +114,18 @@ async def terminate_partitions(request: web.Request) -> web.Response:
 
 
 # --- peek / examine ------------------------------------------------------------------------
+#: An HTTP header name (RFC 9110 token).
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+#: What a header value may not hold: control characters (CR, LF, NUL, ...).
+_UNSAFE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+
+
+def _header_safe(value: str) -> str:
+    """*value* as a header value: control characters percent-escaped, so a message's text
+    can never break or inject headers."""
+    return _UNSAFE.sub(lambda m: "".join(f"%{b:02X}" for b in m.group().encode()), value)
+
+
 def entry_response(pos: Position, data: bytes) -> web.Response:
     """An entry as Pulsar's peek/examine answer it: payload body, metadata in headers."""
     md_size = int.from_bytes(data[:4], "big")
@@ -120,18 +135,25 @@ def entry_response(pos: Position, data: bytes) -> web.Response:
     h: dict[str, str] = {
         "X-Pulsar-Message-ID": f"{pos.ledger_id}:{pos.entry_id}",
         "X-Pulsar-publish-time": iso_ms(md.publish_time),
-        "X-Pulsar-producer-name": md.producer_name,
+        "X-Pulsar-producer-name": _header_safe(md.producer_name),
         "X-Pulsar-sequence-id": str(md.sequence_id),
         "X-Pulsar-batch-size": str(len(payload)),
     }
     for kv in md.properties:
-        h[f"X-Pulsar-PROPERTY-{kv.key}"] = kv.value
+        # Only names an HTTP header may carry ("details=man" may not: clients refuse the whole
+        # answer); every property is in the JSON header below anyway.
+        if _TOKEN.fullmatch(kv.key):
+            h[f"X-Pulsar-PROPERTY-{kv.key}"] = _header_safe(kv.value)
+    if len(md.properties):
+        # All of them in one JSON header, as Pulsar sends: names keep their case there (HTTP
+        # libraries canonicalise header names); ASCII with escapes, so any text fits.
+        h["X-Pulsar-Property"] = json.dumps({kv.key: kv.value for kv in md.properties})
     if has("event_time") and md.event_time:
         h["X-Pulsar-event-time"] = iso_ms(md.event_time)
     if has("deliver_at_time"):
         h["X-Pulsar-deliver-at-time"] = iso_ms(md.deliver_at_time)
     if has("partition_key"):
-        h["X-Pulsar-partition-key"] = md.partition_key
+        h["X-Pulsar-partition-key"] = _header_safe(md.partition_key)
     if has("ordering_key"):
         h["X-Pulsar-Base64-ordering-key"] = base64.b64encode(md.ordering_key).decode()
     if has("schema_version"):
@@ -169,9 +191,14 @@ async def _read(topic: Topic, pos: Position) -> web.Response:
 
 
 async def peek(request: web.Request) -> web.Response:
+    """As Pulsar's ``getSubscriptionReference``: a subscription the topic does not have is
+    created first, at the earliest message, so peeking a new name shows the whole topic."""
     n = _positive_int(request, request.match_info["n"], "messagePosition")
     topic = await _single(request, "Peek")
-    sub = AdminTopics.subscription(topic, request.match_info["sub"])
+    name = request.match_info["sub"]
+    if name not in topic.subscriptions:
+        await topic.get_or_create_subscription(name, initial_position="earliest")
+    sub = AdminTopics.subscription(topic, name)
     pos = AdminEntries.nth_unacked(topic, sub, n)
     if pos is None:
         raise E.not_found(MESSAGE_NOT_FOUND)

@@ -54,7 +54,7 @@ from protocol.sub_types import SubType
 from storage.ledger import ManagedLedger
 from storage.positions import Position
 
-__all__ = ["CursorResets", "ResetTarget"]
+__all__ = ["CursorResets", "ResetTarget", "find_by_publish_time"]
 
 
 class ResetTarget(Protocol):
@@ -139,38 +139,7 @@ class CursorResets:
         await self.reset_to(target, disconnect=True)
 
     async def _find_by_publish_time(self, timestamp_ms: int) -> Position:
-        ledger = self.sub.ledger
-        index: list[tuple[int, int]] = []  # (ledger_id, entries), flattened by binary search
-        total = 0
-        for info in ledger.ledgers:
-            if info.entries:
-                index.append((info.ledger_id, info.entries))
-                total += info.entries
-        end: Position = ledger.next_position(tail_position(ledger))
-
-        def at(i: int) -> Position:
-            for lid, n in index:
-                if i < n:
-                    return Position(lid, i)
-                i -= n
-            return end
-
-        lo, hi = 0, total  # first entry with publish_time >= timestamp_ms in [lo, hi]
-        while lo < hi:
-            mid = (lo + hi) // 2
-            entry = await ledger.read_entry(at(mid))
-            if entry is None:
-                lo = mid + 1  # trimmed: treat as older
-                continue
-            try:
-                published = parse_entry(entry.data).publish_time
-            except Exception:
-                published = 0
-            if published < timestamp_ms:
-                lo = mid + 1
-            else:
-                hi = mid
-        return at(lo)
+        return await find_by_publish_time(self.sub.ledger, timestamp_ms)
 
     # ------------------------------------------------------------------ skip / clear-backlog
 
@@ -319,3 +288,39 @@ class CursorResets:
                 sub.dispatcher.reset()
             sub.delayed.on_rewind()
             self._rewind_edit(rev)
+
+
+async def find_by_publish_time(ledger: ManagedLedger, timestamp_ms: int) -> Position:
+    """The first entry published at or after *timestamp_ms* (binary search over the stored
+    entries, read directly); the position after the last entry when none is."""
+    index: list[tuple[int, int]] = []  # (ledger_id, entries), flattened by binary search
+    total = 0
+    for info in ledger.ledgers:
+        if info.entries:
+            index.append((info.ledger_id, info.entries))
+            total += info.entries
+    end: Position = ledger.next_position(tail_position(ledger))
+
+    def at(i: int) -> Position:
+        for lid, n in index:
+            if i < n:
+                return Position(lid, i)
+            i -= n
+        return end
+
+    lo, hi = 0, total  # first entry with publish_time >= timestamp_ms in [lo, hi]
+    while lo < hi:
+        mid = (lo + hi) // 2
+        entry = await ledger.read_entry(at(mid))
+        if entry is None:
+            lo = mid + 1  # trimmed: treat as older
+            continue
+        try:
+            published = parse_entry(entry.data).publish_time
+        except Exception:
+            published = 0
+        if published < timestamp_ms:
+            lo = mid + 1
+        else:
+            hi = mid
+    return at(lo)

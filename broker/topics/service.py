@@ -44,6 +44,7 @@ from typing import Any
 
 from broker.config import BrokerConfig
 from broker.delayed.policy import DelayPolicy
+from broker.dynamic_config import DynamicConfiguration
 from broker.listeners import BoundPorts, Listeners, ServiceUrls, service_urls
 from broker.security.authorization import NamespaceAuth
 from broker.topics import termination
@@ -105,6 +106,7 @@ class BrokerService:
             self.policies, config.broker_delete_inactive_topics_frequency_seconds,
             lambda full: self.delete_topic(full))
         self.schemas = SchemaRegistry(store.metadata)
+        self.dynamic_config = DynamicConfiguration(config, store.metadata, self._reconfigure)
         self._instance = next(_instance_counter)  # until start() reads the generation
         self._producer_names = itertools.count()
         self._timers: list[asyncio.Task[None]] = []
@@ -124,7 +126,15 @@ class BrokerService:
         self._instance = int((generation or {}).get("value", -1)) + 1
         await md.put("broker", "generation", {"value": self._instance})
         await self.policies.load()
+        await self.dynamic_config.load()
         self._timers = [self.loop.create_task(self._rates_loop())]
+
+    def _reconfigure(self, config: BrokerConfig) -> None:
+        """A dynamic setting changed (:mod:`broker.dynamic_config`): the new configuration is
+        read from the next operation on; loaded topics re-resolve their delay policy."""
+        self.config = config
+        self.policies.config = config
+        self._invalidate(lambda t: True)
 
     async def close(self) -> None:
         """Unload every topic (producers/consumers are told to reconnect)."""

@@ -176,11 +176,19 @@ class LedgerTrimmer:
             return False
         return True
 
-    async def _trim(self) -> None:
+    async def trim_now(self, *, keep_retained: bool = True) -> None:
+        """Trim at once (the admin API's trim and truncate), after a trim in progress; with
+        *keep_retained* False what retention keeps goes too (Pulsar's truncate)."""
+        while self.task is not None:
+            await asyncio.wait([self.task])
+        self.task = self.topic.loop.create_task(self._trim(keep_retained=keep_retained))
+        await asyncio.wait([self.task])
+
+    async def _trim(self, *, keep_retained: bool = True) -> None:
         topic = self.topic
         try:
             # Checked again right before: trim() decides synchronously, before its first await.
-            up_to = self.bound()
+            up_to = self.bound() if keep_retained else None
             if topic.serving and self.safe(up_to):
                 deleted = await topic.ledger.trim(up_to)
                 if deleted is None:  # rule 4: retried at the next tick

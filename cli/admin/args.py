@@ -23,9 +23,9 @@ __all__ = ["DOMAINS", "Builder", "UsageError", "namespace_path", "non_negative_i
            "parse_duration_ms", "parse_ledger_entry", "parse_message_id", "parse_size_bytes",
            "parse_triplet", "q", "topic_base", "topic_path"]
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?\s*$", re.IGNORECASE)
+_DURATION = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w|y)?\s*$", re.IGNORECASE)
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000,
-            "w": 604_800_000, None: 1000}
+            "w": 604_800_000, "y": 31_536_000_000, None: 1000}
 _SIZE = re.compile(r"^\s*(-?\d+)\s*([kmgt])?\s*$", re.IGNORECASE)
 _SIZE_UNIT = {None: 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 DOMAINS = ("persistent", "non-persistent")
@@ -46,7 +46,9 @@ def q(value: str) -> str:
 
 
 def parse_duration_ms(text: str) -> int:
-    """"500ms" -> 500, "30s" -> 30000, "10m", "1h", "2d", "1w"; a bare number is seconds."""
+    """"500ms" -> 500, "30s" -> 30000, "10m", "1h", "2d", "1w", "1y"; a bare number is
+    seconds. Negative durations read as pulsar-admin's (``-1`` is -1000); each command
+    decides what a negative value means or refuses it."""
     m = _DURATION.match(text)
     if m is None:
         raise UsageError(f"invalid duration {text!r} (examples: 500ms, 30s, 10m, 1h, 2d)")

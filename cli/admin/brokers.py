@@ -1,15 +1,24 @@
-"""``horae-admin brokers ...``: pulsar-admin's broker commands (all GETs on /admin/v2/brokers).
+"""``horae-admin brokers ...``: pulsar-admin's broker commands (on /admin/v2/brokers).
 
 Theory of operation: :func:`add_parsers` declares the commands on the ``brokers`` group of
-:mod:`cli.admin.main`; :data:`PATHS` maps each command to the REST path it GETs, which the
+:mod:`cli.admin.main`; :data:`PATHS` maps each read to the REST path it GETs and
+:data:`CHANGES` the two that change the dynamic configuration to their requests, which the
 CLI sends and prints like any other command. Kept apart from ``main.py`` so the broker group
 grows without touching the other groups.
 
-=============================================  =============================================
-``brokers healthcheck [--topic-version V2]``   ``/admin/v2/brokers/health?topicVersion=...``
-``brokers list CLUSTER``                       ``/admin/v2/brokers/{cluster}``
-``brokers leader-broker``                      ``/admin/v2/brokers/leaderBroker``
-=============================================  =============================================
+=================================================  =========================================
+``brokers healthcheck [--topic-version V2]``       ``GET .../health?topicVersion=...``
+``brokers list CLUSTER``                           ``GET .../{cluster}``
+``brokers leader-broker``                          ``GET .../leaderBroker``
+``brokers list-dynamic-config``                    ``GET .../configuration``
+``brokers get-all-dynamic-config``                 ``GET .../configuration/values``
+``brokers update-dynamic-config --config K         ``POST .../configuration/{K}/{V}``
+--value V``
+``brokers delete-dynamic-config --config K``       ``DELETE .../configuration/{K}``
+``brokers get-runtime-config``                     ``GET .../configuration/runtime``
+``brokers get-internal-config``                    ``GET .../internal-configuration``
+``brokers version``                                ``GET .../version``
+=================================================  =========================================
 """
 
 from __future__ import annotations
@@ -19,7 +28,9 @@ import urllib.parse
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["PATHS", "add_parsers"]
+from cli.admin.rest import Request
+
+__all__ = ["CHANGES", "PATHS", "add_parsers"]
 
 BROKERS = "/admin/v2/brokers"
 
@@ -34,6 +45,22 @@ PATHS: dict[str, Callable[[argparse.Namespace], str]] = {
     "healthcheck": _healthcheck,
     "list": lambda a: f"{BROKERS}/{urllib.parse.quote(a.cluster, safe='')}",
     "leader-broker": lambda a: f"{BROKERS}/leaderBroker",
+    "list-dynamic-config": lambda a: f"{BROKERS}/configuration",
+    "get-all-dynamic-config": lambda a: f"{BROKERS}/configuration/values",
+    "get-runtime-config": lambda a: f"{BROKERS}/configuration/runtime",
+    "get-internal-config": lambda a: f"{BROKERS}/internal-configuration",
+    "version": lambda a: f"{BROKERS}/version",
+}
+
+
+def _config(name: str) -> str:
+    return f"{BROKERS}/configuration/{urllib.parse.quote(name, safe='')}"
+
+
+CHANGES: dict[str, Callable[[argparse.Namespace], Request]] = {
+    "update-dynamic-config": lambda a: Request(
+        "POST", _config(a.config) + "/" + urllib.parse.quote(a.value, safe="")),
+    "delete-dynamic-config": lambda a: Request("DELETE", _config(a.config)),
 }
 
 
@@ -47,3 +74,17 @@ def add_parsers(brokers: Any) -> None:
     brokers.add_parser("list", help="active brokers of a cluster (host:webPort)").add_argument(
         "cluster")
     brokers.add_parser("leader-broker", help="the leader broker (this one)")
+    for name, help_ in (
+            ("list-dynamic-config", "the settings that may be changed at run time"),
+            ("get-all-dynamic-config", "the dynamic settings' stored overrides"),
+            ("get-runtime-config", "every setting's value in force"),
+            ("get-internal-config", "where the broker keeps metadata and ledgers"),
+            ("version", "the broker's version")):
+        brokers.add_parser(name, help=help_)
+    up = brokers.add_parser("update-dynamic-config",
+                            help="change a dynamic setting now (kept across restarts)")
+    up.add_argument("--config", "-c", required=True, help="the setting, e.g. maxProducersPerTopic")
+    up.add_argument("--value", "-v", required=True, help="its new value")
+    brokers.add_parser("delete-dynamic-config", help="drop a dynamic setting's override "
+                       "(back to the configuration file's value)").add_argument(
+        "--config", "-c", required=True)

@@ -22,6 +22,7 @@ import argparse
 import base64
 import json
 import os
+import re
 import sys
 import time
 import urllib.error
@@ -30,6 +31,8 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from cli.admin import brokers as broker_commands
+from cli.admin import maintenance as maintenance_commands
+from cli.admin import messages as message_commands
 from cli.admin import policies as policy_commands
 from cli.admin.args import (
     Builder,
@@ -48,6 +51,8 @@ from cli.admin.auth import AdminAuth, admin_auth
 from cli.admin.rest import HttpError, Request, call
 
 DEFAULT_ADMIN_URL = "http://localhost:8080"
+#: What argparse reads as a value, not an option: a negative number or duration.
+NEGATIVE_VALUE = re.compile(r"^-\d+(\.\d+)?(ms|s|m|h|d|w|y)?$", re.IGNORECASE)
 EXIT_HTTP_ERROR = 1
 EXIT_USAGE = 2
 
@@ -259,6 +264,8 @@ _COMMANDS: dict[tuple[str, str], Builder] = {
                                             + topic_path(a.topic)),
 }
 _COMMANDS.update(policy_commands.COMMANDS)
+_COMMANDS.update(maintenance_commands.COMMANDS)
+_COMMANDS.update({("brokers", name): build for name, build in broker_commands.CHANGES.items()})
 
 
 def _delayed_view(args: argparse.Namespace, tail: str,
@@ -276,16 +283,69 @@ def _split(value: str | None) -> list[str]:
 
 # --- argument parsing -----------------------------------------------------------------------
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # A negative duration ("-1h", "-30s") is a value, as a negative number is: pulsar-admin
+        # accepts them where it accepts a relative time.
+        self._negative_number_matcher = NEGATIVE_VALUE
+
     def error(self, message: str) -> NoReturn:   # argparse exits 2 on usage errors, as we want
         self.print_usage(sys.stderr)
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
 
+#: The help line of the commands declared without one, by (group, command).
+_HELP: dict[tuple[str, str], str] = {
+    ("clusters", "list"): "the clusters (this broker's)",
+    ("tenants", "list"): "the tenants",
+    ("tenants", "get"): "a tenant's admin roles and allowed clusters",
+    ("tenants", "delete"): "delete an empty tenant",
+    ("tenants", "create"): "create a tenant",
+    ("namespaces", "list"): "the namespaces of a tenant",
+    ("namespaces", "permissions"): "the roles granted on a namespace",
+    ("namespaces", "grant-permission"): "grant a role actions on a namespace",
+    ("namespaces", "revoke-permission"): "revoke a role's actions on a namespace",
+    ("namespaces", "create"): "create a namespace",
+    ("namespaces", "delete"): "delete an empty namespace",
+    ("namespaces", "get-delayed-delivery"): "the namespace's delayed-delivery policy",
+    ("namespaces", "remove-delayed-delivery"): "remove the namespace's delayed-delivery policy",
+    ("namespaces", "set-delayed-delivery"): "set the namespace's delayed-delivery policy",
+    ("topics", "list"): "the topics of a namespace (both domains, partitions listed)",
+    ("topics", "list-partitioned-topics"): "the partitioned topics of a namespace",
+    ("topics", "permissions"): "the roles granted on a topic",
+    ("topics", "grant-permission"): "grant a role actions on a topic",
+    ("topics", "revoke-permission"): "revoke a role's actions on a topic",
+    ("topics", "create"): "create a non-partitioned topic",
+    ("topics", "stats"): "a topic's stats",
+    ("topics", "stats-internal"): "a topic's internal stats (ledgers, cursors)",
+    ("topics", "subscriptions"): "a topic's subscriptions",
+    ("topics", "lookup"): "the broker serving a topic",
+    ("topics", "partitioned-lookup"): "the broker serving each partition",
+    ("topics", "get-partitioned-topic-metadata"): "a topic's partition count",
+    ("topics", "remove-delayed-delivery"): "remove the topic's delayed-delivery policy",
+    ("topics", "partitioned-stats"): "a partitioned topic's stats, summed",
+    ("topics", "get-delayed-delivery"): "the topic's delayed-delivery policy",
+    ("topics", "delete"): "delete a topic",
+    ("topics", "delete-partitioned-topic"): "delete a partitioned topic and its partitions",
+    ("topics", "create-partitioned-topic"): "create a partitioned topic",
+    ("topics", "create-subscription"): "create a subscription at a position",
+    ("topics", "unsubscribe"): "delete a subscription",
+    ("topics", "skip"): "skip the next N messages of a subscription",
+    ("topics", "skip-all"): "skip every message of a subscription",
+    ("topics", "clear-backlog"): "skip every message of a subscription",
+    ("topics", "reset-cursor"): "move a subscription to a time or a message id",
+    ("topics", "skip-messages"): "acknowledge messages by id on a subscription (PIP-423)",
+    ("topics", "set-delayed-delivery"): "set the topic's delayed-delivery policy",
+}
+
+
 class _Commands(argparse._SubParsersAction):  # type: ignore[type-arg]
-    """Lists every command in ``GROUP --help`` (argparse lists only those given a help)."""
+    """Lists every command in ``GROUP --help`` with its help line (from :data:`_HELP` when
+    the declaration gives none)."""
 
     def add_parser(self, name: str, **kwargs: Any) -> argparse.ArgumentParser:
-        kwargs.setdefault("help", "")
+        group = self._prog_prefix.split()[-1]
+        kwargs.setdefault("help", _HELP.get((group, name), ""))
         parser: argparse.ArgumentParser = super().add_parser(name, **kwargs)
         return parser
 
@@ -417,6 +477,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="comma-separated subscriptions (default: every Shared or Key_Shared)")
     _policy_args(tp.add_parser("set-delayed-delivery"), "topic", "topic name")
     policy_commands.add_parsers(n, tp, group("schemas", policy_commands.schema_group_help()))
+    maintenance_commands.add_parsers(tp, n)
+    message_commands.add_parsers(tp)
     return p
 
 
@@ -446,6 +508,15 @@ def _print(result: object, *, getter: bool = False) -> None:
         print(json.dumps(result, indent=2, sort_keys=False))
 
 
+def _check_admin_url(admin_url: str) -> None:
+    """``--admin-url`` is a URL with a scheme: ``localhost:8080`` alone is refused clearly
+    (urllib would read ``localhost`` as the scheme)."""
+    parsed = urllib.parse.urlsplit(admin_url)
+    if parsed.scheme not in ("http", "https") or not parsed.netloc:
+        raise UsageError(f"invalid --admin-url {admin_url!r}: give a URL with its scheme, "
+                         f"e.g. http://{admin_url.split('://')[-1] or 'localhost:8080'}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     admin_url = args.admin_url
@@ -456,7 +527,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                               tls_allow_insecure=args.tls_allow_insecure)
         except ValueError as exc:
             raise UsageError(str(exc)) from None
-        if (args.group, args.command) == ("topics", "partitioned-lookup"):
+        _check_admin_url(admin_url)
+        runner = message_commands.RUNNERS.get((args.group, args.command))
+        if runner is not None:
+            result: object = runner(admin_url, args, auth)
+        elif (args.group, args.command) == ("topics", "partitioned-lookup"):
             result = _partitioned_lookup(admin_url, args, auth)
         else:
             result = call(admin_url, _COMMANDS[(args.group, args.command)](args), auth)

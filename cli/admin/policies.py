@@ -182,10 +182,6 @@ COMMANDS.update({
         "POST", _topic(a) + "/terminate/partitions"),
     ("topics", "update-partitioned-topic"): lambda a: Request(
         "POST", _topic(a) + "/partitions", a.partitions, True),
-    ("topics", "peek-messages"): lambda a: Request("GET", _sub(a) + f"/position/{a.count}"),
-    ("topics", "examine-message"): lambda a: Request(
-        "GET", _topic(a) + f"/examinemessage?initialPosition={q(a.initial_position)}"
-        f"&messagePosition={a.message_position}"),
     ("topics", "expire-messages"): _expire,
 })
 
@@ -280,15 +276,6 @@ def add_parsers(namespaces: Any, topics: Any, schemas: Any) -> None:
     up = topics.add_parser("update-partitioned-topic", help="grow a partitioned topic")
     up.add_argument("topic")
     up.add_argument("--partitions", "-p", type=int, required=True)
-    pk = topics.add_parser("peek-messages", help="the n-th unacknowledged message's payload")
-    pk.add_argument("topic")
-    pk.add_argument("--subscription", "-s", required=True)
-    pk.add_argument("--count", "-n", type=int, default=1)
-    ex = topics.add_parser("examine-message", help="the n-th message from either end")
-    ex.add_argument("topic")
-    ex.add_argument("--initialPosition", "-i", dest="initial_position", default="latest",
-                    choices=("latest", "earliest"))
-    ex.add_argument("--messagePosition", "-m", dest="message_position", type=int, default=1)
     em = topics.add_parser("expire-messages", help="acknowledge messages older than a time")
     em.add_argument("topic")
     em.add_argument("--subscription", "-s")

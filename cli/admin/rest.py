@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from cli.admin.auth import AdminAuth
 
-__all__ = ["TIMEOUT_S", "HttpError", "Request", "call"]
+__all__ = ["TIMEOUT_S", "HttpError", "RawAnswer", "Request", "call", "call_raw"]
 
 TIMEOUT_S = 30.0
 
@@ -37,6 +37,27 @@ class Request:
     path: str
     body: object = None
     has_body: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class RawAnswer:
+    """An answer as sent: its headers (names as the server wrote them) and body bytes."""
+    headers: dict[str, str]
+    body: bytes
+
+
+def call_raw(admin_url: str, req: Request, auth: AdminAuth | None = None) -> RawAnswer:
+    """Send ``req``; return the answer undecoded (a message's payload and its ``X-Pulsar-*``
+    headers). Raises HttpError/OSError as :func:`call` does."""
+    url = admin_url.rstrip("/") + req.path
+    headers = {**(auth.headers if auth is not None else {})}
+    request = urllib.request.Request(url, method=req.method, headers=headers)
+    context = auth.ssl_context if auth is not None and url.startswith("https:") else None
+    try:
+        with urllib.request.urlopen(request, timeout=TIMEOUT_S, context=context) as resp:
+            return RawAnswer(dict(resp.headers.items()), resp.read())
+    except urllib.error.HTTPError as exc:
+        raise HttpError(exc.code, _reason(exc.read(), exc.reason)) from None
 
 
 def call(admin_url: str, req: Request, auth: AdminAuth | None = None) -> object:

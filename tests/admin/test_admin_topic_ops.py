@@ -91,11 +91,14 @@ def test_peek_returns_the_nth_unacked_message_with_headers(client: Any, broker: 
     raw = _raw_get(broker.web_url, T + "/peek/subscription/s/position/2")
     assert raw["X-Pulsar-Message-ID"] == f"{ids[1].ledger_id()}:{ids[1].entry_id()}"
     assert raw["X-Pulsar-PROPERTY-k"] == "v"
+    assert raw["X-Pulsar-Property"] == '{"k": "v"}'
     assert raw["X-Pulsar-partition-key"] == "key"
     assert raw["X-Pulsar-sequence-id"] == "1"
     assert api("GET", T + "/peek/subscription/s/position/4").status == 404
     assert api("GET", T + "/peek/subscription/s/position/0").status == 412
-    assert api("GET", T + "/peek/subscription/nope/position/1").status == 404
+    # as Pulsar: a subscription the topic does not have is created at the earliest message
+    assert api("GET", T + "/peek/subscription/new/position/1").body == "m0"
+    assert "new" in api("GET", T + "/peek/subscriptions").body
 
 
 def test_peek_and_examine_refuse_a_partitioned_topic(api: Api) -> None:

@@ -1,0 +1,187 @@
+"""Inspection and maintenance of a topic, as Pulsar's ``PersistentTopics`` answers them.
+
+Theory of operation: each handler parses the path once, asks the admin service for the
+topic(s) it applies to (Pulsar's 404 reasons come from there) and reads or changes them through
+:class:`broker.admin.service.AdminEntries`. Paths under ``/admin/v2/persistent/{t}/{ns}/{topic}``:
+
+- ``GET .../messageid/{timestamp}``: the first message published at or after *timestamp* (ms),
+  as ``{"ledgerId", "entryId", "partitionIndex", ...}``; 404 "Message ID not found" when every
+  message is older. On a partitioned topic ask a partition (405).
+- ``GET .../lastMessageId``: the last stored message's id (``entryId`` -1 on an empty topic).
+- ``GET .../internal-info``: Pulsar's ManagedLedgerInfo (ledgers, cursors, termination); a
+  partitioned topic answers ``{"version", "partitions": {name: info}}``.
+- ``PUT .../backlogSize`` with a message id body: the bytes stored from that message on.
+- ``GET|POST .../subscription/{sub}/analyzeBacklog`` (optional message id body to start from):
+  the subscription's backlog in entries and messages, at most
+  :data:`BACKLOG_SCAN_MAX_ENTRIES` entries read (Pulsar's
+  ``subscriptionBacklogScanMaxEntries``; ``aborted`` beyond).
+- ``DELETE .../truncate``: clear every subscription's backlog, then delete every sealed ledger,
+  retention notwithstanding (the current ledger stays). 204.
+- ``POST .../trim``: delete the sealed ledgers every subscription has consumed, keeping what
+  retention keeps. 204.
+- ``POST .../createMissedPartitions``: create the partitions of a partitioned topic that do not
+  exist yet. 204; 404 for a topic that is not partitioned.
+
+Partitioned topics: truncate and trim run on every partition, as Pulsar fans them out; the
+reads that name one position answer 405 (ask a partition). Non-persistent topics answer as
+Pulsar does: 405 (or 412 for truncate) with its reasons.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+
+from broker.admin import bodies
+from broker.admin import errors as E
+from broker.admin.responses import admin_of, json_response, no_content
+from broker.admin.service import AdminEntries, AdminService, AdminTopics, topic_name
+from broker.admin.topic_ops import NP_SUB, NP_TOPIC
+from broker.admin.topics import SUB, TOPIC
+from broker.topics.names import TopicName
+from broker.topics.topic import Topic
+from storage.positions import Position
+
+__all__ = ["BACKLOG_SCAN_MAX_ENTRIES", "add_routes"]
+
+#: Pulsar's ``subscriptionBacklogScanMaxEntries`` default: most entries analyzeBacklog reads.
+BACKLOG_SCAN_MAX_ENTRIES = 10_000
+MESSAGE_ID_NOT_FOUND = "Message ID not found"
+
+
+async def _topic(request: web.Request) -> tuple[AdminService, TopicName]:
+    admin = admin_of(request)
+    m = request.match_info
+    await admin.tenants.require_namespace(m["tenant"], m["namespace"])
+    return admin, topic_name(m["tenant"], m["namespace"], m["topic"])
+
+
+async def _one(request: web.Request, refusal: str) -> tuple[TopicName, Topic]:
+    """The non-partitioned topic (or partition) the path names; 405 *refusal* on a
+    partitioned topic, 404 when absent."""
+    admin, tn = await _topic(request)
+    if await admin.topics.partition_count(tn) > 0:
+        raise E.not_allowed(refusal)
+    [topic] = await admin.topics.targets(tn)
+    return tn, topic
+
+
+def _message_id(pos: Position, tn: TopicName) -> dict[str, int]:
+    """Pulsar's MessageIdImpl as its admin writes it."""
+    return {"ledgerId": pos.ledger_id, "entryId": pos.entry_id,
+            "partitionIndex": tn.partition_index if tn.is_partition else -1,
+            "batchIndex": -1, "batchSize": 0}
+
+
+# --- reads ---------------------------------------------------------------------------------
+async def message_id_by_time(request: web.Request) -> web.Response:
+    try:
+        timestamp_ms = int(request.match_info["timestamp"])
+    except ValueError:
+        raise E.bad_request("timestamp must be an integer (epoch milliseconds)") from None
+    tn, topic = await _one(request, "Get message ID by timestamp on a partitioned topic is not "
+                                    "allowed, please try do it on specific topic partition")
+    pos = await AdminEntries.first_published_at(topic, timestamp_ms)
+    if pos is None:
+        raise E.not_found(MESSAGE_ID_NOT_FOUND)
+    return json_response(_message_id(pos, tn))
+
+
+async def last_message_id(request: web.Request) -> web.Response:
+    admin, tn = await _topic(request)
+    if await admin.topics.partition_count(tn) > 0:
+        raise E.not_found(E.TOPIC_NOT_FOUND)   # the parent of partitions holds no messages
+    [topic] = await admin.topics.targets(tn)
+    return json_response(_message_id(AdminEntries.last_position(topic), tn))
+
+
+async def internal_info(request: web.Request) -> web.Response:
+    admin, tn = await _topic(request)
+    n = await admin.topics.partition_count(tn)
+    if n > 0:
+        parts = {}
+        for i in range(n):
+            topic = await admin.topics.get(tn.partition(i), create=True)
+            parts[tn.partition(i).full] = AdminEntries.managed_ledger_info(topic)
+        return json_response({"version": 0, "partitions": parts})
+    [topic] = await admin.topics.targets(tn)
+    return json_response(AdminEntries.managed_ledger_info(topic))
+
+
+async def backlog_size(request: web.Request) -> web.Response:
+    data = bodies.parse_reset_cursor_data(bodies.load_json(await request.read()))
+    _, topic = await _one(request, "Get backlog size by message id on a partitioned topic is "
+                                   "not allowed, please try do it on specific topic partition")
+    return json_response(AdminEntries.backlog_size_from(
+        topic, Position(data.ledger_id, data.entry_id)))
+
+
+async def analyze_backlog(request: web.Request) -> web.Response:
+    raw = await request.read()
+    start: Position | None = None
+    if raw.strip():
+        data = bodies.parse_reset_cursor_data(bodies.load_json(raw))
+        start = Position(data.ledger_id, data.entry_id)
+    _, topic = await _one(request, "Analyze backlog on a partitioned topic is not allowed, "
+                                   "please try do it on specific topic partition")
+    sub = AdminTopics.subscription(topic, request.match_info["sub"])
+    return json_response(await AdminEntries.analyze_backlog(topic, sub, start,
+                                                            BACKLOG_SCAN_MAX_ENTRIES))
+
+
+# --- maintenance ---------------------------------------------------------------------------
+async def truncate(request: web.Request) -> web.Response:
+    admin, tn = await _topic(request)
+    for topic in await admin.topics.targets(tn):
+        await AdminEntries.truncate(topic)
+    return no_content()
+
+
+async def trim(request: web.Request) -> web.Response:
+    admin, tn = await _topic(request)
+    for topic in await admin.topics.targets(tn):
+        await AdminEntries.trim(topic)
+    return no_content()
+
+
+async def create_missed_partitions(request: web.Request) -> web.Response:
+    admin, tn = await _topic(request)
+    n = await admin.topics.partition_count(tn)
+    if n == 0:
+        raise E.not_found(E.PARTITIONED_TOPIC_NOT_FOUND)
+    for i in range(n):
+        await admin.topics.get(tn.partition(i), create=True)
+    return no_content()
+
+
+# --- non-persistent topics -----------------------------------------------------------------
+def _refuse(status: int, reason: str) -> Callable[[web.Request], Awaitable[web.Response]]:
+    async def refuse(request: web.Request) -> web.Response:
+        m = request.match_info
+        await admin_of(request).tenants.require_namespace(m["tenant"], m["namespace"])
+        topic_name(m["tenant"], m["namespace"], m["topic"], "non-persistent")
+        raise E.RestError(status, reason)
+    return refuse
+
+
+def add_routes(app: web.Application) -> None:
+    r = app.router
+    r.add_get(TOPIC + "/messageid/{timestamp}", message_id_by_time)
+    r.add_get(TOPIC + "/lastMessageId", last_message_id)
+    r.add_get(TOPIC + "/internal-info", internal_info)
+    r.add_put(TOPIC + "/backlogSize", backlog_size)
+    r.add_get(SUB + "/analyzeBacklog", analyze_backlog)
+    r.add_post(SUB + "/analyzeBacklog", analyze_backlog)
+    r.add_delete(TOPIC + "/truncate", truncate)
+    r.add_post(TOPIC + "/trim", trim)
+    r.add_post(TOPIC + "/createMissedPartitions", create_missed_partitions)
+    r.add_get(NP_TOPIC + "/messageid/{timestamp}", _refuse(
+        405, "Get message ID by timestamp on a non-persistent topic is not allowed"))
+    r.add_get(NP_TOPIC + "/lastMessageId", _refuse(
+        405, "GetLastMessageId on a non-persistent topic is not allowed"))
+    r.add_delete(NP_TOPIC + "/truncate", _refuse(412, "unsupport truncate"))
+    r.add_post(NP_TOPIC + "/trim", _refuse(405, "Trim on a non-persistent topic is not allowed"))
+    r.add_get(NP_SUB + "/analyzeBacklog", _refuse(
+        405, "Analyze backlog on a non-persistent topic is not allowed"))
+

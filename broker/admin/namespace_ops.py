@@ -1,0 +1,82 @@
+"""Namespace-wide operations of Pulsar's admin API: unload, clear-backlog, unsubscribe.
+
+Theory of operation: Pulsar runs these over the topics its broker has loaded in the namespace
+(its bundles' topics); one node owns the whole namespace as one bundle, so they run over the
+namespace's loaded persistent topics (:meth:`broker.admin.service.AdminTopics.loaded_of_namespace`):
+
+- ``PUT /admin/v2/namespaces/{t}/{ns}/unload``: every loaded topic is unloaded (clients
+  reconnect, each topic opens a new ledger). 204.
+- ``POST .../clearBacklog``: every subscription of every loaded topic skips to the end;
+  ``POST .../clearBacklog/{subscription}``: that subscription only, where it exists. 204.
+- ``POST .../unsubscribe/{subscription}``: the subscription is deleted from every loaded topic
+  that has it; 412 "Subscription has active connected consumers" (nothing deleted) while one
+  has consumers. 204.
+
+The bundle forms (``.../{bundle}/unload`` and so on) accept the namespace's one bundle,
+``0x00000000_0xffffffff``; another range is 404 "Namespace bundle not found", as a bundle a
+Pulsar namespace does not have. 404 "Namespace does not exist" for an unknown namespace.
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from broker.admin import errors as E
+from broker.admin.responses import admin_of, no_content
+from broker.admin.service import AdminService
+from broker.topics.topic import Topic
+
+__all__ = ["FULL_BUNDLE", "add_routes"]
+
+NAMESPACE = "/admin/v2/namespaces/{tenant}/{namespace}"
+#: The one bundle of a namespace on one node: the whole hash range.
+FULL_BUNDLE = "0x00000000_0xffffffff"
+BUNDLE_NOT_FOUND = "Namespace bundle not found"
+
+
+async def _loaded(request: web.Request) -> tuple[AdminService, list[Topic]]:
+    admin = admin_of(request)
+    m = request.match_info
+    await admin.tenants.require_namespace(m["tenant"], m["namespace"])
+    bundle = m.get("bundle")
+    if bundle is not None and bundle.lower() != FULL_BUNDLE:
+        raise E.not_found(BUNDLE_NOT_FOUND)
+    return admin, admin.topics.loaded_of_namespace(m["tenant"], m["namespace"])
+
+
+async def unload(request: web.Request) -> web.Response:
+    admin, topics = await _loaded(request)
+    for topic in topics:
+        await admin.topics.unload(topic)
+    return no_content()
+
+
+async def clear_backlog(request: web.Request) -> web.Response:
+    _, topics = await _loaded(request)
+    name = request.match_info.get("subscription")
+    for topic in topics:
+        for sub_name, sub in list(topic.subscriptions.items()):
+            if name is None or sub_name == name:
+                await sub.resets.skip_all()
+    return no_content()
+
+
+async def unsubscribe(request: web.Request) -> web.Response:
+    _, topics = await _loaded(request)
+    name = request.match_info["subscription"]
+    holders = [t for t in topics if name in t.subscriptions]
+    if any(t.subscriptions[name].consumers for t in holders):
+        raise E.precondition_failed(E.SUBSCRIPTION_BUSY)
+    for topic in holders:
+        if name in topic.subscriptions:
+            await topic.delete_subscription(name)
+    return no_content()
+
+
+def add_routes(app: web.Application) -> None:
+    r = app.router
+    for base in (NAMESPACE, NAMESPACE + "/{bundle:0x[0-9a-fA-F]{8}_0x[0-9a-fA-F]{8}}"):
+        r.add_put(base + "/unload", unload)
+        r.add_post(base + "/clearBacklog", clear_backlog)
+        r.add_post(base + "/clearBacklog/{subscription}", clear_backlog)
+        r.add_post(base + "/unsubscribe/{subscription}", unsubscribe)
