@@ -297,6 +297,10 @@ class _Parser(argparse.ArgumentParser):
 #: The help line of the commands declared without one, by (group, command).
 _HELP: dict[tuple[str, str], str] = {
     ("clusters", "list"): "the clusters (this broker's)",
+    ("topics", "list-delayed-messages"): "a subscription's scheduled messages by due time, a "
+                                         "page at a time",
+    ("topics", "delayed-histogram"): "a subscription's pending delayed messages counted by due "
+                                     "time",
     ("tenants", "list"): "the tenants",
     ("tenants", "get"): "a tenant's admin roles and allowed clusters",
     ("tenants", "delete"): "delete an empty tenant",
