@@ -29,7 +29,7 @@ from protocol.framing import set_message_id as _message_id
 from protocol.framing import varint as _varint
 from protocol.limits import MAGIC_CRC32C
 
-__all__ = ["encode_message", "encode_send_receipt", "reference_message", "reference_send_receipt"]
+__all__ = ["encode_message", "encode_message_head", "encode_send_receipt", "reference_message", "reference_send_receipt"]
 
 _T = pb.BaseCommand
 
@@ -106,6 +106,27 @@ def encode_message(
     it must describe these exact bytes. ``redelivery_count`` is sent only when non-zero.
     ``checksum=False`` omits magic and CRC (the client treats the CRC as optional).
     """
+    return encode_message_head(
+        consumer_id, ledger_id, entry_id, entry, redelivery_count=redelivery_count,
+        ack_set=ack_set, partition=partition, entry_crc=entry_crc, checksum=checksum,
+    ) + entry
+
+
+def encode_message_head(
+    consumer_id: int,
+    ledger_id: int,
+    entry_id: int,
+    entry: bytes,
+    *,
+    redelivery_count: int = 0,
+    ack_set: Sequence[int] | None = None,
+    partition: int | None = None,
+    entry_crc: int | None = None,
+    checksum: bool = True,
+) -> bytes:
+    """The bytes of :func:`encode_message`'s frame that come before ``entry``: the frame is
+    ``head + entry``. A caller that writes the two as separate buffers (a vectored write)
+    sends a large entry without copying it into the frame."""
     ledger = _SMALL[ledger_id] if 0 <= ledger_id < _SMALL_LIMIT else _varint(ledger_id)
     entry_no = _SMALL[entry_id] if 0 <= entry_id < _SMALL_LIMIT else _varint(entry_id)
     consumer = _SMALL[consumer_id] if 0 <= consumer_id < _SMALL_LIMIT else _varint(consumer_id)
@@ -139,7 +160,7 @@ def encode_message(
     command_size = len(body_prefix) + len(inner)
     if not checksum:
         return b"".join(
-            (_HEADER.pack(command_size + 4 + len(entry), command_size), body_prefix, inner, entry)
+            (_HEADER.pack(command_size + 4 + len(entry), command_size), body_prefix, inner)
         )
     if entry_crc is None:
         entry_crc = crc32c(entry)
@@ -149,7 +170,6 @@ def encode_message(
             body_prefix,
             inner,
             _CHECKSUM_HEADER.pack(MAGIC_CRC32C, entry_crc),
-            entry,
         )
     )
 

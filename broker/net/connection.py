@@ -129,6 +129,7 @@ class ServerConnection(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
         self._output = Output(self.loop, self.config.pulsar_channel_write_buffer_high_water_mark)
         self.write = self._output.write  # (data: bytes) -> None: see broker.net.output
+        self.writelines = self._output.writelines  # (parts: list[bytes]) -> None: the same
         self.throttle = ReadThrottle(
             publish_buffer if publish_buffer is not None else PublishBuffer(0),
             self.config.max_pending_publish_requests_per_connection, self._reading_resumed,

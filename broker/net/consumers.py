@@ -94,6 +94,10 @@ class ConsumerConnection(ConnectionView, Protocol):
     @property
     def writes_paused(self) -> bool: ...
 
+    def writelines(self, parts: list[bytes]) -> None:
+        """Write complete frames given as consecutive buffers (see broker.net.output)."""
+        ...
+
     def hold_reading(self, held: bool) -> None:
         """Stop (True) or resume (False) reading the socket, for the consumer side's reason."""
         ...
@@ -132,6 +136,9 @@ class ConsumerSide:
 
     def write(self, data: bytes) -> None:
         self.connection.write(data)
+
+    def writelines(self, parts: list[bytes]) -> None:
+        self.connection.writelines(parts)
 
     def forget(self, consumer: Consumer) -> None:
         """The broker closed this consumer (seek/reset/topic gone): drop it from the registry."""

@@ -14,20 +14,29 @@ transport at once, so its pause_writing (and the connection's pause of reading) 
 the burst is being made, not after it (one event-loop turn may read a socket many times).
 ``paused`` mirrors the transport's pause_writing / resume_writing. Once closed it writes
 nothing more.
+
+:meth:`Output.writelines` takes frames as consecutive buffers (a MESSAGE's head and its large
+entry apart, see :mod:`broker.subscriptions.consumer`) and hands them to the transport's
+``writelines`` (uvloop: one vectored write that references the buffers, no copy). While such
+buffers are queued, the flush joins only the runs of small buffers between the large ones
+(:data:`BY_REFERENCE_BYTES`), so a large entry is never copied into a joined write.
 """
 
 from __future__ import annotations
 
 import asyncio
 
-__all__ = ["Output"]
+__all__ = ["BY_REFERENCE_BYTES", "Output"]
+
+#: A queued buffer this large is written by reference, not copied into the flush's join.
+BY_REFERENCE_BYTES = 16 * 1024
 
 
 class Output:
     """The outgoing side of one connection (module docstring)."""
 
-    __slots__ = ("_flush_scheduled", "_limit", "_loop", "_out", "_out_bytes", "closed",
-                 "paused", "transport")
+    __slots__ = ("_by_reference", "_flush_scheduled", "_limit", "_loop", "_out", "_out_bytes",
+                 "closed", "paused", "transport")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, high_water_mark: int) -> None:
         self._loop = loop
@@ -36,6 +45,7 @@ class Output:
         self._out: list[bytes] = []
         self._out_bytes = 0
         self._flush_scheduled = False
+        self._by_reference = False  # _out holds buffers queued by writelines
         self.paused = False  # the transport's pause_writing until its resume_writing
         self.closed = False
 
@@ -55,6 +65,27 @@ class Output:
         if transport is not None and not transport.is_closing():
             transport.write(data)
 
+    def writelines(self, parts: list[bytes]) -> None:
+        """Send complete frames given as consecutive buffers, like :meth:`write`, without
+        joining them (the large ones are written by reference)."""
+        if self.closed or not parts:
+            return
+        if self._flush_scheduled:
+            self._out.extend(parts)
+            self._out_bytes += sum(map(len, parts))
+            self._by_reference = True
+            if self._out_bytes >= self._limit:
+                self._write_out()
+            return
+        self._flush_scheduled = True
+        self._loop.call_soon(self.flush)
+        transport = self.transport
+        if transport is not None and not transport.is_closing():
+            if len(parts) == 1:
+                transport.write(parts[0])
+            else:
+                transport.writelines(parts)
+
     def flush(self) -> None:
         """Write what is queued now (the scheduled flush, or before a close)."""
         self._flush_scheduled = False
@@ -63,9 +94,15 @@ class Output:
     def _write_out(self) -> None:
         out = self._out
         self._out_bytes = 0
+        by_reference, self._by_reference = self._by_reference, False
         transport = self.transport
         if not out or transport is None or transport.is_closing():
             out.clear()
+            return
+        if by_reference and len(out) > 1:
+            parts = _coalesce(out)
+            out.clear()
+            transport.writelines(parts)
             return
         data = out[0] if len(out) == 1 else b"".join(out)
         out.clear()
@@ -81,3 +118,21 @@ class Output:
         self.closed = True
         self._out.clear()
         self._out_bytes = 0
+        self._by_reference = False
+
+
+def _coalesce(buffers: list[bytes]) -> list[bytes]:
+    """``buffers`` with every run of small ones joined; the large ones stay as they are."""
+    parts: list[bytes] = []
+    run: list[bytes] = []
+    for buffer in buffers:
+        if len(buffer) >= BY_REFERENCE_BYTES:
+            if run:
+                parts.append(run[0] if len(run) == 1 else b"".join(run))
+                run = []
+            parts.append(buffer)
+        else:
+            run.append(buffer)
+    if run:
+        parts.append(run[0] if len(run) == 1 else b"".join(run))
+    return parts

@@ -17,7 +17,10 @@ Invariants:
 * ``permits`` may go negative: a batch entry is sent whole even when it costs more permits than
   are left, as Pulsar does; the consumer simply gets fewer messages until its next FLOW.
 * Frames for one consumer are queued in ``_out`` during a dispatch round and written with one
-  ``side.write`` by :meth:`flush` (coalesced writes). Each queued frame carries the cursor
+  ``side.write`` by :meth:`flush` (coalesced writes). A frame whose entry is at least
+  :data:`BY_REFERENCE_BYTES` (a batch entry, a large message) is queued as its head and the
+  entry apart and the flush hands the connection a list of buffers (``side.writelines``: a
+  vectored write), so the entry is never copied into a frame or a joined write. Each queued frame carries the cursor
   revision (PIP-269) it was made under (queued in revision order: revisions only grow); the
   dispatcher checks :attr:`oldest_queued_revision` once per flush and, if it is outdated, drops
   those frames with :meth:`drop_queued` and hands their positions back; a reset drops the
@@ -35,13 +38,18 @@ from broker.metrics.rates import RateMeter, iso_ms
 from protocol.commands import (
     encode_active_consumer_change,
     encode_close_consumer,
-    encode_message,
+    encode_message_head,
     encode_reached_end_of_topic,
 )
 from protocol.sub_types import SubType
 from storage.positions import Position
 
-__all__ = ["END_OF_TOPIC_CLIENTS", "MAX_UNACKED_MESSAGES_PER_CONSUMER", "Consumer", "HashRange"]
+__all__ = ["BY_REFERENCE_BYTES", "END_OF_TOPIC_CLIENTS", "MAX_UNACKED_MESSAGES_PER_CONSUMER",
+           "Consumer", "HashRange"]
+
+#: An entry this large is written by reference (its own buffer of a vectored write), not
+#: copied into its frame: below it a copy costs less than another buffer of the write.
+BY_REFERENCE_BYTES = 16 * 1024
 
 #: Pulsar's maxUnackedMessagesPerConsumer: a Shared/Key_Shared consumer holding this many
 #: unacknowledged messages gets nothing more until it acks (protects against a stuck client).
@@ -72,6 +80,10 @@ class ConsumerTransport(Protocol):
     def client_version(self) -> str: ...
 
     def write(self, data: bytes) -> None: ...
+
+    def writelines(self, parts: list[bytes]) -> None:
+        """Write complete frames given as consecutive buffers (one vectored write)."""
+        ...
 
     def forget(self, consumer: Consumer) -> None: ...
 
@@ -129,8 +141,10 @@ class Consumer:
         self.last_acked_ms = 0
         self.last_consumed_ms = 0
         self.last_flow_ms = 0
-        # (revision, position, messages, entry bytes, frame) queued for the next flush
-        self._out: list[tuple[int, Position, int, int, bytes]] = []
+        # (revision, position, messages, entry bytes, frame or head, entry or None) queued for
+        # the next flush: the entry is apart (not None) when it is written by reference
+        self._out: list[tuple[int, Position, int, int, bytes, bytes | None]] = []
+        self._by_reference = 0  # queued frames whose entry is apart
         self._rates = RateMeter()
 
     # ------------------------------------------------------------------ sending
@@ -174,15 +188,20 @@ class Consumer:
     ) -> None:
         """Queue one MESSAGE frame made under cursor ``revision``; call :meth:`flush` at the end
         of the dispatch round."""
-        self._out.append((revision, position, messages, len(entry), encode_message(
-                self.consumer_id,
-                position.ledger_id,
-                position.entry_id,
-                entry,
-                redelivery_count=redelivery_count,
-                ack_set=ack_set,
-                partition=self.partition,
-            )))
+        head = encode_message_head(
+            self.consumer_id,
+            position.ledger_id,
+            position.entry_id,
+            entry,
+            redelivery_count=redelivery_count,
+            ack_set=ack_set,
+            partition=self.partition,
+        )
+        if len(entry) < BY_REFERENCE_BYTES:
+            self._out.append((revision, position, messages, len(entry), head + entry, None))
+        else:
+            self._out.append((revision, position, messages, len(entry), head, entry))
+            self._by_reference += 1
         self.permits -= messages
         self.pending[position] = (messages, sticky_hash)
         self.unacked_messages += messages
@@ -202,6 +221,14 @@ class Consumer:
         out = self._out
         if not out:
             return
+        if self._by_reference:
+            parts = _frame_parts(out)
+            out.clear()
+            self._by_reference = 0
+            self.last_consumed_ms = int(time.time() * 1000)
+            if not self.closed:
+                self.side.writelines(parts)
+            return
         data = out[0][4] if len(out) == 1 else b"".join(item[4] for item in out)
         out.clear()
         self.last_consumed_ms = int(time.time() * 1000)
@@ -212,13 +239,15 @@ class Consumer:
         """Forget queued, unwritten frames (all, or those whose revision ``which`` selects):
         their permits and out counters come back. They stay in ``pending`` for the caller
         (the dispatcher) to release or hand back. Returns their positions."""
-        kept: list[tuple[int, Position, int, int, bytes]] = []
+        kept: list[tuple[int, Position, int, int, bytes, bytes | None]] = []
         dropped: list[Position] = []
         for item in self._out:
             if which is not None and not which(item[0]):
                 kept.append(item)
                 continue
-            _, pos, messages, size, _ = item
+            _, pos, messages, size, _, apart = item
+            if apart is not None:
+                self._by_reference -= 1
             self.permits += messages
             self.msg_out_counter -= messages
             self.bytes_out_counter -= size
@@ -294,3 +323,20 @@ class Consumer:
             "clientVersion": self.side.client_version,
             "priorityLevel": self.priority_level,
         }
+
+
+def _frame_parts(out: list[tuple[int, Position, int, int, bytes, bytes | None]]) -> list[bytes]:
+    """The queued frames as the buffers of one vectored write: each entry written by reference
+    is a buffer of its own; the frames and heads between two of them are joined into one."""
+    parts: list[bytes] = []
+    run: list[bytes] = []
+    for item in out:
+        run.append(item[4])
+        apart = item[5]
+        if apart is not None:
+            parts.append(run[0] if len(run) == 1 else b"".join(run))
+            parts.append(apart)
+            run = []
+    if run:
+        parts.append(run[0] if len(run) == 1 else b"".join(run))
+    return parts

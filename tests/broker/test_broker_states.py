@@ -45,6 +45,10 @@ class FakeTransport:
     def write(self, data: bytes) -> None:
         self.written += data
 
+    def writelines(self, parts: list[bytes]) -> None:
+        for part in parts:
+            self.written += part
+
     def is_closing(self) -> bool:
         return self.closed
 

@@ -37,6 +37,9 @@ class FakeConnection:
         while (frame := self.decoder.next_frame()) is not NEED_DATA:
             self.commands.append(frame.command)
 
+    def writelines(self, parts: list[bytes]) -> None:
+        self.write(b"".join(parts))
+
     def entry_ids(self) -> list[int]:
         return [c.message.message_id.entryId for c in self.commands
                 if c.type == pb.BaseCommand.MESSAGE]

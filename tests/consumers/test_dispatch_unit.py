@@ -50,6 +50,9 @@ class FakeConnection:
         while (frame := self.decoder.next_frame()) is not NEED_DATA:
             self.commands.append(frame.command)
 
+    def writelines(self, parts: list[bytes]) -> None:
+        self.write(b"".join(parts))
+
     def message_ids(self) -> list[tuple[int, int]]:
         return [(c.message.message_id.ledgerId, c.message.message_id.entryId)
                 for c in self.commands if c.type == pb.BaseCommand.MESSAGE]
