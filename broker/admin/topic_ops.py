@@ -45,7 +45,8 @@ from broker.metrics.rates import iso_ms
 from broker.subscriptions.expiry import expire_before, expire_up_to
 from broker.topics.names import TopicName
 from broker.topics.topic import Topic
-from protocol.metadata import parse_metadata
+from protocol.entry_metadata import parse_prefix
+from protocol.metadata import parse_metadata, split_entry
 from storage.positions import Position
 
 __all__ = ["add_routes", "entry_response"]
@@ -113,9 +114,8 @@ async def terminate_partitions(request: web.Request) -> web.Response:
 # --- peek / examine ------------------------------------------------------------------------
 def entry_response(pos: Position, data: bytes) -> web.Response:
     """An entry as Pulsar's peek/examine answer it: payload body, metadata in headers."""
-    md_size = int.from_bytes(data[:4], "big")
     md = parse_metadata(data)
-    payload = data[4 + md_size:]
+    payload = bytes(split_entry(data)[1])
     has = md.HasField
     h: dict[str, str] = {
         "X-Pulsar-Message-ID": f"{pos.ledger_id}:{pos.entry_id}",
@@ -124,6 +124,12 @@ def entry_response(pos: Position, data: bytes) -> web.Response:
         "X-Pulsar-sequence-id": str(md.sequence_id),
         "X-Pulsar-batch-size": str(len(payload)),
     }
+    broker_metadata = parse_prefix(data)
+    if broker_metadata is not None:
+        if broker_metadata.broker_timestamp is not None:
+            h["X-Pulsar-Broker-Entry-METADATA-timestamp"] = iso_ms(broker_metadata.broker_timestamp)
+        if broker_metadata.index is not None:
+            h["X-Pulsar-Broker-Entry-METADATA-index"] = str(broker_metadata.index)
     for kv in md.properties:
         h[f"X-Pulsar-PROPERTY-{kv.key}"] = kv.value
     if has("event_time") and md.event_time:

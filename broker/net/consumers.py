@@ -94,6 +94,11 @@ class ConsumerConnection(ConnectionView, Protocol):
     @property
     def writes_paused(self) -> bool: ...
 
+    @property
+    def receives_broker_entry_metadata(self) -> bool:
+        """MESSAGE frames keep the broker entry metadata of stored entries (else stripped)."""
+        ...
+
     def hold_reading(self, held: bool) -> None:
         """Stop (True) or resume (False) reading the socket, for the consumer side's reason."""
         ...
@@ -218,6 +223,7 @@ class ConsumerSide:
             allow_out_of_order=out_of_order,
             metadata={kv.key: kv.value for kv in cmd.metadata},
             partition=partition,
+            broker_metadata=self.connection.receives_broker_entry_metadata,
         )
         config = self.connection.service.config
         # The limits are decided when the consumer is appended, after every await of the

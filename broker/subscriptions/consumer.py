@@ -103,8 +103,11 @@ class Consumer:
         allow_out_of_order: bool = False,
         metadata: dict[str, str] | None = None,
         partition: int | None = None,
+        broker_metadata: bool = False,
     ) -> None:
         self.side = side
+        self.broker_metadata = broker_metadata
+        """MESSAGE frames keep the broker entry metadata of stored entries (else stripped)."""
         self.consumer_id = consumer_id
         self.name = name
         self.sub_type = SubType(sub_type)
@@ -182,6 +185,7 @@ class Consumer:
                 redelivery_count=redelivery_count,
                 ack_set=ack_set,
                 partition=self.partition,
+                broker_metadata=self.broker_metadata,
             )))
         self.permits -= messages
         self.pending[position] = (messages, sticky_hash)

@@ -49,7 +49,7 @@ from broker.subscriptions.dispatchers.cursors import (
 )
 from broker.subscriptions.revision import Revision, RevisionController
 from protocol.errors import NotAllowedError
-from protocol.metadata import parse_entry
+from protocol.metadata import entry_timestamp, parse_entry
 from protocol.sub_types import SubType
 from storage.ledger import ManagedLedger
 from storage.positions import Position
@@ -159,7 +159,7 @@ class CursorResets:
                 lo = mid + 1  # trimmed: treat as older
                 continue
             try:
-                published = parse_entry(entry.data).publish_time
+                published = entry_timestamp(entry.data)
             except Exception:
                 published = 0
             if published < timestamp_ms:

@@ -44,7 +44,7 @@ from broker.config import BrokerConfig
 from broker.delayed.policy import DelayPolicy
 from broker.listeners import Listeners, ServiceUrls, service_urls
 from broker.security.authorization import NamespaceAuth
-from broker.topics import termination
+from broker.topics import entry_metadata, termination
 from broker.topics.heartbeat import HeartbeatNames
 from broker.topics.inactive import InactiveTopicSweeper
 from broker.topics.names import TopicName
@@ -411,6 +411,7 @@ class BrokerService:
             await self._close_topic(topic)
         await self.store.delete_ledger(full)
         await termination.forget(self.store.metadata, full)
+        await entry_metadata.forget(self.store.metadata, full)
         await self._drop_topic_policy(full)
         self.topic_events.deleted((full,))
 
