@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from broker_rawclient import RawClient, make_batch_entry, make_entry
+from conftest import make_client
 
 from broker.config import ConfigError
 from broker.topics.entry_metadata import EntryStamper
@@ -218,3 +219,46 @@ def test_index_outlives_the_trim_of_every_entry(tmp_path: Any) -> None:
             await md.close()
 
     assert asyncio.run(scenario()) == [0, 2, 2, 9, 2]
+
+
+@pytest.mark.parametrize("exposing", [True, False])
+def test_official_client_reads_batches_seeks_and_peeks_with_entry_metadata_on(
+        broker_factory: Any, exposing: bool) -> None:
+    """The official client (pulsar-client 3.13, C++ 4.2.0) does not announce the feature: what it
+    receives is exactly what it sent, batched or not, however the broker is configured."""
+    import pulsar
+
+    broker = broker_factory(config_overrides={
+        "brokerEntryMetadataInterceptors": BOTH,
+        "exposingBrokerEntryMetadataToClientEnabled": exposing})
+    topic = "persistent://public/default/entry-metadata-client"
+    client = make_client(broker.service_url)
+    try:
+        consumer = client.subscribe(topic, "sub", consumer_type=pulsar.ConsumerType.Shared,
+                                    initial_position=pulsar.InitialPosition.Earliest)
+        batched = client.create_producer(topic, batching_enabled=True,
+                                         batching_max_publish_delay_ms=50)
+        for i in range(10):
+            batched.send_async(f"b{i}".encode(), None)
+        batched.flush()
+        single = client.create_producer(topic, batching_enabled=False)
+        ids = [single.send(f"s{i}".encode()) for i in range(3)]
+        got = []
+        for _ in range(13):
+            msg = consumer.receive(timeout_millis=10_000)
+            got.append(msg.data())
+            consumer.acknowledge(msg)
+        assert sorted(got) == sorted([f"b{i}".encode() for i in range(10)]
+                                     + [f"s{i}".encode() for i in range(3)])
+        reader = client.create_reader(topic, ids[1])
+        assert reader.read_next(timeout_millis=10_000).data() == b"s2"
+        reader.close()
+        consumer.seek(int(time.time() * 1000) - 60_000)  # broker time: everything is newer
+        again = {consumer.receive(timeout_millis=10_000).data() for _ in range(13)}
+        assert again == set(got)
+    finally:
+        client.close()
+    stored = broker.call(lambda: broker.service.topics[topic].ledger.read_entries(
+        broker.service.topics[topic].ledger.first_position, 100))
+    indexes = [parse_prefix(e.data).index for e in stored]  # type: ignore[union-attr]
+    assert indexes[-3:] == [10, 11, 12] and indexes == sorted(indexes)
