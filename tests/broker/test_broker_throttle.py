@@ -143,7 +143,7 @@ class HeldAppends:
         held = _HeldSink(sink)
         self.runs.append(held)
         self.count += len(entries)
-        self.real_run(entries, held)
+        self.real_run(entries, held, messages)
 
     async def release(self) -> None:
         self.topic.append_run = self.real_run
