@@ -20,6 +20,7 @@ from crc32c import crc32c
 
 from protocol import pulsar_pb as pb
 from protocol.entry_metadata import split_prefix
+from protocol.errors import MalformedEntryError
 from protocol.framing import CHECKSUM_HEADER as _CHECKSUM_HEADER
 from protocol.framing import HEADER as _HEADER
 from protocol.framing import ONE_BYTE as _ONE_BYTE
@@ -112,11 +113,20 @@ def encode_message(
     its prefix goes out before the checksum when ``broker_metadata`` is set, else it is
     dropped; the CRC covers the entry alone either way.
     """
-    prefix = b""
     if entry and entry[0] == _PREFIX_FIRST_BYTE:  # an entry's first byte is 0 (its size < 16 MiB)
         prefix, entry = split_prefix(entry)
+        if entry and entry[0] == _PREFIX_FIRST_BYTE:
+            raise MalformedEntryError("broker entry metadata follows broker entry metadata")
+        frame = encode_message(consumer_id, ledger_id, entry_id, entry,
+                               redelivery_count=redelivery_count, ack_set=ack_set,
+                               partition=partition, entry_crc=entry_crc, checksum=checksum)
         if not broker_metadata:
-            prefix = b""
+            return frame
+        # the prefix goes right after the command, before the checksum, as Pulsar sends it
+        total, command_size = _HEADER.unpack_from(frame, 0)
+        end = 8 + command_size
+        return b"".join((_HEADER.pack(total + len(prefix), command_size), frame[8:end], prefix,
+                         frame[end:]))
     ledger = _SMALL[ledger_id] if 0 <= ledger_id < _SMALL_LIMIT else _varint(ledger_id)
     entry_no = _SMALL[entry_id] if 0 <= entry_id < _SMALL_LIMIT else _varint(entry_id)
     consumer = _SMALL[consumer_id] if 0 <= consumer_id < _SMALL_LIMIT else _varint(consumer_id)
@@ -150,17 +160,15 @@ def encode_message(
     command_size = len(body_prefix) + len(inner)
     if not checksum:
         return b"".join(
-            (_HEADER.pack(command_size + 4 + len(prefix) + len(entry), command_size),
-             body_prefix, inner, prefix, entry)
+            (_HEADER.pack(command_size + 4 + len(entry), command_size), body_prefix, inner, entry)
         )
     if entry_crc is None:
         entry_crc = crc32c(entry)
     return b"".join(
         (
-            _HEADER.pack(command_size + 10 + len(prefix) + len(entry), command_size),
+            _HEADER.pack(command_size + 10 + len(entry), command_size),
             body_prefix,
             inner,
-            prefix,
             _CHECKSUM_HEADER.pack(MAGIC_CRC32C, entry_crc),
             entry,
         )

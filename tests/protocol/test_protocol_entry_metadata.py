@@ -135,3 +135,8 @@ def test_message_crc_covers_the_entry_alone() -> None:
     entry = _entry()
     data = encode_message(1, 2, 3, prefix(entry, 1, 2), broker_metadata=True)
     assert data.endswith(b"\x0e\x01" + crc32c(entry).to_bytes(4, "big") + entry)
+
+
+def test_message_refuses_a_prefix_behind_a_prefix() -> None:
+    with pytest.raises(MalformedEntryError):
+        encode_message(1, 2, 3, prefix(prefix(_entry(), 1, 2), 3, 4))
