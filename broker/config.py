@@ -32,6 +32,7 @@ from typing import TypeVar
 
 from broker.listeners import parse_listeners
 from protocol import admin_names
+from protocol.entry_metadata import INTERCEPTORS as ENTRY_METADATA_INTERCEPTORS
 from storage.config import StorageConfig
 from storage.diskusage import check_watermarks
 
@@ -139,6 +140,16 @@ class BrokerConfig:
     default_num_partitions: int = _opt(
         "defaultNumPartitions", 1,
         "Partitions of a topic auto-created with allowAutoTopicCreationType=partitioned.")
+    broker_entry_metadata_interceptors: str = _opt(
+        "brokerEntryMetadataInterceptors", "",
+        "Comma-separated interceptors that prefix every stored entry with broker entry metadata: "
+        "org.apache.pulsar.common.intercept.AppendBrokerTimestampMetadataInterceptor (the "
+        "broker's publish time), org.apache.pulsar.common.intercept."
+        "AppendIndexMetadataInterceptor (the topic's message index). Empty: none.")
+    exposing_broker_entry_metadata_to_client_enabled: bool = _opt(
+        "exposingBrokerEntryMetadataToClientEnabled", False,
+        "Send the broker entry metadata to consumers that support it (the Java client's "
+        "getBrokerPublishTime() and getIndex()); else it is stripped from what they receive.")
     broker_deduplication_enabled: bool = _opt(
         "brokerDeduplicationEnabled", True,
         "Default of the deduplication policy (namespace/topic policies override it). Pulsar's "
@@ -470,9 +481,20 @@ class BrokerConfig:
                 "pulsarChannelWriteBufferLowWaterMark must be between 0 and "
                 f"pulsarChannelWriteBufferHighWaterMark ({self.pulsar_channel_write_buffer_high_water_mark}), "
                 f"not {self.pulsar_channel_write_buffer_low_water_mark}")
+        unknown = self.entry_metadata_interceptors - ENTRY_METADATA_INTERCEPTORS
+        if unknown:
+            raise ConfigError(f"brokerEntryMetadataInterceptors: unknown interceptor class "
+                              f"{', '.join(sorted(unknown))} (known: "
+                              f"{', '.join(sorted(ENTRY_METADATA_INTERCEPTORS))})")
         if self.delayed_delivery_max_delay_in_millis < 0:
             raise ConfigError("delayedDeliveryMaxDelayInMillis must be >= 0 (0 = no limit), "
                               f"not {self.delayed_delivery_max_delay_in_millis}")
+
+    @property
+    def entry_metadata_interceptors(self) -> frozenset[str]:
+        """The class names listed in ``brokerEntryMetadataInterceptors``."""
+        return frozenset(name.strip() for name in
+                         self.broker_entry_metadata_interceptors.split(",") if name.strip())
 
     @property
     def delayed_tracker_kind(self) -> str:

@@ -19,6 +19,8 @@ from typing import Final
 from crc32c import crc32c
 
 from protocol import pulsar_pb as pb
+from protocol.entry_metadata import split_prefix
+from protocol.errors import MalformedEntryError
 from protocol.framing import CHECKSUM_HEADER as _CHECKSUM_HEADER
 from protocol.framing import HEADER as _HEADER
 from protocol.framing import ONE_BYTE as _ONE_BYTE
@@ -27,11 +29,12 @@ from protocol.framing import SMALL_VARINT_LIMIT as _SMALL_LIMIT
 from protocol.framing import encode_command, encode_payload_command
 from protocol.framing import set_message_id as _message_id
 from protocol.framing import varint as _varint
-from protocol.limits import MAGIC_CRC32C
+from protocol.limits import MAGIC_BROKER_ENTRY_METADATA, MAGIC_CRC32C
 
 __all__ = ["encode_message", "encode_message_head", "encode_send_receipt", "reference_message", "reference_send_receipt"]
 
 _T = pb.BaseCommand
+_PREFIX_FIRST_BYTE: Final = MAGIC_BROKER_ENTRY_METADATA >> 8
 
 
 def encode_send_receipt(
@@ -98,6 +101,7 @@ def encode_message(
     partition: int | None = None,
     entry_crc: int | None = None,
     checksum: bool = True,
+    broker_metadata: bool = False,
 ) -> bytes:
     """MESSAGE{consumer_id, message_id, [redelivery_count], [ack_set]} + 0x0e01 + CRC32C + entry.
 
@@ -105,7 +109,24 @@ def encode_message(
     ``entry_crc`` is ``crc32c(entry)`` when the caller already knows it (e.g. from publish);
     it must describe these exact bytes. ``redelivery_count`` is sent only when non-zero.
     ``checksum=False`` omits magic and CRC (the client treats the CRC as optional).
+    *entry* may be a stored form with broker entry metadata (:mod:`protocol.entry_metadata`):
+    its prefix goes out before the checksum when ``broker_metadata`` is set, else it is
+    dropped; the CRC covers the entry alone either way.
     """
+    if entry and entry[0] == _PREFIX_FIRST_BYTE:  # an entry's first byte is 0 (its size < 16 MiB)
+        prefix, entry = split_prefix(entry)
+        if entry and entry[0] == _PREFIX_FIRST_BYTE:
+            raise MalformedEntryError("broker entry metadata follows broker entry metadata")
+        frame = encode_message(consumer_id, ledger_id, entry_id, entry,
+                               redelivery_count=redelivery_count, ack_set=ack_set,
+                               partition=partition, entry_crc=entry_crc, checksum=checksum)
+        if not broker_metadata:
+            return frame
+        # the prefix goes right after the command, before the checksum, as Pulsar sends it
+        total, command_size = _HEADER.unpack_from(frame, 0)
+        end = 8 + command_size
+        return b"".join((_HEADER.pack(total + len(prefix), command_size), frame[8:end], prefix,
+                         frame[end:]))
     return encode_message_head(
         consumer_id, ledger_id, entry_id, entry, redelivery_count=redelivery_count,
         ack_set=ack_set, partition=partition, entry_crc=entry_crc, checksum=checksum,
@@ -126,7 +147,8 @@ def encode_message_head(
 ) -> bytes:
     """The bytes of :func:`encode_message`'s frame that come before ``entry``: the frame is
     ``head + entry``. A caller that writes the two as separate buffers (a vectored write)
-    sends a large entry without copying it into the frame."""
+    sends a large entry without copying it into the frame. For a plain entry only: one stored
+    with broker entry metadata goes through :func:`encode_message`."""
     ledger = _SMALL[ledger_id] if 0 <= ledger_id < _SMALL_LIMIT else _varint(ledger_id)
     entry_no = _SMALL[entry_id] if 0 <= entry_id < _SMALL_LIMIT else _varint(entry_id)
     consumer = _SMALL[consumer_id] if 0 <= consumer_id < _SMALL_LIMIT else _varint(consumer_id)

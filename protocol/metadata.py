@@ -7,6 +7,10 @@ sends back verbatim in MESSAGE::
 
     entry = [metadataSize:u32 big-endian][MessageMetadata][payload]
 
+With broker entry metadata configured the broker stores it behind a prefix
+(:mod:`protocol.entry_metadata`); every reader here accepts the stored form as well, at no cost
+to an unprefixed entry.
+
 The broker forwards the producer's bytes untouched (a batch is a batch only because the producer
 set ``num_messages_in_batch``; the broker must never add it). The one exception is the
 fixed-delay policy (PIP-437), which needs ``deliver_at_time`` rewritten:
@@ -46,10 +50,11 @@ from crc32c import crc32c
 from google.protobuf.message import DecodeError
 
 from protocol import pulsar_pb as pb
+from protocol.entry_metadata import entry_start, parse_prefix
 from protocol.entry_shape import entry_shape_error
 from protocol.errors import MalformedEntryError
 from protocol.framing import slot_setter
-from protocol.limits import MAX_MESSAGE_SIZE
+from protocol.limits import MAGIC_BROKER_ENTRY_METADATA, MAX_MESSAGE_SIZE
 
 _U32: Final = struct.Struct(">I")
 
@@ -105,13 +110,27 @@ def encode_entry(metadata: pb.MessageMetadata, payload: bytes) -> bytes:
 
 
 def split_entry(entry: bytes) -> tuple[bytes, memoryview]:
-    """(serialized MessageMetadata, payload view) of an entry."""
+    """(serialized MessageMetadata, payload view) of an entry or of its stored form (a broker
+    entry metadata prefix is skipped, :mod:`protocol.entry_metadata`)."""
+    start, size = _metadata_span(entry)
+    end = start + 4 + size
+    return entry[start + 4 : end], memoryview(entry)[end:]
+
+
+def _metadata_span(entry: bytes) -> tuple[int, int]:
+    """(where the entry starts, its metadata size) in an entry or its stored form: a prefix is
+    looked for only when the size read at 0 cannot be one (see protocol.entry_metadata)."""
     if len(entry) < 4:
         raise MalformedEntryError(f"entry of {len(entry)} bytes has no metadata size")
-    (size,) = _U32.unpack_from(entry, 0)
-    if size > len(entry) - 4:
-        raise MalformedEntryError(f"metadata size {size} exceeds the entry ({len(entry)} bytes)")
-    return entry[4 : 4 + size], memoryview(entry)[4 + size :]
+    (size,) = _u32_unpack_from(entry, 0)
+    if size <= len(entry) - 4:
+        return 0, size
+    start = entry_start(entry)
+    if start and len(entry) - start >= 4:
+        (size,) = _u32_unpack_from(entry, start)
+        if size <= len(entry) - start - 4:
+            return start, size
+    raise MalformedEntryError(f"metadata size {size} exceeds the entry ({len(entry)} bytes)")
 
 
 def _metadata_bytes(entry: bytes) -> bytes:
@@ -119,12 +138,13 @@ def _metadata_bytes(entry: bytes) -> bytes:
         raise MalformedEntryError(f"entry of {len(entry)} bytes has no metadata size")
     (size,) = _u32_unpack_from(entry, 0)
     if size > len(entry) - 4:
-        raise MalformedEntryError(f"metadata size {size} exceeds the entry ({len(entry)} bytes)")
+        start, size = _metadata_span(entry)
+        return entry[start + 4 : start + 4 + size]
     return entry[4 : 4 + size]
 
 
 def parse_metadata(entry: bytes) -> pb.MessageMetadata:
-    """The full MessageMetadata of an entry (required fields checked, nested ones too: a
+    """The full MessageMetadata of an entry or its stored form (required fields checked, nested ones too: a
     consumer cannot parse metadata that misses any, so such an entry must never be stored)."""
     try:
         md: pb.MessageMetadata = _metadata_from_string(_metadata_bytes(entry))
@@ -186,8 +206,20 @@ def check_publish_metadata(entry: bytes, max_message_size: int = MAX_MESSAGE_SIZ
 
 
 def parse_entry(entry: bytes) -> EntryInfo:
-    """Read the fields the broker routes and schedules on (publish hot path, ~2.5 us)."""
+    """Read the fields the broker routes and schedules on (publish hot path, ~2.5 us), from an
+    entry or its stored form."""
     return entry_info(parse_metadata(entry))
+
+
+def entry_timestamp(entry: bytes) -> int:
+    """When an entry was published, in ms: the broker's timestamp of its stored form when it
+    has one, else the producer's ``publish_time`` (Pulsar's ``MessageImpl.getEntryTimestamp``,
+    what its seek by time, message expiry and time-based backlog quota compare)."""
+    if entry and entry[0] == _PREFIX_FIRST_BYTE:
+        found = parse_prefix(entry)
+        if found is not None and found.broker_timestamp is not None:
+            return found.broker_timestamp
+    return parse_metadata(entry).publish_time
 
 
 def peek_dispatch(entry: bytes) -> tuple[int, int | None]:
@@ -232,6 +264,7 @@ def entry_info(md: pb.MessageMetadata) -> EntryInfo:
 
 
 _u32_unpack_from: Final = _U32.unpack_from
+_PREFIX_FIRST_BYTE: Final = MAGIC_BROKER_ENTRY_METADATA >> 8
 _metadata_from_string: Final = pb.MessageMetadata.FromString
 _new_info: Final = object.__new__
 
@@ -340,6 +373,7 @@ __all__ = [
     "encode_entry",
     "entry_checksum",
     "entry_info",
+    "entry_timestamp",
     "iter_batch",
     "murmur3_32_hash",
     "parse_entry",

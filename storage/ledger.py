@@ -141,6 +141,11 @@ class ManagedLedger:
         return self._appends.state
 
     @property
+    def accepts_appends(self) -> bool:
+        """Open and the store writable: an append now is taken (not refused)."""
+        return self._appends.state is LedgerLifecycle.OPEN and not self._ctx.disk.read_only
+
+    @property
     def fenced(self) -> bool:
         """A write failed: fenced (or closed after it)."""
         return self._appends.fence_cause is not None

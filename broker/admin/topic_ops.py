@@ -48,7 +48,8 @@ from broker.metrics.rates import iso_ms
 from broker.subscriptions.expiry import expire_before, expire_up_to
 from broker.topics.names import TopicName
 from broker.topics.topic import Topic
-from protocol.metadata import parse_metadata
+from protocol.entry_metadata import parse_prefix
+from protocol.metadata import parse_metadata, split_entry
 from storage.positions import Position
 
 __all__ = ["add_routes", "entry_response"]
@@ -128,9 +129,8 @@ def _header_safe(value: str) -> str:
 
 def entry_response(pos: Position, data: bytes) -> web.Response:
     """An entry as Pulsar's peek/examine answer it: payload body, metadata in headers."""
-    md_size = int.from_bytes(data[:4], "big")
     md = parse_metadata(data)
-    payload = data[4 + md_size:]
+    payload = bytes(split_entry(data)[1])
     has = md.HasField
     h: dict[str, str] = {
         "X-Pulsar-Message-ID": f"{pos.ledger_id}:{pos.entry_id}",
@@ -139,6 +139,12 @@ def entry_response(pos: Position, data: bytes) -> web.Response:
         "X-Pulsar-sequence-id": str(md.sequence_id),
         "X-Pulsar-batch-size": str(len(payload)),
     }
+    broker_metadata = parse_prefix(data)
+    if broker_metadata is not None:
+        if broker_metadata.broker_timestamp is not None:
+            h["X-Pulsar-Broker-Entry-METADATA-timestamp"] = iso_ms(broker_metadata.broker_timestamp)
+        if broker_metadata.index is not None:
+            h["X-Pulsar-Broker-Entry-METADATA-index"] = str(broker_metadata.index)
     for kv in md.properties:
         # Only names an HTTP header may carry ("details=man" may not: clients refuse the whole
         # answer); every property is in the JSON header below anyway.

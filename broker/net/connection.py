@@ -79,6 +79,7 @@ from broker.topics.producer import Producer
 from broker.topics.service import BrokerService
 from protocol import commands as C
 from protocol import pulsar_pb as pb
+from protocol.entry_metadata import BROKER_ENTRY_METADATA_VERSION
 from protocol.errors import RequestError, ServerError
 from protocol.frames import Frame, FrameDecoder, UnknownCommand
 from protocol.limits import FRAME_PADDING
@@ -169,6 +170,15 @@ class ServerConnection(asyncio.Protocol):
     @property
     def client_version(self) -> str:
         return self.handshake.client_version
+
+    @property
+    def receives_broker_entry_metadata(self) -> bool:
+        """Pulsar's rule: the broker exposes it (exposingBrokerEntryMetadataToClientEnabled)
+        and the client announced it (feature flag, protocol version 18 or later)."""
+        handshake = self.handshake
+        return (self.config.exposing_broker_entry_metadata_to_client_enabled
+                and handshake.supports_broker_entry_metadata
+                and handshake.protocol_version >= BROKER_ENTRY_METADATA_VERSION)
 
     def handshake_done(self) -> None:
         self._on(Lifecycle.HANDSHAKE_DONE)

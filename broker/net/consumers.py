@@ -96,6 +96,9 @@ class ConsumerConnection(ConnectionView, Protocol):
 
     def writelines(self, parts: list[bytes]) -> None:
         """Write complete frames given as consecutive buffers (see broker.net.output)."""
+    @property
+    def receives_broker_entry_metadata(self) -> bool:
+        """MESSAGE frames keep the broker entry metadata of stored entries (else stripped)."""
         ...
 
     def hold_reading(self, held: bool) -> None:
@@ -225,6 +228,7 @@ class ConsumerSide:
             allow_out_of_order=out_of_order,
             metadata={kv.key: kv.value for kv in cmd.metadata},
             partition=partition,
+            broker_metadata=self.connection.receives_broker_entry_metadata,
         )
         config = self.connection.service.config
         # The limits are decided when the consumer is appended, after every await of the

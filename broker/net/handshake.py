@@ -129,6 +129,7 @@ class Handshake:
         self.client_version = ""
         self.protocol_version = 0
         self.supports_auth_refresh = False
+        self.supports_broker_entry_metadata = False
         self._challenged = False
         self._timer: asyncio.TimerHandle | None = None
 
@@ -165,6 +166,8 @@ class Handshake:
         self.protocol_version = min(int(c.protocol_version), PROTOCOL_VERSION)
         self.supports_auth_refresh = (c.HasField("feature_flags")
                                       and c.feature_flags.supports_auth_refresh)
+        self.supports_broker_entry_metadata = (
+            c.HasField("feature_flags") and c.feature_flags.supports_broker_entry_metadata)
         method = c.auth_method_name if c.HasField("auth_method_name") else None
         data = bytes(c.auth_data)
         cert = self._host.peer_certificate

@@ -38,9 +38,11 @@ from broker.metrics.rates import RateMeter, iso_ms
 from protocol.commands import (
     encode_active_consumer_change,
     encode_close_consumer,
+    encode_message,
     encode_message_head,
     encode_reached_end_of_topic,
 )
+from protocol.entry_metadata import has_prefix as has_broker_entry_metadata
 from protocol.sub_types import SubType
 from storage.positions import Position
 
@@ -115,8 +117,11 @@ class Consumer:
         allow_out_of_order: bool = False,
         metadata: dict[str, str] | None = None,
         partition: int | None = None,
+        broker_metadata: bool = False,
     ) -> None:
         self.side = side
+        self.broker_metadata = broker_metadata
+        """MESSAGE frames keep the broker entry metadata of stored entries (else stripped)."""
         self.consumer_id = consumer_id
         self.name = name
         self.sub_type = SubType(sub_type)
@@ -188,18 +193,28 @@ class Consumer:
     ) -> None:
         """Queue one MESSAGE frame made under cursor ``revision``; call :meth:`flush` at the end
         of the dispatch round."""
-        head = encode_message_head(
-            self.consumer_id,
-            position.ledger_id,
-            position.entry_id,
-            entry,
-            redelivery_count=redelivery_count,
-            ack_set=ack_set,
-            partition=self.partition,
-        )
-        if len(entry) < BY_REFERENCE_BYTES:
-            self._out.append((revision, position, messages, len(entry), head + entry, None))
+        if len(entry) < BY_REFERENCE_BYTES or has_broker_entry_metadata(entry):
+            # small, or a stored form whose prefix is kept or dropped: one joined frame
+            self._out.append((revision, position, messages, len(entry), encode_message(
+                self.consumer_id,
+                position.ledger_id,
+                position.entry_id,
+                entry,
+                redelivery_count=redelivery_count,
+                ack_set=ack_set,
+                partition=self.partition,
+                broker_metadata=self.broker_metadata,
+            ), None))
         else:
+            head = encode_message_head(
+                self.consumer_id,
+                position.ledger_id,
+                position.entry_id,
+                entry,
+                redelivery_count=redelivery_count,
+                ack_set=ack_set,
+                partition=self.partition,
+            )
             self._out.append((revision, position, messages, len(entry), head, entry))
             self._by_reference += 1
         self.permits -= messages

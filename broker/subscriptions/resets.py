@@ -49,7 +49,7 @@ from broker.subscriptions.dispatchers.cursors import (
 )
 from broker.subscriptions.revision import Revision, RevisionController
 from protocol.errors import NotAllowedError
-from protocol.metadata import parse_entry
+from protocol.metadata import entry_timestamp, parse_entry
 from protocol.sub_types import SubType
 from storage.ledger import ManagedLedger
 from storage.positions import Position
@@ -291,8 +291,9 @@ class CursorResets:
 
 
 async def find_by_publish_time(ledger: ManagedLedger, timestamp_ms: int) -> Position:
-    """The first entry published at or after *timestamp_ms* (binary search over the stored
-    entries, read directly); the position after the last entry when none is."""
+    """The first entry published (or, with broker entry metadata, stored) at or after
+    *timestamp_ms* (binary search over the stored entries, read directly); the position after
+    the last entry when none is."""
     index: list[tuple[int, int]] = []  # (ledger_id, entries), flattened by binary search
     total = 0
     for info in ledger.ledgers:
@@ -316,7 +317,7 @@ async def find_by_publish_time(ledger: ManagedLedger, timestamp_ms: int) -> Posi
             lo = mid + 1  # trimmed: treat as older
             continue
         try:
-            published = parse_entry(entry.data).publish_time
+            published = entry_timestamp(entry.data)
         except Exception:
             published = 0
         if published < timestamp_ms:

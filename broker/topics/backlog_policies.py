@@ -39,7 +39,7 @@ from broker.topics.names import TopicName
 from broker.topics.policies import PolicyStore
 from broker.topics.producer import Producer
 from protocol.errors import ProducerBlockedQuotaExceededException, RequestError, ServerError
-from protocol.metadata import parse_entry
+from protocol.metadata import entry_timestamp
 from storage.ledger import ManagedLedger
 
 __all__ = ["QUOTA_EXCEEDED_REASON", "BacklogPolicies"]
@@ -160,7 +160,7 @@ class BacklogPolicies:
                 continue
             entry = await ledger.read_entry(ledger.next_position(sub.cursor.mark_delete_position))
             if entry is not None:
-                published = parse_entry(entry.data).publish_time
+                published = entry_timestamp(entry.data)
                 oldest = published if oldest is None else min(oldest, published)
         return oldest
 

@@ -78,6 +78,7 @@ from typing import Protocol
 from broker.topics.dedup_state import NO_FLOOR, IdRanges, InFlight, SequenceState, send_key
 from protocol import pulsar_pb as pb
 from protocol.errors import ServiceNotReadyError
+from protocol.metadata import split_entry
 from storage.cursor import ManagedCursor
 from storage.ledger import ManagedLedger
 from storage.positions import Position
@@ -144,11 +145,8 @@ def _is_partial(md: pb.MessageMetadata) -> bool:
 
 
 def _metadata(entry: bytes) -> pb.MessageMetadata | None:
-    if len(entry) < 4:
-        return None
-    size = int.from_bytes(entry[:4], "big")
     try:
-        md: pb.MessageMetadata = pb.MessageMetadata.FromString(entry[4:4 + size])
+        md: pb.MessageMetadata = pb.MessageMetadata.FromString(split_entry(entry)[0])
     except Exception:
         return None
     return md

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 from broker.metrics.rates import PUBLISH_LATENCY_BUCKETS_MS, RateMeter
@@ -94,7 +95,8 @@ class NonPersistentTopic:
         _, messages, _ = check_publish_metadata(entry)
         return entry, messages, False
 
-    def append_run(self, entries: list[bytes], sink: DurableSink) -> None:
+    def append_run(self, entries: list[bytes], sink: DurableSink,
+                   messages: Sequence[int] = ()) -> None:
         """Dispatch each entry, then report each one "durable" at ``0:0`` (receipts at once)."""
         for entry in entries:
             md = parse_metadata(entry)  # check_publish parsed it already: cannot fail

@@ -60,6 +60,7 @@ import enum
 import logging
 import time
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -183,7 +184,8 @@ class PublishTarget(Protocol):
 
     def check_publish(self, entry: bytes) -> tuple[bytes, int, bool]: ...
 
-    def append_run(self, entries: list[bytes], sink: DurableSink) -> None: ...
+    def append_run(self, entries: list[bytes], sink: DurableSink,
+                   messages: Sequence[int]) -> None: ...
 
     def record_published(self, messages: int, size: int, entries: int,
                          latency_sum_ms: float) -> None: ...
@@ -384,7 +386,7 @@ class Producer:
         """Queue *run* and append its entries (*datas*) to the ledger."""
         self._queue.append(run)
         try:
-            self.topic.append_run(datas, run)
+            self.topic.append_run(datas, run, run.messages)
         except RequestError as exc:  # the topic answered for the ledger: none was appended
             run.refuse(exc)
 

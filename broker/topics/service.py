@@ -47,7 +47,7 @@ from broker.delayed.policy import DelayPolicy
 from broker.dynamic_config import DynamicConfiguration
 from broker.listeners import BoundPorts, Listeners, ServiceUrls, service_urls
 from broker.security.authorization import NamespaceAuth
-from broker.topics import termination
+from broker.topics import entry_metadata, termination
 from broker.topics.activity import TopicActivity
 from broker.topics.heartbeat import HeartbeatNames
 from broker.topics.inactive import InactiveTopicSweeper
@@ -440,6 +440,7 @@ class BrokerService:
             await self._close_topic(topic)
         await self.store.delete_ledger(full)
         await termination.forget(self.store.metadata, full)
+        await entry_metadata.forget(self.store.metadata, full)
         await self._drop_topic_policy(full)
         self.topic_events.deleted((full,))
 

@@ -56,7 +56,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from broker.config import BrokerConfig
@@ -72,6 +72,7 @@ from broker.topics.activity import TopicActivity
 from broker.topics.backlog_policies import BacklogPolicies
 from broker.topics.compaction import COMPACTION_CURSOR, TopicCompaction
 from broker.topics.dedup import DEDUP_CURSOR, MessageDeduplication
+from broker.topics.entry_metadata import EntryStamper
 from broker.topics.names import TopicName
 from broker.topics.policies import PolicyStore
 from broker.topics.producer import Producer, ProducerRequest, ProducerTransport
@@ -175,6 +176,9 @@ class Topic:
         self.trimmer = LedgerTrimmer(self)
         self.compaction = TopicCompaction(self, host.metadata)
         self.termination = Termination(host.metadata, self.full)
+        interceptors = host.config.entry_metadata_interceptors
+        self.entry_stamper = (EntryStamper(interceptors, host.metadata, self.full)
+                              if interceptors and name.is_persistent else None)
         self.backlog = BacklogPolicies(self, host.policies, host.config)
         self.replace_by_key = TopicReplaceByKey(
             ledger, lambda: name.is_persistent and host.policies.delayed_replace_by_key(name),
@@ -206,6 +210,10 @@ class Topic:
             await topic.replace_by_key.rebuild(subs)
         await topic.compaction.load()
         await topic.termination.load()
+        if topic.entry_stamper is not None and topic.entry_stamper.indexes:
+            last = ledger.last_confirmed
+            entry = await ledger.read_entry(last) if last is not None else None
+            await topic.entry_stamper.recover(entry.data if entry is not None else None)
         if topic.termination.recorded:
             topic.state = TopicState.TERMINATED
         # No trim at load: only what happens from now on triggers one (broker.topics.trim).
@@ -214,11 +222,16 @@ class Topic:
 
     # ------------------------------------------------------------------ publishing
 
-    def append_run(self, entries: list[bytes], sink: DurableSink) -> None:
-        """Append entries that passed :meth:`check_publish` as one run: *sink* is told once
-        they are durable (or failed), with one completion for all (storage's append_run).
-        Raises the SEND_ERROR of a failed append (PersistenceError / ServiceNotReadyError);
-        then none was appended."""
+    def append_run(self, entries: list[bytes], sink: DurableSink,
+                   messages: Sequence[int]) -> None:
+        """Append entries that passed :meth:`check_publish` (of ``messages[i]`` messages each)
+        as one run: *sink* is told once they are durable (or failed), with one completion for
+        all (storage's append_run). With broker entry metadata configured they are stored
+        with it (``self.entry_stamper``). Raises the SEND_ERROR of a failed append
+        (PersistenceError / ServiceNotReadyError); then none was appended."""
+        stamper = self.entry_stamper
+        if stamper is not None and self.ledger.accepts_appends:
+            entries = stamper.stamp(entries, messages)
         self.replace_by_key.sync(self.subscriptions.values())
         sink = self.replace_by_key.sink_for(entries, sink)
         try:
@@ -584,6 +597,12 @@ class Topic:
         self.replace_by_key.sync(subs)
         self.replace_by_key.prune(subs)
 
+    async def before_trim(self) -> None:
+        """Called by the trimmer before it deletes ledgers: the entry index they hold is
+        recorded first (:mod:`broker.topics.entry_metadata`)."""
+        if self.entry_stamper is not None:
+            await self.entry_stamper.record()
+
     def retention(self) -> tuple[int, int]:
         """(minutes, MB) of retention in force (the trimmer keeps that much consumed data)."""
         return self.host.policies.retention(self.name)
@@ -630,6 +649,11 @@ class Topic:
         for sub in list(self.subscriptions.values()):
             await _close_subscription(sub, disconnect_clients=disconnect_clients)
         await self.trimmer.close()
+        if self.entry_stamper is not None:
+            try:
+                await self.entry_stamper.record()
+            except Exception:
+                log.exception("recording the entry index of %s failed", self.full)
         await self.backlog.close()
         await self.compaction.close()
         self.dedup.close(self.loop.time())

@@ -70,6 +70,10 @@ class TrimmedTopic(Protocol):
         """(retentionTimeInMinutes, retentionSizeInMB) in force; -1 is unlimited."""
         ...
 
+    async def before_trim(self) -> None:
+        """Record what the ledgers about to be deleted hold and must outlive them."""
+        ...
+
 __all__ = ["RETENTION_CHECK_INTERVAL_S", "TRIM_MIN_INTERVAL_S", "LedgerTrimmer",
            "retention_bound"]
 
@@ -187,6 +191,7 @@ class LedgerTrimmer:
     async def _trim(self, *, keep_retained: bool = True) -> None:
         topic = self.topic
         try:
+            await topic.before_trim()
             # Checked again right before: trim() decides synchronously, before its first await.
             up_to = self.bound() if keep_retained else None
             if topic.serving and self.safe(up_to):

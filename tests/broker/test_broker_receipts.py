@@ -38,7 +38,7 @@ class FakeTopic:
     def check_publish(self, entry: bytes) -> tuple[bytes, int, bool]:
         return entry, 1, False
 
-    def append_run(self, entries: list[bytes], sink: Any) -> None:
+    def append_run(self, entries: list[bytes], sink: Any, messages: Any = ()) -> None:
         self.runs.append((entries, sink))
 
     def record_published(self, messages: int, size: int, entries: int,

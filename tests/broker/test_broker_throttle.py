@@ -139,11 +139,11 @@ class HeldAppends:
         self.count = 0  # entries held
         topic.append_run = self.append_run
 
-    def append_run(self, entries: list[bytes], sink: Any) -> None:
+    def append_run(self, entries: list[bytes], sink: Any, messages: Any = ()) -> None:
         held = _HeldSink(sink)
         self.runs.append(held)
         self.count += len(entries)
-        self.real_run(entries, held)
+        self.real_run(entries, held, messages)
 
     async def release(self) -> None:
         self.topic.append_run = self.real_run

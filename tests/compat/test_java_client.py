@@ -7,10 +7,10 @@ Theory of operation
 compression, readers, TableView, pattern subscriptions, dead-letter and retry topics, acks,
 delayed delivery, schemas, exclusive producers, de-duplication, termination, TLS, tokens and
 the admin REST routes) and ``spring/`` (``spring-boot-starter-pulsar``: PulsarTemplate and
-@PulsarListener). The modules never start a broker: this test starts three in-process brokers
-on free loopback ports (plain with a TLS listener beside it, and one with token authentication
-and authorization), runs ``mvn -q -B -fae test`` there with their addresses in ``HORAE_*``
-environment variables, then reads Surefire's XML reports and fails with every failed Java test
+@PulsarListener). The modules never start a broker: this test starts four in-process brokers
+on free loopback ports (plain with a TLS listener beside it, one with token authentication
+and authorization, and one stamping and exposing broker entry metadata), runs
+``mvn -q -B -fae test`` there with their addresses in ``HORAE_*`` environment variables, then reads Surefire's XML reports and fails with every failed Java test
 and its message. It skips when ``mvn`` or ``java`` is missing.
 
 The first run downloads the Maven dependencies into ~/.m2 (minutes, once); later runs take the
@@ -38,6 +38,8 @@ JAVA_PROJECT = pathlib.Path(__file__).resolve().parent / "java"
 MODULES = ("client", "spring")
 SECRET = b"j" * 32
 TOKEN_PROVIDER = "org.apache.pulsar.broker.authentication.AuthenticationProviderToken"
+ENTRY_METADATA_INTERCEPTORS = ("org.apache.pulsar.common.intercept.AppendBrokerTimestampMetadataInterceptor,"
+                               "org.apache.pulsar.common.intercept.AppendIndexMetadataInterceptor")
 TICK_MS = 100  # delayedDeliveryTickTimeMillis of the brokers: the delayed tests wait less
 MAVEN_TIMEOUT_S = 840  # the first run resolves the dependencies; later runs take ~2 minutes
 
@@ -81,8 +83,13 @@ def test_java_client_and_spring_boot_against_horae(
         "authenticationEnabled": True, "authenticationProviders": TOKEN_PROVIDER,
         "tokenSecretKey": "data:;base64," + base64.b64encode(SECRET).decode(),
         "authorizationEnabled": True, "superUserRoles": "admin"})
+    entry_metadata = broker_factory(config_overrides={
+        "brokerEntryMetadataInterceptors": ENTRY_METADATA_INTERCEPTORS,
+        "exposingBrokerEntryMetadataToClientEnabled": True})
     env = {
         **os.environ,
+        "HORAE_ENTRY_METADATA_SERVICE_URL": entry_metadata.service_url,
+        "HORAE_ENTRY_METADATA_WEB_URL": entry_metadata.web_url,
         "HORAE_SERVICE_URL": broker.service_url,
         "HORAE_WEB_URL": broker.web_url,
         "HORAE_TICK_TIME_MILLIS": str(TICK_MS),
