@@ -150,7 +150,8 @@ _FAMILIES: dict[str, tuple[str, str, str]] = {
                                              "sub"),
     "pulsar_subscription_msg_rate_out": ("gauge", "Dispatch rate (messages/s)", "sub"),
     "pulsar_subscription_msg_rate_redeliver": (
-        "gauge", "Messages handed back for redelivery (messages/s)", "sub"),
+        "gauge", "Messages sent again after a negative ack or a redelivery request "
+        "(messages/s)", "sub"),
     "pulsar_subscription_blocked_on_unacked_messages": (
         "gauge", "1 while dispatch of the subscription is stopped on its unacknowledged "
         "messages, else 0", "sub"),

@@ -178,7 +178,8 @@ class SubscriptionFigures(Protocol):
         ...
 
     def redeliver_rate(self) -> float:
-        """Messages handed back for redelivery per second (``msgRateRedeliver``)."""
+        """Messages sent again per second after a negative ack or a redelivery request
+        (``msgRateRedeliver``)."""
         ...
 
     @property

@@ -486,8 +486,8 @@ class Subscription:
             c.sample_rates(now)
 
     def redeliver_rate(self) -> float:
-        """Messages handed back for redelivery per second, summed over the consumers
-        (``msgRateRedeliver``; sampled while the topic is active)."""
+        """Messages sent again per second after a negative ack or a redelivery request,
+        summed over the consumers (``msgRateRedeliver``; sampled while the topic is active)."""
         now = asyncio.get_running_loop().time()
         return self._rates.rates(now, self._counter_values())[2]
 
