@@ -562,3 +562,36 @@ def test_entry_size_gauges_cover_the_last_stats_window() -> None:
     assert _value(samples, "pulsar_entry_size_le_overflow", topic=topic.full) == 0
     assert _value(samples, "pulsar_entry_size_count", topic=topic.full) == 3
     assert _value(samples, "pulsar_entry_size_sum", topic=topic.full) == 300
+
+
+def test_backlog_age_follows_the_backlog_quota_check(broker_factory: Any) -> None:
+    from .conftest import http
+
+    handle = broker_factory(config_overrides={"backlogQuotaCheckIntervalInSeconds": 1})
+    client = pulsar.Client(handle.service_url, operation_timeout_seconds=10,
+                           logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn))
+    topic = f"{T}/aged"
+
+    def age_when(accept: Any) -> bool:
+        reply = http(handle.web_url, "GET", "/metrics")
+        seen = _value(_samples(reply.body), "pulsar_storage_backlog_age_seconds", topic=topic)
+        return seen is not None and bool(accept(seen))
+
+    try:
+        consumer = client.subscribe(topic, "sub")
+        producer = client.create_producer(topic, batching_enabled=False)
+        producer.send(b"waiting")
+        # The backlog's oldest message is noted at a check: an age of zero or more seconds.
+        wait_until(lambda: age_when(lambda v: v >= 0), timeout_s=WAIT_S,
+                   message="the backlog age is known")
+        msg = consumer.receive(10_000)
+        consumer.acknowledge(msg)
+        # Nothing left once the ack arrives: a later check says 0, and the size series agree.
+        wait_until(lambda: age_when(lambda v: v == 0), timeout_s=WAIT_S,
+                   message="the backlog age drops to 0 once everything is acknowledged")
+        samples = _samples(http(handle.web_url, "GET", "/metrics").body)
+        assert _value(samples, "pulsar_storage_backlog_size", topic=topic) == 0
+        assert _value(samples, "pulsar_storage_backlog_quota_limit", topic=topic) == -1
+        assert _value(samples, "pulsar_storage_backlog_quota_limit_time", topic=topic) == -1
+    finally:
+        client.close()
