@@ -92,6 +92,8 @@ class ManagedLedger:
         self._ctx = ctx
         self.name = name
         self.directory = directory
+        #: Entries returned by :meth:`read_entries` (cache or disk), since the ledger opened.
+        self.entries_read = 0
         self._list = LedgerList()
         self._ledgers = self._list.by_id  # the same objects: the reader shares them
         self._ledger_ids = self._list.ids
@@ -205,8 +207,10 @@ class ManagedLedger:
     ) -> list[Entry]:
         """Entries from start (inclusive) in order, across ledgers, up to last_confirmed.
         Missing entries (dropped by recovery) are skipped. At least one entry is returned if
-        any exists, even if it is larger than max_bytes."""
-        return await self._reader.read_entries(start, max_entries, max_bytes)
+        any exists, even if it is larger than max_bytes. Counted in :attr:`entries_read`."""
+        entries = await self._reader.read_entries(start, max_entries, max_bytes)
+        self.entries_read += len(entries)
+        return entries
 
     def _drop_corrupt(self, led: LedgerState, entry_id: int, offset: int, length: int) -> None:
         if led.missing is None:

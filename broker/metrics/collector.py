@@ -19,13 +19,20 @@ Rules:
 2. Topic rates (``pulsar_rate_in`` msg/s, ``pulsar_throughput_in`` bytes/s, ...) are the
    topic's own rate meter (``topic.rates()``, the figures its stats show). Subscription rates
    are counter deltas over at least :data:`RATE_MIN_INTERVAL_S` (a scrape sooner than that
-   repeats the last rate, so concurrent scrapers do not make it jitter).
+   repeats the last rate, so concurrent scrapers do not make it jitter), but for
+   ``pulsar_subscription_msg_rate_redeliver``, the subscription's own meter (its stats'
+   ``msgRateRedeliver``). ``pulsar_storage_write_rate`` / ``_read_rate`` (entries appended /
+   read per second) come from the topic's meter too, so they move only while it is active.
+   With topic-level metrics off, a namespace's ``pulsar_storage_backlog_quota_limit``,
+   ``_limit_time`` and ``pulsar_storage_backlog_age_seconds`` are the largest of its topics'
+   (as Pulsar's AggregatedNamespaceStats); everything else is summed.
 3. A topic without subscriptions, a subscription without a tracker, an in-memory tracker
    (no buckets) yield zeros where Pulsar reports zeros. One topic whose figures raise is
    logged and skipped; it never fails the scrape.
 4. The store's families (``horae_storage_*``, ``horae_publish_refused_total``) live in
    :mod:`broker.metrics.storage_families`; the write-latency histogram and Pulsar's
-   ``pulsar_storage_write_latency_le_*`` gauges in :mod:`broker.metrics.write_latency`; the delayed-index families in :mod:`broker.metrics.delayed_index`, the loop-lag probe
+   ``pulsar_storage_write_latency_le_*`` gauges in :mod:`broker.metrics.write_latency`; Pulsar's ``pulsar_entry_size_le_*`` gauges in
+   :mod:`broker.metrics.entry_size`; the delayed-index families in :mod:`broker.metrics.delayed_index`, the loop-lag probe
    (``horae_event_loop_lag_seconds``) in :mod:`broker.metrics.lag`.
 5. ``horae_publish_buffer_throttled_total{cluster}`` comes from the publish buffer the server
    hands over, ``horae_delayed_cancel_journal_failures_total`` from the bucket trackers (per
@@ -66,6 +73,7 @@ from prometheus_client.samples import Sample
 from broker.metrics.auth_families import AuthenticationFigures, authentication_families
 from broker.metrics.connection_families import ConnectionFigures, connection_families
 from broker.metrics.delayed_index import BUCKET_GAUGES, BucketOps, index_gauges
+from broker.metrics.entry_size import ENTRY_SIZE_BUCKETS_BYTES, entry_size_families
 from broker.metrics.exposition import (
     NS_LABELS,
     SUB_LABELS,
@@ -103,6 +111,24 @@ _FAMILIES: dict[str, tuple[str, str, str]] = {
     "pulsar_msg_backlog": ("gauge", "Backlog of the topic (sum over subscriptions, messages)",
                            "topic"),
     "pulsar_storage_size": ("gauge", "Bytes stored for the topic", "topic"),
+    "pulsar_storage_logical_size": (
+        "gauge", "Bytes stored for the topic, one copy (before replication)", "topic"),
+    "pulsar_storage_backlog_size": (
+        "gauge", "Bytes not yet acknowledged by the topic's slowest subscription (estimate)",
+        "topic"),
+    "pulsar_storage_write_rate": ("gauge", "Entries appended to the topic's ledger per second",
+                                  "topic"),
+    "pulsar_storage_read_rate": ("gauge", "Entries read from the topic's ledger per second",
+                                 "topic"),
+    "pulsar_storage_backlog_quota_limit": (
+        "gauge", "Backlog size quota of the topic (destination_storage limitSize, bytes; "
+        "-1: none)", "topic"),
+    "pulsar_storage_backlog_quota_limit_time": (
+        "gauge", "Backlog age quota of the topic (message_age limitTime, seconds; -1: none)",
+        "topic"),
+    "pulsar_storage_backlog_age_seconds": (
+        "gauge", "Age of the oldest unacknowledged message of the topic, as of the last backlog "
+        "quota check (seconds; 0: no backlog, -1: not checked yet)", "topic"),
     "pulsar_producers_count": ("gauge", "Connected producers", "topic"),
     "pulsar_consumers_count": ("gauge", "Connected consumers", "topic"),
     "pulsar_subscriptions_count": ("gauge", "Subscriptions of the topic", "topic"),
@@ -123,6 +149,12 @@ _FAMILIES: dict[str, tuple[str, str, str]] = {
     "pulsar_subscription_unacked_messages": ("gauge", "Messages delivered and not acknowledged",
                                              "sub"),
     "pulsar_subscription_msg_rate_out": ("gauge", "Dispatch rate (messages/s)", "sub"),
+    "pulsar_subscription_msg_rate_redeliver": (
+        "gauge", "Messages sent again after a negative ack or a redelivery request "
+        "(messages/s)", "sub"),
+    "pulsar_subscription_blocked_on_unacked_messages": (
+        "gauge", "1 while dispatch of the subscription is stopped on its unacknowledged "
+        "messages, else 0", "sub"),
     "pulsar_subscription_msg_throughput_out": ("gauge", "Dispatch throughput (bytes/s)", "sub"),
     "pulsar_subscription_consumers_count": ("gauge", "Consumers of the subscription", "sub"),
     "pulsar_subscription_delayed_message_index_size_bytes": (
@@ -191,12 +223,18 @@ class _Scrape:
         self.topic_level = topic_level
         self.values: SampleTable = defaultdict(lambda: defaultdict(float))
         self.write_latency: LatencyTable = {}
+        self.entry_sizes: LatencyTable = {}
         self.bucket_ops = BucketOps()
         self.labels = LabelSets()
         self.seen: set[tuple[str, ...]] = set()
 
     def add(self, name: str, key: tuple[str, ...], value: float) -> None:
         self.values[name][key] += value
+
+    def maximum(self, name: str, key: tuple[str, ...], value: float) -> None:
+        """The largest *value* per key (a namespace's quota limits and backlog age)."""
+        table = self.values[name]
+        table[key] = max(table[key], value) if key in table else value
 
 
 class HoraeCollector(Collector):
@@ -214,6 +252,7 @@ class HoraeCollector(Collector):
         self.authentication = authentication
         self._rates = _Rates(clock)
         self._latency_windows = LatencyWindows(clock)
+        self._entry_size_windows = LatencyWindows(clock)
 
     def describe(self) -> list[Metric]:
         return []   # no collect() at registration time: the service may not be ready
@@ -266,6 +305,9 @@ class HoraeCollector(Collector):
         yield from _families(scrape.values, scrape.topic_level, scrape.labels)
         yield from write_latency_steps(scrape.write_latency, self._latency_windows,
                                        scrape.topic_level, scrape.labels, slice_keys)
+        yield from entry_size_families(scrape.entry_sizes, self._entry_size_windows,
+                                       scrape.topic_level, scrape.labels)
+        yield None
         yield from scrape.bucket_ops.families(scrape.topic_level)
         yield from storage_families(config.cluster_name, self.service.storage_stats(),
                                     self.service.publish_refused)
@@ -300,6 +342,15 @@ class HoraeCollector(Collector):
                                 "pulsar_throughput_out"), topic.rates(), strict=True):
             add(name, value)
         add("pulsar_storage_size", topic.storage_size)
+        add("pulsar_storage_logical_size", topic.storage_logical_size)
+        add("pulsar_storage_backlog_size", topic.backlog_size_bytes())
+        write_rate, read_rate = topic.storage_rates()
+        add("pulsar_storage_write_rate", write_rate)
+        add("pulsar_storage_read_rate", read_rate)
+        limit_size, limit_time = topic.backlog_quota_limits()
+        scrape.maximum("pulsar_storage_backlog_quota_limit", key, limit_size)
+        scrape.maximum("pulsar_storage_backlog_quota_limit_time", key, limit_time)
+        scrape.maximum("pulsar_storage_backlog_age_seconds", key, topic.backlog_age_seconds())
         add("pulsar_producers_count", len(topic.producers))
         add("pulsar_broker_topic_messages_delayed_rejected", topic.delayed_rejected_counter)
         add("pulsar_broker_topic_messages_fixed_delay_overridden",
@@ -311,6 +362,12 @@ class HoraeCollector(Collector):
         for i, c in enumerate(topic.publish_latency_buckets[: len(acc) - 1]):
             acc[i] += c
         acc[-1] += topic.publish_latency_sum_ms
+        sizes = scrape.entry_sizes.get(key)
+        if sizes is None:   # [buckets..., overflow, sum bytes, unused] (entry_size module)
+            sizes = scrape.entry_sizes[key] = [0.0] * (len(ENTRY_SIZE_BUCKETS_BYTES) + 3)
+        for i, c in enumerate(topic.entry_size_buckets[: len(sizes) - 2]):
+            sizes[i] += c
+        sizes[-2] += topic.entry_size_sum_bytes
 
         subs = dict(topic.subscriptions)
         add("pulsar_subscriptions_count", len(subs))
@@ -348,6 +405,9 @@ class HoraeCollector(Collector):
             sadd("pulsar_subscription_msg_rate_out",
                  self._rates.rate(("sout", full, sub_name), sub.msg_out_counter,
                                  scrape.seen))
+            sadd("pulsar_subscription_msg_rate_redeliver", sub.redeliver_rate())
+            sadd("pulsar_subscription_blocked_on_unacked_messages",
+                 1 if sub.blocked_on_unacked_messages else 0)
             sadd("pulsar_subscription_msg_throughput_out",
                  self._rates.rate(("sbout", full, sub_name), sub.bytes_out_counter,
                                  scrape.seen))

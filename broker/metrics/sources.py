@@ -193,6 +193,16 @@ class SubscriptionFigures(Protocol):
         """Messages held by the delayed-delivery tracker (0 without one)."""
         ...
 
+    def redeliver_rate(self) -> float:
+        """Messages sent again per second after a negative ack or a redelivery request
+        (``msgRateRedeliver``)."""
+        ...
+
+    @property
+    def blocked_on_unacked_messages(self) -> bool:
+        """Dispatch stopped on the subscription's unacknowledged messages."""
+        ...
+
     @property
     def delayed_tracker(self) -> DelayedIndexFigures | None: ...
 
@@ -239,6 +249,36 @@ class TopicFigures(Protocol):
     def storage_size(self) -> int:
         """Bytes stored for the topic."""
         ...
+
+    @property
+    def storage_logical_size(self) -> int:
+        """Bytes stored for the topic, one copy (before any replication)."""
+        ...
+
+    def backlog_size_bytes(self) -> int:
+        """Bytes not yet acknowledged by the slowest subscription (estimate)."""
+        ...
+
+    def storage_rates(self) -> tuple[float, float]:
+        """(entries appended, entries read) per second."""
+        ...
+
+    def backlog_quota_limits(self) -> tuple[int, int]:
+        """(size limit in bytes, time limit in seconds) of the backlog quotas; -1: none."""
+        ...
+
+    def backlog_age_seconds(self) -> int:
+        """Age of the oldest unacknowledged message at the last check (-1: not known)."""
+        ...
+
+    @property
+    def entry_size_buckets(self) -> Sequence[int]:
+        """Non-cumulative counts of appended entries per bound of
+        :data:`broker.metrics.entry_size.ENTRY_SIZE_BUCKETS_BYTES`, overflow last."""
+        ...
+
+    @property
+    def entry_size_sum_bytes(self) -> int: ...
 
     @property
     def producers(self) -> Mapping[str, object]: ...

@@ -485,6 +485,20 @@ class Subscription:
         for c in self.consumers:
             c.sample_rates(now)
 
+    def redeliver_rate(self) -> float:
+        """Messages sent again per second after a negative ack or a redelivery request,
+        summed over the consumers (``msgRateRedeliver``; sampled while the topic is active)."""
+        now = asyncio.get_running_loop().time()
+        return self._rates.rates(now, self._counter_values())[2]
+
+    @property
+    def blocked_on_unacked_messages(self) -> bool:
+        """Dispatch of the whole subscription stopped on its unacknowledged messages
+        (Pulsar's ``maxUnackedMessagesPerSubscription``). Horae limits unacknowledged messages
+        per consumer only (each consumer's ``blockedConsumerOnUnackedMsgs``), so a
+        subscription is never blocked as a whole."""
+        return False
+
     def _backlog_bytes(self, backlog: int) -> int:
         """Backlog in bytes, at the ledger's average entry size (as the topic's backlogSize)."""
         entries = self.ledger.number_of_entries
@@ -516,7 +530,7 @@ class Subscription:
             "msgBacklog": backlog,
             "backlogSize": self._backlog_bytes(backlog),
             "msgBacklogNoDelayed": max(0, backlog - delayed),
-            "blockedSubscriptionOnUnackedMsgs": False,
+            "blockedSubscriptionOnUnackedMsgs": self.blocked_on_unacked_messages,
             "msgDelayed": delayed,
             "unackedMessages": sum(c.unacked_messages for c in self.consumers),
             "type": SubType(self.sub_type).name if self.sub_type is not None else "None",

@@ -22,6 +22,13 @@ namespace > broker config), so a change applies at the next check.
     the limit (the size as entries at the ledger's average entry size; the age through expiry).
 
 Checks run as one task at a time, off the publish path (the housekeeping tick starts them).
+
+Every backlog-quota check, with or without a ``message_age`` quota, also notes the publish time
+of the oldest unacknowledged message (Pulsar's best-effort backlog age,
+``pulsar_storage_backlog_age_seconds``): the entry after the slowest cursor's mark-delete
+position, read only when that position moved since the previous check. Metrics read
+:meth:`BacklogPolicies.backlog_age_seconds` and :meth:`BacklogPolicies.quota_limits` without any
+read of stored entries.
 """
 
 from __future__ import annotations
@@ -41,6 +48,7 @@ from broker.topics.producer import Producer
 from protocol.errors import ProducerBlockedQuotaExceededException, RequestError, ServerError
 from protocol.metadata import entry_timestamp
 from storage.ledger import ManagedLedger
+from storage.positions import Position
 
 __all__ = ["QUOTA_EXCEEDED_REASON", "BacklogPolicies"]
 
@@ -72,6 +80,10 @@ class BacklogPolicies:
         self.policies = policies
         self.config = config
         self.age_exceeded_policy: str | None = None   # set by the last message_age check
+        # The last check's oldest unacknowledged entry: (position, publish ms), None when there
+        # was no backlog; _age_checked is False until the first check.
+        self._oldest: tuple[Position, int] | None = None
+        self._age_checked = False
         self.task: asyncio.Task[None] | None = None
         now = topic.loop.time()
         self._next_ttl = now + config.message_expiry_check_interval_in_minutes * 60
@@ -95,6 +107,26 @@ class BacklogPolicies:
         if policy == "producer_request_hold":
             raise RequestError(QUOTA_EXCEEDED_REASON,
                                ServerError.ProducerBlockedQuotaExceededError)
+
+    def quota_limits(self) -> tuple[int, int]:
+        """(``destination_storage`` limitSize in bytes, ``message_age`` limitTime in seconds) in
+        force, each -1 when none (Pulsar's ``pulsar_storage_backlog_quota_limit`` and
+        ``pulsar_storage_backlog_quota_limit_time``)."""
+        quotas = self.policies.backlog_quotas(self.topic.name)
+        storage = quotas.get("destination_storage")
+        age = quotas.get("message_age")
+        return (int(storage["limitSize"]) if storage is not None else -1,
+                int(age["limitTime"]) if age is not None else -1)
+
+    def backlog_age_seconds(self, now_ms: int | None = None) -> int:
+        """Whole seconds since the oldest unacknowledged message (as of the last check) was
+        published: 0 when that check found no backlog, -1 before the first check."""
+        if not self._age_checked:
+            return -1
+        if self._oldest is None:
+            return 0
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        return max(0, (now - self._oldest[1]) // 1000)
 
     # ------------------------------------------------------------------ periodic checks
 
@@ -136,8 +168,8 @@ class BacklogPolicies:
         quotas = self.policies.backlog_quotas(self.topic.name)
         age = quotas.get("message_age")
         self.age_exceeded_policy = None
+        oldest = await self._oldest_unacked_publish_ms()
         if age is not None and int(age["limitTime"]) >= 0:
-            oldest = await self._oldest_unacked_publish_ms()
             cutoff = int(time.time() * 1000) - int(age["limitTime"]) * 1000
             if oldest is not None and oldest < cutoff:
                 if age["policy"] == "consumer_backlog_eviction":
@@ -153,16 +185,25 @@ class BacklogPolicies:
                 producer.disconnect()
 
     async def _oldest_unacked_publish_ms(self) -> int | None:
+        """Publish time of the first entry after the slowest mark-delete position among the
+        subscriptions with a backlog (None: no backlog); kept for :meth:`backlog_age_seconds`.
+        The entry is read only when that position changed since the last call."""
         ledger = self.topic.ledger
-        oldest: int | None = None
+        first: Position | None = None
         for sub in self.topic.subscriptions.values():
-            if not sub.cursor.backlog:
-                continue
-            entry = await ledger.read_entry(ledger.next_position(sub.cursor.mark_delete_position))
-            if entry is not None:
-                published = entry_timestamp(entry.data)
-                oldest = published if oldest is None else min(oldest, published)
-        return oldest
+            if sub.cursor.backlog:
+                pos = ledger.next_position(sub.cursor.mark_delete_position)
+                if first is None or pos < first:
+                    first = pos
+        known = self._oldest
+        if first is None:
+            self._oldest = None
+        elif known is None or known[0] != first:
+            entry = await ledger.read_entry(first)
+            self._oldest = (None if entry is None
+                            else (first, entry_timestamp(entry.data)))
+        self._age_checked = True
+        return None if self._oldest is None else self._oldest[1]
 
     async def _evict_to_size(self, limit: int) -> None:
         ledger = self.topic.ledger

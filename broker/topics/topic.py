@@ -54,6 +54,7 @@ either.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import logging
 import time
 from collections.abc import Mapping, Sequence
@@ -64,6 +65,7 @@ from broker.delayed import TrackerFactory
 from broker.delayed.guard import DelayTooLongError, check_and_start_publish
 from broker.delayed.policy import DelayPolicy
 from broker.delayed.residual import delete_residual_snapshots
+from broker.metrics.entry_size import ENTRY_SIZE_BUCKETS_BYTES
 from broker.metrics.rates import PUBLISH_LATENCY_BUCKETS_MS, RateMeter
 from broker.subscriptions.selectors import KeySharedSelector, new_selector
 from broker.subscriptions.subscription import Subscription
@@ -162,6 +164,9 @@ class Topic:
         self._max_message_size = host.config.max_message_size  # bounds a chunked message
         self.publish_latency_sum_ms = 0.0
         self.publish_latency_count = 0
+        #: Appended entries per size bound of ENTRY_SIZE_BUCKETS_BYTES (overflow last), bytes.
+        self.entry_size_buckets = [0] * (len(ENTRY_SIZE_BUCKETS_BYTES) + 1)
+        self.entry_size_sum_bytes = 0
         self.state = TopicState.OPEN
         self._guarded = name.is_persistent  # the publish guard is for persistent topics
         self.loaded_ms = int(time.time() * 1000)
@@ -239,6 +244,13 @@ class Topic:
         except Exception as exc:   # never out of the publish path: a SEND_ERROR instead
             raise self._append_failed(exc) from None
         self.entries_added_counter += len(entries)
+        buckets = self.entry_size_buckets
+        total = 0
+        for entry in entries:
+            size = len(entry)
+            total += size
+            buckets[bisect.bisect_left(ENTRY_SIZE_BUCKETS_BYTES, size)] += 1
+        self.entry_size_sum_bytes += total
 
     def _append_failed(self, exc: Exception) -> RequestError:
         """The SEND_ERROR of a failed append (reloading the topic when storage asks for it)."""
@@ -542,7 +554,7 @@ class Topic:
 
     def _counter_values(self) -> tuple[float, ...]:
         return (self.msg_in_counter, self.bytes_in_counter, self.msg_out_counter,
-                self.bytes_out_counter)
+                self.bytes_out_counter, self.entries_added_counter, self.ledger.entries_read)
 
     def touch(self) -> None:
         """A counter moved (dispatch, ack): sample this topic's rates while it is active."""
@@ -566,9 +578,29 @@ class Topic:
         r = self._rates.rates(self.loop.time(), self._counter_values())
         return r[0], r[1], r[2], r[3]
 
+    def storage_rates(self) -> tuple[float, float]:
+        """(entries appended, entries read) per second: Pulsar's storage write and read
+        rates, from the same meter as :meth:`rates` (sampled while the topic is active)."""
+        r = self._rates.rates(self.loop.time(), self._counter_values())
+        return r[4], r[5]
+
     @property
     def storage_size(self) -> int:
         return int(self.ledger.total_size_bytes)
+
+    @property
+    def storage_logical_size(self) -> int:
+        """Bytes of the stored entries, one copy (Pulsar's size before replication; Horae
+        keeps one copy, so it equals :attr:`storage_size`)."""
+        return int(self.ledger.total_size_bytes)
+
+    def backlog_quota_limits(self) -> tuple[int, int]:
+        """(limitSize bytes, limitTime seconds) of the backlog quotas in force; -1: none."""
+        return self.backlog.quota_limits()
+
+    def backlog_age_seconds(self) -> int:
+        """Age of the oldest unacknowledged message at the last backlog check (-1: none yet)."""
+        return self.backlog.backlog_age_seconds()
 
     def backlog_size_bytes(self) -> int:
         """Bytes not yet acknowledged by the slowest durable subscription (estimate)."""

@@ -210,6 +210,11 @@ class _FakeSubscription:
     bytes_out_counter: int = 0
     delayed_tracker: _FakeBucketTracker | _FakeMemoryTracker | None = None
     delayed: _FakeDelayed = dataclasses.field(default_factory=_FakeDelayed)
+    redeliver: float = 0.0
+    blocked_on_unacked_messages: bool = False
+
+    def redeliver_rate(self) -> float:
+        return self.redeliver
 
     @property
     def msg_delayed(self) -> int:
@@ -236,9 +241,28 @@ class _FakeTopic:
     storage_size: int = 0
     publish_latency_buckets: list[int] = dataclasses.field(default_factory=lambda: [0] * 10)
     publish_latency_sum_ms: float = 0.0
+    storage_logical_size: int = 0
+    backlog_bytes: int = 0
+    write_read_rates: tuple[float, float] = (0.0, 0.0)
+    quota_limits: tuple[int, int] = (-1, -1)
+    backlog_age: int = -1
+    entry_size_buckets: list[int] = dataclasses.field(default_factory=lambda: [0] * 9)
+    entry_size_sum_bytes: int = 0
 
     def rates(self) -> tuple[float, float, float, float]:
         return 0.0, 0.0, 0.0, 0.0
+
+    def storage_rates(self) -> tuple[float, float]:
+        return self.write_read_rates
+
+    def backlog_size_bytes(self) -> int:
+        return self.backlog_bytes
+
+    def backlog_quota_limits(self) -> tuple[int, int]:
+        return self.quota_limits
+
+    def backlog_age_seconds(self) -> int:
+        return self.backlog_age
 
 
 def storage_stats_with(**values: float) -> StorageStats:
@@ -475,3 +499,120 @@ def test_storage_health_and_publish_refusals_are_exported_under_the_alerted_name
     assert _value(scraped, "horae_storage_oldest_unsaved_ack_age_seconds", cluster="c1") == 1.5
     assert _value(scraped, "horae_storage_cursors_failing_save", cluster="c1") == 1
     assert _value(scraped, "horae_publish_refused_total", cluster="c1", reason="disk") == 7
+
+
+def _storage_topic(name: str, **kw: Any) -> _FakeTopic:
+    sub = _FakeSubscription(cursor=_FakeCursor(backlog=3), redeliver=2.5,
+                            consumers=[_FakeConsumer()])
+    fields: dict[str, Any] = {
+        "subscriptions": {"s": sub}, "storage_size": 4000, "storage_logical_size": 4000,
+        "backlog_bytes": 1200, "write_read_rates": (5.0, 7.5), "quota_limits": (10_000, 600),
+        "backlog_age": 42,
+        # 128 B: 1, 1 KB: 2, 2 KB: 1, 1 MB: 0, over 1 MB: 1
+        "entry_size_buckets": [1, 0, 2, 1, 0, 0, 0, 0, 1], "entry_size_sum_bytes": 2_100_000}
+    fields.update(kw)
+    return _FakeTopic(name, **fields)
+
+
+def test_collector_exports_pulsar_storage_and_subscription_series() -> None:
+    topic = _storage_topic(f"{T}/stored")
+    samples = _samples(_exposition(_FakeService(BrokerConfig(cluster_name="c1"),
+                                                {topic.full: topic})))
+    labels = {"cluster": "c1", "namespace": "public/default", "topic": topic.full}
+    sub = {**labels, "subscription": "s"}
+    expected = {
+        "pulsar_storage_logical_size": 4000, "pulsar_storage_backlog_size": 1200,
+        "pulsar_storage_write_rate": 5.0, "pulsar_storage_read_rate": 7.5,
+        "pulsar_storage_backlog_quota_limit": 10_000,
+        "pulsar_storage_backlog_quota_limit_time": 600,
+        "pulsar_storage_backlog_age_seconds": 42,
+        "pulsar_entry_size_le_128": 1, "pulsar_entry_size_le_512": 0,
+        "pulsar_entry_size_le_1_kb": 2, "pulsar_entry_size_le_2_kb": 1,
+        "pulsar_entry_size_le_4_kb": 0, "pulsar_entry_size_le_16_kb": 0,
+        "pulsar_entry_size_le_100_kb": 0, "pulsar_entry_size_le_1_mb": 0,
+        "pulsar_entry_size_le_overflow": 1,
+        "pulsar_entry_size_count": 5, "pulsar_entry_size_sum": 2_100_000,
+    }
+    for name, value in expected.items():
+        assert _value(samples, name, **labels) == value, name
+        assert [s.labels for s in samples[name]] == [labels], name
+    assert _value(samples, "pulsar_subscription_msg_rate_redeliver", **sub) == 2.5
+    assert _value(samples, "pulsar_subscription_blocked_on_unacked_messages", **sub) == 0
+    blocked = _storage_topic(f"{T}/blocked")
+    blocked.subscriptions["s"].blocked_on_unacked_messages = True
+    samples = _samples(_exposition(_FakeService(BrokerConfig(), {blocked.full: blocked})))
+    assert _value(samples, "pulsar_subscription_blocked_on_unacked_messages",
+                  topic=blocked.full, subscription="s") == 1
+
+
+def test_namespace_level_storage_series_sum_sizes_and_take_the_largest_limits() -> None:
+    a = _storage_topic(f"{T}/a", quota_limits=(-1, -1), backlog_age=-1)
+    b = _storage_topic(f"{T}/b", backlog_age=7)
+    config = BrokerConfig(cluster_name="c1", expose_topic_level_metrics_in_prometheus=False)
+    samples = _samples(_exposition(_FakeService(config, {a.full: a, b.full: b})))
+    ns = {"cluster": "c1", "namespace": "public/default"}
+    assert _value(samples, "pulsar_storage_backlog_size", **ns) == 2400
+    assert _value(samples, "pulsar_storage_write_rate", **ns) == 10.0
+    assert _value(samples, "pulsar_storage_backlog_quota_limit", **ns) == 10_000
+    assert _value(samples, "pulsar_storage_backlog_quota_limit_time", **ns) == 600
+    assert _value(samples, "pulsar_storage_backlog_age_seconds", **ns) == 7
+    assert _value(samples, "pulsar_entry_size_le_1_kb", **ns) == 4
+    assert _value(samples, "pulsar_entry_size_count", **ns) == 10
+    assert all("topic" not in s.labels for s in samples["pulsar_entry_size_sum"])
+    assert "pulsar_subscription_msg_rate_redeliver" not in samples
+
+
+def test_entry_size_gauges_cover_the_last_stats_window() -> None:
+    now = [1000.0]
+    topic = _storage_topic(f"{T}/windowed")
+    service = _FakeService(BrokerConfig(), {topic.full: topic})
+    registry = CollectorRegistry()
+    registry.register(HoraeCollector(service, clock=lambda: now[0]))
+
+    def scrape() -> dict[str, list[Any]]:
+        return _samples(generate_latest(registry).decode())
+
+    assert _value(scrape(), "pulsar_entry_size_count", topic=topic.full) == 5  # in progress
+    now[0] += 61.0
+    assert _value(scrape(), "pulsar_entry_size_count", topic=topic.full) == 5  # closed
+    topic.entry_size_buckets[0] += 3          # three more 128-byte entries
+    topic.entry_size_sum_bytes += 300
+    now[0] += 61.0                            # the next window: only what came in it
+    samples = scrape()
+    assert _value(samples, "pulsar_entry_size_le_128", topic=topic.full) == 3
+    assert _value(samples, "pulsar_entry_size_le_overflow", topic=topic.full) == 0
+    assert _value(samples, "pulsar_entry_size_count", topic=topic.full) == 3
+    assert _value(samples, "pulsar_entry_size_sum", topic=topic.full) == 300
+
+
+def test_backlog_age_follows_the_backlog_quota_check(broker_factory: Any) -> None:
+    from .conftest import http
+
+    handle = broker_factory(config_overrides={"backlogQuotaCheckIntervalInSeconds": 1})
+    client = pulsar.Client(handle.service_url, operation_timeout_seconds=10,
+                           logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn))
+    topic = f"{T}/aged"
+
+    def age_when(accept: Any) -> bool:
+        reply = http(handle.web_url, "GET", "/metrics")
+        seen = _value(_samples(reply.body), "pulsar_storage_backlog_age_seconds", topic=topic)
+        return seen is not None and bool(accept(seen))
+
+    try:
+        consumer = client.subscribe(topic, "sub")
+        producer = client.create_producer(topic, batching_enabled=False)
+        producer.send(b"waiting")
+        # The backlog's oldest message is noted at a check: an age of zero or more seconds.
+        wait_until(lambda: age_when(lambda v: v >= 0), timeout_s=WAIT_S,
+                   message="the backlog age is known")
+        msg = consumer.receive(10_000)
+        consumer.acknowledge(msg)
+        # Nothing left once the ack arrives: a later check says 0, and the size series agree.
+        wait_until(lambda: age_when(lambda v: v == 0), timeout_s=WAIT_S,
+                   message="the backlog age drops to 0 once everything is acknowledged")
+        samples = _samples(http(handle.web_url, "GET", "/metrics").body)
+        assert _value(samples, "pulsar_storage_backlog_size", topic=topic) == 0
+        assert _value(samples, "pulsar_storage_backlog_quota_limit", topic=topic) == -1
+        assert _value(samples, "pulsar_storage_backlog_quota_limit_time", topic=topic) == -1
+    finally:
+        client.close()
