@@ -42,12 +42,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-import zlib
 from collections import OrderedDict, deque
 from dataclasses import dataclass
 
 from aiohttp import web
 
+from broker.websocket.codecs import decompress
 from broker.websocket.dead_letter import DeadLetters, Letter, default_topic
 from broker.websocket.frames import (
     ConsumerCommand,
@@ -86,7 +86,6 @@ _U64 = (1 << 64) - 1
 _EARLIEST = (_U64, _U64)                        # MessageId.earliest (-1, -1) on the wire
 _LATEST = ((1 << 63) - 1, (1 << 63) - 1)        # MessageId.latest (Long.MAX_VALUE twice)
 _WHOLE_ENTRY = (1 << 31) - 1                     # a batch index past any batch's last
-_COMPRESSION_NAMES = {pb.LZ4: "LZ4", pb.ZLIB: "ZLIB", pb.ZSTD: "ZSTD", pb.SNAPPY: "SNAPPY"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -544,16 +543,11 @@ def _decompress(metadata: pb.MessageMetadata, payload: bytes, position: tuple[in
     compression = metadata.compression if metadata.HasField("compression") else pb.NONE
     if compression == pb.NONE:
         return payload
-    if compression == pb.ZLIB:
-        size = metadata.uncompressed_size
-        inflater = zlib.decompressobj()
-        data = inflater.decompress(payload, size)
-        if len(data) != size or inflater.unconsumed_tail:
-            raise ValueError(f"ZLIB payload does not inflate to {size} bytes")
-        return data
-    name = _COMPRESSION_NAMES.get(compression, str(compression))
-    raise _Undeliverable(f"message {position[0]}:{position[1]} is compressed with {name}, "
-                         "which this WebSocket service cannot decompress")
+    try:
+        return decompress(compression, payload, metadata.uncompressed_size)
+    except KeyError:
+        raise _Undeliverable(f"message {position[0]}:{position[1]} is compressed with an "
+                             f"unknown compression ({compression})") from None
 
 
 def _acked_indexes(ack_set: list[int], count: int) -> set[int]:

@@ -12,8 +12,8 @@ the message metadata; the sequence id is the frame's ``sequenceId`` when given, 
 one. With ``batchingEnabled=true`` messages arriving within ``batchingMaxPublishDelay`` (10 ms)
 go out as one batch entry of at most ``batchingMaxMessages`` (1000), each answered with its
 batch message id; a delayed message is sent on its own, as the client sends it. With
-``compressionType=ZLIB`` the payload is stored compressed (the other codecs are accepted
-and store it as it is). The answer, ``{"result": "ok", "messageId", "context"}`` or
+``compressionType`` (LZ4, ZLIB, ZSTD, SNAPPY) the payload is stored compressed in Pulsar's
+format for that codec (:mod:`broker.websocket.codecs`), as the Java client stores it. The answer, ``{"result": "ok", "messageId", "context"}`` or
 ``send-error:N`` with ``errorMsg``, is queued when the broker's receipt or error arrives, or when
 ``sendTimeoutMillis`` passes first (0 = no timeout), in the order they arrive.
 
@@ -35,11 +35,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import zlib
 from dataclasses import dataclass
 
 from aiohttp import web
 
+from broker.websocket.codecs import COMPRESSIONS, compress
 from broker.websocket.frames import (
     FrameError,
     MessageRef,
@@ -111,7 +111,7 @@ class ProducerSession(Session):
         else:
             self._next_sequence = opened.last_sequence_id + 1
         self._send_timeout_s = options.send_timeout_ms / 1000
-        self._zlib = options.compression_type == "ZLIB"
+        self._compression = COMPRESSIONS[options.compression_type]
         self._batching = options.batching_enabled
         self._batch_max = options.batching_max_messages
         self._batch_delay_s = options.batching_max_publish_delay_ms / 1000
@@ -218,9 +218,9 @@ class ProducerSession(Session):
               *, batch: bool, highest_sequence_id: int) -> None:
         sequence_id = metadata.sequence_id
         metadata.uncompressed_size = len(payload)
-        if self._zlib and payload:
-            payload = zlib.compress(payload)
-            metadata.compression = pb.ZLIB
+        if self._compression != pb.NONE and payload:
+            payload = compress(self._compression, payload)
+            metadata.compression = self._compression  # type: ignore[assignment]
         entry = encode_entry(metadata, payload)
         timer = None
         if self._send_timeout_s > 0:
