@@ -10,7 +10,8 @@ Theory of operation: Pulsar's paths and bodies (``NamespacesBase`` / ``Persisten
 - ``PUT|GET|DELETE .../namespaces/{t}/{ns}/compactionThreshold`` (bytes, >= 0) and per topic
   ``.../{topic}/compactionThreshold``;
 - ``POST|GET|DELETE .../namespaces/{t}/{ns}/maxProducersPerTopic`` (>= 0, 0 no limit) and per
-  topic ``.../{topic}/maxProducers``;
+  topic ``.../{topic}/maxProducers``; likewise ``maxConsumersPerTopic`` (topic:
+  ``maxConsumers``) and ``maxConsumersPerSubscription`` (both levels);
 - ``POST|GET|DELETE .../namespaces/{t}/{ns}/schemaValidationEnforced`` (``true``/``false``)
   and per topic ``.../{topic}/schemaValidationEnforced``;
 - ``GET /admin/v2/namespaces/{t}/{ns}``: the namespace's Policies document.
@@ -64,6 +65,10 @@ async def _topic(request: web.Request) -> tuple[AdminService, str]:
     return admin, tn.full   # the PolicyStore keys a topic by its full name
 
 
+Handler = Callable[[web.Request], Awaitable[web.Response]]
+Parser = Callable[[object], object]
+
+
 # --- value parsers ------------------------------------------------------------------------
 def _bool(body: object) -> bool:
     if not isinstance(body, bool):
@@ -77,12 +82,18 @@ def _strategy(body: object) -> str:
     return body
 
 
-def _producer_limit(body: object) -> int:
-    if isinstance(body, bool) or not isinstance(body, int):
-        raise E.bad_request("Invalid value: expected a number of producers")
-    if body < 0:
-        raise E.precondition_failed("maxProducersPerTopic must be 0 or more")
-    return body
+def _count(name: str, what: str) -> Parser:
+    """A limit of *what* (0 or more; 0 is no limit), refused as Pulsar does (412 *name* ...)."""
+    def parse(body: object) -> int:
+        if isinstance(body, bool) or not isinstance(body, int):
+            raise E.bad_request(f"Invalid value: expected a number of {what}")
+        if body < 0:
+            raise E.precondition_failed(f"{name} must be 0 or more")
+        return body
+    return parse
+
+
+_producer_limit = _count("maxProducersPerTopic", "producers")
 
 
 def _threshold(body: object) -> int:
@@ -92,9 +103,6 @@ def _threshold(body: object) -> int:
         raise E.precondition_failed("compactionThreshold must be 0 or more")
     return body
 
-
-Handler = Callable[[web.Request], Awaitable[web.Response]]
-Parser = Callable[[object], object]
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +130,11 @@ _FIELDS: tuple[tuple[str, str, str, Parser], ...] = (
     ("compactionThreshold", P.NS_COMPACTION, P.TOPIC_COMPACTION, _threshold),
     ("maxProducersPerTopic", P.NS_MAX_PRODUCERS, "", _producer_limit),
     ("maxProducers", "", P.TOPIC_MAX_PRODUCERS, _producer_limit),
+    ("maxConsumersPerTopic", P.NS_MAX_CONSUMERS, "",
+     _count("maxConsumersPerTopic", "consumers")),
+    ("maxConsumers", "", P.TOPIC_MAX_CONSUMERS, _count("maxConsumers", "consumers")),
+    ("maxConsumersPerSubscription", P.NS_MAX_CONSUMERS_PER_SUB, P.TOPIC_MAX_CONSUMERS_PER_SUB,
+     _count("maxConsumersPerSubscription", "consumers")),
     ("schemaValidationEnforced", P.NS_SCHEMA_VALIDATION, P.TOPIC_SCHEMA_VALIDATION, _bool),
 )
 
@@ -160,6 +173,8 @@ async def get_namespace_policies(request: web.Request) -> web.Response:
         "schema_compatibility_strategy": fields.get(P.NS_SCHEMA_STRATEGY, "UNDEFINED"),
         "compaction_threshold": fields.get(P.NS_COMPACTION),
         "max_producers_per_topic": fields.get(P.NS_MAX_PRODUCERS),
+        "max_consumers_per_topic": fields.get(P.NS_MAX_CONSUMERS),
+        "max_consumers_per_subscription": fields.get(P.NS_MAX_CONSUMERS_PER_SUB),
         "schema_validation_enforced": bool(fields.get(P.NS_SCHEMA_VALIDATION, False)),
         "delayed_delivery_policies": None,
         **policies_document_fields(_store(admin), ns),

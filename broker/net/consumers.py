@@ -219,11 +219,11 @@ class ConsumerSide:
             metadata={kv.key: kv.value for kv in cmd.metadata},
             partition=partition,
         )
-        config = self.connection.service.config
-        # The limits are decided when the consumer is appended, after every await of the
-        # subscribe (broker/subscriptions/limits.py).
-        await sub.add_consumer(consumer, ConsumerLimits(config.max_consumers_per_topic,
-                                                        config.max_consumers_per_subscription))
+        policies = self.connection.service.policies
+        # The limits (topic over namespace over broker.conf) are decided when the consumer is
+        # appended, after every await of the subscribe (broker/subscriptions/limits.py).
+        await sub.add_consumer(consumer, ConsumerLimits(
+            policies.max_consumers_per_topic(tn), policies.max_consumers_per_subscription(tn)))
         if self._closed:
             sub.remove_consumer(consumer)
             return

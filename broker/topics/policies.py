@@ -7,7 +7,7 @@ One :class:`PolicyStore` per broker, owned by :class:`broker.topics.service.Brok
 
 - kind ``"ns_policies"``, key ``"tenant/ns"``: the namespace's policy fields under Pulsar's
   ``Policies`` JSON names (``deduplicationEnabled``, ``schema_compatibility_strategy``,
-  ``compaction_threshold``, ``max_producers_per_topic``, ...);
+  ``compaction_threshold``, ``max_producers_per_topic``, ``max_consumers_per_topic``, ...);
 - kind ``"topic_policies"``, key the full topic name (a partitioned topic's parent name covers
   its partitions): Pulsar's ``TopicPolicies`` names (``deduplicationEnabled``,
   ``compactionThreshold``, ``schemaCompatibilityStrategy``).
@@ -32,7 +32,7 @@ from broker.delayed.policy import DelayPolicy, resolve_policy
 from broker.topics.names import TopicName
 from storage.metadata import MetadataStore
 
-__all__ = ["NS_DELAYED", "NS_KIND", "TOPIC_DELAYED", "TOPIC_KIND", "PolicyStore"]
+__all__ = ["NS_COUNT_LIMITS", "NS_DELAYED", "NS_KIND", "TOPIC_DELAYED", "TOPIC_KIND", "PolicyStore"]
 
 NS_KIND = "ns_policies"
 TOPIC_KIND = "topic_policies"
@@ -58,6 +58,15 @@ NS_MAX_PRODUCERS = "max_producers_per_topic"
 NS_SCHEMA_VALIDATION = "schema_validation_enforced"
 TOPIC_SCHEMA_VALIDATION = "schemaValidationEnforced"
 TOPIC_MAX_PRODUCERS = "maxProducerPerTopic"
+NS_MAX_CONSUMERS = "max_consumers_per_topic"
+TOPIC_MAX_CONSUMERS = "maxConsumerPerTopic"
+NS_MAX_CONSUMERS_PER_SUB = "max_consumers_per_subscription"
+TOPIC_MAX_CONSUMERS_PER_SUB = "maxConsumersPerSubscription"
+
+#: Namespace count limits (Policies field -> Pulsar's name in its 412 reasons); 0 is no limit.
+NS_COUNT_LIMITS = {NS_MAX_PRODUCERS: "maxProducersPerTopic",
+                   NS_MAX_CONSUMERS: "maxConsumersPerTopic",
+                   NS_MAX_CONSUMERS_PER_SUB: "maxConsumersPerSubscription"}
 
 #: Where delayed-delivery bodies were kept before they joined the fields above (read at load).
 LEGACY_DELAYED_KINDS = (("namespace_policy", NS_KIND, NS_DELAYED),
@@ -209,6 +218,17 @@ class PolicyStore:
         """Most producers on the topic (0: no limit), ``maxProducersPerTopic`` by default."""
         value = self._resolve(tn, TOPIC_MAX_PRODUCERS, NS_MAX_PRODUCERS)
         return self.config.max_producers_per_topic if value is None else int(value)
+
+    def max_consumers_per_topic(self, tn: TopicName) -> int:
+        """Most consumers on the topic (0: no limit), ``maxConsumersPerTopic`` by default."""
+        value = self._resolve(tn, TOPIC_MAX_CONSUMERS, NS_MAX_CONSUMERS)
+        return self.config.max_consumers_per_topic if value is None else int(value)
+
+    def max_consumers_per_subscription(self, tn: TopicName) -> int:
+        """Most consumers on one subscription of the topic (0: no limit),
+        ``maxConsumersPerSubscription`` by default."""
+        value = self._resolve(tn, TOPIC_MAX_CONSUMERS_PER_SUB, NS_MAX_CONSUMERS_PER_SUB)
+        return self.config.max_consumers_per_subscription if value is None else int(value)
 
     def schema_validation_enforced(self, tn: TopicName) -> bool:
         """Producers without a schema are refused on a topic with one: the broker's

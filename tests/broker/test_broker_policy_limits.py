@@ -1,0 +1,76 @@
+"""Namespace and topic limits enforced on the official Python client: Pulsar's errors past them,
+topic over namespace over broker.conf."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from rest import http_json
+
+NS = "/admin/v2/namespaces/public/limited"
+TOPIC = "persistent://public/limited/t"
+TOPIC_PATH = "/admin/v2/persistent/public/limited/t"
+
+
+def _call(broker: Any, method: str, path: str, body: object = None) -> tuple[int, Any]:
+    raw = None if body is None else json.dumps(body).encode()
+    return http_json(broker.web_url, method, path, raw)
+
+
+@pytest.fixture
+def limited(broker: Any, client: Any) -> Iterator[Any]:
+    """The namespace ``public/limited`` and its topic ``t`` (created by a producer)."""
+    assert _call(broker, "PUT", NS, {})[0] == 204
+    client.create_producer(TOPIC).close()
+    yield broker
+
+
+def test_max_consumers_per_topic_and_per_subscription_from_namespace_and_topic(
+        limited: Any, client: Any) -> None:
+    import pulsar
+
+    shared = pulsar.ConsumerType.Shared
+    assert _call(limited, "POST", NS + "/maxConsumersPerTopic", 2)[0] == 204
+    assert _call(limited, "GET", NS + "/maxConsumersPerTopic") == (200, 2)
+    assert _call(limited, "GET", NS)[1]["max_consumers_per_topic"] == 2
+    consumers = [client.subscribe(TOPIC, f"s{i}", consumer_type=shared) for i in range(2)]
+    with pytest.raises(pulsar.ConsumerBusy):
+        client.subscribe(TOPIC, "s2", consumer_type=shared)
+    # the topic's own limit comes first
+    assert _call(limited, "POST", TOPIC_PATH + "/maxConsumers", 3)[0] == 204
+    consumers.append(client.subscribe(TOPIC, "s0", consumer_type=shared))
+    with pytest.raises(pulsar.ConsumerBusy):
+        client.subscribe(TOPIC, "s0", consumer_type=shared)
+    assert _call(limited, "DELETE", TOPIC_PATH + "/maxConsumers")[0] == 204
+    assert _call(limited, "DELETE", NS + "/maxConsumersPerTopic")[0] == 204
+    # per subscription: namespace 2, then topic 1
+    assert _call(limited, "POST", NS + "/maxConsumersPerSubscription", 2)[0] == 204
+    with pytest.raises(pulsar.ConsumerBusy):
+        client.subscribe(TOPIC, "s0", consumer_type=shared)
+    consumers.append(client.subscribe(TOPIC, "s1", consumer_type=shared))
+    assert _call(limited, "POST", TOPIC_PATH + "/maxConsumersPerSubscription", 1)[0] == 204
+    assert _call(limited, "GET", TOPIC_PATH + "/maxConsumersPerSubscription") == (200, 1)
+    with pytest.raises(pulsar.ConsumerBusy):
+        client.subscribe(TOPIC, "s1", consumer_type=shared)
+    consumers.append(client.subscribe(TOPIC, "s3", consumer_type=shared))
+    status, body = _call(limited, "POST", NS + "/maxConsumersPerTopic", -1)
+    assert (status, body["reason"]) == (412, "maxConsumersPerTopic must be 0 or more")
+    for consumer in consumers:
+        consumer.close()
+
+
+def test_a_create_namespace_body_sets_its_count_limits(broker: Any, client: Any) -> None:
+    import pulsar
+
+    assert _call(broker, "PUT", NS, {"max_consumers_per_subscription": 1})[0] == 204
+    assert _call(broker, "GET", NS + "/maxConsumersPerSubscription") == (200, 1)
+    consumer = client.subscribe(TOPIC, "s", consumer_type=pulsar.ConsumerType.Shared)
+    with pytest.raises(pulsar.ConsumerBusy):
+        client.subscribe(TOPIC, "s", consumer_type=pulsar.ConsumerType.Shared)
+    consumer.close()
+    status, body = _call(broker, "PUT", "/admin/v2/namespaces/public/other",
+                         {"max_consumers_per_topic": -2})
+    assert (status, body["reason"]) == (412, "maxConsumersPerTopic must be 0 or more")
