@@ -354,6 +354,10 @@ class BrokerConfig:
     max_consumers_per_subscription: int = _opt(
         "maxConsumersPerSubscription", 0,
         "Most consumers on one subscription (ConsumerBusy beyond). 0 = no limit.")
+    max_subscriptions_per_topic: int = _opt(
+        "maxSubscriptionsPerTopic", 0,
+        "Most subscriptions on one topic (a subscribe creating one more is refused with "
+        "NotAllowed). 0 = no limit.")
     handshake_timeout_seconds: float = _opt(
         "handshakeTimeoutSeconds", 10.0,
         "A connection that has not completed CONNECT (and authentication) this long after accept is closed.")

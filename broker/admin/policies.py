@@ -11,7 +11,8 @@ Theory of operation: Pulsar's paths and bodies (``NamespacesBase`` / ``Persisten
   ``.../{topic}/compactionThreshold``;
 - ``POST|GET|DELETE .../namespaces/{t}/{ns}/maxProducersPerTopic`` (>= 0, 0 no limit) and per
   topic ``.../{topic}/maxProducers``; likewise ``maxConsumersPerTopic`` (topic:
-  ``maxConsumers``) and ``maxConsumersPerSubscription`` (both levels);
+  ``maxConsumers``), ``maxConsumersPerSubscription`` and ``maxSubscriptionsPerTopic`` (both
+  levels);
 - ``POST|GET|DELETE .../namespaces/{t}/{ns}/schemaValidationEnforced`` (``true``/``false``)
   and per topic ``.../{topic}/schemaValidationEnforced``;
 - ``GET /admin/v2/namespaces/{t}/{ns}``: the namespace's Policies document.
@@ -135,6 +136,8 @@ _FIELDS: tuple[tuple[str, str, str, Parser], ...] = (
     ("maxConsumers", "", P.TOPIC_MAX_CONSUMERS, _count("maxConsumers", "consumers")),
     ("maxConsumersPerSubscription", P.NS_MAX_CONSUMERS_PER_SUB, P.TOPIC_MAX_CONSUMERS_PER_SUB,
      _count("maxConsumersPerSubscription", "consumers")),
+    ("maxSubscriptionsPerTopic", P.NS_MAX_SUBSCRIPTIONS, P.TOPIC_MAX_SUBSCRIPTIONS,
+     _count("maxSubscriptionsPerTopic", "subscriptions")),
     ("schemaValidationEnforced", P.NS_SCHEMA_VALIDATION, P.TOPIC_SCHEMA_VALIDATION, _bool),
 )
 
@@ -175,6 +178,7 @@ async def get_namespace_policies(request: web.Request) -> web.Response:
         "max_producers_per_topic": fields.get(P.NS_MAX_PRODUCERS),
         "max_consumers_per_topic": fields.get(P.NS_MAX_CONSUMERS),
         "max_consumers_per_subscription": fields.get(P.NS_MAX_CONSUMERS_PER_SUB),
+        "max_subscriptions_per_topic": fields.get(P.NS_MAX_SUBSCRIPTIONS),
         "schema_validation_enforced": bool(fields.get(P.NS_SCHEMA_VALIDATION, False)),
         "delayed_delivery_policies": None,
         **policies_document_fields(_store(admin), ns),

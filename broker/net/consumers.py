@@ -189,6 +189,7 @@ class ConsumerSide:
             cmd.subscription, durable=durable, initial_position=initial,
             start_message_id=start,
             properties={kv.key: kv.value for kv in cmd.subscription_properties},
+            max_subscriptions=self.connection.service.policies.max_subscriptions_per_topic(tn),
         )
         rollback_s = int(cmd.start_message_rollback_duration_sec)
         if rollback_s > 0 and isinstance(sub, Subscription):

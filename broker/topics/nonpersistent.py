@@ -181,11 +181,15 @@ class NonPersistentTopic:
                                          start_message_id: tuple[int, int] | None = None,
                                          sub_type: int = 0,
                                          properties: dict[str, str] | None = None,
+                                         max_subscriptions: int = 0,
                                          ) -> NonPersistentSubscription:
         if self.closed:
             raise ServiceNotReadyError(f"Topic {self.full} is being closed")
         sub = self.subscriptions.get(name)
         if sub is None:
+            if 0 < max_subscriptions <= len(self.subscriptions):
+                raise NotAllowedError(
+                    f"Exceed the maximum number of subscriptions of the topic: {self.full}")
             sub = self.subscriptions[name] = NonPersistentSubscription(self, name, properties)
         return sub
 

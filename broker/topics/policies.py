@@ -62,11 +62,14 @@ NS_MAX_CONSUMERS = "max_consumers_per_topic"
 TOPIC_MAX_CONSUMERS = "maxConsumerPerTopic"
 NS_MAX_CONSUMERS_PER_SUB = "max_consumers_per_subscription"
 TOPIC_MAX_CONSUMERS_PER_SUB = "maxConsumersPerSubscription"
+NS_MAX_SUBSCRIPTIONS = "max_subscriptions_per_topic"
+TOPIC_MAX_SUBSCRIPTIONS = "maxSubscriptionsPerTopic"
 
 #: Namespace count limits (Policies field -> Pulsar's name in its 412 reasons); 0 is no limit.
 NS_COUNT_LIMITS = {NS_MAX_PRODUCERS: "maxProducersPerTopic",
                    NS_MAX_CONSUMERS: "maxConsumersPerTopic",
-                   NS_MAX_CONSUMERS_PER_SUB: "maxConsumersPerSubscription"}
+                   NS_MAX_CONSUMERS_PER_SUB: "maxConsumersPerSubscription",
+                   NS_MAX_SUBSCRIPTIONS: "maxSubscriptionsPerTopic"}
 
 #: Where delayed-delivery bodies were kept before they joined the fields above (read at load).
 LEGACY_DELAYED_KINDS = (("namespace_policy", NS_KIND, NS_DELAYED),
@@ -229,6 +232,12 @@ class PolicyStore:
         ``maxConsumersPerSubscription`` by default."""
         value = self._resolve(tn, TOPIC_MAX_CONSUMERS_PER_SUB, NS_MAX_CONSUMERS_PER_SUB)
         return self.config.max_consumers_per_subscription if value is None else int(value)
+
+    def max_subscriptions_per_topic(self, tn: TopicName) -> int:
+        """Most subscriptions on the topic (0: no limit), ``maxSubscriptionsPerTopic`` by
+        default; a subscribe that would create one more is refused with NotAllowed."""
+        value = self._resolve(tn, TOPIC_MAX_SUBSCRIPTIONS, NS_MAX_SUBSCRIPTIONS)
+        return self.config.max_subscriptions_per_topic if value is None else int(value)
 
     def schema_validation_enforced(self, tn: TopicName) -> bool:
         """Producers without a schema are refused on a topic with one: the broker's

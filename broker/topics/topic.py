@@ -375,7 +375,10 @@ class Topic:
                                          initial_position: str = "latest",
                                          start_message_id: tuple[int, int] | None = None,
                                          properties: Mapping[str, str] | None = None,
+                                         max_subscriptions: int = 0,
                                          ) -> Subscription:
+        """The subscription *name*, created when missing unless the topic already has
+        *max_subscriptions* (0: no limit; counted with those being created, in this step)."""
         sub = self.subscriptions.get(name)
         if sub is not None:
             return sub
@@ -386,6 +389,9 @@ class Topic:
             raise ServiceNotReadyError(f"Topic {self.full} is being closed or reloaded")
         if name in (DEDUP_CURSOR, COMPACTION_CURSOR):
             raise NotAllowedError(f"Subscription name {name} is reserved")
+        if 0 < max_subscriptions <= len(self.subscriptions) + len(self._sub_creating):
+            raise NotAllowedError(
+                f"Exceed the maximum number of subscriptions of the topic: {self.full}")
         fut: asyncio.Future[Subscription] = self.loop.create_future()
         self._sub_creating[name] = fut
         try:

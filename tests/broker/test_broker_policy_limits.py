@@ -74,3 +74,41 @@ def test_a_create_namespace_body_sets_its_count_limits(broker: Any, client: Any)
     status, body = _call(broker, "PUT", "/admin/v2/namespaces/public/other",
                          {"max_consumers_per_topic": -2})
     assert (status, body["reason"]) == (412, "maxConsumersPerTopic must be 0 or more")
+
+
+def test_max_subscriptions_per_topic_refuses_a_new_subscription_not_an_existing_one(
+        broker_factory: Any) -> None:
+    import pulsar
+    from conftest import make_client
+
+    broker = broker_factory(config_overrides={"maxSubscriptionsPerTopic": 3})
+    client = make_client(broker.service_url)
+    try:
+        assert _call(broker, "PUT", NS, {})[0] == 204
+        client.create_producer(TOPIC).close()
+        assert _call(broker, "POST", NS + "/maxSubscriptionsPerTopic", 2)[0] == 204
+        assert _call(broker, "GET", NS)[1]["max_subscriptions_per_topic"] == 2
+        consumers = [client.subscribe(TOPIC, f"s{i}") for i in range(2)]
+        with pytest.raises(pulsar.NotAllowedError):
+            client.subscribe(TOPIC, "s2")
+        consumers[1].close()
+        consumers[1] = client.subscribe(TOPIC, "s1")   # an existing one is no new subscription
+        assert _call(broker, "POST", TOPIC_PATH + "/maxSubscriptionsPerTopic", 1)[0] == 204
+        with pytest.raises(pulsar.NotAllowedError):
+            client.subscribe(TOPIC, "s3")
+        # without namespace and topic values the broker's maxSubscriptionsPerTopic applies
+        assert _call(broker, "DELETE", TOPIC_PATH + "/maxSubscriptionsPerTopic")[0] == 204
+        assert _call(broker, "DELETE", NS + "/maxSubscriptionsPerTopic")[0] == 204
+        consumers.append(client.subscribe(TOPIC, "s3"))
+        with pytest.raises(pulsar.NotAllowedError):
+            client.subscribe(TOPIC, "s4")
+        # non-persistent topics count their subscriptions too
+        assert _call(broker, "POST", NS + "/maxSubscriptionsPerTopic", 1)[0] == 204
+        np_topic = "non-persistent://public/limited/np"
+        consumers.append(client.subscribe(np_topic, "a"))
+        with pytest.raises(pulsar.NotAllowedError):
+            client.subscribe(np_topic, "b")
+        for consumer in consumers:
+            consumer.close()
+    finally:
+        client.close()
