@@ -136,6 +136,10 @@ class BrokerConfig:
         "allowAutoTopicCreationType", "non-partitioned",
         "non-partitioned or partitioned: what an auto-created topic is (a partitioned one is "
         "made on its first partitioned-metadata lookup, with defaultNumPartitions).")
+    allow_auto_subscription_creation: bool = _opt(
+        "allowAutoSubscriptionCreation", True,
+        "A durable SUBSCRIBE creates a missing subscription; off, it is refused with "
+        "SubscriptionNotFound (namespace and topic policies override it).")
     default_num_partitions: int = _opt(
         "defaultNumPartitions", 1,
         "Partitions of a topic auto-created with allowAutoTopicCreationType=partitioned.")

@@ -15,6 +15,9 @@ Theory of operation: Pulsar's paths and bodies (``NamespacesBase`` / ``Persisten
   levels);
 - ``POST|GET|DELETE .../namespaces/{t}/{ns}/schemaValidationEnforced`` (``true``/``false``)
   and per topic ``.../{topic}/schemaValidationEnforced``;
+- ``POST|GET|DELETE .../namespaces/{t}/{ns}/autoTopicCreation`` (an AutoTopicCreationOverride:
+  ``allowAutoTopicCreation``, ``topicType``, ``defaultNumPartitions``) and
+  ``.../autoSubscriptionCreation`` (``{"allowAutoSubscriptionCreation": bool}``, also per topic);
 - ``GET /admin/v2/namespaces/{t}/{ns}``: the namespace's Policies document.
 
 Values are validated here (400/412 with Pulsar's reasons), stored by the broker's
@@ -96,6 +99,44 @@ def _count(name: str, what: str) -> Parser:
 
 _producer_limit = _count("maxProducersPerTopic", "producers")
 
+_TOPIC_TYPES = ("partitioned", "non-partitioned")
+
+
+def _auto_topic_creation(body: object) -> dict[str, Any]:
+    """An AutoTopicCreationOverride, checked as Pulsar's ``validateOverride`` (412)."""
+    if not isinstance(body, dict) or not isinstance(body.get("allowAutoTopicCreation"), bool):
+        raise E.bad_request("Invalid value: expected an AutoTopicCreationOverride")
+    allowed = body["allowAutoTopicCreation"]
+    topic_type = body.get("topicType")
+    partitions = body.get("defaultNumPartitions")
+    detail = ""
+    if allowed and topic_type not in _TOPIC_TYPES:
+        detail = "Unknown topic type."
+    elif allowed and topic_type == "partitioned":
+        if partitions is None:
+            detail = "[defaultNumPartitions] cannot be null when the type is partitioned."
+        elif isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1:
+            detail = "[defaultNumPartitions] cannot be less than 1 for partition type."
+    elif allowed and partitions is not None:
+        detail = "[defaultNumPartitions] is not allowed to be set when the type is non-partition."
+    if detail:
+        raise E.precondition_failed(
+            f"Invalid configuration for autoTopicCreationOverride. the detail is {detail}")
+    out: dict[str, Any] = {"allowAutoTopicCreation": allowed}
+    if topic_type in _TOPIC_TYPES:
+        out["topicType"] = topic_type
+    if partitions is not None:
+        out["defaultNumPartitions"] = partitions
+    return out
+
+
+def _auto_subscription_creation(body: object) -> dict[str, bool]:
+    """An AutoSubscriptionCreationOverride ``{"allowAutoSubscriptionCreation": bool}``."""
+    if not isinstance(body, dict) or \
+            not isinstance(body.get("allowAutoSubscriptionCreation"), bool):
+        raise E.bad_request("Invalid value: expected an AutoSubscriptionCreationOverride")
+    return {"allowAutoSubscriptionCreation": body["allowAutoSubscriptionCreation"]}
+
 
 def _threshold(body: object) -> int:
     if isinstance(body, bool) or not isinstance(body, int):
@@ -139,6 +180,9 @@ _FIELDS: tuple[tuple[str, str, str, Parser], ...] = (
     ("maxSubscriptionsPerTopic", P.NS_MAX_SUBSCRIPTIONS, P.TOPIC_MAX_SUBSCRIPTIONS,
      _count("maxSubscriptionsPerTopic", "subscriptions")),
     ("schemaValidationEnforced", P.NS_SCHEMA_VALIDATION, P.TOPIC_SCHEMA_VALIDATION, _bool),
+    ("autoTopicCreation", P.NS_AUTO_TOPIC_CREATION, "", _auto_topic_creation),
+    ("autoSubscriptionCreation", P.NS_AUTO_SUBSCRIPTION_CREATION,
+     P.TOPIC_AUTO_SUBSCRIPTION_CREATION, _auto_subscription_creation),
 )
 
 
@@ -179,6 +223,8 @@ async def get_namespace_policies(request: web.Request) -> web.Response:
         "max_consumers_per_topic": fields.get(P.NS_MAX_CONSUMERS),
         "max_consumers_per_subscription": fields.get(P.NS_MAX_CONSUMERS_PER_SUB),
         "max_subscriptions_per_topic": fields.get(P.NS_MAX_SUBSCRIPTIONS),
+        "autoTopicCreationOverride": fields.get(P.NS_AUTO_TOPIC_CREATION),
+        "autoSubscriptionCreationOverride": fields.get(P.NS_AUTO_SUBSCRIPTION_CREATION),
         "schema_validation_enforced": bool(fields.get(P.NS_SCHEMA_VALIDATION, False)),
         "delayed_delivery_policies": None,
         **policies_document_fields(_store(admin), ns),

@@ -52,6 +52,7 @@ from protocol.errors import (
     RequestError,
     ServerError,
     ServiceNotReadyError,
+    SubscriptionNotFoundError,
 )
 from protocol.metadata import parse_entry
 from protocol.sub_types import SubType
@@ -172,7 +173,10 @@ class ConsumerSide:
                 pb.CommandSubscribe.Exclusive, pb.CommandSubscribe.Failover)):
             raise NotAllowedError("Read compacted can only be used with exclusive or failover "
                                   "persistent subscriptions")
-        topic = await self.connection.service.get_any_topic(tn.full, create=True)
+        service = self.connection.service
+        # A client asks not to create the topic with force_topic_creation=false (default true).
+        create = cmd.force_topic_creation and service.policies.auto_topic_creation(tn).allowed
+        topic = await service.get_any_topic(tn.full, create=create)
         if not cmd.subscription.strip():
             # Pulsar's topic refuses a blank name with a NamingException, sent as ProducerBusy;
             # the C++ client reads that code on a subscribe as "SubscriptionName cannot be empty".
@@ -185,11 +189,14 @@ class ConsumerSide:
             if cmd.HasField("start_message_id") else None
         )
         initial = "earliest" if cmd.initialPosition == pb.CommandSubscribe.Earliest else "latest"
+        if (durable and tn.is_persistent and cmd.subscription not in topic.subscriptions
+                and not service.policies.allow_auto_subscription_creation(tn)):
+            raise SubscriptionNotFoundError(f"Subscription {cmd.subscription} does not exist")
         sub: AnySubscription = await topic.get_or_create_subscription(
             cmd.subscription, durable=durable, initial_position=initial,
             start_message_id=start,
             properties={kv.key: kv.value for kv in cmd.subscription_properties},
-            max_subscriptions=self.connection.service.policies.max_subscriptions_per_topic(tn),
+            max_subscriptions=service.policies.max_subscriptions_per_topic(tn),
         )
         rollback_s = int(cmd.start_message_rollback_duration_sec)
         if rollback_s > 0 and isinstance(sub, Subscription):

@@ -25,6 +25,7 @@ and the admin API; nothing here touches topics (the service applies a change to 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from broker.config import BrokerConfig
@@ -32,7 +33,7 @@ from broker.delayed.policy import DelayPolicy, resolve_policy
 from broker.topics.names import TopicName
 from storage.metadata import MetadataStore
 
-__all__ = ["NS_COUNT_LIMITS", "NS_DELAYED", "NS_KIND", "TOPIC_DELAYED", "TOPIC_KIND", "PolicyStore"]
+__all__ = ["NS_COUNT_LIMITS", "AutoTopicCreation", "NS_DELAYED", "NS_KIND", "TOPIC_DELAYED", "TOPIC_KIND", "PolicyStore"]
 
 NS_KIND = "ns_policies"
 TOPIC_KIND = "topic_policies"
@@ -64,6 +65,9 @@ NS_MAX_CONSUMERS_PER_SUB = "max_consumers_per_subscription"
 TOPIC_MAX_CONSUMERS_PER_SUB = "maxConsumersPerSubscription"
 NS_MAX_SUBSCRIPTIONS = "max_subscriptions_per_topic"
 TOPIC_MAX_SUBSCRIPTIONS = "maxSubscriptionsPerTopic"
+NS_AUTO_TOPIC_CREATION = "autoTopicCreationOverride"
+NS_AUTO_SUBSCRIPTION_CREATION = "autoSubscriptionCreationOverride"
+TOPIC_AUTO_SUBSCRIPTION_CREATION = "autoSubscriptionCreationOverride"
 
 #: Namespace count limits (Policies field -> Pulsar's name in its 412 reasons); 0 is no limit.
 NS_COUNT_LIMITS = {NS_MAX_PRODUCERS: "maxProducersPerTopic",
@@ -74,6 +78,15 @@ NS_COUNT_LIMITS = {NS_MAX_PRODUCERS: "maxProducersPerTopic",
 #: Where delayed-delivery bodies were kept before they joined the fields above (read at load).
 LEGACY_DELAYED_KINDS = (("namespace_policy", NS_KIND, NS_DELAYED),
                         ("topic_policy", TOPIC_KIND, TOPIC_DELAYED))
+
+
+@dataclass(frozen=True, slots=True)
+class AutoTopicCreation:
+    """Whether a producer, consumer or lookup may create a missing topic, and as what."""
+
+    allowed: bool
+    partitioned: bool
+    partitions: int   # of a partitioned one
 
 
 class PolicyStore:
@@ -238,6 +251,29 @@ class PolicyStore:
         default; a subscribe that would create one more is refused with NotAllowed."""
         value = self._resolve(tn, TOPIC_MAX_SUBSCRIPTIONS, NS_MAX_SUBSCRIPTIONS)
         return self.config.max_subscriptions_per_topic if value is None else int(value)
+
+    def auto_topic_creation(self, tn: TopicName) -> AutoTopicCreation:
+        """The namespace's ``autoTopicCreationOverride`` (Pulsar has no topic level), else
+        ``allowAutoTopicCreation``, ``allowAutoTopicCreationType``, ``defaultNumPartitions``."""
+        c = self.config
+        override = self._ns.get(tn.namespace, {}).get(NS_AUTO_TOPIC_CREATION)
+        if override is None:
+            return AutoTopicCreation(c.allow_auto_topic_creation,
+                                     c.allow_auto_topic_creation_type == "partitioned",
+                                     c.default_num_partitions)
+        partitioned = override.get("topicType") == "partitioned"
+        partitions = override.get("defaultNumPartitions")
+        return AutoTopicCreation(bool(override.get("allowAutoTopicCreation")), partitioned,
+                                 c.default_num_partitions if partitions is None
+                                 else int(partitions))
+
+    def allow_auto_subscription_creation(self, tn: TopicName) -> bool:
+        """Whether a durable SUBSCRIBE may create a missing subscription: the topic's (else the
+        namespace's) ``autoSubscriptionCreationOverride``, else ``allowAutoSubscriptionCreation``."""
+        value = self._resolve(tn, TOPIC_AUTO_SUBSCRIPTION_CREATION, NS_AUTO_SUBSCRIPTION_CREATION)
+        if value is None:
+            return self.config.allow_auto_subscription_creation
+        return bool(value.get("allowAutoSubscriptionCreation"))
 
     def schema_validation_enforced(self, tn: TopicName) -> bool:
         """Producers without a schema are refused on a topic with one: the broker's

@@ -366,20 +366,20 @@ class BrokerService:
 
     async def lookup_partition_count(self, name: str) -> int:
         """Partitions of *name* as a client's partitioned-metadata lookup sees them: with
-        ``allowAutoTopicCreationType=partitioned``, a topic that does not exist yet (nor as a
-        non-partitioned one, nor as a partition name) is created partitioned first, with
-        ``defaultNumPartitions``, as Pulsar's lookup creates it."""
+        ``allowAutoTopicCreationType=partitioned`` (or a namespace's ``autoTopicCreation``
+        override saying so), a topic that does not exist yet (nor as a non-partitioned one, nor
+        as a partition name) is created partitioned first, with ``defaultNumPartitions``, as
+        Pulsar's lookup creates it."""
         tn = TopicName.parse(name)
         n = self._partitioned.get(tn.full, 0)
-        config = self.config
-        if (n > 0 or not config.allow_auto_topic_creation
-                or config.allow_auto_topic_creation_type != "partitioned"
+        auto = self.policies.auto_topic_creation(tn)
+        if (n > 0 or not auto.allowed or not auto.partitioned
                 or tn.is_partition or not self.tenancy.namespace_exists(tn.namespace)
                 or self._topic_known(tn)):
             return n
         # NotAllowed: created meanwhile, by another lookup or as a non-partitioned topic
         with contextlib.suppress(NotAllowedError):
-            await self.create_partitioned_topic(tn.full, config.default_num_partitions)
+            await self.create_partitioned_topic(tn.full, auto.partitions)
         return self._partitioned.get(tn.full, 0)
 
     async def delete_topic(self, name: str, *, force: bool = False) -> None:

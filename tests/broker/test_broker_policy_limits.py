@@ -8,7 +8,15 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from broker_rawclient import RawClient
+from conftest import make_client
 from rest import http_json
+
+from protocol import commands as C
+from protocol import pulsar_pb as pb
+from protocol.errors import ServerError
+
+T = pb.BaseCommand.Type
 
 NS = "/admin/v2/namespaces/public/limited"
 TOPIC = "persistent://public/limited/t"
@@ -79,7 +87,6 @@ def test_a_create_namespace_body_sets_its_count_limits(broker: Any, client: Any)
 def test_max_subscriptions_per_topic_refuses_a_new_subscription_not_an_existing_one(
         broker_factory: Any) -> None:
     import pulsar
-    from conftest import make_client
 
     broker = broker_factory(config_overrides={"maxSubscriptionsPerTopic": 3})
     client = make_client(broker.service_url)
@@ -112,3 +119,78 @@ def test_max_subscriptions_per_topic_refuses_a_new_subscription_not_an_existing_
             consumer.close()
     finally:
         client.close()
+
+
+def test_auto_topic_creation_off_refuses_consumers_and_producers_of_missing_topics(
+        broker_factory: Any) -> None:
+    import pulsar
+
+    broker = broker_factory(config_overrides={"allowAutoTopicCreation": False})
+    client = make_client(broker.service_url)
+    try:
+        assert _call(broker, "PUT", NS, {})[0] == 204
+        with pytest.raises(pulsar.TopicNotFound):
+            client.subscribe(TOPIC, "s")
+        with pytest.raises(pulsar.TopicNotFound):
+            client.create_producer(TOPIC)
+        # the namespace's override allows it there, non-partitioned
+        assert _call(broker, "POST", NS + "/autoTopicCreation",
+                     {"allowAutoTopicCreation": True, "topicType": "non-partitioned"})[0] == 204
+        assert _call(broker, "GET", NS + "/autoTopicCreation") == (
+            200, {"allowAutoTopicCreation": True, "topicType": "non-partitioned"})
+        client.subscribe(TOPIC, "s").close()
+        assert _call(broker, "GET", TOPIC_PATH + "/subscriptions") == (200, ["s"])
+        # partitioned, with the override's partitions
+        assert _call(broker, "POST", NS + "/autoTopicCreation",
+                     {"allowAutoTopicCreation": True, "topicType": "partitioned",
+                      "defaultNumPartitions": 3})[0] == 204
+        client.create_producer("persistent://public/limited/parted").close()
+        assert _call(broker, "GET", "/admin/v2/persistent/public/limited/parted/partitions"
+                     )[1]["partitions"] == 3
+        status, body = _call(broker, "POST", NS + "/autoTopicCreation",
+                             {"allowAutoTopicCreation": True, "topicType": "partitioned"})
+        assert (status, body["reason"]) == (
+            412, "Invalid configuration for autoTopicCreationOverride. the detail is "
+                 "[defaultNumPartitions] cannot be null when the type is partitioned.")
+        assert _call(broker, "DELETE", NS + "/autoTopicCreation")[0] == 204
+        with pytest.raises(pulsar.TopicNotFound):
+            client.subscribe("persistent://public/limited/other", "s")
+    finally:
+        client.close()
+
+
+def test_auto_subscription_creation_off_refuses_a_missing_durable_subscription(
+        limited: Any, client: Any) -> None:
+    import pulsar
+
+    client.subscribe(TOPIC, "kept").close()
+    assert _call(limited, "POST", NS + "/autoSubscriptionCreation",
+                 {"allowAutoSubscriptionCreation": False})[0] == 204
+    assert _call(limited, "GET", NS)[1]["autoSubscriptionCreationOverride"] == {
+        "allowAutoSubscriptionCreation": False}
+    with RawClient(limited.service_url) as raw:
+        raw.handshake()
+        refused = raw.request(C.encode_subscribe(TOPIC, "new", 0, 1, 1))
+        assert refused.type == T.ERROR
+        assert (refused.error.error, refused.error.message) == (
+            ServerError.SubscriptionNotFound, "Subscription new does not exist")
+    # the official client retries SubscriptionNotFound until its operation timeout
+    impatient = make_client(limited.service_url, operation_timeout_seconds=1)
+    try:
+        with pytest.raises(pulsar.Timeout):
+            impatient.subscribe(TOPIC, "new")
+    finally:
+        impatient.close()
+    client.subscribe(TOPIC, "kept").close()          # an existing one is fine
+    client.create_reader(TOPIC, pulsar.MessageId.earliest).close()   # non-durable: fine
+    # the topic's override comes first
+    assert _call(limited, "POST", TOPIC_PATH + "/autoSubscriptionCreation",
+                 {"allowAutoSubscriptionCreation": True})[0] == 204
+    assert _call(limited, "GET", TOPIC_PATH + "/autoSubscriptionCreation") == (
+        200, {"allowAutoSubscriptionCreation": True})
+    client.subscribe(TOPIC, "new").close()
+    assert _call(limited, "DELETE", TOPIC_PATH + "/autoSubscriptionCreation")[0] == 204
+    with RawClient(limited.service_url) as raw:
+        raw.handshake()
+        refused = raw.request(C.encode_subscribe(TOPIC, "newer", 0, 1, 1))
+        assert refused.error.error == ServerError.SubscriptionNotFound
