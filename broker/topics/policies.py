@@ -33,7 +33,8 @@ from broker.delayed.policy import DelayPolicy, resolve_policy
 from broker.topics.names import TopicName
 from storage.metadata import MetadataStore
 
-__all__ = ["NS_COUNT_LIMITS", "AutoTopicCreation", "NS_DELAYED", "NS_KIND", "TOPIC_DELAYED", "TOPIC_KIND", "PolicyStore"]
+__all__ = ["NS_COUNT_LIMITS", "NS_DELAYED", "NS_KIND", "TOPIC_DELAYED", "TOPIC_KIND",
+           "AutoTopicCreation", "PolicyStore"]
 
 NS_KIND = "ns_policies"
 TOPIC_KIND = "topic_policies"
