@@ -32,6 +32,7 @@ from typing import TypeVar
 
 from broker.listeners import parse_listeners
 from protocol import admin_names
+from protocol.sub_types import SubType
 from storage.config import StorageConfig
 from storage.diskusage import check_watermarks
 
@@ -358,6 +359,10 @@ class BrokerConfig:
     max_consumers_per_subscription: int = _opt(
         "maxConsumersPerSubscription", 0,
         "Most consumers on one subscription (ConsumerBusy beyond). 0 = no limit.")
+    subscription_types_enabled: str = _opt(
+        "subscriptionTypesEnabled", "Exclusive,Shared,Failover,Key_Shared",
+        "Subscription types a SUBSCRIBE may use (others are refused with NotAllowed); "
+        "namespace and topic policies override it.")
     max_subscriptions_per_topic: int = _opt(
         "maxSubscriptionsPerTopic", 0,
         "Most subscriptions on one topic (a subscribe creating one more is refused with "
@@ -456,6 +461,10 @@ class BrokerConfig:
             raise ConfigError("allowAutoTopicCreationType must be one of "
                               f"{list(AUTO_TOPIC_TYPES)}, not "
                               f"{self.allow_auto_topic_creation_type!r}")
+        unknown = set(self.subscription_types_enabled_names) - set(SubType.__members__)
+        if unknown:
+            raise ConfigError(f"subscriptionTypesEnabled: unknown types {sorted(unknown)}, "
+                              f"expected some of {list(SubType.__members__)}")
         if self.broker_delete_inactive_topics_mode not in INACTIVE_TOPIC_MODES:
             raise ConfigError("brokerDeleteInactiveTopicsMode must be one of "
                               f"{list(INACTIVE_TOPIC_MODES)}, not "
@@ -486,6 +495,12 @@ class BrokerConfig:
     def delayed_tracker_kind(self) -> str:
         """'in-memory' or 'bucket', whichever spelling the config used."""
         return _TRACKER_ALIASES[self.delayed_delivery_tracker_factory_class_name]
+
+    @property
+    def subscription_types_enabled_names(self) -> tuple[str, ...]:
+        """``subscriptionTypesEnabled`` as names (``("Exclusive", "Shared", ...)``)."""
+        return tuple(name.strip() for name in self.subscription_types_enabled.split(",")
+                     if name.strip())
 
     @property
     def data_path(self) -> pathlib.Path:

@@ -15,6 +15,8 @@ Theory of operation: Pulsar's paths and bodies (``NamespacesBase`` / ``Persisten
   levels);
 - ``POST|GET|DELETE .../namespaces/{t}/{ns}/schemaValidationEnforced`` (``true``/``false``)
   and per topic ``.../{topic}/schemaValidationEnforced``;
+- ``POST|GET|DELETE .../namespaces/{t}/{ns}/subscriptionTypesEnabled`` (a JSON array of
+  subscription type names; empty: the broker's) and per topic the same;
 - ``POST|GET|DELETE .../namespaces/{t}/{ns}/autoTopicCreation`` (an AutoTopicCreationOverride:
   ``allowAutoTopicCreation``, ``topicType``, ``defaultNumPartitions``) and
   ``.../autoSubscriptionCreation`` (``{"allowAutoSubscriptionCreation": bool}``, also per topic);
@@ -43,6 +45,7 @@ from broker.admin.service import AdminService, topic_name
 from broker.admin.topics import TOPIC
 from broker.topics import policies as P
 from protocol import admin_names
+from protocol.sub_types import SubType
 
 __all__ = ["SCHEMA_STRATEGIES", "add_routes"]
 
@@ -100,6 +103,15 @@ def _count(name: str, what: str) -> Parser:
 _producer_limit = _count("maxProducersPerTopic", "producers")
 
 _TOPIC_TYPES = ("partitioned", "non-partitioned")
+
+
+def _subscription_types(body: object) -> list[str]:
+    """A set of SubscriptionType names (a JSON array; repeats dropped, Pulsar's order kept)."""
+    if not isinstance(body, list) or not all(
+            isinstance(name, str) and name in SubType.__members__ for name in body):
+        raise E.bad_request("Invalid value: expected a list of subscription types, some of "
+                            f"{list(SubType.__members__)}")
+    return [name for name in SubType.__members__ if name in body]
 
 
 def _auto_topic_creation(body: object) -> dict[str, Any]:
@@ -180,6 +192,8 @@ _FIELDS: tuple[tuple[str, str, str, Parser], ...] = (
     ("maxSubscriptionsPerTopic", P.NS_MAX_SUBSCRIPTIONS, P.TOPIC_MAX_SUBSCRIPTIONS,
      _count("maxSubscriptionsPerTopic", "subscriptions")),
     ("schemaValidationEnforced", P.NS_SCHEMA_VALIDATION, P.TOPIC_SCHEMA_VALIDATION, _bool),
+    ("subscriptionTypesEnabled", P.NS_SUBSCRIPTION_TYPES, P.TOPIC_SUBSCRIPTION_TYPES,
+     _subscription_types),
     ("autoTopicCreation", P.NS_AUTO_TOPIC_CREATION, "", _auto_topic_creation),
     ("autoSubscriptionCreation", P.NS_AUTO_SUBSCRIPTION_CREATION,
      P.TOPIC_AUTO_SUBSCRIPTION_CREATION, _auto_subscription_creation),
@@ -187,8 +201,9 @@ _FIELDS: tuple[tuple[str, str, str, Parser], ...] = (
 
 
 def _handlers(scope: _Scope, field: str, parse: Parser) -> tuple[Handler, Handler, Handler]:
-    # what GET answers while unset: Pulsar's namespace strategy reads "UNDEFINED", others null
-    unset = "UNDEFINED" if field == P.NS_SCHEMA_STRATEGY else None
+    # what GET answers while unset: Pulsar's namespace strategy reads "UNDEFINED", its
+    # namespace subscription types an empty set, others null
+    unset: object = {P.NS_SCHEMA_STRATEGY: "UNDEFINED", P.NS_SUBSCRIPTION_TYPES: []}.get(field)
 
     async def get(request: web.Request) -> web.Response:
         admin, key = await scope.locate(request)
@@ -223,6 +238,7 @@ async def get_namespace_policies(request: web.Request) -> web.Response:
         "max_consumers_per_topic": fields.get(P.NS_MAX_CONSUMERS),
         "max_consumers_per_subscription": fields.get(P.NS_MAX_CONSUMERS_PER_SUB),
         "max_subscriptions_per_topic": fields.get(P.NS_MAX_SUBSCRIPTIONS),
+        "subscription_types_enabled": fields.get(P.NS_SUBSCRIPTION_TYPES, []),
         "autoTopicCreationOverride": fields.get(P.NS_AUTO_TOPIC_CREATION),
         "autoSubscriptionCreationOverride": fields.get(P.NS_AUTO_SUBSCRIPTION_CREATION),
         "schema_validation_enforced": bool(fields.get(P.NS_SCHEMA_VALIDATION, False)),

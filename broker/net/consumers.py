@@ -181,6 +181,9 @@ class ConsumerSide:
             # Pulsar's topic refuses a blank name with a NamingException, sent as ProducerBusy;
             # the C++ client reads that code on a subscribe as "SubscriptionName cannot be empty".
             raise ProducerBusyError("Empty subscription name")
+        sub_type = SubType(cmd.subType)
+        if sub_type.name not in service.policies.subscription_types_enabled(tn):
+            raise NotAllowedError(f"Topic[{{{tn.full}}}] doesn't support {sub_type.name} sub type!")
         if cmd.HasField("schema"):
             await check_consumer_schema(self.connection.service, topic, cmd.schema)
         durable = cmd.durable if cmd.HasField("durable") else True
@@ -203,7 +206,6 @@ class ConsumerSide:
             await _roll_back(sub, rollback_s)
         if read_compacted or not sub.consumers:
             sub.read_compacted = read_compacted
-        sub_type = SubType(cmd.subType)
         mode: int | None = None
         ranges: tuple[HashRange, ...] = ()
         out_of_order = False

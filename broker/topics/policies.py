@@ -66,6 +66,8 @@ NS_MAX_CONSUMERS_PER_SUB = "max_consumers_per_subscription"
 TOPIC_MAX_CONSUMERS_PER_SUB = "maxConsumersPerSubscription"
 NS_MAX_SUBSCRIPTIONS = "max_subscriptions_per_topic"
 TOPIC_MAX_SUBSCRIPTIONS = "maxSubscriptionsPerTopic"
+NS_SUBSCRIPTION_TYPES = "subscription_types_enabled"
+TOPIC_SUBSCRIPTION_TYPES = "subscriptionTypesEnabled"
 NS_AUTO_TOPIC_CREATION = "autoTopicCreationOverride"
 NS_AUTO_SUBSCRIPTION_CREATION = "autoSubscriptionCreationOverride"
 TOPIC_AUTO_SUBSCRIPTION_CREATION = "autoSubscriptionCreationOverride"
@@ -252,6 +254,14 @@ class PolicyStore:
         default; a subscribe that would create one more is refused with NotAllowed."""
         value = self._resolve(tn, TOPIC_MAX_SUBSCRIPTIONS, NS_MAX_SUBSCRIPTIONS)
         return self.config.max_subscriptions_per_topic if value is None else int(value)
+
+    def subscription_types_enabled(self, tn: TopicName) -> tuple[str, ...]:
+        """The subscription types a SUBSCRIBE may use (Pulsar's names): the topic's (else the
+        namespace's) non-empty list, else ``subscriptionTypesEnabled``."""
+        value = self._resolve(tn, TOPIC_SUBSCRIPTION_TYPES, NS_SUBSCRIPTION_TYPES)
+        if not value:
+            return self.config.subscription_types_enabled_names
+        return tuple(value)
 
     def auto_topic_creation(self, tn: TopicName) -> AutoTopicCreation:
         """The namespace's ``autoTopicCreationOverride`` (Pulsar has no topic level), else

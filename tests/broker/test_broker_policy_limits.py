@@ -194,3 +194,37 @@ def test_auto_subscription_creation_off_refuses_a_missing_durable_subscription(
         raw.handshake()
         refused = raw.request(C.encode_subscribe(TOPIC, "newer", 0, 1, 1))
         assert refused.error.error == ServerError.SubscriptionNotFound
+
+
+def test_subscription_types_enabled_refuses_other_types_with_not_allowed(
+        broker_factory: Any) -> None:
+    import pulsar
+
+    broker = broker_factory(config_overrides={"subscriptionTypesEnabled": "Exclusive,Shared"})
+    client = make_client(broker.service_url)
+    try:
+        assert _call(broker, "PUT", NS, {})[0] == 204
+        assert _call(broker, "GET", NS + "/subscriptionTypesEnabled") == (200, [])
+        with pytest.raises(pulsar.NotAllowedError):
+            client.subscribe(TOPIC, "f", consumer_type=pulsar.ConsumerType.Failover)
+        client.subscribe(TOPIC, "e").close()
+        assert _call(broker, "POST", NS + "/subscriptionTypesEnabled", ["Failover"])[0] == 204
+        assert _call(broker, "GET", NS)[1]["subscription_types_enabled"] == ["Failover"]
+        client.subscribe(TOPIC, "f", consumer_type=pulsar.ConsumerType.Failover).close()
+        with pytest.raises(pulsar.NotAllowedError):
+            client.subscribe(TOPIC, "e")
+        # the topic's list comes first
+        assert _call(broker, "POST", TOPIC_PATH + "/subscriptionTypesEnabled",
+                     ["Key_Shared", "Exclusive"])[0] == 204
+        assert _call(broker, "GET", TOPIC_PATH + "/subscriptionTypesEnabled") == (
+            200, ["Exclusive", "Key_Shared"])
+        client.subscribe(TOPIC, "e").close()
+        with RawClient(broker.service_url) as raw:
+            raw.handshake()
+            refused = raw.request(C.encode_subscribe(TOPIC, "f", 2, 1, 1))
+            assert (refused.error.error, refused.error.message) == (
+                ServerError.NotAllowedError, f"Topic[{{{TOPIC}}}] doesn't support Failover sub type!")
+        status, _ = _call(broker, "POST", NS + "/subscriptionTypesEnabled", ["Queue"])
+        assert status == 400
+    finally:
+        client.close()
