@@ -359,6 +359,14 @@ class BrokerConfig:
     max_consumers_per_subscription: int = _opt(
         "maxConsumersPerSubscription", 0,
         "Most consumers on one subscription (ConsumerBusy beyond). 0 = no limit.")
+    max_unacked_messages_per_consumer: int = _opt(
+        "maxUnackedMessagesPerConsumer", 50000,
+        "A Shared/Key_Shared consumer holding this many unacknowledged messages gets no more "
+        "until it has acked half of them. 0 = no limit.")
+    max_unacked_messages_per_subscription: int = _opt(
+        "maxUnackedMessagesPerSubscription", 200000,
+        "A Shared/Key_Shared subscription whose consumers hold this many unacknowledged "
+        "messages is not dispatched to until they fall to half of it. 0 = no limit.")
     subscription_types_enabled: str = _opt(
         "subscriptionTypesEnabled", "Exclusive,Shared,Failover,Key_Shared",
         "Subscription types a SUBSCRIBE may use (others are refused with NotAllowed); "

@@ -15,6 +15,9 @@ Theory of operation: Pulsar's paths and bodies (``NamespacesBase`` / ``Persisten
   levels);
 - ``POST|GET|DELETE .../namespaces/{t}/{ns}/schemaValidationEnforced`` (``true``/``false``)
   and per topic ``.../{topic}/schemaValidationEnforced``;
+- ``POST|GET|DELETE .../namespaces/{t}/{ns}/maxUnackedMessagesPerConsumer`` and
+  ``.../maxUnackedMessagesPerSubscription``; per topic ``.../maxUnackedMessagesOnConsumer``
+  and ``.../maxUnackedMessagesOnSubscription`` (>= 0, 0 no limit);
 - ``POST|GET|DELETE .../namespaces/{t}/{ns}/subscriptionTypesEnabled`` (a JSON array of
   subscription type names; empty: the broker's) and per topic the same;
 - ``POST|GET|DELETE .../namespaces/{t}/{ns}/autoTopicCreation`` (an AutoTopicCreationOverride:
@@ -192,6 +195,14 @@ _FIELDS: tuple[tuple[str, str, str, Parser], ...] = (
     ("maxSubscriptionsPerTopic", P.NS_MAX_SUBSCRIPTIONS, P.TOPIC_MAX_SUBSCRIPTIONS,
      _count("maxSubscriptionsPerTopic", "subscriptions")),
     ("schemaValidationEnforced", P.NS_SCHEMA_VALIDATION, P.TOPIC_SCHEMA_VALIDATION, _bool),
+    ("maxUnackedMessagesPerConsumer", P.NS_MAX_UNACKED_PER_CONSUMER, "",
+     _count("maxUnackedMessagesPerConsumer", "messages")),
+    ("maxUnackedMessagesOnConsumer", "", P.TOPIC_MAX_UNACKED_PER_CONSUMER,
+     _count("maxUnackedNum", "messages")),
+    ("maxUnackedMessagesPerSubscription", P.NS_MAX_UNACKED_PER_SUB, "",
+     _count("maxUnackedMessagesPerSubscription", "messages")),
+    ("maxUnackedMessagesOnSubscription", "", P.TOPIC_MAX_UNACKED_PER_SUB,
+     _count("maxUnackedNum", "messages")),
     ("subscriptionTypesEnabled", P.NS_SUBSCRIPTION_TYPES, P.TOPIC_SUBSCRIPTION_TYPES,
      _subscription_types),
     ("autoTopicCreation", P.NS_AUTO_TOPIC_CREATION, "", _auto_topic_creation),
@@ -238,6 +249,8 @@ async def get_namespace_policies(request: web.Request) -> web.Response:
         "max_consumers_per_topic": fields.get(P.NS_MAX_CONSUMERS),
         "max_consumers_per_subscription": fields.get(P.NS_MAX_CONSUMERS_PER_SUB),
         "max_subscriptions_per_topic": fields.get(P.NS_MAX_SUBSCRIPTIONS),
+        "max_unacked_messages_per_consumer": fields.get(P.NS_MAX_UNACKED_PER_CONSUMER),
+        "max_unacked_messages_per_subscription": fields.get(P.NS_MAX_UNACKED_PER_SUB),
         "subscription_types_enabled": fields.get(P.NS_SUBSCRIPTION_TYPES, []),
         "autoTopicCreationOverride": fields.get(P.NS_AUTO_TOPIC_CREATION),
         "autoSubscriptionCreationOverride": fields.get(P.NS_AUTO_SUBSCRIPTION_CREATION),

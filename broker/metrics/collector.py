@@ -119,6 +119,8 @@ _FAMILIES: dict[str, tuple[str, str, str]] = {
                                     "sub"),
     "pulsar_subscription_unacked_messages": ("gauge", "Messages delivered and not acknowledged",
                                              "sub"),
+    "pulsar_subscription_blocked_on_unacked_messages": (
+        "gauge", "1 while dispatch is held by maxUnackedMessagesPerSubscription", "sub"),
     "pulsar_subscription_msg_rate_out": ("gauge", "Dispatch rate (messages/s)", "sub"),
     "pulsar_subscription_msg_throughput_out": ("gauge", "Dispatch throughput (bytes/s)", "sub"),
     "pulsar_subscription_consumers_count": ("gauge", "Consumers of the subscription", "sub"),
@@ -327,6 +329,7 @@ class HoraeCollector(Collector):
             sadd("pulsar_subscription_delayed", sub.msg_delayed)
             sadd("pulsar_subscription_unacked_messages",
                  sum(c.unacked_messages for c in sub.consumers))
+            sadd("pulsar_subscription_blocked_on_unacked_messages", int(sub.blocked_on_unacked))
             sadd("pulsar_subscription_consumers_count", consumers)
             sadd("pulsar_subscription_msg_rate_out",
                  self._rates.rate(("sout", full, sub_name), sub.msg_out_counter,

@@ -173,6 +173,11 @@ class SubscriptionFigures(Protocol):
     def bytes_out_counter(self) -> int: ...
 
     @property
+    def blocked_on_unacked(self) -> bool:
+        """Dispatch is held by ``maxUnackedMessagesPerSubscription``."""
+        ...
+
+    @property
     def msg_delayed(self) -> int:
         """Messages held by the delayed-delivery tracker (0 without one)."""
         ...

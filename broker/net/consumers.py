@@ -228,8 +228,11 @@ class ConsumerSide:
             allow_out_of_order=out_of_order,
             metadata={kv.key: kv.value for kv in cmd.metadata},
             partition=partition,
+            max_unacked_messages=service.policies.max_unacked_messages_per_consumer(tn),
         )
-        policies = self.connection.service.policies
+        policies = service.policies
+        if isinstance(sub, Subscription):
+            sub.max_unacked_messages = policies.max_unacked_messages_per_subscription(tn)
         # The limits (topic over namespace over broker.conf) are decided when the consumer is
         # appended, after every await of the subscribe (broker/subscriptions/limits.py).
         await sub.add_consumer(consumer, ConsumerLimits(

@@ -158,6 +158,7 @@ class Subscription:
         self.msg_redeliver_counter = 0
         self._rates = RateMeter()
         self.read_compacted = False  # skip what compaction superseded (set on SUBSCRIBE)
+        self.max_unacked_messages = 0  # maxUnackedMessagesPerSubscription (set on SUBSCRIBE)
         self.closed = False
         self.revisions = RevisionController(cursor)
         self.resets = CursorResets(self)
@@ -209,6 +210,12 @@ class Subscription:
             # Bucket snapshots from a previous run: recover them before anything is dispatched.
             await sub.delayed.recover()
         return sub
+
+    @property
+    def blocked_on_unacked(self) -> bool:
+        """Dispatch is held by ``maxUnackedMessagesPerSubscription`` (stats, metrics)."""
+        dispatcher = self.dispatcher
+        return dispatcher is not None and dispatcher.blocked_on_unacked
 
     @property
     def subscription_properties(self) -> dict[str, str]:
@@ -501,7 +508,7 @@ class Subscription:
             "msgBacklog": backlog,
             "backlogSize": self._backlog_bytes(backlog),
             "msgBacklogNoDelayed": max(0, backlog - delayed),
-            "blockedSubscriptionOnUnackedMsgs": False,
+            "blockedSubscriptionOnUnackedMsgs": self.blocked_on_unacked,
             "msgDelayed": delayed,
             "unackedMessages": sum(c.unacked_messages for c in self.consumers),
             "type": SubType(self.sub_type).name if self.sub_type is not None else "None",

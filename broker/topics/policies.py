@@ -66,6 +66,10 @@ NS_MAX_CONSUMERS_PER_SUB = "max_consumers_per_subscription"
 TOPIC_MAX_CONSUMERS_PER_SUB = "maxConsumersPerSubscription"
 NS_MAX_SUBSCRIPTIONS = "max_subscriptions_per_topic"
 TOPIC_MAX_SUBSCRIPTIONS = "maxSubscriptionsPerTopic"
+NS_MAX_UNACKED_PER_CONSUMER = "max_unacked_messages_per_consumer"
+TOPIC_MAX_UNACKED_PER_CONSUMER = "maxUnackedMessagesOnConsumer"
+NS_MAX_UNACKED_PER_SUB = "max_unacked_messages_per_subscription"
+TOPIC_MAX_UNACKED_PER_SUB = "maxUnackedMessagesOnSubscription"
 NS_SUBSCRIPTION_TYPES = "subscription_types_enabled"
 TOPIC_SUBSCRIPTION_TYPES = "subscriptionTypesEnabled"
 NS_AUTO_TOPIC_CREATION = "autoTopicCreationOverride"
@@ -74,6 +78,8 @@ TOPIC_AUTO_SUBSCRIPTION_CREATION = "autoSubscriptionCreationOverride"
 
 #: Namespace count limits (Policies field -> Pulsar's name in its 412 reasons); 0 is no limit.
 NS_COUNT_LIMITS = {NS_MAX_PRODUCERS: "maxProducersPerTopic",
+                   NS_MAX_UNACKED_PER_CONSUMER: "maxUnackedMessagesPerConsumer",
+                   NS_MAX_UNACKED_PER_SUB: "maxUnackedMessagesPerSubscription",
                    NS_MAX_CONSUMERS: "maxConsumersPerTopic",
                    NS_MAX_CONSUMERS_PER_SUB: "maxConsumersPerSubscription",
                    NS_MAX_SUBSCRIPTIONS: "maxSubscriptionsPerTopic"}
@@ -254,6 +260,19 @@ class PolicyStore:
         default; a subscribe that would create one more is refused with NotAllowed."""
         value = self._resolve(tn, TOPIC_MAX_SUBSCRIPTIONS, NS_MAX_SUBSCRIPTIONS)
         return self.config.max_subscriptions_per_topic if value is None else int(value)
+
+    def max_unacked_messages_per_consumer(self, tn: TopicName) -> int:
+        """Unacknowledged messages a Shared/Key_Shared consumer may hold (0: no limit),
+        ``maxUnackedMessagesPerConsumer`` by default."""
+        value = self._resolve(tn, TOPIC_MAX_UNACKED_PER_CONSUMER, NS_MAX_UNACKED_PER_CONSUMER)
+        return self.config.max_unacked_messages_per_consumer if value is None else int(value)
+
+    def max_unacked_messages_per_subscription(self, tn: TopicName) -> int:
+        """Unacknowledged messages a Shared/Key_Shared subscription may hold (0: no limit),
+        ``maxUnackedMessagesPerSubscription`` by default."""
+        value = self._resolve(tn, TOPIC_MAX_UNACKED_PER_SUB, NS_MAX_UNACKED_PER_SUB)
+        return self.config.max_unacked_messages_per_subscription if value is None \
+            else int(value)
 
     def subscription_types_enabled(self, tn: TopicName) -> tuple[str, ...]:
         """The subscription types a SUBSCRIBE may use (Pulsar's names): the topic's (else the

@@ -195,6 +195,7 @@ class _FakeSubscription:
     consumers: list[_FakeConsumer] = dataclasses.field(default_factory=list)
     msg_out_counter: int = 0
     bytes_out_counter: int = 0
+    blocked_on_unacked: bool = False
     delayed_tracker: _FakeBucketTracker | _FakeMemoryTracker | None = None
 
     @property

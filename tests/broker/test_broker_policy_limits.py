@@ -228,3 +228,96 @@ def test_subscription_types_enabled_refuses_other_types_with_not_allowed(
         assert status == 400
     finally:
         client.close()
+
+
+def _stats(broker: Any) -> Any:
+    status, stats = _call(broker, "GET", TOPIC_PATH + "/stats")
+    assert status == 200
+    return stats
+
+
+def _blocked_metric(broker: Any, subscription: str) -> float | None:
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(broker.web_url + "/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "pulsar_subscription_blocked_on_unacked_messages" and \
+                    sample.labels.get("subscription") == subscription:
+                return float(sample.value)
+    return None
+
+
+def test_max_unacked_messages_per_consumer_holds_delivery_until_half_are_acked(
+        limited: Any, client: Any) -> None:
+    import pulsar
+    from waiting import wait_until
+
+    assert _call(limited, "POST", NS + "/maxUnackedMessagesPerConsumer", 4)[0] == 204
+    assert _call(limited, "GET", NS)[1]["max_unacked_messages_per_consumer"] == 4
+    consumer = client.subscribe(TOPIC, "s", consumer_type=pulsar.ConsumerType.Shared)
+    producer = client.create_producer(TOPIC, batching_enabled=False)
+    for i in range(10):
+        producer.send(f"m{i}".encode())
+    received = [consumer.receive(5000) for _ in range(4)]
+
+    def held() -> bool:
+        c = _stats(limited)["subscriptions"]["s"]["consumers"][0]
+        return bool(c["blockedConsumerOnUnackedMsgs"]) and c["unackedMessages"] == 4
+    wait_until(held, message="the consumer is blocked on 4 unacked messages")
+    with pytest.raises(pulsar.Timeout):
+        consumer.receive(300)   # nothing more while blocked
+    for msg in received[:2]:    # down to half the limit: unblocked
+        consumer.acknowledge(msg)
+    received = received[2:] + [consumer.receive(5000) for _ in range(2)]
+    assert [m.data() for m in received] == [b"m2", b"m3", b"m4", b"m5"]
+    # the topic's limit comes first
+    status, body = _call(limited, "POST", TOPIC_PATH + "/maxUnackedMessagesOnConsumer", -1)
+    assert (status, body["reason"]) == (412, "maxUnackedNum must be 0 or more")
+    assert _call(limited, "POST", TOPIC_PATH + "/maxUnackedMessagesOnConsumer", 0)[0] == 204
+    consumer.close()
+    consumer = client.subscribe(TOPIC, "s", consumer_type=pulsar.ConsumerType.Shared)
+    # topic 0 (no limit) over namespace 4: the eight unacknowledged come at once
+    assert sorted(consumer.receive(5000).data() for _ in range(8)) == \
+        sorted(f"m{i}".encode() for i in range(2, 10))
+    consumer.close()
+    producer.close()
+
+
+def test_max_unacked_messages_per_subscription_holds_dispatch_with_a_metric(
+        limited: Any, client: Any) -> None:
+    import pulsar
+    from waiting import wait_until
+
+    assert _call(limited, "POST", TOPIC_PATH + "/maxUnackedMessagesOnSubscription", 4)[0] == 204
+    assert _call(limited, "GET", TOPIC_PATH + "/maxUnackedMessagesOnSubscription") == (200, 4)
+    shared = pulsar.ConsumerType.Shared
+    consumers = [client.subscribe(TOPIC, "s", consumer_type=shared, receiver_queue_size=3)
+                 for _ in range(2)]
+    producer = client.create_producer(TOPIC, batching_enabled=False)
+    for i in range(10):
+        producer.send(f"m{i}".encode())
+    wait_until(lambda: _stats(limited)["subscriptions"]["s"]["blockedSubscriptionOnUnackedMsgs"],
+               message="the subscription is blocked on unacked messages")
+    sub = _stats(limited)["subscriptions"]["s"]
+    assert 4 <= sub["unackedMessages"] <= 6   # a round may overshoot, as in Pulsar
+    assert _blocked_metric(limited, "s") == 1.0
+    got: set[bytes] = set()
+
+    def drain() -> bool:
+        for consumer in consumers:
+            try:
+                msg = consumer.receive(100)
+            except pulsar.Timeout:
+                continue
+            got.add(msg.data())
+            consumer.acknowledge(msg)
+        return len(got) == 10
+    wait_until(drain, message="acks unblock the subscription until all ten are delivered")
+    wait_until(lambda: _blocked_metric(limited, "s") == 0.0, message="the metric drops to 0")
+    for consumer in consumers:
+        consumer.close()
+    producer.close()

@@ -362,11 +362,9 @@ async def _settle_dispatch(sub: Any) -> None:
 
 
 async def test_shared_consumer_with_too_many_unacked_messages_waits_for_acks(
-        ledger: Any, monkeypatch: Any) -> None:
-    import broker.subscriptions.consumer
-
-    monkeypatch.setattr(broker.subscriptions.consumer, "MAX_UNACKED_MESSAGES_PER_CONSUMER", 3)
+        ledger: Any) -> None:
     sub, conn, consumer = await _setup(ledger, 10, sub_type=1)
+    consumer.max_unacked_messages = 3
     consumer.permits = 100
     sub.dispatcher.schedule()
     await _settle_dispatch(sub)

@@ -77,6 +77,8 @@ class DispatchContext(Protocol):
     bytes_out_counter: int
     redelivery_counts: dict[Position, int]
     batch_acks: dict[Position, int]
+    #: maxUnackedMessagesPerSubscription of a Shared/Key_Shared subscription (0: no limit)
+    max_unacked_messages: int
 
     @property
     def cursor(self) -> SubscriptionCursor: ...
@@ -116,6 +118,8 @@ class Dispatcher:
         self._task: asyncio.Task[None] | None = None
         self._again = False
         self._closed = False
+        #: maxUnackedMessagesPerSubscription reached (stats' blockedSubscriptionOnUnackedMsgs)
+        self.blocked_on_unacked = False
 
     # ------------------------------------------------------------------ consumers
 
@@ -262,7 +266,22 @@ class Dispatcher:
 
     def _budget(self) -> int:
         """How many messages may be sent this round (0 = do not read)."""
+        if self._blocked_on_unacked_messages():
+            return 0
         return sum(c.permits for c in self.consumers if c.available)
+
+    def _blocked_on_unacked_messages(self) -> bool:
+        """Shared/Key_Shared: once the consumers hold ``maxUnackedMessagesPerSubscription``
+        unacknowledged messages nothing more is read until they fall to half of it, as
+        Pulsar's dispatcher does (acks schedule a round, which looks again)."""
+        limit = self.sub.max_unacked_messages
+        if limit <= 0 or self.sub_type is None or not self.sub_type.shares_messages:
+            self.blocked_on_unacked = False
+            return False
+        unacked = sum(c.unacked_messages for c in self.consumers)
+        self.blocked_on_unacked = unacked > limit // 2 if self.blocked_on_unacked \
+            else unacked >= limit
+        return self.blocked_on_unacked
 
     def _may_read_new(self) -> bool:
         """False while the delayed tracker asks to pause (fixed-delay detection, a full
