@@ -359,6 +359,10 @@ class BrokerConfig:
     max_consumers_per_subscription: int = _opt(
         "maxConsumersPerSubscription", 0,
         "Most consumers on one subscription (ConsumerBusy beyond). 0 = no limit.")
+    max_topics_per_namespace: int = _opt(
+        "maxTopicsPerNamespace", 0,
+        "Most persistent topics (each partition counting) in one namespace; creating more is "
+        "refused (NotAllowed, REST 412). 0 = no limit.")
     max_unacked_messages_per_consumer: int = _opt(
         "maxUnackedMessagesPerConsumer", 50000,
         "A Shared/Key_Shared consumer holding this many unacknowledged messages gets no more "

@@ -18,6 +18,7 @@ Theory of operation: Pulsar's paths and bodies (``NamespacesBase`` / ``Persisten
 - ``POST|GET|DELETE .../namespaces/{t}/{ns}/maxUnackedMessagesPerConsumer`` and
   ``.../maxUnackedMessagesPerSubscription``; per topic ``.../maxUnackedMessagesOnConsumer``
   and ``.../maxUnackedMessagesOnSubscription`` (>= 0, 0 no limit);
+- ``POST|GET|DELETE .../namespaces/{t}/{ns}/maxTopicsPerNamespace`` (namespace level only);
 - ``POST|GET|DELETE .../namespaces/{t}/{ns}/subscriptionTypesEnabled`` (a JSON array of
   subscription type names; empty: the broker's) and per topic the same;
 - ``POST|GET|DELETE .../namespaces/{t}/{ns}/autoTopicCreation`` (an AutoTopicCreationOverride:
@@ -203,6 +204,8 @@ _FIELDS: tuple[tuple[str, str, str, Parser], ...] = (
      _count("maxUnackedMessagesPerSubscription", "messages")),
     ("maxUnackedMessagesOnSubscription", "", P.TOPIC_MAX_UNACKED_PER_SUB,
      _count("maxUnackedNum", "messages")),
+    ("maxTopicsPerNamespace", P.NS_MAX_TOPICS, "",
+     _count("maxTopicsPerNamespace", "topics")),
     ("subscriptionTypesEnabled", P.NS_SUBSCRIPTION_TYPES, P.TOPIC_SUBSCRIPTION_TYPES,
      _subscription_types),
     ("autoTopicCreation", P.NS_AUTO_TOPIC_CREATION, "", _auto_topic_creation),
@@ -251,6 +254,7 @@ async def get_namespace_policies(request: web.Request) -> web.Response:
         "max_subscriptions_per_topic": fields.get(P.NS_MAX_SUBSCRIPTIONS),
         "max_unacked_messages_per_consumer": fields.get(P.NS_MAX_UNACKED_PER_CONSUMER),
         "max_unacked_messages_per_subscription": fields.get(P.NS_MAX_UNACKED_PER_SUB),
+        "max_topics_per_namespace": fields.get(P.NS_MAX_TOPICS),
         "subscription_types_enabled": fields.get(P.NS_SUBSCRIPTION_TYPES, []),
         "autoTopicCreationOverride": fields.get(P.NS_AUTO_TOPIC_CREATION),
         "autoSubscriptionCreationOverride": fields.get(P.NS_AUTO_SUBSCRIPTION_CREATION),

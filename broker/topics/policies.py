@@ -31,10 +31,11 @@ from typing import Any
 from broker.config import BrokerConfig
 from broker.delayed.policy import DelayPolicy, resolve_policy
 from broker.topics.names import TopicName
+from protocol.errors import NotAllowedError
 from storage.metadata import MetadataStore
 
 __all__ = ["NS_COUNT_LIMITS", "NS_DELAYED", "NS_KIND", "TOPIC_DELAYED", "TOPIC_KIND",
-           "AutoTopicCreation", "PolicyStore"]
+           "AutoTopicCreation", "PolicyLimitError", "PolicyStore"]
 
 NS_KIND = "ns_policies"
 TOPIC_KIND = "topic_policies"
@@ -70,6 +71,7 @@ NS_MAX_UNACKED_PER_CONSUMER = "max_unacked_messages_per_consumer"
 TOPIC_MAX_UNACKED_PER_CONSUMER = "maxUnackedMessagesOnConsumer"
 NS_MAX_UNACKED_PER_SUB = "max_unacked_messages_per_subscription"
 TOPIC_MAX_UNACKED_PER_SUB = "maxUnackedMessagesOnSubscription"
+NS_MAX_TOPICS = "max_topics_per_namespace"
 NS_SUBSCRIPTION_TYPES = "subscription_types_enabled"
 TOPIC_SUBSCRIPTION_TYPES = "subscriptionTypesEnabled"
 NS_AUTO_TOPIC_CREATION = "autoTopicCreationOverride"
@@ -80,6 +82,7 @@ TOPIC_AUTO_SUBSCRIPTION_CREATION = "autoSubscriptionCreationOverride"
 NS_COUNT_LIMITS = {NS_MAX_PRODUCERS: "maxProducersPerTopic",
                    NS_MAX_UNACKED_PER_CONSUMER: "maxUnackedMessagesPerConsumer",
                    NS_MAX_UNACKED_PER_SUB: "maxUnackedMessagesPerSubscription",
+                   NS_MAX_TOPICS: "maxTopicsPerNamespace",
                    NS_MAX_CONSUMERS: "maxConsumersPerTopic",
                    NS_MAX_CONSUMERS_PER_SUB: "maxConsumersPerSubscription",
                    NS_MAX_SUBSCRIPTIONS: "maxSubscriptionsPerTopic"}
@@ -87,6 +90,11 @@ NS_COUNT_LIMITS = {NS_MAX_PRODUCERS: "maxProducersPerTopic",
 #: Where delayed-delivery bodies were kept before they joined the fields above (read at load).
 LEGACY_DELAYED_KINDS = (("namespace_policy", NS_KIND, NS_DELAYED),
                         ("topic_policy", TOPIC_KIND, TOPIC_DELAYED))
+
+
+class PolicyLimitError(NotAllowedError):
+    """A namespace limit refuses to create something (``maxTopicsPerNamespace``): NotAllowed
+    on the wire, 412 Precondition Failed over REST, as Pulsar answers."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,6 +281,12 @@ class PolicyStore:
         value = self._resolve(tn, TOPIC_MAX_UNACKED_PER_SUB, NS_MAX_UNACKED_PER_SUB)
         return self.config.max_unacked_messages_per_subscription if value is None \
             else int(value)
+
+    def max_topics_per_namespace(self, namespace: str) -> int:
+        """Most persistent topics (partitions counting) in *namespace* (0: no limit), the
+        namespace's value else ``maxTopicsPerNamespace``."""
+        value = self._ns.get(namespace, {}).get(NS_MAX_TOPICS)
+        return self.config.max_topics_per_namespace if value is None else int(value)
 
     def subscription_types_enabled(self, tn: TopicName) -> tuple[str, ...]:
         """The subscription types a SUBSCRIBE may use (Pulsar's names): the topic's (else the

@@ -321,3 +321,23 @@ def test_max_unacked_messages_per_subscription_holds_dispatch_with_a_metric(
     for consumer in consumers:
         consumer.close()
     producer.close()
+
+
+def test_max_topics_per_namespace_refuses_the_topic_past_it(limited: Any, client: Any) -> None:
+    import pulsar
+
+    assert _call(limited, "POST", NS + "/maxTopicsPerNamespace", 2)[0] == 204
+    assert _call(limited, "GET", NS)[1]["max_topics_per_namespace"] == 2
+    client.create_producer("persistent://public/limited/second").close()   # t is the first
+    with pytest.raises(pulsar.NotAllowedError):
+        client.create_producer("persistent://public/limited/third")
+    with pytest.raises(pulsar.NotAllowedError):
+        client.subscribe("persistent://public/limited/third", "s")
+    client.create_producer(TOPIC).close()           # existing topics are not counted again
+    status, body = _call(limited, "PUT", "/admin/v2/persistent/public/limited/parted/partitions", 2)
+    assert (status, body["reason"]) == (412, "Exceed maximum number of topics in namespace")
+    assert _call(limited, "POST", NS + "/maxTopicsPerNamespace", 4)[0] == 204
+    assert _call(limited, "PUT", "/admin/v2/persistent/public/limited/parted/partitions",
+                 2)[0] == 204     # each partition counts: 2 + 2 = 4
+    with pytest.raises(pulsar.NotAllowedError):
+        client.create_producer("persistent://public/limited/third")
