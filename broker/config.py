@@ -363,6 +363,13 @@ class BrokerConfig:
         "maxTopicsPerNamespace", 0,
         "Most persistent topics (each partition counting) in one namespace; creating more is "
         "refused (NotAllowed, REST 412). 0 = no limit.")
+    dispatch_throttling_rate_per_subscription_in_msg: int = _opt(
+        "dispatchThrottlingRatePerSubscriptionInMsg", 0,
+        "Messages per second one subscription is dispatched at most (dispatch waits for the "
+        "next second past it). 0 = no limit.")
+    dispatch_throttling_rate_per_subscription_in_byte: int = _opt(
+        "dispatchThrottlingRatePerSubscriptionInByte", 0,
+        "Bytes per second one subscription is dispatched at most. 0 = no limit.")
     max_unacked_messages_per_consumer: int = _opt(
         "maxUnackedMessagesPerConsumer", 50000,
         "A Shared/Key_Shared consumer holding this many unacknowledged messages gets no more "

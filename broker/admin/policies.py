@@ -19,6 +19,8 @@ Theory of operation: Pulsar's paths and bodies (``NamespacesBase`` / ``Persisten
   ``.../maxUnackedMessagesPerSubscription``; per topic ``.../maxUnackedMessagesOnConsumer``
   and ``.../maxUnackedMessagesOnSubscription`` (>= 0, 0 no limit);
 - ``POST|GET|DELETE .../namespaces/{t}/{ns}/maxTopicsPerNamespace`` (namespace level only);
+- ``POST|GET|DELETE .../namespaces/{t}/{ns}/subscriptionDispatchRate`` and per topic the same
+  (a DispatchRate: ``dispatchThrottlingRateInMsg``, ``...InByte``, ``ratePeriodInSecond``);
 - ``POST|GET|DELETE .../namespaces/{t}/{ns}/subscriptionTypesEnabled`` (a JSON array of
   subscription type names; empty: the broker's) and per topic the same;
 - ``POST|GET|DELETE .../namespaces/{t}/{ns}/autoTopicCreation`` (an AutoTopicCreationOverride:
@@ -107,6 +109,28 @@ def _count(name: str, what: str) -> Parser:
 _producer_limit = _count("maxProducersPerTopic", "producers")
 
 _TOPIC_TYPES = ("partitioned", "non-partitioned")
+
+
+def _dispatch_rate(body: object) -> dict[str, Any]:
+    """A DispatchRate body; missing fields take Pulsar's defaults (-1, -1, false, 1)."""
+    if not isinstance(body, dict):
+        raise E.bad_request("Invalid value: expected a DispatchRate")
+    out: dict[str, Any] = {}
+    for name, default in (("dispatchThrottlingRateInMsg", -1),
+                          ("dispatchThrottlingRateInByte", -1), ("ratePeriodInSecond", 1)):
+        value = body.get(name, default)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise E.bad_request(f"Invalid value: {name} must be a number")
+        out[name] = value
+    relative = body.get("relativeToPublishRate", False)
+    if not isinstance(relative, bool):
+        raise E.bad_request("Invalid value: relativeToPublishRate must be true or false")
+    if relative:
+        raise E.precondition_failed("relativeToPublishRate is not supported")
+    if out["ratePeriodInSecond"] < 1:
+        raise E.precondition_failed("ratePeriodInSecond must be 1 or more")
+    out["relativeToPublishRate"] = False
+    return out
 
 
 def _subscription_types(body: object) -> list[str]:
@@ -204,6 +228,8 @@ _FIELDS: tuple[tuple[str, str, str, Parser], ...] = (
      _count("maxUnackedMessagesPerSubscription", "messages")),
     ("maxUnackedMessagesOnSubscription", "", P.TOPIC_MAX_UNACKED_PER_SUB,
      _count("maxUnackedNum", "messages")),
+    ("subscriptionDispatchRate", P.NS_SUBSCRIPTION_DISPATCH_RATE,
+     P.TOPIC_SUBSCRIPTION_DISPATCH_RATE, _dispatch_rate),
     ("maxTopicsPerNamespace", P.NS_MAX_TOPICS, "",
      _count("maxTopicsPerNamespace", "topics")),
     ("subscriptionTypesEnabled", P.NS_SUBSCRIPTION_TYPES, P.TOPIC_SUBSCRIPTION_TYPES,
@@ -255,6 +281,9 @@ async def get_namespace_policies(request: web.Request) -> web.Response:
         "max_unacked_messages_per_consumer": fields.get(P.NS_MAX_UNACKED_PER_CONSUMER),
         "max_unacked_messages_per_subscription": fields.get(P.NS_MAX_UNACKED_PER_SUB),
         "max_topics_per_namespace": fields.get(P.NS_MAX_TOPICS),
+        # Pulsar keys a namespace's rates by cluster
+        "subscriptionDispatchRate": {admin.broker.cluster_name: rate}
+        if (rate := fields.get(P.NS_SUBSCRIPTION_DISPATCH_RATE)) is not None else None,
         "subscription_types_enabled": fields.get(P.NS_SUBSCRIPTION_TYPES, []),
         "autoTopicCreationOverride": fields.get(P.NS_AUTO_TOPIC_CREATION),
         "autoSubscriptionCreationOverride": fields.get(P.NS_AUTO_SUBSCRIPTION_CREATION),

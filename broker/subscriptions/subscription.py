@@ -46,6 +46,7 @@ from broker.delayed.tracker import DelayedDeliveryTracker
 from broker.metrics.rates import RateMeter
 from broker.metrics.sources import BucketIndexFigures
 from broker.subscriptions.consumer import Consumer
+from broker.subscriptions.dispatch_rate import NO_DISPATCH_RATE
 from broker.subscriptions.dispatchers import (
     Dispatcher,
     KeySharedDispatcher,
@@ -159,6 +160,7 @@ class Subscription:
         self._rates = RateMeter()
         self.read_compacted = False  # skip what compaction superseded (set on SUBSCRIBE)
         self.max_unacked_messages = 0  # maxUnackedMessagesPerSubscription (set on SUBSCRIBE)
+        self.dispatch_rate = NO_DISPATCH_RATE  # subscriptionDispatchRate (set on SUBSCRIBE)
         self.closed = False
         self.revisions = RevisionController(cursor)
         self.resets = CursorResets(self)

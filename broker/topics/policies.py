@@ -30,6 +30,7 @@ from typing import Any
 
 from broker.config import BrokerConfig
 from broker.delayed.policy import DelayPolicy, resolve_policy
+from broker.subscriptions.dispatch_rate import DispatchRate
 from broker.topics.names import TopicName
 from protocol.errors import NotAllowedError
 from storage.metadata import MetadataStore
@@ -72,6 +73,8 @@ TOPIC_MAX_UNACKED_PER_CONSUMER = "maxUnackedMessagesOnConsumer"
 NS_MAX_UNACKED_PER_SUB = "max_unacked_messages_per_subscription"
 TOPIC_MAX_UNACKED_PER_SUB = "maxUnackedMessagesOnSubscription"
 NS_MAX_TOPICS = "max_topics_per_namespace"
+NS_SUBSCRIPTION_DISPATCH_RATE = "subscriptionDispatchRate"
+TOPIC_SUBSCRIPTION_DISPATCH_RATE = "subscriptionDispatchRate"
 NS_SUBSCRIPTION_TYPES = "subscription_types_enabled"
 TOPIC_SUBSCRIPTION_TYPES = "subscriptionTypesEnabled"
 NS_AUTO_TOPIC_CREATION = "autoTopicCreationOverride"
@@ -281,6 +284,18 @@ class PolicyStore:
         value = self._resolve(tn, TOPIC_MAX_UNACKED_PER_SUB, NS_MAX_UNACKED_PER_SUB)
         return self.config.max_unacked_messages_per_subscription if value is None \
             else int(value)
+
+    def subscription_dispatch_rate(self, tn: TopicName) -> DispatchRate:
+        """The topic's (else the namespace's) ``subscriptionDispatchRate``, else
+        ``dispatchThrottlingRatePerSubscriptionInMsg`` / ``...InByte`` per second."""
+        value = self._resolve(tn, TOPIC_SUBSCRIPTION_DISPATCH_RATE, NS_SUBSCRIPTION_DISPATCH_RATE)
+        if value is None:
+            c = self.config
+            return DispatchRate(c.dispatch_throttling_rate_per_subscription_in_msg,
+                                c.dispatch_throttling_rate_per_subscription_in_byte, 1)
+        return DispatchRate(int(value["dispatchThrottlingRateInMsg"]),
+                            int(value["dispatchThrottlingRateInByte"]),
+                            int(value["ratePeriodInSecond"]))
 
     def max_topics_per_namespace(self, namespace: str) -> int:
         """Most persistent topics (partitions counting) in *namespace* (0: no limit), the

@@ -341,3 +341,39 @@ def test_max_topics_per_namespace_refuses_the_topic_past_it(limited: Any, client
                  2)[0] == 204     # each partition counts: 2 + 2 = 4
     with pytest.raises(pulsar.NotAllowedError):
         client.create_producer("persistent://public/limited/third")
+
+
+def test_subscription_dispatch_rate_delays_dispatch_to_the_next_period(
+        limited: Any, client: Any) -> None:
+    import time
+
+    rate = {"dispatchThrottlingRateInMsg": 3, "dispatchThrottlingRateInByte": -1,
+            "ratePeriodInSecond": 1, "relativeToPublishRate": False}
+    assert _call(limited, "POST", NS + "/subscriptionDispatchRate",
+                 {"dispatchThrottlingRateInMsg": 1000})[0] == 204
+    assert _call(limited, "GET", NS)[1]["subscriptionDispatchRate"] == {"standalone": {
+        "dispatchThrottlingRateInMsg": 1000, "dispatchThrottlingRateInByte": -1,
+        "ratePeriodInSecond": 1, "relativeToPublishRate": False}}
+    assert _call(limited, "POST", TOPIC_PATH + "/subscriptionDispatchRate", rate)[0] == 204
+    assert _call(limited, "GET", TOPIC_PATH + "/subscriptionDispatchRate") == (200, rate)
+    producer = client.create_producer(TOPIC, batching_enabled=False)
+    for i in range(9):
+        producer.send(f"m{i}".encode())
+    consumer = client.subscribe(TOPIC, "s", initial_position=pulsar_earliest())
+    started = time.monotonic()
+    got = [consumer.receive(10_000).data() for _ in range(9)]
+    elapsed = time.monotonic() - started
+    assert got == [f"m{i}".encode() for i in range(9)]
+    # three messages a second: the last three wait for the third period (>= 2 s after the first)
+    assert elapsed >= 1.5, elapsed
+    status, _ = _call(limited, "POST", TOPIC_PATH + "/subscriptionDispatchRate",
+                      {"ratePeriodInSecond": 0})
+    assert status == 412
+    consumer.close()
+    producer.close()
+
+
+def pulsar_earliest() -> Any:
+    import pulsar
+
+    return pulsar.InitialPosition.Earliest

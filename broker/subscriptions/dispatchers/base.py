@@ -48,6 +48,7 @@ from sortedcontainers import SortedSet
 
 from broker.delayed.delivery import DelayedDelivery
 from broker.subscriptions.consumer import Consumer
+from broker.subscriptions.dispatch_rate import DispatchRate, DispatchRateLimiter
 from broker.subscriptions.dispatchers.cursors import SubscriptionCursor
 from broker.subscriptions.revision import RevisionSource
 from protocol.errors import ProtocolError
@@ -79,6 +80,8 @@ class DispatchContext(Protocol):
     batch_acks: dict[Position, int]
     #: maxUnackedMessagesPerSubscription of a Shared/Key_Shared subscription (0: no limit)
     max_unacked_messages: int
+    #: subscriptionDispatchRate: dispatch waits for the next period past it
+    dispatch_rate: DispatchRate
 
     @property
     def cursor(self) -> SubscriptionCursor: ...
@@ -120,6 +123,8 @@ class Dispatcher:
         self._closed = False
         #: maxUnackedMessagesPerSubscription reached (stats' blockedSubscriptionOnUnackedMsgs)
         self.blocked_on_unacked = False
+        self.rate_limiter = DispatchRateLimiter()
+        self._rate_wake: asyncio.TimerHandle | None = None
 
     # ------------------------------------------------------------------ consumers
 
@@ -256,6 +261,9 @@ class Dispatcher:
 
     async def close(self) -> None:
         self._closed = True
+        if self._rate_wake is not None:
+            self._rate_wake.cancel()
+            self._rate_wake = None
         task = self._task
         if task is not None and task is not asyncio.current_task():
             task.cancel()
@@ -269,6 +277,25 @@ class Dispatcher:
         if self._blocked_on_unacked_messages():
             return 0
         return sum(c.permits for c in self.consumers if c.available)
+
+    def _rate_limited(self, budget: int) -> int:
+        """*budget* cut to what ``subscriptionDispatchRate`` still allows in this period; at 0
+        a round is scheduled for the period's end (:mod:`broker.subscriptions.dispatch_rate`)."""
+        rate = self.sub.dispatch_rate
+        if budget <= 0 or not rate.limited:
+            return budget
+        loop = asyncio.get_running_loop()
+        allowed, wait_s = self.rate_limiter.allowance(
+            rate, self.sub.msg_out_counter, self.sub.bytes_out_counter, loop.time())
+        if allowed == 0:
+            if self._rate_wake is None:
+                self._rate_wake = loop.call_later(wait_s, self._rate_period_ended)
+            return 0
+        return budget if allowed < 0 else min(budget, allowed)
+
+    def _rate_period_ended(self) -> None:
+        self._rate_wake = None
+        self.schedule()
 
     def _blocked_on_unacked_messages(self) -> bool:
         """Shared/Key_Shared: once the consumers hold ``maxUnackedMessagesPerSubscription``
@@ -300,7 +327,7 @@ class Dispatcher:
         revisions = sub.revisions
         if not self.consumers or revisions.under_revision:
             return False  # the reset schedules a round when it ends
-        budget = self._budget()
+        budget = self._rate_limited(self._budget())
         if budget <= 0:
             return False
         cursor = sub.cursor
@@ -326,7 +353,7 @@ class Dispatcher:
             if self._deliver(entries, from_replay=True, blocked=blocked, revision=revision) or \
                     len(self.replay) < before:
                 progressed = True
-            budget = self._budget()
+            budget = self._rate_limited(self._budget())
         # Replays go strictly first, except on Key_Shared where blocked keys may wait while
         # other keys move on (their order is kept per key by the hash rules).
         if budget > 0 and (not self.replay or self.needs_hash) and self._may_read_new():
