@@ -363,6 +363,14 @@ class BrokerConfig:
         "maxTopicsPerNamespace", 0,
         "Most persistent topics (each partition counting) in one namespace; creating more is "
         "refused (NotAllowed, REST 412). 0 = no limit.")
+    max_publish_rate_per_topic_in_messages: int = _opt(
+        "maxPublishRatePerTopicInMessages", 0,
+        "Messages per second a topic takes before its producers' connections stop being read "
+        "until the second ends. 0 = no limit.")
+    max_publish_rate_per_topic_in_bytes: int = _opt(
+        "maxPublishRatePerTopicInBytes", 0,
+        "Bytes per second a topic takes before its producers' connections stop being read "
+        "until the second ends. 0 = no limit.")
     dispatch_throttling_rate_per_subscription_in_msg: int = _opt(
         "dispatchThrottlingRatePerSubscriptionInMsg", 0,
         "Messages per second one subscription is dispatched at most (dispatch waits for the "

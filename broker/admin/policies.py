@@ -19,6 +19,8 @@ Theory of operation: Pulsar's paths and bodies (``NamespacesBase`` / ``Persisten
   ``.../maxUnackedMessagesPerSubscription``; per topic ``.../maxUnackedMessagesOnConsumer``
   and ``.../maxUnackedMessagesOnSubscription`` (>= 0, 0 no limit);
 - ``POST|GET|DELETE .../namespaces/{t}/{ns}/maxTopicsPerNamespace`` (namespace level only);
+- ``POST|GET|DELETE .../namespaces/{t}/{ns}/publishRate`` and per topic the same (a
+  PublishRate: ``publishThrottlingRateInMsg``, ``publishThrottlingRateInByte``);
 - ``POST|GET|DELETE .../namespaces/{t}/{ns}/subscriptionDispatchRate`` and per topic the same
   (a DispatchRate: ``dispatchThrottlingRateInMsg``, ``...InByte``, ``ratePeriodInSecond``);
 - ``POST|GET|DELETE .../namespaces/{t}/{ns}/subscriptionTypesEnabled`` (a JSON array of
@@ -133,6 +135,19 @@ def _dispatch_rate(body: object) -> dict[str, Any]:
     return out
 
 
+def _publish_rate(body: object) -> dict[str, int]:
+    """A PublishRate body; missing fields take Pulsar's default, -1 (no limit)."""
+    if not isinstance(body, dict):
+        raise E.bad_request("Invalid value: expected a PublishRate")
+    out: dict[str, int] = {}
+    for name in ("publishThrottlingRateInMsg", "publishThrottlingRateInByte"):
+        value = body.get(name, -1)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise E.bad_request(f"Invalid value: {name} must be a number")
+        out[name] = value
+    return out
+
+
 def _subscription_types(body: object) -> list[str]:
     """A set of SubscriptionType names (a JSON array; repeats dropped, Pulsar's order kept)."""
     if not isinstance(body, list) or not all(
@@ -228,6 +243,7 @@ _FIELDS: tuple[tuple[str, str, str, Parser], ...] = (
      _count("maxUnackedMessagesPerSubscription", "messages")),
     ("maxUnackedMessagesOnSubscription", "", P.TOPIC_MAX_UNACKED_PER_SUB,
      _count("maxUnackedNum", "messages")),
+    ("publishRate", P.NS_PUBLISH_RATE, P.TOPIC_PUBLISH_RATE, _publish_rate),
     ("subscriptionDispatchRate", P.NS_SUBSCRIPTION_DISPATCH_RATE,
      P.TOPIC_SUBSCRIPTION_DISPATCH_RATE, _dispatch_rate),
     ("maxTopicsPerNamespace", P.NS_MAX_TOPICS, "",
@@ -282,6 +298,8 @@ async def get_namespace_policies(request: web.Request) -> web.Response:
         "max_unacked_messages_per_subscription": fields.get(P.NS_MAX_UNACKED_PER_SUB),
         "max_topics_per_namespace": fields.get(P.NS_MAX_TOPICS),
         # Pulsar keys a namespace's rates by cluster
+        "publishMaxMessageRate": {admin.broker.cluster_name: rate}
+        if (rate := fields.get(P.NS_PUBLISH_RATE)) is not None else None,
         "subscriptionDispatchRate": {admin.broker.cluster_name: rate}
         if (rate := fields.get(P.NS_SUBSCRIPTION_DISPATCH_RATE)) is not None else None,
         "subscription_types_enabled": fields.get(P.NS_SUBSCRIPTION_TYPES, []),

@@ -113,6 +113,8 @@ _FAMILIES: dict[str, tuple[str, str, str]] = {
     "pulsar_broker_topic_deduplication_producers_evicted": (
         "counter", "Producer names whose deduplication state was evicted over "
         "brokerDeduplicationMaxNumberOfProducers", "topic"),
+    "pulsar_publish_rate_limit_times": (
+        "gauge", "Times the topic's publish rate paused its producers' reads", "topic"),
     "pulsar_topics_count": ("gauge", "Loaded topics in the namespace", "ns"),
     "pulsar_subscription_back_log": ("gauge", "Backlog of the subscription (messages)", "sub"),
     "pulsar_subscription_delayed": ("gauge", "Delayed messages tracked by the subscription",
@@ -291,6 +293,7 @@ class HoraeCollector(Collector):
             topic.fixed_delay_overridden_counter)
         add("pulsar_broker_topic_deduplication_producers_evicted",
             topic.dedup_producers_evicted_counter)
+        add("pulsar_publish_rate_limit_times", topic.publish_rate.limited_times)
         acc = scrape.write_latency.setdefault(
             key, [0.0] * (len(PUBLISH_LATENCY_BUCKETS_MS) + 2))
         for i, c in enumerate(topic.publish_latency_buckets[: len(acc) - 1]):

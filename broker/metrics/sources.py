@@ -149,6 +149,13 @@ class RevisionFigures(Protocol):
         ...
 
 
+class PublishRateFigures(Protocol):
+    @property
+    def limited_times(self) -> int:
+        """Windows in which the topic's publish rate paused its producers' reads."""
+        ...
+
+
 class ConsumerFigures(Protocol):
     @property
     def unacked_messages(self) -> int:
@@ -222,6 +229,11 @@ class TopicFigures(Protocol):
     @property
     def dedup_producers_evicted_counter(self) -> int:
         """Producer names deduplication evicted over brokerDeduplicationMaxNumberOfProducers."""
+        ...
+
+    @property
+    def publish_rate(self) -> PublishRateFigures:
+        """The topic's publish rate limiter."""
         ...
 
     @property

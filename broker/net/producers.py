@@ -114,6 +114,7 @@ async def create_producer(connection: ProducerConnection, m: pb.CommandProducer)
     service.publish_refusals.check_producer()
     topic = await service.get_any_topic(
         name.full, create=service.policies.auto_topic_creation(name).allowed)
+    topic.publish_rate.rate = service.policies.publish_rate(name)
     max_producers = service.policies.max_producers_per_topic(name)
     topic.check_producer_limit(max_producers)  # early, before the work; attaching decides
     user_provided = m.HasField("producer_name") and m.producer_name != ""

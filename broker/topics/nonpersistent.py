@@ -34,6 +34,7 @@ from broker.topics.access_modes import Admission, ProducerAccess, ProducerAdmiss
 from broker.topics.dedup import SequenceState
 from broker.topics.names import TopicName
 from broker.topics.producer import Producer, ProducerRequest, ProducerTransport
+from broker.topics.publish_rate import PublishRateLimiter
 from protocol import commands as C
 from protocol.errors import (
     NotAllowedError,
@@ -71,6 +72,7 @@ class NonPersistentTopic:
                                            lambda: not self.closed)
         self.dedup = _NoDeduplication()
         self.publish_latency_buckets = [0] * (len(PUBLISH_LATENCY_BUCKETS_MS) + 1)
+        self.publish_rate = PublishRateLimiter()  # its rate is set at each producer creation
         self.closed = False
         self.msg_in_counter = 0
         self.bytes_in_counter = 0

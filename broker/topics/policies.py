@@ -32,6 +32,7 @@ from broker.config import BrokerConfig
 from broker.delayed.policy import DelayPolicy, resolve_policy
 from broker.subscriptions.dispatch_rate import DispatchRate
 from broker.topics.names import TopicName
+from broker.topics.publish_rate import PublishRate
 from protocol.errors import NotAllowedError
 from storage.metadata import MetadataStore
 
@@ -73,6 +74,8 @@ TOPIC_MAX_UNACKED_PER_CONSUMER = "maxUnackedMessagesOnConsumer"
 NS_MAX_UNACKED_PER_SUB = "max_unacked_messages_per_subscription"
 TOPIC_MAX_UNACKED_PER_SUB = "maxUnackedMessagesOnSubscription"
 NS_MAX_TOPICS = "max_topics_per_namespace"
+NS_PUBLISH_RATE = "publishMaxMessageRate"
+TOPIC_PUBLISH_RATE = "publishRate"
 NS_SUBSCRIPTION_DISPATCH_RATE = "subscriptionDispatchRate"
 TOPIC_SUBSCRIPTION_DISPATCH_RATE = "subscriptionDispatchRate"
 NS_SUBSCRIPTION_TYPES = "subscription_types_enabled"
@@ -284,6 +287,17 @@ class PolicyStore:
         value = self._resolve(tn, TOPIC_MAX_UNACKED_PER_SUB, NS_MAX_UNACKED_PER_SUB)
         return self.config.max_unacked_messages_per_subscription if value is None \
             else int(value)
+
+    def publish_rate(self, tn: TopicName) -> PublishRate:
+        """The topic's (else the namespace's) ``publishRate``, else
+        ``maxPublishRatePerTopicInMessages`` / ``...InBytes``."""
+        value = self._resolve(tn, TOPIC_PUBLISH_RATE, NS_PUBLISH_RATE)
+        if value is None:
+            c = self.config
+            return PublishRate(c.max_publish_rate_per_topic_in_messages,
+                               c.max_publish_rate_per_topic_in_bytes)
+        return PublishRate(int(value["publishThrottlingRateInMsg"]),
+                           int(value["publishThrottlingRateInByte"]))
 
     def subscription_dispatch_rate(self, tn: TopicName) -> DispatchRate:
         """The topic's (else the namespace's) ``subscriptionDispatchRate``, else

@@ -70,6 +70,7 @@ from broker.topics.dedup import DEDUP_CURSOR, MessageDeduplication
 from broker.topics.names import TopicName
 from broker.topics.policies import PolicyStore
 from broker.topics.producer import Producer, ProducerRequest, ProducerTransport
+from broker.topics.publish_rate import PublishRateLimiter
 from broker.topics.publish_refusals import PublishRefusals
 from broker.topics.storage_errors import StorageOp, storage_failure
 from broker.topics.termination import TERMINATED_REASON, Termination
@@ -149,6 +150,7 @@ class Topic:
         self.delayed_rejected_counter = 0
         self.fixed_delay_overridden_counter = 0
         self.publish_latency_buckets = [0] * (len(PUBLISH_LATENCY_BUCKETS_MS) + 1)
+        self.publish_rate = PublishRateLimiter()  # its rate is set at each producer creation
         self._max_message_size = host.config.max_message_size  # bounds a chunked message
         self.publish_latency_sum_ms = 0.0
         self.publish_latency_count = 0

@@ -18,6 +18,7 @@ from broker.metrics.collector import HoraeCollector, attach_publish_buffer
 from broker.metrics.lag import LoopLagProbe
 from broker.metrics.sources import MetricsSource
 from broker.net.throttle import PublishBuffer
+from broker.topics.publish_rate import PublishRateLimiter
 from storage.stats import StorageStats
 
 from .conftest import Api
@@ -220,6 +221,7 @@ class _FakeTopic:
     delayed_rejected_counter: int = 0
     fixed_delay_overridden_counter: int = 0
     dedup_producers_evicted_counter: int = 0
+    publish_rate: PublishRateLimiter = dataclasses.field(default_factory=PublishRateLimiter)
     storage_size: int = 0
     publish_latency_buckets: list[int] = dataclasses.field(default_factory=lambda: [0] * 10)
     publish_latency_sum_ms: float = 0.0

@@ -236,6 +236,20 @@ def _stats(broker: Any) -> Any:
     return stats
 
 
+def _topic_metric(broker: Any, name: str) -> float | None:
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(broker.web_url + "/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and sample.labels.get("topic") == TOPIC:
+                return float(sample.value)
+    return None
+
+
 def _blocked_metric(broker: Any, subscription: str) -> float | None:
     import urllib.request
 
@@ -377,3 +391,29 @@ def pulsar_earliest() -> Any:
     import pulsar
 
     return pulsar.InitialPosition.Earliest
+
+
+def test_publish_rate_throttles_by_pausing_reads_and_counts_it(
+        limited: Any, client: Any) -> None:
+    import time
+
+    assert _call(limited, "POST", NS + "/publishRate",
+                 {"publishThrottlingRateInMsg": 1000})[0] == 204
+    assert _call(limited, "GET", NS)[1]["publishMaxMessageRate"] == {"standalone": {
+        "publishThrottlingRateInMsg": 1000, "publishThrottlingRateInByte": -1}}
+    rate = {"publishThrottlingRateInMsg": 4, "publishThrottlingRateInByte": -1}
+    assert _call(limited, "POST", TOPIC_PATH + "/publishRate", rate)[0] == 204
+    assert _call(limited, "GET", TOPIC_PATH + "/publishRate") == (200, rate)
+    producer = client.create_producer(TOPIC, batching_enabled=False)
+    started = time.monotonic()
+    for i in range(10):
+        producer.send(f"m{i}".encode())      # every send is stored and answered, none refused
+    elapsed = time.monotonic() - started
+    # four a second: the ninth and tenth wait for the third window (>= 2 s after the first)
+    assert elapsed >= 1.5, elapsed
+    stats = _stats(limited)
+    assert stats["publishRateLimitedTimes"] >= 2
+    assert stats["msgInCounter"] == 10
+    assert _topic_metric(limited, "pulsar_publish_rate_limit_times") == \
+        stats["publishRateLimitedTimes"]
+    producer.close()
