@@ -371,6 +371,13 @@ class BrokerConfig:
         "maxPublishRatePerTopicInBytes", 0,
         "Bytes per second a topic takes before its producers' connections stop being read "
         "until the second ends. 0 = no limit.")
+    dispatch_throttling_rate_per_topic_in_msg: int = _opt(
+        "dispatchThrottlingRatePerTopicInMsg", 0,
+        "Messages per second dispatched at most over all of a topic's subscriptions "
+        "(dispatch waits for the next second past it). 0 = no limit.")
+    dispatch_throttling_rate_per_topic_in_byte: int = _opt(
+        "dispatchThrottlingRatePerTopicInByte", 0,
+        "Bytes per second dispatched at most over all of a topic's subscriptions. 0 = no limit.")
     dispatch_throttling_rate_per_subscription_in_msg: int = _opt(
         "dispatchThrottlingRatePerSubscriptionInMsg", 0,
         "Messages per second one subscription is dispatched at most (dispatch waits for the "

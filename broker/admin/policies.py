@@ -21,7 +21,8 @@ Theory of operation: Pulsar's paths and bodies (``NamespacesBase`` / ``Persisten
 - ``POST|GET|DELETE .../namespaces/{t}/{ns}/maxTopicsPerNamespace`` (namespace level only);
 - ``POST|GET|DELETE .../namespaces/{t}/{ns}/publishRate`` and per topic the same (a
   PublishRate: ``publishThrottlingRateInMsg``, ``publishThrottlingRateInByte``);
-- ``POST|GET|DELETE .../namespaces/{t}/{ns}/subscriptionDispatchRate`` and per topic the same
+- ``POST|GET|DELETE .../namespaces/{t}/{ns}/dispatchRate`` (the topic's rate over all its
+  subscriptions) and ``.../subscriptionDispatchRate``, each per topic the same
   (a DispatchRate: ``dispatchThrottlingRateInMsg``, ``...InByte``, ``ratePeriodInSecond``);
 - ``POST|GET|DELETE .../namespaces/{t}/{ns}/subscriptionTypesEnabled`` (a JSON array of
   subscription type names; empty: the broker's) and per topic the same;
@@ -244,6 +245,7 @@ _FIELDS: tuple[tuple[str, str, str, Parser], ...] = (
     ("maxUnackedMessagesOnSubscription", "", P.TOPIC_MAX_UNACKED_PER_SUB,
      _count("maxUnackedNum", "messages")),
     ("publishRate", P.NS_PUBLISH_RATE, P.TOPIC_PUBLISH_RATE, _publish_rate),
+    ("dispatchRate", P.NS_DISPATCH_RATE, P.TOPIC_DISPATCH_RATE, _dispatch_rate),
     ("subscriptionDispatchRate", P.NS_SUBSCRIPTION_DISPATCH_RATE,
      P.TOPIC_SUBSCRIPTION_DISPATCH_RATE, _dispatch_rate),
     ("maxTopicsPerNamespace", P.NS_MAX_TOPICS, "",
@@ -298,6 +300,8 @@ async def get_namespace_policies(request: web.Request) -> web.Response:
         "max_unacked_messages_per_subscription": fields.get(P.NS_MAX_UNACKED_PER_SUB),
         "max_topics_per_namespace": fields.get(P.NS_MAX_TOPICS),
         # Pulsar keys a namespace's rates by cluster
+        "topicDispatchRate": {admin.broker.cluster_name: rate}
+        if (rate := fields.get(P.NS_DISPATCH_RATE)) is not None else None,
         "publishMaxMessageRate": {admin.broker.cluster_name: rate}
         if (rate := fields.get(P.NS_PUBLISH_RATE)) is not None else None,
         "subscriptionDispatchRate": {admin.broker.cluster_name: rate}

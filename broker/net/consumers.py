@@ -234,6 +234,7 @@ class ConsumerSide:
         if isinstance(sub, Subscription):
             sub.max_unacked_messages = policies.max_unacked_messages_per_subscription(tn)
             sub.dispatch_rate = policies.subscription_dispatch_rate(tn)
+            sub.topic_dispatch.rate = policies.topic_dispatch_rate(tn)
         # The limits (topic over namespace over broker.conf) are decided when the consumer is
         # appended, after every await of the subscribe (broker/subscriptions/limits.py).
         await sub.add_consumer(consumer, ConsumerLimits(

@@ -10,14 +10,18 @@ the subscription at each SUBSCRIBE. The subscription's dispatcher asks its
 current period; the limiter reads the subscription's plain out counters (no hook on the send
 path) and remembers their values when a period starts. At 0 the dispatcher reads nothing and
 wakes when the period ends, as Pulsar's dispatcher re-schedules its read after the throttle
-period. A round may pass the limit by the messages of one read (a batch), as in Pulsar.
+period. A round may pass the limit by the messages of one read (a batch), as in Pulsar. A topic's
+``dispatchRate`` (else ``dispatchThrottlingRatePerTopicInMsg`` / ``...InByte``) is one
+:class:`TopicDispatch` on the topic that every subscription's dispatcher asks as well, counting
+what all of them sent; the smaller allowance wins.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["NO_DISPATCH_RATE", "DispatchRate", "DispatchRateLimiter"]
+__all__ = ["NO_DISPATCH_RATE", "DispatchRate", "DispatchRateLimiter", "TopicDispatch"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +38,23 @@ class DispatchRate:
 
 
 NO_DISPATCH_RATE = DispatchRate()
+
+
+class TopicDispatch:
+    """A topic's ``dispatchRate``, shared by its subscriptions' dispatchers: each asks
+    :meth:`allowance` with the topic's out counters (the sums over its subscriptions)."""
+
+    def __init__(self, counters: Callable[[], tuple[int, int]]) -> None:
+        self.rate = NO_DISPATCH_RATE  # set at each SUBSCRIBE
+        self._counters = counters
+        self.limiter = DispatchRateLimiter()
+
+    def allowance(self, now: float) -> tuple[int, float]:
+        """As :meth:`DispatchRateLimiter.allowance`; ``(-1, 0)`` without a limit."""
+        if not self.rate.limited:
+            return -1, 0.0
+        msgs, nbytes = self._counters()
+        return self.limiter.allowance(self.rate, msgs, nbytes, now)
 
 
 class DispatchRateLimiter:

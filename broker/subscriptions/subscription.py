@@ -46,7 +46,7 @@ from broker.delayed.tracker import DelayedDeliveryTracker
 from broker.metrics.rates import RateMeter
 from broker.metrics.sources import BucketIndexFigures
 from broker.subscriptions.consumer import Consumer
-from broker.subscriptions.dispatch_rate import NO_DISPATCH_RATE
+from broker.subscriptions.dispatch_rate import NO_DISPATCH_RATE, TopicDispatch
 from broker.subscriptions.dispatchers import (
     Dispatcher,
     KeySharedDispatcher,
@@ -126,6 +126,11 @@ class TopicContext(Protocol):
     def remove_subscription(self, sub: Subscription) -> None: ...
 
     def compacted_out(self, pos: Position) -> bool: ...
+
+    @property
+    def topic_dispatch(self) -> TopicDispatch:
+        """The topic's ``dispatchRate``, shared by its subscriptions."""
+        ...
 
     async def delete_subscription(self, name: str, *, force: bool = False) -> None: ...
 
@@ -212,6 +217,10 @@ class Subscription:
             # Bucket snapshots from a previous run: recover them before anything is dispatched.
             await sub.delayed.recover()
         return sub
+
+    @property
+    def topic_dispatch(self) -> TopicDispatch:
+        return self.topic.topic_dispatch
 
     @property
     def blocked_on_unacked(self) -> bool:

@@ -76,6 +76,8 @@ TOPIC_MAX_UNACKED_PER_SUB = "maxUnackedMessagesOnSubscription"
 NS_MAX_TOPICS = "max_topics_per_namespace"
 NS_PUBLISH_RATE = "publishMaxMessageRate"
 TOPIC_PUBLISH_RATE = "publishRate"
+NS_DISPATCH_RATE = "topicDispatchRate"
+TOPIC_DISPATCH_RATE = "dispatchRate"
 NS_SUBSCRIPTION_DISPATCH_RATE = "subscriptionDispatchRate"
 TOPIC_SUBSCRIPTION_DISPATCH_RATE = "subscriptionDispatchRate"
 NS_SUBSCRIPTION_TYPES = "subscription_types_enabled"
@@ -298,6 +300,18 @@ class PolicyStore:
                                c.max_publish_rate_per_topic_in_bytes)
         return PublishRate(int(value["publishThrottlingRateInMsg"]),
                            int(value["publishThrottlingRateInByte"]))
+
+    def topic_dispatch_rate(self, tn: TopicName) -> DispatchRate:
+        """The topic's (else the namespace's) ``dispatchRate``, else
+        ``dispatchThrottlingRatePerTopicInMsg`` / ``...InByte`` per second."""
+        value = self._resolve(tn, TOPIC_DISPATCH_RATE, NS_DISPATCH_RATE)
+        if value is None:
+            c = self.config
+            return DispatchRate(c.dispatch_throttling_rate_per_topic_in_msg,
+                                c.dispatch_throttling_rate_per_topic_in_byte, 1)
+        return DispatchRate(int(value["dispatchThrottlingRateInMsg"]),
+                            int(value["dispatchThrottlingRateInByte"]),
+                            int(value["ratePeriodInSecond"]))
 
     def subscription_dispatch_rate(self, tn: TopicName) -> DispatchRate:
         """The topic's (else the namespace's) ``subscriptionDispatchRate``, else

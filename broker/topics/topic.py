@@ -61,6 +61,7 @@ from broker.delayed.guard import DelayTooLongError, check_and_start_publish
 from broker.delayed.policy import DelayPolicy
 from broker.delayed.residual import delete_residual_snapshots
 from broker.metrics.rates import PUBLISH_LATENCY_BUCKETS_MS, RateMeter
+from broker.subscriptions.dispatch_rate import TopicDispatch
 from broker.subscriptions.selectors import KeySharedSelector, new_selector
 from broker.subscriptions.subscription import Subscription
 from broker.topics.access_modes import Admission, ProducerAccess, ProducerAdmission
@@ -151,6 +152,9 @@ class Topic:
         self.fixed_delay_overridden_counter = 0
         self.publish_latency_buckets = [0] * (len(PUBLISH_LATENCY_BUCKETS_MS) + 1)
         self.publish_rate = PublishRateLimiter()  # its rate is set at each producer creation
+        # dispatchRate, shared by the subscriptions (its rate is set at each SUBSCRIBE)
+        self.topic_dispatch = TopicDispatch(
+            lambda: (self.msg_out_counter, self.bytes_out_counter))
         self._max_message_size = host.config.max_message_size  # bounds a chunked message
         self.publish_latency_sum_ms = 0.0
         self.publish_latency_count = 0

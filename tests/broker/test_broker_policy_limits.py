@@ -417,3 +417,25 @@ def test_publish_rate_throttles_by_pausing_reads_and_counts_it(
     assert _topic_metric(limited, "pulsar_publish_rate_limit_times") == \
         stats["publishRateLimitedTimes"]
     producer.close()
+
+
+def test_topic_dispatch_rate_is_shared_by_its_subscriptions(limited: Any, client: Any) -> None:
+    import time
+
+    rate = {"dispatchThrottlingRateInMsg": 4, "dispatchThrottlingRateInByte": -1,
+            "ratePeriodInSecond": 1, "relativeToPublishRate": False}
+    assert _call(limited, "POST", NS + "/dispatchRate", rate)[0] == 204
+    assert _call(limited, "GET", NS)[1]["topicDispatchRate"] == {"standalone": rate}
+    producer = client.create_producer(TOPIC, batching_enabled=False)
+    for i in range(4):
+        producer.send(f"m{i}".encode())
+    consumers = [client.subscribe(TOPIC, name, initial_position=pulsar_earliest())
+                 for name in ("a", "b")]
+    started = time.monotonic()
+    for consumer in consumers:   # eight deliveries at four a second over the topic
+        assert [consumer.receive(10_000).data() for _ in range(4)] == \
+            [f"m{i}".encode() for i in range(4)]
+    assert time.monotonic() - started >= 0.5
+    for consumer in consumers:
+        consumer.close()
+    producer.close()

@@ -19,6 +19,7 @@ from broker.config import BrokerConfig
 from broker.delayed import DelayPolicy, TrackerFactory
 from broker.net.consumers import ConsumerSide
 from broker.subscriptions.consumer import Consumer, HashRange
+from broker.subscriptions.dispatch_rate import TopicDispatch
 from broker.subscriptions.selectors import (
     ConsistentHashingSelector,
     ConsumerAssignError,
@@ -61,6 +62,7 @@ class StubTopic:
         self.partition_index = -1
         self.terminated = False
         self.subscriptions: dict[str, Any] = {}
+        self.topic_dispatch = TopicDispatch(lambda: (0, 0))   # no dispatchRate
 
     def remove_subscription(self, sub: Any) -> None:
         self.subscriptions.pop(sub.name, None)

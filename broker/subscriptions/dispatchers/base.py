@@ -48,7 +48,7 @@ from sortedcontainers import SortedSet
 
 from broker.delayed.delivery import DelayedDelivery
 from broker.subscriptions.consumer import Consumer
-from broker.subscriptions.dispatch_rate import DispatchRate, DispatchRateLimiter
+from broker.subscriptions.dispatch_rate import DispatchRate, DispatchRateLimiter, TopicDispatch
 from broker.subscriptions.dispatchers.cursors import SubscriptionCursor
 from broker.subscriptions.revision import RevisionSource
 from protocol.errors import ProtocolError
@@ -82,6 +82,11 @@ class DispatchContext(Protocol):
     max_unacked_messages: int
     #: subscriptionDispatchRate: dispatch waits for the next period past it
     dispatch_rate: DispatchRate
+
+    @property
+    def topic_dispatch(self) -> TopicDispatch:
+        """The topic's ``dispatchRate``, shared by its subscriptions."""
+        ...
 
     @property
     def cursor(self) -> SubscriptionCursor: ...
@@ -279,14 +284,24 @@ class Dispatcher:
         return sum(c.permits for c in self.consumers if c.available)
 
     def _rate_limited(self, budget: int) -> int:
-        """*budget* cut to what ``subscriptionDispatchRate`` still allows in this period; at 0
+        """*budget* cut to what ``subscriptionDispatchRate`` and the topic's ``dispatchRate``
+        still allow in this period; at 0
         a round is scheduled for the period's end (:mod:`broker.subscriptions.dispatch_rate`)."""
         rate = self.sub.dispatch_rate
-        if budget <= 0 or not rate.limited:
+        topic_dispatch = self.sub.topic_dispatch
+        if budget <= 0 or not (rate.limited or topic_dispatch.rate.limited):
             return budget
         loop = asyncio.get_running_loop()
-        allowed, wait_s = self.rate_limiter.allowance(
-            rate, self.sub.msg_out_counter, self.sub.bytes_out_counter, loop.time())
+        now = loop.time()
+        allowed, wait_s = -1, 0.0
+        if rate.limited:
+            allowed, wait_s = self.rate_limiter.allowance(
+                rate, self.sub.msg_out_counter, self.sub.bytes_out_counter, now)
+        if allowed != 0:
+            topic_allowed, topic_wait_s = topic_dispatch.allowance(now)
+            if topic_allowed == 0 or (topic_allowed > 0 and
+                                      (allowed < 0 or topic_allowed < allowed)):
+                allowed, wait_s = topic_allowed, topic_wait_s
         if allowed == 0:
             if self._rate_wake is None:
                 self._rate_wake = loop.call_later(wait_s, self._rate_period_ended)
