@@ -371,6 +371,13 @@ class BrokerConfig:
         "maxPublishRatePerTopicInBytes", 0,
         "Bytes per second a topic takes before its producers' connections stop being read "
         "until the second ends. 0 = no limit.")
+    subscribe_throttling_rate_per_consumer: int = _opt(
+        "subscribeThrottlingRatePerConsumer", 0,
+        "SUBSCRIBEs one consumer (address, name, id) may make on a topic per "
+        "subscribeRatePeriodPerConsumerInSecond; more are refused with NotAllowed. 0 = no limit.")
+    subscribe_rate_period_per_consumer_in_second: int = _opt(
+        "subscribeRatePeriodPerConsumerInSecond", 30,
+        "The period of subscribeThrottlingRatePerConsumer, in seconds.")
     dispatch_throttling_rate_per_topic_in_msg: int = _opt(
         "dispatchThrottlingRatePerTopicInMsg", 0,
         "Messages per second dispatched at most over all of a topic's subscriptions "

@@ -21,6 +21,8 @@ Theory of operation: Pulsar's paths and bodies (``NamespacesBase`` / ``Persisten
 - ``POST|GET|DELETE .../namespaces/{t}/{ns}/maxTopicsPerNamespace`` (namespace level only);
 - ``POST|GET|DELETE .../namespaces/{t}/{ns}/publishRate`` and per topic the same (a
   PublishRate: ``publishThrottlingRateInMsg``, ``publishThrottlingRateInByte``);
+- ``POST|GET|DELETE .../namespaces/{t}/{ns}/subscribeRate`` and per topic the same (a
+  SubscribeRate: ``subscribeThrottlingRatePerConsumer``, ``ratePeriodInSecond``);
 - ``POST|GET|DELETE .../namespaces/{t}/{ns}/dispatchRate`` (the topic's rate over all its
   subscriptions) and ``.../subscriptionDispatchRate``, each per topic the same
   (a DispatchRate: ``dispatchThrottlingRateInMsg``, ``...InByte``, ``ratePeriodInSecond``);
@@ -149,6 +151,22 @@ def _publish_rate(body: object) -> dict[str, int]:
     return out
 
 
+def _subscribe_rate(body: object) -> dict[str, int]:
+    """A SubscribeRate body; missing fields take Pulsar's defaults (-1, 30)."""
+    if not isinstance(body, dict):
+        raise E.bad_request("Invalid value: expected a SubscribeRate")
+    out: dict[str, int] = {}
+    for name, default in (("subscribeThrottlingRatePerConsumer", -1),
+                          ("ratePeriodInSecond", 30)):
+        value = body.get(name, default)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise E.bad_request(f"Invalid value: {name} must be a number")
+        out[name] = value
+    if out["ratePeriodInSecond"] < 1:
+        raise E.precondition_failed("ratePeriodInSecond must be 1 or more")
+    return out
+
+
 def _subscription_types(body: object) -> list[str]:
     """A set of SubscriptionType names (a JSON array; repeats dropped, Pulsar's order kept)."""
     if not isinstance(body, list) or not all(
@@ -246,6 +264,7 @@ _FIELDS: tuple[tuple[str, str, str, Parser], ...] = (
      _count("maxUnackedNum", "messages")),
     ("publishRate", P.NS_PUBLISH_RATE, P.TOPIC_PUBLISH_RATE, _publish_rate),
     ("dispatchRate", P.NS_DISPATCH_RATE, P.TOPIC_DISPATCH_RATE, _dispatch_rate),
+    ("subscribeRate", P.NS_SUBSCRIBE_RATE, P.TOPIC_SUBSCRIBE_RATE, _subscribe_rate),
     ("subscriptionDispatchRate", P.NS_SUBSCRIPTION_DISPATCH_RATE,
      P.TOPIC_SUBSCRIPTION_DISPATCH_RATE, _dispatch_rate),
     ("maxTopicsPerNamespace", P.NS_MAX_TOPICS, "",
@@ -300,6 +319,8 @@ async def get_namespace_policies(request: web.Request) -> web.Response:
         "max_unacked_messages_per_subscription": fields.get(P.NS_MAX_UNACKED_PER_SUB),
         "max_topics_per_namespace": fields.get(P.NS_MAX_TOPICS),
         # Pulsar keys a namespace's rates by cluster
+        "clusterSubscribeRate": {admin.broker.cluster_name: rate}
+        if (rate := fields.get(P.NS_SUBSCRIBE_RATE)) is not None else None,
         "topicDispatchRate": {admin.broker.cluster_name: rate}
         if (rate := fields.get(P.NS_DISPATCH_RATE)) is not None else None,
         "publishMaxMessageRate": {admin.broker.cluster_name: rate}

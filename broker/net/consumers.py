@@ -181,6 +181,10 @@ class ConsumerSide:
             # Pulsar's topic refuses a blank name with a NamingException, sent as ProducerBusy;
             # the C++ client reads that code on a subscribe as "SubscriptionName cannot be empty".
             raise ProducerBusyError("Empty subscription name")
+        limiter = topic.subscribe_rate
+        limiter.rate = service.policies.subscribe_rate(tn)
+        limiter.admit((self.remote_address, cmd.consumer_name, cmd.consumer_id),
+                      time.monotonic())
         sub_type = SubType(cmd.subType)
         if sub_type.name not in service.policies.subscription_types_enabled(tn):
             raise NotAllowedError(f"Topic[{{{tn.full}}}] doesn't support {sub_type.name} sub type!")

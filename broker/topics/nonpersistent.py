@@ -35,6 +35,7 @@ from broker.topics.dedup import SequenceState
 from broker.topics.names import TopicName
 from broker.topics.producer import Producer, ProducerRequest, ProducerTransport
 from broker.topics.publish_rate import PublishRateLimiter
+from broker.topics.subscribe_rate import SubscribeRateLimiter
 from protocol import commands as C
 from protocol.errors import (
     NotAllowedError,
@@ -73,6 +74,7 @@ class NonPersistentTopic:
         self.dedup = _NoDeduplication()
         self.publish_latency_buckets = [0] * (len(PUBLISH_LATENCY_BUCKETS_MS) + 1)
         self.publish_rate = PublishRateLimiter()  # its rate is set at each producer creation
+        self.subscribe_rate = SubscribeRateLimiter()  # its rate is set at each SUBSCRIBE
         self.closed = False
         self.msg_in_counter = 0
         self.bytes_in_counter = 0

@@ -33,6 +33,7 @@ from broker.delayed.policy import DelayPolicy, resolve_policy
 from broker.subscriptions.dispatch_rate import DispatchRate
 from broker.topics.names import TopicName
 from broker.topics.publish_rate import PublishRate
+from broker.topics.subscribe_rate import SubscribeRate
 from protocol.errors import NotAllowedError
 from storage.metadata import MetadataStore
 
@@ -76,6 +77,8 @@ TOPIC_MAX_UNACKED_PER_SUB = "maxUnackedMessagesOnSubscription"
 NS_MAX_TOPICS = "max_topics_per_namespace"
 NS_PUBLISH_RATE = "publishMaxMessageRate"
 TOPIC_PUBLISH_RATE = "publishRate"
+NS_SUBSCRIBE_RATE = "clusterSubscribeRate"
+TOPIC_SUBSCRIBE_RATE = "subscribeRate"
 NS_DISPATCH_RATE = "topicDispatchRate"
 TOPIC_DISPATCH_RATE = "dispatchRate"
 NS_SUBSCRIPTION_DISPATCH_RATE = "subscriptionDispatchRate"
@@ -300,6 +303,17 @@ class PolicyStore:
                                c.max_publish_rate_per_topic_in_bytes)
         return PublishRate(int(value["publishThrottlingRateInMsg"]),
                            int(value["publishThrottlingRateInByte"]))
+
+    def subscribe_rate(self, tn: TopicName) -> SubscribeRate:
+        """The topic's (else the namespace's) ``subscribeRate``, else
+        ``subscribeThrottlingRatePerConsumer`` per ``subscribeRatePeriodPerConsumerInSecond``."""
+        value = self._resolve(tn, TOPIC_SUBSCRIBE_RATE, NS_SUBSCRIBE_RATE)
+        if value is None:
+            c = self.config
+            return SubscribeRate(c.subscribe_throttling_rate_per_consumer,
+                                 c.subscribe_rate_period_per_consumer_in_second)
+        return SubscribeRate(int(value["subscribeThrottlingRatePerConsumer"]),
+                             int(value["ratePeriodInSecond"]))
 
     def topic_dispatch_rate(self, tn: TopicName) -> DispatchRate:
         """The topic's (else the namespace's) ``dispatchRate``, else

@@ -74,6 +74,7 @@ from broker.topics.producer import Producer, ProducerRequest, ProducerTransport
 from broker.topics.publish_rate import PublishRateLimiter
 from broker.topics.publish_refusals import PublishRefusals
 from broker.topics.storage_errors import StorageOp, storage_failure
+from broker.topics.subscribe_rate import SubscribeRateLimiter
 from broker.topics.termination import TERMINATED_REASON, Termination
 from broker.topics.topic_state import TopicState
 from broker.topics.trim import LedgerTrimmer
@@ -152,6 +153,7 @@ class Topic:
         self.fixed_delay_overridden_counter = 0
         self.publish_latency_buckets = [0] * (len(PUBLISH_LATENCY_BUCKETS_MS) + 1)
         self.publish_rate = PublishRateLimiter()  # its rate is set at each producer creation
+        self.subscribe_rate = SubscribeRateLimiter()  # its rate is set at each SUBSCRIBE
         # dispatchRate, shared by the subscriptions (its rate is set at each SUBSCRIBE)
         self.topic_dispatch = TopicDispatch(
             lambda: (self.msg_out_counter, self.bytes_out_counter))

@@ -439,3 +439,26 @@ def test_topic_dispatch_rate_is_shared_by_its_subscriptions(limited: Any, client
     for consumer in consumers:
         consumer.close()
     producer.close()
+
+
+def test_subscribe_rate_refuses_a_consumer_subscribing_too_often(limited: Any) -> None:
+    rate = {"subscribeThrottlingRatePerConsumer": 2, "ratePeriodInSecond": 30}
+    assert _call(limited, "POST", NS + "/subscribeRate", {"subscribeThrottlingRatePerConsumer": 9})[0] == 204
+    assert _call(limited, "GET", NS)[1]["clusterSubscribeRate"] == {"standalone": {
+        "subscribeThrottlingRatePerConsumer": 9, "ratePeriodInSecond": 30}}
+    assert _call(limited, "POST", TOPIC_PATH + "/subscribeRate", rate)[0] == 204
+    assert _call(limited, "GET", TOPIC_PATH + "/subscribeRate") == (200, rate)
+    with RawClient(limited.service_url) as raw:
+        raw.handshake()
+        for request_id in (1, 3):
+            answer = raw.request(C.encode_subscribe(TOPIC, "s", 1, 7, request_id,
+                                                    consumer_name="c"))
+            assert answer.type == T.SUCCESS
+            assert raw.request(C.encode_close_consumer(7, request_id + 1)).type == T.SUCCESS
+        refused = raw.request(C.encode_subscribe(TOPIC, "s", 1, 7, 5, consumer_name="c"))
+        assert (refused.error.error, refused.error.message) == (
+            ServerError.NotAllowedError,
+            "Subscribe limited by subscribe rate limit per consumer.")
+        # another consumer (another id) has its own count
+        answer = raw.request(C.encode_subscribe(TOPIC, "s", 1, 8, 6, consumer_name="c"))
+        assert answer.type == T.SUCCESS
