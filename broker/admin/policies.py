@@ -19,6 +19,7 @@ Theory of operation: Pulsar's paths and bodies (``NamespacesBase`` / ``Persisten
   ``.../maxUnackedMessagesPerSubscription``; per topic ``.../maxUnackedMessagesOnConsumer``
   and ``.../maxUnackedMessagesOnSubscription`` (>= 0, 0 no limit);
 - ``POST|GET|DELETE .../namespaces/{t}/{ns}/maxTopicsPerNamespace`` (namespace level only);
+- ``POST|GET|DELETE .../{topic}/maxMessageSize`` (bytes, topic level only, as in Pulsar);
 - ``POST|GET|DELETE .../namespaces/{t}/{ns}/publishRate`` and per topic the same (a
   PublishRate: ``publishThrottlingRateInMsg``, ``publishThrottlingRateInByte``);
 - ``POST|GET|DELETE .../namespaces/{t}/{ns}/subscribeRate`` and per topic the same (a
@@ -263,6 +264,7 @@ _FIELDS: tuple[tuple[str, str, str, Parser], ...] = (
     ("maxUnackedMessagesOnSubscription", "", P.TOPIC_MAX_UNACKED_PER_SUB,
      _count("maxUnackedNum", "messages")),
     ("publishRate", P.NS_PUBLISH_RATE, P.TOPIC_PUBLISH_RATE, _publish_rate),
+    ("maxMessageSize", "", P.TOPIC_MAX_MESSAGE_SIZE, _count("maxMessageSize", "bytes")),
     ("dispatchRate", P.NS_DISPATCH_RATE, P.TOPIC_DISPATCH_RATE, _dispatch_rate),
     ("subscribeRate", P.NS_SUBSCRIBE_RATE, P.TOPIC_SUBSCRIBE_RATE, _subscribe_rate),
     ("subscriptionDispatchRate", P.NS_SUBSCRIPTION_DISPATCH_RATE,

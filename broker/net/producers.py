@@ -115,6 +115,8 @@ async def create_producer(connection: ProducerConnection, m: pb.CommandProducer)
     topic = await service.get_any_topic(
         name.full, create=service.policies.auto_topic_creation(name).allowed)
     topic.publish_rate.rate = service.policies.publish_rate(name)
+    if isinstance(topic, Topic):
+        topic.max_message_size_policy = service.policies.topic_max_message_size(name)
     max_producers = service.policies.max_producers_per_topic(name)
     topic.check_producer_limit(max_producers)  # early, before the work; attaching decides
     user_provided = m.HasField("producer_name") and m.producer_name != ""

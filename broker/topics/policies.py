@@ -77,6 +77,7 @@ TOPIC_MAX_UNACKED_PER_SUB = "maxUnackedMessagesOnSubscription"
 NS_MAX_TOPICS = "max_topics_per_namespace"
 NS_PUBLISH_RATE = "publishMaxMessageRate"
 TOPIC_PUBLISH_RATE = "publishRate"
+TOPIC_MAX_MESSAGE_SIZE = "maxMessageSize"
 NS_SUBSCRIBE_RATE = "clusterSubscribeRate"
 TOPIC_SUBSCRIBE_RATE = "subscribeRate"
 NS_DISPATCH_RATE = "topicDispatchRate"
@@ -303,6 +304,16 @@ class PolicyStore:
                                c.max_publish_rate_per_topic_in_bytes)
         return PublishRate(int(value["publishThrottlingRateInMsg"]),
                            int(value["publishThrottlingRateInByte"]))
+
+    def topic_max_message_size(self, tn: TopicName) -> int:
+        """The topic's ``maxMessageSize`` policy in bytes (0: none; the broker's
+        ``maxMessageSize`` bounds every frame anyway). Pulsar has no namespace level."""
+        for key in (tn.full, tn.partitioned_parent if tn.is_partition else None):
+            if key is not None:
+                value = self._topics.get(key, {}).get(TOPIC_MAX_MESSAGE_SIZE)
+                if value is not None:
+                    return int(value)
+        return 0
 
     def subscribe_rate(self, tn: TopicName) -> SubscribeRate:
         """The topic's (else the namespace's) ``subscribeRate``, else

@@ -158,6 +158,8 @@ class Topic:
         self.topic_dispatch = TopicDispatch(
             lambda: (self.msg_out_counter, self.bytes_out_counter))
         self._max_message_size = host.config.max_message_size  # bounds a chunked message
+        #: the topic's maxMessageSize policy (0: none), set at each producer creation
+        self.max_message_size_policy = 0
         self.publish_latency_sum_ms = 0.0
         self.publish_latency_count = 0
         self.state = TopicState.OPEN
@@ -229,10 +231,14 @@ class Topic:
         messages in it, whether it is a chunk other than the last of its message).
 
         Raises RequestError subclasses (SEND_ERROR): MalformedEntryError (ChecksumError code),
-        NotAllowedError (max delay exceeded), ServiceNotReadyError, TopicTerminatedError.
+        NotAllowedError (max delay exceeded, the topic's maxMessageSize), ServiceNotReadyError,
+        TopicTerminatedError.
         """
         if self.state is not _OPEN:
             self._check_publishing()
+        limit = self.max_message_size_policy
+        if limit and len(entry) - 4 > limit:   # metadata and payload, as Pulsar measures
+            raise NotAllowedError("Exceed maximum message size")
         # Hot path: the metadata is checked from its bytes (protocol.metadata_scan), no protobuf;
         # a layout the scan declines gets one upb parse, which accepts it or raises.
         max_size = self._max_message_size

@@ -462,3 +462,20 @@ def test_subscribe_rate_refuses_a_consumer_subscribing_too_often(limited: Any) -
         # another consumer (another id) has its own count
         answer = raw.request(C.encode_subscribe(TOPIC, "s", 1, 8, 6, consumer_name="c"))
         assert answer.type == T.SUCCESS
+
+
+def test_topic_max_message_size_refuses_a_larger_send(limited: Any) -> None:
+    from broker_rawclient import make_entry
+
+    assert _call(limited, "POST", TOPIC_PATH + "/maxMessageSize", 100)[0] == 204
+    assert _call(limited, "GET", TOPIC_PATH + "/maxMessageSize") == (200, 100)
+    with RawClient(limited.service_url) as raw:
+        raw.handshake()
+        assert raw.create_producer(TOPIC).type == T.PRODUCER_SUCCESS
+        assert raw.request(C.encode_send(1, 0, make_entry(b"small"))).type == T.SEND_RECEIPT
+        refused = raw.request(C.encode_send(1, 1, make_entry(b"x" * 200, sequence_id=1)))
+        assert refused.type == T.SEND_ERROR
+        assert (refused.send_error.error, refused.send_error.message) == (
+            ServerError.NotAllowedError, "Exceed maximum message size")
+    status, body = _call(limited, "POST", TOPIC_PATH + "/maxMessageSize", -1)
+    assert (status, body["reason"]) == (412, "maxMessageSize must be 0 or more")
