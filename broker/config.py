@@ -33,6 +33,7 @@ from typing import TypeVar
 from broker.listeners import parse_listeners
 from protocol import admin_names
 from protocol.entry_metadata import INTERCEPTORS as ENTRY_METADATA_INTERCEPTORS
+from protocol.sub_types import SubType
 from storage.config import StorageConfig
 from storage.diskusage import check_watermarks
 
@@ -137,6 +138,10 @@ class BrokerConfig:
         "allowAutoTopicCreationType", "non-partitioned",
         "non-partitioned or partitioned: what an auto-created topic is (a partitioned one is "
         "made on its first partitioned-metadata lookup, with defaultNumPartitions).")
+    allow_auto_subscription_creation: bool = _opt(
+        "allowAutoSubscriptionCreation", True,
+        "A durable SUBSCRIBE creates a missing subscription; off, it is refused with "
+        "SubscriptionNotFound (namespace and topic policies override it).")
     default_num_partitions: int = _opt(
         "defaultNumPartitions", 1,
         "Partitions of a topic auto-created with allowAutoTopicCreationType=partitioned.")
@@ -365,6 +370,55 @@ class BrokerConfig:
     max_consumers_per_subscription: int = _opt(
         "maxConsumersPerSubscription", 0,
         "Most consumers on one subscription (ConsumerBusy beyond). 0 = no limit.")
+    max_topics_per_namespace: int = _opt(
+        "maxTopicsPerNamespace", 0,
+        "Most persistent topics (each partition counting) in one namespace; creating more is "
+        "refused (NotAllowed, REST 412). 0 = no limit.")
+    max_publish_rate_per_topic_in_messages: int = _opt(
+        "maxPublishRatePerTopicInMessages", 0,
+        "Messages per second a topic takes before its producers' connections stop being read "
+        "until the second ends. 0 = no limit.")
+    max_publish_rate_per_topic_in_bytes: int = _opt(
+        "maxPublishRatePerTopicInBytes", 0,
+        "Bytes per second a topic takes before its producers' connections stop being read "
+        "until the second ends. 0 = no limit.")
+    subscribe_throttling_rate_per_consumer: int = _opt(
+        "subscribeThrottlingRatePerConsumer", 0,
+        "SUBSCRIBEs one consumer (address, name, id) may make on a topic per "
+        "subscribeRatePeriodPerConsumerInSecond; more are refused with NotAllowed. 0 = no limit.")
+    subscribe_rate_period_per_consumer_in_second: int = _opt(
+        "subscribeRatePeriodPerConsumerInSecond", 30,
+        "The period of subscribeThrottlingRatePerConsumer, in seconds.")
+    dispatch_throttling_rate_per_topic_in_msg: int = _opt(
+        "dispatchThrottlingRatePerTopicInMsg", 0,
+        "Messages per second dispatched at most over all of a topic's subscriptions "
+        "(dispatch waits for the next second past it). 0 = no limit.")
+    dispatch_throttling_rate_per_topic_in_byte: int = _opt(
+        "dispatchThrottlingRatePerTopicInByte", 0,
+        "Bytes per second dispatched at most over all of a topic's subscriptions. 0 = no limit.")
+    dispatch_throttling_rate_per_subscription_in_msg: int = _opt(
+        "dispatchThrottlingRatePerSubscriptionInMsg", 0,
+        "Messages per second one subscription is dispatched at most (dispatch waits for the "
+        "next second past it). 0 = no limit.")
+    dispatch_throttling_rate_per_subscription_in_byte: int = _opt(
+        "dispatchThrottlingRatePerSubscriptionInByte", 0,
+        "Bytes per second one subscription is dispatched at most. 0 = no limit.")
+    max_unacked_messages_per_consumer: int = _opt(
+        "maxUnackedMessagesPerConsumer", 50000,
+        "A Shared/Key_Shared consumer holding this many unacknowledged messages gets no more "
+        "until it has acked half of them. 0 = no limit.")
+    max_unacked_messages_per_subscription: int = _opt(
+        "maxUnackedMessagesPerSubscription", 200000,
+        "A Shared/Key_Shared subscription whose consumers hold this many unacknowledged "
+        "messages is not dispatched to until they fall to half of it. 0 = no limit.")
+    subscription_types_enabled: str = _opt(
+        "subscriptionTypesEnabled", "Exclusive,Shared,Failover,Key_Shared",
+        "Subscription types a SUBSCRIBE may use (others are refused with NotAllowed); "
+        "namespace and topic policies override it.")
+    max_subscriptions_per_topic: int = _opt(
+        "maxSubscriptionsPerTopic", 0,
+        "Most subscriptions on one topic (a subscribe creating one more is refused with "
+        "NotAllowed). 0 = no limit.")
     handshake_timeout_seconds: float = _opt(
         "handshakeTimeoutSeconds", 10.0,
         "A connection that has not completed CONNECT (and authentication) this long after accept is closed.")
@@ -459,6 +513,10 @@ class BrokerConfig:
             raise ConfigError("allowAutoTopicCreationType must be one of "
                               f"{list(AUTO_TOPIC_TYPES)}, not "
                               f"{self.allow_auto_topic_creation_type!r}")
+        unknown = set(self.subscription_types_enabled_names) - set(SubType.__members__)
+        if unknown:
+            raise ConfigError(f"subscriptionTypesEnabled: unknown types {sorted(unknown)}, "
+                              f"expected some of {list(SubType.__members__)}")
         if self.broker_delete_inactive_topics_mode not in INACTIVE_TOPIC_MODES:
             raise ConfigError("brokerDeleteInactiveTopicsMode must be one of "
                               f"{list(INACTIVE_TOPIC_MODES)}, not "
@@ -481,10 +539,10 @@ class BrokerConfig:
                 "pulsarChannelWriteBufferLowWaterMark must be between 0 and "
                 f"pulsarChannelWriteBufferHighWaterMark ({self.pulsar_channel_write_buffer_high_water_mark}), "
                 f"not {self.pulsar_channel_write_buffer_low_water_mark}")
-        unknown = self.entry_metadata_interceptors - ENTRY_METADATA_INTERCEPTORS
-        if unknown:
+        unknown_interceptors = self.entry_metadata_interceptors - ENTRY_METADATA_INTERCEPTORS
+        if unknown_interceptors:
             raise ConfigError(f"brokerEntryMetadataInterceptors: unknown interceptor class "
-                              f"{', '.join(sorted(unknown))} (known: "
+                              f"{', '.join(sorted(unknown_interceptors))} (known: "
                               f"{', '.join(sorted(ENTRY_METADATA_INTERCEPTORS))})")
         if self.delayed_delivery_max_delay_in_millis < 0:
             raise ConfigError("delayedDeliveryMaxDelayInMillis must be >= 0 (0 = no limit), "
@@ -500,6 +558,12 @@ class BrokerConfig:
     def delayed_tracker_kind(self) -> str:
         """'in-memory' or 'bucket', whichever spelling the config used."""
         return _TRACKER_ALIASES[self.delayed_delivery_tracker_factory_class_name]
+
+    @property
+    def subscription_types_enabled_names(self) -> tuple[str, ...]:
+        """``subscriptionTypesEnabled`` as names (``("Exclusive", "Shared", ...)``)."""
+        return tuple(name.strip() for name in self.subscription_types_enabled.split(",")
+                     if name.strip())
 
     @property
     def data_path(self) -> pathlib.Path:

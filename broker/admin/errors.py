@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
+from broker.topics.policies import PolicyLimitError
 from broker.topics.storage_errors import StorageOp, storage_failure
 from protocol import errors as perr
 from storage.errors import StorageError
@@ -83,6 +84,8 @@ def _from_service_error(exc: Exception) -> RestError | None:
         return not_found(SUBSCRIPTION_NOT_FOUND)
     if isinstance(exc, perr.InvalidTopicNameError):
         return precondition_failed(exc.message or "Topic name is not valid")
+    if isinstance(exc, PolicyLimitError):
+        return precondition_failed(exc.message)
     if isinstance(exc, perr.NotAllowedError):
         return not_allowed(exc.message)
     if isinstance(exc, perr.ConsumerBusyError):

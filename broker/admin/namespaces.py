@@ -25,7 +25,7 @@ from broker.admin.service import AdminService, topic_name
 from broker.admin.topics import TOPIC
 from broker.delayed.policy import DelayPolicy
 from broker.topics.names import TopicName
-from broker.topics.policies import NS_MAX_PRODUCERS
+from broker.topics.policies import NS_COUNT_LIMITS
 
 TENANTS = "/admin/v2/tenants"
 TENANT = TENANTS + "/{tenant}"
@@ -100,21 +100,24 @@ async def create_namespace(request: web.Request) -> web.Response:
     if await admin.tenants.namespace_exists(tenant, ns):
         raise E.conflict(E.NAMESPACE_EXISTS)
     policies = namespace_policies_body(body)
-    max_producers = _max_producers_of(policies)
+    limits = _count_limits_of(policies)
     await admin.tenants.create_namespace(f"{tenant}/{ns}", policies)
-    if max_producers is not None:
-        await admin.policy_store.set_namespace_field(f"{tenant}/{ns}", NS_MAX_PRODUCERS, max_producers)
+    for field, value in limits.items():
+        await admin.policy_store.set_namespace_field(f"{tenant}/{ns}", field, value)
     return no_content()
 
 
-def _max_producers_of(policies: dict[str, Any]) -> int | None:
-    """The create body's ``max_producers_per_topic`` (a limit the topics enforce), if set."""
-    value = policies.get(NS_MAX_PRODUCERS)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise E.precondition_failed("maxProducersPerTopic must be 0 or more")
-    return value
+def _count_limits_of(policies: dict[str, Any]) -> dict[str, int]:
+    """The create body's count limits the topics enforce (``max_producers_per_topic``, ...)."""
+    limits: dict[str, int] = {}
+    for field, name in NS_COUNT_LIMITS.items():
+        value = policies.get(field)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise E.precondition_failed(f"{name} must be 0 or more")
+        limits[field] = value
+    return limits
 
 
 def namespace_policies_body(body: object) -> dict[str, Any]:

@@ -10,12 +10,31 @@ Theory of operation: Pulsar's paths and bodies (``NamespacesBase`` / ``Persisten
 - ``PUT|GET|DELETE .../namespaces/{t}/{ns}/compactionThreshold`` (bytes, >= 0) and per topic
   ``.../{topic}/compactionThreshold``;
 - ``POST|GET|DELETE .../namespaces/{t}/{ns}/maxProducersPerTopic`` (>= 0, 0 no limit) and per
-  topic ``.../{topic}/maxProducers``;
+  topic ``.../{topic}/maxProducers``; likewise ``maxConsumersPerTopic`` (topic:
+  ``maxConsumers``), ``maxConsumersPerSubscription`` and ``maxSubscriptionsPerTopic`` (both
+  levels);
 - ``POST|GET|DELETE .../namespaces/{t}/{ns}/schemaValidationEnforced`` (``true``/``false``)
   and per topic ``.../{topic}/schemaValidationEnforced``;
 - ``POST|GET|DELETE .../namespaces/{t}/{ns}/delayedDeliveryReplaceByKey`` (``true``/``false``)
   and per topic ``.../{topic}/delayedDeliveryReplaceByKey``: a keyed delayed message replaces
   the pending one with its key, a tombstone cancels it (:mod:`broker.delayed.replace_by_key`);
+- ``POST|GET|DELETE .../namespaces/{t}/{ns}/maxUnackedMessagesPerConsumer`` and
+  ``.../maxUnackedMessagesPerSubscription``; per topic ``.../maxUnackedMessagesOnConsumer``
+  and ``.../maxUnackedMessagesOnSubscription`` (>= 0, 0 no limit);
+- ``POST|GET|DELETE .../namespaces/{t}/{ns}/maxTopicsPerNamespace`` (namespace level only);
+- ``POST|GET|DELETE .../{topic}/maxMessageSize`` (bytes, topic level only, as in Pulsar);
+- ``POST|GET|DELETE .../namespaces/{t}/{ns}/publishRate`` and per topic the same (a
+  PublishRate: ``publishThrottlingRateInMsg``, ``publishThrottlingRateInByte``);
+- ``POST|GET|DELETE .../namespaces/{t}/{ns}/subscribeRate`` and per topic the same (a
+  SubscribeRate: ``subscribeThrottlingRatePerConsumer``, ``ratePeriodInSecond``);
+- ``POST|GET|DELETE .../namespaces/{t}/{ns}/dispatchRate`` (the topic's rate over all its
+  subscriptions) and ``.../subscriptionDispatchRate``, each per topic the same
+  (a DispatchRate: ``dispatchThrottlingRateInMsg``, ``...InByte``, ``ratePeriodInSecond``);
+- ``POST|GET|DELETE .../namespaces/{t}/{ns}/subscriptionTypesEnabled`` (a JSON array of
+  subscription type names; empty: the broker's) and per topic the same;
+- ``POST|GET|DELETE .../namespaces/{t}/{ns}/autoTopicCreation`` (an AutoTopicCreationOverride:
+  ``allowAutoTopicCreation``, ``topicType``, ``defaultNumPartitions``) and
+  ``.../autoSubscriptionCreation`` (``{"allowAutoSubscriptionCreation": bool}``, also per topic);
 - ``GET /admin/v2/namespaces/{t}/{ns}``: the namespace's Policies document.
 
 Values are validated here (400/412 with Pulsar's reasons), stored by the broker's
@@ -41,6 +60,7 @@ from broker.admin.service import AdminService, topic_name
 from broker.admin.topics import TOPIC
 from broker.topics import policies as P
 from protocol import admin_names
+from protocol.sub_types import SubType
 
 __all__ = ["SCHEMA_STRATEGIES", "add_routes"]
 
@@ -67,6 +87,10 @@ async def _topic(request: web.Request) -> tuple[AdminService, str]:
     return admin, tn.full   # the PolicyStore keys a topic by its full name
 
 
+Handler = Callable[[web.Request], Awaitable[web.Response]]
+Parser = Callable[[object], object]
+
+
 # --- value parsers ------------------------------------------------------------------------
 def _bool(body: object) -> bool:
     if not isinstance(body, bool):
@@ -80,12 +104,116 @@ def _strategy(body: object) -> str:
     return body
 
 
-def _producer_limit(body: object) -> int:
-    if isinstance(body, bool) or not isinstance(body, int):
-        raise E.bad_request("Invalid value: expected a number of producers")
-    if body < 0:
-        raise E.precondition_failed("maxProducersPerTopic must be 0 or more")
-    return body
+def _count(name: str, what: str) -> Parser:
+    """A limit of *what* (0 or more; 0 is no limit), refused as Pulsar does (412 *name* ...)."""
+    def parse(body: object) -> int:
+        if isinstance(body, bool) or not isinstance(body, int):
+            raise E.bad_request(f"Invalid value: expected a number of {what}")
+        if body < 0:
+            raise E.precondition_failed(f"{name} must be 0 or more")
+        return body
+    return parse
+
+
+_producer_limit = _count("maxProducersPerTopic", "producers")
+
+_TOPIC_TYPES = ("partitioned", "non-partitioned")
+
+
+def _dispatch_rate(body: object) -> dict[str, Any]:
+    """A DispatchRate body; missing fields take Pulsar's defaults (-1, -1, false, 1)."""
+    if not isinstance(body, dict):
+        raise E.bad_request("Invalid value: expected a DispatchRate")
+    out: dict[str, Any] = {}
+    for name, default in (("dispatchThrottlingRateInMsg", -1),
+                          ("dispatchThrottlingRateInByte", -1), ("ratePeriodInSecond", 1)):
+        value = body.get(name, default)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise E.bad_request(f"Invalid value: {name} must be a number")
+        out[name] = value
+    relative = body.get("relativeToPublishRate", False)
+    if not isinstance(relative, bool):
+        raise E.bad_request("Invalid value: relativeToPublishRate must be true or false")
+    if relative:
+        raise E.precondition_failed("relativeToPublishRate is not supported")
+    if out["ratePeriodInSecond"] < 1:
+        raise E.precondition_failed("ratePeriodInSecond must be 1 or more")
+    out["relativeToPublishRate"] = False
+    return out
+
+
+def _publish_rate(body: object) -> dict[str, int]:
+    """A PublishRate body; missing fields take Pulsar's default, -1 (no limit)."""
+    if not isinstance(body, dict):
+        raise E.bad_request("Invalid value: expected a PublishRate")
+    out: dict[str, int] = {}
+    for name in ("publishThrottlingRateInMsg", "publishThrottlingRateInByte"):
+        value = body.get(name, -1)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise E.bad_request(f"Invalid value: {name} must be a number")
+        out[name] = value
+    return out
+
+
+def _subscribe_rate(body: object) -> dict[str, int]:
+    """A SubscribeRate body; missing fields take Pulsar's defaults (-1, 30)."""
+    if not isinstance(body, dict):
+        raise E.bad_request("Invalid value: expected a SubscribeRate")
+    out: dict[str, int] = {}
+    for name, default in (("subscribeThrottlingRatePerConsumer", -1),
+                          ("ratePeriodInSecond", 30)):
+        value = body.get(name, default)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise E.bad_request(f"Invalid value: {name} must be a number")
+        out[name] = value
+    if out["ratePeriodInSecond"] < 1:
+        raise E.precondition_failed("ratePeriodInSecond must be 1 or more")
+    return out
+
+
+def _subscription_types(body: object) -> list[str]:
+    """A set of SubscriptionType names (a JSON array; repeats dropped, Pulsar's order kept)."""
+    if not isinstance(body, list) or not all(
+            isinstance(name, str) and name in SubType.__members__ for name in body):
+        raise E.bad_request("Invalid value: expected a list of subscription types, some of "
+                            f"{list(SubType.__members__)}")
+    return [name for name in SubType.__members__ if name in body]
+
+
+def _auto_topic_creation(body: object) -> dict[str, Any]:
+    """An AutoTopicCreationOverride, checked as Pulsar's ``validateOverride`` (412)."""
+    if not isinstance(body, dict) or not isinstance(body.get("allowAutoTopicCreation"), bool):
+        raise E.bad_request("Invalid value: expected an AutoTopicCreationOverride")
+    allowed = body["allowAutoTopicCreation"]
+    topic_type = body.get("topicType")
+    partitions = body.get("defaultNumPartitions")
+    detail = ""
+    if allowed and topic_type not in _TOPIC_TYPES:
+        detail = "Unknown topic type."
+    elif allowed and topic_type == "partitioned":
+        if partitions is None:
+            detail = "[defaultNumPartitions] cannot be null when the type is partitioned."
+        elif isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1:
+            detail = "[defaultNumPartitions] cannot be less than 1 for partition type."
+    elif allowed and partitions is not None:
+        detail = "[defaultNumPartitions] is not allowed to be set when the type is non-partition."
+    if detail:
+        raise E.precondition_failed(
+            f"Invalid configuration for autoTopicCreationOverride. the detail is {detail}")
+    out: dict[str, Any] = {"allowAutoTopicCreation": allowed}
+    if topic_type in _TOPIC_TYPES:
+        out["topicType"] = topic_type
+    if partitions is not None:
+        out["defaultNumPartitions"] = partitions
+    return out
+
+
+def _auto_subscription_creation(body: object) -> dict[str, bool]:
+    """An AutoSubscriptionCreationOverride ``{"allowAutoSubscriptionCreation": bool}``."""
+    if not isinstance(body, dict) or \
+            not isinstance(body.get("allowAutoSubscriptionCreation"), bool):
+        raise E.bad_request("Invalid value: expected an AutoSubscriptionCreationOverride")
+    return {"allowAutoSubscriptionCreation": body["allowAutoSubscriptionCreation"]}
 
 
 def _threshold(body: object) -> int:
@@ -95,9 +223,6 @@ def _threshold(body: object) -> int:
         raise E.precondition_failed("compactionThreshold must be 0 or more")
     return body
 
-
-Handler = Callable[[web.Request], Awaitable[web.Response]]
-Parser = Callable[[object], object]
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,14 +250,43 @@ _FIELDS: tuple[tuple[str, str, str, Parser], ...] = (
     ("compactionThreshold", P.NS_COMPACTION, P.TOPIC_COMPACTION, _threshold),
     ("maxProducersPerTopic", P.NS_MAX_PRODUCERS, "", _producer_limit),
     ("maxProducers", "", P.TOPIC_MAX_PRODUCERS, _producer_limit),
+    ("maxConsumersPerTopic", P.NS_MAX_CONSUMERS, "",
+     _count("maxConsumersPerTopic", "consumers")),
+    ("maxConsumers", "", P.TOPIC_MAX_CONSUMERS, _count("maxConsumers", "consumers")),
+    ("maxConsumersPerSubscription", P.NS_MAX_CONSUMERS_PER_SUB, P.TOPIC_MAX_CONSUMERS_PER_SUB,
+     _count("maxConsumersPerSubscription", "consumers")),
+    ("maxSubscriptionsPerTopic", P.NS_MAX_SUBSCRIPTIONS, P.TOPIC_MAX_SUBSCRIPTIONS,
+     _count("maxSubscriptionsPerTopic", "subscriptions")),
     ("schemaValidationEnforced", P.NS_SCHEMA_VALIDATION, P.TOPIC_SCHEMA_VALIDATION, _bool),
     ("delayedDeliveryReplaceByKey", P.NS_REPLACE_BY_KEY, P.TOPIC_REPLACE_BY_KEY, _bool),
+    ("maxUnackedMessagesPerConsumer", P.NS_MAX_UNACKED_PER_CONSUMER, "",
+     _count("maxUnackedMessagesPerConsumer", "messages")),
+    ("maxUnackedMessagesOnConsumer", "", P.TOPIC_MAX_UNACKED_PER_CONSUMER,
+     _count("maxUnackedNum", "messages")),
+    ("maxUnackedMessagesPerSubscription", P.NS_MAX_UNACKED_PER_SUB, "",
+     _count("maxUnackedMessagesPerSubscription", "messages")),
+    ("maxUnackedMessagesOnSubscription", "", P.TOPIC_MAX_UNACKED_PER_SUB,
+     _count("maxUnackedNum", "messages")),
+    ("publishRate", P.NS_PUBLISH_RATE, P.TOPIC_PUBLISH_RATE, _publish_rate),
+    ("maxMessageSize", "", P.TOPIC_MAX_MESSAGE_SIZE, _count("maxMessageSize", "bytes")),
+    ("dispatchRate", P.NS_DISPATCH_RATE, P.TOPIC_DISPATCH_RATE, _dispatch_rate),
+    ("subscribeRate", P.NS_SUBSCRIBE_RATE, P.TOPIC_SUBSCRIBE_RATE, _subscribe_rate),
+    ("subscriptionDispatchRate", P.NS_SUBSCRIPTION_DISPATCH_RATE,
+     P.TOPIC_SUBSCRIPTION_DISPATCH_RATE, _dispatch_rate),
+    ("maxTopicsPerNamespace", P.NS_MAX_TOPICS, "",
+     _count("maxTopicsPerNamespace", "topics")),
+    ("subscriptionTypesEnabled", P.NS_SUBSCRIPTION_TYPES, P.TOPIC_SUBSCRIPTION_TYPES,
+     _subscription_types),
+    ("autoTopicCreation", P.NS_AUTO_TOPIC_CREATION, "", _auto_topic_creation),
+    ("autoSubscriptionCreation", P.NS_AUTO_SUBSCRIPTION_CREATION,
+     P.TOPIC_AUTO_SUBSCRIPTION_CREATION, _auto_subscription_creation),
 )
 
 
 def _handlers(scope: _Scope, field: str, parse: Parser) -> tuple[Handler, Handler, Handler]:
-    # what GET answers while unset: Pulsar's namespace strategy reads "UNDEFINED", others null
-    unset = "UNDEFINED" if field == P.NS_SCHEMA_STRATEGY else None
+    # what GET answers while unset: Pulsar's namespace strategy reads "UNDEFINED", its
+    # namespace subscription types an empty set, others null
+    unset: object = {P.NS_SCHEMA_STRATEGY: "UNDEFINED", P.NS_SUBSCRIPTION_TYPES: []}.get(field)
 
     async def get(request: web.Request) -> web.Response:
         admin, key = await scope.locate(request)
@@ -164,6 +318,24 @@ async def get_namespace_policies(request: web.Request) -> web.Response:
         "schema_compatibility_strategy": fields.get(P.NS_SCHEMA_STRATEGY, "UNDEFINED"),
         "compaction_threshold": fields.get(P.NS_COMPACTION),
         "max_producers_per_topic": fields.get(P.NS_MAX_PRODUCERS),
+        "max_consumers_per_topic": fields.get(P.NS_MAX_CONSUMERS),
+        "max_consumers_per_subscription": fields.get(P.NS_MAX_CONSUMERS_PER_SUB),
+        "max_subscriptions_per_topic": fields.get(P.NS_MAX_SUBSCRIPTIONS),
+        "max_unacked_messages_per_consumer": fields.get(P.NS_MAX_UNACKED_PER_CONSUMER),
+        "max_unacked_messages_per_subscription": fields.get(P.NS_MAX_UNACKED_PER_SUB),
+        "max_topics_per_namespace": fields.get(P.NS_MAX_TOPICS),
+        # Pulsar keys a namespace's rates by cluster
+        "clusterSubscribeRate": {admin.broker.cluster_name: rate}
+        if (rate := fields.get(P.NS_SUBSCRIBE_RATE)) is not None else None,
+        "topicDispatchRate": {admin.broker.cluster_name: rate}
+        if (rate := fields.get(P.NS_DISPATCH_RATE)) is not None else None,
+        "publishMaxMessageRate": {admin.broker.cluster_name: rate}
+        if (rate := fields.get(P.NS_PUBLISH_RATE)) is not None else None,
+        "subscriptionDispatchRate": {admin.broker.cluster_name: rate}
+        if (rate := fields.get(P.NS_SUBSCRIPTION_DISPATCH_RATE)) is not None else None,
+        "subscription_types_enabled": fields.get(P.NS_SUBSCRIPTION_TYPES, []),
+        "autoTopicCreationOverride": fields.get(P.NS_AUTO_TOPIC_CREATION),
+        "autoSubscriptionCreationOverride": fields.get(P.NS_AUTO_SUBSCRIPTION_CREATION),
         "schema_validation_enforced": bool(fields.get(P.NS_SCHEMA_VALIDATION, False)),
         "delayed_delivery_replace_by_key": fields.get(P.NS_REPLACE_BY_KEY),
         "delayed_delivery_policies": None,

@@ -142,19 +142,20 @@ _FAMILIES: dict[str, tuple[str, str, str]] = {
     "pulsar_broker_topic_deduplication_producers_evicted": (
         "counter", "Producer names whose deduplication state was evicted over "
         "brokerDeduplicationMaxNumberOfProducers", "topic"),
+    "pulsar_publish_rate_limit_times": (
+        "gauge", "Times the topic's publish rate paused its producers' reads", "topic"),
     "pulsar_topics_count": ("gauge", "Loaded topics in the namespace", "ns"),
     "pulsar_subscription_back_log": ("gauge", "Backlog of the subscription (messages)", "sub"),
     "pulsar_subscription_delayed": ("gauge", "Delayed messages tracked by the subscription",
                                     "sub"),
     "pulsar_subscription_unacked_messages": ("gauge", "Messages delivered and not acknowledged",
                                              "sub"),
+    "pulsar_subscription_blocked_on_unacked_messages": (
+        "gauge", "1 while dispatch is held by maxUnackedMessagesPerSubscription", "sub"),
     "pulsar_subscription_msg_rate_out": ("gauge", "Dispatch rate (messages/s)", "sub"),
     "pulsar_subscription_msg_rate_redeliver": (
         "gauge", "Messages sent again after a negative ack or a redelivery request "
         "(messages/s)", "sub"),
-    "pulsar_subscription_blocked_on_unacked_messages": (
-        "gauge", "1 while dispatch of the subscription is stopped on its unacknowledged "
-        "messages, else 0", "sub"),
     "pulsar_subscription_msg_throughput_out": ("gauge", "Dispatch throughput (bytes/s)", "sub"),
     "pulsar_subscription_consumers_count": ("gauge", "Consumers of the subscription", "sub"),
     "pulsar_subscription_delayed_message_index_size_bytes": (
@@ -357,6 +358,7 @@ class HoraeCollector(Collector):
             topic.fixed_delay_overridden_counter)
         add("pulsar_broker_topic_deduplication_producers_evicted",
             topic.dedup_producers_evicted_counter)
+        add("pulsar_publish_rate_limit_times", topic.publish_rate.limited_times)
         acc = scrape.write_latency.setdefault(
             key, [0.0] * (len(PUBLISH_LATENCY_BUCKETS_MS) + 2))
         for i, c in enumerate(topic.publish_latency_buckets[: len(acc) - 1]):
@@ -401,13 +403,12 @@ class HoraeCollector(Collector):
             sadd("pulsar_subscription_delayed", sub.msg_delayed)
             sadd("pulsar_subscription_unacked_messages",
                  sum(c.unacked_messages for c in sub.consumers))
+            sadd("pulsar_subscription_blocked_on_unacked_messages", int(sub.blocked_on_unacked))
             sadd("pulsar_subscription_consumers_count", consumers)
             sadd("pulsar_subscription_msg_rate_out",
                  self._rates.rate(("sout", full, sub_name), sub.msg_out_counter,
                                  scrape.seen))
             sadd("pulsar_subscription_msg_rate_redeliver", sub.redeliver_rate())
-            sadd("pulsar_subscription_blocked_on_unacked_messages",
-                 1 if sub.blocked_on_unacked_messages else 0)
             sadd("pulsar_subscription_msg_throughput_out",
                  self._rates.rate(("sbout", full, sub_name), sub.bytes_out_counter,
                                  scrape.seen))

@@ -149,6 +149,13 @@ class RevisionFigures(Protocol):
         ...
 
 
+class PublishRateFigures(Protocol):
+    @property
+    def limited_times(self) -> int:
+        """Windows in which the topic's publish rate paused its producers' reads."""
+        ...
+
+
 class ConsumerFigures(Protocol):
     @property
     def unacked_messages(self) -> int:
@@ -189,6 +196,11 @@ class SubscriptionFigures(Protocol):
     def bytes_out_counter(self) -> int: ...
 
     @property
+    def blocked_on_unacked(self) -> bool:
+        """Dispatch is held by ``maxUnackedMessagesPerSubscription``."""
+        ...
+
+    @property
     def msg_delayed(self) -> int:
         """Messages held by the delayed-delivery tracker (0 without one)."""
         ...
@@ -196,11 +208,6 @@ class SubscriptionFigures(Protocol):
     def redeliver_rate(self) -> float:
         """Messages sent again per second after a negative ack or a redelivery request
         (``msgRateRedeliver``)."""
-        ...
-
-    @property
-    def blocked_on_unacked_messages(self) -> bool:
-        """Dispatch stopped on the subscription's unacknowledged messages."""
         ...
 
     @property
@@ -243,6 +250,11 @@ class TopicFigures(Protocol):
     @property
     def dedup_producers_evicted_counter(self) -> int:
         """Producer names deduplication evicted over brokerDeduplicationMaxNumberOfProducers."""
+        ...
+
+    @property
+    def publish_rate(self) -> PublishRateFigures:
+        """The topic's publish rate limiter."""
         ...
 
     @property

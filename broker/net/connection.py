@@ -131,6 +131,7 @@ class ServerConnection(asyncio.Protocol):
         self._output = Output(self.loop, self.config.pulsar_channel_write_buffer_high_water_mark)
         self.write = self._output.write  # (data: bytes) -> None: see broker.net.output
         self.writelines = self._output.writelines  # (parts: list[bytes]) -> None: the same
+        self._rate_release: asyncio.TimerHandle | None = None
         self.throttle = ReadThrottle(
             publish_buffer if publish_buffer is not None else PublishBuffer(0),
             self.config.max_pending_publish_requests_per_connection, self._reading_resumed,
@@ -415,6 +416,16 @@ class ServerConnection(asyncio.Protocol):
 
     def publish_finished(self, count: int = 1, nbytes: int = 0) -> None:
         self.throttle.finished(count, nbytes)
+
+    def hold_reading_for(self, seconds: float) -> None:
+        """A topic's publish rate is exceeded: not read until its window ends."""
+        self.throttle.rate_held(True)
+        if self._rate_release is None:
+            self._rate_release = self.loop.call_later(seconds, self._release_rate_hold)
+
+    def _release_rate_hold(self) -> None:
+        self._rate_release = None
+        self.throttle.rate_held(False)
 
     def hold_reading(self, held: bool) -> None:
         """The consumer side applies big commands in slices: hold reading meanwhile."""

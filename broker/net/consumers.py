@@ -52,6 +52,7 @@ from protocol.errors import (
     RequestError,
     ServerError,
     ServiceNotReadyError,
+    SubscriptionNotFoundError,
 )
 from protocol.metadata import parse_entry
 from protocol.sub_types import SubType
@@ -182,11 +183,21 @@ class ConsumerSide:
                 pb.CommandSubscribe.Exclusive, pb.CommandSubscribe.Failover)):
             raise NotAllowedError("Read compacted can only be used with exclusive or failover "
                                   "persistent subscriptions")
-        topic = await self.connection.service.get_any_topic(tn.full, create=True)
+        service = self.connection.service
+        # A client asks not to create the topic with force_topic_creation=false (default true).
+        create = cmd.force_topic_creation and service.policies.auto_topic_creation(tn).allowed
+        topic = await service.get_any_topic(tn.full, create=create)
         if not cmd.subscription.strip():
             # Pulsar's topic refuses a blank name with a NamingException, sent as ProducerBusy;
             # the C++ client reads that code on a subscribe as "SubscriptionName cannot be empty".
             raise ProducerBusyError("Empty subscription name")
+        limiter = topic.subscribe_rate
+        limiter.rate = service.policies.subscribe_rate(tn)
+        limiter.admit((self.remote_address, cmd.consumer_name, cmd.consumer_id),
+                      time.monotonic())
+        sub_type = SubType(cmd.subType)
+        if sub_type.name not in service.policies.subscription_types_enabled(tn):
+            raise NotAllowedError(f"Topic[{{{tn.full}}}] doesn't support {sub_type.name} sub type!")
         if cmd.HasField("schema"):
             await check_consumer_schema(self.connection.service, topic, cmd.schema)
         durable = cmd.durable if cmd.HasField("durable") else True
@@ -195,17 +206,20 @@ class ConsumerSide:
             if cmd.HasField("start_message_id") else None
         )
         initial = "earliest" if cmd.initialPosition == pb.CommandSubscribe.Earliest else "latest"
+        if (durable and tn.is_persistent and cmd.subscription not in topic.subscriptions
+                and not service.policies.allow_auto_subscription_creation(tn)):
+            raise SubscriptionNotFoundError(f"Subscription {cmd.subscription} does not exist")
         sub: AnySubscription = await topic.get_or_create_subscription(
             cmd.subscription, durable=durable, initial_position=initial,
             start_message_id=start,
             properties={kv.key: kv.value for kv in cmd.subscription_properties},
+            max_subscriptions=service.policies.max_subscriptions_per_topic(tn),
         )
         rollback_s = int(cmd.start_message_rollback_duration_sec)
         if rollback_s > 0 and isinstance(sub, Subscription):
             await _roll_back(sub, rollback_s)
         if read_compacted or not sub.consumers:
             sub.read_compacted = read_compacted
-        sub_type = SubType(cmd.subType)
         mode: int | None = None
         ranges: tuple[HashRange, ...] = ()
         out_of_order = False
@@ -229,12 +243,17 @@ class ConsumerSide:
             metadata={kv.key: kv.value for kv in cmd.metadata},
             partition=partition,
             broker_metadata=self.connection.receives_broker_entry_metadata,
+            max_unacked_messages=service.policies.max_unacked_messages_per_consumer(tn),
         )
-        config = self.connection.service.config
-        # The limits are decided when the consumer is appended, after every await of the
-        # subscribe (broker/subscriptions/limits.py).
-        await sub.add_consumer(consumer, ConsumerLimits(config.max_consumers_per_topic,
-                                                        config.max_consumers_per_subscription))
+        policies = service.policies
+        if isinstance(sub, Subscription):
+            sub.max_unacked_messages = policies.max_unacked_messages_per_subscription(tn)
+            sub.dispatch_rate = policies.subscription_dispatch_rate(tn)
+            sub.topic_dispatch.rate = policies.topic_dispatch_rate(tn)
+        # The limits (topic over namespace over broker.conf) are decided when the consumer is
+        # appended, after every await of the subscribe (broker/subscriptions/limits.py).
+        await sub.add_consumer(consumer, ConsumerLimits(
+            policies.max_consumers_per_topic(tn), policies.max_consumers_per_subscription(tn)))
         if self._closed:
             sub.remove_consumer(consumer)
             return

@@ -112,8 +112,11 @@ async def create_producer(connection: ProducerConnection, m: pb.CommandProducer)
     # Storage read-only (disk full): ProducerBlockedQuotaExceededException, on which the
     # client fails its pending sends (broker/topics/publish_refusals.py).
     service.publish_refusals.check_producer()
-    topic = await service.get_any_topic(name.full,
-                                        create=service.config.allow_auto_topic_creation)
+    topic = await service.get_any_topic(
+        name.full, create=service.policies.auto_topic_creation(name).allowed)
+    topic.publish_rate.rate = service.policies.publish_rate(name)
+    if isinstance(topic, Topic):
+        topic.max_message_size_policy = service.policies.topic_max_message_size(name)
     max_producers = service.policies.max_producers_per_topic(name)
     topic.check_producer_limit(max_producers)  # early, before the work; attaching decides
     user_provided = m.HasField("producer_name") and m.producer_name != ""

@@ -110,6 +110,7 @@ class ReadThrottle:
         self._by_buffer = False
         self._by_output = False
         self._by_backlog = False
+        self._by_rate = False
         self.pending_requests = 0
         self.pending_bytes = 0
         self.paused = False
@@ -177,6 +178,12 @@ class ReadThrottle:
     def output_paused(self) -> bool:
         return self._by_output
 
+    def rate_held(self, held: bool) -> None:
+        """Hold reading while the topic's publish rate is exceeded (until its window ends)."""
+        if self._by_rate is not held:
+            self._by_rate = held
+            self._update()
+
     def backlog_held(self, held: bool) -> None:
         """Hold reading while the connection works through commands it applies in slices."""
         if self._by_backlog is not held:
@@ -184,7 +191,8 @@ class ReadThrottle:
             self._update()
 
     def _update(self) -> None:
-        paused = self._by_requests or self._by_buffer or self._by_output or self._by_backlog
+        paused = (self._by_requests or self._by_buffer or self._by_output or self._by_backlog
+                  or self._by_rate)
         if paused is self.paused:
             return
         self.paused = paused

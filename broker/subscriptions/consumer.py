@@ -53,8 +53,9 @@ __all__ = ["BY_REFERENCE_BYTES", "END_OF_TOPIC_CLIENTS", "MAX_UNACKED_MESSAGES_P
 #: copied into its frame: below it a copy costs less than another buffer of the write.
 BY_REFERENCE_BYTES = 16 * 1024
 
-#: Pulsar's maxUnackedMessagesPerConsumer: a Shared/Key_Shared consumer holding this many
-#: unacknowledged messages gets nothing more until it acks (protects against a stuck client).
+#: Pulsar's maxUnackedMessagesPerConsumer default: a Shared/Key_Shared consumer holding this
+#: many unacknowledged messages gets nothing more until it has acked half of them (protects
+#: against a stuck client).
 MAX_UNACKED_MESSAGES_PER_CONSUMER = 50_000
 
 #: CONNECT client_version prefixes of the clients that handle REACHED_END_OF_TOPIC (the Java
@@ -118,10 +119,14 @@ class Consumer:
         metadata: dict[str, str] | None = None,
         partition: int | None = None,
         broker_metadata: bool = False,
+        max_unacked_messages: int = MAX_UNACKED_MESSAGES_PER_CONSUMER,
     ) -> None:
         self.side = side
         self.broker_metadata = broker_metadata
         """MESSAGE frames keep the broker entry metadata of stored entries (else stripped)."""
+        #: maxUnackedMessagesPerConsumer (0: no limit); Shared/Key_Shared only
+        self.max_unacked_messages = max_unacked_messages
+        self.blocked_on_unacked = False
         self.consumer_id = consumer_id
         self.name = name
         self.sub_type = SubType(sub_type)
@@ -158,11 +163,6 @@ class Consumer:
     def writable(self) -> bool:
         """False while the connection's transport asks us to stop writing (back-pressure)."""
         return not self.side.writes_paused
-
-    @property
-    def blocked_on_unacked(self) -> bool:
-        return self.sub_type.shares_messages and \
-            self.unacked_messages >= MAX_UNACKED_MESSAGES_PER_CONSUMER
 
     @property
     def available(self) -> bool:
@@ -220,6 +220,9 @@ class Consumer:
         self.permits -= messages
         self.pending[position] = (messages, sticky_hash)
         self.unacked_messages += messages
+        if 0 < self.max_unacked_messages <= self.unacked_messages and \
+                self.sub_type.shares_messages:
+            self.blocked_on_unacked = True
         self.msg_out_counter += messages
         self.bytes_out_counter += len(entry)
         if redelivery_count:
@@ -275,6 +278,9 @@ class Consumer:
         item = self.pending.pop(position, None)
         if item is not None:
             self.unacked_messages -= item[0]
+            if self.blocked_on_unacked and \
+                    self.unacked_messages <= self.max_unacked_messages // 2:
+                self.blocked_on_unacked = False   # Pulsar unblocks at half the limit
         return item
 
     def notify_active(self, is_active: bool) -> None:

@@ -46,6 +46,7 @@ from broker.delayed.tracker import DelayedDeliveryTracker
 from broker.metrics.rates import RateMeter
 from broker.metrics.sources import BucketIndexFigures
 from broker.subscriptions.consumer import Consumer
+from broker.subscriptions.dispatch_rate import NO_DISPATCH_RATE, TopicDispatch
 from broker.subscriptions.dispatchers import (
     Dispatcher,
     KeySharedDispatcher,
@@ -130,6 +131,11 @@ class TopicContext(Protocol):
 
     def compacted_out(self, pos: Position) -> bool: ...
 
+    @property
+    def topic_dispatch(self) -> TopicDispatch:
+        """The topic's ``dispatchRate``, shared by its subscriptions."""
+        ...
+
     async def delete_subscription(self, name: str, *, force: bool = False) -> None: ...
 
     def consumer_count(self) -> int:
@@ -162,6 +168,8 @@ class Subscription:
         self.msg_redeliver_counter = 0
         self._rates = RateMeter()
         self.read_compacted = False  # skip what compaction superseded (set on SUBSCRIBE)
+        self.max_unacked_messages = 0  # maxUnackedMessagesPerSubscription (set on SUBSCRIBE)
+        self.dispatch_rate = NO_DISPATCH_RATE  # subscriptionDispatchRate (set on SUBSCRIBE)
         self.closed = False
         self.revisions = RevisionController(cursor)
         self.resets = CursorResets(self)
@@ -213,6 +221,16 @@ class Subscription:
             # Bucket snapshots from a previous run: recover them before anything is dispatched.
             await sub.delayed.recover()
         return sub
+
+    @property
+    def topic_dispatch(self) -> TopicDispatch:
+        return self.topic.topic_dispatch
+
+    @property
+    def blocked_on_unacked(self) -> bool:
+        """Dispatch is held by ``maxUnackedMessagesPerSubscription`` (stats, metrics)."""
+        dispatcher = self.dispatcher
+        return dispatcher is not None and dispatcher.blocked_on_unacked
 
     @property
     def subscription_properties(self) -> dict[str, str]:
@@ -491,14 +509,6 @@ class Subscription:
         now = asyncio.get_running_loop().time()
         return self._rates.rates(now, self._counter_values())[2]
 
-    @property
-    def blocked_on_unacked_messages(self) -> bool:
-        """Dispatch of the whole subscription stopped on its unacknowledged messages
-        (Pulsar's ``maxUnackedMessagesPerSubscription``). Horae limits unacknowledged messages
-        per consumer only (each consumer's ``blockedConsumerOnUnackedMsgs``), so a
-        subscription is never blocked as a whole."""
-        return False
-
     def _backlog_bytes(self, backlog: int) -> int:
         """Backlog in bytes, at the ledger's average entry size (as the topic's backlogSize)."""
         entries = self.ledger.number_of_entries
@@ -530,7 +540,7 @@ class Subscription:
             "msgBacklog": backlog,
             "backlogSize": self._backlog_bytes(backlog),
             "msgBacklogNoDelayed": max(0, backlog - delayed),
-            "blockedSubscriptionOnUnackedMsgs": self.blocked_on_unacked_messages,
+            "blockedSubscriptionOnUnackedMsgs": self.blocked_on_unacked,
             "msgDelayed": delayed,
             "unackedMessages": sum(c.unacked_messages for c in self.consumers),
             "type": SubType(self.sub_type).name if self.sub_type is not None else "None",

@@ -35,6 +35,8 @@ from broker.topics.access_modes import Admission, ProducerAccess, ProducerAdmiss
 from broker.topics.dedup import SequenceState
 from broker.topics.names import TopicName
 from broker.topics.producer import Producer, ProducerRequest, ProducerTransport
+from broker.topics.publish_rate import PublishRateLimiter
+from broker.topics.subscribe_rate import SubscribeRateLimiter
 from protocol import commands as C
 from protocol.errors import (
     NotAllowedError,
@@ -72,6 +74,8 @@ class NonPersistentTopic:
                                            lambda: not self.closed)
         self.dedup = _NoDeduplication()
         self.publish_latency_buckets = [0] * (len(PUBLISH_LATENCY_BUCKETS_MS) + 1)
+        self.publish_rate = PublishRateLimiter()  # its rate is set at each producer creation
+        self.subscribe_rate = SubscribeRateLimiter()  # its rate is set at each SUBSCRIBE
         self.closed = False
         self.msg_in_counter = 0
         self.bytes_in_counter = 0
@@ -183,11 +187,15 @@ class NonPersistentTopic:
                                          start_message_id: tuple[int, int] | None = None,
                                          sub_type: int = 0,
                                          properties: dict[str, str] | None = None,
+                                         max_subscriptions: int = 0,
                                          ) -> NonPersistentSubscription:
         if self.closed:
             raise ServiceNotReadyError(f"Topic {self.full} is being closed")
         sub = self.subscriptions.get(name)
         if sub is None:
+            if 0 < max_subscriptions <= len(self.subscriptions):
+                raise NotAllowedError(
+                    f"Exceed the maximum number of subscriptions of the topic: {self.full}")
             sub = self.subscriptions[name] = NonPersistentSubscription(self, name, properties)
         return sub
 

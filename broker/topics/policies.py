@@ -7,7 +7,7 @@ One :class:`PolicyStore` per broker, owned by :class:`broker.topics.service.Brok
 
 - kind ``"ns_policies"``, key ``"tenant/ns"``: the namespace's policy fields under Pulsar's
   ``Policies`` JSON names (``deduplicationEnabled``, ``schema_compatibility_strategy``,
-  ``compaction_threshold``, ``max_producers_per_topic``, ...);
+  ``compaction_threshold``, ``max_producers_per_topic``, ``max_consumers_per_topic``, ...);
 - kind ``"topic_policies"``, key the full topic name (a partitioned topic's parent name covers
   its partitions): Pulsar's ``TopicPolicies`` names (``deduplicationEnabled``,
   ``compactionThreshold``, ``schemaCompatibilityStrategy``).
@@ -25,14 +25,20 @@ and the admin API; nothing here touches topics (the service applies a change to 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from broker.config import BrokerConfig
 from broker.delayed.policy import DelayPolicy, resolve_policy
+from broker.subscriptions.dispatch_rate import DispatchRate
 from broker.topics.names import TopicName
+from broker.topics.publish_rate import PublishRate
+from broker.topics.subscribe_rate import SubscribeRate
+from protocol.errors import NotAllowedError
 from storage.metadata import MetadataStore
 
-__all__ = ["NS_DELAYED", "NS_KIND", "TOPIC_DELAYED", "TOPIC_KIND", "PolicyStore"]
+__all__ = ["NS_COUNT_LIMITS", "NS_DELAYED", "NS_KIND", "TOPIC_DELAYED", "TOPIC_KIND",
+           "AutoTopicCreation", "PolicyLimitError", "PolicyStore"]
 
 NS_KIND = "ns_policies"
 TOPIC_KIND = "topic_policies"
@@ -60,10 +66,58 @@ TOPIC_SCHEMA_VALIDATION = "schemaValidationEnforced"
 TOPIC_MAX_PRODUCERS = "maxProducerPerTopic"
 NS_REPLACE_BY_KEY = "delayed_delivery_replace_by_key"
 TOPIC_REPLACE_BY_KEY = "delayedDeliveryReplaceByKey"
+NS_MAX_CONSUMERS = "max_consumers_per_topic"
+TOPIC_MAX_CONSUMERS = "maxConsumerPerTopic"
+NS_MAX_CONSUMERS_PER_SUB = "max_consumers_per_subscription"
+TOPIC_MAX_CONSUMERS_PER_SUB = "maxConsumersPerSubscription"
+NS_MAX_SUBSCRIPTIONS = "max_subscriptions_per_topic"
+TOPIC_MAX_SUBSCRIPTIONS = "maxSubscriptionsPerTopic"
+NS_MAX_UNACKED_PER_CONSUMER = "max_unacked_messages_per_consumer"
+TOPIC_MAX_UNACKED_PER_CONSUMER = "maxUnackedMessagesOnConsumer"
+NS_MAX_UNACKED_PER_SUB = "max_unacked_messages_per_subscription"
+TOPIC_MAX_UNACKED_PER_SUB = "maxUnackedMessagesOnSubscription"
+NS_MAX_TOPICS = "max_topics_per_namespace"
+NS_PUBLISH_RATE = "publishMaxMessageRate"
+TOPIC_PUBLISH_RATE = "publishRate"
+TOPIC_MAX_MESSAGE_SIZE = "maxMessageSize"
+NS_SUBSCRIBE_RATE = "clusterSubscribeRate"
+TOPIC_SUBSCRIBE_RATE = "subscribeRate"
+NS_DISPATCH_RATE = "topicDispatchRate"
+TOPIC_DISPATCH_RATE = "dispatchRate"
+NS_SUBSCRIPTION_DISPATCH_RATE = "subscriptionDispatchRate"
+TOPIC_SUBSCRIPTION_DISPATCH_RATE = "subscriptionDispatchRate"
+NS_SUBSCRIPTION_TYPES = "subscription_types_enabled"
+TOPIC_SUBSCRIPTION_TYPES = "subscriptionTypesEnabled"
+NS_AUTO_TOPIC_CREATION = "autoTopicCreationOverride"
+NS_AUTO_SUBSCRIPTION_CREATION = "autoSubscriptionCreationOverride"
+TOPIC_AUTO_SUBSCRIPTION_CREATION = "autoSubscriptionCreationOverride"
+
+#: Namespace count limits (Policies field -> Pulsar's name in its 412 reasons); 0 is no limit.
+NS_COUNT_LIMITS = {NS_MAX_PRODUCERS: "maxProducersPerTopic",
+                   NS_MAX_UNACKED_PER_CONSUMER: "maxUnackedMessagesPerConsumer",
+                   NS_MAX_UNACKED_PER_SUB: "maxUnackedMessagesPerSubscription",
+                   NS_MAX_TOPICS: "maxTopicsPerNamespace",
+                   NS_MAX_CONSUMERS: "maxConsumersPerTopic",
+                   NS_MAX_CONSUMERS_PER_SUB: "maxConsumersPerSubscription",
+                   NS_MAX_SUBSCRIPTIONS: "maxSubscriptionsPerTopic"}
 
 #: Where delayed-delivery bodies were kept before they joined the fields above (read at load).
 LEGACY_DELAYED_KINDS = (("namespace_policy", NS_KIND, NS_DELAYED),
                         ("topic_policy", TOPIC_KIND, TOPIC_DELAYED))
+
+
+class PolicyLimitError(NotAllowedError):
+    """A namespace limit refuses to create something (``maxTopicsPerNamespace``): NotAllowed
+    on the wire, 412 Precondition Failed over REST, as Pulsar answers."""
+
+
+@dataclass(frozen=True, slots=True)
+class AutoTopicCreation:
+    """Whether a producer, consumer or lookup may create a missing topic, and as what."""
+
+    allowed: bool
+    partitioned: bool
+    partitions: int   # of a partitioned one
 
 
 class PolicyStore:
@@ -216,6 +270,129 @@ class PolicyStore:
         """Most producers on the topic (0: no limit), ``maxProducersPerTopic`` by default."""
         value = self._resolve(tn, TOPIC_MAX_PRODUCERS, NS_MAX_PRODUCERS)
         return self.config.max_producers_per_topic if value is None else int(value)
+
+    def max_consumers_per_topic(self, tn: TopicName) -> int:
+        """Most consumers on the topic (0: no limit), ``maxConsumersPerTopic`` by default."""
+        value = self._resolve(tn, TOPIC_MAX_CONSUMERS, NS_MAX_CONSUMERS)
+        return self.config.max_consumers_per_topic if value is None else int(value)
+
+    def max_consumers_per_subscription(self, tn: TopicName) -> int:
+        """Most consumers on one subscription of the topic (0: no limit),
+        ``maxConsumersPerSubscription`` by default."""
+        value = self._resolve(tn, TOPIC_MAX_CONSUMERS_PER_SUB, NS_MAX_CONSUMERS_PER_SUB)
+        return self.config.max_consumers_per_subscription if value is None else int(value)
+
+    def max_subscriptions_per_topic(self, tn: TopicName) -> int:
+        """Most subscriptions on the topic (0: no limit), ``maxSubscriptionsPerTopic`` by
+        default; a subscribe that would create one more is refused with NotAllowed."""
+        value = self._resolve(tn, TOPIC_MAX_SUBSCRIPTIONS, NS_MAX_SUBSCRIPTIONS)
+        return self.config.max_subscriptions_per_topic if value is None else int(value)
+
+    def max_unacked_messages_per_consumer(self, tn: TopicName) -> int:
+        """Unacknowledged messages a Shared/Key_Shared consumer may hold (0: no limit),
+        ``maxUnackedMessagesPerConsumer`` by default."""
+        value = self._resolve(tn, TOPIC_MAX_UNACKED_PER_CONSUMER, NS_MAX_UNACKED_PER_CONSUMER)
+        return self.config.max_unacked_messages_per_consumer if value is None else int(value)
+
+    def max_unacked_messages_per_subscription(self, tn: TopicName) -> int:
+        """Unacknowledged messages a Shared/Key_Shared subscription may hold (0: no limit),
+        ``maxUnackedMessagesPerSubscription`` by default."""
+        value = self._resolve(tn, TOPIC_MAX_UNACKED_PER_SUB, NS_MAX_UNACKED_PER_SUB)
+        return self.config.max_unacked_messages_per_subscription if value is None \
+            else int(value)
+
+    def publish_rate(self, tn: TopicName) -> PublishRate:
+        """The topic's (else the namespace's) ``publishRate``, else
+        ``maxPublishRatePerTopicInMessages`` / ``...InBytes``."""
+        value = self._resolve(tn, TOPIC_PUBLISH_RATE, NS_PUBLISH_RATE)
+        if value is None:
+            c = self.config
+            return PublishRate(c.max_publish_rate_per_topic_in_messages,
+                               c.max_publish_rate_per_topic_in_bytes)
+        return PublishRate(int(value["publishThrottlingRateInMsg"]),
+                           int(value["publishThrottlingRateInByte"]))
+
+    def topic_max_message_size(self, tn: TopicName) -> int:
+        """The topic's ``maxMessageSize`` policy in bytes (0: none; the broker's
+        ``maxMessageSize`` bounds every frame anyway). Pulsar has no namespace level."""
+        for key in (tn.full, tn.partitioned_parent if tn.is_partition else None):
+            if key is not None:
+                value = self._topics.get(key, {}).get(TOPIC_MAX_MESSAGE_SIZE)
+                if value is not None:
+                    return int(value)
+        return 0
+
+    def subscribe_rate(self, tn: TopicName) -> SubscribeRate:
+        """The topic's (else the namespace's) ``subscribeRate``, else
+        ``subscribeThrottlingRatePerConsumer`` per ``subscribeRatePeriodPerConsumerInSecond``."""
+        value = self._resolve(tn, TOPIC_SUBSCRIBE_RATE, NS_SUBSCRIBE_RATE)
+        if value is None:
+            c = self.config
+            return SubscribeRate(c.subscribe_throttling_rate_per_consumer,
+                                 c.subscribe_rate_period_per_consumer_in_second)
+        return SubscribeRate(int(value["subscribeThrottlingRatePerConsumer"]),
+                             int(value["ratePeriodInSecond"]))
+
+    def topic_dispatch_rate(self, tn: TopicName) -> DispatchRate:
+        """The topic's (else the namespace's) ``dispatchRate``, else
+        ``dispatchThrottlingRatePerTopicInMsg`` / ``...InByte`` per second."""
+        value = self._resolve(tn, TOPIC_DISPATCH_RATE, NS_DISPATCH_RATE)
+        if value is None:
+            c = self.config
+            return DispatchRate(c.dispatch_throttling_rate_per_topic_in_msg,
+                                c.dispatch_throttling_rate_per_topic_in_byte, 1)
+        return DispatchRate(int(value["dispatchThrottlingRateInMsg"]),
+                            int(value["dispatchThrottlingRateInByte"]),
+                            int(value["ratePeriodInSecond"]))
+
+    def subscription_dispatch_rate(self, tn: TopicName) -> DispatchRate:
+        """The topic's (else the namespace's) ``subscriptionDispatchRate``, else
+        ``dispatchThrottlingRatePerSubscriptionInMsg`` / ``...InByte`` per second."""
+        value = self._resolve(tn, TOPIC_SUBSCRIPTION_DISPATCH_RATE, NS_SUBSCRIPTION_DISPATCH_RATE)
+        if value is None:
+            c = self.config
+            return DispatchRate(c.dispatch_throttling_rate_per_subscription_in_msg,
+                                c.dispatch_throttling_rate_per_subscription_in_byte, 1)
+        return DispatchRate(int(value["dispatchThrottlingRateInMsg"]),
+                            int(value["dispatchThrottlingRateInByte"]),
+                            int(value["ratePeriodInSecond"]))
+
+    def max_topics_per_namespace(self, namespace: str) -> int:
+        """Most persistent topics (partitions counting) in *namespace* (0: no limit), the
+        namespace's value else ``maxTopicsPerNamespace``."""
+        value = self._ns.get(namespace, {}).get(NS_MAX_TOPICS)
+        return self.config.max_topics_per_namespace if value is None else int(value)
+
+    def subscription_types_enabled(self, tn: TopicName) -> tuple[str, ...]:
+        """The subscription types a SUBSCRIBE may use (Pulsar's names): the topic's (else the
+        namespace's) non-empty list, else ``subscriptionTypesEnabled``."""
+        value = self._resolve(tn, TOPIC_SUBSCRIPTION_TYPES, NS_SUBSCRIPTION_TYPES)
+        if not value:
+            return self.config.subscription_types_enabled_names
+        return tuple(value)
+
+    def auto_topic_creation(self, tn: TopicName) -> AutoTopicCreation:
+        """The namespace's ``autoTopicCreationOverride`` (Pulsar has no topic level), else
+        ``allowAutoTopicCreation``, ``allowAutoTopicCreationType``, ``defaultNumPartitions``."""
+        c = self.config
+        override = self._ns.get(tn.namespace, {}).get(NS_AUTO_TOPIC_CREATION)
+        if override is None:
+            return AutoTopicCreation(c.allow_auto_topic_creation,
+                                     c.allow_auto_topic_creation_type == "partitioned",
+                                     c.default_num_partitions)
+        partitioned = override.get("topicType") == "partitioned"
+        partitions = override.get("defaultNumPartitions")
+        return AutoTopicCreation(bool(override.get("allowAutoTopicCreation")), partitioned,
+                                 c.default_num_partitions if partitions is None
+                                 else int(partitions))
+
+    def allow_auto_subscription_creation(self, tn: TopicName) -> bool:
+        """Whether a durable SUBSCRIBE may create a missing subscription: the topic's (else the
+        namespace's) ``autoSubscriptionCreationOverride``, else ``allowAutoSubscriptionCreation``."""
+        value = self._resolve(tn, TOPIC_AUTO_SUBSCRIPTION_CREATION, NS_AUTO_SUBSCRIPTION_CREATION)
+        if value is None:
+            return self.config.allow_auto_subscription_creation
+        return bool(value.get("allowAutoSubscriptionCreation"))
 
     def schema_validation_enforced(self, tn: TopicName) -> bool:
         """Producers without a schema are refused on a topic with one: the broker's

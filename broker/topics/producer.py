@@ -68,6 +68,7 @@ from broker.delayed.rejection import DelayRejection
 from broker.metrics.rates import iso_ms
 from broker.topics.dedup import SequenceState
 from broker.topics.publish_answers import Answers
+from broker.topics.publish_rate import PublishRateLimiter
 from broker.topics.publish_records import Pending, PublishRun, answerable
 from broker.topics.publish_refusals import REASON_DISK
 from broker.topics.storage_errors import StorageFailure
@@ -164,6 +165,9 @@ class ProducerTransport(Protocol):
     def producer_ready(self, producer: Producer) -> None:
         """A queued WaitForExclusive *producer* was given the topic: register it."""
 
+    def hold_reading_for(self, seconds: float) -> None:
+        """Stop reading the connection for *seconds* (the topic's publish rate is exceeded)."""
+
 
 class ResendPolicy(Protocol):
     """How a topic answers a re-send (:meth:`broker.topics.dedup.MessageDeduplication.resend`;
@@ -181,6 +185,7 @@ class PublishTarget(Protocol):
     def dedup(self) -> ResendPolicy: ...
 
     publish_latency_buckets: list[int]
+    publish_rate: PublishRateLimiter
 
     def check_publish(self, entry: bytes) -> tuple[bytes, int, bool]: ...
 
@@ -269,6 +274,11 @@ class Producer:
         finally:
             self._sending = False
         self.connection.publish_started(len(sends), nbytes)
+        limiter = self.topic.publish_rate
+        if limiter.rate.limited:
+            hold_s = limiter.record(sum(s.num_messages for s in sends), nbytes, self._loop.time())
+            if hold_s > 0:
+                self.connection.hold_reading_for(hold_s)
         self._answer_head()
 
     def _take(self, sends: list[SendFrame]) -> int:

@@ -53,7 +53,7 @@ from broker.topics.heartbeat import HeartbeatNames
 from broker.topics.inactive import InactiveTopicSweeper
 from broker.topics.names import TopicName
 from broker.topics.nonpersistent import NonPersistentTopic, NonPersistentTopics
-from broker.topics.policies import NS_DELAYED, TOPIC_DELAYED, PolicyStore
+from broker.topics.policies import NS_DELAYED, TOPIC_DELAYED, PolicyLimitError, PolicyStore
 from broker.topics.publish_refusals import PublishRefusals
 from broker.topics.schemas import SchemaRegistry, schema_id
 from broker.topics.storage_errors import StorageOp, storage_failure
@@ -293,6 +293,8 @@ class BrokerService:
                 if parent in self._partitioned:
                     raise TopicNotFoundError(
                         f"Partition {tn.partition_index} of {parent} does not exist")
+            if not self._is_existing_partition(tn):
+                self._check_max_topics(tn, 1)
         fut: asyncio.Future[Topic] = self.loop.create_future()
         self._loading[full] = fut
         try:
@@ -337,6 +339,22 @@ class BrokerService:
             del self._unloading[topic.full]
             done.set_result(None)
 
+    def _check_max_topics(self, tn: TopicName, adding: int) -> None:
+        """``maxTopicsPerNamespace`` (namespace policy over broker.conf, 0: no limit): the
+        persistent topics of the namespace, each partition counting, plus *adding* may not
+        pass it (NotAllowed; REST 412), as Pulsar counts them. Counted only when a topic is
+        created, never on the publish path."""
+        limit = self.policies.max_topics_per_namespace(tn.namespace)
+        if limit <= 0:
+            return
+        ns = tn.namespace
+        names = {n for n in set(self.store.ledger_names()) | set(self.topics) if _in_namespace(n, ns)}
+        count = sum(1 for n in names if not self._is_existing_partition(TopicName.parse(n)))
+        count += sum(n for parent, n in self._partitioned.items()
+                     if _in_namespace(parent, ns) and TopicName.parse(parent).is_persistent)
+        if count + adding > limit:
+            raise PolicyLimitError("Exceed maximum number of topics in namespace")
+
     async def list_topics(self, namespace: str) -> list[str]:
         """Non-partitioned topics and existing partitions of *namespace* (full names)."""
         self.tenancy.require_namespace(namespace)
@@ -371,6 +389,8 @@ class BrokerService:
         self.tenancy.require_namespace(tn.namespace)
         if tn.full in self._partitioned or self._topic_known(tn):
             raise NotAllowedError("This topic already exists")
+        if tn.is_persistent:
+            self._check_max_topics(tn, partitions)
         await self.store.metadata.put("topic", tn.full, {"partitions": partitions})
         self._partitioned[tn.full] = partitions
         if tn.is_persistent:
@@ -395,20 +415,20 @@ class BrokerService:
 
     async def lookup_partition_count(self, name: str) -> int:
         """Partitions of *name* as a client's partitioned-metadata lookup sees them: with
-        ``allowAutoTopicCreationType=partitioned``, a topic that does not exist yet (nor as a
-        non-partitioned one, nor as a partition name) is created partitioned first, with
-        ``defaultNumPartitions``, as Pulsar's lookup creates it."""
+        ``allowAutoTopicCreationType=partitioned`` (or a namespace's ``autoTopicCreation``
+        override saying so), a topic that does not exist yet (nor as a non-partitioned one, nor
+        as a partition name) is created partitioned first, with ``defaultNumPartitions``, as
+        Pulsar's lookup creates it."""
         tn = TopicName.parse(name)
         n = self._partitioned.get(tn.full, 0)
-        config = self.config
-        if (n > 0 or not config.allow_auto_topic_creation
-                or config.allow_auto_topic_creation_type != "partitioned"
+        auto = self.policies.auto_topic_creation(tn)
+        if (n > 0 or not auto.allowed or not auto.partitioned
                 or tn.is_partition or not self.tenancy.namespace_exists(tn.namespace)
                 or self._topic_known(tn)):
             return n
         # NotAllowed: created meanwhile, by another lookup or as a non-partitioned topic
         with contextlib.suppress(NotAllowedError):
-            await self.create_partitioned_topic(tn.full, config.default_num_partitions)
+            await self.create_partitioned_topic(tn.full, auto.partitions)
         return self._partitioned.get(tn.full, 0)
 
     async def delete_topic(self, name: str, *, force: bool = False) -> None:

@@ -8,7 +8,7 @@ nothing here is on the hot path and nothing is cached. Field names and value for
 Pulsar's REST documents (``ledgerId:entryId`` strings for positions, ``-1:-1`` for none; ISO
 times as :func:`broker.metrics.rates.iso_ms` prints them) so Pulsar's tooling reads them unchanged.
 Fields Horae has no counterpart for keep Pulsar's neutral values (0, false, empty):
-``publishRateLimitedTimes`` (no publish rate limits), ``offloadedStorageSize`` (no tiered
+``offloadedStorageSize`` (no tiered
 storage), ``earliestMsgPublishTimeInBacklogs`` (Pulsar fills it only when asked with
 ``getEarliestTimeInBacklog=true``; it costs a read per subscription).
 
@@ -65,7 +65,7 @@ def topic_stats(topic: Topic) -> dict[str, Any]:
         "msgChunkPublished": False,
         "storageSize": topic.storage_size,
         "backlogSize": topic.backlog_size_bytes(),
-        "publishRateLimitedTimes": 0,
+        "publishRateLimitedTimes": topic.publish_rate.limited_times,
         "earliestMsgPublishTimeInBacklogs": 0,
         "offloadedStorageSize": 0,
         "waitingPublishers": topic.admission.waiting,

@@ -67,6 +67,7 @@ from broker.delayed.policy import DelayPolicy
 from broker.delayed.residual import delete_residual_snapshots
 from broker.metrics.entry_size import ENTRY_SIZE_BUCKETS_BYTES
 from broker.metrics.rates import PUBLISH_LATENCY_BUCKETS_MS, RateMeter
+from broker.subscriptions.dispatch_rate import TopicDispatch
 from broker.subscriptions.selectors import KeySharedSelector, new_selector
 from broker.subscriptions.subscription import Subscription
 from broker.topics.access_modes import Admission, ProducerAccess, ProducerAdmission
@@ -78,9 +79,11 @@ from broker.topics.entry_metadata import EntryStamper
 from broker.topics.names import TopicName
 from broker.topics.policies import PolicyStore
 from broker.topics.producer import Producer, ProducerRequest, ProducerTransport
+from broker.topics.publish_rate import PublishRateLimiter
 from broker.topics.publish_refusals import PublishRefusals
 from broker.topics.replace_by_key import TopicReplaceByKey
 from broker.topics.storage_errors import StorageOp, storage_failure
+from broker.topics.subscribe_rate import SubscribeRateLimiter
 from broker.topics.termination import TERMINATED_REASON, Termination
 from broker.topics.topic_state import TopicState
 from broker.topics.trim import LedgerTrimmer
@@ -161,7 +164,14 @@ class Topic:
         self.delayed_rejected_counter = 0
         self.fixed_delay_overridden_counter = 0
         self.publish_latency_buckets = [0] * (len(PUBLISH_LATENCY_BUCKETS_MS) + 1)
+        self.publish_rate = PublishRateLimiter()  # its rate is set at each producer creation
+        self.subscribe_rate = SubscribeRateLimiter()  # its rate is set at each SUBSCRIBE
+        # dispatchRate, shared by the subscriptions (its rate is set at each SUBSCRIBE)
+        self.topic_dispatch = TopicDispatch(
+            lambda: (self.msg_out_counter, self.bytes_out_counter))
         self._max_message_size = host.config.max_message_size  # bounds a chunked message
+        #: the topic's maxMessageSize policy (0: none), set at each producer creation
+        self.max_message_size_policy = 0
         self.publish_latency_sum_ms = 0.0
         self.publish_latency_count = 0
         #: Appended entries per size bound of ENTRY_SIZE_BUCKETS_BYTES (overflow last), bytes.
@@ -264,10 +274,14 @@ class Topic:
         messages in it, whether it is a chunk other than the last of its message).
 
         Raises RequestError subclasses (SEND_ERROR): MalformedEntryError (ChecksumError code),
-        NotAllowedError (max delay exceeded), ServiceNotReadyError, TopicTerminatedError.
+        NotAllowedError (max delay exceeded, the topic's maxMessageSize), ServiceNotReadyError,
+        TopicTerminatedError.
         """
         if self.state is not _OPEN:
             self._check_publishing()
+        limit = self.max_message_size_policy
+        if limit and len(entry) - 4 > limit:   # metadata and payload, as Pulsar measures
+            raise NotAllowedError("Exceed maximum message size")
         # Hot path: the metadata is checked from its bytes (protocol.metadata_scan), no protobuf;
         # a layout the scan declines gets one upb parse, which accepts it or raises.
         max_size = self._max_message_size
@@ -420,7 +434,10 @@ class Topic:
                                          initial_position: str = "latest",
                                          start_message_id: tuple[int, int] | None = None,
                                          properties: Mapping[str, str] | None = None,
+                                         max_subscriptions: int = 0,
                                          ) -> Subscription:
+        """The subscription *name*, created when missing unless the topic already has
+        *max_subscriptions* (0: no limit; counted with those being created, in this step)."""
         sub = self.subscriptions.get(name)
         if sub is not None:
             return sub
@@ -431,6 +448,9 @@ class Topic:
             raise ServiceNotReadyError(f"Topic {self.full} is being closed or reloaded")
         if name in (DEDUP_CURSOR, COMPACTION_CURSOR):
             raise NotAllowedError(f"Subscription name {name} is reserved")
+        if 0 < max_subscriptions <= len(self.subscriptions) + len(self._sub_creating):
+            raise NotAllowedError(
+                f"Exceed the maximum number of subscriptions of the topic: {self.full}")
         fut: asyncio.Future[Subscription] = self.loop.create_future()
         self._sub_creating[name] = fut
         try:

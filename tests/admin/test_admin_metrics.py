@@ -18,6 +18,7 @@ from broker.metrics.collector import HoraeCollector
 from broker.metrics.lag import LoopLagProbe
 from broker.metrics.sources import MetricsSource
 from broker.net.throttle import OutputPauses, PublishBuffer
+from broker.topics.publish_rate import PublishRateLimiter
 from storage.stats import StorageStats
 
 from .conftest import Api
@@ -208,10 +209,10 @@ class _FakeSubscription:
     consumers: list[_FakeConsumer] = dataclasses.field(default_factory=list)
     msg_out_counter: int = 0
     bytes_out_counter: int = 0
+    blocked_on_unacked: bool = False
     delayed_tracker: _FakeBucketTracker | _FakeMemoryTracker | None = None
     delayed: _FakeDelayed = dataclasses.field(default_factory=_FakeDelayed)
     redeliver: float = 0.0
-    blocked_on_unacked_messages: bool = False
 
     def redeliver_rate(self) -> float:
         return self.redeliver
@@ -238,6 +239,7 @@ class _FakeTopic:
     delayed_rejected_counter: int = 0
     fixed_delay_overridden_counter: int = 0
     dedup_producers_evicted_counter: int = 0
+    publish_rate: PublishRateLimiter = dataclasses.field(default_factory=PublishRateLimiter)
     storage_size: int = 0
     publish_latency_buckets: list[int] = dataclasses.field(default_factory=lambda: [0] * 10)
     publish_latency_sum_ms: float = 0.0
@@ -539,7 +541,7 @@ def test_collector_exports_pulsar_storage_and_subscription_series() -> None:
     assert _value(samples, "pulsar_subscription_msg_rate_redeliver", **sub) == 2.5
     assert _value(samples, "pulsar_subscription_blocked_on_unacked_messages", **sub) == 0
     blocked = _storage_topic(f"{T}/blocked")
-    blocked.subscriptions["s"].blocked_on_unacked_messages = True
+    blocked.subscriptions["s"].blocked_on_unacked = True
     samples = _samples(_exposition(_FakeService(BrokerConfig(), {blocked.full: blocked})))
     assert _value(samples, "pulsar_subscription_blocked_on_unacked_messages",
                   topic=blocked.full, subscription="s") == 1

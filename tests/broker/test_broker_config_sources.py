@@ -99,12 +99,12 @@ SUITE_HORAE_KEYS = {
     "messageExpiryCheckIntervalInMinutes": "5", "defaultRetentionTimeInMinutes": "0",
     "defaultRetentionSizeInMB": "0",
     "allowAutoTopicCreationType": "non-partitioned",
-    "defaultNumPartitions": "1",
+    "defaultNumPartitions": "1", "maxUnackedMessagesPerConsumer": "50000",
 }
 SUITE_PULSAR_ONLY_KEYS = [
     "zooKeeperSessionTimeoutMillis", "backlogQuotaCheckEnabled", "backlogQuotaDefaultLimitGB",
     "clientLibraryVersionCheckEnabled", "clientLibraryVersionCheckAllowUnversioned",
-    "statusFilePath", "maxUnackedMessagesPerConsumer", "subscriptionRedeliveryTrackerEnabled",
+    "statusFilePath", "subscriptionRedeliveryTrackerEnabled",
     "acknowledgmentAtBatchIndexLevelEnabled", "bookkeeperClientTimeoutInSeconds",
     "bookkeeperClientSpeculativeReadTimeoutInMillis", "bookkeeperClientHealthCheckEnabled",
     "bookkeeperClientHealthCheckIntervalSeconds",

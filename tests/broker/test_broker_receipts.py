@@ -15,6 +15,7 @@ from test_broker_states import make_connection
 
 from broker.topics.dedup_state import RECEIPT_WINDOW, SequenceState
 from broker.topics.producer import Producer, ProducerState
+from broker.topics.publish_rate import PublishRateLimiter
 from protocol import pulsar_pb as pb
 from protocol.errors import ServerError
 from protocol.send_path import SendFrame
@@ -32,6 +33,7 @@ class FakeTopic:
         self.full = "persistent://public/default/receipts"
         self.runs: list[tuple[list[bytes], Any]] = []  # (entries, sink) of append_run
         self.publish_latency_buckets = [0] * 16
+        self.publish_rate = PublishRateLimiter()
         self.recorded = 0
         self.failures: list[object] = []
 

@@ -12,6 +12,7 @@ from broker.delayed.policy import DelayPolicy
 from broker.delayed.tracker import DelayedDeliveryTracker
 from broker.net.consumers import ConsumerSide
 from broker.subscriptions.consumer import Consumer
+from broker.subscriptions.dispatch_rate import TopicDispatch
 from broker.subscriptions.selectors import KeySharedSelector, new_selector
 from broker.subscriptions.subscription import Subscription
 from protocol import pulsar_pb as pb
@@ -54,6 +55,7 @@ class StubTopic:
         self.terminated = False
         self.close_gate: asyncio.Event | None = None
         self.closing = asyncio.Event()
+        self.topic_dispatch = TopicDispatch(lambda: (0, 0))   # no dispatchRate
 
     def delay_policy(self) -> DelayPolicy:
         return POLICY

@@ -19,6 +19,7 @@ from broker.config import BrokerConfig
 from broker.delayed import DelayPolicy, TrackerFactory
 from broker.net.consumers import ConsumerSide
 from broker.subscriptions.consumer import Consumer, HashRange
+from broker.subscriptions.dispatch_rate import TopicDispatch
 from broker.subscriptions.selectors import (
     ConsistentHashingSelector,
     ConsumerAssignError,
@@ -64,6 +65,7 @@ class StubTopic:
         self.partition_index = -1
         self.terminated = False
         self.subscriptions: dict[str, Any] = {}
+        self.topic_dispatch = TopicDispatch(lambda: (0, 0))   # no dispatchRate
 
     touches = 0
 
@@ -370,11 +372,9 @@ async def _settle_dispatch(sub: Any) -> None:
 
 
 async def test_shared_consumer_with_too_many_unacked_messages_waits_for_acks(
-        ledger: Any, monkeypatch: Any) -> None:
-    import broker.subscriptions.consumer
-
-    monkeypatch.setattr(broker.subscriptions.consumer, "MAX_UNACKED_MESSAGES_PER_CONSUMER", 3)
+        ledger: Any) -> None:
     sub, conn, consumer = await _setup(ledger, 10, sub_type=1)
+    consumer.max_unacked_messages = 3
     consumer.permits = 100
     sub.dispatcher.schedule()
     await _settle_dispatch(sub)

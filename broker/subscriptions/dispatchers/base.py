@@ -49,6 +49,7 @@ from sortedcontainers import SortedSet
 
 from broker.delayed.delivery import DelayedDelivery
 from broker.subscriptions.consumer import Consumer
+from broker.subscriptions.dispatch_rate import DispatchRate, DispatchRateLimiter, TopicDispatch
 from broker.subscriptions.dispatchers.cursors import SubscriptionCursor
 from broker.subscriptions.revision import RevisionSource
 from protocol.errors import ProtocolError
@@ -78,6 +79,15 @@ class DispatchContext(Protocol):
     bytes_out_counter: int
     redelivery_counts: dict[Position, int]
     batch_acks: dict[Position, int]
+    #: maxUnackedMessagesPerSubscription of a Shared/Key_Shared subscription (0: no limit)
+    max_unacked_messages: int
+    #: subscriptionDispatchRate: dispatch waits for the next period past it
+    dispatch_rate: DispatchRate
+
+    @property
+    def topic_dispatch(self) -> TopicDispatch:
+        """The topic's ``dispatchRate``, shared by its subscriptions."""
+        ...
 
     @property
     def cursor(self) -> SubscriptionCursor: ...
@@ -121,6 +131,10 @@ class Dispatcher:
         self._task: asyncio.Task[None] | None = None
         self._again = False
         self._closed = False
+        #: maxUnackedMessagesPerSubscription reached (stats' blockedSubscriptionOnUnackedMsgs)
+        self.blocked_on_unacked = False
+        self.rate_limiter = DispatchRateLimiter()
+        self._rate_wake: asyncio.TimerHandle | None = None
 
     # ------------------------------------------------------------------ consumers
 
@@ -257,6 +271,9 @@ class Dispatcher:
 
     async def close(self) -> None:
         self._closed = True
+        if self._rate_wake is not None:
+            self._rate_wake.cancel()
+            self._rate_wake = None
         task = self._task
         if task is not None and task is not asyncio.current_task():
             task.cancel()
@@ -267,7 +284,51 @@ class Dispatcher:
 
     def _budget(self) -> int:
         """How many messages may be sent this round (0 = do not read)."""
+        if self._blocked_on_unacked_messages():
+            return 0
         return sum(c.permits for c in self.consumers if c.available)
+
+    def _rate_limited(self, budget: int) -> int:
+        """*budget* cut to what ``subscriptionDispatchRate`` and the topic's ``dispatchRate``
+        still allow in this period; at 0
+        a round is scheduled for the period's end (:mod:`broker.subscriptions.dispatch_rate`)."""
+        rate = self.sub.dispatch_rate
+        topic_dispatch = self.sub.topic_dispatch
+        if budget <= 0 or not (rate.limited or topic_dispatch.rate.limited):
+            return budget
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        allowed, wait_s = -1, 0.0
+        if rate.limited:
+            allowed, wait_s = self.rate_limiter.allowance(
+                rate, self.sub.msg_out_counter, self.sub.bytes_out_counter, now)
+        if allowed != 0:
+            topic_allowed, topic_wait_s = topic_dispatch.allowance(now)
+            if topic_allowed == 0 or (topic_allowed > 0 and
+                                      (allowed < 0 or topic_allowed < allowed)):
+                allowed, wait_s = topic_allowed, topic_wait_s
+        if allowed == 0:
+            if self._rate_wake is None:
+                self._rate_wake = loop.call_later(wait_s, self._rate_period_ended)
+            return 0
+        return budget if allowed < 0 else min(budget, allowed)
+
+    def _rate_period_ended(self) -> None:
+        self._rate_wake = None
+        self.schedule()
+
+    def _blocked_on_unacked_messages(self) -> bool:
+        """Shared/Key_Shared: once the consumers hold ``maxUnackedMessagesPerSubscription``
+        unacknowledged messages nothing more is read until they fall to half of it, as
+        Pulsar's dispatcher does (acks schedule a round, which looks again)."""
+        limit = self.sub.max_unacked_messages
+        if limit <= 0 or self.sub_type is None or not self.sub_type.shares_messages:
+            self.blocked_on_unacked = False
+            return False
+        unacked = sum(c.unacked_messages for c in self.consumers)
+        self.blocked_on_unacked = unacked > limit // 2 if self.blocked_on_unacked \
+            else unacked >= limit
+        return self.blocked_on_unacked
 
     def _may_read_new(self) -> bool:
         """False while the delayed tracker asks to pause (fixed-delay detection, a full
@@ -286,7 +347,7 @@ class Dispatcher:
         revisions = sub.revisions
         if not self.consumers or revisions.under_revision:
             return False  # the reset schedules a round when it ends
-        budget = self._budget()
+        budget = self._rate_limited(self._budget())
         if budget <= 0:
             return False
         cursor = sub.cursor
@@ -312,7 +373,7 @@ class Dispatcher:
             if self._deliver(entries, from_replay=True, blocked=blocked, revision=revision) or \
                     len(self.replay) < before:
                 progressed = True
-            budget = self._budget()
+            budget = self._rate_limited(self._budget())
         # Replays go strictly first, except on Key_Shared where blocked keys may wait while
         # other keys move on (their order is kept per key by the hash rules).
         if budget > 0 and (not self.replay or self.needs_hash) and self._may_read_new():

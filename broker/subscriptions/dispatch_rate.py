@@ -1,0 +1,88 @@
+"""Subscription dispatch rate: Pulsar's ``DispatchRate`` delays dispatch, it never drops.
+
+Theory of operation
+-------------------
+A :class:`DispatchRate` (messages and bytes per ``ratePeriodInSecond``; ``<= 0`` is no limit)
+is resolved from the topic's ``subscriptionDispatchRate`` policy, else the namespace's, else
+``dispatchThrottlingRatePerSubscriptionInMsg`` / ``...InByte`` (both 0 by default), and set on
+the subscription at each SUBSCRIBE. The subscription's dispatcher asks its
+:class:`DispatchRateLimiter` before each round how many messages it may still send in the
+current period; the limiter reads the subscription's plain out counters (no hook on the send
+path) and remembers their values when a period starts. At 0 the dispatcher reads nothing and
+wakes when the period ends, as Pulsar's dispatcher re-schedules its read after the throttle
+period. A round may pass the limit by the messages of one read (a batch), as in Pulsar. A topic's
+``dispatchRate`` (else ``dispatchThrottlingRatePerTopicInMsg`` / ``...InByte``) is one
+:class:`TopicDispatch` on the topic that every subscription's dispatcher asks as well, counting
+what all of them sent; the smaller allowance wins.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+__all__ = ["NO_DISPATCH_RATE", "DispatchRate", "DispatchRateLimiter", "TopicDispatch"]
+
+
+@dataclass(frozen=True, slots=True)
+class DispatchRate:
+    """Pulsar's DispatchRate body, in its units."""
+
+    msgs: int = -1          # dispatchThrottlingRateInMsg
+    bytes: int = -1         # dispatchThrottlingRateInByte
+    period_s: int = 1       # ratePeriodInSecond
+
+    @property
+    def limited(self) -> bool:
+        return self.msgs > 0 or self.bytes > 0
+
+
+NO_DISPATCH_RATE = DispatchRate()
+
+
+class TopicDispatch:
+    """A topic's ``dispatchRate``, shared by its subscriptions' dispatchers: each asks
+    :meth:`allowance` with the topic's out counters (the sums over its subscriptions)."""
+
+    def __init__(self, counters: Callable[[], tuple[int, int]]) -> None:
+        self.rate = NO_DISPATCH_RATE  # set at each SUBSCRIBE
+        self._counters = counters
+        self.limiter = DispatchRateLimiter()
+
+    def allowance(self, now: float) -> tuple[int, float]:
+        """As :meth:`DispatchRateLimiter.allowance`; ``(-1, 0)`` without a limit."""
+        if not self.rate.limited:
+            return -1, 0.0
+        msgs, nbytes = self._counters()
+        return self.limiter.allowance(self.rate, msgs, nbytes, now)
+
+
+class DispatchRateLimiter:
+    """What one subscription dispatched in the current period (module docstring)."""
+
+    def __init__(self) -> None:
+        self._period_end = 0.0
+        self._msgs_at_start = 0
+        self._bytes_at_start = 0
+        #: rounds held back by the rate (stats' dispatchThrottledMsgEventsBySubscriptionLimit)
+        self.throttled_events = 0
+
+    def allowance(self, rate: DispatchRate, msgs_out: int, bytes_out: int,
+                  now: float) -> tuple[int, float]:
+        """(messages that may go now, seconds until the period ends); ``-1`` messages when
+        *rate* sets no message limit but its byte limit is not reached."""
+        if now >= self._period_end:
+            self._period_end = now + max(1, rate.period_s)
+            self._msgs_at_start = msgs_out
+            self._bytes_at_start = bytes_out
+        wait = self._period_end - now
+        if rate.bytes > 0 and bytes_out - self._bytes_at_start >= rate.bytes:
+            self.throttled_events += 1
+            return 0, wait
+        if rate.msgs <= 0:
+            return -1, wait
+        left = rate.msgs - (msgs_out - self._msgs_at_start)
+        if left <= 0:
+            self.throttled_events += 1
+            return 0, wait
+        return left, wait
