@@ -47,6 +47,7 @@ import datetime as dt
 import json
 import logging
 import math
+import operator
 import os
 import re
 import time
@@ -114,10 +115,18 @@ def _date_start_ms(date: str) -> int:
 
 
 class _FamilyText(NamedTuple):
-    """A family's samples as last written, and the text of each run of them."""
+    """What a family's lines were made of last time (sample names, labels and values, as
+    plain tuples: a Sample is a tuple subclass, which the garbage collector never stops
+    tracking, so keeping the Samples would make every full collection walk them), and the
+    text of each run of them."""
 
-    samples: list[Any]
+    names: tuple[str, ...]
+    labels: tuple[Any, ...]
+    values: tuple[Any, ...]
     runs: list[str]
+
+
+_NAME, _LABELS, _VALUE = (operator.itemgetter(i) for i in range(3))
 
 
 class MetricSnapshotWriter:
@@ -200,8 +209,8 @@ class MetricSnapshotWriter:
         the row dicts, and serialising only what changed since the previous call.
 
         Each family's samples are taken in runs of :data:`_RUN_SAMPLES`; a run equal to the
-        same run of the previous call (same sample names, labels and values: one C-level list
-        comparison) reuses that call's text, where every line's ``ts`` is a marker replaced
+        same run of the previous call (same sample names, labels and values: C-level tuple
+        comparisons) reuses that call's text, where every line's ``ts`` is a marker replaced
         as the text is written (one ``str.replace`` per write buffer). Only runs that changed
         are serialised, from per-name and per-label-set JSON pieces. So the Python work of a
         snapshot follows the number of series that moved; the remaining per-sample cost is
@@ -224,18 +233,25 @@ class MetricSnapshotWriter:
             # A family name met twice in one snapshot is serialised, not cached, the 2nd time.
             old = previous.get(key) if key not in kept else None
             samples = family.samples
-            if old is not None and old.samples == samples:   # the usual case when idle
-                kept[key] = _FamilyText(samples, old.runs)
+            names = tuple(map(_NAME, samples))
+            labels = tuple(map(_LABELS, samples))
+            values = tuple(map(_VALUE, samples))
+            if (old is not None and old.values == values and old.labels == labels
+                    and old.names == names):   # the usual case when idle
+                kept[key] = old
                 yield from old.runs
                 continue
             runs: list[str] = []
-            old_runs = old.runs if old is not None else []
-            old_samples = old.samples if old is not None else []
+            if old is None:
+                old = _FamilyText((), (), (), [])
+            old_runs = old.runs
             prefixes: dict[str, str] = {}
             for i, start in enumerate(range(0, len(samples), _RUN_SAMPLES)):
                 end = start + _RUN_SAMPLES
                 part = samples[start:end]
-                if i < len(old_runs) and old_samples[start:end] == part:
+                if (i < len(old_runs) and old.values[start:end] == values[start:end]
+                        and old.labels[start:end] == labels[start:end]
+                        and old.names[start:end] == names[start:end]):
                     text = old_runs[i]
                 else:
                     text = "".join(self._lines_of(
@@ -244,7 +260,7 @@ class MetricSnapshotWriter:
                 runs.append(text)
                 yield text
             if key not in kept:
-                kept[key] = _FamilyText(samples, runs)
+                kept[key] = _FamilyText(names, labels, values, runs)
         self._runs = kept
         # Label sets of unchanged runs are not met again: keep what the previous call knew.
         known_labels.update(kept_labels)
