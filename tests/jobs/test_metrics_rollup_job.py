@@ -414,7 +414,8 @@ def test_writer_snapshots_roll_up_to_the_published_counts(spark: Any, tmp_path: 
         for _ in range(published_t):
             latency.labels(t).observe(4)
         ts_ms = start + 20_000 * step
-        writer.write(writer.collect_rows(registry, ts_ms), ts_ms)
+        # The broker's path: consecutive snapshots reuse the text of unchanged series.
+        writer.write_families(registry.collect(), ts_ms)
 
     out = tmp_path / "out"
     assert (

@@ -15,7 +15,11 @@ from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, Summary
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+)
 from prometheus_client.metrics_core import Metric
 
 from broker.metrics.snapshots import MetricSnapshotWriter, run_exporter
@@ -108,6 +112,47 @@ def test_write_families_writes_the_same_bytes_as_rows(
     by_families = writer.write_families(families, TS).read_bytes()
     assert by_families == by_rows
     assert len(read_rows(writer.path_for(TS))) == len(writer.collect_rows(families, TS))
+
+
+def _topic_families(values: dict[str, float], extra: str = "") -> list[Metric]:
+    """A counter and a gauge per topic (labels shared per topic, as the collector does)
+    and a histogram whose bucket labels are fresh dicts per sample."""
+    counter = CounterMetricFamily("pulsar_in_messages", "in", labels=["cluster", "topic"])
+    gauge = GaugeMetricFamily("pulsar_rate_in", "rate", labels=["cluster", "topic"])
+    hist = HistogramMetricFamily("lat", "ms", labels=["topic"])
+    for topic, value in values.items():
+        labels = {"cluster": "c1", "topic": topic}
+        counter.add_sample("pulsar_in_messages_total", labels, value)
+        gauge.add_sample("pulsar_rate_in", labels, value / 2 if extra else 0.0)
+        hist.add_sample("lat_bucket", {"topic": topic, "le": "1.0"}, value)
+        hist.add_sample("lat_bucket", {"topic": topic, "le": "+Inf"}, value + 1)
+        hist.add_sample("lat_count", {"topic": topic}, value + 1)
+    return [counter, gauge, hist]
+
+
+def test_consecutive_snapshots_reuse_unchanged_text_and_match_a_fresh_writer(
+    tmp_path: Path,
+) -> None:
+    values = {f"persistent://public/default/t{i}": float(i) for i in range(100)}
+    writer = MetricSnapshotWriter(tmp_path / "kept", "b:1", "c1", 24)
+    writer.write_families(_topic_families(values), TS)
+    changes: list[dict[str, float]] = [
+        dict(values),                                      # nothing moved
+        {**values, "persistent://public/default/t7": 1e9},  # one topic moved
+        {k: v for k, v in values.items() if not k.endswith("t50")},  # one unloaded
+        {**values, "persistent://public/default/new": -0.5},  # one loaded
+        {k.replace("t3", "x3"): v for k, v in values.items()},  # same values, other labels
+    ]
+    for step, moved in enumerate(changes, 1):
+        ts = TS + step * 60_000
+        families = _topic_families(moved, extra="x" if step == 2 else "")
+        kept = writer.write_families(families, ts).read_bytes()
+        fresh_writer = MetricSnapshotWriter(tmp_path / f"fresh{step}", "b:1", "c1", 24)
+        fresh = fresh_writer.write(fresh_writer.collect_rows(families, ts), ts).read_bytes()
+        assert kept == fresh, step
+        rows = read_rows(writer.path_for(ts))
+        assert {row["ts"] for row in rows} == {ts}
+        assert len(rows) == 5 * len(moved)
 
 
 def test_write_places_a_complete_file_by_utc_date(
