@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from broker.config import FIELD_TYPES, FIELDS_BY_KEY, KEY_OF_FIELD, BrokerConfig, ConfigError
 from broker.config_sources import SourceError, environment_settings, read_config_file
 
-__all__ = ["LoadedConfig", "load_config", "load_settings", "log_ignored"]
+__all__ = ["LoadedConfig", "load_config", "load_settings", "log_ignored", "parse_value"]
 
 log = logging.getLogger("horae.config")
 
@@ -30,24 +30,32 @@ _TRUE = frozenset({"true", "yes", "on", "1"})
 _FALSE = frozenset({"false", "no", "off", "0"})
 
 
+def parse_value(want: type, text: str, *, true_words: frozenset[str] = _TRUE,
+                false_words: frozenset[str] = _FALSE) -> object:
+    """*text* as a setting of type *want* (bool, int, float, else the text itself);
+    ValueError when it does not read as one. *true_words*/*false_words*: the spellings of a
+    bool (lower-case)."""
+    stripped = text.strip()
+    if want is bool:
+        if stripped.lower() in true_words:
+            return True
+        if stripped.lower() in false_words:
+            return False
+        raise ValueError(text)
+    if want is int:
+        return int(stripped)
+    if want is float:
+        return float(stripped)
+    return text
+
+
 def _from_text(key: str, want: type, text: str, source: str) -> object:
     """*text* (from broker.conf or the environment) as the field's type, or ConfigError."""
-    stripped = text.strip()
     try:
-        if want is bool:
-            if stripped.lower() in _TRUE:
-                return True
-            if stripped.lower() in _FALSE:
-                return False
-            raise ValueError(text)
-        if want is int:
-            return int(stripped)
-        if want is float:
-            return float(stripped)
+        return parse_value(want, text)
     except ValueError:
         raise ConfigError(f"config key {key!r} in {source} must be {want.__name__}, "
                           f"not {text!r}") from None
-    return text
 
 
 def _convert(values: Mapping[str, object], *, source: str,

@@ -32,6 +32,7 @@ from collections.abc import Callable
 from typing import Any
 
 from broker.config import FIELD_TYPES, FIELDS_BY_KEY, BrokerConfig, ConfigError
+from broker.config_loading import parse_value
 from storage.metadata import MetadataStore
 
 __all__ = ["DYNAMIC_KEYS", "REDACTED_KEYS", "DynamicConfigError", "DynamicConfiguration"]
@@ -70,20 +71,10 @@ class DynamicConfigError(Exception):
 
 
 def _typed(key: str, text: str) -> object:
-    """*text* as the setting's type; ValueError when it does not read as one."""
+    """*text* as the setting's type; ValueError when it does not read as one (a bool is
+    ``true`` or ``false`` only, as Pulsar's dynamic configuration reads it)."""
     want = FIELD_TYPES.get(str(FIELDS_BY_KEY[key].type), str)
-    stripped = text.strip()
-    if want is bool:
-        if stripped.lower() in _TRUE:
-            return True
-        if stripped.lower() in _FALSE:
-            return False
-        raise ValueError(text)
-    if want is int:
-        return int(stripped)
-    if want is float:
-        return float(stripped)
-    return text
+    return parse_value(want, text, true_words=_TRUE, false_words=_FALSE)
 
 
 def _text(value: object) -> str:
