@@ -29,7 +29,7 @@ production and in :mod:`broker.embed`):
    (``maxHttpServerConnections``, ``httpServerRequestHeaderTimeoutMs``); the soft open-file
    limit is raised to the hard one first, and the web port kept to half of it.
    Every listener binds first without serving; the bound ports are then handed to the service
-   once (:meth:`broker.topics.service.BrokerService.serve_on`: lookups and URLs read them)
+   once (:meth:`broker.topics.addresses.BrokerAddresses.serve_on`: lookups and URLs read them)
    and the listeners start serving;
 6. start the metric snapshot exporter (``broker.metrics.snapshots``) writing
    ``<dataDir>/metrics`` every ``metricsExportIntervalSeconds``.
@@ -158,7 +158,7 @@ class BrokerServer:
         self.web_guard.max_connections = web_connection_limit(
             self.config.max_http_server_connections, raise_fd_limit())
         await service.start()
-        authorization = AuthorizationService.from_config(config, service)
+        authorization = AuthorizationService.from_config(config, service.tenancy)
         security = ConnectionSecurity(authentication, authorization,
                                       float(config.handshake_timeout_seconds))
         if config.broker_service_port_tls is not None or config.web_service_port_tls is not None:
@@ -192,7 +192,7 @@ class BrokerServer:
             _bound_port(self._server.sockets), _bound_port(self._web_servers[0].sockets),
             _bound_port(self._server_tls.sockets) if self._server_tls is not None else None,
             _bound_port(self._web_servers[1].sockets) if len(self._web_servers) > 1 else None)
-        service.serve_on(self.ports)
+        service.addresses.serve_on(self.ports)
         for server in (self._server, self._server_tls, *self._web_servers):
             if server is not None:
                 await server.start_serving()

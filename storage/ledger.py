@@ -156,10 +156,6 @@ class ManagedLedger:
     def appends_refused_read_only(self) -> int:
         return self._appends.appends_refused_read_only
 
-    @property
-    def appends_failed(self) -> int:
-        return self._appends.appends_failed
-
     # -- positions -------------------------------------------------------------------------
 
     @property
@@ -252,10 +248,6 @@ class ManagedLedger:
         deletes nothing while any is listed (a cursor recovered from a fallback is listed
         until it has been saved again)."""
         return dict(self._cursor_set.trim_blockers)
-
-    @property
-    def trim_safe(self) -> bool:
-        return not self._cursor_set.trim_blockers
 
     @property
     def cursor_set(self) -> CursorSet:

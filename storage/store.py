@@ -349,7 +349,7 @@ class SegmentStore:
     def trim_unsafe(self) -> dict[str, dict[str, str]]:
         """Open managed ledgers whose trimming is suspended (name -> cursor -> why): a cursor
         was recovered from a fallback and not saved again yet, or could not be recovered."""
-        return {name: ml.trim_blockers for name, ml in self._open.items() if not ml.trim_safe}
+        return {name: ml.trim_blockers for name, ml in self._open.items() if ml.cursor_set.trim_blockers}
 
     def stats(self) -> StorageStats:
         writer = self.writer
@@ -381,7 +381,7 @@ class SegmentStore:
             oldest_unsaved_ack_seconds=oldest,
             cursor_save_failures=save_failures,
             cursors_failing_save=failing,
-            trim_unsafe_ledgers=sum(1 for ml in ledgers if not ml.trim_safe),
+            trim_unsafe_ledgers=sum(1 for ml in ledgers if ml.cursor_set.trim_blockers),
             read_only=self.disk.read_only,
             read_only_entered=self.disk.read_only_entered,
             appends_refused_read_only=self.appends_refused_read_only

@@ -100,7 +100,7 @@ def create_app(service: BrokerService, *, metrics_source: BrokerMetrics | None =
         authentication = AuthenticationService(
             enabled=False, anonymous_user_role=service.config.anonymous_user_role)
     if authorization is None:
-        authorization = AuthorizationService(service, enabled=False)
+        authorization = AuthorizationService(service.tenancy, enabled=False)
     middlewares = [error_middleware, auth_middleware]
     if web_guard is not None:
         middlewares.insert(0, web_guard.middleware)

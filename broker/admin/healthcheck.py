@@ -99,7 +99,7 @@ async def run_health_check(service: BrokerService, version: TopicVersion,
     problems = service.store.health_problems()
     if problems:
         raise HealthCheckError("Storage is unhealthy: " + "; ".join(problems))
-    topic_name = service.heartbeat.topic(version)
+    topic_name = service.addresses.heartbeat.topic(version)
     subscription = SUBSCRIPTION_PREFIX + uuid.uuid4().hex
     started = time.monotonic()
     log.debug("Running health check with topic=%s", topic_name)
@@ -107,7 +107,7 @@ async def run_health_check(service: BrokerService, version: TopicVersion,
         async with asyncio.timeout(timeout_s):
             await service.get_topic(topic_name, create=True)
             probe = await LoopbackProbe.open(loopback_host(service.config.bind_address),
-                                             service.broker_port, credentials)
+                                             service.addresses.broker_port, credentials)
             try:
                 await probe.round_trip(topic_name, subscription)
             finally:
@@ -133,7 +133,7 @@ async def _drop_leftover_subscription(service: BrokerService, topic_name: str,
     log.warning("Force deleting subscription %s left on %s by the health check",
                 subscription, topic_name)
     try:
-        await topic.delete_subscription(subscription, force=True)
+        await topic.subscriptions.delete_subscription(subscription, force=True)
     except Exception:
         log.exception("Could not delete the health-check subscription %s", subscription)
 

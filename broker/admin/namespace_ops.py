@@ -69,7 +69,7 @@ async def unsubscribe(request: web.Request) -> web.Response:
         raise E.precondition_failed(E.SUBSCRIPTION_BUSY)
     for topic in holders:
         if name in topic.subscriptions:
-            await topic.delete_subscription(name)
+            await topic.subscriptions.delete_subscription(name)
     return no_content()
 
 

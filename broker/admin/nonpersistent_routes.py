@@ -163,7 +163,7 @@ async def delete_subscription(request: web.Request) -> web.Response:
     force = request.query.get("force", "false").lower() in ("1", "true", "yes")
     if sub.consumers and not force:
         raise E.precondition_failed("Subscription has active connected consumers")
-    topic.delete_subscription(name, force=True)
+    topic.subscriptions.delete_subscription(name, force=True)
     return no_content()
 
 

@@ -45,6 +45,7 @@ from broker.subscriptions.subscription import Subscription
 from broker.topics import ledger_info
 from broker.topics.heartbeat import TopicVersion
 from broker.topics.names import TopicName
+from broker.topics.namespace_service import NamespaceService
 from broker.topics.nonpersistent import NonPersistentTopic
 from broker.topics.policies import PolicyStore
 from broker.topics.schemas import SchemaRegistry
@@ -71,8 +72,9 @@ def topic_name(tenant: str, namespace: str, local: str, domain: str = PERSISTENT
 class AdminTenants:
     """Tenants, namespaces, grants and the cluster record (see the module docstring)."""
 
-    def __init__(self, service: BrokerService) -> None:
+    def __init__(self, service: BrokerService, namespaces: NamespaceService) -> None:
         self._service = service
+        self._namespaces = namespaces
 
     async def tenants(self) -> list[str]:
         return sorted(await self._service.tenancy.list_tenants())
@@ -94,7 +96,7 @@ class AdminTenants:
         await self._service.tenancy.update_tenant(tenant, info)
 
     async def delete_tenant(self, tenant: str) -> None:
-        await self._service.delete_tenant(tenant)
+        await self._namespaces.delete_tenant(tenant)
 
     async def namespaces(self, tenant: str) -> list[str]:
         await self.require_tenant(tenant)
@@ -117,11 +119,11 @@ class AdminTenants:
         await self._service.tenancy.create_namespace(namespace, policies)
 
     async def delete_namespace(self, namespace: str) -> None:
-        await self._service.delete_namespace(namespace)
+        await self._namespaces.delete_namespace(namespace)
 
     def auth_policies(self, namespace: str) -> AuthPolicies:
         """The namespace's grants (empty when none are stored)."""
-        current = self._service.namespace_auth(namespace)
+        current = self._service.tenancy.namespace_auth(namespace)
         return current.auth_policies if current is not None else AuthPolicies()
 
     async def set_auth_policies(self, namespace: str, auth: AuthPolicies) -> None:
@@ -129,7 +131,7 @@ class AdminTenants:
 
     async def cluster_record(self, name: str) -> dict[str, Any]:
         """The stored cluster record over this broker's own URLs."""
-        return await self._service.get_cluster(name)
+        return await self._namespaces.get_cluster(name)
 
     async def set_cluster_record(self, name: str, data: dict[str, Any]) -> None:
         await self._service.tenancy.set_cluster(name, data)
@@ -381,8 +383,9 @@ class AdminEntries:
 class AdminPolicies:
     """Delayed-delivery policies and the resolved values handlers answer with."""
 
-    def __init__(self, service: BrokerService) -> None:
+    def __init__(self, service: BrokerService, namespaces: NamespaceService) -> None:
         self._service = service
+        self._namespaces = namespaces
 
     def delayed_body(self, target: str | TopicName) -> dict[str, Any] | None:
         """The delayed-delivery body stored on a namespace (``tenant/ns``) or a topic."""
@@ -393,15 +396,15 @@ class AdminPolicies:
     async def set_delayed(self, target: str | TopicName, body: dict[str, Any]) -> None:
         """Store a validated body; the loaded topics it covers apply it to the next message."""
         if isinstance(target, TopicName):
-            await self._service.set_topic_policy(target.full, body)
+            await self._namespaces.set_topic_policy(target.full, body)
         else:
-            await self._service.set_namespace_policy(target, body)
+            await self._namespaces.set_namespace_policy(target, body)
 
     async def remove_delayed(self, target: str | TopicName) -> None:
         if isinstance(target, TopicName):
-            await self._service.remove_topic_policy(target.full)
+            await self._namespaces.remove_topic_policy(target.full)
         else:
-            await self._service.remove_namespace_policy(target)
+            await self._namespaces.remove_namespace_policy(target)
 
     def applied_delay(self, target: str | TopicName) -> DelayPolicy:
         """The policy in force, resolved as the broker does (a partition without a body of its
@@ -435,16 +438,16 @@ class AdminBroker:
 
     def broker_id(self) -> str:
         """Pulsar's broker id: ``<advertisedAddress>:<webServicePort>``."""
-        return f"{self._service.config.advertised_address}:{self._service.web_port}"
+        return f"{self._service.config.advertised_address}:{self._service.addresses.web_port}"
 
     def web_url(self, local_host: str | None = None) -> str:
-        return self._service.urls(local_host).web_url
+        return self._service.addresses.urls(local_host).web_url
 
     def lookup_answer(self, listener: str | None, local_host: str | None) -> dict[str, str]:
         """Pulsar's HTTP lookup body: the URLs a binary LOOKUP answers (the advertised
         listener named by *listener*, the host the client reached us on)."""
-        urls = self._service.urls(local_host)
-        broker_url = self._service.lookup_url(listener, local_host)
+        urls = self._service.addresses.urls(local_host)
+        broker_url = self._service.addresses.lookup_url(listener, local_host)
         return {
             "brokerUrl": broker_url,
             "brokerUrlTls": urls.broker_url_tls or "",
@@ -509,9 +512,11 @@ class AdminService:
 
     @classmethod
     def over(cls, service: BrokerService) -> AdminService:
-        tenants = AdminTenants(service)
+        namespaces = NamespaceService(service)
+        tenants = AdminTenants(service, namespaces)
         return cls(tenants=tenants, topics=AdminTopics(service, tenants),
-                   entries=AdminEntries(), policies=AdminPolicies(service), broker=AdminBroker(service),
+                   entries=AdminEntries(), policies=AdminPolicies(service, namespaces),
+                   broker=AdminBroker(service),
                    policy_store=service.policies, schemas=service.schemas)
 
 

@@ -203,7 +203,7 @@ async def peek(request: web.Request) -> web.Response:
     topic = await _single(request, "Peek")
     name = request.match_info["sub"]
     if name not in topic.subscriptions:
-        await topic.get_or_create_subscription(name, initial_position="earliest")
+        await topic.subscriptions.get_or_create_subscription(name, initial_position="earliest")
     sub = AdminTopics.subscription(topic, name)
     pos = AdminEntries.nth_unacked(topic, sub, n)
     if pos is None:

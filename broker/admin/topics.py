@@ -210,7 +210,7 @@ async def create_subscription(request: web.Request) -> web.Response:
     if any(sub_name in t.subscriptions for t in topics):
         raise E.conflict(E.SUBSCRIPTION_EXISTS)
     for topic in topics:
-        await topic.get_or_create_subscription(sub_name, durable=True, initial_position=position,
+        await topic.subscriptions.get_or_create_subscription(sub_name, durable=True, initial_position=position,
                                                start_message_id=start_id, properties=properties)
     return no_content()
 
@@ -219,7 +219,7 @@ async def get_subscription_properties(request: web.Request) -> web.Response:
     admin, tn = admin_of(request), _topic_name(request)
     merged: dict[str, str] = {}
     for _, sub in await admin.topics.subscriptions_of(tn, request.match_info["sub"]):
-        merged.update(sub.subscription_properties)
+        merged.update(sub.properties.current())
     return json_response(merged)
 
 
@@ -227,7 +227,7 @@ async def update_subscription_properties(request: web.Request) -> web.Response:
     admin, tn = admin_of(request), _topic_name(request)
     properties = bodies.parse_subscription_properties(bodies.load_json(await request.read()))
     for _, sub in await admin.topics.subscriptions_of(tn, request.match_info["sub"]):
-        sub.set_subscription_properties(properties)
+        sub.properties.replace(properties)
     return no_content()
 
 
@@ -241,9 +241,9 @@ async def delete_subscription(request: web.Request) -> web.Response:
     for topic, sub in pairs:
         if force and sub.consumers:
             # force=true: the topic disconnects the consumers, then deletes (Pulsar's).
-            await topic.delete_subscription(sub_name, force=True)
+            await topic.subscriptions.delete_subscription(sub_name, force=True)
         else:
-            await topic.delete_subscription(sub_name)
+            await topic.subscriptions.delete_subscription(sub_name)
     return no_content()
 
 

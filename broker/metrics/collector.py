@@ -3,7 +3,7 @@
 Theory of operation
 -------------------
 Topics, subscriptions and delayed-delivery trackers keep their figures as plain ints that
-the hot path bumps (``topic.msg_in_counter += n``). Nothing on that path looks up a label
+the hot path bumps (``topic.meters.msg_in_counter += n``). Nothing on that path looks up a label
 set or touches prometheus_client. At scrape time :meth:`HoraeCollector.collect` (called on
 the broker loop, where those ints live, so no locks) walks ``service.topics``, reads the
 typed figures of :mod:`broker.metrics.sources`, and yields metric families under Pulsar's
@@ -17,7 +17,7 @@ Rules:
    ``pulsar_delayed_message_index_bucket_op_count``) are exposed as gauges so the sample
    name stays exactly Pulsar's.
 2. Topic rates (``pulsar_rate_in`` msg/s, ``pulsar_throughput_in`` bytes/s, ...) are the
-   topic's own rate meter (``topic.rates()``, the figures its stats show). Subscription rates
+   topic's own rate meter (``topic.meters.rates()``, the figures its stats show). Subscription rates
    are counter deltas over at least :data:`RATE_MIN_INTERVAL_S` (a scrape sooner than that
    repeats the last rate, so concurrent scrapers do not make it jitter), but for
    ``pulsar_subscription_msg_rate_redeliver``, the subscription's own meter (its stats'
@@ -328,6 +328,7 @@ class HoraeCollector(Collector):
     def _collect_topic(self, topic: TopicFigures, scrape: _Scrape) -> None:
         cluster = scrape.cluster
         full = topic.full
+        meters = topic.meters
         ns = topic_namespace(full)
         key = (cluster, ns, full) if scrape.topic_level else (cluster, ns)
         scrape.add("pulsar_topics_count", (cluster, ns), 1)
@@ -335,41 +336,41 @@ class HoraeCollector(Collector):
         def add(name: str, value: float) -> None:
             scrape.add(name, key, value)
 
-        add("pulsar_in_messages", topic.msg_in_counter)
-        add("pulsar_in_bytes", topic.bytes_in_counter)
-        add("pulsar_out_messages", topic.msg_out_counter)
-        add("pulsar_out_bytes", topic.bytes_out_counter)
+        add("pulsar_in_messages", meters.msg_in_counter)
+        add("pulsar_in_bytes", meters.bytes_in_counter)
+        add("pulsar_out_messages", meters.msg_out_counter)
+        add("pulsar_out_bytes", meters.bytes_out_counter)
         for name, value in zip(("pulsar_rate_in", "pulsar_throughput_in", "pulsar_rate_out",
-                                "pulsar_throughput_out"), topic.rates(), strict=True):
+                                "pulsar_throughput_out"), meters.rates(), strict=True):
             add(name, value)
-        add("pulsar_storage_size", topic.storage_size)
-        add("pulsar_storage_logical_size", topic.storage_logical_size)
-        add("pulsar_storage_backlog_size", topic.backlog_size_bytes())
-        write_rate, read_rate = topic.storage_rates()
+        add("pulsar_storage_size", meters.storage_size)
+        add("pulsar_storage_logical_size", meters.storage_logical_size)
+        add("pulsar_storage_backlog_size", meters.backlog_size_bytes())
+        write_rate, read_rate = meters.storage_rates()
         add("pulsar_storage_write_rate", write_rate)
         add("pulsar_storage_read_rate", read_rate)
-        limit_size, limit_time = topic.backlog_quota_limits()
+        limit_size, limit_time = meters.backlog_quota_limits()
         scrape.maximum("pulsar_storage_backlog_quota_limit", key, limit_size)
         scrape.maximum("pulsar_storage_backlog_quota_limit_time", key, limit_time)
-        scrape.maximum("pulsar_storage_backlog_age_seconds", key, topic.backlog_age_seconds())
+        scrape.maximum("pulsar_storage_backlog_age_seconds", key, meters.backlog_age_seconds())
         add("pulsar_producers_count", len(topic.producers))
-        add("pulsar_broker_topic_messages_delayed_rejected", topic.delayed_rejected_counter)
+        add("pulsar_broker_topic_messages_delayed_rejected", meters.delayed_rejected_counter)
         add("pulsar_broker_topic_messages_fixed_delay_overridden",
-            topic.fixed_delay_overridden_counter)
+            meters.fixed_delay_overridden_counter)
         add("pulsar_broker_topic_deduplication_producers_evicted",
-            topic.dedup_producers_evicted_counter)
+            meters.dedup_producers_evicted_counter)
         add("pulsar_publish_rate_limit_times", topic.publish_rate.limited_times)
         acc = scrape.write_latency.setdefault(
             key, [0.0] * (len(PUBLISH_LATENCY_BUCKETS_MS) + 2))
-        for i, c in enumerate(topic.publish_latency_buckets[: len(acc) - 1]):
+        for i, c in enumerate(meters.publish_latency_buckets[: len(acc) - 1]):
             acc[i] += c
-        acc[-1] += topic.publish_latency_sum_ms
+        acc[-1] += meters.publish_latency_sum_ms
         sizes = scrape.entry_sizes.get(key)
         if sizes is None:   # [buckets..., overflow, sum bytes, unused] (entry_size module)
             sizes = scrape.entry_sizes[key] = [0.0] * (len(ENTRY_SIZE_BUCKETS_BYTES) + 3)
-        for i, c in enumerate(topic.entry_size_buckets[: len(sizes) - 2]):
+        for i, c in enumerate(meters.entry_size_buckets[: len(sizes) - 2]):
             sizes[i] += c
-        sizes[-2] += topic.entry_size_sum_bytes
+        sizes[-2] += meters.entry_size_sum_bytes
 
         subs = dict(topic.subscriptions)
         add("pulsar_subscriptions_count", len(subs))

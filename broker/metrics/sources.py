@@ -5,7 +5,7 @@ Theory of operation
 The collector (:mod:`broker.metrics.collector`) and its delayed-index part
 (:mod:`broker.metrics.delayed_index`) read topics, subscriptions, consumers and the
 delayed-delivery trackers through these ``typing.Protocol`` s only. The objects implement them
-structurally with the plain counters they already keep (``topic.msg_in_counter += n`` on the
+structurally with the plain counters they already keep (``meters.msg_in_counter += n`` on the
 hot path), so a scrape allocates nothing on them and the hot path never learns about metrics.
 mypy checks the implementations where the service hands its topics in as a
 :class:`MetricsSource`; a renamed counter is a type error, not a silent zero.
@@ -14,6 +14,7 @@ Implemented by (higher layers; this module imports none of them):
 
 - :class:`MetricsSource` -- ``broker.topics.service.BrokerService``
 - :class:`TopicFigures` -- ``broker.topics.topic.Topic``
+- :class:`TopicMeterFigures` -- ``broker.topics.meters.TopicMeters``, a topic's ``meters``
 - :class:`SubscriptionFigures` -- ``broker.subscriptions.subscription.Subscription``
 - :class:`CursorFigures` -- storage's ``ManagedCursor`` and the readers' ``MemoryCursor``
 - :class:`RevisionFigures` -- ``broker.subscriptions.revision.RevisionController``
@@ -38,7 +39,7 @@ from storage.stats import StorageStats
 __all__ = [
     "BucketIndexFigures", "ConsumerFigures", "CursorFigures", "DelayedIndexFigures",
     "DueFigures", "MetricsSource", "PublishBufferFigures", "RevisionFigures", "SubscriptionFigures",
-    "TopicFigures",
+    "TopicFigures", "TopicMeterFigures",
 ]
 
 
@@ -219,11 +220,8 @@ class SubscriptionFigures(Protocol):
         ...
 
 
-class TopicFigures(Protocol):
-    @property
-    def full(self) -> str:
-        """The full topic name (``persistent://tenant/ns/topic``)."""
-        ...
+class TopicMeterFigures(Protocol):
+    """A topic's counters and rates."""
 
     @property
     def msg_in_counter(self) -> int: ...
@@ -250,11 +248,6 @@ class TopicFigures(Protocol):
     @property
     def dedup_producers_evicted_counter(self) -> int:
         """Producer names deduplication evicted over brokerDeduplicationMaxNumberOfProducers."""
-        ...
-
-    @property
-    def publish_rate(self) -> PublishRateFigures:
-        """The topic's publish rate limiter."""
         ...
 
     @property
@@ -293,12 +286,6 @@ class TopicFigures(Protocol):
     def entry_size_sum_bytes(self) -> int: ...
 
     @property
-    def producers(self) -> Mapping[str, object]: ...
-
-    @property
-    def subscriptions(self) -> Mapping[str, SubscriptionFigures]: ...
-
-    @property
     def publish_latency_buckets(self) -> Sequence[int]:
         """Non-cumulative counts per bound of
         :data:`broker.metrics.rates.PUBLISH_LATENCY_BUCKETS_MS`, overflow last."""
@@ -309,6 +296,29 @@ class TopicFigures(Protocol):
 
     def rates(self) -> tuple[float, float, float, float]:
         """(msgRateIn, msgThroughputIn, msgRateOut, msgThroughputOut) per second."""
+        ...
+
+
+class TopicFigures(Protocol):
+    @property
+    def full(self) -> str:
+        """The full topic name (``persistent://tenant/ns/topic``)."""
+        ...
+
+    @property
+    def publish_rate(self) -> PublishRateFigures:
+        """The topic's publish rate limiter."""
+        ...
+
+    @property
+    def producers(self) -> Mapping[str, object]: ...
+
+    @property
+    def subscriptions(self) -> Mapping[str, SubscriptionFigures]: ...
+
+    @property
+    def meters(self) -> TopicMeterFigures:
+        """Its counters and rates."""
         ...
 
 

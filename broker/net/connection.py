@@ -44,9 +44,10 @@ Theory of operation
 
 Consumer commands go to :class:`broker.net.consumers.ConsumerSide`, created on first use (topic-list
 watchers to :class:`broker.net.topic_watchers.TopicWatchers`, likewise);
-PRODUCER and CLOSE_PRODUCER to :mod:`broker.net.producers`. The connection owns its producer
-registries (``producers``, ``waiting_producers``): others change them only through
-:meth:`producer_detached` and :meth:`producer_ready` (:class:`broker.topics.producer.ProducerTransport`).
+PRODUCER and CLOSE_PRODUCER to :mod:`broker.net.producers`. The producers' registries, their
+SEND hand-off and publish accounting are ``self.producer_side``
+(:class:`broker.net.producer_side.ProducerSide`, the producers'
+:class:`broker.topics.producer.ProducerTransport`), made with the connection.
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ from typing import Any, Protocol
 from broker.net.consumers import ConsumerSide
 from broker.net.handshake import NO_REQUEST_ID, ConnectionSecurity, Handshake
 from broker.net.output import Output
+from broker.net.producer_side import ProducerSide
 from broker.net.requests import RequestTasks
 from broker.net.states import (
     LIFECYCLE,
@@ -122,8 +124,6 @@ class ServerConnection(asyncio.Protocol):
         self.local_host: str | None = None
         self.peer_certificate: bytes | None = None
         self.connected_since_ms = 0
-        self.producers: dict[int, Producer] = {}
-        self.waiting_producers: dict[int, Producer] = {}  # WaitForExclusive, queued
         self.last_received = self.loop.time()
         self._ping_sent_at: float | None = None  # loop time of an unanswered keep-alive PING
         self._decoder = FrameDecoder(self.config.max_message_size + FRAME_PADDING)
@@ -131,14 +131,13 @@ class ServerConnection(asyncio.Protocol):
         self._output = Output(self.loop, self.config.pulsar_channel_write_buffer_high_water_mark)
         self.write = self._output.write  # (data: bytes) -> None: see broker.net.output
         self.writelines = self._output.writelines  # (parts: list[bytes]) -> None: the same
-        self._rate_release: asyncio.TimerHandle | None = None
         self.throttle = ReadThrottle(
             publish_buffer if publish_buffer is not None else PublishBuffer(0),
             self.config.max_pending_publish_requests_per_connection, self._reading_resumed,
             output_pauses)
         self._pause_reads_when_unwritable = \
             self.config.pulsar_channel_pause_receiving_requests_if_unwritable
-        self.producers_creating: set[int] = set()  # PRODUCER requests in flight
+        self.producer_side = ProducerSide(self)  # the producers' registry and SENDs
         self._consumer_side: ConsumerSide | None = None
         self._topic_watchers: TopicWatchers | None = None
         self._requests = RequestTasks(self.loop, self.write, lambda: self.remote_address)
@@ -214,6 +213,8 @@ class ServerConnection(asyncio.Protocol):
         self.last_received = self.loop.time()
         decoder = self._decoder
         frames = decoder.receive_frames(data)
+        producers = self.producer_side.producers
+        send_run = self.producer_side.on_sends
         run: list[SendFrame] = []
         run_producer: Producer | None = None
         for frame in frames:
@@ -223,7 +224,7 @@ class ServerConnection(asyncio.Protocol):
                     frame = _send_frame(frame)  # type: ignore[arg-type]  # the parser declined it
                 else:
                     if run:
-                        if not self._send_run(run_producer, run):  # type: ignore[arg-type]
+                        if not send_run(run_producer, run):  # type: ignore[arg-type]
                             return
                         run = []
                         run_producer = None
@@ -237,9 +238,9 @@ class ServerConnection(asyncio.Protocol):
                         return
                     continue
             # A SEND: the consecutive SENDs of one producer go to it together.
-            producer = self.producers.get(frame.producer_id)  # type: ignore[union-attr]
+            producer = producers.get(frame.producer_id)  # type: ignore[union-attr]
             if producer is None or self._state is not _CONNECTED:
-                if run and not self._send_run(run_producer, run):  # type: ignore[arg-type]
+                if run and not send_run(run_producer, run):  # type: ignore[arg-type]
                     return
                 run = []
                 run_producer = None
@@ -255,28 +256,17 @@ class ServerConnection(asyncio.Protocol):
                     return
                 continue
             if producer is not run_producer:
-                if run and not self._send_run(run_producer, run):  # type: ignore[arg-type]
+                if run and not send_run(run_producer, run):  # type: ignore[arg-type]
                     return
                 run = []
                 run_producer = producer
             run.append(frame)  # type: ignore[arg-type]
-        if run and not self._send_run(run_producer, run):  # type: ignore[arg-type]
+        if run and not send_run(run_producer, run):  # type: ignore[arg-type]
             return
         error = decoder.error
         if error is not None and not self.is_closed:
             log.warning("closing connection from %s: %s", self.remote_address, error)
             self.close(str(error))
-
-    def _send_run(self, producer: Producer, run: list[SendFrame]) -> bool:
-        """Hand one producer's consecutive SENDs over (the one SEND entry of a producer);
-        False when the connection was closed."""
-        try:
-            producer.on_sends(run)
-        except Exception:
-            log.exception("SEND from %s failed", self.remote_address)
-            self.close("internal error")
-            return False
-        return not self.is_closed
 
     def eof_received(self) -> bool | None:
         return None  # close the transport
@@ -288,12 +278,7 @@ class ServerConnection(asyncio.Protocol):
         self.throttle.detach()
         self._owner.connection_closed(self)
         self._requests.cancel_all()
-        for producer in list(self.producers.values()):
-            producer.close()
-        self.producers.clear()
-        for waiting in self.waiting_producers.values():
-            waiting.abandon()  # never promoted
-        self.waiting_producers.clear()
+        self.producer_side.close()
         side = self._consumer_side
         if side is not None:
             self._consumer_side = None
@@ -409,23 +394,7 @@ class ServerConnection(asyncio.Protocol):
         self._ping_sent_at = now
         self.write(C.encode_ping())
 
-    # ------------------------------------------------------------------ producers
-
-    def publish_started(self, count: int = 1, nbytes: int = 0) -> None:
-        self.throttle.started(count, nbytes)
-
-    def publish_finished(self, count: int = 1, nbytes: int = 0) -> None:
-        self.throttle.finished(count, nbytes)
-
-    def hold_reading_for(self, seconds: float) -> None:
-        """A topic's publish rate is exceeded: not read until its window ends."""
-        self.throttle.rate_held(True)
-        if self._rate_release is None:
-            self._rate_release = self.loop.call_later(seconds, self._release_rate_hold)
-
-    def _release_rate_hold(self) -> None:
-        self._rate_release = None
-        self.throttle.rate_held(False)
+    # ------------------------------------------------------------------ reading
 
     def hold_reading(self, held: bool) -> None:
         """The consumer side applies big commands in slices: hold reading meanwhile."""
@@ -433,16 +402,6 @@ class ServerConnection(asyncio.Protocol):
 
     def _reading_resumed(self) -> None:
         self.last_received = self.loop.time()  # the keep-alive clock restarts
-
-    def producer_detached(self, producer: Producer) -> None:
-        if self.producers.get(producer.producer_id) is producer:
-            del self.producers[producer.producer_id]
-        if self.waiting_producers.get(producer.producer_id) is producer:
-            del self.waiting_producers[producer.producer_id]
-
-    def producer_ready(self, producer: Producer) -> None:
-        self.waiting_producers.pop(producer.producer_id, None)
-        self.producers[producer.producer_id] = producer
 
     # ------------------------------------------------------------------ consumers
 

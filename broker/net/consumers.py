@@ -209,7 +209,7 @@ class ConsumerSide:
         if (durable and tn.is_persistent and cmd.subscription not in topic.subscriptions
                 and not service.policies.allow_auto_subscription_creation(tn)):
             raise SubscriptionNotFoundError(f"Subscription {cmd.subscription} does not exist")
-        sub: AnySubscription = await topic.get_or_create_subscription(
+        sub: AnySubscription = await topic.subscriptions.get_or_create_subscription(
             cmd.subscription, durable=durable, initial_position=initial,
             start_message_id=start,
             properties={kv.key: kv.value for kv in cmd.subscription_properties},

@@ -8,7 +8,7 @@ string the client already used lets it reuse the same TCP connection, and answer
 name the client cannot resolve breaks it. A LOOKUP answer carries both
 ``brokerServiceUrl`` and, when a TLS listener runs, ``brokerServiceUrlTls``: a client that
 reached us over TLS picks the TLS one. The URLs, the advertised-listener choice and the host
-rule are the service's (:meth:`broker.topics.service.BrokerService.urls`, :mod:`broker.listeners`),
+rule are the service's (:meth:`broker.topics.addresses.BrokerAddresses.urls`, :mod:`broker.listeners`),
 shared with the HTTP lookup and the cluster record.
 
 Every lookup is authorized first (:class:`broker.net.handshake.Handshake`): a refusal is the
@@ -84,12 +84,12 @@ def answer_lookup(conn: LookupConnection, m: pb.CommandLookupTopic) -> None:
     service = conn.service
     requested = m.advertised_listener_name if m.HasField("advertised_listener_name") else None
     try:
-        url = service.lookup_url(requested, conn.local_host)
+        url = service.addresses.lookup_url(requested, conn.local_host)
     except RequestError as exc:
         conn.write(C.encode_lookup_response(rid, response="failed", error=exc.code,
                                             message=exc.message))
         return
-    url_tls = service.urls(conn.local_host).broker_url_tls
+    url_tls = service.addresses.urls(conn.local_host).broker_url_tls
     conn.write(C.encode_lookup_response(rid, url, response="connect", authoritative=True,
                                         broker_service_url_tls=url_tls))
 

@@ -19,8 +19,9 @@ by :mod:`broker.topics.access_modes`) and hands back the answer.
 A WaitForExclusive producer that cannot have the topic yet is queued by the topic and
 answered at once with ``producer_ready=false``; the topic answers again when it promotes it.
 
-The connection owns its producer registries (``producers``, ``waiting_producers``); this
-module fills them only through the connection it is handed.
+The connection's :class:`broker.net.producer_side.ProducerSide` owns its producer registries
+(``producers``, ``waiting_producers``) and is the producers' transport; this module fills the
+registries of the connection it is handed.
 """
 
 from __future__ import annotations
@@ -28,10 +29,11 @@ from __future__ import annotations
 from typing import Protocol
 
 from broker.net.handshake import Handshake
+from broker.net.producer_side import ProducerSide
 from broker.net.schemas import producer_schema
 from broker.net.view import ConnectionView
 from broker.topics.names import TopicName
-from broker.topics.producer import Producer, ProducerRequest, ProducerTransport
+from broker.topics.producer import ProducerRequest
 from broker.topics.service import BrokerService
 from broker.topics.topic import Topic
 from protocol import commands as C
@@ -42,8 +44,8 @@ __all__ = ["ProducerConnection", "create_initial_subscription", "create_producer
            "handle_close_producer", "handle_producer"]
 
 
-class ProducerConnection(ProducerTransport, ConnectionView, Protocol):
-    """The connection a PRODUCER arrived on, with its producer registries."""
+class ProducerConnection(ConnectionView, Protocol):
+    """The connection a PRODUCER arrived on, with its producer side."""
 
     @property
     def service(self) -> BrokerService: ...
@@ -51,24 +53,26 @@ class ProducerConnection(ProducerTransport, ConnectionView, Protocol):
     @property
     def handshake(self) -> Handshake: ...
 
-    producers: dict[int, Producer]
-    waiting_producers: dict[int, Producer]
-    producers_creating: set[int]
+    @property
+    def is_closed(self) -> bool: ...
+
+    @property
+    def producer_side(self) -> ProducerSide: ...
 
 
 def handle_producer(connection: ProducerConnection, m: pb.CommandProducer) -> None:
     """PRODUCER: registry answers, authorization, then :func:`create_producer` as a task."""
     pid = int(m.producer_id)
-    existing = connection.producers.get(pid)
+    existing = connection.producer_side.producers.get(pid)
     if existing is not None and existing.blocked:
         # Closed by the broker while storage is read-only; the client re-creates it.
-        del connection.producers[pid]
+        del connection.producer_side.producers[pid]
         existing = None
     if existing is not None:
         # The client retried a creation whose answer it missed: same answer again.
         connection.write(C.encode_producer_success(m.request_id, existing.name, -1))
         return
-    if pid in connection.producers_creating:
+    if pid in connection.producer_side.producers_creating:
         connection.write(C.encode_error(m.request_id, ServerError.ServiceNotReady,
                                         "Producer is already being created on this connection"))
         return
@@ -77,20 +81,20 @@ def handle_producer(connection: ProducerConnection, m: pb.CommandProducer) -> No
     if m.initial_subscription_name:
         # creating it is subscribing on the client's behalf (Pulsar: TopicOperation.SUBSCRIBE)
         connection.handshake.require_consume(topic_name, m.initial_subscription_name)
-    connection.producers_creating.add(pid)
+    connection.producer_side.producers_creating.add(pid)
 
     async def run() -> None:
         try:
             await create_producer(connection, m)
         finally:
-            connection.producers_creating.discard(pid)
+            connection.producer_side.producers_creating.discard(pid)
 
     connection.spawn(run(), m.request_id)
 
 
 def handle_close_producer(connection: ProducerConnection, m: pb.CommandCloseProducer) -> None:
-    producer = connection.producers.pop(m.producer_id, None)
-    waiting = connection.waiting_producers.pop(m.producer_id, None)
+    producer = connection.producer_side.producers.pop(m.producer_id, None)
+    waiting = connection.producer_side.waiting_producers.pop(m.producer_id, None)
     if waiting is not None:
         waiting.abandon()
     rid = m.request_id
@@ -118,7 +122,7 @@ async def create_producer(connection: ProducerConnection, m: pb.CommandProducer)
     if isinstance(topic, Topic):
         topic.max_message_size_policy = service.policies.topic_max_message_size(name)
     max_producers = service.policies.max_producers_per_topic(name)
-    topic.check_producer_limit(max_producers)  # early, before the work; attaching decides
+    topic.admission.check_limit(max_producers)  # early, before the work; attaching decides
     user_provided = m.HasField("producer_name") and m.producer_name != ""
     schema_version = await producer_schema(service, topic,
                                            m.schema if m.HasField("schema") else None)
@@ -133,16 +137,16 @@ async def create_producer(connection: ProducerConnection, m: pb.CommandProducer)
         metadata={kv.key: kv.value for kv in m.metadata}, epoch=int(m.epoch),
         topic_epoch=int(m.topic_epoch) if m.HasField("topic_epoch") else None,
         schema_version=schema_version)
-    producer, answer, attached = await topic.attach_producer(connection, request,
+    producer, answer, attached = await topic.attach_producer(connection.producer_side, request,
                                                              max_producers=max_producers)
     if not attached:
-        connection.waiting_producers[producer.producer_id] = producer
+        connection.producer_side.waiting_producers[producer.producer_id] = producer
         connection.write(answer)
         return
     if connection.is_closed:
         producer.close()
         return
-    connection.producers[producer.producer_id] = producer
+    connection.producer_side.producers[producer.producer_id] = producer
     connection.write(answer)
 
 
@@ -154,7 +158,7 @@ async def create_initial_subscription(topic: Topic, name: str) -> None:
     if name in topic.subscriptions:
         return
     try:
-        await topic.get_or_create_subscription(name, durable=True, initial_position="earliest")
+        await topic.subscriptions.get_or_create_subscription(name, durable=True, initial_position="earliest")
     except RequestError as exc:
         raise RequestError(f"Failed to create the initial subscription: {exc.message}",
                            exc.code) from exc

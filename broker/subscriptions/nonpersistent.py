@@ -58,17 +58,24 @@ class RefusedResets:
         raise NotAllowedError(SEEK_NOT_SUPPORTED)
 
 
-class SubscriptionOwner(Protocol):
-    """What a non-persistent subscription asks of its topic."""
-
-    @property
-    def partition_index(self) -> int: ...
+class SiblingSubscriptions(Protocol):
+    """The topic's subscriptions, as one of them sees them."""
 
     def forget_subscription(self, sub: NonPersistentSubscription) -> None: ...
 
     def consumer_count(self) -> int:
         """Consumers attached to all the topic's subscriptions (``maxConsumersPerTopic``)."""
         ...
+
+
+class SubscriptionOwner(Protocol):
+    """What a non-persistent subscription asks of its topic."""
+
+    @property
+    def partition_index(self) -> int: ...
+
+    @property
+    def subscriptions(self) -> SiblingSubscriptions: ...
 
     def new_key_shared_selector(self, sticky: bool) -> KeySharedSelector: ...
 
@@ -114,7 +121,7 @@ class NonPersistentSubscription:
                            limits: ConsumerLimits = NO_CONSUMER_LIMITS) -> None:
         if self.closed:
             raise ServiceNotReadyError(f"Subscription {self.name} is closed")
-        limits.check(self.topic.consumer_count, len(self.consumers))
+        limits.check(self.topic.subscriptions.consumer_count, len(self.consumers))
         if self.consumers:
             if consumer.sub_type != self.sub_type:
                 raise ConsumerBusyError("Subscription is of different type")
@@ -144,7 +151,7 @@ class NonPersistentSubscription:
         if self._active is consumer:
             self._active = None
         if not self.consumers:
-            self.topic.forget_subscription(self)
+            self.topic.subscriptions.forget_subscription(self)
         elif self.sub_type == SubType.Failover:
             self._elect()
 

@@ -93,10 +93,53 @@ SUBSCRIPTION_TYPE_PROPERTY = "#horae.internal.subscription.type"
 SUBSCRIPTION_PROPERTY_PREFIX = "#horae.internal.subscription.property."
 
 
+class SiblingSubscriptions(Protocol):
+    """The topic's subscriptions, as one of them sees them
+    (:class:`broker.topics.topic_subscriptions.TopicSubscriptions`)."""
+
+    def remove_subscription(self, sub: Subscription) -> None: ...
+
+    async def delete_subscription(self, name: str, *, force: bool = False) -> None: ...
+
+    def consumer_count(self) -> int:
+        """Consumers attached to all the topic's subscriptions (``maxConsumersPerTopic``)."""
+        ...
+
+
+class CompactionHorizon(Protocol):
+    """What a read_compacted subscription asks of the topic's compaction."""
+
+    def compacted_out(self, pos: Position) -> bool: ...
+
+
+class SubscriptionProperties:
+    """A subscription's own properties (SUBSCRIBE ``subscription_properties``, the admin
+    API's), kept in its cursor's properties under :data:`SUBSCRIPTION_PROPERTY_PREFIX` so a
+    durable one's survive a restart."""
+
+    def __init__(self, cursor: ManagedCursor | MemoryCursor) -> None:
+        self._cursor = cursor
+
+    def current(self) -> dict[str, str]:
+        """The subscription's own properties (stats ``subscriptionProperties``)."""
+        n = len(SUBSCRIPTION_PROPERTY_PREFIX)
+        return {key[n:]: value for key, value in self._cursor.properties.items()
+                if key.startswith(SUBSCRIPTION_PROPERTY_PREFIX)}
+
+    def replace(self, properties: Mapping[str, str]) -> None:
+        """Replace the subscription's own properties (admin update, Pulsar's whole-map set)."""
+        cursor = self._cursor
+        for key in list(cursor.properties):
+            if key.startswith(SUBSCRIPTION_PROPERTY_PREFIX):
+                cursor.remove_property(key)
+        for key, value in properties.items():
+            cursor.set_property(SUBSCRIPTION_PROPERTY_PREFIX + key, value)
+
+
 class TopicContext(Protocol):
     """What a subscription may ask of the topic that owns it (implemented by
     :class:`broker.topics.topic.Topic`): its ledger, partition, delayed-delivery policy and a
-    tracker factory, and to forget or delete this subscription."""
+    tracker factory, its compaction horizon, and its subscriptions (to forget or delete this one)."""
 
     @property
     def ledger(self) -> ManagedLedger: ...
@@ -123,24 +166,23 @@ class TopicContext(Protocol):
         """``activeConsumerFailoverDelayTimeMillis`` in seconds."""
         ...
 
-    def remove_subscription(self, sub: Subscription) -> None: ...
+    @property
+    def subscriptions(self) -> SiblingSubscriptions:
+        """The topic's subscriptions: this one removes or deletes itself there."""
+        ...
 
     def touch(self) -> None:
         """Counters of the topic may have moved (its rate meters are sampled while it is active)."""
         ...
 
-    def compacted_out(self, pos: Position) -> bool: ...
+    @property
+    def compaction(self) -> CompactionHorizon: ...
 
     @property
     def topic_dispatch(self) -> TopicDispatch:
         """The topic's ``dispatchRate``, shared by its subscriptions."""
         ...
 
-    async def delete_subscription(self, name: str, *, force: bool = False) -> None: ...
-
-    def consumer_count(self) -> int:
-        """Consumers attached to all the topic's subscriptions (``maxConsumersPerTopic``)."""
-        ...
 
 
 class Subscription:
@@ -175,6 +217,9 @@ class Subscription:
         self.resets = CursorResets(self)
         self.expiry = ExpiryCounters()
         self.partition_index = topic.partition_index
+        self.topic_dispatch = topic.topic_dispatch  # the topic's dispatchRate, shared
+        #: The subscription's own properties (admin get/update, stats).
+        self.properties = SubscriptionProperties(cursor)
 
     # ------------------------------------------------------------------ open / close
 
@@ -223,29 +268,10 @@ class Subscription:
         return sub
 
     @property
-    def topic_dispatch(self) -> TopicDispatch:
-        return self.topic.topic_dispatch
-
-    @property
     def blocked_on_unacked(self) -> bool:
         """Dispatch is held by ``maxUnackedMessagesPerSubscription`` (stats, metrics)."""
         dispatcher = self.dispatcher
         return dispatcher is not None and dispatcher.blocked_on_unacked
-
-    @property
-    def subscription_properties(self) -> dict[str, str]:
-        """The subscription's own properties (stats ``subscriptionProperties``)."""
-        n = len(SUBSCRIPTION_PROPERTY_PREFIX)
-        return {key[n:]: value for key, value in self.cursor.properties.items()
-                if key.startswith(SUBSCRIPTION_PROPERTY_PREFIX)}
-
-    def set_subscription_properties(self, properties: Mapping[str, str]) -> None:
-        """Replace the subscription's own properties (admin update, Pulsar's whole-map set)."""
-        for key in self.cursor.properties:
-            if key.startswith(SUBSCRIPTION_PROPERTY_PREFIX):
-                self.cursor.remove_property(key)
-        for key, value in properties.items():
-            self.cursor.set_property(SUBSCRIPTION_PROPERTY_PREFIX + key, value)
 
     def disconnect_consumers(self) -> None:
         """CLOSE_CONSUMER to every consumer (topic unload/delete): clients re-subscribe."""
@@ -336,7 +362,7 @@ class Subscription:
         if self.closed:
             # The topic is being unloaded or deleted: the client retries (ServiceNotReady).
             raise ServiceNotReadyError(f"Subscription {self.name} is closed")
-        limits.check(self.topic.consumer_count, len(self.consumers))
+        limits.check(self.topic.subscriptions.consumer_count, len(self.consumers))
         if not self.consumers:
             return
         if consumer.sub_type != self.sub_type:
@@ -392,7 +418,7 @@ class Subscription:
             self.dispatcher.remove_consumer(consumer)
         if not self.durable and not self.consumers and not self.resets.resetting:
             # A reader's subscription lives as long as its reader.
-            self.topic.remove_subscription(self)
+            self.topic.subscriptions.remove_subscription(self)
             asyncio.get_running_loop().create_task(self.close())
 
     async def unsubscribe(self, consumer: Consumer, *, force: bool = False) -> None:
@@ -407,9 +433,9 @@ class Subscription:
             self.remove_consumer(other)
         self.remove_consumer(consumer)
         if self.durable:
-            await self.topic.delete_subscription(self.name)
+            await self.topic.subscriptions.delete_subscription(self.name)
         else:
-            self.topic.remove_subscription(self)
+            self.topic.subscriptions.remove_subscription(self)
             await self.close()
 
     # ------------------------------------------------------------------ acks / redelivery
@@ -478,7 +504,7 @@ class Subscription:
 
     def compacted_out(self, pos: Position) -> bool:
         """A read_compacted subscription skips *pos*: compaction superseded it."""
-        return self.read_compacted and self.topic.compacted_out(pos)
+        return self.read_compacted and self.topic.compaction.compacted_out(pos)
 
     # ------------------------------------------------------------------ stats
 
@@ -553,7 +579,7 @@ class Subscription:
             "isReplicated": False,
             "nonContiguousDeletedMessagesRanges": self.cursor.individually_deleted_count,
             "delayedMessageIndexSizeInBytes": self.delayed.memory_bytes,
-            "subscriptionProperties": self.subscription_properties,
+            "subscriptionProperties": self.properties.current(),
             # Pulsar 4 reports it empty: draining hashes (PIP-379) replaced recently joined consumers
             "consumersAfterMarkDeletePosition": {},
             "markDeletePosition": str(self.cursor.mark_delete_position),

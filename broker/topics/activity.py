@@ -44,14 +44,21 @@ QUIET_AFTER_S = RATE_WINDOW_S + 2.0
 SWEEP_MAX_S = 60.0
 
 
+class RateSampling(Protocol):
+    """A topic's rate meters (:class:`broker.topics.meters.TopicMeters`)."""
+
+    def sample_rates(self, now: float) -> None: ...
+
+    def resume_rates(self, since: float) -> None: ...
+
+
 class ActiveTopic(Protocol):
     """What the tick asks of a topic (implemented by :class:`broker.topics.topic.Topic`)."""
 
     full: str
 
-    def sample_rates(self, now: float) -> None: ...
-
-    def resume_rates(self, since: float) -> None: ...
+    @property
+    def meters(self) -> RateSampling: ...
 
     def housekeeping(self, now: float) -> None: ...
 
@@ -74,7 +81,7 @@ class TopicActivity:
         touched = self._touched
         if topic not in touched:
             if topic not in self._active and self._prev_tick is not None:
-                topic.resume_rates(self._prev_tick)
+                topic.meters.resume_rates(self._prev_tick)
             touched.add(topic)
 
     def forget(self, topic: ActiveTopic) -> None:
@@ -98,7 +105,7 @@ class TopicActivity:
             active[topic] = now
         for topic, last in list(active.items()):
             try:
-                topic.sample_rates(now)
+                topic.meters.sample_rates(now)
                 topic.housekeeping(now)
             except Exception:  # one topic's failure must not stop the tick for all
                 log.exception("housekeeping of %s failed", topic.full)

@@ -37,6 +37,7 @@ import asyncio
 import logging
 import math
 import time
+from collections.abc import Mapping
 from typing import Protocol
 
 from broker.config import BrokerConfig
@@ -57,6 +58,12 @@ log = logging.getLogger("horae.topic")
 QUOTA_EXCEEDED_REASON = "Cannot create producer on topic with backlog quota exceeded"
 
 
+class BacklogSize(Protocol):
+    """The topic's backlog estimate (:class:`broker.topics.meters.TopicMeters`)."""
+
+    def backlog_size_bytes(self) -> int: ...
+
+
 class PolicedTopic(Protocol):
     """What the checks read of their topic (:class:`broker.topics.topic.Topic`)."""
 
@@ -64,12 +71,15 @@ class PolicedTopic(Protocol):
     full: str
     ledger: ManagedLedger
     loop: asyncio.AbstractEventLoop
-    subscriptions: dict[str, Subscription]
+
+    @property
+    def subscriptions(self) -> Mapping[str, Subscription]: ...
 
     @property
     def producers(self) -> dict[str, Producer]: ...
 
-    def backlog_size_bytes(self) -> int: ...
+    @property
+    def meters(self) -> BacklogSize: ...
 
 
 class BacklogPolicies:
@@ -95,7 +105,7 @@ class BacklogPolicies:
         """The policy of a quota the backlog is over now (size now, age at the last check)."""
         storage = self.policies.backlog_quotas(self.topic.name).get("destination_storage")
         if storage is not None and 0 <= int(storage["limitSize"]) < \
-                self.topic.backlog_size_bytes():
+                self.topic.meters.backlog_size_bytes():
             return str(storage["policy"])
         return self.age_exceeded_policy
 

@@ -37,7 +37,9 @@ class SweptTopic(Protocol):
 
     @property
     def producers(self) -> dict[str, Producer]: ...
-    subscriptions: dict[str, Subscription]
+
+    @property
+    def subscriptions(self) -> Mapping[str, Subscription]: ...
 
 
 class InactiveTopicSweeper:

@@ -60,6 +60,50 @@ class _NoDeduplication:
         return None, key
 
 
+class NonPersistentSubscriptions(dict[str, NonPersistentSubscription]):
+    """A non-persistent topic's subscriptions by name: created on first use, forgotten when
+    deleted (nothing is stored)."""
+
+    def __init__(self, topic: NonPersistentTopic) -> None:
+        super().__init__()
+        self._topic = topic
+
+    async def get_or_create_subscription(self, name: str, *, durable: bool = True,
+                                         initial_position: str = "latest",
+                                         start_message_id: tuple[int, int] | None = None,
+                                         sub_type: int = 0,
+                                         properties: dict[str, str] | None = None,
+                                         max_subscriptions: int = 0,
+                                         ) -> NonPersistentSubscription:
+        topic = self._topic
+        if topic.closed:
+            raise ServiceNotReadyError(f"Topic {topic.full} is being closed")
+        sub = self.get(name)
+        if sub is None:
+            if 0 < max_subscriptions <= len(self):
+                raise NotAllowedError(
+                    f"Exceed the maximum number of subscriptions of the topic: {topic.full}")
+            sub = self[name] = NonPersistentSubscription(topic, name, properties)
+        return sub
+
+    def consumer_count(self) -> int:
+        """Consumers attached to all its subscriptions (``maxConsumersPerTopic``)."""
+        return sum(len(sub.consumers) for sub in self.values())
+
+    def forget_subscription(self, sub: NonPersistentSubscription) -> None:
+        if self.get(sub.name) is sub:
+            del self[sub.name]
+
+    def delete_subscription(self, name: str, *, force: bool = False) -> None:
+        sub = self.get(name)
+        if sub is None:
+            raise NotAllowedError(f"Subscription {name} not found")
+        if sub.consumers and not force:
+            raise NotAllowedError("Subscription has active connected consumers")
+        sub.disconnect_consumers()
+        self.forget_subscription(sub)
+
+
 class NonPersistentTopic:
     """One non-persistent topic (or partition); see the module docstring."""
 
@@ -69,7 +113,7 @@ class NonPersistentTopic:
         self.key_shared_consistent_hashing = key_shared_consistent_hashing
         self.full = name.full
         self.loop = loop
-        self.subscriptions: dict[str, NonPersistentSubscription] = {}
+        self.subscriptions = NonPersistentSubscriptions(self)
         self.admission = ProducerAdmission(self.full, self.producer_success,
                                            lambda: not self.closed)
         self.dedup = _NoDeduplication()
@@ -146,10 +190,6 @@ class NonPersistentTopic:
     def access(self) -> ProducerAccess:
         return self.admission.access
 
-    def check_producer_limit(self, max_producers: int) -> None:
-        """As :meth:`broker.topics.topic.Topic.check_producer_limit`."""
-        self.admission.check_limit(max_producers)
-
     async def attach_producer(self, transport: ProducerTransport, request: ProducerRequest, *,
                               max_producers: int = 0) -> tuple[Producer, bytes, bool]:
         """Attach by access mode, as :meth:`broker.topics.topic.Topic.attach_producer` (no
@@ -168,9 +208,6 @@ class NonPersistentTopic:
         return producer, self.producer_success(producer, request.request_id,
                                                request.schema_version), True
 
-    def remove_producer(self, producer: Producer) -> None:
-        self.admission.remove(producer)
-
     def producer_success(self, producer: Producer, request_id: int,
                          schema_version: bytes | None) -> bytes:
         """PRODUCER_SUCCESS of a producer holding the topic (no deduplication: sequence -1)."""
@@ -181,40 +218,6 @@ class NonPersistentTopic:
     def new_key_shared_selector(self, sticky: bool) -> KeySharedSelector:
         """A Key_Shared selector with the broker's settings."""
         return new_selector(sticky, consistent_hashing=self.key_shared_consistent_hashing)
-
-    async def get_or_create_subscription(self, name: str, *, durable: bool = True,
-                                         initial_position: str = "latest",
-                                         start_message_id: tuple[int, int] | None = None,
-                                         sub_type: int = 0,
-                                         properties: dict[str, str] | None = None,
-                                         max_subscriptions: int = 0,
-                                         ) -> NonPersistentSubscription:
-        if self.closed:
-            raise ServiceNotReadyError(f"Topic {self.full} is being closed")
-        sub = self.subscriptions.get(name)
-        if sub is None:
-            if 0 < max_subscriptions <= len(self.subscriptions):
-                raise NotAllowedError(
-                    f"Exceed the maximum number of subscriptions of the topic: {self.full}")
-            sub = self.subscriptions[name] = NonPersistentSubscription(self, name, properties)
-        return sub
-
-    def consumer_count(self) -> int:
-        """Consumers attached to all its subscriptions (``maxConsumersPerTopic``)."""
-        return sum(len(sub.consumers) for sub in self.subscriptions.values())
-
-    def forget_subscription(self, sub: NonPersistentSubscription) -> None:
-        if self.subscriptions.get(sub.name) is sub:
-            del self.subscriptions[sub.name]
-
-    def delete_subscription(self, name: str, *, force: bool = False) -> None:
-        sub = self.subscriptions.get(name)
-        if sub is None:
-            raise NotAllowedError(f"Subscription {name} not found")
-        if sub.consumers and not force:
-            raise NotAllowedError("Subscription has active connected consumers")
-        sub.disconnect_consumers()
-        self.forget_subscription(sub)
 
     # ------------------------------------------------------------------ lifecycle, stats
 

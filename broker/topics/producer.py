@@ -136,7 +136,8 @@ class ProducerRequest:
 
 class ProducerTransport(Protocol):
     """What a producer may ask of the connection it was created on
-    (:class:`broker.net.connection.ServerConnection`, which owns the producer registry)."""
+    (:class:`broker.net.producer_side.ProducerSide`, which owns the connection's producer
+    registry)."""
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop: ...
@@ -177,6 +178,12 @@ class ResendPolicy(Protocol):
                key: int) -> tuple[asyncio.Future[Position] | None, int | None]: ...
 
 
+class ProducerRegistry(Protocol):
+    """The topic's attached producers (:class:`broker.topics.access_modes.ProducerAdmission`)."""
+
+    def remove(self, producer: Producer) -> None: ...
+
+
 class PublishTarget(Protocol):
     """What a producer may ask of its topic (:class:`broker.topics.topic.Topic`,
     :class:`broker.topics.nonpersistent.NonPersistentTopic`)."""
@@ -199,7 +206,10 @@ class PublishTarget(Protocol):
 
     def publish_refused(self, reason: str, refused: int) -> None: ...
 
-    def remove_producer(self, producer: Producer) -> None: ...
+    @property
+    def admission(self) -> ProducerRegistry:
+        """The attached producers (this one leaves them when it closes)."""
+        ...
 
 
 class Producer:
@@ -537,7 +547,7 @@ class Producer:
         if was_attached:
             log.warning("storage is read-only: closing producer %s (%d sends refused)",
                         self.name, dropped)
-            self.topic.remove_producer(self)
+            self.topic.admission.remove(self)
             self.connection.write(C.encode_close_producer(self.producer_id, 0))
 
     # ------------------------------------------------------------------ lifecycle
@@ -555,7 +565,7 @@ class Producer:
         if self.state in _DETACHED:
             return
         self.state = ProducerState.CLOSED
-        self.topic.remove_producer(self)
+        self.topic.admission.remove(self)
 
     def abandon(self) -> None:
         """A queued WaitForExclusive producer that will never be promoted: CLOSED, never

@@ -11,15 +11,19 @@ One BrokerService per broker, living on the broker's event loop; the binary prot
   consumer creates it. Partitioned topics are metadata only (kind ``"topic"``,
   ``{"partitions": n}``); their partitions are ordinary topics.
 * Tenants, namespaces, their grants and the cluster records are ``self.tenancy``
-  (:class:`broker.topics.tenancy.Tenancy`); deleting a namespace or tenant deletes its topics
-  here first. The broker's heartbeat namespaces
+  (:class:`broker.topics.tenancy.Tenancy`; also the authorization's policy store); deleting a
+  namespace or tenant deletes its topics through this service first
+  (:class:`broker.topics.namespace_service.NamespaceService`, the admin API's). The broker's heartbeat namespaces
   (:mod:`broker.topics.heartbeat`, used by the health check) are never registered: their
   topics may be created, but no tenant or namespace listing shows them.
 * Namespace and topic policies (deduplication, schema compatibility, compaction, retention,
   TTL, quotas, delayed delivery) are kept by ``self.policies``
   (:class:`broker.topics.policies.PolicyStore`); schemas by ``self.schemas``
   (:class:`broker.topics.schemas.SchemaRegistry`). A delayed-delivery change drops the cached
-  resolved policy of the affected loaded topics, so it applies to the next message.
+  resolved policy of the affected loaded topics (:meth:`invalidate_policies`), so it applies to
+  the next message.
+* Bound ports, advertised URLs, listeners and the heartbeat namespaces are ``self.addresses``
+  (:class:`broker.topics.addresses.BrokerAddresses`).
 * Persistent topics loaded, partitions added and topics deleted are told to
   ``self.topic_events`` (:class:`broker.topics.topic_events.TopicEvents`), which the
   connections' topic-list watchers listen to.
@@ -40,20 +44,17 @@ import contextlib
 import itertools
 import logging
 from collections.abc import Callable
-from typing import Any
 
 from broker.config import BrokerConfig
 from broker.delayed.policy import DelayPolicy
 from broker.dynamic_config import DynamicConfiguration
-from broker.listeners import BoundPorts, Listeners, ServiceUrls, service_urls
-from broker.security.authorization import NamespaceAuth
 from broker.topics import entry_metadata, termination
 from broker.topics.activity import TopicActivity
-from broker.topics.heartbeat import HeartbeatNames
+from broker.topics.addresses import BrokerAddresses
 from broker.topics.inactive import InactiveTopicSweeper
 from broker.topics.names import TopicName
 from broker.topics.nonpersistent import NonPersistentTopic, NonPersistentTopics
-from broker.topics.policies import NS_DELAYED, TOPIC_DELAYED, PolicyLimitError, PolicyStore
+from broker.topics.policies import PolicyLimitError, PolicyStore
 from broker.topics.publish_refusals import PublishRefusals
 from broker.topics.schemas import SchemaRegistry, schema_id
 from broker.topics.storage_errors import StorageOp, storage_failure
@@ -62,7 +63,6 @@ from broker.topics.topic import Topic
 from broker.topics.topic_events import TopicEvents
 from protocol.errors import (
     InvalidTopicNameError,
-    MetadataError,
     NotAllowedError,
     ServiceNotReadyError,
     TopicNotFoundError,
@@ -89,10 +89,7 @@ class BrokerService:
         self.topics: dict[str, Topic] = {}
         self.nonpersistent = NonPersistentTopics(  # in memory (topics/nonpersistent.py)
             self.loop, key_shared_consistent_hashing=config.subscription_key_shared_use_consistent_hashing)
-        # The configured ports until the server hands over the bound ones (serve_on).
-        self._ports = BoundPorts(config.broker_service_port, config.web_service_port)
-        self._ports_bound = False
-        self.listeners = Listeners.parse(config.advertised_listeners, config.internal_listener_name)
+        self.addresses = BrokerAddresses(config)  # bound ports, URLs, listeners, heartbeat
         self.closing = False   # set by close()
         self._loading: dict[str, asyncio.Future[Topic]] = {}
         # Topics being closed: a reload must wait, or the store would hand back the ledger
@@ -134,7 +131,8 @@ class BrokerService:
         read from the next operation on; loaded topics re-resolve their delay policy."""
         self.config = config
         self.policies.config = config
-        self._invalidate(lambda t: True)
+        self.addresses.config = config
+        self.invalidate_policies(lambda t: True)
 
     async def close(self) -> None:
         """Unload every topic (producers/consumers are told to reconnect)."""
@@ -167,47 +165,6 @@ class BrokerService:
     def metadata(self) -> MetadataStore:
         """The metadata store (compaction results are kept there)."""
         return self.store.metadata
-
-    def serve_on(self, ports: BoundPorts) -> None:
-        """The ports the server's listeners bound, handed over once before they serve."""
-        if self._ports_bound:
-            raise RuntimeError("the bound ports were already handed over")
-        self._ports, self._ports_bound = ports, True
-
-    @property
-    def broker_port(self) -> int:
-        return self._ports.broker
-
-    @property
-    def web_port(self) -> int:
-        return self._ports.web
-
-    @property
-    def broker_port_tls(self) -> int | None:
-        return self._ports.broker_tls
-
-    @property
-    def web_port_tls(self) -> int | None:
-        return self._ports.web_tls
-
-    def urls(self, local_host: str | None = None) -> ServiceUrls:
-        """This broker's URLs as advertised to a client that reached it on *local_host*
-        (None: the configured ``advertisedAddress``), with the bound ports."""
-        return service_urls(self.config.advertised_address, local_host,
-                            broker_port=self.broker_port, broker_port_tls=self.broker_port_tls,
-                            web_port=self.web_port, web_port_tls=self.web_port_tls)
-
-    def lookup_url(self, listener: str | None, local_host: str | None) -> str:
-        """The ``pulsar://`` URL a lookup answers (by listener name when one is asked for or
-        configured); raises ServiceNotReadyError for an unknown listener name."""
-        return self.listeners.lookup_url(listener, self.urls(local_host).broker_url)
-
-    @property
-    def heartbeat(self) -> HeartbeatNames:
-        """This broker's heartbeat namespaces (broker/topics/heartbeat.py): topics may be
-        created there although the namespaces are never registered, so no listing shows them."""
-        return HeartbeatNames(self.config.cluster_name, self.config.advertised_address,
-                              self.web_port)
 
     def generate_producer_name(self) -> str:
         return f"{self.config.cluster_name}-{self._instance}-{next(self._producer_names)}"
@@ -286,7 +243,7 @@ class BrokerService:
         if not self._topic_known(tn):
             if not (create or self._is_existing_partition(tn)):
                 raise TopicNotFoundError("Topic not found")
-            if not self.tenancy.namespace_exists(tn.namespace) and not self.heartbeat.owns(tn.namespace):
+            if not self.tenancy.namespace_exists(tn.namespace) and not self.addresses.heartbeat.owns(tn.namespace):
                 raise TopicNotFoundError(f"Namespace {tn.namespace} does not exist")
             if tn.is_partition and not self._is_existing_partition(tn):
                 parent = tn.partitioned_parent
@@ -474,77 +431,18 @@ class BrokerService:
         self.nonpersistent.delete(tn.full)
         await self._drop_topic_policy(tn.full)
 
-    # ------------------------------------------------------------------ tenants, namespaces
-
-    async def delete_tenant(self, tenant: str, *, force: bool = False) -> None:
-        self.tenancy.require_tenant(tenant)
-        namespaces = await self.tenancy.list_namespaces(tenant)
-        if namespaces and not force:
-            raise NotAllowedError("The tenant still has active namespaces")
-        for ns in namespaces:
-            await self.delete_namespace(ns, force=True)
-        await self.tenancy.forget_tenant(tenant)
-
-    async def delete_namespace(self, namespace: str, *, force: bool = False) -> None:
-        if not self.tenancy.namespace_exists(namespace):
-            raise MetadataError("Namespace does not exist")
-        topics = await self.list_topics(namespace)
-        partitioned = await self.list_partitioned_topics(namespace)
-        if (topics or partitioned) and not force:
-            raise NotAllowedError("Cannot delete non empty namespace")
-        for t in partitioned:
-            await self.delete_topic(t, force=True)
-        for t in await self.list_topics(namespace):
-            await self.delete_topic(t, force=True)
-        await self.tenancy.forget_namespace(namespace)
-        await self.policies.drop_namespace(namespace)
-
-    # (broker.security.authorization.AuthPolicyStore, read from self.tenancy)
-
-    def tenant_admin_roles(self, tenant: str) -> frozenset[str] | None:
-        return self.tenancy.tenant_admin_roles(tenant)
-
-    def namespace_auth(self, namespace: str) -> NamespaceAuth | None:
-        return self.tenancy.namespace_auth(namespace)
-
-    async def get_cluster(self, name: str) -> dict[str, Any]:
-        """The cluster record: the stored one over this broker's own URLs."""
-        urls = self.urls()
-        own: dict[str, Any] = {"serviceUrl": urls.web_url, "brokerServiceUrl": urls.broker_url}
-        if urls.web_url_tls is not None:
-            own["serviceUrlTls"] = urls.web_url_tls
-        if urls.broker_url_tls is not None:
-            own["brokerServiceUrlTls"] = urls.broker_url_tls
-        return {**own, **(await self.tenancy.cluster_record(name))}
-
-    # ------------------------------------------------------------------ delayed-delivery policies
-    # (read with policies.delayed_body; a write drops loaded topics' cached resolution)
-
-    async def set_namespace_policy(self, namespace: str, policy: dict[str, Any]) -> None:
-        await self.policies.set_namespace_field(namespace, NS_DELAYED, dict(policy))
-        self._invalidate(lambda t: t.name.namespace == namespace)
-
-    async def remove_namespace_policy(self, namespace: str) -> None:
-        await self.policies.remove_namespace_field(namespace, NS_DELAYED)
-        self._invalidate(lambda t: t.name.namespace == namespace)
-
-    async def set_topic_policy(self, topic: str, policy: dict[str, Any]) -> None:
-        full = TopicName.parse(topic).full
-        await self.policies.set_topic_field(full, TOPIC_DELAYED, dict(policy))
-        self._invalidate(lambda t: full in (t.full, t.name.partitioned_parent))
-
-    async def remove_topic_policy(self, topic: str) -> None:
-        full = TopicName.parse(topic).full
-        await self.policies.remove_topic_field(full, TOPIC_DELAYED)
-        self._invalidate(lambda t: full in (t.full, t.name.partitioned_parent))
+    # ------------------------------------------------------------------ policies
+    # (written by broker.topics.namespace_service; a write drops loaded topics' cached resolution)
 
     async def _drop_topic_policy(self, full: str) -> None:
         """The topic was deleted: its policies and (as Pulsar) its schema go with it."""
         await self.policies.drop_topic(full)
         await self.schemas.drop(schema_id(full))
-        self._invalidate(lambda t: full in (t.full, t.name.partitioned_parent))
+        self.invalidate_policies(lambda t: full in (t.full, t.name.partitioned_parent))
 
-    def _invalidate(self, match: Callable[[Topic], bool]) -> None:
+    def invalidate_policies(self, match: Callable[[Topic], bool]) -> None:
+        """A delayed-delivery policy changed: the loaded topics *match* picks resolve theirs
+        again (:meth:`broker.topics.topic.Topic.invalidate_policy`)."""
         for topic in list(self.topics.values()):
             if match(topic):
                 topic.invalidate_policy()

@@ -34,7 +34,7 @@ log = logging.getLogger("horae.topic")
 
 def topic_stats(topic: Topic) -> dict[str, Any]:
     """Pulsar's TopicStats document."""
-    rate_in, thr_in, rate_out, thr_out = topic.rates()
+    rate_in, thr_in, rate_out, thr_out = topic.meters.rates()
     now = topic.loop.time()
     publishers = []
     for p in topic.producers.values():
@@ -51,20 +51,20 @@ def topic_stats(topic: Topic) -> dict[str, Any]:
         tracker = sub.delayed_tracker
         if tracker is not None:
             delayed_index_bytes += tracker.memory_bytes
-    msg_in = topic.msg_in_counter
+    msg_in = topic.meters.msg_in_counter
     return {
         "msgRateIn": rate_in,
         "msgThroughputIn": thr_in,
         "msgRateOut": rate_out,
         "msgThroughputOut": thr_out,
-        "bytesInCounter": topic.bytes_in_counter,
+        "bytesInCounter": topic.meters.bytes_in_counter,
         "msgInCounter": msg_in,
-        "bytesOutCounter": topic.bytes_out_counter,
-        "msgOutCounter": topic.msg_out_counter,
-        "averageMsgSize": (topic.bytes_in_counter / msg_in) if msg_in else 0.0,
+        "bytesOutCounter": topic.meters.bytes_out_counter,
+        "msgOutCounter": topic.meters.msg_out_counter,
+        "averageMsgSize": (topic.meters.bytes_in_counter / msg_in) if msg_in else 0.0,
         "msgChunkPublished": False,
-        "storageSize": topic.storage_size,
-        "backlogSize": topic.backlog_size_bytes(),
+        "storageSize": topic.meters.storage_size,
+        "backlogSize": topic.meters.backlog_size_bytes(),
         "publishRateLimitedTimes": topic.publish_rate.limited_times,
         "earliestMsgPublishTimeInBacklogs": 0,
         "offloadedStorageSize": 0,
@@ -74,8 +74,8 @@ def topic_stats(topic: Topic) -> dict[str, Any]:
         "nonContiguousDeletedMessagesRanges": 0,
         "nonContiguousDeletedMessagesRangesSerializedSize": 0,
         "delayedMessageIndexSizeInBytes": delayed_index_bytes,
-        "delayedMessagesRejectedCounter": topic.delayed_rejected_counter,
-        "fixedDelayOverriddenCounter": topic.fixed_delay_overridden_counter,
+        "delayedMessagesRejectedCounter": topic.meters.delayed_rejected_counter,
+        "fixedDelayOverriddenCounter": topic.meters.fixed_delay_overridden_counter,
         "publishers": publishers,
         "subscriptions": subs,
         "replication": {},
@@ -125,7 +125,7 @@ def internal_stats(topic: Topic) -> dict[str, Any]:
             "persistedSizeBytes": cursor.persisted_size_bytes,
         }
     return {
-        "entriesAddedCounter": topic.entries_added_counter,
+        "entriesAddedCounter": topic.meters.entries_added_counter,
         "numberOfEntries": int(ledger.number_of_entries),
         "totalSize": int(ledger.total_size_bytes),
         "currentLedgerEntries": int(current.entries) if current else 0,

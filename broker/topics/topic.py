@@ -11,8 +11,8 @@ the entry's metadata once, runs the delayed-delivery publish guard (PIP-315 max 
 PIP-437 fixed delay; :mod:`broker.delayed.guard`) when the entry or the policy asks for it,
 and appends the entries to the ledger as a run (:meth:`append_run`): the ledger tells the
 run itself once its entries are durable, and its producer answers from that call. The
-ledger's listener (:meth:`_on_durable`, once per group commit) only tells subscriptions, at
-most once per loop iteration, that entries exist.
+ledger's listener (``self.subscriptions.on_durable``, once per group commit) only tells
+subscriptions, at most once per loop iteration, that entries exist.
 
 Lifecycle: one :class:`TopicState` (OPEN, TERMINATED, FENCED, CLOSED), read by two guards:
 :meth:`_check_publishing` (SENDs and producers: OPEN only) and :attr:`serving`
@@ -24,11 +24,11 @@ state and backlog quota, recovers the name's sequence state, then ``self.admissi
 attaches or queues it: it owns the attached producers, the WaitForExclusive line, fencing
 and promotion.
 
-Counters are plain ints, incremented on the hot path and read at scrape time
-(:mod:`broker.metrics`); rates are derived from them over a sliding window
-(:class:`RateMeter`, sampled by the service once a second). ``msg_out_counter`` and
-``bytes_out_counter`` are the sums over subscriptions (whose dispatchers count deliveries),
-plus what subscriptions deleted since the load had delivered.
+Subscriptions are ``self.subscriptions``
+(:class:`broker.topics.topic_subscriptions.TopicSubscriptions`: the dict by name, creating and
+deleting them, the new-entries notification). Counters and rates are ``self.meters``
+(:class:`broker.topics.meters.TopicMeters`): plain ints incremented on the hot path and read at
+scrape time (:mod:`broker.metrics`, :mod:`broker.topics.stats`).
 
 Replace by key (``self.replace_by_key``, :mod:`broker.topics.replace_by_key`): while the
 ``delayedDeliveryReplaceByKey`` policy is on, each run's keyed entries are recorded as they
@@ -57,16 +57,14 @@ import asyncio
 import bisect
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Protocol
 
 from broker.config import BrokerConfig
 from broker.delayed import TrackerFactory
 from broker.delayed.guard import DelayTooLongError, check_and_start_publish
 from broker.delayed.policy import DelayPolicy
-from broker.delayed.residual import delete_residual_snapshots
 from broker.metrics.entry_size import ENTRY_SIZE_BUCKETS_BYTES
-from broker.metrics.rates import PUBLISH_LATENCY_BUCKETS_MS, RateMeter
 from broker.subscriptions.dispatch_rate import TopicDispatch
 from broker.subscriptions.selectors import KeySharedSelector, new_selector
 from broker.subscriptions.subscription import Subscription
@@ -76,6 +74,7 @@ from broker.topics.backlog_policies import BacklogPolicies
 from broker.topics.compaction import COMPACTION_CURSOR, TopicCompaction
 from broker.topics.dedup import DEDUP_CURSOR, MessageDeduplication
 from broker.topics.entry_metadata import EntryStamper
+from broker.topics.meters import TopicMeters
 from broker.topics.names import TopicName
 from broker.topics.policies import PolicyStore
 from broker.topics.producer import Producer, ProducerRequest, ProducerTransport
@@ -86,6 +85,7 @@ from broker.topics.storage_errors import StorageOp, storage_failure
 from broker.topics.subscribe_rate import SubscribeRateLimiter
 from broker.topics.termination import TERMINATED_REASON, Termination
 from broker.topics.topic_state import TopicState
+from broker.topics.topic_subscriptions import TopicSubscriptions, close_subscription
 from broker.topics.trim import LedgerTrimmer
 from protocol import commands as C
 from protocol import pulsar_pb as pb
@@ -93,13 +93,11 @@ from protocol.errors import (
     NotAllowedError,
     RequestError,
     ServiceNotReadyError,
-    SubscriptionNotFoundError,
     TopicTerminatedError,
 )
 from protocol.metadata import check_publish_metadata, entry_info
 from protocol.metadata_scan import scan_publish_metadata
 from storage.cursor import ManagedCursor
-from storage.errors import StorageError
 from storage.ledger import ManagedLedger
 from storage.metadata import MetadataStore
 from storage.positions import Position
@@ -157,35 +155,19 @@ class Topic:
         self.ledger = ledger
         self.loop = host.loop
         self.admission = ProducerAdmission(self.full, self.producer_success, self._accepting)
-        self.subscriptions: dict[str, Subscription] = {}
-        self.msg_in_counter = 0
-        self.bytes_in_counter = 0
-        self.entries_added_counter = 0
-        self.delayed_rejected_counter = 0
-        self.fixed_delay_overridden_counter = 0
-        self.publish_latency_buckets = [0] * (len(PUBLISH_LATENCY_BUCKETS_MS) + 1)
+        self.subscriptions = TopicSubscriptions(self, host.snapshots)
         self.publish_rate = PublishRateLimiter()  # its rate is set at each producer creation
         self.subscribe_rate = SubscribeRateLimiter()  # its rate is set at each SUBSCRIBE
         # dispatchRate, shared by the subscriptions (its rate is set at each SUBSCRIBE)
         self.topic_dispatch = TopicDispatch(
-            lambda: (self.msg_out_counter, self.bytes_out_counter))
+            lambda: (self.meters.msg_out_counter, self.meters.bytes_out_counter))
         self._max_message_size = host.config.max_message_size  # bounds a chunked message
         #: the topic's maxMessageSize policy (0: none), set at each producer creation
         self.max_message_size_policy = 0
-        self.publish_latency_sum_ms = 0.0
-        self.publish_latency_count = 0
-        #: Appended entries per size bound of ENTRY_SIZE_BUCKETS_BYTES (overflow last), bytes.
-        self.entry_size_buckets = [0] * (len(ENTRY_SIZE_BUCKETS_BYTES) + 1)
-        self.entry_size_sum_bytes = 0
         self.state = TopicState.OPEN
         self._guarded = name.is_persistent  # the publish guard is for persistent topics
         self.loaded_ms = int(time.time() * 1000)
-        self._removed_msg_out = 0
-        self._removed_bytes_out = 0
         self._delay_policy: DelayPolicy | None = None
-        self._notify_scheduled = False
-        self._sub_creating: dict[str, asyncio.Future[Subscription]] = {}
-        self._rates = RateMeter()
         self.dedup = MessageDeduplication(
             self, host.config.broker_deduplication_max_number_of_producers)
         self.trimmer = LedgerTrimmer(self)
@@ -198,6 +180,10 @@ class Topic:
         self.replace_by_key = TopicReplaceByKey(
             ledger, lambda: name.is_persistent and host.policies.delayed_replace_by_key(name),
             self.subscriptions.values)
+        self.meters: TopicMeters = TopicMeters(self.loop, ledger, self.subscriptions, self.admission,
+                                  self.backlog, self.dedup)
+        #: The publish-latency histogram the producers increment (the meters' own list).
+        self.publish_latency_buckets = self.meters.publish_latency_buckets
 
     # ------------------------------------------------------------------ loading
 
@@ -205,7 +191,7 @@ class Topic:
     async def load(cls, host: TopicHost, name: TopicName, ledger: ManagedLedger) -> Topic:
         """A topic over its freshly opened *ledger*, with its durable subscriptions restored."""
         topic = cls(host, name, ledger)
-        ledger.add_listener(topic._on_durable)
+        ledger.add_listener(topic.subscriptions.on_durable)
         for cursor_name in list(ledger.cursors):
             if cursor_name == DEDUP_CURSOR:
                 topic.dedup.start_recovery()
@@ -253,14 +239,15 @@ class Topic:
             self.ledger.append_run(entries, sink)
         except Exception as exc:   # never out of the publish path: a SEND_ERROR instead
             raise self._append_failed(exc) from None
-        self.entries_added_counter += len(entries)
-        buckets = self.entry_size_buckets
+        meters = self.meters
+        meters.entries_added_counter += len(entries)
+        buckets = meters.entry_size_buckets
         total = 0
         for entry in entries:
             size = len(entry)
             total += size
             buckets[bisect.bisect_left(ENTRY_SIZE_BUCKETS_BYTES, size)] += 1
-        self.entry_size_sum_bytes += total
+        meters.entry_size_sum_bytes += total
 
     def _append_failed(self, exc: Exception) -> RequestError:
         """The SEND_ERROR of a failed append (reloading the topic when storage asks for it)."""
@@ -304,9 +291,9 @@ class Topic:
             try:
                 result = check_and_start_publish(entry, entry_info(md), policy, md)
             except DelayTooLongError as exc:
-                self.delayed_rejected_counter += exc.messages
+                self.meters.delayed_rejected_counter += exc.messages
                 raise
-            self.fixed_delay_overridden_counter += result.overridden_messages
+            self.meters.fixed_delay_overridden_counter += result.overridden_messages
             entry = result.entry
         return entry, messages, partial
 
@@ -314,25 +301,12 @@ class Topic:
                          latency_sum_ms: float) -> None:
         """Called by producers for the entries whose receipts were just sent (the latency
         histogram buckets are incremented by the producer directly)."""
-        self.msg_in_counter += messages
-        self.bytes_in_counter += size
-        self.publish_latency_sum_ms += latency_sum_ms
-        self.publish_latency_count += entries
+        meters = self.meters
+        meters.msg_in_counter += messages
+        meters.bytes_in_counter += size
+        meters.publish_latency_sum_ms += latency_sum_ms
+        meters.publish_latency_count += entries
         self.host.activity.touch(self)
-
-    def _on_durable(self, _position: Position) -> None:
-        if not self._notify_scheduled:
-            self._notify_scheduled = True
-            self.loop.call_soon(self._notify_subscriptions)
-
-    def _notify_subscriptions(self) -> None:
-        self._notify_scheduled = False
-        self.replace_by_key.flush()
-        for sub in list(self.subscriptions.values()):
-            try:
-                sub.on_new_entries()
-            except Exception:
-                log.exception("subscription %s on %s failed on new entries", sub.name, self.full)
 
     def publish_refused(self, reason: str, refused: int) -> None:
         """Producers count the SENDs they drop because the store is read-only."""
@@ -360,11 +334,6 @@ class Topic:
     @property
     def access(self) -> ProducerAccess:
         return self.admission.access
-
-    def check_producer_limit(self, max_producers: int) -> None:
-        """Refuse early, before a PRODUCER's other work, when ``maxProducersPerTopic`` is
-        reached (:meth:`attach_producer` decides)."""
-        self.admission.check_limit(max_producers)
 
     async def attach_producer(self, transport: ProducerTransport, request: ProducerRequest, *,
                               max_producers: int = 0) -> tuple[Producer, bytes, bool]:
@@ -410,9 +379,6 @@ class Topic:
     def _accepting(self) -> bool:
         return self.state in _SERVING
 
-    def remove_producer(self, producer: Producer) -> None:
-        self.admission.remove(producer)
-
     def producer_success(self, producer: Producer, request_id: int,
                          schema_version: bytes | None) -> bytes:
         """PRODUCER_SUCCESS for a producer that now holds the topic (created, or a queued
@@ -423,104 +389,7 @@ class Topic:
         return self.access.producer_success(request_id, producer, last_sequence_id,
                                             schema_version)
 
-    # ------------------------------------------------------------------ subscriptions
-
-    @property
-    def creating_subscription(self) -> bool:
-        """A subscription is being created (its cursor may not be known to storage yet)."""
-        return bool(self._sub_creating)
-
-    async def get_or_create_subscription(self, name: str, *, durable: bool = True,
-                                         initial_position: str = "latest",
-                                         start_message_id: tuple[int, int] | None = None,
-                                         properties: Mapping[str, str] | None = None,
-                                         max_subscriptions: int = 0,
-                                         ) -> Subscription:
-        """The subscription *name*, created when missing unless the topic already has
-        *max_subscriptions* (0: no limit; counted with those being created, in this step)."""
-        sub = self.subscriptions.get(name)
-        if sub is not None:
-            return sub
-        pending = self._sub_creating.get(name)
-        if pending is not None:
-            return await asyncio.shield(pending)
-        if not self.serving:
-            raise ServiceNotReadyError(f"Topic {self.full} is being closed or reloaded")
-        if name in (DEDUP_CURSOR, COMPACTION_CURSOR):
-            raise NotAllowedError(f"Subscription name {name} is reserved")
-        if 0 < max_subscriptions <= len(self.subscriptions) + len(self._sub_creating):
-            raise NotAllowedError(
-                f"Exceed the maximum number of subscriptions of the topic: {self.full}")
-        fut: asyncio.Future[Subscription] = self.loop.create_future()
-        self._sub_creating[name] = fut
-        try:
-            try:
-                sub = await Subscription.open(self, name, durable=durable,
-                                              initial_position=initial_position,
-                                              start_message_id=start_message_id,
-                                              properties=properties)
-            except StorageError as exc:
-                raise storage_failure(exc, StorageOp.SUBSCRIBE).error from exc
-            self.subscriptions[name] = sub
-            self.replace_by_key.adopt(sub)
-            fut.set_result(sub)
-            return sub
-        except BaseException as exc:
-            fut.set_exception(exc)
-            fut.exception()  # retrieved: no "never retrieved" warning when nobody waits
-            raise
-        finally:
-            del self._sub_creating[name]
-
-    async def create_subscription(self, name: str,
-                                  position: str | tuple[int, int] = "latest") -> Subscription:
-        """Admin API: create a durable subscription at latest, earliest or a message id."""
-        if name in self.subscriptions:
-            raise NotAllowedError(f"Subscription {name} already exists")
-        if isinstance(position, tuple):
-            return await self.get_or_create_subscription(name, start_message_id=position)
-        return await self.get_or_create_subscription(name, initial_position=position)
-
-    async def delete_subscription(self, name: str, *, force: bool = False) -> None:
-        sub = self.subscriptions.get(name)
-        if sub is None:
-            raise SubscriptionNotFoundError("Subscription not found")
-        if sub.consumers and not force:
-            raise NotAllowedError("Subscription has active connected consumers")
-        self._forget_subscription(name, sub)
-        await _close_subscription(sub)
-        if name in self.ledger.cursors:
-            properties = self.ledger.cursors[name].properties
-            await self.ledger.delete_cursor(name)
-            # Its bucket and cancel snapshots go too (Pulsar's cleanResidualSnapshots).
-            await delete_residual_snapshots(properties, self.host.snapshots)
-
-    def consumer_count(self) -> int:
-        """Consumers attached to all its subscriptions (``maxConsumersPerTopic``)."""
-        return sum(len(sub.consumers) for sub in self.subscriptions.values())
-
-    def remove_subscription(self, sub: Subscription) -> None:
-        """Forget a subscription that went away by itself (e.g. a reader's non-durable one)."""
-        name = str(sub.name)
-        if self.subscriptions.get(name) is sub:
-            self._forget_subscription(name, sub)
-
-    def _forget_subscription(self, name: str, sub: Subscription) -> None:
-        """Drop *sub*, keeping what it delivered in the topic's out counters."""
-        del self.subscriptions[name]
-        self._removed_msg_out += sub.msg_out_counter
-        self._removed_bytes_out += sub.bytes_out_counter
-
     # ------------------------------------------------------------------ delayed policy
-
-    def compacted_out(self, pos: Position) -> bool:
-        """A read_compacted subscription skips *pos* (:mod:`broker.topics.compaction`)."""
-        return self.compaction.compacted_out(pos)
-
-    @property
-    def dedup_producers_evicted_counter(self) -> int:
-        """Producer names deduplication forgot over brokerDeduplicationMaxNumberOfProducers."""
-        return self.dedup.evicted_producers
 
     def dedup_enabled(self) -> bool:
         """The deduplication policy in force (topic > namespace > brokerDeduplicationEnabled)."""
@@ -562,78 +431,9 @@ class Topic:
 
     # ------------------------------------------------------------------ counters, stats
 
-    @property
-    def msg_out_counter(self) -> int:
-        return self._removed_msg_out + sum(
-            s.msg_out_counter for s in self.subscriptions.values())
-
-    @property
-    def bytes_out_counter(self) -> int:
-        return self._removed_bytes_out + sum(
-            s.bytes_out_counter for s in self.subscriptions.values())
-
-    def _counter_values(self) -> tuple[float, ...]:
-        return (self.msg_in_counter, self.bytes_in_counter, self.msg_out_counter,
-                self.bytes_out_counter, self.entries_added_counter, self.ledger.entries_read)
-
     def touch(self) -> None:
         """A counter moved (dispatch, ack): sample this topic's rates while it is active."""
         self.host.activity.touch(self)
-
-    def resume_rates(self, since: float) -> None:
-        """Rate sampling paused while the topic stood still (:meth:`RateMeter.resume`)."""
-        self._rates.resume(since)
-        self.admission.resume_rates(since)
-        for sub in list(self.subscriptions.values()):
-            sub.resume_rates(since)
-
-    def sample_rates(self, now: float) -> None:
-        self._rates.sample(now, self._counter_values())
-        self.admission.sample_rates(now)
-        for sub in list(self.subscriptions.values()):
-            sub.sample_rates(now)
-
-    def rates(self) -> tuple[float, float, float, float]:
-        """(msgRateIn, msgThroughputIn, msgRateOut, msgThroughputOut) per second."""
-        r = self._rates.rates(self.loop.time(), self._counter_values())
-        return r[0], r[1], r[2], r[3]
-
-    def storage_rates(self) -> tuple[float, float]:
-        """(entries appended, entries read) per second: Pulsar's storage write and read
-        rates, from the same meter as :meth:`rates` (sampled while the topic is active)."""
-        r = self._rates.rates(self.loop.time(), self._counter_values())
-        return r[4], r[5]
-
-    @property
-    def storage_size(self) -> int:
-        return int(self.ledger.total_size_bytes)
-
-    @property
-    def storage_logical_size(self) -> int:
-        """Bytes of the stored entries, one copy (Pulsar's size before replication; Horae
-        keeps one copy, so it equals :attr:`storage_size`)."""
-        return int(self.ledger.total_size_bytes)
-
-    def backlog_quota_limits(self) -> tuple[int, int]:
-        """(limitSize bytes, limitTime seconds) of the backlog quotas in force; -1: none."""
-        return self.backlog.quota_limits()
-
-    def backlog_age_seconds(self) -> int:
-        """Age of the oldest unacknowledged message at the last backlog check (-1: none yet)."""
-        return self.backlog.backlog_age_seconds()
-
-    def backlog_size_bytes(self) -> int:
-        """Bytes not yet acknowledged by the slowest durable subscription (estimate)."""
-        entries = self.ledger.number_of_entries
-        if not entries or not self.subscriptions:
-            return 0
-        backlog = max((s.cursor.backlog or 0)
-                      for s in self.subscriptions.values())
-        return int(self.ledger.total_size_bytes * min(1.0, backlog / entries))
-
-    @property
-    def trimmed_ledgers(self) -> int:
-        return self.trimmer.trimmed_ledgers
 
     # ------------------------------------------------------------------ housekeeping
 
@@ -699,7 +499,7 @@ class Topic:
             else:
                 p.close()
         for sub in list(self.subscriptions.values()):
-            await _close_subscription(sub, disconnect_clients=disconnect_clients)
+            await close_subscription(sub, disconnect_clients=disconnect_clients)
         await self.trimmer.close()
         if self.entry_stamper is not None:
             try:
@@ -717,11 +517,3 @@ class Topic:
     def __repr__(self) -> str:
         return f"<Topic {self.full}>"
 
-
-async def _close_subscription(sub: Subscription, *, disconnect_clients: bool = True) -> None:
-    try:
-        if disconnect_clients:
-            sub.disconnect_consumers()
-        await sub.close()
-    except Exception:
-        log.exception("closing subscription %s failed", sub.name)

@@ -37,12 +37,24 @@ import asyncio
 import itertools
 import logging
 import time
+from collections.abc import Iterable
 from typing import Protocol
 
 from broker.subscriptions.subscription import Subscription
 from storage.ledger import ManagedLedger
 from storage.ledger_state import LedgerInfo
 from storage.positions import Position
+
+
+class TrimmedSubscriptions(Protocol):
+    """The topic's subscriptions (:class:`broker.topics.topic_subscriptions.TopicSubscriptions`)."""
+
+    def values(self) -> Iterable[Subscription]: ...
+
+    @property
+    def creating_subscription(self) -> bool:
+        """A subscription is being created (its cursor may not be known to storage yet)."""
+        ...
 
 
 class TrimmedTopic(Protocol):
@@ -55,8 +67,6 @@ class TrimmedTopic(Protocol):
         """Neither fenced nor closed."""
         ...
 
-    subscriptions: dict[str, Subscription]
-
     @property
     def ledger(self) -> ManagedLedger: ...
 
@@ -64,7 +74,7 @@ class TrimmedTopic(Protocol):
     def loop(self) -> asyncio.AbstractEventLoop: ...
 
     @property
-    def creating_subscription(self) -> bool: ...
+    def subscriptions(self) -> TrimmedSubscriptions: ...
 
     def retention(self) -> tuple[int, int]:
         """(retentionTimeInMinutes, retentionSizeInMB) in force; -1 is unlimited."""
@@ -126,7 +136,7 @@ class LedgerTrimmer:
     def tick(self, now: float) -> None:
         """Once a second (the topic's housekeeping): start a trim if one is due and safe."""
         topic = self.topic
-        if self.task is not None or topic.creating_subscription:
+        if self.task is not None or topic.subscriptions.creating_subscription:
             return
         if now - self.last_trim < TRIM_MIN_INTERVAL_S:
             return
@@ -156,7 +166,7 @@ class LedgerTrimmer:
         delete is still needed by a reader (storage only sees durable cursors)."""
         topic = self.topic
         ledger = topic.ledger
-        if topic.creating_subscription or ledger.closed:
+        if topic.subscriptions.creating_subscription or ledger.closed:
             return False
         durable = [c.mark_delete_position for c in ledger.cursors.values()]
         bound = min(durable) if durable else None

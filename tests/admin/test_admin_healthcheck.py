@@ -74,15 +74,15 @@ def test_dispatch_that_never_delivers_fails_the_check_within_the_timeout(
     topic_name = f"persistent://pulsar/standalone/127.0.0.1:{b.web_port}/healthcheck"
 
     def stall_dispatch() -> Callable[[], None]:
-        topic = b.service.topics[topic_name]
-        original = topic._notify_subscriptions
+        subs = b.service.topics[topic_name].subscriptions
+        original = subs.notify_new_entries
         def drop_notification() -> None:   # entries are stored, never dispatched
-            topic._notify_scheduled = False
-        topic._notify_subscriptions = drop_notification
+            subs._notify_scheduled = False
+        subs.notify_new_entries = drop_notification
 
         def restore() -> None:
-            del topic._notify_subscriptions
-            assert topic._notify_subscriptions == original
+            del subs.notify_new_entries
+            assert subs.notify_new_entries == original
         return restore
 
     restore = b.call(stall_dispatch)

@@ -251,6 +251,11 @@ class _FakeTopic:
     entry_size_buckets: list[int] = dataclasses.field(default_factory=lambda: [0] * 9)
     entry_size_sum_bytes: int = 0
 
+    @property
+    def meters(self) -> _FakeTopic:
+        """The fake keeps its counters itself (a real topic's are its ``meters``)."""
+        return self
+
     def rates(self) -> tuple[float, float, float, float]:
         return 0.0, 0.0, 0.0, 0.0
 

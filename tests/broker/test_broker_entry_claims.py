@@ -73,6 +73,6 @@ def test_an_entry_claiming_what_it_cannot_hold_is_send_error_and_the_connection_
     answer = raw.recv_command()
     assert answer.type == T.SEND_RECEIPT and answer.send_receipt.sequence_id == 6
     # only the good batch was stored and counted
-    counters = broker.call(lambda: (lambda t: (t.entries_added_counter, t.msg_in_counter))(
+    counters = broker.call(lambda: (lambda t: (t.meters.entries_added_counter, t.meters.msg_in_counter))(
         broker.service.topics[TOPIC]))
     assert counters == (1, 3)

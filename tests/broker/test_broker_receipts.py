@@ -58,8 +58,8 @@ def start_three_sends() -> tuple[Any, Any, FakeTopic, Producer]:
     """Three SENDs of three socket reads: three runs."""
     conn, transport = make_connection()
     topic = FakeTopic()
-    producer = Producer(conn, topic, 1, "p", pb.Shared, False, {})  # type: ignore[arg-type]
-    conn.producers[1] = producer
+    producer = Producer(conn.producer_side, topic, 1, "p", pb.Shared, False, {})  # type: ignore[arg-type]
+    conn.producer_side.producers[1] = producer
     for seq in range(3):
         producer.on_sends([fast_send(seq)])
     return conn, transport, topic, producer
@@ -110,8 +110,8 @@ def fast_send(sequence_id: int, *, checksum_valid: bool = True) -> SendFrame:
 def start_run(*frames: SendFrame) -> tuple[Any, Any, FakeTopic, Producer]:
     conn, transport = make_connection()
     topic = FakeTopic()
-    producer = Producer(conn, topic, 1, "p", pb.Shared, False, {})  # type: ignore[arg-type]
-    conn.producers[1] = producer
+    producer = Producer(conn.producer_side, topic, 1, "p", pb.Shared, False, {})  # type: ignore[arg-type]
+    conn.producer_side.producers[1] = producer
     producer.on_sends(list(frames))
     return conn, transport, topic, producer
 

@@ -164,14 +164,14 @@ async def test_connect_answers_connected_with_min_protocol_version() -> None:
 async def test_pending_publishes_pause_reading_and_resume_at_half() -> None:
     conn, transport = make_connection(max_pending_publish_requests_per_connection=10)
     for _ in range(9):
-        conn.publish_started()
+        conn.producer_side.publish_started()
     assert transport.reading
-    conn.publish_started()
+    conn.producer_side.publish_started()
     assert not transport.reading and conn.throttle.paused
     for _ in range(4):
-        conn.publish_finished()
+        conn.producer_side.publish_finished()
     assert not transport.reading
-    conn.publish_finished()  # 5 left = half of 10
+    conn.producer_side.publish_finished()  # 5 left = half of 10
     assert transport.reading and not conn.throttle.paused
 
 
@@ -211,7 +211,7 @@ async def test_every_send_takes_one_path_hand_parsed_or_not() -> None:
     conn, transport = make_connection()
     conn.state = ConnState.CONNECTED
     producer = RecordingProducer()
-    conn.producers[1] = producer  # type: ignore[assignment]
+    conn.producer_side.producers[1] = producer  # type: ignore[assignment]
     entry = _entry()
     # One read: two hand-parsed SENDs, one without a checksum (the hand parser declines it),
     # then one more: all four go to the producer together, in order, as SendFrames.

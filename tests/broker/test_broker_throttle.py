@@ -220,7 +220,7 @@ def test_connection_closed_with_sends_pending_releases_its_share_of_the_buffer(
 
     def close_publisher() -> None:
         for conn in list(broker.server.connections):
-            if conn.producers:
+            if conn.producer_side.producers:
                 conn.close("test")
 
     with RawClient(broker.service_url) as a, RawClient(broker.service_url) as b:

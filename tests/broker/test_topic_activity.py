@@ -19,6 +19,11 @@ class _Topic:
         self.housekept: list[float] = []
         self.resumed: list[float] = []
 
+    @property
+    def meters(self) -> _Topic:
+        """The fake samples its one counter itself (a real topic's rates are its meters')."""
+        return self
+
     def sample_rates(self, now: float) -> None:
         self.samples.append(now)
         self.meter.sample(now, (self.counter,))

@@ -40,7 +40,7 @@ def test_go_client_rejection_disturbs_no_other_producer_or_consumer(
 
     async def read() -> tuple[int, int]:
         t = handle.service.topics[TOPIC]
-        return int(t.delayed_rejected_counter), int(t.ledger.number_of_entries)
+        return int(t.meters.delayed_rejected_counter), int(t.ledger.number_of_entries)
 
     rejected, stored = handle.call(read)
     assert lines[0].startswith("rejected send: err=message send timeout"), lines

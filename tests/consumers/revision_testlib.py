@@ -87,6 +87,11 @@ class StubTopic:
     def touch(self) -> None:
         self.touches += 1   # the rate tick's activity signal
 
+    @property
+    def subscriptions(self) -> StubTopic:
+        """No sibling subscriptions: the stub answers for them itself."""
+        return self
+
     def remove_subscription(self, sub: Any) -> None:
         return None
 

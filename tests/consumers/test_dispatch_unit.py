@@ -59,24 +59,26 @@ class FakeConnection:
                 for c in self.commands if c.type == pb.BaseCommand.MESSAGE]
 
 
+class StubSubscriptions(dict[str, Any]):
+    def remove_subscription(self, sub: Any) -> None:
+        self.pop(sub.name, None)
+
+    def consumer_count(self) -> int:
+        return sum(len(sub.consumers) for sub in self.values())
+
+
 class StubTopic:
     def __init__(self, ledger: Any) -> None:
         self.ledger = ledger
         self.partition_index = -1
         self.terminated = False
-        self.subscriptions: dict[str, Any] = {}
+        self.subscriptions = StubSubscriptions()
         self.topic_dispatch = TopicDispatch(lambda: (0, 0))   # no dispatchRate
 
     touches = 0
 
     def touch(self) -> None:
         self.touches += 1   # the rate tick's activity signal
-
-    def remove_subscription(self, sub: Any) -> None:
-        self.subscriptions.pop(sub.name, None)
-
-    def consumer_count(self) -> int:
-        return sum(len(sub.consumers) for sub in self.subscriptions.values())
 
     failover_delay_s = 0.0
 

@@ -48,7 +48,7 @@ def _topic_state(handle: Any, topic: str) -> tuple[int, int]:
 
     async def read() -> tuple[int, int]:
         t = handle.service.topics[topic]
-        return int(t.delayed_rejected_counter), int(t.ledger.number_of_entries)
+        return int(t.meters.delayed_rejected_counter), int(t.ledger.number_of_entries)
 
     return handle.call(read)  # type: ignore[no-any-return]
 

@@ -35,10 +35,10 @@ async def test_flipped_bit_in_only_cursor_file_loses_no_backlog_to_trim(tmp_path
     store = await SegmentStore.open(tmp_path, CONFIG)
     ml = await store.open_ledger(TOPIC)
     assert "sub" in ml.cursors
-    assert not ml.trim_safe
+    assert ml.trim_blockers
     assert await ml.trim() is None  # refused: trimming waits for the cursor to be good again
     await ml.flush_cursors()  # saved again: a trim is safe now, and deletes nothing unread
-    assert ml.trim_safe
+    assert not ml.trim_blockers
     await ml.trim()
     got = await ml.read_entries(positions[0], 100)
     assert [e.data for e in got] == [b"m%d" % i for i in range(30)]
@@ -104,7 +104,7 @@ async def test_cursor_whose_name_cannot_be_recovered_blocks_trimming(tmp_path: P
     store = await SegmentStore.open(tmp_path, CONFIG)
     ml = await store.open_ledger(TOPIC)
     assert long_name not in ml.cursors
-    assert not ml.trim_safe
+    assert ml.trim_blockers
     assert await ml.trim() is None
     assert store.stats().trim_unsafe_ledgers == 1
     await store.close()
