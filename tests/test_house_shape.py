@@ -1,5 +1,11 @@
-"""The shape of the house: classes stay small, and the project's files speak of the project alone.
+"""The shape of the house: imports run one way, classes stay small, and the project's files
+speak of the project alone.
 
+- Imports run one way (DEVELOPERS.md, "Rooms"): no two files import each other, directly or
+  through others, and no two rooms do either. A room is a package of the project
+  (``protocol/``, ``storage/``, ``jobs/``, ``cli/``, ``bench/``), a sub-package of ``broker/``
+  (``broker/topics/``, ...) or a module directly in ``broker/``. Every import counts, also
+  those inside functions and under ``TYPE_CHECKING``.
 - No class in ``broker/`` or ``storage/`` defines more than :data:`MAX_METHODS` functions in its
   body (methods, properties, class methods): a class past that owns more than one concept and
   is split by concept into collaborators (DEVELOPERS.md, "Rooms"). :data:`ALLOWED` names the
@@ -21,6 +27,111 @@ import subprocess
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+#: The project's own packages: imports of anything else are not followed.
+PACKAGES = ("broker", "storage", "protocol", "jobs", "cli", "bench")
+
+
+def _room(rel: str) -> str:
+    parts = rel.split("/")
+    if parts[0] == "broker":
+        return f"broker/{parts[1]}/" if len(parts) > 2 else rel
+    return parts[0] + "/"
+
+
+def _module_file(module: str) -> str | None:
+    """The file an imported dotted name lives in (a module, or a package's __init__.py)."""
+    parts = module.split(".")
+    for n in range(len(parts), 0, -1):
+        base = ROOT.joinpath(*parts[:n])
+        for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+            if candidate.is_file():
+                return candidate.relative_to(ROOT).as_posix()
+    return None
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """file -> the project files it imports."""
+    graph: dict[str, set[str]] = {}
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            rel = path.relative_to(ROOT).as_posix()
+            targets = graph.setdefault(rel, set())
+            for node in ast.walk(ast.parse(path.read_text(), rel)):
+                names: list[str] = []
+                if isinstance(node, ast.Import):
+                    names = [alias.name for alias in node.names]
+                elif isinstance(node, ast.ImportFrom):
+                    module = node.module or ""
+                    if node.level:
+                        module = ".".join(rel.split("/")[:-node.level] + ([module] if module else []))
+                    names = [module] + [f"{module}.{alias.name}" for alias in node.names]
+                for name in names:
+                    if name.split(".")[0] in PACKAGES:
+                        target = _module_file(name)
+                        if target is not None and target != rel:
+                            targets.add(target)
+    return graph
+
+
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one node (Tarjan, iteratively)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for start in graph:
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph.get(start, ()))))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph.get(child, ())))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def test_imports_run_one_way() -> None:
+    graph = _import_graph()
+    assert "broker/topics/topic.py" in graph["broker/topics/service.py"]  # imports were read
+    assert _circles(graph) == [], "files that import each other"
+    rooms: dict[str, set[str]] = {}
+    for source, targets in graph.items():
+        for target in targets:
+            if _room(source) != _room(target):
+                rooms.setdefault(_room(source), set()).add(_room(target))
+    assert _circles(rooms) == [], "rooms that import each other: an import runs back up"
+
+
+def test_a_circle_is_found() -> None:
+    assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _circles({"a": {"b"}, "b": set()}) == []
+
 
 #: Functions defined in one class body, at most.
 MAX_METHODS = 30
