@@ -135,8 +135,8 @@ class ServerConnection(asyncio.Protocol):
             publish_buffer if publish_buffer is not None else PublishBuffer(0),
             self.config.max_pending_publish_requests_per_connection, self._reading_resumed,
             output_pauses)
-        self._pause_reads_when_unwritable = \
-            self.config.pulsar_channel_pause_receiving_requests_if_unwritable
+        self._pause_reads_when_unwritable = (
+            self.config.pulsar_channel_pause_receiving_requests_if_unwritable)
         self.producer_side = ProducerSide(self)  # the producers' registry and SENDs
         self._consumer_side: ConsumerSide | None = None
         self._topic_watchers: TopicWatchers | None = None
@@ -214,7 +214,6 @@ class ServerConnection(asyncio.Protocol):
         decoder = self._decoder
         frames = decoder.receive_frames(data)
         producers = self.producer_side.producers
-        send_run = self.producer_side.on_sends
         run: list[SendFrame] = []
         run_producer: Producer | None = None
         for frame in frames:
@@ -224,7 +223,7 @@ class ServerConnection(asyncio.Protocol):
                     frame = _send_frame(frame)  # type: ignore[arg-type]  # the parser declined it
                 else:
                     if run:
-                        if not send_run(run_producer, run):  # type: ignore[arg-type]
+                        if not self.producer_side.on_sends(run_producer, run):  # type: ignore[arg-type]
                             return
                         run = []
                         run_producer = None
@@ -240,7 +239,7 @@ class ServerConnection(asyncio.Protocol):
             # A SEND: the consecutive SENDs of one producer go to it together.
             producer = producers.get(frame.producer_id)  # type: ignore[union-attr]
             if producer is None or self._state is not _CONNECTED:
-                if run and not send_run(run_producer, run):  # type: ignore[arg-type]
+                if run and not self.producer_side.on_sends(run_producer, run):  # type: ignore[arg-type]
                     return
                 run = []
                 run_producer = None
@@ -256,12 +255,12 @@ class ServerConnection(asyncio.Protocol):
                     return
                 continue
             if producer is not run_producer:
-                if run and not send_run(run_producer, run):  # type: ignore[arg-type]
+                if run and not self.producer_side.on_sends(run_producer, run):  # type: ignore[arg-type]
                     return
                 run = []
                 run_producer = producer
             run.append(frame)  # type: ignore[arg-type]
-        if run and not send_run(run_producer, run):  # type: ignore[arg-type]
+        if run and not self.producer_side.on_sends(run_producer, run):  # type: ignore[arg-type]
             return
         error = decoder.error
         if error is not None and not self.is_closed:

@@ -347,8 +347,8 @@ class Subscription:
         self.consumers.append(consumer)
         dispatcher.add_consumer(consumer)
         cursor = self.cursor
-        if isinstance(cursor, ManagedCursor) and \
-                cursor.properties.get(SUBSCRIPTION_TYPE_PROPERTY) != consumer.sub_type.name:
+        if (isinstance(cursor, ManagedCursor)
+                and cursor.properties.get(SUBSCRIPTION_TYPE_PROPERTY) != consumer.sub_type.name):
             cursor.set_property(SUBSCRIPTION_TYPE_PROPERTY, consumer.sub_type.name)
             # Saved before the subscribe is answered, as Pulsar stores a new subscription
             # before its SUCCESS: a kill -9 right after must not forget the type (the admin
@@ -394,8 +394,8 @@ class Subscription:
         if not isinstance(dispatcher, (SharedDispatcher, KeySharedDispatcher)):
             return False
         cursor = self.cursor
-        return bool(dispatcher.replay) or \
-            cursor.read_position != self.ledger.next_position(cursor.mark_delete_position)
+        return (bool(dispatcher.replay)
+                or cursor.read_position != self.ledger.next_position(cursor.mark_delete_position))
 
     def after_subscribe(self, consumer: Consumer) -> None:
         if self.dispatcher is not None:

@@ -180,8 +180,8 @@ class Topic:
         self.replace_by_key = TopicReplaceByKey(
             ledger, lambda: name.is_persistent and host.policies.delayed_replace_by_key(name),
             self.subscriptions.values)
-        self.meters: TopicMeters = TopicMeters(self.loop, ledger, self.subscriptions, self.admission,
-                                  self.backlog, self.dedup)
+        self.meters: TopicMeters = TopicMeters(self.loop, ledger, self.subscriptions,
+                                               self.admission, self.backlog, self.dedup)
         #: The publish-latency histogram the producers increment (the meters' own list).
         self.publish_latency_buckets = self.meters.publish_latency_buckets
 
@@ -429,7 +429,7 @@ class Topic:
         for sub in list(self.subscriptions.values()):
             sub.on_policy_changed(policy)
 
-    # ------------------------------------------------------------------ counters, stats
+    # ------------------------------------------------------------------ activity
 
     def touch(self) -> None:
         """A counter moved (dispatch, ack): sample this topic's rates while it is active."""
