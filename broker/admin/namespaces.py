@@ -5,7 +5,8 @@ delete check existence and emptiness here, first, so the status and reason are P
 404 "Tenant does not exist" / "Namespace does not exist", 409 "Tenant already exists" /
 "Namespace already exists" / "The tenant still has active namespaces" / "Cannot delete non
 empty namespace". Delayed-delivery policies are validated by
-``broker.delayed.policy.validate_policy_body`` (ValueError -> 412 with its reason) and stored
+``broker.delayed.policy.validate_policy_body`` (a wrongly typed field -> 400, another
+ValueError -> 412, with its reason) and stored
 through the service, which applies them to the next message. GET returns the stored policy
 (``null`` when none is set) or, with ``?applied=true``, the effective one after precedence
 (topic > namespace > broker config; a partition without its own policy reports its
@@ -147,9 +148,11 @@ async def delete_namespace(request: web.Request) -> web.Response:
 
 # --- delayed-delivery policies ------------------------------------------------------------
 def _validate(body: object) -> dict[str, Any]:
-    from broker.delayed.policy import validate_policy_body
+    from broker.delayed.policy import PolicyTypeError, validate_policy_body
     try:
         return validate_policy_body(body)
+    except PolicyTypeError as exc:
+        raise E.bad_request(str(exc)) from None
     except ValueError as exc:
         raise E.precondition_failed(str(exc) or "Invalid delayed delivery policy") from None
 

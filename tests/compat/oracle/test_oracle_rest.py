@@ -69,9 +69,6 @@ ALLOWED: list[Allowed] = [
     Allowed("topic policy messageTTL", "set bad body", ("status: horae 400, pulsar 204",),
             "Pulsar's topic route reads only ?messageTTL= and ignores a body; Horae also reads "
             "a body and refuses one that is not a number"),
-    Allowed("*policy delayedDelivery", "set bad body", ("status: horae 412, pulsar 400",),
-            "a wrongly typed field: Pulsar's Jackson answers 400, Horae's validation 412 naming "
-            "the field"),
     Allowed("topic policy delayedDelivery", "get applied",
             _only_in_horae("fixedDeliveryDelayInMillis"),
             "Horae's fixed delivery delay (PIP-437), which Pulsar 4.0 does not have"),
