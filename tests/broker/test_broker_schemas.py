@@ -178,3 +178,48 @@ def test_rest_post_get_delete(broker: Any) -> None:
     # After a deletion a new line starts, unchecked against the deleted one.
     status, again = _http(broker.web_url, "POST", base + "/schema", {"type": "AVRO", "schema": bad})
     assert status == 200 and again == {"version": {"version": 2}}
+
+
+def test_key_value_schemas_show_over_rest_as_pulsar_shows_them(broker: Any) -> None:
+    """A producer's KEY_VALUE schema is [len][key][len][value] with the sides' types in its
+    properties; Pulsar's REST shows it as {"key": <JSON schema or "">, "value": ...}, which the
+    C++ client's HTTP lookup parses (it waits forever on anything else)."""
+    topic = "persistent://public/default/sch-kv"
+    point = json.dumps(Point.schema()).encode()
+    stored = struct.pack(">i", len(point)) + point + struct.pack(">i", 0)
+    props = {"key.schema.type": "JSON", "value.schema.type": "STRING", "kv.encoding.type": "INLINE"}
+    assert _http(broker.web_url, "PUT", "/admin/v2/persistent/public/default/sch-kv")[0] == 204
+    with RawClient(broker.service_url) as raw:
+        raw.handshake()
+        create = T(type=T.GET_OR_CREATE_SCHEMA)
+        create.getOrCreateSchema.request_id = 7
+        create.getOrCreateSchema.topic = topic
+        create.getOrCreateSchema.schema.name = "kv"
+        create.getOrCreateSchema.schema.schema_data = stored
+        create.getOrCreateSchema.schema.type = pb.Schema.KeyValue
+        for k, v in props.items():
+            create.getOrCreateSchema.schema.properties.add(key=k, value=v)
+        assert not raw.request(C.encode_command(create)).getOrCreateSchemaResponse.HasField(
+            "error_code")
+    status, doc = _http(broker.web_url, "GET", "/admin/v2/schemas/public/default/sch-kv/schema")
+    assert status == 200 and doc["type"] == "KEY_VALUE" and doc["properties"] == props
+    assert json.loads(doc["data"]) == {"key": Point.schema(), "value": ""}
+
+    # An upload in the shown form is stored in the clients' form (a producer with it matches).
+    base = "/admin/v2/schemas/public/default/sch-kv-rest"
+    status, _ = _http(broker.web_url, "POST", base + "/schema",
+                      {"type": "KEY_VALUE", "schema": doc["data"], "properties": props})
+    assert status == 200
+    with RawClient(broker.service_url) as raw:
+        raw.handshake()
+        cmd = T(type=T.GET_SCHEMA)
+        cmd.getSchema.request_id = 8
+        cmd.getSchema.topic = "persistent://public/default/sch-kv-rest"
+        got = raw.request(C.encode_command(cmd)).getSchemaResponse
+    key_len = struct.unpack(">i", got.schema.schema_data[:4])[0]
+    assert json.loads(got.schema.schema_data[4:4 + key_len]) == Point.schema()
+    assert got.schema.schema_data[4 + key_len:] == struct.pack(">i", 0)
+    assert _http(broker.web_url, "GET", base + "/schema")[1]["data"] == doc["data"]
+    status, bad = _http(broker.web_url, "POST", base + "-bad/schema",
+                        {"type": "KEY_VALUE", "schema": "not json"})
+    assert status == 400 and "KEY_VALUE" in bad["reason"]
