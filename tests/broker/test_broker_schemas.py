@@ -223,3 +223,28 @@ def test_key_value_schemas_show_over_rest_as_pulsar_shows_them(broker: Any) -> N
     status, bad = _http(broker.web_url, "POST", base + "-bad/schema",
                         {"type": "KEY_VALUE", "schema": "not json"})
     assert status == 400 and "KEY_VALUE" in bad["reason"]
+
+
+def test_versions_from_before_a_deletion_are_gone_as_in_pulsar(broker: Any) -> None:
+    """Pulsar's getSchema(id, version) looks only among the versions since the last deletion,
+    so a consumer decoding a message of a deleted schema gets an error (the Go suite's
+    TestProducerWithSchemaAndConsumerSchemaNotFound)."""
+    base = "/admin/v2/schemas/public/default/sch-deleted"
+    definition = json.dumps(Point.schema())
+    assert _http(broker.web_url, "POST", base + "/schema",
+                 {"type": "AVRO", "schema": definition})[0] == 200
+    assert _http(broker.web_url, "GET", base + "/schema/0")[0] == 200
+    assert _http(broker.web_url, "DELETE", base + "/schema")[0] == 200
+    assert _http(broker.web_url, "GET", base + "/schema/0")[0] == 404
+    with RawClient(broker.service_url) as raw:
+        raw.handshake()
+        cmd = T(type=T.GET_SCHEMA)
+        cmd.getSchema.request_id = 9
+        cmd.getSchema.topic = "persistent://public/default/sch-deleted"
+        cmd.getSchema.schema_version = struct.pack(">q", 0)
+        gone = raw.request(C.encode_command(cmd)).getSchemaResponse
+    assert gone.error_code == ServerError.TopicNotFound
+    assert _http(broker.web_url, "POST", base + "/schema",
+                 {"type": "AVRO", "schema": definition}) == (200, {"version": {"version": 2}})
+    assert _http(broker.web_url, "GET", base + "/schema/2")[0] == 200
+    assert _http(broker.web_url, "GET", base + "/schema/0")[0] == 404
