@@ -29,7 +29,7 @@ from aiohttp import web
 
 from broker.admin import bodies
 from broker.admin import errors as E
-from broker.admin.namespaces import NAMESPACE, TENANT, require_known_clusters
+from broker.admin.namespaces import NAMESPACE, TENANT, check_tenant_info, require_known_clusters
 from broker.admin.responses import admin_of, json_response, no_content
 from broker.admin.service import AdminService, topic_name
 from broker.admin.topics import TOPIC
@@ -119,6 +119,7 @@ async def update_tenant(request: web.Request) -> web.Response:
     body = bodies.load_json(await request.read())
     if not isinstance(body, dict):
         raise E.bad_request("Invalid tenant info: expected a JSON object")
+    check_tenant_info(body)
     await admin.tenants.require_tenant(tenant)
     require_known_clusters(admin, body)
     current = await admin.tenants.tenant_info(tenant) or {}
