@@ -11,6 +11,8 @@ Theory of operation: Pulsar's SchemasResource paths and bodies, served from the 
 - ``POST .../compatibility``: ``{"compatibility", "schemaCompatibilityStrategy"}`` (Pulsar's
   IsCompatibilityResponse as Jackson writes it: its getter is ``isCompatibility()``) without
   registering;
+- ``POST .../version`` with a schema payload: ``{"version": n}`` of the live version with that
+  definition, ``-1`` when none has it;
 - ``DELETE .../schema``: ``{"version": n}`` (the deletion marker's version).
 
 ``data``/``schema`` is the schema definition as text (UTF-8), as Pulsar shows it. A KEY_VALUE
@@ -193,6 +195,18 @@ async def post_compatibility(request: web.Request) -> web.Response:
                          status=202)
 
 
+async def post_version(request: web.Request) -> web.Response:
+    """Pulsar's getVersionBySchema: the live version whose definition is this one (its
+    findSchemaVersion compares the data alone), ``{"version": -1}`` when there is none."""
+    body = bodies.load_json(await request.read())
+    _, registry, _, sid = await _target(request)
+    _, data, _ = _payload(body)
+    for entry in await registry.live(sid):
+        if entry.data == data:
+            return json_response({"version": entry.version})
+    return json_response({"version": -1})
+
+
 async def delete_schema(request: web.Request) -> web.Response:
     _, registry, _, sid = await _target(request)
     version = await registry.delete(sid)
@@ -209,3 +223,4 @@ def add_routes(app: web.Application) -> None:
     r.add_get(BASE + "/schema/{version}", get_version)
     r.add_get(BASE + "/schemas", get_all)
     r.add_post(BASE + "/compatibility", post_compatibility)
+    r.add_post(BASE + "/version", post_version)

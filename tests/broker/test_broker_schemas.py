@@ -248,3 +248,13 @@ def test_versions_from_before_a_deletion_are_gone_as_in_pulsar(broker: Any) -> N
                  {"type": "AVRO", "schema": definition}) == (200, {"version": {"version": 2}})
     assert _http(broker.web_url, "GET", base + "/schema/2")[0] == 200
     assert _http(broker.web_url, "GET", base + "/schema/0")[0] == 404
+
+
+def test_version_of_a_schema_definition(broker: Any) -> None:
+    base = "/admin/v2/schemas/public/default/sch-version-of"
+    point = {"type": "AVRO", "schema": json.dumps(Point.schema())}
+    assert _http(broker.web_url, "POST", base + "/version", point) == (200, {"version": -1})
+    assert _http(broker.web_url, "POST", base + "/schema", point)[0] == 200
+    assert _http(broker.web_url, "POST", base + "/version", point) == (200, {"version": 0})
+    other = {"type": "AVRO", "schema": json.dumps(UserV1.schema())}
+    assert _http(broker.web_url, "POST", base + "/version", other) == (200, {"version": -1})
