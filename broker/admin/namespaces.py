@@ -129,14 +129,16 @@ def _count_limits_of(policies: dict[str, Any]) -> dict[str, int]:
         value = policies.get(field)
         if value is None:
             continue
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise E.bad_request(f"Invalid namespace policies: {field} must be an integer")
+        if value < 0:
             raise E.precondition_failed(f"{name} must be 0 or more")
         limits[field] = value
     return limits
 
 
 def namespace_policies_body(body: object) -> dict[str, Any]:
-    """A create-namespace body (Pulsar ``Policies``); its ``auth_policies`` must parse (412)."""
+    """A create-namespace body (Pulsar ``Policies``); its ``auth_policies`` must parse (400)."""
     from broker.security.authorization import NamespaceAuth
     if body is None:
         return {}
@@ -144,8 +146,8 @@ def namespace_policies_body(body: object) -> dict[str, Any]:
         raise E.bad_request("Invalid namespace policies: expected a JSON object")
     try:
         auth = NamespaceAuth.from_policies(body)
-    except ValueError as exc:
-        raise E.precondition_failed(str(exc)) from None
+    except ValueError as exc:  # what Pulsar's JSON binding of Policies refuses: 400
+        raise E.bad_request(str(exc)) from None
     return {**body, "auth_policies": auth.auth_policies.to_json()}
 
 

@@ -42,9 +42,10 @@ CLUSTER = "/admin/v2/clusters/{cluster}"
 
 
 def parse_actions(body: object) -> frozenset[AuthAction]:
-    """A JSON list of Pulsar AuthAction names; 412 naming a bad one."""
+    """A JSON list of Pulsar AuthAction names (400 for another JSON type, as Pulsar's binding
+    answers); 412 naming an unknown action."""
     if not isinstance(body, list):
-        raise E.precondition_failed("Permissions must be a JSON list of actions")
+        raise E.bad_request("Permissions must be a JSON list of actions")
     out = set()
     for value in body:
         try:

@@ -196,13 +196,13 @@ async def post_compatibility(request: web.Request) -> web.Response:
 
 
 async def post_version(request: web.Request) -> web.Response:
-    """Pulsar's getVersionBySchema: the live version whose definition is this one (its
-    findSchemaVersion compares the data alone), ``{"version": -1}`` when there is none."""
+    """Pulsar's getVersionBySchema: the live version with this type and definition,
+    ``{"version": -1}`` when there is none."""
     body = bodies.load_json(await request.read())
     _, registry, _, sid = await _target(request)
-    _, data, _ = _payload(body)
+    type_name, data, _ = _payload(body)
     for entry in await registry.live(sid):
-        if entry.data == data:
+        if entry.type_name == type_name and entry.data == data:
             return json_response({"version": entry.version})
     return json_response({"version": -1})
 

@@ -258,3 +258,5 @@ def test_version_of_a_schema_definition(broker: Any) -> None:
     assert _http(broker.web_url, "POST", base + "/version", point) == (200, {"version": 0})
     other = {"type": "AVRO", "schema": json.dumps(UserV1.schema())}
     assert _http(broker.web_url, "POST", base + "/version", other) == (200, {"version": -1})
+    as_json = {**point, "type": "JSON"}  # the same text under another type is another schema
+    assert _http(broker.web_url, "POST", base + "/version", as_json) == (200, {"version": -1})

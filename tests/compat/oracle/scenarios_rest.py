@@ -366,7 +366,7 @@ SCENARIOS: list[Scenario] = [
              "compatibility"),
         Call("POST", SC + "/version", {"type": "STRING", "schema": "", "properties": {}},
              "version of"),
-        Call("POST", SC + "/version", {"type": "AVRO", "schema": "{}", "properties": {}},
+        Call("POST", SC + "/version", {"type": "AVRO", "schema": "{{}}", "properties": {}},
              "version of unknown"),
         Call("DELETE", SC + "/schema", label="delete"),
         Call("GET", "/admin/v2/schemas/{t}/missing/{topic}/schema", label="missing namespace"),

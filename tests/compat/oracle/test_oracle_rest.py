@@ -72,9 +72,11 @@ ALLOWED: list[Allowed] = [
     Allowed("topic policy delayedDelivery", "get applied",
             _only_in_horae("fixedDeliveryDelayInMillis"),
             "Horae's fixed delivery delay (PIP-437), which Pulsar 4.0 does not have"),
-    Allowed("backlog quota", "ns set bad body", ("status: horae 412, pulsar 400",),
-            "an unknown retention policy: Pulsar reads it as null and answers 400 \"cannot be "
-            "null\", Horae 412 naming the policies"),
+    Allowed("wrongly typed bodies", "*", ("$: horae object, pulsar text",),
+            "Pulsar's Jackson answers a body of the wrong JSON type with plain text; Horae answers "
+            'every error as {"reason": ...}'),
+    Allowed("wrongly typed bodies", "partitions", ("status: horae 400, pulsar 204",),
+            "Jackson reads 1.5 partitions as 1; Horae refuses a count that is not an integer"),
     Allowed("backlog quota", "ns set bad type", ("status: horae 400, pulsar 404", *JETTY_404),
             "an unknown ?backlogQuotaType=: Jersey's failed parameter conversion is a 404; "
             "Horae answers 400 naming the types"),
