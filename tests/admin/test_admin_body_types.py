@@ -54,3 +54,20 @@ def test_unset_policies_read_as_an_empty_200(broker: object, api: Api) -> None:
     assert api("DELETE", NS + "/autoTopicCreation").status == 204
     gone = api("GET", NS + "/autoTopicCreation")
     assert (gone.status, gone.body) == (200, None)
+
+
+def test_a_topics_applied_schema_strategy_is_the_one_in_force(api: Api) -> None:
+    """Pulsar's ``?applied=true`` read resolves topic > namespace > broker (the Go admin
+    client reads a topic's strategy that way)."""
+    assert api("PUT", T + "-strategy").status == 204
+    path = T + "-strategy/schemaCompatibilityStrategy"
+    assert api("GET", path).body is None
+    assert api("GET", path + "?applied=true").body == "FULL"  # the broker's default
+    assert api("PUT", NS + "/schemaCompatibilityStrategy", "FORWARD").status == 204
+    assert api("GET", path + "?applied=true").body == "FORWARD"
+    assert api("PUT", path, "BACKWARD").status == 204
+    assert (api("GET", path).body, api("GET", path + "?applied=true").body) == (
+        "BACKWARD", "BACKWARD")
+    assert api("DELETE", path).status == 204
+    assert api("GET", path + "?applied=true").body == "FORWARD"
+    assert api("DELETE", NS + "/schemaCompatibilityStrategy").status == 204
