@@ -39,12 +39,12 @@ def _cluster(admin: AdminService) -> str:
 
 
 # --- clusters / tenants -------------------------------------------------------------------
-def check_tenant_info(info: object) -> None:
+def check_tenant_info(info: object) -> dict[str, Any] | None:
     """A TenantInfo body's types, as Pulsar's JSON binding reads them (400): ``adminRoles`` and
     ``allowedClusters`` are arrays of strings (a bare string would make each of its letters a
     role)."""
     if info is None:
-        return
+        return None
     if not isinstance(info, dict):
         raise E.bad_request("Invalid tenant info: expected a JSON object")
     for key in ("adminRoles", "allowedClusters"):
@@ -52,6 +52,7 @@ def check_tenant_info(info: object) -> None:
         if value is not None and not (isinstance(value, list)
                                       and all(isinstance(v, str) for v in value)):
             raise E.bad_request(f"Invalid tenant info: {key} must be an array of strings")
+    return info
 
 
 def require_known_clusters(admin: AdminService, info: dict[str, Any] | None) -> None:
@@ -82,8 +83,7 @@ async def get_tenant(request: web.Request) -> web.Response:
 async def create_tenant(request: web.Request) -> web.Response:
     admin = admin_of(request)
     tenant = request.match_info["tenant"]
-    body = bodies.load_json(await request.read())
-    check_tenant_info(body)
+    body = check_tenant_info(bodies.load_json(await request.read()))
     if await admin.tenants.tenant_exists(tenant):
         raise E.conflict(E.TENANT_EXISTS)
     require_known_clusters(admin, body)
