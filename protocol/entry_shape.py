@@ -27,9 +27,10 @@ real producer writes is refused (they are derived from how the clients build ent
   100 KB limit goes out with ``uncompressed_size`` 500,000, and every chunk of a compressed
   message carries the whole message's uncompressed size.
 * A chunk (``num_chunks_from_msg`` or ``chunk_id`` present) has ``num_chunks_from_msg >= 1``,
-  ``0 <= chunk_id < num_chunks_from_msg``, a ``uuid``, and a ``total_chunk_msg_size`` no smaller
-  than its own payload and no larger than ``num_chunks_from_msg`` chunks of the largest message
-  (each chunk is an entry of at most ``maxMessageSize`` bytes).
+  ``0 <= chunk_id < num_chunks_from_msg`` and a ``total_chunk_msg_size`` no smaller than its own
+  payload and no larger than ``num_chunks_from_msg`` chunks of the largest message (each chunk
+  is an entry of at most ``maxMessageSize`` bytes). Its ``uuid`` is the consumers' business (a
+  chunk without one is stored, as Pulsar stores it, and the clients group it under "").
 
 Pure functions, sans-IO.
 """
@@ -61,13 +62,13 @@ snappy 22, a 3-byte copy producing 64 bytes."""
 
 def entry_shape_error(payload_size: int, messages: int | None, compression: int,
                       uncompressed_size: int, num_chunks: int | None, chunk_id: int | None,
-                      total_chunk_size: int, has_uuid: bool, max_message_size: int) -> str | None:
+                      total_chunk_size: int, max_message_size: int) -> str | None:
     """Why an entry's counts and sizes cannot be true (the module docstring), or None.
 
     *payload_size* is the bytes after the metadata; *messages* is ``num_messages_in_batch`` or
     None when absent; *compression* a known ``CompressionType`` value (0 when absent);
-    *num_chunks* and *chunk_id* None when absent (then ``total_chunk_size`` and ``has_uuid`` are
-    not read unless the other one is present).
+    *num_chunks* and *chunk_id* None when absent (then ``total_chunk_size`` is not read unless
+    the other one is present).
     """
     chunked = num_chunks is not None or chunk_id is not None
     if chunked:
@@ -77,8 +78,6 @@ def entry_shape_error(payload_size: int, messages: int | None, compression: int,
             return f"num_chunks_from_msg {chunks} is below 1"
         if not 0 <= chunk < chunks:
             return f"chunk_id {chunk} is not below num_chunks_from_msg {chunks}"
-        if not has_uuid:
-            return "a chunk without uuid"
         if not payload_size <= total_chunk_size <= chunks * max_message_size:
             return (f"total_chunk_msg_size {total_chunk_size} does not fit {chunks} chunks "
                     f"(this one of {payload_size} bytes, each at most {max_message_size})")

@@ -195,10 +195,9 @@ def check_publish_metadata(entry: bytes, max_message_size: int = MAX_MESSAGE_SIZ
             len(entry) - 4 - size, messages if has("num_messages_in_batch") else None,
             compression, md.uncompressed_size,
             md.num_chunks_from_msg if has("num_chunks_from_msg") else None,
-            md.chunk_id if has("chunk_id") else None, md.total_chunk_msg_size, has("uuid"),
-            max_message_size)
+            md.chunk_id if has("chunk_id") else None, md.total_chunk_msg_size, max_message_size)
     elif has("num_messages_in_batch"):  # an uncompressed batch: the fields read are its count
-        error = entry_shape_error(len(entry) - 4 - size, messages, 0, 0, None, None, 0, False,
+        error = entry_shape_error(len(entry) - 4 - size, messages, 0, 0, None, None, 0,
                                   max_message_size)
     if error is not None:
         raise MalformedEntryError(f"message metadata claims what the entry cannot hold: {error}")

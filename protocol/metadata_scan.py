@@ -17,7 +17,7 @@ The entries a client sends are small variations of one shape, so
 
 Varints are of 1..10 bytes (upb takes any 10th byte below 0x80); a value must end inside the
 metadata. What the counts and sizes claim (``num_messages_in_batch``, ``compression`` and
-``uncompressed_size``, the chunk fields and ``uuid``) goes through
+``uncompressed_size``, the chunk fields) goes through
 :func:`protocol.entry_shape.entry_shape_error`, the very function the generic check raises from:
 an entry it faults is declined here and refused there. A ``compression`` value protobuf does
 not know (it keeps the last known one, which a regex cannot tell) is declined as well. A ``properties`` element (4) is accepted only as exactly ``0a L key 12 L value``: a
@@ -83,7 +83,6 @@ _run_match: Final = _RUN.match
 _length_match: Final = re.compile(_LENGTH, re.DOTALL).match
 _u32_unpack_from: Final = struct.Struct(">I").unpack_from
 _PROPERTIES_TAG: Final = b"\x22"
-_UUID_TAG: Final = b"\xd2\x01"
 _CODECS: Final = len(MAX_EXPANSION)
 
 
@@ -132,14 +131,11 @@ def scan_publish_metadata(entry: bytes, max_message_size: int = MAX_MESSAGE_SIZE
         return _SINGLE if match.end() == end else None
     (messages, delayed, num_chunks, chunk_id, compression, uncompressed, total_chunk, tag,
      size) = match.groups()
-    has_uuid = False
     pos = match.end()
     while tag is not None:  # a length-delimited field: skip its value, match the run after it
         value_end = pos + (size[0] if len(size) == 1 else varint_value(size))
         if value_end > end or (tag == _PROPERTIES_TAG and not _is_key_value(entry, pos, value_end)):
             return None
-        if tag == _UUID_TAG:
-            has_uuid = True
         if value_end == end:
             pos = end
             break
@@ -187,7 +183,7 @@ def scan_publish_metadata(entry: bytes, max_message_size: int = MAX_MESSAGE_SIZE
             entry_size - end, count, codec,
             0 if uncompressed is None else varint_value(uncompressed) & 0xFFFFFFFF,
             chunks, chunk, 0 if total_chunk is None else int32_value(total_chunk),
-            has_uuid, max_message_size) is not None:
+            max_message_size) is not None:
         return None
     # a chunk passed entry_shape_error: num_chunks_from_msg is present, chunk_id defaults to 0
     partial = chunks is not None and (0 if chunk is None else chunk) < chunks - 1

@@ -31,7 +31,9 @@ handler:
    ============================================================  ===============================
 
    Refused: 403 ``{"reason": ...}`` with Pulsar's text; a refused topic lookup (the first two
-   rows) 401, as Pulsar answers its topic operations.
+   rows) 401, as Pulsar answers its topic operations; a tenant-admin check (namespace and
+   topic routes) on a tenant that does not exist 404 "Tenant does not exist", as Pulsar looks
+   the tenant up before it refuses.
 
 The services are handed in by :func:`broker.admin.app.create_app`; with both disabled the
 middleware only records the anonymous role.
@@ -123,6 +125,17 @@ def _require_lookup(authz: AuthorizationService, topic: str, role: str, *,
         raise TopicLookupRefused(str(exc)) from None
 
 
+class TenantMissing(AuthorizationError):
+    """A tenant-admin check on a tenant that does not exist: Pulsar's ``isSuperUserOrAdmin``
+    looks the tenant up first and answers 404 "Tenant does not exist" before any 403."""
+
+
+def _require_tenant_admin(authz: AuthorizationService, tenant: str, role: str) -> None:
+    if not authz.tenant_exists(tenant):
+        raise TenantMissing("Tenant does not exist")
+    authz.require_tenant_admin(tenant, role)
+
+
 def check_access(authz: AuthorizationService, role: str, method: str, path: str) -> None:
     """Raise :class:`AuthorizationError` unless *role* may do *method* on *path* (see the table)."""
     if not authz.enabled or authz.is_super_user(role):
@@ -143,9 +156,12 @@ def check_access(authz: AuthorizationService, role: str, method: str, path: str)
             _require_lookup(authz, topic, role, partitioned_metadata=True)
             return
         if len(parts) >= 4:
-            authz.require_tenant_admin(parts[3], role)
+            _require_tenant_admin(authz, parts[3], role)
             return
-    elif (area == "namespaces" and len(parts) >= 4) or (area == "tenants" and len(parts) == 4 and method == "GET"):
+    elif area == "namespaces" and len(parts) >= 4:
+        _require_tenant_admin(authz, parts[3], role)
+        return
+    elif area == "tenants" and len(parts) == 4 and method == "GET":
         authz.require_tenant_admin(parts[3], role)
         return
     elif (area == "clusters" and method == "GET") or parts[2:] == ["brokers", "version"]:
@@ -186,6 +202,8 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
         check_access(security.authorization, role.role, request.method, request.path)
     except TopicLookupRefused as exc:
         return json_error(401, str(exc))
+    except TenantMissing as exc:
+        return json_error(404, str(exc))
     except AuthorizationError as exc:
         return json_error(403, str(exc))
     return await handler(request)

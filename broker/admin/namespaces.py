@@ -5,7 +5,8 @@ delete check existence and emptiness here, first, so the status and reason are P
 404 "Tenant does not exist" / "Namespace does not exist", 409 "Tenant already exists" /
 "Namespace already exists" / "The tenant still has active namespaces" / "Cannot delete non
 empty namespace". Delayed-delivery policies are validated by
-``broker.delayed.policy.validate_policy_body`` (ValueError -> 412 with its reason) and stored
+``broker.delayed.policy.validate_policy_body`` (a wrongly typed field -> 400, another
+ValueError -> 412, with its reason) and stored
 through the service, which applies them to the next message. GET returns the stored policy
 (``null`` when none is set) or, with ``?applied=true``, the effective one after precedence
 (topic > namespace > broker config; a partition without its own policy reports its
@@ -38,6 +39,22 @@ def _cluster(admin: AdminService) -> str:
 
 
 # --- clusters / tenants -------------------------------------------------------------------
+def check_tenant_info(info: object) -> dict[str, Any] | None:
+    """A TenantInfo body's types, as Pulsar's JSON binding reads them (400): ``adminRoles`` and
+    ``allowedClusters`` are arrays of strings (a bare string would make each of its letters a
+    role)."""
+    if info is None:
+        return None
+    if not isinstance(info, dict):
+        raise E.bad_request("Invalid tenant info: expected a JSON object")
+    for key in ("adminRoles", "allowedClusters"):
+        value = info.get(key)
+        if value is not None and not (isinstance(value, list)
+                                      and all(isinstance(v, str) for v in value)):
+            raise E.bad_request(f"Invalid tenant info: {key} must be an array of strings")
+    return info
+
+
 def require_known_clusters(admin: AdminService, info: dict[str, Any] | None) -> None:
     """A tenant's ``allowedClusters`` may name only this node's cluster (Pulsar: 412)."""
     allowed = (info or {}).get("allowedClusters")
@@ -66,9 +83,7 @@ async def get_tenant(request: web.Request) -> web.Response:
 async def create_tenant(request: web.Request) -> web.Response:
     admin = admin_of(request)
     tenant = request.match_info["tenant"]
-    body = bodies.load_json(await request.read())
-    if body is not None and not isinstance(body, dict):
-        raise E.bad_request("Invalid tenant info: expected a JSON object")
+    body = check_tenant_info(bodies.load_json(await request.read()))
     if await admin.tenants.tenant_exists(tenant):
         raise E.conflict(E.TENANT_EXISTS)
     require_known_clusters(admin, body)
@@ -114,14 +129,16 @@ def _count_limits_of(policies: dict[str, Any]) -> dict[str, int]:
         value = policies.get(field)
         if value is None:
             continue
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise E.bad_request(f"Invalid namespace policies: {field} must be an integer")
+        if value < 0:
             raise E.precondition_failed(f"{name} must be 0 or more")
         limits[field] = value
     return limits
 
 
 def namespace_policies_body(body: object) -> dict[str, Any]:
-    """A create-namespace body (Pulsar ``Policies``); its ``auth_policies`` must parse (412)."""
+    """A create-namespace body (Pulsar ``Policies``); its ``auth_policies`` must parse (400)."""
     from broker.security.authorization import NamespaceAuth
     if body is None:
         return {}
@@ -129,8 +146,8 @@ def namespace_policies_body(body: object) -> dict[str, Any]:
         raise E.bad_request("Invalid namespace policies: expected a JSON object")
     try:
         auth = NamespaceAuth.from_policies(body)
-    except ValueError as exc:
-        raise E.precondition_failed(str(exc)) from None
+    except ValueError as exc:  # what Pulsar's JSON binding of Policies refuses: 400
+        raise E.bad_request(str(exc)) from None
     return {**body, "auth_policies": auth.auth_policies.to_json()}
 
 
@@ -147,9 +164,11 @@ async def delete_namespace(request: web.Request) -> web.Response:
 
 # --- delayed-delivery policies ------------------------------------------------------------
 def _validate(body: object) -> dict[str, Any]:
-    from broker.delayed.policy import validate_policy_body
+    from broker.delayed.policy import PolicyTypeError, validate_policy_body
     try:
         return validate_policy_body(body)
+    except PolicyTypeError as exc:
+        raise E.bad_request(str(exc)) from None
     except ValueError as exc:
         raise E.precondition_failed(str(exc) or "Invalid delayed delivery policy") from None
 

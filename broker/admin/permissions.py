@@ -29,7 +29,7 @@ from aiohttp import web
 
 from broker.admin import bodies
 from broker.admin import errors as E
-from broker.admin.namespaces import NAMESPACE, TENANT, require_known_clusters
+from broker.admin.namespaces import NAMESPACE, TENANT, check_tenant_info, require_known_clusters
 from broker.admin.responses import admin_of, json_response, no_content
 from broker.admin.service import AdminService, topic_name
 from broker.admin.topics import TOPIC
@@ -42,9 +42,10 @@ CLUSTER = "/admin/v2/clusters/{cluster}"
 
 
 def parse_actions(body: object) -> frozenset[AuthAction]:
-    """A JSON list of Pulsar AuthAction names; 412 naming a bad one."""
+    """A JSON list of Pulsar AuthAction names (400 for another JSON type, as Pulsar's binding
+    answers); 412 naming an unknown action."""
     if not isinstance(body, list):
-        raise E.precondition_failed("Permissions must be a JSON list of actions")
+        raise E.bad_request("Permissions must be a JSON list of actions")
     out = set()
     for value in body:
         try:
@@ -119,6 +120,7 @@ async def update_tenant(request: web.Request) -> web.Response:
     body = bodies.load_json(await request.read())
     if not isinstance(body, dict):
         raise E.bad_request("Invalid tenant info: expected a JSON object")
+    check_tenant_info(body)
     await admin.tenants.require_tenant(tenant)
     require_known_clusters(admin, body)
     current = await admin.tenants.tenant_info(tenant) or {}

@@ -6,7 +6,8 @@ Theory of operation: Pulsar's paths and bodies (``NamespacesBase`` / ``Persisten
   and, per topic, ``.../{topic}/deduplicationEnabled``;
 - ``PUT|GET|DELETE .../namespaces/{t}/{ns}/schemaCompatibilityStrategy`` (body a JSON string,
   one of Pulsar's SchemaCompatibilityStrategy names) and per topic
-  ``.../{topic}/schemaCompatibilityStrategy``;
+  ``.../{topic}/schemaCompatibilityStrategy`` (``?applied=true``: the strategy in force, topic
+  > namespace > broker);
 - ``PUT|GET|DELETE .../namespaces/{t}/{ns}/compactionThreshold`` (bytes, >= 0) and per topic
   ``.../{topic}/compactionThreshold``;
 - ``POST|GET|DELETE .../namespaces/{t}/{ns}/maxProducersPerTopic`` (>= 0, 0 no limit) and per
@@ -59,6 +60,7 @@ from broker.admin.responses import admin_of, json_response, no_content
 from broker.admin.service import AdminService, topic_name
 from broker.admin.topics import TOPIC
 from broker.topics import policies as P
+from broker.topics.names import TopicName
 from protocol import admin_names
 from protocol.sub_types import SubType
 
@@ -290,6 +292,10 @@ def _handlers(scope: _Scope, field: str, parse: Parser) -> tuple[Handler, Handle
 
     async def get(request: web.Request) -> web.Response:
         admin, key = await scope.locate(request)
+        if field == P.TOPIC_SCHEMA_STRATEGY and \
+                request.query.get("applied", "false").lower() in ("1", "true"):
+            # the strategy in force: topic > namespace > broker (Pulsar's applied read)
+            return json_response(admin.policies.schema_compatibility(TopicName.parse(key)))
         return json_response(scope.read(_store(admin), key).get(field, unset))
 
     async def put(request: web.Request) -> web.Response:

@@ -123,9 +123,9 @@ def parse_quota(body: object) -> dict[str, Any]:
     size = _int(body.get("limitSize", body.get("limit", -1)), "limitSize")
     seconds = _int(body.get("limitTime", -1), "limitTime")
     policy = body.get("policy")
-    if policy not in BACKLOG_QUOTA_POLICIES:
-        raise E.precondition_failed(f"Invalid backlog quota policy {policy!r}: one of "
-                                    + ", ".join(BACKLOG_QUOTA_POLICIES))
+    if policy not in BACKLOG_QUOTA_POLICIES:  # Pulsar reads it as null and answers 400
+        raise E.bad_request(f"Invalid backlog quota policy {policy!r}: one of "
+                            + ", ".join(BACKLOG_QUOTA_POLICIES))
     if size < -1 or seconds < -1:
         raise E.precondition_failed("Invalid backlog quota: limits must be >= -1")
     return {"limitSize": size, "limitTime": seconds, "policy": policy}

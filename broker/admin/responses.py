@@ -2,8 +2,10 @@
 
 Theory of operation: :func:`broker.admin.app.create_app` stores one
 :class:`broker.admin.service.AdminService` under ``ADMIN_KEY``; handlers reach the broker only
-through :func:`admin_of`. Successful answers are a JSON document (:func:`json_response`) or
-Pulsar's bare ``204 No Content`` (:func:`no_content`); errors are raised as
+through :func:`admin_of`. Successful answers are a JSON document (:func:`json_response`; no
+value, such as a policy that is not set, is Pulsar's 200 with an empty body, which its clients
+read as "none" where ``null`` would be an empty policy object) or Pulsar's bare
+``204 No Content`` (:func:`no_content`); errors are raised as
 :class:`broker.admin.errors.RestError` and rendered by the error middleware, not here.
 """
 
@@ -24,6 +26,8 @@ def admin_of(request: web.Request) -> AdminService:
 
 
 def json_response(value: object, status: int = 200) -> web.Response:
+    if value is None:
+        return web.Response(status=status)
     return web.Response(status=status, text=json.dumps(value), content_type="application/json")
 
 

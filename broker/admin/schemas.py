@@ -11,13 +11,23 @@ Theory of operation: Pulsar's SchemasResource paths and bodies, served from the 
 - ``POST .../compatibility``: ``{"compatibility", "schemaCompatibilityStrategy"}`` (Pulsar's
   IsCompatibilityResponse as Jackson writes it: its getter is ``isCompatibility()``) without
   registering;
+- ``POST .../version`` with a schema payload: ``{"version": n}`` of the live version with that
+  definition, ``-1`` when none has it;
 - ``DELETE .../schema``: ``{"version": n}`` (the deletion marker's version).
 
-``data``/``schema`` is the schema definition as text (UTF-8), as Pulsar shows it.
+``data``/``schema`` is the schema definition as text (UTF-8), as Pulsar shows it. A KEY_VALUE
+schema is stored as the clients send it (Pulsar's KeyValueSchemaInfo: a big-endian int32 length
+and the key schema, then the same for the value; their types in the ``key.schema.type`` /
+``value.schema.type`` properties) and shown as Pulsar's SchemasResource shows it:
+``{"key": ..., "value": ...}`` with each JSON-typed side parsed and a primitive side ``""``
+(the C++ client's HTTP lookup reads exactly that); a KEY_VALUE upload in that form is stored in
+the binary one.
 """
 
 from __future__ import annotations
 
+import json
+import struct
 from typing import Any
 
 from aiohttp import web
@@ -44,10 +54,71 @@ async def _target(request: web.Request) -> tuple[AdminService, SchemaRegistry, T
     return admin, admin.schemas, tn, schema_id(tn.full)
 
 
+#: Pulsar's SchemaType.isPrimitiveType: a key or value of these types shows as "".
+_PRIMITIVE = frozenset({
+    "NONE", "BYTES", "STRING", "BOOLEAN", "INT8", "INT16", "INT32", "INT64", "FLOAT", "DOUBLE",
+    "DATE", "TIME", "TIMESTAMP", "INSTANT", "LOCAL_DATE", "LOCAL_TIME", "LOCAL_DATE_TIME"})
+_LENGTH = struct.Struct(">i")
+
+
+def _key_value_sides(data: bytes) -> tuple[bytes, bytes] | None:
+    """The key and value schemas of a stored KEY_VALUE schema; None if it is not that layout."""
+    sides = []
+    at = 0
+    for _ in range(2):
+        if at + 4 > len(data):
+            return None
+        (length,) = _LENGTH.unpack_from(data, at)
+        at += 4
+        if length < 0:  # -1: none
+            sides.append(b"")
+            continue
+        if at + length > len(data):
+            return None
+        sides.append(data[at:at + length])
+        at += length
+    return (sides[0], sides[1]) if at == len(data) else None
+
+
+def _key_value_text(data: bytes, properties: dict[str, str]) -> str:
+    """A stored KEY_VALUE schema as Pulsar's REST shows it (convertKeyValueSchemaInfoDataToString)."""
+    sides = _key_value_sides(data)
+    if sides is None:
+        return data.decode("utf-8", errors="replace")
+    shown: dict[str, Any] = {}
+    for name, side in zip(("key", "value"), sides, strict=True):
+        if properties.get(f"{name}.schema.type", "BYTES") in _PRIMITIVE:
+            shown[name] = ""
+            continue
+        text = side.decode("utf-8", errors="replace")
+        try:
+            shown[name] = json.loads(text)
+        except ValueError:
+            shown[name] = text
+    return json.dumps(shown, separators=(",", ":"))
+
+
+def _key_value_data(schema: str) -> bytes:
+    """An uploaded KEY_VALUE ``schema`` (``{"key": ..., "value": ...}``) as stored (Pulsar's
+    convertKeyValueDataStringToSchemaInfoSchema: each side's JSON, ``""`` for none)."""
+    try:
+        doc = json.loads(schema)
+    except ValueError:
+        doc = None
+    if not isinstance(doc, dict) or "key" not in doc or "value" not in doc:
+        raise E.bad_request('Invalid KEY_VALUE schema: expected {"key": ..., "value": ...}')
+    out = bytearray()
+    for side in (doc["key"], doc["value"]):
+        raw = b"" if side == "" else json.dumps(side, separators=(",", ":")).encode("utf-8")
+        out += _LENGTH.pack(len(raw)) + raw
+    return bytes(out)
+
+
 def _doc(entry: SchemaEntry) -> dict[str, Any]:
+    data = (_key_value_text(entry.data, entry.properties) if entry.type_name == "KEY_VALUE"
+            else entry.data.decode("utf-8", errors="replace"))
     return {"version": entry.version, "type": entry.type_name, "timestamp": entry.timestamp,
-            "data": entry.data.decode("utf-8", errors="replace"),
-            "properties": entry.properties}
+            "data": data, "properties": entry.properties}
 
 
 async def get_latest(request: web.Request) -> web.Response:
@@ -90,7 +161,8 @@ def _payload(body: object) -> tuple[str, bytes, dict[str, str]]:
     props = body.get("properties") or {}
     if not isinstance(props, dict):
         raise E.bad_request("Invalid schema payload: 'properties' must be an object")
-    return type_name, schema.encode("utf-8"), {str(k): str(v) for k, v in props.items()}
+    data = _key_value_data(schema) if type_name == "KEY_VALUE" else schema.encode("utf-8")
+    return type_name, data, {str(k): str(v) for k, v in props.items()}
 
 
 async def post_schema(request: web.Request) -> web.Response:
@@ -123,6 +195,18 @@ async def post_compatibility(request: web.Request) -> web.Response:
                          status=202)
 
 
+async def post_version(request: web.Request) -> web.Response:
+    """Pulsar's getVersionBySchema: the live version with this type and definition,
+    ``{"version": -1}`` when there is none."""
+    body = bodies.load_json(await request.read())
+    _, registry, _, sid = await _target(request)
+    type_name, data, _ = _payload(body)
+    for entry in await registry.live(sid):
+        if entry.type_name == type_name and entry.data == data:
+            return json_response({"version": entry.version})
+    return json_response({"version": -1})
+
+
 async def delete_schema(request: web.Request) -> web.Response:
     _, registry, _, sid = await _target(request)
     version = await registry.delete(sid)
@@ -139,3 +223,4 @@ def add_routes(app: web.Application) -> None:
     r.add_get(BASE + "/schema/{version}", get_version)
     r.add_get(BASE + "/schemas", get_all)
     r.add_post(BASE + "/compatibility", post_compatibility)
+    r.add_post(BASE + "/version", post_version)

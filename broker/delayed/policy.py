@@ -40,6 +40,11 @@ POLICY_KEYS = (ACTIVE, TICK_TIME, MAX_DELAY, FIXED_DELAY)
 MAX_POLICY_DELAY_MS = 100 * 365 * 86_400_000
 
 
+class PolicyTypeError(ValueError):
+    """A policy body or field of the wrong JSON type (the admin API answers 400 with it, as
+    Pulsar's JSON binding does); other ValueErrors are values out of range (412)."""
+
+
 
 @dataclass(frozen=True, slots=True)
 class DelayPolicy:
@@ -92,10 +97,11 @@ def resolve_policy(config: BrokerConfig, namespace_policy: Mapping[str, Any] | N
 def _as_int(key: str, value: object) -> int:
     # JSON has one number type: accept 10 and 10.0, refuse 10.5, "10" and true.
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValueError(f"{key} must be an integer number of milliseconds, not {value!r}")
+        raise PolicyTypeError(f"{key} must be an integer number of milliseconds, not {value!r}")
     if isinstance(value, float):
         if not value.is_integer():
-            raise ValueError(f"{key} must be an integer number of milliseconds, not {value!r}")
+            raise PolicyTypeError(
+                f"{key} must be an integer number of milliseconds, not {value!r}")
         value = int(value)
     return value
 
@@ -103,10 +109,11 @@ def _as_int(key: str, value: object) -> int:
 def validate_policy_body(body: object) -> dict[str, Any]:
     """Check a REST policy body; returns the normalized dict (only the keys that were set).
 
-    Raises ValueError with the reason (the admin API answers 412 with it).
+    Raises ValueError with the reason: PolicyTypeError for a wrongly typed body or field (the
+    admin API answers 400 with it), else a value it refuses (412).
     """
     if not isinstance(body, Mapping):
-        raise ValueError("Delayed delivery policy must be a JSON object with keys "
+        raise PolicyTypeError("Delayed delivery policy must be a JSON object with keys "
                          f"{', '.join(POLICY_KEYS)}")
     unknown = sorted(str(k) for k in body if k not in POLICY_KEYS)
     if unknown:
@@ -119,7 +126,7 @@ def validate_policy_body(body: object) -> dict[str, Any]:
             continue
         if key == ACTIVE:
             if not isinstance(value, bool):
-                raise ValueError(f"active must be true or false, not {value!r}")
+                raise PolicyTypeError(f"active must be true or false, not {value!r}")
             out[key] = value
             continue
         number = _as_int(key, value)

@@ -12,7 +12,8 @@ rule are the service's (:meth:`broker.topics.addresses.BrokerAddresses.urls`, :m
 shared with the HTTP lookup and the cluster record.
 
 Every lookup is authorized first (:class:`broker.net.handshake.Handshake`): a refusal is the
-lookup's own failure answer with ``AuthorizationError``; the connection stays open. The
+lookup's own failure answer with ``AuthorizationError``; the connection stays open. A LOOKUP
+of a topic whose namespace does not exist fails with ``TopicNotFound``, as Pulsar's does. The
 handlers are called by :class:`broker.net.connection.ServerConnection` through the narrow
 :class:`LookupConnection`.
 """
@@ -28,7 +29,7 @@ from broker.topics.names import TopicName
 from broker.topics.service import BrokerService
 from protocol import commands as C
 from protocol import pulsar_pb as pb
-from protocol.errors import RequestError
+from protocol.errors import RequestError, ServerError
 
 __all__ = [
     "LookupConnection",
@@ -82,6 +83,14 @@ def answer_lookup(conn: LookupConnection, m: pb.CommandLookupTopic) -> None:
                                             message=exc.message))
         return
     service = conn.service
+    namespace = name.namespace
+    if not (service.tenancy.namespace_exists(namespace) or service.heartbeat.owns(namespace)):
+        # Pulsar's lookup checks the namespace's policies (checkLocalOrGetPeerReplicationCluster:
+        # a 404 there is answered as TopicNotFound), so the client fails at the lookup.
+        conn.write(C.encode_lookup_response(
+            rid, response="failed", error=ServerError.TopicNotFound,
+            message=f"Policies not found for {namespace} namespace"))
+        return
     requested = m.advertised_listener_name if m.HasField("advertised_listener_name") else None
     try:
         url = service.addresses.lookup_url(requested, conn.local_host)

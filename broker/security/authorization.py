@@ -266,6 +266,9 @@ class AuthorizationService:
         admins = self._store.tenant_admin_roles(tenant)
         return admins is not None and role in admins
 
+    def tenant_exists(self, tenant: str) -> bool:
+        return self._store.tenant_admin_roles(tenant) is not None
+
     # --- grants --------------------------------------------------------------------------
 
     def _granted(self, actions_by_role: Mapping[str, frozenset[AuthAction]], role: str,

@@ -158,12 +158,14 @@ class SchemaRegistry:
         return live[-1] if live else None
 
     async def get(self, sid: str, version: int | None = None) -> SchemaEntry | None:
-        """The latest live version, or *version* (None when unknown or deleted)."""
+        """The latest live version, or *version* if it is live: a version from before the last
+        deletion is gone, as in Pulsar's getSchema(id, version), which looks only among the
+        versions since the last deletion (None when unknown or deleted)."""
         if version is None:
             return await self.latest(sid)
-        entries = await self.history(sid)
-        if 0 <= version < len(entries) and not entries[version].deleted:
-            return entries[version]
+        for entry in self._live(await self.history(sid)):
+            if entry.version == version:
+                return entry
         return None
 
     async def put_if_absent(self, sid: str, type_name: str, data: bytes,

@@ -78,7 +78,7 @@ def test_numeric_strings_and_the_old_limit_name_are_read_as_pulsar_reads_them(ap
     ("/messageTTL", -1, 412, "Invalid value for message TTL, message TTL must >= 0"),
     ("/messageTTL", "x", 400, None),
     ("/retention", {"retentionTimeInMinutes": -2, "retentionSizeInMB": 0}, 412, None),
-    ("/backlogQuota", {"limitSize": 1, "policy": "drop_everything"}, 412, None),
+    ("/backlogQuota", {"limitSize": 1, "policy": "drop_everything"}, 400, None),
     ("/backlogQuota?backlogQuotaType=sideways", {"limitSize": 1, "policy": "producer_exception"},
      400, None),
     ("/inactiveTopicPolicies", {"inactiveTopicDeleteMode": "whenever"}, 412, None),

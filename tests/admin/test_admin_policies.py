@@ -1,4 +1,5 @@
-"""Delayed-delivery policies over REST: namespace and topic level, 412 on invalid values."""
+"""Delayed-delivery policies over REST: namespace and topic level, 412 on invalid values, 400
+on wrongly typed ones."""
 
 from __future__ import annotations
 
@@ -44,11 +45,21 @@ def test_invalid_policy_values_are_412_with_a_reason(api: Api) -> None:
         unknown = api("POST", path, {"delay": 5})
         assert unknown.status == 412
         assert "Unknown" in unknown.reason
-        not_object = api("POST", path, [1, 2])
-        assert not_object.status == 412
-        fraction = api("POST", path, {"maxDeliveryDelayInMillis": 1.5})
-        assert fraction.status == 412
     assert api("GET", NS).body is None
+
+
+def test_wrongly_typed_policy_bodies_are_400_as_pulsar_answers_them(api: Api) -> None:
+    assert api("PUT", f"{P}/typed").status == 204
+    for path in (NS, f"{P}/typed/delayedDelivery"):
+        for body, field in (([1, 2], "JSON object"), ("x", "JSON object"),
+                            ({"tickTime": "x"}, "tickTime"), ({"active": "maybe"}, "active"),
+                            ({"maxDeliveryDelayInMillis": 1.5}, "maxDeliveryDelayInMillis"),
+                            ({"fixedDeliveryDelayInMillis": [1]}, "fixedDeliveryDelayInMillis")):
+            reply = api("POST", path, body)
+            assert reply.status == 400, (path, body, reply)
+            assert field in reply.reason
+    assert api("GET", NS).body is None
+    assert api("GET", f"{P}/typed/delayedDelivery").body is None
 
 
 def test_policies_of_missing_namespaces_and_topics_are_404(api: Api) -> None:

@@ -57,6 +57,22 @@ def test_tenant_errors_carry_pulsars_reasons(api: Api) -> None:
     assert "x" not in api("GET", "/admin/v2/tenants").body
 
 
+def test_wrongly_typed_tenant_info_is_400_and_stores_nothing(api: Api) -> None:
+    """A bare string for adminRoles would make each of its letters an admin role; Pulsar's JSON
+    binding refuses it with 400, before any existence check."""
+    for body in ({"adminRoles": "ops"}, {"allowedClusters": "standalone"},
+                 {"adminRoles": [1]}):
+        created = api("PUT", "/admin/v2/tenants/typed", body)
+        assert created.status == 400, (body, created)
+        assert "must be an array of strings" in created.reason
+        updated = api("POST", "/admin/v2/tenants/public", body)
+        assert updated.status == 400, (body, updated)
+        again = api("PUT", "/admin/v2/tenants/public", body)
+        assert again.status == 400  # the body is read before the tenant is looked up
+    assert "typed" not in api("GET", "/admin/v2/tenants").body
+    assert api("GET", "/admin/v2/tenants/public").body["adminRoles"] != "ops"
+
+
 # --- namespaces ----------------------------------------------------------------------------
 def test_namespaces_create_list_delete(api: Api) -> None:
     assert api("PUT", "/admin/v2/namespaces/public/ns1").status == 204

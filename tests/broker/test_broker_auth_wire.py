@@ -352,3 +352,21 @@ def test_refused_rest_requests_are_logged_at_warn_and_counted(
         text = answer.read().decode()
     assert ('pulsar_authentication_failures_total{auth_method="token",cluster="standalone",'
             'provider_name="AuthenticationProviderToken",reason="INVALID_TOKEN"} 1.0') in text
+
+
+def test_tenant_admin_routes_of_a_missing_tenant_are_404_before_403(
+        broker_factory: Callable[..., Any]) -> None:
+    """Pulsar looks the tenant up before it checks its admin roles (isSuperUserOrAdmin), so a
+    role that administers nothing learns that a tenant is missing (404), not that it may not
+    touch it (403); an existing tenant stays 403."""
+    broker = broker_factory(config_overrides=dict(SECURED))
+    for path in ("/admin/v2/namespaces/no-such-tenant/ns/autoTopicCreation",
+                 "/admin/v2/namespaces/no-such-tenant",
+                 "/admin/v2/persistent/no-such-tenant/ns/t/stats"):
+        assert _rest_status(broker, path, token("bob")) == 404, path
+        assert _rest_status(broker, path, token("admin")) == 404, path
+    assert _rest_status(broker, "/admin/v2/namespaces/public/default/autoTopicCreation",
+                        token("bob")) == 403
+    assert _rest_status(broker, "/admin/v2/persistent/public/default/t/stats",
+                        token("bob")) == 403
+    assert _rest_status(broker, "/admin/v2/tenants/no-such-tenant", token("bob")) == 403

@@ -13,6 +13,7 @@ from conftest import make_client
 from rest import http_json
 from waiting import wait_until
 
+from broker.topics.heartbeat import TopicVersion
 from protocol import commands as C
 from protocol import pulsar_pb as pb
 from protocol.errors import ServerError
@@ -397,3 +398,30 @@ def test_subscription_properties_over_rest(broker: Any) -> None:
         400, "Invalid subscription properties: expected an object of strings")
     status, _ = http_json(broker.web_url, "GET", sub.replace("/s", "/nope") + "/properties")
     assert status == 404
+
+
+def test_a_lookup_in_a_missing_namespace_fails_as_pulsar_fails_it(broker: Any,
+                                                                  raw: RawClient) -> None:
+    for topic in ("persistent://public/missing-ns/t", "non-persistent://public/missing-ns/t",
+                  "persistent://no-such-tenant/ns/t"):
+        namespace = topic.split("://", 1)[1].rsplit("/", 1)[0]
+        answer = raw.request(C.encode_lookup(topic, 7)).lookupTopicResponse
+        assert answer.response == pb.CommandLookupTopicResponse.Failed
+        assert (answer.error, answer.message) == (
+            ServerError.TopicNotFound, f"Policies not found for {namespace} namespace")
+    answer = raw.request(C.encode_lookup("persistent://public/default/t", 8)).lookupTopicResponse
+    assert answer.response == pb.CommandLookupTopicResponse.Connect
+    # the broker's heartbeat namespace has no record and is looked up as any other
+    heartbeat = broker.call(lambda: broker.service.heartbeat.topic(TopicVersion.V2))
+    answer = raw.request(C.encode_lookup(heartbeat, 9)).lookupTopicResponse
+    assert answer.response == pb.CommandLookupTopicResponse.Connect
+    assert raw.request(C.encode_ping()).type == T.PONG
+
+
+def test_official_client_fails_a_producer_in_a_missing_namespace_at_its_lookup(
+        client: Any) -> None:
+    import pulsar
+
+    with pytest.raises(pulsar.TopicNotFound):
+        client.create_producer("persistent://public/missing-ns/t", send_timeout_millis=5000)
+    client.create_producer("persistent://public/default/after-missing-ns").close()

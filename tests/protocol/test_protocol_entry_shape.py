@@ -52,8 +52,6 @@ REFUSED: dict[str, tuple[bytes, str]] = {
                   "num_chunks_from_msg 0 is below 1"),
     "chunk id without num chunks": (entry(uuid="u", chunk_id=0, total_chunk_msg_size=100),
                                     "num_chunks_from_msg 0 is below 1"),
-    "chunk without uuid": (entry(num_chunks_from_msg=3, chunk_id=0, total_chunk_msg_size=250),
-                           "a chunk without uuid"),
     "chunk total below the chunk": (entry(**{**CHUNK, "total_chunk_msg_size": 99}, chunk_id=0),
                                     "total_chunk_msg_size 99 does not fit 3 chunks"),
     "chunk total beyond its chunks": (
@@ -89,6 +87,8 @@ ACCEPTED: dict[str, tuple[bytes, int, bool]] = {
                                num_messages_in_batch=100), 100, False),
     "first chunk": (entry(**CHUNK, chunk_id=0), 1, True),
     "last chunk": (entry(b"x" * 50, **CHUNK, chunk_id=2), 1, False),
+    "chunk without uuid (Pulsar stores it)": (
+        entry(num_chunks_from_msg=3, chunk_id=0, total_chunk_msg_size=250), 1, True),
     "compressed chunk of a large message": (
         entry(**CHUNK, chunk_id=1, compression=pb.LZ4, uncompressed_size=255 * 250), 1, True),
     "uncompressed_size of an uncompressed entry": (entry(uncompressed_size=2**32 - 1), 1, False),
@@ -125,7 +125,7 @@ def test_bounds_follow_the_codecs_and_the_smallest_batched_message() -> None:
     smallest = (0).to_bytes(4, "big") + pb.SingleMessageMetadata(payload_size=0).SerializeToString()
     assert len(smallest) == MIN_BATCHED_MESSAGE_BYTES
     assert MAX_EXPANSION[pb.NONE] == 1 and len(MAX_EXPANSION) == len(pb.CompressionType.keys())
-    assert entry_shape_error(10, None, 0, 0, None, None, 0, False, MAX_MESSAGE_SIZE) is None
+    assert entry_shape_error(10, None, 0, 0, None, None, 0, MAX_MESSAGE_SIZE) is None
 
 
 @pytest.mark.parametrize(("num_messages", "messages", "ok"), [

@@ -247,3 +247,17 @@ def test_rest_schema_routes_follow_pulsars_schema_resource_rules(
     assert allowed("POST", f"{base}/version") is read
     assert allowed("POST", f"{base}/schema") is register
     assert allowed("DELETE", f"{base}/schema") is delete
+
+
+def test_rest_tenant_admin_check_on_a_missing_tenant_is_tenant_missing() -> None:
+    from broker.admin.auth import TenantMissing, check_access
+
+    service = _service()
+    for path in ("/admin/v2/namespaces/nowhere/ns/retention", "/admin/v2/namespaces/nowhere",
+                 "/admin/v2/persistent/nowhere/ns/t/stats"):
+        with pytest.raises(TenantMissing, match="Tenant does not exist"):
+            check_access(service, "stranger", "POST", path)
+        check_access(service, "root", "POST", path)  # a super-user reaches the handler
+    with pytest.raises(AuthorizationError) as refused:
+        check_access(service, "stranger", "POST", "/admin/v2/namespaces/acme/orders/retention")
+    assert not isinstance(refused.value, TenantMissing)

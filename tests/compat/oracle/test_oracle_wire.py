@@ -289,14 +289,6 @@ ALLOWED: dict[tuple[str, str], tuple[tuple[str, str], str]] = {
         "Pulsar drops an ACK for a consumer the connection does not have, even one asking for "
         "a receipt, so the client waits out its operation timeout; Horae answers the receipt "
         "with ConsumerNotFound"),
-    ("lookup refusals", "missing namespace"): (
-        ("LOOKUP_RESPONSE Connect", "LOOKUP_RESPONSE Failed TopicNotFound"),
-        "Horae answers every LOOKUP with itself and refuses the topic at PRODUCER/SUBSCRIBE "
-        "(TopicNotFound); the official clients ask PARTITIONED_METADATA first, which both "
-        "refuse alike, so they fail the same way"),
-    ("lookup refusals", "missing tenant"): (
-        ("LOOKUP_RESPONSE Connect", "LOOKUP_RESPONSE Failed TopicNotFound"),
-        "as for a missing namespace"),
 }
 
 RUN = list(SCENARIOS) if FULL else list(SAMPLE)
