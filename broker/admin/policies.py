@@ -59,6 +59,8 @@ from broker.admin.responses import admin_of, json_response, no_content
 from broker.admin.service import AdminService, topic_name
 from broker.admin.topics import TOPIC
 from broker.topics import policies as P
+from broker.topics import policy_limits as L
+from broker.topics.policy_records import PolicyRecords
 from protocol import admin_names
 from protocol.sub_types import SubType
 
@@ -232,15 +234,15 @@ class _Scope:
 
     base: str
     locate: Callable[[web.Request], Awaitable[tuple[AdminService, str]]]
-    read: Callable[[P.PolicyStore, str], dict[str, Any]]
-    write: Callable[[P.PolicyStore, str, str, Any], Awaitable[None]]
-    remove: Callable[[P.PolicyStore, str, str], Awaitable[None]]
+    read: Callable[[PolicyRecords, str], dict[str, Any]]
+    write: Callable[[PolicyRecords, str, str, Any], Awaitable[None]]
+    remove: Callable[[PolicyRecords, str, str], Awaitable[None]]
 
 
-_NAMESPACE_SCOPE = _Scope(NAMESPACE, _namespace, P.PolicyStore.namespace,
-                          P.PolicyStore.set_namespace_field, P.PolicyStore.remove_namespace_field)
-_TOPIC_SCOPE = _Scope(TOPIC, _topic, P.PolicyStore.topic,
-                      P.PolicyStore.set_topic_field, P.PolicyStore.remove_topic_field)
+_NAMESPACE_SCOPE = _Scope(NAMESPACE, _namespace, PolicyRecords.namespace,
+                          PolicyRecords.set_namespace_field, PolicyRecords.remove_namespace_field)
+_TOPIC_SCOPE = _Scope(TOPIC, _topic, PolicyRecords.topic,
+                      PolicyRecords.set_topic_field, PolicyRecords.remove_topic_field)
 
 # (path suffix, namespace field, topic field, parser); "" where a level has no such route
 _FIELDS: tuple[tuple[str, str, str, Parser], ...] = (
@@ -248,32 +250,32 @@ _FIELDS: tuple[tuple[str, str, str, Parser], ...] = (
     ("deduplicationEnabled", "", P.TOPIC_DEDUP, _bool),
     ("schemaCompatibilityStrategy", P.NS_SCHEMA_STRATEGY, P.TOPIC_SCHEMA_STRATEGY, _strategy),
     ("compactionThreshold", P.NS_COMPACTION, P.TOPIC_COMPACTION, _threshold),
-    ("maxProducersPerTopic", P.NS_MAX_PRODUCERS, "", _producer_limit),
-    ("maxProducers", "", P.TOPIC_MAX_PRODUCERS, _producer_limit),
-    ("maxConsumersPerTopic", P.NS_MAX_CONSUMERS, "",
+    ("maxProducersPerTopic", L.NS_MAX_PRODUCERS, "", _producer_limit),
+    ("maxProducers", "", L.TOPIC_MAX_PRODUCERS, _producer_limit),
+    ("maxConsumersPerTopic", L.NS_MAX_CONSUMERS, "",
      _count("maxConsumersPerTopic", "consumers")),
-    ("maxConsumers", "", P.TOPIC_MAX_CONSUMERS, _count("maxConsumers", "consumers")),
-    ("maxConsumersPerSubscription", P.NS_MAX_CONSUMERS_PER_SUB, P.TOPIC_MAX_CONSUMERS_PER_SUB,
+    ("maxConsumers", "", L.TOPIC_MAX_CONSUMERS, _count("maxConsumers", "consumers")),
+    ("maxConsumersPerSubscription", L.NS_MAX_CONSUMERS_PER_SUB, L.TOPIC_MAX_CONSUMERS_PER_SUB,
      _count("maxConsumersPerSubscription", "consumers")),
-    ("maxSubscriptionsPerTopic", P.NS_MAX_SUBSCRIPTIONS, P.TOPIC_MAX_SUBSCRIPTIONS,
+    ("maxSubscriptionsPerTopic", L.NS_MAX_SUBSCRIPTIONS, L.TOPIC_MAX_SUBSCRIPTIONS,
      _count("maxSubscriptionsPerTopic", "subscriptions")),
     ("schemaValidationEnforced", P.NS_SCHEMA_VALIDATION, P.TOPIC_SCHEMA_VALIDATION, _bool),
     ("delayedDeliveryReplaceByKey", P.NS_REPLACE_BY_KEY, P.TOPIC_REPLACE_BY_KEY, _bool),
-    ("maxUnackedMessagesPerConsumer", P.NS_MAX_UNACKED_PER_CONSUMER, "",
+    ("maxUnackedMessagesPerConsumer", L.NS_MAX_UNACKED_PER_CONSUMER, "",
      _count("maxUnackedMessagesPerConsumer", "messages")),
-    ("maxUnackedMessagesOnConsumer", "", P.TOPIC_MAX_UNACKED_PER_CONSUMER,
+    ("maxUnackedMessagesOnConsumer", "", L.TOPIC_MAX_UNACKED_PER_CONSUMER,
      _count("maxUnackedNum", "messages")),
-    ("maxUnackedMessagesPerSubscription", P.NS_MAX_UNACKED_PER_SUB, "",
+    ("maxUnackedMessagesPerSubscription", L.NS_MAX_UNACKED_PER_SUB, "",
      _count("maxUnackedMessagesPerSubscription", "messages")),
-    ("maxUnackedMessagesOnSubscription", "", P.TOPIC_MAX_UNACKED_PER_SUB,
+    ("maxUnackedMessagesOnSubscription", "", L.TOPIC_MAX_UNACKED_PER_SUB,
      _count("maxUnackedNum", "messages")),
-    ("publishRate", P.NS_PUBLISH_RATE, P.TOPIC_PUBLISH_RATE, _publish_rate),
-    ("maxMessageSize", "", P.TOPIC_MAX_MESSAGE_SIZE, _count("maxMessageSize", "bytes")),
-    ("dispatchRate", P.NS_DISPATCH_RATE, P.TOPIC_DISPATCH_RATE, _dispatch_rate),
-    ("subscribeRate", P.NS_SUBSCRIBE_RATE, P.TOPIC_SUBSCRIBE_RATE, _subscribe_rate),
-    ("subscriptionDispatchRate", P.NS_SUBSCRIPTION_DISPATCH_RATE,
-     P.TOPIC_SUBSCRIPTION_DISPATCH_RATE, _dispatch_rate),
-    ("maxTopicsPerNamespace", P.NS_MAX_TOPICS, "",
+    ("publishRate", L.NS_PUBLISH_RATE, L.TOPIC_PUBLISH_RATE, _publish_rate),
+    ("maxMessageSize", "", L.TOPIC_MAX_MESSAGE_SIZE, _count("maxMessageSize", "bytes")),
+    ("dispatchRate", L.NS_DISPATCH_RATE, L.TOPIC_DISPATCH_RATE, _dispatch_rate),
+    ("subscribeRate", L.NS_SUBSCRIBE_RATE, L.TOPIC_SUBSCRIBE_RATE, _subscribe_rate),
+    ("subscriptionDispatchRate", L.NS_SUBSCRIPTION_DISPATCH_RATE,
+     L.TOPIC_SUBSCRIPTION_DISPATCH_RATE, _dispatch_rate),
+    ("maxTopicsPerNamespace", L.NS_MAX_TOPICS, "",
      _count("maxTopicsPerNamespace", "topics")),
     ("subscriptionTypesEnabled", P.NS_SUBSCRIPTION_TYPES, P.TOPIC_SUBSCRIPTION_TYPES,
      _subscription_types),
@@ -290,17 +292,17 @@ def _handlers(scope: _Scope, field: str, parse: Parser) -> tuple[Handler, Handle
 
     async def get(request: web.Request) -> web.Response:
         admin, key = await scope.locate(request)
-        return json_response(scope.read(_store(admin), key).get(field, unset))
+        return json_response(scope.read(_store(admin).records, key).get(field, unset))
 
     async def put(request: web.Request) -> web.Response:
         body = bodies.load_json(await request.read())
         admin, key = await scope.locate(request)
-        await scope.write(_store(admin), key, field, parse(body))
+        await scope.write(_store(admin).records, key, field, parse(body))
         return no_content()
 
     async def delete(request: web.Request) -> web.Response:
         admin, key = await scope.locate(request)
-        await scope.remove(_store(admin), key, field)
+        await scope.remove(_store(admin).records, key, field)
         return no_content()
 
     return get, put, delete
@@ -309,7 +311,7 @@ def _handlers(scope: _Scope, field: str, parse: Parser) -> tuple[Handler, Handle
 async def get_namespace_policies(request: web.Request) -> web.Response:
     """Pulsar's Policies document of a namespace (the fields Horae keeps; unset ones left out)."""
     admin, ns = await _namespace(request)
-    fields = _store(admin).namespace(ns)
+    fields = _store(admin).records.namespace(ns)
     delayed = admin.policies.delayed_body(ns)
     doc: dict[str, Any] = {
         "bundles": {"boundaries": ["0x00000000", "0xffffffff"], "numBundles": 1},
@@ -317,22 +319,22 @@ async def get_namespace_policies(request: web.Request) -> web.Response:
         "deduplicationEnabled": fields.get(P.NS_DEDUP),
         "schema_compatibility_strategy": fields.get(P.NS_SCHEMA_STRATEGY, "UNDEFINED"),
         "compaction_threshold": fields.get(P.NS_COMPACTION),
-        "max_producers_per_topic": fields.get(P.NS_MAX_PRODUCERS),
-        "max_consumers_per_topic": fields.get(P.NS_MAX_CONSUMERS),
-        "max_consumers_per_subscription": fields.get(P.NS_MAX_CONSUMERS_PER_SUB),
-        "max_subscriptions_per_topic": fields.get(P.NS_MAX_SUBSCRIPTIONS),
-        "max_unacked_messages_per_consumer": fields.get(P.NS_MAX_UNACKED_PER_CONSUMER),
-        "max_unacked_messages_per_subscription": fields.get(P.NS_MAX_UNACKED_PER_SUB),
-        "max_topics_per_namespace": fields.get(P.NS_MAX_TOPICS),
+        "max_producers_per_topic": fields.get(L.NS_MAX_PRODUCERS),
+        "max_consumers_per_topic": fields.get(L.NS_MAX_CONSUMERS),
+        "max_consumers_per_subscription": fields.get(L.NS_MAX_CONSUMERS_PER_SUB),
+        "max_subscriptions_per_topic": fields.get(L.NS_MAX_SUBSCRIPTIONS),
+        "max_unacked_messages_per_consumer": fields.get(L.NS_MAX_UNACKED_PER_CONSUMER),
+        "max_unacked_messages_per_subscription": fields.get(L.NS_MAX_UNACKED_PER_SUB),
+        "max_topics_per_namespace": fields.get(L.NS_MAX_TOPICS),
         # Pulsar keys a namespace's rates by cluster
         "clusterSubscribeRate": {admin.broker.cluster_name: rate}
-        if (rate := fields.get(P.NS_SUBSCRIBE_RATE)) is not None else None,
+        if (rate := fields.get(L.NS_SUBSCRIBE_RATE)) is not None else None,
         "topicDispatchRate": {admin.broker.cluster_name: rate}
-        if (rate := fields.get(P.NS_DISPATCH_RATE)) is not None else None,
+        if (rate := fields.get(L.NS_DISPATCH_RATE)) is not None else None,
         "publishMaxMessageRate": {admin.broker.cluster_name: rate}
-        if (rate := fields.get(P.NS_PUBLISH_RATE)) is not None else None,
+        if (rate := fields.get(L.NS_PUBLISH_RATE)) is not None else None,
         "subscriptionDispatchRate": {admin.broker.cluster_name: rate}
-        if (rate := fields.get(P.NS_SUBSCRIPTION_DISPATCH_RATE)) is not None else None,
+        if (rate := fields.get(L.NS_SUBSCRIPTION_DISPATCH_RATE)) is not None else None,
         "subscription_types_enabled": fields.get(P.NS_SUBSCRIPTION_TYPES, []),
         "autoTopicCreationOverride": fields.get(P.NS_AUTO_TOPIC_CREATION),
         "autoSubscriptionCreationOverride": fields.get(P.NS_AUTO_SUBSCRIPTION_CREATION),

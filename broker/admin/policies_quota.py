@@ -53,14 +53,14 @@ class _Target:
 
     def get(self, ns_field: str, topic_field: str) -> Any:
         if self.topic is not None:
-            return self.store.topic(self.topic.full).get(topic_field)
-        return self.store.namespace(self.namespace).get(ns_field)
+            return self.store.records.topic(self.topic.full).get(topic_field)
+        return self.store.records.namespace(self.namespace).get(ns_field)
 
     async def set(self, ns_field: str, topic_field: str, value: Any) -> None:
         if self.topic is not None:
-            await self.store.set_topic_field(self.topic.full, topic_field, value)
+            await self.store.records.set_topic_field(self.topic.full, topic_field, value)
         else:
-            await self.store.set_namespace_field(self.namespace, ns_field, value)
+            await self.store.records.set_namespace_field(self.namespace, ns_field, value)
 
     def applied_name(self) -> TopicName:
         """The topic the value in force is resolved for (any topic, for a namespace)."""
@@ -227,7 +227,7 @@ async def remove_quota(request: web.Request) -> web.Response:
 
 def policies_document_fields(store: P.PolicyStore, namespace: str) -> dict[str, Any]:
     """The fields of this module in a namespace's Policies document (GET namespace)."""
-    fields = store.namespace(namespace)
+    fields = store.records.namespace(namespace)
     return {
         "retention_policies": fields.get(P.NS_RETENTION),
         "message_ttl_in_seconds": fields.get(P.NS_TTL),

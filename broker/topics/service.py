@@ -51,6 +51,7 @@ from broker.topics import entry_metadata, termination
 from broker.topics.activity import TopicActivity
 from broker.topics.heartbeat import HeartbeatNames
 from broker.topics.inactive import InactiveTopicSweeper
+from broker.topics.live_policies import LivePolicies
 from broker.topics.names import TopicName
 from broker.topics.nonpersistent import NonPersistentTopic, NonPersistentTopics
 from broker.topics.policies import NS_DELAYED, TOPIC_DELAYED, PolicyLimitError, PolicyStore
@@ -101,6 +102,9 @@ class BrokerService:
         self.tenancy = Tenancy(store.metadata, config.cluster_name)
         self._partitioned: dict[str, int] = {}
         self.policies = PolicyStore(config, store.metadata)
+        self.live_policies = LivePolicies(  # a policy change reaches loaded topics at once
+            self.policies.records, self.policies.limits,
+            lambda: [*self.topics.values(), *self.nonpersistent.topics.values()])
         self.topic_events = TopicEvents()
         self.inactive = InactiveTopicSweeper(
             self.policies, config.broker_delete_inactive_topics_frequency_seconds,
@@ -344,7 +348,7 @@ class BrokerService:
         persistent topics of the namespace, each partition counting, plus *adding* may not
         pass it (NotAllowed; REST 412), as Pulsar counts them. Counted only when a topic is
         created, never on the publish path."""
-        limit = self.policies.max_topics_per_namespace(tn.namespace)
+        limit = self.policies.limits.max_topics_per_namespace(tn.namespace)
         if limit <= 0:
             return
         ns = tn.namespace
@@ -497,7 +501,7 @@ class BrokerService:
         for t in await self.list_topics(namespace):
             await self.delete_topic(t, force=True)
         await self.tenancy.forget_namespace(namespace)
-        await self.policies.drop_namespace(namespace)
+        await self.policies.records.drop_namespace(namespace)
 
     # (broker.security.authorization.AuthPolicyStore, read from self.tenancy)
 
@@ -521,26 +525,26 @@ class BrokerService:
     # (read with policies.delayed_body; a write drops loaded topics' cached resolution)
 
     async def set_namespace_policy(self, namespace: str, policy: dict[str, Any]) -> None:
-        await self.policies.set_namespace_field(namespace, NS_DELAYED, dict(policy))
+        await self.policies.records.set_namespace_field(namespace, NS_DELAYED, dict(policy))
         self._invalidate(lambda t: t.name.namespace == namespace)
 
     async def remove_namespace_policy(self, namespace: str) -> None:
-        await self.policies.remove_namespace_field(namespace, NS_DELAYED)
+        await self.policies.records.remove_namespace_field(namespace, NS_DELAYED)
         self._invalidate(lambda t: t.name.namespace == namespace)
 
     async def set_topic_policy(self, topic: str, policy: dict[str, Any]) -> None:
         full = TopicName.parse(topic).full
-        await self.policies.set_topic_field(full, TOPIC_DELAYED, dict(policy))
+        await self.policies.records.set_topic_field(full, TOPIC_DELAYED, dict(policy))
         self._invalidate(lambda t: full in (t.full, t.name.partitioned_parent))
 
     async def remove_topic_policy(self, topic: str) -> None:
         full = TopicName.parse(topic).full
-        await self.policies.remove_topic_field(full, TOPIC_DELAYED)
+        await self.policies.records.remove_topic_field(full, TOPIC_DELAYED)
         self._invalidate(lambda t: full in (t.full, t.name.partitioned_parent))
 
     async def _drop_topic_policy(self, full: str) -> None:
         """The topic was deleted: its policies and (as Pulsar) its schema go with it."""
-        await self.policies.drop_topic(full)
+        await self.policies.records.drop_topic(full)
         await self.schemas.drop(schema_id(full))
         self._invalidate(lambda t: full in (t.full, t.name.partitioned_parent))
 
