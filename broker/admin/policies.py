@@ -35,12 +35,15 @@ Theory of operation: Pulsar's paths and bodies (``NamespacesBase`` / ``Persisten
 - ``POST|GET|DELETE .../namespaces/{t}/{ns}/autoTopicCreation`` (an AutoTopicCreationOverride:
   ``allowAutoTopicCreation``, ``topicType``, ``defaultNumPartitions``) and
   ``.../autoSubscriptionCreation`` (``{"allowAutoSubscriptionCreation": bool}``, also per topic);
+- ``POST|GET|DELETE .../namespaces/{t}/{ns}/subscriptionExpirationTime`` (minutes, >= 0) and
+  per topic the same: a subscription without consumers that long is deleted
+  (:mod:`broker.topics.subscription_expiry`);
 - ``GET /admin/v2/namespaces/{t}/{ns}``: the namespace's Policies document.
 
 Values are validated here (400/412 with Pulsar's reasons), stored by the broker's
 :class:`broker.topics.policies.PolicyStore` (``AdminService.policy_store``); the topics read
-them when they need them, so a change applies to the next producer, re-send, subscription or
-compaction check. GET of an unset value answers ``null``.
+them when they need them (the next producer, subscription or check), and the limits and rates
+reach loaded topics at once (:mod:`broker.topics.live_policies`). GET of an unset value answers ``null``.
 """
 
 from __future__ import annotations
@@ -218,6 +221,14 @@ def _auto_subscription_creation(body: object) -> dict[str, bool]:
     return {"allowAutoSubscriptionCreation": body["allowAutoSubscriptionCreation"]}
 
 
+def _expiration_minutes(body: object) -> int:
+    if isinstance(body, bool) or not isinstance(body, int):
+        raise E.bad_request("Invalid value: expected a number of minutes")
+    if body < 0:
+        raise E.precondition_failed("Invalid value for subscription expiration time")
+    return body
+
+
 def _threshold(body: object) -> int:
     if isinstance(body, bool) or not isinstance(body, int):
         raise E.bad_request("Invalid compaction threshold: expected a number of bytes")
@@ -280,6 +291,8 @@ _FIELDS: tuple[tuple[str, str, str, Parser], ...] = (
     ("subscriptionTypesEnabled", P.NS_SUBSCRIPTION_TYPES, P.TOPIC_SUBSCRIPTION_TYPES,
      _subscription_types),
     ("autoTopicCreation", P.NS_AUTO_TOPIC_CREATION, "", _auto_topic_creation),
+    ("subscriptionExpirationTime", L.NS_SUBSCRIPTION_EXPIRATION, L.TOPIC_SUBSCRIPTION_EXPIRATION,
+     _expiration_minutes),
     ("autoSubscriptionCreation", P.NS_AUTO_SUBSCRIPTION_CREATION,
      P.TOPIC_AUTO_SUBSCRIPTION_CREATION, _auto_subscription_creation),
 )
@@ -326,6 +339,7 @@ async def get_namespace_policies(request: web.Request) -> web.Response:
         "max_unacked_messages_per_consumer": fields.get(L.NS_MAX_UNACKED_PER_CONSUMER),
         "max_unacked_messages_per_subscription": fields.get(L.NS_MAX_UNACKED_PER_SUB),
         "max_topics_per_namespace": fields.get(L.NS_MAX_TOPICS),
+        "subscription_expiration_time_minutes": fields.get(L.NS_SUBSCRIPTION_EXPIRATION),
         # Pulsar keys a namespace's rates by cluster
         "clusterSubscribeRate": {admin.broker.cluster_name: rate}
         if (rate := fields.get(L.NS_SUBSCRIBE_RATE)) is not None else None,

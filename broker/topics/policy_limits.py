@@ -50,7 +50,7 @@ TOPIC_DISPATCH_RATE = "dispatchRate"
 NS_SUBSCRIPTION_DISPATCH_RATE = "subscriptionDispatchRate"
 TOPIC_SUBSCRIPTION_DISPATCH_RATE = "subscriptionDispatchRate"
 NS_SUBSCRIPTION_EXPIRATION = "subscription_expiration_time_minutes"
-TOPIC_SUBSCRIPTION_EXPIRATION = "subscriptionExpirationTimeMinutes"
+TOPIC_SUBSCRIPTION_EXPIRATION = "subscriptionExpirationTimeInMinutes"
 
 
 class LimitPolicies:

@@ -58,6 +58,7 @@ from broker.topics.policies import NS_DELAYED, TOPIC_DELAYED, PolicyLimitError, 
 from broker.topics.publish_refusals import PublishRefusals
 from broker.topics.schemas import SchemaRegistry, schema_id
 from broker.topics.storage_errors import StorageOp, storage_failure
+from broker.topics.subscription_expiry import SubscriptionExpiry
 from broker.topics.tenancy import Tenancy
 from broker.topics.topic import Topic
 from broker.topics.topic_events import TopicEvents
@@ -109,6 +110,8 @@ class BrokerService:
         self.inactive = InactiveTopicSweeper(
             self.policies, config.broker_delete_inactive_topics_frequency_seconds,
             lambda full: self.delete_topic(full))
+        self.subscription_expiry = SubscriptionExpiry(
+            self.policies.limits, config.subscription_expiry_check_interval_in_minutes * 60.0)
         self.schemas = SchemaRegistry(store.metadata)
         self.dynamic_config = DynamicConfiguration(config, store.metadata, self._reconfigure)
         self._instance = next(_instance_counter)  # until start() reads the generation
@@ -225,6 +228,7 @@ class BrokerService:
             self.nonpersistent.sample_rates(now)
             try:
                 await self.inactive.tick(now, self.topics)
+                await self.subscription_expiry.tick(now, self.topics)
             except Exception:
                 log.exception("inactive topic sweep failed")
             await asyncio.sleep(1.0)

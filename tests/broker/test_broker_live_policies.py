@@ -126,3 +126,73 @@ def _try_receive(consumer: Any) -> bytes | None:
     except pulsar.Timeout:
         return None
     return data
+
+
+def test_a_subscription_without_consumers_expires_after_its_expiration_time(
+        live: Any, client: Any) -> None:
+    """Pulsar's checkInactiveSubscriptions: the topic's value over the namespace's over
+    broker.conf; subscriptions with a consumer stay. The idle clock is moved, not waited for."""
+    service = live.service
+    expiry = service.subscription_expiry
+    offset = [0.0]
+    expiry.clock = lambda: time.monotonic() + offset[0]
+
+    def check() -> int:
+        result: int = live.call(expiry.check, service.topics)
+        return result
+
+    def subscriptions() -> set[str]:
+        return set(_call(live, "GET", TOPIC_PATH + "/subscriptions")[1])
+
+    status, body = _call(live, "POST", NS + "/subscriptionExpirationTime", -1)
+    assert (status, body["reason"]) == (412, "Invalid value for subscription expiration time")
+    assert _call(live, "POST", NS + "/subscriptionExpirationTime", 10)[0] == 204
+    assert _call(live, "GET", NS + "/subscriptionExpirationTime") == (200, 10)
+    assert _call(live, "GET", NS)[1]["subscription_expiration_time_minutes"] == 10
+    client.subscribe(TOPIC, "idle").close()
+    attached = client.subscribe(TOPIC, "attached")
+    assert check() == 0                      # first seen without consumers now
+    offset[0] = 9 * 60.0
+    assert check() == 0 and subscriptions() == {"idle", "attached"}
+    offset[0] = 10 * 60.0 + 1
+    assert check() == 1
+    assert subscriptions() == {"attached"}   # the one with a consumer stays
+    # the topic's value first: 0 (never) over the namespace's 10 minutes
+    assert _call(live, "POST", TOPIC_PATH + "/subscriptionExpirationTime", 0)[0] == 204
+    attached.close()
+    assert check() == 0
+    offset[0] = 60 * 60.0
+    assert check() == 0 and subscriptions() == {"attached"}
+    assert _call(live, "DELETE", TOPIC_PATH + "/subscriptionExpirationTime")[0] == 204
+    assert _call(live, "GET", TOPIC_PATH + "/subscriptionExpirationTime") == (200, None)
+    assert check() == 0                      # first seen without consumers now
+    offset[0] = 71 * 60.0
+    assert check() == 1 and subscriptions() == set()
+    assert expiry.expired == 2
+
+
+def test_broker_conf_subscription_expiration_is_checked_every_interval(
+        broker_factory: Any) -> None:
+    import pulsar
+    from conftest import make_client
+    from waiting import wait_until
+
+    broker = broker_factory(config_overrides={"subscriptionExpirationTimeMinutes": 1,
+                                              "subscriptionExpiryCheckIntervalInMinutes": 1})
+    expiry = broker.service.subscription_expiry
+    assert expiry.interval_s == 60.0
+    client = make_client(broker.service_url)
+    try:
+        client.subscribe("persistent://public/default/e", "idle",
+                         consumer_type=pulsar.ConsumerType.Shared).close()
+        offset = [0.0]
+        expiry.clock = lambda: time.monotonic() + offset[0]
+        broker.call(expiry.check, broker.service.topics)   # first seen without consumers
+        offset[0] = 61.0
+        # the timer's next look (forced now rather than a minute later) deletes it
+        broker.call(setattr, expiry, "next_check_at", 0.0)
+        wait_until(lambda: expiry.expired == 1, message="the timer expired the subscription")
+        status, subs = _call(broker, "GET", "/admin/v2/persistent/public/default/e/subscriptions")
+        assert (status, subs) == (200, [])
+    finally:
+        client.close()
