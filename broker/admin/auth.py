@@ -27,6 +27,7 @@ handler:
    ``GET .../namespaces/{t}/{ns}/topics``                          namespace, or tenant admin
    ``POST .../namespaces/{t}/{ns}[/{b}]/unsubscribe/{s}``,        consume on the namespace, or
    ``.../clearBacklog[/{s}]``                                      tenant admin
+   ``PUT .../namespaces/{t}/{ns}[/{b}]/unload``                   super-user
    other ``/admin/v2/{persistent|non-persistent}/{t}/...``        tenant admin of ``t``
    ``/admin/v2/namespaces/{t}/...``                              tenant admin of ``t``
    ``GET /admin/v2/tenants/{t}``                                  tenant admin of ``t``
@@ -184,6 +185,10 @@ def check_access(authz: AuthorizationService, role: str, method: str, path: str)
         if len(parts) >= 4:
             authz.require_tenant_admin(parts[3], role)
             return
+    elif area == "namespaces" and method == "PUT" and len(parts) in (6, 7) \
+            and parts[-1] == "unload":
+        authz.require_super_user(role)   # Pulsar's namespace (and bundle) unload: super-users
+        return
     elif area == "namespaces" and len(parts) >= 5 and \
             (op := namespace_operation(method, parts[5:])) is not None:
         _require_namespace_operation(authz, parts[3], parts[4], role, op)

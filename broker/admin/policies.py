@@ -35,9 +35,9 @@ Theory of operation: Pulsar's paths and bodies (``NamespacesBase`` / ``Persisten
 - ``POST|GET|DELETE .../namespaces/{t}/{ns}/autoTopicCreation`` (an AutoTopicCreationOverride:
   ``allowAutoTopicCreation``, ``topicType``, ``defaultNumPartitions``) and
   ``.../autoSubscriptionCreation`` (``{"allowAutoSubscriptionCreation": bool}``, also per topic);
-- ``POST|GET|DELETE .../namespaces/{t}/{ns}/subscriptionExpirationTime`` (minutes, >= 0) and
-  per topic the same: a subscription without consumers that long is deleted
-  (:mod:`broker.topics.subscription_expiry`);
+- ``POST|GET|DELETE .../namespaces/{t}/{ns}/subscriptionExpirationTime`` (minutes, >= 0;
+  namespace level only, as Pulsar's REST API): a subscription without consumers that long is
+  deleted (:mod:`broker.topics.subscription_expiry`);
 - ``GET /admin/v2/namespaces/{t}/{ns}``: the namespace's Policies document.
 
 Values are validated here (400/412 with Pulsar's reasons), stored by the broker's
@@ -109,18 +109,21 @@ def _strategy(body: object) -> str:
     return body
 
 
-def _count(name: str, what: str) -> Parser:
-    """A limit of *what* (0 or more; 0 is no limit), refused as Pulsar does (412 *name* ...)."""
+def _count(name: str, what: str, refusal: str = "") -> Parser:
+    """A limit of *what* (0 or more; 0 is no limit), refused as Pulsar does (412 *refusal*,
+    by default "*name* must be 0 or more")."""
     def parse(body: object) -> int:
         if isinstance(body, bool) or not isinstance(body, int):
             raise E.bad_request(f"Invalid value: expected a number of {what}")
         if body < 0:
-            raise E.precondition_failed(f"{name} must be 0 or more")
+            raise E.precondition_failed(refusal or f"{name} must be 0 or more")
         return body
     return parse
 
 
 _producer_limit = _count("maxProducersPerTopic", "producers")
+MAX_MESSAGE_SIZE_REFUSAL = ("topic-level maxMessageSize must be greater than or equal to 0 and "
+                            "must be smaller than that in the broker-level")
 
 _TOPIC_TYPES = ("partitioned", "non-partitioned")
 
@@ -194,7 +197,7 @@ def _auto_topic_creation(body: object) -> dict[str, Any]:
     partitions = body.get("defaultNumPartitions")
     detail = ""
     if allowed and topic_type not in _TOPIC_TYPES:
-        detail = "Unknown topic type."
+        detail = f"Unknown topic type [{'null' if topic_type is None else topic_type}]"
     elif allowed and topic_type == "partitioned":
         if partitions is None:
             detail = "[defaultNumPartitions] cannot be null when the type is partitioned."
@@ -260,14 +263,19 @@ _FIELDS: tuple[tuple[str, str, str, Parser], ...] = (
     ("deduplication", P.NS_DEDUP, "", _bool),
     ("deduplicationEnabled", "", P.TOPIC_DEDUP, _bool),
     ("schemaCompatibilityStrategy", P.NS_SCHEMA_STRATEGY, P.TOPIC_SCHEMA_STRATEGY, _strategy),
-    ("compactionThreshold", P.NS_COMPACTION, P.TOPIC_COMPACTION, _threshold),
+    ("compactionThreshold", P.NS_COMPACTION, "", _threshold),
+    ("compactionThreshold", "", P.TOPIC_COMPACTION,
+     _count("compactionThreshold", "bytes", "Invalid value for compactionThreshold")),
     ("maxProducersPerTopic", L.NS_MAX_PRODUCERS, "", _producer_limit),
-    ("maxProducers", "", L.TOPIC_MAX_PRODUCERS, _producer_limit),
+    ("maxProducers", "", L.TOPIC_MAX_PRODUCERS, _count("maxProducers", "producers")),
     ("maxConsumersPerTopic", L.NS_MAX_CONSUMERS, "",
      _count("maxConsumersPerTopic", "consumers")),
     ("maxConsumers", "", L.TOPIC_MAX_CONSUMERS, _count("maxConsumers", "consumers")),
-    ("maxConsumersPerSubscription", L.NS_MAX_CONSUMERS_PER_SUB, L.TOPIC_MAX_CONSUMERS_PER_SUB,
+    ("maxConsumersPerSubscription", L.NS_MAX_CONSUMERS_PER_SUB, "",
      _count("maxConsumersPerSubscription", "consumers")),
+    ("maxConsumersPerSubscription", "", L.TOPIC_MAX_CONSUMERS_PER_SUB,
+     _count("maxConsumersPerSubscription", "consumers",
+            "Invalid value for maxConsumersPerSubscription")),
     ("maxSubscriptionsPerTopic", L.NS_MAX_SUBSCRIPTIONS, L.TOPIC_MAX_SUBSCRIPTIONS,
      _count("maxSubscriptionsPerTopic", "subscriptions")),
     ("schemaValidationEnforced", P.NS_SCHEMA_VALIDATION, P.TOPIC_SCHEMA_VALIDATION, _bool),
@@ -281,7 +289,8 @@ _FIELDS: tuple[tuple[str, str, str, Parser], ...] = (
     ("maxUnackedMessagesOnSubscription", "", L.TOPIC_MAX_UNACKED_PER_SUB,
      _count("maxUnackedNum", "messages")),
     ("publishRate", L.NS_PUBLISH_RATE, L.TOPIC_PUBLISH_RATE, _publish_rate),
-    ("maxMessageSize", "", L.TOPIC_MAX_MESSAGE_SIZE, _count("maxMessageSize", "bytes")),
+    ("maxMessageSize", "", L.TOPIC_MAX_MESSAGE_SIZE, _count("maxMessageSize", "bytes",
+                                                            MAX_MESSAGE_SIZE_REFUSAL)),
     ("dispatchRate", L.NS_DISPATCH_RATE, L.TOPIC_DISPATCH_RATE, _dispatch_rate),
     ("subscribeRate", L.NS_SUBSCRIBE_RATE, L.TOPIC_SUBSCRIBE_RATE, _subscribe_rate),
     ("subscriptionDispatchRate", L.NS_SUBSCRIPTION_DISPATCH_RATE,
@@ -291,8 +300,7 @@ _FIELDS: tuple[tuple[str, str, str, Parser], ...] = (
     ("subscriptionTypesEnabled", P.NS_SUBSCRIPTION_TYPES, P.TOPIC_SUBSCRIPTION_TYPES,
      _subscription_types),
     ("autoTopicCreation", P.NS_AUTO_TOPIC_CREATION, "", _auto_topic_creation),
-    ("subscriptionExpirationTime", L.NS_SUBSCRIPTION_EXPIRATION, L.TOPIC_SUBSCRIPTION_EXPIRATION,
-     _expiration_minutes),
+    ("subscriptionExpirationTime", L.NS_SUBSCRIPTION_EXPIRATION, "", _expiration_minutes),
     ("autoSubscriptionCreation", P.NS_AUTO_SUBSCRIPTION_CREATION,
      P.TOPIC_AUTO_SUBSCRIPTION_CREATION, _auto_subscription_creation),
 )
@@ -310,7 +318,11 @@ def _handlers(scope: _Scope, field: str, parse: Parser) -> tuple[Handler, Handle
     async def put(request: web.Request) -> web.Response:
         body = bodies.load_json(await request.read())
         admin, key = await scope.locate(request)
-        await scope.write(_store(admin).records, key, field, parse(body))
+        value = parse(body)
+        if field == L.TOPIC_MAX_MESSAGE_SIZE and isinstance(value, int) \
+                and value > _store(admin).config.max_message_size:
+            raise E.precondition_failed(MAX_MESSAGE_SIZE_REFUSAL)
+        await scope.write(_store(admin).records, key, field, value)
         return no_content()
 
     async def delete(request: web.Request) -> web.Response:

@@ -35,7 +35,7 @@ _PEEK = "PEEK_MESSAGES"
 def topic_operation(method: str, tail: list[str]) -> Operation | None:
     """The operation of *method* on ``.../{topic}/<tail>`` (None: a tenant-admin operation)."""
     if method == "GET" and tail in (["stats"], ["internalStats"], ["partitioned-stats"],
-                                    ["partitioned-internalStats"]):
+                                    ["partitioned-internalStats"], ["internal-info"]):
         return Operation("GET_STATS", "lookup")
     if method == "GET" and tail == ["subscriptions"]:
         return Operation("GET_SUBSCRIPTIONS", "consume")
@@ -62,7 +62,8 @@ def topic_operation(method: str, tail: list[str]) -> Operation | None:
         name = "EXPIRE_MESSAGES"
     elif method == "POST" and rest[0] == "resetcursor" and len(rest) <= 2:
         name = "RESET_CURSOR"
-    elif method in ("GET", "POST") and rest == ["analyzeBacklog"]:
+    elif (method in ("GET", "POST") and rest == ["analyzeBacklog"]) or \
+            (method in ("GET", "PUT") and rest == ["properties"]):
         name = "CONSUME"
     return None if name is None else Operation(name, "consume", sub)
 

@@ -50,7 +50,6 @@ TOPIC_DISPATCH_RATE = "dispatchRate"
 NS_SUBSCRIPTION_DISPATCH_RATE = "subscriptionDispatchRate"
 TOPIC_SUBSCRIPTION_DISPATCH_RATE = "subscriptionDispatchRate"
 NS_SUBSCRIPTION_EXPIRATION = "subscription_expiration_time_minutes"
-TOPIC_SUBSCRIPTION_EXPIRATION = "subscriptionExpirationTimeInMinutes"
 
 
 class LimitPolicies:
@@ -99,10 +98,12 @@ class LimitPolicies:
                            self._config().max_unacked_messages_per_subscription)
 
     def subscription_expiration_minutes(self, tn: TopicName) -> int:
-        """Minutes a subscription without consumers lives (0: for ever), the topic's (else the
-        namespace's) ``subscriptionExpirationTime``, else ``subscriptionExpirationTimeMinutes``."""
-        return self._count(tn, TOPIC_SUBSCRIPTION_EXPIRATION, NS_SUBSCRIPTION_EXPIRATION,
-                           self._config().subscription_expiration_time_minutes)
+        """Minutes a subscription without consumers lives (0: for ever), the namespace's
+        ``subscriptionExpirationTime``, else ``subscriptionExpirationTimeMinutes`` (Pulsar's REST
+        API has no topic level)."""
+        value = self._records.namespace_value(tn.namespace, NS_SUBSCRIPTION_EXPIRATION)
+        return self._config().subscription_expiration_time_minutes if value is None \
+            else int(value)
 
     def max_topics_per_namespace(self, namespace: str) -> int:
         """Most persistent topics (partitions counting) in *namespace* (0: no limit), the

@@ -7,9 +7,8 @@ timer; every ``subscriptionExpiryCheckIntervalInMinutes`` it looks at the subscr
 loaded persistent topics, as Pulsar's ``checkInactiveSubscriptions``. A subscription is active
 while a consumer is attached; one found without consumers is remembered with the time it was
 first seen so, and deleted once it has stayed so for longer than the topic's expiration time
-(:meth:`broker.topics.policy_limits.LimitPolicies.subscription_expiration_minutes`: the topic's
-``subscriptionExpirationTime``, else the namespace's, else ``subscriptionExpirationTimeMinutes``;
-0 never). The compaction and deduplication cursors are not subscriptions of the topic and are
+(:meth:`broker.topics.policy_limits.LimitPolicies.subscription_expiration_minutes`: the
+namespace's ``subscriptionExpirationTime``, else ``subscriptionExpirationTimeMinutes``; 0 never). The compaction and deduplication cursors are not subscriptions of the topic and are
 never touched; Horae has no replicated subscriptions to skip. A consumer arriving in between
 makes it active again; an error (a consumer won the race, a storage failure) is logged and the
 subscription looked at again at the next check. The idle times are kept in memory: after a

@@ -134,9 +134,6 @@ _rates = {
                                          _subscribe_rate_args, _subscribe_rate),
     "subscription types enabled": _same("subscription-types-enabled",
                                         "subscriptionTypesEnabled", _types_args, _types),
-    "subscription expiration time": _same("subscription-expiration-time",
-                                          "subscriptionExpirationTime", _expiration_args,
-                                          lambda a: a.minutes),
 }
 
 POLICIES: tuple[_Policy, ...] = (
@@ -181,6 +178,9 @@ POLICIES: tuple[_Policy, ...] = (
             _counted("max-message-size", "maxMessageSize", ("--max-message-size", "-m"),
                      "bytes of one message")),
     *(_Policy(what, ns, topic) for what, (ns, topic) in _rates.items()),
+    _Policy("subscription expiration time (minutes)",   # no topic level in Pulsar's REST API
+            _Level("subscription-expiration-time", "subscriptionExpirationTime",
+                   _expiration_args, lambda a: a.minutes), None),
 )
 
 

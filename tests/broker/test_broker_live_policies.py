@@ -130,8 +130,8 @@ def _try_receive(consumer: Any) -> bytes | None:
 
 def test_a_subscription_without_consumers_expires_after_its_expiration_time(
         live: Any, client: Any) -> None:
-    """Pulsar's checkInactiveSubscriptions: the topic's value over the namespace's over
-    broker.conf; subscriptions with a consumer stay. The idle clock is moved, not waited for."""
+    """Pulsar's checkInactiveSubscriptions: the namespace's value over broker.conf;
+    subscriptions with a consumer stay. The idle clock is moved, not waited for."""
     service = live.service
     expiry = service.subscription_expiry
     offset = [0.0]
@@ -157,16 +157,18 @@ def test_a_subscription_without_consumers_expires_after_its_expiration_time(
     offset[0] = 10 * 60.0 + 1
     assert check() == 1
     assert subscriptions() == {"attached"}   # the one with a consumer stays
-    # the topic's value first: 0 (never) over the namespace's 10 minutes
-    assert _call(live, "POST", TOPIC_PATH + "/subscriptionExpirationTime", 0)[0] == 204
+    # removed: broker.conf's subscriptionExpirationTimeMinutes (0, never) applies
+    assert _call(live, "DELETE", NS + "/subscriptionExpirationTime")[0] == 204
+    assert _call(live, "GET", NS + "/subscriptionExpirationTime") == (200, None)
     attached.close()
     assert check() == 0
     offset[0] = 60 * 60.0
     assert check() == 0 and subscriptions() == {"attached"}
-    assert _call(live, "DELETE", TOPIC_PATH + "/subscriptionExpirationTime")[0] == 204
-    assert _call(live, "GET", TOPIC_PATH + "/subscriptionExpirationTime") == (200, None)
+    # Pulsar's REST API has no topic level for it
+    assert _call(live, "POST", TOPIC_PATH + "/subscriptionExpirationTime", 0)[0] == 404
+    assert _call(live, "POST", NS + "/subscriptionExpirationTime", 1)[0] == 204
     assert check() == 0                      # first seen without consumers now
-    offset[0] = 71 * 60.0
+    offset[0] = 62 * 60.0
     assert check() == 1 and subscriptions() == set()
     assert expiry.expired == 2
 

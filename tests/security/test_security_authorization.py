@@ -275,6 +275,8 @@ SUBSCRIPTION_OPERATIONS = [
     ("PUT", f"{T}/subscription/s", "SUBSCRIBE"),
     ("DELETE", f"{T}/subscription/s", "UNSUBSCRIBE"),
     ("GET", f"{T}/subscription/s/analyzeBacklog", "CONSUME"),
+    ("GET", f"{T}/subscription/s/properties", "CONSUME"),
+    ("PUT", f"{T}/subscription/s/properties", "CONSUME"),
     ("GET", f"{T}/subscriptions", "GET_SUBSCRIPTIONS"),
     ("POST", f"{T}/all_subscription/expireMessages/60", "EXPIRE_MESSAGES"),
     ("GET", f"{T}/examinemessage", "PEEK_MESSAGES"),
@@ -335,5 +337,5 @@ def test_namespace_grants_allow_listing_unsubscribing_and_clearing_as_pulsar() -
             "403 Unauthorized to validateNamespaceOperation for operation "
             f"[{'UNSUBSCRIBE' if 'unsubscribe' in path else 'CLEAR_BACKLOG'}] on namespace "
             "[acme/orders]")
-    assert _rest_allowed(authz, "ns-both", "PUT", f"{ns}/unload") == \
-        "403 Don't have permission to administrate resources on this tenant"
+    assert _rest_allowed(authz, "acme-admin", "PUT", f"{ns}/unload") == \
+        "403 This operation requires super-user access"

@@ -63,6 +63,7 @@ POLICIES: list[tuple[str, str, str, Any, str, Any]] = [
      {"active": True, "tickTime": 1000, "maxDeliveryDelayInMillis": 0}, "", {"tickTime": "x"}),
     ("schemaCompatibilityStrategy", "schemaCompatibilityStrategy", "schemaCompatibilityStrategy",
      "BACKWARD", "", "NOPE"),
+    ("subscriptionExpirationTime", "subscriptionExpirationTime", "", 60, "", "x"),  # no topic level
 ]
 QUOTA = {"limitSize": 1048576, "limitTime": -1, "policy": "producer_request_hold"}
 
@@ -89,6 +90,8 @@ def _policy_scenarios() -> list[Scenario]:
             Call("GET", ns_path, label="get removed"),
             Call("GET", f"/admin/v2/namespaces/{{t}}/missing/{ns_part}", label="missing namespace"),
         ]))
+        if not tp_part:
+            continue
         topic_set = (Call("POST", tp_path + query, None, "set") if query
                      else Call(method, tp_path, good, "set"))
         out.append(Scenario(f"topic policy {name}", [
