@@ -306,14 +306,28 @@ _FIELDS: tuple[tuple[str, str, str, Parser], ...] = (
 )
 
 
+#: Topic fields whose GET answers 204 (no body) while unset: Pulsar's getters of an Optional
+_NO_CONTENT_WHEN_UNSET = frozenset({L.TOPIC_MAX_CONSUMERS_PER_SUB, L.TOPIC_MAX_SUBSCRIPTIONS,
+                                    L.TOPIC_PUBLISH_RATE, P.TOPIC_SUBSCRIPTION_TYPES,
+                                    L.TOPIC_MAX_MESSAGE_SIZE})
+
+
 def _handlers(scope: _Scope, field: str, parse: Parser) -> tuple[Handler, Handler, Handler]:
     # what GET answers while unset: Pulsar's namespace strategy reads "UNDEFINED", its
-    # namespace subscription types an empty set, others null
-    unset: object = {P.NS_SCHEMA_STRATEGY: "UNDEFINED", P.NS_SUBSCRIPTION_TYPES: []}.get(field)
+    # namespace subscription types an empty set, its max topics per namespace 0, others null
+    unset: object = {P.NS_SCHEMA_STRATEGY: "UNDEFINED", P.NS_SUBSCRIPTION_TYPES: [],
+                     L.NS_MAX_TOPICS: 0}.get(field)
+    no_content_unset = scope is _TOPIC_SCOPE and field in _NO_CONTENT_WHEN_UNSET
+    # Pulsar removes a topic's subscription types by storing an empty list (read as unset)
+    removed: object = [] if (scope is _TOPIC_SCOPE and field == P.TOPIC_SUBSCRIPTION_TYPES) \
+        else None
 
     async def get(request: web.Request) -> web.Response:
         admin, key = await scope.locate(request)
-        return json_response(scope.read(_store(admin).records, key).get(field, unset))
+        value = scope.read(_store(admin).records, key).get(field)
+        if value is None and no_content_unset:
+            return no_content()
+        return json_response(unset if value is None else value)
 
     async def put(request: web.Request) -> web.Response:
         body = bodies.load_json(await request.read())
@@ -327,7 +341,10 @@ def _handlers(scope: _Scope, field: str, parse: Parser) -> tuple[Handler, Handle
 
     async def delete(request: web.Request) -> web.Response:
         admin, key = await scope.locate(request)
-        await scope.remove(_store(admin).records, key, field)
+        if removed is None:
+            await scope.remove(_store(admin).records, key, field)
+        else:
+            await scope.write(_store(admin).records, key, field, removed)
         return no_content()
 
     return get, put, delete

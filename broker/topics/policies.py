@@ -181,8 +181,10 @@ class PolicyStore:
 
     def subscription_types_enabled(self, tn: TopicName) -> tuple[str, ...]:
         """The subscription types a SUBSCRIBE may use (Pulsar's names): the topic's (else the
-        namespace's) non-empty list, else ``subscriptionTypesEnabled``."""
-        value = self._resolve(tn, TOPIC_SUBSCRIPTION_TYPES, NS_SUBSCRIPTION_TYPES)
+        namespace's) non-empty list, else ``subscriptionTypesEnabled``. An empty list is unset
+        (Pulsar removes a topic's by storing one)."""
+        value = self.records.topic_value(tn, TOPIC_SUBSCRIPTION_TYPES) or \
+            self.records.namespace_value(tn.namespace, NS_SUBSCRIPTION_TYPES)
         if not value:
             return self.config.subscription_types_enabled_names
         return tuple(value)

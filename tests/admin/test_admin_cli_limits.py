@@ -71,9 +71,10 @@ def test_every_limit_command_sets_gets_and_removes_its_policy(
                 (0, expected), (group, level.stem)
             assert api("GET", f"{rest}/{level.suffix}").body == expected
             assert _run(capsys, broker, group, f"remove-{level.stem}", target)[:2] == (0, None)
-            # unset: null, but Pulsar's namespace subscription types read an empty list
-            unset = [] if (group, level.stem) == ("namespaces", "subscription-types-enabled") \
-                else None
+            # removed: null, but as Pulsar: subscription types read an empty list (a topic's
+            # are removed by storing one), a namespace's max topics 0
+            unset = {"subscription-types-enabled": [], "max-topics-per-namespace": 0}.get(
+                level.stem)
             assert _run(capsys, broker, group, f"get-{level.stem}", target)[1] == unset
             checked += 1
     assert checked == sum((p.namespace is not None) + 2 * (p.topic is not None)

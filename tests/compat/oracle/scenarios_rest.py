@@ -64,6 +64,28 @@ POLICIES: list[tuple[str, str, str, Any, str, Any]] = [
     ("schemaCompatibilityStrategy", "schemaCompatibilityStrategy", "schemaCompatibilityStrategy",
      "BACKWARD", "", "NOPE"),
     ("subscriptionExpirationTime", "subscriptionExpirationTime", "", 60, "", "x"),  # no topic level
+    ("maxProducers", "maxProducersPerTopic", "maxProducers", 3, "", -1),
+    ("maxConsumers", "maxConsumersPerTopic", "maxConsumers", 3, "", -1),
+    ("maxConsumersPerSubscription", "maxConsumersPerSubscription", "maxConsumersPerSubscription",
+     2, "", -1),
+    ("maxSubscriptionsPerTopic", "maxSubscriptionsPerTopic", "maxSubscriptionsPerTopic", 5, "", -1),
+    ("maxUnackedMessagesOnConsumer", "maxUnackedMessagesPerConsumer",
+     "maxUnackedMessagesOnConsumer", 100, "", -1),
+    ("maxUnackedMessagesOnSubscription", "maxUnackedMessagesPerSubscription",
+     "maxUnackedMessagesOnSubscription", 100, "", -1),
+    ("maxTopicsPerNamespace", "maxTopicsPerNamespace", "", 10, "", -1),
+    ("publishRate", "publishRate", "publishRate",
+     {"publishThrottlingRateInMsg": 10, "publishThrottlingRateInByte": -1}, "", "x"),
+    ("dispatchRate", "dispatchRate", "dispatchRate",
+     {"dispatchThrottlingRateInMsg": 10, "dispatchThrottlingRateInByte": -1,
+      "ratePeriodInSecond": 1, "relativeToPublishRate": False}, "", "x"),
+    ("subscriptionDispatchRate", "subscriptionDispatchRate", "subscriptionDispatchRate",
+     {"dispatchThrottlingRateInMsg": 10, "dispatchThrottlingRateInByte": -1,
+      "ratePeriodInSecond": 1, "relativeToPublishRate": False}, "", "x"),
+    ("subscribeRate", "subscribeRate", "subscribeRate",
+     {"subscribeThrottlingRatePerConsumer": 2, "ratePeriodInSecond": 30}, "", "x"),
+    ("subscriptionTypesEnabled", "subscriptionTypesEnabled", "subscriptionTypesEnabled",
+     ["Shared"], "", "x"),
 ]
 QUOTA = {"limitSize": 1048576, "limitTime": -1, "policy": "producer_request_hold"}
 
