@@ -86,6 +86,12 @@ POLICIES: list[tuple[str, str, str, Any, str, Any]] = [
      {"subscribeThrottlingRatePerConsumer": 2, "ratePeriodInSecond": 30}, "", "x"),
     ("subscriptionTypesEnabled", "subscriptionTypesEnabled", "subscriptionTypesEnabled",
      ["Shared"], "", "x"),
+    ("maxMessageSize", "", "maxMessageSize", 1024, "", -1),   # topic level only
+    ("autoSubscriptionCreation", "autoSubscriptionCreation", "autoSubscriptionCreation",
+     {"allowAutoSubscriptionCreation": False}, "", "x"),
+    ("autoTopicCreation", "autoTopicCreation", "",
+     {"allowAutoTopicCreation": True, "topicType": "partitioned", "defaultNumPartitions": 2}, "",
+     {"allowAutoTopicCreation": True, "topicType": "partitioned"}),
 ]
 QUOTA = {"limitSize": 1048576, "limitTime": -1, "policy": "producer_request_hold"}
 
@@ -101,17 +107,18 @@ def _policy_scenarios() -> list[Scenario]:
         method = "PUT" if name == "schemaCompatibilityStrategy" else "POST"
         ns_method = "PUT" if name == "compactionThreshold" else method
         ns_path, tp_path = f"{NS}/{ns_part}", f"{TP}/{tp_part}"
-        out.append(Scenario(f"ns policy {name}", [
-            *SETUP,
-            Call("GET", ns_path, label="get unset"),
-            Call(ns_method, ns_path, good, "set"),
-            Call("GET", ns_path, label="get set"),
-            Call(ns_method, ns_path, bad, "set bad body"),
-            Call(_other(ns_method), ns_path, good, "set other verb"),
-            Call("DELETE", ns_path, label="remove"),
-            Call("GET", ns_path, label="get removed"),
-            Call("GET", f"/admin/v2/namespaces/{{t}}/missing/{ns_part}", label="missing namespace"),
-        ]))
+        if ns_part:
+            out.append(Scenario(f"ns policy {name}", [
+                *SETUP,
+                Call("GET", ns_path, label="get unset"),
+                Call(ns_method, ns_path, good, "set"),
+                Call("GET", ns_path, label="get set"),
+                Call(ns_method, ns_path, bad, "set bad body"),
+                Call(_other(ns_method), ns_path, good, "set other verb"),
+                Call("DELETE", ns_path, label="remove"),
+                Call("GET", ns_path, label="get removed"),
+                Call("GET", f"/admin/v2/namespaces/{{t}}/missing/{ns_part}", label="missing namespace"),
+            ]))
         if not tp_part:
             continue
         topic_set = (Call("POST", tp_path + query, None, "set") if query
