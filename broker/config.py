@@ -411,6 +411,13 @@ class BrokerConfig:
         "maxUnackedMessagesPerSubscription", 200000,
         "A Shared/Key_Shared subscription whose consumers hold this many unacknowledged "
         "messages is not dispatched to until they fall to half of it. 0 = no limit.")
+    subscription_expiration_time_minutes: int = _opt(
+        "subscriptionExpirationTimeMinutes", 0,
+        "A subscription without consumers for this many minutes is deleted (namespace and topic "
+        "subscriptionExpirationTime override it). 0 = never.")
+    subscription_expiry_check_interval_in_minutes: int = _opt(
+        "subscriptionExpiryCheckIntervalInMinutes", 5,
+        "How often subscriptions are checked for expiration.")
     subscription_types_enabled: str = _opt(
         "subscriptionTypesEnabled", "Exclusive,Shared,Failover,Key_Shared",
         "Subscription types a SUBSCRIBE may use (others are refused with NotAllowed); "
@@ -527,6 +534,7 @@ class BrokerConfig:
                               f"{self.backlog_quota_default_retention_policy!r}")
         for name in ("message_expiry_check_interval_in_minutes",
                      "broker_delete_inactive_topics_frequency_seconds",
+                     "subscription_expiry_check_interval_in_minutes",
                      "backlog_quota_check_interval_in_seconds"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{KEY_OF_FIELD[name]} must be > 0, not {getattr(self, name)}")

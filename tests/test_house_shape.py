@@ -138,9 +138,6 @@ MAX_METHODS = 30
 
 #: ``path:Class`` -> why it may still exceed MAX_METHODS.
 ALLOWED: dict[str, str] = {
-    "broker/topics/policies.py:PolicyStore":
-        "every namespace and topic policy field has its get, set and resolution here, one "
-        "family of fields each",
     "broker/delayed/bucket.py:BucketDelayedDeliveryTracker":
         "the bucket index and the metric and introspection properties the metrics read of it "
         "by name",

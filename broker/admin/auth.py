@@ -19,6 +19,15 @@ handler:
    ============================================================  ===============================
    ``/lookup/v2/topic/{domain}/{t}/{ns}/{topic}``                 lookup (produce or consume)
    ``GET /admin/v2/{persistent|non-persistent}/.../partitions``   lookup (clients read metadata)
+   ``GET .../{topic}/stats`` (and internal, partitioned)          lookup (produce or consume)
+   subscription operations on a topic (peek, skip, expire,        consume (and the subscription's
+   reset cursor, create/delete/list subscriptions, backlog         roles, if it has some), or
+   size, message by id/time, last message id, analyze backlog)    tenant admin; refused 401
+   ``GET /admin/v2/{persistent|...}/{t}/{ns}[/partitioned]``,     produce or consume on the
+   ``GET .../namespaces/{t}/{ns}/topics``                          namespace, or tenant admin
+   ``POST .../namespaces/{t}/{ns}[/{b}]/unsubscribe/{s}``,        consume on the namespace, or
+   ``.../clearBacklog[/{s}]``                                      tenant admin
+   ``PUT .../namespaces/{t}/{ns}[/{b}]/unload``                   super-user
    other ``/admin/v2/{persistent|non-persistent}/{t}/...``        tenant admin of ``t``
    ``/admin/v2/namespaces/{t}/...``                              tenant admin of ``t``
    ``GET /admin/v2/tenants/{t}``                                  tenant admin of ``t``
@@ -31,9 +40,10 @@ handler:
    ============================================================  ===============================
 
    Refused: 403 ``{"reason": ...}`` with Pulsar's text; a refused topic lookup (the first two
-   rows) 401, as Pulsar answers its topic operations; a tenant-admin check (namespace and
-   topic routes) on a tenant that does not exist 404 "Tenant does not exist", as Pulsar looks
-   the tenant up before it refuses.
+   rows) or topic operation 401, as Pulsar answers its topic operations
+   (:mod:`broker.admin.topic_operations` names them, as Pulsar's ``TopicOperation``); a
+   tenant-admin check (namespace and topic routes) on a tenant that does not exist 404 "Tenant
+   does not exist", as Pulsar looks the tenant up before it refuses.
 
 The services are handed in by :func:`broker.admin.app.create_app`; with both disabled the
 middleware only records the anonymous role.
@@ -48,12 +58,13 @@ from aiohttp import web
 
 from broker.admin.brokers import STATUS_PAGE
 from broker.admin.errors import json_error
+from broker.admin.topic_operations import Operation, namespace_operation, topic_operation
 from broker.security.authentication import (
     AUTH_METHOD_HEADER,
     AuthenticatedRole,
     AuthenticationService,
 )
-from broker.security.authorization import AuthorizationService
+from broker.security.authorization import AuthAction, AuthorizationService
 from broker.security.errors import AuthenticationError, AuthorizationError
 
 log = logging.getLogger("horae.admin.auth")
@@ -136,6 +147,27 @@ def _require_tenant_admin(authz: AuthorizationService, tenant: str, role: str) -
     authz.require_tenant_admin(tenant, role)
 
 
+def _require_topic_operation(authz: AuthorizationService, topic: str, role: str,
+                             op: Operation) -> None:
+    allowed = (authz.can_lookup(topic, role) if op.needs == "lookup"
+               else authz.can_consume(topic, role, op.subscription))
+    if not allowed:
+        raise TopicLookupRefused(f"Unauthorized to validateTopicOperation for operation "
+                                 f"[{op.name}] on topic [{topic}]")
+
+
+def _require_namespace_operation(authz: AuthorizationService, tenant: str, namespace: str,
+                                 role: str, op: Operation) -> None:
+    if authz.is_tenant_admin(tenant, role):
+        return
+    full = f"{tenant}/{namespace}"
+    actions = (AuthAction.CONSUME,) if op.needs == "consume" else (AuthAction.PRODUCE,
+                                                                   AuthAction.CONSUME)
+    if not any(authz.has_namespace_permission(full, role, action) for action in actions):
+        raise AuthorizationError(f"Unauthorized to validateNamespaceOperation for operation "
+                                 f"[{op.name}] on namespace [{full}]")
+
+
 def check_access(authz: AuthorizationService, role: str, method: str, path: str) -> None:
     """Raise :class:`AuthorizationError` unless *role* may do *method* on *path* (see the table)."""
     if not authz.enabled or authz.is_super_user(role):
@@ -155,9 +187,25 @@ def check_access(authz: AuthorizationService, role: str, method: str, path: str)
         if topic is not None and method == "GET" and parts[6:] == ["partitions"]:
             _require_lookup(authz, topic, role, partitioned_metadata=True)
             return
+        if method == "GET" and (len(parts) == 5 or parts[5:] == ["partitioned"]):
+            _require_namespace_operation(authz, parts[3], parts[4], role,
+                                         Operation("GET_TOPICS", "lookup"))
+            return
+        op = topic_operation(method, parts[6:]) if topic is not None else None
+        if topic is not None and op is not None:
+            _require_topic_operation(authz, topic, role, op)
+            return
         if len(parts) >= 4:
             _require_tenant_admin(authz, parts[3], role)
             return
+    elif area == "namespaces" and method == "PUT" and len(parts) in (6, 7) \
+            and parts[-1] == "unload":
+        authz.require_super_user(role)   # Pulsar's namespace (and bundle) unload: super-users
+        return
+    elif area == "namespaces" and len(parts) >= 5 and \
+            (op := namespace_operation(method, parts[5:])) is not None:
+        _require_namespace_operation(authz, parts[3], parts[4], role, op)
+        return
     elif area == "namespaces" and len(parts) >= 4:
         _require_tenant_admin(authz, parts[3], role)
         return

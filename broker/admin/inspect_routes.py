@@ -20,7 +20,7 @@ topic(s) it applies to (Pulsar's 404 reasons come from there) and reads or chang
 - ``POST .../trim``: delete the sealed ledgers every subscription has consumed, keeping what
   retention keeps. 204.
 - ``POST .../createMissedPartitions``: create the partitions of a partitioned topic that do not
-  exist yet. 204; 404 for a topic that is not partitioned.
+  exist yet. 204, also for a topic that is not partitioned (nothing to create), as Pulsar.
 
 Partitioned topics: truncate and trim run on every partition, as Pulsar fans them out; the
 reads that name one position answer 405 (ask a partition). Non-persistent topics answer as
@@ -111,8 +111,7 @@ async def internal_info(request: web.Request) -> web.Response:
 
 async def backlog_size(request: web.Request) -> web.Response:
     data = bodies.parse_reset_cursor_data(bodies.load_json(await request.read()))
-    _, topic = await _one(request, "Get backlog size by message id on a partitioned topic is "
-                                   "not allowed, please try do it on specific topic partition")
+    _, topic = await _one(request, "calculate backlog size is not allowed for partitioned-topic")
     return json_response(AdminEntries.backlog_size_from(
         topic, Position(data.ledger_id, data.entry_id)))
 
@@ -147,10 +146,8 @@ async def trim(request: web.Request) -> web.Response:
 
 async def create_missed_partitions(request: web.Request) -> web.Response:
     admin, tn = await _topic(request)
-    n = await admin.topics.partition_count(tn)
-    if n == 0:
-        raise E.not_found(E.PARTITIONED_TOPIC_NOT_FOUND)
-    for i in range(n):
+    # Pulsar creates the partitions its metadata names: none for a non-partitioned topic (204)
+    for i in range(await admin.topics.partition_count(tn)):
         await admin.topics.get(tn.partition(i), create=True)
     return no_content()
 
@@ -180,7 +177,7 @@ def add_routes(app: web.Application) -> None:
         405, "Get message ID by timestamp on a non-persistent topic is not allowed"))
     r.add_get(NP_TOPIC + "/lastMessageId", _refuse(
         405, "GetLastMessageId on a non-persistent topic is not allowed"))
-    r.add_delete(NP_TOPIC + "/truncate", _refuse(412, "unsupport truncate"))
+    r.add_delete(NP_TOPIC + "/truncate", _refuse(412, "Unsupported truncate"))
     r.add_post(NP_TOPIC + "/trim", _refuse(405, "Trim on a non-persistent topic is not allowed"))
     r.add_get(NP_SUB + "/analyzeBacklog", _refuse(
         405, "Analyze backlog on a non-persistent topic is not allowed"))

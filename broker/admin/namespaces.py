@@ -118,7 +118,7 @@ async def create_namespace(request: web.Request) -> web.Response:
     limits = _count_limits_of(policies)
     await admin.tenants.create_namespace(f"{tenant}/{ns}", policies)
     for field, value in limits.items():
-        await admin.policy_store.set_namespace_field(f"{tenant}/{ns}", field, value)
+        await admin.policy_store.records.set_namespace_field(f"{tenant}/{ns}", field, value)
     return no_content()
 
 

@@ -36,12 +36,15 @@ Theory of operation: Pulsar's paths and bodies (``NamespacesBase`` / ``Persisten
 - ``POST|GET|DELETE .../namespaces/{t}/{ns}/autoTopicCreation`` (an AutoTopicCreationOverride:
   ``allowAutoTopicCreation``, ``topicType``, ``defaultNumPartitions``) and
   ``.../autoSubscriptionCreation`` (``{"allowAutoSubscriptionCreation": bool}``, also per topic);
+- ``POST|GET|DELETE .../namespaces/{t}/{ns}/subscriptionExpirationTime`` (minutes, >= 0;
+  namespace level only, as Pulsar's REST API): a subscription without consumers that long is
+  deleted (:mod:`broker.topics.subscription_expiry`);
 - ``GET /admin/v2/namespaces/{t}/{ns}``: the namespace's Policies document.
 
 Values are validated here (400/412 with Pulsar's reasons), stored by the broker's
 :class:`broker.topics.policies.PolicyStore` (``AdminService.policy_store``); the topics read
-them when they need them, so a change applies to the next producer, re-send, subscription or
-compaction check. GET of an unset value answers ``null``.
+them when they need them (the next producer, subscription or check), and the limits and rates
+reach loaded topics at once (:mod:`broker.topics.live_policies`). GET of an unset value answers ``null``.
 """
 
 from __future__ import annotations
@@ -60,7 +63,9 @@ from broker.admin.responses import admin_of, json_response, no_content
 from broker.admin.service import AdminService, topic_name
 from broker.admin.topics import TOPIC
 from broker.topics import policies as P
+from broker.topics import policy_limits as L
 from broker.topics.names import TopicName
+from broker.topics.policy_records import PolicyRecords
 from protocol import admin_names
 from protocol.sub_types import SubType
 
@@ -106,18 +111,21 @@ def _strategy(body: object) -> str:
     return body
 
 
-def _count(name: str, what: str) -> Parser:
-    """A limit of *what* (0 or more; 0 is no limit), refused as Pulsar does (412 *name* ...)."""
+def _count(name: str, what: str, refusal: str = "") -> Parser:
+    """A limit of *what* (0 or more; 0 is no limit), refused as Pulsar does (412 *refusal*,
+    by default "*name* must be 0 or more")."""
     def parse(body: object) -> int:
         if isinstance(body, bool) or not isinstance(body, int):
             raise E.bad_request(f"Invalid value: expected a number of {what}")
         if body < 0:
-            raise E.precondition_failed(f"{name} must be 0 or more")
+            raise E.precondition_failed(refusal or f"{name} must be 0 or more")
         return body
     return parse
 
 
 _producer_limit = _count("maxProducersPerTopic", "producers")
+MAX_MESSAGE_SIZE_REFUSAL = ("topic-level maxMessageSize must be greater than or equal to 0 and "
+                            "must be smaller than that in the broker-level")
 
 _TOPIC_TYPES = ("partitioned", "non-partitioned")
 
@@ -191,7 +199,7 @@ def _auto_topic_creation(body: object) -> dict[str, Any]:
     partitions = body.get("defaultNumPartitions")
     detail = ""
     if allowed and topic_type not in _TOPIC_TYPES:
-        detail = "Unknown topic type."
+        detail = f"Unknown topic type [{'null' if topic_type is None else topic_type}]"
     elif allowed and topic_type == "partitioned":
         if partitions is None:
             detail = "[defaultNumPartitions] cannot be null when the type is partitioned."
@@ -218,6 +226,14 @@ def _auto_subscription_creation(body: object) -> dict[str, bool]:
     return {"allowAutoSubscriptionCreation": body["allowAutoSubscriptionCreation"]}
 
 
+def _expiration_minutes(body: object) -> int:
+    if isinstance(body, bool) or not isinstance(body, int):
+        raise E.bad_request("Invalid value: expected a number of minutes")
+    if body < 0:
+        raise E.precondition_failed("Invalid value for subscription expiration time")
+    return body
+
+
 def _threshold(body: object) -> int:
     if isinstance(body, bool) or not isinstance(body, int):
         raise E.bad_request("Invalid compaction threshold: expected a number of bytes")
@@ -234,61 +250,79 @@ class _Scope:
 
     base: str
     locate: Callable[[web.Request], Awaitable[tuple[AdminService, str]]]
-    read: Callable[[P.PolicyStore, str], dict[str, Any]]
-    write: Callable[[P.PolicyStore, str, str, Any], Awaitable[None]]
-    remove: Callable[[P.PolicyStore, str, str], Awaitable[None]]
+    read: Callable[[PolicyRecords, str], dict[str, Any]]
+    write: Callable[[PolicyRecords, str, str, Any], Awaitable[None]]
+    remove: Callable[[PolicyRecords, str, str], Awaitable[None]]
 
 
-_NAMESPACE_SCOPE = _Scope(NAMESPACE, _namespace, P.PolicyStore.namespace,
-                          P.PolicyStore.set_namespace_field, P.PolicyStore.remove_namespace_field)
-_TOPIC_SCOPE = _Scope(TOPIC, _topic, P.PolicyStore.topic,
-                      P.PolicyStore.set_topic_field, P.PolicyStore.remove_topic_field)
+_NAMESPACE_SCOPE = _Scope(NAMESPACE, _namespace, PolicyRecords.namespace,
+                          PolicyRecords.set_namespace_field, PolicyRecords.remove_namespace_field)
+_TOPIC_SCOPE = _Scope(TOPIC, _topic, PolicyRecords.topic,
+                      PolicyRecords.set_topic_field, PolicyRecords.remove_topic_field)
 
 # (path suffix, namespace field, topic field, parser); "" where a level has no such route
 _FIELDS: tuple[tuple[str, str, str, Parser], ...] = (
     ("deduplication", P.NS_DEDUP, "", _bool),
     ("deduplicationEnabled", "", P.TOPIC_DEDUP, _bool),
     ("schemaCompatibilityStrategy", P.NS_SCHEMA_STRATEGY, P.TOPIC_SCHEMA_STRATEGY, _strategy),
-    ("compactionThreshold", P.NS_COMPACTION, P.TOPIC_COMPACTION, _threshold),
-    ("maxProducersPerTopic", P.NS_MAX_PRODUCERS, "", _producer_limit),
-    ("maxProducers", "", P.TOPIC_MAX_PRODUCERS, _producer_limit),
-    ("maxConsumersPerTopic", P.NS_MAX_CONSUMERS, "",
+    ("compactionThreshold", P.NS_COMPACTION, "", _threshold),
+    ("compactionThreshold", "", P.TOPIC_COMPACTION,
+     _count("compactionThreshold", "bytes", "Invalid value for compactionThreshold")),
+    ("maxProducersPerTopic", L.NS_MAX_PRODUCERS, "", _producer_limit),
+    ("maxProducers", "", L.TOPIC_MAX_PRODUCERS, _count("maxProducers", "producers")),
+    ("maxConsumersPerTopic", L.NS_MAX_CONSUMERS, "",
      _count("maxConsumersPerTopic", "consumers")),
-    ("maxConsumers", "", P.TOPIC_MAX_CONSUMERS, _count("maxConsumers", "consumers")),
-    ("maxConsumersPerSubscription", P.NS_MAX_CONSUMERS_PER_SUB, P.TOPIC_MAX_CONSUMERS_PER_SUB,
+    ("maxConsumers", "", L.TOPIC_MAX_CONSUMERS, _count("maxConsumers", "consumers")),
+    ("maxConsumersPerSubscription", L.NS_MAX_CONSUMERS_PER_SUB, "",
      _count("maxConsumersPerSubscription", "consumers")),
-    ("maxSubscriptionsPerTopic", P.NS_MAX_SUBSCRIPTIONS, P.TOPIC_MAX_SUBSCRIPTIONS,
+    ("maxConsumersPerSubscription", "", L.TOPIC_MAX_CONSUMERS_PER_SUB,
+     _count("maxConsumersPerSubscription", "consumers",
+            "Invalid value for maxConsumersPerSubscription")),
+    ("maxSubscriptionsPerTopic", L.NS_MAX_SUBSCRIPTIONS, L.TOPIC_MAX_SUBSCRIPTIONS,
      _count("maxSubscriptionsPerTopic", "subscriptions")),
     ("schemaValidationEnforced", P.NS_SCHEMA_VALIDATION, P.TOPIC_SCHEMA_VALIDATION, _bool),
     ("delayedDeliveryReplaceByKey", P.NS_REPLACE_BY_KEY, P.TOPIC_REPLACE_BY_KEY, _bool),
-    ("maxUnackedMessagesPerConsumer", P.NS_MAX_UNACKED_PER_CONSUMER, "",
+    ("maxUnackedMessagesPerConsumer", L.NS_MAX_UNACKED_PER_CONSUMER, "",
      _count("maxUnackedMessagesPerConsumer", "messages")),
-    ("maxUnackedMessagesOnConsumer", "", P.TOPIC_MAX_UNACKED_PER_CONSUMER,
+    ("maxUnackedMessagesOnConsumer", "", L.TOPIC_MAX_UNACKED_PER_CONSUMER,
      _count("maxUnackedNum", "messages")),
-    ("maxUnackedMessagesPerSubscription", P.NS_MAX_UNACKED_PER_SUB, "",
+    ("maxUnackedMessagesPerSubscription", L.NS_MAX_UNACKED_PER_SUB, "",
      _count("maxUnackedMessagesPerSubscription", "messages")),
-    ("maxUnackedMessagesOnSubscription", "", P.TOPIC_MAX_UNACKED_PER_SUB,
+    ("maxUnackedMessagesOnSubscription", "", L.TOPIC_MAX_UNACKED_PER_SUB,
      _count("maxUnackedNum", "messages")),
-    ("publishRate", P.NS_PUBLISH_RATE, P.TOPIC_PUBLISH_RATE, _publish_rate),
-    ("maxMessageSize", "", P.TOPIC_MAX_MESSAGE_SIZE, _count("maxMessageSize", "bytes")),
-    ("dispatchRate", P.NS_DISPATCH_RATE, P.TOPIC_DISPATCH_RATE, _dispatch_rate),
-    ("subscribeRate", P.NS_SUBSCRIBE_RATE, P.TOPIC_SUBSCRIBE_RATE, _subscribe_rate),
-    ("subscriptionDispatchRate", P.NS_SUBSCRIPTION_DISPATCH_RATE,
-     P.TOPIC_SUBSCRIPTION_DISPATCH_RATE, _dispatch_rate),
-    ("maxTopicsPerNamespace", P.NS_MAX_TOPICS, "",
+    ("publishRate", L.NS_PUBLISH_RATE, L.TOPIC_PUBLISH_RATE, _publish_rate),
+    ("maxMessageSize", "", L.TOPIC_MAX_MESSAGE_SIZE, _count("maxMessageSize", "bytes",
+                                                            MAX_MESSAGE_SIZE_REFUSAL)),
+    ("dispatchRate", L.NS_DISPATCH_RATE, L.TOPIC_DISPATCH_RATE, _dispatch_rate),
+    ("subscribeRate", L.NS_SUBSCRIBE_RATE, L.TOPIC_SUBSCRIBE_RATE, _subscribe_rate),
+    ("subscriptionDispatchRate", L.NS_SUBSCRIPTION_DISPATCH_RATE,
+     L.TOPIC_SUBSCRIPTION_DISPATCH_RATE, _dispatch_rate),
+    ("maxTopicsPerNamespace", L.NS_MAX_TOPICS, "",
      _count("maxTopicsPerNamespace", "topics")),
     ("subscriptionTypesEnabled", P.NS_SUBSCRIPTION_TYPES, P.TOPIC_SUBSCRIPTION_TYPES,
      _subscription_types),
     ("autoTopicCreation", P.NS_AUTO_TOPIC_CREATION, "", _auto_topic_creation),
+    ("subscriptionExpirationTime", L.NS_SUBSCRIPTION_EXPIRATION, "", _expiration_minutes),
     ("autoSubscriptionCreation", P.NS_AUTO_SUBSCRIPTION_CREATION,
      P.TOPIC_AUTO_SUBSCRIPTION_CREATION, _auto_subscription_creation),
 )
 
 
+#: Topic fields whose GET answers 204 (no body) while unset: Pulsar's getters of an Optional
+_NO_CONTENT_WHEN_UNSET = frozenset({L.TOPIC_MAX_CONSUMERS_PER_SUB, L.TOPIC_MAX_SUBSCRIPTIONS,
+                                    L.TOPIC_PUBLISH_RATE, P.TOPIC_SUBSCRIPTION_TYPES,
+                                    L.TOPIC_MAX_MESSAGE_SIZE})
+
+
 def _handlers(scope: _Scope, field: str, parse: Parser) -> tuple[Handler, Handler, Handler]:
     # what GET answers while unset: Pulsar's namespace strategy reads "UNDEFINED", its
-    # namespace subscription types an empty set, others null
-    unset: object = {P.NS_SCHEMA_STRATEGY: "UNDEFINED", P.NS_SUBSCRIPTION_TYPES: []}.get(field)
+    # namespace subscription types an empty set, its max topics per namespace 0, others null
+    unset: object = {P.NS_SCHEMA_STRATEGY: "UNDEFINED", P.NS_SUBSCRIPTION_TYPES: [],
+                     L.NS_MAX_TOPICS: 0}.get(field)
+    no_content_unset = scope is _TOPIC_SCOPE and field in _NO_CONTENT_WHEN_UNSET
+    # Pulsar removes a topic's subscription types by storing an empty list (read as unset)
+    removed: object = [] if (scope is _TOPIC_SCOPE and field == P.TOPIC_SUBSCRIPTION_TYPES) \
+        else None
 
     async def get(request: web.Request) -> web.Response:
         admin, key = await scope.locate(request)
@@ -296,17 +330,27 @@ def _handlers(scope: _Scope, field: str, parse: Parser) -> tuple[Handler, Handle
                 request.query.get("applied", "false").lower() in ("1", "true"):
             # the strategy in force: topic > namespace > broker (Pulsar's applied read)
             return json_response(admin.policies.schema_compatibility(TopicName.parse(key)))
-        return json_response(scope.read(_store(admin), key).get(field, unset))
+        value = scope.read(_store(admin).records, key).get(field)
+        if value is None and no_content_unset:
+            return no_content()
+        return json_response(unset if value is None else value)
 
     async def put(request: web.Request) -> web.Response:
         body = bodies.load_json(await request.read())
         admin, key = await scope.locate(request)
-        await scope.write(_store(admin), key, field, parse(body))
+        value = parse(body)
+        if field == L.TOPIC_MAX_MESSAGE_SIZE and isinstance(value, int) \
+                and value > _store(admin).config.max_message_size:
+            raise E.precondition_failed(MAX_MESSAGE_SIZE_REFUSAL)
+        await scope.write(_store(admin).records, key, field, value)
         return no_content()
 
     async def delete(request: web.Request) -> web.Response:
         admin, key = await scope.locate(request)
-        await scope.remove(_store(admin), key, field)
+        if removed is None:
+            await scope.remove(_store(admin).records, key, field)
+        else:
+            await scope.write(_store(admin).records, key, field, removed)
         return no_content()
 
     return get, put, delete
@@ -315,7 +359,7 @@ def _handlers(scope: _Scope, field: str, parse: Parser) -> tuple[Handler, Handle
 async def get_namespace_policies(request: web.Request) -> web.Response:
     """Pulsar's Policies document of a namespace (the fields Horae keeps; unset ones left out)."""
     admin, ns = await _namespace(request)
-    fields = _store(admin).namespace(ns)
+    fields = _store(admin).records.namespace(ns)
     delayed = admin.policies.delayed_body(ns)
     doc: dict[str, Any] = {
         "bundles": {"boundaries": ["0x00000000", "0xffffffff"], "numBundles": 1},
@@ -323,22 +367,23 @@ async def get_namespace_policies(request: web.Request) -> web.Response:
         "deduplicationEnabled": fields.get(P.NS_DEDUP),
         "schema_compatibility_strategy": fields.get(P.NS_SCHEMA_STRATEGY, "UNDEFINED"),
         "compaction_threshold": fields.get(P.NS_COMPACTION),
-        "max_producers_per_topic": fields.get(P.NS_MAX_PRODUCERS),
-        "max_consumers_per_topic": fields.get(P.NS_MAX_CONSUMERS),
-        "max_consumers_per_subscription": fields.get(P.NS_MAX_CONSUMERS_PER_SUB),
-        "max_subscriptions_per_topic": fields.get(P.NS_MAX_SUBSCRIPTIONS),
-        "max_unacked_messages_per_consumer": fields.get(P.NS_MAX_UNACKED_PER_CONSUMER),
-        "max_unacked_messages_per_subscription": fields.get(P.NS_MAX_UNACKED_PER_SUB),
-        "max_topics_per_namespace": fields.get(P.NS_MAX_TOPICS),
+        "max_producers_per_topic": fields.get(L.NS_MAX_PRODUCERS),
+        "max_consumers_per_topic": fields.get(L.NS_MAX_CONSUMERS),
+        "max_consumers_per_subscription": fields.get(L.NS_MAX_CONSUMERS_PER_SUB),
+        "max_subscriptions_per_topic": fields.get(L.NS_MAX_SUBSCRIPTIONS),
+        "max_unacked_messages_per_consumer": fields.get(L.NS_MAX_UNACKED_PER_CONSUMER),
+        "max_unacked_messages_per_subscription": fields.get(L.NS_MAX_UNACKED_PER_SUB),
+        "max_topics_per_namespace": fields.get(L.NS_MAX_TOPICS),
+        "subscription_expiration_time_minutes": fields.get(L.NS_SUBSCRIPTION_EXPIRATION),
         # Pulsar keys a namespace's rates by cluster
         "clusterSubscribeRate": {admin.broker.cluster_name: rate}
-        if (rate := fields.get(P.NS_SUBSCRIBE_RATE)) is not None else None,
+        if (rate := fields.get(L.NS_SUBSCRIBE_RATE)) is not None else None,
         "topicDispatchRate": {admin.broker.cluster_name: rate}
-        if (rate := fields.get(P.NS_DISPATCH_RATE)) is not None else None,
+        if (rate := fields.get(L.NS_DISPATCH_RATE)) is not None else None,
         "publishMaxMessageRate": {admin.broker.cluster_name: rate}
-        if (rate := fields.get(P.NS_PUBLISH_RATE)) is not None else None,
+        if (rate := fields.get(L.NS_PUBLISH_RATE)) is not None else None,
         "subscriptionDispatchRate": {admin.broker.cluster_name: rate}
-        if (rate := fields.get(P.NS_SUBSCRIPTION_DISPATCH_RATE)) is not None else None,
+        if (rate := fields.get(L.NS_SUBSCRIPTION_DISPATCH_RATE)) is not None else None,
         "subscription_types_enabled": fields.get(P.NS_SUBSCRIPTION_TYPES, []),
         "autoTopicCreationOverride": fields.get(P.NS_AUTO_TOPIC_CREATION),
         "autoSubscriptionCreationOverride": fields.get(P.NS_AUTO_SUBSCRIPTION_CREATION),

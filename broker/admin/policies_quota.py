@@ -53,14 +53,14 @@ class _Target:
 
     def get(self, ns_field: str, topic_field: str) -> Any:
         if self.topic is not None:
-            return self.store.topic(self.topic.full).get(topic_field)
-        return self.store.namespace(self.namespace).get(ns_field)
+            return self.store.records.topic(self.topic.full).get(topic_field)
+        return self.store.records.namespace(self.namespace).get(ns_field)
 
     async def set(self, ns_field: str, topic_field: str, value: Any) -> None:
         if self.topic is not None:
-            await self.store.set_topic_field(self.topic.full, topic_field, value)
+            await self.store.records.set_topic_field(self.topic.full, topic_field, value)
         else:
-            await self.store.set_namespace_field(self.namespace, ns_field, value)
+            await self.store.records.set_namespace_field(self.namespace, ns_field, value)
 
     def applied_name(self) -> TopicName:
         """The topic the value in force is resolved for (any topic, for a namespace)."""
@@ -114,6 +114,14 @@ def parse_ttl(value: object) -> int:
     ttl = _int(value, "message TTL")
     if ttl < 0:
         raise E.precondition_failed("Invalid value for message TTL, message TTL must >= 0")
+    return ttl
+
+
+def parse_topic_ttl(value: object) -> int:
+    """A topic's message TTL: Pulsar's topic level words its refusal without the rule."""
+    ttl = _int(value, "message TTL")
+    if ttl < 0:
+        raise E.precondition_failed("Invalid value for message TTL")
     return ttl
 
 
@@ -227,7 +235,7 @@ async def remove_quota(request: web.Request) -> web.Response:
 
 def policies_document_fields(store: P.PolicyStore, namespace: str) -> dict[str, Any]:
     """The fields of this module in a namespace's Policies document (GET namespace)."""
-    fields = store.namespace(namespace)
+    fields = store.records.namespace(namespace)
     return {
         "retention_policies": fields.get(P.NS_RETENTION),
         "message_ttl_in_seconds": fields.get(P.NS_TTL),
@@ -247,6 +255,8 @@ def add_routes(app: web.Application) -> None:
     )
     for base in (NAMESPACE, TOPIC):
         for suffix, ns_field, topic_field, parse, applied in simple:
+            if base == TOPIC and parse is parse_ttl:
+                parse = parse_topic_ttl
             get, set_, delete = _field(ns_field, topic_field, parse, applied)
             r.add_get(f"{base}/{suffix}", get)
             r.add_post(f"{base}/{suffix}", set_)

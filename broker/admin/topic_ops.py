@@ -181,10 +181,10 @@ def entry_response(pos: Position, data: bytes) -> web.Response:
     return web.Response(body=payload, headers=h, content_type="application/octet-stream")
 
 
-async def _single(request: web.Request, what: str) -> Topic:
+async def _single(request: web.Request, refusal: str) -> Topic:
     admin, tn = await _topic(request)
     if await admin.topics.partition_count(tn) > 0:
-        raise E.not_allowed(f"{what} messages on a partitioned topic is not allowed")
+        raise E.not_allowed(refusal)
     [topic] = await admin.topics.targets(tn)
     return topic
 
@@ -200,7 +200,7 @@ async def peek(request: web.Request) -> web.Response:
     """As Pulsar's ``getSubscriptionReference``: a subscription the topic does not have is
     created first, at the earliest message, so peeking a new name shows the whole topic."""
     n = _positive_int(request, request.match_info["n"], "messagePosition")
-    topic = await _single(request, "Peek")
+    topic = await _single(request, "Peek messages on a partitioned topic is not allowed")
     name = request.match_info["sub"]
     if name not in topic.subscriptions:
         await topic.subscriptions.get_or_create_subscription(name, initial_position="earliest")
@@ -216,7 +216,8 @@ async def examine(request: web.Request) -> web.Response:
     if initial not in ("latest", "earliest"):
         raise E.precondition_failed("initialPosition must be 'latest' or 'earliest'")
     n = _positive_int(request, request.query.get("messagePosition", "1"), "messagePosition")
-    topic = await _single(request, "Examine")
+    topic = await _single(request, "Examine messages on a partitioned topic is not allowed, "
+                                   "please try examine message on specific topic partition")
     entries = AdminEntries.positions(topic)
     if not entries:
         raise E.precondition_failed(

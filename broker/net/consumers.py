@@ -192,7 +192,7 @@ class ConsumerSide:
             # the C++ client reads that code on a subscribe as "SubscriptionName cannot be empty".
             raise ProducerBusyError("Empty subscription name")
         limiter = topic.subscribe_rate
-        limiter.rate = service.policies.subscribe_rate(tn)
+        limiter.rate = service.policies.limits.subscribe_rate(tn)
         limiter.admit((self.remote_address, cmd.consumer_name, cmd.consumer_id),
                       time.monotonic())
         sub_type = SubType(cmd.subType)
@@ -213,7 +213,7 @@ class ConsumerSide:
             cmd.subscription, durable=durable, initial_position=initial,
             start_message_id=start,
             properties={kv.key: kv.value for kv in cmd.subscription_properties},
-            max_subscriptions=service.policies.max_subscriptions_per_topic(tn),
+            max_subscriptions=service.policies.limits.max_subscriptions_per_topic(tn),
         )
         rollback_s = int(cmd.start_message_rollback_duration_sec)
         if rollback_s > 0 and isinstance(sub, Subscription):
@@ -243,17 +243,18 @@ class ConsumerSide:
             metadata={kv.key: kv.value for kv in cmd.metadata},
             partition=partition,
             broker_metadata=self.connection.receives_broker_entry_metadata,
-            max_unacked_messages=service.policies.max_unacked_messages_per_consumer(tn),
+            max_unacked_messages=service.policies.limits.max_unacked_messages_per_consumer(tn),
         )
         policies = service.policies
         if isinstance(sub, Subscription):
-            sub.max_unacked_messages = policies.max_unacked_messages_per_subscription(tn)
-            sub.dispatch_rate = policies.subscription_dispatch_rate(tn)
-            sub.topic_dispatch.rate = policies.topic_dispatch_rate(tn)
+            sub.max_unacked_messages = policies.limits.max_unacked_messages_per_subscription(tn)
+            sub.dispatch_rate = policies.limits.subscription_dispatch_rate(tn)
+            sub.topic_dispatch.rate = policies.limits.topic_dispatch_rate(tn)
         # The limits (topic over namespace over broker.conf) are decided when the consumer is
         # appended, after every await of the subscribe (broker/subscriptions/limits.py).
         await sub.add_consumer(consumer, ConsumerLimits(
-            policies.max_consumers_per_topic(tn), policies.max_consumers_per_subscription(tn)))
+            policies.limits.max_consumers_per_topic(tn),
+            policies.limits.max_consumers_per_subscription(tn)))
         if self._closed:
             sub.remove_consumer(consumer)
             return

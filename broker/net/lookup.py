@@ -84,7 +84,7 @@ def answer_lookup(conn: LookupConnection, m: pb.CommandLookupTopic) -> None:
         return
     service = conn.service
     namespace = name.namespace
-    if not (service.tenancy.namespace_exists(namespace) or service.heartbeat.owns(namespace)):
+    if not (service.tenancy.namespace_exists(namespace) or service.addresses.heartbeat.owns(namespace)):
         # Pulsar's lookup checks the namespace's policies (checkLocalOrGetPeerReplicationCluster:
         # a 404 there is answered as TopicNotFound), so the client fails at the lookup.
         conn.write(C.encode_lookup_response(

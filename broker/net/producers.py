@@ -118,10 +118,10 @@ async def create_producer(connection: ProducerConnection, m: pb.CommandProducer)
     service.publish_refusals.check_producer()
     topic = await service.get_any_topic(
         name.full, create=service.policies.auto_topic_creation(name).allowed)
-    topic.publish_rate.rate = service.policies.publish_rate(name)
+    topic.publish_rate.rate = service.policies.limits.publish_rate(name)
     if isinstance(topic, Topic):
-        topic.max_message_size_policy = service.policies.topic_max_message_size(name)
-    max_producers = service.policies.max_producers_per_topic(name)
+        topic.max_message_size_policy = service.policies.limits.topic_max_message_size(name)
+    max_producers = service.policies.limits.max_producers_per_topic(name)
     topic.admission.check_limit(max_producers)  # early, before the work; attaching decides
     user_provided = m.HasField("producer_name") and m.producer_name != ""
     schema_version = await producer_schema(service, topic,

@@ -60,7 +60,7 @@ class NamespaceService:
         for t in await service.list_topics(namespace):
             await service.delete_topic(t, force=True)
         await service.tenancy.forget_namespace(namespace)
-        await service.policies.drop_namespace(namespace)
+        await service.policies.records.drop_namespace(namespace)
 
     async def get_cluster(self, name: str) -> dict[str, Any]:
         """The cluster record: the stored one over this broker's own URLs."""
@@ -76,19 +76,19 @@ class NamespaceService:
     # (read with policies.delayed_body; a write drops loaded topics' cached resolution)
 
     async def set_namespace_policy(self, namespace: str, policy: dict[str, Any]) -> None:
-        await self._service.policies.set_namespace_field(namespace, NS_DELAYED, dict(policy))
+        await self._service.policies.records.set_namespace_field(namespace, NS_DELAYED, dict(policy))
         self._service.invalidate_policies(lambda t: t.name.namespace == namespace)
 
     async def remove_namespace_policy(self, namespace: str) -> None:
-        await self._service.policies.remove_namespace_field(namespace, NS_DELAYED)
+        await self._service.policies.records.remove_namespace_field(namespace, NS_DELAYED)
         self._service.invalidate_policies(lambda t: t.name.namespace == namespace)
 
     async def set_topic_policy(self, topic: str, policy: dict[str, Any]) -> None:
         full = TopicName.parse(topic).full
-        await self._service.policies.set_topic_field(full, TOPIC_DELAYED, dict(policy))
+        await self._service.policies.records.set_topic_field(full, TOPIC_DELAYED, dict(policy))
         self._service.invalidate_policies(lambda t: full in (t.full, t.name.partitioned_parent))
 
     async def remove_topic_policy(self, topic: str) -> None:
         full = TopicName.parse(topic).full
-        await self._service.policies.remove_topic_field(full, TOPIC_DELAYED)
+        await self._service.policies.records.remove_topic_field(full, TOPIC_DELAYED)
         self._service.invalidate_policies(lambda t: full in (t.full, t.name.partitioned_parent))

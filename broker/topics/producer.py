@@ -194,6 +194,9 @@ class PublishTarget(Protocol):
     publish_latency_buckets: list[int]
     publish_rate: PublishRateLimiter
 
+    @property
+    def producers(self) -> dict[str, Producer]: ...
+
     def check_publish(self, entry: bytes) -> tuple[bytes, int, bool]: ...
 
     def append_run(self, entries: list[bytes], sink: DurableSink,
@@ -287,8 +290,11 @@ class Producer:
         limiter = self.topic.publish_rate
         if limiter.rate.limited:
             hold_s = limiter.record(sum(s.num_messages for s in sends), nbytes, self._loop.time())
-            if hold_s > 0:
-                self.connection.hold_reading_for(hold_s)
+            if hold_s > 0:   # Pulsar throttles every producer of the topic, not just this one
+                for connection in {id(p.connection): p.connection
+                                   for p in self.topic.producers.values()}.values():
+                    connection.hold_reading_for(hold_s)
+                self.connection.hold_reading_for(hold_s)   # attached or not, it went over
         self._answer_head()
 
     def _take(self, sends: list[SendFrame]) -> int:

@@ -6,12 +6,13 @@ One :class:`PublishRateLimiter` per topic (persistent or not). Its :class:`Publi
 (messages and bytes per second; ``<= 0`` is no limit) is resolved from the topic's
 ``publishRate`` policy, else the namespace's, else ``maxPublishRatePerTopicInMessages`` /
 ``maxPublishRatePerTopicInBytes`` (0 by default), and set on the topic whenever a producer is
-created. Each socket read of SENDs for a producer is recorded (:meth:`record`) after the
-SENDs were taken; once the current one-second window holds more than the rate allows, the
-answer is the time left in the window, and the producer's connection stops being read until
-then (:meth:`broker.net.throttle.ReadThrottle.rate_held`), as Pulsar turns Netty's autoread
-off until its rate limiter's next tick. The SENDs already read are stored and answered; TCP
-pushes back on the client. ``limited_times`` counts the windows cut short
+created or a policy changes (:mod:`broker.topics.live_policies`). Each socket read of SENDs for a
+producer is recorded (:meth:`record`) after the SENDs were taken; once the current one-second
+window holds more than the rate allows, the answer is the time left in the window, and every
+connection with a producer on the topic stops being read until then
+(:meth:`broker.net.throttle.ReadThrottle.rate_held`), as Pulsar turns Netty's autoread off for
+all the topic's producers until its rate limiter's next tick. The SENDs already read are stored
+and answered; TCP pushes back on the client. ``limited_times`` counts the windows cut short
 (``publishRateLimitedTimes`` in the stats, ``pulsar_publish_rate_limit_times``).
 """
 

@@ -52,12 +52,14 @@ from broker.topics import entry_metadata, termination
 from broker.topics.activity import TopicActivity
 from broker.topics.addresses import BrokerAddresses
 from broker.topics.inactive import InactiveTopicSweeper
+from broker.topics.live_policies import LivePolicies
 from broker.topics.names import TopicName
 from broker.topics.nonpersistent import NonPersistentTopic, NonPersistentTopics
 from broker.topics.policies import PolicyLimitError, PolicyStore
 from broker.topics.publish_refusals import PublishRefusals
 from broker.topics.schemas import SchemaRegistry, schema_id
 from broker.topics.storage_errors import StorageOp, storage_failure
+from broker.topics.subscription_expiry import SubscriptionExpiry
 from broker.topics.tenancy import Tenancy
 from broker.topics.topic import Topic
 from broker.topics.topic_events import TopicEvents
@@ -98,10 +100,15 @@ class BrokerService:
         self.tenancy = Tenancy(store.metadata, config.cluster_name)
         self._partitioned: dict[str, int] = {}
         self.policies = PolicyStore(config, store.metadata)
+        self.live_policies = LivePolicies(  # a policy change reaches loaded topics at once
+            self.policies.records, self.policies.limits,
+            lambda: [*self.topics.values(), *self.nonpersistent.topics.values()])
         self.topic_events = TopicEvents()
         self.inactive = InactiveTopicSweeper(
             self.policies, config.broker_delete_inactive_topics_frequency_seconds,
             lambda full: self.delete_topic(full))
+        self.subscription_expiry = SubscriptionExpiry(
+            self.policies.limits, config.subscription_expiry_check_interval_in_minutes * 60.0)
         self.schemas = SchemaRegistry(store.metadata)
         self.dynamic_config = DynamicConfiguration(config, store.metadata, self._reconfigure)
         self._instance = next(_instance_counter)  # until start() reads the generation
@@ -178,6 +185,7 @@ class BrokerService:
             self.nonpersistent.sample_rates(now)
             try:
                 await self.inactive.tick(now, self.topics)
+                await self.subscription_expiry.tick(now, self.topics)
             except Exception:
                 log.exception("inactive topic sweep failed")
             await asyncio.sleep(1.0)
@@ -301,7 +309,7 @@ class BrokerService:
         persistent topics of the namespace, each partition counting, plus *adding* may not
         pass it (NotAllowed; REST 412), as Pulsar counts them. Counted only when a topic is
         created, never on the publish path."""
-        limit = self.policies.max_topics_per_namespace(tn.namespace)
+        limit = self.policies.limits.max_topics_per_namespace(tn.namespace)
         if limit <= 0:
             return
         ns = tn.namespace
@@ -436,7 +444,7 @@ class BrokerService:
 
     async def _drop_topic_policy(self, full: str) -> None:
         """The topic was deleted: its policies and (as Pulsar) its schema go with it."""
-        await self.policies.drop_topic(full)
+        await self.policies.records.drop_topic(full)
         await self.schemas.drop(schema_id(full))
         self.invalidate_policies(lambda t: full in (t.full, t.name.partitioned_parent))
 

@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from cli.admin import brokers as broker_commands
+from cli.admin import limits as limit_commands
 from cli.admin import maintenance as maintenance_commands
 from cli.admin import messages as message_commands
 from cli.admin import policies as policy_commands
@@ -264,6 +265,7 @@ _COMMANDS: dict[tuple[str, str], Builder] = {
                                             + topic_path(a.topic)),
 }
 _COMMANDS.update(policy_commands.COMMANDS)
+_COMMANDS.update(limit_commands.COMMANDS)
 _COMMANDS.update(maintenance_commands.COMMANDS)
 _COMMANDS.update({("brokers", name): build for name, build in broker_commands.CHANGES.items()})
 
@@ -371,8 +373,8 @@ def build_parser() -> argparse.ArgumentParser:
     groups = p.add_subparsers(dest="group", required=True, metavar="GROUP",
                               parser_class=_Parser)
 
-    def group(name: str, help_: str) -> Any:
-        return groups.add_parser(name, help=help_).add_subparsers(
+    def group(name: str, help_: str, aliases: Sequence[str] = ()) -> Any:
+        return groups.add_parser(name, help=help_, aliases=aliases).add_subparsers(
             dest="command", required=True, metavar="COMMAND", parser_class=_Parser,
             action=_Commands)
 
@@ -482,6 +484,9 @@ def build_parser() -> argparse.ArgumentParser:
     _policy_args(tp.add_parser("set-delayed-delivery"), "topic", "topic name")
     policy_commands.add_parsers(n, tp, group("schemas", policy_commands.schema_group_help()))
     maintenance_commands.add_parsers(tp, n)
+    limit_commands.add_parsers(n, tp, group(
+        "topic-policies", "a topic's limit and rate policies (as under topics)",
+        aliases=["topicPolicies"]))
     message_commands.add_parsers(tp)
     return p
 

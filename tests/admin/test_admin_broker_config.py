@@ -129,12 +129,16 @@ def test_who_may_call_the_new_routes() -> None:
     assert allowed("stranger", "GET", B + "/version")
     for method, path in (("DELETE", topic + "/truncate"), ("POST", topic + "/trim"),
                          ("GET", topic + "/messageid/0"), ("GET", topic + "/internal-info"),
-                         ("PUT", "/admin/v2/namespaces/acme/orders/unload"),
                          ("POST", "/admin/v2/namespaces/acme/orders/clearBacklog")):
         assert allowed("acme-admin", method, path)
         assert not allowed("stranger", method, path), path
     with pytest.raises(AuthorizationError):
         check_access(service, "acme-admin", "GET", B + "/configuration/runtime")
+    # Pulsar unloads a namespace (or a bundle of it) for super-users only
+    for path in ("/admin/v2/namespaces/acme/orders/unload",
+                 "/admin/v2/namespaces/acme/orders/0x00000000_0xffffffff/unload"):
+        assert allowed("root", "PUT", path)
+        assert not allowed("acme-admin", "PUT", path)
 
 
 def test_the_applied_delay_policy_follows_a_dynamic_max_delay(client: Any, api: Api) -> None:

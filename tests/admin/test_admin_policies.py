@@ -95,3 +95,35 @@ def test_a_policy_set_over_rest_applies_to_the_loaded_topic_at_once(
     assert api("DELETE", NS).status == 204
     assert (policy().max_delay_ms, policy().fixed_delay_ms) == (0, 0)
     producer.close()
+
+
+def test_limit_refusals_are_pulsars_texts_at_each_level(api: Api) -> None:
+    """Pulsar's NamespacesBase and PersistentTopicsBase word some refusals differently per
+    level; each is answered 412 with the level's own text."""
+    ns = "/admin/v2/namespaces/public/default"
+    assert api("PUT", f"{P}/texts").status == 204
+    topic = f"{P}/texts"
+    cases = [
+        (f"{ns}/maxProducersPerTopic", "maxProducersPerTopic must be 0 or more"),
+        (f"{topic}/maxProducers", "maxProducers must be 0 or more"),
+        (f"{ns}/maxConsumersPerTopic", "maxConsumersPerTopic must be 0 or more"),
+        (f"{topic}/maxConsumers", "maxConsumers must be 0 or more"),
+        (f"{ns}/maxConsumersPerSubscription", "maxConsumersPerSubscription must be 0 or more"),
+        (f"{topic}/maxConsumersPerSubscription", "Invalid value for maxConsumersPerSubscription"),
+        (f"{ns}/compactionThreshold", "compactionThreshold must be 0 or more"),
+        (f"{topic}/compactionThreshold", "Invalid value for compactionThreshold"),
+        (f"{ns}/messageTTL", "Invalid value for message TTL, message TTL must >= 0"),
+        (f"{topic}/messageTTL", "Invalid value for message TTL"),
+        (f"{topic}/maxUnackedMessagesOnConsumer", "maxUnackedNum must be 0 or more"),
+        (f"{ns}/maxUnackedMessagesPerSubscription",
+         "maxUnackedMessagesPerSubscription must be 0 or more"),
+        (f"{ns}/subscriptionExpirationTime", "Invalid value for subscription expiration time"),
+    ]
+    for path, reason in cases:
+        reply = api("POST", path, -1)
+        assert (reply.status, reply.reason) == (412, reason), path
+    reply = api("POST", f"{ns}/autoTopicCreation", {"allowAutoTopicCreation": True,
+                                                   "topicType": "sideways"})
+    assert (reply.status, reply.reason) == (412, "Invalid configuration for "
+                                            "autoTopicCreationOverride. the detail is Unknown "
+                                            "topic type [sideways]")

@@ -477,5 +477,8 @@ def test_topic_max_message_size_refuses_a_larger_send(limited: Any) -> None:
         assert refused.type == T.SEND_ERROR
         assert (refused.send_error.error, refused.send_error.message) == (
             ServerError.NotAllowedError, "Exceed maximum message size")
-    status, body = _call(limited, "POST", TOPIC_PATH + "/maxMessageSize", -1)
-    assert (status, body["reason"]) == (412, "maxMessageSize must be 0 or more")
+    refusal = ("topic-level maxMessageSize must be greater than or equal to 0 and must be "
+               "smaller than that in the broker-level")
+    for value in (-1, 5 * 1024 * 1024 + 1):   # the broker's maxMessageSize bounds it
+        assert _call(limited, "POST", TOPIC_PATH + "/maxMessageSize", value) == (
+            412, {"reason": refusal})

@@ -15,7 +15,7 @@ from test_broker_states import make_connection
 
 from broker.topics.dedup_state import RECEIPT_WINDOW, SequenceState
 from broker.topics.producer import Producer, ProducerState
-from broker.topics.publish_rate import PublishRateLimiter
+from broker.topics.publish_rate import PublishRate, PublishRateLimiter
 from protocol import pulsar_pb as pb
 from protocol.errors import ServerError
 from protocol.send_path import SendFrame
@@ -36,6 +36,7 @@ class FakeTopic:
         self.publish_rate = PublishRateLimiter()
         self.recorded = 0
         self.failures: list[object] = []
+        self.producers: dict[str, Producer] = {}
 
     def check_publish(self, entry: bytes) -> tuple[bytes, int, bool]:
         return entry, 1, False
@@ -217,3 +218,26 @@ def test_record_run_keeps_the_window_record_keeps() -> None:
         assert list(by_run.window) == list(by_record.window)
         assert (by_run.persisted, by_run.floor) == (by_record.persisted, by_record.floor)
         assert by_run.stored.bounds == by_record.stored.bounds
+
+
+async def test_a_publish_rate_past_its_limit_holds_every_producer_connection_of_the_topic() -> None:
+    """Pulsar throttles all the topic's producers, not only the one whose SEND went over."""
+    topic = FakeTopic()
+    topic.publish_rate.rate = PublishRate(msgs=2)
+    (conn_a, _), (conn_b, _) = make_connection(), make_connection()
+    other_topic = FakeTopic()
+    (conn_c, _) = make_connection()
+    for name, conn, owner in (("a", conn_a, topic), ("b", conn_b, topic),
+                              ("c", conn_c, other_topic)):
+        producer = Producer(conn, owner, 1, name, pb.Shared, False, {})  # type: ignore[arg-type]
+        conn.producers[1] = producer
+        owner.producers[name] = producer
+    producer_a = topic.producers["a"]
+    producer_a.on_sends([fast_send(0)])
+    assert not (conn_a.throttle.paused or conn_b.throttle.paused)
+    producer_a.on_sends([fast_send(1)])   # the second of two a second: the window is spent
+    assert conn_a.throttle.paused and conn_b.throttle.paused
+    assert not conn_c.throttle.paused     # another topic's producer is not held
+    assert topic.publish_rate.limited_times == 1
+    for conn in (conn_a, conn_b, conn_c):
+        conn.connection_lost(None)

@@ -123,7 +123,7 @@ async def test_policy_store_moves_legacy_delayed_kinds_into_its_fields(tmp_path:
     await store.load()
     assert await md.list("namespace_policy") == []
     assert await md.list("topic_policy") == []
-    assert store.namespace(ns) == {"deduplicationEnabled": True,
+    assert store.records.namespace(ns) == {"deduplicationEnabled": True,
                                    "delayed_delivery_policies": {"tickTime": 50}}
     assert store.delayed_body("topic", parent) == {"maxDeliveryDelayInMillis": 3000}
     partition = TopicName.parse(parent).partition(1)

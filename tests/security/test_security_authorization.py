@@ -261,3 +261,95 @@ def test_rest_tenant_admin_check_on_a_missing_tenant_is_tenant_missing() -> None
     with pytest.raises(AuthorizationError) as refused:
         check_access(service, "stranger", "POST", "/admin/v2/namespaces/acme/orders/retention")
     assert not isinstance(refused.value, TenantMissing)
+
+
+def _rest_allowed(service: AuthorizationService, role: str, method: str,
+                  path: str) -> bool | str:
+    """True, or the refusal's text prefixed with 401/403 as the middleware answers it."""
+    from broker.admin.auth import TopicLookupRefused, check_access
+
+    try:
+        check_access(service, role, method, path)
+    except TopicLookupRefused as exc:
+        return f"401 {exc}"
+    except AuthorizationError as exc:
+        return f"403 {exc}"
+    return True
+
+
+T = "/admin/v2/persistent/acme/orders/created"
+SUBSCRIPTION_OPERATIONS = [
+    ("GET", f"{T}/subscription/s/position/1", "PEEK_MESSAGES"),
+    ("POST", f"{T}/subscription/s/skip/3", "SKIP"),
+    ("POST", f"{T}/subscription/s/skip_all", "SKIP"),
+    ("POST", f"{T}/subscription/s/expireMessages/60", "EXPIRE_MESSAGES"),
+    ("POST", f"{T}/subscription/s/expireMessages", "EXPIRE_MESSAGES"),
+    ("POST", f"{T}/subscription/s/resetcursor/0", "RESET_CURSOR"),
+    ("POST", f"{T}/subscription/s/resetcursor", "RESET_CURSOR"),
+    ("PUT", f"{T}/subscription/s", "SUBSCRIBE"),
+    ("DELETE", f"{T}/subscription/s", "UNSUBSCRIBE"),
+    ("GET", f"{T}/subscription/s/analyzeBacklog", "CONSUME"),
+    ("GET", f"{T}/subscription/s/properties", "CONSUME"),
+    ("PUT", f"{T}/subscription/s/properties", "CONSUME"),
+    ("GET", f"{T}/subscriptions", "GET_SUBSCRIPTIONS"),
+    ("POST", f"{T}/all_subscription/expireMessages/60", "EXPIRE_MESSAGES"),
+    ("GET", f"{T}/examinemessage", "PEEK_MESSAGES"),
+    ("GET", f"{T}/ledger/1/entry/2", "PEEK_MESSAGES"),
+    ("GET", f"{T}/messageid/0", "PEEK_MESSAGES"),
+    ("GET", f"{T}/lastMessageId", "PEEK_MESSAGES"),
+    ("PUT", f"{T}/backlogSize", "GET_BACKLOG_SIZE"),
+]
+
+
+@pytest.mark.parametrize(("method", "path", "operation"), SUBSCRIPTION_OPERATIONS)
+def test_consume_permission_allows_the_subscription_operations_as_pulsar(
+        method: str, path: str, operation: str) -> None:
+    """Pulsar's allowTopicOperation: consume grants these; produce alone does not; a tenant
+    admin may; the refusal is 401 with validateTopicOperation's text."""
+    authz = _service()
+    for role in ("topic-consumer", "ns-both", "acme-admin", "root"):
+        assert _rest_allowed(authz, role, method, path) is True, role
+    refused = (f"401 Unauthorized to validateTopicOperation for operation [{operation}] on "
+               "topic [persistent://acme/orders/created]")
+    for role in ("ns-producer", "stranger", "rival-admin"):
+        assert _rest_allowed(authz, role, method, path) == refused, role
+
+
+def test_subscription_roles_and_tenant_admin_only_operations_stay_as_pulsar() -> None:
+    authz = _service()
+    peek_audited = f"{T}/subscription/audited/position/1"
+    assert _rest_allowed(authz, "ns-both", "GET", peek_audited) is True   # one of its roles
+    assert str(_rest_allowed(authz, "topic-consumer", "GET", peek_audited)).startswith(
+        "401 Unauthorized to validateTopicOperation for operation [PEEK_MESSAGES]")
+    # stats: produce or consume (lookup)
+    assert _rest_allowed(authz, "ns-producer", "GET", f"{T}/stats") is True
+    assert _rest_allowed(authz, "stranger", "GET", f"{T}/internalStats") == (
+        "401 Unauthorized to validateTopicOperation for operation [GET_STATS] on topic "
+        "[persistent://acme/orders/created]")
+    # terminate, unload, compaction, policies: tenant admins only
+    for method, path in (("POST", f"{T}/terminate"), ("PUT", f"{T}/unload"),
+                         ("PUT", f"{T}/compaction"), ("POST", f"{T}/maxConsumers"),
+                         ("DELETE", f"{T}/truncate")):
+        assert _rest_allowed(authz, "topic-consumer", method, path) == \
+            "403 Don't have permission to administrate resources on this tenant"
+        assert _rest_allowed(authz, "acme-admin", method, path) is True
+
+
+def test_namespace_grants_allow_listing_unsubscribing_and_clearing_as_pulsar() -> None:
+    authz = _service()
+    ns = "/admin/v2/namespaces/acme/orders"
+    for path in ("/admin/v2/persistent/acme/orders", "/admin/v2/persistent/acme/orders/partitioned",
+                 f"{ns}/topics"):
+        assert _rest_allowed(authz, "ns-producer", "GET", path) is True
+        assert _rest_allowed(authz, "topic-consumer", "GET", path) == (
+            "403 Unauthorized to validateNamespaceOperation for operation [GET_TOPICS] on "
+            "namespace [acme/orders]")
+    for path in (f"{ns}/unsubscribe/s", f"{ns}/clearBacklog", f"{ns}/clearBacklog/s",
+                 f"{ns}/0x00000000_0xffffffff/unsubscribe/s"):
+        assert _rest_allowed(authz, "ns-both", "POST", path) is True
+        assert _rest_allowed(authz, "ns-producer", "POST", path) == (
+            "403 Unauthorized to validateNamespaceOperation for operation "
+            f"[{'UNSUBSCRIBE' if 'unsubscribe' in path else 'CLEAR_BACKLOG'}] on namespace "
+            "[acme/orders]")
+    assert _rest_allowed(authz, "acme-admin", "PUT", f"{ns}/unload") == \
+        "403 This operation requires super-user access"

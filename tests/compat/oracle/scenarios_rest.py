@@ -63,6 +63,35 @@ POLICIES: list[tuple[str, str, str, Any, str, Any]] = [
      {"active": True, "tickTime": 1000, "maxDeliveryDelayInMillis": 0}, "", {"tickTime": "x"}),
     ("schemaCompatibilityStrategy", "schemaCompatibilityStrategy", "schemaCompatibilityStrategy",
      "BACKWARD", "", "NOPE"),
+    ("subscriptionExpirationTime", "subscriptionExpirationTime", "", 60, "", "x"),  # no topic level
+    ("maxProducers", "maxProducersPerTopic", "maxProducers", 3, "", -1),
+    ("maxConsumers", "maxConsumersPerTopic", "maxConsumers", 3, "", -1),
+    ("maxConsumersPerSubscription", "maxConsumersPerSubscription", "maxConsumersPerSubscription",
+     2, "", -1),
+    ("maxSubscriptionsPerTopic", "maxSubscriptionsPerTopic", "maxSubscriptionsPerTopic", 5, "", -1),
+    ("maxUnackedMessagesOnConsumer", "maxUnackedMessagesPerConsumer",
+     "maxUnackedMessagesOnConsumer", 100, "", -1),
+    ("maxUnackedMessagesOnSubscription", "maxUnackedMessagesPerSubscription",
+     "maxUnackedMessagesOnSubscription", 100, "", -1),
+    ("maxTopicsPerNamespace", "maxTopicsPerNamespace", "", 10, "", -1),
+    ("publishRate", "publishRate", "publishRate",
+     {"publishThrottlingRateInMsg": 10, "publishThrottlingRateInByte": -1}, "", "x"),
+    ("dispatchRate", "dispatchRate", "dispatchRate",
+     {"dispatchThrottlingRateInMsg": 10, "dispatchThrottlingRateInByte": -1,
+      "ratePeriodInSecond": 1, "relativeToPublishRate": False}, "", "x"),
+    ("subscriptionDispatchRate", "subscriptionDispatchRate", "subscriptionDispatchRate",
+     {"dispatchThrottlingRateInMsg": 10, "dispatchThrottlingRateInByte": -1,
+      "ratePeriodInSecond": 1, "relativeToPublishRate": False}, "", "x"),
+    ("subscribeRate", "subscribeRate", "subscribeRate",
+     {"subscribeThrottlingRatePerConsumer": 2, "ratePeriodInSecond": 30}, "", "x"),
+    ("subscriptionTypesEnabled", "subscriptionTypesEnabled", "subscriptionTypesEnabled",
+     ["Shared"], "", "x"),
+    ("maxMessageSize", "", "maxMessageSize", 1024, "", -1),   # topic level only
+    ("autoSubscriptionCreation", "autoSubscriptionCreation", "autoSubscriptionCreation",
+     {"allowAutoSubscriptionCreation": False}, "", "x"),
+    ("autoTopicCreation", "autoTopicCreation", "",
+     {"allowAutoTopicCreation": True, "topicType": "partitioned", "defaultNumPartitions": 2}, "",
+     {"allowAutoTopicCreation": True, "topicType": "partitioned"}),
 ]
 QUOTA = {"limitSize": 1048576, "limitTime": -1, "policy": "producer_request_hold"}
 
@@ -78,17 +107,20 @@ def _policy_scenarios() -> list[Scenario]:
         method = "PUT" if name == "schemaCompatibilityStrategy" else "POST"
         ns_method = "PUT" if name == "compactionThreshold" else method
         ns_path, tp_path = f"{NS}/{ns_part}", f"{TP}/{tp_part}"
-        out.append(Scenario(f"ns policy {name}", [
-            *SETUP,
-            Call("GET", ns_path, label="get unset"),
-            Call(ns_method, ns_path, good, "set"),
-            Call("GET", ns_path, label="get set"),
-            Call(ns_method, ns_path, bad, "set bad body"),
-            Call(_other(ns_method), ns_path, good, "set other verb"),
-            Call("DELETE", ns_path, label="remove"),
-            Call("GET", ns_path, label="get removed"),
-            Call("GET", f"/admin/v2/namespaces/{{t}}/missing/{ns_part}", label="missing namespace"),
-        ]))
+        if ns_part:
+            out.append(Scenario(f"ns policy {name}", [
+                *SETUP,
+                Call("GET", ns_path, label="get unset"),
+                Call(ns_method, ns_path, good, "set"),
+                Call("GET", ns_path, label="get set"),
+                Call(ns_method, ns_path, bad, "set bad body"),
+                Call(_other(ns_method), ns_path, good, "set other verb"),
+                Call("DELETE", ns_path, label="remove"),
+                Call("GET", ns_path, label="get removed"),
+                Call("GET", f"/admin/v2/namespaces/{{t}}/missing/{ns_part}", label="missing namespace"),
+            ]))
+        if not tp_part:
+            continue
         topic_set = (Call("POST", tp_path + query, None, "set") if query
                      else Call(method, tp_path, good, "set"))
         out.append(Scenario(f"topic policy {name}", [
