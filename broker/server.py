@@ -227,7 +227,7 @@ class BrokerServer:
             await asyncio.sleep(interval)
             now_ms = int(time.time() * 1000)
             for conn in list(self.connections):
-                conn.auth_refresh_tick(now_ms)
+                conn.handshake.refresh_tick(now_ms)
 
     async def _keepalive_loop(self) -> None:
         """Every ``keepAliveIntervalSeconds``: PING idle connections, close silent ones."""

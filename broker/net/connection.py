@@ -35,7 +35,7 @@ Theory of operation
 5. The connection is owned by the server (:class:`broker.server.BrokerServer`), which it tells
    when it opens and closes (:class:`ConnectionOwner`); the server drives keep-alive (one
    timer for all connections) through :meth:`keepalive_tick`, and credential refresh through
-   :meth:`auth_refresh_tick`.
+   the connection's ``handshake`` (:meth:`broker.net.handshake.Handshake.refresh_tick`).
 6. CONNECT, authentication, the handshake timeout, AUTH_CHALLENGE/AUTH_RESPONSE and the
    per-request authorization checks belong to :class:`broker.net.handshake.Handshake`; the
    lookups to :mod:`broker.net.lookup`. The state table is a constructor argument
@@ -315,10 +315,6 @@ class ServerConnection(asyncio.Protocol):
         if self._transport is not None:
             self._transport.close()
 
-    def abort(self) -> None:
-        if self._transport is not None:
-            self._transport.abort()
-
     # ------------------------------------------------------------------ dispatch
 
     def _dispatch(self, frame: Frame) -> None:
@@ -366,11 +362,7 @@ class ServerConnection(asyncio.Protocol):
         """Run a request handler as a task (:class:`broker.net.requests.RequestTasks`)."""
         return self._requests.spawn(coro, request_id, on_error)
 
-    # ------------------------------------------------------------------ handshake, keep-alive
-
-    def auth_refresh_tick(self, now_ms: int) -> None:
-        """Called by the server every ``authenticationRefreshCheckSeconds``."""
-        self.handshake.refresh_tick(now_ms)
+    # ------------------------------------------------------------------ keep-alive
 
     def keepalive_tick(self, now: float, interval: float) -> None:
         """Called by the server every *interval* s: PING when idle, close when a PING went unanswered.

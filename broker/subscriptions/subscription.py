@@ -37,7 +37,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Protocol
 
 from broker.delayed.bucket import BucketDelayedDeliveryTracker
 from broker.delayed.delivery import DelayedDelivery, TrackerFactory
@@ -136,19 +136,9 @@ class SubscriptionProperties:
             cursor.set_property(SUBSCRIPTION_PROPERTY_PREFIX + key, value)
 
 
-class TopicContext(Protocol):
-    """What a subscription may ask of the topic that owns it (implemented by
-    :class:`broker.topics.topic.Topic`): its ledger, partition, delayed-delivery policy and a
-    tracker factory, its compaction horizon, and its subscriptions (to forget or delete this one)."""
-
-    @property
-    def ledger(self) -> ManagedLedger: ...
-
-    @property
-    def partition_index(self) -> int: ...
-
-    @property
-    def terminated(self) -> bool: ...
+class DeliverySettings(Protocol):
+    """What a subscription is built with: its topic's delayed-delivery policy and tracker
+    factory, the Key_Shared selector kind and the failover delay."""
 
     def delay_policy(self) -> DelayPolicy: ...
 
@@ -164,6 +154,26 @@ class TopicContext(Protocol):
     @property
     def failover_delay_s(self) -> float:
         """``activeConsumerFailoverDelayTimeMillis`` in seconds."""
+        ...
+
+
+class TopicContext(Protocol):
+    """What a subscription may ask of the topic that owns it (implemented by
+    :class:`broker.topics.topic.Topic`): its ledger, partition, what subscriptions are built with
+    (``delivery``), its compaction horizon, and its subscriptions (to forget or delete this one)."""
+
+    @property
+    def ledger(self) -> ManagedLedger: ...
+
+    @property
+    def partition_index(self) -> int: ...
+
+    @property
+    def terminated(self) -> bool: ...
+
+    @property
+    def delivery(self) -> DeliverySettings:
+        """What this subscription is built with (``broker.topics.delivery.TopicDelivery``)."""
         ...
 
     @property
@@ -199,9 +209,10 @@ class Subscription:
         self.key_shared_mode: int | None = None
         self.consumers: list[Consumer] = []
         self.dispatcher: Dispatcher | None = None
+        delivery = topic.delivery
         self.delayed = DelayedDelivery(
-            topic.tracker_factory(cursor if isinstance(cursor, ManagedCursor) else None),
-            topic.delay_policy())
+            delivery.tracker_factory(cursor if isinstance(cursor, ManagedCursor) else None),
+            delivery.delay_policy())
         self.redelivery_counts: dict[Position, int] = {}
         self.batch_acks: dict[Position, int] = {}
         self.msg_out_counter = 0
@@ -385,8 +396,8 @@ class Subscription:
         if t == SubType.Key_Shared:
             mode = consumer.key_shared_mode or 0
             return KeySharedDispatcher(self, self.delayed, mode,
-                                       self.topic.new_key_shared_selector(mode == pb.STICKY))
-        return SingleActiveDispatcher(self, t, self.topic.failover_delay_s)
+                                       self.topic.delivery.new_key_shared_selector(mode == pb.STICKY))
+        return SingleActiveDispatcher(self, t, self.topic.delivery.failover_delay_s)
 
     def _needs_rewind(self, dispatcher: Dispatcher) -> bool:
         """Pulsar's multi-consumer dispatcher rewinds when a consumer arrives on an empty
@@ -529,64 +540,15 @@ class Subscription:
         for c in self.consumers:
             c.sample_rates(now)
 
+    def rates(self, now: float) -> tuple[float, float, float]:
+        """(msgRateOut, msgThroughputOut, msgRateRedeliver) per second at loop time *now*."""
+        r = self._rates.rates(now, self._counter_values())
+        return r[0], r[1], r[2]
+
     def redeliver_rate(self) -> float:
         """Messages sent again per second after a negative ack or a redelivery request,
         summed over the consumers (``msgRateRedeliver``; sampled while the topic is active)."""
-        now = asyncio.get_running_loop().time()
-        return self._rates.rates(now, self._counter_values())[2]
-
-    def _backlog_bytes(self, backlog: int) -> int:
-        """Backlog in bytes, at the ledger's average entry size (as the topic's backlogSize)."""
-        entries = self.ledger.number_of_entries
-        if not entries or not backlog:
-            return 0
-        return int(self.ledger.total_size_bytes * min(1.0, backlog / entries))
-
-    def stats(self) -> dict[str, Any]:
-        """Pulsar's SubscriptionStats shape."""
-        now = asyncio.get_running_loop().time()
-        rate_out, thr_out, rate_redeliver = self._rates.rates(now, self._counter_values())
-        backlog = self.cursor.backlog
-        delayed = self.msg_delayed
-        dispatcher = self.dispatcher
-        consumers = []
-        for c in self.consumers:
-            s = c.stats(now)
-            if isinstance(dispatcher, KeySharedDispatcher):
-                s["keyHashRanges"] = dispatcher.key_hash_ranges(c)
-            consumers.append(s)
-        active = dispatcher.active if isinstance(dispatcher, SingleActiveDispatcher) else None
-        return {
-            "msgRateOut": rate_out,
-            "msgThroughputOut": thr_out,
-            "bytesOutCounter": self.bytes_out_counter,
-            "msgOutCounter": self.msg_out_counter,
-            "msgRateRedeliver": rate_redeliver,
-            "chunkedMessageRate": 0.0,
-            "msgBacklog": backlog,
-            "backlogSize": self._backlog_bytes(backlog),
-            "msgBacklogNoDelayed": max(0, backlog - delayed),
-            "blockedSubscriptionOnUnackedMsgs": self.blocked_on_unacked,
-            "msgDelayed": delayed,
-            "unackedMessages": sum(c.unacked_messages for c in self.consumers),
-            "type": SubType(self.sub_type).name if self.sub_type is not None else "None",
-            "activeConsumerName": active.name if active is not None else None,
-            "msgRateExpired": self.expiry.rate(),
-            "totalMsgExpired": self.expiry.total_expired,
-            "lastExpireTimestamp": self.expiry.last_expire_ms,
-            "consumers": consumers,
-            "isDurable": self.durable,
-            "isReplicated": False,
-            "nonContiguousDeletedMessagesRanges": self.cursor.individually_deleted_count,
-            "delayedMessageIndexSizeInBytes": self.delayed.memory_bytes,
-            "subscriptionProperties": self.properties.current(),
-            # Pulsar 4 reports it empty: draining hashes (PIP-379) replaced recently joined consumers
-            "consumersAfterMarkDeletePosition": {},
-            "markDeletePosition": str(self.cursor.mark_delete_position),
-            "readPosition": str(self.cursor.read_position),
-            "cursorRevision": self.cursor.revision,
-        }
-
+        return self.rates(asyncio.get_running_loop().time())[2]
 
 def _stored_type(name: str, properties: dict[str, str]) -> SubType | None:
     """The type a durable subscription's cursor keeps (SUBSCRIPTION_TYPE_PROPERTY), if any."""

@@ -450,10 +450,10 @@ class BrokerService:
 
     def invalidate_policies(self, match: Callable[[Topic], bool]) -> None:
         """A delayed-delivery policy changed: the loaded topics *match* picks resolve theirs
-        again (:meth:`broker.topics.topic.Topic.invalidate_policy`)."""
+        again (:meth:`broker.topics.delivery.TopicDelivery.invalidate_policy`)."""
         for topic in list(self.topics.values()):
             if match(topic):
-                topic.invalidate_policy()
+                topic.delivery.invalidate_policy()
 
     def resolve_delay_policy(self, tn: TopicName) -> DelayPolicy:
         """The effective DelayPolicy of a topic (:meth:`PolicyStore.delay_policy`)."""

@@ -21,6 +21,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from broker.metrics.rates import iso_ms
+from broker.subscriptions.stats import subscription_stats
 from broker.topics.topic_state import TopicState
 from storage.positions import Position
 
@@ -44,7 +45,7 @@ def topic_stats(topic: Topic) -> dict[str, Any]:
     delayed_index_bytes = 0
     for name, sub in topic.subscriptions.items():
         try:
-            subs[name] = sub.stats()
+            subs[name] = subscription_stats(sub)
         except Exception:
             log.exception("stats of subscription %s failed", name)
             subs[name] = {}

@@ -34,9 +34,10 @@ Replace by key (``self.replace_by_key``, :mod:`broker.topics.replace_by_key`): w
 ``delayedDeliveryReplaceByKey`` policy is on, each run's keyed entries are recorded as they
 become durable; a load rebuilds that record from the backlog before anything is dispatched.
 
-The delayed-delivery policy is resolved once and cached; the service drops the cache
-(:meth:`invalidate_policy`) when a namespace or topic policy changes, so the next message
-sees the change without a restart.
+The delayed-delivery policy is resolved once and cached by ``self.delivery``
+(:class:`broker.topics.delivery.TopicDelivery`, which also builds what the subscriptions are
+made with); the service drops the cache (``delivery.invalidate_policy``) when a namespace or
+topic policy changes, so the next message sees the change without a restart.
 
 Re-sent messages are not stored twice: :class:`broker.topics.dedup.MessageDeduplication`
 (``self.dedup``) keeps the per-producer-name sequence state, recovered when the topic loads
@@ -61,18 +62,17 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from broker.config import BrokerConfig
-from broker.delayed import TrackerFactory
 from broker.delayed.guard import DelayTooLongError, check_and_start_publish
 from broker.delayed.policy import DelayPolicy
 from broker.metrics.entry_size import ENTRY_SIZE_BUCKETS_BYTES
 from broker.subscriptions.dispatch_rate import TopicDispatch
-from broker.subscriptions.selectors import KeySharedSelector, new_selector
 from broker.subscriptions.subscription import Subscription
 from broker.topics.access_modes import Admission, ProducerAccess, ProducerAdmission
 from broker.topics.activity import TopicActivity
 from broker.topics.backlog_policies import BacklogPolicies
 from broker.topics.compaction import COMPACTION_CURSOR, TopicCompaction
 from broker.topics.dedup import DEDUP_CURSOR, MessageDeduplication
+from broker.topics.delivery import TopicDelivery
 from broker.topics.entry_metadata import EntryStamper
 from broker.topics.meters import TopicMeters
 from broker.topics.names import TopicName
@@ -97,7 +97,6 @@ from protocol.errors import (
 )
 from protocol.metadata import check_publish_metadata, entry_info
 from protocol.metadata_scan import scan_publish_metadata
-from storage.cursor import ManagedCursor
 from storage.ledger import ManagedLedger
 from storage.metadata import MetadataStore
 from storage.positions import Position
@@ -156,6 +155,8 @@ class Topic:
         self.loop = host.loop
         self.admission = ProducerAdmission(self.full, self.producer_success, self._accepting)
         self.subscriptions = TopicSubscriptions(self, host.snapshots)
+        #: What its subscriptions are built with (delayed-delivery policy, tracker factory, ...).
+        self.delivery = TopicDelivery(host, name, self.subscriptions)
         self.publish_rate = PublishRateLimiter()  # its rate is set at each producer creation
         self.subscribe_rate = SubscribeRateLimiter()  # its rate is set at each SUBSCRIBE
         # dispatchRate, shared by the subscriptions (its rate is set at each SUBSCRIBE)
@@ -167,7 +168,6 @@ class Topic:
         self.state = TopicState.OPEN
         self._guarded = name.is_persistent  # the publish guard is for persistent topics
         self.loaded_ms = int(time.time() * 1000)
-        self._delay_policy: DelayPolicy | None = None
         self.dedup = MessageDeduplication(
             self, host.config.broker_deduplication_max_number_of_producers)
         self.trimmer = LedgerTrimmer(self)
@@ -279,9 +279,10 @@ class Topic:
             delayed = md.HasField("deliver_at_time")
         else:
             messages, partial, delayed = scanned
-        policy = self._delay_policy
+        delivery = self.delivery
+        policy = delivery.resolved
         if policy is None:
-            policy = self.delay_policy()
+            policy = delivery.delay_policy()
         # Only where the guard can act (its documented no-op cases skip the EntryInfo parse);
         # the guard needs the parsed message, and gets the one parse there is.
         if self._guarded and policy.active and (
@@ -395,39 +396,9 @@ class Topic:
         """The deduplication policy in force (topic > namespace > brokerDeduplicationEnabled)."""
         return self.host.policies.dedup_enabled(self.name)
 
-    def delay_policy(self) -> DelayPolicy:
-        policy = self._delay_policy
-        if policy is None:
-            policy = self._delay_policy = self.host.resolve_delay_policy(self.name)
-        return policy
-
     @property
     def partition_index(self) -> int:
         return self.name.partition_index
-
-    def tracker_factory(self, cursor: ManagedCursor | None) -> TrackerFactory:
-        """How one of this topic's subscriptions builds its delayed-delivery tracker (bucket
-        snapshots only for a durable one, which passes its *cursor*)."""
-        return TrackerFactory(self.host.config, self.loop, cursor,
-                              self.host.snapshots if cursor is not None else None)
-
-    def new_key_shared_selector(self, sticky: bool) -> KeySharedSelector:
-        """A Key_Shared selector for one of this topic's subscriptions
-        (``subscriptionKeySharedUseConsistentHashing`` picks AUTO_SPLIT's kind)."""
-        return new_selector(sticky, consistent_hashing=(
-            self.host.config.subscription_key_shared_use_consistent_hashing))
-
-    @property
-    def failover_delay_s(self) -> float:
-        return self.host.config.active_consumer_failover_delay_time_millis / 1000
-
-    def invalidate_policy(self) -> None:
-        """A delayed-delivery policy changed: resolve it again and push it to every
-        subscription."""
-        self._delay_policy = None
-        policy = self.delay_policy()
-        for sub in list(self.subscriptions.values()):
-            sub.on_policy_changed(policy)
 
     # ------------------------------------------------------------------ activity
 

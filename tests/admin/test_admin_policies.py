@@ -83,7 +83,7 @@ def test_a_policy_set_over_rest_applies_to_the_loaded_topic_at_once(
     producer.send(b"before")
 
     def policy() -> Any:
-        return broker.call(lambda: broker.service.topics[full].delay_policy())
+        return broker.call(lambda: broker.service.topics[full].delivery.delay_policy())
 
     assert policy().max_delay_ms == 0
     body = {"maxDeliveryDelayInMillis": 1_000, "tickTime": 10}

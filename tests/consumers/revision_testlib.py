@@ -57,6 +57,11 @@ class StubTopic:
         self.closing = asyncio.Event()
         self.topic_dispatch = TopicDispatch(lambda: (0, 0))   # no dispatchRate
 
+    @property
+    def delivery(self) -> StubTopic:
+        """The stub answers for what subscriptions are built with itself."""
+        return self
+
     def delay_policy(self) -> DelayPolicy:
         return POLICY
 

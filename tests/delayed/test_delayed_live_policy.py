@@ -1,6 +1,6 @@
 """A delayedDelivery policy change reaches the trackers of a loaded topic without a restart.
 
-Path: REST POST/DELETE .../delayedDelivery -> service policy store -> ``Topic.invalidate_policy``
+Path: REST POST/DELETE .../delayedDelivery -> service policy store -> ``TopicDelivery.invalidate_policy``
 (resolves it once) -> ``Subscription.on_policy_changed(policy)`` -> ``DelayedDelivery.set_policy``
 -> ``tracker.reset_tick_time(new tick)``, which moves the cutoff and re-aims the one timer at
 once (the next message and the messages already tracked).
