@@ -29,6 +29,7 @@ from typing import Protocol
 from broker.metrics.rates import iso_ms
 from broker.net.schemas import check_consumer_schema
 from broker.net.sliced import SLICE_IDS, SlicedCommands
+from broker.net.txn_requests import acknowledge_in_transaction
 from broker.net.view import ConnectionView
 from broker.subscriptions.consumer import Consumer, HashRange
 from broker.subscriptions.limits import ConsumerLimits
@@ -281,6 +282,14 @@ class ConsumerSide:
         """Apply an ACK, then answer it (ACK_RESPONSE when it has a request id). One of more
         than :data:`SLICE_IDS` ids, or one arriving while such work is queued, is applied in
         slices (:mod:`broker.net.sliced`): its answer still follows all of it."""
+        txns = self.connection.service.transactions
+        if txns is not None and cmd.HasField("txnid_most_bits"):
+            attached = self._attached.get(cmd.consumer_id)
+            if attached is not None:
+                attached.consumer.last_acked_ms = _now_ms()
+                acknowledge_in_transaction(self.connection, txns, cmd, attached.subscription,
+                                           cmd.message_id)
+                return
         if self._sliced.busy or len(cmd.message_id) > SLICE_IDS:
             self._sliced.run(self._ack_slices(cmd))
             return

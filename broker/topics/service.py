@@ -60,6 +60,7 @@ from broker.topics.storage_errors import StorageOp, storage_failure
 from broker.topics.tenancy import Tenancy
 from broker.topics.topic import Topic
 from broker.topics.topic_events import TopicEvents
+from broker.transactions.service import TransactionService, TxnTopic
 from protocol.errors import (
     InvalidTopicNameError,
     MetadataError,
@@ -111,6 +112,8 @@ class BrokerService:
         self._producer_names = itertools.count()
         self._timers: list[asyncio.Task[None]] = []
         self.publish_refusals = PublishRefusals(store.disk)
+        #: Transactions (transactionCoordinatorEnabled), started by start().
+        self.transactions: TransactionService | None = None
         self.activity = TopicActivity(min(
             float(config.backlog_quota_check_interval_in_seconds),
             config.message_expiry_check_interval_in_minutes * 60.0))
@@ -127,7 +130,16 @@ class BrokerService:
         await md.put("broker", "generation", {"value": self._instance})
         await self.policies.load()
         await self.dynamic_config.load()
+        if self.config.transaction_coordinator_enabled:
+            self.transactions = TransactionService(self.store, self.loop)
+            await self.transactions.start(self._transaction_topic)
         self._timers = [self.loop.create_task(self._rates_loop())]
+
+    async def _transaction_topic(self, name: str) -> TxnTopic | None:
+        try:
+            return await self.get_topic(name, create=False)
+        except TopicNotFoundError:
+            return None
 
     def _reconfigure(self, config: BrokerConfig) -> None:
         """A dynamic setting changed (:mod:`broker.dynamic_config`): the new configuration is
@@ -141,6 +153,8 @@ class BrokerService:
         self.closing = True
         for t in self._timers:
             t.cancel()
+        if self.transactions is not None:
+            await self.transactions.close()
         for fut in list(self._loading.values()):
             with contextlib.suppress(Exception):
                 await asyncio.shield(fut)
@@ -459,6 +473,8 @@ class BrokerService:
             del self.topics[full]
             await self._close_topic(topic)
         await self.store.delete_ledger(full)
+        if self.transactions is not None:
+            self.transactions.forget_topic(full)
         await termination.forget(self.store.metadata, full)
         await entry_metadata.forget(self.store.metadata, full)
         await self._drop_topic_policy(full)

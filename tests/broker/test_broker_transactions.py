@@ -1,0 +1,184 @@
+"""Transactions on the wire (transactionCoordinatorEnabled): the coordinator's commands and
+errors, produce and acknowledge in a transaction, ordering behind an open transaction, timeouts
+and a restart. Raw frames, so every answer is checked as the broker writes it."""
+
+from __future__ import annotations
+
+import pathlib
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from broker_rawclient import RawClient
+from txn_raw import TC_ASSIGN, TxnClient, command, receive, subscribe
+from waiting import wait_until
+
+from protocol import commands as C
+from protocol import pulsar_pb as pb
+from protocol.errors import ServerError
+
+T = pb.BaseCommand
+ON = {"transactionCoordinatorEnabled": True}
+
+
+@pytest.fixture
+def txn_broker(broker_factory: Any) -> Any:
+    return broker_factory(config_overrides=ON)
+
+
+class Conn:
+    """Two raw connections: one for the coordinator and producers, one for consumers."""
+
+    def __init__(self, url: str) -> None:
+        self.raw = RawClient(url)
+        self.raw.handshake()
+        self.tc = TxnClient(self.raw)
+        self.cons = RawClient(url)
+        self.cons.handshake()
+        self.acks = TxnClient(self.cons)   # ACKs go on their consumer's connection
+
+    def close(self) -> None:
+        self.raw.close()
+        self.cons.close()
+
+
+@pytest.fixture
+def conn(txn_broker: Any) -> Iterator[Conn]:
+    c = Conn(txn_broker.service_url)
+    yield c
+    c.close()
+
+
+def _producer(c: Conn, topic: str, producer_id: int = 1) -> None:
+    assert c.raw.request(C.encode_producer(topic, producer_id, 7, None, 0)).type == \
+        T.PRODUCER_SUCCESS
+
+
+def test_coordinator_is_found_and_connects(conn: Conn) -> None:
+    meta = conn.raw.request(C.encode_partitioned_metadata(TC_ASSIGN, 5))
+    assert meta.partitionMetadataResponse.partitions == 1
+    lookup = conn.raw.request(C.encode_lookup(TC_ASSIGN + "-partition-0", 6))
+    assert lookup.lookupTopicResponse.response == pb.CommandLookupTopicResponse.Connect
+    assert not conn.tc.tc_connect().HasField("error")
+    missing = conn.raw.request(command(T.TC_CLIENT_CONNECT_REQUEST, "tcClientConnectRequest",
+                                       request_id=9, tc_id=3)).tcClientConnectResponse
+    assert missing.error == ServerError.TransactionCoordinatorNotFound
+    first, second = conn.tc.new_txn(), conn.tc.new_txn()
+    assert first[0] == second[0] == 0 and second[1] == first[1] + 1
+
+
+def test_end_of_an_ended_or_unknown_transaction_is_refused(conn: Conn) -> None:
+    txn = conn.tc.new_txn()
+    assert not conn.tc.end(txn, commit=True).HasField("error")
+    again = conn.tc.end(txn, commit=False)
+    assert again.error == ServerError.InvalidTxnStatus and "COMMITTED" in again.message
+    late = conn.tc.add_partition(txn, "persistent://public/default/late")
+    assert late.error == ServerError.InvalidTxnStatus
+    unknown = conn.tc.end((0, 999_999), commit=True)
+    assert unknown.error == ServerError.TransactionNotFound
+    assert (unknown.txnid_most_bits, unknown.txnid_least_bits) == (0, 999_999)
+
+
+def test_produced_in_a_transaction_is_delivered_at_commit_in_log_order(conn: Conn) -> None:
+    topic = "persistent://public/default/txn-commit-order"
+    _producer(conn, topic)
+    subscribe(conn.cons, topic, "s", 1)
+    txn = conn.tc.new_txn()
+    assert not conn.tc.add_partition(txn, topic).HasField("error")
+    conn.tc.send(1, 0, b"in-txn-1", txn)
+    conn.tc.send(1, 1, b"plain-after", None)   # behind the open transaction: held back
+    conn.tc.send(1, 2, b"in-txn-2", txn)
+    assert not conn.tc.end(txn, commit=True).HasField("error")
+    got = [receive(conn.cons)[0] for _ in range(3)]
+    assert got == [b"in-txn-1", b"plain-after", b"in-txn-2"]
+
+
+def test_aborted_messages_are_never_delivered(conn: Conn) -> None:
+    topic = "persistent://public/default/txn-abort"
+    _producer(conn, topic)
+    subscribe(conn.cons, topic, "s", 1)
+    conn.tc.send(1, 0, b"before", None)
+    txn = conn.tc.new_txn()
+    conn.tc.add_partition(txn, topic)
+    conn.tc.send(1, 1, b"aborted-1", txn)
+    conn.tc.send(1, 2, b"aborted-2", txn)
+    assert not conn.tc.end(txn, commit=False).HasField("error")
+    conn.tc.send(1, 3, b"after", None)
+    assert [receive(conn.cons)[0] for _ in range(2)] == [b"before", b"after"]
+
+
+def test_ack_in_a_transaction_is_undone_by_abort_and_kept_by_commit(conn: Conn) -> None:
+    topic = "persistent://public/default/txn-ack"
+    _producer(conn, topic)
+    conn.tc.send(1, 0, b"m0", None)
+    conn.tc.send(1, 1, b"m1", None)
+    subscribe(conn.cons, topic, "s", 1)
+    (p0, id0), (p1, id1) = receive(conn.cons), receive(conn.cons)
+    assert (p0, p1) == (b"m0", b"m1")
+    aborted = conn.tc.new_txn()
+    conn.tc.add_subscription(aborted, topic, "s")
+    assert not conn.acks.ack(1, [id0], aborted).HasField("error")
+    other = conn.tc.new_txn()
+    conflict = conn.acks.ack(1, [id0], other)
+    assert conflict.error == ServerError.TransactionConflict
+    assert not conn.tc.end(aborted, commit=False).HasField("error")
+    assert receive(conn.cons) == (b"m0", id0)         # redelivered after the abort
+    committed = conn.tc.new_txn()
+    conn.tc.add_subscription(committed, topic, "s")
+    assert not conn.acks.ack(1, [id0, id1], committed).HasField("error")
+    assert not conn.tc.end(committed, commit=True).HasField("error")
+    already = conn.acks.ack(1, [id0], other)
+    assert already.error == ServerError.TransactionConflict
+    # Nothing is left: a new consumer of the subscription gets the next message only.
+    conn.cons.request(C.encode_close_consumer(1, 50))
+    conn.tc.send(1, 2, b"m2", None)
+    subscribe(conn.cons, topic, "s", 2)
+    assert receive(conn.cons)[0] == b"m2"
+
+
+def test_an_open_transaction_is_aborted_when_its_timeout_passes(conn: Conn) -> None:
+    topic = "persistent://public/default/txn-timeout"
+    _producer(conn, topic)
+    subscribe(conn.cons, topic, "s", 1)
+    txn = conn.tc.new_txn(ttl_ms=300)
+    conn.tc.add_partition(txn, topic)
+    conn.tc.send(1, 0, b"timed-out", txn)
+    conn.tc.send(1, 1, b"plain", None)
+    # The plain message is held back until the transaction ends: its arrival is the abort.
+    assert receive(conn.cons)[0] == b"plain"
+    ended = conn.tc.end(txn, commit=True)
+    # ABORTING or ABORTED by now, never a commit
+    assert ended.error == ServerError.InvalidTxnStatus and "in ABORT" in ended.message
+
+
+def test_restart_keeps_committed_once_aborted_never_and_open_resolved(
+        broker_factory: Any, tmp_path: pathlib.Path) -> None:
+    data = tmp_path / "restart"
+    topic = "persistent://public/default/txn-restart"
+    b = broker_factory(data_dir=data, config_overrides=ON)
+    c = Conn(b.service_url)
+    _producer(c, topic)
+    c.cons.request(C.encode_subscribe(topic, "s", 1, 1, 1, initial_position=1))
+    committed, aborted, open_txn = c.tc.new_txn(), c.tc.new_txn(), c.tc.new_txn(ttl_ms=1500)
+    for txn in (committed, aborted, open_txn):
+        c.tc.add_partition(txn, topic)
+    c.tc.send(1, 0, b"committed", committed)
+    c.tc.send(1, 1, b"aborted", aborted)
+    c.tc.send(1, 2, b"open", open_txn)
+    c.tc.end(committed, commit=True)
+    c.tc.end(aborted, commit=False)
+    c.close()
+    b.stop()
+    b2 = broker_factory(data_dir=data, config_overrides=ON)
+    c2 = Conn(b2.service_url)
+    try:
+        _producer(c2, topic)
+        c2.tc.send(1, 10, b"after-restart", None)
+        subscribe(c2.cons, topic, "s", 1)
+        # The open transaction holds everything after its entry until its timeout aborts it.
+        got = [receive(c2.cons)[0] for _ in range(2)]
+        assert got == [b"committed", b"after-restart"]
+        ended = wait_until(lambda: c2.tc.end(open_txn, commit=True), message="end answered")
+        assert ended.error == ServerError.InvalidTxnStatus and "in ABORT" in ended.message
+    finally:
+        c2.close()
