@@ -330,6 +330,11 @@ class TransactionCoordinator:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
+    async def settled(self) -> None:
+        """Wait for the work in flight now (phase two of ending transactions, timeouts)."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
     # ------------------------------------------------------------------ views
 
     def transaction(self, txn: TxnId) -> TransactionStats | None:
