@@ -416,6 +416,11 @@ class ConsumerSide:
             return
         ledger = sub.ledger
         last = tail_position(ledger)
+        txn = sub.transaction_view()
+        if txn is not None:   # Pulsar answers the max read position: nothing an open
+            capped = txn.read_limit(ledger.last_confirmed)   # transaction holds back
+            if capped is not None and capped < last:
+                last = capped
         md = sub.cursor.mark_delete_position
         if last.entry_id < 0:
             # Nothing in the topic: Pulsar answers (-1, -1) (its compacted-ledger fallback finds

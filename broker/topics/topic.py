@@ -539,6 +539,16 @@ class Topic:
     def ack_target(self, subscription: str) -> AckTarget | None:
         return self.subscriptions.get(subscription)
 
+    def check_not_in_open_transaction(self, pos: Position, action: str) -> None:
+        """Refuse (NotAllowed) to *action* a message of a transaction that has not ended: it is
+        not visible yet, and its commit or abort decides whether it ever is."""
+        buffer = self.txn_buffer
+        txn = buffer.open_transaction_of(pos) if buffer is not None else None
+        if txn is not None:
+            raise NotAllowedError(
+                f"Cannot {action} message {pos}: it belongs to transaction {txn}, which is "
+                "still open; it can be done once the transaction has committed")
+
     # ------------------------------------------------------------------ delayed policy
 
     def compacted_out(self, pos: Position) -> bool:

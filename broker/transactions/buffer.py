@@ -236,14 +236,14 @@ class TopicTransactionBuffer:
         else:
             self.aborted_txns += 1
 
-    def in_open_transaction(self, pos: Position) -> bool:
-        """Whether *pos* is an entry of a transaction still open here."""
-        if not self._ongoing:
-            return False
-        first = next(iter(self._ongoing.values()))
-        if pos < first:
-            return False
-        return any(pos in entries for entries in self._entries.values())
+    def open_transaction_of(self, pos: Position) -> TxnId | None:
+        """The transaction, still open here, that *pos* was produced in (None: none)."""
+        if not self._ongoing or pos < next(iter(self._ongoing.values())):
+            return None
+        for txn, entries in self._entries.items():
+            if pos in entries:
+                return txn
+        return None
 
     # ------------------------------------------------------------------ recovery
 

@@ -156,10 +156,6 @@ class TransactionService:
             return None
         return DispatchView(buffer, pending)
 
-    def in_open_transaction(self, topic: str, pos: Position) -> bool:
-        """Whether *pos* of *topic* belongs to a transaction that has not ended."""
-        buffer = self._buffers.get(topic)
-        return buffer is not None and buffer.in_open_transaction(pos)
 
     # ------------------------------------------------------------------ acknowledgements
 

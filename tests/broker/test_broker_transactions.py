@@ -4,12 +4,15 @@ and a restart. Raw frames, so every answer is checked as the broker writes it.""
 
 from __future__ import annotations
 
+import json
 import pathlib
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from broker_rawclient import RawClient
+from broker_rawclient import RawClient, make_entry
+from rest import http_json
 from txn_raw import TC_ASSIGN, TxnClient, command, receive, subscribe
 from waiting import wait_until
 
@@ -179,6 +182,94 @@ def test_restart_keeps_committed_once_aborted_never_and_open_resolved(
         got = [receive(c2.cons)[0] for _ in range(2)]
         assert got == [b"committed", b"after-restart"]
         ended = wait_until(lambda: c2.tc.end(open_txn, commit=True), message="end answered")
+        assert ended.error == ServerError.InvalidTxnStatus and "in ABORT" in ended.message
+    finally:
+        c2.close()
+
+
+def test_a_delayed_message_in_a_transaction_is_scheduled_at_commit_and_not_cancellable_before(
+        conn: Conn, txn_broker: Any) -> None:
+    topic = "persistent://public/default/txn-delayed"
+    base = "/admin/v2/persistent/public/default/txn-delayed"
+    _producer(conn, topic)
+    subscribe(conn.cons, topic, "s", 1)          # Shared: delays messages
+    txn = conn.tc.new_txn()
+    conn.tc.add_partition(txn, topic)
+    deliver_at = int(time.time() * 1000) + 1500
+    frame = C.encode_send(1, 0, make_entry(b"later", sequence_id=0, deliver_at_time=deliver_at,
+                                           txnid_most_bits=txn[0], txnid_least_bits=txn[1]))
+    receipt = conn.raw.request(frame).send_receipt
+    mid = (receipt.message_id.ledgerId, receipt.message_id.entryId)
+    status, body = http_json(txn_broker.web_url, "POST", f"{base}/cancelDelayedMessage?"
+                             f"ledgerId={mid[0]}&entryId={mid[1]}&deliverAt={deliver_at}")
+    assert status == 412 and "still open" in body["reason"], (status, body)
+    status, body = http_json(txn_broker.web_url, "POST", f"{base}/subscription/s/skipByMessageIds",
+                             json.dumps({str(mid[0]): str(mid[1])}).encode())
+    assert status == 412 and "still open" in body["reason"], (status, body)
+    assert not conn.tc.end(txn, commit=True).HasField("error")
+    payload, got = receive(conn.cons)
+    assert (payload, got) == (b"later", mid)
+    assert time.time() * 1000 >= deliver_at     # held by the delayed tracker after the commit
+
+
+def test_cumulative_ack_in_a_transaction(conn: Conn) -> None:
+    topic = "persistent://public/default/txn-cumulative"
+    _producer(conn, topic)
+    for i in range(3):
+        conn.tc.send(1, i, f"m{i}".encode(), None)
+    subscribe(conn.cons, topic, "s", 1, sub_type=0)   # Exclusive
+    ids = [receive(conn.cons)[1] for _ in range(3)]
+    first = conn.tc.new_txn()
+    assert not conn.acks.ack(1, [ids[2]], first, cumulative=True).HasField("error")
+    other = conn.tc.new_txn()
+    assert conn.acks.ack(1, [ids[0]], other).error == ServerError.TransactionConflict
+    assert conn.acks.ack(1, [ids[1]], other, cumulative=True).error == \
+        ServerError.TransactionConflict
+    conn.tc.end(first, commit=False)
+    assert [receive(conn.cons)[0] for _ in range(3)] == [b"m0", b"m1", b"m2"]
+    second = conn.tc.new_txn()
+    assert not conn.acks.ack(1, [ids[2]], second, cumulative=True).HasField("error")
+    assert not conn.tc.end(second, commit=True).HasField("error")
+    conn.cons.request(C.encode_close_consumer(1, 60))
+    conn.tc.send(1, 3, b"m3", None)
+    subscribe(conn.cons, topic, "s", 2, sub_type=0)
+    assert receive(conn.cons)[0] == b"m3"
+
+
+def test_kill_9_keeps_committed_drops_aborted_and_times_out_the_open(
+        run_broker_process: Any, tmp_path: pathlib.Path) -> None:
+    data = tmp_path / "kill9"
+    topic = "persistent://public/default/txn-kill9"
+    b = run_broker_process(data, config_overrides=ON)
+    c = Conn(b.service_url)
+    _producer(c, topic)
+    c.cons.request(C.encode_subscribe(topic, "s", 1, 1, 1, initial_position=1))
+    c.tc.send(1, 0, b"plain-0", None)
+    subscribe(c.cons, topic, "acked", 2)
+    plain_id = receive(c.cons)[1]
+    committed, aborted = c.tc.new_txn(), c.tc.new_txn()
+    open_txn = c.tc.new_txn(ttl_ms=2000)
+    for txn in (committed, aborted, open_txn):
+        c.tc.add_partition(txn, topic)
+    c.tc.add_subscription(committed, topic, "acked")
+    c.tc.send(1, 1, b"committed", committed)
+    c.tc.send(1, 2, b"aborted", aborted)
+    assert not c.acks.ack(2, [plain_id], committed).HasField("error")
+    c.tc.end(committed, commit=True)
+    c.tc.end(aborted, commit=False)
+    c.tc.send(1, 3, b"open", open_txn)
+    b.kill()
+    c.close()
+    b2 = run_broker_process(data, config_overrides=ON)
+    c2 = Conn(b2.service_url)
+    try:
+        _producer(c2, topic)
+        c2.tc.send(1, 10, b"after", None)
+        subscribe(c2.cons, topic, "s", 1)
+        assert [receive(c2.cons)[0] for _ in range(3)] == [b"plain-0", b"committed", b"after"]
+        subscribe(c2.cons, topic, "acked", 2)   # the committed ack survived: plain-0 is gone
+        assert [receive(c2.cons)[0] for _ in range(2)] == [b"committed", b"after"]
+        ended = c2.tc.end(open_txn, commit=True)
         assert ended.error == ServerError.InvalidTxnStatus and "in ABORT" in ended.message
     finally:
         c2.close()
