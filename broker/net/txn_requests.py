@@ -81,7 +81,7 @@ def on_transaction_command(conn: TxnConnection, frame: Frame, txns: TransactionS
 
     async def run() -> None:
         if t == _T.ADD_PARTITION_TO_TXN:
-            await coordinator.add_partitions(txn, [_topic(p) for p in m.partitions])
+            await txns.add_partitions(txn, [_topic(p) for p in m.partitions])
         elif t == _T.ADD_SUBSCRIPTION_TO_TXN:
             await coordinator.add_subscriptions(
                 txn, [(_topic(s.topic), s.subscription) for s in m.subscription])

@@ -31,6 +31,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Final
 
+from pyroaring import BitMap
+
 from broker.transactions.ids import TxnId, TxnStatus
 from broker.transactions.stats import TopicBufferStats
 from protocol import pulsar_pb as pb
@@ -114,15 +116,15 @@ class _ClassifyingSink:
 class _MarkerSink:
     """The sink of one marker append: hidden the moment it is durable."""
 
-    __slots__ = ("_hidden", "future")
+    __slots__ = ("_buffer", "future")
 
-    def __init__(self, hidden: set[Position], future: asyncio.Future[Position]) -> None:
-        self._hidden = hidden
+    def __init__(self, buffer: TopicTransactionBuffer, future: asyncio.Future[Position]) -> None:
+        self._buffer = buffer
         self.future = future
 
     def entries_durable(self, ledger_id: int, first_entry_id: int, count: int) -> None:
         pos = Position(ledger_id, first_entry_id)
-        self._hidden.add(pos)
+        self._buffer.hide((pos,))
         if not self.future.done():
             self.future.set_result(pos)
 
@@ -143,8 +145,10 @@ class TopicTransactionBuffer:
         self._ongoing: dict[TxnId, Position] = {}       # first entry; in position order
         self._entries: dict[TxnId, list[Position]] = {}  # entries of ongoing transactions
         self._ended: OrderedDict[TxnId, bool] = OrderedDict()  # -> committed
-        #: Markers and aborted entries: acknowledged unseen by dispatchers.
-        self.hidden: set[Position] = set()
+        #: Markers and aborted entries (entry ids per ledger id): acknowledged unseen by
+        #: dispatchers. Ledgers the topic no longer has are dropped (:meth:`_prune`).
+        self._hidden: dict[int, BitMap] = {}
+        self.hidden_entries = 0
         self.recovered = False
         self._marker_sequence = 0
         self.committed_txns = 0
@@ -180,7 +184,7 @@ class TopicTransactionBuffer:
         if ended is not None or self._status_of(txn) is not TxnStatus.OPEN:
             # Produced after its transaction ended here (or in no open transaction): never
             # part of a commit, so never shown.
-            self.hidden.add(pos)
+            self.hide((pos,))
             return
         if txn not in self._ongoing:
             self._ongoing[txn] = pos
@@ -196,12 +200,36 @@ class TopicTransactionBuffer:
         return cap if cap < last else last
 
     def hides(self, pos: Position) -> bool:
-        return pos in self.hidden
+        entries = self._hidden.get(pos.ledger_id)
+        return entries is not None and pos.entry_id in entries
+
+    def hide(self, positions: Sequence[Position]) -> None:
+        hidden = self._hidden
+        for pos in positions:
+            entries = hidden.get(pos.ledger_id)
+            if entries is None:
+                entries = hidden[pos.ledger_id] = BitMap()
+            if pos.entry_id not in entries:
+                entries.add(pos.entry_id)
+                self.hidden_entries += 1
+
+    def holds(self, txn: TxnId) -> bool:
+        """Whether *txn* has entries here and has not ended here."""
+        return txn in self._ongoing
 
     @property
     def active(self) -> bool:
         """Anything for a dispatcher to check (an open transaction or a hidden entry)."""
-        return bool(self._ongoing) or bool(self.hidden)
+        return bool(self._ongoing) or bool(self._hidden)
+
+    def _prune(self) -> None:
+        """Forget hidden entries of ledgers the topic no longer has (trimmed)."""
+        ledger = self._ledger
+        first = ledger.first_position if ledger is not None else None
+        if first is None:
+            return
+        for ledger_id in [lid for lid in self._hidden if lid < first.ledger_id]:
+            self.hidden_entries -= len(self._hidden.pop(ledger_id))
 
     # ------------------------------------------------------------------ the coordinator's side
 
@@ -214,7 +242,7 @@ class TopicTransactionBuffer:
         if ledger is None:
             raise RuntimeError(f"transaction buffer of {self.topic} has no ledger attached")
         self._marker_sequence += 1
-        sink = _MarkerSink(self.hidden, asyncio.get_running_loop().create_future())
+        sink = _MarkerSink(self, asyncio.get_running_loop().create_future())
         ledger.append_run([marker_entry(txn, commit, self._marker_sequence)], sink)
         await sink.future
         if txn in self._ended:
@@ -227,7 +255,8 @@ class TopicTransactionBuffer:
         self._ongoing.pop(txn, None)
         entries = self._entries.pop(txn, [])
         if not commit:
-            self.hidden.update(entries)
+            self.hide(entries)
+        self._prune()
         self._ended[txn] = commit
         while len(self._ended) > MAX_ENDED:
             self._ended.popitem(last=False)
@@ -266,16 +295,16 @@ class TopicTransactionBuffer:
                 txn, marker = found
                 if marker in (TXN_COMMIT, TXN_ABORT):
                     markers[txn] = marker == TXN_COMMIT
-                    self.hidden.add(entry.position)
+                    self.hide((entry.position,))
                 elif marker:
-                    self.hidden.add(entry.position)   # another marker kind: never a message
+                    self.hide((entry.position,))   # another marker kind: never a message
                 else:
                     seen.setdefault(txn, []).append(entry.position)
             pos = ledger.next_position(batch[-1].position)
         for txn, committed in markers.items():
             self._ended[txn] = committed
             if not committed:
-                self.hidden.update(seen.pop(txn, ()))
+                self.hide(seen.pop(txn, []))
             else:
                 seen.pop(txn, None)
         for txn, positions in seen.items():
@@ -284,7 +313,7 @@ class TopicTransactionBuffer:
                 self._ongoing[txn] = positions[0]
                 self._entries[txn] = positions
             elif status is not TxnStatus.COMMITTED:
-                self.hidden.update(positions)
+                self.hide(positions)
         self._ongoing = dict(sorted(self._ongoing.items(), key=lambda kv: kv[1]))
         self.recovered = True
         return read
@@ -298,5 +327,5 @@ class TopicTransactionBuffer:
             topic=self.topic, state="Ready" if self.recovered else "Initializing",
             max_read_position=str(readable) if readable is not None else "-1:-1",
             ongoing_txns=len(self._ongoing), committed_txns=self.committed_txns,
-            aborted_txns=self.aborted_txns, hidden_entries=len(self.hidden),
+            aborted_txns=self.aborted_txns, hidden_entries=self.hidden_entries,
             held_back=bool(self._ongoing))

@@ -19,6 +19,11 @@ is logged (and durable) before it is answered:
 
 An ended transaction is remembered (bounded, :data:`MAX_ENDED`) so ending it again answers
 InvalidTxnStatus; an id never handed out, or forgotten, answers TransactionNotFound.
+
+After an end the log keeps only the ledgers from the first record of the oldest unfinished
+transaction on; before a trim deletes anything, a ``checkpoint`` record keeps what the deleted
+records told a restart: the last sequence handed out (so no id is handed out twice) and the
+topics transactions produced to (so their buffers are rebuilt at load).
 """
 
 from __future__ import annotations
@@ -66,6 +71,14 @@ class Participants(Protocol):
     async def end_on_subscription(self, topic: str, subscription: str, txn: TxnId,
                                   commit: bool) -> None: ...
 
+    def partitions_holding(self, txn: TxnId) -> list[str]:
+        """Topics holding entries of *txn* though it never registered them (ended too)."""
+        ...
+
+    def registered_topics(self) -> list[str]:
+        """Every topic a transaction produced to (kept by the log's checkpoints)."""
+        ...
+
 
 @dataclass(slots=True)
 class TxnMeta:
@@ -76,6 +89,7 @@ class TxnMeta:
     partitions: dict[str, None] = field(default_factory=dict)  # ordered set
     subscriptions: dict[tuple[str, str], None] = field(default_factory=dict)
     ended_at_ms: int = 0
+    first_log_ledger: int = 0   # the log ledger holding its first record
 
     def stats(self) -> TransactionStats:
         return TransactionStats(str(self.txn_id), self.status.value, self.opened_at_ms,
@@ -117,18 +131,22 @@ class TransactionCoordinator:
 
     # ------------------------------------------------------------------ recovery
 
-    def replay(self, records: Iterable[dict[str, Any]]) -> None:
+    def replay(self, records: Iterable[tuple[Any, dict[str, Any]]]) -> None:
         """Rebuild the table from the log's records (start-up, before anything is served)."""
         started = time.monotonic()
-        for rec in records:
+        for pos, rec in records:
             op = rec.get("op")
+            if op == "checkpoint":
+                self._sequence = max(self._sequence, int(rec.get("seq", 0)))
+                continue
             try:
                 txn = TxnId(int(rec["m"]), int(rec["l"]))
             except (KeyError, TypeError, ValueError):
                 continue
             if op == "new":
                 self._txns[txn] = TxnMeta(txn, TxnStatus.OPEN, int(rec.get("at", 0)),
-                                          int(rec.get("t", DEFAULT_TIMEOUT_MS)))
+                                          int(rec.get("t", DEFAULT_TIMEOUT_MS)),
+                                          first_log_ledger=int(pos.ledger_id))
                 if txn.most == self.tc_id:
                     self._sequence = max(self._sequence, txn.least)
                 continue
@@ -177,8 +195,9 @@ class TransactionCoordinator:
         self._sequence += 1
         txn = TxnId(self.tc_id, self._sequence)
         opened = _now_ms()
-        await self._log.append({"op": "new", **_key(txn), "t": timeout_ms, "at": opened})
-        meta = TxnMeta(txn, TxnStatus.OPEN, opened, timeout_ms)
+        pos = await self._log.append({"op": "new", **_key(txn), "t": timeout_ms, "at": opened})
+        meta = TxnMeta(txn, TxnStatus.OPEN, opened, timeout_ms,
+                       first_log_ledger=int(pos.ledger_id))
         self._txns[txn] = meta
         self.created_total += 1
         self._arm(meta, timeout_ms)
@@ -266,7 +285,8 @@ class TransactionCoordinator:
             fut = self._ending[txn] = self._loop.create_future()
         try:
             participants = self._participants
-            for topic in meta.partitions:
+            topics = dict.fromkeys([*meta.partitions, *participants.partitions_holding(txn)])
+            for topic in topics:
                 await participants.end_on_partition(topic, txn, commit)
             for topic, sub in meta.subscriptions:
                 await participants.end_on_subscription(topic, sub, txn, commit)
@@ -299,6 +319,24 @@ class TransactionCoordinator:
         del self._ending[txn]
         if not fut.done():
             fut.set_result(None)
+        await self._trim_log()
+
+    async def _trim_log(self) -> None:
+        """Drop the log ledgers no unfinished transaction has a record in."""
+        txn_log = self._log
+        if txn_log.ledger_count <= 1:
+            return
+        keep = min((m.first_log_ledger for m in self._txns.values()),
+                   default=txn_log.current_ledger_id)
+        first = txn_log.first_ledger_id
+        if first is None or first >= keep:
+            return
+        try:
+            await txn_log.append({"op": "checkpoint", "seq": self._sequence,
+                                  "topics": self._participants.registered_topics()})
+            await txn_log.trim(keep)
+        except Exception as exc:
+            log.warning("transaction log: trimming failed: %s", exc)
 
     def _remember_ended(self, meta: TxnMeta) -> None:
         self._ended[meta.txn_id] = meta
@@ -345,13 +383,16 @@ class TransactionCoordinator:
         return [m.stats() for m in self._txns.values()]
 
     def stats(self) -> CoordinatorStats:
+        first = self._log.first_ledger_id
         return CoordinatorStats(
             coordinator_id=self.tc_id, state="Ready", least_sig_bits=self._sequence,
             ongoing=len(self._txns), created_total=self.created_total,
             committed_total=self.committed_total, aborted_total=self.aborted_total,
             timed_out_total=self.timed_out_total,
             log_records_appended=self._log.records_appended,
-            log_size_bytes=self._log.size_bytes, recovery_time_ms=self.recovery_time_ms,
+            log_size_bytes=self._log.size_bytes, log_ledgers=self._log.ledger_count,
+            log_first_ledger_id=-1 if first is None else first,
+            recovery_time_ms=self.recovery_time_ms,
             commit_latency_ms_sum=self.commit_latency_ms_sum,
             commit_latency_count=self.commit_latency_count)
 

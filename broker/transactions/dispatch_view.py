@@ -28,7 +28,7 @@ class DispatchView:
         return self._buffer.max_read_position(last)
 
     def verdict(self, pos: Position) -> int:
-        if pos in self._buffer.hidden:
+        if self._buffer.hides(pos):
             return HIDE
         pending = self._pending
         if pending is not None and pending.holds(pos):

@@ -10,10 +10,17 @@ coordinator and the pending-ack stores. Records (``op`` names the kind):
 - ``parts`` / ``subs``: partitions (topics) and subscriptions ([topic, name]) added to it;
 - ``status``: its new status ``s`` (COMMITTING, ABORTING, COMMITTED, ABORTED);
 - ``ack``: a pending acknowledgement on ``topic``/``sub``: ``cum`` (cumulative or not) and
-  ``pos`` ([ledger, entry, ack set words or null], ...).
+  ``pos`` ([ledger, entry, ack set words or null], ...);
+- ``checkpoint``: written before a trim: the last sequence ``seq`` and ``topics``, every topic
+  a transaction produced to.
 
 A record that does not parse (it cannot: the ledger's CRC guards every entry) is skipped with a
 warning rather than stopping the broker.
+
+The log is trimmed by whole ledgers (:meth:`TransactionLog.trim`): the coordinator keeps every
+ledger from the one holding the first record of its oldest unfinished transaction; what an
+ended transaction wrote is needed by nobody after its end (topic markers and flushed cursors
+carry the outcome).
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from storage.ledger import ManagedLedger
+from storage.positions import Position
 from storage.store import SegmentStore
 
 __all__ = ["LOG_LEDGER", "TransactionLog"]
@@ -47,17 +55,38 @@ class TransactionLog:
     async def open(cls, store: SegmentStore) -> TransactionLog:
         return cls(await store.open_ledger(LOG_LEDGER))
 
-    async def append(self, record: Mapping[str, Any]) -> None:
-        """Append *record*; returns once it is durable (raises the storage error otherwise)."""
+    async def append(self, record: Mapping[str, Any]) -> Position:
+        """Append *record*; returns its position once it is durable (raises the storage error
+        otherwise)."""
         data = json.dumps(record, separators=(",", ":")).encode()
-        await self._ledger.append(data)
+        pos = await self._ledger.append(data)
         self.records_appended += 1
         self.bytes_appended += len(data)
+        return pos
 
-    async def records(self) -> list[dict[str, Any]]:
-        """Every record in the log, oldest first."""
+    @property
+    def current_ledger_id(self) -> int:
+        return self._ledger.current_ledger_id
+
+    @property
+    def first_ledger_id(self) -> int | None:
+        first = self._ledger.first_position
+        return first.ledger_id if first is not None else None
+
+    @property
+    def ledger_count(self) -> int:
+        return self._ledger.ledger_count
+
+    async def trim(self, keep_from_ledger_id: int | None) -> None:
+        """Delete the sealed ledgers below *keep_from_ledger_id* (None: every sealed one)."""
+        up_to = None if keep_from_ledger_id is None else keep_from_ledger_id - 1
+        if up_to is None or up_to >= 0:
+            await self._ledger.trim(up_to)
+
+    async def records(self) -> list[tuple[Position, dict[str, Any]]]:
+        """Every record in the log with its position, oldest first."""
         ledger = self._ledger
-        out: list[dict[str, Any]] = []
+        out: list[tuple[Position, dict[str, Any]]] = []
         pos = ledger.first_position
         last = ledger.last_confirmed
         if pos is None or last is None:
@@ -74,7 +103,7 @@ class TransactionLog:
                                 entry.position)
                     continue
                 if isinstance(record, dict):
-                    out.append(record)
+                    out.append((entry.position, record))
             pos = ledger.next_position(entries[-1].position)
         return out
 

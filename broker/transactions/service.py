@@ -68,7 +68,8 @@ class TransactionService:
         self._loader: TopicLoader | None = None
         self._buffers: dict[str, TopicTransactionBuffer] = {}
         self._pending: dict[tuple[str, str], PendingAckStore] = {}
-        self._topics_in_log: set[str] = set()
+        #: Topics a transaction produced to (from the log): their buffers scan them at load.
+        self._txn_topics: set[str] = set()
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -81,12 +82,12 @@ class TransactionService:
         self._replay_acks(records)
         self._coordinator.resume()
 
-    def _replay_acks(self, records: list[dict[str, Any]]) -> None:
+    def _replay_acks(self, records: list[tuple[Position, dict[str, Any]]]) -> None:
         coordinator = self.coordinator
-        for rec in records:
+        for _, rec in records:
             op = rec.get("op")
-            if op == "parts":
-                self._topics_in_log.update(str(t) for t in rec.get("topics", ()))
+            if op in ("parts", "checkpoint"):
+                self._txn_topics.update(str(t) for t in rec.get("topics", ()))
             if op != "ack":
                 continue
             try:
@@ -119,7 +120,7 @@ class TransactionService:
         buffer = self._buffers.get(topic)
         if buffer is None:
             buffer = TopicTransactionBuffer(topic, self.coordinator.status)
-            if topic not in self._topics_in_log:
+            if topic not in self._txn_topics:
                 buffer.recovered = True   # no logged transaction touched it: nothing to scan
             self._buffers[topic] = buffer
         return buffer
@@ -136,8 +137,21 @@ class TransactionService:
     def forget_topic(self, topic: str) -> None:
         """The topic was deleted: its buffer and pending acknowledgements go."""
         self._buffers.pop(topic, None)
+        self._txn_topics.discard(topic)
         for key in [k for k in self._pending if k[0] == topic]:
             del self._pending[key]
+
+    async def add_partitions(self, txn: TxnId, topics: list[str]) -> None:
+        """ADD_PARTITION_TO_TXN: logged (durable: their buffers are rebuilt from their
+        ledgers at load from now on), then the topics are known to have transactions."""
+        await self.coordinator.add_partitions(txn, topics)
+        self._txn_topics.update(topics)
+
+    def registered_topics(self) -> list[str]:
+        return sorted(self._txn_topics)
+
+    def partitions_holding(self, txn: TxnId) -> list[str]:
+        return [topic for topic, buffer in self._buffers.items() if buffer.holds(txn)]
 
     def pending_store(self, topic: str, subscription: str) -> PendingAckStore:
         key = (topic, subscription)

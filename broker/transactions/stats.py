@@ -43,6 +43,8 @@ class CoordinatorStats:
     timed_out_total: int
     log_records_appended: int
     log_size_bytes: int
+    log_ledgers: int           # ledgers the log holds now (older ones are trimmed)
+    log_first_ledger_id: int   # -1 when empty
     recovery_time_ms: int
     commit_latency_ms_sum: float
     commit_latency_count: int

@@ -127,7 +127,7 @@ async def transaction_workload(w: Workload) -> None:
         plain = await _publish(ml, buffer, [_message(None, seq), _message(None, seq + 1)])
         seq += 2
         txn = await coordinator.new_txn(HOUR_MS)
-        await coordinator.add_partitions(txn, [TOPIC])
+        await service.add_partitions(txn, [TOPIC])
         await coordinator.add_subscriptions(txn, [(TOPIC, SUB)])
         for pos in await _publish(ml, buffer, [_message(txn, seq), _message(txn, seq + 1)]):
             w.fs.mark("txn_entry", txn.most, txn.least, pos.ledger_id, pos.entry_id)
@@ -140,6 +140,8 @@ async def transaction_workload(w: Workload) -> None:
         w.fs.mark("txn_end_start", txn.most, txn.least, commit)
         await coordinator.end(txn, commit)
         w.fs.mark("txn_ended", txn.most, txn.least, commit)
+    stats = service.coordinator_stats()
+    w.fs.mark("txn_log", stats.log_first_ledger_id, stats.log_ledgers)
     await service.close()
 
 

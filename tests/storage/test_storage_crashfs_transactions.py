@@ -54,6 +54,9 @@ async def test_transactions_keep_every_promise_in_every_crash_state(tmp_path: Pa
                       config=WORKLOAD_CONFIG)
     kinds = {op.mark[0] for op in fs.trace.ops if op.kind == "mark"}
     assert {"txn_entry", "txn_ack", "txn_end_start", "txn_ended"} <= kinds, kinds
+    (log_state,) = [op.mark for op in fs.trace.ops if op.kind == "mark" and op.mark[0] == "txn_log"]
+    assert log_state[1] > 0 and 0 < log_state[2] <= 2, \
+        f"the log was not trimmed: {log_state}"   # checkpoints carried it across trims
     findings, checked = await _check(fs.trace, states_budget(STATES))
     assert not findings, "\n\n".join(findings[:3])
     assert checked == states_budget(STATES)
