@@ -18,7 +18,7 @@ from typing import Protocol
 from broker.net.view import ConnectionView
 from broker.subscriptions.subscription import Subscription, wire_position
 from broker.topics.names import TopicName
-from broker.transactions.ids import TxnId
+from broker.transactions.ids import TxnId, TxnStatus
 from broker.transactions.pending_ack import PendingAck
 from broker.transactions.service import TransactionService
 from protocol import pulsar_pb as pb
@@ -88,15 +88,31 @@ def on_transaction_command(conn: TxnConnection, frame: Frame, txns: TransactionS
         elif t == _T.END_TXN:
             await coordinator.end(txn, _commit(m.txn_action))
         elif t == _T.END_TXN_ON_PARTITION:
-            await txns.end_on_partition(_topic(m.topic), txn, _commit(m.txn_action))
+            commit = _commit(m.txn_action)
+            _check_ending(txns, txn, commit)
+            await txns.end_on_partition(_topic(m.topic), txn, commit)
         else:
+            commit = _commit(m.txn_action)
+            _check_ending(txns, txn, commit)
             await txns.end_on_subscription(_topic(m.subscription.topic),
-                                           m.subscription.subscription, txn,
-                                           _commit(m.txn_action))
+                                           m.subscription.subscription, txn, commit)
         conn.write(encode_txn_response(t, rid, txn.most, txn.least))
 
     conn.spawn(run(), rid, lambda e: encode_txn_response(
         t, rid, txn.most, txn.least, error=e.code, message=e.message))
+
+
+def _check_ending(txns: TransactionService, txn: TxnId, commit: bool) -> None:
+    """END_TXN_ON_PARTITION / _ON_SUBSCRIPTION come from a coordinator finishing a
+    transaction; this broker's coordinator is the only one, so such a command may only repeat
+    what it decided (an end it is running or ran), never decide an outcome of its own."""
+    status = txns.coordinator.status(txn)
+    allowed = ((TxnStatus.COMMITTING, TxnStatus.COMMITTED) if commit
+               else (TxnStatus.ABORTING, TxnStatus.ABORTED))
+    if status not in allowed:
+        raise NotAllowedError(
+            f"Transaction {txn} is not being {'committed' if commit else 'aborted'} by the "
+            f"transaction coordinator (its status: {status.value if status else 'unknown'})")
 
 
 def _commit(action: int) -> bool:

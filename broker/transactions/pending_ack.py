@@ -30,7 +30,11 @@ from broker.transactions.ids import TransactionConflictError, TxnId
 from broker.transactions.stats import PendingAckStats
 from storage.positions import Position
 
-__all__ = ["AckTarget", "PendingAck", "PendingAckStore"]
+__all__ = ["MAX_REDELIVER_WALK", "AckTarget", "PendingAck", "PendingAckStore"]
+
+#: Positions an aborted cumulative acknowledgement hands back at most (the rest comes back
+#: when the subscription's consumers reconnect or its cursor rewinds).
+MAX_REDELIVER_WALK = 100_000
 
 PendingAck = tuple[Position, "list[int] | None"]
 """A position and its batch index ack set words (Java BitSet longs; None: the whole entry)."""
@@ -55,9 +59,16 @@ class AckDispatcher(Protocol):
     def schedule(self) -> None: ...
 
 
+class AckLedger(Protocol):
+    def next_position(self, pos: Position) -> Position: ...
+
+
 class AckTarget(Protocol):
     """What the store uses of the live subscription (:class:`broker.subscriptions.subscription.
     Subscription` has all of it)."""
+
+    @property
+    def ledger(self) -> AckLedger: ...
 
     @property
     def cursor(self) -> AckCursor: ...
@@ -87,7 +98,8 @@ class PendingAckStore:
         self._individual: dict[Position, TxnId] = {}
         self._by_txn: dict[TxnId, list[PendingAck]] = {}
         self._cumulative: dict[TxnId, Position] = {}
-        #: positions a cumulative acknowledgement took from consumers: redelivered on abort
+        #: positions the transaction's acknowledgements took from consumers: redelivered on
+        #: abort
         self._released: dict[TxnId, list[Position]] = {}
         self.committed_txns = 0
         self.aborted_txns = 0
@@ -145,13 +157,15 @@ class PendingAckStore:
             self._by_txn.setdefault(txn, []).extend(acks)
             for p, _ in acks:
                 self._individual[p] = txn
-            released = [p for p, _ in acks]
+            # A whole entry leaves its consumer; a batch entry acknowledged in part stays with
+            # it (its other messages are still the consumer's to acknowledge).
+            released = [p for p, words in acks if not words]
         if target is not None and target.dispatcher is not None:
             if cumulative:
                 upto = self._cumulative[txn]
                 owners = getattr(target.dispatcher, "owner", {})
                 released = [p for p in list(owners) if p <= upto]
-                self._released.setdefault(txn, []).extend(released)
+            self._released.setdefault(txn, []).extend(released)
             target.dispatcher.on_acked(released)
 
     def replay(self, txn: TxnId, acks: list[PendingAck], cumulative: bool) -> None:
@@ -199,7 +213,20 @@ class PendingAckStore:
             target.check_end_of_topic()
             return
         if dispatcher is not None:
-            for p in [p for p, _ in acks] + released:
+            # Whole entries were held from dispatch while pending (and left their consumers):
+            # they are delivered again. Under a cumulative acknowledgement that is everything
+            # from the mark-delete position to it (after a restart nobody held them at all).
+            again = dict.fromkeys(released)
+            again.update((p, None) for p, words in acks if not words)
+            if cumulative is not None:
+                ledger = target.ledger
+                pos = ledger.next_position(cursor.mark_delete_position)
+                for _ in range(MAX_REDELIVER_WALK):
+                    if pos > cumulative:
+                        break
+                    again[pos] = None
+                    pos = ledger.next_position(pos)
+            for p in again:
                 if not cursor.is_deleted(p):
                     dispatcher.add_replay(p)
             dispatcher.schedule()

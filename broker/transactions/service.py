@@ -231,6 +231,14 @@ class TransactionService:
     def ongoing_transactions(self) -> list[TransactionStats]:
         return self.coordinator.ongoing()
 
+    def buffer_stats_of(self, topic: str) -> TopicBufferStats | None:
+        buffer = self._buffers.get(topic)
+        return buffer.stats() if buffer is not None else None
+
+    def pending_ack_stats_of(self, topic: str, subscription: str) -> PendingAckStats | None:
+        store = self._pending.get((topic, subscription))
+        return store.stats() if store is not None else None
+
     def buffer_stats(self) -> Mapping[str, TopicBufferStats]:
         return {topic: b.stats() for topic, b in self._buffers.items()}
 

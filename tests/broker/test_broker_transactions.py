@@ -273,3 +273,58 @@ def test_kill_9_keeps_committed_drops_aborted_and_times_out_the_open(
         assert ended.error == ServerError.InvalidTxnStatus and "in ABORT" in ended.message
     finally:
         c2.close()
+
+
+def test_end_on_partition_from_a_client_may_only_repeat_the_coordinators_decision(
+        conn: Conn) -> None:
+    topic = "persistent://public/default/txn-end-on-partition"
+    _producer(conn, topic)
+    subscribe(conn.cons, topic, "s", 1)
+    txn = conn.tc.new_txn()
+    conn.tc.add_partition(txn, topic)
+    conn.tc.send(1, 0, b"held", txn)
+
+    def end_on_partition(commit: bool, rid: int) -> pb.CommandEndTxnOnPartitionResponse:
+        answer = conn.raw.request(command(
+            T.END_TXN_ON_PARTITION, "endTxnOnPartition", request_id=rid,
+            txnid_most_bits=txn[0], txnid_least_bits=txn[1], topic=topic,
+            txn_action=pb.COMMIT if commit else pb.ABORT))
+        assert answer.type == T.END_TXN_ON_PARTITION_RESPONSE, answer
+        return answer.endTxnOnPartitionResponse
+
+    refused = end_on_partition(True, 70)
+    assert refused.error == ServerError.NotAllowedError and "OPEN" in refused.message
+    assert not conn.tc.end(txn, commit=True).HasField("error")
+    assert not end_on_partition(True, 71).HasField("error")     # a repeat: nothing changes
+    assert end_on_partition(False, 72).error == ServerError.NotAllowedError
+    conn.tc.send(1, 1, b"after", None)
+    assert [receive(conn.cons)[0] for _ in range(2)] == [b"held", b"after"]
+
+
+def test_a_pending_ack_survives_a_restart_holds_the_message_and_is_undone_by_abort(
+        broker_factory: Any, tmp_path: pathlib.Path) -> None:
+    data = tmp_path / "pending"
+    topic = "persistent://public/default/txn-pending-restart"
+    b = broker_factory(data_dir=data, config_overrides=ON)
+    c = Conn(b.service_url)
+    _producer(c, topic)
+    c.tc.send(1, 0, b"m0", None)
+    subscribe(c.cons, topic, "s", 1)
+    _, mid = receive(c.cons)
+    txn = c.tc.new_txn()
+    c.tc.add_subscription(txn, topic, "s")
+    assert not c.acks.ack(1, [mid], txn).HasField("error")
+    c.close()
+    b.stop()
+    b2 = broker_factory(data_dir=data, config_overrides=ON)
+    c2 = Conn(b2.service_url)
+    try:
+        _producer(c2, topic)
+        c2.tc.send(1, 1, b"m1", None)
+        subscribe(c2.cons, topic, "s", 1)
+        assert receive(c2.cons)[0] == b"m1"      # m0 is held: its ack is pending
+        assert c2.acks.ack(1, [mid], c2.tc.new_txn()).error == ServerError.TransactionConflict
+        assert not c2.tc.end(txn, commit=False).HasField("error")
+        assert receive(c2.cons) == (b"m0", mid)  # the abort gives it back
+    finally:
+        c2.close()

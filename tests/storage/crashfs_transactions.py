@@ -41,7 +41,8 @@ HOUR_MS = 3600 * 1000
 class _Target:
     """A subscription as the pending-ack store sees it (no dispatcher: nobody is attached)."""
 
-    def __init__(self, cursor: ManagedCursor) -> None:
+    def __init__(self, ledger: ManagedLedger, cursor: ManagedCursor) -> None:
+        self.ledger = ledger
         self.cursor = cursor
         self.dispatcher = None
         self.batch_acks: dict[Position, int] = {}
@@ -56,7 +57,7 @@ class _Topic:
 
     def ack_target(self, subscription: str) -> _Target | None:
         cursor = self.ledger.cursors.get(subscription)
-        return _Target(cursor) if cursor is not None else None
+        return _Target(self.ledger, cursor) if cursor is not None else None
 
 
 class _Loader:
