@@ -26,7 +26,6 @@ from broker.net.handshake import Handshake
 from broker.net.view import ConnectionView
 from broker.topics.names import TopicName
 from broker.topics.service import BrokerService
-from broker.transactions.service import TC_ASSIGN_PARTITIONS, TC_ASSIGN_TOPIC
 from protocol import commands as C
 from protocol import pulsar_pb as pb
 from protocol.errors import RequestError
@@ -67,9 +66,6 @@ def answer_partitioned_metadata(conn: LookupConnection, m: pb.CommandPartitioned
         return
 
     async def run() -> None:
-        if name.full == TC_ASSIGN_TOPIC and conn.service.transactions is not None:
-            conn.write(C.encode_partitioned_metadata_response(rid, TC_ASSIGN_PARTITIONS))
-            return
         n = await conn.service.lookup_partition_count(name.full)
         conn.write(C.encode_partitioned_metadata_response(rid, n))
 

@@ -60,7 +60,12 @@ from broker.topics.storage_errors import StorageOp, storage_failure
 from broker.topics.tenancy import Tenancy
 from broker.topics.topic import Topic
 from broker.topics.topic_events import TopicEvents
-from broker.transactions.service import TransactionService, TxnTopic
+from broker.transactions.service import (
+    TC_ASSIGN_PARTITIONS,
+    TC_ASSIGN_TOPIC,
+    TransactionService,
+    TxnTopic,
+)
 from protocol.errors import (
     InvalidTopicNameError,
     MetadataError,
@@ -131,9 +136,22 @@ class BrokerService:
         await self.policies.load()
         await self.dynamic_config.load()
         if self.config.transaction_coordinator_enabled:
+            await self._create_coordinator_assign_topic()
             self.transactions = TransactionService(self.store, self.loop)
             await self.transactions.start(self._transaction_topic)
         self._timers = [self.loop.create_task(self._rates_loop())]
+
+    async def _create_coordinator_assign_topic(self) -> None:
+        """As Pulsar with transactions: the system tenant and namespace, and the partitioned
+        topic whose partitions clients look up to find the coordinators (one here)."""
+        tn = TopicName.parse(TC_ASSIGN_TOPIC)
+        tenant, _ = tn.namespace.split("/", 1)
+        if await self.tenancy.get_tenant(tenant) is None:
+            await self.tenancy.create_tenant(tenant)
+        if not self.tenancy.namespace_exists(tn.namespace):
+            await self.tenancy.create_namespace(tn.namespace)
+        if tn.full not in self._partitioned:
+            await self.create_partitioned_topic(tn.full, TC_ASSIGN_PARTITIONS)
 
     async def _transaction_topic(self, name: str) -> TxnTopic | None:
         try:

@@ -17,8 +17,10 @@ is logged (and durable) before it is answered:
    Ending is idempotent on every participant, so a restart that finds a COMMITTING or
    ABORTING transaction simply runs phase two again (:meth:`resume`).
 
-An ended transaction is remembered (bounded, :data:`MAX_ENDED`) so ending it again answers
-InvalidTxnStatus; an id never handed out, or forgotten, answers TransactionNotFound.
+A command on an ended transaction answers TransactionNotFound, as Pulsar's (whose coordinator
+forgets a transaction as it ends); the last :data:`MAX_ENDED` ended ones are remembered for the
+admin view and the error's text. A command that does not fit the status of an unfinished one
+(ABORT of a COMMITTING one, ADD_PARTITION to an ABORTING one) answers InvalidTxnStatus.
 
 After an end the log keeps only the ledgers from the first record of the oldest unfinished
 transaction on; before a trim deletes anything, a ``checkpoint`` record keeps what the deleted
@@ -208,9 +210,7 @@ class TransactionCoordinator:
         meta = self._txns.get(txn)
         if meta is None:
             ended = self._ended.get(txn)
-            if ended is not None:
-                raise invalid_status(txn, TxnStatus.OPEN, ended.status)
-            raise not_found(txn)
+            raise not_found(txn, ended.status if ended is not None else None)
         if meta.status is not TxnStatus.OPEN:
             raise invalid_status(txn, TxnStatus.OPEN, meta.status)
         return meta
@@ -240,10 +240,7 @@ class TransactionCoordinator:
         meta = self._txns.get(txn)
         if meta is None:
             ended = self._ended.get(txn)
-            if ended is not None:
-                wanted = TxnStatus.COMMITTING if commit else TxnStatus.ABORTING
-                raise invalid_status(txn, wanted, ended.status)
-            raise not_found(txn)
+            raise not_found(txn, ended.status if ended is not None else None)
         wanted = TxnStatus.COMMITTING if commit else TxnStatus.ABORTING
         if meta.status is TxnStatus.OPEN:
             started = time.monotonic()

@@ -65,7 +65,8 @@ def invalid_status(txn: TxnId, expected: TxnStatus, actual: TxnStatus) -> Invali
         f"{actual.value} status")
 
 
-def not_found(txn: TxnId) -> TransactionNotFoundError:
-    """Pulsar's TransactionNotFoundException text."""
-    return TransactionNotFoundError(
-        f"The transaction with the given txnID is not found or has been ended: {txn}")
+def not_found(txn: TxnId, ended: TxnStatus | None = None) -> TransactionNotFoundError:
+    """What Pulsar answers for an unknown transaction, and for an ended one (its coordinator
+    forgets a transaction as it ends); *ended* names how it ended when that is known."""
+    how = f" (it has ended: {ended.value})" if ended is not None else ""
+    return TransactionNotFoundError(f"Transaction {txn} not found{how}")

@@ -193,7 +193,9 @@ class TransactionService:
             "pos": [[p.ledger_id, p.entry_id, words] for p, words in acks]})
         if self.coordinator.status(txn) is not TxnStatus.OPEN:
             status = self.coordinator.status(txn)
-            raise invalid_status(txn, TxnStatus.OPEN, status) if status else not_found(txn)
+            if status is None or status.ended:
+                raise not_found(txn, status)
+            raise invalid_status(txn, TxnStatus.OPEN, status)
         store.check(txn, acks, cumulative, target.cursor)   # the world moved during the append
         store.add(txn, acks, cumulative, target)
 

@@ -57,9 +57,29 @@ def _producer(c: Conn, topic: str, producer_id: int = 1) -> None:
         T.PRODUCER_SUCCESS
 
 
-def test_coordinator_is_found_and_connects(conn: Conn) -> None:
+def _wait_aborted(tc: TxnClient, txn: tuple[int, int]) -> None:
+    """Until the coordinator has ended *txn* by aborting it (a COMMIT asked meanwhile finds it
+    ABORTING, never commits it)."""
+    def ended() -> pb.CommandEndTxnResponse | None:
+        answer = tc.end(txn, commit=True)
+        if answer.error == ServerError.InvalidTxnStatus:
+            assert "in ABORTING status" in answer.message, answer.message
+            return None
+        return answer
+
+    answer = wait_until(ended, message=f"transaction {txn} ended")
+    assert answer.error == ServerError.TransactionNotFound and "ABORTED" in answer.message, answer
+
+
+def test_coordinator_is_found_and_connects(conn: Conn, txn_broker: Any) -> None:
     meta = conn.raw.request(C.encode_partitioned_metadata(TC_ASSIGN, 5))
     assert meta.partitionMetadataResponse.partitions == 1
+    # The Go client looks it up over HTTP when given an http(s) service URL.
+    path = TC_ASSIGN.replace("persistent://", "persistent/")
+    status, body = http_json(txn_broker.web_url, "GET", f"/admin/v2/{path}/partitions")
+    assert (status, body["partitions"]) == (200, 1), body
+    status, body = http_json(txn_broker.web_url, "GET", f"/lookup/v2/topic/{path}-partition-0")
+    assert status == 200 and body["brokerUrl"].startswith("pulsar://"), body
     lookup = conn.raw.request(C.encode_lookup(TC_ASSIGN + "-partition-0", 6))
     assert lookup.lookupTopicResponse.response == pb.CommandLookupTopicResponse.Connect
     assert not conn.tc.tc_connect().HasField("error")
@@ -73,10 +93,11 @@ def test_coordinator_is_found_and_connects(conn: Conn) -> None:
 def test_end_of_an_ended_or_unknown_transaction_is_refused(conn: Conn) -> None:
     txn = conn.tc.new_txn()
     assert not conn.tc.end(txn, commit=True).HasField("error")
+    # As Pulsar (whose coordinator forgets a transaction as it ends): not found.
     again = conn.tc.end(txn, commit=False)
-    assert again.error == ServerError.InvalidTxnStatus and "COMMITTED" in again.message
+    assert again.error == ServerError.TransactionNotFound and "COMMITTED" in again.message
     late = conn.tc.add_partition(txn, "persistent://public/default/late")
-    assert late.error == ServerError.InvalidTxnStatus
+    assert late.error == ServerError.TransactionNotFound
     unknown = conn.tc.end((0, 999_999), commit=True)
     assert unknown.error == ServerError.TransactionNotFound
     assert (unknown.txnid_most_bits, unknown.txnid_least_bits) == (0, 999_999)
@@ -149,9 +170,7 @@ def test_an_open_transaction_is_aborted_when_its_timeout_passes(conn: Conn) -> N
     conn.tc.send(1, 1, b"plain", None)
     # The plain message is held back until the transaction ends: its arrival is the abort.
     assert receive(conn.cons)[0] == b"plain"
-    ended = conn.tc.end(txn, commit=True)
-    # ABORTING or ABORTED by now, never a commit
-    assert ended.error == ServerError.InvalidTxnStatus and "in ABORT" in ended.message
+    _wait_aborted(conn.tc, txn)
 
 
 def test_restart_keeps_committed_once_aborted_never_and_open_resolved(
@@ -181,8 +200,7 @@ def test_restart_keeps_committed_once_aborted_never_and_open_resolved(
         # The open transaction holds everything after its entry until its timeout aborts it.
         got = [receive(c2.cons)[0] for _ in range(2)]
         assert got == [b"committed", b"after-restart"]
-        ended = wait_until(lambda: c2.tc.end(open_txn, commit=True), message="end answered")
-        assert ended.error == ServerError.InvalidTxnStatus and "in ABORT" in ended.message
+        _wait_aborted(c2.tc, open_txn)
     finally:
         c2.close()
 
@@ -269,8 +287,7 @@ def test_kill_9_keeps_committed_drops_aborted_and_times_out_the_open(
         assert [receive(c2.cons)[0] for _ in range(3)] == [b"plain-0", b"committed", b"after"]
         subscribe(c2.cons, topic, "acked", 2)   # the committed ack survived: plain-0 is gone
         assert [receive(c2.cons)[0] for _ in range(2)] == [b"committed", b"after"]
-        ended = c2.tc.end(open_txn, commit=True)
-        assert ended.error == ServerError.InvalidTxnStatus and "in ABORT" in ended.message
+        _wait_aborted(c2.tc, open_txn)
     finally:
         c2.close()
 
@@ -328,3 +345,18 @@ def test_a_pending_ack_survives_a_restart_holds_the_message_and_is_undone_by_abo
         assert receive(c2.cons) == (b"m0", mid)  # the abort gives it back
     finally:
         c2.close()
+
+
+def test_a_transaction_named_only_in_the_send_command_as_the_go_client_does(conn: Conn) -> None:
+    topic = "persistent://public/default/txn-go-style"
+    _producer(conn, topic)
+    subscribe(conn.cons, topic, "s", 1)
+    aborted, committed = conn.tc.new_txn(), conn.tc.new_txn()
+    conn.tc.add_partition(aborted, topic)
+    conn.tc.add_partition(committed, topic)
+    conn.tc.send(1, 0, b"", aborted, in_metadata=False, batch=[b"a0", b"a1"])
+    conn.tc.send(1, 2, b"c0", committed, in_metadata=False)
+    conn.tc.end(aborted, commit=False)
+    conn.tc.send(1, 3, b"plain", None)
+    conn.tc.end(committed, commit=True)
+    assert [receive(conn.cons)[0] for _ in range(2)] == [b"c0", b"plain"]

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from broker_rawclient import RawClient, make_entry
+from broker_rawclient import RawClient, make_batch_entry, make_entry
 
 from protocol import commands as C
 from protocol import pulsar_pb as pb
+from protocol.framing import encode_payload_command
 
 T = pb.BaseCommand
 TC_ASSIGN = "persistent://pulsar/system/transaction_coordinator_assign"
@@ -80,13 +81,26 @@ class TxnClient:
         return answer.endTxnResponse
 
     def send(self, producer_id: int, sequence_id: int, payload: bytes,
-             txn: tuple[int, int] | None = None) -> pb.CommandSendReceipt:
+             txn: tuple[int, int] | None = None, *, in_metadata: bool = True,
+             batch: list[bytes] | None = None) -> pb.CommandSendReceipt:
+        """SEND *payload* (or a batch entry of *batch*); in transaction *txn*, named in the
+        command and, with *in_metadata* (the Java client's way; the Go client's is not), in
+        the entry's metadata too."""
         fields: dict[str, Any] = {}
-        if txn is not None:
+        if txn is not None and in_metadata:
             fields = {"txnid_most_bits": txn[0], "txnid_least_bits": txn[1]}
-        frame = C.encode_send(producer_id, sequence_id,
-                              make_entry(payload, sequence_id=sequence_id, **fields))
-        answer = self.raw.request(frame)
+        if batch is not None:
+            entry = make_batch_entry(batch, sequence_id=sequence_id, **fields)
+        else:
+            entry = make_entry(payload, sequence_id=sequence_id, **fields)
+        cmd = T(type=T.SEND)
+        cmd.send.producer_id = producer_id
+        cmd.send.sequence_id = sequence_id
+        if batch is not None:
+            cmd.send.num_messages = len(batch)
+        if txn is not None:
+            cmd.send.txnid_most_bits, cmd.send.txnid_least_bits = txn
+        answer = self.raw.request(encode_payload_command(cmd, entry))
         assert answer.type == T.SEND_RECEIPT, answer
         return answer.send_receipt
 
