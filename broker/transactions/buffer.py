@@ -26,6 +26,8 @@ from readers until the transaction ends, as Pulsar's TopicTransactionBuffer does
 from __future__ import annotations
 
 import asyncio
+import re
+import struct
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -36,6 +38,7 @@ from pyroaring import BitMap
 from broker.transactions.ids import TxnId, TxnStatus
 from broker.transactions.stats import TopicBufferStats
 from protocol import pulsar_pb as pb
+from protocol.entry_metadata import entry_start
 from protocol.errors import ProtocolError
 from protocol.metadata import encode_entry, parse_metadata, split_entry
 from storage.ledger import ManagedLedger
@@ -55,6 +58,19 @@ _SCAN_BATCH: Final = 200
 # The varint tags of MessageMetadata's marker_type (20) and txnid (22, 23) fields: an entry
 # whose metadata holds none of these bytes is no transaction's, without a protobuf parse.
 _TAGS: Final = (b"\xa0\x01", b"\xb0\x01", b"\xb8\x01")
+_txnid_tag: Final = re.compile(rb"[\xb0\xb8]\x01").search
+_u32_from: Final = struct.Struct(">I").unpack_from
+
+
+def _may_name_a_transaction(entry: bytes) -> bool:
+    """False when the entry's metadata surely holds no txnid field (the publish path's check:
+    one bounded search, no copy); True sends the entry to :func:`entry_txn`."""
+    try:
+        start = entry_start(entry) if entry[0] == 0x0E else 0
+        end = start + 4 + _u32_from(entry, start)[0]
+    except (IndexError, struct.error, ProtocolError):
+        return False    # no metadata to name one (the publish check refused it already)
+    return _txnid_tag(entry, start + 4, end) is not None
 
 StatusOf = Callable[[TxnId], "TxnStatus | None"]
 
@@ -171,6 +187,8 @@ class TopicTransactionBuffer:
         transaction's)."""
         txns: list[TxnId | None] | None = None
         for i, entry in enumerate(entries):
+            if not _may_name_a_transaction(entry):
+                continue
             found = entry_txn(entry)
             if found is not None:
                 if txns is None:
