@@ -96,6 +96,9 @@ class PendingAckStore:
         self.topic = topic
         self.subscription = subscription
         self._individual: dict[Position, TxnId] = {}
+        #: the individually acknowledged whole entries: held from dispatch while pending (a
+        #: batch entry acknowledged in part stays deliverable: its other messages are not)
+        self._whole: set[Position] = set()
         self._by_txn: dict[TxnId, list[PendingAck]] = {}
         self._cumulative: dict[TxnId, Position] = {}
         #: positions the transaction's acknowledgements took from consumers: redelivered on
@@ -155,8 +158,10 @@ class PendingAckStore:
                 self._cumulative[txn] = pos
         else:
             self._by_txn.setdefault(txn, []).extend(acks)
-            for p, _ in acks:
+            for p, words in acks:
                 self._individual[p] = txn
+                if not words:
+                    self._whole.add(p)
             # A whole entry leaves its consumer; a batch entry acknowledged in part stays with
             # it (its other messages are still the consumer's to acknowledge).
             released = [p for p, words in acks if not words]
@@ -180,6 +185,7 @@ class PendingAckStore:
         for p, _ in acks:
             if self._individual.get(p) == txn:
                 del self._individual[p]
+                self._whole.discard(p)
         if not acks and cumulative is None:
             return
         if commit:
@@ -235,7 +241,7 @@ class PendingAckStore:
 
     def holds(self, pos: Position) -> bool:
         """A message pending-acked in an open transaction: not dispatched meanwhile."""
-        if pos in self._individual:
+        if pos in self._whole:
             return True
         return any(pos <= upto for upto in self._cumulative.values())
 
