@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from broker.metrics.rates import iso_ms
+from broker.net.handshake import Handshake
 from broker.net.schemas import check_consumer_schema
 from broker.net.sliced import SLICE_IDS, SlicedCommands
 from broker.net.txn_requests import acknowledge_in_transaction
@@ -92,6 +93,11 @@ class ConsumerConnection(ConnectionView, Protocol):
 
     @property
     def client_version(self) -> str: ...
+
+    @property
+    def handshake(self) -> Handshake:
+        """Its role (transactions check who may use one)."""
+        ...
 
     @property
     def writes_paused(self) -> bool: ...

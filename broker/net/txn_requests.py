@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
+from broker.net.handshake import Handshake
 from broker.net.view import ConnectionView
 from broker.subscriptions.subscription import Subscription, wire_position
 from broker.topics.names import TopicName
@@ -23,7 +24,7 @@ from broker.transactions.pending_ack import PendingAck
 from broker.transactions.service import TransactionService
 from protocol import pulsar_pb as pb
 from protocol.commands import encode_ack_response
-from protocol.errors import NotAllowedError, RequestError
+from protocol.errors import NotAllowedError, RequestError, ServerError
 from protocol.frames import Frame
 from protocol.txn_commands import encode_tc_client_connect_response, encode_txn_response
 from storage.positions import Position
@@ -35,7 +36,15 @@ _I64 = 1 << 63
 
 
 class TxnConnection(ConnectionView, Protocol):
-    pass
+    @property
+    def handshake(self) -> Handshake: ...
+
+
+def _check_owner(conn: TxnConnection, txns: TransactionService, txn: TxnId) -> None:
+    owner = txns.coordinator.owner_of(txn)
+    if owner is not None and not conn.handshake.may_use_transaction_of(owner):
+        raise RequestError(f"Role {conn.handshake.role_name!r} is not the owner of transaction "
+                           f"{txn}", ServerError.AuthorizationError)
 
 
 def _topic(name: str) -> str:
@@ -62,7 +71,8 @@ def on_transaction_command(conn: TxnConnection, frame: Frame, txns: TransactionS
         tc_id = int(new.tc_id)
 
         async def new_txn() -> None:
-            txn = await coordinator.new_txn(int(new.txn_ttl_seconds), tc_id)
+            txn = await coordinator.new_txn(int(new.txn_ttl_seconds), tc_id,
+                                            conn.handshake.role_name)
             conn.write(encode_txn_response(t, rid, txn.most, txn.least))
 
         conn.spawn(new_txn(), rid, lambda e: encode_txn_response(
@@ -80,6 +90,7 @@ def on_transaction_command(conn: TxnConnection, frame: Frame, txns: TransactionS
     txn = TxnId(int(m.txnid_most_bits), int(m.txnid_least_bits))
 
     async def run() -> None:
+        _check_owner(conn, txns, txn)
         if t == _T.ADD_PARTITION_TO_TXN:
             await txns.add_partitions(txn, [_topic(p) for p in m.partitions])
         elif t == _T.ADD_SUBSCRIPTION_TO_TXN:
@@ -141,6 +152,7 @@ def acknowledge_in_transaction(conn: TxnConnection, txns: TransactionService,
         acks = acks[-1:]
 
     async def run() -> None:
+        _check_owner(conn, txns, txn)
         if not isinstance(subscription, Subscription) or not subscription.durable:
             raise NotAllowedError("Transactional acknowledgement needs a durable subscription "
                                   "of a persistent topic")

@@ -92,11 +92,12 @@ class TxnMeta:
     subscriptions: dict[tuple[str, str], None] = field(default_factory=dict)
     ended_at_ms: int = 0
     first_log_ledger: int = 0   # the log ledger holding its first record
+    owner: str = ""             # the role that opened it
 
     def stats(self) -> TransactionStats:
         return TransactionStats(str(self.txn_id), self.status.value, self.opened_at_ms,
                                 self.opened_at_ms + self.timeout_ms, self.ended_at_ms,
-                                tuple(self.partitions), tuple(self.subscriptions))
+                                tuple(self.partitions), tuple(self.subscriptions), self.owner)
 
 
 def _now_ms() -> int:
@@ -148,7 +149,8 @@ class TransactionCoordinator:
             if op == "new":
                 self._txns[txn] = TxnMeta(txn, TxnStatus.OPEN, int(rec.get("at", 0)),
                                           int(rec.get("t", DEFAULT_TIMEOUT_MS)),
-                                          first_log_ledger=int(pos.ledger_id))
+                                          first_log_ledger=int(pos.ledger_id),
+                                          owner=str(rec.get("o", "")))
                 if txn.most == self.tc_id:
                     self._sequence = max(self._sequence, txn.least)
                 continue
@@ -186,7 +188,7 @@ class TransactionCoordinator:
             raise TransactionCoordinatorNotFoundError(
                 f"Transaction coordinator with id {tc_id} not found!")
 
-    async def new_txn(self, timeout_ms: int, tc_id: int = 0) -> TxnId:
+    async def new_txn(self, timeout_ms: int, tc_id: int = 0, owner: str = "") -> TxnId:
         self.check_coordinator(tc_id)
         if len(self._txns) >= MAX_OPEN:
             raise InvalidTxnStatusError(
@@ -197,9 +199,10 @@ class TransactionCoordinator:
         self._sequence += 1
         txn = TxnId(self.tc_id, self._sequence)
         opened = _now_ms()
-        pos = await self._log.append({"op": "new", **_key(txn), "t": timeout_ms, "at": opened})
+        pos = await self._log.append({"op": "new", **_key(txn), "t": timeout_ms, "at": opened,
+                                      "o": owner})
         meta = TxnMeta(txn, TxnStatus.OPEN, opened, timeout_ms,
-                       first_log_ledger=int(pos.ledger_id))
+                       first_log_ledger=int(pos.ledger_id), owner=owner)
         self._txns[txn] = meta
         self.created_total += 1
         self._arm(meta, timeout_ms)
@@ -214,6 +217,11 @@ class TransactionCoordinator:
         if meta.status is not TxnStatus.OPEN:
             raise invalid_status(txn, TxnStatus.OPEN, meta.status)
         return meta
+
+    def owner_of(self, txn: TxnId) -> str | None:
+        """The role that opened *txn* while it has not ended (None: unknown or ended)."""
+        meta = self._txns.get(txn)
+        return meta.owner if meta is not None else None
 
     def status(self, txn: TxnId) -> TxnStatus | None:
         meta = self._txns.get(txn) or self._ended.get(txn)

@@ -27,6 +27,7 @@ class TransactionStats:
     ended_at_ms: int           # epoch ms, 0 while not ended
     partitions: tuple[str, ...]
     subscriptions: tuple[tuple[str, str], ...]  # (topic, subscription)
+    owner: str                 # the role that opened it ("" without authentication)
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,12 +4,14 @@ and a restart. Raw frames, so every answer is checked as the broker writes it.""
 
 from __future__ import annotations
 
+import base64
 import json
 import pathlib
 import time
 from collections.abc import Iterator
 from typing import Any
 
+import jwt
 import pytest
 from broker_rawclient import RawClient, make_entry
 from rest import http_json
@@ -360,3 +362,36 @@ def test_a_transaction_named_only_in_the_send_command_as_the_go_client_does(conn
     conn.tc.send(1, 3, b"plain", None)
     conn.tc.end(committed, commit=True)
     assert [receive(conn.cons)[0] for _ in range(2)] == [b"c0", b"plain"]
+
+
+def test_only_the_owner_or_a_super_user_may_use_a_transaction(broker_factory: Any) -> None:
+    secret = b"t" * 32
+    b = broker_factory(config_overrides={
+        **ON, "authenticationEnabled": True, "authorizationEnabled": True,
+        "authenticationProviders":
+            "org.apache.pulsar.broker.authentication.AuthenticationProviderToken",
+        "tokenSecretKey": "data:;base64," + base64.b64encode(secret).decode(),
+        "superUserRoles": "admin"})
+
+    def connected(role: str) -> TxnClient:
+        raw = RawClient(b.service_url)
+        cmd = T(type=T.CONNECT)
+        cmd.connect.client_version = "raw"
+        cmd.connect.protocol_version = 20
+        cmd.connect.auth_method_name = "token"
+        cmd.connect.auth_data = jwt.encode({"sub": role}, secret, algorithm="HS256").encode()
+        assert raw.request(C.encode_command(cmd)).type == T.CONNECTED
+        return TxnClient(raw)
+
+    alice, bob, admin = connected("alice"), connected("bob"), connected("admin")
+    try:
+        first, second = alice.new_txn(), alice.new_txn()
+        refused = bob.end(first, commit=True)
+        assert refused.error == ServerError.AuthorizationError and "owner" in refused.message
+        assert bob.add_partition(first, "persistent://public/default/x").error == \
+            ServerError.AuthorizationError
+        assert not alice.end(first, commit=True).HasField("error")
+        assert not admin.end(second, commit=False).HasField("error")   # a super-user may
+    finally:
+        for c in (alice, bob, admin):
+            c.raw.close()
