@@ -395,3 +395,16 @@ def test_only_the_owner_or_a_super_user_may_use_a_transaction(broker_factory: An
     finally:
         for c in (alice, bob, admin):
             c.raw.close()
+
+
+def test_an_ack_with_a_zero_transaction_id_is_a_plain_ack(conn: Conn) -> None:
+    topic = "persistent://public/default/txn-zero-ack"
+    _producer(conn, topic)
+    conn.tc.send(1, 0, b"m0", None)
+    subscribe(conn.cons, topic, "s", 1)
+    _, mid = receive(conn.cons)
+    assert not conn.acks.ack(1, [mid], (0, 0)).HasField("error")
+    conn.cons.request(C.encode_close_consumer(1, 80))
+    conn.tc.send(1, 1, b"m1", None)
+    subscribe(conn.cons, topic, "s", 2)
+    assert receive(conn.cons)[0] == b"m1"     # m0 was acknowledged at once
