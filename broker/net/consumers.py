@@ -425,8 +425,10 @@ class ConsumerSide:
         last = tail_position(ledger)
         txn = sub.transaction_view()
         if txn is not None:   # Pulsar answers the max read position: nothing an open
-            capped = txn.read_limit(ledger.last_confirmed)   # transaction holds back
-            if capped is not None and capped < last:
+            capped = txn.last_readable(ledger)   # transaction holds back
+            if capped is None:
+                last = Position(last.ledger_id, -1)   # nothing readable yet
+            elif capped < last:
                 last = capped
         md = sub.cursor.mark_delete_position
         if last.entry_id < 0:
