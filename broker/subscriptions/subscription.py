@@ -66,6 +66,7 @@ from broker.subscriptions.limits import NO_CONSUMER_LIMITS, ConsumerLimits
 from broker.subscriptions.resets import CursorResets
 from broker.subscriptions.revision import RevisionController
 from broker.subscriptions.selectors import KeySharedSelector
+from broker.transactions.dispatch_view import DispatchView
 from protocol import pulsar_pb as pb
 from protocol.errors import (
     ConsumerBusyError,
@@ -193,6 +194,12 @@ class TopicContext(Protocol):
         """The topic's ``dispatchRate``, shared by its subscriptions."""
         ...
 
+    #: The topic's full name.
+    full: str
+
+    def transaction_view(self, subscription: str) -> DispatchView | None:
+        """What this subscription's dispatcher checks for transactions (None: nothing)."""
+        ...
 
 
 class Subscription:
@@ -516,6 +523,11 @@ class Subscription:
     def compacted_out(self, pos: Position) -> bool:
         """A read_compacted subscription skips *pos*: compaction superseded it."""
         return self.read_compacted and self.topic.compaction.compacted_out(pos)
+
+    # ------------------------------------------------------------------ transactions
+
+    def transaction_view(self) -> DispatchView | None:
+        return self.topic.transaction_view(self.name)
 
     # ------------------------------------------------------------------ stats
 

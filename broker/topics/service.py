@@ -51,6 +51,7 @@ from broker.dynamic_config import DynamicConfiguration
 from broker.topics import entry_metadata, termination
 from broker.topics.activity import TopicActivity
 from broker.topics.addresses import BrokerAddresses
+from broker.topics.coordinator_assign import ensure_coordinator_assign_topic
 from broker.topics.inactive import InactiveTopicSweeper
 from broker.topics.live_policies import LivePolicies
 from broker.topics.names import TopicName
@@ -63,6 +64,7 @@ from broker.topics.subscription_expiry import SubscriptionExpiry
 from broker.topics.tenancy import Tenancy
 from broker.topics.topic import Topic
 from broker.topics.topic_events import TopicEvents
+from broker.transactions.service import TransactionService, TxnTopic
 from protocol.errors import (
     InvalidTopicNameError,
     NotAllowedError,
@@ -115,6 +117,8 @@ class BrokerService:
         self._producer_names = itertools.count()
         self._timers: list[asyncio.Task[None]] = []
         self.publish_refusals = PublishRefusals(store.disk)
+        #: Transactions (transactionCoordinatorEnabled), started by start().
+        self.transactions: TransactionService | None = None
         self.activity = TopicActivity(min(
             float(config.backlog_quota_check_interval_in_seconds),
             config.message_expiry_check_interval_in_minutes * 60.0))
@@ -131,6 +135,18 @@ class BrokerService:
         await md.put("broker", "generation", {"value": self._instance})
         await self.policies.load()
         await self.dynamic_config.load()
+        if self.config.transaction_coordinator_enabled:
+            await ensure_coordinator_assign_topic(self.tenancy, self._partitioned,
+                                                  self.create_partitioned_topic)
+
+            async def transaction_topic(name: str) -> TxnTopic | None:
+                try:
+                    return await self.get_topic(name, create=False)
+                except TopicNotFoundError:
+                    return None
+
+            self.transactions = TransactionService(self.store, self.loop)
+            await self.transactions.start(transaction_topic)
         self._timers = [self.loop.create_task(self._rates_loop())]
 
     def _reconfigure(self, config: BrokerConfig) -> None:
@@ -146,6 +162,8 @@ class BrokerService:
         self.closing = True
         for t in self._timers:
             t.cancel()
+        if self.transactions is not None:
+            await self.transactions.close()
         for fut in list(self._loading.values()):
             with contextlib.suppress(Exception):
                 await asyncio.shield(fut)
@@ -424,6 +442,8 @@ class BrokerService:
             del self.topics[full]
             await self._close_topic(topic)
         await self.store.delete_ledger(full)
+        if self.transactions is not None:
+            self.transactions.forget_topic(full)
         await termination.forget(self.store.metadata, full)
         await entry_metadata.forget(self.store.metadata, full)
         await self._drop_topic_policy(full)

@@ -48,9 +48,6 @@ class SubscriptionsOwner(TopicContext, Protocol):
     :class:`broker.topics.topic.Topic`)."""
 
     @property
-    def full(self) -> str: ...
-
-    @property
     def loop(self) -> asyncio.AbstractEventLoop: ...
 
     @property

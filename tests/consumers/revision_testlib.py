@@ -62,6 +62,11 @@ class StubTopic:
         """The stub answers for what subscriptions are built with itself."""
         return self
 
+    full = "persistent://public/default/stub"
+
+    def transaction_view(self, subscription: str) -> None:
+        return None   # no transaction touched this topic
+
     def delay_policy(self) -> DelayPolicy:
         return POLICY
 
