@@ -168,7 +168,7 @@ class Topic:
         self.subscribe_rate = SubscribeRateLimiter()  # its rate is set at each SUBSCRIBE
         # dispatchRate, shared by the subscriptions (its rate is set at each SUBSCRIBE)
         self.topic_dispatch = TopicDispatch(
-            lambda: (self.msg_out_counter, self.bytes_out_counter))
+            lambda: (self.msg_out_counter, self.bytes_out_counter), lambda: self.rates()[:2])
         self._max_message_size = host.config.max_message_size  # bounds a chunked message
         #: the topic's maxMessageSize policy (0: none), set at each producer creation
         self.max_message_size_policy = 0
