@@ -39,7 +39,8 @@ handler:
                                                                   of ``t`` to delete
    ============================================================  ===============================
 
-   Refused: 403 ``{"reason": ...}`` with Pulsar's text; a refused topic lookup (the first two
+   Refused: 403 ``{"reason": ...}`` with Pulsar's text (404 "Tenant does not exist" when a
+   tenant-admin check names a tenant that does not exist, as Pulsar checks that first); a refused topic lookup (the first two
    rows) or topic operation 401, as Pulsar answers its topic operations
    (:mod:`broker.admin.topic_operations` names them, as Pulsar's ``TopicOperation``).
 
@@ -55,7 +56,7 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 
 from broker.admin.brokers import STATUS_PAGE
-from broker.admin.errors import json_error
+from broker.admin.errors import TENANT_NOT_FOUND, json_error
 from broker.admin.topic_operations import Operation, namespace_operation, topic_operation
 from broker.security.authentication import (
     AUTH_METHOD_HEADER,
@@ -134,6 +135,17 @@ def _require_lookup(authz: AuthorizationService, topic: str, role: str, *,
         raise TopicLookupRefused(str(exc)) from None
 
 
+class TenantMissing(Exception):
+    """A tenant-admin check on a tenant that does not exist: Pulsar's
+    ``validateAdminAccessForTenant`` answers 404 "Tenant does not exist" before any role check."""
+
+
+def _require_tenant_admin(authz: AuthorizationService, tenant: str, role: str) -> None:
+    if not authz.is_tenant_admin(tenant, role) and not authz.tenant_exists(tenant):
+        raise TenantMissing(TENANT_NOT_FOUND)
+    authz.require_tenant_admin(tenant, role)
+
+
 def _require_topic_operation(authz: AuthorizationService, topic: str, role: str,
                              op: Operation) -> None:
     allowed = (authz.can_lookup(topic, role) if op.needs == "lookup"
@@ -183,7 +195,7 @@ def check_access(authz: AuthorizationService, role: str, method: str, path: str)
             _require_topic_operation(authz, topic, role, op)
             return
         if len(parts) >= 4:
-            authz.require_tenant_admin(parts[3], role)
+            _require_tenant_admin(authz, parts[3], role)
             return
     elif area == "namespaces" and method == "PUT" and len(parts) in (6, 7) \
             and parts[-1] == "unload":
@@ -194,7 +206,7 @@ def check_access(authz: AuthorizationService, role: str, method: str, path: str)
         _require_namespace_operation(authz, parts[3], parts[4], role, op)
         return
     elif (area == "namespaces" and len(parts) >= 4) or (area == "tenants" and len(parts) == 4 and method == "GET"):
-        authz.require_tenant_admin(parts[3], role)
+        _require_tenant_admin(authz, parts[3], role)
         return
     elif (area == "clusters" and method == "GET") or parts[2:] == ["brokers", "version"]:
         return
@@ -234,6 +246,8 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
         check_access(security.authorization, role.role, request.method, request.path)
     except TopicLookupRefused as exc:
         return json_error(401, str(exc))
+    except TenantMissing as exc:
+        return json_error(404, str(exc))
     except AuthorizationError as exc:
         return json_error(403, str(exc))
     return await handler(request)
