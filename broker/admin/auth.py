@@ -57,7 +57,7 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 
 from broker.admin.brokers import STATUS_PAGE
-from broker.admin.errors import json_error
+from broker.admin.errors import TENANT_NOT_FOUND, json_error
 from broker.admin.topic_operations import Operation, namespace_operation, topic_operation
 from broker.security.authentication import (
     AUTH_METHOD_HEADER,
@@ -137,13 +137,13 @@ def _require_lookup(authz: AuthorizationService, topic: str, role: str, *,
 
 
 class TenantMissing(AuthorizationError):
-    """A tenant-admin check on a tenant that does not exist: Pulsar's ``isSuperUserOrAdmin``
-    looks the tenant up first and answers 404 "Tenant does not exist" before any 403."""
+    """A tenant-admin check on a tenant that does not exist: Pulsar's
+    ``validateAdminAccessForTenant`` answers 404 "Tenant does not exist" before any role check."""
 
 
 def _require_tenant_admin(authz: AuthorizationService, tenant: str, role: str) -> None:
-    if not authz.tenant_exists(tenant):
-        raise TenantMissing("Tenant does not exist")
+    if not authz.is_tenant_admin(tenant, role) and not authz.tenant_exists(tenant):
+        raise TenantMissing(TENANT_NOT_FOUND)
     authz.require_tenant_admin(tenant, role)
 
 
@@ -206,11 +206,9 @@ def check_access(authz: AuthorizationService, role: str, method: str, path: str)
             (op := namespace_operation(method, parts[5:])) is not None:
         _require_namespace_operation(authz, parts[3], parts[4], role, op)
         return
-    elif area == "namespaces" and len(parts) >= 4:
+    elif (area == "namespaces" and len(parts) >= 4) or \
+            (area == "tenants" and len(parts) == 4 and method == "GET"):
         _require_tenant_admin(authz, parts[3], role)
-        return
-    elif area == "tenants" and len(parts) == 4 and method == "GET":
-        authz.require_tenant_admin(parts[3], role)
         return
     elif (area == "clusters" and method == "GET") or parts[2:] == ["brokers", "version"]:
         return

@@ -144,11 +144,9 @@ def _dispatch_rate(body: object) -> dict[str, Any]:
     relative = body.get("relativeToPublishRate", False)
     if not isinstance(relative, bool):
         raise E.bad_request("Invalid value: relativeToPublishRate must be true or false")
-    if relative:
-        raise E.precondition_failed("relativeToPublishRate is not supported")
     if out["ratePeriodInSecond"] < 1:
         raise E.precondition_failed("ratePeriodInSecond must be 1 or more")
-    out["relativeToPublishRate"] = False
+    out["relativeToPublishRate"] = relative
     return out
 
 

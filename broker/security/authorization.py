@@ -259,15 +259,15 @@ class AuthorizationService:
     def is_super_user(self, role: str) -> bool:
         return not self.enabled or role in self._super_users
 
+    def tenant_exists(self, tenant: str) -> bool:
+        return self._store.tenant_admin_roles(tenant) is not None
+
     def is_tenant_admin(self, tenant: str, role: str) -> bool:
         """Super-user, or listed in the tenant's ``adminRoles``."""
         if self.is_super_user(role):
             return True
         admins = self._store.tenant_admin_roles(tenant)
         return admins is not None and role in admins
-
-    def tenant_exists(self, tenant: str) -> bool:
-        return self._store.tenant_admin_roles(tenant) is not None
 
     # --- grants --------------------------------------------------------------------------
 

@@ -13,7 +13,10 @@ wakes when the period ends, as Pulsar's dispatcher re-schedules its read after t
 period. A round may pass the limit by the messages of one read (a batch), as in Pulsar. A topic's
 ``dispatchRate`` (else ``dispatchThrottlingRatePerTopicInMsg`` / ``...InByte``) is one
 :class:`TopicDispatch` on the topic that every subscription's dispatcher asks as well, counting
-what all of them sent; the smaller allowance wins.
+what all of them sent; the smaller allowance wins. A rate ``relativeToPublishRate`` adds the
+topic's publish rate (messages and bytes per second, as the stats measure it) to its limits, as
+Pulsar's dispatch rate limiter does: a subscription may then keep up with what is published
+plus the configured margin. Only the limits that are set (> 0) grow.
 """
 
 from __future__ import annotations
@@ -31,10 +34,21 @@ class DispatchRate:
     msgs: int = -1          # dispatchThrottlingRateInMsg
     bytes: int = -1         # dispatchThrottlingRateInByte
     period_s: int = 1       # ratePeriodInSecond
+    relative: bool = False  # relativeToPublishRate
 
     @property
     def limited(self) -> bool:
         return self.msgs > 0 or self.bytes > 0
+
+    def plus_published(self, published: Callable[[], tuple[float, float]]) -> DispatchRate:
+        """This rate, its set limits raised by the publish rate (messages, bytes per second)
+        when it is relative to it; else itself."""
+        if not self.relative:
+            return self
+        msgs_in, bytes_in = published()
+        return DispatchRate(self.msgs + int(msgs_in) if self.msgs > 0 else self.msgs,
+                            self.bytes + int(bytes_in) if self.bytes > 0 else self.bytes,
+                            self.period_s)
 
 
 NO_DISPATCH_RATE = DispatchRate()
@@ -44,9 +58,12 @@ class TopicDispatch:
     """A topic's ``dispatchRate``, shared by its subscriptions' dispatchers: each asks
     :meth:`allowance` with the topic's out counters (the sums over its subscriptions)."""
 
-    def __init__(self, counters: Callable[[], tuple[int, int]]) -> None:
-        self.rate = NO_DISPATCH_RATE  # set at each SUBSCRIBE
+    def __init__(self, counters: Callable[[], tuple[int, int]],
+                 published: Callable[[], tuple[float, float]] = lambda: (0.0, 0.0)) -> None:
+        self.rate = NO_DISPATCH_RATE  # set at each SUBSCRIBE and policy change
         self._counters = counters
+        #: the topic's publish rate (messages, bytes per second), for relative rates
+        self.published = published
         self.limiter = DispatchRateLimiter()
 
     def allowance(self, now: float) -> tuple[int, float]:
@@ -54,7 +71,8 @@ class TopicDispatch:
         if not self.rate.limited:
             return -1, 0.0
         msgs, nbytes = self._counters()
-        return self.limiter.allowance(self.rate, msgs, nbytes, now)
+        return self.limiter.allowance(self.rate.plus_published(self.published), msgs, nbytes,
+                                      now)
 
 
 class DispatchRateLimiter:

@@ -17,6 +17,7 @@ and unacked limits to loaded topics when a field changes) and the subscription e
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from broker.config import BrokerConfig
 from broker.subscriptions.dispatch_rate import DispatchRate
@@ -161,7 +162,8 @@ class LimitPolicies:
         return _dispatch_rate(value)
 
 
-def _dispatch_rate(value: dict[str, int]) -> DispatchRate:
+def _dispatch_rate(value: dict[str, Any]) -> DispatchRate:
     return DispatchRate(int(value["dispatchThrottlingRateInMsg"]),
                         int(value["dispatchThrottlingRateInByte"]),
-                        int(value["ratePeriodInSecond"]))
+                        int(value["ratePeriodInSecond"]),
+                        bool(value.get("relativeToPublishRate", False)))

@@ -168,7 +168,8 @@ class Topic:
         self.subscribe_rate = SubscribeRateLimiter()  # its rate is set at each SUBSCRIBE
         # dispatchRate, shared by the subscriptions (its rate is set at each SUBSCRIBE)
         self.topic_dispatch = TopicDispatch(
-            lambda: (self.meters.msg_out_counter, self.meters.bytes_out_counter))
+            lambda: (self.meters.msg_out_counter, self.meters.bytes_out_counter),
+            lambda: self.meters.rates()[:2])
         self._max_message_size = host.config.max_message_size  # bounds a chunked message
         #: the topic's maxMessageSize policy (0: none), set at each producer creation
         self.max_message_size_policy = 0

@@ -81,7 +81,7 @@ def _dispatch_rate_args(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("--dispatch-rate-period", "-dt", dest="period", type=int, default=1,
                     help="the period in seconds (default 1)")
     sp.add_argument("--relative-to-publish-rate", "-rp", dest="relative", action="store_true",
-                    help="a rate relative to the publish rate (Horae refuses it)")
+                    help="the limits grow by the topic's publish rate")
 
 
 def _dispatch_rate(a: argparse.Namespace) -> dict[str, Any]:

@@ -198,3 +198,29 @@ def test_broker_conf_subscription_expiration_is_checked_every_interval(
         assert (status, subs) == (200, [])
     finally:
         client.close()
+
+
+def test_a_dispatch_rate_relative_to_the_publish_rate_adds_it_to_the_set_limits() -> None:
+    """Pulsar's relativeToPublishRate: the limit is the configured one plus what is published
+    per second (only the limits that are set grow)."""
+    from broker.subscriptions.dispatch_rate import DispatchRate, TopicDispatch
+
+    published = (40.0, 4096.0)
+    relative = DispatchRate(10, -1, 1, relative=True)
+    assert relative.plus_published(lambda: published) == DispatchRate(50, -1, 1)
+    assert DispatchRate(10, 100).plus_published(lambda: published) == DispatchRate(10, 100)
+    topic = TopicDispatch(lambda: (0, 0), lambda: published)
+    topic.rate = relative
+    assert topic.allowance(0.0)[0] == 50
+    topic.rate = DispatchRate(10, -1, 1)
+    assert topic.allowance(5.0)[0] == 10
+
+
+def test_relative_to_publish_rate_is_stored_and_answered(live: Any) -> None:
+    rate = dict(_rate(5), relativeToPublishRate=True)
+    assert _call(live, "POST", TOPIC_PATH + "/subscriptionDispatchRate", rate)[0] == 204
+    assert _call(live, "GET", TOPIC_PATH + "/subscriptionDispatchRate") == (200, rate)
+    service = live.service
+    tn = live.call(lambda: next(t.name for t in service.topics.values() if t.full == TOPIC))
+    applied = live.call(service.policies.limits.subscription_dispatch_rate, tn)
+    assert applied.relative and applied.msgs == 5

@@ -266,12 +266,14 @@ def test_rest_tenant_admin_check_on_a_missing_tenant_is_tenant_missing() -> None
 def _rest_allowed(service: AuthorizationService, role: str, method: str,
                   path: str) -> bool | str:
     """True, or the refusal's text prefixed with 401/403 as the middleware answers it."""
-    from broker.admin.auth import TopicLookupRefused, check_access
+    from broker.admin.auth import TenantMissing, TopicLookupRefused, check_access
 
     try:
         check_access(service, role, method, path)
     except TopicLookupRefused as exc:
         return f"401 {exc}"
+    except TenantMissing as exc:
+        return f"404 {exc}"
     except AuthorizationError as exc:
         return f"403 {exc}"
     return True
@@ -353,3 +355,16 @@ def test_namespace_grants_allow_listing_unsubscribing_and_clearing_as_pulsar() -
             "[acme/orders]")
     assert _rest_allowed(authz, "acme-admin", "PUT", f"{ns}/unload") == \
         "403 This operation requires super-user access"
+
+
+def test_a_tenant_admin_check_on_a_missing_tenant_is_404_as_pulsar() -> None:
+    """validateAdminAccessForTenant looks the tenant up before the role."""
+    authz = _service()
+    for method, path in (("POST", "/admin/v2/namespaces/ghost/ns/autoTopicCreation"),
+                         ("GET", "/admin/v2/tenants/ghost"),
+                         ("POST", "/admin/v2/persistent/ghost/ns/t/terminate")):
+        assert _rest_allowed(authz, "acme-admin", method, path) == "404 Tenant does not exist"
+        assert _rest_allowed(authz, "root", method, path) is True   # the handler answers 404
+    assert _rest_allowed(authz, "rival-admin", "POST",
+                         "/admin/v2/namespaces/acme/orders/autoTopicCreation") == \
+        "403 Don't have permission to administrate resources on this tenant"

@@ -307,7 +307,8 @@ class Dispatcher:
         allowed, wait_s = -1, 0.0
         if rate.limited:
             allowed, wait_s = self.rate_limiter.allowance(
-                rate, self.sub.msg_out_counter, self.sub.bytes_out_counter, now)
+                rate.plus_published(topic_dispatch.published), self.sub.msg_out_counter,
+                self.sub.bytes_out_counter, now)
         if allowed != 0:
             topic_allowed, topic_wait_s = topic_dispatch.allowance(now)
             if topic_allowed == 0 or (topic_allowed > 0 and
