@@ -10,6 +10,10 @@ Pulsar's paths and bodies:
 * ``GET /admin/v2/persistent/{t}/{ns}/{topic}/permissions`` -> the namespace grants merged with
   the topic's own; ``POST|DELETE .../permissions/{role}`` grant/revoke on the topic (a
   partitioned topic's grant covers its partitions).
+* ``GET .../namespaces/{t}/{ns}/permissions/subscription`` -> ``{subscription: [roles]}``;
+  ``POST .../permissions/subscription/{sub}`` with a JSON list of roles *replaces* the roles
+  that may use that subscription; ``DELETE .../permissions/{sub}/{role}`` takes one role off
+  (the last one lifts the restriction), as Pulsar's subscription permissions.
 * ``POST /admin/v2/tenants/{t}`` updates a tenant's info (``adminRoles``, ``allowedClusters``).
 * ``GET|PUT|POST /admin/v2/clusters/{cluster}``: the cluster record (``serviceUrl``,
   ``serviceUrlTls``, ``brokerServiceUrl``, ``brokerServiceUrlTls``); before any is stored the
@@ -80,6 +84,30 @@ async def grant_ns_permission(request: web.Request) -> web.Response:
 async def revoke_ns_permission(request: web.Request) -> web.Response:
     admin, key, auth = await _ns_auth(request)
     await admin.tenants.set_auth_policies(key, auth.revoke_namespace(request.match_info["role"]))
+    return no_content()
+
+
+async def get_subscription_permissions(request: web.Request) -> web.Response:
+    _, _, auth = await _ns_auth(request)
+    return json_response(auth.to_json()["subscription_auth_roles"])
+
+
+async def grant_subscription_permission(request: web.Request) -> web.Response:
+    body = bodies.load_json(await request.read())
+    if not isinstance(body, list) or not all(isinstance(r, str) for r in body):
+        raise E.bad_request("Roles must be a JSON list of role names")
+    admin, key, auth = await _ns_auth(request)
+    await admin.tenants.set_auth_policies(
+        key, auth.with_subscription_roles(request.match_info["subscription"], body))
+    return no_content()
+
+
+async def revoke_subscription_permission(request: web.Request) -> web.Response:
+    admin, key, auth = await _ns_auth(request)
+    m = request.match_info
+    roles = auth.subscription_auth_roles.get(m["subscription"], frozenset())
+    await admin.tenants.set_auth_policies(
+        key, auth.with_subscription_roles(m["subscription"], roles - {m["role"]}))
     return no_content()
 
 
@@ -155,6 +183,11 @@ async def set_cluster(request: web.Request) -> web.Response:
 def add_routes(app: web.Application) -> None:
     r = app.router
     r.add_get(NAMESPACE + "/permissions", get_ns_permissions)
+    r.add_get(NAMESPACE + "/permissions/subscription", get_subscription_permissions)
+    r.add_post(NAMESPACE + "/permissions/subscription/{subscription}",
+               grant_subscription_permission)
+    r.add_delete(NAMESPACE + "/permissions/{subscription}/{role}",
+                 revoke_subscription_permission)
     r.add_post(NAMESPACE + "/permissions/{role}", grant_ns_permission)
     r.add_delete(NAMESPACE + "/permissions/{role}", revoke_ns_permission)
     r.add_get(TOPIC + "/permissions", get_topic_permissions)

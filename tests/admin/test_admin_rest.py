@@ -412,3 +412,17 @@ def test_unknown_paths_get_a_json_reason(api: Api) -> None:
     reply = api("GET", "/admin/v2/nothing/here")
     assert reply.status == 404
     assert reply.reason
+
+
+def test_subscription_permissions_are_granted_listed_and_revoked(api: Api) -> None:
+    base = "/admin/v2/namespaces/public/default/permissions"
+    assert api("GET", base + "/subscription").body == {}
+    assert api("POST", base + "/subscription/audited", ["alice", "bob"]).status == 204
+    assert api("GET", base + "/subscription").body == {"audited": ["alice", "bob"]}
+    assert api("DELETE", base + "/audited/alice").status == 204
+    assert api("GET", base + "/subscription").body == {"audited": ["bob"]}
+    assert api("DELETE", base + "/audited/bob").status == 204
+    assert api("GET", base + "/subscription").body == {}
+    assert api("POST", base + "/subscription/audited", "alice").status == 400
+    assert api("GET", "/admin/v2/namespaces/public/missing/permissions/subscription").status == 404
+    assert api("GET", base).status == 200  # the role grants are still served beside them

@@ -370,3 +370,29 @@ def test_tenant_admin_routes_of_a_missing_tenant_are_404_before_403(
     assert _rest_status(broker, "/admin/v2/persistent/public/default/t/stats",
                         token("bob")) == 403
     assert _rest_status(broker, "/admin/v2/tenants/no-such-tenant", token("bob")) == 403
+
+
+def test_subscription_permissions_granted_over_rest_restrict_the_subscription(
+        broker_factory: Callable[..., Any]) -> None:
+    import urllib.request
+
+    broker = broker_factory(config_overrides=dict(SECURED))
+    broker.call(broker.service.tenancy.set_auth_policies, "public/default",
+                _grants({"reader": ["consume"], "other": ["consume"]}))
+    req = urllib.request.Request(
+        broker.web_url + "/admin/v2/namespaces/public/default/permissions/subscription/audited",
+        data=b'["reader"]', method="POST",
+        headers={"Authorization": "Bearer " + token("admin"), "Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        assert resp.status == 204
+    topic = "persistent://public/default/audited-topic"
+    for role, allowed in (("other", False), ("reader", True)):
+        with RawClient(broker.service_url) as raw:
+            raw.send(connect_frame(token(role)))
+            assert raw.recv_command().type == T.CONNECTED
+            answer = raw.request(C.encode_subscribe(topic, "audited", pb.Shared, 1, 20))
+            if allowed:
+                assert answer.type == T.SUCCESS, answer
+            else:
+                assert answer.type == T.ERROR, answer
+                assert answer.error.error == ServerError.AuthorizationError

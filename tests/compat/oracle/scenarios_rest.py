@@ -269,6 +269,12 @@ SCENARIOS: list[Scenario] = [
         Call("POST", TP + "/permissions/role-c", ["consume"], "topic grant"),
         Call("GET", TP + "/permissions", label="topic get granted"),
         Call("DELETE", TP + "/permissions/role-c", label="topic revoke"),
+        Call("GET", NS + "/permissions/subscription", label="subscription get"),
+        Call("POST", NS + "/permissions/subscription/sub-a", ["role-a", "role-b"],
+             "subscription grant"),
+        Call("GET", NS + "/permissions/subscription", label="subscription get granted"),
+        Call("DELETE", NS + "/permissions/sub-a/role-a", label="subscription revoke"),
+        Call("GET", NS + "/permissions/subscription", label="subscription get revoked"),
     ]),
     Scenario("topics", [
         *SETUP,
