@@ -254,6 +254,12 @@ class BrokerConfig:
         "Milliseconds between disk usage checks (BookKeeper's name; its default is 10000: "
         "shorter so a fast producer cannot eat the reserve between two checks).")
 
+    # --- transactions -----------------------------------------------------------------------
+    transaction_coordinator_enabled: bool = _opt(
+        "transactionCoordinatorEnabled", False,
+        "Serve transactions (a coordinator, topic transaction buffers, pending acks). Off: the "
+        "transaction commands are answered NotAllowed \"Transactions are not enabled.\"")
+
     # --- delayed delivery -------------------------------------------------------------------
     delayed_delivery_enabled: bool = _opt(
         "delayedDeliveryEnabled", True, "Honour deliver_at_time on Shared and Key_Shared subscriptions.")

@@ -296,6 +296,20 @@ def rewrite_deliver_at(entry: bytes, deliver_at_ms: int,
     return encode_entry(md, bytes(payload))
 
 
+def stamp_txnid(entry: bytes, most: int, least: int) -> bytes:
+    """The entry with ``txnid_most_bits``/``txnid_least_bits`` in its metadata: a transactional
+    SEND names its transaction in the command (the Go client nowhere else); the stored entry
+    carries it, as the Java client writes it. Unchanged when the metadata names one already.
+    Raises :class:`MalformedEntryError` when the metadata does not parse."""
+    md = parse_metadata(entry)
+    if md.HasField("txnid_most_bits") or md.HasField("txnid_least_bits"):
+        return entry
+    md.txnid_most_bits = most
+    md.txnid_least_bits = least
+    _, payload = split_entry(entry)
+    return encode_entry(md, bytes(payload))
+
+
 def entry_checksum(entry: bytes | bytearray | memoryview) -> int:
     """CRC32C (Castagnoli) of an entry, as carried after magic 0x0e01."""
     result: int = crc32c(entry)

@@ -37,6 +37,7 @@ from broker.admin.responses import admin_of, no_content
 from broker.admin.service import AdminEntries, topic_name
 from broker.subscriptions.cancel import SubscriptionCancel, cancel_on_subscription, delays_messages
 from broker.topics.topic import Topic
+from protocol.errors import NotAllowedError
 from protocol.metadata import parse_entry
 from storage.positions import Position
 
@@ -93,6 +94,10 @@ async def cancel_delayed_message(request: web.Request) -> web.Response:
             f"Failed to cancel delayed message: message {ledger_id}:{entry_id} not found "
             f"in {tn}")
     topic, stored_at = found
+    try:
+        topic.check_not_in_open_transaction(position, "cancel")
+    except NotAllowedError as exc:
+        raise E.precondition_failed(f"Failed to cancel delayed message: {exc.message}") from None
     if stored_at is None:
         raise E.precondition_failed(
             f"Failed to cancel delayed message: message {ledger_id}:{entry_id} is not a "

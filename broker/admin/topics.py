@@ -24,6 +24,7 @@ from broker.admin.stats import aggregate_stats
 from broker.topics import stats as topic_docs
 from broker.topics.names import TopicName
 from broker.topics.topic import Topic
+from protocol.errors import NotAllowedError
 from storage.positions import Position
 
 BASE = "/admin/v2/persistent/{tenant}/{namespace}"
@@ -321,6 +322,10 @@ async def skip_by_message_ids(request: web.Request) -> web.Response:
                 raise E.precondition_failed(
                     f"Invalid mark deleted position: message {ref.ledger_id}:{ref.entry_id} "
                     f"does not exist on {topic.name}")
+            try:
+                topic.check_not_in_open_transaction(Position(*ref.position), "skip")
+            except NotAllowedError as exc:
+                raise E.precondition_failed(exc.message) from None
     for _, sub, mine in chosen:
         if mine:
             await sub.resets.skip_by_message_ids(_to_service_ids(mine))

@@ -52,6 +52,7 @@ registries (``producers``, ``waiting_producers``): others change them only throu
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -80,9 +81,10 @@ from broker.topics.service import BrokerService
 from protocol import commands as C
 from protocol import pulsar_pb as pb
 from protocol.entry_metadata import BROKER_ENTRY_METADATA_VERSION
-from protocol.errors import RequestError, ServerError
+from protocol.errors import ProtocolError, RequestError, ServerError
 from protocol.frames import Frame, FrameDecoder, UnknownCommand
 from protocol.limits import FRAME_PADDING
+from protocol.metadata import stamp_txnid
 from protocol.send_path import SendFrame
 
 __all__ = ["DEFAULT_TABLES", "ServerConnection", "StateTables", "build_tables"]
@@ -485,10 +487,14 @@ def _send_frame(frame: Frame) -> SendFrame:
     if entry is None:
         return SendFrame(send.producer_id, send.sequence_id, send.num_messages,
                          send.highest_sequence_id, b"", False, 0)
+    valid = frame.checksum_valid is not False
+    most, least = send.txnid_most_bits, send.txnid_least_bits
+    if (most or least) and valid:   # a transactional SEND: the stored entry names it
+        with contextlib.suppress(ProtocolError):   # the producer's checks refuse it
+            entry = stamp_txnid(entry, most, least)
     metadata_size = int.from_bytes(entry[:4], "big") if len(entry) >= 4 else 0
     return SendFrame(send.producer_id, send.sequence_id, send.num_messages,
-                     send.highest_sequence_id, entry, frame.checksum_valid is not False,
-                     metadata_size)
+                     send.highest_sequence_id, entry, valid, metadata_size)
 
 
 StateTables = dict[ConnState, dict[int, tuple[Handler, ConnState]]]

@@ -27,8 +27,10 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from broker.metrics.rates import iso_ms
+from broker.net.handshake import Handshake
 from broker.net.schemas import check_consumer_schema
 from broker.net.sliced import SLICE_IDS, SlicedCommands
+from broker.net.txn_requests import acknowledge_in_transaction
 from broker.net.view import ConnectionView
 from broker.subscriptions.consumer import Consumer, HashRange
 from broker.subscriptions.limits import ConsumerLimits
@@ -91,6 +93,11 @@ class ConsumerConnection(ConnectionView, Protocol):
 
     @property
     def client_version(self) -> str: ...
+
+    @property
+    def handshake(self) -> Handshake:
+        """Its role (transactions check who may use one)."""
+        ...
 
     @property
     def writes_paused(self) -> bool: ...
@@ -281,6 +288,14 @@ class ConsumerSide:
         """Apply an ACK, then answer it (ACK_RESPONSE when it has a request id). One of more
         than :data:`SLICE_IDS` ids, or one arriving while such work is queued, is applied in
         slices (:mod:`broker.net.sliced`): its answer still follows all of it."""
+        txns = self.connection.service.transactions
+        if txns is not None and cmd.HasField("txnid_most_bits"):
+            attached = self._attached.get(cmd.consumer_id)
+            if attached is not None:
+                attached.consumer.last_acked_ms = _now_ms()
+                acknowledge_in_transaction(self.connection, txns, cmd, attached.subscription,
+                                           cmd.message_id)
+                return
         if self._sliced.busy or len(cmd.message_id) > SLICE_IDS:
             self._sliced.run(self._ack_slices(cmd))
             return
@@ -407,6 +422,11 @@ class ConsumerSide:
             return
         ledger = sub.ledger
         last = tail_position(ledger)
+        txn = sub.transaction_view()
+        if txn is not None:   # Pulsar answers the max read position: nothing an open
+            capped = txn.read_limit(ledger.last_confirmed)   # transaction holds back
+            if capped is not None and capped < last:
+                last = capped
         md = sub.cursor.mark_delete_position
         if last.entry_id < 0:
             # Nothing in the topic: Pulsar answers (-1, -1) (its compacted-ledger fallback finds

@@ -22,6 +22,7 @@ from broker.net.lookup import LookupConnection
 from broker.net.producers import ProducerConnection, handle_close_producer, handle_producer
 from broker.net.schemas import SchemaConnection
 from broker.net.topic_watchers import TopicWatchers
+from broker.net.txn_requests import on_transaction_command
 from broker.topics.names import TopicName
 from protocol import commands as C
 from protocol import pulsar_pb as pb
@@ -187,6 +188,10 @@ TRANSACTIONS_DISABLED: Final = "Transactions are not enabled."
 
 def on_transaction_request(conn: CommandHost, frame: Frame) -> None:
     """NEW_TXN, ADD_PARTITION_TO_TXN, ADD_SUBSCRIPTION_TO_TXN, END_TXN, TC_CLIENT_CONNECT_REQUEST."""
+    txns = conn.service.transactions
+    if txns is not None:
+        on_transaction_command(conn, frame, txns)
+        return
     cmd = frame.command
     request = getattr(cmd, SUBFIELD_BY_TYPE[cmd.type])
     conn.write(C.encode_error(request.request_id, ServerError.NotAllowedError,
@@ -194,6 +199,10 @@ def on_transaction_request(conn: CommandHost, frame: Frame) -> None:
 
 
 def on_end_txn_on_partition(conn: CommandHost, frame: Frame) -> None:
+    txns = conn.service.transactions
+    if txns is not None:
+        on_transaction_command(conn, frame, txns)
+        return
     m = frame.command.endTxnOnPartition
     conn.write(C.encode_end_txn_on_partition_response(
         m.request_id, m.txnid_least_bits, m.txnid_most_bits,
@@ -201,6 +210,10 @@ def on_end_txn_on_partition(conn: CommandHost, frame: Frame) -> None:
 
 
 def on_end_txn_on_subscription(conn: CommandHost, frame: Frame) -> None:
+    txns = conn.service.transactions
+    if txns is not None:
+        on_transaction_command(conn, frame, txns)
+        return
     m = frame.command.endTxnOnSubscription
     conn.write(C.encode_end_txn_on_subscription_response(
         m.request_id, m.txnid_least_bits, m.txnid_most_bits,

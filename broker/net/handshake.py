@@ -141,6 +141,14 @@ class Handshake:
     def completed(self) -> bool:
         return self.role is not None
 
+    def may_use_transaction_of(self, owner: str) -> bool:
+        """Pulsar's transaction ownership: with authentication on, only the role that opened a
+        transaction, or a super-user, may add to it, acknowledge in it or end it."""
+        if not self._authn.enabled:
+            return True
+        role = self.role_name
+        return role == owner or self._authz.is_super_user(role)
+
     # ------------------------------------------------------------------ handshake timeout
 
     def start_timer(self, loop: asyncio.AbstractEventLoop) -> None:

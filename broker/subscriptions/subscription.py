@@ -66,6 +66,7 @@ from broker.subscriptions.limits import NO_CONSUMER_LIMITS, ConsumerLimits
 from broker.subscriptions.resets import CursorResets
 from broker.subscriptions.revision import RevisionController
 from broker.subscriptions.selectors import KeySharedSelector
+from broker.transactions.dispatch_view import DispatchView
 from protocol import pulsar_pb as pb
 from protocol.errors import (
     ConsumerBusyError,
@@ -137,6 +138,13 @@ class TopicContext(Protocol):
         ...
 
     async def delete_subscription(self, name: str, *, force: bool = False) -> None: ...
+
+    #: The topic's full name.
+    full: str
+
+    def transaction_view(self, subscription: str) -> DispatchView | None:
+        """What this subscription's dispatcher checks for transactions (None: nothing)."""
+        ...
 
     def consumer_count(self) -> int:
         """Consumers attached to all the topic's subscriptions (``maxConsumersPerTopic``)."""
@@ -479,6 +487,15 @@ class Subscription:
     def compacted_out(self, pos: Position) -> bool:
         """A read_compacted subscription skips *pos*: compaction superseded it."""
         return self.read_compacted and self.topic.compacted_out(pos)
+
+    # ------------------------------------------------------------------ transactions
+
+    @property
+    def topic_full(self) -> str:
+        return self.topic.full
+
+    def transaction_view(self) -> DispatchView | None:
+        return self.topic.transaction_view(self.name)
 
     # ------------------------------------------------------------------ stats
 

@@ -60,6 +60,12 @@ from broker.topics.storage_errors import StorageOp, storage_failure
 from broker.topics.tenancy import Tenancy
 from broker.topics.topic import Topic
 from broker.topics.topic_events import TopicEvents
+from broker.transactions.service import (
+    TC_ASSIGN_PARTITIONS,
+    TC_ASSIGN_TOPIC,
+    TransactionService,
+    TxnTopic,
+)
 from protocol.errors import (
     InvalidTopicNameError,
     MetadataError,
@@ -111,6 +117,8 @@ class BrokerService:
         self._producer_names = itertools.count()
         self._timers: list[asyncio.Task[None]] = []
         self.publish_refusals = PublishRefusals(store.disk)
+        #: Transactions (transactionCoordinatorEnabled), started by start().
+        self.transactions: TransactionService | None = None
         self.activity = TopicActivity(min(
             float(config.backlog_quota_check_interval_in_seconds),
             config.message_expiry_check_interval_in_minutes * 60.0))
@@ -127,7 +135,29 @@ class BrokerService:
         await md.put("broker", "generation", {"value": self._instance})
         await self.policies.load()
         await self.dynamic_config.load()
+        if self.config.transaction_coordinator_enabled:
+            await self._create_coordinator_assign_topic()
+            self.transactions = TransactionService(self.store, self.loop)
+            await self.transactions.start(self._transaction_topic)
         self._timers = [self.loop.create_task(self._rates_loop())]
+
+    async def _create_coordinator_assign_topic(self) -> None:
+        """As Pulsar with transactions: the system tenant and namespace, and the partitioned
+        topic whose partitions clients look up to find the coordinators (one here)."""
+        tn = TopicName.parse(TC_ASSIGN_TOPIC)
+        tenant, _ = tn.namespace.split("/", 1)
+        if await self.tenancy.get_tenant(tenant) is None:
+            await self.tenancy.create_tenant(tenant)
+        if not self.tenancy.namespace_exists(tn.namespace):
+            await self.tenancy.create_namespace(tn.namespace)
+        if tn.full not in self._partitioned:
+            await self.create_partitioned_topic(tn.full, TC_ASSIGN_PARTITIONS)
+
+    async def _transaction_topic(self, name: str) -> TxnTopic | None:
+        try:
+            return await self.get_topic(name, create=False)
+        except TopicNotFoundError:
+            return None
 
     def _reconfigure(self, config: BrokerConfig) -> None:
         """A dynamic setting changed (:mod:`broker.dynamic_config`): the new configuration is
@@ -141,6 +171,8 @@ class BrokerService:
         self.closing = True
         for t in self._timers:
             t.cancel()
+        if self.transactions is not None:
+            await self.transactions.close()
         for fut in list(self._loading.values()):
             with contextlib.suppress(Exception):
                 await asyncio.shield(fut)
@@ -459,6 +491,8 @@ class BrokerService:
             del self.topics[full]
             await self._close_topic(topic)
         await self.store.delete_ledger(full)
+        if self.transactions is not None:
+            self.transactions.forget_topic(full)
         await termination.forget(self.store.metadata, full)
         await entry_metadata.forget(self.store.metadata, full)
         await self._drop_topic_policy(full)

@@ -87,6 +87,10 @@ from broker.topics.subscribe_rate import SubscribeRateLimiter
 from broker.topics.termination import TERMINATED_REASON, Termination
 from broker.topics.topic_state import TopicState
 from broker.topics.trim import LedgerTrimmer
+from broker.transactions.buffer import TopicTransactionBuffer
+from broker.transactions.dispatch_view import DispatchView
+from broker.transactions.pending_ack import AckTarget
+from broker.transactions.service import TransactionService
 from protocol import commands as C
 from protocol import pulsar_pb as pb
 from protocol.errors import (
@@ -141,6 +145,9 @@ class TopicHost(Protocol):
     activity: TopicActivity
 
     async def unload_topic(self, full: str) -> None: ...
+
+    #: Transactions (None: transactionCoordinatorEnabled is false).
+    transactions: TransactionService | None
 
 
 _OPEN = TopicState.OPEN
@@ -198,6 +205,10 @@ class Topic:
         self.replace_by_key = TopicReplaceByKey(
             ledger, lambda: name.is_persistent and host.policies.delayed_replace_by_key(name),
             self.subscriptions.values)
+        txns = host.transactions
+        #: This topic's transaction buffer (None without transactions or when not persistent).
+        self.txn_buffer: TopicTransactionBuffer | None = (
+            txns.buffer_for(self.full) if txns is not None and name.is_persistent else None)
 
     # ------------------------------------------------------------------ loading
 
@@ -223,6 +234,9 @@ class Topic:
         if topic.replace_by_key.sync(subs) is not None:
             # Before anything is dispatched: what the previous run had replaced stays replaced.
             await topic.replace_by_key.rebuild(subs)
+        if topic.txn_buffer is not None and host.transactions is not None:
+            # Before anything is dispatched: what transactions hid or hold stays so.
+            await host.transactions.attach(topic.txn_buffer, ledger, topic._notify_subscriptions)
         await topic.compaction.load()
         await topic.termination.load()
         if topic.entry_stamper is not None and topic.entry_stamper.indexes:
@@ -249,6 +263,8 @@ class Topic:
             entries = stamper.stamp(entries, messages)
         self.replace_by_key.sync(self.subscriptions.values())
         sink = self.replace_by_key.sink_for(entries, sink)
+        if self.txn_buffer is not None:
+            sink = self.txn_buffer.sink_for(entries, sink)
         try:
             self.ledger.append_run(entries, sink)
         except Exception as exc:   # never out of the publish path: a SEND_ERROR instead
@@ -511,6 +527,28 @@ class Topic:
         self._removed_msg_out += sub.msg_out_counter
         self._removed_bytes_out += sub.bytes_out_counter
 
+    # ------------------------------------------------------------------ transactions
+
+    def transaction_view(self, subscription: str) -> DispatchView | None:
+        """What *subscription*'s dispatcher checks this round (None: nothing)."""
+        txns = self.host.transactions
+        if txns is None or self.txn_buffer is None:
+            return None
+        return txns.dispatch_view(self.full, subscription)
+
+    def ack_target(self, subscription: str) -> AckTarget | None:
+        return self.subscriptions.get(subscription)
+
+    def check_not_in_open_transaction(self, pos: Position, action: str) -> None:
+        """Refuse (NotAllowed) to *action* a message of a transaction that has not ended: it is
+        not visible yet, and its commit or abort decides whether it ever is."""
+        buffer = self.txn_buffer
+        txn = buffer.open_transaction_of(pos) if buffer is not None else None
+        if txn is not None:
+            raise NotAllowedError(
+                f"Cannot {action} message {pos}: it belongs to transaction {txn}, which is "
+                "still open; it can be done once the transaction has committed")
+
     # ------------------------------------------------------------------ delayed policy
 
     def compacted_out(self, pos: Position) -> bool:
@@ -708,6 +746,8 @@ class Topic:
                 log.exception("recording the entry index of %s failed", self.full)
         await self.backlog.close()
         await self.compaction.close()
+        if self.txn_buffer is not None:
+            self.txn_buffer.detach(self.ledger)
         self.dedup.close(self.loop.time())
         try:
             await self.ledger.close()

@@ -9,7 +9,8 @@ delayed delivery, schemas, exclusive producers, de-duplication, termination, TLS
 the admin REST routes) and ``spring/`` (``spring-boot-starter-pulsar``: PulsarTemplate and
 @PulsarListener). The modules never start a broker: this test starts four in-process brokers
 on free loopback ports (plain with a TLS listener beside it, one with token authentication
-and authorization, and one stamping and exposing broker entry metadata), runs
+and authorization, one stamping and exposing broker entry metadata) and a fifth with
+transactions enabled, runs
 ``mvn -q -B -fae test`` there with their addresses in ``HORAE_*`` environment variables, then reads Surefire's XML reports and fails with every failed Java test
 and its message. It skips when ``mvn`` or ``java`` is missing.
 
@@ -86,8 +87,10 @@ def test_java_client_and_spring_boot_against_horae(
     entry_metadata = broker_factory(config_overrides={
         "brokerEntryMetadataInterceptors": ENTRY_METADATA_INTERCEPTORS,
         "exposingBrokerEntryMetadataToClientEnabled": True})
+    transactions = broker_factory(config_overrides={"transactionCoordinatorEnabled": True})
     env = {
         **os.environ,
+        "HORAE_TXN_SERVICE_URL": transactions.service_url,
         "HORAE_ENTRY_METADATA_SERVICE_URL": entry_metadata.service_url,
         "HORAE_ENTRY_METADATA_WEB_URL": entry_metadata.web_url,
         "HORAE_SERVICE_URL": broker.service_url,

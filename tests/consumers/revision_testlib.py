@@ -57,6 +57,11 @@ class StubTopic:
         self.closing = asyncio.Event()
         self.topic_dispatch = TopicDispatch(lambda: (0, 0))   # no dispatchRate
 
+    full = "persistent://public/default/stub"
+
+    def transaction_view(self, subscription: str) -> None:
+        return None   # no transaction touched this topic
+
     def delay_policy(self) -> DelayPolicy:
         return POLICY
 

@@ -67,6 +67,11 @@ class StubTopic:
         self.subscriptions: dict[str, Any] = {}
         self.topic_dispatch = TopicDispatch(lambda: (0, 0))   # no dispatchRate
 
+    full = "persistent://public/default/stub"
+
+    def transaction_view(self, subscription: str) -> None:
+        return None   # no transaction touched this topic
+
     touches = 0
 
     def touch(self) -> None:

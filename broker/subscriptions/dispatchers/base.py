@@ -52,6 +52,7 @@ from broker.subscriptions.consumer import Consumer
 from broker.subscriptions.dispatch_rate import DispatchRate, DispatchRateLimiter, TopicDispatch
 from broker.subscriptions.dispatchers.cursors import SubscriptionCursor
 from broker.subscriptions.revision import RevisionSource
+from broker.transactions.dispatch_view import HIDE, DispatchView
 from protocol.errors import ProtocolError
 from protocol.metadata import EntryInfo, parse_entry, peek_dispatch, sticky_key_hash
 from protocol.sub_types import SubType
@@ -106,6 +107,11 @@ class DispatchContext(Protocol):
 
     def touch(self) -> None:
         """The out counters moved: the topic's rate meters need sampling again."""
+        ...
+
+    def transaction_view(self) -> DispatchView | None:
+        """Transactions' say this round: the max read position, entries to acknowledge
+        unseen (markers, aborted messages) or hold (acknowledged in an open transaction)."""
         ...
 
 
@@ -356,6 +362,7 @@ class Dispatcher:
         progressed = False
         blocked: set[int] = set()
         delayed = self.delayed
+        txn = sub.transaction_view()
         if delayed is not None:
             for pos in delayed.due(max(budget, MAX_READ_ENTRIES)):
                 self.add_replay(pos)
@@ -370,7 +377,8 @@ class Dispatcher:
                 return True  # a reset ran meanwhile: this replay read is stale
             for pos in missing:
                 self.discard_replay(pos)  # trimmed or dropped: nothing to redeliver
-            if self._deliver(entries, from_replay=True, blocked=blocked, revision=revision) or \
+            if self._deliver(entries, from_replay=True, blocked=blocked, revision=revision,
+                             txn=txn) or \
                     len(self.replay) < before:
                 progressed = True
             budget = self._rate_limited(self._budget())
@@ -378,6 +386,8 @@ class Dispatcher:
         # other keys move on (their order is kept per key by the hash rules).
         if budget > 0 and (not self.replay or self.needs_hash) and self._may_read_new():
             last = ledger.last_confirmed
+            if txn is not None:
+                last = txn.read_limit(last)   # an open transaction holds later entries back
             read_from = cursor.read_position
             if delayed is not None and last is not None and read_from <= last:
                 read_from = self._skip_held(delayed, read_from, last)
@@ -386,12 +396,14 @@ class Dispatcher:
                 entries = await ledger.read_entries(read_from, min(wanted, MAX_READ_ENTRIES))
                 if revisions.is_outdated(revision) or self._closed:
                     return True  # a reset ran meanwhile: this read is stale
+                if txn is not None and entries and entries[-1].position > last:
+                    entries = [e for e in entries if e.position <= last]
                 if entries:
                     if cursor.read_position == read_from:
                         cursor.read_position = ledger.next_position(entries[-1].position)
                     progressed = True
                     self._deliver(entries, from_replay=False, blocked=blocked,
-                                  revision=revision)
+                                  revision=revision, txn=txn)
         self.flush_consumers()
         return progressed
 
@@ -493,7 +505,7 @@ class Dispatcher:
         return out, missing
 
     def _deliver(self, entries: list[Entry], *, from_replay: bool, blocked: set[int],
-                 revision: int) -> int:
+                 revision: int, txn: DispatchView | None = None) -> int:
         """Route and queue entries; returns the number of entries sent."""
         sub = self.sub
         cursor = sub.cursor
@@ -516,6 +528,14 @@ class Dispatcher:
                 if from_replay:
                     self.discard_replay(pos)
                 continue
+            if txn is not None:
+                verdict = txn.verdict(pos)
+                if verdict:
+                    if verdict == HIDE:
+                        cursor.delete((pos,))  # a marker or an aborted message: acked unseen
+                    if from_replay:
+                        self.discard_replay(pos)
+                    continue
             if read_compacted and sub.compacted_out(pos):
                 cursor.delete((pos,))  # superseded by compaction: acknowledged unseen
                 if from_replay:

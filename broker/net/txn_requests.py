@@ -1,0 +1,168 @@
+"""The transaction commands of a connection, with ``transactionCoordinatorEnabled``.
+
+Theory of operation: :func:`broker.net.handlers.on_transaction_request` hands every
+transaction command here when the broker has a
+:class:`broker.transactions.service.TransactionService`. Each request runs as a task of the
+connection (its log append must be durable before the answer) and is answered with its own
+response type, carrying the transaction id and, on failure, the error code and text (Pulsar's
+``Commands.new*Response``), never a bare ERROR: the clients match the response type.
+An ACK carrying a transaction id comes from :meth:`broker.net.consumers.ConsumerSide.handle_ack`
+to :func:`acknowledge_in_transaction`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from broker.net.handshake import Handshake
+from broker.net.view import ConnectionView
+from broker.subscriptions.subscription import Subscription, wire_position
+from broker.topics.names import TopicName
+from broker.transactions.ids import TxnId, TxnStatus
+from broker.transactions.pending_ack import PendingAck
+from broker.transactions.service import TransactionService
+from protocol import pulsar_pb as pb
+from protocol.commands import encode_ack_response
+from protocol.errors import NotAllowedError, RequestError, ServerError
+from protocol.frames import Frame
+from protocol.txn_commands import encode_tc_client_connect_response, encode_txn_response
+from storage.positions import Position
+
+__all__ = ["acknowledge_in_transaction", "on_transaction_command"]
+
+_T = pb.BaseCommand
+_I64 = 1 << 63
+
+
+class TxnConnection(ConnectionView, Protocol):
+    @property
+    def handshake(self) -> Handshake: ...
+
+
+def _check_owner(conn: TxnConnection, txns: TransactionService, txn: TxnId) -> None:
+    owner = txns.coordinator.owner_of(txn)
+    if owner is not None and not conn.handshake.may_use_transaction_of(owner):
+        raise RequestError(f"Role {conn.handshake.role_name!r} is not the owner of transaction "
+                           f"{txn}", ServerError.AuthorizationError)
+
+
+def _topic(name: str) -> str:
+    return TopicName.parse(name).full   # InvalidTopicName on a bad one
+
+
+def on_transaction_command(conn: TxnConnection, frame: Frame, txns: TransactionService) -> None:
+    cmd = frame.command
+    t = cmd.type
+    if t == _T.TC_CLIENT_CONNECT_REQUEST:
+        m = cmd.tcClientConnectRequest
+        try:
+            txns.coordinator.check_coordinator(int(m.tc_id))
+        except RequestError as exc:
+            conn.write(encode_tc_client_connect_response(m.request_id, error=exc.code,
+                                                         message=exc.message))
+            return
+        conn.write(encode_tc_client_connect_response(m.request_id))
+        return
+    coordinator = txns.coordinator
+    if t == _T.NEW_TXN:
+        new = cmd.newTxn
+        rid = new.request_id
+        tc_id = int(new.tc_id)
+
+        async def new_txn() -> None:
+            txn = await coordinator.new_txn(int(new.txn_ttl_seconds), tc_id,
+                                            conn.handshake.role_name)
+            conn.write(encode_txn_response(t, rid, txn.most, txn.least))
+
+        conn.spawn(new_txn(), rid, lambda e: encode_txn_response(
+            t, rid, tc_id, 0, error=e.code, message=e.message))
+        return
+    sub_field = {
+        _T.ADD_PARTITION_TO_TXN: "addPartitionToTxn",
+        _T.ADD_SUBSCRIPTION_TO_TXN: "addSubscriptionToTxn",
+        _T.END_TXN: "endTxn",
+        _T.END_TXN_ON_PARTITION: "endTxnOnPartition",
+        _T.END_TXN_ON_SUBSCRIPTION: "endTxnOnSubscription",
+    }[t]
+    m = getattr(cmd, sub_field)
+    rid = m.request_id
+    txn = TxnId(int(m.txnid_most_bits), int(m.txnid_least_bits))
+
+    async def run() -> None:
+        _check_owner(conn, txns, txn)
+        if t == _T.ADD_PARTITION_TO_TXN:
+            await txns.add_partitions(txn, [_topic(p) for p in m.partitions])
+        elif t == _T.ADD_SUBSCRIPTION_TO_TXN:
+            await coordinator.add_subscriptions(
+                txn, [(_topic(s.topic), s.subscription) for s in m.subscription])
+        elif t == _T.END_TXN:
+            await coordinator.end(txn, _commit(m.txn_action))
+        elif t == _T.END_TXN_ON_PARTITION:
+            commit = _commit(m.txn_action)
+            _check_ending(txns, txn, commit)
+            await txns.end_on_partition(_topic(m.topic), txn, commit)
+        else:
+            commit = _commit(m.txn_action)
+            _check_ending(txns, txn, commit)
+            await txns.end_on_subscription(_topic(m.subscription.topic),
+                                           m.subscription.subscription, txn, commit)
+        conn.write(encode_txn_response(t, rid, txn.most, txn.least))
+
+    conn.spawn(run(), rid, lambda e: encode_txn_response(
+        t, rid, txn.most, txn.least, error=e.code, message=e.message))
+
+
+def _check_ending(txns: TransactionService, txn: TxnId, commit: bool) -> None:
+    """END_TXN_ON_PARTITION / _ON_SUBSCRIPTION come from a coordinator finishing a
+    transaction; this broker's coordinator is the only one, so such a command may only repeat
+    what it decided (an end it is running or ran), never decide an outcome of its own."""
+    status = txns.coordinator.status(txn)
+    allowed = ((TxnStatus.COMMITTING, TxnStatus.COMMITTED) if commit
+               else (TxnStatus.ABORTING, TxnStatus.ABORTED))
+    if status not in allowed:
+        raise NotAllowedError(
+            f"Transaction {txn} is not being {'committed' if commit else 'aborted'} by the "
+            f"transaction coordinator (its status: {status.value if status else 'unknown'})")
+
+
+def _commit(action: int) -> bool:
+    if action == pb.COMMIT:
+        return True
+    if action == pb.ABORT:
+        return False
+    raise NotAllowedError(f"Unsupported txnAction {action}")
+
+
+def acknowledge_in_transaction(conn: TxnConnection, txns: TransactionService,
+                               cmd: pb.CommandAck, subscription: object,
+                               message_ids: Sequence[pb.MessageIdData]) -> None:
+    """An ACK with a transaction id, for the consumer's *subscription*."""
+    txn = TxnId(int(cmd.txnid_most_bits), int(cmd.txnid_least_bits))
+    consumer_id = cmd.consumer_id
+    rid = cmd.request_id if cmd.HasField("request_id") else None
+    acks: list[PendingAck] = []
+    for mid in message_ids:
+        lid, eid = mid.ledgerId, mid.entryId
+        if lid >= _I64 or eid >= _I64:
+            lid, eid = wire_position(lid, eid)
+        acks.append((Position(lid, eid), list(mid.ack_set) or None))
+    cumulative = cmd.ack_type == pb.CommandAck.Cumulative
+    if cumulative:
+        acks = acks[-1:]
+
+    async def run() -> None:
+        _check_owner(conn, txns, txn)
+        if not isinstance(subscription, Subscription) or not subscription.durable:
+            raise NotAllowedError("Transactional acknowledgement needs a durable subscription "
+                                  "of a persistent topic")
+        await txns.acknowledge(txn, subscription.topic_full, subscription.name, acks,
+                               cumulative, subscription)
+        if rid is not None:
+            conn.write(encode_ack_response(consumer_id, rid))
+
+    def failed(exc: RequestError) -> bytes:
+        return encode_ack_response(consumer_id, rid if rid is not None else 0,
+                                   error=exc.code, message=exc.message)
+
+    conn.spawn(run(), rid, failed if rid is not None else None)

@@ -1,0 +1,413 @@
+"""The transaction coordinator: ids, statuses, timeouts and the two phases of END_TXN.
+
+Theory of operation
+-------------------
+One coordinator (id 0) serves every transaction. Its state is a table ``TxnId -> TxnMeta``
+rebuilt at start-up from the :class:`broker.transactions.log.TransactionLog`, and every change
+is logged (and durable) before it is answered:
+
+1. NEW_TXN logs ``new`` (the sequence is the id's least significant bits, the timeout the
+   client's ``txn_ttl_seconds``, which Pulsar's clients fill in milliseconds) and arms a timer
+   that aborts the transaction when the timeout passes.
+2. ADD_PARTITION_TO_TXN / ADD_SUBSCRIPTION_TO_TXN log the new participants of an OPEN one.
+3. END_TXN logs COMMITTING (ABORTING), ends the transaction on every partition (a commit or
+   abort marker in the topic's ledger, :mod:`broker.transactions.buffer`) and subscription
+   (its pending acks applied or dropped, :mod:`broker.transactions.pending_ack`) through the
+   :class:`Participants` the service hands in, then logs COMMITTED (ABORTED) and answers.
+   Ending is idempotent on every participant, so a restart that finds a COMMITTING or
+   ABORTING transaction simply runs phase two again (:meth:`resume`).
+
+A command on an ended transaction answers TransactionNotFound, as Pulsar's (whose coordinator
+forgets a transaction as it ends); the last :data:`MAX_ENDED` ended ones are remembered for the
+admin view and the error's text. A command that does not fit the status of an unfinished one
+(ABORT of a COMMITTING one, ADD_PARTITION to an ABORTING one) answers InvalidTxnStatus.
+
+After an end the log keeps only the ledgers from the first record of the oldest unfinished
+transaction on; before a trim deletes anything, a ``checkpoint`` record keeps what the deleted
+records told a restart: the last sequence handed out (so no id is handed out twice) and the
+topics transactions produced to (so their buffers are rebuilt at load).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, Final, Protocol
+
+from broker.transactions.ids import (
+    InvalidTxnStatusError,
+    TransactionCoordinatorNotFoundError,
+    TxnId,
+    TxnStatus,
+    invalid_status,
+    not_found,
+)
+from broker.transactions.log import TransactionLog
+from broker.transactions.stats import CoordinatorStats, TransactionStats
+
+__all__ = ["MAX_ENDED", "Participants", "TransactionCoordinator", "TxnMeta"]
+
+log = logging.getLogger("horae.transactions")
+
+#: Ended transactions remembered for InvalidTxnStatus answers and the admin view.
+MAX_ENDED: Final = 10_000
+#: A client that asks for no timeout gets Pulsar's client default (3 hours, in ms) ...
+DEFAULT_TIMEOUT_MS: Final = 3 * 3600 * 1000
+#: ... and none may exceed this (a timer per open transaction: keep them finite).
+MAX_TIMEOUT_MS: Final = 7 * 24 * 3600 * 1000
+#: OPEN transactions at once (Pulsar's maxActiveTransactionsPerCoordinator is unbounded by
+#: default; every open one costs a timer and a table row here).
+MAX_OPEN: Final = 100_000
+
+
+class Participants(Protocol):
+    """What the coordinator asks of the topics in phase two (the service implements it)."""
+
+    async def end_on_partition(self, topic: str, txn: TxnId, commit: bool) -> None: ...
+
+    async def end_on_subscription(self, topic: str, subscription: str, txn: TxnId,
+                                  commit: bool) -> None: ...
+
+    def partitions_holding(self, txn: TxnId) -> list[str]:
+        """Topics holding entries of *txn* though it never registered them (ended too)."""
+        ...
+
+    def registered_topics(self) -> list[str]:
+        """Every topic a transaction produced to (kept by the log's checkpoints)."""
+        ...
+
+
+@dataclass(slots=True)
+class TxnMeta:
+    txn_id: TxnId
+    status: TxnStatus
+    opened_at_ms: int
+    timeout_ms: int
+    partitions: dict[str, None] = field(default_factory=dict)  # ordered set
+    subscriptions: dict[tuple[str, str], None] = field(default_factory=dict)
+    ended_at_ms: int = 0
+    first_log_ledger: int = 0   # the log ledger holding its first record
+    owner: str = ""             # the role that opened it
+
+    def stats(self) -> TransactionStats:
+        return TransactionStats(str(self.txn_id), self.status.value, self.opened_at_ms,
+                                self.opened_at_ms + self.timeout_ms, self.ended_at_ms,
+                                tuple(self.partitions), tuple(self.subscriptions), self.owner)
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _key(txn: TxnId) -> dict[str, int]:
+    return {"m": txn.most, "l": txn.least}
+
+
+class TransactionCoordinator:
+    """Coordinator ``tc_id`` (see the module docstring)."""
+
+    def __init__(self, tc_id: int, txn_log: TransactionLog, participants: Participants,
+                 loop: asyncio.AbstractEventLoop) -> None:
+        self.tc_id = tc_id
+        self._log = txn_log
+        self._participants = participants
+        self._loop = loop
+        self._txns: dict[TxnId, TxnMeta] = {}
+        self._ended: OrderedDict[TxnId, TxnMeta] = OrderedDict()
+        self._timers: dict[TxnId, asyncio.TimerHandle] = {}
+        self._ending: dict[TxnId, asyncio.Future[None]] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._sequence = 0
+        self._closed = False
+        self.created_total = 0
+        self.committed_total = 0
+        self.aborted_total = 0
+        self.timed_out_total = 0
+        self.recovery_time_ms = 0
+        self.commit_latency_ms_sum = 0.0
+        self.commit_latency_count = 0
+
+    # ------------------------------------------------------------------ recovery
+
+    def replay(self, records: Iterable[tuple[Any, dict[str, Any]]]) -> None:
+        """Rebuild the table from the log's records (start-up, before anything is served)."""
+        started = time.monotonic()
+        for pos, rec in records:
+            op = rec.get("op")
+            if op == "checkpoint":
+                self._sequence = max(self._sequence, int(rec.get("seq", 0)))
+                continue
+            try:
+                txn = TxnId(int(rec["m"]), int(rec["l"]))
+            except (KeyError, TypeError, ValueError):
+                continue
+            if op == "new":
+                self._txns[txn] = TxnMeta(txn, TxnStatus.OPEN, int(rec.get("at", 0)),
+                                          int(rec.get("t", DEFAULT_TIMEOUT_MS)),
+                                          first_log_ledger=int(pos.ledger_id),
+                                          owner=str(rec.get("o", "")))
+                if txn.most == self.tc_id:
+                    self._sequence = max(self._sequence, txn.least)
+                continue
+            meta = self._txns.get(txn)
+            if meta is None:
+                continue
+            if op == "parts":
+                for topic in rec.get("topics", ()):
+                    meta.partitions[str(topic)] = None
+            elif op == "subs":
+                for topic, sub in rec.get("subs", ()):
+                    meta.subscriptions[(str(topic), str(sub))] = None
+            elif op == "status":
+                meta.status = TxnStatus(rec["s"])
+                if meta.status.ended:
+                    meta.ended_at_ms = int(rec.get("at", 0))
+                    del self._txns[txn]
+                    self._remember_ended(meta)
+        self.recovery_time_ms = int((time.monotonic() - started) * 1000)
+
+    def resume(self) -> None:
+        """After :meth:`replay`: arm the timers of open transactions (one whose timeout passed
+        while the broker was down is aborted now) and finish the ones caught between phases."""
+        now = _now_ms()
+        for meta in list(self._txns.values()):
+            if meta.status is TxnStatus.OPEN:
+                self._arm(meta, max(0, meta.opened_at_ms + meta.timeout_ms - now))
+            else:
+                self._spawn(self._finish_logged(meta, meta.status is TxnStatus.COMMITTING))
+
+    # ------------------------------------------------------------------ commands
+
+    def check_coordinator(self, tc_id: int) -> None:
+        if tc_id != self.tc_id:
+            raise TransactionCoordinatorNotFoundError(
+                f"Transaction coordinator with id {tc_id} not found!")
+
+    async def new_txn(self, timeout_ms: int, tc_id: int = 0, owner: str = "") -> TxnId:
+        self.check_coordinator(tc_id)
+        if len(self._txns) >= MAX_OPEN:
+            raise InvalidTxnStatusError(
+                f"Transaction coordinator {self.tc_id} has {MAX_OPEN} transactions open")
+        if timeout_ms <= 0:
+            timeout_ms = DEFAULT_TIMEOUT_MS
+        timeout_ms = min(timeout_ms, MAX_TIMEOUT_MS)
+        self._sequence += 1
+        txn = TxnId(self.tc_id, self._sequence)
+        opened = _now_ms()
+        pos = await self._log.append({"op": "new", **_key(txn), "t": timeout_ms, "at": opened,
+                                      "o": owner})
+        meta = TxnMeta(txn, TxnStatus.OPEN, opened, timeout_ms,
+                       first_log_ledger=int(pos.ledger_id), owner=owner)
+        self._txns[txn] = meta
+        self.created_total += 1
+        self._arm(meta, timeout_ms)
+        return txn
+
+    def open_meta(self, txn: TxnId) -> TxnMeta:
+        """The metadata of *txn* if it is OPEN; raises TransactionNotFound / InvalidTxnStatus."""
+        meta = self._txns.get(txn)
+        if meta is None:
+            ended = self._ended.get(txn)
+            raise not_found(txn, ended.status if ended is not None else None)
+        if meta.status is not TxnStatus.OPEN:
+            raise invalid_status(txn, TxnStatus.OPEN, meta.status)
+        return meta
+
+    def owner_of(self, txn: TxnId) -> str | None:
+        """The role that opened *txn* while it has not ended (None: unknown or ended)."""
+        meta = self._txns.get(txn)
+        return meta.owner if meta is not None else None
+
+    def status(self, txn: TxnId) -> TxnStatus | None:
+        meta = self._txns.get(txn) or self._ended.get(txn)
+        return meta.status if meta is not None else None
+
+    async def add_partitions(self, txn: TxnId, topics: list[str]) -> None:
+        meta = self.open_meta(txn)
+        new = [t for t in dict.fromkeys(topics) if t not in meta.partitions]
+        if new:
+            await self._log.append({"op": "parts", **_key(txn), "topics": new})
+            for t in new:
+                meta.partitions[t] = None
+
+    async def add_subscriptions(self, txn: TxnId, subs: list[tuple[str, str]]) -> None:
+        meta = self.open_meta(txn)
+        new = [s for s in dict.fromkeys(subs) if s not in meta.subscriptions]
+        if new:
+            await self._log.append({"op": "subs", **_key(txn), "subs": [list(s) for s in new]})
+            for s in new:
+                meta.subscriptions[s] = None
+
+    async def end(self, txn: TxnId, commit: bool, *, timed_out: bool = False) -> None:
+        """END_TXN: both phases; returns once the transaction is COMMITTED (ABORTED)."""
+        meta = self._txns.get(txn)
+        if meta is None:
+            ended = self._ended.get(txn)
+            raise not_found(txn, ended.status if ended is not None else None)
+        wanted = TxnStatus.COMMITTING if commit else TxnStatus.ABORTING
+        if meta.status is TxnStatus.OPEN:
+            started = time.monotonic()
+            timer = self._timers.pop(txn, None)
+            if timer is not None:
+                timer.cancel()
+            meta.status = wanted     # before the await: a second END sees it at once
+            try:
+                await self._log.append({"op": "status", **_key(txn), "s": wanted.value})
+            except BaseException:
+                meta.status = TxnStatus.OPEN
+                self._arm(meta, max(0, meta.opened_at_ms + meta.timeout_ms - _now_ms()))
+                raise
+            if timed_out:
+                self.timed_out_total += 1
+            await self._finish(meta, commit)
+            if commit:
+                self.commit_latency_ms_sum += (time.monotonic() - started) * 1000
+                self.commit_latency_count += 1
+            return
+        if meta.status is not wanted:
+            raise invalid_status(txn, wanted, meta.status)
+        await self._finish(meta, commit)    # the same END again, or a retry: join it
+
+    # ------------------------------------------------------------------ phase two
+
+    async def _finish(self, meta: TxnMeta, commit: bool) -> None:
+        fut = self._ending.get(meta.txn_id)
+        if fut is None:
+            fut = self._loop.create_future()
+            self._ending[meta.txn_id] = fut
+            self._spawn(self._finish_logged(meta, commit))
+        await asyncio.shield(fut)
+
+    async def _finish_logged(self, meta: TxnMeta, commit: bool) -> None:
+        txn = meta.txn_id
+        fut = self._ending.get(txn)
+        if fut is None:
+            fut = self._ending[txn] = self._loop.create_future()
+        try:
+            participants = self._participants
+            topics = dict.fromkeys([*meta.partitions, *participants.partitions_holding(txn)])
+            for topic in topics:
+                await participants.end_on_partition(topic, txn, commit)
+            for topic, sub in meta.subscriptions:
+                await participants.end_on_subscription(topic, sub, txn, commit)
+            final = TxnStatus.COMMITTED if commit else TxnStatus.ABORTED
+            ended_at = _now_ms()
+            await self._log.append({"op": "status", **_key(txn), "s": final.value,
+                                    "at": ended_at})
+        except BaseException as exc:
+            # Phase two stays to be done: the next END (a client retry) or the next start
+            # runs it again; every participant's end is idempotent.
+            del self._ending[txn]
+            if not fut.done():
+                if isinstance(exc, Exception):
+                    fut.set_exception(exc)
+                    fut.exception()
+                else:
+                    fut.cancel()
+            if not isinstance(exc, Exception):
+                raise
+            log.warning("transaction %s: ending on its participants failed: %s", txn, exc)
+            return
+        meta.status = final
+        meta.ended_at_ms = ended_at
+        self._txns.pop(txn, None)
+        self._remember_ended(meta)
+        if commit:
+            self.committed_total += 1
+        else:
+            self.aborted_total += 1
+        del self._ending[txn]
+        if not fut.done():
+            fut.set_result(None)
+        await self._trim_log()
+
+    async def _trim_log(self) -> None:
+        """Drop the log ledgers no unfinished transaction has a record in."""
+        txn_log = self._log
+        if txn_log.ledger_count <= 1:
+            return
+        keep = min((m.first_log_ledger for m in self._txns.values()),
+                   default=txn_log.current_ledger_id)
+        first = txn_log.first_ledger_id
+        if first is None or first >= keep:
+            return
+        try:
+            await txn_log.append({"op": "checkpoint", "seq": self._sequence,
+                                  "topics": self._participants.registered_topics()})
+            await txn_log.trim(keep)
+        except Exception as exc:
+            log.warning("transaction log: trimming failed: %s", exc)
+
+    def _remember_ended(self, meta: TxnMeta) -> None:
+        self._ended[meta.txn_id] = meta
+        while len(self._ended) > MAX_ENDED:
+            self._ended.popitem(last=False)
+
+    # ------------------------------------------------------------------ timeouts
+
+    def _arm(self, meta: TxnMeta, delay_ms: int) -> None:
+        if self._closed:
+            return
+        txn = meta.txn_id
+        self._timers[txn] = self._loop.call_later(delay_ms / 1000, self._timed_out, txn)
+
+    def _timed_out(self, txn: TxnId) -> None:
+        self._timers.pop(txn, None)
+        meta = self._txns.get(txn)
+        if meta is not None and meta.status is TxnStatus.OPEN:
+            self._spawn(self._abort_timed_out(txn))
+
+    async def _abort_timed_out(self, txn: TxnId) -> None:
+        try:
+            await self.end(txn, False, timed_out=True)
+        except Exception as exc:
+            log.warning("transaction %s: abort on timeout failed: %s", txn, exc)
+
+    def _spawn(self, coro: Any) -> None:
+        task: asyncio.Task[None] = self._loop.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def settled(self) -> None:
+        """Wait for the work in flight now (phase two of ending transactions, timeouts)."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    # ------------------------------------------------------------------ views
+
+    def transaction(self, txn: TxnId) -> TransactionStats | None:
+        meta = self._txns.get(txn) or self._ended.get(txn)
+        return meta.stats() if meta is not None else None
+
+    def ongoing(self) -> list[TransactionStats]:
+        return [m.stats() for m in self._txns.values()]
+
+    def stats(self) -> CoordinatorStats:
+        first = self._log.first_ledger_id
+        return CoordinatorStats(
+            coordinator_id=self.tc_id, state="Ready", least_sig_bits=self._sequence,
+            ongoing=len(self._txns), created_total=self.created_total,
+            committed_total=self.committed_total, aborted_total=self.aborted_total,
+            timed_out_total=self.timed_out_total,
+            log_records_appended=self._log.records_appended,
+            log_size_bytes=self._log.size_bytes, log_ledgers=self._log.ledger_count,
+            log_first_ledger_id=-1 if first is None else first,
+            recovery_time_ms=self.recovery_time_ms,
+            commit_latency_ms_sum=self.commit_latency_ms_sum,
+            commit_latency_count=self.commit_latency_count)
+
+    async def close(self) -> None:
+        self._closed = True
+        for timer in self._timers.values():
+            timer.cancel()
+        self._timers.clear()
+        for task in list(self._tasks):
+            task.cancel()
+        for task in list(self._tasks):
+            with contextlib.suppress(BaseException):  # cancelled: the log has the state
+                await task

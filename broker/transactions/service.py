@@ -1,0 +1,248 @@
+"""TransactionService: the transaction side of the broker, built once when
+``transactionCoordinatorEnabled`` is true.
+
+Theory of operation: it owns the durable log, the coordinator, the transaction buffer of every
+topic a transaction touched and the pending-ack store of every subscription one acknowledged
+in. At :meth:`start` the log is replayed (coordinator table, pending acknowledgements of open
+transactions, the set of topics to scan at load) and the coordinator resumes (timers, and the
+second phase of transactions a crash caught between phases). Topics reach it through
+:meth:`buffer_for` / :meth:`attach` (load) and :meth:`dispatch_view` (dispatch); the
+coordinator reaches topics through the loader the broker hands in (:class:`TopicLoader`).
+Figures for admin and metrics: :meth:`coordinator_stats`, :meth:`transaction`,
+:meth:`buffer_stats`, :meth:`pending_ack_stats`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Final, Protocol
+
+from broker.transactions.buffer import TopicTransactionBuffer
+from broker.transactions.coordinator import TransactionCoordinator
+from broker.transactions.dispatch_view import DispatchView
+from broker.transactions.ids import TxnId, TxnStatus, invalid_status, not_found
+from broker.transactions.log import TransactionLog
+from broker.transactions.pending_ack import AckTarget, PendingAck, PendingAckStore
+from broker.transactions.stats import (
+    CoordinatorStats,
+    PendingAckStats,
+    TopicBufferStats,
+    TransactionStats,
+)
+from storage.ledger import ManagedLedger
+from storage.positions import Position
+from storage.store import SegmentStore
+
+__all__ = ["COORDINATOR_ID", "TC_ASSIGN_PARTITIONS", "TC_ASSIGN_TOPIC", "TopicLoader", "TransactionService", "TxnTopic"]
+
+log = logging.getLogger("horae.transactions")
+
+COORDINATOR_ID: Final = 0
+#: The topic whose partitions Pulsar's clients look up to find the coordinators: partition N
+#: is coordinator N. One coordinator here, so one partition.
+TC_ASSIGN_TOPIC: Final = "persistent://pulsar/system/transaction_coordinator_assign"
+TC_ASSIGN_PARTITIONS: Final = 1
+
+
+class TxnTopic(Protocol):
+    """What the service uses of a loaded topic."""
+
+    @property
+    def ledger(self) -> ManagedLedger: ...
+
+    def ack_target(self, subscription: str) -> AckTarget | None: ...
+
+
+TopicLoader = Callable[[str], Awaitable["TxnTopic | None"]]
+"""Load a persistent topic by full name without creating it (None: it does not exist)."""
+
+
+class TransactionService:
+    def __init__(self, store: SegmentStore, loop: asyncio.AbstractEventLoop) -> None:
+        self._store = store
+        self._loop = loop
+        self._log: TransactionLog | None = None
+        self._coordinator: TransactionCoordinator | None = None
+        self._loader: TopicLoader | None = None
+        self._buffers: dict[str, TopicTransactionBuffer] = {}
+        self._pending: dict[tuple[str, str], PendingAckStore] = {}
+        #: Topics a transaction produced to (from the log): their buffers scan them at load.
+        self._txn_topics: set[str] = set()
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self, loader: TopicLoader) -> None:
+        self._loader = loader
+        self._log = await TransactionLog.open(self._store)
+        records = await self._log.records()
+        self._coordinator = TransactionCoordinator(COORDINATOR_ID, self._log, self, self._loop)
+        self._coordinator.replay(records)
+        self._replay_acks(records)
+        self._coordinator.resume()
+
+    def _replay_acks(self, records: list[tuple[Position, dict[str, Any]]]) -> None:
+        coordinator = self.coordinator
+        for _, rec in records:
+            op = rec.get("op")
+            if op in ("parts", "checkpoint"):
+                self._txn_topics.update(str(t) for t in rec.get("topics", ()))
+            if op != "ack":
+                continue
+            try:
+                txn = TxnId(int(rec["m"]), int(rec["l"]))
+                acks: list[PendingAck] = [
+                    (Position(int(p[0]), int(p[1])), list(p[2]) if p[2] else None)
+                    for p in rec["pos"]]
+                topic, sub = str(rec["topic"]), str(rec["sub"])
+            except (KeyError, TypeError, ValueError, IndexError):
+                continue
+            status = coordinator.status(txn)
+            if status in (TxnStatus.OPEN, TxnStatus.COMMITTING, TxnStatus.ABORTING) and acks:
+                self.pending_store(topic, sub).replay(txn, acks, bool(rec.get("cum")))
+
+    async def close(self) -> None:
+        if self._coordinator is not None:
+            await self._coordinator.close()
+        if self._log is not None:
+            await self._log.close()
+
+    @property
+    def coordinator(self) -> TransactionCoordinator:
+        if self._coordinator is None:
+            raise RuntimeError("transaction service not started")
+        return self._coordinator
+
+    # ------------------------------------------------------------------ topics
+
+    def buffer_for(self, topic: str) -> TopicTransactionBuffer:
+        buffer = self._buffers.get(topic)
+        if buffer is None:
+            buffer = TopicTransactionBuffer(topic, self.coordinator.status)
+            if topic not in self._txn_topics:
+                buffer.recovered = True   # no logged transaction touched it: nothing to scan
+            self._buffers[topic] = buffer
+        return buffer
+
+    async def attach(self, buffer: TopicTransactionBuffer, ledger: ManagedLedger,
+                     on_readable: Callable[[], None]) -> None:
+        """The topic of *buffer* loaded over *ledger*: recovered (scanned) on its first load."""
+        buffer.attach(ledger, on_readable)
+        if not buffer.recovered:
+            read = await buffer.recover(ledger)
+            log.info("transaction buffer of %s recovered (%d entries scanned)", buffer.topic,
+                     read)
+
+    def forget_topic(self, topic: str) -> None:
+        """The topic was deleted: its buffer and pending acknowledgements go."""
+        self._buffers.pop(topic, None)
+        self._txn_topics.discard(topic)
+        for key in [k for k in self._pending if k[0] == topic]:
+            del self._pending[key]
+
+    async def add_partitions(self, txn: TxnId, topics: list[str]) -> None:
+        """ADD_PARTITION_TO_TXN: logged (durable: their buffers are rebuilt from their
+        ledgers at load from now on), then the topics are known to have transactions."""
+        await self.coordinator.add_partitions(txn, topics)
+        self._txn_topics.update(topics)
+
+    def registered_topics(self) -> list[str]:
+        return sorted(self._txn_topics)
+
+    def partitions_holding(self, txn: TxnId) -> list[str]:
+        return [topic for topic, buffer in self._buffers.items() if buffer.holds(txn)]
+
+    def pending_store(self, topic: str, subscription: str) -> PendingAckStore:
+        key = (topic, subscription)
+        store = self._pending.get(key)
+        if store is None:
+            store = self._pending[key] = PendingAckStore(topic, subscription)
+        return store
+
+    def dispatch_view(self, topic: str, subscription: str) -> DispatchView | None:
+        """The view a dispatcher checks this round, None when nothing is to check."""
+        buffer = self._buffers.get(topic)
+        pending = self._pending.get((topic, subscription))
+        if pending is not None and not pending.active:
+            pending = None
+        if buffer is None or (not buffer.active and pending is None):
+            return None
+        return DispatchView(buffer, pending)
+
+
+    # ------------------------------------------------------------------ acknowledgements
+
+    async def acknowledge(self, txn: TxnId, topic: str, subscription: str,
+                          acks: list[PendingAck], cumulative: bool,
+                          target: AckTarget) -> None:
+        """An ACK in transaction *txn*: checked, logged (durable), then pending."""
+        meta = self.coordinator.open_meta(txn)
+        if not acks:
+            return
+        if (topic, subscription) not in meta.subscriptions:
+            # Pulsar's clients add the subscription first; one that did not is added here, so
+            # the end of the transaction reaches this store.
+            await self.coordinator.add_subscriptions(txn, [(topic, subscription)])
+        store = self.pending_store(topic, subscription)
+        store.check(txn, acks, cumulative, target.cursor)
+        assert self._log is not None
+        await self._log.append({
+            "op": "ack", "m": txn.most, "l": txn.least, "topic": topic, "sub": subscription,
+            "cum": cumulative,
+            "pos": [[p.ledger_id, p.entry_id, words] for p, words in acks]})
+        if self.coordinator.status(txn) is not TxnStatus.OPEN:
+            status = self.coordinator.status(txn)
+            if status is None or status.ended:
+                raise not_found(txn, status)
+            raise invalid_status(txn, TxnStatus.OPEN, status)
+        store.check(txn, acks, cumulative, target.cursor)   # the world moved during the append
+        store.add(txn, acks, cumulative, target)
+
+    # ------------------------------------------------------------------ Participants
+
+    async def end_on_partition(self, topic: str, txn: TxnId, commit: bool) -> None:
+        loaded = await self._load(topic)
+        if loaded is None:
+            return   # deleted: nothing of the transaction is left to end there
+        await self.buffer_for(topic).end(txn, commit)
+
+    async def end_on_subscription(self, topic: str, subscription: str, txn: TxnId,
+                                  commit: bool) -> None:
+        store = self._pending.get((topic, subscription))
+        if store is None:
+            return
+        loaded = await self._load(topic)
+        target = loaded.ack_target(subscription) if loaded is not None else None
+        store.end(txn, commit, target)
+        if commit and loaded is not None and target is not None:
+            await loaded.ledger.flush_cursors()   # durable before COMMITTED is logged
+
+    async def _load(self, topic: str) -> TxnTopic | None:
+        assert self._loader is not None
+        return await self._loader(topic)
+
+    # ------------------------------------------------------------------ figures
+
+    def coordinator_stats(self) -> CoordinatorStats:
+        return self.coordinator.stats()
+
+    def transaction(self, txn: TxnId) -> TransactionStats | None:
+        return self.coordinator.transaction(txn)
+
+    def ongoing_transactions(self) -> list[TransactionStats]:
+        return self.coordinator.ongoing()
+
+    def buffer_stats_of(self, topic: str) -> TopicBufferStats | None:
+        buffer = self._buffers.get(topic)
+        return buffer.stats() if buffer is not None else None
+
+    def pending_ack_stats_of(self, topic: str, subscription: str) -> PendingAckStats | None:
+        store = self._pending.get((topic, subscription))
+        return store.stats() if store is not None else None
+
+    def buffer_stats(self) -> Mapping[str, TopicBufferStats]:
+        return {topic: b.stats() for topic, b in self._buffers.items()}
+
+    def pending_ack_stats(self) -> Mapping[tuple[str, str], PendingAckStats]:
+        return {key: s.stats() for key, s in self._pending.items()}

@@ -1,0 +1,149 @@
+"""The coordinator alone, over an in-memory log: Pulsar's state machine and errors, timeouts,
+and the replay of its log (a transaction caught between the phases is finished)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from broker.transactions.coordinator import TransactionCoordinator
+from broker.transactions.ids import (
+    InvalidTxnStatusError,
+    TransactionCoordinatorNotFoundError,
+    TransactionNotFoundError,
+    TxnId,
+    TxnStatus,
+)
+from storage.positions import Position
+
+
+class MemoryLog:
+    def __init__(self, records: list[dict[str, Any]] | None = None) -> None:
+        self.records = list(records or [])
+        self.records_appended = 0
+        self.size_bytes = 0
+        self.ledger_count = 1
+        self.current_ledger_id = 0
+        self.first_ledger_id: int | None = 0
+
+    async def append(self, record: dict[str, Any]) -> Position:
+        self.records.append(dict(record))
+        self.records_appended += 1
+        return Position(0, len(self.records) - 1)
+
+    async def trim(self, keep_from_ledger_id: int | None) -> None:
+        pass
+
+
+class Participants:
+    def __init__(self) -> None:
+        self.ended: list[tuple[str, TxnId, bool]] = []
+        self.gate: asyncio.Event | None = None
+
+    async def end_on_partition(self, topic: str, txn: TxnId, commit: bool) -> None:
+        if self.gate is not None:
+            await self.gate.wait()
+        self.ended.append((topic, txn, commit))
+
+    async def end_on_subscription(self, topic: str, subscription: str, txn: TxnId,
+                                  commit: bool) -> None:
+        self.ended.append((f"{topic}/{subscription}", txn, commit))
+
+    def partitions_holding(self, txn: TxnId) -> list[str]:
+        return []
+
+    def registered_topics(self) -> list[str]:
+        return []
+
+
+def _coordinator(log: MemoryLog | None = None) -> tuple[TransactionCoordinator, MemoryLog,
+                                                        Participants]:
+    log = log or MemoryLog()
+    parts = Participants()
+    tc = TransactionCoordinator(0, log, parts, asyncio.get_running_loop())  # type: ignore[arg-type]
+    return tc, log, parts
+
+
+async def test_commit_runs_both_phases_and_an_ended_transaction_is_not_found() -> None:
+    tc, log, parts = _coordinator()
+    txn = await tc.new_txn(60_000)
+    assert txn == TxnId(0, 1)
+    await tc.add_partitions(txn, ["t1", "t2", "t1"])
+    await tc.add_subscriptions(txn, [("t1", "s")])
+    await tc.end(txn, True)
+    assert parts.ended == [("t1", txn, True), ("t2", txn, True), ("t1/s", txn, True)]
+    statuses = [r["s"] for r in log.records if r["op"] == "status"]
+    assert statuses == ["COMMITTING", "COMMITTED"]
+    with pytest.raises(TransactionNotFoundError) as info:
+        await tc.end(txn, False)
+    assert "COMMITTED" in info.value.message
+    with pytest.raises(TransactionNotFoundError):
+        await tc.add_partitions(TxnId(0, 99), ["t"])
+    with pytest.raises(TransactionCoordinatorNotFoundError):
+        await tc.new_txn(1000, tc_id=4)
+    await tc.close()
+
+
+async def test_an_end_joins_the_running_one_and_the_other_action_is_refused() -> None:
+    tc, _, parts = _coordinator()
+    txn = await tc.new_txn(60_000)
+    await tc.add_partitions(txn, ["t"])
+    parts.gate = asyncio.Event()
+    first = asyncio.create_task(tc.end(txn, True))
+    await asyncio.sleep(0)
+    assert tc.status(txn) is TxnStatus.COMMITTING
+    with pytest.raises(InvalidTxnStatusError) as info:
+        await tc.end(txn, False)
+    assert "in COMMITTING status" in info.value.message
+    with pytest.raises(InvalidTxnStatusError):
+        await tc.add_partitions(txn, ["u"])
+    second = asyncio.create_task(tc.end(txn, True))   # a retry joins the running end
+    await asyncio.sleep(0)
+    assert not second.done()
+    parts.gate.set()
+    await asyncio.gather(first, second)
+    assert parts.ended == [("t", txn, True)]
+    assert tc.status(txn) is TxnStatus.COMMITTED
+    await tc.close()
+
+
+async def test_an_open_transaction_is_aborted_when_its_timeout_passes() -> None:
+    tc, _, parts = _coordinator()
+    txn = await tc.new_txn(50)
+    await tc.add_partitions(txn, ["t"])
+    ended = asyncio.Event()
+    original = parts.end_on_partition
+
+    async def noting(topic: str, t: TxnId, commit: bool) -> None:
+        await original(topic, t, commit)
+        ended.set()
+
+    parts.end_on_partition = noting  # type: ignore[method-assign]
+    await asyncio.wait_for(ended.wait(), 5)
+    await tc.settled()
+    assert tc.status(txn) is TxnStatus.ABORTED and tc.timed_out_total == 1
+    await tc.close()
+
+
+async def test_replay_finishes_what_a_crash_caught_between_the_phases() -> None:
+    records = [
+        {"op": "new", "m": 0, "l": 1, "t": 3_600_000, "at": 1},
+        {"op": "parts", "m": 0, "l": 1, "topics": ["t"]},
+        {"op": "status", "m": 0, "l": 1, "s": "COMMITTING"},
+        {"op": "new", "m": 0, "l": 2, "t": 3_600_000, "at": 1},
+        {"op": "status", "m": 0, "l": 2, "s": "ABORTING"},
+        {"op": "status", "m": 0, "l": 2, "s": "ABORTED", "at": 2},
+        {"op": "checkpoint", "seq": 40, "topics": []},
+    ]
+    tc, _, parts = _coordinator(MemoryLog())
+    tc.replay([(Position(0, i), r) for i, r in enumerate(records)])
+    assert tc.status(TxnId(0, 1)) is TxnStatus.COMMITTING
+    assert tc.status(TxnId(0, 2)) is TxnStatus.ABORTED
+    tc.resume()
+    await tc.settled()
+    assert parts.ended == [("t", TxnId(0, 1), True)]
+    assert tc.status(TxnId(0, 1)) is TxnStatus.COMMITTED
+    assert await tc.new_txn(1000) == TxnId(0, 41)   # never a sequence handed out before
+    await tc.close()
