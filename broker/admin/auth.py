@@ -25,6 +25,8 @@ handler:
    other ``/admin/v2/tenants...``, ``/admin/v2/brokers/...``,     super-user
    changes under ``/admin/v2/clusters``
    ``GET /admin/v2/clusters...``, ``/admin/v2/brokers/version``   any authenticated role
+   ``GET /admin/v3/transactions/...`` (transaction stats)         any authenticated role (Pulsar's
+                                                                  Transactions resource checks none)
    ``/admin/v2/schemas/{t}/{ns}/{topic}/...``: GET, POST          lookup; produce to register
    ``compatibility`` and ``version``; POST ``schema``; DELETE    (POST ``schema``); tenant admin
                                                                   of ``t`` to delete
@@ -133,6 +135,8 @@ def check_access(authz: AuthorizationService, role: str, method: str, path: str)
         if topic is not None:
             _require_lookup(authz, topic, role)
             return
+    if parts[:3] == ["admin", "v3", "transactions"] and method == "GET":
+        return
     if parts[:2] != ["admin", "v2"] or len(parts) < 3:
         authz.require_super_user(role)
         return
