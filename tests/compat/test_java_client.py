@@ -87,7 +87,8 @@ def test_java_client_and_spring_boot_against_horae(
     entry_metadata = broker_factory(config_overrides={
         "brokerEntryMetadataInterceptors": ENTRY_METADATA_INTERCEPTORS,
         "exposingBrokerEntryMetadataToClientEnabled": True})
-    transactions = broker_factory(config_overrides={"transactionCoordinatorEnabled": True})
+    transactions = broker_factory(config_overrides={"transactionCoordinatorEnabled": True,
+                                                    "delayedDeliveryTickTimeMillis": TICK_MS})
     env = {
         **os.environ,
         "HORAE_TXN_SERVICE_URL": transactions.service_url,
