@@ -6,12 +6,15 @@ the answers' keys and JSON types are Pulsar 4.0's (see broker/admin/transactions
 
 from __future__ import annotations
 
+import base64
 import pathlib
 import sys
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
+import jwt
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -211,3 +214,29 @@ def test_clients_find_the_coordinator_over_http(txn_broker: Any, broker: Any) ->
     # Without the coordinator the assign topic is like any other in a missing namespace.
     assert _get(broker, f"/admin/v2/{assign}/partitions").status == 404
     assert _get(broker, f"/lookup/v2/topic/{assign}-partition-0").status == 404
+
+
+def test_any_authenticated_role_may_read_them_as_in_pulsar(broker_factory: Any) -> None:
+    secret = b"t" * 32
+    secured = broker_factory(config_overrides={
+        "authenticationEnabled": True,
+        "authenticationProviders": "org.apache.pulsar.broker.authentication.AuthenticationProviderToken",
+        "tokenSecretKey": "data:;base64," + base64.b64encode(secret).decode(),
+        "authorizationEnabled": True, "superUserRoles": "admin",
+        "transactionCoordinatorEnabled": True})
+
+    def get(path: str, token: str | None) -> int:
+        headers = {} if token is None else {"Authorization": f"Bearer {token}"}
+        req = urllib.request.Request(secured.web_url + path, headers=headers)
+        try:
+            with urllib.request.urlopen(req, timeout=10) as resp:
+                return int(resp.status)
+        except urllib.error.HTTPError as exc:
+            return exc.code
+
+    someone = jwt.encode({"sub": "someone"}, secret, algorithm="HS256")
+    assert get(f"{TX}/coordinatorStats", someone) == 200
+    assert get(f"{TX}/slowTransactions/0", someone) == 200
+    assert get(f"{TX}/coordinatorStats", None) == 401
+    # Other v3 paths keep the super-user rule.
+    assert get("/admin/v3/other", someone) == 403
