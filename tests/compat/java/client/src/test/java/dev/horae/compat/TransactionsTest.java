@@ -7,8 +7,10 @@ import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import java.util.Map;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
+import org.apache.pulsar.client.admin.PulsarAdmin;
 import org.apache.pulsar.client.api.Consumer;
 import org.apache.pulsar.client.api.Message;
 import org.apache.pulsar.client.api.Producer;
@@ -17,6 +19,11 @@ import org.apache.pulsar.client.api.PulsarClientException;
 import org.apache.pulsar.client.api.Schema;
 import org.apache.pulsar.client.api.SubscriptionType;
 import org.apache.pulsar.client.api.transaction.Transaction;
+import org.apache.pulsar.client.api.transaction.TxnID;
+import org.apache.pulsar.common.policies.data.TransactionBufferStats;
+import org.apache.pulsar.common.policies.data.TransactionCoordinatorStats;
+import org.apache.pulsar.common.policies.data.TransactionMetadata;
+import org.apache.pulsar.common.policies.data.TransactionPendingAckStats;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Tag;
@@ -26,11 +33,12 @@ import org.junit.jupiter.api.TestInstance;
 
 /**
  * The Java client's transaction API: produce and acknowledge in a transaction, commit and abort,
- * conflicts, the transaction timeout, delayed messages in a transaction, and a broker without a
- * transaction coordinator.
+ * conflicts, the transaction timeout, delayed messages in a transaction, a broker without a
+ * transaction coordinator, and the admin client's transaction figures (v3 transactions REST).
  *
  * <p>The broker with the coordinator ({@code transactionCoordinatorEnabled=true}) is named by
- * {@code -Dhorae.txnServiceUrl} / {@code HORAE_TXN_SERVICE_URL}; the one without it (the default)
+ * {@code -Dhorae.txnServiceUrl} / {@code HORAE_TXN_SERVICE_URL} (its web address, for the admin
+ * client's transaction figures, by {@code HORAE_TXN_WEB_URL}); the one without it (the default)
  * is {@link HoraeEnv#serviceUrl()}, the broker of the other test classes; the test that needs it
  * is tagged {@code coordinatorDisabled}.
  */
@@ -239,6 +247,45 @@ class TransactionsTest {
       nothingMore(consumer);
       late.commit().get();
       assertEquals("due", next(consumer).getValue());
+    }
+  }
+
+  @Test
+  void theAdminClientReadsTheTransactionFigures() throws Exception {
+    String topic = HoraeEnv.topic("txn-admin");
+    try (PulsarAdmin admin = PulsarAdmin.builder()
+            .serviceHttpUrl(HoraeEnv.required("horae.txnWebUrl", "HORAE_TXN_WEB_URL")).build();
+        Consumer<String> consumer = consumer(topic, SubscriptionType.Shared);
+        Producer<String> producer = producer(topic)) {
+      producer.send("plain");
+      Message<String> plain = next(consumer);
+      Transaction txn = begin(1, TimeUnit.MINUTES);
+      producer.newMessage(txn).value("in-txn").send();
+      consumer.acknowledgeAsync(plain.getMessageId(), txn).get();
+      TxnID id = txn.getTxnID();
+
+      Map<Integer, TransactionCoordinatorStats> coordinators =
+          admin.transactions().getCoordinatorStats();
+      assertTrue(coordinators.containsKey(0), coordinators.toString());
+      assertTrue(coordinators.get(0).ongoingTxnSize >= 1);
+      TransactionMetadata metadata = admin.transactions().getTransactionMetadata(id);
+      assertEquals(id.toString(), metadata.txnId);
+      assertEquals("OPEN", metadata.status);
+      assertEquals(60_000, metadata.timeoutAt);
+      assertTrue(metadata.producedPartitions.containsKey(topic), metadata.producedPartitions.toString());
+      assertNotNull(metadata.producedPartitions.get(topic).startPosition);
+      assertTrue(metadata.ackedPartitions.get(topic).containsKey("sub"), metadata.ackedPartitions.toString());
+      assertTrue(admin.transactions().getSlowTransactions(0, TimeUnit.MILLISECONDS)
+          .containsKey(id.toString()));
+      TransactionBufferStats buffer = admin.transactions().getTransactionBufferStats(topic);
+      assertEquals(1, buffer.ongoingTxnSize);
+      assertEquals("Ready", buffer.state);
+      TransactionPendingAckStats pending = admin.transactions().getPendingAckStats(topic, "sub");
+      assertEquals(1, pending.ongoingTxnSize);
+
+      txn.commit().get();
+      assertEquals(0, admin.transactions().getTransactionBufferStats(topic).ongoingTxnSize);
+      assertEquals(0, admin.transactions().getPendingAckStats(topic, "sub").ongoingTxnSize);
     }
   }
 
