@@ -289,7 +289,8 @@ class ConsumerSide:
         than :data:`SLICE_IDS` ids, or one arriving while such work is queued, is applied in
         slices (:mod:`broker.net.sliced`): its answer still follows all of it."""
         txns = self.connection.service.transactions
-        if txns is not None and cmd.HasField("txnid_most_bits"):
+        # (0, 0) is no transaction: ids start at sequence 1, and some clients set both to 0
+        if txns is not None and (cmd.txnid_least_bits or cmd.txnid_most_bits):
             attached = self._attached.get(cmd.consumer_id)
             if attached is not None:
                 attached.consumer.last_acked_ms = _now_ms()
@@ -424,8 +425,10 @@ class ConsumerSide:
         last = tail_position(ledger)
         txn = sub.transaction_view()
         if txn is not None:   # Pulsar answers the max read position: nothing an open
-            capped = txn.read_limit(ledger.last_confirmed)   # transaction holds back
-            if capped is not None and capped < last:
+            capped = txn.last_readable(ledger)   # transaction holds back
+            if capped is None:
+                last = Position(last.ledger_id, -1)   # nothing readable yet
+            elif capped < last:
                 last = capped
         md = sub.cursor.mark_delete_position
         if last.entry_id < 0:

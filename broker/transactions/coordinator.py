@@ -15,7 +15,8 @@ is logged (and durable) before it is answered:
    (its pending acks applied or dropped, :mod:`broker.transactions.pending_ack`) through the
    :class:`Participants` the service hands in, then logs COMMITTED (ABORTED) and answers.
    Ending is idempotent on every participant, so a restart that finds a COMMITTING or
-   ABORTING transaction simply runs phase two again (:meth:`resume`).
+   ABORTING transaction simply runs phase two again (:meth:`resume`), and so does a timer
+   after a phase two that failed (:data:`PHASE_TWO_RETRY_S`).
 
 A command on an ended transaction answers TransactionNotFound, as Pulsar's (whose coordinator
 forgets a transaction as it ends); the last :data:`MAX_ENDED` ended ones are remembered for the
@@ -49,6 +50,7 @@ from broker.transactions.ids import (
 )
 from broker.transactions.log import TransactionLog
 from broker.transactions.stats import CoordinatorStats, TransactionStats
+from protocol.errors import RequestError, UnknownServerError
 
 __all__ = ["MAX_ENDED", "Participants", "TransactionCoordinator", "TxnMeta"]
 
@@ -60,6 +62,8 @@ MAX_ENDED: Final = 10_000
 DEFAULT_TIMEOUT_MS: Final = 3 * 3600 * 1000
 #: ... and none may exceed this (a timer per open transaction: keep them finite).
 MAX_TIMEOUT_MS: Final = 7 * 24 * 3600 * 1000
+#: A second phase that failed (a topic being reloaded, a fenced ledger) is run again after this.
+PHASE_TWO_RETRY_S: Final = 5.0
 #: OPEN transactions at once (Pulsar's maxActiveTransactionsPerCoordinator is unbounded by
 #: default; every open one costs a timer and a table row here).
 MAX_OPEN: Final = 100_000
@@ -281,7 +285,14 @@ class TransactionCoordinator:
             fut = self._loop.create_future()
             self._ending[meta.txn_id] = fut
             self._spawn(self._finish_logged(meta, commit))
-        await asyncio.shield(fut)
+        try:
+            await asyncio.shield(fut)
+        except RequestError:
+            raise
+        except Exception as exc:   # the decision is logged: only the second phase is left
+            raise UnknownServerError(
+                f"Transaction {meta.txn_id} is {meta.status.value}; ending it on its topics "
+                f"failed ({exc}) and is retried") from exc
 
     async def _finish_logged(self, meta: TxnMeta, commit: bool) -> None:
         txn = meta.txn_id
@@ -311,7 +322,10 @@ class TransactionCoordinator:
                     fut.cancel()
             if not isinstance(exc, Exception):
                 raise
-            log.warning("transaction %s: ending on its participants failed: %s", txn, exc)
+            log.warning("transaction %s: ending on its participants failed (retried in %.0f s):"
+                        " %s", txn, PHASE_TWO_RETRY_S, exc)
+            if not self._closed:
+                self._loop.call_later(PHASE_TWO_RETRY_S, self._retry_phase_two, txn, commit)
             return
         meta.status = final
         meta.ended_at_ms = ended_at
@@ -342,6 +356,12 @@ class TransactionCoordinator:
             await txn_log.trim(keep)
         except Exception as exc:
             log.warning("transaction log: trimming failed: %s", exc)
+
+    def _retry_phase_two(self, txn: TxnId, commit: bool) -> None:
+        meta = self._txns.get(txn)
+        if self._closed or meta is None or txn in self._ending:
+            return   # ended meanwhile, or a client's END is running it
+        self._spawn(self._finish_logged(meta, commit))
 
     def _remember_ended(self, meta: TxnMeta) -> None:
         self._ended[meta.txn_id] = meta

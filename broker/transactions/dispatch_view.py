@@ -8,6 +8,7 @@ from typing import Final
 
 from broker.transactions.buffer import TopicTransactionBuffer
 from broker.transactions.pending_ack import PendingAckStore
+from storage.ledger import ManagedLedger
 from storage.positions import Position
 
 __all__ = ["DELIVER", "HIDE", "HOLD", "DispatchView"]
@@ -25,7 +26,18 @@ class DispatchView:
         self._pending = pending
 
     def read_limit(self, last: Position | None) -> Position | None:
+        """The last position a read may reach (it may name entry -1 of a ledger: before it)."""
         return self._buffer.max_read_position(last)
+
+    def last_readable(self, ledger: ManagedLedger) -> Position | None:
+        """The last entry a consumer may be given now (GET_LAST_MESSAGE_ID), None: none."""
+        cap = self._buffer.max_read_position(ledger.last_confirmed)
+        if cap is None or cap.entry_id >= 0:
+            return cap
+        for info in reversed(ledger.ledgers):   # held from a ledger's first entry on
+            if info.ledger_id < cap.ledger_id and info.entries > 0:
+                return Position(info.ledger_id, info.entries - 1)
+        return None
 
     def verdict(self, pos: Position) -> int:
         if self._buffer.hides(pos):

@@ -104,18 +104,37 @@ class PendingAckStore:
         #: positions the transaction's acknowledgements took from consumers: redelivered on
         #: abort
         self._released: dict[TxnId, list[Position]] = {}
+        #: acknowledgements checked and being logged (:meth:`reserve`): they conflict already
+        self._reserved: dict[Position, tuple[TxnId, int]] = {}
+        self._reserved_cumulative: dict[TxnId, tuple[Position, int]] = {}
         self.committed_txns = 0
         self.aborted_txns = 0
 
     # ------------------------------------------------------------------ checks
 
+    def _holders(self) -> dict[Position, TxnId]:
+        """Individual acknowledgements pending or being logged, by position."""
+        if not self._reserved:
+            return self._individual
+        return {**{p: t for p, (t, _) in self._reserved.items()}, **self._individual}
+
+    def _cumulatives(self) -> dict[TxnId, Position]:
+        if not self._reserved_cumulative:
+            return self._cumulative
+        merged = {t: p for t, (p, _) in self._reserved_cumulative.items()}
+        for t, p in self._cumulative.items():
+            merged[t] = max(p, merged.get(t, p))
+        return merged
+
     def check(self, txn: TxnId, acks: list[PendingAck], cumulative: bool,
               cursor: AckCursor) -> None:
         """Raise TransactionConflictError when *acks* conflict (module docstring)."""
         where = f"[{self.topic}][{self.subscription}] Transaction:{txn}"
+        holders = self._holders()
+        cumulatives = self._cumulatives()
         if cumulative:
             pos = acks[-1][0]
-            for other, upto in self._cumulative.items():
+            for other, upto in cumulatives.items():
                 if other != txn:
                     raise TransactionConflictError(
                         f"{where} cumulative ack of {pos} conflicts: transaction {other} "
@@ -124,7 +143,7 @@ class PendingAckStore:
                 raise TransactionConflictError(
                     f"{where} cumulative ack position {pos} is already acknowledged "
                     f"(mark-delete position {cursor.mark_delete_position})")
-            for p, other in self._individual.items():
+            for p, other in holders.items():
                 if other != txn and p <= pos:
                     raise TransactionConflictError(
                         f"{where} cumulative ack of {pos} conflicts: {p} is pending-acked "
@@ -134,18 +153,48 @@ class PendingAckStore:
             if pos <= cursor.mark_delete_position or cursor.is_deleted(pos):
                 raise TransactionConflictError(
                     f"{where} try to ack message:{pos} which is already acknowledged")
-            holder = self._individual.get(pos)
+            holder = holders.get(pos)
             if holder is not None and holder != txn:
                 raise TransactionConflictError(
                     f"{where} try to ack message:{pos} in pending ack status of "
                     f"transaction {holder}")
-            for other, upto in self._cumulative.items():
+            for other, upto in cumulatives.items():
                 if other != txn and pos <= upto:
                     raise TransactionConflictError(
                         f"{where} try to ack message:{pos} under the pending cumulative ack "
                         f"of transaction {other}")
 
     # ------------------------------------------------------------------ state changes
+
+    def reserve(self, txn: TxnId, acks: list[PendingAck], cumulative: bool) -> None:
+        """Checked acknowledgements whose log record is being written: other transactions'
+        conflict with them from now on (the check and the record are not one step)."""
+        if cumulative:
+            pos, count = self._reserved_cumulative.get(txn, (acks[-1][0], 0))
+            self._reserved_cumulative[txn] = (max(pos, acks[-1][0]), count + 1)
+            return
+        for p, _ in acks:
+            holder, count = self._reserved.get(p, (txn, 0))
+            self._reserved[p] = (holder, count + 1)
+
+    def release(self, txn: TxnId, acks: list[PendingAck], cumulative: bool) -> None:
+        """The record of :meth:`reserve`'s acknowledgements was written (or failed)."""
+        if cumulative:
+            pos, count = self._reserved_cumulative.get(txn, (acks[-1][0], 1))
+            if count <= 1:
+                self._reserved_cumulative.pop(txn, None)
+            else:
+                self._reserved_cumulative[txn] = (pos, count - 1)
+            return
+        for p, _ in acks:
+            reserved = self._reserved.get(p)
+            if reserved is None:
+                continue
+            holder, count = reserved
+            if count <= 1:
+                del self._reserved[p]
+            else:
+                self._reserved[p] = (holder, count - 1)
 
     def add(self, txn: TxnId, acks: list[PendingAck], cumulative: bool,
             target: AckTarget | None) -> None:

@@ -187,16 +187,21 @@ class TransactionService:
         store = self.pending_store(topic, subscription)
         store.check(txn, acks, cumulative, target.cursor)
         assert self._log is not None
-        await self._log.append({
-            "op": "ack", "m": txn.most, "l": txn.least, "topic": topic, "sub": subscription,
-            "cum": cumulative,
-            "pos": [[p.ledger_id, p.entry_id, words] for p, words in acks]})
-        if self.coordinator.status(txn) is not TxnStatus.OPEN:
-            status = self.coordinator.status(txn)
+        store.reserve(txn, acks, cumulative)   # others conflict while the record is written
+        try:
+            await self._log.append({
+                "op": "ack", "m": txn.most, "l": txn.least, "topic": topic,
+                "sub": subscription, "cum": cumulative,
+                "pos": [[p.ledger_id, p.entry_id, words] for p, words in acks]})
+        finally:
+            store.release(txn, acks, cumulative)
+        status = self.coordinator.status(txn)
+        if status is not TxnStatus.OPEN:
+            # Ending started meanwhile: the record names an ack the end did not see; a replay
+            # finds the transaction ended (or ends it again with the same outcome).
             if status is None or status.ended:
                 raise not_found(txn, status)
             raise invalid_status(txn, TxnStatus.OPEN, status)
-        store.check(txn, acks, cumulative, target.cursor)   # the world moved during the append
         store.add(txn, acks, cumulative, target)
 
     # ------------------------------------------------------------------ Participants

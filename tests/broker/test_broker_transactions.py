@@ -395,3 +395,37 @@ def test_only_the_owner_or_a_super_user_may_use_a_transaction(broker_factory: An
     finally:
         for c in (alice, bob, admin):
             c.raw.close()
+
+
+def test_an_ack_with_a_zero_transaction_id_is_a_plain_ack(conn: Conn) -> None:
+    topic = "persistent://public/default/txn-zero-ack"
+    _producer(conn, topic)
+    conn.tc.send(1, 0, b"m0", None)
+    subscribe(conn.cons, topic, "s", 1)
+    _, mid = receive(conn.cons)
+    assert not conn.acks.ack(1, [mid], (0, 0)).HasField("error")
+    conn.cons.request(C.encode_close_consumer(1, 80))
+    conn.tc.send(1, 1, b"m1", None)
+    subscribe(conn.cons, topic, "s", 2)
+    assert receive(conn.cons)[0] == b"m1"     # m0 was acknowledged at once
+
+
+def test_the_last_message_id_is_the_last_one_an_open_transaction_does_not_hold(
+        conn: Conn) -> None:
+    topic = "persistent://public/default/txn-last-id"
+    _producer(conn, topic)
+    plain = conn.tc.send(1, 0, b"m0", None).message_id
+    answer = conn.cons.request(C.encode_subscribe(topic, "s", 1, 1, 1, initial_position=1))
+    assert answer.type == T.SUCCESS
+    txn = conn.tc.new_txn()
+    conn.tc.add_partition(txn, topic)
+    conn.tc.send(1, 1, b"t0", txn)
+    conn.tc.send(1, 2, b"m1", None)
+
+    def last_id() -> tuple[int, int]:
+        r = conn.cons.request(C.encode_get_last_message_id(1, 90)).getLastMessageIdResponse
+        return r.last_message_id.ledgerId, r.last_message_id.entryId
+
+    assert last_id() == (plain.ledgerId, plain.entryId)
+    conn.tc.end(txn, commit=True)
+    assert last_id() > (plain.ledgerId, plain.entryId + 2)   # m1 and the commit marker

@@ -16,6 +16,7 @@ from broker.transactions.ids import (
     TxnId,
     TxnStatus,
 )
+from protocol.errors import UnknownServerError
 from storage.positions import Position
 
 
@@ -146,4 +147,32 @@ async def test_replay_finishes_what_a_crash_caught_between_the_phases() -> None:
     assert parts.ended == [("t", TxnId(0, 1), True)]
     assert tc.status(TxnId(0, 1)) is TxnStatus.COMMITTED
     assert await tc.new_txn(1000) == TxnId(0, 41)   # never a sequence handed out before
+    await tc.close()
+
+
+async def test_a_failed_second_phase_is_run_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    import broker.transactions.coordinator as coordinator_module
+
+    monkeypatch.setattr(coordinator_module, "PHASE_TWO_RETRY_S", 0.01)
+    tc, _, parts = _coordinator()
+    txn = await tc.new_txn(60_000)
+    await tc.add_partitions(txn, ["t"])
+    original = parts.end_on_partition
+    failures = [RuntimeError("ledger fenced")]
+    done = asyncio.Event()
+
+    async def flaky(topic: str, t: TxnId, commit: bool) -> None:
+        if failures:
+            raise failures.pop()
+        await original(topic, t, commit)
+        done.set()
+
+    parts.end_on_partition = flaky  # type: ignore[method-assign]
+    with pytest.raises(UnknownServerError) as info:
+        await tc.end(txn, True)
+    assert "COMMITTING" in info.value.message and "retried" in info.value.message
+    assert tc.status(txn) is TxnStatus.COMMITTING     # decided: only phase two is left
+    await asyncio.wait_for(done.wait(), 5)
+    await tc.settled()
+    assert tc.status(txn) is TxnStatus.COMMITTED
     await tc.close()

@@ -132,3 +132,18 @@ def test_commit_of_a_cumulative_ack_moves_the_mark_delete_position() -> None:
     assert sub.cursor.mark_delete_position == P(4)
     store.end(A, True, sub)   # idempotent: a re-run of phase two changes nothing
     assert store.committed_txns == 1
+
+
+def test_an_ack_being_logged_already_conflicts() -> None:
+    store, sub = _store()
+    store.reserve(A, [(P(1), None)], False)
+    store.reserve(A, [(P(9), None)], True)
+    with pytest.raises(TransactionConflictError):
+        store.check(B, [(P(1), None)], False, sub.cursor)
+    with pytest.raises(TransactionConflictError):
+        store.check(B, [(P(5), None)], False, sub.cursor)   # under A's cumulative being logged
+    store.check(A, [(P(1), None)], False, sub.cursor)
+    store.release(A, [(P(1), None)], False)
+    store.release(A, [(P(9), None)], True)
+    store.check(B, [(P(1), None)], False, sub.cursor)        # the record failed: free again
+    store.check(B, [(P(5), None)], False, sub.cursor)

@@ -362,7 +362,6 @@ class Dispatcher:
         progressed = False
         blocked: set[int] = set()
         delayed = self.delayed
-        txn = sub.transaction_view()
         if delayed is not None:
             for pos in delayed.due(max(budget, MAX_READ_ENTRIES)):
                 self.add_replay(pos)
@@ -378,7 +377,7 @@ class Dispatcher:
             for pos in missing:
                 self.discard_replay(pos)  # trimmed or dropped: nothing to redeliver
             if self._deliver(entries, from_replay=True, blocked=blocked, revision=revision,
-                             txn=txn) or \
+                             txn=sub.transaction_view()) or \
                     len(self.replay) < before:
                 progressed = True
             budget = self._rate_limited(self._budget())
@@ -386,6 +385,7 @@ class Dispatcher:
         # other keys move on (their order is kept per key by the hash rules).
         if budget > 0 and (not self.replay or self.needs_hash) and self._may_read_new():
             last = ledger.last_confirmed
+            txn = sub.transaction_view()
             if txn is not None:
                 last = txn.read_limit(last)   # an open transaction holds later entries back
             read_from = cursor.read_position
@@ -396,8 +396,13 @@ class Dispatcher:
                 entries = await ledger.read_entries(read_from, min(wanted, MAX_READ_ENTRIES))
                 if revisions.is_outdated(revision) or self._closed:
                     return True  # a reset ran meanwhile: this read is stale
-                if txn is not None and entries and entries[-1].position > last:
-                    entries = [e for e in entries if e.position <= last]
+                # The read returns what became durable while it ran too, and transactions
+                # classified those entries before: ask again now, and cap the read.
+                txn = sub.transaction_view()
+                if txn is not None and entries:
+                    limit = txn.read_limit(ledger.last_confirmed)
+                    if limit is None or entries[-1].position > limit:
+                        entries = [e for e in entries if limit is not None and e.position <= limit]
                 if entries:
                     if cursor.read_position == read_from:
                         cursor.read_position = ledger.next_position(entries[-1].position)
