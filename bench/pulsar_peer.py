@@ -48,7 +48,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 from bench.processes import Broker, free_port
 
@@ -94,8 +94,10 @@ LOG4J2 = """<?xml version="1.0" encoding="UTF-8"?>
 """
 
 
-def standalone_conf(*, broker_port: int, web_port: int, sync: bool) -> dict[str, str]:
-    """The settings written to ``standalone.conf`` (Pulsar's names; the rest keep defaults)."""
+def standalone_conf(*, broker_port: int, web_port: int, sync: bool,
+                    extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The settings written to ``standalone.conf`` (Pulsar's names; the rest keep defaults);
+    *extra* overrides them (e.g. ``transactionCoordinatorEnabled=true``)."""
     return {
         "clusterName": "standalone",
         "metadataStoreUrl": "",
@@ -120,6 +122,7 @@ def standalone_conf(*, broker_port: int, web_port: int, sync: bool) -> dict[str,
         "diskUsageWarnThreshold": "0.99",
         "brokerShutdownTimeoutMs": "10000",
         **(DURABLE if sync else RELAXED),
+        **(extra or {}),
     }
 
 
@@ -188,15 +191,16 @@ def listening_ports(pid: int) -> set[int]:
 
 
 @contextlib.contextmanager
-def start_pulsar_standalone(tmp: pathlib.Path, *, sync: bool = True,
-                            name: str = "pulsar") -> Iterator[Broker]:
+def start_pulsar_standalone(tmp: pathlib.Path, *, sync: bool = True, name: str = "pulsar",
+                            extra: Mapping[str, str] | None = None) -> Iterator[Broker]:
     lib = runtime_jars()
     port, web, bookie = free_port(), free_port(), free_port()
     base = tmp / name
     base.mkdir(parents=True, exist_ok=True)
     conf = base / "standalone.conf"
     conf.write_text("".join(f"{k}={v}\n" for k, v in
-                            standalone_conf(broker_port=port, web_port=web, sync=sync).items()))
+                            standalone_conf(broker_port=port, web_port=web, sync=sync,
+                                                            extra=extra).items()))
     (base / "log4j2.xml").write_text(LOG4J2)
     log = tmp / f"{name}.log"
     java = os.environ.get("PULSAR_JAVA", "java")

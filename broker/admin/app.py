@@ -40,6 +40,7 @@ from broker.admin import (
     schemas,
     topic_ops,
     topics,
+    transactions_routes,
 )
 from broker.admin import errors as E
 from broker.admin.auth import SECURITY_KEY, RestSecurity, auth_middleware
@@ -136,6 +137,7 @@ def create_app(service: BrokerService, *, metrics_source: BrokerMetrics | None =
     delayed_routes.add_routes(app)
     scheduled_routes.add_routes(app)
     nonpersistent_routes.add_routes(app)
+    transactions_routes.add_routes(app)
     app.router.add_get("/lookup/v2/topic/{domain}/{tenant}/{namespace}/{topic}", lookup)
     broker_config.add_routes(app)   # before brokers' {cluster}
     brokers.add_routes(app)

@@ -34,6 +34,8 @@ handler:
    other ``/admin/v2/tenants...``, ``/admin/v2/brokers/...``,     super-user
    changes under ``/admin/v2/clusters``
    ``GET /admin/v2/clusters...``, ``/admin/v2/brokers/version``   any authenticated role
+   ``GET /admin/v3/transactions/...`` (transaction stats)         any authenticated role (Pulsar's
+                                                                  Transactions resource checks none)
    ``/admin/v2/schemas/{t}/{ns}/{topic}/...``: GET, POST          lookup; produce to register
    ``compatibility`` and ``version``; POST ``schema``; DELETE    (POST ``schema``); tenant admin
                                                                   of ``t`` to delete
@@ -178,6 +180,8 @@ def check_access(authz: AuthorizationService, role: str, method: str, path: str)
         if topic is not None:
             _require_lookup(authz, topic, role)
             return
+    if parts[:3] == ["admin", "v3", "transactions"] and method == "GET":
+        return
     if parts[:2] != ["admin", "v2"] or len(parts) < 3:
         authz.require_super_user(role)
         return
@@ -193,6 +197,10 @@ def check_access(authz: AuthorizationService, role: str, method: str, path: str)
             return
         op = topic_operation(method, parts[6:]) if topic is not None else None
         if topic is not None and op is not None:
+            if not authz.tenant_exists(parts[3]):
+                # Pulsar's allowTopicOperation asks isSuperUserOrAdmin first, which answers
+                # 404 for a tenant that does not exist
+                raise TenantMissing(TENANT_NOT_FOUND)
             _require_topic_operation(authz, topic, role, op)
             return
         if len(parts) >= 4:
@@ -206,8 +214,10 @@ def check_access(authz: AuthorizationService, role: str, method: str, path: str)
             (op := namespace_operation(method, parts[5:])) is not None:
         _require_namespace_operation(authz, parts[3], parts[4], role, op)
         return
-    elif (area == "namespaces" and len(parts) >= 4) or \
-            (area == "tenants" and len(parts) == 4 and method == "GET"):
+    elif area == "namespaces" and len(parts) >= 4:
+        _require_tenant_admin(authz, parts[3], role)
+        return
+    elif area == "tenants" and len(parts) == 4 and method == "GET":
         _require_tenant_admin(authz, parts[3], role)
         return
     elif (area == "clusters" and method == "GET") or parts[2:] == ["brokers", "version"]:

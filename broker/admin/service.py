@@ -21,6 +21,8 @@ per concept:
   itself for the field-by-field policy routes, and the schema registry, are handed out as
   explicit dependencies (:attr:`AdminService.policy_store`, :attr:`AdminService.schemas`).
 - :class:`AdminBroker`: this broker: cluster name, URLs, readiness, broker id, health check.
+- :class:`AdminTransactions`: the transaction components' figures (``transactionCoordinatorEnabled``),
+  read-only, for Pulsar's v3 transactions routes.
 
 Topic names travel as :class:`broker.topics.names.TopicName` (parsed once, from the REST path,
 by :func:`topic_name`); they become strings only at the BrokerService's door. Everything here
@@ -51,12 +53,21 @@ from broker.topics.policies import PolicyStore
 from broker.topics.schemas import SchemaRegistry
 from broker.topics.service import BrokerService
 from broker.topics.topic import Topic
+from broker.transactions.ids import TxnId
+from broker.transactions.service import TransactionService
+from broker.transactions.stats import (
+    CoordinatorStats,
+    PendingAckStats,
+    TopicBufferStats,
+    TransactionStats,
+)
 from protocol.errors import TopicNotFoundError
 from storage.positions import Position
 
 __all__ = [
     "ADMIN_KEY", "NON_PERSISTENT", "PERSISTENT", "AdminBroker", "AdminEntries", "AdminPolicies",
-    "AdminService", "AdminTenants", "AdminTopics", "topic_name",
+    "AdminService", "AdminTenants", "AdminTopics", "AdminTransactions", "topic_name",
+    "txn_id_of",
 ]
 
 PERSISTENT = "persistent"
@@ -496,6 +507,67 @@ class AdminBroker:
                                self._service.config.health_check_timeout_ms / 1000)
 
 
+def txn_id_of(stats: TransactionStats) -> TxnId:
+    """The id of a transaction's figures (``"(most,least)"``, as :class:`TxnId` prints)."""
+    most, least = stats.txn_id.strip("()").split(",")
+    return TxnId(int(most), int(least))
+
+
+class AdminTransactions:
+    """The transaction coordinator, topic buffers and pending acks, as figures (read-only)."""
+
+    def __init__(self, service: BrokerService) -> None:
+        self._service = service
+
+    @property
+    def enabled(self) -> bool:
+        """``transactionCoordinatorEnabled``: the other methods need it."""
+        return self._service.transactions is not None
+
+    def _txns(self) -> TransactionService:
+        txns = self._service.transactions
+        if txns is None:
+            raise RuntimeError("transactions are not enabled")
+        return txns
+
+    def coordinator_ids(self) -> list[int]:
+        return [self._txns().coordinator_stats().coordinator_id] if self.enabled else []
+
+    def coordinator(self) -> CoordinatorStats:
+        return self._txns().coordinator_stats()
+
+    def low_water_mark(self) -> int:
+        """The highest sequence below which every transaction has ended (Pulsar's
+        lowWaterMark): one below the oldest ongoing one, else the last handed out."""
+        ongoing = self._txns().ongoing_transactions()
+        if not ongoing:
+            return self.coordinator().least_sig_bits
+        return min(txn_id_of(t).least for t in ongoing) - 1
+
+    def transaction(self, txn: TxnId) -> TransactionStats | None:
+        """An ongoing transaction, or an ended one the coordinator still remembers."""
+        return self._txns().transaction(txn)
+
+    def ongoing(self) -> list[TransactionStats]:
+        return self._txns().ongoing_transactions()
+
+    def buffer(self, topic: str) -> TopicBufferStats | None:
+        """The transaction buffer of *topic* (None: no transaction produced on it)."""
+        return self._txns().buffer_stats().get(topic)
+
+    def in_buffer(self, topic: str, txn: TxnId) -> tuple[Position | None, bool]:
+        """(first entry of *txn* on *topic* while it is open, whether it was aborted there)."""
+        return self._txns().in_buffer(topic, txn)
+
+    def pending_ack(self, topic: str, subscription: str) -> PendingAckStats | None:
+        """The pending acks of a subscription (None: no transaction acknowledged on it)."""
+        return self._txns().pending_ack_stats().get((topic, subscription))
+
+    def in_pending_ack(self, topic: str, subscription: str, txn: TxnId) -> Position | None:
+        """The cumulative acknowledgement *txn* holds on the subscription, if any."""
+        return self._txns().cumulative_ack(topic, subscription, txn)
+
+
 @dataclass(frozen=True, slots=True)
 class AdminService:
     """What REST handlers may ask of the broker (see the module docstring)."""
@@ -509,6 +581,7 @@ class AdminService:
     policy_store: PolicyStore
     #: The schema registry, for the schema routes.
     schemas: SchemaRegistry
+    transactions: AdminTransactions
 
     @classmethod
     def over(cls, service: BrokerService) -> AdminService:
@@ -517,7 +590,8 @@ class AdminService:
         return cls(tenants=tenants, topics=AdminTopics(service, tenants),
                    entries=AdminEntries(), policies=AdminPolicies(service, namespaces),
                    broker=AdminBroker(service),
-                   policy_store=service.policies, schemas=service.schemas)
+                   policy_store=service.policies, schemas=service.schemas,
+                   transactions=AdminTransactions(service))
 
 
 #: Where create_app keeps the admin service for the handlers.

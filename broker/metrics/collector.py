@@ -86,6 +86,7 @@ from broker.metrics.lag import LoopLagProbe, loop_lag_families
 from broker.metrics.rates import PUBLISH_LATENCY_BUCKETS_MS
 from broker.metrics.sources import MetricsSource, PublishBufferFigures, TopicFigures
 from broker.metrics.storage_families import storage_families
+from broker.metrics.txn_families import transaction_families
 from broker.metrics.write_latency import LatencyTable, LatencyWindows, write_latency_steps
 
 __all__ = ["BrokerMetrics", "BrokerRegistry", "HoraeCollector", "LoopLagProbe",
@@ -322,6 +323,8 @@ class HoraeCollector(Collector):
             yield throttled
         yield from connection_families(self.connections, config.cluster_name)
         yield from authentication_families(self.authentication, config.cluster_name)
+        yield from transaction_families(self.service.transactions, config.cluster_name,
+                                        scrape.topic_level)
         if self.lag_probe is not None:
             yield from loop_lag_families(self.lag_probe)
 

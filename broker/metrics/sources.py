@@ -34,6 +34,7 @@ from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from broker.config import BrokerConfig
+from broker.metrics.txn_families import TransactionFigures
 from storage.stats import StorageStats
 
 __all__ = [
@@ -339,4 +340,10 @@ class MetricsSource(Protocol):
     @property
     def publish_refused(self) -> Mapping[str, int]:
         """Refused publishes by reason (``horae_publish_refused_total{reason}``)."""
+        ...
+
+    @property
+    def transactions(self) -> TransactionFigures | None:
+        """The transaction components' figures, None without the coordinator
+        (:mod:`broker.metrics.txn_families`)."""
         ...

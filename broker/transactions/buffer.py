@@ -338,6 +338,11 @@ class TopicTransactionBuffer:
 
     # ------------------------------------------------------------------ stats
 
+    def transaction_stats(self, txn: TxnId) -> tuple[Position | None, bool]:
+        """(first entry of *txn* here while it is open, whether it was aborted here): Pulsar's
+        TransactionInBufferStats."""
+        return self._ongoing.get(txn), self._ended.get(txn) is False
+
     def stats(self) -> TopicBufferStats:
         last = self._ledger.last_confirmed if self._ledger is not None else None
         readable = self.max_read_position(last)

@@ -298,6 +298,11 @@ class PendingAckStore:
     def active(self) -> bool:
         return bool(self._individual) or bool(self._cumulative)
 
+    def cumulative_of(self, txn: TxnId) -> Position | None:
+        """The cumulative acknowledgement *txn* holds here (Pulsar's
+        TransactionInPendingAckStats), None for none."""
+        return self._cumulative.get(txn)
+
     def stats(self) -> PendingAckStats:
         return PendingAckStats(
             topic=self.topic, subscription=self.subscription, state="Ready",

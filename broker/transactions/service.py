@@ -251,3 +251,13 @@ class TransactionService:
 
     def pending_ack_stats(self) -> Mapping[tuple[str, str], PendingAckStats]:
         return {key: s.stats() for key, s in self._pending.items()}
+
+    def in_buffer(self, topic: str, txn: TxnId) -> tuple[Position | None, bool]:
+        """*txn* on *topic*'s buffer: (its first entry while open, aborted there)."""
+        buffer = self._buffers.get(topic)
+        return (None, False) if buffer is None else buffer.transaction_stats(txn)
+
+    def cumulative_ack(self, topic: str, subscription: str, txn: TxnId) -> Position | None:
+        """The cumulative acknowledgement *txn* holds on a subscription, if any."""
+        store = self._pending.get((topic, subscription))
+        return None if store is None else store.cumulative_of(txn)

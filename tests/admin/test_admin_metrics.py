@@ -286,6 +286,7 @@ class _FakeService:
     topics: dict[str, _FakeTopic] = dataclasses.field(default_factory=dict)
     stats: StorageStats = dataclasses.field(default_factory=storage_stats_with)
     publish_refused: dict[str, int] = dataclasses.field(default_factory=lambda: {"disk": 0})
+    transactions: None = None   # no transaction coordinator
 
     def storage_stats(self) -> StorageStats:
         return self.stats

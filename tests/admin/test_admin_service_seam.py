@@ -20,6 +20,7 @@ from broker.admin.service import (
     AdminService,
     AdminTenants,
     AdminTopics,
+    AdminTransactions,
 )
 
 ADMIN_DIR = Path(__file__).resolve().parents[2] / "broker" / "admin"
@@ -59,8 +60,9 @@ def test_the_seam_check_sees_a_reach_through(tmp_path: Path) -> None:
 def test_admin_service_hands_out_parts_not_the_broker_service() -> None:
     fields = {f.name for f in dataclasses.fields(AdminService)}
     assert fields == {"tenants", "topics", "entries", "policies", "broker", "policy_store",
-                      "schemas"}
-    for part in (AdminTenants, AdminTopics, AdminEntries, AdminPolicies, AdminBroker):
+                      "schemas", "transactions"}
+    for part in (AdminTenants, AdminTopics, AdminEntries, AdminPolicies, AdminBroker,
+                 AdminTransactions):
         public = [name for name in vars(part) if not name.startswith("_")]
         assert "service" not in public, part
         assert len(public) <= MAX_METHODS, (part, len(public))

@@ -21,17 +21,27 @@
 # Each top-level test runs in its own test-binary process under `go tool test2json`, bounded by
 # -timeout, so one hanging test costs only itself. The report (tests/compat/go_report.py) lists
 # passed / failed / skipped by test, the end of each failure's output, and counts the
-# transaction tests apart (Horae has no transaction coordinator).
+# transaction tests apart (they fail the run only with -txn).
+#
+# The suite's CI config enables the transaction coordinator (transactionCoordinatorEnabled=true),
+# and Horae reads it as is. -txn selects the client's transaction tests (TestTxn_* of the pulsar
+# package, which need the coordinator and the v3 transactions admin REST) and makes their
+# failures fail the run. -broker pulsar runs the same tests against Apache Pulsar 4.0 standalone
+# (the JVM of bench/pulsar_peer.py, Java 17 and the jars of bench/peers/pulsar) started with that
+# same standalone.conf (tests/compat/go_suite_pulsar.py), to know what passes on Pulsar itself.
 #
 # NOT part of CI as a whole (tens of minutes); tests/compat/test_go_suite_sample.py runs a sample.
 #
 # Usage:  tests/compat/run_go_suite.sh [-run REGEXP] [-timeout DURATION] [-pkg PACKAGE]...
-#                                      [-out DIR]
+#                                      [-out DIR] [-txn] [-broker horae|pulsar]
 #   -run      which tests (Go's -run syntax, matched against top-level test names; default all)
+#   -txn      the transaction tests only (-run '^TestTxn_' -pkg pulsar), their failures count
+#   -broker   horae (default) or pulsar (Apache Pulsar 4.0 standalone, same config)
 #   -timeout  per test (Go duration, default 5m); the whole suite takes ~20 min
 #   -pkg      a package of the module (repeatable; default: pulsar pulsaradmin/pkg/admin)
 #   -out      keep the events (PKG.jsonl), results.json, report.txt and horae.log there
 #   e.g.  tests/compat/run_go_suite.sh -run 'TestProducerConsumer|TestReader' -out /tmp/go-suite
+#         tests/compat/run_go_suite.sh -txn -broker pulsar -out /tmp/go-txn-pulsar
 # Environment:
 #   GO_CLIENT_VERSION  module version (default v0.19.0)
 #   HORAE_PYTHON       python with Horae importable (default: python3); the repo root is put first
@@ -44,7 +54,7 @@ HORAE_PYTHON=${HORAE_PYTHON:-python3}
 MODULE=github.com/apache/pulsar-client-go
 VERSION=${GO_CLIENT_VERSION:-v0.19.0}
 
-RUN="" TIMEOUT=5m OUT="" PKGS=()
+RUN="" TIMEOUT=5m OUT="" PKGS=() TXN=0 BROKER=horae
 args=("$@")
 while [[ $# -gt 0 ]]; do
     case "$1" in
@@ -52,9 +62,16 @@ while [[ $# -gt 0 ]]; do
         -timeout) TIMEOUT=$2; shift 2 ;;
         -pkg) PKGS+=("$2"); shift 2 ;;
         -out) OUT=$(mkdir -p "$2" && cd "$2" && pwd); shift 2 ;;
+        -txn) TXN=1; shift ;;
+        -broker) BROKER=$2; shift 2 ;;
         *) echo "unknown argument: $1 (see the usage at the top of $0)" >&2; exit 2 ;;
     esac
 done
+case "$BROKER" in horae|pulsar) ;; *) echo "-broker: horae or pulsar, not $BROKER" >&2; exit 2 ;; esac
+if [[ $TXN == 1 ]]; then
+    RUN=${RUN:-^TestTxn_}
+    [[ ${#PKGS[@]} -gt 0 ]] || PKGS=(pulsar)
+fi
 [[ ${#PKGS[@]} -gt 0 ]] || PKGS=(pulsar pulsaradmin/pkg/admin)
 
 # ---- phase 1, on the host's network: the module, its dependencies, the test binaries
@@ -94,16 +111,31 @@ cleanup() {
 trap cleanup EXIT
 
 export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
-HORAE_tlsCertificateFilePath=$IT/certs/broker-cert.pem HORAE_tlsKeyFilePath=$IT/certs/broker-key.pem \
-    HORAE_tlsTrustCertsFilePath=$IT/certs/cacert.pem HORAE_tokenSecretKey="file://$IT/tokens/secret.key" \
-    HORAE_basicAuthConf=$IT/conf/.htpasswd HORAE_dataDir="$WORK/data" \
-    "$HORAE_PYTHON" -m broker serve --config "$IT/conf/standalone.conf" > "$HORAE_LOG" 2>&1 &
-HORAE_PID=$!
-for _ in $(seq 1 150); do
-    curl -sf http://localhost:8080/metrics > /dev/null && break
-    kill -0 "$HORAE_PID" 2>/dev/null || { cat "$HORAE_LOG"; exit 1; }
-    sleep 0.2
-done
+if [[ $BROKER == pulsar ]]; then
+    # Detached JVM (not a child of this shell): stopped by pid, SIGKILL after 20 s.
+    HORAE_LOG=$WORK/pulsar/pulsar.log
+    HORAE_PID=$("$HORAE_PYTHON" "$REPO/tests/compat/go_suite_pulsar.py" start "$IT" "$WORK/pulsar") \
+        || { tail -n 60 "$HORAE_LOG" 2>/dev/null; exit 1; }
+    cleanup() {
+        kill "$HORAE_PID" 2>/dev/null || true
+        for _ in $(seq 1 100); do kill -0 "$HORAE_PID" 2>/dev/null || break; sleep 0.2; done
+        kill -9 "$HORAE_PID" 2>/dev/null || true
+        [[ -z "$OUT" ]] || cp "$HORAE_LOG" "$OUT/pulsar.log" 2>/dev/null || true
+        rm -rf "$WORK"
+    }
+    trap cleanup EXIT
+else
+    HORAE_tlsCertificateFilePath=$IT/certs/broker-cert.pem HORAE_tlsKeyFilePath=$IT/certs/broker-key.pem \
+        HORAE_tlsTrustCertsFilePath=$IT/certs/cacert.pem HORAE_tokenSecretKey="file://$IT/tokens/secret.key" \
+        HORAE_basicAuthConf=$IT/conf/.htpasswd HORAE_dataDir="$WORK/data" \
+        "$HORAE_PYTHON" -m broker serve --config "$IT/conf/standalone.conf" > "$HORAE_LOG" 2>&1 &
+    HORAE_PID=$!
+    for _ in $(seq 1 150); do
+        curl -sf http://localhost:8080/metrics > /dev/null && break
+        kill -0 "$HORAE_PID" 2>/dev/null || { cat "$HORAE_LOG"; exit 1; }
+        sleep 0.2
+    done
+fi
 
 # -- scripts/pulsar-test-service-start.sh's pulsar-admin calls (made there as the super-user
 # "admin"; here with its admin-token). Pulsar answers PUT (create) on an existing tenant with
@@ -143,7 +175,7 @@ for pkg in "${PKGS[@]}"; do
             -test.run "^${t}\$" -test.timeout "$TIMEOUT" -test.count 1) >> "$log" 2>&1 || rc=$?
         echo "[$i/${#tests[@]}] $t: $([[ $rc == 0 ]] && echo ok || echo FAIL)"
         if ! kill -0 "$HORAE_PID" 2>/dev/null; then
-            echo "Horae exited during $t:"; tail -n 60 "$HORAE_LOG"; break 2
+            echo "The broker exited during $t:"; tail -n 60 "$HORAE_LOG"; break 2
         fi
     done
 done
@@ -151,8 +183,9 @@ done
 status=0
 report_args=("${events[@]}" --tests "$TESTS")
 [[ -z "$OUT" ]] || report_args+=(--json "$OUT/results.json")
+[[ $TXN == 0 ]] || report_args+=(--txn)
 "$HORAE_PYTHON" "$REPO/tests/compat/go_report.py" "${report_args[@]}" \
     | tee "${OUT:-$WORK}/report.txt" || status=$?
-echo "Horae log: $(grep -c 'Traceback' "$HORAE_LOG" || true) tracebacks," \
+echo "$BROKER log: $(grep -c 'Traceback' "$HORAE_LOG" || true) tracebacks," \
     "$(grep -c ' ERROR ' "$HORAE_LOG" || true) ERROR lines"
 exit $status

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import pathlib
 
+import pytest
 from go_report import add_missing, counts, fold, load, main, read_events
 
 PKG = "github.com/apache/pulsar-client-go/pulsar"
@@ -72,3 +73,16 @@ def test_command_line_report_json_and_exit_status(tmp_path: pathlib.Path) -> Non
     assert [r.name for r in load([events])] == ["TestA", "TestTxn_X", "TestB"]
     events.write_text(json.dumps(ev("fail", "TestTxn_X")))
     assert main([str(events)]) == 0  # transaction failures alone do not fail the run
+
+
+def test_with_txn_a_failed_transaction_test_fails_the_run(tmp_path: pathlib.Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    events = tmp_path / "pulsar.jsonl"
+    events.write_text("\n".join(json.dumps(e) for e in [
+        ev("pass", "TestTxn_A"), ev("fail", "TestTxn_B")]))
+    assert main([str(events)]) == 0
+    assert "transactions (counted apart: not failing the run): 1 passed, 1 failed" in capsys.readouterr().out
+    assert main([str(events), "--txn"]) == 1
+    assert "transactions: 1 passed, 1 failed, 0 skipped" in capsys.readouterr().out
+    events.write_text(json.dumps(ev("pass", "TestTxn_A")))
+    assert main([str(events), "--txn"]) == 0

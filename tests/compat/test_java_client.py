@@ -87,10 +87,12 @@ def test_java_client_and_spring_boot_against_horae(
     entry_metadata = broker_factory(config_overrides={
         "brokerEntryMetadataInterceptors": ENTRY_METADATA_INTERCEPTORS,
         "exposingBrokerEntryMetadataToClientEnabled": True})
-    transactions = broker_factory(config_overrides={"transactionCoordinatorEnabled": True})
+    transactions = broker_factory(config_overrides={"transactionCoordinatorEnabled": True,
+                                                    "delayedDeliveryTickTimeMillis": TICK_MS})
     env = {
         **os.environ,
         "HORAE_TXN_SERVICE_URL": transactions.service_url,
+        "HORAE_TXN_WEB_URL": transactions.web_url,
         "HORAE_ENTRY_METADATA_SERVICE_URL": entry_metadata.service_url,
         "HORAE_ENTRY_METADATA_WEB_URL": entry_metadata.web_url,
         "HORAE_SERVICE_URL": broker.service_url,

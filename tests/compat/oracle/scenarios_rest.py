@@ -45,6 +45,7 @@ NS = "/admin/v2/namespaces/{t}/{ns}"
 TP = "/admin/v2/persistent/{t}/{ns}/{topic}"
 NP = "/admin/v2/non-persistent/{t}/{ns}/{topic}"
 SC = "/admin/v2/schemas/{t}/{ns}/{topic}"
+TX = "/admin/v3/transactions"
 SETUP = [Call("PUT", "/admin/v2/tenants/{t}", TENANT_BODY, "setup tenant"),
          Call("PUT", NS, None, "setup namespace")]
 WITH_TOPIC = [*SETUP, Call("PUT", TP, None, "setup topic")]
@@ -425,6 +426,22 @@ SCENARIOS: list[Scenario] = [
         Call("GET", "/admin/v2/brokers/nowhere", label="active brokers missing cluster"),
         Call("GET", "/metrics", label="metrics"),
         Call("GET", "/metrics/", label="metrics slash"),
+    ]),
+    # Both peers run without the transaction coordinator (Pulsar's default): every route of
+    # the v3 transactions resource answers 503 before looking at its arguments.
+    Scenario("transactions without the coordinator", [
+        *WITH_TOPIC,
+        Call("GET", f"{TX}/coordinators", label="coordinators"),
+        Call("GET", f"{TX}/coordinatorStats", label="coordinator stats"),
+        Call("GET", f"{TX}/coordinatorStats?coordinatorId=0", label="coordinator stats by id"),
+        Call("GET", f"{TX}/transactionMetadata/0/1", label="transaction metadata"),
+        Call("GET", f"{TX}/slowTransactions/1000", label="slow transactions"),
+        Call("GET", TX + "/transactionBufferStats/{t}/{ns}/{topic}", label="buffer stats"),
+        Call("GET", TX + "/pendingAckStats/{t}/{ns}/{topic}/sub", label="pending ack stats"),
+        Call("GET", TX + "/transactionInBufferStats/{t}/{ns}/{topic}/0/1",
+             label="transaction in buffer"),
+        Call("GET", TX + "/transactionInPendingAckStats/{t}/{ns}/{topic}/sub/0/1",
+             label="transaction in pending ack"),
     ]),
 ]
 
