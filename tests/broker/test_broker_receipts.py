@@ -51,8 +51,13 @@ class FakeTopic:
     def on_persistence_failure(self, exc: object) -> None:
         self.failures.append(exc)
 
-    def remove_producer(self, producer: Producer) -> None:
-        pass
+    @property
+    def admission(self) -> FakeTopic:
+        """The stub is its own registry of attached producers."""
+        return self
+
+    def remove(self, producer: Producer) -> None:
+        self.producers.pop(producer.name, None)
 
 
 def start_three_sends() -> tuple[Any, Any, FakeTopic, Producer]:
@@ -229,8 +234,8 @@ async def test_a_publish_rate_past_its_limit_holds_every_producer_connection_of_
     (conn_c, _) = make_connection()
     for name, conn, owner in (("a", conn_a, topic), ("b", conn_b, topic),
                               ("c", conn_c, other_topic)):
-        producer = Producer(conn, owner, 1, name, pb.Shared, False, {})  # type: ignore[arg-type]
-        conn.producers[1] = producer
+        producer = Producer(conn.producer_side, owner, 1, name, pb.Shared, False, {})  # type: ignore[arg-type]
+        conn.producer_side.producers[1] = producer
         owner.producers[name] = producer
     producer_a = topic.producers["a"]
     producer_a.on_sends([fast_send(0)])

@@ -412,7 +412,7 @@ def test_a_lookup_in_a_missing_namespace_fails_as_pulsar_fails_it(broker: Any,
     answer = raw.request(C.encode_lookup("persistent://public/default/t", 8)).lookupTopicResponse
     assert answer.response == pb.CommandLookupTopicResponse.Connect
     # the broker's heartbeat namespace has no record and is looked up as any other
-    heartbeat = broker.call(lambda: broker.service.heartbeat.topic(TopicVersion.V2))
+    heartbeat = broker.call(lambda: broker.service.addresses.heartbeat.topic(TopicVersion.V2))
     answer = raw.request(C.encode_lookup(heartbeat, 9)).lookupTopicResponse
     assert answer.response == pb.CommandLookupTopicResponse.Connect
     assert raw.request(C.encode_ping()).type == T.PONG
