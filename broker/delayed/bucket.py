@@ -54,7 +54,7 @@ from broker.delayed.bucket_records import (
     bucket_key,
     parse_bucket_key,
 )
-from broker.delayed.bucket_snapshots import BucketSnapshots, RetryDelays
+from broker.delayed.bucket_snapshots import PRELOAD_MS, BucketSnapshots, RetryDelays
 from broker.delayed.cancel_journal import CancelJournal
 from broker.delayed.cancels import CancelResult
 from broker.delayed.indexed import IndexedPositions, MutableBucket
@@ -96,7 +96,7 @@ class BucketDelayedDeliveryTracker(TimedTracker):
             buckets=self._sealed, cursor=cursor, store=snapshots, events=self, loop=loop,
             executor=executor, time_step_ms=time_step_per_segment_ms,
             max_indexes_per_segment=max_indexes_per_segment, max_num_buckets=max_num_buckets,
-            retry=retry)
+            horizon=self._horizon, retry=retry)
         # every live cancel, persisted in its own snapshot (cancel_journal)
         self._journal = CancelJournal(book=self._cancels, cursor=cursor, store=snapshots,
                                       loop=loop, retry=retry or RetryDelays())
@@ -114,11 +114,24 @@ class BucketDelayedDeliveryTracker(TimedTracker):
 
     # --- time and timer --------------------------------------------------------------------
 
-    def _head_ts(self) -> int | None:
+    def _horizon(self) -> int:
+        """Segments whose first time is at or before this are loaded; later ones wait on disk."""
+        return self._cutoff() + PRELOAD_MS
+
+    def _live_head(self) -> int | None:
+        """The earliest deliver time in memory."""
         heads = [self._mutable.head_ts(), self._late.head_ts(), self._wide.peek_ts(),
                  self._sealed.head(self._snapshots.segment_done)]
         live = [h for h in heads if h is not None]
         return min(live) if live else None
+
+    def _head_ts(self) -> int | None:
+        # The timer also fires PRELOAD_MS before a parked segment falls due, to load it.
+        head = self._live_head()
+        parked = self._sealed.parked_head()
+        if parked is not None and (head is None or parked - PRELOAD_MS < head):
+            return parked - PRELOAD_MS
+        return head
 
     # --- add / cancel / contains -----------------------------------------------------------
 
@@ -228,7 +241,8 @@ class BucketDelayedDeliveryTracker(TimedTracker):
     # --- delivery ----------------------------------------------------------------------------
 
     def has_message_available(self) -> bool:
-        head = self._head_ts()
+        self._snapshots.unpark(self._horizon())
+        head = self._live_head()
         limit = self._cutoff()
         barrier = self._sealed.barrier()
         if barrier is not None and barrier < limit:
@@ -243,6 +257,7 @@ class BucketDelayedDeliveryTracker(TimedTracker):
             return []
         if self._expire_cancels():
             self._journal.changed()
+        self._snapshots.unpark(self._horizon())
         out: list[Position] = []
         queue = _DueQueue((self._mutable, self._late), self._sealed,
                           self._snapshots.segment_done, self._cursor.is_deleted)
@@ -279,7 +294,8 @@ class BucketDelayedDeliveryTracker(TimedTracker):
                                 not_loaded=max(0, sealed_pending - in_segments))
 
     def next_due_ms(self) -> int | None:
-        return self._head_ts()
+        heads = [h for h in (self._live_head(), self._sealed.parked_head()) if h is not None]
+        return min(heads) if heads else None
 
     def last_due_ms(self) -> int | None:
         """From the indexes in memory and, for a sealed bucket, the first time of its last

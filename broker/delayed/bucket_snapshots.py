@@ -16,7 +16,12 @@ mutable bucket or the hand-out logic.
   retried with capped exponential backoff (``CREATE_RETRY_*``); meanwhile the bucket keeps
   serving from memory;
 - **load**: when a bucket's loaded segment runs dry the next one is loaded in the background
-  (the bucket sits in ``loading`` meanwhile: the barrier); a failed load is retried;
+  (the bucket sits in ``loading`` meanwhile: the barrier); a failed load is retried. A segment
+  whose first time is past the *horizon* (the tracker's cutoff plus :data:`PRELOAD_MS`) is not
+  loaded but *parked* (:meth:`SealedBuckets.park`): it stays on disk, its first time is a
+  barrier like a load in flight, and :meth:`unpark` loads it once the horizon reaches it. So
+  memory holds only segments due soon, whatever the number of buckets: with fixed delays one
+  bucket at a time, with delays spread over months one segment per bucket whose turn came;
 - **delete**: a bucket whose pending set is empty is retired (``events.on_bucket_retired``),
   its property removed and flushed, then its snapshot deleted;
 - **merge**: past ``delayedDeliveryMaxNumBuckets`` (> 0) the two adjacent persisted buckets with
@@ -42,7 +47,7 @@ import logging
 import time
 from array import array
 from bisect import bisect_left
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any, Final
@@ -80,6 +85,10 @@ OP_TYPES: Final = ("create", "load", "delete", "merge")
 OP_STATES: Final = ("succeed", "failed")
 LATENCY_BOUNDS_MS: Final = (50, 100, 500, 1000, 5000, 30000, 60000)
 
+#: A segment is loaded once its first deliver time is within this of the tracker's cutoff
+#: (loads take milliseconds; the margin keeps them ahead of the due time under load).
+PRELOAD_MS: Final = 30_000
+
 
 @dataclass(frozen=True, slots=True)
 class RetryDelays:
@@ -98,8 +107,9 @@ class BucketSnapshots:
                  store: SnapshotStorage, events: BucketEvents,
                  loop: asyncio.AbstractEventLoop, executor: Executor | None,
                  time_step_ms: int, max_indexes_per_segment: int, max_num_buckets: int,
-                 retry: RetryDelays | None = None) -> None:
+                 horizon: Callable[[], int], retry: RetryDelays | None = None) -> None:
         self._buckets = buckets
+        self._horizon = horizon
         self._cursor = cursor
         self._store = store
         self._events = events
@@ -184,20 +194,31 @@ class BucketSnapshots:
             if not bucket.merging:
                 self.finish(bucket)
             return
-        if bucket.mem_segments is not None:
+        if bucket.next_min_ts > self._horizon():
+            self._buckets.park(bucket)
+        elif bucket.mem_segments is not None:
             self._install(bucket, raw_to_decoded(bucket.mem_segments[bucket.next_segment - 1]))
         elif bucket not in self._loads_in_flight:
-            self._buckets.loading[bucket] = bucket.segment_min_ts[bucket.next_segment - 1]
+            self._buckets.loading[bucket] = bucket.next_min_ts
             self._loads_in_flight.add(bucket)
             self._spawn(self._load_next(bucket))
 
+    def unpark(self, horizon: int) -> None:
+        """Load the parked segments whose first time is at or before ``horizon``."""
+        for bucket in self._buckets.unpark_upto(horizon):
+            if bucket.alive and bucket.loaded is None:
+                self.advance(bucket)
+
     def _install(self, bucket: ImmutableBucket, segment: DecodedSegment) -> None:
-        bucket.next_segment += 1
         self._buckets.loading.pop(bucket, None)
         for packed in segment.cancels:
-            self._apply_old_cancel(packed)
+            self._apply_old_cancel(packed)      # idempotent: a parked segment comes again
         if not bucket.alive:
             return
+        if len(segment.ts) and segment.ts[0] > self._horizon():
+            self._buckets.park(bucket)          # read early (recovery, merge): not kept
+            return
+        bucket.next_segment += 1
         if len(segment.ts) == 0:
             self.advance(bucket)
             return
@@ -260,7 +281,7 @@ class BucketSnapshots:
         bucket.indexed = members
         bucket.pending = {ledger_id: bm.copy() for ledger_id, bm in members.items()}
         bucket.remaining = len(ts_col)
-        bucket.segment_min_ts = [seg[0][0] for seg in segments]
+        bucket.segment_min_ts = array("q", (seg[0][0] for seg in segments))
         bucket.mem_segments = segments
         self._buckets.insert(bucket)
         self.advance(bucket)
@@ -394,7 +415,7 @@ class BucketSnapshots:
                 if old.alive and old.remaining <= 0:
                     self.finish(old)
             return
-        merged = merged_bucket(a, b, [seg[0][0] for seg in segments], snapshot_id,
+        merged = merged_bucket(a, b, array("q", (seg[0][0] for seg in segments)), snapshot_id,
                                self._snapshot_size(snapshot_id))
         for old in (a, b):
             self._buckets.remove(old)
