@@ -75,8 +75,8 @@ class ImmutableBucket:
     """A sealed bucket: ledgers [start_ledger, end_ledger], one snapshot."""
 
     __slots__ = ("end_ledger", "indexed", "loaded", "mem_segments", "next_segment", "pending",
-                 "recovered", "remaining", "segment_min_ts", "snapshot_id", "snapshot_size",
-                 "start_ledger", "state")
+                 "recovered", "remaining", "segment_min_ts", "skip", "snapshot_id",
+                 "snapshot_size", "start_ledger", "state")
 
     def __init__(self, start_ledger: int, end_ledger: int, *, recovered: bool = False) -> None:
         self.start_ledger = start_ledger
@@ -88,6 +88,7 @@ class ImmutableBucket:
         self.remaining = 0                      # pending indexes (sum of pending cardinalities)
         self.segment_min_ts: array[int] = array("q")   # per segment 1..N
         self.next_segment = 1                   # next segment number to load
+        self.skip = 0                           # its indexes already loaded (a partial load)
         self.mem_segments: list[RawSegment] | None = None   # until the snapshot is durable
         self.loaded: LoadedSegment | None = None
         self.recovered = recovered              # from a previous run: entries may be acked

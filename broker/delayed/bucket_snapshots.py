@@ -21,7 +21,11 @@ mutable bucket or the hand-out logic.
   loaded but *parked* (:meth:`SealedBuckets.park`): it stays on disk, its first time is a
   barrier like a load in flight, and :meth:`unpark` loads it once the horizon reaches it. So
   memory holds only segments due soon, whatever the number of buckets: with fixed delays one
-  bucket at a time, with delays spread over months one segment per bucket whose turn came;
+  bucket at a time, with delays spread over months one segment per bucket whose turn came.
+  Of a loaded segment only the indexes due by the horizon plus another :data:`PRELOAD_MS` are
+  kept (``bucket.skip`` counts what was taken, and the segment's first time becomes that of
+  the rest): the rest is read again when its turn comes, so a segment of 5 minutes of dense
+  deliver times is not held whole;
 - **delete**: a bucket whose pending set is empty is retired (``events.on_bucket_retired``),
   its property removed and flushed, then its snapshot deleted;
 - **merge**: past ``delayedDeliveryMaxNumBuckets`` (> 0) the two adjacent persisted buckets with
@@ -46,7 +50,7 @@ import heapq
 import logging
 import time
 from array import array
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Coroutine
 from concurrent.futures import Executor
 from dataclasses import dataclass
@@ -212,17 +216,28 @@ class BucketSnapshots:
     def _install(self, bucket: ImmutableBucket, segment: DecodedSegment) -> None:
         self._buckets.loading.pop(bucket, None)
         for packed in segment.cancels:
-            self._apply_old_cancel(packed)      # idempotent: a parked segment comes again
+            self._apply_old_cancel(packed)      # idempotent: a segment may be read again
         if not bucket.alive:
             return
-        if len(segment.ts) and segment.ts[0] > self._horizon():
+        ts, skip = segment.ts, bucket.skip
+        horizon = self._horizon()
+        if len(ts) > skip and ts[skip] > horizon:
             self._buckets.park(bucket)          # read early (recovery, merge): not kept
             return
-        bucket.next_segment += 1
-        if len(segment.ts) == 0:
+        keep = bisect_right(ts, horizon + PRELOAD_MS, skip)
+        if keep < len(ts):                      # the rest is read again when it comes near
+            bucket.skip = keep
+            bucket.segment_min_ts[bucket.next_segment - 1] = ts[keep]
+        else:
+            bucket.skip = 0
+            bucket.next_segment += 1
+        if keep == skip:
             self.advance(bucket)
-            return
-        self._buckets.push_loaded(bucket, segment)
+        elif skip == 0 and keep == len(ts):
+            self._buckets.push_loaded(bucket, segment)
+        else:
+            self._buckets.push_loaded(bucket, DecodedSegment(ts[skip:keep],
+                                                             segment.pos[skip:keep], []))
 
     def _apply_old_cancel(self, packed: int) -> None:
         """A CANCEL index in a segment (snapshots of an older Horae put them first in segment 1;
@@ -248,7 +263,7 @@ class BucketSnapshots:
         return segment
 
     async def _load_next(self, bucket: ImmutableBucket) -> None:
-        number = bucket.next_segment
+        number, skip = bucket.next_segment, bucket.skip
         try:
             segment = await self._fetch_segment(bucket, number)
         except Exception:
@@ -259,7 +274,8 @@ class BucketSnapshots:
                 self._loop.call_later(self._retry.load_s, self._retry_load, bucket)
             return
         self._loads_in_flight.discard(bucket)
-        if not bucket.alive or self._closed or bucket.next_segment != number:
+        if (not bucket.alive or self._closed or bucket.next_segment != number
+                or bucket.skip != skip):
             self._buckets.loading.pop(bucket, None)
             return
         self._install(bucket, segment)
@@ -374,12 +390,15 @@ class BucketSnapshots:
         if bucket.loaded is not None and not bucket.loaded.dead:
             loaded = bucket.loaded
             parts.append((loaded.ts[loaded.i:], loaded.pos[loaded.i:]))
-        for number in range(bucket.next_segment, len(bucket.segment_min_ts) + 1):
+        first, skip = bucket.next_segment, bucket.skip     # the part of `first` not loaded
+        for number in range(first, len(bucket.segment_min_ts) + 1):
             if bucket.mem_segments is not None:
-                parts.append(bucket.mem_segments[number - 1])
+                ts_col, pos_col = bucket.mem_segments[number - 1]
             else:
                 segment = await self._fetch_segment(bucket, number)
-                parts.append((segment.ts, segment.pos))
+                ts_col, pos_col = segment.ts, segment.pos
+            start = skip if number == first else 0
+            parts.append((ts_col[start:], pos_col[start:]))
         for ts_col, pos_col in parts:
             for ts, packed in zip(ts_col, pos_col, strict=True):
                 if bucket.is_pending(packed >> POSITION_BITS, packed & POSITION_MASK):

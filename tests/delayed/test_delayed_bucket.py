@@ -341,3 +341,75 @@ async def test_a_revision_bump_after_restart_keeps_handed_out_entries_suppressed
     assert t2.sequential_skip(Position(1, 0)) == 3
     assert await drain_until(t2, clock, T0 + 1000) == [(1, 2)]
     await t2.close()
+
+
+async def test_segments_not_due_soon_stay_on_disk_and_come_in_time_order() -> None:
+    # Fixed delays: each bucket holds later times than the one before. Only the buckets whose
+    # next segment falls due within the preload window are in memory; the others are parked.
+    cursor, store, clock = FakeCursor(), FakeSnapshotStore(), ManualClock()
+    t = make(cursor, store, clock, min_index=10, per_segment=5, step_ms=1000)
+    expected = {}
+    for ledger in range(1, 9):
+        for e in range(10):
+            at = T0 + 120_000 * ledger + 100 * e        # ledger k due from k * 2 minutes on
+            t.add(Position(ledger, e), at)
+            expected[(ledger, e)] = at
+    t.add(Position(9, 0), T0 + 10_000_000)
+    await t.wait_idle()
+    assert len(t.immutable_ranges) == 8
+    assert t.loaded_index_count == 1                    # the mutable bucket's entry only
+    assert t.next_due_ms() == T0 + 120_000              # a parked segment's first time counts
+    assert t.get_scheduled(100) == []
+    got: list[tuple[int, int]] = []
+    for now in range(T0 + 100_000, T0 + 1_100_000, 20_000):
+        batch = await drain_until(t, clock, now)
+        assert all(expected[p] <= now for p in batch)
+        assert not [p for p, at in expected.items() if at <= now and p not in got + batch]
+        got.extend(batch)
+        assert t.loaded_index_count <= 2 * 5 + 1        # at most two buckets' segments
+    assert sorted(got) == sorted(expected)
+    await t.close()
+
+
+async def test_a_long_segment_is_held_only_in_part_and_recovers_after_a_restart() -> None:
+    # Dense times over 20 minutes in one segment: only what falls due within two preload
+    # windows is loaded; the rest is read again later, from memory or from disk.
+    cursor, store, clock = FakeCursor(), FakeSnapshotStore(), ManualClock()
+    t = make(cursor, store, clock, min_index=1200, per_segment=5000, step_ms=3_600_000)
+    expected = {}
+    for e in range(1200):
+        at = T0 + 1000 + (e * 7919 % 1200) * 1000       # one a second, shuffled
+        t.add(Position(1, e), at)
+        expected[(1, e)] = at
+    t.add(Position(2, 0), T0 + 10_000_000)
+    await t.wait_idle()
+    assert t.immutable_ranges == [(1, 1)]
+    assert 0 < t.loaded_index_count <= 70                # ~61 s of 1200 s, + the mutable one
+    first = await drain_until(t, clock, T0 + 30_000)
+    assert sorted(first) == sorted(p for p, at in expected.items() if at <= T0 + 30_000)
+    await t.close()
+    t2 = make(cursor, store, clock, min_index=1200, per_segment=5000, step_ms=3_600_000)
+    await t2.recover()
+    assert t2.loaded_index_count <= 100                  # due by now (+30 s) + 60 s
+    got = list(first)
+    for now in range(T0 + 40_000, T0 + 1_300_000, 45_000):
+        batch = await drain_until(t2, clock, now)
+        assert all(expected[p] <= now for p in batch)
+        got.extend(batch)
+        assert t2.loaded_index_count <= 100
+    # The restart hands out again what was handed out but not acknowledged (nothing was).
+    assert sorted(set(got)) == sorted(p for p in expected if p[0] == 1)
+    await t2.close()
+
+
+def test_sparse_times_make_segments_of_a_tenth_of_the_cap_at_least() -> None:
+    from array import array
+
+    from broker.delayed.snapshot_format import cut_columns, cut_segments
+    ts = array("q", (T0 + 3_600_000 * k for k in range(100)))      # one an hour
+    pos = array("Q", range(100))
+    by_columns = cut_columns(ts, pos, 300_000, 50)
+    by_items = cut_segments(zip(ts, pos, strict=True), 300_000, 50)
+    assert [len(s[0]) for s in by_columns] == [len(s[0]) for s in by_items] == [5] * 20
+    dense = array("q", (T0 + k for k in range(100)))
+    assert [len(s[0]) for s in cut_columns(dense, pos, 10, 50)] == [10] * 10
