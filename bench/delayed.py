@@ -232,7 +232,7 @@ async def run_bucket(n: int) -> dict[str, Any]:
             batch = tracker.get_scheduled(1000)
             got += len(batch)
             if not batch:
-                if not tracker.pending_loads:
+                if not tracker.sealed.loading:
                     break
                 await tracker.wait_idle()
         await tracker.wait_idle()

@@ -16,7 +16,7 @@ from waiting import wait_until_async
 from broker.config import BrokerConfig
 from broker.delayed import create_tracker
 from broker.delayed.bucket import BUCKET_KEY_PREFIX, BucketDelayedDeliveryTracker, bucket_key
-from broker.delayed.bucket_snapshots import RetryDelays
+from broker.delayed.bucket_segments import RetryDelays
 from broker.delayed.policy import resolve_policy
 from broker.delayed.snapshot_format import decode_metadata, decode_segment
 from storage.positions import Position
@@ -45,7 +45,7 @@ async def drain_until(t: BucketDelayedDeliveryTracker, clock: ManualClock, now: 
         batch = t.get_scheduled(1_000_000)
         out.extend(batch)
         await t.wait_idle()
-        if not batch and not t.has_message_available() and not t.pending_loads:
+        if not batch and not t.has_message_available() and not t.sealed.loading:
             break
     return out
 
@@ -57,11 +57,11 @@ async def test_seals_on_a_ledger_boundary_once_the_min_index_count_is_reached() 
         t.add(Position(1, e), T0 + 100 + e)
     for e in range(15):                        # ledger 2 joins the mutable bucket [1, 2] ...
         t.add(Position(2, e), T0 + 100 + e)
-    assert t.immutable_ranges == []            # ... and is never sealed mid-ledger
+    assert t.sealed.ranges == []            # ... and is never sealed mid-ledger
     t.add(Position(3, 0), T0 + 50)                       # ledger 3 past the end, 20 >= 10: seal [1, 2]
-    assert t.immutable_ranges == [(1, 2)]
+    assert t.sealed.ranges == [(1, 2)]
     assert t.add(Position(2, 15), T0 + 100) is True      # a late entry of a sealed ledger: in memory
-    assert t.immutable_ranges == [(1, 2)]
+    assert t.sealed.ranges == [(1, 2)]
     await t.wait_idle()
     key = bucket_key(1, 2)
     assert key == f"{BUCKET_KEY_PREFIX}_1_2" == "#pulsar.internal.delayed.bucket_1_2"
@@ -106,7 +106,7 @@ async def test_delivers_across_buckets_in_time_order_loading_one_segment_at_a_ti
     t.add(Position(4, 0), T0 + 99_999)
     expected[(4, 0)] = T0 + 99_999
     await t.wait_idle()
-    assert len(t.immutable_ranges) == 3
+    assert len(t.sealed.ranges) == 3
     assert t.loaded_index_count <= 3 * 2 + 1   # one segment per bucket + mutable
     got = []
     for now in range(T0 + 1000, T0 + 2000, 7):
@@ -116,7 +116,7 @@ async def test_delivers_across_buckets_in_time_order_loading_one_segment_at_a_ti
     assert sorted(got) == sorted(p for p in expected if p[0] != 4)
     assert t.op_count[("load", "succeed")] >= 3 * 3   # segments 2..4 of each bucket
     await t.wait_idle()
-    assert t.immutable_ranges == []            # fully scheduled: deleted
+    assert t.sealed.ranges == []            # fully scheduled: deleted
     assert store.snapshots == {}
     assert not [k for k in cursor.properties if k.startswith(BUCKET_KEY_PREFIX)]
     assert t.op_count[("delete", "succeed")] == 3
@@ -138,10 +138,10 @@ async def test_merges_the_two_least_populated_adjacent_buckets() -> None:
     t.add(Position(5, 0), T0 + 50_000)
     await t.wait_idle()
     assert t.op_count[("merge", "succeed")] >= 1
-    assert len(t.immutable_ranges) <= 2
-    assert (2, 3) in t.immutable_ranges or (1, 3) in t.immutable_ranges
+    assert len(t.sealed.ranges) <= 2
+    assert (2, 3) in t.sealed.ranges or (1, 3) in t.sealed.ranges
     keys = sorted(k for k in cursor.properties if k.startswith(BUCKET_KEY_PREFIX))
-    assert len(keys) == len(t.immutable_ranges)
+    assert len(keys) == len(t.sealed.ranges)
     assert len(store.snapshots) == len(keys)
     assert len(t) == sum(sizes.values()) + 1
     got = await drain_until(t, clock, T0 + 10_000)
@@ -156,7 +156,7 @@ async def test_a_re_read_entry_is_not_indexed_twice() -> None:
         t.add(Position(1, e), T0 + 100)
     t.add(Position(2, 0), T0 + 100)
     await t.wait_idle()
-    assert t.immutable_ranges == [(1, 1)]
+    assert t.sealed.ranges == [(1, 1)]
     assert t.add(Position(1, 1), T0 + 100) is True       # pending in the sealed bucket
     assert t.add(Position(2, 0), T0 + 100) is True       # pending in the mutable bucket
     assert len(t) == 4
@@ -304,7 +304,7 @@ async def test_recovery_drops_ranges_left_by_an_interrupted_merge_and_acked_entr
     t.add(Position(4, 0), T0 + 100)
     await t.wait_idle()
     await t.close()
-    assert t.immutable_ranges == [(1, 1), (2, 2), (3, 3)]
+    assert t.sealed.ranges == [(1, 1), (2, 2), (3, 3)]
     # a merge of [1, 1] and [2, 2] that wrote its snapshot and property, then crashed
     merged_sid = 5000
     store.snapshots[merged_sid] = list(store.snapshots[int(cursor.properties[bucket_key(2, 2)])])
@@ -315,7 +315,7 @@ async def test_recovery_drops_ranges_left_by_an_interrupted_merge_and_acked_entr
     t2 = make(cursor, store, clock, min_index=2)
     await t2.recover()
     await t2.wait_idle()
-    assert t2.immutable_ranges == [(1, 2), (3, 3)]
+    assert t2.sealed.ranges == [(1, 2), (3, 3)]
     assert bucket_key(1, 1) not in cursor.properties
     assert bucket_key(2, 2) not in cursor.properties
     assert leftover not in store.snapshots
@@ -356,7 +356,7 @@ async def test_segments_not_due_soon_stay_on_disk_and_come_in_time_order() -> No
             expected[(ledger, e)] = at
     t.add(Position(9, 0), T0 + 10_000_000)
     await t.wait_idle()
-    assert len(t.immutable_ranges) == 8
+    assert len(t.sealed.ranges) == 8
     assert t.loaded_index_count == 1                    # the mutable bucket's entry only
     assert t.next_due_ms() == T0 + 120_000              # a parked segment's first time counts
     assert t.get_scheduled(100) == []
@@ -383,7 +383,7 @@ async def test_a_long_segment_is_held_only_in_part_and_recovers_after_a_restart(
         expected[(1, e)] = at
     t.add(Position(2, 0), T0 + 10_000_000)
     await t.wait_idle()
-    assert t.immutable_ranges == [(1, 1)]
+    assert t.sealed.ranges == [(1, 1)]
     assert 0 < t.loaded_index_count <= 70                # ~61 s of 1200 s, + the mutable one
     first = await drain_until(t, clock, T0 + 30_000)
     assert sorted(first) == sorted(p for p, at in expected.items() if at <= T0 + 30_000)
