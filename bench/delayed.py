@@ -351,12 +351,12 @@ def measure(scenario: str, n: int) -> dict[str, Any]:
     return result
 
 
-def print_scale(sizes: list[int]) -> None:
+def print_scale(sizes: list[int], kinds: tuple[str, ...] = SCALE_KINDS) -> None:
     print(f"bucket tracker at scale (exact 1 ms deliver times, {ENTRIES_PER_LEDGER} entries/ledger,"
           f" {PUBLISH_PER_MS * 1000:,} msg/s simulated publish; Python {sys.version.split()[0]})")
     print(f"{'workload':10}{'messages':>13}{'RSS B/msg':>11}{'est B/msg':>11}{'in memory':>12}"
           f"{'buckets':>9}{'disk B/msg':>11}{'add/cpu-s':>12}")
-    for kind in SCALE_KINDS:
+    for kind in kinds:
         for n in sizes:
             r = measure(f"scale-{kind}", n)
             print(f"{kind:10}{n:>13,}{r['rss_bytes'] / n:>11.3f}{r['estimate_bytes'] / n:>11.3f}"
@@ -380,6 +380,8 @@ def pulsar_metric(web: str, name: str, topic: str) -> float:
 
 def run_pulsar(n: int) -> None:
     """The scale workloads on Pulsar 4.0 standalone (module docstring)."""
+    import urllib.request
+
     import pulsar
 
     from bench.delayed_e2e import publish
@@ -388,11 +390,13 @@ def run_pulsar(n: int) -> None:
 
     print(f"Apache Pulsar 4.0 standalone, -Xmx2g, default in-memory tracker "
           f"(tick {TICK_MS} ms), {n:,} messages per workload")
-    print(f"{'workload':10}{'messages':>13}{'index B/msg':>13}{'RSS B/msg':>11}{'publish/s':>11}")
+    print(f"{'workload':10}{'messages':>13}{'indexed':>11}{'index B/msg':>13}{'B/indexed':>13}"
+          f"{'RSS B/msg':>11}{'publish/s':>11}")
     with tempfile.TemporaryDirectory(prefix="horae-bench-pulsar-") as tmp, \
             start_pulsar_standalone(Path(tmp), sync=False) as broker:
         web = f"http://{broker.host}:{broker.web_port}"
-        client = pulsar.Client(broker.url, operation_timeout_seconds=120)
+        client = pulsar.Client(broker.url, operation_timeout_seconds=120,
+                               logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
         try:
             for kind in SCALE_KINDS:
                 topic = f"persistent://public/default/delayed-{kind}"
@@ -408,16 +412,23 @@ def run_pulsar(n: int) -> None:
                 failed = publish(producer, payloads, 1000)
                 rate = n / (time.perf_counter() - started)
                 del payloads
-                deadline = time.monotonic() + 300
-                size = 0.0
+                stats_url = f"{web}/admin/v2/persistent/public/default/delayed-{kind}/stats"
+                held, now_held, deadline = -1, 0, time.monotonic() + 300
                 while time.monotonic() < deadline:   # the dispatcher reads the backlog in
-                    delayed = pulsar_metric(web, "pulsar_delayed_message_index_size_bytes", topic)
-                    if delayed and delayed == size:
+                    with urllib.request.urlopen(stats_url, timeout=30) as resp:  # loopback only
+                        now_held = json.loads(resp.read())["subscriptions"]["sub"]["msgDelayed"]
+                    if now_held == held or now_held >= n:
                         break
-                    size = delayed
-                    time.sleep(5)  # polling Pulsar's metrics: nothing to wait on but its answers
+                    held = now_held
+                    time.sleep(10)  # polling Pulsar's stats: nothing to wait on but its answers
+                held = now_held
+                # Pulsar refreshes its Prometheus topic figures once a minute
+                # (statsUpdateFrequencyInSecs): read the index size after a refresh.
+                time.sleep(65)
+                size = pulsar_metric(web, "pulsar_delayed_message_index_size_bytes", topic)
                 rss = rss_mib(broker.pid) * 1048576 - rss_before
-                print(f"{kind:10}{n:>13,}{size / n:>13.3f}{rss / n:>11.2f}{rate:>11,.0f}"
+                print(f"{kind:10}{n:>13,}{held:>11,}{size / n:>13.3f}{size / max(held, 1):>13.3f}"
+                      f"{rss / n:>11.2f}{rate:>11,.0f}"
                       f"{'' if not failed else f'  ({failed} failed sends)'}", flush=True)
                 producer.close()
                 consumer.close()
@@ -434,16 +445,19 @@ def main() -> None:
                         help="run only the cancel scenario")
     parser.add_argument("--quick", action="store_true", help="100k / 1M messages")
     parser.add_argument("--scale", help="bucket tracker index memory at these sizes (N,N,...)")
+    parser.add_argument("--kinds", default=",".join(SCALE_KINDS),
+                        help="--scale workloads to run (fixed,dense,year)")
     parser.add_argument("--pulsar", type=int, default=0,
-                        help="with --scale: the same workloads on Pulsar 4.0, N messages each")
+                        help="the --scale workloads on Pulsar 4.0 standalone, N messages each")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--n", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         child(args.child, args.n)
         return
-    if args.scale:
-        print_scale([int(x) for x in args.scale.split(",")])
+    if args.scale or args.pulsar:
+        if args.scale:
+            print_scale([int(x) for x in args.scale.split(",")], tuple(args.kinds.split(",")))
         if args.pulsar:
             run_pulsar(args.pulsar)
         return
