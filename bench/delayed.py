@@ -31,6 +31,21 @@ closed and a new one recovers from the snapshots (timed: the tracker's share of 
 then drained: that includes loading every segment back from disk. Rates are per CPU-second of the process
 (``time.process_time``, all threads), so they stay meaningful on a busy machine.
 
+``--scale N,N,...`` (index memory at scale): the bucket tracker holding N pending messages for
+three workloads, each published at a simulated 100,000 messages/s (the clock follows the
+publish time), exact 1 ms deliver times:
+
+- ``fixed``: every message delayed by 1 h (due time grows with the entry id);
+- ``dense``: uniform 2 s .. 1 h (at 100M, ~28,000 messages due per second of that hour);
+- ``year``: uniform 2 s .. 365 days.
+
+It prints RSS growth and the index estimate per message, the indexes in memory, the segments
+on disk and the add rate, per size, so the per-message figure can be read for flatness.
+``--pulsar N`` adds the same three workloads (N messages each) on Apache Pulsar 4.0 standalone
+(:mod:`bench.pulsar_peer`, heap ``-Xmx2g``) in the same run: published with the official
+client (unbatched, as delayed messages are), read into its delayed index by a connected
+Shared consumer, then its ``pulsar_delayed_message_index_size_bytes`` and the JVM's RSS growth.
+
 The end-to-end figures through the official client are in ``bench/delayed_e2e.py``: lateness
 of 20,000 messages due over 10 s (strict, 10 ms tick; in-memory and bucket trackers) and the
 restart of a bucket-tracker broker subprocess holding 1M pending delayed messages (seconds until
@@ -77,6 +92,26 @@ def workload(n: int, seed: int = 1) -> Any:
     rnd = random.Random(seed).randrange
     for i in range(n):
         yield 10 + i // ENTRIES_PER_LEDGER, i % ENTRIES_PER_LEDGER, T0 + 2000 + rnd(SPAN_MS)
+
+
+#: Simulated publish rate of the scale workloads, messages per ms.
+PUBLISH_PER_MS = 100
+DAY_MS = 86_400_000
+SCALE_KINDS = ("fixed", "dense", "year")
+
+
+def scale_workload(kind: str, n: int, seed: int = 1) -> Any:
+    """(ledger_id, entry_id, publish_ms, deliver_at_ms) of the scale workloads."""
+    rnd = random.Random(seed).randrange
+    for i in range(n):
+        published = T0 + i // PUBLISH_PER_MS
+        if kind == "fixed":
+            at = published + SPAN_MS
+        elif kind == "dense":
+            at = published + 2000 + rnd(SPAN_MS)
+        else:
+            at = published + 2000 + rnd(365 * DAY_MS)
+        yield 10 + i // ENTRIES_PER_LEDGER, i % ENTRIES_PER_LEDGER, published, at
 
 
 def positions(n: int, seed: int = 1, ledger_offset: int = 0) -> Any:
@@ -197,7 +232,7 @@ async def run_bucket(n: int) -> dict[str, Any]:
             batch = tracker.get_scheduled(1000)
             got += len(batch)
             if not batch:
-                if not tracker.pending_loads:
+                if not tracker.sealed.loading:
                     break
                 await tracker.wait_idle()
         await tracker.wait_idle()
@@ -208,6 +243,45 @@ async def run_bucket(n: int) -> dict[str, Any]:
         await store.close()
     return {"n": n, "rss_bytes": grown, "estimate_bytes": estimate, "add_per_s": n / add_s,
             "get_per_s": got / get_s, **stats}
+
+
+async def run_scale(kind: str, n: int) -> dict[str, Any]:
+    from broker.delayed.bucket import BucketDelayedDeliveryTracker
+    from storage import SegmentStore
+    from storage.config import StorageConfig
+    from storage.positions import Position
+
+    with tempfile.TemporaryDirectory(prefix="horae-bench-") as tmp:
+        store = await SegmentStore.open(Path(tmp), StorageConfig(fsync=False))
+        ledger = await store.open_ledger("persistent://public/default/bench")
+        cursor = await ledger.open_cursor("sub", initial_position="earliest")
+        clock = Clock()
+        loop = asyncio.get_running_loop()
+        before = rss_bytes()
+        tracker = BucketDelayedDeliveryTracker(
+            cursor=cursor, snapshots=store.snapshots, tick_time_ms=TICK_MS, strict=False,
+            on_due=lambda: None, loop=loop, clock_ms=clock)
+        add = tracker.add
+        start = time.process_time()
+        for i, (ledger_id, entry_id, published, at) in enumerate(scale_workload(kind, n)):
+            if i % 50_000 == 0:
+                clock.now_ms = published
+                tracker.has_message_available()     # what the timer does as time goes by
+                await asyncio.sleep(0)      # let snapshot writes progress, as a broker would
+            add(Position(ledger_id, entry_id), at)
+        await tracker.wait_idle()
+        tracker.has_message_available()
+        await tracker.wait_idle()
+        add_s = time.process_time() - start
+        grown = rss_bytes() - before
+        result = {"kind": kind, "n": n, "rss_bytes": grown, "estimate_bytes": tracker.memory_bytes,
+                  "add_per_s": n / add_s, "buckets": tracker.bucket_count,
+                  "loaded": tracker.loaded_index_count,
+                  "snapshot_bytes": tracker.snapshot_size_bytes}
+        assert len(tracker) == n
+        await tracker.close()
+        await store.close()
+    return result
 
 
 async def run_cancels(n: int) -> dict[str, Any]:
@@ -255,7 +329,9 @@ def child(scenario: str, n: int) -> None:
         uvloop.install()
     except ImportError:
         pass
-    if scenario == "heap":
+    if scenario.startswith("scale-"):
+        result = asyncio.run(run_scale(scenario[len("scale-"):], n))
+    elif scenario == "heap":
         result = run_heap(n)
     elif scenario == "in-memory":
         result = asyncio.run(run_in_memory(n))
@@ -275,6 +351,91 @@ def measure(scenario: str, n: int) -> dict[str, Any]:
     return result
 
 
+def print_scale(sizes: list[int], kinds: tuple[str, ...] = SCALE_KINDS) -> None:
+    print(f"bucket tracker at scale (exact 1 ms deliver times, {ENTRIES_PER_LEDGER} entries/ledger,"
+          f" {PUBLISH_PER_MS * 1000:,} msg/s simulated publish; Python {sys.version.split()[0]})")
+    print(f"{'workload':10}{'messages':>13}{'RSS B/msg':>11}{'est B/msg':>11}{'in memory':>12}"
+          f"{'buckets':>9}{'disk B/msg':>11}{'add/cpu-s':>12}")
+    for kind in kinds:
+        for n in sizes:
+            r = measure(f"scale-{kind}", n)
+            print(f"{kind:10}{n:>13,}{r['rss_bytes'] / n:>11.3f}{r['estimate_bytes'] / n:>11.3f}"
+                  f"{r['loaded']:>12,}{r['buckets']:>9,}{r['snapshot_bytes'] / n:>11.1f}"
+                  f"{r['add_per_s']:>12,.0f}", flush=True)
+    print("targets: <= 1 B/msg fixed or dense, <= 4 B/msg random over a year, at 100M")
+
+
+def pulsar_metric(web: str, name: str, topic: str) -> float:
+    """Sum of a Prometheus series of Pulsar's /metrics for one topic."""
+    import urllib.request
+
+    with urllib.request.urlopen(f"{web}/metrics/", timeout=30) as resp:  # loopback only
+        text = resp.read().decode()
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith(name + "{") and f'topic="{topic}"' in line:
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def run_pulsar(n: int) -> None:
+    """The scale workloads on Pulsar 4.0 standalone (module docstring)."""
+    import urllib.request
+
+    import pulsar
+
+    from bench.delayed_e2e import publish
+    from bench.processes import rss_mib
+    from bench.pulsar_peer import start_pulsar_standalone
+
+    print(f"Apache Pulsar 4.0 standalone, -Xmx2g, default in-memory tracker "
+          f"(tick {TICK_MS} ms), {n:,} messages per workload")
+    print(f"{'workload':10}{'messages':>13}{'indexed':>11}{'index B/msg':>13}{'B/indexed':>13}"
+          f"{'RSS B/msg':>11}{'publish/s':>11}")
+    with tempfile.TemporaryDirectory(prefix="horae-bench-pulsar-") as tmp, \
+            start_pulsar_standalone(Path(tmp), sync=False) as broker:
+        web = f"http://{broker.host}:{broker.web_port}"
+        client = pulsar.Client(broker.url, operation_timeout_seconds=120,
+                               logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+        try:
+            for kind in SCALE_KINDS:
+                topic = f"persistent://public/default/delayed-{kind}"
+                consumer = client.subscribe(topic, "sub", consumer_type=pulsar.ConsumerType.Shared)
+                producer = client.create_producer(topic, batching_enabled=False,
+                                                  block_if_queue_full=True)
+                time.sleep(2)  # settle: a JVM's RSS has no event to wait on
+                rss_before = rss_mib(broker.pid) * 1048576
+                now = int(time.time() * 1000)
+                payloads = [(b"x", now + at - T0)
+                            for _, _, _, at in scale_workload(kind, n)]
+                started = time.perf_counter()
+                failed = publish(producer, payloads, 1000)
+                rate = n / (time.perf_counter() - started)
+                del payloads
+                stats_url = f"{web}/admin/v2/persistent/public/default/delayed-{kind}/stats"
+                held, now_held, deadline = -1, 0, time.monotonic() + 300
+                while time.monotonic() < deadline:   # the dispatcher reads the backlog in
+                    with urllib.request.urlopen(stats_url, timeout=30) as resp:  # loopback only
+                        now_held = json.loads(resp.read())["subscriptions"]["sub"]["msgDelayed"]
+                    if now_held == held or now_held >= n:
+                        break
+                    held = now_held
+                    time.sleep(10)  # polling Pulsar's stats: nothing to wait on but its answers
+                held = now_held
+                # Pulsar refreshes its Prometheus topic figures once a minute
+                # (statsUpdateFrequencyInSecs): read the index size after a refresh.
+                time.sleep(65)
+                size = pulsar_metric(web, "pulsar_delayed_message_index_size_bytes", topic)
+                rss = rss_mib(broker.pid) * 1048576 - rss_before
+                print(f"{kind:10}{n:>13,}{held:>11,}{size / n:>13.3f}{size / max(held, 1):>13.3f}"
+                      f"{rss / n:>11.2f}{rate:>11,.0f}"
+                      f"{'' if not failed else f'  ({failed} failed sends)'}", flush=True)
+                producer.close()
+                consumer.close()
+        finally:
+            client.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--in-memory", type=int, default=1_000_000, dest="in_memory")
@@ -283,11 +444,22 @@ def main() -> None:
     parser.add_argument("--only-cancels", action="store_true", dest="only_cancels",
                         help="run only the cancel scenario")
     parser.add_argument("--quick", action="store_true", help="100k / 1M messages")
+    parser.add_argument("--scale", help="bucket tracker index memory at these sizes (N,N,...)")
+    parser.add_argument("--kinds", default=",".join(SCALE_KINDS),
+                        help="--scale workloads to run (fixed,dense,year)")
+    parser.add_argument("--pulsar", type=int, default=0,
+                        help="the --scale workloads on Pulsar 4.0 standalone, N messages each")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--n", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         child(args.child, args.n)
+        return
+    if args.scale or args.pulsar:
+        if args.scale:
+            print_scale([int(x) for x in args.scale.split(",")], tuple(args.kinds.split(",")))
+        if args.pulsar:
+            run_pulsar(args.pulsar)
         return
     n_mem, n_bucket = (100_000, 1_000_000) if args.quick else (args.in_memory, args.bucket)
     c = measure("cancels", args.cancels)

@@ -48,13 +48,13 @@ from typing import Final
 
 from broker.delayed.bucket_records import (
     BUCKET_KEY_PREFIX,
-    ImmutableBucket,
     LoadedSegment,
     SealedBuckets,
     bucket_key,
     parse_bucket_key,
 )
-from broker.delayed.bucket_snapshots import BucketSnapshots, RetryDelays
+from broker.delayed.bucket_segments import PRELOAD_MS, RetryDelays
+from broker.delayed.bucket_snapshots import BucketSnapshots
 from broker.delayed.cancel_journal import CancelJournal
 from broker.delayed.cancels import CancelResult
 from broker.delayed.indexed import IndexedPositions, MutableBucket
@@ -90,35 +90,30 @@ class BucketDelayedDeliveryTracker(TimedTracker):
         self._late = IndexedPositions()
         self._max_late = max(max_late_index_count, 1)
         self._wide = WideIndex()
-        # the immutable buckets and their snapshots
+        # the immutable buckets, their snapshots, and which of their segments are in memory
         self._sealed = SealedBuckets()
         self._snapshots = BucketSnapshots(
-            buckets=self._sealed, cursor=cursor, store=snapshots, events=self, loop=loop,
-            executor=executor, time_step_ms=time_step_per_segment_ms,
+            buckets=self._sealed, cursor=cursor, store=snapshots, on_change=self._on_timer,
+            loop=loop, executor=executor, time_step_ms=time_step_per_segment_ms,
             max_indexes_per_segment=max_indexes_per_segment, max_num_buckets=max_num_buckets,
-            retry=retry)
+            horizon=lambda: self._cutoff() + PRELOAD_MS, retry=retry)
+        self._loader = self._snapshots.loader
+        self._due = _DueQueue((self._mutable, self._late), self._wide, self._sealed,
+                              self._loader.segment_done, cursor.is_deleted)
         # every live cancel, persisted in its own snapshot (cancel_journal)
         self._journal = CancelJournal(book=self._cancels, cursor=cursor, store=snapshots,
                                       loop=loop, retry=retry or RetryDelays())
         self._closed = False
 
-    # --- events from the snapshot side (ports.BucketEvents) -----------------------------
-
-    def on_background_change(self) -> None:
-        """A segment loaded or a merge finished: re-aim the timer, wake the dispatcher if due."""
-        if not self._closed and self.has_message_available():
-            self._on_due()
-
-    def on_bucket_retired(self, bucket: ImmutableBucket) -> None:
-        self._sealed.retire(bucket, self._cursor.read_position.ledger_id)
-
     # --- time and timer --------------------------------------------------------------------
 
     def _head_ts(self) -> int | None:
-        heads = [self._mutable.head_ts(), self._late.head_ts(), self._wide.peek_ts(),
-                 self._sealed.head(self._snapshots.segment_done)]
-        live = [h for h in heads if h is not None]
-        return min(live) if live else None
+        # The timer also fires PRELOAD_MS before a parked segment falls due, to load it.
+        head = self._due.head()
+        parked = self._sealed.parked_head()
+        if parked is not None and (head is None or parked - PRELOAD_MS < head):
+            return parked - PRELOAD_MS
+        return head
 
     # --- add / cancel / contains -----------------------------------------------------------
 
@@ -157,8 +152,7 @@ class BucketDelayedDeliveryTracker(TimedTracker):
             late.add(deliver_at_ms, ledger_id, entry_id)
         else:
             if mutable.count >= self._min_index_count and ledger_id > mutable.end:
-                self._seal()
-                mutable = self._mutable
+                self._snapshots.seal(*mutable.take_all())   # a new immutable bucket
             mutable.add(deliver_at_ms, ledger_id, entry_id)
         target = self._timer.target_ms
         if target is None or deliver_at_ms - (0 if self._strict else self._tick_ms) < target:
@@ -228,7 +222,8 @@ class BucketDelayedDeliveryTracker(TimedTracker):
     # --- delivery ----------------------------------------------------------------------------
 
     def has_message_available(self) -> bool:
-        head = self._head_ts()
+        self._loader.unpark()
+        head = self._due.head()
         limit = self._cutoff()
         barrier = self._sealed.barrier()
         if barrier is not None and barrier < limit:
@@ -243,28 +238,8 @@ class BucketDelayedDeliveryTracker(TimedTracker):
             return []
         if self._expire_cancels():
             self._journal.changed()
-        out: list[Position] = []
-        queue = _DueQueue((self._mutable, self._late), self._sealed,
-                          self._snapshots.segment_done, self._cursor.is_deleted)
-        # A round takes the earliest `need` due entries across all sources: find the time
-        # threshold by bisection on counts, then take whole runs per source. Rounds repeat only
-        # when stale entries were skipped or a segment ran dry.
-        for _ in range(1000):
-            need = max_messages - len(out)
-            if need <= 0:
-                break
-            self._sealed.head(self._snapshots.segment_done)   # drop dead segments, stale heads
-            limit_ts = self._sealed.limit(self._cutoff())
-            threshold = queue.threshold(limit_ts, need)
-            if threshold is None:
-                break
-            consumed = queue.take_upto(threshold - 1, need, out)
-            consumed += queue.take_upto(threshold, max_messages - len(out), out)
-            if not consumed:
-                break
-        if len(out) < max_messages and self._wide:
-            self._wide.pop_due(self._cutoff(), max_messages - len(out), out)
-        out.sort()
+        self._loader.unpark()
+        out = self._due.take(max_messages, self._cutoff())
         self._update_timer()
         return out
 
@@ -279,7 +254,8 @@ class BucketDelayedDeliveryTracker(TimedTracker):
                                 not_loaded=max(0, sealed_pending - in_segments))
 
     def next_due_ms(self) -> int | None:
-        return self._head_ts()
+        heads = [h for h in (self._due.head(), self._sealed.parked_head()) if h is not None]
+        return min(heads) if heads else None
 
     def last_due_ms(self) -> int | None:
         """From the indexes in memory and, for a sealed bucket, the first time of its last
@@ -325,34 +301,25 @@ class BucketDelayedDeliveryTracker(TimedTracker):
         for ledger_id, entry_id, slot_ms in recovered.targets():
             if self.cancel(Position(ledger_id, entry_id)):
                 self._cancels.record(ledger_id, entry_id, slot_ms, cleared=True)
-        self.on_background_change()
-
-    # --- seal ------------------------------------------------------------------------------
-
-    def _seal(self) -> None:
-        """Hand the mutable bucket to the snapshot side as a new immutable bucket."""
-        mutable = self._mutable
-        ts_col, pos_col = mutable.live_columns()
-        self._mutable = MutableBucket()
-        self._snapshots.seal(mutable.start, mutable.end, ts_col, pos_col, mutable.members)
+        self._on_timer()
 
     # --- metrics and introspection -------------------------------------------------------------
 
     @property
     def snapshot_size_bytes(self) -> int:
-        return self._snapshots.snapshot_size_bytes
+        return self._snapshots.ops.snapshot_size_bytes
 
     @property
     def op_count(self) -> dict[tuple[str, str], int]:
-        return self._snapshots.op_count
+        return self._snapshots.ops.op_count
 
     @property
     def op_latency_buckets(self) -> dict[str, list[int]]:
-        return self._snapshots.op_latency_buckets
+        return self._snapshots.ops.op_latency_buckets
 
     @property
     def op_latency_sum_ms(self) -> dict[str, float]:
-        return self._snapshots.op_latency_sum_ms
+        return self._snapshots.ops.op_latency_sum_ms
 
     @property
     def cancel_journal_failures(self) -> int:
@@ -375,14 +342,10 @@ class BucketDelayedDeliveryTracker(TimedTracker):
         return total + (self._wide.memory_bytes if self._wide else 0)
 
     @property
-    def pending_loads(self) -> int:
-        """Segments being loaded (on_due follows when they make something due)."""
-        return len(self._sealed.loading)
-
-    @property
-    def immutable_ranges(self) -> list[tuple[int, int]]:
-        """(start, end) ledger ranges of the immutable buckets (tests, internal stats)."""
-        return self._sealed.ranges
+    def sealed(self) -> SealedBuckets:
+        """The immutable buckets (read-only use: tests, benchmarks): ``ranges``, the segments
+        ``loading`` (on_due follows when they make something due)."""
+        return self._sealed
 
     async def wait_idle(self) -> None:
         """Wait for background snapshot work (tests and benchmarks)."""
@@ -391,17 +354,52 @@ class BucketDelayedDeliveryTracker(TimedTracker):
 
 class _DueQueue:
     """One hand-out over every source of due indexes: the indexed positions in memory (the
-    mutable bucket, the late-entry index) and the loaded segments of the sealed buckets."""
+    mutable bucket, the late-entry index), the loaded segments of the sealed buckets and the
+    positions too wide to pack."""
 
-    __slots__ = ("_done", "_indexes", "_is_deleted", "_sealed")
+    __slots__ = ("_done", "_indexes", "_is_deleted", "_sealed", "_wide")
 
-    def __init__(self, indexes: tuple[IndexedPositions, ...], sealed: SealedBuckets,
-                 segment_done: Callable[[LoadedSegment], None],
+    def __init__(self, indexes: tuple[IndexedPositions, ...], wide: WideIndex,
+                 sealed: SealedBuckets, segment_done: Callable[[LoadedSegment], None],
                  is_deleted: Callable[[Position], bool]) -> None:
         self._indexes = indexes
+        self._wide = wide
         self._sealed = sealed
         self._done = segment_done
         self._is_deleted = is_deleted
+
+    def head(self) -> int | None:
+        """The earliest deliver time in memory (stale heads dropped on the way)."""
+        heads = [p.head_ts() for p in self._indexes]
+        heads.append(self._wide.peek_ts())
+        heads.append(self._sealed.head(self._done))
+        live = [h for h in heads if h is not None]
+        return min(live) if live else None
+
+    def take(self, max_messages: int, cutoff: int) -> list[Position]:
+        """Up to ``max_messages`` due positions, earliest first across the sources, then
+        sorted by position."""
+        out: list[Position] = []
+        # A round takes the earliest `need` due entries across all sources: find the time
+        # threshold by bisection on counts, then take whole runs per source. Rounds repeat only
+        # when stale entries were skipped or a segment ran dry.
+        for _ in range(1000):
+            need = max_messages - len(out)
+            if need <= 0:
+                break
+            self._sealed.head(self._done)       # drop dead segments, stale heads
+            limit_ts = self._sealed.limit(cutoff)
+            threshold = self.threshold(limit_ts, need)
+            if threshold is None:
+                break
+            consumed = self.take_upto(threshold - 1, need, out)
+            consumed += self.take_upto(threshold, max_messages - len(out), out)
+            if not consumed:
+                break
+        if len(out) < max_messages and self._wide:
+            self._wide.pop_due(cutoff, max_messages - len(out), out)
+        out.sort()
+        return out
 
     def count_upto(self, bound: int) -> int:
         return sum(p.count_upto(bound) for p in self._indexes) + self._sealed.count_upto(bound)

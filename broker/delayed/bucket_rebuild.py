@@ -20,6 +20,7 @@ functions with no I/O and no state, so the rules can be read (and tested) in one
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Iterable, Mapping
 
 from broker.delayed.bucket_records import ImmutableBucket, parse_bucket_key
@@ -45,7 +46,7 @@ def cheapest_pair(pairs: Iterable[tuple[ImmutableBucket, ImmutableBucket]]
     return best
 
 
-def merged_bucket(a: ImmutableBucket, b: ImmutableBucket, segment_min_ts: list[int],
+def merged_bucket(a: ImmutableBucket, b: ImmutableBucket, segment_min_ts: array[int],
                   snapshot_id: int, snapshot_size: int) -> ImmutableBucket:
     merged = ImmutableBucket(a.start_ledger, b.end_ledger, recovered=a.recovered or b.recovered)
     merged.indexed = {**a.indexed, **b.indexed}
@@ -80,7 +81,7 @@ def recovered_bucket(start: int, end: int, snapshot_id: int, snapshot_size: int,
     bucket = ImmutableBucket(start, end, recovered=True)
     bucket.snapshot_id = snapshot_id
     bucket.snapshot_size = snapshot_size
-    bucket.segment_min_ts = [info.min_ts for info in infos]
+    bucket.segment_min_ts = array("q", (info.min_ts for info in infos))
     for info in infos:
         for ledger_id, bm in info.bitmaps.items():
             if ledger_id < mark_delete.ledger_id:

@@ -33,6 +33,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import sys
+from array import array
 from bisect import bisect_right
 from collections.abc import Callable, Iterator
 from enum import Enum
@@ -74,8 +75,8 @@ class ImmutableBucket:
     """A sealed bucket: ledgers [start_ledger, end_ledger], one snapshot."""
 
     __slots__ = ("end_ledger", "indexed", "loaded", "mem_segments", "next_segment", "pending",
-                 "recovered", "remaining", "segment_min_ts", "snapshot_id", "snapshot_size",
-                 "start_ledger", "state")
+                 "recovered", "remaining", "segment_min_ts", "skip", "snapshot_id",
+                 "snapshot_size", "start_ledger", "state")
 
     def __init__(self, start_ledger: int, end_ledger: int, *, recovered: bool = False) -> None:
         self.start_ledger = start_ledger
@@ -85,8 +86,9 @@ class ImmutableBucket:
         self.indexed: dict[int, BitMap] = {}
         self.pending: dict[int, BitMap] = {}
         self.remaining = 0                      # pending indexes (sum of pending cardinalities)
-        self.segment_min_ts: list[int] = []     # per segment 1..N
+        self.segment_min_ts: array[int] = array("q")   # per segment 1..N
         self.next_segment = 1                   # next segment number to load
+        self.skip = 0                           # its indexes already loaded (a partial load)
         self.mem_segments: list[RawSegment] | None = None   # until the snapshot is durable
         self.loaded: LoadedSegment | None = None
         self.recovered = recovered              # from a previous run: entries may be acked
@@ -139,6 +141,11 @@ class ImmutableBucket:
     def has_unloaded_segments(self) -> bool:
         return self.next_segment <= len(self.segment_min_ts)
 
+    @property
+    def next_min_ts(self) -> int:
+        """First deliver time of the next segment to load (there must be one)."""
+        return self.segment_min_ts[self.next_segment - 1]
+
 
 class LoadedSegment:
     """The in-memory segment of a bucket: sorted packed columns and a read offset."""
@@ -161,8 +168,8 @@ class LoadedSegment:
 class SealedBuckets:
     """The live immutable buckets and the heap of their loaded segments (module docstring)."""
 
-    __slots__ = ("_buckets", "_heap", "_seq", "_starts", "loading", "retired",
-                 "sealed_remaining")
+    __slots__ = ("_buckets", "_heap", "_parked", "_parked_heap", "_seq", "_starts", "loading",
+                 "retired", "sealed_remaining")
 
     def __init__(self) -> None:
         self._buckets: list[ImmutableBucket] = []
@@ -170,6 +177,9 @@ class SealedBuckets:
         self._heap: list[tuple[int, int, LoadedSegment]] = []
         self._seq = itertools.count()
         self.loading: dict[ImmutableBucket, int] = {}   # bucket -> first time of the awaited segment
+        # buckets whose next segment is not due soon: not in memory until it is (park/unpark)
+        self._parked: dict[ImmutableBucket, int] = {}   # bucket -> first time of that segment
+        self._parked_heap: list[tuple[int, int, ImmutableBucket]] = []
         self.sealed_remaining = 0
         # entry ids of retired buckets a sequential read may still meet (see retire)
         self.retired: dict[int, BitMap] = {}
@@ -215,6 +225,7 @@ class SealedBuckets:
             bucket.loaded.dead = True
             bucket.loaded = None
         self.loading.pop(bucket, None)
+        self._parked.pop(bucket, None)
         i = self._buckets.index(bucket)
         del self._buckets[i], self._starts[i]
         self.sealed_remaining -= max(bucket.remaining, 0)
@@ -263,6 +274,8 @@ class SealedBuckets:
         self._starts.clear()
         self._heap.clear()
         self.loading.clear()
+        self._parked.clear()
+        self._parked_heap.clear()
         self.sealed_remaining = 0
 
     # --- the shared queue ------------------------------------------------------------------
@@ -272,9 +285,41 @@ class SealedBuckets:
         bucket.loaded = loaded
         heapq.heappush(self._heap, (segment.ts[0], loaded.seq, loaded))
 
+    def park(self, bucket: ImmutableBucket) -> None:
+        """Keep the bucket's next segment on disk until its first time comes near."""
+        ts = bucket.next_min_ts
+        self._parked[bucket] = ts
+        heapq.heappush(self._parked_heap, (ts, next(self._seq), bucket))
+
+    def parked_head(self) -> int | None:
+        """First time of the earliest parked segment (stale heap entries dropped)."""
+        heap = self._parked_heap
+        while heap:
+            ts, _, bucket = heap[0]
+            if self._parked.get(bucket) == ts:
+                return ts
+            heapq.heappop(heap)
+        return None
+
+    def unpark_upto(self, horizon: int) -> list[ImmutableBucket]:
+        """Take out the parked buckets whose next segment starts at or before ``horizon``."""
+        out: list[ImmutableBucket] = []
+        while True:
+            head = self.parked_head()
+            if head is None or head > horizon:
+                return out
+            bucket = heapq.heappop(self._parked_heap)[2]
+            del self._parked[bucket]
+            out.append(bucket)
+
     def barrier(self) -> int | None:
-        """First time of the earliest segment being loaded (nothing later is handed out)."""
-        return min(self.loading.values()) if self.loading else None
+        """First time of the earliest segment being loaded or parked (nothing later is
+        handed out)."""
+        parked = self.parked_head()
+        if not self.loading:
+            return parked
+        low = min(self.loading.values())
+        return low if parked is None or low < parked else parked
 
     def head(self, on_exhausted: Callable[[LoadedSegment], None]) -> int | None:
         """Earliest pending time among the loaded segments; stale heads are skipped and a
@@ -380,12 +425,14 @@ class SealedBuckets:
     @property
     def memory_bytes(self) -> int:
         total = sys.getsizeof(self._heap) + 64 * len(self._heap)
+        total += sys.getsizeof(self._parked) + sys.getsizeof(self._parked_heap) \
+            + 120 * len(self._parked_heap)
         total += sum(bitmap_bytes(bm) for bm in self.retired.values())
         for _, _, seg in self._heap:
             if not seg.dead:
                 total += sys.getsizeof(seg.ts) + sys.getsizeof(seg.pos)
         for bucket in self._buckets:
-            total += 200
+            total += 200 + sys.getsizeof(bucket.segment_min_ts)
             total += sum(bitmap_bytes(bm) for bm in bucket.indexed.values())
             total += sum(bitmap_bytes(bm) for bm in bucket.pending.values())
             if bucket.mem_segments is not None:

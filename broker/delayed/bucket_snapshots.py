@@ -4,9 +4,9 @@ Theory of operation
 -------------------
 :class:`BucketSnapshots` is owned by the bucket tracker (:mod:`broker.delayed.bucket`), which
 hands it the :class:`~broker.delayed.bucket_records.SealedBuckets` they share, the cursor and
-the snapshot store (:mod:`broker.delayed.ports`), and a narrow
-:class:`~broker.delayed.ports.BucketEvents` to report background changes. It never sees the
-mutable bucket or the hand-out logic.
+the snapshot store (:mod:`broker.delayed.ports`), and ``on_change`` to call when something
+changed in the background (a segment loaded, buckets merged). It never sees the mutable bucket
+or the hand-out logic.
 
 - **seal**: the tracker passes the mutable bucket's columns and membership; a new
   :class:`~broker.delayed.bucket_records.ImmutableBucket` serves from memory at once while its
@@ -15,10 +15,10 @@ mutable bucket or the hand-out logic.
   key), the cursor is flushed and the in-memory segments are dropped. A failed create is
   retried with capped exponential backoff (``CREATE_RETRY_*``); meanwhile the bucket keeps
   serving from memory;
-- **load**: when a bucket's loaded segment runs dry the next one is loaded in the background
-  (the bucket sits in ``loading`` meanwhile: the barrier); a failed load is retried;
-- **delete**: a bucket whose pending set is empty is retired (``events.on_bucket_retired``),
-  its property removed and flushed, then its snapshot deleted;
+- **load**: which segment of each bucket is in memory (loaded, parked until it is due soon,
+  kept in part) is :class:`~broker.delayed.bucket_segments.SegmentLoader`'s, owned here;
+- **delete**: a bucket whose pending set is empty is retired (what it handed out is remembered
+  by ``SealedBuckets.retire`` while a re-read may meet it), its property removed and flushed, then its snapshot deleted;
 - **merge**: past ``delayedDeliveryMaxNumBuckets`` (> 0) the two adjacent persisted buckets with
   the fewest pending indexes are merged into one new snapshot; the property of the merged range
   is written before the two old ones are removed, so a crash in between leaves a range that
@@ -27,7 +27,7 @@ mutable bucket or the hand-out logic.
   the leftover of an interrupted merge and is deleted), load each metadata and the first segment
   of each bucket, drop what the mark-delete position already covers.
 
-IO runs in background tasks (counted in ``op_count`` / ``op_latency_buckets``); everything else
+IO runs in background tasks (counted in :class:`~broker.delayed.bucket_segments.SnapshotOps`); everything else
 runs on the event loop thread. What merge and recovery decide about bucket records (which pair,
 the merged bucket, which ranges are live, a bucket rebuilt from its metadata) are the pure
 functions of :mod:`broker.delayed.bucket_rebuild`.
@@ -41,11 +41,9 @@ import heapq
 import logging
 import time
 from array import array
-from bisect import bisect_left
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from concurrent.futures import Executor
-from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any
 
 from pyroaring import BitMap
 
@@ -55,20 +53,15 @@ from broker.delayed.bucket_rebuild import (
     merged_bucket,
     recovered_bucket,
 )
-from broker.delayed.bucket_records import (
-    ImmutableBucket,
-    LoadedSegment,
-    SealedBuckets,
-)
+from broker.delayed.bucket_records import ImmutableBucket, SealedBuckets
+from broker.delayed.bucket_segments import RetryDelays, SegmentLoader, SnapshotOps
 from broker.delayed.packed import POSITION_BITS, POSITION_MASK
-from broker.delayed.ports import BucketCursor, BucketEvents, SnapshotStorage
+from broker.delayed.ports import BucketCursor, SnapshotStorage
 from broker.delayed.snapshot_format import (
-    DecodedSegment,
     RawSegment,
     cut_columns,
     cut_segments,
     decode_metadata,
-    decode_segment,
     encode_snapshot,
     raw_to_decoded,
 )
@@ -76,59 +69,34 @@ from storage.errors import SnapshotNotFoundError
 
 log = logging.getLogger("horae.delayed.bucket_snapshots")
 
-OP_TYPES: Final = ("create", "load", "delete", "merge")
-OP_STATES: Final = ("succeed", "failed")
-LATENCY_BOUNDS_MS: Final = (50, 100, 500, 1000, 5000, 30000, 60000)
-
-
-@dataclass(frozen=True, slots=True)
-class RetryDelays:
-    """Seconds between attempts: a failed segment load is retried every ``load_s``; a failed
-    snapshot create after ``create_first_s``, doubling up to ``create_max_s``."""
-
-    load_s: float = 1.0
-    create_first_s: float = 1.0
-    create_max_s: float = 60.0
-
-
 class BucketSnapshots:
     """Seal, persist, load, merge, delete and recover the immutable buckets."""
 
     def __init__(self, *, buckets: SealedBuckets, cursor: BucketCursor,
-                 store: SnapshotStorage, events: BucketEvents,
+                 store: SnapshotStorage, on_change: Callable[[], None],
                  loop: asyncio.AbstractEventLoop, executor: Executor | None,
                  time_step_ms: int, max_indexes_per_segment: int, max_num_buckets: int,
-                 retry: RetryDelays | None = None) -> None:
+                 horizon: Callable[[], int], retry: RetryDelays | None = None) -> None:
         self._buckets = buckets
         self._cursor = cursor
         self._store = store
-        self._events = events
+        self._on_change = on_change
         self._loop = loop
         self._executor = executor
         self._time_step_ms = time_step_ms
         self._max_indexes_per_segment = max_indexes_per_segment
         self._max_num_buckets = max_num_buckets
         self._retry = retry or RetryDelays()
+        self.ops = SnapshotOps()
         self._wake_on_close = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
         self._merge_task: asyncio.Task[None] | None = None
-        self._loads_in_flight: set[ImmutableBucket] = set()   # a segment read is running
         self._closed = False
-        self.snapshot_size_bytes = 0
-        self.op_count: dict[tuple[str, str], int] = {
-            (t, s): 0 for t in OP_TYPES for s in OP_STATES}
-        self.op_latency_buckets: dict[str, list[int]] = {
-            t: [0] * (len(LATENCY_BOUNDS_MS) + 1) for t in OP_TYPES}
-        self.op_latency_sum_ms: dict[str, float] = {t: 0.0 for t in OP_TYPES}
+        self.loader = SegmentLoader(buckets=buckets, store=store, on_change=on_change, loop=loop,
+                                    ops=self.ops, horizon=horizon, retry=self._retry,
+                                    spawn=self._spawn, finish=self.finish)
 
     # --- plumbing --------------------------------------------------------------------------
-
-    def _record(self, op: str, ok: bool, started: float | None = None) -> None:
-        self.op_count[(op, "succeed" if ok else "failed")] += 1
-        if ok and started is not None:
-            elapsed_ms = (time.monotonic() - started) * 1000.0
-            self.op_latency_buckets[op][bisect_left(LATENCY_BOUNDS_MS, elapsed_ms)] += 1
-            self.op_latency_sum_ms[op] += elapsed_ms
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         task = self._loop.create_task(coro)
@@ -147,6 +115,7 @@ class BucketSnapshots:
 
     async def close(self) -> None:
         self._closed = True
+        self.loader.closed = True
         self._wake_on_close.set()           # a create waiting to retry gives up now
         await self.wait_idle()
 
@@ -169,84 +138,10 @@ class BucketSnapshots:
 
     # --- segments ----------------------------------------------------------------------------
 
-    def segment_done(self, loaded: LoadedSegment) -> None:
-        """A loaded segment ran dry: load the bucket's next one, or retire the bucket."""
-        bucket = loaded.bucket
-        loaded.dead = True
-        if bucket.loaded is loaded:
-            bucket.loaded = None
-        if bucket.alive:
-            self.advance(bucket)
-
-    def advance(self, bucket: ImmutableBucket) -> None:
-        """The bucket has no segment in memory: load the next one, or retire the bucket."""
-        if bucket.remaining <= 0 or not bucket.has_unloaded_segments():
-            if not bucket.merging:
-                self.finish(bucket)
-            return
-        if bucket.mem_segments is not None:
-            self._install(bucket, raw_to_decoded(bucket.mem_segments[bucket.next_segment - 1]))
-        elif bucket not in self._loads_in_flight:
-            self._buckets.loading[bucket] = bucket.segment_min_ts[bucket.next_segment - 1]
-            self._loads_in_flight.add(bucket)
-            self._spawn(self._load_next(bucket))
-
-    def _install(self, bucket: ImmutableBucket, segment: DecodedSegment) -> None:
-        bucket.next_segment += 1
-        self._buckets.loading.pop(bucket, None)
-        for packed in segment.cancels:
-            self._apply_old_cancel(packed)
-        if not bucket.alive:
-            return
-        if len(segment.ts) == 0:
-            self.advance(bucket)
-            return
-        self._buckets.push_loaded(bucket, segment)
-
-    def _apply_old_cancel(self, packed: int) -> None:
-        """A CANCEL index in a segment (snapshots of an older Horae put them first in segment 1;
-        cancels now live in the cancel journal): clear its target."""
-        target = self._buckets.take(packed >> POSITION_BITS, packed & POSITION_MASK)
-        if target is not None and target.remaining <= 0 and not target.merging:
-            self.finish(target)
-
     def bucket_emptied(self, bucket: ImmutableBucket) -> None:
         """The tracker cleared the last pending index of a bucket (cancel)."""
         if bucket.remaining <= 0 and not bucket.merging:
             self.finish(bucket)
-
-    async def _fetch_segment(self, bucket: ImmutableBucket, number: int) -> DecodedSegment:
-        assert bucket.snapshot_id is not None
-        started = time.monotonic()
-        try:
-            segment = decode_segment(await self._store.load_segment(bucket.snapshot_id, number))
-        except Exception:
-            self._record("load", False)
-            raise
-        self._record("load", True, started)
-        return segment
-
-    async def _load_next(self, bucket: ImmutableBucket) -> None:
-        number = bucket.next_segment
-        try:
-            segment = await self._fetch_segment(bucket, number)
-        except Exception:
-            log.exception("loading segment %d of delayed bucket %s failed; retrying", number,
-                          bucket.key)
-            self._loads_in_flight.discard(bucket)
-            if bucket.alive and not self._closed:
-                self._loop.call_later(self._retry.load_s, self._retry_load, bucket)
-            return
-        self._loads_in_flight.discard(bucket)
-        if not bucket.alive or self._closed or bucket.next_segment != number:
-            self._buckets.loading.pop(bucket, None)
-            return
-        self._install(bucket, segment)
-        self._events.on_background_change()
-
-    def _retry_load(self, bucket: ImmutableBucket) -> None:
-        if bucket.alive and not self._closed and bucket.loaded is None:
-            self.advance(bucket)
 
     # --- seal and persist ------------------------------------------------------------------
 
@@ -260,10 +155,10 @@ class BucketSnapshots:
         bucket.indexed = members
         bucket.pending = {ledger_id: bm.copy() for ledger_id, bm in members.items()}
         bucket.remaining = len(ts_col)
-        bucket.segment_min_ts = [seg[0][0] for seg in segments]
+        bucket.segment_min_ts = array("q", (seg[0][0] for seg in segments))
         bucket.mem_segments = segments
         self._buckets.insert(bucket)
-        self.advance(bucket)
+        self.loader.advance(bucket)
         self._spawn(self._persist(bucket, segments))
 
     async def _encode(self, segments: list[RawSegment]) -> tuple[bytes, list[bytes]]:
@@ -282,18 +177,18 @@ class BucketSnapshots:
                 # re-reads its ledgers, since no cursor property names it.
                 log.exception("creating the snapshot of delayed bucket %s failed; retrying in "
                               "%.0f s", bucket.key, delay)
-                self._record("create", False)
+                self.ops.record("create", False)
             await self._pause(delay)
             delay = min(delay * 2, self._retry.create_max_s)
             if not bucket.alive or self._closed:
                 return
-        self._record("create", True, started)
+        self.ops.record("create", True, started)
         if not bucket.alive:
             await self._delete_snapshot(snapshot_id, None)
             return
         bucket.snapshot_id = snapshot_id
         bucket.snapshot_size = self._snapshot_size(snapshot_id)
-        self.snapshot_size_bytes += bucket.snapshot_size
+        self.ops.snapshot_size_bytes += bucket.snapshot_size
         bucket.mem_segments = None
         self._cursor.set_property(bucket.key, str(snapshot_id))
         await self._flush_cursor()
@@ -307,7 +202,7 @@ class BucketSnapshots:
             return
         self._buckets.remove(bucket)
         bucket.remaining = 0
-        self._events.on_bucket_retired(bucket)
+        self._buckets.retire(bucket, self._cursor.read_position.ledger_id)
         if bucket.snapshot_id is not None:
             self._spawn(self._delete_snapshot(bucket.snapshot_id, bucket))
 
@@ -318,13 +213,13 @@ class BucketSnapshots:
                 if bucket.key in self._cursor.properties:
                     self._cursor.remove_property(bucket.key)
                     await self._flush_cursor()
-                self.snapshot_size_bytes -= bucket.snapshot_size
+                self.ops.snapshot_size_bytes -= bucket.snapshot_size
             await self._store.delete(snapshot_id)
         except Exception:
             log.exception("deleting delayed bucket snapshot %d failed", snapshot_id)
-            self._record("delete", False)
+            self.ops.record("delete", False)
             return
-        self._record("delete", True, started)
+        self.ops.record("delete", True, started)
 
     def clear(self) -> None:
         """Retire every bucket (cursor reset / clear backlog): snapshots are deleted."""
@@ -353,12 +248,15 @@ class BucketSnapshots:
         if bucket.loaded is not None and not bucket.loaded.dead:
             loaded = bucket.loaded
             parts.append((loaded.ts[loaded.i:], loaded.pos[loaded.i:]))
-        for number in range(bucket.next_segment, len(bucket.segment_min_ts) + 1):
+        first, skip = bucket.next_segment, bucket.skip     # the part of `first` not loaded
+        for number in range(first, len(bucket.segment_min_ts) + 1):
             if bucket.mem_segments is not None:
-                parts.append(bucket.mem_segments[number - 1])
+                ts_col, pos_col = bucket.mem_segments[number - 1]
             else:
-                segment = await self._fetch_segment(bucket, number)
-                parts.append((segment.ts, segment.pos))
+                segment = await self.loader.fetch(bucket, number)
+                ts_col, pos_col = segment.ts, segment.pos
+            start = skip if number == first else 0
+            parts.append((ts_col[start:], pos_col[start:]))
         for ts_col, pos_col in parts:
             for ts, packed in zip(ts_col, pos_col, strict=True):
                 if bucket.is_pending(packed >> POSITION_BITS, packed & POSITION_MASK):
@@ -376,12 +274,12 @@ class BucketSnapshots:
             try:
                 snapshot_id = await self._store.create(metadata, parts)
             except Exception:
-                self._record("create", False)
+                self.ops.record("create", False)
                 raise
-            self._record("create", True, create_started)
+            self.ops.record("create", True, create_started)
         except Exception:
             log.exception("merging delayed buckets %s and %s failed", a.key, b.key)
-            self._record("merge", False)
+            self.ops.record("merge", False)
             a.end_merge()
             b.end_merge()
             return
@@ -389,20 +287,20 @@ class BucketSnapshots:
         b.end_merge()
         if not (a.alive and b.alive) or self._closed:
             await self._delete_snapshot(snapshot_id, None)
-            self._record("merge", False)
+            self.ops.record("merge", False)
             for old in (a, b):
                 if old.alive and old.remaining <= 0:
                     self.finish(old)
             return
-        merged = merged_bucket(a, b, [seg[0][0] for seg in segments], snapshot_id,
+        merged = merged_bucket(a, b, array("q", (seg[0][0] for seg in segments)), snapshot_id,
                                self._snapshot_size(snapshot_id))
         for old in (a, b):
             self._buckets.remove(old)
         self._buckets.insert(merged)
-        self.snapshot_size_bytes += merged.snapshot_size
+        self.ops.snapshot_size_bytes += merged.snapshot_size
         self._cursor.set_property(merged.key, str(snapshot_id))
         if segments:
-            self._install(merged, raw_to_decoded(segments[0]))
+            self.loader.install(merged, raw_to_decoded(segments[0]))
         if merged.remaining <= 0:
             self.finish(merged)
         for old in (a, b):
@@ -411,8 +309,8 @@ class BucketSnapshots:
         for old in (a, b):
             if old.snapshot_id is not None:
                 self._spawn(self._delete_snapshot(old.snapshot_id, old))
-        self._record("merge", True, started)
-        self._events.on_background_change()
+        self.ops.record("merge", True, started)
+        self._on_change()
         self._maybe_merge()
 
     # --- recovery --------------------------------------------------------------------------
@@ -433,7 +331,7 @@ class BucketSnapshots:
                 dropped = dropped or key not in self._cursor.properties
                 continue
             self._buckets.insert(bucket)
-            self.snapshot_size_bytes += bucket.snapshot_size
+            self.ops.snapshot_size_bytes += bucket.snapshot_size
         dropped = await self._load_first_segments() or dropped
         for bucket in self._buckets:
             if bucket.remaining <= 0:
@@ -452,9 +350,9 @@ class BucketSnapshots:
             return None
         except Exception:
             log.exception("delayed bucket %s: loading snapshot %d failed", key, snapshot_id)
-            self._record("load", False)
+            self.ops.record("load", False)
             return None
-        self._record("load", True, started)
+        self.ops.record("load", True, started)
         return recovered_bucket(start, end, snapshot_id, self._snapshot_size(snapshot_id), infos,
                                 self._cursor.mark_delete_position)
 
@@ -463,7 +361,7 @@ class BucketSnapshots:
         True when a bucket had to be dropped (its property removed)."""
         dropped = False
         buckets = list(self._buckets)
-        results = await asyncio.gather(*(self._fetch_segment(b, 1) for b in buckets),
+        results = await asyncio.gather(*(self.loader.fetch(b, 1) for b in buckets),
                                        return_exceptions=True)
         for bucket, result in zip(buckets, results, strict=True):
             if isinstance(result, SnapshotNotFoundError):
@@ -477,8 +375,8 @@ class BucketSnapshots:
             if isinstance(result, BaseException):
                 log.error("delayed bucket %s: loading its first segment failed: %r",
                           bucket.key, result)
-                self._loop.call_later(self._retry.load_s, self._retry_load, bucket)
+                self._loop.call_later(self._retry.load_s, self.loader.retry_load, bucket)
                 continue
             if bucket.alive:
-                self._install(bucket, result)
+                self.loader.install(bucket, result)
         return dropped

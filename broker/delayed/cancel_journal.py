@@ -34,7 +34,7 @@ import logging
 from typing import Final
 
 from broker.delayed.bucket_records import BUCKET_KEY_PREFIX
-from broker.delayed.bucket_snapshots import RetryDelays
+from broker.delayed.bucket_segments import RetryDelays
 from broker.delayed.cancels import CancelBook, CancelSet
 from broker.delayed.ports import BucketCursor, SnapshotStorage
 from storage.errors import SnapshotNotFoundError

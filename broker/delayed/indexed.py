@@ -184,6 +184,15 @@ class MutableBucket(IndexedPositions):
         super().clear()
         self.start = self.end = -1
 
+    def take_all(self) -> tuple[int, int, array[int], array[int], dict[int, BitMap]]:
+        """Seal: (start, end, time column, position column, members) of every live entry,
+        leaving this bucket empty (the members dict is handed over, not copied)."""
+        ts_col, pos_col = self.live_columns()
+        sealed = (self.start, self.end, ts_col, pos_col, self.members)
+        self.members = {}
+        self.clear()
+        return sealed
+
     def add(self, deliver_at_ms: int, ledger_id: int, entry_id: int) -> bool:
         if not self.count:
             self.clear()                # stale leftovers only: start afresh at this ledger

@@ -1,4 +1,4 @@
-"""What the bucket tracker needs from its owners: a cursor, a snapshot store, and events.
+"""What the bucket tracker needs from its owners: a cursor and a snapshot store.
 
 Theory of operation
 -------------------
@@ -11,16 +11,12 @@ pass fakes):
   cursor properties (persisted by ``flush``). It never moves the cursor.
 - :class:`SnapshotStorage`: create / load / delete bucket snapshots (part 0 = metadata, parts
   1..N = segments); every call is IO and awaited off the hot path.
-- :class:`BucketEvents`: what the snapshot side of the tracker may tell the index side
-  (:mod:`broker.delayed.bucket_snapshots` -> :mod:`broker.delayed.bucket`): something changed
-  in the background (a segment loaded, a merge finished), and a bucket was retired.
 """
 
 from __future__ import annotations
 
 from typing import Protocol
 
-from broker.delayed.bucket_records import ImmutableBucket
 from storage.positions import Position
 
 
@@ -57,13 +53,3 @@ class SnapshotStorage(Protocol):
     async def delete(self, snapshot_id: int) -> None: ...
 
     def size_bytes(self, snapshot_id: int) -> int: ...
-
-
-class BucketEvents(Protocol):
-    """Callbacks from the snapshot side to the index side of the bucket tracker."""
-
-    def on_background_change(self) -> None:
-        """A segment was loaded or buckets merged: re-aim the timer, wake if something is due."""
-
-    def on_bucket_retired(self, bucket: ImmutableBucket) -> None:
-        """A bucket was fully handed out (or cancelled) and is being deleted."""

@@ -7,9 +7,11 @@ A sealed bucket is one snapshot: part 0 a ``SnapshotMetadata``, parts 1..N
 
 - :func:`cut_segments` walks a bucket's indexes in deliver-time order and starts a new segment
   when the current one holds ``max_indexes`` indexes (<= 0: unlimited) or the next time is
-  past ``first time of the segment + time_step - 1`` (Pulsar's MutableBucket rule). So segment
-  k+1 never holds a time earlier than segment k, and loading one segment at a time per bucket
-  keeps delivery in time order.
+  past ``first time of the segment + time_step - 1`` (Pulsar's MutableBucket rule) and the
+  segment holds at least :func:`min_indexes` (a tenth of ``max_indexes``): sparse due times
+  (delays spread over months) would otherwise make one segment, with its metadata, per index.
+  So segment k+1 never holds a time earlier than segment k, and loading one segment at a time
+  per bucket keeps delivery in time order.
 - Each ``SnapshotSegmentMetadata`` carries the segment's min/max deliver time and, per ledger,
   a serialized 32-bit roaring bitmap (portable format) of the entry ids it indexes: recovery
   rebuilds a bucket's membership from the metadata alone, without reading segments.
@@ -59,6 +61,11 @@ class DecodedSegment:
     cancels: list[int]
 
 
+def min_indexes(max_indexes: int) -> int:
+    """Indexes a segment holds before the time step may end it."""
+    return max(max_indexes // 10, 1)
+
+
 def cut_segments(items: Iterable[tuple[int, int]], time_step_ms: int,
                  max_indexes: int) -> list[RawSegment]:
     """Split time-ordered ``(deliver_at_ms, packed)`` pairs into segments."""
@@ -67,9 +74,10 @@ def cut_segments(items: Iterable[tuple[int, int]], time_step_ms: int,
     pos_list: array[int] = array("Q")
     upper = 0
     limit = max_indexes if max_indexes > 0 else -1
+    least = min_indexes(max_indexes)
     step = max(time_step_ms, 1)
     for ts, packed in items:
-        if ts_list and (ts > upper or len(ts_list) == limit):
+        if ts_list and ((ts > upper and len(ts_list) >= least) or len(ts_list) == limit):
             segments.append((ts_list, pos_list))
             ts_list, pos_list = array("q"), array("Q")
         if not ts_list:
@@ -87,9 +95,10 @@ def cut_columns(ts_col: array[int], pos_col: array[int], time_step_ms: int,
     segments: list[RawSegment] = []
     n = len(ts_col)
     step = max(time_step_ms, 1)
+    least = min_indexes(max_indexes)
     i = 0
     while i < n:
-        end = bisect_right(ts_col, ts_col[i] + step - 1, i)
+        end = max(bisect_right(ts_col, ts_col[i] + step - 1, i), min(i + least, n))
         if max_indexes > 0:
             end = min(end, i + max_indexes)
         segments.append((ts_col[i:end], pos_col[i:end]))

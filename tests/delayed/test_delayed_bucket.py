@@ -16,7 +16,7 @@ from waiting import wait_until_async
 from broker.config import BrokerConfig
 from broker.delayed import create_tracker
 from broker.delayed.bucket import BUCKET_KEY_PREFIX, BucketDelayedDeliveryTracker, bucket_key
-from broker.delayed.bucket_snapshots import RetryDelays
+from broker.delayed.bucket_segments import RetryDelays
 from broker.delayed.policy import resolve_policy
 from broker.delayed.snapshot_format import decode_metadata, decode_segment
 from storage.positions import Position
@@ -45,7 +45,7 @@ async def drain_until(t: BucketDelayedDeliveryTracker, clock: ManualClock, now: 
         batch = t.get_scheduled(1_000_000)
         out.extend(batch)
         await t.wait_idle()
-        if not batch and not t.has_message_available() and not t.pending_loads:
+        if not batch and not t.has_message_available() and not t.sealed.loading:
             break
     return out
 
@@ -57,11 +57,11 @@ async def test_seals_on_a_ledger_boundary_once_the_min_index_count_is_reached() 
         t.add(Position(1, e), T0 + 100 + e)
     for e in range(15):                        # ledger 2 joins the mutable bucket [1, 2] ...
         t.add(Position(2, e), T0 + 100 + e)
-    assert t.immutable_ranges == []            # ... and is never sealed mid-ledger
+    assert t.sealed.ranges == []            # ... and is never sealed mid-ledger
     t.add(Position(3, 0), T0 + 50)                       # ledger 3 past the end, 20 >= 10: seal [1, 2]
-    assert t.immutable_ranges == [(1, 2)]
+    assert t.sealed.ranges == [(1, 2)]
     assert t.add(Position(2, 15), T0 + 100) is True      # a late entry of a sealed ledger: in memory
-    assert t.immutable_ranges == [(1, 2)]
+    assert t.sealed.ranges == [(1, 2)]
     await t.wait_idle()
     key = bucket_key(1, 2)
     assert key == f"{BUCKET_KEY_PREFIX}_1_2" == "#pulsar.internal.delayed.bucket_1_2"
@@ -106,7 +106,7 @@ async def test_delivers_across_buckets_in_time_order_loading_one_segment_at_a_ti
     t.add(Position(4, 0), T0 + 99_999)
     expected[(4, 0)] = T0 + 99_999
     await t.wait_idle()
-    assert len(t.immutable_ranges) == 3
+    assert len(t.sealed.ranges) == 3
     assert t.loaded_index_count <= 3 * 2 + 1   # one segment per bucket + mutable
     got = []
     for now in range(T0 + 1000, T0 + 2000, 7):
@@ -116,7 +116,7 @@ async def test_delivers_across_buckets_in_time_order_loading_one_segment_at_a_ti
     assert sorted(got) == sorted(p for p in expected if p[0] != 4)
     assert t.op_count[("load", "succeed")] >= 3 * 3   # segments 2..4 of each bucket
     await t.wait_idle()
-    assert t.immutable_ranges == []            # fully scheduled: deleted
+    assert t.sealed.ranges == []            # fully scheduled: deleted
     assert store.snapshots == {}
     assert not [k for k in cursor.properties if k.startswith(BUCKET_KEY_PREFIX)]
     assert t.op_count[("delete", "succeed")] == 3
@@ -138,10 +138,10 @@ async def test_merges_the_two_least_populated_adjacent_buckets() -> None:
     t.add(Position(5, 0), T0 + 50_000)
     await t.wait_idle()
     assert t.op_count[("merge", "succeed")] >= 1
-    assert len(t.immutable_ranges) <= 2
-    assert (2, 3) in t.immutable_ranges or (1, 3) in t.immutable_ranges
+    assert len(t.sealed.ranges) <= 2
+    assert (2, 3) in t.sealed.ranges or (1, 3) in t.sealed.ranges
     keys = sorted(k for k in cursor.properties if k.startswith(BUCKET_KEY_PREFIX))
-    assert len(keys) == len(t.immutable_ranges)
+    assert len(keys) == len(t.sealed.ranges)
     assert len(store.snapshots) == len(keys)
     assert len(t) == sum(sizes.values()) + 1
     got = await drain_until(t, clock, T0 + 10_000)
@@ -156,7 +156,7 @@ async def test_a_re_read_entry_is_not_indexed_twice() -> None:
         t.add(Position(1, e), T0 + 100)
     t.add(Position(2, 0), T0 + 100)
     await t.wait_idle()
-    assert t.immutable_ranges == [(1, 1)]
+    assert t.sealed.ranges == [(1, 1)]
     assert t.add(Position(1, 1), T0 + 100) is True       # pending in the sealed bucket
     assert t.add(Position(2, 0), T0 + 100) is True       # pending in the mutable bucket
     assert len(t) == 4
@@ -304,7 +304,7 @@ async def test_recovery_drops_ranges_left_by_an_interrupted_merge_and_acked_entr
     t.add(Position(4, 0), T0 + 100)
     await t.wait_idle()
     await t.close()
-    assert t.immutable_ranges == [(1, 1), (2, 2), (3, 3)]
+    assert t.sealed.ranges == [(1, 1), (2, 2), (3, 3)]
     # a merge of [1, 1] and [2, 2] that wrote its snapshot and property, then crashed
     merged_sid = 5000
     store.snapshots[merged_sid] = list(store.snapshots[int(cursor.properties[bucket_key(2, 2)])])
@@ -315,7 +315,7 @@ async def test_recovery_drops_ranges_left_by_an_interrupted_merge_and_acked_entr
     t2 = make(cursor, store, clock, min_index=2)
     await t2.recover()
     await t2.wait_idle()
-    assert t2.immutable_ranges == [(1, 2), (3, 3)]
+    assert t2.sealed.ranges == [(1, 2), (3, 3)]
     assert bucket_key(1, 1) not in cursor.properties
     assert bucket_key(2, 2) not in cursor.properties
     assert leftover not in store.snapshots
@@ -341,3 +341,75 @@ async def test_a_revision_bump_after_restart_keeps_handed_out_entries_suppressed
     assert t2.sequential_skip(Position(1, 0)) == 3
     assert await drain_until(t2, clock, T0 + 1000) == [(1, 2)]
     await t2.close()
+
+
+async def test_segments_not_due_soon_stay_on_disk_and_come_in_time_order() -> None:
+    # Fixed delays: each bucket holds later times than the one before. Only the buckets whose
+    # next segment falls due within the preload window are in memory; the others are parked.
+    cursor, store, clock = FakeCursor(), FakeSnapshotStore(), ManualClock()
+    t = make(cursor, store, clock, min_index=10, per_segment=5, step_ms=1000)
+    expected = {}
+    for ledger in range(1, 9):
+        for e in range(10):
+            at = T0 + 120_000 * ledger + 100 * e        # ledger k due from k * 2 minutes on
+            t.add(Position(ledger, e), at)
+            expected[(ledger, e)] = at
+    t.add(Position(9, 0), T0 + 10_000_000)
+    await t.wait_idle()
+    assert len(t.sealed.ranges) == 8
+    assert t.loaded_index_count == 1                    # the mutable bucket's entry only
+    assert t.next_due_ms() == T0 + 120_000              # a parked segment's first time counts
+    assert t.get_scheduled(100) == []
+    got: list[tuple[int, int]] = []
+    for now in range(T0 + 100_000, T0 + 1_100_000, 20_000):
+        batch = await drain_until(t, clock, now)
+        assert all(expected[p] <= now for p in batch)
+        assert not [p for p, at in expected.items() if at <= now and p not in got + batch]
+        got.extend(batch)
+        assert t.loaded_index_count <= 2 * 5 + 1        # at most two buckets' segments
+    assert sorted(got) == sorted(expected)
+    await t.close()
+
+
+async def test_a_long_segment_is_held_only_in_part_and_recovers_after_a_restart() -> None:
+    # Dense times over 20 minutes in one segment: only what falls due within two preload
+    # windows is loaded; the rest is read again later, from memory or from disk.
+    cursor, store, clock = FakeCursor(), FakeSnapshotStore(), ManualClock()
+    t = make(cursor, store, clock, min_index=1200, per_segment=5000, step_ms=3_600_000)
+    expected = {}
+    for e in range(1200):
+        at = T0 + 1000 + (e * 7919 % 1200) * 1000       # one a second, shuffled
+        t.add(Position(1, e), at)
+        expected[(1, e)] = at
+    t.add(Position(2, 0), T0 + 10_000_000)
+    await t.wait_idle()
+    assert t.sealed.ranges == [(1, 1)]
+    assert 0 < t.loaded_index_count <= 70                # ~61 s of 1200 s, + the mutable one
+    first = await drain_until(t, clock, T0 + 30_000)
+    assert sorted(first) == sorted(p for p, at in expected.items() if at <= T0 + 30_000)
+    await t.close()
+    t2 = make(cursor, store, clock, min_index=1200, per_segment=5000, step_ms=3_600_000)
+    await t2.recover()
+    assert t2.loaded_index_count <= 100                  # due by now (+30 s) + 60 s
+    got = list(first)
+    for now in range(T0 + 40_000, T0 + 1_300_000, 45_000):
+        batch = await drain_until(t2, clock, now)
+        assert all(expected[p] <= now for p in batch)
+        got.extend(batch)
+        assert t2.loaded_index_count <= 100
+    # The restart hands out again what was handed out but not acknowledged (nothing was).
+    assert sorted(set(got)) == sorted(p for p in expected if p[0] == 1)
+    await t2.close()
+
+
+def test_sparse_times_make_segments_of_a_tenth_of_the_cap_at_least() -> None:
+    from array import array
+
+    from broker.delayed.snapshot_format import cut_columns, cut_segments
+    ts = array("q", (T0 + 3_600_000 * k for k in range(100)))      # one an hour
+    pos = array("Q", range(100))
+    by_columns = cut_columns(ts, pos, 300_000, 50)
+    by_items = cut_segments(zip(ts, pos, strict=True), 300_000, 50)
+    assert [len(s[0]) for s in by_columns] == [len(s[0]) for s in by_items] == [5] * 20
+    dense = array("q", (T0 + k for k in range(100)))
+    assert [len(s[0]) for s in cut_columns(dense, pos, 10, 50)] == [10] * 10

@@ -9,7 +9,7 @@ from delayed_testlib import T0, DueCounter, FakeCursor, FakeLoop, FakeSnapshotSt
 from waiting import wait_until_async
 
 from broker.delayed.bucket import BucketDelayedDeliveryTracker, bucket_key
-from broker.delayed.bucket_snapshots import RetryDelays
+from broker.delayed.bucket_segments import RetryDelays
 from broker.delayed.cancel_journal import CANCELS_KEY
 from broker.delayed.cancels import SLOT_SHIFT, CancelResult, CancelSet
 from broker.delayed.in_memory import InMemoryDelayedDeliveryTracker
@@ -46,7 +46,7 @@ async def drain(t: BucketDelayedDeliveryTracker, clock: ManualClock, now: int
         batch = t.get_scheduled(1_000_000)
         out.extend(batch)
         await t.wait_idle()
-        if not batch and not t.pending_loads:
+        if not batch and not t.sealed.loading:
             break
     return sorted(out)
 
@@ -154,10 +154,10 @@ async def test_cancel_survives_restart_after_the_bucket_sealed_with_it_finished_
     t.add(Position(2, 1), T0 + 101)
     t.add(Position(3, 0), T0 + 200)                           # seals [2, 2] (early, after the cancel)
     await t.wait_idle()
-    assert t.immutable_ranges == [(1, 1), (2, 2)]
+    assert t.sealed.ranges == [(1, 1), (2, 2)]
     assert await drain(t, clock, T0 + 150) == [(2, 0), (2, 1)]
     await t.wait_idle()
-    assert t.immutable_ranges == [(1, 1)]           # [2, 2] finished and deleted
+    assert t.sealed.ranges == [(1, 1)]           # [2, 2] finished and deleted
     assert bucket_key(2, 2) not in cursor.properties
     t2 = await restart(t, cursor, store, clock, min_index=2)
     assert not t2.contains(Position(1, 1)) and t2.contains(Position(1, 0))

@@ -52,7 +52,7 @@ async def drain_now(t: BucketDelayedDeliveryTracker, cursor, consumer: Consumer)
         batch = t.get_scheduled(500)
         for ledger_id, entry_id in batch:
             consumer.deliver(cursor, Position(ledger_id, entry_id))
-        if not batch and not t.has_message_available() and not t.pending_loads:
+        if not batch and not t.has_message_available() and not t.sealed.loading:
             break
 
 
@@ -84,7 +84,7 @@ async def test_restart_mid_schedule_delivers_each_message_once_never_early(
         assert t1.add(pos, deliver_at[pos]) is True
     cursor.read_position = ledger.next_position(positions[-1])
     await t1.wait_idle()
-    sealed = t1.immutable_ranges
+    sealed = t1.sealed.ranges
     if max_buckets > 0:
         assert t1.op_count[("merge", "succeed")] >= 1
         assert len(sealed) <= max_buckets + 1
@@ -107,7 +107,7 @@ async def test_restart_mid_schedule_delivers_each_message_once_never_early(
     t2 = make(cursor, store.snapshots, clock, max_buckets)
     await t2.recover()
     # recovery read metadata + first segment per bucket, not the backlog
-    buckets = len(t2.immutable_ranges)
+    buckets = len(t2.sealed.ranges)
     assert t2.op_count[("load", "succeed")] == 2 * buckets
     assert len(t2) >= N - first_run - 400 * 2          # all but the unsealed tail
     # the dispatcher's first round replays what is due now ...
@@ -125,6 +125,6 @@ async def test_restart_mid_schedule_delivers_each_message_once_never_early(
     assert set(consumer.received) == set(positions), "lost messages"
     assert consumer.max_lateness <= 5000                 # only the downtime makes them late
     await t2.wait_idle()
-    assert t2.immutable_ranges == []
+    assert t2.sealed.ranges == []
     assert store.snapshots.ids() == []
     await store.close()

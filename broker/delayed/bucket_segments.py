@@ -1,0 +1,208 @@
+"""Which segment of each immutable bucket is in memory: load, park, keep in part, retry.
+
+Theory of operation
+-------------------
+:class:`SegmentLoader` is the reading side of the bucket tracker's snapshots (the writing side,
+merges and recovery are :class:`~broker.delayed.bucket_snapshots.BucketSnapshots`, which owns
+it). Every immutable bucket serves at most one segment at a time, in segment order:
+
+- when a bucket's loaded segment runs dry (:meth:`segment_done`), its next one is loaded in
+  the background; the bucket sits in ``SealedBuckets.loading`` meanwhile (the barrier: nothing
+  later than that segment's first time is handed out); a failed load is retried every
+  ``RetryDelays.load_s``;
+- a segment whose first time is past the *horizon* (the tracker's cutoff plus
+  :data:`PRELOAD_MS`) is not loaded but *parked* (``SealedBuckets.park``): it stays on disk,
+  its first time is a barrier like a load in flight, and :meth:`unpark` loads it once the
+  horizon reaches it. So memory holds only the segments due soon, whatever the number of
+  buckets: with fixed delays one bucket at a time, with delays spread over months one segment
+  per bucket whose turn came;
+- of a loaded segment only the indexes due by the horizon plus another :data:`PRELOAD_MS` are
+  kept (``bucket.skip`` counts what was taken, and the segment's first time becomes that of
+  the rest); the rest is read again when its turn comes, so a segment of five minutes of dense
+  deliver times is not held whole. Deliver times stay exact to the millisecond;
+- a segment read early (recovery reads every bucket's first segment to apply the CANCEL
+  indexes older snapshots put there; a merge writes the merged bucket's first one) is parked
+  again when it is not due soon. Applying a CANCEL twice is harmless.
+
+Until a bucket's snapshot is durable its segments are served from memory
+(``bucket.mem_segments``) by the same rules. Everything runs on the event loop thread; reads
+run as background tasks of the owner.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from bisect import bisect_left, bisect_right
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any, Final
+
+from broker.delayed.bucket_records import ImmutableBucket, LoadedSegment, SealedBuckets
+from broker.delayed.packed import POSITION_BITS, POSITION_MASK
+from broker.delayed.ports import SnapshotStorage
+from broker.delayed.snapshot_format import DecodedSegment, decode_segment, raw_to_decoded
+
+log = logging.getLogger("horae.delayed.bucket_segments")
+
+OP_TYPES: Final = ("create", "load", "delete", "merge")
+OP_STATES: Final = ("succeed", "failed")
+LATENCY_BOUNDS_MS: Final = (50, 100, 500, 1000, 5000, 30000, 60000)
+
+#: A segment is loaded once its first deliver time is within this of the tracker's cutoff
+#: (loads take milliseconds; the margin keeps them ahead of the due time under load).
+PRELOAD_MS: Final = 30_000
+
+
+@dataclass(frozen=True, slots=True)
+class RetryDelays:
+    """Seconds between attempts: a failed segment load is retried every ``load_s``; a failed
+    snapshot create after ``create_first_s``, doubling up to ``create_max_s``."""
+
+    load_s: float = 1.0
+    create_first_s: float = 1.0
+    create_max_s: float = 60.0
+
+
+class SnapshotOps:
+    """Counts and latencies of the snapshot operations (Pulsar's bucket op metrics) and the
+    bytes of the live snapshots."""
+
+    __slots__ = ("op_count", "op_latency_buckets", "op_latency_sum_ms", "snapshot_size_bytes")
+
+    def __init__(self) -> None:
+        self.snapshot_size_bytes = 0
+        self.op_count: dict[tuple[str, str], int] = {
+            (t, s): 0 for t in OP_TYPES for s in OP_STATES}
+        self.op_latency_buckets: dict[str, list[int]] = {
+            t: [0] * (len(LATENCY_BOUNDS_MS) + 1) for t in OP_TYPES}
+        self.op_latency_sum_ms: dict[str, float] = {t: 0.0 for t in OP_TYPES}
+
+    def record(self, op: str, ok: bool, started: float | None = None) -> None:
+        self.op_count[(op, "succeed" if ok else "failed")] += 1
+        if ok and started is not None:
+            elapsed_ms = (time.monotonic() - started) * 1000.0
+            self.op_latency_buckets[op][bisect_left(LATENCY_BOUNDS_MS, elapsed_ms)] += 1
+            self.op_latency_sum_ms[op] += elapsed_ms
+
+
+class SegmentLoader:
+    """Loads, parks and retires the segments of the immutable buckets (module docstring)."""
+
+    def __init__(self, *, buckets: SealedBuckets, store: SnapshotStorage, on_change: Callable[[], None],
+                 loop: asyncio.AbstractEventLoop, ops: SnapshotOps,
+                 horizon: Callable[[], int], retry: RetryDelays,
+                 spawn: Callable[[Coroutine[Any, Any, None]], object],
+                 finish: Callable[[ImmutableBucket], None]) -> None:
+        self._buckets = buckets
+        self._store = store
+        self._on_change = on_change
+        self._loop = loop
+        self._ops = ops
+        self._horizon = horizon
+        self._retry = retry
+        self._spawn = spawn
+        self._finish = finish
+        self._in_flight: set[ImmutableBucket] = set()   # a segment read is running
+        self.closed = False
+
+    def segment_done(self, loaded: LoadedSegment) -> None:
+        """A loaded segment ran dry: load the bucket's next one, or retire the bucket."""
+        bucket = loaded.bucket
+        loaded.dead = True
+        if bucket.loaded is loaded:
+            bucket.loaded = None
+        if bucket.alive:
+            self.advance(bucket)
+
+    def advance(self, bucket: ImmutableBucket) -> None:
+        """The bucket has no segment in memory: load (or park) the next one, or retire the
+        bucket."""
+        if bucket.remaining <= 0 or not bucket.has_unloaded_segments():
+            if not bucket.merging:
+                self._finish(bucket)
+            return
+        if bucket.next_min_ts > self._horizon():
+            self._buckets.park(bucket)
+        elif bucket.mem_segments is not None:
+            self.install(bucket, raw_to_decoded(bucket.mem_segments[bucket.next_segment - 1]))
+        elif bucket not in self._in_flight:
+            self._buckets.loading[bucket] = bucket.next_min_ts
+            self._in_flight.add(bucket)
+            self._spawn(self._load_next(bucket))
+
+    def unpark(self) -> None:
+        """Load the parked segments whose first time the horizon has reached."""
+        for bucket in self._buckets.unpark_upto(self._horizon()):
+            if bucket.alive and bucket.loaded is None:
+                self.advance(bucket)
+
+    def install(self, bucket: ImmutableBucket, segment: DecodedSegment) -> None:
+        """Serve a segment read for ``bucket`` (its part due soon), or park it again."""
+        self._buckets.loading.pop(bucket, None)
+        for packed in segment.cancels:
+            self._apply_old_cancel(packed)      # idempotent: a segment may be read again
+        if not bucket.alive:
+            return
+        ts, skip = segment.ts, bucket.skip
+        horizon = self._horizon()
+        if len(ts) > skip and ts[skip] > horizon:
+            self._buckets.park(bucket)          # read early (recovery, merge): not kept
+            return
+        keep = bisect_right(ts, horizon + PRELOAD_MS, skip)
+        if keep < len(ts):                      # the rest is read again when it comes near
+            bucket.skip = keep
+            bucket.segment_min_ts[bucket.next_segment - 1] = ts[keep]
+        else:
+            bucket.skip = 0
+            bucket.next_segment += 1
+        if keep == skip:
+            self.advance(bucket)
+        elif skip == 0 and keep == len(ts):
+            self._buckets.push_loaded(bucket, segment)
+        else:
+            self._buckets.push_loaded(bucket, DecodedSegment(ts[skip:keep],
+                                                             segment.pos[skip:keep], []))
+
+    def _apply_old_cancel(self, packed: int) -> None:
+        """A CANCEL index in a segment (snapshots of an older Horae put them first in segment 1;
+        cancels now live in the cancel journal): clear its target."""
+        target = self._buckets.take(packed >> POSITION_BITS, packed & POSITION_MASK)
+        if target is not None and target.remaining <= 0 and not target.merging:
+            self._finish(target)
+
+    async def fetch(self, bucket: ImmutableBucket, number: int) -> DecodedSegment:
+        """Read and decode segment ``number`` of a persisted bucket."""
+        assert bucket.snapshot_id is not None
+        started = time.monotonic()
+        try:
+            segment = decode_segment(await self._store.load_segment(bucket.snapshot_id, number))
+        except Exception:
+            self._ops.record("load", False)
+            raise
+        self._ops.record("load", True, started)
+        return segment
+
+    async def _load_next(self, bucket: ImmutableBucket) -> None:
+        number, skip = bucket.next_segment, bucket.skip
+        try:
+            segment = await self.fetch(bucket, number)
+        except Exception:
+            log.exception("loading segment %d of delayed bucket %s failed; retrying", number,
+                          bucket.key)
+            self._in_flight.discard(bucket)
+            if bucket.alive and not self.closed:
+                self._loop.call_later(self._retry.load_s, self.retry_load, bucket)
+            return
+        self._in_flight.discard(bucket)
+        if (not bucket.alive or self.closed or bucket.next_segment != number
+                or bucket.skip != skip):
+            self._buckets.loading.pop(bucket, None)
+            return
+        self.install(bucket, segment)
+        self._on_change()
+
+    def retry_load(self, bucket: ImmutableBucket) -> None:
+        if bucket.alive and not self.closed and bucket.loaded is None:
+            self.advance(bucket)
