@@ -293,33 +293,65 @@ def fill_pending(broker: BrokerProc, n: int, window: int) -> dict[str, Any]:
     return {"published": n - failed, "publish_s": round(publish_s, 1), "indexed": delayed}
 
 
-def measure_restart(broker: BrokerProc, pending: int, watch_s: float) -> dict[str, Any]:
+def publish_probes(broker: BrokerProc, due_in_ms: int, later_ms: int, n: int) -> tuple[int, int]:
+    """After the fill: ``n`` messages due ``due_in_ms`` from now (due while the broker is down)
+    and ``n`` due ``later_ms`` from now (due after the restart). Returns both deliver times."""
+    c = client(broker.service_url)
+    try:
+        producer = c.create_producer(TOPIC, batching_enabled=False)
+        now = time.time_ns() // 1_000_000
+        due_at, later_at = now + due_in_ms, now + later_ms
+        payloads = ([(b"due:%d" % due_at, due_at)] * n) + ([(b"later:%d" % later_at, later_at)] * n)
+        failed = publish(producer, payloads, 1000)
+        assert failed == 0, f"{failed} probe sends failed"
+        producer.close()
+    finally:
+        c.close()
+    return due_at, later_at
+
+
+def measure_restart(broker: BrokerProc, pending: int, probes: int, due_at: int, later_at: int,
+                    watch_s: float) -> dict[str, Any]:
+    """Restart on the same data; a consumer subscribes as soon as the port listens. Times are
+    seconds since ``Popen``; lateness of the probes due after the restart in ms."""
     import pulsar
 
     t0 = broker.start()
     listening = broker.wait_listening() - t0
     c = client(broker.service_url)
+    first_due = all_due = None
+    due_seen = later_seen = early = other = 0
+    later_lateness: list[float] = []
     try:
+        consumer = c.subscribe(TOPIC, SUB, consumer_type=pulsar.ConsumerType.Shared,
+                               receiver_queue_size=1000)
+        subscribed = time.perf_counter() - t0
         producer = c.create_producer(TOPIC, batching_enabled=False)
         producer.send(b"after-restart-probe")
         t_publish = time.perf_counter() - t0
-        consumer = c.subscribe(TOPIC, SUB, consumer_type=pulsar.ConsumerType.Shared)
-        producer.send(b"after-restart")
-        got = None
-        early = 0
-        deadline = time.perf_counter() + 60
-        while got is None and time.perf_counter() < deadline:
+        deadline = time.perf_counter() + max(60.0, (later_at - time.time() * 1000) / 1000 + 60)
+        while (due_seen < probes or later_seen < probes) and time.perf_counter() < deadline:
             try:
                 msg = consumer.receive(timeout_millis=100)
             except pulsar.Timeout:
                 continue
+            now_ms = time.time_ns() / 1_000_000
+            t = time.perf_counter() - t0
             data = msg.data()
             consumer.acknowledge(msg)
-            if data.startswith(b"after-restart"):
-                if data == b"after-restart":
-                    got = time.perf_counter() - t0
+            if data.startswith(b"due:"):
+                due_seen += 1
+                first_due = first_due if first_due is not None else t
+                if due_seen == probes:
+                    all_due = t
+            elif data.startswith(b"later:"):
+                later_seen += 1
+                later_lateness.append(now_ms - later_at)
+                early += now_ms < later_at
+            elif data.startswith(b"d"):
+                early += 1   # one of the pending messages due in 1-2 h
             else:
-                early += 1
+                other += 1
         watch_end = time.perf_counter() + watch_s
         while time.perf_counter() < watch_end:
             try:
@@ -327,47 +359,58 @@ def measure_restart(broker: BrokerProc, pending: int, watch_s: float) -> dict[st
             except pulsar.Timeout:
                 continue
             consumer.acknowledge(msg)
-            if not msg.data().startswith(b"after-restart"):
-                early += 1
+            if msg.data().startswith((b"due:", b"later:", b"d")):
+                early += 1  # a duplicate probe or a pending message: neither may come
         delayed = broker.msg_delayed()
         producer.close()
         consumer.close()
     finally:
         c.close()
-    return {"listening_s": round(listening, 3), "publish_receipt_s": round(t_publish, 3),
-            "consume_s": round(got, 3) if got is not None else None,
-            "early_after_restart": early, "msg_delayed_after": delayed,
+    return {"listening_s": round(listening, 3), "subscribed_s": round(subscribed, 3),
+            "publish_receipt_s": round(t_publish, 3),
+            "first_due_s": round(first_due, 3) if first_due is not None else None,
+            "all_due_s": round(all_due, 3) if all_due is not None else None,
+            "due_received": due_seen, "later_received": later_seen,
+            "later_lateness_max_ms": round(max(later_lateness), 1) if later_lateness else None,
+            "later_lateness_min_ms": round(min(later_lateness), 1) if later_lateness else None,
+            "early_or_duplicate": early, "msg_delayed_after": delayed,
             "expected_delayed": pending}
 
 
-def run_restart(work: Path, args: argparse.Namespace) -> dict[str, Any]:
-    config: dict[str, Any] = {"isDelayedDeliveryDeliverAtTimeStrict": True,
-                              "delayedDeliveryTrackerFactoryClassName": "bucket"}
+def run_restart(work: Path, tracker: str, pending: int, args: argparse.Namespace) -> dict[str, Any]:
+    config: dict[str, Any] = {"delayedDeliveryTrackerFactoryClassName": tracker}
     if args.tick_ms:  # else the broker's default tick
         config["delayedDeliveryTickTimeMillis"] = args.tick_ms
-    print(f"\n[restart] tracker=bucket config={config} pending={args.pending}")
-    broker = BrokerProc(work / "restart", config)
+    stop = "kill -9" if args.kill9 else "SIGTERM"
+    print(f"\n[restart] tracker={tracker} config={config} pending={pending} stop={stop}")
+    broker = BrokerProc(work / f"restart-{tracker}-{pending}", config)
     broker.start()
     broker.wait_listening()
-    out: dict[str, Any] = {"fill": fill_pending(broker, args.pending, args.window)}
+    out: dict[str, Any] = {"tracker": tracker, "pending": pending, "stop": stop,
+                           "fill": fill_pending(broker, pending, args.window)}
     du = sum(f.stat().st_size for f in broker.data_dir.rglob("*") if f.is_file())
     print(f"  data dir {du / 1e6:.0f} MB")
-    variants = [("SIGTERM", False)] + ([("kill -9", True)] if args.kill9 else [])
-    expected = out["fill"]["indexed"]
-    for name, kill in variants:
-        stop_s = broker.stop(kill=kill)
-        print(f"  {name}: broker exited in {stop_s:.2f} s; restarting")
-        r = measure_restart(broker, expected, args.watch_s)
-        r["stop_s"] = round(stop_s, 2)
-        ok = (r["publish_receipt_s"] <= RESTART_TARGET_S and r["consume_s"] is not None
-              and r["consume_s"] <= RESTART_TARGET_S and r["early_after_restart"] == 0)
-        r["ok"] = ok
-        print(f"  after {name}: listening {r['listening_s']} s, publish+receipt "
-              f"{r['publish_receipt_s']} s, consume {r['consume_s']} s since process start "
-              f"(target <= {RESTART_TARGET_S:.0f} s) ; early delayed messages in "
-              f"{args.watch_s:.0f} s: {r['early_after_restart']} ; msgDelayed now "
-              f"{r['msg_delayed_after']} (expected {expected}) -> {'OK' if ok else 'MISSED'}")
-        out[name] = r
+    due_at, later_at = publish_probes(broker, 500, 500 + int(args.later_s * 1000), args.probes)
+    stop_s = broker.stop(kill=args.kill9)
+    while time.time() * 1000 <= due_at:   # the first probes fall due while the broker is down
+        time.sleep(0.01)
+    r = measure_restart(broker, out["fill"]["indexed"], args.probes, due_at, later_at,
+                        args.watch_s)
+    r["stop_s"] = round(stop_s, 2)
+    ok = (r["first_due_s"] is not None and r["first_due_s"] - r["subscribed_s"] <= 1.0
+          and r["due_received"] == args.probes and r["later_received"] == args.probes
+          and r["early_or_duplicate"] == 0
+          and r["later_lateness_max_ms"] is not None and r["later_lateness_max_ms"] <= 50)
+    r["ok"] = ok
+    print(f"  after {stop}: listening {r['listening_s']} s, consumer subscribed "
+          f"{r['subscribed_s']} s, publish+receipt {r['publish_receipt_s']} s, first due "
+          f"{r['first_due_s']} s, all {args.probes} due {r['all_due_s']} s since process start; "
+          f"{r['later_received']} due {args.later_s:.0f} s later: lateness "
+          f"{r['later_lateness_min_ms']}..{r['later_lateness_max_ms']} ms; early or duplicate "
+          f"{r['early_or_duplicate']}; msgDelayed now {r['msg_delayed_after']} (expected "
+          f"{r['expected_delayed']}) -> {'OK' if ok else 'MISSED'} (target: first due <= 1 s "
+          f"after the consumer subscribed, the later ones on time)")
+    out[stop] = r
     broker.stop()
     return out
 
@@ -382,10 +425,16 @@ def main() -> None:
     p.add_argument("--early", action="store_true",
                    help="lateness run with isDelayedDeliveryDeliverAtTimeStrict=false (Pulsar's default)")
     p.add_argument("--trackers", default="in-memory,bucket")
-    p.add_argument("--pending", type=int, default=1_000_000)
+    p.add_argument("--pending", default="1000000",
+                   help="restart: comma-separated pending counts, one run each")
+    p.add_argument("--restart-trackers", default="bucket", dest="restart_trackers")
+    p.add_argument("--probes", type=int, default=100,
+                   help="restart: messages due while the broker is down, and as many due later")
+    p.add_argument("--later-s", type=float, default=20.0, dest="later_s",
+                   help="restart: the later probes are due this long after they were published")
     p.add_argument("--window", type=int, default=5000, help="send_async in-flight window")
     p.add_argument("--watch-s", type=float, default=2.0, dest="watch_s")
-    p.add_argument("--kill9", action="store_true", help="also restart after kill -9")
+    p.add_argument("--kill9", action="store_true", help="restart after kill -9 (else SIGTERM)")
     p.add_argument("--no-lateness", action="store_true", dest="no_lateness")
     p.add_argument("--no-restart", action="store_true", dest="no_restart")
     p.add_argument("--keep", action="store_true", help="keep the data directories")
@@ -399,7 +448,10 @@ def main() -> None:
             for tracker in args.trackers.split(","):
                 results[f"lateness-{tracker}"] = run_lateness(work, tracker.strip(), args)
         if not args.no_restart:
-            results["restart"] = run_restart(work, args)
+            for tracker in args.restart_trackers.split(","):
+                for pending in args.pending.split(","):
+                    results[f"restart-{tracker}-{pending}"] = run_restart(
+                        work, tracker.strip(), int(pending), args)
     finally:
         if args.keep:
             print(f"data kept in {work}")
