@@ -44,11 +44,16 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.processes import cpu_seconds  # noqa: E402
+
 PYTHON = str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv").exists() else sys.executable
 TOPIC = "persistent://public/default/delayed-e2e"
 SUB = "delayed-sub"
@@ -183,24 +188,17 @@ def publish(producer: Any, payloads: list[tuple[bytes, int | None]], window: int
 
 # ------------------------------------------------------------------------------ lateness
 
-def run_lateness(work: Path, tracker: str, args: argparse.Namespace) -> dict[str, Any]:
+def lateness_round(service_url: str, topic: str, label: str, pid: int,
+                   args: argparse.Namespace) -> dict[str, Any]:
+    """One lateness measurement against a running broker (Horae or Pulsar), and the broker's
+    CPU seconds from the first due message received to the last."""
     import pulsar
 
-    config: dict[str, Any] = {"delayedDeliveryTrackerFactoryClassName": tracker}
-    if args.tick_ms:
-        config["delayedDeliveryTickTimeMillis"] = args.tick_ms
-    if args.early:
-        config["isDelayedDeliveryDeliverAtTimeStrict"] = False
-    print(f"\n[lateness] tracker={tracker} config={config} messages={args.messages} "
-          f"span={args.span_s} s lead={args.lead_ms} ms")
-    broker = BrokerProc(work / f"lateness-{tracker}", config)
-    broker.start()
-    broker.wait_listening()
-    c = client(broker.service_url)
+    c = client(service_url)
     try:
-        consumer = c.subscribe(TOPIC + "-" + tracker, SUB, consumer_type=pulsar.ConsumerType.Shared,
+        consumer = c.subscribe(topic, SUB, consumer_type=pulsar.ConsumerType.Shared,
                                receiver_queue_size=1000)
-        producer = c.create_producer(TOPIC + "-" + tracker, batching_enabled=False,
+        producer = c.create_producer(topic, batching_enabled=False,
                                      max_pending_messages=2000, block_if_queue_full=True,
                                      send_timeout_millis=0)
         rnd = random.Random(7)
@@ -213,23 +211,27 @@ def run_lateness(work: Path, tracker: str, args: argparse.Namespace) -> dict[str
         publish_s = time.perf_counter() - t
         published_late = sum(1 for d in deliver if d < start_ms - args.lead_ms + publish_s * 1000)
         lateness: list[float] = []
-        deadline = time.perf_counter() + args.span_s + args.lead_ms / 1000 + 30
+        deadline = time.perf_counter() + args.span_s + args.lead_ms / 1000 + 60
+        cpu_first = cpu_last = 0.0
         while len(lateness) < args.messages - failed and time.perf_counter() < deadline:
             try:
                 msg = consumer.receive(timeout_millis=1000)
             except pulsar.Timeout:
                 continue
             now = time.time_ns() / 1_000_000
+            if not lateness:
+                cpu_first = cpu_seconds(pid)
             lateness.append(now - int(msg.data()))
             consumer.acknowledge(msg)
+        cpu_last = cpu_seconds(pid)
         producer.close()
         consumer.close()
     finally:
         c.close()
-        broker.stop()
     early = sum(1 for x in lateness if x < 0)
     res = {
-        "tracker": tracker, "sent": args.messages, "failed_sends": failed,
+        "peer": label, "sent": args.messages, "failed_sends": failed,
+        "due_per_s": round(args.messages / args.span_s),
         "publish_s": round(publish_s, 2), "due_before_published": published_late,
         "received": len(lateness),
         "p50_ms": round(pct(lateness, 50), 2) if lateness else None,
@@ -239,18 +241,91 @@ def run_lateness(work: Path, tracker: str, args: argparse.Namespace) -> dict[str
         "max_ms": round(max(lateness), 2) if lateness else None,
         "mean_ms": round(statistics.fmean(lateness), 2) if lateness else None,
         "early": early,
+        "broker_cpu_us_per_due": round((cpu_last - cpu_first) / max(1, len(lateness)) * 1e6, 1),
     }
     ok = (res["received"] == args.messages and early == 0 and lateness
           and pct(lateness, 99) <= LATENESS_P99_TARGET_MS
           and pct(lateness, 99.9) <= LATENESS_P999_TARGET_MS)
-    print(f"  published {args.messages} in {publish_s:.2f} s ({failed} failed); "
-          f"received {len(lateness)}")
-    print(f"  lateness p50 {res['p50_ms']} ms  p99 {res['p99_ms']} ms  p99.9 {res['p999_ms']} ms  "
-          f"min {res['min_ms']} ms  max {res['max_ms']} ms  early {early}   (target p99 <= "
-          f"{LATENESS_P99_TARGET_MS:.0f} ms, p99.9 <= {LATENESS_P999_TARGET_MS:.0f} ms, none early) "
-          f"-> {'OK' if ok else 'MISSED'}")
+    print(f"  [{label}] published {args.messages} in {publish_s:.2f} s ({failed} failed, "
+          f"{published_late} due before publishing ended); received {len(lateness)}; due rate "
+          f"{res['due_per_s']:,}/s; broker CPU {res['broker_cpu_us_per_due']} us per due message")
+    print(f"  [{label}] lateness p50 {res['p50_ms']} ms  p99 {res['p99_ms']} ms  p99.9 "
+          f"{res['p999_ms']} ms  min {res['min_ms']} ms  max {res['max_ms']} ms  early {early}"
+          f"   (target p99 <= {LATENESS_P99_TARGET_MS:.0f} ms, p99.9 <= "
+          f"{LATENESS_P999_TARGET_MS:.0f} ms, none early) -> {'OK' if ok else 'MISSED'}")
     res["ok"] = bool(ok)
     return res
+
+
+def run_lateness(work: Path, tracker: str, args: argparse.Namespace) -> dict[str, Any]:
+    config: dict[str, Any] = {"delayedDeliveryTrackerFactoryClassName": tracker}
+    if args.tick_ms:
+        config["delayedDeliveryTickTimeMillis"] = args.tick_ms
+    if args.early:
+        config["isDelayedDeliveryDeliverAtTimeStrict"] = False
+    print(f"\n[lateness] horae tracker={tracker} config={config} messages={args.messages} "
+          f"span={args.span_s} s lead={args.lead_ms} ms")
+    broker = BrokerProc(work / f"lateness-{tracker}", config)
+    broker.start()
+    broker.wait_listening()
+    try:
+        assert broker.proc is not None
+        return lateness_round(broker.service_url, TOPIC + "-" + tracker, f"horae {tracker}",
+                              broker.proc.pid, args)
+    finally:
+        broker.stop()
+
+
+def _admin(web: str, method: str, path: str, body: object | None = None) -> int:
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(web + path, data=data, method=method,
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return int(r.status)
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+def run_lateness_pulsar(work: Path, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Pulsar 4.0 standalone (bench/pulsar_peer.py), once with its defaults (tick 1 s, not
+    strict: up to a tick early) and once on a namespace whose delayed-delivery policy sets a
+    1 ms tick (the comparable precision: at most 1 ms early)."""
+    from bench.pulsar_peer import start_pulsar_standalone
+
+    out = []
+    print("\n[lateness] pulsar 4.0 standalone (starting)")
+    with start_pulsar_standalone(work) as pulsar_broker:
+        web = f"http://{pulsar_broker.host}:{pulsar_broker.web_port}"
+        out.append(lateness_round(pulsar_broker.url, "persistent://public/default/delayed-e2e",
+                                  "pulsar default tick 1000 ms", pulsar_broker.pid, args))
+        status = _admin(web, "PUT", "/admin/v2/namespaces/public/tick1")
+        assert status in (200, 204), f"create namespace: HTTP {status}"
+        status = _admin(web, "POST", "/admin/v2/namespaces/public/tick1/delayedDelivery",
+                        {"active": True, "tickTime": 1})
+        assert status in (200, 204), f"delayedDelivery policy: HTTP {status}"
+        out.append(lateness_round(pulsar_broker.url, "persistent://public/tick1/delayed-e2e",
+                                  "pulsar tick 1 ms", pulsar_broker.pid, args))
+    return out
+
+
+def print_side_by_side(rows: list[dict[str, Any]]) -> None:
+    """Lateness per peer with ratios against the first Horae row (peer / Horae: above 1 =
+    Horae ahead)."""
+    horae = next((r for r in rows if r["peer"].startswith("horae")), None)
+    print("\n| peer | due/s | received | early | p50 ms | p99 ms | p99.9 ms | max ms | "
+          "CPU us/due | p99 ratio | p99.9 ratio | CPU ratio |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        ratio99 = ratio999 = ratio_cpu = "-"
+        if horae is not None and r is not horae and horae["p99_ms"] and r["p99_ms"] is not None:
+            ratio99 = f"{r['p99_ms'] / horae['p99_ms']:.2f}x"
+            ratio999 = f"{r['p999_ms'] / horae['p999_ms']:.2f}x"
+            if horae["broker_cpu_us_per_due"]:
+                ratio_cpu = f"{r['broker_cpu_us_per_due'] / horae['broker_cpu_us_per_due']:.2f}x"
+        print(f"| {r['peer']} | {r['due_per_s']:,} | {r['received']} | {r['early']} | "
+              f"{r['p50_ms']} | {r['p99_ms']} | {r['p999_ms']} | {r['max_ms']} | "
+              f"{r['broker_cpu_us_per_due']} | {ratio99} | {ratio999} | {ratio_cpu} |")
 
 
 # ------------------------------------------------------------------------------ restart
@@ -415,6 +490,120 @@ def run_restart(work: Path, tracker: str, pending: int, args: argparse.Namespace
     return out
 
 
+# ------------------------------------------------------------------------------ herd
+
+def _publish_latencies(service_url: str, stop: threading.Event, out: list[tuple[float, float]]) -> None:
+    """One-at-a-time sends on another topic until ``stop``: (perf_counter, seconds) each."""
+    c = client(service_url)
+    try:
+        producer = c.create_producer(TOPIC + "-other", batching_enabled=False)
+        while not stop.is_set():
+            t = time.perf_counter()
+            producer.send(b"x")
+            out.append((t, time.perf_counter() - t))
+            stop.wait(0.005)
+        producer.close()
+    finally:
+        c.close()
+
+
+def run_herd(work: Path, tracker: str, args: argparse.Namespace) -> dict[str, Any]:
+    """``--herd`` messages all due in the same millisecond. Meanwhile a PING every 5 ms on a
+    raw connection (bench/loop_stall.py's pinger: the event loop's stalls) and one-at-a-time
+    publishes on another topic (their latency): both before the herd falls due (quiet) and
+    while it is delivered."""
+    import pulsar
+
+    sys.path.insert(0, str(ROOT / "tests" / "broker"))
+    from bench.loop_stall import pinger
+
+    config: dict[str, Any] = {"delayedDeliveryTrackerFactoryClassName": tracker}
+    print(f"\n[herd] tracker={tracker} config={config} messages={args.herd}")
+    broker = BrokerProc(work / f"herd-{tracker}", config)
+    broker.start()
+    broker.wait_listening()
+    c = client(broker.service_url)
+    stop = threading.Event()
+    pings: list[float] = []
+    sends: list[tuple[float, float]] = []
+    threads = [threading.Thread(target=pinger, args=(broker.service_url, stop, pings), daemon=True),
+               threading.Thread(target=_publish_latencies, args=(broker.service_url, stop, sends),
+                                daemon=True)]
+    try:
+        consumer = c.subscribe(TOPIC + "-herd", SUB, consumer_type=pulsar.ConsumerType.Shared,
+                               receiver_queue_size=1000)
+        producer = c.create_producer(TOPIC + "-herd", batching_enabled=False,
+                                     max_pending_messages=5000, block_if_queue_full=True,
+                                     send_timeout_millis=0)
+        t = time.perf_counter()
+        # due 5 s after publishing ends if it runs at >= 3,000 msg/s
+        due_at = time.time_ns() // 1_000_000 + args.herd // 3 + 5000
+        failed = publish(producer, [(b"h", due_at)] * args.herd, 5000)
+        publish_s = time.perf_counter() - t
+        now_ms = time.time_ns() // 1_000_000
+        if now_ms >= due_at - 3000:
+            print(f"  publishing took {publish_s:.1f} s: the quiet window is shorter than 3 s")
+        for th in threads:
+            th.start()
+        herd_start = time.perf_counter() + (due_at - time.time_ns() // 1_000_000) / 1000
+        stop.wait(max(0.0, herd_start - time.perf_counter() - 0.01))
+        quiet_count = len(pings)
+        got = early = 0
+        first = last = None
+        deadline = herd_start + 600
+        while got < args.herd - failed and time.perf_counter() < deadline:
+            try:
+                msg = consumer.receive(timeout_millis=1000)
+            except pulsar.Timeout:
+                continue
+            now = time.perf_counter()
+            if time.time_ns() // 1_000_000 < due_at:
+                early += 1
+            first = first if first is not None else now
+            last = now
+            got += 1
+            consumer.acknowledge(msg)
+        after_end = time.perf_counter() + 1.0
+        stop.wait(max(0.0, after_end - time.perf_counter()))
+        stop.set()
+        for th in threads:
+            th.join(60)
+        producer.close()
+        consumer.close()
+    finally:
+        stop.set()
+        c.close()
+        broker.stop()
+    quiet_pings = [x * 1000 for x in pings[:quiet_count]] or [0.0]
+    herd_pings = [x * 1000 for x in pings[quiet_count:]] or [0.0]
+    herd_end = last if last is not None else herd_start
+    quiet_sends = [d * 1000 for t0, d in sends if t0 < herd_start]
+    herd_sends = [d * 1000 for t0, d in sends if herd_start <= t0 <= herd_end]
+    deliver_s = (herd_end - herd_start) if last is not None else None
+    res = {"tracker": tracker, "messages": args.herd, "failed": failed,
+           "publish_s": round(publish_s, 1), "received": got, "early": early,
+           "first_after_due_ms": round((first - herd_start) * 1000, 1) if first else None,
+           "all_delivered_s": round(deliver_s, 2) if deliver_s is not None else None,
+           "consume_per_s": round(got / deliver_s) if deliver_s else None,
+           "ping_quiet_max_ms": round(max(quiet_pings), 1),
+           "ping_quiet_p99_ms": round(pct(quiet_pings, 99), 1),
+           "ping_max_ms": round(max(herd_pings), 1),
+           "ping_p99_ms": round(pct(herd_pings, 99), 1),
+           "publish_quiet_p99_ms": round(pct(quiet_sends, 99), 2) if quiet_sends else None,
+           "publish_herd_p50_ms": round(pct(herd_sends, 50), 2) if herd_sends else None,
+           "publish_herd_p99_ms": round(pct(herd_sends, 99), 2) if herd_sends else None,
+           "publish_herd_count": len(herd_sends)}
+    print(f"  published {args.herd} in {publish_s:.1f} s; received {got} ({early} early), the "
+          f"first {res['first_after_due_ms']} ms after the due time, all within "
+          f"{res['all_delivered_s']} s ({res['consume_per_s']} msg/s; target all within 8 s)")
+    print(f"  other topic's one-at-a-time publish p99: quiet {res['publish_quiet_p99_ms']} ms, "
+          f"during the herd {res['publish_herd_p99_ms']} ms (p50 {res['publish_herd_p50_ms']}, "
+          f"{len(herd_sends)} sends; target +5 ms at most); PING round trip during the herd "
+          f"p99 {res['ping_p99_ms']} ms, max {res['ping_max_ms']} ms (quiet p99 "
+          f"{res['ping_quiet_p99_ms']}, max {res['ping_quiet_max_ms']} ms)")
+    return res
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--messages", type=int, default=20_000)
@@ -425,6 +614,8 @@ def main() -> None:
     p.add_argument("--early", action="store_true",
                    help="lateness run with isDelayedDeliveryDeliverAtTimeStrict=false (Pulsar's default)")
     p.add_argument("--trackers", default="in-memory,bucket")
+    p.add_argument("--pulsar", action="store_true",
+                   help="lateness: also Pulsar 4.0 standalone, default tick and a 1 ms tick")
     p.add_argument("--pending", default="1000000",
                    help="restart: comma-separated pending counts, one run each")
     p.add_argument("--restart-trackers", default="bucket", dest="restart_trackers")
@@ -437,6 +628,8 @@ def main() -> None:
     p.add_argument("--kill9", action="store_true", help="restart after kill -9 (else SIGTERM)")
     p.add_argument("--no-lateness", action="store_true", dest="no_lateness")
     p.add_argument("--no-restart", action="store_true", dest="no_restart")
+    p.add_argument("--herd", type=int, default=0,
+                   help="also: this many messages due in the same millisecond (0: no herd run)")
     p.add_argument("--keep", action="store_true", help="keep the data directories")
     p.add_argument("--json", help="also write the results to this file")
     args = p.parse_args()
@@ -445,8 +638,17 @@ def main() -> None:
     results: dict[str, Any] = {"args": vars(args)}
     try:
         if not args.no_lateness:
+            rows = []
             for tracker in args.trackers.split(","):
-                results[f"lateness-{tracker}"] = run_lateness(work, tracker.strip(), args)
+                rows.append(run_lateness(work, tracker.strip(), args))
+                results[f"lateness-{tracker}"] = rows[-1]
+            if args.pulsar:
+                for r in run_lateness_pulsar(work, args):
+                    rows.append(r)
+                    results[f"lateness-{r['peer']}"] = r
+            print_side_by_side(rows)
+        if args.herd:
+            results["herd"] = run_herd(work, args.trackers.split(",")[0].strip(), args)
         if not args.no_restart:
             for tracker in args.restart_trackers.split(","):
                 for pending in args.pending.split(","):
