@@ -202,6 +202,15 @@ class ManagedLedger:
         got = await self.read_entries(pos, 1)
         return got[0] if got and got[0].position == pos else None
 
+    def cached_entry(self, pos: Position) -> Entry | None:
+        """The entry at ``pos`` when the entry cache holds it (no await, no disk), else None:
+        the caller reads it with :meth:`read_entry`. Counted in :attr:`entries_read`."""
+        data = self._ctx.cache.get(pos.ledger_id, pos.entry_id)
+        if data is None:
+            return None
+        self.entries_read += 1
+        return Entry(pos, data)
+
     async def read_entries(
         self, start: Position, max_entries: int, max_bytes: int = DEFAULT_MAX_READ_BYTES
     ) -> list[Entry]:

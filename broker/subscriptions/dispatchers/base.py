@@ -511,7 +511,7 @@ class Dispatcher:
             ):
                 j += 1
             if j - i == 1:
-                entry = await ledger.read_entry(start)
+                entry = ledger.cached_entry(start) or await ledger.read_entry(start)
                 if entry is not None:
                     out.append(entry)
                 else:
