@@ -1,32 +1,47 @@
 """End-to-end delayed-delivery benchmark through the official client against a broker subprocess.
 
-Usage:  .venv/bin/python bench/delayed_e2e.py [--messages 20000] [--span-s 10] [--tick-ms 0]
-            [--early] [--pending 1000000] [--trackers in-memory,bucket] [--no-lateness] [--no-restart]
-            [--kill9]
+Usage:  .venv/bin/python bench/delayed_e2e.py [--messages 20000] [--span-s 10] [--lead-ms 3000]
+            [--tick-ms 0] [--early] [--trackers in-memory,bucket] [--pulsar]
+            [--pending 1000000[,10000000]] [--restart-trackers bucket,in-memory] [--kill9]
+            [--probes 100] [--later-s 20] [--herd 1000000] [--no-lateness] [--no-restart]
 
-Every scenario starts ``python -m broker serve`` (the real CLI) on free 127.0.0.1 ports with a
-TOML config written next to a fresh data directory, drives it with ``pulsar-client`` 3.13 and
-stops it with SIGTERM. The config used is printed.
+Every Horae scenario starts ``python -m broker serve`` (the real CLI) on free 127.0.0.1 ports
+with a TOML config written next to a fresh data directory, drives it with ``pulsar-client`` 3.x
+and stops it with SIGTERM. The config used is printed.
 
-Lateness (``--messages`` over ``--span-s``, once per tracker): one Shared consumer subscribes
-first, then one producer publishes ``--messages`` messages with ``deliver_at`` spread uniformly
-(seeded) over ``--span-s`` seconds starting ``--lead-ms`` after the start of publishing (so
-publishing is over before the first one is due), using ``send_async`` with a bounded in-flight
-window. The payload carries the deliver time; the consumer stamps each message when
-``receive()`` returns it to the application and acknowledges it. Lateness = receive time -
-deliver_at (ms, same host clock). The broker runs with its default delayed-delivery settings
-(strict: never early) unless ``--tick-ms`` or ``--early`` (Pulsar's default early window) is
-given. Targets in the default configuration: none early, p99 <= 5 ms, p99.9 <= 20 ms.
+Lateness (``--messages`` over ``--span-s``, once per tracker; due rate = messages / span): one
+Shared consumer subscribes first, then one producer publishes ``--messages`` messages with
+``deliver_at`` spread uniformly (seeded) over ``--span-s`` seconds starting ``--lead-ms`` after
+the start of publishing (so publishing is over before the first one is due: the count due
+before publishing ended is printed), using ``send_async`` with a bounded in-flight window. The
+payload carries the deliver time; the consumer stamps each message when ``receive()`` returns it
+to the application and acknowledges it. Lateness = receive time - deliver_at (ms, same host
+clock; deliver_at has 1 ms precision, so up to 1 ms of it is that rounding). Also printed: the
+broker's CPU seconds from the first due message received to the last, per message. The broker
+runs with its default delayed-delivery settings (strict: never early) unless ``--tick-ms`` or
+``--early`` (Pulsar's default early window) is given. Targets in the default configuration:
+none early, p99 <= 5 ms, p99.9 <= 20 ms. ``--pulsar`` runs the same rounds on Pulsar 4.0
+standalone (``bench/pulsar_peer.py``) with its defaults (tick 1 s, not strict: up to a tick
+early) and on a namespace whose ``delayedDelivery`` policy sets a 1 ms tick (the comparable
+precision), then prints the rows side by side (ratio = Pulsar / Horae: above 1 = Horae ahead).
 
-Restart (bucket tracker): ``--pending`` messages delayed 1-2 h (none due during the run) are
-published with batching off (delayed messages are never batched anyway) while a Shared consumer
-is attached, so the dispatcher indexes them all (waits until the subscription's ``msgDelayed``
-reaches the count). The broker is stopped with SIGTERM (and, with ``--kill9``, a second run
-uses kill -9), restarted on the same data directory and ports, and the script measures seconds
-from ``Popen`` until (i) a new producer got a SEND_RECEIPT and (ii) a consumer on the delayed
-subscription received a non-delayed message published after the restart (target <= 3 s for
-both). It then keeps receiving for ``--watch-s`` seconds: any delayed message arriving then is
-early (expected: none) and ``msgDelayed`` must still be the pending count.
+Restart (``--restart-trackers`` x ``--pending``): ``--pending`` messages delayed 1-2 h (none
+due during the run) are published while a Shared consumer is attached, so the dispatcher indexes
+them all (waits until the subscription's ``msgDelayed`` reaches the count). Then ``--probes``
+messages due 0.5 s later and ``--probes`` due ``--later-s`` later are published, the broker is
+stopped (SIGTERM, or kill -9 with ``--kill9``) and restarted on the same data directory and
+ports once the first probes are due. A consumer subscribes to the delayed subscription as soon
+as the port listens. Printed, in seconds since ``Popen``: listening, subscribed, a publish
+receipt, the first and the last probe that fell due while the broker was down; then the
+lateness of the later probes, and how many messages came early or twice (expected: none).
+Target: the first due message <= 1 s after the consumer subscribed, the later ones on time.
+
+Herd (``--herd N``, first tracker of ``--trackers``): N messages due in the same millisecond,
+5 s after publishing ends. From publishing's end a raw connection PINGs every 5 ms
+(``bench/loop_stall.py``'s pinger: the event loop's stalls) and another producer sends one
+message at a time on another topic; printed: how long the herd took to arrive, the consume
+rate, and the PING and publish latencies before and during it (targets: all within 8 s,
+publish p99 up by at most 5 ms).
 """
 
 from __future__ import annotations
