@@ -325,15 +325,16 @@ def run_lateness_pulsar(work: Path, args: argparse.Namespace) -> list[dict[str, 
 
 
 def print_side_by_side(rows: list[dict[str, Any]]) -> None:
-    """Lateness per peer with ratios against the first Horae row (peer / Horae: above 1 =
-    Horae ahead)."""
+    """Lateness per peer; each Pulsar row's ratios are against the first Horae row (Pulsar /
+    Horae: above 1 = Horae ahead)."""
     horae = next((r for r in rows if r["peer"].startswith("horae")), None)
     print("\n| peer | due/s | received | early | p50 ms | p99 ms | p99.9 ms | max ms | "
           "CPU us/due | p99 ratio | p99.9 ratio | CPU ratio |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         ratio99 = ratio999 = ratio_cpu = "-"
-        if horae is not None and r is not horae and horae["p99_ms"] and r["p99_ms"] is not None:
+        if horae is not None and not r["peer"].startswith("horae") and horae["p99_ms"] \
+                and r["p99_ms"] is not None:
             ratio99 = f"{r['p99_ms'] / horae['p99_ms']:.2f}x"
             ratio999 = f"{r['p999_ms'] / horae['p999_ms']:.2f}x"
             if horae["broker_cpu_us_per_due"]:

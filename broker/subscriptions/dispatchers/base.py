@@ -45,6 +45,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections import Counter
 from itertools import islice
 from typing import Protocol
@@ -69,6 +70,9 @@ log = logging.getLogger("horae.subscriptions.dispatchers")
 MAX_READ_ENTRIES = 100  # Pulsar's dispatcherMaxReadBatchSize
 MAX_REPLAY_READ = 500
 MAX_REPLAY_SCAN = 20_000  # positions examined per round without reading them (Key_Shared)
+#: Longest run of back-to-back rounds before the dispatcher yields to the event loop (s): with
+#: about 20 us of work per message and up to MAX_READ_ENTRIES per round, a few rounds.
+DISPATCH_SLICE_S = 0.002
 
 
 class DispatchContext(Protocol):
@@ -260,16 +264,19 @@ class Dispatcher:
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def _run(self) -> None:
+        clock = time.perf_counter
         try:
-            rounds = 0
+            slice_end = clock() + DISPATCH_SLICE_S
             while not self._closed:
                 self._again = False
                 progressed = await self._dispatch_once()
-                rounds += 1
                 if not progressed and not self._again:
                     break
-                if rounds % 8 == 0:
-                    await asyncio.sleep(0)  # let FLOW/ACK frames of other connections in
+                if clock() >= slice_end:
+                    # let other connections' frames (publishes, FLOW, ACK) in: a herd of due
+                    # messages or a long backlog holds the loop for one slice at most
+                    await asyncio.sleep(0)
+                    slice_end = clock() + DISPATCH_SLICE_S
         except Exception:  # a failed read must not kill dispatching for good
             log.exception("dispatch failed on %s", self.sub.name)
             asyncio.get_running_loop().call_later(0.1, self.schedule)
