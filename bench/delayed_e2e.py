@@ -1,32 +1,47 @@
 """End-to-end delayed-delivery benchmark through the official client against a broker subprocess.
 
-Usage:  .venv/bin/python bench/delayed_e2e.py [--messages 20000] [--span-s 10] [--tick-ms 0]
-            [--early] [--pending 1000000] [--trackers in-memory,bucket] [--no-lateness] [--no-restart]
-            [--kill9]
+Usage:  .venv/bin/python bench/delayed_e2e.py [--messages 20000] [--span-s 10] [--lead-ms 3000]
+            [--tick-ms 0] [--early] [--trackers in-memory,bucket] [--pulsar]
+            [--pending 1000000[,10000000]] [--restart-trackers bucket,in-memory] [--kill9]
+            [--probes 100] [--later-s 20] [--herd 1000000] [--no-lateness] [--no-restart]
 
-Every scenario starts ``python -m broker serve`` (the real CLI) on free 127.0.0.1 ports with a
-TOML config written next to a fresh data directory, drives it with ``pulsar-client`` 3.13 and
-stops it with SIGTERM. The config used is printed.
+Every Horae scenario starts ``python -m broker serve`` (the real CLI) on free 127.0.0.1 ports
+with a TOML config written next to a fresh data directory, drives it with ``pulsar-client`` 3.x
+and stops it with SIGTERM. The config used is printed.
 
-Lateness (``--messages`` over ``--span-s``, once per tracker): one Shared consumer subscribes
-first, then one producer publishes ``--messages`` messages with ``deliver_at`` spread uniformly
-(seeded) over ``--span-s`` seconds starting ``--lead-ms`` after the start of publishing (so
-publishing is over before the first one is due), using ``send_async`` with a bounded in-flight
-window. The payload carries the deliver time; the consumer stamps each message when
-``receive()`` returns it to the application and acknowledges it. Lateness = receive time -
-deliver_at (ms, same host clock). The broker runs with its default delayed-delivery settings
-(strict: never early) unless ``--tick-ms`` or ``--early`` (Pulsar's default early window) is
-given. Targets in the default configuration: none early, p99 <= 5 ms, p99.9 <= 20 ms.
+Lateness (``--messages`` over ``--span-s``, once per tracker; due rate = messages / span): one
+Shared consumer subscribes first, then one producer publishes ``--messages`` messages with
+``deliver_at`` spread uniformly (seeded) over ``--span-s`` seconds starting ``--lead-ms`` after
+the start of publishing (so publishing is over before the first one is due: the count due
+before publishing ended is printed), using ``send_async`` with a bounded in-flight window. The
+payload carries the deliver time; the consumer stamps each message when ``receive()`` returns it
+to the application and acknowledges it. Lateness = receive time - deliver_at (ms, same host
+clock; deliver_at has 1 ms precision, so up to 1 ms of it is that rounding). Also printed: the
+broker's CPU seconds from the first due message received to the last, per message. The broker
+runs with its default delayed-delivery settings (strict: never early) unless ``--tick-ms`` or
+``--early`` (Pulsar's default early window) is given. Targets in the default configuration:
+none early, p99 <= 5 ms, p99.9 <= 20 ms. ``--pulsar`` runs the same rounds on Pulsar 4.0
+standalone (``bench/pulsar_peer.py``) with its defaults (tick 1 s, not strict: up to a tick
+early) and on a namespace whose ``delayedDelivery`` policy sets a 1 ms tick (the comparable
+precision), then prints the rows side by side (ratio = Pulsar / Horae: above 1 = Horae ahead).
 
-Restart (bucket tracker): ``--pending`` messages delayed 1-2 h (none due during the run) are
-published with batching off (delayed messages are never batched anyway) while a Shared consumer
-is attached, so the dispatcher indexes them all (waits until the subscription's ``msgDelayed``
-reaches the count). The broker is stopped with SIGTERM (and, with ``--kill9``, a second run
-uses kill -9), restarted on the same data directory and ports, and the script measures seconds
-from ``Popen`` until (i) a new producer got a SEND_RECEIPT and (ii) a consumer on the delayed
-subscription received a non-delayed message published after the restart (target <= 3 s for
-both). It then keeps receiving for ``--watch-s`` seconds: any delayed message arriving then is
-early (expected: none) and ``msgDelayed`` must still be the pending count.
+Restart (``--restart-trackers`` x ``--pending``): ``--pending`` messages delayed 1-2 h (none
+due during the run) are published while a Shared consumer is attached, so the dispatcher indexes
+them all (waits until the subscription's ``msgDelayed`` reaches the count). Then ``--probes``
+messages due 0.5 s later and ``--probes`` due ``--later-s`` later are published, the broker is
+stopped (SIGTERM, or kill -9 with ``--kill9``) and restarted on the same data directory and
+ports once the first probes are due. A consumer subscribes to the delayed subscription as soon
+as the port listens. Printed, in seconds since ``Popen``: listening, subscribed, a publish
+receipt, the first and the last probe that fell due while the broker was down; then the
+lateness of the later probes, and how many messages came early or twice (expected: none).
+Target: the first due message <= 1 s after the consumer subscribed, the later ones on time.
+
+Herd (``--herd N``, first tracker of ``--trackers``): N messages due in the same millisecond,
+5 s after publishing ends. From publishing's end a raw connection PINGs every 5 ms
+(``bench/loop_stall.py``'s pinger: the event loop's stalls) and another producer sends one
+message at a time on another topic; printed: how long the herd took to arrive, the consume
+rate, and the PING and publish latencies before and during it (targets: all within 8 s,
+publish p99 up by at most 5 ms).
 """
 
 from __future__ import annotations
@@ -44,11 +59,16 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.processes import cpu_seconds  # noqa: E402
+
 PYTHON = str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv").exists() else sys.executable
 TOPIC = "persistent://public/default/delayed-e2e"
 SUB = "delayed-sub"
@@ -183,24 +203,17 @@ def publish(producer: Any, payloads: list[tuple[bytes, int | None]], window: int
 
 # ------------------------------------------------------------------------------ lateness
 
-def run_lateness(work: Path, tracker: str, args: argparse.Namespace) -> dict[str, Any]:
+def lateness_round(service_url: str, topic: str, label: str, pid: int,
+                   args: argparse.Namespace) -> dict[str, Any]:
+    """One lateness measurement against a running broker (Horae or Pulsar), and the broker's
+    CPU seconds from the first due message received to the last."""
     import pulsar
 
-    config: dict[str, Any] = {"delayedDeliveryTrackerFactoryClassName": tracker}
-    if args.tick_ms:
-        config["delayedDeliveryTickTimeMillis"] = args.tick_ms
-    if args.early:
-        config["isDelayedDeliveryDeliverAtTimeStrict"] = False
-    print(f"\n[lateness] tracker={tracker} config={config} messages={args.messages} "
-          f"span={args.span_s} s lead={args.lead_ms} ms")
-    broker = BrokerProc(work / f"lateness-{tracker}", config)
-    broker.start()
-    broker.wait_listening()
-    c = client(broker.service_url)
+    c = client(service_url)
     try:
-        consumer = c.subscribe(TOPIC + "-" + tracker, SUB, consumer_type=pulsar.ConsumerType.Shared,
+        consumer = c.subscribe(topic, SUB, consumer_type=pulsar.ConsumerType.Shared,
                                receiver_queue_size=1000)
-        producer = c.create_producer(TOPIC + "-" + tracker, batching_enabled=False,
+        producer = c.create_producer(topic, batching_enabled=False,
                                      max_pending_messages=2000, block_if_queue_full=True,
                                      send_timeout_millis=0)
         rnd = random.Random(7)
@@ -213,23 +226,27 @@ def run_lateness(work: Path, tracker: str, args: argparse.Namespace) -> dict[str
         publish_s = time.perf_counter() - t
         published_late = sum(1 for d in deliver if d < start_ms - args.lead_ms + publish_s * 1000)
         lateness: list[float] = []
-        deadline = time.perf_counter() + args.span_s + args.lead_ms / 1000 + 30
+        deadline = time.perf_counter() + args.span_s + args.lead_ms / 1000 + 60
+        cpu_first = cpu_last = 0.0
         while len(lateness) < args.messages - failed and time.perf_counter() < deadline:
             try:
                 msg = consumer.receive(timeout_millis=1000)
             except pulsar.Timeout:
                 continue
             now = time.time_ns() / 1_000_000
+            if not lateness:
+                cpu_first = cpu_seconds(pid)
             lateness.append(now - int(msg.data()))
             consumer.acknowledge(msg)
+        cpu_last = cpu_seconds(pid)
         producer.close()
         consumer.close()
     finally:
         c.close()
-        broker.stop()
     early = sum(1 for x in lateness if x < 0)
     res = {
-        "tracker": tracker, "sent": args.messages, "failed_sends": failed,
+        "peer": label, "sent": args.messages, "failed_sends": failed,
+        "due_per_s": round(args.messages / args.span_s),
         "publish_s": round(publish_s, 2), "due_before_published": published_late,
         "received": len(lateness),
         "p50_ms": round(pct(lateness, 50), 2) if lateness else None,
@@ -239,18 +256,92 @@ def run_lateness(work: Path, tracker: str, args: argparse.Namespace) -> dict[str
         "max_ms": round(max(lateness), 2) if lateness else None,
         "mean_ms": round(statistics.fmean(lateness), 2) if lateness else None,
         "early": early,
+        "broker_cpu_us_per_due": round((cpu_last - cpu_first) / max(1, len(lateness)) * 1e6, 1),
     }
     ok = (res["received"] == args.messages and early == 0 and lateness
           and pct(lateness, 99) <= LATENESS_P99_TARGET_MS
           and pct(lateness, 99.9) <= LATENESS_P999_TARGET_MS)
-    print(f"  published {args.messages} in {publish_s:.2f} s ({failed} failed); "
-          f"received {len(lateness)}")
-    print(f"  lateness p50 {res['p50_ms']} ms  p99 {res['p99_ms']} ms  p99.9 {res['p999_ms']} ms  "
-          f"min {res['min_ms']} ms  max {res['max_ms']} ms  early {early}   (target p99 <= "
-          f"{LATENESS_P99_TARGET_MS:.0f} ms, p99.9 <= {LATENESS_P999_TARGET_MS:.0f} ms, none early) "
-          f"-> {'OK' if ok else 'MISSED'}")
+    print(f"  [{label}] published {args.messages} in {publish_s:.2f} s ({failed} failed, "
+          f"{published_late} due before publishing ended); received {len(lateness)}; due rate "
+          f"{res['due_per_s']:,}/s; broker CPU {res['broker_cpu_us_per_due']} us per due message")
+    print(f"  [{label}] lateness p50 {res['p50_ms']} ms  p99 {res['p99_ms']} ms  p99.9 "
+          f"{res['p999_ms']} ms  min {res['min_ms']} ms  max {res['max_ms']} ms  early {early}"
+          f"   (target p99 <= {LATENESS_P99_TARGET_MS:.0f} ms, p99.9 <= "
+          f"{LATENESS_P999_TARGET_MS:.0f} ms, none early) -> {'OK' if ok else 'MISSED'}")
     res["ok"] = bool(ok)
     return res
+
+
+def run_lateness(work: Path, tracker: str, args: argparse.Namespace) -> dict[str, Any]:
+    config: dict[str, Any] = {"delayedDeliveryTrackerFactoryClassName": tracker}
+    if args.tick_ms:
+        config["delayedDeliveryTickTimeMillis"] = args.tick_ms
+    if args.early:
+        config["isDelayedDeliveryDeliverAtTimeStrict"] = False
+    print(f"\n[lateness] horae tracker={tracker} config={config} messages={args.messages} "
+          f"span={args.span_s} s lead={args.lead_ms} ms")
+    broker = BrokerProc(work / f"lateness-{tracker}", config)
+    broker.start()
+    broker.wait_listening()
+    try:
+        assert broker.proc is not None
+        return lateness_round(broker.service_url, TOPIC + "-" + tracker, f"horae {tracker}",
+                              broker.proc.pid, args)
+    finally:
+        broker.stop()
+
+
+def _admin(web: str, method: str, path: str, body: object | None = None) -> int:
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(web + path, data=data, method=method,
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return int(r.status)
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+def run_lateness_pulsar(work: Path, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Pulsar 4.0 standalone (bench/pulsar_peer.py), once with its defaults (tick 1 s, not
+    strict: up to a tick early) and once on a namespace whose delayed-delivery policy sets a
+    1 ms tick (the comparable precision: at most 1 ms early)."""
+    from bench.pulsar_peer import start_pulsar_standalone
+
+    out = []
+    print("\n[lateness] pulsar 4.0 standalone (starting)")
+    with start_pulsar_standalone(work) as pulsar_broker:
+        web = f"http://{pulsar_broker.host}:{pulsar_broker.web_port}"
+        out.append(lateness_round(pulsar_broker.url, "persistent://public/default/delayed-e2e",
+                                  "pulsar default tick 1000 ms", pulsar_broker.pid, args))
+        status = _admin(web, "PUT", "/admin/v2/namespaces/public/tick1")
+        assert status in (200, 204), f"create namespace: HTTP {status}"
+        status = _admin(web, "POST", "/admin/v2/namespaces/public/tick1/delayedDelivery",
+                        {"active": True, "tickTime": 1})
+        assert status in (200, 204), f"delayedDelivery policy: HTTP {status}"
+        out.append(lateness_round(pulsar_broker.url, "persistent://public/tick1/delayed-e2e",
+                                  "pulsar tick 1 ms", pulsar_broker.pid, args))
+    return out
+
+
+def print_side_by_side(rows: list[dict[str, Any]]) -> None:
+    """Lateness per peer; each Pulsar row's ratios are against the first Horae row (Pulsar /
+    Horae: above 1 = Horae ahead)."""
+    horae = next((r for r in rows if r["peer"].startswith("horae")), None)
+    print("\n| peer | due/s | received | early | p50 ms | p99 ms | p99.9 ms | max ms | "
+          "CPU us/due | p99 ratio | p99.9 ratio | CPU ratio |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        ratio99 = ratio999 = ratio_cpu = "-"
+        if horae is not None and not r["peer"].startswith("horae") and horae["p99_ms"] \
+                and r["p99_ms"] is not None:
+            ratio99 = f"{r['p99_ms'] / horae['p99_ms']:.2f}x"
+            ratio999 = f"{r['p999_ms'] / horae['p999_ms']:.2f}x"
+            if horae["broker_cpu_us_per_due"]:
+                ratio_cpu = f"{r['broker_cpu_us_per_due'] / horae['broker_cpu_us_per_due']:.2f}x"
+        print(f"| {r['peer']} | {r['due_per_s']:,} | {r['received']} | {r['early']} | "
+              f"{r['p50_ms']} | {r['p99_ms']} | {r['p999_ms']} | {r['max_ms']} | "
+              f"{r['broker_cpu_us_per_due']} | {ratio99} | {ratio999} | {ratio_cpu} |")
 
 
 # ------------------------------------------------------------------------------ restart
@@ -293,33 +384,65 @@ def fill_pending(broker: BrokerProc, n: int, window: int) -> dict[str, Any]:
     return {"published": n - failed, "publish_s": round(publish_s, 1), "indexed": delayed}
 
 
-def measure_restart(broker: BrokerProc, pending: int, watch_s: float) -> dict[str, Any]:
+def publish_probes(broker: BrokerProc, due_in_ms: int, later_ms: int, n: int) -> tuple[int, int]:
+    """After the fill: ``n`` messages due ``due_in_ms`` from now (due while the broker is down)
+    and ``n`` due ``later_ms`` from now (due after the restart). Returns both deliver times."""
+    c = client(broker.service_url)
+    try:
+        producer = c.create_producer(TOPIC, batching_enabled=False)
+        now = time.time_ns() // 1_000_000
+        due_at, later_at = now + due_in_ms, now + later_ms
+        payloads = ([(b"due:%d" % due_at, due_at)] * n) + ([(b"later:%d" % later_at, later_at)] * n)
+        failed = publish(producer, payloads, 1000)
+        assert failed == 0, f"{failed} probe sends failed"
+        producer.close()
+    finally:
+        c.close()
+    return due_at, later_at
+
+
+def measure_restart(broker: BrokerProc, pending: int, probes: int, due_at: int, later_at: int,
+                    watch_s: float) -> dict[str, Any]:
+    """Restart on the same data; a consumer subscribes as soon as the port listens. Times are
+    seconds since ``Popen``; lateness of the probes due after the restart in ms."""
     import pulsar
 
     t0 = broker.start()
     listening = broker.wait_listening() - t0
     c = client(broker.service_url)
+    first_due = all_due = None
+    due_seen = later_seen = early = other = 0
+    later_lateness: list[float] = []
     try:
+        consumer = c.subscribe(TOPIC, SUB, consumer_type=pulsar.ConsumerType.Shared,
+                               receiver_queue_size=1000)
+        subscribed = time.perf_counter() - t0
         producer = c.create_producer(TOPIC, batching_enabled=False)
         producer.send(b"after-restart-probe")
         t_publish = time.perf_counter() - t0
-        consumer = c.subscribe(TOPIC, SUB, consumer_type=pulsar.ConsumerType.Shared)
-        producer.send(b"after-restart")
-        got = None
-        early = 0
-        deadline = time.perf_counter() + 60
-        while got is None and time.perf_counter() < deadline:
+        deadline = time.perf_counter() + max(60.0, (later_at - time.time() * 1000) / 1000 + 60)
+        while (due_seen < probes or later_seen < probes) and time.perf_counter() < deadline:
             try:
                 msg = consumer.receive(timeout_millis=100)
             except pulsar.Timeout:
                 continue
+            now_ms = time.time_ns() / 1_000_000
+            t = time.perf_counter() - t0
             data = msg.data()
             consumer.acknowledge(msg)
-            if data.startswith(b"after-restart"):
-                if data == b"after-restart":
-                    got = time.perf_counter() - t0
+            if data.startswith(b"due:"):
+                due_seen += 1
+                first_due = first_due if first_due is not None else t
+                if due_seen == probes:
+                    all_due = t
+            elif data.startswith(b"later:"):
+                later_seen += 1
+                later_lateness.append(now_ms - later_at)
+                early += now_ms < later_at
+            elif data.startswith(b"d"):
+                early += 1   # one of the pending messages due in 1-2 h
             else:
-                early += 1
+                other += 1
         watch_end = time.perf_counter() + watch_s
         while time.perf_counter() < watch_end:
             try:
@@ -327,49 +450,174 @@ def measure_restart(broker: BrokerProc, pending: int, watch_s: float) -> dict[st
             except pulsar.Timeout:
                 continue
             consumer.acknowledge(msg)
-            if not msg.data().startswith(b"after-restart"):
-                early += 1
+            if msg.data().startswith((b"due:", b"later:", b"d")):
+                early += 1  # a duplicate probe or a pending message: neither may come
         delayed = broker.msg_delayed()
         producer.close()
         consumer.close()
     finally:
         c.close()
-    return {"listening_s": round(listening, 3), "publish_receipt_s": round(t_publish, 3),
-            "consume_s": round(got, 3) if got is not None else None,
-            "early_after_restart": early, "msg_delayed_after": delayed,
+    return {"listening_s": round(listening, 3), "subscribed_s": round(subscribed, 3),
+            "publish_receipt_s": round(t_publish, 3),
+            "first_due_s": round(first_due, 3) if first_due is not None else None,
+            "all_due_s": round(all_due, 3) if all_due is not None else None,
+            "due_received": due_seen, "later_received": later_seen,
+            "later_lateness_max_ms": round(max(later_lateness), 1) if later_lateness else None,
+            "later_lateness_min_ms": round(min(later_lateness), 1) if later_lateness else None,
+            "early_or_duplicate": early, "msg_delayed_after": delayed,
             "expected_delayed": pending}
 
 
-def run_restart(work: Path, args: argparse.Namespace) -> dict[str, Any]:
-    config: dict[str, Any] = {"isDelayedDeliveryDeliverAtTimeStrict": True,
-                              "delayedDeliveryTrackerFactoryClassName": "bucket"}
+def run_restart(work: Path, tracker: str, pending: int, args: argparse.Namespace) -> dict[str, Any]:
+    config: dict[str, Any] = {"delayedDeliveryTrackerFactoryClassName": tracker}
     if args.tick_ms:  # else the broker's default tick
         config["delayedDeliveryTickTimeMillis"] = args.tick_ms
-    print(f"\n[restart] tracker=bucket config={config} pending={args.pending}")
-    broker = BrokerProc(work / "restart", config)
+    stop = "kill -9" if args.kill9 else "SIGTERM"
+    print(f"\n[restart] tracker={tracker} config={config} pending={pending} stop={stop}")
+    broker = BrokerProc(work / f"restart-{tracker}-{pending}", config)
     broker.start()
     broker.wait_listening()
-    out: dict[str, Any] = {"fill": fill_pending(broker, args.pending, args.window)}
+    out: dict[str, Any] = {"tracker": tracker, "pending": pending, "stop": stop,
+                           "fill": fill_pending(broker, pending, args.window)}
     du = sum(f.stat().st_size for f in broker.data_dir.rglob("*") if f.is_file())
     print(f"  data dir {du / 1e6:.0f} MB")
-    variants = [("SIGTERM", False)] + ([("kill -9", True)] if args.kill9 else [])
-    expected = out["fill"]["indexed"]
-    for name, kill in variants:
-        stop_s = broker.stop(kill=kill)
-        print(f"  {name}: broker exited in {stop_s:.2f} s; restarting")
-        r = measure_restart(broker, expected, args.watch_s)
-        r["stop_s"] = round(stop_s, 2)
-        ok = (r["publish_receipt_s"] <= RESTART_TARGET_S and r["consume_s"] is not None
-              and r["consume_s"] <= RESTART_TARGET_S and r["early_after_restart"] == 0)
-        r["ok"] = ok
-        print(f"  after {name}: listening {r['listening_s']} s, publish+receipt "
-              f"{r['publish_receipt_s']} s, consume {r['consume_s']} s since process start "
-              f"(target <= {RESTART_TARGET_S:.0f} s) ; early delayed messages in "
-              f"{args.watch_s:.0f} s: {r['early_after_restart']} ; msgDelayed now "
-              f"{r['msg_delayed_after']} (expected {expected}) -> {'OK' if ok else 'MISSED'}")
-        out[name] = r
+    due_at, later_at = publish_probes(broker, 500, 500 + int(args.later_s * 1000), args.probes)
+    stop_s = broker.stop(kill=args.kill9)
+    while time.time() * 1000 <= due_at:   # the first probes fall due while the broker is down
+        time.sleep(0.01)
+    r = measure_restart(broker, out["fill"]["indexed"], args.probes, due_at, later_at,
+                        args.watch_s)
+    r["stop_s"] = round(stop_s, 2)
+    ok = (r["first_due_s"] is not None and r["first_due_s"] - r["subscribed_s"] <= 1.0
+          and r["due_received"] == args.probes and r["later_received"] == args.probes
+          and r["early_or_duplicate"] == 0
+          and r["later_lateness_max_ms"] is not None and r["later_lateness_max_ms"] <= 50)
+    r["ok"] = ok
+    print(f"  after {stop}: listening {r['listening_s']} s, consumer subscribed "
+          f"{r['subscribed_s']} s, publish+receipt {r['publish_receipt_s']} s, first due "
+          f"{r['first_due_s']} s, all {args.probes} due {r['all_due_s']} s since process start; "
+          f"{r['later_received']} due {args.later_s:.0f} s later: lateness "
+          f"{r['later_lateness_min_ms']}..{r['later_lateness_max_ms']} ms; early or duplicate "
+          f"{r['early_or_duplicate']}; msgDelayed now {r['msg_delayed_after']} (expected "
+          f"{r['expected_delayed']}) -> {'OK' if ok else 'MISSED'} (target: first due <= 1 s "
+          f"after the consumer subscribed, the later ones on time)")
+    out[stop] = r
     broker.stop()
     return out
+
+
+# ------------------------------------------------------------------------------ herd
+
+def _publish_latencies(service_url: str, stop: threading.Event, out: list[tuple[float, float]]) -> None:
+    """One-at-a-time sends on another topic until ``stop``: (perf_counter, seconds) each."""
+    c = client(service_url)
+    try:
+        producer = c.create_producer(TOPIC + "-other", batching_enabled=False)
+        while not stop.is_set():
+            t = time.perf_counter()
+            producer.send(b"x")
+            out.append((t, time.perf_counter() - t))
+            stop.wait(0.005)
+        producer.close()
+    finally:
+        c.close()
+
+
+def run_herd(work: Path, tracker: str, args: argparse.Namespace) -> dict[str, Any]:
+    """``--herd`` messages all due in the same millisecond. Meanwhile a PING every 5 ms on a
+    raw connection (bench/loop_stall.py's pinger: the event loop's stalls) and one-at-a-time
+    publishes on another topic (their latency): both before the herd falls due (quiet) and
+    while it is delivered."""
+    import pulsar
+
+    sys.path.insert(0, str(ROOT / "tests" / "broker"))
+    from bench.loop_stall import pinger
+
+    config: dict[str, Any] = {"delayedDeliveryTrackerFactoryClassName": tracker}
+    print(f"\n[herd] tracker={tracker} config={config} messages={args.herd}")
+    broker = BrokerProc(work / f"herd-{tracker}", config)
+    broker.start()
+    broker.wait_listening()
+    c = client(broker.service_url)
+    stop = threading.Event()
+    pings: list[float] = []
+    sends: list[tuple[float, float]] = []
+    threads = [threading.Thread(target=pinger, args=(broker.service_url, stop, pings), daemon=True),
+               threading.Thread(target=_publish_latencies, args=(broker.service_url, stop, sends),
+                                daemon=True)]
+    try:
+        consumer = c.subscribe(TOPIC + "-herd", SUB, consumer_type=pulsar.ConsumerType.Shared,
+                               receiver_queue_size=1000)
+        producer = c.create_producer(TOPIC + "-herd", batching_enabled=False,
+                                     max_pending_messages=5000, block_if_queue_full=True,
+                                     send_timeout_millis=0)
+        t = time.perf_counter()
+        # due 5 s after publishing ends if it runs at >= 3,000 msg/s
+        due_at = time.time_ns() // 1_000_000 + args.herd // 3 + 5000
+        failed = publish(producer, [(b"h", due_at)] * args.herd, 5000)
+        publish_s = time.perf_counter() - t
+        now_ms = time.time_ns() // 1_000_000
+        if now_ms >= due_at - 3000:
+            print(f"  publishing took {publish_s:.1f} s: the quiet window is shorter than 3 s")
+        for th in threads:
+            th.start()
+        herd_start = time.perf_counter() + (due_at - time.time_ns() // 1_000_000) / 1000
+        stop.wait(max(0.0, herd_start - time.perf_counter() - 0.01))
+        quiet_count = len(pings)
+        got = early = 0
+        first = last = None
+        deadline = herd_start + 600
+        while got < args.herd - failed and time.perf_counter() < deadline:
+            try:
+                msg = consumer.receive(timeout_millis=1000)
+            except pulsar.Timeout:
+                continue
+            now = time.perf_counter()
+            if time.time_ns() // 1_000_000 < due_at:
+                early += 1
+            first = first if first is not None else now
+            last = now
+            got += 1
+            consumer.acknowledge(msg)
+        after_end = time.perf_counter() + 1.0
+        stop.wait(max(0.0, after_end - time.perf_counter()))
+        stop.set()
+        for th in threads:
+            th.join(60)
+        producer.close()
+        consumer.close()
+    finally:
+        stop.set()
+        c.close()
+        broker.stop()
+    quiet_pings = [x * 1000 for x in pings[:quiet_count]] or [0.0]
+    herd_pings = [x * 1000 for x in pings[quiet_count:]] or [0.0]
+    herd_end = last if last is not None else herd_start
+    quiet_sends = [d * 1000 for t0, d in sends if t0 < herd_start]
+    herd_sends = [d * 1000 for t0, d in sends if herd_start <= t0 <= herd_end]
+    deliver_s = (herd_end - herd_start) if last is not None else None
+    res = {"tracker": tracker, "messages": args.herd, "failed": failed,
+           "publish_s": round(publish_s, 1), "received": got, "early": early,
+           "first_after_due_ms": round((first - herd_start) * 1000, 1) if first else None,
+           "all_delivered_s": round(deliver_s, 2) if deliver_s is not None else None,
+           "consume_per_s": round(got / deliver_s) if deliver_s else None,
+           "ping_quiet_max_ms": round(max(quiet_pings), 1),
+           "ping_quiet_p99_ms": round(pct(quiet_pings, 99), 1),
+           "ping_max_ms": round(max(herd_pings), 1),
+           "ping_p99_ms": round(pct(herd_pings, 99), 1),
+           "publish_quiet_p99_ms": round(pct(quiet_sends, 99), 2) if quiet_sends else None,
+           "publish_herd_p50_ms": round(pct(herd_sends, 50), 2) if herd_sends else None,
+           "publish_herd_p99_ms": round(pct(herd_sends, 99), 2) if herd_sends else None,
+           "publish_herd_count": len(herd_sends)}
+    print(f"  published {args.herd} in {publish_s:.1f} s; received {got} ({early} early), the "
+          f"first {res['first_after_due_ms']} ms after the due time, all within "
+          f"{res['all_delivered_s']} s ({res['consume_per_s']} msg/s; target all within 8 s)")
+    print(f"  other topic's one-at-a-time publish p99: quiet {res['publish_quiet_p99_ms']} ms, "
+          f"during the herd {res['publish_herd_p99_ms']} ms (p50 {res['publish_herd_p50_ms']}, "
+          f"{len(herd_sends)} sends; target +5 ms at most); PING round trip during the herd "
+          f"p99 {res['ping_p99_ms']} ms, max {res['ping_max_ms']} ms (quiet p99 "
+          f"{res['ping_quiet_p99_ms']}, max {res['ping_quiet_max_ms']} ms)")
+    return res
 
 
 def main() -> None:
@@ -382,12 +630,22 @@ def main() -> None:
     p.add_argument("--early", action="store_true",
                    help="lateness run with isDelayedDeliveryDeliverAtTimeStrict=false (Pulsar's default)")
     p.add_argument("--trackers", default="in-memory,bucket")
-    p.add_argument("--pending", type=int, default=1_000_000)
+    p.add_argument("--pulsar", action="store_true",
+                   help="lateness: also Pulsar 4.0 standalone, default tick and a 1 ms tick")
+    p.add_argument("--pending", default="1000000",
+                   help="restart: comma-separated pending counts, one run each")
+    p.add_argument("--restart-trackers", default="bucket", dest="restart_trackers")
+    p.add_argument("--probes", type=int, default=100,
+                   help="restart: messages due while the broker is down, and as many due later")
+    p.add_argument("--later-s", type=float, default=20.0, dest="later_s",
+                   help="restart: the later probes are due this long after they were published")
     p.add_argument("--window", type=int, default=5000, help="send_async in-flight window")
     p.add_argument("--watch-s", type=float, default=2.0, dest="watch_s")
-    p.add_argument("--kill9", action="store_true", help="also restart after kill -9")
+    p.add_argument("--kill9", action="store_true", help="restart after kill -9 (else SIGTERM)")
     p.add_argument("--no-lateness", action="store_true", dest="no_lateness")
     p.add_argument("--no-restart", action="store_true", dest="no_restart")
+    p.add_argument("--herd", type=int, default=0,
+                   help="also: this many messages due in the same millisecond (0: no herd run)")
     p.add_argument("--keep", action="store_true", help="keep the data directories")
     p.add_argument("--json", help="also write the results to this file")
     args = p.parse_args()
@@ -396,10 +654,22 @@ def main() -> None:
     results: dict[str, Any] = {"args": vars(args)}
     try:
         if not args.no_lateness:
+            rows = []
             for tracker in args.trackers.split(","):
-                results[f"lateness-{tracker}"] = run_lateness(work, tracker.strip(), args)
+                rows.append(run_lateness(work, tracker.strip(), args))
+                results[f"lateness-{tracker}"] = rows[-1]
+            if args.pulsar:
+                for r in run_lateness_pulsar(work, args):
+                    rows.append(r)
+                    results[f"lateness-{r['peer']}"] = r
+            print_side_by_side(rows)
+        if args.herd:
+            results["herd"] = run_herd(work, args.trackers.split(",")[0].strip(), args)
         if not args.no_restart:
-            results["restart"] = run_restart(work, args)
+            for tracker in args.restart_trackers.split(","):
+                for pending in args.pending.split(","):
+                    results[f"restart-{tracker}-{pending}"] = run_restart(
+                        work, tracker.strip(), int(pending), args)
     finally:
         if args.keep:
             print(f"data kept in {work}")

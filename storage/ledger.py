@@ -198,6 +198,15 @@ class ManagedLedger:
         got = await self.read_entries(pos, 1)
         return got[0] if got and got[0].position == pos else None
 
+    def cached_entry(self, pos: Position) -> Entry | None:
+        """The entry at ``pos`` when the entry cache holds it (no await, no disk), else None:
+        the caller reads it with :meth:`read_entry`. Counted in :attr:`entries_read`."""
+        data = self._ctx.cache.get(pos.ledger_id, pos.entry_id)
+        if data is None:
+            return None
+        self.entries_read += 1
+        return Entry(pos, data)
+
     async def read_entries(
         self, start: Position, max_entries: int, max_bytes: int = DEFAULT_MAX_READ_BYTES
     ) -> list[Entry]:
@@ -230,7 +239,8 @@ class ManagedLedger:
         cursor = self._cursor_set.cursors.get(name)
         if cursor is not None:
             return cursor
-        self._check_open()
+        if self.closed:
+            raise LedgerClosedError(f"managed ledger {self.name} is closed")
         return await self._cursor_set.open(name, initial_position)
 
     async def delete_cursor(self, name: str) -> None:
@@ -308,7 +318,3 @@ class ManagedLedger:
     @property
     def closed(self) -> bool:
         return self._appends.state is LedgerLifecycle.CLOSED
-
-    def _check_open(self) -> None:
-        if self._appends.state is LedgerLifecycle.CLOSED:
-            raise LedgerClosedError(f"managed ledger {self.name} is closed")

@@ -214,10 +214,7 @@ def check_access(authz: AuthorizationService, role: str, method: str, path: str)
             (op := namespace_operation(method, parts[5:])) is not None:
         _require_namespace_operation(authz, parts[3], parts[4], role, op)
         return
-    elif area == "namespaces" and len(parts) >= 4:
-        _require_tenant_admin(authz, parts[3], role)
-        return
-    elif area == "tenants" and len(parts) == 4 and method == "GET":
+    elif (area == "namespaces" and len(parts) >= 4) or (area == "tenants" and len(parts) == 4 and method == "GET"):
         _require_tenant_admin(authz, parts[3], role)
         return
     elif (area == "clusters" and method == "GET") or parts[2:] == ["brokers", "version"]:

@@ -130,9 +130,16 @@ class ReadGate:
             await self._maybe_wait(pos)
             return await real_entry(pos, *a, **kw)
 
+        real_cached = ledger.cached_entry
+
+        def cached_entry(pos: Position) -> Any:
+            # a gated position is read the async way, so the gate can hold it
+            return None if self.armed and self._when(pos) else real_cached(pos)
+
         self._when = when
         ledger.read_entries = read_entries
         ledger.read_entry = read_entry
+        ledger.cached_entry = cached_entry
 
     async def _maybe_wait(self, pos: Position) -> None:
         if self.armed and self._when(pos):

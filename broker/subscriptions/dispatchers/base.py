@@ -10,7 +10,11 @@ task that loops over :meth:`_dispatch_once` until a round makes no progress.
 One round:
 
 1. due delayed positions (:meth:`DelayedDelivery.due <broker.delayed.delivery.DelayedDelivery.due>`)
-   join the *replay* set;
+   join the *replay* set; while that set is empty (nothing waits for a redelivery) and the
+   dispatcher routes without key hashes, up to one read's worth of them is read and sent
+   straight away instead (the common case of a stream of due messages: no sorted-set insert
+   and removal per message); what no consumer takes then, or what the read left over, joins
+   the replay set, and a reset during that read drops them as it drops the replay set;
 2. replay positions (redeliveries, handed-back messages, due delayed messages) are read and sent
    first, in position order, with their original message id and redelivery count;
 3. then up to ``MAX_READ_ENTRIES`` (bounded by the permits) new entries are read from
@@ -41,6 +45,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections import Counter
 from itertools import islice
 from typing import Protocol
@@ -66,6 +71,9 @@ log = logging.getLogger("horae.subscriptions.dispatchers")
 MAX_READ_ENTRIES = 100  # Pulsar's dispatcherMaxReadBatchSize
 MAX_REPLAY_READ = 500
 MAX_REPLAY_SCAN = 20_000  # positions examined per round without reading them (Key_Shared)
+#: Longest run of back-to-back rounds before the dispatcher yields to the event loop (s): with
+#: about 20 us of work per message and up to MAX_READ_ENTRIES per round, a few rounds.
+DISPATCH_SLICE_S = 0.002
 
 
 class DispatchContext(Protocol):
@@ -137,6 +145,9 @@ class Dispatcher:
         self._task: asyncio.Task[None] | None = None
         self._again = False
         self._closed = False
+        #: Due positions taken from the tracker and being read outside the replay set (round
+        #: step 1); a reset empties it, as it empties the replay set.
+        self._due_in_flight: list[Position] = []
         #: maxUnackedMessagesPerSubscription reached (stats' blockedSubscriptionOnUnackedMsgs)
         self.blocked_on_unacked = False
         self.rate_limiter = DispatchRateLimiter()
@@ -228,6 +239,7 @@ class Dispatcher:
                 if item is not None:
                     self._released(consumer, pos, item[1])
         self.owner.clear()
+        self._due_in_flight = []
         self.replay.clear()
         self.replay_hash.clear()
         self.hashes_in_replay.clear()
@@ -258,16 +270,19 @@ class Dispatcher:
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def _run(self) -> None:
+        clock = time.perf_counter
         try:
-            rounds = 0
+            slice_end = clock() + DISPATCH_SLICE_S
             while not self._closed:
                 self._again = False
                 progressed = await self._dispatch_once()
-                rounds += 1
                 if not progressed and not self._again:
                     break
-                if rounds % 8 == 0:
-                    await asyncio.sleep(0)  # let FLOW/ACK frames of other connections in
+                if clock() >= slice_end:
+                    # let other connections' frames (publishes, FLOW, ACK) in: a herd of due
+                    # messages or a long backlog holds the loop for one slice at most
+                    await asyncio.sleep(0)
+                    slice_end = clock() + DISPATCH_SLICE_S
         except Exception:  # a failed read must not kill dispatching for good
             log.exception("dispatch failed on %s", self.sub.name)
             asyncio.get_running_loop().call_later(0.1, self.schedule)
@@ -364,9 +379,17 @@ class Dispatcher:
         blocked: set[int] = set()
         delayed = self.delayed
         if delayed is not None:
-            for pos in delayed.due(max(budget, MAX_READ_ENTRIES)):
-                self.add_replay(pos)
-        if self.replay:
+            if self.replay or self.needs_hash:
+                for pos in delayed.due(max(budget, MAX_READ_ENTRIES)):
+                    self.add_replay(pos)
+            else:
+                direct = delayed.due(min(budget, MAX_READ_ENTRIES))
+                if direct:
+                    if await self._send_due(direct, revision):
+                        return True
+                    progressed = True
+                    budget = self._rate_limited(self._budget())
+        if self.replay and budget > 0:
             if self.needs_hash:
                 positions = self._replay_candidates(blocked)
             else:
@@ -412,6 +435,29 @@ class Dispatcher:
                                   revision=revision, txn=txn)
         self.flush_consumers()
         return progressed
+
+    async def _send_due(self, due: list[Position], revision: int) -> bool:
+        """Read and send positions that just fell due, outside the replay set (round step 1).
+        Returns True when a reset ran during the read (the round is over)."""
+        self._due_in_flight = due
+        entries, missing = await self._read_positions(due)
+        if self._due_in_flight is not due:  # a reset dropped them, with the replay set
+            return True
+        self._due_in_flight = []
+        outdated = self.sub.revisions.is_outdated(revision) or self._closed
+        if outdated:  # a forward reset (skip) ran: what it did not acknowledge waits
+            entries = []
+        read = {e.position for e in entries}
+        gone = set(missing)
+        is_deleted = self.sub.cursor.is_deleted
+        for pos in due:  # what the read left for later waits in the replay set
+            if pos not in read and pos not in gone and not is_deleted(pos):
+                self.add_replay(pos)
+        if outdated:
+            return True
+        self._deliver(entries, from_replay=True, blocked=set(), revision=revision,
+                      txn=self.sub.transaction_view(), direct=True)
+        return False
 
     def flush_consumers(self) -> None:
         """Write every consumer's queued frames. The last guard before the socket (a reset
@@ -491,7 +537,7 @@ class Dispatcher:
             ):
                 j += 1
             if j - i == 1:
-                entry = await ledger.read_entry(start)
+                entry = ledger.cached_entry(start) or await ledger.read_entry(start)
                 if entry is not None:
                     out.append(entry)
                 else:
@@ -511,8 +557,11 @@ class Dispatcher:
         return out, missing
 
     def _deliver(self, entries: list[Entry], *, from_replay: bool, blocked: set[int],
-                 revision: int, txn: DispatchView | None = None) -> int:
-        """Route and queue entries; returns the number of entries sent."""
+                 revision: int, txn: DispatchView | None = None,
+                 direct: bool = False) -> int:
+        """Route and queue entries; returns the number of entries sent. ``direct``: replays
+        that are not in the replay set (due positions read straight away); one no consumer
+        can take joins it."""
         sub = self.sub
         cursor = sub.cursor
         counts = sub.redelivery_counts
@@ -523,7 +572,7 @@ class Dispatcher:
         sent = 0
         for entry in entries:
             pos = entry.position
-            if from_replay and pos not in self.replay:
+            if from_replay and not direct and pos not in self.replay:
                 continue  # acked or reset while we were reading
             if cursor.is_deleted(pos):
                 if from_replay:
@@ -562,13 +611,13 @@ class Dispatcher:
             sticky_hash = sticky_key_hash(info.sticky_key) if info is not None else 0
             consumer = self._route(pos, info, sticky_hash, from_replay, blocked)
             if consumer is None:
-                if not from_replay:
+                if not from_replay or direct:
                     self.add_replay(pos, sticky_hash)
                 elif self.needs_hash and pos not in self.replay_hash:
                     self.discard_replay(pos)
                     self.add_replay(pos, sticky_hash)
                 continue
-            if from_replay:
+            if from_replay and not direct:
                 self.discard_replay(pos)
             self._avg_messages_per_entry = 0.9 * self._avg_messages_per_entry + 0.1 * messages
             ack_set = batch_acks.get(pos)
