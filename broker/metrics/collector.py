@@ -53,7 +53,7 @@ import asyncio
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Container, Iterator
 
 from prometheus_client import (
     CollectorRegistry,
@@ -73,7 +73,13 @@ from prometheus_client.samples import Sample
 from broker.metrics.auth_families import AuthenticationFigures, authentication_families
 from broker.metrics.connection_families import ConnectionFigures, connection_families
 from broker.metrics.delayed_index import BUCKET_GAUGES, BucketOps, index_gauges
-from broker.metrics.entry_size import ENTRY_SIZE_BUCKETS_BYTES, entry_size_families
+from broker.metrics.entry_size import COUNT as ENTRY_SIZE_COUNT
+from broker.metrics.entry_size import (
+    ENTRY_SIZE_BUCKETS_BYTES,
+    ENTRY_SIZE_SERIES,
+    entry_size_families,
+)
+from broker.metrics.entry_size import SUM as ENTRY_SIZE_SUM
 from broker.metrics.exposition import (
     NS_LABELS,
     SUB_LABELS,
@@ -88,7 +94,13 @@ from broker.metrics.rates import PUBLISH_LATENCY_BUCKETS_MS
 from broker.metrics.snapshots import sample_line_texts
 from broker.metrics.sources import MetricsSource, PublishBufferFigures, TopicFigures
 from broker.metrics.storage_families import storage_families
-from broker.metrics.write_latency import LatencyTable, LatencyWindows, write_latency_steps
+from broker.metrics.write_latency import (
+    HISTOGRAM,
+    PULSAR_BUCKET_SERIES,
+    LatencyTable,
+    LatencyWindows,
+    write_latency_steps,
+)
 
 __all__ = ["BrokerMetrics", "BrokerRegistry", "HoraeCollector", "LoopLagProbe",
            "MetricsSource", "exposition"]
@@ -274,18 +286,21 @@ class _TopicScrape:
     def maximum(self, name: str, key: tuple[str, ...], value: float) -> None:
         self.maxima += (name, key, value)
 
-    def replay(self, values: SampleTable) -> None:
-        """Add this topic's series to *values* as :class:`_Scrape` would have (a family's
-        series are all sums or all maxima, so their order within a family is kept)."""
+    def replay(self, values: SampleTable, names: Container[str] | None = None) -> None:
+        """Add this topic's series (of the families *names* only, if given) to *values* as
+        :class:`_Scrape` would have (a family's series are all sums or all maxima, so their
+        order within a family is kept)."""
         flat = self.flat
         for i in range(0, len(flat), 3):
             name, key, value = flat[i:i + 3]
-            values[name][key] += value  # type: ignore
+            if names is None or name in names:
+                values[name][key] += value  # type: ignore
         flat = self.maxima
         for i in range(0, len(flat), 3):
             name, key, value = flat[i:i + 3]
-            table = values[name]  # type: ignore[index]
-            table[key] = max(table[key], value) if key in table else value  # type: ignore
+            if names is None or name in names:
+                table = values[name]  # type: ignore[index]
+                table[key] = max(table[key], value) if key in table else value  # type: ignore
 
 
 #: A topic's rendered series in one format: what they were made of (its signature) and the
@@ -314,6 +329,7 @@ class HoraeCollector(Collector):
         # format -> topic -> its rendered series (collect_rendered_async); loaded topics only.
         self._rendered: dict[str, dict[str, _TopicText]] = {}
         self._template: list[Metric] | None = None
+        self._template_index: dict[str, int] = {}   # family name -> its place in the template
 
     def describe(self) -> list[Metric]:
         return []   # no collect() at registration time: the service may not be ready
@@ -374,7 +390,8 @@ class HoraeCollector(Collector):
         kept = self._rendered.get(fmt, {})
         rendered: dict[str, _TopicText] = {}
         order: list[_TopicText | None] = []
-        changed: list[tuple[int, str, _TopicScrape, tuple[object, ...]]] = []
+        changed: list[tuple[int, str, _TopicScrape, tuple[object, ...],
+                            _TopicText | None]] = []
         keys: set[tuple[str, ...]] = set()
         topics = list(self.service.topics.items())
         for start in range(0, len(topics), slice_topics):
@@ -397,7 +414,7 @@ class HoraeCollector(Collector):
                     rendered[full] = old
                     order.append(old)
                 else:
-                    changed.append((len(order), full, row, signature))
+                    changed.append((len(order), full, row, signature, old))
                     order.append(None)
             await asyncio.sleep(0)
         latency_windows.retain(keys)
@@ -405,9 +422,9 @@ class HoraeCollector(Collector):
         template = self._families_template()
         for start in range(0, len(changed), RENDER_TOPICS):
             part = changed[start:start + RENDER_TOPICS]
-            texts = self._render(fmt, [(row, signature) for _, _, row, signature in part],
-                                 len(template))
-            for (index, full, _, signature), topic_texts in zip(part, texts, strict=True):
+            texts = self._render(fmt, [(row, signature, old) for _, _, row, signature, old
+                                       in part], len(template))
+            for (index, full, _, signature, _), topic_texts in zip(part, texts, strict=True):
                 order[index] = rendered[full] = (signature, topic_texts)
             await asyncio.sleep(0)
         self._rendered[fmt] = rendered
@@ -436,6 +453,7 @@ class HoraeCollector(Collector):
         names, help and types :meth:`collect_rendered_async` renders in."""
         if self._template is None:
             self._template = self._topic_families({}, {}, {}, {}, LabelSets())
+            self._template_index = {family.name: j for j, family in enumerate(self._template)}
         return self._template
 
     def _topic_families(self, values: SampleTable, latency: LatencyTable,
@@ -449,27 +467,66 @@ class HoraeCollector(Collector):
                                             windowed=sizes_windowed))
         return families
 
-    def _render(self, fmt: str, rows: list[tuple[_TopicScrape, tuple[object, ...]]],
+    def _changed_families(self, old: tuple[object, ...],
+                          new: tuple[object, ...]) -> set[int] | None:
+        """The template families whose text differs between two signatures of one topic, or
+        ``None`` when its series themselves differ (a subscription came or went...)."""
+        index = self._template_index
+        changed: set[int] = set()
+        for part in (0, 1):   # (name, key, value) triples: same series, values compared
+            a, b = old[part], new[part]
+            if a == b:
+                continue
+            if (len(a) != len(b) or a[0::3] != b[0::3]  # type: ignore[index, arg-type]
+                    or a[1::3] != b[1::3]):  # type: ignore[index]
+                return None
+            for i in range(2, len(a), 3):  # type: ignore[arg-type]
+                if a[i] != b[i]:  # type: ignore[index]
+                    changed.add(index[b[i - 2]])  # type: ignore[index]
+        for part, names in ((2, (HISTOGRAM,)), (3, PULSAR_BUCKET_SERIES),
+                            (4, (*ENTRY_SIZE_SERIES, ENTRY_SIZE_COUNT, ENTRY_SIZE_SUM))):
+            if old[part] != new[part]:
+                changed.update(index[name] for name in names)
+        return changed
+
+    def _render(self, fmt: str,
+                rows: list[tuple[_TopicScrape, tuple[object, ...], _TopicText | None]],
                 width: int) -> list[tuple[str, ...]]:
-        """The text of *rows*' share of each template family, per row, in *fmt* (a row with
-        its signature, which holds its windowed latency and entry-size counts)."""
+        """The text of *rows*' share of each template family, per row, in *fmt*: a row with
+        its signature (which holds its windowed latency and entry-size counts) and what was
+        kept for it. Only the families whose values moved since then are rendered again."""
         values: SampleTable = defaultdict(lambda: defaultdict(float))
         latency: LatencyTable = {}
         latency_windowed: LatencyTable = {}
         sizes_windowed: LatencyTable = {}
-        for row, signature in rows:
-            row.replay(values)
+        index = self._template_index
+        texts: list[list[str]] = []
+        index_of: dict[str, int] = {}
+        for n, (row, signature, old) in enumerate(rows):
             ((key, acc),) = row.write_latency.items()
-            latency[key] = acc
-            latency_windowed[key] = list(signature[3])  # type: ignore[call-overload]
-            sizes_windowed[key] = list(signature[4])  # type: ignore[call-overload]
-        keys = list(latency)
+            index_of[key[2]] = n
+            redo = None if old is None else self._changed_families(old[0], signature)
+            if redo is None:
+                texts.append([""] * width)
+                row.replay(values)
+                names = None
+            else:
+                texts.append(list(old[1]))  # type: ignore[index]
+                names = {name for name, j in index.items() if j in redo}
+                row.replay(values, names)
+            if names is None or HISTOGRAM in names:
+                latency[key] = acc
+            if names is None or PULSAR_BUCKET_SERIES[0] in names:
+                latency_windowed[key] = list(signature[3])  # type: ignore[call-overload]
+            if names is None or ENTRY_SIZE_SERIES[0] in names:
+                sizes_windowed[key] = list(signature[4])  # type: ignore[call-overload]
+            if redo is not None:
+                for j in redo:
+                    texts[n][j] = ""
         families = self._topic_families(values, latency, latency_windowed, sizes_windowed,
                                         LabelSets())
         if len(families) != width:
             raise RuntimeError("per-topic families do not match their template")
-        index_of = {key[2]: i for i, key in enumerate(keys)}
-        texts = [[""] * width for _ in rows]
         labels_json: dict[int, str] = {}
         for j, family in enumerate(families):
             samples = family.samples
