@@ -244,13 +244,13 @@ async def run(broker: Broker, args: argparse.Namespace) -> dict[str, Any]:
         await open_producers(conns, args.topics, args.concurrency, args.timeout)
         out["topics_s"] = time.perf_counter() - t0
         out["rss_topics_mib"] = rss_mib(broker.pid)
+        if args.idle_warmup > 0:
+            await asyncio.sleep(args.idle_warmup)  # waiting for time to pass, nothing else
         profiled = args.profile and broker.name.startswith("horae")
         recorder = PySpyRecorder(broker.pid, args.profile) if profiled else None
         if recorder is not None:
             args.profile.mkdir(parents=True, exist_ok=True)
             recorder("idle-topics", "start")
-        if args.idle_warmup > 0:
-            await asyncio.sleep(args.idle_warmup)  # waiting for time to pass, nothing else
         window_start_ms = time.time() * 1000
         out["idle_cpu_pct_topics"] = await idle_cpu_percent(broker, args.idle_seconds)
         out["rss_after_idle_topics_mib"] = rss_mib(broker.pid)
