@@ -41,6 +41,14 @@ Rules:
    ``pulsar_authentication_success_total`` and ``pulsar_authentication_failures_total``
    from the authentication service's counters (:mod:`broker.metrics.auth_families`).
 
+6. ``/metrics`` and the snapshot exporter take :meth:`HoraeCollector.collect_rendered_async`:
+   every topic's figures are read as above, into a flat record per topic, and each topic
+   keeps the text of its series in that consumer's format with the record it was made of;
+   only the families whose figures moved are rendered again (through the same
+   ``generate_latest`` / snapshot-line code), so the output is byte for byte that of
+   rendering every sample, and idle topics cost a read and a comparison. The kept text is one
+   entry per loaded topic per format (unloaded topics' are dropped at the next scrape).
+
 Wiring: the server composes one :class:`BrokerMetrics` from the service, the loop-lag probe,
 the publish buffer and the listeners' figures, and passes it to the web app (``/metrics``)
 and to the snapshot exporter, which therefore report the same families from the same
