@@ -13,8 +13,10 @@ seconds:
    time); the broker's RSS (``/proc/PID/status`` VmRSS) is read before and after, then its
    CPU over ``--idle-seconds`` of nothing happening (keep-alive only);
 2. topics: ``--topics`` topics get one producer each (a LOOKUP, then PRODUCER, as a client
-   does), spread over those connections; RSS and idle CPU again. Then every connection is
-   closed;
+   does), spread over those connections; after ``--idle-warmup`` seconds, RSS and idle CPU
+   again, then RSS after that window and the wall time of the metric snapshots Horae started
+   in it (``export_wall_s_mean`` / ``_max``: from a file's ``epoch_ms`` to its mtime). Then
+   every connection is closed;
 3. backlog: a Shared subscription is created, ``--backlog`` messages of ``--size`` bytes are
    published in entries of ``--batch`` messages (one connection, ``--in-flight`` SENDs), then
    one consumer drains them (FLOW 1000 refilled by half, acks per 1,000 messages) while RSS
@@ -37,7 +39,8 @@ Loopback only, free ports, temporary data directory removed on exit. Never run b
 Usage::
 
     .venv/bin/python bench/scale.py [--connections 10000] [--topics 10000]
-        [--backlog 10000000] [--batch 100] [--size 100] [--json FILE] [--profile DIR]
+        [--idle-seconds 10] [--idle-warmup 0] [--backlog 10000000] [--batch 100] [--size 100]
+        [--json FILE] [--profile DIR]
         [--metrics-seconds 0] [--export-interval 5] [--peers horae,pulsar-lite,pulsar]
 """
 
@@ -90,6 +93,21 @@ async def idle_cpu_percent(broker: Broker, seconds: float) -> float:
     cpu0, t0 = cpu_seconds(broker.pid), time.perf_counter()
     await asyncio.sleep(seconds)  # measuring idleness: nothing to wait on but the clock
     return 100.0 * (cpu_seconds(broker.pid) - cpu0) / (time.perf_counter() - t0)
+
+
+def export_walls(data: pathlib.Path, start_ms: float, end_ms: float) -> dict[str, float]:
+    """Wall time of the metric snapshots Horae started in [start_ms, end_ms]: from the
+    ``epoch_ms`` in a file's name (taken as the export starts) to the file's mtime (written,
+    before the fsync and rename). Nothing for a peer that writes no snapshots."""
+    walls = []
+    for path in (data / "metrics").glob("date=*/metrics-*.jsonl.gz"):
+        ts_ms = int(path.name.rsplit("-", 1)[1].split(".", 1)[0])
+        if start_ms <= ts_ms <= end_ms:
+            walls.append(path.stat().st_mtime - ts_ms / 1000)
+    if not walls:
+        return {}
+    return {"exports_in_idle_window": float(len(walls)),
+            "export_wall_s_mean": sum(walls) / len(walls), "export_wall_s_max": max(walls)}
 
 
 async def open_connections(broker: Broker, count: int, concurrency: int,
@@ -226,12 +244,17 @@ async def run(broker: Broker, args: argparse.Namespace) -> dict[str, Any]:
         await open_producers(conns, args.topics, args.concurrency, args.timeout)
         out["topics_s"] = time.perf_counter() - t0
         out["rss_topics_mib"] = rss_mib(broker.pid)
+        if args.idle_warmup > 0:
+            await asyncio.sleep(args.idle_warmup)  # waiting for time to pass, nothing else
         profiled = args.profile and broker.name.startswith("horae")
         recorder = PySpyRecorder(broker.pid, args.profile) if profiled else None
         if recorder is not None:
             args.profile.mkdir(parents=True, exist_ok=True)
             recorder("idle-topics", "start")
+        window_start_ms = time.time() * 1000
         out["idle_cpu_pct_topics"] = await idle_cpu_percent(broker, args.idle_seconds)
+        out["rss_after_idle_topics_mib"] = rss_mib(broker.pid)
+        out.update(export_walls(broker.data, window_start_ms, time.time() * 1000))
         if recorder is not None:
             recorder("idle-topics", "stop")
             path = recorder.outputs["idle-topics"]
@@ -255,6 +278,9 @@ def main() -> None:
     parser.add_argument("--topics", type=int, default=10_000, help="topics, one producer each")
     parser.add_argument("--concurrency", type=int, default=200, help="handshakes in flight")
     parser.add_argument("--idle-seconds", type=float, default=10.0)
+    parser.add_argument("--idle-warmup", type=float, default=0.0,
+                        help="seconds to wait, topics open, before their idle window (lets "
+                             "the first metric export that meets every topic pass)")
     parser.add_argument("--backlog", type=int, default=10_000_000, help="messages")
     parser.add_argument("--batch", type=int, default=100, help="messages per entry (0: none)")
     parser.add_argument("--size", type=int, default=100, help="payload bytes per message")

@@ -270,7 +270,7 @@ class BrokerServer:
             self._web_servers.append(listener_tls)
 
     def _start_exporter(self, metrics: BrokerMetrics) -> None:
-        collect = metrics.collect_async
+        collect = metrics.snapshot_families
         writer = MetricSnapshotWriter(self.data_dir, f"{self.config.advertised_address}:"
                                       f"{self.web_port}", self.config.cluster_name,
                                       self.config.metrics_export_retention_hours)

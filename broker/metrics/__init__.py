@@ -5,7 +5,8 @@ loop-lag probe, the publish buffer and the listeners' figures, in a private regi
 prometheus_client's process, platform and GC collectors too) and passes it to the web app,
 which serves ``await metrics.exposition()`` (collected in slices, rendered in the executor),
 and to the snapshot exporter (``broker.metrics.snapshots``), which writes
-``await metrics.collect_async()``: files on disk and Prometheus see identical names and labels.
+``await metrics.snapshot_families()``: files on disk and Prometheus see identical names and
+labels (idle topics' series kept as rendered text in both).
 """
 
 from __future__ import annotations

@@ -41,6 +41,14 @@ Rules:
    ``pulsar_authentication_success_total`` and ``pulsar_authentication_failures_total``
    from the authentication service's counters (:mod:`broker.metrics.auth_families`).
 
+6. ``/metrics`` and the snapshot exporter take :meth:`HoraeCollector.collect_rendered_async`:
+   every topic's figures are read as above, into a flat record per topic, and each topic
+   keeps the text of its series in that consumer's format with the record it was made of;
+   only the families whose figures moved are rendered again (through the same
+   ``generate_latest`` / snapshot-line code), so the output is byte for byte that of
+   rendering every sample, and idle topics cost a read and a comparison. The kept text is one
+   entry per loaded topic per format (unloaded topics' are dropped at the next scrape).
+
 Wiring: the server composes one :class:`BrokerMetrics` from the service, the loop-lag probe,
 the publish buffer and the listeners' figures, and passes it to the web app (``/metrics``)
 and to the snapshot exporter, which therefore report the same families from the same
@@ -53,7 +61,7 @@ import asyncio
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Container, Iterator
 
 from prometheus_client import (
     CollectorRegistry,
@@ -73,21 +81,35 @@ from prometheus_client.samples import Sample
 from broker.metrics.auth_families import AuthenticationFigures, authentication_families
 from broker.metrics.connection_families import ConnectionFigures, connection_families
 from broker.metrics.delayed_index import BUCKET_GAUGES, BucketOps, index_gauges
-from broker.metrics.entry_size import ENTRY_SIZE_BUCKETS_BYTES, entry_size_families
+from broker.metrics.entry_size import COUNT as ENTRY_SIZE_COUNT
+from broker.metrics.entry_size import (
+    ENTRY_SIZE_BUCKETS_BYTES,
+    ENTRY_SIZE_SERIES,
+    entry_size_families,
+)
+from broker.metrics.entry_size import SUM as ENTRY_SIZE_SUM
 from broker.metrics.exposition import (
     NS_LABELS,
     SUB_LABELS,
     TOPIC_LABELS,
     LabelSets,
+    RenderedFamily,
     SampleTable,
     topic_namespace,
 )
 from broker.metrics.lag import LoopLagProbe, loop_lag_families
 from broker.metrics.rates import PUBLISH_LATENCY_BUCKETS_MS
+from broker.metrics.snapshots import sample_line_texts
 from broker.metrics.sources import MetricsSource, PublishBufferFigures, TopicFigures
 from broker.metrics.storage_families import storage_families
 from broker.metrics.txn_families import transaction_families
-from broker.metrics.write_latency import LatencyTable, LatencyWindows, write_latency_steps
+from broker.metrics.write_latency import (
+    HISTOGRAM,
+    PULSAR_BUCKET_SERIES,
+    LatencyTable,
+    LatencyWindows,
+    write_latency_steps,
+)
 
 __all__ = ["BrokerMetrics", "BrokerRegistry", "HoraeCollector", "LoopLagProbe",
            "MetricsSource", "exposition"]
@@ -97,6 +119,11 @@ log = logging.getLogger("horae.metrics")
 RATE_MIN_INTERVAL_S = 1.0
 #: Topics walked per loop turn by :meth:`HoraeCollector.collect_async`.
 SLICE_TOPICS = 256
+#: Changed topics rendered to text per loop turn by :meth:`HoraeCollector.collect_rendered_async`.
+RENDER_TOPICS = 64
+#: The two text formats :meth:`HoraeCollector.collect_rendered_async` renders.
+PROMETHEUS = "prometheus"
+SNAPSHOT = "snapshot"
 
 
 # name -> (kind, help, level). kind: counter | gauge. level: topic | sub | ns.
@@ -239,6 +266,59 @@ class _Scrape:
         table[key] = max(table[key], value) if key in table else value
 
 
+class _TopicScrape:
+    """One topic's share of a scrape (:meth:`HoraeCollector.collect_rendered_async`): what
+    :meth:`HoraeCollector._collect_topic` adds, kept flat (family name, label values, value,
+    whether it is a maximum: four items per series, no object per series) in the order it
+    was added; the namespace's topic count goes to the whole scrape."""
+
+    __slots__ = ("bucket_ops", "cluster", "entry_sizes", "flat", "maxima", "scrape", "seen",
+                 "topic_level", "write_latency")
+
+    def __init__(self, scrape: _Scrape) -> None:
+        self.scrape = scrape
+        self.cluster = scrape.cluster
+        self.topic_level = scrape.topic_level
+        self.seen = scrape.seen
+        self.bucket_ops = scrape.bucket_ops
+        self.flat: list[object] = []
+        self.maxima: list[object] = []
+        self.write_latency: LatencyTable = {}
+        self.entry_sizes: LatencyTable = {}
+
+    def add(self, name: str, key: tuple[str, ...], value: float) -> None:
+        if name == "pulsar_topics_count":
+            self.scrape.add(name, key, value)
+        else:
+            self.flat += (name, key, value)
+
+    def maximum(self, name: str, key: tuple[str, ...], value: float) -> None:
+        self.maxima += (name, key, value)
+
+    def replay(self, values: SampleTable, names: Container[str] | None = None) -> None:
+        """Add this topic's series (of the families *names* only, if given) to *values* as
+        :class:`_Scrape` would have (a family's series are all sums or all maxima, so their
+        order within a family is kept)."""
+        flat = self.flat
+        for i in range(0, len(flat), 3):
+            name, key, value = flat[i:i + 3]
+            if names is None or name in names:
+                values[name][key] += value  # type: ignore
+        flat = self.maxima
+        for i in range(0, len(flat), 3):
+            name, key, value = flat[i:i + 3]
+            if names is None or name in names:
+                table = values[name]  # type: ignore[index]
+                table[key] = max(table[key], value) if key in table else value  # type: ignore
+
+
+#: A topic's rendered series in one format: what they were made of (its signature) and the
+#: text of its share of each family of the per-topic template, in template order. Plain tuples
+#: of strings and numbers: the garbage collector stops tracking them, so 10,000 kept topics do
+#: not lengthen its full collections.
+_TopicText = tuple[tuple[object, ...], tuple[str, ...]]
+
+
 class HoraeCollector(Collector):
     """Collector over a BrokerService (see module docstring). Call collect() on the loop."""
 
@@ -255,6 +335,10 @@ class HoraeCollector(Collector):
         self._rates = _Rates(clock)
         self._latency_windows = LatencyWindows(clock)
         self._entry_size_windows = LatencyWindows(clock)
+        # format -> topic -> its rendered series (collect_rendered_async); loaded topics only.
+        self._rendered: dict[str, dict[str, _TopicText]] = {}
+        self._template: list[Metric] | None = None
+        self._template_index: dict[str, int] = {}   # family name -> its place in the template
 
     def describe(self) -> list[Metric]:
         return []   # no collect() at registration time: the service may not be ready
@@ -290,6 +374,189 @@ class HoraeCollector(Collector):
             await asyncio.sleep(0)
         return families
 
+    async def collect_rendered_async(self, fmt: str,
+                                     slice_topics: int = SLICE_TOPICS) -> list[Metric]:
+        """The families of :meth:`collect_async`, the per-topic ones as
+        :class:`RenderedFamily` text in *fmt* (:data:`PROMETHEUS` lines, or :data:`SNAPSHOT`
+        lines for :class:`broker.metrics.snapshots.MetricSnapshotWriter`), rendered again
+        only for the topics whose series changed.
+
+        Every topic's figures are still read (the walk of :meth:`collect_async`, into a flat
+        record per topic instead of samples); a topic whose record, latency histogram and
+        windowed bucket counts equal those its kept text was made of reuses that text (equal
+        values render to equal text). The others are built into samples exactly as
+        :meth:`collect_async` does and rendered by the same code as the uncached output (``generate_latest``, or
+        :func:`broker.metrics.snapshots.sample_line_texts`), then split per topic. So the
+        output is byte for byte that of :meth:`collect_async` rendered whole, and an idle topic
+        costs its reads and one comparison. With topic-level metrics off (series summed per
+        namespace) there is nothing per topic to keep: :meth:`collect_async`'s families."""
+        scrape = self._begin()
+        if not scrape.topic_level:
+            self._rendered.clear()
+            return await self.collect_async(slice_topics)
+        latency_windows, size_windows = self._latency_windows, self._entry_size_windows
+        latency_now, size_now = latency_windows.now(), size_windows.now()
+        kept = self._rendered.get(fmt, {})
+        rendered: dict[str, _TopicText] = {}
+        order: list[_TopicText | None] = []
+        changed: list[tuple[int, str, _TopicScrape, tuple[object, ...],
+                            _TopicText | None]] = []
+        keys: set[tuple[str, ...]] = set()
+        topics = list(self.service.topics.items())
+        for start in range(0, len(topics), slice_topics):
+            for full, topic in topics[start:start + slice_topics]:
+                row = _TopicScrape(scrape)
+                try:
+                    self._collect_topic(topic, row)
+                except Exception:
+                    log.exception("metrics: skipping topic %r", full)
+                    continue
+                # Compared at once, so an unchanged topic's record dies young.
+                ((key, latency),) = row.write_latency.items()
+                keys.add(key)
+                signature: tuple[object, ...] = (
+                    tuple(row.flat), tuple(row.maxima), tuple(latency),
+                    tuple(latency_windows.count(key, latency, latency_now)),
+                    tuple(size_windows.count(key, row.entry_sizes[key], size_now)))
+                old = kept.get(full)
+                if old is not None and old[0] == signature:
+                    rendered[full] = old
+                    order.append(old)
+                else:
+                    changed.append((len(order), full, row, signature, old))
+                    order.append(None)
+            await asyncio.sleep(0)
+        latency_windows.retain(keys)
+        size_windows.retain(keys)
+        template = self._families_template()
+        for start in range(0, len(changed), RENDER_TOPICS):
+            part = changed[start:start + RENDER_TOPICS]
+            texts = self._render(fmt, [(row, signature, old) for _, _, row, signature, old
+                                       in part], len(template))
+            for (index, full, _, signature, _), topic_texts in zip(part, texts, strict=True):
+                order[index] = rendered[full] = (signature, topic_texts)
+            await asyncio.sleep(0)
+        self._rendered[fmt] = rendered
+        families: list[Metric] = []
+        # Per family, every topic's text in topic order (a transposition, in C).
+        columns = list(zip(*(entry[1] for entry in order if entry is not None), strict=True))
+        if not columns:
+            columns = [()] * len(template)
+        for j, shape in enumerate(template):
+            if shape.name == "pulsar_topics_count":
+                counts = {"pulsar_topics_count": scrape.values.get("pulsar_topics_count", {})}
+                families.extend(f for f in _families(counts, True, scrape.labels)
+                                if f.name == "pulsar_topics_count")
+            else:
+                families.append(RenderedFamily(shape.name, shape.documentation, shape.type,
+                                               list(columns[j])))
+        await asyncio.sleep(0)
+        for step in self._finish_rest(scrape):
+            if step is not None:
+                families.append(step)
+            await asyncio.sleep(0)
+        return families
+
+    def _families_template(self) -> list[Metric]:
+        """The per-topic families with topic-level metrics, without samples: the order,
+        names, help and types :meth:`collect_rendered_async` renders in."""
+        if self._template is None:
+            self._template = self._topic_families({}, {}, {}, {}, LabelSets())
+            self._template_index = {family.name: j for j, family in enumerate(self._template)}
+        return self._template
+
+    def _topic_families(self, values: SampleTable, latency: LatencyTable,
+                        latency_windowed: LatencyTable, sizes_windowed: LatencyTable,
+                        labels: LabelSets) -> list[Metric]:
+        families = list(_families(values, True, labels))
+        families.extend(f for f in write_latency_steps(
+            latency, self._latency_windows, True, labels, len(latency) + 1,
+            windowed=latency_windowed) if f is not None)
+        families.extend(entry_size_families({}, self._entry_size_windows, True, labels,
+                                            windowed=sizes_windowed))
+        return families
+
+    def _changed_families(self, old: tuple[object, ...],
+                          new: tuple[object, ...]) -> set[int] | None:
+        """The template families whose text differs between two signatures of one topic, or
+        ``None`` when its series themselves differ (a subscription came or went...)."""
+        index = self._template_index
+        changed: set[int] = set()
+        for part in (0, 1):   # (name, key, value) triples: same series, values compared
+            a, b = old[part], new[part]
+            if a == b:
+                continue
+            if (len(a) != len(b) or a[0::3] != b[0::3]  # type: ignore[index, arg-type]
+                    or a[1::3] != b[1::3]):  # type: ignore[index]
+                return None
+            for i in range(2, len(a), 3):  # type: ignore[arg-type]
+                if a[i] != b[i]:  # type: ignore[index]
+                    changed.add(index[b[i - 2]])  # type: ignore[index]
+        for part, names in ((2, (HISTOGRAM,)), (3, PULSAR_BUCKET_SERIES),
+                            (4, (*ENTRY_SIZE_SERIES, ENTRY_SIZE_COUNT, ENTRY_SIZE_SUM))):
+            if old[part] != new[part]:
+                changed.update(index[name] for name in names)
+        return changed
+
+    def _render(self, fmt: str,
+                rows: list[tuple[_TopicScrape, tuple[object, ...], _TopicText | None]],
+                width: int) -> list[tuple[str, ...]]:
+        """The text of *rows*' share of each template family, per row, in *fmt*: a row with
+        its signature (which holds its windowed latency and entry-size counts) and what was
+        kept for it. Only the families whose values moved since then are rendered again."""
+        values: SampleTable = defaultdict(lambda: defaultdict(float))
+        latency: LatencyTable = {}
+        latency_windowed: LatencyTable = {}
+        sizes_windowed: LatencyTable = {}
+        index = self._template_index
+        texts: list[list[str]] = []
+        index_of: dict[str, int] = {}
+        for n, (row, signature, old) in enumerate(rows):
+            ((key, acc),) = row.write_latency.items()
+            index_of[key[2]] = n
+            redo = None if old is None else self._changed_families(old[0], signature)
+            if redo is None:
+                texts.append([""] * width)
+                row.replay(values)
+                names = None
+            else:
+                texts.append(list(old[1]))  # type: ignore[index]
+                names = {name for name, j in index.items() if j in redo}
+                row.replay(values, names)
+            if names is None or HISTOGRAM in names:
+                latency[key] = acc
+            if names is None or PULSAR_BUCKET_SERIES[0] in names:
+                latency_windowed[key] = list(signature[3])  # type: ignore[call-overload]
+            if names is None or ENTRY_SIZE_SERIES[0] in names:
+                sizes_windowed[key] = list(signature[4])  # type: ignore[call-overload]
+            if redo is not None:
+                for j in redo:
+                    texts[n][j] = ""
+        families = self._topic_families(values, latency, latency_windowed, sizes_windowed,
+                                        LabelSets())
+        if len(families) != width:
+            raise RuntimeError("per-topic families do not match their template")
+        labels_json: dict[int, str] = {}
+        for j, family in enumerate(families):
+            samples = family.samples
+            if not samples:
+                continue
+            if fmt == SNAPSHOT:
+                lines = sample_line_texts(family, labels_json)
+            else:
+                lines = generate_latest(_Families([family])).decode("utf-8").split("\n")[2:-1]
+                lines = [line + "\n" for line in lines]
+                if len(lines) != len(samples):
+                    raise RuntimeError(f"{family.name}: one line per sample expected")
+            start = 0
+            for i in range(1, len(samples) + 1):
+                if i == len(samples) or (samples[i].labels["topic"]
+                                         != samples[start].labels["topic"]):
+                    texts[index_of[samples[start].labels["topic"]]][j] = "".join(
+                        lines[start:i])
+                    start = i
+        return [tuple(topic_texts) for topic_texts in texts]
+
     def _begin(self) -> _Scrape:
         config = self.service.config
         return _Scrape(config.cluster_name, config.expose_topic_level_metrics_in_prometheus)
@@ -302,14 +569,18 @@ class HoraeCollector(Collector):
 
     def _finish(self, scrape: _Scrape, slice_keys: int) -> Iterator[Metric | None]:
         """The families of *scrape*, and ``None`` where an async caller may yield."""
-        self._rates.end_scrape(scrape.seen)
-        config = self.service.config
         yield from _families(scrape.values, scrape.topic_level, scrape.labels)
         yield from write_latency_steps(scrape.write_latency, self._latency_windows,
                                        scrape.topic_level, scrape.labels, slice_keys)
         yield from entry_size_families(scrape.entry_sizes, self._entry_size_windows,
                                        scrape.topic_level, scrape.labels)
         yield None
+        yield from self._finish_rest(scrape)
+
+    def _finish_rest(self, scrape: _Scrape) -> Iterator[Metric | None]:
+        """The families after the per-topic ones (bucket operations, store, listeners...)."""
+        self._rates.end_scrape(scrape.seen)
+        config = self.service.config
         yield from scrape.bucket_ops.families(scrape.topic_level)
         yield from storage_families(config.cluster_name, self.service.storage_stats(),
                                     self.service.publish_refused)
@@ -328,7 +599,8 @@ class HoraeCollector(Collector):
         if self.lag_probe is not None:
             yield from loop_lag_families(self.lag_probe)
 
-    def _collect_topic(self, topic: TopicFigures, scrape: _Scrape) -> None:
+    def _collect_topic(self, topic: TopicFigures, scrape: _Scrape | _TopicScrape) -> None:
+        """Add *topic*'s series to *scrape* (a whole scrape, or the topic's own share)."""
         cluster = scrape.cluster
         full = topic.full
         meters = topic.meters
@@ -494,6 +766,13 @@ class BrokerRegistry(CollectorRegistry):
         families.extend(super().collect())   # a few process figures: cheap
         return families
 
+    async def collect_rendered_async(self, fmt: str) -> list[Metric]:
+        """:meth:`collect_async` with the per-topic families rendered in *fmt*
+        (:meth:`HoraeCollector.collect_rendered_async`)."""
+        families = await self.horae.collect_rendered_async(fmt)
+        families.extend(super().collect())
+        return families
+
 
 class _Families:
     """Already collected families, in the shape ``generate_latest`` reads (``collect()``)."""
@@ -505,13 +784,25 @@ class _Families:
         return iter(self._families)
 
 
+def render_text(families: list[Metric]) -> bytes:
+    """``generate_latest`` of *families*, where a :class:`RenderedFamily` is its header
+    followed by its Prometheus text lines (``generate_latest`` renders family by family)."""
+    out: list[str] = []
+    for family in families:
+        out.append(generate_latest(_Families([family])).decode("utf-8"))
+        if isinstance(family, RenderedFamily):
+            out.extend(family.parts)
+    return "".join(out).encode("utf-8")
+
+
 async def exposition(registry: BrokerRegistry) -> bytes:
     """The Prometheus text for a /metrics response without blocking the loop: families are
-    collected in slices on the loop, rendered by ``generate_latest`` in the default executor
-    (the families are finished values by then; the render reads nothing live)."""
-    families = await registry.collect_async()
+    collected in slices on the loop (idle topics' lines kept from the previous scrape), joined
+    by :func:`render_text` in the default executor (the families are finished values by then;
+    the render reads nothing live)."""
+    families = await registry.collect_rendered_async(PROMETHEUS)
     loop = asyncio.get_running_loop()
-    return await loop.run_in_executor(None, generate_latest, _Families(families))
+    return await loop.run_in_executor(None, render_text, families)
 
 
 class BrokerMetrics:
@@ -534,8 +825,13 @@ class BrokerMetrics:
         return list(self.registry.collect())
 
     async def collect_async(self) -> list[Metric]:
-        """Every family, the topics walked in slices (the snapshot exporter's collect)."""
+        """Every family, the topics walked in slices."""
         return await self.registry.collect_async()
+
+    async def snapshot_families(self) -> list[Metric]:
+        """:meth:`collect_async` with the per-topic families as snapshot text, rendered
+        again only for the topics that changed (the snapshot exporter's collect)."""
+        return await self.registry.collect_rendered_async(SNAPSHOT)
 
     async def exposition(self) -> bytes:
         """The ``/metrics`` body (:func:`exposition`)."""

@@ -47,12 +47,14 @@ _WINDOW = f"during the last {int(STATS_WINDOW_S)} s (Pulsar's topic-stats series
 
 
 def entry_size_families(table: LatencyTable, windows: LatencyWindows, topic_level: bool,
-                        labels_of: LabelSets) -> Iterator[Metric]:
+                        labels_of: LabelSets,
+                        windowed: LatencyTable | None = None) -> Iterator[Metric]:
     """The gauges for one scrape's *table* (label values -> ``[buckets..., overflow, sum
     bytes, 0]``), windowed by *windows* (a :class:`LatencyWindows` of its own). O(label sets)
-    per family."""
+    per family. *windowed*: ``windows.counts(table)`` already taken."""
     names = TOPIC_LABELS if topic_level else NS_LABELS
-    windowed = windows.counts(table)
+    if windowed is None:
+        windowed = windows.counts(table)
     n = len(ENTRY_SIZE_SERIES)
     for i, name in enumerate(ENTRY_SIZE_SERIES):
         gauge = GaugeMetricFamily(

@@ -18,8 +18,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-__all__ = ["NS_LABELS", "SUB_LABELS", "TOPIC_LABELS", "LabelSets", "SampleTable", "cumulative",
-           "topic_namespace"]
+from prometheus_client.metrics_core import Metric
+
+__all__ = ["NS_LABELS", "SUB_LABELS", "TOPIC_LABELS", "LabelSets", "RenderedFamily", "SampleTable",
+           "cumulative", "topic_namespace"]
 
 TOPIC_LABELS = ("cluster", "namespace", "topic")
 NS_LABELS = ("cluster", "namespace")
@@ -43,6 +45,18 @@ class LabelSets:
         if labels is None:
             labels = self._dicts[(names, values)] = dict(zip(names, values, strict=True))
         return labels
+
+
+class RenderedFamily(Metric):
+    """A family whose samples are already text in one consumer's format: the Prometheus text
+    lines of ``/metrics``, or the snapshot writer's lines (see
+    :func:`broker.metrics.snapshots.sample_line_texts`). Name, help and type as usual and no
+    ``samples``: ``generate_latest`` renders its header only, the consumer appends the text,
+    :attr:`parts` in order."""
+
+    def __init__(self, name: str, documentation: str, typ: str, parts: list[str]) -> None:
+        super().__init__(name, documentation, typ)
+        self.parts = parts
 
 
 def cumulative(counts: Sequence[int | float], bounds: Sequence[float]) -> list[tuple[str, float]]:

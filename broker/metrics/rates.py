@@ -60,12 +60,12 @@ class RateMeter:
             t0 = since
             old = self._samples[-1][1] if self._samples else tuple(0 for _ in values)
         elif not self._samples:
-            return tuple(0.0 for _ in values)
+            return (0.0,) * len(values)
         else:
             t0, old = self._samples[0]
         dt = now - t0
-        if dt <= 0.5:  # too short a span to mean anything
-            return tuple(0.0 for _ in values)
+        if dt <= 0.5 or values == old:  # too short a span to mean anything, or flat
+            return (0.0,) * len(values)
         return tuple(max(0.0, (v - o) / dt) for v, o in zip(values, old, strict=True))
 
 

@@ -35,8 +35,11 @@ turning them into rows, serialising, compressing, fsync and retention run in the
 executor (:meth:`MetricSnapshotWriter.write_families_and_retain`), so the loop neither waits
 on the disk nor spends the CPU of the rows. The writer keeps the text of the last snapshot's
 runs of samples and serialises again only the runs whose samples changed (idle topics' series
-do not); the timestamp is spliced into the kept text as it is written. This module imports
-nothing else from the broker.
+do not); the start of each line (timestamp, broker, cluster) is spliced into the kept text as
+it is written. The collector hands over the series of idle topics as already rendered text
+(:class:`broker.metrics.exposition.RenderedFamily`, made by :func:`sample_line_texts`), which
+the writer copies as it is. This module imports nothing else from the broker but
+:mod:`broker.metrics.exposition`.
 """
 
 from __future__ import annotations
@@ -58,6 +61,8 @@ from typing import Any, BinaryIO, NamedTuple, Protocol, cast
 from isal import igzip
 from prometheus_client.metrics_core import Metric
 
+from broker.metrics.exposition import RenderedFamily
+
 log = logging.getLogger("horae.metrics.snapshots")
 
 METRICS_DIR_NAME = "metrics"
@@ -74,9 +79,11 @@ _WRITE_CHARS = 1 << 20
 #: Samples per cached run of a family (see :meth:`MetricSnapshotWriter.write_families`): a
 #: changed topic re-serialises one run in each family it moved in.
 _RUN_SAMPLES = 16
-#: Stands for the timestamp in cached text. JSON text never holds a raw NUL (``json.dumps``
-#: escapes it, numbers and the fixed pieces have none), so replacing it is exact.
-_TS_MARK = "\x00"
+#: Stands for the start of a line up to its metric name (``{"ts":...,"broker":...,"cluster":...,
+#: "metric":``) in cached text, so that text depends on neither the timestamp nor the broker.
+#: JSON text never holds a raw NUL (``json.dumps`` escapes it, numbers and the fixed pieces have
+#: none), so replacing it is exact.
+LINE_MARK = "\x00"
 #: Label sets' JSON kept however few the last write serialised.
 _LABELS_KEPT_MIN = 4096
 _DATE_DIR_RE = re.compile(r"^date=(\d{4}-\d{2}-\d{2})$")
@@ -218,16 +225,19 @@ class MetricSnapshotWriter:
         return self._write_lines(self._texts(families), ts_ms)
 
     def _texts(self, families: Iterable[Metric]) -> Iterator[str]:
-        """Text of *families*' lines with :data:`_TS_MARK` for the timestamp; keeps each
-        family's runs (samples and text) for the next call, and only this call's."""
-        head = (f'{{"ts":{_TS_MARK},"broker":{json.dumps(self.broker_id)},'
-                f'"cluster":{json.dumps(self.cluster)},"metric":')
+        """Text of *families*' lines with :data:`LINE_MARK` for their start; keeps each
+        family's runs (samples and text) for the next call, and only this call's. A
+        :class:`RenderedFamily` is already that text."""
+        head = LINE_MARK
         previous, kept = self._runs, {}
         # id(labels dict) -> its JSON; the dicts stay alive (held by families) meanwhile.
         labels_json: dict[int, str] = {}
         known_labels = self._labels_json
         kept_labels: dict[tuple[tuple[str, str], ...], str] = {}
         for family in families:
+            if isinstance(family, RenderedFamily):
+                yield from family.parts
+                continue
             row_type = _FAMILY_TYPES.get(family.type, "untyped")
             key = (family.name, row_type)
             # A family name met twice in one snapshot is serialised, not cached, the 2nd time.
@@ -297,12 +307,13 @@ class MetricSnapshotWriter:
             yield f'{prefix}{text},"value":{_json_float(value)}}}\n'
 
     def _write_lines(self, texts: Iterable[str], ts_ms: int) -> Path:
-        """Write *texts* (whole lines, :data:`_TS_MARK` standing for the timestamp) as the
-        snapshot of *ts_ms*: tmp name, fsync, rename."""
+        """Write *texts* (whole lines, each starting with :data:`LINE_MARK`) as the snapshot
+        of *ts_ms*: tmp name, fsync, rename."""
         final = self.path_for(ts_ms)
         final.parent.mkdir(parents=True, exist_ok=True)
         tmp = final.with_name(f".{final.name}.tmp")
-        ts = str(int(ts_ms))
+        head = (f'{{"ts":{int(ts_ms)},"broker":{json.dumps(self.broker_id)},'
+                f'"cluster":{json.dumps(self.cluster)},"metric":')
         try:
             with open(tmp, "wb") as raw:
                 # mtime=0: the file's bytes depend on the rows only.
@@ -315,10 +326,10 @@ class MetricSnapshotWriter:
                         chunk.append(text)
                         size += len(text)
                         if size >= _WRITE_CHARS:
-                            gz.write("".join(chunk).replace(_TS_MARK, ts).encode("utf-8"))
+                            gz.write("".join(chunk).replace(LINE_MARK, head).encode("utf-8"))
                             chunk.clear()
                             size = 0
-                    gz.write("".join(chunk).replace(_TS_MARK, ts).encode("utf-8"))
+                    gz.write("".join(chunk).replace(LINE_MARK, head).encode("utf-8"))
                 raw.flush()
                 os.fsync(raw.fileno())
             os.replace(tmp, final)
@@ -369,6 +380,38 @@ class MetricSnapshotWriter:
         if removed:
             log.info("metrics retention removed %d old snapshot paths", len(removed))
         return path
+
+
+def sample_line_texts(family: Metric, labels_json: dict[int, str]) -> list[str]:
+    """The snapshot line of each sample of *family* (``""`` for one the file leaves out:
+    ``_created``, None, NaN), each starting with :data:`LINE_MARK`: the text
+    :meth:`MetricSnapshotWriter.write_families` writes for them, for a :class:`RenderedFamily`.
+    *labels_json* maps ``id(labels dict)`` to its JSON (the caller keeps the dicts alive)."""
+    row_type = _FAMILY_TYPES.get(family.type, "untyped")
+    created = family.name + "_created"
+    prefixes: dict[str, str] = {}
+    out: list[str] = []
+    for sample in family.samples:
+        name = sample.name
+        if name == created or sample.value is None:
+            out.append("")
+            continue
+        value = float(sample.value)
+        if math.isnan(value):
+            out.append("")
+            continue
+        prefix = prefixes.get(name)
+        if prefix is None:
+            prefix = prefixes[name] = (f'{LINE_MARK}{json.dumps(name)},"type":"{row_type}",'
+                                       '"labels":')
+        labels = sample.labels
+        text = labels_json.get(id(labels))
+        if text is None:
+            text = labels_json[id(labels)] = json.dumps(
+                {str(k): str(v) for k, v in sorted(labels.items()) if k != "cluster"},
+                separators=(",", ":"))
+        out.append(f'{prefix}{text},"value":{_json_float(value)}}}\n')
+    return out
 
 
 def _snapshot_ts(path: Path) -> int | None:

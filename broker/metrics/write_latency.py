@@ -25,7 +25,7 @@ It lives in the collector, on the broker loop; no locks.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
@@ -74,29 +74,38 @@ class LatencyWindows:
         nothing: its baseline or last window is returned as is. Callers must not mutate the
         lists returned."""
         now = self._clock()
-        out: LatencyTable = {}
-        state_of = self._state
-        for key, acc in table.items():
-            n = len(acc) - 1
-            state = state_of.get(key)
-            if state is None or _went_down(acc, state.baseline):
-                state = state_of[key] = _Window(now, [0.0] * n)
-            elif now - state.started < self._window_s:
-                if state.last is not None:
-                    out[key] = state.last
-                    continue
-            else:
-                state.last = [acc[i] - b for i, b in enumerate(state.baseline)]
-                state.baseline = acc[:n]
-                state.started = now
-                out[key] = state.last
-                continue
-            # The first window of this label set, still in progress: show it.
-            out[key] = [acc[i] - b for i, b in enumerate(state.baseline)]
-        if len(state_of) > len(out):
-            for key in [k for k in state_of if k not in out]:
-                del state_of[key]
+        out = {key: self.count(key, acc, now) for key, acc in table.items()}
+        self.retain(out)
         return out
+
+    def now(self) -> float:
+        """The clock, for :meth:`count`."""
+        return self._clock()
+
+    def count(self, key: tuple[str, ...], acc: list[float], now: float) -> list[float]:
+        """One label set of :meth:`counts` (*now*: :meth:`now`, once per scrape); a scrape
+        that counts label sets one by one then calls :meth:`retain` with all of them."""
+        n = len(acc) - 1
+        state = self._state.get(key)
+        if state is None or (acc[:n] != state.baseline and _went_down(acc, state.baseline)):
+            state = self._state[key] = _Window(now, [0.0] * n)
+        elif now - state.started < self._window_s:
+            if state.last is not None:
+                return state.last
+        else:
+            state.last = [acc[i] - b for i, b in enumerate(state.baseline)]
+            state.baseline = acc[:n]
+            state.started = now
+            return state.last
+        # The first window of this label set, still in progress: show it.
+        return [acc[i] - b for i, b in enumerate(state.baseline)]
+
+    def retain(self, keys: Collection[tuple[str, ...]]) -> None:
+        """Forget the label sets not in *keys* (a whole scrape's: unloaded topics)."""
+        state_of = self._state
+        if len(state_of) > len(keys):
+            for key in [k for k in state_of if k not in keys]:
+                del state_of[key]
 
 
 def _went_down(acc: Sequence[float], baseline: Sequence[float]) -> bool:
@@ -113,7 +122,8 @@ def write_latency_families(table: LatencyTable, windows: LatencyWindows, topic_l
 
 
 def write_latency_steps(table: LatencyTable, windows: LatencyWindows, topic_level: bool,
-                        labels_of: LabelSets | None, slice_keys: int) -> Iterator[Metric | None]:
+                        labels_of: LabelSets | None, slice_keys: int,
+                        windowed: LatencyTable | None = None) -> Iterator[Metric | None]:
     """:func:`write_latency_families` in steps: each finished family, and ``None`` after every
     *slice_keys* label sets of the histogram (a point where an async caller may yield to the
     loop: the histogram alone is 12 samples per topic).
@@ -121,13 +131,15 @@ def write_latency_steps(table: LatencyTable, windows: LatencyWindows, topic_leve
     O(label sets): per label set one labels dict (shared by its ``_count``, ``_sum`` and gauge
     samples, or taken from *labels_of*, which shares it with the collector's other families)
     and one dict per histogram bucket, which must carry ``le``; nothing else per label set
-    beyond the samples themselves."""
+    beyond the samples themselves. *windowed*: ``windows.counts(table)`` already taken (a
+    caller rendering part of a scrape's label sets; *windows* is then not asked)."""
     names = TOPIC_LABELS if topic_level else NS_LABELS
     if labels_of is None:
         labels_of = LabelSets()
     histogram = HistogramMetricFamily(
         HISTOGRAM, "Ledger append latency until durable, in milliseconds", labels=names)
-    windowed = windows.counts(table)
+    if windowed is None:
+        windowed = windows.counts(table)
     yield None
     bucket_name, count_name, sum_name = (f"{HISTOGRAM}_bucket", f"{HISTOGRAM}_count",
                                          f"{HISTOGRAM}_sum")
