@@ -348,8 +348,8 @@ class Dispatcher:
             self.blocked_on_unacked = False
             return False
         unacked = sum(c.unacked_messages for c in self.consumers)
-        self.blocked_on_unacked = unacked > limit // 2 if self.blocked_on_unacked \
-            else unacked >= limit
+        self.blocked_on_unacked = (unacked > limit // 2 if self.blocked_on_unacked
+                                   else unacked >= limit)
         return self.blocked_on_unacked
 
     def _may_read_new(self) -> bool:
@@ -400,9 +400,9 @@ class Dispatcher:
                 return True  # a reset ran meanwhile: this replay read is stale
             for pos in missing:
                 self.discard_replay(pos)  # trimmed or dropped: nothing to redeliver
-            if self._deliver(entries, from_replay=True, blocked=blocked, revision=revision,
-                             txn=sub.transaction_view()) or \
-                    len(self.replay) < before:
+            sent = self._deliver(entries, from_replay=True, blocked=blocked, revision=revision,
+                                 txn=sub.transaction_view())
+            if sent or len(self.replay) < before:
                 progressed = True
             budget = self._rate_limited(self._budget())
         # Replays go strictly first, except on Key_Shared where blocked keys may wait while
