@@ -228,6 +228,9 @@ class Dispatcher:
                 self.discard_replay(pos)
             if counts:
                 counts.pop(pos, None)
+        if self._due_in_flight:   # acknowledged while being read as due: not sent, not kept
+            gone = set(positions)
+            self._due_in_flight[:] = [p for p in self._due_in_flight if p not in gone]
 
     def reset(self) -> None:
         """Forget every derived position -- queued frames, pending, owners, replay -- (a cursor
@@ -383,7 +386,14 @@ class Dispatcher:
                 for pos in delayed.due(max(budget, MAX_READ_ENTRIES)):
                     self.add_replay(pos)
             else:
-                direct = delayed.due(min(budget, MAX_READ_ENTRIES))
+                # As through the replay set: what is due now goes out in position order (one
+                # tracker may hand out a recovered bucket before older positions), the part
+                # past the permits waiting in the replay set for the next round.
+                due = sorted(delayed.due(max(budget, MAX_READ_ENTRIES)))
+                take = min(budget, MAX_READ_ENTRIES)
+                direct = due[:take]
+                for pos in due[take:]:
+                    self.add_replay(pos)
                 if direct:
                     if await self._send_due(direct, revision):
                         return True
@@ -447,6 +457,8 @@ class Dispatcher:
         outdated = self.sub.revisions.is_outdated(revision) or self._closed
         if outdated:  # a forward reset (skip) ran: what it did not acknowledge waits
             entries = []
+        still = set(due)   # less what was acknowledged (or skipped) during the read
+        entries = [e for e in entries if e.position in still]
         read = {e.position for e in entries}
         gone = set(missing)
         is_deleted = self.sub.cursor.is_deleted
