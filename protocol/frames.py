@@ -89,6 +89,7 @@ from protocol.errors import (
 from protocol.framing import slot_setter
 from protocol.limits import MAX_FRAME_SIZE
 from protocol.send_path import SendFrame
+from protocol.send_path import declined_send as _declined_send
 from protocol.send_path import parse_send as _parse_send
 
 
@@ -254,8 +255,9 @@ class FrameDecoder:
 
         With ``send_frames`` a SEND of the usual layout comes out as a
         :class:`~protocol.send_path.SendFrame` (no protobuf object, see
-        :func:`~protocol.send_path.parse_send`); any other frame, and any SEND the fast path
-        declines, as the :class:`Frame` that :meth:`next_frame` gives. Never raises: when the
+        :func:`~protocol.send_path.parse_send`), and a SEND the fast path declines as one too,
+        from the generic decode (:func:`~protocol.send_path.declined_send`); any other frame as
+        the :class:`Frame` that :meth:`next_frame` gives. Never raises: when the
         stream turns invalid, the frames before the fault are returned and :attr:`error` is set;
         handle them, then close the connection with that error.
         """
@@ -292,6 +294,10 @@ class FrameDecoder:
                 break  # recorded in self._error
             if frame is NEED_DATA:
                 break
+            if send_frames and type(frame) is Frame and frame.command.type == _SEND_TYPE_BYTE:
+                # every SEND comes out the same way: one the fast path declined too
+                append(_declined_send(frame.command.send, frame.entry, frame.checksum_valid))
+                continue
             append(frame)
         return frames
 

@@ -30,6 +30,7 @@ concatenated.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import struct
 from collections.abc import Iterable, Sequence
@@ -37,6 +38,8 @@ from typing import Final, NamedTuple
 
 from crc32c import crc32c
 
+from protocol import pulsar_pb as pb
+from protocol.errors import ProtocolError
 from protocol.framing import (
     HEADER,
     LOW_14_BITS,
@@ -46,6 +49,7 @@ from protocol.framing import (
     varint,
 )
 from protocol.limits import MAGIC_CRC32C
+from protocol.metadata import stamp_txnid
 
 
 class SendFrame(NamedTuple):
@@ -219,4 +223,24 @@ def encode_run_receipts(
     return b"".join(parts)
 
 
-__all__ = ["SendFrame", "encode_run_receipts", "encode_send_receipts", "parse_send", "parse_send_frame", "varint_value"]
+__all__ = ["SendFrame", "declined_send", "encode_run_receipts", "encode_send_receipts", "parse_send", "parse_send_frame", "varint_value"]
+
+
+def declined_send(send: pb.CommandSend, entry: bytes | None,
+                  checksum_valid: bool | None) -> SendFrame:
+    """The :class:`SendFrame` of a SEND the hand parser declined (an unusual layout), from the
+    generic decode: the fields a producer reads; no payload is an empty entry that fails its
+    checksum. A transactional SEND has its transaction stamped into the stored metadata (a
+    client may name it in the command only); a malformed entry is left for the producer's
+    checks to refuse."""
+    if entry is None:
+        return SendFrame(send.producer_id, send.sequence_id, send.num_messages,
+                         send.highest_sequence_id, b"", False, 0)
+    valid = checksum_valid is not False
+    most, least = send.txnid_most_bits, send.txnid_least_bits
+    if (most or least) and valid:
+        with contextlib.suppress(ProtocolError):
+            entry = stamp_txnid(entry, most, least)
+    metadata_size = int.from_bytes(entry[:4], "big") if len(entry) >= 4 else 0
+    return SendFrame(send.producer_id, send.sequence_id, send.num_messages,
+                     send.highest_sequence_id, entry, valid, metadata_size)

@@ -9,8 +9,8 @@ Theory of operation
 1. Handlers that answer from memory (PING, FLOW, ACK, ...) run synchronously, in
    arrival order. One socket read is decoded at once (``FrameDecoder.receive_frames``). SEND
    has one path: the consecutive SENDs of one producer in it, as
-   :class:`protocol.send_path.SendFrame` (hand-parsed; a SEND the hand parser declines is
-   turned into one), go to the producer together (:meth:`Producer.on_sends`); a SEND outside
+   :class:`protocol.send_path.SendFrame` (hand-parsed; the codec turns a SEND the hand parser
+   declines into one too), go to the producer together (:meth:`Producer.on_sends`); a SEND outside
    CONNECTED or for an unknown producer gets :func:`broker.net.states.send_verdict`. Handlers that
    need IO or a topic load (PRODUCER, SUBSCRIBE, LOOKUP, ...) run as tasks
    (:class:`broker.net.requests.RequestTasks`); a :class:`protocol.errors.RequestError`
@@ -53,7 +53,6 @@ SEND hand-off and publish accounting are ``self.producer_side``
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -83,10 +82,9 @@ from broker.topics.service import BrokerService
 from protocol import commands as C
 from protocol import pulsar_pb as pb
 from protocol.entry_metadata import BROKER_ENTRY_METADATA_VERSION
-from protocol.errors import ProtocolError, RequestError, ServerError
+from protocol.errors import RequestError, ServerError
 from protocol.frames import Frame, FrameDecoder, UnknownCommand
 from protocol.limits import FRAME_PADDING
-from protocol.metadata import stamp_txnid
 from protocol.send_path import SendFrame
 
 __all__ = ["DEFAULT_TABLES", "ServerConnection", "StateTables", "build_tables"]
@@ -221,23 +219,20 @@ class ServerConnection(asyncio.Protocol):
         for frame in frames:
             kind = type(frame)
             if kind is not SendFrame:
-                if kind is Frame and frame.command.type == _SEND:  # type: ignore[union-attr]
-                    frame = _send_frame(frame)  # type: ignore[arg-type]  # the parser declined it
-                else:
-                    if run:
-                        if not self.producer_side.on_sends(run_producer, run):  # type: ignore[arg-type]
-                            return
-                        run = []
-                        run_producer = None
-                    if kind is UnknownCommand:
-                        self._refuse(unknown_command(self._state),  # rule 4 of states.py
-                                     f"Command type {frame.type_number}",  # type: ignore[union-attr]
-                                     NO_REQUEST_ID)
-                    else:
-                        self._dispatch(frame)  # type: ignore[arg-type]
-                    if self.is_closed:
+                if run:
+                    if not self.producer_side.on_sends(run_producer, run):  # type: ignore[arg-type]
                         return
-                    continue
+                    run = []
+                    run_producer = None
+                if kind is UnknownCommand:
+                    self._refuse(unknown_command(self._state),  # rule 4 of states.py
+                                 f"Command type {frame.type_number}",  # type: ignore[union-attr]
+                                 NO_REQUEST_ID)
+                else:
+                    self._dispatch(frame)  # type: ignore[arg-type]
+                if self.is_closed:
+                    return
+                continue
             # A SEND: the consecutive SENDs of one producer go to it together.
             producer = producers.get(frame.producer_id)  # type: ignore[union-attr]
             if producer is None or self._state is not _CONNECTED:
@@ -424,27 +419,8 @@ class ServerConnection(asyncio.Protocol):
         return f"<ServerConnection {self.remote_address} {self.state.name}>"
 
 
-_SEND = pb.BaseCommand.SEND
 _CONNECTED = ConnState.CONNECTED
 _CLOSED = ConnState.CLOSED
-
-
-def _send_frame(frame: Frame) -> SendFrame:
-    """The SendFrame of a SEND the hand parser declined (an unusual layout): the fields a
-    producer reads; no payload is an empty entry that fails its checksum."""
-    send = frame.command.send
-    entry = frame.entry
-    if entry is None:
-        return SendFrame(send.producer_id, send.sequence_id, send.num_messages,
-                         send.highest_sequence_id, b"", False, 0)
-    valid = frame.checksum_valid is not False
-    most, least = send.txnid_most_bits, send.txnid_least_bits
-    if (most or least) and valid:   # a transactional SEND: the stored entry names it
-        with contextlib.suppress(ProtocolError):   # the producer's checks refuse it
-            entry = stamp_txnid(entry, most, least)
-    metadata_size = int.from_bytes(entry[:4], "big") if len(entry) >= 4 else 0
-    return SendFrame(send.producer_id, send.sequence_id, send.num_messages,
-                     send.highest_sequence_id, entry, valid, metadata_size)
 
 
 StateTables = dict[ConnState, dict[int, tuple[Handler, ConnState]]]

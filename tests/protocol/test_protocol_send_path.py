@@ -20,6 +20,7 @@ from protocol.framing import encode_payload_command, varint
 from protocol.metadata import encode_entry
 from protocol.send_path import (
     SendFrame,
+    declined_send,
     encode_run_receipts,
     encode_send_receipts,
     parse_send_frame,
@@ -162,8 +163,9 @@ one_frame = st.one_of(
 def normalised(frame: Frame | SendFrame) -> object:
     if isinstance(frame, SendFrame):
         return ("send", tuple(frame))
-    if frame.command.type == T.SEND and frame.entry is not None and frame.checksum_valid is not None:
-        return ("send", tuple(as_send_values(frame)))
+    if frame.command.type == T.SEND:   # receive_frames hands every SEND out as a SendFrame
+        return ("send", tuple(declined_send(frame.command.send, frame.entry,
+                                            frame.checksum_valid)))
     return ("frame", frame.command.SerializeToString(), frame.entry, frame.checksum_valid)
 
 
