@@ -92,10 +92,12 @@ def on_transaction_command(conn: TxnConnection, frame: Frame, txns: TransactionS
     async def run() -> None:
         _check_owner(conn, txns, txn)
         if t == _T.ADD_PARTITION_TO_TXN:
-            await txns.add_partitions(txn, [_topic(p) for p in m.partitions])
+            # Kept as the client named them (Pulsar's coordinator does, and its admin view
+            # shows them so); the full name is what the end of the transaction reaches.
+            await txns.add_partitions(txn, list(m.partitions), _topic)
         elif t == _T.ADD_SUBSCRIPTION_TO_TXN:
             await coordinator.add_subscriptions(
-                txn, [(_topic(s.topic), s.subscription) for s in m.subscription])
+                txn, [(s.topic, s.subscription) for s in m.subscription], _topic)
         elif t == _T.END_TXN:
             await coordinator.end(txn, _commit(m.txn_action))
         elif t == _T.END_TXN_ON_PARTITION:

@@ -27,7 +27,9 @@ from collections.abc import Iterable
 from typing import Protocol
 
 from broker.transactions.ids import TransactionConflictError, TxnId
+from broker.transactions.limits import DEFAULT_MAX_PENDING_ACKS_PER_SUBSCRIPTION
 from broker.transactions.stats import PendingAckStats
+from protocol.errors import NotAllowedError
 from storage.positions import Position
 
 __all__ = ["MAX_REDELIVER_WALK", "AckTarget", "PendingAck", "PendingAckStore"]
@@ -92,9 +94,12 @@ def _bits(words: list[int]) -> int:
 class PendingAckStore:
     """The pending acknowledgements of subscription *subscription* on *topic*."""
 
-    def __init__(self, topic: str, subscription: str) -> None:
+    def __init__(self, topic: str, subscription: str,
+                 max_pending: int = DEFAULT_MAX_PENDING_ACKS_PER_SUBSCRIPTION) -> None:
         self.topic = topic
         self.subscription = subscription
+        #: individual acknowledgements pending here at most (maxPendingAcksPerSubscription)
+        self.max_pending = max_pending
         self._individual: dict[Position, TxnId] = {}
         #: the individually acknowledged whole entries: held from dispatch while pending (a
         #: batch entry acknowledged in part stays deliverable: its other messages are not)
@@ -130,6 +135,12 @@ class PendingAckStore:
               cursor: AckCursor) -> None:
         """Raise TransactionConflictError when *acks* conflict (module docstring)."""
         where = f"[{self.topic}][{self.subscription}] Transaction:{txn}"
+        if not cumulative and (len(self._individual) + len(self._reserved) + len(acks)
+                               > self.max_pending):
+            raise NotAllowedError(
+                f"{where} {len(acks)} more pending acknowledgements would pass the "
+                f"{self.max_pending} this subscription may hold "
+                f"(maxPendingAcksPerSubscription); end some transactions first")
         holders = self._holders()
         cumulatives = self._cumulatives()
         if cumulative:
@@ -297,6 +308,12 @@ class PendingAckStore:
     @property
     def active(self) -> bool:
         return bool(self._individual) or bool(self._cumulative)
+
+    @property
+    def idle(self) -> bool:
+        """Nothing pending or being logged: the store may be dropped (and made anew)."""
+        return not (self._individual or self._cumulative or self._by_txn or self._reserved
+                    or self._reserved_cumulative)
 
     def cumulative_of(self, txn: TxnId) -> Position | None:
         """The cumulative acknowledgement *txn* holds here (Pulsar's
