@@ -19,6 +19,7 @@ from broker.net.handshake import Handshake
 from broker.net.view import ConnectionView
 from broker.subscriptions.subscription import Subscription, wire_position
 from broker.topics.names import TopicName
+from broker.transactions.batch_acks import normalised_ack_set
 from broker.transactions.ids import TxnId, TxnStatus
 from broker.transactions.pending_ack import PendingAck
 from broker.transactions.service import TransactionService
@@ -115,6 +116,17 @@ def on_transaction_command(conn: TxnConnection, frame: Frame, txns: TransactionS
         t, rid, txn.most, txn.least, error=e.code, message=e.message))
 
 
+def _batch_size(subscription: object, pos: Position, mid: pb.MessageIdData) -> int | None:
+    """Messages in batch entry *pos*: as the ACK says, else as its delivery to a consumer
+    of the subscription counted them (None: unknown)."""
+    if mid.HasField("batch_size") and mid.batch_size > 0:
+        return int(mid.batch_size)
+    dispatcher = subscription.dispatcher if isinstance(subscription, Subscription) else None
+    consumer = dispatcher.owner.get(pos) if dispatcher is not None else None
+    pending = consumer.pending.get(pos) if consumer is not None else None
+    return pending[0] if pending is not None else None
+
+
 def _check_ending(txns: TransactionService, txn: TxnId, commit: bool) -> None:
     """END_TXN_ON_PARTITION / _ON_SUBSCRIPTION come from a coordinator finishing a
     transaction; this broker's coordinator is the only one, so such a command may only repeat
@@ -144,11 +156,19 @@ def acknowledge_in_transaction(conn: TxnConnection, txns: TransactionService,
     consumer_id = cmd.consumer_id
     rid = cmd.request_id if cmd.HasField("request_id") else None
     acks: list[PendingAck] = []
+    sizes: dict[Position, int] = {}
     for mid in message_ids:
         lid, eid = mid.ledgerId, mid.entryId
         if lid >= _I64 or eid >= _I64:
             lid, eid = wire_position(lid, eid)
-        acks.append((Position(lid, eid), list(mid.ack_set) or None))
+        pos = Position(lid, eid)
+        words = list(mid.ack_set) or None
+        if words:   # some messages of a batch entry: the bits past its size set (no message)
+            size = _batch_size(subscription, pos, mid)
+            words = normalised_ack_set(words, size)
+            if size:
+                sizes[pos] = size
+        acks.append((pos, words))
     cumulative = cmd.ack_type == pb.CommandAck.Cumulative
     if cumulative:
         acks = acks[-1:]
@@ -160,6 +180,10 @@ def acknowledge_in_transaction(conn: TxnConnection, txns: TransactionService,
                                   "of a persistent topic")
         await txns.acknowledge(txn, subscription.topic.full, subscription.name, acks,
                                cumulative, subscription)
+        if not cumulative:
+            for pos, size in sizes.items():   # what a commit takes the messages from
+                if not subscription.cursor.is_deleted(pos):
+                    subscription.batch_acks.setdefault(pos, (1 << size) - 1)
         if rid is not None:
             conn.write(encode_ack_response(consumer_id, rid))
 

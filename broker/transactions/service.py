@@ -219,7 +219,7 @@ class TransactionService:
                 f"{counted} more would pass the {limit} one transaction may hold "
                 "(maxPendingAcksPerTransaction)")
         store = self.pending_store(topic, subscription)
-        store.check(txn, acks, cumulative, target.cursor)
+        store.check(txn, acks, cumulative, target.cursor, target.batch_acks)
         assert self._log is not None
         store.reserve(txn, acks, cumulative)   # others conflict while the record is written
         meta.pending_acks += counted

@@ -147,3 +147,55 @@ def test_an_ack_being_logged_already_conflicts() -> None:
     store.release(A, [(P(9), None)], True)
     store.check(B, [(P(1), None)], False, sub.cursor)        # the record failed: free again
     store.check(B, [(P(5), None)], False, sub.cursor)
+
+
+def _ack_set(batch_size: int, *acked: int) -> list[int]:
+    """An ack set as the wire layer hands it on: a bit per message still unacknowledged,
+    the bits past the batch set (normalised_ack_set)."""
+    from broker.transactions.batch_acks import normalised_ack_set
+    bits = (1 << batch_size) - 1
+    for index in acked:
+        bits &= ~(1 << index)
+    return normalised_ack_set([bits], batch_size)
+
+
+def test_different_batch_indexes_of_one_entry_do_not_conflict_the_same_one_does() -> None:
+    store, sub = _store()
+    sub.batch_acks[P(2)] = 0b1111
+    sub.dispatcher.owner[P(2)] = object()        # the entry is with a consumer
+    store.check(A, [(P(2), _ack_set(4, 0))], False, sub.cursor, sub.batch_acks)
+    store.add(A, [(P(2), _ack_set(4, 0))], False, sub)
+    store.check(B, [(P(2), _ack_set(4, 1))], False, sub.cursor, sub.batch_acks)
+    store.add(B, [(P(2), _ack_set(4, 1))], False, sub)
+    with pytest.raises(TransactionConflictError) as info:
+        store.check(TxnId(0, 3), [(P(2), _ack_set(4, 1, 2))], False, sub.cursor,
+                    sub.batch_acks)
+    assert "pending ack status of transaction (0,2)" in info.value.message
+    with pytest.raises(TransactionConflictError):   # the whole entry: its messages are held
+        store.check(TxnId(0, 3), [(P(2), None)], False, sub.cursor, sub.batch_acks)
+    with pytest.raises(TransactionConflictError):   # a cumulative ack over them
+        store.check(TxnId(0, 3), [(P(3), None)], True, sub.cursor, sub.batch_acks)
+    sub.batch_acks[P(2)] = 0b0111                   # index 3 acknowledged outside
+    with pytest.raises(TransactionConflictError) as info:
+        store.check(TxnId(0, 3), [(P(2), _ack_set(4, 3))], False, sub.cursor, sub.batch_acks)
+    assert "already acknowledged" in info.value.message
+    store.check(TxnId(0, 3), [(P(2), _ack_set(4, 2))], False, sub.cursor, sub.batch_acks)
+    assert sub.dispatcher.acked == []             # a part-acked entry stays with its consumer
+
+
+def test_batch_indexes_are_applied_at_commit_and_handed_back_at_abort() -> None:
+    store, sub = _store()
+    sub.batch_acks[P(2)] = 0b111
+    store.add(A, [(P(2), _ack_set(3, 0))], False, sub)
+    store.add(B, [(P(2), _ack_set(3, 1))], False, sub)
+    # The entry's consumer left: it is delivered again without the held messages.
+    assert store.held_indexes(P(2)) == 0b011
+    store.end(A, False, sub)                      # abort: index 0 comes back ...
+    assert sub.dispatcher.replayed == [P(2)]      # ... with a delivery of the entry
+    assert store.held_indexes(P(2)) == 0b010
+    store.end(B, True, sub)                       # commit: index 1 applied
+    assert sub.batch_acks == {P(2): 0b101} and not sub.cursor.deleted
+    store.add(TxnId(0, 3), [(P(2), _ack_set(3, 0, 2))], False, sub)
+    store.end(TxnId(0, 3), True, sub)             # the last ones: the entry is acknowledged
+    assert sub.cursor.deleted == {P(2)} and P(2) not in sub.batch_acks
+    assert not store.active and store.idle
