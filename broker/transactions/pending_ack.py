@@ -26,6 +26,7 @@ so a topic reload finds the pending acknowledgements of a restart's replay.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping
 from typing import Protocol
 
@@ -38,8 +39,13 @@ from storage.positions import Position
 
 __all__ = ["MAX_REDELIVER_WALK", "AckTarget", "PendingAck", "PendingAckStore"]
 
-#: Positions an aborted cumulative acknowledgement hands back at most (the rest comes back
-#: when the subscription's consumers reconnect or its cursor rewinds).
+log = logging.getLogger("horae.transactions")
+
+#: Positions an aborted cumulative acknowledgement hands back at most, each one a row of the
+#: dispatcher's replay set. Only positions the dispatcher has passed need it (those from the
+#: read position on are read again anyway), so it is walked only for entries read and held
+#: while the acknowledgement was pending; past it the rest comes back when the subscription
+#: rewinds (its consumers reconnect), and a warning says so.
 MAX_REDELIVER_WALK = 100_000
 
 PendingAck = tuple[Position, "list[int] | None"]
@@ -49,6 +55,9 @@ PendingAck = tuple[Position, "list[int] | None"]
 class AckCursor(Protocol):
     @property
     def mark_delete_position(self) -> Position: ...
+
+    @property
+    def read_position(self) -> Position: ...
 
     def is_deleted(self, pos: Position) -> bool: ...
 
@@ -328,13 +337,21 @@ class PendingAckStore:
                 dispatcher.on_acked(taken)
             again.update((p, None) for p in handed_back)
             if cumulative is not None:
+                # Only what the dispatcher passed (held) before its read position: the rest
+                # is read again as it comes.
                 ledger = target.ledger
+                read = cursor.read_position
                 pos = ledger.next_position(cursor.mark_delete_position)
                 for _ in range(MAX_REDELIVER_WALK):
-                    if pos > cumulative:
+                    if pos > cumulative or pos >= read:
                         break
                     again[pos] = None
                     pos = ledger.next_position(pos)
+                else:
+                    log.warning("[%s][%s] abort of transaction %s: %d positions handed back; "
+                                "the ones from %s to %s come back when the subscription "
+                                "rewinds", self.topic, self.subscription, txn,
+                                MAX_REDELIVER_WALK, pos, min(cumulative, read))
             for p in again:
                 if not cursor.is_deleted(p):
                     dispatcher.add_replay(p)

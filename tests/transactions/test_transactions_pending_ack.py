@@ -24,6 +24,7 @@ class FakeLedger:
 class FakeCursor:
     def __init__(self) -> None:
         self.mark_delete_position = Position(7, -1)
+        self.read_position = Position(7, 1000)   # the dispatcher has read this far
         self.deleted: set[Position] = set()
 
     def is_deleted(self, pos: Position) -> bool:
@@ -123,6 +124,26 @@ def test_abort_of_a_cumulative_ack_gives_back_everything_up_to_it() -> None:
     store.end(A, False, sub)
     assert sub.dispatcher.replayed == [P(2), P(3), P(4)]
     assert sub.cursor.mark_delete_position == P(1)
+
+
+def test_an_aborted_cumulative_ack_hands_back_only_what_the_dispatcher_passed() -> None:
+    store, sub = _store()
+    sub.cursor.mark_delete(P(1))
+    sub.cursor.read_position = P(3)          # 2 was read (and held); 3 on are read anyway
+    store.replay(A, [(P(6), None)], True)
+    store.end(A, False, sub)
+    assert sub.dispatcher.replayed == [P(2)]
+
+
+def test_the_walk_of_an_aborted_cumulative_ack_is_bounded(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    from broker.transactions import pending_ack
+    monkeypatch.setattr(pending_ack, "MAX_REDELIVER_WALK", 3)
+    store, sub = _store()
+    store.replay(A, [(P(9), None)], True)
+    store.end(A, False, sub)
+    assert sub.dispatcher.replayed == [P(0), P(1), P(2)]
+    assert "come back when the subscription rewinds" in caplog.text
 
 
 def test_commit_of_a_cumulative_ack_moves_the_mark_delete_position() -> None:
