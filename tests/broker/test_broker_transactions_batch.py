@@ -123,3 +123,47 @@ def test_an_aborted_cumulative_ack_after_a_restart_gives_each_message_back_once(
     finally:
         prod.close()
         cons.close()
+
+
+def test_a_batch_acknowledged_by_index_across_a_restart_is_not_delivered_again(
+        broker_factory: Any, tmp_path: Any) -> None:
+    """The batch's size is not kept across the restart, so the commit cannot tell the entry
+    is fully acknowledged: its next read does, and acknowledges it unseen."""
+    data = tmp_path / "batch-restart"
+    on = {"transactionCoordinatorEnabled": True}
+    topic = "persistent://public/default/txn-batch-restart"
+    b = broker_factory(data_dir=data, config_overrides=on)
+    prod, cons = RawClient(b.service_url), RawClient(b.service_url)
+    prod.handshake()
+    cons.handshake()
+    tc, acks = TxnClient(prod), TxnClient(cons)
+    assert prod.request(C.encode_producer(topic, 1, 7, None, 0)).type == T.PRODUCER_SUCCESS
+    subscribe(cons, topic, "s", 1, sub_type=pb.CommandSubscribe.Shared)
+    tc.send(1, 0, b"", batch=[b"m0", b"m1", b"m2", b"m3"])
+    entry, _ = _message(cons)
+    txn = tc.new_txn()
+    assert not _ack(acks, 1, entry, 0b1100, txn).HasField("error")
+    assert not _ack(acks, 1, entry, 0b0011, txn).HasField("error")
+    prod.close()
+    cons.close()
+    b.stop()
+    b2 = broker_factory(data_dir=data, config_overrides=on)
+    prod, cons = RawClient(b2.service_url), RawClient(b2.service_url)
+    try:
+        prod.handshake()
+        cons.handshake()
+        tc = TxnClient(prod)
+        assert not tc.end(txn, commit=True).HasField("error")
+        assert prod.request(C.encode_producer(topic, 1, 7, None, 0)).type == \
+            T.PRODUCER_SUCCESS
+        last = tc.send(1, 10, b"last").message_id
+        subscribe(cons, topic, "s", 1, sub_type=pb.CommandSubscribe.Shared)
+        assert _message(cons)[0] == (last.ledgerId, last.entryId)
+        acks = TxnClient(cons)
+        assert not _ack(acks, 1, (last.ledgerId, last.entryId), 0, None).HasField("error")
+        status, stats = http_json(
+            b2.web_url, "GET", "/admin/v2/persistent/public/default/txn-batch-restart/stats")
+        assert status == 200 and stats["subscriptions"]["s"]["msgBacklog"] == 0
+    finally:
+        prod.close()
+        cons.close()

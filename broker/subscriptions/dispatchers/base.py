@@ -621,6 +621,12 @@ class Dispatcher:
             if delayed is not None and deliver_at is not None and delayed.hold(pos, deliver_at):
                 continue
             ack_set = batch_acks.get(pos)
+            if ack_set is not None and not ack_set & ((1 << messages) - 1):
+                cursor.delete((pos,))   # every message acknowledged by batch index
+                del batch_acks[pos]
+                if from_replay:
+                    self.discard_replay(pos)
+                continue
             if txn is not None:
                 ack_set = txn.ack_set(pos, ack_set, messages)
                 if ack_set == 0:   # every message left is pending in a transaction: held
