@@ -53,7 +53,7 @@ from broker.transactions.ids import (
 from broker.transactions.limits import DEFAULT_LIMITS, TransactionLimits
 from broker.transactions.log import TransactionLog
 from broker.transactions.stats import CoordinatorStats, TransactionStats
-from protocol.errors import RequestError, UnknownServerError
+from protocol.errors import NotAllowedError, RequestError, UnknownServerError
 
 __all__ = ["MAX_ENDED", "Participants", "TransactionCoordinator", "TxnMeta"]
 
@@ -281,6 +281,7 @@ class TransactionCoordinator:
         full name, raising on a bad one) to an OPEN transaction."""
         meta = self.open_meta(txn)
         new = [(t, full(t)) for t in dict.fromkeys(topics) if t not in meta.partitions]
+        self._check_participants(meta, len(new))
         if new:
             record: dict[str, Any] = {"op": "parts", **_key(txn),
                                       "topics": [f for _, f in new]}
@@ -295,6 +296,7 @@ class TransactionCoordinator:
         """Add *subs* ((topic as the client named it, subscription)) to an OPEN transaction."""
         meta = self.open_meta(txn)
         new = [(s, full(s[0])) for s in dict.fromkeys(subs) if s not in meta.subscriptions]
+        self._check_participants(meta, len(new))
         if new:
             record: dict[str, Any] = {"op": "subs", **_key(txn),
                                       "subs": [[f, s[1]] for s, f in new]}
@@ -303,6 +305,14 @@ class TransactionCoordinator:
             await self._log.append(record)
             for (given, sub), topic in new:
                 meta.add_subscription(given, sub, topic)
+
+    def _check_participants(self, meta: TxnMeta, adding: int) -> None:
+        limit = self.limits.max_participants
+        if adding and len(meta.partitions) + len(meta.subscriptions) + adding > limit:
+            raise NotAllowedError(
+                f"Transaction {meta.txn_id} has {len(meta.partitions)} partitions and "
+                f"{len(meta.subscriptions)} subscriptions; {adding} more would pass the "
+                f"{limit} one transaction may have")
 
     async def end(self, txn: TxnId, commit: bool, *, timed_out: bool = False) -> None:
         """END_TXN: both phases; returns once the transaction is COMMITTED (ABORTED)."""

@@ -13,6 +13,9 @@ what clients ask for, so each has a limit, checked before anything is logged:
   individual acknowledgements one transaction holds pending, over all its subscriptions, and
   pending on one subscription, over all transactions. An ACK past either is refused with
   NotAllowed naming the key; the transaction stays usable (it may still end).
+- :data:`MAX_PARTICIPANTS` partitions and subscriptions one transaction may add (each a row
+  of its metadata and of its log records); past it ADD_PARTITION_TO_TXN /
+  ADD_SUBSCRIPTION_TO_TXN answer NotAllowed.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ DEFAULT_MAX_ACTIVE: Final = 10_000
 DEFAULT_MAX_TIMEOUT_MS: Final = 7 * 24 * 3600 * 1000
 DEFAULT_MAX_PENDING_ACKS_PER_TRANSACTION: Final = 50_000
 DEFAULT_MAX_PENDING_ACKS_PER_SUBSCRIPTION: Final = 200_000
+MAX_PARTICIPANTS: Final = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +41,7 @@ class TransactionLimits:
     max_timeout_ms: int = DEFAULT_MAX_TIMEOUT_MS
     max_pending_acks_per_txn: int = DEFAULT_MAX_PENDING_ACKS_PER_TRANSACTION
     max_pending_acks_per_subscription: int = DEFAULT_MAX_PENDING_ACKS_PER_SUBSCRIPTION
+    max_participants: int = MAX_PARTICIPANTS
 
     @classmethod
     def of(cls, max_active: int, max_timeout_ms: int, per_txn: int,

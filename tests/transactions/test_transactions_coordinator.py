@@ -237,3 +237,20 @@ async def test_one_topic_added_under_two_names_is_ended_once() -> None:
     assert parts.ended == [("persistent://public/default/t", txn, False),
                            ("persistent://public/default/t/s", txn, False)]
     await tc.close()
+
+
+async def test_partitions_and_subscriptions_of_one_transaction_are_bounded() -> None:
+    from broker.transactions.limits import TransactionLimits
+    from protocol.errors import NotAllowedError
+    log = MemoryLog()
+    tc = TransactionCoordinator(0, log, Participants(), asyncio.get_running_loop(),  # type: ignore[arg-type]
+                                TransactionLimits(max_participants=3))
+    txn = await tc.new_txn(60_000)
+    await tc.add_partitions(txn, ["a", "b"])
+    await tc.add_partitions(txn, ["a", "b"])               # known ones add nothing
+    with pytest.raises(NotAllowedError) as info:
+        await tc.add_subscriptions(txn, [("a", "s"), ("b", "s")])
+    assert "pass the 3 one transaction may have" in info.value.message
+    await tc.add_subscriptions(txn, [("a", "s")])
+    assert len([r for r in log.records if r["op"] in ("parts", "subs")]) == 2
+    await tc.close()
