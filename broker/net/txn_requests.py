@@ -155,8 +155,8 @@ def acknowledge_in_transaction(conn: TxnConnection, txns: TransactionService,
     txn = TxnId(int(cmd.txnid_most_bits), int(cmd.txnid_least_bits))
     consumer_id = cmd.consumer_id
     rid = cmd.request_id if cmd.HasField("request_id") else None
+    cumulative = cmd.ack_type == pb.CommandAck.Cumulative
     acks: list[PendingAck] = []
-    sizes: dict[Position, int] = {}
     for mid in message_ids:
         lid, eid = mid.ledgerId, mid.entryId
         if lid >= _I64 or eid >= _I64:
@@ -166,10 +166,12 @@ def acknowledge_in_transaction(conn: TxnConnection, txns: TransactionService,
         if words:   # some messages of a batch entry: the bits past its size set (no message)
             size = _batch_size(subscription, pos, mid)
             words = normalised_ack_set(words, size)
-            if size:
-                sizes[pos] = size
+            # What a commit takes the messages from (all of them unacknowledged: the same as
+            # no entry for a delivery; dropped when the entry is acknowledged).
+            if (size and isinstance(subscription, Subscription) and not cumulative
+                    and not subscription.cursor.is_deleted(pos)):
+                subscription.batch_acks.setdefault(pos, (1 << size) - 1)
         acks.append((pos, words))
-    cumulative = cmd.ack_type == pb.CommandAck.Cumulative
     if cumulative:
         acks = acks[-1:]
 
@@ -180,10 +182,6 @@ def acknowledge_in_transaction(conn: TxnConnection, txns: TransactionService,
                                   "of a persistent topic")
         await txns.acknowledge(txn, subscription.topic.full, subscription.name, acks,
                                cumulative, subscription)
-        if not cumulative:
-            for pos, size in sizes.items():   # what a commit takes the messages from
-                if not subscription.cursor.is_deleted(pos):
-                    subscription.batch_acks.setdefault(pos, (1 << size) - 1)
         if rid is not None:
             conn.write(encode_ack_response(consumer_id, rid))
 
