@@ -259,6 +259,22 @@ class BrokerConfig:
         "transactionCoordinatorEnabled", False,
         "Serve transactions (a coordinator, topic transaction buffers, pending acks). Off: the "
         "transaction commands are answered NotAllowed \"Transactions are not enabled.\"")
+    max_active_transactions_per_coordinator: int = _opt(
+        "maxActiveTransactionsPerCoordinator", 10_000,
+        "Transactions open at once; NEW_TXN past it is refused. 0 (Pulsar's default, no limit "
+        "there) means 100,000 here: every open transaction is a table row and a timer.")
+    max_transaction_timeout_millis: int = _opt(
+        "maxTransactionTimeoutMillis", 7 * 24 * 3600 * 1000,
+        "Longest transaction timeout kept (Horae's key; Pulsar keeps any): a longer one a "
+        "client asks for is cut to this.")
+    max_pending_acks_per_transaction: int = _opt(
+        "maxPendingAcksPerTransaction", 50_000,
+        "Individual acknowledgements one transaction holds pending (Horae's key); an ACK past "
+        "it is refused with NotAllowed.")
+    max_pending_acks_per_subscription: int = _opt(
+        "maxPendingAcksPerSubscription", 200_000,
+        "Individual acknowledgements pending in transactions on one subscription (Horae's "
+        "key); an ACK past it is refused with NotAllowed.")
 
     # --- delayed delivery -------------------------------------------------------------------
     delayed_delivery_enabled: bool = _opt(
@@ -558,6 +574,13 @@ class BrokerConfig:
             raise ConfigError(f"brokerEntryMetadataInterceptors: unknown interceptor class "
                               f"{', '.join(sorted(unknown_interceptors))} (known: "
                               f"{', '.join(sorted(ENTRY_METADATA_INTERCEPTORS))})")
+        if self.max_active_transactions_per_coordinator < 0:
+            raise ConfigError("maxActiveTransactionsPerCoordinator must be >= 0 (0 = 100,000), "
+                              f"not {self.max_active_transactions_per_coordinator}")
+        for name in ("max_transaction_timeout_millis", "max_pending_acks_per_transaction",
+                     "max_pending_acks_per_subscription"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{KEY_OF_FIELD[name]} must be > 0, not {getattr(self, name)}")
         if self.delayed_delivery_max_delay_in_millis < 0:
             raise ConfigError("delayedDeliveryMaxDelayInMillis must be >= 0 (0 = no limit), "
                               f"not {self.delayed_delivery_max_delay_in_millis}")

@@ -109,12 +109,13 @@ async def _existing_topic(admin: AdminService, request: web.Request) -> TopicNam
 def _metadata(admin: AdminService, txn: TransactionStats) -> dict[str, Any]:
     """Pulsar's TransactionMetadata of *txn*."""
     tid = txn_id_of(txn)
+    # Keyed by the names the client gave (as Pulsar's); looked up by the full ones.
     produced: dict[str, Any] = {}
-    for topic in txn.partitions:
-        produced[topic] = _in_buffer(admin, topic, tid)
+    for given, topic in zip(txn.partitions, txn.partition_topics, strict=True):
+        produced[given] = _in_buffer(admin, topic, tid)
     acked: dict[str, dict[str, Any]] = {}
-    for topic, sub in txn.subscriptions:
-        acked.setdefault(topic, {})[sub] = _in_pending_ack(admin, topic, sub, tid)
+    for (given, sub), topic in zip(txn.subscriptions, txn.subscription_topics, strict=True):
+        acked.setdefault(given, {})[sub] = _in_pending_ack(admin, topic, sub, tid)
     body: dict[str, Any] = {
         "txnId": txn.txn_id, "status": txn.status, "openTimestamp": txn.opened_at_ms,
         "timeoutAt": txn.timeout_at_ms - txn.opened_at_ms,

@@ -19,6 +19,7 @@ from broker.net.handshake import Handshake
 from broker.net.view import ConnectionView
 from broker.subscriptions.subscription import Subscription, wire_position
 from broker.topics.names import TopicName
+from broker.transactions.batch_acks import normalised_ack_set
 from broker.transactions.ids import TxnId, TxnStatus
 from broker.transactions.pending_ack import PendingAck
 from broker.transactions.service import TransactionService
@@ -92,10 +93,12 @@ def on_transaction_command(conn: TxnConnection, frame: Frame, txns: TransactionS
     async def run() -> None:
         _check_owner(conn, txns, txn)
         if t == _T.ADD_PARTITION_TO_TXN:
-            await txns.add_partitions(txn, [_topic(p) for p in m.partitions])
+            # Kept as the client named them (Pulsar's coordinator does, and its admin view
+            # shows them so); the full name is what the end of the transaction reaches.
+            await txns.add_partitions(txn, list(m.partitions), _topic)
         elif t == _T.ADD_SUBSCRIPTION_TO_TXN:
             await coordinator.add_subscriptions(
-                txn, [(_topic(s.topic), s.subscription) for s in m.subscription])
+                txn, [(s.topic, s.subscription) for s in m.subscription], _topic)
         elif t == _T.END_TXN:
             await coordinator.end(txn, _commit(m.txn_action))
         elif t == _T.END_TXN_ON_PARTITION:
@@ -111,6 +114,17 @@ def on_transaction_command(conn: TxnConnection, frame: Frame, txns: TransactionS
 
     conn.spawn(run(), rid, lambda e: encode_txn_response(
         t, rid, txn.most, txn.least, error=e.code, message=e.message))
+
+
+def _batch_size(subscription: object, pos: Position, mid: pb.MessageIdData) -> int | None:
+    """Messages in batch entry *pos*: as the ACK says, else as its delivery to a consumer
+    of the subscription counted them (None: unknown)."""
+    if mid.HasField("batch_size") and mid.batch_size > 0:
+        return int(mid.batch_size)
+    dispatcher = subscription.dispatcher if isinstance(subscription, Subscription) else None
+    consumer = dispatcher.owner.get(pos) if dispatcher is not None else None
+    pending = consumer.pending.get(pos) if consumer is not None else None
+    return pending[0] if pending is not None else None
 
 
 def _check_ending(txns: TransactionService, txn: TxnId, commit: bool) -> None:
@@ -141,13 +155,23 @@ def acknowledge_in_transaction(conn: TxnConnection, txns: TransactionService,
     txn = TxnId(int(cmd.txnid_most_bits), int(cmd.txnid_least_bits))
     consumer_id = cmd.consumer_id
     rid = cmd.request_id if cmd.HasField("request_id") else None
+    cumulative = cmd.ack_type == pb.CommandAck.Cumulative
     acks: list[PendingAck] = []
     for mid in message_ids:
         lid, eid = mid.ledgerId, mid.entryId
         if lid >= _I64 or eid >= _I64:
             lid, eid = wire_position(lid, eid)
-        acks.append((Position(lid, eid), list(mid.ack_set) or None))
-    cumulative = cmd.ack_type == pb.CommandAck.Cumulative
+        pos = Position(lid, eid)
+        words = list(mid.ack_set) or None
+        if words:   # some messages of a batch entry: the bits past its size set (no message)
+            size = _batch_size(subscription, pos, mid)
+            words = normalised_ack_set(words, size)
+            # What a commit takes the messages from (all of them unacknowledged: the same as
+            # no entry for a delivery; dropped when the entry is acknowledged).
+            if (size and isinstance(subscription, Subscription) and not cumulative
+                    and not subscription.cursor.is_deleted(pos)):
+                subscription.batch_acks.setdefault(pos, (1 << size) - 1)
+        acks.append((pos, words))
     if cumulative:
         acks = acks[-1:]
 

@@ -150,8 +150,9 @@ class _MarkerSink:
 
 
 class TopicTransactionBuffer:
-    """One topic's buffer (see the module docstring). Lives as long as the broker runs (kept by
-    the service across topic unloads); attached to the topic's current ledger while loaded."""
+    """One topic's buffer (see the module docstring), attached to the topic's ledger while it
+    is loaded. When the topic unloads the service drops it unless a transaction is still
+    ongoing on it (:attr:`on_detached`); a later load rebuilds it from the ledger."""
 
     def __init__(self, topic: str, status_of: StatusOf) -> None:
         self.topic = topic
@@ -169,6 +170,8 @@ class TopicTransactionBuffer:
         self._marker_sequence = 0
         self.committed_txns = 0
         self.aborted_txns = 0
+        #: told when the topic unloads (the service releases the buffer)
+        self.on_detached: Callable[[TopicTransactionBuffer], None] | None = None
 
     # ------------------------------------------------------------------ the topic's side
 
@@ -181,6 +184,18 @@ class TopicTransactionBuffer:
         if self._ledger is ledger:
             self._ledger = None
             self._on_readable = None
+            if self.on_detached is not None:
+                self.on_detached(self)
+
+    @property
+    def attached(self) -> bool:
+        return self._ledger is not None
+
+    @property
+    def touched(self) -> bool:
+        """Whether a transaction ever left anything here (a rebuild must scan the ledger)."""
+        return bool(self._ongoing or self._hidden or self._ended or self.committed_txns
+                    or self.aborted_txns)
 
     def sink_for(self, entries: Sequence[bytes], sink: DurableSink) -> DurableSink:
         """The sink to append a publish run with (the run's own when no entry is a
@@ -234,6 +249,11 @@ class TopicTransactionBuffer:
     def holds(self, txn: TxnId) -> bool:
         """Whether *txn* has entries here and has not ended here."""
         return txn in self._ongoing
+
+    @property
+    def holds_any(self) -> bool:
+        """Whether an ongoing transaction has entries here."""
+        return bool(self._ongoing)
 
     @property
     def active(self) -> bool:

@@ -10,6 +10,9 @@ is logged (and durable) before it is answered:
    client's ``txn_ttl_seconds``, which Pulsar's clients fill in milliseconds) and arms a timer
    that aborts the transaction when the timeout passes.
 2. ADD_PARTITION_TO_TXN / ADD_SUBSCRIPTION_TO_TXN log the new participants of an OPEN one.
+   Each is kept under the name the client gave (``my-topic``), as Pulsar's coordinator keeps
+   it and shows it in the transaction's metadata, beside the full name the caller resolved it
+   to (``persistent://public/default/my-topic``), which is what phase two reaches.
 3. END_TXN logs COMMITTING (ABORTING), ends the transaction on every partition (a commit or
    abort marker in the topic's ledger, :mod:`broker.transactions.buffer`) and subscription
    (its pending acks applied or dropped, :mod:`broker.transactions.pending_ack`) through the
@@ -36,21 +39,21 @@ import contextlib
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
 from broker.transactions.ids import (
-    InvalidTxnStatusError,
     TransactionCoordinatorNotFoundError,
     TxnId,
     TxnStatus,
     invalid_status,
     not_found,
 )
+from broker.transactions.limits import DEFAULT_LIMITS, TransactionLimits
 from broker.transactions.log import TransactionLog
 from broker.transactions.stats import CoordinatorStats, TransactionStats
-from protocol.errors import RequestError, UnknownServerError
+from protocol.errors import NotAllowedError, RequestError, UnknownServerError
 
 __all__ = ["MAX_ENDED", "Participants", "TransactionCoordinator", "TxnMeta"]
 
@@ -58,15 +61,11 @@ log = logging.getLogger("horae.transactions")
 
 #: Ended transactions remembered for InvalidTxnStatus answers and the admin view.
 MAX_ENDED: Final = 10_000
-#: A client that asks for no timeout gets Pulsar's client default (3 hours, in ms) ...
+#: A client that asks for no timeout gets Pulsar's client default (3 hours, in ms); none is
+#: longer than ``maxTransactionTimeoutMillis`` (:class:`TransactionLimits`).
 DEFAULT_TIMEOUT_MS: Final = 3 * 3600 * 1000
-#: ... and none may exceed this (a timer per open transaction: keep them finite).
-MAX_TIMEOUT_MS: Final = 7 * 24 * 3600 * 1000
 #: A second phase that failed (a topic being reloaded, a fenced ledger) is run again after this.
 PHASE_TWO_RETRY_S: Final = 5.0
-#: OPEN transactions at once (Pulsar's maxActiveTransactionsPerCoordinator is unbounded by
-#: default; every open one costs a timer and a table row here).
-MAX_OPEN: Final = 100_000
 
 
 class Participants(Protocol):
@@ -92,16 +91,36 @@ class TxnMeta:
     status: TxnStatus
     opened_at_ms: int
     timeout_ms: int
-    partitions: dict[str, None] = field(default_factory=dict)  # ordered set
-    subscriptions: dict[tuple[str, str], None] = field(default_factory=dict)
+    #: topic as the client named it -> its full name (ordered)
+    partitions: dict[str, str] = field(default_factory=dict)
+    #: (topic as the client named it, subscription) -> the topic's full name (ordered)
+    subscriptions: dict[tuple[str, str], str] = field(default_factory=dict)
+    #: (full topic name, subscription) of every subscription above
+    reached_subscriptions: set[tuple[str, str]] = field(default_factory=set)
     ended_at_ms: int = 0
     first_log_ledger: int = 0   # the log ledger holding its first record
     owner: str = ""             # the role that opened it
+    pending_acks: int = 0       # individual acknowledgements it holds pending (all subscriptions)
 
     def stats(self) -> TransactionStats:
         return TransactionStats(str(self.txn_id), self.status.value, self.opened_at_ms,
                                 self.opened_at_ms + self.timeout_ms, self.ended_at_ms,
-                                tuple(self.partitions), tuple(self.subscriptions), self.owner)
+                                tuple(self.partitions), tuple(self.subscriptions), self.owner,
+                                tuple(self.partitions.values()),
+                                tuple(self.subscriptions.values()))
+
+    def add_partition(self, given: str, full: str) -> None:
+        self.partitions[given] = full
+
+    def add_subscription(self, given: str, subscription: str, full: str) -> None:
+        self.subscriptions[(given, subscription)] = full
+        self.reached_subscriptions.add((full, subscription))
+
+    def ends_on(self) -> tuple[list[str], list[tuple[str, str]]]:
+        """The full names phase two reaches: topics, then (topic, subscription) pairs."""
+        return (list(dict.fromkeys(self.partitions.values())),
+                list(dict.fromkeys((full, sub) for (_, sub), full
+                                   in self.subscriptions.items())))
 
 
 def _now_ms() -> int:
@@ -112,12 +131,27 @@ def _key(txn: TxnId) -> dict[str, int]:
     return {"m": txn.most, "l": txn.least}
 
 
+def _same(name: str) -> str:
+    return name
+
+
+def _given_names(rec: dict[str, Any], full: list[str]) -> list[str]:
+    """The names as given of a ``parts``/``subs`` record (records before names were kept as
+    given have none: the full names are all there is)."""
+    given = rec.get("given")
+    if isinstance(given, list) and len(given) == len(full):
+        return [str(g) for g in given]
+    return full
+
+
 class TransactionCoordinator:
     """Coordinator ``tc_id`` (see the module docstring)."""
 
     def __init__(self, tc_id: int, txn_log: TransactionLog, participants: Participants,
-                 loop: asyncio.AbstractEventLoop) -> None:
+                 loop: asyncio.AbstractEventLoop,
+                 limits: TransactionLimits = DEFAULT_LIMITS) -> None:
         self.tc_id = tc_id
+        self.limits = limits
         self._log = txn_log
         self._participants = participants
         self._loop = loop
@@ -162,11 +196,14 @@ class TransactionCoordinator:
             if meta is None:
                 continue
             if op == "parts":
-                for topic in rec.get("topics", ()):
-                    meta.partitions[str(topic)] = None
+                topics = [str(t) for t in rec.get("topics", ())]
+                for given, topic in zip(_given_names(rec, topics), topics, strict=True):
+                    meta.add_partition(given, topic)
             elif op == "subs":
-                for topic, sub in rec.get("subs", ()):
-                    meta.subscriptions[(str(topic), str(sub))] = None
+                pairs = [(str(p[0]), str(p[1])) for p in rec.get("subs", ())]
+                names = _given_names(rec, [t for t, _ in pairs])
+                for given, (topic, sub) in zip(names, pairs, strict=True):
+                    meta.add_subscription(given, sub, topic)
             elif op == "status":
                 meta.status = TxnStatus(rec["s"])
                 if meta.status.ended:
@@ -194,12 +231,15 @@ class TransactionCoordinator:
 
     async def new_txn(self, timeout_ms: int, tc_id: int = 0, owner: str = "") -> TxnId:
         self.check_coordinator(tc_id)
-        if len(self._txns) >= MAX_OPEN:
-            raise InvalidTxnStatusError(
-                f"Transaction coordinator {self.tc_id} has {MAX_OPEN} transactions open")
+        limits = self.limits
+        if len(self._txns) >= limits.max_active:
+            # Pulsar's text (and code: its ReachMaxActiveTxnException maps to UnknownError)
+            raise UnknownServerError(
+                f"New txn op reach max active txn! tcId : {self.tc_id} "
+                f"(maxActiveTransactionsPerCoordinator={limits.max_active})")
         if timeout_ms <= 0:
             timeout_ms = DEFAULT_TIMEOUT_MS
-        timeout_ms = min(timeout_ms, MAX_TIMEOUT_MS)
+        timeout_ms = min(timeout_ms, limits.max_timeout_ms)
         self._sequence += 1
         txn = TxnId(self.tc_id, self._sequence)
         opened = _now_ms()
@@ -222,6 +262,10 @@ class TransactionCoordinator:
             raise invalid_status(txn, TxnStatus.OPEN, meta.status)
         return meta
 
+    def meta_of(self, txn: TxnId) -> TxnMeta | None:
+        """The metadata of *txn* while it has not ended."""
+        return self._txns.get(txn)
+
     def owner_of(self, txn: TxnId) -> str | None:
         """The role that opened *txn* while it has not ended (None: unknown or ended)."""
         meta = self._txns.get(txn)
@@ -231,21 +275,44 @@ class TransactionCoordinator:
         meta = self._txns.get(txn) or self._ended.get(txn)
         return meta.status if meta is not None else None
 
-    async def add_partitions(self, txn: TxnId, topics: list[str]) -> None:
+    async def add_partitions(self, txn: TxnId, topics: list[str],
+                             full: Callable[[str], str] = _same) -> None:
+        """Add *topics* (names as the client gave them; *full* resolves one to the topic's
+        full name, raising on a bad one) to an OPEN transaction."""
         meta = self.open_meta(txn)
-        new = [t for t in dict.fromkeys(topics) if t not in meta.partitions]
+        new = [(t, full(t)) for t in dict.fromkeys(topics) if t not in meta.partitions]
+        self._check_participants(meta, len(new))
         if new:
-            await self._log.append({"op": "parts", **_key(txn), "topics": new})
-            for t in new:
-                meta.partitions[t] = None
+            record: dict[str, Any] = {"op": "parts", **_key(txn),
+                                      "topics": [f for _, f in new]}
+            if any(g != f for g, f in new):
+                record["given"] = [g for g, _ in new]
+            await self._log.append(record)
+            for given, topic in new:
+                meta.add_partition(given, topic)
 
-    async def add_subscriptions(self, txn: TxnId, subs: list[tuple[str, str]]) -> None:
+    async def add_subscriptions(self, txn: TxnId, subs: list[tuple[str, str]],
+                                full: Callable[[str], str] = _same) -> None:
+        """Add *subs* ((topic as the client named it, subscription)) to an OPEN transaction."""
         meta = self.open_meta(txn)
-        new = [s for s in dict.fromkeys(subs) if s not in meta.subscriptions]
+        new = [(s, full(s[0])) for s in dict.fromkeys(subs) if s not in meta.subscriptions]
+        self._check_participants(meta, len(new))
         if new:
-            await self._log.append({"op": "subs", **_key(txn), "subs": [list(s) for s in new]})
-            for s in new:
-                meta.subscriptions[s] = None
+            record: dict[str, Any] = {"op": "subs", **_key(txn),
+                                      "subs": [[f, s[1]] for s, f in new]}
+            if any(s[0] != f for s, f in new):
+                record["given"] = [s[0] for s, _ in new]
+            await self._log.append(record)
+            for (given, sub), topic in new:
+                meta.add_subscription(given, sub, topic)
+
+    def _check_participants(self, meta: TxnMeta, adding: int) -> None:
+        limit = self.limits.max_participants
+        if adding and len(meta.partitions) + len(meta.subscriptions) + adding > limit:
+            raise NotAllowedError(
+                f"Transaction {meta.txn_id} has {len(meta.partitions)} partitions and "
+                f"{len(meta.subscriptions)} subscriptions; {adding} more would pass the "
+                f"{limit} one transaction may have")
 
     async def end(self, txn: TxnId, commit: bool, *, timed_out: bool = False) -> None:
         """END_TXN: both phases; returns once the transaction is COMMITTED (ABORTED)."""
@@ -301,10 +368,11 @@ class TransactionCoordinator:
             fut = self._ending[txn] = self._loop.create_future()
         try:
             participants = self._participants
-            topics = dict.fromkeys([*meta.partitions, *participants.partitions_holding(txn)])
+            partitions, subscriptions = meta.ends_on()
+            topics = dict.fromkeys([*partitions, *participants.partitions_holding(txn)])
             for topic in topics:
                 await participants.end_on_partition(topic, txn, commit)
-            for topic, sub in meta.subscriptions:
+            for topic, sub in subscriptions:
                 await participants.end_on_subscription(topic, sub, txn, commit)
             final = TxnStatus.COMMITTED if commit else TxnStatus.ABORTED
             ended_at = _now_ms()

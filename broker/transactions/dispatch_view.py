@@ -39,6 +39,15 @@ class DispatchView:
                 return Position(info.ledger_id, info.entries - 1)
         return None
 
+    def ack_set(self, pos: Position, unacked: int | None, messages: int) -> int | None:
+        """The messages of *pos* to deliver: *unacked* (the subscription's; None: all of its
+        *messages*) less those pending in transactions; 0 when none is left to deliver."""
+        pending = self._pending
+        held = pending.held_indexes(pos) if pending is not None else 0
+        if not held:
+            return unacked
+        return (unacked if unacked is not None else (1 << messages) - 1) & ~held
+
     def verdict(self, pos: Position) -> int:
         if self._buffer.hides(pos):
             return HIDE

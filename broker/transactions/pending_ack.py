@@ -17,23 +17,35 @@ Conflicts (TransactionConflict): an individual acknowledgement of a message that
 acknowledged, or pending in another transaction (individually or under its cumulative
 acknowledgement); a cumulative acknowledgement while another transaction holds one, at or before
 the mark-delete position, or over a message another transaction acknowledged individually.
+Messages of one batch entry are told apart by their batch index: two transactions
+acknowledging different messages of an entry do not conflict, the same message does
+(:mod:`broker.transactions.batch_acks`).
 The store outlives its subscription object (the service keeps it while transactions are open),
 so a topic reload finds the pending acknowledgements of a restart's replay.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import logging
+from collections.abc import Iterable, Mapping
 from typing import Protocol
 
+from broker.transactions.batch_acks import BatchIndexAcks, acked_indexes
 from broker.transactions.ids import TransactionConflictError, TxnId
+from broker.transactions.limits import DEFAULT_MAX_PENDING_ACKS_PER_SUBSCRIPTION
 from broker.transactions.stats import PendingAckStats
+from protocol.errors import NotAllowedError
 from storage.positions import Position
 
 __all__ = ["MAX_REDELIVER_WALK", "AckTarget", "PendingAck", "PendingAckStore"]
 
-#: Positions an aborted cumulative acknowledgement hands back at most (the rest comes back
-#: when the subscription's consumers reconnect or its cursor rewinds).
+log = logging.getLogger("horae.transactions")
+
+#: Positions an aborted cumulative acknowledgement hands back at most, each one a row of the
+#: dispatcher's replay set. Only positions the dispatcher has passed need it (those from the
+#: read position on are read again anyway), so it is walked only for entries read and held
+#: while the acknowledgement was pending; past it the rest comes back when the subscription
+#: rewinds (its consumers reconnect), and a warning says so.
 MAX_REDELIVER_WALK = 100_000
 
 PendingAck = tuple[Position, "list[int] | None"]
@@ -43,6 +55,9 @@ PendingAck = tuple[Position, "list[int] | None"]
 class AckCursor(Protocol):
     @property
     def mark_delete_position(self) -> Position: ...
+
+    @property
+    def read_position(self) -> Position: ...
 
     def is_deleted(self, pos: Position) -> bool: ...
 
@@ -92,13 +107,20 @@ def _bits(words: list[int]) -> int:
 class PendingAckStore:
     """The pending acknowledgements of subscription *subscription* on *topic*."""
 
-    def __init__(self, topic: str, subscription: str) -> None:
+    def __init__(self, topic: str, subscription: str,
+                 max_pending: int = DEFAULT_MAX_PENDING_ACKS_PER_SUBSCRIPTION) -> None:
         self.topic = topic
         self.subscription = subscription
+        #: individual acknowledgements pending here at most (maxPendingAcksPerSubscription)
+        self.max_pending = max_pending
+        #: whole entries acknowledged individually: held from dispatch while pending
         self._individual: dict[Position, TxnId] = {}
-        #: the individually acknowledged whole entries: held from dispatch while pending (a
-        #: batch entry acknowledged in part stays deliverable: its other messages are not)
-        self._whole: set[Position] = set()
+        #: messages of batch entries acknowledged individually: the entry stays deliverable
+        #: without them (:mod:`broker.transactions.batch_acks`)
+        self._batch = BatchIndexAcks()
+        #: batch entries (re)delivered without messages a transaction held: an abort hands
+        #: those back by delivering the entry again
+        self._filtered: set[Position] = set()
         self._by_txn: dict[TxnId, list[PendingAck]] = {}
         self._cumulative: dict[TxnId, Position] = {}
         #: positions the transaction's acknowledgements took from consumers: redelivered on
@@ -127,9 +149,17 @@ class PendingAckStore:
         return merged
 
     def check(self, txn: TxnId, acks: list[PendingAck], cumulative: bool,
-              cursor: AckCursor) -> None:
-        """Raise TransactionConflictError when *acks* conflict (module docstring)."""
+              cursor: AckCursor, batch_acks: Mapping[Position, int] | None = None) -> None:
+        """Raise TransactionConflictError when *acks* conflict (module docstring);
+        *batch_acks* are the subscription's batch entries acknowledged in part (the messages
+        still unacknowledged, by position)."""
         where = f"[{self.topic}][{self.subscription}] Transaction:{txn}"
+        if not cumulative and (len(self._individual) + len(self._reserved) + len(self._batch)
+                               + len(acks) > self.max_pending):
+            raise NotAllowedError(
+                f"{where} {len(acks)} more pending acknowledgements would pass the "
+                f"{self.max_pending} this subscription may hold "
+                f"(maxPendingAcksPerSubscription); end some transactions first")
         holders = self._holders()
         cumulatives = self._cumulatives()
         if cumulative:
@@ -148,16 +178,28 @@ class PendingAckStore:
                     raise TransactionConflictError(
                         f"{where} cumulative ack of {pos} conflicts: {p} is pending-acked "
                         f"by transaction {other}")
+            in_batch = self._batch.holder_up_to(txn, pos)
+            if in_batch is not None:
+                raise TransactionConflictError(
+                    f"{where} cumulative ack of {pos} conflicts: messages of {in_batch[0]} "
+                    f"are pending-acked by transaction {in_batch[1]}")
             return
-        for pos, _ in acks:
+        for pos, words in acks:
             if pos <= cursor.mark_delete_position or cursor.is_deleted(pos):
                 raise TransactionConflictError(
                     f"{where} try to ack message:{pos} which is already acknowledged")
             holder = holders.get(pos)
+            if holder is None:
+                holder = self._batch.conflict(txn, pos, acked_indexes(words) if words else None)
             if holder is not None and holder != txn:
                 raise TransactionConflictError(
                     f"{where} try to ack message:{pos} in pending ack status of "
                     f"transaction {holder}")
+            unacked = batch_acks.get(pos) if words and batch_acks else None
+            if words and unacked is not None and acked_indexes(words) & ~unacked:
+                raise TransactionConflictError(
+                    f"{where} try to ack message:{pos} whose batch index is already "
+                    "acknowledged")
             for other, upto in cumulatives.items():
                 if other != txn and pos <= upto:
                     raise TransactionConflictError(
@@ -173,7 +215,10 @@ class PendingAckStore:
             pos, count = self._reserved_cumulative.get(txn, (acks[-1][0], 0))
             self._reserved_cumulative[txn] = (max(pos, acks[-1][0]), count + 1)
             return
-        for p, _ in acks:
+        for p, words in acks:
+            if words:
+                self._batch.reserve(txn, p, acked_indexes(words))
+                continue
             holder, count = self._reserved.get(p, (txn, 0))
             self._reserved[p] = (holder, count + 1)
 
@@ -186,7 +231,10 @@ class PendingAckStore:
             else:
                 self._reserved_cumulative[txn] = (pos, count - 1)
             return
-        for p, _ in acks:
+        for p, words in acks:
+            if words:
+                self._batch.release(txn, p, acked_indexes(words))
+                continue
             reserved = self._reserved.get(p)
             if reserved is None:
                 continue
@@ -208,9 +256,10 @@ class PendingAckStore:
         else:
             self._by_txn.setdefault(txn, []).extend(acks)
             for p, words in acks:
-                self._individual[p] = txn
-                if not words:
-                    self._whole.add(p)
+                if words:
+                    self._batch.add(txn, p, acked_indexes(words))
+                else:
+                    self._individual[p] = txn
             # A whole entry leaves its consumer; a batch entry acknowledged in part stays with
             # it (its other messages are still the consumer's to acknowledge).
             released = [p for p, words in acks if not words]
@@ -231,10 +280,17 @@ class PendingAckStore:
         acks = self._by_txn.pop(txn, [])
         cumulative = self._cumulative.pop(txn, None)
         released = self._released.pop(txn, [])
-        for p, _ in acks:
-            if self._individual.get(p) == txn:
+        handed_back: list[Position] = []   # batch entries to deliver again on abort
+        owners = getattr(target.dispatcher, "owner", {}) if target is not None else {}
+        for p, words in acks:
+            if words:
+                self._batch.drop(txn, p)
+                if p in self._filtered or p not in owners:
+                    handed_back.append(p)
+                if not self._batch.held(p):
+                    self._filtered.discard(p)
+            elif self._individual.get(p) == txn:
                 del self._individual[p]
-                self._whole.discard(p)
         if not acks and cumulative is None:
             return
         if commit:
@@ -273,14 +329,29 @@ class PendingAckStore:
             # from the mark-delete position to it (after a restart nobody held them at all).
             again = dict.fromkeys(released)
             again.update((p, None) for p, words in acks if not words)
+            # A batch entry acknowledged in part in the transaction went on with its consumer;
+            # one delivered since without the messages held (its consumer had left), or with
+            # nobody now, is delivered again with them.
+            taken = [p for p in dict.fromkeys(handed_back) if p in owners]
+            if taken:
+                dispatcher.on_acked(taken)
+            again.update((p, None) for p in handed_back)
             if cumulative is not None:
+                # Only what the dispatcher passed (held) before its read position: the rest
+                # is read again as it comes.
                 ledger = target.ledger
+                read = cursor.read_position
                 pos = ledger.next_position(cursor.mark_delete_position)
                 for _ in range(MAX_REDELIVER_WALK):
-                    if pos > cumulative:
+                    if pos > cumulative or pos >= read:
                         break
                     again[pos] = None
                     pos = ledger.next_position(pos)
+                else:
+                    log.warning("[%s][%s] abort of transaction %s: %d positions handed back; "
+                                "the ones from %s to %s come back when the subscription "
+                                "rewinds", self.topic, self.subscription, txn,
+                                MAX_REDELIVER_WALK, pos, min(cumulative, read))
             for p in again:
                 if not cursor.is_deleted(p):
                     dispatcher.add_replay(p)
@@ -290,13 +361,27 @@ class PendingAckStore:
 
     def holds(self, pos: Position) -> bool:
         """A message pending-acked in an open transaction: not dispatched meanwhile."""
-        if pos in self._whole:
+        if pos in self._individual:
             return True
         return any(pos <= upto for upto in self._cumulative.values())
 
+    def held_indexes(self, pos: Position) -> int:
+        """The messages of batch entry *pos* pending in transactions, for a delivery of it
+        (which leaves them out: noted, so an abort delivers the entry again)."""
+        held = self._batch.held(pos)
+        if held:
+            self._filtered.add(pos)
+        return held
+
     @property
     def active(self) -> bool:
-        return bool(self._individual) or bool(self._cumulative)
+        return bool(self._individual) or bool(self._cumulative) or bool(self._batch)
+
+    @property
+    def idle(self) -> bool:
+        """Nothing pending or being logged: the store may be dropped (and made anew)."""
+        return not (self._individual or self._cumulative or self._by_txn or self._reserved
+                    or self._reserved_cumulative or self._batch or self._filtered)
 
     def cumulative_of(self, txn: TxnId) -> Position | None:
         """The cumulative acknowledgement *txn* holds here (Pulsar's
@@ -307,6 +392,6 @@ class PendingAckStore:
         return PendingAckStats(
             topic=self.topic, subscription=self.subscription, state="Ready",
             ongoing_txns=len(set(self._by_txn) | set(self._cumulative)),
-            pending_individual_acks=len(self._individual),
+            pending_individual_acks=len(self._individual) + len(self._batch),
             pending_cumulative_acks=len(self._cumulative),
             committed_txns=self.committed_txns, aborted_txns=self.aborted_txns)

@@ -23,6 +23,7 @@ from broker.transactions.buffer import TopicTransactionBuffer
 from broker.transactions.coordinator import TransactionCoordinator
 from broker.transactions.dispatch_view import DispatchView
 from broker.transactions.ids import TxnId, TxnStatus, invalid_status, not_found
+from broker.transactions.limits import DEFAULT_LIMITS, TransactionLimits
 from broker.transactions.log import TransactionLog
 from broker.transactions.pending_ack import AckTarget, PendingAck, PendingAckStore
 from broker.transactions.stats import (
@@ -31,6 +32,7 @@ from broker.transactions.stats import (
     TopicBufferStats,
     TransactionStats,
 )
+from protocol.errors import NotAllowedError
 from storage.ledger import ManagedLedger
 from storage.positions import Position
 from storage.store import SegmentStore
@@ -60,9 +62,11 @@ TopicLoader = Callable[[str], Awaitable["TxnTopic | None"]]
 
 
 class TransactionService:
-    def __init__(self, store: SegmentStore, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, store: SegmentStore, loop: asyncio.AbstractEventLoop,
+                 limits: TransactionLimits = DEFAULT_LIMITS) -> None:
         self._store = store
         self._loop = loop
+        self.limits = limits
         self._log: TransactionLog | None = None
         self._coordinator: TransactionCoordinator | None = None
         self._loader: TopicLoader | None = None
@@ -77,7 +81,8 @@ class TransactionService:
         self._loader = loader
         self._log = await TransactionLog.open(self._store)
         records = await self._log.records()
-        self._coordinator = TransactionCoordinator(COORDINATOR_ID, self._log, self, self._loop)
+        self._coordinator = TransactionCoordinator(COORDINATOR_ID, self._log, self, self._loop,
+                                                   self.limits)
         self._coordinator.replay(records)
         self._replay_acks(records)
         self._coordinator.resume()
@@ -100,7 +105,11 @@ class TransactionService:
                 continue
             status = coordinator.status(txn)
             if status in (TxnStatus.OPEN, TxnStatus.COMMITTING, TxnStatus.ABORTING) and acks:
-                self.pending_store(topic, sub).replay(txn, acks, bool(rec.get("cum")))
+                cumulative = bool(rec.get("cum"))
+                self.pending_store(topic, sub).replay(txn, acks, cumulative)
+                meta = coordinator.meta_of(txn)
+                if meta is not None and not cumulative:
+                    meta.pending_acks += len(acks)
 
     async def close(self) -> None:
         if self._coordinator is not None:
@@ -122,17 +131,32 @@ class TransactionService:
             buffer = TopicTransactionBuffer(topic, self.coordinator.status)
             if topic not in self._txn_topics:
                 buffer.recovered = True   # no logged transaction touched it: nothing to scan
+            buffer.on_detached = self._detached
             self._buffers[topic] = buffer
         return buffer
 
     async def attach(self, buffer: TopicTransactionBuffer, ledger: ManagedLedger,
                      on_readable: Callable[[], None]) -> None:
         """The topic of *buffer* loaded over *ledger*: recovered (scanned) on its first load."""
+        self._buffers[buffer.topic] = buffer   # the loaded topic's, even if released meanwhile
         buffer.attach(ledger, on_readable)
         if not buffer.recovered:
             read = await buffer.recover(ledger)
             log.info("transaction buffer of %s recovered (%d entries scanned)", buffer.topic,
                      read)
+
+    def _detached(self, buffer: TopicTransactionBuffer) -> None:
+        """The topic of *buffer* unloaded: its buffer and idle pending-ack stores are dropped
+        (no table keeps a row per topic ever loaded); what an ongoing transaction holds stays.
+        A later load builds them anew (the buffer from the ledger, :meth:`attach`)."""
+        topic = buffer.topic
+        if self._buffers.get(topic) is not buffer or buffer.attached or buffer.holds_any:
+            return
+        if buffer.touched:
+            self._txn_topics.add(topic)   # rebuilt by a scan of the ledger at the next load
+        del self._buffers[topic]
+        for key in [k for k, store in self._pending.items() if k[0] == topic and store.idle]:
+            del self._pending[key]
 
     def forget_topic(self, topic: str) -> None:
         """The topic was deleted: its buffer and pending acknowledgements go."""
@@ -141,11 +165,13 @@ class TransactionService:
         for key in [k for k in self._pending if k[0] == topic]:
             del self._pending[key]
 
-    async def add_partitions(self, txn: TxnId, topics: list[str]) -> None:
-        """ADD_PARTITION_TO_TXN: logged (durable: their buffers are rebuilt from their
-        ledgers at load from now on), then the topics are known to have transactions."""
-        await self.coordinator.add_partitions(txn, topics)
-        self._txn_topics.update(topics)
+    async def add_partitions(self, txn: TxnId, topics: list[str],
+                             full: Callable[[str], str] = str) -> None:
+        """ADD_PARTITION_TO_TXN of *topics* as the client named them (*full* resolves a name):
+        logged (durable: their buffers are rebuilt from their ledgers at load from now on),
+        then the topics are known to have transactions."""
+        await self.coordinator.add_partitions(txn, topics, full)
+        self._txn_topics.update(full(t) for t in topics)
 
     def registered_topics(self) -> list[str]:
         return sorted(self._txn_topics)
@@ -157,7 +183,8 @@ class TransactionService:
         key = (topic, subscription)
         store = self._pending.get(key)
         if store is None:
-            store = self._pending[key] = PendingAckStore(topic, subscription)
+            store = self._pending[key] = PendingAckStore(
+                topic, subscription, self.limits.max_pending_acks_per_subscription)
         return store
 
     def dispatch_view(self, topic: str, subscription: str) -> DispatchView | None:
@@ -180,19 +207,30 @@ class TransactionService:
         meta = self.coordinator.open_meta(txn)
         if not acks:
             return
-        if (topic, subscription) not in meta.subscriptions:
+        if (topic, subscription) not in meta.reached_subscriptions:
             # Pulsar's clients add the subscription first; one that did not is added here, so
             # the end of the transaction reaches this store.
             await self.coordinator.add_subscriptions(txn, [(topic, subscription)])
+        counted = 0 if cumulative else len(acks)
+        limit = self.limits.max_pending_acks_per_txn
+        if meta.pending_acks + counted > limit:
+            raise NotAllowedError(
+                f"Transaction {txn} holds {meta.pending_acks} pending acknowledgements; "
+                f"{counted} more would pass the {limit} one transaction may hold "
+                "(maxPendingAcksPerTransaction)")
         store = self.pending_store(topic, subscription)
-        store.check(txn, acks, cumulative, target.cursor)
+        store.check(txn, acks, cumulative, target.cursor, target.batch_acks)
         assert self._log is not None
         store.reserve(txn, acks, cumulative)   # others conflict while the record is written
+        meta.pending_acks += counted
         try:
             await self._log.append({
                 "op": "ack", "m": txn.most, "l": txn.least, "topic": topic,
                 "sub": subscription, "cum": cumulative,
                 "pos": [[p.ledger_id, p.entry_id, words] for p, words in acks]})
+        except BaseException:
+            meta.pending_acks -= counted
+            raise
         finally:
             store.release(txn, acks, cumulative)
         status = self.coordinator.status(txn)
@@ -210,7 +248,7 @@ class TransactionService:
         loaded = await self._load(topic)
         if loaded is None:
             return   # deleted: nothing of the transaction is left to end there
-        await self.buffer_for(topic).end(txn, commit)
+        await self.buffer_for(topic).end(txn, commit)   # the loaded topic's (attach)
 
     async def end_on_subscription(self, topic: str, subscription: str, txn: TxnId,
                                   commit: bool) -> None:

@@ -25,9 +25,11 @@ class TransactionStats:
     opened_at_ms: int          # epoch ms
     timeout_at_ms: int         # epoch ms at which an open transaction is aborted
     ended_at_ms: int           # epoch ms, 0 while not ended
-    partitions: tuple[str, ...]
-    subscriptions: tuple[tuple[str, str], ...]  # (topic, subscription)
+    partitions: tuple[str, ...]                  # topics as the client named them
+    subscriptions: tuple[tuple[str, str], ...]  # (topic as the client named it, subscription)
     owner: str                 # the role that opened it ("" without authentication)
+    partition_topics: tuple[str, ...] = ()      # the full name of each of ``partitions``
+    subscription_topics: tuple[str, ...] = ()   # the full topic name of each subscription
 
 
 @dataclass(frozen=True, slots=True)

@@ -240,3 +240,34 @@ def test_any_authenticated_role_may_read_them_as_in_pulsar(broker_factory: Any) 
     assert get(f"{TX}/coordinatorStats", None) == 401
     # Other v3 paths keep the super-user rule.
     assert get("/admin/v3/other", someone) == 403
+
+
+def test_the_metadata_keeps_the_names_the_client_gave(txn_broker: Any, conn: Conn) -> None:
+    """As the Go client does: partitions and subscriptions registered by short name are shown
+    under that name (Pulsar's coordinator keeps them as given), and the transaction still
+    reaches the topic by its full name (the message is delivered at commit, the ack applied)."""
+    short = "txn-short-name"
+    full = f"persistent://public/default/{short}"
+    assert conn.raw.request(C.encode_producer(full, 1, 7, None, 0)).type == T.PRODUCER_SUCCESS
+    subscribe(conn.cons, full, "s", 1, sub_type=pb.CommandSubscribe.Shared)
+    plain = conn.tc.send(1, 0, b"plain").message_id
+    _, plain_id = receive(conn.cons)
+    assert plain_id == (plain.ledgerId, plain.entryId)
+
+    txn = conn.tc.new_txn(TTL_MS)
+    assert not conn.tc.add_partition(txn, short).HasField("error")
+    assert not conn.tc.add_subscription(txn, short, "s").HasField("error")
+    sent = conn.tc.send(1, 1, b"in-txn", txn).message_id
+    assert not conn.acks.ack(1, [plain_id], txn).HasField("error")
+    meta = _get(txn_broker, f"{TX}/transactionMetadata/{txn[0]}/{txn[1]}").body
+    start = f"{sent.ledgerId}:{sent.entryId}"
+    assert meta["producedPartitions"] == {short: {"startPosition": start, "aborted": False}}
+    assert meta["ackedPartitions"] == {short: {"s": {}}}
+
+    assert not conn.tc.end(txn, commit=True).HasField("error")
+    payload, got = receive(conn.cons)
+    assert (payload, got) == (b"in-txn", (sent.ledgerId, sent.entryId))
+    stats = _get(txn_broker, f"/admin/v2/persistent/public/default/{short}/stats").body
+    assert stats["subscriptions"]["s"]["msgBacklog"] == 1   # the plain one acked at commit
+    ended = _get(txn_broker, f"{TX}/transactionMetadata/{txn[0]}/{txn[1]}").body
+    assert ended["status"] == "COMMITTED" and list(ended["producedPartitions"]) == [short]

@@ -176,3 +176,81 @@ async def test_a_failed_second_phase_is_run_again(monkeypatch: pytest.MonkeyPatc
     await tc.settled()
     assert tc.status(txn) is TxnStatus.COMMITTED
     await tc.close()
+
+
+def _full(name: str) -> str:
+    return name if "://" in name else f"persistent://public/default/{name}"
+
+
+async def test_names_are_kept_as_given_and_the_end_reaches_the_full_ones() -> None:
+    tc, log, parts = _coordinator()
+    txn = await tc.new_txn(60_000)
+    await tc.add_partitions(txn, ["my-topic-1", "persistent://public/default/t2"], _full)
+    await tc.add_subscriptions(txn, [("my-topic-1", "my-sub")], _full)
+    stats = tc.transaction(txn)
+    assert stats is not None
+    assert stats.partitions == ("my-topic-1", "persistent://public/default/t2")
+    assert stats.partition_topics == ("persistent://public/default/my-topic-1",
+                                      "persistent://public/default/t2")
+    assert stats.subscriptions == (("my-topic-1", "my-sub"),)
+    assert stats.subscription_topics == ("persistent://public/default/my-topic-1",)
+    parts_record = next(r for r in log.records if r["op"] == "parts")
+    assert parts_record["topics"] == list(stats.partition_topics)   # what a replay reaches
+    assert parts_record["given"] == list(stats.partitions)
+    # A replay of the new records shows the same names ...
+    again, _, _ = _coordinator(MemoryLog())
+    again.replay([(Position(0, i), r) for i, r in enumerate(log.records)])
+    assert again.transaction(txn) == stats
+    await tc.end(txn, True)
+    assert parts.ended == [("persistent://public/default/my-topic-1", txn, True),
+                           ("persistent://public/default/t2", txn, True),
+                           ("persistent://public/default/my-topic-1/my-sub", txn, True)]
+    await tc.close()
+    await again.close()
+
+
+async def test_records_written_before_names_were_kept_replay_with_the_full_names() -> None:
+    full = "persistent://public/default/t"
+    records = [{"op": "new", "m": 0, "l": 3, "t": 60_000, "at": 1},
+               {"op": "parts", "m": 0, "l": 3, "topics": [full]},
+               {"op": "subs", "m": 0, "l": 3, "subs": [[full, "s"]]},
+               {"op": "status", "m": 0, "l": 3, "s": "COMMITTING"}]
+    tc, _, parts = _coordinator()
+    tc.replay([(Position(0, i), r) for i, r in enumerate(records)])
+    stats = tc.transaction(TxnId(0, 3))
+    assert stats is not None and stats.partitions == (full,) and stats.partition_topics == (full,)
+    assert stats.subscriptions == ((full, "s"),) and stats.subscription_topics == (full,)
+    tc.resume()
+    await tc.settled()
+    assert parts.ended == [(full, TxnId(0, 3), True), (f"{full}/s", TxnId(0, 3), True)]
+    await tc.close()
+
+
+async def test_one_topic_added_under_two_names_is_ended_once() -> None:
+    tc, _, parts = _coordinator()
+    txn = await tc.new_txn(60_000)
+    await tc.add_partitions(txn, ["t", "persistent://public/default/t"], _full)
+    await tc.add_subscriptions(txn, [("t", "s"), ("persistent://public/default/t", "s")], _full)
+    stats = tc.transaction(txn)
+    assert stats is not None and stats.partitions == ("t", "persistent://public/default/t")
+    await tc.end(txn, False)
+    assert parts.ended == [("persistent://public/default/t", txn, False),
+                           ("persistent://public/default/t/s", txn, False)]
+    await tc.close()
+
+
+async def test_partitions_and_subscriptions_of_one_transaction_are_bounded() -> None:
+    from broker.transactions.limits import TransactionLimits
+    from protocol.errors import NotAllowedError
+    log = MemoryLog()
+    tc = TransactionCoordinator(0, log, Participants(), asyncio.get_running_loop(),  # type: ignore[arg-type]
+                                TransactionLimits(max_participants=3))
+    txn = await tc.new_txn(60_000)
+    await tc.add_partitions(txn, ["a", "b"])
+    await tc.add_partitions(txn, ["a", "b"])               # known ones add nothing
+    with pytest.raises(NotAllowedError) as info:
+        await tc.add_subscriptions(txn, [("a", "s"), ("b", "s")])
+    assert "pass the 3 one transaction may have" in info.value.message
+    await tc.add_subscriptions(txn, [("a", "s")])
+    assert len([r for r in log.records if r["op"] in ("parts", "subs")]) == 2
+    await tc.close()

@@ -620,6 +620,19 @@ class Dispatcher:
                 info, messages, deliver_at = None, 1, None
             if delayed is not None and deliver_at is not None and delayed.hold(pos, deliver_at):
                 continue
+            ack_set = batch_acks.get(pos)
+            if ack_set is not None and not ack_set & ((1 << messages) - 1):
+                cursor.delete((pos,))   # every message acknowledged by batch index
+                del batch_acks[pos]
+                if from_replay:
+                    self.discard_replay(pos)
+                continue
+            if txn is not None:
+                ack_set = txn.ack_set(pos, ack_set, messages)
+                if ack_set == 0:   # every message left is pending in a transaction: held
+                    if from_replay:
+                        self.discard_replay(pos)
+                    continue
             sticky_hash = sticky_key_hash(info.sticky_key) if info is not None else 0
             consumer = self._route(pos, info, sticky_hash, from_replay, blocked)
             if consumer is None:
@@ -632,7 +645,6 @@ class Dispatcher:
             if from_replay and not direct:
                 self.discard_replay(pos)
             self._avg_messages_per_entry = 0.9 * self._avg_messages_per_entry + 0.1 * messages
-            ack_set = batch_acks.get(pos)
             consumer.send(
                 pos,
                 entry.data,

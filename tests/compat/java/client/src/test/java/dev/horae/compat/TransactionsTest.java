@@ -7,12 +7,16 @@ import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import java.util.ArrayList;
+import java.util.List;
 import java.util.Map;
+import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
 import org.apache.pulsar.client.admin.PulsarAdmin;
 import org.apache.pulsar.client.api.Consumer;
 import org.apache.pulsar.client.api.Message;
+import org.apache.pulsar.client.api.MessageId;
 import org.apache.pulsar.client.api.Producer;
 import org.apache.pulsar.client.api.PulsarClient;
 import org.apache.pulsar.client.api.PulsarClientException;
@@ -204,6 +208,49 @@ class TransactionsTest {
         assertEquals("m2", next(consumer).getValue(), "the first transaction's ack stands");
         nothingMore(consumer);
       }
+    }
+  }
+
+  @Test
+  void twoTransactionsAckingDifferentMessagesOfOneBatchDoNotConflict() throws Exception {
+    String topic = HoraeEnv.topic("txn-batch-index");
+    try (Producer<String> producer = client.newProducer(Schema.STRING).topic(topic)
+            .sendTimeout(0, TimeUnit.SECONDS).enableBatching(true).batchingMaxMessages(3)
+            .batchingMaxPublishDelay(1, TimeUnit.MINUTES).create();
+        Consumer<String> consumer = consumer(topic, SubscriptionType.Shared)) {
+      List<CompletableFuture<MessageId>> sent = new ArrayList<>();
+      for (int i = 0; i < 3; i++) {
+        sent.add(producer.sendAsync("m" + i));
+      }
+      producer.flush();
+      for (CompletableFuture<MessageId> id : sent) {
+        id.get();
+      }
+      Message<String> m0 = next(consumer);
+      Message<String> m1 = next(consumer);
+      Message<String> m2 = next(consumer);
+      Transaction first = begin();
+      Transaction second = begin();
+      Transaction third = begin();
+      consumer.acknowledgeAsync(m0.getMessageId(), first).get();
+      // Another message of the same batch entry, in another transaction: no conflict.
+      consumer.acknowledgeAsync(m1.getMessageId(), second).get();
+      ExecutionException conflict = assertThrows(ExecutionException.class,
+          () -> consumer.acknowledgeAsync(m1.getMessageId(), third).get());
+      assertInstanceOf(PulsarClientException.TransactionConflictException.class, conflict.getCause(),
+          conflict.getCause().toString());
+      third.abort().get();   // a transaction with a failed acknowledgement may not commit
+      Transaction fourth = begin();
+      consumer.acknowledgeAsync(m2.getMessageId(), fourth).get();
+      first.commit().get();
+      second.commit().get();
+      fourth.commit().get();
+    }
+    try (Consumer<String> consumer = consumer(topic, SubscriptionType.Shared);
+        Producer<String> producer = producer(topic)) {
+      producer.send("after");
+      assertEquals("after", next(consumer).getValue(), "the three commits acknowledged the batch");
+      nothingMore(consumer);
     }
   }
 
