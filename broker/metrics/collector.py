@@ -215,6 +215,20 @@ _FAMILIES: dict[str, tuple[str, str, str]] = {
 }
 
 
+#: The topic-level series every topic has, in the order of the values
+#: :meth:`HoraeCollector._collect_topic` reads them (one tuple per topic, no call per series).
+_TOPIC_SERIES: tuple[str, ...] = (
+    "pulsar_in_messages", "pulsar_in_bytes", "pulsar_out_messages", "pulsar_out_bytes",
+    "pulsar_rate_in", "pulsar_throughput_in", "pulsar_rate_out", "pulsar_throughput_out",
+    "pulsar_storage_size", "pulsar_storage_logical_size", "pulsar_storage_backlog_size",
+    "pulsar_storage_write_rate", "pulsar_storage_read_rate", "pulsar_producers_count",
+    "pulsar_broker_topic_messages_delayed_rejected",
+    "pulsar_broker_topic_messages_fixed_delay_overridden",
+    "pulsar_broker_topic_deduplication_producers_evicted", "pulsar_publish_rate_limit_times",
+    "pulsar_subscriptions_count", "pulsar_msg_backlog", "pulsar_consumers_count",
+    "pulsar_delayed_message_index_size_bytes", "horae_delayed_cancel_journal_failures")
+
+
 class _Rates:
     """Per-key rates from counter deltas, refreshed at most every RATE_MIN_INTERVAL_S."""
 
@@ -260,6 +274,12 @@ class _Scrape:
     def add(self, name: str, key: tuple[str, ...], value: float) -> None:
         self.values[name][key] += value
 
+    def add_topic(self, key: tuple[str, ...], values: tuple[float, ...]) -> None:
+        """The :data:`_TOPIC_SERIES` of one topic, *values* in that order."""
+        tables = self.values
+        for name, value in zip(_TOPIC_SERIES, values, strict=True):
+            tables[name][key] += value
+
     def maximum(self, name: str, key: tuple[str, ...], value: float) -> None:
         """The largest *value* per key (a namespace's quota limits and backlog age)."""
         table = self.values[name]
@@ -268,12 +288,13 @@ class _Scrape:
 
 class _TopicScrape:
     """One topic's share of a scrape (:meth:`HoraeCollector.collect_rendered_async`): what
-    :meth:`HoraeCollector._collect_topic` adds, kept flat (family name, label values, value,
-    whether it is a maximum: four items per series, no object per series) in the order it
-    was added; the namespace's topic count goes to the whole scrape."""
+    :meth:`HoraeCollector._collect_topic` adds: its :data:`_TOPIC_SERIES` values as one
+    tuple under its key, the other series kept flat (family name, label values, value: three
+    items per series, no object per series) in the order they were added; the namespace's
+    topic count goes to the whole scrape."""
 
-    __slots__ = ("bucket_ops", "cluster", "entry_sizes", "flat", "maxima", "scrape", "seen",
-                 "topic_level", "write_latency")
+    __slots__ = ("bucket_ops", "cluster", "entry_sizes", "flat", "key", "maxima", "scrape",
+                 "seen", "topic_level", "topic_values", "write_latency")
 
     def __init__(self, scrape: _Scrape) -> None:
         self.scrape = scrape
@@ -283,8 +304,14 @@ class _TopicScrape:
         self.bucket_ops = scrape.bucket_ops
         self.flat: list[object] = []
         self.maxima: list[object] = []
+        self.key: tuple[str, ...] = ()
+        self.topic_values: tuple[float, ...] = ()
         self.write_latency: LatencyTable = {}
         self.entry_sizes: LatencyTable = {}
+
+    def add_topic(self, key: tuple[str, ...], values: tuple[float, ...]) -> None:
+        self.key = key
+        self.topic_values = values
 
     def add(self, name: str, key: tuple[str, ...], value: float) -> None:
         if name == "pulsar_topics_count":
@@ -299,6 +326,10 @@ class _TopicScrape:
         """Add this topic's series (of the families *names* only, if given) to *values* as
         :class:`_Scrape` would have (a family's series are all sums or all maxima, so their
         order within a family is kept)."""
+        own = self.key
+        for series, number in zip(_TOPIC_SERIES, self.topic_values, strict=True):
+            if names is None or series in names:
+                values[series][own] += number
         flat = self.flat
         for i in range(0, len(flat), 3):
             name, key, value = flat[i:i + 3]
@@ -415,7 +446,7 @@ class HoraeCollector(Collector):
                 ((key, latency),) = row.write_latency.items()
                 keys.add(key)
                 signature: tuple[object, ...] = (
-                    tuple(row.flat), tuple(row.maxima), tuple(latency),
+                    key, row.topic_values, tuple(row.flat), tuple(row.maxima), tuple(latency),
                     tuple(latency_windows.count(key, latency, latency_now)),
                     tuple(size_windows.count(key, row.entry_sizes[key], size_now)))
                 old = kept.get(full)
@@ -481,8 +512,14 @@ class HoraeCollector(Collector):
         """The template families whose text differs between two signatures of one topic, or
         ``None`` when its series themselves differ (a subscription came or went...)."""
         index = self._template_index
+        if old[0] != new[0]:   # the topic's labels
+            return None
         changed: set[int] = set()
-        for part in (0, 1):   # (name, key, value) triples: same series, values compared
+        a, b = old[1], new[1]   # the _TOPIC_SERIES values
+        if a != b:
+            changed.update(index[name] for name, x, y in zip(  # type: ignore[call-overload]
+                _TOPIC_SERIES, a, b, strict=True) if x != y)
+        for part in (2, 3):   # (name, key, value) triples: same series, values compared
             a, b = old[part], new[part]
             if a == b:
                 continue
@@ -492,8 +529,8 @@ class HoraeCollector(Collector):
             for i in range(2, len(a), 3):  # type: ignore[arg-type]
                 if a[i] != b[i]:  # type: ignore[index]
                     changed.add(index[b[i - 2]])  # type: ignore[index]
-        for part, names in ((2, (HISTOGRAM,)), (3, PULSAR_BUCKET_SERIES),
-                            (4, (*ENTRY_SIZE_SERIES, ENTRY_SIZE_COUNT, ENTRY_SIZE_SUM))):
+        for part, names in ((4, (HISTOGRAM,)), (5, PULSAR_BUCKET_SERIES),
+                            (6, (*ENTRY_SIZE_SERIES, ENTRY_SIZE_COUNT, ENTRY_SIZE_SUM))):
             if old[part] != new[part]:
                 changed.update(index[name] for name in names)
         return changed
@@ -526,9 +563,9 @@ class HoraeCollector(Collector):
             if names is None or HISTOGRAM in names:
                 latency[key] = acc
             if names is None or PULSAR_BUCKET_SERIES[0] in names:
-                latency_windowed[key] = list(signature[3])  # type: ignore[call-overload]
+                latency_windowed[key] = list(signature[5])  # type: ignore[call-overload]
             if names is None or ENTRY_SIZE_SERIES[0] in names:
-                sizes_windowed[key] = list(signature[4])  # type: ignore[call-overload]
+                sizes_windowed[key] = list(signature[6])  # type: ignore[call-overload]
             if redo is not None:
                 for j in redo:
                     texts[n][j] = ""
@@ -611,35 +648,23 @@ class HoraeCollector(Collector):
         def add(name: str, value: float) -> None:
             scrape.add(name, key, value)
 
-        add("pulsar_in_messages", meters.msg_in_counter)
-        add("pulsar_in_bytes", meters.bytes_in_counter)
-        add("pulsar_out_messages", meters.msg_out_counter)
-        add("pulsar_out_bytes", meters.bytes_out_counter)
-        for name, value in zip(("pulsar_rate_in", "pulsar_throughput_in", "pulsar_rate_out",
-                                "pulsar_throughput_out"), meters.rates(), strict=True):
-            add(name, value)
-        add("pulsar_storage_size", meters.storage_size)
-        add("pulsar_storage_logical_size", meters.storage_logical_size)
-        add("pulsar_storage_backlog_size", meters.backlog_size_bytes())
-        write_rate, read_rate = meters.storage_rates()
-        add("pulsar_storage_write_rate", write_rate)
-        add("pulsar_storage_read_rate", read_rate)
         limit_size, limit_time = meters.backlog_quota_limits()
         scrape.maximum("pulsar_storage_backlog_quota_limit", key, limit_size)
         scrape.maximum("pulsar_storage_backlog_quota_limit_time", key, limit_time)
         scrape.maximum("pulsar_storage_backlog_age_seconds", key, meters.backlog_age_seconds())
-        add("pulsar_producers_count", len(topic.producers))
-        add("pulsar_broker_topic_messages_delayed_rejected", meters.delayed_rejected_counter)
-        add("pulsar_broker_topic_messages_fixed_delay_overridden",
-            meters.fixed_delay_overridden_counter)
-        add("pulsar_broker_topic_deduplication_producers_evicted",
-            meters.dedup_producers_evicted_counter)
-        add("pulsar_publish_rate_limit_times", topic.publish_rate.limited_times)
-        acc = scrape.write_latency.setdefault(
-            key, [0.0] * (len(PUBLISH_LATENCY_BUCKETS_MS) + 2))
-        for i, c in enumerate(meters.publish_latency_buckets[: len(acc) - 1]):
-            acc[i] += c
-        acc[-1] += meters.publish_latency_sum_ms
+        buckets = meters.publish_latency_buckets
+        n = len(PUBLISH_LATENCY_BUCKETS_MS) + 1
+        acc = scrape.write_latency.get(key)
+        if acc is None and len(buckets) >= n:   # the usual case: one key per topic
+            # 0.0 + c: exactly what adding to a fresh [0.0, ...] gives
+            acc = scrape.write_latency[key] = [0.0 + c for c in buckets[:n]]
+            acc.append(0.0 + meters.publish_latency_sum_ms)
+        else:
+            if acc is None:
+                acc = scrape.write_latency[key] = [0.0] * (n + 1)
+            for i, c in enumerate(buckets[:n]):
+                acc[i] += c
+            acc[-1] += meters.publish_latency_sum_ms
         sizes = scrape.entry_sizes.get(key)
         if sizes is None:   # [buckets..., overflow, sum bytes, unused] (entry_size module)
             sizes = scrape.entry_sizes[key] = [0.0] * (len(ENTRY_SIZE_BUCKETS_BYTES) + 3)
@@ -648,7 +673,6 @@ class HoraeCollector(Collector):
         sizes[-2] += meters.entry_size_sum_bytes
 
         subs = dict(topic.subscriptions)
-        add("pulsar_subscriptions_count", len(subs))
         backlog_total = consumers_total = index_bytes_total = journal_failures = 0.0
         bucket_totals: dict[str, float] = defaultdict(float)
         for sub_name, sub in subs.items():
@@ -707,10 +731,15 @@ class HoraeCollector(Collector):
                 sadd("pulsar_subscription_delayed_cancels_applied", cancels.applied_total)
                 sadd("pulsar_subscription_delayed_cancels_refused", cancels.refused_total)
                 sadd("pulsar_subscription_delayed_cancels_pending", cancels.pending)
-        add("pulsar_msg_backlog", backlog_total)
-        add("pulsar_consumers_count", consumers_total)
-        add("pulsar_delayed_message_index_size_bytes", index_bytes_total)
-        add("horae_delayed_cancel_journal_failures", journal_failures)
+        write_rate, read_rate = meters.storage_rates()
+        scrape.add_topic(key, (
+            meters.msg_in_counter, meters.bytes_in_counter, meters.msg_out_counter,
+            meters.bytes_out_counter, *meters.rates(), meters.storage_size,
+            meters.storage_logical_size, meters.backlog_size_bytes(), write_rate, read_rate,
+            len(topic.producers), meters.delayed_rejected_counter,
+            meters.fixed_delay_overridden_counter, meters.dedup_producers_evicted_counter,
+            topic.publish_rate.limited_times, len(subs), backlog_total, consumers_total,
+            index_bytes_total, journal_failures))
         for name, value in bucket_totals.items():
             add(name, value)
 
