@@ -347,7 +347,7 @@ class _TopicScrape:
 #: text of its share of each family of the per-topic template, in template order. Plain tuples
 #: of strings and numbers: the garbage collector stops tracking them, so 10,000 kept topics do
 #: not lengthen its full collections.
-_TopicText = tuple[tuple[object, ...], tuple[str, ...]]
+_TopicText = tuple[tuple[object, ...], tuple[str, ...] | tuple[bytes, ...]]
 
 
 class HoraeCollector(Collector):
@@ -537,23 +537,26 @@ class HoraeCollector(Collector):
 
     def _render(self, fmt: str,
                 rows: list[tuple[_TopicScrape, tuple[object, ...], _TopicText | None]],
-                width: int) -> list[tuple[str, ...]]:
+                width: int) -> list[tuple[str, ...] | tuple[bytes, ...]]:
         """The text of *rows*' share of each template family, per row, in *fmt*: a row with
         its signature (which holds its windowed latency and entry-size counts) and what was
-        kept for it. Only the families whose values moved since then are rendered again."""
+        kept for it. Only the families whose values moved since then are rendered again.
+        Snapshot text is kept UTF-8 encoded (the writer compresses bytes: no encoding of
+        every topic's text at every export)."""
+        empty: str | bytes = b"" if fmt == SNAPSHOT else ""
         values: SampleTable = defaultdict(lambda: defaultdict(float))
         latency: LatencyTable = {}
         latency_windowed: LatencyTable = {}
         sizes_windowed: LatencyTable = {}
         index = self._template_index
-        texts: list[list[str]] = []
+        texts: list[list[str | bytes]] = []
         index_of: dict[str, int] = {}
         for n, (row, signature, old) in enumerate(rows):
             ((key, acc),) = row.write_latency.items()
             index_of[key[2]] = n
             redo = None if old is None else self._changed_families(old[0], signature)
             if redo is None:
-                texts.append([""] * width)
+                texts.append([empty] * width)
                 row.replay(values)
                 names = None
             else:
@@ -568,7 +571,7 @@ class HoraeCollector(Collector):
                 sizes_windowed[key] = list(signature[6])  # type: ignore[call-overload]
             if redo is not None:
                 for j in redo:
-                    texts[n][j] = ""
+                    texts[n][j] = empty
         families = self._topic_families(values, latency, latency_windowed, sizes_windowed,
                                         LabelSets())
         if len(families) != width:
@@ -589,10 +592,11 @@ class HoraeCollector(Collector):
             for i in range(1, len(samples) + 1):
                 if i == len(samples) or (samples[i].labels["topic"]
                                          != samples[start].labels["topic"]):
-                    texts[index_of[samples[start].labels["topic"]]][j] = "".join(
-                        lines[start:i])
+                    text = "".join(lines[start:i])
+                    texts[index_of[samples[start].labels["topic"]]][j] = (
+                        text.encode("utf-8") if fmt == SNAPSHOT else text)
                     start = i
-        return [tuple(topic_texts) for topic_texts in texts]
+        return [tuple(topic_texts) for topic_texts in texts]  # type: ignore[misc]
 
     def _begin(self) -> _Scrape:
         config = self.service.config
@@ -820,7 +824,8 @@ def render_text(families: list[Metric]) -> bytes:
     for family in families:
         out.append(generate_latest(_Families([family])).decode("utf-8"))
         if isinstance(family, RenderedFamily):
-            out.extend(family.parts)
+            out.extend(part if isinstance(part, str) else part.decode("utf-8")
+                       for part in family.parts)
     return "".join(out).encode("utf-8")
 
 
