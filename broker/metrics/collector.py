@@ -17,7 +17,7 @@ Rules:
    ``pulsar_delayed_message_index_bucket_op_count``) are exposed as gauges so the sample
    name stays exactly Pulsar's.
 2. Topic rates (``pulsar_rate_in`` msg/s, ``pulsar_throughput_in`` bytes/s, ...) are the
-   topic's own rate meter (``topic.meters.rates()``, the figures its stats show). Subscription rates
+   topic's own rate meter (``topic.meters.rate_figures()``, the figures its stats show). Subscription rates
    are counter deltas over at least :data:`RATE_MIN_INTERVAL_S` (a scrape sooner than that
    repeats the last rate, so concurrent scrapers do not make it jitter), but for
    ``pulsar_subscription_msg_rate_redeliver``, the subscription's own meter (its stats'
@@ -309,6 +309,13 @@ class _TopicScrape:
         self.write_latency: LatencyTable = {}
         self.entry_sizes: LatencyTable = {}
 
+    def reset(self) -> None:
+        """Empty again, for the next topic (a topic whose text is reused keeps no record)."""
+        self.flat.clear()
+        self.maxima.clear()
+        self.write_latency.clear()
+        self.entry_sizes.clear()
+
     def add_topic(self, key: tuple[str, ...], values: tuple[float, ...]) -> None:
         self.key = key
         self.topic_values = values
@@ -434,9 +441,13 @@ class HoraeCollector(Collector):
                             _TopicText | None]] = []
         keys: set[tuple[str, ...]] = set()
         topics = list(self.service.topics.items())
+        row: _TopicScrape | None = None
         for start in range(0, len(topics), slice_topics):
             for full, topic in topics[start:start + slice_topics]:
-                row = _TopicScrape(scrape)
+                if row is None:
+                    row = _TopicScrape(scrape)
+                else:
+                    row.reset()
                 try:
                     self._collect_topic(topic, row)
                 except Exception:
@@ -456,6 +467,7 @@ class HoraeCollector(Collector):
                 else:
                     changed.append((len(order), full, row, signature, old))
                     order.append(None)
+                    row = None   # kept for rendering
             await asyncio.sleep(0)
         latency_windows.retain(keys)
         size_windows.retain(keys)
@@ -678,7 +690,7 @@ class HoraeCollector(Collector):
 
         subs = dict(topic.subscriptions)
         backlog_total = consumers_total = index_bytes_total = journal_failures = 0.0
-        bucket_totals: dict[str, float] = defaultdict(float)
+        bucket_totals: dict[str, float] = {}
         for sub_name, sub in subs.items():
             skey = (cluster, ns, full, sub_name)
             backlog = sub.cursor.backlog
@@ -693,7 +705,7 @@ class HoraeCollector(Collector):
                 bucket = sub.bucket_index
                 gauges = index_gauges(tracker, bucket)
                 for name, value in gauges.items():
-                    bucket_totals[name] += value
+                    bucket_totals[name] = bucket_totals.get(name, 0.0) + value
                 if bucket is not None:
                     scrape.bucket_ops.add(bucket, key, skey if scrape.topic_level else None)
                     journal_failures += bucket.cancel_journal_failures
@@ -735,11 +747,13 @@ class HoraeCollector(Collector):
                 sadd("pulsar_subscription_delayed_cancels_applied", cancels.applied_total)
                 sadd("pulsar_subscription_delayed_cancels_refused", cancels.refused_total)
                 sadd("pulsar_subscription_delayed_cancels_pending", cancels.pending)
-        write_rate, read_rate = meters.storage_rates()
+        rate_in, throughput_in, rate_out, throughput_out, write_rate, read_rate = (
+            meters.rate_figures())
         scrape.add_topic(key, (
             meters.msg_in_counter, meters.bytes_in_counter, meters.msg_out_counter,
-            meters.bytes_out_counter, *meters.rates(), meters.storage_size,
-            meters.storage_logical_size, meters.backlog_size_bytes(), write_rate, read_rate,
+            meters.bytes_out_counter, rate_in, throughput_in, rate_out, throughput_out,
+            meters.storage_size, meters.storage_logical_size, meters.backlog_size_bytes(),
+            write_rate, read_rate,
             len(topic.producers), meters.delayed_rejected_counter,
             meters.fixed_delay_overridden_counter, meters.dedup_producers_evicted_counter,
             topic.publish_rate.limited_times, len(subs), backlog_total, consumers_total,
