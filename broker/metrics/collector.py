@@ -17,7 +17,7 @@ Rules:
    ``pulsar_delayed_message_index_bucket_op_count``) are exposed as gauges so the sample
    name stays exactly Pulsar's.
 2. Topic rates (``pulsar_rate_in`` msg/s, ``pulsar_throughput_in`` bytes/s, ...) are the
-   topic's own rate meter (``topic.meters.rates()``, the figures its stats show). Subscription rates
+   topic's own rate meter (``topic.meters.rate_figures()``, the figures its stats show). Subscription rates
    are counter deltas over at least :data:`RATE_MIN_INTERVAL_S` (a scrape sooner than that
    repeats the last rate, so concurrent scrapers do not make it jitter), but for
    ``pulsar_subscription_msg_rate_redeliver``, the subscription's own meter (its stats'
@@ -215,6 +215,20 @@ _FAMILIES: dict[str, tuple[str, str, str]] = {
 }
 
 
+#: The topic-level series every topic has, in the order of the values
+#: :meth:`HoraeCollector._collect_topic` reads them (one tuple per topic, no call per series).
+_TOPIC_SERIES: tuple[str, ...] = (
+    "pulsar_in_messages", "pulsar_in_bytes", "pulsar_out_messages", "pulsar_out_bytes",
+    "pulsar_rate_in", "pulsar_throughput_in", "pulsar_rate_out", "pulsar_throughput_out",
+    "pulsar_storage_size", "pulsar_storage_logical_size", "pulsar_storage_backlog_size",
+    "pulsar_storage_write_rate", "pulsar_storage_read_rate", "pulsar_producers_count",
+    "pulsar_broker_topic_messages_delayed_rejected",
+    "pulsar_broker_topic_messages_fixed_delay_overridden",
+    "pulsar_broker_topic_deduplication_producers_evicted", "pulsar_publish_rate_limit_times",
+    "pulsar_subscriptions_count", "pulsar_msg_backlog", "pulsar_consumers_count",
+    "pulsar_delayed_message_index_size_bytes", "horae_delayed_cancel_journal_failures")
+
+
 class _Rates:
     """Per-key rates from counter deltas, refreshed at most every RATE_MIN_INTERVAL_S."""
 
@@ -260,6 +274,12 @@ class _Scrape:
     def add(self, name: str, key: tuple[str, ...], value: float) -> None:
         self.values[name][key] += value
 
+    def add_topic(self, key: tuple[str, ...], values: tuple[float, ...]) -> None:
+        """The :data:`_TOPIC_SERIES` of one topic, *values* in that order."""
+        tables = self.values
+        for name, value in zip(_TOPIC_SERIES, values, strict=True):
+            tables[name][key] += value
+
     def maximum(self, name: str, key: tuple[str, ...], value: float) -> None:
         """The largest *value* per key (a namespace's quota limits and backlog age)."""
         table = self.values[name]
@@ -268,12 +288,13 @@ class _Scrape:
 
 class _TopicScrape:
     """One topic's share of a scrape (:meth:`HoraeCollector.collect_rendered_async`): what
-    :meth:`HoraeCollector._collect_topic` adds, kept flat (family name, label values, value,
-    whether it is a maximum: four items per series, no object per series) in the order it
-    was added; the namespace's topic count goes to the whole scrape."""
+    :meth:`HoraeCollector._collect_topic` adds: its :data:`_TOPIC_SERIES` values as one
+    tuple under its key, the other series kept flat (family name, label values, value: three
+    items per series, no object per series) in the order they were added; the namespace's
+    topic count goes to the whole scrape."""
 
-    __slots__ = ("bucket_ops", "cluster", "entry_sizes", "flat", "maxima", "scrape", "seen",
-                 "topic_level", "write_latency")
+    __slots__ = ("bucket_ops", "cluster", "entry_sizes", "flat", "key", "maxima", "scrape",
+                 "seen", "topic_level", "topic_values", "write_latency")
 
     def __init__(self, scrape: _Scrape) -> None:
         self.scrape = scrape
@@ -283,8 +304,21 @@ class _TopicScrape:
         self.bucket_ops = scrape.bucket_ops
         self.flat: list[object] = []
         self.maxima: list[object] = []
+        self.key: tuple[str, ...] = ()
+        self.topic_values: tuple[float, ...] = ()
         self.write_latency: LatencyTable = {}
         self.entry_sizes: LatencyTable = {}
+
+    def reset(self) -> None:
+        """Empty again, for the next topic (a topic whose text is reused keeps no record)."""
+        self.flat.clear()
+        self.maxima.clear()
+        self.write_latency.clear()
+        self.entry_sizes.clear()
+
+    def add_topic(self, key: tuple[str, ...], values: tuple[float, ...]) -> None:
+        self.key = key
+        self.topic_values = values
 
     def add(self, name: str, key: tuple[str, ...], value: float) -> None:
         if name == "pulsar_topics_count":
@@ -299,6 +333,10 @@ class _TopicScrape:
         """Add this topic's series (of the families *names* only, if given) to *values* as
         :class:`_Scrape` would have (a family's series are all sums or all maxima, so their
         order within a family is kept)."""
+        own = self.key
+        for series, number in zip(_TOPIC_SERIES, self.topic_values, strict=True):
+            if names is None or series in names:
+                values[series][own] += number
         flat = self.flat
         for i in range(0, len(flat), 3):
             name, key, value = flat[i:i + 3]
@@ -316,7 +354,7 @@ class _TopicScrape:
 #: text of its share of each family of the per-topic template, in template order. Plain tuples
 #: of strings and numbers: the garbage collector stops tracking them, so 10,000 kept topics do
 #: not lengthen its full collections.
-_TopicText = tuple[tuple[object, ...], tuple[str, ...]]
+_TopicText = tuple[tuple[object, ...], tuple[str, ...] | tuple[bytes, ...]]
 
 
 class HoraeCollector(Collector):
@@ -403,9 +441,13 @@ class HoraeCollector(Collector):
                             _TopicText | None]] = []
         keys: set[tuple[str, ...]] = set()
         topics = list(self.service.topics.items())
+        row: _TopicScrape | None = None
         for start in range(0, len(topics), slice_topics):
             for full, topic in topics[start:start + slice_topics]:
-                row = _TopicScrape(scrape)
+                if row is None:
+                    row = _TopicScrape(scrape)
+                else:
+                    row.reset()
                 try:
                     self._collect_topic(topic, row)
                 except Exception:
@@ -415,7 +457,7 @@ class HoraeCollector(Collector):
                 ((key, latency),) = row.write_latency.items()
                 keys.add(key)
                 signature: tuple[object, ...] = (
-                    tuple(row.flat), tuple(row.maxima), tuple(latency),
+                    key, row.topic_values, tuple(row.flat), tuple(row.maxima), tuple(latency),
                     tuple(latency_windows.count(key, latency, latency_now)),
                     tuple(size_windows.count(key, row.entry_sizes[key], size_now)))
                 old = kept.get(full)
@@ -425,6 +467,7 @@ class HoraeCollector(Collector):
                 else:
                     changed.append((len(order), full, row, signature, old))
                     order.append(None)
+                    row = None   # kept for rendering
             await asyncio.sleep(0)
         latency_windows.retain(keys)
         size_windows.retain(keys)
@@ -481,8 +524,14 @@ class HoraeCollector(Collector):
         """The template families whose text differs between two signatures of one topic, or
         ``None`` when its series themselves differ (a subscription came or went...)."""
         index = self._template_index
+        if old[0] != new[0]:   # the topic's labels
+            return None
         changed: set[int] = set()
-        for part in (0, 1):   # (name, key, value) triples: same series, values compared
+        a, b = old[1], new[1]   # the _TOPIC_SERIES values
+        if a != b:
+            changed.update(index[name] for name, x, y in zip(  # type: ignore[call-overload]
+                _TOPIC_SERIES, a, b, strict=True) if x != y)
+        for part in (2, 3):   # (name, key, value) triples: same series, values compared
             a, b = old[part], new[part]
             if a == b:
                 continue
@@ -492,31 +541,34 @@ class HoraeCollector(Collector):
             for i in range(2, len(a), 3):  # type: ignore[arg-type]
                 if a[i] != b[i]:  # type: ignore[index]
                     changed.add(index[b[i - 2]])  # type: ignore[index]
-        for part, names in ((2, (HISTOGRAM,)), (3, PULSAR_BUCKET_SERIES),
-                            (4, (*ENTRY_SIZE_SERIES, ENTRY_SIZE_COUNT, ENTRY_SIZE_SUM))):
+        for part, names in ((4, (HISTOGRAM,)), (5, PULSAR_BUCKET_SERIES),
+                            (6, (*ENTRY_SIZE_SERIES, ENTRY_SIZE_COUNT, ENTRY_SIZE_SUM))):
             if old[part] != new[part]:
                 changed.update(index[name] for name in names)
         return changed
 
     def _render(self, fmt: str,
                 rows: list[tuple[_TopicScrape, tuple[object, ...], _TopicText | None]],
-                width: int) -> list[tuple[str, ...]]:
+                width: int) -> list[tuple[str, ...] | tuple[bytes, ...]]:
         """The text of *rows*' share of each template family, per row, in *fmt*: a row with
         its signature (which holds its windowed latency and entry-size counts) and what was
-        kept for it. Only the families whose values moved since then are rendered again."""
+        kept for it. Only the families whose values moved since then are rendered again.
+        Snapshot text is kept UTF-8 encoded (the writer compresses bytes: no encoding of
+        every topic's text at every export)."""
+        empty: str | bytes = b"" if fmt == SNAPSHOT else ""
         values: SampleTable = defaultdict(lambda: defaultdict(float))
         latency: LatencyTable = {}
         latency_windowed: LatencyTable = {}
         sizes_windowed: LatencyTable = {}
         index = self._template_index
-        texts: list[list[str]] = []
+        texts: list[list[str | bytes]] = []
         index_of: dict[str, int] = {}
         for n, (row, signature, old) in enumerate(rows):
             ((key, acc),) = row.write_latency.items()
             index_of[key[2]] = n
             redo = None if old is None else self._changed_families(old[0], signature)
             if redo is None:
-                texts.append([""] * width)
+                texts.append([empty] * width)
                 row.replay(values)
                 names = None
             else:
@@ -526,12 +578,12 @@ class HoraeCollector(Collector):
             if names is None or HISTOGRAM in names:
                 latency[key] = acc
             if names is None or PULSAR_BUCKET_SERIES[0] in names:
-                latency_windowed[key] = list(signature[3])  # type: ignore[call-overload]
+                latency_windowed[key] = list(signature[5])  # type: ignore[call-overload]
             if names is None or ENTRY_SIZE_SERIES[0] in names:
-                sizes_windowed[key] = list(signature[4])  # type: ignore[call-overload]
+                sizes_windowed[key] = list(signature[6])  # type: ignore[call-overload]
             if redo is not None:
                 for j in redo:
-                    texts[n][j] = ""
+                    texts[n][j] = empty
         families = self._topic_families(values, latency, latency_windowed, sizes_windowed,
                                         LabelSets())
         if len(families) != width:
@@ -552,10 +604,11 @@ class HoraeCollector(Collector):
             for i in range(1, len(samples) + 1):
                 if i == len(samples) or (samples[i].labels["topic"]
                                          != samples[start].labels["topic"]):
-                    texts[index_of[samples[start].labels["topic"]]][j] = "".join(
-                        lines[start:i])
+                    text = "".join(lines[start:i])
+                    texts[index_of[samples[start].labels["topic"]]][j] = (
+                        text.encode("utf-8") if fmt == SNAPSHOT else text)
                     start = i
-        return [tuple(topic_texts) for topic_texts in texts]
+        return [tuple(topic_texts) for topic_texts in texts]  # type: ignore[misc]
 
     def _begin(self) -> _Scrape:
         config = self.service.config
@@ -611,35 +664,23 @@ class HoraeCollector(Collector):
         def add(name: str, value: float) -> None:
             scrape.add(name, key, value)
 
-        add("pulsar_in_messages", meters.msg_in_counter)
-        add("pulsar_in_bytes", meters.bytes_in_counter)
-        add("pulsar_out_messages", meters.msg_out_counter)
-        add("pulsar_out_bytes", meters.bytes_out_counter)
-        for name, value in zip(("pulsar_rate_in", "pulsar_throughput_in", "pulsar_rate_out",
-                                "pulsar_throughput_out"), meters.rates(), strict=True):
-            add(name, value)
-        add("pulsar_storage_size", meters.storage_size)
-        add("pulsar_storage_logical_size", meters.storage_logical_size)
-        add("pulsar_storage_backlog_size", meters.backlog_size_bytes())
-        write_rate, read_rate = meters.storage_rates()
-        add("pulsar_storage_write_rate", write_rate)
-        add("pulsar_storage_read_rate", read_rate)
         limit_size, limit_time = meters.backlog_quota_limits()
         scrape.maximum("pulsar_storage_backlog_quota_limit", key, limit_size)
         scrape.maximum("pulsar_storage_backlog_quota_limit_time", key, limit_time)
         scrape.maximum("pulsar_storage_backlog_age_seconds", key, meters.backlog_age_seconds())
-        add("pulsar_producers_count", len(topic.producers))
-        add("pulsar_broker_topic_messages_delayed_rejected", meters.delayed_rejected_counter)
-        add("pulsar_broker_topic_messages_fixed_delay_overridden",
-            meters.fixed_delay_overridden_counter)
-        add("pulsar_broker_topic_deduplication_producers_evicted",
-            meters.dedup_producers_evicted_counter)
-        add("pulsar_publish_rate_limit_times", topic.publish_rate.limited_times)
-        acc = scrape.write_latency.setdefault(
-            key, [0.0] * (len(PUBLISH_LATENCY_BUCKETS_MS) + 2))
-        for i, c in enumerate(meters.publish_latency_buckets[: len(acc) - 1]):
-            acc[i] += c
-        acc[-1] += meters.publish_latency_sum_ms
+        buckets = meters.publish_latency_buckets
+        n = len(PUBLISH_LATENCY_BUCKETS_MS) + 1
+        acc = scrape.write_latency.get(key)
+        if acc is None and len(buckets) >= n:   # the usual case: one key per topic
+            # 0.0 + c: exactly what adding to a fresh [0.0, ...] gives
+            acc = scrape.write_latency[key] = [0.0 + c for c in buckets[:n]]
+            acc.append(0.0 + meters.publish_latency_sum_ms)
+        else:
+            if acc is None:
+                acc = scrape.write_latency[key] = [0.0] * (n + 1)
+            for i, c in enumerate(buckets[:n]):
+                acc[i] += c
+            acc[-1] += meters.publish_latency_sum_ms
         sizes = scrape.entry_sizes.get(key)
         if sizes is None:   # [buckets..., overflow, sum bytes, unused] (entry_size module)
             sizes = scrape.entry_sizes[key] = [0.0] * (len(ENTRY_SIZE_BUCKETS_BYTES) + 3)
@@ -648,9 +689,8 @@ class HoraeCollector(Collector):
         sizes[-2] += meters.entry_size_sum_bytes
 
         subs = dict(topic.subscriptions)
-        add("pulsar_subscriptions_count", len(subs))
         backlog_total = consumers_total = index_bytes_total = journal_failures = 0.0
-        bucket_totals: dict[str, float] = defaultdict(float)
+        bucket_totals: dict[str, float] = {}
         for sub_name, sub in subs.items():
             skey = (cluster, ns, full, sub_name)
             backlog = sub.cursor.backlog
@@ -665,7 +705,7 @@ class HoraeCollector(Collector):
                 bucket = sub.bucket_index
                 gauges = index_gauges(tracker, bucket)
                 for name, value in gauges.items():
-                    bucket_totals[name] += value
+                    bucket_totals[name] = bucket_totals.get(name, 0.0) + value
                 if bucket is not None:
                     scrape.bucket_ops.add(bucket, key, skey if scrape.topic_level else None)
                     journal_failures += bucket.cancel_journal_failures
@@ -707,10 +747,17 @@ class HoraeCollector(Collector):
                 sadd("pulsar_subscription_delayed_cancels_applied", cancels.applied_total)
                 sadd("pulsar_subscription_delayed_cancels_refused", cancels.refused_total)
                 sadd("pulsar_subscription_delayed_cancels_pending", cancels.pending)
-        add("pulsar_msg_backlog", backlog_total)
-        add("pulsar_consumers_count", consumers_total)
-        add("pulsar_delayed_message_index_size_bytes", index_bytes_total)
-        add("horae_delayed_cancel_journal_failures", journal_failures)
+        rate_in, throughput_in, rate_out, throughput_out, write_rate, read_rate = (
+            meters.rate_figures())
+        scrape.add_topic(key, (
+            meters.msg_in_counter, meters.bytes_in_counter, meters.msg_out_counter,
+            meters.bytes_out_counter, rate_in, throughput_in, rate_out, throughput_out,
+            meters.storage_size, meters.storage_logical_size, meters.backlog_size_bytes(),
+            write_rate, read_rate,
+            len(topic.producers), meters.delayed_rejected_counter,
+            meters.fixed_delay_overridden_counter, meters.dedup_producers_evicted_counter,
+            topic.publish_rate.limited_times, len(subs), backlog_total, consumers_total,
+            index_bytes_total, journal_failures))
         for name, value in bucket_totals.items():
             add(name, value)
 
@@ -791,7 +838,8 @@ def render_text(families: list[Metric]) -> bytes:
     for family in families:
         out.append(generate_latest(_Families([family])).decode("utf-8"))
         if isinstance(family, RenderedFamily):
-            out.extend(family.parts)
+            out.extend(part if isinstance(part, str) else part.decode("utf-8")
+                       for part in family.parts)
     return "".join(out).encode("utf-8")
 
 

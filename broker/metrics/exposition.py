@@ -52,9 +52,11 @@ class RenderedFamily(Metric):
     lines of ``/metrics``, or the snapshot writer's lines (see
     :func:`broker.metrics.snapshots.sample_line_texts`). Name, help and type as usual and no
     ``samples``: ``generate_latest`` renders its header only, the consumer appends the text,
-    :attr:`parts` in order."""
+    :attr:`parts` in order (``str`` for ``/metrics``; for the snapshot writer UTF-8 ``bytes``,
+    which it compresses as they are)."""
 
-    def __init__(self, name: str, documentation: str, typ: str, parts: list[str]) -> None:
+    def __init__(self, name: str, documentation: str, typ: str,
+                 parts: list[str] | list[bytes]) -> None:
         super().__init__(name, documentation, typ)
         self.parts = parts
 

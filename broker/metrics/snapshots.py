@@ -84,6 +84,7 @@ _RUN_SAMPLES = 16
 #: JSON text never holds a raw NUL (``json.dumps`` escapes it, numbers and the fixed pieces have
 #: none), so replacing it is exact.
 LINE_MARK = "\x00"
+_LINE_MARK_BYTES = LINE_MARK.encode("utf-8")
 #: Label sets' JSON kept however few the last write serialised.
 _LABELS_KEPT_MIN = 4096
 _DATE_DIR_RE = re.compile(r"^date=(\d{4}-\d{2}-\d{2})$")
@@ -224,10 +225,10 @@ class MetricSnapshotWriter:
         the comparison, the replace and gzip, all in C. Blocks: call it off the loop."""
         return self._write_lines(self._texts(families), ts_ms)
 
-    def _texts(self, families: Iterable[Metric]) -> Iterator[str]:
+    def _texts(self, families: Iterable[Metric]) -> Iterator[str | bytes]:
         """Text of *families*' lines with :data:`LINE_MARK` for their start; keeps each
         family's runs (samples and text) for the next call, and only this call's. A
-        :class:`RenderedFamily` is already that text."""
+        :class:`RenderedFamily` is already that text (``str``, or UTF-8 ``bytes``)."""
         head = LINE_MARK
         previous, kept = self._runs, {}
         # id(labels dict) -> its JSON; the dicts stay alive (held by families) meanwhile.
@@ -236,7 +237,10 @@ class MetricSnapshotWriter:
         kept_labels: dict[tuple[tuple[str, str], ...], str] = {}
         for family in families:
             if isinstance(family, RenderedFamily):
-                yield from family.parts
+                parts = family.parts   # joined in C: no Python step per topic
+                if parts:
+                    yield (b"".join(parts) if isinstance(parts[0], bytes)
+                           else "".join(parts))
                 continue
             row_type = _FAMILY_TYPES.get(family.type, "untyped")
             key = (family.name, row_type)
@@ -306,9 +310,9 @@ class MetricSnapshotWriter:
                 labels_json[id(labels)] = kept[items] = text
             yield f'{prefix}{text},"value":{_json_float(value)}}}\n'
 
-    def _write_lines(self, texts: Iterable[str], ts_ms: int) -> Path:
-        """Write *texts* (whole lines, each starting with :data:`LINE_MARK`) as the snapshot
-        of *ts_ms*: tmp name, fsync, rename."""
+    def _write_lines(self, texts: Iterable[str | bytes], ts_ms: int) -> Path:
+        """Write *texts* (whole lines, each starting with :data:`LINE_MARK`; ``str``, or UTF-8
+        ``bytes`` written as they are) as the snapshot of *ts_ms*: tmp name, fsync, rename."""
         final = self.path_for(ts_ms)
         final.parent.mkdir(parents=True, exist_ok=True)
         tmp = final.with_name(f".{final.name}.tmp")
@@ -322,7 +326,16 @@ class MetricSnapshotWriter:
                 ) as gz:
                     chunk: list[str] = []
                     size = 0
+                    head_bytes = head.encode("utf-8")
                     for text in texts:
+                        if isinstance(text, bytes):
+                            if chunk:
+                                gz.write("".join(chunk).replace(LINE_MARK, head).encode("utf-8"))
+                                chunk.clear()
+                                size = 0
+                            # UTF-8 has no NUL byte but U+0000's: the same lines as below
+                            gz.write(text.replace(_LINE_MARK_BYTES, head_bytes))
+                            continue
                         chunk.append(text)
                         size += len(text)
                         if size >= _WRITE_CHARS:

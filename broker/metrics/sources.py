@@ -269,6 +269,11 @@ class TopicMeterFigures(Protocol):
         """(entries appended, entries read) per second."""
         ...
 
+    def rate_figures(self) -> tuple[float, ...]:
+        """(msgRateIn, msgThroughputIn, msgRateOut, msgThroughputOut, entries appended, entries
+        read) per second, from one reading of the counters."""
+        ...
+
     def backlog_quota_limits(self) -> tuple[int, int]:
         """(size limit in bytes, time limit in seconds) of the backlog quotas; -1: none."""
         ...

@@ -90,6 +90,11 @@ class TopicMeters:
         r = self._rates.rates(self.loop.time(), self._counter_values())
         return r[0], r[1], r[2], r[3]
 
+    def rate_figures(self) -> tuple[float, ...]:
+        """:meth:`rates` then :meth:`storage_rates` (six figures) from one reading of the
+        counters (the metrics read both at every scrape)."""
+        return self._rates.rates(self.loop.time(), self._counter_values())
+
     def storage_rates(self) -> tuple[float, float]:
         """(entries appended, entries read) per second: Pulsar's storage write and read
         rates, from the same meter as :meth:`rates` (sampled while the topic is active)."""

@@ -262,6 +262,9 @@ class _FakeTopic:
     def storage_rates(self) -> tuple[float, float]:
         return self.write_read_rates
 
+    def rate_figures(self) -> tuple[float, ...]:
+        return (*self.rates(), *self.storage_rates())
+
     def backlog_size_bytes(self) -> int:
         return self.backlog_bytes
 
