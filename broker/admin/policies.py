@@ -326,7 +326,7 @@ _FIELDS: tuple[tuple[str, str, str, Parser], ...] = (
 
 #: Fields Pulsar has no DELETE route for (a topic answers 405; a namespace's path is then
 #: its bundle-deletion route, which refuses the name as a bundle range)
-_NO_DELETE = frozenset({P.NS_SCHEMA_VALIDATION, P.TOPIC_SCHEMA_VALIDATION})
+_NO_DELETE = frozenset({P.NS_SCHEMA_VALIDATION, P.TOPIC_SCHEMA_VALIDATION, NS_DEDUP_SNAPSHOT})
 
 
 def _rate_body(rate: Any) -> dict[str, Any]:

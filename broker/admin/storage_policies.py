@@ -89,8 +89,11 @@ def persistence_body(body: object) -> dict[str, Any]:
 
 
 def snapshot_interval(refusal: str) -> Any:
-    """A deduplication snapshot interval in seconds (412 *refusal* below 0)."""
-    def parse(body: object) -> int:
+    """A deduplication snapshot interval in seconds (412 *refusal* below 0); no body removes
+    it (how Pulsar's namespace route, which has no DELETE, is cleared)."""
+    def parse(body: object) -> int | None:
+        if body is None:
+            return None
         value = _int("interval", body)
         if value < 0:
             raise E.precondition_failed(refusal)

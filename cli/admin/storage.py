@@ -147,9 +147,11 @@ _TRIOS: tuple[tuple[str, str, str, str, AddArgs, Body, str], ...] = (
      "offload policies (kept, no tiered storage)", _offload_args, _offload, "n"),
     ("offload-policies", "offloadPolicies", "offloadPolicies",
      "offload policies (kept, no tiered storage)", _offload_args, _offload, "t"),
+    ("deduplication-snapshot-interval", "deduplicationSnapshotInterval", "",
+     "deduplication snapshot interval (kept)", _interval_args, lambda a: a.interval, "n"),
     ("deduplication-snapshot-interval", "deduplicationSnapshotInterval",
      "deduplicationSnapshotInterval", "deduplication snapshot interval (kept)",
-     _interval_args, lambda a: a.interval, "nt"),
+     _interval_args, lambda a: a.interval, "t"),
     ("replicator-dispatch-rate", "replicatorDispatchRate", "replicatorDispatchRate",
      "replicator dispatch rate (kept, no replication)", _rate_args, _rate, "nt"),
 )
@@ -163,7 +165,9 @@ def _trio(suffix: str, remove: str, body: Body,
     return {
         "set": lambda a: Request("POST", f"{base(a)}/{suffix}", body(a), True),
         "get": lambda a: Request("GET", f"{base(a)}/{suffix}"),
-        "remove": lambda a: Request("DELETE", f"{base(a)}/{remove}"),
+        # "": Pulsar has no DELETE there; a POST without a body clears the value
+        "remove": (lambda a: Request("DELETE", f"{base(a)}/{remove}")) if remove
+        else (lambda a: Request("POST", f"{base(a)}/{suffix}")),
     }
 
 

@@ -166,7 +166,13 @@ def test_bookie_affinity_replication_snapshot_interval_replicator_rate(api: Api)
         assert (reply.status, reply.reason) == (412, refusal)
         _ok(api("POST", path, 1000))
         assert _ok(api("GET", path), 200) == 1000
-        _ok(api("DELETE", path))
+        if base == NS:   # Pulsar's namespace route has no DELETE: a POST without a body clears
+            reply = api("DELETE", path)
+            assert (reply.status, reply.reason) == (
+                412, "Invalid bundle range: deduplicationSnapshotInterval")
+            _ok(api("POST", path))
+        else:
+            _ok(api("DELETE", path))
         assert _ok(api("GET", path), 200) is None
 
     rate = {"dispatchThrottlingRateInMsg": 500, "dispatchThrottlingRateInByte": 524288,
