@@ -24,7 +24,7 @@ import re
 from aiohttp import web
 
 from broker.admin import errors as E
-from broker.admin.responses import admin_of, no_content
+from broker.admin.responses import admin_of, json_response, no_content
 from broker.admin.service import AdminService
 from broker.topics.topic import Topic
 
@@ -92,6 +92,24 @@ async def delete_bundle(request: web.Request) -> web.Response:
     raise E.precondition_failed("A namespace has one bundle here: delete the namespace instead")
 
 
+async def bundles(request: web.Request) -> web.Response:
+    """``GET .../namespaces/{t}/{ns}/bundles``: Pulsar's BundlesData of the one bundle."""
+    admin = admin_of(request)
+    m = request.match_info
+    await admin.tenants.require_namespace(m["tenant"], m["namespace"])
+    low, high = FULL_BUNDLE.split("_")
+    return json_response({"boundaries": [low, high], "numBundles": 1})
+
+
+async def topic_bundle(request: web.Request) -> web.Response:
+    """``GET /lookup/v2/topic/{domain}/{t}/{ns}/{topic}/bundle``: the bundle range a topic
+    is in (text)."""
+    admin = admin_of(request)
+    m = request.match_info
+    await admin.tenants.require_namespace(m["tenant"], m["namespace"])
+    return web.Response(text=FULL_BUNDLE)
+
+
 def add_bundle_delete_route(app: web.Application) -> None:
     """Registered after every other route, so only a DELETE no other route takes reaches it."""
     app.router.add_delete(NAMESPACE + "/{bundle}", delete_bundle)
@@ -99,6 +117,8 @@ def add_bundle_delete_route(app: web.Application) -> None:
 
 def add_routes(app: web.Application) -> None:
     r = app.router
+    r.add_get(NAMESPACE + "/bundles", bundles)
+    r.add_get("/lookup/v2/topic/{domain}/{tenant}/{namespace}/{topic}/bundle", topic_bundle)
     for base in (NAMESPACE, NAMESPACE + "/{bundle:0x[0-9a-fA-F]{8}_0x[0-9a-fA-F]{8}}"):
         r.add_put(base + "/unload", unload)
         r.add_post(base + "/clearBacklog", clear_backlog)

@@ -30,6 +30,7 @@ import urllib.parse
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
+from cli.admin import aliases as alias_commands
 from cli.admin import brokers as broker_commands
 from cli.admin import limits as limit_commands
 from cli.admin import maintenance as maintenance_commands
@@ -273,6 +274,7 @@ _COMMANDS.update(policy_commands.COMMANDS)
 _COMMANDS.update(limit_commands.COMMANDS)
 _COMMANDS.update(maintenance_commands.COMMANDS)
 _COMMANDS.update(storage_commands.COMMANDS)
+_COMMANDS.update(alias_commands.aliased(_COMMANDS))
 _COMMANDS.update({("brokers", name): build for name, build in broker_commands.CHANGES.items()})
 
 
@@ -500,6 +502,8 @@ def build_parser() -> argparse.ArgumentParser:
                            aliases=["topicPolicies"])
     limit_commands.add_parsers(n, tp, topic_policies)
     storage_commands.add_parsers(n, tp, topic_policies)
+    alias_commands.add_parsers(n, tp)
+    alias_commands.mirror_topic_policies(tp, topic_policies)
     message_commands.add_parsers(tp)
     return p
 
@@ -556,7 +560,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif (args.group, args.command) == ("topics", "partitioned-lookup"):
             result = _partitioned_lookup(admin_url, args, auth)
         else:
-            result = call(admin_url, _COMMANDS[(args.group, args.command)](args), auth)
+            build = _COMMANDS.get((args.group, args.command))
+            if build is None:   # topic-policies commands mirrored from topics
+                build = _COMMANDS[("topics", args.command)]
+            result = call(admin_url, build(args), auth)
     except UsageError as exc:
         print(f"horae-admin: error: {exc}", file=sys.stderr)
         return EXIT_USAGE

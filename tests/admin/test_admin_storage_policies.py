@@ -328,3 +328,54 @@ def test_horae_admin_commands(broker: Any, api: Api, capsys: pytest.CaptureFixtu
     run("topics", "set-replication-clusters", topic, "-c", cluster)
     assert run("topics", "get-replication-clusters", topic) == [cluster]
     run("topics", "remove-replication-clusters", topic)
+
+
+def test_pulsar_admin_other_names_and_small_commands(
+        broker: Any, api: Api, capsys: pytest.CaptureFixture[str]) -> None:
+    ns, topic = "public/default", "persistent://public/default/cli-alias"
+    run = lambda *argv: _cli(capsys, broker, *argv)  # noqa: E731
+    run("topics", "create", topic)
+    # deprecated and alternative names send their command's request
+    run("topics", "set-maxProducers", topic, "--max-producers", "4")
+    assert run("topics", "get-max-producers", topic) == 4
+    run("topics", "set-max-subscriptions", topic, "-m", "6")
+    assert run("topics", "get-max-subscriptions-per-topic", topic) == 6
+    run("topics", "set-max-unacked-messages-per-consumer", topic, "-m", "9")
+    assert run("topics", "get-max-unacked-messages-on-consumer", topic) == 9
+    run("topics", "disable-deduplication", topic)
+    assert run("topics", "get-deduplication-enabled", topic) is False
+    run("topics", "enable-deduplication", topic)
+    assert run("topics", "get-deduplication", topic) is True
+    # topic-policies mirrors the topic policy commands
+    run("topic-policies", "set-message-ttl", topic, "-ttl", "1h")
+    assert run("topicPolicies", "get-message-ttl", topic) == 3600
+    run("topic-policies", "set-persistence", topic, "-e", "1", "-w", "1", "-a", "1")
+    assert run("topic-policies", "get-persistence", topic)["bookkeeperEnsemble"] == 1
+    run("topic-policies", "set-auto-subscription-creation", topic, "-e")
+    assert run("topics", "get-auto-subscription-creation", topic) == {
+        "allowAutoSubscriptionCreation": True}
+    run("topics", "set-schema-validation-enforce", topic, "--enable")
+    assert run("topics", "get-schema-validation-enforce", topic) is True
+    run("topics", "create-subscription", topic, "-s", "sub")
+    run("topics", "update-subscription-properties", topic, "-s", "sub", "-p", "a=1")
+    assert run("topics", "get-subscription-properties", topic, "-s", "sub") == {"a": "1"}
+    assert run("topics", "bundle-range", topic) == "0x00000000_0xffffffff"
+    # namespaces
+    assert topic in run("namespaces", "topics", ns)
+    assert run("namespaces", "bundles", ns) == {"boundaries": ["0x00000000", "0xffffffff"],
+                                                "numBundles": 1}
+    assert "bundles" in run("namespaces", "policies", ns)
+    run("namespaces", "set-auto-topic-creation", ns, "-e", "-t", "partitioned", "-n", "2")
+    assert run("namespaces", "get-auto-topic-creation", ns) == {
+        "allowAutoTopicCreation": True, "topicType": "partitioned", "defaultNumPartitions": 2}
+    run("namespaces", "remove-auto-topic-creation", ns)
+    run("namespaces", "set-auto-subscription-creation", ns)
+    assert run("namespaces", "get-auto-subscription-creation", ns) == {
+        "allowAutoSubscriptionCreation": False}
+    run("namespaces", "remove-auto-subscription-creation", ns)
+    run("namespaces", "set-schema-validation-enforce", ns, "-e")
+    assert run("namespaces", "get-schema-validation-enforce", ns) is True
+    run("namespaces", "grant-subscription-permission", ns, "-s", "sub", "-rs", "r1,r2")
+    assert sorted(run("namespaces", "subscription-permission", ns)["sub"]) == ["r1", "r2"]
+    run("namespaces", "revoke-subscription-permission", ns, "-s", "sub", "-r", "r1")
+    assert run("namespaces", "subscription-permission", ns)["sub"] == ["r2"]

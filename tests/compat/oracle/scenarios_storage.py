@@ -175,6 +175,12 @@ STORAGE_SCENARIOS: list[Scenario] = [
         Call("POST", NS + "/maxProducersPerTopic", 7, "namespace's max producers"),
         Call("GET", TP + "/maxProducers?applied=true", label="applied from namespace"),
     ]),
+    Scenario("bundles", [
+        *WITH_TOPIC,
+        Call("GET", NS + "/bundles", label="namespace's bundles"),
+        Call("GET", "/lookup/v2/topic/persistent/{t}/{ns}/{topic}/bundle", label="topic's bundle"),
+        Call("GET", "/admin/v2/namespaces/{t}/missing/bundles", label="missing namespace"),
+    ]),
     Scenario("stats times", [
         *WITH_TOPIC,
         Call("GET", TP + "/stats", label="topic stats"),
