@@ -53,6 +53,17 @@ DYNAMIC_KEYS: tuple[str, ...] = (
     "brokerDeleteInactiveTopicsMaxInactiveDurationSeconds",
     "brokerDeleteInactiveTopicsMode",
     "delayedDeliveryMaxDelayInMillis",
+    # topic limits and rates: loaded topics are handed the new broker default at once
+    "maxPublishRatePerTopicInMessages",
+    "maxPublishRatePerTopicInBytes",
+    "dispatchThrottlingRatePerTopicInMsg",
+    "dispatchThrottlingRatePerTopicInByte",
+    "dispatchThrottlingRatePerSubscriptionInMsg",
+    "dispatchThrottlingRatePerSubscriptionInByte",
+    "subscribeThrottlingRatePerConsumer",
+    "subscribeRatePeriodPerConsumerInSecond",
+    "maxTopicsPerNamespace",
+    "subscriptionTypesEnabled",
 )
 
 #: Settings whose value is a secret (or names one inline): ``runtime`` shows them masked.

@@ -36,8 +36,10 @@ from broker.admin import (
     permissions,
     policies,
     policies_quota,
+    properties_routes,
     scheduled_routes,
     schemas,
+    storage_policies,
     topic_ops,
     topics,
     transactions_routes,
@@ -128,6 +130,8 @@ def create_app(service: BrokerService, *, metrics_source: BrokerMetrics | None =
     topics.add_routes(app)
     policies.add_routes(app)
     policies_quota.add_routes(app)
+    storage_policies.add_routes(app)
+    properties_routes.add_routes(app)
     schemas.add_routes(app)
     compaction.add_routes(app)
     topic_ops.add_routes(app)
@@ -141,6 +145,7 @@ def create_app(service: BrokerService, *, metrics_source: BrokerMetrics | None =
     app.router.add_get("/lookup/v2/topic/{domain}/{tenant}/{namespace}/{topic}", lookup)
     broker_config.add_routes(app)   # before brokers' {cluster}
     brokers.add_routes(app)
+    namespace_ops.add_bundle_delete_route(app)   # last: the DELETE no other route takes
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/metrics/", metrics)
     if service.config.web_socket_service_enabled:

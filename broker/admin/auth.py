@@ -27,7 +27,8 @@ handler:
    ``GET .../namespaces/{t}/{ns}/topics``                          namespace, or tenant admin
    ``POST .../namespaces/{t}/{ns}[/{b}]/unsubscribe/{s}``,        consume on the namespace, or
    ``.../clearBacklog[/{s}]``                                      tenant admin
-   ``PUT .../namespaces/{t}/{ns}[/{b}]/unload``                   super-user
+   ``PUT .../namespaces/{t}/{ns}[/{b}]/unload``,                  super-user
+   ``.../namespaces/{t}/{ns}/persistence/bookieAffinity``
    other ``/admin/v2/{persistent|non-persistent}/{t}/...``        tenant admin of ``t``
    ``/admin/v2/namespaces/{t}/...``                              tenant admin of ``t``
    ``GET /admin/v2/tenants/{t}``                                  tenant admin of ``t``
@@ -206,9 +207,11 @@ def check_access(authz: AuthorizationService, role: str, method: str, path: str)
         if len(parts) >= 4:
             _require_tenant_admin(authz, parts[3], role)
             return
-    elif area == "namespaces" and method == "PUT" and len(parts) in (6, 7) \
-            and parts[-1] == "unload":
-        authz.require_super_user(role)   # Pulsar's namespace (and bundle) unload: super-users
+    elif area == "namespaces" and ((method == "PUT" and len(parts) in (6, 7)
+                                    and parts[-1] == "unload")
+                                   or parts[5:] == ["persistence", "bookieAffinity"]):
+        # Pulsar's namespace (and bundle) unload and bookie affinity group: super-users
+        authz.require_super_user(role)
         return
     elif area == "namespaces" and len(parts) >= 5 and \
             (op := namespace_operation(method, parts[5:])) is not None:

@@ -247,10 +247,9 @@ def parse_partitions(body: object) -> int:
     """``PUT .../partitions`` body: a JSON integer (Pulsar also tolerates a numeric string), or
     Pulsar's PartitionedTopicMetadata object ``{"partitions": N, "properties": {...}}`` (media
     type ``application/vnd.partitioned-topic-metadata+json``, what pulsar-admin and the Go admin
-    client send). Horae keeps no topic properties, so non-empty ones are refused, not dropped."""
+    client send); its properties are read by
+    :func:`broker.admin.properties_routes.properties_of_create`."""
     if isinstance(body, dict) and "partitions" in body:
-        if body.get("properties"):
-            raise bad_request("Topic properties are not supported")
         body = body["partitions"]
     try:
         if isinstance(body, bool):

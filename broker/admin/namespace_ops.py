@@ -19,19 +19,22 @@ Pulsar namespace does not have. 404 "Namespace does not exist" for an unknown na
 
 from __future__ import annotations
 
+import re
+
 from aiohttp import web
 
 from broker.admin import errors as E
-from broker.admin.responses import admin_of, no_content
+from broker.admin.responses import admin_of, json_response, no_content
 from broker.admin.service import AdminService
 from broker.topics.topic import Topic
 
-__all__ = ["FULL_BUNDLE", "add_routes"]
+__all__ = ["FULL_BUNDLE", "add_bundle_delete_route", "add_routes"]
 
 NAMESPACE = "/admin/v2/namespaces/{tenant}/{namespace}"
 #: The one bundle of a namespace on one node: the whole hash range.
 FULL_BUNDLE = "0x00000000_0xffffffff"
 BUNDLE_NOT_FOUND = "Namespace bundle not found"
+_BUNDLE_RANGE = re.compile(r"0x[0-9a-fA-F]{8}_0x[0-9a-fA-F]{8}")
 
 
 async def _loaded(request: web.Request) -> tuple[AdminService, list[Topic]]:
@@ -73,8 +76,49 @@ async def unsubscribe(request: web.Request) -> web.Response:
     return no_content()
 
 
+async def delete_bundle(request: web.Request) -> web.Response:
+    """``DELETE .../namespaces/{t}/{ns}/{bundle}``: Pulsar's bundle deletion, the route every
+    other one-segment DELETE of a namespace falls to. A name that is not a bundle range is
+    412 ``Invalid bundle range: X``, as Pulsar answers it; a Horae namespace is one bundle, so
+    another range is not found and the whole range is refused (delete the namespace)."""
+    admin = admin_of(request)
+    m = request.match_info
+    bundle = m["bundle"]
+    if _BUNDLE_RANGE.fullmatch(bundle) is None:
+        raise E.precondition_failed(f"Invalid bundle range: {bundle}")
+    await admin.tenants.require_namespace(m["tenant"], m["namespace"])
+    if bundle.lower() != FULL_BUNDLE:
+        raise E.not_found(BUNDLE_NOT_FOUND)
+    raise E.precondition_failed("A namespace has one bundle here: delete the namespace instead")
+
+
+async def bundles(request: web.Request) -> web.Response:
+    """``GET .../namespaces/{t}/{ns}/bundles``: Pulsar's BundlesData of the one bundle."""
+    admin = admin_of(request)
+    m = request.match_info
+    await admin.tenants.require_namespace(m["tenant"], m["namespace"])
+    low, high = FULL_BUNDLE.split("_")
+    return json_response({"boundaries": [low, high], "numBundles": 1})
+
+
+async def topic_bundle(request: web.Request) -> web.Response:
+    """``GET /lookup/v2/topic/{domain}/{t}/{ns}/{topic}/bundle``: the bundle range a topic
+    is in (text)."""
+    admin = admin_of(request)
+    m = request.match_info
+    await admin.tenants.require_namespace(m["tenant"], m["namespace"])
+    return web.Response(text=FULL_BUNDLE)
+
+
+def add_bundle_delete_route(app: web.Application) -> None:
+    """Registered after every other route, so only a DELETE no other route takes reaches it."""
+    app.router.add_delete(NAMESPACE + "/{bundle}", delete_bundle)
+
+
 def add_routes(app: web.Application) -> None:
     r = app.router
+    r.add_get(NAMESPACE + "/bundles", bundles)
+    r.add_get("/lookup/v2/topic/{domain}/{tenant}/{namespace}/{topic}/bundle", topic_bundle)
     for base in (NAMESPACE, NAMESPACE + "/{bundle:0x[0-9a-fA-F]{8}_0x[0-9a-fA-F]{8}}"):
         r.add_put(base + "/unload", unload)
         r.add_post(base + "/clearBacklog", clear_backlog)

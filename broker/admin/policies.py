@@ -61,6 +61,18 @@ from broker.admin.namespaces import NAMESPACE, policy_to_body
 from broker.admin.policies_quota import policies_document_fields
 from broker.admin.responses import admin_of, json_response, no_content
 from broker.admin.service import AdminService, topic_name
+from broker.admin.storage_policies import (
+    DEFAULT_PERSISTENCE,
+    NS_DEDUP_SNAPSHOT,
+    NS_PERSISTENCE,
+    NS_REPLICATOR_RATE,
+    TOPIC_DEDUP_SNAPSHOT,
+    TOPIC_PERSISTENCE,
+    TOPIC_REPLICATOR_RATE,
+    persistence_body,
+    replicator_dispatch_rate,
+    snapshot_interval,
+)
 from broker.admin.topics import TOPIC
 from broker.topics import policies as P
 from broker.topics import policy_limits as L
@@ -303,7 +315,50 @@ _FIELDS: tuple[tuple[str, str, str, Parser], ...] = (
     ("subscriptionExpirationTime", L.NS_SUBSCRIPTION_EXPIRATION, "", _expiration_minutes),
     ("autoSubscriptionCreation", P.NS_AUTO_SUBSCRIPTION_CREATION,
      P.TOPIC_AUTO_SUBSCRIPTION_CREATION, _auto_subscription_creation),
+    ("persistence", NS_PERSISTENCE, TOPIC_PERSISTENCE, persistence_body),
+    ("deduplicationSnapshotInterval", NS_DEDUP_SNAPSHOT, "",
+     snapshot_interval("interval must be greater than or equal to 0")),
+    ("deduplicationSnapshotInterval", "", TOPIC_DEDUP_SNAPSHOT,
+     snapshot_interval("interval must be 0 or more")),
+    ("replicatorDispatchRate", NS_REPLICATOR_RATE, TOPIC_REPLICATOR_RATE,
+     replicator_dispatch_rate),
 )
+
+#: Fields Pulsar has no DELETE route for (a topic answers 405; a namespace's path is then
+#: its bundle-deletion route, which refuses the name as a bundle range)
+_NO_DELETE = frozenset({P.NS_SCHEMA_VALIDATION, P.TOPIC_SCHEMA_VALIDATION, NS_DEDUP_SNAPSHOT})
+
+
+def _rate_body(rate: Any) -> dict[str, Any]:
+    return {"dispatchThrottlingRateInMsg": rate.msgs, "dispatchThrottlingRateInByte": rate.bytes,
+            "relativeToPublishRate": rate.relative, "ratePeriodInSecond": rate.period_s}
+
+
+#: ``?applied=true`` of a topic's policy: the value in force when the topic sets none (its
+#: namespace's, else the broker's), as Pulsar's topic getters answer it
+_APPLIED: dict[str, Callable[[AdminService, TopicName], object]] = {
+    P.TOPIC_SCHEMA_STRATEGY: lambda a, tn: a.policies.schema_compatibility(tn),
+    P.TOPIC_DEDUP: lambda a, tn: _store(a).dedup_enabled(tn),
+    P.TOPIC_COMPACTION: lambda a, tn: _store(a).compaction_threshold(tn),
+    P.TOPIC_SCHEMA_VALIDATION: lambda a, tn: _store(a).schema_validation_enforced(tn),
+    L.TOPIC_MAX_PRODUCERS: lambda a, tn: _store(a).limits.max_producers_per_topic(tn),
+    L.TOPIC_MAX_CONSUMERS: lambda a, tn: _store(a).limits.max_consumers_per_topic(tn),
+    L.TOPIC_MAX_UNACKED_PER_CONSUMER:
+        lambda a, tn: _store(a).limits.max_unacked_messages_per_consumer(tn),
+    L.TOPIC_MAX_UNACKED_PER_SUB:
+        lambda a, tn: _store(a).limits.max_unacked_messages_per_subscription(tn),
+    L.TOPIC_DISPATCH_RATE: lambda a, tn: _rate_body(_store(a).limits.topic_dispatch_rate(tn)),
+    L.TOPIC_SUBSCRIBE_RATE: lambda a, tn: {
+        "subscribeThrottlingRatePerConsumer": (r := _store(a).limits.subscribe_rate(tn)).per_consumer,
+        "ratePeriodInSecond": r.period_s},
+    TOPIC_REPLICATOR_RATE: lambda a, tn: _store(a).records.namespace_value(
+        tn.namespace, NS_REPLICATOR_RATE) or {"dispatchThrottlingRateInMsg": 0,
+                                              "dispatchThrottlingRateInByte": 0,
+                                              "relativeToPublishRate": False,
+                                              "ratePeriodInSecond": 1},
+    TOPIC_PERSISTENCE: lambda a, tn: _store(a).records.namespace_value(
+        tn.namespace, NS_PERSISTENCE) or dict(DEFAULT_PERSISTENCE),
+}
 
 
 #: Topic fields whose GET answers 204 (no body) while unset: Pulsar's getters of an Optional
@@ -316,7 +371,9 @@ def _handlers(scope: _Scope, field: str, parse: Parser) -> tuple[Handler, Handle
     # what GET answers while unset: Pulsar's namespace strategy reads "UNDEFINED", its
     # namespace subscription types an empty set, its max topics per namespace 0, others null
     unset: object = {P.NS_SCHEMA_STRATEGY: "UNDEFINED", P.NS_SUBSCRIPTION_TYPES: [],
-                     L.NS_MAX_TOPICS: 0}.get(field)
+                     L.NS_MAX_TOPICS: 0, P.NS_SCHEMA_VALIDATION: False,
+                     P.TOPIC_SCHEMA_VALIDATION: False}.get(field)
+    applied_of = _APPLIED.get(field) if scope is _TOPIC_SCOPE else None
     no_content_unset = scope is _TOPIC_SCOPE and field in _NO_CONTENT_WHEN_UNSET
     # Pulsar removes a topic's subscription types by storing an empty list (read as unset)
     removed: object = [] if (scope is _TOPIC_SCOPE and field == P.TOPIC_SUBSCRIPTION_TYPES) \
@@ -324,11 +381,13 @@ def _handlers(scope: _Scope, field: str, parse: Parser) -> tuple[Handler, Handle
 
     async def get(request: web.Request) -> web.Response:
         admin, key = await scope.locate(request)
-        if field == P.TOPIC_SCHEMA_STRATEGY and \
-                request.query.get("applied", "false").lower() in ("1", "true"):
-            # the strategy in force: topic > namespace > broker (Pulsar's applied read)
-            return json_response(admin.policies.schema_compatibility(TopicName.parse(key)))
+        applied = request.query.get("applied", "false").lower() in ("1", "true")
         value = scope.read(_store(admin).records, key).get(field)
+        if applied and value is None and applied_of is not None:
+            # the value in force: topic > namespace > broker (Pulsar's applied read)
+            return json_response(applied_of(admin, TopicName.parse(key)))
+        if applied and field == P.NS_SCHEMA_VALIDATION and not value:
+            return json_response(_store(admin).config.is_schema_validation_enforced)
         if value is None and no_content_unset:
             return no_content()
         return json_response(unset if value is None else value)
@@ -409,4 +468,5 @@ def add_routes(app: web.Application) -> None:
             r.add_get(path, get)
             r.add_post(path, put)
             r.add_put(path, put)
-            r.add_delete(path, delete)
+            if field not in _NO_DELETE:
+                r.add_delete(path, delete)

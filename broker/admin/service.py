@@ -345,6 +345,12 @@ class AdminEntries:
         return pos if entry_exists(topic.ledger, pos) else None
 
     @staticmethod
+    def first_ledger_created_ms(topic: Topic) -> int | None:
+        """When the oldest ledger the topic still has was created (None: no ledger)."""
+        created = [info.created_ms for info in topic.ledger.ledgers if info.created_ms > 0]
+        return min(created) if created else None
+
+    @staticmethod
     def last_position(topic: Topic) -> Position:
         """The last stored entry; ``(current ledger, -1)`` when the topic holds none, as
         Pulsar's last message id of an empty topic."""

@@ -16,10 +16,11 @@ from typing import Any
 
 from aiohttp import web
 
-from broker.admin import bodies
+from broker.admin import bodies, topic_times
 from broker.admin import errors as E
+from broker.admin.properties_routes import properties_of_create, store_topic_properties
 from broker.admin.responses import admin_of, json_response, no_content
-from broker.admin.service import AdminEntries, topic_name
+from broker.admin.service import AdminEntries, AdminService, topic_name
 from broker.admin.stats import aggregate_stats
 from broker.topics import stats as topic_docs
 from broker.topics.names import TopicName
@@ -61,17 +62,22 @@ async def list_partitioned(request: web.Request) -> web.Response:
 async def create_topic(request: web.Request) -> web.Response:
     admin, tn = admin_of(request), _topic_name(request)
     m = request.match_info
+    properties = properties_of_create(bodies.load_json(await request.read()))
     await admin.tenants.require_namespace(m["tenant"], m["namespace"])
     if await admin.topics.partition_count(tn) > 0 or await admin.topics.exists(tn):
         raise E.conflict(E.TOPIC_EXISTS)
     await admin.topics.create(tn)
+    if properties:
+        await store_topic_properties(admin, tn, properties)
     return no_content()
 
 
 async def create_partitioned(request: web.Request) -> web.Response:
     admin, tn = admin_of(request), _topic_name(request)
     m = request.match_info
-    partitions = bodies.parse_partitions(bodies.load_json(await request.read()))
+    body = bodies.load_json(await request.read())
+    partitions = bodies.parse_partitions(body)
+    properties = properties_of_create(body, partitioned=True)
     await admin.tenants.require_namespace(m["tenant"], m["namespace"])
     if partitions <= 0:
         raise E.RestError(406, E.PARTITIONS_NOT_POSITIVE)
@@ -80,6 +86,8 @@ async def create_partitioned(request: web.Request) -> web.Response:
     if await admin.topics.exists(tn):
         raise E.conflict(E.TOPIC_EXISTS)
     await admin.topics.create_partitioned(tn, partitions)
+    if properties:
+        await store_topic_properties(admin, tn, properties)
     return no_content()
 
 
@@ -144,15 +152,24 @@ def _stats_of(request: web.Request) -> Callable[[Topic], dict[str, Any]]:
     return stats
 
 
+async def _timed_stats(admin: AdminService, topics: list[Topic],
+                       stats_of: Callable[[Topic], dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    docs: dict[str, dict[str, Any]] = {}
+    for topic in topics:
+        doc = stats_of(topic)
+        await topic_times.stamp(admin, topic, doc)
+        docs[topic.full] = doc
+    return docs
+
+
 async def topic_stats(request: web.Request) -> web.Response:
     admin, tn = admin_of(request), _topic_name(request)
     n = await admin.topics.partition_count(tn)
-    topics = await admin.topics.targets(tn)
-    stats = _stats_of(request)
+    docs = await _timed_stats(admin, await admin.topics.targets(tn), _stats_of(request))
     if n == 0:
-        return json_response(stats(topics[0]))
+        return json_response(next(iter(docs.values())))
     per_partition = request.query.get("perPartition", "true").lower() != "false"
-    return json_response(_partitioned_stats(topics, n, per_partition, stats))
+    return json_response(_partitioned_stats(docs, n, per_partition))
 
 
 async def partitioned_stats(request: web.Request) -> web.Response:
@@ -161,14 +178,14 @@ async def partitioned_stats(request: web.Request) -> web.Response:
     if n == 0:
         raise E.not_found(E.PARTITIONED_TOPIC_NOT_FOUND)
     per_partition = request.query.get("perPartition", "true").lower() != "false"
-    return json_response(_partitioned_stats(await admin.topics.targets(tn), n, per_partition,
-                                            _stats_of(request)))
+    docs = await _timed_stats(admin, await admin.topics.targets(tn), _stats_of(request))
+    return json_response(_partitioned_stats(docs, n, per_partition))
 
 
-def _partitioned_stats(topics: list[Topic], n: int, per_partition: bool,
-                       stats_of: Callable[[Topic], dict[str, Any]]) -> dict[str, Any]:
-    stats = {t.full: stats_of(t) for t in topics}
+def _partitioned_stats(stats: dict[str, dict[str, Any]], n: int,
+                       per_partition: bool) -> dict[str, Any]:
     result = aggregate_stats(list(stats.values()))
+    topic_times.stamp_partitioned(result, list(stats.values()))
     result["metadata"] = {"partitions": n, "deleted": False}
     result["partitions"] = stats if per_partition else {}
     return result

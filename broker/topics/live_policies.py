@@ -21,6 +21,9 @@ rate takes effect without waiting for the next message or ack. Limits that are c
 client arrives (producers, consumers and subscriptions per topic, consumers per subscription,
 subscription types, auto-creation) need nothing here: they are resolved at each PRODUCER and
 SUBSCRIBE, so the next one meets the new value, and clients already attached stay, as in Pulsar.
+A dynamic change of the broker's defaults (``maxPublishRatePerTopicInMessages``, the dispatch
+and subscribe rates; :mod:`broker.dynamic_config`) reaches every loaded topic the same way
+(:meth:`apply_all`), as Pulsar's topics re-read them on a dynamic-configuration update.
 """
 
 from __future__ import annotations
@@ -52,6 +55,11 @@ class LivePolicies:
             if (namespace is not None and tn.namespace == namespace) or \
                     (full is not None and full in (tn.full, tn.partitioned_parent)):
                 self.apply(topic)
+
+    def apply_all(self) -> None:
+        """The broker's defaults changed (a dynamic setting): every loaded topic re-resolves."""
+        for topic in list(self._loaded()):
+            self.apply(topic)
 
     def apply(self, topic: Topic | NonPersistentTopic) -> None:
         """Give *topic*, its subscriptions and consumers the limits now in force."""

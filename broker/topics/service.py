@@ -155,11 +155,13 @@ class BrokerService:
 
     def _reconfigure(self, config: BrokerConfig) -> None:
         """A dynamic setting changed (:mod:`broker.dynamic_config`): the new configuration is
-        read from the next operation on; loaded topics re-resolve their delay policy."""
+        read from the next operation on; loaded topics re-resolve their delay policy and are
+        handed the limits and rates now in force."""
         self.config = config
         self.policies.config = config
         self.addresses.config = config
         self.invalidate_policies(lambda t: True)
+        self.live_policies.apply_all()
 
     async def close(self) -> None:
         """Unload every topic (producers/consumers are told to reconnect)."""

@@ -30,11 +30,13 @@ import urllib.parse
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
+from cli.admin import aliases as alias_commands
 from cli.admin import brokers as broker_commands
 from cli.admin import limits as limit_commands
 from cli.admin import maintenance as maintenance_commands
 from cli.admin import messages as message_commands
 from cli.admin import policies as policy_commands
+from cli.admin import storage as storage_commands
 from cli.admin.args import (
     Builder,
     UsageError,
@@ -220,9 +222,13 @@ _COMMANDS: dict[tuple[str, str], Builder] = {
         "GET", f"/admin/v2/namespaces/{namespace_path(a.namespace)}/topics?mode=ALL"),
     ("topics", "list-partitioned-topics"): lambda a: Request(
         "GET", T + namespace_path(a.namespace) + "/partitioned"),
-    ("topics", "create"): lambda a: Request("PUT", topic_base(a.topic)),
+    ("topics", "create"): lambda a: Request(
+        "PUT", topic_base(a.topic), storage_commands.parse_pairs(a.metadata) or None,
+        bool(a.metadata)),
     ("topics", "create-partitioned-topic"): lambda a: Request(
-        "PUT", topic_base(a.topic) + "/partitions", a.partitions, True),
+        "PUT", topic_base(a.topic) + "/partitions",
+        {"partitions": a.partitions, "properties": storage_commands.parse_pairs(a.metadata)}
+        if a.metadata else a.partitions, True),
     ("topics", "get-partitioned-topic-metadata"): lambda a: Request(
         "GET", topic_base(a.topic) + "/partitions"),
     ("topics", "delete"): lambda a: Request("DELETE", topic_base(a.topic) + _force(a)),
@@ -267,6 +273,8 @@ _COMMANDS: dict[tuple[str, str], Builder] = {
 _COMMANDS.update(policy_commands.COMMANDS)
 _COMMANDS.update(limit_commands.COMMANDS)
 _COMMANDS.update(maintenance_commands.COMMANDS)
+_COMMANDS.update(storage_commands.COMMANDS)
+_COMMANDS.update(alias_commands.aliased(_COMMANDS))
 _COMMANDS.update({("brokers", name): build for name, build in broker_commands.CHANGES.items()})
 
 
@@ -418,7 +426,11 @@ def build_parser() -> argparse.ArgumentParser:
         gp.add_argument("--role", required=True)
         if name == "grant-permission":
             gp.add_argument("--actions", required=True, help="comma-separated: produce,consume")
-    for name in ("create", "stats", "stats-internal", "subscriptions", "lookup",
+    cr = tp.add_parser("create")
+    cr.add_argument("topic")
+    cr.add_argument("--metadata", "-m", action="append",
+                    help="a property of the topic, key=value (repeatable)")
+    for name in ("stats", "stats-internal", "subscriptions", "lookup",
                  "partitioned-lookup", "get-partitioned-topic-metadata",
                  "remove-delayed-delivery"):
         tp.add_parser(name).add_argument("topic")
@@ -436,6 +448,8 @@ def build_parser() -> argparse.ArgumentParser:
     cp = tp.add_parser("create-partitioned-topic")
     cp.add_argument("topic")
     cp.add_argument("--partitions", "-p", type=int, required=True)
+    cp.add_argument("--metadata", "-m", action="append",
+                    help="a property of the topic, key=value (repeatable)")
 
     def sub_cmd(name: str) -> argparse.ArgumentParser:
         sp: argparse.ArgumentParser = tp.add_parser(name)
@@ -484,9 +498,12 @@ def build_parser() -> argparse.ArgumentParser:
     _policy_args(tp.add_parser("set-delayed-delivery"), "topic", "topic name")
     policy_commands.add_parsers(n, tp, group("schemas", policy_commands.schema_group_help()))
     maintenance_commands.add_parsers(tp, n)
-    limit_commands.add_parsers(n, tp, group(
-        "topic-policies", "a topic's limit and rate policies (as under topics)",
-        aliases=["topicPolicies"]))
+    topic_policies = group("topic-policies", "a topic's limit and rate policies (as under topics)",
+                           aliases=["topicPolicies"])
+    limit_commands.add_parsers(n, tp, topic_policies)
+    storage_commands.add_parsers(n, tp, topic_policies)
+    alias_commands.add_parsers(n, tp)
+    alias_commands.mirror_topic_policies(tp, topic_policies)
     message_commands.add_parsers(tp)
     return p
 
@@ -543,7 +560,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif (args.group, args.command) == ("topics", "partitioned-lookup"):
             result = _partitioned_lookup(admin_url, args, auth)
         else:
-            result = call(admin_url, _COMMANDS[(args.group, args.command)](args), auth)
+            build = _COMMANDS.get((args.group, args.command))
+            if build is None:   # topic-policies commands mirrored from topics
+                build = _COMMANDS[("topics", args.command)]
+            result = call(admin_url, build(args), auth)
     except UsageError as exc:
         print(f"horae-admin: error: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -224,3 +224,28 @@ def test_relative_to_publish_rate_is_stored_and_answered(live: Any) -> None:
     tn = live.call(lambda: next(t.name for t in service.topics.values() if t.full == TOPIC))
     applied = live.call(service.policies.limits.subscription_dispatch_rate, tn)
     assert applied.relative and applied.msgs == 5
+
+
+def test_a_dynamic_broker_rate_reaches_an_attached_consumer(live: Any, client: Any) -> None:
+    """``POST /admin/v2/brokers/configuration/{key}/{value}`` of a rate key: the broker's
+    default changes for the topics already loaded, not only for the next ones."""
+    consumer = client.subscribe(TOPIC, "s")
+    producer = client.create_producer(TOPIC, batching_enabled=False)
+    producer.send(b"before")
+    assert consumer.receive(10_000).data() == b"before"
+    key = "/admin/v2/brokers/configuration/dispatchThrottlingRatePerSubscriptionInMsg"
+    assert _call(live, "POST", key + "/3")[0] == 200
+    for i in range(9):
+        producer.send(f"m{i}".encode())
+    got, elapsed = _receive_all(consumer, 9)
+    assert got == [f"m{i}".encode() for i in range(9)]
+    assert elapsed >= 1.5, elapsed
+    # back to the file's value (0, no limit): released at once
+    assert _call(live, "DELETE", key)[0] == 200
+    for i in range(30):
+        producer.send(f"n{i}".encode())
+    got, elapsed = _receive_all(consumer, 30)
+    assert got == [f"n{i}".encode() for i in range(30)]
+    assert elapsed < 9.0, elapsed   # 30 at three a second would take nine seconds
+    consumer.close()
+    producer.close()

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from peers import Answer, Peer, Peers, shape_diff, unique_names
 from scenarios_rest import SAMPLE, SCENARIOS, Call, Publish, Scenario
+from scenarios_storage import STORAGE_SCENARIOS
 
 FULL = os.environ.get("HORAE_ORACLE") == "full"
 RUN = SCENARIOS if FULL else [s for s in SCENARIOS if s.name in SAMPLE]
@@ -111,9 +112,10 @@ ALLOWED: list[Allowed] = [
             "owner broker, backlog quota limits, system-topic and rate-limit counters"),
     Allowed("*", "*stats", _only_in_horae(
         "delayedMessagesRejectedCounter", "fixedDelayOverriddenCounter", "topicEpoch",
-        "deduplicationStatus"),
+        "deduplicationStatus", "topicCreationTimeStamp", "lastPublishTimeStamp"),
             "Horae's own counters (delayed messages refused or re-timed by policy), the exclusive "
-            "producers' topic epoch and the deduplication state"),
+            "producers' topic epoch, the deduplication state, and the creation and last-publish "
+            "times newer Pulsar stats carry (PIP-431, not in 4.0)"),
     Allowed("*", "internal stats", _only_in_pulsar("compactedLedger", "schemaLedgers",
                                                    "cursors.pulsar.dedup"),
             "BookKeeper ledgers Horae does not have (compacted and schema ledgers) and Pulsar's "
@@ -274,10 +276,8 @@ def _route_pattern(template: str) -> re.Pattern[str]:
 NOT_YET_COMPARED: frozenset[str] = frozenset({
     "DELETE /admin/v2/brokers/configuration/{key}",
     "DELETE /admin/v2/namespaces/{tenant}/{namespace}/delayedDeliveryReplaceByKey",
-    "DELETE /admin/v2/namespaces/{tenant}/{namespace}/schemaValidationEnforced",
     "DELETE /admin/v2/non-persistent/{tenant}/{namespace}/{topic}/truncate",
     "DELETE /admin/v2/persistent/{tenant}/{namespace}/{topic}/delayedDeliveryReplaceByKey",
-    "DELETE /admin/v2/persistent/{tenant}/{namespace}/{topic}/schemaValidationEnforced",
     "DELETE /admin/v2/persistent/{tenant}/{namespace}/{topic}/truncate",
     "GET /admin/v2/brokers",
     "GET /admin/v2/brokers/",
@@ -288,7 +288,6 @@ NOT_YET_COMPARED: frozenset[str] = frozenset({
     "GET /admin/v2/brokers/internal-configuration",
     "GET /admin/v2/brokers/version",
     "GET /admin/v2/namespaces/{tenant}/{namespace}/delayedDeliveryReplaceByKey",
-    "GET /admin/v2/namespaces/{tenant}/{namespace}/schemaValidationEnforced",
     "GET /admin/v2/non-persistent/{tenant}/{namespace}/{topic}/lastMessageId",
     "GET /admin/v2/non-persistent/{tenant}/{namespace}/{topic}/messageid/{timestamp}",
     "GET /admin/v2/non-persistent/{tenant}/{namespace}/{topic}/subscription/{sub}/analyzeBacklog",
@@ -298,7 +297,6 @@ NOT_YET_COMPARED: frozenset[str] = frozenset({
     "GET /admin/v2/persistent/{tenant}/{namespace}/{topic}/internal-info",
     "GET /admin/v2/persistent/{tenant}/{namespace}/{topic}/lastMessageId",
     "GET /admin/v2/persistent/{tenant}/{namespace}/{topic}/messageid/{timestamp}",
-    "GET /admin/v2/persistent/{tenant}/{namespace}/{topic}/schemaValidationEnforced",
     "GET /admin/v2/persistent/{tenant}/{namespace}/{topic}/subscription/{sub}/analyzeBacklog",
     "GET /admin/v2/persistent/{tenant}/{namespace}/{topic}/subscription/{sub}/delayedMessages",
     "GET /admin/v2/persistent/{tenant}/{namespace}/{topic}/subscription/{sub}/delayedMessages/histogram",
@@ -310,7 +308,6 @@ NOT_YET_COMPARED: frozenset[str] = frozenset({
     "POST /admin/v2/namespaces/{tenant}/{namespace}/clearBacklog",
     "POST /admin/v2/namespaces/{tenant}/{namespace}/clearBacklog/{subscription}",
     "POST /admin/v2/namespaces/{tenant}/{namespace}/delayedDeliveryReplaceByKey",
-    "POST /admin/v2/namespaces/{tenant}/{namespace}/schemaValidationEnforced",
     "POST /admin/v2/namespaces/{tenant}/{namespace}/unsubscribe/{subscription}",
     "POST /admin/v2/namespaces/{tenant}/{namespace}/{bundle}/clearBacklog",
     "POST /admin/v2/namespaces/{tenant}/{namespace}/{bundle}/clearBacklog/{subscription}",
@@ -318,16 +315,13 @@ NOT_YET_COMPARED: frozenset[str] = frozenset({
     "POST /admin/v2/non-persistent/{tenant}/{namespace}/{topic}/trim",
     "POST /admin/v2/persistent/{tenant}/{namespace}/{topic}/createMissedPartitions",
     "POST /admin/v2/persistent/{tenant}/{namespace}/{topic}/delayedDeliveryReplaceByKey",
-    "POST /admin/v2/persistent/{tenant}/{namespace}/{topic}/schemaValidationEnforced",
     "POST /admin/v2/persistent/{tenant}/{namespace}/{topic}/subscription/{sub}/analyzeBacklog",
     "POST /admin/v2/persistent/{tenant}/{namespace}/{topic}/trim",
     "PUT /admin/v2/namespaces/{tenant}/{namespace}/delayedDeliveryReplaceByKey",
-    "PUT /admin/v2/namespaces/{tenant}/{namespace}/schemaValidationEnforced",
     "PUT /admin/v2/namespaces/{tenant}/{namespace}/unload",
     "PUT /admin/v2/namespaces/{tenant}/{namespace}/{bundle}/unload",
     "PUT /admin/v2/persistent/{tenant}/{namespace}/{topic}/backlogSize",
     "PUT /admin/v2/persistent/{tenant}/{namespace}/{topic}/delayedDeliveryReplaceByKey",
-    "PUT /admin/v2/persistent/{tenant}/{namespace}/{topic}/schemaValidationEnforced",
     "PUT /admin/v2/persistent/{tenant}/{namespace}/{topic}/subscription/{sub}/properties",
 })
 
@@ -349,7 +343,7 @@ def test_scenarios_cover_every_route() -> None:
     called = set()
     sample = {"t": "t", "ns": "ns", "topic": "topic", "cluster": "standalone"}
     sample.update({f"{k}{i}": "1" for k in ("ledger", "entry") for i in range(10)})
-    for scenario in SCENARIOS:
+    for scenario in [*SCENARIOS, *STORAGE_SCENARIOS]:
         for step in scenario.steps:
             if isinstance(step, Call):
                 path = step.path.format(**sample).split("?", 1)[0]

@@ -1,0 +1,411 @@
+"""Policies Pulsar keeps for storage and replication: stored and shown, with no effect on one node.
+
+Theory of operation: Pulsar's paths, bodies, status codes and reasons (``NamespacesBase`` /
+``PersistentTopicsBase``, ``AdminResource.validatePersistencePolicies`` /
+``validateOffloadPolicies``), kept in the policy records (:class:`broker.topics.policy_records.PolicyRecords`)
+under Pulsar's ``Policies`` / ``TopicPolicies`` names, so they survive a restart and go with
+their namespace or topic. Horae writes every ledger once to its own disk, has no tiered
+storage, no bookies and one cluster, so none of them changes what the broker does:
+
+- persistence (``bookkeeperEnsemble``, ``...WriteQuorum``, ``...AckQuorum``,
+  ``managedLedgerMaxMarkDeleteRate``): namespace and topic ``.../persistence``; the rows of
+  ``_FIELDS`` in :mod:`broker.admin.policies` serve them with :func:`persistence_body`;
+- the deduplication snapshot interval and the replicator dispatch rate, likewise
+  (:func:`snapshot_interval`, :func:`replicator_dispatch_rate`);
+- offload: ``.../offloadPolicies`` (an OffloadPolicies document, Pulsar's defaults filled in
+  as its ``OffloadPoliciesImpl`` has them), the namespace's ``offloadThreshold``,
+  ``offloadThresholdInSeconds`` and ``offloadDeletionLagMs``, which Pulsar keeps inside that
+  document (set one and the document exists with its defaults);
+- the namespace's bookie affinity group (``.../persistence/bookieAffinity``, super-user only;
+  unset answers 204 without a body. Pulsar keeps it in a namespace's local policies, which
+  it writes when a bundle is first owned, and answers 404 ``Namespace local-policies does not
+  exist`` before that; a Horae namespace has its one bundle from its creation);
+- topic replication clusters (``.../replication``): only this broker's cluster can be named.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+from broker.admin import bodies
+from broker.admin import errors as E
+from broker.admin.namespaces import NAMESPACE
+from broker.admin.responses import admin_of, json_response, no_content
+from broker.admin.service import AdminService, topic_name
+from broker.admin.topics import TOPIC
+from broker.topics.names import TopicName
+from broker.topics.policy_records import PolicyRecords
+
+__all__ = ["NS_PERSISTENCE", "TOPIC_PERSISTENCE", "add_routes", "offload_document",
+           "persistence_body", "replicator_dispatch_rate", "snapshot_interval"]
+
+NS_PERSISTENCE = "persistence"
+TOPIC_PERSISTENCE = "persistence"
+NS_DEDUP_SNAPSHOT = "deduplicationSnapshotInterval"
+TOPIC_DEDUP_SNAPSHOT = "deduplicationSnapshotIntervalSeconds"
+NS_REPLICATOR_RATE = "replicatorDispatchRate"
+TOPIC_REPLICATOR_RATE = "replicatorDispatchRate"
+NS_OFFLOAD = "offload_policies"
+TOPIC_OFFLOAD = "offloadPolicies"
+NS_BOOKIE_AFFINITY = "bookie_affinity_group"   # Pulsar's LocalPolicies.bookieAffinityGroup
+TOPIC_REPLICATION = "replicationClusters"
+
+#: broker.conf ``managedLedgerMaxEnsembleSize`` / ``...MaxWriteQuorum`` / ``...MaxAckQuorum``
+MAX_QUORUM = 5
+#: broker.conf ``managedLedgerDefaultEnsembleSize`` / ``...WriteQuorum`` / ``...AckQuorum`` /
+#: ``managedLedgerDefaultMarkDeleteRateLimit``: the applied persistence of a topic set nowhere
+DEFAULT_PERSISTENCE = {"bookkeeperEnsemble": 1, "bookkeeperWriteQuorum": 1,
+                       "bookkeeperAckQuorum": 1, "managedLedgerMaxMarkDeleteRate": 1.0}
+
+
+# --- bodies -------------------------------------------------------------------------------
+def _int(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise E.bad_request(f"Invalid value: {name} must be a number")
+    return value
+
+
+def persistence_body(body: object) -> dict[str, Any]:
+    """A PersistencePolicies, checked as Pulsar's ``validatePersistencePolicies`` (400);
+    missing fields take its defaults (2, 2, 2, 0.0), unknown ones are dropped."""
+    if not isinstance(body, dict):
+        raise E.bad_request("Invalid value: expected a PersistencePolicies")
+    ensemble = _int("bookkeeperEnsemble", body.get("bookkeeperEnsemble", 2))
+    write = _int("bookkeeperWriteQuorum", body.get("bookkeeperWriteQuorum", 2))
+    ack = _int("bookkeeperAckQuorum", body.get("bookkeeperAckQuorum", 2))
+    rate = body.get("managedLedgerMaxMarkDeleteRate", 0.0)
+    if isinstance(rate, bool) or not isinstance(rate, (int, float)):
+        raise E.bad_request("Invalid value: managedLedgerMaxMarkDeleteRate must be a number")
+    for name, value in (("Ensemble", ensemble), ("WriteQuorum", write), ("AckQuorum", ack)):
+        if not 0 < value <= MAX_QUORUM:
+            raise E.bad_request(f"Bookkeeper-{name} must be <= {MAX_QUORUM} and > 0.")
+    if not ensemble >= write >= ack:
+        raise E.bad_request(f"Bookkeeper Ensemble ({ensemble}) >= WriteQuorum ({write}) >= "
+                            f"AckQuorum ({ack})")
+    return {"bookkeeperEnsemble": ensemble, "bookkeeperWriteQuorum": write,
+            "bookkeeperAckQuorum": ack, "managedLedgerMaxMarkDeleteRate": float(rate)}
+
+
+def snapshot_interval(refusal: str) -> Any:
+    """A deduplication snapshot interval in seconds (412 *refusal* below 0); no body removes
+    it (how Pulsar's namespace route, which has no DELETE, is cleared)."""
+    def parse(body: object) -> int | None:
+        if body is None:
+            return None
+        value = _int("interval", body)
+        if value < 0:
+            raise E.precondition_failed(refusal)
+        return value
+    return parse
+
+
+def replicator_dispatch_rate(body: object) -> dict[str, Any]:
+    """A DispatchRate as Pulsar stores a replicator's: missing fields are 0 / false."""
+    if not isinstance(body, dict):
+        raise E.bad_request("Invalid value: expected a DispatchRate")
+    relative = body.get("relativeToPublishRate", False)
+    if not isinstance(relative, bool):
+        raise E.bad_request("Invalid value: relativeToPublishRate must be true or false")
+    return {"dispatchThrottlingRateInMsg": _int("dispatchThrottlingRateInMsg",
+                                                body.get("dispatchThrottlingRateInMsg", 0)),
+            "dispatchThrottlingRateInByte": _int("dispatchThrottlingRateInByte",
+                                                 body.get("dispatchThrottlingRateInByte", 0)),
+            "relativeToPublishRate": relative,
+            "ratePeriodInSecond": _int("ratePeriodInSecond", body.get("ratePeriodInSecond", 0))}
+
+
+# --- offload --------------------------------------------------------------------------------
+#: OffloadPoliciesImpl's fields: name -> (JSON type, default; None = left out when unset)
+_OFFLOAD_FIELDS: dict[str, tuple[type, Any]] = {
+    "offloadersDirectory": (str, "./offloaders"),
+    "managedLedgerOffloadDriver": (str, None),
+    "managedLedgerOffloadMaxThreads": (int, 2),
+    "managedLedgerOffloadReadThreads": (int, None),
+    "managedLedgerOffloadPrefetchRounds": (int, 1),
+    "managedLedgerOffloadThresholdInSeconds": (int, None),
+    "managedLedgerOffloadThresholdInBytes": (int, None),
+    "managedLedgerOffloadDeletionLagInMillis": (int, None),
+    "managedLedgerOffloadedReadPriority": (str, None),
+    "managedLedgerExtraConfigurations": (dict, {}),
+    "s3ManagedLedgerOffloadRegion": (str, None),
+    "s3ManagedLedgerOffloadBucket": (str, None),
+    "s3ManagedLedgerOffloadServiceEndpoint": (str, None),
+    "s3ManagedLedgerOffloadMaxBlockSizeInBytes": (int, 67108864),
+    "s3ManagedLedgerOffloadReadBufferSizeInBytes": (int, 1048576),
+    "s3ManagedLedgerOffloadCredentialId": (str, None),
+    "s3ManagedLedgerOffloadCredentialSecret": (str, None),
+    "s3ManagedLedgerOffloadRole": (str, None),
+    "s3ManagedLedgerOffloadRoleSessionName": (str, "pulsar-s3-offload"),
+    "gcsManagedLedgerOffloadRegion": (str, None),
+    "gcsManagedLedgerOffloadBucket": (str, None),
+    "gcsManagedLedgerOffloadMaxBlockSizeInBytes": (int, 134217728),
+    "gcsManagedLedgerOffloadReadBufferSizeInBytes": (int, 1048576),
+    "gcsManagedLedgerOffloadServiceAccountKeyFile": (str, None),
+    "fileSystemProfilePath": (str, None),
+    "fileSystemURI": (str, None),
+    "managedLedgerOffloadBucket": (str, None),
+    "managedLedgerOffloadRegion": (str, None),
+    "managedLedgerOffloadServiceEndpoint": (str, None),
+    "managedLedgerOffloadMaxBlockSizeInBytes": (int, None),
+    "managedLedgerOffloadReadBufferSizeInBytes": (int, None),
+}
+OFFLOAD_DRIVERS = ("S3", "aws-s3", "google-cloud-storage", "filesystem", "azureblob",
+                   "aliyun-oss")
+_S3_DRIVERS = ("s3", "aws-s3")
+_THRESHOLD_S = "managedLedgerOffloadThresholdInSeconds"
+
+
+def _offload_defaults() -> dict[str, Any]:
+    return {name: (dict(default) if isinstance(default, dict) else default)
+            for name, (_, default) in _OFFLOAD_FIELDS.items() if default is not None}
+
+
+def _offload_fields(body: object) -> dict[str, Any]:
+    """The known OffloadPolicies fields of *body* over the defaults (unknown ones dropped)."""
+    if not isinstance(body, dict):
+        raise E.bad_request("Invalid value: expected an OffloadPolicies")
+    out = _offload_defaults()
+    for name, (kind, _) in _OFFLOAD_FIELDS.items():
+        value = body.get(name)
+        if value is None:
+            continue
+        if (kind is int and (isinstance(value, bool) or not isinstance(value, int))) or \
+                (kind is not int and not isinstance(value, kind)):
+            raise E.bad_request(f"Invalid value: {name}")
+        out[name] = value
+    return _ordered(out)
+
+
+def _ordered(doc: dict[str, Any]) -> dict[str, Any]:
+    """*doc* with its fields in OffloadPoliciesImpl's order, as Pulsar writes them."""
+    return {name: doc[name] for name in _OFFLOAD_FIELDS if name in doc}
+
+
+def offload_policies_body(body: object) -> dict[str, Any]:
+    """An OffloadPolicies set whole, checked as Pulsar's ``validateOffloadPolicies`` (412)."""
+    if body is None:
+        raise E.precondition_failed("The offloadPolicies must be specified for namespace offload.")
+    doc = _offload_fields(body)
+    driver = doc.get("managedLedgerOffloadDriver")
+    if not isinstance(driver, str) or driver.lower() not in [d.lower() for d in OFFLOAD_DRIVERS]:
+        raise E.precondition_failed("The driver is not supported, support value: "
+                                    + ",".join(OFFLOAD_DRIVERS))
+    if not _bucket_valid(doc, driver.lower()):
+        raise E.precondition_failed("The bucket must be specified for namespace offload.")
+    return doc
+
+
+def _bucket_valid(doc: dict[str, Any], driver: str) -> bool:
+    if doc.get("managedLedgerOffloadBucket"):
+        return True
+    if driver in _S3_DRIVERS:
+        return bool(doc.get("s3ManagedLedgerOffloadBucket"))
+    if driver == "google-cloud-storage":
+        return bool(doc.get("gcsManagedLedgerOffloadBucket"))
+    return driver == "filesystem"
+
+
+def offload_document(stored: dict[str, Any] | None) -> dict[str, Any] | None:
+    """What GET answers: the stored document and the driver flags Pulsar derives."""
+    if stored is None:
+        return None
+    driver = str(stored.get("managedLedgerOffloadDriver") or "").lower()
+    return {**stored, "s3Driver": driver in _S3_DRIVERS,
+            "gcsDriver": driver == "google-cloud-storage",
+            "fileSystemDriver": driver == "filesystem"}
+
+
+# --- handlers -----------------------------------------------------------------------------
+async def _namespace(request: web.Request) -> tuple[AdminService, str]:
+    admin = admin_of(request)
+    tenant, ns = request.match_info["tenant"], request.match_info["namespace"]
+    await admin.tenants.require_namespace(tenant, ns)
+    return admin, f"{tenant}/{ns}"
+
+
+async def _topic(request: web.Request) -> tuple[AdminService, TopicName]:
+    admin = admin_of(request)
+    m = request.match_info
+    await admin.tenants.require_namespace(m["tenant"], m["namespace"])
+    tn = topic_name(m["tenant"], m["namespace"], m["topic"])
+    if tn.is_partition:
+        raise E.precondition_failed("Not allowed to set/get topic policy for a partition")
+    await admin.topics.require_topic_or_partitioned(tn)
+    return admin, tn
+
+
+def _records(admin: AdminService) -> PolicyRecords:
+    return admin.policy_store.records
+
+
+def _applied(request: web.Request) -> bool:
+    return request.query.get("applied", "false").lower() in ("1", "true")
+
+
+async def _body(request: web.Request) -> object:
+    return bodies.load_json(await request.read())
+
+
+async def get_ns_offload(request: web.Request) -> web.Response:
+    admin, ns = await _namespace(request)
+    return json_response(offload_document(_records(admin).namespace_value(ns, NS_OFFLOAD)))
+
+
+async def set_ns_offload(request: web.Request) -> web.Response:
+    body = await _body(request)
+    admin, ns = await _namespace(request)
+    await _records(admin).set_namespace_field(ns, NS_OFFLOAD, offload_policies_body(body))
+    return no_content()
+
+
+async def remove_ns_offload(request: web.Request) -> web.Response:
+    admin, ns = await _namespace(request)
+    await _records(admin).remove_namespace_field(ns, NS_OFFLOAD)
+    return no_content()
+
+
+def _ns_offload_value(name: str, unset: object) -> tuple[Any, Any]:
+    """GET and PUT of one field inside the namespace's offload document (Pulsar keeps the
+    thresholds there; setting one creates the document with its defaults)."""
+    async def get(request: web.Request) -> web.Response:
+        admin, ns = await _namespace(request)
+        doc = _records(admin).namespace_value(ns, NS_OFFLOAD) or {}
+        value = doc.get(name)
+        return json_response(unset if value is None else value)
+
+    async def put(request: web.Request) -> web.Response:
+        body = await _body(request)
+        admin, ns = await _namespace(request)
+        value = _int(name, body)
+        doc = dict(_records(admin).namespace_value(ns, NS_OFFLOAD) or _offload_defaults())
+        doc[name] = value
+        await _records(admin).set_namespace_field(ns, NS_OFFLOAD, _ordered(doc))
+        # Pulsar's offloadThresholdInSeconds resumes its async answer with nothing: 200
+        return web.Response(status=200) if name == _THRESHOLD_S else no_content()
+    return get, put
+
+
+async def clear_ns_offload_lag(request: web.Request) -> web.Response:
+    admin, ns = await _namespace(request)
+    doc = _records(admin).namespace_value(ns, NS_OFFLOAD)
+    if doc is not None and "managedLedgerOffloadDeletionLagInMillis" in doc:
+        doc = {k: v for k, v in doc.items() if k != "managedLedgerOffloadDeletionLagInMillis"}
+        await _records(admin).set_namespace_field(ns, NS_OFFLOAD, doc)
+    return no_content()
+
+
+async def get_topic_offload(request: web.Request) -> web.Response:
+    admin, tn = await _topic(request)
+    records = _records(admin)
+    value = records.topic_value(tn, TOPIC_OFFLOAD)
+    if value is None and _applied(request):
+        value = records.namespace_value(tn.namespace, NS_OFFLOAD) or _offload_defaults()
+    return json_response(offload_document(value))
+
+
+async def set_topic_offload(request: web.Request) -> web.Response:
+    body = await _body(request)
+    admin, tn = await _topic(request)
+    await _records(admin).set_topic_field(tn.full, TOPIC_OFFLOAD, offload_policies_body(body))
+    return no_content()
+
+
+async def remove_topic_offload(request: web.Request) -> web.Response:
+    admin, tn = await _topic(request)
+    await _records(admin).remove_topic_field(tn.full, TOPIC_OFFLOAD)
+    return no_content()
+
+
+# --- bookie affinity --------------------------------------------------------------------------
+async def get_bookie_affinity(request: web.Request) -> web.Response:
+    admin, ns = await _namespace(request)
+    group = _records(admin).namespace_value(ns, NS_BOOKIE_AFFINITY)
+    return json_response(group) if group is not None else no_content()
+
+
+async def set_bookie_affinity(request: web.Request) -> web.Response:
+    body = await _body(request)
+    admin, ns = await _namespace(request)
+    if not isinstance(body, dict) or not all(
+            isinstance(body.get(k, ""), str) for k in ("bookkeeperAffinityGroupPrimary",
+                                                        "bookkeeperAffinityGroupSecondary")):
+        raise E.bad_request("Invalid value: expected a BookieAffinityGroupData")
+    group = {k: body[k] for k in ("bookkeeperAffinityGroupPrimary",
+                                  "bookkeeperAffinityGroupSecondary") if k in body}
+    await _records(admin).set_namespace_field(ns, NS_BOOKIE_AFFINITY, group)
+    return no_content()
+
+
+async def delete_bookie_affinity(request: web.Request) -> web.Response:
+    admin, ns = await _namespace(request)
+    await _records(admin).remove_namespace_field(ns, NS_BOOKIE_AFFINITY)
+    return no_content()
+
+
+# --- replication clusters -------------------------------------------------------------------
+async def get_topic_replication(request: web.Request) -> web.Response:
+    admin, tn = await _topic(request)
+    value = _records(admin).topic_value(tn, TOPIC_REPLICATION)
+    if not value and _applied(request):
+        value = [admin.broker.cluster_name]
+    return json_response(value or None)
+
+
+async def set_topic_replication(request: web.Request) -> web.Response:
+    body = await _body(request)
+    admin, tn = await _topic(request)
+    if body is not None and (not isinstance(body, list)
+                             or not all(isinstance(c, str) for c in body)):
+        raise E.bad_request("Invalid value: expected a list of cluster names")
+    if not body:
+        raise E.precondition_failed("ClusterIds should not be null or empty")
+    clusters = list(dict.fromkeys(body))
+    if "global" in clusters:
+        raise E.precondition_failed("Cannot specify global in the list of replication clusters")
+    local = admin.broker.cluster_name
+    if local not in clusters:
+        raise E.precondition_failed(
+            "Can not remove local cluster from the local topic-level replication clusters policy")
+    for cluster in clusters:
+        if cluster != local:
+            raise E.RestError(403, f"Invalid cluster id: {cluster}")
+    await _records(admin).set_topic_field(tn.full, TOPIC_REPLICATION, clusters)
+    return no_content()
+
+
+async def remove_topic_replication(request: web.Request) -> web.Response:
+    admin, tn = await _topic(request)
+    await _records(admin).remove_topic_field(tn.full, TOPIC_REPLICATION)
+    return no_content()
+
+
+async def get_ns_replication(request: web.Request) -> web.Response:
+    admin, _ = await _namespace(request)
+    return json_response([admin.broker.cluster_name])
+
+
+def add_routes(app: web.Application) -> None:
+    r = app.router
+    r.add_get(NAMESPACE + "/offloadPolicies", get_ns_offload)
+    r.add_post(NAMESPACE + "/offloadPolicies", set_ns_offload)
+    r.add_delete(NAMESPACE + "/removeOffloadPolicies", remove_ns_offload)
+    for suffix, name, unset in (
+            ("offloadThreshold", "managedLedgerOffloadThresholdInBytes", -1),
+            ("offloadThresholdInSeconds", _THRESHOLD_S, -1),
+            ("offloadDeletionLagMs", "managedLedgerOffloadDeletionLagInMillis", None)):
+        get, put = _ns_offload_value(name, unset)
+        r.add_get(f"{NAMESPACE}/{suffix}", get)
+        r.add_put(f"{NAMESPACE}/{suffix}", put)
+    r.add_delete(NAMESPACE + "/offloadDeletionLagMs", clear_ns_offload_lag)
+    r.add_get(NAMESPACE + "/persistence/bookieAffinity", get_bookie_affinity)
+    r.add_post(NAMESPACE + "/persistence/bookieAffinity", set_bookie_affinity)
+    r.add_delete(NAMESPACE + "/persistence/bookieAffinity", delete_bookie_affinity)
+    r.add_get(NAMESPACE + "/replication", get_ns_replication)
+    r.add_get(TOPIC + "/offloadPolicies", get_topic_offload)
+    r.add_post(TOPIC + "/offloadPolicies", set_topic_offload)
+    r.add_delete(TOPIC + "/offloadPolicies", remove_topic_offload)
+    r.add_get(TOPIC + "/replication", get_topic_replication)
+    r.add_post(TOPIC + "/replication", set_topic_replication)
+    r.add_delete(TOPIC + "/replication", remove_topic_replication)
