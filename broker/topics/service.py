@@ -65,6 +65,7 @@ from broker.topics.tenancy import Tenancy
 from broker.topics.topic import Topic
 from broker.topics.topic_events import TopicEvents
 from broker.transactions.service import TransactionService, TxnTopic
+from broker.transactions.settings import transaction_settings
 from protocol.errors import (
     InvalidTopicNameError,
     NotAllowedError,
@@ -145,7 +146,8 @@ class BrokerService:
                 except TopicNotFoundError:
                     return None
 
-            self.transactions = TransactionService(self.store, self.loop)
+            self.transactions = TransactionService(self.store, self.loop,
+                                                   transaction_settings(self.config))
             await self.transactions.start(transaction_topic)
         self._timers = [self.loop.create_task(self._rates_loop())]
 

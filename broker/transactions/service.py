@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
 from broker.transactions.buffer import TopicTransactionBuffer
@@ -24,6 +25,7 @@ from broker.transactions.coordinator import TransactionCoordinator
 from broker.transactions.dispatch_view import DispatchView
 from broker.transactions.ids import TxnId, TxnStatus, invalid_status, not_found
 from broker.transactions.log import TransactionLog
+from broker.transactions.log_batch import BatchSettings
 from broker.transactions.pending_ack import AckTarget, PendingAck, PendingAckStore
 from broker.transactions.stats import (
     CoordinatorStats,
@@ -35,7 +37,8 @@ from storage.ledger import ManagedLedger
 from storage.positions import Position
 from storage.store import SegmentStore
 
-__all__ = ["COORDINATOR_ID", "TC_ASSIGN_PARTITIONS", "TC_ASSIGN_TOPIC", "TopicLoader", "TransactionService", "TxnTopic"]
+__all__ = ["COORDINATOR_ID", "TC_ASSIGN_PARTITIONS", "TC_ASSIGN_TOPIC", "TopicLoader", "TransactionService",
+           "TransactionSettings", "TxnTopic"]
 
 log = logging.getLogger("horae.transactions")
 
@@ -59,10 +62,27 @@ TopicLoader = Callable[[str], Awaitable["TxnTopic | None"]]
 """Load a persistent topic by full name without creating it (None: it does not exist)."""
 
 
+async def _nothing() -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class TransactionSettings:
+    """The broker's transaction settings the service uses (broker.conf names in
+    :class:`broker.config.BrokerConfig`)."""
+
+    log_batching: BatchSettings = field(default_factory=BatchSettings)
+    pending_ack_batching: BatchSettings = field(default_factory=BatchSettings)
+    snapshot_max_transactions: int = 1000
+    snapshot_min_interval_ms: int = 5000
+
+
 class TransactionService:
-    def __init__(self, store: SegmentStore, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, store: SegmentStore, loop: asyncio.AbstractEventLoop,
+                 settings: TransactionSettings | None = None) -> None:
         self._store = store
         self._loop = loop
+        self.settings = settings or TransactionSettings()
         self._log: TransactionLog | None = None
         self._coordinator: TransactionCoordinator | None = None
         self._loader: TopicLoader | None = None
@@ -75,7 +95,8 @@ class TransactionService:
 
     async def start(self, loader: TopicLoader) -> None:
         self._loader = loader
-        self._log = await TransactionLog.open(self._store)
+        self._log = await TransactionLog.open(self._store, self.settings.log_batching,
+                                              self.settings.pending_ack_batching)
         records = await self._log.records()
         self._coordinator = TransactionCoordinator(COORDINATOR_ID, self._log, self, self._loop)
         self._coordinator.replay(records)
@@ -173,36 +194,71 @@ class TransactionService:
 
     # ------------------------------------------------------------------ acknowledgements
 
-    async def acknowledge(self, txn: TxnId, topic: str, subscription: str,
-                          acks: list[PendingAck], cumulative: bool,
-                          target: AckTarget) -> None:
-        """An ACK in transaction *txn*: checked, logged (durable), then pending."""
+    def acknowledge(self, txn: TxnId, topic: str, subscription: str,
+                    acks: list[PendingAck], cumulative: bool,
+                    target: AckTarget) -> Awaitable[None]:
+        """An ACK in transaction *txn*: checked, logged (durable), then pending.
+
+        The checks run and the log record is queued now, in the caller's loop iteration, so
+        the record shares an fsync with whatever that iteration wrote (the SEND a
+        consume-process-produce client sent just before the ACK); the awaitable finishes
+        once the record is durable. A RequestError of the checks is raised now."""
         meta = self.coordinator.open_meta(txn)
         if not acks:
-            return
+            return _nothing()
         if (topic, subscription) not in meta.subscriptions:
             # Pulsar's clients add the subscription first; one that did not is added here, so
             # the end of the transaction reaches this store.
-            await self.coordinator.add_subscriptions(txn, [(topic, subscription)])
+            return self._acknowledge_after_adding(txn, topic, subscription, acks, cumulative,
+                                                  target)
+        return self._log_ack(txn, topic, subscription, acks, cumulative, target)
+
+    async def _acknowledge_after_adding(self, txn: TxnId, topic: str, subscription: str,
+                                        acks: list[PendingAck], cumulative: bool,
+                                        target: AckTarget) -> None:
+        await self.coordinator.add_subscriptions(txn, [(topic, subscription)])
+        await self._log_ack(txn, topic, subscription, acks, cumulative, target)
+
+    def _log_ack(self, txn: TxnId, topic: str, subscription: str, acks: list[PendingAck],
+                 cumulative: bool, target: AckTarget) -> asyncio.Future[None]:
         store = self.pending_store(topic, subscription)
         store.check(txn, acks, cumulative, target.cursor)
         assert self._log is not None
         store.reserve(txn, acks, cumulative)   # others conflict while the record is written
         try:
-            await self._log.append({
+            written = self._log.submit({
                 "op": "ack", "m": txn.most, "l": txn.least, "topic": topic,
                 "sub": subscription, "cum": cumulative,
                 "pos": [[p.ledger_id, p.entry_id, words] for p, words in acks]})
-        finally:
+        except BaseException:
             store.release(txn, acks, cumulative)
-        status = self.coordinator.status(txn)
-        if status is not TxnStatus.OPEN:
-            # Ending started meanwhile: the record names an ack the end did not see; a replay
-            # finds the transaction ended (or ends it again with the same outcome).
-            if status is None or status.ended:
-                raise not_found(txn, status)
-            raise invalid_status(txn, TxnStatus.OPEN, status)
-        store.add(txn, acks, cumulative, target)
+            raise
+        done: asyncio.Future[None] = self._loop.create_future()
+
+        def durable(w: asyncio.Future[Position]) -> None:
+            # on the loop once the record is durable (or failed): no task, no extra loop turn
+            store.release(txn, acks, cumulative)
+            if done.cancelled():
+                return
+            if w.cancelled():
+                done.cancel()
+                return
+            exc = w.exception()
+            if exc is not None:
+                done.set_exception(exc)
+                return
+            status = self.coordinator.status(txn)
+            if status is not TxnStatus.OPEN:
+                # Ending started meanwhile: the record names an ack the end did not see; a
+                # replay finds the transaction ended (or ends it again with the same outcome).
+                done.set_exception(not_found(txn, status) if status is None or status.ended
+                                   else invalid_status(txn, TxnStatus.OPEN, status))
+                return
+            store.add(txn, acks, cumulative, target)
+            done.set_result(None)
+
+        written.add_done_callback(durable)
+        return done
 
     # ------------------------------------------------------------------ Participants
 
