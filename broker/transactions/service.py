@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
 from broker.transactions.buffer import TopicTransactionBuffer
+from broker.transactions.buffer_snapshot import BufferSnapshots
 from broker.transactions.coordinator import TransactionCoordinator
 from broker.transactions.dispatch_view import DispatchView
 from broker.transactions.ids import TxnId, TxnStatus, invalid_status, not_found
@@ -66,6 +67,11 @@ async def _nothing() -> None:
     return None
 
 
+def _log_failure(task: asyncio.Task[Any]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("transaction buffer snapshot: %r", task.exception())
+
+
 @dataclass(frozen=True)
 class TransactionSettings:
     """The broker's transaction settings the service uses (broker.conf names in
@@ -88,8 +94,12 @@ class TransactionService:
         self._loader: TopicLoader | None = None
         self._buffers: dict[str, TopicTransactionBuffer] = {}
         self._pending: dict[tuple[str, str], PendingAckStore] = {}
-        #: Topics a transaction produced to (from the log): their buffers scan them at load.
+        #: Topics a transaction produced to (from the log): their buffers scan them at load
+        #: when they have no snapshot.
         self._txn_topics: set[str] = set()
+        self.snapshots = BufferSnapshots(store.metadata, self.settings.snapshot_max_transactions,
+                                         self.settings.snapshot_min_interval_ms, loop)
+        self._snapshot_task: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -102,6 +112,8 @@ class TransactionService:
         self._coordinator.replay(records)
         self._replay_acks(records)
         self._coordinator.resume()
+        self._snapshot_task = self._loop.create_task(
+            self.snapshots.run(lambda: list(self._buffers.values())))
 
     def _replay_acks(self, records: list[tuple[Position, dict[str, Any]]]) -> None:
         coordinator = self.coordinator
@@ -124,6 +136,8 @@ class TransactionService:
                 self.pending_store(topic, sub).replay(txn, acks, bool(rec.get("cum")))
 
     async def close(self) -> None:
+        if self._snapshot_task is not None:
+            self._snapshot_task.cancel()
         if self._coordinator is not None:
             await self._coordinator.close()
         if self._log is not None:
@@ -141,24 +155,33 @@ class TransactionService:
         buffer = self._buffers.get(topic)
         if buffer is None:
             buffer = TopicTransactionBuffer(topic, self.coordinator.status)
-            if topic not in self._txn_topics:
-                buffer.recovered = True   # no logged transaction touched it: nothing to scan
             self._buffers[topic] = buffer
         return buffer
 
     async def attach(self, buffer: TopicTransactionBuffer, ledger: ManagedLedger,
                      on_readable: Callable[[], None]) -> None:
-        """The topic of *buffer* loaded over *ledger*: recovered (scanned) on its first load."""
+        """The topic of *buffer* loaded over *ledger*: recovered on its first load, from its
+        snapshot and the entries after it, else by a scan of its entries when a logged
+        transaction produced to it; then snapshotted, so the next load reads only what comes
+        after (also an entry of a transaction that never added the topic)."""
         buffer.attach(ledger, on_readable)
-        if not buffer.recovered:
-            read = await buffer.recover(ledger)
-            log.info("transaction buffer of %s recovered (%d entries scanned)", buffer.topic,
-                     read)
+        if buffer.recovered:
+            return
+        await self.snapshots.recover(buffer, ledger, buffer.topic in self._txn_topics)
+
+    async def detach(self, buffer: TopicTransactionBuffer, ledger: ManagedLedger) -> None:
+        """The topic unloads: its buffer is snapshotted when it changed since its last one."""
+        if buffer.recovered and (buffer.snapshot_upto != ledger.last_confirmed
+                                 or buffer.ends_since_snapshot):
+            await self.snapshots.save_now(buffer)
+        buffer.detach(ledger)
 
     def forget_topic(self, topic: str) -> None:
         """The topic was deleted: its buffer and pending acknowledgements go."""
         self._buffers.pop(topic, None)
         self._txn_topics.discard(topic)
+        forgotten = self._loop.create_task(self.snapshots.forget(topic))
+        forgotten.add_done_callback(_log_failure)
         for key in [k for k in self._pending if k[0] == topic]:
             del self._pending[key]
 
@@ -266,7 +289,10 @@ class TransactionService:
         loaded = await self._load(topic)
         if loaded is None:
             return   # deleted: nothing of the transaction is left to end there
-        await self.buffer_for(topic).end(txn, commit)
+        buffer = self.buffer_for(topic)
+        await buffer.end(txn, commit)
+        if buffer.ends_since_snapshot >= self.snapshots.max_transactions:
+            await self.snapshots.save_now(buffer)
 
     async def end_on_subscription(self, topic: str, subscription: str, txn: TxnId,
                                   commit: bool) -> None:

@@ -206,21 +206,26 @@ async def _mark_groups(w: Workload, service: TransactionService) -> None:
 
 
 def _check_groups(service: TransactionService, topic: _Topic,
-                  groups: list[tuple[Any, ...]], answered: dict[TxnId, list[Position]]
-                  ) -> list[str]:
-    """A group written as one entry: all of it replayed or none; all when one was answered."""
+                  groups: list[tuple[Any, ...]], answered: dict[TxnId, list[Position]],
+                  abort_asked: set[TxnId]) -> list[str]:
+    """Before any timeout: an answered ack is there (pending or applied) unless its abort was
+    asked; a group written as one entry is there whole or not at all."""
     problems: list[str] = []
     store = service.pending_store(TOPIC, SUB)
     cursor = topic.ledger.cursors[SUB]
+
+    def there(pos: Position) -> bool:
+        return store.holds(pos) or cursor.is_deleted(pos)
+
+    for txn, positions in answered.items():
+        lost = [p for p in positions if not there(p)]
+        if lost and txn not in abort_asked:
+            problems.append(f"txn {txn}: acks {lost} were answered but are gone")
     for group in groups:
-        there = [(TxnId(m, lo), Position(lid, eid)) for m, lo, lid, eid in group
-                 if store.holds(Position(lid, eid)) or cursor.is_deleted(Position(lid, eid))]
-        was_answered = any(Position(lid, eid) in answered.get(TxnId(m, lo), ())
-                           for m, lo, lid, eid in group)
-        if there and len(there) != len(group):
-            problems.append(f"ack group {group}: only {there} replayed")
-        if was_answered and len(there) != len(group):
-            problems.append(f"ack group {group}: answered but {there} replayed")
+        found = [(TxnId(m, lo), Position(lid, eid)) for m, lo, lid, eid in group
+                 if there(Position(lid, eid))]
+        if found and len(found) != len(group):
+            problems.append(f"ack group {group}: only {found} replayed")
     return problems
 
 
@@ -248,7 +253,8 @@ async def check_transactions(root: Path, marks: list[tuple[Any, ...]]) -> list[s
         await service.coordinator.settled()
         topic = await loader(TOPIC)
         assert topic is not None
-        problems += _check_groups(service, topic, groups, acks)
+        problems += _check_groups(service, topic, groups, acks,
+                                  {t for t, commit in end_asked.items() if not commit})
         # Every transaction still open now times out.
         for txn in set(entries) | set(acks):
             if service.coordinator.status(txn) is TxnStatus.OPEN:
