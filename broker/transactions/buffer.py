@@ -392,4 +392,5 @@ class TopicTransactionBuffer:
             max_read_position=str(readable) if readable is not None else "-1:-1",
             ongoing_txns=len(self._ongoing), committed_txns=self.committed_txns,
             aborted_txns=self.aborted_txns, hidden_entries=self.hidden_entries,
-            held_back=bool(self._ongoing))
+            held_back=bool(self._ongoing), last_snapshot_ms=self.last_snapshot_ms,
+            snapshot_upto=str(self.snapshot_upto) if self.last_snapshot_ms else "")

@@ -126,6 +126,26 @@ class TransactionLog:
             pos = ledger.next_position(entries[-1].position)
         return out
 
+    def internal_stats(self) -> dict[str, Any]:
+        """Pulsar's ManagedLedgerInternalStats of the log's ledger (the pending acknowledgements'
+        store as well as the coordinator's)."""
+        ledger = self._ledger
+        infos = list(ledger.ledgers)
+        current = infos[-1] if infos else None
+        last = ledger.last_confirmed
+        return {
+            "entriesAddedCounter": self.log_batcher.entries_written + self.ack_batcher.entries_written,
+            "numberOfEntries": int(ledger.number_of_entries),
+            "totalSize": int(ledger.total_size_bytes),
+            "currentLedgerEntries": int(current.entries) if current else 0,
+            "currentLedgerSize": int(current.size_bytes) if current else 0,
+            "waitingCursorsCount": 0, "pendingAddEntriesCount": 0,
+            "lastConfirmedEntry": "-1:-1" if last is None else f"{last.ledger_id}:{last.entry_id}",
+            "state": "LedgerOpened",
+            "ledgers": [{"ledgerId": li.ledger_id, "entries": li.entries, "size": li.size_bytes,
+                         "offloaded": False, "underReplicated": False} for li in infos],
+            "cursors": {}}
+
     @property
     def size_bytes(self) -> int:
         return self._ledger.total_size_bytes

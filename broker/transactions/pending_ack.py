@@ -298,6 +298,18 @@ class PendingAckStore:
     def active(self) -> bool:
         return bool(self._individual) or bool(self._cumulative)
 
+    def position_state(self, pos: Position) -> tuple[bool, list[int] | None]:
+        """(pending individually in an open transaction, the ack set words it holds: None for
+        the whole entry): Pulsar's getPositionStatsInPendingAck."""
+        txn = self._individual.get(pos)
+        if txn is None:
+            return False, None
+        words: list[int] | None = None
+        for p, w in self._by_txn.get(txn, ()):
+            if p == pos:
+                words = w
+        return True, words
+
     def cumulative_of(self, txn: TxnId) -> Position | None:
         """The cumulative acknowledgement *txn* holds here (Pulsar's
         TransactionInPendingAckStats), None for none."""

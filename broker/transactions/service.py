@@ -25,7 +25,7 @@ from broker.transactions.buffer_snapshot import BufferSnapshots
 from broker.transactions.coordinator import TransactionCoordinator
 from broker.transactions.dispatch_view import DispatchView
 from broker.transactions.ids import TxnId, TxnStatus, invalid_status, not_found
-from broker.transactions.log import TransactionLog
+from broker.transactions.log import LOG_LEDGER, TransactionLog
 from broker.transactions.log_batch import BatchSettings
 from broker.transactions.pending_ack import AckTarget, PendingAck, PendingAckStore
 from broker.transactions.stats import (
@@ -333,6 +333,11 @@ class TransactionService:
 
     def pending_ack_stats(self) -> Mapping[tuple[str, str], PendingAckStats]:
         return {key: s.stats() for key, s in self._pending.items()}
+
+    def log_internal_stats(self) -> dict[str, Any]:
+        """The transaction log's ledger (it holds the pending acknowledgements too)."""
+        assert self._log is not None
+        return {"name": LOG_LEDGER, "stats": self._log.internal_stats()}
 
     def in_buffer(self, topic: str, txn: TxnId) -> tuple[Position | None, bool]:
         """*txn* on *topic*'s buffer: (its first entry while open, aborted there)."""
