@@ -301,13 +301,13 @@ async def position_stats_in_pending_ack(request: web.Request) -> web.Response:
                    _long(request.match_info["entry"], "entryId"))
     text = request.query.get("batchIndex")
     batch_index = None if text is None else _long(text, "batchIndex")
-    pairs = await admin.topics.subscriptions_of(tn, sub)
+    await admin.topics.subscriptions_of(tn, sub)   # 404 "Subscription not found"
     held = admin.transactions.position_in_pending_ack(str(tn), sub, pos)
     if held is None:
         return json_response({"state": NOT_READY})
-    if any(pos <= s.cursor.mark_delete_position for _, s in pairs):
+    deleted, pending, words = held
+    if deleted:
         return json_response({"state": MARK_DELETE})
-    pending, words = held
     if not pending:
         return json_response({"state": NOT_IN_PENDING_ACK})
     if batch_index is None:
