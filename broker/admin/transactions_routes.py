@@ -17,6 +17,7 @@ transaction components build on demand (:class:`broker.admin.service.AdminTransa
 ``GET transactionInPendingAckStats/{t}/{ns}/{topic}/{sub}/{most}/{least}``   ``{cumulativeAckPosition?}``
 ``GET transactionBufferInternalStats/{t}/{ns}/{topic}``                      ``{snapshotType, singleSnapshotInternalStats}``
 ``GET pendingAckInternalStats/{t}/{ns}/{topic}/{sub}``                       ``{pendingAckLogStats}``
+``GET coordinatorInternalStats/{coordinatorId}``                            ``{transactionLogStats}``
 ``GET positionStatsInPendingAck/{t}/{ns}/{topic}/{sub}/{ledger}/{entry}``    ``{state}``
 ``POST transactionCoordinator/replicas`` (body: a number)                   406 / 405
 ==========================================================================  =====================
@@ -278,6 +279,16 @@ async def buffer_internal_stats(request: web.Request) -> web.Response:
             "state": "LedgerOpened", "ledgers": [], "cursors": {}}}})
 
 
+async def coordinator_internal_stats(request: web.Request) -> web.Response:
+    admin = _enabled(request)
+    tc_id = _long(request.match_info["tc"], "coordinatorId")
+    if tc_id not in admin.transactions.coordinator_ids():
+        raise _coordinator_not_found(tc_id)
+    log = admin.transactions.log_internal_stats()
+    return json_response({"transactionLogStats": {"managedLedgerName": log["name"],
+                                                  "managedLedgerInternalStats": log["stats"]}})
+
+
 async def pending_ack_internal_stats(request: web.Request) -> web.Response:
     admin = _enabled(request)
     tn = await _existing_topic(admin, request)
@@ -348,6 +359,7 @@ def add_routes(app: web.Application) -> None:
     r.add_get(PREFIX + f"/transactionInPendingAckStats/{TOPIC}" + "/{sub}/{most}/{least}",
               transaction_in_pending_ack)
     r.add_get(f"{PREFIX}/transactionBufferInternalStats/{TOPIC}", buffer_internal_stats)
+    r.add_get(PREFIX + "/coordinatorInternalStats/{tc}", coordinator_internal_stats)
     r.add_get(PREFIX + f"/pendingAckInternalStats/{TOPIC}" + "/{sub}", pending_ack_internal_stats)
     r.add_get(PREFIX + f"/positionStatsInPendingAck/{TOPIC}" + "/{sub}/{ledger}/{entry}",
               position_stats_in_pending_ack)

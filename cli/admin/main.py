@@ -1,9 +1,9 @@
 """``horae-admin``: Pulsar's ``pulsar-admin`` command names over Horae's REST API.
 
 Usage: ``horae-admin [--admin-url http://localhost:8080] <group> <command> [args]`` with
-groups ``tenants``, ``namespaces``, ``topics``, ``schemas`` and ``brokers`` (the policy,
-schema and compaction commands are declared in :mod:`cli.admin.policies`, the broker ones in
-:mod:`cli.admin.brokers`). Topic arguments accept short names ("t" is
+groups ``tenants``, ``namespaces``, ``topics``, ``schemas``, ``brokers`` and ``transactions``
+(the policy, schema and compaction commands are declared in :mod:`cli.admin.policies`, the
+broker ones in :mod:`cli.admin.brokers`, the transaction ones in :mod:`cli.admin.transactions`). Topic arguments accept short names ("t" is
 persistent://public/default/t, "tenant/ns/t" too). Durations are ``500ms``, ``30s``, ``10m``,
 ``1h``, ``2d``, ``1w`` (a bare number is seconds).
 
@@ -35,6 +35,7 @@ from cli.admin import limits as limit_commands
 from cli.admin import maintenance as maintenance_commands
 from cli.admin import messages as message_commands
 from cli.admin import policies as policy_commands
+from cli.admin import transactions as transaction_commands
 from cli.admin.args import (
     Builder,
     UsageError,
@@ -268,6 +269,7 @@ _COMMANDS.update(policy_commands.COMMANDS)
 _COMMANDS.update(limit_commands.COMMANDS)
 _COMMANDS.update(maintenance_commands.COMMANDS)
 _COMMANDS.update({("brokers", name): build for name, build in broker_commands.CHANGES.items()})
+_COMMANDS.update(transaction_commands.COMMANDS)
 
 
 def _delayed_view(args: argparse.Namespace, tail: str,
@@ -488,6 +490,8 @@ def build_parser() -> argparse.ArgumentParser:
         "topic-policies", "a topic's limit and rate policies (as under topics)",
         aliases=["topicPolicies"]))
     message_commands.add_parsers(tp)
+    transaction_commands.add_parsers(group(
+        "transactions", "transaction coordinator, buffer and pending-ack stats"))
     return p
 
 

@@ -82,7 +82,8 @@ def test_without_the_coordinator_every_route_answers_503(broker: Any) -> None:
                  f"transactionInBufferStats/{TOPIC_PATH}/0/1",
                  f"transactionInPendingAckStats/{TOPIC_PATH}/s/0/1",
                  f"pendingAckInternalStats/{TOPIC_PATH}/s",
-                 f"positionStatsInPendingAck/{TOPIC_PATH}/s/1/1"):
+                 f"positionStatsInPendingAck/{TOPIC_PATH}/s/1/1",
+                 "coordinatorInternalStats/0"):
         reply = _get(broker, f"{TX}/{path}")
         assert (reply.status, reply.reason) == (
             503, "This Broker is not configured with transactionCoordinatorEnabled=true."), path
@@ -292,6 +293,13 @@ def test_internal_stats_position_stats_and_scaling(txn_broker: Any, conn: Conn) 
     assert ml["numberOfEntries"] > 0 and ml["ledgers"] and ml["lastConfirmedEntry"] != "-1:-1"
     assert not conn.tc.end(txn, commit=True).HasField("error")
     assert position(ids[0]) == "MarkDelete"
+    coordinator = _get(txn_broker, f"{TX}/coordinatorInternalStats/0")
+    assert coordinator.status == 200, coordinator.body
+    assert coordinator.body["transactionLogStats"]["managedLedgerName"] == \
+        "__transactions/coordinator-log-0"
+    other = _get(txn_broker, f"{TX}/coordinatorInternalStats/3")
+    assert (other.status, other.reason) == (
+        404, "Transaction coordinator not found! coordinator id : 3")
 
     url = txn_broker.web_url
     for body, status, reason in (
