@@ -275,6 +275,43 @@ class BrokerConfig:
         "maxPendingAcksPerSubscription", 200_000,
         "Individual acknowledgements pending in transactions on one subscription (Horae's "
         "key); an ACK past it is refused with NotAllowed.")
+    transaction_log_batched_write_enabled: bool = _opt(
+        "transactionLogBatchedWriteEnabled", True,
+        "Group the coordinator's log records that arrive while a write of them is in flight "
+        "into one entry written when it is durable (Pulsar's default is false: its batches "
+        "wait for a timer; here nothing waits that would not wait for the fsync anyway).")
+    transaction_log_batched_write_max_records: int = _opt(
+        "transactionLogBatchedWriteMaxRecords", 512,
+        "Records in one grouped coordinator log entry at most (written at once when reached).")
+    transaction_log_batched_write_max_size: int = _opt(
+        "transactionLogBatchedWriteMaxSize", 4 * 1024 * 1024,
+        "Bytes in one grouped coordinator log entry at most (written at once when reached).")
+    transaction_log_batched_write_max_delay_in_millis: int = _opt(
+        "transactionLogBatchedWriteMaxDelayInMillis", 1,
+        "Longest wait (ms) of a grouped record for the write in flight before its group is "
+        "written anyway (0: until that write is durable).")
+    transaction_pending_ack_batched_write_enabled: bool = _opt(
+        "transactionPendingAckBatchedWriteEnabled", True,
+        "Group transactional acknowledgements' records that arrive while a write of them is "
+        "in flight into one entry (Pulsar's default is false; see "
+        "transactionLogBatchedWriteEnabled).")
+    transaction_pending_ack_batched_write_max_records: int = _opt(
+        "transactionPendingAckBatchedWriteMaxRecords", 512,
+        "Acknowledgement records in one grouped entry at most.")
+    transaction_pending_ack_batched_write_max_size: int = _opt(
+        "transactionPendingAckBatchedWriteMaxSize", 4 * 1024 * 1024,
+        "Bytes in one grouped acknowledgement entry at most.")
+    transaction_pending_ack_batched_write_max_delay_in_millis: int = _opt(
+        "transactionPendingAckBatchedWriteMaxDelayInMillis", 1,
+        "Longest wait (ms) of a grouped acknowledgement record for the write in flight "
+        "(0: until that write is durable).")
+    transaction_buffer_snapshot_max_transaction_count: int = _opt(
+        "transactionBufferSnapshotMaxTransactionCount", 1000,
+        "A topic's transaction buffer writes a snapshot after this many transactions ended "
+        "on it (and at unload), so a load reads only the entries after the snapshot.")
+    transaction_buffer_snapshot_min_time_in_millis: int = _opt(
+        "transactionBufferSnapshotMinTimeInMillis", 5000,
+        "Least time (ms) between two snapshots of one topic's transaction buffer.")
 
     # --- delayed delivery -------------------------------------------------------------------
     delayed_delivery_enabled: bool = _opt(
@@ -554,6 +591,18 @@ class BrokerConfig:
             raise ConfigError("backlogQuotaDefaultRetentionPolicy must be one of "
                               f"{list(BACKLOG_QUOTA_POLICIES)}, not "
                               f"{self.backlog_quota_default_retention_policy!r}")
+        for name in ("transaction_log_batched_write_max_records",
+                     "transaction_log_batched_write_max_size",
+                     "transaction_pending_ack_batched_write_max_records",
+                     "transaction_pending_ack_batched_write_max_size",
+                     "transaction_buffer_snapshot_max_transaction_count"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{KEY_OF_FIELD[name]} must be > 0, not {getattr(self, name)}")
+        for name in ("transaction_log_batched_write_max_delay_in_millis",
+                     "transaction_pending_ack_batched_write_max_delay_in_millis",
+                     "transaction_buffer_snapshot_min_time_in_millis"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{KEY_OF_FIELD[name]} must be >= 0, not {getattr(self, name)}")
         for name in ("message_expiry_check_interval_in_minutes",
                      "broker_delete_inactive_topics_frequency_seconds",
                      "subscription_expiry_check_interval_in_minutes",

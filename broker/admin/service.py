@@ -573,6 +573,24 @@ class AdminTransactions:
         """The cumulative acknowledgement *txn* holds on the subscription, if any."""
         return self._txns().cumulative_ack(topic, subscription, txn)
 
+    def position_in_pending_ack(self, topic: str, subscription: str, pos: Position
+                                ) -> tuple[bool, bool, list[int] | None] | None:
+        """(*pos* at or before the subscription's mark-delete position, pending individually,
+        its ack set words) for the subscription's pending-ack store; None when no transaction
+        acknowledged on it (Pulsar: not ready)."""
+        txns = self._txns()
+        if txns.pending_ack_stats_of(topic, subscription) is None:
+            return None
+        loaded = self._service.topics.get(topic)
+        sub = loaded.subscriptions.get(subscription) if loaded is not None else None
+        deleted = sub is not None and pos <= sub.cursor.mark_delete_position
+        pending, words = txns.pending_store(topic, subscription).position_state(pos)
+        return deleted, pending, words
+
+    def log_internal_stats(self) -> dict[str, Any]:
+        """``{"name", "stats"}``: the transaction log's ledger (ManagedLedgerInternalStats)."""
+        return self._txns().log_internal_stats()
+
 
 @dataclass(frozen=True, slots=True)
 class AdminService:

@@ -15,6 +15,11 @@ transaction components build on demand (:class:`broker.admin.service.AdminTransa
 ``GET pendingAckStats/{t}/{ns}/{topic}/{sub}[?lowWaterMarks=true]``          TransactionPendingAckStats
 ``GET transactionInBufferStats/{t}/{ns}/{topic}/{most}/{least}``             ``{startPosition?, aborted}``
 ``GET transactionInPendingAckStats/{t}/{ns}/{topic}/{sub}/{most}/{least}``   ``{cumulativeAckPosition?}``
+``GET transactionBufferInternalStats/{t}/{ns}/{topic}``                      ``{snapshotType, singleSnapshotInternalStats}``
+``GET pendingAckInternalStats/{t}/{ns}/{topic}/{sub}``                       ``{pendingAckLogStats}``
+``GET coordinatorInternalStats/{coordinatorId}``                            ``{transactionLogStats}``
+``GET positionStatsInPendingAck/{t}/{ns}/{topic}/{sub}/{ledger}/{entry}``    ``{state}``
+``POST transactionCoordinator/replicas`` (body: a number)                   406 / 405
 ==========================================================================  =====================
 
 Bodies have Pulsar's keys (Pulsar 4.0's answers, checked against a running standalone):
@@ -37,14 +42,25 @@ does not have ("Topic not found persistent://..."). Where Pulsar fails with a 50
 non-numeric id or timeout, an unknown subscription: a NullPointerException there), Horae
 answers 400 "Invalid ..." and 404 "Subscription not found".
 
+Internal stats: the buffer's snapshot (``snapshotType`` "Single") is a metadata-store record,
+not a system topic's ledger, so its ``managedLedgerInternalStats`` carry only
+``numberOfEntries`` (1), ``lastConfirmedEntry`` (the position the snapshot covers),
+``lastLedgerCreatedTimestamp`` (when it was taken); 404 "Transaction buffer Snapshot for the
+topic does not exist" before the first one (and, as Pulsar, without the coordinator). Pending
+acknowledgements live in the transaction log, so ``pendingAckLogStats`` is that ledger's
+(``__transactions/coordinator-log-0``), for every subscription; 503 "Pending ack have not init
+success!" for a subscription no transaction acknowledged on (Pulsar initialises its store at
+the first one). Scaling the coordinators: 406 with Pulsar's text for no more than one, 405
+for more (one coordinator per broker here).
+
 Differences, by design: an ended transaction is still answered (``COMMITTED``/``ABORTED``) while
-the coordinator remembers it, where Pulsar forgets it at once (404); Horae's buffer keeps no
-snapshot (it rebuilds from the ledger), so ``lastSnapshotTimestamps`` is 0 and
-``snapshotType`` absent, and recovery times are 0.
+the coordinator remembers it, where Pulsar forgets it at once (404); ``lastSnapshotTimestamps`` is
+when the buffer's last snapshot was taken (0 before the first), recovery times are 0.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any, Final
 
 from aiohttp import web
@@ -52,13 +68,18 @@ from aiohttp import web
 from broker.admin import errors as E
 from broker.admin.responses import admin_of, json_response
 from broker.admin.service import PERSISTENT, AdminService, topic_name, txn_id_of
+from broker.metrics.rates import iso_ms
 from broker.topics.names import TopicName
+from broker.transactions.buffer_snapshot import SNAPSHOT_KIND
 from broker.transactions.ids import TxnId
 from broker.transactions.stats import TransactionStats
+from storage.positions import Position
 
 PREFIX: Final = "/admin/v3/transactions"
 NOT_ENABLED: Final = "This Broker is not configured with transactionCoordinatorEnabled=true."
 TOPIC: Final = "{tenant}/{namespace}/{topic}"
+#: where Horae keeps buffer snapshots (the metadata store), named in the internal stats
+SNAPSHOT_STORE: Final = f"metadata/{SNAPSHOT_KIND}"
 
 __all__ = ["add_routes"]
 
@@ -195,7 +216,7 @@ async def buffer_stats(request: web.Request) -> web.Response:
         ongoing, aborted = 0, 0
     else:
         body = {"state": stats.state, "maxReadPosition": stats.max_read_position,
-                "lastSnapshotTimestamps": 0}
+                "lastSnapshotTimestamps": stats.last_snapshot_ms}
         ongoing, aborted = stats.ongoing_txns, stats.aborted_txns
     if _flag(request, "lowWaterMarks"):
         body["lowWaterMarks"] = {str(i): admin.transactions.low_water_mark()
@@ -235,6 +256,97 @@ async def transaction_in_pending_ack(request: web.Request) -> web.Response:
                                          _txn_id(request)))
 
 
+SNAPSHOT_MISSING: Final = "Transaction buffer Snapshot for the topic does not exist"
+PENDING_ACK_NOT_READY: Final = "Pending ack have not init success!"
+SCALE_DOWN: Final = ("Number of transaction coordinators should be more than the current "
+                     "number of transaction coordinator")
+#: Pulsar's PositionInPendingAckStats states
+PENDING_ACK, NOT_IN_PENDING_ACK, MARK_DELETE, NOT_READY, INVALID_POSITION = (
+    "PendingAck", "NotInPendingAck", "MarkDelete", "PendingAckNotReady", "InvalidPosition")
+
+
+async def buffer_internal_stats(request: web.Request) -> web.Response:
+    """Pulsar checks no coordinator here: without one the buffer has no snapshot (404)."""
+    admin = admin_of(request)
+    tn = await _existing_topic(admin, request)
+    stats = admin.transactions.buffer(str(tn)) if admin.transactions.enabled else None
+    if stats is None or not stats.last_snapshot_ms:
+        raise E.not_found(SNAPSHOT_MISSING)
+    return json_response({"snapshotType": "Single", "singleSnapshotInternalStats": {
+        "managedLedgerName": f"{SNAPSHOT_STORE}/{tn}",
+        "managedLedgerInternalStats": {
+            "numberOfEntries": 1, "lastConfirmedEntry": stats.snapshot_upto,
+            "lastLedgerCreatedTimestamp": iso_ms(stats.last_snapshot_ms),
+            "state": "LedgerOpened", "ledgers": [], "cursors": {}}}})
+
+
+async def coordinator_internal_stats(request: web.Request) -> web.Response:
+    admin = _enabled(request)
+    tc_id = _long(request.match_info["tc"], "coordinatorId")
+    if tc_id not in admin.transactions.coordinator_ids():
+        raise _coordinator_not_found(tc_id)
+    log = admin.transactions.log_internal_stats()
+    return json_response({"transactionLogStats": {"managedLedgerName": log["name"],
+                                                  "managedLedgerInternalStats": log["stats"]}})
+
+
+async def pending_ack_internal_stats(request: web.Request) -> web.Response:
+    admin = _enabled(request)
+    tn = await _existing_topic(admin, request)
+    sub = request.match_info["sub"]
+    await admin.topics.subscriptions_of(tn, sub)   # 404 "Subscription not found"
+    if admin.transactions.pending_ack(str(tn), sub) is None:
+        raise E.RestError(503, PENDING_ACK_NOT_READY)
+    log = admin.transactions.log_internal_stats()
+    return json_response({"pendingAckLogStats": {"managedLedgerName": log["name"],
+                                                 "managedLedgerInternalStats": log["stats"]}})
+
+
+async def position_stats_in_pending_ack(request: web.Request) -> web.Response:
+    """Pulsar's checkPositionInPendingAckState: at or before the mark-delete position, pending
+    individually in an open transaction (a batch index: unless that index is not in the
+    acknowledged part), or not."""
+    admin = _enabled(request)
+    tn = await _existing_topic(admin, request)
+    sub = request.match_info["sub"]
+    pos = Position(_long(request.match_info["ledger"], "ledgerId"),
+                   _long(request.match_info["entry"], "entryId"))
+    text = request.query.get("batchIndex")
+    batch_index = None if text is None else _long(text, "batchIndex")
+    await admin.topics.subscriptions_of(tn, sub)   # 404 "Subscription not found"
+    held = admin.transactions.position_in_pending_ack(str(tn), sub, pos)
+    if held is None:
+        return json_response({"state": NOT_READY})
+    deleted, pending, words = held
+    if deleted:
+        return json_response({"state": MARK_DELETE})
+    if not pending:
+        return json_response({"state": NOT_IN_PENDING_ACK})
+    if batch_index is None:
+        return json_response({"state": PENDING_ACK})
+    if words is None or not 0 <= batch_index < 64 * len(words):
+        return json_response({"state": INVALID_POSITION})
+    # an ack set bit set: that message is still to acknowledge (not in this pending ack)
+    still = (words[batch_index // 64] >> (batch_index % 64)) & 1
+    return json_response({"state": NOT_IN_PENDING_ACK if still else PENDING_ACK})
+
+
+async def scale_coordinators(request: web.Request) -> web.Response:
+    """One node, one coordinator: asking for no more than there are is Pulsar's 406; asking for
+    more cannot be done here (405)."""
+    admin = _enabled(request)
+    try:
+        replicas = json.loads(await request.read())
+    except ValueError:
+        raise E.bad_request("Invalid replicas: the body must be a number") from None
+    if not isinstance(replicas, int) or isinstance(replicas, bool):
+        raise E.bad_request("Invalid replicas: the body must be a number")
+    if replicas <= len(admin.transactions.coordinator_ids()):
+        raise E.RestError(406, SCALE_DOWN)
+    raise E.RestError(405, "This broker runs one transaction coordinator: it cannot be scaled "
+                           "to more")
+
+
 def add_routes(app: web.Application) -> None:
     r = app.router
     r.add_get(f"{PREFIX}/coordinators", coordinators)
@@ -247,3 +359,9 @@ def add_routes(app: web.Application) -> None:
               transaction_in_buffer)
     r.add_get(PREFIX + f"/transactionInPendingAckStats/{TOPIC}" + "/{sub}/{most}/{least}",
               transaction_in_pending_ack)
+    r.add_get(f"{PREFIX}/transactionBufferInternalStats/{TOPIC}", buffer_internal_stats)
+    r.add_get(PREFIX + "/coordinatorInternalStats/{tc}", coordinator_internal_stats)
+    r.add_get(PREFIX + f"/pendingAckInternalStats/{TOPIC}" + "/{sub}", pending_ack_internal_stats)
+    r.add_get(PREFIX + f"/positionStatsInPendingAck/{TOPIC}" + "/{sub}/{ledger}/{entry}",
+              position_stats_in_pending_ack)
+    r.add_post(f"{PREFIX}/transactionCoordinator/replicas", scale_coordinators)

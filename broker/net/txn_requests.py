@@ -12,6 +12,8 @@ to :func:`acknowledge_in_transaction`.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import Sequence
 from typing import Protocol
 
@@ -31,6 +33,8 @@ from protocol.txn_commands import encode_tc_client_connect_response, encode_txn_
 from storage.positions import Position
 
 __all__ = ["acknowledge_in_transaction", "on_transaction_command"]
+
+log = logging.getLogger("horae.transactions")
 
 _T = pb.BaseCommand
 _I64 = 1 << 63
@@ -175,18 +179,46 @@ def acknowledge_in_transaction(conn: TxnConnection, txns: TransactionService,
     if cumulative:
         acks = acks[-1:]
 
-    async def run() -> None:
-        _check_owner(conn, txns, txn)
-        if not isinstance(subscription, Subscription) or not subscription.durable:
-            raise NotAllowedError("Transactional acknowledgement needs a durable subscription "
-                                  "of a persistent topic")
-        await txns.acknowledge(txn, subscription.topic.full, subscription.name, acks,
-                               cumulative, subscription)
-        if rid is not None:
-            conn.write(encode_ack_response(consumer_id, rid))
-
     def failed(exc: RequestError) -> bytes:
         return encode_ack_response(consumer_id, rid if rid is not None else 0,
                                    error=exc.code, message=exc.message)
 
+    # Checked and logged now, in the loop iteration that read the frame (the record shares
+    # an fsync with the SEND the client wrote just before it), answered from the record's
+    # completion without a task (TransactionService.acknowledge).
+    try:
+        _check_owner(conn, txns, txn)
+        if not isinstance(subscription, Subscription) or not subscription.durable:
+            raise NotAllowedError("Transactional acknowledgement needs a durable subscription "
+                                  "of a persistent topic")
+        logged = txns.acknowledge(txn, subscription.topic.full, subscription.name, acks,
+                                  cumulative, subscription)
+    except Exception as exc:   # answered by a request task as any handler's failure
+        refused = exc
+
+        async def refuse() -> None:
+            raise refused
+        conn.spawn(refuse(), rid, failed if rid is not None else None)
+        return
+    if isinstance(logged, asyncio.Future):
+        def answer(done: asyncio.Future[None]) -> None:
+            if done.cancelled():
+                return
+            exc = done.exception()
+            if exc is None:
+                if rid is not None:
+                    conn.write(encode_ack_response(consumer_id, rid))
+                return
+            if not isinstance(exc, RequestError):
+                log.error("transactional ack in %s failed: %r", txn, exc)
+                exc = RequestError(f"{type(exc).__name__}: {exc}")
+            if rid is not None:
+                conn.write(failed(exc))
+        logged.add_done_callback(answer)
+        return
+
+    async def run() -> None:
+        await logged
+        if rid is not None:
+            conn.write(encode_ack_response(consumer_id, rid))
     conn.spawn(run(), rid, failed if rid is not None else None)

@@ -64,8 +64,8 @@ from broker.topics.subscription_expiry import SubscriptionExpiry
 from broker.topics.tenancy import Tenancy
 from broker.topics.topic import Topic
 from broker.topics.topic_events import TopicEvents
-from broker.transactions.limits import TransactionLimits
 from broker.transactions.service import TransactionService, TxnTopic
+from broker.transactions.settings import transaction_settings
 from protocol.errors import (
     InvalidTopicNameError,
     NotAllowedError,
@@ -146,10 +146,8 @@ class BrokerService:
                 except TopicNotFoundError:
                     return None
 
-            cfg = self.config
-            self.transactions = TransactionService(self.store, self.loop, TransactionLimits.of(
-                cfg.max_active_transactions_per_coordinator, cfg.max_transaction_timeout_millis,
-                cfg.max_pending_acks_per_transaction, cfg.max_pending_acks_per_subscription))
+            self.transactions = TransactionService(self.store, self.loop,
+                                                   transaction_settings(self.config))
             await self.transactions.start(transaction_topic)
         self._timers = [self.loop.create_task(self._rates_loop())]
 

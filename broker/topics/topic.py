@@ -518,8 +518,8 @@ class Topic:
                 log.exception("recording the entry index of %s failed", self.full)
         await self.backlog.close()
         await self.compaction.close()
-        if self.txn_buffer is not None:
-            self.txn_buffer.detach(self.ledger)
+        if self.txn_buffer is not None and self.host.transactions is not None:
+            await self.host.transactions.detach(self.txn_buffer, self.ledger)
         self.dedup.close(self.loop.time())
         try:
             await self.ledger.close()

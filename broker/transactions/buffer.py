@@ -17,10 +17,11 @@ from readers until the transaction ends, as Pulsar's TopicTransactionBuffer does
 - Positions are learnt as entries become durable: :meth:`sink_for` wraps a publish run's sink,
   and storage reports durability to it before the ledger's last confirmed position moves, so
   no dispatcher can read an entry before this buffer has classified it.
-- **recovery** (:meth:`recover`, at topic load, only for topics a logged transaction touched):
-  the retained entries are scanned; markers say how a transaction ended here, an entry whose
-  transaction has no marker takes the coordinator's word (open ones hold the read position
-  again; unknown or aborted ones are hidden: an aborted message is never shown).
+- **recovery** (:meth:`recover`, at topic load): the entries after the buffer's last snapshot
+  (:mod:`broker.transactions.buffer_snapshot`; without one, every retained entry of a topic a
+  logged transaction touched) are scanned; markers say how a transaction ended here, an entry
+  whose transaction has no marker takes the coordinator's word (open ones hold the read
+  position again; unknown or aborted ones are hidden: an aborted message is never shown).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from typing import Final
 
 from pyroaring import BitMap
 
+from broker.transactions.buffer_snapshot import BufferState
 from broker.transactions.ids import TxnId, TxnStatus
 from broker.transactions.stats import TopicBufferStats
 from protocol import pulsar_pb as pb
@@ -172,6 +174,11 @@ class TopicTransactionBuffer:
         self.aborted_txns = 0
         #: told when the topic unloads (the service releases the buffer)
         self.on_detached: Callable[[TopicTransactionBuffer], None] | None = None
+        #: snapshots (broker/transactions/buffer_snapshot.py): ends since the last one, its
+        #: position and time
+        self.ends_since_snapshot = 0
+        self.snapshot_upto: Position | None = None
+        self.last_snapshot_ms = 0
 
     # ------------------------------------------------------------------ the topic's side
 
@@ -302,6 +309,7 @@ class TopicTransactionBuffer:
             self.committed_txns += 1
         else:
             self.aborted_txns += 1
+        self.ends_since_snapshot += 1
 
     def open_transaction_of(self, pos: Position) -> TxnId | None:
         """The transaction, still open here, that *pos* was produced in (None: none)."""
@@ -314,12 +322,42 @@ class TopicTransactionBuffer:
 
     # ------------------------------------------------------------------ recovery
 
-    async def recover(self, ledger: ManagedLedger) -> int:
-        """Rebuild from the retained entries (see the module docstring); returns entries read."""
+    def snapshot_state(self) -> BufferState | None:
+        """What this buffer knows as of its ledger's last confirmed position (None while not
+        attached or not recovered)."""
+        ledger = self._ledger
+        if ledger is None or not self.recovered:
+            return None
+        self._prune()
+        return BufferState(
+            upto=ledger.last_confirmed, hidden={lid: BitMap(bm) for lid, bm in self._hidden.items()},
+            ongoing={t: list(ps) for t, ps in self._entries.items()},
+            ended=list(self._ended.items()), committed=self.committed_txns,
+            aborted=self.aborted_txns, taken_ms=int(time.time() * 1000))
+
+    def _restore(self, state: BufferState, ledger: ManagedLedger) -> Position | None:
+        """Start from *state*; returns the first position to scan (None: nothing)."""
+        self._hidden = {lid: BitMap(bm) for lid, bm in state.hidden.items()}
+        self.hidden_entries = sum(len(bm) for bm in self._hidden.values())
+        self._ended = OrderedDict(state.ended)
+        self.committed_txns, self.aborted_txns = state.committed, state.aborted
+        self.snapshot_upto, self.last_snapshot_ms = state.upto, state.taken_ms
+        first = ledger.first_position
+        if state.upto is None or first is None:
+            return first
+        after = ledger.next_position(state.upto)
+        return after if after > first else first
+
+    async def recover(self, ledger: ManagedLedger, start: BufferState | None = None) -> int:
+        """Rebuild from the retained entries, or from *start* (a snapshot) and the entries
+        after it (see the module docstring); returns entries read."""
         seen: dict[TxnId, list[Position]] = {}
         markers: dict[TxnId, bool] = {}
         read = 0
         pos = ledger.first_position
+        if start is not None:
+            pos = self._restore(start, ledger)
+            seen = {t: list(ps) for t, ps in start.ongoing.items()}
         last = ledger.last_confirmed
         while pos is not None and last is not None and pos <= last:
             batch = await ledger.read_entries(pos, _SCAN_BATCH)
@@ -334,8 +372,10 @@ class TopicTransactionBuffer:
                 if marker in (TXN_COMMIT, TXN_ABORT):
                     markers[txn] = marker == TXN_COMMIT
                     self.hide((entry.position,))
-                elif marker:
-                    self.hide((entry.position,))   # another marker kind: never a message
+                elif marker or txn in self._ended:
+                    # another marker kind, or produced after its transaction ended here (the
+                    # snapshot says so): never a message
+                    self.hide((entry.position,))
                 else:
                     seen.setdefault(txn, []).append(entry.position)
             pos = ledger.next_position(batch[-1].position)
@@ -353,6 +393,7 @@ class TopicTransactionBuffer:
             elif status is not TxnStatus.COMMITTED:
                 self.hide(positions)
         self._ongoing = dict(sorted(self._ongoing.items(), key=lambda kv: kv[1]))
+        self._prune()
         self.recovered = True
         return read
 
@@ -371,4 +412,5 @@ class TopicTransactionBuffer:
             max_read_position=str(readable) if readable is not None else "-1:-1",
             ongoing_txns=len(self._ongoing), committed_txns=self.committed_txns,
             aborted_txns=self.aborted_txns, hidden_entries=self.hidden_entries,
-            held_back=bool(self._ongoing))
+            held_back=bool(self._ongoing), last_snapshot_ms=self.last_snapshot_ms,
+            snapshot_upto=str(self.snapshot_upto) if self.last_snapshot_ms else "")

@@ -12,7 +12,9 @@ coordinator and the pending-ack stores. Records (``op`` names the kind):
 - ``ack``: a pending acknowledgement on ``topic``/``sub``: ``cum`` (cumulative or not) and
   ``pos`` ([ledger, entry, ack set words or null], ...);
 - ``checkpoint``: written before a trim: the last sequence ``seq`` and ``topics``, every topic
-  a transaction produced to.
+  a transaction produced to;
+- ``batch``: a group of the records above written as one entry (``recs``), see
+  :mod:`broker.transactions.log_batch` (group commit of concurrent records).
 
 A record that does not parse (it cannot: the ledger's CRC guards every entry) is skipped with a
 warning rather than stopping the broker.
@@ -25,11 +27,13 @@ carry the outcome).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import Mapping
 from typing import Any
 
+from broker.transactions.log_batch import BatchSettings, RecordBatcher, encode, unpack
 from storage.ledger import ManagedLedger
 from storage.positions import Position
 from storage.store import SegmentStore
@@ -46,23 +50,38 @@ _READ_BATCH = 200
 class TransactionLog:
     """Append-and-replay over one ledger."""
 
-    def __init__(self, ledger: ManagedLedger) -> None:
+    def __init__(self, ledger: ManagedLedger, loop: asyncio.AbstractEventLoop | None = None,
+                 log_batching: BatchSettings | None = None,
+                 pending_ack_batching: BatchSettings | None = None) -> None:
         self._ledger = ledger
         self.records_appended = 0
         self.bytes_appended = 0
+        loop = loop or asyncio.get_running_loop()
+        #: the coordinator's records and the pending acknowledgements, each grouped (or not)
+        #: by its own settings, as Pulsar's two buffered writers
+        self.log_batcher = RecordBatcher(ledger.append, log_batching or BatchSettings(), loop)
+        self.ack_batcher = RecordBatcher(ledger.append, pending_ack_batching or BatchSettings(),
+                                         loop)
 
     @classmethod
-    async def open(cls, store: SegmentStore) -> TransactionLog:
-        return cls(await store.open_ledger(LOG_LEDGER))
+    async def open(cls, store: SegmentStore, log_batching: BatchSettings | None = None,
+                   pending_ack_batching: BatchSettings | None = None) -> TransactionLog:
+        return cls(await store.open_ledger(LOG_LEDGER), asyncio.get_running_loop(),
+                   log_batching, pending_ack_batching)
 
     async def append(self, record: Mapping[str, Any]) -> Position:
         """Append *record*; returns its position once it is durable (raises the storage error
-        otherwise)."""
-        data = json.dumps(record, separators=(",", ":")).encode()
-        pos = await self._ledger.append(data)
+        otherwise). Concurrent records may share one entry (:mod:`~broker.transactions.log_batch`)."""
+        return await self.submit(record)
+
+    def submit(self, record: Mapping[str, Any]) -> asyncio.Future[Position]:
+        """Queue *record* now (on the loop, without waiting): the future resolves with its
+        position once it is durable (or fails with the storage error)."""
+        data = encode(record)
+        batcher = self.ack_batcher if record.get("op") == "ack" else self.log_batcher
         self.records_appended += 1
         self.bytes_appended += len(data)
-        return pos
+        return batcher.submit(data)
 
     @property
     def current_ledger_id(self) -> int:
@@ -103,13 +122,35 @@ class TransactionLog:
                                 entry.position)
                     continue
                 if isinstance(record, dict):
-                    out.append((entry.position, record))
+                    out.extend((entry.position, rec) for rec in unpack(record))
             pos = ledger.next_position(entries[-1].position)
         return out
+
+    def internal_stats(self) -> dict[str, Any]:
+        """Pulsar's ManagedLedgerInternalStats of the log's ledger (the pending acknowledgements'
+        store as well as the coordinator's)."""
+        ledger = self._ledger
+        infos = list(ledger.ledgers)
+        current = infos[-1] if infos else None
+        last = ledger.last_confirmed
+        return {
+            "entriesAddedCounter": self.log_batcher.entries_written + self.ack_batcher.entries_written,
+            "numberOfEntries": int(ledger.number_of_entries),
+            "totalSize": int(ledger.total_size_bytes),
+            "currentLedgerEntries": int(current.entries) if current else 0,
+            "currentLedgerSize": int(current.size_bytes) if current else 0,
+            "waitingCursorsCount": 0, "pendingAddEntriesCount": 0,
+            "lastConfirmedEntry": "-1:-1" if last is None else f"{last.ledger_id}:{last.entry_id}",
+            "state": "LedgerOpened",
+            "ledgers": [{"ledgerId": li.ledger_id, "entries": li.entries, "size": li.size_bytes,
+                         "offloaded": False, "underReplicated": False} for li in infos],
+            "cursors": {}}
 
     @property
     def size_bytes(self) -> int:
         return self._ledger.total_size_bytes
 
     async def close(self) -> None:
+        await self.log_batcher.drain()
+        await self.ack_batcher.drain()
         await self._ledger.close()

@@ -383,6 +383,18 @@ class PendingAckStore:
         return not (self._individual or self._cumulative or self._by_txn or self._reserved
                     or self._reserved_cumulative or self._batch or self._filtered)
 
+    def position_state(self, pos: Position) -> tuple[bool, list[int] | None]:
+        """(pending individually in an open transaction, the ack set words it holds: None for
+        the whole entry): Pulsar's getPositionStatsInPendingAck."""
+        txn = self._individual.get(pos)
+        if txn is None:
+            return False, None
+        words: list[int] | None = None
+        for p, w in self._by_txn.get(txn, ()):
+            if p == pos:
+                words = w
+        return True, words
+
     def cumulative_of(self, txn: TxnId) -> Position | None:
         """The cumulative acknowledgement *txn* holds here (Pulsar's
         TransactionInPendingAckStats), None for none."""

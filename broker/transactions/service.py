@@ -17,14 +17,17 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
 from broker.transactions.buffer import TopicTransactionBuffer
+from broker.transactions.buffer_snapshot import BufferSnapshots
 from broker.transactions.coordinator import TransactionCoordinator
 from broker.transactions.dispatch_view import DispatchView
 from broker.transactions.ids import TxnId, TxnStatus, invalid_status, not_found
 from broker.transactions.limits import DEFAULT_LIMITS, TransactionLimits
-from broker.transactions.log import TransactionLog
+from broker.transactions.log import LOG_LEDGER, TransactionLog
+from broker.transactions.log_batch import BatchSettings
 from broker.transactions.pending_ack import AckTarget, PendingAck, PendingAckStore
 from broker.transactions.stats import (
     CoordinatorStats,
@@ -37,7 +40,8 @@ from storage.ledger import ManagedLedger
 from storage.positions import Position
 from storage.store import SegmentStore
 
-__all__ = ["COORDINATOR_ID", "TC_ASSIGN_PARTITIONS", "TC_ASSIGN_TOPIC", "TopicLoader", "TransactionService", "TxnTopic"]
+__all__ = ["COORDINATOR_ID", "TC_ASSIGN_PARTITIONS", "TC_ASSIGN_TOPIC", "TopicLoader", "TransactionService",
+           "TransactionSettings", "TxnTopic"]
 
 log = logging.getLogger("horae.transactions")
 
@@ -61,57 +65,101 @@ TopicLoader = Callable[[str], Awaitable["TxnTopic | None"]]
 """Load a persistent topic by full name without creating it (None: it does not exist)."""
 
 
+LoggedAck = tuple[TxnId, str, str, list[PendingAck], bool]
+"""A logged acknowledgement: transaction, topic, subscription, positions, cumulative."""
+
+
+def _logged_acks(records: list[tuple[Position, dict[str, Any]]]) -> tuple[set[str],
+                                                                          list[LoggedAck]]:
+    """From the replayed log: the topics transactions produced to (their buffers scan them at
+    load) and every acknowledgement record, in log order (unreadable records skipped)."""
+    topics: set[str] = set()
+    acks_logged: list[LoggedAck] = []
+    for _, rec in records:
+        op = rec.get("op")
+        if op in ("parts", "checkpoint"):
+            topics.update(str(t) for t in rec.get("topics", ()))
+        if op != "ack":
+            continue
+        try:
+            txn = TxnId(int(rec["m"]), int(rec["l"]))
+            acks: list[PendingAck] = [
+                (Position(int(p[0]), int(p[1])), list(p[2]) if p[2] else None)
+                for p in rec["pos"]]
+            topic, sub = str(rec["topic"]), str(rec["sub"])
+        except (KeyError, TypeError, ValueError, IndexError):
+            continue
+        if acks:
+            acks_logged.append((txn, topic, sub, acks, bool(rec.get("cum"))))
+    return topics, acks_logged
+
+
+async def _nothing() -> None:
+    return None
+
+
+def _log_failure(task: asyncio.Task[Any]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("transaction buffer snapshot: %r", task.exception())
+
+
+@dataclass(frozen=True)
+class TransactionSettings:
+    """The broker's transaction settings the service uses (broker.conf names in
+    :class:`broker.config.BrokerConfig`)."""
+
+    log_batching: BatchSettings = field(default_factory=BatchSettings)
+    pending_ack_batching: BatchSettings = field(default_factory=BatchSettings)
+    snapshot_max_transactions: int = 1000
+    snapshot_min_interval_ms: int = 5000
+    limits: TransactionLimits = DEFAULT_LIMITS
+
+
 class TransactionService:
     def __init__(self, store: SegmentStore, loop: asyncio.AbstractEventLoop,
-                 limits: TransactionLimits = DEFAULT_LIMITS) -> None:
+                 settings: TransactionSettings | None = None) -> None:
         self._store = store
         self._loop = loop
-        self.limits = limits
+        self.settings = settings or TransactionSettings()
+        self.limits = self.settings.limits
         self._log: TransactionLog | None = None
         self._coordinator: TransactionCoordinator | None = None
         self._loader: TopicLoader | None = None
         self._buffers: dict[str, TopicTransactionBuffer] = {}
         self._pending: dict[tuple[str, str], PendingAckStore] = {}
-        #: Topics a transaction produced to (from the log): their buffers scan them at load.
+        #: Topics a transaction produced to (from the log): their buffers scan them at load
+        #: when they have no snapshot.
         self._txn_topics: set[str] = set()
+        self.snapshots = BufferSnapshots(store.metadata, self.settings.snapshot_max_transactions,
+                                         self.settings.snapshot_min_interval_ms, loop)
+        self._snapshot_task: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self, loader: TopicLoader) -> None:
         self._loader = loader
-        self._log = await TransactionLog.open(self._store)
+        self._log = await TransactionLog.open(self._store, self.settings.log_batching,
+                                              self.settings.pending_ack_batching)
         records = await self._log.records()
         self._coordinator = TransactionCoordinator(COORDINATOR_ID, self._log, self, self._loop,
                                                    self.limits)
         self._coordinator.replay(records)
-        self._replay_acks(records)
-        self._coordinator.resume()
-
-    def _replay_acks(self, records: list[tuple[Position, dict[str, Any]]]) -> None:
-        coordinator = self.coordinator
-        for _, rec in records:
-            op = rec.get("op")
-            if op in ("parts", "checkpoint"):
-                self._txn_topics.update(str(t) for t in rec.get("topics", ()))
-            if op != "ack":
-                continue
-            try:
-                txn = TxnId(int(rec["m"]), int(rec["l"]))
-                acks: list[PendingAck] = [
-                    (Position(int(p[0]), int(p[1])), list(p[2]) if p[2] else None)
-                    for p in rec["pos"]]
-                topic, sub = str(rec["topic"]), str(rec["sub"])
-            except (KeyError, TypeError, ValueError, IndexError):
-                continue
-            status = coordinator.status(txn)
-            if status in (TxnStatus.OPEN, TxnStatus.COMMITTING, TxnStatus.ABORTING) and acks:
-                cumulative = bool(rec.get("cum"))
+        topics, logged = _logged_acks(records)
+        self._txn_topics.update(topics)
+        for txn, topic, sub, acks, cumulative in logged:
+            status = self._coordinator.status(txn)
+            if status in (TxnStatus.OPEN, TxnStatus.COMMITTING, TxnStatus.ABORTING):
                 self.pending_store(topic, sub).replay(txn, acks, cumulative)
-                meta = coordinator.meta_of(txn)
+                meta = self._coordinator.meta_of(txn)
                 if meta is not None and not cumulative:
                     meta.pending_acks += len(acks)
+        self._coordinator.resume()
+        self._snapshot_task = self._loop.create_task(
+            self.snapshots.run(lambda: list(self._buffers.values())))
 
     async def close(self) -> None:
+        if self._snapshot_task is not None:
+            self._snapshot_task.cancel()
         if self._coordinator is not None:
             await self._coordinator.close()
         if self._log is not None:
@@ -129,21 +177,28 @@ class TransactionService:
         buffer = self._buffers.get(topic)
         if buffer is None:
             buffer = TopicTransactionBuffer(topic, self.coordinator.status)
-            if topic not in self._txn_topics:
-                buffer.recovered = True   # no logged transaction touched it: nothing to scan
             buffer.on_detached = self._detached
             self._buffers[topic] = buffer
         return buffer
 
     async def attach(self, buffer: TopicTransactionBuffer, ledger: ManagedLedger,
                      on_readable: Callable[[], None]) -> None:
-        """The topic of *buffer* loaded over *ledger*: recovered (scanned) on its first load."""
+        """The topic of *buffer* loaded over *ledger*: recovered on its first load, from its
+        snapshot and the entries after it, else by a scan of its entries when a logged
+        transaction produced to it; then snapshotted, so the next load reads only what comes
+        after (also an entry of a transaction that never added the topic)."""
         self._buffers[buffer.topic] = buffer   # the loaded topic's, even if released meanwhile
         buffer.attach(ledger, on_readable)
-        if not buffer.recovered:
-            read = await buffer.recover(ledger)
-            log.info("transaction buffer of %s recovered (%d entries scanned)", buffer.topic,
-                     read)
+        if buffer.recovered:
+            return
+        await self.snapshots.recover(buffer, ledger, buffer.topic in self._txn_topics)
+
+    async def detach(self, buffer: TopicTransactionBuffer, ledger: ManagedLedger) -> None:
+        """The topic unloads: its buffer is snapshotted when it changed since its last one."""
+        if buffer.recovered and (buffer.snapshot_upto != ledger.last_confirmed
+                                 or buffer.ends_since_snapshot):
+            await self.snapshots.save_now(buffer)
+        buffer.detach(ledger)
 
     def _detached(self, buffer: TopicTransactionBuffer) -> None:
         """The topic of *buffer* unloaded: its buffer and idle pending-ack stores are dropped
@@ -162,6 +217,8 @@ class TransactionService:
         """The topic was deleted: its buffer and pending acknowledgements go."""
         self._buffers.pop(topic, None)
         self._txn_topics.discard(topic)
+        forgotten = self._loop.create_task(self.snapshots.forget(topic))
+        forgotten.add_done_callback(_log_failure)
         for key in [k for k in self._pending if k[0] == topic]:
             del self._pending[key]
 
@@ -200,17 +257,34 @@ class TransactionService:
 
     # ------------------------------------------------------------------ acknowledgements
 
-    async def acknowledge(self, txn: TxnId, topic: str, subscription: str,
-                          acks: list[PendingAck], cumulative: bool,
-                          target: AckTarget) -> None:
-        """An ACK in transaction *txn*: checked, logged (durable), then pending."""
+    def acknowledge(self, txn: TxnId, topic: str, subscription: str,
+                    acks: list[PendingAck], cumulative: bool,
+                    target: AckTarget) -> Awaitable[None]:
+        """An ACK in transaction *txn*: checked, logged (durable), then pending.
+
+        The checks run and the log record is queued now, in the caller's loop iteration, so
+        the record shares an fsync with whatever that iteration wrote (the SEND a
+        consume-process-produce client sent just before the ACK); the awaitable finishes
+        once the record is durable. A RequestError of the checks is raised now."""
         meta = self.coordinator.open_meta(txn)
         if not acks:
-            return
+            return _nothing()
         if (topic, subscription) not in meta.reached_subscriptions:
             # Pulsar's clients add the subscription first; one that did not is added here, so
             # the end of the transaction reaches this store.
-            await self.coordinator.add_subscriptions(txn, [(topic, subscription)])
+            return self._acknowledge_after_adding(txn, topic, subscription, acks, cumulative,
+                                                  target)
+        return self._log_ack(txn, topic, subscription, acks, cumulative, target)
+
+    async def _acknowledge_after_adding(self, txn: TxnId, topic: str, subscription: str,
+                                        acks: list[PendingAck], cumulative: bool,
+                                        target: AckTarget) -> None:
+        await self.coordinator.add_subscriptions(txn, [(topic, subscription)])
+        await self._log_ack(txn, topic, subscription, acks, cumulative, target)
+
+    def _log_ack(self, txn: TxnId, topic: str, subscription: str, acks: list[PendingAck],
+                 cumulative: bool, target: AckTarget) -> asyncio.Future[None]:
+        meta = self.coordinator.open_meta(txn)
         counted = 0 if cumulative else len(acks)
         limit = self.limits.max_pending_acks_per_txn
         if meta.pending_acks + counted > limit:
@@ -224,23 +298,42 @@ class TransactionService:
         store.reserve(txn, acks, cumulative)   # others conflict while the record is written
         meta.pending_acks += counted
         try:
-            await self._log.append({
+            written = self._log.submit({
                 "op": "ack", "m": txn.most, "l": txn.least, "topic": topic,
                 "sub": subscription, "cum": cumulative,
                 "pos": [[p.ledger_id, p.entry_id, words] for p, words in acks]})
         except BaseException:
             meta.pending_acks -= counted
-            raise
-        finally:
             store.release(txn, acks, cumulative)
-        status = self.coordinator.status(txn)
-        if status is not TxnStatus.OPEN:
-            # Ending started meanwhile: the record names an ack the end did not see; a replay
-            # finds the transaction ended (or ends it again with the same outcome).
-            if status is None or status.ended:
-                raise not_found(txn, status)
-            raise invalid_status(txn, TxnStatus.OPEN, status)
-        store.add(txn, acks, cumulative, target)
+            raise
+        done: asyncio.Future[None] = self._loop.create_future()
+
+        def durable(w: asyncio.Future[Position]) -> None:
+            # on the loop once the record is durable (or failed): no task, no extra loop turn
+            store.release(txn, acks, cumulative)
+            if done.cancelled():
+                return
+            if w.cancelled():
+                meta.pending_acks -= counted
+                done.cancel()
+                return
+            exc = w.exception()
+            if exc is not None:
+                meta.pending_acks -= counted
+                done.set_exception(exc)
+                return
+            status = self.coordinator.status(txn)
+            if status is not TxnStatus.OPEN:
+                # Ending started meanwhile: the record names an ack the end did not see; a
+                # replay finds the transaction ended (or ends it again with the same outcome).
+                done.set_exception(not_found(txn, status) if status is None or status.ended
+                                   else invalid_status(txn, TxnStatus.OPEN, status))
+                return
+            store.add(txn, acks, cumulative, target)
+            done.set_result(None)
+
+        written.add_done_callback(durable)
+        return done
 
     # ------------------------------------------------------------------ Participants
 
@@ -248,7 +341,10 @@ class TransactionService:
         loaded = await self._load(topic)
         if loaded is None:
             return   # deleted: nothing of the transaction is left to end there
-        await self.buffer_for(topic).end(txn, commit)   # the loaded topic's (attach)
+        buffer = self.buffer_for(topic)   # the loaded topic's (attach)
+        await buffer.end(txn, commit)
+        if buffer.ends_since_snapshot >= self.snapshots.max_transactions:
+            await self.snapshots.save_now(buffer)
 
     async def end_on_subscription(self, topic: str, subscription: str, txn: TxnId,
                                   commit: bool) -> None:
@@ -289,6 +385,11 @@ class TransactionService:
 
     def pending_ack_stats(self) -> Mapping[tuple[str, str], PendingAckStats]:
         return {key: s.stats() for key, s in self._pending.items()}
+
+    def log_internal_stats(self) -> dict[str, Any]:
+        """The transaction log's ledger (it holds the pending acknowledgements too)."""
+        assert self._log is not None
+        return {"name": LOG_LEDGER, "stats": self._log.internal_stats()}
 
     def in_buffer(self, topic: str, txn: TxnId) -> tuple[Position | None, bool]:
         """*txn* on *topic*'s buffer: (its first entry while open, aborted there)."""

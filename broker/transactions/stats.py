@@ -65,6 +65,8 @@ class TopicBufferStats:
     aborted_txns: int
     hidden_entries: int        # aborted entries and markers skipped on dispatch
     held_back: bool            # an open transaction holds later entries back
+    last_snapshot_ms: int = 0  # when its last snapshot was taken (0: none)
+    snapshot_upto: str = ""    # "ledger:entry" the last snapshot covers ("": none)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,9 +1,9 @@
 """``horae-admin``: Pulsar's ``pulsar-admin`` command names over Horae's REST API.
 
 Usage: ``horae-admin [--admin-url http://localhost:8080] <group> <command> [args]`` with
-groups ``tenants``, ``namespaces``, ``topics``, ``schemas`` and ``brokers`` (the policy,
-schema and compaction commands are declared in :mod:`cli.admin.policies`, the broker ones in
-:mod:`cli.admin.brokers`). Topic arguments accept short names ("t" is
+groups ``tenants``, ``namespaces``, ``topics``, ``schemas``, ``brokers`` and ``transactions``
+(the policy, schema and compaction commands are declared in :mod:`cli.admin.policies`, the
+broker ones in :mod:`cli.admin.brokers`, the transaction ones in :mod:`cli.admin.transactions`). Topic arguments accept short names ("t" is
 persistent://public/default/t, "tenant/ns/t" too). Durations are ``500ms``, ``30s``, ``10m``,
 ``1h``, ``2d``, ``1w`` (a bare number is seconds).
 
@@ -37,6 +37,7 @@ from cli.admin import maintenance as maintenance_commands
 from cli.admin import messages as message_commands
 from cli.admin import policies as policy_commands
 from cli.admin import storage as storage_commands
+from cli.admin import transactions as transaction_commands
 from cli.admin.args import (
     Builder,
     UsageError,
@@ -276,6 +277,7 @@ _COMMANDS.update(maintenance_commands.COMMANDS)
 _COMMANDS.update(storage_commands.COMMANDS)
 _COMMANDS.update(alias_commands.aliased(_COMMANDS))
 _COMMANDS.update({("brokers", name): build for name, build in broker_commands.CHANGES.items()})
+_COMMANDS.update(transaction_commands.COMMANDS)
 
 
 def _delayed_view(args: argparse.Namespace, tail: str,
@@ -505,6 +507,8 @@ def build_parser() -> argparse.ArgumentParser:
     alias_commands.add_parsers(n, tp)
     alias_commands.mirror_topic_policies(tp, topic_policies)
     message_commands.add_parsers(tp)
+    transaction_commands.add_parsers(group(
+        "transactions", "transaction coordinator, buffer and pending-ack stats"))
     return p
 
 

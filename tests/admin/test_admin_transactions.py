@@ -80,10 +80,19 @@ def test_without_the_coordinator_every_route_answers_503(broker: Any) -> None:
                  "transactionMetadata/0/1", "slowTransactions/0",
                  f"transactionBufferStats/{TOPIC_PATH}", f"pendingAckStats/{TOPIC_PATH}/s",
                  f"transactionInBufferStats/{TOPIC_PATH}/0/1",
-                 f"transactionInPendingAckStats/{TOPIC_PATH}/s/0/1"):
+                 f"transactionInPendingAckStats/{TOPIC_PATH}/s/0/1",
+                 f"pendingAckInternalStats/{TOPIC_PATH}/s",
+                 f"positionStatsInPendingAck/{TOPIC_PATH}/s/1/1",
+                 "coordinatorInternalStats/0"):
         reply = _get(broker, f"{TX}/{path}")
         assert (reply.status, reply.reason) == (
             503, "This Broker is not configured with transactionCoordinatorEnabled=true."), path
+    scale = http(broker.web_url, "POST", f"{TX}/transactionCoordinator/replicas", 2)
+    assert scale.status == 503
+    # Pulsar asks the buffer for its snapshot without checking the coordinator: none
+    internal = _get(broker, f"{TX}/transactionBufferInternalStats/{TOPIC_PATH}")
+    assert (internal.status, internal.reason) == (
+        404, "Transaction buffer Snapshot for the topic does not exist")
 
 
 def test_an_open_transaction_then_its_commit_and_an_abort(txn_broker: Any, conn: Conn) -> None:
@@ -271,3 +280,62 @@ def test_the_metadata_keeps_the_names_the_client_gave(txn_broker: Any, conn: Con
     assert stats["subscriptions"]["s"]["msgBacklog"] == 1   # the plain one acked at commit
     ended = _get(txn_broker, f"{TX}/transactionMetadata/{txn[0]}/{txn[1]}").body
     assert ended["status"] == "COMMITTED" and list(ended["producedPartitions"]) == [short]
+
+def test_internal_stats_position_stats_and_scaling(txn_broker: Any, conn: Conn) -> None:
+    assert conn.raw.request(C.encode_producer(TOPIC, 1, 7, None, 0)).type == T.PRODUCER_SUCCESS
+    subscribe(conn.cons, TOPIC, "s", 1, sub_type=pb.CommandSubscribe.Shared)
+    ids = []
+    for i in range(3):
+        conn.tc.send(1, i, b"plain")
+        ids.append(receive(conn.cons)[1])
+
+    def position(pos: tuple[int, int], query: str = "") -> Any:
+        reply = _get(txn_broker, f"{TX}/positionStatsInPendingAck/{TOPIC_PATH}/s/"
+                                 f"{pos[0]}/{pos[1]}{query}")
+        assert reply.status == 200, reply.body
+        return reply.body["state"]
+
+    assert position(ids[0]) == "PendingAckNotReady"   # no transaction acknowledged here yet
+    not_ready = _get(txn_broker, f"{TX}/pendingAckInternalStats/{TOPIC_PATH}/s")
+    assert (not_ready.status, not_ready.reason) == (503, "Pending ack have not init success!")
+    missing = _get(txn_broker, f"{TX}/pendingAckInternalStats/{TOPIC_PATH}/nosuch")
+    assert (missing.status, missing.reason) == (404, "Subscription not found")
+
+    snapshot = _get(txn_broker, f"{TX}/transactionBufferInternalStats/{TOPIC_PATH}")
+    assert snapshot.status == 200, snapshot.body   # taken at the topic's first load
+    assert snapshot.body["snapshotType"] == "Single"
+    single = snapshot.body["singleSnapshotInternalStats"]
+    assert single["managedLedgerName"].endswith(TOPIC)
+    assert set(single["managedLedgerInternalStats"]) >= {"numberOfEntries", "lastConfirmedEntry"}
+    stats = _get(txn_broker, f"{TX}/transactionBufferStats/{TOPIC_PATH}").body
+    assert stats["lastSnapshotTimestamps"] > 0
+
+    txn = conn.tc.new_txn(TTL_MS)
+    assert not conn.tc.add_subscription(txn, TOPIC, "s").HasField("error")
+    assert not conn.acks.ack(1, [ids[0]], txn).HasField("error")
+    assert position(ids[0]) == "PendingAck"
+    assert position(ids[1]) == "NotInPendingAck"
+    assert position(ids[0], "?batchIndex=0") == "InvalidPosition"   # a whole entry
+    log = _get(txn_broker, f"{TX}/pendingAckInternalStats/{TOPIC_PATH}/s")
+    assert log.status == 200, log.body
+    assert log.body["pendingAckLogStats"]["managedLedgerName"] == "__transactions/coordinator-log-0"
+    ml = log.body["pendingAckLogStats"]["managedLedgerInternalStats"]
+    assert ml["numberOfEntries"] > 0 and ml["ledgers"] and ml["lastConfirmedEntry"] != "-1:-1"
+    assert not conn.tc.end(txn, commit=True).HasField("error")
+    assert position(ids[0]) == "MarkDelete"
+    coordinator = _get(txn_broker, f"{TX}/coordinatorInternalStats/0")
+    assert coordinator.status == 200, coordinator.body
+    assert coordinator.body["transactionLogStats"]["managedLedgerName"] == \
+        "__transactions/coordinator-log-0"
+    other = _get(txn_broker, f"{TX}/coordinatorInternalStats/3")
+    assert (other.status, other.reason) == (
+        404, "Transaction coordinator not found! coordinator id : 3")
+
+    url = txn_broker.web_url
+    for body, status, reason in (
+            (1, 406, "Number of transaction coordinators should be more than the current "
+                     "number of transaction coordinator"),
+            (2, 405, "This broker runs one transaction coordinator: it cannot be scaled to more"),
+            ("two", 400, "Invalid replicas: the body must be a number")):
+        reply = http(url, "POST", f"{TX}/transactionCoordinator/replicas", body)
+        assert (reply.status, reply.reason) == (status, reason), body

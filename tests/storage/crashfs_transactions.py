@@ -8,13 +8,17 @@ pending acks) on a CrashFS-backed store, and marks every promise a returned call
   ("txn_ack", most, least, ledger, entry)    an ACK in the transaction was answered (logged)
   ("txn_end_start", most, least, commit)     END_TXN was sent
   ("txn_ended", most, least, commit)         END_TXN was answered
+  ("txn_group", (most, least, ledger, entry), ...)  acks in transactions that one log entry
+                                             holds (group commit: written together)
 
 check_transactions() opens a post-crash state as the broker does (log replay, the coordinator's
 resume finishing what a crash caught between the phases, the topic's buffer rebuilt from the
 ledger), lets every transaction still open time out (abort), and checks: a transaction whose
 END commit was answered has every message visible and every ack applied; one whose abort was
 asked (answered or not) has no message visible and no ack applied; any other has all or nothing
-(its messages visible exactly when its acks are applied).
+(its messages visible exactly when its acks are applied). A group of acks written as one log
+entry is, after the replay, either wholly there (pending or applied) or wholly absent, and
+wholly there when any of its acks was answered.
 """
 
 from __future__ import annotations
@@ -143,7 +147,86 @@ async def transaction_workload(w: Workload) -> None:
         w.fs.mark("txn_ended", txn.most, txn.least, commit)
     stats = service.coordinator_stats()
     w.fs.mark("txn_log", stats.log_first_ledger_id, stats.log_ledgers)
+    await _grouped_round(w, service, ml, buffer, target, seq)
     await service.close()
+
+
+GROUP = 4
+
+
+async def _grouped_round(w: Workload, service: TransactionService, ml: ManagedLedger,
+                         buffer: TopicTransactionBuffer, target: _Target, seq: int) -> None:
+    """Transactions acknowledging at once (their records grouped into one log entry while
+    the first is being written), then committed at once (their status records grouped)."""
+    coordinator = service.coordinator
+    for _ in range(5):   # until a group formed (it needs a write still in flight)
+        plain = await _publish(ml, buffer, [_message(None, seq + i) for i in range(GROUP)])
+        seq += GROUP
+        txns = [await coordinator.new_txn(HOUR_MS) for _ in range(GROUP)]
+        for txn in txns:
+            await service.add_partitions(txn, [TOPIC])
+            await coordinator.add_subscriptions(txn, [(TOPIC, SUB)])
+            for pos in await _publish(ml, buffer, [_message(txn, seq)]):
+                w.fs.mark("txn_entry", txn.most, txn.least, pos.ledger_id, pos.entry_id)
+            seq += 1
+        first = service.acknowledge(txns[0], TOPIC, SUB, [(plain[0], None)], False, target)
+        await asyncio.sleep(0)   # the first record is with the storage now: the rest gather
+        await asyncio.sleep(0)
+        rest = [service.acknowledge(txn, TOPIC, SUB, [(plain[i + 1], None)], False, target)
+                for i, txn in enumerate(txns[1:])]
+        answers = [asyncio.ensure_future(a) for a in (first, *rest)]
+        for txn, pos, answer in zip(txns, plain, answers, strict=False):
+            # marked the moment it is answered, not after the others
+            answer.add_done_callback(
+                lambda _, t=txn, p=pos: w.fs.mark("txn_ack", t.most, t.least, p.ledger_id,
+                                                  p.entry_id))
+        await asyncio.gather(*answers)
+        await _mark_groups(w, service)
+        for txn in txns:
+            w.fs.mark("txn_end_start", txn.most, txn.least, True)
+        ends = [asyncio.ensure_future(coordinator.end(txn, True)) for txn in txns]
+        for txn, end in zip(txns, ends, strict=True):
+            await end
+            w.fs.mark("txn_ended", txn.most, txn.least, True)
+        if any(op.kind == "mark" and op.mark[0] == "txn_group" for op in w.fs.trace.ops):
+            return
+
+
+async def _mark_groups(w: Workload, service: TransactionService) -> None:
+    """Mark the acks that share a log entry, as the log holds them."""
+    by_entry: dict[Position, list[tuple[int, int, int, int]]] = {}
+    assert service._log is not None
+    for pos, rec in await service._log.records():
+        if rec.get("op") == "ack":
+            for p in rec["pos"]:
+                by_entry.setdefault(pos, []).append((rec["m"], rec["l"], p[0], p[1]))
+    for members in by_entry.values():
+        if len(members) > 1:
+            w.fs.mark("txn_group", *members)
+
+
+def _check_groups(service: TransactionService, topic: _Topic,
+                  groups: list[tuple[Any, ...]], answered: dict[TxnId, list[Position]],
+                  abort_asked: set[TxnId]) -> list[str]:
+    """Before any timeout: an answered ack is there (pending or applied) unless its abort was
+    asked; a group written as one entry is there whole or not at all."""
+    problems: list[str] = []
+    store = service.pending_store(TOPIC, SUB)
+    cursor = topic.ledger.cursors[SUB]
+
+    def there(pos: Position) -> bool:
+        return store.holds(pos) or cursor.is_deleted(pos)
+
+    for txn, positions in answered.items():
+        lost = [p for p in positions if not there(p)]
+        if lost and txn not in abort_asked:
+            problems.append(f"txn {txn}: acks {lost} were answered but are gone")
+    for group in groups:
+        found = [(TxnId(m, lo), Position(lid, eid)) for m, lo, lid, eid in group
+                 if there(Position(lid, eid))]
+        if found and len(found) != len(group):
+            problems.append(f"ack group {group}: only {found} replayed")
+    return problems
 
 
 async def check_transactions(root: Path, marks: list[tuple[Any, ...]]) -> list[str]:
@@ -160,6 +243,7 @@ async def check_transactions(root: Path, marks: list[tuple[Any, ...]]) -> list[s
             end_asked[TxnId(m[1], m[2])] = m[3]
         elif m[0] == "txn_ended":
             ended[TxnId(m[1], m[2])] = m[3]
+    groups = [m[1:] for m in marks if m[0] == "txn_group"]
     problems: list[str] = []
     store = await SegmentStore.open(root, CHECK_CONFIG)
     loader = _Loader(store)
@@ -169,6 +253,8 @@ async def check_transactions(root: Path, marks: list[tuple[Any, ...]]) -> list[s
         await service.coordinator.settled()
         topic = await loader(TOPIC)
         assert topic is not None
+        problems += _check_groups(service, topic, groups, acks,
+                                  {t for t, commit in end_asked.items() if not commit})
         # Every transaction still open now times out.
         for txn in set(entries) | set(acks):
             if service.coordinator.status(txn) is TxnStatus.OPEN:

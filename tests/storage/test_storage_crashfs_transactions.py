@@ -9,16 +9,21 @@ picks other states.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
 
+import pytest
 from crashfs import CrashFS, Trace, materialize
 from crashfs_check import WORKLOAD_CONFIG, check_state, record
 from crashfs_states import generate, states_budget
 from crashfs_transactions import check_transactions, transaction_workload
+
+from broker.transactions.log_batch import RecordBatcher
+from storage.positions import Position
 
 SEED = int(os.environ.get("HORAE_CRASH_SEED", "20240611"))
 STATES = 120
@@ -53,7 +58,7 @@ async def test_transactions_keep_every_promise_in_every_crash_state(tmp_path: Pa
     fs = await record(tmp_path / "p1", transaction_workload, fs=CrashFS(tmp_path / "p1"),
                       config=WORKLOAD_CONFIG)
     kinds = {op.mark[0] for op in fs.trace.ops if op.kind == "mark"}
-    assert {"txn_entry", "txn_ack", "txn_end_start", "txn_ended"} <= kinds, kinds
+    assert {"txn_entry", "txn_ack", "txn_end_start", "txn_ended", "txn_group"} <= kinds, kinds
     (log_state,) = [op.mark for op in fs.trace.ops if op.kind == "mark" and op.mark[0] == "txn_log"]
     assert log_state[1] > 0 and 0 < log_state[2] <= 2, \
         f"the log was not trimmed: {log_state}"   # checkpoints carried it across trims
@@ -70,3 +75,23 @@ async def test_without_the_append_fsync_a_transaction_promise_breaks(tmp_path: P
     assert fs.sites.get(APPEND_SYNC), f"{APPEND_SYNC} was not reached"
     findings, _ = await _check(fs.trace, states_budget(STATES), stop_first=True)
     assert findings, "disabling the append fdatasync broke no transaction promise"
+
+
+async def test_answering_a_group_that_is_not_durable_breaks_a_promise(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Teeth of the group check: a group is answered but its entry never reaches the disk."""
+    issue = RecordBatcher._issue
+
+    def answer_unwritten(self: RecordBatcher, data: bytes, records: int
+                         ) -> asyncio.Future[Position]:
+        if records == 1:
+            return issue(self, data, records)
+        unwritten: asyncio.Future[Position] = asyncio.get_running_loop().create_future()
+        unwritten.set_result(Position(0, 0))
+        return unwritten
+
+    monkeypatch.setattr(RecordBatcher, "_issue", answer_unwritten)
+    fs = await record(tmp_path / "p1", transaction_workload, fs=CrashFS(tmp_path / "p1"),
+                      config=WORKLOAD_CONFIG)
+    findings, _ = await _check(fs.trace, states_budget(STATES), stop_first=True)
+    assert findings, "answering a group that is not durable broke no promise"

@@ -442,6 +442,15 @@ SCENARIOS: list[Scenario] = [
              label="transaction in buffer"),
         Call("GET", TX + "/transactionInPendingAckStats/{t}/{ns}/{topic}/sub/0/1",
              label="transaction in pending ack"),
+        Call("GET", TX + "/pendingAckInternalStats/{t}/{ns}/{topic}/sub",
+             label="pending ack internal stats"),
+        Call("GET", TX + "/positionStatsInPendingAck/{t}/{ns}/{topic}/sub/1/1",
+             label="position stats in pending ack"),
+        Call("POST", f"{TX}/transactionCoordinator/replicas", 2, label="scale coordinators"),
+        Call("GET", f"{TX}/coordinatorInternalStats/0", label="coordinator internal stats"),
+        # checks no coordinator: a loaded topic's buffer without one has no snapshot (404)
+        Call("GET", TX + "/transactionBufferInternalStats/{t}/{ns}/{topic}",
+             label="buffer internal stats"),
     ]),
 ]
 
