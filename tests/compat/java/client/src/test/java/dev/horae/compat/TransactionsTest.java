@@ -17,6 +17,7 @@ import org.apache.pulsar.client.admin.PulsarAdmin;
 import org.apache.pulsar.client.api.Consumer;
 import org.apache.pulsar.client.api.Message;
 import org.apache.pulsar.client.api.MessageId;
+import org.apache.pulsar.client.api.MessageIdAdv;
 import org.apache.pulsar.client.api.Producer;
 import org.apache.pulsar.client.api.PulsarClient;
 import org.apache.pulsar.client.api.PulsarClientException;
@@ -28,6 +29,7 @@ import org.apache.pulsar.common.policies.data.TransactionBufferStats;
 import org.apache.pulsar.common.policies.data.TransactionCoordinatorStats;
 import org.apache.pulsar.common.policies.data.TransactionMetadata;
 import org.apache.pulsar.common.policies.data.TransactionPendingAckStats;
+import org.apache.pulsar.common.stats.PositionInPendingAckStats;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Tag;
@@ -329,6 +331,17 @@ class TransactionsTest {
       assertEquals("Ready", buffer.state);
       TransactionPendingAckStats pending = admin.transactions().getPendingAckStats(topic, "sub");
       assertEquals(1, pending.ongoingTxnSize);
+      MessageIdAdv acked = (MessageIdAdv) plain.getMessageId();
+      assertEquals(PositionInPendingAckStats.State.PendingAck,
+          admin.transactions().getPositionStatsInPendingAck(topic, "sub", acked.getLedgerId(),
+              acked.getEntryId(), null).state);
+      assertEquals(PositionInPendingAckStats.State.NotInPendingAck,
+          admin.transactions().getPositionStatsInPendingAck(topic, "sub", acked.getLedgerId(),
+              acked.getEntryId() + 1, null).state);
+      assertNotNull(admin.transactions().getPendingAckInternalStats(topic, "sub", false)
+          .pendingAckLogStats.managedLedgerName);
+      assertNotNull(admin.transactions().getCoordinatorInternalStats(0, false)
+          .transactionLogStats.managedLedgerInternalStats);
 
       txn.commit().get();
       assertEquals(0, admin.transactions().getTransactionBufferStats(topic).ongoingTxnSize);
