@@ -92,6 +92,19 @@ async def create_tenant(request: web.Request) -> web.Response:
     return no_content()
 
 
+async def update_tenant(request: web.Request) -> web.Response:
+    """``POST /admin/v2/tenants/{t}``: Pulsar's updateTenant (the whole TenantInfo replaced)."""
+    admin = admin_of(request)
+    tenant = request.match_info["tenant"]
+    body = check_tenant_info(bodies.load_json(await request.read()))
+    if not await admin.tenants.tenant_exists(tenant):
+        raise E.not_found(f"Tenant {tenant} not found")
+    require_known_clusters(admin, body)
+    info = {"adminRoles": [], "allowedClusters": [_cluster(admin)], **(body or {})}
+    await admin.tenants.update_tenant(tenant, info)
+    return no_content()
+
+
 async def delete_tenant(request: web.Request) -> web.Response:
     admin = admin_of(request)
     tenant = request.match_info["tenant"]
@@ -248,6 +261,7 @@ def add_routes(app: web.Application) -> None:
     r.add_get(TENANTS, list_tenants)
     r.add_get(TENANT, get_tenant)
     r.add_put(TENANT, create_tenant)
+    r.add_post(TENANT, update_tenant)
     r.add_delete(TENANT, delete_tenant)
     r.add_get(NAMESPACES, list_namespaces)
     r.add_put(NAMESPACE, create_namespace)

@@ -192,6 +192,10 @@ _COMMANDS: dict[tuple[str, str], Builder] = {
         "PUT", f"/admin/v2/tenants/{q(a.tenant)}",
         {"adminRoles": _split(a.admin_roles), "allowedClusters": _split(a.allowed_clusters)
          or ["standalone"]}, True),
+    ("tenants", "update"): lambda a: Request(
+        "POST", f"/admin/v2/tenants/{q(a.tenant)}",
+        {"adminRoles": _split(a.admin_roles), "allowedClusters": _split(a.allowed_clusters)
+         or ["standalone"]}, True),
     ("tenants", "delete"): lambda a: Request("DELETE", f"/admin/v2/tenants/{q(a.tenant)}"),
     ("namespaces", "list"): lambda a: Request("GET", f"/admin/v2/namespaces/{q(a.tenant)}"),
     ("namespaces", "permissions"): lambda a: Request(
@@ -317,6 +321,7 @@ _HELP: dict[tuple[str, str], str] = {
     ("tenants", "get"): "a tenant's admin roles and allowed clusters",
     ("tenants", "delete"): "delete an empty tenant",
     ("tenants", "create"): "create a tenant",
+    ("tenants", "update"): "replace a tenant's admin roles and allowed clusters",
     ("namespaces", "list"): "the namespaces of a tenant",
     ("namespaces", "permissions"): "the roles granted on a namespace",
     ("namespaces", "grant-permission"): "grant a role actions on a namespace",
@@ -396,10 +401,11 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_parser("list")
     for name in ("get", "delete"):
         t.add_parser(name).add_argument("tenant")
-    tc = t.add_parser("create")
-    tc.add_argument("tenant")
-    tc.add_argument("--admin-roles", "-r", default="")
-    tc.add_argument("--allowed-clusters", "-c", default="")
+    for name in ("create", "update"):
+        tc = t.add_parser(name)
+        tc.add_argument("tenant")
+        tc.add_argument("--admin-roles", "-r", default="")
+        tc.add_argument("--allowed-clusters", "-c", default="")
 
     n = group("namespaces", "namespaces, their permissions and policies")
     n.add_parser("list").add_argument("tenant")

@@ -379,3 +379,9 @@ def test_pulsar_admin_other_names_and_small_commands(
     assert sorted(run("namespaces", "subscription-permission", ns)["sub"]) == ["r1", "r2"]
     run("namespaces", "revoke-subscription-permission", ns, "-s", "sub", "-r", "r1")
     assert run("namespaces", "subscription-permission", ns)["sub"] == ["r2"]
+    # tenants update replaces the tenant's info (Pulsar's POST /admin/v2/tenants/{t})
+    run("tenants", "create", "upd")
+    run("tenants", "update", "upd", "-r", "ops,dev")
+    assert sorted(api("GET", "/admin/v2/tenants/upd").body["adminRoles"]) == ["dev", "ops"]
+    assert main(["--admin-url", broker.web_url, "tenants", "update", "nope"]) != 0
+    assert "Tenant nope not found" in capsys.readouterr().err

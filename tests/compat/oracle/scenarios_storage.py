@@ -181,6 +181,17 @@ STORAGE_SCENARIOS: list[Scenario] = [
         Call("GET", "/lookup/v2/topic/persistent/{t}/{ns}/{topic}/bundle", label="topic's bundle"),
         Call("GET", "/admin/v2/namespaces/{t}/missing/bundles", label="missing namespace"),
     ]),
+    Scenario("tenant update", [
+        *SETUP,
+        Call("POST", "/admin/v2/tenants/{t}",
+             {"adminRoles": ["r1"], "allowedClusters": ["{cluster}"]}, "update"),
+        Call("GET", "/admin/v2/tenants/{t}", label="get updated"),
+        Call("POST", "/admin/v2/tenants/{t}",
+             {"adminRoles": ["r1"], "allowedClusters": ["nope"]}, "unknown cluster"),
+        Call("POST", "/admin/v2/tenants/{t}", {"adminRoles": "r1"}, "update bad body"),
+        Call("POST", "/admin/v2/tenants/{t}-missing",
+             {"adminRoles": [], "allowedClusters": ["{cluster}"]}, "missing tenant"),
+    ]),
     Scenario("stats times", [
         *WITH_TOPIC,
         Call("GET", TP + "/stats", label="topic stats"),
