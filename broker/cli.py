@@ -150,7 +150,11 @@ async def _run(config: BrokerConfig) -> int:
         await server.stop()
         return 1
     log.info("%s", server.started_line())
+    from broker.heap import HeapFreezer
+
+    freezer = loop.create_task(HeapFreezer().run())   # this process's collector: see heap.py
     await stop.wait()
+    freezer.cancel()
     timeout_s = config.broker_shutdown_timeout_ms / 1000
     log.info("shutting down (at most %.1f s)", timeout_s)
     try:

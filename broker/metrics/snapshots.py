@@ -76,6 +76,8 @@ _GZIP_LEVEL = 1
 _GzipFile = cast(Callable[..., BinaryIO], igzip.GzipFile)
 #: Characters of text joined per gzip write (bounds the memory of one export's text).
 _WRITE_CHARS = 1 << 20
+#: Topics' texts of a rendered family joined per write (~0.1-1 MB of lines).
+_JOIN_PARTS = 1024
 #: Samples per cached run of a family (see :meth:`MetricSnapshotWriter.write_families`): a
 #: changed topic re-serialises one run in each family it moved in.
 _RUN_SAMPLES = 16
@@ -237,10 +239,12 @@ class MetricSnapshotWriter:
         kept_labels: dict[tuple[tuple[str, str], ...], str] = {}
         for family in families:
             if isinstance(family, RenderedFamily):
-                parts = family.parts   # joined in C: no Python step per topic
-                if parts:
-                    yield (b"".join(parts) if isinstance(parts[0], bytes)
-                           else "".join(parts))
+                # joined in C, _JOIN_PARTS topics at a time: no Python step per topic, and
+                # no buffer of a whole family (bounds the memory of one export's text)
+                parts = family.parts
+                join = b"".join if parts and isinstance(parts[0], bytes) else "".join
+                for start in range(0, len(parts), _JOIN_PARTS):
+                    yield join(parts[start:start + _JOIN_PARTS])  # type: ignore[arg-type]
                 continue
             row_type = _FAMILY_TYPES.get(family.type, "untyped")
             key = (family.name, row_type)

@@ -1,0 +1,60 @@
+"""The heap freezer freezes the survivors of a full collection and hands them back to the
+collector when it thaws, so cyclic garbage among them is freed then."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import weakref
+
+from broker.heap import HeapFreezer
+
+
+class _Node:
+    def __init__(self) -> None:
+        self.me = self   # a cycle: only the cyclic collector frees it
+
+
+def test_survivors_of_a_full_collection_are_frozen_and_thawed_for_the_next() -> None:
+    freezer = HeapFreezer()
+    gc.callbacks.append(freezer._on_collection)
+    try:
+        node = _Node()
+        gone = weakref.ref(node)
+        freezer.step(thaw=False)
+        assert gc.get_freeze_count() == 0 and freezer.freezes == 0   # no full collection yet
+        gc.collect()
+        freezer.step(thaw=False)
+        assert freezer.freezes == 1 and gc.get_freeze_count() > 0
+        del node   # garbage now, but frozen: a full collection does not see it
+        gc.collect()
+        assert gone() is not None
+        freezer.step(thaw=False)   # that collection's survivors are frozen too
+        assert freezer.freezes == 2
+        freezer.step(thaw=True)
+        assert gc.get_freeze_count() == 0 and freezer.thaws == 1
+        gc.collect()   # sees every object again: the cycle is freed
+        assert gone() is None
+        freezer.step(thaw=False)   # and what survived is frozen again
+        assert freezer.freezes == 3
+    finally:
+        gc.callbacks.remove(freezer._on_collection)
+        gc.unfreeze()
+
+
+async def test_run_freezes_after_a_full_collection_and_unfreezes_when_cancelled() -> None:
+    freezer = HeapFreezer(thaw_every_s=3600.0, check_s=0.01)
+    task = asyncio.get_running_loop().create_task(freezer.run())
+    try:
+        await asyncio.sleep(0)
+        gc.collect()
+        for _ in range(500):   # bounded: the freezer checks every 10 ms
+            if freezer.freezes:
+                break
+            await asyncio.sleep(0.01)
+        assert freezer.freezes >= 1 and gc.get_freeze_count() > 0
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    assert gc.get_freeze_count() == 0
+    assert freezer._on_collection not in gc.callbacks
