@@ -160,6 +160,36 @@ ALLOWED: list[Allowed] = [
             "deprecated brokerUrlSsl; Horae always writes the TLS keys (empty without TLS)"),
     Allowed("lookup", "bad domain", ("status: horae 400, pulsar 500",),
             "Pulsar fails with 500 on an unknown topic domain; Horae answers 400"),
+    Allowed("ns policy schemaValidationEnforced", "remove", ("status: horae 204, pulsar 412",),
+            "Pulsar 4.0 has no DELETE for a namespace's schema validation (the path falls to "
+            "its bundle route); Horae removes it, as every other namespace policy"),
+    Allowed("topic policy schemaValidationEnforced", "remove", ("status: horae 204, pulsar 405",),
+            "Pulsar 4.0 has no DELETE for a topic's schema validation; Horae removes it, as "
+            "every other topic policy"),
+    Allowed("*policy delayedDeliveryReplaceByKey", "*",
+            ("status: horae *, pulsar 40[45]", "status: horae *, pulsar 412", *JETTY_404),
+            "replace-by-key (a keyed delayed message replaces the pending one) is Horae's own "
+            "policy: Pulsar has no such route"),
+    Allowed("*", "delayed list", ("status: horae *, pulsar 404", *JETTY_404),
+            "the scheduled-message listing is Horae's own route (Pulsar has none)"),
+    Allowed("*", "delayed histogram", ("status: horae *, pulsar 404", *JETTY_404),
+            "the scheduled-message histogram is Horae's own route (Pulsar has none)"),
+    Allowed("topic inspection", "id by time bad", ("status: horae 400, pulsar 404", *JETTY_404),
+            "a timestamp that is not a number: Jersey's failed parameter conversion is a 404; "
+            "Horae answers 400 saying so"),
+    Allowed("topic inspection", "internal info missing", ("status: horae 404, pulsar 500",),
+            "Pulsar fails with 500 on the internal info of a topic that does not exist; Horae "
+            "answers 404 \"Topic not found\""),
+    Allowed("namespace operations", "clear backlog of missing", ("status: horae 204, pulsar 500",),
+            "Pulsar fails with 500 (\"Cursor not found\") clearing a subscription's backlog "
+            "where a loaded topic lacks it; Horae clears it where it exists"),
+    Allowed("namespace operations", "clear backlog missing", ("status: horae 404, pulsar 204",),
+            "Pulsar answers 204 clearing the backlog of a namespace that does not exist; Horae "
+            "answers 404 \"Namespace does not exist\", as both do for its unload"),
+    Allowed("broker configuration", "runtime", ("$.*: only in pulsar", "$.*: only in horae"),
+            "each broker lists its own settings: Pulsar its ServiceConfiguration (BookKeeper, "
+            "ZooKeeper, load balancer, ...), Horae its own (storage, tokens, ...); the keys "
+            "both have are compared"),
     Allowed("brokers", "status page", ("status: horae 200, pulsar 404",),
             "Pulsar serves /status.html only with statusFilePath set (standalone: unset); Horae "
             "always serves it"),
