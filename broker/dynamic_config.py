@@ -46,13 +46,9 @@ DYNAMIC_KEYS: tuple[str, ...] = (
     "allowAutoTopicCreationType",
     "allowAutoSubscriptionCreation",
     "defaultNumPartitions",
-    "maxProducersPerTopic",
-    "maxConsumersPerTopic",
-    "maxConsumersPerSubscription",
     "brokerDeleteInactiveTopicsEnabled",
     "brokerDeleteInactiveTopicsMaxInactiveDurationSeconds",
     "brokerDeleteInactiveTopicsMode",
-    "delayedDeliveryMaxDelayInMillis",
     # topic limits and rates: loaded topics are handed the new broker default at once
     "maxPublishRatePerTopicInMessages",
     "maxPublishRatePerTopicInBytes",
@@ -65,6 +61,9 @@ DYNAMIC_KEYS: tuple[str, ...] = (
     "maxTopicsPerNamespace",
     "subscriptionTypesEnabled",
 )
+# Not dynamic in Pulsar 4.0 (no ``dynamic = true``; its admin answers 412 for them), so not
+# here either: maxProducersPerTopic, maxConsumersPerTopic, maxConsumersPerSubscription,
+# delayedDeliveryMaxDelayInMillis.
 
 #: Settings whose value is a secret (or names one inline): ``runtime`` shows them masked.
 REDACTED_KEYS = frozenset({"tokenSecretKey", "basicAuthConf"})

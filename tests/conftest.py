@@ -247,7 +247,9 @@ def pulsar_standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Puls
         runtime_jars()
     except (subprocess.SubprocessError, RuntimeError) as exc:
         pytest.skip(f"Pulsar's runtime cannot be resolved from Maven Central: {exc}")
-    with start_pulsar_standalone(tmp_path_factory.mktemp("pulsar"), sync=False) as broker:
+    # its WebSocket service on, as Horae's: the differential tests compare the /ws/v2 sessions
+    with start_pulsar_standalone(tmp_path_factory.mktemp("pulsar"), sync=False,
+                                 extra={"webSocketServiceEnabled": "true"}) as broker:
         yield PulsarStandalone(broker.url, f"http://{broker.host}:{broker.web_port}")
 
 

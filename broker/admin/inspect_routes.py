@@ -5,22 +5,24 @@ topic(s) it applies to (Pulsar's 404 reasons come from there) and reads or chang
 :class:`broker.admin.service.AdminEntries`. Paths under ``/admin/v2/persistent/{t}/{ns}/{topic}``:
 
 - ``GET .../messageid/{timestamp}``: the first message published at or after *timestamp* (ms),
-  as ``{"ledgerId", "entryId", "partitionIndex", ...}``; 404 "Message ID not found" when every
-  message is older. On a partitioned topic ask a partition (405).
+  as ``{"ledgerId", "entryId", "partitionIndex", ...}``; the position after the last message
+  when every message is older (or there is none), as Pulsar. On a partitioned topic ask a
+  partition (405).
 - ``GET .../lastMessageId``: the last stored message's id (``entryId`` -1 on an empty topic).
 - ``GET .../internal-info``: Pulsar's ManagedLedgerInfo (ledgers, cursors, termination); a
   partitioned topic answers ``{"version", "partitions": {name: info}}``.
 - ``PUT .../backlogSize`` with a message id body: the bytes stored from that message on.
-- ``GET|POST .../subscription/{sub}/analyzeBacklog`` (optional message id body to start from):
+- ``POST .../subscription/{sub}/analyzeBacklog`` (optional message id body to start from):
   the subscription's backlog in entries and messages, at most
   :data:`BACKLOG_SCAN_MAX_ENTRIES` entries read (Pulsar's
   ``subscriptionBacklogScanMaxEntries``; ``aborted`` beyond).
 - ``DELETE .../truncate``: clear every subscription's backlog, then delete every sealed ledger,
   retention notwithstanding (the current ledger stays). 204.
 - ``POST .../trim``: delete the sealed ledgers every subscription has consumed, keeping what
-  retention keeps. 204.
+  retention keeps. 200 with no body, as Pulsar.
 - ``POST .../createMissedPartitions``: create the partitions of a partitioned topic that do not
-  exist yet. 204, also for a topic that is not partitioned (nothing to create), as Pulsar.
+  exist yet. 204; 404 "Topic {name} does not exist" for a topic that is not partitioned, as
+  Pulsar 4.0.
 
 Partitioned topics: truncate and trim run on every partition, as Pulsar fans them out; the
 reads that name one position answer 405 (ask a partition). Non-persistent topics answer as
@@ -47,7 +49,6 @@ __all__ = ["BACKLOG_SCAN_MAX_ENTRIES", "add_routes"]
 
 #: Pulsar's ``subscriptionBacklogScanMaxEntries`` default: most entries analyzeBacklog reads.
 BACKLOG_SCAN_MAX_ENTRIES = 10_000
-MESSAGE_ID_NOT_FOUND = "Message ID not found"
 
 
 async def _topic(request: web.Request) -> tuple[AdminService, TopicName]:
@@ -82,10 +83,8 @@ async def message_id_by_time(request: web.Request) -> web.Response:
         raise E.bad_request("timestamp must be an integer (epoch milliseconds)") from None
     tn, topic = await _one(request, "Get message ID by timestamp on a partitioned topic is not "
                                     "allowed, please try do it on specific topic partition")
-    pos = await AdminEntries.first_published_at(topic, timestamp_ms)
-    if pos is None:
-        raise E.not_found(MESSAGE_ID_NOT_FOUND)
-    return json_response(_message_id(pos, tn))
+    return json_response(_message_id(await AdminEntries.first_published_at(topic, timestamp_ms),
+                                     tn))
 
 
 async def last_message_id(request: web.Request) -> web.Response:
@@ -141,13 +140,15 @@ async def trim(request: web.Request) -> web.Response:
     admin, tn = await _topic(request)
     for topic in await admin.topics.targets(tn):
         await AdminEntries.trim(topic)
-    return no_content()
+    return json_response(None)   # Pulsar's trimTopic answers 200 with no body
 
 
 async def create_missed_partitions(request: web.Request) -> web.Response:
     admin, tn = await _topic(request)
-    # Pulsar creates the partitions its metadata names: none for a non-partitioned topic (204)
-    for i in range(await admin.topics.partition_count(tn)):
+    n = await admin.topics.partition_count(tn)
+    if n == 0:   # Pulsar 4.0 reads the partitioned metadata of an existing partitioned topic
+        raise E.not_found(f"Topic {tn.full} does not exist")
+    for i in range(n):
         await admin.topics.get(tn.partition(i), create=True)
     return no_content()
 
@@ -162,13 +163,27 @@ def _refuse(status: int, reason: str) -> Callable[[web.Request], Awaitable[web.R
     return refuse
 
 
+async def analyze_backlog_np(request: web.Request) -> web.Response:
+    """Pulsar looks the subscription up first (404 without it); a non-persistent one has no
+    backlog to analyze (405)."""
+    m = request.match_info
+    admin = admin_of(request)
+    await admin.tenants.require_namespace(m["tenant"], m["namespace"])
+    topic = admin.topics.nonpersistent(
+        topic_name(m["tenant"], m["namespace"], m["topic"], "non-persistent"))
+    if topic is None:
+        raise E.not_found(E.TOPIC_NOT_FOUND)
+    if m["sub"] not in topic.subscriptions:
+        raise E.not_found(E.SUBSCRIPTION_NOT_FOUND)
+    raise E.not_allowed("Analyze backlog on a non-persistent topic is not allowed")
+
+
 def add_routes(app: web.Application) -> None:
     r = app.router
     r.add_get(TOPIC + "/messageid/{timestamp}", message_id_by_time)
     r.add_get(TOPIC + "/lastMessageId", last_message_id)
     r.add_get(TOPIC + "/internal-info", internal_info)
     r.add_put(TOPIC + "/backlogSize", backlog_size)
-    r.add_get(SUB + "/analyzeBacklog", analyze_backlog)
     r.add_post(SUB + "/analyzeBacklog", analyze_backlog)
     r.add_delete(TOPIC + "/truncate", truncate)
     r.add_post(TOPIC + "/trim", trim)
@@ -179,6 +194,5 @@ def add_routes(app: web.Application) -> None:
         405, "GetLastMessageId on a non-persistent topic is not allowed"))
     r.add_delete(NP_TOPIC + "/truncate", _refuse(412, "Unsupported truncate"))
     r.add_post(NP_TOPIC + "/trim", _refuse(405, "Trim on a non-persistent topic is not allowed"))
-    r.add_get(NP_SUB + "/analyzeBacklog", _refuse(
-        405, "Analyze backlog on a non-persistent topic is not allowed"))
+    r.add_post(NP_SUB + "/analyzeBacklog", analyze_backlog_np)
 

@@ -13,8 +13,11 @@ namespace's loaded persistent topics (:meth:`broker.admin.service.AdminTopics.lo
   has consumers. 204.
 
 The bundle forms (``.../{bundle}/unload`` and so on) accept the namespace's one bundle,
-``0x00000000_0xffffffff``; another range is 404 "Namespace bundle not found", as a bundle a
-Pulsar namespace does not have. 404 "Namespace does not exist" for an unknown namespace.
+``0x00000000_0xffffffff``; another range is refused as Pulsar refuses a range that is not one
+of the namespace's bundles: 412 "Cannot find bundle {ns}/{range} in the bundles list" when no
+bundle starts at its lower bound, 412 "Invalid upper boundary for bundle {ns}/{range}. Expected
+upper boundary of {ns}/0x00000000_0xffffffff" when its upper bound is not the bundle's.
+404 "Namespace does not exist" for an unknown namespace.
 """
 
 from __future__ import annotations
@@ -33,8 +36,20 @@ __all__ = ["FULL_BUNDLE", "add_bundle_delete_route", "add_routes"]
 NAMESPACE = "/admin/v2/namespaces/{tenant}/{namespace}"
 #: The one bundle of a namespace on one node: the whole hash range.
 FULL_BUNDLE = "0x00000000_0xffffffff"
-BUNDLE_NOT_FOUND = "Namespace bundle not found"
 _BUNDLE_RANGE = re.compile(r"0x[0-9a-fA-F]{8}_0x[0-9a-fA-F]{8}")
+_FULL_UPPER = 0xFFFFFFFF
+
+
+def _require_bundle(namespace: str, bundle: str) -> None:
+    """Pulsar's check of a bundle range against the namespace's bundles (compared as numbers)."""
+    lower, upper = (int(bound, 16) for bound in bundle.split("_"))
+    if lower != 0:
+        raise E.precondition_failed(
+            f"Cannot find bundle {namespace}/{bundle} in the bundles list")
+    if upper != _FULL_UPPER:
+        raise E.precondition_failed(
+            f"Invalid upper boundary for bundle {namespace}/{bundle}. Expected upper boundary "
+            f"of {namespace}/{FULL_BUNDLE}")
 
 
 async def _loaded(request: web.Request) -> tuple[AdminService, list[Topic]]:
@@ -42,8 +57,8 @@ async def _loaded(request: web.Request) -> tuple[AdminService, list[Topic]]:
     m = request.match_info
     await admin.tenants.require_namespace(m["tenant"], m["namespace"])
     bundle = m.get("bundle")
-    if bundle is not None and bundle.lower() != FULL_BUNDLE:
-        raise E.not_found(BUNDLE_NOT_FOUND)
+    if bundle is not None:
+        _require_bundle(f"{m['tenant']}/{m['namespace']}", bundle)
     return admin, admin.topics.loaded_of_namespace(m["tenant"], m["namespace"])
 
 
@@ -80,15 +95,15 @@ async def delete_bundle(request: web.Request) -> web.Response:
     """``DELETE .../namespaces/{t}/{ns}/{bundle}``: Pulsar's bundle deletion, the route every
     other one-segment DELETE of a namespace falls to. A name that is not a bundle range is
     412 ``Invalid bundle range: X``, as Pulsar answers it; a Horae namespace is one bundle, so
-    another range is not found and the whole range is refused (delete the namespace)."""
+    another range is refused as Pulsar refuses a range not in its bundles list, and the whole
+    range is refused (delete the namespace)."""
     admin = admin_of(request)
     m = request.match_info
     bundle = m["bundle"]
     if _BUNDLE_RANGE.fullmatch(bundle) is None:
         raise E.precondition_failed(f"Invalid bundle range: {bundle}")
     await admin.tenants.require_namespace(m["tenant"], m["namespace"])
-    if bundle.lower() != FULL_BUNDLE:
-        raise E.not_found(BUNDLE_NOT_FOUND)
+    _require_bundle(f"{m['tenant']}/{m['namespace']}", bundle)
     raise E.precondition_failed("A namespace has one bundle here: delete the namespace instead")
 
 

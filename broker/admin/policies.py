@@ -369,7 +369,8 @@ _NO_CONTENT_WHEN_UNSET = frozenset({L.TOPIC_MAX_CONSUMERS_PER_SUB, L.TOPIC_MAX_S
 
 def _handlers(scope: _Scope, field: str, parse: Parser) -> tuple[Handler, Handler, Handler]:
     # what GET answers while unset: Pulsar's namespace strategy reads "UNDEFINED", its
-    # namespace subscription types an empty set, its max topics per namespace 0, others null
+    # namespace subscription types an empty set, its max topics per namespace 0, schema
+    # validation (a primitive boolean in its policies) false at both levels, others null
     unset: object = {P.NS_SCHEMA_STRATEGY: "UNDEFINED", P.NS_SUBSCRIPTION_TYPES: [],
                      L.NS_MAX_TOPICS: 0, P.NS_SCHEMA_VALIDATION: False,
                      P.TOPIC_SCHEMA_VALIDATION: False}.get(field)

@@ -338,11 +338,11 @@ class AdminEntries:
 
     # --- inspection and maintenance (Pulsar's PersistentTopicsBase) -----------------------
     @staticmethod
-    async def first_published_at(topic: Topic, timestamp_ms: int) -> Position | None:
-        """The first entry published at or after *timestamp_ms*, None when every one is
-        older (Pulsar's message id by timestamp)."""
-        pos = await find_by_publish_time(topic.ledger, timestamp_ms)
-        return pos if entry_exists(topic.ledger, pos) else None
+    async def first_published_at(topic: Topic, timestamp_ms: int) -> Position:
+        """The first entry published at or after *timestamp_ms*; the position after the last
+        entry when every one is older or there is none (Pulsar's message id by timestamp:
+        its managed ledger's found position, which is the next one to be written then)."""
+        return await find_by_publish_time(topic.ledger, timestamp_ms)
 
     @staticmethod
     def first_ledger_created_ms(topic: Topic) -> int | None:
@@ -493,15 +493,17 @@ class AdminBroker:
         """Every setting's value in force, as text (secrets masked)."""
         return self._service.dynamic_config.runtime()
 
-    def internal_config(self) -> dict[str, str | None]:
+    def internal_config(self) -> dict[str, str]:
         """Pulsar's InternalConfigurationData: where metadata and ledgers live. One node keeps
-        both in its data directory; there is no ZooKeeper or BookKeeper."""
+        both in its data directory; there is no ZooKeeper or BookKeeper. As Pulsar 4.0, the
+        deprecated ``zookeeperServers``/``configurationStoreServers`` repeat the metadata
+        store's URL, and settings it does not have (a separate BookKeeper metadata service, a
+        state storage service) are left out, not written as null."""
         data = self._service.config.data_path
-        return {"zookeeperServers": None, "configurationStoreServers": None,
-                "ledgersRootPath": str(data),
-                "bookkeeperMetadataServiceUri": None, "stateStorageServiceUrl": None,
-                "metadataStoreUrl": f"sqlite:{data / 'metadata.db'}",
-                "configurationMetadataStoreUrl": f"sqlite:{data / 'metadata.db'}"}
+        url = f"sqlite:{data / 'metadata.db'}"
+        return {"zookeeperServers": url, "configurationStoreServers": url,
+                "metadataStoreUrl": url, "configurationMetadataStoreUrl": url,
+                "ledgersRootPath": str(data)}
 
     @staticmethod
     def version() -> str:

@@ -38,22 +38,31 @@ def managed_ledger_info(topic: Topic) -> dict[str, Any]:
     infos = list(ledger.ledgers)
     created = iso_ms(infos[0].created_ms) if infos else ""
     modified = iso_ms(infos[-1].created_ms) if infos else ""
+    # Pulsar writes what its metadata holds and leaves out what it does not: a ledger's
+    # entries and size once it is closed (not for the current one), a cursor's acknowledged
+    # ranges and properties when there are any
     cursors: dict[str, Any] = {}
     for name, cursor in ledger.cursors.items():
         mark = cursor.mark_delete_position
         ranges = _deleted_ranges(cursor.individually_deleted())
-        cursors[name] = {
+        doc: dict[str, Any] = {
             "version": cursor.revision, "creationDate": created, "modificationDate": "",
             "cursorsLedgerId": -1,
-            "markDelete": {"ledgerId": mark.ledger_id, "entryId": mark.entry_id},
-            "individualDeletedMessages": ranges[:MAX_LISTED_DELETED],
-            "properties": dict(cursor.properties)}
+            "markDelete": {"ledgerId": mark.ledger_id, "entryId": mark.entry_id}}
+        if ranges:
+            doc["individualDeletedMessages"] = ranges[:MAX_LISTED_DELETED]
+        if cursor.properties:
+            doc["properties"] = dict(cursor.properties)
+        cursors[name] = doc
+    ledgers: list[dict[str, Any]] = []
+    for li in infos:
+        closed = li.ledger_id != ledger.current_ledger_id
+        ledgers.append({"ledgerId": li.ledger_id,
+                        **({"entries": li.entries, "size": li.size_bytes} if closed else {}),
+                        "timestamp": li.created_ms, "isOffloaded": False})
     info: dict[str, Any] = {
         "version": len(infos), "creationDate": created, "modificationDate": modified,
-        "ledgers": [{"ledgerId": li.ledger_id, "entries": li.entries, "size": li.size_bytes,
-                     "timestamp": li.created_ms, "isOffloaded": False,
-                     "underReplicated": False} for li in infos],
-        "cursors": cursors,
+        "ledgers": ledgers, "cursors": cursors,
     }
     if topic.terminated:
         last = last_position(topic)
@@ -67,7 +76,10 @@ async def analyze_backlog(topic: Topic, sub: Subscription, start: Position | Non
     """Pulsar's AnalyzeSubscriptionBacklogResult: the subscription's unacknowledged
     entries from *start* (default: after its mark-delete position) and the messages they
     hold, at most *max_entries* read (``aborted`` past it). No entry filters: every entry
-    counts as accepted."""
+    counts as accepted. From a *start* at or before the mark-delete position every entry
+    counts but those acknowledged one by one, as Pulsar's copy of the cursor moved to
+    *start* reads them; ``firstMessageId``/``lastMessageId`` (``"L:E"``) only when an entry
+    was counted."""
     ledger, cursor = topic.ledger, sub.cursor
     tail = ledger.last_confirmed
     entries = messages = 0
@@ -80,7 +92,9 @@ async def analyze_backlog(topic: Topic, sub: Subscription, start: Position | Non
         if entries >= max_entries:
             aborted = True
             break
-        if not cursor.is_deleted(current) and entry_exists(ledger, current):
+        acked = cursor.is_deleted(current) and (
+            start is None or current > cursor.mark_delete_position)
+        if not acked and entry_exists(ledger, current):
             entry = await ledger.read_entry(current)
             if entry is not None:
                 try:
@@ -91,12 +105,16 @@ async def analyze_backlog(topic: Topic, sub: Subscription, start: Position | Non
                 first = first or current
                 last = current
         current = ledger.next_position(current)
-    return {"entries": entries, "messages": messages,
-            "filterRejectedEntries": 0, "filterAcceptedEntries": entries,
-            "filterRescheduledEntries": 0, "filterRejectedMessages": 0,
-            "filterAcceptedMessages": messages, "filterRescheduledMessages": 0,
-            "aborted": aborted,
-            "firstPosition": _pos_text(first), "lastPosition": _pos_text(last)}
+    result: dict[str, Any] = {
+        "entries": entries, "messages": messages,
+        "filterRejectedEntries": 0, "filterAcceptedEntries": entries,
+        "filterRescheduledEntries": 0, "filterRejectedMessages": 0,
+        "filterAcceptedMessages": messages, "filterRescheduledMessages": 0,
+        "aborted": aborted}
+    if first is not None and last is not None:
+        result["firstMessageId"] = _pos_text(first)
+        result["lastMessageId"] = _pos_text(last)
+    return result
 
 
 
@@ -119,5 +137,5 @@ def _deleted_ranges(deleted: dict[int, Any]) -> list[dict[str, Any]]:
     return ranges
 
 
-def _pos_text(pos: Position | None) -> str | None:
-    return None if pos is None else f"{pos.ledger_id}:{pos.entry_id}"
+def _pos_text(pos: Position) -> str:
+    return f"{pos.ledger_id}:{pos.entry_id}"

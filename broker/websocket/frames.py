@@ -273,15 +273,21 @@ def _properties(value: object) -> dict[str, str]:
     return out
 
 
+#: ``ProducerAck``'s primitive fields, which Pulsar 4.0 writes in every answer (0 in each; the
+#: send error's code is in ``result``).
+_ACK_PRIMITIVES = {"errorCode": 0, "schemaVersion": 0}
+
+
 def producer_ack(message_id: str, context: str | None) -> str:
     """``ProducerAck`` of a stored message (null fields left out, as Jackson's NON_NULL)."""
-    return _dumps({"result": "ok", "messageId": message_id, "context": context})
+    return _dumps({"result": "ok", "messageId": message_id, "context": context,
+                   **_ACK_PRIMITIVES})
 
 
 def producer_error(error: WebSocketError, message: str | None, context: str | None) -> str:
     """``ProducerAck`` of a refused or failed send: ``result`` is ``send-error:<code>``."""
     return _dumps({"result": f"send-error:{int(error)}", "errorMsg": message,
-                   "context": context})
+                   "context": context, **_ACK_PRIMITIVES})
 
 
 def _dumps(doc: dict[str, Any]) -> str:

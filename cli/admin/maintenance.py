@@ -9,7 +9,7 @@ the ``topics`` and ``namespaces`` sub-parsers of :mod:`cli.admin.main`:
 ``topics last-message-id T``                              ``GET .../lastMessageId``
 ``topics info-internal T``                                ``GET .../internal-info``
 ``topics get-backlog-size T -m L:E``                      ``PUT .../backlogSize``
-``topics analyze-backlog T -s SUB [-p L:E]``              ``GET .../analyzeBacklog``
+``topics analyze-backlog T -s SUB [-p L:E]``              ``POST .../analyzeBacklog``
 ``topics truncate T``                                     ``DELETE .../truncate``
 ``topics trim-topic T``                                   ``POST .../trim``
 ``topics create-missed-partitions T``                     ``POST .../createMissedPartitions``
@@ -95,7 +95,7 @@ def _analyze(a: argparse.Namespace) -> Request:
     path = topic_base(a.topic) + f"/subscription/{q(a.subscription)}/analyzeBacklog"
     if a.position:
         return Request("POST", path, _message_id_body(a.position), True)
-    return Request("GET", path)
+    return Request("POST", path)
 
 
 COMMANDS: dict[tuple[str, str], Builder] = {

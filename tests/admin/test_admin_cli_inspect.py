@@ -121,12 +121,12 @@ def test_namespace_commands(client: Any, cli: Cli) -> None:
 
 
 def test_broker_configuration_commands(cli: Cli) -> None:
-    assert "maxProducersPerTopic" in cli.ok("brokers", "list-dynamic-config")
-    assert cli.ok("brokers", "update-dynamic-config", "--config", "maxConsumersPerTopic",
+    assert "defaultNumPartitions" in cli.ok("brokers", "list-dynamic-config")
+    assert cli.ok("brokers", "update-dynamic-config", "--config", "defaultNumPartitions",
                   "--value", "5") is None
-    assert cli.ok("brokers", "get-all-dynamic-config") == {"maxConsumersPerTopic": "5"}
-    assert cli.ok("brokers", "get-runtime-config")["maxConsumersPerTopic"] == "5"
-    assert cli.ok("brokers", "delete-dynamic-config", "--config", "maxConsumersPerTopic") is None
+    assert cli.ok("brokers", "get-all-dynamic-config") == {"defaultNumPartitions": "5"}
+    assert cli.ok("brokers", "get-runtime-config")["defaultNumPartitions"] == "5"
+    assert cli.ok("brokers", "delete-dynamic-config", "--config", "defaultNumPartitions") is None
     assert cli.ok("brokers", "get-all-dynamic-config") == {}
     refused = cli.run("brokers", "update-dynamic-config", "--config", "webServicePort",
                       "--value", "1")

@@ -39,8 +39,10 @@ def test_message_id_by_timestamp_finds_the_first_message_at_or_after_it(
     later = _send(client, "byts", 2)
     assert api("GET", T + f"/byts/messageid/{before}").body == _id(first[0])
     assert api("GET", T + f"/byts/messageid/{cut}").body == _id(later[0])
-    missing = api("GET", T + f"/byts/messageid/{int(time.time() * 1000) + 60_000}")
-    assert (missing.status, missing.reason) == (404, "Message ID not found")
+    # every message older: Pulsar answers the position after the last one, not 404
+    past = api("GET", T + f"/byts/messageid/{int(time.time() * 1000) + 60_000}")
+    assert past.status == 200
+    assert past.body == {**_id(later[-1]), "entryId": later[-1].entry_id() + 1}
     assert api("GET", T + "/byts/messageid/soon").status == 400
     assert api("GET", T + "/nothing-here/messageid/0").status == 404
     reader.close()
@@ -59,6 +61,14 @@ def test_message_id_by_timestamp_wants_a_partition(client: Any, api: Api) -> Non
     np = api("GET", NP + "/np/messageid/0")
     assert (np.status, np.reason) == (
         405, "Get message ID by timestamp on a non-persistent topic is not allowed")
+
+
+def test_message_id_by_timestamp_of_an_empty_topic_is_its_first_position(api: Api) -> None:
+    assert api("PUT", T + "/tsempty").status == 204
+    last = api("GET", T + "/tsempty/lastMessageId").body
+    found = api("GET", T + "/tsempty/messageid/0")
+    assert found.status == 200
+    assert found.body == {**last, "entryId": 0}
 
 
 def test_last_message_id(client: Any, api: Api) -> None:
@@ -81,7 +91,10 @@ def test_internal_info_lists_ledgers_cursors_and_termination(client: Any, api: A
     info = wait_until(lambda: (doc := api("GET", T + "/info/internal-info").body)
                       ["cursors"]["s"]["markDelete"] == acked and doc)
     assert [led["ledgerId"] for led in info["ledgers"]] == [ids[0].ledger_id()]
-    assert info["ledgers"][0]["entries"] == 3
+    # as Pulsar's ManagedLedgerInfo: the open ledger has no entries/size yet, no
+    # underReplicated key, a cursor without acknowledged ranges leaves them out
+    assert set(info["ledgers"][0]) == {"ledgerId", "timestamp", "isOffloaded"}
+    assert "individualDeletedMessages" not in info["cursors"]["s"]
     assert "terminatedPosition" not in info
     assert api("POST", T + "/info/terminate").status == 200
     info = api("GET", T + "/info/internal-info").body
@@ -101,12 +114,26 @@ def test_backlog_size_and_analyze_backlog(client: Any, api: Api) -> None:
     assert whole.status == 200 and whole.body > 0
     assert 0 < half.body < whole.body
     consumer.acknowledge(consumer.receive(timeout_millis=5000))
-    result = wait_until(lambda: (doc := api("GET", T + "/bl/subscription/s/analyzeBacklog")
+    result = wait_until(lambda: (doc := api("POST", T + "/bl/subscription/s/analyzeBacklog")
                                  .body)["entries"] == 3 and doc)
     assert (result["entries"], result["messages"], result["aborted"]) == (3, 3, False)
-    assert result["firstPosition"] == f"{ids[1].ledger_id()}:{ids[1].entry_id()}"
-    assert result["lastPosition"] == f"{ids[3].ledger_id()}:{ids[3].entry_id()}"
-    assert api("GET", T + "/bl/subscription/nope/analyzeBacklog").status == 404
+    assert result["firstMessageId"] == f"{ids[1].ledger_id()}:{ids[1].entry_id()}"
+    assert result["lastMessageId"] == f"{ids[3].ledger_id()}:{ids[3].entry_id()}"
+    # from a given id, acknowledged (mark-deleted) entries count too, as Pulsar's copy of
+    # the cursor moved there reads them
+    whole = api("POST", T + "/bl/subscription/s/analyzeBacklog",
+                {"ledgerId": ids[0].ledger_id(), "entryId": ids[0].entry_id()}).body
+    assert (whole["entries"], whole["firstMessageId"]) == (
+        4, f"{ids[0].ledger_id()}:{ids[0].entry_id()}")
+    assert api("POST", T + "/bl/subscription/nope/analyzeBacklog").status == 404
+    # Pulsar serves analyzeBacklog on POST only
+    assert api("GET", T + "/bl/subscription/s/analyzeBacklog").status == 405
+    consumer.acknowledge(consumer.receive(timeout_millis=5000))
+    consumer.acknowledge(consumer.receive(timeout_millis=5000))
+    consumer.acknowledge(consumer.receive(timeout_millis=5000))
+    empty = wait_until(lambda: (doc := api("POST", T + "/bl/subscription/s/analyzeBacklog")
+                                .body)["entries"] == 0 and doc)
+    assert "firstMessageId" not in empty and "lastMessageId" not in empty
     consumer.close()
 
 
@@ -115,7 +142,8 @@ def test_truncate_clears_every_backlog_and_trim_keeps_unconsumed(client: Any, ap
     first = _send(client, "tr", 2)
     assert api("PUT", T + "/tr/unload").status == 204       # seal the first ledger
     _send(client, "tr", 1)
-    assert api("POST", T + "/tr/trim").status == 204         # nothing consumed: all kept
+    trimmed = api("POST", T + "/tr/trim")                     # nothing consumed: all kept
+    assert (trimmed.status, trimmed.body) == (200, None)     # Pulsar: 200, no body
     ledgers = [x["ledgerId"] for x in api("GET", T + "/tr/internal-info").body["ledgers"]]
     assert first[0].ledger_id() in ledgers
     assert api("DELETE", T + "/tr/truncate").status == 204
@@ -133,9 +161,12 @@ def test_create_missed_partitions(api: Api) -> None:
     assert api("POST", T + "/cmp/createMissedPartitions").status == 204
     listed = api("GET", T).body
     assert {f"{FULL}/cmp-partition-{i}" for i in range(3)} <= set(listed)
-    # Pulsar creates what the partitioned metadata names: nothing for another topic (204)
+    # Pulsar 4.0 reads the metadata of a partitioned topic that exists: 404 for another one
     assert api("PUT", T + "/plain").status == 204
-    assert api("POST", T + "/plain/createMissedPartitions").status == 204
+    plain = api("POST", T + "/plain/createMissedPartitions")
+    assert (plain.status, plain.reason) == (404, f"Topic {FULL}/plain does not exist")
+    missing = api("POST", T + "/nowhere/createMissedPartitions")
+    assert (missing.status, missing.reason) == (404, f"Topic {FULL}/nowhere does not exist")
 
 
 def test_namespace_clear_backlog_unsubscribe_and_unload(client: Any, api: Api) -> None:
@@ -160,8 +191,15 @@ def test_namespace_clear_backlog_unsubscribe_and_unload(client: Any, api: Api) -
     producer.close()
     c1.close()
     assert api("PUT", NS + "/0x00000000_0xffffffff/unload").status == 204
+    assert api("PUT", NS + "/0x00000000_0xFFFFFFFF/unload").status == 204
+    # Pulsar's refusals of a range that is not one of the namespace's bundles
     other = api("PUT", NS + "/0x00000000_0x7fffffff/unload")
-    assert (other.status, other.reason) == (404, "Namespace bundle not found")
+    assert (other.status, other.reason) == (
+        412, "Invalid upper boundary for bundle public/default/0x00000000_0x7fffffff. "
+             "Expected upper boundary of public/default/0x00000000_0xffffffff")
+    other = api("POST", NS + "/0x40000000_0xffffffff/clearBacklog")
+    assert (other.status, other.reason) == (
+        412, "Cannot find bundle public/default/0x40000000_0xffffffff in the bundles list")
     assert api("PUT", "/admin/v2/namespaces/public/nope/unload").status == 404
 
 
@@ -183,4 +221,16 @@ def test_peek_headers_survive_any_property(client: Any, broker: Any) -> None:
     assert headers["X-Pulsar-PROPERTY-ok"] == "plain"
     assert headers["X-Pulsar-PROPERTY-KeY3"] == "line%0D%0AX-Injected: 1"
     assert "X-Injected" not in headers and not any("details" in k for k in headers)
+    consumer.close()
+
+
+def test_non_persistent_analyze_backlog_looks_up_the_subscription_first(
+        client: Any, api: Api) -> None:
+    """As Pulsar: 404 for a subscription the topic does not have, before refusing (405)."""
+    consumer = client.subscribe("non-persistent://public/default/npab", "s")
+    missing = api("POST", NP + "/npab/subscription/nope/analyzeBacklog")
+    assert (missing.status, missing.reason) == (404, "Subscription not found")
+    there = api("POST", NP + "/npab/subscription/s/analyzeBacklog")
+    assert (there.status, there.reason) == (
+        405, "Analyze backlog on a non-persistent topic is not allowed")
     consumer.close()

@@ -126,3 +126,20 @@ def test_limit_refusals_are_pulsars_texts_at_each_level(api: Api) -> None:
     assert (reply.status, reply.reason) == (412, "Invalid configuration for "
                                             "autoTopicCreationOverride. the detail is Unknown "
                                             "topic type [sideways]")
+
+
+def test_schema_validation_enforced_reads_false_while_unset_as_pulsar(api: Api) -> None:
+    """Pulsar keeps schema validation as a primitive boolean: its getters answer ``false``
+    while unset, not an empty body. Pulsar 4.0 has no DELETE of it: the namespace path falls to
+    the bundle route (412), the topic one is 405; setting ``false`` turns it off."""
+    ns = "/admin/v2/namespaces/public/default/schemaValidationEnforced"
+    topic = f"{P}/sve/schemaValidationEnforced"
+    assert api("PUT", f"{P}/sve").status == 204
+    for path in (ns, topic):
+        unset = api("GET", path)
+        assert (unset.status, unset.body) == (200, False)
+        assert api("POST", path, True).status == 204
+        assert api("GET", path).body is True
+        assert api("DELETE", path).status == (412 if path == ns else 405)
+        assert api("POST", path, False).status == 204
+        assert api("GET", path).body is False

@@ -290,7 +290,7 @@ SUBSCRIPTION_OPERATIONS = [
     ("POST", f"{T}/subscription/s/resetcursor", "RESET_CURSOR"),
     ("PUT", f"{T}/subscription/s", "SUBSCRIBE"),
     ("DELETE", f"{T}/subscription/s", "UNSUBSCRIBE"),
-    ("GET", f"{T}/subscription/s/analyzeBacklog", "CONSUME"),
+    ("POST", f"{T}/subscription/s/analyzeBacklog", "CONSUME"),
     ("GET", f"{T}/subscription/s/properties", "CONSUME"),
     ("PUT", f"{T}/subscription/s/properties", "CONSUME"),
     ("GET", f"{T}/subscriptions", "GET_SUBSCRIPTIONS"),

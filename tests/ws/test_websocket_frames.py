@@ -89,11 +89,14 @@ def test_refused_producer_messages_carry_pulsars_codes(text: str, code: WebSocke
 
 
 def test_producer_answers() -> None:
+    # Pulsar 4.0's ProducerAck always carries its primitive errorCode and schemaVersion (0)
     assert json.loads(producer_ack("CAAQAw==", "1")) == {
-        "result": "ok", "messageId": "CAAQAw==", "context": "1"}
+        "result": "ok", "messageId": "CAAQAw==", "context": "1", "errorCode": 0,
+        "schemaVersion": 0}
     assert json.loads(producer_error(WebSocketError.FailedToDeserializeFromJSON,
                                      "Failed to de-serialize from JSON", None)) == {
-        "result": "send-error:3", "errorMsg": "Failed to de-serialize from JSON"}
+        "result": "send-error:3", "errorMsg": "Failed to de-serialize from JSON",
+        "errorCode": 0, "schemaVersion": 0}
 
 
 def test_consumer_message_shape() -> None:

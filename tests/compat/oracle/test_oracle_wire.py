@@ -265,7 +265,71 @@ def official_client(peer: Peer, topic: str) -> Record:
     return out
 
 
+def _namespace_with(peer: Peer, scenario: str, policies: dict[str, Any]) -> str:
+    """A tenant and namespace of the scenario's own, created with *policies* (Pulsar's
+    Policies fields, so both brokers hold them before the first lookup); its topic name."""
+    names = unique_names(scenario)
+    tenant = peer.http("PUT", f"/admin/v2/tenants/{names['t']}",
+                       {"adminRoles": [], "allowedClusters": ["standalone"]})
+    namespace = peer.http("PUT", f"/admin/v2/namespaces/{names['t']}/{names['ns']}", policies)
+    assert (tenant.status, namespace.status) == (204, 204), (tenant, namespace)
+    return f"persistent://{names['t']}/{names['ns']}/{names['topic']}"
+
+
+def limit_refusals(peer: Peer, _: str) -> Record:
+    """The namespace's producer, consumer and subscription limits, refused on the wire."""
+    topic = _namespace_with(peer, "limit refusals", {
+        "max_producers_per_topic": 1, "max_consumers_per_subscription": 1,
+        "max_subscriptions_per_topic": 2})
+    out: Record = {}
+    with raw_client(peer, topic) as raw:
+        out["producer"] = request(raw, C.encode_producer(topic, 1, _rid(raw)))
+        out["producer over the limit"] = request(raw, C.encode_producer(topic, 2, _rid(raw)))
+        out["consumer"] = request(raw, C.encode_subscribe(topic, "s1", SHARED, 1, _rid(raw)))
+        out["consumer over the subscription's limit"] = request(
+            raw, C.encode_subscribe(topic, "s1", SHARED, 2, _rid(raw)))
+        out["second subscription"] = request(
+            raw, C.encode_subscribe(topic, "s2", SHARED, 3, _rid(raw)))
+        out["subscription over the limit"] = request(
+            raw, C.encode_subscribe(topic, "s3", SHARED, 4, _rid(raw)))
+        out["close producer"] = request(raw, C.encode_close_producer(1, _rid(raw)))
+        out["producer after a close"] = request(raw, C.encode_producer(topic, 5, _rid(raw)))
+    return out
+
+
+def creation_refusals(peer: Peer, _: str) -> Record:
+    """Subscription types and automatic subscription/topic creation turned off."""
+    topic = _namespace_with(peer, "creation refusals", {})
+    namespace = "/admin/v2/namespaces/" + topic.split("://", 1)[1].rsplit("/", 1)[0]
+    for path, body in (("subscriptionTypesEnabled", ["Shared"]),
+                       ("autoSubscriptionCreation", {"allowAutoSubscriptionCreation": False}),
+                       ("autoTopicCreation", {"allowAutoTopicCreation": False,
+                                              "topicType": "non-partitioned"})):
+        assert peer.http("POST", f"{namespace}/{path}", body).status == 204, path
+    out: Record = {}
+    with RawClient(peer.service_url, timeout=10.0) as raw:
+        raw.handshake()
+        out["lookup of a missing topic"] = request(raw, C.encode_lookup(topic, _rid(raw)))
+        out["producer on a missing topic"] = request(raw, C.encode_producer(topic, 1, _rid(raw)))
+    out["create topic"] = str(peer.http(
+        "PUT", "/admin/v2/persistent/" + topic.split("://", 1)[1]).status)
+    with raw_client(peer, topic) as raw:
+        out["producer"] = request(raw, C.encode_producer(topic, 1, _rid(raw)))
+        out["new subscription"] = request(raw, C.encode_subscribe(topic, "s", SHARED, 1,
+                                                                  _rid(raw)))
+    out["create subscription"] = str(peer.http(
+        "PUT", "/admin/v2/persistent/" + topic.split("://", 1)[1] + "/subscription/s").status)
+    with raw_client(peer, topic) as raw:
+        out["exclusive, not enabled"] = request(raw, C.encode_subscribe(
+            topic, "s", EXCLUSIVE, 1, _rid(raw)))
+        out["shared on the created subscription"] = request(raw, C.encode_subscribe(
+            topic, "s", SHARED, 2, _rid(raw)))
+    return out
+
+
 SCENARIOS: dict[str, Callable[[Peer, str], Record]] = {
+    "limit refusals": limit_refusals,
+    "creation refusals": creation_refusals,
     "producer refusals": producer_refusals,
     "exclusive producer": producer_exclusive,
     "consumer refusals": consumer_refusals,
