@@ -208,6 +208,44 @@ def last_message_id(client: Any, topic: str) -> Record:
     return out
 
 
+def ack_timeout(client: Any, topic: str) -> Record:
+    """Messages left unacknowledged past the consumer's ack timeout come again, counted (the
+    Python client's shortest timeout is 10 s)."""
+    consumer = _sub(client, topic, "Shared", unacked_messages_timeout_ms=10_000)
+    ids = publish(client, topic, 5)
+    got = drain(consumer, ack=False, limit=5)
+    for i, m in enumerate(got):
+        if i % 2 == 0:
+            consumer.acknowledge(m)
+    again = []
+    deadline = time.monotonic() + 45
+    while len(again) < 2 and time.monotonic() < deadline:
+        again += drain(consumer, limit=2 - len(again))
+    return {"first": positions([m.message_id() for m in got], ids),
+            "redelivered": sorted(positions([m.message_id() for m in again], ids)),
+            "redelivery counts": sorted(m.redelivery_count() for m in again)}
+
+
+def partitioned_seek(client: Any, topic: str, peer: Peer) -> Record:
+    """A consumer of a partitioned topic seeks every partition by publish time; the order
+    across partitions is not the point, which messages come is."""
+    created = peer.http("PUT", "/admin/v2/" + topic.replace("://", "/", 1) + "/partitions", 3)
+    assert created.status == 204, created
+    consumer = _sub(client, topic)
+    ids = publish(client, topic, 9, distinct_ms=True)
+    got = drain(consumer)
+    times = sorted(m.publish_timestamp() for m in got)
+    out: Record = {"first read": sorted(positions([m.message_id() for m in got], ids)),
+                   "partitions": sorted({mid.partition() for mid in ids})}
+    consumer.seek(times[5])
+    out["after seek to 5's time"] = sorted(
+        positions([m.message_id() for m in drain(consumer)], ids))
+    consumer.seek(times[0] - 1)
+    out["after seek before all"] = sorted(
+        positions([m.message_id() for m in drain(consumer)], ids))
+    return out
+
+
 def _id_shape(mid: Any) -> tuple[int, int]:
     """-1 stays -1, any other number is 0: what an empty topic's last id looks like."""
     return (-1 if mid.ledger_id() in (-1, 2**64 - 1) else 0,
@@ -224,7 +262,11 @@ SCENARIOS: dict[str, Callable[[Any, str], Record]] = {
     "batched seek": batched_seek,
     "readers": readers,
     "last message id": last_message_id,
+    "ack timeout": ack_timeout,
+    "partitioned seek by time": partitioned_seek,  # type: ignore[dict-item]  # needs the peer
 }
+#: Scenarios that also call the peer's admin API.
+WITH_PEER = ("redeliver unacked", "partitioned seek by time")
 SAMPLE = ("seek to id", "redeliver unacked", "batched seek")
 
 #: (scenario, key) -> the pair (horae, pulsar) that stays, and why.
@@ -236,8 +278,8 @@ RUN = list(SCENARIOS) if FULL else list(SAMPLE)
 def run(peer: Peer, scenario: str) -> Record:
     topic = f"persistent://public/default/{unique_names(scenario)['topic']}"
     with client_for(peer) as client:
-        if scenario == "redeliver unacked":
-            return redeliver_unacked(client, topic, peer)
+        if scenario in WITH_PEER:
+            return SCENARIOS[scenario](client, topic, peer)  # type: ignore[call-arg]
         return SCENARIOS[scenario](client, topic)
 
 
