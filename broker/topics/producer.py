@@ -560,11 +560,18 @@ class Producer:
 
     async def close_gracefully(self, timeout: float = 30.0) -> None:
         """Client CLOSE_PRODUCER: answer what is in flight, then detach."""
-        if self._queue:
-            self._drained = asyncio.Event()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._drained.wait(), timeout)
+        await self.answered(timeout)
         self.close()
+
+    async def answered(self, timeout: float) -> None:
+        """Return once every SEND received so far is answered (or *timeout* seconds passed),
+        woken by the answer itself (no polling)."""
+        if not self._queue:
+            return
+        if self._drained is None or self._drained.is_set():
+            self._drained = asyncio.Event()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._drained.wait(), timeout)
 
     def close(self) -> None:
         """Detach from the topic (connection lost, topic deleted, fenced)."""

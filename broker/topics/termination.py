@@ -10,7 +10,12 @@ last message id in the metadata store (kind ``"terminated"``, key the full topic
 name) before it reports the topic terminated, so the state survives unloads and restarts;
 :meth:`load` reads it back when the topic loads. From then on the topic refuses new producers
 and SENDs with ``TopicTerminatedError`` ("Topic was already terminated"), as Pulsar does.
-The producers are then disconnected. A subscription with nothing left to acknowledge tells its
+Each producer is disconnected (CLOSE_PRODUCER) as soon as its own SENDs in flight are
+answered, woken by that answer and before the record is written, as Pulsar disconnects them
+once the ledger is closed: a client that sends one message at a time is told of the
+termination by CLOSE_PRODUCER, so its reconnection is refused with TopicTerminatedError,
+rather than by a SEND_ERROR, which the Go client takes as the end of that producer on the
+connection (it then ignores the CLOSE_PRODUCER and its next sends time out). A subscription with nothing left to acknowledge tells its
 consumers REACHED_END_OF_TOPIC (:meth:`broker.subscriptions.subscription.Subscription.check_end_of_topic`),
 but only clients that handle it (the Java client): pulsar-client 3.13 (C++ 4.2.0) closes the
 connection on that command (reference 2.2), so its consumers simply receive nothing more.
@@ -33,17 +38,20 @@ __all__ = ["TERMINATED_KIND", "TERMINATED_REASON", "Termination", "forget"]
 TERMINATED_KIND = "terminated"
 TERMINATED_REASON = "Topic was already terminated"
 
-# terminate: how long appends already in flight may take to become durable, polled this often
+# terminate: how long appends already in flight may take to become durable
 TERMINATE_DRAIN_S = 5.0
-TERMINATE_POLL_S = 0.01
 
 
 class DrainingProducer(Protocol):
     """What terminate needs of the topic's producers."""
 
     @property
-    def pending(self) -> int:
-        """SENDs not answered yet."""
+    def closed(self) -> bool:
+        """Detached from the topic already."""
+        ...
+
+    async def answered(self, timeout: float) -> None:
+        """Return once every SEND received so far is answered (at most *timeout* s)."""
         ...
 
     def disconnect(self) -> None: ...
@@ -68,19 +76,14 @@ class Termination:
     async def terminate(self, producers: Mapping[str, DrainingProducer],
                         last_confirmed: Callable[[], Position | None]) -> Position | None:
         """Called once the topic refuses every new message (TERMINATED): let the appends
-        already in flight become durable, record the last message id durably and return it;
-        *producers* are disconnected (their re-creation is refused with TopicTerminatedError).
-        Raises when the record fails (the topic then accepts messages again)."""
+        already in flight become durable, disconnecting each of *producers* as soon as its
+        own are answered (their re-creation is refused with TopicTerminatedError), then
+        record the last message id durably and return it. Raises when the record fails (the
+        topic then accepts messages again)."""
         if self.recorded:
             return self.last
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + TERMINATE_DRAIN_S
-        while any(p.pending for p in producers.values()) and loop.time() < deadline:
-            await asyncio.sleep(TERMINATE_POLL_S)
-        last = await self.record(last_confirmed())
-        for p in list(producers.values()):
-            p.disconnect()
-        return last
+        await asyncio.gather(*(_disconnect_when_answered(p) for p in list(producers.values())))
+        return await self.record(last_confirmed())
 
     async def record(self, last: Position | None) -> Position | None:
         """Make the termination durable at *last* (None: the topic has no message); raises
@@ -91,6 +94,12 @@ class Termination:
         self.last = last
         self.recorded = True
         return last
+
+
+async def _disconnect_when_answered(producer: DrainingProducer) -> None:
+    await producer.answered(TERMINATE_DRAIN_S)
+    if not producer.closed:
+        producer.disconnect()
 
 
 async def forget(metadata: MetadataStore, full: str) -> None:
