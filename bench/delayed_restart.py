@@ -1,0 +1,196 @@
+"""Bucket tracker recovery with a large index: how long until the first due message, and until
+every bucket is known, on the real segment store.
+
+Usage: .venv/bin/python bench/delayed_restart.py [--pending 1000000] [--per-bucket 500]
+           [--reads 16,1] [--cancel-every 10]
+
+This is the *store-building path*: it does not publish through a client. Positions are fed to
+the bucket tracker directly (``--per-bucket`` indexes per ledger, so per bucket), the tracker
+seals them into snapshots in the real ``SegmentStore`` and records them in a real cursor's
+properties, as a broker does; every ``--cancel-every``-th position is acknowledged out of order
+(an individual delete on the cursor, which recovery must not hand out again). The process then
+drops everything without closing the tracker (what kill -9 leaves: durable snapshots and cursor
+properties) and, in a fresh child process per ``--reads`` value, reopens the store and recovers:
+
+- ``first due``: from the store's open to the first due position handed out (messages due
+  while "down": the earliest bucket's times are in the past);
+- ``index serving``: until ``recover()`` returned (every bucket's metadata and first segment);
+- ``catch-up p99``: of the positions due while down, the time from the first hand-out to
+  each one's hand-out, p99 (ms);
+- early / lost / duplicate / acknowledged handed out again, over the whole drain.
+
+``--reads`` sets how many snapshot reads recovery keeps in flight (``RECOVERY_READS``); 1 is
+one read after another. The end-to-end kill -9 of a broker process with the official client is
+``bench/delayed_e2e.py --kill9``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if sys.path and Path(sys.path[0]).resolve() == ROOT / "bench":
+    del sys.path[0]                  # bench/storage.py would shadow the storage package
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+TOPIC = "persistent://public/default/delayed-restart-bench"
+SPREAD_MS = 3_600_000
+
+
+def deliver_at(i: int, base: int) -> int:
+    """Out of position order: a permutation of times over SPREAD_MS, the first 1% in the past."""
+    return base - SPREAD_MS // 100 + (i * 2_654_435_761) % SPREAD_MS
+
+
+async def build(root: Path, pending: int, per_bucket: int, cancel_every: int, base: int) -> None:
+    from broker.delayed.bucket import BucketDelayedDeliveryTracker
+    from storage import SegmentStore
+    from storage.config import StorageConfig
+
+    store = await SegmentStore.open(root, StorageConfig(fsync=False,
+                                                        max_entries_per_ledger=per_bucket))
+    ledger = await store.open_ledger(TOPIC)
+    cursor = await ledger.open_cursor("sub", initial_position="earliest")
+    t = BucketDelayedDeliveryTracker(
+        cursor=cursor, snapshots=store.snapshots, tick_time_ms=1, strict=True,
+        on_due=lambda: None, loop=asyncio.get_running_loop(),
+        clock_ms=lambda: base - SPREAD_MS,      # when published, nothing was due yet
+        min_index_count_per_bucket=per_bucket)
+    started = time.perf_counter()
+    acked = []
+    first = last = None
+    for chunk in range(0, pending, 10_000):
+        positions = await asyncio.gather(*(ledger.append(b"d")
+                                           for _ in range(min(10_000, pending - chunk))))
+        for k, pos in enumerate(positions):
+            i = chunk + k
+            if first is None:
+                first = pos.ledger_id
+            assert pos.ledger_id == first + i // per_bucket and pos.entry_id == i % per_bucket, \
+                f"ledger layout: {pos} for {i}"
+            t.add(pos, deliver_at(i, base))
+            if cancel_every and i % cancel_every == 3:
+                acked.append(pos)
+            last = pos
+    cursor.read_position = ledger.next_position(last)
+    await t.wait_idle()
+    for k in range(0, len(acked), 10_000):
+        cursor.delete(acked[k:k + 10_000])
+    await cursor.flush()
+    sealed = t.sealed.ranges
+    (root / "bench.json").write_text(json.dumps({"first_ledger": first,
+                                                 "sealed_to_ledger": sealed[-1][1]}))
+    print(f"  built {pending:,} pending in {len(sealed):,} buckets "
+          f"({len(acked):,} acknowledged out of order) in {time.perf_counter() - started:.1f} s")
+    # no t.close(): the process goes away as after kill -9
+
+
+async def recover(root: Path, pending: int, per_bucket: int, cancel_every: int, base: int,
+                  reads: int) -> dict[str, object]:
+    import broker.delayed.bucket_snapshots as bs
+    from broker.delayed.bucket import BucketDelayedDeliveryTracker
+    from storage import SegmentStore
+    from storage.config import StorageConfig
+    from storage.positions import Position
+
+    bs.RECOVERY_READS = reads
+    t0 = time.perf_counter()
+    layout = json.loads((root / "bench.json").read_text())
+    first_ledger, sealed_to = layout["first_ledger"], layout["sealed_to_ledger"]
+    store = await SegmentStore.open(root, StorageConfig(fsync=False,
+                                                        max_entries_per_ledger=per_bucket))
+    ledger = await store.open_ledger(TOPIC)
+    cursor = await ledger.open_cursor("sub")
+    cursor.read_position = ledger.next_position(Position(sealed_to, per_bucket - 1))
+    now = [base + 1]
+    t = BucketDelayedDeliveryTracker(
+        cursor=cursor, snapshots=store.snapshots, tick_time_ms=1, strict=True,
+        on_due=lambda: None, loop=asyncio.get_running_loop(), clock_ms=lambda: now[0],
+        min_index_count_per_bucket=per_bucket)
+    await t.recover()
+    serving = time.perf_counter() - t0
+    seen: set[tuple[int, int]] = set()
+    early = dup = acked_out = 0
+    first_due = None
+    catch_up: list[float] = []
+    while True:                      # everything due while down, then the clock runs forward
+        await t.wait_idle()
+        batch = t.get_scheduled(10_000)
+        for ledger_id, entry_id in batch:
+            i = (ledger_id - first_ledger) * per_bucket + entry_id
+            at = time.perf_counter()
+            if first_due is None:
+                first_due = at - t0
+                first_at = at
+            if deliver_at(i, base) > now[0]:
+                early += 1
+            if (ledger_id, entry_id) in seen:
+                dup += 1
+            seen.add((ledger_id, entry_id))
+            if cancel_every and i % cancel_every == 3:
+                acked_out += 1
+            if deliver_at(i, base) <= base:
+                catch_up.append((at - first_at) * 1000)
+        if not batch:
+            if now[0] > base + SPREAD_MS:
+                break
+            now[0] += 60_000 if t.has_message_available() or t.sealed.loading else SPREAD_MS
+    expected = {i for i in range((sealed_to - first_ledger + 1) * per_bucket)
+                if not (cancel_every and i % cancel_every == 3)}
+    got = {(lid - first_ledger) * per_bucket + e for lid, e in seen}
+    catch_up.sort()
+    return {"reads": reads, "index_serving_s": round(serving, 3),
+            "first_due_s": round(first_due, 3) if first_due is not None else None,
+            "catch_up_n": len(catch_up),
+            "catch_up_p99_ms": round(catch_up[int(len(catch_up) * 0.99) - 1], 1)
+            if catch_up else None,
+            "early": early, "lost": len(expected - got), "duplicate": dup,
+            "acked_handed_out": acked_out}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--pending", type=int, default=1_000_000)
+    p.add_argument("--per-bucket", type=int, default=500, dest="per_bucket")
+    p.add_argument("--reads", default="16,1")
+    p.add_argument("--cancel-every", type=int, default=10, dest="cancel_every")
+    p.add_argument("--child", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.child:
+        root, reads, base = args.child.split(",")
+        if reads == "0":
+            asyncio.run(build(Path(root), args.pending, args.per_bucket, args.cancel_every,
+                              int(base)))
+            return
+        r = asyncio.run(recover(Path(root), args.pending, args.per_bucket, args.cancel_every,
+                                int(base), int(reads)))
+        print(json.dumps(r))
+        return
+    base = time.time_ns() // 1_000_000
+    with tempfile.TemporaryDirectory(prefix="horae-delayed-restart-") as tmp:
+        root = Path(tmp)
+        subprocess.run([sys.executable, __file__, "--pending", str(args.pending), "--per-bucket",
+                        str(args.per_bucket), "--cancel-every", str(args.cancel_every),
+                        "--child", f"{root / 'built'},0,{base}"], check=True)
+        for reads in (int(x) for x in args.reads.split(",")):
+            run = Path(tmp) / f"run-{reads}"
+            shutil.copytree(root / "built", run)
+            out = subprocess.run([sys.executable, __file__, "--pending", str(args.pending),
+                                  "--per-bucket", str(args.per_bucket), "--cancel-every",
+                                  str(args.cancel_every), "--child", f"{run},{reads},{base}"],
+                                 check=True, capture_output=True, text=True).stdout
+            shutil.rmtree(run)
+            print(f"  recovery, {reads} reads in flight: {out.strip().splitlines()[-1]}")
+
+
+if __name__ == "__main__":
+    main()
