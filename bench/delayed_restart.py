@@ -165,6 +165,9 @@ def main() -> None:
     p.add_argument("--per-bucket", type=int, default=500, dest="per_bucket")
     p.add_argument("--reads", default="16,1")
     p.add_argument("--cancel-every", type=int, default=10, dest="cancel_every")
+    p.add_argument("--compare-with", dest="compare_with",
+                   help="another checkout of the project (with this script copied into its "
+                        "bench/): its recovery runs on a copy of the same store too")
     p.add_argument("--child", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
@@ -183,15 +186,19 @@ def main() -> None:
         subprocess.run([sys.executable, __file__, "--pending", str(args.pending), "--per-bucket",
                         str(args.per_bucket), "--cancel-every", str(args.cancel_every),
                         "--child", f"{root / 'built'},0,{base}"], check=True)
-        for reads in (int(x) for x in args.reads.split(",")):
+        runs = [(int(x), __file__, "") for x in args.reads.split(",")]
+        if args.compare_with:
+            runs.append((16, str(Path(args.compare_with) / "bench" / "delayed_restart.py"),
+                         f" ({args.compare_with})"))
+        for reads, script, label in runs:
             run = Path(tmp) / f"run-{reads}"
             shutil.copytree(root / "built", run)
-            out = subprocess.run([sys.executable, __file__, "--pending", str(args.pending),
+            out = subprocess.run([sys.executable, script, "--pending", str(args.pending),
                                   "--per-bucket", str(args.per_bucket), "--cancel-every",
                                   str(args.cancel_every), "--child", f"{run},{reads},{base}"],
                                  check=True, capture_output=True, text=True).stdout
             shutil.rmtree(run)
-            print(f"  recovery, {reads} reads in flight: {out.strip().splitlines()[-1]}")
+            print(f"  recovery{label}, {reads} reads in flight: {out.strip().splitlines()[-1]}")
 
 
 if __name__ == "__main__":
