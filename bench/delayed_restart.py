@@ -120,7 +120,7 @@ async def recover(root: Path, pending: int, per_bucket: int, cancel_every: int, 
         min_index_count_per_bucket=per_bucket)
     await t.recover()
     serving = time.perf_counter() - t0
-    seen: set[tuple[int, int]] = set()
+    seen = bytearray(pending)        # one byte per message: 10M fit where sets would not
     early = dup = acked_out = 0
     first_due = None
     catch_up: list[float] = []
@@ -135,9 +135,9 @@ async def recover(root: Path, pending: int, per_bucket: int, cancel_every: int, 
                 first_at = at
             if deliver_at(i, base) > now[0]:
                 early += 1
-            if (ledger_id, entry_id) in seen:
+            if seen[i]:
                 dup += 1
-            seen.add((ledger_id, entry_id))
+            seen[i] = 1
             if cancel_every and i % cancel_every == 3:
                 acked_out += 1
             if deliver_at(i, base) <= base:
@@ -146,16 +146,15 @@ async def recover(root: Path, pending: int, per_bucket: int, cancel_every: int, 
             if now[0] > base + SPREAD_MS:
                 break
             now[0] += 60_000 if t.has_message_available() or t.sealed.loading else SPREAD_MS
-    expected = {i for i in range(layout["sealed_count"])
-                if not (cancel_every and i % cancel_every == 3)}
-    got = {starts[lid] + e for lid, e in seen}
+    lost = sum(1 for i in range(layout["sealed_count"])
+               if not seen[i] and not (cancel_every and i % cancel_every == 3))
     catch_up.sort()
     return {"reads": reads, "index_serving_s": round(serving, 3),
             "first_due_s": round(first_due, 3) if first_due is not None else None,
             "catch_up_n": len(catch_up),
             "catch_up_p99_ms": round(catch_up[int(len(catch_up) * 0.99) - 1], 1)
             if catch_up else None,
-            "early": early, "lost": len(expected - got), "duplicate": dup,
+            "early": early, "lost": lost, "duplicate": dup,
             "acked_handed_out": acked_out}
 
 
