@@ -96,7 +96,7 @@ async def build(root: Path, pending: int, per_bucket: int, cancel_every: int, ba
 
 
 async def recover(root: Path, pending: int, per_bucket: int, cancel_every: int, base: int,
-                  reads: int) -> dict[str, object]:
+                  reads: int, drain_s: float = 0.0) -> dict[str, object]:
     import broker.delayed.bucket_snapshots as bs
     from broker.delayed.bucket import BucketDelayedDeliveryTracker
     from storage import SegmentStore
@@ -124,6 +124,7 @@ async def recover(root: Path, pending: int, per_bucket: int, cancel_every: int, 
     early = dup = acked_out = 0
     first_due = None
     catch_up: list[float] = []
+    drained = False
     while True:                      # everything due while down, then the clock runs forward
         await t.wait_idle()
         batch = t.get_scheduled(10_000)
@@ -142,12 +143,16 @@ async def recover(root: Path, pending: int, per_bucket: int, cancel_every: int, 
                 acked_out += 1
             if deliver_at(i, base) <= base:
                 catch_up.append((at - first_at) * 1000)
+        if drain_s and time.perf_counter() - t0 > drain_s:
+            break                    # the drain was cut short: nothing is counted lost
         if not batch:
             if now[0] > base + SPREAD_MS:
+                drained = True
                 break
             now[0] += 60_000 if t.has_message_available() or t.sealed.loading else SPREAD_MS
     lost = sum(1 for i in range(layout["sealed_count"])
-               if not seen[i] and not (cancel_every and i % cancel_every == 3))
+               if not seen[i] and not (cancel_every and i % cancel_every == 3)
+               ) if drained else None
     catch_up.sort()
     return {"reads": reads, "index_serving_s": round(serving, 3),
             "first_due_s": round(first_due, 3) if first_due is not None else None,
@@ -155,7 +160,7 @@ async def recover(root: Path, pending: int, per_bucket: int, cancel_every: int, 
             "catch_up_p99_ms": round(catch_up[int(len(catch_up) * 0.99) - 1], 1)
             if catch_up else None,
             "early": early, "lost": lost, "duplicate": dup,
-            "acked_handed_out": acked_out}
+            "acked_handed_out": acked_out, "handed_out": sum(seen), "drained": drained}
 
 
 def main() -> None:
@@ -167,6 +172,8 @@ def main() -> None:
     p.add_argument("--compare-with", dest="compare_with",
                    help="another checkout of the project (with this script copied into its "
                         "bench/): its recovery runs on a copy of the same store too")
+    p.add_argument("--drain-s", type=float, default=0.0, dest="drain_s",
+                   help="stop draining after this many seconds (lost is then not counted)")
     p.add_argument("--child", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
@@ -176,7 +183,7 @@ def main() -> None:
                               int(base)))
             return
         r = asyncio.run(recover(Path(root), args.pending, args.per_bucket, args.cancel_every,
-                                int(base), int(reads)))
+                                int(base), int(reads), args.drain_s))
         print(json.dumps(r))
         return
     base = time.time_ns() // 1_000_000
@@ -194,7 +201,8 @@ def main() -> None:
             shutil.copytree(root / "built", run)
             out = subprocess.run([sys.executable, script, "--pending", str(args.pending),
                                   "--per-bucket", str(args.per_bucket), "--cancel-every",
-                                  str(args.cancel_every), "--child", f"{run},{reads},{base}"],
+                                  str(args.cancel_every), "--drain-s", str(args.drain_s),
+                                  "--child", f"{run},{reads},{base}"],
                                  check=True, capture_output=True, text=True).stdout
             shutil.rmtree(run)
             print(f"  recovery{label}, {reads} reads in flight: {out.strip().splitlines()[-1]}")
