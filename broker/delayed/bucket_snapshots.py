@@ -25,7 +25,9 @@ or the hand-out logic.
   encloses others, which recovery resolves;
 - **recover**: read the bucket keys from the cursor properties (a range enclosed by another is
   the leftover of an interrupted merge and is deleted), load each metadata and the first segment
-  of each bucket, drop what the mark-delete position already covers.
+  of each bucket, drop what the mark-delete position already covers. Reads run
+  ``RECOVERY_READS`` at a time (IO in the store's pool, never on the loop), first segments in
+  order of their first deliver time, so the bucket due soonest is in memory first.
 
 IO runs in background tasks (counted in :class:`~broker.delayed.bucket_segments.SnapshotOps`); everything else
 runs on the event loop thread. What merge and recovery decide about bucket records (which pair,
@@ -58,6 +60,7 @@ from broker.delayed.bucket_segments import RetryDelays, SegmentLoader, SnapshotO
 from broker.delayed.packed import POSITION_BITS, POSITION_MASK
 from broker.delayed.ports import BucketCursor, SnapshotStorage
 from broker.delayed.snapshot_format import (
+    DecodedSegment,
     RawSegment,
     cut_columns,
     cut_segments,
@@ -68,6 +71,16 @@ from broker.delayed.snapshot_format import (
 from storage.errors import SnapshotNotFoundError
 
 log = logging.getLogger("horae.delayed.bucket_snapshots")
+
+#: Snapshot reads recovery keeps in flight at once (metadata, then first segments): enough to
+#: keep the disk busy, few enough that a broker with thousands of buckets neither floods the
+#: IO pool nor holds thousands of decoded segments at once.
+RECOVERY_READS = 16
+
+
+def _first_time(bucket: ImmutableBucket) -> int:
+    """The first deliver time of a bucket's first segment (recovery reads those first)."""
+    return bucket.segment_min_ts[0] if len(bucket.segment_min_ts) else 0
 
 class BucketSnapshots:
     """Seal, persist, load, merge, delete and recover the immutable buckets."""
@@ -325,8 +338,14 @@ class BucketSnapshots:
         for _, _, snapshot_id, _ in stale:
             if snapshot_id not in live_ids:
                 self._spawn(self._delete_snapshot(snapshot_id, None))
-        for start, end, snapshot_id, key in kept:
-            bucket = await self._recover_bucket(start, end, snapshot_id, key)
+        gate = asyncio.Semaphore(RECOVERY_READS)
+
+        async def recover_one(item: tuple[int, int, int, str]) -> ImmutableBucket | None:
+            async with gate:
+                return await self._recover_bucket(*item)
+
+        recovered = await asyncio.gather(*(recover_one(item) for item in kept))
+        for (_, _, _, key), bucket in zip(kept, recovered, strict=True):
             if bucket is None:
                 dropped = dropped or key not in self._cursor.properties
                 continue
@@ -360,10 +379,23 @@ class BucketSnapshots:
         """First segments only once every bucket is known, so CANCELs find their targets.
         True when a bucket had to be dropped (its property removed)."""
         dropped = False
-        buckets = list(self._buckets)
-        results = await asyncio.gather(*(self.loader.fetch(b, 1) for b in buckets),
-                                       return_exceptions=True)
-        for bucket, result in zip(buckets, results, strict=True):
+        buckets = sorted(self._buckets, key=_first_time)
+        order: asyncio.Queue[ImmutableBucket] = asyncio.Queue()
+        for bucket in buckets:
+            order.put_nowait(bucket)
+        results: dict[ImmutableBucket, DecodedSegment | BaseException] = {}
+
+        async def reader() -> None:             # earliest due first, RECOVERY_READS at a time
+            while not order.empty():
+                bucket = order.get_nowait()
+                try:
+                    results[bucket] = await self.loader.fetch(bucket, 1)
+                except Exception as exc:     # sorted out below, per bucket
+                    results[bucket] = exc
+
+        await asyncio.gather(*(reader() for _ in range(min(RECOVERY_READS, len(buckets)))))
+        for bucket in buckets:
+            result = results[bucket]
             if isinstance(result, SnapshotNotFoundError):
                 log.warning("delayed bucket %s: snapshot %s is incomplete", bucket.key,
                             bucket.snapshot_id)
