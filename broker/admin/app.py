@@ -38,6 +38,7 @@ from broker.admin import (
     policies_quota,
     properties_routes,
     scheduled_routes,
+    schema_policies,
     schemas,
     storage_policies,
     topic_ops,
@@ -132,6 +133,7 @@ def create_app(service: BrokerService, *, metrics_source: BrokerMetrics | None =
     policies_quota.add_routes(app)
     storage_policies.add_routes(app)
     properties_routes.add_routes(app)
+    schema_policies.add_routes(app)
     schemas.add_routes(app)
     compaction.add_routes(app)
     topic_ops.add_routes(app)
