@@ -446,6 +446,7 @@ async def get_namespace_policies(request: web.Request) -> web.Response:
         "autoSubscriptionCreationOverride": fields.get(P.NS_AUTO_SUBSCRIPTION_CREATION),
         "schema_validation_enforced": bool(fields.get(P.NS_SCHEMA_VALIDATION, False)),
         "is_allow_auto_update_schema": fields.get(P.NS_ALLOW_AUTO_UPDATE_SCHEMA),
+        "encryption_required": bool(fields.get(P.NS_ENCRYPTION_REQUIRED, False)),
         "schema_auto_update_compatibility_strategy": fields.get(P.NS_SCHEMA_AUTO_UPDATE_STRATEGY),
         "delayed_delivery_replace_by_key": fields.get(P.NS_REPLACE_BY_KEY),
         "delayed_delivery_policies": None,

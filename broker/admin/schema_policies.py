@@ -1,4 +1,4 @@
-"""Namespace schema auto-update policies over REST.
+"""Namespace schema auto-update and encryption policies over REST.
 
 Theory of operation: Pulsar's paths and answers (v2 ``Namespaces`` / ``NamespacesBase``):
 
@@ -13,7 +13,11 @@ Theory of operation: Pulsar's paths and answers (v2 ``Namespaces`` / ``Namespace
   namespace's ``schemaCompatibilityStrategy`` is UNDEFINED
   (:meth:`broker.topics.policies.PolicyStore.schema_compatibility`).
 
-Neither has a DELETE route in Pulsar (the path then falls to the bundle-deletion route). Both
+- ``GET|POST .../encryptionRequired`` (``true``/``false``, unset ``false``): a producer that
+  does not declare itself encrypted (PRODUCER ``encrypted``) is refused with MetadataError
+  ``Encryption is required in persistent://t/ns/x`` (:mod:`broker.net.producers`).
+
+None has a DELETE route in Pulsar (the path then falls to the bundle-deletion route). All
 are fields of the namespace's policy record: durable before the answer, gone with the
 namespace.
 """
@@ -80,9 +84,26 @@ async def set_auto_update_strategy(request: web.Request) -> web.Response:
     return no_content()
 
 
+async def get_encryption_required(request: web.Request) -> web.Response:
+    admin, ns = await _namespace(request)
+    value = admin.policy_store.records.namespace_value(ns, P.NS_ENCRYPTION_REQUIRED)
+    return json_response(bool(value))
+
+
+async def set_encryption_required(request: web.Request) -> web.Response:
+    body = bodies.load_json(await request.read())
+    if not isinstance(body, bool):
+        raise E.bad_request("Invalid value: expected true or false")
+    admin, ns = await _namespace(request)
+    await admin.policy_store.records.set_namespace_field(ns, P.NS_ENCRYPTION_REQUIRED, body)
+    return no_content()
+
+
 def add_routes(app: web.Application) -> None:
     r = app.router
     r.add_get(f"{NAMESPACE}/isAllowAutoUpdateSchema", get_allow_auto_update)
     r.add_post(f"{NAMESPACE}/isAllowAutoUpdateSchema", set_allow_auto_update)
     r.add_get(f"{NAMESPACE}/schemaAutoUpdateCompatibilityStrategy", get_auto_update_strategy)
     r.add_put(f"{NAMESPACE}/schemaAutoUpdateCompatibilityStrategy", set_auto_update_strategy)
+    r.add_get(f"{NAMESPACE}/encryptionRequired", get_encryption_required)
+    r.add_post(f"{NAMESPACE}/encryptionRequired", set_encryption_required)

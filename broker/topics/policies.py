@@ -67,6 +67,7 @@ NS_AUTO_SUBSCRIPTION_CREATION = "autoSubscriptionCreationOverride"
 TOPIC_AUTO_SUBSCRIPTION_CREATION = "autoSubscriptionCreationOverride"
 NS_ALLOW_AUTO_UPDATE_SCHEMA = "is_allow_auto_update_schema"
 NS_SCHEMA_AUTO_UPDATE_STRATEGY = "schema_auto_update_compatibility_strategy"
+NS_ENCRYPTION_REQUIRED = "encryption_required"
 
 #: Pulsar's SchemaCompatibilityStrategy.fromAutoUpdatePolicy (AutoUpdateDisabled and unknown
 #: names: ALWAYS_INCOMPATIBLE)
@@ -237,6 +238,13 @@ class PolicyStore:
             return True
         value = self.records.namespace_value(tn.namespace, NS_ALLOW_AUTO_UPDATE_SCHEMA)
         return self.config.is_allow_auto_update_schema_enabled if value is None else bool(value)
+
+    def encryption_required(self, tn: TopicName) -> bool:
+        """Must producers encrypt (the namespace's ``encryption_required``)? Never on system
+        topics, as in Pulsar."""
+        if tn.local_name.startswith("__"):
+            return False
+        return bool(self.records.namespace_value(tn.namespace, NS_ENCRYPTION_REQUIRED))
 
     def schema_compatibility(self, tn: TopicName) -> str:
         """The compatibility strategy name (Pulsar's SchemaCompatibilityStrategy): the topic's,

@@ -192,6 +192,12 @@ EXTRA.update({
         lambda a: Request("GET", _ns(a) + "/schemaAutoUpdateCompatibilityStrategy")),
     ("namespaces", "set-schema-autoupdate-strategy"): (
         "set the schema auto-update strategy", _autoupdate_strategy_args, _autoupdate_strategy),
+    ("namespaces", "get-encryption-required"): (
+        "whether producers must encrypt messages", _no_args,
+        lambda a: Request("GET", _ns(a) + "/encryptionRequired")),
+    ("namespaces", "set-encryption-required"): (
+        "require (or not) producers to encrypt messages", _enable_disable_args,
+        lambda a: Request("POST", _ns(a) + "/encryptionRequired", a.enable, True)),
     ("namespaces", "subscription-permission"): (
         "the roles allowed on each subscription", _no_args,
         lambda a: Request("GET", _ns(a) + "/permissions/subscription")),

@@ -6,7 +6,9 @@ off), kept across a restart; and their ``horae-admin`` commands."""
 from __future__ import annotations
 
 import json
+import shutil
 import struct
+import subprocess
 from typing import Any
 
 import pulsar
@@ -159,3 +161,48 @@ def test_horae_admin_commands(broker: Any, api: Api, capsys: pytest.CaptureFixtu
     with pytest.raises(SystemExit):    # argparse: one of --enable / --disable is required
         main(["--admin-url", broker.web_url, "namespaces", "set-is-allow-auto-update-schema", ns])
     capsys.readouterr()
+
+
+def _rsa_pair(tmp_path: Any) -> tuple[str, str]:
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        pytest.skip("openssl is needed to make the test's RSA key pair")
+    private, public = tmp_path / "private.pem", tmp_path / "public.pem"
+    subprocess.run([openssl, "genrsa", "-out", str(private), "2048"], check=True,
+                   capture_output=True, timeout=60)
+    subprocess.run([openssl, "rsa", "-in", str(private), "-pubout", "-out", str(public)],
+                   check=True, capture_output=True, timeout=60)
+    return str(public), str(private)
+
+
+def test_encryption_required_refuses_unencrypted_producers(
+        client: Any, api: Api, tmp_path: Any, capsys: pytest.CaptureFixture[str],
+        broker: Any) -> None:
+    enc = NS + "/encryptionRequired"
+    assert _ok(api("GET", enc), 200) is False
+    assert api("POST", enc, "yes").status == 400
+    assert _cli(capsys, broker, "namespaces", "set-encryption-required", "public/default",
+                "-e")[0] == 0
+    assert _cli(capsys, broker, "namespaces", "get-encryption-required",
+                "public/default")[:2] == (0, True)
+    assert _ok(api("GET", NS), 200)["encryption_required"] is True
+    topic = TOPIC + "enc"
+    # MetadataError, which the official clients retry until their operation timeout (as
+    # against Pulsar): the refusal as sent
+    with RawClient(broker.service_url) as raw:
+        raw.handshake()
+        cmd = pb.BaseCommand(type=pb.BaseCommand.PRODUCER)
+        cmd.producer.topic, cmd.producer.producer_id, cmd.producer.request_id = topic, 1, 9
+        refused = raw.request(C.encode_command(cmd)).error
+    assert refused.error == ServerError.MetadataError
+    assert refused.message == f"Encryption is required in {topic}"
+    public, private = _rsa_pair(tmp_path)
+    keys = pulsar.CryptoKeyReader(public, private)
+    producer = client.create_producer(topic, encryption_key="k", crypto_key_reader=keys)
+    consumer = client.subscribe(topic, "s", crypto_key_reader=keys)
+    producer.send(b"secret")
+    assert consumer.receive(timeout_millis=10_000).data() == b"secret"
+    producer.close()
+    consumer.close()
+    _ok(api("POST", enc, False))
+    client.create_producer(topic).close()
