@@ -19,7 +19,7 @@ from cli.admin.main import main
 from protocol import commands as C
 from protocol import pulsar_pb as pb
 from protocol.errors import ServerError
-from tests.broker.broker_rawclient import RawClient
+from tests.broker.broker_rawclient import RawClient, make_entry
 
 from .conftest import Api, http
 
@@ -194,8 +194,15 @@ def test_encryption_required_refuses_unencrypted_producers(
         cmd = pb.BaseCommand(type=pb.BaseCommand.PRODUCER)
         cmd.producer.topic, cmd.producer.producer_id, cmd.producer.request_id = topic, 1, 9
         refused = raw.request(C.encode_command(cmd)).error
+        # a producer that says it encrypts but sends a message without encryption keys
+        cmd.producer.encrypted, cmd.producer.request_id = True, 10
+        assert raw.request(C.encode_command(cmd)).HasField("producer_success")
+        raw.send(C.encode_send(1, 0, make_entry(b"plain")))
+        plain = raw.recv_command().send_error
     assert refused.error == ServerError.MetadataError
     assert refused.message == f"Encryption is required in {topic}"
+    assert (plain.error, plain.message) == (ServerError.MetadataError,
+                                            "Messages must be encrypted")
     public, private = _rsa_pair(tmp_path)
     keys = pulsar.CryptoKeyReader(public, private)
     producer = client.create_producer(topic, encryption_key="k", crypto_key_reader=keys)
