@@ -447,6 +447,7 @@ async def get_namespace_policies(request: web.Request) -> web.Response:
         "schema_validation_enforced": bool(fields.get(P.NS_SCHEMA_VALIDATION, False)),
         "is_allow_auto_update_schema": fields.get(P.NS_ALLOW_AUTO_UPDATE_SCHEMA),
         "encryption_required": bool(fields.get(P.NS_ENCRYPTION_REQUIRED, False)),
+        "subscription_auth_mode": admin.tenants.subscription_auth_mode(ns),
         "schema_auto_update_compatibility_strategy": fields.get(P.NS_SCHEMA_AUTO_UPDATE_STRATEGY),
         "delayed_delivery_replace_by_key": fields.get(P.NS_REPLACE_BY_KEY),
         "delayed_delivery_policies": None,

@@ -1,4 +1,4 @@
-"""Namespace schema auto-update and encryption policies over REST.
+"""Namespace schema auto-update, encryption and subscription-auth policies over REST.
 
 Theory of operation: Pulsar's paths and answers (v2 ``Namespaces`` / ``NamespacesBase``):
 
@@ -16,6 +16,12 @@ Theory of operation: Pulsar's paths and answers (v2 ``Namespaces`` / ``Namespace
 - ``GET|POST .../encryptionRequired`` (``true``/``false``, unset ``false``): a producer that
   does not declare itself encrypted (PRODUCER ``encrypted``) is refused with MetadataError
   ``Encryption is required in persistent://t/ns/x`` (:mod:`broker.net.producers`).
+
+- ``GET|POST .../subscriptionAuthMode`` (a JSON string, ``None`` or ``Prefix``; ``null``
+  is ``None``): with ``Prefix`` a role that is not a super-user or tenant admin may only use
+  subscriptions named with its role as prefix (enforced by
+  :meth:`broker.security.authorization.AuthorizationService.subscription_refusal`). Kept in
+  the namespace's record beside its grants.
 
 None has a DELETE route in Pulsar (the path then falls to the bundle-deletion route). All
 are fields of the namespace's policy record: durable before the answer, gone with the
@@ -99,6 +105,20 @@ async def set_encryption_required(request: web.Request) -> web.Response:
     return no_content()
 
 
+async def get_subscription_auth_mode(request: web.Request) -> web.Response:
+    admin, ns = await _namespace(request)
+    return json_response(admin.tenants.subscription_auth_mode(ns))
+
+
+async def set_subscription_auth_mode(request: web.Request) -> web.Response:
+    body = bodies.load_json(await request.read())
+    if body is not None and body not in ("None", "Prefix"):
+        raise E.bad_request(f"Invalid subscription auth mode: {body!r}")
+    admin, ns = await _namespace(request)
+    await admin.tenants.set_subscription_auth_mode(ns, "None" if body is None else str(body))
+    return no_content()
+
+
 def add_routes(app: web.Application) -> None:
     r = app.router
     r.add_get(f"{NAMESPACE}/isAllowAutoUpdateSchema", get_allow_auto_update)
@@ -107,3 +127,5 @@ def add_routes(app: web.Application) -> None:
     r.add_put(f"{NAMESPACE}/schemaAutoUpdateCompatibilityStrategy", set_auto_update_strategy)
     r.add_get(f"{NAMESPACE}/encryptionRequired", get_encryption_required)
     r.add_post(f"{NAMESPACE}/encryptionRequired", set_encryption_required)
+    r.add_get(f"{NAMESPACE}/subscriptionAuthMode", get_subscription_auth_mode)
+    r.add_post(f"{NAMESPACE}/subscriptionAuthMode", set_subscription_auth_mode)

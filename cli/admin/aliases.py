@@ -132,6 +132,12 @@ def _autoupdate_strategy(a: argparse.Namespace) -> Request:
     return Request("PUT", _ns(a) + "/schemaAutoUpdateCompatibilityStrategy", strategy, True)
 
 
+def _auth_mode_args(sp: argparse.ArgumentParser) -> None:
+    sp.add_argument("--subscription-auth-mode", "-m", dest="mode", required=True,
+                    choices=("None", "Prefix"),
+                    help="Prefix: a role may only use subscriptions named <role>-...")
+
+
 def _sub_permission_args(grant: bool) -> Callable[[argparse.ArgumentParser], None]:
     def add(sp: argparse.ArgumentParser) -> None:
         sp.add_argument("--subscription", "-s", required=True, help="the subscription")
@@ -198,6 +204,12 @@ EXTRA.update({
     ("namespaces", "set-encryption-required"): (
         "require (or not) producers to encrypt messages", _enable_disable_args,
         lambda a: Request("POST", _ns(a) + "/encryptionRequired", a.enable, True)),
+    ("namespaces", "get-subscription-auth-mode"): (
+        "the subscription auth mode (None or Prefix)", _no_args,
+        lambda a: Request("GET", _ns(a) + "/subscriptionAuthMode")),
+    ("namespaces", "set-subscription-auth-mode"): (
+        "set the subscription auth mode", _auth_mode_args,
+        lambda a: Request("POST", _ns(a) + "/subscriptionAuthMode", a.mode, True)),
     ("namespaces", "subscription-permission"): (
         "the roles allowed on each subscription", _no_args,
         lambda a: Request("GET", _ns(a) + "/permissions/subscription")),

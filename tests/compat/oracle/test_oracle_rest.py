@@ -290,6 +290,8 @@ NOT_YET_COMPARED: frozenset[str] = frozenset({
     "GET /admin/v2/namespaces/{tenant}/{namespace}/delayedDeliveryReplaceByKey",
     "GET /admin/v2/namespaces/{tenant}/{namespace}/isAllowAutoUpdateSchema",
     "GET /admin/v2/namespaces/{tenant}/{namespace}/encryptionRequired",
+    "GET /admin/v2/namespaces/{tenant}/{namespace}/subscriptionAuthMode",
+    "POST /admin/v2/namespaces/{tenant}/{namespace}/subscriptionAuthMode",
     "POST /admin/v2/namespaces/{tenant}/{namespace}/encryptionRequired",
     "DELETE /admin/v2/persistent/{tenant}/{namespace}/{topic}/policies",
     "GET /admin/v2/brokers/backlog-quota-check",
