@@ -36,7 +36,7 @@ from protocol.errors import NotAllowedError
 from storage.metadata import MetadataStore
 
 __all__ = ["NS_COUNT_LIMITS", "NS_DELAYED", "NS_KIND", "TOPIC_DELAYED", "TOPIC_KIND",
-           "AutoTopicCreation", "PolicyLimitError", "PolicyStore"]
+           "AutoTopicCreation", "PolicyLimitError", "PolicyStore", "encryption_required"]
 
 
 # Namespace Policies field -> TopicPolicies field, for what both levels know.
@@ -89,6 +89,14 @@ NS_COUNT_LIMITS = {L.NS_MAX_PRODUCERS: "maxProducersPerTopic",
 #: Where delayed-delivery bodies were kept before they joined the fields above (read at load).
 LEGACY_DELAYED_KINDS = (("namespace_policy", NS_KIND, NS_DELAYED),
                         ("topic_policy", TOPIC_KIND, TOPIC_DELAYED))
+
+
+def encryption_required(records: PolicyRecords, tn: TopicName) -> bool:
+    """Must producers encrypt (the namespace's ``encryption_required``)? Never on system
+    topics, as in Pulsar."""
+    if tn.local_name.startswith("__"):
+        return False
+    return bool(records.namespace_value(tn.namespace, NS_ENCRYPTION_REQUIRED))
 
 
 class PolicyLimitError(NotAllowedError):
@@ -240,11 +248,7 @@ class PolicyStore:
         return self.config.is_allow_auto_update_schema_enabled if value is None else bool(value)
 
     def encryption_required(self, tn: TopicName) -> bool:
-        """Must producers encrypt (the namespace's ``encryption_required``)? Never on system
-        topics, as in Pulsar."""
-        if tn.local_name.startswith("__"):
-            return False
-        return bool(self.records.namespace_value(tn.namespace, NS_ENCRYPTION_REQUIRED))
+        return encryption_required(self.records, tn)
 
     def schema_compatibility(self, tn: TopicName) -> str:
         """The compatibility strategy name (Pulsar's SchemaCompatibilityStrategy): the topic's,

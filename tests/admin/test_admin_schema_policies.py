@@ -180,6 +180,18 @@ def test_encryption_required_refuses_unencrypted_producers(
         broker: Any) -> None:
     enc = NS + "/encryptionRequired"
     assert _ok(api("GET", enc), 200) is False
+    early = TOPIC + "enc-early"
+    with RawClient(broker.service_url) as raw:
+        raw.handshake()
+        assert raw.create_producer(early).HasField("producer_success")
+        raw.send(C.encode_send(1, 0, make_entry(b"before")))
+        assert raw.recv_command().HasField("send_receipt")
+        _ok(api("POST", enc, True))
+        # a producer attached before: its next message without encryption keys is refused
+        raw.send(C.encode_send(1, 1, make_entry(b"after", sequence_id=1)))
+        late = raw.recv_command().send_error
+    assert (late.error, late.message) == (ServerError.MetadataError, "Messages must be encrypted")
+    _ok(api("POST", enc, False))
     assert api("POST", enc, "yes").status == 400
     assert _cli(capsys, broker, "namespaces", "set-encryption-required", "public/default",
                 "-e")[0] == 0
