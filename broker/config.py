@@ -177,6 +177,11 @@ class BrokerConfig:
         "isSchemaValidationEnforced", False,
         "Refuse a producer without a schema on a topic that has one (IncompatibleSchema); the "
         "namespace/topic schemaValidationEnforced policies can turn it on too.")
+    is_allow_auto_update_schema_enabled: bool = _opt(
+        "isAllowAutoUpdateSchemaEnabled", True,
+        "May a producer register a schema its topic does not have yet (the namespace's "
+        "isAllowAutoUpdateSchema policy overrides it); when not, such a producer is refused "
+        "with IncompatibleSchema.")
     active_consumer_failover_delay_time_millis: int = _opt(
         "activeConsumerFailoverDelayTimeMillis", 1000,
         "Failover: a new active consumer is told (ACTIVE_CONSUMER_CHANGE) and fed only this long "

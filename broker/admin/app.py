@@ -26,6 +26,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from broker.admin import (
     broker_config,
+    broker_ops,
     brokers,
     compaction,
     delayed_routes,
@@ -38,6 +39,7 @@ from broker.admin import (
     policies_quota,
     properties_routes,
     scheduled_routes,
+    schema_policies,
     schemas,
     storage_policies,
     topic_ops,
@@ -132,6 +134,7 @@ def create_app(service: BrokerService, *, metrics_source: BrokerMetrics | None =
     policies_quota.add_routes(app)
     storage_policies.add_routes(app)
     properties_routes.add_routes(app)
+    schema_policies.add_routes(app)
     schemas.add_routes(app)
     compaction.add_routes(app)
     topic_ops.add_routes(app)
@@ -144,6 +147,7 @@ def create_app(service: BrokerService, *, metrics_source: BrokerMetrics | None =
     transactions_routes.add_routes(app)
     app.router.add_get("/lookup/v2/topic/{domain}/{tenant}/{namespace}/{topic}", lookup)
     broker_config.add_routes(app)   # before brokers' {cluster}
+    broker_ops.add_routes(app)      # likewise
     brokers.add_routes(app)
     namespace_ops.add_bundle_delete_route(app)   # last: the DELETE no other route takes
     app.router.add_get("/metrics", metrics)

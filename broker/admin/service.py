@@ -140,6 +140,14 @@ class AdminTenants:
     async def set_auth_policies(self, namespace: str, auth: AuthPolicies) -> None:
         await self._service.tenancy.set_auth_policies(namespace, auth)
 
+    def subscription_auth_mode(self, namespace: str) -> str:
+        """The namespace's ``subscription_auth_mode`` (``None`` unless set)."""
+        current = self._service.tenancy.namespace_auth(namespace)
+        return current.subscription_auth_mode.value if current is not None else "None"
+
+    async def set_subscription_auth_mode(self, namespace: str, mode: str) -> None:
+        await self._service.tenancy.set_subscription_auth_mode(namespace, mode)
+
     async def cluster_record(self, name: str) -> dict[str, Any]:
         """The stored cluster record over this broker's own URLs."""
         return await self._namespaces.get_cluster(name)

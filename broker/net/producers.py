@@ -38,7 +38,7 @@ from broker.topics.service import BrokerService
 from broker.topics.topic import Topic
 from protocol import commands as C
 from protocol import pulsar_pb as pb
-from protocol.errors import RequestError, ServerError
+from protocol.errors import MetadataError, RequestError, ServerError
 
 __all__ = ["ProducerConnection", "create_initial_subscription", "create_producer",
            "handle_close_producer", "handle_producer"]
@@ -124,6 +124,11 @@ async def create_producer(connection: ProducerConnection, m: pb.CommandProducer)
     max_producers = service.policies.limits.max_producers_per_topic(name)
     topic.admission.check_limit(max_producers)  # early, before the work; attaching decides
     user_provided = m.HasField("producer_name") and m.producer_name != ""
+    encryption_required = service.policies.encryption_required(name)
+    if not m.encrypted and encryption_required:
+        raise MetadataError(f"Encryption is required in {name.full}")  # Pulsar's
+    if isinstance(topic, Topic):
+        topic.encryption_required = encryption_required
     schema_version = await producer_schema(service, topic,
                                            m.schema if m.HasField("schema") else None)
     if m.initial_subscription_name and isinstance(topic, Topic):

@@ -16,7 +16,10 @@ response with ``AuthorizationError``, answered before anything is read or regist
 Pulsar's rules: a producer without a schema is accepted on any topic and gets no version,
 unless schema validation is enforced (``isSchemaValidationEnforced`` or the namespace/topic
 ``schemaValidationEnforced`` policy) and the topic has a schema: IncompatibleSchema then; a producer with one gets the version of that schema, added if it
-is new and compatible. A consumer with a schema adds it only to an idle topic without schema
+is new and compatible - unless schema auto-update is off (``isAllowAutoUpdateSchemaEnabled``,
+the namespace's ``isAllowAutoUpdateSchema``): then only an already registered schema is
+accepted, any other refused ("Schema not found and schema auto updating is disabled.").
+A consumer with a schema adds it (by the same rule) only to an idle topic without schema
 (no producer, no connected consumer, no data); otherwise it must be compatible with what is
 registered ("Topic does not have schema to check" when nothing is).
 """
@@ -47,6 +50,7 @@ __all__ = ["check_consumer_schema", "get_or_create_schema", "get_schema", "produ
 NO_SCHEMA = "Topic not found or no-schema"  # Pulsar's exact text
 NO_SCHEMA_REFUSED = ("Producers cannot connect or send message without a schema to topics "
                      "with a schema")  # Pulsar's, with schema validation enforced
+AUTO_UPDATE_DISABLED = "Schema not found and schema auto updating is disabled."  # Pulsar's
 
 
 class SchemaConnection(ConnectionView, Protocol):
@@ -68,6 +72,12 @@ async def producer_schema(service: BrokerService, topic: Topic | NonPersistentTo
             raise IncompatibleSchemaError(NO_SCHEMA_REFUSED)
         return None
     type_name, data, properties = wire_fields(schema)
+    if not service.policies.allow_auto_update_schema(topic.name):
+        found = await service.schemas.version_of(schema_id(topic.full), type_name, data,
+                                                 properties)
+        if found is None:
+            raise IncompatibleSchemaError(AUTO_UPDATE_DISABLED)
+        return encode_version(found)
     strategy = service.policies.schema_compatibility(topic.name)
     try:
         version = await service.schemas.put_if_absent(schema_id(topic.full), type_name, data,
@@ -93,6 +103,8 @@ async def check_consumer_schema(service: BrokerService, topic: Topic | NonPersis
     try:
         if await registry.latest(sid) is not None or not _idle(topic):
             await registry.check_consumer(sid, type_name, data, strategy)
+        elif not service.policies.allow_auto_update_schema(topic.name):
+            raise IncompatibleSchemaError(AUTO_UPDATE_DISABLED)  # nothing live to match
         else:
             await registry.put_if_absent(sid, type_name, data, properties, strategy)
     except SchemaIncompatible as exc:

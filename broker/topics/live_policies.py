@@ -9,7 +9,9 @@ handed its resolved limits again; when a topic's change, that topic, or the part
 partitioned topic. :meth:`apply` sets what a topic and its clients hold while they live:
 
 - the topic's publish rate (its producers' connections are held by the new rate from their
-  next read), its ``maxMessageSize`` policy, its dispatch rate and its subscribe rate;
+  next read), its ``maxMessageSize`` policy, its dispatch rate and its subscribe rate, and
+  the namespace's ``encryption_required`` (from the next SEND, a message without encryption
+  keys is refused, also from producers attached before);
 - each subscription's ``subscriptionDispatchRate`` and ``maxUnackedMessagesPerSubscription``
   (its dispatcher reads both at its next round);
 - each consumer's ``maxUnackedMessagesPerConsumer``: a consumer held by a lower limit stops
@@ -32,6 +34,7 @@ from collections.abc import Callable, Iterable
 
 from broker.subscriptions.consumer import Consumer
 from broker.topics.nonpersistent import NonPersistentTopic
+from broker.topics.policies import encryption_required
 from broker.topics.policy_limits import LimitPolicies
 from broker.topics.policy_records import PolicyRecords
 from broker.topics.topic import Topic
@@ -45,6 +48,7 @@ class LivePolicies:
     def __init__(self, records: PolicyRecords, limits: LimitPolicies,
                  loaded: Callable[[], Iterable[Topic | NonPersistentTopic]]) -> None:
         self._limits = limits
+        self._records = records
         self._loaded = loaded
         records.watch(self.changed)
 
@@ -70,6 +74,7 @@ class LivePolicies:
         if not isinstance(topic, Topic):
             return   # a non-persistent topic has no dispatch rates or unacked limits
         topic.max_message_size_policy = limits.topic_max_message_size(tn)
+        topic.encryption_required = encryption_required(self._records, tn)
         topic.topic_dispatch.rate = limits.topic_dispatch_rate(tn)
         sub_rate = limits.subscription_dispatch_rate(tn)
         sub_unacked = limits.max_unacked_messages_per_subscription(tn)

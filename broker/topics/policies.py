@@ -36,7 +36,7 @@ from protocol.errors import NotAllowedError
 from storage.metadata import MetadataStore
 
 __all__ = ["NS_COUNT_LIMITS", "NS_DELAYED", "NS_KIND", "TOPIC_DELAYED", "TOPIC_KIND",
-           "AutoTopicCreation", "PolicyLimitError", "PolicyStore"]
+           "AutoTopicCreation", "PolicyLimitError", "PolicyStore", "encryption_required"]
 
 
 # Namespace Policies field -> TopicPolicies field, for what both levels know.
@@ -65,6 +65,17 @@ TOPIC_SUBSCRIPTION_TYPES = "subscriptionTypesEnabled"
 NS_AUTO_TOPIC_CREATION = "autoTopicCreationOverride"
 NS_AUTO_SUBSCRIPTION_CREATION = "autoSubscriptionCreationOverride"
 TOPIC_AUTO_SUBSCRIPTION_CREATION = "autoSubscriptionCreationOverride"
+NS_ALLOW_AUTO_UPDATE_SCHEMA = "is_allow_auto_update_schema"
+NS_SCHEMA_AUTO_UPDATE_STRATEGY = "schema_auto_update_compatibility_strategy"
+NS_ENCRYPTION_REQUIRED = "encryption_required"
+
+#: Pulsar's SchemaCompatibilityStrategy.fromAutoUpdatePolicy (AutoUpdateDisabled and unknown
+#: names: ALWAYS_INCOMPATIBLE)
+_FROM_AUTO_UPDATE = {"Backward": "BACKWARD", "Forward": "FORWARD", "Full": "FULL",
+                     "AlwaysCompatible": "ALWAYS_COMPATIBLE",
+                     "ForwardTransitive": "FORWARD_TRANSITIVE",
+                     "BackwardTransitive": "BACKWARD_TRANSITIVE",
+                     "FullTransitive": "FULL_TRANSITIVE"}
 
 #: Namespace count limits (Policies field -> Pulsar's name in its 412 reasons); 0 is no limit.
 NS_COUNT_LIMITS = {L.NS_MAX_PRODUCERS: "maxProducersPerTopic",
@@ -78,6 +89,14 @@ NS_COUNT_LIMITS = {L.NS_MAX_PRODUCERS: "maxProducersPerTopic",
 #: Where delayed-delivery bodies were kept before they joined the fields above (read at load).
 LEGACY_DELAYED_KINDS = (("namespace_policy", NS_KIND, NS_DELAYED),
                         ("topic_policy", TOPIC_KIND, TOPIC_DELAYED))
+
+
+def encryption_required(records: PolicyRecords, tn: TopicName) -> bool:
+    """Must producers encrypt (the namespace's ``encryption_required``)? Never on system
+    topics, as in Pulsar."""
+    if tn.local_name.startswith("__"):
+        return False
+    return bool(records.namespace_value(tn.namespace, NS_ENCRYPTION_REQUIRED))
 
 
 class PolicyLimitError(NotAllowedError):
@@ -219,9 +238,26 @@ class PolicyStore:
             return True
         return bool(self._resolve(tn, TOPIC_SCHEMA_VALIDATION, NS_SCHEMA_VALIDATION))
 
+    def allow_auto_update_schema(self, tn: TopicName) -> bool:
+        """May a producer register a schema the topic does not have yet? The namespace's
+        ``is_allow_auto_update_schema``, else the broker's ``isAllowAutoUpdateSchemaEnabled``;
+        always on system topics, as in Pulsar."""
+        if tn.local_name.startswith("__"):
+            return True
+        value = self.records.namespace_value(tn.namespace, NS_ALLOW_AUTO_UPDATE_SCHEMA)
+        return self.config.is_allow_auto_update_schema_enabled if value is None else bool(value)
+
+    def encryption_required(self, tn: TopicName) -> bool:
+        return encryption_required(self.records, tn)
+
     def schema_compatibility(self, tn: TopicName) -> str:
-        """The compatibility strategy name (Pulsar's SchemaCompatibilityStrategy)."""
+        """The compatibility strategy name (Pulsar's SchemaCompatibilityStrategy): the topic's,
+        else the namespace's, else (while that is UNDEFINED) its deprecated auto-update
+        strategy, else the broker's."""
         value = self._resolve(tn, TOPIC_SCHEMA_STRATEGY, NS_SCHEMA_STRATEGY)
         if value is None or value == "UNDEFINED":
+            auto = self.records.namespace_value(tn.namespace, NS_SCHEMA_AUTO_UPDATE_STRATEGY)
+            if auto is not None:
+                return _FROM_AUTO_UPDATE.get(str(auto), "ALWAYS_INCOMPATIBLE")
             return self.config.schema_compatibility_strategy
         return str(value)

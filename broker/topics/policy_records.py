@@ -96,6 +96,20 @@ class PolicyRecords:
         await self._write(TOPIC_KIND, self._topics, full, field, None)
         self._changed(None, full)
 
+    async def keep_topic_fields(self, full: str, keep: frozenset[str]) -> None:
+        """Remove every field of the topic's record but *keep*, in one write."""
+        fields = self._topics.get(full, {})
+        kept = {k: v for k, v in fields.items() if k in keep}
+        if kept == fields:
+            return
+        if kept:
+            await self._md.put(TOPIC_KIND, full, kept)
+            self._topics[full] = kept
+        else:
+            await self._md.delete(TOPIC_KIND, full)
+            self._topics.pop(full, None)
+        self._changed(None, full)
+
     async def drop_namespace(self, namespace: str) -> None:
         if self._ns.pop(namespace, None) is not None:
             await self._md.delete(NS_KIND, namespace)

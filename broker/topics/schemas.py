@@ -168,6 +168,14 @@ class SchemaRegistry:
                 return entry
         return None
 
+    async def version_of(self, sid: str, type_name: str, data: bytes,
+                         properties: dict[str, str]) -> int | None:
+        """The live version holding exactly this schema (None: not registered)."""
+        for entry in self._live(await self.history(sid)):
+            if entry.same_schema(type_name, data, properties):
+                return entry.version
+        return None
+
     async def put_if_absent(self, sid: str, type_name: str, data: bytes,
                             properties: dict[str, str], strategy: str) -> int:
         """The version of this schema, added when new and compatible; raises

@@ -148,6 +148,16 @@ class Tenancy:
         self._namespaces[namespace] = value
         self._ns_auth.pop(namespace, None)
 
+    async def set_subscription_auth_mode(self, namespace: str, mode: str) -> None:
+        """Set the namespace's ``subscription_auth_mode`` (None or Prefix), persisted with its
+        record: authorization reads it from there (:class:`NamespaceAuth`)."""
+        if namespace not in self._namespaces:
+            raise MetadataError("Namespace does not exist")
+        value = {**self._namespaces[namespace], "subscription_auth_mode": mode}
+        await self._md.put("namespace", namespace, value)
+        self._namespaces[namespace] = value
+        self._ns_auth.pop(namespace, None)
+
     # ------------------------------------------------------------------ clusters
 
     async def cluster_record(self, name: str) -> dict[str, Any]:

@@ -94,6 +94,7 @@ from broker.transactions.service import TransactionService
 from protocol import commands as C
 from protocol import pulsar_pb as pb
 from protocol.errors import (
+    MetadataError,
     NotAllowedError,
     RequestError,
     ServiceNotReadyError,
@@ -173,6 +174,8 @@ class Topic:
         self._max_message_size = host.config.max_message_size  # bounds a chunked message
         #: the topic's maxMessageSize policy (0: none), set at each producer creation
         self.max_message_size_policy = 0
+        # the namespace's encryptionRequired, as of the last producer's arrival
+        self.encryption_required = False
         self.state = TopicState.OPEN
         self._guarded = name.is_persistent  # the publish guard is for persistent topics
         self.loaded_ms = int(time.time() * 1000)
@@ -296,6 +299,11 @@ class Topic:
             delayed = md.HasField("deliver_at_time")
         else:
             messages, partial, delayed = scanned
+        if self.encryption_required:
+            if md is None:
+                md = check_publish_metadata(entry, max_size)[0]
+            if not md.encryption_keys:
+                raise MetadataError("Messages must be encrypted")   # Pulsar's
         delivery = self.delivery
         policy = delivery.resolved
         if policy is None:

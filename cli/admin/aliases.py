@@ -18,7 +18,7 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
-from cli.admin.args import Builder, namespace_path, q, topic_base
+from cli.admin.args import Builder, UsageError, namespace_path, q, topic_base
 from cli.admin.rest import Request
 from cli.admin.storage import parse_pairs
 
@@ -103,6 +103,41 @@ def _atc_args(sp: argparse.ArgumentParser) -> None:
                     help="partitions of an automatically created partitioned topic")
 
 
+def _enable_disable_args(sp: argparse.ArgumentParser) -> None:
+    group = sp.add_mutually_exclusive_group(required=True)
+    group.add_argument("--enable", "-e", dest="enable", action="store_true", help="enable")
+    group.add_argument("--disable", "-d", dest="enable", action="store_false", help="disable")
+
+
+def _autoupdate_strategy_args(sp: argparse.ArgumentParser) -> None:
+    sp.add_argument("--compatibility", "-c", default=None,
+                    help="compatibility required of new schemas a producer brings "
+                         "(Full, Backward, Forward, None)")
+    sp.add_argument("--disabled", "-d", action="store_true",
+                    help="disable automatic schema updates")
+
+
+#: pulsar-admin's --compatibility values of set-schema-autoupdate-strategy
+_AUTOUPDATE = {"FULL": "Full", "BACKWARD": "Backward", "FORWARD": "Forward",
+               "NONE": "AlwaysCompatible"}
+
+
+def _autoupdate_strategy(a: argparse.Namespace) -> Request:
+    if a.disabled:
+        strategy = "AutoUpdateDisabled"
+    elif (a.compatibility or "").upper() in _AUTOUPDATE:
+        strategy = _AUTOUPDATE[a.compatibility.upper()]
+    else:
+        raise UsageError("Either --compatibility or --disabled must be specified")
+    return Request("PUT", _ns(a) + "/schemaAutoUpdateCompatibilityStrategy", strategy, True)
+
+
+def _auth_mode_args(sp: argparse.ArgumentParser) -> None:
+    sp.add_argument("--subscription-auth-mode", "-m", dest="mode", required=True,
+                    choices=("None", "Prefix"),
+                    help="Prefix: a role may only use subscriptions named <role>-...")
+
+
 def _sub_permission_args(grant: bool) -> Callable[[argparse.ArgumentParser], None]:
     def add(sp: argparse.ArgumentParser) -> None:
         sp.add_argument("--subscription", "-s", required=True, help="the subscription")
@@ -152,6 +187,29 @@ EXTRA.update({
     ("namespaces", "set-schema-validation-enforce"): (
         "refuse producers without a schema on topics with one", _enable_arg,
         lambda a: Request("POST", _ns(a) + "/schemaValidationEnforced", a.enable, True)),
+    ("namespaces", "get-is-allow-auto-update-schema"): (
+        "whether producers may register new schemas", _no_args,
+        lambda a: Request("GET", _ns(a) + "/isAllowAutoUpdateSchema")),
+    ("namespaces", "set-is-allow-auto-update-schema"): (
+        "allow or refuse producers registering new schemas", _enable_disable_args,
+        lambda a: Request("POST", _ns(a) + "/isAllowAutoUpdateSchema", a.enable, True)),
+    ("namespaces", "get-schema-autoupdate-strategy"): (
+        "the schema auto-update strategy", _no_args,
+        lambda a: Request("GET", _ns(a) + "/schemaAutoUpdateCompatibilityStrategy")),
+    ("namespaces", "set-schema-autoupdate-strategy"): (
+        "set the schema auto-update strategy", _autoupdate_strategy_args, _autoupdate_strategy),
+    ("namespaces", "get-encryption-required"): (
+        "whether producers must encrypt messages", _no_args,
+        lambda a: Request("GET", _ns(a) + "/encryptionRequired")),
+    ("namespaces", "set-encryption-required"): (
+        "require (or not) producers to encrypt messages", _enable_disable_args,
+        lambda a: Request("POST", _ns(a) + "/encryptionRequired", a.enable, True)),
+    ("namespaces", "get-subscription-auth-mode"): (
+        "the subscription auth mode (None or Prefix)", _no_args,
+        lambda a: Request("GET", _ns(a) + "/subscriptionAuthMode")),
+    ("namespaces", "set-subscription-auth-mode"): (
+        "set the subscription auth mode", _auth_mode_args,
+        lambda a: Request("POST", _ns(a) + "/subscriptionAuthMode", a.mode, True)),
     ("namespaces", "subscription-permission"): (
         "the roles allowed on each subscription", _no_args,
         lambda a: Request("GET", _ns(a) + "/permissions/subscription")),

@@ -50,6 +50,9 @@ PATHS: dict[str, Callable[[argparse.Namespace], str]] = {
     "get-runtime-config": lambda a: f"{BROKERS}/configuration/runtime",
     "get-internal-config": lambda a: f"{BROKERS}/internal-configuration",
     "version": lambda a: f"{BROKERS}/version",
+    "namespaces": lambda a: (f"{BROKERS}/{urllib.parse.quote(a.cluster, safe='')}/"
+                             f"{urllib.parse.quote(a.url, safe='')}/ownedNamespaces"),
+    "backlog-quota-check": lambda a: f"{BROKERS}/backlog-quota-check",
 }
 
 
@@ -74,6 +77,11 @@ def add_parsers(brokers: Any) -> None:
     brokers.add_parser("list", help="active brokers of a cluster (host:webPort)").add_argument(
         "cluster")
     brokers.add_parser("leader-broker", help="the leader broker (this one)")
+    ns = brokers.add_parser("namespaces", help="the namespaces the broker owns (all, on one node)")
+    ns.add_argument("cluster", help="cluster name")
+    ns.add_argument("--url", required=True, help="the broker (host:webPort, as brokers list)")
+    brokers.add_parser("backlog-quota-check", help="run the backlog-quota check of every "
+                       "loaded topic now")
     for name, help_ in (
             ("list-dynamic-config", "the settings that may be changed at run time"),
             ("get-all-dynamic-config", "the dynamic settings' stored overrides"),

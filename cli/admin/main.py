@@ -282,6 +282,9 @@ _COMMANDS.update(storage_commands.COMMANDS)
 _COMMANDS.update(alias_commands.aliased(_COMMANDS))
 _COMMANDS.update({("brokers", name): build for name, build in broker_commands.CHANGES.items()})
 _COMMANDS.update(transaction_commands.COMMANDS)
+_COMMANDS.update({
+    (group, "delete"): lambda a: Request("DELETE", T + topic_path(a.topic) + "/policies")
+    for group in ("topic-policies", "topicPolicies")})
 
 
 def _delayed_view(args: argparse.Namespace, tail: str,
@@ -512,6 +515,10 @@ def build_parser() -> argparse.ArgumentParser:
     storage_commands.add_parsers(n, tp, topic_policies)
     alias_commands.add_parsers(n, tp)
     alias_commands.mirror_topic_policies(tp, topic_policies)
+    dp = topic_policies.add_parser("delete", help="delete all of a topic's policies")
+    dp.add_argument("topic", help="topic name")
+    dp.add_argument("--global", "-g", dest="global_", action="store_true",
+                    help="the global policies (one level here: the same)")
     message_commands.add_parsers(tp)
     transaction_commands.add_parsers(group(
         "transactions", "transaction coordinator, buffer and pending-ack stats"))
