@@ -40,8 +40,8 @@ def test_deleting_a_topics_policies_drops_them_and_keeps_its_properties(
     second.close()
     first.close()
     _ok(api("DELETE", base + "/policies"))                # nothing left: still 204
-    reply = api("DELETE", "/admin/v2/persistent/public/nope/x/policies")
-    assert (reply.status, reply.reason) == (404, "Namespace does not exist")
+    # Pulsar 4.0 answers 204 for a namespace that does not exist: nothing to delete
+    _ok(api("DELETE", "/admin/v2/persistent/public/nope/x/policies"))
 
 
 def test_owned_namespaces_are_every_namespace(api: Api) -> None:
@@ -55,7 +55,8 @@ def test_owned_namespaces_are_every_namespace(api: Api) -> None:
     reply = api("GET", f"/admin/v2/brokers/{cluster}/elsewhere:1/ownedNamespaces")
     assert (reply.status, reply.reason) == (
         404, "Broker id 'elsewhere:1' not found in available brokers.")
-    assert api("GET", f"/admin/v2/brokers/other/{broker_id}/ownedNamespaces").status == 404
+    # Pulsar 4.0 does not check the cluster of the path: the same map for any name
+    assert _ok(api("GET", f"/admin/v2/brokers/other/{broker_id}/ownedNamespaces"), 200) == owned
 
 
 def test_backlog_quota_check_applies_the_quotas_now(client: Any, api: Api) -> None:
