@@ -95,12 +95,12 @@ ALLOWED: list[Allowed] = [
             "are 404 (Pulsar creates and updates cluster records for geo-replication)"),
     Allowed("namespaces", "policies", _only_in_pulsar(
         "allowed_clusters", "auth_policies", "clusterDispatchRate", "clusterSubscribeRate",
-        "deleted", "encryption_required", "is_allow_auto_update_schema",
-        "latency_stats_sample_rate", "migrated", "offload_threshold",
+        "deleted", "is_allow_auto_update_schema", "latency_stats_sample_rate", "migrated",
+        "offload_threshold",
         "offload_threshold_in_seconds", "properties", "publishMaxMessageRate",
         "replicatorDispatchRate", "schema_validation_enforced", "subscriptionDispatchRate",
-        "subscription_auth_mode", "subscription_types_enabled", "topicDispatchRate"),
-            "policies Horae does not have (rates, offload, encryption, replication, namespace "
+        "subscription_types_enabled", "topicDispatchRate"),
+            "policies Horae does not have (rates, offload, replication, namespace "
             "properties); the Policies document carries the ones it enforces"),
     Allowed("*", "*stats", _only_in_pulsar(
         "abortedTxnCount", "committedTxnCount", "ongoingTxnCount", "lastOffloadFailureTimeStamp",
