@@ -55,6 +55,24 @@ def _ns(a: argparse.Namespace) -> str:
     return f"/admin/v2/namespaces/{namespace_path(a.namespace)}"
 
 
+RequestOf = Callable[[argparse.Namespace], Request]
+
+
+def _read(where: Callable[[argparse.Namespace], str], suffix: str) -> RequestOf:
+    """GET of *suffix* under the namespace's or topic's path (*where*)."""
+    return lambda a: Request("GET", where(a) + suffix)
+
+
+def _remove(where: Callable[[argparse.Namespace], str], suffix: str) -> RequestOf:
+    """DELETE of *suffix* under the namespace's or topic's path (*where*)."""
+    return lambda a: Request("DELETE", where(a) + suffix)
+
+
+def _flag(where: Callable[[argparse.Namespace], str], suffix: str) -> RequestOf:
+    """POST of the ``--enable``/``--disable`` flag to *suffix* under *where*'s path."""
+    return lambda a: Request("POST", where(a) + suffix, a.enable, True)
+
+
 def _auto_topic_creation(a: argparse.Namespace) -> Request:
     body: dict[str, Any] = {"allowAutoTopicCreation": a.enable}
     if a.enable:
@@ -159,60 +177,60 @@ def _sub_properties_args(update: bool) -> Callable[[argparse.ArgumentParser], No
 
 EXTRA.update({
     ("namespaces", "topics"): ("the namespace's topics", _no_args,
-                               lambda a: Request("GET", _ns(a) + "/topics")),
+                               _read(_ns, "/topics")),
     ("namespaces", "policies"): ("the namespace's policies document", _no_args,
                                  lambda a: Request("GET", _ns(a))),
     ("namespaces", "bundles"): ("the namespace's bundles (one: the whole hash range)", _no_args,
-                                lambda a: Request("GET", _ns(a) + "/bundles")),
+                                _read(_ns, "/bundles")),
     ("namespaces", "set-auto-topic-creation"): (
         "set the namespace's auto topic creation override", _atc_args, _auto_topic_creation),
     ("namespaces", "get-auto-topic-creation"): (
         "the namespace's auto topic creation override", _no_args,
-        lambda a: Request("GET", _ns(a) + "/autoTopicCreation")),
+        _read(_ns, "/autoTopicCreation")),
     ("namespaces", "remove-auto-topic-creation"): (
         "remove the namespace's auto topic creation override", _no_args,
-        lambda a: Request("DELETE", _ns(a) + "/autoTopicCreation")),
+        _remove(_ns, "/autoTopicCreation")),
     ("namespaces", "set-auto-subscription-creation"): (
         "set the namespace's auto subscription creation override", _enable_arg,
         _auto_subscription(_ns)),
     ("namespaces", "get-auto-subscription-creation"): (
         "the namespace's auto subscription creation override", _no_args,
-        lambda a: Request("GET", _ns(a) + "/autoSubscriptionCreation")),
+        _read(_ns, "/autoSubscriptionCreation")),
     ("namespaces", "remove-auto-subscription-creation"): (
         "remove the namespace's auto subscription creation override", _no_args,
-        lambda a: Request("DELETE", _ns(a) + "/autoSubscriptionCreation")),
+        _remove(_ns, "/autoSubscriptionCreation")),
     ("namespaces", "get-schema-validation-enforce"): (
         "whether producers without a schema are refused", _no_args,
-        lambda a: Request("GET", _ns(a) + "/schemaValidationEnforced")),
+        _read(_ns, "/schemaValidationEnforced")),
     ("namespaces", "set-schema-validation-enforce"): (
         "refuse producers without a schema on topics with one", _enable_arg,
-        lambda a: Request("POST", _ns(a) + "/schemaValidationEnforced", a.enable, True)),
+        _flag(_ns, "/schemaValidationEnforced")),
     ("namespaces", "get-is-allow-auto-update-schema"): (
         "whether producers may register new schemas", _no_args,
-        lambda a: Request("GET", _ns(a) + "/isAllowAutoUpdateSchema")),
+        _read(_ns, "/isAllowAutoUpdateSchema")),
     ("namespaces", "set-is-allow-auto-update-schema"): (
         "allow or refuse producers registering new schemas", _enable_disable_args,
-        lambda a: Request("POST", _ns(a) + "/isAllowAutoUpdateSchema", a.enable, True)),
+        _flag(_ns, "/isAllowAutoUpdateSchema")),
     ("namespaces", "get-schema-autoupdate-strategy"): (
         "the schema auto-update strategy", _no_args,
-        lambda a: Request("GET", _ns(a) + "/schemaAutoUpdateCompatibilityStrategy")),
+        _read(_ns, "/schemaAutoUpdateCompatibilityStrategy")),
     ("namespaces", "set-schema-autoupdate-strategy"): (
         "set the schema auto-update strategy", _autoupdate_strategy_args, _autoupdate_strategy),
     ("namespaces", "get-encryption-required"): (
         "whether producers must encrypt messages", _no_args,
-        lambda a: Request("GET", _ns(a) + "/encryptionRequired")),
+        _read(_ns, "/encryptionRequired")),
     ("namespaces", "set-encryption-required"): (
         "require (or not) producers to encrypt messages", _enable_disable_args,
-        lambda a: Request("POST", _ns(a) + "/encryptionRequired", a.enable, True)),
+        _flag(_ns, "/encryptionRequired")),
     ("namespaces", "get-subscription-auth-mode"): (
         "the subscription auth mode (None or Prefix)", _no_args,
-        lambda a: Request("GET", _ns(a) + "/subscriptionAuthMode")),
+        _read(_ns, "/subscriptionAuthMode")),
     ("namespaces", "set-subscription-auth-mode"): (
         "set the subscription auth mode", _auth_mode_args,
         lambda a: Request("POST", _ns(a) + "/subscriptionAuthMode", a.mode, True)),
     ("namespaces", "subscription-permission"): (
         "the roles allowed on each subscription", _no_args,
-        lambda a: Request("GET", _ns(a) + "/permissions/subscription")),
+        _read(_ns, "/permissions/subscription")),
     ("namespaces", "grant-subscription-permission"): (
         "allow roles on a subscription", _sub_permission_args(True),
         lambda a: Request("POST", f"{_ns(a)}/permissions/subscription/{q(a.subscription)}",
@@ -226,16 +244,16 @@ EXTRA.update({
         _auto_subscription(_topic)),
     ("topics", "get-auto-subscription-creation"): (
         "the topic's auto subscription creation override", _no_args,
-        lambda a: Request("GET", _topic(a) + "/autoSubscriptionCreation")),
+        _read(_topic, "/autoSubscriptionCreation")),
     ("topics", "remove-auto-subscription-creation"): (
         "remove the topic's auto subscription creation override", _no_args,
-        lambda a: Request("DELETE", _topic(a) + "/autoSubscriptionCreation")),
+        _remove(_topic, "/autoSubscriptionCreation")),
     ("topics", "get-schema-validation-enforce"): (
         "whether producers without a schema are refused", _no_args,
-        lambda a: Request("GET", _topic(a) + "/schemaValidationEnforced")),
+        _read(_topic, "/schemaValidationEnforced")),
     ("topics", "set-schema-validation-enforce"): (
         "refuse producers without a schema", _enable_arg,
-        lambda a: Request("POST", _topic(a) + "/schemaValidationEnforced", a.enable, True)),
+        _flag(_topic, "/schemaValidationEnforced")),
     ("topics", "enable-deduplication"): (
         "enable deduplication (deprecated: set-deduplication --enable)", _no_args,
         lambda a: Request("POST", _topic(a) + "/deduplicationEnabled", True, True)),
@@ -250,7 +268,7 @@ EXTRA.update({
         _update_subscription_properties),
     ("topics", "partitioned-stats-internal"): (
         "every partition's internal stats", _no_args,
-        lambda a: Request("GET", _topic(a) + "/partitioned-internalStats")),
+        _read(_topic, "/partitioned-internalStats")),
     ("topics", "bundle-range"): (
         "the namespace bundle the topic is in", _no_args,
         lambda a: Request("GET", _topic(a).replace("/admin/v2/", "/lookup/v2/topic/", 1)
