@@ -379,3 +379,26 @@ def test_non_strict_firings_stay_a_tick_apart() -> None:
     t.get_scheduled(10)
     t.add(Position(1, 1), T0 + 5500)
     assert [round(h.when * 1000) for h in loop.pending] == [T0 + 5000]
+
+
+def test_the_packed_index_keeps_entries_of_one_time_in_position_order() -> None:
+    # few distinct times, positions pushed out of order: ties span chunk boundaries
+    index = PackedTimeIndex()
+    rnd = random.Random(11)
+    model: list[tuple[int, int]] = []
+    packed = list(range(6000))
+    rnd.shuffle(packed)
+    for step, p in enumerate(packed):
+        ts = rnd.randrange(3)
+        index.push(ts, p)
+        model.append((ts, p))
+        if step % 1500 == 1499:                 # consume a head part on the way
+            out: list[int] = []
+            index.pop_upto(0, 700, out)
+            model.sort()
+            assert out == [p for _, p in model[:len(out)]]
+            model = model[len(out):]
+    model.sort()
+    assert list(index.items()) == model
+    head_ts = model[0][0]
+    assert index.peek_run(head_ts, 5000) == [p for ts, p in model if ts == head_ts][:5000]
