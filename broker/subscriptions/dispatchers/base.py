@@ -382,18 +382,22 @@ class Dispatcher:
         blocked: set[int] = set()
         delayed = self.delayed
         if delayed is not None:
-            if self.replay or self.needs_hash:
+            take = min(budget, MAX_READ_ENTRIES)
+            if self.needs_hash:
                 for pos in delayed.due(max(budget, MAX_READ_ENTRIES)):
+                    self.add_replay(pos)
+            elif self.replay:
+                # Only what this round's replay read can take leaves the tracker: a herd
+                # stays in the compact index instead of growing the replay set by the
+                # permits every round.
+                for pos in delayed.due(take - len(self.replay)) if len(self.replay) < take else ():
                     self.add_replay(pos)
             else:
                 # As through the replay set: what is due now goes out in position order (one
-                # tracker may hand out a recovered bucket before older positions), the part
-                # past the permits waiting in the replay set for the next round.
-                due = sorted(delayed.due(max(budget, MAX_READ_ENTRIES)))
-                take = min(budget, MAX_READ_ENTRIES)
-                direct = due[:take]
-                for pos in due[take:]:
-                    self.add_replay(pos)
+                # tracker may hand out a recovered bucket before older positions). Only one
+                # read's worth leaves the tracker, so the next round takes the rest on this
+                # path too, never through the replay set.
+                direct = sorted(delayed.due(take))
                 if direct:
                     if await self._send_due(direct, revision):
                         return True
