@@ -393,10 +393,10 @@ class Dispatcher:
                 for pos in delayed.due(take - len(self.replay)) if len(self.replay) < take else ():
                     self.add_replay(pos)
             else:
-                # As through the replay set: what is due now goes out in position order (one
-                # tracker may hand out a recovered bucket before older positions). Only one
-                # read's worth leaves the tracker, so the next round takes the rest on this
-                # path too, never through the replay set.
+                # The trackers hand out in (due time, position) order across all their
+                # sources, each batch sorted by position. Only one read's worth leaves the
+                # tracker, so the next round takes the rest on this path too, never through
+                # the replay set.
                 direct = sorted(delayed.due(take))
                 if direct:
                     if await self._send_due(direct, revision):
