@@ -384,7 +384,12 @@ class Dispatcher:
         if delayed is not None:
             take = min(budget, MAX_READ_ENTRIES)
             if self.needs_hash:
-                for pos in delayed.due(max(budget, MAX_READ_ENTRIES)):
+                # Key_Shared takes more than a read's worth, so that blocked keys do not hide
+                # others, but no more than the replay scan looks at: a herd stays in the
+                # compact index instead of moving into the replay set whole.
+                room = MAX_REPLAY_SCAN - len(self.replay)
+                for pos in delayed.due(min(max(budget, MAX_READ_ENTRIES), room)) \
+                        if room > 0 else ():
                     self.add_replay(pos)
             elif self.replay:
                 # Only what this round's replay read can take leaves the tracker: a herd
