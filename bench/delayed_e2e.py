@@ -3,7 +3,8 @@
 Usage:  .venv/bin/python bench/delayed_e2e.py [--messages 20000] [--span-s 10] [--lead-ms 3000]
             [--tick-ms 0] [--early] [--trackers in-memory,bucket] [--pulsar]
             [--pending 1000000[,10000000]] [--restart-trackers bucket,in-memory] [--kill9]
-            [--probes 100] [--later-s 20] [--herd 1000000] [--no-lateness] [--no-restart]
+            [--probes 100] [--later-s 20] [--herd 1000000] [--herd-consumers 4] [--no-lateness]
+            [--no-restart]
 
 Every Horae scenario starts ``python -m broker serve`` (the real CLI) on free 127.0.0.1 ports
 with a TOML config written next to a fresh data directory, drives it with ``pulsar-client`` 3.x
