@@ -544,6 +544,10 @@ def _herd_consumer(service_url: str, due_at: int, ready: Any, stop: Any, receive
             try:
                 msg = consumer.receive(timeout_millis=200)
             except pulsar.Timeout:
+                if pending:                     # idle: report the remainder
+                    with received.get_lock():
+                        received.value += pending
+                    pending = 0
                 continue
             now = time.perf_counter()
             if time.time_ns() // 1_000_000 < due_at:
