@@ -42,6 +42,7 @@ mutable one), ``loaded_index_count``, ``snapshot_size_bytes``, ``op_count``
 from __future__ import annotations
 
 import asyncio
+from bisect import bisect_right
 from collections.abc import Callable
 from concurrent.futures import Executor
 from typing import Final
@@ -393,7 +394,7 @@ class _DueQueue:
             if threshold is None:
                 break
             consumed = self.take_upto(threshold - 1, need, out)
-            consumed += self.take_upto(threshold, max_messages - len(out), out)
+            consumed += self.take_ties(threshold, max_messages - len(out), out)
             if not consumed:
                 break
         if len(out) < max_messages and self._wide:
@@ -424,6 +425,43 @@ class _DueQueue:
             else:
                 low = mid + 1
         return low
+
+    def take_ties(self, ts: int, limit: int, out: list[Position]) -> int:
+        """Consume up to ``limit`` entries due at exactly ``ts`` (every earlier one is taken
+        already), the lowest positions across all sources first: each source holds the entries
+        of one time in position order, so each gives a prefix of its run. Returns how many
+        were consumed (stale ones included)."""
+        if limit <= 0:
+            return 0
+        runs: list[tuple[IndexedPositions | LoadedSegment, list[int]]] = []
+        for positions in self._indexes:
+            if positions.peek_ts() == ts:
+                runs.append((positions, positions.index.peek_run(ts, limit)))
+        for bucket in self._sealed:
+            seg = bucket.loaded
+            if bucket.alive and seg is not None and seg.live and seg.ts[seg.i] == ts:
+                end = min(bisect_right(seg.ts, ts, seg.i), seg.i + limit)
+                runs.append((seg, list(seg.pos[seg.i:end])))
+        if not runs:
+            return 0
+        if len(runs) == 1 or sum(len(run) for _, run in runs) <= limit:
+            last = None                                 # everything peeked fits
+        else:
+            last = sorted(p for _, run in runs for p in run)[limit - 1]
+        consumed = 0
+        for source, run in runs:
+            count = len(run) if last is None else sum(1 for p in run if p <= last)
+            if not count:
+                continue
+            if isinstance(source, IndexedPositions):
+                consumed += source.pop_upto(ts, count, out)
+            else:
+                moved, exhausted = self._sealed.take_upto(ts, count, out, self._is_deleted,
+                                                          only=source)
+                for loaded in exhausted:
+                    self._done(loaded)
+                consumed += moved
+        return consumed
 
     def take_upto(self, bound: int, limit: int, out: list[Position]) -> int:
         """Consume up to ``limit`` entries with time <= bound from every source; returns how

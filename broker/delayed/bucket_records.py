@@ -367,7 +367,8 @@ class SealedBuckets:
                    for _, _, seg in self._heap if not seg.dead)
 
     def take_upto(self, bound: int, limit: int, out: list[Position],
-                  is_deleted: Callable[[Position], bool]) -> tuple[int, list[LoadedSegment]]:
+                  is_deleted: Callable[[Position], bool], only: LoadedSegment | None = None,
+                  ) -> tuple[int, list[LoadedSegment]]:
         """Consume up to ``limit`` indexes with time <= bound; pending ones go to ``out``
         (minus those ``is_deleted`` reports acknowledged before a restart). Returns how many
         were consumed, stale ones included, and the segments that ran dry."""
@@ -377,7 +378,7 @@ class SealedBuckets:
         for _, _, loaded in self._heap:
             if limit - consumed <= 0:
                 break
-            if loaded.dead:
+            if loaded.dead or (only is not None and loaded is not only):
                 continue
             moved = self._take_segment(loaded, bound, limit - consumed, out, is_deleted)
             if moved:

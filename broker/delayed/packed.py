@@ -141,18 +141,25 @@ class PackedTimeIndex:
             maxes.append(ts)
             self._len = 1
             return
-        if ts >= maxes[-1]:
+        if ts > maxes[-1] or (ts == maxes[-1] and packed >= self._pos[-1][-1]):
             i = len(maxes) - 1
             ts_col = self._ts[i]
             ts_col.append(ts)
             self._pos[i].append(packed)
             maxes[i] = ts
         else:
-            i = bisect_right(maxes, ts)    # first chunk whose last time is > ts
-            ts_col = self._ts[i]
-            j = bisect_right(ts_col, ts, self._head if i == 0 else 0)
+            # (time, position) order: entries of one time sorted by position
+            i = bisect_left(maxes, ts)     # first chunk whose last time is >= ts
+            while True:
+                ts_col, pos_col = self._ts[i], self._pos[i]
+                lo = bisect_left(ts_col, ts, self._head if i == 0 else 0)
+                j = bisect_right(pos_col, packed, lo, bisect_right(ts_col, ts, lo))
+                if j < len(ts_col) or i + 1 == len(maxes) or self._ts[i + 1][0] != ts \
+                        or self._pos[i + 1][0] > packed:
+                    break
+                i += 1                      # the run of this time goes on in the next chunk
             ts_col.insert(j, ts)
-            self._pos[i].insert(j, packed)
+            pos_col.insert(j, packed)
         self._len += 1
         if len(ts_col) > _SPLIT:
             self._split(i)
@@ -208,6 +215,20 @@ class PackedTimeIndex:
             else:
                 self._head = end
         return moved
+
+    def peek_run(self, ts: int, limit: int) -> list[int]:
+        """The packed positions of up to ``limit`` entries at the head with time == ``ts``
+        (position order), not consumed."""
+        out: list[int] = []
+        for c, ts_col in enumerate(self._ts):
+            start = self._head if c == 0 else 0
+            if ts_col[start] != ts:
+                break
+            end = min(bisect_right(ts_col, ts, start), start + limit - len(out))
+            out.extend(self._pos[c][start:end])
+            if end < len(ts_col) or len(out) >= limit:
+                break
+        return out
 
     def count_upto(self, bound_ts: int) -> int:
         """Entries with time <= ``bound_ts``."""

@@ -26,7 +26,8 @@ strict firings by the tick too, so a message due just after a firing waits up to
 ``deliver_at_time`` itself, and the wake-ups stay bounded at 1,000 a second per tracker.
 
 Clocks: ``clock_ms()`` is wall-clock epoch milliseconds (``deliver_at_time`` is epoch ms);
-the timer converts the remaining delay to the loop's monotonic clock. Everything here runs on
+the timer converts the remaining delay, taken from the wall clock with its fraction of a ms,
+to the loop's monotonic clock, so it fires at ``deliver_at`` itself (never before it). Everything here runs on
 the event loop thread; nothing is thread-safe.
 """
 
@@ -63,6 +64,11 @@ def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+def wall_clock_ms_exact() -> float:
+    """Epoch milliseconds with their fraction: what the timer aims with."""
+    return time.time_ns() / 1_000_000
+
+
 class TimerLoop(Protocol):
     """The part of an event loop the timer needs (tests pass a fake)."""
 
@@ -77,18 +83,25 @@ class DeadlineTimer:
     ``update(deadline)`` is cheap when the deadline did not change, which is the common case
     for a stream of adds behind the head. ``spacing_ms`` is the least time between two
     firings. ``arm_count`` counts ``call_at`` calls (tests and debugging: "armed once").
+
+    The delay is computed from ``exact_ms`` (the wall clock with its fraction of a ms) when
+    given, else from ``clock_ms``: the firing lands at the deadline itself, not up to a ms
+    after it as a delay from truncated ms would. A loop whose timers have ms granularity
+    (libuv) may wake up to a ms early: the firing then re-aims at the remainder, which such a
+    loop runs on its next turn, so the callback never runs before the deadline.
     """
 
     __slots__ = ("_callback", "_clock_ms", "_handle", "_last_fire_ms", "_loop", "arm_count",
                  "spacing_ms", "target_ms")
 
     def __init__(self, loop: TimerLoop, clock_ms: Callable[[], int], spacing_ms: int,
-                 callback: Callable[[], None]) -> None:
+                 callback: Callable[[], None],
+                 exact_ms: Callable[[], float] | None = None) -> None:
         self._loop = loop
-        self._clock_ms = clock_ms
+        self._clock_ms: Callable[[], float] = exact_ms or clock_ms
         self._callback = callback
         self._handle: asyncio.TimerHandle | None = None
-        self._last_fire_ms = 0
+        self._last_fire_ms = 0.0
         self.spacing_ms = spacing_ms
         self.target_ms: int | None = None
         self.arm_count = 0
@@ -283,7 +296,8 @@ class TimedTracker(DelayedDeliveryTracker):
         self._strict = strict
         self._on_due = on_due
         self._timer = DeadlineTimer(loop, self._clock_ms, self._timer_spacing_ms(),
-                                    self._on_timer)
+                                    self._on_timer,
+                                    exact_ms=None if clock_ms else wall_clock_ms_exact)
         self._cancels = CancelBook()
 
     def cancel_stats(self) -> CancelStats:

@@ -20,6 +20,7 @@ from broker.delayed import DelayPolicy, TrackerFactory
 from broker.net.consumers import ConsumerSide
 from broker.subscriptions.consumer import Consumer, HashRange
 from broker.subscriptions.dispatch_rate import TopicDispatch
+from broker.subscriptions.dispatchers import base as dispatch_base
 from broker.subscriptions.selectors import (
     ConsistentHashingSelector,
     ConsumerAssignError,
@@ -398,3 +399,88 @@ async def test_shared_consumer_with_too_many_unacked_messages_waits_for_acks(
                     cumulative=False)
     await _settle_dispatch(sub)
     assert len(conn.message_ids()) == 5
+
+
+async def test_a_herd_of_due_messages_stays_in_the_tracker_beyond_the_permits(
+        ledger: Any) -> None:
+    """1,500 messages due in the same millisecond, a Shared consumer with 1,000 permits: the
+    1,000 go out in position order and the other 500 stay in the delayed index (not moved into
+    the replay set round after round); new permits take them, still in order."""
+    # due far enough ahead that all 1,500 are read (and held) before they fall due, even on a
+    # loaded machine: read when already due, an entry is not held and the count below differs
+    due_at = int(time.time() * 1000) + 2000
+    for i in range(1500):
+        md = pb.MessageMetadata(producer_name="p", sequence_id=i,
+                                publish_time=int(time.time() * 1000), deliver_at_time=due_at)
+        await ledger.append(encode_entry(md, f"m{i}".encode()))
+    sub = await Subscription.open(StubTopic(ledger), "s", durable=True,
+                                  initial_position="earliest")
+    conn = FakeConnection()
+    side = ConsumerSide(conn)
+    consumer = Consumer(side, 1, name="c", sub_type=1)
+    side.attach(consumer, sub)
+    await sub.add_consumer(consumer)
+    consumer.permits = 1000
+    dispatcher = sub.dispatcher
+    dispatcher.schedule()
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 30
+    while len(conn.message_ids()) < 1000 and loop.time() < deadline:
+        await asyncio.sleep(0.01)
+    await _settle_dispatch(sub)
+    ids = conn.message_ids()
+    assert len(ids) == 1000
+    assert ids == sorted(ids)
+    assert int(time.time() * 1000) >= due_at
+    assert len(dispatcher.replay) == 0
+    assert dispatcher.delayed is not None and len(dispatcher.delayed) == 500
+    consumer.permits = 1000
+    dispatcher.schedule()
+    deadline = loop.time() + 30
+    while len(conn.message_ids()) < 1500 and loop.time() < deadline:
+        await asyncio.sleep(0.01)
+    ids = conn.message_ids()
+    assert len(ids) == 1500 and ids == sorted(ids) and len(set(ids)) == 1500
+
+
+async def test_a_key_shared_herd_moves_no_more_into_the_replay_set_than_its_scan_reads(
+        ledger: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """300 messages due in the same millisecond, one Key_Shared consumer with 10 permits and a
+    replay scan of 50: at most 50 due positions wait in the replay set, the rest stay in the
+    delayed index; with permits again everything goes out once."""
+    monkeypatch.setattr(dispatch_base, "MAX_REPLAY_SCAN", 50)
+    due_at = int(time.time() * 1000) + 2000
+    for i in range(300):
+        md = pb.MessageMetadata(producer_name="p", sequence_id=i, partition_key=f"k{i % 7}",
+                                publish_time=int(time.time() * 1000), deliver_at_time=due_at)
+        await ledger.append(encode_entry(md, f"m{i}".encode()))
+    sub = await Subscription.open(StubTopic(ledger), "s", durable=True,
+                                  initial_position="earliest")
+    conn = FakeConnection()
+    side = ConsumerSide(conn)
+    consumer = Consumer(side, 1, name="c", sub_type=3)
+    side.attach(consumer, sub)
+    await sub.add_consumer(consumer)
+    consumer.permits = 10
+    dispatcher = sub.dispatcher
+    assert dispatcher.needs_hash
+    dispatcher.schedule()
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 30
+    while (len(conn.message_ids()) < 10 or int(time.time() * 1000) < due_at + 50) \
+            and loop.time() < deadline:
+        await asyncio.sleep(0.01)
+        dispatcher.schedule()
+    await _settle_dispatch(sub)
+    assert len(conn.message_ids()) == 10
+    assert 0 < len(dispatcher.replay) <= 50
+    assert dispatcher.delayed is not None and len(dispatcher.delayed) >= 240
+    for _ in range(100):
+        consumer.permits = 1000
+        dispatcher.schedule()
+        await asyncio.sleep(0.01)
+        if len(conn.message_ids()) >= 300:
+            break
+    await _settle_dispatch(sub)
+    ids = conn.message_ids()
+    assert len(ids) == 300 and len(set(ids)) == 300

@@ -413,3 +413,47 @@ def test_sparse_times_make_segments_of_a_tenth_of_the_cap_at_least() -> None:
     assert [len(s[0]) for s in by_columns] == [len(s[0]) for s in by_items] == [5] * 20
     dense = array("q", (T0 + k for k in range(100)))
     assert [len(s[0]) for s in cut_columns(dense, pos, 10, 50)] == [10] * 10
+
+
+async def test_due_positions_come_out_in_time_then_position_order_across_every_bucket() -> None:
+    cursor, store, clock = FakeCursor(), FakeSnapshotStore(), ManualClock()
+    t = make(cursor, store, clock, min_index=2)
+    t.add(Position(1, 0), T0 + 100)
+    t.add(Position(1, 1), T0 + 100)
+    t.add(Position(2, 0), T0 + 50)              # bucket [2, 2] falls due first ...
+    t.add(Position(2, 1), T0 + 100)             # ... and then at the same ms as [1, 1]
+    t.add(Position(3, 0), T0 + 100)
+    await t.wait_idle()
+    await t.close()
+    assert t.sealed.ranges == [(1, 1), (2, 2)]
+    t2 = make(cursor, store, clock, min_index=2)
+    await t2.recover()                          # [2, 2] is recovered (loaded) first
+    await t2.wait_idle()
+    t2.add(Position(3, 0), T0 + 100)            # the mutable bucket, re-read
+    clock.now_ms = T0 + 100
+    got: list[tuple[int, int]] = []
+    for _ in range(10):
+        await t2.wait_idle()
+        got.extend(t2.get_scheduled(1))
+    assert got == [(2, 0), (1, 0), (1, 1), (2, 1), (3, 0)]
+    await t2.close()
+
+
+async def test_a_late_entry_of_a_sealed_ledger_goes_before_newer_ones_of_the_same_ms() -> None:
+    cursor, store, clock = FakeCursor(), FakeSnapshotStore(), ManualClock()
+    t = make(cursor, store, clock, min_index=2)
+    for ledger in (1, 2):
+        for e in range(2):
+            t.add(Position(ledger, e), T0 + 100 + 100 * ledger)
+    t.add(Position(3, 0), T0 + 100)             # seals [2, 2]; the mutable bucket is [3, 3]
+    t.add(Position(3, 1), T0 + 100)
+    t.add(Position(2, 5), T0 + 100)             # a sealed ledger's entry: the late-entry index
+    await t.wait_idle()
+    assert t.sealed.ranges == [(1, 1), (2, 2)]
+    clock.now_ms = T0 + 1000
+    got: list[list[tuple[int, int]]] = []
+    for size in (2, 1, 2, 2):
+        await t.wait_idle()
+        got.append(list(t.get_scheduled(size)))
+    assert got == [[(2, 5), (3, 0)], [(3, 1)], [(1, 0), (1, 1)], [(2, 0), (2, 1)]]
+    await t.close()

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import random
+from collections.abc import Callable
+from typing import Any
 
+import pytest
 from delayed_testlib import T0, DueCounter, FakeLoop
 
 from broker.config import BrokerConfig
@@ -12,7 +15,7 @@ from broker.delayed import create_tracker
 from broker.delayed.in_memory import InMemoryDelayedDeliveryTracker
 from broker.delayed.packed import PackedTimeIndex
 from broker.delayed.policy import resolve_policy
-from broker.delayed.tracker import DelayedOperationType
+from broker.delayed.tracker import DeadlineTimer, DelayedOperationType
 from storage.positions import Position
 
 
@@ -379,3 +382,56 @@ def test_non_strict_firings_stay_a_tick_apart() -> None:
     t.get_scheduled(10)
     t.add(Position(1, 1), T0 + 5500)
     assert [round(h.when * 1000) for h in loop.pending] == [T0 + 5000]
+
+
+def test_the_packed_index_keeps_entries_of_one_time_in_position_order() -> None:
+    # few distinct times, positions pushed out of order: ties span chunk boundaries
+    index = PackedTimeIndex()
+    rnd = random.Random(11)
+    model: list[tuple[int, int]] = []
+    packed = list(range(6000))
+    rnd.shuffle(packed)
+    for step, p in enumerate(packed):
+        ts = rnd.randrange(3)
+        index.push(ts, p)
+        model.append((ts, p))
+        if step % 1500 == 1499:                 # consume a head part on the way
+            out: list[int] = []
+            index.pop_upto(0, 700, out)
+            model.sort()
+            assert out == [p for _, p in model[:len(out)]]
+            model = model[len(out):]
+    model.sort()
+    assert list(index.items()) == model
+    head_ts = model[0][0]
+    assert index.peek_run(head_ts, 5000) == [p for ts, p in model if ts == head_ts][:5000]
+
+
+def test_the_timer_aims_at_the_exact_deadline_and_never_calls_back_before_it() -> None:
+    now = [T0 + 0.6]                            # epoch ms with their fraction
+    armed: list[tuple[float, Callable[[], object]]] = []
+
+    class Handle:
+        def cancel(self) -> None:
+            return
+
+    class Loop:
+        def time(self) -> float:
+            return 100.0
+
+        def call_at(self, when: float, callback: Callable[[], object], /) -> Any:
+            armed.append((when, callback))
+            return Handle()
+
+    fired: list[float] = []
+    timer = DeadlineTimer(Loop(), lambda: int(now[0]), 1, lambda: fired.append(now[0]),
+                          exact_ms=lambda: now[0])
+    timer.update(T0 + 10)
+    assert (armed[-1][0] - 100.0) * 1000 == pytest.approx(9.4, abs=1e-3)   # not 10: from the fraction
+    now[0] = T0 + 9.8                           # a loop with ms timers woke early
+    armed[-1][1]()
+    assert fired == []
+    assert (armed[-1][0] - 100.0) * 1000 == pytest.approx(0.2, abs=1e-3)   # the remainder
+    now[0] = T0 + 10.0
+    armed[-1][1]()
+    assert fired == [T0 + 10.0]

@@ -382,18 +382,27 @@ class Dispatcher:
         blocked: set[int] = set()
         delayed = self.delayed
         if delayed is not None:
-            if self.replay or self.needs_hash:
-                for pos in delayed.due(max(budget, MAX_READ_ENTRIES)):
+            take = min(budget, MAX_READ_ENTRIES)
+            if self.needs_hash:
+                # Key_Shared takes more than a read's worth, so that blocked keys do not hide
+                # others, but no more than the replay scan looks at: a herd stays in the
+                # compact index instead of moving into the replay set whole.
+                room = MAX_REPLAY_SCAN - len(self.replay)
+                for pos in delayed.due(min(max(budget, MAX_READ_ENTRIES), room)) \
+                        if room > 0 else ():
+                    self.add_replay(pos)
+            elif self.replay:
+                # Only what this round's replay read can take leaves the tracker: a herd
+                # stays in the compact index instead of growing the replay set by the
+                # permits every round.
+                for pos in delayed.due(take - len(self.replay)) if len(self.replay) < take else ():
                     self.add_replay(pos)
             else:
-                # As through the replay set: what is due now goes out in position order (one
-                # tracker may hand out a recovered bucket before older positions), the part
-                # past the permits waiting in the replay set for the next round.
-                due = sorted(delayed.due(max(budget, MAX_READ_ENTRIES)))
-                take = min(budget, MAX_READ_ENTRIES)
-                direct = due[:take]
-                for pos in due[take:]:
-                    self.add_replay(pos)
+                # The trackers hand out in (due time, position) order across all their
+                # sources, each batch sorted by position. Only one read's worth leaves the
+                # tracker, so the next round takes the rest on this path too, never through
+                # the replay set.
+                direct = sorted(delayed.due(take))
                 if direct:
                     if await self._send_due(direct, revision):
                         return True
