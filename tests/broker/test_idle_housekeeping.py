@@ -12,6 +12,8 @@ import pytest
 
 from broker.config import BrokerConfig
 from broker.topics.backlog_policies import BacklogPolicies
+from broker.topics.inactive import InactiveTopicSweeper
+from broker.topics.names import TopicName
 from broker.topics.trim import RETENTION_CHECK_INTERVAL_S, LedgerTrimmer
 from storage.ledger_state import LedgerInfo
 
@@ -117,3 +119,27 @@ def test_an_exceeded_size_quota_still_starts_the_check(loop: asyncio.AbstractEve
     checks.tick(loop.time() + config.backlog_quota_check_interval_in_seconds + 1)
     assert checks.task is not None
     _finish(loop, checks.task)
+
+
+def test_a_topic_with_a_producer_is_active_without_resolving_its_policy(
+        loop: asyncio.AbstractEventLoop) -> None:
+    resolved: list[object] = []
+    deleted: list[str] = []
+
+    def policy(name: object) -> dict[str, Any]:
+        resolved.append(name)
+        return {"deleteWhileInactive": True, "maxInactiveDurationSeconds": 0,
+                "inactiveTopicDeleteMode": "delete_when_no_subscriptions"}
+
+    async def delete(full: str) -> None:
+        deleted.append(full)
+
+    full = "persistent://t/n/x"
+    topic = SimpleNamespace(name=TopicName.parse(full), full=full, producers={"p": object()},
+                            subscriptions={})
+    sweeper = InactiveTopicSweeper(SimpleNamespace(inactive_topic_policies=policy), 1.0, delete)
+    loop.run_until_complete(sweeper.tick(10.0, {full: topic}))
+    assert (resolved, deleted) == ([], [])
+    topic.producers = {}   # the producer left: inactive at once (maximum 0 s)
+    loop.run_until_complete(sweeper.tick(11.0, {full: topic}))
+    assert deleted == [full] and len(resolved) == 1
