@@ -212,6 +212,8 @@ class ServerConnection(asyncio.Protocol):
             return
         self.last_received = self.loop.time()
         decoder = self._decoder
+        if data == _PONG and self._state is _CONNECTED and not decoder.buffered:
+            return  # a keep-alive answer alone: the clock above is all it changes
         frames = decoder.receive_frames(data)
         producers = self.producer_side.producers
         run: list[SendFrame] = []
@@ -380,7 +382,7 @@ class ServerConnection(asyncio.Protocol):
         if now - self.last_received < interval or self.state is not ConnState.CONNECTED:
             return  # an unfinished handshake is the handshake timer's business
         self._ping_sent_at = now
-        self.write(C.encode_ping())
+        self._output.write_alone(C.encode_ping())
 
     # ------------------------------------------------------------------ reading
 
@@ -420,6 +422,7 @@ class ServerConnection(asyncio.Protocol):
 
 
 _CONNECTED = ConnState.CONNECTED
+_PONG = C.encode_pong()
 _CLOSED = ConnState.CLOSED
 
 

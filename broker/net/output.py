@@ -65,6 +65,15 @@ class Output:
         if transport is not None and not transport.is_closing():
             transport.write(data)
 
+    def write_alone(self, data: bytes) -> None:
+        """Send a frame that starts no burst (a keep-alive PING): at once and without
+        scheduling a flush when nothing is queued, else as :meth:`write`."""
+        transport = self.transport
+        if self._flush_scheduled or self.closed or transport is None:
+            self.write(data)
+        elif not transport.is_closing():
+            transport.write(data)
+
     def writelines(self, parts: list[bytes]) -> None:
         """Send complete frames given as consecutive buffers, like :meth:`write`, without
         joining them (the large ones are written by reference)."""

@@ -150,8 +150,22 @@ class BacklogPolicies:
             self._next_ttl = now + self.config.message_expiry_check_interval_in_minutes * 60
         if quota_due:
             self._next_quota = now + self.config.backlog_quota_check_interval_in_seconds
+        if ttl_due and self.policies.message_ttl_s(self.topic.name) <= 0:
+            ttl_due = False  # nothing can expire: no task for an idle topic
+        if quota_due and self._nothing_to_check():
+            quota_due = False
         if ttl_due or quota_due:
             self.task = self.topic.loop.create_task(self._run(ttl_due, quota_due))
+
+    def _nothing_to_check(self) -> bool:
+        """No subscription has a backlog and no quota is exceeded: the quota check would
+        change nothing but record that (done here, without starting a task)."""
+        if any(sub.cursor.backlog for sub in self.topic.subscriptions.values()):
+            return False
+        self.age_exceeded_policy = None
+        self._oldest = None
+        self._age_checked = True
+        return self.exceeded_policy() is None
 
     async def _run(self, ttl: bool, quota: bool) -> None:
         try:

@@ -64,6 +64,9 @@ class InactiveTopicSweeper:
         for full, topic in list(topics.items()):
             if topic.name.is_partition:
                 continue
+            if topic.producers:   # active in every mode: no policy to resolve
+                self._inactive_since.pop(full, None)
+                continue
             policy = self.policies.inactive_topic_policies(topic.name)
             if not policy["deleteWhileInactive"] or _active(topic,
                                                             policy["inactiveTopicDeleteMode"]):

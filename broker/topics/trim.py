@@ -146,6 +146,8 @@ class LedgerTrimmer:
             return
         self.marker = marker
         self.last_trim = now
+        if topic.ledger.ledger_count < 2:
+            return  # the current ledger is never deleted: nothing to decide
         if self.safe(self.bound()):
             self.task = topic.loop.create_task(self._trim())
 
@@ -158,6 +160,8 @@ class LedgerTrimmer:
     def bound(self) -> int | None:
         """What retention keeps: see :func:`retention_bound`."""
         minutes, size_mb = self.topic.retention()
+        if minutes == 0 and size_mb == 0:
+            return None  # no retention: no need to list the ledgers
         return retention_bound(self.topic.ledger.ledgers, minutes, size_mb,
                                int(time.time() * 1000))
 

@@ -300,6 +300,17 @@ def test_keepalive_pings_idle_connections_and_closes_silent_ones(broker_factory:
         assert c.is_closed_by_peer(timeout=4)  # never answered: closed after 2 intervals
 
 
+def test_keepalive_answered_pings_keep_the_connection(broker_factory: Any) -> None:
+    b = broker_factory(config_overrides={"keepAliveIntervalSeconds": 1})
+    with RawClient(b.service_url) as c:
+        c.handshake()
+        for _ in range(3):  # each PONG arrives alone, as a peer's keep-alive answer does
+            assert c.recv_command(timeout=5, skip_pings=False).type == T.PING
+            c.send(C.encode_pong())
+        answer = c.request(C.encode_ping())  # still open, still answering
+        assert answer.type == T.PONG
+
+
 GARBAGE = {
     "tls_client_hello": bytes.fromhex("160301020001000200") + b"\x03\x03" + b"\x00" * 64,
     "http_get": b"GET /admin/v2/clusters HTTP/1.1\r\nHost: x\r\n\r\n",
