@@ -108,31 +108,58 @@ def parse_send(
     """The SEND whose command is ``buf[pos:command_end]`` and whose frame ends at ``frame_end``
     (the frame's 8-byte header already checked and consumed), or None when the frame is not of
     the usual layout (see the module docstring) and must be decoded the generic way."""
-    match = _send_command_match(buf, pos, command_end)
-    if (
-        match is None
-        or buf[pos + 3] + 4 != command_end - pos  # the send sub-message fills the command
-        or frame_end - command_end < 10
-    ):
-        return None
+    if buf[pos + 3] + 4 != command_end - pos or frame_end - command_end < 10:
+        return None  # the send sub-message does not fill the command, or no room for a CRC
+    # The usual command read by hand: 08 06 32 L 08 <producer, 1 byte> 10 <sequence, 1..4
+    # bytes> [18 <num_messages, 1 byte>]; anything else goes through the regex.
+    sequence = -1
+    if (buf[pos] == 0x08 and buf[pos + 1] == 0x06 and buf[pos + 2] == 0x32
+            and buf[pos + 4] == 0x08 and buf[pos + 5] < 0x80 and buf[pos + 6] == 0x10):
+        at = pos + 7
+        first = buf[at]
+        if first < 0x80:
+            sequence, at = first, at + 1
+        elif at + 1 < command_end:
+            second = buf[at + 1]
+            if second < 0x80:
+                sequence, at = (first & 0x7F) | second << 7, at + 2
+            elif at + 2 < command_end:
+                third = buf[at + 2]
+                if third < 0x80:
+                    sequence = (first & 0x7F) | (second & 0x7F) << 7 | third << 14
+                    at += 3
+                elif at + 3 < command_end and buf[at + 3] < 0x80:
+                    sequence = ((first & 0x7F) | (second & 0x7F) << 7 | (third & 0x7F) << 14
+                                | buf[at + 3] << 21)
+                    at += 4
+        if at == command_end:
+            num_messages = 1
+        elif at + 2 == command_end and buf[at] == 0x18 and buf[at + 1] < 0x80:
+            num_messages = buf[at + 1]
+        else:
+            sequence = -1
+    if sequence >= 0:
+        producer_id = buf[pos + 5]
+        highest = 0
+    else:
+        match = _send_command_match(buf, pos, command_end)
+        if match is None:
+            return None
+        producer, seq_bytes, num_bytes, high_bytes = match.groups()
+        producer_id = producer[0] if len(producer) == 1 else varint_value(producer)
+        sequence = varint_value(seq_bytes)
+        num_messages = 1 if num_bytes is None else varint_value(num_bytes)
+        highest = 0 if high_bytes is None else varint_value(high_bytes)
     magic, expected, metadata_size = _trailer_from(buf, command_end)
     if magic != MAGIC_CRC32C or metadata_size > frame_end - command_end - 10:
         return None  # no checksum, or a metadata size the generic path refuses
     entry = buf[command_end + 6 : frame_end]
     if type(entry) is not bytes:
         entry = bytes(entry)
-    producer, sequence, num_messages, highest = match.groups()
     return _new_send_frame(
         SendFrame,
-        (
-            producer[0] if len(producer) == 1 else varint_value(producer),
-            varint_value(sequence),
-            1 if num_messages is None else varint_value(num_messages),
-            0 if highest is None else varint_value(highest),
-            entry,
-            crc32c(entry) == expected,
-            metadata_size,
-        ),
+        (producer_id, sequence, num_messages, highest, entry, crc32c(entry) == expected,
+         metadata_size),
     )
 
 

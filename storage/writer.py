@@ -147,6 +147,7 @@ class GroupCommitWriter:
         self._cond = threading.Condition(threading.Lock())
         self._queue: list[AppendBatch | Control] = []  # handed over; under _cond
         self._queued_entries = 0  # appends in _queue (under _cond)
+        self._wake_at = 1  # queued appends worth waking the waiting writer for (under _cond)
         self._pending: list[AppendBatch | Control] = []  # loop-only: this iteration's
         self._kick_pending = False  # a _kick is scheduled on the loop (loop-only flag)
         self._stopping = False
@@ -257,14 +258,20 @@ class GroupCommitWriter:
         self._kick_pending = False
         pending, self._pending = self._pending, []
         entries = 0
+        control = False
         for item in pending:
             if type(item) is AppendBatch:
                 item.open = False  # from now on the writer thread owns it
                 entries += len(item.datas)
+            else:
+                control = True
         with self._cond:
             self._queue.extend(pending)
             self._queued_entries += entries
-            self._cond.notify()
+            # A writer gathering a group commit wakes when its target is queued (or at its
+            # deadline), not once per loop iteration that adds to it.
+            if control or self._queued_entries >= self._wake_at:
+                self._cond.notify()
 
     async def barrier(self) -> None:
         """Wait until everything queued before this call has been handled."""
@@ -297,11 +304,13 @@ class GroupCommitWriter:
                 # would wait for anyway: give the other producers a moment to join this
                 # fsync (each later loop iteration that queues something kicks us again).
                 deadline = time.monotonic() + self._max_delay
+                self._wake_at = target
                 while self._queued_entries < target and not self._stopping:
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
                         break
                     self._cond.wait(remaining)
+                self._wake_at = 1
             batch, self._queue = self._queue, []
             self._queued_entries = 0
             return batch
