@@ -153,7 +153,7 @@ def entry_response(pos: Position, data: bytes) -> web.Response:
     if len(md.properties):
         # All of them in one JSON header, as Pulsar sends: names keep their case there (HTTP
         # libraries canonicalise header names); ASCII with escapes, so any text fits.
-        h["X-Pulsar-Property"] = json.dumps({kv.key: kv.value for kv in md.properties})
+        h["X-Pulsar-PROPERTY"] = json.dumps({kv.key: kv.value for kv in md.properties})
     if has("event_time") and md.event_time:
         h["X-Pulsar-event-time"] = iso_ms(md.event_time)
     if has("deliver_at_time"):

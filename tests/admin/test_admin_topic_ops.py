@@ -91,7 +91,7 @@ def test_peek_returns_the_nth_unacked_message_with_headers(client: Any, broker: 
     raw = _raw_get(broker.web_url, T + "/peek/subscription/s/position/2")
     assert raw["X-Pulsar-Message-ID"] == f"{ids[1].ledger_id()}:{ids[1].entry_id()}"
     assert raw["X-Pulsar-PROPERTY-k"] == "v"
-    assert raw["X-Pulsar-Property"] == '{"k": "v"}'
+    assert raw["X-Pulsar-PROPERTY"] == '{"k": "v"}'
     assert raw["X-Pulsar-partition-key"] == "key"
     assert raw["X-Pulsar-sequence-id"] == "1"
     assert api("GET", T + "/peek/subscription/s/position/4").status == 404
