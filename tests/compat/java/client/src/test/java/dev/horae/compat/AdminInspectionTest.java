@@ -49,7 +49,8 @@ class AdminInspectionTest extends BrokerTestBase {
     assertEquals("m1", new String(byId.getData()));
     assertEquals("k1", byId.getKey());
     assertEquals("v1", byId.getProperty("p"));
-    assertThrows(PulsarAdminException.NotFoundException.class,
+    // an entry past the end: Horae answers 404, Pulsar 4.0 a 500 from the failed read
+    assertThrows(PulsarAdminException.class,
         () -> admin.topics().getMessageById(topic, second.getLedgerId(), second.getEntryId() + 100));
 
     assertEquals(ids.get(3), admin.topics().getLastMessageId(topic));

@@ -19,6 +19,7 @@ import org.apache.pulsar.client.api.Consumer;
 import org.apache.pulsar.client.api.Message;
 import org.apache.pulsar.client.api.MessageId;
 import org.apache.pulsar.client.api.Producer;
+import org.apache.pulsar.client.api.PulsarClient;
 import org.apache.pulsar.client.api.PulsarClientException;
 import org.apache.pulsar.client.api.Schema;
 import org.apache.pulsar.client.api.SubscriptionType;
@@ -191,7 +192,7 @@ class AdminPoliciesTest extends BrokerTestBase {
     eventuallyEquals("max topics is set", 1, () -> admin.namespaces().getMaxTopicsPerNamespace(counted));
     admin.topics().createNonPartitionedTopic(topicIn(counted, "first"));
     PulsarAdminException over = assertThrows(PulsarAdminException.class,
-        () -> admin.topics().createNonPartitionedTopic(topicIn(counted, "second")));
+        () -> admin.topics().createPartitionedTopic(topicIn(counted, "second"), 1));
     assertEquals(412, over.getStatusCode());
     assertTrue(over.getMessage().contains("Exceed maximum number of topics in namespace"), over.getMessage());
   }
@@ -438,8 +439,13 @@ class AdminPoliciesTest extends BrokerTestBase {
 
     n.setEncryptionRequiredStatus(ns, true);
     assertTrue(n.getEncryptionRequiredStatus(ns));
-    eventuallyThrows("an unencrypted producer is refused", PulsarClientException.class,
-        () -> client.newProducer().topic(topic).create());
+    // the refusal is MetadataError, which the client retries until its operation timeout
+    try (PulsarClient quick = PulsarClient.builder().serviceUrl(HoraeEnv.serviceUrl())
+        .operationTimeout(2, TimeUnit.SECONDS).build()) {
+      eventuallyThrows("an unencrypted producer is refused", PulsarClientException.class,
+          () -> quick.newProducer().topic(topic).create());
+    }
+    assertTrue(admin.topics().getStats(topic).getPublishers().isEmpty());
     n.setEncryptionRequiredStatus(ns, false);
     assertFalse(n.getEncryptionRequiredStatus(ns));
     eventuallyEquals("an unencrypted producer is served again", true, () -> {
