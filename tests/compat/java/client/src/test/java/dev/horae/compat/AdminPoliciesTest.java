@@ -194,7 +194,12 @@ class AdminPoliciesTest extends BrokerTestBase {
     PulsarAdminException over = assertThrows(PulsarAdminException.class,
         () -> admin.topics().createPartitionedTopic(topicIn(counted, "second"), 1));
     assertEquals(412, over.getStatusCode());
-    assertTrue(over.getMessage().contains("Exceed maximum number of topics in namespace"), over.getMessage());
+    assertEquals("Exceed maximum number of topics in namespace.", over.getHttpError());
+    // a non-partitioned create is refused by the broker service: NotAllowed, which REST answers 409
+    PulsarAdminException plain = assertThrows(PulsarAdminException.class,
+        () -> admin.topics().createNonPartitionedTopic(topicIn(counted, "third")));
+    assertEquals(409, plain.getStatusCode());
+    assertEquals("Exceed maximum number of topics in namespace.", plain.getHttpError());
   }
 
   @Test
