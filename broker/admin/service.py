@@ -530,7 +530,8 @@ def txn_id_of(stats: TransactionStats) -> TxnId:
 
 
 class AdminTransactions:
-    """The transaction coordinator, topic buffers and pending acks, as figures (read-only)."""
+    """The transaction coordinator, topic buffers and pending acks, as figures; and the one
+    write an operator may order, aborting a transaction."""
 
     def __init__(self, service: BrokerService) -> None:
         self._service = service
@@ -566,6 +567,10 @@ class AdminTransactions:
 
     def ongoing(self) -> list[TransactionStats]:
         return self._txns().ongoing_transactions()
+
+    async def abort(self, txn: TxnId) -> None:
+        """End *txn* as aborted, as its client's END_TXN ABORT does (both phases)."""
+        await self._txns().coordinator.end(txn, commit=False)
 
     def buffer(self, topic: str) -> TopicBufferStats | None:
         """The transaction buffer of *topic* (None: no transaction produced on it)."""

@@ -20,7 +20,8 @@ storage, no bookies and one cluster, so none of them changes what the broker doe
   unset answers 204 without a body. Pulsar keeps it in a namespace's local policies, which
   it writes when a bundle is first owned, and answers 404 ``Namespace local-policies does not
   exist`` before that; a Horae namespace has its one bundle from its creation);
-- topic replication clusters (``.../replication``): only this broker's cluster can be named.
+- namespace and topic replication clusters (``.../replication``): only this broker's cluster
+  can be named.
 """
 
 from __future__ import annotations
@@ -386,6 +387,24 @@ async def get_ns_replication(request: web.Request) -> web.Response:
     return json_response([admin.broker.cluster_name])
 
 
+async def set_ns_replication(request: web.Request) -> web.Response:
+    """Pulsar's ``setNamespaceReplicationClusters`` checks; on one cluster the only list it can
+    take is this broker's cluster, which is what the namespace has already."""
+    body = await _body(request)
+    admin, _ = await _namespace(request)
+    if body is not None and (not isinstance(body, list)
+                             or not all(isinstance(c, str) for c in body)):
+        raise E.bad_request("Invalid value: expected a list of cluster names")
+    if not body:
+        raise E.precondition_failed("ClusterIds should not be null or empty")
+    if "global" in body:
+        raise E.precondition_failed("Cannot specify global in the list of replication clusters")
+    for cluster in body:
+        if cluster != admin.broker.cluster_name:
+            raise E.RestError(403, f"Invalid cluster id: {cluster}")
+    return no_content()
+
+
 def add_routes(app: web.Application) -> None:
     r = app.router
     r.add_get(NAMESPACE + "/offloadPolicies", get_ns_offload)
@@ -403,6 +422,7 @@ def add_routes(app: web.Application) -> None:
     r.add_post(NAMESPACE + "/persistence/bookieAffinity", set_bookie_affinity)
     r.add_delete(NAMESPACE + "/persistence/bookieAffinity", delete_bookie_affinity)
     r.add_get(NAMESPACE + "/replication", get_ns_replication)
+    r.add_post(NAMESPACE + "/replication", set_ns_replication)
     r.add_get(TOPIC + "/offloadPolicies", get_topic_offload)
     r.add_post(TOPIC + "/offloadPolicies", set_topic_offload)
     r.add_delete(TOPIC + "/offloadPolicies", remove_topic_offload)

@@ -153,7 +153,7 @@ def entry_response(pos: Position, data: bytes) -> web.Response:
     if len(md.properties):
         # All of them in one JSON header, as Pulsar sends: names keep their case there (HTTP
         # libraries canonicalise header names); ASCII with escapes, so any text fits.
-        h["X-Pulsar-Property"] = json.dumps({kv.key: kv.value for kv in md.properties})
+        h["X-Pulsar-PROPERTY"] = json.dumps({kv.key: kv.value for kv in md.properties})
     if has("event_time") and md.event_time:
         h["X-Pulsar-event-time"] = iso_ms(md.event_time)
     if has("deliver_at_time"):
@@ -245,19 +245,23 @@ async def message_by_id(request: web.Request) -> web.Response:
 
 
 # --- expire --------------------------------------------------------------------------------
-def _cutoff_ms(request: web.Request) -> int:
+def _cutoff_ms(request: web.Request) -> int | None:
+    """Entries published before this time expire; None for 0 seconds, which expires nothing
+    (Pulsar's ``MessageImpl.isEntryExpired`` holds no entry expired at a TTL of 0; a negative
+    time expires every entry)."""
     try:
         seconds = int(request.match_info["seconds"])
     except ValueError:
         raise E.bad_request("expireTimeInSeconds must be an integer") from None
-    return int(time.time() * 1000) - seconds * 1000
+    return None if seconds == 0 else int(time.time() * 1000) - seconds * 1000
 
 
 async def expire_subscription(request: web.Request) -> web.Response:
     cutoff = _cutoff_ms(request)
     admin, tn = await _topic(request)
     for _, sub in await admin.topics.subscriptions_of(tn, request.match_info["sub"]):
-        await expire_before(sub, cutoff)
+        if cutoff is not None:
+            await expire_before(sub, cutoff)
     return no_content()
 
 
@@ -266,7 +270,8 @@ async def expire_all_subscriptions(request: web.Request) -> web.Response:
     admin, tn = await _topic(request)
     for topic in await admin.topics.targets(tn):
         for sub in list(topic.subscriptions.values()):
-            await expire_before(sub, cutoff)
+            if cutoff is not None:
+                await expire_before(sub, cutoff)
     return no_content()
 
 

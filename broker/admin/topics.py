@@ -24,6 +24,7 @@ from broker.admin.service import AdminEntries, AdminService, topic_name
 from broker.admin.stats import aggregate_stats
 from broker.topics import stats as topic_docs
 from broker.topics.names import TopicName
+from broker.topics.policies import PolicyLimitError
 from broker.topics.topic import Topic
 from protocol.errors import NotAllowedError
 from storage.positions import Position
@@ -66,7 +67,12 @@ async def create_topic(request: web.Request) -> web.Response:
     await admin.tenants.require_namespace(m["tenant"], m["namespace"])
     if await admin.topics.partition_count(tn) > 0 or await admin.topics.exists(tn):
         raise E.conflict(E.TOPIC_EXISTS)
-    await admin.topics.create(tn)
+    try:
+        await admin.topics.create(tn)
+    except PolicyLimitError as exc:
+        # Pulsar's broker refuses the topic with NotAllowed, which its REST layer answers 409
+        # here (412 only on the partitioned create, which checks the limit itself)
+        raise E.conflict(exc.message) from None
     if properties:
         await store_topic_properties(admin, tn, properties)
     return no_content()

@@ -20,6 +20,7 @@ transaction components build on demand (:class:`broker.admin.service.AdminTransa
 ``GET coordinatorInternalStats/{coordinatorId}``                            ``{transactionLogStats}``
 ``GET positionStatsInPendingAck/{t}/{ns}/{topic}/{sub}/{ledger}/{entry}``    ``{state}``
 ``POST transactionCoordinator/replicas`` (body: a number)                   406 / 405
+``POST abortTransaction/{mostSigBits}/{leastSigBits}`` (super-user)          204
 ==========================================================================  =====================
 
 Bodies have Pulsar's keys (Pulsar 4.0's answers, checked against a running standalone):
@@ -66,12 +67,12 @@ from typing import Any, Final
 from aiohttp import web
 
 from broker.admin import errors as E
-from broker.admin.responses import admin_of, json_response
+from broker.admin.responses import admin_of, json_response, no_content
 from broker.admin.service import PERSISTENT, AdminService, topic_name, txn_id_of
 from broker.metrics.rates import iso_ms
 from broker.topics.names import TopicName
 from broker.transactions.buffer_snapshot import SNAPSHOT_KIND
-from broker.transactions.ids import TxnId
+from broker.transactions.ids import InvalidTxnStatusError, TransactionNotFoundError, TxnId
 from broker.transactions.stats import TransactionStats
 from storage.positions import Position
 
@@ -347,6 +348,23 @@ async def scale_coordinators(request: web.Request) -> web.Response:
                            "to more")
 
 
+async def abort_transaction(request: web.Request) -> web.Response:
+    """Pulsar's ``internalAbortTransaction``: the coordinator ends the transaction as aborted.
+    Pulsar fails an unknown or already ended one with a 500; Horae answers 404, and 409 for
+    one already committing."""
+    admin = _enabled(request)
+    txn = _txn_id(request)
+    if txn.most not in admin.transactions.coordinator_ids():
+        raise _coordinator_not_found(txn.most)
+    try:
+        await admin.transactions.abort(txn)
+    except TransactionNotFoundError as exc:
+        raise E.not_found(exc.message) from None
+    except InvalidTxnStatusError as exc:
+        raise E.conflict(exc.message) from None
+    return no_content()
+
+
 def add_routes(app: web.Application) -> None:
     r = app.router
     r.add_get(f"{PREFIX}/coordinators", coordinators)
@@ -365,3 +383,4 @@ def add_routes(app: web.Application) -> None:
     r.add_get(PREFIX + f"/positionStatsInPendingAck/{TOPIC}" + "/{sub}/{ledger}/{entry}",
               position_stats_in_pending_ack)
     r.add_post(f"{PREFIX}/transactionCoordinator/replicas", scale_coordinators)
+    r.add_post(PREFIX + "/abortTransaction/{most}/{least}", abort_transaction)

@@ -329,7 +329,7 @@ class BrokerService:
     def _check_max_topics(self, tn: TopicName, adding: int) -> None:
         """``maxTopicsPerNamespace`` (namespace policy over broker.conf, 0: no limit): the
         persistent topics of the namespace, each partition counting, plus *adding* may not
-        pass it (NotAllowed; REST 412), as Pulsar counts them. Counted only when a topic is
+        pass it (NotAllowed; REST 412, 409 on a non-partitioned create), as Pulsar counts them. Counted only when a topic is
         created, never on the publish path."""
         limit = self.policies.limits.max_topics_per_namespace(tn.namespace)
         if limit <= 0:
@@ -340,7 +340,7 @@ class BrokerService:
         count += sum(n for parent, n in self._partitioned.items()
                      if _in_namespace(parent, ns) and TopicName.parse(parent).is_persistent)
         if count + adding > limit:
-            raise PolicyLimitError("Exceed maximum number of topics in namespace")
+            raise PolicyLimitError("Exceed maximum number of topics in namespace.")
 
     async def list_topics(self, namespace: str) -> list[str]:
         """Non-partitioned topics and existing partitions of *namespace* (full names)."""

@@ -205,7 +205,7 @@ def test_namespace_clear_backlog_unsubscribe_and_unload(client: Any, api: Api) -
 
 def test_peek_headers_survive_any_property(client: Any, broker: Any) -> None:
     """A property name that is no header token, or a value with a line break, must not break
-    the answer: every property is in the X-Pulsar-Property JSON header."""
+    the answer: every property is in the X-Pulsar-PROPERTY JSON header."""
     import json
     import urllib.request
 
@@ -217,7 +217,7 @@ def test_peek_headers_survive_any_property(client: Any, broker: Any) -> None:
                                 timeout=10) as resp:
         headers = dict(resp.headers.items())
         assert resp.read() == b"m0"
-    assert json.loads(headers["X-Pulsar-Property"]) == props
+    assert json.loads(headers["X-Pulsar-PROPERTY"]) == props  # the exact name PulsarAdmin reads
     assert headers["X-Pulsar-PROPERTY-ok"] == "plain"
     assert headers["X-Pulsar-PROPERTY-KeY3"] == "line%0D%0AX-Injected: 1"
     assert "X-Injected" not in headers and not any("details" in k for k in headers)

@@ -147,6 +147,14 @@ def test_bookie_affinity_replication_snapshot_interval_replicator_rate(api: Api)
     assert _ok(api("GET", NS + "/replication"), 200) == [cluster]
     for body, status, reason in (
             ([], 412, "ClusterIds should not be null or empty"),
+            (["global"], 412, "Cannot specify global in the list of replication clusters"),
+            ([cluster, "other"], 403, "Invalid cluster id: other")):
+        reply = api("POST", NS + "/replication", body)
+        assert (reply.status, reply.reason) == (status, reason)
+    _ok(api("POST", NS + "/replication", [cluster]))
+    assert _ok(api("GET", NS + "/replication"), 200) == [cluster]
+    for body, status, reason in (
+            ([], 412, "ClusterIds should not be null or empty"),
             (["other"], 412,
              "Can not remove local cluster from the local topic-level replication clusters policy"),
             ([cluster, "other"], 403, "Invalid cluster id: other"),

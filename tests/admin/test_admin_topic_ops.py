@@ -91,7 +91,7 @@ def test_peek_returns_the_nth_unacked_message_with_headers(client: Any, broker: 
     raw = _raw_get(broker.web_url, T + "/peek/subscription/s/position/2")
     assert raw["X-Pulsar-Message-ID"] == f"{ids[1].ledger_id()}:{ids[1].entry_id()}"
     assert raw["X-Pulsar-PROPERTY-k"] == "v"
-    assert raw["X-Pulsar-Property"] == '{"k": "v"}'
+    assert raw["X-Pulsar-PROPERTY"] == '{"k": "v"}'
     assert raw["X-Pulsar-partition-key"] == "key"
     assert raw["X-Pulsar-sequence-id"] == "1"
     assert api("GET", T + "/peek/subscription/s/position/4").status == 404
@@ -143,7 +143,11 @@ def test_expire_messages_acknowledges_what_is_older(client: Any, api: Api) -> No
     # nothing is older than an hour: nothing expires
     assert api("POST", T + "/exp/subscription/a/expireMessages/3600").status == 204
     assert api("GET", T + "/exp/stats").body["subscriptions"]["a"]["msgBacklog"] == 4
+    # 0 seconds expires nothing, as in Pulsar; a negative time expires everything
     assert api("POST", T + "/exp/subscription/a/expireMessages/0").status == 204
+    assert api("POST", T + "/exp/all_subscription/expireMessages/0").status == 204
+    assert api("GET", T + "/exp/stats").body["subscriptions"]["a"]["msgBacklog"] == 4
+    assert api("POST", T + "/exp/subscription/a/expireMessages/-1").status == 204
     stats = api("GET", T + "/exp/stats").body["subscriptions"]
     assert stats["a"]["msgBacklog"] == 0
     assert stats["a"]["totalMsgExpired"] == 4
@@ -152,7 +156,7 @@ def test_expire_messages_acknowledges_what_is_older(client: Any, api: Api) -> No
     body = {"ledgerId": ids[1].ledger_id(), "entryId": ids[1].entry_id()}
     assert api("POST", T + "/exp/subscription/b/expireMessages", body).status == 204
     assert api("GET", T + "/exp/stats").body["subscriptions"]["b"]["msgBacklog"] == 2
-    assert api("POST", T + "/exp/all_subscription/expireMessages/0").status == 204
+    assert api("POST", T + "/exp/all_subscription/expireMessages/-1").status == 204
     assert api("GET", T + "/exp/stats").body["subscriptions"]["b"]["msgBacklog"] == 0
 
 
@@ -187,5 +191,5 @@ def test_stats_report_real_backlog_bytes_and_epoch(client: Any, api: Api) -> Non
                                           access_mode=pulsar.ProducerAccessMode.Exclusive)
         assert api("GET", T + "/st/stats").body["topicEpoch"] == epoch
         producer.close()
-    assert api("POST", T + "/st/subscription/s/expireMessages/0").status == 204
+    assert api("POST", T + "/st/subscription/s/expireMessages/-1").status == 204
     assert api("GET", T + "/st/stats").body["subscriptions"]["s"]["backlogSize"] == 0

@@ -339,3 +339,24 @@ def test_internal_stats_position_stats_and_scaling(txn_broker: Any, conn: Conn) 
             ("two", 400, "Invalid replicas: the body must be a number")):
         reply = http(url, "POST", f"{TX}/transactionCoordinator/replicas", body)
         assert (reply.status, reply.reason) == (status, reason), body
+
+
+def test_an_operator_aborts_an_open_transaction(txn_broker: Any, conn: Conn) -> None:
+    """Pulsar's ``POST abortTransaction/{most}/{least}``: the transaction ends as aborted, so
+    what it produced is never delivered and its client can no longer commit it."""
+    assert conn.raw.request(C.encode_producer(TOPIC, 1, 7, None, 0)).type == T.PRODUCER_SUCCESS
+    subscribe(conn.cons, TOPIC, "s", 1, sub_type=pb.CommandSubscribe.Shared)
+    txn = conn.tc.new_txn(TTL_MS)
+    most, least = txn
+    assert not conn.tc.add_partition(txn, TOPIC).HasField("error")
+    conn.tc.send(1, 0, b"in-txn", txn)
+    path = f"{TX}/abortTransaction/{most}/{least}"
+    assert http(txn_broker.web_url, "POST", path).status == 204
+    assert _get(txn_broker, f"{TX}/transactionMetadata/{most}/{least}").body["status"] == "ABORTED"
+    assert conn.tc.end(txn, commit=True).HasField("error")
+    again = http(txn_broker.web_url, "POST", f"{TX}/abortTransaction/{most}/{least + 100}")
+    assert again.status == 404
+    other = http(txn_broker.web_url, "POST", f"{TX}/abortTransaction/5/{least}")
+    assert (other.status, other.reason) == (404, "Transaction coordinator not found! coordinator id : 5")
+    conn.tc.send(1, 1, b"plain")
+    assert receive(conn.cons)[0] == b"plain"      # the aborted message is never delivered

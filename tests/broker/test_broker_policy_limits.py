@@ -349,7 +349,9 @@ def test_max_topics_per_namespace_refuses_the_topic_past_it(limited: Any, client
         client.subscribe("persistent://public/limited/third", "s")
     client.create_producer(TOPIC).close()           # existing topics are not counted again
     status, body = _call(limited, "PUT", "/admin/v2/persistent/public/limited/parted/partitions", 2)
-    assert (status, body["reason"]) == (412, "Exceed maximum number of topics in namespace")
+    assert (status, body["reason"]) == (412, "Exceed maximum number of topics in namespace.")
+    status, body = _call(limited, "PUT", "/admin/v2/persistent/public/limited/plain")
+    assert (status, body["reason"]) == (409, "Exceed maximum number of topics in namespace.")
     assert _call(limited, "POST", NS + "/maxTopicsPerNamespace", 4)[0] == 204
     assert _call(limited, "PUT", "/admin/v2/persistent/public/limited/parted/partitions",
                  2)[0] == 204     # each partition counts: 2 + 2 = 4
