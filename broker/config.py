@@ -429,6 +429,11 @@ class BrokerConfig:
         "brokerMaxConnectionsPerIp", 0, "Most client connections from one IP address. 0 = no limit.")
     max_producers_per_topic: int = _opt(
         "maxProducersPerTopic", 0, "Most producers on one topic (ProducerBusy beyond). 0 = no limit.")
+    encryption_require_on_producer: bool = _opt(
+        "encryptionRequireOnProducer", False,
+        "Refuse producers that do not declare encryption, on every topic but system topics "
+        "(MetadataError \"Encryption is required in <topic>\"), as the namespace policy "
+        "encryptionRequired does for its namespace.")
     max_consumers_per_topic: int = _opt(
         "maxConsumersPerTopic", 0, "Most consumers on one topic (ConsumerBusy beyond). 0 = no limit.")
     max_consumers_per_subscription: int = _opt(

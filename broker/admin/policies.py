@@ -102,7 +102,7 @@ async def _topic(request: web.Request) -> tuple[AdminService, str]:
     m = request.match_info
     await admin.tenants.require_namespace(m["tenant"], m["namespace"])
     tn = topic_name(m["tenant"], m["namespace"], m["topic"])
-    await admin.topics.require_topic_or_partitioned(tn)
+    await admin.topics.require_policy_topic(tn)
     return admin, tn.full   # the PolicyStore keys a topic by its full name
 
 

@@ -20,6 +20,7 @@ storage, no bookies and one cluster, so none of them changes what the broker doe
   unset answers 204 without a body. Pulsar keeps it in a namespace's local policies, which
   it writes when a bundle is first owned, and answers 404 ``Namespace local-policies does not
   exist`` before that; a Horae namespace has its one bundle from its creation);
+- namespace replication clusters (``set-clusters``): only this broker's cluster is accepted;
 - topic replication clusters (``.../replication``): only this broker's cluster can be named.
 """
 
@@ -230,9 +231,7 @@ async def _topic(request: web.Request) -> tuple[AdminService, TopicName]:
     m = request.match_info
     await admin.tenants.require_namespace(m["tenant"], m["namespace"])
     tn = topic_name(m["tenant"], m["namespace"], m["topic"])
-    if tn.is_partition:
-        raise E.precondition_failed("Not allowed to set/get topic policy for a partition")
-    await admin.topics.require_topic_or_partitioned(tn)
+    await admin.topics.require_policy_topic(tn)
     return admin, tn
 
 
@@ -386,6 +385,25 @@ async def get_ns_replication(request: web.Request) -> web.Response:
     return json_response([admin.broker.cluster_name])
 
 
+async def set_ns_replication(request: web.Request) -> web.Response:
+    """``POST .../namespaces/{t}/{ns}/replication`` (pulsar-admin ``set-clusters``): Pulsar's
+    checks in its order (412 empty, 412 ``global``, 403 an unknown cluster); on one node only the
+    local cluster is known, and it is what the namespace already has, so nothing is written."""
+    body = await _body(request)
+    if body is not None and (not isinstance(body, list)
+                             or not all(isinstance(c, str) for c in body)):
+        raise E.bad_request("Invalid value: expected a list of cluster names")
+    if not body:
+        raise E.precondition_failed("ClusterIds should not be null or empty")
+    if "global" in body:
+        raise E.precondition_failed("Cannot specify global in the list of replication clusters")
+    for cluster in dict.fromkeys(body):
+        if cluster != admin_of(request).broker.cluster_name:
+            raise E.RestError(403, f"Invalid cluster id: {cluster}")
+    await _namespace(request)
+    return no_content()
+
+
 def add_routes(app: web.Application) -> None:
     r = app.router
     r.add_get(NAMESPACE + "/offloadPolicies", get_ns_offload)
@@ -403,6 +421,7 @@ def add_routes(app: web.Application) -> None:
     r.add_post(NAMESPACE + "/persistence/bookieAffinity", set_bookie_affinity)
     r.add_delete(NAMESPACE + "/persistence/bookieAffinity", delete_bookie_affinity)
     r.add_get(NAMESPACE + "/replication", get_ns_replication)
+    r.add_post(NAMESPACE + "/replication", set_ns_replication)
     r.add_get(TOPIC + "/offloadPolicies", get_topic_offload)
     r.add_post(TOPIC + "/offloadPolicies", set_topic_offload)
     r.add_delete(TOPIC + "/offloadPolicies", remove_topic_offload)

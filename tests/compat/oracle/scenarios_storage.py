@@ -140,6 +140,11 @@ STORAGE_SCENARIOS: list[Scenario] = [
     Scenario("replication clusters", [
         *WITH_TOPIC,
         Call("GET", NS + "/replication", label="namespace's"),
+        Call("POST", NS + "/replication", ["{cluster}"], "ns set local"),
+        Call("POST", NS + "/replication", [], "ns set none"),
+        Call("POST", NS + "/replication", ["global"], "ns set global"),
+        Call("POST", NS + "/replication", ["{cluster}", "other"], "ns set unknown"),
+        Call("GET", NS + "/replication", label="namespace's after set"),
         Call("GET", TP + "/replication", label="get unset"),
         Call("GET", TP + "/replication?applied=true", label="get applied"),
         Call("POST", TP + "/replication", ["{cluster}"], "set"),
