@@ -5,7 +5,8 @@
 loads the settings (defaults < the config file, TOML or Pulsar's broker.conf format <
 ``PULSAR_PREFIX_<key>`` / ``HORAE_<key>`` environment variables < these flags; see
 :mod:`broker.config`), sets up logging (:mod:`broker.logs`), runs the broker on uvloop and logs
-one line with the service and web URLs. SIGTERM or SIGINT shut it down gracefully (stop
+one line with the service and web URLs. SIGTERM, SIGINT or ``POST /admin/v2/brokers/shutdown``
+(pulsar-admin ``brokers shutdown``) shut it down gracefully (stop
 accepting, answer in-flight publishes, flush cursors, close the store) and the process exits 0;
 a shutdown that takes longer than ``brokerShutdownTimeoutMs`` is abandoned with exit code 1.
 
@@ -143,6 +144,7 @@ async def _run(config: BrokerConfig) -> int:
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    server.shutdown_request.on_request(stop.set)   # POST /admin/v2/brokers/shutdown
     try:
         await server.start()
     except (OSError, StorageError) as exc:  # a busy port, a data dir held by another broker

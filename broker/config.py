@@ -429,6 +429,20 @@ class BrokerConfig:
         "brokerMaxConnectionsPerIp", 0, "Most client connections from one IP address. 0 = no limit.")
     max_producers_per_topic: int = _opt(
         "maxProducersPerTopic", 0, "Most producers on one topic (ProducerBusy beyond). 0 = no limit.")
+    dispatcher_pause_on_ack_state_persistent_enabled: bool = _opt(
+        "dispatcherPauseOnAckStatePersistentEnabled", False,
+        "Pause reading new entries for a subscription while its cursor holds more "
+        "acknowledged ranges than managedLedgerMaxUnackedRangesToPersist (the namespace and "
+        "topic policy dispatcherPauseOnAckStatePersistent override it).")
+    managed_ledger_max_unacked_ranges_to_persist: int = _opt(
+        "managedLedgerMaxUnackedRangesToPersist", 10000,
+        "Acknowledged ranges beyond the mark-delete position a cursor may hold before "
+        "dispatcherPauseOnAckStatePersistent pauses its new reads (every range is stored).")
+    encryption_require_on_producer: bool = _opt(
+        "encryptionRequireOnProducer", False,
+        "Refuse producers that do not declare encryption, on every topic but system topics "
+        "(MetadataError \"Encryption is required in <topic>\"), as the namespace policy "
+        "encryptionRequired does for its namespace.")
     max_consumers_per_topic: int = _opt(
         "maxConsumersPerTopic", 0, "Most consumers on one topic (ConsumerBusy beyond). 0 = no limit.")
     max_consumers_per_subscription: int = _opt(

@@ -72,6 +72,7 @@ from broker.net.throttle import OutputPauses, PublishBuffer
 from broker.security.authentication import AuthenticationService
 from broker.security.authorization import AuthorizationService
 from broker.security.tls import ReloadingServerContext, TlsSettings
+from broker.shutdown_request import ShutdownRequest
 from broker.topics.service import BrokerService
 from storage.diskusage import MeasureSpace, statvfs_space
 from storage.store import SegmentStore
@@ -113,6 +114,8 @@ class BrokerServer:
         self._keepalive: asyncio.Task[None] | None = None
         self._started = False
         self._stopped = False
+        self.shutdown_request = ShutdownRequest(self._stop_soon)
+        self._stop_task: asyncio.Task[None] | None = None
 
     @property
     def service(self) -> BrokerService:
@@ -243,7 +246,8 @@ class BrokerServer:
                          authorization: AuthorizationService) -> None:
         config = self.config
         app = create_app(service, metrics_source=self.metrics, authentication=authentication,
-                         authorization=authorization, web_guard=self.web_guard)
+                         authorization=authorization, web_guard=self.web_guard,
+                         shutdown=self.shutdown_request)
         self._runner = web.AppRunner(app, access_log=logging.getLogger(ACCESS_LOGGER),
                                      access_log_class=HttpAccessLogger, handle_signals=False,
                                      keepalive_timeout=config.http_server_idle_timeout_ms / 1000)
@@ -278,6 +282,10 @@ class BrokerServer:
         self._exporter = asyncio.get_running_loop().create_task(run_exporter(
             writer, collect, float(self.config.metrics_export_interval_seconds),
             self._exporter_stop))
+
+    def _stop_soon(self) -> None:
+        """The default answer to a REST shutdown: the graceful stop, on the loop."""
+        self._stop_task = asyncio.get_running_loop().create_task(self.stop())
 
     async def stop(self) -> None:
         if self._stopped:

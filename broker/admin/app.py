@@ -48,6 +48,7 @@ from broker.admin import (
 )
 from broker.admin import errors as E
 from broker.admin.auth import SECURITY_KEY, RestSecurity, auth_middleware
+from broker.admin.broker_ops import SHUTDOWN_KEY
 from broker.admin.errors import error_middleware
 from broker.admin.listener import WebConnectionGuard
 from broker.admin.responses import admin_of, json_response
@@ -56,6 +57,7 @@ from broker.metrics import BrokerMetrics
 from broker.metrics.lag import LoopLagProbe
 from broker.security.authentication import AuthenticationService
 from broker.security.authorization import AuthorizationService
+from broker.shutdown_request import ShutdownRequest
 from broker.topics.service import BrokerService
 from broker.websocket import routes as websocket
 
@@ -91,7 +93,8 @@ def _local_host(request: web.Request) -> str | None:
 def create_app(service: BrokerService, *, metrics_source: BrokerMetrics | None = None,
                authentication: AuthenticationService | None = None,
                authorization: AuthorizationService | None = None,
-               web_guard: WebConnectionGuard | None = None) -> web.Application:
+               web_guard: WebConnectionGuard | None = None,
+               shutdown: ShutdownRequest | None = None) -> web.Application:
     """The admin/lookup/metrics application for ``service`` (see module docstring).
 
     *metrics_source*: the broker's metrics, which ``/metrics`` serves (the server's, shared
@@ -100,7 +103,8 @@ def create_app(service: BrokerService, *, metrics_source: BrokerMetrics | None =
 
     *authentication*/*authorization* default to disabled ones (every request allowed).
     *web_guard*: the server's connection guard, told by its middleware (the first) when a
-    request head arrived whole."""
+    request head arrived whole. *shutdown*: the server's switch for ``POST
+    /admin/v2/brokers/shutdown`` (without it, that route answers 503)."""
     if authentication is None:
         authentication = AuthenticationService(
             enabled=False, anonymous_user_role=service.config.anonymous_user_role)
@@ -114,6 +118,8 @@ def create_app(service: BrokerService, *, metrics_source: BrokerMetrics | None =
         authentication, authorization,
         authenticate_metrics=service.config.authenticate_metrics_endpoint)
     app[ADMIN_KEY] = AdminService.over(service)
+    if shutdown is not None:
+        app[SHUTDOWN_KEY] = shutdown
     if metrics_source is None:
         metrics_source = BrokerMetrics(service, lag_probe=LoopLagProbe())
     app[METRICS_KEY] = metrics_source

@@ -14,6 +14,7 @@ Theory of operation: Pulsar's paths and answers (v2 ``PersistentTopics``, ``Brok
   found in available brokers.`` for another broker, 404 for another cluster.
 - ``GET /admin/v2/brokers/backlog-quota-check``: runs the backlog-quota check of every loaded
   topic now (what the ``backlogQuotaCheckIntervalInSeconds`` timer does), then answers 204.
+- ``POST /admin/v2/brokers/shutdown``: this broker's graceful shutdown (:func:`shutdown_broker`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from broker.admin.properties_routes import PROPERTIES
 from broker.admin.responses import admin_of, json_response, no_content
 from broker.admin.service import topic_name
 from broker.admin.topic_times import CREATED
+from broker.shutdown_request import ShutdownRequest
 
 __all__ = ["add_routes"]
 
@@ -71,9 +73,43 @@ async def backlog_quota_check(request: web.Request) -> web.Response:
     return no_content()
 
 
+SHUTDOWN_KEY = web.AppKey("horae_shutdown", ShutdownRequest)
+
+
+def _query_int(request: web.Request, name: str) -> int:
+    raw = request.query.get(name)
+    if raw is None or raw == "":
+        return 0
+    try:
+        return int(raw)
+    except ValueError:
+        raise E.bad_request(f"Invalid {name}: expected an integer, got {raw!r}") from None
+
+
+async def shutdown_broker(request: web.Request) -> web.StreamResponse:
+    """``POST /admin/v2/brokers/shutdown?maxConcurrentUnloadPerSec=&forcedTerminateTopic=``:
+    Pulsar's graceful shutdown of this broker (super-user). 204 is written before the
+    shutdown starts; then the topics are unloaded (in-flight publishes answered, clients
+    told), cursors and snapshots flushed and the store closed, and ``horae serve`` exits 0.
+    One node has no other broker to take its bundles, so the unload rate has nothing to pace
+    and every topic closes at once; ``forcedTerminateTopic`` (default true, as Pulsar's) is
+    accepted: clients are always told the topic closed."""
+    max_rate = _query_int(request, "maxConcurrentUnloadPerSec")
+    forced = request.query.get("forcedTerminateTopic", "true").lower() == "true"
+    shutdown = request.app.get(SHUTDOWN_KEY)
+    if shutdown is None:
+        raise E.RestError(503, "This broker cannot be shut down over REST")
+    response = web.Response(status=204)
+    await response.prepare(request)
+    await response.write_eof()
+    shutdown.request(max_rate, forced)
+    return response
+
+
 def add_routes(app: web.Application) -> None:
     r = app.router
     r.add_delete("/admin/v2/persistent/{tenant}/{namespace}/{topic}/policies",
                  delete_topic_policies)
     r.add_get("/admin/v2/brokers/backlog-quota-check", backlog_quota_check)
+    r.add_post("/admin/v2/brokers/shutdown", shutdown_broker)
     r.add_get("/admin/v2/brokers/{cluster}/{broker}/ownedNamespaces", owned_namespaces)

@@ -102,7 +102,7 @@ async def _topic(request: web.Request) -> tuple[AdminService, str]:
     m = request.match_info
     await admin.tenants.require_namespace(m["tenant"], m["namespace"])
     tn = topic_name(m["tenant"], m["namespace"], m["topic"])
-    await admin.topics.require_topic_or_partitioned(tn)
+    await admin.topics.require_policy_topic(tn)
     return admin, tn.full   # the PolicyStore keys a topic by its full name
 
 
@@ -115,6 +115,11 @@ def _bool(body: object) -> bool:
     if not isinstance(body, bool):
         raise E.bad_request("Invalid value: expected true or false")
     return body
+
+
+def _enabled(body: object) -> bool:
+    """Pulsar's ``dispatcherPauseOnAckStatePersistent`` POST takes no body: it enables."""
+    return True
 
 
 def _strategy(body: object) -> str:
@@ -322,11 +327,17 @@ _FIELDS: tuple[tuple[str, str, str, Parser], ...] = (
      snapshot_interval("interval must be 0 or more")),
     ("replicatorDispatchRate", NS_REPLICATOR_RATE, TOPIC_REPLICATOR_RATE,
      replicator_dispatch_rate),
+    ("dispatcherPauseOnAckStatePersistent", P.NS_DISPATCHER_PAUSE, P.TOPIC_DISPATCHER_PAUSE,
+     _enabled),
 )
 
 #: Fields Pulsar has no DELETE route for (a topic answers 405; a namespace's path is then
 #: its bundle-deletion route, which refuses the name as a bundle range)
 _NO_DELETE = frozenset({P.NS_SCHEMA_VALIDATION, P.TOPIC_SCHEMA_VALIDATION, NS_DEDUP_SNAPSHOT})
+
+
+#: Fields whose setter Pulsar has only as POST (a PUT is the other verb: 405)
+_POST_ONLY = frozenset({P.NS_DISPATCHER_PAUSE, P.TOPIC_DISPATCHER_PAUSE})
 
 
 def _rate_body(rate: Any) -> dict[str, Any]:
@@ -358,13 +369,15 @@ _APPLIED: dict[str, Callable[[AdminService, TopicName], object]] = {
                                               "ratePeriodInSecond": 1},
     TOPIC_PERSISTENCE: lambda a, tn: _store(a).records.namespace_value(
         tn.namespace, NS_PERSISTENCE) or dict(DEFAULT_PERSISTENCE),
+    P.TOPIC_DISPATCHER_PAUSE: lambda a, tn: P.dispatcher_pause_on_ack_state(
+        _store(a).records, _store(a).config, tn),
 }
 
 
 #: Topic fields whose GET answers 204 (no body) while unset: Pulsar's getters of an Optional
 _NO_CONTENT_WHEN_UNSET = frozenset({L.TOPIC_MAX_CONSUMERS_PER_SUB, L.TOPIC_MAX_SUBSCRIPTIONS,
                                     L.TOPIC_PUBLISH_RATE, P.TOPIC_SUBSCRIPTION_TYPES,
-                                    L.TOPIC_MAX_MESSAGE_SIZE})
+                                    L.TOPIC_MAX_MESSAGE_SIZE, P.TOPIC_DISPATCHER_PAUSE})
 
 
 def _handlers(scope: _Scope, field: str, parse: Parser) -> tuple[Handler, Handler, Handler]:
@@ -373,6 +386,7 @@ def _handlers(scope: _Scope, field: str, parse: Parser) -> tuple[Handler, Handle
     # validation (a primitive boolean in its policies) false at both levels, others null
     unset: object = {P.NS_SCHEMA_STRATEGY: "UNDEFINED", P.NS_SUBSCRIPTION_TYPES: [],
                      L.NS_MAX_TOPICS: 0, P.NS_SCHEMA_VALIDATION: False,
+                     P.NS_DISPATCHER_PAUSE: False,
                      P.TOPIC_SCHEMA_VALIDATION: False}.get(field)
     applied_of = _APPLIED.get(field) if scope is _TOPIC_SCOPE else None
     no_content_unset = scope is _TOPIC_SCOPE and field in _NO_CONTENT_WHEN_UNSET
@@ -472,6 +486,7 @@ def add_routes(app: web.Application) -> None:
             path = f"{scope.base}/{suffix}"
             r.add_get(path, get)
             r.add_post(path, put)
-            r.add_put(path, put)
+            if field not in _POST_ONLY:
+                r.add_put(path, put)
             if field not in _NO_DELETE:
                 r.add_delete(path, delete)

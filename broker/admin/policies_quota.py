@@ -76,7 +76,7 @@ async def _target(request: web.Request) -> _Target:
     namespace = f"{m['tenant']}/{m['namespace']}"
     if "topic" in m:
         tn = topic_name(m["tenant"], m["namespace"], m["topic"])
-        await admin.topics.require_topic_or_partitioned(tn)
+        await admin.topics.require_policy_topic(tn)
         return _Target(admin.policy_store, namespace, tn)
     return _Target(admin.policy_store, namespace, None)
 

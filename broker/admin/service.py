@@ -244,6 +244,14 @@ class AdminTopics:
             raise E.not_found(E.TOPIC_NOT_FOUND)
         return [await self.get(tn)]
 
+    async def require_policy_topic(self, tn: TopicName) -> None:
+        """Pulsar's check before a topic policy is read or written: 412 for a partition (its
+        partitioned topic holds the policy), 404 naming the topic when it does not exist."""
+        if tn.is_partition:
+            raise E.precondition_failed("Not allowed to set/get topic policy for a partition")
+        if await self.partition_count(tn) == 0 and not await self.exists(tn):
+            raise E.not_found(f"Topic {tn.full} not found")
+
     async def require_topic_or_partitioned(self, tn: TopicName) -> int:
         """404 unless *tn* is a topic or a partitioned topic; returns its partition count."""
         n = await self.partition_count(tn)

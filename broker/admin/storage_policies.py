@@ -20,8 +20,8 @@ storage, no bookies and one cluster, so none of them changes what the broker doe
   unset answers 204 without a body. Pulsar keeps it in a namespace's local policies, which
   it writes when a bundle is first owned, and answers 404 ``Namespace local-policies does not
   exist`` before that; a Horae namespace has its one bundle from its creation);
-- namespace and topic replication clusters (``.../replication``): only this broker's cluster
-  can be named.
+- namespace replication clusters (``set-clusters``): only this broker's cluster is accepted;
+- topic replication clusters (``.../replication``): only this broker's cluster can be named.
 """
 
 from __future__ import annotations
@@ -231,9 +231,7 @@ async def _topic(request: web.Request) -> tuple[AdminService, TopicName]:
     m = request.match_info
     await admin.tenants.require_namespace(m["tenant"], m["namespace"])
     tn = topic_name(m["tenant"], m["namespace"], m["topic"])
-    if tn.is_partition:
-        raise E.precondition_failed("Not allowed to set/get topic policy for a partition")
-    await admin.topics.require_topic_or_partitioned(tn)
+    await admin.topics.require_policy_topic(tn)
     return admin, tn
 
 
@@ -388,10 +386,10 @@ async def get_ns_replication(request: web.Request) -> web.Response:
 
 
 async def set_ns_replication(request: web.Request) -> web.Response:
-    """Pulsar's ``setNamespaceReplicationClusters`` checks; on one cluster the only list it can
-    take is this broker's cluster, which is what the namespace has already."""
+    """``POST .../namespaces/{t}/{ns}/replication`` (pulsar-admin ``set-clusters``): Pulsar's
+    checks in its order (412 empty, 412 ``global``, 403 an unknown cluster); on one node only the
+    local cluster is known, and it is what the namespace already has, so nothing is written."""
     body = await _body(request)
-    admin, _ = await _namespace(request)
     if body is not None and (not isinstance(body, list)
                              or not all(isinstance(c, str) for c in body)):
         raise E.bad_request("Invalid value: expected a list of cluster names")
@@ -399,9 +397,10 @@ async def set_ns_replication(request: web.Request) -> web.Response:
         raise E.precondition_failed("ClusterIds should not be null or empty")
     if "global" in body:
         raise E.precondition_failed("Cannot specify global in the list of replication clusters")
-    for cluster in body:
-        if cluster != admin.broker.cluster_name:
+    for cluster in dict.fromkeys(body):
+        if cluster != admin_of(request).broker.cluster_name:
             raise E.RestError(403, f"Invalid cluster id: {cluster}")
+    await _namespace(request)
     return no_content()
 
 

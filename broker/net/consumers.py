@@ -38,6 +38,7 @@ from broker.subscriptions.nonpersistent import NonPersistentSubscription
 from broker.subscriptions.subscription import Subscription, tail_position, wire_position
 from broker.topics.dedup import DEDUP_CURSOR
 from broker.topics.names import TopicName
+from broker.topics.policies import ack_state_ranges_limit
 from broker.topics.service import BrokerService
 from broker.topics.storage_errors import StorageOp, storage_failure
 from protocol import pulsar_pb as pb
@@ -257,6 +258,8 @@ class ConsumerSide:
             sub.max_unacked_messages = policies.limits.max_unacked_messages_per_subscription(tn)
             sub.dispatch_rate = policies.limits.subscription_dispatch_rate(tn)
             sub.topic_dispatch.rate = policies.limits.topic_dispatch_rate(tn)
+            sub.topic_dispatch.ack_state_ranges_limit = ack_state_ranges_limit(
+                policies.records, policies.config, tn)
         # The limits (topic over namespace over broker.conf) are decided when the consumer is
         # appended, after every await of the subscribe (broker/subscriptions/limits.py).
         await sub.add_consumer(consumer, ConsumerLimits(

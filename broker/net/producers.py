@@ -125,8 +125,11 @@ async def create_producer(connection: ProducerConnection, m: pb.CommandProducer)
     topic.admission.check_limit(max_producers)  # early, before the work; attaching decides
     user_provided = m.HasField("producer_name") and m.producer_name != ""
     encryption_required = service.policies.encryption_required(name)
-    if not m.encrypted and encryption_required:
-        raise MetadataError(f"Encryption is required in {name.full}")  # Pulsar's
+    # Pulsar's check, with its broker-wide switch (never on system topics)
+    if not m.encrypted and (encryption_required or (
+            service.config.encryption_require_on_producer
+            and not name.local_name.startswith("__"))):
+        raise MetadataError(f"Encryption is required in {name.full}")
     if isinstance(topic, Topic):
         topic.encryption_required = encryption_required
     schema_version = await producer_schema(service, topic,
@@ -144,6 +147,7 @@ async def create_producer(connection: ProducerConnection, m: pb.CommandProducer)
         schema_version=schema_version)
     producer, answer, attached = await topic.attach_producer(connection.producer_side, request,
                                                              max_producers=max_producers)
+    producer.encrypted = bool(m.encrypted)
     if not attached:
         connection.producer_side.waiting_producers[producer.producer_id] = producer
         connection.write(answer)

@@ -65,6 +65,9 @@ class TopicDispatch:
         #: the topic's publish rate (messages, bytes per second), for relative rates
         self.published = published
         self.limiter = DispatchRateLimiter()
+        #: dispatcherPauseOnAckStatePersistent in force: the most acknowledged ranges a cursor
+        #: may hold before new reads pause (0: the policy is off); :mod:`ack_state_pause`
+        self.ack_state_ranges_limit = 0
 
     def allowance(self, now: float) -> tuple[int, float]:
         """As :meth:`DispatchRateLimiter.allowance`; ``(-1, 0)`` without a limit."""

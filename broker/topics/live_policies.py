@@ -10,8 +10,10 @@ partitioned topic. :meth:`apply` sets what a topic and its clients hold while th
 
 - the topic's publish rate (its producers' connections are held by the new rate from their
   next read), its ``maxMessageSize`` policy, its dispatch rate and its subscribe rate, and
-  the namespace's ``encryption_required`` (from the next SEND, a message without encryption
-  keys is refused, also from producers attached before);
+  dispatcherPauseOnAckStatePersistent (:mod:`broker.subscriptions.ack_state_pause`), and
+  the namespace's ``encryption_required``: producers attached without encryption are
+  disconnected, as Pulsar's ``Producer.checkEncryption`` does (their clients reconnect and
+  are refused), and from the next SEND a message without encryption keys is refused;
 - each subscription's ``subscriptionDispatchRate`` and ``maxUnackedMessagesPerSubscription``
   (its dispatcher reads both at its next round);
 - each consumer's ``maxUnackedMessagesPerConsumer``: a consumer held by a lower limit stops
@@ -30,24 +32,30 @@ and subscribe rates; :mod:`broker.dynamic_config`) reaches every loaded topic th
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable
 
+from broker.config import BrokerConfig
 from broker.subscriptions.consumer import Consumer
 from broker.topics.nonpersistent import NonPersistentTopic
-from broker.topics.policies import encryption_required
+from broker.topics.policies import ack_state_ranges_limit, encryption_required
 from broker.topics.policy_limits import LimitPolicies
 from broker.topics.policy_records import PolicyRecords
 from broker.topics.topic import Topic
 
 __all__ = ["LivePolicies"]
 
+log = logging.getLogger("horae.policies")
+
 
 class LivePolicies:
     """Hands changed limits and rates to loaded topics (module docstring)."""
 
     def __init__(self, records: PolicyRecords, limits: LimitPolicies,
-                 loaded: Callable[[], Iterable[Topic | NonPersistentTopic]]) -> None:
+                 loaded: Callable[[], Iterable[Topic | NonPersistentTopic]],
+                 config: Callable[[], BrokerConfig]) -> None:
         self._limits = limits
+        self._config = config   # read at each apply: dynamic configuration swaps it
         self._records = records
         self._loaded = loaded
         records.watch(self.changed)
@@ -71,11 +79,22 @@ class LivePolicies:
         limits = self._limits
         topic.publish_rate.rate = limits.publish_rate(tn)
         topic.subscribe_rate.rate = limits.subscribe_rate(tn)
+        required = encryption_required(self._records, tn)
+        if required:
+            # Pulsar's Producer.checkEncryption: an unencrypted producer is disconnected (its
+            # client reconnects and is refused "Encryption is required in ...")
+            for producer in list(topic.producers.values()):
+                if not producer.encrypted:
+                    log.info("unencrypted producer %s is not allowed to produce on %s anymore",
+                             producer.name, tn.full)
+                    producer.disconnect()
         if not isinstance(topic, Topic):
             return   # a non-persistent topic has no dispatch rates or unacked limits
         topic.max_message_size_policy = limits.topic_max_message_size(tn)
-        topic.encryption_required = encryption_required(self._records, tn)
+        topic.encryption_required = required
         topic.topic_dispatch.rate = limits.topic_dispatch_rate(tn)
+        topic.topic_dispatch.ack_state_ranges_limit = ack_state_ranges_limit(
+            self._records, self._config(), tn)
         sub_rate = limits.subscription_dispatch_rate(tn)
         sub_unacked = limits.max_unacked_messages_per_subscription(tn)
         consumer_unacked = limits.max_unacked_messages_per_consumer(tn)

@@ -36,7 +36,8 @@ from protocol.errors import NotAllowedError
 from storage.metadata import MetadataStore
 
 __all__ = ["NS_COUNT_LIMITS", "NS_DELAYED", "NS_KIND", "TOPIC_DELAYED", "TOPIC_KIND",
-           "AutoTopicCreation", "PolicyLimitError", "PolicyStore", "encryption_required"]
+           "AutoTopicCreation", "PolicyLimitError", "PolicyStore", "ack_state_ranges_limit",
+           "dispatcher_pause_on_ack_state", "encryption_required"]
 
 
 # Namespace Policies field -> TopicPolicies field, for what both levels know.
@@ -68,6 +69,8 @@ TOPIC_AUTO_SUBSCRIPTION_CREATION = "autoSubscriptionCreationOverride"
 NS_ALLOW_AUTO_UPDATE_SCHEMA = "is_allow_auto_update_schema"
 NS_SCHEMA_AUTO_UPDATE_STRATEGY = "schema_auto_update_compatibility_strategy"
 NS_ENCRYPTION_REQUIRED = "encryption_required"
+NS_DISPATCHER_PAUSE = "dispatcherPauseOnAckStatePersistentEnabled"
+TOPIC_DISPATCHER_PAUSE = "dispatcherPauseOnAckStatePersistentEnabled"
 
 #: Pulsar's SchemaCompatibilityStrategy.fromAutoUpdatePolicy (AutoUpdateDisabled and unknown
 #: names: ALWAYS_INCOMPATIBLE)
@@ -97,6 +100,22 @@ def encryption_required(records: PolicyRecords, tn: TopicName) -> bool:
     if tn.local_name.startswith("__"):
         return False
     return bool(records.namespace_value(tn.namespace, NS_ENCRYPTION_REQUIRED))
+
+
+def dispatcher_pause_on_ack_state(records: PolicyRecords, config: BrokerConfig,
+                                  tn: TopicName) -> bool:
+    """dispatcherPauseOnAckStatePersistent in force: topic over namespace over the broker's
+    ``dispatcherPauseOnAckStatePersistentEnabled``."""
+    value = records.resolve(tn, TOPIC_DISPATCHER_PAUSE, NS_DISPATCHER_PAUSE)
+    return config.dispatcher_pause_on_ack_state_persistent_enabled if value is None \
+        else bool(value)
+
+
+def ack_state_ranges_limit(records: PolicyRecords, config: BrokerConfig, tn: TopicName) -> int:
+    """The acknowledged ranges a cursor of *tn* may hold before new reads pause (0: never)."""
+    if not dispatcher_pause_on_ack_state(records, config, tn):
+        return 0
+    return max(1, config.managed_ledger_max_unacked_ranges_to_persist)
 
 
 class PolicyLimitError(NotAllowedError):

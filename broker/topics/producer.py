@@ -229,6 +229,7 @@ class Producer:
         self.user_provided_name = user_provided_name
         self.metadata = metadata
         self.epoch = epoch
+        self.encrypted = False   # the PRODUCER command's ``encrypted`` (set by its handler)
         self.connected_since_ms = int(time.time() * 1000)
         self.msg_in_counter = 0
         self.bytes_in_counter = 0

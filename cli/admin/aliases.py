@@ -47,7 +47,8 @@ TOPIC_POLICY_COMMANDS = tuple(
         "compaction-threshold", "subscribe-rate", "max-consumers", "delayed-delivery",
         "dispatch-rate", "offload-policies", "max-unacked-messages-per-subscription",
         "inactive-topic-policies", "max-subscriptions-per-topic", "schema-compatibility-strategy",
-        "auto-subscription-creation", "replication-clusters")
+        "auto-subscription-creation", "replication-clusters",
+        "dispatcher-pause-on-ack-state-persistent")
     for verb in ("get", "set", "remove"))
 
 
@@ -103,6 +104,31 @@ EXTRA: dict[tuple[str, str], tuple[str, Callable[[argparse.ArgumentParser], None
 
 def _no_args(sp: argparse.ArgumentParser) -> None:
     return None
+
+
+def _applied_arg(sp: argparse.ArgumentParser) -> None:
+    sp.add_argument("--applied", "-ap", action="store_true",
+                    help="the value in force (topic over namespace over broker)")
+
+
+_PAUSE = "/dispatcherPauseOnAckStatePersistent"
+
+
+def _dispatcher_pause(group: str, where: Callable[[argparse.Namespace], str]) -> dict[
+        str, tuple[str, Callable[[argparse.ArgumentParser], None], Builder]]:
+    """``set-``/``get-``/``remove-dispatcher-pause-on-ack-state-persistent``."""
+    whose = "namespace's" if group == "namespaces" else "topic's"
+    topic = group != "namespaces"
+    return {
+        "set": (f"pause dispatch while the {whose} acknowledgement state could not be "
+                "persisted whole", _no_args, lambda a: Request("POST", where(a) + _PAUSE)),
+        "get": (f"whether the {whose} dispatch pauses on unpersistable acknowledgement state",
+                _applied_arg if topic else _no_args,
+                lambda a: Request("GET", where(a) + _PAUSE
+                                  + ("?applied=true" if getattr(a, "applied", False) else ""))),
+        "remove": (f"remove the {whose} dispatcher-pause-on-ack-state policy", _no_args,
+                   lambda a: Request("DELETE", where(a) + _PAUSE)),
+    }
 
 
 def _enable_arg(sp: argparse.ArgumentParser) -> None:
@@ -248,6 +274,9 @@ EXTRA.update({
     ("topics", "remove-auto-subscription-creation"): (
         "remove the topic's auto subscription creation override", _no_args,
         _remove(_topic, "/autoSubscriptionCreation")),
+    **{(group, f"{verb}-dispatcher-pause-on-ack-state-persistent"): entry
+       for group, where in (("namespaces", _ns), ("topics", _topic))
+       for verb, entry in _dispatcher_pause(group, where).items()},
     ("topics", "get-schema-validation-enforce"): (
         "whether producers without a schema are refused", _no_args,
         _read(_topic, "/schemaValidationEnforced")),

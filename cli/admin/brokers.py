@@ -2,7 +2,7 @@
 
 Theory of operation: :func:`add_parsers` declares the commands on the ``brokers`` group of
 :mod:`cli.admin.main`; :data:`PATHS` maps each read to the REST path it GETs and
-:data:`CHANGES` the two that change the dynamic configuration to their requests, which the
+:data:`CHANGES` the ones that change the dynamic configuration (and the shutdown) to their requests, which the
 CLI sends and prints like any other command. Kept apart from ``main.py`` so the broker group
 grows without touching the other groups.
 
@@ -18,6 +18,8 @@ grows without touching the other groups.
 ``brokers get-runtime-config``                     ``GET .../configuration/runtime``
 ``brokers get-internal-config``                    ``GET .../internal-configuration``
 ``brokers version``                                ``GET .../version``
+``brokers shutdown [-m N] [-f]``                   ``POST .../shutdown?maxConcurrentUnloadPerSec=N
+                                                   &forcedTerminateTopic=true|false``
 =================================================  =========================================
 """
 
@@ -64,6 +66,9 @@ CHANGES: dict[str, Callable[[argparse.Namespace], Request]] = {
     "update-dynamic-config": lambda a: Request(
         "POST", _config(a.config) + "/" + urllib.parse.quote(a.value, safe="")),
     "delete-dynamic-config": lambda a: Request("DELETE", _config(a.config)),
+    "shutdown": lambda a: Request(
+        "POST", f"{BROKERS}/shutdown?maxConcurrentUnloadPerSec={a.max_rate}"
+                f"&forcedTerminateTopic={str(a.forced).lower()}"),
 }
 
 
@@ -96,3 +101,10 @@ def add_parsers(brokers: Any) -> None:
     brokers.add_parser("delete-dynamic-config", help="drop a dynamic setting's override "
                        "(back to the configuration file's value)").add_argument(
         "--config", "-c", required=True)
+    sd = brokers.add_parser("shutdown", help="shut this broker down gracefully (topics "
+                            "unloaded, cursors flushed, the process exits)")
+    sd.add_argument("--max-concurrent-unload-per-sec", "-m", dest="max_rate", type=int,
+                    default=0, help="bundle unloads per second (0: no limit; one node has "
+                                    "nothing to pace)")
+    sd.add_argument("--forced-terminate-topic", "-f", dest="forced", action="store_true",
+                    help="close the topics without waiting for their clients")

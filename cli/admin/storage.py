@@ -10,7 +10,8 @@ Theory of operation: each command builds one REST request, as :mod:`cli.admin.li
   replicator dispatch rate (``-md -bd -dt``): ``set-``/``get-``/``remove-`` at both levels;
 - namespace only: ``set-offload-threshold -s SIZE`` (or ``-t TIME`` for the time threshold),
   ``get-offload-threshold``, ``set-offload-deletion-lag -l 1h``, ``get-``, ``clear-``,
-  ``set-bookie-affinity-group -pg -sg``, ``get-``, ``delete-``, ``get-clusters``;
+  ``set-bookie-affinity-group -pg -sg``, ``get-``, ``delete-``, ``get-clusters``,
+  ``set-clusters -c``;
 - topic only: ``set-replication-clusters -c c1,c2``, ``get-``, ``remove-``.
 
 On one node these are kept and shown but change nothing (the README says so per policy).
@@ -195,9 +196,12 @@ def _update_topic_properties(a: argparse.Namespace) -> Request:
     return Request("PUT", _topic(a) + "/properties", values, True)
 
 
+def _cluster_list(a: argparse.Namespace) -> list[str]:
+    return [c.strip() for c in a.clusters.split(",") if c.strip()]
+
+
 def _replication(a: argparse.Namespace) -> Request:
-    clusters = [c.strip() for c in a.clusters.split(",") if c.strip()]
-    return Request("POST", _topic(a) + "/replication", clusters, True)
+    return Request("POST", _topic(a) + "/replication", _cluster_list(a), True)
 
 
 def _affinity(a: argparse.Namespace) -> Request:
@@ -230,6 +234,8 @@ _NAMESPACE_ONLY: dict[str, tuple[str, Builder]] = {
         lambda a: Request("DELETE", _ns(a) + "/persistence/bookieAffinity")),
     "get-clusters": ("the namespace's replication clusters (this broker's cluster)",
                      lambda a: Request("GET", _ns(a) + "/replication")),
+    "set-clusters": ("set the namespace's replication clusters (this broker's cluster only)",
+                     lambda a: Request("POST", _ns(a) + "/replication", _cluster_list(a), True)),
     "set-property": ("set one property of the namespace", _set_property),
     "get-property": ("one property of the namespace (empty: not set)",
                      lambda a: Request("GET", f"{_ns(a)}/property/{q(a.key)}")),
@@ -282,6 +288,9 @@ def _namespace_only_args(name: str, sp: argparse.ArgumentParser) -> None:
                         help="the primary bookie group")
         sp.add_argument("--secondary-group", "-sg", dest="secondary",
                         help="the secondary bookie group")
+    elif name == "set-clusters":
+        sp.add_argument("--clusters", "-c", required=True,
+                        help="comma-separated cluster names (this broker's cluster only)")
     elif name in ("set-property", "get-property", "remove-property"):
         sp.add_argument("--key", "-k", required=True, help="the property's key")
         if name == "set-property":

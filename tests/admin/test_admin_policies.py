@@ -143,3 +143,23 @@ def test_schema_validation_enforced_reads_false_while_unset_as_pulsar(api: Api) 
         assert api("DELETE", path).status == (412 if path == ns else 405)
         assert api("POST", path, False).status == 204
         assert api("GET", path).body is False
+
+
+def test_count_and_rate_topic_policies_refuse_a_partition_and_name_a_missing_topic(
+        api: Api) -> None:
+    assert api("PUT", f"{P}/parts/partitions", 2).status == 204
+    for suffix, body in (("maxProducers", 3), ("maxConsumers", 3), ("messageTTL", 60),
+                         ("dispatchRate", {"dispatchThrottlingRateInMsg": 5}),
+                         ("backlogQuotaMap", None), ("replication", ["x"])):
+        for method in ("GET", "POST", "DELETE"):
+            if suffix == "backlogQuotaMap" and method != "GET":
+                continue
+            reply = api(method, f"{P}/parts-partition-1/{suffix}",
+                        body if method == "POST" else None)
+            assert (reply.status, reply.reason) == (
+                412, "Not allowed to set/get topic policy for a partition"), (suffix, method)
+        reply = api("GET", f"{P}/never/{suffix}")
+        assert (reply.status, reply.reason) == (
+            404, "Topic persistent://public/default/never not found"), suffix
+    assert api("POST", f"{P}/parts/maxProducers", 3).status == 204
+    assert api("GET", f"{P}/parts/maxProducers").body == 3

@@ -187,10 +187,14 @@ def test_encryption_required_refuses_unencrypted_producers(
         raw.send(C.encode_send(1, 0, make_entry(b"before")))
         assert raw.recv_command().HasField("send_receipt")
         _ok(api("POST", enc, True))
-        # a producer attached before: its next message without encryption keys is refused
-        raw.send(C.encode_send(1, 1, make_entry(b"after", sequence_id=1)))
-        late = raw.recv_command().send_error
-    assert (late.error, late.message) == (ServerError.MetadataError, "Messages must be encrypted")
+        # a producer attached before is disconnected, as Pulsar's Producer.checkEncryption
+        # does; its reconnection is refused
+        closed = raw.recv_command()
+        assert closed.HasField("close_producer") and closed.close_producer.producer_id == 1
+        again = raw.create_producer(early, producer_id=2)
+    assert again.HasField("error")
+    assert (again.error.error, again.error.message) == (
+        ServerError.MetadataError, f"Encryption is required in {early}")
     _ok(api("POST", enc, False))
     assert api("POST", enc, "yes").status == 400
     assert _cli(capsys, broker, "namespaces", "set-encryption-required", "public/default",
@@ -225,3 +229,21 @@ def test_encryption_required_refuses_unencrypted_producers(
     consumer.close()
     _ok(api("POST", enc, False))
     client.create_producer(topic).close()
+
+
+def test_broker_wide_encryption_require_on_producer(broker_factory: Any) -> None:
+    broker = broker_factory(config_overrides={"encryptionRequireOnProducer": True})
+    topic = TOPIC + "enc-broker"
+    with RawClient(broker.service_url) as raw:
+        raw.handshake()
+        refused = raw.create_producer(topic)
+        cmd = pb.BaseCommand(type=pb.BaseCommand.PRODUCER)
+        cmd.producer.topic, cmd.producer.producer_id, cmd.producer.request_id = topic, 2, 99
+        cmd.producer.encrypted = True
+        accepted = raw.request(C.encode_command(cmd))
+    assert refused.HasField("error")
+    assert (refused.error.error, refused.error.message) == (
+        ServerError.MetadataError, f"Encryption is required in {topic}")
+    assert accepted.HasField("producer_success")
+    # the namespace policy is untouched: the switch is the broker's
+    assert http(broker.web_url, "GET", NS + "/encryptionRequired").body is False

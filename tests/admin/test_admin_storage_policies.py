@@ -145,6 +145,16 @@ def test_bookie_affinity_replication_snapshot_interval_replicator_rate(api: Api)
     assert _ok(api("GET", rep), 200) is None
     assert _ok(api("GET", rep + "?applied=true"), 200) == [cluster]
     assert _ok(api("GET", NS + "/replication"), 200) == [cluster]
+    for body, status, reason in (   # set-clusters: only the local cluster is known
+            ([], 412, "ClusterIds should not be null or empty"),
+            (["global"], 412, "Cannot specify global in the list of replication clusters"),
+            ([cluster, "other"], 403, "Invalid cluster id: other")):
+        reply = api("POST", NS + "/replication", body)
+        assert (reply.status, reply.reason) == (status, reason)
+    _ok(api("POST", NS + "/replication", [cluster]))
+    assert _ok(api("GET", NS + "/replication"), 200) == [cluster]
+    reply = api("POST", "/admin/v2/namespaces/public/none/replication", [cluster])
+    assert reply.status == 404
     for body, status, reason in (
             ([], 412, "ClusterIds should not be null or empty"),
             (["global"], 412, "Cannot specify global in the list of replication clusters"),
@@ -333,6 +343,10 @@ def test_horae_admin_commands(broker: Any, api: Api, capsys: pytest.CaptureFixtu
         "bookkeeperAffinityGroupPrimary": "g1"}
     run("namespaces", "delete-bookie-affinity-group", ns)
     cluster = run("namespaces", "get-clusters", ns)[0]
+    run("namespaces", "set-clusters", ns, "-c", cluster)
+    assert main(["--admin-url", broker.web_url, "namespaces", "set-clusters", ns,
+                 "--clusters", "other"]) != 0
+    assert "Invalid cluster id: other" in capsys.readouterr().err
     run("topics", "set-replication-clusters", topic, "-c", cluster)
     assert run("topics", "get-replication-clusters", topic) == [cluster]
     run("topics", "remove-replication-clusters", topic)

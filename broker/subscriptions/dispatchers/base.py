@@ -53,6 +53,7 @@ from typing import Protocol
 from sortedcontainers import SortedSet
 
 from broker.delayed.delivery import DelayedDelivery
+from broker.subscriptions.ack_state_pause import must_pause
 from broker.subscriptions.consumer import Consumer
 from broker.subscriptions.dispatch_rate import DispatchRate, DispatchRateLimiter, TopicDispatch
 from broker.subscriptions.dispatchers.cursors import SubscriptionCursor
@@ -357,9 +358,12 @@ class Dispatcher:
 
     def _may_read_new(self) -> bool:
         """False while the delayed tracker asks to pause (fixed-delay detection, a full
-        late-entry index)."""
+        late-entry index), or while the cursor's acknowledgement state could not be persisted
+        whole under dispatcherPauseOnAckStatePersistent (:mod:`ack_state_pause`)."""
         delayed = self.delayed
-        return delayed is None or not delayed.paused()
+        if delayed is not None and delayed.paused():
+            return False
+        return not must_pause(self.sub.cursor, self.sub.topic_dispatch.ack_state_ranges_limit)
 
     def _route(self, position: Position, info: EntryInfo | None, sticky_hash: int,
                from_replay: bool, blocked: set[int]) -> Consumer | None:

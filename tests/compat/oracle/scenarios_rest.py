@@ -635,6 +635,8 @@ SCENARIOS += [
         Call("GET", BROKERS + "/{cluster}/nope:1/ownedNamespaces", label="unknown broker"),
         Call("GET", BROKERS + "/nope/{broker}/ownedNamespaces", label="unknown cluster",
              shape=False),
+        # only a refused shutdown: a granted one would stop the oracle's brokers
+        Call("POST", BROKERS + "/shutdown?maxConcurrentUnloadPerSec=x", label="shutdown bad rate"),
     ]),
 ]
 

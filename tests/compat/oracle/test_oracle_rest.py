@@ -176,6 +176,9 @@ ALLOWED: list[Allowed] = [
     Allowed("topic inspection", "id by time bad", ("status: horae 400, pulsar 404", *JETTY_404),
             "a timestamp that is not a number: Jersey's failed parameter conversion is a 404; "
             "Horae answers 400 saying so"),
+    Allowed("broker ops", "shutdown bad rate", ("status: horae 400, pulsar 404", *JETTY_404),
+            "a maxConcurrentUnloadPerSec that is not a number: Jersey's failed parameter "
+            "conversion is a 404; Horae answers 400 saying so"),
     Allowed("topic inspection", "internal info missing", ("status: horae 404, pulsar 500",),
             "Pulsar fails with 500 on the internal info of a topic that does not exist; Horae "
             "answers 404 \"Topic not found\""),
