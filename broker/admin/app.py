@@ -38,6 +38,7 @@ from broker.admin import (
     policies,
     policies_quota,
     properties_routes,
+    resource_groups,
     scheduled_routes,
     schema_policies,
     schemas,
@@ -129,6 +130,7 @@ def create_app(service: BrokerService, *, metrics_source: BrokerMetrics | None =
         app.on_cleanup.append(stop_probe)
 
     namespaces.add_routes(app)
+    resource_groups.add_routes(app)
     topics.add_routes(app)
     policies.add_routes(app)
     policies_quota.add_routes(app)

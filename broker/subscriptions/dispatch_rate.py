@@ -16,15 +16,19 @@ period. A round may pass the limit by the messages of one read (a batch), as in 
 what all of them sent; the smaller allowance wins. A rate ``relativeToPublishRate`` adds the
 topic's publish rate (messages and bytes per second, as the stats measure it) to its limits, as
 Pulsar's dispatch rate limiter does: a subscription may then keep up with what is published
-plus the configured margin. Only the limits that are set (> 0) grow.
+plus the configured margin. Only the limits that are set (> 0) grow. A topic of a namespace in a resource group
+(:mod:`broker.topics.resource_groups`) also asks its group's :class:`GroupDispatch`, which
+counts what all its member topics dispatched; again the smaller allowance wins.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+import weakref
 from dataclasses import dataclass
 
-__all__ = ["NO_DISPATCH_RATE", "DispatchRate", "DispatchRateLimiter", "TopicDispatch"]
+__all__ = ["NO_DISPATCH_RATE", "DispatchRate", "DispatchRateLimiter", "GroupDispatch",
+           "TopicDispatch"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,14 +69,65 @@ class TopicDispatch:
         #: the topic's publish rate (messages, bytes per second), for relative rates
         self.published = published
         self.limiter = DispatchRateLimiter()
+        #: the resource group's dispatch quota this topic shares, else None
+        self.group: GroupDispatch | None = None
+
+    @property
+    def limited(self) -> bool:
+        """Is there a rate to ask, the topic's or its group's?"""
+        return self.rate.limited or (self.group is not None and self.group.rate.limited)
+
+    def counters(self) -> tuple[int, int]:
+        """The topic's messages and bytes dispatched so far."""
+        return self._counters()
+
+    def join(self, group: GroupDispatch | None) -> None:
+        """Share *group*'s quota (None: leave the one shared so far)."""
+        if self.group is group:
+            return
+        if self.group is not None:
+            self.group.members.discard(self)
+        self.group = group
+        if group is not None:
+            group.members.add(self)
 
     def allowance(self, now: float) -> tuple[int, float]:
-        """As :meth:`DispatchRateLimiter.allowance`; ``(-1, 0)`` without a limit."""
-        if not self.rate.limited:
-            return -1, 0.0
-        msgs, nbytes = self._counters()
-        return self.limiter.allowance(self.rate.plus_published(self.published), msgs, nbytes,
-                                      now)
+        """As :meth:`DispatchRateLimiter.allowance`, the smaller of the topic's and its
+        group's; ``(-1, 0)`` without a limit."""
+        allowed, wait = -1, 0.0
+        if self.rate.limited:
+            msgs, nbytes = self._counters()
+            allowed, wait = self.limiter.allowance(self.rate.plus_published(self.published),
+                                                   msgs, nbytes, now)
+        group = self.group
+        if allowed != 0 and group is not None and group.rate.limited:
+            group_allowed, group_wait = group.allowance(now)
+            if group_allowed == 0 or (group_allowed > 0 and (allowed < 0 or group_allowed < allowed)):
+                allowed, wait = group_allowed, group_wait
+        return allowed, wait
+
+
+class GroupDispatch:
+    """A resource group's dispatch quota, shared by its member topics' :class:`TopicDispatch`:
+    it counts what all of them dispatched (members leave when their topic goes)."""
+
+    def __init__(self) -> None:
+        self.rate = NO_DISPATCH_RATE
+        self.members: weakref.WeakSet[TopicDispatch] = weakref.WeakSet()
+        self.limiter = DispatchRateLimiter()
+
+    def dispatched(self) -> tuple[int, int]:
+        """Messages and bytes the member topics dispatched so far."""
+        msgs = nbytes = 0
+        for member in list(self.members):
+            m, b = member.counters()
+            msgs += m
+            nbytes += b
+        return msgs, nbytes
+
+    def allowance(self, now: float) -> tuple[int, float]:
+        msgs, nbytes = self.dispatched()
+        return self.limiter.allowance(self.rate, msgs, nbytes, now)
 
 
 class DispatchRateLimiter:

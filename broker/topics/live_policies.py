@@ -9,7 +9,7 @@ handed its resolved limits again; when a topic's change, that topic, or the part
 partitioned topic. :meth:`apply` sets what a topic and its clients hold while they live:
 
 - the topic's publish rate (its producers' connections are held by the new rate from their
-  next read), its ``maxMessageSize`` policy, its dispatch rate and its subscribe rate, and
+  next read) and its resource group's shared quotas (:mod:`broker.topics.resource_groups`), its ``maxMessageSize`` policy, its dispatch rate and its subscribe rate, and
   the namespace's ``encryption_required`` (from the next SEND, a message without encryption
   keys is refused, also from producers attached before);
 - each subscription's ``subscriptionDispatchRate`` and ``maxUnackedMessagesPerSubscription``
@@ -37,6 +37,7 @@ from broker.topics.nonpersistent import NonPersistentTopic
 from broker.topics.policies import encryption_required
 from broker.topics.policy_limits import LimitPolicies
 from broker.topics.policy_records import PolicyRecords
+from broker.topics.resource_groups import ResourceGroups
 from broker.topics.topic import Topic
 
 __all__ = ["LivePolicies"]
@@ -46,8 +47,10 @@ class LivePolicies:
     """Hands changed limits and rates to loaded topics (module docstring)."""
 
     def __init__(self, records: PolicyRecords, limits: LimitPolicies,
-                 loaded: Callable[[], Iterable[Topic | NonPersistentTopic]]) -> None:
+                 loaded: Callable[[], Iterable[Topic | NonPersistentTopic]],
+                 groups: ResourceGroups | None = None) -> None:
         self._limits = limits
+        self._groups = groups
         self._records = records
         self._loaded = loaded
         records.watch(self.changed)
@@ -71,6 +74,8 @@ class LivePolicies:
         limits = self._limits
         topic.publish_rate.rate = limits.publish_rate(tn)
         topic.subscribe_rate.rate = limits.subscribe_rate(tn)
+        if self._groups is not None:
+            self._groups.attach(tn.namespace, topic)
         if not isinstance(topic, Topic):
             return   # a non-persistent topic has no dispatch rates or unacked limits
         topic.max_message_size_policy = limits.topic_max_message_size(tn)
