@@ -116,7 +116,8 @@ def create_app(service: BrokerService, *, metrics_source: BrokerMetrics | None =
         authenticate_metrics=service.config.authenticate_metrics_endpoint)
     app[ADMIN_KEY] = AdminService.over(service)
     if metrics_source is None:
-        metrics_source = BrokerMetrics(service, lag_probe=LoopLagProbe())
+        metrics_source = BrokerMetrics(service, lag_probe=LoopLagProbe(),
+                                       resource_groups=service.policies.resource_groups)
     app[METRICS_KEY] = metrics_source
     probe = metrics_source.lag_probe
     if probe is not None:

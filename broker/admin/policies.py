@@ -75,10 +75,10 @@ from broker.admin.storage_policies import (
 )
 from broker.admin.topics import TOPIC
 from broker.topics import policies as P
-from broker.topics.resource_groups import NS_RESOURCE_GROUP
 from broker.topics import policy_limits as L
 from broker.topics.names import TopicName
 from broker.topics.policy_records import PolicyRecords
+from broker.topics.resource_groups import NS_RESOURCE_GROUP
 from protocol import admin_names
 from protocol.sub_types import SubType
 

@@ -23,8 +23,8 @@ counts what all its member topics dispatched; again the smaller allowance wins.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 
 __all__ = ["NO_DISPATCH_RATE", "DispatchRate", "DispatchRateLimiter", "GroupDispatch",
@@ -86,10 +86,10 @@ class TopicDispatch:
         if self.group is group:
             return
         if self.group is not None:
-            self.group.members.discard(self)
+            self.group.discard(self)
         self.group = group
         if group is not None:
-            group.members.add(self)
+            group.add(self)
 
     def allowance(self, now: float) -> tuple[int, float]:
         """As :meth:`DispatchRateLimiter.allowance`, the smaller of the topic's and its
@@ -109,21 +109,33 @@ class TopicDispatch:
 
 class GroupDispatch:
     """A resource group's dispatch quota, shared by its member topics' :class:`TopicDispatch`:
-    it counts what all of them dispatched (members leave when their topic goes)."""
+    it counts what they dispatched while members (what a topic sent before it joined does not
+    count; members leave when their topic goes)."""
 
     def __init__(self) -> None:
         self.rate = NO_DISPATCH_RATE
-        self.members: weakref.WeakSet[TopicDispatch] = weakref.WeakSet()
+        #: member -> its (messages, bytes) counters when last looked at
+        self.members: weakref.WeakKeyDictionary[TopicDispatch, tuple[int, int]] = \
+            weakref.WeakKeyDictionary()
         self.limiter = DispatchRateLimiter()
+        self.used_msgs = 0
+        self.used_bytes = 0
+
+    def add(self, member: TopicDispatch) -> None:
+        self.members[member] = member.counters()
+
+    def discard(self, member: TopicDispatch) -> None:
+        self.dispatched()
+        self.members.pop(member, None)
 
     def dispatched(self) -> tuple[int, int]:
-        """Messages and bytes the member topics dispatched so far."""
-        msgs = nbytes = 0
-        for member in list(self.members):
+        """Messages and bytes the members dispatched while members, so far."""
+        for member, (m0, b0) in list(self.members.items()):
             m, b = member.counters()
-            msgs += m
-            nbytes += b
-        return msgs, nbytes
+            self.used_msgs += max(0, m - m0)
+            self.used_bytes += max(0, b - b0)
+            self.members[member] = (m, b)
+        return self.used_msgs, self.used_bytes
 
     def allowance(self, now: float) -> tuple[int, float]:
         msgs, nbytes = self.dispatched()

@@ -137,6 +137,11 @@ class ResourceGroups:
         if isinstance(topic_dispatch, TopicDispatch):
             topic_dispatch.join(None if limiters is None else limiters.dispatch)
 
-    def usage(self) -> list[tuple[str, GroupLimiters]]:
-        """Each group with its limiters (for the metrics)."""
-        return sorted(self._limiters.items())
+    def usage_figures(self) -> list[tuple[str, str, int, int]]:
+        """(group, ``Publish``/``Dispatch``, messages, bytes) used while attached."""
+        figures = []
+        for name, limiters in sorted(self._limiters.items()):
+            publish = limiters.publish
+            figures.append((name, "Publish", publish.used_msgs, publish.used_bytes))
+            figures.append((name, "Dispatch", *limiters.dispatch.dispatched()))
+        return figures
