@@ -7,7 +7,7 @@
   an existing one that are given and not ``-1``, as Pulsar's read-modify-write does. A missing
   group is 404 ``ResourceGroup does not exist``; deleting a group a namespace is attached to is
   412 ``ResourceGroup is in use``.
-- ``GET .../namespaces/{t}/{ns}/resourcegroup`` (204 while unset),
+- ``GET .../namespaces/{t}/{ns}/resourcegroup`` (the name as text; an empty 200 while unset),
   ``POST .../resourcegroup/{name}`` (412 ``ResourceGroup does not exist`` for an unknown group),
   ``DELETE .../resourcegroup``: the namespace's ``resource_group_name``.
 
@@ -98,9 +98,11 @@ async def _namespace(request: web.Request) -> tuple[AdminService, str]:
 
 
 async def get_ns_group(request: web.Request) -> web.Response:
+    """The name as plain text, an empty 200 while unset, as Pulsar's (Jersey writes a String
+    entity as it is)."""
     admin, ns = await _namespace(request)
     value = admin.policy_store.records.namespace_value(ns, NS_RESOURCE_GROUP)
-    return no_content() if value is None else json_response(value)
+    return web.Response(status=200) if value is None else web.Response(text=str(value))
 
 
 async def set_ns_group(request: web.Request) -> web.Response:
