@@ -2,7 +2,6 @@ package dev.horae.compat;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
-import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
@@ -26,6 +25,11 @@ class ResourceGroupsAdminTest extends BrokerTestBase {
     group.setDispatchRateInMsgs(dispatchMsgs);
     group.setDispatchRateInBytes(dispatchBytes);
     return group;
+  }
+
+  /** Pulsar answers an empty 200 for a namespace without a group. */
+  private static void assertUnset(String name) {
+    assertTrue(name == null || name.isEmpty(), name);
   }
 
   @Test
@@ -54,7 +58,7 @@ class ResourceGroupsAdminTest extends BrokerTestBase {
 
     String namespace = "public/" + unique("rgns");
     admin.namespaces().createNamespace(namespace);
-    assertNull(admin.namespaces().getNamespaceResourceGroup(namespace));
+    assertUnset(admin.namespaces().getNamespaceResourceGroup(namespace));
     PulsarAdminException noGroup = assertThrows(PulsarAdminException.class,
         () -> admin.namespaces().setNamespaceResourceGroup(namespace, name + "-none"));
     assertEquals(412, noGroup.getStatusCode());
@@ -66,7 +70,7 @@ class ResourceGroupsAdminTest extends BrokerTestBase {
         () -> admin.resourcegroups().deleteResourceGroup(name));
     assertEquals(412, inUse.getStatusCode());
     admin.namespaces().removeNamespaceResourceGroup(namespace);
-    assertNull(admin.namespaces().getNamespaceResourceGroup(namespace));
+    assertUnset(admin.namespaces().getNamespaceResourceGroup(namespace));
     admin.resourcegroups().deleteResourceGroup(name);
     assertFalse(admin.resourcegroups().getResourceGroups().contains(name));
     admin.namespaces().deleteNamespace(namespace);
