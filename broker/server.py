@@ -157,7 +157,8 @@ class BrokerServer:
         self.metrics = BrokerMetrics(
             service, lag_probe=LoopLagProbe(), publish_buffer=self.publish_buffer,
             connections=ConnectionFigures(self.output_pauses, self.web_guard),
-            authentication=authentication.counters)
+            authentication=authentication.counters,
+            resource_groups=service.policies.resource_groups)
         self.web_guard.max_connections = web_connection_limit(
             self.config.max_http_server_connections, raise_fd_limit())
         await service.start()

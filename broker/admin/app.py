@@ -38,6 +38,7 @@ from broker.admin import (
     policies,
     policies_quota,
     properties_routes,
+    resource_groups,
     scheduled_routes,
     schema_policies,
     schemas,
@@ -121,7 +122,8 @@ def create_app(service: BrokerService, *, metrics_source: BrokerMetrics | None =
     if shutdown is not None:
         app[SHUTDOWN_KEY] = shutdown
     if metrics_source is None:
-        metrics_source = BrokerMetrics(service, lag_probe=LoopLagProbe())
+        metrics_source = BrokerMetrics(service, lag_probe=LoopLagProbe(),
+                                       resource_groups=service.policies.resource_groups)
     app[METRICS_KEY] = metrics_source
     probe = metrics_source.lag_probe
     if probe is not None:
@@ -135,6 +137,7 @@ def create_app(service: BrokerService, *, metrics_source: BrokerMetrics | None =
         app.on_cleanup.append(stop_probe)
 
     namespaces.add_routes(app)
+    resource_groups.add_routes(app)
     topics.add_routes(app)
     policies.add_routes(app)
     policies_quota.add_routes(app)

@@ -78,6 +78,7 @@ from broker.topics import policies as P
 from broker.topics import policy_limits as L
 from broker.topics.names import TopicName
 from broker.topics.policy_records import PolicyRecords
+from broker.topics.resource_groups import NS_RESOURCE_GROUP
 from protocol import admin_names
 from protocol.sub_types import SubType
 
@@ -465,6 +466,7 @@ async def get_namespace_policies(request: web.Request) -> web.Response:
         "subscription_auth_mode": admin.tenants.subscription_auth_mode(ns),
         "schema_auto_update_compatibility_strategy": fields.get(P.NS_SCHEMA_AUTO_UPDATE_STRATEGY),
         "delayed_delivery_replace_by_key": fields.get(P.NS_REPLACE_BY_KEY),
+        "resource_group_name": fields.get(NS_RESOURCE_GROUP),
         "delayed_delivery_policies": None,
         **policies_document_fields(_store(admin), ns),
     }

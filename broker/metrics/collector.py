@@ -99,6 +99,10 @@ from broker.metrics.exposition import (
 )
 from broker.metrics.lag import LoopLagProbe, loop_lag_families
 from broker.metrics.rates import PUBLISH_LATENCY_BUCKETS_MS
+from broker.metrics.resource_group_families import (
+    ResourceGroupCollector,
+    ResourceGroupFigures,
+)
 from broker.metrics.snapshots import sample_line_texts
 from broker.metrics.sources import MetricsSource, PublishBufferFigures, TopicFigures
 from broker.metrics.storage_families import storage_families
@@ -861,12 +865,15 @@ class BrokerMetrics:
     def __init__(self, service: MetricsSource, *, lag_probe: LoopLagProbe | None = None,
                  publish_buffer: PublishBufferFigures | None = None,
                  connections: ConnectionFigures | None = None,
-                 authentication: AuthenticationFigures | None = None) -> None:
+                 authentication: AuthenticationFigures | None = None,
+                 resource_groups: ResourceGroupFigures | None = None) -> None:
         self.lag_probe = lag_probe
         self.collector = HoraeCollector(service, lag_probe=lag_probe,
                                         publish_buffer=publish_buffer, connections=connections,
                                         authentication=authentication)
         self.registry = BrokerRegistry(self.collector)
+        if resource_groups is not None:
+            self.registry.register(ResourceGroupCollector(resource_groups))
 
     def collect(self) -> list[Metric]:
         """Every family at once (on the broker loop; blocks it for the whole walk)."""

@@ -260,6 +260,8 @@ class ConsumerSide:
             sub.topic_dispatch.rate = policies.limits.topic_dispatch_rate(tn)
             sub.topic_dispatch.ack_state_ranges_limit = ack_state_ranges_limit(
                 policies.records, policies.config, tn)
+            group = policies.resource_groups.of_namespace(tn.namespace)
+            sub.topic_dispatch.join(None if group is None else group.dispatch)
         # The limits (topic over namespace over broker.conf) are decided when the consumer is
         # appended, after every await of the subscribe (broker/subscriptions/limits.py).
         await sub.add_consumer(consumer, ConsumerLimits(

@@ -119,6 +119,7 @@ async def create_producer(connection: ProducerConnection, m: pb.CommandProducer)
     topic = await service.get_any_topic(
         name.full, create=service.policies.auto_topic_creation(name).allowed)
     topic.publish_rate.rate = service.policies.limits.publish_rate(name)
+    service.policies.resource_groups.attach(name.namespace, topic)
     if isinstance(topic, Topic):
         topic.max_message_size_policy = service.policies.limits.topic_max_message_size(name)
     max_producers = service.policies.limits.max_producers_per_topic(name)

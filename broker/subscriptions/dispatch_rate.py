@@ -16,15 +16,19 @@ period. A round may pass the limit by the messages of one read (a batch), as in 
 what all of them sent; the smaller allowance wins. A rate ``relativeToPublishRate`` adds the
 topic's publish rate (messages and bytes per second, as the stats measure it) to its limits, as
 Pulsar's dispatch rate limiter does: a subscription may then keep up with what is published
-plus the configured margin. Only the limits that are set (> 0) grow.
+plus the configured margin. Only the limits that are set (> 0) grow. A topic of a namespace in a resource group
+(:mod:`broker.topics.resource_groups`) also asks its group's :class:`GroupDispatch`, which
+counts what all its member topics dispatched; again the smaller allowance wins.
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["NO_DISPATCH_RATE", "DispatchRate", "DispatchRateLimiter", "TopicDispatch"]
+__all__ = ["NO_DISPATCH_RATE", "DispatchRate", "DispatchRateLimiter", "GroupDispatch",
+           "TopicDispatch"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,14 +72,77 @@ class TopicDispatch:
         #: dispatcherPauseOnAckStatePersistent in force: the most acknowledged ranges a cursor
         #: may hold before new reads pause (0: the policy is off); :mod:`ack_state_pause`
         self.ack_state_ranges_limit = 0
+        #: the resource group's dispatch quota this topic shares, else None
+        self.group: GroupDispatch | None = None
+
+    @property
+    def limited(self) -> bool:
+        """Is there a rate to ask, the topic's or its group's?"""
+        return self.rate.limited or (self.group is not None and self.group.rate.limited)
+
+    def counters(self) -> tuple[int, int]:
+        """The topic's messages and bytes dispatched so far."""
+        return self._counters()
+
+    def join(self, group: GroupDispatch | None) -> None:
+        """Share *group*'s quota (None: leave the one shared so far)."""
+        if self.group is group:
+            return
+        if self.group is not None:
+            self.group.discard(self)
+        self.group = group
+        if group is not None:
+            group.add(self)
 
     def allowance(self, now: float) -> tuple[int, float]:
-        """As :meth:`DispatchRateLimiter.allowance`; ``(-1, 0)`` without a limit."""
-        if not self.rate.limited:
-            return -1, 0.0
-        msgs, nbytes = self._counters()
-        return self.limiter.allowance(self.rate.plus_published(self.published), msgs, nbytes,
-                                      now)
+        """As :meth:`DispatchRateLimiter.allowance`, the smaller of the topic's and its
+        group's; ``(-1, 0)`` without a limit."""
+        allowed, wait = -1, 0.0
+        if self.rate.limited:
+            msgs, nbytes = self._counters()
+            allowed, wait = self.limiter.allowance(self.rate.plus_published(self.published),
+                                                   msgs, nbytes, now)
+        group = self.group
+        if allowed != 0 and group is not None and group.rate.limited:
+            group_allowed, group_wait = group.allowance(now)
+            if group_allowed == 0 or (group_allowed > 0 and (allowed < 0 or group_allowed < allowed)):
+                allowed, wait = group_allowed, group_wait
+        return allowed, wait
+
+
+class GroupDispatch:
+    """A resource group's dispatch quota, shared by its member topics' :class:`TopicDispatch`:
+    it counts what they dispatched while members (what a topic sent before it joined does not
+    count; members leave when their topic goes)."""
+
+    def __init__(self) -> None:
+        self.rate = NO_DISPATCH_RATE
+        #: member -> its (messages, bytes) counters when last looked at
+        self.members: weakref.WeakKeyDictionary[TopicDispatch, tuple[int, int]] = \
+            weakref.WeakKeyDictionary()
+        self.limiter = DispatchRateLimiter()
+        self.used_msgs = 0
+        self.used_bytes = 0
+
+    def add(self, member: TopicDispatch) -> None:
+        self.members[member] = member.counters()
+
+    def discard(self, member: TopicDispatch) -> None:
+        self.dispatched()
+        self.members.pop(member, None)
+
+    def dispatched(self) -> tuple[int, int]:
+        """Messages and bytes the members dispatched while members, so far."""
+        for member, (m0, b0) in list(self.members.items()):
+            m, b = member.counters()
+            self.used_msgs += max(0, m - m0)
+            self.used_bytes += max(0, b - b0)
+            self.members[member] = (m, b)
+        return self.used_msgs, self.used_bytes
+
+    def allowance(self, now: float) -> tuple[int, float]:
+        msgs, nbytes = self.dispatched()
+        return self.limiter.allowance(self.rate, msgs, nbytes, now)
 
 
 class DispatchRateLimiter:

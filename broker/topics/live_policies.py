@@ -9,7 +9,8 @@ handed its resolved limits again; when a topic's change, that topic, or the part
 partitioned topic. :meth:`apply` sets what a topic and its clients hold while they live:
 
 - the topic's publish rate (its producers' connections are held by the new rate from their
-  next read), its ``maxMessageSize`` policy, its dispatch rate and its subscribe rate, and
+  next read) and its resource group's shared quotas (:mod:`broker.topics.resource_groups`),
+  its ``maxMessageSize`` policy, its dispatch rate and its subscribe rate, and
   dispatcherPauseOnAckStatePersistent (:mod:`broker.subscriptions.ack_state_pause`), and
   the namespace's ``encryption_required``: producers attached without encryption are
   disconnected, as Pulsar's ``Producer.checkEncryption`` does (their clients reconnect and
@@ -41,6 +42,7 @@ from broker.topics.nonpersistent import NonPersistentTopic
 from broker.topics.policies import ack_state_ranges_limit, encryption_required
 from broker.topics.policy_limits import LimitPolicies
 from broker.topics.policy_records import PolicyRecords
+from broker.topics.resource_groups import ResourceGroups
 from broker.topics.topic import Topic
 
 __all__ = ["LivePolicies"]
@@ -53,9 +55,11 @@ class LivePolicies:
 
     def __init__(self, records: PolicyRecords, limits: LimitPolicies,
                  loaded: Callable[[], Iterable[Topic | NonPersistentTopic]],
-                 config: Callable[[], BrokerConfig]) -> None:
+                 config: Callable[[], BrokerConfig],
+                 groups: ResourceGroups | None = None) -> None:
         self._limits = limits
         self._config = config   # read at each apply: dynamic configuration swaps it
+        self._groups = groups
         self._records = records
         self._loaded = loaded
         records.watch(self.changed)
@@ -88,6 +92,8 @@ class LivePolicies:
                     log.info("unencrypted producer %s is not allowed to produce on %s anymore",
                              producer.name, tn.full)
                     producer.disconnect()
+        if self._groups is not None:
+            self._groups.attach(tn.namespace, topic)
         if not isinstance(topic, Topic):
             return   # a non-persistent topic has no dispatch rates or unacked limits
         topic.max_message_size_policy = limits.topic_max_message_size(tn)

@@ -32,6 +32,7 @@ from broker.topics import policy_limits as L
 from broker.topics.names import TopicName
 from broker.topics.policy_limits import LimitPolicies
 from broker.topics.policy_records import NS_KIND, TOPIC_KIND, PolicyRecords
+from broker.topics.resource_groups import ResourceGroups
 from protocol.errors import NotAllowedError
 from storage.metadata import MetadataStore
 
@@ -140,9 +141,12 @@ class PolicyStore:
         self.config = config
         self.records = PolicyRecords(metadata)
         self.limits = LimitPolicies(self.records, lambda: self.config)
+        #: resource groups and the quotas their namespaces share
+        self.resource_groups = ResourceGroups(metadata, self.records)
 
     async def load(self) -> None:
         await self.records.load(LEGACY_DELAYED_KINDS)
+        await self.resource_groups.load()
 
     def _resolve(self, tn: TopicName, topic_field: str, ns_field: str) -> Any:
         return self.records.resolve(tn, topic_field, ns_field)

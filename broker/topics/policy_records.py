@@ -63,6 +63,10 @@ class PolicyRecords:
     def topic(self, full: str) -> dict[str, Any]:
         return dict(self._topics.get(full, {}))
 
+    def namespaces_with(self, field: str) -> list[str]:
+        """The namespaces whose record sets *field*."""
+        return [ns for ns, fields in self._ns.items() if fields.get(field) is not None]
+
     def namespace_value(self, namespace: str, field: str) -> Any:
         return self._ns.get(namespace, {}).get(field)
 

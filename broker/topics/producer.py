@@ -289,7 +289,7 @@ class Producer:
             self._sending = False
         self.connection.publish_started(len(sends), nbytes)
         limiter = self.topic.publish_rate
-        if limiter.rate.limited:
+        if limiter.active:
             hold_s = limiter.record(sum(s.num_messages for s in sends), nbytes, self._loop.time())
             if hold_s > 0:   # Pulsar throttles every producer of the topic, not just this one
                 for connection in {id(p.connection): p.connection

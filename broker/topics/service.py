@@ -106,7 +106,8 @@ class BrokerService:
         self.live_policies = LivePolicies(  # a policy change reaches loaded topics at once
             self.policies.records, self.policies.limits,
             lambda: [*self.topics.values(), *self.nonpersistent.topics.values()],
-            lambda: self.policies.config)
+            lambda: self.policies.config,
+            self.policies.resource_groups)
         self.topic_events = TopicEvents()
         self.inactive = InactiveTopicSweeper(
             self.policies, config.broker_delete_inactive_topics_frequency_seconds,

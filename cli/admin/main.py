@@ -36,6 +36,7 @@ from cli.admin import limits as limit_commands
 from cli.admin import maintenance as maintenance_commands
 from cli.admin import messages as message_commands
 from cli.admin import policies as policy_commands
+from cli.admin import resource_groups as resource_group_commands
 from cli.admin import storage as storage_commands
 from cli.admin import transactions as transaction_commands
 from cli.admin.args import (
@@ -282,6 +283,7 @@ _COMMANDS.update(storage_commands.COMMANDS)
 _COMMANDS.update(alias_commands.aliased(_COMMANDS))
 _COMMANDS.update({("brokers", name): build for name, build in broker_commands.CHANGES.items()})
 _COMMANDS.update(transaction_commands.COMMANDS)
+_COMMANDS.update(resource_group_commands.COMMANDS)
 _COMMANDS.update({
     (group, "delete"): lambda a: Request("DELETE", T + topic_path(a.topic) + "/policies")
     for group in ("topic-policies", "topicPolicies")})
@@ -522,6 +524,8 @@ def build_parser() -> argparse.ArgumentParser:
     message_commands.add_parsers(tp)
     transaction_commands.add_parsers(group(
         "transactions", "transaction coordinator, buffer and pending-ack stats"))
+    resource_group_commands.add_parsers(
+        group("resourcegroups", "resource groups: publish and dispatch quotas of namespaces"), n)
     return p
 
 

@@ -368,3 +368,18 @@ def test_a_tenant_admin_check_on_a_missing_tenant_is_404_as_pulsar() -> None:
     assert _rest_allowed(authz, "rival-admin", "POST",
                          "/admin/v2/namespaces/acme/orders/autoTopicCreation") == \
         "403 Don't have permission to administrate resources on this tenant"
+
+
+def test_resource_groups_are_super_user_only_and_a_namespaces_group_tenant_admin() -> None:
+    service = _service()
+    for method, path in (("GET", "/admin/v2/resourcegroups"),
+                         ("GET", "/admin/v2/resourcegroups/g"),
+                         ("PUT", "/admin/v2/resourcegroups/g"),
+                         ("DELETE", "/admin/v2/resourcegroups/g")):
+        assert _rest_allowed(service, "root", method, path) is True
+        assert str(_rest_allowed(service, "acme-admin", method, path)).startswith("403 ")
+    ns = "/admin/v2/namespaces/acme/orders/resourcegroup"
+    for method, path in (("GET", ns), ("DELETE", ns), ("POST", ns + "/g")):
+        assert _rest_allowed(service, "acme-admin", method, path) is True
+        assert str(_rest_allowed(service, "ns-producer", method, path)).startswith("403 ")
+        assert str(_rest_allowed(service, "rival-admin", method, path)).startswith("403 ")

@@ -319,7 +319,7 @@ class Dispatcher:
         a round is scheduled for the period's end (:mod:`broker.subscriptions.dispatch_rate`)."""
         rate = self.sub.dispatch_rate
         topic_dispatch = self.sub.topic_dispatch
-        if budget <= 0 or not (rate.limited or topic_dispatch.rate.limited):
+        if budget <= 0 or not (rate.limited or topic_dispatch.limited):
             return budget
         loop = asyncio.get_running_loop()
         now = loop.time()

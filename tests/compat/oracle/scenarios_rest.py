@@ -46,6 +46,7 @@ TP = "/admin/v2/persistent/{t}/{ns}/{topic}"
 NP = "/admin/v2/non-persistent/{t}/{ns}/{topic}"
 SC = "/admin/v2/schemas/{t}/{ns}/{topic}"
 TX = "/admin/v3/transactions"
+RG = "/admin/v2/resourcegroups/{t}-rg"
 SETUP = [Call("PUT", "/admin/v2/tenants/{t}", TENANT_BODY, "setup tenant"),
          Call("PUT", NS, None, "setup namespace")]
 WITH_TOPIC = [*SETUP, Call("PUT", TP, None, "setup topic")]
@@ -614,6 +615,29 @@ SCENARIOS += [
              label="missing namespace"),
         Call("POST", "/admin/v2/namespaces/{t}/missing/subscriptionAuthMode", "Prefix",
              "set missing namespace"),
+    ]),
+    Scenario("resource groups", [
+        *SETUP,
+        Call("GET", RG, label="get missing"),
+        Call("PUT", RG, {"publishRateInMsgs": 10, "publishRateInBytes": 1024,
+                         "dispatchRateInMsgs": 20, "dispatchRateInBytes": 2048}, "create"),
+        Call("GET", RG, label="get"),
+        Call("PUT", RG, {"publishRateInMsgs": 30, "publishRateInBytes": -1,
+                         "dispatchRateInMsgs": -1, "dispatchRateInBytes": 4096}, "update"),
+        Call("GET", RG, label="get updated"),
+        Call("GET", "/admin/v2/resourcegroups", label="list"),
+        Call("PUT", RG, "x", "bad body"),
+        Call("POST", RG, {}, "other verb"),
+        Call("GET", NS + "/resourcegroup", label="ns get unset"),
+        Call("POST", NS + "/resourcegroup/{t}-none", label="ns set missing group"),
+        Call("POST", NS + "/resourcegroup/{t}-rg", label="ns set"),
+        Call("GET", NS + "/resourcegroup", label="ns get"),
+        Call("DELETE", RG, label="delete in use"),
+        Call("DELETE", NS + "/resourcegroup", label="ns remove"),
+        Call("GET", NS + "/resourcegroup", label="ns get removed"),
+        Call("DELETE", RG, label="delete"),
+        Call("GET", RG, label="get deleted"),
+        Call("GET", "/admin/v2/namespaces/{t}/missing/resourcegroup", label="missing namespace"),
     ]),
     Scenario("topic policies delete", [
         *WITH_TOPIC,

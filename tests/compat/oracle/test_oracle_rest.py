@@ -210,6 +210,9 @@ ALLOWED += [
               "Pulsar reads an unknown enum name as null and stores it (its GET then answers "
               "the default); Horae refuses it, naming the values")
       for name in ("schemaAutoUpdateCompatibilityStrategy", "subscriptionAuthMode")),
+    Allowed("resource groups", "other verb", JETTY_404,
+            "both answer 405; Pulsar's is Jetty's error page, Horae's {\"reason\"} as all its "
+            "errors"),
 ]
 
 
