@@ -219,7 +219,7 @@ STORAGE_SCENARIOS: list[Scenario] = [
         Call("PUT", TP + "/dispatcherPauseOnAckStatePersistent", label="topic set other verb"),
     ]),
     Scenario("topic policy of a partition", [
-        *SETUP,
+        *WITH_TOPIC,
         Call("PUT", PARTITIONED + "/partitions", 2, "create partitioned"),
         Call("GET", PARTITIONED + "-partition-0/maxProducers", label="get max producers"),
         Call("POST", PARTITIONED + "-partition-0/maxProducers", 3, "set max producers"),
