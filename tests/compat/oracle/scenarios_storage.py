@@ -218,7 +218,7 @@ STORAGE_SCENARIOS: list[Scenario] = [
         Call("PUT", NS + "/dispatcherPauseOnAckStatePersistent", label="ns set other verb"),
         Call("PUT", TP + "/dispatcherPauseOnAckStatePersistent", label="topic set other verb"),
     ]),
-    Scenario("topic policy of a partition", [
+    Scenario("topic policy refusals", [
         *WITH_TOPIC,
         Call("PUT", PARTITIONED + "/partitions", 2, "create partitioned"),
         Call("GET", PARTITIONED + "-partition-0/maxProducers", label="get max producers"),
