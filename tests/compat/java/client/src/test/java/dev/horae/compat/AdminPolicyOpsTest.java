@@ -13,7 +13,9 @@ import org.apache.pulsar.common.policies.data.TenantInfo;
 import org.junit.jupiter.api.Test;
 
 /**
- * Namespace replication clusters, dispatcherPauseOnAckStatePersistent at both levels and the
+ * (PulsarAdmin 4.0's topic-level dispatcher-pause calls return futures, even the unsuffixed ones.)
+ *
+ * <p>Namespace replication clusters, dispatcherPauseOnAckStatePersistent at both levels and the
  * topic-policy refusal of a partition, called through PulsarAdmin.
  */
 class AdminPolicyOpsTest extends BrokerTestBase {
@@ -51,16 +53,16 @@ class AdminPolicyOpsTest extends BrokerTestBase {
     String topic = "persistent://" + namespace + "/paused";
     admin.topics().createNonPartitionedTopic(topic);
     assertFalse(admin.namespaces().getDispatcherPauseOnAckStatePersistent(namespace));
-    assertEquals(Boolean.FALSE, admin.topicPolicies().getDispatcherPauseOnAckStatePersistent(topic, false));
+    assertEquals(Boolean.FALSE, admin.topicPolicies().getDispatcherPauseOnAckStatePersistent(topic, false).get());
     admin.namespaces().setDispatcherPauseOnAckStatePersistent(namespace);
     assertTrue(admin.namespaces().getDispatcherPauseOnAckStatePersistent(namespace));
-    assertEquals(Boolean.TRUE, admin.topicPolicies().getDispatcherPauseOnAckStatePersistent(topic, true));
+    assertEquals(Boolean.TRUE, admin.topicPolicies().getDispatcherPauseOnAckStatePersistent(topic, true).get());
     admin.namespaces().removeDispatcherPauseOnAckStatePersistent(namespace);
     assertFalse(admin.namespaces().getDispatcherPauseOnAckStatePersistent(namespace));
-    admin.topicPolicies().setDispatcherPauseOnAckStatePersistent(topic);
-    assertEquals(Boolean.TRUE, admin.topicPolicies().getDispatcherPauseOnAckStatePersistent(topic, false));
-    admin.topicPolicies().removeDispatcherPauseOnAckStatePersistent(topic);
-    assertEquals(Boolean.FALSE, admin.topicPolicies().getDispatcherPauseOnAckStatePersistent(topic, false));
+    admin.topicPolicies().setDispatcherPauseOnAckStatePersistent(topic).get();
+    assertEquals(Boolean.TRUE, admin.topicPolicies().getDispatcherPauseOnAckStatePersistent(topic, false).get());
+    admin.topicPolicies().removeDispatcherPauseOnAckStatePersistent(topic).get();
+    assertEquals(Boolean.FALSE, admin.topicPolicies().getDispatcherPauseOnAckStatePersistent(topic, false).get());
   }
 
   @Test
