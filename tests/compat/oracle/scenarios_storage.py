@@ -231,6 +231,7 @@ STORAGE_SCENARIOS: list[Scenario] = [
         Call("GET", TP + "-missing/messageTTL", label="missing topic ttl"),
         Call("POST", PARTITIONED + "/maxProducers", 3, "set on the partitioned topic"),
         Call("GET", PARTITIONED + "/maxProducers", label="get on the partitioned topic"),
+        Call("PUT", TP + "-partition-x/partitions", 2, "create partitioned with the suffix"),
     ]),
     Scenario("stats times", [
         *WITH_TOPIC,
