@@ -25,6 +25,7 @@ log = logging.getLogger("horae.admin.errors")
 
 # Pulsar's reason texts (PersistentTopicsBase / NamespacesBase / TenantsBase).
 TOPIC_NOT_FOUND = "Topic not found"
+PARTITIONED_NAME_WITH_SUFFIX = "Partitioned Topic Name should not contain '-partition-'"
 SUBSCRIPTION_NOT_FOUND = "Subscription not found"
 NAMESPACE_NOT_FOUND = "Namespace does not exist"
 TENANT_NOT_FOUND = "Tenant does not exist"

@@ -96,6 +96,8 @@ async def delete_topic(request: web.Request) -> web.Response:
 async def create_partitioned(request: web.Request) -> web.Response:
     admin, tn = await _named(request)
     partitions = bodies.parse_partitions(bodies.load_json(await request.read()))
+    if "-partition-" in tn.local_name:
+        raise E.precondition_failed(E.PARTITIONED_NAME_WITH_SUFFIX)
     if partitions <= 0:
         raise E.RestError(406, E.PARTITIONS_NOT_POSITIVE)
     if await admin.topics.partition_count(tn) > 0:

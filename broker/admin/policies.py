@@ -378,7 +378,7 @@ _APPLIED: dict[str, Callable[[AdminService, TopicName], object]] = {
 #: Topic fields whose GET answers 204 (no body) while unset: Pulsar's getters of an Optional
 _NO_CONTENT_WHEN_UNSET = frozenset({L.TOPIC_MAX_CONSUMERS_PER_SUB, L.TOPIC_MAX_SUBSCRIPTIONS,
                                     L.TOPIC_PUBLISH_RATE, P.TOPIC_SUBSCRIPTION_TYPES,
-                                    L.TOPIC_MAX_MESSAGE_SIZE, P.TOPIC_DISPATCHER_PAUSE})
+                                    L.TOPIC_MAX_MESSAGE_SIZE})
 
 
 def _handlers(scope: _Scope, field: str, parse: Parser) -> tuple[Handler, Handler, Handler]:
@@ -387,7 +387,7 @@ def _handlers(scope: _Scope, field: str, parse: Parser) -> tuple[Handler, Handle
     # validation (a primitive boolean in its policies) false at both levels, others null
     unset: object = {P.NS_SCHEMA_STRATEGY: "UNDEFINED", P.NS_SUBSCRIPTION_TYPES: [],
                      L.NS_MAX_TOPICS: 0, P.NS_SCHEMA_VALIDATION: False,
-                     P.NS_DISPATCHER_PAUSE: False,
+                     P.NS_DISPATCHER_PAUSE: False,   # also the topic's (the same key)
                      P.TOPIC_SCHEMA_VALIDATION: False}.get(field)
     applied_of = _APPLIED.get(field) if scope is _TOPIC_SCOPE else None
     no_content_unset = scope is _TOPIC_SCOPE and field in _NO_CONTENT_WHEN_UNSET

@@ -388,7 +388,8 @@ async def get_ns_replication(request: web.Request) -> web.Response:
 async def set_ns_replication(request: web.Request) -> web.Response:
     """``POST .../namespaces/{t}/{ns}/replication`` (pulsar-admin ``set-clusters``): Pulsar's
     checks in its order (412 empty, 412 ``global``, 403 an unknown cluster); on one node only the
-    local cluster is known, and it is what the namespace already has, so nothing is written."""
+    local cluster is known, and it is what the namespace already has, so nothing is written.
+    200 without a body, as Pulsar answers."""
     body = await _body(request)
     if body is not None and (not isinstance(body, list)
                              or not all(isinstance(c, str) for c in body)):
@@ -401,7 +402,7 @@ async def set_ns_replication(request: web.Request) -> web.Response:
         if cluster != admin_of(request).broker.cluster_name:
             raise E.RestError(403, f"Invalid cluster id: {cluster}")
     await _namespace(request)
-    return no_content()
+    return web.Response(status=200)   # Pulsar answers 200 with no body
 
 
 def add_routes(app: web.Application) -> None:

@@ -84,6 +84,8 @@ async def create_partitioned(request: web.Request) -> web.Response:
     body = bodies.load_json(await request.read())
     partitions = bodies.parse_partitions(body)
     properties = properties_of_create(body, partitioned=True)
+    if "-partition-" in tn.local_name:
+        raise E.precondition_failed(E.PARTITIONED_NAME_WITH_SUFFIX)
     await admin.tenants.require_namespace(m["tenant"], m["namespace"])
     if partitions <= 0:
         raise E.RestError(406, E.PARTITIONS_NOT_POSITIVE)

@@ -163,3 +163,7 @@ def test_count_and_rate_topic_policies_refuse_a_partition_and_name_a_missing_top
             404, "Topic persistent://public/default/never not found"), suffix
     assert api("POST", f"{P}/parts/maxProducers", 3).status == 204
     assert api("GET", f"{P}/parts/maxProducers").body == 3
+    for domain in ("persistent", "non-persistent"):
+        reply = api("PUT", f"/admin/v2/{domain}/public/default/x-partition-y/partitions", 2)
+        assert (reply.status, reply.reason) == (
+            412, "Partitioned Topic Name should not contain '-partition-'")

@@ -151,7 +151,7 @@ def test_bookie_affinity_replication_snapshot_interval_replicator_rate(api: Api)
             ([cluster, "other"], 403, "Invalid cluster id: other")):
         reply = api("POST", NS + "/replication", body)
         assert (reply.status, reply.reason) == (status, reason)
-    _ok(api("POST", NS + "/replication", [cluster]))
+    _ok(api("POST", NS + "/replication", [cluster]), 200)
     assert _ok(api("GET", NS + "/replication"), 200) == [cluster]
     reply = api("POST", "/admin/v2/namespaces/public/none/replication", [cluster])
     assert reply.status == 404

@@ -218,8 +218,8 @@ STORAGE_SCENARIOS: list[Scenario] = [
         Call("PUT", NS + "/dispatcherPauseOnAckStatePersistent", label="ns set other verb"),
         Call("PUT", TP + "/dispatcherPauseOnAckStatePersistent", label="topic set other verb"),
     ]),
-    Scenario("topic policy of a partition", [
-        *SETUP,
+    Scenario("topic policy refusals", [
+        *WITH_TOPIC,
         Call("PUT", PARTITIONED + "/partitions", 2, "create partitioned"),
         Call("GET", PARTITIONED + "-partition-0/maxProducers", label="get max producers"),
         Call("POST", PARTITIONED + "-partition-0/maxProducers", 3, "set max producers"),
@@ -231,6 +231,7 @@ STORAGE_SCENARIOS: list[Scenario] = [
         Call("GET", TP + "-missing/messageTTL", label="missing topic ttl"),
         Call("POST", PARTITIONED + "/maxProducers", 3, "set on the partitioned topic"),
         Call("GET", PARTITIONED + "/maxProducers", label="get on the partitioned topic"),
+        Call("PUT", TP + "-partition-x/partitions", 2, "create partitioned with the suffix"),
     ]),
     Scenario("stats times", [
         *WITH_TOPIC,

@@ -25,6 +25,10 @@ STORAGE_ALLOWED: list[Allowed] = [
             "Pulsar keeps the group in a namespace's local policies, written when one of its "
             "bundles is first owned (404 before that); a Horae namespace has its one bundle "
             "from its creation, so an unset group is 204 as on a Pulsar namespace in use"),
+    Allowed("policy dispatcherPauseOnAckStatePersistent", "* set other verb",
+            ("$: horae object, pulsar null",),
+            "both answer 405: Pulsar's has no body (Jersey), Horae's carries {\"reason\"} as "
+            "all its errors do"),
     Allowed("policy schemaValidationEnforced", "topic remove", ("$: horae object, pulsar null",),
             "Pulsar 4.0 has no such route (405 from Jersey, no body); Horae's 405 carries "
             '{"reason"} as all its errors do'),
