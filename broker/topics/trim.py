@@ -177,7 +177,12 @@ class LedgerTrimmer:
                 break
             last = Position(info.ledger_id, info.entries - 1)
             if bound is not None and bound < last:
-                break
+                # Held, but its pending delayed entries were copied forward: its segment may
+                # go (once: then it is a ghost, broker/delayed/relocate.py).
+                if not ledger.relocated.is_relocated(info.ledger_id):
+                    break
+                if info.ledger_id in ledger.relocated.ghosts:
+                    continue
             if up_to is not None and info.ledger_id > up_to:
                 break
             doomed.append(last)
