@@ -84,7 +84,7 @@ async def run(name: str, delayed: Callable[[int], bool], messages: int, size: in
         await cursor.flush()
         appended = ledger.total_size_bytes
         if copy:
-            holders = [(cursor, lambda pos, due_at: pos in pending)]
+            holders = [(cursor, lambda pos: pos in pending)]
             while await relocate_held(ledger, holders, max_ledgers=1_000):
                 pass
         written = appended + ledger.relocated.size_bytes   # the copies are written once

@@ -120,8 +120,8 @@ class LedgerList:
         *slowest* (the slowest cursor's mark-delete; None: no cursor), none above
         *up_to_ledger_id* when given; never *current*. With *relocated*, a ledger that
         *slowest* still holds but whose pending entries were copied forward
-        (``relocated(ledger_id)``, storage/relocation.py) does not stop the walk: it is listed
-        (its segment may go; the caller keeps its state as a ghost) and the walk goes on."""
+        (``relocated(ledger_id)``, storage/relocation.py) is listed (its segment may go; the
+        caller keeps its state as a ghost), and a held ledger that was not is passed over."""
         deleted: list[int] = []
         for ledger_id in self.ids:
             led = self.by_id[ledger_id]
@@ -129,8 +129,10 @@ class LedgerList:
                 break
             if up_to_ledger_id is not None and ledger_id > up_to_ledger_id:
                 break
-            held = slowest is not None and slowest < Position(ledger_id, led.confirmed - 1)
-            if held and (relocated is None or not relocated(ledger_id)):
-                break
+            if slowest is not None and slowest < Position(ledger_id, led.confirmed - 1):
+                if relocated is None:
+                    break
+                if not relocated(ledger_id):
+                    continue  # held, and kept; a later one may have been copied forward
             deleted.append(ledger_id)
         return deleted

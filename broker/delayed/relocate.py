@@ -59,8 +59,8 @@ class Holder(Protocol):
     def is_deleted(self, pos: Position) -> bool: ...
 
 
-PendingAt = Callable[[Position, int | None], bool]
-"""pending(pos, deliver_at): is the entry tracked (pending) by the subscription?"""
+PendingAt = Callable[[Position], bool]
+"""pending(pos): is the entry tracked (pending, not handed out) by the subscription?"""
 
 
 async def relocate_held(
@@ -68,10 +68,12 @@ async def relocate_held(
     up_to_ledger_id: int | None = None, readers: Iterable[Position] = (),
     max_ledgers: int = MAX_LEDGERS_PER_RUN, max_share: float = MAX_PENDING_SHARE,
 ) -> list[int]:
-    """Copy forward the pending entries of the leading sealed ledgers held only by them; the
-    ledger ids copied (now trimmable). *holders*: one (cursor, pending) per durable
-    subscription; *readers*: non-durable readers' positions (a ledger they have not passed
-    is left alone); *up_to_ledger_id*: what retention keeps (None: nothing)."""
+    """Copy forward the pending entries of the sealed ledgers held only by them; the ledger
+    ids copied (now trimmable). *holders*: one (cursor, pending) per durable subscription;
+    *readers*: non-durable readers' positions (a ledger they have not passed is left alone);
+    *up_to_ledger_id*: what retention keeps (None: nothing). A ledger whose pending share is
+    *max_share* or more is passed over (it keeps little else); the walk stops at the first
+    ledger an entry of which is held by something else than a pending delayed message."""
     if not holders or ledger.trim_blockers or ledger.closed:
         return []
     slowest_reader = min(readers, default=None)
@@ -80,28 +82,33 @@ async def relocate_held(
     for info in ledger.ledgers[:-1]:  # the last one is the current ledger
         lid = info.ledger_id
         last = Position(lid, info.entries - 1)
-        if not info.sealed or info.entries == 0:
+        if not info.sealed:
             break
         if up_to_ledger_id is not None and lid > up_to_ledger_id:
             break
         if slowest_reader is not None and slowest_reader < last:
             break
-        if all(h.is_deleted(last) and h.mark_delete_position >= last for h, _ in holders):
+        if all(h.mark_delete_position >= last for h, _ in holders):
             continue  # consumed: the trimmer's own
         if relocated.is_relocated(lid):
             continue
-        records = await _pending_records(ledger, lid, info.entries, holders)
-        if records is None:
+        held = _held_entries(lid, info.entries, holders)
+        if held is None:
             break  # something else holds it (an entry is in a subscription's backlog)
-        pending_bytes = sum(len(d) for _, _, d in records)
-        if pending_bytes >= max_share * info.size_bytes:
+        if info.entries and len(held) >= max_share * info.entries:
+            continue  # dense: copying would free little
+        records = await _read_records(ledger, lid, held)
+        if records is None:
             break
+        pending_bytes = sum(len(d) for _, _, d in records)
+        if info.entries and pending_bytes >= max_share * info.size_bytes:
+            continue
         # The acks that let the other entries go are made durable first (a restart must not
         # find one of them unacknowledged with its bytes gone); then the holds are checked
         # again (an entry handed out meanwhile has left its tracker: the walk stops).
         await ledger.flush_cursors()
-        if await _pending_records(ledger, lid, info.entries, holders, reread=records) is None:
-            break
+        if _held_entries(lid, info.entries, holders) is None:
+            break  # (entries acknowledged meanwhile were copied anyway: released later)
         await relocated.relocate(lid, info.entries, info.created_ms, records)
         done.append(lid)
         log.info("managed ledger %s: %d pending delayed entries of ledger %d copied forward "
@@ -112,45 +119,51 @@ async def relocate_held(
     return done
 
 
-async def _pending_records(
-    ledger: ManagedLedger, lid: int, entries: int, holders: list[tuple[Holder, PendingAt]],
-    reread: list[tuple[int, int, bytes]] | None = None,
-) -> list[tuple[int, int, bytes]] | None:
-    """(entry_id, deliver_at, data) of the entries of *lid* some subscription still holds, or
-    None when one of them is held by a subscription that does not track it as pending.
-    With *reread*, the entries' bytes are not read again: only the holds are checked."""
-    if reread is not None:
-        for entry_id, deliver_at, _ in reread:
-            pos = Position(lid, entry_id)
-            for cursor, pending in holders:
-                if not cursor.is_deleted(pos) and not pending(pos, deliver_at):
-                    return None
-        kept = {e for e, _, _ in reread}
-        for e in range(entries):
-            if e not in kept and not all(c.is_deleted(Position(lid, e)) for c, _ in holders):
+def _held_entries(lid: int, entries: int,
+                  holders: list[tuple[Holder, PendingAt]]) -> list[int] | None:
+    """The entry ids of *lid* some subscription still holds (no I/O), or None when one is held
+    by a subscription that does not track it as a pending delayed message."""
+    held: list[int] = []
+    for entry_id in range(entries):
+        pos = Position(lid, entry_id)
+        holding = False
+        for cursor, pending in holders:
+            if cursor.is_deleted(pos):
+                continue
+            if not pending(pos):
                 return None
-        return reread
+            holding = True
+        if holding:
+            held.append(entry_id)
+    return held
+
+
+async def _read_records(ledger: ManagedLedger, lid: int,
+                        held: list[int]) -> list[tuple[int, int, bytes]] | None:
+    """(entry_id, deliver_at, data) of the held entries; None if one is missing or is not a
+    delayed message after all."""
     out: list[tuple[int, int, bytes]] = []
-    entry_id = 0
-    while entry_id < entries:
-        got = await ledger.read_entries(Position(lid, entry_id), READ_CHUNK)
+    want = set(held)
+    i = 0
+    while i < len(held):
+        got = await ledger.read_entries(Position(lid, held[i]), READ_CHUNK)
         got = [e for e in got if e.position.ledger_id == lid]
         if not got:
             break
         for entry in got:
-            pos = entry.position
-            held = [(c, p) for c, p in holders if not c.is_deleted(pos)]
-            if not held:
+            if entry.position.entry_id not in want:
                 continue
             try:
                 due = peek_dispatch(entry.data)[1]
             except ProtocolError:
                 due = None
-            if due is None or not all(p(pos, due) for _, p in held):
+            if due is None:
                 return None
-            out.append((pos.entry_id, due, entry.data))
-        entry_id = got[-1].position.entry_id + 1
-    return out
+            out.append((entry.position.entry_id, due, entry.data))
+        last = got[-1].position.entry_id
+        while i < len(held) and held[i] <= last:
+            i += 1
+    return out if len(out) == len(held) else None
 
 
 async def release_acknowledged(ledger: ManagedLedger, holders: Iterable[Holder]) -> int:
@@ -245,5 +258,5 @@ class DelayedRelocator:
 
 def _pending_in(tracker: DelayedDeliveryTracker | None) -> PendingAt:
     if tracker is None:
-        return lambda pos, deliver_at: False
-    return lambda pos, deliver_at: tracker.contains(pos)
+        return lambda pos: False
+    return tracker.contains

@@ -53,7 +53,7 @@ class Topic:
         return self.ledger.cursors["sub"]
 
     def holders(self):  # type: ignore[no-untyped-def]
-        return [(self.cursor, lambda pos, due: pos in self.pending)]
+        return [(self.cursor, lambda pos: pos in self.pending)]
 
 
 @pytest.fixture
@@ -222,7 +222,7 @@ async def test_ledger_with_an_unacknowledged_ordinary_entry_is_not_copied(
     slow = Position(lid, 3)
     assert slow not in t.pending
     t2_pending = t.pending
-    holders = [(_Unacked(t.cursor, slow), lambda pos, due: pos in t2_pending)]
+    holders = [(_Unacked(t.cursor, slow), lambda pos: pos in t2_pending)]
     done = await relocate_held(t.ledger, holders)  # type: ignore[arg-type]
     assert done == [t.ledger.ledgers[0].ledger_id]
     await t.ledger.trim()
@@ -252,3 +252,24 @@ class _Unacked:
 
     def is_deleted(self, pos: Position) -> bool:
         return pos != self._slow and self._cursor.is_deleted(pos)  # type: ignore[no-any-return]
+
+
+async def test_dense_ledger_is_passed_over_and_later_ones_copied(topic: Topic) -> None:
+    t = topic
+    first = t.ledger.ledgers[0].ledger_id
+    # A second subscription holds every entry of the first ledger as pending (dense).
+    other = await t.ledger.open_cursor("other", initial_position="earliest")
+    later = [p for p in t.data if p.ledger_id != first]
+    other.delete([p for p in later if p not in t.pending])
+    dense = {p for p in t.data if p.ledger_id == first}
+    await t.cursor.flush()
+    await other.flush()
+    holders = [(t.cursor, lambda pos: pos in t.pending),
+               (other, lambda pos: pos in t.pending or pos in dense)]
+    done = await relocate_held(t.ledger, holders)  # type: ignore[arg-type]
+    assert first not in done and len(done) == 3
+    assert await t.ledger.trim() == done
+    assert t.ledger.ledgers[0].size_bytes > 0
+    got = await read_all(t.ledger)
+    assert {p: got[p] for p in dense} == {p: t.data[p] for p in dense}
+    assert pending_of(t, got) == {p: t.data[p] for p in t.pending}
