@@ -8,6 +8,9 @@ On-disk layout under root:
       NAME                      its full name (the directory name is only an encoding)
       <ledger_id:020d>.seg      one segment file per ledger (storage/segments.py)
       cursors/<encoded>.cur     one file per cursor (storage/cursor.py)
+      relocated/<window>-<ledger_id>.seg, <ledger_id>.idx
+                                pending delayed entries copied out of trimmed ledgers
+                                (storage/relocation.py)
   snapshots/<id:020d>.snap      bucket snapshots (storage/snapshots.py)
   trash/                        managed ledgers being deleted (renamed here first, atomically)
 
