@@ -14,6 +14,7 @@ import time
 from typing import Any
 
 import pulsar
+import pytest
 from conftest import make_client
 from waiting import wait_until
 
@@ -23,6 +24,11 @@ CONFIG = {
     "managedLedgerMaxEntriesPerLedger": 5,
     "delayedDeliveryTickTimeMillis": 10,
     "isDelayedDeliveryDeliverAtTimeStrict": True,
+}
+BUCKET = {
+    "delayedDeliveryTrackerFactoryClassName": "bucket",
+    "delayedDeliveryMinIndexCountPerBucket": 4,
+    "delayedDeliveryMaxIndexesPerBucketSnapshotSegment": 4,
 }
 TOPIC = "persistent://public/default/relocated-delayed"
 DUE_IN_MS = 8000     # publish, consume, copy forward and restart fit well before it
@@ -48,10 +54,12 @@ def _receive(consumer: Any, count: int, deadline_s: float) -> list[tuple[Any, fl
     return got
 
 
+@pytest.mark.parametrize("tracker", ["in-memory", "bucket"])
 def test_copied_forward_delayed_messages_arrive_once_with_original_ids(
-        broker_factory: Any, tmp_path: pathlib.Path) -> None:
+        broker_factory: Any, tmp_path: pathlib.Path, tracker: str) -> None:
     data = tmp_path / "data"
-    handle = broker_factory(data_dir=data, config_overrides=CONFIG)
+    config = {**CONFIG, **(BUCKET if tracker == "bucket" else {})}
+    handle = broker_factory(data_dir=data, config_overrides=config)
     client = make_client(handle.service_url)
     consumer = client.subscribe(TOPIC, "sub", consumer_type=pulsar.ConsumerType.Shared,
                                 initial_position=pulsar.InitialPosition.Earliest)
@@ -97,7 +105,7 @@ def test_copied_forward_delayed_messages_arrive_once_with_original_ids(
     client.close()
     handle.stop()
 
-    handle = broker_factory(data_dir=data, config_overrides=CONFIG)
+    handle = broker_factory(data_dir=data, config_overrides=config)
     client = make_client(handle.service_url)
     try:
         consumer = client.subscribe(TOPIC, "sub", consumer_type=pulsar.ConsumerType.Shared)
