@@ -106,7 +106,7 @@ class ManagedLedger:
         #: list as a ghost (its entry count, no bytes) and is read from here.
         self.relocated = RelocatedEntries(directory, relocated or RelocatedState(),
                                           fsync=ctx.config.fsync, loop=ctx.loop,
-                                          pool=ctx.io_pool)
+                                          pool=ctx.io_pool, read_pool=ctx.read_pool)
         for ledger_id, (entries, created_ms) in self.relocated.ledgers.items():
             if ledger_id not in self._ledgers:
                 ghost = LedgerState(SegmentFile(ledger_id, directory / f"{ledger_id}.ghost",

@@ -35,7 +35,8 @@ leaves the ledger list (every cursor's mark-delete is past it). An index naming 
 is gone (released before a restart) loads without those entries: a segment is only deleted once
 every entry in it was acknowledged by every subscription.
 
-Owned by one ManagedLedger (loop side); all file I/O runs in the executor given. Imports
+Owned by one ManagedLedger (loop side); writes and deletes run in the pool given (the store's
+I/O thread), reads in the read pool. Imports
 nothing above storage.positions.
 """
 
@@ -215,11 +216,13 @@ class RelocatedEntries:
 
     def __init__(self, ledger_directory: Path, state: RelocatedState, *, fsync: bool,
                  loop: asyncio.AbstractEventLoop, pool: Executor,
+                 read_pool: Executor | None = None,
                  window_ms: int = DEFAULT_WINDOW_MS) -> None:
         self.directory = ledger_directory / DIRECTORY
         self._fsync = fsync
         self._loop = loop
         self._pool = pool
+        self._read_pool = read_pool or pool
         self._window_ms = window_ms
         self.ledgers = state.ledgers
         self._entries = state.entries
@@ -277,7 +280,7 @@ class RelocatedEntries:
         wanted = wanted[:max_entries]
         if not wanted:
             return []
-        got = await self._loop.run_in_executor(self._pool, _read, self.directory, wanted)
+        got = await self._loop.run_in_executor(self._read_pool, _read, self.directory, wanted)
         return [(e, d) for e, d in got if d is not None]
 
     async def release(self, positions: Iterable[Position]) -> int:
