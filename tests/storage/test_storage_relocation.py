@@ -273,3 +273,19 @@ async def test_dense_ledger_is_passed_over_and_later_ones_copied(topic: Topic) -
     got = await read_all(t.ledger)
     assert {p: got[p] for p in dense} == {p: t.data[p] for p in dense}
     assert pending_of(t, got) == {p: t.data[p] for p in t.pending}
+
+
+async def test_acks_that_let_entries_go_are_durable_before_the_copy(topic: Topic,
+                                                                     tmp_path: Path) -> None:
+    t = topic
+    # The acks are not flushed by anyone but the copy-forward itself.
+    done = await relocate_held(t.ledger, t.holders())
+    assert await t.ledger.trim() == done
+    t2 = await kill_and_reopen(t, tmp_path, "unflushed")
+    try:
+        cursor = t2.cursor
+        gone = [p for p in t.data if p.ledger_id in done and p not in t.pending]
+        assert gone and all(cursor.is_deleted(p) for p in gone)
+        assert not any(cursor.is_deleted(p) for p in t.pending)
+    finally:
+        await t2.store.close()
