@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import pathlib
 import time
+import urllib.error
+import urllib.request
 from typing import Any
 
 import pulsar
@@ -36,6 +38,16 @@ DUE_IN_MS = 8000     # publish, consume, copy forward and restart fit well befor
 
 def _id(mid: Any) -> tuple[int, int]:
     return mid.ledger_id(), mid.entry_id()
+
+
+def _get_by_id(web_url: str, ledger_id: int, entry_id: int) -> tuple[int, bytes]:
+    url = (f"{web_url}/admin/v2/persistent/public/default/relocated-delayed/ledger/"
+           f"{ledger_id}/entry/{entry_id}")
+    try:
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, b""
 
 
 def _receive(consumer: Any, count: int, deadline_s: float) -> list[tuple[Any, float]]:
@@ -93,6 +105,13 @@ def test_copied_forward_delayed_messages_arrive_once_with_original_ids(
     assert {p[0] for p in delayed} & set(ghosts)
     kept = handle.call(lambda: topic().ledger.total_size_bytes)
     assert kept < 40 * 60                          # the ordinary messages' bytes are gone
+    # get-message-by-id: a copied message by its original id; a consumed one of a trimmed
+    # ledger is gone, as after any trim.
+    copied = sorted(p for p in delayed if p[0] in ghosts)[0]
+    assert _get_by_id(handle.web_url, *copied) == (200, delayed[copied])
+    consumed = next(_id(m.message_id()) for m, _ in ordinary
+                    if m.message_id().ledger_id() in ghosts)
+    assert _get_by_id(handle.web_url, *consumed)[0] == 404
     # A cancel: the application acknowledges a copied message by its id before it is due.
     mid = pulsar.MessageId(-1, cancelled[0], cancelled[1], -1)
     consumer.acknowledge(mid)
