@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import struct
 import zlib
@@ -57,6 +58,8 @@ from storage.positions import Position
 
 __all__ = ["DEFAULT_WINDOW_MS", "HEADER", "Copied", "RelocatedEntries", "RelocatedState",
            "load_relocated", "write_copy", "write_index"]
+
+log = logging.getLogger("horae.storage")
 
 HEADER = struct.Struct("<III")  # entry id (< 2**32, as cursors), length, crc32
 #: Due-time window of one side segment (an hour: delays of months spread over a few thousand).
@@ -282,6 +285,10 @@ class RelocatedEntries:
         if not wanted:
             return []
         got = await self._loop.run_in_executor(self._read_pool, _read, self.directory, wanted)
+        for entry_id, data in got:
+            if data is None:
+                log.error("relocated entry %d:%d in %s failed its checks: not served",
+                          ledger_id, entry_id, self.directory)
         return [(e, d) for e, d in got if d is not None]
 
     async def release(self, positions: Iterable[Position]) -> int:

@@ -289,3 +289,20 @@ async def test_acks_that_let_entries_go_are_durable_before_the_copy(topic: Topic
         assert not any(cursor.is_deleted(p) for p in t.pending)
     finally:
         await t2.store.close()
+
+
+async def test_a_damaged_copy_is_never_served(topic: Topic) -> None:
+    t = topic
+    await t.cursor.flush()
+    done = await relocate_held(t.ledger, t.holders())
+    await t.ledger.trim()
+    victim = sorted(p for p in t.pending if p.ledger_id == done[0])[0]
+    copy = t.ledger.relocated._entries[victim.ledger_id][victim.entry_id]
+    path = t.ledger.relocated.directory / copy.segment
+    raw = bytearray(path.read_bytes())
+    raw[copy.offset] ^= 0xFF
+    path.write_bytes(bytes(raw))
+    assert await t.ledger.read_entry(victim) is None
+    got = await read_all(t.ledger)
+    assert victim not in got
+    assert pending_of(t, got) == {p: t.data[p] for p in t.pending if p != victim}
