@@ -9,6 +9,7 @@ tested on the store itself (tests/storage/test_storage_relocation.py).
 
 from __future__ import annotations
 
+import contextlib
 import pathlib
 import time
 import urllib.error
@@ -148,5 +149,46 @@ def test_copied_forward_delayed_messages_arrive_once_with_original_ids(
         assert sorted(ids) == sorted(stored), (ids, sorted(stored))
         assert all(m.data() == stored[_id(m.message_id())] for m, _ in got)
         assert all(at >= due_at for m, at in got if _id(m.message_id()) in expect)
+    finally:
+        client.close()
+
+
+@pytest.mark.slow
+def test_kill_9_after_the_trim_loses_nothing_pending(run_broker_process: Any,
+                                                      tmp_path: pathlib.Path) -> None:
+    """The topic's own housekeeping copies forward and trims (every 30 s); the broker is then
+    killed with SIGKILL: every pending message arrives once after the restart, on time, with
+    its original id."""
+    data = tmp_path / "data"
+    first = run_broker_process(data, config_overrides=CONFIG)
+    client = make_client(first.service_url)
+    consumer = client.subscribe(TOPIC, "sub", consumer_type=pulsar.ConsumerType.Shared,
+                                initial_position=pulsar.InitialPosition.Earliest)
+    producer = client.create_producer(TOPIC, batching_enabled=False)
+    due_at = int(time.time() * 1000) + 90_000   # after the first run (30 s) and the restart
+    delayed: dict[tuple[int, int], bytes] = {}
+    for i in range(40):
+        payload = b"k-%02d" % i
+        if i % 5 == 0:
+            delayed[_id(producer.send(payload, deliver_at=due_at))] = payload
+        else:
+            producer.send(payload)
+    assert len(_receive(consumer, 32, 10)) == 32
+    wait_until(lambda: "trimmed ledgers" in first.log_path.read_text(errors="replace")
+               and "copied forward" in first.log_path.read_text(errors="replace"),
+               timeout_s=80, message="copy-forward and trim by housekeeping")
+    with contextlib.suppress(Exception):
+        client.close()
+    first.kill()
+
+    second = run_broker_process(data, config_overrides=CONFIG)
+    client = make_client(second.service_url)
+    try:
+        consumer = client.subscribe(TOPIC, "sub", consumer_type=pulsar.ConsumerType.Shared)
+        got = _receive(consumer, len(delayed), (due_at - time.time() * 1000) / 1000 + 20)
+        ids = [_id(m.message_id()) for m, _ in got]
+        assert sorted(ids) == sorted(delayed), (ids, sorted(delayed))
+        assert all(m.data() == delayed[_id(m.message_id())] for m, _ in got)
+        assert all(at >= due_at for _, at in got), "delivered early"
     finally:
         client.close()
