@@ -55,6 +55,8 @@ from storage.ledger_list import LedgerList
 from storage.ledger_state import LedgerInfo, LedgerState
 from storage.positions import Entry, Position
 from storage.reads import DEFAULT_MAX_READ_BYTES, EntryReader
+from storage.relocation import RelocatedEntries, RelocatedState
+from storage.segment_file import SegmentFile
 from storage.segments import (
     RecoveryEvent,
 )
@@ -87,7 +89,7 @@ class LedgerContext:
 class ManagedLedger:
     def __init__(
         self, ctx: LedgerContext, name: str, directory: Path, recovered: list[LedgerState],
-        cursors: list[LoadedCursor],
+        cursors: list[LoadedCursor], relocated: RelocatedState | None = None,
     ) -> None:
         self._ctx = ctx
         self.name = name
@@ -99,6 +101,19 @@ class ManagedLedger:
         self._ledger_ids = self._list.ids
         for led in recovered:
             self._list.add(led)
+        #: Pending delayed entries copied out of ledgers so they can be trimmed
+        #: (storage/relocation.py); a relocated ledger whose segment is gone stays in the
+        #: list as a ghost (its entry count, no bytes) and is read from here.
+        self.relocated = RelocatedEntries(directory, relocated or RelocatedState(),
+                                          fsync=ctx.config.fsync, loop=ctx.loop,
+                                          pool=ctx.io_pool, read_pool=ctx.read_pool)
+        for ledger_id, (entries, created_ms) in self.relocated.ledgers.items():
+            if ledger_id not in self._ledgers:
+                ghost = LedgerState(SegmentFile(ledger_id, directory / f"{ledger_id}.ghost",
+                                                created_ms), sealed=True)
+                ghost.confirmed = ghost.next_entry_id = entries
+                self._list.add(ghost)
+                self.relocated.ghosts.add(ledger_id)
         last_confirmed: Position | None = None
         for led in reversed(recovered):
             if led.confirmed > 0:
@@ -111,7 +126,7 @@ class ManagedLedger:
         self.add_listener = appends.add_listener
         self._reader = EntryReader(
             ctx.loop, ctx.ops, ctx.cache, ctx.read_pool, ctx.pager, self._ledgers,
-            self._ledger_ids, self._drop_corrupt,
+            self._ledger_ids, self._drop_corrupt, self.relocated,
         )
         self._cursor_set = CursorSet(
             self, CursorFiles(ctx.ops, directory / "cursors", fsync=ctx.config.fsync),
@@ -178,7 +193,7 @@ class ManagedLedger:
 
     @property
     def total_size_bytes(self) -> int:
-        return self._list.total_size_bytes()
+        return self._list.total_size_bytes() + self.relocated.size_bytes
 
     @property
     def ledger_count(self) -> int:
@@ -276,14 +291,33 @@ class ManagedLedger:
             return None
         marks = [c.mark_delete_position for c in self._cursor_set.values()]
         slowest = min(marks) if marks else None
-        deleted = self._list.trimmable(self._appends.current, slowest, up_to_ledger_id)
-        for ledger_id in deleted:
-            led = self._list.remove(ledger_id)
+        relocated = self.relocated
+        forgotten: list[int] = []
+        deleted: list[int] = []
+        for ledger_id in self._list.trimmable(self._appends.current, slowest, up_to_ledger_id,
+                                              relocated.is_relocated):
+            led = self._list.by_id[ledger_id]
+            was_ghost = ledger_id in relocated.ghosts  # its segment is already gone
+            held = slowest is not None and slowest < Position(ledger_id, led.confirmed - 1)
+            if held and was_ghost:
+                continue
+            deleted.append(ledger_id)
+            if held:
+                # Held only by relocated entries: its bytes go, a ghost stays listed.
+                led.size_bytes = 0
+                relocated.ghosts.add(ledger_id)
+            else:
+                self._list.remove(ledger_id)
+                if ledger_id in relocated.ledgers:
+                    forgotten.append(ledger_id)
             self._ctx.cache.drop_ledger(ledger_id)
             self._ctx.pager.forget(led.segment)
-            self._ctx.writer.delete(led.segment)
+            if not was_ghost:
+                self._ctx.writer.delete(led.segment)
         if deleted:
             await self._ctx.writer.barrier()
+            for ledger_id in forgotten:
+                await relocated.forget_ledger(ledger_id)
             log.info("managed ledger %s: trimmed ledgers %s", self.name, deleted)
         return deleted
 

@@ -17,6 +17,7 @@ locks, no I/O, imports nothing above storage.ledger_state.
 from __future__ import annotations
 
 import bisect
+from collections.abc import Callable
 
 from pyroaring import BitMap
 
@@ -113,18 +114,25 @@ class LedgerList:
         ]
 
     def trimmable(self, current: LedgerState, slowest: Position | None,
-                  up_to_ledger_id: int | None) -> list[int]:
+                  up_to_ledger_id: int | None,
+                  relocated: Callable[[int], bool] | None = None) -> list[int]:
         """The leading ledgers a trim may delete: sealed, every entry confirmed, fully below
         *slowest* (the slowest cursor's mark-delete; None: no cursor), none above
-        *up_to_ledger_id* when given; never *current*."""
+        *up_to_ledger_id* when given; never *current*. With *relocated*, a ledger that
+        *slowest* still holds but whose pending entries were copied forward
+        (``relocated(ledger_id)``, storage/relocation.py) is listed (its segment may go; the
+        caller keeps its state as a ghost), and a held ledger that was not is passed over."""
         deleted: list[int] = []
         for ledger_id in self.ids:
             led = self.by_id[ledger_id]
             if led is current or not led.sealed or led.next_entry_id != led.confirmed:
                 break
-            if slowest is not None and slowest < Position(ledger_id, led.confirmed - 1):
-                break
             if up_to_ledger_id is not None and ledger_id > up_to_ledger_id:
                 break
+            if slowest is not None and slowest < Position(ledger_id, led.confirmed - 1):
+                if relocated is None:
+                    break
+                if not relocated(ledger_id):
+                    continue  # held, and kept; a later one may have been copied forward
             deleted.append(ledger_id)
         return deleted

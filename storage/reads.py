@@ -21,6 +21,7 @@ from storage.index_pages import IndexPager
 from storage.ledger_state import LedgerState
 from storage.limits import is_fd_exhaustion
 from storage.positions import Entry, Position
+from storage.relocation import RelocatedEntries
 from storage.segment_file import IndexResidency
 from storage.segments import read_records
 
@@ -34,8 +35,9 @@ class EntryReader:
     def __init__(
         self, loop: asyncio.AbstractEventLoop, ops: FileOps, cache: EntryCache, pool: Executor,
         pager: IndexPager, ledgers: Mapping[int, LedgerState], ledger_ids: list[int],
-        on_corrupt: OnCorrupt,
+        on_corrupt: OnCorrupt, relocated: RelocatedEntries | None = None,
     ) -> None:
+        self._relocated = relocated
         self._pager = pager
         self._loop = loop
         self._ops = ops
@@ -63,6 +65,16 @@ class EntryReader:
                 continue
             ledger_id = led.ledger_id
             entry_id = max(start.entry_id, 0) if ledger_id == start.ledger_id else 0
+            relocated = self._relocated
+            if relocated is not None and ledger_id in relocated.ghosts:
+                # Its segment is gone: the pending entries copied forward, original ids.
+                for got_id, copy in await relocated.read(
+                        ledger_id, entry_id, led.confirmed, max_entries - len(out)):
+                    out.append(Entry(Position(ledger_id, got_id), copy))
+                    nbytes += len(copy)
+                if len(out) >= max_entries or (out and nbytes >= max_bytes):
+                    break
+                continue
             while entry_id < led.confirmed and len(out) < max_entries and (
                 not out or nbytes < max_bytes
             ):

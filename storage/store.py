@@ -8,6 +8,9 @@ On-disk layout under root:
       NAME                      its full name (the directory name is only an encoding)
       <ledger_id:020d>.seg      one segment file per ledger (storage/segments.py)
       cursors/<encoded>.cur     one file per cursor (storage/cursor.py)
+      relocated/<window>-<ledger_id>.seg, <ledger_id>.idx
+                                pending delayed entries copied out of trimmed ledgers
+                                (storage/relocation.py)
   snapshots/<id:020d>.snap      bucket snapshots (storage/snapshots.py)
   trash/                        managed ledgers being deleted (renamed here first, atomically)
 
@@ -53,6 +56,7 @@ from storage.limits import raise_nofile_limit
 from storage.metadata import MetadataStore
 from storage.names import HASHED_PREFIX, decode_name, encode_name, legacy_plain_name
 from storage.recovery import load_ledger_dir, segment_ids
+from storage.relocation import load_relocated
 from storage.segments import RecoveryEvent
 from storage.snapshots import SnapshotStore
 from storage.stats import StorageStats
@@ -236,8 +240,11 @@ class SegmentStore:
                 self._report(event)
             for led in found.unindexed:  # scanned: (re)write their indexes in the I/O thread
                 self.writer.submit_index(led.segment, led.size_bytes)
+            relocated = await self._loop.run_in_executor(
+                self._read_pool, load_relocated, directory)
             self._check_open()  # close() began while recovering: register nothing
-            ml = ManagedLedger(self._ctx, name, directory, found.ledgers, found.cursors)
+            ml = ManagedLedger(self._ctx, name, directory, found.ledgers, found.cursors,
+                               relocated)
             self._names[name] = directory
             self._open[name] = ml
             return ml

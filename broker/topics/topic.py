@@ -64,6 +64,7 @@ from typing import Protocol
 from broker.config import BrokerConfig
 from broker.delayed.guard import DelayTooLongError, check_and_start_publish
 from broker.delayed.policy import DelayPolicy
+from broker.delayed.relocate import DelayedRelocator
 from broker.metrics.entry_size import ENTRY_SIZE_BUCKETS_BYTES
 from broker.subscriptions.dispatch_rate import TopicDispatch
 from broker.subscriptions.subscription import Subscription
@@ -182,6 +183,9 @@ class Topic:
         self.dedup = MessageDeduplication(
             self, host.config.broker_deduplication_max_number_of_producers)
         self.trimmer = LedgerTrimmer(self)
+        #: Copies long-delayed messages forward so the ledgers they hold can be trimmed.
+        self.relocator = DelayedRelocator(self, self.subscriptions.values, self.trimmer.bound,
+                                          self.trimmer.trim_now)
         self.compaction = TopicCompaction(self, host.metadata)
         self.termination = Termination(host.metadata, self.full)
         interceptors = host.config.entry_metadata_interceptors
@@ -462,6 +466,7 @@ class Topic:
         self.dedup.snapshot(now)
         self.compaction.maybe_trigger(self.host.policies.compaction_threshold(self.name))
         self.trimmer.tick(now)
+        self.relocator.tick(now)
         self.backlog.tick(now)
         subs = list(self.subscriptions.values())
         self.replace_by_key.sync(subs)
@@ -516,6 +521,7 @@ class Topic:
                 p.disconnect()
             else:
                 p.close()
+        await self.relocator.close()
         for sub in list(self.subscriptions.values()):
             await close_subscription(sub, disconnect_clients=disconnect_clients)
         await self.trimmer.close()

@@ -180,8 +180,13 @@ class LedgerTrimmer:
             if not info.sealed:
                 break
             last = Position(info.ledger_id, info.entries - 1)
-            if bound is not None and bound < last:
-                break
+            # Held: kept, unless its pending delayed entries were copied forward; then its
+            # segment may go (once: then it is a ghost, broker/delayed/relocate.py).
+            relocated = ledger.relocated
+            if bound is not None and bound < last and (
+                    not relocated.is_relocated(info.ledger_id)
+                    or info.ledger_id in relocated.ghosts):
+                continue
             if up_to is not None and info.ledger_id > up_to:
                 break
             doomed.append(last)

@@ -1,0 +1,262 @@
+"""Copy-forward of long-delayed messages: ledgers held only by pending delayed entries are trimmed.
+
+A pending delayed message holds its subscription's mark-delete position back, and with it every
+ledger from the one holding it on, whatever share of those ledgers is acknowledged. The
+:class:`DelayedRelocator` (one per persistent topic, ticked by the topic's housekeeping) finds
+the leading sealed ledgers that are held **only** by pending delayed entries: for every durable
+subscription, each entry of the ledger is acknowledged or tracked (pending, not handed out) by
+that subscription's delayed tracker. For such a ledger whose pending bytes are under
+:data:`MAX_PENDING_SHARE` of it, it copies those entries (original bytes, original positions)
+into the managed ledger's side segments (storage/relocation.py: copy durable, then index
+durable), then asks the topic's trimmer for a trim, which deletes the ledger's segment and keeps
+a ghost of it in the ledger list (cursors unchanged); reads of the ghost's positions
+(dispatcher, peek, get-message-by-id, the tracker's rebuild after a restart) are served from the
+copies with the original ids.
+
+What is never worked around: an entry unacknowledged and not tracked by some subscription (a
+slow ordinary consumer, a message handed out and not yet acknowledged, an entry not yet read
+into the tracker) stops the walk; so does a non-durable reader that has not passed the ledger,
+and retention (the trimmer's bound). Each pending byte is written at most twice (the ledger,
+one copy): copies are never copied again.
+
+Copies every subscription has acknowledged are released at each run (a side segment with no
+live entry left is deleted).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Protocol
+
+from broker.delayed.tracker import DelayedDeliveryTracker
+from protocol.errors import ProtocolError
+from protocol.metadata import peek_dispatch
+from storage.ledger import ManagedLedger
+from storage.positions import Position
+
+log = logging.getLogger("horae.delayed.relocate")
+
+__all__ = ["MAX_PENDING_SHARE", "RELOCATE_INTERVAL_S", "DelayedRelocator", "relocate_held"]
+
+#: A ledger is copied forward while its pending bytes are below this share of it (above it, the
+#: ledger already keeps little else: kept/pending <= 1 / 0.9 ~ 1.11).
+MAX_PENDING_SHARE = 0.9
+#: At most this many ledgers copied per run (a run's reads and writes stay short).
+MAX_LEDGERS_PER_RUN = 4
+#: Seconds between runs for one topic.
+RELOCATE_INTERVAL_S = 30.0
+READ_CHUNK = 1_000
+
+
+class Holder(Protocol):
+    """What the walk asks of a subscription's cursor."""
+
+    @property
+    def mark_delete_position(self) -> Position: ...
+
+    def is_deleted(self, pos: Position) -> bool: ...
+
+
+PendingAt = Callable[[Position], bool]
+"""pending(pos): is the entry tracked (pending, not handed out) by the subscription?"""
+
+
+async def relocate_held(
+    ledger: ManagedLedger, holders: list[tuple[Holder, PendingAt]], *,
+    up_to_ledger_id: int | None = None, readers: Iterable[Position] = (),
+    max_ledgers: int = MAX_LEDGERS_PER_RUN, max_share: float = MAX_PENDING_SHARE,
+) -> list[int]:
+    """Copy forward the pending entries of the sealed ledgers held only by them; the ledger
+    ids copied (now trimmable). *holders*: one (cursor, pending) per durable subscription;
+    *readers*: non-durable readers' positions (a ledger they have not passed is left alone);
+    *up_to_ledger_id*: what retention keeps (None: nothing). A ledger whose pending share is
+    *max_share* or more is passed over (it keeps little else); the walk stops at the first
+    ledger an entry of which is held by something else than a pending delayed message."""
+    if not holders or ledger.trim_blockers or ledger.closed:
+        return []
+    slowest_reader = min(readers, default=None)
+    done: list[int] = []
+    relocated = ledger.relocated
+    for info in ledger.ledgers[:-1]:  # the last one is the current ledger
+        lid = info.ledger_id
+        last = Position(lid, info.entries - 1)
+        if not info.sealed:
+            break
+        if up_to_ledger_id is not None and lid > up_to_ledger_id:
+            break
+        if slowest_reader is not None and slowest_reader < last:
+            break
+        if all(h.mark_delete_position >= last for h, _ in holders):
+            continue  # consumed: the trimmer's own
+        if relocated.is_relocated(lid):
+            continue
+        held = _held_entries(lid, info.entries, holders)
+        if held is None:
+            break  # something else holds it (an entry is in a subscription's backlog)
+        if info.entries and len(held) >= max_share * info.entries:
+            continue  # dense: copying would free little
+        records = await _read_records(ledger, lid, held)
+        if records is None:
+            break
+        pending_bytes = sum(len(d) for _, _, d in records)
+        if info.entries and pending_bytes >= max_share * info.size_bytes:
+            continue
+        # The acks that let the other entries go are made durable first (a restart must not
+        # find one of them unacknowledged with its bytes gone); then the holds are checked
+        # again (an entry handed out meanwhile has left its tracker: the walk stops).
+        await ledger.flush_cursors()
+        if _held_entries(lid, info.entries, holders) is None:
+            break  # (entries acknowledged meanwhile were copied anyway: released later)
+        await relocated.relocate(lid, info.entries, info.created_ms, records)
+        done.append(lid)
+        log.info("managed ledger %s: %d pending delayed entries of ledger %d copied forward "
+                 "(%d of %d bytes)", ledger.name, len(records), lid, pending_bytes,
+                 info.size_bytes)
+        if len(done) >= max_ledgers:
+            break
+    return done
+
+
+def _held_entries(lid: int, entries: int,
+                  holders: list[tuple[Holder, PendingAt]]) -> list[int] | None:
+    """The entry ids of *lid* some subscription still holds (no I/O), or None when one is held
+    by a subscription that does not track it as a pending delayed message."""
+    held: list[int] = []
+    for entry_id in range(entries):
+        pos = Position(lid, entry_id)
+        holding = False
+        for cursor, pending in holders:
+            if cursor.is_deleted(pos):
+                continue
+            if not pending(pos):
+                return None
+            holding = True
+        if holding:
+            held.append(entry_id)
+    return held
+
+
+async def _read_records(ledger: ManagedLedger, lid: int,
+                        held: list[int]) -> list[tuple[int, int, bytes]] | None:
+    """(entry_id, deliver_at, data) of the held entries; None if one is missing or is not a
+    delayed message after all."""
+    out: list[tuple[int, int, bytes]] = []
+    want = set(held)
+    i = 0
+    while i < len(held):
+        got = await ledger.read_entries(Position(lid, held[i]), READ_CHUNK)
+        got = [e for e in got if e.position.ledger_id == lid]
+        if not got:
+            break
+        for entry in got:
+            if entry.position.entry_id not in want:
+                continue
+            try:
+                due = peek_dispatch(entry.data)[1]
+            except ProtocolError:
+                due = None
+            if due is None:
+                return None
+            out.append((entry.position.entry_id, due, entry.data))
+        last = got[-1].position.entry_id
+        while i < len(held) and held[i] <= last:
+            i += 1
+    return out if len(out) == len(held) else None
+
+
+async def release_acknowledged(ledger: ManagedLedger, holders: Iterable[Holder]) -> int:
+    """Drop the copies every subscription has acknowledged; the count dropped."""
+    cursors = list(holders)
+    relocated = ledger.relocated
+    if not len(relocated):
+        return 0
+    done = [p for p in relocated.live_positions() if all(c.is_deleted(p) for c in cursors)]
+    return await relocated.release(done) if done else 0
+
+
+class RelocatedSubscription(Protocol):
+    @property
+    def durable(self) -> bool: ...
+
+    @property
+    def cursor(self) -> object: ...
+
+    @property
+    def delayed_tracker(self) -> DelayedDeliveryTracker | None: ...
+
+
+class RelocatedTopic(Protocol):
+    """What the relocator needs of its topic."""
+
+    @property
+    def ledger(self) -> ManagedLedger: ...
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop: ...
+
+    @property
+    def serving(self) -> bool: ...
+
+    @property
+    def full(self) -> str: ...
+
+
+class DelayedRelocator:
+    """One topic's copy-forward runs (see the module docstring)."""
+
+    def __init__(self, topic: RelocatedTopic,
+                 subscriptions: Callable[[], Iterable[RelocatedSubscription]],
+                 retention_bound: Callable[[], int | None],
+                 trim_now: Callable[[], Awaitable[None]]) -> None:
+        self._topic = topic
+        self._subscriptions = subscriptions
+        self._bound = retention_bound
+        self._trim_now = trim_now
+        self._last = topic.loop.time()
+        self.task: asyncio.Task[None] | None = None
+        self.ledgers_relocated = 0
+
+    def tick(self, now: float) -> None:
+        """Once a second (the topic's housekeeping): a run every RELOCATE_INTERVAL_S."""
+        if self.task is not None or now - self._last < RELOCATE_INTERVAL_S:
+            return
+        self._last = now
+        self.task = self._topic.loop.create_task(self.run())
+
+    async def run(self) -> None:
+        topic = self._topic
+        try:
+            if not topic.serving:
+                return
+            holders: list[tuple[Holder, PendingAt]] = []
+            readers: list[Position] = []
+            for sub in self._subscriptions():
+                cursor = sub.cursor
+                if not sub.durable:
+                    readers.append(cursor.mark_delete_position)  # type: ignore[attr-defined]
+                    continue
+                tracker = sub.delayed_tracker
+                holders.append((cursor, _pending_in(tracker)))  # type: ignore[arg-type]
+            ledger = topic.ledger
+            await release_acknowledged(ledger, (c for c, _ in holders))
+            done = await relocate_held(ledger, holders, up_to_ledger_id=self._bound(),
+                                       readers=readers)
+            if done:
+                self.ledgers_relocated += len(done)
+                await self._trim_now()
+        except Exception:
+            log.exception("copying delayed entries forward on %s failed", topic.full)
+        finally:
+            self.task = None
+
+    async def close(self) -> None:
+        if self.task is not None:
+            await asyncio.wait([self.task])
+
+
+def _pending_in(tracker: DelayedDeliveryTracker | None) -> PendingAt:
+    if tracker is None:
+        return lambda pos: False
+    return tracker.contains
