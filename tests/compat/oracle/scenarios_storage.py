@@ -140,6 +140,10 @@ STORAGE_SCENARIOS: list[Scenario] = [
     Scenario("replication clusters", [
         *WITH_TOPIC,
         Call("GET", NS + "/replication", label="namespace's"),
+        Call("POST", NS + "/replication", ["{cluster}"], "set namespace's"),
+        Call("POST", NS + "/replication", [], "set namespace's to none"),
+        Call("POST", NS + "/replication", ["global"], "set namespace's global"),
+        Call("POST", NS + "/replication", ["{cluster}", "other"], "set namespace's unknown"),
         Call("GET", TP + "/replication", label="get unset"),
         Call("GET", TP + "/replication?applied=true", label="get applied"),
         Call("POST", TP + "/replication", ["{cluster}"], "set"),
