@@ -402,7 +402,7 @@ async def set_ns_replication(request: web.Request) -> web.Response:
     for cluster in body:
         if cluster != admin.broker.cluster_name:
             raise E.RestError(403, f"Invalid cluster id: {cluster}")
-    return no_content()
+    return json_response(None)    # Pulsar answers this one 200 with no body
 
 
 def add_routes(app: web.Application) -> None:
