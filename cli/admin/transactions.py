@@ -19,6 +19,7 @@ one's request, which the CLI sends and prints like any other command. Kept apart
 ``check-position-in-pending-ack-state -t TOPIC -s SUB           ``GET positionStatsInPendingAck/...``
 -l LEDGER -e ENTRY [-b INDEX]``
 ``scale-transactionCoordinators -r N``                          ``POST transactionCoordinator/replicas``
+``abort-transaction -m MOST -l LEAST``                          ``POST abortTransaction/{m}/{l}``
 ==============================================================  ===================================
 
 ``slow-transactions -t`` takes a duration as pulsar-admin does (``1s``, ``10m``, ``5h``; a
@@ -85,6 +86,8 @@ COMMANDS: dict[tuple[str, str], Callable[[argparse.Namespace], Request]] = {
     (GROUP, "check-position-in-pending-ack-state"): _position,
     (GROUP, "scale-transactionCoordinators"): lambda a: Request(
         "POST", f"{TX}/transactionCoordinator/replicas", a.replicas, has_body=True),
+    (GROUP, "abort-transaction"): lambda a: Request(
+        "POST", f"{TX}/abortTransaction/{a.most_sig_bits}/{a.least_sig_bits}"),
 }
 
 
@@ -148,6 +151,7 @@ def add_parsers(group: Any) -> None:
                    help="the entry ID of the position")
     p.add_argument("-b", "--bacthIndex", "--batchIndex", dest="batch_index", type=int,
                    help="the batch index of the position")
+    txn_id(command("abort-transaction", "abort a transaction"))
     p = command("scale-transactionCoordinators", "set the number of transaction coordinators")
     p.add_argument("-r", "--replicas", type=int, required=True,
                    help="the scale of the transaction coordinators")

@@ -96,6 +96,11 @@ def test_every_transaction_command_prints_its_routes_answer(
     code, _, err = _run(capsys, txn_broker, "scale-transactionCoordinators", "-r", "1")
     assert code == 1 and "Number of transaction coordinators should be more" in err
     seen.add("scale-transactionCoordinators")
+    code, printed, err = _run(capsys, txn_broker, "abort-transaction", "-m", most, "-l", least)
+    assert (code, printed) == (0, None), err
+    assert http(txn_broker.web_url, "GET", f"{TX}/transactionMetadata/{most}/{least}").body[
+        "status"] == "ABORTED"
+    seen.add("abort-transaction")
     assert seen == {name for _, name in COMMANDS}
     code, _, err = _run(capsys, txn_broker, "transaction-metadata", "-m", "0", "-l", "99999")
     assert code == 1 and "not found" in err

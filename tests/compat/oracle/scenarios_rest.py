@@ -452,6 +452,7 @@ SCENARIOS: list[Scenario] = [
         Call("GET", TX + "/positionStatsInPendingAck/{t}/{ns}/{topic}/sub/1/1",
              label="position stats in pending ack"),
         Call("POST", f"{TX}/transactionCoordinator/replicas", 2, label="scale coordinators"),
+        Call("POST", f"{TX}/abortTransaction/0/1", label="abort transaction"),
         Call("GET", f"{TX}/coordinatorInternalStats/0", label="coordinator internal stats"),
         # checks no coordinator: a loaded topic's buffer without one has no snapshot (404)
         Call("GET", TX + "/transactionBufferInternalStats/{t}/{ns}/{topic}",
