@@ -75,6 +75,14 @@ MAX_REPLAY_SCAN = 20_000  # positions examined per round without reading them (K
 #: Longest run of back-to-back rounds before the dispatcher yields to the event loop (s): with
 #: about 20 us of work per message and up to MAX_READ_ENTRIES per round, a few rounds.
 DISPATCH_SLICE_S = 0.002
+#: A yield whose loop turn took longer than this found other work: other connections' frames
+#: (publishes, FLOW, ACK) or the storage threads' completions.
+BUSY_TURN_S = 0.0001
+#: Then the dispatcher also pauses this long before its next slice (others get a third of the
+#: loop's time at least): an idle loop waits in the poller, which lets the storage writer
+#: threads (a publish's write) take the interpreter instead of waiting out its switch interval
+#: behind back-to-back slices.
+DISPATCH_PAUSE_S = 0.001
 
 
 class DispatchContext(Protocol):
@@ -284,8 +292,12 @@ class Dispatcher:
                     break
                 if clock() >= slice_end:
                     # let other connections' frames (publishes, FLOW, ACK) in: a herd of due
-                    # messages or a long backlog holds the loop for one slice at most
+                    # messages or a long backlog holds the loop for one slice at most, and
+                    # while others have work, for two thirds of the time at most
+                    turn = clock()
                     await asyncio.sleep(0)
+                    if clock() - turn > BUSY_TURN_S:
+                        await asyncio.sleep(DISPATCH_PAUSE_S)
                     slice_end = clock() + DISPATCH_SLICE_S
         except Exception:  # a failed read must not kill dispatching for good
             log.exception("dispatch failed on %s", self.sub.name)
