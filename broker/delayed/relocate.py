@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Protocol
 
@@ -67,13 +68,16 @@ async def relocate_held(
     ledger: ManagedLedger, holders: list[tuple[Holder, PendingAt]], *,
     up_to_ledger_id: int | None = None, readers: Iterable[Position] = (),
     max_ledgers: int = MAX_LEDGERS_PER_RUN, max_share: float = MAX_PENDING_SHARE,
+    min_delay_ms: int = 0, now_ms: int | None = None,
 ) -> list[int]:
     """Copy forward the pending entries of the sealed ledgers held only by them; the ledger
     ids copied (now trimmable). *holders*: one (cursor, pending) per durable subscription;
     *readers*: non-durable readers' positions (a ledger they have not passed is left alone);
     *up_to_ledger_id*: what retention keeps (None: nothing). A ledger whose pending share is
     *max_share* or more is passed over (it keeps little else); the walk stops at the first
-    ledger an entry of which is held by something else than a pending delayed message."""
+    ledger an entry of which is held by something else than a pending delayed message. A
+    ledger none of whose pending entries is due *min_delay_ms* or more after *now_ms* (default:
+    the wall clock) is passed over too: it frees itself soon."""
     if not holders or ledger.trim_blockers or ledger.closed:
         return []
     slowest_reader = min(readers, default=None)
@@ -103,6 +107,10 @@ async def relocate_held(
         pending_bytes = sum(len(d) for _, _, d in records)
         if info.entries and pending_bytes >= max_share * info.size_bytes:
             continue
+        if min_delay_ms > 0 and records:
+            now = int(time.time() * 1000) if now_ms is None else now_ms
+            if max(due for _, due, _ in records) < now + min_delay_ms:
+                continue  # all due soon: the ledger frees itself, a copy would be wasted
         # The acks that let the other entries go are made durable first (a restart must not
         # find one of them unacknowledged with its bytes gone); then the holds are checked
         # again (an entry handed out meanwhile has left its tracker: the walk stops).
@@ -209,8 +217,13 @@ class DelayedRelocator:
     def __init__(self, topic: RelocatedTopic,
                  subscriptions: Callable[[], Iterable[RelocatedSubscription]],
                  retention_bound: Callable[[], int | None],
-                 trim_now: Callable[[], Awaitable[None]]) -> None:
+                 trim_now: Callable[[], Awaitable[None]], *, enabled: bool = True,
+                 min_delay_ms: int = 0, interval_s: float = RELOCATE_INTERVAL_S) -> None:
         self._topic = topic
+        #: False: nothing is copied (copies made earlier are still released when acknowledged).
+        self.enabled = enabled
+        self._min_delay_ms = min_delay_ms
+        self._interval_s = interval_s
         self._subscriptions = subscriptions
         self._bound = retention_bound
         self._trim_now = trim_now
@@ -219,8 +232,8 @@ class DelayedRelocator:
         self.ledgers_relocated = 0
 
     def tick(self, now: float) -> None:
-        """Once a second (the topic's housekeeping): a run every RELOCATE_INTERVAL_S."""
-        if self.task is not None or now - self._last < RELOCATE_INTERVAL_S:
+        """Once a second (the topic's housekeeping): a run every *interval_s*."""
+        if self.task is not None or now - self._last < self._interval_s:
             return
         self._last = now
         self.task = self._topic.loop.create_task(self.run())
@@ -241,8 +254,10 @@ class DelayedRelocator:
                 holders.append((cursor, _pending_in(tracker)))  # type: ignore[arg-type]
             ledger = topic.ledger
             await release_acknowledged(ledger, (c for c, _ in holders))
+            if not self.enabled:
+                return
             done = await relocate_held(ledger, holders, up_to_ledger_id=self._bound(),
-                                       readers=readers)
+                                       readers=readers, min_delay_ms=self._min_delay_ms)
             if done:
                 self.ledgers_relocated += len(done)
                 await self._trim_now()
