@@ -20,7 +20,9 @@ and retention (the trimmer's bound). Each pending byte is written at most twice 
 one copy): copies are never copied again.
 
 Copies every subscription has acknowledged are released at each run (a side segment with no
-live entry left is deleted).
+live entry left is deleted): per relocated ledger, its live entry ids are intersected with each
+cursor's acknowledgements (mark-delete position and individual-ack bitmap), bitmap operations
+whose Python cost is one step per (relocated ledger, subscription), not one per copy.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Protocol
+
+from pyroaring import BitMap
 
 from broker.delayed.tracker import DelayedDeliveryTracker
 from protocol.errors import ProtocolError
@@ -174,14 +178,41 @@ async def _read_records(ledger: ManagedLedger, lid: int,
     return out if len(out) == len(held) else None
 
 
-async def release_acknowledged(ledger: ManagedLedger, holders: Iterable[Holder]) -> int:
+class Acker(Protocol):
+    """What the release asks of a subscription's cursor."""
+
+    @property
+    def mark_delete_position(self) -> Position: ...
+
+    def individually_deleted(self) -> dict[int, BitMap]: ...
+
+
+async def release_acknowledged(ledger: ManagedLedger, holders: Iterable[Acker]) -> int:
     """Drop the copies every subscription has acknowledged; the count dropped."""
-    cursors = list(holders)
-    relocated = ledger.relocated
-    if not len(relocated):
+    live_ids = ledger.relocated.live_ids()
+    if not any(live_ids.values()):
         return 0
-    done = [p for p in relocated.live_positions() if all(c.is_deleted(p) for c in cursors)]
-    return await relocated.release(done) if done else 0
+    cursors = [(c.mark_delete_position, c.individually_deleted()) for c in holders]
+    done: list[Position] = []
+    for lid, live in live_ids.items():
+        if not live:
+            continue
+        gone = BitMap(live)
+        for md, acked in cursors:
+            if md.ledger_id > lid or (md.ledger_id == lid and md.entry_id >= live.max()):
+                continue  # everything of lid acknowledged by this cursor
+            mine = acked.get(lid)
+            if md.ledger_id == lid and md.entry_id >= 0:
+                upto = BitMap(range(md.entry_id + 1))
+                mine = upto if mine is None else mine | upto
+            if mine is None:
+                gone = BitMap()
+                break
+            gone &= mine
+            if not gone:
+                break
+        done.extend(Position(lid, e) for e in gone)
+    return await ledger.relocated.release(done) if done else 0
 
 
 class RelocatedSubscription(Protocol):
@@ -244,6 +275,7 @@ class DelayedRelocator:
             if not topic.serving:
                 return
             holders: list[tuple[Holder, PendingAt]] = []
+            ackers: list[Acker] = []
             readers: list[Position] = []
             for sub in self._subscriptions():
                 cursor = sub.cursor
@@ -252,8 +284,9 @@ class DelayedRelocator:
                     continue
                 tracker = sub.delayed_tracker
                 holders.append((cursor, _pending_in(tracker)))  # type: ignore[arg-type]
+                ackers.append(cursor)  # type: ignore[arg-type]
             ledger = topic.ledger
-            await release_acknowledged(ledger, (c for c, _ in holders))
+            await release_acknowledged(ledger, ackers)
             if not self.enabled:
                 return
             done = await relocate_held(ledger, holders, up_to_ledger_id=self._bound(),

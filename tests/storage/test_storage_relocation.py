@@ -371,3 +371,38 @@ async def test_relocator_switched_off_copies_nothing(topic: Topic, enabled: bool
         assert relocator.ledgers_relocated == 0 and not trims
         assert len(t.ledger.relocated) == 0 and not list(t.ledger.relocated.directory.glob("*"))
         assert all(info.size_bytes > 0 for info in t.ledger.ledgers[:4])
+
+
+async def test_release_matches_every_cursors_acks_by_bitmaps(topic: Topic) -> None:
+    t = topic
+    other = await t.ledger.open_cursor("other", initial_position="earliest")
+    other.delete([p for p in t.data if p not in t.pending])
+    await t.cursor.flush()
+    await other.flush()
+    holders = [(t.cursor, lambda pos: pos in t.pending), (other, lambda pos: pos in t.pending)]
+    assert len(await relocate_held(t.ledger, holders)) == 4  # type: ignore[arg-type]
+    await t.ledger.trim()
+    relocated = t.ledger.relocated
+    pending = sorted(t.pending)
+    cursors = [t.cursor, other]
+
+    async def release_and_check() -> int:
+        before = set(relocated.live_positions())
+        acked = {p for p in before if all(c.is_deleted(p) for c in cursors)}
+        dropped = await release_acknowledged(t.ledger, cursors)
+        assert set(relocated.live_positions()) == before - acked
+        assert dropped == len(acked)
+        return dropped
+
+    t.cursor.delete(pending[:3] + pending[5:7])
+    other.delete([pending[1], pending[6]])
+    assert await release_and_check() == 2  # acked by one subscription only: kept
+    other.mark_delete(pending[2])  # cumulative ack in a ghost ledger
+    assert await release_and_check() == 2
+    t.cursor.mark_delete(pending[4])
+    assert await release_and_check() == 0  # the other subscription still holds pending[3:6]
+    other.mark_delete(pending[-1])
+    assert await release_and_check() == 3  # pending[7]: not acknowledged by the first one
+    t.cursor.delete([pending[7]])
+    assert await release_and_check() == 1
+    assert len(relocated) == 0 and not list(relocated.directory.glob("*.seg"))
