@@ -72,7 +72,7 @@ async def relocate_held(
     ledger: ManagedLedger, holders: list[tuple[Holder, PendingAt]], *,
     up_to_ledger_id: int | None = None, readers: Iterable[Position] = (),
     max_ledgers: int = MAX_LEDGERS_PER_RUN, max_share: float = MAX_PENDING_SHARE,
-    min_delay_ms: int = 0, now_ms: int | None = None,
+    min_delay_ms: int = 0, now_ms: int | None = None, near_due: set[int] | None = None,
 ) -> list[int]:
     """Copy forward the pending entries of the sealed ledgers held only by them; the ledger
     ids copied (now trimmable). *holders*: one (cursor, pending) per durable subscription;
@@ -81,7 +81,9 @@ async def relocate_held(
     *max_share* or more is passed over (it keeps little else); the walk stops at the first
     ledger an entry of which is held by something else than a pending delayed message. A
     ledger none of whose pending entries is due *min_delay_ms* or more after *now_ms* (default:
-    the wall clock) is passed over too: it frees itself soon."""
+    the wall clock) is passed over too: it frees itself soon. Such a ledger never becomes worth
+    copying (due times stay, holds only go): its id is added to *near_due*, and ledgers already
+    there are passed over without a look."""
     if not holders or ledger.trim_blockers or ledger.closed:
         return []
     slowest_reader = min(readers, default=None)
@@ -98,7 +100,7 @@ async def relocate_held(
             break
         if all(h.mark_delete_position >= last for h, _ in holders):
             continue  # consumed: the trimmer's own
-        if relocated.is_relocated(lid):
+        if relocated.is_relocated(lid) or (near_due is not None and lid in near_due):
             continue
         held = _held_entries(lid, info.entries, holders)
         if held is None:
@@ -114,6 +116,8 @@ async def relocate_held(
         if min_delay_ms > 0 and records:
             now = int(time.time() * 1000) if now_ms is None else now_ms
             if max(due for _, due, _ in records) < now + min_delay_ms:
+                if near_due is not None:
+                    near_due.add(lid)
                 continue  # all due soon: the ledger frees itself, a copy would be wasted
         # The acks that let the other entries go are made durable first (a restart must not
         # find one of them unacknowledged with its bytes gone); then the holds are checked
@@ -255,6 +259,8 @@ class DelayedRelocator:
         self.enabled = enabled
         self._min_delay_ms = min_delay_ms
         self._interval_s = interval_s
+        #: Ledgers passed over as due soon (never worth a copy later); pruned to the ledger list.
+        self._near_due: set[int] = set()
         self._subscriptions = subscriptions
         self._bound = retention_bound
         self._trim_now = trim_now
@@ -289,8 +295,10 @@ class DelayedRelocator:
             await release_acknowledged(ledger, ackers)
             if not self.enabled:
                 return
+            self._near_due.intersection_update(info.ledger_id for info in ledger.ledgers)
             done = await relocate_held(ledger, holders, up_to_ledger_id=self._bound(),
-                                       readers=readers, min_delay_ms=self._min_delay_ms)
+                                       readers=readers, min_delay_ms=self._min_delay_ms,
+                                       near_due=self._near_due)
             if done:
                 self.ledgers_relocated += len(done)
                 await self._trim_now()
