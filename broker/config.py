@@ -347,6 +347,17 @@ class BrokerConfig:
     delayed_delivery_fixed_delay_detection_lookahead: int = _opt(
         "delayedDeliveryFixedDelayDetectionLookahead", 50000,
         "In-memory tracker: lookahead for detecting a fixed delay (0 disables).")
+    delayed_delivery_relocation_enabled: bool = _opt(
+        "delayedDeliveryRelocationEnabled", True,
+        "Copy long-delayed pending messages forward so the ledgers they alone hold are trimmed "
+        "(false: such ledgers are kept, as Pulsar; copies already made are still released).")
+    delayed_delivery_relocation_min_delay_millis: int = _opt(
+        "delayedDeliveryRelocationMinDelayMillis", 300_000,
+        "A ledger is copied forward only if one of its pending delayed messages is due at "
+        "least this far (ms) ahead (nearer ones free the ledger soon by themselves).")
+    delayed_delivery_relocation_interval_seconds: int = _opt(
+        "delayedDeliveryRelocationIntervalSeconds", 30,
+        "Seconds between two copy-forward runs of one topic.")
 
     # --- metrics ----------------------------------------------------------------------------
     metrics_export_interval_seconds: int = _opt(
@@ -579,6 +590,7 @@ class BrokerConfig:
                                   "one of advertisedListeners")
         positive = ("max_message_size", "max_pending_publish_requests_per_connection",
                     "keep_alive_interval_seconds", "delayed_delivery_tick_time_millis",
+                    "delayed_delivery_relocation_interval_seconds",
                     "metrics_export_interval_seconds", "tls_cert_refresh_check_duration_sec",
                     "authentication_refresh_check_seconds", "handshake_timeout_seconds",
                     "broker_shutdown_timeout_ms", "disk_check_interval",
@@ -649,6 +661,9 @@ class BrokerConfig:
                      "max_pending_acks_per_subscription"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{KEY_OF_FIELD[name]} must be > 0, not {getattr(self, name)}")
+        if self.delayed_delivery_relocation_min_delay_millis < 0:
+            raise ConfigError("delayedDeliveryRelocationMinDelayMillis must be >= 0, not "
+                              f"{self.delayed_delivery_relocation_min_delay_millis}")
         if self.delayed_delivery_max_delay_in_millis < 0:
             raise ConfigError("delayedDeliveryMaxDelayInMillis must be >= 0 (0 = no limit), "
                               f"not {self.delayed_delivery_max_delay_in_millis}")

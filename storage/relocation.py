@@ -54,6 +54,8 @@ from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pyroaring import BitMap
+
 from storage.positions import Position
 
 __all__ = ["DEFAULT_WINDOW_MS", "HEADER", "Copied", "RelocatedEntries", "RelocatedState",
@@ -232,7 +234,10 @@ class RelocatedEntries:
         self._entries = state.entries
         self._segments = state.segments
         self._live: dict[str, int] = {}
-        for live in self._entries.values():
+        #: ledger id -> the entry ids with a live copy (for release by bitmap operations)
+        self._ids: dict[int, BitMap] = {}
+        for lid, live in self._entries.items():
+            self._ids[lid] = BitMap(live)
             for c in live.values():
                 self._live[c.segment] = self._live.get(c.segment, 0) + 1
         #: Ledgers whose own segment is gone (their state in the ledger list is a ghost).
@@ -269,6 +274,7 @@ class RelocatedEntries:
             self._pool, write_index, directory, ledger_id, entries, created_ms, placed, fsync)
         self.ledgers[ledger_id] = (entries, created_ms)
         self._entries[ledger_id] = placed
+        self._ids[ledger_id] = BitMap(placed)
         self._segments.update(sizes)
         for c in placed.values():
             self._live[c.segment] = self._live.get(c.segment, 0) + 1
@@ -302,6 +308,7 @@ class RelocatedEntries:
             if c is None:
                 continue
             dropped += 1
+            self._ids[pos.ledger_id].discard(pos.entry_id)
             left = self._live[c.segment] - 1
             if left:
                 self._live[c.segment] = left
@@ -316,12 +323,17 @@ class RelocatedEntries:
     def live_positions(self) -> list[Position]:
         return [Position(lid, e) for lid, live in self._entries.items() for e in live]
 
+    def live_ids(self) -> dict[int, BitMap]:
+        """Ledger id -> entry ids with a live copy (the stored bitmaps: do not change them)."""
+        return self._ids
+
     async def forget_ledger(self, ledger_id: int) -> None:
         """The ghost left the ledger list (every cursor is past it): its index and any segment
         still holding its entries go."""
         await self.release([Position(ledger_id, e) for e in list(self._entries.get(ledger_id, ()))])
         self.ledgers.pop(ledger_id, None)
         self._entries.pop(ledger_id, None)
+        self._ids.pop(ledger_id, None)
         self.ghosts.discard(ledger_id)
         await self._loop.run_in_executor(
             self._pool, _unlink, [self.directory / f"{ledger_id}.idx"])

@@ -43,6 +43,10 @@ class StorageStats:
     # managed ledgers
     open_ledgers: int
     fenced_ledgers: int
+    # copy-forward of long-delayed entries (storage/relocation.py), over open managed ledgers
+    relocated_entries: int = 0
+    relocated_bytes: int = 0
+    relocated_ledgers: int = 0
 
     def as_dict(self) -> dict[str, int | float | bool]:
         return asdict(self)

@@ -396,6 +396,9 @@ class SegmentStore:
             disk_usage=self.disk.usage,
             open_ledgers=len(ledgers),
             fenced_ledgers=sum(1 for ml in ledgers if ml.fenced),
+            relocated_entries=sum(len(ml.relocated) for ml in ledgers),
+            relocated_bytes=sum(ml.relocated.size_bytes for ml in ledgers),
+            relocated_ledgers=sum(len(ml.relocated.ghosts) for ml in ledgers),
         )
 
     def health_problems(self) -> list[str]:

@@ -20,15 +20,20 @@ and retention (the trimmer's bound). Each pending byte is written at most twice 
 one copy): copies are never copied again.
 
 Copies every subscription has acknowledged are released at each run (a side segment with no
-live entry left is deleted).
+live entry left is deleted): per relocated ledger, its live entry ids are intersected with each
+cursor's acknowledgements (mark-delete position and individual-ack bitmap), bitmap operations
+whose Python cost is one step per (relocated ledger, subscription), not one per copy.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Protocol
+
+from pyroaring import BitMap
 
 from broker.delayed.tracker import DelayedDeliveryTracker
 from protocol.errors import ProtocolError
@@ -67,13 +72,18 @@ async def relocate_held(
     ledger: ManagedLedger, holders: list[tuple[Holder, PendingAt]], *,
     up_to_ledger_id: int | None = None, readers: Iterable[Position] = (),
     max_ledgers: int = MAX_LEDGERS_PER_RUN, max_share: float = MAX_PENDING_SHARE,
+    min_delay_ms: int = 0, now_ms: int | None = None, near_due: set[int] | None = None,
 ) -> list[int]:
     """Copy forward the pending entries of the sealed ledgers held only by them; the ledger
     ids copied (now trimmable). *holders*: one (cursor, pending) per durable subscription;
     *readers*: non-durable readers' positions (a ledger they have not passed is left alone);
     *up_to_ledger_id*: what retention keeps (None: nothing). A ledger whose pending share is
     *max_share* or more is passed over (it keeps little else); the walk stops at the first
-    ledger an entry of which is held by something else than a pending delayed message."""
+    ledger an entry of which is held by something else than a pending delayed message. A
+    ledger none of whose pending entries is due *min_delay_ms* or more after *now_ms* (default:
+    the wall clock) is passed over too: it frees itself soon. Such a ledger never becomes worth
+    copying (due times stay, holds only go): its id is added to *near_due*, and ledgers already
+    there are passed over without a look."""
     if not holders or ledger.trim_blockers or ledger.closed:
         return []
     slowest_reader = min(readers, default=None)
@@ -90,7 +100,7 @@ async def relocate_held(
             break
         if all(h.mark_delete_position >= last for h, _ in holders):
             continue  # consumed: the trimmer's own
-        if relocated.is_relocated(lid):
+        if relocated.is_relocated(lid) or (near_due is not None and lid in near_due):
             continue
         held = _held_entries(lid, info.entries, holders)
         if held is None:
@@ -103,6 +113,12 @@ async def relocate_held(
         pending_bytes = sum(len(d) for _, _, d in records)
         if info.entries and pending_bytes >= max_share * info.size_bytes:
             continue
+        if min_delay_ms > 0 and records:
+            now = int(time.time() * 1000) if now_ms is None else now_ms
+            if max(due for _, due, _ in records) < now + min_delay_ms:
+                if near_due is not None:
+                    near_due.add(lid)
+                continue  # all due soon: the ledger frees itself, a copy would be wasted
         # The acks that let the other entries go are made durable first (a restart must not
         # find one of them unacknowledged with its bytes gone); then the holds are checked
         # again (an entry handed out meanwhile has left its tracker: the walk stops).
@@ -166,14 +182,41 @@ async def _read_records(ledger: ManagedLedger, lid: int,
     return out if len(out) == len(held) else None
 
 
-async def release_acknowledged(ledger: ManagedLedger, holders: Iterable[Holder]) -> int:
+class Acker(Protocol):
+    """What the release asks of a subscription's cursor."""
+
+    @property
+    def mark_delete_position(self) -> Position: ...
+
+    def individually_deleted(self) -> dict[int, BitMap]: ...
+
+
+async def release_acknowledged(ledger: ManagedLedger, holders: Iterable[Acker]) -> int:
     """Drop the copies every subscription has acknowledged; the count dropped."""
-    cursors = list(holders)
-    relocated = ledger.relocated
-    if not len(relocated):
+    live_ids = ledger.relocated.live_ids()
+    if not any(live_ids.values()):
         return 0
-    done = [p for p in relocated.live_positions() if all(c.is_deleted(p) for c in cursors)]
-    return await relocated.release(done) if done else 0
+    cursors = [(c.mark_delete_position, c.individually_deleted()) for c in holders]
+    done: list[Position] = []
+    for lid, live in live_ids.items():
+        if not live:
+            continue
+        gone = BitMap(live)
+        for md, acked in cursors:
+            if md.ledger_id > lid or (md.ledger_id == lid and md.entry_id >= live.max()):
+                continue  # everything of lid acknowledged by this cursor
+            mine = acked.get(lid)
+            if md.ledger_id == lid and md.entry_id >= 0:
+                upto = BitMap(range(md.entry_id + 1))
+                mine = upto if mine is None else mine | upto
+            if mine is None:
+                gone = BitMap()
+                break
+            gone &= mine
+            if not gone:
+                break
+        done.extend(Position(lid, e) for e in gone)
+    return await ledger.relocated.release(done) if done else 0
 
 
 class RelocatedSubscription(Protocol):
@@ -209,8 +252,15 @@ class DelayedRelocator:
     def __init__(self, topic: RelocatedTopic,
                  subscriptions: Callable[[], Iterable[RelocatedSubscription]],
                  retention_bound: Callable[[], int | None],
-                 trim_now: Callable[[], Awaitable[None]]) -> None:
+                 trim_now: Callable[[], Awaitable[None]], *, enabled: bool = True,
+                 min_delay_ms: int = 0, interval_s: float = RELOCATE_INTERVAL_S) -> None:
         self._topic = topic
+        #: False: nothing is copied (copies made earlier are still released when acknowledged).
+        self.enabled = enabled
+        self._min_delay_ms = min_delay_ms
+        self._interval_s = interval_s
+        #: Ledgers passed over as due soon (never worth a copy later); pruned to the ledger list.
+        self._near_due: set[int] = set()
         self._subscriptions = subscriptions
         self._bound = retention_bound
         self._trim_now = trim_now
@@ -219,8 +269,8 @@ class DelayedRelocator:
         self.ledgers_relocated = 0
 
     def tick(self, now: float) -> None:
-        """Once a second (the topic's housekeeping): a run every RELOCATE_INTERVAL_S."""
-        if self.task is not None or now - self._last < RELOCATE_INTERVAL_S:
+        """Once a second (the topic's housekeeping): a run every *interval_s*."""
+        if self.task is not None or now - self._last < self._interval_s:
             return
         self._last = now
         self.task = self._topic.loop.create_task(self.run())
@@ -231,6 +281,7 @@ class DelayedRelocator:
             if not topic.serving:
                 return
             holders: list[tuple[Holder, PendingAt]] = []
+            ackers: list[Acker] = []
             readers: list[Position] = []
             for sub in self._subscriptions():
                 cursor = sub.cursor
@@ -239,10 +290,15 @@ class DelayedRelocator:
                     continue
                 tracker = sub.delayed_tracker
                 holders.append((cursor, _pending_in(tracker)))  # type: ignore[arg-type]
+                ackers.append(cursor)  # type: ignore[arg-type]
             ledger = topic.ledger
-            await release_acknowledged(ledger, (c for c, _ in holders))
+            await release_acknowledged(ledger, ackers)
+            if not self.enabled:
+                return
+            self._near_due.intersection_update(info.ledger_id for info in ledger.ledgers)
             done = await relocate_held(ledger, holders, up_to_ledger_id=self._bound(),
-                                       readers=readers)
+                                       readers=readers, min_delay_ms=self._min_delay_ms,
+                                       near_due=self._near_due)
             if done:
                 self.ledgers_relocated += len(done)
                 await self._trim_now()

@@ -12,7 +12,9 @@ Counters (exposed with ``_total``): fsyncs, failed fsyncs, group commits, corrup
 truncated bytes, dropped entries, corrupt cursor files, cursor fallbacks, cursor save
 failures, read-only entries, appends refused while read-only. Gauges: read-only (0/1), disk
 usage ratio, oldest unsaved acknowledgement age (s), cursors failing to save now, topics
-whose trimming is suspended, fenced managed ledgers, open managed ledgers, entry-cache bytes.
+whose trimming is suspended, fenced managed ledgers, open managed ledgers, entry-cache bytes,
+and the copy-forward of long-delayed messages (broker/delayed/relocate.py): pending entries
+held in side files, their bytes, ledgers trimmed while still held (kept as ghosts).
 """
 
 from __future__ import annotations
@@ -62,6 +64,13 @@ STORAGE_GAUGES: dict[str, tuple[str, str]] = {
                                      "failure"),
     "horae_storage_open_ledgers": ("open_ledgers", "Open managed ledgers"),
     "horae_storage_cache_bytes": ("cache_bytes", "Bytes in the entry cache"),
+    "horae_storage_relocated_entries": ("relocated_entries", "Pending delayed entries copied "
+                                        "forward into side files (their ledgers trimmed or "
+                                        "trimmable)"),
+    "horae_storage_relocated_bytes": ("relocated_bytes", "Bytes of the side files holding "
+                                      "copied-forward delayed entries"),
+    "horae_storage_relocated_ledgers": ("relocated_ledgers", "Ledgers trimmed while still held "
+                                        "by pending delayed entries (served from their copies)"),
 }
 
 

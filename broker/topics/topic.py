@@ -184,8 +184,12 @@ class Topic:
             self, host.config.broker_deduplication_max_number_of_producers)
         self.trimmer = LedgerTrimmer(self)
         #: Copies long-delayed messages forward so the ledgers they hold can be trimmed.
-        self.relocator = DelayedRelocator(self, self.subscriptions.values, self.trimmer.bound,
-                                          self.trimmer.trim_now)
+        cfg = host.config
+        self.relocator = DelayedRelocator(
+            self, self.subscriptions.values, self.trimmer.bound, self.trimmer.trim_now,
+            enabled=cfg.delayed_delivery_relocation_enabled,
+            min_delay_ms=cfg.delayed_delivery_relocation_min_delay_millis,
+            interval_s=cfg.delayed_delivery_relocation_interval_seconds)
         self.compaction = TopicCompaction(self, host.metadata)
         self.termination = Termination(host.metadata, self.full)
         interceptors = host.config.entry_metadata_interceptors

@@ -164,6 +164,8 @@ def test_a_misspelt_word_is_still_a_typo(tmp_path: pathlib.Path, key: str, meant
     ("brokerServicePort=port", "must be int, not 'port'"),
     ("journalSyncData=maybe", "must be bool, not 'maybe'"),
     ("brokerServicePort=70000", "must be a port number"),
+    ("delayedDeliveryRelocationMinDelayMillis=-1", "must be >= 0"),
+    ("delayedDeliveryRelocationIntervalSeconds=0", "must be > 0"),
 ])
 def test_bad_broker_conf_values_name_the_key(tmp_path: pathlib.Path, line: str,
                                              wanted: str) -> None:

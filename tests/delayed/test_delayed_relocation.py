@@ -27,6 +27,7 @@ CONFIG = {
     "managedLedgerMaxEntriesPerLedger": 5,
     "delayedDeliveryTickTimeMillis": 10,
     "isDelayedDeliveryDeliverAtTimeStrict": True,
+    "delayedDeliveryRelocationMinDelayMillis": 0,  # the messages here are due in seconds
 }
 BUCKET = {
     "delayedDeliveryTrackerFactoryClassName": "bucket",

@@ -9,13 +9,14 @@ point: after the copy (no index), after the index (ledger not yet deleted), afte
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
-from broker.delayed.relocate import release_acknowledged, relocate_held
+from broker.delayed.relocate import DelayedRelocator, release_acknowledged, relocate_held
 from protocol import pulsar_pb as pb
 from protocol.metadata import encode_entry, peek_dispatch
 from storage import SegmentStore
@@ -306,3 +307,106 @@ async def test_a_damaged_copy_is_never_served(topic: Topic) -> None:
     got = await read_all(t.ledger)
     assert victim not in got
     assert pending_of(t, got) == {p: t.data[p] for p in t.pending if p != victim}
+
+
+async def test_ledger_whose_pending_entries_fall_due_soon_is_passed_over(topic: Topic) -> None:
+    t = topic
+    ids = [info.ledger_id for info in t.ledger.ledgers[:4]]
+    # Latest due per ledger: DUE + 4 h, DUE + 2 h, DUE + 4 h, DUE + 4 h (entry(i)).
+    assert not await relocate_held(t.ledger, t.holders(), now_ms=DUE,
+                                   min_delay_ms=5 * 3_600_000)
+    assert len(t.ledger.relocated) == 0
+    near_due: set[int] = set()
+    done = await relocate_held(t.ledger, t.holders(), now_ms=DUE, min_delay_ms=3 * 3_600_000,
+                               near_due=near_due)
+    assert done == [ids[0], ids[2], ids[3]] and near_due == {ids[1]}
+    # Remembered: passed over later without a look, whatever the threshold.
+    assert not await relocate_held(t.ledger, t.holders(), near_due=near_due)
+    stats = t.store.stats()
+    assert (stats.relocated_entries, stats.relocated_ledgers) == (6, 0)
+    assert await t.ledger.trim() == done
+    assert t.ledger.ledgers[1].size_bytes > 0  # the near-due ledger keeps its segment
+    stats = t.store.stats()
+    assert (stats.relocated_entries, stats.relocated_ledgers) == (6, 3)
+    assert stats.relocated_bytes == t.ledger.relocated.size_bytes > 6 * 200
+    got = await read_all(t.ledger)
+    assert pending_of(t, got) == {p: t.data[p] for p in t.pending}
+
+
+class _Tracker:
+    def __init__(self, pending: set[Position]) -> None:
+        self.pending = pending
+
+    def contains(self, pos: Position) -> bool:
+        return pos in self.pending
+
+
+class _Sub:
+    durable = True
+
+    def __init__(self, t: Topic) -> None:
+        self.cursor = t.cursor
+        self.delayed_tracker = _Tracker(t.pending)
+
+
+class _Host:
+    serving = True
+    full = NAME
+
+    def __init__(self, t: Topic) -> None:
+        self.ledger = t.ledger
+        self.loop = asyncio.get_running_loop()
+
+
+@pytest.mark.parametrize("enabled", [False, True])
+async def test_relocator_switched_off_copies_nothing(topic: Topic, enabled: bool) -> None:
+    t = topic
+    trims: list[int] = []
+
+    async def trim_now() -> None:
+        trims.append(len(await t.ledger.trim()))
+
+    relocator = DelayedRelocator(_Host(t), lambda: [_Sub(t)], lambda: None,  # type: ignore[arg-type]
+                                 trim_now, enabled=enabled, min_delay_ms=0)
+    await relocator.run()
+    if enabled:
+        assert relocator.ledgers_relocated == 4 and trims == [4]
+    else:
+        assert relocator.ledgers_relocated == 0 and not trims
+        assert len(t.ledger.relocated) == 0 and not list(t.ledger.relocated.directory.glob("*"))
+        assert all(info.size_bytes > 0 for info in t.ledger.ledgers[:4])
+
+
+async def test_release_matches_every_cursors_acks_by_bitmaps(topic: Topic) -> None:
+    t = topic
+    other = await t.ledger.open_cursor("other", initial_position="earliest")
+    other.delete([p for p in t.data if p not in t.pending])
+    await t.cursor.flush()
+    await other.flush()
+    holders = [(t.cursor, lambda pos: pos in t.pending), (other, lambda pos: pos in t.pending)]
+    assert len(await relocate_held(t.ledger, holders)) == 4  # type: ignore[arg-type]
+    await t.ledger.trim()
+    relocated = t.ledger.relocated
+    pending = sorted(t.pending)
+    cursors = [t.cursor, other]
+
+    async def release_and_check() -> int:
+        before = set(relocated.live_positions())
+        acked = {p for p in before if all(c.is_deleted(p) for c in cursors)}
+        dropped = await release_acknowledged(t.ledger, cursors)
+        assert set(relocated.live_positions()) == before - acked
+        assert dropped == len(acked)
+        return dropped
+
+    t.cursor.delete(pending[:3] + pending[5:7])
+    other.delete([pending[1], pending[6]])
+    assert await release_and_check() == 2  # acked by one subscription only: kept
+    other.mark_delete(pending[2])  # cumulative ack in a ghost ledger
+    assert await release_and_check() == 2
+    t.cursor.mark_delete(pending[4])
+    assert await release_and_check() == 0  # the other subscription still holds pending[3:6]
+    other.mark_delete(pending[-1])
+    assert await release_and_check() == 3  # pending[7]: not acknowledged by the first one
+    t.cursor.delete([pending[7]])
+    assert await release_and_check() == 1
+    assert len(relocated) == 0 and not list(relocated.directory.glob("*.seg"))
