@@ -20,9 +20,17 @@ it). Every immutable bucket serves at most one segment at a time, in segment ord
   kept (``bucket.skip`` counts what was taken, and the segment's first time becomes that of
   the rest); the rest is read again when its turn comes, so a segment of five minutes of dense
   deliver times is not held whole. Deliver times stay exact to the millisecond;
-- a segment read early (recovery reads every bucket's first segment to apply the CANCEL
-  indexes older snapshots put there; a merge writes the merged bucket's first one) is parked
-  again when it is not due soon. Applying a CANCEL twice is harmless.
+- a segment read early (recovery of a store of an older version reads every bucket's first
+  segment to apply the CANCEL indexes its snapshots put there; a merge writes the merged
+  bucket's first one) is parked again when it is not due soon. Applying a CANCEL twice is
+  harmless;
+- recovery of a store without such CANCELs (:meth:`load_first_segments`) puts every bucket in
+  ``loading`` at its first time and reads first segments in the background, earliest first,
+  a bounded number at a time, parking those not due soon without reading them: the bucket due
+  soonest serves after one read.
+
+Segments are decoded in the executor (protobuf parsing of thousands of indexes is CPU work),
+never on the event loop.
 
 Until a bucket's snapshot is durable its segments are served from memory
 (``bucket.mem_segments``) by the same rules. Everything runs on the event loop thread; reads
@@ -35,7 +43,9 @@ import asyncio
 import logging
 import time
 from bisect import bisect_left, bisect_right
+from collections import deque
 from collections.abc import Callable, Coroutine
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -94,8 +104,10 @@ class SegmentLoader:
                  loop: asyncio.AbstractEventLoop, ops: SnapshotOps,
                  horizon: Callable[[], int], retry: RetryDelays,
                  spawn: Callable[[Coroutine[Any, Any, None]], object],
-                 finish: Callable[[ImmutableBucket], None]) -> None:
+                 finish: Callable[[ImmutableBucket], None],
+                 executor: Executor | None = None) -> None:
         self._buckets = buckets
+        self._executor = executor
         self._store = store
         self._on_change = on_change
         self._loop = loop
@@ -177,12 +189,39 @@ class SegmentLoader:
         assert bucket.snapshot_id is not None
         started = time.monotonic()
         try:
-            segment = decode_segment(await self._store.load_segment(bucket.snapshot_id, number))
+            data = await self._store.load_segment(bucket.snapshot_id, number)
+            segment = await self._loop.run_in_executor(self._executor, decode_segment, data)
         except Exception:
             self._ops.record("load", False)
             raise
         self._ops.record("load", True, started)
         return segment
+
+    async def load_first_segments(self, buckets: list[ImmutableBucket], readers: int) -> None:
+        """Recovery without segment CANCELs: ``buckets`` (in first-time order) all sit in
+        ``loading`` at their first time; read their first segments in that order, ``readers``
+        at a time, and park those not due soon unread."""
+        order = deque(buckets)
+
+        async def reader() -> None:
+            while order and not self.closed:
+                bucket = order.popleft()
+                if (not bucket.alive or bucket.loaded is not None or bucket.next_segment != 1
+                        or bucket in self._in_flight):
+                    continue                        # merged, retired or loaded meanwhile
+                if bucket.remaining <= 0 or not bucket.has_unloaded_segments():
+                    self._buckets.loading.pop(bucket, None)
+                    self.advance(bucket)
+                elif bucket.next_min_ts > self._horizon():
+                    self._buckets.loading.pop(bucket, None)
+                    self._buckets.park(bucket)
+                    self._on_change()
+                else:
+                    self._buckets.loading[bucket] = bucket.next_min_ts
+                    self._in_flight.add(bucket)
+                    await self._load_next(bucket)
+
+        await asyncio.gather(*(reader() for _ in range(max(min(readers, len(order)), 1))))
 
     async def _load_next(self, bucket: ImmutableBucket) -> None:
         number, skip = bucket.next_segment, bucket.skip
