@@ -164,7 +164,7 @@ async def recover(root: Path, pending: int, per_bucket: int, cancel_every: int, 
         if not batch and t.sealed.loading:
             due.clear()              # a first segment is on its way: woken when it is in
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(due.wait(), 0.02)
+                await asyncio.wait_for(due.wait(), 0.2)
             continue
         if not batch:
             await t.wait_idle()

@@ -64,6 +64,10 @@ LATENCY_BOUNDS_MS: Final = (50, 100, 500, 1000, 5000, 30000, 60000)
 #: (loads take milliseconds; the margin keeps them ahead of the due time under load).
 PRELOAD_MS: Final = 30_000
 
+#: While recovery loads first segments in the background, the tracker is told of new ones at
+#: most this often (seconds; the first at once).
+RECOVERY_NOTIFY_S: Final = 0.02
+
 
 @dataclass(frozen=True, slots=True)
 class RetryDelays:
@@ -117,6 +121,8 @@ class SegmentLoader:
         self._spawn = spawn
         self._finish = finish
         self._in_flight: set[ImmutableBucket] = set()   # a segment read is running
+        self._notify_handle: asyncio.TimerHandle | None = None
+        self._notify_pending = False
         self.closed = False
 
     def segment_done(self, loaded: LoadedSegment) -> None:
@@ -219,11 +225,28 @@ class SegmentLoader:
                 else:
                     self._buckets.loading[bucket] = bucket.next_min_ts
                     self._in_flight.add(bucket)
-                    await self._load_next(bucket)
+                    await self._load_next(bucket, self._notify_soon)
 
         await asyncio.gather(*(reader() for _ in range(max(min(readers, len(order)), 1))))
 
-    async def _load_next(self, bucket: ImmutableBucket) -> None:
+    def _notify_soon(self) -> None:
+        """``on_change`` now, then at most once per :data:`RECOVERY_NOTIFY_S` while recovery
+        loads first segments: each wake-up has the tracker look over every loaded segment,
+        thousands of them here."""
+        if self._notify_handle is None:
+            self._on_change()
+            self._notify_handle = self._loop.call_later(RECOVERY_NOTIFY_S, self._notified)
+        else:
+            self._notify_pending = True
+
+    def _notified(self) -> None:
+        self._notify_handle = None
+        if self._notify_pending and not self.closed:
+            self._notify_pending = False
+            self._notify_soon()
+
+    async def _load_next(self, bucket: ImmutableBucket,
+                         notify: Callable[[], None] | None = None) -> None:
         number, skip = bucket.next_segment, bucket.skip
         try:
             segment = await self.fetch(bucket, number)
@@ -240,7 +263,7 @@ class SegmentLoader:
             self._buckets.loading.pop(bucket, None)
             return
         self.install(bucket, segment)
-        self._on_change()
+        (notify or self._on_change)()
 
     def retry_load(self, bucket: ImmutableBucket) -> None:
         if bucket.alive and not self.closed and bucket.loaded is None:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from delayed_testlib import T0, DueCounter, ManualClock
+from waiting import wait_until_async
 
 from broker.delayed.bucket import BucketDelayedDeliveryTracker, parse_bucket_key
 from broker.delayed.packed import POSITION_BITS
@@ -147,12 +148,12 @@ async def test_new_format_serves_after_metadata_earliest_bucket_first(tmp_path: 
     first_bucket_due = [p for p in same_bucket if p not in (cancelled, acked)]
     clock.now_ms = deliver_at[same_bucket[-1]]
     got: list[Position] = []
-    for _ in range(1_000):                      # bounded: the one open read lands
-        await asyncio.sleep(0)
-        for ledger_id, entry_id in t2.get_scheduled(100):
-            got.append(Position(ledger_id, entry_id))
-        if len(got) >= len(first_bucket_due):
-            break
+
+    def take() -> bool:                         # the one open read lands
+        got.extend(Position(*p) for p in t2.get_scheduled(100))
+        return len(got) >= len(first_bucket_due)
+
+    await wait_until_async(take, timeout_s=60)
     assert sorted(got) == sorted(first_bucket_due), "earliest bucket not served early"
     assert cancelled not in got and acked not in got
     assert gated.segment_reads[0] in gated.open_ids, "earliest-due bucket not read first"
