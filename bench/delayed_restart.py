@@ -2,7 +2,7 @@
 every bucket is known, on the real segment store.
 
 Usage: .venv/bin/python bench/delayed_restart.py [--pending 1000000] [--per-bucket 500]
-           [--reads 16,1] [--cancel-every 10]
+           [--reads 16,1] [--cancel-every 10] [--old-format] [--compare-with CHECKOUT]
 
 This is the *store-building path*: it does not publish through a client. Positions are fed to
 the bucket tracker directly (``--per-bucket`` indexes per ledger, so per bucket), the tracker
@@ -14,13 +14,19 @@ properties) and, in a fresh child process per ``--reads`` value, reopens the sto
 
 - ``first due``: from the store's open to the first due position handed out (messages due
   while "down": the earliest bucket's times are in the past);
-- ``index serving``: until ``recover()`` returned (every bucket's metadata and first segment);
+- ``index serving``: until ``recover()`` returned: every bucket's metadata read (a store of
+  the current format), or every metadata and first segment (``--old-format``: a store built
+  without the snapshot format property, as an older version leaves it, recovered the safe way);
+- ``first segments in``: until every bucket's first segment is loaded (or parked, not due soon);
 - ``catch-up p99``: of the positions due while down, the time from the first hand-out to
   each one's hand-out, p99 (ms);
 - early / lost / duplicate / acknowledged handed out again, over the whole drain.
 
 ``--reads`` sets how many snapshot reads recovery keeps in flight (``RECOVERY_READS``); 1 is
-one read after another. The end-to-end kill -9 of a broker process with the official client is
+one read after another. ``--compare-with CHECKOUT`` runs the same recovery and drain (this
+script) with another checkout's broker code on a copy of the same store: paired before/after.
+The drain never waits for background reads before asking for due positions (as a dispatcher
+woken by ``on_due``). The end-to-end kill -9 of a broker process with the official client is
 ``bench/delayed_e2e.py --kill9``.
 """
 
@@ -28,7 +34,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -36,9 +44,11 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-if sys.path and Path(sys.path[0]).resolve() == ROOT / "bench":
+HERE = Path(__file__).resolve().parent.parent
+if sys.path and Path(sys.path[0]).resolve() == HERE / "bench":
     del sys.path[0]                  # bench/storage.py would shadow the storage package
+#: the checkout whose broker code runs (``--compare-with`` sets it for the other checkout)
+ROOT = Path(os.environ.get("HORAE_BENCH_ROOT", str(HERE))).resolve()
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
@@ -51,7 +61,8 @@ def deliver_at(i: int, base: int) -> int:
     return base - SPREAD_MS // 100 + (i * 2_654_435_761) % SPREAD_MS
 
 
-async def build(root: Path, pending: int, per_bucket: int, cancel_every: int, base: int) -> None:
+async def build(root: Path, pending: int, per_bucket: int, cancel_every: int, base: int,
+                old_format: bool) -> None:
     from broker.delayed.bucket import BucketDelayedDeliveryTracker
     from storage import SegmentStore
     from storage.config import StorageConfig
@@ -65,6 +76,8 @@ async def build(root: Path, pending: int, per_bucket: int, cancel_every: int, ba
         on_due=lambda: None, loop=asyncio.get_running_loop(),
         clock_ms=lambda: base - SPREAD_MS,      # when published, nothing was due yet
         min_index_count_per_bucket=per_bucket)
+    if not old_format:
+        await t.recover()               # as a broker does on every subscription it opens
     started = time.perf_counter()
     acked = []
     starts: dict[int, int] = {}         # ledger id -> index of its entry 0
@@ -114,19 +127,22 @@ async def recover(root: Path, pending: int, per_bucket: int, cancel_every: int, 
     cursor = await ledger.open_cursor("sub")
     cursor.read_position = Position(sealed_to + 1, 0)
     now = [base + 1]
+    due = asyncio.Event()
     t = BucketDelayedDeliveryTracker(
         cursor=cursor, snapshots=store.snapshots, tick_time_ms=1, strict=True,
-        on_due=lambda: None, loop=asyncio.get_running_loop(), clock_ms=lambda: now[0],
+        on_due=due.set, loop=asyncio.get_running_loop(), clock_ms=lambda: now[0],
         min_index_count_per_bucket=per_bucket)
     await t.recover()
     serving = time.perf_counter() - t0
+    segments_in = None
     seen = bytearray(pending)        # one byte per message: 10M fit where sets would not
     early = dup = acked_out = 0
     first_due = None
     catch_up: list[float] = []
     drained = False
     while True:                      # everything due while down, then the clock runs forward
-        await t.wait_idle()
+        if segments_in is None and not t.sealed.loading:
+            segments_in = time.perf_counter() - t0
         batch = t.get_scheduled(10_000)
         for ledger_id, entry_id in batch:
             i = starts[ledger_id] + entry_id
@@ -145,7 +161,15 @@ async def recover(root: Path, pending: int, per_bucket: int, cancel_every: int, 
                 catch_up.append((at - first_at) * 1000)
         if drain_s and time.perf_counter() - t0 > drain_s:
             break                    # the drain was cut short: nothing is counted lost
+        if not batch and t.sealed.loading:
+            due.clear()              # a first segment is on its way: woken when it is in
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(due.wait(), 0.2)
+            continue
         if not batch:
+            await t.wait_idle()
+            if t.has_message_available():
+                continue
             if now[0] > base + SPREAD_MS:
                 drained = True
                 break
@@ -155,6 +179,7 @@ async def recover(root: Path, pending: int, per_bucket: int, cancel_every: int, 
                ) if drained else None
     catch_up.sort()
     return {"reads": reads, "index_serving_s": round(serving, 3),
+            "first_segments_in_s": round(segments_in, 3) if segments_in is not None else None,
             "first_due_s": round(first_due, 3) if first_due is not None else None,
             "catch_up_n": len(catch_up),
             "catch_up_p99_ms": round(catch_up[int(len(catch_up) * 0.99) - 1], 1)
@@ -170,8 +195,11 @@ def main() -> None:
     p.add_argument("--reads", default="16,1")
     p.add_argument("--cancel-every", type=int, default=10, dest="cancel_every")
     p.add_argument("--compare-with", dest="compare_with",
-                   help="another checkout of the project (with this script copied into its "
-                        "bench/): its recovery runs on a copy of the same store too")
+                   help="another checkout of the project: this recovery with its broker code "
+                        "runs on a copy of the same store too")
+    p.add_argument("--old-format", action="store_true", dest="old_format",
+                   help="build the store without the snapshot format property (an older "
+                        "version's store: recovery takes the safe path)")
     p.add_argument("--drain-s", type=float, default=0.0, dest="drain_s",
                    help="stop draining after this many seconds (lost is then not counted)")
     p.add_argument("--child", help=argparse.SUPPRESS)
@@ -180,7 +208,7 @@ def main() -> None:
         root, reads, base = args.child.split(",")
         if reads == "0":
             asyncio.run(build(Path(root), args.pending, args.per_bucket, args.cancel_every,
-                              int(base)))
+                              int(base), args.old_format))
             return
         r = asyncio.run(recover(Path(root), args.pending, args.per_bucket, args.cancel_every,
                                 int(base), int(reads), args.drain_s))
@@ -191,19 +219,21 @@ def main() -> None:
         root = Path(tmp)
         subprocess.run([sys.executable, __file__, "--pending", str(args.pending), "--per-bucket",
                         str(args.per_bucket), "--cancel-every", str(args.cancel_every),
-                        "--child", f"{root / 'built'},0,{base}"], check=True)
-        runs = [(int(x), __file__, "") for x in args.reads.split(",")]
+                        *(["--old-format"] if args.old_format else []),
+                        "--child", f"{root / 'built'},0,{base}"], check=True,
+                       env={**os.environ, "HORAE_BENCH_ROOT": str(HERE)})
+        runs = [(int(x), str(HERE), "") for x in args.reads.split(",")]
         if args.compare_with:
-            runs.append((16, str(Path(args.compare_with) / "bench" / "delayed_restart.py"),
-                         f" ({args.compare_with})"))
-        for reads, script, label in runs:
+            runs.append((16, str(Path(args.compare_with).resolve()), f" ({args.compare_with})"))
+        for reads, code, label in runs:
             run = Path(tmp) / f"run-{reads}"
             shutil.copytree(root / "built", run)
-            out = subprocess.run([sys.executable, script, "--pending", str(args.pending),
+            out = subprocess.run([sys.executable, __file__, "--pending", str(args.pending),
                                   "--per-bucket", str(args.per_bucket), "--cancel-every",
                                   str(args.cancel_every), "--drain-s", str(args.drain_s),
                                   "--child", f"{run},{reads},{base}"],
-                                 check=True, capture_output=True, text=True).stdout
+                                 check=True, capture_output=True, text=True,
+                                 env={**os.environ, "HORAE_BENCH_ROOT": code}).stdout
             shutil.rmtree(run)
             print(f"  recovery{label}, {reads} reads in flight: {out.strip().splitlines()[-1]}")
 

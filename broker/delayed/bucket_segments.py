@@ -20,9 +20,17 @@ it). Every immutable bucket serves at most one segment at a time, in segment ord
   kept (``bucket.skip`` counts what was taken, and the segment's first time becomes that of
   the rest); the rest is read again when its turn comes, so a segment of five minutes of dense
   deliver times is not held whole. Deliver times stay exact to the millisecond;
-- a segment read early (recovery reads every bucket's first segment to apply the CANCEL
-  indexes older snapshots put there; a merge writes the merged bucket's first one) is parked
-  again when it is not due soon. Applying a CANCEL twice is harmless.
+- a segment read early (recovery of a store of an older version reads every bucket's first
+  segment to apply the CANCEL indexes its snapshots put there; a merge writes the merged
+  bucket's first one) is parked again when it is not due soon. Applying a CANCEL twice is
+  harmless;
+- recovery of a store without such CANCELs (:meth:`load_first_segments`) puts every bucket in
+  ``loading`` at its first time and reads first segments in the background, earliest first,
+  a bounded number at a time, parking those not due soon without reading them: the bucket due
+  soonest serves after one read.
+
+Segments are decoded in the executor (protobuf parsing of thousands of indexes is CPU work),
+never on the event loop.
 
 Until a bucket's snapshot is durable its segments are served from memory
 (``bucket.mem_segments``) by the same rules. Everything runs on the event loop thread; reads
@@ -35,7 +43,9 @@ import asyncio
 import logging
 import time
 from bisect import bisect_left, bisect_right
+from collections import deque
 from collections.abc import Callable, Coroutine
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -53,6 +63,10 @@ LATENCY_BOUNDS_MS: Final = (50, 100, 500, 1000, 5000, 30000, 60000)
 #: A segment is loaded once its first deliver time is within this of the tracker's cutoff
 #: (loads take milliseconds; the margin keeps them ahead of the due time under load).
 PRELOAD_MS: Final = 30_000
+
+#: While recovery loads first segments in the background, the tracker is told of new ones at
+#: most this often (seconds; the first at once).
+RECOVERY_NOTIFY_S: Final = 0.02
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,8 +108,10 @@ class SegmentLoader:
                  loop: asyncio.AbstractEventLoop, ops: SnapshotOps,
                  horizon: Callable[[], int], retry: RetryDelays,
                  spawn: Callable[[Coroutine[Any, Any, None]], object],
-                 finish: Callable[[ImmutableBucket], None]) -> None:
+                 finish: Callable[[ImmutableBucket], None],
+                 executor: Executor | None = None) -> None:
         self._buckets = buckets
+        self._executor = executor
         self._store = store
         self._on_change = on_change
         self._loop = loop
@@ -105,6 +121,8 @@ class SegmentLoader:
         self._spawn = spawn
         self._finish = finish
         self._in_flight: set[ImmutableBucket] = set()   # a segment read is running
+        self._notify_handle: asyncio.TimerHandle | None = None
+        self._notify_pending = False
         self.closed = False
 
     def segment_done(self, loaded: LoadedSegment) -> None:
@@ -177,14 +195,58 @@ class SegmentLoader:
         assert bucket.snapshot_id is not None
         started = time.monotonic()
         try:
-            segment = decode_segment(await self._store.load_segment(bucket.snapshot_id, number))
+            data = await self._store.load_segment(bucket.snapshot_id, number)
+            segment = await self._loop.run_in_executor(self._executor, decode_segment, data)
         except Exception:
             self._ops.record("load", False)
             raise
         self._ops.record("load", True, started)
         return segment
 
-    async def _load_next(self, bucket: ImmutableBucket) -> None:
+    async def load_first_segments(self, buckets: list[ImmutableBucket], readers: int) -> None:
+        """Recovery without segment CANCELs: ``buckets`` (in first-time order) all sit in
+        ``loading`` at their first time; read their first segments in that order, ``readers``
+        at a time, and park those not due soon unread."""
+        order = deque(buckets)
+
+        async def reader() -> None:
+            while order and not self.closed:
+                bucket = order.popleft()
+                if (not bucket.alive or bucket.loaded is not None or bucket.next_segment != 1
+                        or bucket in self._in_flight):
+                    continue                        # merged, retired or loaded meanwhile
+                if bucket.remaining <= 0 or not bucket.has_unloaded_segments():
+                    self._buckets.loading.pop(bucket, None)
+                    self.advance(bucket)
+                elif bucket.next_min_ts > self._horizon():
+                    self._buckets.loading.pop(bucket, None)
+                    self._buckets.park(bucket)
+                    self._on_change()
+                else:
+                    self._buckets.loading[bucket] = bucket.next_min_ts
+                    self._in_flight.add(bucket)
+                    await self._load_next(bucket, self._notify_soon)
+
+        await asyncio.gather(*(reader() for _ in range(max(min(readers, len(order)), 1))))
+
+    def _notify_soon(self) -> None:
+        """``on_change`` now, then at most once per :data:`RECOVERY_NOTIFY_S` while recovery
+        loads first segments: each wake-up has the tracker look over every loaded segment,
+        thousands of them here."""
+        if self._notify_handle is None:
+            self._on_change()
+            self._notify_handle = self._loop.call_later(RECOVERY_NOTIFY_S, self._notified)
+        else:
+            self._notify_pending = True
+
+    def _notified(self) -> None:
+        self._notify_handle = None
+        if self._notify_pending and not self.closed:
+            self._notify_pending = False
+            self._notify_soon()
+
+    async def _load_next(self, bucket: ImmutableBucket,
+                         notify: Callable[[], None] | None = None) -> None:
         number, skip = bucket.next_segment, bucket.skip
         try:
             segment = await self.fetch(bucket, number)
@@ -201,7 +263,7 @@ class SegmentLoader:
             self._buckets.loading.pop(bucket, None)
             return
         self.install(bucket, segment)
-        self._on_change()
+        (notify or self._on_change)()
 
     def retry_load(self, bucket: ImmutableBucket) -> None:
         if bucket.alive and not self.closed and bucket.loaded is None:

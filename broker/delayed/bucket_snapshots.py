@@ -24,10 +24,15 @@ or the hand-out logic.
   is written before the two old ones are removed, so a crash in between leaves a range that
   encloses others, which recovery resolves;
 - **recover**: read the bucket keys from the cursor properties (a range enclosed by another is
-  the leftover of an interrupted merge and is deleted), load each metadata and the first segment
-  of each bucket, drop what the mark-delete position already covers. Reads run
-  ``RECOVERY_READS`` at a time (IO in the store's pool, never on the loop), first segments in
-  order of their first deliver time, so the bucket due soonest is in memory first.
+  the leftover of an interrupted merge and is deleted), load each metadata, drop what the
+  mark-delete position already covers. With the format property
+  (:data:`~broker.delayed.snapshot_format.FORMAT_KEY`: no snapshot has CANCELs in a segment)
+  recovery returns then and first segments load in the background, each bucket a barrier at
+  its first time until its segment is in; a store without it (an older version's) has every
+  first segment read and its CANCELs applied before recovery returns, and gets the property
+  once a recovery finds no CANCEL left. Reads run ``RECOVERY_READS`` at a time (IO in the
+  store's pool, decoding in the executor, never on the loop), first segments in order of
+  their first deliver time, so the bucket due soonest is in memory first.
 
 IO runs in background tasks (counted in :class:`~broker.delayed.bucket_segments.SnapshotOps`); everything else
 runs on the event loop thread. What merge and recovery decide about bucket records (which pair,
@@ -60,6 +65,8 @@ from broker.delayed.bucket_segments import RetryDelays, SegmentLoader, SnapshotO
 from broker.delayed.packed import POSITION_BITS, POSITION_MASK
 from broker.delayed.ports import BucketCursor, SnapshotStorage
 from broker.delayed.snapshot_format import (
+    FORMAT_KEY,
+    FORMAT_NO_SEGMENT_CANCELS,
     DecodedSegment,
     RawSegment,
     cut_columns,
@@ -69,6 +76,7 @@ from broker.delayed.snapshot_format import (
     raw_to_decoded,
 )
 from storage.errors import SnapshotNotFoundError
+from storage.positions import Position
 
 log = logging.getLogger("horae.delayed.bucket_snapshots")
 
@@ -76,6 +84,12 @@ log = logging.getLogger("horae.delayed.bucket_snapshots")
 #: keep the disk busy, few enough that a broker with thousands of buckets neither floods the
 #: IO pool nor holds thousands of decoded segments at once.
 RECOVERY_READS = 16
+
+
+def _decode_bucket(start: int, end: int, snapshot_id: int, size: int, data: bytes,
+                   mark_delete: Position) -> ImmutableBucket:
+    """A recovered bucket from its snapshot metadata (runs in the executor)."""
+    return recovered_bucket(start, end, snapshot_id, size, decode_metadata(data), mark_delete)
 
 
 def _first_time(bucket: ImmutableBucket) -> int:
@@ -107,7 +121,7 @@ class BucketSnapshots:
         self._closed = False
         self.loader = SegmentLoader(buckets=buckets, store=store, on_change=on_change, loop=loop,
                                     ops=self.ops, horizon=horizon, retry=self._retry,
-                                    spawn=self._spawn, finish=self.finish)
+                                    spawn=self._spawn, finish=self.finish, executor=executor)
 
     # --- plumbing --------------------------------------------------------------------------
 
@@ -338,11 +352,14 @@ class BucketSnapshots:
         for _, _, snapshot_id, _ in stale:
             if snapshot_id not in live_ids:
                 self._spawn(self._delete_snapshot(snapshot_id, None))
+        no_segment_cancels = (
+            self._cursor.properties.get(FORMAT_KEY) == FORMAT_NO_SEGMENT_CANCELS or not kept)
         gate = asyncio.Semaphore(RECOVERY_READS)
+        mark_delete = self._cursor.mark_delete_position
 
         async def recover_one(item: tuple[int, int, int, str]) -> ImmutableBucket | None:
             async with gate:
-                return await self._recover_bucket(*item)
+                return await self._recover_bucket(*item, mark_delete)
 
         recovered = await asyncio.gather(*(recover_one(item) for item in kept))
         for (_, _, _, key), bucket in zip(kept, recovered, strict=True):
@@ -351,18 +368,35 @@ class BucketSnapshots:
                 continue
             self._buckets.insert(bucket)
             self.ops.snapshot_size_bytes += bucket.snapshot_size
-        dropped = await self._load_first_segments() or dropped
-        for bucket in self._buckets:
-            if bucket.remaining <= 0:
-                self.finish(bucket)
+        if no_segment_cancels:
+            # Membership is known: serve now, first segments in the background, earliest
+            # first; every bucket is a barrier at its first time until its segment is in.
+            for bucket in list(self._buckets):
+                if bucket.remaining <= 0:
+                    self.finish(bucket)
+            buckets = sorted(self._buckets, key=_first_time)
+            for bucket in buckets:
+                self._buckets.loading[bucket] = _first_time(bucket)
+            self._spawn(self.loader.load_first_segments(buckets, RECOVERY_READS))
+        else:
+            cancels_seen, lost = await self._load_first_segments()
+            dropped = dropped or lost
+            for bucket in self._buckets:
+                if bucket.remaining <= 0:
+                    self.finish(bucket)
+            no_segment_cancels = not cancels_seen
+        if no_segment_cancels and FORMAT_KEY not in self._cursor.properties:
+            # every snapshot from now on is written without CANCELs (cancel journal)
+            self._cursor.set_property(FORMAT_KEY, FORMAT_NO_SEGMENT_CANCELS)
+            dropped = True
         if dropped:
             await self._flush_cursor()
 
-    async def _recover_bucket(self, start: int, end: int, snapshot_id: int,
-                              key: str) -> ImmutableBucket | None:
+    async def _recover_bucket(self, start: int, end: int, snapshot_id: int, key: str,
+                              mark_delete: Position) -> ImmutableBucket | None:
         started = time.monotonic()
         try:
-            infos = decode_metadata(await self._store.load_metadata(snapshot_id))
+            data = await self._store.load_metadata(snapshot_id)
         except SnapshotNotFoundError:
             log.warning("delayed bucket %s: snapshot %d is gone", key, snapshot_id)
             self._cursor.remove_property(key)
@@ -371,14 +405,23 @@ class BucketSnapshots:
             log.exception("delayed bucket %s: loading snapshot %d failed", key, snapshot_id)
             self.ops.record("load", False)
             return None
+        size = self._snapshot_size(snapshot_id)
+        try:    # roaring bitmaps of every segment: CPU work, in the executor
+            bucket = await self._loop.run_in_executor(
+                self._executor, _decode_bucket, start, end, snapshot_id, size, data, mark_delete)
+        except Exception:
+            log.exception("delayed bucket %s: snapshot %d is unreadable", key, snapshot_id)
+            self.ops.record("load", False)
+            return None
         self.ops.record("load", True, started)
-        return recovered_bucket(start, end, snapshot_id, self._snapshot_size(snapshot_id), infos,
-                                self._cursor.mark_delete_position)
+        return bucket
 
-    async def _load_first_segments(self) -> bool:
-        """First segments only once every bucket is known, so CANCELs find their targets.
-        True when a bucket had to be dropped (its property removed)."""
+    async def _load_first_segments(self) -> tuple[bool, bool]:
+        """A store of an older version: every first segment, once every bucket is known, so
+        the CANCELs there find their targets before anything is handed out. (Any CANCEL seen,
+        a bucket dropped (its property removed))."""
         dropped = False
+        cancels_seen = False
         buckets = sorted(self._buckets, key=_first_time)
         order: asyncio.Queue[ImmutableBucket] = asyncio.Queue()
         for bucket in buckets:
@@ -409,6 +452,7 @@ class BucketSnapshots:
                           bucket.key, result)
                 self._loop.call_later(self._retry.load_s, self.loader.retry_load, bucket)
                 continue
+            cancels_seen = cancels_seen or bool(result.cancels)
             if bucket.alive:
                 self.loader.install(bucket, result)
-        return dropped
+        return cancels_seen, dropped

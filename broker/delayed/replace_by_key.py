@@ -139,7 +139,7 @@ class KeyedSchedule:
     """The newest scheduling message per key and the superseded positions of one topic."""
 
     __slots__ = ("_latest", "_prune_from", "_pruned_up_to", "_superseded", "on_superseded",
-                 "replaced_total", "superseded_count", "tombstones_total")
+                 "recorded_up_to", "replaced_total", "superseded_count", "tombstones_total")
 
     def __init__(self, on_superseded: Callable[[int, int], None] | None = None) -> None:
         #: Told ``(ledger_id, entry_id)`` of each position as it is superseded (the topic
@@ -152,6 +152,8 @@ class KeyedSchedule:
         self.superseded_count = 0
         self.replaced_total = 0        # scheduled messages replaced by a newer one or cancelled
         self.tombstones_total = 0
+        #: The last position recorded (packed; -1: none): a snapshot covers the log up to it.
+        self.recorded_up_to = -1
 
     def __len__(self) -> int:
         """Keys with a pending scheduling message."""
@@ -162,6 +164,8 @@ class KeyedSchedule:
         if entry_id > _ENTRY_MASK:
             return
         here = _pack(ledger_id, entry_id)
+        if here > self.recorded_up_to:
+            self.recorded_up_to = here
         latest = self._latest
         for h, tombstone in keys.keys:
             older = latest.pop(h, None)
@@ -186,6 +190,20 @@ class KeyedSchedule:
         self.superseded_count += 1
         if self.on_superseded is not None:
             self.on_superseded(ledger_id, entry_id)
+
+    def export(self) -> tuple[dict[int, int], dict[int, BitMap]]:
+        """Copies of ``latest`` and ``superseded`` (a snapshot of this instant; see
+        :mod:`broker.delayed.keyed_snapshot`)."""
+        return dict(self._latest), {lid: bm.copy() for lid, bm in self._superseded.items()}
+
+    def restore(self, latest: dict[int, int], superseded: dict[int, BitMap],
+                recorded_up_to: int) -> None:
+        """Take a snapshot's state (an empty schedule only; nobody is told of its positions:
+        they were acknowledged when first superseded, or are again by the dispatchers)."""
+        self._latest = latest
+        self._superseded = superseded
+        self.superseded_count = sum(len(bm) for bm in superseded.values())
+        self.recorded_up_to = recorded_up_to
 
     def superseded(self, position: Position) -> bool:
         """Must this entry never be delivered (replaced, cancelled, or a tombstone)?"""
@@ -227,6 +245,12 @@ class KeyedSchedule:
             packed = latest.get(h)
             if packed is not None and packed <= bound:
                 del latest[h]
+
+    def prune_fully(self, acknowledged_up_to: Position) -> None:
+        """:meth:`prune` to the end of its sweep (a load, before anything is dispatched)."""
+        self.prune(acknowledged_up_to)
+        while self._prune_from is not None:
+            self.prune(acknowledged_up_to)
 
     @property
     def memory_bytes(self) -> int:

@@ -17,7 +17,12 @@ A sealed bucket is one snapshot: part 0 a ``SnapshotMetadata``, parts 1..N
   rebuilds a bucket's membership from the metadata alone, without reading segments.
 - PIP-423 CANCEL indexes (``delayed_operation_type = CANCEL``, timestamp 0) lead segment 1 and
   are not in the bitmaps: they cancel a DELAY index of an older bucket, and being first they
-  are applied as soon as the bucket's first segment is loaded (which recovery always does).
+  are applied as soon as the bucket's first segment is loaded. Snapshots of older Horae
+  versions carry them; snapshots written now never do (cancels live in the cancel journal).
+- The cursor property :data:`FORMAT_KEY` = :data:`FORMAT_NO_SEGMENT_CANCELS` says that no live
+  snapshot of the subscription carries such CANCELs: recovery may then serve as soon as every
+  metadata is read, loading first segments in the background. Without it (a store written by
+  an older version) recovery reads every first segment before anything is handed out.
 
 Encoding is CPU work only (no IO); the bucket tracker runs it in an executor thread.
 """
@@ -28,7 +33,7 @@ from array import array
 from bisect import bisect_right
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from pyroaring import BitMap
 
@@ -37,6 +42,11 @@ from protocol.generated import delayed_index_pb2
 
 # The generated module has no type stubs: its messages are typed as Any here.
 dpb: Any = delayed_index_pb2
+
+#: Cursor property naming the snapshot format of a subscription's delayed index (module
+#: docstring); its one value says that no live snapshot has CANCEL indexes in a segment.
+FORMAT_KEY: Final = "#horae.delayed.snapshot_format"
+FORMAT_NO_SEGMENT_CANCELS: Final = "2"
 
 #: A segment before encoding: parallel columns of deliver times (int64) and packed positions
 #: (uint64), in time order.

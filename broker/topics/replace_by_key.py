@@ -18,7 +18,9 @@ durable one whose type is not known yet) and dropped from its tracker.
 :meth:`~TopicReplaceByKey.rebuild` (topic load, policy on) reads the backlog from the oldest
 position a subscription has not acknowledged to the last entry and records every keyed entry:
 the same state the previous run had, recovered from the log itself; the topic awaits it before
-any subscription dispatches. :meth:`~TopicReplaceByKey.prune` (housekeeping) forgets what
+any subscription dispatches. With a schedule snapshot (:mod:`broker.delayed.keyed_snapshot`,
+written now and then at housekeeping) it restores that and reads only the log after what the
+snapshot covers. :meth:`~TopicReplaceByKey.prune` (housekeeping) forgets what
 every subscription has acknowledged.
 """
 
@@ -28,6 +30,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Final, Protocol
 
 from broker.delayed.delivery import DelayedDelivery
+from broker.delayed.keyed_snapshot import KeyedSnapshots
 from broker.delayed.replace_by_key import EntryKeys, KeyedSchedule, classify
 from protocol.sub_types import SubType
 from storage.ledger import ManagedLedger
@@ -95,11 +98,13 @@ class _RecordingSink:
 class TopicReplaceByKey:
     """The replace-by-key schedule of one topic while its policy is on (module docstring)."""
 
-    __slots__ = ("_deferred", "_enabled", "_ledger", "_subscriptions", "schedule")
+    __slots__ = ("_deferred", "_enabled", "_ledger", "_snapshots", "_subscriptions", "schedule")
 
     def __init__(self, ledger: ManagedLedger, enabled: Callable[[], bool],
-                 subscriptions: Callable[[], Iterable[KeyedSubscription]]) -> None:
+                 subscriptions: Callable[[], Iterable[KeyedSubscription]],
+                 snapshots: KeyedSnapshots | None = None) -> None:
         self._ledger = ledger
+        self._snapshots = snapshots
         self._enabled = enabled
         self._subscriptions = subscriptions
         self._deferred: list[Position] = []
@@ -175,7 +180,14 @@ class TopicReplaceByKey:
         last = ledger.last_confirmed
         if schedule is None or last is None or not subscriptions:
             return 0
-        pos = ledger.next_position(min(s.cursor.mark_delete_position for s in subscriptions))
+        acknowledged = min(s.cursor.mark_delete_position for s in subscriptions)
+        pos = ledger.next_position(acknowledged)
+        covered = await self._snapshots.load(schedule) if self._snapshots is not None else None
+        if covered is not None:
+            # the snapshot plus only the log after what it covers (keyed_snapshot)
+            schedule.prune_fully(acknowledged)
+            after = ledger.next_position(Position(covered >> 32, covered & 0xFFFF_FFFF))
+            pos = max(pos, after)
         read = 0
         while pos <= last:
             entries = await ledger.read_entries(pos, REBUILD_READ)
@@ -196,3 +208,5 @@ class TopicReplaceByKey:
         schedule = self.schedule
         if schedule is not None and subscriptions:
             schedule.prune(min(s.cursor.mark_delete_position for s in subscriptions))
+        if schedule is not None and self._snapshots is not None:
+            self._snapshots.maybe_save(schedule)

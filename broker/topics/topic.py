@@ -63,6 +63,7 @@ from typing import Protocol
 
 from broker.config import BrokerConfig
 from broker.delayed.guard import DelayTooLongError, check_and_start_publish
+from broker.delayed.keyed_snapshot import KeyedSnapshots
 from broker.delayed.policy import DelayPolicy
 from broker.delayed.relocate import DelayedRelocator
 from broker.metrics.entry_size import ENTRY_SIZE_BUCKETS_BYTES
@@ -198,7 +199,7 @@ class Topic:
         self.backlog = BacklogPolicies(self, host.policies, host.config)
         self.replace_by_key = TopicReplaceByKey(
             ledger, lambda: name.is_persistent and host.policies.delayed_replace_by_key(name),
-            self.subscriptions.values)
+            self.subscriptions.values, KeyedSnapshots(host.snapshots, host.metadata, name.full, loop=self.loop))
         self.meters: TopicMeters = TopicMeters(self.loop, ledger, self.subscriptions,
                                                self.admission, self.backlog, self.dedup)
         #: The publish-latency histogram the producers increment (the meters' own list).
