@@ -70,7 +70,7 @@ _PER_CLUSTER: dict[str, tuple[str, PP.Parser]] = {
 
 #: values Pulsar's Policies holds when a primitive field is not set
 _DEFAULTS: dict[str, object] = {P.NS_SCHEMA_STRATEGY: "UNDEFINED", P.NS_SCHEMA_VALIDATION: False,
-                                P.NS_ENCRYPTION_REQUIRED: False, P.NS_DISPATCHER_PAUSE: False,
+                                P.NS_ENCRYPTION_REQUIRED: False,
                                 P.NS_SUBSCRIPTION_TYPES: []}
 
 

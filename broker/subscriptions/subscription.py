@@ -240,6 +240,9 @@ class Subscription:
         self.expiry = ExpiryCounters()
         self.partition_index = topic.partition_index
         self.topic_dispatch = topic.topic_dispatch  # the topic's dispatchRate, shared
+        #: new reads paused by dispatcherPauseOnAckStatePersistent, as the last dispatch
+        #: round found it (:mod:`broker.subscriptions.ack_state_pause`)
+        self.paused_on_ack_state = False
         #: The subscription's own properties (admin get/update, stats).
         self.properties = SubscriptionProperties(cursor)
 
