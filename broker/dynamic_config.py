@@ -60,6 +60,8 @@ DYNAMIC_KEYS: tuple[str, ...] = (
     "subscribeRatePeriodPerConsumerInSecond",
     "maxTopicsPerNamespace",
     "subscriptionTypesEnabled",
+    # loaded topics are handed the new default at once (their ack-state pause limit)
+    "dispatcherPauseOnAckStatePersistentEnabled",
 )
 # Not dynamic in Pulsar 4.0 (no ``dynamic = true``; its admin answers 412 for them), so not
 # here either: maxProducersPerTopic, maxConsumersPerTopic, maxConsumersPerSubscription,

@@ -4,7 +4,9 @@ Theory of operation: tenants and namespaces live in the service (metadata store)
 delete check existence and emptiness here, first, so the status and reason are Pulsar's:
 404 "Tenant does not exist" / "Namespace does not exist", 409 "Tenant already exists" /
 "Namespace already exists" / "The tenant still has active namespaces" / "Cannot delete non
-empty namespace". Delayed-delivery policies are validated by
+empty namespace". A create body (Pulsar ``Policies``) sets every policy of it Horae keeps,
+each checked as its own route checks it before anything is created
+(:mod:`broker.admin.namespace_create`). Delayed-delivery policies are validated by
 ``broker.delayed.policy.validate_policy_body`` (a wrongly typed field -> 400, another
 ValueError -> 412, with its reason) and stored
 through the service, which applies them to the next message. GET returns the stored policy
@@ -21,12 +23,12 @@ from aiohttp import web
 
 from broker.admin import bodies
 from broker.admin import errors as E
+from broker.admin.namespace_create import policy_fields_of_create
 from broker.admin.responses import admin_of, json_response, no_content
 from broker.admin.service import AdminService, topic_name
 from broker.admin.topics import TOPIC
 from broker.delayed.policy import DelayPolicy
 from broker.topics.names import TopicName
-from broker.topics.policies import NS_COUNT_LIMITS
 
 TENANTS = "/admin/v2/tenants"
 TENANT = TENANTS + "/{tenant}"
@@ -128,26 +130,16 @@ async def create_namespace(request: web.Request) -> web.Response:
     if await admin.tenants.namespace_exists(tenant, ns):
         raise E.conflict(E.NAMESPACE_EXISTS)
     policies = namespace_policies_body(body)
-    limits = _count_limits_of(policies)
-    await admin.tenants.create_namespace(f"{tenant}/{ns}", policies)
-    for field, value in limits.items():
-        await admin.policy_store.records.set_namespace_field(f"{tenant}/{ns}", field, value)
+    fields = policy_fields_of_create(policies, _cluster(admin))
+    delayed = policies.get("delayed_delivery_policies")
+    delay = None if delayed is None else _validate(delayed)
+    key = f"{tenant}/{ns}"
+    await admin.tenants.create_namespace(key, policies)
+    for field, value in fields.items():
+        await admin.policy_store.records.set_namespace_field(key, field, value)
+    if delay is not None:
+        await admin.policies.set_delayed(key, delay)
     return no_content()
-
-
-def _count_limits_of(policies: dict[str, Any]) -> dict[str, int]:
-    """The create body's count limits the topics enforce (``max_producers_per_topic``, ...)."""
-    limits: dict[str, int] = {}
-    for field, name in NS_COUNT_LIMITS.items():
-        value = policies.get(field)
-        if value is None:
-            continue
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise E.bad_request(f"Invalid namespace policies: {field} must be an integer")
-        if value < 0:
-            raise E.precondition_failed(f"{name} must be 0 or more")
-        limits[field] = value
-    return limits
 
 
 def namespace_policies_body(body: object) -> dict[str, Any]:

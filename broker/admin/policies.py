@@ -59,6 +59,24 @@ from broker.admin import bodies
 from broker.admin import errors as E
 from broker.admin.namespaces import NAMESPACE, policy_to_body
 from broker.admin.policies_quota import policies_document_fields
+from broker.admin.policy_parsers import (
+    MAX_MESSAGE_SIZE_REFUSAL,
+    SCHEMA_STRATEGIES,
+    Parser,
+    count_parser,
+    parse_auto_subscription_creation,
+    parse_auto_topic_creation,
+    parse_bool,
+    parse_dispatch_rate,
+    parse_enabled,
+    parse_expiration_minutes,
+    parse_producer_limit,
+    parse_publish_rate,
+    parse_strategy,
+    parse_subscribe_rate,
+    parse_subscription_types,
+    parse_threshold,
+)
 from broker.admin.responses import admin_of, json_response, no_content
 from broker.admin.service import AdminService, topic_name
 from broker.admin.storage_policies import (
@@ -79,12 +97,9 @@ from broker.topics import policy_limits as L
 from broker.topics.names import TopicName
 from broker.topics.policy_records import PolicyRecords
 from broker.topics.resource_groups import NS_RESOURCE_GROUP
-from protocol import admin_names
-from protocol.sub_types import SubType
 
 __all__ = ["SCHEMA_STRATEGIES", "add_routes"]
 
-SCHEMA_STRATEGIES = admin_names.SCHEMA_COMPATIBILITY_STRATEGIES
 
 
 def _store(admin: AdminService) -> P.PolicyStore:
@@ -108,155 +123,6 @@ async def _topic(request: web.Request) -> tuple[AdminService, str]:
 
 
 Handler = Callable[[web.Request], Awaitable[web.Response]]
-Parser = Callable[[object], object]
-
-
-# --- value parsers ------------------------------------------------------------------------
-def _bool(body: object) -> bool:
-    if not isinstance(body, bool):
-        raise E.bad_request("Invalid value: expected true or false")
-    return body
-
-
-def _enabled(body: object) -> bool:
-    """Pulsar's ``dispatcherPauseOnAckStatePersistent`` POST takes no body: it enables."""
-    return True
-
-
-def _strategy(body: object) -> str:
-    if not isinstance(body, str) or body not in SCHEMA_STRATEGIES:
-        raise E.bad_request(f"Invalid schema compatibility strategy: {body!r}")
-    return body
-
-
-def _count(name: str, what: str, refusal: str = "") -> Parser:
-    """A limit of *what* (0 or more; 0 is no limit), refused as Pulsar does (412 *refusal*,
-    by default "*name* must be 0 or more")."""
-    def parse(body: object) -> int:
-        if isinstance(body, bool) or not isinstance(body, int):
-            raise E.bad_request(f"Invalid value: expected a number of {what}")
-        if body < 0:
-            raise E.precondition_failed(refusal or f"{name} must be 0 or more")
-        return body
-    return parse
-
-
-_producer_limit = _count("maxProducersPerTopic", "producers")
-MAX_MESSAGE_SIZE_REFUSAL = ("topic-level maxMessageSize must be greater than or equal to 0 and "
-                            "must be smaller than that in the broker-level")
-
-_TOPIC_TYPES = ("partitioned", "non-partitioned")
-
-
-def _dispatch_rate(body: object) -> dict[str, Any]:
-    """A DispatchRate body; missing fields take Pulsar's defaults (-1, -1, false, 1)."""
-    if not isinstance(body, dict):
-        raise E.bad_request("Invalid value: expected a DispatchRate")
-    out: dict[str, Any] = {}
-    for name, default in (("dispatchThrottlingRateInMsg", -1),
-                          ("dispatchThrottlingRateInByte", -1), ("ratePeriodInSecond", 1)):
-        value = body.get(name, default)
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise E.bad_request(f"Invalid value: {name} must be a number")
-        out[name] = value
-    relative = body.get("relativeToPublishRate", False)
-    if not isinstance(relative, bool):
-        raise E.bad_request("Invalid value: relativeToPublishRate must be true or false")
-    if out["ratePeriodInSecond"] < 1:
-        raise E.precondition_failed("ratePeriodInSecond must be 1 or more")
-    out["relativeToPublishRate"] = relative
-    return out
-
-
-def _publish_rate(body: object) -> dict[str, int]:
-    """A PublishRate body; missing fields take Pulsar's default, -1 (no limit)."""
-    if not isinstance(body, dict):
-        raise E.bad_request("Invalid value: expected a PublishRate")
-    out: dict[str, int] = {}
-    for name in ("publishThrottlingRateInMsg", "publishThrottlingRateInByte"):
-        value = body.get(name, -1)
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise E.bad_request(f"Invalid value: {name} must be a number")
-        out[name] = value
-    return out
-
-
-def _subscribe_rate(body: object) -> dict[str, int]:
-    """A SubscribeRate body; missing fields take Pulsar's defaults (-1, 30)."""
-    if not isinstance(body, dict):
-        raise E.bad_request("Invalid value: expected a SubscribeRate")
-    out: dict[str, int] = {}
-    for name, default in (("subscribeThrottlingRatePerConsumer", -1),
-                          ("ratePeriodInSecond", 30)):
-        value = body.get(name, default)
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise E.bad_request(f"Invalid value: {name} must be a number")
-        out[name] = value
-    if out["ratePeriodInSecond"] < 1:
-        raise E.precondition_failed("ratePeriodInSecond must be 1 or more")
-    return out
-
-
-def _subscription_types(body: object) -> list[str]:
-    """A set of SubscriptionType names (a JSON array; repeats dropped, Pulsar's order kept)."""
-    if not isinstance(body, list) or not all(
-            isinstance(name, str) and name in SubType.__members__ for name in body):
-        raise E.bad_request("Invalid value: expected a list of subscription types, some of "
-                            f"{list(SubType.__members__)}")
-    return [name for name in SubType.__members__ if name in body]
-
-
-def _auto_topic_creation(body: object) -> dict[str, Any]:
-    """An AutoTopicCreationOverride, checked as Pulsar's ``validateOverride`` (412)."""
-    if not isinstance(body, dict) or not isinstance(body.get("allowAutoTopicCreation"), bool):
-        raise E.bad_request("Invalid value: expected an AutoTopicCreationOverride")
-    allowed = body["allowAutoTopicCreation"]
-    topic_type = body.get("topicType")
-    partitions = body.get("defaultNumPartitions")
-    detail = ""
-    if allowed and topic_type not in _TOPIC_TYPES:
-        detail = f"Unknown topic type [{'null' if topic_type is None else topic_type}]"
-    elif allowed and topic_type == "partitioned":
-        if partitions is None:
-            detail = "[defaultNumPartitions] cannot be null when the type is partitioned."
-        elif isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1:
-            detail = "[defaultNumPartitions] cannot be less than 1 for partition type."
-    elif allowed and partitions is not None:
-        detail = "[defaultNumPartitions] is not allowed to be set when the type is non-partition."
-    if detail:
-        raise E.precondition_failed(
-            f"Invalid configuration for autoTopicCreationOverride. the detail is {detail}")
-    out: dict[str, Any] = {"allowAutoTopicCreation": allowed}
-    if topic_type in _TOPIC_TYPES:
-        out["topicType"] = topic_type
-    if partitions is not None:
-        out["defaultNumPartitions"] = partitions
-    return out
-
-
-def _auto_subscription_creation(body: object) -> dict[str, bool]:
-    """An AutoSubscriptionCreationOverride ``{"allowAutoSubscriptionCreation": bool}``."""
-    if not isinstance(body, dict) or \
-            not isinstance(body.get("allowAutoSubscriptionCreation"), bool):
-        raise E.bad_request("Invalid value: expected an AutoSubscriptionCreationOverride")
-    return {"allowAutoSubscriptionCreation": body["allowAutoSubscriptionCreation"]}
-
-
-def _expiration_minutes(body: object) -> int:
-    if isinstance(body, bool) or not isinstance(body, int):
-        raise E.bad_request("Invalid value: expected a number of minutes")
-    if body < 0:
-        raise E.precondition_failed("Invalid value for subscription expiration time")
-    return body
-
-
-def _threshold(body: object) -> int:
-    if isinstance(body, bool) or not isinstance(body, int):
-        raise E.bad_request("Invalid compaction threshold: expected a number of bytes")
-    if body < 0:
-        raise E.precondition_failed("compactionThreshold must be 0 or more")
-    return body
-
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,49 +144,49 @@ _TOPIC_SCOPE = _Scope(TOPIC, _topic, PolicyRecords.topic,
 
 # (path suffix, namespace field, topic field, parser); "" where a level has no such route
 _FIELDS: tuple[tuple[str, str, str, Parser], ...] = (
-    ("deduplication", P.NS_DEDUP, "", _bool),
-    ("deduplicationEnabled", "", P.TOPIC_DEDUP, _bool),
-    ("schemaCompatibilityStrategy", P.NS_SCHEMA_STRATEGY, P.TOPIC_SCHEMA_STRATEGY, _strategy),
-    ("compactionThreshold", P.NS_COMPACTION, "", _threshold),
+    ("deduplication", P.NS_DEDUP, "", parse_bool),
+    ("deduplicationEnabled", "", P.TOPIC_DEDUP, parse_bool),
+    ("schemaCompatibilityStrategy", P.NS_SCHEMA_STRATEGY, P.TOPIC_SCHEMA_STRATEGY, parse_strategy),
+    ("compactionThreshold", P.NS_COMPACTION, "", parse_threshold),
     ("compactionThreshold", "", P.TOPIC_COMPACTION,
-     _count("compactionThreshold", "bytes", "Invalid value for compactionThreshold")),
-    ("maxProducersPerTopic", L.NS_MAX_PRODUCERS, "", _producer_limit),
-    ("maxProducers", "", L.TOPIC_MAX_PRODUCERS, _count("maxProducers", "producers")),
+     count_parser("compactionThreshold", "bytes", "Invalid value for compactionThreshold")),
+    ("maxProducersPerTopic", L.NS_MAX_PRODUCERS, "", parse_producer_limit),
+    ("maxProducers", "", L.TOPIC_MAX_PRODUCERS, count_parser("maxProducers", "producers")),
     ("maxConsumersPerTopic", L.NS_MAX_CONSUMERS, "",
-     _count("maxConsumersPerTopic", "consumers")),
-    ("maxConsumers", "", L.TOPIC_MAX_CONSUMERS, _count("maxConsumers", "consumers")),
+     count_parser("maxConsumersPerTopic", "consumers")),
+    ("maxConsumers", "", L.TOPIC_MAX_CONSUMERS, count_parser("maxConsumers", "consumers")),
     ("maxConsumersPerSubscription", L.NS_MAX_CONSUMERS_PER_SUB, "",
-     _count("maxConsumersPerSubscription", "consumers")),
+     count_parser("maxConsumersPerSubscription", "consumers")),
     ("maxConsumersPerSubscription", "", L.TOPIC_MAX_CONSUMERS_PER_SUB,
-     _count("maxConsumersPerSubscription", "consumers",
+     count_parser("maxConsumersPerSubscription", "consumers",
             "Invalid value for maxConsumersPerSubscription")),
     ("maxSubscriptionsPerTopic", L.NS_MAX_SUBSCRIPTIONS, L.TOPIC_MAX_SUBSCRIPTIONS,
-     _count("maxSubscriptionsPerTopic", "subscriptions")),
-    ("schemaValidationEnforced", P.NS_SCHEMA_VALIDATION, P.TOPIC_SCHEMA_VALIDATION, _bool),
-    ("delayedDeliveryReplaceByKey", P.NS_REPLACE_BY_KEY, P.TOPIC_REPLACE_BY_KEY, _bool),
+     count_parser("maxSubscriptionsPerTopic", "subscriptions")),
+    ("schemaValidationEnforced", P.NS_SCHEMA_VALIDATION, P.TOPIC_SCHEMA_VALIDATION, parse_bool),
+    ("delayedDeliveryReplaceByKey", P.NS_REPLACE_BY_KEY, P.TOPIC_REPLACE_BY_KEY, parse_bool),
     ("maxUnackedMessagesPerConsumer", L.NS_MAX_UNACKED_PER_CONSUMER, "",
-     _count("maxUnackedMessagesPerConsumer", "messages")),
+     count_parser("maxUnackedMessagesPerConsumer", "messages")),
     ("maxUnackedMessagesOnConsumer", "", L.TOPIC_MAX_UNACKED_PER_CONSUMER,
-     _count("maxUnackedNum", "messages")),
+     count_parser("maxUnackedNum", "messages")),
     ("maxUnackedMessagesPerSubscription", L.NS_MAX_UNACKED_PER_SUB, "",
-     _count("maxUnackedMessagesPerSubscription", "messages")),
+     count_parser("maxUnackedMessagesPerSubscription", "messages")),
     ("maxUnackedMessagesOnSubscription", "", L.TOPIC_MAX_UNACKED_PER_SUB,
-     _count("maxUnackedNum", "messages")),
-    ("publishRate", L.NS_PUBLISH_RATE, L.TOPIC_PUBLISH_RATE, _publish_rate),
-    ("maxMessageSize", "", L.TOPIC_MAX_MESSAGE_SIZE, _count("maxMessageSize", "bytes",
+     count_parser("maxUnackedNum", "messages")),
+    ("publishRate", L.NS_PUBLISH_RATE, L.TOPIC_PUBLISH_RATE, parse_publish_rate),
+    ("maxMessageSize", "", L.TOPIC_MAX_MESSAGE_SIZE, count_parser("maxMessageSize", "bytes",
                                                             MAX_MESSAGE_SIZE_REFUSAL)),
-    ("dispatchRate", L.NS_DISPATCH_RATE, L.TOPIC_DISPATCH_RATE, _dispatch_rate),
-    ("subscribeRate", L.NS_SUBSCRIBE_RATE, L.TOPIC_SUBSCRIBE_RATE, _subscribe_rate),
+    ("dispatchRate", L.NS_DISPATCH_RATE, L.TOPIC_DISPATCH_RATE, parse_dispatch_rate),
+    ("subscribeRate", L.NS_SUBSCRIBE_RATE, L.TOPIC_SUBSCRIBE_RATE, parse_subscribe_rate),
     ("subscriptionDispatchRate", L.NS_SUBSCRIPTION_DISPATCH_RATE,
-     L.TOPIC_SUBSCRIPTION_DISPATCH_RATE, _dispatch_rate),
+     L.TOPIC_SUBSCRIPTION_DISPATCH_RATE, parse_dispatch_rate),
     ("maxTopicsPerNamespace", L.NS_MAX_TOPICS, "",
-     _count("maxTopicsPerNamespace", "topics")),
+     count_parser("maxTopicsPerNamespace", "topics")),
     ("subscriptionTypesEnabled", P.NS_SUBSCRIPTION_TYPES, P.TOPIC_SUBSCRIPTION_TYPES,
-     _subscription_types),
-    ("autoTopicCreation", P.NS_AUTO_TOPIC_CREATION, "", _auto_topic_creation),
-    ("subscriptionExpirationTime", L.NS_SUBSCRIPTION_EXPIRATION, "", _expiration_minutes),
+     parse_subscription_types),
+    ("autoTopicCreation", P.NS_AUTO_TOPIC_CREATION, "", parse_auto_topic_creation),
+    ("subscriptionExpirationTime", L.NS_SUBSCRIPTION_EXPIRATION, "", parse_expiration_minutes),
     ("autoSubscriptionCreation", P.NS_AUTO_SUBSCRIPTION_CREATION,
-     P.TOPIC_AUTO_SUBSCRIPTION_CREATION, _auto_subscription_creation),
+     P.TOPIC_AUTO_SUBSCRIPTION_CREATION, parse_auto_subscription_creation),
     ("persistence", NS_PERSISTENCE, TOPIC_PERSISTENCE, persistence_body),
     ("deduplicationSnapshotInterval", NS_DEDUP_SNAPSHOT, "",
      snapshot_interval("interval must be greater than or equal to 0")),
@@ -329,7 +195,7 @@ _FIELDS: tuple[tuple[str, str, str, Parser], ...] = (
     ("replicatorDispatchRate", NS_REPLICATOR_RATE, TOPIC_REPLICATOR_RATE,
      replicator_dispatch_rate),
     ("dispatcherPauseOnAckStatePersistent", P.NS_DISPATCHER_PAUSE, P.TOPIC_DISPATCHER_PAUSE,
-     _enabled),
+     parse_enabled),
 )
 
 #: Fields Pulsar has no DELETE route for (a topic answers 405; a namespace's path is then

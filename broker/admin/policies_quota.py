@@ -29,10 +29,16 @@ from aiohttp import web
 from broker.admin import bodies
 from broker.admin import errors as E
 from broker.admin.namespaces import NAMESPACE
+from broker.admin.policy_parsers import (
+    parse_inactive,
+    parse_quota,
+    parse_retention,
+    parse_topic_ttl,
+    parse_ttl,
+)
 from broker.admin.responses import admin_of, json_response, no_content
 from broker.admin.service import topic_name
 from broker.admin.topics import TOPIC
-from broker.config import BACKLOG_QUOTA_POLICIES, INACTIVE_TOPIC_MODES
 from broker.topics import policies as P
 from broker.topics.names import TopicName
 from protocol import admin_names
@@ -81,79 +87,8 @@ async def _target(request: web.Request) -> _Target:
     return _Target(admin.policy_store, namespace, None)
 
 
-def _int(body: object, what: str) -> int:
-    """A Long field as Pulsar's Jackson reads it: a JSON integer, or a string holding one
-    (``{"limit": "10240"}`` is what the Go client's tests send)."""
-    if isinstance(body, str):
-        try:
-            return int(body.strip())
-        except ValueError:
-            pass
-    if isinstance(body, bool) or not isinstance(body, int):
-        raise E.bad_request(f"Invalid {what}: expected an integer")
-    return body
-
-
 def _applied(request: web.Request) -> bool:
     return request.query.get("applied", "false").lower() == "true"
-
-
-# --- parsers -----------------------------------------------------------------------------
-def parse_retention(body: object) -> dict[str, int]:
-    if not isinstance(body, dict):
-        raise E.bad_request("Invalid retention policies: expected "
-                            '{"retentionTimeInMinutes": m, "retentionSizeInMB": s}')
-    minutes = _int(body.get("retentionTimeInMinutes", 0), "retentionTimeInMinutes")
-    size = _int(body.get("retentionSizeInMB", 0), "retentionSizeInMB")
-    if minutes < -1 or size < -1:
-        raise E.precondition_failed("Invalid retention policy: time and size must be >= -1")
-    return {"retentionTimeInMinutes": minutes, "retentionSizeInMB": size}
-
-
-def parse_ttl(value: object) -> int:
-    ttl = _int(value, "message TTL")
-    if ttl < 0:
-        raise E.precondition_failed("Invalid value for message TTL, message TTL must >= 0")
-    return ttl
-
-
-def parse_topic_ttl(value: object) -> int:
-    """A topic's message TTL: Pulsar's topic level words its refusal without the rule."""
-    ttl = _int(value, "message TTL")
-    if ttl < 0:
-        raise E.precondition_failed("Invalid value for message TTL")
-    return ttl
-
-
-def parse_quota(body: object) -> dict[str, Any]:
-    if not isinstance(body, dict):
-        raise E.bad_request('Invalid backlog quota: expected {"limitSize", "limitTime", "policy"}')
-    size = _int(body.get("limitSize", body.get("limit", -1)), "limitSize")
-    seconds = _int(body.get("limitTime", -1), "limitTime")
-    policy = body.get("policy")
-    if policy not in BACKLOG_QUOTA_POLICIES:  # Pulsar reads it as null and answers 400
-        raise E.bad_request(f"Invalid backlog quota policy {policy!r}: one of "
-                            + ", ".join(BACKLOG_QUOTA_POLICIES))
-    if size < -1 or seconds < -1:
-        raise E.precondition_failed("Invalid backlog quota: limits must be >= -1")
-    return {"limitSize": size, "limitTime": seconds, "policy": policy}
-
-
-def parse_inactive(body: object) -> dict[str, Any]:
-    if not isinstance(body, dict):
-        raise E.bad_request("Invalid inactive topic policies: expected a JSON object")
-    mode = body.get("inactiveTopicDeleteMode", "delete_when_no_subscriptions")
-    if mode not in INACTIVE_TOPIC_MODES:
-        raise E.precondition_failed(f"Invalid inactiveTopicDeleteMode {mode!r}: one of "
-                                    + ", ".join(INACTIVE_TOPIC_MODES))
-    seconds = _int(body.get("maxInactiveDurationSeconds", 60), "maxInactiveDurationSeconds")
-    if seconds <= 0:
-        raise E.precondition_failed("maxInactiveDurationSeconds must be greater than 0")
-    delete = body.get("deleteWhileInactive", False)
-    if not isinstance(delete, bool):
-        raise E.bad_request("Invalid deleteWhileInactive: expected true or false")
-    return {"inactiveTopicDeleteMode": mode, "maxInactiveDurationSeconds": seconds,
-            "deleteWhileInactive": delete}
 
 
 # --- simple fields -------------------------------------------------------------------------

@@ -33,6 +33,11 @@ from aiohttp import web
 from broker.admin import bodies
 from broker.admin import errors as E
 from broker.admin.namespaces import NAMESPACE
+from broker.admin.policy_parsers import (
+    persistence_body,
+    replicator_dispatch_rate,
+    snapshot_interval,
+)
 from broker.admin.responses import admin_of, json_response, no_content
 from broker.admin.service import AdminService, topic_name
 from broker.admin.topics import TOPIC
@@ -53,68 +58,16 @@ TOPIC_OFFLOAD = "offloadPolicies"
 NS_BOOKIE_AFFINITY = "bookie_affinity_group"   # Pulsar's LocalPolicies.bookieAffinityGroup
 TOPIC_REPLICATION = "replicationClusters"
 
-#: broker.conf ``managedLedgerMaxEnsembleSize`` / ``...MaxWriteQuorum`` / ``...MaxAckQuorum``
-MAX_QUORUM = 5
 #: broker.conf ``managedLedgerDefaultEnsembleSize`` / ``...WriteQuorum`` / ``...AckQuorum`` /
 #: ``managedLedgerDefaultMarkDeleteRateLimit``: the applied persistence of a topic set nowhere
 DEFAULT_PERSISTENCE = {"bookkeeperEnsemble": 1, "bookkeeperWriteQuorum": 1,
                        "bookkeeperAckQuorum": 1, "managedLedgerMaxMarkDeleteRate": 1.0}
 
 
-# --- bodies -------------------------------------------------------------------------------
 def _int(name: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise E.bad_request(f"Invalid value: {name} must be a number")
     return value
-
-
-def persistence_body(body: object) -> dict[str, Any]:
-    """A PersistencePolicies, checked as Pulsar's ``validatePersistencePolicies`` (400);
-    missing fields take its defaults (2, 2, 2, 0.0), unknown ones are dropped."""
-    if not isinstance(body, dict):
-        raise E.bad_request("Invalid value: expected a PersistencePolicies")
-    ensemble = _int("bookkeeperEnsemble", body.get("bookkeeperEnsemble", 2))
-    write = _int("bookkeeperWriteQuorum", body.get("bookkeeperWriteQuorum", 2))
-    ack = _int("bookkeeperAckQuorum", body.get("bookkeeperAckQuorum", 2))
-    rate = body.get("managedLedgerMaxMarkDeleteRate", 0.0)
-    if isinstance(rate, bool) or not isinstance(rate, (int, float)):
-        raise E.bad_request("Invalid value: managedLedgerMaxMarkDeleteRate must be a number")
-    for name, value in (("Ensemble", ensemble), ("WriteQuorum", write), ("AckQuorum", ack)):
-        if not 0 < value <= MAX_QUORUM:
-            raise E.bad_request(f"Bookkeeper-{name} must be <= {MAX_QUORUM} and > 0.")
-    if not ensemble >= write >= ack:
-        raise E.bad_request(f"Bookkeeper Ensemble ({ensemble}) >= WriteQuorum ({write}) >= "
-                            f"AckQuorum ({ack})")
-    return {"bookkeeperEnsemble": ensemble, "bookkeeperWriteQuorum": write,
-            "bookkeeperAckQuorum": ack, "managedLedgerMaxMarkDeleteRate": float(rate)}
-
-
-def snapshot_interval(refusal: str) -> Any:
-    """A deduplication snapshot interval in seconds (412 *refusal* below 0); no body removes
-    it (how Pulsar's namespace route, which has no DELETE, is cleared)."""
-    def parse(body: object) -> int | None:
-        if body is None:
-            return None
-        value = _int("interval", body)
-        if value < 0:
-            raise E.precondition_failed(refusal)
-        return value
-    return parse
-
-
-def replicator_dispatch_rate(body: object) -> dict[str, Any]:
-    """A DispatchRate as Pulsar stores a replicator's: missing fields are 0 / false."""
-    if not isinstance(body, dict):
-        raise E.bad_request("Invalid value: expected a DispatchRate")
-    relative = body.get("relativeToPublishRate", False)
-    if not isinstance(relative, bool):
-        raise E.bad_request("Invalid value: relativeToPublishRate must be true or false")
-    return {"dispatchThrottlingRateInMsg": _int("dispatchThrottlingRateInMsg",
-                                                body.get("dispatchThrottlingRateInMsg", 0)),
-            "dispatchThrottlingRateInByte": _int("dispatchThrottlingRateInByte",
-                                                 body.get("dispatchThrottlingRateInByte", 0)),
-            "relativeToPublishRate": relative,
-            "ratePeriodInSecond": _int("ratePeriodInSecond", body.get("ratePeriodInSecond", 0))}
 
 
 # --- offload --------------------------------------------------------------------------------

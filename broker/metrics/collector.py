@@ -184,6 +184,10 @@ _FAMILIES: dict[str, tuple[str, str, str]] = {
                                              "sub"),
     "pulsar_subscription_blocked_on_unacked_messages": (
         "gauge", "1 while dispatch is held by maxUnackedMessagesPerSubscription", "sub"),
+    "pulsar_subscription_paused_on_ack_state": (
+        "gauge", "1 while new reads are paused by dispatcherPauseOnAckStatePersistent (the "
+        "cursor holds more acknowledged ranges than managedLedgerMaxUnackedRangesToPersist)",
+        "sub"),
     "pulsar_subscription_msg_rate_out": ("gauge", "Dispatch rate (messages/s)", "sub"),
     "pulsar_subscription_msg_rate_redeliver": (
         "gauge", "Messages sent again after a negative ack or a redelivery request "
@@ -724,6 +728,7 @@ class HoraeCollector(Collector):
             sadd("pulsar_subscription_unacked_messages",
                  sum(c.unacked_messages for c in sub.consumers))
             sadd("pulsar_subscription_blocked_on_unacked_messages", int(sub.blocked_on_unacked))
+            sadd("pulsar_subscription_paused_on_ack_state", int(sub.paused_on_ack_state))
             sadd("pulsar_subscription_consumers_count", consumers)
             sadd("pulsar_subscription_msg_rate_out",
                  self._rates.rate(("sout", full, sub_name), sub.msg_out_counter,

@@ -203,6 +203,11 @@ class SubscriptionFigures(Protocol):
         ...
 
     @property
+    def paused_on_ack_state(self) -> bool:
+        """New reads are paused by ``dispatcherPauseOnAckStatePersistent``."""
+        ...
+
+    @property
     def msg_delayed(self) -> int:
         """Messages held by the delayed-delivery tracker (0 without one)."""
         ...

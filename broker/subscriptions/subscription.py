@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Mapping
 from typing import Protocol
 
@@ -79,7 +80,7 @@ from storage.ledger import ManagedLedger
 from storage.positions import Position
 
 __all__ = [
-    "BUCKET_PROPERTY_PREFIX", "SUBSCRIPTION_PROPERTY_PREFIX", "SUBSCRIPTION_TYPE_PROPERTY",
+    "BUCKET_PROPERTY_PREFIX", "LAST_ACTIVE_PROPERTY", "SUBSCRIPTION_PROPERTY_PREFIX", "SUBSCRIPTION_TYPE_PROPERTY",
     "MemoryCursor", "Subscription",
     "TopicContext", "tail_position", "wire_position",
 ]
@@ -89,6 +90,9 @@ log = logging.getLogger("horae.subscription")
 BUCKET_PROPERTY_PREFIX = "#pulsar.internal.delayed.bucket"
 #: The cursor property that keeps a durable subscription's type (SubType name) across loads.
 SUBSCRIPTION_TYPE_PROPERTY = "#horae.internal.subscription.type"
+#: when the last consumer of a durable subscription left (epoch ms): Pulsar's cursor lastActive,
+#: which subscription expiration measures from, kept across a restart
+LAST_ACTIVE_PROPERTY = "#horae.internal.subscription.lastActive"
 #: Prefix of the cursor properties that keep the subscription's own properties (SUBSCRIBE
 #: ``subscription_properties``, Pulsar's cursor properties), so they survive a restart.
 SUBSCRIPTION_PROPERTY_PREFIX = "#horae.internal.subscription.property."
@@ -236,6 +240,9 @@ class Subscription:
         self.expiry = ExpiryCounters()
         self.partition_index = topic.partition_index
         self.topic_dispatch = topic.topic_dispatch  # the topic's dispatchRate, shared
+        #: new reads paused by dispatcherPauseOnAckStatePersistent, as the last dispatch
+        #: round found it (:mod:`broker.subscriptions.ack_state_pause`)
+        self.paused_on_ack_state = False
         #: The subscription's own properties (admin get/update, stats).
         self.properties = SubscriptionProperties(cursor)
 
@@ -434,6 +441,9 @@ class Subscription:
         self.consumers.remove(consumer)
         if self.dispatcher is not None:
             self.dispatcher.remove_consumer(consumer)
+        if not self.consumers and isinstance(self.cursor, ManagedCursor):
+            # saved with the cursor's next save (at the latest when the topic closes)
+            self.cursor.set_property(LAST_ACTIVE_PROPERTY, str(int(time.time() * 1000)))
         if not self.durable and not self.consumers and not self.resets.resetting:
             # A reader's subscription lives as long as its reader.
             self.topic.subscriptions.remove_subscription(self)

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from broker.metrics.rates import iso_ms
 from broker.subscriptions.stats import subscription_stats
+from broker.subscriptions.subscription import LAST_ACTIVE_PROPERTY
 from broker.topics.topic_state import TopicState
 from storage.positions import Position
 
@@ -87,9 +88,12 @@ def _long_properties(properties: dict[str, str]) -> dict[str, int]:
     """A cursor's properties as Pulsar's ``CursorStats.properties`` (``Map<String, Long>``:
     the Java admin client fails on any other value). Numeric values as they are; the
     deduplication cursor's stored id ranges (``lo:hi,...``) as their highest id, which is
-    what Pulsar keeps there; Horae's own text markers (a subscription's type) left out."""
+    what Pulsar keeps there; Horae's own text markers (a subscription's type) and the time the
+    last consumer left (Pulsar keeps its lastActive outside these properties) left out."""
     shown: dict[str, int] = {}
     for key, value in properties.items():
+        if key == LAST_ACTIVE_PROPERTY:
+            continue
         last = value.rpartition(":")[2]
         if last.lstrip("-").isdigit():
             shown[key] = int(last)

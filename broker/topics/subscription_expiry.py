@@ -11,9 +11,11 @@ first seen so, and deleted once it has stayed so for longer than the topic's exp
 namespace's ``subscriptionExpirationTime``, else ``subscriptionExpirationTimeMinutes``; 0 never). The compaction and deduplication cursors are not subscriptions of the topic and are
 never touched; Horae has no replicated subscriptions to skip. A consumer arriving in between
 makes it active again; an error (a consumer won the race, a storage failure) is logged and the
-subscription looked at again at the next check. The idle times are kept in memory: after a
-restart they start again (Pulsar keeps the cursor's last-active time). ``clock`` is the seconds
-clock the idle times are measured with (tests move it forward instead of waiting).
+subscription looked at again at the next check. A durable subscription's cursor keeps the time
+its last consumer left (``LAST_ACTIVE_PROPERTY``, as Pulsar's cursor keeps its lastActive), and
+a subscription first seen idle is idle since then: a restart does not start its idle time
+again. ``clock`` is the wall clock in seconds the idle times are measured with (tests move it
+forward instead of waiting).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import time
 from collections.abc import Awaitable, Callable, ItemsView, Mapping
 from typing import Any, Protocol
 
+from broker.subscriptions.subscription import LAST_ACTIVE_PROPERTY
 from broker.topics.names import TopicName
 from broker.topics.policy_limits import LimitPolicies
 
@@ -48,7 +51,7 @@ class SubscriptionExpiry:
     """Finds and deletes subscriptions unused for longer than their expiration time."""
 
     def __init__(self, limits: LimitPolicies, interval_s: float,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.time) -> None:
         self._limits = limits
         self.interval_s = interval_s
         self.clock = clock
@@ -76,7 +79,9 @@ class SubscriptionExpiry:
                 if sub.consumers:
                     continue
                 key = (full, name)
-                since = self._idle_since.get(key, now)
+                since = self._idle_since.get(key)
+                if since is None:
+                    since = min(now, _last_active_s(sub) or now)
                 if now - since <= minutes * 60:
                     idle[key] = since
                     continue
@@ -92,3 +97,13 @@ class SubscriptionExpiry:
         self._idle_since = idle   # forgets subscriptions gone, active or no longer expiring
         self.expired += deleted
         return deleted
+
+
+def _last_active_s(sub: Any) -> float | None:
+    """When the last consumer of *sub* left, as its cursor keeps it (seconds), if it does."""
+    properties = getattr(sub.cursor, "properties", None)
+    value = properties.get(LAST_ACTIVE_PROPERTY) if isinstance(properties, dict) else None
+    try:
+        return int(value) / 1000.0 if value is not None else None
+    except ValueError:
+        return None

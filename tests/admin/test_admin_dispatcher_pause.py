@@ -27,6 +27,22 @@ def _backlog(web_url: str, stats: str) -> Any:
     return http(web_url, "GET", stats).body["subscriptions"]["s"]["msgBacklog"]
 
 
+def _paused_metric(web_url: str, topic: str) -> float | None:
+    """``pulsar_subscription_paused_on_ack_state`` of subscription ``s`` of *topic*."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(web_url + "/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "pulsar_subscription_paused_on_ack_state" and \
+                    sample.labels.get("topic") == topic and sample.labels.get("subscription") == "s":
+                return float(sample.value)
+    return None
+
+
 def _receive_all(consumer: Any, ack: Any, acked: Any = None) -> dict[int, Any]:
     """Receive until nothing comes for 2 s, acknowledging the numbers *ack* picks; *acked*
     (given the count so far) waits until the broker has them (the client groups its acks)."""
@@ -70,12 +86,14 @@ def test_dispatch_pauses_past_the_persistable_ranges_and_resumes(
             message="the acknowledgement reached the broker"))
         assert len(first) < 40, f"dispatch did not pause: {len(first)} received"
         assert _backlog(broker.web_url, stats) > 60
+        assert _paused_metric(broker.web_url, topic) == 1
         # acknowledging the held ones closes the gaps: dispatch resumes up to the end
         for n, msg in first.items():
             if n % 2 == 0:
                 consumer.acknowledge(msg)
         rest = _receive_all(consumer, lambda n: True)
         assert sorted([*first, *rest]) == list(range(100))
+        assert _paused_metric(broker.web_url, topic) == 0
     finally:
         client.close()
 
@@ -124,3 +142,15 @@ def test_routes_and_commands_answer_as_pulsar(broker_factory: Any,
         assert _cli(capsys, broker, group, f"get-{stem}", topic) is True
         _cli(capsys, broker, group, f"remove-{stem}", topic)
         assert _cli(capsys, broker, group, f"get-{stem}", topic, "--applied") is True
+
+
+def test_the_broker_setting_is_dynamic(broker_factory: Any) -> None:
+    broker = broker_factory()
+    web = broker.web_url
+    key = "dispatcherPauseOnAckStatePersistentEnabled"
+    tp = f"{T}/dyn/dispatcherPauseOnAckStatePersistent?applied=true"
+    assert http(web, "PUT", f"{T}/dyn").status == 204
+    assert key in http(web, "GET", "/admin/v2/brokers/configuration").body
+    assert http(web, "GET", tp).body is False
+    assert http(web, "POST", f"/admin/v2/brokers/configuration/{key}/true").status == 200
+    assert http(web, "GET", tp).body is True

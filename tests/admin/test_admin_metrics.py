@@ -210,6 +210,7 @@ class _FakeSubscription:
     msg_out_counter: int = 0
     bytes_out_counter: int = 0
     blocked_on_unacked: bool = False
+    paused_on_ack_state: bool = False
     delayed_tracker: _FakeBucketTracker | _FakeMemoryTracker | None = None
     delayed: _FakeDelayed = dataclasses.field(default_factory=_FakeDelayed)
     redeliver: float = 0.0
@@ -557,6 +558,12 @@ def test_collector_exports_pulsar_storage_and_subscription_series() -> None:
     blocked.subscriptions["s"].blocked_on_unacked = True
     samples = _samples(_exposition(_FakeService(BrokerConfig(), {blocked.full: blocked})))
     assert _value(samples, "pulsar_subscription_blocked_on_unacked_messages",
+                  topic=blocked.full, subscription="s") == 1
+    assert _value(samples, "pulsar_subscription_paused_on_ack_state",
+                  topic=blocked.full, subscription="s") == 0
+    blocked.subscriptions["s"].paused_on_ack_state = True
+    samples = _samples(_exposition(_FakeService(BrokerConfig(), {blocked.full: blocked})))
+    assert _value(samples, "pulsar_subscription_paused_on_ack_state",
                   topic=blocked.full, subscription="s") == 1
 
 

@@ -101,6 +101,8 @@ class DispatchContext(Protocol):
     max_unacked_messages: int
     #: subscriptionDispatchRate: dispatch waits for the next period past it
     dispatch_rate: DispatchRate
+    #: new reads paused by dispatcherPauseOnAckStatePersistent at the last look (the metric)
+    paused_on_ack_state: bool
 
     @property
     def topic_dispatch(self) -> TopicDispatch:
@@ -375,7 +377,9 @@ class Dispatcher:
         delayed = self.delayed
         if delayed is not None and delayed.paused():
             return False
-        return not must_pause(self.sub.cursor, self.sub.topic_dispatch.ack_state_ranges_limit)
+        paused = must_pause(self.sub.cursor, self.sub.topic_dispatch.ack_state_ranges_limit)
+        self.sub.paused_on_ack_state = paused   # the metric's figure
+        return not paused
 
     def _route(self, position: Position, info: EntryInfo | None, sticky_hash: int,
                from_replay: bool, blocked: set[int]) -> Consumer | None:
