@@ -176,13 +176,13 @@ class LedgerTrimmer:
         bound = min(durable) if durable else None
         doomed: list[Position] = []  # last entry of each ledger trim() would delete
         infos = ledger.ledgers
+        relocated = ledger.relocated
         for info in infos[:-1]:  # the last one is the current ledger: never deleted
             if not info.sealed:
                 break
             last = Position(info.ledger_id, info.entries - 1)
             # Held: kept, unless its pending delayed entries were copied forward; then its
             # segment may go (once: then it is a ghost, broker/delayed/relocate.py).
-            relocated = ledger.relocated
             if bound is not None and bound < last and (
                     not relocated.is_relocated(info.ledger_id)
                     or info.ledger_id in relocated.ghosts):

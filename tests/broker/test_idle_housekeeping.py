@@ -33,6 +33,8 @@ class _Ledger:
         self.listed = 0
         self.closed = False
         self.cursors: dict[str, Any] = {}
+        # nothing copied forward by the delayed-delivery relocation
+        self.relocated = SimpleNamespace(is_relocated=lambda ledger_id: False, ghosts=set())
 
     @property
     def ledgers(self) -> list[LedgerInfo]:
