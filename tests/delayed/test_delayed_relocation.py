@@ -157,16 +157,18 @@ def test_copied_forward_delayed_messages_arrive_once_with_original_ids(
 @pytest.mark.slow
 def test_kill_9_after_the_trim_loses_nothing_pending(run_broker_process: Any,
                                                       tmp_path: pathlib.Path) -> None:
-    """The topic's own housekeeping copies forward and trims (every 30 s); the broker is then
+    """The topic's own housekeeping copies forward and trims; the broker is then
     killed with SIGKILL: every pending message arrives once after the restart, on time, with
     its original id."""
     data = tmp_path / "data"
-    first = run_broker_process(data, config_overrides=CONFIG)
+    # housekeeping copies forward every second here instead of every 30 s
+    config = {**CONFIG, "delayedDeliveryRelocationIntervalSeconds": 1}
+    first = run_broker_process(data, config_overrides=config)
     client = make_client(first.service_url)
     consumer = client.subscribe(TOPIC, "sub", consumer_type=pulsar.ConsumerType.Shared,
                                 initial_position=pulsar.InitialPosition.Earliest)
     producer = client.create_producer(TOPIC, batching_enabled=False)
-    due_at = int(time.time() * 1000) + 90_000   # after the first run (30 s) and the restart
+    due_at = int(time.time() * 1000) + 30_000   # after the first run (1 s) and the restart
     delayed: dict[tuple[int, int], bytes] = {}
     for i in range(40):
         payload = b"k-%02d" % i
@@ -182,7 +184,7 @@ def test_kill_9_after_the_trim_loses_nothing_pending(run_broker_process: Any,
         client.close()
     first.kill()
 
-    second = run_broker_process(data, config_overrides=CONFIG)
+    second = run_broker_process(data, config_overrides=config)
     client = make_client(second.service_url)
     try:
         consumer = client.subscribe(TOPIC, "sub", consumer_type=pulsar.ConsumerType.Shared)
