@@ -376,7 +376,55 @@ class _Commands(argparse._SubParsersAction):  # type: ignore[type-arg]
         return parser
 
 
-def build_parser() -> argparse.ArgumentParser:
+#: The top-level options that take a value (the scan for the group a command line names).
+_TOP_OPTIONS_WITH_VALUE = frozenset({"--admin-url", "--admin-service-url", "--auth-plugin",
+                                     "--auth-params", "--token", "--tls-trust-cert-path"})
+#: Every group and its other names (a test checks them against the parser).
+_GROUP_NAMES = frozenset({"brokers", "clusters", "tenants", "namespaces", "topics", "schemas",
+                          "topic-policies", "topicPolicies", "transactions", "resourcegroups"})
+#: Groups whose commands are declared from another group's (topic-policies mirrors topics).
+_GROUPS_ALSO_BUILT = {"topic-policies": ("topics",), "topicPolicies": ("topic-policies", "topics")}
+
+
+def _named_group(argv: Sequence[str]) -> str | None:
+    """The group a command line names (its first word that is neither a top-level option nor
+    the value of one); None when it names none."""
+    words = iter(argv)
+    for word in words:
+        if word in _TOP_OPTIONS_WITH_VALUE:
+            next(words, None)
+        elif not word.startswith("-"):
+            return word
+    return None
+
+
+class _Unused:
+    """Takes the place of the command list of a group the command line does not name, and of
+    everything declared on it. Declaring every command builds over 400 argparse parsers, most
+    of ``horae-admin``'s start-up time; a command line needs only its own group's."""
+
+    class _Choices(dict[str, Any]):
+        def __contains__(self, key: object) -> bool:
+            return True
+
+        def __missing__(self, key: str) -> _Unused:
+            return _Unused()
+
+        def get(self, key: str, default: Any = None) -> _Unused:  # type: ignore[override]
+            return _Unused()
+
+    choices = _Choices()
+
+    def __getattr__(self, name: str) -> Any:
+        return self._declare
+
+    def _declare(self, *args: Any, **kwargs: Any) -> _Unused:
+        return self
+
+
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The whole command line; given *argv*, only the commands of the group it names are
+    declared (every group is still listed), unless it names no known group."""
     p = _Parser(prog="horae-admin", description="Administer a Horae broker (pulsar-admin style).")
     p.add_argument("--admin-url", "--admin-service-url",
                    default=os.environ.get("HORAE_ADMIN_URL", DEFAULT_ADMIN_URL),
@@ -393,8 +441,14 @@ def build_parser() -> argparse.ArgumentParser:
     groups = p.add_subparsers(dest="group", required=True, metavar="GROUP",
                               parser_class=_Parser)
 
+    named = _named_group(argv) if argv is not None else None
+    wanted = {named, *_GROUPS_ALSO_BUILT.get(named or "", ())} if named in _GROUP_NAMES else None
+
     def group(name: str, help_: str, aliases: Sequence[str] = ()) -> Any:
-        return groups.add_parser(name, help=help_, aliases=aliases).add_subparsers(
+        parser = groups.add_parser(name, help=help_, aliases=aliases)
+        if wanted is not None and name not in wanted:
+            return _Unused()
+        return parser.add_subparsers(
             dest="command", required=True, metavar="COMMAND", parser_class=_Parser,
             action=_Commands)
 
@@ -565,13 +619,15 @@ def _check_admin_url(admin_url: str) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser(argv).parse_args(argv)
     admin_url = args.admin_url
     try:
         try:
             auth = admin_auth(auth_plugin=args.auth_plugin, auth_params=args.auth_params,
                               token=args.token, tls_trust_cert_path=args.tls_trust_cert_path,
-                              tls_allow_insecure=args.tls_allow_insecure)
+                              tls_allow_insecure=args.tls_allow_insecure,
+                              https=admin_url.startswith("https:"))
         except ValueError as exc:
             raise UsageError(str(exc)) from None
         _check_admin_url(admin_url)
