@@ -57,7 +57,9 @@ from aiohttp import web
 
 from broker.admin import bodies
 from broker.admin import errors as E
+from broker.admin.namespace_create import NS_ENTRY_FILTERS
 from broker.admin.namespaces import NAMESPACE, policy_to_body
+from broker.admin.offload_fields import NS_OFFLOAD
 from broker.admin.policies_quota import policies_document_fields
 from broker.admin.policy_parsers import (
     MAX_MESSAGE_SIZE_REFUSAL,
@@ -87,6 +89,7 @@ from broker.admin.storage_policies import (
     TOPIC_DEDUP_SNAPSHOT,
     TOPIC_PERSISTENCE,
     TOPIC_REPLICATOR_RATE,
+    offload_document,
     persistence_body,
     replicator_dispatch_rate,
     snapshot_interval,
@@ -333,6 +336,11 @@ async def get_namespace_policies(request: web.Request) -> web.Response:
         "schema_auto_update_compatibility_strategy": fields.get(P.NS_SCHEMA_AUTO_UPDATE_STRATEGY),
         "delayed_delivery_replace_by_key": fields.get(P.NS_REPLACE_BY_KEY),
         "resource_group_name": fields.get(NS_RESOURCE_GROUP),
+        "offload_policies": offload_document(fields.get(NS_OFFLOAD)),
+        "offload_threshold": fields.get("offload_threshold"),
+        "offload_threshold_in_seconds": fields.get("offload_threshold_in_seconds"),
+        "offload_deletion_lag_ms": fields.get("offload_deletion_lag_ms"),
+        "entryFilters": fields.get(NS_ENTRY_FILTERS),
         "delayed_delivery_policies": None,
         **policies_document_fields(_store(admin), ns),
     }
