@@ -7,10 +7,11 @@ bad value is refused with that route's status and reason and nothing is created.
 a namespace's rates by cluster: the entry of this node's cluster is taken. Values that are
 Pulsar's defaults of a primitive field (``false``, ``"UNDEFINED"``, ``-1``, empty maps and
 lists) are left unset, which every getter reads the same way. The deprecated
-``clusterDispatchRate`` is the namespace dispatch rate when ``topicDispatchRate`` has no entry
-for this cluster, as Pulsar's topics read it. ``resource_group_name`` attaches the namespace to
-a group that must exist (412 ``ResourceGroup does not exist``, as the attach route). Offload
-settings and entry filters are kept as Pulsar keeps them, with no effect on one node.
+``clusterDispatchRate`` is kept apart, as Pulsar keeps it: its topics' dispatch rate when
+``topicDispatchRate`` has no entry for this cluster. ``resource_group_name`` attaches the
+namespace to its group, unchecked as Pulsar's create leaves it (a group that does not exist
+limits nothing until it is created). Offload settings and entry filters are kept as Pulsar
+keeps them, with no effect on one node.
 """
 
 from __future__ import annotations
@@ -71,6 +72,7 @@ _PLAIN: dict[str, tuple[str, PP.Parser]] = {
 #: Policies key of a per-cluster rate -> (namespace field, parser of one cluster's rate)
 _PER_CLUSTER: dict[str, tuple[str, PP.Parser]] = {
     L.NS_DISPATCH_RATE: (L.NS_DISPATCH_RATE, PP.parse_dispatch_rate),
+    L.NS_CLUSTER_DISPATCH_RATE: (L.NS_CLUSTER_DISPATCH_RATE, PP.parse_dispatch_rate),
     L.NS_SUBSCRIPTION_DISPATCH_RATE: (L.NS_SUBSCRIPTION_DISPATCH_RATE, PP.parse_dispatch_rate),
     L.NS_SUBSCRIBE_RATE: (L.NS_SUBSCRIBE_RATE, PP.parse_subscribe_rate),
     L.NS_PUBLISH_RATE: (L.NS_PUBLISH_RATE, PP.parse_publish_rate),
@@ -126,19 +128,11 @@ def policy_fields_of_create(policies: dict[str, Any], cluster: str) -> dict[str,
     if properties:
         fields[PROPERTIES] = properties
     fields.update(_unused_features(policies))
-    group = policies.get("resource_group_name")
+    group = policies.get(NS_RESOURCE_GROUP)
     if group is not None:
         if not isinstance(group, str):
             raise E.bad_request("Invalid resource_group_name: expected a string")
         fields[NS_RESOURCE_GROUP] = group
-    # Pulsar's deprecated per-cluster dispatch rate: a topic's rate when topicDispatchRate has
-    # no entry for the cluster (AbstractTopic's namespace dispatch rate)
-    cluster_rates = policies.get("clusterDispatchRate")
-    if L.NS_DISPATCH_RATE not in fields and cluster_rates is not None:
-        if not isinstance(cluster_rates, dict):
-            raise E.bad_request("Invalid clusterDispatchRate: expected an object keyed by cluster")
-        if cluster_rates.get(cluster) is not None:
-            fields[L.NS_DISPATCH_RATE] = PP.parse_dispatch_rate(cluster_rates[cluster])
     return fields
 
 
@@ -152,8 +146,9 @@ def _unused_features(policies: dict[str, Any]) -> dict[str, Any]:
         fields[NS_OFFLOAD] = offload_fields(offload)
     filters = policies.get(NS_ENTRY_FILTERS)
     if filters is not None:
-        names = filters.get("entryFilterNames") if isinstance(filters, dict) else None
-        if not isinstance(filters, dict) or not isinstance(names, (str, type(None))):
+        # Pulsar's EntryFilters also reads a bare string as its names
+        names = filters.get("entryFilterNames") if isinstance(filters, dict) else filters
+        if not isinstance(names, (str, type(None))):
             raise E.bad_request("Invalid entryFilters: expected {\"entryFilterNames\": \"...\"}")
         fields[NS_ENTRY_FILTERS] = {"entryFilterNames": names}
     return fields

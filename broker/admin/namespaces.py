@@ -29,7 +29,6 @@ from broker.admin.service import AdminService, topic_name
 from broker.admin.topics import TOPIC
 from broker.delayed.policy import DelayPolicy
 from broker.topics.names import TopicName
-from broker.topics.resource_groups import NS_RESOURCE_GROUP
 
 TENANTS = "/admin/v2/tenants"
 TENANT = TENANTS + "/{tenant}"
@@ -132,9 +131,6 @@ async def create_namespace(request: web.Request) -> web.Response:
         raise E.conflict(E.NAMESPACE_EXISTS)
     policies = namespace_policies_body(body)
     fields = policy_fields_of_create(policies, _cluster(admin))
-    group = fields.get(NS_RESOURCE_GROUP)
-    if group is not None and admin.policy_store.resource_groups.get(group) is None:
-        raise E.precondition_failed("ResourceGroup does not exist")
     delayed = policies.get("delayed_delivery_policies")
     delay = None if delayed is None else _validate(delayed)
     key = f"{tenant}/{ns}"

@@ -285,12 +285,17 @@ def _handlers(scope: _Scope, field: str, parse: Parser) -> tuple[Handler, Handle
                 and value > _store(admin).config.max_message_size:
             raise E.precondition_failed(MAX_MESSAGE_SIZE_REFUSAL)
         await scope.write(_store(admin).records, key, field, value)
+        if scope is _NAMESPACE_SCOPE and field == L.NS_DISPATCH_RATE:
+            # Pulsar writes its deprecated per-cluster rate with it
+            await scope.write(_store(admin).records, key, L.NS_CLUSTER_DISPATCH_RATE, value)
         return no_content()
 
     async def delete(request: web.Request) -> web.Response:
         admin, key = await scope.locate(request)
         if removed is None:
             await scope.remove(_store(admin).records, key, field)
+            if scope is _NAMESPACE_SCOPE and field == L.NS_DISPATCH_RATE:
+                await scope.remove(_store(admin).records, key, L.NS_CLUSTER_DISPATCH_RATE)
         else:
             await scope.write(_store(admin).records, key, field, removed)
         return no_content()
@@ -322,6 +327,8 @@ async def get_namespace_policies(request: web.Request) -> web.Response:
         if (rate := fields.get(L.NS_SUBSCRIBE_RATE)) is not None else None,
         "topicDispatchRate": {admin.broker.cluster_name: rate}
         if (rate := fields.get(L.NS_DISPATCH_RATE)) is not None else None,
+        "clusterDispatchRate": {admin.broker.cluster_name: rate}
+        if (rate := fields.get(L.NS_CLUSTER_DISPATCH_RATE)) is not None else None,
         "publishMaxMessageRate": {admin.broker.cluster_name: rate}
         if (rate := fields.get(L.NS_PUBLISH_RATE)) is not None else None,
         "subscriptionDispatchRate": {admin.broker.cluster_name: rate}
