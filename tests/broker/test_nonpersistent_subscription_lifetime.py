@@ -49,6 +49,10 @@ def test_a_subscription_goes_with_its_last_consumer(broker_factory: Any) -> None
         assert _subscriptions(broker) == {}
         status, names = http_json(broker.web_url, "GET", PATH + "/subscriptions")
         assert (status, names) == (200, [])
+        # nor can an operator make one to linger: only a client makes one (Pulsar's 400)
+        status, body = http_json(broker.web_url, "PUT", PATH + "/subscription/made")
+        assert (status, body) == (400, {"reason": "Create subscription on non-persistent topic "
+                                                  "can only be done through client"})
         # the expiration check has nothing to find on the topic
         expiry = broker.service.subscription_expiry
         assert broker.call(expiry.check, broker.service.topics) == 0

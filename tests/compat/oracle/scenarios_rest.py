@@ -408,6 +408,7 @@ SCENARIOS: list[Scenario] = [
         Call("GET", NP + "/stats", label="stats"),
         Call("GET", NP + "/subscriptions", label="subscriptions"),
         Call("DELETE", NP + "/subscription/nope", label="delete missing subscription"),
+        Call("PUT", NP + "/subscription/made", label="create subscription"),
         Call("POST", NP + "/terminate", label="terminate"),
         Call("POST", NP + "/subscription/s/expireMessages/1", label="expire"),
         Call("POST", NP + "/subscription/s/expireMessages", {"ledgerId": 1, "entryId": 1},
