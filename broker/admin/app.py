@@ -30,6 +30,7 @@ from broker.admin import (
     brokers,
     compaction,
     delayed_routes,
+    entry_filters,
     inspect_routes,
     namespace_ops,
     namespaces,
@@ -138,6 +139,7 @@ def create_app(service: BrokerService, *, metrics_source: BrokerMetrics | None =
 
     namespaces.add_routes(app)
     resource_groups.add_routes(app)
+    entry_filters.add_routes(app)
     topics.add_routes(app)
     policies.add_routes(app)
     policies_quota.add_routes(app)

@@ -5,8 +5,13 @@ the namespace with every policy of it Horae keeps, as Pulsar stores the whole do
 field goes through the parser its own route uses (:mod:`broker.admin.policy_parsers`), so a
 bad value is refused with that route's status and reason and nothing is created. Pulsar keys
 a namespace's rates by cluster: the entry of this node's cluster is taken. Values that are
-Pulsar's defaults of a primitive field (``false``, ``"UNDEFINED"``, empty maps and lists) are
-left unset, which every getter reads the same way.
+Pulsar's defaults of a primitive field (``false``, ``"UNDEFINED"``, ``-1``, empty maps and
+lists) are left unset, which every getter reads the same way. The deprecated
+``clusterDispatchRate`` is kept apart, as Pulsar keeps it: its topics' dispatch rate when
+``topicDispatchRate`` has no entry for this cluster. ``resource_group_name`` attaches the
+namespace to its group, unchecked as Pulsar's create leaves it (a group that does not exist
+limits nothing until it is created). Offload settings and entry filters are kept as Pulsar
+keeps them, with no effect on one node.
 """
 
 from __future__ import annotations
@@ -15,13 +20,18 @@ from typing import Any
 
 from broker.admin import errors as E
 from broker.admin import policy_parsers as PP
+from broker.admin.offload_fields import NS_OFFLOAD, legacy_of_create, offload_fields
 from broker.admin.properties_routes import PROPERTIES, parse_properties
 from broker.admin.schema_policies import AUTO_UPDATE_STRATEGIES
 from broker.topics import policies as P
 from broker.topics import policy_limits as L
+from broker.topics.resource_groups import NS_RESOURCE_GROUP
 from protocol import admin_names
 
-__all__ = ["policy_fields_of_create"]
+__all__ = ["NS_ENTRY_FILTERS", "NS_OFFLOAD", "policy_fields_of_create"]
+
+#: the namespace field of the entry filters (Pulsar's name)
+NS_ENTRY_FILTERS = "entryFilters"
 
 #: Policies key -> (namespace field, parser) of a plain value
 _PLAIN: dict[str, tuple[str, PP.Parser]] = {
@@ -62,6 +72,7 @@ _PLAIN: dict[str, tuple[str, PP.Parser]] = {
 #: Policies key of a per-cluster rate -> (namespace field, parser of one cluster's rate)
 _PER_CLUSTER: dict[str, tuple[str, PP.Parser]] = {
     L.NS_DISPATCH_RATE: (L.NS_DISPATCH_RATE, PP.parse_dispatch_rate),
+    L.NS_CLUSTER_DISPATCH_RATE: (L.NS_CLUSTER_DISPATCH_RATE, PP.parse_dispatch_rate),
     L.NS_SUBSCRIPTION_DISPATCH_RATE: (L.NS_SUBSCRIPTION_DISPATCH_RATE, PP.parse_dispatch_rate),
     L.NS_SUBSCRIBE_RATE: (L.NS_SUBSCRIBE_RATE, PP.parse_subscribe_rate),
     L.NS_PUBLISH_RATE: (L.NS_PUBLISH_RATE, PP.parse_publish_rate),
@@ -116,4 +127,28 @@ def policy_fields_of_create(policies: dict[str, Any], cluster: str) -> dict[str,
     properties = parse_properties(policies.get(PROPERTIES))
     if properties:
         fields[PROPERTIES] = properties
+    fields.update(_unused_features(policies))
+    group = policies.get(NS_RESOURCE_GROUP)
+    if group is not None:
+        if not isinstance(group, str):
+            raise E.bad_request("Invalid resource_group_name: expected a string")
+        fields[NS_RESOURCE_GROUP] = group
+    return fields
+
+
+def _unused_features(policies: dict[str, Any]) -> dict[str, Any]:
+    """Offload and entry filters: stored as Pulsar's create stores them (no check of driver,
+    bucket or filter names), shown by their getters and the Policies document, with no effect:
+    Horae has no tiered storage and no entry filters."""
+    fields: dict[str, Any] = dict(legacy_of_create(policies))
+    offload = policies.get(NS_OFFLOAD)
+    if offload is not None:
+        fields[NS_OFFLOAD] = offload_fields(offload)
+    filters = policies.get(NS_ENTRY_FILTERS)
+    if filters is not None:
+        # Pulsar's EntryFilters also reads a bare string as its names
+        names = filters.get("entryFilterNames") if isinstance(filters, dict) else filters
+        if not isinstance(names, (str, type(None))):
+            raise E.bad_request("Invalid entryFilters: expected {\"entryFilterNames\": \"...\"}")
+        fields[NS_ENTRY_FILTERS] = {"entryFilterNames": names}
     return fields

@@ -4,7 +4,8 @@ topic list with its ``mode`` filter.
 Theory of operation
 -------------------
 Pulsar's NonPersistentTopics resource: list, create, delete, partitioned create/list/delete,
-stats (NonPersistentTopicStats with ``msgDropRate``), partitioned-stats, subscriptions. The
+stats (NonPersistentTopicStats with ``msgDropRate``), partitioned-stats, subscriptions (listed,
+deleted; an admin create is refused with Pulsar's 400, as only a client makes one). The
 topics themselves are :class:`broker.topics.nonpersistent.NonPersistentTopic`, kept in memory
 by the broker and reached through :class:`broker.admin.service.AdminTopics`; partitioned
 metadata is shared with persistent topics (the service's ``topic`` records, keyed by full
@@ -169,6 +170,15 @@ async def delete_subscription(request: web.Request) -> web.Response:
     return no_content()
 
 
+async def create_subscription(request: web.Request) -> web.Response:
+    """Refused as Pulsar refuses it: a non-persistent subscription lives while a consumer has
+    it, so only a client makes one."""
+    m = request.match_info
+    topic_name(m["tenant"], m["namespace"], m["topic"], DOMAIN)   # a bad name: its own 412
+    raise E.bad_request("Create subscription on non-persistent topic can only be done "
+                        "through client")
+
+
 def add_routes(app: web.Application) -> None:
     r = app.router
     r.add_get("/admin/v2/namespaces/{tenant}/{namespace}/topics", namespace_topics)
@@ -183,3 +193,4 @@ def add_routes(app: web.Application) -> None:
     r.add_get(TOPIC + "/partitioned-stats", partitioned_stats)
     r.add_get(TOPIC + "/subscriptions", list_subscriptions)
     r.add_delete(TOPIC + "/subscription/{sub}", delete_subscription)
+    r.add_put(TOPIC + "/subscription/{sub}", create_subscription)

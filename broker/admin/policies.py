@@ -57,7 +57,9 @@ from aiohttp import web
 
 from broker.admin import bodies
 from broker.admin import errors as E
+from broker.admin.namespace_create import NS_ENTRY_FILTERS
 from broker.admin.namespaces import NAMESPACE, policy_to_body
+from broker.admin.offload_fields import NS_OFFLOAD
 from broker.admin.policies_quota import policies_document_fields
 from broker.admin.policy_parsers import (
     MAX_MESSAGE_SIZE_REFUSAL,
@@ -87,6 +89,7 @@ from broker.admin.storage_policies import (
     TOPIC_DEDUP_SNAPSHOT,
     TOPIC_PERSISTENCE,
     TOPIC_REPLICATOR_RATE,
+    offload_document,
     persistence_body,
     replicator_dispatch_rate,
     snapshot_interval,
@@ -282,12 +285,17 @@ def _handlers(scope: _Scope, field: str, parse: Parser) -> tuple[Handler, Handle
                 and value > _store(admin).config.max_message_size:
             raise E.precondition_failed(MAX_MESSAGE_SIZE_REFUSAL)
         await scope.write(_store(admin).records, key, field, value)
+        if scope is _NAMESPACE_SCOPE and field == L.NS_DISPATCH_RATE:
+            # Pulsar writes its deprecated per-cluster rate with it
+            await scope.write(_store(admin).records, key, L.NS_CLUSTER_DISPATCH_RATE, value)
         return no_content()
 
     async def delete(request: web.Request) -> web.Response:
         admin, key = await scope.locate(request)
         if removed is None:
             await scope.remove(_store(admin).records, key, field)
+            if scope is _NAMESPACE_SCOPE and field == L.NS_DISPATCH_RATE:
+                await scope.remove(_store(admin).records, key, L.NS_CLUSTER_DISPATCH_RATE)
         else:
             await scope.write(_store(admin).records, key, field, removed)
         return no_content()
@@ -319,6 +327,8 @@ async def get_namespace_policies(request: web.Request) -> web.Response:
         if (rate := fields.get(L.NS_SUBSCRIBE_RATE)) is not None else None,
         "topicDispatchRate": {admin.broker.cluster_name: rate}
         if (rate := fields.get(L.NS_DISPATCH_RATE)) is not None else None,
+        "clusterDispatchRate": {admin.broker.cluster_name: rate}
+        if (rate := fields.get(L.NS_CLUSTER_DISPATCH_RATE)) is not None else None,
         "publishMaxMessageRate": {admin.broker.cluster_name: rate}
         if (rate := fields.get(L.NS_PUBLISH_RATE)) is not None else None,
         "subscriptionDispatchRate": {admin.broker.cluster_name: rate}
@@ -333,6 +343,11 @@ async def get_namespace_policies(request: web.Request) -> web.Response:
         "schema_auto_update_compatibility_strategy": fields.get(P.NS_SCHEMA_AUTO_UPDATE_STRATEGY),
         "delayed_delivery_replace_by_key": fields.get(P.NS_REPLACE_BY_KEY),
         "resource_group_name": fields.get(NS_RESOURCE_GROUP),
+        "offload_policies": offload_document(fields.get(NS_OFFLOAD)),
+        "offload_threshold": fields.get("offload_threshold"),
+        "offload_threshold_in_seconds": fields.get("offload_threshold_in_seconds"),
+        "offload_deletion_lag_ms": fields.get("offload_deletion_lag_ms"),
+        "entryFilters": fields.get(NS_ENTRY_FILTERS),
         "delayed_delivery_policies": None,
         **policies_document_fields(_store(admin), ns),
     }

@@ -33,6 +33,17 @@ from aiohttp import web
 from broker.admin import bodies
 from broker.admin import errors as E
 from broker.admin.namespaces import NAMESPACE
+from broker.admin.offload_fields import (
+    LEGACY,
+    NS_OFFLOAD,
+    OFFLOAD_DRIVERS,
+    S3_DRIVERS,
+    THRESHOLD_S,
+    merge_legacy,
+    offload_defaults,
+    offload_fields,
+    ordered,
+)
 from broker.admin.policy_parsers import (
     persistence_body,
     replicator_dispatch_rate,
@@ -53,7 +64,6 @@ NS_DEDUP_SNAPSHOT = "deduplicationSnapshotInterval"
 TOPIC_DEDUP_SNAPSHOT = "deduplicationSnapshotIntervalSeconds"
 NS_REPLICATOR_RATE = "replicatorDispatchRate"
 TOPIC_REPLICATOR_RATE = "replicatorDispatchRate"
-NS_OFFLOAD = "offload_policies"
 TOPIC_OFFLOAD = "offloadPolicies"
 NS_BOOKIE_AFFINITY = "bookie_affinity_group"   # Pulsar's LocalPolicies.bookieAffinityGroup
 TOPIC_REPLICATION = "replicationClusters"
@@ -71,77 +81,11 @@ def _int(name: str, value: object) -> int:
 
 
 # --- offload --------------------------------------------------------------------------------
-#: OffloadPoliciesImpl's fields: name -> (JSON type, default; None = left out when unset)
-_OFFLOAD_FIELDS: dict[str, tuple[type, Any]] = {
-    "offloadersDirectory": (str, "./offloaders"),
-    "managedLedgerOffloadDriver": (str, None),
-    "managedLedgerOffloadMaxThreads": (int, 2),
-    "managedLedgerOffloadReadThreads": (int, None),
-    "managedLedgerOffloadPrefetchRounds": (int, 1),
-    "managedLedgerOffloadThresholdInSeconds": (int, None),
-    "managedLedgerOffloadThresholdInBytes": (int, None),
-    "managedLedgerOffloadDeletionLagInMillis": (int, None),
-    "managedLedgerOffloadedReadPriority": (str, None),
-    "managedLedgerExtraConfigurations": (dict, {}),
-    "s3ManagedLedgerOffloadRegion": (str, None),
-    "s3ManagedLedgerOffloadBucket": (str, None),
-    "s3ManagedLedgerOffloadServiceEndpoint": (str, None),
-    "s3ManagedLedgerOffloadMaxBlockSizeInBytes": (int, 67108864),
-    "s3ManagedLedgerOffloadReadBufferSizeInBytes": (int, 1048576),
-    "s3ManagedLedgerOffloadCredentialId": (str, None),
-    "s3ManagedLedgerOffloadCredentialSecret": (str, None),
-    "s3ManagedLedgerOffloadRole": (str, None),
-    "s3ManagedLedgerOffloadRoleSessionName": (str, "pulsar-s3-offload"),
-    "gcsManagedLedgerOffloadRegion": (str, None),
-    "gcsManagedLedgerOffloadBucket": (str, None),
-    "gcsManagedLedgerOffloadMaxBlockSizeInBytes": (int, 134217728),
-    "gcsManagedLedgerOffloadReadBufferSizeInBytes": (int, 1048576),
-    "gcsManagedLedgerOffloadServiceAccountKeyFile": (str, None),
-    "fileSystemProfilePath": (str, None),
-    "fileSystemURI": (str, None),
-    "managedLedgerOffloadBucket": (str, None),
-    "managedLedgerOffloadRegion": (str, None),
-    "managedLedgerOffloadServiceEndpoint": (str, None),
-    "managedLedgerOffloadMaxBlockSizeInBytes": (int, None),
-    "managedLedgerOffloadReadBufferSizeInBytes": (int, None),
-}
-OFFLOAD_DRIVERS = ("S3", "aws-s3", "google-cloud-storage", "filesystem", "azureblob",
-                   "aliyun-oss")
-_S3_DRIVERS = ("s3", "aws-s3")
-_THRESHOLD_S = "managedLedgerOffloadThresholdInSeconds"
-
-
-def _offload_defaults() -> dict[str, Any]:
-    return {name: (dict(default) if isinstance(default, dict) else default)
-            for name, (_, default) in _OFFLOAD_FIELDS.items() if default is not None}
-
-
-def _offload_fields(body: object) -> dict[str, Any]:
-    """The known OffloadPolicies fields of *body* over the defaults (unknown ones dropped)."""
-    if not isinstance(body, dict):
-        raise E.bad_request("Invalid value: expected an OffloadPolicies")
-    out = _offload_defaults()
-    for name, (kind, _) in _OFFLOAD_FIELDS.items():
-        value = body.get(name)
-        if value is None:
-            continue
-        if (kind is int and (isinstance(value, bool) or not isinstance(value, int))) or \
-                (kind is not int and not isinstance(value, kind)):
-            raise E.bad_request(f"Invalid value: {name}")
-        out[name] = value
-    return _ordered(out)
-
-
-def _ordered(doc: dict[str, Any]) -> dict[str, Any]:
-    """*doc* with its fields in OffloadPoliciesImpl's order, as Pulsar writes them."""
-    return {name: doc[name] for name in _OFFLOAD_FIELDS if name in doc}
-
-
 def offload_policies_body(body: object) -> dict[str, Any]:
     """An OffloadPolicies set whole, checked as Pulsar's ``validateOffloadPolicies`` (412)."""
     if body is None:
         raise E.precondition_failed("The offloadPolicies must be specified for namespace offload.")
-    doc = _offload_fields(body)
+    doc = offload_fields(body)
     driver = doc.get("managedLedgerOffloadDriver")
     if not isinstance(driver, str) or driver.lower() not in [d.lower() for d in OFFLOAD_DRIVERS]:
         raise E.precondition_failed("The driver is not supported, support value: "
@@ -154,7 +98,7 @@ def offload_policies_body(body: object) -> dict[str, Any]:
 def _bucket_valid(doc: dict[str, Any], driver: str) -> bool:
     if doc.get("managedLedgerOffloadBucket"):
         return True
-    if driver in _S3_DRIVERS:
+    if driver in S3_DRIVERS:
         return bool(doc.get("s3ManagedLedgerOffloadBucket"))
     if driver == "google-cloud-storage":
         return bool(doc.get("gcsManagedLedgerOffloadBucket"))
@@ -166,7 +110,7 @@ def offload_document(stored: dict[str, Any] | None) -> dict[str, Any] | None:
     if stored is None:
         return None
     driver = str(stored.get("managedLedgerOffloadDriver") or "").lower()
-    return {**stored, "s3Driver": driver in _S3_DRIVERS,
+    return {**stored, "s3Driver": driver in S3_DRIVERS,
             "gcsDriver": driver == "google-cloud-storage",
             "fileSystemDriver": driver == "filesystem"}
 
@@ -208,43 +152,65 @@ async def get_ns_offload(request: web.Request) -> web.Response:
 async def set_ns_offload(request: web.Request) -> web.Response:
     body = await _body(request)
     admin, ns = await _namespace(request)
-    await _records(admin).set_namespace_field(ns, NS_OFFLOAD, offload_policies_body(body))
+    await _write_ns_offload(_records(admin), ns, offload_policies_body(body))
     return no_content()
+
+
+async def _write_ns_offload(records: PolicyRecords, ns: str, doc: dict[str, Any]) -> None:
+    """Store a namespace's offload document, with the old Policies fields a create body set
+    taken into it where it has no value and then dropped (Pulsar's
+    ``mergeOffloadThresholdsForCompatibility``, run by every offload setter)."""
+    legacy = {key: value for key in LEGACY
+              if (value := records.namespace_value(ns, key)) is not None}
+    await records.set_namespace_field(ns, NS_OFFLOAD, merge_legacy(doc, legacy))
+    for key in legacy:
+        await records.remove_namespace_field(ns, key)
 
 
 async def remove_ns_offload(request: web.Request) -> web.Response:
     admin, ns = await _namespace(request)
     await _records(admin).remove_namespace_field(ns, NS_OFFLOAD)
+    for key in LEGACY:   # Pulsar's remove clears the old fields too
+        await _records(admin).remove_namespace_field(ns, key)
     return no_content()
 
 
-def _ns_offload_value(name: str, unset: object) -> tuple[Any, Any]:
+def _ns_offload_value(name: str, legacy: str, unset: object) -> tuple[Any, Any]:
     """GET and PUT of one field inside the namespace's offload document (Pulsar keeps the
-    thresholds there; setting one creates the document with its defaults)."""
+    thresholds there; setting one creates the document with its defaults). While the
+    document has no value, GET reads the Policies' own old field (*legacy*) a create body may
+    have set (:mod:`broker.admin.offload_fields`)."""
     async def get(request: web.Request) -> web.Response:
         admin, ns = await _namespace(request)
         doc = _records(admin).namespace_value(ns, NS_OFFLOAD) or {}
         value = doc.get(name)
+        if value is None:
+            value = _records(admin).namespace_value(ns, legacy)
         return json_response(unset if value is None else value)
 
     async def put(request: web.Request) -> web.Response:
         body = await _body(request)
         admin, ns = await _namespace(request)
         value = _int(name, body)
-        doc = dict(_records(admin).namespace_value(ns, NS_OFFLOAD) or _offload_defaults())
+        doc = dict(_records(admin).namespace_value(ns, NS_OFFLOAD) or offload_defaults())
         doc[name] = value
-        await _records(admin).set_namespace_field(ns, NS_OFFLOAD, _ordered(doc))
+        await _write_ns_offload(_records(admin), ns, ordered(doc))
         # Pulsar's offloadThresholdInSeconds resumes its async answer with nothing: 200
-        return web.Response(status=200) if name == _THRESHOLD_S else no_content()
+        return web.Response(status=200) if name == THRESHOLD_S else no_content()
     return get, put
 
 
 async def clear_ns_offload_lag(request: web.Request) -> web.Response:
     admin, ns = await _namespace(request)
-    doc = _records(admin).namespace_value(ns, NS_OFFLOAD)
-    if doc is not None and "managedLedgerOffloadDeletionLagInMillis" in doc:
+    records = _records(admin)
+    doc = records.namespace_value(ns, NS_OFFLOAD)
+    if any(records.namespace_value(ns, key) is not None for key in LEGACY):
+        lag = "managedLedgerOffloadDeletionLagInMillis"
+        cleared = {k: v for k, v in (doc or offload_defaults()).items() if k != lag}
+        await _write_ns_offload(records, ns, cleared)
+    elif doc is not None and "managedLedgerOffloadDeletionLagInMillis" in doc:
         doc = {k: v for k, v in doc.items() if k != "managedLedgerOffloadDeletionLagInMillis"}
-        await _records(admin).set_namespace_field(ns, NS_OFFLOAD, doc)
+        await records.set_namespace_field(ns, NS_OFFLOAD, doc)
     return no_content()
 
 
@@ -253,7 +219,7 @@ async def get_topic_offload(request: web.Request) -> web.Response:
     records = _records(admin)
     value = records.topic_value(tn, TOPIC_OFFLOAD)
     if value is None and _applied(request):
-        value = records.namespace_value(tn.namespace, NS_OFFLOAD) or _offload_defaults()
+        value = records.namespace_value(tn.namespace, NS_OFFLOAD) or offload_defaults()
     return json_response(offload_document(value))
 
 
@@ -363,11 +329,11 @@ def add_routes(app: web.Application) -> None:
     r.add_get(NAMESPACE + "/offloadPolicies", get_ns_offload)
     r.add_post(NAMESPACE + "/offloadPolicies", set_ns_offload)
     r.add_delete(NAMESPACE + "/removeOffloadPolicies", remove_ns_offload)
-    for suffix, name, unset in (
-            ("offloadThreshold", "managedLedgerOffloadThresholdInBytes", -1),
-            ("offloadThresholdInSeconds", _THRESHOLD_S, -1),
-            ("offloadDeletionLagMs", "managedLedgerOffloadDeletionLagInMillis", None)):
-        get, put = _ns_offload_value(name, unset)
+    for suffix, legacy in (("offloadThreshold", "offload_threshold"),
+                           ("offloadThresholdInSeconds", "offload_threshold_in_seconds"),
+                           ("offloadDeletionLagMs", "offload_deletion_lag_ms")):
+        name, unset = LEGACY[legacy]
+        get, put = _ns_offload_value(name, legacy, unset)
         r.add_get(f"{NAMESPACE}/{suffix}", get)
         r.add_put(f"{NAMESPACE}/{suffix}", put)
     r.add_delete(NAMESPACE + "/offloadDeletionLagMs", clear_ns_offload_lag)

@@ -47,6 +47,7 @@ from broker.subscriptions.dispatchers.cursors import (
     normalize_target,
     tail_position,
 )
+from broker.subscriptions.last_active import mark_active
 from broker.subscriptions.revision import Revision, RevisionController
 from protocol.errors import NotAllowedError
 from protocol.metadata import entry_timestamp, parse_entry
@@ -124,6 +125,7 @@ class CursorResets:
                 rev.apply_at_end(lambda: cursor.reset(target))
             finally:
                 self.resetting = False
+        mark_active(sub.cursor)   # Pulsar's cursor counts a reset as activity
         self._schedule()
 
     async def reset_cursor(self, position: tuple[int, int] | Position) -> None:

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Mapping
 from typing import Protocol
 
@@ -63,6 +62,7 @@ from broker.subscriptions.dispatchers.cursors import (
     wire_position,
 )
 from broker.subscriptions.expiry import ExpiryCounters
+from broker.subscriptions.last_active import LAST_ACTIVE_PROPERTY, mark_active
 from broker.subscriptions.limits import NO_CONSUMER_LIMITS, ConsumerLimits
 from broker.subscriptions.resets import CursorResets
 from broker.subscriptions.revision import RevisionController
@@ -90,9 +90,6 @@ log = logging.getLogger("horae.subscription")
 BUCKET_PROPERTY_PREFIX = "#pulsar.internal.delayed.bucket"
 #: The cursor property that keeps a durable subscription's type (SubType name) across loads.
 SUBSCRIPTION_TYPE_PROPERTY = "#horae.internal.subscription.type"
-#: when the last consumer of a durable subscription left (epoch ms): Pulsar's cursor lastActive,
-#: which subscription expiration measures from, kept across a restart
-LAST_ACTIVE_PROPERTY = "#horae.internal.subscription.lastActive"
 #: Prefix of the cursor properties that keep the subscription's own properties (SUBSCRIBE
 #: ``subscription_properties``, Pulsar's cursor properties), so they survive a restart.
 SUBSCRIPTION_PROPERTY_PREFIX = "#horae.internal.subscription.property."
@@ -372,6 +369,7 @@ class Subscription:
         self.consumers.append(consumer)
         dispatcher.add_consumer(consumer)
         cursor = self.cursor
+        mark_active(cursor)
         if (isinstance(cursor, ManagedCursor)
                 and cursor.properties.get(SUBSCRIPTION_TYPE_PROPERTY) != consumer.sub_type.name):
             cursor.set_property(SUBSCRIPTION_TYPE_PROPERTY, consumer.sub_type.name)
@@ -441,9 +439,7 @@ class Subscription:
         self.consumers.remove(consumer)
         if self.dispatcher is not None:
             self.dispatcher.remove_consumer(consumer)
-        if not self.consumers and isinstance(self.cursor, ManagedCursor):
-            # saved with the cursor's next save (at the latest when the topic closes)
-            self.cursor.set_property(LAST_ACTIVE_PROPERTY, str(int(time.time() * 1000)))
+        mark_active(self.cursor)   # saved with the cursor's next save
         if not self.durable and not self.consumers and not self.resets.resetting:
             # A reader's subscription lives as long as its reader.
             self.topic.subscriptions.remove_subscription(self)
@@ -502,6 +498,7 @@ class Subscription:
                 self.batch_acks.pop(pos, None)
                 acked.append(pos)
             cursor.delete(acked)
+        mark_active(cursor)   # saved with the ack state, by the same save
         self.msg_ack_counter += len(acked)
         self.topic.touch()
         if dispatcher is not None:

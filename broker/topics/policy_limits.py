@@ -47,6 +47,9 @@ TOPIC_MAX_MESSAGE_SIZE = "maxMessageSize"
 NS_SUBSCRIBE_RATE = "clusterSubscribeRate"
 TOPIC_SUBSCRIBE_RATE = "subscribeRate"
 NS_DISPATCH_RATE = "topicDispatchRate"
+#: Pulsar's deprecated per-cluster dispatch rate: the namespace's rate where topicDispatchRate
+#: has none (AbstractTopic); a create body may set it alone, the dispatchRate route sets both
+NS_CLUSTER_DISPATCH_RATE = "clusterDispatchRate"
 TOPIC_DISPATCH_RATE = "dispatchRate"
 NS_SUBSCRIPTION_DISPATCH_RATE = "subscriptionDispatchRate"
 TOPIC_SUBSCRIPTION_DISPATCH_RATE = "subscriptionDispatchRate"
@@ -141,9 +144,11 @@ class LimitPolicies:
                              int(value["ratePeriodInSecond"]))
 
     def topic_dispatch_rate(self, tn: TopicName) -> DispatchRate:
-        """The topic's (else the namespace's) ``dispatchRate``, else
+        """The topic's (else the namespace's, else its ``clusterDispatchRate``) ``dispatchRate``, else
         ``dispatchThrottlingRatePerTopicInMsg`` / ``...InByte`` per second."""
         value = self._records.resolve(tn, TOPIC_DISPATCH_RATE, NS_DISPATCH_RATE)
+        if value is None:
+            value = self._records.namespace_value(tn.namespace, NS_CLUSTER_DISPATCH_RATE)
         if value is None:
             c = self._config()
             return DispatchRate(c.dispatch_throttling_rate_per_topic_in_msg,

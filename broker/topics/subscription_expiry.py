@@ -11,10 +11,11 @@ first seen so, and deleted once it has stayed so for longer than the topic's exp
 namespace's ``subscriptionExpirationTime``, else ``subscriptionExpirationTimeMinutes``; 0 never). The compaction and deduplication cursors are not subscriptions of the topic and are
 never touched; Horae has no replicated subscriptions to skip. A consumer arriving in between
 makes it active again; an error (a consumer won the race, a storage failure) is logged and the
-subscription looked at again at the next check. A durable subscription's cursor keeps the time
-its last consumer left (``LAST_ACTIVE_PROPERTY``, as Pulsar's cursor keeps its lastActive), and
-a subscription first seen idle is idle since then: a restart does not start its idle time
-again. ``clock`` is the wall clock in seconds the idle times are measured with (tests move it
+subscription looked at again at the next check. A durable subscription's cursor keeps its last activity (a consumer
+added or removed, an acknowledgement, a reset: :mod:`broker.subscriptions.last_active`, as
+Pulsar's cursor keeps its lastActive) and an idle subscription is idle since then: neither a
+restart nor a kill -9 starts its idle time again. One that keeps none (never had a consumer)
+is idle since the first check that found it so. ``clock`` is the wall clock in seconds the idle times are measured with (tests move it
 forward instead of waiting).
 """
 
@@ -25,7 +26,7 @@ import time
 from collections.abc import Awaitable, Callable, ItemsView, Mapping
 from typing import Any, Protocol
 
-from broker.subscriptions.subscription import LAST_ACTIVE_PROPERTY
+from broker.subscriptions.last_active import last_active_s
 from broker.topics.names import TopicName
 from broker.topics.policy_limits import LimitPolicies
 
@@ -79,9 +80,9 @@ class SubscriptionExpiry:
                 if sub.consumers:
                     continue
                 key = (full, name)
-                since = self._idle_since.get(key)
-                if since is None:
-                    since = min(now, _last_active_s(sub) or now)
+                last_active = last_active_s(sub.cursor)
+                since = (min(now, last_active) if last_active is not None
+                         else self._idle_since.get(key, now))
                 if now - since <= minutes * 60:
                     idle[key] = since
                     continue
@@ -98,12 +99,3 @@ class SubscriptionExpiry:
         self.expired += deleted
         return deleted
 
-
-def _last_active_s(sub: Any) -> float | None:
-    """When the last consumer of *sub* left, as its cursor keeps it (seconds), if it does."""
-    properties = getattr(sub.cursor, "properties", None)
-    value = properties.get(LAST_ACTIVE_PROPERTY) if isinstance(properties, dict) else None
-    try:
-        return int(value) / 1000.0 if value is not None else None
-    except ValueError:
-        return None

@@ -32,6 +32,7 @@ from typing import Any, NoReturn
 
 from cli.admin import aliases as alias_commands
 from cli.admin import brokers as broker_commands
+from cli.admin import entry_filters as entry_filter_commands
 from cli.admin import limits as limit_commands
 from cli.admin import maintenance as maintenance_commands
 from cli.admin import messages as message_commands
@@ -284,6 +285,7 @@ _COMMANDS.update(alias_commands.aliased(_COMMANDS))
 _COMMANDS.update({("brokers", name): build for name, build in broker_commands.CHANGES.items()})
 _COMMANDS.update(transaction_commands.COMMANDS)
 _COMMANDS.update(resource_group_commands.COMMANDS)
+_COMMANDS.update(entry_filter_commands.COMMANDS)
 _COMMANDS.update({
     (group, "delete"): lambda a: Request("DELETE", T + topic_path(a.topic) + "/policies")
     for group in ("topic-policies", "topicPolicies")})
@@ -580,6 +582,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         "transactions", "transaction coordinator, buffer and pending-ack stats"))
     resource_group_commands.add_parsers(
         group("resourcegroups", "resource groups: publish and dispatch quotas of namespaces"), n)
+    entry_filter_commands.add_parsers(n)
     return p
 
 

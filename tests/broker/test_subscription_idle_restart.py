@@ -1,14 +1,18 @@
 """A durable subscription's idle time is kept across a restart, as Pulsar's cursor keeps its
 lastActive: an idle subscription still expires on schedule after the broker restarts, and the
-time its last consumer left reads the same after it."""
+time its last consumer left reads the same after it; after a kill -9 with a consumer attached,
+its last acknowledgement is its last activity."""
 
 from __future__ import annotations
 
 import time
+import urllib.request
 from typing import Any
 
+import pulsar
 from conftest import make_client
 from rest import http_json
+from waiting import wait_until
 
 from broker.subscriptions.subscription import LAST_ACTIVE_PROPERTY
 
@@ -52,3 +56,86 @@ def test_an_idle_subscription_expires_on_schedule_after_a_restart(
     assert second.call(expiry.check, second.service.topics) == 1
     status, subs = http_json(second.web_url, "GET", PATH + "/subscriptions")
     assert (status, subs) == (200, [])
+
+
+def _unsaved_ack_age(web_url: str) -> float:
+    with urllib.request.urlopen(web_url + "/metrics", timeout=10) as reply:
+        text = reply.read().decode()
+    ages = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+            if line.startswith("horae_storage_oldest_unsaved_ack_age_seconds")]
+    assert ages, "no unsaved-ack metric"
+    return max(ages)
+
+
+def _later_than(ms: int) -> bool:
+    return int(time.time() * 1000) > ms
+
+
+def test_the_last_ack_before_a_kill_9_is_the_last_activity(
+        run_broker_process: Any, broker_factory: Any, tmp_path: Any) -> None:
+    """Pulsar's cursor updates lastActive on every ack and persists it with the mark-delete:
+    after a kill -9 with a consumer attached, expiration counts from the last ack, neither
+    from an earlier departure nor from the restart."""
+    data = tmp_path / "killed"
+    first = run_broker_process(data, config_overrides=CONFIG)
+    client = make_client(first.service_url)
+    try:
+        client.subscribe(TOPIC, "idle", consumer_type=pulsar.ConsumerType.Shared).close()
+        departed = int(time.time() * 1000)
+        consumer = client.subscribe(TOPIC, "idle", consumer_type=pulsar.ConsumerType.Shared)
+        producer = client.create_producer(TOPIC)
+        for i in range(3):
+            producer.send(f"m{i}".encode())
+        wait_until(lambda: _later_than(departed + 5), timeout_s=5)
+        before_ack = int(time.time() * 1000)
+        for _ in range(3):
+            consumer.acknowledge(consumer.receive(5000))
+
+        def acked_and_saved() -> bool:
+            status, stats = http_json(first.web_url, "GET", PATH + "/stats")
+            return (status == 200 and stats["subscriptions"]["idle"]["msgBacklog"] == 0
+                    and _unsaved_ack_age(first.web_url) == 0.0)
+
+        wait_until(acked_and_saved, timeout_s=20, message="acks applied and saved")
+        after_ack = int(time.time() * 1000)
+        first.kill()                       # the consumer is still attached
+    finally:
+        client.close()
+
+    second = broker_factory(data_dir=data, config_overrides=CONFIG)
+    last = _last_active(second)
+    assert before_ack <= last <= after_ack, (departed, before_ack, last, after_ack)
+    expiry = second.service.subscription_expiry
+    offset = [0.0]
+    expiry.clock = lambda: time.time() + offset[0]
+    offset[0] = last / 1000.0 + 30.0 - time.time()
+    assert second.call(expiry.check, second.service.topics) == 0
+    # the first check past the expiration time deletes it: counted from the ack, not restarted
+    offset[0] = last / 1000.0 + 61.0 - time.time()
+    assert second.call(expiry.check, second.service.topics) == 1
+    status, subs = http_json(second.web_url, "GET", PATH + "/subscriptions")
+    assert (status, subs) == (200, [])
+
+
+def test_a_reset_of_an_idle_subscription_is_activity(broker_factory: Any, tmp_path: Any) -> None:
+    broker = broker_factory(data_dir=tmp_path / "reset", config_overrides=CONFIG)
+    client = make_client(broker.service_url)
+    try:
+        client.subscribe(TOPIC, "idle").close()
+    finally:
+        client.close()
+    left = _last_active(broker)
+    wait_until(lambda: _later_than(left + 5), timeout_s=5)
+    before_reset = int(time.time() * 1000)
+    status, body = http_json(broker.web_url, "POST",
+                             PATH + f"/subscription/idle/resetcursor/{before_reset}")
+    assert status == 204, body
+    reset_at = _last_active(broker)
+    assert before_reset <= reset_at <= int(time.time() * 1000)
+    expiry = broker.service.subscription_expiry
+    offset = [0.0]
+    expiry.clock = lambda: time.time() + offset[0]
+    offset[0] = reset_at / 1000.0 + 59.0 - time.time()   # 59 s after the reset: kept
+    assert broker.call(expiry.check, broker.service.topics) == 0
+    offset[0] = reset_at / 1000.0 + 61.0 - time.time()
+    assert broker.call(expiry.check, broker.service.topics) == 1

@@ -99,6 +99,10 @@ POLICIES: list[tuple[str, str, str, Any, str, Any]] = [
      {"allowAutoTopicCreation": True, "topicType": "partitioned", "defaultNumPartitions": 2}, "",
      {"allowAutoTopicCreation": True, "topicType": "partitioned"}),
 ]
+CREATE_RATE = {"dispatchThrottlingRateInMsg": 10, "dispatchThrottlingRateInByte": 2048,
+               "relativeToPublishRate": False, "ratePeriodInSecond": 1}
+CREATE_OFFLOAD = {"managedLedgerOffloadDriver": "aws-s3", "s3ManagedLedgerOffloadBucket": "b",
+                  "s3ManagedLedgerOffloadRegion": "r"}
 QUOTA = {"limitSize": 1048576, "limitTime": -1, "policy": "producer_request_hold"}
 
 
@@ -192,6 +196,33 @@ SCENARIOS: list[Scenario] = [
         Call("DELETE", TP, label="delete topic"),
         Call("DELETE", NS, label="delete"),
         Call("DELETE", NS, label="delete missing"),
+    ]),
+    Scenario("namespace create body", [
+        Call("PUT", "/admin/v2/tenants/{t}", TENANT_BODY, "setup tenant"),
+        Call("PUT", NS, {"offload_threshold": 1000, "offload_deletion_lag_ms": 5000,
+                         "entryFilters": {"entryFilterNames": "f1"},
+                         "clusterDispatchRate": {"standalone": CREATE_RATE},
+                         "resource_group_name": "{t}-none"}, "create"),
+        Call("GET", NS + "/offloadThreshold", label="offload threshold"),
+        Call("GET", NS + "/offloadThresholdInSeconds", label="offload threshold in seconds"),
+        Call("GET", NS + "/offloadDeletionLagMs", label="offload deletion lag"),
+        Call("GET", NS + "/offloadPolicies", label="offload policies unset"),
+        Call("GET", NS + "/dispatchRate", label="dispatch rate unset"),
+        Call("GET", NS + "/resourcegroup", label="resource group"),
+        Call("GET", NS + "/entryFilters", label="entry filters"),
+        Call("POST", NS + "/entryFilters", {"entryFilterNames": "f1"}, "entry filters set"),
+        Call("POST", NS + "/entryFilters", {"entryFilterNames": " , "}, "entry filters set blank"),
+        Call("DELETE", NS + "/entryFilters", label="entry filters remove"),
+        Call("GET", NS + "/entryFilters", label="entry filters unset"),
+        Call("POST", NS + "/offloadPolicies", CREATE_OFFLOAD, "offload set"),
+        Call("GET", NS + "/offloadPolicies", label="offload policies merged"),
+        Call("PUT", NS + "-b", {"offload_policies": {"managedLedgerOffloadDriver": "filesystem"},
+                                "entryFilters": "f2"}, "create with document"),
+        Call("GET", NS + "-b/offloadPolicies", label="offload policies created"),
+        Call("PUT", NS + "-c", {"offload_threshold": "big"}, "create bad body threshold"),
+        Call("PUT", NS + "-c", {"offload_policies": [1]}, "create bad body offload"),
+        Call("DELETE", NS + "-b", label="delete second"),
+        Call("DELETE", NS, label="delete"),
     ]),
     *_policy_scenarios(),
     Scenario("backlog quota", [
@@ -382,6 +413,7 @@ SCENARIOS: list[Scenario] = [
         Call("GET", NP + "/stats", label="stats"),
         Call("GET", NP + "/subscriptions", label="subscriptions"),
         Call("DELETE", NP + "/subscription/nope", label="delete missing subscription"),
+        Call("PUT", NP + "/subscription/made", label="create subscription"),
         Call("POST", NP + "/terminate", label="terminate"),
         Call("POST", NP + "/subscription/s/expireMessages/1", label="expire"),
         Call("POST", NP + "/subscription/s/expireMessages", {"ledgerId": 1, "entryId": 1},
