@@ -30,7 +30,9 @@ scheduled message's deliver time names the operation that sent it.
 After the by-key phase the check (:func:`check_schedule`): the subscription's ``msgBacklog``
 equals the keys still scheduled, and the scheduled listing (REST ``delayedMessages``) holds
 exactly one message per such key, the one its last operation sent; so each replaced or
-cancelled version is acknowledged and no newest version is lost. A kill -9 in the middle
+cancelled version is acknowledged and no newest version is lost. The tracker's index slots
+(REST ``delayedMessages/histogram``: counted slots and ``staleIndexes``) are printed beside:
+a replaced version leaves its tracker's time index lazily, when its old time comes. A kill -9 in the middle
 of the operations (``tests/delayed/test_delayed_reschedule_wire_kill9.py``) is checked by the
 same function against every state between the operations confirmed and those sent.
 
@@ -353,8 +355,14 @@ async def run_round(broker: Broker, tag: str, s: Settings, rnd: random.Random,
                                      s.timeout_s))
         expected = final_state([op for ops in work for op in ops],
                                final_state([op for ops in seed for op in ops]))
-        verdict = await settle(broker, keyed_topic, lambda state: state == expected, 60.0)
-        return results, verdict
+        ok, details = await settle(broker, keyed_topic, lambda state: state == expected, 60.0)
+        _, hist = await asyncio.to_thread(
+            rest, broker, "GET",
+            _topic_path(keyed_topic) + f"/subscription/{SUBSCRIPTION}/delayedMessages/histogram")
+        pending = sum(int(b["count"]) for b in hist["bins"])
+        details += (f"; tracker index slots {pending:,}, of which stale (replaced or cancelled, "
+                    f"kept until their old time) up to {int(hist['staleIndexes']):,}")
+        return results, (ok, details)
     finally:
         for conn in holders:
             conn.close()
