@@ -35,6 +35,7 @@ from broker.delayed.delivery import DelayedDelivery
 from broker.delayed.keyed_snapshot import KeyedSnapshots
 from broker.delayed.replace_by_key import EntryKeys, KeyedSchedule, classify
 from protocol.sub_types import SubType
+from storage.cursor import ManagedCursor
 from storage.ledger import ManagedLedger
 from storage.positions import Entry, Position
 from storage.segment_file import DurableSink
@@ -57,7 +58,7 @@ class _Acknowledged(Protocol):
     @property
     def mark_delete_position(self) -> Position: ...
 
-    def delete_entry_ids(self, ledger_id: int, entry_ids: BitMap) -> None: ...
+    def delete(self, positions: Iterable[Position]) -> None: ...
 
 
 class KeyedSubscription(Protocol):
@@ -158,11 +159,14 @@ class TopicReplaceByKey:
             kind = sub.sub_type
             if not (sub.durable if kind is None else SubType(kind).shares_messages):
                 continue
-            cursor = sub.cursor
-            for ledger_id, bm in bitmaps:
-                cursor.delete_entry_ids(ledger_id, bm)
             if positions is None:
                 positions = [Position(p >> 32, p & _ENTRY_MASK) for p in packed]
+            cursor = sub.cursor
+            if isinstance(cursor, ManagedCursor):
+                for ledger_id, bm in bitmaps:
+                    cursor.delete_entry_ids(ledger_id, bm)
+            else:                       # a non-durable subscription's cursor in memory
+                cursor.delete(positions)
             sub.delayed.forget(positions)
 
     def sync(self, subscriptions: Iterable[KeyedSubscription]) -> KeyedSchedule | None:

@@ -1,0 +1,58 @@
+"""Replace by key with a non-durable Shared subscription attached (its cursor lives in memory):
+reschedules and cancels are answered, and that subscription drops the replaced versions too."""
+
+from __future__ import annotations
+
+import asyncio
+import pathlib
+import time
+
+from bench.brokers import Broker, start_horae
+from bench.reschedule_wire import (
+    HOUR_MS,
+    Holder,
+    Op,
+    backlog,
+    build_frames,
+    enable_replace_by_key,
+    publish,
+)
+from bench.wire_clients import connect, lookup
+from protocol import commands as C
+from protocol import pulsar_pb as pb
+from waiting import wait_until
+
+TOPIC = "persistent://public/default/rbk-nondurable"
+
+
+def test_non_durable_shared_subscription_follows_replacements(tmp_path: pathlib.Path) -> None:
+    at = int(time.time() * 1000) + HOUR_MS
+    ops = [Op(1, at), Op(2, at + 1), Op(1, at + 2), Op(2, None), Op(3, at + 3), Op(1, at + 4)]
+
+    async def run(broker: Broker) -> None:
+        enable_replace_by_key(broker)
+        durable = await connect(broker)
+        await lookup(durable, TOPIC, 1)
+        await durable.request(C.encode_subscribe(TOPIC, "sub", 1, 1, 2, initial_position=1),
+                              pb.BaseCommand.SUCCESS)
+        Holder(durable, 100)
+        memory = await connect(broker)
+        await lookup(memory, TOPIC, 1)
+        await memory.request(C.encode_subscribe(TOPIC, "nd", 1, 1, 2, durable=False),
+                             pb.BaseCommand.SUCCESS)
+        Holder(memory, 100)
+        try:
+            result = await publish(broker, TOPIC, "p", [build_frames("p", ops, 16)], 8, 30.0)
+            assert len(result.latencies_ms) == len(ops)     # every SEND has its receipt
+            # keys 1 (its third version) and 3 are scheduled; the rest acknowledged on both
+            await asyncio.to_thread(wait_until, lambda: backlog(broker, TOPIC) == 2,
+                                    timeout_s=20, message="the replaced versions acknowledged")
+        finally:
+            durable.close()
+            memory.close()
+
+    with start_horae(tmp_path) as broker:
+        asyncio.run(run(broker))
+        assert broker.proc.poll() is None
+        log = broker.log.read_text(errors="replace")
+        assert "Traceback" not in log, log[-2000:]
