@@ -7,6 +7,8 @@ import asyncio
 import pathlib
 import time
 
+from waiting import wait_until
+
 from bench.brokers import Broker, start_horae
 from bench.reschedule_wire import (
     HOUR_MS,
@@ -16,11 +18,11 @@ from bench.reschedule_wire import (
     build_frames,
     enable_replace_by_key,
     publish,
+    rest,
 )
 from bench.wire_clients import connect, lookup
 from protocol import commands as C
 from protocol import pulsar_pb as pb
-from waiting import wait_until
 
 TOPIC = "persistent://public/default/rbk-nondurable"
 
@@ -45,8 +47,13 @@ def test_non_durable_shared_subscription_follows_replacements(tmp_path: pathlib.
             result = await publish(broker, TOPIC, "p", [build_frames("p", ops, 16)], 8, 30.0)
             assert len(result.latencies_ms) == len(ops)     # every SEND has its receipt
             # keys 1 (its third version) and 3 are scheduled; the rest acknowledged on both
-            await asyncio.to_thread(wait_until, lambda: backlog(broker, TOPIC) == 2,
-                                    timeout_s=20, message="the replaced versions acknowledged")
+            def settled() -> bool:
+                subs = rest(broker, "GET", "/admin/v2/persistent/public/default/"
+                            "rbk-nondurable/stats")[1]["subscriptions"]
+                return backlog(broker, TOPIC) == 2 and subs["nd"]["msgBacklog"] == 2
+
+            await asyncio.to_thread(wait_until, settled, timeout_s=20,
+                                    message="the replaced versions acknowledged on both")
         finally:
             durable.close()
             memory.close()
