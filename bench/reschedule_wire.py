@@ -30,11 +30,12 @@ scheduled message's deliver time names the operation that sent it.
 After the by-key phase the check (:func:`check_schedule`): the subscription's ``msgBacklog``
 equals the keys still scheduled, and the scheduled listing (REST ``delayedMessages``) holds
 exactly one message per such key, the one its last operation sent; so each replaced or
-cancelled version is acknowledged and no newest version is lost. The tracker's index slots
+cancelled version is acknowledged and no newest version is lost. ``--kill9`` then runs the
+operations once more on a fresh broker, kills it -9 once half of them have receipts, restarts
+it on the same data and checks the same against every state between the operations confirmed
+and those sent (:func:`states_after_kill`). The tracker's index slots
 (REST ``delayedMessages/histogram``: counted slots and ``staleIndexes``) are printed beside:
-a replaced version leaves its tracker's time index lazily, when its old time comes. A kill -9 in the middle
-of the operations (``tests/delayed/test_delayed_reschedule_wire_kill9.py``) is checked by the
-same function against every state between the operations confirmed and those sent.
+a replaced version leaves its tracker's time index lazily, when its old time comes.
 
 Broker CPU (all threads, ``/proc/PID/stat``) is read around each phase; the load average is
 printed with each round, since the machine's other work moves every absolute figure.
@@ -380,6 +381,112 @@ async def settle(broker: Broker, topic: str, acceptable: Callable[[dict[int, int
         await asyncio.sleep(0.5)
 
 
+class _WatchedPublisher(Publisher):
+    """A publisher that reports each read of receipts (the kill is done from there)."""
+
+    on_receipts: Callable[[], None] | None = None
+
+    def frames_received(self, frames: list[Frame]) -> None:
+        super().frames_received(frames)
+        if self.on_receipts is not None:
+            self.on_receipts()
+
+
+async def publish_and_kill(broker: Broker, topic: str, work: list[list[Op]], window: int,
+                           size: int, kill_after: int, timeout_s: float) -> list[tuple[int, int]]:
+    """Publish ``work`` (one producer per list) and kill -9 the broker once ``kill_after``
+    receipts came, SENDs in flight on every producer; each producer's (receipts, SENDs
+    written) at the kill."""
+    loop = asyncio.get_running_loop()
+    conns = [await open_producer(broker, topic, f"work-{p}") for p in range(len(work))]
+    killed: asyncio.Future[list[tuple[int, int]]] = loop.create_future()
+    pubs: list[_WatchedPublisher] = []
+
+    def maybe_kill() -> None:
+        if not killed.done() and sum(p.acked for p in pubs) >= kill_after:
+            broker.proc.kill()
+            killed.set_result([(p.acked, p.sent) for p in pubs])
+
+    for conn, ops in zip(conns, work, strict=True):
+        pub = _WatchedPublisher(conn, build_frames(f"work-{len(pubs)}", ops, size),
+                                list(range(len(ops))), window, loop.create_future())
+        pub.on_receipts = maybe_kill
+        pub.done.add_done_callback(lambda f: f.exception())   # lost connections: expected
+        pubs.append(pub)
+    for pub in pubs:
+        pub.start()
+    try:
+        counts = await asyncio.wait_for(killed, timeout_s)
+        await asyncio.to_thread(broker.proc.wait, timeout_s)
+    finally:
+        for conn in conns:
+            conn.on_lost = None
+            conn.close()
+    return counts
+
+
+def states_after_kill(seed: list[list[Op]], work: list[list[Op]],
+                      counts: list[tuple[int, int]]) -> Callable[[dict[int, int]], bool]:
+    """Which schedules are right after a kill at ``counts``: each producer's keys (K %
+    producers) in the state after its seed and a prefix of its operations at least as long as
+    its receipts and at most as long as its SENDs (the durable ones are such a prefix)."""
+    producers = len(work)
+    allowed: list[list[dict[int, int]]] = []
+    for p, (acked, sent) in enumerate(counts):
+        state = final_state(work[p][:acked], final_state(seed[p]))
+        states = [state]
+        for op in work[p][acked:sent]:
+            state = final_state((op,), state)
+            states.append(state)
+        allowed.append(states)
+
+    def acceptable(state: dict[int, int]) -> bool:
+        return all({k: v for k, v in state.items() if k % producers == p} in allowed[p]
+                   for p in range(producers))
+
+    return acceptable
+
+
+def run_kill9(tmp: pathlib.Path, s: Settings, rnd: random.Random,
+              settle_s: float = 120.0) -> tuple[bool, str]:
+    """Seed, then the operations killed -9 at half their receipts, restart on the same data,
+    and check the schedule against :func:`states_after_kill`."""
+    topic = f"persistent://{NAMESPACE}/resched-kill9-{os.getpid()}"
+    seed, work = keyed_ops(s.keys, s.ops, s.producers, rnd, int(time.time() * 1000) + HOUR_MS)
+
+    async def before_kill(broker: Broker) -> list[tuple[int, int]]:
+        enable_replace_by_key(broker)
+        consumer = await attach(broker, topic, s.permits)
+        try:
+            await publish(broker, topic, "seed",
+                          [build_frames(f"seed-{p}", ops, s.size) for p, ops in enumerate(seed)],
+                          s.window, s.timeout_s)
+            return await publish_and_kill(broker, topic, work, s.window, s.size, s.ops // 2,
+                                          s.timeout_s)
+        finally:
+            consumer.close()
+
+    with start_horae(tmp, name="horae-kill9") as first:
+        counts = asyncio.run(before_kill(first))
+    if first.proc.returncode != -9:
+        return False, f"the broker was not killed: exit {first.proc.returncode}"
+    acceptable = states_after_kill(seed, work, counts)
+
+    async def after_restart(broker: Broker) -> tuple[bool, str]:
+        consumer = await attach(broker, topic, s.permits)   # the dispatcher reads the backlog
+        try:
+            return await settle(broker, topic, acceptable, settle_s)
+        finally:
+            consumer.close()
+
+    started = time.perf_counter()
+    with start_horae(tmp, name="horae-kill9") as second:
+        ok, details = asyncio.run(after_restart(second))
+    receipts, sends = sum(a for a, _ in counts), sum(b for _, b in counts)
+    return ok, (f"killed with {receipts:,} receipts of {sends:,} SENDs written; after restart "
+                f"({time.perf_counter() - started:.1f} s to a settled check): {details}")
+
+
 def print_round(label: str, results: list[PhaseResult], verdict: tuple[bool, str]) -> None:
     load = os.getloadavg()
     print(f"{label} (load average {load[0]:.1f} / {load[1]:.1f}):")
@@ -405,6 +512,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--permits", type=int, default=1000)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds per phase")
+    ap.add_argument("--kill9", action="store_true",
+                    help="then a fresh broker: the operations killed -9 at half, restart, check")
     ap.add_argument("--profile", type=pathlib.Path, metavar="DIR",
                     help="one extra round, its by-key phase under py-spy; stacks go to DIR")
     args = ap.parse_args(argv)
@@ -436,6 +545,11 @@ def main(argv: list[str] | None = None) -> int:
                 for phase, path in recorder.outputs.items():
                     print(f"\npy-spy, Horae {phase} phase ({path}):")
                     print(summarise_collapsed(path.read_text(errors="replace")))
+        if args.kill9:
+            ok, details = run_kill9(tmp, s, random.Random(11))
+            print(f"kill -9 at half the operations: {'ok' if ok else 'MISMATCH'}: {details}",
+                  flush=True)
+            failed |= not ok
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return 1 if failed else 0
