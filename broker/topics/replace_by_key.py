@@ -196,7 +196,7 @@ class TopicReplaceByKey:
         if schedule is None:
             return sink
         keys = [classify(entry) for entry in entries]
-        if all(k is None for k in keys):
+        if keys.count(None) == len(keys):
             return sink
         return _RecordingSink(sink, schedule, keys)
 
