@@ -122,7 +122,7 @@ class TopicReplaceByKey:
         trackers. A withheld entry of the run being made durable is not confirmed in the
         ledger yet (cursors ignore it): it waits for :meth:`flush`."""
         bound = _confirmed_bound(self._ledger.last_confirmed)
-        if packed[-1] <= bound:         # log order: the common case, all of them confirmed
+        if max(packed) <= bound:        # the common case: all of them confirmed
             self._acknowledge_now(packed)
             return
         self._deferred += [p for p in packed if p > bound]

@@ -1,5 +1,7 @@
-"""Replace by key with a non-durable Shared subscription attached (its cursor lives in memory):
-reschedules and cancels are answered, and that subscription drops the replaced versions too."""
+"""Replace by key acknowledging replaced versions: with a non-durable Shared subscription
+attached (its cursor lives in memory) reschedules and cancels are answered and that subscription
+drops the replaced versions too; a tombstone and a replacement in one write are acknowledged
+on a subscription without a consumer."""
 
 from __future__ import annotations
 
@@ -63,3 +65,29 @@ def test_non_durable_shared_subscription_follows_replacements(tmp_path: pathlib.
         assert broker.proc.poll() is None
         log = broker.log.read_text(errors="replace")
         assert "Traceback" not in log, log[-2000:]
+
+
+def test_tombstone_and_replacement_in_one_run_without_a_consumer(tmp_path: pathlib.Path) -> None:
+    """One write holding a tombstone and then a replacement of an already confirmed message:
+    the tombstone and both replaced versions are acknowledged on a subscription with no
+    consumer (no dispatcher reads them to catch up)."""
+    at = int(time.time() * 1000) + HOUR_MS
+    first = [Op(1, at), Op(2, at + 1)]
+    second = [Op(1, None), Op(2, at + 2)]       # one write: one run, the tombstone first
+
+    async def run(broker: Broker) -> None:
+        enable_replace_by_key(broker)
+        conn = await connect(broker)
+        await lookup(conn, TOPIC, 1)
+        await conn.request(C.encode_subscribe(TOPIC, "sub", 1, 1, 2, initial_position=1),
+                           pb.BaseCommand.SUCCESS)
+        conn.close()                            # the subscription stays, with no consumer
+        frames = build_frames("p", first + second, 16)
+        await publish(broker, TOPIC, "p", [frames[:2]], 8, 30.0)
+        await publish(broker, TOPIC, "p2", [build_frames("p2", second, 16)], 8, 30.0)
+        # key 2's second version is all that is scheduled: 4 entries acknowledged, 1 left
+        await asyncio.to_thread(wait_until, lambda: backlog(broker, TOPIC) == 1, timeout_s=20,
+                                message="the tombstone and both replaced versions acknowledged")
+
+    with start_horae(tmp_path) as broker:
+        asyncio.run(run(broker))
