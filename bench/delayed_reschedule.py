@@ -183,7 +183,7 @@ def run_broker(args: argparse.Namespace, work: Path) -> None:
 
 
 def run_index(args: argparse.Namespace) -> None:
-    from broker.delayed.replace_by_key import EntryKeys, KeyedSchedule, classify, key_hash
+    from broker.delayed.replace_by_key import KeyedSchedule, classify, key_hash
     from protocol import pulsar_pb as pb
     from protocol.metadata import encode_entry
 
@@ -193,7 +193,7 @@ def run_index(args: argparse.Namespace) -> None:
     schedule = KeyedSchedule()
     for i in range(n):
         schedule.record(1 + (i >> 20), i & 0xFFFFF,
-                        EntryKeys(((key_hash(f"order-{i:09d}"), False),), False))
+                        (((key_hash(f"order-{i:09d}"), False),), False))
     held = tracemalloc.get_traced_memory()[0] - before
     tracemalloc.stop()
     print(f"[index] {n:,} keys: {held / n:.1f} B per key (tracemalloc), "

@@ -29,25 +29,34 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import Final, Protocol
 
+from pyroaring import BitMap
+
 from broker.delayed.delivery import DelayedDelivery
 from broker.delayed.keyed_snapshot import KeyedSnapshots
 from broker.delayed.replace_by_key import EntryKeys, KeyedSchedule, classify
 from protocol.sub_types import SubType
+from storage.cursor import ManagedCursor
 from storage.ledger import ManagedLedger
-from storage.positions import Position
+from storage.positions import Entry, Position
 from storage.segment_file import DurableSink
 
 __all__ = ["TopicReplaceByKey"]
 
 #: Entries read per step of a rebuild.
 REBUILD_READ: Final = 1000
+_ENTRY_MASK: Final = 0xFFFF_FFFF
+
+
+def _confirmed_bound(last: Position | None) -> int:
+    """The packed position of ``last_confirmed`` (below every entry when there is none)."""
+    if last is None:
+        return -1
+    return (last.ledger_id << 32) + last.entry_id   # entry -1: below the ledger's first entry
 
 
 class _Acknowledged(Protocol):
     @property
     def mark_delete_position(self) -> Position: ...
-
-    def is_deleted(self, pos: Position) -> bool: ...
 
     def delete(self, positions: Iterable[Position]) -> None: ...
 
@@ -83,10 +92,7 @@ class _RecordingSink:
 
     def entries_durable(self, ledger_id: int, first_entry_id: int, count: int) -> None:
         start = self._done
-        record = self._schedule.record
-        for i, keys in enumerate(self._keys[start:start + count]):
-            if keys is not None:
-                record(ledger_id, first_entry_id + i, keys)
+        self._schedule.record_run(ledger_id, first_entry_id, self._keys[start:start + count])
         self._done = start + count
         self._sink.entries_durable(ledger_id, first_entry_id, count)
 
@@ -107,20 +113,22 @@ class TopicReplaceByKey:
         self._snapshots = snapshots
         self._enabled = enabled
         self._subscriptions = subscriptions
-        self._deferred: list[Position] = []
+        self._deferred: list[int] = []     # packed positions superseded, not confirmed yet
         self.schedule: KeyedSchedule | None = None
 
-    def _acknowledge(self, ledger_id: int, entry_id: int) -> None:
-        """A position was superseded: acknowledge it on every subscription that delays
-        messages and drop it from their trackers. A withheld entry of the run being made
-        durable is not confirmed in the ledger yet (cursors ignore it): it waits for
-        :meth:`flush`."""
-        pos = Position(ledger_id, entry_id)
-        last = self._ledger.last_confirmed
-        if last is None or pos > last:
-            self._deferred.append(pos)
+    def _acknowledge(self, packed: list[int]) -> None:
+        """Positions were superseded (packed ``ledger_id << 32 | entry_id``, one run's worth):
+        acknowledge them on every subscription that delays messages and drop them from their
+        trackers. A withheld entry of the run being made durable is not confirmed in the
+        ledger yet (cursors ignore it): it waits for :meth:`flush`."""
+        bound = _confirmed_bound(self._ledger.last_confirmed)
+        if max(packed) <= bound:        # the common case: all of them confirmed
+            self._acknowledge_now(packed)
             return
-        self._acknowledge_now(pos)
+        self._deferred += [p for p in packed if p > bound]
+        now = [p for p in packed if p <= bound]
+        if now:
+            self._acknowledge_now(now)
 
     def flush(self) -> None:
         """Acknowledge the withheld entries that have been confirmed since (the topic calls
@@ -128,19 +136,38 @@ class TopicReplaceByKey:
         deferred = self._deferred
         if not deferred:
             return
-        last = self._ledger.last_confirmed
-        self._deferred = [pos for pos in deferred if last is None or pos > last]
-        for pos in deferred:
-            if last is not None and pos <= last:
-                self._acknowledge_now(pos)
+        bound = _confirmed_bound(self._ledger.last_confirmed)
+        self._deferred = [p for p in deferred if p > bound]
+        now = [p for p in deferred if p <= bound]
+        if now:
+            self._acknowledge_now(now)
 
-    def _acknowledge_now(self, pos: Position) -> None:
+    def _acknowledge_now(self, packed: list[int]) -> None:
+        """Bulk acknowledgement: one bitmap per ledger into each cursor (one cursor update per
+        run, not per position), then the positions leave the trackers."""
+        by_ledger: dict[int, list[int]] = {}
+        for p in packed:
+            ledger_id = p >> 32
+            ids = by_ledger.get(ledger_id)
+            if ids is None:
+                by_ledger[ledger_id] = [p & _ENTRY_MASK]
+            else:
+                ids.append(p & _ENTRY_MASK)
+        bitmaps = [(ledger_id, BitMap(ids)) for ledger_id, ids in by_ledger.items()]
+        positions: list[Position] | None = None
         for sub in self._subscriptions():
             kind = sub.sub_type
-            if (sub.durable if kind is None else SubType(kind).shares_messages) and \
-                    not sub.cursor.is_deleted(pos):
-                sub.cursor.delete((pos,))
-                sub.delayed.forget((pos,))
+            if not (sub.durable if kind is None else SubType(kind).shares_messages):
+                continue
+            if positions is None:
+                positions = [Position(p >> 32, p & _ENTRY_MASK) for p in packed]
+            cursor = sub.cursor
+            if isinstance(cursor, ManagedCursor):
+                for ledger_id, bm in bitmaps:
+                    cursor.delete_entry_ids(ledger_id, bm)
+            else:                       # a non-durable subscription's cursor in memory
+                cursor.delete(positions)
+            sub.delayed.forget(positions)
 
     def sync(self, subscriptions: Iterable[KeyedSubscription]) -> KeyedSchedule | None:
         """Follow the policy; returns the schedule in force."""
@@ -169,7 +196,7 @@ class TopicReplaceByKey:
         if schedule is None:
             return sink
         keys = [classify(entry) for entry in entries]
-        if all(k is None for k in keys):
+        if keys.count(None) == len(keys):
             return sink
         return _RecordingSink(sink, schedule, keys)
 
@@ -193,12 +220,10 @@ class TopicReplaceByKey:
             entries = await ledger.read_entries(pos, REBUILD_READ)
             if not entries:
                 break
-            for entry in entries:
-                if entry.position > last:
-                    return read
-                keys = classify(entry.data)
-                if keys is not None:
-                    schedule.record(entry.position.ledger_id, entry.position.entry_id, keys)
+            within = [entry for entry in entries if entry.position <= last]
+            _record_entries(schedule, within)
+            if len(within) < len(entries):
+                return read
             read += len(entries)
             pos = ledger.next_position(entries[-1].position)
         return read
@@ -210,3 +235,19 @@ class TopicReplaceByKey:
             schedule.prune(min(s.cursor.mark_delete_position for s in subscriptions))
         if schedule is not None and self._snapshots is not None:
             self._snapshots.maybe_save(schedule)
+
+
+def _record_entries(schedule: KeyedSchedule, entries: Sequence[Entry]) -> None:
+    """Record entries read back from the log, a run of consecutive ids at a time."""
+    run: list[EntryKeys | None] = []
+    ledger_id = first = -1
+    for entry in entries:
+        pos = entry.position
+        if run and (pos.ledger_id != ledger_id or pos.entry_id != first + len(run)):
+            schedule.record_run(ledger_id, first, run)
+            run = []
+        if not run:
+            ledger_id, first = pos.ledger_id, pos.entry_id
+        run.append(classify(entry.data))
+    if run:
+        schedule.record_run(ledger_id, first, run)
