@@ -10,6 +10,7 @@ from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from sampling import examples
 
 from protocol import commands as c
 from protocol import pulsar_pb as pb
@@ -410,7 +411,7 @@ def test_pending_bytes_of_a_legal_frame_are_all_that_is_buffered() -> None:
 # --------------------------------------------------------------------------- fuzz
 
 
-@settings(max_examples=1000, deadline=None)
+@settings(max_examples=examples(full=1000, sample=250), deadline=None)
 @given(data=st.binary(max_size=300), cut=st.integers(min_value=0, max_value=300))
 def test_random_bytes_raise_only_protocol_errors(data: bytes, cut: int) -> None:
     decoder = FrameDecoder(max_frame_size=4096)
@@ -423,7 +424,7 @@ def test_random_bytes_raise_only_protocol_errors(data: bytes, cut: int) -> None:
         pass
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(full=500, sample=150), deadline=None)
 @given(frames=streams, flips=st.lists(st.tuples(st.integers(min_value=0), st.integers(min_value=1, max_value=255)), min_size=1, max_size=4))
 def test_corrupted_valid_streams_raise_only_protocol_errors(frames: list[bytes], flips: list[tuple[int, int]]) -> None:
     stream = bytearray(b"".join(frames))
@@ -457,7 +458,7 @@ send_fields = st.fixed_dictionaries(
 )
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(full=400, sample=120), deadline=None)
 @given(fields=send_fields, reorder=st.booleans(), extra=st.sampled_from(["none", "partial", "complete"]))
 def test_send_is_accepted_exactly_when_protobuf_calls_it_initialized(
     fields: dict[str, object], reorder: bool, extra: str

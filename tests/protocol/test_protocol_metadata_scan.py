@@ -7,6 +7,7 @@ import struct
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from sampling import examples
 
 from protocol import pulsar_pb as pb
 from protocol.errors import MalformedEntryError
@@ -84,7 +85,7 @@ def entry_of(raw_metadata: bytes, payload: bytes = b"payload") -> bytes:
     return struct.pack(">I", len(raw_metadata)) + raw_metadata + payload
 
 
-@settings(max_examples=3000, deadline=None)
+@settings(max_examples=examples(full=3000, sample=500), deadline=None)
 @given(md=metadata_messages(), payload=PAYLOAD)
 def test_scan_accepts_every_serialized_metadata_the_check_accepts_without_encryption_keys(
         md: pb.MessageMetadata, payload: bytes) -> None:
@@ -101,7 +102,7 @@ def test_scan_accepts_every_serialized_metadata_the_check_accepts_without_encryp
         assert scanned == verdict
 
 
-@settings(max_examples=1500, deadline=None)
+@settings(max_examples=examples(full=1500, sample=300), deadline=None)
 @given(md=metadata_messages(complete=False))
 def test_scan_never_accepts_metadata_missing_a_required_field(md: pb.MessageMetadata) -> None:
     entry = entry_of(md.SerializePartialToString())
@@ -138,7 +139,7 @@ def mutate(raw: bytes, mutations: list[tuple[str, int, int]]) -> bytes:
     return bytes(data)
 
 
-@settings(max_examples=4000, deadline=None)
+@settings(max_examples=examples(full=4000, sample=600), deadline=None)
 @given(md=metadata_messages(), mutations=st.lists(MUTATION, min_size=1, max_size=4),
        declared_size_delta=st.sampled_from([0, 0, 0, 1, -1, 5]))
 def test_scan_never_accepts_what_check_publish_metadata_refuses(
@@ -153,7 +154,7 @@ def test_scan_never_accepts_what_check_publish_metadata_refuses(
     assert scanned == publish_verdict(entry)  # raises MalformedEntryError if the scan was wrong
 
 
-@settings(max_examples=2000, deadline=None)
+@settings(max_examples=examples(full=2000, sample=400), deadline=None)
 @given(body=st.binary(max_size=60))
 def test_scan_of_random_bytes_agrees_or_declines(body: bytes) -> None:
     for raw in (body, b"\x0a\x01p\x10\x01\x18\x02" + body):

@@ -10,6 +10,7 @@ import pytest
 from crc32c import crc32c
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from sampling import examples
 
 from protocol import commands as c
 from protocol import hot_commands
@@ -84,7 +85,7 @@ send_fields = st.fixed_dictionaries(
 )
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(full=500, sample=150), deadline=None)
 @given(fields=send_fields, payload=st.binary(max_size=300), corrupt=st.booleans())
 def test_hand_parsed_send_equals_protobuf_and_declines_only_unusual_layouts(
     fields: dict[str, object], payload: bytes, corrupt: bool
@@ -103,7 +104,7 @@ def test_hand_parsed_send_equals_protobuf_and_declines_only_unusual_layouts(
             assert fast.entry[4 + fast.metadata_size :] == payload
 
 
-@settings(max_examples=1000, deadline=None)
+@settings(max_examples=examples(full=1000, sample=250), deadline=None)
 @given(body=st.binary(max_size=40))
 def test_hand_parser_accepts_nothing_that_protobuf_reads_differently_or_refuses(body: bytes) -> None:
     command = b"\x08\x06\x32" + bytes([len(body) & 0x7F]) + body
