@@ -106,7 +106,7 @@ one_frame = st.one_of(
 streams = st.lists(one_frame, min_size=1, max_size=12)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(full=150, sample=50), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(frames=streams)
 def test_byte_by_byte_input_gives_the_same_frames_as_whole_input(frames: list[bytes]) -> None:
     data = b"".join(frames)
