@@ -129,9 +129,6 @@ def _serve(args: argparse.Namespace) -> int:
     log_ignored(loaded.ignored)
     import uvloop
 
-    from broker.switching import apply_switch_interval
-
-    apply_switch_interval()   # this process's interpreter: see switching.py
     try:
         return uvloop.run(_run(loaded.config))
     except KeyboardInterrupt:  # a second Ctrl-C during shutdown

@@ -98,29 +98,3 @@ def test_a_second_broker_on_a_held_data_dir_exits_1_with_one_line(
     errors = [line for line in result.stderr.splitlines() if "cannot start" in line]
     assert len(errors) == 1
     assert "is in use by another process" in errors[0]
-
-
-def test_serve_runs_the_broker_with_the_short_switch_interval(tmp_path: pathlib.Path) -> None:
-    """`horae serve` sets its process's switch interval before the loop starts (storage threads
-    then wait at most that long for the interpreter behind a busy loop); importing the broker
-    alone leaves the interval alone."""
-    probe = (
-        "import sys, uvloop\n"
-        "import broker.cli as cli\n"
-        "print(sys.getswitchinterval())\n"
-        "def run(coro):\n"
-        "    coro.close()\n"
-        "    print(sys.getswitchinterval())\n"
-        "    return 0\n"
-        "uvloop.run = run\n"
-        f"sys.exit(cli.main(['serve', '--data-dir', {str(tmp_path / 'data')!r}, "
-        "'--log-level', 'ERROR']))\n"
-    )
-    done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True,
-                          text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
-    from broker.switching import SWITCH_INTERVAL_S
-
-    before, serving = (float(line) for line in done.stdout.split())
-    assert before == 0.005   # CPython's default: untouched by the import
-    assert serving == SWITCH_INTERVAL_S < before
