@@ -17,6 +17,13 @@ every ``thaw_every_s`` they are returned to the oldest generation (``gc.unfreeze
 next full collection, which sees them all again, frees it, and is followed by a new freeze. So
 memory held by such garbage is bounded by what becomes garbage in one period.
 
+Start-up is settled the same way before the first check (:meth:`HeapFreezer.settle`: one full
+collection, then a freeze): the modules, the configuration and the server's own objects are
+about 70,000 tracked objects that live as long as the process. Left to the collector, its
+first full collection comes whenever the survivors of traffic reach a quarter of them, i.e.
+in the middle of the first busy second (a stream of delayed messages falling due), and walks
+them all: about 30 ms of CPU on the loop, which every message due meanwhile waits out.
+
 The freezer runs in the ``horae serve`` process only: the collector is process-wide, and a
 broker embedded in another program leaves that program's collector alone.
 """
@@ -64,9 +71,16 @@ class HeapFreezer:
             gc.freeze()
             self.freezes += 1
 
+    def settle(self) -> None:
+        """Start-up is over: one full collection, and what survived it is frozen."""
+        gc.collect()
+        gc.freeze()
+        self.freezes += 1
+
     async def run(self) -> None:
-        """Until cancelled; unfreezes on the way out."""
+        """Settles start-up, then checks until cancelled; unfreezes on the way out."""
         loop = asyncio.get_running_loop()
+        self.settle()
         gc.callbacks.append(self._on_collection)
         next_thaw = loop.time() + self.thaw_every_s
         try:
