@@ -10,8 +10,8 @@ Theory of operation: Pulsar's paths, bodies and answers (``PersistentTopics`` /
   (412 ``Cannot specify empty shadow topics, please use remove command instead.``), a name
   that is not a topic name (403 ``Invalid shadow topic name: x``), a non-persistent one (412
   ``Only persistent topic can be set as shadow topic``) and one that does not exist (412
-  ``Shadow topic [x] not exists.``). GET answers the list, or 204 while unset; DELETE removes
-  it (204).
+  ``Shadow topic [x] not exists.``). GET answers the list, or an empty 200 while unset;
+  DELETE removes it (204).
 - A shadow topic is created by ``PUT .../{topic}`` (or ``.../partitions``) with the property
   ``PULSAR.SHADOW_SOURCE`` (what PulsarAdmin's ``createShadowTopic`` sends):
   :func:`check_shadow_create` refuses a source that is not a persistent topic name, that
@@ -72,8 +72,8 @@ def _parse_names(body: Any) -> list[str]:
 
 async def get_shadow_topics(request: web.Request) -> web.Response:
     admin, tn = await _source(request)
-    value: Any = admin.policy_store.records.topic(tn.full).get(SHADOW_TOPICS)
-    return no_content() if value is None else json_response(value)
+    # unset: an empty 200, as Pulsar answers its null
+    return json_response(admin.policy_store.records.topic(tn.full).get(SHADOW_TOPICS))
 
 
 async def set_shadow_topics(request: web.Request) -> web.Response:

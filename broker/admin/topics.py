@@ -117,8 +117,13 @@ async def get_partitions(request: web.Request) -> web.Response:
         partitions = await admin.topics.lookup_partition_count(tn)
     else:
         partitions = await admin.topics.partition_count(tn)
-    # Pulsar's PartitionedTopicMetadata; "deleted" is true only while a deletion runs
-    return json_response({"partitions": partitions, "deleted": False})
+    # Pulsar's PartitionedTopicMetadata; "deleted" is true only while a deletion runs, and
+    # "properties" are shown when the partitioned topic has some
+    body: dict[str, Any] = {"partitions": partitions, "deleted": False}
+    properties = admin.policy_store.records.topic(tn.full).get("properties") if partitions else None
+    if properties:
+        body["properties"] = properties
+    return json_response(body)
 
 
 async def delete_topic(request: web.Request) -> web.Response:

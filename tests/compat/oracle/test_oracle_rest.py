@@ -265,7 +265,8 @@ def run_scenario(peer: Peer, scenario: Scenario) -> list[tuple[str, Answer | Non
             _publish(peer, step, names)
             continue
         path = step.path.format(**names)
-        answer = peer.http(step.method, path, _fill(step.body, names), raw=step.raw)
+        answer = peer.http(step.method, path, _fill(step.body, names), raw=step.raw,
+                           content_type=step.content_type)
         answer = Answer(answer.status, _named_keys(answer.body, names))
         record.append((step.label or f"{step.method} {step.path}", answer))
     return record
