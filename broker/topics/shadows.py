@@ -16,7 +16,8 @@ shadow's subscriptions hear the source's new entries as the source's do. Closing
 (unload, delete, reload after a failed write) closes its loaded shadows first; their
 clients reconnect and load them again over the source's new ledger.
 
-Nothing is published on a shadow: a SEND is refused with Pulsar's NotAllowedError ``Cannot
+A shadow's schema is its source's (:mod:`broker.net.schemas`, as Pulsar's
+``PersistentTopic.getSchemaId``). Nothing is published on a shadow: a SEND is refused with Pulsar's NotAllowedError ``Cannot
 send messages to a shadow topic`` (:meth:`broker.topics.topic.Topic.check_publish`).
 
 The source's ``shadowTopics`` topic policy (``set-shadow-topics``) is kept as Pulsar keeps

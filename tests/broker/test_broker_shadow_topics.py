@@ -226,3 +226,22 @@ def test_shadow_relation_and_cursors_survive_kill_9(run_broker_process: Any,
     finally:
         client.close()
     proc.stop()
+
+
+def test_a_shadow_has_its_source_schema(broker: Any) -> None:
+    import pulsar
+    from pulsar.schema import StringSchema
+
+    web = broker.web_url
+    client = make_client(broker.service_url)
+    try:
+        producer = client.create_producer(SRC, schema=StringSchema())
+        producer.send("typed")
+        assert _create_shadow(web)[0] == 204
+        # a consumer with the source's schema is accepted on the shadow, as Pulsar reuses
+        # the source's schema for it
+        sub = client.subscribe(SHADOW, "s", schema=StringSchema(),
+                               initial_position=pulsar.InitialPosition.Earliest)
+        assert sub.receive(timeout_millis=10_000).value() == "typed"
+    finally:
+        client.close()
