@@ -213,6 +213,10 @@ ALLOWED += [
     Allowed("resource groups", "other verb", JETTY_404,
             "both answer 405; Pulsar's is Jetty's error page, Horae's {\"reason\"} as all its "
             "errors"),
+    Allowed("shadow topics", "create shadow of a missing source",
+            ("status: horae 404, pulsar 500",),
+            "Pulsar's broker fails opening the missing source's managed ledger (500); Horae "
+            "checks the source first and answers 404 naming it"),
 ]
 
 
