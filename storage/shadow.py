@@ -16,7 +16,8 @@ Theory of operation (Pulsar's ShadowManagedLedger, on one node):
   added to it are the source's listeners (told after each group commit of the source) and
   are removed when the shadow closes.
 - The view is valid while the source stays open: whoever closes the source closes its
-  shadows first (the store keeps them apart; the broker does it).
+  shadows first (the store keeps them apart; the broker does it). A source may itself be a
+  shadow: the objects shared are then its source's, and listeners pass through it.
 """
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ class ShadowLedger(ManagedLedger):
         self.append = self._no_append
         self.append_run = self._no_append_run
         self.add_listener = self._listen
+        self.remove_listener = self._unlisten
         self._cursor_set = CursorSet(
             self, CursorFiles(ctx.ops, directory / "cursors", fsync=ctx.config.fsync),
             ctx.loop, ctx.cursor_pool, ctx.ids.ensure_durable, cursors,
@@ -86,6 +88,11 @@ class ShadowLedger(ManagedLedger):
     def _listen(self, callback: Callable[[Position], None]) -> None:
         self._listeners.append(callback)
         self.source.add_listener(callback)
+
+    def _unlisten(self, callback: Callable[[Position], None]) -> None:
+        if callback in self._listeners:
+            self._listeners.remove(callback)
+        self.source.remove_listener(callback)
 
     @property
     def state(self) -> LedgerLifecycle:

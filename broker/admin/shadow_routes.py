@@ -15,8 +15,8 @@ Theory of operation: Pulsar's paths, bodies and answers (``PersistentTopics`` /
 - A shadow topic is created by ``PUT .../{topic}`` (or ``.../partitions``) with the property
   ``PULSAR.SHADOW_SOURCE`` (what PulsarAdmin's ``createShadowTopic`` sends):
   :func:`check_shadow_create` refuses a source that is not a persistent topic name, that
-  does not exist (for a partitioned shadow: that is not a partitioned topic) or that is a
-  shadow itself. ``get-shadow-source`` is the property read back (``GET .../properties``).
+  does not exist (for a partitioned shadow: that is not a partitioned topic); a shadow may be
+  the source of another, as Pulsar creates one. ``get-shadow-source`` is the property read back (``GET .../properties``).
 - Deleting a source whose ``shadowTopics`` lists shadows is refused without ``force``, 422
   ``Delete forbidden. Topic {name} is replicated to shadow topics.`` as Pulsar refuses it
   (:func:`check_source_delete`).
@@ -36,7 +36,7 @@ from broker.admin import errors as E
 from broker.admin.responses import admin_of, json_response, no_content
 from broker.admin.service import AdminService, topic_name
 from broker.topics.names import TopicName
-from broker.topics.shadows import SHADOW_SOURCE_KEY, SHADOW_TOPICS, shadow_source, shadow_topics_of
+from broker.topics.shadows import SHADOW_SOURCE_KEY, SHADOW_TOPICS, shadow_topics_of
 from protocol.errors import InvalidTopicNameError
 
 __all__ = ["add_routes", "check_shadow_create", "check_source_delete"]
@@ -117,15 +117,11 @@ async def check_shadow_create(admin: AdminService, tn: TopicName, properties: di
         raise E.precondition_failed(SOURCE_NOT_PERSISTENT)
     if source.full == tn.full:
         raise E.precondition_failed("A topic cannot be the shadow of itself")
-    records = admin.policy_store.records
     count = await admin.topics.partition_count(source)
     if partitioned and count == 0:
         raise E.not_found(f"Partitioned topic {source.full} not found")
     if not partitioned and (count > 0 or not await admin.topics.exists(source)):
         raise E.not_found(f"Topic {source.full} not found")
-    if shadow_source(records, source) is not None:
-        raise E.precondition_failed(
-            f"Topic {source.full} is a shadow topic: it cannot be the source of another")
     return True
 
 

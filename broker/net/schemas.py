@@ -40,7 +40,7 @@ from broker.topics.schemas import (
     wire_fields,
 )
 from broker.topics.service import BrokerService
-from broker.topics.shadows import shadow_source
+from broker.topics.shadows import root_source
 from broker.topics.topic import Topic
 from protocol import commands as C
 from protocol import pulsar_pb as pb
@@ -67,7 +67,7 @@ class SchemaConnection(ConnectionView, Protocol):
 def _schema_id(service: BrokerService, topic: str) -> str:
     """The schema key of *topic*: a shadow topic's is its source's (Pulsar's
     PersistentTopic.getSchemaId), so its consumers meet the source's schema."""
-    source = shadow_source(service.policies.records, TopicName.parse(topic))
+    source = root_source(service.policies.records, TopicName.parse(topic))
     return schema_id(source.full if source is not None else topic)
 
 

@@ -16,7 +16,8 @@ shadow's subscriptions hear the source's new entries as the source's do. Closing
 (unload, delete, reload after a failed write) closes its loaded shadows first; their
 clients reconnect and load them again over the source's new ledger.
 
-A shadow's schema is its source's (:mod:`broker.net.schemas`, as Pulsar's
+A shadow may be the source of another shadow (Pulsar creates one): it then reads the
+first source's ledger, and closes (so reloads) with it. A shadow's schema is its root source's (:mod:`broker.net.schemas`, as Pulsar's
 ``PersistentTopic.getSchemaId``). Nothing is published on a shadow: a SEND is refused with Pulsar's NotAllowedError ``Cannot
 send messages to a shadow topic`` (:meth:`broker.topics.topic.Topic.check_publish`).
 
@@ -35,6 +36,7 @@ from typing import Any
 from broker.topics.names import TopicName
 from broker.topics.policy_records import PolicyRecords
 from broker.topics.topic import Topic
+from protocol.errors import NotAllowedError
 from storage.ledger import ManagedLedger
 from storage.store import SegmentStore
 
@@ -42,6 +44,7 @@ __all__ = [
     "SHADOW_SOURCE_KEY",
     "SHADOW_TOPICS",
     "open_topic_ledger",
+    "root_source",
     "shadow_source",
     "shadow_topics_of",
     "shadows_of",
@@ -75,6 +78,23 @@ def shadow_source(records: PolicyRecords, tn: TopicName) -> TopicName | None:
     return None
 
 
+def root_source(records: PolicyRecords, tn: TopicName) -> TopicName | None:
+    """The topic whose ledger the shadow *tn* reads in the end (a shadow may shadow a
+    shadow, as Pulsar lets one be created); None when *tn* is not a shadow. Raises
+    NotAllowedError on a cycle (properties edited after creation)."""
+    seen = {tn.full}
+    source = shadow_source(records, tn)
+    while source is not None:
+        if source.full in seen:
+            raise NotAllowedError(f"Shadow topic {tn.full} has a cycle of shadow sources")
+        seen.add(source.full)
+        further = shadow_source(records, source)
+        if further is None:
+            return source
+        source = further
+    return None
+
+
 def shadow_topics_of(records: PolicyRecords, full: str) -> list[str]:
     """The source's ``shadowTopics`` policy (empty when unset)."""
     value: Any = records.topic(full).get(SHADOW_TOPICS)
@@ -90,8 +110,9 @@ async def open_topic_ledger(store: SegmentStore, records: PolicyRecords, tn: Top
                             load_source: Callable[[str], Awaitable[Topic]]) -> ManagedLedger:
     """The managed ledger the topic *tn* is loaded over: its own, or for a shadow a view of
     its source's (*load_source* loads the source topic, which must exist)."""
-    source = shadow_source(records, tn)
-    if source is None:
+    if root_source(records, tn) is None:   # (raises on a cycle, before anything loads)
         return await store.open_ledger(tn.full)
+    source = shadow_source(records, tn)
+    assert source is not None
     source_topic = await load_source(source.full)
     return await store.open_shadow_ledger(tn.full, source_topic.ledger)

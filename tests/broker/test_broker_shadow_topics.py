@@ -119,12 +119,34 @@ def test_shadow_topics_policy_answers_as_pulsar(broker: Any) -> None:
         422, f"Delete forbidden. Topic {SRC} is replicated to shadow topics.")
     assert _call(web, "DELETE", route)[0] == 204
     assert _call(web, "GET", route) == (200, None)   # an empty 200, as Pulsar
-    # the source must exist and not be a shadow
+    # the source must exist
     status, body = _create_shadow(web, f"persistent://{NS}/s2", f"persistent://{NS}/nope")
-    assert status == 404
-    status, body = _create_shadow(web, f"persistent://{NS}/s3", SHADOW)
-    assert status == 412 and "is a shadow topic" in body["reason"]
+    assert (status, body["reason"]) == (404, f"Topic persistent://{NS}/nope not found")
     assert _call(web, "GET", _path(f"persistent://{NS}/s2") + "/properties")[0] == 404
+
+
+def test_a_shadow_of_a_shadow_reads_the_first_source(broker: Any) -> None:
+    import pulsar
+
+    web = broker.web_url
+    second = f"persistent://{NS}/second"
+    client = make_client(broker.service_url)
+    try:
+        producer = client.create_producer(SRC)
+        first = producer.send(b"one")
+        assert _create_shadow(web)[0] == 204
+        assert _create_shadow(web, second, SHADOW)[0] == 204   # Pulsar creates it too
+        sub = client.subscribe(second, "s", initial_position=pulsar.InitialPosition.Earliest)
+        msg = sub.receive(timeout_millis=10_000)
+        assert (msg.data(), str(msg.message_id())) == (b"one", str(first))
+        producer.send(b"two")
+        assert sub.receive(timeout_millis=10_000).data() == b"two"
+        # unloading the first source unloads both shadows; the second resumes
+        assert _call(web, "PUT", _path(SRC) + "/unload")[0] == 204
+        producer.send(b"three")
+        assert _next_unseen(sub, {b"one", b"two"}) == b"three"
+    finally:
+        client.close()
 
 
 def test_partitioned_shadow_reads_the_same_partition(broker: Any) -> None:
@@ -245,3 +267,17 @@ def test_a_shadow_has_its_source_schema(broker: Any) -> None:
         assert sub.receive(timeout_millis=10_000).value() == "typed"
     finally:
         client.close()
+
+
+def test_a_cycle_of_shadow_sources_is_refused_not_awaited(broker: Any) -> None:
+    web = broker.web_url
+    assert _call(web, "PUT", _path(SRC))[0] == 204
+    assert _create_shadow(web)[0] == 204
+    # properties edited after creation make each the other's source
+    assert _call(web, "PUT", _path(SRC) + "/properties", {KEY: SHADOW})[0] == 204
+    assert _call(web, "PUT", _path(SRC) + "/unload")[0] == 204
+    status, body = _call(web, "GET", _path(SRC) + "/stats")
+    assert status >= 400 and "cycle of shadow sources" in body["reason"]
+    # removing the property makes the source a topic of its own again
+    assert _call(web, "DELETE", _path(SRC) + f"/properties?key={KEY}")[0] == 204
+    assert _call(web, "GET", _path(SRC) + "/stats")[0] == 200

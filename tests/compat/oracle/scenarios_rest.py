@@ -657,6 +657,8 @@ SCENARIOS += [
         Call("GET", TP + "-shadow/properties", label="shadow source"),
         Call("PUT", TP + "-orphan", {SHADOW_SOURCE: "persistent://{t}/{ns}/{topic}-none"},
              "create shadow of a missing source"),
+        Call("PUT", TP + "-second", {SHADOW_SOURCE: "persistent://{t}/{ns}/{topic}-shadow"},
+             "create shadow of a shadow"),
         Call("PUT", TP + "-view", {SHADOW_SOURCE: "persistent://{t}/{ns}/{topic}"},
              "create another shadow"),
         # deleted before any list names it (Pulsar's replicator to a listed shadow is a
