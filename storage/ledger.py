@@ -124,6 +124,7 @@ class ManagedLedger:
         self.append = appends.append
         self.append_run = appends.append_run
         self.add_listener = appends.add_listener
+        self.remove_listener = appends.remove_listener
         self._reader = EntryReader(
             ctx.loop, ctx.ops, ctx.cache, ctx.read_pool, ctx.pager, self._ledgers,
             self._ledger_ids, self._drop_corrupt, self.relocated,

@@ -316,3 +316,8 @@ class LedgerAppends:
         of this ledger durable (once per commit, not once per entry)."""
         self._listeners.append(callback)
 
+    def remove_listener(self, callback: Callable[[Position], None]) -> None:
+        """Stop telling *callback* (added by :meth:`add_listener`); no-op when unknown."""
+        if callback in self._listeners:
+            self._listeners.remove(callback)
+

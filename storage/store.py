@@ -58,6 +58,7 @@ from storage.names import HASHED_PREFIX, decode_name, encode_name, legacy_plain_
 from storage.recovery import load_ledger_dir, segment_ids
 from storage.relocation import load_relocated
 from storage.segments import RecoveryEvent
+from storage.shadow import ShadowLedger
 from storage.snapshots import SnapshotStore
 from storage.stats import StorageStats
 from storage.writer import GroupCommitWriter
@@ -245,6 +246,29 @@ class SegmentStore:
             self._check_open()  # close() began while recovering: register nothing
             ml = ManagedLedger(self._ctx, name, directory, found.ledgers, found.cursors,
                                relocated)
+            self._names[name] = directory
+            self._open[name] = ml
+            return ml
+
+    async def open_shadow_ledger(self, name: str, source: ManagedLedger) -> ManagedLedger:
+        """Open *name* as a shadow of the open *source* (storage/shadow.py): the source's
+        entries, the shadow's own cursors (recovered from its directory); the open one if
+        already open. The caller closes it before it closes the source."""
+        self._check_open()
+        async with self._name_lock(name):
+            self._check_open()
+            ml = self._open.get(name)
+            if ml is not None:
+                return ml
+            if source.closed:
+                raise LedgerClosedError(f"managed ledger {source.name} is closed")
+            directory = self._directory(name)
+            found = await self._loop.run_in_executor(
+                self._read_pool, load_ledger_dir, self._ops, directory, name,
+                self.config.fsync, self.writer.fenced_ends,
+            )
+            self._check_open()
+            ml = ShadowLedger(self._ctx, name, directory, source, found.cursors)
             self._names[name] = directory
             self._open[name] = ml
             return ml

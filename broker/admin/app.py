@@ -43,6 +43,7 @@ from broker.admin import (
     scheduled_routes,
     schema_policies,
     schemas,
+    shadow_routes,
     storage_policies,
     topic_ops,
     topics,
@@ -145,6 +146,7 @@ def create_app(service: BrokerService, *, metrics_source: BrokerMetrics | None =
     policies_quota.add_routes(app)
     storage_policies.add_routes(app)
     properties_routes.add_routes(app)
+    shadow_routes.add_routes(app)
     schema_policies.add_routes(app)
     schemas.add_routes(app)
     compaction.add_routes(app)

@@ -21,6 +21,7 @@ from broker.admin import errors as E
 from broker.admin.properties_routes import properties_of_create, store_topic_properties
 from broker.admin.responses import admin_of, json_response, no_content
 from broker.admin.service import AdminEntries, AdminService, topic_name
+from broker.admin.shadow_routes import check_shadow_create, check_source_delete
 from broker.admin.stats import aggregate_stats
 from broker.topics import stats as topic_docs
 from broker.topics.names import TopicName
@@ -67,13 +68,20 @@ async def create_topic(request: web.Request) -> web.Response:
     await admin.tenants.require_namespace(m["tenant"], m["namespace"])
     if await admin.topics.partition_count(tn) > 0 or await admin.topics.exists(tn):
         raise E.conflict(E.TOPIC_EXISTS)
+    shadow = await check_shadow_create(admin, tn, properties, partitioned=False)
+    if shadow:  # a shadow is loaded over its source's ledger: the property comes first
+        await store_topic_properties(admin, tn, properties)
     try:
         await admin.topics.create(tn)
-    except PolicyLimitError as exc:
-        # Pulsar's broker refuses the topic with NotAllowed, which its REST layer answers 409
-        # here (412 only on the partitioned create, which checks the limit itself)
-        raise E.conflict(exc.message) from None
-    if properties:
+    except BaseException as exc:
+        if shadow:
+            await admin.policy_store.records.drop_topic(tn.full)
+        if isinstance(exc, PolicyLimitError):
+            # Pulsar's broker refuses the topic with NotAllowed, which its REST layer answers
+            # 409 here (412 only on the partitioned create, which checks the limit itself)
+            raise E.conflict(exc.message) from None
+        raise
+    if properties and not shadow:
         await store_topic_properties(admin, tn, properties)
     return no_content()
 
@@ -93,6 +101,7 @@ async def create_partitioned(request: web.Request) -> web.Response:
         raise E.conflict(E.PARTITIONED_TOPIC_EXISTS)
     if await admin.topics.exists(tn):
         raise E.conflict(E.TOPIC_EXISTS)
+    await check_shadow_create(admin, tn, properties, partitioned=True)
     await admin.topics.create_partitioned(tn, partitions)
     if properties:
         await store_topic_properties(admin, tn, properties)
@@ -108,8 +117,13 @@ async def get_partitions(request: web.Request) -> web.Response:
         partitions = await admin.topics.lookup_partition_count(tn)
     else:
         partitions = await admin.topics.partition_count(tn)
-    # Pulsar's PartitionedTopicMetadata; "deleted" is true only while a deletion runs
-    return json_response({"partitions": partitions, "deleted": False})
+    # Pulsar's PartitionedTopicMetadata; "deleted" is true only while a deletion runs, and
+    # "properties" are shown when the partitioned topic has some
+    body: dict[str, Any] = {"partitions": partitions, "deleted": False}
+    properties = admin.policy_store.records.topic(tn.full).get("properties") if partitions else None
+    if properties:
+        body["properties"] = properties
+    return json_response(body)
 
 
 async def delete_topic(request: web.Request) -> web.Response:
@@ -122,6 +136,8 @@ async def delete_topic(request: web.Request) -> web.Response:
     topic = admin.topics.loaded(tn)
     if topic is not None and not force and _topic_busy(topic):
         raise E.precondition_failed(E.TOPIC_BUSY)
+    if not force:
+        check_source_delete(admin, tn)
     await admin.topics.delete(tn, force=force)
     return no_content()
 

@@ -40,6 +40,7 @@ from broker.topics.schemas import (
     wire_fields,
 )
 from broker.topics.service import BrokerService
+from broker.topics.shadows import root_source
 from broker.topics.topic import Topic
 from protocol import commands as C
 from protocol import pulsar_pb as pb
@@ -63,24 +64,31 @@ class SchemaConnection(ConnectionView, Protocol):
     def handshake(self) -> Handshake: ...
 
 
+def _schema_id(service: BrokerService, topic: str) -> str:
+    """The schema key of *topic*: a shadow topic's is its source's (Pulsar's
+    PersistentTopic.getSchemaId), so its consumers meet the source's schema."""
+    source = root_source(service.policies.records, TopicName.parse(topic))
+    return schema_id(source.full if source is not None else topic)
+
+
 async def producer_schema(service: BrokerService, topic: Topic | NonPersistentTopic,
                           schema: pb.Schema | None) -> bytes | None:
     """The schema version to answer in PRODUCER_SUCCESS (None: a schema-less producer)."""
     if schema is None:
         if (service.policies.schema_validation_enforced(topic.name)
-                and await service.schemas.latest(schema_id(topic.full)) is not None):
+                and await service.schemas.latest(_schema_id(service, topic.full)) is not None):
             raise IncompatibleSchemaError(NO_SCHEMA_REFUSED)
         return None
     type_name, data, properties = wire_fields(schema)
     if not service.policies.allow_auto_update_schema(topic.name):
-        found = await service.schemas.version_of(schema_id(topic.full), type_name, data,
+        found = await service.schemas.version_of(_schema_id(service, topic.full), type_name, data,
                                                  properties)
         if found is None:
             raise IncompatibleSchemaError(AUTO_UPDATE_DISABLED)
         return encode_version(found)
     strategy = service.policies.schema_compatibility(topic.name)
     try:
-        version = await service.schemas.put_if_absent(schema_id(topic.full), type_name, data,
+        version = await service.schemas.put_if_absent(_schema_id(service, topic.full), type_name, data,
                                                       properties, strategy)
     except SchemaIncompatible as exc:
         raise IncompatibleSchemaError(str(exc)) from None
@@ -97,7 +105,7 @@ async def check_consumer_schema(service: BrokerService, topic: Topic | NonPersis
                                 schema: pb.Schema) -> None:
     """SUBSCRIBE with a schema: add it to an idle schema-less topic, else check it."""
     registry = service.schemas
-    sid = schema_id(topic.full)
+    sid = _schema_id(service, topic.full)
     type_name, data, properties = wire_fields(schema)
     strategy = service.policies.schema_compatibility(topic.name)
     try:
@@ -115,7 +123,7 @@ async def get_schema(connection: SchemaConnection, m: pb.CommandGetSchema) -> No
     rid = int(m.request_id)
     try:
         connection.handshake.require_get_schema(TopicName.parse(m.topic).full)
-        sid = schema_id(m.topic)
+        sid = _schema_id(connection.service, m.topic)
     except RequestError as exc:
         connection.write(C.encode_get_schema_response(rid, error_code=exc.code,
                                                       error_message=exc.message))

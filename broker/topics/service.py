@@ -48,7 +48,7 @@ from collections.abc import Callable
 from broker.config import BrokerConfig
 from broker.delayed.policy import DelayPolicy
 from broker.dynamic_config import DynamicConfiguration
-from broker.topics import entry_metadata, termination
+from broker.topics import entry_metadata, shadows, termination
 from broker.topics.activity import TopicActivity
 from broker.topics.addresses import BrokerAddresses
 from broker.topics.coordinator_assign import ensure_coordinator_assign_topic
@@ -288,7 +288,10 @@ class BrokerService:
         self._loading[full] = fut
         try:
             try:
-                topic = await Topic.load(self, tn, await self.store.open_ledger(tn.full))
+                ledger = await shadows.open_topic_ledger(
+                    self.store, self.policies.records, tn,
+                    lambda source: self.get_topic(source, create=False))
+                topic = await Topic.load(self, tn, ledger)
             except StorageError as exc:
                 raise storage_failure(exc, StorageOp.LOAD_TOPIC).error from exc
         except BaseException as exc:
@@ -323,6 +326,9 @@ class BrokerService:
         done: asyncio.Future[None] = self.loop.create_future()
         self._unloading[topic.full] = done
         try:
+            # Its shadows read its ledger: they close first and reload over the next one.
+            for shadow in shadows.shadows_of(list(self.topics.values()), topic.full):
+                await self.unload_topic(shadow.full)
             await topic.close()
         finally:
             del self._unloading[topic.full]

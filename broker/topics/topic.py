@@ -108,11 +108,15 @@ from storage.ledger import ManagedLedger
 from storage.metadata import MetadataStore
 from storage.positions import Position
 from storage.segment_file import DurableSink
+from storage.shadow import ShadowLedger
 from storage.snapshots import SnapshotStore
 
 __all__ = ["Topic"]
 
 log = logging.getLogger("horae.topic")
+
+#: Pulsar's answer to a SEND on a shadow topic (Producer.checkAndStartPublish).
+SHADOW_SEND_REFUSAL = "Cannot send messages to a shadow topic"
 
 class TopicHost(Protocol):
     """What a topic may ask of the registry that loaded it (implemented by
@@ -162,6 +166,9 @@ class Topic:
         self.name = name
         self.full = name.full
         self.ledger = ledger
+        #: The source topic a shadow topic reads (broker/topics/shadows.py); None otherwise.
+        self.shadow_source: str | None = (
+            ledger.source_name if isinstance(ledger, ShadowLedger) else None)
         self.loop = host.loop
         self.admission = ProducerAdmission(self.full, self.producer_success, self._accepting)
         self.subscriptions = TopicSubscriptions(self, host.snapshots)
@@ -188,7 +195,8 @@ class Topic:
         cfg = host.config
         self.relocator = DelayedRelocator(
             self, self.subscriptions.values, self.trimmer.bound, self.trimmer.trim_now,
-            enabled=cfg.delayed_delivery_relocation_enabled,
+            # a shadow's ledgers are its source's: the source relocates what they hold
+            enabled=cfg.delayed_delivery_relocation_enabled and self.shadow_source is None,
             min_delay_ms=cfg.delayed_delivery_relocation_min_delay_millis,
             interval_s=cfg.delayed_delivery_relocation_interval_seconds)
         self.compaction = TopicCompaction(self, host.metadata)
@@ -207,7 +215,8 @@ class Topic:
         txns = host.transactions
         #: This topic's transaction buffer (None without transactions or when not persistent).
         self.txn_buffer: TopicTransactionBuffer | None = (
-            txns.buffer_for(self.full) if txns is not None and name.is_persistent else None)
+            txns.buffer_for(self.full)
+            if txns is not None and name.is_persistent and self.shadow_source is None else None)
 
     # ------------------------------------------------------------------ loading
 
@@ -295,6 +304,8 @@ class Topic:
         """
         if self.state is not _OPEN:
             self._check_publishing()
+        if self.shadow_source is not None:
+            raise NotAllowedError(SHADOW_SEND_REFUSAL)
         limit = self.max_message_size_policy
         if limit and len(entry) - 4 > limit:   # metadata and payload, as Pulsar measures
             raise NotAllowedError("Exceed maximum message size")

@@ -38,6 +38,7 @@ from cli.admin import maintenance as maintenance_commands
 from cli.admin import messages as message_commands
 from cli.admin import policies as policy_commands
 from cli.admin import resource_groups as resource_group_commands
+from cli.admin import shadows as shadow_commands
 from cli.admin import storage as storage_commands
 from cli.admin import transactions as transaction_commands
 from cli.admin.args import (
@@ -286,6 +287,7 @@ _COMMANDS.update({("brokers", name): build for name, build in broker_commands.CH
 _COMMANDS.update(transaction_commands.COMMANDS)
 _COMMANDS.update(resource_group_commands.COMMANDS)
 _COMMANDS.update(entry_filter_commands.COMMANDS)
+_COMMANDS.update(shadow_commands.COMMANDS)
 _COMMANDS.update({
     (group, "delete"): lambda a: Request("DELETE", T + topic_path(a.topic) + "/policies")
     for group in ("topic-policies", "topicPolicies")})
@@ -578,6 +580,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     dp.add_argument("--global", "-g", dest="global_", action="store_true",
                     help="the global policies (one level here: the same)")
     message_commands.add_parsers(tp)
+    shadow_commands.add_parsers(tp)
     transaction_commands.add_parsers(group(
         "transactions", "transaction coordinator, buffer and pending-ack stats"))
     resource_group_commands.add_parsers(
@@ -635,8 +638,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise UsageError(str(exc)) from None
         _check_admin_url(admin_url)
         runner = message_commands.RUNNERS.get((args.group, args.command))
+        shadow_runner = shadow_commands.RUNNERS.get((args.group, args.command))
         if runner is not None:
             result: object = runner(admin_url, args, auth)
+        elif shadow_runner is not None:
+            result = shadow_runner(admin_url, args, auth)
         elif (args.group, args.command) == ("topics", "partitioned-lookup"):
             result = _partitioned_lookup(admin_url, args, auth)
         else:

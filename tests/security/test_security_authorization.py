@@ -383,3 +383,21 @@ def test_resource_groups_are_super_user_only_and_a_namespaces_group_tenant_admin
         assert _rest_allowed(service, "acme-admin", method, path) is True
         assert str(_rest_allowed(service, "ns-producer", method, path)).startswith("403 ")
         assert str(_rest_allowed(service, "rival-admin", method, path)).startswith("403 ")
+
+
+def test_shadow_topic_routes_need_a_tenant_admin() -> None:
+    # Pulsar's validateTopicPolicyOperation(SHADOW_TOPIC) on the source; creating the shadow is
+    # a topic create (tenant admin); a consumer of a shadow needs consume on the shadow itself
+    service = _service()
+    route = "/admin/v2/persistent/acme/orders/created/shadowTopics"
+    for method in ("GET", "PUT", "DELETE"):
+        assert _rest_allowed(service, "acme-admin", method, route) is True
+        assert _rest_allowed(service, "root", method, route) is True
+        for role in ("ns-both", "topic-consumer", "rival-admin"):
+            assert str(_rest_allowed(service, role, method, route)).startswith("403 ")
+    create = "/admin/v2/persistent/acme/orders/created-shadow"
+    assert _rest_allowed(service, "acme-admin", "PUT", create) is True
+    assert str(_rest_allowed(service, "ns-both", "PUT", create)).startswith("403 ")
+    assert service.can_consume("persistent://acme/orders/created-shadow", "ns-both", "s")
+    assert not service.can_consume("persistent://acme/orders/created-shadow",
+                                   "topic-consumer", "s")

@@ -25,6 +25,7 @@ class Call:
     label: str = ""
     raw: bytes | None = None
     shape: bool = True
+    content_type: str = "application/json"
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,9 @@ NP = "/admin/v2/non-persistent/{t}/{ns}/{topic}"
 SC = "/admin/v2/schemas/{t}/{ns}/{topic}"
 TX = "/admin/v3/transactions"
 RG = "/admin/v2/resourcegroups/{t}-rg"
+SHADOW_SOURCE = "PULSAR.SHADOW_SOURCE"
+#: PulsarAdmin's media type of a partitioned create that carries properties
+PARTITIONED_METADATA = "application/vnd.partitioned-topic-metadata+json"
 SETUP = [Call("PUT", "/admin/v2/tenants/{t}", TENANT_BODY, "setup tenant"),
          Call("PUT", NS, None, "setup namespace")]
 WITH_TOPIC = [*SETUP, Call("PUT", TP, None, "setup topic")]
@@ -671,6 +675,42 @@ SCENARIOS += [
         Call("DELETE", RG, label="delete"),
         Call("GET", RG, label="get deleted"),
         Call("GET", "/admin/v2/namespaces/{t}/missing/resourcegroup", label="missing namespace"),
+    ]),
+    Scenario("shadow topics", [
+        *WITH_TOPIC,
+        Call("GET", TP + "/shadowTopics", label="get unset"),
+        Call("PUT", TP + "/shadowTopics", [], "set empty"),
+        Call("PUT", TP + "/shadowTopics", ["non-persistent://{t}/{ns}/x"], "set non-persistent"),
+        Call("PUT", TP + "/shadowTopics", ["persistent://{t}/{ns}/{topic}-shadow"],
+             "set missing shadow"),
+        Call("PUT", TP + "/shadowTopics", ["persistent://{t}"], "set invalid name"),
+        Call("PUT", TP + "-shadow", {SHADOW_SOURCE: "persistent://{t}/{ns}/{topic}"},
+             "create shadow"),
+        Call("GET", TP + "-shadow/properties", label="shadow source"),
+        Call("PUT", TP + "-orphan", {SHADOW_SOURCE: "persistent://{t}/{ns}/{topic}-none"},
+             "create shadow of a missing source"),
+        Call("PUT", TP + "-second", {SHADOW_SOURCE: "persistent://{t}/{ns}/{topic}-shadow"},
+             "create shadow of a shadow"),
+        Call("PUT", TP + "-view", {SHADOW_SOURCE: "persistent://{t}/{ns}/{topic}"},
+             "create another shadow"),
+        # deleted before any list names it (Pulsar's replicator to a listed shadow is a
+        # producer there, which a delete without force refuses while it is attached); last of
+        # the creations: Pulsar 4.0.7 answers 500 to a shadow of the source created after it
+        Call("DELETE", TP + "-shadow", label="delete shadow"),
+        Call("GET", TP + "-shadow/properties", label="deleted shadow's source"),
+        Call("PUT", TP + "/shadowTopics", ["persistent://{t}/{ns}/{topic}-view"], "set"),
+        Call("GET", TP + "/shadowTopics", label="get set"),
+        Call("DELETE", TP + "/shadowTopics", label="remove"),
+        Call("GET", TP + "/shadowTopics", label="get removed"),
+        Call("PUT", TP + "-parted/partitions", 2, "create partitioned source"),
+        Call("PUT", TP + "-parted-shadow/partitions",
+             {"partitions": 2,
+              "properties": {SHADOW_SOURCE: "persistent://{t}/{ns}/{topic}-parted"}},
+             "create partitioned shadow", content_type=PARTITIONED_METADATA),
+        Call("GET", TP + "-parted-shadow/partitions", label="partitioned shadow metadata"),
+        Call("GET", TP + "-parted-shadow/properties", label="partitioned shadow source"),
+        Call("GET", "/admin/v2/persistent/{t}/missing/{topic}/shadowTopics",
+             label="missing namespace"),
     ]),
     Scenario("topic policies delete", [
         *WITH_TOPIC,

@@ -213,6 +213,10 @@ ALLOWED += [
     Allowed("resource groups", "other verb", JETTY_404,
             "both answer 405; Pulsar's is Jetty's error page, Horae's {\"reason\"} as all its "
             "errors"),
+    Allowed("shadow topics", "create shadow of a missing source",
+            ("status: horae 404, pulsar 500",),
+            "Pulsar's broker fails opening the missing source's managed ledger (500); Horae "
+            "checks the source first and answers 404 naming it"),
 ]
 
 
@@ -265,7 +269,8 @@ def run_scenario(peer: Peer, scenario: Scenario) -> list[tuple[str, Answer | Non
             _publish(peer, step, names)
             continue
         path = step.path.format(**names)
-        answer = peer.http(step.method, path, _fill(step.body, names), raw=step.raw)
+        answer = peer.http(step.method, path, _fill(step.body, names), raw=step.raw,
+                           content_type=step.content_type)
         answer = Answer(answer.status, _named_keys(answer.body, names))
         record.append((step.label or f"{step.method} {step.path}", answer))
     return record
