@@ -414,7 +414,7 @@ class _Unused:
         def __missing__(self, key: str) -> _Unused:
             return _Unused()
 
-        def get(self, key: str, default: Any = None) -> _Unused:  # type: ignore[override]
+        def get(self, key: str, default: Any = None) -> _Unused:
             return _Unused()
 
     choices = _Choices()
