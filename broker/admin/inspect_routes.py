@@ -9,6 +9,13 @@ topic(s) it applies to (Pulsar's 404 reasons come from there) and reads or chang
   when every message is older (or there is none), as Pulsar. On a partitioned topic ask a
   partition (405).
 - ``GET .../lastMessageId``: the last stored message's id (``entryId`` -1 on an empty topic).
+- ``GET .../getMessageIdByIndex?index=N`` (Pulsar's PIP-415): the entry holding message index N
+  of broker entry metadata (``AppendIndexMetadataInterceptor``; each stored entry carries its
+  last message's index, a count that only grows): a binary search for the first entry whose
+  last index is at least N, its id whichever of its messages N names, as Pulsar resolves it;
+  ``MessageId.Earliest`` (-1:-1) when that message is no longer stored; 404 ``Invalid index``
+  below 0 or past the last index given out; 412 when the broker stamps no index. Entries stored
+  before the interceptor was configured carry no index and count as older.
 - ``GET .../internal-info``: Pulsar's ManagedLedgerInfo (ledgers, cursors, termination); a
   partitioned topic answers ``{"version", "partitions": {name: info}}``.
 - ``PUT .../backlogSize`` with a message id body: the bytes stored from that message on.
@@ -41,8 +48,12 @@ from broker.admin.responses import admin_of, json_response, no_content
 from broker.admin.service import AdminEntries, AdminService, AdminTopics, topic_name
 from broker.admin.topic_ops import NP_SUB, NP_TOPIC
 from broker.admin.topics import SUB, TOPIC
+from broker.subscriptions.resets import first_entry_not
 from broker.topics.names import TopicName
 from broker.topics.topic import Topic
+from protocol.entry_metadata import parse_prefix, strip
+from protocol.errors import MalformedEntryError
+from protocol.metadata import parse_entry
 from storage.positions import Position
 
 __all__ = ["BACKLOG_SCAN_MAX_ENTRIES", "add_routes"]
@@ -93,6 +104,52 @@ async def last_message_id(request: web.Request) -> web.Response:
         raise E.not_found(E.TOPIC_NOT_FOUND)   # the parent of partitions holds no messages
     [topic] = await admin.topics.targets(tn)
     return json_response(_message_id(AdminEntries.last_position(topic), tn))
+
+
+INDEX_NOT_ENABLED = ("Broker entry metadata index is not enabled: the broker needs "
+                     "AppendIndexMetadataInterceptor in brokerEntryMetadataInterceptors")
+
+
+def _last_index(data: bytes) -> int:
+    """The broker entry metadata index of an entry's last message; -1 for an entry without."""
+    try:
+        found = parse_prefix(data)
+    except MalformedEntryError:
+        return -1
+    return found.index if found is not None and found.index is not None else -1
+
+
+def _messages(data: bytes) -> int:
+    """Messages in an entry (one unless its metadata says it is a batch)."""
+    try:
+        batch = parse_entry(strip(data)).num_messages_in_batch
+    except Exception:   # an entry whose metadata does not parse counts as one, as dispatch does
+        return 1
+    return batch if batch is not None and batch > 0 else 1
+
+
+async def message_id_by_index(request: web.Request) -> web.Response:
+    try:
+        index = int(request.query["index"])
+    except (KeyError, ValueError):
+        raise E.bad_request("index must be given as an integer (?index=N)") from None
+    tn, topic = await _one(request, "Get message ID by index on a partitioned topic is not "
+                                    "allowed, please try do it on specific topic partition")
+    stamper = topic.entry_stamper
+    if stamper is None or not stamper.indexes:
+        raise E.precondition_failed(INDEX_NOT_ENABLED)
+    if index < 0 or index > stamper.index:
+        raise E.not_found("Invalid index")
+    ledger = topic.ledger
+    pos = await first_entry_not(ledger, lambda data: _last_index(data) < index)
+    entry = await ledger.read_entry(pos)
+    if entry is None:   # past every stored entry: the entries up to it were trimmed
+        return json_response(_message_id(Position(-1, -1), tn))
+    first = _last_index(entry.data) - _messages(entry.data) + 1
+    oldest = next((Position(info.ledger_id, 0) for info in ledger.ledgers if info.entries), None)
+    if index < first and pos == oldest:
+        pos = Position(-1, -1)   # older than anything still stored: MessageId.Earliest
+    return json_response(_message_id(pos, tn))
 
 
 async def internal_info(request: web.Request) -> web.Response:
@@ -182,6 +239,7 @@ def add_routes(app: web.Application) -> None:
     r = app.router
     r.add_get(TOPIC + "/messageid/{timestamp}", message_id_by_time)
     r.add_get(TOPIC + "/lastMessageId", last_message_id)
+    r.add_get(TOPIC + "/getMessageIdByIndex", message_id_by_index)
     r.add_get(TOPIC + "/internal-info", internal_info)
     r.add_put(TOPIC + "/backlogSize", backlog_size)
     r.add_post(SUB + "/analyzeBacklog", analyze_backlog)
@@ -192,6 +250,8 @@ def add_routes(app: web.Application) -> None:
         405, "Get message ID by timestamp on a non-persistent topic is not allowed"))
     r.add_get(NP_TOPIC + "/lastMessageId", _refuse(
         405, "GetLastMessageId on a non-persistent topic is not allowed"))
+    r.add_get(NP_TOPIC + "/getMessageIdByIndex", _refuse(
+        406, "Get message ID by index on a non-persistent topic is not allowed"))
     r.add_delete(NP_TOPIC + "/truncate", _refuse(412, "Unsupported truncate"))
     r.add_post(NP_TOPIC + "/trim", _refuse(405, "Trim on a non-persistent topic is not allowed"))
     r.add_post(NP_SUB + "/analyzeBacklog", analyze_backlog_np)

@@ -35,7 +35,7 @@ reaches through the narrow :class:`ResetTarget`. Loop thread only.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Protocol
 
 from broker.delayed.delivery import DelayedDelivery
@@ -55,7 +55,7 @@ from protocol.sub_types import SubType
 from storage.ledger import ManagedLedger
 from storage.positions import Position
 
-__all__ = ["CursorResets", "ResetTarget", "find_by_publish_time"]
+__all__ = ["CursorResets", "ResetTarget", "find_by_publish_time", "first_entry_not"]
 
 
 class ResetTarget(Protocol):
@@ -296,6 +296,20 @@ async def find_by_publish_time(ledger: ManagedLedger, timestamp_ms: int) -> Posi
     """The first entry published (or, with broker entry metadata, stored) at or after
     *timestamp_ms* (binary search over the stored entries, read directly); the position after
     the last entry when none is."""
+
+    def older(data: bytes) -> bool:
+        try:
+            return entry_timestamp(data) < timestamp_ms
+        except Exception:
+            return True
+
+    return await first_entry_not(ledger, older)
+
+
+async def first_entry_not(ledger: ManagedLedger, older: Callable[[bytes], bool]) -> Position:
+    """The first stored entry for which *older* is false, *older* being true for a prefix of the
+    stored entries and false after it (binary search, entries read directly; an entry no longer
+    readable counts as older); the position after the last entry when *older* holds for all."""
     index: list[tuple[int, int]] = []  # (ledger_id, entries), flattened by binary search
     total = 0
     for info in ledger.ledgers:
@@ -311,18 +325,11 @@ async def find_by_publish_time(ledger: ManagedLedger, timestamp_ms: int) -> Posi
             i -= n
         return end
 
-    lo, hi = 0, total  # first entry with publish_time >= timestamp_ms in [lo, hi]
+    lo, hi = 0, total  # the first entry that is not older lies in [lo, hi]
     while lo < hi:
         mid = (lo + hi) // 2
         entry = await ledger.read_entry(at(mid))
-        if entry is None:
-            lo = mid + 1  # trimmed: treat as older
-            continue
-        try:
-            published = entry_timestamp(entry.data)
-        except Exception:
-            published = 0
-        if published < timestamp_ms:
+        if entry is None or older(entry.data):
             lo = mid + 1
         else:
             hi = mid

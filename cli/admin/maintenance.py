@@ -7,6 +7,7 @@ the ``topics`` and ``namespaces`` sub-parsers of :mod:`cli.admin.main`:
 ========================================================  ====================================
 ``topics get-message-id T -d 2024-01-01T00:00:00Z``       ``GET .../messageid/{epoch ms}``
 ``topics last-message-id T``                              ``GET .../lastMessageId``
+``topics get-message-id-by-index T -i N``                 ``GET .../getMessageIdByIndex?index=N``
 ``topics info-internal T``                                ``GET .../internal-info``
 ``topics get-backlog-size T -m L:E``                      ``PUT .../backlogSize``
 ``topics analyze-backlog T -s SUB [-p L:E]``              ``POST .../analyzeBacklog``
@@ -103,6 +104,8 @@ COMMANDS: dict[tuple[str, str], Builder] = {
         "GET", topic_base(a.topic) + f"/messageid/{parse_datetime_ms(a.datetime)}"),
     ("topics", "last-message-id"): lambda a: Request(
         "GET", topic_base(a.topic) + "/lastMessageId"),
+    ("topics", "get-message-id-by-index"): lambda a: Request(
+        "GET", topic_base(a.topic) + f"/getMessageIdByIndex?index={a.index}"),
     ("topics", "info-internal"): lambda a: Request(
         "GET", topic_base(a.topic) + "/internal-info"),
     ("topics", "get-backlog-size"): lambda a: Request(
@@ -129,6 +132,11 @@ def add_parsers(topics: Any, namespaces: Any) -> None:
     gi.add_argument("topic")
     gi.add_argument("--datetime", "-d", required=True,
                     help="ISO 8601, e.g. 2024-06-28T16:53:08Z, or epoch milliseconds")
+    bi = topics.add_parser("get-message-id-by-index", help="the id of the entry holding a "
+                           "broker entry metadata message index (PIP-415)")
+    bi.add_argument("topic")
+    bi.add_argument("--index", "-i", type=int, required=True,
+                    help="the message index (AppendIndexMetadataInterceptor's count, from 0)")
     for name, help_ in (
             ("last-message-id", "the id of the last stored message"),
             ("info-internal", "the managed ledger's ledgers, cursors and termination"),

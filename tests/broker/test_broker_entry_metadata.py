@@ -262,3 +262,77 @@ def test_official_client_reads_batches_seeks_and_peeks_with_entry_metadata_on(
         broker.service.topics[topic].ledger.first_position, 100))
     indexes = [parse_prefix(e.data).index for e in stored]  # type: ignore[union-attr]
     assert indexes[-3:] == [10, 11, 12] and indexes == sorted(indexes)
+
+
+def _message_id_by_index(web_url: str, query: str,
+                         topic: str = "persistent/public/default/entry-metadata") -> tuple[int, Any]:
+    import json
+    import urllib.error
+    url = f"{web_url}/admin/v2/{topic}/getMessageIdByIndex{query}"
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read() or b"null")
+
+
+def test_message_id_by_index_names_the_entry_holding_each_index(broker_factory: Any,
+                                                               tmp_path: Any) -> None:
+    data = tmp_path / "index-data"
+    broker = broker_factory(data_dir=data, config_overrides=EXPOSED)
+    _publish(broker.service_url, _entries())   # indexes 0 | 1 2 3 | 4
+    ids = []
+    for index in range(5):
+        status, body = _message_id_by_index(broker.web_url, f"?index={index}")
+        assert status == 200, body
+        assert body["partitionIndex"] == -1
+        ids.append((body["ledgerId"], body["entryId"]))
+    ledger = ids[0][0]
+    assert ids == [(ledger, 0), (ledger, 1), (ledger, 1), (ledger, 1), (ledger, 2)]
+    for query in ("?index=5", "?index=-1"):
+        status, body = _message_id_by_index(broker.web_url, query)
+        assert (status, body["reason"]) == (404, "Invalid index")
+    assert _message_id_by_index(broker.web_url, "?index=x")[0] == 400
+    assert _message_id_by_index(broker.web_url, "")[0] == 400
+    assert _message_id_by_index(
+        broker.web_url, "?index=0", "non-persistent/public/default/entry-metadata")[0] == 406
+    urllib.request.urlopen(urllib.request.Request(
+        f"{broker.web_url}/admin/v2/persistent/public/default/parted/partitions",
+        data=b"2", method="PUT", headers={"Content-Type": "application/json"}), timeout=10)
+    assert _message_id_by_index(
+        broker.web_url, "?index=0", "persistent/public/default/parted")[0] == 405
+
+    # after a restart the first ledger is sealed; truncating it removes indexes 0..4, and the
+    # next entries continue the count in the new ledger
+    broker.stop()
+    broker = broker_factory(data_dir=data, config_overrides=EXPOSED)
+    _publish(broker.service_url, [(make_entry(b"six", sequence_id=5, producer_name="em"), 1)])
+    request = urllib.request.Request(
+        f"{broker.web_url}/admin/v2/persistent/public/default/entry-metadata/truncate",
+        method="DELETE")
+    assert urllib.request.urlopen(request, timeout=10).status == 204
+    status, body = _message_id_by_index(broker.web_url, "?index=2")
+    assert (status, body["ledgerId"], body["entryId"]) == (200, -1, -1)   # MessageId.Earliest
+    status, body = _message_id_by_index(broker.web_url, "?index=5")
+    assert status == 200 and body["ledgerId"] > ledger and body["entryId"] == 0
+
+
+def test_message_id_by_index_needs_the_index_interceptor(broker_factory: Any) -> None:
+    broker = broker_factory(config_overrides={
+        "brokerEntryMetadataInterceptors": APPEND_BROKER_TIMESTAMP})
+    _publish(broker.service_url, _entries())
+    status, body = _message_id_by_index(broker.web_url, "?index=0")
+    assert status == 412 and "AppendIndexMetadataInterceptor" in body["reason"]
+
+
+def test_horae_admin_get_message_id_by_index(exposed: Any, capsys: Any) -> None:
+    import json
+
+    from cli.admin.main import main
+    _publish(exposed.service_url, _entries())
+    argv = ["--admin-url", exposed.web_url, "topics", "get-message-id-by-index", TOPIC]
+    assert main([*argv, "-i", "2"]) == 0
+    body = json.loads(capsys.readouterr().out)
+    assert (body["entryId"], body["partitionIndex"]) == (1, -1)
+    assert main([*argv, "--index", "9"]) != 0
+    assert "Invalid index (HTTP 404)" in capsys.readouterr().err

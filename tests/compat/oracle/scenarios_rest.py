@@ -552,6 +552,8 @@ SCENARIOS += [
         Call("GET", TP + "/subscription/nope/properties", label="properties missing"),
         Call("GET", SUB1 + "/delayedMessages", label="delayed list"),
         Call("GET", SUB1 + "/delayedMessages/histogram", label="delayed histogram"),
+        Call("GET", TP + "/getMessageIdByIndex?index=0", label="id by index"),
+        Call("GET", NP + "/getMessageIdByIndex?index=0", label="id by index"),
     ]),
     Scenario("topic maintenance", [
         *WITH_TOPIC,

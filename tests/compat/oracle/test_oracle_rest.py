@@ -173,6 +173,8 @@ ALLOWED: list[Allowed] = [
             "the scheduled-message listing is Horae's own route (Pulsar has none)"),
     Allowed("*", "delayed histogram", ("status: horae *, pulsar 404", *JETTY_404),
             "the scheduled-message histogram is Horae's own route (Pulsar has none)"),
+    Allowed("topic inspection", "id by index", ("status: horae *, pulsar 404", *JETTY_404),
+            "message id by index (PIP-415) came after Pulsar 4.0: 4.0 has no such route"),
     Allowed("topic inspection", "id by time bad", ("status: horae 400, pulsar 404", *JETTY_404),
             "a timestamp that is not a number: Jersey's failed parameter conversion is a 404; "
             "Horae answers 400 saying so"),
