@@ -184,6 +184,12 @@ class LoadingTimes(dict[ImmutableBucket, int]):
     def __setitem__(self, bucket: ImmutableBucket, ts: int) -> None:
         super().__setitem__(bucket, ts)
         heapq.heappush(self._low, (ts, next(self._seq), bucket))
+        if len(self._low) > 2 * len(self) + 64:    # stale entries behind a live head
+            self._rebuild()
+
+    def _rebuild(self) -> None:
+        self._low = [(ts, next(self._seq), b) for b, ts in self.items()]
+        heapq.heapify(self._low)
 
     def clear(self) -> None:
         super().clear()
@@ -197,9 +203,8 @@ class LoadingTimes(dict[ImmutableBucket, int]):
             if self.get(bucket) == ts:
                 return ts
             heapq.heappop(heap)
-        if self:                                # entries set around __setitem__: rebuild
-            self._low = [(ts, next(self._seq), b) for b, ts in self.items()]
-            heapq.heapify(self._low)
+        if self:                                # entries set around __setitem__
+            self._rebuild()
             return self._low[0][0]
         return None
 

@@ -123,3 +123,31 @@ def test_the_counting_column_counts_what_bisect_reads() -> None:
     assert 5 <= _reads() - before <= 12
     idx: SupportsIndex = 3
     assert column[idx] == 3
+
+
+def test_the_barrier_follows_the_loading_buckets_through_sets_and_removals() -> None:
+    import random
+    rng = random.Random(7)
+    sealed = SealedBuckets()
+    buckets = [ImmutableBucket(i, i) for i in range(200)]
+    for step in range(3000):
+        bucket = rng.choice(buckets)
+        if rng.random() < 0.4:
+            sealed.loading.pop(bucket, None)
+        else:
+            sealed.loading[bucket] = T0 + rng.randrange(10_000)
+        if step % 500 == 499:
+            sealed.loading.clear()
+        expected = min(sealed.loading.values()) if sealed.loading else None
+        assert sealed.barrier() == expected
+
+
+def test_the_barrier_heap_stays_bounded_while_one_bucket_keeps_loading() -> None:
+    sealed = SealedBuckets()
+    stuck, other = ImmutableBucket(1, 1), ImmutableBucket(2, 2)
+    sealed.loading[stuck] = T0                  # a read that keeps failing and retrying
+    for k in range(10_000):
+        sealed.loading[other] = T0 + 1 + k      # segment after segment of another bucket
+        sealed.loading.pop(other)
+        assert sealed.barrier() == T0
+    assert len(sealed.loading._low) <= 2 * len(sealed.loading) + 65
