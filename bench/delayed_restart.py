@@ -3,6 +3,7 @@ every bucket is known, on the real segment store.
 
 Usage: .venv/bin/python bench/delayed_restart.py [--pending 1000000] [--per-bucket 500]
            [--reads 16,1] [--cancel-every 10] [--old-format] [--compare-with CHECKOUT]
+           [--store DIR] [--rounds N]
 
 This is the *store-building path*: it does not publish through a client. Positions are fed to
 the bucket tracker directly (``--per-bucket`` indexes per ledger, so per bucket), the tracker
@@ -202,6 +203,10 @@ def main() -> None:
                         "version's store: recovery takes the safe path)")
     p.add_argument("--drain-s", type=float, default=0.0, dest="drain_s",
                    help="stop draining after this many seconds (lost is then not counted)")
+    p.add_argument("--store", help="keep the built store in this directory and reuse it when "
+                                    "it is there already (same --pending and --per-bucket)")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="run the recoveries (and the --compare-with one) this many times")
     p.add_argument("--child", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
@@ -214,29 +219,43 @@ def main() -> None:
                                 int(base), int(reads), args.drain_s))
         print(json.dumps(r))
         return
-    base = time.time_ns() // 1_000_000
-    with tempfile.TemporaryDirectory(prefix="horae-delayed-restart-") as tmp:
+    with contextlib.ExitStack() as stack:
+        if args.store:
+            tmp = args.store
+            Path(tmp).mkdir(parents=True, exist_ok=True)
+        else:
+            tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="horae-delayed-restart-"))
         root = Path(tmp)
-        subprocess.run([sys.executable, __file__, "--pending", str(args.pending), "--per-bucket",
-                        str(args.per_bucket), "--cancel-every", str(args.cancel_every),
-                        *(["--old-format"] if args.old_format else []),
-                        "--child", f"{root / 'built'},0,{base}"], check=True,
-                       env={**os.environ, "HORAE_BENCH_ROOT": str(HERE)})
+        if (root / "built" / "bench.json").exists():
+            base = int((root / "base").read_text())
+            print(f"  reusing the store in {root / 'built'}")
+        else:
+            base = time.time_ns() // 1_000_000
+            (root / "base").write_text(str(base))
+            subprocess.run([sys.executable, __file__, "--pending", str(args.pending),
+                            "--per-bucket", str(args.per_bucket), "--cancel-every",
+                            str(args.cancel_every),
+                            *(["--old-format"] if args.old_format else []),
+                            "--child", f"{root / 'built'},0,{base}"], check=True,
+                           env={**os.environ, "HORAE_BENCH_ROOT": str(HERE)})
         runs = [(int(x), str(HERE), "") for x in args.reads.split(",")]
         if args.compare_with:
             runs.append((16, str(Path(args.compare_with).resolve()), f" ({args.compare_with})"))
-        for reads, code, label in runs:
-            run = Path(tmp) / f"run-{reads}"
-            shutil.copytree(root / "built", run)
-            out = subprocess.run([sys.executable, __file__, "--pending", str(args.pending),
-                                  "--per-bucket", str(args.per_bucket), "--cancel-every",
-                                  str(args.cancel_every), "--drain-s", str(args.drain_s),
-                                  "--child", f"{run},{reads},{base}"],
-                                 check=True, capture_output=True, text=True,
-                                 env={**os.environ, "HORAE_BENCH_ROOT": code}).stdout
-            shutil.rmtree(run)
-            print(f"  recovery{label}, {reads} reads in flight: {out.strip().splitlines()[-1]}")
-
+        for _ in range(args.rounds):
+            for reads, code, label in runs:
+                run = root / f"run-{reads}"
+                shutil.rmtree(run, ignore_errors=True)
+                shutil.copytree(root / "built", run)
+                out = subprocess.run([sys.executable, __file__, "--pending", str(args.pending),
+                                      "--per-bucket", str(args.per_bucket), "--cancel-every",
+                                      str(args.cancel_every), "--drain-s", str(args.drain_s),
+                                      "--child", f"{run},{reads},{base}"],
+                                     check=True, capture_output=True, text=True,
+                                     env={**os.environ, "HORAE_BENCH_ROOT": code}).stdout
+                shutil.rmtree(run)
+                load = os.getloadavg()[0]
+                print(f"  recovery{label}, {reads} reads in flight (load {load:.1f}): "
+                      f"{out.strip().splitlines()[-1]}", flush=True)
 
 if __name__ == "__main__":
     main()

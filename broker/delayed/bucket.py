@@ -17,9 +17,10 @@ The index is split by ledger ranges into *buckets*. This object owns the schedul
   in-memory late-entry index (:class:`~broker.delayed.indexed.IndexedPositions` of positions
   of sealed ledgers that were not indexed there; bounded:
   at ``max_late_index_count`` the dispatcher is asked to pause reading new entries) form the
-  shared priority queue. ``get_scheduled(n)`` finds by bisection the time T such that the n
-  earliest due entries are those <= T, then takes whole runs per source. Nothing later than the
-  first time of a segment not in memory yet is handed out (the *barrier*);
+  shared priority queue. ``get_scheduled(n)`` takes the n smallest due (time, position) entries
+  by a k-way merge of the source heads (the loaded segments are one heap), run by run, so its
+  cost does not grow with the number of loaded segments. Nothing later than the first time of
+  a segment not in memory yet is handed out (the *barrier*);
 - a re-read entry found pending in a bucket is not indexed twice. One found in a bucket's
   ``indexed`` set but no longer pending was already handed out as a replay (or cancelled): the
   dispatcher only meets it again by reading sequentially after a restart, so it is skipped
@@ -42,7 +43,8 @@ mutable one), ``loaded_index_count``, ``snapshot_size_bytes``, ``op_count``
 from __future__ import annotations
 
 import asyncio
-from bisect import bisect_right
+from array import array
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable
 from concurrent.futures import Executor
 from typing import Final
@@ -378,103 +380,91 @@ class _DueQueue:
         return min(live) if live else None
 
     def take(self, max_messages: int, cutoff: int) -> list[Position]:
-        """Up to ``max_messages`` due positions, earliest first across the sources, then
-        sorted by position."""
+        """Up to ``max_messages`` due positions, the earliest (time, position) first across the
+        sources, then sorted by position."""
         out: list[Position] = []
-        # A round takes the earliest `need` due entries across all sources: find the time
-        # threshold by bisection on counts, then take whole runs per source. Rounds repeat only
-        # when stale entries were skipped or a segment ran dry.
-        for _ in range(1000):
+        # A k-way merge of the source heads: each round takes, from the source whose head is
+        # the smallest (time, position), the run of entries below every other source's head.
+        # The loaded segments are one heap, so a round costs O(run + log segments) whatever
+        # the number of segments; the sources in memory are a handful.
+        sealed = self._sealed
+        limit_ts = sealed.limit(cutoff)
+        rounds = 2 * max_messages + 1000        # each round consumes at least one entry
+        while len(out) < max_messages and rounds:
+            rounds -= 1
+            best: IndexedPositions | None = None
+            best_key: tuple[int, int] | None = None
+            other: tuple[int, int] | None = None   # the smallest head of every other source
+            for positions in self._indexes:
+                index = positions.index
+                head_ts = index.peek_ts()
+                if head_ts is None:
+                    continue
+                key = (head_ts, index.peek_packed())
+                if best_key is None or key < best_key:
+                    if best_key is not None and (other is None or best_key < other):
+                        other = best_key
+                    best, best_key = positions, key
+                elif other is None or key < other:
+                    other = key
+            top = sealed.top()
+            if top is not None:
+                key = (top[0], top[1])
+                if best_key is None or key < best_key:
+                    if best_key is not None and (other is None or best_key < other):
+                        other = best_key
+                    second = sealed.second_key()
+                    if second is not None and (other is None or second < other):
+                        other = second
+                    best, best_key = None, key
+                elif other is None or key < other:
+                    other = key
+            if best_key is None or best_key[0] > limit_ts:
+                break
             need = max_messages - len(out)
-            if need <= 0:
-                break
-            self._sealed.head(self._done)       # drop dead segments, stale heads
-            limit_ts = self._sealed.limit(cutoff)
-            threshold = self.threshold(limit_ts, need)
-            if threshold is None:
-                break
-            consumed = self.take_upto(threshold - 1, need, out)
-            consumed += self.take_ties(threshold, max_messages - len(out), out)
-            if not consumed:
-                break
+            if best is not None:
+                self._take_index_run(best, limit_ts, other, need, out)
+                continue
+            assert top is not None
+            seg = top[3]
+            end = _run_end(seg.ts, seg.pos, seg.i, limit_ts, other, need)
+            _, exhausted = sealed.take_run(end, out, self._is_deleted)
+            if exhausted is not None:
+                self._done(exhausted)           # its next segment: a new barrier or in memory
+                limit_ts = sealed.limit(cutoff)
         if len(out) < max_messages and self._wide:
             self._wide.pop_due(cutoff, max_messages - len(out), out)
         out.sort()
         return out
 
-    def count_upto(self, bound: int) -> int:
-        return sum(p.count_upto(bound) for p in self._indexes) + self._sealed.count_upto(bound)
-
-    def threshold(self, limit_ts: int, need: int) -> int | None:
-        """The smallest time T <= limit_ts with at least ``need`` entries at or before it
-        (limit_ts when fewer are due); None when nothing is due."""
-        heads = [h for h in (p.peek_ts() for p in self._indexes) if h is not None]
-        heads.extend(self._sealed.live_heads())
-        if not heads:
-            return None
-        low = min(heads)
-        if low > limit_ts:
-            return None
-        if self.count_upto(limit_ts) <= need:
-            return limit_ts
-        high = limit_ts
-        while low < high:
-            mid = (low + high) // 2
-            if self.count_upto(mid) >= need:
-                high = mid
-            else:
-                low = mid + 1
-        return low
-
-    def take_ties(self, ts: int, limit: int, out: list[Position]) -> int:
-        """Consume up to ``limit`` entries due at exactly ``ts`` (every earlier one is taken
-        already), the lowest positions across all sources first: each source holds the entries
-        of one time in position order, so each gives a prefix of its run. Returns how many
-        were consumed (stale ones included)."""
-        if limit <= 0:
-            return 0
-        runs: list[tuple[IndexedPositions | LoadedSegment, list[int]]] = []
-        for positions in self._indexes:
-            if positions.peek_ts() == ts:
-                runs.append((positions, positions.index.peek_run(ts, limit)))
-        for bucket in self._sealed:
-            seg = bucket.loaded
-            if bucket.alive and seg is not None and seg.live and seg.ts[seg.i] == ts:
-                end = min(bisect_right(seg.ts, ts, seg.i), seg.i + limit)
-                runs.append((seg, list(seg.pos[seg.i:end])))
-        if not runs:
-            return 0
-        if len(runs) == 1 or sum(len(run) for _, run in runs) <= limit:
-            last = None                                 # everything peeked fits
-        else:
-            last = sorted(p for _, run in runs for p in run)[limit - 1]
-        consumed = 0
-        for source, run in runs:
-            count = len(run) if last is None else sum(1 for p in run if p <= last)
-            if not count:
-                continue
-            if isinstance(source, IndexedPositions):
-                consumed += source.pop_upto(ts, count, out)
-            else:
-                moved, exhausted = self._sealed.take_upto(ts, count, out, self._is_deleted,
-                                                          only=source)
-                for loaded in exhausted:
-                    self._done(loaded)
-                consumed += moved
+    @staticmethod
+    def _take_index_run(positions: IndexedPositions, limit_ts: int,
+                        other: tuple[int, int] | None, need: int, out: list[Position]) -> int:
+        """Consume from an index in memory its entries below ``other`` (the next source's
+        head) and at or before ``limit_ts``, at most ``need``; at least its head."""
+        if other is None or other[0] > limit_ts:
+            return positions.pop_upto(limit_ts, need, out)
+        other_ts, other_pos = other
+        consumed = positions.pop_upto(other_ts - 1, need, out)
+        if consumed < need and positions.peek_ts() == other_ts:
+            run = positions.index.peek_run(other_ts, need - consumed)
+            count = bisect_left(run, other_pos)
+            if count:
+                consumed += positions.pop_upto(other_ts, count, out)
+        if not consumed:                        # ties with a dead or stale head elsewhere
+            consumed = positions.pop_upto(limit_ts, 1, out)
         return consumed
 
-    def take_upto(self, bound: int, limit: int, out: list[Position]) -> int:
-        """Consume up to ``limit`` entries with time <= bound from every source; returns how
-        many were consumed (stale ones included)."""
-        consumed = 0
-        for positions in self._indexes:
-            if limit - consumed <= 0:
-                return consumed
-            consumed += positions.pop_upto(bound, limit - consumed, out)
-        if limit - consumed <= 0:
-            return consumed
-        moved, exhausted = self._sealed.take_upto(bound, limit - consumed, out,
-                                                  self._is_deleted)
-        for loaded in exhausted:
-            self._done(loaded)
-        return consumed + moved
+
+def _run_end(ts: array[int], pos: array[int], i: int, limit_ts: int,
+             other: tuple[int, int] | None, need: int) -> int:
+    """The end offset of a segment's run from offset ``i``: entries at or before ``limit_ts``,
+    below ``other`` in (time, position), at most ``need``, at least one."""
+    if other is None or other[0] > limit_ts:
+        end = bisect_right(ts, limit_ts, i)
+    else:
+        other_ts, other_pos = other
+        end = bisect_left(ts, other_ts, i)
+        if end < len(ts) and ts[end] == other_ts:
+            end = bisect_left(pos, other_pos, end, bisect_right(ts, other_ts, end))
+    return max(min(end, i + need), i + 1)

@@ -13,16 +13,21 @@ meanwhile) -> LIVE again, or RETIRED (handed out, cancelled, merged away or clea
 some may have been acknowledged since).
 
 :class:`SealedBuckets` owns every live bucket, sorted by start ledger (ranges never overlap), and
-the *shared queue*: a heap of the loaded segments keyed by their head time. It knows nothing of
-IO: the snapshot side (:mod:`broker.delayed.bucket_snapshots`) inserts, loads and retires
-buckets; the tracker (:mod:`broker.delayed.bucket`) hands out due indexes through
-:meth:`SealedBuckets.take_upto`. Invariants:
+the *shared queue*: a heap of the loaded segments keyed by their head (time, position), so
+the hand-out is a k-way merge of the segment heads whose cost per hand-out does not depend on
+how many segments are loaded. It knows nothing of IO: the snapshot side
+(:mod:`broker.delayed.bucket_snapshots`) inserts, loads and retires buckets; the tracker
+(:mod:`broker.delayed.bucket`) hands out due indexes through :meth:`SealedBuckets.take_run`.
+Invariants:
 
 - ``remaining`` of a bucket == sum of its ``pending`` cardinalities; ``sealed_remaining`` ==
   sum of ``remaining`` over the live buckets;
 - a bucket waiting for a segment is in ``loading`` with that segment's first time: nothing
   later than the smallest such time (the *barrier*) is handed out, so delivery stays in time
-  order across buckets;
+  order across buckets; a loaded segment's bucket with segments still on disk bounds the
+  hand-out the same way at its next segment's first time (the *upcoming* heap);
+- the barrier, the upcoming bound and the head of the queue are heap tops: reading them costs
+  O(1) amortized, whatever the number of buckets;
 - a heap entry whose segment is ``dead`` (bucket retired or merged) is dropped lazily.
 
 Everything runs on the event loop thread.
@@ -165,18 +170,63 @@ class LoadedSegment:
         return not self.dead and self.i < len(self.ts)
 
 
+class LoadingTimes(dict[ImmutableBucket, int]):
+    """Bucket -> first time of the segment it waits for, with the smallest time at hand: a
+    heap beside the dict, whose entries that no longer match the dict are dropped lazily."""
+
+    __slots__ = ("_low", "_seq")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._low: list[tuple[int, int, ImmutableBucket]] = []
+        self._seq = itertools.count()
+
+    def __setitem__(self, bucket: ImmutableBucket, ts: int) -> None:
+        super().__setitem__(bucket, ts)
+        heapq.heappush(self._low, (ts, next(self._seq), bucket))
+        if len(self._low) > 2 * len(self) + 64:    # stale entries behind a live head
+            self._rebuild()
+
+    def _rebuild(self) -> None:
+        self._low = [(ts, next(self._seq), b) for b, ts in self.items()]
+        heapq.heapify(self._low)
+
+    def clear(self) -> None:
+        super().clear()
+        self._low.clear()
+
+    def low(self) -> int | None:
+        """The smallest time, or None when nothing is loading."""
+        heap = self._low
+        while heap:
+            ts, _, bucket = heap[0]
+            if self.get(bucket) == ts:
+                return ts
+            heapq.heappop(heap)
+        if self:                                # entries set around __setitem__
+            self._rebuild()
+            return self._low[0][0]
+        return None
+
+
+#: A heap entry of the shared queue: (head time, head position, load sequence, segment).
+QueueEntry = tuple[int, int, int, LoadedSegment]
+
+
 class SealedBuckets:
     """The live immutable buckets and the heap of their loaded segments (module docstring)."""
 
-    __slots__ = ("_buckets", "_heap", "_parked", "_parked_heap", "_seq", "_starts", "loading",
-                 "retired", "sealed_remaining")
+    __slots__ = ("_buckets", "_heap", "_parked", "_parked_heap", "_seq", "_starts", "_upcoming",
+                 "loading", "retired", "sealed_remaining")
 
     def __init__(self) -> None:
         self._buckets: list[ImmutableBucket] = []
         self._starts: list[int] = []
-        self._heap: list[tuple[int, int, LoadedSegment]] = []
+        self._heap: list[QueueEntry] = []
+        # (first time of the bucket's next segment, seq, its loaded segment): see limit()
+        self._upcoming: list[tuple[int, int, LoadedSegment]] = []
         self._seq = itertools.count()
-        self.loading: dict[ImmutableBucket, int] = {}   # bucket -> first time of the awaited segment
+        self.loading = LoadingTimes()   # bucket -> first time of the awaited segment
         # buckets whose next segment is not due soon: not in memory until it is (park/unpark)
         self._parked: dict[ImmutableBucket, int] = {}   # bucket -> first time of that segment
         self._parked_heap: list[tuple[int, int, ImmutableBucket]] = []
@@ -273,6 +323,7 @@ class SealedBuckets:
         self._buckets.clear()
         self._starts.clear()
         self._heap.clear()
+        self._upcoming.clear()
         self.loading.clear()
         self._parked.clear()
         self._parked_heap.clear()
@@ -283,7 +334,13 @@ class SealedBuckets:
     def push_loaded(self, bucket: ImmutableBucket, segment: DecodedSegment) -> None:
         loaded = LoadedSegment(bucket, segment, next(self._seq))
         bucket.loaded = loaded
-        heapq.heappush(self._heap, (segment.ts[0], loaded.seq, loaded))
+        heapq.heappush(self._heap, (segment.ts[0], segment.pos[0], loaded.seq, loaded))
+        if bucket.has_unloaded_segments():
+            upcoming = self._upcoming
+            heapq.heappush(upcoming, (bucket.next_min_ts, loaded.seq, loaded))
+            if len(upcoming) > 2 * len(self._heap) + 64:    # dead entries behind live ones
+                self._upcoming = [e for e in upcoming if not e[2].dead]
+                heapq.heapify(self._upcoming)
 
     def park(self, bucket: ImmutableBucket) -> None:
         """Keep the bucket's next segment on disk until its first time comes near."""
@@ -316,9 +373,9 @@ class SealedBuckets:
         """First time of the earliest segment being loaded or parked (nothing later is
         handed out)."""
         parked = self.parked_head()
-        if not self.loading:
+        low = self.loading.low()
+        if low is None:
             return parked
-        low = min(self.loading.values())
         return low if parked is None or low < parked else parked
 
     def head(self, on_exhausted: Callable[[LoadedSegment], None]) -> int | None:
@@ -326,7 +383,7 @@ class SealedBuckets:
         segment found exhausted is passed to ``on_exhausted`` (load the next one)."""
         heap = self._heap
         while heap:
-            loaded = heap[0][2]
+            loaded = heap[0][3]
             if loaded.dead:
                 heapq.heappop(heap)
                 continue
@@ -342,11 +399,8 @@ class SealedBuckets:
                 heapq.heappop(heap)
                 on_exhausted(loaded)
             else:
-                heapq.heapreplace(heap, (ts[i], loaded.seq, loaded))
+                heapq.heapreplace(heap, (ts[i], pos[i], loaded.seq, loaded))
         return None
-
-    def live_heads(self) -> list[int]:
-        return [seg.ts[seg.i] for _, _, seg in self._heap if seg.live]
 
     def limit(self, limit: int) -> int:
         """``limit`` lowered to the barrier and to the first time of every loaded bucket's next
@@ -354,47 +408,50 @@ class SealedBuckets:
         barrier = self.barrier()
         if barrier is not None and barrier < limit:
             limit = barrier
-        for _, _, loaded in self._heap:
-            bucket = loaded.bucket
-            if not loaded.dead and bucket.has_unloaded_segments():
-                upcoming = bucket.segment_min_ts[bucket.next_segment - 1]
-                if upcoming < limit:
-                    limit = upcoming
+        upcoming = self._upcoming
+        while upcoming and upcoming[0][2].dead:
+            heapq.heappop(upcoming)
+        if upcoming and upcoming[0][0] < limit:
+            limit = upcoming[0][0]
         return limit
 
-    def count_upto(self, bound: int) -> int:
-        return sum(bisect_right(seg.ts, bound, seg.i) - seg.i
-                   for _, _, seg in self._heap if not seg.dead)
+    def top(self) -> QueueEntry | None:
+        """The heap entry of the loaded segment with the smallest head (time, position); dead
+        segments on the way are dropped. Its head may be stale (handed out, cancelled)."""
+        heap = self._heap
+        while heap and heap[0][3].dead:
+            heapq.heappop(heap)
+        return heap[0] if heap else None
 
-    def take_upto(self, bound: int, limit: int, out: list[Position],
-                  is_deleted: Callable[[Position], bool], only: LoadedSegment | None = None,
-                  ) -> tuple[int, list[LoadedSegment]]:
-        """Consume up to ``limit`` indexes with time <= bound; pending ones go to ``out``
-        (minus those ``is_deleted`` reports acknowledged before a restart). Returns how many
-        were consumed, stale ones included, and the segments that ran dry."""
-        consumed = 0
-        exhausted: list[LoadedSegment] = []
-        touched = False
-        for _, _, loaded in self._heap:
-            if limit - consumed <= 0:
-                break
-            if loaded.dead or (only is not None and loaded is not only):
-                continue
-            moved = self._take_segment(loaded, bound, limit - consumed, out, is_deleted)
-            if moved:
-                touched = True
-                consumed += moved
-                if loaded.i == len(loaded.ts):
-                    exhausted.append(loaded)
-        if touched:
-            self._heap = [(seg.ts[seg.i], seg.seq, seg) for _, _, seg in self._heap if seg.live]
-            heapq.heapify(self._heap)
-        return consumed, exhausted
+    def second_key(self) -> tuple[int, int] | None:
+        """A lower bound of the head (time, position) of every loaded segment but the top's:
+        the smaller of the top's two children (stale or dead ones included: a lower bound)."""
+        heap = self._heap
+        if len(heap) < 2:
+            return None
+        if len(heap) > 2 and heap[2] < heap[1]:
+            return heap[2][0], heap[2][1]
+        return heap[1][0], heap[1][1]
 
-    def _take_segment(self, loaded: LoadedSegment, bound: int, limit: int,
-                      out: list[Position], is_deleted: Callable[[Position], bool]) -> int:
-        ts, pos, i = loaded.ts, loaded.pos, loaded.i
-        end = min(bisect_right(ts, bound, i), i + limit)
+    def take_run(self, end: int, out: list[Position],
+                 is_deleted: Callable[[Position], bool]) -> tuple[int, LoadedSegment | None]:
+        """Consume the top segment's indexes up to (not including) offset ``end``; pending
+        ones go to ``out`` (minus those ``is_deleted`` reports acknowledged before a restart).
+        Returns how many were consumed, stale ones included, and the segment if it ran dry
+        (out of the heap then: the caller loads the next one)."""
+        heap = self._heap
+        loaded = heap[0][3]
+        moved = self._take_segment(loaded, end, out, is_deleted)
+        i = loaded.i
+        if i == len(loaded.ts):
+            heapq.heappop(heap)
+            return moved, loaded
+        heapq.heapreplace(heap, (loaded.ts[i], loaded.pos[i], loaded.seq, loaded))
+        return moved, None
+
+    def _take_segment(self, loaded: LoadedSegment, end: int, out: list[Position],
+                      is_deleted: Callable[[Position], bool]) -> int:
+        pos, i = loaded.pos, loaded.i
         bucket = loaded.bucket
         pending = bucket.pending
         check_acked = bucket.recovered
@@ -421,7 +478,7 @@ class SealedBuckets:
 
     @property
     def loaded_index_count(self) -> int:
-        return sum(len(seg.ts) - seg.i for _, _, seg in self._heap if not seg.dead)
+        return sum(len(seg.ts) - seg.i for _, _, _, seg in self._heap if not seg.dead)
 
     @property
     def memory_bytes(self) -> int:
@@ -429,7 +486,7 @@ class SealedBuckets:
         total += sys.getsizeof(self._parked) + sys.getsizeof(self._parked_heap) \
             + 120 * len(self._parked_heap)
         total += sum(bitmap_bytes(bm) for bm in self.retired.values())
-        for _, _, seg in self._heap:
+        for _, _, _, seg in self._heap:
             if not seg.dead:
                 total += sys.getsizeof(seg.ts) + sys.getsizeof(seg.pos)
         for bucket in self._buckets:

@@ -1,0 +1,153 @@
+"""The bucket tracker's hand-out does work bounded by what it hands out, not by how many
+segments are loaded (a restart loads thousands of first segments while it serves)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, SupportsIndex
+
+import pytest
+from delayed_testlib import T0, DueCounter, FakeCursor, FakeSnapshotStore, ManualClock
+
+from broker.delayed.bucket import BucketDelayedDeliveryTracker
+from broker.delayed.bucket_records import ImmutableBucket, SealedBuckets
+from broker.delayed.snapshot_format import DecodedSegment
+from storage.positions import Position
+
+BUCKETS = 600
+
+
+class CountingColumn(list[int]):
+    """A segment column that counts the elements read from it (bisect reads through this)."""
+
+    reads = 0
+
+    def __getitem__(self, i: Any) -> Any:
+        CountingColumn.reads += 1
+        return super().__getitem__(i)
+
+
+@pytest.fixture
+def counted_segments(monkeypatch: pytest.MonkeyPatch) -> None:
+    push = SealedBuckets.push_loaded
+
+    def counted(self: SealedBuckets, bucket: ImmutableBucket, segment: DecodedSegment) -> None:
+        push(self, bucket, DecodedSegment(CountingColumn(segment.ts),   # type: ignore[arg-type]
+                                          CountingColumn(segment.pos),  # type: ignore[arg-type]
+                                          segment.cancels))
+
+    monkeypatch.setattr(SealedBuckets, "push_loaded", counted)
+
+
+def _reads() -> int:
+    return CountingColumn.reads
+
+
+async def test_a_hand_out_reads_a_bounded_number_of_segment_entries_whatever_is_loaded(
+        counted_segments: None) -> None:
+    clock = ManualClock()
+    t = BucketDelayedDeliveryTracker(
+        cursor=FakeCursor(), snapshots=FakeSnapshotStore(), tick_time_ms=1, strict=True,
+        on_due=DueCounter(), loop=asyncio.get_running_loop(), clock_ms=clock,
+        min_index_count_per_bucket=2, time_step_per_segment_ms=3_600_000,
+        max_indexes_per_segment=100)
+    due: dict[tuple[int, int], int] = {}
+    # Two entries per bucket (one ledger each), interleaved in time with every other bucket:
+    # every round of the merge crosses to another segment.
+    for ledger in range(1, BUCKETS + 1):
+        for e, at in enumerate((T0 + 1000 + ledger, T0 + 1000 + BUCKETS + ledger)):
+            t.add(Position(ledger, e), at)
+            due[(ledger, e)] = at
+    t.add(Position(BUCKETS + 1, 0), T0 + 3_000_000)     # seals the last one
+    await t.wait_idle()
+    assert len(t.sealed.ranges) == BUCKETS
+    assert t.sealed.loaded_index_count == 2 * BUCKETS   # every first segment in memory
+    clock.now_ms = T0 + 10_000                          # all due
+    got: list[tuple[int, int]] = []
+    most = 0
+    for _ in range(2 * BUCKETS + 10):
+        before = _reads()
+        batch = t.get_scheduled(1)
+        most = max(most, _reads() - before)
+        if not batch:
+            assert not t.has_message_available()
+            break
+        got.extend(batch)
+    # (due time, position) order across every bucket, each once
+    assert got == sorted(due, key=lambda p: (due[p], p))
+    # a hand-out of one reads a few entries (its run, the heads it compares), not one per
+    # loaded segment (600 here)
+    assert most <= 40, most
+    await t.close()
+
+
+async def test_a_large_hand_out_reads_entries_in_proportion_to_what_it_takes(
+        counted_segments: None) -> None:
+    clock = ManualClock()
+    t = BucketDelayedDeliveryTracker(
+        cursor=FakeCursor(), snapshots=FakeSnapshotStore(), tick_time_ms=1, strict=True,
+        on_due=DueCounter(), loop=asyncio.get_running_loop(), clock_ms=clock,
+        min_index_count_per_bucket=50, time_step_per_segment_ms=3_600_000,
+        max_indexes_per_segment=1000)
+    due: dict[tuple[int, int], int] = {}
+    for ledger in range(1, 41):
+        for e in range(50):
+            at = T0 + 1000 + (e * 7919 + ledger * 104_729) % 5000
+            t.add(Position(ledger, e), at)
+            due[(ledger, e)] = at
+    t.add(Position(41, 0), T0 + 3_000_000)
+    await t.wait_idle()
+    assert t.sealed.loaded_index_count == 2000
+    clock.now_ms = T0 + 3000                            # a part of them due
+    expected = sorted((p for p in due if due[p] <= clock.now_ms), key=lambda p: (due[p], p))
+    got: list[tuple[int, int]] = []
+    before = _reads()
+    for _ in range(100):
+        batch = t.get_scheduled(100)
+        if not batch:
+            break
+        # each batch is the next 100 in (due time, position) order, sorted by position
+        assert sorted(batch) == sorted(expected[len(got):len(got) + len(batch)])
+        got.extend(batch)
+    assert len(got) == len(expected)
+    # the merge reads each taken entry a bounded number of times, plus O(log) per run
+    assert _reads() - before <= 40 * len(expected), (_reads() - before, len(expected))
+    await t.close()
+
+
+def test_the_counting_column_counts_what_bisect_reads() -> None:
+    from bisect import bisect_right
+    column = CountingColumn(range(1024))
+    before = _reads()
+    assert bisect_right(column, 500) == 501
+    assert 5 <= _reads() - before <= 12
+    idx: SupportsIndex = 3
+    assert column[idx] == 3
+
+
+def test_the_barrier_follows_the_loading_buckets_through_sets_and_removals() -> None:
+    import random
+    rng = random.Random(7)
+    sealed = SealedBuckets()
+    buckets = [ImmutableBucket(i, i) for i in range(200)]
+    for step in range(3000):
+        bucket = rng.choice(buckets)
+        if rng.random() < 0.4:
+            sealed.loading.pop(bucket, None)
+        else:
+            sealed.loading[bucket] = T0 + rng.randrange(10_000)
+        if step % 500 == 499:
+            sealed.loading.clear()
+        expected = min(sealed.loading.values()) if sealed.loading else None
+        assert sealed.barrier() == expected
+
+
+def test_the_barrier_heap_stays_bounded_while_one_bucket_keeps_loading() -> None:
+    sealed = SealedBuckets()
+    stuck, other = ImmutableBucket(1, 1), ImmutableBucket(2, 2)
+    sealed.loading[stuck] = T0                  # a read that keeps failing and retrying
+    for k in range(10_000):
+        sealed.loading[other] = T0 + 1 + k      # segment after segment of another bucket
+        sealed.loading.pop(other)
+        assert sealed.barrier() == T0
+    assert len(sealed.loading._low) <= 2 * len(sealed.loading) + 65
