@@ -225,6 +225,11 @@ def encode_run_receipts(
     message_id_heads = [b""] + [b"\x1a" + ONE_BYTE[len(ledger_part) + n] + ledger_part
                                 for n in range(1, 11)]
     fixed = len(head) + 3 + len(ledger_part)  # head, 1a L, the ledger part, 20
+    if len(sequence_ids) >= _UNIFORM_MIN:
+        uniform = _uniform_run_receipts(head, ledger_part, fixed, sequence_ids,
+                                        highest_sequence_ids, first_entry_id)
+        if uniform is not None:
+            return uniform
     prefix = _RECEIPT_PREFIX
     small, limit, low = _SMALL, _SMALL_LIMIT, LOW_14_BITS
     parts: list[bytes] = []
@@ -248,6 +253,56 @@ def encode_run_receipts(
                 message_id_heads[len(entry)], entry, b"\x20", high))
         entry_id += 1
     return b"".join(parts)
+
+
+_UNIFORM_MIN: Final = 4
+_low_of: Final = LOW_14_BITS.__getitem__
+_low_bits: Final = (0x3FFF).__and__
+
+
+def _uniform_run_receipts(
+    head: bytes, ledger_part: bytes, fixed: int, sequence_ids: Sequence[int],
+    highest_sequence_ids: Sequence[int], first_entry_id: int,
+) -> bytes | None:
+    """:func:`encode_run_receipts` of a span whose receipts all have the same shape, or None.
+
+    The shape is the usual one of a long-lived producer: every sequence id and every entry id
+    in ``[2**14, 2**28)`` with the same bits above the 14th (so each varint is ``LOW_14_BITS[id
+    & 0x3FFF]`` followed by one fixed part), and one ``highest_sequence_id`` below ``2**14`` for
+    all (0 when the client sends none). Such receipts differ only in those two 2-byte low parts,
+    so the frames are five slots each, three of them the same bytes for every receipt: the list
+    is made by repetition and the two varying slots filled by slice assignment (the entry ids
+    are consecutive: one slice of the table), with no per-receipt Python bytecode.
+    """
+    count = len(sequence_ids)
+    last_entry = first_entry_id + count - 1
+    if not (first_entry_id >= _SMALL_LIMIT and last_entry < _TWO_28
+            and first_entry_id >> 14 == last_entry >> 14):
+        return None
+    lowest, highest_seq = min(sequence_ids), max(sequence_ids)
+    if not (lowest >= _SMALL_LIMIT and highest_seq < _TWO_28 and lowest >> 14 == highest_seq >> 14):
+        return None
+    high = highest_sequence_ids[0]
+    if not (0 <= high < _SMALL_LIMIT and highest_sequence_ids.count(high) == count):
+        return None
+    seq_top = _SMALL[lowest >> 14]
+    entry_top = _SMALL[first_entry_id >> 14]
+    high_bytes = _SMALL[high]
+    entry_size = 2 + len(entry_top)
+    size = fixed + 2 + len(seq_top) + entry_size + len(high_bytes)
+    # A receipt: prefix head [seq low] seq top 1a L ledger-part [entry low] entry top 20 highest;
+    # the tail of one and the head of the next are one slot.
+    start = _RECEIPT_PREFIX[size] + head
+    end = entry_top + b"\x20" + high_bytes
+    parts: list[bytes] = [
+        b"", seq_top + b"\x1a" + ONE_BYTE[len(ledger_part) + entry_size] + ledger_part, b"",
+        end + start,
+    ] * count
+    parts[0::4] = map(_low_of, map(_low_bits, sequence_ids))
+    low_entry = first_entry_id & 0x3FFF
+    parts[2::4] = LOW_14_BITS[low_entry : low_entry + count]
+    parts[-1] = end
+    return start + b"".join(parts)
 
 
 __all__ = ["SendFrame", "declined_send", "encode_run_receipts", "encode_send_receipts", "parse_send", "parse_send_frame", "varint_value"]
