@@ -81,6 +81,11 @@ _send_command_match: Final = _SEND_COMMAND.match
 # magic 0x0e01, crc32c, then the entry's metadataSize: what follows a SEND's command
 _trailer_from: Final = struct.Struct(">HII").unpack_from
 _new_send_frame: Final = tuple.__new__
+_HAND_MIN: Final = 8
+_HAND_MAX: Final = 13
+# The hand layout's command bytes one by one, then the trailer (magic, crc32c, metadataSize).
+_hand_unpack: Final = tuple(struct.Struct(f">{size}BHII").unpack_from
+                            for size in range(_HAND_MAX + 1))
 
 
 def varint_value(data: bytes) -> int:
@@ -111,37 +116,41 @@ def parse_send(
     if buf[pos + 3] + 4 != command_end - pos or frame_end - command_end < 10:
         return None  # the send sub-message does not fill the command, or no room for a CRC
     # The usual command read by hand: 08 06 32 L 08 <producer, 1 byte> 10 <sequence, 1..4
-    # bytes> [18 <num_messages, 1 byte>]; anything else goes through the regex.
+    # bytes> [18 <num_messages, 1 byte>] (8 to 13 bytes), its bytes and the trailer after it
+    # unpacked in one call; anything else goes through the regex.
+    size = command_end - pos
     sequence = -1
-    if (buf[pos] == 0x08 and buf[pos + 1] == 0x06 and buf[pos + 2] == 0x32
-            and buf[pos + 4] == 0x08 and buf[pos + 5] < 0x80 and buf[pos + 6] == 0x10):
-        at = pos + 7
-        first = buf[at]
-        if first < 0x80:
-            sequence, at = first, at + 1
-        elif at + 1 < command_end:
-            second = buf[at + 1]
-            if second < 0x80:
-                sequence, at = (first & 0x7F) | second << 7, at + 2
-            elif at + 2 < command_end:
-                third = buf[at + 2]
-                if third < 0x80:
-                    sequence = (first & 0x7F) | (second & 0x7F) << 7 | third << 14
-                    at += 3
-                elif at + 3 < command_end and buf[at + 3] < 0x80:
-                    sequence = ((first & 0x7F) | (second & 0x7F) << 7 | (third & 0x7F) << 14
-                                | buf[at + 3] << 21)
-                    at += 4
-        if at == command_end:
-            num_messages = 1
-        elif at + 2 == command_end and buf[at] == 0x18 and buf[at + 1] < 0x80:
-            num_messages = buf[at + 1]
-        else:
-            sequence = -1
-    if sequence >= 0:
-        producer_id = buf[pos + 5]
-        highest = 0
-    else:
+    if _HAND_MIN <= size <= _HAND_MAX:
+        c = _hand_unpack[size](buf, pos)
+        if c[0] == 0x08 and c[1] == 0x06 and c[2] == 0x32 and c[4] == 0x08 and c[5] < 0x80 \
+                and c[6] == 0x10:
+            first = c[7]
+            if first < 0x80:
+                sequence, at = first, 8
+            elif size > 8:
+                second = c[8]
+                if second < 0x80:
+                    sequence, at = (first & 0x7F) | second << 7, 9
+                elif size > 9:
+                    third = c[9]
+                    if third < 0x80:
+                        sequence, at = (first & 0x7F) | (second & 0x7F) << 7 | third << 14, 10
+                    elif size > 10 and c[10] < 0x80:
+                        sequence = ((first & 0x7F) | (second & 0x7F) << 7
+                                    | (third & 0x7F) << 14 | c[10] << 21)
+                        at = 11
+            if sequence >= 0:
+                if at == size:
+                    num_messages = 1
+                elif at + 2 == size and c[at] == 0x18 and c[at + 1] < 0x80:
+                    num_messages = c[at + 1]
+                else:
+                    sequence = -1
+        if sequence >= 0:
+            producer_id = c[5]
+            highest = 0
+            magic, expected, metadata_size = c[size], c[size + 1], c[size + 2]
+    if sequence < 0:
         match = _send_command_match(buf, pos, command_end)
         if match is None:
             return None
@@ -150,7 +159,7 @@ def parse_send(
         sequence = varint_value(seq_bytes)
         num_messages = 1 if num_bytes is None else varint_value(num_bytes)
         highest = 0 if high_bytes is None else varint_value(high_bytes)
-    magic, expected, metadata_size = _trailer_from(buf, command_end)
+        magic, expected, metadata_size = _trailer_from(buf, command_end)
     if magic != MAGIC_CRC32C or metadata_size > frame_end - command_end - 10:
         return None  # no checksum, or a metadata size the generic path refuses
     entry = buf[command_end + 6 : frame_end]
