@@ -230,9 +230,12 @@ def encode_run_receipts(
     varints of up to 28 bits built inline (sequence and entry ids soon pass 14 bits)."""
     head = b"\x08" + varint(producer_id) + b"\x10"
     ledger_part = b"\x08" + varint(ledger_id) + b"\x10"
-    # 1a L + ledger part, by the size of the entry id's varint (1..10 bytes)
-    message_id_heads = [b""] + [b"\x1a" + ONE_BYTE[len(ledger_part) + n] + ledger_part
-                                for n in range(1, 11)]
+    # 1a L + ledger part, by the size of the entry id's varint: only the sizes this span's
+    # consecutive entry ids take (usually one)
+    last_size = len(varint(first_entry_id + len(sequence_ids) - 1)) if sequence_ids else 1
+    message_id_heads = [b""] * (last_size + 1)
+    for n in range(len(varint(first_entry_id)), last_size + 1):
+        message_id_heads[n] = b"\x1a" + ONE_BYTE[len(ledger_part) + n] + ledger_part
     fixed = len(head) + 3 + len(ledger_part)  # head, 1a L, the ledger part, 20
     if len(sequence_ids) >= _UNIFORM_MIN:
         uniform = _uniform_run_receipts(head, ledger_part, fixed, sequence_ids,
