@@ -267,27 +267,33 @@ class FrameDecoder:
         max_size = self._max_frame_size
         next_frame = self.next_frame
         while self._error is None:
-            buf = self._buf
-            pos = self._pos
-            if send_frames and len(buf) - pos >= 12:
-                total, command_size = _header_unpack_from(buf, pos)
-                frame_end = pos + 4 + total
-                if (
-                    total <= max_size
-                    and 4 <= command_size <= total - 4
-                    and frame_end <= len(buf)
-                    and buf[pos + 9] == _SEND_TYPE_BYTE
-                    and buf[pos + 8] == _TYPE_TAG
-                ):
+            if send_frames:
+                # Consecutive SENDs of the usual layout, the buffer's position kept in a local.
+                buf = self._buf
+                pos = start = self._pos
+                size = len(buf)
+                while size - pos >= 12:
+                    total, command_size = _header_unpack_from(buf, pos)
+                    frame_end = pos + 4 + total
+                    if not (
+                        total <= max_size
+                        and 4 <= command_size <= total - 4
+                        and frame_end <= size
+                        and buf[pos + 9] == _SEND_TYPE_BYTE
+                        and buf[pos + 8] == _TYPE_TAG
+                    ):
+                        break
                     send = _parse_send(buf, pos + 8, pos + 8 + command_size, frame_end)
-                    if send is not None:
-                        append(send)
-                        if frame_end == len(buf):
-                            self._buf = b""
-                            self._pos = 0
-                        else:
-                            self._pos = frame_end
-                        continue
+                    if send is None:
+                        break
+                    append(send)
+                    pos = frame_end
+                if pos != start:
+                    if pos == size:
+                        self._buf = b""
+                        self._pos = 0
+                        break  # nothing left to read
+                    self._pos = pos
             try:
                 frame = next_frame()
             except ConnectionFatalError:

@@ -81,6 +81,11 @@ _send_command_match: Final = _SEND_COMMAND.match
 # magic 0x0e01, crc32c, then the entry's metadataSize: what follows a SEND's command
 _trailer_from: Final = struct.Struct(">HII").unpack_from
 _new_send_frame: Final = tuple.__new__
+_HAND_MIN: Final = 8
+_HAND_MAX: Final = 13
+# The hand layout's command bytes one by one, then the trailer (magic, crc32c, metadataSize).
+_hand_unpack: Final = tuple(struct.Struct(f">{size}BHII").unpack_from
+                            for size in range(_HAND_MAX + 1))
 
 
 def varint_value(data: bytes) -> int:
@@ -111,37 +116,41 @@ def parse_send(
     if buf[pos + 3] + 4 != command_end - pos or frame_end - command_end < 10:
         return None  # the send sub-message does not fill the command, or no room for a CRC
     # The usual command read by hand: 08 06 32 L 08 <producer, 1 byte> 10 <sequence, 1..4
-    # bytes> [18 <num_messages, 1 byte>]; anything else goes through the regex.
+    # bytes> [18 <num_messages, 1 byte>] (8 to 13 bytes), its bytes and the trailer after it
+    # unpacked in one call; anything else goes through the regex.
+    size = command_end - pos
     sequence = -1
-    if (buf[pos] == 0x08 and buf[pos + 1] == 0x06 and buf[pos + 2] == 0x32
-            and buf[pos + 4] == 0x08 and buf[pos + 5] < 0x80 and buf[pos + 6] == 0x10):
-        at = pos + 7
-        first = buf[at]
-        if first < 0x80:
-            sequence, at = first, at + 1
-        elif at + 1 < command_end:
-            second = buf[at + 1]
-            if second < 0x80:
-                sequence, at = (first & 0x7F) | second << 7, at + 2
-            elif at + 2 < command_end:
-                third = buf[at + 2]
-                if third < 0x80:
-                    sequence = (first & 0x7F) | (second & 0x7F) << 7 | third << 14
-                    at += 3
-                elif at + 3 < command_end and buf[at + 3] < 0x80:
-                    sequence = ((first & 0x7F) | (second & 0x7F) << 7 | (third & 0x7F) << 14
-                                | buf[at + 3] << 21)
-                    at += 4
-        if at == command_end:
-            num_messages = 1
-        elif at + 2 == command_end and buf[at] == 0x18 and buf[at + 1] < 0x80:
-            num_messages = buf[at + 1]
-        else:
-            sequence = -1
-    if sequence >= 0:
-        producer_id = buf[pos + 5]
-        highest = 0
-    else:
+    if _HAND_MIN <= size <= _HAND_MAX:
+        c = _hand_unpack[size](buf, pos)
+        if c[0] == 0x08 and c[1] == 0x06 and c[2] == 0x32 and c[4] == 0x08 and c[5] < 0x80 \
+                and c[6] == 0x10:
+            first = c[7]
+            if first < 0x80:
+                sequence, at = first, 8
+            elif size > 8:
+                second = c[8]
+                if second < 0x80:
+                    sequence, at = (first & 0x7F) | second << 7, 9
+                elif size > 9:
+                    third = c[9]
+                    if third < 0x80:
+                        sequence, at = (first & 0x7F) | (second & 0x7F) << 7 | third << 14, 10
+                    elif size > 10 and c[10] < 0x80:
+                        sequence = ((first & 0x7F) | (second & 0x7F) << 7
+                                    | (third & 0x7F) << 14 | c[10] << 21)
+                        at = 11
+            if sequence >= 0:
+                if at == size:
+                    num_messages = 1
+                elif at + 2 == size and c[at] == 0x18 and c[at + 1] < 0x80:
+                    num_messages = c[at + 1]
+                else:
+                    sequence = -1
+        if sequence >= 0:
+            producer_id = c[5]
+            highest = 0
+            magic, expected, metadata_size = c[size], c[size + 1], c[size + 2]
+    if sequence < 0:
         match = _send_command_match(buf, pos, command_end)
         if match is None:
             return None
@@ -150,7 +159,7 @@ def parse_send(
         sequence = varint_value(seq_bytes)
         num_messages = 1 if num_bytes is None else varint_value(num_bytes)
         highest = 0 if high_bytes is None else varint_value(high_bytes)
-    magic, expected, metadata_size = _trailer_from(buf, command_end)
+        magic, expected, metadata_size = _trailer_from(buf, command_end)
     if magic != MAGIC_CRC32C or metadata_size > frame_end - command_end - 10:
         return None  # no checksum, or a metadata size the generic path refuses
     entry = buf[command_end + 6 : frame_end]
@@ -221,10 +230,18 @@ def encode_run_receipts(
     varints of up to 28 bits built inline (sequence and entry ids soon pass 14 bits)."""
     head = b"\x08" + varint(producer_id) + b"\x10"
     ledger_part = b"\x08" + varint(ledger_id) + b"\x10"
-    # 1a L + ledger part, by the size of the entry id's varint (1..10 bytes)
-    message_id_heads = [b""] + [b"\x1a" + ONE_BYTE[len(ledger_part) + n] + ledger_part
-                                for n in range(1, 11)]
+    # 1a L + ledger part, by the size of the entry id's varint: only the sizes this span's
+    # consecutive entry ids take (usually one)
+    last_size = len(varint(first_entry_id + len(sequence_ids) - 1)) if sequence_ids else 1
+    message_id_heads = [b""] * (last_size + 1)
+    for n in range(len(varint(first_entry_id)), last_size + 1):
+        message_id_heads[n] = b"\x1a" + ONE_BYTE[len(ledger_part) + n] + ledger_part
     fixed = len(head) + 3 + len(ledger_part)  # head, 1a L, the ledger part, 20
+    if len(sequence_ids) >= _UNIFORM_MIN:
+        uniform = _uniform_run_receipts(head, ledger_part, fixed, sequence_ids,
+                                        highest_sequence_ids, first_entry_id)
+        if uniform is not None:
+            return uniform
     prefix = _RECEIPT_PREFIX
     small, limit, low = _SMALL, _SMALL_LIMIT, LOW_14_BITS
     parts: list[bytes] = []
@@ -248,6 +265,56 @@ def encode_run_receipts(
                 message_id_heads[len(entry)], entry, b"\x20", high))
         entry_id += 1
     return b"".join(parts)
+
+
+_UNIFORM_MIN: Final = 4
+_low_of: Final = LOW_14_BITS.__getitem__
+_low_bits: Final = (0x3FFF).__and__
+
+
+def _uniform_run_receipts(
+    head: bytes, ledger_part: bytes, fixed: int, sequence_ids: Sequence[int],
+    highest_sequence_ids: Sequence[int], first_entry_id: int,
+) -> bytes | None:
+    """:func:`encode_run_receipts` of a span whose receipts all have the same shape, or None.
+
+    The shape is the usual one of a long-lived producer: every sequence id and every entry id
+    in ``[2**14, 2**28)`` with the same bits above the 14th (so each varint is ``LOW_14_BITS[id
+    & 0x3FFF]`` followed by one fixed part), and one ``highest_sequence_id`` below ``2**14`` for
+    all (0 when the client sends none). Such receipts differ only in those two 2-byte low parts,
+    so the frames are five slots each, three of them the same bytes for every receipt: the list
+    is made by repetition and the two varying slots filled by slice assignment (the entry ids
+    are consecutive: one slice of the table), with no per-receipt Python bytecode.
+    """
+    count = len(sequence_ids)
+    last_entry = first_entry_id + count - 1
+    if not (first_entry_id >= _SMALL_LIMIT and last_entry < _TWO_28
+            and first_entry_id >> 14 == last_entry >> 14):
+        return None
+    lowest, highest_seq = min(sequence_ids), max(sequence_ids)
+    if not (lowest >= _SMALL_LIMIT and highest_seq < _TWO_28 and lowest >> 14 == highest_seq >> 14):
+        return None
+    high = highest_sequence_ids[0]
+    if not (0 <= high < _SMALL_LIMIT and highest_sequence_ids.count(high) == count):
+        return None
+    seq_top = _SMALL[lowest >> 14]
+    entry_top = _SMALL[first_entry_id >> 14]
+    high_bytes = _SMALL[high]
+    entry_size = 2 + len(entry_top)
+    size = fixed + 2 + len(seq_top) + entry_size + len(high_bytes)
+    # A receipt: prefix head [seq low] seq top 1a L ledger-part [entry low] entry top 20 highest;
+    # the tail of one and the head of the next are one slot.
+    start = _RECEIPT_PREFIX[size] + head
+    end = entry_top + b"\x20" + high_bytes
+    parts: list[bytes] = [
+        b"", seq_top + b"\x1a" + ONE_BYTE[len(ledger_part) + entry_size] + ledger_part, b"",
+        end + start,
+    ] * count
+    parts[0::4] = map(_low_of, map(_low_bits, sequence_ids))
+    low_entry = first_entry_id & 0x3FFF
+    parts[2::4] = LOW_14_BITS[low_entry : low_entry + count]
+    parts[-1] = end
+    return start + b"".join(parts)
 
 
 __all__ = ["SendFrame", "declined_send", "encode_run_receipts", "encode_send_receipts", "parse_send", "parse_send_frame", "varint_value"]

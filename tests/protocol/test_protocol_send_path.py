@@ -263,3 +263,59 @@ def test_run_receipts_cross_the_varint_widths() -> None:
         seqs = list(range(start, start + 12))
         receipts = [(seq, 9, start + i, 0) for i, seq in enumerate(seqs)]
         assert encode_run_receipts(4, seqs, [0] * 12, 9, start) == encode_send_receipts(4, receipts)
+
+
+def _protobuf_receipts(producer_id: int, seqs: list[int], highests: list[int], ledger_id: int,
+                       first_entry_id: int) -> bytes:
+    return b"".join(hot_commands.reference_send_receipt(producer_id, seq, ledger_id,
+                                                        first_entry_id + i, high)
+                    for i, (seq, high) in enumerate(zip(seqs, highests, strict=True)))
+
+
+@settings(max_examples=500, deadline=None)
+@given(producer_id=u64, ledger_id=u64, seq_block=st.integers(1, 2**14 - 1),
+       entry_block=st.integers(1, 2**14 - 1), high=st.one_of(st.just(0), st.integers(0, 2**14 - 1)),
+       data=st.data())
+def test_run_receipts_of_one_shape_equal_protobuf(
+    producer_id: int, ledger_id: int, seq_block: int, entry_block: int, high: int,
+    data: st.DataObject,
+) -> None:
+    # every sequence id and entry id of the span in one block of 2**14 above 2**14 (the shape a
+    # long-lived producer's receipts take), one highest sequence id: the slotted encoding
+    count = data.draw(st.integers(4, 60))
+    first_entry_id = entry_block << 14 | data.draw(st.integers(0, 2**14 - count))
+    seqs = data.draw(st.lists(st.integers(seq_block << 14, seq_block << 14 | 0x3FFF),
+                              min_size=count, max_size=count))
+    highests = [high] * count
+    assert encode_run_receipts(producer_id, seqs, highests, ledger_id, first_entry_id) == \
+        _protobuf_receipts(producer_id, seqs, highests, ledger_id, first_entry_id)
+
+
+@settings(max_examples=500, deadline=None)
+@given(producer_id=u64, ledger_id=u64, first_entry_id=st.one_of(
+           st.integers(2**14 - 70, 2**14 + 70), st.integers(2**28 - 70, 2**28 + 70),
+           st.integers(0, 2**64 - 70)),
+       seqs=st.lists(st.one_of(st.integers(2**14 - 3, 2**14 + 3), st.integers(2**21 - 3, 2**21 + 3),
+                               st.integers(2**28 - 3, 2**28 + 3), u64), min_size=4, max_size=60),
+       high=st.one_of(st.just(0), u64), other_high=u64)
+def test_run_receipts_near_one_shape_equal_protobuf(
+    producer_id: int, ledger_id: int, first_entry_id: int, seqs: list[int], high: int,
+    other_high: int,
+) -> None:
+    # ids across the block and width boundaries, large varints, one highest sequence id that
+    # differs: whichever encoding is taken, the bytes are protobuf's
+    highests = [high] * len(seqs)
+    assert encode_run_receipts(producer_id, seqs, highests, ledger_id, first_entry_id) == \
+        _protobuf_receipts(producer_id, seqs, highests, ledger_id, first_entry_id)
+    highests[-1] = other_high
+    assert encode_run_receipts(producer_id, seqs, highests, ledger_id, first_entry_id) == \
+        _protobuf_receipts(producer_id, seqs, highests, ledger_id, first_entry_id)
+
+
+def test_run_receipts_of_a_long_producer_decode_in_order() -> None:
+    seqs = list(range(100_000, 100_500))
+    frames = FrameDecoder().receive_frames(encode_run_receipts(7, seqs, [0] * 500, 31, 70_000))
+    decoded = [(f.command.send_receipt.producer_id, f.command.send_receipt.sequence_id,
+                f.command.send_receipt.message_id.ledgerId,
+                f.command.send_receipt.message_id.entryId) for f in frames if isinstance(f, Frame)]
+    assert decoded == [(7, seq, 31, 70_000 + i) for i, seq in enumerate(seqs)]
