@@ -272,7 +272,7 @@ def _protobuf_receipts(producer_id: int, seqs: list[int], highests: list[int], l
                     for i, (seq, high) in enumerate(zip(seqs, highests, strict=True)))
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(full=500, sample=200), deadline=None)
 @given(producer_id=u64, ledger_id=u64, seq_block=st.integers(1, 2**14 - 1),
        entry_block=st.integers(1, 2**14 - 1), high=st.one_of(st.just(0), st.integers(0, 2**14 - 1)),
        data=st.data())
@@ -291,7 +291,7 @@ def test_run_receipts_of_one_shape_equal_protobuf(
         _protobuf_receipts(producer_id, seqs, highests, ledger_id, first_entry_id)
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(full=500, sample=200), deadline=None)
 @given(producer_id=u64, ledger_id=u64, first_entry_id=st.one_of(
            st.integers(2**14 - 70, 2**14 + 70), st.integers(2**28 - 70, 2**28 + 70),
            st.integers(0, 2**64 - 70)),
