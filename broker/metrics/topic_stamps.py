@@ -18,8 +18,9 @@ to 0), the subscriptions' rates (deltas over the time since the previous scrape)
 backlog age. A stamp is kept only when its timed part equals the same figures in the record
 the text was made of (:func:`timed_in_signature`), read within the same loop turn: that makes
 the text a function of the stamp. Windowed counts are taken with the scrape's clock, once, by
-the stamp (the record's read of the same key at the same time returns the same counts), so a
-window that rolls changes the stamp. Subscription rates are read through the collector's
+the stamp (the record's read of the same key at the same time returns the same counts; a
+window in a steady state is read without building the topic's table), so a window that rolls
+changes the stamp. Subscription rates are read through the collector's
 rate table, which marks their keys as seen and moves their baseline exactly as a full read.
 
 Not stamped (always read in full): topics with a subscription that has a delayed-delivery
@@ -106,12 +107,16 @@ def read_stamp(topic: TopicFigures, key: tuple[str, ...], rate: RateOf,
         timed += (rate(("sout", full, name), sub.msg_out_counter, seen), sub.redeliver_rate(),
                   rate(("sbout", full, name), sub.bytes_out_counter, seen))
     meters = topic.meters
-    latency = latency_table(meters)
-    sizes = entry_size_table(meters)
+    latency, latency_sum = meters.publish_latency_buckets, meters.publish_latency_sum_ms
+    sizes, sizes_sum = meters.entry_size_buckets, meters.entry_size_sum_bytes
+    latency_windowed = latency_windows.steady(key, latency, latency_now)
+    if latency_windowed is None:
+        latency_windowed = latency_windows.count(key, latency_table(meters), latency_now)
+    sizes_windowed = size_windows.steady(key, [*sizes, sizes_sum], size_now)
+    if sizes_windowed is None:
+        sizes_windowed = size_windows.count(key, entry_size_table(meters), size_now)
     static = (
-        tuple(latency), tuple(sizes),
-        tuple(latency_windows.count(key, latency, latency_now)),
-        tuple(size_windows.count(key, sizes, size_now)),
+        tuple(latency), latency_sum, tuple(sizes), sizes_sum, latency_windowed, sizes_windowed,
         meters.msg_in_counter, meters.bytes_in_counter, meters.msg_out_counter,
         meters.bytes_out_counter, meters.storage_size, meters.storage_logical_size,
         meters.backlog_size_bytes(), len(topic.producers), meters.delayed_rejected_counter,
