@@ -273,6 +273,9 @@ class DelayedRelocator:
         if self.task is not None or now - self._last < self._interval_s:
             return
         self._last = now
+        if (next(iter(self._subscriptions()), None) is None
+                and not any(self._topic.ledger.relocated.live_ids().values())):
+            return   # no copy to release, no subscription to hold one: a run would do nothing
         self.task = self._topic.loop.create_task(self.run())
 
     async def run(self) -> None:

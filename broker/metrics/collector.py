@@ -106,6 +106,7 @@ from broker.metrics.resource_group_families import (
 from broker.metrics.snapshots import sample_line_texts
 from broker.metrics.sources import MetricsSource, PublishBufferFigures, TopicFigures
 from broker.metrics.storage_families import storage_families
+from broker.metrics.topic_stamps import Stamp, read_stamp, timed_in_signature
 from broker.metrics.txn_families import transaction_families
 from broker.metrics.write_latency import (
     HISTOGRAM,
@@ -383,6 +384,8 @@ class HoraeCollector(Collector):
         self._entry_size_windows = LatencyWindows(clock)
         # format -> topic -> its rendered series (collect_rendered_async); loaded topics only.
         self._rendered: dict[str, dict[str, _TopicText]] = {}
+        # format -> topic -> the stamp its kept text is made of (broker.metrics.topic_stamps).
+        self._stamps: dict[str, dict[str, Stamp]] = {}
         self._template: list[Metric] | None = None
         self._template_index: dict[str, int] = {}   # family name -> its place in the template
 
@@ -439,10 +442,14 @@ class HoraeCollector(Collector):
         scrape = self._begin()
         if not scrape.topic_level:
             self._rendered.clear()
+            self._stamps.clear()
             return await self.collect_async(slice_topics)
         latency_windows, size_windows = self._latency_windows, self._entry_size_windows
         latency_now, size_now = latency_windows.now(), size_windows.now()
+        cluster, rate, seen = scrape.cluster, self._rates.rate, scrape.seen
         kept = self._rendered.get(fmt, {})
+        kept_stamps = self._stamps.get(fmt, {})
+        stamps: dict[str, Stamp] = {}
         rendered: dict[str, _TopicText] = {}
         order: list[_TopicText | None] = []
         changed: list[tuple[int, str, _TopicScrape, tuple[object, ...],
@@ -452,6 +459,25 @@ class HoraeCollector(Collector):
         row: _TopicScrape | None = None
         for start in range(0, len(topics), slice_topics):
             for full, topic in topics[start:start + slice_topics]:
+                old = kept.get(full)
+                old_stamp = kept_stamps.get(full)
+                try:
+                    if old_stamp is not None and old_stamp[0][0] == cluster:
+                        stamp_key = old_stamp[0]
+                    else:
+                        stamp_key = (cluster, topic_namespace(full), full)
+                    stamp = read_stamp(topic, stamp_key, rate, seen, latency_windows,
+                                       latency_now, size_windows, size_now)
+                except Exception:
+                    stamp = None   # the full read below logs it
+                if stamp is not None and old is not None and stamp == old_stamp:
+                    # Nothing the text is made of moved: reuse it without a record.
+                    scrape.add("pulsar_topics_count", stamp_key[:2], 1)
+                    keys.add(stamp_key)
+                    rendered[full] = old
+                    stamps[full] = stamp
+                    order.append(old)
+                    continue
                 if row is None:
                     row = _TopicScrape(scrape)
                 else:
@@ -468,7 +494,9 @@ class HoraeCollector(Collector):
                     key, row.topic_values, tuple(row.flat), tuple(row.maxima), tuple(latency),
                     tuple(latency_windows.count(key, latency, latency_now)),
                     tuple(size_windows.count(key, row.entry_sizes[key], size_now)))
-                old = kept.get(full)
+                if (stamp is not None and stamp[0] == key and stamp[2] == timed_in_signature(
+                        row.topic_values, signature[2], signature[3])):  # type: ignore[arg-type]
+                    stamps[full] = stamp   # the text below is made of what the stamp holds
                 if old is not None and old[0] == signature:
                     rendered[full] = old
                     order.append(old)
@@ -488,6 +516,7 @@ class HoraeCollector(Collector):
                 order[index] = rendered[full] = (signature, topic_texts)
             await asyncio.sleep(0)
         self._rendered[fmt] = rendered
+        self._stamps[fmt] = stamps
         families: list[Metric] = []
         # Per family, every topic's text in topic order (a transposition, in C).
         columns = list(zip(*(entry[1] for entry in order if entry is not None), strict=True))

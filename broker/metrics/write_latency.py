@@ -100,6 +100,18 @@ class LatencyWindows:
         # The first window of this label set, still in progress: show it.
         return [acc[i] - b for i, b in enumerate(state.baseline)]
 
+    def steady(self, key: tuple[str, ...], counts: Sequence[float],
+               now: float) -> list[float] | None:
+        """What :meth:`count` would return for *key* at *now* when that changes nothing and
+        needs no table: its last window is complete, the next one not due yet, and *counts*
+        (the table's counts without the sum) equal the counts it started at. ``None``
+        otherwise (then call :meth:`count`)."""
+        state = self._state.get(key)
+        if (state is None or state.last is None or now - state.started >= self._window_s
+                or counts != state.baseline):
+            return None
+        return state.last
+
     def retain(self, keys: Collection[tuple[str, ...]]) -> None:
         """Forget the label sets not in *keys* (a whole scrape's: unloaded topics)."""
         state_of = self._state

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import functools
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
 from protocol.errors import InvalidTopicNameError
@@ -92,6 +92,11 @@ class TopicName:
     namespace: str       # "tenant/ns" (V1: "tenant/cluster/ns")
     local_name: str      # includes any -partition-N suffix
     partition_index: int  # -1 unless this is a partition of a partitioned topic
+    #: :attr:`full`, formatted once (policy lookups and metrics ask for it per topic per pass).
+    _full: str = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_full", f"{self.domain}://{self.namespace}/{self.local_name}")
 
     @staticmethod
     def parse(name: str) -> TopicName:
@@ -107,7 +112,7 @@ class TopicName:
 
     @property
     def full(self) -> str:
-        return f"{self.domain}://{self.namespace}/{self.local_name}"
+        return self._full
 
     @property
     def is_partition(self) -> bool:

@@ -4,13 +4,16 @@ no ledger listing when there is nothing to trim, no task when no quota check or 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from pyroaring import BitMap
 
 from broker.config import BrokerConfig
+from broker.delayed.relocate import RELOCATE_INTERVAL_S, DelayedRelocator
 from broker.topics.backlog_policies import BacklogPolicies
 from broker.topics.inactive import InactiveTopicSweeper
 from broker.topics.names import TopicName
@@ -145,3 +148,33 @@ def test_a_topic_with_a_producer_is_active_without_resolving_its_policy(
     topic.producers = {}   # the producer left: inactive at once (maximum 0 s)
     loop.run_until_complete(sweeper.tick(11.0, {full: topic}))
     assert deleted == [full] and len(resolved) == 1
+
+
+def _relocated_topic(loop: asyncio.AbstractEventLoop, live: dict[int, Any]) -> Any:
+    ledger = _Ledger(3)
+    ledger.relocated = SimpleNamespace(live_ids=lambda: live)
+    return SimpleNamespace(full="persistent://t/n/x", serving=True, ledger=ledger, loop=loop)
+
+
+@pytest.mark.parametrize(("subscriptions", "live", "runs"), [
+    ([], {}, False),                               # nothing held, nothing copied
+    ([], {4: BitMap()}, False),                    # copies all released already
+    ([], {4: BitMap([1, 2])}, True),               # copies no subscription needs: released
+    ([SimpleNamespace(durable=True)], {}, True),   # a subscription may hold ledgers
+])
+def test_the_copy_forward_runs_only_when_it_may_release_or_copy(
+        loop: asyncio.AbstractEventLoop, subscriptions: list[Any], live: dict[int, Any],
+        runs: bool) -> None:
+    topic = _relocated_topic(loop, live)
+
+    async def trim_now() -> None:
+        return None
+
+    relocator = DelayedRelocator(topic, lambda: iter(subscriptions), lambda: None, trim_now)
+    relocator.tick(loop.time() + RELOCATE_INTERVAL_S + 1)
+    assert (relocator.task is not None) is runs
+    if relocator.task is not None:
+        relocator.task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            loop.run_until_complete(relocator.task)
+    assert topic.ledger.listed == 0 or runs
