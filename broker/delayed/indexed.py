@@ -10,11 +10,25 @@ tracker, the bucket tracker's late-entry index, and (as :class:`MutableBucket`, 
 ledger range) the bucket tracker's last mutable bucket.
 
 A position leaves ``members`` when it is handed out or dropped; its time-index entry stays
-(*stale*) until it reaches the head or the index is sealed, so dropping is O(1). ``stale``
-counts dropped entries that may still be in the index (never less: sealing filters the
-columns only when it is not 0).
+(*stale*) until it reaches the head, so dropping is O(1). ``stale`` is exactly the index
+entries minus the members (each add makes one entry and one member; a drop turns a member's
+entry stale; a hand-out consumes an entry and, if live, its member).
+
+Compaction keeps stale entries bounded by what is pending, not by the drops within the delay
+horizon (sustained rescheduling would otherwise hold a slot per operation until its old time
+came): when ``stale`` exceeds both ``count`` and :data:`COMPACT_FLOOR` (checked after a drop or
+a hand-out), :meth:`IndexedPositions.compact` filters the time index to the members in one pass
+(:meth:`~broker.delayed.packed.PackedTimeIndex.retain` with the membership test of a 64-bit
+roaring bitmap of the members: no Python per entry). A compaction costs O(count + stale) <
+O(2 * stale) and resets ``stale`` to 0, and ``stale`` grows only by drops, so it is amortised
+O(1) per drop; the index never holds more than ``2 * count + COMPACT_FLOOR`` entries once a
+drop or hand-out has run. Sealing a mutable bucket compacts first, then copies the columns.
+
 Invariants: ``count`` == number of members; every member has an index entry at its deliver
-time; an index entry whose position is not a member is never handed out.
+time; an index entry whose position is not a member is never handed out; hand-out order is
+(deliver time, position), unchanged by compaction (it keeps the entries' order; of a member
+re-added while its old entry was still stale, the earliest entry is kept, the one that would
+have been handed out).
 
 Only positions that pack into 32+32 bits come here (:func:`~broker.delayed.packed.fits`);
 the trackers keep the others in a :class:`~broker.delayed.packed.WideIndex`.
@@ -24,8 +38,9 @@ from __future__ import annotations
 
 import sys
 from array import array
+from typing import Final
 
-from pyroaring import BitMap
+from pyroaring import BitMap, BitMap64
 
 from broker.delayed.packed import (
     POSITION_BITS,
@@ -37,19 +52,22 @@ from broker.delayed.packed import (
 )
 from storage.positions import Position
 
-__all__ = ["IndexedPositions", "MutableBucket"]
+__all__ = ["COMPACT_FLOOR", "IndexedPositions", "MutableBucket"]
+
+#: Stale entries an index may hold whatever its live count (small indexes are not rebuilt
+#: for a few drops): 64 KiB of index.
+COMPACT_FLOOR: Final = 4096
 
 
 class IndexedPositions:
     """Packed time index + per-ledger membership bitmaps + count (module docstring)."""
 
-    __slots__ = ("count", "index", "members", "stale")
+    __slots__ = ("count", "index", "members")
 
     def __init__(self) -> None:
         self.index = PackedTimeIndex()
         self.members: dict[int, BitMap] = {}
         self.count = 0
-        self.stale = 0
 
     def __len__(self) -> int:
         return self.count
@@ -62,7 +80,6 @@ class IndexedPositions:
         self.index.clear()
         self.members.clear()
         self.count = 0
-        self.stale = 0
 
     # --- membership --------------------------------------------------------------------------
 
@@ -94,7 +111,8 @@ class IndexedPositions:
         if not bm:
             del members[ledger_id]
         self.count -= 1
-        self.stale += 1
+        if len(self.index) - self.count > COMPACT_FLOOR:
+            self._maybe_compact()
         return True
 
     def run_end(self, ledger_id: int, entry_id: int) -> int:
@@ -132,29 +150,49 @@ class IndexedPositions:
         buf: list[int] = []
         moved = self.index.pop_upto(bound_ts, limit, buf)
         if moved:
-            taken = take_members(buf, self.members, out)
-            self.count -= taken
-            if self.stale:
-                self.stale = max(0, self.stale - (moved - taken))
+            self.count -= take_members(buf, self.members, out)
+            if len(self.index) - self.count > COMPACT_FLOOR:
+                self._maybe_compact()
         return moved
 
     def live_columns(self) -> tuple[array[int], array[int]]:
         """Every live entry as (time, packed position) columns in time order, each position
-        once (stale entries and re-added duplicates filtered only when there are some)."""
-        ts_col, pos_col = self.index.columns()
-        if not self.stale:
-            return ts_col, pos_col
-        members = self.members
-        seen: set[int] = set()
-        keep_ts: array[int] = array("q")
-        keep_pos: array[int] = array("Q")
-        for ts, packed in zip(ts_col, pos_col, strict=True):
-            bm = members.get(packed >> POSITION_BITS)
-            if bm is not None and (packed & POSITION_MASK) in bm and packed not in seen:
+        once (the index is compacted first when it holds stale entries)."""
+        if self.stale:
+            self.compact()
+        return self.index.columns()
+
+    # --- compaction (module docstring) ---------------------------------------------------------
+
+    @property
+    def stale(self) -> int:
+        """Index entries whose position is no longer a member (dropped or a re-add's leftover)."""
+        return len(self.index) - self.count
+
+    def _maybe_compact(self) -> None:
+        stale = len(self.index) - self.count
+        if stale > self.count and stale > COMPACT_FLOOR:
+            self.compact()
+
+    def compact(self) -> None:
+        """Filter the time index to the members, order kept: one entry per member."""
+        if not self.count:
+            self.index.clear()
+            return
+        live = BitMap64()
+        for ledger_id, bm in self.members.items():
+            live |= BitMap64(array("Q", bm.to_array())).shift(ledger_id << POSITION_BITS)
+        if self.index.retain(live.__contains__) > self.count:
+            # a member re-added while its old entry was stale: keep its earliest entry
+            seen = BitMap64()
+
+            def first(packed: int) -> bool:
+                if packed in seen:
+                    return False
                 seen.add(packed)
-                keep_ts.append(ts)
-                keep_pos.append(packed)
-        return keep_ts, keep_pos
+                return True
+
+            self.index.retain(first)
 
     # --- figures -------------------------------------------------------------------------
 

@@ -16,7 +16,9 @@ over-allocation (~6 %) and one small header per chunk of up to ``2 * CHUNK`` ent
 - ties keep insertion order; callers sort their output by position.
 
 The index is a multiset and knows nothing about cancellation: trackers keep a membership
-bitmap per ledger and drop stale entries lazily when they reach the head.
+bitmap per ledger and drop stale entries lazily when they reach the head, or all at once with
+:meth:`PackedTimeIndex.retain` (one pass, per-entry work in C: ``map`` of a C membership test
+and ``itertools.compress``; the chunks refilled to ``CHUNK`` entries).
 
 Positions that do not fit 32+32 bits (never produced by Horae's storage, which numbers ledgers
 from a store-wide counter and caps entries per ledger) go to :class:`WideIndex`, a plain heap.
@@ -28,7 +30,8 @@ import heapq
 import sys
 from array import array
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from itertools import compress
 
 from pyroaring import BitMap
 
@@ -37,6 +40,7 @@ from storage.positions import Position
 #: Entries per chunk before it may split (at twice this).
 CHUNK = 1024
 _SPLIT = 2 * CHUNK
+_EMPTY: array[int] = array("q")
 
 POSITION_BITS = 32
 POSITION_MASK = (1 << POSITION_BITS) - 1
@@ -280,6 +284,45 @@ class PackedTimeIndex:
                 ts_out.extend(ts_col[lo:])
                 pos_out.extend(pos_col[lo:])
         return ts_out, pos_out
+
+    def retain(self, keep: Callable[[int], bool]) -> int:
+        """Keep only the entries whose packed position ``keep`` accepts, in the same order;
+        returns how many were kept. ``keep`` is called once per entry through ``map`` (pass a
+        C callable, e.g. a bitmap's ``__contains__``, and no Python runs per entry). Old
+        chunks are released as they are read, so the extra memory is about one chunk."""
+        old_ts, old_pos, head = self._ts, self._pos, self._head
+        new_ts: list[array[int]] = []
+        new_pos: list[array[int]] = []
+        cur_ts: array[int] = array("q")
+        cur_pos: array[int] = array("Q")
+        for c in range(len(old_ts)):
+            ts_col, pos_col = old_ts[c], old_pos[c]
+            old_ts[c] = old_pos[c] = _EMPTY
+            if c == 0 and head:
+                ts_col, pos_col = ts_col[head:], pos_col[head:]
+            mask = bytes(map(keep, pos_col))
+            cur_ts.extend(compress(ts_col, mask))
+            cur_pos.extend(compress(pos_col, mask))
+            if len(cur_ts) > _SPLIT:
+                new_ts.append(cur_ts[:CHUNK])
+                new_pos.append(cur_pos[:CHUNK])
+                del cur_ts[:CHUNK], cur_pos[:CHUNK]
+            if len(cur_ts) >= CHUNK:
+                new_ts.append(cur_ts)
+                new_pos.append(cur_pos)
+                cur_ts, cur_pos = array("q"), array("Q")
+        if cur_ts:
+            if new_ts and len(new_ts[-1]) + len(cur_ts) <= _SPLIT:
+                new_ts[-1].extend(cur_ts)
+                new_pos[-1].extend(cur_pos)
+            else:
+                new_ts.append(cur_ts)
+                new_pos.append(cur_pos)
+        self._ts, self._pos = new_ts, new_pos
+        self._maxes = [col[-1] for col in new_ts]
+        self._head = 0
+        self._len = sum(len(col) for col in new_ts)
+        return self._len
 
     def clear(self) -> None:
         self._ts.clear()
