@@ -41,6 +41,8 @@ from storage.positions import Position
 CHUNK = 1024
 _SPLIT = 2 * CHUNK
 _EMPTY: array[int] = array("q")
+#: Cancelled entries a :class:`WideIndex` keeps whatever its live count.
+_WIDE_STALE_FLOOR = 1024
 
 POSITION_BITS = 32
 POSITION_MASK = (1 << POSITION_BITS) - 1
@@ -341,7 +343,10 @@ class PackedTimeIndex:
 
 
 class WideIndex:
-    """Fallback for positions that do not pack into 32+32 bits: a heap of tuples."""
+    """Fallback for positions that do not pack into 32+32 bits: a heap of tuples. The
+    trackers cancel by discarding from ``members``; the heap entry is dropped when it reaches
+    the top or, once the heap holds more than twice the members plus a floor, by the next
+    ``add``."""
 
     __slots__ = ("_heap", "members")
 
@@ -356,7 +361,13 @@ class WideIndex:
         if (ledger_id, entry_id) in self.members:
             return False
         self.members.add((ledger_id, entry_id))
-        heapq.heappush(self._heap, (ts, ledger_id, entry_id))
+        heap = self._heap
+        if len(heap) > 2 * len(self.members) + _WIDE_STALE_FLOOR:
+            # cancelled entries outnumber the live ones: drop them (amortised O(1) per cancel)
+            members = self.members
+            heap[:] = [t for t in heap if (t[1], t[2]) in members]
+            heapq.heapify(heap)
+        heapq.heappush(heap, (ts, ledger_id, entry_id))
         return True
 
     def peek_ts(self) -> int | None:

@@ -13,7 +13,7 @@ from delayed_testlib import T0, DueCounter, FakeCursor, FakeLoop, FakeSnapshotSt
 from broker.delayed.bucket import BucketDelayedDeliveryTracker
 from broker.delayed.in_memory import InMemoryDelayedDeliveryTracker
 from broker.delayed.indexed import IndexedPositions
-from broker.delayed.packed import CHUNK, PackedTimeIndex
+from broker.delayed.packed import CHUNK, PackedTimeIndex, WideIndex
 from broker.delayed.tracker import DelayedDeliveryTracker
 from storage.positions import Position
 
@@ -167,3 +167,18 @@ def test_retain_keeps_order_and_chunk_bounds() -> None:
     assert index.count_upto(5_000) == sum(1 for ts, _ in kept if ts <= 5_000) + 1
     assert index.retain(lambda packed: False) == 0 and not index
     assert index.columns() == (array("q"), array("Q"))
+
+
+def test_wide_positions_drop_cancelled_heap_entries_too() -> None:
+    wide = WideIndex()
+    live: list[tuple[int, int]] = []
+    for i in range(20_000):
+        position = (1 << 33, i)                 # a ledger id past 32 bits
+        assert wide.add(T0 + (i * 7919) % 100_000, *position)
+        live.append(position)
+        if len(live) > 100:
+            wide.members.discard(live.pop(0))   # the trackers' cancel
+        assert len(wide._heap) <= 2 * len(wide.members) + 1_100
+    out: list[Position] = []
+    wide.pop_due(T0 + 10**6, 10**6, out)
+    assert sorted(out) == sorted(Position(*p) for p in live)
