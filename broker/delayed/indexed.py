@@ -16,19 +16,31 @@ entry stale; a hand-out consumes an entry and, if live, its member).
 
 Compaction keeps stale entries bounded by what is pending, not by the drops within the delay
 horizon (sustained rescheduling would otherwise hold a slot per operation until its old time
-came): when ``stale`` exceeds both ``count`` and :data:`COMPACT_FLOOR` (checked after a drop or
-a hand-out), :meth:`IndexedPositions.compact` filters the time index to the members in one pass
-(:meth:`~broker.delayed.packed.PackedTimeIndex.retain` with the membership test of a 64-bit
-roaring bitmap of the members: no Python per entry). A compaction costs O(count + stale) <
-O(2 * stale) and resets ``stale`` to 0, and ``stale`` grows only by drops, so it is amortised
-O(1) per drop; the index never holds more than ``2 * count + COMPACT_FLOOR`` entries once a
-drop or hand-out has run. Sealing a mutable bucket compacts first, then copies the columns.
+came). It is checked after a drop or a hand-out; with ``bound = max(count, COMPACT_FLOOR)``
+(:data:`COMPACT_FLOOR`: small indexes are not rebuilt for a few drops):
+
+- ``stale > bound / 2`` starts an *incremental* compaction (a sweep): a 64-bit roaring bitmap
+  ``keep`` of every member is built a few ledgers at a time, then the time index is filtered
+  chunk by chunk in time order (:meth:`~broker.delayed.packed.PackedTimeIndex.retain_from`:
+  ``keep``'s membership test mapped over a chunk, ``itertools.compress``; no Python per
+  entry), about :data:`SWEEP_STEP` entries per later drop or hand-out, so the event loop is
+  held for a step (~1-5 ms), not for the whole index. Positions added meanwhile go into
+  ``keep`` at once, so ``keep`` always holds every member and no member's entry is removed;
+  one dropped meanwhile may keep its entry until the next sweep;
+- ``stale > bound`` (the sweep did not keep up, e.g. hand-outs emptied the index, or a sweep
+  that skipped chunks of one time left too much) compacts at once in one pass
+  (:meth:`IndexedPositions.compact`, also used before sealing a mutable bucket).
+
+A sweep or a compaction costs O(count + stale) < O(3 * stale) and ``stale`` grows only by
+drops, so compaction is amortised O(1) per drop; the index never holds more than
+``2 * count + COMPACT_FLOOR`` entries once a drop or hand-out has run, and usually at most
+``1.5 * count`` (plus half the floor).
 
 Invariants: ``count`` == number of members; every member has an index entry at its deliver
 time; an index entry whose position is not a member is never handed out; hand-out order is
 (deliver time, position), unchanged by compaction (it keeps the entries' order; of a member
-re-added while its old entry was still stale, the earliest entry is kept, the one that would
-have been handed out).
+re-added while its old entry was still stale, :meth:`IndexedPositions.compact` keeps the
+earliest entry, the one that would have been handed out; a sweep keeps both).
 
 Only positions that pack into 32+32 bits come here (:func:`~broker.delayed.packed.fits`);
 the trackers keep the others in a :class:`~broker.delayed.packed.WideIndex`.
@@ -57,17 +69,20 @@ __all__ = ["COMPACT_FLOOR", "IndexedPositions", "MutableBucket"]
 #: Stale entries an index may hold whatever its live count (small indexes are not rebuilt
 #: for a few drops): 64 KiB of index.
 COMPACT_FLOOR: Final = 4096
+#: Index entries an incremental compaction step filters (~1-3 ms of CPU).
+SWEEP_STEP: Final = 8192
 
 
 class IndexedPositions:
     """Packed time index + per-ledger membership bitmaps + count (module docstring)."""
 
-    __slots__ = ("count", "index", "members")
+    __slots__ = ("_sweep", "count", "index", "members")
 
     def __init__(self) -> None:
         self.index = PackedTimeIndex()
         self.members: dict[int, BitMap] = {}
         self.count = 0
+        self._sweep: _Sweep | None = None
 
     def __len__(self) -> int:
         return self.count
@@ -80,6 +95,7 @@ class IndexedPositions:
         self.index.clear()
         self.members.clear()
         self.count = 0
+        self._sweep = None
 
     # --- membership --------------------------------------------------------------------------
 
@@ -97,8 +113,11 @@ class IndexedPositions:
             return False
         else:
             bm.add(entry_id)
-        self.index.push(deliver_at_ms, (ledger_id << POSITION_BITS) | entry_id)
+        packed = (ledger_id << POSITION_BITS) | entry_id
+        self.index.push(deliver_at_ms, packed)
         self.count += 1
+        if self._sweep is not None:
+            self._sweep.keep.add(packed)
         return True
 
     def discard(self, ledger_id: int, entry_id: int) -> bool:
@@ -111,7 +130,7 @@ class IndexedPositions:
         if not bm:
             del members[ledger_id]
         self.count -= 1
-        if len(self.index) - self.count > COMPACT_FLOOR:
+        if self._sweep is not None or len(self.index) - self.count > COMPACT_FLOOR // 2:
             self._maybe_compact()
         return True
 
@@ -151,7 +170,7 @@ class IndexedPositions:
         moved = self.index.pop_upto(bound_ts, limit, buf)
         if moved:
             self.count -= take_members(buf, self.members, out)
-            if len(self.index) - self.count > COMPACT_FLOOR:
+            if self._sweep is not None or len(self.index) - self.count > COMPACT_FLOOR // 2:
                 self._maybe_compact()
         return moved
 
@@ -171,11 +190,38 @@ class IndexedPositions:
 
     def _maybe_compact(self) -> None:
         stale = len(self.index) - self.count
-        if stale > self.count and stale > COMPACT_FLOOR:
-            self.compact()
+        bound = max(self.count, COMPACT_FLOOR)
+        if stale > bound:
+            self.compact()                      # the hard bound: at once
+        elif self._sweep is not None:
+            self._sweep_step()
+        elif 2 * stale > bound:
+            self._sweep = _Sweep(list(self.members))
+            self._sweep_step()
+
+    def _sweep_step(self) -> None:
+        """About :data:`SWEEP_STEP` entries' worth of the incremental compaction."""
+        sweep = self._sweep
+        assert sweep is not None
+        budget = SWEEP_STEP
+        members = self.members
+        while sweep.ledgers and budget > 0:
+            ledger_id = sweep.ledgers.pop()
+            bm = members.get(ledger_id)
+            if bm is not None:
+                sweep.keep |= BitMap64(array("Q", bm.to_array())).shift(ledger_id << POSITION_BITS)
+                budget -= len(bm) // 4          # ~4x cheaper per member than per entry filtered
+        if sweep.ledgers or budget <= 0:
+            return
+        sweep.after = self.index.retain_from(sweep.after, sweep.keep.__contains__, budget)
+        if sweep.after is None:
+            self._sweep = None
+            if 2 * (len(self.index) - self.count) > max(self.count, COMPACT_FLOOR):
+                self.compact()      # little removed (one time across many chunks): at once
 
     def compact(self) -> None:
         """Filter the time index to the members, order kept: one entry per member."""
+        self._sweep = None
         if not self.count:
             self.index.clear()
             return
@@ -205,6 +251,19 @@ class IndexedPositions:
     def memory_bytes(self) -> int:
         return (self.index.memory_bytes + sys.getsizeof(self.members)
                 + sum(bitmap_bytes(bm) for bm in self.members.values()))
+
+
+class _Sweep:
+    """An incremental compaction under way: ``keep`` holds every member since it began (the
+    ledgers still to copy in ``ledgers``; adds go in at once), ``after`` the last time of the
+    chunks filtered so far (None: none yet)."""
+
+    __slots__ = ("after", "keep", "ledgers")
+
+    def __init__(self, ledgers: list[int]) -> None:
+        self.keep = BitMap64()
+        self.ledgers = ledgers
+        self.after: int | None = None
 
 
 class MutableBucket(IndexedPositions):

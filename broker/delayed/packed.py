@@ -16,9 +16,10 @@ over-allocation (~6 %) and one small header per chunk of up to ``2 * CHUNK`` ent
 - ties keep insertion order; callers sort their output by position.
 
 The index is a multiset and knows nothing about cancellation: trackers keep a membership
-bitmap per ledger and drop stale entries lazily when they reach the head, or all at once with
-:meth:`PackedTimeIndex.retain` (one pass, per-entry work in C: ``map`` of a C membership test
-and ``itertools.compress``; the chunks refilled to ``CHUNK`` entries).
+bitmap per ledger and drop stale entries lazily when they reach the head, or filter them out
+with :meth:`PackedTimeIndex.retain` (one pass; the chunks refilled to ``CHUNK`` entries) or
+:meth:`PackedTimeIndex.retain_from` (a few chunks per call), both with the per-entry work in C
+(``map`` of a C membership test, ``itertools.compress``).
 
 Positions that do not fit 32+32 bits (never produced by Horae's storage, which numbers ledgers
 from a store-wide counter and caps entries per ledger) go to :class:`WideIndex`, a plain heap.
@@ -325,6 +326,40 @@ class PackedTimeIndex:
         self._head = 0
         self._len = sum(len(col) for col in new_ts)
         return self._len
+
+    def retain_from(self, after_ts: int | None, keep: Callable[[int], bool],
+                    budget: int) -> int | None:
+        """One step of an incremental :meth:`retain`: filter whole chunks, from the first whose
+        last time is > ``after_ts`` (from the head when None), until ``budget`` entries were
+        read; a chunk left small is merged into the previous one. Returns the last time of
+        the last chunk filtered (pass it to the next step), or None when the tail was reached.
+        Chunks whose last time equals the returned one are skipped by the next step."""
+        ts_l, pos_l, maxes = self._ts, self._pos, self._maxes
+        i = 0 if after_ts is None else bisect_right(maxes, after_ts)
+        read = 0
+        last = after_ts
+        while i < len(maxes) and read < budget:
+            ts_col, pos_col = ts_l[i], pos_l[i]
+            if i == 0 and self._head:
+                ts_col, pos_col = ts_col[self._head:], pos_col[self._head:]
+                self._head = 0              # chunk 0 is replaced below, its prefix dropped
+            read += len(ts_col)
+            last = maxes[i]
+            mask = bytes(map(keep, pos_col))
+            kept_ts = array("q", compress(ts_col, mask))
+            self._len -= len(ts_col) - len(kept_ts)
+            if not kept_ts:
+                del ts_l[i], pos_l[i], maxes[i]
+            elif i and len(ts_l[i - 1]) + len(kept_ts) <= CHUNK:
+                ts_l[i - 1].extend(kept_ts)
+                pos_l[i - 1].extend(compress(pos_col, mask))
+                maxes[i - 1] = kept_ts[-1]
+                del ts_l[i], pos_l[i], maxes[i]
+            else:
+                ts_l[i], pos_l[i] = kept_ts, array("Q", compress(pos_col, mask))
+                maxes[i] = kept_ts[-1]
+                i += 1
+        return last if i < len(maxes) else None
 
     def clear(self) -> None:
         self._ts.clear()

@@ -30,6 +30,8 @@ OPS = st.lists(st.one_of(
 ), max_size=120)
 #: The index compaction floor under test: 0 compacts as soon as stale slots outnumber live ones.
 FLOORS = st.sampled_from([0, 2, indexed.COMPACT_FLOOR])
+#: Entries per incremental compaction step: 1 makes a sweep copy one ledger per step.
+STEPS = st.sampled_from([1, indexed.SWEEP_STEP])
 
 
 class Model:
@@ -127,9 +129,10 @@ SETTINGS = settings(max_examples=int(os.environ.get("HORAE_HYPOTHESIS_EXAMPLES",
 
 
 @SETTINGS
-@given(ops=OPS, strict=st.booleans(), tick=st.sampled_from([1, 10, 100]), floor=FLOORS)
+@given(ops=OPS, strict=st.booleans(), tick=st.sampled_from([1, 10, 100]), floor=FLOORS,
+       step=STEPS)
 def test_in_memory_tracker_matches_the_model(ops: list[tuple], strict: bool, tick: int,  # type: ignore[type-arg]
-                                             floor: int) -> None:
+                                             floor: int, step: int) -> None:
     loop = FakeLoop(T0)
     tracker = InMemoryDelayedDeliveryTracker(tick_time_ms=tick, strict=strict,
                                              on_due=DueCounter(), loop=loop,
@@ -138,15 +141,16 @@ def test_in_memory_tracker_matches_the_model(ops: list[tuple], strict: bool, tic
     async def settle() -> None:
         return None
 
-    with mock.patch.object(indexed, "COMPACT_FLOOR", floor):
+    with mock.patch.object(indexed, "COMPACT_FLOOR", floor), \
+            mock.patch.object(indexed, "SWEEP_STEP", step):
         asyncio.run(run(tracker, loop, ops, strict, tick, settle))
 
 
 @SETTINGS
 @given(ops=OPS, strict=st.booleans(), tick=st.sampled_from([1, 10, 100]),
-       max_buckets=st.sampled_from([-1, 2]), floor=FLOORS)
+       max_buckets=st.sampled_from([-1, 2]), floor=FLOORS, step=STEPS)
 def test_bucket_tracker_matches_the_model(ops: list[tuple], strict: bool, tick: int,  # type: ignore[type-arg]
-                                          max_buckets: int, floor: int) -> None:
+                                          max_buckets: int, floor: int, step: int) -> None:
     async def scenario() -> None:
         clock_loop = FakeLoop(T0)
         tracker = BucketDelayedDeliveryTracker(
@@ -161,5 +165,6 @@ def test_bucket_tracker_matches_the_model(ops: list[tuple], strict: bool, tick: 
 
         await run(tracker, clock_loop, ops, strict, tick, settle)
 
-    with mock.patch.object(indexed, "COMPACT_FLOOR", floor):
+    with mock.patch.object(indexed, "COMPACT_FLOOR", floor), \
+            mock.patch.object(indexed, "SWEEP_STEP", step):
         asyncio.run(scenario())
