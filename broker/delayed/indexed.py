@@ -249,7 +249,8 @@ class IndexedPositions:
 
     @property
     def memory_bytes(self) -> int:
-        return (self.index.memory_bytes + sys.getsizeof(self.members)
+        sweep = 0 if self._sweep is None else bitmap_bytes(self._sweep.keep)
+        return (self.index.memory_bytes + sys.getsizeof(self.members) + sweep
                 + sum(bitmap_bytes(bm) for bm in self.members.values()))
 
 

@@ -34,7 +34,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterator
 from itertools import compress
 
-from pyroaring import BitMap
+from pyroaring import BitMap, BitMap64
 
 from storage.positions import Position
 
@@ -110,7 +110,7 @@ def take_members(buf: list[int], members: dict[int, BitMap], out: list[Position]
     return taken
 
 
-def bitmap_bytes(bm: BitMap) -> int:
+def bitmap_bytes(bm: BitMap | BitMap64) -> int:
     """Estimated heap bytes of a roaring bitmap: container payloads plus headers.
 
     CRoaring allocates with malloc, invisible to tracemalloc and ``sys.getsizeof``; its
