@@ -24,7 +24,7 @@ came). It is checked after a drop or a hand-out; with ``bound = max(count, COMPA
   chunk by chunk in time order (:meth:`~broker.delayed.packed.PackedTimeIndex.retain_from`:
   ``keep``'s membership test mapped over a chunk, ``itertools.compress``; no Python per
   entry), about :data:`SWEEP_STEP` entries per later drop or hand-out, so the event loop is
-  held for a step (~1-5 ms), not for the whole index. Positions added meanwhile go into
+  held for a step (~2-5 ms), not for the whole index. Positions added meanwhile go into
   ``keep`` at once, so ``keep`` always holds every member and no member's entry is removed;
   one dropped meanwhile may keep its entry until the next sweep;
 - ``stale > bound`` (the sweep did not keep up, e.g. hand-outs emptied the index, or a sweep
@@ -69,7 +69,7 @@ __all__ = ["COMPACT_FLOOR", "IndexedPositions", "MutableBucket"]
 #: Stale entries an index may hold whatever its live count (small indexes are not rebuilt
 #: for a few drops): 64 KiB of index.
 COMPACT_FLOOR: Final = 4096
-#: Index entries an incremental compaction step filters (~1-3 ms of CPU).
+#: Index entries an incremental compaction step filters (~2-5 ms of CPU).
 SWEEP_STEP: Final = 8192
 
 
