@@ -362,7 +362,7 @@ async def run_round(broker: Broker, tag: str, s: Settings, rnd: random.Random,
             _topic_path(keyed_topic) + f"/subscription/{SUBSCRIPTION}/delayedMessages/histogram")
         pending = sum(int(b["count"]) for b in hist["bins"])
         details += (f"; tracker index slots {pending:,}, of which stale (replaced or cancelled, "
-                    f"kept until their old time) up to {int(hist['staleIndexes']):,}")
+                    f"until their old time or a compaction) up to {int(hist['staleIndexes']):,}")
         return results, (ok, details)
     finally:
         for conn in holders:

@@ -12,7 +12,8 @@ spread thinly (measured: bench/delayed.py). Horae keeps instead:
   independent of the delay distribution), so strict mode needs no rounding and is never
   early, and a roaring bitmap of entry ids per ledger for O(1) ``contains``, dedup of a
   re-read entry, and cancellation. A cancelled position stays in the index until it reaches
-  the head and is then dropped, so cancel is O(1) too;
+  the head and is then dropped, so cancel is O(1) too, or until the index is compacted (when
+  its stale slots outnumber the live ones: amortised O(1) per cancel);
 - the cancel book (:mod:`broker.delayed.cancels`, PIP-423): ``cancel_delayed`` clears a
   tracked target or records it so that ``add`` refuses it later; kept in memory only until
   two ticks past its deliver time. Durable cancels are the subscription's job here (it

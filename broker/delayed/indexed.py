@@ -10,11 +10,37 @@ tracker, the bucket tracker's late-entry index, and (as :class:`MutableBucket`, 
 ledger range) the bucket tracker's last mutable bucket.
 
 A position leaves ``members`` when it is handed out or dropped; its time-index entry stays
-(*stale*) until it reaches the head or the index is sealed, so dropping is O(1). ``stale``
-counts dropped entries that may still be in the index (never less: sealing filters the
-columns only when it is not 0).
+(*stale*) until it reaches the head, so dropping is O(1). ``stale`` is exactly the index
+entries minus the members (each add makes one entry and one member; a drop turns a member's
+entry stale; a hand-out consumes an entry and, if live, its member).
+
+Compaction keeps stale entries bounded by what is pending, not by the drops within the delay
+horizon (sustained rescheduling would otherwise hold a slot per operation until its old time
+came). It is checked after a drop or a hand-out; with ``bound = max(count, COMPACT_FLOOR)``
+(:data:`COMPACT_FLOOR`: small indexes are not rebuilt for a few drops):
+
+- ``stale > bound / 2`` starts an *incremental* compaction (a sweep): a 64-bit roaring bitmap
+  ``keep`` of every member is built a few ledgers at a time, then the time index is filtered
+  chunk by chunk in time order (:meth:`~broker.delayed.packed.PackedTimeIndex.retain_from`:
+  ``keep``'s membership test mapped over a chunk, ``itertools.compress``; no Python per
+  entry), about :data:`SWEEP_STEP` entries per later drop or hand-out, so the event loop is
+  held for a step (~2-5 ms), not for the whole index. Positions added meanwhile go into
+  ``keep`` at once, so ``keep`` always holds every member and no member's entry is removed;
+  one dropped meanwhile may keep its entry until the next sweep;
+- ``stale > bound`` (the sweep did not keep up, e.g. hand-outs emptied the index, or a sweep
+  that skipped chunks of one time left too much) compacts at once in one pass
+  (:meth:`IndexedPositions.compact`, also used before sealing a mutable bucket).
+
+A sweep or a compaction costs O(count + stale) < O(3 * stale) and ``stale`` grows only by
+drops, so compaction is amortised O(1) per drop; the index never holds more than
+``2 * count + COMPACT_FLOOR`` entries once a drop or hand-out has run, and usually at most
+``1.5 * count`` (plus half the floor).
+
 Invariants: ``count`` == number of members; every member has an index entry at its deliver
-time; an index entry whose position is not a member is never handed out.
+time; an index entry whose position is not a member is never handed out; hand-out order is
+(deliver time, position), unchanged by compaction (it keeps the entries' order; of a member
+re-added while its old entry was still stale, :meth:`IndexedPositions.compact` keeps the
+earliest entry, the one that would have been handed out; a sweep keeps both).
 
 Only positions that pack into 32+32 bits come here (:func:`~broker.delayed.packed.fits`);
 the trackers keep the others in a :class:`~broker.delayed.packed.WideIndex`.
@@ -24,8 +50,9 @@ from __future__ import annotations
 
 import sys
 from array import array
+from typing import Final
 
-from pyroaring import BitMap
+from pyroaring import BitMap, BitMap64
 
 from broker.delayed.packed import (
     POSITION_BITS,
@@ -37,19 +64,25 @@ from broker.delayed.packed import (
 )
 from storage.positions import Position
 
-__all__ = ["IndexedPositions", "MutableBucket"]
+__all__ = ["COMPACT_FLOOR", "IndexedPositions", "MutableBucket"]
+
+#: Stale entries an index may hold whatever its live count (small indexes are not rebuilt
+#: for a few drops): 64 KiB of index.
+COMPACT_FLOOR: Final = 4096
+#: Index entries an incremental compaction step filters (~2-5 ms of CPU).
+SWEEP_STEP: Final = 8192
 
 
 class IndexedPositions:
     """Packed time index + per-ledger membership bitmaps + count (module docstring)."""
 
-    __slots__ = ("count", "index", "members", "stale")
+    __slots__ = ("_sweep", "count", "index", "members")
 
     def __init__(self) -> None:
         self.index = PackedTimeIndex()
         self.members: dict[int, BitMap] = {}
         self.count = 0
-        self.stale = 0
+        self._sweep: _Sweep | None = None
 
     def __len__(self) -> int:
         return self.count
@@ -62,7 +95,7 @@ class IndexedPositions:
         self.index.clear()
         self.members.clear()
         self.count = 0
-        self.stale = 0
+        self._sweep = None
 
     # --- membership --------------------------------------------------------------------------
 
@@ -80,8 +113,11 @@ class IndexedPositions:
             return False
         else:
             bm.add(entry_id)
-        self.index.push(deliver_at_ms, (ledger_id << POSITION_BITS) | entry_id)
+        packed = (ledger_id << POSITION_BITS) | entry_id
+        self.index.push(deliver_at_ms, packed)
         self.count += 1
+        if self._sweep is not None:
+            self._sweep.keep.add(packed)
         return True
 
     def discard(self, ledger_id: int, entry_id: int) -> bool:
@@ -94,7 +130,8 @@ class IndexedPositions:
         if not bm:
             del members[ledger_id]
         self.count -= 1
-        self.stale += 1
+        if self._sweep is not None or len(self.index) - self.count > COMPACT_FLOOR // 2:
+            self._maybe_compact()
         return True
 
     def run_end(self, ledger_id: int, entry_id: int) -> int:
@@ -132,29 +169,76 @@ class IndexedPositions:
         buf: list[int] = []
         moved = self.index.pop_upto(bound_ts, limit, buf)
         if moved:
-            taken = take_members(buf, self.members, out)
-            self.count -= taken
-            if self.stale:
-                self.stale = max(0, self.stale - (moved - taken))
+            self.count -= take_members(buf, self.members, out)
+            if self._sweep is not None or len(self.index) - self.count > COMPACT_FLOOR // 2:
+                self._maybe_compact()
         return moved
 
     def live_columns(self) -> tuple[array[int], array[int]]:
         """Every live entry as (time, packed position) columns in time order, each position
-        once (stale entries and re-added duplicates filtered only when there are some)."""
-        ts_col, pos_col = self.index.columns()
-        if not self.stale:
-            return ts_col, pos_col
+        once (the index is compacted first when it holds stale entries)."""
+        if self.stale:
+            self.compact()
+        return self.index.columns()
+
+    # --- compaction (module docstring) ---------------------------------------------------------
+
+    @property
+    def stale(self) -> int:
+        """Index entries whose position is no longer a member (dropped or a re-add's leftover)."""
+        return len(self.index) - self.count
+
+    def _maybe_compact(self) -> None:
+        stale = len(self.index) - self.count
+        bound = max(self.count, COMPACT_FLOOR)
+        if stale > bound:
+            self.compact()                      # the hard bound: at once
+        elif self._sweep is not None:
+            self._sweep_step()
+        elif 2 * stale > bound:
+            self._sweep = _Sweep(list(self.members))
+            self._sweep_step()
+
+    def _sweep_step(self) -> None:
+        """About :data:`SWEEP_STEP` entries' worth of the incremental compaction."""
+        sweep = self._sweep
+        assert sweep is not None
+        budget = SWEEP_STEP
         members = self.members
-        seen: set[int] = set()
-        keep_ts: array[int] = array("q")
-        keep_pos: array[int] = array("Q")
-        for ts, packed in zip(ts_col, pos_col, strict=True):
-            bm = members.get(packed >> POSITION_BITS)
-            if bm is not None and (packed & POSITION_MASK) in bm and packed not in seen:
+        while sweep.ledgers and budget > 0:
+            ledger_id = sweep.ledgers.pop()
+            bm = members.get(ledger_id)
+            if bm is not None:
+                sweep.keep |= BitMap64(array("Q", bm.to_array())).shift(ledger_id << POSITION_BITS)
+                budget -= len(bm) // 4          # ~4x cheaper per member than per entry filtered
+        if sweep.ledgers or budget <= 0:
+            return
+        sweep.after = self.index.retain_from(sweep.after, sweep.keep.__contains__, budget)
+        if sweep.after is None:
+            self._sweep = None
+            if 2 * (len(self.index) - self.count) > max(self.count, COMPACT_FLOOR):
+                self.compact()      # little removed (one time across many chunks): at once
+
+    def compact(self) -> None:
+        """Filter the time index to the members, order kept: one entry per member."""
+        self._sweep = None
+        if not self.count:
+            self.index.clear()
+            return
+        live = BitMap64()
+        for ledger_id, bm in self.members.items():
+            live |= BitMap64(array("Q", bm.to_array())).shift(ledger_id << POSITION_BITS)
+        if self.index.retain(live.__contains__) > self.count:
+            # a member re-added while its old entry was stale: keep its earliest entry
+            seen = BitMap64()
+
+            def first(packed: int) -> bool:
+                if packed in seen:
+                    return False
                 seen.add(packed)
-                keep_ts.append(ts)
-                keep_pos.append(packed)
-        return keep_ts, keep_pos
+                return True
+
+            self.index.retain(first)
 
     # --- figures -------------------------------------------------------------------------
 
@@ -165,8 +249,22 @@ class IndexedPositions:
 
     @property
     def memory_bytes(self) -> int:
-        return (self.index.memory_bytes + sys.getsizeof(self.members)
+        sweep = 0 if self._sweep is None else bitmap_bytes(self._sweep.keep)
+        return (self.index.memory_bytes + sys.getsizeof(self.members) + sweep
                 + sum(bitmap_bytes(bm) for bm in self.members.values()))
+
+
+class _Sweep:
+    """An incremental compaction under way: ``keep`` holds every member since it began (the
+    ledgers still to copy in ``ledgers``; adds go in at once), ``after`` the last time of the
+    chunks filtered so far (None: none yet)."""
+
+    __slots__ = ("after", "keep", "ledgers")
+
+    def __init__(self, ledgers: list[int]) -> None:
+        self.keep = BitMap64()
+        self.ledgers = ledgers
+        self.after: int | None = None
 
 
 class MutableBucket(IndexedPositions):

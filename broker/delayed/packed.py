@@ -16,7 +16,10 @@ over-allocation (~6 %) and one small header per chunk of up to ``2 * CHUNK`` ent
 - ties keep insertion order; callers sort their output by position.
 
 The index is a multiset and knows nothing about cancellation: trackers keep a membership
-bitmap per ledger and drop stale entries lazily when they reach the head.
+bitmap per ledger and drop stale entries lazily when they reach the head, or filter them out
+with :meth:`PackedTimeIndex.retain` (one pass; the chunks refilled to ``CHUNK`` entries) or
+:meth:`PackedTimeIndex.retain_from` (a few chunks per call), both with the per-entry work in C
+(``map`` of a C membership test, ``itertools.compress``).
 
 Positions that do not fit 32+32 bits (never produced by Horae's storage, which numbers ledgers
 from a store-wide counter and caps entries per ledger) go to :class:`WideIndex`, a plain heap.
@@ -28,15 +31,19 @@ import heapq
 import sys
 from array import array
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from itertools import compress
 
-from pyroaring import BitMap
+from pyroaring import BitMap, BitMap64
 
 from storage.positions import Position
 
 #: Entries per chunk before it may split (at twice this).
 CHUNK = 1024
 _SPLIT = 2 * CHUNK
+_EMPTY: array[int] = array("q")
+#: Cancelled entries a :class:`WideIndex` keeps whatever its live count.
+_WIDE_STALE_FLOOR = 1024
 
 POSITION_BITS = 32
 POSITION_MASK = (1 << POSITION_BITS) - 1
@@ -103,7 +110,7 @@ def take_members(buf: list[int], members: dict[int, BitMap], out: list[Position]
     return taken
 
 
-def bitmap_bytes(bm: BitMap) -> int:
+def bitmap_bytes(bm: BitMap | BitMap64) -> int:
     """Estimated heap bytes of a roaring bitmap: container payloads plus headers.
 
     CRoaring allocates with malloc, invisible to tracemalloc and ``sys.getsizeof``; its
@@ -281,6 +288,79 @@ class PackedTimeIndex:
                 pos_out.extend(pos_col[lo:])
         return ts_out, pos_out
 
+    def retain(self, keep: Callable[[int], bool]) -> int:
+        """Keep only the entries whose packed position ``keep`` accepts, in the same order;
+        returns how many were kept. ``keep`` is called once per entry through ``map`` (pass a
+        C callable, e.g. a bitmap's ``__contains__``, and no Python runs per entry). Old
+        chunks are released as they are read, so the extra memory is about one chunk."""
+        old_ts, old_pos, head = self._ts, self._pos, self._head
+        new_ts: list[array[int]] = []
+        new_pos: list[array[int]] = []
+        cur_ts: array[int] = array("q")
+        cur_pos: array[int] = array("Q")
+        for c in range(len(old_ts)):
+            ts_col, pos_col = old_ts[c], old_pos[c]
+            old_ts[c] = old_pos[c] = _EMPTY
+            if c == 0 and head:
+                ts_col, pos_col = ts_col[head:], pos_col[head:]
+            mask = bytes(map(keep, pos_col))
+            cur_ts.extend(compress(ts_col, mask))
+            cur_pos.extend(compress(pos_col, mask))
+            if len(cur_ts) > _SPLIT:
+                new_ts.append(cur_ts[:CHUNK])
+                new_pos.append(cur_pos[:CHUNK])
+                del cur_ts[:CHUNK], cur_pos[:CHUNK]
+            if len(cur_ts) >= CHUNK:
+                new_ts.append(cur_ts)
+                new_pos.append(cur_pos)
+                cur_ts, cur_pos = array("q"), array("Q")
+        if cur_ts:
+            if new_ts and len(new_ts[-1]) + len(cur_ts) <= _SPLIT:
+                new_ts[-1].extend(cur_ts)
+                new_pos[-1].extend(cur_pos)
+            else:
+                new_ts.append(cur_ts)
+                new_pos.append(cur_pos)
+        self._ts, self._pos = new_ts, new_pos
+        self._maxes = [col[-1] for col in new_ts]
+        self._head = 0
+        self._len = sum(len(col) for col in new_ts)
+        return self._len
+
+    def retain_from(self, after_ts: int | None, keep: Callable[[int], bool],
+                    budget: int) -> int | None:
+        """One step of an incremental :meth:`retain`: filter whole chunks, from the first whose
+        last time is > ``after_ts`` (from the head when None), until ``budget`` entries were
+        read; a chunk left small is merged into the previous one. Returns the last time of
+        the last chunk filtered (pass it to the next step), or None when the tail was reached.
+        Chunks whose last time equals the returned one are skipped by the next step."""
+        ts_l, pos_l, maxes = self._ts, self._pos, self._maxes
+        i = 0 if after_ts is None else bisect_right(maxes, after_ts)
+        read = 0
+        last = after_ts
+        while i < len(maxes) and read < budget:
+            ts_col, pos_col = ts_l[i], pos_l[i]
+            if i == 0 and self._head:
+                ts_col, pos_col = ts_col[self._head:], pos_col[self._head:]
+                self._head = 0              # chunk 0 is replaced below, its prefix dropped
+            read += len(ts_col)
+            last = maxes[i]
+            mask = bytes(map(keep, pos_col))
+            kept_ts = array("q", compress(ts_col, mask))
+            self._len -= len(ts_col) - len(kept_ts)
+            if not kept_ts:
+                del ts_l[i], pos_l[i], maxes[i]
+            elif i and len(ts_l[i - 1]) + len(kept_ts) <= CHUNK:
+                ts_l[i - 1].extend(kept_ts)
+                pos_l[i - 1].extend(compress(pos_col, mask))
+                maxes[i - 1] = kept_ts[-1]
+                del ts_l[i], pos_l[i], maxes[i]
+            else:
+                ts_l[i], pos_l[i] = kept_ts, array("Q", compress(pos_col, mask))
+                maxes[i] = kept_ts[-1]
+                i += 1
+        return last if i < len(maxes) else None
+
     def clear(self) -> None:
         self._ts.clear()
         self._pos.clear()
@@ -298,7 +378,10 @@ class PackedTimeIndex:
 
 
 class WideIndex:
-    """Fallback for positions that do not pack into 32+32 bits: a heap of tuples."""
+    """Fallback for positions that do not pack into 32+32 bits: a heap of tuples. The
+    trackers cancel by discarding from ``members``; the heap entry is dropped when it reaches
+    the top or, once the heap holds more than twice the members plus a floor, by the next
+    ``add``."""
 
     __slots__ = ("_heap", "members")
 
@@ -313,7 +396,13 @@ class WideIndex:
         if (ledger_id, entry_id) in self.members:
             return False
         self.members.add((ledger_id, entry_id))
-        heapq.heappush(self._heap, (ts, ledger_id, entry_id))
+        heap = self._heap
+        if len(heap) > 2 * len(self.members) + _WIDE_STALE_FLOOR:
+            # cancelled entries outnumber the live ones: drop them (amortised O(1) per cancel)
+            members = self.members
+            heap[:] = [t for t in heap if (t[1], t[2]) in members]
+            heapq.heapify(heap)
+        heapq.heappush(heap, (ts, ledger_id, entry_id))
         return True
 
     def peek_ts(self) -> int | None:

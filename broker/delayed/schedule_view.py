@@ -19,9 +19,9 @@ is bounded and the loop is never held on a large index:
 2. the windows are filtered past the cursor and sorted in a worker thread when they are large
    (:data:`SORT_INLINE_MAX`); the copies are private, so the loop goes on meanwhile;
 3. back on the loop, each source's candidates are checked live (handed out and cancelled ones
-   stay in a time index until they reach its head) until ``limit`` are found. A source cut
-   short (its window held only stale entries) bounds the page at the last key it examined, so
-   the next page resumes there: at most :data:`MAX_ROUNDS` windows per source per page.
+   stay in a time index until they reach its head or it is compacted) until ``limit`` are
+   found. A source cut short (its window held only stale entries) bounds the page at the last
+   key it examined, so the next page resumes there: at most :data:`MAX_ROUNDS` windows per source per page.
 
 The histogram (:func:`pending_histogram`) counts index entries per due-time bin with the
 indexes' own counting (bisection per chunk, no per-entry work). Handed-out or cancelled

@@ -4,24 +4,34 @@ from __future__ import annotations
 
 import asyncio
 import os
+from unittest import mock
 
 from delayed_testlib import T0, DueCounter, FakeCursor, FakeLoop, FakeSnapshotStore
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from broker.delayed import indexed
 from broker.delayed.bucket import BucketDelayedDeliveryTracker
 from broker.delayed.in_memory import InMemoryDelayedDeliveryTracker
 from broker.delayed.tracker import DelayedDeliveryTracker
 from storage.positions import Position
 
 # ops: ("add", delay_ms, new_ledger) | ("readd",) | ("advance", ms) | ("get", n) | ("cancel", k)
+#      | ("reschedule", k, delay_ms): cancel a pending position, add a new one (a new version)
+#      | ("burst", n, delay_ms): n adds at delay_ms + 0, 7, 14, ... (mod 3000)
 OPS = st.lists(st.one_of(
     st.tuples(st.just("add"), st.integers(-50, 3000), st.booleans()),
     st.tuples(st.just("readd"), st.integers(0, 10_000)),
     st.tuples(st.just("advance"), st.integers(0, 700)),
     st.tuples(st.just("get"), st.integers(1, 8)),
     st.tuples(st.just("cancel"), st.integers(0, 10_000)),
+    st.tuples(st.just("reschedule"), st.integers(0, 10_000), st.integers(1, 3000)),
+    st.tuples(st.just("burst"), st.integers(1, 40), st.integers(1, 3000)),
 ), max_size=120)
+#: The index compaction floor under test: 0 compacts as soon as stale slots outnumber live ones.
+FLOORS = st.sampled_from([0, 2, indexed.COMPACT_FLOOR])
+#: Entries per incremental compaction step: 1 makes a sweep copy one ledger per step.
+STEPS = st.sampled_from([1, indexed.SWEEP_STEP])
 
 
 class Model:
@@ -79,7 +89,25 @@ async def run(tracker: DelayedDeliveryTracker, loop: FakeLoop, ops: list[tuple],
             assert tracker.cancel(Position(*pos)) is True
             assert tracker.cancel(Position(*pos)) is False
             del model.items[pos]
+        elif kind == "burst":
+            for i in range(op[1]):
+                pos = (ledger, entry)
+                entry += 1
+                at = loop.now_ms + model.tick + 1 + (op[2] + 7 * i) % 3000
+                assert tracker.add(Position(*pos), at) is True
+                model.items[pos] = at
+        elif kind == "reschedule" and model.items:
+            pos = sorted(model.items)[op[1] % len(model.items)]
+            assert tracker.cancel(Position(*pos)) is True
+            del model.items[pos]
+            pos = (ledger, entry)
+            entry += 1
+            at = loop.now_ms + model.tick + op[2]
+            assert tracker.add(Position(*pos), at) is True
+            model.items[pos] = at
         assert len(tracker) == len(model.items)
+        slots = sum(p.indexed for p in tracker.scheduled_sources().indexes)
+        assert slots <= 2 * len(model.items) + indexed.COMPACT_FLOOR   # stale slots bounded
         for pos in list(model.items)[:5]:
             assert tracker.contains(Position(*pos))
     loop.now_ms += 10_000
@@ -101,8 +129,10 @@ SETTINGS = settings(max_examples=int(os.environ.get("HORAE_HYPOTHESIS_EXAMPLES",
 
 
 @SETTINGS
-@given(ops=OPS, strict=st.booleans(), tick=st.sampled_from([1, 10, 100]))
-def test_in_memory_tracker_matches_the_model(ops: list[tuple], strict: bool, tick: int) -> None:  # type: ignore[type-arg]
+@given(ops=OPS, strict=st.booleans(), tick=st.sampled_from([1, 10, 100]), floor=FLOORS,
+       step=STEPS)
+def test_in_memory_tracker_matches_the_model(ops: list[tuple], strict: bool, tick: int,  # type: ignore[type-arg]
+                                             floor: int, step: int) -> None:
     loop = FakeLoop(T0)
     tracker = InMemoryDelayedDeliveryTracker(tick_time_ms=tick, strict=strict,
                                              on_due=DueCounter(), loop=loop,
@@ -111,14 +141,16 @@ def test_in_memory_tracker_matches_the_model(ops: list[tuple], strict: bool, tic
     async def settle() -> None:
         return None
 
-    asyncio.run(run(tracker, loop, ops, strict, tick, settle))
+    with mock.patch.object(indexed, "COMPACT_FLOOR", floor), \
+            mock.patch.object(indexed, "SWEEP_STEP", step):
+        asyncio.run(run(tracker, loop, ops, strict, tick, settle))
 
 
 @SETTINGS
 @given(ops=OPS, strict=st.booleans(), tick=st.sampled_from([1, 10, 100]),
-       max_buckets=st.sampled_from([-1, 2]))
+       max_buckets=st.sampled_from([-1, 2]), floor=FLOORS, step=STEPS)
 def test_bucket_tracker_matches_the_model(ops: list[tuple], strict: bool, tick: int,  # type: ignore[type-arg]
-                                          max_buckets: int) -> None:
+                                          max_buckets: int, floor: int, step: int) -> None:
     async def scenario() -> None:
         clock_loop = FakeLoop(T0)
         tracker = BucketDelayedDeliveryTracker(
@@ -133,4 +165,6 @@ def test_bucket_tracker_matches_the_model(ops: list[tuple], strict: bool, tick: 
 
         await run(tracker, clock_loop, ops, strict, tick, settle)
 
-    asyncio.run(scenario())
+    with mock.patch.object(indexed, "COMPACT_FLOOR", floor), \
+            mock.patch.object(indexed, "SWEEP_STEP", step):
+        asyncio.run(scenario())
