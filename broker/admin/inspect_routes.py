@@ -48,12 +48,8 @@ from broker.admin.responses import admin_of, json_response, no_content
 from broker.admin.service import AdminEntries, AdminService, AdminTopics, topic_name
 from broker.admin.topic_ops import NP_SUB, NP_TOPIC
 from broker.admin.topics import SUB, TOPIC
-from broker.subscriptions.resets import first_entry_not
 from broker.topics.names import TopicName
 from broker.topics.topic import Topic
-from protocol.entry_metadata import parse_prefix, strip
-from protocol.errors import MalformedEntryError
-from protocol.metadata import parse_entry
 from storage.positions import Position
 
 __all__ = ["BACKLOG_SCAN_MAX_ENTRIES", "add_routes"]
@@ -110,24 +106,6 @@ INDEX_NOT_ENABLED = ("Broker entry metadata index is not enabled: the broker nee
                      "AppendIndexMetadataInterceptor in brokerEntryMetadataInterceptors")
 
 
-def _last_index(data: bytes) -> int:
-    """The broker entry metadata index of an entry's last message; -1 for an entry without."""
-    try:
-        found = parse_prefix(data)
-    except MalformedEntryError:
-        return -1
-    return found.index if found is not None and found.index is not None else -1
-
-
-def _messages(data: bytes) -> int:
-    """Messages in an entry (one unless its metadata says it is a batch)."""
-    try:
-        batch = parse_entry(strip(data)).num_messages_in_batch
-    except Exception:   # an entry whose metadata does not parse counts as one, as dispatch does
-        return 1
-    return batch if batch is not None and batch > 0 else 1
-
-
 async def message_id_by_index(request: web.Request) -> web.Response:
     try:
         index = int(request.query["index"])
@@ -140,15 +118,7 @@ async def message_id_by_index(request: web.Request) -> web.Response:
         raise E.precondition_failed(INDEX_NOT_ENABLED)
     if index < 0 or index > stamper.index:
         raise E.not_found("Invalid index")
-    ledger = topic.ledger
-    pos = await first_entry_not(ledger, lambda data: _last_index(data) < index)
-    entry = await ledger.read_entry(pos)
-    if entry is None:   # past every stored entry: the entries up to it were trimmed
-        return json_response(_message_id(Position(-1, -1), tn))
-    first = _last_index(entry.data) - _messages(entry.data) + 1
-    oldest = next((Position(info.ledger_id, 0) for info in ledger.ledgers if info.entries), None)
-    if index < first and pos == oldest:
-        pos = Position(-1, -1)   # older than anything still stored: MessageId.Earliest
+    pos = await AdminEntries.entry_of_index(topic, index)
     return json_response(_message_id(pos, tn))
 
 

@@ -42,7 +42,7 @@ from broker.admin.healthcheck import LoopbackCredentials, run_health_check
 from broker.delayed.policy import DelayPolicy, resolve_policy
 from broker.security.authorization import AuthPolicies
 from broker.subscriptions.dispatchers.cursors import entry_exists
-from broker.subscriptions.resets import find_by_publish_time
+from broker.subscriptions.resets import find_by_index, find_by_publish_time
 from broker.subscriptions.subscription import Subscription
 from broker.topics import ledger_info
 from broker.topics.heartbeat import TopicVersion
@@ -359,6 +359,12 @@ class AdminEntries:
         entry when every one is older or there is none (Pulsar's message id by timestamp:
         its managed ledger's found position, which is the next one to be written then)."""
         return await find_by_publish_time(topic.ledger, timestamp_ms)
+
+    @staticmethod
+    async def entry_of_index(topic: Topic, index: int) -> Position:
+        """The entry holding broker entry metadata message *index*; ``(-1, -1)`` once that
+        message is no longer stored (Pulsar's message id by index)."""
+        return await find_by_index(topic.ledger, index)
 
     @staticmethod
     def first_ledger_created_ms(topic: Topic) -> int | None:

@@ -49,13 +49,15 @@ from broker.subscriptions.dispatchers.cursors import (
 )
 from broker.subscriptions.last_active import mark_active
 from broker.subscriptions.revision import Revision, RevisionController
-from protocol.errors import NotAllowedError
+from protocol.entry_metadata import parse_prefix, strip
+from protocol.errors import MalformedEntryError, NotAllowedError
 from protocol.metadata import entry_timestamp, parse_entry
 from protocol.sub_types import SubType
 from storage.ledger import ManagedLedger
 from storage.positions import Position
 
-__all__ = ["CursorResets", "ResetTarget", "find_by_publish_time", "first_entry_not"]
+__all__ = ["CursorResets", "ResetTarget", "find_by_index", "find_by_publish_time",
+           "first_entry_not"]
 
 
 class ResetTarget(Protocol):
@@ -334,3 +336,37 @@ async def first_entry_not(ledger: ManagedLedger, older: Callable[[bytes], bool])
         else:
             hi = mid
     return at(lo)
+
+
+def _last_index(data: bytes) -> int:
+    """The broker entry metadata index of an entry's last message; -1 for an entry without."""
+    try:
+        found = parse_prefix(data)
+    except MalformedEntryError:
+        return -1
+    return found.index if found is not None and found.index is not None else -1
+
+
+def _messages(data: bytes) -> int:
+    """Messages in a stored entry (one unless its metadata says it is a batch)."""
+    try:
+        batch = parse_entry(strip(data)).num_messages_in_batch
+    except Exception:   # an entry whose metadata does not parse counts as one, as dispatch does
+        return 1
+    return batch if batch is not None and batch > 0 else 1
+
+
+async def find_by_index(ledger: ManagedLedger, index: int) -> Position:
+    """The stored entry holding the message of broker entry metadata *index* (the first whose
+    last message's index is at least *index*); ``(-1, -1)`` (Pulsar's ``MessageId.Earliest``)
+    when that message is no longer stored. Entries without an index count as older."""
+    earliest = Position(-1, -1)
+    pos = await first_entry_not(ledger, lambda data: _last_index(data) < index)
+    entry = await ledger.read_entry(pos)
+    if entry is None:   # past every stored entry: the entries up to it were trimmed
+        return earliest
+    first = _last_index(entry.data) - _messages(entry.data) + 1
+    oldest = next((Position(info.ledger_id, 0) for info in ledger.ledgers if info.entries), None)
+    if index < first and pos == oldest:
+        return earliest   # older than anything still stored
+    return pos
