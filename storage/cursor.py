@@ -210,6 +210,7 @@ class ManagedCursor:
         self._bitmaps: dict[int, BitMap] = state.bitmaps
         # Unsaved changes since (monotonic); None: nothing unsaved. A loaded state is on disk.
         self._dirty_since: float | None = None
+        self._saving_since: float | None = None   # the oldest change of a save in flight
         if state.persisted_size_bytes == 0:
             self._touch()
         self._lock = asyncio.Lock()
@@ -268,8 +269,13 @@ class ManagedCursor:
 
     @property
     def dirty_since(self) -> float | None:
-        """time.monotonic() of the oldest change not yet durable (None: nothing unsaved)."""
-        return self._dirty_since
+        """time.monotonic() of the oldest change not yet durable (None: nothing unsaved); a
+        change whose save is in flight is not durable yet."""
+        if self._saving_since is None:
+            return self._dirty_since
+        if self._dirty_since is None:
+            return self._saving_since
+        return min(self._saving_since, self._dirty_since)
 
     @property
     def dirty(self) -> bool:
@@ -480,10 +486,12 @@ class ManagedCursor:
             if since is None or self._retired:
                 return
             self._dirty_since = None
-            data = encode_cursor(self.state())
+            self._saving_since = since
             try:
+                data = encode_cursor(self.state())
                 await self._save(self.name, data, self._referenced_ledger())
             except BaseException as exc:
+                self._saving_since = None
                 # Changed meanwhile or not: the older change is the oldest unsaved one.
                 current = self._dirty_since
                 if current is None:
@@ -493,6 +501,7 @@ class ManagedCursor:
                     self.save_failures += 1
                     self.last_save_error = exc
                 raise
+            self._saving_since = None
             self.last_save_error = None
             self.persisted_size_bytes = len(data)
             self.persist_count += 1

@@ -69,6 +69,27 @@ async def test_oldest_unsaved_ack_age_is_reported_until_saved(tmp_path: Path) ->
     await store.close()
 
 
+async def test_an_ack_whose_save_is_in_flight_is_still_unsaved(tmp_path: Path) -> None:
+    """The age covers a save that has started but is not yet durable: a kill then loses it."""
+    ops = CursorDiskOps()
+    store = await SegmentStore.open(tmp_path, CONFIG, file_ops=ops)
+    ml = await store.open_ledger(TOPIC)
+    cursor = await ml.open_cursor("sub")
+    await store.flush()
+    pos = await ml.append(b"x")
+    ops.hang = "sub"
+    cursor.delete([pos])
+    saving = asyncio.ensure_future(cursor.flush())
+    assert await asyncio.to_thread(ops.hanging.wait, 10)
+    assert cursor.dirty_since is not None
+    assert store.stats().oldest_unsaved_ack_seconds > 0.0
+    ops.release.set()
+    await saving
+    assert cursor.dirty_since is None
+    assert store.stats().oldest_unsaved_ack_seconds == 0.0
+    await store.close()
+
+
 async def test_failing_cursor_save_is_surfaced_in_stats_and_health(tmp_path: Path) -> None:
     ops = CursorDiskOps()
     store = await SegmentStore.open(tmp_path, CONFIG, file_ops=ops)
