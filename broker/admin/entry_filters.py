@@ -16,8 +16,7 @@ from broker.admin import bodies
 from broker.admin import errors as E
 from broker.admin.namespace_create import NS_ENTRY_FILTERS
 from broker.admin.namespaces import NAMESPACE
-from broker.admin.responses import admin_of, json_response, no_content
-from broker.admin.service import AdminService
+from broker.admin.responses import json_response, namespace_of, no_content
 
 __all__ = ["add_routes"]
 
@@ -25,15 +24,8 @@ PATH = NAMESPACE + "/entryFilters"
 BLANK = "entryFilterNames can't be empty. To remove entry filters use the remove method."
 
 
-async def _namespace(request: web.Request) -> tuple[AdminService, str]:
-    admin = admin_of(request)
-    tenant, ns = request.match_info["tenant"], request.match_info["namespace"]
-    await admin.tenants.require_namespace(tenant, ns)
-    return admin, f"{tenant}/{ns}"
-
-
 async def get_filters(request: web.Request) -> web.Response:
-    admin, ns = await _namespace(request)
+    admin, ns = await namespace_of(request)
     return json_response(admin.policy_store.records.namespace_value(ns, NS_ENTRY_FILTERS))
 
 
@@ -45,12 +37,12 @@ async def set_filters(request: web.Request) -> web.Response:
     listed = [n.strip() for n in (names or "").split(",") if n.strip()]
     if not listed:
         raise E.bad_request(BLANK)
-    await _namespace(request)
+    await namespace_of(request)
     raise E.bad_request(f"Entry filter '{listed[0]}' not found")   # no entry filter exists
 
 
 async def remove_filters(request: web.Request) -> web.Response:
-    admin, ns = await _namespace(request)
+    admin, ns = await namespace_of(request)
     await admin.policy_store.records.remove_namespace_field(ns, NS_ENTRY_FILTERS)
     return no_content()
 

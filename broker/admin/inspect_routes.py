@@ -44,8 +44,8 @@ from aiohttp import web
 
 from broker.admin import bodies
 from broker.admin import errors as E
-from broker.admin.responses import admin_of, json_response, no_content
-from broker.admin.service import AdminEntries, AdminService, AdminTopics, topic_name
+from broker.admin.responses import admin_of, json_response, no_content, topic_of
+from broker.admin.service import AdminEntries, AdminTopics, topic_name
 from broker.admin.topic_ops import NP_SUB, NP_TOPIC
 from broker.admin.topics import SUB, TOPIC
 from broker.topics.names import TopicName
@@ -58,17 +58,10 @@ __all__ = ["BACKLOG_SCAN_MAX_ENTRIES", "add_routes"]
 BACKLOG_SCAN_MAX_ENTRIES = 10_000
 
 
-async def _topic(request: web.Request) -> tuple[AdminService, TopicName]:
-    admin = admin_of(request)
-    m = request.match_info
-    await admin.tenants.require_namespace(m["tenant"], m["namespace"])
-    return admin, topic_name(m["tenant"], m["namespace"], m["topic"])
-
-
 async def _one(request: web.Request, refusal: str) -> tuple[TopicName, Topic]:
     """The non-partitioned topic (or partition) the path names; 405 *refusal* on a
     partitioned topic, 404 when absent."""
-    admin, tn = await _topic(request)
+    admin, tn = await topic_of(request)
     if await admin.topics.partition_count(tn) > 0:
         raise E.not_allowed(refusal)
     [topic] = await admin.topics.targets(tn)
@@ -95,7 +88,7 @@ async def message_id_by_time(request: web.Request) -> web.Response:
 
 
 async def last_message_id(request: web.Request) -> web.Response:
-    admin, tn = await _topic(request)
+    admin, tn = await topic_of(request)
     if await admin.topics.partition_count(tn) > 0:
         raise E.not_found(E.TOPIC_NOT_FOUND)   # the parent of partitions holds no messages
     [topic] = await admin.topics.targets(tn)
@@ -123,7 +116,7 @@ async def message_id_by_index(request: web.Request) -> web.Response:
 
 
 async def internal_info(request: web.Request) -> web.Response:
-    admin, tn = await _topic(request)
+    admin, tn = await topic_of(request)
     n = await admin.topics.partition_count(tn)
     if n > 0:
         parts = {}
@@ -157,21 +150,21 @@ async def analyze_backlog(request: web.Request) -> web.Response:
 
 # --- maintenance ---------------------------------------------------------------------------
 async def truncate(request: web.Request) -> web.Response:
-    admin, tn = await _topic(request)
+    admin, tn = await topic_of(request)
     for topic in await admin.topics.targets(tn):
         await AdminEntries.truncate(topic)
     return no_content()
 
 
 async def trim(request: web.Request) -> web.Response:
-    admin, tn = await _topic(request)
+    admin, tn = await topic_of(request)
     for topic in await admin.topics.targets(tn):
         await AdminEntries.trim(topic)
     return json_response(None)   # Pulsar's trimTopic answers 200 with no body
 
 
 async def create_missed_partitions(request: web.Request) -> web.Response:
-    admin, tn = await _topic(request)
+    admin, tn = await topic_of(request)
     n = await admin.topics.partition_count(tn)
     if n == 0:   # Pulsar 4.0 reads the partitioned metadata of an existing partitioned topic
         raise E.not_found(f"Topic {tn.full} does not exist")

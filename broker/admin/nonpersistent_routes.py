@@ -20,7 +20,7 @@ from aiohttp import web
 
 from broker.admin import bodies
 from broker.admin import errors as E
-from broker.admin.responses import admin_of, json_response, no_content
+from broker.admin.responses import admin_of, json_response, no_content, topic_of
 from broker.admin.service import AdminService, topic_name
 from broker.topics.names import TopicName
 from broker.topics.nonpersistent import NonPersistentTopic
@@ -32,13 +32,6 @@ TOPIC = BASE + "/{topic}"
 DOMAIN = "non-persistent"
 _MODES = {"PERSISTENT": ("persistent",), "NON_PERSISTENT": (DOMAIN,),
           "ALL": ("persistent", DOMAIN)}
-
-
-async def _named(request: web.Request) -> tuple[AdminService, TopicName]:
-    admin = admin_of(request)
-    m = request.match_info
-    await admin.tenants.require_namespace(m["tenant"], m["namespace"])
-    return admin, topic_name(m["tenant"], m["namespace"], m["topic"], DOMAIN)
 
 
 def _loaded(admin: AdminService, tn: TopicName) -> NonPersistentTopic:
@@ -76,7 +69,7 @@ async def namespace_topics(request: web.Request) -> web.Response:
 
 
 async def create_topic(request: web.Request) -> web.Response:
-    admin, tn = await _named(request)
+    admin, tn = await topic_of(request, DOMAIN)
     if await admin.topics.partition_count(tn) > 0 or \
             admin.topics.nonpersistent(tn) is not None:
         raise E.conflict(E.TOPIC_EXISTS)
@@ -85,7 +78,7 @@ async def create_topic(request: web.Request) -> web.Response:
 
 
 async def delete_topic(request: web.Request) -> web.Response:
-    admin, tn = await _named(request)
+    admin, tn = await topic_of(request, DOMAIN)
     force = request.query.get("force", "false").lower() in ("1", "true", "yes")
     if await admin.topics.partition_count(tn) > 0:
         raise E.conflict("Topic is a partitioned topic: delete it with DELETE .../partitions")
@@ -95,7 +88,7 @@ async def delete_topic(request: web.Request) -> web.Response:
 
 
 async def create_partitioned(request: web.Request) -> web.Response:
-    admin, tn = await _named(request)
+    admin, tn = await topic_of(request, DOMAIN)
     partitions = bodies.parse_partitions(bodies.load_json(await request.read()))
     if "-partition-" in tn.local_name:
         raise E.precondition_failed(E.PARTITIONED_NAME_WITH_SUFFIX)
@@ -110,13 +103,13 @@ async def create_partitioned(request: web.Request) -> web.Response:
 
 
 async def get_partitions(request: web.Request) -> web.Response:
-    admin, tn = await _named(request)
+    admin, tn = await topic_of(request, DOMAIN)
     return json_response({"partitions": await admin.topics.partition_count(tn),
                           "deleted": False})
 
 
 async def delete_partitioned(request: web.Request) -> web.Response:
-    admin, tn = await _named(request)
+    admin, tn = await topic_of(request, DOMAIN)
     if await admin.topics.partition_count(tn) == 0:
         raise E.not_found(E.PARTITIONED_TOPIC_NOT_FOUND)
     force = request.query.get("force", "false").lower() in ("1", "true", "yes")
@@ -125,12 +118,12 @@ async def delete_partitioned(request: web.Request) -> web.Response:
 
 
 async def stats(request: web.Request) -> web.Response:
-    admin, tn = await _named(request)
+    admin, tn = await topic_of(request, DOMAIN)
     return json_response(_loaded(admin, tn).stats())
 
 
 async def partitioned_stats(request: web.Request) -> web.Response:
-    admin, tn = await _named(request)
+    admin, tn = await topic_of(request, DOMAIN)
     n = await admin.topics.partition_count(tn)
     if n == 0:
         raise E.not_found(E.PARTITIONED_TOPIC_NOT_FOUND)
@@ -152,12 +145,12 @@ async def partitioned_stats(request: web.Request) -> web.Response:
 
 
 async def list_subscriptions(request: web.Request) -> web.Response:
-    admin, tn = await _named(request)
+    admin, tn = await topic_of(request, DOMAIN)
     return json_response(sorted(_loaded(admin, tn).subscriptions))
 
 
 async def delete_subscription(request: web.Request) -> web.Response:
-    admin, tn = await _named(request)
+    admin, tn = await topic_of(request, DOMAIN)
     topic = _loaded(admin, tn)
     name = request.match_info["sub"]
     sub = topic.subscriptions.get(name)

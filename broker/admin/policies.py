@@ -79,8 +79,13 @@ from broker.admin.policy_parsers import (
     parse_subscription_types,
     parse_threshold,
 )
-from broker.admin.responses import admin_of, json_response, no_content
-from broker.admin.service import AdminService, topic_name
+from broker.admin.responses import (
+    json_response,
+    namespace_of,
+    no_content,
+    policy_topic_of,
+)
+from broker.admin.service import AdminService
 from broker.admin.storage_policies import (
     DEFAULT_PERSISTENCE,
     NS_DEDUP_SNAPSHOT,
@@ -104,24 +109,12 @@ from broker.topics.resource_groups import NS_RESOURCE_GROUP
 __all__ = ["SCHEMA_STRATEGIES", "add_routes"]
 
 
-
 def _store(admin: AdminService) -> P.PolicyStore:
     return admin.policy_store
 
 
-async def _namespace(request: web.Request) -> tuple[AdminService, str]:
-    admin = admin_of(request)
-    tenant, ns = request.match_info["tenant"], request.match_info["namespace"]
-    await admin.tenants.require_namespace(tenant, ns)
-    return admin, f"{tenant}/{ns}"
-
-
 async def _topic(request: web.Request) -> tuple[AdminService, str]:
-    admin = admin_of(request)
-    m = request.match_info
-    await admin.tenants.require_namespace(m["tenant"], m["namespace"])
-    tn = topic_name(m["tenant"], m["namespace"], m["topic"])
-    await admin.topics.require_policy_topic(tn)
+    admin, tn = await policy_topic_of(request)
     return admin, tn.full   # the PolicyStore keys a topic by its full name
 
 
@@ -140,7 +133,7 @@ class _Scope:
     remove: Callable[[PolicyRecords, str, str], Awaitable[None]]
 
 
-_NAMESPACE_SCOPE = _Scope(NAMESPACE, _namespace, PolicyRecords.namespace,
+_NAMESPACE_SCOPE = _Scope(NAMESPACE, namespace_of, PolicyRecords.namespace,
                           PolicyRecords.set_namespace_field, PolicyRecords.remove_namespace_field)
 _TOPIC_SCOPE = _Scope(TOPIC, _topic, PolicyRecords.topic,
                       PolicyRecords.set_topic_field, PolicyRecords.remove_topic_field)
@@ -305,7 +298,7 @@ def _handlers(scope: _Scope, field: str, parse: Parser) -> tuple[Handler, Handle
 
 async def get_namespace_policies(request: web.Request) -> web.Response:
     """Pulsar's Policies document of a namespace (the fields Horae keeps; unset ones left out)."""
-    admin, ns = await _namespace(request)
+    admin, ns = await namespace_of(request)
     fields = _store(admin).records.namespace(ns)
     delayed = admin.policies.delayed_body(ns)
     doc: dict[str, Any] = {

@@ -27,7 +27,7 @@ from aiohttp import web
 
 from broker.admin import bodies
 from broker.admin import errors as E
-from broker.admin.responses import admin_of, json_response, no_content
+from broker.admin.responses import admin_of, json_response, namespace_of, no_content
 from broker.admin.service import AdminService, topic_name
 from broker.topics.names import TopicName
 from broker.topics.policy_records import PolicyRecords
@@ -68,13 +68,6 @@ def _records(admin: AdminService) -> PolicyRecords:
     return admin.policy_store.records
 
 
-async def _namespace(request: web.Request) -> tuple[AdminService, str]:
-    admin = admin_of(request)
-    tenant, ns = request.match_info["tenant"], request.match_info["namespace"]
-    await admin.tenants.require_namespace(tenant, ns)
-    return admin, f"{tenant}/{ns}"
-
-
 def _ns_map(admin: AdminService, ns: str) -> dict[str, str]:
     return dict(_records(admin).namespace_value(ns, PROPERTIES) or {})
 
@@ -87,19 +80,19 @@ async def _set_ns_map(admin: AdminService, ns: str, values: dict[str, str]) -> N
 
 
 async def get_ns_properties(request: web.Request) -> web.Response:
-    admin, ns = await _namespace(request)
+    admin, ns = await namespace_of(request)
     return json_response(_ns_map(admin, ns))
 
 
 async def set_ns_properties(request: web.Request) -> web.Response:
     given = parse_properties(bodies.load_json(await request.read()))
-    admin, ns = await _namespace(request)
+    admin, ns = await namespace_of(request)
     await _set_ns_map(admin, ns, {**_ns_map(admin, ns), **given})
     return no_content()
 
 
 async def clear_ns_properties(request: web.Request) -> web.Response:
-    admin, ns = await _namespace(request)
+    admin, ns = await namespace_of(request)
     await _set_ns_map(admin, ns, {})
     return no_content()
 
@@ -109,19 +102,19 @@ def _text_response(value: str | None) -> web.Response:
 
 
 async def get_ns_property(request: web.Request) -> web.Response:
-    admin, ns = await _namespace(request)
+    admin, ns = await namespace_of(request)
     return _text_response(_ns_map(admin, ns).get(request.match_info["key"]))
 
 
 async def set_ns_property(request: web.Request) -> web.Response:
-    admin, ns = await _namespace(request)
+    admin, ns = await namespace_of(request)
     key, value = request.match_info["key"], request.match_info["value"]
     await _set_ns_map(admin, ns, {**_ns_map(admin, ns), key: value})
     return no_content()
 
 
 async def remove_ns_property(request: web.Request) -> web.Response:
-    admin, ns = await _namespace(request)
+    admin, ns = await namespace_of(request)
     values = _ns_map(admin, ns)
     old = values.pop(request.match_info["key"], None)
     if old is not None:

@@ -25,7 +25,7 @@ from aiohttp import web
 from broker.admin import bodies
 from broker.admin import errors as E
 from broker.admin.namespaces import NAMESPACE
-from broker.admin.responses import admin_of, json_response, no_content
+from broker.admin.responses import admin_of, json_response, namespace_of, no_content
 from broker.admin.service import AdminService
 from broker.topics.resource_groups import FIELDS, NS_RESOURCE_GROUP, ResourceGroups
 
@@ -90,23 +90,16 @@ async def delete_group(request: web.Request) -> web.Response:
     return no_content()
 
 
-async def _namespace(request: web.Request) -> tuple[AdminService, str]:
-    admin = admin_of(request)
-    tenant, ns = request.match_info["tenant"], request.match_info["namespace"]
-    await admin.tenants.require_namespace(tenant, ns)
-    return admin, f"{tenant}/{ns}"
-
-
 async def get_ns_group(request: web.Request) -> web.Response:
     """The name as plain text, an empty 200 while unset, as Pulsar's (Jersey writes a String
     entity as it is)."""
-    admin, ns = await _namespace(request)
+    admin, ns = await namespace_of(request)
     value = admin.policy_store.records.namespace_value(ns, NS_RESOURCE_GROUP)
     return web.Response(status=200) if value is None else web.Response(text=str(value))
 
 
 async def set_ns_group(request: web.Request) -> web.Response:
-    admin, ns = await _namespace(request)
+    admin, ns = await namespace_of(request)
     name = request.match_info["name"]
     if _groups(admin).get(name) is None:
         raise E.precondition_failed(MISSING)
@@ -115,7 +108,7 @@ async def set_ns_group(request: web.Request) -> web.Response:
 
 
 async def remove_ns_group(request: web.Request) -> web.Response:
-    admin, ns = await _namespace(request)
+    admin, ns = await namespace_of(request)
     await admin.policy_store.records.remove_namespace_field(ns, NS_RESOURCE_GROUP)
     return no_content()
 

@@ -34,8 +34,7 @@ from aiohttp import web
 
 from broker.admin import bodies
 from broker.admin import errors as E
-from broker.admin.responses import admin_of, json_response, no_content
-from broker.admin.service import AdminService
+from broker.admin.responses import json_response, namespace_of, no_content
 from broker.topics import policies as P
 
 __all__ = ["AUTO_UPDATE_STRATEGIES", "add_routes"]
@@ -47,15 +46,8 @@ AUTO_UPDATE_STRATEGIES = ("AutoUpdateDisabled", "Backward", "Forward", "Full", "
                           "BackwardTransitive", "ForwardTransitive", "FullTransitive")
 
 
-async def _namespace(request: web.Request) -> tuple[AdminService, str]:
-    admin = admin_of(request)
-    tenant, ns = request.match_info["tenant"], request.match_info["namespace"]
-    await admin.tenants.require_namespace(tenant, ns)
-    return admin, f"{tenant}/{ns}"
-
-
 async def get_allow_auto_update(request: web.Request) -> web.Response:
-    admin, ns = await _namespace(request)
+    admin, ns = await namespace_of(request)
     value = admin.policy_store.records.namespace_value(ns, P.NS_ALLOW_AUTO_UPDATE_SCHEMA)
     if value is None:
         return json_response(admin.policy_store.config.is_allow_auto_update_schema_enabled)
@@ -66,13 +58,13 @@ async def set_allow_auto_update(request: web.Request) -> web.Response:
     body = bodies.load_json(await request.read())
     if not isinstance(body, bool):
         raise E.bad_request("Invalid value: expected true or false")
-    admin, ns = await _namespace(request)
+    admin, ns = await namespace_of(request)
     await admin.policy_store.records.set_namespace_field(ns, P.NS_ALLOW_AUTO_UPDATE_SCHEMA, body)
     return no_content()
 
 
 async def get_auto_update_strategy(request: web.Request) -> web.Response:
-    admin, ns = await _namespace(request)
+    admin, ns = await namespace_of(request)
     value = admin.policy_store.records.namespace_value(ns, P.NS_SCHEMA_AUTO_UPDATE_STRATEGY)
     return no_content() if value is None else json_response(value)
 
@@ -81,7 +73,7 @@ async def set_auto_update_strategy(request: web.Request) -> web.Response:
     body = bodies.load_json(await request.read())
     if body is not None and body not in AUTO_UPDATE_STRATEGIES:
         raise E.bad_request(f"Invalid schema auto update compatibility strategy: {body!r}")
-    admin, ns = await _namespace(request)
+    admin, ns = await namespace_of(request)
     records = admin.policy_store.records
     if body is None:
         await records.remove_namespace_field(ns, P.NS_SCHEMA_AUTO_UPDATE_STRATEGY)
@@ -91,7 +83,7 @@ async def set_auto_update_strategy(request: web.Request) -> web.Response:
 
 
 async def get_encryption_required(request: web.Request) -> web.Response:
-    admin, ns = await _namespace(request)
+    admin, ns = await namespace_of(request)
     value = admin.policy_store.records.namespace_value(ns, P.NS_ENCRYPTION_REQUIRED)
     return json_response(bool(value))
 
@@ -100,13 +92,13 @@ async def set_encryption_required(request: web.Request) -> web.Response:
     body = bodies.load_json(await request.read())
     if not isinstance(body, bool):
         raise E.bad_request("Invalid value: expected true or false")
-    admin, ns = await _namespace(request)
+    admin, ns = await namespace_of(request)
     await admin.policy_store.records.set_namespace_field(ns, P.NS_ENCRYPTION_REQUIRED, body)
     return no_content()
 
 
 async def get_subscription_auth_mode(request: web.Request) -> web.Response:
-    admin, ns = await _namespace(request)
+    admin, ns = await namespace_of(request)
     return json_response(admin.tenants.subscription_auth_mode(ns))
 
 
@@ -114,7 +106,7 @@ async def set_subscription_auth_mode(request: web.Request) -> web.Response:
     body = bodies.load_json(await request.read())
     if body is not None and body not in ("None", "Prefix"):
         raise E.bad_request(f"Invalid subscription auth mode: {body!r}")
-    admin, ns = await _namespace(request)
+    admin, ns = await namespace_of(request)
     await admin.tenants.set_subscription_auth_mode(ns, "None" if body is None else str(body))
     return no_content()
 

@@ -33,8 +33,8 @@ from aiohttp import web
 
 from broker.admin import bodies
 from broker.admin import errors as E
-from broker.admin.responses import admin_of, json_response, no_content
-from broker.admin.service import AdminService, topic_name
+from broker.admin.responses import json_response, no_content, policy_topic_of
+from broker.admin.service import AdminService
 from broker.topics.names import TopicName
 from broker.topics.shadows import SHADOW_SOURCE_KEY, SHADOW_TOPICS, shadow_topics_of
 from protocol.errors import InvalidTopicNameError
@@ -46,15 +46,6 @@ TOPIC = "/admin/v2/persistent/{tenant}/{namespace}/{topic}"
 EMPTY_SHADOW_TOPICS = "Cannot specify empty shadow topics, please use remove command instead."
 NOT_PERSISTENT_SHADOW = "Only persistent topic can be set as shadow topic"
 SOURCE_NOT_PERSISTENT = "Source topic must be persistent"
-
-
-async def _source(request: web.Request) -> tuple[AdminService, TopicName]:
-    admin = admin_of(request)
-    m = request.match_info
-    await admin.tenants.require_namespace(m["tenant"], m["namespace"])
-    tn = topic_name(m["tenant"], m["namespace"], m["topic"])
-    await admin.topics.require_policy_topic(tn)
-    return admin, tn
 
 
 async def _exists(admin: AdminService, tn: TopicName) -> bool:
@@ -71,14 +62,14 @@ def _parse_names(body: Any) -> list[str]:
 
 
 async def get_shadow_topics(request: web.Request) -> web.Response:
-    admin, tn = await _source(request)
+    admin, tn = await policy_topic_of(request)
     # unset: an empty 200, as Pulsar answers its null
     return json_response(admin.policy_store.records.topic(tn.full).get(SHADOW_TOPICS))
 
 
 async def set_shadow_topics(request: web.Request) -> web.Response:
     body = bodies.load_json(await request.read())
-    admin, tn = await _source(request)
+    admin, tn = await policy_topic_of(request)
     names = _parse_names(body)
     if not names:
         raise E.precondition_failed(EMPTY_SHADOW_TOPICS)
@@ -97,7 +88,7 @@ async def set_shadow_topics(request: web.Request) -> web.Response:
 
 
 async def remove_shadow_topics(request: web.Request) -> web.Response:
-    admin, tn = await _source(request)
+    admin, tn = await policy_topic_of(request)
     await admin.policy_store.records.remove_topic_field(tn.full, SHADOW_TOPICS)
     return no_content()
 

@@ -49,10 +49,15 @@ from broker.admin.policy_parsers import (
     replicator_dispatch_rate,
     snapshot_interval,
 )
-from broker.admin.responses import admin_of, json_response, no_content
-from broker.admin.service import AdminService, topic_name
+from broker.admin.responses import (
+    admin_of,
+    json_response,
+    namespace_of,
+    no_content,
+    policy_topic_of,
+)
+from broker.admin.service import AdminService
 from broker.admin.topics import TOPIC
-from broker.topics.names import TopicName
 from broker.topics.policy_records import PolicyRecords
 
 __all__ = ["NS_PERSISTENCE", "TOPIC_PERSISTENCE", "add_routes", "offload_document",
@@ -116,22 +121,6 @@ def offload_document(stored: dict[str, Any] | None) -> dict[str, Any] | None:
 
 
 # --- handlers -----------------------------------------------------------------------------
-async def _namespace(request: web.Request) -> tuple[AdminService, str]:
-    admin = admin_of(request)
-    tenant, ns = request.match_info["tenant"], request.match_info["namespace"]
-    await admin.tenants.require_namespace(tenant, ns)
-    return admin, f"{tenant}/{ns}"
-
-
-async def _topic(request: web.Request) -> tuple[AdminService, TopicName]:
-    admin = admin_of(request)
-    m = request.match_info
-    await admin.tenants.require_namespace(m["tenant"], m["namespace"])
-    tn = topic_name(m["tenant"], m["namespace"], m["topic"])
-    await admin.topics.require_policy_topic(tn)
-    return admin, tn
-
-
 def _records(admin: AdminService) -> PolicyRecords:
     return admin.policy_store.records
 
@@ -145,13 +134,13 @@ async def _body(request: web.Request) -> object:
 
 
 async def get_ns_offload(request: web.Request) -> web.Response:
-    admin, ns = await _namespace(request)
+    admin, ns = await namespace_of(request)
     return json_response(offload_document(_records(admin).namespace_value(ns, NS_OFFLOAD)))
 
 
 async def set_ns_offload(request: web.Request) -> web.Response:
     body = await _body(request)
-    admin, ns = await _namespace(request)
+    admin, ns = await namespace_of(request)
     await _write_ns_offload(_records(admin), ns, offload_policies_body(body))
     return no_content()
 
@@ -168,7 +157,7 @@ async def _write_ns_offload(records: PolicyRecords, ns: str, doc: dict[str, Any]
 
 
 async def remove_ns_offload(request: web.Request) -> web.Response:
-    admin, ns = await _namespace(request)
+    admin, ns = await namespace_of(request)
     await _records(admin).remove_namespace_field(ns, NS_OFFLOAD)
     for key in LEGACY:   # Pulsar's remove clears the old fields too
         await _records(admin).remove_namespace_field(ns, key)
@@ -181,7 +170,7 @@ def _ns_offload_value(name: str, legacy: str, unset: object) -> tuple[Any, Any]:
     document has no value, GET reads the Policies' own old field (*legacy*) a create body may
     have set (:mod:`broker.admin.offload_fields`)."""
     async def get(request: web.Request) -> web.Response:
-        admin, ns = await _namespace(request)
+        admin, ns = await namespace_of(request)
         doc = _records(admin).namespace_value(ns, NS_OFFLOAD) or {}
         value = doc.get(name)
         if value is None:
@@ -190,7 +179,7 @@ def _ns_offload_value(name: str, legacy: str, unset: object) -> tuple[Any, Any]:
 
     async def put(request: web.Request) -> web.Response:
         body = await _body(request)
-        admin, ns = await _namespace(request)
+        admin, ns = await namespace_of(request)
         value = _int(name, body)
         doc = dict(_records(admin).namespace_value(ns, NS_OFFLOAD) or offload_defaults())
         doc[name] = value
@@ -201,7 +190,7 @@ def _ns_offload_value(name: str, legacy: str, unset: object) -> tuple[Any, Any]:
 
 
 async def clear_ns_offload_lag(request: web.Request) -> web.Response:
-    admin, ns = await _namespace(request)
+    admin, ns = await namespace_of(request)
     records = _records(admin)
     doc = records.namespace_value(ns, NS_OFFLOAD)
     if any(records.namespace_value(ns, key) is not None for key in LEGACY):
@@ -215,7 +204,7 @@ async def clear_ns_offload_lag(request: web.Request) -> web.Response:
 
 
 async def get_topic_offload(request: web.Request) -> web.Response:
-    admin, tn = await _topic(request)
+    admin, tn = await policy_topic_of(request)
     records = _records(admin)
     value = records.topic_value(tn, TOPIC_OFFLOAD)
     if value is None and _applied(request):
@@ -225,27 +214,27 @@ async def get_topic_offload(request: web.Request) -> web.Response:
 
 async def set_topic_offload(request: web.Request) -> web.Response:
     body = await _body(request)
-    admin, tn = await _topic(request)
+    admin, tn = await policy_topic_of(request)
     await _records(admin).set_topic_field(tn.full, TOPIC_OFFLOAD, offload_policies_body(body))
     return no_content()
 
 
 async def remove_topic_offload(request: web.Request) -> web.Response:
-    admin, tn = await _topic(request)
+    admin, tn = await policy_topic_of(request)
     await _records(admin).remove_topic_field(tn.full, TOPIC_OFFLOAD)
     return no_content()
 
 
 # --- bookie affinity --------------------------------------------------------------------------
 async def get_bookie_affinity(request: web.Request) -> web.Response:
-    admin, ns = await _namespace(request)
+    admin, ns = await namespace_of(request)
     group = _records(admin).namespace_value(ns, NS_BOOKIE_AFFINITY)
     return json_response(group) if group is not None else no_content()
 
 
 async def set_bookie_affinity(request: web.Request) -> web.Response:
     body = await _body(request)
-    admin, ns = await _namespace(request)
+    admin, ns = await namespace_of(request)
     if not isinstance(body, dict) or not all(
             isinstance(body.get(k, ""), str) for k in ("bookkeeperAffinityGroupPrimary",
                                                         "bookkeeperAffinityGroupSecondary")):
@@ -257,14 +246,14 @@ async def set_bookie_affinity(request: web.Request) -> web.Response:
 
 
 async def delete_bookie_affinity(request: web.Request) -> web.Response:
-    admin, ns = await _namespace(request)
+    admin, ns = await namespace_of(request)
     await _records(admin).remove_namespace_field(ns, NS_BOOKIE_AFFINITY)
     return no_content()
 
 
 # --- replication clusters -------------------------------------------------------------------
 async def get_topic_replication(request: web.Request) -> web.Response:
-    admin, tn = await _topic(request)
+    admin, tn = await policy_topic_of(request)
     value = _records(admin).topic_value(tn, TOPIC_REPLICATION)
     if not value and _applied(request):
         value = [admin.broker.cluster_name]
@@ -273,7 +262,7 @@ async def get_topic_replication(request: web.Request) -> web.Response:
 
 async def set_topic_replication(request: web.Request) -> web.Response:
     body = await _body(request)
-    admin, tn = await _topic(request)
+    admin, tn = await policy_topic_of(request)
     if body is not None and (not isinstance(body, list)
                              or not all(isinstance(c, str) for c in body)):
         raise E.bad_request("Invalid value: expected a list of cluster names")
@@ -294,13 +283,13 @@ async def set_topic_replication(request: web.Request) -> web.Response:
 
 
 async def remove_topic_replication(request: web.Request) -> web.Response:
-    admin, tn = await _topic(request)
+    admin, tn = await policy_topic_of(request)
     await _records(admin).remove_topic_field(tn.full, TOPIC_REPLICATION)
     return no_content()
 
 
 async def get_ns_replication(request: web.Request) -> web.Response:
-    admin, _ = await _namespace(request)
+    admin, _ = await namespace_of(request)
     return json_response([admin.broker.cluster_name])
 
 
@@ -320,7 +309,7 @@ async def set_ns_replication(request: web.Request) -> web.Response:
     for cluster in dict.fromkeys(body):
         if cluster != admin_of(request).broker.cluster_name:
             raise E.RestError(403, f"Invalid cluster id: {cluster}")
-    await _namespace(request)
+    await namespace_of(request)
     return web.Response(status=200)   # Pulsar answers 200 with no body
 
 

@@ -41,8 +41,14 @@ from aiohttp import web
 
 from broker.admin import bodies
 from broker.admin import errors as E
-from broker.admin.responses import admin_of, json_response, no_content
-from broker.admin.service import AdminEntries, AdminService, AdminTopics, topic_name
+from broker.admin.responses import json_response, no_content, topic_of
+from broker.admin.service import (
+    NON_PERSISTENT,
+    PERSISTENT,
+    AdminEntries,
+    AdminService,
+    AdminTopics,
+)
 from broker.admin.topics import SUB, TOPIC
 from broker.metrics.rates import iso_ms
 from broker.subscriptions.expiry import expire_before, expire_up_to
@@ -61,12 +67,9 @@ _COMPRESSION = {0: "NONE", 1: "LZ4", 2: "ZLIB", 3: "ZSTD", 4: "SNAPPY"}
 
 
 async def _topic(request: web.Request) -> tuple[AdminService, TopicName]:
-    admin = admin_of(request)
-    m = request.match_info
-    await admin.tenants.require_namespace(m["tenant"], m["namespace"])
-    domain = "non-persistent" if request.path.startswith("/admin/v2/non-persistent/") \
-        else "persistent"
-    return admin, topic_name(m["tenant"], m["namespace"], m["topic"], domain)
+    domain = NON_PERSISTENT if request.path.startswith("/admin/v2/non-persistent/") \
+        else PERSISTENT
+    return await topic_of(request, domain)
 
 
 def _message_id(pos: Position | None, partition: int = -1) -> dict[str, int]:
