@@ -39,7 +39,8 @@ a replaced version leaves its tracker's time index lazily, when its old time com
 
 Broker CPU (all threads, ``/proc/PID/stat``) is read around each phase; the load average is
 printed with each round, since the machine's other work moves every absolute figure.
-``--profile DIR`` adds a round whose by-key phase runs under py-spy and prints its top frames.
+``--profile DIR`` adds a round whose three measured phases each run under py-spy (one stack
+file per phase) and prints their top frames.
 
 Usage::
 
@@ -324,7 +325,7 @@ class Settings:
 
 
 async def run_round(broker: Broker, tag: str, s: Settings, rnd: random.Random,
-                    on_keyed: Callable[[str, str], None] | None = None,
+                    on_phase: Callable[[str, str], None] | None = None,
                     ) -> tuple[list[PhaseResult], tuple[bool, str]]:
     base = int(time.time() * 1000) + HOUR_MS
     keyed_topic = f"persistent://{NAMESPACE}/resched-{tag}"
@@ -340,20 +341,20 @@ async def run_round(broker: Broker, tag: str, s: Settings, rnd: random.Random,
     holders = [await attach(broker, keyed_topic, s.permits),
                await attach(broker, plain_topic, s.permits)]
     (await attach(broker, raw_topic, None)).close()
+    async def phase(label: str, topic: str, name: str, frames: list[list[bytes]]) -> PhaseResult:
+        if on_phase:
+            on_phase(label, "start")
+        try:
+            return await publish(broker, topic, name, frames, s.window, s.timeout_s)
+        finally:
+            if on_phase:
+                on_phase(label, "stop")
+
     try:
         results = [await publish(broker, keyed_topic, "seed", seed_frames, s.window, s.timeout_s)]
-        if on_keyed:
-            on_keyed("by-key", "start")
-        try:
-            results.append(await publish(broker, keyed_topic, "by key", work_frames, s.window,
-                                         s.timeout_s))
-        finally:
-            if on_keyed:
-                on_keyed("by-key", "stop")
-        results.append(await publish(broker, plain_topic, "plain delayed", plain_frames,
-                                     s.window, s.timeout_s))
-        results.append(await publish(broker, raw_topic, "raw (no delay)", raw_frames, s.window,
-                                     s.timeout_s))
+        results.append(await phase("by-key", keyed_topic, "by key", work_frames))
+        results.append(await phase("plain-delayed", plain_topic, "plain delayed", plain_frames))
+        results.append(await phase("raw", raw_topic, "raw (no delay)", raw_frames))
         expected = final_state([op for ops in work for op in ops],
                                final_state([op for ops in seed for op in ops]))
         ok, details = await settle(broker, keyed_topic, lambda state: state == expected, 60.0)
@@ -515,7 +516,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--kill9", action="store_true",
                     help="then a fresh broker: the operations killed -9 at half, restart, check")
     ap.add_argument("--profile", type=pathlib.Path, metavar="DIR",
-                    help="one extra round, its by-key phase under py-spy; stacks go to DIR")
+                    help="one extra round, each phase under py-spy; stacks go to DIR")
     args = ap.parse_args(argv)
     if min(args.keys, args.ops, args.producers, args.window) < 1 or args.keys < args.producers:
         ap.error("keys, ops, producers and window must be >= 1, keys >= producers")
@@ -540,7 +541,7 @@ def main(argv: list[str] | None = None) -> int:
                 recorder = PySpyRecorder(broker.pid, args.profile)
                 results, verdict = runner.run(run_round(broker, f"{os.getpid()}-profile", s, rnd,
                                                         recorder))
-                print_round("profiled round (py-spy attached to the by-key phase)", results,
+                print_round("profiled round (py-spy attached to each phase)", results,
                             verdict)
                 for phase, path in recorder.outputs.items():
                     print(f"\npy-spy, Horae {phase} phase ({path}):")
