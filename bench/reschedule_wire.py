@@ -19,9 +19,12 @@ topic:
    reach the log in the order they were sent;
 3. *plain delayed*: as many delayed SENDs without a key (1-2 h out);
 4. *raw*: as many unbatched SENDs without a deliver time (the publish ceiling), on a topic
-   whose subscription was created and left (nothing dispatched meanwhile).
+   whose subscription was created and left (nothing dispatched meanwhile);
+5. *raw, consumer*: the same with a consumer attached (each message read, sent and
+   acknowledged): what a subscription that reads every entry costs, the fair reference for
+   the plain delayed phase, whose subscription reads every entry too (and holds it).
 
-Phases 1-3 have a Shared consumer attached (:class:`Holder`: a FLOW of ``--permits``, it
+Phases 1-3 and 5 have a Shared consumer attached (:class:`Holder`: a FLOW of ``--permits``, it
 acknowledges whatever arrives), so each subscription's delayed-delivery tracker is live and the
 broker acknowledges each replaced or cancelled version on it as the replacement is recorded.
 Every deliver time is distinct (``base + slot * spacing``, slots a random permutation): a
@@ -331,6 +334,7 @@ async def run_round(broker: Broker, tag: str, s: Settings, rnd: random.Random,
     keyed_topic = f"persistent://{NAMESPACE}/resched-{tag}"
     plain_topic = f"persistent://{NAMESPACE}/resched-plain-{tag}"
     raw_topic = f"persistent://{NAMESPACE}/resched-raw-{tag}"
+    read_topic = f"persistent://{NAMESPACE}/resched-read-{tag}"
     seed, work = keyed_ops(s.keys, s.ops, s.producers, rnd, base)
     seed_frames = [build_frames(f"seed-{p}", ops, s.size) for p, ops in enumerate(seed)]
     work_frames = [build_frames(f"key-{p}", ops, s.size) for p, ops in enumerate(work)]
@@ -338,8 +342,11 @@ async def run_round(broker: Broker, tag: str, s: Settings, rnd: random.Random,
                     for p, ops in enumerate(plain_ops(s.ops, s.producers, rnd, base))]
     raw_frames = [build_frames(f"raw-{p}", ops, s.size)
                   for p, ops in enumerate(plain_ops(s.ops, s.producers, rnd, None))]
+    read_frames = [build_frames(f"read-{p}", ops, s.size)
+                   for p, ops in enumerate(plain_ops(s.ops, s.producers, rnd, None))]
     holders = [await attach(broker, keyed_topic, s.permits),
-               await attach(broker, plain_topic, s.permits)]
+               await attach(broker, plain_topic, s.permits),
+               await attach(broker, read_topic, s.permits)]
     (await attach(broker, raw_topic, None)).close()
     async def phase(label: str, topic: str, name: str, frames: list[list[bytes]]) -> PhaseResult:
         if on_phase:
@@ -355,6 +362,7 @@ async def run_round(broker: Broker, tag: str, s: Settings, rnd: random.Random,
         results.append(await phase("by-key", keyed_topic, "by key", work_frames))
         results.append(await phase("plain-delayed", plain_topic, "plain delayed", plain_frames))
         results.append(await phase("raw", raw_topic, "raw (no delay)", raw_frames))
+        results.append(await phase("raw-consumer", read_topic, "raw, consumer", read_frames))
         expected = final_state([op for ops in work for op in ops],
                                final_state([op for ops in seed for op in ops]))
         ok, details = await settle(broker, keyed_topic, lambda state: state == expected, 60.0)
@@ -500,6 +508,8 @@ def print_round(label: str, results: list[PhaseResult], verdict: tuple[bool, str
     if by.get("plain delayed") and by.get("raw (no delay)"):
         print(f"  by key / plain delayed {by['by key'] / by['plain delayed']:.2f}x, "
               f"by key / raw {by['by key'] / by['raw (no delay)']:.2f}x")
+    if by.get("raw, consumer"):
+        print(f"  plain delayed / raw with a consumer {by['plain delayed'] / by['raw, consumer']:.2f}x")
     print(f"  check: {'ok' if verdict[0] else 'MISMATCH'}: {verdict[1]}", flush=True)
 
 

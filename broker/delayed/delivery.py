@@ -208,8 +208,7 @@ class DelayedDelivery:
         """Drop tracked positions, in memory only (skipped: they are acknowledged anyway)."""
         tracker = self._tracker
         if tracker is not None:
-            for position in positions:
-                tracker.cancel(position)
+            tracker.cancel_run(positions if isinstance(positions, list) else list(positions))
 
     def clear(self) -> None:
         """Forget everything (a cursor reset)."""

@@ -209,6 +209,25 @@ class InMemoryDelayedDeliveryTracker(TimedTracker):
         self._update_timer()
         return True
 
+    def cancel_run(self, positions: list[Position]) -> int:
+        """:meth:`cancel` of each, the timer re-aimed once at the end."""
+        indexed = self._positions
+        discard = indexed.discard
+        wide = self._wide.members
+        dropped = 0
+        for position in positions:
+            ledger_id, entry_id = position
+            if 0 <= ledger_id < _LIMIT and 0 <= entry_id < _LIMIT:
+                dropped += discard(ledger_id, entry_id)
+            elif position in wide:
+                wide.discard(position)
+                dropped += 1
+        if dropped:
+            if not indexed.count and not wide:
+                self._reset_when_empty()
+            self._update_timer()
+        return dropped
+
     def cancel_delayed(self, position: Position, deliver_at_ms: int) -> CancelResult:
         if deliver_at_ms <= self._cutoff():
             return self._cancels.refuse()

@@ -190,6 +190,12 @@ class DelayedDeliveryTracker(abc.ABC):
         """Drop a tracked position, in memory only (the skip-by-ids path, which acks it
         anyway). True if it was tracked."""
 
+    def cancel_run(self, positions: list[Position]) -> int:
+        """:meth:`cancel` of each (positions superseded together); returns how many were
+        tracked."""
+        cancel = self.cancel
+        return sum(1 for position in positions if cancel(position))
+
     @abc.abstractmethod
     def cancel_delayed(self, position: Position, deliver_at_ms: int) -> CancelResult:
         """PIP-423 tracker-level cancel of the message at ``position`` due at

@@ -483,3 +483,28 @@ def test_a_run_of_adds_does_what_one_add_per_position_does(strict: bool) -> None
         for loop in (one_loop, run_loop):
             loop.now_ms = T0 + 30_000
         assert run.get_scheduled(10_000) == one.get_scheduled(10_000)
+
+
+def test_a_run_of_cancels_does_what_one_cancel_per_position_does() -> None:
+    """cancel_run (positions superseded together) against one cancel per position: same
+    count, contents, timer and hand-out order, also when it empties the tracker."""
+    rnd = random.Random(5)
+    for trial in range(40):
+        one_loop, run_loop = FakeLoop(), FakeLoop()
+        one, run = make(one_loop), make(run_loop)
+        tracked = [Position(1 << 33 if k % 17 == 0 else 1, k) for k in range(rnd.randrange(1, 200))]
+        times = [T0 + rnd.randrange(1, 10_000) for _ in tracked]
+        for t in (one, run):
+            for pos, at in zip(tracked, times, strict=True):
+                t.add(pos, at)
+        if trial % 4 == 0:
+            gone = list(tracked)                                   # all of them
+        else:
+            gone = rnd.sample(tracked, rnd.randrange(0, len(tracked) + 1))
+        gone += [Position(1, 10_000 + k) for k in range(3)]       # never tracked
+        assert run.cancel_run(gone) == sum(one.cancel(pos) for pos in gone)
+        assert len(run) == len(one)
+        assert run.timer.target_ms == one.timer.target_ms
+        for loop in (one_loop, run_loop):
+            loop.now_ms = T0 + 20_000
+        assert run.get_scheduled(10_000) == one.get_scheduled(10_000)
