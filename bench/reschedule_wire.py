@@ -7,7 +7,8 @@ No client library (as ``bench/wire_load.py``): SEND frames are pre-built with Ho
 codec and written on raw asyncio connections (:mod:`bench.wire_clients`), ``--producers``
 connections each keeping ``--window`` SENDs in flight; a SEND's receipt latency is from the
 write of its frame to the read that returned its receipt. One Horae broker
-(``python -m broker serve``, fsync before every receipt) serves every phase; the namespace
+(``python -m broker serve``, fsync before every receipt; ``--no-fsync``: none, to tell the
+disk's share of the receipt latency from the broker's) serves every phase; the namespace
 ``public/default`` has ``delayedDeliveryReplaceByKey`` on. One round, each phase on a fresh
 topic:
 
@@ -48,7 +49,7 @@ file per phase) and prints their top frames.
 Usage::
 
     .venv/bin/python bench/reschedule_wire.py [--keys 20000] [--ops 100000] [--producers 4]
-        [--window 200] [--size 128] [--rounds 2] [--profile DIR]
+        [--window 200] [--size 128] [--rounds 2] [--profile DIR] [--no-fsync] [--kill9]
 
 Never part of the test run.
 """
@@ -523,6 +524,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--permits", type=int, default=1000)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds per phase")
+    ap.add_argument("--no-fsync", action="store_true",
+                    help="the broker does not fsync (journalSyncData=false): the receipt latency "
+                         "without the disk's")
     ap.add_argument("--kill9", action="store_true",
                     help="then a fresh broker: the operations killed -9 at half, restart, check")
     ap.add_argument("--profile", type=pathlib.Path, metavar="DIR",
@@ -534,11 +538,12 @@ def main(argv: list[str] | None = None) -> int:
                  args.timeout)
     print(f"reschedule over the wire: {s.keys:,} keys, {s.ops:,} operations (3/4 reschedule, "
           f"1/4 cancel), {s.producers} producers x {s.window} in flight, {s.size} B payloads, "
-          f"unbatched; fsync before every receipt", flush=True)
+          f"unbatched; {'no fsync' if args.no_fsync else 'fsync before every receipt'}",
+          flush=True)
     tmp = pathlib.Path(tempfile.mkdtemp(prefix="horae-resched-wire-"))
     failed = False
     try:
-        with start_horae(tmp) as broker, \
+        with start_horae(tmp, fsync=not args.no_fsync) as broker, \
                 asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
             enable_replace_by_key(broker)
             rnd = random.Random(7)
