@@ -7,7 +7,8 @@ No client library (as ``bench/wire_load.py``): SEND frames are pre-built with Ho
 codec and written on raw asyncio connections (:mod:`bench.wire_clients`), ``--producers``
 connections each keeping ``--window`` SENDs in flight; a SEND's receipt latency is from the
 write of its frame to the read that returned its receipt. One Horae broker
-(``python -m broker serve``, fsync before every receipt) serves every phase; the namespace
+(``python -m broker serve``, fsync before every receipt; ``--no-fsync``: none, to tell the
+disk's share of the receipt latency from the broker's) serves every phase; the namespace
 ``public/default`` has ``delayedDeliveryReplaceByKey`` on. One round, each phase on a fresh
 topic:
 
@@ -19,9 +20,12 @@ topic:
    reach the log in the order they were sent;
 3. *plain delayed*: as many delayed SENDs without a key (1-2 h out);
 4. *raw*: as many unbatched SENDs without a deliver time (the publish ceiling), on a topic
-   whose subscription was created and left (nothing dispatched meanwhile).
+   whose subscription was created and left (nothing dispatched meanwhile);
+5. *raw, consumer*: the same with a consumer attached (each message read, sent and
+   acknowledged): what a subscription that reads every entry costs, the fair reference for
+   the plain delayed phase, whose subscription reads every entry too (and holds it).
 
-Phases 1-3 have a Shared consumer attached (:class:`Holder`: a FLOW of ``--permits``, it
+Phases 1-3 and 5 have a Shared consumer attached (:class:`Holder`: a FLOW of ``--permits``, it
 acknowledges whatever arrives), so each subscription's delayed-delivery tracker is live and the
 broker acknowledges each replaced or cancelled version on it as the replacement is recorded.
 Every deliver time is distinct (``base + slot * spacing``, slots a random permutation): a
@@ -39,12 +43,13 @@ a replaced version leaves its tracker's time index lazily, when its old time com
 
 Broker CPU (all threads, ``/proc/PID/stat``) is read around each phase; the load average is
 printed with each round, since the machine's other work moves every absolute figure.
-``--profile DIR`` adds a round whose by-key phase runs under py-spy and prints its top frames.
+``--profile DIR`` adds a round whose three measured phases each run under py-spy (one stack
+file per phase) and prints their top frames.
 
 Usage::
 
     .venv/bin/python bench/reschedule_wire.py [--keys 20000] [--ops 100000] [--producers 4]
-        [--window 200] [--size 128] [--rounds 2] [--profile DIR]
+        [--window 200] [--size 128] [--rounds 2] [--profile DIR] [--no-fsync] [--kill9]
 
 Never part of the test run.
 """
@@ -324,12 +329,13 @@ class Settings:
 
 
 async def run_round(broker: Broker, tag: str, s: Settings, rnd: random.Random,
-                    on_keyed: Callable[[str, str], None] | None = None,
+                    on_phase: Callable[[str, str], None] | None = None,
                     ) -> tuple[list[PhaseResult], tuple[bool, str]]:
     base = int(time.time() * 1000) + HOUR_MS
     keyed_topic = f"persistent://{NAMESPACE}/resched-{tag}"
     plain_topic = f"persistent://{NAMESPACE}/resched-plain-{tag}"
     raw_topic = f"persistent://{NAMESPACE}/resched-raw-{tag}"
+    read_topic = f"persistent://{NAMESPACE}/resched-read-{tag}"
     seed, work = keyed_ops(s.keys, s.ops, s.producers, rnd, base)
     seed_frames = [build_frames(f"seed-{p}", ops, s.size) for p, ops in enumerate(seed)]
     work_frames = [build_frames(f"key-{p}", ops, s.size) for p, ops in enumerate(work)]
@@ -337,23 +343,27 @@ async def run_round(broker: Broker, tag: str, s: Settings, rnd: random.Random,
                     for p, ops in enumerate(plain_ops(s.ops, s.producers, rnd, base))]
     raw_frames = [build_frames(f"raw-{p}", ops, s.size)
                   for p, ops in enumerate(plain_ops(s.ops, s.producers, rnd, None))]
+    read_frames = [build_frames(f"read-{p}", ops, s.size)
+                   for p, ops in enumerate(plain_ops(s.ops, s.producers, rnd, None))]
     holders = [await attach(broker, keyed_topic, s.permits),
-               await attach(broker, plain_topic, s.permits)]
+               await attach(broker, plain_topic, s.permits),
+               await attach(broker, read_topic, s.permits)]
     (await attach(broker, raw_topic, None)).close()
+    async def phase(label: str, topic: str, name: str, frames: list[list[bytes]]) -> PhaseResult:
+        if on_phase:
+            on_phase(label, "start")
+        try:
+            return await publish(broker, topic, name, frames, s.window, s.timeout_s)
+        finally:
+            if on_phase:
+                on_phase(label, "stop")
+
     try:
         results = [await publish(broker, keyed_topic, "seed", seed_frames, s.window, s.timeout_s)]
-        if on_keyed:
-            on_keyed("by-key", "start")
-        try:
-            results.append(await publish(broker, keyed_topic, "by key", work_frames, s.window,
-                                         s.timeout_s))
-        finally:
-            if on_keyed:
-                on_keyed("by-key", "stop")
-        results.append(await publish(broker, plain_topic, "plain delayed", plain_frames,
-                                     s.window, s.timeout_s))
-        results.append(await publish(broker, raw_topic, "raw (no delay)", raw_frames, s.window,
-                                     s.timeout_s))
+        results.append(await phase("by-key", keyed_topic, "by key", work_frames))
+        results.append(await phase("plain-delayed", plain_topic, "plain delayed", plain_frames))
+        results.append(await phase("raw", raw_topic, "raw (no delay)", raw_frames))
+        results.append(await phase("raw-consumer", read_topic, "raw, consumer", read_frames))
         expected = final_state([op for ops in work for op in ops],
                                final_state([op for ops in seed for op in ops]))
         ok, details = await settle(broker, keyed_topic, lambda state: state == expected, 60.0)
@@ -499,6 +509,8 @@ def print_round(label: str, results: list[PhaseResult], verdict: tuple[bool, str
     if by.get("plain delayed") and by.get("raw (no delay)"):
         print(f"  by key / plain delayed {by['by key'] / by['plain delayed']:.2f}x, "
               f"by key / raw {by['by key'] / by['raw (no delay)']:.2f}x")
+    if by.get("raw, consumer"):
+        print(f"  plain delayed / raw with a consumer {by['plain delayed'] / by['raw, consumer']:.2f}x")
     print(f"  check: {'ok' if verdict[0] else 'MISMATCH'}: {verdict[1]}", flush=True)
 
 
@@ -512,10 +524,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--permits", type=int, default=1000)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds per phase")
+    ap.add_argument("--no-fsync", action="store_true",
+                    help="the broker does not fsync (journalSyncData=false): the receipt latency "
+                         "without the disk's")
     ap.add_argument("--kill9", action="store_true",
                     help="then a fresh broker: the operations killed -9 at half, restart, check")
     ap.add_argument("--profile", type=pathlib.Path, metavar="DIR",
-                    help="one extra round, its by-key phase under py-spy; stacks go to DIR")
+                    help="one extra round, each phase under py-spy; stacks go to DIR")
     args = ap.parse_args(argv)
     if min(args.keys, args.ops, args.producers, args.window) < 1 or args.keys < args.producers:
         ap.error("keys, ops, producers and window must be >= 1, keys >= producers")
@@ -523,11 +538,12 @@ def main(argv: list[str] | None = None) -> int:
                  args.timeout)
     print(f"reschedule over the wire: {s.keys:,} keys, {s.ops:,} operations (3/4 reschedule, "
           f"1/4 cancel), {s.producers} producers x {s.window} in flight, {s.size} B payloads, "
-          f"unbatched; fsync before every receipt", flush=True)
+          f"unbatched; {'no fsync' if args.no_fsync else 'fsync before every receipt'}",
+          flush=True)
     tmp = pathlib.Path(tempfile.mkdtemp(prefix="horae-resched-wire-"))
     failed = False
     try:
-        with start_horae(tmp) as broker, \
+        with start_horae(tmp, fsync=not args.no_fsync) as broker, \
                 asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
             enable_replace_by_key(broker)
             rnd = random.Random(7)
@@ -540,7 +556,7 @@ def main(argv: list[str] | None = None) -> int:
                 recorder = PySpyRecorder(broker.pid, args.profile)
                 results, verdict = runner.run(run_round(broker, f"{os.getpid()}-profile", s, rnd,
                                                         recorder))
-                print_round("profiled round (py-spy attached to the by-key phase)", results,
+                print_round("profiled round (py-spy attached to each phase)", results,
                             verdict)
                 for phase, path in recorder.outputs.items():
                     print(f"\npy-spy, Horae {phase} phase ({path}):")

@@ -6,7 +6,9 @@ A subscription has one :class:`DelayedDelivery`, made from a :class:`TrackerFact
 broker's settings, the event loop and, for a durable subscription, its cursor and the snapshot
 store) and the delayed-delivery policy in force. When the subscription creates a Shared or
 Key_Shared dispatcher it hands that dispatcher its ``DelayedDelivery``; the dispatcher drives it
-(:meth:`DelayedDelivery.hold` for a fresh entry with a deliver time, :meth:`~DelayedDelivery.due`
+(:meth:`DelayedDelivery.hold` for a fresh entry with a deliver time -- or, for those of one read
+due after :meth:`~DelayedDelivery.hold_after_ms`, one :meth:`~DelayedDelivery.hold_run` --,
+:meth:`~DelayedDelivery.due`
 for the positions that fell due, :meth:`~DelayedDelivery.paused`,
 :meth:`~DelayedDelivery.skip_held`) and is the one the tracker wakes (``on_due``). A dispatcher
 of another type gets none. The same object outlives a dispatcher switch (its tracker is
@@ -164,6 +166,19 @@ class DelayedDelivery:
             return False
         return self._ensure().add(position, deliver_at_ms)
 
+    def hold_after_ms(self) -> int | None:
+        """The cutoff :meth:`hold_run` is for: a fresh entry due after it is held whatever it
+        is (None: delayed delivery is not active, every entry takes :meth:`hold`)."""
+        if not self._policy.active:
+            return None
+        return self._ensure().cutoff_ms()
+
+    def hold_run(self, positions: list[Position], deliver_at_ms: list[int]) -> list[int]:
+        """Fresh entries of one read, each due after :meth:`hold_after_ms`: held together
+        (one tracker call). Returns the indexes of those the tracker did not keep (fell due
+        meanwhile: the caller delivers them as due)."""
+        return self._ensure().add_run(positions, deliver_at_ms)
+
     def due(self, max_messages: int) -> list[Position]:
         """Up to ``max_messages`` positions that fell due, ascending, handed over for good."""
         tracker = self._tracker
@@ -193,8 +208,7 @@ class DelayedDelivery:
         """Drop tracked positions, in memory only (skipped: they are acknowledged anyway)."""
         tracker = self._tracker
         if tracker is not None:
-            for position in positions:
-                tracker.cancel(position)
+            tracker.cancel_run(positions if isinstance(positions, list) else list(positions))
 
     def clear(self) -> None:
         """Forget everything (a cursor reset)."""

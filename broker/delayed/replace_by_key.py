@@ -24,6 +24,9 @@ What counts (:func:`classify`), all sent by any Pulsar client unchanged:
   tombstones only is not delivered. A compressed batch is not opened.
 
 Ordinary messages (no deliver time, a payload) neither replace nor are replaced.
+An entry whose metadata holds neither tag byte (partition_key, num_messages_in_batch) after
+``producer_name`` is answered without a parse (a tag written in more bytes than it needs,
+which no serializer does, is not looked for: live and rebuilt schedules use the same test).
 
 Entries are recorded (:meth:`KeyedSchedule.record`) when they are durable, before their
 receipts, in log order; so a replacement answered to its producer is already in force. The
@@ -96,6 +99,13 @@ def classify(entry: bytes) -> EntryKeys | None:
     if len(entry) < 4:
         return None
     (size,) = _u32_unpack_from(entry, 0)
+    # Without a partition_key tag (6, 0x32) or a num_messages_in_batch tag (11, 0x58) among
+    # the bytes after producer_name (which every serializer writes first) the entry cannot be
+    # keyed: most entries on a topic with the policy on are answered without a parse.
+    if len(entry) > 6 and entry[4] == 0x0A and entry[5] < 0x80:
+        start, end = 6 + entry[5], 4 + size
+        if entry.find(b"\x32", start, end) < 0 and entry.find(b"\x58", start, end) < 0:
+            return None
     try:
         md = _metadata_from_string(entry[4:4 + size])
     except DecodeError:

@@ -164,6 +164,19 @@ class DelayedDeliveryTracker(abc.ABC):
         """Track a position. False = already due (<= cutoff): deliver it normally now.
         True = tracked (or already tracked): skip it for now."""
 
+    def add_run(self, positions: list[Position], deliver_at_ms: list[int]) -> list[int]:
+        """Track fresh positions read together (a dispatcher's read), each due at the time of
+        the same index: what :meth:`add` does for each, in one call. Returns the indexes of
+        those :meth:`add` answers False for (already due: deliver them now); usually none,
+        since the caller passes only times past the cutoff it saw."""
+        add = self.add
+        return [i for i, (position, at) in enumerate(zip(positions, deliver_at_ms, strict=True))
+                if not add(position, at)]
+
+    def cutoff_ms(self) -> int:
+        """Deliver times at or before this are due now (the cutoff :meth:`add` compares with)."""
+        return wall_clock_ms()
+
     @abc.abstractmethod
     def has_message_available(self) -> bool:
         """Is some tracked position due now? (Also re-aims the timer when not.)"""
@@ -176,6 +189,12 @@ class DelayedDeliveryTracker(abc.ABC):
     def cancel(self, position: Position) -> bool:
         """Drop a tracked position, in memory only (the skip-by-ids path, which acks it
         anyway). True if it was tracked."""
+
+    def cancel_run(self, positions: list[Position]) -> int:
+        """:meth:`cancel` of each (positions superseded together); returns how many were
+        tracked."""
+        cancel = self.cancel
+        return sum(1 for position in positions if cancel(position))
 
     @abc.abstractmethod
     def cancel_delayed(self, position: Position, deliver_at_ms: int) -> CancelResult:
@@ -348,6 +367,9 @@ class TimedTracker(DelayedDeliveryTracker):
         """Deliver times at or before this are due: now (strict) or now + one tick."""
         now = self._clock_ms()
         return now if self._strict else now + self._tick_ms
+
+    def cutoff_ms(self) -> int:
+        return self._cutoff()
 
     def _timer_target(self, deliver_at_ms: int) -> int:
         """When the timer must fire for a message due at ``deliver_at_ms``."""

@@ -484,3 +484,39 @@ async def test_a_key_shared_herd_moves_no_more_into_the_replay_set_than_its_scan
     await _settle_dispatch(sub)
     ids = conn.message_ids()
     assert len(ids) == 300 and len(set(ids)) == 300
+
+
+async def test_held_entries_that_fall_due_before_the_tracker_takes_them_are_delivered(
+        ledger: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The entries of one read due after the cutoff the dispatcher looked up are held in one
+    tracker call after the read; one that fell due in between (here: a cutoff looked up long
+    before) is not kept by the tracker and goes out as a due message, not lost; the others
+    stay held."""
+    from broker.delayed.delivery import DelayedDelivery
+
+    now = int(time.time() * 1000)
+    for i in range(20):
+        at = now - 5_000 if i % 2 == 0 else now + 3_600_000     # due already / an hour out
+        md = pb.MessageMetadata(producer_name="p", sequence_id=i, publish_time=now,
+                                deliver_at_time=at)
+        await ledger.append(encode_entry(md, f"m{i}".encode()))
+    monkeypatch.setattr(DelayedDelivery, "hold_after_ms", lambda self: now - 60_000)
+    sub = await Subscription.open(StubTopic(ledger), "s", durable=True,
+                                  initial_position="earliest")
+    conn = FakeConnection()
+    side = ConsumerSide(conn)
+    consumer = Consumer(side, 1, name="c", sub_type=1)
+    side.attach(consumer, sub)
+    await sub.add_consumer(consumer)
+    consumer.permits = 100
+    sub.dispatcher.schedule()
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 30
+    while len(conn.message_ids()) < 10 and loop.time() < deadline:
+        await asyncio.sleep(0.01)
+    await _settle_dispatch(sub)
+    lid = ledger.last_confirmed.ledger_id
+    assert sorted(conn.message_ids()) == [(lid, i) for i in range(0, 20, 2)]
+    delayed = sub.dispatcher.delayed
+    assert delayed is not None and len(delayed) == 10
+    assert len(sub.dispatcher.replay) == 0

@@ -435,3 +435,76 @@ def test_the_timer_aims_at_the_exact_deadline_and_never_calls_back_before_it() -
     now[0] = T0 + 10.0
     armed[-1][1]()
     assert fired == [T0 + 10.0]
+
+
+@pytest.mark.parametrize("strict", [True, False])
+def test_a_run_of_adds_does_what_one_add_per_position_does(strict: bool) -> None:
+    """add_run (a dispatcher's read held in one call) against one add per position, from the
+    same state: re-read positions, due ones, ones cancelled in advance (PIP-423), positions
+    that do not pack, times in and out of order; same answers, contents, hand-out order,
+    fixed-delay state and timer."""
+    rnd = random.Random(11)
+    for trial in range(60):
+        one_loop, run_loop = FakeLoop(), FakeLoop()
+        one = make(one_loop, strict=strict, lookahead=5)
+        run = make(run_loop, strict=strict, lookahead=5)
+        before = rnd.randrange(0, 20)
+        for t in (one, run):                     # the same history before the run
+            for entry in range(before):
+                t.add(Position(1, entry), T0 + 500 + 10 * entry)
+            t.cancel_delayed(Position(2, 3), T0 + 5_000)
+        ordered = trial % 3 == 0
+        positions, times = [], []
+        for k in range(rnd.randrange(1, 120)):
+            kind = rnd.random()
+            if kind < 0.1:
+                pos = Position(1, rnd.randrange(0, 25))          # maybe tracked already
+            elif kind < 0.15:
+                pos = Position(1 << 33, k)                      # does not pack
+            elif kind < 0.2:
+                pos = Position(2, 3)                            # cancelled in advance
+            else:
+                pos = Position(2, 10 + k)
+            if ordered:
+                at = T0 + 1_000 + 10 * k
+            else:
+                at = T0 + rnd.choice((-50, 0, 1, 60, 99, 100, 101, rnd.randrange(1, 20_000)))
+            positions.append(pos)
+            times.append(at)
+        if pos == Position(2, 3):
+            times[-1] = T0 + 5_000
+        expected = [i for i, (p, at) in enumerate(zip(positions, times, strict=True)) if not one.add(p, at)]
+        assert run.add_run(positions, times) == expected
+        assert len(run) == len(one)
+        assert run._fixed_delay == one._fixed_delay
+        assert run._highest_ms == one._highest_ms
+        assert run.timer.target_ms == one.timer.target_ms
+        assert run.should_pause_all_deliveries() == one.should_pause_all_deliveries()
+        for loop in (one_loop, run_loop):
+            loop.now_ms = T0 + 30_000
+        assert run.get_scheduled(10_000) == one.get_scheduled(10_000)
+
+
+def test_a_run_of_cancels_does_what_one_cancel_per_position_does() -> None:
+    """cancel_run (positions superseded together) against one cancel per position: same
+    count, contents, timer and hand-out order, also when it empties the tracker."""
+    rnd = random.Random(5)
+    for trial in range(40):
+        one_loop, run_loop = FakeLoop(), FakeLoop()
+        one, run = make(one_loop), make(run_loop)
+        tracked = [Position(1 << 33 if k % 17 == 0 else 1, k) for k in range(rnd.randrange(1, 200))]
+        times = [T0 + rnd.randrange(1, 10_000) for _ in tracked]
+        for t in (one, run):
+            for pos, at in zip(tracked, times, strict=True):
+                t.add(pos, at)
+        if trial % 4 == 0:
+            gone = list(tracked)                                   # all of them
+        else:
+            gone = rnd.sample(tracked, rnd.randrange(0, len(tracked) + 1))
+        gone += [Position(1, 10_000 + k) for k in range(3)]       # never tracked
+        assert run.cancel_run(gone) == sum(one.cancel(pos) for pos in gone)
+        assert len(run) == len(one)
+        assert run.timer.target_ms == one.timer.target_ms
+        for loop in (one_loop, run_loop):
+            loop.now_ms = T0 + 20_000
+        assert run.get_scheduled(10_000) == one.get_scheduled(10_000)

@@ -34,7 +34,8 @@ their consumer -- dropping them would lose them).
 Acknowledged entries are skipped (``cursor.is_deleted``). Shared and Key_Shared dispatchers are
 given the subscription's delayed delivery when they are created (``delayed``); they drive it and
 are the ones its tracker wakes. A fresh entry whose ``deliver_at_time`` it holds back waits in
-the tracker; replays are never re-tracked. An entry the topic's replace-by-key schedule says
+the tracker (those of one read due after the tracker's cutoff are handed to it in one call
+when the read has been gone through); replays are never re-tracked. An entry the topic's replace-by-key schedule says
 was superseded (``delayed.replacements``) is acknowledged unseen, read fresh or fallen due.
 Subclasses decide who gets an entry (:meth:`_route`) and how many entries a round may read
 (:meth:`_budget`); an entry nobody can take now waits in the replay set.
@@ -610,6 +611,12 @@ class Dispatcher:
         read_compacted = sub.read_compacted  # once per round, not per entry
         delayed = None if from_replay else self.delayed
         replacements = self.delayed.replacements if self.delayed is not None else None
+        # Fresh entries due after the tracker's cutoff (looked up at the first delayed one) are
+        # held together, in one tracker call after the loop.
+        hold_after: int | None = None
+        looked_up = False
+        held: list[Position] = []
+        held_at: list[int] = []
         sent = 0
         for entry in entries:
             pos = entry.position
@@ -647,8 +654,15 @@ class Dispatcher:
                     messages, deliver_at = peek_dispatch(entry.data)
             except ProtocolError:
                 info, messages, deliver_at = None, 1, None
-            if delayed is not None and deliver_at is not None and delayed.hold(pos, deliver_at):
-                continue
+            if delayed is not None and deliver_at is not None:
+                if not looked_up:
+                    hold_after, looked_up = delayed.hold_after_ms(), True
+                if hold_after is not None and deliver_at > hold_after:
+                    held.append(pos)
+                    held_at.append(deliver_at)
+                    continue
+                if delayed.hold(pos, deliver_at):
+                    continue
             ack_set = batch_acks.get(pos)
             if ack_set is not None and not ack_set & ((1 << messages) - 1):
                 cursor.delete((pos,))   # every message acknowledged by batch index
@@ -688,6 +702,9 @@ class Dispatcher:
             sub.msg_out_counter += messages
             sub.bytes_out_counter += len(entry.data)
             sent += 1
+        if held and delayed is not None:
+            for i in delayed.hold_run(held, held_at):
+                self.add_replay(held[i])    # fell due meanwhile: delivered as a due one
         if sent:
             sub.touch()
         return sent
