@@ -31,7 +31,11 @@ One round against one broker, on a fresh topic:
 in messages, the in-flight window in SENDs (entries). Broker CPU is read from
 ``/proc/PID/stat`` (all threads) around each phase and given per million messages; the
 generator's own CPU is printed too, to show it is not the bottleneck. The broker's RSS is read
-after each round (``/proc/PID/status``; for Pulsar, the JVM's).
+after each round (``/proc/PID/status``; for Pulsar, the JVM's). For Horae the round line also
+gives its storage writer's work over the publish phase, from its ``/metrics`` read just before
+and after it (outside the timing): group commits and fdatasyncs per second, entries per group
+commit, and the share of the phase's wall time spent inside fdatasync (low: the disk is not
+what bounds the rate).
 
 Everything is bounded: a phase that does not finish within ``--timeout`` seconds fails the run;
 child processes are terminated on exit. ``--profile DIR`` adds one extra Horae round under py-spy
@@ -57,6 +61,7 @@ import shutil
 import sys
 import tempfile
 import time
+import urllib.request
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -119,6 +124,10 @@ class LoadResult:
     broker_rss_mib: float = 0.0
     """The broker's RSS after the round."""
     figures: dict[str, float] = field(default_factory=dict)
+    group_commit: dict[str, float] = field(default_factory=dict)
+    """Horae only: its storage writer during the publish phase (from ``/metrics``): group
+    commits and fdatasyncs per second, entries per group commit, and the share of the phase's
+    wall time spent inside fdatasync."""
 
     def compute_figures(self) -> None:
         per_million = 1e6 / self.messages
@@ -136,6 +145,38 @@ class LoadResult:
 
 
 HIGHER_IS_BETTER = frozenset({"publish (msg/s)", "consume (msg/s)"})
+
+_WRITER_SERIES = ("horae_storage_group_commits_total",
+                  "horae_storage_group_committed_entries_total",
+                  "horae_storage_fsyncs_total", "horae_storage_fsync_seconds_total")
+
+
+def writer_counters(broker: Broker) -> dict[str, float] | None:
+    """Horae's group-commit writer counters from its ``/metrics`` (loopback), or None for a
+    peer that has none. Read outside the timed phases: a scrape costs the broker CPU."""
+    if broker.web_port is None or not broker.name.startswith("horae"):
+        return None
+    url = f"http://{broker.host}:{broker.web_port}/metrics"
+    with urllib.request.urlopen(url, timeout=30) as resp:  # loopback only
+        text = resp.read().decode()
+    values: dict[str, float] = {}
+    for line in text.splitlines():
+        name = line.partition("{")[0]
+        if name in _WRITER_SERIES:
+            values[name] = float(line.rsplit(" ", 1)[1])
+    return values if len(values) == len(_WRITER_SERIES) else None
+
+
+def group_commit_figures(before: dict[str, float], after: dict[str, float],
+                         seconds: float) -> dict[str, float]:
+    """The writer's work between two :func:`writer_counters` readings *seconds* apart."""
+    commits, entries, fsyncs, fsync_s = (after[k] - before[k] for k in _WRITER_SERIES)
+    return {
+        "group commits/s": commits / seconds,
+        "entries per group commit": entries / commits if commits else 0.0,
+        "fdatasyncs/s": fsyncs / seconds,
+        "fdatasync busy %": 100.0 * fsync_s / seconds,
+    }
 
 
 # --------------------------------------------------------------------------- frames
@@ -206,6 +247,7 @@ async def run_round(broker: Broker, topic: str, settings: LoadSettings,
     dones = [loop.create_future() for _ in producers]
     pubs = [Publisher(conn, p.frames, p.first_sequence_ids, settings.in_flight, done)
             for conn, p, done in zip(conns, producers, dones, strict=True)]
+    writer0 = writer_counters(broker)
     if on_phase:
         on_phase("publish", "start")
     cpu0, gen0, t0 = cpu_seconds(broker.pid), time.process_time(), time.perf_counter()
@@ -223,6 +265,9 @@ async def run_round(broker: Broker, topic: str, settings: LoadSettings,
         for conn in conns:
             conn.on_lost = None
             conn.close()
+    writer1 = writer_counters(broker) if writer0 is not None else None
+    if writer0 is not None and writer1 is not None:
+        result.group_commit = group_commit_figures(writer0, writer1, result.publish_s)
     result.receipts = sum(p.acked for p in pubs)
     result.published = sum(sum(_entry_messages(p, settings)[: pub.acked])
                            for p, pub in zip(producers, pubs, strict=True))
@@ -349,7 +394,9 @@ def main(argv: list[str] | None = None) -> int:
                     results.setdefault(broker.name, []).append(result)
                     print(f"round {rnd + 1} {broker.name}: "
                           + ", ".join(f"{k} {v:,.2f}" for k, v in result.figures.items())
-                          + f", stall FLOWs {result.stall_flows}", flush=True)
+                          + f", stall FLOWs {result.stall_flows}"
+                          + "".join(f", {k} {v:,.1f}" for k, v in result.group_commit.items()),
+                          flush=True)
             horae = next((b for b in brokers if b.name == "horae"), None)
             if args.profile is not None and horae is not None:
                 args.profile.mkdir(parents=True, exist_ok=True)

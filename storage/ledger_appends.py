@@ -194,8 +194,9 @@ class LedgerAppends:
         checks) with one completion: *sink* is told on the loop once they are durable, per
         ledger they landed in (a rollover may split the run), or that they failed.
 
-        Hot path of publishing: per entry one list append and the numbering; the rollover
-        rules are those of :meth:`append`, applied before every entry."""
+        Hot path of publishing: a run that fits in the current ledger whole goes into its batch
+        with one list extend; otherwise per entry one list append and the numbering. The
+        rollover rules are those of :meth:`append`, applied before every entry."""
         count = len(datas)
         if not count:
             return
@@ -214,6 +215,15 @@ class LedgerAppends:
             out = batch.datas
             assigned = led.assigned_bytes
             start = i
+            if not i and entry_id + count - 1 < roll_entries:
+                # The whole run fits when the last entry's check passes (entry ids and bytes
+                # only grow): every entry goes into this batch at once, no per-entry test.
+                total = sum(map(len, datas))
+                if assigned + total - len(datas[-1]) < roll_bytes:
+                    out.extend(datas)
+                    assigned += total
+                    entry_id += count
+                    i = count
             while i < count:
                 if entry_id > led.next_entry_id and (
                         entry_id >= roll_entries or assigned >= roll_bytes):

@@ -18,6 +18,7 @@ class StorageStats:
     group_committed_entries: int
     fsyncs: int
     failed_fsyncs: int
+    fsync_seconds: float
     prezero_writes: int
     prezero_bytes: int
     # entry cache

@@ -399,6 +399,7 @@ class SegmentStore:
             group_committed_entries=writer.batched_entries,
             fsyncs=writer.fsyncs,
             failed_fsyncs=writer.failed_fsyncs,
+            fsync_seconds=writer.fsync_seconds,
             prezero_writes=writer.prezero_writes,
             prezero_bytes=writer.prezero_bytes,
             cache_bytes=self.cache.size_bytes,

@@ -14,7 +14,8 @@ Theory of operation (the writer's side is in storage/writer.py):
    group: writing and syncing overlap (double buffering). When the write stage has nothing
    more queued and this stage is idle (appenders in lockstep: nothing to overlap), it runs
    the round itself (run_if_idle), in order since nothing else is waiting, and saves the
-   thread hand-off.
+   thread hand-off; it hands that round's outcome back (post_inline) once its bookkeeping
+   for the group is done, before it takes more work, a control or a pre-zero write.
 3. After the round's fdatasyncs, each owner of the round is judged once: it is good unless
    it is fenced (writer_fenced: a failed write in the write stage, a failed pre-zero, or a
    failed fdatasync of any of its files in this or an earlier round). A good owner's
@@ -100,6 +101,8 @@ class SyncStage:
         self._finished = 0  # jobs finished, their results handed back (under _cond)
         self._pending: dict[SegmentFile, int] = {}  # file -> unfinished jobs naming it
         self._stopping = False
+        self._inline: list[Result] = []  # an inline round's outcome not handed back yet
+        #                                  (write thread only; post_inline())
         # Figures (plain numbers, read at any time).
         self.batches = 0  # rounds that completed appends (group commits)
         self.batched_entries = 0
@@ -169,17 +172,30 @@ class SyncStage:
         here: in lockstep there is nothing to overlap, and this saves a thread hand-off per
         round. False (nothing done) when busy: hand() it instead.
 
-        The job is never counted as handed or pending: it is finished before this returns,
-        and only the write thread hands jobs, drains and asks busy()."""
+        The job is never counted as handed or pending: it is synced before this returns,
+        and only the write thread hands jobs, drains and asks busy(). Its outcome is handed
+        back to the loop by post_inline(), which the write thread calls before anything else
+        it does could make the loop wait (a control, a pre-zero write) and at the latest just
+        before it waits for more work: the loop, woken by the hand-back, then finds the GIL
+        free instead of waiting for the write thread's bookkeeping after the round."""
         with self._cond:
             if self._jobs or self._finished != self._handed or self._stopping:
                 return False
         try:
-            self._round([job])
+            self._inline.extend(self._round([job], hand_back=False))
         except BaseException:  # a bug must not kill the write thread silently
             log.exception("storage writer: unexpected error in an inline sync round")
+            self.post_inline()  # what came before first: outcomes reach the loop in order
             self._fail_round([job])
         return True
+
+    def post_inline(self) -> None:
+        """Hand the outcome of the inline rounds run so far back to the loop (write thread;
+        see run_if_idle)."""
+        if self._inline:
+            results, self._inline = self._inline, []
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
+                self._loop.call_soon_threadsafe(_complete_batch, results)
 
     def _finish(self, jobs: list[SyncJob]) -> None:
         handed_back = False
@@ -207,7 +223,9 @@ class SyncStage:
             else:
                 del pending[segment]
 
-    def _round(self, jobs: list[SyncJob]) -> None:
+    def _round(self, jobs: list[SyncJob], *, hand_back: bool = True) -> list[Result]:
+        """Sync the round's files, judge its owners and hand its outcome back to the loop
+        (or, hand_back=False, return it for post_inline)."""
         files: dict[SegmentFile, tuple[WriteOwner, int]] = {}
         for job in jobs:
             for segment, (owner, end) in job.files.items():
@@ -249,10 +267,12 @@ class SyncStage:
             self.last_round_entries = entries
             if self.batch_sizes is not None:
                 self.batch_sizes.append(entries)
-        if results:
+        if results and hand_back:
             # RuntimeError: the loop is closed, nobody is waiting any more.
             with contextlib.suppress(RuntimeError):
                 self._loop.call_soon_threadsafe(_complete_batch, results)
+            return []
+        return results
 
     def _sync_file(self, segment: SegmentFile, owner: WriteOwner,
                    failed: dict[int, PersistenceError]) -> None:

@@ -14,7 +14,10 @@ Theory of operation:
    written now joins its next fdatasync), writes each touched segment with writev and hands
    the group to the sync stage as one SyncJob (results in append order, and each file's
    written end). With nothing more queued and the sync stage idle it runs that round itself
-   (lockstep appenders: nothing to overlap; saves a thread hand-off). A batch over
+   (lockstep appenders: nothing to overlap; saves a thread hand-off) and hands its outcome
+   to the loop after its own bookkeeping for the group, just before it waits again, or
+   before a control or a pre-zero write: the loop, woken by it, then finds the GIL free
+   (sync_stage.run_if_idle). A batch over
    early_sync_bytes is written in slices, each but the last handed over at once as a
    files-only job, so its fdatasync runs while the next slice is written (the batch
    completes with its group). New segment files get their header and a directory fsync
@@ -337,24 +340,31 @@ class GroupCommitWriter:
             else:
                 controls.append(item)
         touched: dict[SegmentFile, tuple[WriteOwner, int]] = {}
-        if appends:
-            touched = self._write_appends(appends)
-        if controls:
-            self._sync.drain()  # everything written before them is synced and handed back
-            for record in controls:
-                try:
-                    self._handle_control(record)
-                except Exception:
-                    log.exception("storage writer: control %s failed", type(record).__name__)
-        # After the group went to the sync stage and after the controls (a barrier is not
-        # held up; a segment sealed meanwhile has fd -1 and is skipped).
-        zeroed = SyncJob()
-        for segment, (owner, batch_bytes) in touched.items():
-            if self._maybe_prezero(owner, segment, batch_bytes):
-                zeroed.files[segment] = (owner, segment.write_offset)
-        if zeroed.files and self._fsync:
-            self._submit(zeroed)
-        self.fds.evict(touched.keys() | self._sync.busy())
+        try:
+            if appends:
+                touched = self._write_appends(appends)
+            if controls:
+                self._sync.post_inline()  # the appends' outcome reaches the loop first
+                self._sync.drain()  # everything written before them is synced and handed back
+                for record in controls:
+                    try:
+                        self._handle_control(record)
+                    except Exception:
+                        log.exception("storage writer: control %s failed",
+                                      type(record).__name__)
+            # After the group went to the sync stage and after the controls (a barrier is
+            # not held up; a segment sealed meanwhile has fd -1 and is skipped).
+            zeroed = SyncJob()
+            for segment, (owner, batch_bytes) in touched.items():
+                if self._maybe_prezero(owner, segment, batch_bytes):
+                    zeroed.files[segment] = (owner, segment.write_offset)
+            if zeroed.files and self._fsync:
+                self._submit(zeroed)
+            self.fds.evict(touched.keys() | self._sync.busy())
+        finally:
+            # A round this thread synced itself is handed back here, after the bookkeeping
+            # above and just before the thread waits for more (sync_stage.run_if_idle).
+            self._sync.post_inline()
 
     def _write_appends(self, appends: list[AppendBatch]) -> dict[SegmentFile, tuple[WriteOwner, int]]:
         """Write one group and hand it to the sync stage; returns {segment: (owner, bytes
@@ -466,6 +476,7 @@ class GroupCommitWriter:
             return False
         start = max(segment.zeroed_end, head)
         end = round_up(head + chunk)
+        self._sync.post_inline()  # a group synced here is not held up by writing zeros
         started = time.perf_counter()
         try:
             write_zeros(self._ops, segment.fd, start, end)

@@ -4,8 +4,9 @@ Theory of operation
 -------------------
 Topics count each appended entry (a batch is one entry) in the non-cumulative buckets of
 :data:`ENTRY_SIZE_BUCKETS_BYTES` (128 B ... 1 MB, then overflow; an entry of exactly a
-bound's size counts in that bound's bucket) and add its size to a byte sum: one bisect and
-two additions per entry on the append path, nothing else. A scrape accumulates them per label
+bound's size counts in that bound's bucket) and add its size to a byte sum: on the append
+path one bisect per entry, or two per run when the run's smallest and largest entry share a
+bucket, and a few additions, nothing else. A scrape accumulates them per label
 set (topic, or namespace when topic-level metrics are off) as ``[buckets..., overflow,
 sum bytes, 0]`` and :func:`entry_size_families` exports Pulsar's gauges:
 

@@ -8,7 +8,8 @@ refused-publish counts, and yields ``horae_*`` families (Pulsar has no such seri
 are the ones deploy/prometheus/alerts.yml alerts on). Every family carries the ``cluster``
 label; ``horae_publish_refused_total`` also ``reason`` (``disk``: the store is read-only).
 
-Counters (exposed with ``_total``): fsyncs, failed fsyncs, group commits, corrupt records,
+Counters (exposed with ``_total``): fsyncs, failed fsyncs, group commits, the entries they
+made durable, seconds spent in fdatasync, corrupt records,
 truncated bytes, dropped entries, corrupt cursor files, cursor fallbacks, cursor save
 failures, read-only entries, appends refused while read-only. Gauges: read-only (0/1), disk
 usage ratio, oldest unsaved acknowledgement age (s), cursors failing to save now, topics
@@ -33,6 +34,10 @@ STORAGE_COUNTERS: dict[str, tuple[str, str]] = {
     "horae_storage_fsync_failures": ("failed_fsyncs", "Failed write/fdatasync calls (the "
                                      "managed ledger is fenced; nothing of it acknowledged)"),
     "horae_storage_group_commits": ("group_commits", "Group commits (one fsync for many entries)"),
+    "horae_storage_group_committed_entries": ("group_committed_entries", "Entries the group "
+                                              "commits made durable"),
+    "horae_storage_fsync_seconds": ("fsync_seconds", "Wall time the group-commit writer spent "
+                                    "in fdatasync"),
     "horae_storage_corrupt_records": ("corrupt_records", "Records that failed their CRC32C or "
                                       "framing check (at recovery or on read); never served"),
     "horae_storage_truncated_bytes": ("truncated_bytes", "Non-zero bytes of torn tails cut off "

@@ -280,12 +280,18 @@ class Topic:
         meters = self.meters
         meters.entries_added_counter += len(entries)
         buckets = meters.entry_size_buckets
-        total = 0
-        for entry in entries:
-            size = len(entry)
-            total += size
-            buckets[bisect.bisect_left(ENTRY_SIZE_BUCKETS_BYTES, size)] += 1
-        meters.entry_size_sum_bytes += total
+        sizes = list(map(len, entries))
+        if not sizes:
+            return
+        # A run's entries usually share one size bucket (a producer's messages look alike):
+        # then one bisect for the run, not one per entry.
+        bucket = bisect.bisect_left(ENTRY_SIZE_BUCKETS_BYTES, min(sizes))
+        if bucket == bisect.bisect_left(ENTRY_SIZE_BUCKETS_BYTES, max(sizes)):
+            buckets[bucket] += len(sizes)
+        else:
+            for size in sizes:
+                buckets[bisect.bisect_left(ENTRY_SIZE_BUCKETS_BYTES, size)] += 1
+        meters.entry_size_sum_bytes += sum(sizes)
 
     def _append_failed(self, exc: Exception) -> RequestError:
         """The SEND_ERROR of a failed append (reloading the topic when storage asks for it)."""

@@ -31,6 +31,13 @@ def test_wire_load_unbatched_counts_add_up(horae: Broker) -> None:
     assert result.duplicates == 0
     assert result.bad_checksums == 0
     assert result.figures["publish (msg/s)"] > 0
+    # Horae's writer over the publish phase, from its /metrics: every entry group-committed
+    # and fdatasynced (fsync is on by default)
+    commit = result.group_commit
+    committed = commit["entries per group commit"] * commit["group commits/s"] * result.publish_s
+    assert committed >= 301 - 0.5
+    assert commit["fdatasyncs/s"] > 0
+    assert commit["fdatasync busy %"] > 0
 
 
 def test_wire_load_batched_counts_add_up(horae: Broker) -> None:

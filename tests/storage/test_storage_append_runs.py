@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import random
 from pathlib import Path
 
 from storage import Position, SegmentStore, StorageConfig
@@ -94,3 +95,70 @@ async def test_close_waits_for_runs_in_flight(tmp_path: Path) -> None:
     assert sink.settled.is_set() and sink.failed == []
     assert sum(c for _, _, c in sink.durable) == 2
     await store.close()
+
+
+
+async def _single_and_run_layouts(root: Path, limits: dict[str, int], runs: list[list[bytes]],
+                                  rng: random.Random) -> tuple[list[tuple[int, int]],
+                                                               list[tuple[int, int]]]:
+    """The ledgers (entries, bytes) the entries of *runs* make appended one by one, and
+    appended as those runs; the runs' entries are read back in order."""
+    datas = [data for run in runs for data in run]
+    single = await _open(root / "single", **limits)
+    ml = await single.open_ledger(TOPIC)
+    for data in datas:
+        last = ml.append(data)
+        await asyncio.sleep(0)
+    await last
+    expected = [(i.entries, i.size_bytes) for i in ml.ledgers]
+    await single.close()
+
+    grouped = await _open(root / "runs", **limits)
+    ml = await grouped.open_ledger(TOPIC)
+    sink = RecordingSink(len(datas))
+    for run in runs:
+        ml.append_run(run, sink)
+        if rng.random() < 0.5:  # some runs share a loop iteration (one batch), some not
+            await asyncio.sleep(0)
+    await asyncio.wait_for(sink.settled.wait(), 10)
+    assert sink.failed == []
+    got = [e.data for info in ml.ledgers
+           for e in await ml.read_entries(Position(info.ledger_id, 0), info.entries)]
+    assert got == datas
+    layout = [(i.entries, i.size_bytes) for i in ml.ledgers]
+    await grouped.close()
+    return expected, layout
+
+
+async def test_runs_roll_over_exactly_where_single_appends_do(tmp_path: Path) -> None:
+    """A run that fits in the current ledger whole is queued at once; the ledgers (entries and
+    bytes each) must come out as entry-by-entry appends make them: runs whose last entry
+    starts just below, at or just above a limit by bytes or entries, then random runs."""
+    rng = random.Random(7)
+    five = b"x" * 5
+    cases: list[tuple[dict[str, int], list[list[bytes]]]] = [
+        ({"max_size_per_ledger_bytes": 10}, [[five, five, five]]),  # 3rd starts at 10: rolls
+        ({"max_size_per_ledger_bytes": 10}, [[five, b"x" * 4, five]]),  # starts at 9: fits
+        ({"max_size_per_ledger_bytes": 10}, [[five], [five, five]]),
+        ({"max_size_per_ledger_bytes": 10}, [[b"x" * 30], [five]]),  # one entry over the limit
+        ({"max_entries_per_ledger": 3}, [[five] * 3, [five]]),
+        ({"max_entries_per_ledger": 3}, [[five] * 4]),
+        ({"max_entries_per_ledger": 3}, [[five] * 2, [five] * 2]),
+    ]
+    for case in range(24):
+        limits = ({"max_entries_per_ledger": rng.randint(3, 9)} if case % 2 == 0
+                  else {"max_size_per_ledger_bytes": rng.randint(20, 120)})
+        sizes = [rng.randint(1, 30 if case % 3 else 6) for _ in range(rng.randint(20, 60))]
+        datas = [bytes([i % 251]) * size for i, size in enumerate(sizes)]
+        runs: list[list[bytes]] = []
+        at = 0
+        while at < len(datas):
+            take = rng.randint(1, 12)
+            runs.append(datas[at:at + take])
+            at += take
+        cases.append((limits, runs))
+    for n, (limits, runs) in enumerate(cases):
+        expected, layout = await _single_and_run_layouts(tmp_path / str(n), limits, runs, rng)
+        assert layout == expected, (n, limits, [[len(d) for d in run] for run in runs])
+    pinned, _ = await _single_and_run_layouts(tmp_path / "pinned", *cases[0], rng)
+    assert pinned == [(2, 10), (1, 5)]  # the reference itself rolls where the rule says
