@@ -29,8 +29,9 @@ it). Every immutable bucket serves at most one segment at a time, in segment ord
   a bounded number at a time, parking those not due soon without reading them: the bucket due
   soonest serves after one read.
 
-Segments are decoded in the executor (protobuf parsing of thousands of indexes is CPU work),
-never on the event loop.
+Segments in the packed layout (:mod:`broker.delayed.snapshot_format`) are decoded on the loop
+when they are small (:data:`INLINE_DECODE_BYTES`: a copy of three arrays); protobuf segments of
+older snapshots and large ones in the executor (parsing thousands of indexes is CPU work).
 
 Until a bucket's snapshot is durable its segments are served from memory
 (``bucket.mem_segments``) by the same rules. Everything runs on the event loop thread; reads
@@ -52,7 +53,12 @@ from typing import Any, Final
 from broker.delayed.bucket_records import ImmutableBucket, LoadedSegment, SealedBuckets
 from broker.delayed.packed import POSITION_BITS, POSITION_MASK
 from broker.delayed.ports import SnapshotStorage
-from broker.delayed.snapshot_format import DecodedSegment, decode_segment, raw_to_decoded
+from broker.delayed.snapshot_format import (
+    DecodedSegment,
+    decode_segment,
+    is_packed_segment,
+    raw_to_decoded,
+)
 
 log = logging.getLogger("horae.delayed.bucket_segments")
 
@@ -63,6 +69,11 @@ LATENCY_BOUNDS_MS: Final = (50, 100, 500, 1000, 5000, 30000, 60000)
 #: A segment is loaded once its first deliver time is within this of the tracker's cutoff
 #: (loads take milliseconds; the margin keeps them ahead of the due time under load).
 PRELOAD_MS: Final = 30_000
+
+#: A segment in the packed layout up to this size is decoded on the event loop (a copy of
+#: three arrays: about a millisecond for 4 MB); a larger one, and every protobuf segment, in the
+#: executor. So a segment read is one background job, not a read and then a decode.
+INLINE_DECODE_BYTES: Final = 4 << 20
 
 #: While recovery loads first segments in the background, the tracker is told of new ones at
 #: most this often (seconds; the first at once).
@@ -196,7 +207,10 @@ class SegmentLoader:
         started = time.monotonic()
         try:
             data = await self._store.load_segment(bucket.snapshot_id, number)
-            segment = await self._loop.run_in_executor(self._executor, decode_segment, data)
+            if is_packed_segment(data) and len(data) <= INLINE_DECODE_BYTES:
+                segment = decode_segment(data)
+            else:
+                segment = await self._loop.run_in_executor(self._executor, decode_segment, data)
         except Exception:
             self._ops.record("load", False)
             raise

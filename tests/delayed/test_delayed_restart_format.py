@@ -190,7 +190,7 @@ async def test_old_format_store_applies_segment_cancels_before_serving(tmp_path:
     sealed_positions = sealed(positions, cursor)
     target = min(sealed_positions, key=deliver_at.__getitem__)
     metadata, parts = encode_snapshot(
-        segments, [(target.ledger_id << POSITION_BITS) | target.entry_id])
+        segments, [(target.ledger_id << POSITION_BITS) | target.entry_id], packed=False)
     new_id = await store.snapshots.create(metadata, parts)
     cursor.set_property(newest_key, str(new_id))
     await cursor.flush()
