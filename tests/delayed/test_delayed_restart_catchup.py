@@ -9,14 +9,16 @@ import asyncio
 from array import array
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import pytest
-from delayed_testlib import T0, ManualClock
+from delayed_testlib import T0, DueCounter, ManualClock
 from test_delayed_restart_format import GatedSegments, build, drain, make, reopen, sealed
 from waiting import wait_until_async
 
 import broker.delayed.bucket_snapshots as bucket_snapshots
-from broker.delayed.bucket import parse_bucket_key
+from broker.delayed.bucket import BucketDelayedDeliveryTracker, parse_bucket_key
+from broker.delayed.bucket_segments import RetryDelays
 from broker.delayed.snapshot_format import (
     decode_metadata,
     decode_segment,
@@ -47,7 +49,10 @@ def test_packed_segment_round_trip_and_old_layout() -> None:
         decode_segment(packed[0][:6])                   # short header
 
 
-async def test_overdue_entries_go_out_as_their_bucket_loads(tmp_path: Path) -> None:
+async def test_overdue_entries_go_out_as_their_bucket_loads(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # one segment per read job: a held read holds back only its own bucket
+    monkeypatch.setattr(bucket_snapshots, "RECOVERY_BATCH", 1)
     config = StorageConfig(fsync=False, max_entries_per_ledger=20)
     clock = ManualClock(T0)
     deliver_at, positions = await build(tmp_path, config, clock, recover_first=True)
@@ -122,6 +127,59 @@ async def test_store_with_protobuf_segments_recovers(tmp_path: Path,
     clock.now_ms = T0 + 200_000                 # half of them due while down
     t = make(cursor, store.snapshots, clock)
     await t.recover()
+    handed = await drain(t, clock, cursor, deliver_at, T0 + 400_000)
+    assert len(handed) == len(set(handed))
+    assert sorted(handed) == sorted(sealed_positions)
+    await t.close()
+    await store.close()
+
+
+class CountedJobs:
+    """The real snapshot store, recording each ``load_parts`` job; the first segment read of
+    the snapshots in ``fail_once`` fails once."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self.jobs: list[list[tuple[int, int]]] = []
+        self.fail_once: set[int] = set()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def load_parts(self, parts: list[tuple[int, int]]) -> list[bytes | Exception]:
+        self.jobs.append(list(parts))
+        got: list[bytes | Exception] = await self._inner.load_parts(parts)
+        for k, (snapshot_id, index) in enumerate(parts):
+            if index > 0 and snapshot_id in self.fail_once:
+                self.fail_once.discard(snapshot_id)
+                got[k] = OSError("injected read failure")
+        return got
+
+
+async def test_recovery_reads_in_batches_and_retries_a_failed_part(tmp_path: Path) -> None:
+    config = StorageConfig(fsync=False, max_entries_per_ledger=20)
+    clock = ManualClock(T0)
+    deliver_at, positions = await build(tmp_path, config, clock, recover_first=True)
+    store, cursor = await reopen(tmp_path, config)
+    sealed_positions = sealed(positions, cursor)
+    ids = sorted(int(v) for k, v in cursor.properties.items() if parse_bucket_key(k))
+    counted = CountedJobs(store.snapshots)
+    counted.fail_once = {ids[len(ids) // 2]}
+    clock.now_ms = T0 + 400_000                     # everything due: every first segment read
+    t = BucketDelayedDeliveryTracker(
+        cursor=cursor, snapshots=counted, tick_time_ms=1, strict=True, on_due=DueCounter(),
+        loop=asyncio.get_running_loop(), clock_ms=clock, min_index_count_per_bucket=20,
+        time_step_per_segment_ms=1000, max_indexes_per_segment=100,
+        retry=RetryDelays(load_s=0.05))
+    await t.recover()
+    await t.wait_idle()
+    await wait_until_async(lambda: not t.sealed.loading, timeout_s=60)   # the retry landed
+    metadata_jobs = [job for job in counted.jobs if job[0][1] == 0]
+    segment_jobs = [job for job in counted.jobs if job[0][1] > 0]
+    assert len(metadata_jobs) == 1 and sorted(p[0] for p in metadata_jobs[0]) == ids
+    # the bucket due soonest alone first, then the rest in one job
+    assert [len(job) for job in segment_jobs] == [1, len(ids) - 1]
+    assert not counted.fail_once
     handed = await drain(t, clock, cursor, deliver_at, T0 + 400_000)
     assert len(handed) == len(set(handed))
     assert sorted(handed) == sorted(sealed_positions)
