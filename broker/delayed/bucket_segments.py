@@ -240,12 +240,12 @@ class SegmentLoader:
         read jobs at a time of up to ``batch`` segments each (the very first job one segment:
         the bucket due soonest serves after one read), and park those not due soon unread."""
         order = deque(buckets)
-        sizes = [1]                             # the size of the next job to start
+        first_job = [True]
 
         async def reader() -> None:
             while order and not self.closed:
-                size = sizes[-1]
-                sizes.append(max(batch, 1))
+                size = 1 if first_job[0] else max(batch, 1)
+                first_job[0] = False
                 wanted: list[ImmutableBucket] = []
                 while order and len(wanted) < size:
                     bucket = order.popleft()
