@@ -3,7 +3,7 @@ every bucket is known, on the real segment store.
 
 Usage: .venv/bin/python bench/delayed_restart.py [--pending 1000000] [--per-bucket 500]
            [--reads 16,1] [--cancel-every 10] [--old-format] [--compare-with CHECKOUT]
-           [--store DIR] [--rounds N]
+           [--build-with CHECKOUT] [--store DIR] [--rounds N]
 
 This is the *store-building path*: it does not publish through a client. Positions are fed to
 the bucket tracker directly (``--per-bucket`` indexes per ledger, so per bucket), the tracker
@@ -26,6 +26,8 @@ properties) and, in a fresh child process per ``--reads`` value, reopens the sto
 ``--reads`` sets how many snapshot reads recovery keeps in flight (``RECOVERY_READS``); 1 is
 one read after another. ``--compare-with CHECKOUT`` runs the same recovery and drain (this
 script) with another checkout's broker code on a copy of the same store: paired before/after.
+A store whose snapshot format the other checkout cannot read (a newer segment layout) is
+built with its code instead: ``--build-with CHECKOUT``, so both recover the same older store.
 The drain never waits for background reads before asking for due positions (as a dispatcher
 woken by ``on_due``). The end-to-end kill -9 of a broker process with the official client is
 ``bench/delayed_e2e.py --kill9``.
@@ -201,6 +203,9 @@ def main() -> None:
     p.add_argument("--old-format", action="store_true", dest="old_format",
                    help="build the store without the snapshot format property (an older "
                         "version's store: recovery takes the safe path)")
+    p.add_argument("--build-with", dest="build_with",
+                   help="build the store with another checkout's broker code (a store of that "
+                        "version's snapshot format, which both checkouts can then recover)")
     p.add_argument("--drain-s", type=float, default=0.0, dest="drain_s",
                    help="stop draining after this many seconds (lost is then not counted)")
     p.add_argument("--store", help="keep the built store in this directory and reuse it when "
@@ -237,7 +242,8 @@ def main() -> None:
                             str(args.cancel_every),
                             *(["--old-format"] if args.old_format else []),
                             "--child", f"{root / 'built'},0,{base}"], check=True,
-                           env={**os.environ, "HORAE_BENCH_ROOT": str(HERE)})
+                           env={**os.environ, "HORAE_BENCH_ROOT": str(
+                               Path(args.build_with).resolve() if args.build_with else HERE)})
         runs = [(int(x), str(HERE), "") for x in args.reads.split(",")]
         if args.compare_with:
             runs.append((16, str(Path(args.compare_with).resolve()), f" ({args.compare_with})"))

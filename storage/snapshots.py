@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import os
 import struct
+from collections.abc import Sequence
 from concurrent.futures import Executor
 from pathlib import Path
 
@@ -80,44 +81,63 @@ class SnapshotStore:
         self._sizes[snapshot_id] = len(data)
         return snapshot_id
 
+    def _read_part(self, snapshot_id: int, index: int) -> bytes:
+        """Blocking (IO pool): part ``index`` of a snapshot, CRC-checked."""
+        if snapshot_id not in self._sizes:
+            raise SnapshotNotFoundError(f"no snapshot {snapshot_id}")
+        ops = self._ops
+        try:
+            fd = ops.open(self._path(snapshot_id), os.O_RDONLY)
+        except FileNotFoundError as exc:
+            raise SnapshotNotFoundError(f"no snapshot {snapshot_id}") from exc
+        try:
+            head = ops.pread(fd, _HEAD.size, 0)
+            if len(head) != _HEAD.size:
+                raise CorruptRecordError(f"snapshot {snapshot_id}: short header")
+            magic, _version, n_parts = _HEAD.unpack(head)
+            if magic != _MAGIC or n_parts > 1 << 24:
+                raise CorruptRecordError(f"snapshot {snapshot_id}: bad header")
+            table = ops.pread(fd, n_parts * _PART.size + 4, _HEAD.size)
+            if len(table) != n_parts * _PART.size + 4:
+                raise CorruptRecordError(f"snapshot {snapshot_id}: short header")
+            (crc,) = _U32.unpack_from(table, n_parts * _PART.size)
+            if crc32c(table[:-4], crc32c(head)) != crc:
+                raise CorruptRecordError(f"snapshot {snapshot_id}: header CRC mismatch")
+            if not 0 <= index < n_parts:
+                raise SnapshotNotFoundError(f"snapshot {snapshot_id} has no part {index}")
+            offset = _HEAD.size + len(table)
+            for i in range(index):
+                offset += _PART.unpack_from(table, i * _PART.size)[0]
+            length, part_crc = _PART.unpack_from(table, index * _PART.size)
+            part = ops.pread(fd, length, offset)
+            if len(part) != length or crc32c(part) != part_crc:
+                raise CorruptRecordError(f"snapshot {snapshot_id} part {index}: CRC mismatch")
+            return part
+        finally:
+            ops.close(fd)
+
     async def _load_part(self, snapshot_id: int, index: int) -> bytes:
         if snapshot_id not in self._sizes:
             raise SnapshotNotFoundError(f"no snapshot {snapshot_id}")
-        path = self._path(snapshot_id)
-        ops = self._ops
+        return await self._loop.run_in_executor(self._pool, self._read_part, snapshot_id, index)
 
-        def read() -> bytes:
-            fd = ops.open(path, os.O_RDONLY)
-            try:
-                head = ops.pread(fd, _HEAD.size, 0)
-                if len(head) != _HEAD.size:
-                    raise CorruptRecordError(f"snapshot {snapshot_id}: short header")
-                magic, _version, n_parts = _HEAD.unpack(head)
-                if magic != _MAGIC or n_parts > 1 << 24:
-                    raise CorruptRecordError(f"snapshot {snapshot_id}: bad header")
-                table = ops.pread(fd, n_parts * _PART.size + 4, _HEAD.size)
-                if len(table) != n_parts * _PART.size + 4:
-                    raise CorruptRecordError(f"snapshot {snapshot_id}: short header")
-                (crc,) = _U32.unpack_from(table, n_parts * _PART.size)
-                if crc32c(table[:-4], crc32c(head)) != crc:
-                    raise CorruptRecordError(f"snapshot {snapshot_id}: header CRC mismatch")
-                if not 0 <= index < n_parts:
-                    raise SnapshotNotFoundError(f"snapshot {snapshot_id} has no part {index}")
-                offset = _HEAD.size + len(table)
-                for i in range(index):
-                    offset += _PART.unpack_from(table, i * _PART.size)[0]
-                length, part_crc = _PART.unpack_from(table, index * _PART.size)
-                part = ops.pread(fd, length, offset)
-                if len(part) != length or crc32c(part) != part_crc:
-                    raise CorruptRecordError(f"snapshot {snapshot_id} part {index}: CRC mismatch")
-                return part
-            finally:
-                ops.close(fd)
+    async def load_parts(self, parts: Sequence[tuple[int, int]]) -> list[bytes | Exception]:
+        """Several parts, ``(snapshot id, part index)`` (0 = metadata), read in one IO job:
+        a recovery reading thousands of snapshots pays one hand-off per batch, not per part.
+        Each result is the part's bytes or the error :meth:`load_metadata` /
+        :meth:`load_segment` would raise for it (``SnapshotNotFoundError``,
+        ``CorruptRecordError``, ``OSError``)."""
 
-        try:
-            return await self._loop.run_in_executor(self._pool, read)
-        except FileNotFoundError as exc:
-            raise SnapshotNotFoundError(f"no snapshot {snapshot_id}") from exc
+        def read_all() -> list[bytes | Exception]:
+            out: list[bytes | Exception] = []
+            for snapshot_id, index in parts:
+                try:
+                    out.append(self._read_part(snapshot_id, index))
+                except Exception as exc:        # per part: one bad file fails only itself
+                    out.append(exc)
+            return out
+
+        return await self._loop.run_in_executor(self._pool, read_all)
 
     async def load_metadata(self, snapshot_id: int) -> bytes:
         return await self._load_part(snapshot_id, 0)

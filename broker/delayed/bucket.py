@@ -20,7 +20,9 @@ The index is split by ledger ranges into *buckets*. This object owns the schedul
   shared priority queue. ``get_scheduled(n)`` takes the n smallest due (time, position) entries
   by a k-way merge of the source heads (the loaded segments are one heap), run by run, so its
   cost does not grow with the number of loaded segments. Nothing later than the first time of
-  a segment not in memory yet is handed out (the *barrier*);
+  a segment not in memory yet is handed out (the *barrier*), except what was due already
+  when the tracker recovered: after a restart each bucket's overdue entries go out as soon
+  as its first segment is in, without waiting for the others;
 - a re-read entry found pending in a bucket is not indexed twice. One found in a bucket's
   ``indexed`` set but no longer pending was already handed out as a replay (or cancelled): the
   dispatcher only meets it again by reading sequentially after a restart, so it is skipped
@@ -227,11 +229,7 @@ class BucketDelayedDeliveryTracker(TimedTracker):
     def has_message_available(self) -> bool:
         self._loader.unpark()
         head = self._due.head()
-        limit = self._cutoff()
-        barrier = self._sealed.barrier()
-        if barrier is not None and barrier < limit:
-            limit = barrier
-        available = head is not None and head <= limit
+        available = head is not None and head <= self._sealed.limit(self._cutoff())
         if not available:
             self._update_timer()
         return available
@@ -297,6 +295,9 @@ class BucketDelayedDeliveryTracker(TimedTracker):
         return self._late.count >= self._max_late
 
     async def recover(self) -> None:
+        # what is due already is late whatever its order: each bucket's share goes out as
+        # soon as its first segment is in (bucket_records)
+        self._sealed.overdue_to = self._cutoff()
         recovered = await self._journal.recover()
         await self._snapshots.recover()
         # Cancels first: clear their targets in the recovered buckets before any hand-out.

@@ -26,6 +26,11 @@ Invariants:
   later than the smallest such time (the *barrier*) is handed out, so delivery stays in time
   order across buckets; a loaded segment's bucket with segments still on disk bounds the
   hand-out the same way at its next segment's first time (the *upcoming* heap);
+- except for what was due already when the tracker recovered (``overdue_to``, the cutoff
+  then): those messages are late whatever their order, so a bucket still loading holds back
+  only what falls due after that time, and each bucket's overdue entries go out as soon as
+  its segment is in (in (time, position) order among the segments in memory). Nothing is
+  ever handed out before its time;
 - the barrier, the upcoming bound and the head of the queue are heap tops: reading them costs
   O(1) amortized, whatever the number of buckets;
 - a heap entry whose segment is ``dead`` (bucket retired or merged) is dropped lazily.
@@ -217,7 +222,7 @@ class SealedBuckets:
     """The live immutable buckets and the heap of their loaded segments (module docstring)."""
 
     __slots__ = ("_buckets", "_heap", "_parked", "_parked_heap", "_seq", "_starts", "_upcoming",
-                 "loading", "retired", "sealed_remaining")
+                 "loading", "overdue_to", "retired", "sealed_remaining")
 
     def __init__(self) -> None:
         self._buckets: list[ImmutableBucket] = []
@@ -231,6 +236,9 @@ class SealedBuckets:
         self._parked: dict[ImmutableBucket, int] = {}   # bucket -> first time of that segment
         self._parked_heap: list[tuple[int, int, ImmutableBucket]] = []
         self.sealed_remaining = 0
+        # deliver times up to this were due when the tracker recovered: not held back by a
+        # bucket still loading (module docstring)
+        self.overdue_to = -1
         # entry ids of retired buckets a sequential read may still meet (see retire)
         self.retired: dict[int, BitMap] = {}
 
@@ -404,15 +412,15 @@ class SealedBuckets:
 
     def limit(self, limit: int) -> int:
         """``limit`` lowered to the barrier and to the first time of every loaded bucket's next
-        segment (delivery stays in time order)."""
+        segment (delivery stays in time order), but not below ``overdue_to``."""
         barrier = self.barrier()
-        if barrier is not None and barrier < limit:
-            limit = barrier
         upcoming = self._upcoming
         while upcoming and upcoming[0][2].dead:
             heapq.heappop(upcoming)
-        if upcoming and upcoming[0][0] < limit:
-            limit = upcoming[0][0]
+        if upcoming and (barrier is None or upcoming[0][0] < barrier):
+            barrier = upcoming[0][0]
+        if barrier is not None and barrier < limit:
+            limit = max(barrier, min(self.overdue_to, limit))
         return limit
 
     def top(self) -> QueueEntry | None:

@@ -26,11 +26,13 @@ it). Every immutable bucket serves at most one segment at a time, in segment ord
   harmless;
 - recovery of a store without such CANCELs (:meth:`load_first_segments`) puts every bucket in
   ``loading`` at its first time and reads first segments in the background, earliest first,
-  a bounded number at a time, parking those not due soon without reading them: the bucket due
-  soonest serves after one read.
+  a bounded number of read jobs at a time, each of many segments (one hand-off to the IO
+  pool per batch, not per segment), parking those not due soon without reading them: the
+  bucket due soonest is read alone first and serves after one read.
 
-Segments are decoded in the executor (protobuf parsing of thousands of indexes is CPU work),
-never on the event loop.
+Segments in the packed layout (:mod:`broker.delayed.snapshot_format`) are decoded on the loop
+when they are small (:data:`INLINE_DECODE_BYTES`: a copy of three arrays); protobuf segments of
+older snapshots and large ones in the executor (parsing thousands of indexes is CPU work).
 
 Until a bucket's snapshot is durable its segments are served from memory
 (``bucket.mem_segments``) by the same rules. Everything runs on the event loop thread; reads
@@ -52,7 +54,12 @@ from typing import Any, Final
 from broker.delayed.bucket_records import ImmutableBucket, LoadedSegment, SealedBuckets
 from broker.delayed.packed import POSITION_BITS, POSITION_MASK
 from broker.delayed.ports import SnapshotStorage
-from broker.delayed.snapshot_format import DecodedSegment, decode_segment, raw_to_decoded
+from broker.delayed.snapshot_format import (
+    DecodedSegment,
+    decode_segment,
+    is_packed_segment,
+    raw_to_decoded,
+)
 
 log = logging.getLogger("horae.delayed.bucket_segments")
 
@@ -63,6 +70,11 @@ LATENCY_BOUNDS_MS: Final = (50, 100, 500, 1000, 5000, 30000, 60000)
 #: A segment is loaded once its first deliver time is within this of the tracker's cutoff
 #: (loads take milliseconds; the margin keeps them ahead of the due time under load).
 PRELOAD_MS: Final = 30_000
+
+#: A segment in the packed layout up to this size is decoded on the event loop (a copy of
+#: three arrays: about a millisecond for 4 MB); a larger one, and every protobuf segment, in the
+#: executor. So a segment read is one background job, not a read and then a decode.
+INLINE_DECODE_BYTES: Final = 4 << 20
 
 #: While recovery loads first segments in the background, the tracker is told of new ones at
 #: most this often (seconds; the first at once).
@@ -77,6 +89,21 @@ class RetryDelays:
     load_s: float = 1.0
     create_first_s: float = 1.0
     create_max_s: float = 60.0
+
+
+#: A placeholder for a segment still to be decoded in the executor.
+_PENDING_DECODE: Final = ValueError("not decoded yet")
+
+
+def _decode_each(datas: list[bytes | Exception]) -> list[DecodedSegment | Exception]:
+    """Decode segments (executor); an unreadable one is its error."""
+    out: list[DecodedSegment | Exception] = []
+    for data in datas:
+        try:
+            out.append(decode_segment(data) if isinstance(data, bytes) else data)
+        except Exception as exc:
+            out.append(exc)
+    return out
 
 
 class SnapshotOps:
@@ -196,38 +223,104 @@ class SegmentLoader:
         started = time.monotonic()
         try:
             data = await self._store.load_segment(bucket.snapshot_id, number)
-            segment = await self._loop.run_in_executor(self._executor, decode_segment, data)
+            if is_packed_segment(data) and len(data) <= INLINE_DECODE_BYTES:
+                segment = decode_segment(data)
+            else:
+                segment = await self._loop.run_in_executor(self._executor, decode_segment, data)
         except Exception:
             self._ops.record("load", False)
             raise
         self._ops.record("load", True, started)
         return segment
 
-    async def load_first_segments(self, buckets: list[ImmutableBucket], readers: int) -> None:
+    async def load_first_segments(self, buckets: list[ImmutableBucket], readers: int,
+                                  batch: int = 1) -> None:
         """Recovery without segment CANCELs: ``buckets`` (in first-time order) all sit in
         ``loading`` at their first time; read their first segments in that order, ``readers``
-        at a time, and park those not due soon unread."""
+        read jobs at a time of up to ``batch`` segments each (the very first job one segment:
+        the bucket due soonest serves after one read), and park those not due soon unread."""
         order = deque(buckets)
+        first_job = [True]
 
         async def reader() -> None:
             while order and not self.closed:
-                bucket = order.popleft()
-                if (not bucket.alive or bucket.loaded is not None or bucket.next_segment != 1
-                        or bucket in self._in_flight):
-                    continue                        # merged, retired or loaded meanwhile
-                if bucket.remaining <= 0 or not bucket.has_unloaded_segments():
-                    self._buckets.loading.pop(bucket, None)
-                    self.advance(bucket)
-                elif bucket.next_min_ts > self._horizon():
-                    self._buckets.loading.pop(bucket, None)
-                    self._buckets.park(bucket)
-                    self._on_change()
-                else:
-                    self._buckets.loading[bucket] = bucket.next_min_ts
-                    self._in_flight.add(bucket)
-                    await self._load_next(bucket, self._notify_soon)
+                size = 1 if first_job[0] else max(batch, 1)
+                first_job[0] = False
+                wanted: list[ImmutableBucket] = []
+                while order and len(wanted) < size:
+                    bucket = order.popleft()
+                    if (not bucket.alive or bucket.loaded is not None
+                            or bucket.next_segment != 1 or bucket in self._in_flight):
+                        continue                    # merged, retired or loaded meanwhile
+                    if bucket.remaining <= 0 or not bucket.has_unloaded_segments():
+                        self._buckets.loading.pop(bucket, None)
+                        self.advance(bucket)
+                    elif bucket.next_min_ts > self._horizon():
+                        self._buckets.loading.pop(bucket, None)
+                        self._buckets.park(bucket)
+                        self._on_change()
+                    else:
+                        self._buckets.loading[bucket] = bucket.next_min_ts
+                        self._in_flight.add(bucket)
+                        wanted.append(bucket)
+                if wanted:
+                    await self._load_batch(wanted)
 
         await asyncio.gather(*(reader() for _ in range(max(min(readers, len(order)), 1))))
+
+    async def _decode_all(self, datas: list[bytes | Exception]) -> list[DecodedSegment | Exception]:
+        """Small packed segments decoded here, the rest in one executor job."""
+        out: list[DecodedSegment | Exception] = []
+        slow: list[int] = []
+        for k, data in enumerate(datas):
+            if isinstance(data, Exception):
+                out.append(data)
+                continue
+            if is_packed_segment(data) and len(data) <= INLINE_DECODE_BYTES:
+                try:
+                    out.append(decode_segment(data))
+                except ValueError as exc:
+                    out.append(exc)
+                continue
+            out.append(_PENDING_DECODE)         # decoded below
+            slow.append(k)
+        if slow:
+            raw = [datas[k] for k in slow]
+            try:
+                decoded = await self._loop.run_in_executor(self._executor, _decode_each, raw)
+            except Exception as exc:
+                decoded = [exc] * len(slow)
+            for k, result in zip(slow, decoded, strict=True):
+                out[k] = result
+        return out
+
+    async def _load_batch(self, buckets: list[ImmutableBucket]) -> None:
+        """The next segment of each bucket (all in ``loading`` and in flight), read in one job;
+        each is installed as it would be by :meth:`_load_next`."""
+        wanted = [(bucket, bucket.next_segment, bucket.skip) for bucket in buckets]
+        started = time.monotonic()
+        try:
+            datas = await self._store.load_parts(
+                [(bucket.snapshot_id or 0, number) for bucket, number, _ in wanted])
+        except Exception as exc:
+            datas = [exc] * len(wanted)
+        segments = await self._decode_all(datas)
+        for (bucket, number, skip), segment in zip(wanted, segments, strict=True):
+            self._in_flight.discard(bucket)
+            if isinstance(segment, Exception):
+                self._ops.record("load", False)
+                log.error("loading segment %d of delayed bucket %s failed; retrying", number,
+                          bucket.key, exc_info=segment)
+                if bucket.alive and not self.closed:
+                    self._loop.call_later(self._retry.load_s, self.retry_load, bucket)
+                continue
+            self._ops.record("load", True, started)
+            if (not bucket.alive or self.closed or bucket.next_segment != number
+                    or bucket.skip != skip):
+                self._buckets.loading.pop(bucket, None)
+                continue
+            self.install(bucket, segment)
+        self._notify_soon()
 
     def _notify_soon(self) -> None:
         """``on_change`` now, then at most once per :data:`RECOVERY_NOTIFY_S` while recovery

@@ -30,9 +30,10 @@ or the hand-out logic.
   recovery returns then and first segments load in the background, each bucket a barrier at
   its first time until its segment is in; a store without it (an older version's) has every
   first segment read and its CANCELs applied before recovery returns, and gets the property
-  once a recovery finds no CANCEL left. Reads run ``RECOVERY_READS`` at a time (IO in the
-  store's pool, decoding in the executor, never on the loop), first segments in order of
-  their first deliver time, so the bucket due soonest is in memory first.
+  once a recovery finds no CANCEL left. Reads run ``RECOVERY_READS`` jobs at a time, each
+  of up to ``RECOVERY_BATCH`` snapshots (IO in the store's pool, decoding in the executor,
+  never on the loop), first segments in order of their first deliver time, so the bucket
+  due soonest is in memory first.
 
 IO runs in background tasks (counted in :class:`~broker.delayed.bucket_segments.SnapshotOps`); everything else
 runs on the event loop thread. What merge and recovery decide about bucket records (which pair,
@@ -80,16 +81,32 @@ from storage.positions import Position
 
 log = logging.getLogger("horae.delayed.bucket_snapshots")
 
-#: Snapshot reads recovery keeps in flight at once (metadata, then first segments): enough to
-#: keep the disk busy, few enough that a broker with thousands of buckets neither floods the
+#: Snapshot read jobs recovery keeps in flight at once (metadata, then first segments): enough
+#: to keep the disk busy, few enough that a broker with thousands of buckets neither floods the
 #: IO pool nor holds thousands of decoded segments at once.
 RECOVERY_READS = 16
 
+#: Snapshots whose metadata (or first segment) one recovery read job fetches: one hand-off to
+#: the IO pool and one to the executor per batch instead of per bucket, which is most of the
+#: cost of a part of a few kilobytes on a busy machine.
+RECOVERY_BATCH = 64
 
-def _decode_bucket(start: int, end: int, snapshot_id: int, size: int, data: bytes,
-                   mark_delete: Position) -> ImmutableBucket:
-    """A recovered bucket from its snapshot metadata (runs in the executor)."""
-    return recovered_bucket(start, end, snapshot_id, size, decode_metadata(data), mark_delete)
+#: (start ledger, end ledger, snapshot id, property key) of a bucket named in the cursor
+BucketRef = tuple[int, int, int, str]
+
+
+def _decode_buckets(items: list[tuple[int, int, int, int, bytes]], mark_delete: Position
+                    ) -> list[ImmutableBucket | Exception]:
+    """Recovered buckets from their snapshot metadata, (start, end, snapshot id, size, bytes)
+    each (runs in the executor); an unreadable one is its error."""
+    out: list[ImmutableBucket | Exception] = []
+    for start, end, snapshot_id, size, data in items:
+        try:
+            out.append(recovered_bucket(start, end, snapshot_id, size, decode_metadata(data),
+                                        mark_delete))
+        except Exception as exc:
+            out.append(exc)
+    return out
 
 
 def _first_time(bucket: ImmutableBucket) -> int:
@@ -357,11 +374,13 @@ class BucketSnapshots:
         gate = asyncio.Semaphore(RECOVERY_READS)
         mark_delete = self._cursor.mark_delete_position
 
-        async def recover_one(item: tuple[int, int, int, str]) -> ImmutableBucket | None:
+        async def recover_batch(batch: list[BucketRef]) -> list[ImmutableBucket | None]:
             async with gate:
-                return await self._recover_bucket(*item, mark_delete)
+                return await self._recover_buckets(batch, mark_delete)
 
-        recovered = await asyncio.gather(*(recover_one(item) for item in kept))
+        batches = [kept[i:i + RECOVERY_BATCH] for i in range(0, len(kept), RECOVERY_BATCH)]
+        recovered = [bucket for batch in await asyncio.gather(*map(recover_batch, batches))
+                     for bucket in batch]
         for (_, _, _, key), bucket in zip(kept, recovered, strict=True):
             if bucket is None:
                 dropped = dropped or key not in self._cursor.properties
@@ -377,7 +396,8 @@ class BucketSnapshots:
             buckets = sorted(self._buckets, key=_first_time)
             for bucket in buckets:
                 self._buckets.loading[bucket] = _first_time(bucket)
-            self._spawn(self.loader.load_first_segments(buckets, RECOVERY_READS))
+            self._spawn(self.loader.load_first_segments(buckets, RECOVERY_READS,
+                                                        RECOVERY_BATCH))
         else:
             cancels_seen, lost = await self._load_first_segments()
             dropped = dropped or lost
@@ -392,29 +412,49 @@ class BucketSnapshots:
         if dropped:
             await self._flush_cursor()
 
-    async def _recover_bucket(self, start: int, end: int, snapshot_id: int, key: str,
-                              mark_delete: Position) -> ImmutableBucket | None:
+    async def _recover_buckets(self, batch: list[BucketRef], mark_delete: Position
+                               ) -> list[ImmutableBucket | None]:
+        """The buckets of ``batch`` from their snapshot metadata: one read job, one decode
+        job. None for a bucket whose snapshot is gone (its property removed) or unreadable."""
         started = time.monotonic()
         try:
-            data = await self._store.load_metadata(snapshot_id)
-        except SnapshotNotFoundError:
-            log.warning("delayed bucket %s: snapshot %d is gone", key, snapshot_id)
-            self._cursor.remove_property(key)
-            return None
-        except Exception:
-            log.exception("delayed bucket %s: loading snapshot %d failed", key, snapshot_id)
-            self.ops.record("load", False)
-            return None
-        size = self._snapshot_size(snapshot_id)
+            datas = await self._store.load_parts([(ref[2], 0) for ref in batch])
+        except Exception as exc:
+            datas = [exc] * len(batch)
+        out: list[ImmutableBucket | None] = [None] * len(batch)
+        todo: list[int] = []
+        for k, ((_, _, snapshot_id, key), data) in enumerate(zip(batch, datas, strict=True)):
+            if isinstance(data, SnapshotNotFoundError):
+                log.warning("delayed bucket %s: snapshot %d is gone", key, snapshot_id)
+                self._cursor.remove_property(key)
+            elif isinstance(data, Exception):
+                log.error("delayed bucket %s: loading snapshot %d failed", key, snapshot_id,
+                          exc_info=data)
+                self.ops.record("load", False)
+            else:
+                todo.append(k)
+        if not todo:
+            return out
+        items: list[tuple[int, int, int, int, bytes]] = []
+        for k in todo:
+            data = datas[k]
+            assert isinstance(data, bytes)
+            items.append((batch[k][0], batch[k][1], batch[k][2],
+                          self._snapshot_size(batch[k][2]), data))
         try:    # roaring bitmaps of every segment: CPU work, in the executor
-            bucket = await self._loop.run_in_executor(
-                self._executor, _decode_bucket, start, end, snapshot_id, size, data, mark_delete)
-        except Exception:
-            log.exception("delayed bucket %s: snapshot %d is unreadable", key, snapshot_id)
-            self.ops.record("load", False)
-            return None
-        self.ops.record("load", True, started)
-        return bucket
+            decoded = await self._loop.run_in_executor(
+                self._executor, _decode_buckets, items, mark_delete)
+        except Exception as exc:
+            decoded = [exc] * len(items)
+        for k, result in zip(todo, decoded, strict=True):
+            if isinstance(result, Exception):
+                log.error("delayed bucket %s: snapshot %d is unreadable", batch[k][3],
+                          batch[k][2], exc_info=result)
+                self.ops.record("load", False)
+                continue
+            self.ops.record("load", True, started)
+            out[k] = result
+        return out
 
     async def _load_first_segments(self) -> tuple[bool, bool]:
         """A store of an older version: every first segment, once every bucket is known, so

@@ -15,6 +15,7 @@ pass fakes):
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
 from storage.positions import Position
@@ -49,6 +50,11 @@ class SnapshotStorage(Protocol):
     async def load_metadata(self, snapshot_id: int) -> bytes: ...
 
     async def load_segment(self, snapshot_id: int, index: int) -> bytes: ...
+
+    async def load_parts(self, parts: Sequence[tuple[int, int]]) -> list[bytes | Exception]:
+        """Parts ``(snapshot id, index)`` (0 = metadata) in one IO job; each result the
+        bytes or the error its own load would raise."""
+        ...
 
     async def delete(self, snapshot_id: int) -> None: ...
 

@@ -1,9 +1,9 @@
-"""Bucket snapshots (PIP-195): cutting segments and the delayed_index.proto encoding.
+"""Bucket snapshots (PIP-195): cutting segments and their encoding.
 
 Theory of operation
 -------------------
-A sealed bucket is one snapshot: part 0 a ``SnapshotMetadata``, parts 1..N
-``SnapshotSegment``s (storage numbering = Pulsar's snapshot-ledger entry ids).
+A sealed bucket is one snapshot: part 0 a ``SnapshotMetadata`` (delayed_index.proto), parts
+1..N its segments (storage numbering = Pulsar's snapshot-ledger entry ids).
 
 - :func:`cut_segments` walks a bucket's indexes in deliver-time order and starts a new segment
   when the current one holds ``max_indexes`` indexes (<= 0: unlimited) or the next time is
@@ -19,6 +19,13 @@ A sealed bucket is one snapshot: part 0 a ``SnapshotMetadata``, parts 1..N
   are not in the bitmaps: they cancel a DELAY index of an older bucket, and being first they
   are applied as soon as the bucket's first segment is loaded. Snapshots of older Horae
   versions carry them; snapshots written now never do (cancels live in the cancel journal).
+- Segments are written in a packed layout (:func:`encode_packed_segment`): a marker whose
+  first byte is 0 (never the start of a protobuf message: field number 0 does not exist),
+  two counts, then the CANCEL targets, the deliver times and the packed positions as
+  little-endian 64-bit columns. Decoding is a copy of three arrays, no per-index work, so a
+  recovery that must read thousands of first segments is bound by IO, not by parsing.
+  :func:`decode_segment` still reads the ``SnapshotSegment`` protobuf of snapshots written
+  before (the metadata stays Pulsar's ``SnapshotMetadata`` in both).
 - The cursor property :data:`FORMAT_KEY` = :data:`FORMAT_NO_SEGMENT_CANCELS` says that no live
   snapshot of the subscription carries such CANCELs: recovery may then serve as soon as every
   metadata is read, loading first segments in the background. Without it (a store written by
@@ -29,6 +36,8 @@ Encoding is CPU work only (no IO); the bucket tracker runs it in an executor thr
 
 from __future__ import annotations
 
+import struct
+import sys
 from array import array
 from bisect import bisect_right
 from collections.abc import Iterable
@@ -47,6 +56,11 @@ dpb: Any = delayed_index_pb2
 #: docstring); its one value says that no live snapshot has CANCEL indexes in a segment.
 FORMAT_KEY: Final = "#horae.delayed.snapshot_format"
 FORMAT_NO_SEGMENT_CANCELS: Final = "2"
+
+#: The start of a segment in the packed layout (module docstring).
+PACKED_MAGIC: Final = b"\x00HS2"
+_PACKED_COUNTS = struct.Struct("<II")
+_PACKED_HEAD = len(PACKED_MAGIC) + _PACKED_COUNTS.size
 
 #: A segment before encoding: parallel columns of deliver times (int64) and packed positions
 #: (uint64), in time order.
@@ -128,23 +142,47 @@ def segment_bitmaps(pos_list: Iterable[int]) -> dict[int, BitMap]:
     return {ledger_id: BitMap(entries) for ledger_id, entries in grouped.items()}
 
 
-def encode_snapshot(segments: list[RawSegment], cancels: list[int]) -> tuple[bytes, list[bytes]]:
-    """Serialize a bucket: (metadata bytes, [segment bytes]). ``cancels`` are packed targets."""
+def _le_bytes(column: array[int]) -> bytes:
+    if sys.byteorder == "little":
+        return column.tobytes()
+    swapped = array(column.typecode, column)
+    swapped.byteswap()
+    return swapped.tobytes()
+
+
+def encode_packed_segment(ts_list: array[int], pos_list: array[int],
+                          cancels: list[int]) -> bytes:
+    """One segment in the packed layout: marker, (CANCEL count, index count), then the
+    CANCEL targets, the deliver times and the packed positions, little-endian 64-bit."""
+    return b"".join((PACKED_MAGIC, _PACKED_COUNTS.pack(len(cancels), len(ts_list)),
+                     _le_bytes(array("Q", cancels)), _le_bytes(array("q", ts_list)),
+                     _le_bytes(array("Q", pos_list))))
+
+
+def _protobuf_segment(ts_list: array[int], pos_list: array[int], cancels: list[int]) -> bytes:
+    """One segment as Pulsar's ``SnapshotSegment`` (the layout of older snapshots)."""
+    segment = dpb.SnapshotSegment()
+    add = segment.indexes.add
+    for packed in cancels:
+        add(timestamp=0, ledger_id=packed >> POSITION_BITS,
+            entry_id=packed & POSITION_MASK, delayed_operation_type=dpb.CANCEL)
+    for ts, packed in zip(ts_list, pos_list, strict=True):
+        add(timestamp=ts, ledger_id=packed >> POSITION_BITS, entry_id=packed & POSITION_MASK)
+    return bytes(segment.SerializeToString())
+
+
+def encode_snapshot(segments: list[RawSegment], cancels: list[int], *,
+                    packed: bool = True) -> tuple[bytes, list[bytes]]:
+    """Serialize a bucket: (metadata bytes, [segment bytes]). ``cancels`` are packed targets
+    (they lead segment 1). ``packed=False`` writes segments as ``SnapshotSegment`` protobufs,
+    as older versions did."""
     if not segments:
         segments = [(array("q"), array("Q"))]
     metadata = dpb.SnapshotMetadata()
     encoded: list[bytes] = []
-    cancel_type = dpb.CANCEL
+    encode = encode_packed_segment if packed else _protobuf_segment
     for number, (ts_list, pos_list) in enumerate(segments):
-        segment = dpb.SnapshotSegment()
-        add = segment.indexes.add
-        if number == 0:
-            for packed in cancels:
-                add(timestamp=0, ledger_id=packed >> POSITION_BITS,
-                    entry_id=packed & POSITION_MASK, delayed_operation_type=cancel_type)
-        for ts, packed in zip(ts_list, pos_list, strict=True):
-            add(timestamp=ts, ledger_id=packed >> POSITION_BITS, entry_id=packed & POSITION_MASK)
-        encoded.append(segment.SerializeToString())
+        encoded.append(encode(ts_list, pos_list, cancels if number == 0 else []))
         meta = metadata.metadata_list.add(
             min_schedule_timestamp=ts_list[0] if ts_list else 0,
             max_schedule_timestamp=ts_list[-1] if ts_list else 0)
@@ -162,7 +200,40 @@ def decode_metadata(data: bytes) -> list[SegmentInfo]:
             for m in metadata.metadata_list]
 
 
+def is_packed_segment(data: bytes) -> bool:
+    """Is this segment in the packed layout (decoded by a copy, no per-index work)?"""
+    return data[:len(PACKED_MAGIC)] == PACKED_MAGIC
+
+
+def _le_column(typecode: str, data: bytes | memoryview) -> array[int]:
+    column = array(typecode)
+    column.frombytes(data)
+    if sys.byteorder != "little":
+        column.byteswap()
+    return column
+
+
+def _decode_packed(data: bytes) -> DecodedSegment:
+    if len(data) < _PACKED_HEAD:
+        raise ValueError("packed delayed index segment: short header")
+    n_cancels, n = _PACKED_COUNTS.unpack_from(data, len(PACKED_MAGIC))
+    if len(data) != _PACKED_HEAD + 8 * (n_cancels + 2 * n):
+        raise ValueError(f"packed delayed index segment: {len(data)} bytes for "
+                         f"{n_cancels} cancels and {n} indexes")
+    view = memoryview(data)
+    at = _PACKED_HEAD
+    cancels = _le_column("Q", view[at:at + 8 * n_cancels]).tolist()
+    at += 8 * n_cancels
+    ts_col = _le_column("q", view[at:at + 8 * n])
+    at += 8 * n
+    return DecodedSegment(ts_col, _le_column("Q", view[at:at + 8 * n]), cancels)
+
+
 def decode_segment(data: bytes) -> DecodedSegment:
+    """A segment of either layout (module docstring); bad bytes raise ``ValueError`` (packed)
+    or protobuf's ``DecodeError``."""
+    if is_packed_segment(data):
+        return _decode_packed(data)
     segment = dpb.SnapshotSegment.FromString(data)
     ts_col: array[int] = array("q")
     pos_col: array[int] = array("Q")

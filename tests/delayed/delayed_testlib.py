@@ -103,6 +103,21 @@ class FakeCursor:
         self.flushes += 1
 
 
+async def parts_one_by_one(store: Any, parts: list[tuple[int, int]]) -> list[bytes | Exception]:
+    """``load_parts`` through a store's own ``load_metadata``/``load_segment``, one part after
+    another (fakes and wrappers that gate, fail or count single reads)."""
+    out: list[bytes | Exception] = []
+    for snapshot_id, index in parts:
+        try:
+            if index == 0:
+                out.append(await store.load_metadata(snapshot_id))
+            else:
+                out.append(await store.load_segment(snapshot_id, index))
+        except Exception as exc:
+            out.append(exc)
+    return out
+
+
 class FakeSnapshotStore:
     """SnapshotStore in a dict; ``fail_create``/``fail_load`` inject errors."""
 
@@ -141,6 +156,9 @@ class FakeSnapshotStore:
         if index < 1:
             raise SnapshotNotFoundError(str(index))
         return await self._part(snapshot_id, index)
+
+    async def load_parts(self, parts: list[tuple[int, int]]) -> list[bytes | Exception]:
+        return await parts_one_by_one(self, parts)
 
     def ids(self) -> list[int]:
         return sorted(self.snapshots)

@@ -9,7 +9,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from delayed_testlib import T0, DueCounter, ManualClock
+from delayed_testlib import T0, DueCounter, ManualClock, parts_one_by_one
 from waiting import wait_until_async
 
 from broker.delayed.bucket import BucketDelayedDeliveryTracker, parse_bucket_key
@@ -50,6 +50,9 @@ class GatedSegments:
             await self.release.wait()
         data: bytes = await self._inner.load_segment(snapshot_id, index)
         return data
+
+    async def load_parts(self, parts: list[tuple[int, int]]) -> list[bytes | Exception]:
+        return await parts_one_by_one(self, parts)     # a held segment holds its whole job
 
 
 def make(cursor: Any, snapshots: Any, clock: ManualClock) -> BucketDelayedDeliveryTracker:
@@ -190,7 +193,7 @@ async def test_old_format_store_applies_segment_cancels_before_serving(tmp_path:
     sealed_positions = sealed(positions, cursor)
     target = min(sealed_positions, key=deliver_at.__getitem__)
     metadata, parts = encode_snapshot(
-        segments, [(target.ledger_id << POSITION_BITS) | target.entry_id])
+        segments, [(target.ledger_id << POSITION_BITS) | target.entry_id], packed=False)
     new_id = await store.snapshots.create(metadata, parts)
     cursor.set_property(newest_key, str(new_id))
     await cursor.flush()

@@ -48,6 +48,11 @@ class Recording:
         self.segment_reads.append(snapshot_id)
         return await self._counted(self._inner.load_segment(snapshot_id, index))
 
+    async def load_parts(self, parts: list[tuple[int, int]]) -> Any:
+        """One read job of several parts: counted once in flight."""
+        self.segment_reads.extend(sid for sid, index in parts if index > 0)
+        return await self._counted(self._inner.load_parts(parts))
+
 
 def make(cursor: Any, snapshots: Any, clock: ManualClock) -> BucketDelayedDeliveryTracker:
     return BucketDelayedDeliveryTracker(

@@ -113,6 +113,9 @@ class MarkingSnapshots:
     async def load_segment(self, snapshot_id: int, index: int) -> bytes:
         return await self.store.load_segment(snapshot_id, index)
 
+    async def load_parts(self, parts: list[tuple[int, int]]) -> list[bytes | Exception]:
+        return await self.store.load_parts(parts)
+
     async def delete(self, snapshot_id: int) -> None:
         self.fs.mark("bsnap_delete_start", snapshot_id)
         await self.store.delete(snapshot_id)

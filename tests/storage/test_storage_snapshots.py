@@ -68,3 +68,24 @@ async def test_interrupted_snapshot_write_leaves_no_snapshot(tmp_path: Path) -> 
     assert store.snapshots.ids() == []
     assert not (tmp_path / "snapshots" / "00000000000000099999.snap.tmp").exists()
     await store.close()
+
+
+async def test_load_parts_reads_several_snapshots_in_one_job_each_with_its_own_error(
+        tmp_path: Path) -> None:
+    store = await SegmentStore.open(tmp_path)
+    a = await store.snapshots.create(b"meta-a", [b"a1", b"a2"])
+    b = await store.snapshots.create(b"meta-b", [b"b1" * 500])
+    c = await store.snapshots.create(b"meta-c", [b"c1" * 500])
+    gone = await store.snapshots.create(b"meta-gone", [b"g"])
+    await store.snapshots.delete(gone)
+    path = tmp_path / "snapshots" / f"{c:020d}.snap"
+    flip_bit(path, path.stat().st_size - 10, 2)      # inside c's segment 1
+    got = await store.snapshots.load_parts(
+        [(a, 0), (b, 1), (gone, 0), (a, 2), (a, 3), (c, 0), (c, 1)])
+    assert got[0] == b"meta-a" and got[1] == b"b1" * 500 and got[3] == b"a2"
+    assert isinstance(got[2], SnapshotNotFoundError)     # deleted
+    assert isinstance(got[4], SnapshotNotFoundError)     # no such part
+    assert got[5] == b"meta-c"                           # the intact part of a damaged file
+    assert isinstance(got[6], CorruptRecordError)
+    assert await store.snapshots.load_parts([]) == []
+    await store.close()
