@@ -475,7 +475,7 @@ class HoraeCollector(Collector):
                     scrape.add("pulsar_topics_count", stamp_key[:2], 1)
                     keys.add(stamp_key)
                     rendered[full] = old
-                    stamps[full] = stamp
+                    stamps[full] = old_stamp   # the new one dies young: nothing to collect
                     order.append(old)
                     continue
                 if row is None:
