@@ -23,11 +23,21 @@ class LedgerInfo:
     sealed: bool
 
 
+class SizeTotal:
+    """The bytes of a ledger list's ledgers, kept as each one's :attr:`LedgerState.size_bytes`
+    is set (so a total is read in O(1), not summed over the ledgers)."""
+
+    __slots__ = ("bytes",)
+
+    def __init__(self) -> None:
+        self.bytes = 0
+
+
 class LedgerState:
     """Loop-side bookkeeping of one ledger."""
 
-    __slots__ = ("assigned_bytes", "confirmed", "ledger_id", "missing", "next_entry_id",
-                 "roll_deadline", "sealed", "segment", "size_bytes")
+    __slots__ = ("_size", "_total", "assigned_bytes", "confirmed", "ledger_id", "missing",
+                 "next_entry_id", "roll_deadline", "sealed", "segment")
 
     def __init__(self, segment: SegmentFile, *, sealed: bool) -> None:
         self.segment = segment
@@ -35,10 +45,36 @@ class LedgerState:
         self.sealed = sealed
         self.confirmed = len(segment.offsets)  # entry ids < confirmed are durable (or missing)
         self.next_entry_id = self.confirmed  # next id to assign
-        self.size_bytes = 0
+        self._size = 0
+        self._total: SizeTotal | None = None   # the list's total while the ledger is in one
         self.assigned_bytes = 0
         self.missing: BitMap | None = None  # ids dropped by recovery or a failed read
         self.roll_deadline = float("inf")  # time.monotonic() at which the ledger is too old
+
+    @property
+    def size_bytes(self) -> int:
+        """Bytes of the ledger's durable and queued entries."""
+        return self._size
+
+    @size_bytes.setter
+    def size_bytes(self, value: int) -> None:
+        total = self._total
+        if total is not None:
+            total.bytes += value - self._size
+        self._size = value
+
+    def join(self, total: SizeTotal) -> None:
+        """Count this ledger's bytes in *total* from now on (it joins a ledger list)."""
+        if self._total is not None:
+            raise ValueError(f"ledger {self.ledger_id} is already in a ledger list")
+        self._total = total
+        total.bytes += self._size
+
+    def leave(self) -> None:
+        """Stop counting this ledger's bytes in its list's total (it left the list)."""
+        if self._total is not None:
+            self._total.bytes -= self._size
+            self._total = None
 
     @property
     def complete(self) -> bool:

@@ -387,13 +387,24 @@ class SegmentStore:
         ledgers = list(self._open.values())
         now = time.monotonic()
         oldest = 0.0
-        save_failures = failing = 0
-        for ml in ledgers:
+        save_failures = failing = trim_unsafe = refused = fenced = 0
+        relocated_entries = relocated_bytes = relocated_ledgers = 0
+        for ml in ledgers:   # one pass over the open ledgers for every per-ledger figure
             cursors = ml.cursor_set
             oldest = max(oldest, cursors.oldest_unsaved(now))
             total, bad = cursors.save_failures()
             save_failures += total
             failing += bad
+            if cursors.trim_blockers:
+                trim_unsafe += 1
+            refused += ml.appends_refused_read_only
+            if ml.fenced:
+                fenced += 1
+            relocated = ml.relocated
+            if relocated.ledgers or relocated.ghosts:
+                relocated_entries += len(relocated)
+                relocated_bytes += relocated.size_bytes
+                relocated_ledgers += len(relocated.ghosts)
         return StorageStats(
             group_commits=writer.batches,
             group_committed_entries=writer.batched_entries,
@@ -413,17 +424,16 @@ class SegmentStore:
             oldest_unsaved_ack_seconds=oldest,
             cursor_save_failures=save_failures,
             cursors_failing_save=failing,
-            trim_unsafe_ledgers=sum(1 for ml in ledgers if ml.cursor_set.trim_blockers),
+            trim_unsafe_ledgers=trim_unsafe,
             read_only=self.disk.read_only,
             read_only_entered=self.disk.read_only_entered,
-            appends_refused_read_only=self.appends_refused_read_only
-            + sum(ml.appends_refused_read_only for ml in ledgers),
+            appends_refused_read_only=self.appends_refused_read_only + refused,
             disk_usage=self.disk.usage,
             open_ledgers=len(ledgers),
-            fenced_ledgers=sum(1 for ml in ledgers if ml.fenced),
-            relocated_entries=sum(len(ml.relocated) for ml in ledgers),
-            relocated_bytes=sum(ml.relocated.size_bytes for ml in ledgers),
-            relocated_ledgers=sum(len(ml.relocated.ghosts) for ml in ledgers),
+            fenced_ledgers=fenced,
+            relocated_entries=relocated_entries,
+            relocated_bytes=relocated_bytes,
+            relocated_ledgers=relocated_ledgers,
         )
 
     def health_problems(self) -> list[str]:

@@ -106,6 +106,7 @@ from broker.metrics.resource_group_families import (
 from broker.metrics.snapshots import sample_line_texts
 from broker.metrics.sources import MetricsSource, PublishBufferFigures, TopicFigures
 from broker.metrics.storage_families import storage_families
+from broker.metrics.topic_columns import TopicColumns
 from broker.metrics.topic_stamps import Stamp, read_stamp, timed_in_signature
 from broker.metrics.txn_families import transaction_families
 from broker.metrics.write_latency import (
@@ -386,6 +387,8 @@ class HoraeCollector(Collector):
         self._rendered: dict[str, dict[str, _TopicText]] = {}
         # format -> topic -> the stamp its kept text is made of (broker.metrics.topic_stamps).
         self._stamps: dict[str, dict[str, Stamp]] = {}
+        # format -> the last scrape's rows and per-family columns (broker.metrics.topic_columns)
+        self._columns = TopicColumns()
         self._template: list[Metric] | None = None
         self._template_index: dict[str, int] = {}   # family name -> its place in the template
 
@@ -443,6 +446,7 @@ class HoraeCollector(Collector):
         if not scrape.topic_level:
             self._rendered.clear()
             self._stamps.clear()
+            self._columns.clear()
             return await self.collect_async(slice_topics)
         latency_windows, size_windows = self._latency_windows, self._entry_size_windows
         latency_now, size_now = latency_windows.now(), size_windows.now()
@@ -475,7 +479,7 @@ class HoraeCollector(Collector):
                     scrape.add("pulsar_topics_count", stamp_key[:2], 1)
                     keys.add(stamp_key)
                     rendered[full] = old
-                    stamps[full] = stamp
+                    stamps[full] = old_stamp   # the new one dies young: nothing to collect
                     order.append(old)
                     continue
                 if row is None:
@@ -518,10 +522,10 @@ class HoraeCollector(Collector):
         self._rendered[fmt] = rendered
         self._stamps[fmt] = stamps
         families: list[Metric] = []
-        # Per family, every topic's text in topic order (a transposition, in C).
-        columns = list(zip(*(entry[1] for entry in order if entry is not None), strict=True))
-        if not columns:
-            columns = [()] * len(template)
+        # Per family, every topic's text in topic order: the kept columns where the rows are
+        # the kept ones, patched where topics were rendered again.
+        columns = self._columns.columns(fmt, [entry for entry in order if entry is not None],
+                                        len(template))
         for j, shape in enumerate(template):
             if shape.name == "pulsar_topics_count":
                 counts = {"pulsar_topics_count": scrape.values.get("pulsar_topics_count", {})}
@@ -529,7 +533,7 @@ class HoraeCollector(Collector):
                                 if f.name == "pulsar_topics_count")
             else:
                 families.append(RenderedFamily(shape.name, shape.documentation, shape.type,
-                                               list(columns[j])))
+                                               columns[j]))
         await asyncio.sleep(0)
         for step in self._finish_rest(scrape):
             if step is not None:

@@ -93,8 +93,14 @@ class LatencyWindows:
             if state.last is not None:
                 return state.last
         else:
-            state.last = [acc[i] - b for i, b in enumerate(state.baseline)]
-            state.baseline = acc[:n]
+            # A window completes. Lists equal to the ones kept are not replaced: an idle
+            # label set's roll then leaves no new objects behind for the collector to walk.
+            last = [acc[i] - b for i, b in enumerate(state.baseline)]
+            if last != state.last:
+                state.last = last
+            baseline = acc[:n]
+            if baseline != state.baseline:
+                state.baseline = baseline
             state.started = now
             return state.last
         # The first window of this label set, still in progress: show it.

@@ -123,8 +123,10 @@ class TopicMeters:
 
     def backlog_size_bytes(self) -> int:
         """Bytes not yet acknowledged by the slowest durable subscription (estimate)."""
+        if not self.subscriptions:
+            return 0
         entries = self.ledger.number_of_entries
-        if not entries or not self.subscriptions:
+        if not entries:
             return 0
         backlog = max((s.cursor.backlog or 0)
                       for s in self.subscriptions.values())

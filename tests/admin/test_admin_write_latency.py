@@ -100,3 +100,22 @@ def test_a_real_broker_exports_pulsars_series_for_its_appends(broker: Any) -> No
     gauges = _gauges(text, topic="persistent://public/default/lat")
     assert set(gauges) == set(PULSAR_NAMES)
     assert sum(gauges.values()) == 5
+
+
+def test_a_window_over_unchanged_counts_keeps_its_lists() -> None:
+    now = [0.0]
+    windows = LatencyWindows(lambda: now[0], window_s=60.0)
+    key = ("c", "ns", "t")
+    windows.counts({key: [3, 1, 2.0]})
+    now[0] = 60.0
+    first = windows.counts({key: [3, 1, 2.0]})[key]
+    assert first == [3, 1]
+    now[0] = 120.0
+    second = windows.counts({key: [3, 1, 2.0]})[key]
+    assert second == [0, 0]
+    now[0] = 180.0   # nothing moved since: the same (equal) lists are kept, not new ones
+    assert windows.counts({key: [3, 1, 2.0]})[key] is second
+    now[0] = 240.0   # a count moved: a new window's counts
+    assert windows.counts({key: [4, 1, 2.0]})[key] == [1, 0]
+    now[0] = 300.0
+    assert windows.counts({key: [4, 1, 2.0]})[key] == [0, 0]

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import pytest
 
-from broker.metrics.collector import HoraeCollector
+from broker.metrics.collector import SNAPSHOT, HoraeCollector
 from broker.metrics.sources import TopicFigures
 
 from .test_admin_metrics import (
@@ -216,3 +216,32 @@ async def test_idle_topics_are_not_read_and_windows_still_roll(buckets: str,
     assert await check.cached_reads() == {PLAIN}
     check.now += 2
     assert await check.cached_reads() == set()
+
+
+async def test_idle_scrapes_keep_the_same_stamps_and_windows(tmp_path: pathlib.Path) -> None:
+    """An idle topic's scrape leaves nothing new behind for the garbage collector to walk: the
+    kept stamp is the one already held, and a window that rolls over unchanged counts keeps
+    its lists. A moved figure still replaces the stamp."""
+    service = _service()
+    check = _Counting(service, tmp_path)
+    await check.cached_reads()
+    await _idle(check)
+    check.now += 61   # the first windows complete
+    assert await check.cached_reads() == set()
+    collector: HoraeCollector = check.collector
+    stamps = dict(collector._stamps[SNAPSHOT])
+    windows = {key: (w.baseline, w.last)
+               for key, w in collector._latency_windows._state.items()}
+    for _ in range(3):   # each one rolls every window over unchanged counts
+        check.now += 61
+        assert await check.cached_reads() == set()
+        assert all(collector._stamps[SNAPSHOT][full] is stamp for full, stamp in stamps.items())
+        assert {key: (w.baseline, w.last)
+                for key, w in collector._latency_windows._state.items()} == windows
+        assert all(w.baseline is windows[key][0] and w.last is windows[key][1]
+                   for key, w in collector._latency_windows._state.items())
+    _plain(service).msg_in_counter += 1
+    check.now += 2
+    assert await check.cached_reads() == {PLAIN}
+    assert collector._stamps[SNAPSHOT][PLAIN] != stamps[PLAIN]
+    assert collector._stamps[SNAPSHOT][SUBSCRIBED] is stamps[SUBSCRIBED]
