@@ -4,7 +4,7 @@ Usage:  .venv/bin/python bench/delayed_e2e.py [--messages 20000] [--span-s 10] [
             [--tick-ms 0] [--early] [--trackers in-memory,bucket] [--pulsar]
             [--pending 1000000[,10000000]] [--restart-trackers bucket,in-memory] [--kill9]
             [--probes 100] [--later-s 20] [--herd 1000000] [--herd-consumers 4] [--no-lateness]
-            [--no-restart]
+            [--no-restart] [--loop-turns]
 
 Every Horae scenario starts ``python -m broker serve`` (the real CLI) on free 127.0.0.1 ports
 with a TOML config written next to a fresh data directory, drives it with ``pulsar-client`` 3.x
@@ -20,7 +20,9 @@ to the application and acknowledges it. Lateness = receive time - deliver_at (ms
 clock; deliver_at has 1 ms precision, so up to 1 ms of it is that rounding). Also printed: the
 broker's CPU seconds from the first due message received to the last, per message. The broker
 runs with its default delayed-delivery settings (strict: never early) unless ``--tick-ms`` or
-``--early`` (Pulsar's default early window) is given. Targets in the default configuration:
+``--early`` (Pulsar's default early window) is given. ``--loop-turns`` also prints the
+broker's event-loop turns in the due window (``bench/loop_turns.py``: the CPU time of each
+turn, which the machine's load does not stretch, and the collections). Targets in the default configuration:
 none early, p99 <= 5 ms, p99.9 <= 20 ms. ``--pulsar`` runs the same rounds on Pulsar 4.0
 standalone (``bench/pulsar_peer.py``) with its defaults (tick 1 s, not strict: up to a tick
 early) and on a namespace whose ``delayedDelivery`` policy sets a 1 ms tick (the comparable
@@ -70,6 +72,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench import loop_turns  # noqa: E402
 from bench.processes import cpu_seconds  # noqa: E402
 
 PYTHON = str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv").exists() else sys.executable
@@ -108,6 +111,7 @@ class BrokerProc:
         self.proc: subprocess.Popen[bytes] | None = None
         self.started_at = 0.0
         self.log_path = data_dir.parent / f"{data_dir.name}.log"
+        self.env: dict[str, str] = {}   # added to the process's environment
 
     def start(self) -> float:
         """Start the process; returns the perf_counter time just before Popen."""
@@ -118,7 +122,7 @@ class BrokerProc:
         log = self.log_path.open("ab")
         self.started_at = time.perf_counter()
         self.proc = subprocess.Popen(args, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-                                     env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                                     env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env})
         log.close()
         return self.started_at
 
@@ -260,6 +264,7 @@ def lateness_round(service_url: str, topic: str, label: str, pid: int,
         "mean_ms": round(statistics.fmean(lateness), 2) if lateness else None,
         "early": early,
         "broker_cpu_us_per_due": round((cpu_last - cpu_first) / max(1, len(lateness)) * 1e6, 1),
+        "due_window_ms": [start_ms, start_ms + span_ms],
     }
     ok = (res["received"] == args.messages and early == 0 and lateness
           and pct(lateness, 99) <= LATENESS_P99_TARGET_MS
@@ -284,14 +289,30 @@ def run_lateness(work: Path, tracker: str, args: argparse.Namespace) -> dict[str
     print(f"\n[lateness] horae tracker={tracker} config={config} messages={args.messages} "
           f"span={args.span_s} s lead={args.lead_ms} ms")
     broker = BrokerProc(work / f"lateness-{tracker}", config)
+    turns_file = work / f"loop-turns-{tracker}.json"
+    if args.loop_turns:
+        broker.env = {"PYTHONPATH": str(loop_turns.SITE_DIR), loop_turns.ENV: str(turns_file)}
     broker.start()
     broker.wait_listening()
     try:
         assert broker.proc is not None
-        return lateness_round(broker.service_url, TOPIC + "-" + tracker, f"horae {tracker}",
-                              broker.proc.pid, args)
+        res = lateness_round(broker.service_url, TOPIC + "-" + tracker, f"horae {tracker}",
+                             broker.proc.pid, args)
     finally:
         broker.stop()
+    if args.loop_turns and turns_file.exists():
+        start, end = res["due_window_ms"]
+        turns = loop_turns.summary(turns_file, start, end + max(100.0, res["max_ms"] or 0.0),
+                                  res["received"])
+        res["loop_turns"] = turns
+        cpu, wall = turns["turn_cpu_ms"], turns["turn_wall_ms"]
+        print(f"  [horae {tracker}] loop turns in the due window: {turns['turns']} measured; "
+              f"CPU p50 {cpu['p50']} p99 {cpu['p99']} p99.9 {cpu['p999']} max {cpu['max']} ms "
+              f"(over 2/4/6 ms: {'/'.join(map(str, turns['turns_cpu_over_ms'].values()))}); "
+              f"wall p99 {wall['p99']} max {wall['max']} ms; loop thread "
+              f"{turns['loop_cpu_us_per_message']} us per due message; full collections "
+              f"{turns['full_collections_cpu_ms']} ms CPU")
+    return res
 
 
 def _admin(web: str, method: str, path: str, body: object | None = None) -> int:
@@ -738,6 +759,9 @@ def main() -> None:
                    help="also: this many messages due in the same millisecond (0: no herd run)")
     p.add_argument("--herd-consumers", type=int, default=0, dest="herd_consumers",
                    help="herd: this many consumer processes (0: one consumer in this process)")
+    p.add_argument("--loop-turns", action="store_true", dest="loop_turns",
+                   help="lateness: also the broker's loop turns in the due window "
+                        "(bench/loop_turns.py): CPU and wall time per turn, collections")
     p.add_argument("--keep", action="store_true", help="keep the data directories")
     p.add_argument("--json", help="also write the results to this file")
     args = p.parse_args()

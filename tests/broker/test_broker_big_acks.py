@@ -3,6 +3,7 @@ and each connection's acks, their answers and its redeliveries keep their order.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Iterator
@@ -12,6 +13,7 @@ import pytest
 from broker_rawclient import RawClient, make_entry
 
 from broker.net import consumers as consumers_module
+from broker.net.sliced import SLICE_IDS
 from broker.subscriptions.subscription import Subscription
 from protocol import commands as C
 from protocol import pulsar_pb as pb
@@ -109,3 +111,48 @@ def test_a_redeliver_after_a_big_ack_redelivers_only_what_stayed_unacked(
     again = attacker.recv_command()
     assert again.type == T.MESSAGE
     assert (again.message.message_id.ledgerId, again.message.message_id.entryId) == (ledger, 2)
+
+
+def _watch_slices(monkeypatch: pytest.MonkeyPatch, arm: Any) -> list[object]:
+    """Record the number of ids of each slice applied; *arm(loop, events)* runs at the first."""
+    events: list[object] = []
+    acknowledge = Subscription.acknowledge
+
+    def watched_acknowledge(self: Subscription, consumer: Any, ids: Any, **kw: Any) -> None:
+        if not events:
+            arm(asyncio.get_running_loop(), events)
+        events.append(len(ids))
+        acknowledge(self, consumer, ids, **kw)
+
+    monkeypatch.setattr(Subscription, "acknowledge", watched_acknowledge)
+    return events
+
+
+def test_a_full_client_ack_is_applied_in_slices_with_the_loop_turning_between(
+        attacker: RawClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    ledger = attach_consumer(attacker)
+    events = _watch_slices(
+        monkeypatch, lambda loop, events: loop.call_soon(events.append, "other"))
+    # what a client's ack grouping sends at most (ackGroupingMaxSize): 1000 ids
+    attacker.send(C.encode_ack(1, [(ledger, entry % 3) for entry in range(1000)], request_id=3))
+    answer = attacker.recv_command()
+    assert answer.type == T.ACK_RESPONSE and answer.ackResponse.request_id == 3
+    # several turns of the loop (about 3 ms of work at once otherwise): what was scheduled
+    # meanwhile ran after the first slice
+    assert SLICE_IDS < 1000
+    assert events == [SLICE_IDS, "other"] + [SLICE_IDS] * (1000 // SLICE_IDS - 1)
+
+
+def test_a_timer_falling_due_during_a_big_ack_fires_before_the_ack_is_applied(
+        attacker: RawClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    ledger = attach_consumer(attacker)
+    events = _watch_slices(
+        monkeypatch, lambda loop, events: loop.call_later(0.001, events.append, "timer"))
+    ids = 100_000
+    attacker.send(C.encode_ack(1, [(ledger, entry % 3) for entry in range(ids)], request_id=4))
+    answer = attacker.recv_command(timeout=120.0)
+    assert answer.type == T.ACK_RESPONSE and answer.ackResponse.request_id == 4
+    slices = [e for e in events if e != "timer"]
+    assert slices == [SLICE_IDS] * (ids // SLICE_IDS)
+    # due 1 ms after the first slice, it fired between two slices, not after the last one
+    assert "timer" in events and events.index("timer") < len(events) - 1

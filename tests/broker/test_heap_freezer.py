@@ -6,6 +6,9 @@ from __future__ import annotations
 import asyncio
 import gc
 import weakref
+from collections.abc import Iterator
+
+import pytest
 
 from broker.heap import HeapFreezer
 
@@ -15,7 +18,22 @@ class _Node:
         self.me = self   # a cycle: only the cyclic collector frees it
 
 
-def test_survivors_of_a_full_collection_are_frozen_and_thawed_for_the_next() -> None:
+@pytest.fixture
+def manual_gc() -> Iterator[None]:
+    """No automatic collections during the test (the generations' counts move only by its own
+    collections), nothing promoted into the oldest generation at its start."""
+    enabled = gc.isenabled()
+    gc.disable()
+    gc.collect()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+        if enabled:
+            gc.enable()
+
+
+def test_survivors_of_a_full_collection_are_frozen_and_thawed_for_the_next(manual_gc: None) -> None:
     freezer = HeapFreezer()
     gc.callbacks.append(freezer._on_collection)
     try:
@@ -40,6 +58,32 @@ def test_survivors_of_a_full_collection_are_frozen_and_thawed_for_the_next() -> 
     finally:
         gc.callbacks.remove(freezer._on_collection)
         gc.unfreeze()
+
+
+def test_a_check_collects_and_freezes_what_young_collections_promoted(manual_gc: None) -> None:
+    freezer = HeapFreezer()
+    gc.callbacks.append(freezer._on_collection)
+    try:
+        freezer.step(thaw=False)
+        assert freezer.collections == 0 and freezer.freezes == 0   # nothing promoted yet
+        live = _Node()
+        node = _Node()
+        gone = weakref.ref(node)
+        gc.collect(1)   # a young collection: both survive it into the oldest generation
+        assert gc.get_count()[2] > 0
+        del node   # garbage now, in the oldest generation, which young collections never walk
+        gc.collect(1)
+        assert gone() is not None
+        freezer.step(thaw=False)
+        # the check ran the full collection itself: the garbage is freed, not frozen, and the
+        # survivors are out of the next full collection's walk
+        assert freezer.collections == 1 and freezer.freezes == 1
+        assert gone() is None
+        assert not any(o is live for o in gc.get_objects())
+        freezer.step(thaw=False)   # nothing promoted since: no collection, no freeze
+        assert freezer.collections == 1 and freezer.freezes == 1
+    finally:
+        gc.callbacks.remove(freezer._on_collection)
 
 
 async def test_run_freezes_after_a_full_collection_and_unfreezes_when_cancelled() -> None:

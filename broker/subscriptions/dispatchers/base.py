@@ -74,15 +74,16 @@ MAX_READ_ENTRIES = 100  # Pulsar's dispatcherMaxReadBatchSize
 MAX_REPLAY_READ = 500
 MAX_REPLAY_SCAN = 20_000  # positions examined per round without reading them (Key_Shared)
 #: Longest run of back-to-back rounds before the dispatcher yields to the event loop (s): with
-#: about 20 us of work per message and up to MAX_READ_ENTRIES per round, a few rounds.
-DISPATCH_SLICE_S = 0.002
+#: about 20 us of work per message and up to MAX_READ_ENTRIES per round, a round or two. A
+#: delayed message falling due while a slice runs waits for its timer until the slice ends.
+DISPATCH_SLICE_S = 0.001
 #: A yield whose loop turn took longer than this found other work: other connections' frames
 #: (publishes, FLOW, ACK) or the storage threads' completions.
 BUSY_TURN_S = 0.0001
-#: Then the dispatcher also pauses this long before its next slice (others get a third of the
-#: loop's time at least): an idle loop waits in the poller, which lets the storage writer
-#: threads (a publish's write) take the interpreter instead of waiting out its switch interval
-#: behind back-to-back slices.
+#: Then, every second time, the dispatcher also pauses this long before its next slice (others
+#: get a third of the loop's time at least): an idle loop waits in the poller, which lets the
+#: storage writer threads (a publish's write) take the interpreter instead of waiting out its
+#: switch interval behind back-to-back slices.
 DISPATCH_PAUSE_S = 0.001
 
 
@@ -288,6 +289,7 @@ class Dispatcher:
         clock = time.perf_counter
         try:
             slice_end = clock() + DISPATCH_SLICE_S
+            busy_yields = 0
             while not self._closed:
                 self._again = False
                 progressed = await self._dispatch_once()
@@ -300,7 +302,9 @@ class Dispatcher:
                     turn = clock()
                     await asyncio.sleep(0)
                     if clock() - turn > BUSY_TURN_S:
-                        await asyncio.sleep(DISPATCH_PAUSE_S)
+                        busy_yields += 1
+                        if not busy_yields % 2:
+                            await asyncio.sleep(DISPATCH_PAUSE_S)
                     slice_end = clock() + DISPATCH_SLICE_S
         except Exception:  # a failed read must not kill dispatching for good
             log.exception("dispatch failed on %s", self.sub.name)
