@@ -605,91 +605,108 @@ class Dispatcher:
         can take joins it."""
         sub = self.sub
         cursor = sub.cursor
+        is_deleted = cursor.is_deleted
         counts = sub.redelivery_counts
         batch_acks = sub.batch_acks
         read_compacted = sub.read_compacted  # once per round, not per entry
         delayed = None if from_replay else self.delayed
         replacements = self.delayed.replacements if self.delayed is not None else None
-        sent = 0
-        for entry in entries:
-            pos = entry.position
-            if from_replay and not direct and pos not in self.replay:
-                continue  # acked or reset while we were reading
-            if cursor.is_deleted(pos):
-                if from_replay:
-                    self.discard_replay(pos)
-                continue
-            if replacements is not None and replacements.superseded(pos):
-                cursor.delete((pos,))  # replaced or cancelled by key: acknowledged unseen
-                if from_replay:
-                    self.discard_replay(pos)
-                continue
-            if txn is not None:
-                verdict = txn.verdict(pos)
-                if verdict:
-                    if verdict == HIDE:
-                        cursor.delete((pos,))  # a marker or an aborted message: acked unseen
+        superseded = replacements.superseded if replacements is not None else None
+        needs_hash = self.needs_hash
+        replay = self.replay
+        check_replay = from_replay and not direct   # entries of the replay set
+        route = self._route
+        owner = self.owner
+        # the Key_Shared bookkeeping hook; a no-op for the others (not called per entry)
+        sent_hook = self._sent if type(self)._sent is not Dispatcher._sent else None
+        avg = self._avg_messages_per_entry
+        sent = msg_out = bytes_out = 0
+        try:  # the counters stay exact even if an entry fails to encode
+            for entry in entries:
+                pos = entry.position
+                if check_replay and pos not in replay:
+                    continue  # acked or reset while we were reading
+                if is_deleted(pos):
                     if from_replay:
                         self.discard_replay(pos)
                     continue
-            if read_compacted and sub.compacted_out(pos):
-                cursor.delete((pos,))  # superseded by compaction: acknowledged unseen
-                if from_replay:
-                    self.discard_replay(pos)
-                continue
-            # Only a key-routing dispatcher needs the EntryInfo; the others read two fields.
-            info: EntryInfo | None = None
-            try:
-                if self.needs_hash:
-                    info = parse_entry(entry.data)
-                    messages, deliver_at = info.messages, info.deliver_at_time
-                else:
-                    messages, deliver_at = peek_dispatch(entry.data)
-            except ProtocolError:
-                info, messages, deliver_at = None, 1, None
-            if delayed is not None and deliver_at is not None and delayed.hold(pos, deliver_at):
-                continue
-            ack_set = batch_acks.get(pos)
-            if ack_set is not None and not ack_set & ((1 << messages) - 1):
-                cursor.delete((pos,))   # every message acknowledged by batch index
-                del batch_acks[pos]
-                if from_replay:
-                    self.discard_replay(pos)
-                continue
-            if txn is not None:
-                ack_set = txn.ack_set(pos, ack_set, messages)
-                if ack_set == 0:   # every message left is pending in a transaction: held
+                if superseded is not None and superseded(pos):
+                    cursor.delete((pos,))  # replaced or cancelled by key: acknowledged unseen
                     if from_replay:
                         self.discard_replay(pos)
                     continue
-            sticky_hash = sticky_key_hash(info.sticky_key) if info is not None else 0
-            consumer = self._route(pos, info, sticky_hash, from_replay, blocked)
-            if consumer is None:
-                if not from_replay or direct:
-                    self.add_replay(pos, sticky_hash)
-                elif self.needs_hash and pos not in self.replay_hash:
+                if txn is not None:
+                    verdict = txn.verdict(pos)
+                    if verdict:
+                        if verdict == HIDE:
+                            cursor.delete((pos,))  # a marker or an aborted message: acked unseen
+                        if from_replay:
+                            self.discard_replay(pos)
+                        continue
+                if read_compacted and sub.compacted_out(pos):
+                    cursor.delete((pos,))  # superseded by compaction: acknowledged unseen
+                    if from_replay:
+                        self.discard_replay(pos)
+                    continue
+                data = entry.data
+                # Only a key-routing dispatcher needs the EntryInfo; the others read two fields.
+                info: EntryInfo | None = None
+                try:
+                    if needs_hash:
+                        info = parse_entry(data)
+                        messages, deliver_at = info.messages, info.deliver_at_time
+                    else:
+                        messages, deliver_at = peek_dispatch(data)
+                except ProtocolError:
+                    info, messages, deliver_at = None, 1, None
+                if delayed is not None and deliver_at is not None and delayed.hold(pos, deliver_at):
+                    continue
+                ack_set = batch_acks.get(pos) if batch_acks else None
+                if ack_set is not None and not ack_set & ((1 << messages) - 1):
+                    cursor.delete((pos,))   # every message acknowledged by batch index
+                    del batch_acks[pos]
+                    if from_replay:
+                        self.discard_replay(pos)
+                    continue
+                if txn is not None:
+                    ack_set = txn.ack_set(pos, ack_set, messages)
+                    if ack_set == 0:   # every message left is pending in a transaction: held
+                        if from_replay:
+                            self.discard_replay(pos)
+                        continue
+                sticky_hash = sticky_key_hash(info.sticky_key) if info is not None else 0
+                consumer = route(pos, info, sticky_hash, from_replay, blocked)
+                if consumer is None:
+                    if not from_replay or direct:
+                        self.add_replay(pos, sticky_hash)
+                    elif needs_hash and pos not in self.replay_hash:
+                        self.discard_replay(pos)
+                        self.add_replay(pos, sticky_hash)
+                    continue
+                if check_replay:
                     self.discard_replay(pos)
-                    self.add_replay(pos, sticky_hash)
-                continue
-            if from_replay and not direct:
-                self.discard_replay(pos)
-            self._avg_messages_per_entry = 0.9 * self._avg_messages_per_entry + 0.1 * messages
-            consumer.send(
-                pos,
-                entry.data,
-                messages=messages,
-                sticky_hash=sticky_hash,
-                redelivery_count=counts.get(pos, 0) if counts else 0,
-                ack_set=_to_longs(ack_set, messages) if ack_set is not None else None,
-                revision=revision,
-            )
-            self.owner[pos] = consumer
-            self._sent(consumer, sticky_hash)
-            sub.msg_out_counter += messages
-            sub.bytes_out_counter += len(entry.data)
-            sent += 1
-        if sent:
-            sub.touch()
+                avg = 0.9 * avg + 0.1 * messages
+                consumer.send(
+                    pos,
+                    data,
+                    messages=messages,
+                    sticky_hash=sticky_hash,
+                    redelivery_count=counts.get(pos, 0) if counts else 0,
+                    ack_set=_to_longs(ack_set, messages) if ack_set is not None else None,
+                    revision=revision,
+                )
+                owner[pos] = consumer
+                if sent_hook is not None:
+                    sent_hook(consumer, sticky_hash)
+                msg_out += messages
+                bytes_out += len(data)
+                sent += 1
+        finally:
+            self._avg_messages_per_entry = avg
+            if sent:
+                sub.msg_out_counter += msg_out
+                sub.bytes_out_counter += bytes_out
+                sub.touch()
         return sent
 
     def _sent(self, consumer: Consumer, sticky_hash: int) -> None:
