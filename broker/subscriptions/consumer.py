@@ -322,6 +322,19 @@ class Consumer:
                 self.blocked_on_unacked = False   # Pulsar unblocks at half the limit
         return item
 
+    def take_pending_many(self, positions: list[Position]) -> list[tuple[int, int] | None]:
+        """:meth:`take_pending` of each position (an ACK's ids at once): their (messages,
+        hash), None for a position that was not pending here."""
+        pop = self.pending.pop
+        items = [pop(pos, None) for pos in positions]
+        taken = sum(item[0] for item in items if item is not None)
+        if taken:
+            self.unacked_messages -= taken
+            if self.blocked_on_unacked and \
+                    self.unacked_messages <= self.max_unacked_messages // 2:
+                self.blocked_on_unacked = False   # Pulsar unblocks at half the limit
+        return items
+
     def notify_active(self, is_active: bool) -> None:
         """ACTIVE_CONSUMER_CHANGE (Failover), sent only when the state changes."""
         if self.is_active is is_active or self.closed:

@@ -227,17 +227,35 @@ class Dispatcher:
         return moved
 
     def on_acked(self, positions: list[Position]) -> None:
-        """Acknowledged positions: forget them everywhere."""
-        counts = self.sub.redelivery_counts
-        for pos in positions:
-            consumer = self.owner.pop(pos, None)
-            if consumer is not None:
-                item = consumer.take_pending(pos)
-                if item is not None:
-                    self._released(consumer, pos, item[1])
-            if self.replay:
+        """Acknowledged positions: forget them everywhere. Done per owner for the whole list
+        (an ACK's ids are usually all pending on the consumer that sent it)."""
+        owner_pop = self.owner.pop
+        owners = [owner_pop(pos, None) for pos in positions]
+        released = self._released if type(self)._released is not Dispatcher._released else None
+        first = owners[0] if owners else None
+        if first is not None and owners.count(first) == len(owners):
+            groups: dict[Consumer, list[Position]] = {first: positions}
+        else:
+            groups = {}
+            for pos, consumer in zip(positions, owners, strict=True):
+                if consumer is not None:
+                    mine = groups.get(consumer)
+                    if mine is None:
+                        groups[consumer] = [pos]
+                    else:
+                        mine.append(pos)
+        for consumer, mine in groups.items():
+            items = consumer.take_pending_many(mine)
+            if released is not None:
+                for pos, item in zip(mine, items, strict=True):
+                    if item is not None:
+                        released(consumer, pos, item[1])
+        if self.replay:
+            for pos in positions:
                 self.discard_replay(pos)
-            if counts:
+        counts = self.sub.redelivery_counts
+        if counts:
+            for pos in positions:
                 counts.pop(pos, None)
         if self._due_in_flight:   # acknowledged while being read as due: not sent, not kept
             gone = set(positions)
