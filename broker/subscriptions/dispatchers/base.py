@@ -497,11 +497,18 @@ class Dispatcher:
         """Read and send positions that just fell due, outside the replay set (round step 1).
         Returns True when a reset ran during the read (the round is over)."""
         self._due_in_flight = due
+        asked = len(due)
         entries, missing = await self._read_positions(due)
         if self._due_in_flight is not due:  # a reset dropped them, with the replay set
             return True
         self._due_in_flight = []
         outdated = self.sub.revisions.is_outdated(revision) or self._closed
+        if not outdated and len(entries) == asked == len(due):
+            # the usual read: every position read, none acknowledged meanwhile (an ack
+            # during the read takes its position out of ``due``)
+            self._deliver(entries, from_replay=True, blocked=set(), revision=revision,
+                          txn=self.sub.transaction_view(), direct=True)
+            return False
         if outdated:  # a forward reset (skip) ran: what it did not acknowledge waits
             entries = []
         still = set(due)   # less what was acknowledged (or skipped) during the read
@@ -576,7 +583,8 @@ class Dispatcher:
     async def _read_positions(
         self, positions: list[Position]
     ) -> tuple[list[Entry], list[Position]]:
-        """Read scattered positions, one store read per run of consecutive entries.
+        """Read scattered positions (in position order, as every caller passes them), one store
+        read per run of consecutive entries.
 
         Returns the entries and the positions known not to exist any more. A run cut short by
         the read's byte limit leaves its tail neither read nor missing: it stays for next time.
@@ -586,6 +594,27 @@ class Dispatcher:
         missing: list[Position] = []
         i = 0
         n = len(positions)
+        if n > 1:
+            first, last = positions[0], positions[-1]
+            if first.ledger_id == last.ledger_id and last.entry_id - first.entry_id == n - 1 \
+                    and len(set(positions)) == n:
+                # one run (a herd falling due, a replay of consecutive entries): one read
+                # without looking at the positions one by one
+                got = await ledger.read_entries(first, n)
+                k = len(got)
+                while k and got[k - 1].position > last:   # past a missing entry: next ledger
+                    k -= 1
+                if k != len(got):
+                    got = got[:k]
+                if k == n:
+                    return got, missing
+                if got:
+                    found = {e.position for e in got}
+                    end = got[-1].position
+                    return got, [p for p in positions if p < end and p not in found]
+                if await ledger.read_entry(first) is None:
+                    missing.append(first)  # the next round retries the rest of the run
+                return out, missing
         while i < n:
             start = positions[i]
             j = i + 1
