@@ -634,6 +634,8 @@ def run_herd(work: Path, tracker: str, args: argparse.Namespace) -> dict[str, An
         for th in threads:
             th.start()
         herd_start = time.perf_counter() + (due_at - time.time_ns() // 1_000_000) / 1000
+        print(f"  published; the herd falls due in {herd_start - time.perf_counter():.1f} s "
+              f"(broker pid {broker.proc.pid})", flush=True)
         stop.wait(max(0.0, herd_start - time.perf_counter() - 0.01))
         quiet_count = len(pings)
         cpu_start = cpu_seconds(broker.proc.pid)

@@ -203,7 +203,8 @@ async def _round(args: argparse.Namespace, work: Path,
         if prof is not None:
             prof.disable()
         assert sub.cursor.mark_delete_position == ledger.last_confirmed, "not all acked"
-        await sub.close() if hasattr(sub, "close") else None
+        await sub.close()
+        await sub.cursor.close()   # its last save, before the store goes
         return dispatch_cpu / args.messages * 1e6, ack_cpu / args.messages * 1e6
     finally:
         await store.close()

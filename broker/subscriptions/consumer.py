@@ -44,6 +44,7 @@ from protocol.commands import (
     encode_reached_end_of_topic,
 )
 from protocol.entry_metadata import has_prefix as has_broker_entry_metadata
+from protocol.limits import MAGIC_BROKER_ENTRY_METADATA
 from protocol.sub_types import SubType
 from storage.positions import Position
 
@@ -65,6 +66,10 @@ MAX_UNACKED_MESSAGES_PER_CONSUMER = 50_000
 #: the others are never sent it.
 END_OF_TOPIC_CLIENTS = ("Pulsar-Java-", "Horae-WebSocket")
 
+
+#: The first byte of a stored form with broker entry metadata (a plain entry's is 0: its
+#: metadata size is below 16 MiB), as :func:`protocol.commands.encode_message` tells them apart.
+_PREFIX_FIRST_BYTE = MAGIC_BROKER_ENTRY_METADATA >> 8
 
 #: A queued frame: (cursor revision, position, messages, entry, encoded, whole). ``encoded`` is
 #: None for the common delivery, encoded at the flush; else the frame (``whole``) or its head,
@@ -201,7 +206,7 @@ class Consumer:
         of the dispatch round. The common delivery (a plain entry, first delivery, no ack set)
         is encoded at the flush, with the others queued for it (:func:`encode_message_run`);
         the rest is encoded now."""
-        if redelivery_count or ack_set or has_broker_entry_metadata(entry):
+        if redelivery_count or ack_set or (entry and entry[0] == _PREFIX_FIRST_BYTE):
             if len(entry) < BY_REFERENCE_BYTES or has_broker_entry_metadata(entry):
                 # small, or a stored form whose prefix is kept or dropped: one joined frame
                 self._out.append((revision, position, messages, entry, encode_message(

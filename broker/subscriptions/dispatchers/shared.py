@@ -58,7 +58,9 @@ class SharedDispatcher(Dispatcher):
                 if i >= n:
                     i -= n
                 c = consumers[i]
-                if c.permits > 0 and c.available:
+                # Consumer.available, spelled out: one property hop fewer per message
+                if c.permits > 0 and not c.blocked_on_unacked and not c.closed \
+                        and not c.side.writes_paused:
                     self._next = i + 1 if i + 1 < n else 0
                     return c
             return None
