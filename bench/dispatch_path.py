@@ -13,6 +13,8 @@ machine's load changes far less than wall time. Two phases per round:
   are due, the consumers get their permits and the time from there to the last MESSAGE frame
   written is measured (tracker hand-out, entry reads, routing, MESSAGE encoding, writes).
   ``--mode backlog``: plain entries, the same from the first permit to the last frame.
+  ``--mode single``: one entry appended at a time (one send in flight, as the end-to-end
+  figure of ``compare_peer.py``), from the subscription told of it to its frame written.
 - **ack**: the ids each consumer received go back as individual ACK commands of 1,000 ids
   (the official clients' grouping), through the connection side's ACK handler.
 
@@ -129,7 +131,7 @@ async def _round(args: argparse.Namespace, work: Path,
         due_at = int(time.time() * 1000) + 5000 + args.messages // 4
         now = int(time.time() * 1000)
         entries = []
-        for i in range(args.messages):
+        for i in range(0 if args.mode == "single" else args.messages):
             md = pb.MessageMetadata(producer_name="p", sequence_id=i, publish_time=now)
             if herd:
                 md.deliver_at_time = due_at
@@ -173,6 +175,9 @@ async def _round(args: argparse.Namespace, work: Path,
         def sent() -> int:
             return sum(c.msg_out_counter for _, c in consumers)
 
+        if args.mode == "single":
+            return await _one_at_a_time(args, ledger, sub, consumers, prof)
+
         if prof is not None:
             prof.enable()
         t0 = time.thread_time()
@@ -210,6 +215,49 @@ async def _round(args: argparse.Namespace, work: Path,
         await store.close()
 
 
+async def _one_at_a_time(args: argparse.Namespace, ledger: Any, sub: Any,
+                         consumers: list[Any], prof: cProfile.Profile | None
+                         ) -> tuple[float, float]:
+    """``--mode single``: one new entry at a time (the end-to-end workload: one send in
+    flight), from the subscription being told of it to its frame written; then its ACK."""
+    dispatcher = sub.dispatcher
+    md = pb.MessageMetadata(producer_name="p", sequence_id=0, publish_time=int(time.time() * 1000))
+    entry = encode_entry(md, b"x" * args.payload)
+    for _, consumer in consumers:
+        consumer.permits = 1000
+    dispatch_cpu = ack_cpu = 0.0
+    n = min(args.messages, 5000)
+    for i in range(n):
+        await ledger.append(entry)
+        await asyncio.sleep(0)
+        side, consumer = consumers[i % len(consumers)]
+        if prof is not None:
+            prof.enable()
+        t0 = time.thread_time()
+        before = sum(c.msg_out_counter for _, c in consumers)
+        sub.on_new_entries()
+        while sum(c.msg_out_counter for _, c in consumers) == before \
+                or dispatcher._task is not None:
+            await asyncio.sleep(0)
+        dispatch_cpu += time.thread_time() - t0
+        owner = dispatcher.owner.get(ledger.last_confirmed)
+        for c_side, c in consumers:
+            if c is owner:
+                cmd = pb.CommandAck(consumer_id=c.consumer_id, ack_type=pb.CommandAck.Individual)
+                mid = cmd.message_id.add()
+                mid.ledgerId, mid.entryId = ledger.last_confirmed
+                t0 = time.thread_time()
+                c_side.handle_ack(cmd)
+                ack_cpu += time.thread_time() - t0
+        if prof is not None:
+            prof.disable()
+        for _, c in consumers:
+            c.permits = 1000
+    await sub.close()
+    await sub.cursor.close()
+    return dispatch_cpu / n * 1e6, ack_cpu / n * 1e6
+
+
 async def _main(args: argparse.Namespace) -> None:
     best_d = best_a = float("inf")
     prof = None
@@ -231,7 +279,7 @@ def main() -> None:
     p.add_argument("--messages", type=int, default=50_000)
     p.add_argument("--consumers", type=int, default=4)
     p.add_argument("--payload", type=int, default=100, help="payload bytes per message")
-    p.add_argument("--mode", choices=("herd", "backlog"), default="herd")
+    p.add_argument("--mode", choices=("herd", "backlog", "single"), default="herd")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--profile", action="store_true")
     args = p.parse_args()
