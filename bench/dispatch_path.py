@@ -230,7 +230,6 @@ async def _one_at_a_time(args: argparse.Namespace, ledger: Any, sub: Any,
     for i in range(n):
         await ledger.append(entry)
         await asyncio.sleep(0)
-        side, consumer = consumers[i % len(consumers)]
         if prof is not None:
             prof.enable()
         t0 = time.thread_time()
