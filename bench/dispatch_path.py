@@ -227,7 +227,7 @@ async def _one_at_a_time(args: argparse.Namespace, ledger: Any, sub: Any,
         consumer.permits = 1000
     dispatch_cpu = ack_cpu = 0.0
     n = min(args.messages, 5000)
-    for i in range(n):
+    for _ in range(n):
         await ledger.append(entry)
         await asyncio.sleep(0)
         if prof is not None:
