@@ -308,7 +308,7 @@ class Dispatcher:
             while not self._closed:
                 self._again = False
                 progressed = await self._dispatch_once()
-                if not progressed and not self._again:
+                if not self._again and (not progressed or self._drained()):
                     break
                 if clock() >= slice_end:
                     # let other connections' frames (publishes, FLOW, ACK) in: a herd of due
@@ -325,6 +325,19 @@ class Dispatcher:
         finally:
             self._task = None
             self.flush_consumers()
+
+    def _drained(self) -> bool:
+        """Would another round find nothing to do? Nothing waits for a replay or a due read,
+        the read position is past the last entry and no tracked message is due: then the
+        round after one that made progress is spared (it would make none). Whatever brings
+        work later -- new entries, acks, FLOW, a due time, a reset -- schedules a round."""
+        if self.replay or self._due_in_flight:
+            return False
+        last = self.sub.ledger.last_confirmed
+        if last is not None and self.sub.cursor.read_position <= last:
+            return False
+        tracker = self.delayed.tracker if self.delayed is not None else None
+        return tracker is None or not tracker.has_message_available()
 
     async def close(self) -> None:
         self._closed = True
