@@ -308,7 +308,7 @@ class Dispatcher:
             while not self._closed:
                 self._again = False
                 progressed = await self._dispatch_once()
-                if not self._again and (not progressed or self._drained()):
+                if not self._again and (not progressed or _drained(self)):
                     break
                 if clock() >= slice_end:
                     # let other connections' frames (publishes, FLOW, ACK) in: a herd of due
@@ -325,19 +325,6 @@ class Dispatcher:
         finally:
             self._task = None
             self.flush_consumers()
-
-    def _drained(self) -> bool:
-        """Would another round find nothing to do? Nothing waits for a replay or a due read,
-        the read position is past the last entry and no tracked message is due: then the
-        round after one that made progress is spared (it would make none). Whatever brings
-        work later -- new entries, acks, FLOW, a due time, a reset -- schedules a round."""
-        if self.replay or self._due_in_flight:
-            return False
-        last = self.sub.ledger.last_confirmed
-        if last is not None and self.sub.cursor.read_position <= last:
-            return False
-        tracker = self.delayed.tracker if self.delayed is not None else None
-        return tracker is None or not tracker.has_message_available()
 
     async def close(self) -> None:
         self._closed = True
@@ -771,6 +758,21 @@ class Dispatcher:
 
     def _sent(self, consumer: Consumer, sticky_hash: int) -> None:
         """Hook: a message with ``sticky_hash`` went to ``consumer``."""
+
+
+def _drained(dispatcher: Dispatcher) -> bool:
+    """Would another round of ``dispatcher`` find nothing to do? Nothing waits for a replay or
+    a due read, the read position is past the last entry and no tracked message is due: then
+    the round after one that made progress is spared (it would make none). Whatever brings
+    work later -- new entries, acks, FLOW, a due time, a reset -- schedules a round."""
+    if dispatcher.replay or dispatcher._due_in_flight:
+        return False
+    sub = dispatcher.sub
+    last = sub.ledger.last_confirmed
+    if last is not None and sub.cursor.read_position <= last:
+        return False
+    tracker = dispatcher.delayed.tracker if dispatcher.delayed is not None else None
+    return tracker is None or not tracker.has_message_available()
 
 
 def _to_longs(bits: int, size: int) -> list[int]:
