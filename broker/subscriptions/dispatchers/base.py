@@ -230,6 +230,21 @@ class Dispatcher:
         """Acknowledged positions: forget them everywhere. Done per owner for the whole list
         (an ACK's ids are usually all pending on the consumer that sent it)."""
         owner_pop = self.owner.pop
+        if len(positions) == 1:   # an ACK of one id (sync acknowledgements): no grouping
+            pos = positions[0]
+            consumer = owner_pop(pos, None)
+            if consumer is not None:
+                item = consumer.take_pending(pos)
+                if item is not None:
+                    self._released(consumer, pos, item[1])
+            if self.replay:
+                self.discard_replay(pos)
+            counts = self.sub.redelivery_counts
+            if counts:
+                counts.pop(pos, None)
+            if self._due_in_flight and pos in self._due_in_flight:
+                self._due_in_flight.remove(pos)
+            return
         owners = [owner_pop(pos, None) for pos in positions]
         released = self._released if type(self)._released is not Dispatcher._released else None
         first = owners[0] if owners else None
