@@ -655,8 +655,11 @@ def run_herd(work: Path, tracker: str, args: argparse.Namespace) -> dict[str, An
         for th in threads:
             th.start()
         herd_start = time.perf_counter() + (due_at - time.time_ns() // 1_000_000) / 1000
+        print(f"  published; the herd falls due in {herd_start - time.perf_counter():.1f} s "
+              f"(broker pid {broker.proc.pid})", flush=True)
         stop.wait(max(0.0, herd_start - time.perf_counter() - 0.01))
         quiet_count = len(pings)
+        cpu_start = cpu_seconds(broker.proc.pid)
         got = early = 0
         first = last = None
         deadline = herd_start + 600
@@ -676,6 +679,7 @@ def run_herd(work: Path, tracker: str, args: argparse.Namespace) -> dict[str, An
             last = now
             got += 1
             consumer.acknowledge(msg)
+        cpu_end = cpu_seconds(broker.proc.pid)
         if procs:
             p_stop.set()
             for _ in procs:
@@ -712,6 +716,7 @@ def run_herd(work: Path, tracker: str, args: argparse.Namespace) -> dict[str, An
            "first_after_due_ms": round((first - herd_start) * 1000, 1) if first else None,
            "all_delivered_s": round(deliver_s, 2) if deliver_s is not None else None,
            "consume_per_s": round(got / deliver_s) if deliver_s else None,
+           "broker_cpu_us_per_message": round((cpu_end - cpu_start) / max(1, got) * 1e6, 1),
            "ping_quiet_max_ms": round(max(quiet_pings), 1),
            "ping_quiet_p99_ms": round(pct(quiet_pings, 99), 1),
            "ping_max_ms": round(max(herd_pings), 1),
@@ -722,7 +727,8 @@ def run_herd(work: Path, tracker: str, args: argparse.Namespace) -> dict[str, An
            "publish_herd_count": len(herd_sends), "consumer_processes": args.herd_consumers}
     print(f"  published {args.herd} in {publish_s:.1f} s; received {got} ({early} early), the "
           f"first {res['first_after_due_ms']} ms after the due time, all within "
-          f"{res['all_delivered_s']} s ({res['consume_per_s']} msg/s; target all within 8 s)")
+          f"{res['all_delivered_s']} s ({res['consume_per_s']} msg/s; target all within 8 s); "
+          f"broker CPU {res['broker_cpu_us_per_message']} us per message (due to all received)")
     print(f"  other topic's one-at-a-time publish p99: quiet {res['publish_quiet_p99_ms']} ms, "
           f"during the herd {res['publish_herd_p99_ms']} ms (p50 {res['publish_herd_p50_ms']}, "
           f"{len(herd_sends)} sends; target +5 ms at most); PING round trip during the herd "

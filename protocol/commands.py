@@ -49,7 +49,12 @@ from protocol.client_commands import (
 from protocol.errors import ServerError
 from protocol.framing import MessageId, encode_command, encode_payload_command
 from protocol.framing import set_message_id as _message_id
-from protocol.hot_commands import encode_message, encode_message_head, encode_send_receipt
+from protocol.hot_commands import (
+    encode_message,
+    encode_message_head,
+    encode_message_run,
+    encode_send_receipt,
+)
 from protocol.limits import PROTOCOL_VERSION
 
 _T = pb.BaseCommand
@@ -393,6 +398,7 @@ __all__ = [
     "encode_lookup_response",
     "encode_message",
     "encode_message_head",
+    "encode_message_run",
     "encode_partitioned_metadata",
     "encode_partitioned_metadata_response",
     "encode_payload_command",

@@ -104,6 +104,26 @@ class EntryCache:
         self.hits += 1
         return data
 
+    def get_run(self, ledger_id: int, entry_id: int, limit: int) -> list[bytes]:
+        """Up to ``limit`` consecutive cached entries from ``entry_id`` on, all from the
+        chunk holding ``entry_id`` (one lookup for the run, where :meth:`get` makes one per
+        entry): the run ends at the chunk's end or its first discarded entry. Empty (one
+        miss) when ``entry_id`` is not cached; counts a hit per entry returned."""
+        found = self._find(ledger_id, entry_id)
+        if found is None or limit <= 0:
+            self.misses += 1
+            return []
+        key, chunk, offset = found
+        datas = chunk.datas[offset:offset + limit]
+        if None in datas:
+            datas = datas[:datas.index(None)]
+            if not datas:
+                self.misses += 1
+                return []
+        self._chunks.move_to_end(key)
+        self.hits += len(datas)
+        return datas  # type: ignore[return-value]  # no None left in it
+
     def discard(self, ledger_id: int, entry_id: int) -> None:
         found = self._find(ledger_id, entry_id)
         if found is None:

@@ -78,11 +78,16 @@ class EntryReader:
             while entry_id < led.confirmed and len(out) < max_entries and (
                 not out or nbytes < max_bytes
             ):
-                data = cache.get(ledger_id, entry_id)
-                if data is not None:
-                    out.append(Entry(Position(ledger_id, entry_id), data))
-                    nbytes += len(data)
-                    entry_id += 1
+                # a run of cached entries takes one cache lookup, not one per entry
+                run = cache.get_run(ledger_id, entry_id,
+                                    min(max_entries - len(out), led.confirmed - entry_id))
+                if run:
+                    for data in run:
+                        out.append(Entry(Position(ledger_id, entry_id), data))
+                        nbytes += len(data)
+                        entry_id += 1
+                        if nbytes >= max_bytes:
+                            break
                     continue
                 entry_id, nbytes = await self._read_from_disk(
                     led, entry_id, max_entries, max_bytes, out, nbytes

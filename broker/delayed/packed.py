@@ -94,8 +94,22 @@ def take_members(buf: list[int], members: dict[int, BitMap], out: list[Position]
     """Move the packed positions of ``buf`` still in ``members`` to ``out``, as positions.
 
     A position no longer in its ledger's bitmap was cancelled or already handed out: skipped.
-    Returns how many were taken.
+    Returns how many were taken. The usual buffer -- one ledger's positions, each still a
+    member, none twice -- moves with a few bitmap operations instead of one per position.
     """
+    if len(buf) > 8:
+        ledger_id = min(buf) >> POSITION_BITS
+        bm = members.get(ledger_id)
+        if bm is not None and max(buf) >> POSITION_BITS == ledger_id:
+            base = ledger_id << POSITION_BITS
+            entry_ids = [packed - base for packed in buf]
+            wanted = BitMap(entry_ids)
+            if len(wanted) == len(entry_ids) and wanted.issubset(bm):
+                bm.difference_update(wanted)
+                if not bm:
+                    del members[ledger_id]
+                out.extend([Position(ledger_id, entry_id) for entry_id in entry_ids])
+                return len(entry_ids)
     taken = 0
     for packed in buf:
         ledger_id = packed >> POSITION_BITS

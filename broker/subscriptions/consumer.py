@@ -40,9 +40,11 @@ from protocol.commands import (
     encode_close_consumer,
     encode_message,
     encode_message_head,
+    encode_message_run,
     encode_reached_end_of_topic,
 )
 from protocol.entry_metadata import has_prefix as has_broker_entry_metadata
+from protocol.limits import MAGIC_BROKER_ENTRY_METADATA
 from protocol.sub_types import SubType
 from storage.positions import Position
 
@@ -63,6 +65,16 @@ MAX_UNACKED_MESSAGES_PER_CONSUMER = 50_000
 #: The C++ client, and the Python client built on it, close the connection on that command, so
 #: the others are never sent it.
 END_OF_TOPIC_CLIENTS = ("Pulsar-Java-", "Horae-WebSocket")
+
+
+#: The first byte of a stored form with broker entry metadata (a plain entry's is 0: its
+#: metadata size is below 16 MiB), as :func:`protocol.commands.encode_message` tells them apart.
+_PREFIX_FIRST_BYTE = MAGIC_BROKER_ENTRY_METADATA >> 8
+
+#: A queued frame: (cursor revision, position, messages, entry, encoded, whole). ``encoded`` is
+#: None for the common delivery, encoded at the flush; else the frame (``whole``) or its head,
+#: with the entry written after it apart (large entries).
+_Queued = tuple[int, Position, int, bytes, bytes | None, bool]
 
 
 class ConsumerTransport(Protocol):
@@ -151,10 +163,9 @@ class Consumer:
         self.last_acked_ms = 0
         self.last_consumed_ms = 0
         self.last_flow_ms = 0
-        # (revision, position, messages, entry bytes, frame or head, entry or None) queued for
-        # the next flush: the entry is apart (not None) when it is written by reference
-        self._out: list[tuple[int, Position, int, int, bytes, bytes | None]] = []
-        self._by_reference = 0  # queued frames whose entry is apart
+        self._out: list[_Queued] = []   # frames for the next flush (see _Queued)
+        self._by_reference = 0  # queued frames whose entry is written apart
+        self._encoded = 0  # queued frames encoded when queued (the others at the flush)
         self._rates = RateMeter()
 
     # ------------------------------------------------------------------ sending
@@ -192,31 +203,38 @@ class Consumer:
         revision: int,
     ) -> None:
         """Queue one MESSAGE frame made under cursor ``revision``; call :meth:`flush` at the end
-        of the dispatch round."""
-        if len(entry) < BY_REFERENCE_BYTES or has_broker_entry_metadata(entry):
-            # small, or a stored form whose prefix is kept or dropped: one joined frame
-            self._out.append((revision, position, messages, len(entry), encode_message(
-                self.consumer_id,
-                position.ledger_id,
-                position.entry_id,
-                entry,
-                redelivery_count=redelivery_count,
-                ack_set=ack_set,
-                partition=self.partition,
-                broker_metadata=self.broker_metadata,
-            ), None))
+        of the dispatch round. The common delivery (a plain entry, first delivery, no ack set)
+        is encoded at the flush, with the others queued for it (:func:`encode_message_run`);
+        the rest is encoded now."""
+        if redelivery_count or ack_set or (entry and entry[0] == _PREFIX_FIRST_BYTE):
+            if len(entry) < BY_REFERENCE_BYTES or has_broker_entry_metadata(entry):
+                # small, or a stored form whose prefix is kept or dropped: one joined frame
+                self._out.append((revision, position, messages, entry, encode_message(
+                    self.consumer_id,
+                    position.ledger_id,
+                    position.entry_id,
+                    entry,
+                    redelivery_count=redelivery_count,
+                    ack_set=ack_set,
+                    partition=self.partition,
+                    broker_metadata=self.broker_metadata,
+                ), True))
+            else:
+                self._out.append((revision, position, messages, entry, encode_message_head(
+                    self.consumer_id,
+                    position.ledger_id,
+                    position.entry_id,
+                    entry,
+                    redelivery_count=redelivery_count,
+                    ack_set=ack_set,
+                    partition=self.partition,
+                ), False))
+                self._by_reference += 1
+            self._encoded += 1
         else:
-            head = encode_message_head(
-                self.consumer_id,
-                position.ledger_id,
-                position.entry_id,
-                entry,
-                redelivery_count=redelivery_count,
-                ack_set=ack_set,
-                partition=self.partition,
-            )
-            self._out.append((revision, position, messages, len(entry), head, entry))
-            self._by_reference += 1
+            self._out.append((revision, position, messages, entry, None, False))
+            if len(entry) >= BY_REFERENCE_BYTES:
+                self._by_reference += 1
         self.permits -= messages
         self.pending[position] = (messages, sticky_hash)
         self.unacked_messages += messages
@@ -235,40 +253,66 @@ class Consumer:
         return self._out[0][0] if self._out else None
 
     def flush(self) -> None:
-        """Write the queued frames (the dispatcher dropped the outdated ones first)."""
+        """Write the queued frames (the dispatcher dropped the outdated ones first): one write,
+        a vectored one when an entry is large enough to go by reference."""
         out = self._out
         if not out:
             return
-        if self._by_reference:
-            parts = _frame_parts(out)
-            out.clear()
-            self._by_reference = 0
-            self.last_consumed_ms = int(time.time() * 1000)
-            if not self.closed:
-                self.side.writelines(parts)
-            return
-        data = out[0][4] if len(out) == 1 else b"".join(item[4] for item in out)
+        if self._encoded:
+            parts = self._frame_parts(out)
+        else:
+            parts = encode_message_run(self.consumer_id, self.partition,
+                                       [item[1] for item in out], [item[3] for item in out])
+        by_reference = self._by_reference
         out.clear()
+        self._by_reference = self._encoded = 0
         self.last_consumed_ms = int(time.time() * 1000)
-        if not self.closed:
-            self.side.write(data)
+        if self.closed:
+            return
+        if by_reference:
+            self.side.writelines(_coalesce(parts))
+        else:
+            self.side.write(b"".join(parts))
+
+    def _frame_parts(self, out: list[_Queued]) -> list[bytes]:
+        """The buffers of the queued frames, some encoded when queued, the others now (runs of
+        them in one call)."""
+        parts: list[bytes] = []
+        positions: list[Position] = []
+        entries: list[bytes] = []
+        for _, pos, _, entry, encoded, whole in out:
+            if encoded is None:
+                positions.append(pos)
+                entries.append(entry)
+                continue
+            if positions:
+                parts += encode_message_run(self.consumer_id, self.partition, positions, entries)
+                positions, entries = [], []
+            parts.append(encoded)
+            if not whole:
+                parts.append(entry)
+        if positions:
+            parts += encode_message_run(self.consumer_id, self.partition, positions, entries)
+        return parts
 
     def drop_queued(self, which: Callable[[int], bool] | None = None) -> list[Position]:
         """Forget queued, unwritten frames (all, or those whose revision ``which`` selects):
         their permits and out counters come back. They stay in ``pending`` for the caller
         (the dispatcher) to release or hand back. Returns their positions."""
-        kept: list[tuple[int, Position, int, int, bytes, bytes | None]] = []
+        kept: list[_Queued] = []
         dropped: list[Position] = []
         for item in self._out:
             if which is not None and not which(item[0]):
                 kept.append(item)
                 continue
-            _, pos, messages, size, _, apart = item
-            if apart is not None:
+            _, pos, messages, entry, encoded, whole = item
+            if len(entry) >= BY_REFERENCE_BYTES and not whole:
                 self._by_reference -= 1
+            if encoded is not None:
+                self._encoded -= 1
             self.permits += messages
             self.msg_out_counter -= messages
-            self.bytes_out_counter -= size
+            self.bytes_out_counter -= len(entry)
             dropped.append(pos)
         self._out = kept
         return dropped
@@ -282,6 +326,19 @@ class Consumer:
                     self.unacked_messages <= self.max_unacked_messages // 2:
                 self.blocked_on_unacked = False   # Pulsar unblocks at half the limit
         return item
+
+    def take_pending_many(self, positions: list[Position]) -> list[tuple[int, int] | None]:
+        """:meth:`take_pending` of each position (an ACK's ids at once): their (messages,
+        hash), None for a position that was not pending here."""
+        pop = self.pending.pop
+        items = [pop(pos, None) for pos in positions]
+        taken = sum(item[0] for item in items if item is not None)
+        if taken:
+            self.unacked_messages -= taken
+            if self.blocked_on_unacked and \
+                    self.unacked_messages <= self.max_unacked_messages // 2:
+                self.blocked_on_unacked = False   # Pulsar unblocks at half the limit
+        return items
 
     def notify_active(self, is_active: bool) -> None:
         """ACTIVE_CONSUMER_CHANGE (Failover), sent only when the state changes."""
@@ -346,18 +403,19 @@ class Consumer:
         }
 
 
-def _frame_parts(out: list[tuple[int, Position, int, int, bytes, bytes | None]]) -> list[bytes]:
-    """The queued frames as the buffers of one vectored write: each entry written by reference
-    is a buffer of its own; the frames and heads between two of them are joined into one."""
+def _coalesce(buffers: list[bytes]) -> list[bytes]:
+    """``buffers`` with every run of small ones joined: each entry written by reference (at
+    least :data:`BY_REFERENCE_BYTES`) stays a buffer of its own."""
     parts: list[bytes] = []
     run: list[bytes] = []
-    for item in out:
-        run.append(item[4])
-        apart = item[5]
-        if apart is not None:
-            parts.append(run[0] if len(run) == 1 else b"".join(run))
-            parts.append(apart)
-            run = []
+    for buffer in buffers:
+        if len(buffer) >= BY_REFERENCE_BYTES:
+            if run:
+                parts.append(run[0] if len(run) == 1 else b"".join(run))
+                run = []
+            parts.append(buffer)
+        else:
+            run.append(buffer)
     if run:
         parts.append(run[0] if len(run) == 1 else b"".join(run))
     return parts

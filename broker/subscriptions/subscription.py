@@ -490,13 +490,17 @@ class Subscription:
                 for p in [p for p in self.batch_acks if p <= upto]:
                     del self.batch_acks[p]
         else:
-            for pos, ack_set in ids:
-                if pos > last:
-                    continue  # no such entry (yet): ignored, as storage's cursor does
-                if ack_set is not None and self._merge_ack_set(consumer, pos, ack_set):
-                    continue
-                self.batch_acks.pop(pos, None)
-                acked.append(pos)
+            if not self.batch_acks:   # the usual ACK: whole entries, no batch index kept
+                acked = [pos for pos, ack_set in ids if ack_set is None and pos <= last]
+            if len(acked) != len(ids):   # some ids ignored, or acks by batch index
+                acked = []
+                for pos, ack_set in ids:
+                    if pos > last:
+                        continue  # no such entry (yet): ignored, as storage's cursor does
+                    if ack_set is not None and self._merge_ack_set(consumer, pos, ack_set):
+                        continue
+                    self.batch_acks.pop(pos, None)
+                    acked.append(pos)
             cursor.delete(acked)
         mark_active(cursor)   # saved with the ack state, by the same save
         self.msg_ack_counter += len(acked)

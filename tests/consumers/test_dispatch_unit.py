@@ -520,3 +520,46 @@ async def test_held_entries_that_fall_due_before_the_tracker_takes_them_are_deli
     delayed = sub.dispatcher.delayed
     assert delayed is not None and len(delayed) == 10
     assert len(sub.dispatcher.replay) == 0
+
+
+async def test_reading_positions_finds_entries_and_the_missing_ones_run_or_scattered(
+        ledger: Any) -> None:
+    """``_read_positions`` on a run of consecutive positions (one read) and on scattered ones:
+    the same entries and the same missing positions, when the store skips a dropped entry in
+    the middle and when a read runs on past the run's end into the next ledger."""
+    sub, _, _ = await _setup(ledger, 12)
+    dispatcher = sub.dispatcher
+    lid = ledger.last_confirmed.ledger_id
+    real_read = ledger.read_entries
+    dropped = {Position(lid, 4)}
+
+    async def read_with_a_gap(start: Position, n: int, *args: Any, **kw: Any) -> Any:
+        got = [e for e in await real_read(start, n + 1, *args, **kw) if e.position not in dropped]
+        # the store skips the dropped entry and fills up to n entries from further on, as a
+        # read past a ledger's end would (here the entry after the run stands for it)
+        return got[:n]
+
+    ledger.read_entries = read_with_a_gap
+    ledger.read_entry = lambda pos: _read_one(real_read, pos, dropped)
+    ledger.cached_entry = lambda pos: None
+    run = [Position(lid, e) for e in range(2, 8)]
+    entries, missing = await dispatcher._read_positions(run)
+    assert [e.position for e in entries] == [p for p in run if p not in dropped]
+    assert missing == [Position(lid, 4)]
+    scattered = [Position(lid, e) for e in (0, 2, 3, 4, 5, 9)]
+    entries, missing = await dispatcher._read_positions(scattered)
+    assert [e.position for e in entries] == [p for p in scattered if p not in dropped]
+    assert missing == [Position(lid, 4)]
+    whole = [Position(lid, e) for e in range(5, 12)]
+    entries, missing = await dispatcher._read_positions(whole)
+    assert [e.position for e in entries] == whole and missing == []
+    dropped.add(Position(lid, 11))   # the run's last entry gone: the read goes past it
+    entries, missing = await dispatcher._read_positions(whole)
+    assert [e.position for e in entries] == whole[:-1] and missing == []
+
+
+async def _read_one(real_read: Any, pos: Position, dropped: set[Position]) -> Any:
+    if pos in dropped:
+        return None
+    got = await real_read(pos, 1)
+    return got[0] if got and got[0].position == pos else None

@@ -9,11 +9,12 @@ from typing import Any
 
 import pytest
 from delayed_testlib import T0, DueCounter, FakeLoop
+from pyroaring import BitMap
 
 from broker.config import BrokerConfig
 from broker.delayed import create_tracker
 from broker.delayed.in_memory import InMemoryDelayedDeliveryTracker
-from broker.delayed.packed import PackedTimeIndex
+from broker.delayed.packed import POSITION_BITS, POSITION_MASK, PackedTimeIndex, take_members
 from broker.delayed.policy import resolve_policy
 from broker.delayed.tracker import DeadlineTimer, DelayedOperationType
 from storage.positions import Position
@@ -508,3 +509,44 @@ def test_a_run_of_cancels_does_what_one_cancel_per_position_does() -> None:
         for loop in (one_loop, run_loop):
             loop.now_ms = T0 + 20_000
         assert run.get_scheduled(10_000) == one.get_scheduled(10_000)
+
+
+def test_taking_members_in_bulk_equals_taking_them_one_by_one() -> None:
+    """``take_members`` on buffers of one ledger (the bulk path), of two ledgers, with a
+    position twice, with positions no longer members: the same positions out, in buffer
+    order, and the same members left, as a position-by-position reference."""
+    def reference(buf: list[int], members: dict[int, BitMap], out: list[Position]) -> int:
+        taken = 0
+        for packed in buf:
+            lid, eid = packed >> POSITION_BITS, packed & POSITION_MASK
+            bm = members.get(lid)
+            if bm is not None and eid in bm:
+                bm.remove(eid)
+                if not bm:
+                    del members[lid]
+                out.append(Position(lid, eid))
+                taken += 1
+        return taken
+
+    rng = random.Random(7)
+    for case in range(300):
+        ledgers = [3] if case % 2 else [3, 9]
+        pool = [(lid << POSITION_BITS) | e for lid in ledgers for e in range(0, 400, 1 + case % 3)]
+        buf = rng.sample(pool, rng.randint(0, 60))
+        if case % 5 == 0 and buf:
+            buf.append(buf[0])                     # a position twice
+        keep = [p for p in pool if rng.random() > (0.2 if case % 7 == 0 else 0.0)]
+        members_a: dict[int, BitMap] = {}
+        for packed in keep:
+            members_a.setdefault(packed >> POSITION_BITS, BitMap()).add(packed & POSITION_MASK)
+        members_b = {lid: BitMap(bm) for lid, bm in members_a.items()}
+        out_a: list[Position] = []
+        out_b: list[Position] = []
+        assert take_members(buf, members_a, out_a) == reference(buf, members_b, out_b)
+        assert out_a == out_b
+        assert members_a == members_b
+    whole = [(5 << POSITION_BITS) | e for e in range(100)]
+    members = {5: BitMap(range(100))}
+    out: list[Position] = []
+    assert take_members(whole, members, out) == 100 and members == {}
+    assert out == [Position(5, e) for e in range(100)]

@@ -264,6 +264,51 @@ def test_hand_assembled_message_equals_protobuf_encoding(
     assert decode_one(fast).checksum_valid is True
 
 
+@settings(max_examples=300, deadline=None)
+@given(
+    consumer_id=u64,
+    partition=st.none() | i32,
+    frames=st.lists(
+        st.tuples(u64, u64, st.binary(min_size=0, max_size=300).map(lambda p: ENTRY + p)),
+        min_size=0, max_size=12),
+    same_ledger=st.booleans(),
+)
+def test_a_run_of_messages_equals_protobuf_encoding_frame_by_frame(
+    consumer_id: int, partition: int | None, frames: list[tuple[int, int, bytes]],
+    same_ledger: bool,
+) -> None:
+    """The template encoder of a flush: every frame equals the pb-built one, byte for byte,
+    for any ids (large varints included), whether the ledger changes within the run or not."""
+    if same_ledger and frames:
+        frames = [(frames[0][0], e, entry) for _, e, entry in frames]
+    parts = c.encode_message_run(consumer_id, partition, [(lid, eid) for lid, eid, _ in frames],
+                                 [entry for _, _, entry in frames])
+    expected = [hot_commands.reference_message(consumer_id, lid, eid, entry, partition=partition)
+                for lid, eid, entry in frames]
+    assert b"".join(parts) == b"".join(expected)
+    # each frame is whole in the buffers: its head, then its entry as a buffer of its own
+    per_frame = len(parts) // len(frames) if frames else 0
+    for i, (frame, (_, _, entry)) in enumerate(zip(expected, frames, strict=True)):
+        buffers = parts[i * per_frame:(i + 1) * per_frame]
+        assert buffers[-1] is entry and b"".join(buffers) == frame
+        assert decode_one(frame).checksum_valid is True
+
+
+def test_a_run_of_messages_with_ids_across_varint_sizes() -> None:
+    """Deterministic edges: ids at every varint length boundary, partitions absent, 0, large
+    and negative, consumer ids small and 64-bit, a ledger change in mid-run."""
+    edges = [0, 1, 127, 128, 16_383, 16_384, 2**21 - 1, 2**21, 2**28 - 1, 2**28, 2**35,
+             2**56, 2**63 - 1, 2**64 - 1]
+    for consumer_id in (0, 5, 300, 2**64 - 1):
+        for partition in (None, 0, 3, 2**31 - 1, -1):
+            positions = [(lid, eid) for lid in (7, 2**40) for eid in edges]
+            entries = [ENTRY + bytes([i % 256]) * i for i in range(len(positions))]
+            got = b"".join(c.encode_message_run(consumer_id, partition, positions, entries))
+            assert got == b"".join(
+                hot_commands.reference_message(consumer_id, lid, eid, entry, partition=partition)
+                for (lid, eid), entry in zip(positions, entries, strict=True))
+
+
 @given(value=u64 | i64)
 def test_varint_matches_protobuf_for_int64_and_uint64(value: int) -> None:
     field = pb.MessageIdData(ledgerId=0, entryId=0)

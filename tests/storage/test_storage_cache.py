@@ -42,3 +42,18 @@ def test_discard_and_drop_ledger_release_their_bytes() -> None:
     assert cache.get(1, 1) is None and cache.get(1, 0) == b"aa" and cache.size_bytes == 4
     cache.drop_ledger(1)
     assert cache.get(1, 0) is None and cache.size_bytes == 2 and len(cache) == 1
+
+
+def test_a_run_comes_from_one_chunk_and_stops_at_its_end_or_a_discarded_entry() -> None:
+    cache = EntryCache(max_bytes=10_000)
+    cache.put_many(7, 0, [b"a", b"b", b"c"])
+    cache.put_many(7, 3, [b"d", b"e"])
+    assert cache.get_run(7, 1, 10) == [b"b", b"c"]      # the chunk's end
+    assert cache.get_run(7, 0, 2) == [b"a", b"b"]       # the limit
+    assert cache.get_run(7, 3, 10) == [b"d", b"e"]
+    cache.discard(7, 4)
+    assert cache.get_run(7, 3, 10) == [b"d"]            # the discarded entry
+    assert cache.get_run(7, 4, 10) == []
+    assert cache.get_run(7, 9, 10) == [] and cache.get_run(8, 0, 10) == []
+    assert cache.get_run(7, 0, 0) == []
+    assert (cache.hits, cache.misses) == (7, 4)

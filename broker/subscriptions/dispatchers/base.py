@@ -229,17 +229,50 @@ class Dispatcher:
         return moved
 
     def on_acked(self, positions: list[Position]) -> None:
-        """Acknowledged positions: forget them everywhere."""
-        counts = self.sub.redelivery_counts
-        for pos in positions:
-            consumer = self.owner.pop(pos, None)
+        """Acknowledged positions: forget them everywhere. Done per owner for the whole list
+        (an ACK's ids are usually all pending on the consumer that sent it)."""
+        owner_pop = self.owner.pop
+        if len(positions) == 1:   # an ACK of one id (sync acknowledgements): no grouping
+            pos = positions[0]
+            consumer = owner_pop(pos, None)
             if consumer is not None:
                 item = consumer.take_pending(pos)
                 if item is not None:
                     self._released(consumer, pos, item[1])
             if self.replay:
                 self.discard_replay(pos)
+            counts = self.sub.redelivery_counts
             if counts:
+                counts.pop(pos, None)
+            if self._due_in_flight and pos in self._due_in_flight:
+                self._due_in_flight.remove(pos)
+            return
+        owners = [owner_pop(pos, None) for pos in positions]
+        released = self._released if type(self)._released is not Dispatcher._released else None
+        first = owners[0] if owners else None
+        if first is not None and owners.count(first) == len(owners):
+            groups: dict[Consumer, list[Position]] = {first: positions}
+        else:
+            groups = {}
+            for pos, consumer in zip(positions, owners, strict=True):
+                if consumer is not None:
+                    mine = groups.get(consumer)
+                    if mine is None:
+                        groups[consumer] = [pos]
+                    else:
+                        mine.append(pos)
+        for consumer, mine in groups.items():
+            items = consumer.take_pending_many(mine)
+            if released is not None:
+                for pos, item in zip(mine, items, strict=True):
+                    if item is not None:
+                        released(consumer, pos, item[1])
+        if self.replay:
+            for pos in positions:
+                self.discard_replay(pos)
+        counts = self.sub.redelivery_counts
+        if counts:
+            for pos in positions:
                 counts.pop(pos, None)
         if self._due_in_flight:   # acknowledged while being read as due: not sent, not kept
             gone = set(positions)
@@ -293,7 +326,7 @@ class Dispatcher:
             while not self._closed:
                 self._again = False
                 progressed = await self._dispatch_once()
-                if not progressed and not self._again:
+                if not self._again and (not progressed or _drained(self)):
                     break
                 if clock() >= slice_end:
                     # let other connections' frames (publishes, FLOW, ACK) in: a herd of due
@@ -484,11 +517,18 @@ class Dispatcher:
         """Read and send positions that just fell due, outside the replay set (round step 1).
         Returns True when a reset ran during the read (the round is over)."""
         self._due_in_flight = due
+        asked = len(due)
         entries, missing = await self._read_positions(due)
         if self._due_in_flight is not due:  # a reset dropped them, with the replay set
             return True
         self._due_in_flight = []
         outdated = self.sub.revisions.is_outdated(revision) or self._closed
+        if not outdated and len(entries) == asked == len(due):
+            # the usual read: every position read, none acknowledged meanwhile (an ack
+            # during the read takes its position out of ``due``)
+            self._deliver(entries, from_replay=True, blocked=set(), revision=revision,
+                          txn=self.sub.transaction_view(), direct=True)
+            return False
         if outdated:  # a forward reset (skip) ran: what it did not acknowledge waits
             entries = []
         still = set(due)   # less what was acknowledged (or skipped) during the read
@@ -563,7 +603,8 @@ class Dispatcher:
     async def _read_positions(
         self, positions: list[Position]
     ) -> tuple[list[Entry], list[Position]]:
-        """Read scattered positions, one store read per run of consecutive entries.
+        """Read scattered positions (in position order, as every caller passes them), one store
+        read per run of consecutive entries.
 
         Returns the entries and the positions known not to exist any more. A run cut short by
         the read's byte limit leaves its tail neither read nor missing: it stays for next time.
@@ -573,6 +614,27 @@ class Dispatcher:
         missing: list[Position] = []
         i = 0
         n = len(positions)
+        if n > 1:
+            first, last = positions[0], positions[-1]
+            if first.ledger_id == last.ledger_id and last.entry_id - first.entry_id == n - 1 \
+                    and len(set(positions)) == n:
+                # one run (a herd falling due, a replay of consecutive entries): one read
+                # without looking at the positions one by one
+                got = await ledger.read_entries(first, n)
+                k = len(got)
+                while k and got[k - 1].position > last:   # past a missing entry: next ledger
+                    k -= 1
+                if k != len(got):
+                    got = got[:k]
+                if k == n:
+                    return got, missing
+                if got:
+                    found = {e.position for e in got}
+                    end = got[-1].position
+                    return got, [p for p in positions if p < end and p not in found]
+                if await ledger.read_entry(first) is None:
+                    missing.append(first)  # the next round retries the rest of the run
+                return out, missing
         while i < n:
             start = positions[i]
             j = i + 1
@@ -610,111 +672,143 @@ class Dispatcher:
         can take joins it."""
         sub = self.sub
         cursor = sub.cursor
+        is_deleted = cursor.is_deleted
         counts = sub.redelivery_counts
         batch_acks = sub.batch_acks
         read_compacted = sub.read_compacted  # once per round, not per entry
         delayed = None if from_replay else self.delayed
         replacements = self.delayed.replacements if self.delayed is not None else None
+        superseded = replacements.superseded if replacements is not None else None
+        needs_hash = self.needs_hash
+        replay = self.replay
+        check_replay = from_replay and not direct   # entries of the replay set
+        route = self._route
+        owner = self.owner
+        # the Key_Shared bookkeeping hook; a no-op for the others (not called per entry)
+        sent_hook = self._sent if type(self)._sent is not Dispatcher._sent else None
+        avg = self._avg_messages_per_entry
         # Fresh entries due after the tracker's cutoff (looked up at the first delayed one) are
-        # held together, in one tracker call after the loop.
+        # held together, in one tracker call at the end.
         hold_after: int | None = None
         looked_up = False
         held: list[Position] = []
         held_at: list[int] = []
-        sent = 0
-        for entry in entries:
-            pos = entry.position
-            if from_replay and not direct and pos not in self.replay:
-                continue  # acked or reset while we were reading
-            if cursor.is_deleted(pos):
-                if from_replay:
-                    self.discard_replay(pos)
-                continue
-            if replacements is not None and replacements.superseded(pos):
-                cursor.delete((pos,))  # replaced or cancelled by key: acknowledged unseen
-                if from_replay:
-                    self.discard_replay(pos)
-                continue
-            if txn is not None:
-                verdict = txn.verdict(pos)
-                if verdict:
-                    if verdict == HIDE:
-                        cursor.delete((pos,))  # a marker or an aborted message: acked unseen
+        sent = msg_out = bytes_out = 0
+        try:  # the counters stay exact even if an entry fails to encode
+            for entry in entries:
+                pos = entry.position
+                if check_replay and pos not in replay:
+                    continue  # acked or reset while we were reading
+                if is_deleted(pos):
                     if from_replay:
                         self.discard_replay(pos)
                     continue
-            if read_compacted and sub.compacted_out(pos):
-                cursor.delete((pos,))  # superseded by compaction: acknowledged unseen
-                if from_replay:
-                    self.discard_replay(pos)
-                continue
-            # Only a key-routing dispatcher needs the EntryInfo; the others read two fields.
-            info: EntryInfo | None = None
-            try:
-                if self.needs_hash:
-                    info = parse_entry(entry.data)
-                    messages, deliver_at = info.messages, info.deliver_at_time
-                else:
-                    messages, deliver_at = peek_dispatch(entry.data)
-            except ProtocolError:
-                info, messages, deliver_at = None, 1, None
-            if delayed is not None and deliver_at is not None:
-                if not looked_up:
-                    hold_after, looked_up = delayed.hold_after_ms(), True
-                if hold_after is not None and deliver_at > hold_after:
-                    held.append(pos)
-                    held_at.append(deliver_at)
-                    continue
-                if delayed.hold(pos, deliver_at):
-                    continue
-            ack_set = batch_acks.get(pos)
-            if ack_set is not None and not ack_set & ((1 << messages) - 1):
-                cursor.delete((pos,))   # every message acknowledged by batch index
-                del batch_acks[pos]
-                if from_replay:
-                    self.discard_replay(pos)
-                continue
-            if txn is not None:
-                ack_set = txn.ack_set(pos, ack_set, messages)
-                if ack_set == 0:   # every message left is pending in a transaction: held
+                if superseded is not None and superseded(pos):
+                    cursor.delete((pos,))  # replaced or cancelled by key: acknowledged unseen
                     if from_replay:
                         self.discard_replay(pos)
                     continue
-            sticky_hash = sticky_key_hash(info.sticky_key) if info is not None else 0
-            consumer = self._route(pos, info, sticky_hash, from_replay, blocked)
-            if consumer is None:
-                if not from_replay or direct:
-                    self.add_replay(pos, sticky_hash)
-                elif self.needs_hash and pos not in self.replay_hash:
+                if txn is not None:
+                    verdict = txn.verdict(pos)
+                    if verdict:
+                        if verdict == HIDE:
+                            cursor.delete((pos,))  # a marker or an aborted message: acked unseen
+                        if from_replay:
+                            self.discard_replay(pos)
+                        continue
+                if read_compacted and sub.compacted_out(pos):
+                    cursor.delete((pos,))  # superseded by compaction: acknowledged unseen
+                    if from_replay:
+                        self.discard_replay(pos)
+                    continue
+                data = entry.data
+                # Only a key-routing dispatcher needs the EntryInfo; the others read two fields.
+                info: EntryInfo | None = None
+                try:
+                    if needs_hash:
+                        info = parse_entry(data)
+                        messages, deliver_at = info.messages, info.deliver_at_time
+                    else:
+                        messages, deliver_at = peek_dispatch(data)
+                except ProtocolError:
+                    info, messages, deliver_at = None, 1, None
+                if delayed is not None and deliver_at is not None:
+                    if not looked_up:
+                        hold_after, looked_up = delayed.hold_after_ms(), True
+                    if hold_after is not None and deliver_at > hold_after:
+                        held.append(pos)
+                        held_at.append(deliver_at)
+                        continue
+                    if delayed.hold(pos, deliver_at):
+                        continue
+                ack_set = batch_acks.get(pos) if batch_acks else None
+                if ack_set is not None and not ack_set & ((1 << messages) - 1):
+                    cursor.delete((pos,))   # every message acknowledged by batch index
+                    del batch_acks[pos]
+                    if from_replay:
+                        self.discard_replay(pos)
+                    continue
+                if txn is not None:
+                    ack_set = txn.ack_set(pos, ack_set, messages)
+                    if ack_set == 0:   # every message left is pending in a transaction: held
+                        if from_replay:
+                            self.discard_replay(pos)
+                        continue
+                sticky_hash = sticky_key_hash(info.sticky_key) if info is not None else 0
+                consumer = route(pos, info, sticky_hash, from_replay, blocked)
+                if consumer is None:
+                    if not from_replay or direct:
+                        self.add_replay(pos, sticky_hash)
+                    elif needs_hash and pos not in self.replay_hash:
+                        self.discard_replay(pos)
+                        self.add_replay(pos, sticky_hash)
+                    continue
+                if check_replay:
                     self.discard_replay(pos)
-                    self.add_replay(pos, sticky_hash)
-                continue
-            if from_replay and not direct:
-                self.discard_replay(pos)
-            self._avg_messages_per_entry = 0.9 * self._avg_messages_per_entry + 0.1 * messages
-            consumer.send(
-                pos,
-                entry.data,
-                messages=messages,
-                sticky_hash=sticky_hash,
-                redelivery_count=counts.get(pos, 0) if counts else 0,
-                ack_set=_to_longs(ack_set, messages) if ack_set is not None else None,
-                revision=revision,
-            )
-            self.owner[pos] = consumer
-            self._sent(consumer, sticky_hash)
-            sub.msg_out_counter += messages
-            sub.bytes_out_counter += len(entry.data)
-            sent += 1
-        if held and delayed is not None:
-            for i in delayed.hold_run(held, held_at):
-                self.add_replay(held[i])    # fell due meanwhile: delivered as a due one
-        if sent:
-            sub.touch()
+                avg = 0.9 * avg + 0.1 * messages
+                consumer.send(
+                    pos,
+                    data,
+                    messages=messages,
+                    sticky_hash=sticky_hash,
+                    redelivery_count=counts.get(pos, 0) if counts else 0,
+                    ack_set=_to_longs(ack_set, messages) if ack_set is not None else None,
+                    revision=revision,
+                )
+                owner[pos] = consumer
+                if sent_hook is not None:
+                    sent_hook(consumer, sticky_hash)
+                msg_out += messages
+                bytes_out += len(data)
+                sent += 1
+        finally:
+            self._avg_messages_per_entry = avg
+            if held and delayed is not None:
+                for i in delayed.hold_run(held, held_at):
+                    self.add_replay(held[i])    # fell due meanwhile: delivered as a due one
+            if sent:
+                sub.msg_out_counter += msg_out
+                sub.bytes_out_counter += bytes_out
+                sub.touch()
         return sent
 
     def _sent(self, consumer: Consumer, sticky_hash: int) -> None:
         """Hook: a message with ``sticky_hash`` went to ``consumer``."""
+
+
+def _drained(dispatcher: Dispatcher) -> bool:
+    """Would another round of ``dispatcher`` find nothing to do? Nothing waits for a replay or
+    a due read, the read position is past the last entry and no tracked message is due: then
+    the round after one that made progress is spared (it would make none). Whatever brings
+    work later -- new entries, acks, FLOW, a due time, a reset -- schedules a round."""
+    if dispatcher.replay or dispatcher._due_in_flight:
+        return False
+    sub = dispatcher.sub
+    last = sub.ledger.last_confirmed
+    if last is not None and sub.cursor.read_position <= last:
+        return False
+    tracker = dispatcher.delayed.tracker if dispatcher.delayed is not None else None
+    return tracker is None or not tracker.has_message_available()
 
 
 def _to_longs(bits: int, size: int) -> list[int]:

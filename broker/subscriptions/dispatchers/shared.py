@@ -32,11 +32,38 @@ class SharedDispatcher(Dispatcher):
     def __init__(self, sub: DispatchContext, delayed: DelayedDelivery) -> None:
         super().__init__(sub, delayed)
         self._next = 0
+        #: every consumer has the same priority level (None: look again, the consumers changed)
+        self._one_level: bool | None = None
+
+    def add_consumer(self, consumer: Consumer) -> None:
+        self._one_level = None
+        super().add_consumer(consumer)
+
+    def remove_consumer(self, consumer: Consumer) -> None:
+        self._one_level = None
+        super().remove_consumer(consumer)
 
     def _route(self, position: Position, info: EntryInfo | None, sticky_hash: int,
                from_replay: bool, blocked: set[int]) -> Consumer | None:
         consumers = self.consumers
         n = len(consumers)
+        if self._one_level is None:
+            self._one_level = len({c.priority_level for c in consumers}) <= 1
+        if self._one_level and n:
+            # one priority level (the usual case): the first available consumer in round-robin
+            # order is the one the scan below picks
+            start = self._next % n
+            for step in range(n):
+                i = start + step
+                if i >= n:
+                    i -= n
+                c = consumers[i]
+                # Consumer.available, spelled out: one property hop fewer per message
+                if c.permits > 0 and not c.blocked_on_unacked and not c.closed \
+                        and not c.side.writes_paused:
+                    self._next = i + 1 if i + 1 < n else 0
+                    return c
+            return None
         best: Consumer | None = None
         best_index = 0
         for step in range(n):
