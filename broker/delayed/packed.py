@@ -163,8 +163,9 @@ class PackedTimeIndex:
         i = bisect_left(maxes, ts)     # first chunk whose last time is >= ts
         while True:
             ts_col, pos_col = self._ts[i], self._pos[i]
-            lo = bisect_left(ts_col, ts, self._head if i == 0 else 0)
-            j = bisect_right(pos_col, packed, lo, bisect_right(ts_col, ts, lo))
+            j = bisect_left(ts_col, ts, self._head if i == 0 else 0)
+            if j < len(ts_col) and ts_col[j] == ts:     # a run of this time: by position
+                j = bisect_right(pos_col, packed, j, bisect_right(ts_col, ts, j))
             if j < len(ts_col) or i + 1 == len(maxes) or self._ts[i + 1][0] != ts \
                     or self._pos[i + 1][0] > packed:
                 break
