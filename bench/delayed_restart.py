@@ -21,7 +21,11 @@ properties) and, in a fresh child process per ``--reads`` value, reopens the sto
 - ``first segments in``: until every bucket's first segment is loaded (or parked, not due soon);
 - ``catch-up p99``: of the positions due while down, the time from the first hand-out to
   each one's hand-out, p99 (ms);
-- early / lost / duplicate / acknowledged handed out again, over the whole drain.
+- early / lost / duplicate / acknowledged handed out again, over the whole drain;
+- memory per pending message when the index serves and when every first segment is in: the
+  tracker's estimate (``index_bytes_*``, ``pulsar_delayed_message_index_size_bytes``) and the
+  process's RSS growth from before the store's open (``rss_bytes_*``: the store, the cursor
+  with its acknowledgements, the index).
 
 ``--reads`` sets how many snapshot reads recovery keeps in flight (``RECOVERY_READS``); 1 is
 one read after another. ``--compare-with CHECKOUT`` runs the same recovery and drain (this
@@ -120,6 +124,7 @@ async def recover(root: Path, pending: int, per_bucket: int, cancel_every: int, 
     from storage.positions import Position
 
     bs.RECOVERY_READS = reads
+    rss_before = _rss()
     t0 = time.perf_counter()
     layout = json.loads((root / "bench.json").read_text())
     starts = {int(k): v for k, v in layout["starts"].items()}
@@ -137,6 +142,7 @@ async def recover(root: Path, pending: int, per_bucket: int, cancel_every: int, 
         min_index_count_per_bucket=per_bucket)
     await t.recover()
     serving = time.perf_counter() - t0
+    memory = {"index_bytes_at_serving": t.memory_bytes, "rss_bytes_at_serving": _rss() - rss_before}
     segments_in = None
     seen = bytearray(pending)        # one byte per message: 10M fit where sets would not
     early = dup = acked_out = 0
@@ -146,6 +152,8 @@ async def recover(root: Path, pending: int, per_bucket: int, cancel_every: int, 
     while True:                      # everything due while down, then the clock runs forward
         if segments_in is None and not t.sealed.loading:
             segments_in = time.perf_counter() - t0
+            memory |= {"index_bytes_at_segments_in": t.memory_bytes,
+                       "rss_bytes_at_segments_in": _rss() - rss_before}
         batch = t.get_scheduled(10_000)
         for ledger_id, entry_id in batch:
             i = starts[ledger_id] + entry_id
@@ -188,7 +196,15 @@ async def recover(root: Path, pending: int, per_bucket: int, cancel_every: int, 
             "catch_up_p99_ms": round(catch_up[int(len(catch_up) * 0.99) - 1], 1)
             if catch_up else None,
             "early": early, "lost": lost, "duplicate": dup,
-            "acked_handed_out": acked_out, "handed_out": sum(seen), "drained": drained}
+            "acked_handed_out": acked_out, "handed_out": sum(seen), "drained": drained,
+            **{k: round(v / pending, 2) if "bytes" in k else v for k, v in memory.items()}}
+
+
+def _rss() -> int:
+    """Resident set of this process (the store, the cursor with its acks, the index and the
+    interpreter), bytes."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
 def main() -> None:

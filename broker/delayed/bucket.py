@@ -63,11 +63,14 @@ from broker.delayed.bucket_snapshots import BucketSnapshots
 from broker.delayed.cancel_journal import CancelJournal
 from broker.delayed.cancels import CancelResult
 from broker.delayed.indexed import IndexedPositions, MutableBucket
-from broker.delayed.packed import WideIndex, fits, run_end_union
+from broker.delayed.packed import POSITION_BITS, WideIndex, fits, run_end_union
 from broker.delayed.ports import BucketCursor, SnapshotStorage
 from broker.delayed.schedule_view import ScheduledSources
 from broker.delayed.tracker import TimedTracker
 from storage.positions import Position
+
+#: Ledger and entry ids below this pack into one uint64 (:func:`~broker.delayed.packed.fits`).
+_PACKABLE: Final = 1 << POSITION_BITS
 
 #: Default bound of the late-entry index, in indexes.
 MAX_LATE_INDEX_COUNT: Final = 100_000
@@ -129,7 +132,7 @@ class BucketDelayedDeliveryTracker(TimedTracker):
         # Hot path: a position past every sealed bucket with nothing retired needs no lookup.
         if (sealed or records.retired) and records.holds(ledger_id, entry_id):
             return True                         # pending, or handed out since the last reset
-        if not fits(ledger_id, entry_id):
+        if not (0 <= ledger_id < _PACKABLE and 0 <= entry_id < _PACKABLE):   # fits(), inlined
             if position in self._wide.members:
                 return True
             if deliver_at_ms < 0 or deliver_at_ms <= self._cutoff():

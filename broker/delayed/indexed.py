@@ -292,11 +292,24 @@ class MutableBucket(IndexedPositions):
         return sealed
 
     def add(self, deliver_at_ms: int, ledger_id: int, entry_id: int) -> bool:
+        # IndexedPositions.add inlined (the publish path of every delayed message comes
+        # here; a super() call costs as much as the rest of it).
         if not self.count:
             self.clear()                # stale leftovers only: start afresh at this ledger
             self.start = ledger_id
-        if not super().add(deliver_at_ms, ledger_id, entry_id):
+        members = self.members
+        bm = members.get(ledger_id)
+        if bm is None:
+            members[ledger_id] = BitMap((entry_id,))
+            if ledger_id > self.end:    # a ledger with a bitmap is <= end already
+                self.end = ledger_id
+        elif entry_id in bm:
             return False
-        if ledger_id > self.end:
-            self.end = ledger_id
+        else:
+            bm.add(entry_id)
+        packed = (ledger_id << POSITION_BITS) | entry_id
+        self.index.push(deliver_at_ms, packed)
+        self.count += 1
+        if self._sweep is not None:
+            self._sweep.keep.add(packed)
         return True

@@ -162,25 +162,30 @@ class PackedTimeIndex:
             maxes.append(ts)
             self._len = 1
             return
-        if ts > maxes[-1] or (ts == maxes[-1] and packed >= self._pos[-1][-1]):
-            i = len(maxes) - 1
-            ts_col = self._ts[i]
+        last = maxes[-1]
+        if ts > last or (ts == last and packed >= self._pos[-1][-1]):
+            # at the tail (fixed delays, or delays growing with publish time)
+            ts_col = self._ts[-1]
             ts_col.append(ts)
-            self._pos[i].append(packed)
-            maxes[i] = ts
-        else:
-            # (time, position) order: entries of one time sorted by position
-            i = bisect_left(maxes, ts)     # first chunk whose last time is >= ts
-            while True:
-                ts_col, pos_col = self._ts[i], self._pos[i]
-                lo = bisect_left(ts_col, ts, self._head if i == 0 else 0)
-                j = bisect_right(pos_col, packed, lo, bisect_right(ts_col, ts, lo))
-                if j < len(ts_col) or i + 1 == len(maxes) or self._ts[i + 1][0] != ts \
-                        or self._pos[i + 1][0] > packed:
-                    break
-                i += 1                      # the run of this time goes on in the next chunk
-            ts_col.insert(j, ts)
-            pos_col.insert(j, packed)
+            self._pos[-1].append(packed)
+            maxes[-1] = ts
+            self._len += 1
+            if len(ts_col) > _SPLIT:
+                self._split(len(maxes) - 1)
+            return
+        # (time, position) order: entries of one time sorted by position
+        i = bisect_left(maxes, ts)     # first chunk whose last time is >= ts
+        while True:
+            ts_col, pos_col = self._ts[i], self._pos[i]
+            j = bisect_left(ts_col, ts, self._head if i == 0 else 0)
+            if j < len(ts_col) and ts_col[j] == ts:     # a run of this time: by position
+                j = bisect_right(pos_col, packed, j, bisect_right(ts_col, ts, j))
+            if j < len(ts_col) or i + 1 == len(maxes) or self._ts[i + 1][0] != ts \
+                    or self._pos[i + 1][0] > packed:
+                break
+            i += 1                      # the run of this time goes on in the next chunk
+        ts_col.insert(j, ts)
+        pos_col.insert(j, packed)
         self._len += 1
         if len(ts_col) > _SPLIT:
             self._split(i)

@@ -81,7 +81,9 @@ class DeadlineTimer:
     """One loop timer aimed at the tracker's next deadline (epoch ms).
 
     ``update(deadline)`` is cheap when the deadline did not change, which is the common case
-    for a stream of adds behind the head. ``spacing_ms`` is the least time between two
+    for a stream of adds behind the head. ``target_ms`` is the deadline aimed at (None: none);
+    one already past when aimed at stays the target with no loop timer armed, so the
+    trackers' adds behind it skip re-aiming while the dispatcher is behind. ``spacing_ms`` is the least time between two
     firings. ``arm_count`` counts ``call_at`` calls (tests and debugging: "armed once").
 
     The delay is computed from ``exact_ms`` (the wall clock with its fraction of a ms) when
@@ -122,7 +124,10 @@ class DeadlineTimer:
         delay = deadline_ms - now
         if delay < 0:
             # Already due: the dispatcher is behind (no permits or slow consumers) and reads
-            # again by itself; re-firing here would spin.
+            # again by itself; re-firing here would spin. The deadline stays the target (no
+            # loop timer armed): an add due later needs no timer sooner, so it need not
+            # re-aim; the hand-out or cancel that moves the head re-aims.
+            self.target_ms = deadline_ms
             return
         # Never fire more often than once per spacing.
         delay = max(delay, self._last_fire_ms + self.spacing_ms - now)
