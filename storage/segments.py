@@ -197,6 +197,7 @@ class ScanResult:
     removed: bool = False  # the file was a torn header only and was deleted
     format: int = FORMAT_V3  # record format (from the header; the current one if it is bad)
     zero_tail_bytes: int = 0  # pre-zeroed bytes after the logical end (cut off if truncate)
+    missing: int = -1  # how many offsets are -1, when known (an index's checked header)
 
     @property
     def entries(self) -> int:
@@ -455,13 +456,17 @@ def decode_index(data: bytes, ledger_id: int) -> ScanResult | None:
         return None
     if missing != offsets.count(-1):
         return None
+    result.missing = missing
     return result
 
 
-def load_index(ops: FileOps, path: Path, ledger_id: int) -> ScanResult | None:
-    """The segment at path's index if it has a consistent one, else None (then scan)."""
+def load_index(
+    ops: FileOps, path: Path, ledger_id: int, *, index: str | Path | None = None
+) -> ScanResult | None:
+    """The segment at path's index if it has a consistent one, else None (then scan).
+    index: the index file's path, if the caller has it (else index_path(path))."""
     try:
-        data = ops.read_file(index_path(path))
+        data = ops.read_file(index_path(path) if index is None else index)
     except FileNotFoundError:
         return None
     result = decode_index(data, ledger_id)
