@@ -23,7 +23,7 @@ from storage.errors import PersistenceError
 from storage.fileops import FileOps
 from storage.ledger_state import LedgerState, recovered_ledger
 from storage.segment_file import SegmentFile
-from storage.segments import RecoveryEvent, load_index, scan_segment
+from storage.segments import RecoveryEvent, load_index, load_index_summary, scan_segment
 
 
 @dataclass(slots=True)
@@ -100,10 +100,22 @@ def load_ledger_dir(
             with contextlib.suppress(FileNotFoundError):
                 ops.unlink(path.with_suffix(".idx"))
             names.discard(f"{stem}.idx")
-        indexed = (
-            load_index(ops, path, ledger_id, index=f"{where}/{stem}.idx")
+        summary = (
+            load_index_summary(ops, path, ledger_id, index=f"{where}/{stem}.idx")
             if f"{stem}.idx" in names else None
         )
+        if summary is not None and not summary.missing:
+            # Indexed, durable (its index was written after its last sync), nothing missing:
+            # no arrays are built; the IndexPager pages them in for reads, so opening a huge
+            # ledger holds one segment's index at a time.
+            segment = SegmentFile(ledger_id, path, summary.created_ms)
+            segment.format = summary.format
+            segment.write_offset = segment.synced_offset = summary.valid_end
+            segment.page_out()
+            out.ledgers.append(recovered_ledger(segment, summary.entries, summary.size_bytes, []))
+            continue
+        # An index with missing entries: its arrays give their ids.
+        indexed = load_index(ops, path, ledger_id) if summary is not None else None
         # A scanned segment is synced by the scan (before anything in it is served or
         # replayed); an indexed one is durable (its index was written after its last sync).
         result = indexed or scan_segment(ops, path, ledger_id, truncate=True, sync=fsync)
