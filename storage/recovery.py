@@ -101,7 +101,7 @@ def load_ledger_dir(
                 ops.unlink(path.with_suffix(".idx"))
             names.discard(f"{stem}.idx")
         summary = (
-            load_index_summary(ops, path, ledger_id, index=f"{where}/{stem}.idx")
+            load_index_summary(ops, f"{where}/{stem}.seg", f"{where}/{stem}.idx", ledger_id)
             if f"{stem}.idx" in names else None
         )
         if summary is not None and not summary.missing:

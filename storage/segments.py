@@ -503,19 +503,19 @@ def _index_result(data: bytes, ledger_id: int, summary: IndexSummary) -> ScanRes
 
 
 def _load_checked(
-    ops: FileOps, path: Path, ledger_id: int, index: str | Path | None
+    ops: FileOps, segment: str | Path, index: str | Path, ledger_id: int
 ) -> tuple[bytes, IndexSummary] | None:
     """The index file's bytes and summary if it is consistent and still matches the segment:
     the segment has the size the index was written for and a valid header naming the same
     ledger, creation time and format."""
     try:
-        data = ops.read_file(index_path(path) if index is None else index)
+        data = ops.read_file(index)
     except FileNotFoundError:
         return None
     summary = _check_index(data, ledger_id)
     if summary is None:
         return None
-    fd = ops.open(path, os.O_RDONLY)
+    fd = ops.open(segment, os.O_RDONLY)
     try:
         if os.fstat(fd).st_size != summary.valid_end:
             return None
@@ -527,21 +527,18 @@ def _load_checked(
     return data, summary
 
 
-def load_index(
-    ops: FileOps, path: Path, ledger_id: int, *, index: str | Path | None = None
-) -> ScanResult | None:
-    """The segment at path's index if it has a consistent one, else None (then scan).
-    index: the index file's path, if the caller has it (else index_path(path))."""
-    got = _load_checked(ops, path, ledger_id, index)
+def load_index(ops: FileOps, path: Path, ledger_id: int) -> ScanResult | None:
+    """The segment at path's index if it has a consistent one, else None (then scan)."""
+    got = _load_checked(ops, path, index_path(path), ledger_id)
     return None if got is None else _index_result(got[0], ledger_id, got[1])
 
 
 def load_index_summary(
-    ops: FileOps, path: Path, ledger_id: int, *, index: str | Path | None = None
+    ops: FileOps, segment: str | Path, index: str | Path, ledger_id: int
 ) -> IndexSummary | None:
-    """load_index's checks without building the index arrays: the summary if the segment at
-    path has a consistent index, else None."""
-    got = _load_checked(ops, path, ledger_id, index)
+    """load_index's checks of the segment file and its index file, without building the
+    index arrays: the summary if the index is consistent and matches the segment, else None."""
+    got = _load_checked(ops, segment, index, ledger_id)
     return None if got is None else got[1]
 
 
