@@ -5,10 +5,11 @@ Run: .venv/bin/python bench/ledger_open.py [--segments 20000] [--per-segment 50]
 
 What it builds (once, with this checkout's storage code): one topic of ``--segments`` sealed
 segments of ``--per-segment`` 10-byte entries, each with its persisted index (``.idx``), as a
-delayed-delivery tracker's snapshot ledgers leave them (one small ledger per bucket), plus the
-open segment and one cursor with a property. Then, per round, in a fresh child process: ``SegmentStore.open``
+delayed-delivery tracker's snapshot ledgers leave them (one small ledger per bucket), one
+more of a single entry, and one cursor with a property; the store is closed cleanly, so every
+segment is sealed and indexed. Then, per round, in a fresh child process: ``SegmentStore.open``
 and ``open_ledger`` of that topic, the process's CPU seconds and the wall time of each, and
-the entry count checked. ``--compare-with CHECKOUT`` runs each round with the other
+the ledger and entry counts. ``--compare-with CHECKOUT`` runs each round with the other
 checkout's storage code too, right after this one's, on the same store: paired before/after.
 """
 
