@@ -20,7 +20,7 @@ from pathlib import Path
 class FileOps:
     """Thin wrapper around os; subclass to inject faults."""
 
-    def open(self, path: Path, flags: int, mode: int = 0o644) -> int:
+    def open(self, path: str | Path, flags: int, mode: int = 0o644) -> int:
         return os.open(path, flags, mode)
 
     def close(self, fd: int) -> None:
@@ -92,7 +92,7 @@ class FileOps:
         if sync:
             self.fsync_dir(path.parent)
 
-    def read_file(self, path: Path) -> bytes:
+    def read_file(self, path: str | Path) -> bytes:
         fd = self.open(path, os.O_RDONLY)
         try:
             size = os.fstat(fd).st_size

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,7 +23,7 @@ from storage.errors import PersistenceError
 from storage.fileops import FileOps
 from storage.ledger_state import LedgerState, recovered_ledger
 from storage.segment_file import SegmentFile
-from storage.segments import RecoveryEvent, load_index, scan_segment
+from storage.segments import RecoveryEvent, load_index, load_index_summary, scan_segment
 
 
 @dataclass(slots=True)
@@ -34,13 +34,26 @@ class RecoveredDir:
     unindexed: list[LedgerState]  # scanned: their indexes are to be (re)written
 
 
-def segment_ids(directory: Path) -> list[int]:
+def _names(directory: Path) -> set[str]:
+    """Every name in directory (one listing; empty if it is not a directory)."""
+    try:
+        with os.scandir(directory) as entries:
+            return {entry.name for entry in entries}
+    except (FileNotFoundError, NotADirectoryError):
+        return set()
+
+
+def _ids(names: Iterable[str]) -> list[int]:
     out: list[int] = []
-    if directory.is_dir():
-        for path in directory.glob("*.seg"):
+    for name in names:
+        if name.endswith(".seg"):
             with contextlib.suppress(ValueError):
-                out.append(int(path.stem))
+                out.append(int(name[:-4]))
     return sorted(out)
+
+
+def segment_ids(directory: Path) -> list[int]:
+    return _ids(_names(directory))
 
 
 def _cut_to_synced(ops: FileOps, path: Path, synced: int) -> None:
@@ -63,14 +76,19 @@ def load_ledger_dir(
     if not (directory / "NAME").exists():
         ops.atomic_write(directory / "NAME", name.encode(), sync=fsync)
     out = RecoveredDir([], [], [], [])
-    for leftover in directory.glob("*.idx*"):
+    names = _names(directory)  # one listing: the segments, their indexes, leftovers
+    for leftover in [n for n in names if ".idx" in n]:
         # An interrupted index write, or the index of a segment deleted after it was written.
-        if leftover.suffix != ".idx" or not leftover.with_suffix(".seg").exists():
+        stem, _, suffix = leftover.rpartition(".")
+        if suffix != "idx" or not stem or stem + ".seg" not in names:
             with contextlib.suppress(FileNotFoundError):
-                ops.unlink(leftover)
-    for ledger_id in segment_ids(directory):
-        path = directory / f"{ledger_id:020d}.seg"
-        synced = fenced_ends.get(path)
+                ops.unlink(directory / leftover)
+            names.discard(leftover)
+    where = os.fspath(directory)
+    for ledger_id in _ids(names):
+        stem = f"{ledger_id:020d}"
+        path = directory / f"{stem}.seg"
+        synced = fenced_ends.get(path) if fenced_ends else None
         if synced is not None:
             try:
                 _cut_to_synced(ops, path, synced)
@@ -81,7 +99,23 @@ def load_ledger_dir(
                 ) from exc
             with contextlib.suppress(FileNotFoundError):
                 ops.unlink(path.with_suffix(".idx"))
-        indexed = load_index(ops, path, ledger_id)
+            names.discard(f"{stem}.idx")
+        summary = (
+            load_index_summary(ops, f"{where}/{stem}.seg", f"{where}/{stem}.idx", ledger_id)
+            if f"{stem}.idx" in names else None
+        )
+        if summary is not None and not summary.missing:
+            # Indexed, durable (its index was written after its last sync), nothing missing:
+            # no arrays are built; the IndexPager pages them in for reads, so opening a huge
+            # ledger holds one segment's index at a time.
+            segment = SegmentFile(ledger_id, path, summary.created_ms)
+            segment.format = summary.format
+            segment.write_offset = segment.synced_offset = summary.valid_end
+            segment.page_out()
+            out.ledgers.append(recovered_ledger(segment, summary.entries, summary.size_bytes, []))
+            continue
+        # An index with missing entries: its arrays give their ids.
+        indexed = load_index(ops, path, ledger_id) if summary is not None else None
         # A scanned segment is synced by the scan (before anything in it is served or
         # replayed); an indexed one is durable (its index was written after its last sync).
         result = indexed or scan_segment(ops, path, ledger_id, truncate=True, sync=fsync)
@@ -97,10 +131,9 @@ def load_ledger_dir(
         segment.offsets = result.offsets
         segment.lengths = result.lengths
         segment.write_offset = segment.synced_offset = result.valid_end
-        missing = (
-            [i for i, off in enumerate(result.offsets) if off < 0]
-            if result.offsets.count(-1) else []
-        )
+        # An index's header counts its missing ids (decode_index checked it); a scan's not.
+        count = result.missing if result.missing >= 0 else result.offsets.count(-1)
+        missing = [i for i, off in enumerate(result.offsets) if off < 0] if count else []
         led = recovered_ledger(segment, result.entries, result.size_bytes, missing)
         out.ledgers.append(led)
         if indexed is not None:

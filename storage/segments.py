@@ -96,6 +96,9 @@ INDEX_MAGIC = b"HORAEIX1"
 _INDEX_HEADER = struct.Struct("<8sQQQQIIQ")  # then crc32c u32 + pad u32
 INDEX_HEADER_SIZE = _INDEX_HEADER.size + 8  # 64
 _LITTLE = sys.byteorder == "little"
+_ALL_ONES = b"\xff" * 8  # an offset of -1 (a missing entry) in the index
+_I64 = struct.Struct("<q")
+_I32 = struct.Struct("<i")
 
 
 def length_bias(fmt: int) -> int:
@@ -197,6 +200,7 @@ class ScanResult:
     removed: bool = False  # the file was a torn header only and was deleted
     format: int = FORMAT_V3  # record format (from the header; the current one if it is bad)
     zero_tail_bytes: int = 0  # pre-zeroed bytes after the logical end (cut off if truncate)
+    missing: int = -1  # how many offsets are -1, when known (an index's checked header)
 
     @property
     def entries(self) -> int:
@@ -420,9 +424,20 @@ def encode_index(
     return head + struct.pack("<II", crc, 0) + body
 
 
-def decode_index(data: bytes, ledger_id: int) -> ScanResult | None:
-    """The ScanResult an index describes (valid_end = the segment size it was written for),
-    or None if it is damaged or names another ledger. The segment is not checked here."""
+@dataclass(frozen=True, slots=True)
+class IndexSummary:
+    """What a consistent persisted index says of its segment, without its arrays."""
+
+    entries: int
+    valid_end: int  # the segment size it was written for: the logical end
+    created_ms: int
+    format: int
+    missing: int  # entries whose offset is -1
+    size_bytes: int
+
+
+def _check_index(data: bytes, ledger_id: int) -> IndexSummary | None:
+    """The index's summary if its CRC and its consistency checks hold, else None."""
     if len(data) < INDEX_HEADER_SIZE:
         return None
     magic, got_id, seg_size, entries, created_ms, fmt, missing, size_bytes = (
@@ -436,47 +451,95 @@ def decode_index(data: bytes, ledger_id: int) -> ScanResult | None:
         or len(data) != INDEX_HEADER_SIZE + 12 * entries
     ):
         return None
-    body = memoryview(data)[INDEX_HEADER_SIZE:]
-    if crc32c(body, crc32c(memoryview(data)[: _INDEX_HEADER.size])) != crc:
+    view = memoryview(data)
+    if crc32c(view[INDEX_HEADER_SIZE:], crc32c(view[: _INDEX_HEADER.size])) != crc:
         return None
-    offsets, lengths = array("q"), array("i")
-    offsets.frombytes(body[: 8 * entries])
-    lengths.frombytes(body[8 * entries :])
-    if not _LITTLE:
-        offsets.byteswap()
-        lengths.byteswap()
-    result = ScanResult(ledger_id, created_ms, offsets, lengths, size_bytes, seg_size)
-    result.format = fmt
     # Cheap consistency checks (the CRC already vouches for the writer's intent).
+    ends = INDEX_HEADER_SIZE + 8 * entries  # the offsets, then the lengths
     if entries:
-        if offsets[-1] + RECORD_HEADER_SIZE + lengths[-1] != seg_size:
+        (last_offset,) = _I64.unpack_from(data, ends - 8)
+        (last_length,) = _I32.unpack_from(data, len(data) - 4)
+        if last_offset + RECORD_HEADER_SIZE + last_length != seg_size:
             return None
     elif seg_size != FILE_HEADER_SIZE:
         return None
-    if missing != offsets.count(-1):
+    # -1 is eight 0xff bytes in either byte order: no such run in the offsets, no -1 among them
+    # (a C search; counting compares every entry as a Python int).
+    count = 0
+    if data.find(_ALL_ONES, INDEX_HEADER_SIZE, ends) >= 0:
+        count = _offsets(view[INDEX_HEADER_SIZE:ends]).count(-1)
+    if missing != count:
         return None
+    return IndexSummary(entries, seg_size, created_ms, fmt, missing, size_bytes)
+
+
+def _offsets(raw: memoryview) -> array[int]:
+    offsets = array("q")
+    offsets.frombytes(raw)
+    if not _LITTLE:
+        offsets.byteswap()
+    return offsets
+
+
+def decode_index(data: bytes, ledger_id: int) -> ScanResult | None:
+    """The ScanResult an index describes (valid_end = the segment size it was written for),
+    or None if it is damaged or names another ledger. The segment is not checked here."""
+    summary = _check_index(data, ledger_id)
+    return None if summary is None else _index_result(data, ledger_id, summary)
+
+
+def _index_result(data: bytes, ledger_id: int, summary: IndexSummary) -> ScanResult:
+    ends = INDEX_HEADER_SIZE + 8 * summary.entries
+    view = memoryview(data)
+    offsets, lengths = _offsets(view[INDEX_HEADER_SIZE:ends]), array("i")
+    lengths.frombytes(view[ends:])
+    if not _LITTLE:
+        lengths.byteswap()
+    result = ScanResult(ledger_id, summary.created_ms, offsets, lengths, summary.size_bytes,
+                        summary.valid_end)
+    result.format = summary.format
+    result.missing = summary.missing
     return result
 
 
-def load_index(ops: FileOps, path: Path, ledger_id: int) -> ScanResult | None:
-    """The segment at path's index if it has a consistent one, else None (then scan)."""
+def _load_checked(
+    ops: FileOps, segment: str | Path, index: str | Path, ledger_id: int
+) -> tuple[bytes, IndexSummary] | None:
+    """The index file's bytes and summary if it is consistent and still matches the segment:
+    the segment has the size the index was written for and a valid header naming the same
+    ledger, creation time and format."""
     try:
-        data = ops.read_file(index_path(path))
+        data = ops.read_file(index)
     except FileNotFoundError:
         return None
-    result = decode_index(data, ledger_id)
-    if result is None:
+    summary = _check_index(data, ledger_id)
+    if summary is None:
         return None
-    fd = ops.open(path, os.O_RDONLY)
+    fd = ops.open(segment, os.O_RDONLY)
     try:
-        if os.fstat(fd).st_size != result.valid_end:
+        if os.fstat(fd).st_size != summary.valid_end:
             return None
         header = decode_file_header_format(ops.pread(fd, FILE_HEADER_SIZE, 0))
     finally:
         ops.close(fd)
-    if header is None or header != (ledger_id, result.created_ms, result.format):
+    if header is None or header != (ledger_id, summary.created_ms, summary.format):
         return None
-    return result
+    return data, summary
+
+
+def load_index(ops: FileOps, path: Path, ledger_id: int) -> ScanResult | None:
+    """The segment at path's index if it has a consistent one, else None (then scan)."""
+    got = _load_checked(ops, path, index_path(path), ledger_id)
+    return None if got is None else _index_result(got[0], ledger_id, got[1])
+
+
+def load_index_summary(
+    ops: FileOps, segment: str | Path, index: str | Path, ledger_id: int
+) -> IndexSummary | None:
+    """load_index's checks of the segment file and its index file, without building the
+    index arrays: the summary if the index is consistent and matches the segment, else None."""
+    got = _load_checked(ops, segment, index, ledger_id)
+    return None if got is None else got[1]
 
 
 def write_index(
