@@ -363,7 +363,11 @@ class Dispatcher:
         """How many messages may be sent this round (0 = do not read)."""
         if self._blocked_on_unacked_messages():
             return 0
-        return sum(c.permits for c in self.consumers if c.available)
+        consumers = self.consumers
+        if len(consumers) == 1:   # one consumer: its permits, no generator
+            only = consumers[0]
+            return only.permits if only.available else 0
+        return sum(c.permits for c in consumers if c.available)
 
     def _rate_limited(self, budget: int) -> int:
         """*budget* cut to what ``subscriptionDispatchRate`` and the topic's ``dispatchRate``
