@@ -70,6 +70,9 @@ class CountingConnection:
     def writelines(self, parts: list[bytes]) -> None:
         self.chunks.extend(parts)
 
+    def hold_reading(self, held: bool) -> None:
+        """An ACK applied in slices holds the connection's reading: nothing is read here."""
+
     def message_ids(self) -> list[pb.MessageIdData]:
         decoder = FrameDecoder()
         decoder.receive_data(b"".join(self.chunks))
@@ -205,6 +208,9 @@ async def _round(args: argparse.Namespace, work: Path,
         t0 = time.thread_time()
         for side, cmd in acks:
             side.handle_ack(cmd)
+        for side, _ in consumers:   # an ACK of many ids is applied in slices
+            while side._sliced.busy:
+                await asyncio.sleep(0)
         ack_cpu = time.thread_time() - t0
         if prof is not None:
             prof.disable()
