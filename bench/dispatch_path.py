@@ -14,7 +14,8 @@ machine's load changes far less than wall time. Two phases per round:
   written is measured (tracker hand-out, entry reads, routing, MESSAGE encoding, writes).
   ``--mode backlog``: plain entries, the same from the first permit to the last frame.
   ``--mode single``: one entry appended at a time (one send in flight, as the end-to-end
-  figure of ``compare_peer.py``), from the subscription told of it to its frame written.
+  figure of ``compare_peer.py``), from the subscription told of it to its frame written; its
+  ACK phase includes the dispatch round the ACK schedules, if any.
 - **ack**: the ids each consumer received go back as individual ACK commands of 1,000 ids
   (the official clients' grouping), through the connection side's ACK handler.
 
@@ -68,6 +69,9 @@ class CountingConnection:
 
     def writelines(self, parts: list[bytes]) -> None:
         self.chunks.extend(parts)
+
+    def hold_reading(self, held: bool) -> None:
+        """An ACK applied in slices holds the connection's reading: nothing is read here."""
 
     def message_ids(self) -> list[pb.MessageIdData]:
         decoder = FrameDecoder()
@@ -204,6 +208,9 @@ async def _round(args: argparse.Namespace, work: Path,
         t0 = time.thread_time()
         for side, cmd in acks:
             side.handle_ack(cmd)
+        for side, _ in consumers:   # an ACK of many ids is applied in slices
+            while side._sliced.busy:
+                await asyncio.sleep(0)
         ack_cpu = time.thread_time() - t0
         if prof is not None:
             prof.disable()
@@ -247,6 +254,8 @@ async def _one_at_a_time(args: argparse.Namespace, ledger: Any, sub: Any,
                 mid.ledgerId, mid.entryId = ledger.last_confirmed
                 t0 = time.thread_time()
                 c_side.handle_ack(cmd)
+                while dispatcher._task is not None:   # the round the ACK scheduled, if any
+                    await asyncio.sleep(0)
                 ack_cpu += time.thread_time() - t0
         if prof is not None:
             prof.disable()

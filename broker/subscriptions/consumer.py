@@ -260,6 +260,11 @@ class Consumer:
             return
         if self._encoded:
             parts = self._frame_parts(out)
+        elif len(out) == 1:   # one frame (one message in flight): the one-frame encoder
+            item = out[0]
+            pos, entry = item[1], item[3]
+            parts = [encode_message_head(self.consumer_id, pos[0], pos[1], entry,
+                                         partition=self.partition), entry]
         else:
             parts = encode_message_run(self.consumer_id, self.partition,
                                        [item[1] for item in out], [item[3] for item in out])

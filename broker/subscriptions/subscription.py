@@ -53,6 +53,7 @@ from broker.subscriptions.dispatchers import (
     SharedDispatcher,
     SingleActiveDispatcher,
 )
+from broker.subscriptions.dispatchers.base import round_after_ack
 from broker.subscriptions.dispatchers.cursors import (
     MemoryCursor,
     before,
@@ -507,7 +508,8 @@ class Subscription:
         self.topic.touch()
         if dispatcher is not None:
             dispatcher.on_acked(acked)
-            dispatcher.schedule()  # acks may unblock Key_Shared hashes
+            if round_after_ack(dispatcher):
+                dispatcher.schedule()  # acks may unblock Key_Shared hashes, a blocked read
         self.check_end_of_topic()
 
     def _merge_ack_set(self, consumer: Consumer, pos: Position, ack_set: list[int]) -> bool:

@@ -563,3 +563,59 @@ async def _read_one(real_read: Any, pos: Position, dropped: set[Position]) -> An
         return None
     got = await real_read(pos, 1)
     return got[0] if got and got[0].position == pos else None
+
+
+async def test_one_at_a_time_entries_come_from_the_cache_and_an_ack_schedules_no_idle_round(
+        ledger: Any) -> None:
+    sub, conn, consumer = await _setup(ledger, 0, sub_type=1)
+    consumer.permits = 100
+    reads: list[Position] = []
+    real_read = ledger.read_entries
+
+    async def counted_read(start: Position, n: int, *args: Any, **kw: Any) -> Any:
+        reads.append(start)
+        return await real_read(start, n, *args, **kw)
+
+    ledger.read_entries = counted_read
+    for i in range(5):
+        pos = await ledger.append(_entry(i))
+        sub.on_new_entries()
+        await _settle_dispatch(sub)
+        assert conn.message_ids()[-1] == (pos.ledger_id, pos.entry_id)
+        sub.acknowledge(consumer, [(pos, None)], cumulative=False)
+        # drained: nothing to replay, read or fall due, nothing blocked: no round to run
+        assert sub.dispatcher._task is None
+    assert len(conn.message_ids()) == 5
+    assert reads == []   # each lone new entry was taken from the entry cache
+    assert consumer.permits == 95
+    assert not consumer.pending
+
+
+async def test_an_ack_still_schedules_a_round_when_one_could_do_something(ledger: Any) -> None:
+    sub, conn, consumer = await _setup(ledger, 4, sub_type=1)
+    consumer.permits = 100
+    sub.dispatcher.schedule()
+    await _settle_dispatch(sub)
+    lid = ledger.last_confirmed.ledger_id
+    assert conn.message_ids() == [(lid, e) for e in range(4)]
+    # a replay waiting (handed back, no permits to send it now): an ACK wakes a round
+    consumer.permits = 0
+    sub.dispatcher.hand_back(consumer, [Position(lid, 2)], count_redelivery=False)
+    await _settle_dispatch(sub)
+    sub.acknowledge(consumer, [(Position(lid, 0), None)], cumulative=False)
+    assert sub.dispatcher._task is not None
+    await _settle_dispatch(sub)
+    consumer.permits = 10
+    sub.dispatcher.schedule()
+    await _settle_dispatch(sub)
+    assert conn.message_ids()[4:] == [(lid, 2)]
+    # the subscription blocked on unacknowledged messages: an ACK lets a round look again
+    sub.max_unacked_messages = 3
+    sub.dispatcher.schedule()
+    await _settle_dispatch(sub)
+    assert sub.dispatcher.blocked_on_unacked
+    sub.acknowledge(consumer, [(Position(lid, 1), None), (Position(lid, 2), None)],
+                    cumulative=False)
+    assert sub.dispatcher._task is not None
+    await _settle_dispatch(sub)
+    assert not sub.dispatcher.blocked_on_unacked

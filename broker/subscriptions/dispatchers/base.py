@@ -66,7 +66,7 @@ from protocol.sub_types import SubType
 from storage.ledger import ManagedLedger
 from storage.positions import Entry, Position
 
-__all__ = ["MAX_READ_ENTRIES", "DispatchContext", "Dispatcher"]
+__all__ = ["MAX_READ_ENTRIES", "DispatchContext", "Dispatcher", "round_after_ack"]
 
 log = logging.getLogger("horae.subscriptions.dispatchers")
 
@@ -363,7 +363,11 @@ class Dispatcher:
         """How many messages may be sent this round (0 = do not read)."""
         if self._blocked_on_unacked_messages():
             return 0
-        return sum(c.permits for c in self.consumers if c.available)
+        consumers = self.consumers
+        if len(consumers) == 1:   # one consumer: its permits, no generator
+            only = consumers[0]
+            return only.permits if only.available else 0
+        return sum(c.permits for c in consumers if c.available)
 
     def _rate_limited(self, budget: int) -> int:
         """*budget* cut to what ``subscriptionDispatchRate`` and the topic's ``dispatchRate``
@@ -493,13 +497,19 @@ class Dispatcher:
             if delayed is not None and last is not None and read_from <= last:
                 read_from = self._skip_held(delayed, read_from, last)
             if last is not None and read_from <= last:
-                wanted = max(1, int(budget / self._avg_messages_per_entry))
-                entries = await ledger.read_entries(read_from, min(wanted, MAX_READ_ENTRIES))
-                if revisions.is_outdated(revision) or self._closed:
-                    return True  # a reset ran meanwhile: this read is stale
-                # The read returns what became durable while it ran too, and transactions
-                # classified those entries before: ask again now, and cap the read.
-                txn = sub.transaction_view()
+                # One new entry (one message in flight at a time) still in the entry cache:
+                # taken without an await, so nothing became durable or changed meanwhile.
+                hit = ledger.cached_entry(read_from) if read_from == last else None
+                if hit is not None:
+                    entries = [hit]
+                else:
+                    wanted = max(1, int(budget / self._avg_messages_per_entry))
+                    entries = await ledger.read_entries(read_from, min(wanted, MAX_READ_ENTRIES))
+                    if revisions.is_outdated(revision) or self._closed:
+                        return True  # a reset ran meanwhile: this read is stale
+                    # The read returns what became durable while it ran too, and transactions
+                    # classified those entries before: ask again now, and cap the read.
+                    txn = sub.transaction_view()
                 if txn is not None and entries:
                     limit = txn.read_limit(ledger.last_confirmed)
                     if limit is None or entries[-1].position > limit:
@@ -809,6 +819,20 @@ def _drained(dispatcher: Dispatcher) -> bool:
         return False
     tracker = dispatcher.delayed.tracker if dispatcher.delayed is not None else None
     return tracker is None or not tracker.has_message_available()
+
+
+def round_after_ack(dispatcher: Dispatcher) -> bool:
+    """Could a round scheduled by an ACK do anything? Not when the dispatcher is
+    :func:`_drained` (nothing to replay, read or fall due), routes without key hashes (an ACK
+    may unblock a Key_Shared hash) and shows no blocked or paused state a round would look at
+    again (the subscription blocked on unacknowledged messages, new reads paused on the ack
+    state): then the round would read nothing and change no figure. A round under way is
+    told to go again as before."""
+    if dispatcher._task is not None or dispatcher.needs_hash or dispatcher.blocked_on_unacked:
+        return True
+    if dispatcher.sub.paused_on_ack_state:
+        return True
+    return not _drained(dispatcher)
 
 
 def _to_longs(bits: int, size: int) -> list[int]:
