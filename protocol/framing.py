@@ -27,6 +27,10 @@ HEADER: Final = struct.Struct(">II")
 """totalSize, commandSize."""
 CHECKSUM_HEADER: Final = struct.Struct(">HI")
 """magic 0x0e01, crc32c."""
+BY_REFERENCE_BYTES: Final = 16 * 1024
+"""A buffer (an entry, a queued frame) this large goes to the socket by reference, its own
+buffer of a vectored write, not copied into a frame or a joined write: below it a copy costs
+less than another buffer of the write."""
 
 ONE_BYTE: Final = tuple(bytes((i,)) for i in range(128))
 """``ONE_BYTE[n] == bytes((n,))``: a 1-byte varint or length (n < 128) without a call."""
@@ -88,6 +92,24 @@ def _frame_with_entry(body: bytes, entry: bytes, crc: int | None) -> bytes:
     )
 
 
+def coalesce(buffers: list[bytes]) -> list[bytes]:
+    """``buffers`` with every run of small ones joined; each one of at least
+    :data:`BY_REFERENCE_BYTES` stays a buffer of its own (written by reference)."""
+    parts: list[bytes] = []
+    run: list[bytes] = []
+    for buffer in buffers:
+        if len(buffer) >= BY_REFERENCE_BYTES:
+            if run:
+                parts.append(run[0] if len(run) == 1 else b"".join(run))
+                run = []
+            parts.append(buffer)
+        else:
+            run.append(buffer)
+    if run:
+        parts.append(run[0] if len(run) == 1 else b"".join(run))
+    return parts
+
+
 def set_message_id(
     target: pb.MessageIdData,
     ledger_id: int,
@@ -106,12 +128,14 @@ def set_message_id(
 
 
 __all__ = [
+    "BY_REFERENCE_BYTES",
     "CHECKSUM_HEADER",
     "HEADER",
     "ONE_BYTE",
     "SMALL_VARINT",
     "SMALL_VARINT_LIMIT",
     "MessageId",
+    "coalesce",
     "encode_command",
     "encode_payload_command",
     "set_message_id",

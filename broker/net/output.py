@@ -26,10 +26,10 @@ from __future__ import annotations
 
 import asyncio
 
+from protocol.framing import BY_REFERENCE_BYTES, coalesce
+
 __all__ = ["BY_REFERENCE_BYTES", "Output"]
 
-#: A queued buffer this large is written by reference, not copied into the flush's join.
-BY_REFERENCE_BYTES = 16 * 1024
 
 
 class Output:
@@ -109,7 +109,7 @@ class Output:
             out.clear()
             return
         if by_reference and len(out) > 1:
-            parts = _coalesce(out)
+            parts = coalesce(out)
             out.clear()
             transport.writelines(parts)
             return
@@ -128,20 +128,3 @@ class Output:
         self._out.clear()
         self._out_bytes = 0
         self._by_reference = False
-
-
-def _coalesce(buffers: list[bytes]) -> list[bytes]:
-    """``buffers`` with every run of small ones joined; the large ones stay as they are."""
-    parts: list[bytes] = []
-    run: list[bytes] = []
-    for buffer in buffers:
-        if len(buffer) >= BY_REFERENCE_BYTES:
-            if run:
-                parts.append(run[0] if len(run) == 1 else b"".join(run))
-                run = []
-            parts.append(buffer)
-        else:
-            run.append(buffer)
-    if run:
-        parts.append(run[0] if len(run) == 1 else b"".join(run))
-    return parts

@@ -44,6 +44,7 @@ from protocol.commands import (
     encode_reached_end_of_topic,
 )
 from protocol.entry_metadata import has_prefix as has_broker_entry_metadata
+from protocol.framing import BY_REFERENCE_BYTES, coalesce
 from protocol.limits import MAGIC_BROKER_ENTRY_METADATA
 from protocol.sub_types import SubType
 from storage.positions import Position
@@ -51,9 +52,6 @@ from storage.positions import Position
 __all__ = ["BY_REFERENCE_BYTES", "END_OF_TOPIC_CLIENTS", "MAX_UNACKED_MESSAGES_PER_CONSUMER",
            "Consumer", "HashRange"]
 
-#: An entry this large is written by reference (its own buffer of a vectored write), not
-#: copied into its frame: below it a copy costs less than another buffer of the write.
-BY_REFERENCE_BYTES = 16 * 1024
 
 #: Pulsar's maxUnackedMessagesPerConsumer default: a Shared/Key_Shared consumer holding this
 #: many unacknowledged messages gets nothing more until it has acked half of them (protects
@@ -275,7 +273,7 @@ class Consumer:
         if self.closed:
             return
         if by_reference:
-            self.side.writelines(_coalesce(parts))
+            self.side.writelines(coalesce(parts))
         else:
             self.side.write(b"".join(parts))
 
@@ -406,21 +404,3 @@ class Consumer:
             "clientVersion": self.side.client_version,
             "priorityLevel": self.priority_level,
         }
-
-
-def _coalesce(buffers: list[bytes]) -> list[bytes]:
-    """``buffers`` with every run of small ones joined: each entry written by reference (at
-    least :data:`BY_REFERENCE_BYTES`) stays a buffer of its own."""
-    parts: list[bytes] = []
-    run: list[bytes] = []
-    for buffer in buffers:
-        if len(buffer) >= BY_REFERENCE_BYTES:
-            if run:
-                parts.append(run[0] if len(run) == 1 else b"".join(run))
-                run = []
-            parts.append(buffer)
-        else:
-            run.append(buffer)
-    if run:
-        parts.append(run[0] if len(run) == 1 else b"".join(run))
-    return parts
