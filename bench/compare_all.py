@@ -20,7 +20,13 @@ the figures are only comparable within one run on one machine.
 comparison takes minutes on a shared one. ``--peers`` is passed on (default
 ``horae,pulsar-lite,pulsar``; add ``horae-nofsync,pulsar-nosync`` for the relaxed pair).
 
-Usage: ``.venv/bin/python bench/compare_all.py [--quick] [--rounds 1] [--peers ...]
+``--relaxed`` adds the comparison at equal durability to every benchmark: ``horae-nofsync``
+(``journalSyncData = false``, no fsync or fdatasync) runs beside pulsar-lite, which never syncs.
+Each benchmark's default table stays Horae with an fsync before every receipt; the relaxed run
+follows it as a table of its own, ratios against ``horae-nofsync``
+(:func:`bench.peer_table.relaxed_table`).
+
+Usage: ``.venv/bin/python bench/compare_all.py [--quick] [--rounds 1] [--peers ...] [--relaxed]
 [--only wire,client,scale] [--out DIR]``. Never part of the test run.
 """
 
@@ -42,7 +48,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 
 from bench.brokers import DEFAULT_PEERS, ROOT, parse_peers
 from bench.compare_peer import is_lower_better
-from bench.peer_table import format_table
+from bench.peer_table import format_table, relaxed_table, with_relaxed, without_relaxed_horae
 from bench.wire_load import HIGHER_IS_BETTER
 
 SIZES = {
@@ -107,6 +113,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="smaller counts (shared machine)")
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--peers", default=",".join(DEFAULT_PEERS))
+    parser.add_argument("--relaxed", action="store_true",
+                        help="also horae-nofsync beside pulsar-lite (neither syncs), in tables "
+                             "of their own")
     parser.add_argument("--only", default="wire,client,scale",
                         help="which benchmarks: wire, client, scale")
     parser.add_argument("--out", type=pathlib.Path, help="keep the JSON files in DIR")
@@ -115,6 +124,8 @@ def main(argv: list[str] | None = None) -> int:
         peers = parse_peers(args.peers)
     except ValueError as exc:
         parser.error(str(exc))
+    if args.relaxed:
+        peers = with_relaxed(peers)
     only = {s.strip() for s in args.only.split(",")}
     if not only <= set(SIZES):
         parser.error(f"--only takes {', '.join(SIZES)}")
@@ -129,7 +140,13 @@ def main(argv: list[str] | None = None) -> int:
     def section(title: str, loads: str, figures: Mapping[str, Mapping[str, Sequence[float]]],
                 lower: set[str]) -> None:
         names = [p for p in peers if any(p in per for per in figures.values())]
-        tables.append(f"\n{title}\n({loads})\n{format_table(figures, names, lower)}")
+        default = without_relaxed_horae(names)
+        if default:
+            tables.append(f"\n{title}\n({loads})\n{format_table(figures, default, lower)}")
+        relaxed = relaxed_table(figures, names, lower)
+        if relaxed:
+            tables.append(f"\n{title}; RELAXED, equal durability (neither syncs)\n({loads})\n"
+                          f"{relaxed}")
 
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     for mode, batch in (("unbatched", []), ("batches of 100", ["--batch", "100"])):
@@ -177,7 +194,10 @@ def main(argv: list[str] | None = None) -> int:
     print("\n" + "=" * 100)
     print(f"Horae vs pulsar-lite 0.2.0 vs Apache Pulsar standalone ({started}); {machine()}")
     print("Horae: fsync before every receipt, dedup on (defaults). Pulsar: bookie journal "
-          "fsynced before every receipt, dedup on. pulsar-lite: as shipped.")
+          "fsynced before every receipt, dedup on. pulsar-lite: as shipped (never syncs).")
+    if "horae-nofsync" in peers:
+        print("RELAXED tables: horae-nofsync = Horae with journalSyncData=false (no fsync or "
+              "fdatasync), against pulsar-lite, which makes none either.")
     for table in tables:
         print(table)
     print(f"\nJSON: {out}")

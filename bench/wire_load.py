@@ -12,6 +12,12 @@ in the same run and measured round by round, alternately, after one uncounted wa
 the JVM compiles its hot paths then). ``--peers`` picks them (default
 ``horae,pulsar-lite,pulsar``; ``horae-nofsync`` and ``pulsar-nosync`` are the relaxed runs).
 
+``--relaxed`` adds the comparison at equal durability: ``horae-nofsync`` (``journalSyncData =
+false``: Horae makes no fsync or fdatasync) runs beside the others, and pulsar-lite (which never
+syncs) with it. The default table stays Horae with an fsync before every receipt; the relaxed run
+gets rows and ratios of its own (:func:`bench.peer_table.relaxed_table`: ``horae-nofsync``
+against pulsar-lite and, if it ran, ``pulsar-nosync``), under its own heading.
+
 One round against one broker, on a fresh topic:
 
 1. a Shared subscription ``wl`` is created (initial position Earliest), then left;
@@ -45,7 +51,7 @@ Usage::
 
     .venv/bin/python bench/wire_load.py [--connections 4] [--in-flight 1000] [--size 1024]
         [--messages 100000] [--batch B] [--rounds 3] [--peers horae,pulsar-lite,pulsar]
-        [--profile DIR] [--json FILE]
+        [--relaxed] [--profile DIR] [--json FILE]
 
 Never part of the test run (``tests/bench/test_wire_load_smoke.py`` only checks the counts).
 """
@@ -71,7 +77,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 import uvloop
 
 from bench.brokers import DEFAULT_PEERS, Broker, cpu_seconds, parse_peers, rss_mib, started
-from bench.peer_table import format_table
+from bench.peer_table import format_table, relaxed_table, with_relaxed, without_relaxed_horae
 from bench.profiling import PySpyRecorder, summarise_collapsed
 from bench.wire_clients import Drainer, Publisher, open_producer, subscribe
 from protocol import commands as C
@@ -327,14 +333,23 @@ def run_load(broker: Broker, topic: str, settings: LoadSettings,
 def print_table(settings: LoadSettings, rounds: int,
                 results: dict[str, list[LoadResult]]) -> None:
     mode = f"batches of {settings.batch}" if settings.batch else "unbatched"
-    print()
-    print(f"wire load: {settings.connections} conn x {settings.in_flight} SENDs in flight, "
-          f"{settings.messages:,} x {settings.size} B, {mode}; best of {rounds} round(s); "
-          "Horae and Pulsar fsync before every receipt")
+    head = (f"wire load: {settings.connections} conn x {settings.in_flight} SENDs in flight, "
+            f"{settings.messages:,} x {settings.size} B, {mode}; best of {rounds} round(s)")
     names = list(results)
     figures = {fig: {n: [r.figures[fig] for r in results[n]] for n in names}
                for fig in next(iter(results.values()))[0].figures}
-    print(format_table(figures, names, set(figures) - HIGHER_IS_BETTER, width=36))
+    lower = set(figures) - HIGHER_IS_BETTER
+    default = without_relaxed_horae(names)
+    if default:
+        print()
+        print(f"{head}; Horae and Pulsar fsync before every receipt")
+        print(format_table(figures, default, lower, width=36))
+    relaxed = relaxed_table(figures, names, lower, width=36)
+    if relaxed:
+        print()
+        print(f"{head}; RELAXED, equal durability: horae-nofsync (journalSyncData=false) makes "
+              "no fsync or fdatasync, nor does pulsar-lite (nor pulsar-nosync's journal)")
+        print(relaxed)
 
 
 def _check(result: LoadResult) -> None:
@@ -359,6 +374,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--peers", default=",".join(DEFAULT_PEERS),
                         help="comma-separated peers to run: horae, pulsar-lite, pulsar, "
                              "horae-nofsync, pulsar-nosync")
+    parser.add_argument("--relaxed", action="store_true",
+                        help="also run horae-nofsync beside pulsar-lite (neither syncs) and "
+                             "print that comparison at equal durability on its own")
     parser.add_argument("--profile", type=pathlib.Path, metavar="DIR",
                         help="one extra Horae round under py-spy; raw stacks go to DIR")
     parser.add_argument("--json", type=pathlib.Path, metavar="FILE", help="write all results")
@@ -369,6 +387,8 @@ def main(argv: list[str] | None = None) -> int:
         peers = parse_peers(args.peers)
     except ValueError as exc:
         parser.error(str(exc))
+    if args.relaxed:
+        peers = with_relaxed(peers)
     settings = LoadSettings(args.connections, args.in_flight, args.size, args.messages,
                             args.batch, args.permits, args.ack_batch, args.timeout)
     producers = build_all_frames(settings)

@@ -8,7 +8,14 @@ import math
 import pytest
 
 from bench.brokers import DEFAULT_PEERS, STARTERS, parse_peers
-from bench.peer_table import advantage, best, format_table
+from bench.peer_table import (
+    advantage,
+    best,
+    format_table,
+    relaxed_table,
+    with_relaxed,
+    without_relaxed_horae,
+)
 from bench.pulsar_peer import standalone_conf
 
 
@@ -54,3 +61,30 @@ def test_table_has_a_ratio_column_per_peer_and_the_relaxed_pair() -> None:
     head, row = text.splitlines()[:2]
     assert "horae/pulsar" in head and "nofsync: horae/pulsar" in head
     assert row.split()[-4:] == ["2.00", "0.33", "1.00", "3.00"]
+
+
+def test_relaxed_table_compares_horae_without_fsync_with_the_peers_that_never_sync() -> None:
+    figures = {"publish (msg/s)": {"horae": [10.0], "pulsar-lite": [20.0],
+                                   "horae-nofsync": [30.0, 25.0]},
+               "broker CPU s/M msgs, publish": {"horae": [9.0], "pulsar-lite": [8.0],
+                                                "horae-nofsync": [4.0]}}
+    peers = ["horae", "pulsar-lite", "horae-nofsync"]
+    text = relaxed_table(figures, peers, {"broker CPU s/M msgs, publish"})
+    head, rate, cpu = text.splitlines()[:3]
+    assert head.split()[1:] == ["horae-nofsync", "pulsar-lite", "horae-nofsync/pulsar-lite"]
+    assert rate.split()[-3:] == ["30.00", "20.00", "1.50"]   # best round, Horae's relaxed / lite
+    assert cpu.split()[-3:] == ["4.00", "8.00", "2.00"]      # lite's CPU / Horae's relaxed
+    assert "horae " not in head                               # the synced run is not in it
+    # the default table leaves the relaxed run out and keeps its ratios against Horae
+    default = format_table(figures, without_relaxed_horae(peers), set())
+    assert "horae-nofsync" not in default
+    assert default.splitlines()[1].split()[-1] == "0.50"
+    # nothing to compare without the relaxed run or without a peer that never syncs
+    assert relaxed_table(figures, ["horae", "pulsar-lite"], set()) == ""
+    assert relaxed_table(figures, ["horae", "horae-nofsync"], set()) == ""
+
+
+def test_relaxed_option_adds_the_equal_durability_pair_once_in_order() -> None:
+    assert with_relaxed(["horae"]) == ["horae", "pulsar-lite", "horae-nofsync"]
+    assert with_relaxed(["horae-nofsync", "pulsar-lite", "pulsar"]) == [
+        "horae-nofsync", "pulsar-lite", "pulsar"]
