@@ -49,7 +49,9 @@ that keeps sending garbage cannot grow its memory.
 
 Buffering: when no partial frame is pending, a ``bytes`` chunk is adopted without copying and
 frames are sliced straight out of it (a read offset, no per-frame buffer copy). A small tail
-cut by a chunk boundary is joined to the next chunk; only a large frame arriving in many chunks
+cut by a chunk boundary is joined to the next chunk (by :meth:`FrameDecoder.receive_frames`: to
+the part of it that completes that frame only, the rest of the chunk then adopted as it is; by
+:meth:`FrameDecoder.receive_data`: to the whole chunk); only a large frame arriving in many chunks
 is assembled in a ``bytearray`` (compacted once the consumed prefix dominates), so assembling a
 5 MiB frame from 64 KiB reads stays linear.
 
@@ -260,8 +262,48 @@ class FrameDecoder:
         the :class:`Frame` that :meth:`next_frame` gives. Never raises: when the
         stream turns invalid, the frames before the fault are returned and :attr:`error` is set;
         handle them, then close the connection with that error.
+
+        A chunk that completes a small pending frame and carries more is not joined with it
+        whole: the pending bytes are joined with the rest of that one frame, which is decoded,
+        and the chunk is then adopted from the next frame on (one copy of a frame, not of
+        the chunk).
         """
+        split = self._completing(data)
+        if split:
+            self.receive_data(data[:split])
+            frames = self._decode(send_frames)
+            if self._error is not None:
+                return frames
+            if self._pos == len(self._buf) and isinstance(data, bytes):  # adopt the rest
+                self._buf = data
+                self._pos = split
+                self._check_pending_header()
+            else:  # not reached with a frame exactly completed; kept for safety
+                self.receive_data(memoryview(data)[split:])
+            frames += self._decode(send_frames)
+            return frames
         self.receive_data(data)
+        return self._decode(send_frames)
+
+    def _completing(self, data: bytes | bytearray | memoryview) -> int:
+        """The bytes of *data* that complete the pending frame, when that frame is small
+        (below the re-join bound), its length is known and valid, and *data* (an immutable
+        ``bytes``, adopted as is) holds more after it; else 0."""
+        if type(data) is not bytes or self._error is not None:
+            return 0
+        buf = self._buf
+        pos = self._pos
+        pending = len(buf) - pos
+        if pending < 4 or pending >= _SMALL_PENDING:
+            return 0
+        (total,) = _U32.unpack_from(buf, pos)
+        if total > self._max_frame_size:
+            return 0  # refused by the usual path
+        need = total + 4 - pending
+        return need if 0 < need < len(data) else 0
+
+    def _decode(self, send_frames: bool) -> list[Frame | SendFrame | UnknownCommand]:
+        """Every complete frame of the buffer (:meth:`receive_frames`)."""
         frames: list[Frame | SendFrame | UnknownCommand] = []
         append = frames.append
         max_size = self._max_frame_size

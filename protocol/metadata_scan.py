@@ -190,7 +190,11 @@ def scan_publish_metadata(entry: bytes, max_message_size: int = MAX_MESSAGE_SIZE
     return 1 if count is None else count, partial, delayed is not None
 
 
-_SINGLE: Final = (1, False, False)
+SINGLE: Final = (1, False, False)
+"""What :func:`scan_publish_metadata` returns, this very tuple, for the metadata a plain message
+carries (nothing the scan captures: one message, no chunk, no ``deliver_at_time``; no
+length-delimited field after ``producer_name``): a caller may test it with ``is``."""
+_SINGLE: Final = SINGLE
 
 
 def _is_key_value(entry: bytes, pos: int, end: int) -> bool:

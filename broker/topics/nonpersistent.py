@@ -143,6 +143,10 @@ class NonPersistentTopic:
         _, messages, _ = check_publish_metadata(entry)
         return entry, messages, False
 
+    def plain_send_bound(self) -> int:
+        """-1: every SEND takes :meth:`check_publish` (the generic metadata check)."""
+        return -1
+
     def append_run(self, entries: list[bytes], sink: DurableSink,
                    messages: Sequence[int] = ()) -> None:
         """Dispatch each entry, then report each one "durable" at ``0:0`` (receipts at once)."""

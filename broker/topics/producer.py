@@ -11,9 +11,12 @@ send). The queue's records are defined in :mod:`broker.topics.publish_records`:
    producer at once, hand-parsed by the decoder (:class:`protocol.send_path.SendFrame`, no
    protobuf object). Each is checked (the producer has not failed, the CRC verdict, not a
    re-send, :meth:`broker.topics.topic.Topic.check_publish`: metadata, the delayed-delivery
-   publish guard of PIP-315/437); the consecutive accepted ones form ONE
-   :class:`PublishRun` (five ints per SEND in parallel lists; no object, future, task or
-   closure per SEND), appended to the ledger as one run with one completion.
+   publish guard of PIP-315/437; a plain message -- the metadata scan's
+   :data:`protocol.metadata_scan.SINGLE`, no larger than
+   :meth:`broker.topics.topic.Topic.plain_send_bound`, read once per run -- is what that
+   check would return unchanged, and is taken on the scan alone); the consecutive accepted
+   ones form ONE :class:`PublishRun` (five ints per SEND in parallel lists; no object, future,
+   task or closure per SEND), appended to the ledger as one run with one completion.
 2. A SEND the hot loop does not take ends the run before it: a re-send stored again, one
    out of order or that the hot checks decline is a run of one (the per-entry path); a SEND
    refused before any append (SEND_ERROR ChecksumError for a bad CRC: the one error the
@@ -77,6 +80,7 @@ from protocol import pulsar_pb as pb
 from protocol.entry_shape import check_send_messages
 from protocol.errors import ChecksumError, RequestError
 from protocol.metadata import peek_dispatch
+from protocol.metadata_scan import SINGLE, scan_publish_metadata
 from protocol.send_path import SendFrame
 from storage.errors import EntryTooLargeError
 from storage.positions import Position
@@ -199,6 +203,12 @@ class PublishTarget(Protocol):
 
     def check_publish(self, entry: bytes) -> tuple[bytes, int, bool]: ...
 
+    def plain_send_bound(self) -> int:
+        """The largest entry :meth:`check_publish` accepts unchanged when the scan reads its
+        metadata as a plain message (``scan_publish_metadata(entry) is SINGLE``), or -1 when
+        every SEND must take :meth:`check_publish`."""
+        ...
+
     def append_run(self, entries: list[bytes], sink: DurableSink,
                    messages: Sequence[int]) -> None: ...
 
@@ -301,7 +311,13 @@ class Producer:
     def _take(self, sends: list[SendFrame]) -> int:
         """Queue and append *sends* (:meth:`on_sends`); returns the bytes of their entries."""
         started = self._loop.time()
-        check = self.topic.check_publish
+        topic = self.topic
+        check = topic.check_publish
+        # Entries up to this size whose metadata the scan reads as a plain message pass
+        # check_publish unchanged (-1: none does; read again after anything but the run).
+        plain_bound = topic.plain_send_bound
+        bound = plain_bound()
+        scan = scan_publish_metadata
         state = self.seq_state
         enqueue = self._queue.append
         run = PublishRun(self, started)
@@ -312,11 +328,23 @@ class Producer:
         for _, seq, count, highest, entry, checksum_valid, _ in sends:
             size = len(entry)
             nbytes += size
+            in_order = (self._error is None and checksum_valid and seq == state.next_seq
+                        and size <= MAX_RECORD_BYTES)
+            if in_order and count == 1 and highest <= seq and size <= bound \
+                    and scan(entry) is SINGLE:
+                # The usual SEND, one plain message: check_publish would give (entry, 1, False).
+                state.next_seq = seq + 1
+                keys(seq)
+                seqs(seq)
+                highests(highest)
+                messages(1)
+                sizes(size)
+                add_data(entry)
+                continue
             key = highest if highest > seq else seq
             if count > 1 and seq + count - 1 > key:  # a C++ batch: ids seq .. seq+count-1
                 key = seq + count - 1
-            if self._error is None and checksum_valid and seq == state.next_seq \
-                    and size <= MAX_RECORD_BYTES:
+            if in_order:
                 try:
                     stored, in_entry, partial = check(entry)
                     if count != 1 or in_entry != 1:
@@ -350,6 +378,7 @@ class Producer:
             else:
                 item.buffered = size
                 enqueue(item)
+            bound = plain_bound()  # an append or a refusal may have changed the topic
         if datas:
             self._append_run(run, datas)
         return nbytes

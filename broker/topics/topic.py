@@ -108,6 +108,7 @@ from storage.ledger import ManagedLedger
 from storage.metadata import MetadataStore
 from storage.positions import Position
 from storage.segment_file import DurableSink
+from storage.segments import MAX_RECORD_BYTES
 from storage.shadow import ShadowLedger
 from storage.snapshots import SnapshotStore
 
@@ -348,6 +349,27 @@ class Topic:
             self.meters.fixed_delay_overridden_counter += result.overridden_messages
             entry = result.entry
         return entry, messages, partial
+
+    def plain_send_bound(self) -> int:
+        """The largest entry (bytes) :meth:`check_publish` accepts unchanged right now when the
+        scan reads its metadata as a plain message (``scan_publish_metadata(entry) is SINGLE``:
+        one message, no chunk, no ``deliver_at_time``), or -1 when some check could act on such
+        an entry (the topic not open, a shadow, encryption required, a fixed delivery delay).
+        The producer reads it once per run of SENDs and then checks each plain SEND with the
+        scan and this bound alone (:meth:`broker.topics.producer.Producer.on_sends`): it must
+        stay the exact condition under which :meth:`check_publish` returns
+        ``(entry, 1, False)`` for such an entry."""
+        if self.state is not _OPEN or self.shadow_source is not None or self.encryption_required:
+            return -1
+        if self._guarded:
+            delivery = self.delivery
+            policy = delivery.resolved
+            if policy is None:
+                policy = delivery.delay_policy()
+            if policy.active and policy.fixed_delay_ms > 0:
+                return -1   # the guard stamps a fixed delay on every message
+        limit = self.max_message_size_policy
+        return limit + 4 if limit else MAX_RECORD_BYTES   # metadata and payload, as above
 
     def record_published(self, messages: int, size: int, entries: int,
                          latency_sum_ms: float) -> None:

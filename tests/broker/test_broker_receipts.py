@@ -41,6 +41,9 @@ class FakeTopic:
     def check_publish(self, entry: bytes) -> tuple[bytes, int, bool]:
         return entry, 1, False
 
+    def plain_send_bound(self) -> int:
+        return -1   # every SEND through check_publish above
+
     def append_run(self, entries: list[bytes], sink: Any, messages: Any = ()) -> None:
         self.runs.append((entries, sink))
 

@@ -15,8 +15,8 @@ from sampling import examples
 from protocol import commands as c
 from protocol import hot_commands
 from protocol import pulsar_pb as pb
-from protocol.errors import MalformedFrameError
-from protocol.frames import NEED_DATA, Frame, FrameDecoder
+from protocol.errors import ConnectionFatalError, MalformedFrameError
+from protocol.frames import NEED_DATA, Frame, FrameDecoder, UnknownCommand
 from protocol.framing import encode_payload_command, varint
 from protocol.metadata import encode_entry
 from protocol.send_path import (
@@ -319,3 +319,55 @@ def test_run_receipts_of_a_long_producer_decode_in_order() -> None:
                 f.command.send_receipt.message_id.ledgerId,
                 f.command.send_receipt.message_id.entryId) for f in frames if isinstance(f, Frame)]
     assert decoded == [(7, seq, 31, 70_000 + i) for i, seq in enumerate(seqs)]
+
+
+def next_frame_reference_until_fault(data: bytes) -> tuple[list[Frame], type | None]:
+    decoder = FrameDecoder()
+    decoder.receive_data(data)
+    out: list[Frame] = []
+    try:
+        while (frame := decoder.next_frame()) is not NEED_DATA:
+            out.append(frame)
+    except ConnectionFatalError as exc:
+        return out, type(exc)
+    return out, None
+
+
+@settings(max_examples=200, deadline=None)
+@given(frames=st.lists(one_frame, min_size=1, max_size=8), data=st.data())
+def test_receive_frames_in_any_split_of_a_faulty_stream_equals_next_frame(
+        frames: list[bytes], data: st.DataObject) -> None:
+    # a fault anywhere (a header, a frame a chunk completes, a later frame): the same frames
+    # come out before it, and the same error is recorded
+    stream = bytearray(b"".join(frames))
+    for _ in range(data.draw(st.integers(1, 3))):
+        stream[data.draw(st.integers(0, len(stream) - 1))] = data.draw(st.integers(0, 255))
+    stream = bytes(stream)
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(stream)), max_size=6)))
+    decoder = FrameDecoder()
+    got: list[Frame | SendFrame | UnknownCommand] = []
+    start = 0
+    for cut in [*cuts, len(stream)]:
+        got += decoder.receive_frames(stream[start:cut])
+        start = cut
+    reference, error = next_frame_reference_until_fault(stream)
+    assert [normalised(f) for f in got if not isinstance(f, UnknownCommand)] == [
+        normalised(f) for f in reference if not isinstance(f, UnknownCommand)]
+    assert (type(decoder.error) if decoder.error is not None else None) is error
+
+
+def test_a_chunk_completing_a_pending_frame_is_adopted_without_a_copy() -> None:
+    sends = [c.encode_send(1, seq, make_entry(b"x" * 300, sequence_id=seq)) for seq in range(6)]
+    stream = b"".join(sends)
+    decoder = FrameDecoder()
+    first = decoder.receive_frames(stream[:500])   # one SEND and the head of the next
+    chunk = stream[500:]
+    rest = decoder.receive_frames(chunk)
+    assert [f.sequence_id for f in first + rest] == list(range(6))   # type: ignore[union-attr]
+    assert decoder.buffered == 0
+    # a chunk ending inside a frame stays the decoder's buffer: adopted, not joined
+    decoder.receive_frames(stream[:500])
+    chunk = stream[500:-10]
+    assert [f.sequence_id for f in decoder.receive_frames(chunk)] == [1, 2, 3, 4]  # type: ignore[union-attr]
+    assert decoder._buf is chunk   # the pending bytes of the last SEND are the chunk's tail
+    assert [f.sequence_id for f in decoder.receive_frames(stream[-10:])] == [5]  # type: ignore[union-attr]

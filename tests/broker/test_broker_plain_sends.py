@@ -1,0 +1,137 @@
+"""Plain SENDs on the producer's run loop: an entry whose metadata the scan reads as one plain
+message (``scan_publish_metadata(entry) is SINGLE``) and no larger than
+``Topic.plain_send_bound()`` is taken without ``Topic.check_publish``. That is right only if the
+bound is exactly the condition under which ``check_publish`` returns such an entry unchanged:
+checked on a real topic in every state that matters, and over the wire within one run."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from broker_rawclient import RawClient, make_batch_entry, make_entry
+
+from broker.topics.topic_state import TopicState
+from protocol import commands as C
+from protocol import pulsar_pb as pb
+from protocol.errors import RequestError, ServerError
+from protocol.metadata_scan import SINGLE, scan_publish_metadata
+
+T = pb.BaseCommand
+TOPIC = "persistent://public/default/plain-sends"
+
+
+def _create_topic(broker: Any) -> None:
+    with RawClient(broker.service_url) as raw:
+        raw.handshake()
+        assert raw.create_producer(TOPIC, 1).type == T.PRODUCER_SUCCESS
+
+
+def _plain(size: int, seq: int = 0) -> bytes:
+    entry = make_entry(b"x" * size, sequence_id=seq)
+    assert scan_publish_metadata(entry) is SINGLE
+    return entry
+
+
+def _verdict(topic: Any, entry: bytes) -> str:
+    """What check_publish does with *entry*: "unchanged", "changed" or the refusal."""
+    try:
+        stored, messages, partial = topic.check_publish(entry)
+    except RequestError as exc:
+        return f"refused: {exc}"
+    return "unchanged" if (stored is entry and messages == 1 and not partial) else "changed"
+
+
+def test_the_bound_is_exactly_where_check_publish_passes_a_plain_entry_unchanged(
+        broker: Any) -> None:
+    _create_topic(broker)
+
+    def probe() -> list[tuple[str, int, list[str]]]:
+        topic = broker.service.topics[TOPIC]
+        base = topic.delivery.delay_policy()
+        states: list[tuple[str, dict[str, Any]]] = [
+            ("default", {}),
+            ("maxMessageSize 100", {"max_message_size_policy": 100}),
+            ("encryption required", {"encryption_required": True}),
+            ("shadow", {"shadow_source": "persistent://public/default/source"}),
+            ("terminated", {"state": TopicState.TERMINATED}),
+            ("fixed delay", {"policy": dataclasses.replace(base, active=True,
+                                                           fixed_delay_ms=60_000)}),
+            ("max delay", {"policy": dataclasses.replace(base, active=True,
+                                                         max_delay_ms=60_000)}),
+            ("delivery off, fixed delay", {"policy": dataclasses.replace(
+                base, active=False, fixed_delay_ms=60_000)}),
+        ]
+        entries = [_plain(size) for size in (0, 10, 85, 86, 87, 500)]
+        out = []
+        for name, changes in states:
+            saved = {k: getattr(topic, k) for k in changes if k != "policy"}
+            try:
+                for key, value in changes.items():
+                    if key == "policy":
+                        topic.delivery.resolved = value
+                    else:
+                        setattr(topic, key, value)
+                bound = topic.plain_send_bound()
+                out.append((name, bound, [_verdict(topic, e) for e in entries]))
+                for entry in entries:   # the rule the producer relies on
+                    if len(entry) <= bound:
+                        assert _verdict(topic, entry) == "unchanged", (name, len(entry))
+            finally:
+                for key, value in saved.items():
+                    setattr(topic, key, value)
+                topic.delivery.resolved = base
+        return out
+
+    results = {name: (bound, verdicts) for name, bound, verdicts in broker.call(probe)}
+    # open, no policy: every plain entry passes, bounded by the record size alone
+    assert results["default"][1] == ["unchanged"] * 6
+    assert results["default"][0] > 500
+    assert results["max delay"] == results["default"]   # a plain message carries no delay
+    assert results["delivery off, fixed delay"] == results["default"]
+    # maxMessageSize 100 counts metadata and payload (entry - 4): the bound is exact
+    bound, verdicts = results["maxMessageSize 100"]
+    assert bound == 104
+    sizes = [len(_plain(size)) for size in (0, 10, 85, 86, 87, 500)]
+    assert [v == "unchanged" for v in verdicts] == [s <= bound for s in sizes]
+    assert sizes.count(bound) == 1   # one entry sits exactly on it
+    assert "refused: Exceed maximum message size" in verdicts
+    # every state where check_publish would act on a plain entry takes it off the fast path
+    for name in ("encryption required", "shadow", "terminated", "fixed delay"):
+        bound, verdicts = results[name]
+        assert bound == -1, name
+        assert "unchanged" not in verdicts, (name, verdicts)
+
+
+def test_one_run_of_plain_batched_and_oversized_sends_is_answered_in_order(
+        broker: Any) -> None:
+    plain_ok, too_big = b"a" * 200, b"b" * 400
+    sends = [
+        make_entry(plain_ok, sequence_id=0),
+        make_entry(too_big, sequence_id=1),   # over the topic's limit: refused in the run
+        make_batch_entry([b"m1", b"m2"], sequence_id=2),   # a batch: through check_publish
+        make_entry(plain_ok, sequence_id=4),
+        make_entry(plain_ok, sequence_id=5, partition_key="k"),   # not plain for the scan
+        make_entry(plain_ok, sequence_id=6),
+    ]
+    seqs, nums = [0, 1, 2, 4, 5, 6], [1, 1, 2, 1, 1, 1]
+    with RawClient(broker.service_url) as raw:
+        raw.handshake()
+        assert raw.create_producer(TOPIC, 2, name="plain").type == T.PRODUCER_SUCCESS
+        # the topic's maxMessageSize (set after PRODUCER, which reads the topic's policies)
+        broker.call(lambda: setattr(broker.service.topics[TOPIC], "max_message_size_policy",
+                                    300))
+        frames = [C.encode_send(2, seq, entry, num_messages=num,
+                                highest_sequence_id=seq + num - 1 if num > 1 else None)
+                  for seq, num, entry in zip(seqs, nums, sends, strict=True)]
+        raw.send(b"".join(frames))   # one write: the SENDs of one read form one run
+        answers = [raw.recv_command() for _ in sends]
+    kinds = [(a.type, a.send_receipt.sequence_id if a.type == T.SEND_RECEIPT
+              else a.send_error.sequence_id) for a in answers]
+    assert kinds == [(T.SEND_RECEIPT, 0), (T.SEND_ERROR, 1), (T.SEND_RECEIPT, 2),
+                     (T.SEND_RECEIPT, 4), (T.SEND_RECEIPT, 5), (T.SEND_RECEIPT, 6)]
+    assert answers[1].send_error.error == ServerError.NotAllowedError
+    entry_ids = [a.send_receipt.message_id.entryId for a in answers if a.type == T.SEND_RECEIPT]
+    assert entry_ids == sorted(entry_ids) and len(set(entry_ids)) == 5
+    stored = broker.call(lambda: broker.service.topics[TOPIC].meters.entries_added_counter)
+    assert stored == 5
