@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import operator
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
@@ -216,6 +217,14 @@ class ServerConnection(asyncio.Protocol):
             return  # a keep-alive answer alone: the clock above is all it changes
         frames = decoder.receive_frames(data)
         producers = self.producer_side.producers
+        if frames and type(frames[0]) is SendFrame and self._state is _CONNECTED \
+                and decoder.error is None and set(map(type, frames)) == _ONLY_SENDS \
+                and len(set(map(_producer_id, frames))) == 1:  # type: ignore[arg-type]
+            # The usual read of a publisher: SENDs of one producer alone, handed over whole.
+            producer = producers.get(frames[0].producer_id)
+            if producer is not None:
+                self.producer_side.on_sends(producer, frames)  # type: ignore[arg-type]
+                return
         run: list[SendFrame] = []
         run_producer: Producer | None = None
         for frame in frames:
@@ -423,6 +432,8 @@ class ServerConnection(asyncio.Protocol):
 
 _CONNECTED = ConnState.CONNECTED
 _PONG = C.encode_pong()
+_ONLY_SENDS = frozenset({SendFrame})
+_producer_id = operator.itemgetter(0)  # SendFrame.producer_id
 _CLOSED = ConnState.CLOSED
 
 

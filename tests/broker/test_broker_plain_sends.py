@@ -135,3 +135,31 @@ def test_one_run_of_plain_batched_and_oversized_sends_is_answered_in_order(
     assert entry_ids == sorted(entry_ids) and len(set(entry_ids)) == 5
     stored = broker.call(lambda: broker.service.topics[TOPIC].meters.entries_added_counter)
     assert stored == 5
+
+
+def test_one_read_with_the_sends_of_two_producers_answers_each_in_its_order(
+        broker: Any) -> None:
+    # a read of one producer's SENDs alone is handed over whole; one that mixes producers
+    # (or holds another command) still reaches each producer with its own SENDs, in order
+    with RawClient(broker.service_url) as raw:
+        raw.handshake()
+        assert raw.create_producer(TOPIC, 1, name="one").type == T.PRODUCER_SUCCESS
+        assert raw.create_producer(TOPIC, 2, name="two").type == T.PRODUCER_SUCCESS
+        alone = [C.encode_send(1, seq, make_entry(b"a", sequence_id=seq, producer_name="one"))
+                 for seq in range(3)]
+        raw.send(b"".join(alone))
+        first = [raw.recv_command() for _ in alone]
+        assert [(a.send_receipt.producer_id, a.send_receipt.sequence_id) for a in first] == [
+            (1, 0), (1, 1), (1, 2)]
+        mixed = []
+        for seq in range(3, 7):
+            mixed.append(C.encode_send(1, seq, make_entry(b"a", sequence_id=seq,
+                                                          producer_name="one")))
+            mixed.append(C.encode_send(2, seq - 3, make_entry(b"b", sequence_id=seq - 3,
+                                                              producer_name="two")))
+        raw.send(b"".join(mixed))
+        answers = [raw.recv_command() for _ in mixed]
+    assert all(a.type == T.SEND_RECEIPT for a in answers)
+    got = [(a.send_receipt.producer_id, a.send_receipt.sequence_id) for a in answers]
+    assert [seq for pid, seq in got if pid == 1] == [3, 4, 5, 6]
+    assert [seq for pid, seq in got if pid == 2] == [0, 1, 2, 3]
