@@ -316,7 +316,7 @@ class Producer:
         # Entries up to this size whose metadata the scan reads as a plain message pass
         # check_publish unchanged (-1: none does; read again after anything but the run).
         plain_bound = topic.plain_send_bound
-        bound = plain_bound()
+        bound = min(plain_bound(), MAX_RECORD_BYTES)
         scan = scan_publish_metadata
         state = self.seq_state
         enqueue = self._queue.append
@@ -328,10 +328,8 @@ class Producer:
         for _, seq, count, highest, entry, checksum_valid, _ in sends:
             size = len(entry)
             nbytes += size
-            in_order = (self._error is None and checksum_valid and seq == state.next_seq
-                        and size <= MAX_RECORD_BYTES)
-            if in_order and count == 1 and highest <= seq and size <= bound \
-                    and scan(entry) is SINGLE:
+            if size <= bound and seq == state.next_seq and count == 1 and highest <= seq \
+                    and checksum_valid and self._error is None and scan(entry) is SINGLE:
                 # The usual SEND, one plain message: check_publish would give (entry, 1, False).
                 state.next_seq = seq + 1
                 keys(seq)
@@ -344,7 +342,8 @@ class Producer:
             key = highest if highest > seq else seq
             if count > 1 and seq + count - 1 > key:  # a C++ batch: ids seq .. seq+count-1
                 key = seq + count - 1
-            if in_order:
+            if self._error is None and checksum_valid and seq == state.next_seq \
+                    and size <= MAX_RECORD_BYTES:
                 try:
                     stored, in_entry, partial = check(entry)
                     if count != 1 or in_entry != 1:
@@ -378,7 +377,8 @@ class Producer:
             else:
                 item.buffered = size
                 enqueue(item)
-            bound = plain_bound()  # an append or a refusal may have changed the topic
+            # an append or a refusal may have changed the topic
+            bound = min(plain_bound(), MAX_RECORD_BYTES)
         if datas:
             self._append_run(run, datas)
         return nbytes
