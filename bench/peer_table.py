@@ -50,7 +50,7 @@ def format_table(figures: Figures, peers: Sequence[str], lower_is_better: Collec
     or its relaxed one in :func:`relaxed_table`)."""
     ratio_peers = [p for p in peers if p != reference] if reference in peers else []
     relaxed = (reference == "horae" and "horae-nofsync" in peers and "pulsar-nosync" in peers)
-    ratio_width = max(20, len(reference) + 16)
+    ratio_width = max(20, len(reference) + 15)
     head = f"{'figure':{width}}" + "".join(f"{p:>14}" for p in peers)
     head += "".join(f"{reference + '/' + p:>{ratio_width}}" for p in ratio_peers)
     if relaxed:
