@@ -418,7 +418,9 @@ class Dispatcher:
         if limit <= 0 or self.sub_type is None or not self.sub_type.shares_messages:
             self.blocked_on_unacked = False
             return False
-        unacked = sum(c.unacked_messages for c in self.consumers)
+        consumers = self.consumers
+        unacked = consumers[0].unacked_messages if len(consumers) == 1 else \
+            sum(c.unacked_messages for c in consumers)
         self.blocked_on_unacked = (unacked > limit // 2 if self.blocked_on_unacked
                                    else unacked >= limit)
         return self.blocked_on_unacked
