@@ -851,15 +851,14 @@ def _start_round(dispatcher: Dispatcher) -> None:
     dispatcher._task = None
     if dispatcher._closed:
         return
-    loop = asyncio.get_running_loop()
     try:
         if _lone_round(dispatcher):
             return
     except Exception:   # as in the task: logged, and a round tries again later
         log.exception("dispatch failed on %s", dispatcher.sub.name)
-        loop.call_later(0.1, dispatcher.schedule)
+        asyncio.get_running_loop().call_later(0.1, dispatcher.schedule)
         return
-    dispatcher._task = loop.create_task(dispatcher._run())
+    dispatcher._task = asyncio.get_running_loop().create_task(dispatcher._run())
 
 
 def _lone_round(d: Dispatcher) -> bool:
@@ -906,11 +905,14 @@ def _lone_round(d: Dispatcher) -> bool:
     d._again = False
     cursor.read_position = ledger.next_position(last)
     consumer = _send_lone(d, hit, sub.revisions.revision)
-    if consumer is not None:
-        consumer.flush()   # made now, under the current revision: nothing to drop
-    else:
+    if consumer is None:
         d.flush_consumers()
-    return not d._again and _drained(d)
+        return not d._again and _drained(d)
+    consumer.flush()   # made now, under the current revision: nothing to drop
+    # _drained: the replay set and the due positions were left empty, the read position is
+    # past the last entry; only the tracker may have something due by now
+    tracker = delayed.tracker if delayed is not None else None
+    return not d._again and (tracker is None or not tracker.has_message_available())
 
 
 def _send_lone(d: Dispatcher, entry: Entry, revision: int) -> Consumer | None:
