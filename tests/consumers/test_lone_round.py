@@ -317,3 +317,56 @@ async def test_a_failing_lone_round_is_logged_and_tried_again(
     await asyncio.wait_for(sent, 10)
     assert conn.message_ids() == [(pos.ledger_id, pos.entry_id)]
     await sub.close()
+
+
+async def test_a_round_asked_for_during_the_lone_round_is_the_only_one(
+        ledger: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    sub = await Subscription.open(StubTopic(ledger), "s", durable=True,
+                                  initial_position="earliest")
+    conn = RawConnection()
+    side = ConsumerSide(conn)  # type: ignore[arg-type]
+    consumer = Consumer(side, 1, name="c", sub_type=1)
+    side.attach(consumer, sub)
+    await sub.add_consumer(consumer)
+    consumer.permits = 10
+    await _idle(sub)
+    d = sub.dispatcher
+    running = most = 0
+    real_run = d._run
+
+    async def counted_run() -> None:
+        nonlocal running, most
+        running += 1
+        most = max(most, running)
+        try:
+            await real_run()
+        finally:
+            running -= 1
+
+    d._run = counted_run   # type: ignore[method-assign]
+    real = dispatch_base._lone_round
+    asked = [True]
+
+    def asking(disp: Any) -> bool:
+        if asked:   # a schedule (say, the tracker waking) while the lone round runs
+            asked.pop()
+            disp.schedule()
+            return False
+        return real(disp)
+
+    monkeypatch.setattr(dispatch_base, "_lone_round", asking)
+    real_read = ledger.read_entries
+
+    async def slow_read(*args: Any, **kw: Any) -> Any:
+        await asyncio.sleep(0)   # a store read that suspends: rounds could overlap
+        return await real_read(*args, **kw)
+
+    monkeypatch.setattr(ledger, "read_entries", slow_read)
+    await ledger.append(_e(0))
+    await ledger.append(_e(1))   # two entries: the rounds need the task
+    sub.on_new_entries()
+    await _idle(sub)
+    await _idle(sub)
+    assert most == 1
+    assert len(conn.message_ids()) == 2
+    await sub.close()

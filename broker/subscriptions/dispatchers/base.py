@@ -858,6 +858,9 @@ def _start_round(dispatcher: Dispatcher) -> None:
         log.exception("dispatch failed on %s", dispatcher.sub.name)
         asyncio.get_running_loop().call_later(0.1, dispatcher.schedule)
         return
+    if dispatcher._task is not None:   # a round was asked for meanwhile: it goes on from there
+        dispatcher._again = True
+        return
     dispatcher._task = asyncio.get_running_loop().create_task(dispatcher._run())
 
 
