@@ -53,7 +53,7 @@ from broker.subscriptions.dispatchers import (
     SharedDispatcher,
     SingleActiveDispatcher,
 )
-from broker.subscriptions.dispatchers.base import round_after_ack
+from broker.subscriptions.dispatchers.base import round_after_ack, round_now
 from broker.subscriptions.dispatchers.cursors import (
     MemoryCursor,
     before,
@@ -314,8 +314,10 @@ class Subscription:
         await self.delayed.release()
 
     def on_new_entries(self) -> None:
+        """New entries became durable (the topic's notification, a loop callback of its own)
+        or the limits changed: a round, made at once when none is under way."""
         if self.dispatcher is not None and self.consumers:
-            self.dispatcher.schedule()
+            round_now(self.dispatcher)
 
     # ------------------------------------------------------------------ delayed delivery
 

@@ -4,8 +4,13 @@ Theory of operation
 -------------------
 A dispatcher moves entries from the subscription's cursor to its consumers within their FLOW
 permits. It never runs two reads at once: :meth:`Dispatcher.schedule` (called on FLOW, new
-entries, acks, redelivery, consumer changes and the delayed tracker's ``on_due``) starts one
-task that loops over :meth:`_dispatch_once` until a round makes no progress.
+entries, acks, redelivery, consumer changes and the delayed tracker's ``on_due``) asks for a
+round on the next loop turn; that turn starts one task that loops over :meth:`_dispatch_once`
+until a round makes no progress. The one-message-in-flight case needs no task: when the round
+would read one new entry, still in the entry cache, with nothing else to do (no replay, nothing
+due, no key hashes, dispatch rate or transaction), :func:`_lone_round` makes it in the loop
+callback itself, with the same checks in the same order, and starts the task only if another
+round is due. New entries (:func:`round_now`) make that round at once when none is under way.
 
 One round:
 
@@ -66,7 +71,7 @@ from protocol.sub_types import SubType
 from storage.ledger import ManagedLedger
 from storage.positions import Entry, Position
 
-__all__ = ["MAX_READ_ENTRIES", "DispatchContext", "Dispatcher", "round_after_ack"]
+__all__ = ["MAX_READ_ENTRIES", "DispatchContext", "Dispatcher", "round_after_ack", "round_now"]
 
 log = logging.getLogger("horae.subscriptions.dispatchers")
 
@@ -155,7 +160,8 @@ class Dispatcher:
         self.hashes_in_replay: Counter[int] = Counter()
         self.owner: dict[Position, Consumer] = {}
         self._avg_messages_per_entry = 1.0  # sizes reads so batches do not overshoot permits
-        self._task: asyncio.Task[None] | None = None
+        #: the round under way: its task, or the loop callback that starts it (None: idle)
+        self._task: asyncio.Task[None] | asyncio.Handle | None = None
         self._again = False
         self._closed = False
         #: Due positions taken from the tracker and being read outside the replay set (round
@@ -316,7 +322,9 @@ class Dispatcher:
         if self._task is not None:
             self._again = True
             return
-        self._task = asyncio.get_running_loop().create_task(self._run())
+        # the round starts on the next loop turn, as a task's first step would: a lone new
+        # entry (one message in flight) is sent then without a task (:func:`_start_round`)
+        self._task = asyncio.get_running_loop().call_soon(_start_round, self)
 
     async def _run(self) -> None:
         clock = time.perf_counter
@@ -352,7 +360,10 @@ class Dispatcher:
             self._rate_wake.cancel()
             self._rate_wake = None
         task = self._task
-        if task is not None and task is not asyncio.current_task():
+        if isinstance(task, asyncio.Handle):   # a round not started yet: it never will
+            task.cancel()
+            self._task = None
+        elif task is not None and task is not asyncio.current_task():
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
@@ -407,7 +418,9 @@ class Dispatcher:
         if limit <= 0 or self.sub_type is None or not self.sub_type.shares_messages:
             self.blocked_on_unacked = False
             return False
-        unacked = sum(c.unacked_messages for c in self.consumers)
+        consumers = self.consumers
+        unacked = consumers[0].unacked_messages if len(consumers) == 1 else \
+            sum(c.unacked_messages for c in consumers)
         self.blocked_on_unacked = (unacked > limit // 2 if self.blocked_on_unacked
                                    else unacked >= limit)
         return self.blocked_on_unacked
@@ -819,6 +832,127 @@ def _drained(dispatcher: Dispatcher) -> bool:
         return False
     tracker = dispatcher.delayed.tracker if dispatcher.delayed is not None else None
     return tracker is None or not tracker.has_message_available()
+
+
+def round_now(dispatcher: Dispatcher) -> None:
+    """:meth:`Dispatcher.schedule`, except that when no round is under way or asked for the
+    round is made at once, not on the next loop turn: for a caller that is a loop callback
+    of its own and in the middle of nothing (new entries became durable), so that a lone
+    new entry reaches its consumer without another loop turn."""
+    if dispatcher._task is None and not dispatcher._closed:
+        _start_round(dispatcher)
+    else:
+        dispatcher.schedule()
+
+
+def _start_round(dispatcher: Dispatcher) -> None:
+    """The round :meth:`Dispatcher.schedule` asked for: :func:`_lone_round` when it can make
+    it whole, else the dispatch task (which makes every kind of round)."""
+    dispatcher._task = None
+    if dispatcher._closed:
+        return
+    try:
+        if _lone_round(dispatcher):
+            return
+    except Exception:   # as in the task: logged, and a round tries again later
+        log.exception("dispatch failed on %s", dispatcher.sub.name)
+        asyncio.get_running_loop().call_later(0.1, dispatcher.schedule)
+        return
+    if dispatcher._task is not None:   # a round was asked for meanwhile: it goes on from there
+        dispatcher._again = True
+        return
+    dispatcher._task = asyncio.get_running_loop().create_task(dispatcher._run())
+
+
+def _lone_round(d: Dispatcher) -> bool:
+    """The round of the one-message-in-flight case, made without a task: at most one new
+    entry, taken from the entry cache, and nothing else to do (no replay or due position, no
+    key hashes, no dispatch rate, no transaction). It makes exactly what
+    :meth:`Dispatcher._dispatch_once` would make of that state, checks in the same order,
+    then looks whether another round could do anything, as :meth:`Dispatcher._run` does.
+    Returns True when the round is over; False when the task must run one: nothing was
+    read or sent then, or this round was made and another is due (a later entry, a schedule
+    meanwhile)."""
+    sub = d.sub
+    if d.needs_hash or d.replay or d._due_in_flight or not d.consumers:
+        return False
+    if sub.revisions.under_revision:
+        return False
+    delayed = d.delayed
+    tracker = delayed.tracker if delayed is not None else None
+    if tracker is not None and tracker.has_message_available():
+        return False   # due positions: the task's round step 1
+    if sub.dispatch_rate.limited or sub.topic_dispatch.limited:
+        return False
+    if d._budget() <= 0 or not d._may_read_new():
+        return True    # the task's round would read nothing either
+    if sub.transaction_view() is not None:
+        return False   # the task's round asks transactions where reading must stop
+    ledger = sub.ledger
+    last = ledger.last_confirmed
+    if last is None:
+        return True
+    cursor = sub.cursor
+    read_from = cursor.read_position
+    if read_from > last:
+        return True
+    if delayed is not None and tracker is not None:   # no tracker: nothing held to skip
+        read_from = d._skip_held(delayed, read_from, last)
+        if read_from > last:
+            return True
+    if read_from != last:
+        return False   # more than one entry: the task reads them
+    hit = ledger.cached_entry(read_from)
+    if hit is None:
+        return False
+    d._again = False
+    cursor.read_position = ledger.next_position(last)
+    consumer = _send_lone(d, hit, sub.revisions.revision)
+    if consumer is None:
+        d.flush_consumers()
+        return not d._again and _drained(d)
+    consumer.flush()   # made now, under the current revision: nothing to drop
+    # _drained: the replay set and the due positions were left empty, the read position is
+    # past the last entry; only the tracker may have something due by now
+    tracker = delayed.tracker if delayed is not None else None
+    return not d._again and (tracker is None or not tracker.has_message_available())
+
+
+def _send_lone(d: Dispatcher, entry: Entry, revision: int) -> Consumer | None:
+    """What :meth:`Dispatcher._deliver` does with one fresh entry, for the plain case: not
+    acknowledged, superseded or compacted out, no batch index acknowledged, no delivery time,
+    no per-consumer bookkeeping of the dispatcher (Key_Shared). Anything else goes through
+    ``_deliver`` itself (then None is returned, as when no consumer takes the entry and it
+    waits in the replay set). Returns the consumer it was queued for."""
+    sub = d.sub
+    pos, data = entry.position, entry.data
+    delayed = d.delayed
+    replacements = delayed.replacements if delayed is not None else None
+    if sub.batch_acks or sub.read_compacted or sub.cursor.is_deleted(pos) \
+            or (replacements is not None and replacements.superseded(pos)) \
+            or type(d)._sent is not Dispatcher._sent:
+        d._deliver([entry], from_replay=False, blocked=set(), revision=revision)
+        return None
+    try:
+        messages, deliver_at = peek_dispatch(data)
+    except ProtocolError:
+        messages, deliver_at = 1, None
+    if deliver_at is not None and delayed is not None:
+        d._deliver([entry], from_replay=False, blocked=set(), revision=revision)
+        return None
+    consumer = d._route(pos, None, 0, False, set())
+    if consumer is None:
+        d.add_replay(pos, 0)
+        return None
+    d._avg_messages_per_entry = 0.9 * d._avg_messages_per_entry + 0.1 * messages
+    counts = sub.redelivery_counts
+    consumer.send(pos, data, messages=messages,
+                  redelivery_count=counts.get(pos, 0) if counts else 0, revision=revision)
+    d.owner[pos] = consumer
+    sub.msg_out_counter += messages
+    sub.bytes_out_counter += len(data)
+    sub.touch()
+    return consumer
 
 
 def round_after_ack(dispatcher: Dispatcher) -> bool:
