@@ -29,7 +29,8 @@ Invariants:
 - except for what was due already when the tracker recovered (``overdue_to``, the cutoff
   then): those messages are late whatever their order, so a bucket still loading holds back
   only what falls due after that time, and each bucket's overdue entries go out as soon as
-  its segment is in (in (time, position) order among the segments in memory). Nothing is
+  its segment is in (the hand-out takes a segment's whole overdue run at once, in (time,
+  position) order within the segment, the segment with the smallest head first). Nothing is
   ever handed out before its time;
 - the barrier, the upcoming bound and the head of the queue are heap tops: reading them costs
   O(1) amortized, whatever the number of buckets;
