@@ -63,7 +63,7 @@ def live_ranges(properties: Mapping[str, str]) -> tuple[list[BucketRange], list[
     found: list[BucketRange] = []
     for key, value in properties.items():
         rng = parse_bucket_key(key)
-        if rng is not None and value.isdigit():
+        if rng is not None and value.isdecimal():
             found.append((rng[0], rng[1], int(value), key))
     found.sort(key=lambda t: (t[0], -t[1]))
     kept: list[BucketRange] = []

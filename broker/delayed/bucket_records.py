@@ -60,18 +60,23 @@ from storage.positions import Position
 BUCKET_KEY_PREFIX: Final = "#pulsar.internal.delayed.bucket"
 
 
+_KEY_START: Final = BUCKET_KEY_PREFIX + "_"
+_KEY_START_LEN: Final = len(_KEY_START)
+
+
 def bucket_key(start_ledger: int, end_ledger: int) -> str:
     return f"{BUCKET_KEY_PREFIX}_{start_ledger}_{end_ledger}"
 
 
 def parse_bucket_key(key: str) -> tuple[int, int] | None:
     """(start, end) of a bucket property key; None for any other key."""
-    if not key.startswith(BUCKET_KEY_PREFIX + "_"):
+    if not key.startswith(_KEY_START):
         return None
-    parts = key[len(BUCKET_KEY_PREFIX) + 1:].split("_")
-    if len(parts) != 2 or not all(p.isdigit() for p in parts):
+    # a restart parses one key per bucket, tens of thousands: no list, no generator
+    start, sep, end = key[_KEY_START_LEN:].partition("_")
+    if not sep or not start.isdecimal() or not end.isdecimal():   # what int() reads
         return None
-    return int(parts[0]), int(parts[1])
+    return int(start), int(end)
 
 
 class BucketState(Enum):

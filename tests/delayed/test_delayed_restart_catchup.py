@@ -185,3 +185,18 @@ async def test_recovery_reads_in_batches_and_retries_a_failed_part(tmp_path: Pat
     assert sorted(handed) == sorted(sealed_positions)
     await t.close()
     await store.close()
+
+
+def test_bucket_keys_are_parsed_strictly_and_bad_ones_never_raise() -> None:
+    from broker.delayed.bucket_rebuild import live_ranges
+    from broker.delayed.bucket_records import BUCKET_KEY_PREFIX, bucket_key
+
+    assert parse_bucket_key(bucket_key(12, 345)) == (12, 345)
+    for tail in ("_1_2_3", "_1", "_a_2", "__2", "_1_", "1_2", "_1_2x", "_\u00b2_1", "_1_\u00b2",
+                 "_-1_2", "_ 1_2"):
+        assert parse_bucket_key(BUCKET_KEY_PREFIX + tail) is None, tail
+    assert parse_bucket_key("x" + bucket_key(1, 2)) is None
+    properties = {bucket_key(1, 2): "10", bucket_key(3, 4): "\u00b2", bucket_key(5, 6): "-7",
+                  BUCKET_KEY_PREFIX + "_\u00b2_9": "11", bucket_key(7, 8): "12", "other": "1"}
+    kept, stale = live_ranges(properties)
+    assert kept == [(1, 2, 10, bucket_key(1, 2)), (7, 8, 12, bucket_key(7, 8))] and not stale
