@@ -93,6 +93,6 @@ def recovered_bucket(start: int, end: int, snapshot_id: int, snapshot_size: int,
                 bucket.indexed[ledger_id] = bm
             else:
                 have |= bm
-    bucket.pending = {ledger_id: bm.copy() for ledger_id, bm in bucket.indexed.items()}
+    bucket.pending = dict(bucket.indexed)      # shared until changed (ImmutableBucket.take)
     bucket.remaining = sum(len(bm) for bm in bucket.pending.values())
     return bucket

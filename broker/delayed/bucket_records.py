@@ -4,7 +4,9 @@ Theory of operation
 -------------------
 An :class:`ImmutableBucket` is the in-memory record of one sealed bucket (ledgers
 ``[start_ledger, end_ledger]``, one snapshot): two per-ledger roaring bitmaps, ``indexed``
-(everything its snapshot holds) and ``pending`` (not handed out or cancelled yet), the first
+(everything its snapshot holds) and ``pending`` (not handed out or cancelled yet; a ledger's
+``pending`` bitmap is the ``indexed`` one itself until its first entry goes, then a copy: a
+bucket nothing was taken from yet, most of them after a restart, holds one set), the first
 deliver time of each segment, and at most one :class:`LoadedSegment` (sorted packed columns and
 a read offset). Its lifecycle is one :class:`BucketState`: LIVE (in the bucket list, handing
 out) -> MERGING (being merged with its neighbour: it is not retired when it runs dry
@@ -150,6 +152,8 @@ class ImmutableBucket:
         bm = self.pending.get(ledger_id)
         if bm is None or entry_id not in bm:
             return False
+        if bm is self.indexed.get(ledger_id):   # shared until its first change
+            bm = self.pending[ledger_id] = bm.copy()
         bm.remove(entry_id)
         self.remaining -= 1
         return True
@@ -468,6 +472,7 @@ class SealedBuckets:
         pos, i = loaded.pos, loaded.i
         bucket = loaded.bucket
         pending = bucket.pending
+        indexed = bucket.indexed
         check_acked = bucket.recovered
         taken = 0
         for k in range(i, end):
@@ -477,6 +482,8 @@ class SealedBuckets:
             bm = pending.get(ledger_id)
             if bm is None or entry_id not in bm:
                 continue                        # handed out, cancelled or acked
+            if bm is indexed.get(ledger_id):    # shared until its first change
+                bm = pending[ledger_id] = bm.copy()
             bm.remove(entry_id)
             taken += 1
             position = Position(ledger_id, entry_id)
@@ -506,7 +513,9 @@ class SealedBuckets:
         for bucket in self._buckets:
             total += 200 + sys.getsizeof(bucket.segment_min_ts)
             total += sum(bitmap_bytes(bm) for bm in bucket.indexed.values())
-            total += sum(bitmap_bytes(bm) for bm in bucket.pending.values())
+            indexed = bucket.indexed
+            total += sum(bitmap_bytes(bm) for ledger_id, bm in bucket.pending.items()
+                         if bm is not indexed.get(ledger_id))
             if bucket.mem_segments is not None:
                 total += sum(sys.getsizeof(t) + sys.getsizeof(p) for t, p in bucket.mem_segments)
         return total
