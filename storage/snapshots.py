@@ -79,16 +79,13 @@ def encode_snapshot(parts: list[bytes]) -> bytes:
 class SnapshotStore:
     def __init__(
         self, directory: Path, ops: FileOps, ids: IdAllocator, loop: asyncio.AbstractEventLoop,
-        io_pool: Executor, *, fsync: bool = True, read_pool: Executor | None = None,
+        io_pool: Executor, *, fsync: bool = True,
     ) -> None:
         self.directory = directory
         self._ops = ops
         self._ids = ids
         self._loop = loop
         self._pool = io_pool
-        # reads of complete files (a snapshot is immutable once its id is known): in parallel,
-        # not queued behind writes and deletes (a recovery reads thousands)
-        self._read_pool = read_pool or io_pool
         self._fsync = fsync
         self._where = os.fspath(directory)
         self._sizes: dict[int, int] = {}
@@ -149,8 +146,7 @@ class SnapshotStore:
     async def _load_part(self, snapshot_id: int, index: int) -> bytes:
         if snapshot_id not in self._sizes:
             raise SnapshotNotFoundError(f"no snapshot {snapshot_id}")
-        return await self._loop.run_in_executor(self._read_pool, self._read_part, snapshot_id,
-                                                index)
+        return await self._loop.run_in_executor(self._pool, self._read_part, snapshot_id, index)
 
     async def load_parts(self, parts: Sequence[tuple[int, int]]) -> list[bytes | Exception]:
         """Several parts, ``(snapshot id, part index)`` (0 = metadata), read in one IO job:
@@ -168,7 +164,7 @@ class SnapshotStore:
                     out.append(exc)
             return out
 
-        return await self._loop.run_in_executor(self._read_pool, read_all)
+        return await self._loop.run_in_executor(self._pool, read_all)
 
     async def load_metadata(self, snapshot_id: int) -> bytes:
         return await self._load_part(snapshot_id, 0)

@@ -111,8 +111,7 @@ class SegmentStore:
             thread_name_prefix="horae-storage-cursor",
         )
         self.snapshots = SnapshotStore(
-            root / "snapshots", ops, ids, self._loop, self._io_pool, fsync=config.fsync,
-            read_pool=self._read_pool,
+            root / "snapshots", ops, ids, self._loop, self._io_pool, fsync=config.fsync
         )
         self.writer = GroupCommitWriter(
             self._loop, ops, ids, fsync=config.fsync,
