@@ -15,9 +15,10 @@ that fails its CRC raises CorruptRecordError; it is never returned.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from pathlib import Path
 
@@ -32,9 +33,41 @@ _HEAD = struct.Struct("<4sBI")
 _PART = struct.Struct("<QI")
 _U32 = struct.Struct("<I")
 
+#: A snapshot file up to this size is read whole, in one read: a recovery reads the metadata
+#: (and then the first segment) of thousands of small snapshots, and the syscalls of reading
+#: the header, the table and the part apart cost more than copying a few kilobytes more.
+WHOLE_READ_BYTES = 64 << 10
+
 
 def snapshot_name(snapshot_id: int) -> str:
     return f"{snapshot_id:020d}.snap"
+
+
+def _part(snapshot_id: int, index: int, read: Callable[[int, int], bytes]) -> bytes:
+    """Part ``index`` of a snapshot file, ``read(length, offset)`` giving its bytes; the
+    header and the part CRC-checked."""
+    head = read(_HEAD.size, 0)
+    if len(head) != _HEAD.size:
+        raise CorruptRecordError(f"snapshot {snapshot_id}: short header")
+    magic, _version, n_parts = _HEAD.unpack(head)
+    if magic != _MAGIC or n_parts > 1 << 24:
+        raise CorruptRecordError(f"snapshot {snapshot_id}: bad header")
+    table = read(n_parts * _PART.size + 4, _HEAD.size)
+    if len(table) != n_parts * _PART.size + 4:
+        raise CorruptRecordError(f"snapshot {snapshot_id}: short header")
+    (crc,) = _U32.unpack_from(table, n_parts * _PART.size)
+    if crc32c(table[:-4], crc32c(head)) != crc:
+        raise CorruptRecordError(f"snapshot {snapshot_id}: header CRC mismatch")
+    if not 0 <= index < n_parts:
+        raise SnapshotNotFoundError(f"snapshot {snapshot_id} has no part {index}")
+    offset = _HEAD.size + len(table)
+    for i in range(index):
+        offset += _PART.unpack_from(table, i * _PART.size)[0]
+    length, part_crc = _PART.unpack_from(table, index * _PART.size)
+    part = read(length, offset)
+    if len(part) != length or crc32c(part) != part_crc:
+        raise CorruptRecordError(f"snapshot {snapshot_id} part {index}: CRC mismatch")
+    return part
 
 
 def encode_snapshot(parts: list[bytes]) -> bytes:
@@ -54,12 +87,18 @@ class SnapshotStore:
         self._loop = loop
         self._pool = io_pool
         self._fsync = fsync
+        self._where = os.fspath(directory)
         self._sizes: dict[int, int] = {}
-        for path in directory.glob("*.snap"):
-            try:
-                self._sizes[int(path.stem)] = path.stat().st_size
-            except ValueError:
-                continue
+        # one listing, no path objects: a store holds a snapshot per bucket, tens of thousands
+        with contextlib.suppress(FileNotFoundError), os.scandir(directory) as entries:
+            for entry in entries:
+                name = entry.name
+                if not name.endswith(".snap"):
+                    continue
+                try:
+                    self._sizes[int(name[:-5])] = entry.stat().st_size
+                except (ValueError, FileNotFoundError):
+                    continue
 
     def ids(self) -> list[int]:
         return sorted(self._sizes)
@@ -83,36 +122,24 @@ class SnapshotStore:
 
     def _read_part(self, snapshot_id: int, index: int) -> bytes:
         """Blocking (IO pool): part ``index`` of a snapshot, CRC-checked."""
-        if snapshot_id not in self._sizes:
+        size = self._sizes.get(snapshot_id)
+        if size is None:
             raise SnapshotNotFoundError(f"no snapshot {snapshot_id}")
         ops = self._ops
-        try:
-            fd = ops.open(self._path(snapshot_id), os.O_RDONLY)
+        try:    # a str path: recovery reads tens of thousands of these
+            fd = ops.open(f"{self._where}/{snapshot_name(snapshot_id)}", os.O_RDONLY)
         except FileNotFoundError as exc:
             raise SnapshotNotFoundError(f"no snapshot {snapshot_id}") from exc
         try:
-            head = ops.pread(fd, _HEAD.size, 0)
-            if len(head) != _HEAD.size:
-                raise CorruptRecordError(f"snapshot {snapshot_id}: short header")
-            magic, _version, n_parts = _HEAD.unpack(head)
-            if magic != _MAGIC or n_parts > 1 << 24:
-                raise CorruptRecordError(f"snapshot {snapshot_id}: bad header")
-            table = ops.pread(fd, n_parts * _PART.size + 4, _HEAD.size)
-            if len(table) != n_parts * _PART.size + 4:
-                raise CorruptRecordError(f"snapshot {snapshot_id}: short header")
-            (crc,) = _U32.unpack_from(table, n_parts * _PART.size)
-            if crc32c(table[:-4], crc32c(head)) != crc:
-                raise CorruptRecordError(f"snapshot {snapshot_id}: header CRC mismatch")
-            if not 0 <= index < n_parts:
-                raise SnapshotNotFoundError(f"snapshot {snapshot_id} has no part {index}")
-            offset = _HEAD.size + len(table)
-            for i in range(index):
-                offset += _PART.unpack_from(table, i * _PART.size)[0]
-            length, part_crc = _PART.unpack_from(table, index * _PART.size)
-            part = ops.pread(fd, length, offset)
-            if len(part) != length or crc32c(part) != part_crc:
-                raise CorruptRecordError(f"snapshot {snapshot_id} part {index}: CRC mismatch")
-            return part
+            if size <= WHOLE_READ_BYTES:
+                whole = ops.pread(fd, size, 0)      # header, table and parts in one read
+
+                def read(length: int, offset: int) -> bytes:
+                    return whole[offset:offset + length]
+            else:
+                def read(length: int, offset: int) -> bytes:
+                    return ops.pread(fd, length, offset)
+            return _part(snapshot_id, index, read)
         finally:
             ops.close(fd)
 

@@ -519,15 +519,21 @@ def _prepare_root(
         names[name] = _rename_to_stem(ops, directory, encode_name(name), fsync)
     max_seen = max(max_seen, cursors.max_ledger_id)
     orphans: list[tuple[int, Path]] = []
-    for path in (root / "snapshots").iterdir():
-        if path.suffix == ".tmp":
-            ops.unlink(path)  # an interrupted snapshot write
+    snapshots = root / "snapshots"
+    with os.scandir(snapshots) as entries:  # names only: one snapshot per bucket, many
+        names_found = [entry.name for entry in entries]
+    for entry_name in names_found:
+        stem, dot, suffix = entry_name.rpartition(".")  # as Path.stem / Path.suffix
+        if not dot:
+            stem = entry_name
+        if suffix == "tmp" and stem:
+            ops.unlink(snapshots / entry_name)  # an interrupted snapshot write
             continue
         with contextlib.suppress(ValueError):
-            snapshot_id = int(path.stem)
+            snapshot_id = int(stem)
             max_seen = max(max_seen, snapshot_id)
             if snapshot_id not in cursors.snapshot_ids:
-                orphans.append((snapshot_id, path))
+                orphans.append((snapshot_id, snapshots / entry_name))
     orphans.sort()
     # The allocator first: its high-water mark must cover the orphans' ids before they go.
     ids = IdAllocator.load(ops, root / "LEDGER_ID", max_seen)

@@ -22,7 +22,8 @@ The index is split by ledger ranges into *buckets*. This object owns the schedul
   cost does not grow with the number of loaded segments. Nothing later than the first time of
   a segment not in memory yet is handed out (the *barrier*), except what was due already
   when the tracker recovered: after a restart each bucket's overdue entries go out as soon
-  as its first segment is in, without waiting for the others;
+  as its first segment is in, without waiting for the others, a segment's overdue run at a
+  time (thousands of segments each holding a few late entries are not merged entry by entry);
 - a re-read entry found pending in a bucket is not indexed twice. One found in a bucket's
   ``indexed`` set but no longer pending was already handed out as a replay (or cancelled): the
   dispatcher only meets it again by reading sequentially after a restart, so it is skipped
@@ -431,7 +432,14 @@ class _DueQueue:
                 continue
             assert top is not None
             seg = top[3]
-            end = _run_end(seg.ts, seg.pos, seg.i, limit_ts, other, need)
+            if best_key[0] <= sealed.overdue_to:
+                # due already when the tracker recovered: late whatever the order, so the
+                # segment's whole overdue run goes at once, not interleaved entry by entry
+                # with thousands of other segments' (one heap step per segment, not per entry)
+                end = _run_end(seg.ts, seg.pos, seg.i, min(limit_ts, sealed.overdue_to),
+                               None, need)
+            else:
+                end = _run_end(seg.ts, seg.pos, seg.i, limit_ts, other, need)
             _, exhausted = sealed.take_run(end, out, self._is_deleted)
             if exhausted is not None:
                 self._done(exhausted)           # its next segment: a new barrier or in memory

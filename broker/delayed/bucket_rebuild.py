@@ -63,7 +63,7 @@ def live_ranges(properties: Mapping[str, str]) -> tuple[list[BucketRange], list[
     found: list[BucketRange] = []
     for key, value in properties.items():
         rng = parse_bucket_key(key)
-        if rng is not None and value.isdigit():
+        if rng is not None and value.isdecimal():
             found.append((rng[0], rng[1], int(value), key))
     found.sort(key=lambda t: (t[0], -t[1]))
     kept: list[BucketRange] = []
@@ -93,6 +93,6 @@ def recovered_bucket(start: int, end: int, snapshot_id: int, snapshot_size: int,
                 bucket.indexed[ledger_id] = bm
             else:
                 have |= bm
-    bucket.pending = {ledger_id: bm.copy() for ledger_id, bm in bucket.indexed.items()}
+    bucket.pending = dict(bucket.indexed)      # shared until changed (ImmutableBucket.take)
     bucket.remaining = sum(len(bm) for bm in bucket.pending.values())
     return bucket

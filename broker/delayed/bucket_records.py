@@ -4,7 +4,9 @@ Theory of operation
 -------------------
 An :class:`ImmutableBucket` is the in-memory record of one sealed bucket (ledgers
 ``[start_ledger, end_ledger]``, one snapshot): two per-ledger roaring bitmaps, ``indexed``
-(everything its snapshot holds) and ``pending`` (not handed out or cancelled yet), the first
+(everything its snapshot holds) and ``pending`` (not handed out or cancelled yet; a ledger's
+``pending`` bitmap is the ``indexed`` one itself until its first entry goes, then a copy: a
+bucket nothing was taken from yet, most of them after a restart, holds one set), the first
 deliver time of each segment, and at most one :class:`LoadedSegment` (sorted packed columns and
 a read offset). Its lifecycle is one :class:`BucketState`: LIVE (in the bucket list, handing
 out) -> MERGING (being merged with its neighbour: it is not retired when it runs dry
@@ -29,7 +31,8 @@ Invariants:
 - except for what was due already when the tracker recovered (``overdue_to``, the cutoff
   then): those messages are late whatever their order, so a bucket still loading holds back
   only what falls due after that time, and each bucket's overdue entries go out as soon as
-  its segment is in (in (time, position) order among the segments in memory). Nothing is
+  its segment is in (the hand-out takes a segment's whole overdue run at once, in (time,
+  position) order within the segment, the segment with the smallest head first). Nothing is
   ever handed out before its time;
 - the barrier, the upcoming bound and the head of the queue are heap tops: reading them costs
   O(1) amortized, whatever the number of buckets;
@@ -59,18 +62,23 @@ from storage.positions import Position
 BUCKET_KEY_PREFIX: Final = "#pulsar.internal.delayed.bucket"
 
 
+_KEY_START: Final = BUCKET_KEY_PREFIX + "_"
+_KEY_START_LEN: Final = len(_KEY_START)
+
+
 def bucket_key(start_ledger: int, end_ledger: int) -> str:
     return f"{BUCKET_KEY_PREFIX}_{start_ledger}_{end_ledger}"
 
 
 def parse_bucket_key(key: str) -> tuple[int, int] | None:
     """(start, end) of a bucket property key; None for any other key."""
-    if not key.startswith(BUCKET_KEY_PREFIX + "_"):
+    if not key.startswith(_KEY_START):
         return None
-    parts = key[len(BUCKET_KEY_PREFIX) + 1:].split("_")
-    if len(parts) != 2 or not all(p.isdigit() for p in parts):
+    # a restart parses one key per bucket, tens of thousands: no list, no generator
+    start, sep, end = key[_KEY_START_LEN:].partition("_")
+    if not sep or not start.isdecimal() or not end.isdecimal():   # what int() reads
         return None
-    return int(parts[0]), int(parts[1])
+    return int(start), int(end)
 
 
 class BucketState(Enum):
@@ -144,6 +152,8 @@ class ImmutableBucket:
         bm = self.pending.get(ledger_id)
         if bm is None or entry_id not in bm:
             return False
+        if bm is self.indexed.get(ledger_id):   # shared until its first change
+            bm = self.pending[ledger_id] = bm.copy()
         bm.remove(entry_id)
         self.remaining -= 1
         return True
@@ -462,6 +472,7 @@ class SealedBuckets:
         pos, i = loaded.pos, loaded.i
         bucket = loaded.bucket
         pending = bucket.pending
+        indexed = bucket.indexed
         check_acked = bucket.recovered
         taken = 0
         for k in range(i, end):
@@ -471,6 +482,8 @@ class SealedBuckets:
             bm = pending.get(ledger_id)
             if bm is None or entry_id not in bm:
                 continue                        # handed out, cancelled or acked
+            if bm is indexed.get(ledger_id):    # shared until its first change
+                bm = pending[ledger_id] = bm.copy()
             bm.remove(entry_id)
             taken += 1
             position = Position(ledger_id, entry_id)
@@ -500,7 +513,9 @@ class SealedBuckets:
         for bucket in self._buckets:
             total += 200 + sys.getsizeof(bucket.segment_min_ts)
             total += sum(bitmap_bytes(bm) for bm in bucket.indexed.values())
-            total += sum(bitmap_bytes(bm) for bm in bucket.pending.values())
+            indexed = bucket.indexed
+            total += sum(bitmap_bytes(bm) for ledger_id, bm in bucket.pending.items()
+                         if bm is not indexed.get(ledger_id))
             if bucket.mem_segments is not None:
                 total += sum(sys.getsizeof(t) + sys.getsizeof(p) for t, p in bucket.mem_segments)
         return total

@@ -197,7 +197,7 @@ class BucketSnapshots:
                                self._max_indexes_per_segment)
         bucket = ImmutableBucket(start_ledger, end_ledger)
         bucket.indexed = members
-        bucket.pending = {ledger_id: bm.copy() for ledger_id, bm in members.items()}
+        bucket.pending = dict(members)      # shared until changed (ImmutableBucket.take)
         bucket.remaining = len(ts_col)
         bucket.segment_min_ts = array("q", (seg[0][0] for seg in segments))
         bucket.mem_segments = segments

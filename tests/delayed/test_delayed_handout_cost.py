@@ -151,3 +151,71 @@ def test_the_barrier_heap_stays_bounded_while_one_bucket_keeps_loading() -> None
         sealed.loading.pop(other)
         assert sealed.barrier() == T0
     assert len(sealed.loading._low) <= 2 * len(sealed.loading) + 65
+
+
+async def test_after_a_restart_each_segments_overdue_run_goes_in_one_step(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """What was due when the tracker recovered is late whatever its order: a hand-out takes a
+    segment's whole overdue run in one step instead of merging thousands of segments entry by
+    entry; what falls due later keeps the exact (time, position) order across buckets."""
+    cursor, store, clock = FakeCursor(), FakeSnapshotStore(), ManualClock()
+
+    def make() -> BucketDelayedDeliveryTracker:
+        return BucketDelayedDeliveryTracker(
+            cursor=cursor, snapshots=store, tick_time_ms=1, strict=True, on_due=DueCounter(),
+            loop=asyncio.get_running_loop(), clock_ms=clock, min_index_count_per_bucket=6,
+            time_step_per_segment_ms=3_600_000, max_indexes_per_segment=100)
+
+    t = make()
+    due: dict[tuple[int, int], int] = {}
+    overdue_per_bucket = 5
+    for ledger in range(1, BUCKETS + 1):
+        # five entries due before the restart, interleaved in time with every other bucket's,
+        # and one due after it, interleaved too
+        times = [T0 + 1000 + k * BUCKETS + ledger for k in range(overdue_per_bucket)]
+        times.append(T0 + 100_000 + (ledger * 7) % BUCKETS)
+        for e, at in enumerate(times):
+            t.add(Position(ledger, e), at)
+            due[(ledger, e)] = at
+    t.add(Position(BUCKETS + 1, 0), T0 + 3_000_000)     # seals the last one
+    await t.wait_idle()
+    assert len(t.sealed.ranges) == BUCKETS
+    await t.close()
+
+    restart_at = T0 + 10_000
+    clock.now_ms = restart_at
+    t2 = make()
+    await t2.recover()
+    await t2.wait_idle()                                # every first segment in
+    steps = [0]
+    take_run = SealedBuckets.take_run
+
+    def counted(self: SealedBuckets, *args: Any) -> Any:
+        steps[0] += 1
+        return take_run(self, *args)
+
+    monkeypatch.setattr(SealedBuckets, "take_run", counted)
+    overdue = {p for p, at in due.items() if at <= restart_at}
+    assert len(overdue) == overdue_per_bucket * BUCKETS
+    got: list[tuple[int, int]] = []
+    for _ in range(len(overdue)):
+        batch = t2.get_scheduled(1000)
+        if not batch:
+            break
+        got.extend(batch)
+    assert len(got) == len(set(got)) and set(got) == overdue   # each once, none early
+    # one step per segment (a batch boundary may cut a run), not one per entry
+    assert steps[0] <= BUCKETS + len(overdue) // 1000 + 1, steps[0]
+    # the first hand-out is the run of the segment with the smallest head
+    clock.now_ms = T0 + 200_000
+    later: list[tuple[int, int]] = []
+    for _ in range(3 * BUCKETS):
+        batch = t2.get_scheduled(1)
+        if not batch:                   # their part of the segment is read again first
+            await t2.wait_idle()
+            if not t2.has_message_available():
+                break
+        later.extend(batch)
+    rest = [p for p in due if p not in overdue]
+    assert later == sorted(rest, key=lambda p: (due[p], p))     # exact order after the restart
+    await t2.close()

@@ -185,3 +185,51 @@ async def test_recovery_reads_in_batches_and_retries_a_failed_part(tmp_path: Pat
     assert sorted(handed) == sorted(sealed_positions)
     await t.close()
     await store.close()
+
+
+def test_bucket_keys_are_parsed_strictly_and_bad_ones_never_raise() -> None:
+    from broker.delayed.bucket_rebuild import live_ranges
+    from broker.delayed.bucket_records import BUCKET_KEY_PREFIX, bucket_key
+
+    assert parse_bucket_key(bucket_key(12, 345)) == (12, 345)
+    for tail in ("_1_2_3", "_1", "_a_2", "__2", "_1_", "1_2", "_1_2x", "_\u00b2_1", "_1_\u00b2",
+                 "_-1_2", "_ 1_2"):
+        assert parse_bucket_key(BUCKET_KEY_PREFIX + tail) is None, tail
+    assert parse_bucket_key("x" + bucket_key(1, 2)) is None
+    properties = {bucket_key(1, 2): "10", bucket_key(3, 4): "\u00b2", bucket_key(5, 6): "-7",
+                  BUCKET_KEY_PREFIX + "_\u00b2_9": "11", bucket_key(7, 8): "12", "other": "1"}
+    kept, stale = live_ranges(properties)
+    assert kept == [(1, 2, 10, bucket_key(1, 2)), (7, 8, 12, bucket_key(7, 8))] and not stale
+
+
+def test_pending_shares_the_indexed_set_until_its_first_change() -> None:
+    """A recovered bucket holds one bitmap per ledger until something is taken from it; then
+    ``pending`` gets its own copy and ``indexed`` keeps every entry (a re-read skips them)."""
+    from pyroaring import BitMap
+
+    from broker.delayed.bucket_rebuild import recovered_bucket
+    from broker.delayed.bucket_records import SealedBuckets
+    from broker.delayed.packed import POSITION_BITS
+    from broker.delayed.snapshot_format import DecodedSegment, SegmentInfo
+
+    infos = [SegmentInfo(T0, T0 + 9, {7: BitMap(range(10)), 8: BitMap(range(5))})]
+    bucket = recovered_bucket(7, 8, 1, 100, infos, Position(6, 0))
+    assert bucket.pending[7] is bucket.indexed[7] and bucket.pending[8] is bucket.indexed[8]
+    sealed = SealedBuckets()
+    sealed.insert(bucket)
+    shared_bytes = sealed.memory_bytes
+    assert sealed.take(7, 3) is bucket                  # a cancel
+    assert bucket.pending[7] is not bucket.indexed[7] and 3 not in bucket.pending[7]
+    assert bucket.indexed[7] == BitMap(range(10)) and sealed.holds(7, 3)
+    assert bucket.pending[8] is bucket.indexed[8]
+    assert sealed.memory_bytes > shared_bytes           # the copy is counted
+    assert not sealed.take(7, 3) and bucket.remaining == 14
+    # the hand-out of a loaded segment copies on its first take too
+    ts = array("q", [T0 + e for e in range(5)])
+    pos = array("Q", [(8 << POSITION_BITS) | e for e in range(5)])
+    sealed.push_loaded(bucket, DecodedSegment(ts, pos, []))
+    out: list[Position] = []
+    sealed.take_run(2, out, lambda p: False)
+    assert out == [Position(8, 0), Position(8, 1)]
+    assert bucket.indexed[8] == BitMap(range(5)) and bucket.pending[8] == BitMap([2, 3, 4])
+    assert sealed.holds(8, 0) and not bucket.is_pending(8, 0) and bucket.remaining == 12

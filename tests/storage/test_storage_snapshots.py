@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from storage_testlib import flip_bit
 
+import storage.snapshots as snapshot_files
 from storage import CorruptRecordError, SegmentStore, SnapshotNotFoundError
 
 
@@ -55,6 +56,31 @@ async def test_corrupt_snapshot_part_is_never_returned(tmp_path: Path) -> None:
     with pytest.raises(CorruptRecordError):
         await store.snapshots.load_segment(sid, 2)
     flip_bit(path, 6, 0)  # header
+    with pytest.raises(CorruptRecordError):
+        await store.snapshots.load_metadata(sid)
+    await store.close()
+
+
+@pytest.mark.parametrize("whole", [True, False])
+async def test_a_torn_snapshot_is_corrupt_read_whole_or_by_parts(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, whole: bool) -> None:
+    """Small snapshot files are read in one read (header, table and parts), large ones part by
+    part: either way a file shorter than its table says never returns a part it cuts."""
+    monkeypatch.setattr(snapshot_files, "WHOLE_READ_BYTES", 1 << 20 if whole else 0)
+    store = await SegmentStore.open(tmp_path)
+    sid = await store.snapshots.create(b"meta", [b"a" * 1000, b"b" * 1000])
+    path = tmp_path / "snapshots" / f"{sid:020d}.snap"
+    assert await store.snapshots.load_segment(sid, 2) == b"b" * 1000
+    path.write_bytes(path.read_bytes()[:-1])        # torn after its size was recorded
+    for reopen in (False, True):                    # then with the size listed again
+        if reopen:
+            await store.close()
+            store = await SegmentStore.open(tmp_path)
+        assert await store.snapshots.load_metadata(sid) == b"meta"
+        assert await store.snapshots.load_segment(sid, 1) == b"a" * 1000
+        with pytest.raises(CorruptRecordError):
+            await store.snapshots.load_segment(sid, 2)
+    path.write_bytes(path.read_bytes()[:10])        # inside the header
     with pytest.raises(CorruptRecordError):
         await store.snapshots.load_metadata(sid)
     await store.close()
