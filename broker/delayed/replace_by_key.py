@@ -60,13 +60,14 @@ import mmh3
 from google.protobuf.message import DecodeError
 from pyroaring import BitMap
 
+from broker.delayed.known_times import KnownDeliverTimes
 from broker.delayed.packed import bitmap_bytes
 from protocol import pulsar_pb as pb
 from protocol.errors import ProtocolError
 from protocol.metadata import iter_batch, split_entry
 from storage.positions import Position
 
-__all__ = ["EntryKeys", "KeyedSchedule", "classify"]
+__all__ = ["EntryKeys", "KeyedSchedule", "classify", "classify_timed"]
 
 _ENTRY_BITS: Final = 32
 _ENTRY_MASK: Final = (1 << _ENTRY_BITS) - 1
@@ -96,8 +97,15 @@ def classify(entry: bytes) -> EntryKeys | None:
     """What a stored entry schedules or cancels (module docstring); None: nothing. The entry
     passed the publish checks (or is read back from the log): its metadata is parsed without
     the required-field check, and one that does not parse counts as nothing."""
+    return classify_timed(entry)[0]
+
+
+def classify_timed(entry: bytes) -> tuple[EntryKeys | None, int]:
+    """:func:`classify`, and the deliver time of a scheduling message (0 for every other
+    entry): what the publish side learns for the dispatchers
+    (:class:`~broker.delayed.known_times.KnownDeliverTimes`) from the same parse."""
     if len(entry) < 4:
-        return None
+        return _NOTHING
     (size,) = _u32_unpack_from(entry, 0)
     # Without a partition_key tag (6, 0x32) or a num_messages_in_batch tag (11, 0x58) among
     # the bytes after producer_name (which every serializer writes first) the entry cannot be
@@ -105,25 +113,29 @@ def classify(entry: bytes) -> EntryKeys | None:
     if len(entry) > 6 and entry[4] == 0x0A and entry[5] < 0x80:
         start, end = 6 + entry[5], 4 + size
         if entry.find(b"\x32", start, end) < 0 and entry.find(b"\x58", start, end) < 0:
-            return None
+            return _NOTHING
     try:
         md = _metadata_from_string(entry[4:4 + size])
     except DecodeError:
-        return None
+        return _NOTHING
     has = md.HasField
     if has("num_messages_in_batch"):
         try:
-            return _classify_batch(md, entry)
+            return _classify_batch(md, entry), 0
         except (ProtocolError, UnicodeError):
-            return None
+            return _NOTHING
     if not has("partition_key"):
-        return None
+        return _NOTHING
     if md.null_value or (len(entry) == 4 + size if md.compression == _NONE
                          else has("uncompressed_size") and md.uncompressed_size == 0):
-        return ((_hash128(md.partition_key, 0, signed=False), True),), True
+        return (((_hash128(md.partition_key, 0, signed=False), True),), True), 0
     if has("deliver_at_time"):
-        return ((_hash128(md.partition_key, 0, signed=False), False),), False
-    return None
+        return (((_hash128(md.partition_key, 0, signed=False), False),), False), \
+            md.deliver_at_time
+    return _NOTHING
+
+
+_NOTHING: Final[tuple[None, int]] = (None, 0)
 
 
 def _classify_batch(md: pb.MessageMetadata, entry: bytes) -> EntryKeys | None:
@@ -146,8 +158,9 @@ def _pack(ledger_id: int, entry_id: int) -> int:
 class KeyedSchedule:
     """The newest scheduling message per key and the superseded positions of one topic."""
 
-    __slots__ = ("_latest", "_prune_from", "_pruned_up_to", "_superseded", "on_superseded",
-                 "recorded_up_to", "replaced_total", "superseded_count", "tombstones_total")
+    __slots__ = ("_latest", "_prune_from", "_pruned_up_to", "_superseded", "known_times",
+                 "on_superseded", "recorded_up_to", "replaced_total", "superseded_count",
+                 "tombstones_total")
 
     def __init__(self, on_superseded: Callable[[list[int]], None] | None = None) -> None:
         #: Told the positions each record call superseded, packed (``ledger_id << 32 |
@@ -163,6 +176,9 @@ class KeyedSchedule:
         self.tombstones_total = 0
         #: The last position recorded (packed; -1: none): a snapshot covers the log up to it.
         self.recorded_up_to = -1
+        #: The deliver times of the latest scheduling messages, learnt at publish (the
+        #: dispatchers hold those without reading them; :mod:`broker.delayed.known_times`).
+        self.known_times = KnownDeliverTimes()
 
     def __len__(self) -> int:
         """Keys with a pending scheduling message."""

@@ -33,7 +33,8 @@ from pyroaring import BitMap
 
 from broker.delayed.delivery import DelayedDelivery
 from broker.delayed.keyed_snapshot import KeyedSnapshots
-from broker.delayed.replace_by_key import EntryKeys, KeyedSchedule, classify
+from broker.delayed.known_times import WITHHELD
+from broker.delayed.replace_by_key import EntryKeys, KeyedSchedule, classify, classify_timed
 from protocol.sub_types import SubType
 from storage.cursor import ManagedCursor
 from storage.ledger import ManagedLedger
@@ -78,21 +79,24 @@ class KeyedSubscription(Protocol):
 
 
 class _RecordingSink:
-    """Records a run's keyed entries in the schedule as they become durable, then passes the
-    news on to the run's own sink."""
+    """Records a run's keyed entries in the schedule as they become durable (and the deliver
+    times learnt from them), then passes the news on to the run's own sink."""
 
-    __slots__ = ("_done", "_keys", "_schedule", "_sink")
+    __slots__ = ("_done", "_keys", "_schedule", "_sink", "_times")
 
     def __init__(self, sink: DurableSink, schedule: KeyedSchedule,
-                 keys: list[EntryKeys | None]) -> None:
+                 keys: list[EntryKeys | None], times: list[int]) -> None:
         self._sink = sink
         self._schedule = schedule
         self._keys = keys
+        self._times = times
         self._done = 0
 
     def entries_durable(self, ledger_id: int, first_entry_id: int, count: int) -> None:
         start = self._done
-        self._schedule.record_run(ledger_id, first_entry_id, self._keys[start:start + count])
+        schedule = self._schedule
+        schedule.known_times.note(ledger_id, first_entry_id, self._times[start:start + count])
+        schedule.record_run(ledger_id, first_entry_id, self._keys[start:start + count])
         self._done = start + count
         self._sink.entries_durable(ledger_id, first_entry_id, count)
 
@@ -159,15 +163,17 @@ class TopicReplaceByKey:
             kind = sub.sub_type
             if not (sub.durable if kind is None else SubType(kind).shares_messages):
                 continue
-            if positions is None:
-                positions = [Position(p >> 32, p & _ENTRY_MASK) for p in packed]
             cursor = sub.cursor
+            delayed = sub.delayed
             if isinstance(cursor, ManagedCursor):
                 for ledger_id, bm in bitmaps:
                     cursor.delete_entry_ids(ledger_id, bm)
-            else:                       # a non-durable subscription's cursor in memory
-                cursor.delete(positions)
-            sub.delayed.forget(positions)
+                    delayed.forget_entry_ids(ledger_id, bm)
+                continue
+            if positions is None:       # a non-durable subscription's cursor in memory
+                positions = [Position(p >> 32, p & _ENTRY_MASK) for p in packed]
+            cursor.delete(positions)
+            delayed.forget(positions)
 
     def sync(self, subscriptions: Iterable[KeyedSubscription]) -> KeyedSchedule | None:
         """Follow the policy; returns the schedule in force."""
@@ -195,10 +201,20 @@ class TopicReplaceByKey:
         schedule = self.schedule
         if schedule is None:
             return sink
-        keys = [classify(entry) for entry in entries]
-        if keys.count(None) == len(keys):
+        keys: list[EntryKeys | None] = []
+        times: list[int] = []
+        keyed = False
+        for entry in entries:
+            found, at = classify_timed(entry)
+            keys.append(found)
+            if found is not None:
+                keyed = True
+                times.append(WITHHELD if found[1] else at)
+            else:
+                times.append(at)
+        if not keyed:
             return sink
-        return _RecordingSink(sink, schedule, keys)
+        return _RecordingSink(sink, schedule, keys, times)
 
     async def rebuild(self, subscriptions: Sequence[KeyedSubscription]) -> int:
         """Record the keyed entries of the backlog (topic load); returns entries read."""

@@ -132,3 +132,49 @@ def test_entries_without_a_key_tag_are_answered_alike_with_and_without_a_parse()
         else:
             assert got is None
     assert spared > 500        # the test without a parse was taken, and often
+
+
+def test_classify_timed_gives_the_deliver_time_of_a_scheduling_message_only() -> None:
+    """The deliver time comes with the verdict, from the same parse: a scheduling message's;
+    0 for a tombstone, an unkeyed delayed message, a batch, anything else."""
+    from broker.delayed.replace_by_key import classify_timed
+
+    keys, at = classify_timed(entry(partition_key="k", deliver_at_time=1_760_000_123_456))
+    assert at == 1_760_000_123_456 and keys == classify(entry(partition_key="k",
+                                                              deliver_at_time=5))
+    assert classify_timed(entry(b"", partition_key="k"))[1] == 0
+    assert classify_timed(entry(deliver_at_time=9)) == (None, 0)
+    assert classify_timed(batch(("a", b""), ("b", b"")))[1] == 0
+
+
+def test_known_deliver_times_hold_one_ledgers_latest_entries_bounded() -> None:
+    """Runs noted in log order make one window per ledger: a gap is unknown (0), a new
+    ledger starts afresh, a run not after the window is ignored, and past the bound the older
+    half goes (what falls out is unknown, never a wrong time)."""
+    from broker.delayed.known_times import UNKNOWN, WINDOW, KnownDeliverTimes
+
+    known = KnownDeliverTimes()
+    assert known.run_from(3, 0, 10)[1] == 0
+    known.note(3, 10, [100, 101])
+    known.note(3, 14, [104])                       # 12 and 13 were not keyed: unknown
+    times, n = known.run_from(3, 10, 10)
+    assert n == 5 and list(times) == [100, 101, UNKNOWN, UNKNOWN, 104]
+    times, n = known.run_from(3, 11, 2)
+    assert n == 2 and list(times) == [101, UNKNOWN]
+    assert known.run_from(3, 9, 5)[1] == 0 and known.run_from(3, 15, 5)[1] == 0
+    assert known.run_from(4, 10, 5)[1] == 0
+    known.note(3, 12, [7])                         # not after the window: ignored
+    assert list(known.run_from(3, 12, 1)[0]) == [UNKNOWN]
+    known.note(5, 0, [500])                        # a new ledger
+    assert known.run_from(3, 10, 5)[1] == 0 and list(known.run_from(5, 0, 5)[0]) == [500]
+    known.note(5, 1_000_000, [9])                  # a long gap: a new window, not filled
+    assert len(known) == 1 and list(known.run_from(5, 1_000_000, 1)[0]) == [9]
+    first = 1_000_001
+    for start in range(first, first + 3 * WINDOW, 1000):
+        known.note(5, start, list(range(start, start + 1000)))
+    assert WINDOW // 2 <= len(known) <= WINDOW
+    last = start + 999
+    times, n = known.run_from(5, last - 9, 100)
+    assert n == 10 and list(times) == list(range(last - 9, last + 1))
+    assert known.run_from(5, first, 1)[1] == 0    # dropped: unknown
+    assert known.memory_bytes <= 64 + 8 * 2 * WINDOW
