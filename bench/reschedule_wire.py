@@ -43,8 +43,9 @@ a replaced version leaves its tracker's time index lazily, when its old time com
 
 Broker CPU (all threads, ``/proc/PID/stat``) is read around each phase; the load average is
 printed with each round, since the machine's other work moves every absolute figure. Under
-each phase a second line splits where a receipt's time goes: the event-loop thread's CPU
-(``/proc/PID/task/PID/stat``) as a share of one core (near 100%: SENDs queue for the loop),
+each phase a second line splits where a receipt's time goes: the share of the phase's wall
+time the event-loop thread ran on a CPU (near 100%: SENDs queue for the loop) and was
+runnable but waited for a CPU (the machine's other work; ``/proc/PID/task/PID/schedstat``),
 and from the store's counters on ``/metrics`` the group commits (per second, entries each) and
 the fdatasyncs (per second, mean duration, share of the phase's wall time). ``--rate R``
 paces the SENDs (R a second in all, released every millisecond, the window still capping
@@ -288,20 +289,23 @@ class PhaseResult:
     seconds: float = 0.0
     broker_cpu_s: float = 0.0
     latencies_ms: list[float] = field(default_factory=list)
-    #: CPU seconds of the broker's event-loop thread (the process's main thread) alone
+    #: seconds the broker's event-loop thread (the process's main thread) ran on a CPU, and
+    #: was runnable but waited for one (the machine's other work)
     loop_cpu_s: float = 0.0
+    loop_wait_s: float = 0.0
     #: the store's counters over the phase (/metrics): group commits, entries, fsyncs, seconds
     storage: dict[str, float] = field(default_factory=dict)
 
     def split(self) -> str:
-        """Where a receipt's time goes, from the phase's counters: the event loop's share of
-        one core, the group commits (entries each) and the fdatasyncs (mean, and their share
-        of the phase's wall time)."""
+        """Where a receipt's time goes, from the phase's counters: the event loop's time on a
+        CPU and waiting for one, the group commits (entries each) and the fdatasyncs (mean,
+        and their share of the phase's wall time)."""
         st, wall = self.storage, self.seconds or 1.0
         commits, fsyncs = st.get("group_commits", 0.0), st.get("fsyncs", 0.0)
         per_commit = st.get("group_committed_entries", 0.0) / commits if commits else 0.0
         mean_ms = 1e3 * st.get("fsync_seconds", 0.0) / fsyncs if fsyncs else 0.0
-        return (f"event loop {100 * self.loop_cpu_s / wall:3.0f}% of a core; "
+        return (f"event loop on a CPU {100 * self.loop_cpu_s / wall:3.0f}%, waiting for one "
+                f"{100 * self.loop_wait_s / wall:3.0f}% of the time; "
                 f"{commits / wall:7,.0f} group commits/s of {per_commit:5.1f} entries; "
                 f"fdatasync {fsyncs / wall:6,.0f}/s, mean {mean_ms:5.2f} ms, "
                 f"{100 * st.get('fsync_seconds', 0.0) / wall:3.0f}% of the time")
@@ -360,12 +364,12 @@ def storage_counters(broker: Broker) -> dict[str, float]:
     return out
 
 
-def thread_cpu_seconds(pid: int, tid: int) -> float:
-    """User + system CPU seconds of one thread (``/proc/PID/task/TID/stat``)."""
-    with open(f"/proc/{pid}/task/{tid}/stat", "rb") as fh:
-        stat = fh.read()
-    fields = stat[stat.rindex(b")") + 2:].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+def thread_times(pid: int, tid: int) -> tuple[float, float]:
+    """(seconds on a CPU, seconds runnable but waiting for one) of one thread
+    (``/proc/PID/task/TID/schedstat``)."""
+    with open(f"/proc/{pid}/task/{tid}/schedstat", "rb") as fh:
+        on_cpu, waiting, _ = fh.read().split()
+    return int(on_cpu) / 1e9, int(waiting) / 1e9
 
 
 async def publish(broker: Broker, topic: str, name: str, frames: list[list[bytes]], window: int,
@@ -380,7 +384,7 @@ async def publish(broker: Broker, topic: str, name: str, frames: list[list[bytes
             for conn, f, done in zip(conns, frames, dones, strict=True)]
     result = PhaseResult(name, sum(len(f) for f in frames))
     counters0 = await asyncio.to_thread(storage_counters, broker)
-    loop0 = thread_cpu_seconds(broker.pid, broker.pid)
+    loop0 = thread_times(broker.pid, broker.pid)
     cpu0, t0 = cpu_seconds(broker.pid), time.perf_counter()
     try:
         for pub in pubs:
@@ -388,7 +392,8 @@ async def publish(broker: Broker, topic: str, name: str, frames: list[list[bytes
         await asyncio.wait_for(asyncio.gather(*dones), timeout_s)
         result.seconds = time.perf_counter() - t0
         result.broker_cpu_s = cpu_seconds(broker.pid) - cpu0
-        result.loop_cpu_s = thread_cpu_seconds(broker.pid, broker.pid) - loop0
+        loop1 = thread_times(broker.pid, broker.pid)
+        result.loop_cpu_s, result.loop_wait_s = loop1[0] - loop0[0], loop1[1] - loop0[1]
         counters = await asyncio.to_thread(storage_counters, broker)
         result.storage = {k: v - counters0.get(k, 0.0) for k, v in counters.items()}
     finally:
