@@ -53,7 +53,7 @@ from __future__ import annotations
 
 import struct
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Final, TypeAlias
 
 import mmh3
@@ -78,6 +78,7 @@ _NONE: Final = pb.NONE
 
 #: ``latest`` entries examined per :meth:`KeyedSchedule.prune` call (bounded work per tick).
 PRUNE_STEP: Final = 50_000
+_NO_FLOOR: Final = 1 << 64      # above every packed position
 
 
 EntryKeys: TypeAlias = tuple[tuple[tuple[int, bool], ...], bool]
@@ -158,9 +159,9 @@ def _pack(ledger_id: int, entry_id: int) -> int:
 class KeyedSchedule:
     """The newest scheduling message per key and the superseded positions of one topic."""
 
-    __slots__ = ("_latest", "_prune_from", "_pruned_up_to", "_superseded", "known_times",
-                 "on_superseded", "recorded_up_to", "replaced_total", "superseded_count",
-                 "tombstones_total")
+    __slots__ = ("_floor", "_latest", "_prune_at", "_prune_from", "_prune_min", "_pruned_up_to",
+                 "_superseded", "known_times", "on_superseded", "recorded_up_to",
+                 "replaced_total", "superseded_count", "tombstones_total")
 
     def __init__(self, on_superseded: Callable[[list[int]], None] | None = None) -> None:
         #: Told the positions each record call superseded, packed (``ledger_id << 32 |
@@ -169,8 +170,15 @@ class KeyedSchedule:
         self.on_superseded = on_superseded
         self._latest: dict[int, int] = {}
         self._superseded: dict[int, BitMap] = {}
-        self._prune_from: Iterator[int] | None = None
+        #: A sweep of ``latest`` under way: a copy of its items, the next index, the least
+        #: position kept so far.
+        self._prune_from: list[tuple[int, int]] | None = None
+        self._prune_at = 0
+        self._prune_min = _NO_FLOOR
         self._pruned_up_to = -1     # the bound the last sweep of ``latest`` started with
+        #: No position in ``latest`` is below it (a sweep's least kept position, lowered by
+        #: what is recorded since): a bound below it has nothing to prune, and no sweep runs.
+        self._floor = -1
         self.superseded_count = 0
         self.replaced_total = 0        # scheduled messages replaced by a newer one or cancelled
         self.tombstones_total = 0
@@ -198,6 +206,10 @@ class KeyedSchedule:
         replaced = tombstones = 0
         here = -1
         base = _pack(ledger_id, first_entry_id)
+        if base < self._floor:      # below what a sweep found (not in log order): kept true
+            self._floor = base
+        if base < self._prune_min:  # recorded while a sweep runs: it ends at most here
+            self._prune_min = base
         for i, keys in enumerate(run):
             if keys is None:
                 continue
@@ -251,6 +263,8 @@ class KeyedSchedule:
         """Take a snapshot's state (an empty schedule only; nobody is told of its positions:
         they were acknowledged when first superseded, or are again by the dispatchers)."""
         self._latest = latest
+        self._floor = -1
+        self._prune_from = None
         self._superseded = superseded
         self.superseded_count = sum(len(bm) for bm in superseded.values())
         self.recorded_up_to = recorded_up_to
@@ -263,7 +277,11 @@ class KeyedSchedule:
     def prune(self, acknowledged_up_to: Position) -> None:
         """Forget what every subscription has acknowledged: positions <= the bound (the
         oldest mark-delete position of the topic's subscriptions). Bounded work per call:
-        ``latest`` is swept :data:`PRUNE_STEP` entries at a time."""
+        ``latest`` is swept :data:`PRUNE_STEP` entries at a time (a copy of its items, each
+        step filtered in one comprehension). A bound below every position a sweep kept (and
+        every one recorded since) starts no sweep: under sustained rescheduling the bound
+        moves with each superseded version while the oldest pending message holds it below
+        them all."""
         bound_ledger, bound_entry = acknowledged_up_to.ledger_id, acknowledged_up_to.entry_id
         for ledger_id in [lid for lid in self._superseded if lid <= bound_ledger]:
             bm = self._superseded[ledger_id]
@@ -279,22 +297,30 @@ class KeyedSchedule:
                     del self._superseded[ledger_id]
         bound = _pack(bound_ledger, bound_entry) if bound_entry >= 0 else \
             _pack(bound_ledger, 0) - 1
-        sweep = self._prune_from
-        if sweep is None:
-            if bound <= self._pruned_up_to:
-                return          # nothing was acknowledged since the last full sweep
-            # keys only (8 B each, transient): the int objects are the dict's own
-            sweep = self._prune_from = iter(list(self._latest))
+        items = self._prune_from
+        if items is None:
+            if bound <= self._pruned_up_to or bound < self._floor:
+                return          # nothing acknowledged since the last sweep, or none of it keyed
+            # (key, position) pairs (16 B each, transient): the int objects are the dict's own
+            items = self._prune_from = list(self._latest.items())
+            self._prune_at, self._prune_min = 0, _NO_FLOOR
             self._pruned_up_to = bound
+        else:
+            bound = self._pruned_up_to
         latest = self._latest
-        for _ in range(PRUNE_STEP):
-            h = next(sweep, None)
-            if h is None:
-                self._prune_from = None
-                break
-            packed = latest.get(h)
-            if packed is not None and packed <= bound:
+        at = self._prune_at
+        step = items[at:at + PRUNE_STEP]
+        gone = [h for h, packed in step if packed <= bound]
+        for h in gone:
+            if latest.get(h, bound + 1) <= bound:   # not re-recorded since the copy
                 del latest[h]
+        if len(gone) < len(step):
+            self._prune_min = min(self._prune_min,
+                                  min([packed for _, packed in step if packed > bound]))
+        self._prune_at = at + PRUNE_STEP
+        if self._prune_at >= len(items):
+            self._prune_from = None
+            self._floor = self._prune_min
 
     def prune_fully(self, acknowledged_up_to: Position) -> None:
         """:meth:`prune` to the end of its sweep (a load, before anything is dispatched)."""

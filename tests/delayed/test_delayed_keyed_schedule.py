@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import NoReturn
 
+import pytest
+
 from broker.delayed.replace_by_key import KeyedSchedule, classify, key_hash
 from protocol import pulsar_pb as pb
 from protocol.metadata import encode_batch_payload, encode_entry
@@ -178,3 +180,62 @@ def test_known_deliver_times_hold_one_ledgers_latest_entries_bounded() -> None:
     assert n == 10 and list(times) == list(range(last - 9, last + 1))
     assert known.run_from(5, first, 1)[1] == 0    # dropped: unknown
     assert known.memory_bytes <= 64 + 8 * 2 * WINDOW
+
+
+def test_pruning_in_steps_forgets_exactly_what_was_acknowledged(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Keys recorded, re-scheduled and cancelled between prunes whose sweeps take several
+    calls (a small step), also while a sweep is under way: once a sweep of the latest bound
+    ends, ``latest`` holds exactly the keys whose newest position is past it; a bound below
+    every kept position starts no sweep at all."""
+    import random
+
+    from broker.delayed import replace_by_key
+
+    monkeypatch.setattr(replace_by_key, "PRUNE_STEP", 7)
+    rnd = random.Random(3)
+    schedule = KeyedSchedule()
+    reference: dict[str, int] = {}
+    entry_id, bound, skipped = 0, -1, 0
+    for _ in range(300):
+        for _ in range(rnd.randrange(1, 12)):
+            key = f"k{rnd.randrange(40)}"
+            if rnd.random() < 0.2:
+                schedule.record(1, entry_id, classify(entry(b"", partition_key=key)) or _fail())
+                reference.pop(key, None)
+            else:
+                schedule.record(1, entry_id, classify(entry(partition_key=key, deliver_at_time=5))
+                                or _fail())
+                reference[key] = entry_id
+            entry_id += 1
+        bound = min(entry_id - 1, bound + rnd.randrange(0, 12))
+        if rnd.random() < 0.5:
+            schedule.prune(Position(1, bound))      # a step: records come in before the next
+            continue
+        schedule.prune_fully(Position(1, bound))
+        if schedule._pruned_up_to < (1 << 32) + bound:
+            schedule.prune_fully(Position(1, bound))  # the sweep that ended was an older one
+        reference = {k: v for k, v in reference.items() if v > bound}
+        assert len(schedule) == len(reference)
+        base = 1 << 32                       # ledger 1, packed
+        assert sorted(schedule.export()[0].values()) == sorted(base + v for v in reference.values())
+        if reference:
+            assert schedule._floor <= base + min(reference.values())
+            if schedule._floor > base + bound + 1:   # nothing at or below floor - 1: no sweep
+                before = schedule._pruned_up_to
+                schedule.prune(Position(1, schedule._floor - base - 1))
+                assert schedule._prune_from is None and schedule._pruned_up_to == before
+                skipped += 1
+    assert skipped > 10
+    # a sweep that keeps nothing of its copy, with a key recorded while it ran: that key
+    # is still found by the next bound past it
+    monkeypatch.setattr(replace_by_key, "PRUNE_STEP", 2)
+    fresh = KeyedSchedule()
+    for i in range(4):
+        fresh.record(2, i, classify(entry(partition_key=f"a{i}", deliver_at_time=5)) or _fail())
+    fresh.prune(Position(2, 3))                   # 2 of 4 looked at: the sweep goes on
+    fresh.record(2, 4, classify(entry(partition_key="b", deliver_at_time=5)) or _fail())
+    fresh.prune_fully(Position(2, 3))
+    assert len(fresh) == 1
+    fresh.prune_fully(Position(2, 4))
+    assert len(fresh) == 0
