@@ -125,14 +125,15 @@ def classify_timed(entry: bytes) -> tuple[EntryKeys | None, int]:
             return _classify_batch(md, entry), 0
         except (ProtocolError, UnicodeError):
             return _NOTHING
-    if not has("partition_key"):
+    key = md.partition_key      # a value read is cheaper than HasField: that only for ""
+    if not key and not has("partition_key"):
         return _NOTHING
     if md.null_value or (len(entry) == 4 + size if md.compression == _NONE
                          else has("uncompressed_size") and md.uncompressed_size == 0):
-        return (((_hash128(md.partition_key, 0, signed=False), True),), True), 0
-    if has("deliver_at_time"):
-        return (((_hash128(md.partition_key, 0, signed=False), False),), False), \
-            md.deliver_at_time
+        return (((_hash128(key, 0, signed=False), True),), True), 0
+    at = md.deliver_at_time
+    if at or has("deliver_at_time"):
+        return (((_hash128(key, 0, signed=False), False),), False), at
     return _NOTHING
 
 
