@@ -18,8 +18,9 @@ ordinary or batched message: the dispatcher reads it). Runs without a keyed entr
 told: a gap before a run is filled with :data:`UNKNOWN`. It keeps one ledger's window of
 consecutive entry ids, ``first`` on, as one ``int64`` array; a new ledger starts a new window.
 
-Bounded: at most :data:`WINDOW` entries (8 B each, 256 KiB); past that the older half is
-dropped (a dispatcher that far behind reads its entries). A time is a fact of an entry and
+Bounded: at most :data:`WINDOW` entries (8 B each, 64 KiB), allocated only on a topic whose
+runs hold keyed entries; past that the older half is dropped (a dispatcher that far behind
+reads its entries). A time is a fact of an entry and
 never changes, so nothing here needs invalidating: a position outside the window is just
 :data:`UNKNOWN`. Runs on the event loop; not thread-safe.
 """
@@ -32,14 +33,15 @@ from typing import Final
 
 __all__ = ["UNKNOWN", "WINDOW", "WITHHELD", "KnownDeliverTimes"]
 
-#: Entries a window holds at most (the older half is dropped past it).
-WINDOW: Final = 32_768
+#: Entries a window holds at most (the older half is dropped past it): a dispatcher keeps up
+#: within a few read batches of the last durable entry.
+WINDOW: Final = 8_192
 #: An entry whose deliver time was not learnt (not a scheduling message): read it.
 UNKNOWN: Final = 0
 #: A tombstone: withheld by the schedule (superseded as it is recorded).
 WITHHELD: Final = -1
 #: Gaps longer than this between runs start a new window instead of being filled.
-_MAX_GAP: Final = 4_096
+_MAX_GAP: Final = 1_024
 
 
 class KnownDeliverTimes:
