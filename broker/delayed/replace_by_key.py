@@ -51,9 +51,12 @@ Runs on the event loop; not thread-safe.
 
 from __future__ import annotations
 
+import operator
 import struct
 import sys
+from array import array
 from collections.abc import Callable, Sequence
+from itertools import islice
 from typing import Final, TypeAlias
 
 import mmh3
@@ -160,9 +163,9 @@ def _pack(ledger_id: int, entry_id: int) -> int:
 class KeyedSchedule:
     """The newest scheduling message per key and the superseded positions of one topic."""
 
-    __slots__ = ("_floor", "_latest", "_prune_at", "_prune_from", "_prune_min", "_pruned_up_to",
-                 "_superseded", "known_times", "on_superseded", "recorded_up_to",
-                 "replaced_total", "superseded_count", "tombstones_total")
+    __slots__ = ("_floor", "_latest", "_ordered", "_prune_at", "_prune_from", "_prune_min",
+                 "_pruned_up_to", "_superseded", "known_times", "on_superseded",
+                 "recorded_up_to", "replaced_total", "superseded_count", "tombstones_total")
 
     def __init__(self, on_superseded: Callable[[list[int]], None] | None = None) -> None:
         #: Told the positions each record call superseded, packed (``ledger_id << 32 |
@@ -170,6 +173,9 @@ class KeyedSchedule:
         #: subscriptions at once, in bulk).
         self.on_superseded = on_superseded
         self._latest: dict[int, int] = {}
+        #: ``latest``'s insertion order is its positions' order (each record goes in at the
+        #: end, after popping the key's older position, in log order): a prune takes its head.
+        self._ordered = True
         self._superseded: dict[int, BitMap] = {}
         #: A sweep of ``latest`` under way: a copy of its items, the next index, the least
         #: position kept so far.
@@ -207,6 +213,8 @@ class KeyedSchedule:
         replaced = tombstones = 0
         here = -1
         base = _pack(ledger_id, first_entry_id)
+        if base <= self.recorded_up_to:     # not after what was recorded: order not known
+            self._ordered = False
         if base < self._floor:      # below what a sweep found (not in log order): kept true
             self._floor = base
         if base < self._prune_min:  # recorded while a sweep runs: it ends at most here
@@ -264,6 +272,8 @@ class KeyedSchedule:
         """Take a snapshot's state (an empty schedule only; nobody is told of its positions:
         they were acknowledged when first superseded, or are again by the dispatchers)."""
         self._latest = latest
+        values = array("Q", latest.values())
+        self._ordered = all(map(operator.le, values, islice(values, 1, None)))
         self._floor = -1
         self._prune_from = None
         self._superseded = superseded
@@ -277,12 +287,14 @@ class KeyedSchedule:
 
     def prune(self, acknowledged_up_to: Position) -> None:
         """Forget what every subscription has acknowledged: positions <= the bound (the
-        oldest mark-delete position of the topic's subscriptions). Bounded work per call:
-        ``latest`` is swept :data:`PRUNE_STEP` entries at a time (a copy of its items, each
-        step filtered in one comprehension). A bound below every position a sweep kept (and
-        every one recorded since) starts no sweep: under sustained rescheduling the bound
-        moves with each superseded version while the oldest pending message holds it below
-        them all."""
+        oldest mark-delete position of the topic's subscriptions). Bounded work per call,
+        :data:`PRUNE_STEP` entries of ``latest``. Recorded in log order (always, live and in a
+        rebuild), ``latest``'s insertion order is its positions' order: the prune takes its
+        head while it is <= the bound, so its work is what it forgets, not the number of keys.
+        Otherwise (a record before what was recorded, a restored map out of order) ``latest``
+        is swept a step at a time (a copy of its items, each step filtered in one
+        comprehension), and a bound below every position a sweep kept (and every one
+        recorded since) starts no sweep."""
         bound_ledger, bound_entry = acknowledged_up_to.ledger_id, acknowledged_up_to.entry_id
         for ledger_id in [lid for lid in self._superseded if lid <= bound_ledger]:
             bm = self._superseded[ledger_id]
@@ -299,6 +311,17 @@ class KeyedSchedule:
         bound = _pack(bound_ledger, bound_entry) if bound_entry >= 0 else \
             _pack(bound_ledger, 0) - 1
         items = self._prune_from
+        if items is None and self._ordered:
+            # the head of ``latest`` holds its lowest positions: take those <= the bound
+            latest = self._latest
+            gone: list[int] = []
+            for h, packed in latest.items():
+                if packed > bound or len(gone) >= PRUNE_STEP:
+                    break
+                gone.append(h)
+            for h in gone:
+                del latest[h]
+            return
         if items is None:
             if bound <= self._pruned_up_to or bound < self._floor:
                 return          # nothing acknowledged since the last sweep, or none of it keyed

@@ -182,12 +182,14 @@ def test_known_deliver_times_hold_one_ledgers_latest_entries_bounded() -> None:
     assert known.memory_bytes <= 64 + 8 * 2 * WINDOW
 
 
+@pytest.mark.parametrize("ordered", [True, False])
 def test_pruning_in_steps_forgets_exactly_what_was_acknowledged(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """Keys recorded, re-scheduled and cancelled between prunes whose sweeps take several
-    calls (a small step), also while a sweep is under way: once a sweep of the latest bound
-    ends, ``latest`` holds exactly the keys whose newest position is past it; a bound below
-    every kept position starts no sweep at all."""
+        monkeypatch: pytest.MonkeyPatch, ordered: bool) -> None:
+    """Keys recorded, re-scheduled and cancelled between prunes whose work takes several
+    calls (a small step), also while a sweep is under way: once the prune of the latest bound
+    is through, ``latest`` holds exactly the keys whose newest position is past it. Recorded
+    in log order, the map's head holds its lowest positions and a prune takes only those;
+    otherwise it is swept, and a bound below every kept position starts no sweep at all."""
     import random
 
     from broker.delayed import replace_by_key
@@ -195,6 +197,7 @@ def test_pruning_in_steps_forgets_exactly_what_was_acknowledged(
     monkeypatch.setattr(replace_by_key, "PRUNE_STEP", 7)
     rnd = random.Random(3)
     schedule = KeyedSchedule()
+    schedule._ordered = ordered
     reference: dict[str, int] = {}
     entry_id, bound, skipped = 0, -1, 0
     for _ in range(300):
@@ -219,18 +222,20 @@ def test_pruning_in_steps_forgets_exactly_what_was_acknowledged(
         assert len(schedule) == len(reference)
         base = 1 << 32                       # ledger 1, packed
         assert sorted(schedule.export()[0].values()) == sorted(base + v for v in reference.values())
-        if reference:
+        if reference and not ordered:
             assert schedule._floor <= base + min(reference.values())
             if schedule._floor > base + bound + 1:   # nothing at or below floor - 1: no sweep
                 before = schedule._pruned_up_to
                 schedule.prune(Position(1, schedule._floor - base - 1))
                 assert schedule._prune_from is None and schedule._pruned_up_to == before
                 skipped += 1
-    assert skipped > 10
+    assert skipped > 10 or ordered
+    assert schedule._ordered == ordered
     # a sweep that keeps nothing of its copy, with a key recorded while it ran: that key
     # is still found by the next bound past it
     monkeypatch.setattr(replace_by_key, "PRUNE_STEP", 2)
     fresh = KeyedSchedule()
+    fresh._ordered = ordered
     for i in range(4):
         fresh.record(2, i, classify(entry(partition_key=f"a{i}", deliver_at_time=5)) or _fail())
     fresh.prune(Position(2, 3))                   # 2 of 4 looked at: the sweep goes on
@@ -239,3 +244,27 @@ def test_pruning_in_steps_forgets_exactly_what_was_acknowledged(
     assert len(fresh) == 1
     fresh.prune_fully(Position(2, 4))
     assert len(fresh) == 0
+
+
+def test_a_record_out_of_log_order_or_an_unsorted_restore_turns_to_sweeping() -> None:
+    """The head-first prune relies on ``latest`` being in position order: a run recorded
+    before what was recorded, or a restored map that is not sorted, turns it off, and the
+    prune is still exact (a sweep)."""
+    schedule = KeyedSchedule()
+    schedule.record(1, 10, classify(entry(partition_key="a", deliver_at_time=5)) or _fail())
+    schedule.record(1, 11, classify(entry(partition_key="b", deliver_at_time=5)) or _fail())
+    assert schedule._ordered
+    schedule.record(1, 3, classify(entry(partition_key="c", deliver_at_time=5)) or _fail())
+    assert not schedule._ordered
+    schedule.prune_fully(Position(1, 10))
+    assert sorted(schedule.export()[0].values()) == [(1 << 32) + 11]
+    restored = KeyedSchedule()
+    restored.restore({1: 9, 2: 5, 3: 7}, {}, 9)
+    assert not restored._ordered
+    restored.prune_fully(Position(0, 6))
+    assert sorted(restored.export()[0].values()) == [7, 9]
+    in_order = KeyedSchedule()
+    in_order.restore({2: 5, 3: 7, 1: 9}, {}, 9)
+    assert in_order._ordered
+    in_order.prune(Position(0, 6))
+    assert sorted(in_order.export()[0].values()) == [7, 9]
