@@ -46,6 +46,7 @@ __all__ = ["TopicReplaceByKey"]
 #: Entries read per step of a rebuild.
 REBUILD_READ: Final = 1000
 _ENTRY_MASK: Final = 0xFFFF_FFFF
+_NOTHING: Final = (None, 0)     # classify_timed of an entry that schedules nothing
 
 
 def _confirmed_bound(last: Position | None) -> int:
@@ -201,19 +202,11 @@ class TopicReplaceByKey:
         schedule = self.schedule
         if schedule is None:
             return sink
-        keys: list[EntryKeys | None] = []
-        times: list[int] = []
-        keyed = False
-        for entry in entries:
-            found, at = classify_timed(entry)
-            keys.append(found)
-            if found is not None:
-                keyed = True
-                times.append(WITHHELD if found[1] else at)
-            else:
-                times.append(at)
-        if not keyed:
+        verdicts = [classify_timed(entry) for entry in entries]
+        if verdicts.count(_NOTHING) == len(verdicts):
             return sink
+        keys = [found for found, _ in verdicts]
+        times = [WITHHELD if found is not None and found[1] else at for found, at in verdicts]
         return _RecordingSink(sink, schedule, keys, times)
 
     async def rebuild(self, subscriptions: Sequence[KeyedSubscription]) -> int:
