@@ -246,6 +246,21 @@ class KeyedSchedule:
 
     def _supersede(self, packed: list[int]) -> None:
         bitmaps = self._superseded
+        lowest = min(packed)
+        ledger_id = lowest >> _ENTRY_BITS
+        if ledger_id == max(packed) >> _ENTRY_BITS:
+            # the usual run: one ledger, each position new here -- one bitmap union
+            base = ledger_id << _ENTRY_BITS
+            ids = BitMap([position - base for position in packed])
+            bm = bitmaps.get(ledger_id)
+            if bm is None:
+                bm = bitmaps[ledger_id] = BitMap()
+            if len(ids) == len(packed) and not bm.intersect(ids):
+                bm |= ids
+                self.superseded_count += len(packed)
+                if self.on_superseded is not None:
+                    self.on_superseded(packed)
+                return
         fresh: list[int] = []
         current, bm = -1, None
         for position in packed:

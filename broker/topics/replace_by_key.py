@@ -150,15 +150,20 @@ class TopicReplaceByKey:
     def _acknowledge_now(self, packed: list[int]) -> None:
         """Bulk acknowledgement: one bitmap per ledger into each cursor (one cursor update per
         run, not per position), then the positions leave the trackers."""
-        by_ledger: dict[int, list[int]] = {}
-        for p in packed:
-            ledger_id = p >> 32
-            ids = by_ledger.get(ledger_id)
-            if ids is None:
-                by_ledger[ledger_id] = [p & _ENTRY_MASK]
-            else:
-                ids.append(p & _ENTRY_MASK)
-        bitmaps = [(ledger_id, BitMap(ids)) for ledger_id, ids in by_ledger.items()]
+        lowest = min(packed)
+        if lowest >> 32 == max(packed) >> 32:       # the usual run: one ledger
+            base = lowest >> 32 << 32
+            bitmaps = [(lowest >> 32, BitMap([p - base for p in packed]))]
+        else:
+            by_ledger: dict[int, list[int]] = {}
+            for p in packed:
+                ledger_id = p >> 32
+                ids = by_ledger.get(ledger_id)
+                if ids is None:
+                    by_ledger[ledger_id] = [p & _ENTRY_MASK]
+                else:
+                    ids.append(p & _ENTRY_MASK)
+            bitmaps = [(ledger_id, BitMap(ids)) for ledger_id, ids in by_ledger.items()]
         positions: list[Position] | None = None
         for sub in self._subscriptions():
             kind = sub.sub_type

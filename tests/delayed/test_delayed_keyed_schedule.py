@@ -268,3 +268,48 @@ def test_a_record_out_of_log_order_or_an_unsorted_restore_turns_to_sweeping() ->
     assert in_order._ordered
     in_order.prune(Position(0, 6))
     assert sorted(in_order.export()[0].values()) == [7, 9]
+
+
+def test_superseding_runs_tells_each_position_once_in_log_order() -> None:
+    """Runs of keyed entries over several ledgers, some recorded twice (a rebuild over what
+    was recorded live), against a model: the superseded positions, the count, and what
+    ``on_superseded`` is told (each position once, in the order the runs supersede them)."""
+    import random
+
+    rnd = random.Random(17)
+    told: list[int] = []
+    schedule = KeyedSchedule(on_superseded=told.extend)
+    latest: dict[str, int] = {}
+    superseded: set[int] = set()
+    expected: list[int] = []
+    ledger, entry_id = 3, 0
+    history: list[tuple[int, int, list[tuple[str, bool]]]] = []
+    for _ in range(400):
+        if rnd.random() < 0.05:
+            ledger, entry_id = ledger + 1, 0
+        if history and rnd.random() < 0.1:
+            lid, first, ops = rnd.choice(history)        # recorded again: nothing new
+        else:
+            lid, first = ledger, entry_id
+            ops = [(f"k{rnd.randrange(30)}", rnd.random() < 0.25)
+                   for _ in range(rnd.randrange(1, 20))]
+            entry_id += len(ops)
+            history.append((lid, first, ops))
+        run = []
+        for i, (key, tombstone) in enumerate(ops):
+            here = (lid << 32) + first + i
+            older = latest.pop(key, None)
+            for gone in ([older] if older is not None else []) + ([here] if tombstone else []):
+                if gone not in superseded:
+                    superseded.add(gone)
+                    expected.append(gone)
+            if not tombstone:
+                latest[key] = here
+            run.append(classify(entry(b"", partition_key=key) if tombstone
+                                else entry(partition_key=key, deliver_at_time=5)))
+        schedule.record_run(lid, first, run)
+        assert told == expected
+    assert schedule.superseded_count == len(superseded)
+    for lid, first, ops in history:
+        for e in range(first, first + len(ops)):
+            assert schedule.superseded(Position(lid, e)) == ((lid << 32) + e in superseded)
