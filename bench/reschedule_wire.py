@@ -42,14 +42,22 @@ and those sent (:func:`states_after_kill`). The tracker's index slots
 a replaced version leaves its tracker's time index lazily, when its old time comes.
 
 Broker CPU (all threads, ``/proc/PID/stat``) is read around each phase; the load average is
-printed with each round, since the machine's other work moves every absolute figure.
+printed with each round, since the machine's other work moves every absolute figure. Under
+each phase a second line splits where a receipt's time goes: the share of the phase's wall
+time the event-loop thread ran on a CPU (near 100%: SENDs queue for the loop) and was
+runnable but waited for a CPU (the machine's other work; ``/proc/PID/task/PID/schedstat``),
+and from the store's counters on ``/metrics`` the group commits (per second, entries each) and
+the fdatasyncs (per second, mean duration, share of the phase's wall time). ``--rate R``
+paces the SENDs (R a second in all, released every millisecond, the window still capping
+what is in flight): the receipt latency at a given offered load rather than at saturation.
 ``--profile DIR`` adds a round whose three measured phases each run under py-spy (one stack
 file per phase) and prints their top frames.
 
 Usage::
 
     .venv/bin/python bench/reschedule_wire.py [--keys 20000] [--ops 100000] [--producers 4]
-        [--window 200] [--size 128] [--rounds 2] [--profile DIR] [--no-fsync] [--kill9]
+        [--window 200] [--size 128] [--rounds 2] [--rate R] [--profile DIR] [--no-fsync]
+        [--kill9]
 
 Never part of the test run.
 """
@@ -281,6 +289,26 @@ class PhaseResult:
     seconds: float = 0.0
     broker_cpu_s: float = 0.0
     latencies_ms: list[float] = field(default_factory=list)
+    #: seconds the broker's event-loop thread (the process's main thread) ran on a CPU, and
+    #: was runnable but waited for one (the machine's other work)
+    loop_cpu_s: float = 0.0
+    loop_wait_s: float = 0.0
+    #: the store's counters over the phase (/metrics): group commits, entries, fsyncs, seconds
+    storage: dict[str, float] = field(default_factory=dict)
+
+    def split(self) -> str:
+        """Where a receipt's time goes, from the phase's counters: the event loop's time on a
+        CPU and waiting for one, the group commits (entries each) and the fdatasyncs (mean,
+        and their share of the phase's wall time)."""
+        st, wall = self.storage, self.seconds or 1.0
+        commits, fsyncs = st.get("group_commits", 0.0), st.get("fsyncs", 0.0)
+        per_commit = st.get("group_committed_entries", 0.0) / commits if commits else 0.0
+        mean_ms = 1e3 * st.get("fsync_seconds", 0.0) / fsyncs if fsyncs else 0.0
+        return (f"event loop on a CPU {100 * self.loop_cpu_s / wall:3.0f}%, waiting for one "
+                f"{100 * self.loop_wait_s / wall:3.0f}% of the time; "
+                f"{commits / wall:7,.0f} group commits/s of {per_commit:5.1f} entries; "
+                f"fdatasync {fsyncs / wall:6,.0f}/s, mean {mean_ms:5.2f} ms, "
+                f"{100 * st.get('fsync_seconds', 0.0) / wall:3.0f}% of the time")
 
     def figures(self) -> dict[str, float]:
         lat = sorted(self.latencies_ms)
@@ -293,15 +321,70 @@ class PhaseResult:
                 "broker CPU us/op": self.broker_cpu_s * 1e6 / self.sends if self.sends else 0.0}
 
 
+class PacedPublisher(Publisher):
+    """A :class:`Publisher` that also keeps to ``rate`` SENDs a second (open loop, released
+    every millisecond; ``window`` still caps what is in flight)."""
+
+    def __init__(self, conn: RawConnection, frames: list[bytes], first_sequence_ids: list[int],
+                 window: int, done: asyncio.Future[None], rate: float) -> None:
+        super().__init__(conn, frames, first_sequence_ids, window, done)
+        self.rate = rate
+        self.t0 = 0.0
+
+    def _send_upto(self, end: int, now: float) -> None:
+        super()._send_upto(min(end, int((now - self.t0) * self.rate) + 1), now)
+
+    def start(self) -> None:
+        self.t0 = time.perf_counter()
+        super().start()
+        self._tick()
+
+    def _tick(self) -> None:
+        if self.done.done() or self.sent >= len(self.frames):
+            return
+        self._send_upto(self.acked + self.window, time.perf_counter())
+        asyncio.get_running_loop().call_later(0.001, self._tick)
+
+
+_STORAGE_COUNTERS = ("group_commits", "group_committed_entries", "fsyncs", "fsync_seconds")
+
+
+def storage_counters(broker: Broker) -> dict[str, float]:
+    """The group-commit writer's counters from the broker's /metrics."""
+    with urllib.request.urlopen(f"http://{broker.host}:{broker.web_port}/metrics",
+                                timeout=30) as resp:
+        text = resp.read().decode()
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        name, _, rest = line.partition("{")
+        if name.startswith("horae_storage_") and name.endswith("_total"):
+            key = name[len("horae_storage_"):-len("_total")]
+            if key in _STORAGE_COUNTERS:
+                out[key] = float(rest.rpartition(" ")[2])
+    return out
+
+
+def thread_times(pid: int, tid: int) -> tuple[float, float]:
+    """(seconds on a CPU, seconds runnable but waiting for one) of one thread
+    (``/proc/PID/task/TID/schedstat``)."""
+    with open(f"/proc/{pid}/task/{tid}/schedstat", "rb") as fh:
+        on_cpu, waiting, _ = fh.read().split()
+    return int(on_cpu) / 1e9, int(waiting) / 1e9
+
+
 async def publish(broker: Broker, topic: str, name: str, frames: list[list[bytes]], window: int,
-                  timeout_s: float) -> PhaseResult:
-    """Publish each producer's frames with ``window`` in flight; all receipts awaited."""
+                  timeout_s: float, rate: float = 0.0) -> PhaseResult:
+    """Publish each producer's frames with ``window`` in flight (and, with ``rate``, no more
+    than that many SENDs a second in all); all receipts awaited."""
     loop = asyncio.get_running_loop()
     conns = [await open_producer(broker, topic, f"{name}-{p}") for p in range(len(frames))]
     dones = [loop.create_future() for _ in frames]
-    pubs = [Publisher(conn, f, list(range(len(f))), window, done)
+    pubs = [PacedPublisher(conn, f, list(range(len(f))), window, done, rate / len(frames))
+            if rate > 0 else Publisher(conn, f, list(range(len(f))), window, done)
             for conn, f, done in zip(conns, frames, dones, strict=True)]
     result = PhaseResult(name, sum(len(f) for f in frames))
+    counters0 = await asyncio.to_thread(storage_counters, broker)
+    loop0 = thread_times(broker.pid, broker.pid)
     cpu0, t0 = cpu_seconds(broker.pid), time.perf_counter()
     try:
         for pub in pubs:
@@ -309,6 +392,10 @@ async def publish(broker: Broker, topic: str, name: str, frames: list[list[bytes
         await asyncio.wait_for(asyncio.gather(*dones), timeout_s)
         result.seconds = time.perf_counter() - t0
         result.broker_cpu_s = cpu_seconds(broker.pid) - cpu0
+        loop1 = thread_times(broker.pid, broker.pid)
+        result.loop_cpu_s, result.loop_wait_s = loop1[0] - loop0[0], loop1[1] - loop0[1]
+        counters = await asyncio.to_thread(storage_counters, broker)
+        result.storage = {k: v - counters0.get(k, 0.0) for k, v in counters.items()}
     finally:
         for conn in conns:
             conn.on_lost = None
@@ -326,6 +413,8 @@ class Settings:
     size: int = 128
     permits: int = 1000
     timeout_s: float = 600.0
+    #: SENDs a second in all, paced (0: as fast as the window allows)
+    rate: float = 0.0
 
 
 async def run_round(broker: Broker, tag: str, s: Settings, rnd: random.Random,
@@ -353,7 +442,7 @@ async def run_round(broker: Broker, tag: str, s: Settings, rnd: random.Random,
         if on_phase:
             on_phase(label, "start")
         try:
-            return await publish(broker, topic, name, frames, s.window, s.timeout_s)
+            return await publish(broker, topic, name, frames, s.window, s.timeout_s, s.rate)
         finally:
             if on_phase:
                 on_phase(label, "stop")
@@ -505,6 +594,8 @@ def print_round(label: str, results: list[PhaseResult], verdict: tuple[bool, str
         print(f"  {r.name:<16} {r.sends:>8,} SENDs  {f['ops/s']:>9,.0f} /s   receipt p50 "
               f"{f['p50 ms']:7.2f}  p99 {f['p99 ms']:7.2f}  p99.9 {f['p99.9 ms']:7.2f} ms   "
               f"broker CPU {f['broker CPU us/op']:6.1f} us/op")
+        if r.storage:
+            print(f"  {'':<16} {r.split()}")
     by = {r.name: r.figures()["ops/s"] for r in results}
     if by.get("plain delayed") and by.get("raw (no delay)"):
         print(f"  by key / plain delayed {by['by key'] / by['plain delayed']:.2f}x, "
@@ -524,6 +615,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--permits", type=int, default=1000)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds per phase")
+    ap.add_argument("--rate", type=float, default=0.0,
+                    help="SENDs a second in all, paced (default: as fast as the window allows)")
     ap.add_argument("--no-fsync", action="store_true",
                     help="the broker does not fsync (journalSyncData=false): the receipt latency "
                          "without the disk's")
@@ -535,9 +628,10 @@ def main(argv: list[str] | None = None) -> int:
     if min(args.keys, args.ops, args.producers, args.window) < 1 or args.keys < args.producers:
         ap.error("keys, ops, producers and window must be >= 1, keys >= producers")
     s = Settings(args.keys, args.ops, args.producers, args.window, args.size, args.permits,
-                 args.timeout)
+                 args.timeout, args.rate)
     print(f"reschedule over the wire: {s.keys:,} keys, {s.ops:,} operations (3/4 reschedule, "
-          f"1/4 cancel), {s.producers} producers x {s.window} in flight, {s.size} B payloads, "
+          f"1/4 cancel), {s.producers} producers x {s.window} in flight"
+          f"{f', paced at {s.rate:,.0f}/s' if s.rate else ''}, {s.size} B payloads, "
           f"unbatched; {'no fsync' if args.no_fsync else 'fsync before every receipt'}",
           flush=True)
     tmp = pathlib.Path(tempfile.mkdtemp(prefix="horae-resched-wire-"))

@@ -44,6 +44,8 @@ import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from pyroaring import BitMap
+
 from broker.config import BrokerConfig
 from broker.delayed.bucket import BucketDelayedDeliveryTracker
 from broker.delayed.cancels import CancelResult
@@ -209,6 +211,12 @@ class DelayedDelivery:
         tracker = self._tracker
         if tracker is not None:
             tracker.cancel_run(positions if isinstance(positions, list) else list(positions))
+
+    def forget_entry_ids(self, ledger_id: int, entry_ids: BitMap) -> None:
+        """:meth:`forget` of one ledger's entry ids (a bitmap)."""
+        tracker = self._tracker
+        if tracker is not None:
+            tracker.cancel_entry_ids(ledger_id, entry_ids)
 
     def clear(self) -> None:
         """Forget everything (a cursor reset)."""

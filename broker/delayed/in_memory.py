@@ -35,6 +35,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from pyroaring import BitMap
+
 from broker.delayed.cancels import CancelResult
 from broker.delayed.indexed import IndexedPositions
 from broker.delayed.packed import POSITION_BITS, WideIndex, fits
@@ -224,6 +226,18 @@ class InMemoryDelayedDeliveryTracker(TimedTracker):
                 dropped += 1
         if dropped:
             if not indexed.count and not wide:
+                self._reset_when_empty()
+            self._update_timer()
+        return dropped
+
+    def cancel_entry_ids(self, ledger_id: int, entry_ids: BitMap) -> int:
+        """:meth:`cancel_run` of one ledger's entry ids: one bitmap difference."""
+        if not 0 <= ledger_id < _LIMIT:
+            return super().cancel_entry_ids(ledger_id, entry_ids)
+        indexed = self._positions
+        dropped = indexed.discard_entry_ids(ledger_id, entry_ids)
+        if dropped:
+            if not indexed.count and not self._wide.members:
                 self._reset_when_empty()
             self._update_timer()
         return dropped

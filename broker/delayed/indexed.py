@@ -134,6 +134,24 @@ class IndexedPositions:
             self._maybe_compact()
         return True
 
+    def discard_entry_ids(self, ledger_id: int, entry_ids: BitMap) -> int:
+        """:meth:`discard` of each of one ledger's ``entry_ids`` (one bitmap difference, one
+        compaction check); returns how many were tracked."""
+        members = self.members
+        bm = members.get(ledger_id)
+        if bm is None:
+            return 0
+        before = len(bm)
+        bm.difference_update(entry_ids)
+        dropped = before - len(bm)
+        if not bm:
+            del members[ledger_id]
+        if dropped:
+            self.count -= dropped
+            if self._sweep is not None or len(self.index) - self.count > COMPACT_FLOOR // 2:
+                self._maybe_compact()
+        return dropped
+
     def run_end(self, ledger_id: int, entry_id: int) -> int:
         """The first entry id >= ``entry_id`` of ``ledger_id`` not tracked here."""
         return run_end(self.members.get(ledger_id), entry_id)

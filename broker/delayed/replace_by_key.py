@@ -51,22 +51,26 @@ Runs on the event loop; not thread-safe.
 
 from __future__ import annotations
 
+import operator
 import struct
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from array import array
+from collections.abc import Callable, Sequence
+from itertools import islice
 from typing import Final, TypeAlias
 
 import mmh3
 from google.protobuf.message import DecodeError
 from pyroaring import BitMap
 
+from broker.delayed.known_times import KnownDeliverTimes
 from broker.delayed.packed import bitmap_bytes
 from protocol import pulsar_pb as pb
 from protocol.errors import ProtocolError
 from protocol.metadata import iter_batch, split_entry
 from storage.positions import Position
 
-__all__ = ["EntryKeys", "KeyedSchedule", "classify"]
+__all__ = ["EntryKeys", "KeyedSchedule", "classify", "classify_timed"]
 
 _ENTRY_BITS: Final = 32
 _ENTRY_MASK: Final = (1 << _ENTRY_BITS) - 1
@@ -77,6 +81,7 @@ _NONE: Final = pb.NONE
 
 #: ``latest`` entries examined per :meth:`KeyedSchedule.prune` call (bounded work per tick).
 PRUNE_STEP: Final = 50_000
+_NO_FLOOR: Final = 1 << 64      # above every packed position
 
 
 EntryKeys: TypeAlias = tuple[tuple[tuple[int, bool], ...], bool]
@@ -96,8 +101,15 @@ def classify(entry: bytes) -> EntryKeys | None:
     """What a stored entry schedules or cancels (module docstring); None: nothing. The entry
     passed the publish checks (or is read back from the log): its metadata is parsed without
     the required-field check, and one that does not parse counts as nothing."""
+    return classify_timed(entry)[0]
+
+
+def classify_timed(entry: bytes) -> tuple[EntryKeys | None, int]:
+    """:func:`classify`, and the deliver time of a scheduling message (0 for every other
+    entry): what the publish side learns for the dispatchers
+    (:class:`~broker.delayed.known_times.KnownDeliverTimes`) from the same parse."""
     if len(entry) < 4:
-        return None
+        return _NOTHING
     (size,) = _u32_unpack_from(entry, 0)
     # Without a partition_key tag (6, 0x32) or a num_messages_in_batch tag (11, 0x58) among
     # the bytes after producer_name (which every serializer writes first) the entry cannot be
@@ -105,25 +117,30 @@ def classify(entry: bytes) -> EntryKeys | None:
     if len(entry) > 6 and entry[4] == 0x0A and entry[5] < 0x80:
         start, end = 6 + entry[5], 4 + size
         if entry.find(b"\x32", start, end) < 0 and entry.find(b"\x58", start, end) < 0:
-            return None
+            return _NOTHING
     try:
         md = _metadata_from_string(entry[4:4 + size])
     except DecodeError:
-        return None
+        return _NOTHING
     has = md.HasField
     if has("num_messages_in_batch"):
         try:
-            return _classify_batch(md, entry)
+            return _classify_batch(md, entry), 0
         except (ProtocolError, UnicodeError):
-            return None
-    if not has("partition_key"):
-        return None
+            return _NOTHING
+    key = md.partition_key      # a value read is cheaper than HasField: that only for ""
+    if not key and not has("partition_key"):
+        return _NOTHING
     if md.null_value or (len(entry) == 4 + size if md.compression == _NONE
                          else has("uncompressed_size") and md.uncompressed_size == 0):
-        return ((_hash128(md.partition_key, 0, signed=False), True),), True
-    if has("deliver_at_time"):
-        return ((_hash128(md.partition_key, 0, signed=False), False),), False
-    return None
+        return (((_hash128(key, 0, signed=False), True),), True), 0
+    at = md.deliver_at_time
+    if at or has("deliver_at_time"):
+        return (((_hash128(key, 0, signed=False), False),), False), at
+    return _NOTHING
+
+
+_NOTHING: Final[tuple[None, int]] = (None, 0)
 
 
 def _classify_batch(md: pb.MessageMetadata, entry: bytes) -> EntryKeys | None:
@@ -146,7 +163,8 @@ def _pack(ledger_id: int, entry_id: int) -> int:
 class KeyedSchedule:
     """The newest scheduling message per key and the superseded positions of one topic."""
 
-    __slots__ = ("_latest", "_prune_from", "_pruned_up_to", "_superseded", "on_superseded",
+    __slots__ = ("_floor", "_latest", "_ordered", "_prune_at", "_prune_from", "_prune_min",
+                 "_pruned_up_to", "_superseded", "known_times", "on_superseded",
                  "recorded_up_to", "replaced_total", "superseded_count", "tombstones_total")
 
     def __init__(self, on_superseded: Callable[[list[int]], None] | None = None) -> None:
@@ -155,14 +173,27 @@ class KeyedSchedule:
         #: subscriptions at once, in bulk).
         self.on_superseded = on_superseded
         self._latest: dict[int, int] = {}
+        #: ``latest``'s insertion order is its positions' order (each record goes in at the
+        #: end, after popping the key's older position, in log order): a prune takes its head.
+        self._ordered = True
         self._superseded: dict[int, BitMap] = {}
-        self._prune_from: Iterator[int] | None = None
+        #: A sweep of ``latest`` under way: a copy of its items, the next index, the least
+        #: position kept so far.
+        self._prune_from: list[tuple[int, int]] | None = None
+        self._prune_at = 0
+        self._prune_min = _NO_FLOOR
         self._pruned_up_to = -1     # the bound the last sweep of ``latest`` started with
+        #: No position in ``latest`` is below it (a sweep's least kept position, lowered by
+        #: what is recorded since): a bound below it has nothing to prune, and no sweep runs.
+        self._floor = -1
         self.superseded_count = 0
         self.replaced_total = 0        # scheduled messages replaced by a newer one or cancelled
         self.tombstones_total = 0
         #: The last position recorded (packed; -1: none): a snapshot covers the log up to it.
         self.recorded_up_to = -1
+        #: The deliver times of the latest scheduling messages, learnt at publish (the
+        #: dispatchers hold those without reading them; :mod:`broker.delayed.known_times`).
+        self.known_times = KnownDeliverTimes()
 
     def __len__(self) -> int:
         """Keys with a pending scheduling message."""
@@ -182,6 +213,12 @@ class KeyedSchedule:
         replaced = tombstones = 0
         here = -1
         base = _pack(ledger_id, first_entry_id)
+        if base <= self.recorded_up_to:     # not after what was recorded: order not known
+            self._ordered = False
+        if base < self._floor:      # below what a sweep found (not in log order): kept true
+            self._floor = base
+        if base < self._prune_min:  # recorded while a sweep runs: it ends at most here
+            self._prune_min = base
         for i, keys in enumerate(run):
             if keys is None:
                 continue
@@ -209,6 +246,21 @@ class KeyedSchedule:
 
     def _supersede(self, packed: list[int]) -> None:
         bitmaps = self._superseded
+        lowest = min(packed)
+        ledger_id = lowest >> _ENTRY_BITS
+        if ledger_id == max(packed) >> _ENTRY_BITS:
+            # the usual run: one ledger, each position new here -- one bitmap union
+            base = ledger_id << _ENTRY_BITS
+            ids = BitMap([position - base for position in packed])
+            bm = bitmaps.get(ledger_id)
+            if bm is None:
+                bm = bitmaps[ledger_id] = BitMap()
+            if len(ids) == len(packed) and not bm.intersect(ids):
+                bm |= ids
+                self.superseded_count += len(packed)
+                if self.on_superseded is not None:
+                    self.on_superseded(packed)
+                return
         fresh: list[int] = []
         current, bm = -1, None
         for position in packed:
@@ -235,6 +287,10 @@ class KeyedSchedule:
         """Take a snapshot's state (an empty schedule only; nobody is told of its positions:
         they were acknowledged when first superseded, or are again by the dispatchers)."""
         self._latest = latest
+        values = array("Q", latest.values())
+        self._ordered = all(map(operator.le, values, islice(values, 1, None)))
+        self._floor = -1
+        self._prune_from = None
         self._superseded = superseded
         self.superseded_count = sum(len(bm) for bm in superseded.values())
         self.recorded_up_to = recorded_up_to
@@ -246,8 +302,14 @@ class KeyedSchedule:
 
     def prune(self, acknowledged_up_to: Position) -> None:
         """Forget what every subscription has acknowledged: positions <= the bound (the
-        oldest mark-delete position of the topic's subscriptions). Bounded work per call:
-        ``latest`` is swept :data:`PRUNE_STEP` entries at a time."""
+        oldest mark-delete position of the topic's subscriptions). Bounded work per call,
+        :data:`PRUNE_STEP` entries of ``latest``. Recorded in log order (always, live and in a
+        rebuild), ``latest``'s insertion order is its positions' order: the prune takes its
+        head while it is <= the bound, so its work is what it forgets, not the number of keys.
+        Otherwise (a record before what was recorded, a restored map out of order) ``latest``
+        is swept a step at a time (a copy of its items, each step filtered in one
+        comprehension), and a bound below every position a sweep kept (and every one
+        recorded since) starts no sweep."""
         bound_ledger, bound_entry = acknowledged_up_to.ledger_id, acknowledged_up_to.entry_id
         for ledger_id in [lid for lid in self._superseded if lid <= bound_ledger]:
             bm = self._superseded[ledger_id]
@@ -263,22 +325,41 @@ class KeyedSchedule:
                     del self._superseded[ledger_id]
         bound = _pack(bound_ledger, bound_entry) if bound_entry >= 0 else \
             _pack(bound_ledger, 0) - 1
-        sweep = self._prune_from
-        if sweep is None:
-            if bound <= self._pruned_up_to:
-                return          # nothing was acknowledged since the last full sweep
-            # keys only (8 B each, transient): the int objects are the dict's own
-            sweep = self._prune_from = iter(list(self._latest))
-            self._pruned_up_to = bound
-        latest = self._latest
-        for _ in range(PRUNE_STEP):
-            h = next(sweep, None)
-            if h is None:
-                self._prune_from = None
-                break
-            packed = latest.get(h)
-            if packed is not None and packed <= bound:
+        items = self._prune_from
+        if items is None and self._ordered:
+            # the head of ``latest`` holds its lowest positions: take those <= the bound
+            latest = self._latest
+            gone: list[int] = []
+            for h, packed in latest.items():
+                if packed > bound or len(gone) >= PRUNE_STEP:
+                    break
+                gone.append(h)
+            for h in gone:
                 del latest[h]
+            return
+        if items is None:
+            if bound <= self._pruned_up_to or bound < self._floor:
+                return          # nothing acknowledged since the last sweep, or none of it keyed
+            # (key, position) pairs (16 B each, transient): the int objects are the dict's own
+            items = self._prune_from = list(self._latest.items())
+            self._prune_at, self._prune_min = 0, _NO_FLOOR
+            self._pruned_up_to = bound
+        else:
+            bound = self._pruned_up_to
+        latest = self._latest
+        at = self._prune_at
+        step = items[at:at + PRUNE_STEP]
+        gone = [h for h, packed in step if packed <= bound]
+        for h in gone:
+            if latest.get(h, bound + 1) <= bound:   # not re-recorded since the copy
+                del latest[h]
+        if len(gone) < len(step):
+            self._prune_min = min(self._prune_min,
+                                  min([packed for _, packed in step if packed > bound]))
+        self._prune_at = at + PRUNE_STEP
+        if self._prune_at >= len(items):
+            self._prune_from = None
+            self._floor = self._prune_min
 
     def prune_fully(self, acknowledged_up_to: Position) -> None:
         """:meth:`prune` to the end of its sweep (a load, before anything is dispatched)."""

@@ -40,6 +40,8 @@ from collections.abc import Callable
 from enum import IntEnum
 from typing import Protocol
 
+from pyroaring import BitMap
+
 from broker.delayed.cancels import CancelBook, CancelResult, CancelStats
 from broker.delayed.schedule_view import ScheduledSources
 from storage.positions import Position
@@ -200,6 +202,11 @@ class DelayedDeliveryTracker(abc.ABC):
         tracked."""
         cancel = self.cancel
         return sum(1 for position in positions if cancel(position))
+
+    def cancel_entry_ids(self, ledger_id: int, entry_ids: BitMap) -> int:
+        """:meth:`cancel_run` of the entry ids of one ledger (a bitmap); returns how many were
+        tracked."""
+        return self.cancel_run([Position(ledger_id, entry_id) for entry_id in entry_ids])
 
     @abc.abstractmethod
     def cancel_delayed(self, position: Position, deliver_at_ms: int) -> CancelResult:

@@ -33,7 +33,8 @@ from pyroaring import BitMap
 
 from broker.delayed.delivery import DelayedDelivery
 from broker.delayed.keyed_snapshot import KeyedSnapshots
-from broker.delayed.replace_by_key import EntryKeys, KeyedSchedule, classify
+from broker.delayed.known_times import WITHHELD
+from broker.delayed.replace_by_key import EntryKeys, KeyedSchedule, classify, classify_timed
 from protocol.sub_types import SubType
 from storage.cursor import ManagedCursor
 from storage.ledger import ManagedLedger
@@ -45,6 +46,7 @@ __all__ = ["TopicReplaceByKey"]
 #: Entries read per step of a rebuild.
 REBUILD_READ: Final = 1000
 _ENTRY_MASK: Final = 0xFFFF_FFFF
+_NOTHING: Final = (None, 0)     # classify_timed of an entry that schedules nothing
 
 
 def _confirmed_bound(last: Position | None) -> int:
@@ -78,21 +80,24 @@ class KeyedSubscription(Protocol):
 
 
 class _RecordingSink:
-    """Records a run's keyed entries in the schedule as they become durable, then passes the
-    news on to the run's own sink."""
+    """Records a run's keyed entries in the schedule as they become durable (and the deliver
+    times learnt from them), then passes the news on to the run's own sink."""
 
-    __slots__ = ("_done", "_keys", "_schedule", "_sink")
+    __slots__ = ("_done", "_keys", "_schedule", "_sink", "_times")
 
     def __init__(self, sink: DurableSink, schedule: KeyedSchedule,
-                 keys: list[EntryKeys | None]) -> None:
+                 keys: list[EntryKeys | None], times: list[int]) -> None:
         self._sink = sink
         self._schedule = schedule
         self._keys = keys
+        self._times = times
         self._done = 0
 
     def entries_durable(self, ledger_id: int, first_entry_id: int, count: int) -> None:
         start = self._done
-        self._schedule.record_run(ledger_id, first_entry_id, self._keys[start:start + count])
+        schedule = self._schedule
+        schedule.known_times.note(ledger_id, first_entry_id, self._times[start:start + count])
+        schedule.record_run(ledger_id, first_entry_id, self._keys[start:start + count])
         self._done = start + count
         self._sink.entries_durable(ledger_id, first_entry_id, count)
 
@@ -145,29 +150,36 @@ class TopicReplaceByKey:
     def _acknowledge_now(self, packed: list[int]) -> None:
         """Bulk acknowledgement: one bitmap per ledger into each cursor (one cursor update per
         run, not per position), then the positions leave the trackers."""
-        by_ledger: dict[int, list[int]] = {}
-        for p in packed:
-            ledger_id = p >> 32
-            ids = by_ledger.get(ledger_id)
-            if ids is None:
-                by_ledger[ledger_id] = [p & _ENTRY_MASK]
-            else:
-                ids.append(p & _ENTRY_MASK)
-        bitmaps = [(ledger_id, BitMap(ids)) for ledger_id, ids in by_ledger.items()]
+        lowest = min(packed)
+        if lowest >> 32 == max(packed) >> 32:       # the usual run: one ledger
+            base = lowest >> 32 << 32
+            bitmaps = [(lowest >> 32, BitMap([p - base for p in packed]))]
+        else:
+            by_ledger: dict[int, list[int]] = {}
+            for p in packed:
+                ledger_id = p >> 32
+                ids = by_ledger.get(ledger_id)
+                if ids is None:
+                    by_ledger[ledger_id] = [p & _ENTRY_MASK]
+                else:
+                    ids.append(p & _ENTRY_MASK)
+            bitmaps = [(ledger_id, BitMap(ids)) for ledger_id, ids in by_ledger.items()]
         positions: list[Position] | None = None
         for sub in self._subscriptions():
             kind = sub.sub_type
             if not (sub.durable if kind is None else SubType(kind).shares_messages):
                 continue
-            if positions is None:
-                positions = [Position(p >> 32, p & _ENTRY_MASK) for p in packed]
             cursor = sub.cursor
+            delayed = sub.delayed
             if isinstance(cursor, ManagedCursor):
                 for ledger_id, bm in bitmaps:
                     cursor.delete_entry_ids(ledger_id, bm)
-            else:                       # a non-durable subscription's cursor in memory
-                cursor.delete(positions)
-            sub.delayed.forget(positions)
+                    delayed.forget_entry_ids(ledger_id, bm)
+                continue
+            if positions is None:       # a non-durable subscription's cursor in memory
+                positions = [Position(p >> 32, p & _ENTRY_MASK) for p in packed]
+            cursor.delete(positions)
+            delayed.forget(positions)
 
     def sync(self, subscriptions: Iterable[KeyedSubscription]) -> KeyedSchedule | None:
         """Follow the policy; returns the schedule in force."""
@@ -195,10 +207,12 @@ class TopicReplaceByKey:
         schedule = self.schedule
         if schedule is None:
             return sink
-        keys = [classify(entry) for entry in entries]
-        if keys.count(None) == len(keys):
+        verdicts = [classify_timed(entry) for entry in entries]
+        if verdicts.count(_NOTHING) == len(verdicts):
             return sink
-        return _RecordingSink(sink, schedule, keys)
+        keys = [found for found, _ in verdicts]
+        times = [WITHHELD if found is not None and found[1] else at for found, at in verdicts]
+        return _RecordingSink(sink, schedule, keys, times)
 
     async def rebuild(self, subscriptions: Sequence[KeyedSubscription]) -> int:
         """Record the keyed entries of the backlog (topic load); returns entries read."""

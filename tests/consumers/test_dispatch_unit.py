@@ -619,3 +619,92 @@ async def test_an_ack_still_schedules_a_round_when_one_could_do_something(ledger
     assert sub.dispatcher._task is not None
     await _settle_dispatch(sub)
     assert not sub.dispatcher.blocked_on_unacked
+
+
+async def _keyed_scenario(tmp: Path, *, known: bool) -> tuple[Any, ...]:
+    """Keyed entries published under replace-by-key (re-scheduled keys, a tombstone, an
+    ordinary message, one due already, a batch), recorded in a schedule; with ``known`` their
+    deliver times are noted as at publish. Returns what one Shared dispatch did."""
+    from broker.delayed.replace_by_key import KeyedSchedule, classify_timed
+    from broker.topics.replace_by_key import WITHHELD
+
+    store = await SegmentStore.open(tmp, StorageConfig(fsync=False))
+    led = await store.open_ledger("persistent://public/default/known")
+    now = int(time.time() * 1000)
+    entries = []
+    for i in range(40):
+        md = pb.MessageMetadata(producer_name="p", sequence_id=i, publish_time=now)
+        payload = f"m{i}".encode()
+        if i == 13:
+            pass                                         # ordinary: delivered, read
+        elif i == 21:
+            md.partition_key, payload = "k3", b""        # a tombstone for k3
+        elif i in (5, 27):
+            md.partition_key, md.deliver_at_time = f"d{i}", now - 1000   # due already
+        elif i == 30:
+            md.num_messages_in_batch = 1                 # a batch: read
+            from protocol.metadata import encode_batch_payload
+            payload = encode_batch_payload([(pb.SingleMessageMetadata(payload_size=2), b"bb")])
+        else:
+            md.partition_key = f"u{i}" if i < 8 else f"k{i % 5}"
+            md.deliver_at_time = now + 3_600_000 + 7919 * i % 100_000
+        entries.append(encode_entry(md, payload))
+    for data in entries:
+        await led.append(data)
+    lid = led.last_confirmed.ledger_id
+    schedule = KeyedSchedule()
+    classified = [classify_timed(data) for data in entries]
+    sub = await Subscription.open(StubTopic(led), "s", durable=True, initial_position="earliest")
+    sub.delayed.replacements = schedule
+
+    def acknowledge(packed: list[int]) -> None:
+        sub.cursor.delete([Position(p >> 32, p & 0xFFFF_FFFF) for p in packed])
+
+    schedule.on_superseded = acknowledge
+    if known:
+        schedule.known_times.note(lid, 0, [WITHHELD if k is not None and k[1] else at
+                                           for k, at in classified])
+    schedule.record_run(lid, 0, [k for k, _ in classified])
+    reads: list[tuple[Position, int]] = []
+    real_read = led.read_entries
+
+    async def counting_read(start: Position, n: int) -> Any:
+        reads.append((start, n))
+        return await real_read(start, n)
+
+    led.read_entries = counting_read
+    conn = FakeConnection()
+    side = ConsumerSide(conn)
+    consumer = Consumer(side, 1, name="c", sub_type=1)
+    side.attach(consumer, sub)
+    await sub.add_consumer(consumer)
+    consumer.permits = 100
+    sub.dispatcher.schedule()
+    await _settle_dispatch(sub)
+    tracker = sub.dispatcher.delayed.tracker
+    held = sorted(e for e in range(40) if tracker is not None
+                  and tracker.contains(Position(lid, e)))
+    acked = [e for e in range(40) if sub.cursor.is_deleted(Position(lid, e))]
+    result = (sorted(e for _, e in conn.message_ids()), held, acked,
+              sub.cursor.read_position, reads)
+    await store.close()
+    return result
+
+
+async def test_keyed_messages_known_at_publish_are_held_unread_as_a_read_would(
+        tmp_path: Path) -> None:
+    """Under replace-by-key the deliver times learnt at publish let the dispatcher hold new
+    keyed messages without reading them: the same messages delivered, held, acknowledged
+    unseen and the same read position as when it reads every entry, with fewer entries read
+    (only from the first one whose time is not known or that is due already)."""
+    sent, held, acked, read_to, reads = await _keyed_scenario(tmp_path / "known", known=True)
+    sent0, held0, acked0, read_to0, reads0 = await _keyed_scenario(tmp_path / "read", known=False)
+    assert (sent, held, acked, read_to) == (sent0, held0, acked0, read_to0)
+    assert sent == [5, 13, 27, 30]              # due already, ordinary, the batch
+    assert 21 in acked and 18 in acked         # the tombstone and the version it cancelled
+    assert held and not set(held) & set(acked) and not set(held) & set(sent)
+    assert len(held) + len(sent) + len(acked) == 40
+    # the known run before the ordinary message was never read; the read path read from 0
+    assert reads0[0][0].entry_id == 0
+    assert reads and reads[0][0].entry_id == 5
+    assert all(start.entry_id >= 5 for start, _ in reads)

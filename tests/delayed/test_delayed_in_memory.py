@@ -14,6 +14,7 @@ from pyroaring import BitMap
 from broker.config import BrokerConfig
 from broker.delayed import create_tracker
 from broker.delayed.in_memory import InMemoryDelayedDeliveryTracker
+from broker.delayed.indexed import COMPACT_FLOOR
 from broker.delayed.packed import POSITION_BITS, POSITION_MASK, PackedTimeIndex, take_members
 from broker.delayed.policy import resolve_policy
 from broker.delayed.tracker import DeadlineTimer, DelayedOperationType
@@ -506,6 +507,36 @@ def test_a_run_of_cancels_does_what_one_cancel_per_position_does() -> None:
         assert run.cancel_run(gone) == sum(one.cancel(pos) for pos in gone)
         assert len(run) == len(one)
         assert run.timer.target_ms == one.timer.target_ms
+        for loop in (one_loop, run_loop):
+            loop.now_ms = T0 + 20_000
+        assert run.get_scheduled(10_000) == one.get_scheduled(10_000)
+
+
+def test_cancelling_a_ledgers_entry_ids_does_what_one_cancel_per_position_does() -> None:
+    """cancel_entry_ids (one ledger's superseded entry ids as a bitmap: one bitmap difference)
+    against one cancel per position: same count, contents, index bound, timer and
+    hand-out order, also when it empties the tracker or the ledger is not tracked."""
+    rnd = random.Random(11)
+    for trial in range(60):
+        one_loop, run_loop = FakeLoop(), FakeLoop()
+        one, run = make(one_loop), make(run_loop)
+        tracked = [Position(1 + k % 3, k) for k in range(rnd.randrange(1, 6000))]
+        times = [T0 + rnd.randrange(1, 10_000) for _ in tracked]
+        for t in (one, run):
+            for pos, at in zip(tracked, times, strict=True):
+                t.add(pos, at)
+        for _ in range(3):
+            ledger_id = rnd.choice((1, 2, 3, 9))
+            mine = [pos.entry_id for pos in tracked if pos.ledger_id == ledger_id]
+            ids = mine if trial % 5 == 0 else rnd.sample(mine, rnd.randrange(0, len(mine) + 1))
+            ids += [100_000 + k for k in range(3)]                    # never tracked
+            want = sum(one.cancel(Position(ledger_id, e)) for e in ids)
+            assert run.cancel_entry_ids(ledger_id, BitMap(ids)) == want
+            assert len(run) == len(one)
+            assert run.timer.target_ms == one.timer.target_ms
+            # compaction checked once per call, not per position: the same bound holds
+            indexed = run._positions
+            assert indexed.indexed <= 2 * indexed.count + COMPACT_FLOOR
         for loop in (one_loop, run_loop):
             loop.now_ms = T0 + 20_000
         assert run.get_scheduled(10_000) == one.get_scheduled(10_000)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import NoReturn
 
+import pytest
+
 from broker.delayed.replace_by_key import KeyedSchedule, classify, key_hash
 from protocol import pulsar_pb as pb
 from protocol.metadata import encode_batch_payload, encode_entry
@@ -132,3 +134,182 @@ def test_entries_without_a_key_tag_are_answered_alike_with_and_without_a_parse()
         else:
             assert got is None
     assert spared > 500        # the test without a parse was taken, and often
+
+
+def test_classify_timed_gives_the_deliver_time_of_a_scheduling_message_only() -> None:
+    """The deliver time comes with the verdict, from the same parse: a scheduling message's;
+    0 for a tombstone, an unkeyed delayed message, a batch, anything else."""
+    from broker.delayed.replace_by_key import classify_timed
+
+    keys, at = classify_timed(entry(partition_key="k", deliver_at_time=1_760_000_123_456))
+    assert at == 1_760_000_123_456 and keys == classify(entry(partition_key="k",
+                                                              deliver_at_time=5))
+    assert classify_timed(entry(b"", partition_key="k"))[1] == 0
+    assert classify_timed(entry(deliver_at_time=9)) == (None, 0)
+    assert classify_timed(batch(("a", b""), ("b", b"")))[1] == 0
+
+
+def test_known_deliver_times_hold_one_ledgers_latest_entries_bounded() -> None:
+    """Runs noted in log order make one window per ledger: a gap is unknown (0), a new
+    ledger starts afresh, a run not after the window is ignored, and past the bound the older
+    half goes (what falls out is unknown, never a wrong time)."""
+    from broker.delayed.known_times import UNKNOWN, WINDOW, KnownDeliverTimes
+
+    known = KnownDeliverTimes()
+    assert known.run_from(3, 0, 10)[1] == 0
+    known.note(3, 10, [100, 101])
+    known.note(3, 14, [104])                       # 12 and 13 were not keyed: unknown
+    times, n = known.run_from(3, 10, 10)
+    assert n == 5 and list(times) == [100, 101, UNKNOWN, UNKNOWN, 104]
+    times, n = known.run_from(3, 11, 2)
+    assert n == 2 and list(times) == [101, UNKNOWN]
+    assert known.run_from(3, 9, 5)[1] == 0 and known.run_from(3, 15, 5)[1] == 0
+    assert known.run_from(4, 10, 5)[1] == 0
+    known.note(3, 12, [7])                         # not after the window: ignored
+    assert list(known.run_from(3, 12, 1)[0]) == [UNKNOWN]
+    known.note(5, 0, [500])                        # a new ledger
+    assert known.run_from(3, 10, 5)[1] == 0 and list(known.run_from(5, 0, 5)[0]) == [500]
+    known.note(5, 1_000_000, [9])                  # a long gap: a new window, not filled
+    assert len(known) == 1 and list(known.run_from(5, 1_000_000, 1)[0]) == [9]
+    first = 1_000_001
+    for start in range(first, first + 3 * WINDOW, 1000):
+        known.note(5, start, list(range(start, start + 1000)))
+    assert WINDOW // 2 <= len(known) <= WINDOW
+    last = start + 999
+    times, n = known.run_from(5, last - 9, 100)
+    assert n == 10 and list(times) == list(range(last - 9, last + 1))
+    assert known.run_from(5, first, 1)[1] == 0    # dropped: unknown
+    assert known.memory_bytes <= 64 + 8 * 2 * WINDOW
+
+
+@pytest.mark.parametrize("ordered", [True, False])
+def test_pruning_in_steps_forgets_exactly_what_was_acknowledged(
+        monkeypatch: pytest.MonkeyPatch, ordered: bool) -> None:
+    """Keys recorded, re-scheduled and cancelled between prunes whose work takes several
+    calls (a small step), also while a sweep is under way: once the prune of the latest bound
+    is through, ``latest`` holds exactly the keys whose newest position is past it. Recorded
+    in log order, the map's head holds its lowest positions and a prune takes only those;
+    otherwise it is swept, and a bound below every kept position starts no sweep at all."""
+    import random
+
+    from broker.delayed import replace_by_key
+
+    monkeypatch.setattr(replace_by_key, "PRUNE_STEP", 7)
+    rnd = random.Random(3)
+    schedule = KeyedSchedule()
+    schedule._ordered = ordered
+    reference: dict[str, int] = {}
+    entry_id, bound, skipped = 0, -1, 0
+    for _ in range(300):
+        for _ in range(rnd.randrange(1, 12)):
+            key = f"k{rnd.randrange(40)}"
+            if rnd.random() < 0.2:
+                schedule.record(1, entry_id, classify(entry(b"", partition_key=key)) or _fail())
+                reference.pop(key, None)
+            else:
+                schedule.record(1, entry_id, classify(entry(partition_key=key, deliver_at_time=5))
+                                or _fail())
+                reference[key] = entry_id
+            entry_id += 1
+        bound = min(entry_id - 1, bound + rnd.randrange(0, 12))
+        if rnd.random() < 0.5:
+            schedule.prune(Position(1, bound))      # a step: records come in before the next
+            continue
+        schedule.prune_fully(Position(1, bound))
+        if schedule._pruned_up_to < (1 << 32) + bound:
+            schedule.prune_fully(Position(1, bound))  # the sweep that ended was an older one
+        reference = {k: v for k, v in reference.items() if v > bound}
+        assert len(schedule) == len(reference)
+        base = 1 << 32                       # ledger 1, packed
+        assert sorted(schedule.export()[0].values()) == sorted(base + v for v in reference.values())
+        if reference and not ordered:
+            assert schedule._floor <= base + min(reference.values())
+            if schedule._floor > base + bound + 1:   # nothing at or below floor - 1: no sweep
+                before = schedule._pruned_up_to
+                schedule.prune(Position(1, schedule._floor - base - 1))
+                assert schedule._prune_from is None and schedule._pruned_up_to == before
+                skipped += 1
+    assert skipped > 10 or ordered
+    assert schedule._ordered == ordered
+    # a sweep that keeps nothing of its copy, with a key recorded while it ran: that key
+    # is still found by the next bound past it
+    monkeypatch.setattr(replace_by_key, "PRUNE_STEP", 2)
+    fresh = KeyedSchedule()
+    fresh._ordered = ordered
+    for i in range(4):
+        fresh.record(2, i, classify(entry(partition_key=f"a{i}", deliver_at_time=5)) or _fail())
+    fresh.prune(Position(2, 3))                   # 2 of 4 looked at: the sweep goes on
+    fresh.record(2, 4, classify(entry(partition_key="b", deliver_at_time=5)) or _fail())
+    fresh.prune_fully(Position(2, 3))
+    assert len(fresh) == 1
+    fresh.prune_fully(Position(2, 4))
+    assert len(fresh) == 0
+
+
+def test_a_record_out_of_log_order_or_an_unsorted_restore_turns_to_sweeping() -> None:
+    """The head-first prune relies on ``latest`` being in position order: a run recorded
+    before what was recorded, or a restored map that is not sorted, turns it off, and the
+    prune is still exact (a sweep)."""
+    schedule = KeyedSchedule()
+    schedule.record(1, 10, classify(entry(partition_key="a", deliver_at_time=5)) or _fail())
+    schedule.record(1, 11, classify(entry(partition_key="b", deliver_at_time=5)) or _fail())
+    assert schedule._ordered
+    schedule.record(1, 3, classify(entry(partition_key="c", deliver_at_time=5)) or _fail())
+    assert not schedule._ordered
+    schedule.prune_fully(Position(1, 10))
+    assert sorted(schedule.export()[0].values()) == [(1 << 32) + 11]
+    restored = KeyedSchedule()
+    restored.restore({1: 9, 2: 5, 3: 7}, {}, 9)
+    assert not restored._ordered
+    restored.prune_fully(Position(0, 6))
+    assert sorted(restored.export()[0].values()) == [7, 9]
+    in_order = KeyedSchedule()
+    in_order.restore({2: 5, 3: 7, 1: 9}, {}, 9)
+    assert in_order._ordered
+    in_order.prune(Position(0, 6))
+    assert sorted(in_order.export()[0].values()) == [7, 9]
+
+
+def test_superseding_runs_tells_each_position_once_in_log_order() -> None:
+    """Runs of keyed entries over several ledgers, some recorded twice (a rebuild over what
+    was recorded live), against a model: the superseded positions, the count, and what
+    ``on_superseded`` is told (each position once, in the order the runs supersede them)."""
+    import random
+
+    rnd = random.Random(17)
+    told: list[int] = []
+    schedule = KeyedSchedule(on_superseded=told.extend)
+    latest: dict[str, int] = {}
+    superseded: set[int] = set()
+    expected: list[int] = []
+    ledger, entry_id = 3, 0
+    history: list[tuple[int, int, list[tuple[str, bool]]]] = []
+    for _ in range(400):
+        if rnd.random() < 0.05:
+            ledger, entry_id = ledger + 1, 0
+        if history and rnd.random() < 0.1:
+            lid, first, ops = rnd.choice(history)        # recorded again: nothing new
+        else:
+            lid, first = ledger, entry_id
+            ops = [(f"k{rnd.randrange(30)}", rnd.random() < 0.25)
+                   for _ in range(rnd.randrange(1, 20))]
+            entry_id += len(ops)
+            history.append((lid, first, ops))
+        run = []
+        for i, (key, tombstone) in enumerate(ops):
+            here = (lid << 32) + first + i
+            older = latest.pop(key, None)
+            for gone in ([older] if older is not None else []) + ([here] if tombstone else []):
+                if gone not in superseded:
+                    superseded.add(gone)
+                    expected.append(gone)
+            if not tombstone:
+                latest[key] = here
+            run.append(classify(entry(b"", partition_key=key) if tombstone
+                                else entry(partition_key=key, deliver_at_time=5)))
+        schedule.record_run(lid, first, run)
+        assert told == expected
+    assert schedule.superseded_count == len(superseded)
+    for lid, first, ops in history:
+        for e in range(first, first + len(ops)):
+            assert schedule.superseded(Position(lid, e)) == ((lid << 32) + e in superseded)

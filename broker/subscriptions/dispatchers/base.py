@@ -40,7 +40,9 @@ Acknowledged entries are skipped (``cursor.is_deleted``). Shared and Key_Shared 
 given the subscription's delayed delivery when they are created (``delayed``); they drive it and
 are the ones its tracker wakes. A fresh entry whose ``deliver_at_time`` it holds back waits in
 the tracker (those of one read due after the tracker's cutoff are handed to it in one call
-when the read has been gone through); replays are never re-tracked. An entry the topic's replace-by-key schedule says
+when the read has been gone through); replays are never re-tracked. New keyed messages whose
+deliver times were learnt at publish (replace-by-key) are held without being read
+(:mod:`broker.subscriptions.dispatchers.known_holds`). An entry the topic's replace-by-key schedule says
 was superseded (``delayed.replacements``) is acknowledged unseen, read fresh or fallen due.
 Subclasses decide who gets an entry (:meth:`_route`) and how many entries a round may read
 (:meth:`_budget`); an entry nobody can take now waits in the replay set.
@@ -63,6 +65,7 @@ from broker.subscriptions.ack_state_pause import must_pause
 from broker.subscriptions.consumer import Consumer
 from broker.subscriptions.dispatch_rate import DispatchRate, DispatchRateLimiter, TopicDispatch
 from broker.subscriptions.dispatchers.cursors import SubscriptionCursor
+from broker.subscriptions.dispatchers.known_holds import hold_known
 from broker.subscriptions.revision import RevisionSource
 from broker.transactions.dispatch_view import HIDE, DispatchView
 from protocol.errors import ProtocolError
@@ -507,9 +510,15 @@ class Dispatcher:
             if txn is not None:
                 last = txn.read_limit(last)   # an open transaction holds later entries back
             read_from = cursor.read_position
+            held_unread = False
             if delayed is not None and last is not None and read_from <= last:
                 read_from = self._skip_held(delayed, read_from, last)
-            if last is not None and read_from <= last:
+                # keyed messages whose deliver times were learnt at publish: held unread
+                held_unread = (txn is None and not sub.read_compacted and read_from <= last
+                               and hold_known(delayed, cursor, ledger, read_from, last,
+                                              self.add_replay))
+                progressed = progressed or held_unread
+            if not held_unread and last is not None and read_from <= last:
                 # One new entry (one message in flight at a time) still in the entry cache:
                 # taken without an await, so nothing became durable or changed meanwhile.
                 hit = ledger.cached_entry(read_from) if read_from == last else None
