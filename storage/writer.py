@@ -294,7 +294,9 @@ class GroupCommitWriter:
         await self.barrier()
         with self._wakeup.lock:
             self._stopping = True
-        self._wakeup.wake()
+            wake = self._wakeup.claim()
+        if wake:
+            self._wakeup.wake()
         await asyncio.get_running_loop().run_in_executor(None, self._thread.join)
         self._wakeup.close()
         self._sync.handback.close()  # both threads are done: nothing posts any more

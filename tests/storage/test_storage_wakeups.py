@@ -9,6 +9,8 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from storage import SegmentStore, StorageConfig
 from storage.handback import Handback
 from storage.wakeup import Wakeup
@@ -146,3 +148,13 @@ async def test_lone_appends_are_answered_and_a_closed_store_leaves_no_descriptor
     assert store.stats().group_commits == 200
     await store.close()
     assert _open_fds() == before
+
+
+async def test_without_eventfd_the_writer_is_woken_and_stops_through_its_condition(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delattr(os, "eventfd")  # as on a system without it
+    store = await SegmentStore.open(tmp_path, StorageConfig())
+    ml = await store.open_ledger("persistent://public/default/no-eventfd")
+    for i in range(20):
+        assert (await asyncio.wait_for(ml.append(b"%02d" % i), WAIT_S)).entry_id == i
+    await asyncio.wait_for(store.close(), WAIT_S)  # the idle writer hears of the stop
