@@ -50,7 +50,7 @@ class IndexResidency(enum.Enum):
 class SegmentFile:
     """A ledger's segment file. Index arrays are appended by the writer (or recovery) only;
     the loop reads indices <= its ledger's last confirmed entry, which the writer published
-    before completing the batch (the hand-back, storage/handback.py, is the happens-before edge). A sealed
+    before completing the batch (call_soon_threadsafe is the happens-before edge). A sealed
     segment with a durable index may have its arrays paged out (resident False): readers
     get them through the store's IndexPager. Its two lifecycles are :class:`WriteState`
     (``write_state``) and :class:`IndexResidency` (``index``); ``evicted`` and ``positioned``

@@ -24,11 +24,8 @@ Theory of operation (the writer's side is in storage/writer.py):
    before the failure was known and no fsync after a failure proves anything, fsyncgate),
    and its segments are marked broken with fenced_ends = synced_offset. synced_offset only
    moves here, and never for a fenced owner, so fenced_ends never cuts an acknowledged entry.
-4. One hand-back per round (storage/handback.py: one ordered channel to the loop for both
-   threads) hands every owner its batches, in append order (runs of consecutive good batches
-   merged into one complete_appends call). The sync thread wakes the loop holding the GIL
-   and goes on; the write thread, after a round it ran itself and with nothing more queued,
-   wakes it without the GIL, since it waits next anyway.
+4. One loop.call_soon_threadsafe per round hands every owner its batches, in append order
+   (runs of consecutive good batches merged into one complete_appends call).
 5. The write stage counts jobs handed, this thread jobs finished (after the hand-back): the
    writer's drain() waits until they are equal, so controls (seal, delete, barriers) run
    after everything written before them is synced and completed. busy() names the segments
@@ -48,12 +45,10 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 
 from storage.errors import PersistenceError
 from storage.fileops import FileOps
-from storage.handback import Handback
 from storage.segment_file import AppendBatch, SegmentFile, WriteOwner, WriteState
 
 log = logging.getLogger("horae.storage")
@@ -92,7 +87,7 @@ class SyncStage:
         fenced_ends: dict[Path, int],
         on_no_space: Callable[[], None] | None = None,
     ) -> None:
-        self.handback = Handback(loop)  # the one ordered channel to the loop (storage/handback.py)
+        self._loop = loop
         self._ops = ops
         self._fsync = fsync
         self.fenced_ends = fenced_ends  # shared with the writer (recovery reads it)
@@ -194,16 +189,13 @@ class SyncStage:
             self._fail_round([job])
         return True
 
-    def post_inline(self, *, then_wait: bool = False) -> None:
+    def post_inline(self) -> None:
         """Hand the outcome of the inline rounds run so far back to the loop (write thread;
-        see run_if_idle). then_wait: the write thread waits for more work next, so the loop is
-        woken without the GIL (Handback.post_and_wait)."""
+        see run_if_idle)."""
         if self._inline:
             results, self._inline = self._inline, []
-            if then_wait:
-                self.handback.post_and_wait(partial(_complete_batch, results))
-            else:
-                self.handback.post(partial(_complete_batch, results))
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
+                self._loop.call_soon_threadsafe(_complete_batch, results)
 
     def _finish(self, jobs: list[SyncJob]) -> None:
         handed_back = False
@@ -276,7 +268,9 @@ class SyncStage:
             if self.batch_sizes is not None:
                 self.batch_sizes.append(entries)
         if results and hand_back:
-            self.handback.post(partial(_complete_batch, results))
+            # RuntimeError: the loop is closed, nobody is waiting any more.
+            with contextlib.suppress(RuntimeError):
+                self._loop.call_soon_threadsafe(_complete_batch, results)
             return []
         return results
 
@@ -312,7 +306,8 @@ class SyncStage:
                         self._mark_broken(b.segment)
                 results.append((owner, batches, error or PersistenceError(
                     "the storage writer failed unexpectedly")))
-        self.handback.post(partial(_complete_batch, results))
+        with contextlib.suppress(RuntimeError):
+            self._loop.call_soon_threadsafe(_complete_batch, results)
 
 
 def _complete_batch(results: list[Result]) -> None:

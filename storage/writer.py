@@ -24,10 +24,10 @@ Theory of operation:
    before the hand-off, so before anything in them can be acknowledged.
 3. The sync thread takes every job waiting as one round, fdatasyncs each file of the round
    once (jobs written during the previous fdatasync share one), sets synced_offset, and
-   hands the round back to the loop with ONE hand-back (storage/handback.py); the owner (a
-   managed ledger) resolves its futures there, in append order, with per-batch (not
-   per-entry) bookkeeping: confirmed count, size, one cache chunk, listeners. Nothing is
-   acknowledged before an fdatasync that started after its write returned.
+   hands the round back to the loop with ONE loop.call_soon_threadsafe; the owner (a managed
+   ledger) resolves its futures there, in append order, with per-batch (not per-entry)
+   bookkeeping: confirmed count, size, one cache chunk, listeners. Nothing is acknowledged
+   before an fdatasync that started after its write returned.
 4. A failed write (write stage) or fdatasync (sync stage) fences the owner: every append of
    that owner not yet acknowledged fails with PersistenceError, also one written before the
    failure was known whose own fdatasync succeeded: the sync stage judges each owner once per
@@ -70,7 +70,6 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 
 from storage.errors import PersistenceError, TooManyOpenFilesError
@@ -90,7 +89,6 @@ from storage.segment_io import (
 )
 from storage.segments import index_path
 from storage.sync_stage import SyncJob, SyncStage, fence
-from storage.wakeup import Wakeup
 
 log = logging.getLogger("horae.storage")
 
@@ -149,10 +147,10 @@ class GroupCommitWriter:
         self._max_delay = max_delay_ms / 1000.0
         self._early_sync_bytes = max(0, early_sync_bytes)
         self._max_batch = max(1, max_batch_entries)
-        self._wakeup = Wakeup()  # its lock guards the three below; woken without the GIL
-        self._queue: list[AppendBatch | Control] = []  # handed over; under _wakeup.lock
-        self._queued_entries = 0  # appends in _queue (under _wakeup.lock)
-        self._wake_at = 1  # queued appends worth waking the waiting writer for (under the lock)
+        self._cond = threading.Condition(threading.Lock())
+        self._queue: list[AppendBatch | Control] = []  # handed over; under _cond
+        self._queued_entries = 0  # appends in _queue (under _cond)
+        self._wake_at = 1  # queued appends worth waking the waiting writer for (under _cond)
         self._pending: list[AppendBatch | Control] = []  # loop-only: this iteration's
         self._kick_pending = False  # a _kick is scheduled on the loop (loop-only flag)
         self._stopping = False
@@ -270,46 +268,39 @@ class GroupCommitWriter:
                 entries += len(item.datas)
             else:
                 control = True
-        wakeup = self._wakeup
-        with wakeup.lock:
+        with self._cond:
             self._queue.extend(pending)
             self._queued_entries += entries
             # A writer gathering a group commit wakes when its target is queued (or at its
-            # deadline), not once per loop iteration that adds to it; a busy one not at all.
-            wake = (control or self._queued_entries >= self._wake_at) and wakeup.claim()
-        if wake:
-            wakeup.wake()  # without the GIL: the writer, woken, finds it free
+            # deadline), not once per loop iteration that adds to it.
+            if control or self._queued_entries >= self._wake_at:
+                self._cond.notify()
 
     async def barrier(self) -> None:
         """Wait until everything queued before this call has been handled."""
         fut: asyncio.Future[None] = self._loop.create_future()
 
-        def done() -> None:  # after the outcomes handed back before it (one ordered channel)
-            self._sync.handback.post(partial(_set_if_pending, fut))
+        def done() -> None:
+            self._loop.call_soon_threadsafe(_set_if_pending, fut)
 
         self._control(CallInWriter(done))
         await fut
 
     async def stop(self) -> None:
         await self.barrier()
-        with self._wakeup.lock:
+        with self._cond:
             self._stopping = True
-            wake = self._wakeup.claim()
-        if wake:
-            self._wakeup.wake()
+            self._cond.notify()
         await asyncio.get_running_loop().run_in_executor(None, self._thread.join)
-        self._wakeup.close()
-        self._sync.handback.close()  # both threads are done: nothing posts any more
 
     # -- write thread ----------------------------------------------------------------------
 
     def _take_batch(self) -> list[AppendBatch | Control] | None:
-        wakeup = self._wakeup
-        with wakeup.lock:
+        with self._cond:
             while not self._queue:
                 if self._stopping:
                     return None
-                wakeup.wait()
+                self._cond.wait()
             target = min(self._sync.last_round_entries, self._max_batch)
             if self._max_delay > 0 and target > 1 and self._sync.idle():
                 # Concurrency was seen and no fdatasync is running that the next writes
@@ -321,7 +312,7 @@ class GroupCommitWriter:
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
                         break
-                    wakeup.wait(remaining)
+                    self._cond.wait(remaining)
                 self._wake_at = 1
             batch, self._queue = self._queue, []
             self._queued_entries = 0
@@ -372,11 +363,8 @@ class GroupCommitWriter:
             self.fds.evict(touched.keys() | self._sync.busy())
         finally:
             # A round this thread synced itself is handed back here, after the bookkeeping
-            # above and just before the thread waits for more (sync_stage.run_if_idle): with
-            # nothing queued, without the GIL, so the loop woken by it runs at once.
-            with self._wakeup.lock:
-                idle = not self._queue
-            self._sync.post_inline(then_wait=idle)
+            # above and just before the thread waits for more (sync_stage.run_if_idle).
+            self._sync.post_inline()
 
     def _write_appends(self, appends: list[AppendBatch]) -> dict[SegmentFile, tuple[WriteOwner, int]]:
         """Write one group and hand it to the sync stage; returns {segment: (owner, bytes
@@ -440,7 +428,7 @@ class GroupCommitWriter:
     def _submit(self, job: SyncJob) -> None:
         """Hand job to the sync stage, or, with nothing more to write and that stage idle,
         sync it here (no overlap to gain, one thread hand-off saved)."""
-        with self._wakeup.lock:
+        with self._cond:
             more = bool(self._queue)
         if more or not self._sync.run_if_idle(job):
             self._sync.hand(job)
