@@ -15,7 +15,8 @@ directory, then drives each in turn with pulsar-client 3.13:
 
 Each peer first runs one uncounted warm-up round (``--warmup``: that fraction of every count;
 the JVM compiles its hot paths then). Around each workload the broker's CPU seconds (``/proc/PID/stat``, all threads; for Pulsar the
-JVM's) are read and given per million messages; after the round its RSS and its peak RSS
+JVM's) are read and given per million messages, and so is the client's own CPU (this process:
+the official client's Python and C++ threads); after the round its RSS and its peak RSS
 (``VmHWM``). Every figure is printed for each peer with Horae's ratio to it (above 1 = Horae
 ahead: Horae/peer for rates, peer/Horae for latency, CPU and memory; :mod:`bench.peer_table`).
 
@@ -153,11 +154,18 @@ def end_to_end(client: pulsar.Client, topic: str, n: int, payload: bytes) -> tup
     return latencies[n // 2] / 1e3, latencies[(n * 99) // 100] / 1e3
 
 
+def _client_cpu() -> float:
+    """CPU seconds of this process (the official client: its Python and C++ threads)."""
+    times = os.times()
+    return times.user + times.system
+
+
 def _cpu_per_million(broker: Broker, results: dict[str, float], phase: str, messages: int,
                      work: Callable[[], float]) -> float:
-    cpu0 = cpu_seconds(broker.pid)
+    cpu0, client0 = cpu_seconds(broker.pid), _client_cpu()
     value = work()
     results[f"broker CPU s/M msgs, {phase}"] = (cpu_seconds(broker.pid) - cpu0) / messages * 1e6
+    results[f"client CPU s/M msgs, {phase}"] = (_client_cpu() - client0) / messages * 1e6
     return value
 
 
