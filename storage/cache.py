@@ -20,13 +20,15 @@ clock :attr:`EntryCache.clock` (so a put or a hit costs no clock call):
 - a chunk some reader has read and nobody read again for the threshold leaves
   (:meth:`EntryCache.evict_read_before`); the chunks once read are also kept in touch order
   (``_read``), so that walk stops at the first young one;
-- once nothing was put or read for the threshold (:attr:`EntryCache.last_touch`), everything
-  leaves (:meth:`EntryCache.clear`): the burst that filled the cache is over.
+- once nothing was put, read from the cache or read from disk (:attr:`EntryCache.last_touch`,
+  which the read path also sets) for the threshold, everything leaves
+  (:meth:`EntryCache.evict_oldest`): the burst that filled the cache is over.
 
-Unlike Pulsar, a chunk no reader has read yet does not age out while the cache is in use: a
-backlog drained right after it was written is still read from memory (within the byte budget).
-The hook :attr:`EntryCache.on_first_put` is called by a put into an unwatched cache, so the
-timer runs only while the cache holds something.
+Both walks free at most a budget of bytes per tick, so a large cache empties over a few ticks
+instead of one long stop of the loop. Unlike Pulsar, a chunk no reader has read yet does not
+age out while the store is in use: a backlog drained right after it was written is still read
+from memory (within the byte budget). The hook :attr:`EntryCache.on_first_put` is called by a
+put into an unwatched cache, so the timer runs only while the cache holds something.
 """
 
 from __future__ import annotations
@@ -116,12 +118,13 @@ class EntryCache:
             del self._starts[ledger_id]
         return chunk.nbytes
 
-    def evict_read_before(self, cutoff: float) -> int:
-        """Drop the chunks read at least once and last touched before *cutoff* (an
-        :attr:`clock` value); returns the bytes they held."""
+    def evict_read_before(self, cutoff: float, budget: int) -> int:
+        """Drop chunks read at least once and last touched before *cutoff* (an
+        :attr:`clock` value), oldest first, until *budget* bytes are freed; returns the bytes
+        freed."""
         read, chunks = self._read, self._chunks
         freed = 0
-        while read:
+        while read and freed < budget:
             key, chunk = next(iter(read.items()))
             if chunk.touched >= cutoff:
                 break
@@ -130,13 +133,12 @@ class EntryCache:
             freed += self._forget(key, chunk)
         return freed
 
-    def clear(self) -> int:
-        """Drop everything; returns the bytes it held."""
-        freed = self.size_bytes
-        self._chunks.clear()
-        self._read.clear()
-        self._starts.clear()
-        self.size_bytes = 0
+    def evict_oldest(self, budget: int) -> int:
+        """Drop the least recently used chunks until *budget* bytes are freed or the cache is
+        empty; returns the bytes freed."""
+        freed = 0
+        while self._chunks and freed < budget:
+            freed += self._pop_oldest()
         return freed
 
     @property

@@ -59,12 +59,37 @@ def test_read_chunks_age_out_and_unread_ones_stay_until_cleared() -> None:
     cache.clock = 5.0
     assert cache.get_run(1, 2, 5) == [b"cc"]          # read at 5.0
     assert cache.last_touch == 5.0
-    assert cache.evict_read_before(5.0) == 0          # not before 5.0; the unread never
-    assert cache.evict_read_before(5.5) == 2          # (1, 2) leaves: its 2 bytes
+    assert cache.evict_read_before(5.0, 1 << 20) == 0          # not before 5.0; the unread never
+    assert cache.evict_read_before(5.5, 1 << 20) == 2          # (1, 2) leaves: its 2 bytes
     assert len(cache) == 3 and cache.size_bytes == 8 and not cache.empty
-    assert cache.evict_read_before(100.0) == 0        # unread chunks do not age out
-    assert cache.clear() == 8 and cache.empty and cache.size_bytes == 0
+    assert cache.evict_read_before(100.0, 1 << 20) == 0        # unread chunks do not age out
+    assert cache.evict_oldest(1 << 20) == 8 and cache.empty and cache.size_bytes == 0
     assert cache.get(1, 0) is None and cache.get(2, 0) is None
+
+
+def test_each_walk_stops_at_its_budget() -> None:
+    cache = EntryCache(1 << 20)
+    for i in range(4):
+        cache.put_many(1, i, [b"x" * 100])
+    cache.clock = 2.0
+    for i in range(4):
+        assert cache.get(1, i) is not None
+    assert cache.evict_read_before(3.0, 150) == 200   # stops once 150 bytes are freed
+    assert cache.get(1, 0) is None and cache.get(1, 2) is not None
+    assert cache.evict_oldest(1) == 100 and len(cache) == 1
+
+
+def test_a_read_from_disk_keeps_the_cache_in_use() -> None:
+    loop = _ManualLoop()
+    cache = EntryCache(1 << 20)
+    CacheEviction(loop, cache, threshold_s=1.0, interval_s=0.01)  # type: ignore[arg-type]
+    cache.put_many(1, 0, [b"unread"])
+    for _ in range(30):                               # the read path marks the cache in use
+        loop.advance_by_ticks(0.1, 0.01)
+        cache.last_touch = cache.clock
+    assert len(cache) == 1                            # 3 s later, still there
+    loop.advance_by_ticks(1.1, 0.01)
+    assert cache.empty and not loop.pending
 
 
 def test_the_timer_runs_only_while_the_cache_holds_entries() -> None:
