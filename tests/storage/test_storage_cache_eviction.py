@@ -11,7 +11,12 @@ from typing import Any
 import pytest
 
 from storage.cache import EntryCache
-from storage.cache_eviction import RELEASE_MIN_BYTES, CacheEviction, release_free_memory
+from storage.cache_eviction import (
+    RELEASE_DELAY_S,
+    RELEASE_MIN_BYTES,
+    CacheEviction,
+    release_free_memory,
+)
 
 
 class _Handle:
@@ -129,13 +134,33 @@ def test_a_burst_that_ages_out_is_released_once() -> None:
         cache.put_many(1, i * 16, chunk)
         loop.advance(0.01)
     assert released == [] and not cache.empty         # still young
-    while loop.pending:
-        loop.advance(0.01)
-    assert cache.empty and released == [1] and eviction.releases == 1
+    loop.advance_by_ticks(1.1, 0.01)
+    assert cache.empty and released == []             # emptied: the release waits...
+    loop.advance_by_ticks(RELEASE_DELAY_S - 0.5, 0.01)
+    assert released == []
+    loop.advance_by_ticks(1.0, 0.01)                  # ...RELEASE_DELAY_S unused, then runs
+    assert not loop.pending and released == [1] and eviction.releases == 1
     cache.put_many(2, 0, [b"small"])                  # a small put later: armed again...
     while loop.pending:
         loop.advance(0.01)
     assert cache.empty and released == [1]            # ...but too little evicted to release
+
+
+def test_a_put_before_the_release_puts_it_off() -> None:
+    loop = _ManualLoop()
+    cache = EntryCache(1 << 30)
+    released: list[int] = []
+    CacheEviction(loop, cache, threshold_s=1.0, interval_s=0.01,  # type: ignore[arg-type]
+                  release=lambda: released.append(1) is None)
+    cache.put_many(1, 0, [b"b" * (1 << 20)] * (RELEASE_MIN_BYTES // (1 << 20)))
+    loop.advance_by_ticks(1.1, 0.01)
+    assert cache.empty and len(loop.pending) == 1     # the release, waiting
+    loop.advance_by_ticks(RELEASE_DELAY_S / 2, 0.01)
+    cache.put_many(2, 0, [b"next burst"])             # in use again: no release now
+    loop.advance_by_ticks(RELEASE_DELAY_S / 2 + 0.5, 0.01)
+    assert released == []
+    loop.advance_by_ticks(1.0 + RELEASE_DELAY_S, 0.01)   # emptied again, then unused
+    assert cache.empty and released == [1] and not loop.pending
 
 
 def test_close_cancels_the_pending_tick() -> None:
@@ -161,7 +186,7 @@ async def test_on_a_running_loop_an_idle_cache_empties(tmp_path: Any) -> None:
     done = asyncio.Event()
     loop = asyncio.get_running_loop()
     eviction = CacheEviction(loop, cache, threshold_s=0.05, interval_s=0.01,
-                             release=lambda: done.set() is None)
+                             release=lambda: done.set() is None, release_delay_s=0.05)
     cache.put_many(1, 0, [b"q" * (1 << 20)] * (RELEASE_MIN_BYTES // (1 << 20)))
     await asyncio.wait_for(done.wait(), 30)
     assert cache.empty and cache.size_bytes == 0 and eviction.releases == 1
