@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from waiting import wait_until_async
 
 from storage.cache import EntryCache
 from storage.cache_eviction import (
@@ -197,3 +198,25 @@ async def test_on_a_running_loop_an_idle_cache_empties(tmp_path: Any) -> None:
                     reason="malloc_trim is glibc's")
 def test_release_free_memory_calls_malloc_trim_on_glibc() -> None:
     assert release_free_memory() is True
+
+
+async def test_a_store_ages_out_what_its_readers_read(tmp_path: Any) -> None:
+    from storage import Position, SegmentStore, StorageConfig
+
+    store = await SegmentStore.open(tmp_path, StorageConfig(
+        entry_cache_eviction_threshold_s=0.2, entry_cache_eviction_interval_s=0.01))
+    try:
+        ml = await store.open_ledger("public/default/persistent/aging")
+        first = await ml.append(b"a" * 100)
+        await asyncio.gather(*(ml.append(b"b" * 100) for _ in range(9)))
+        assert store.cache.size_bytes == 1000 and store.cache.watched
+        entries = await ml.read_entries(Position(first.ledger_id, 0), 10)
+        assert len(entries) == 10 and store.cache.hits >= 10   # from memory
+        await wait_until_async(lambda: store.cache.empty, timeout_s=30,
+                               message="the read entries aged out of the cache")
+        assert not store.cache.watched
+        again = await ml.read_entries(Position(first.ledger_id, 0), 10)
+        assert [e.data for e in again] == [e.data for e in entries]   # now from disk
+        assert store.cache.misses >= 1
+    finally:
+        await store.close()
