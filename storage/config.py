@@ -22,9 +22,9 @@ class StorageConfig:
     """managedLedgerCacheEvictionTimeThresholdMillis (1000 ms): a cached entry not put or read
     for this long leaves the cache (storage/cache_eviction.py); 0 keeps entries until the byte
     budget pushes them out."""
-    entry_cache_eviction_interval_s: float = 0.01
-    """managedLedgerCacheEvictionIntervalMs (10 ms): how often the age limit is applied while
-    the cache holds entries."""
+    entry_cache_eviction_interval_s: float = 0.1
+    """managedLedgerCacheEvictionIntervalMs (100 ms; Pulsar's is 10): how often the age limit
+    is applied while the cache holds entries."""
     fsync: bool = True
     """False skips fdatasync (tests/benchmarks of CPU cost only): acknowledged entries are then
     NOT crash-safe."""

@@ -164,7 +164,7 @@ def test_to_dict_round_trips() -> None:
 def test_broker_config_keys_map_to_the_storage_settings() -> None:
     defaults = storage_config(load_config(None, {}))
     assert (defaults.entry_cache_eviction_threshold_s,
-            defaults.entry_cache_eviction_interval_s) == (1.0, 0.01)   # Pulsar's defaults
+            defaults.entry_cache_eviction_interval_s) == (1.0, 0.1)   # Pulsar's: 1 s, 10 ms
     mine = storage_config(load_config(None, {"managedLedgerCacheEvictionTimeThresholdMillis": 250,
                                              "managedLedgerCacheEvictionIntervalMs": 50}))
     assert (mine.entry_cache_eviction_threshold_s, mine.entry_cache_eviction_interval_s) == (

@@ -13,6 +13,7 @@ from waiting import wait_until_async
 
 from storage.cache import EntryCache
 from storage.cache_eviction import (
+    CATCH_UP_S,
     RELEASE_DELAY_S,
     RELEASE_MIN_BYTES,
     CacheEviction,
@@ -162,6 +163,21 @@ def test_a_put_before_the_release_puts_it_off() -> None:
     assert released == []
     loop.advance_by_ticks(1.0 + RELEASE_DELAY_S, 0.01)   # emptied again, then unused
     assert cache.empty and released == [1] and not loop.pending
+
+
+def test_a_tick_that_used_its_budget_is_followed_sooner() -> None:
+    loop = _ManualLoop()
+    cache = EntryCache(1 << 30)
+    CacheEviction(loop, cache, threshold_s=1.0, interval_s=0.1,  # type: ignore[arg-type]
+                  release=lambda: True)
+    for i in range(6):
+        cache.put_many(1, i, [b"m" * (1 << 20)])      # 6 MiB, one chunk per MiB
+    loop.advance_by_ticks(1.1, 0.1)                   # unused for the threshold: emptying
+    assert cache.size_bytes == 2 << 20                # 4 MiB (the budget) went in one tick
+    (due, _), = loop.pending
+    assert due - loop.now <= CATCH_UP_S + 1e-9        # the rest comes at once, not in 100 ms
+    loop.advance(CATCH_UP_S)
+    assert cache.empty
 
 
 def test_close_cancels_the_pending_tick() -> None:
