@@ -38,14 +38,12 @@ import asyncio
 import ctypes
 import ctypes.util
 import functools
-import logging
 from collections.abc import Callable
 
 from storage.cache import EntryCache
 
-__all__ = ["CATCH_UP_S", "RELEASE_DELAY_S", "RELEASE_MIN_BYTES", "TICK_BUDGET_BYTES", "CacheEviction", "release_free_memory"]
-
-log = logging.getLogger("horae.storage")
+__all__ = ["CATCH_UP_S", "RELEASE_DELAY_S", "RELEASE_MIN_BYTES", "TICK_BUDGET_BYTES",
+           "CacheEviction", "release_free_memory"]
 
 #: Bytes evicted since the last release before emptying the cache releases memory again.
 RELEASE_MIN_BYTES = 8 * 1024 * 1024
