@@ -248,8 +248,7 @@ class BrokerConfig:
     managed_ledger_cache_eviction_interval_ms: int = _opt(
         "managedLedgerCacheEvictionIntervalMs", 100,
         "How often (ms) the entry cache's age limit is applied while it holds entries (Pulsar: "
-        "10; a tick costs tens of us of the loop here, 100 per second showed in the CPU per "
-        "message of light workloads).")
+        "10; a tick costs tens of us of the loop here).")
     journal_sync_data: bool = _opt(
         "journalSyncData", True,
         "fsync before every SEND_RECEIPT (BookKeeper's name). false is for throwaway test data only.")

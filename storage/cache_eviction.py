@@ -4,9 +4,8 @@ Theory of operation
 -------------------
 Pulsar evicts cached entries older than ``managedLedgerCacheEvictionTimeThresholdMillis``
 (1000 ms) on a timer that runs every ``managedLedgerCacheEvictionIntervalMs`` (10 ms there,
-100 ms here: a tick costs tens of microseconds of the loop, and 100 ticks a second added
-~0.6 s of broker CPU per million messages to the official client's batched publish), so a
-burst does not stay cached for the life of the process. :class:`CacheEviction` is that timer
+100 ms here: a tick costs tens of microseconds of the loop), so a burst does not stay cached
+for the life of the process. :class:`CacheEviction` is that timer
 for the store's :class:`EntryCache`: each tick sets the cache's coarse clock, drops the chunks
 a reader has read and nobody read again within the threshold
 (:meth:`EntryCache.evict_read_before`), and empties the cache once nothing was put or read
