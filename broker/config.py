@@ -241,6 +241,14 @@ class BrokerConfig:
     managed_ledger_cache_size_mb: int = _opt(
         "managedLedgerCacheSizeMB", 64,
         "Entry cache for tailing reads, MiB (Pulsar: 1/5 of direct memory; 64 suits one node).")
+    managed_ledger_cache_eviction_time_threshold_millis: int = _opt(
+        "managedLedgerCacheEvictionTimeThresholdMillis", 1000,
+        "A cached entry not written or read for this long (ms) leaves the entry cache; once a "
+        "burst has aged out, the freed memory goes back to the OS. 0: only the size bound.")
+    managed_ledger_cache_eviction_interval_ms: int = _opt(
+        "managedLedgerCacheEvictionIntervalMs", 100,
+        "How often (ms) the entry cache's age limit is applied while it holds entries (Pulsar: "
+        "10; a tick costs tens of us of the loop here).")
     journal_sync_data: bool = _opt(
         "journalSyncData", True,
         "fsync before every SEND_RECEIPT (BookKeeper's name). false is for throwaway test data only.")
@@ -598,7 +606,7 @@ class BrokerConfig:
                     "http_server_accept_queue_size", "http_server_idle_timeout_ms",
                     "http_server_request_header_timeout_ms",
                     "broker_deduplication_max_number_of_producers", "default_num_partitions",
-                    "web_socket_max_text_frame_size")
+                    "web_socket_max_text_frame_size", "managed_ledger_cache_eviction_interval_ms")
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{KEY_OF_FIELD[name]} must be > 0, not {getattr(self, name)}")
@@ -631,7 +639,8 @@ class BrokerConfig:
                 raise ConfigError(f"{KEY_OF_FIELD[name]} must be > 0, not {getattr(self, name)}")
         for name in ("transaction_log_batched_write_max_delay_in_millis",
                      "transaction_pending_ack_batched_write_max_delay_in_millis",
-                     "transaction_buffer_snapshot_min_time_in_millis"):
+                     "transaction_buffer_snapshot_min_time_in_millis",
+                     "managed_ledger_cache_eviction_time_threshold_millis"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{KEY_OF_FIELD[name]} must be >= 0, not {getattr(self, name)}")
         for name in ("message_expiry_check_interval_in_minutes",
@@ -718,6 +727,9 @@ def storage_config(config: BrokerConfig) -> StorageConfig:
         max_ledger_rollover_minutes=config.managed_ledger_max_ledger_rollover_time_minutes,
         mark_delete_rate_limit_per_sec=config.managed_ledger_default_mark_delete_rate_limit,
         entry_cache_bytes=config.managed_ledger_cache_size_mb * 1024 * 1024,
+        entry_cache_eviction_threshold_s=(
+            config.managed_ledger_cache_eviction_time_threshold_millis / 1000),
+        entry_cache_eviction_interval_s=config.managed_ledger_cache_eviction_interval_ms / 1000,
         fsync=config.journal_sync_data,
         group_commit_max_delay_ms=config.journal_max_group_wait_msec,
         disk_usage_threshold=config.disk_usage_threshold,

@@ -12,21 +12,39 @@ chunk by bisecting the ledger's sorted chunk starts. LRU order is per chunk: a h
 chunk to the young end; eviction drops whole chunks, oldest first (so the cache may hold a
 little less than its budget, never more). Only new entries are put (appends): a key is never
 put twice. Loop-only (no locking).
+
+Entries also leave by age (Pulsar's ``managedLedgerCacheEvictionTimeThresholdMillis``), in
+two ways, both applied by the timer of :mod:`storage.cache_eviction`, which sets the coarse
+clock :attr:`EntryCache.clock` (so a put or a hit costs no clock call):
+
+- a chunk some reader has read and nobody read again for the threshold leaves
+  (:meth:`EntryCache.evict_read_before`); the chunks once read are also kept in touch order
+  (``_read``), so that walk stops at the first young one;
+- once nothing was put, read from the cache or read from disk (:attr:`EntryCache.last_touch`,
+  which the read path also sets) for the threshold, everything leaves
+  (:meth:`EntryCache.evict_oldest`): the burst that filled the cache is over.
+
+Both walks free at most a budget of bytes per tick, so a large cache empties over a few ticks
+instead of one long stop of the loop. Unlike Pulsar, a chunk no reader has read yet does not
+age out while the store is in use: a backlog drained right after it was written is still read
+from memory (within the byte budget). The hook :attr:`EntryCache.on_first_put` is called by a
+put into an unwatched cache, so the timer runs only while the cache holds something.
 """
 
 from __future__ import annotations
 
 import bisect
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 
 class _Chunk:
-    __slots__ = ("datas", "nbytes")
+    __slots__ = ("datas", "nbytes", "touched")
 
-    def __init__(self, datas: list[bytes | None], nbytes: int) -> None:
+    def __init__(self, datas: list[bytes | None], nbytes: int, touched: float) -> None:
         self.datas = datas  # None = discarded
         self.nbytes = nbytes
+        self.touched = touched  # EntryCache.clock when last put or read
 
 
 class EntryCache:
@@ -37,6 +55,14 @@ class EntryCache:
         self.misses = 0
         self._chunks: OrderedDict[tuple[int, int], _Chunk] = OrderedDict()
         self._starts: dict[int, list[int]] = {}  # ledger_id -> sorted first entry ids
+        #: Coarse time of puts and hits (set by the eviction timer, see the module doc).
+        self.clock = 0.0
+        #: :attr:`clock` at the last put or hit.
+        self.last_touch = 0.0
+        self._read: OrderedDict[tuple[int, int], _Chunk] = OrderedDict()  # read once: by touch
+        #: Called by a put into the cache while :attr:`watched` is false (then set it).
+        self.on_first_put: Callable[[], None] | None = None
+        self.watched = False
 
     def put(self, ledger_id: int, entry_id: int, data: bytes) -> None:
         self.put_many(ledger_id, entry_id, [data])
@@ -55,7 +81,10 @@ class EntryCache:
         return total
 
     def _add(self, ledger_id: int, first: int, datas: list[bytes | None], nbytes: int) -> None:
-        self._chunks[(ledger_id, first)] = _Chunk(datas, nbytes)
+        if not self.watched and self.on_first_put is not None:
+            self.on_first_put()
+        self._chunks[(ledger_id, first)] = _Chunk(datas, nbytes, self.clock)
+        self.last_touch = self.clock
         starts = self._starts.get(ledger_id)
         if starts is None:
             self._starts[ledger_id] = [first]
@@ -68,17 +97,53 @@ class EntryCache:
             self._evict()
 
     def _evict(self) -> None:
-        chunks, all_starts = self._chunks, self._starts
+        chunks = self._chunks
         while self.size_bytes > self.max_bytes and chunks:
-            (ledger_id, first), chunk = chunks.popitem(last=False)
-            self.size_bytes -= chunk.nbytes
-            starts = all_starts[ledger_id]
-            if starts[0] == first:
-                del starts[0]
-            else:
-                starts.remove(first)
-            if not starts:
-                del all_starts[ledger_id]
+            self._pop_oldest()
+
+    def _pop_oldest(self) -> int:
+        key, chunk = self._chunks.popitem(last=False)
+        self._read.pop(key, None)
+        return self._forget(key, chunk)
+
+    def _forget(self, key: tuple[int, int], chunk: _Chunk) -> int:
+        ledger_id, first = key
+        self.size_bytes -= chunk.nbytes
+        starts = self._starts[ledger_id]
+        if starts[0] == first:
+            del starts[0]
+        else:
+            starts.remove(first)
+        if not starts:
+            del self._starts[ledger_id]
+        return chunk.nbytes
+
+    def evict_read_before(self, cutoff: float, budget: int) -> int:
+        """Drop chunks read at least once and last touched before *cutoff* (an
+        :attr:`clock` value), oldest first, until *budget* bytes are freed; returns the bytes
+        freed."""
+        read, chunks = self._read, self._chunks
+        freed = 0
+        while read and freed < budget:
+            key, chunk = next(iter(read.items()))
+            if chunk.touched >= cutoff:
+                break
+            del read[key]
+            del chunks[key]
+            freed += self._forget(key, chunk)
+        return freed
+
+    def evict_oldest(self, budget: int) -> int:
+        """Drop the least recently used chunks until *budget* bytes are freed or the cache is
+        empty; returns the bytes freed."""
+        freed = 0
+        while self._chunks and freed < budget:
+            freed += self._pop_oldest()
+        return freed
+
+    @property
+    def empty(self) -> bool:
+        return not self._chunks
 
     def _find(self, ledger_id: int, entry_id: int) -> tuple[tuple[int, int], _Chunk, int] | None:
         starts = self._starts.get(ledger_id)
@@ -94,13 +159,22 @@ class EntryCache:
             return None
         return key, chunk, offset
 
+    def _touch(self, key: tuple[int, int], chunk: _Chunk) -> None:
+        self._chunks.move_to_end(key)
+        chunk.touched = self.last_touch = self.clock
+        read = self._read
+        if key in read:
+            read.move_to_end(key)
+        else:
+            read[key] = chunk
+
     def get(self, ledger_id: int, entry_id: int) -> bytes | None:
         found = self._find(ledger_id, entry_id)
         data = None if found is None else found[1].datas[found[2]]
         if data is None:
             self.misses += 1
             return None
-        self._chunks.move_to_end(found[0])  # type: ignore[index]
+        self._touch(found[0], found[1])  # type: ignore[index]
         self.hits += 1
         return data
 
@@ -120,7 +194,7 @@ class EntryCache:
             if not datas:
                 self.misses += 1
                 return []
-        self._chunks.move_to_end(key)
+        self._touch(key, chunk)
         self.hits += len(datas)
         return datas  # type: ignore[return-value]  # no None left in it
 
@@ -138,6 +212,7 @@ class EntryCache:
     def drop_ledger(self, ledger_id: int) -> None:
         for first in self._starts.pop(ledger_id, ()):
             chunk = self._chunks.pop((ledger_id, first))
+            self._read.pop((ledger_id, first), None)
             self.size_bytes -= chunk.nbytes
 
     def __len__(self) -> int:

@@ -18,6 +18,13 @@ class StorageConfig:
     on flush() and close())."""
     entry_cache_bytes: int = 64 * 1024 * 1024
     """Bytes of recent entries kept in memory (store-wide) so tailing readers never touch disk."""
+    entry_cache_eviction_threshold_s: float = 1.0
+    """managedLedgerCacheEvictionTimeThresholdMillis (1000 ms): a cached entry not put or read
+    for this long leaves the cache (storage/cache_eviction.py); 0 keeps entries until the byte
+    budget pushes them out."""
+    entry_cache_eviction_interval_s: float = 0.1
+    """managedLedgerCacheEvictionIntervalMs (100 ms; Pulsar's is 10): how often the age limit
+    is applied while the cache holds entries."""
     fsync: bool = True
     """False skips fdatasync (tests/benchmarks of CPU cost only): acknowledged entries are then
     NOT crash-safe."""

@@ -57,6 +57,7 @@ class EntryReader:
         if max_entries <= 0:
             return out
         cache = self._cache
+        cache.last_touch = cache.clock   # a read from disk keeps the cache in use too
         nbytes = 0
         ids = list(self._ledger_ids)
         for i in range(bisect.bisect_left(ids, start.ledger_id), len(ids)):

@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from storage.cache import EntryCache
+from storage.cache_eviction import CacheEviction
 from storage.config import StorageConfig
 from storage.cursor_files import CursorScan, SnapshotKey, scan_cursor_files
 from storage.diskusage import DiskMonitor, MeasureSpace, statvfs_space
@@ -125,6 +126,9 @@ class SegmentStore:
             early_sync_bytes=config.group_commit_early_sync_bytes,
         )
         self.cache = EntryCache(config.entry_cache_bytes)
+        self.cache_eviction = CacheEviction(
+            self._loop, self.cache, threshold_s=config.entry_cache_eviction_threshold_s,
+            interval_s=config.entry_cache_eviction_interval_s)
         self.pager = IndexPager(self._loop, ops, self._read_pool, config.index_cache_bytes)
         self.writer.index_hook = self.pager.watch
         self._open: dict[str, ManagedLedger] = {}
@@ -358,6 +362,7 @@ class SegmentStore:
             return
         self._closed = True
         await self.disk.stop()
+        self.cache_eviction.close()
         if self._flush_task is not None:
             self._flush_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -51,9 +51,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass
-
-from cryptography import x509
-from cryptography.x509.oid import NameOID
+from typing import TYPE_CHECKING
 
 from broker.config import BrokerConfig
 from broker.security.auth_metrics import (
@@ -66,7 +64,9 @@ from broker.security.auth_metrics import (
 from broker.security.basic_auth import BasicAuthenticator, decode_basic_header, parse_htpasswd
 from broker.security.errors import AuthenticationError, SecurityConfigError
 from broker.security.sources import read_secret
-from broker.security.token_auth import TokenAuthenticator
+
+if TYPE_CHECKING:
+    from broker.security.token_auth import TokenAuthenticator
 
 __all__ = [
     "AUTH_METHOD_HEADER",
@@ -117,19 +117,29 @@ class TlsCertAuthenticator:
 
     method_name = "tls"
 
+    def __init__(self) -> None:
+        # cryptography (~8 MiB mapped) is imported when this provider is configured, so a
+        # broker with neither it nor the token provider never loads it, and the first
+        # certificate checked does not wait for the import.
+        from cryptography import x509
+        from cryptography.x509.oid import NameOID
+
+        self._load_der = x509.load_der_x509_certificate
+        self._common_name = NameOID.COMMON_NAME
+
     def authenticate(self, peer_cert_der: bytes | None) -> str:
         if not peer_cert_der:
             raise AuthenticationError(
                 "Failed to get TLS certificates from client", method=self.method_name,
                 reason="INVALID_CERTS")
         try:
-            cert = x509.load_der_x509_certificate(peer_cert_der)
+            cert = self._load_der(peer_cert_der)
         except ValueError:
             raise AuthenticationError(
                 "Failed to get TLS certificates from client", method=self.method_name,
                 reason="INVALID_CERTS") from None
         # Pulsar reads the first CN of the RFC 2253 name, which lists RDNs last-first.
-        names = [a.value for a in cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)]
+        names = [a.value for a in cert.subject.get_attributes_for_oid(self._common_name)]
         role = next((n for n in reversed(names) if isinstance(n, str) and n), None)
         if role is None:
             raise AuthenticationError(
@@ -167,6 +177,8 @@ class AuthenticationService:
             return cls(enabled=False, anonymous_user_role=config.anonymous_user_role)
         token = basic = tls = None
         if PROVIDER_TOKEN in classes:
+            from broker.security.token_auth import TokenAuthenticator
+
             token = TokenAuthenticator(
                 secret_key=(read_secret(config.token_secret_key, setting="tokenSecretKey")
                             if config.token_secret_key.strip() else None),

@@ -35,9 +35,6 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 
-import bcrypt
-from passlib.hash import apr_md5_crypt, des_crypt, md5_crypt, sha256_crypt, sha512_crypt
-
 from broker.security.errors import AuthenticationError, SecurityConfigError
 
 __all__ = ["BasicAuthenticator", "decode_basic_header", "parse_htpasswd", "split_credentials"]
@@ -49,12 +46,20 @@ _SUCCESS_CACHE_SIZE = 1024
 
 
 def _bcrypt_verify(password: str, hashed: str) -> bool:
+    import bcrypt
+
     return bcrypt.checkpw(password.encode(), hashed.encode())
 
 
 def _verifier_for(hashed: str) -> Callable[[str, str], bool] | None:
+    # bcrypt and passlib are imported here, once a basicAuthConf is read: a broker without
+    # basic authentication never loads them (the health check imports this module).
     if hashed.startswith(("$2a$", "$2b$", "$2y$")):
+        import bcrypt  # noqa: F401  (loaded with the file, not by the first check)
+
         return _bcrypt_verify
+    from passlib.hash import apr_md5_crypt, des_crypt, md5_crypt, sha256_crypt, sha512_crypt
+
     for scheme in (apr_md5_crypt, md5_crypt, sha256_crypt, sha512_crypt, des_crypt):
         if scheme.identify(hashed):
             return scheme.verify  # type: ignore[no-any-return]

@@ -9,15 +9,16 @@ other client. The formats are the Java client's, which every official client mat
 ``ZLIB`` is a zlib stream, ``LZ4`` a raw LZ4 block (no frame, no stored size), ``ZSTD`` a
 Zstandard frame and ``SNAPPY`` raw Snappy; the uncompressed size travels in the message
 metadata (``uncompressed_size``) and is checked on the way back. LZ4, ZSTD and Snappy come
-from ``cramjam`` (one maintained wheel for the three); ZLIB from the standard library.
+from ``cramjam`` (one maintained wheel for the three), imported on the first payload that needs
+it (a broker whose WebSocket clients never compress does not map its 1.7 MiB library); ZLIB
+from the standard library.
 """
 
 from __future__ import annotations
 
 import zlib
 from collections.abc import Callable
-
-import cramjam
+from types import ModuleType
 
 from protocol import pulsar_pb as pb
 
@@ -27,11 +28,17 @@ __all__ = ["COMPRESSIONS", "compress", "decompress"]
 COMPRESSIONS: dict[str, int] = {"NONE": pb.NONE, "LZ4": pb.LZ4, "ZLIB": pb.ZLIB,
                                 "ZSTD": pb.ZSTD, "SNAPPY": pb.SNAPPY}
 
+def _cramjam() -> ModuleType:
+    import cramjam
+
+    return cramjam
+
+
 _COMPRESS: dict[int, Callable[[bytes], bytes]] = {
     pb.ZLIB: zlib.compress,
-    pb.LZ4: lambda data: bytes(cramjam.lz4.compress_block(data, store_size=False)),
-    pb.ZSTD: lambda data: bytes(cramjam.zstd.compress(data)),
-    pb.SNAPPY: lambda data: bytes(cramjam.snappy.compress_raw(data)),
+    pb.LZ4: lambda data: bytes(_cramjam().lz4.compress_block(data, store_size=False)),
+    pb.ZSTD: lambda data: bytes(_cramjam().zstd.compress(data)),
+    pb.SNAPPY: lambda data: bytes(_cramjam().snappy.compress_raw(data)),
 }
 
 
@@ -45,9 +52,9 @@ def _inflate(data: bytes, size: int) -> bytes:
 
 _DECOMPRESS: dict[int, Callable[[bytes, int], bytes]] = {
     pb.ZLIB: _inflate,
-    pb.LZ4: lambda data, size: bytes(cramjam.lz4.decompress_block(data, output_len=size)),
-    pb.ZSTD: lambda data, size: bytes(cramjam.zstd.decompress(data, output_len=size)),
-    pb.SNAPPY: lambda data, size: bytes(cramjam.snappy.decompress_raw(data)),
+    pb.LZ4: lambda data, size: bytes(_cramjam().lz4.decompress_block(data, output_len=size)),
+    pb.ZSTD: lambda data, size: bytes(_cramjam().zstd.decompress(data, output_len=size)),
+    pb.SNAPPY: lambda data, size: bytes(_cramjam().snappy.decompress_raw(data)),
 }
 
 
@@ -67,7 +74,7 @@ def decompress(compression: int, payload: bytes, size: int) -> bytes:
         raise ValueError(f"bad uncompressed size {size}")
     try:
         data = _DECOMPRESS[compression](payload, size)
-    except cramjam.DecompressionError as exc:
+    except _cramjam().DecompressionError as exc:
         raise ValueError(f"corrupt payload: {exc}") from exc
     if len(data) != size:
         raise ValueError(f"payload decompresses to {len(data)} bytes, not {size}")

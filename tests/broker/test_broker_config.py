@@ -159,3 +159,17 @@ def test_storage_config_mapping() -> None:
 def test_to_dict_round_trips() -> None:
     c = load_config(None, {"clusterName": "x"})
     assert load_config(None, c.to_dict()) == c
+
+
+def test_broker_config_keys_map_to_the_storage_settings() -> None:
+    defaults = storage_config(load_config(None, {}))
+    assert (defaults.entry_cache_eviction_threshold_s,
+            defaults.entry_cache_eviction_interval_s) == (1.0, 0.1)   # Pulsar's: 1 s, 10 ms
+    mine = storage_config(load_config(None, {"managedLedgerCacheEvictionTimeThresholdMillis": 250,
+                                             "managedLedgerCacheEvictionIntervalMs": 50}))
+    assert (mine.entry_cache_eviction_threshold_s, mine.entry_cache_eviction_interval_s) == (
+        0.25, 0.05)
+    with pytest.raises(ConfigError, match="managedLedgerCacheEvictionTimeThresholdMillis"):
+        load_config(None, {"managedLedgerCacheEvictionTimeThresholdMillis": -1})
+    with pytest.raises(ConfigError, match="managedLedgerCacheEvictionIntervalMs"):
+        load_config(None, {"managedLedgerCacheEvictionIntervalMs": 0})
