@@ -547,16 +547,36 @@ def _publish_latencies(service_url: str, stop: threading.Event, out: list[tuple[
         c.close()
 
 
+def _syscalls(pid: int) -> tuple[int, int]:
+    """Read and write system calls of process ``pid`` so far (``/proc/PID/io`` syscr, syscw:
+    socket reads and writes, and the storage's)."""
+    with open(f"/proc/{pid}/io") as fh:
+        fields = dict(line.split(": ") for line in fh.read().splitlines())
+    return int(fields["syscr"]), int(fields["syscw"])
+
+
+def _machine_busy() -> tuple[float, float]:
+    """(busy CPU seconds of every core, wall seconds) so far, from ``/proc/stat`` (busy: all
+    but idle and iowait)."""
+    with open("/proc/stat") as fh:
+        cpu = [int(x) for x in fh.readline().split()[1:]]
+    ticks = os.sysconf("SC_CLK_TCK")
+    return (sum(cpu) - cpu[3] - cpu[4]) / ticks, time.monotonic()
+
+
 def _herd_consumer(service_url: str, due_at: int, ready: Any, stop: Any, received: Any,
                    results: Any) -> None:
     """One Shared consumer of the herd in a process of its own (``--herd-consumers``): the
     consume rate is not bound by one Python client, and the measuring threads do not share its
-    GIL. Adds to ``received`` as it goes; puts (count, early, first, last) on ``results``."""
+    GIL. Adds to ``received`` as it goes; puts (count, early, first, last, CPU seconds of this
+    process -- every thread of the client -- from the first message to the last) on
+    ``results``."""
     import pulsar
 
     c = client(service_url)
     got = early = pending = 0
     first = last = None
+    cpu_first = cpu_last = 0.0
     try:
         consumer = c.subscribe(TOPIC + "-herd", SUB, consumer_type=pulsar.ConsumerType.Shared,
                                receiver_queue_size=1000)
@@ -573,21 +593,25 @@ def _herd_consumer(service_url: str, due_at: int, ready: Any, stop: Any, receive
             now = time.perf_counter()
             if time.time_ns() // 1_000_000 < due_at:
                 early += 1
-            first = first if first is not None else now
+            if first is None:
+                first, cpu_first = now, time.process_time()
             last = now
             got += 1
             pending += 1
             consumer.acknowledge(msg)
             if pending >= 500:
+                cpu_last = time.process_time()
                 with received.get_lock():
                     received.value += pending
                 pending = 0
+        if pending:
+            cpu_last = time.process_time()
         with received.get_lock():
             received.value += pending
         consumer.close()
     finally:
         c.close()
-        results.put((got, early, first, last))
+        results.put((got, early, first, last, max(0.0, cpu_last - cpu_first)))
 
 
 def _herd_consumers(service_url: str, count: int, due_at: int
@@ -660,7 +684,9 @@ def run_herd(work: Path, tracker: str, args: argparse.Namespace) -> dict[str, An
         stop.wait(max(0.0, herd_start - time.perf_counter() - 0.01))
         quiet_count = len(pings)
         cpu_start = cpu_seconds(broker.proc.pid)
+        io_start, busy_start = _syscalls(broker.proc.pid), _machine_busy()
         got = early = 0
+        client_cpu = 0.0
         first = last = None
         deadline = herd_start + 600
         while consumer is None and time.perf_counter() < deadline \
@@ -680,10 +706,12 @@ def run_herd(work: Path, tracker: str, args: argparse.Namespace) -> dict[str, An
             got += 1
             consumer.acknowledge(msg)
         cpu_end = cpu_seconds(broker.proc.pid)
+        io_end, busy_end = _syscalls(broker.proc.pid), _machine_busy()
         if procs:
             p_stop.set()
             for _ in procs:
-                n, e, f, la = p_results.get(timeout=60)
+                n, e, f, la, cpu = p_results.get(timeout=60)
+                client_cpu += cpu
                 got += n
                 early += e
                 if f is not None:
@@ -724,11 +752,20 @@ def run_herd(work: Path, tracker: str, args: argparse.Namespace) -> dict[str, An
            "publish_quiet_p99_ms": round(pct(quiet_sends, 99), 2) if quiet_sends else None,
            "publish_herd_p50_ms": round(pct(herd_sends, 50), 2) if herd_sends else None,
            "publish_herd_p99_ms": round(pct(herd_sends, 99), 2) if herd_sends else None,
-           "publish_herd_count": len(herd_sends), "consumer_processes": args.herd_consumers}
+           "publish_herd_count": len(herd_sends), "consumer_processes": args.herd_consumers,
+           "client_cpu_us_per_message": round(client_cpu / max(1, got) * 1e6, 1) if procs else None,
+           "machine_busy_cores": round((busy_end[0] - busy_start[0])
+                                       / max(1e-9, busy_end[1] - busy_start[1]), 2),
+           "broker_reads_per_message": round((io_end[0] - io_start[0]) / max(1, got), 3),
+           "broker_writes_per_message": round((io_end[1] - io_start[1]) / max(1, got), 3)}
     print(f"  published {args.herd} in {publish_s:.1f} s; received {got} ({early} early), the "
           f"first {res['first_after_due_ms']} ms after the due time, all within "
           f"{res['all_delivered_s']} s ({res['consume_per_s']} msg/s; target all within 8 s); "
           f"broker CPU {res['broker_cpu_us_per_message']} us per message (due to all received)")
+    print(f"  meanwhile: the machine's cores busy {res['machine_busy_cores']} (all processes); "
+          f"the consumer processes' CPU {res['client_cpu_us_per_message']} us per message; the "
+          f"broker's read / write system calls {res['broker_reads_per_message']} / "
+          f"{res['broker_writes_per_message']} per message")
     print(f"  other topic's one-at-a-time publish p99: quiet {res['publish_quiet_p99_ms']} ms, "
           f"during the herd {res['publish_herd_p99_ms']} ms (p50 {res['publish_herd_p50_ms']}, "
           f"{len(herd_sends)} sends; target +5 ms at most); PING round trip during the herd "
