@@ -49,8 +49,8 @@ from protocol.limits import MAGIC_BROKER_ENTRY_METADATA
 from protocol.sub_types import SubType
 from storage.positions import Position
 
-__all__ = ["BY_REFERENCE_BYTES", "END_OF_TOPIC_CLIENTS", "MAX_UNACKED_MESSAGES_PER_CONSUMER",
-           "Consumer", "HashRange"]
+__all__ = ["BY_REFERENCE_BYTES", "END_OF_TOPIC_CLIENTS", "HOLD_FRAMES",
+           "MAX_UNACKED_MESSAGES_PER_CONSUMER", "Consumer", "HashRange"]
 
 
 #: Pulsar's maxUnackedMessagesPerConsumer default: a Shared/Key_Shared consumer holding this
@@ -64,6 +64,12 @@ MAX_UNACKED_MESSAGES_PER_CONSUMER = 50_000
 #: the others are never sent it.
 END_OF_TOPIC_CLIENTS = ("Pulsar-Java-", "Horae-WebSocket")
 
+
+#: A busy dispatcher (one that goes on after yielding the loop) writes a consumer's queued
+#: frames when they reach this many, when the consumer runs out of permits, or every
+#: few slices (:data:`broker.subscriptions.dispatchers.base.HOLD_SLICES`); else they wait for
+#: its next slice. A dispatcher that runs out of work writes everything at once.
+HOLD_FRAMES = 128
 
 #: The first byte of a stored form with broker entry metadata (a plain entry's is 0: its
 #: metadata size is below 16 MiB), as :func:`protocol.commands.encode_message` tells them apart.
@@ -243,6 +249,14 @@ class Consumer:
         self.bytes_out_counter += len(entry)
         if redelivery_count:
             self.msg_redeliver_counter += messages
+
+    def holds_queued(self) -> bool:
+        """May the queued frames wait for the next slice of a busy dispatcher instead of being
+        written now? Yes while they are few (:data:`HOLD_FRAMES`) and the consumer still has
+        permits: a write wakes the client, so a herd goes out in fewer, larger writes. A
+        consumer out of permits is written at once (its client asks for more when it has
+        received them)."""
+        return 0 < len(self._out) < HOLD_FRAMES and self.permits > 0
 
     @property
     def oldest_queued_revision(self) -> int | None:
