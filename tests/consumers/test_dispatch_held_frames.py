@@ -12,6 +12,7 @@ from broker.net.consumers import ConsumerSide
 from broker.subscriptions.consumer import HOLD_FRAMES, Consumer
 from broker.subscriptions.dispatchers import base as dispatch_base
 from broker.subscriptions.subscription import Subscription
+from protocol import pulsar_pb as pb
 from tests.consumers.test_dispatch_unit import (
     FakeConnection,
     StubTopic,
@@ -113,3 +114,25 @@ async def test_redeliver_all_drops_the_queued_frames_instead_of_writing_them_too
     await _settle_dispatch(sub)
     ids = conns[0].message_ids()
     assert ids == sorted({(e.position.ledger_id, e.position.entry_id) for e in entries})
+
+
+async def test_redeliver_of_named_ids_writes_the_queued_frames_first(ledger: Any) -> None:
+    sub, conns, members = await _shared(ledger, 3, 1, 0)
+    await _settle_dispatch(sub)
+    consumer, dispatcher = members[0], sub.dispatcher
+    consumer.permits = 10
+    entries = await ledger.read_entries(sub.cursor.read_position, 3)
+    sub.cursor.read_position = ledger.next_position(entries[-1].position)
+    dispatcher._deliver(entries, from_replay=False, blocked=set(),
+                        revision=sub.revisions.revision)
+    first = entries[0].position
+    sub.redeliver(consumer, [first])
+    # the queued frames went out before the named one was handed back (frames stay in order)
+    ids = [(e.position.ledger_id, e.position.entry_id) for e in entries]
+    assert conns[0].message_ids() == ids and consumer.oldest_queued_revision is None
+    assert first in dispatcher.replay and first not in consumer.pending
+    dispatcher.schedule()
+    await _settle_dispatch(sub)
+    assert conns[0].message_ids() == [*ids, ids[0]]
+    redelivered = [c.message for c in conns[0].commands if c.type == pb.BaseCommand.MESSAGE][-1]
+    assert redelivered.redelivery_count == 1

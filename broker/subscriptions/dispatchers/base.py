@@ -214,11 +214,13 @@ class Dispatcher:
         """Move pending messages of ``consumer`` (all when ``positions`` is None) to the replay set.
         Frames queued for it and not written yet are dropped first when all of them go back
         (they would reach the client as well as their redelivery), written first otherwise
-        (the client names only what it received)."""
-        if consumer.oldest_queued_revision is not None:
+        (the client names only what it received) unless a reset outdated them (then
+        :meth:`flush_consumers` drops them and hands them back)."""
+        oldest = consumer.oldest_queued_revision
+        if oldest is not None:
             if positions is None:
                 consumer.drop_queued()
-            else:
+            elif not self.sub.revisions.is_outdated(oldest):
                 consumer.flush()
         targets = list(consumer.pending) if positions is None else positions
         counts = self.sub.redelivery_counts
