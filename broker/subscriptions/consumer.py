@@ -17,7 +17,8 @@ Invariants:
 * ``permits`` may go negative: a batch entry is sent whole even when it costs more permits than
   are left, as Pulsar does; the consumer simply gets fewer messages until its next FLOW.
 * Frames for one consumer are queued in ``_out`` during a dispatch round and written with one
-  ``side.write`` by :meth:`flush` (coalesced writes). A frame whose entry is at least
+  ``side.write`` by :meth:`flush` (coalesced writes) when the dispatcher yields the loop or runs
+  out of work; a busy dispatcher may leave a few for its next slice (:meth:`holds_queued`). A frame whose entry is at least
   :data:`BY_REFERENCE_BYTES` (a batch entry, a large message) is queued as its head and the
   entry apart and the flush hands the connection a list of buffers (``side.writelines``: a
   vectored write), so the entry is never copied into a frame or a joined write. Each queued frame carries the cursor
