@@ -46,7 +46,11 @@ message at a time on another topic; printed: how long the herd took to arrive, t
 rate, and the PING and publish latencies before and during it (targets: all within 8 s,
 publish p99 up by at most 5 ms). One official Python consumer acknowledging each message
 takes about 25,000 msg/s and shares this process's GIL with the measuring threads:
-``--herd-consumers N`` runs N consumers in processes of their own instead.
+``--herd-consumers N`` runs N consumers in processes of their own instead
+(``--herd-receiver-queue``: their receiver queue, 1,000 by default). Printed too, over the
+herd: the machine's busy cores (every process), the share of the time the broker's event loop
+thread ran, the consumer processes' CPU per message and the broker's read / write system calls
+per message.
 """
 
 from __future__ import annotations
@@ -547,19 +551,47 @@ def _publish_latencies(service_url: str, stop: threading.Event, out: list[tuple[
         c.close()
 
 
+def _syscalls(pid: int) -> tuple[int, int]:
+    """Read and write system calls of process ``pid`` so far (``/proc/PID/io`` syscr, syscw:
+    socket reads and writes, and the storage's)."""
+    with open(f"/proc/{pid}/io") as fh:
+        fields = dict(line.split(": ") for line in fh.read().splitlines())
+    return int(fields["syscr"]), int(fields["syscw"])
+
+
+def _loop_thread_cpu(pid: int) -> float:
+    """CPU seconds of process ``pid``'s main thread (the broker's event loop) so far."""
+    with open(f"/proc/{pid}/task/{pid}/stat", "rb") as fh:
+        stat = fh.read()
+    fields = stat[stat.rindex(b")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _machine_busy() -> tuple[float, float]:
+    """(busy CPU seconds of every core, wall seconds) so far, from ``/proc/stat`` (busy: all
+    but idle and iowait)."""
+    with open("/proc/stat") as fh:
+        cpu = [int(x) for x in fh.readline().split()[1:]]
+    ticks = os.sysconf("SC_CLK_TCK")
+    return (sum(cpu) - cpu[3] - cpu[4]) / ticks, time.monotonic()
+
+
 def _herd_consumer(service_url: str, due_at: int, ready: Any, stop: Any, received: Any,
-                   results: Any) -> None:
+                   results: Any, receiver_queue: int = 1000) -> None:
     """One Shared consumer of the herd in a process of its own (``--herd-consumers``): the
     consume rate is not bound by one Python client, and the measuring threads do not share its
-    GIL. Adds to ``received`` as it goes; puts (count, early, first, last) on ``results``."""
+    GIL. Adds to ``received`` as it goes; puts (count, early, first, last, CPU seconds of this
+    process -- every thread of the client -- from the first message to the last) on
+    ``results``."""
     import pulsar
 
     c = client(service_url)
     got = early = pending = 0
     first = last = None
+    cpu_first = cpu_last = 0.0
     try:
         consumer = c.subscribe(TOPIC + "-herd", SUB, consumer_type=pulsar.ConsumerType.Shared,
-                               receiver_queue_size=1000)
+                               receiver_queue_size=receiver_queue)
         ready.release()
         while not stop.is_set():
             try:
@@ -573,24 +605,28 @@ def _herd_consumer(service_url: str, due_at: int, ready: Any, stop: Any, receive
             now = time.perf_counter()
             if time.time_ns() // 1_000_000 < due_at:
                 early += 1
-            first = first if first is not None else now
+            if first is None:
+                first, cpu_first = now, time.process_time()
             last = now
             got += 1
             pending += 1
             consumer.acknowledge(msg)
             if pending >= 500:
+                cpu_last = time.process_time()
                 with received.get_lock():
                     received.value += pending
                 pending = 0
+        if pending:
+            cpu_last = time.process_time()
         with received.get_lock():
             received.value += pending
         consumer.close()
     finally:
         c.close()
-        results.put((got, early, first, last))
+        results.put((got, early, first, last, max(0.0, cpu_last - cpu_first)))
 
 
-def _herd_consumers(service_url: str, count: int, due_at: int
+def _herd_consumers(service_url: str, count: int, due_at: int, receiver_queue: int = 1000
                     ) -> tuple[Any, Any, Any, list[Any]]:
     """Start ``count`` consumer processes and wait until each has subscribed."""
     import multiprocessing
@@ -598,7 +634,8 @@ def _herd_consumers(service_url: str, count: int, due_at: int
     ctx = multiprocessing.get_context("spawn")
     ready, stop, received, results = ctx.Semaphore(0), ctx.Event(), ctx.Value("q", 0), ctx.Queue()
     procs = [ctx.Process(target=_herd_consumer,
-                         args=(service_url, due_at, ready, stop, received, results), daemon=True)
+                         args=(service_url, due_at, ready, stop, received, results,
+                               receiver_queue), daemon=True)
              for _ in range(count)]
     for proc in procs:
         proc.start()
@@ -620,7 +657,8 @@ def run_herd(work: Path, tracker: str, args: argparse.Namespace) -> dict[str, An
 
     config: dict[str, Any] = {"delayedDeliveryTrackerFactoryClassName": tracker}
     print(f"\n[herd] tracker={tracker} config={config} messages={args.herd} consumer "
-          f"processes={args.herd_consumers or 'none (one consumer in this process)'}")
+          f"processes={args.herd_consumers or 'none (one consumer in this process)'}"
+          + (f" receiver queue {args.herd_receiver_queue}" if args.herd_consumers else ""))
     broker = BrokerProc(work / f"herd-{tracker}", config)
     broker.start()
     broker.wait_listening()
@@ -638,7 +676,7 @@ def run_herd(work: Path, tracker: str, args: argparse.Namespace) -> dict[str, An
         due_at = time.time_ns() // 1_000_000 + args.herd // 3 + 5000
         if args.herd_consumers:
             p_stop, p_received, p_results, procs = _herd_consumers(
-                broker.service_url, args.herd_consumers, due_at)
+                broker.service_url, args.herd_consumers, due_at, args.herd_receiver_queue)
             due_at = time.time_ns() // 1_000_000 + args.herd // 3 + 5000
         else:
             consumer = c.subscribe(TOPIC + "-herd", SUB, consumer_type=pulsar.ConsumerType.Shared,
@@ -660,7 +698,10 @@ def run_herd(work: Path, tracker: str, args: argparse.Namespace) -> dict[str, An
         stop.wait(max(0.0, herd_start - time.perf_counter() - 0.01))
         quiet_count = len(pings)
         cpu_start = cpu_seconds(broker.proc.pid)
+        io_start, busy_start = _syscalls(broker.proc.pid), _machine_busy()
+        loop_start = _loop_thread_cpu(broker.proc.pid)
         got = early = 0
+        client_cpu = 0.0
         first = last = None
         deadline = herd_start + 600
         while consumer is None and time.perf_counter() < deadline \
@@ -680,10 +721,13 @@ def run_herd(work: Path, tracker: str, args: argparse.Namespace) -> dict[str, An
             got += 1
             consumer.acknowledge(msg)
         cpu_end = cpu_seconds(broker.proc.pid)
+        io_end, busy_end = _syscalls(broker.proc.pid), _machine_busy()
+        loop_end = _loop_thread_cpu(broker.proc.pid)
         if procs:
             p_stop.set()
             for _ in procs:
-                n, e, f, la = p_results.get(timeout=60)
+                n, e, f, la, cpu = p_results.get(timeout=60)
+                client_cpu += cpu
                 got += n
                 early += e
                 if f is not None:
@@ -724,11 +768,23 @@ def run_herd(work: Path, tracker: str, args: argparse.Namespace) -> dict[str, An
            "publish_quiet_p99_ms": round(pct(quiet_sends, 99), 2) if quiet_sends else None,
            "publish_herd_p50_ms": round(pct(herd_sends, 50), 2) if herd_sends else None,
            "publish_herd_p99_ms": round(pct(herd_sends, 99), 2) if herd_sends else None,
-           "publish_herd_count": len(herd_sends), "consumer_processes": args.herd_consumers}
+           "publish_herd_count": len(herd_sends), "consumer_processes": args.herd_consumers,
+           "client_cpu_us_per_message": round(client_cpu / max(1, got) * 1e6, 1) if procs else None,
+           "broker_loop_busy": round((loop_end - loop_start)
+                                     / max(1e-9, busy_end[1] - busy_start[1]), 2),
+           "machine_busy_cores": round((busy_end[0] - busy_start[0])
+                                       / max(1e-9, busy_end[1] - busy_start[1]), 2),
+           "broker_reads_per_message": round((io_end[0] - io_start[0]) / max(1, got), 3),
+           "broker_writes_per_message": round((io_end[1] - io_start[1]) / max(1, got), 3)}
     print(f"  published {args.herd} in {publish_s:.1f} s; received {got} ({early} early), the "
           f"first {res['first_after_due_ms']} ms after the due time, all within "
           f"{res['all_delivered_s']} s ({res['consume_per_s']} msg/s; target all within 8 s); "
           f"broker CPU {res['broker_cpu_us_per_message']} us per message (due to all received)")
+    print(f"  meanwhile: the machine's cores busy {res['machine_busy_cores']} (all processes), "
+          f"the broker's event loop thread {res['broker_loop_busy']} of the time; "
+          f"the consumer processes' CPU {res['client_cpu_us_per_message']} us per message; the "
+          f"broker's read / write system calls {res['broker_reads_per_message']} / "
+          f"{res['broker_writes_per_message']} per message")
     print(f"  other topic's one-at-a-time publish p99: quiet {res['publish_quiet_p99_ms']} ms, "
           f"during the herd {res['publish_herd_p99_ms']} ms (p50 {res['publish_herd_p50_ms']}, "
           f"{len(herd_sends)} sends; target +5 ms at most); PING round trip during the herd "
@@ -765,6 +821,8 @@ def main() -> None:
                    help="also: this many messages due in the same millisecond (0: no herd run)")
     p.add_argument("--herd-consumers", type=int, default=0, dest="herd_consumers",
                    help="herd: this many consumer processes (0: one consumer in this process)")
+    p.add_argument("--herd-receiver-queue", type=int, default=1000, dest="herd_receiver_queue",
+                   help="herd: each consumer process's receiver_queue_size")
     p.add_argument("--loop-turns", action="store_true", dest="loop_turns",
                    help="lateness: also the broker's loop turns in the due window "
                         "(bench/loop_turns.py): CPU and wall time per turn, collections")

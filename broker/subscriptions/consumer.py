@@ -17,7 +17,8 @@ Invariants:
 * ``permits`` may go negative: a batch entry is sent whole even when it costs more permits than
   are left, as Pulsar does; the consumer simply gets fewer messages until its next FLOW.
 * Frames for one consumer are queued in ``_out`` during a dispatch round and written with one
-  ``side.write`` by :meth:`flush` (coalesced writes). A frame whose entry is at least
+  ``side.write`` by :meth:`flush` (coalesced writes) when the dispatcher yields the loop or runs
+  out of work; a busy dispatcher may leave a few for its next slice (:meth:`holds_queued`). A frame whose entry is at least
   :data:`BY_REFERENCE_BYTES` (a batch entry, a large message) is queued as its head and the
   entry apart and the flush hands the connection a list of buffers (``side.writelines``: a
   vectored write), so the entry is never copied into a frame or a joined write. Each queued frame carries the cursor
@@ -49,8 +50,8 @@ from protocol.limits import MAGIC_BROKER_ENTRY_METADATA
 from protocol.sub_types import SubType
 from storage.positions import Position
 
-__all__ = ["BY_REFERENCE_BYTES", "END_OF_TOPIC_CLIENTS", "MAX_UNACKED_MESSAGES_PER_CONSUMER",
-           "Consumer", "HashRange"]
+__all__ = ["BY_REFERENCE_BYTES", "END_OF_TOPIC_CLIENTS", "HOLD_FRAMES",
+           "MAX_UNACKED_MESSAGES_PER_CONSUMER", "Consumer", "HashRange"]
 
 
 #: Pulsar's maxUnackedMessagesPerConsumer default: a Shared/Key_Shared consumer holding this
@@ -64,6 +65,12 @@ MAX_UNACKED_MESSAGES_PER_CONSUMER = 50_000
 #: the others are never sent it.
 END_OF_TOPIC_CLIENTS = ("Pulsar-Java-", "Horae-WebSocket")
 
+
+#: A busy dispatcher (one that goes on after yielding the loop) writes a consumer's queued
+#: frames when they reach this many, when the consumer runs out of permits, or every
+#: few slices (:data:`broker.subscriptions.dispatchers.base.HOLD_SLICES`); else they wait for
+#: its next slice. A dispatcher that runs out of work writes everything at once.
+HOLD_FRAMES = 128
 
 #: The first byte of a stored form with broker entry metadata (a plain entry's is 0: its
 #: metadata size is below 16 MiB), as :func:`protocol.commands.encode_message` tells them apart.
@@ -243,6 +250,14 @@ class Consumer:
         self.bytes_out_counter += len(entry)
         if redelivery_count:
             self.msg_redeliver_counter += messages
+
+    def holds_queued(self) -> bool:
+        """May the queued frames wait for the next slice of a busy dispatcher instead of being
+        written now? Yes while they are few (:data:`HOLD_FRAMES`) and the consumer still has
+        permits: a write wakes the client, so a herd goes out in fewer, larger writes. A
+        consumer out of permits is written at once (its client asks for more when it has
+        received them)."""
+        return 0 < len(self._out) < HOLD_FRAMES and self.permits > 0
 
     @property
     def oldest_queued_revision(self) -> int | None:

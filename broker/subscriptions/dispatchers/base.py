@@ -93,6 +93,9 @@ BUSY_TURN_S = 0.0001
 #: storage writer threads (a publish's write) take the interpreter instead of waiting out its
 #: switch interval behind back-to-back slices.
 DISPATCH_PAUSE_S = 0.001
+#: A busy dispatcher writes every consumer's queued frames at least every this many slices;
+#: between them a consumer's few frames wait for the next slice (:meth:`Consumer.holds_queued`).
+HOLD_SLICES = 4
 
 
 class DispatchContext(Protocol):
@@ -217,7 +220,17 @@ class Dispatcher:
     def hand_back(
         self, consumer: Consumer, positions: list[Position] | None, *, count_redelivery: bool
     ) -> int:
-        """Move pending messages of ``consumer`` (all when ``positions`` is None) to the replay set."""
+        """Move pending messages of ``consumer`` (all when ``positions`` is None) to the replay set.
+        Frames queued for it and not written yet are dropped first when all of them go back
+        (they would reach the client as well as their redelivery), written first otherwise
+        (the client names only what it received) unless a reset outdated them (then
+        :meth:`flush_consumers` drops them and hands them back)."""
+        oldest = consumer.oldest_queued_revision
+        if oldest is not None:
+            if positions is None:
+                consumer.drop_queued()
+            elif not self.sub.revisions.is_outdated(oldest):
+                consumer.flush()
         targets = list(consumer.pending) if positions is None else positions
         counts = self.sub.redelivery_counts
         moved = 0
@@ -333,7 +346,7 @@ class Dispatcher:
         clock = time.perf_counter
         try:
             slice_end = clock() + DISPATCH_SLICE_S
-            busy_yields = 0
+            busy_yields = slices = 0
             while not self._closed:
                 self._again = False
                 progressed = await self._dispatch_once()
@@ -342,7 +355,11 @@ class Dispatcher:
                 if clock() >= slice_end:
                     # let other connections' frames (publishes, FLOW, ACK) in: a herd of due
                     # messages or a long backlog holds the loop for one slice at most, and
-                    # while others have work, for two thirds of the time at most
+                    # while others have work, for two thirds of the time at most. A
+                    # consumer's few queued frames wait for the next slice (fewer writes,
+                    # each of which wakes its client), every frame at least every HOLD_SLICES.
+                    slices += 1
+                    self.flush_consumers(hold=slices % HOLD_SLICES != 0)
                     turn = clock()
                     await asyncio.sleep(0)
                     if clock() - turn > BUSY_TURN_S:
@@ -542,8 +559,7 @@ class Dispatcher:
                     progressed = True
                     self._deliver(entries, from_replay=False, blocked=blocked,
                                   revision=revision, txn=txn)
-        self.flush_consumers()
-        return progressed
+        return progressed   # the frames queued are written by _run (flush_consumers)
 
     async def _send_due(self, due: list[Position], revision: int) -> bool:
         """Read and send positions that just fell due, outside the replay set (round step 1).
@@ -577,11 +593,12 @@ class Dispatcher:
                       txn=self.sub.transaction_view(), direct=True)
         return False
 
-    def flush_consumers(self) -> None:
-        """Write every consumer's queued frames. The last guard before the socket (a reset
-        normally dropped them already): frames made under a revision that is now outdated are
-        dropped and handed back (pending, owner, Key_Shared ownership and the replay set
-        updated), never written."""
+    def flush_consumers(self, hold: bool = False) -> None:
+        """Write every consumer's queued frames (``hold``: not those a consumer may keep for
+        the next slice, :meth:`Consumer.holds_queued`). The last guard before the socket (a
+        reset normally dropped them already): frames made under a revision that is now
+        outdated are dropped and handed back (pending, owner, Key_Shared ownership and the
+        replay set updated), never written."""
         revisions = self.sub.revisions
         for consumer in self.consumers:
             oldest = consumer.oldest_queued_revision
@@ -590,7 +607,8 @@ class Dispatcher:
             if revisions.is_outdated(oldest):
                 dropped = consumer.drop_queued(revisions.is_outdated)
                 self.hand_back(consumer, dropped, count_redelivery=False)
-            consumer.flush()
+            if not (hold and consumer.holds_queued()):
+                consumer.flush()
 
     def _skip_held(self, delayed: DelayedDelivery, read_from: Position,
                    last: Position) -> Position:
