@@ -130,6 +130,33 @@ async def test_cursor_state_survives_reopen_exactly(tmp_path: Path) -> None:
     await store.close()
 
 
+async def test_saves_between_property_changes_keep_every_property_change(tmp_path: Path) -> None:
+    """The properties' encoding is kept from one save to the next until a property changes:
+    each save in between writes the latest acks with the same properties, and a remove or a
+    set after a save is in the next one."""
+    store, ps = await _filled(tmp_path, 20)
+    cursor = await store.open_ledgers[TOPIC].open_cursor("s", initial_position="earliest")
+    cursor.set_property("a", "1")
+    cursor.set_property("b", "2")
+    for change, props, acked in (
+        (lambda c: c.remove_property("a"), {"b": "2"}, ps[3]),
+        (lambda c: c.set_property("b", "3"), {"b": "3"}, ps[5]),
+    ):
+        await cursor.flush()
+        cursor.delete([ps[1]])
+        await cursor.flush()            # no property changed: the kept encoding is written
+        change(cursor)
+        await cursor.flush()
+        cursor.delete([acked])
+        await cursor.flush()
+        expected = cursor.individually_deleted()
+        await store.close()
+        store = await _open(tmp_path)
+        cursor = (await store.open_ledger(TOPIC)).cursors["s"]
+        assert (cursor.individually_deleted(), cursor.properties) == (expected, props)
+    await store.close()
+
+
 async def test_background_flush_persists_at_bounded_rate(tmp_path: Path) -> None:
     store, ps = await _filled(tmp_path, 50, mark_delete_rate_limit_per_sec=20.0)
     ml = store.open_ledgers[TOPIC]
