@@ -128,7 +128,7 @@ def scan_publish_metadata(entry: bytes, max_message_size: int = MAX_MESSAGE_SIZE
     if match is None:
         return None
     if match.lastindex is None:  # nothing captured: one message, no length-delimited field
-        return _SINGLE if match.end() == end else None
+        return SINGLE if match.end() == end else None
     (messages, delayed, num_chunks, chunk_id, compression, uncompressed, total_chunk, tag,
      size) = match.groups()
     pos = match.end()
@@ -194,7 +194,6 @@ SINGLE: Final = (1, False, False)
 """What :func:`scan_publish_metadata` returns, this very tuple, for the metadata a plain message
 carries (nothing the scan captures: one message, no chunk, no ``deliver_at_time``; no
 length-delimited field after ``producer_name``): a caller may test it with ``is``."""
-_SINGLE: Final = SINGLE
 
 
 def _is_key_value(entry: bytes, pos: int, end: int) -> bool:

@@ -70,7 +70,7 @@ from protocol.errors import ProtocolError
 from protocol.metadata import iter_batch, split_entry
 from storage.positions import Position
 
-__all__ = ["EntryKeys", "KeyedSchedule", "classify", "classify_timed"]
+__all__ = ["NOTHING", "EntryKeys", "KeyedSchedule", "classify", "classify_timed", "ledger_bitmaps"]
 
 _ENTRY_BITS: Final = 32
 _ENTRY_MASK: Final = (1 << _ENTRY_BITS) - 1
@@ -109,7 +109,7 @@ def classify_timed(entry: bytes) -> tuple[EntryKeys | None, int]:
     entry): what the publish side learns for the dispatchers
     (:class:`~broker.delayed.known_times.KnownDeliverTimes`) from the same parse."""
     if len(entry) < 4:
-        return _NOTHING
+        return NOTHING
     (size,) = _u32_unpack_from(entry, 0)
     # Without a partition_key tag (6, 0x32) or a num_messages_in_batch tag (11, 0x58) among
     # the bytes after producer_name (which every serializer writes first) the entry cannot be
@@ -117,30 +117,31 @@ def classify_timed(entry: bytes) -> tuple[EntryKeys | None, int]:
     if len(entry) > 6 and entry[4] == 0x0A and entry[5] < 0x80:
         start, end = 6 + entry[5], 4 + size
         if entry.find(b"\x32", start, end) < 0 and entry.find(b"\x58", start, end) < 0:
-            return _NOTHING
+            return NOTHING
     try:
         md = _metadata_from_string(entry[4:4 + size])
     except DecodeError:
-        return _NOTHING
+        return NOTHING
     has = md.HasField
     if has("num_messages_in_batch"):
         try:
             return _classify_batch(md, entry), 0
         except (ProtocolError, UnicodeError):
-            return _NOTHING
+            return NOTHING
     key = md.partition_key      # a value read is cheaper than HasField: that only for ""
     if not key and not has("partition_key"):
-        return _NOTHING
+        return NOTHING
     if md.null_value or (len(entry) == 4 + size if md.compression == _NONE
                          else has("uncompressed_size") and md.uncompressed_size == 0):
         return (((_hash128(key, 0, signed=False), True),), True), 0
     at = md.deliver_at_time
     if at or has("deliver_at_time"):
         return (((_hash128(key, 0, signed=False), False),), False), at
-    return _NOTHING
+    return NOTHING
 
 
-_NOTHING: Final[tuple[None, int]] = (None, 0)
+NOTHING: Final[tuple[None, int]] = (None, 0)
+"""What :func:`classify_timed` returns for an entry that schedules and cancels nothing."""
 
 
 def _classify_batch(md: pb.MessageMetadata, entry: bytes) -> EntryKeys | None:
@@ -158,6 +159,24 @@ def _classify_batch(md: pb.MessageMetadata, entry: bytes) -> EntryKeys | None:
 
 def _pack(ledger_id: int, entry_id: int) -> int:
     return (ledger_id << _ENTRY_BITS) | entry_id
+
+
+def ledger_bitmaps(packed: Sequence[int]) -> list[tuple[int, BitMap]]:
+    """Packed positions (at least one) as one bitmap of entry ids per ledger."""
+    lowest = min(packed)
+    ledger_id = lowest >> _ENTRY_BITS
+    if ledger_id == max(packed) >> _ENTRY_BITS:       # the usual run: one ledger
+        base = ledger_id << _ENTRY_BITS
+        return [(ledger_id, BitMap([position - base for position in packed]))]
+    by_ledger: dict[int, list[int]] = {}
+    for position in packed:
+        ledger_id = position >> _ENTRY_BITS
+        ids = by_ledger.get(ledger_id)
+        if ids is None:
+            by_ledger[ledger_id] = [position & _ENTRY_MASK]
+        else:
+            ids.append(position & _ENTRY_MASK)
+    return [(ledger_id, BitMap(ids)) for ledger_id, ids in by_ledger.items()]
 
 
 class KeyedSchedule:
@@ -246,12 +265,10 @@ class KeyedSchedule:
 
     def _supersede(self, packed: list[int]) -> None:
         bitmaps = self._superseded
-        lowest = min(packed)
-        ledger_id = lowest >> _ENTRY_BITS
-        if ledger_id == max(packed) >> _ENTRY_BITS:
+        groups = ledger_bitmaps(packed)
+        if len(groups) == 1:
             # the usual run: one ledger, each position new here -- one bitmap union
-            base = ledger_id << _ENTRY_BITS
-            ids = BitMap([position - base for position in packed])
+            ledger_id, ids = groups[0]
             bm = bitmaps.get(ledger_id)
             if bm is None:
                 bm = bitmaps[ledger_id] = BitMap()

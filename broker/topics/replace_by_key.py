@@ -29,12 +29,17 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import Final, Protocol
 
-from pyroaring import BitMap
-
 from broker.delayed.delivery import DelayedDelivery
 from broker.delayed.keyed_snapshot import KeyedSnapshots
 from broker.delayed.known_times import WITHHELD
-from broker.delayed.replace_by_key import EntryKeys, KeyedSchedule, classify, classify_timed
+from broker.delayed.replace_by_key import (
+    NOTHING,
+    EntryKeys,
+    KeyedSchedule,
+    classify,
+    classify_timed,
+    ledger_bitmaps,
+)
 from protocol.sub_types import SubType
 from storage.cursor import ManagedCursor
 from storage.ledger import ManagedLedger
@@ -46,7 +51,6 @@ __all__ = ["TopicReplaceByKey"]
 #: Entries read per step of a rebuild.
 REBUILD_READ: Final = 1000
 _ENTRY_MASK: Final = 0xFFFF_FFFF
-_NOTHING: Final = (None, 0)     # classify_timed of an entry that schedules nothing
 
 
 def _confirmed_bound(last: Position | None) -> int:
@@ -150,20 +154,7 @@ class TopicReplaceByKey:
     def _acknowledge_now(self, packed: list[int]) -> None:
         """Bulk acknowledgement: one bitmap per ledger into each cursor (one cursor update per
         run, not per position), then the positions leave the trackers."""
-        lowest = min(packed)
-        if lowest >> 32 == max(packed) >> 32:       # the usual run: one ledger
-            base = lowest >> 32 << 32
-            bitmaps = [(lowest >> 32, BitMap([p - base for p in packed]))]
-        else:
-            by_ledger: dict[int, list[int]] = {}
-            for p in packed:
-                ledger_id = p >> 32
-                ids = by_ledger.get(ledger_id)
-                if ids is None:
-                    by_ledger[ledger_id] = [p & _ENTRY_MASK]
-                else:
-                    ids.append(p & _ENTRY_MASK)
-            bitmaps = [(ledger_id, BitMap(ids)) for ledger_id, ids in by_ledger.items()]
+        bitmaps = ledger_bitmaps(packed)
         positions: list[Position] | None = None
         for sub in self._subscriptions():
             kind = sub.sub_type
@@ -208,7 +199,7 @@ class TopicReplaceByKey:
         if schedule is None:
             return sink
         verdicts = [classify_timed(entry) for entry in entries]
-        if verdicts.count(_NOTHING) == len(verdicts):
+        if verdicts.count(NOTHING) == len(verdicts):
             return sink
         keys = [found for found, _ in verdicts]
         times = [WITHHELD if found is not None and found[1] else at for found, at in verdicts]
