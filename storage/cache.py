@@ -29,6 +29,12 @@ instead of one long stop of the loop. Unlike Pulsar, a chunk no reader has read 
 age out while the store is in use: a backlog drained right after it was written is still read
 from memory (within the byte budget). The hook :attr:`EntryCache.on_first_put` is called by a
 put into an unwatched cache, so the timer runs only while the cache holds something.
+
+Which appends are put is the managed ledger's :class:`AppendCaching`: as in Pulsar (whose
+``OpAddEntry`` caches an entry only while the managed ledger has active cursors), the entries
+of a topic nobody subscribes to are not cached; a subscription created later reads them from
+disk. Without that, a topic published to and never read fills the cache with entries that are
+never hit and evicts the ones a subscription is about to read.
 """
 
 from __future__ import annotations
@@ -45,6 +51,31 @@ class _Chunk:
         self.datas = datas  # None = discarded
         self.nbytes = nbytes
         self.touched = touched  # EntryCache.clock when last put or read
+
+
+class AppendCaching:
+    """Whether one managed ledger's new entries enter the :class:`EntryCache`.
+
+    On until something over the ledger says otherwise, so a ledger used on its own (tools,
+    storage benchmarks) caches as before; a topic over it calls :meth:`want` with whether it
+    has a subscription, and a shadow topic over the same ledger does too, so the entries are
+    cached while either has one. Loop-only.
+    """
+
+    __slots__ = ("_wanted_by", "on")
+
+    def __init__(self) -> None:
+        self._wanted_by: set[str] = set()
+        #: Put new entries into the cache (read by the write side once per group commit).
+        self.on = True
+
+    def want(self, who: str, wanted: bool) -> None:
+        """*who* (a topic's name) does or does not read this ledger's new entries."""
+        if wanted:
+            self._wanted_by.add(who)
+        else:
+            self._wanted_by.discard(who)
+        self.on = bool(self._wanted_by)
 
 
 class EntryCache:

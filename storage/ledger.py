@@ -125,6 +125,8 @@ class ManagedLedger:
         self.append_run = appends.append_run
         self.add_listener = appends.add_listener
         self.remove_listener = appends.remove_listener
+        #: Whether new entries are cached: its topic says while it has subscriptions.
+        self.caching = appends.caching
         self._reader = EntryReader(
             ctx.loop, ctx.ops, ctx.cache, ctx.read_pool, ctx.pager, self._ledgers,
             self._ledger_ids, self._drop_corrupt, self.relocated,

@@ -28,7 +28,7 @@ from functools import partial
 from pathlib import Path
 from typing import Protocol
 
-from storage.cache import EntryCache
+from storage.cache import AppendCaching, EntryCache
 from storage.completions import fail_batch, fenced_error, resolve_batch
 from storage.config import StorageConfig
 from storage.errors import (
@@ -124,6 +124,8 @@ class LedgerAppends:
         self._disk = ctx.disk
         self.appends_refused_read_only = 0
         self.appends_failed = 0
+        #: Whether a group commit's entries enter the entry cache (storage/cache.py).
+        self.caching = AppendCaching()
 
     def close(self) -> None:
         """No more appends (the managed ledger is closing)."""
@@ -269,7 +271,7 @@ class LedgerAppends:
                 # A fresh exception per future: a shared one would pile up tracebacks.
                 fail_batch(batch, lambda: fenced_error(error))
             return
-        cache = self._ctx.cache
+        cache = self._ctx.cache if self.caching.on else None
         last: Position | None = None
         for batch in batches:
             ledger_id = batch.segment.ledger_id
@@ -280,7 +282,8 @@ class LedgerAppends:
                 fail_batch(batch, partial(StorageError, f"ledger {ledger_id} is gone"))
                 continue
             led.confirmed = end
-            led.size_bytes += cache.put_many(ledger_id, first, batch.datas)
+            led.size_bytes += (sum(map(len, batch.datas)) if cache is None
+                               else cache.put_many(ledger_id, first, batch.datas))
             resolve_batch(batch, ledger_id)
             last = Position(ledger_id, end - 1)
         if last is None:

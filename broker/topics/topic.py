@@ -239,6 +239,7 @@ class Topic:
                 log.exception("could not restore subscription %s on %s", cursor_name, name.full)
                 continue
             topic.subscriptions[cursor_name] = sub
+        topic.subscriptions.update_caching()
         subs = list(topic.subscriptions.values())
         if topic.replace_by_key.sync(subs) is not None:
             # Before anything is dispatched: what the previous run had replaced stays replaced.

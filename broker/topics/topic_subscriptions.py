@@ -13,6 +13,10 @@ restores the durable ones from their cursors before anything else can see the to
 - Removing (:meth:`delete_subscription`, :meth:`remove_subscription`) keeps what the
   subscription delivered in :attr:`removed_msg_out` / :attr:`removed_bytes_out`, so the topic's
   out counters never go back.
+- Caching: the ledger's new entries enter the entry cache only while the topic has a
+  subscription (:meth:`update_caching`, after every addition and removal: Pulsar caches an
+  entry only while its managed ledger has active cursors), so a topic nobody reads does not
+  fill the cache with entries that are never hit.
 - New entries: the ledger's listener (:meth:`on_durable`, once per group commit) schedules
   :meth:`notify_new_entries` at most once per loop iteration, which tells every subscription.
 
@@ -107,6 +111,7 @@ class TopicSubscriptions(dict[str, Subscription]):
             except StorageError as exc:
                 raise storage_failure(exc, StorageOp.SUBSCRIBE).error from exc
             self[name] = sub
+            self.update_caching()
             topic.replace_by_key.adopt(sub)
             fut.set_result(sub)
             return sub
@@ -141,6 +146,11 @@ class TopicSubscriptions(dict[str, Subscription]):
             # Its bucket and cancel snapshots go too (Pulsar's cleanResidualSnapshots).
             await delete_residual_snapshots(properties, self._snapshots)
 
+    def update_caching(self) -> None:
+        """The ledger caches new entries while the topic has a subscription (module doc)."""
+        topic = self._topic
+        topic.ledger.caching.want(topic.full, bool(self))
+
     def consumer_count(self) -> int:
         """Consumers attached to all its subscriptions (``maxConsumersPerTopic``)."""
         return sum(len(sub.consumers) for sub in self.values())
@@ -154,6 +164,7 @@ class TopicSubscriptions(dict[str, Subscription]):
     def _forget_subscription(self, name: str, sub: Subscription) -> None:
         """Drop *sub*, keeping what it delivered in the topic's out counters."""
         del self[name]
+        self.update_caching()
         self.removed_msg_out += sub.msg_out_counter
         self.removed_bytes_out += sub.bytes_out_counter
 

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from storage.cache import EntryCache
+import asyncio
+from pathlib import Path
+
+from storage import SegmentStore, StorageConfig
+from storage.cache import AppendCaching, EntryCache
 
 
 def test_entries_of_a_chunk_are_found_and_missing_ones_are_misses() -> None:
@@ -57,3 +61,37 @@ def test_a_run_comes_from_one_chunk_and_stops_at_its_end_or_a_discarded_entry() 
     assert cache.get_run(7, 9, 10) == [] and cache.get_run(8, 0, 10) == []
     assert cache.get_run(7, 0, 0) == []
     assert (cache.hits, cache.misses) == (7, 4)
+
+
+def test_append_caching_is_on_until_told_and_stays_on_while_anyone_wants_it() -> None:
+    caching = AppendCaching()
+    assert caching.on   # a ledger used on its own caches as before
+    caching.want("persistent://t/n/a", False)
+    assert not caching.on
+    caching.want("persistent://t/n/a", True)
+    caching.want("persistent://t/n/shadow", True)
+    caching.want("persistent://t/n/a", False)
+    assert caching.on   # the shadow still reads the entries
+    caching.want("persistent://t/n/shadow", False)
+    assert not caching.on
+
+
+async def test_appends_enter_the_cache_only_while_caching_is_on(tmp_path: Path) -> None:
+    store = await SegmentStore.open(tmp_path, StorageConfig())
+    try:
+        ml = await store.open_ledger("public/default/persistent/uncached")
+        ml.caching.want("persistent://public/default/uncached", False)
+        quiet = await asyncio.gather(*(ml.append(b"q%d" % i) for i in range(5)))
+        assert store.cache.empty and store.cache.size_bytes == 0
+        ml.caching.want("persistent://public/default/uncached", True)
+        cached = await asyncio.gather(*(ml.append(b"c%d" % i) for i in range(5)))
+        assert store.cache.size_bytes == sum(len(b"c%d" % i) for i in range(5))
+        got = await ml.read_entries(quiet[0], 10)   # the uncached ones come from disk
+        assert [e.data for e in got] == [b"q%d" % i for i in range(5)] + [
+            b"c%d" % i for i in range(5)]
+        assert [e.position for e in got] == list(quiet) + list(cached)
+        assert ml.total_size_bytes == sum(len(e.data) for e in got)   # counted either way
+        shadow = await store.open_shadow_ledger("public/default/persistent/shade", ml)
+        assert shadow.caching is ml.caching
+    finally:
+        await store.close()
