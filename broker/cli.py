@@ -127,6 +127,9 @@ def _serve(args: argparse.Namespace) -> int:
         return 2
     configure_logging(args.log_level, loaded.config.log_format)
     log_ignored(loaded.ignored)
+    from broker.heap import limit_malloc_arenas
+
+    limit_malloc_arenas()   # before any thread starts: see heap.py
     import uvloop
 
     try:

@@ -1,16 +1,23 @@
 """The heap freezer freezes the survivors of a full collection and hands them back to the
-collector when it thaws, so cyclic garbage among them is freed then."""
+collector when it thaws, so cyclic garbage among them is freed then; the serve process caps the
+C allocator's arenas."""
 
 from __future__ import annotations
 
 import asyncio
 import gc
+import pathlib
+import platform
+import subprocess
+import sys
 import weakref
 from collections.abc import Iterator
 
 import pytest
 
-from broker.heap import HeapFreezer
+from broker.heap import HeapFreezer, limit_malloc_arenas
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 class _Node:
@@ -118,3 +125,18 @@ async def test_run_settles_start_up_at_once_so_the_first_full_collection_skips_i
         await asyncio.gather(task, return_exceptions=True)
     assert gc.get_freeze_count() == 0
     assert any(o is start_up for o in gc.get_objects())   # handed back on the way out
+
+
+def test_malloc_arenas_are_left_to_an_explicit_environment_setting() -> None:
+    assert limit_malloc_arenas(environ={"MALLOC_ARENA_MAX": "4"}) is False
+
+
+@pytest.mark.skipif(platform.system() != "Linux" or platform.libc_ver()[0] != "glibc",
+                    reason="mallopt is glibc's")
+def test_malloc_arenas_are_capped_on_glibc() -> None:
+    # in a child: the cap is process-wide
+    code = "from broker.heap import limit_malloc_arenas; print(limit_malloc_arenas(environ={}))"
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "True"
