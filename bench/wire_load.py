@@ -37,7 +37,9 @@ One round against one broker, on a fresh topic:
 in messages, the in-flight window in SENDs (entries). Broker CPU is read from
 ``/proc/PID/stat`` (all threads) around each phase and given per million messages; the
 generator's own CPU is printed too, to show it is not the bottleneck. The broker's RSS is read
-after each round (``/proc/PID/status``; for Pulsar, the JVM's). For Horae the round line also
+after each round (``/proc/PID/status``; for Pulsar, the JVM's), with its peak so far
+(``VmHWM``); ``--rest S`` reads it once more S seconds after the last round, what each broker
+keeps at rest after the work. For Horae the round line also
 gives its storage writer's work over the publish phase, from its ``/metrics`` read just before
 and after it (outside the timing): group commits and fdatasyncs per second, entries per group
 commit, and the share of the phase's wall time spent inside fdatasync (low: the disk is not
@@ -129,6 +131,8 @@ class LoadResult:
     generator_cpu_consume_s: float = 0.0
     broker_rss_mib: float = 0.0
     """The broker's RSS after the round."""
+    broker_peak_rss_mib: float = 0.0
+    """The broker's peak RSS so far (``VmHWM``), read after the round."""
     figures: dict[str, float] = field(default_factory=dict)
     group_commit: dict[str, float] = field(default_factory=dict)
     """Horae only: its storage writer during the publish phase (from ``/metrics``): group
@@ -147,6 +151,7 @@ class LoadResult:
             "generator CPU s/M msgs, publish": self.generator_cpu_publish_s * per_million,
             "generator CPU s/M msgs, consume": self.generator_cpu_consume_s * per_million,
             "broker RSS after round (MiB)": self.broker_rss_mib,
+            "broker peak RSS (MiB)": self.broker_peak_rss_mib,
         }
 
 
@@ -309,6 +314,7 @@ async def run_round(broker: Broker, topic: str, settings: LoadSettings,
     result.bad_checksums = drainer.bad_checksums
     result.stall_flows = drainer.stall_flows
     result.broker_rss_mib = rss_mib(broker.pid)
+    result.broker_peak_rss_mib = rss_mib(broker.pid, "VmHWM")
     result.compute_figures()
     return result
 
@@ -379,6 +385,9 @@ def main(argv: list[str] | None = None) -> int:
                              "print that comparison at equal durability on its own")
     parser.add_argument("--profile", type=pathlib.Path, metavar="DIR",
                         help="one extra Horae round under py-spy; raw stacks go to DIR")
+    parser.add_argument("--rest", type=float, default=0.0, metavar="S",
+                        help="after the last round, wait S seconds and read each broker's RSS "
+                             "(what it keeps at rest after the work); 0: not measured")
     parser.add_argument("--json", type=pathlib.Path, metavar="FILE", help="write all results")
     args = parser.parse_args(argv)
     if args.connections < 1 or args.in_flight < 1 or args.messages < args.connections:
@@ -394,6 +403,7 @@ def main(argv: list[str] | None = None) -> int:
     producers = build_all_frames(settings)
     tmp = pathlib.Path(tempfile.mkdtemp(prefix="horae-wire-load-"))
     results: dict[str, list[LoadResult]] = {}
+    at_rest: dict[str, float] = {}
     token = os.getpid()
     try:
         with started(tmp, peers) as brokers:
@@ -417,6 +427,9 @@ def main(argv: list[str] | None = None) -> int:
                           + f", stall FLOWs {result.stall_flows}"
                           + "".join(f", {k} {v:,.1f}" for k, v in result.group_commit.items()),
                           flush=True)
+            if args.rest > 0:
+                time.sleep(args.rest)   # the brokers rest together: one wait for all
+                at_rest = {broker.name: rss_mib(broker.pid) for broker in brokers}
             horae = next((b for b in brokers if b.name == "horae"), None)
             if args.profile is not None and horae is not None:
                 args.profile.mkdir(parents=True, exist_ok=True)
@@ -429,10 +442,14 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print_table(settings, args.rounds, results)
+    if at_rest:
+        print(f"broker RSS {args.rest:g} s after the last round (MiB): "
+              + ", ".join(f"{name} {rss:.1f}" for name, rss in at_rest.items()))
     if args.json is not None:
         args.json.write_text(json.dumps(
             {"settings": asdict(settings),
-             "results": {n: [asdict(r) for r in rs] for n, rs in results.items()}}, indent=1))
+             "results": {n: [asdict(r) for r in rs] for n, rs in results.items()},
+             "rss_at_rest_mib": at_rest}, indent=1))
     return 0
 
 
