@@ -15,9 +15,14 @@ properties) and, in a fresh child process per ``--reads`` value, reopens the sto
 
 - ``first due``: from the store's open to the first due position handed out (messages due
   while "down": the earliest bucket's times are in the past);
-- ``index serving``: until ``recover()`` returned: every bucket's metadata read (a store of
-  the current format), or every metadata and first segment (``--old-format``: a store built
-  without the snapshot format property, as an older version leaves it, recovered the safe way);
+- ``store open`` / ``ledger open``: until the segment store is open / the ledger and its
+  cursor (with the bucket properties) are;
+- ``recover returned``: until ``recover()`` returned: the tracker hands out what is due from
+  then on (with the snapshots' summaries, before every bucket's metadata is read);
+- ``index serving``: until every bucket's membership is known (every metadata read: the
+  tracker answers re-reads and cancels of every ledger), or every metadata and first segment
+  (``--old-format``: a store built without the snapshot format property, as an older version
+  leaves it, recovered the safe way);
 - ``first segments in``: until every bucket's first segment is loaded (or parked, not due soon);
 - ``catch-up p99``: of the positions due while down, the time from the first hand-out to
   each one's hand-out, p99 (ms);
@@ -131,8 +136,10 @@ async def recover(root: Path, pending: int, per_bucket: int, cancel_every: int, 
     sealed_to = layout["sealed_to_ledger"]
     store = await SegmentStore.open(root, StorageConfig(fsync=False,
                                                         max_entries_per_ledger=per_bucket))
+    store_open = time.perf_counter() - t0
     ledger = await store.open_ledger(TOPIC)
     cursor = await ledger.open_cursor("sub")
+    ledger_open = time.perf_counter() - t0
     cursor.read_position = Position(sealed_to + 1, 0)
     now = [base + 1]
     due = asyncio.Event()
@@ -144,12 +151,15 @@ async def recover(root: Path, pending: int, per_bucket: int, cancel_every: int, 
     serving = time.perf_counter() - t0
     memory = {"index_bytes_at_serving": t.memory_bytes, "rss_bytes_at_serving": _rss() - rss_before}
     segments_in = None
+    memberships_in = None
     seen = bytearray(pending)        # one byte per message: 10M fit where sets would not
     early = dup = acked_out = 0
     first_due = None
     catch_up: list[float] = []
     drained = False
     while True:                      # everything due while down, then the clock runs forward
+        if memberships_in is None and not getattr(t.sealed, "reading", 0):
+            memberships_in = time.perf_counter() - t0
         if segments_in is None and not t.sealed.loading:
             segments_in = time.perf_counter() - t0
             memory |= {"index_bytes_at_segments_in": t.memory_bytes,
@@ -189,7 +199,9 @@ async def recover(root: Path, pending: int, per_bucket: int, cancel_every: int, 
                if not seen[i] and not (cancel_every and i % cancel_every == 3)
                ) if drained else None
     catch_up.sort()
-    return {"reads": reads, "index_serving_s": round(serving, 3),
+    return {"reads": reads, "store_open_s": round(store_open, 3),
+            "ledger_open_s": round(ledger_open, 3), "recover_returned_s": round(serving, 3),
+            "index_serving_s": round(memberships_in, 3) if memberships_in is not None else None,
             "first_segments_in_s": round(segments_in, 3) if segments_in is not None else None,
             "first_due_s": round(first_due, 3) if first_due is not None else None,
             "catch_up_n": len(catch_up),

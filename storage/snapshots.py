@@ -10,6 +10,11 @@ File format: b"HSNP" | version u8 | n_parts u32 | n_parts x (length u64, crc32c 
 create() writes a temporary file, fsyncs it, renames it into place and fsyncs the directory
 before returning, so a snapshot id the broker has seen always names a complete file. A part
 that fails its CRC raises CorruptRecordError; it is never returned.
+
+A snapshot may carry a *summary* (a few opaque bytes, ``create(..., summary=)``), kept apart in
+``summaries.log`` (:mod:`storage.snapshot_summaries`) so that a recovery can read every
+snapshot's summary in one read: advisory, never synced, absent for a snapshot whose record was
+lost (its reader then opens the snapshot).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from crc32c import crc32c
 from storage.errors import CorruptRecordError, SnapshotNotFoundError
 from storage.fileops import FileOps
 from storage.ids import IdAllocator
+from storage.snapshot_summaries import SummaryLog
 
 _MAGIC = b"HSNP"
 _HEAD = struct.Struct("<4sBI")
@@ -89,6 +95,7 @@ class SnapshotStore:
         self._fsync = fsync
         self._where = os.fspath(directory)
         self._sizes: dict[int, int] = {}
+        self._summaries = SummaryLog(directory, ops)
         # one listing, no path objects: a store holds a snapshot per bucket, tens of thousands
         with contextlib.suppress(FileNotFoundError), os.scandir(directory) as entries:
             for entry in entries:
@@ -106,8 +113,9 @@ class SnapshotStore:
     def _path(self, snapshot_id: int) -> Path:
         return self.directory / snapshot_name(snapshot_id)
 
-    async def create(self, metadata: bytes, segments: list[bytes]) -> int:
-        """Store a snapshot; durable when this returns. Returns its id."""
+    async def create(self, metadata: bytes, segments: list[bytes], summary: bytes = b"") -> int:
+        """Store a snapshot; durable when this returns (its summary is not: module docstring).
+        Returns its id."""
         snapshot_id = self._ids.allocate()
         data = encode_snapshot([bytes(metadata), *(bytes(s) for s in segments)])
         path = self._path(snapshot_id)
@@ -115,6 +123,8 @@ class SnapshotStore:
         def write() -> None:
             self._ids.ensure_durable(snapshot_id)
             self._ops.atomic_write(path, data, sync=self._fsync)
+            if summary:
+                self._summaries.append([(snapshot_id, summary)])
 
         await self._loop.run_in_executor(self._pool, write)
         self._sizes[snapshot_id] = len(data)
@@ -165,6 +175,15 @@ class SnapshotStore:
             return out
 
         return await self._loop.run_in_executor(self._pool, read_all)
+
+    async def summaries(self) -> dict[int, bytes]:
+        """The summary of every snapshot that has one (one read of ``summaries.log``)."""
+        live = frozenset(self._sizes)
+        return await self._loop.run_in_executor(self._pool, self._summaries.read, live)
+
+    async def add_summaries(self, items: Sequence[tuple[int, bytes]]) -> None:
+        """Summaries of snapshots written without one (advisory: not synced)."""
+        await self._loop.run_in_executor(self._pool, self._summaries.append, list(items))
 
     async def load_metadata(self, snapshot_id: int) -> bytes:
         return await self._load_part(snapshot_id, 0)

@@ -234,13 +234,14 @@ class SegmentLoader:
         return segment
 
     async def load_first_segments(self, buckets: list[ImmutableBucket], readers: int,
-                                  batch: int = 1) -> None:
+                                  batch: int = 1, *, first_alone: bool = True) -> None:
         """Recovery without segment CANCELs: ``buckets`` (in first-time order) all sit in
         ``loading`` at their first time; read their first segments in that order, ``readers``
-        read jobs at a time of up to ``batch`` segments each (the very first job one segment:
-        the bucket due soonest serves after one read), and park those not due soon unread."""
+        read jobs at a time of up to ``batch`` segments each (the very first job one segment
+        unless not ``first_alone``: the bucket due soonest serves after one read), and park
+        those not due soon unread."""
         order = deque(buckets)
-        first_job = [True]
+        first_job = [first_alone]
 
         async def reader() -> None:
             while order and not self.closed:

@@ -33,7 +33,13 @@ or the hand-out logic.
   once a recovery finds no CANCEL left. Reads run ``RECOVERY_READS`` jobs at a time, each
   of up to ``RECOVERY_BATCH`` snapshots (IO in the store's pool, decoding in the executor,
   never on the loop), first segments in order of their first deliver time, so the bucket
-  due soonest is in memory first.
+  due soonest is in memory first. With the format property, a bucket whose snapshot has a
+  summary naming its range (:class:`~broker.delayed.snapshot_format.BucketSummary`, written
+  beside each snapshot when it is created) is not read before serving at all: it is READING
+  (:mod:`broker.delayed.bucket_records`), a barrier at the summary's first time, and its
+  membership is read in the background in first-time order, then its first segment; what the
+  tracker is asked about its ledgers meanwhile waits (:mod:`broker.delayed.bucket_deferred`).
+  Only the buckets without a usable summary are read before serving (and get one then).
 
 IO runs in background tasks (counted in :class:`~broker.delayed.bucket_segments.SnapshotOps`); everything else
 runs on the event loop thread. What merge and recovery decide about bucket records (which pair,
@@ -49,6 +55,7 @@ import heapq
 import logging
 import time
 from array import array
+from collections import deque
 from collections.abc import Callable, Coroutine
 from concurrent.futures import Executor
 from typing import Any
@@ -68,12 +75,15 @@ from broker.delayed.ports import BucketCursor, SnapshotStorage
 from broker.delayed.snapshot_format import (
     FORMAT_KEY,
     FORMAT_NO_SEGMENT_CANCELS,
+    BucketSummary,
     DecodedSegment,
     RawSegment,
     cut_columns,
     cut_segments,
     decode_metadata,
+    decode_summary,
     encode_snapshot,
+    encode_summary,
     raw_to_decoded,
 )
 from storage.errors import SnapshotNotFoundError
@@ -118,6 +128,7 @@ class BucketSnapshots:
 
     def __init__(self, *, buckets: SealedBuckets, cursor: BucketCursor,
                  store: SnapshotStorage, on_change: Callable[[], None],
+                 on_membership: Callable[[ImmutableBucket], None],
                  loop: asyncio.AbstractEventLoop, executor: Executor | None,
                  time_step_ms: int, max_indexes_per_segment: int, max_num_buckets: int,
                  horizon: Callable[[], int], retry: RetryDelays | None = None) -> None:
@@ -125,6 +136,7 @@ class BucketSnapshots:
         self._cursor = cursor
         self._store = store
         self._on_change = on_change
+        self._on_membership = on_membership
         self._loop = loop
         self._executor = executor
         self._time_step_ms = time_step_ms
@@ -208,13 +220,22 @@ class BucketSnapshots:
     async def _encode(self, segments: list[RawSegment]) -> tuple[bytes, list[bytes]]:
         return await self._loop.run_in_executor(self._executor, encode_snapshot, segments, [])
 
+    async def _create(self, start_ledger: int, end_ledger: int,
+                      segments: list[RawSegment]) -> int:
+        """Encode and store a bucket's snapshot, with its summary (snapshot_format)."""
+        metadata, parts = await self._encode(segments)
+        summary = encode_summary(BucketSummary(
+            start_ledger, end_ledger, segments[0][0][0], sum(len(seg[0]) for seg in segments),
+            len(segments))) if segments and len(segments[0][0]) else b""
+        return await self._store.create(metadata, parts, summary)
+
     async def _persist(self, bucket: ImmutableBucket, segments: list[RawSegment]) -> None:
         delay = self._retry.create_first_s
         while True:
             started = time.monotonic()
             try:
-                metadata, parts = await self._encode(segments)
-                snapshot_id = await self._store.create(metadata, parts)
+                snapshot_id = await self._create(bucket.start_ledger, bucket.end_ledger,
+                                                 segments)
                 break
             except Exception:
                 # Keep serving the bucket from memory meanwhile; a restart before it is durable
@@ -275,7 +296,7 @@ class BucketSnapshots:
     # --- merge -----------------------------------------------------------------------------
 
     def _maybe_merge(self) -> None:
-        if (self._closed or self._max_num_buckets <= 0
+        if (self._closed or self._max_num_buckets <= 0 or self._buckets.reading
                 or len(self._buckets) <= self._max_num_buckets
                 or (self._merge_task is not None and not self._merge_task.done())):
             return
@@ -313,10 +334,9 @@ class BucketSnapshots:
             items = list(heapq.merge(await self._remaining_items(a),
                                      await self._remaining_items(b)))
             segments = cut_segments(items, self._time_step_ms, self._max_indexes_per_segment)
-            metadata, parts = await self._encode(segments)
             create_started = time.monotonic()
             try:
-                snapshot_id = await self._store.create(metadata, parts)
+                snapshot_id = await self._create(a.start_ledger, b.end_ledger, segments)
             except Exception:
                 self.ops.record("create", False)
                 raise
@@ -373,6 +393,20 @@ class BucketSnapshots:
             self._cursor.properties.get(FORMAT_KEY) == FORMAT_NO_SEGMENT_CANCELS or not kept)
         gate = asyncio.Semaphore(RECOVERY_READS)
         mark_delete = self._cursor.mark_delete_position
+        # With a summary that names the same range, a bucket serves before its metadata is
+        # read (READING: bucket_records); the others' metadata is read before serving.
+        summaries = await self._read_summaries() if no_segment_cancels and kept else {}
+        reading: list[ImmutableBucket] = []
+        unread: list[BucketRef] = []
+        for ref in kept:
+            summary = summaries.get(ref[2])
+            if (summary is not None and summary.start_ledger == ref[0]
+                    and summary.end_ledger == ref[1]):
+                reading.append(ImmutableBucket.from_summary(ref[0], ref[1], ref[2],
+                                                            summary.first_ts))
+            else:
+                unread.append(ref)
+        kept = unread
 
         async def recover_batch(batch: list[BucketRef]) -> list[ImmutableBucket | None]:
             async with gate:
@@ -387,17 +421,28 @@ class BucketSnapshots:
                 continue
             self._buckets.insert(bucket)
             self.ops.snapshot_size_bytes += bucket.snapshot_size
+        if no_segment_cancels and any(b is not None for b in recovered):
+            # a store written before summaries: the next restart has them
+            self._spawn(self._write_summaries([b for b in recovered if b is not None]))
+        for bucket in reading:
+            bucket.snapshot_size = self._snapshot_size(bucket.snapshot_id or 0)
+            self._buckets.insert(bucket)
+            self.ops.snapshot_size_bytes += bucket.snapshot_size
         if no_segment_cancels:
-            # Membership is known: serve now, first segments in the background, earliest
-            # first; every bucket is a barrier at its first time until its segment is in.
+            # Membership is known or on its way: serve now, memberships still to read and
+            # first segments in the background, earliest first; every bucket is a barrier at
+            # its first time until its segment is in.
             for bucket in list(self._buckets):
-                if bucket.remaining <= 0:
+                if bucket.remaining <= 0 and not bucket.reading:
                     self.finish(bucket)
             buckets = sorted(self._buckets, key=_first_time)
             for bucket in buckets:
                 self._buckets.loading[bucket] = _first_time(bucket)
-            self._spawn(self.loader.load_first_segments(buckets, RECOVERY_READS,
-                                                        RECOVERY_BATCH))
+            if reading:
+                self._spawn(self._serve_in_order(buckets, mark_delete))
+            else:
+                self._spawn(self.loader.load_first_segments(buckets, RECOVERY_READS,
+                                                            RECOVERY_BATCH))
         else:
             cancels_seen, lost = await self._load_first_segments()
             dropped = dropped or lost
@@ -409,6 +454,88 @@ class BucketSnapshots:
             # every snapshot from now on is written without CANCELs (cancel journal)
             self._cursor.set_property(FORMAT_KEY, FORMAT_NO_SEGMENT_CANCELS)
             dropped = True
+        if dropped:
+            await self._flush_cursor()
+
+    async def _read_summaries(self) -> dict[int, BucketSummary]:
+        """Snapshot id -> its bucket's summary; those that are unreadable are left out (their
+        metadata is read before serving), and all of them when the summaries cannot be read."""
+        try:
+            raw = await self._store.summaries()
+        except Exception:
+            log.warning("reading the delayed bucket summaries failed; reading every "
+                        "bucket's metadata first", exc_info=True)
+            return {}
+        out: dict[int, BucketSummary] = {}
+        for snapshot_id, data in raw.items():
+            summary = decode_summary(data)
+            if summary is not None:
+                out[snapshot_id] = summary
+        return out
+
+    async def _write_summaries(self, buckets: list[ImmutableBucket]) -> None:
+        """Summaries of recovered snapshots that had none (a store written before them)."""
+        items = [(b.snapshot_id, encode_summary(BucketSummary(
+                     b.start_ledger, b.end_ledger, b.segment_min_ts[0], b.remaining,
+                     len(b.segment_min_ts))))
+                 for b in buckets
+                 if b.snapshot_id is not None and b.remaining > 0 and len(b.segment_min_ts)]
+        if not items:
+            return
+        try:
+            await self._store.add_summaries(items)
+        except Exception:
+            log.warning("writing delayed bucket summaries failed", exc_info=True)
+
+    async def _serve_in_order(self, buckets: list[ImmutableBucket], mark_delete: Position
+                              ) -> None:
+        """Recovery with summaries: ``buckets`` (in first-time order, all in ``loading``) get
+        their membership read when they are READING (:meth:`_settle`), ``RECOVERY_READS`` jobs
+        at a time of up to ``RECOVERY_BATCH`` buckets each, the first job the bucket due
+        soonest alone; each batch's first segments are read once its memberships are in (in
+        a job of their own: memberships do not wait for segments)."""
+        order = deque(buckets)
+        first_job = [True]
+
+        async def worker() -> None:
+            while order and not self._closed:
+                size = 1 if first_job[0] else RECOVERY_BATCH
+                first_job[0] = False
+                batch = [order.popleft() for _ in range(min(size, len(order)))]
+                await self._settle([b for b in batch if b.reading and b.alive], mark_delete)
+                if not self._closed:
+                    self._spawn(self.loader.load_first_segments(batch, 1, RECOVERY_BATCH,
+                                                                first_alone=False))
+
+        await asyncio.gather(*(worker() for _ in range(max(min(RECOVERY_READS, len(order)), 1))))
+
+    async def _settle(self, batch: list[ImmutableBucket], mark_delete: Position) -> None:
+        """Read the membership of READING buckets (one read job, one decode job); each is
+        LIVE then, or dropped when its snapshot is gone or unreadable; what was deferred for
+        its ledgers is applied either way (``on_membership``)."""
+        if not batch:
+            return
+        refs = [(b.start_ledger, b.end_ledger, b.snapshot_id or 0, b.key) for b in batch]
+        results = await self._recover_buckets(refs, mark_delete)
+        dropped = False
+        for bucket, read in zip(batch, results, strict=True):
+            if not bucket.alive:
+                continue                        # cleared meanwhile (a cursor reset)
+            if read is None:
+                # its ledgers' entries are read again: not held by a bucket any more
+                self._buckets.remove(bucket)
+                self.ops.snapshot_size_bytes -= bucket.snapshot_size
+                dropped = dropped or bucket.key not in self._cursor.properties
+            else:
+                if read.segment_min_ts[0] != bucket.segment_min_ts[0]:
+                    log.warning("delayed bucket %s: its summary's first time %d is not its "
+                                "snapshot's %d", bucket.key, bucket.segment_min_ts[0],
+                                read.segment_min_ts[0])
+                self._buckets.settle(bucket, read)
+                if bucket in self._buckets.loading:
+                    self._buckets.loading[bucket] = _first_time(bucket)
+            self._on_membership(bucket)
+        self._on_change()
         if dropped:
             await self._flush_cursor()
 

@@ -176,9 +176,12 @@ async def test_recovery_reads_in_batches_and_retries_a_failed_part(tmp_path: Pat
     await wait_until_async(lambda: not t.sealed.loading, timeout_s=60)   # the retry landed
     metadata_jobs = [job for job in counted.jobs if job[0][1] == 0]
     segment_jobs = [job for job in counted.jobs if job[0][1] > 0]
-    assert len(metadata_jobs) == 1 and sorted(p[0] for p in metadata_jobs[0]) == ids
-    # the bucket due soonest alone first, then the rest in one job
+    # the summaries order the buckets: the one due soonest alone first, then the rest in one
+    # job, its membership and then its first segment
+    assert [len(job) for job in metadata_jobs] == [1, len(ids) - 1]
+    assert sorted(p[0] for job in metadata_jobs for p in job) == ids
     assert [len(job) for job in segment_jobs] == [1, len(ids) - 1]
+    assert segment_jobs[0] == [(metadata_jobs[0][0][0], 1)]
     assert not counted.fail_once
     handed = await drain(t, clock, cursor, deliver_at, T0 + 400_000)
     assert len(handed) == len(set(handed))
