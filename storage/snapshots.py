@@ -132,6 +132,21 @@ class SnapshotStore:
 
     def _read_part(self, snapshot_id: int, index: int) -> bytes:
         """Blocking (IO pool): part ``index`` of a snapshot, CRC-checked."""
+        got = self._read_parts(snapshot_id, [index])[0]
+        if isinstance(got, Exception):
+            raise got
+        return got
+
+    def _read_parts(self, snapshot_id: int, indexes: Sequence[int]) -> list[bytes | Exception]:
+        """Blocking (IO pool): parts of one snapshot, CRC-checked, the file opened once (and,
+        when small, read once); each result the part or its error."""
+        try:
+            return self._read_parts_of(snapshot_id, indexes)
+        except Exception as exc:                # the file itself: every part fails
+            return [exc] * len(indexes)
+
+    def _read_parts_of(self, snapshot_id: int, indexes: Sequence[int]
+                       ) -> list[bytes | Exception]:
         size = self._sizes.get(snapshot_id)
         if size is None:
             raise SnapshotNotFoundError(f"no snapshot {snapshot_id}")
@@ -149,7 +164,13 @@ class SnapshotStore:
             else:
                 def read(length: int, offset: int) -> bytes:
                     return ops.pread(fd, length, offset)
-            return _part(snapshot_id, index, read)
+            out: list[bytes | Exception] = []
+            for index in indexes:
+                try:
+                    out.append(_part(snapshot_id, index, read))
+                except (CorruptRecordError, SnapshotNotFoundError) as exc:
+                    out.append(exc)
+            return out
         finally:
             ops.close(fd)
 
@@ -166,12 +187,17 @@ class SnapshotStore:
         ``CorruptRecordError``, ``OSError``)."""
 
         def read_all() -> list[bytes | Exception]:
+            # per part: one bad file fails only its own parts; neighbouring parts of one
+            # snapshot (its metadata and first segment) are read with one open
             out: list[bytes | Exception] = []
-            for snapshot_id, index in parts:
-                try:
-                    out.append(self._read_part(snapshot_id, index))
-                except Exception as exc:        # per part: one bad file fails only itself
-                    out.append(exc)
+            k, n = 0, len(parts)
+            while k < n:
+                snapshot_id = parts[k][0]
+                end = k + 1
+                while end < n and parts[end][0] == snapshot_id:
+                    end += 1
+                out.extend(self._read_parts(snapshot_id, [index for _, index in parts[k:end]]))
+                k = end
             return out
 
         return await self._loop.run_in_executor(self._pool, read_all)

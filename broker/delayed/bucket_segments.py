@@ -269,6 +269,26 @@ class SegmentLoader:
 
         await asyncio.gather(*(reader() for _ in range(max(min(readers, len(order)), 1))))
 
+    def install_first(self, bucket: ImmutableBucket, data: bytes) -> None:
+        """Recovery: the first segment of a bucket whose membership was just read, read in the
+        same job: installed (or parked, or the bucket retired) as :meth:`load_first_segments`
+        would; left to it when the bucket moved on meanwhile or the segment needs the
+        executor."""
+        if (not bucket.alive or bucket.loaded is not None or bucket.next_segment != 1
+                or bucket.skip or bucket in self._in_flight
+                or not is_packed_segment(data) or len(data) > INLINE_DECODE_BYTES):
+            return
+        if bucket.remaining <= 0 or not bucket.has_unloaded_segments():
+            self._buckets.loading.pop(bucket, None)
+            self.advance(bucket)
+            return
+        try:
+            segment = decode_segment(data)
+        except ValueError:
+            return                              # read again (and reported) the usual way
+        self._ops.record("load", True)
+        self.install(bucket, segment)
+
     async def _decode_all(self, datas: list[bytes | Exception]) -> list[DecodedSegment | Exception]:
         """Small packed segments decoded here, the rest in one executor job."""
         out: list[DecodedSegment | Exception] = []

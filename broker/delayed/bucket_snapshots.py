@@ -142,6 +142,7 @@ class BucketSnapshots:
         self._time_step_ms = time_step_ms
         self._max_indexes_per_segment = max_indexes_per_segment
         self._max_num_buckets = max_num_buckets
+        self._horizon = horizon
         self._retry = retry or RetryDelays()
         self.ops = SnapshotOps()
         self._wake_on_close = asyncio.Event()
@@ -410,7 +411,7 @@ class BucketSnapshots:
 
         async def recover_batch(batch: list[BucketRef]) -> list[ImmutableBucket | None]:
             async with gate:
-                return await self._recover_buckets(batch, mark_delete)
+                return (await self._recover_buckets(batch, mark_delete))[0]
 
         batches = [kept[i:i + RECOVERY_BATCH] for i in range(0, len(kept), RECOVERY_BATCH)]
         recovered = [bucket for batch in await asyncio.gather(*map(recover_batch, batches))
@@ -516,9 +517,12 @@ class BucketSnapshots:
         if not batch:
             return
         refs = [(b.start_ledger, b.end_ledger, b.snapshot_id or 0, b.key) for b in batch]
-        results = await self._recover_buckets(refs, mark_delete)
+        horizon = self._horizon()
+        # the first segment of a bucket due soon comes in the same read (one open per file)
+        results, firsts = await self._recover_buckets(
+            refs, mark_delete, [b.segment_min_ts[0] <= horizon for b in batch])
         dropped = False
-        for bucket, read in zip(batch, results, strict=True):
+        for bucket, read, first in zip(batch, results, firsts, strict=True):
             if not bucket.alive:
                 continue                        # cleared meanwhile (a cursor reset)
             if read is None:
@@ -535,19 +539,43 @@ class BucketSnapshots:
                 if bucket in self._buckets.loading:
                     self._buckets.loading[bucket] = _first_time(bucket)
             self._on_membership(bucket)
+            if first is not None and read is not None:
+                self.loader.install_first(bucket, first)
         self._on_change()
         if dropped:
             await self._flush_cursor()
 
-    async def _recover_buckets(self, batch: list[BucketRef], mark_delete: Position
-                               ) -> list[ImmutableBucket | None]:
+    async def _recover_buckets(self, batch: list[BucketRef], mark_delete: Position,
+                               first_too: list[bool] | None = None
+                               ) -> tuple[list[ImmutableBucket | None], list[bytes | None]]:
         """The buckets of ``batch`` from their snapshot metadata: one read job, one decode
-        job. None for a bucket whose snapshot is gone (its property removed) or unreadable."""
+        job. None for a bucket whose snapshot is gone (its property removed) or unreadable.
+        Besides, the first segment's bytes of those ``first_too`` names, read in the same job
+        (None when not asked for or not read)."""
         started = time.monotonic()
+        wanted = first_too or [False] * len(batch)
+        parts: list[tuple[int, int]] = []
+        for ref, first in zip(batch, wanted, strict=True):
+            parts.append((ref[2], 0))
+            if first:
+                parts.append((ref[2], 1))
         try:
-            datas = await self._store.load_parts([(ref[2], 0) for ref in batch])
+            got = await self._store.load_parts(parts)
         except Exception as exc:
-            datas = [exc] * len(batch)
+            got = [exc] * len(parts)
+        datas: list[bytes | Exception] = []
+        firsts: list[bytes | None] = []
+        k = 0
+        for first in wanted:
+            datas.append(got[k])
+            segment = got[k + 1] if first else None
+            firsts.append(segment if isinstance(segment, bytes) else None)
+            k += 2 if first else 1
+        return await self._decode_read(batch, datas, mark_delete, started), firsts
+
+    async def _decode_read(self, batch: list[BucketRef], datas: list[bytes | Exception],
+                           mark_delete: Position, started: float
+                           ) -> list[ImmutableBucket | None]:
         out: list[ImmutableBucket | None] = [None] * len(batch)
         todo: list[int] = []
         for k, ((_, _, snapshot_id, key), data) in enumerate(zip(batch, datas, strict=True)):
