@@ -94,18 +94,17 @@ class SnapshotStore:
         self._pool = io_pool
         self._fsync = fsync
         self._where = os.fspath(directory)
+        # snapshot id -> file size in bytes, -1 until known (the first read, or size_bytes())
         self._sizes: dict[int, int] = {}
         self._summaries = SummaryLog(directory, ops)
-        # one listing, no path objects: a store holds a snapshot per bucket, tens of thousands
+        # one listing, no path objects and no stat: a store holds a snapshot per bucket, tens
+        # of thousands, and a stat each was most of the store's open
         with contextlib.suppress(FileNotFoundError), os.scandir(directory) as entries:
             for entry in entries:
                 name = entry.name
-                if not name.endswith(".snap"):
-                    continue
-                try:
-                    self._sizes[int(name[:-5])] = entry.stat().st_size
-                except (ValueError, FileNotFoundError):
-                    continue
+                if name.endswith(".snap"):
+                    with contextlib.suppress(ValueError):
+                        self._sizes[int(name[:-5])] = -1
 
     def ids(self) -> list[int]:
         return sorted(self._sizes)
@@ -156,6 +155,10 @@ class SnapshotStore:
         except FileNotFoundError as exc:
             raise SnapshotNotFoundError(f"no snapshot {snapshot_id}") from exc
         try:
+            if size < 0:                            # not known since the store's open
+                size = os.fstat(fd).st_size
+                if snapshot_id in self._sizes:
+                    self._sizes[snapshot_id] = size
             if size <= WHOLE_READ_BYTES:
                 whole = ops.pread(fd, size, 0)      # header, table and parts in one read
 
@@ -236,11 +239,24 @@ class SnapshotStore:
         await self._loop.run_in_executor(self._pool, remove)
 
     def size_bytes(self, snapshot_id: int) -> int:
+        """The snapshot file's size (a stat the first time, unless a read saw it)."""
         try:
-            return self._sizes[snapshot_id]
+            size = self._sizes[snapshot_id]
         except KeyError:
             raise SnapshotNotFoundError(f"no snapshot {snapshot_id}") from None
+        if size < 0:
+            try:
+                size = os.stat(self._path(snapshot_id)).st_size
+            except FileNotFoundError:
+                raise SnapshotNotFoundError(f"no snapshot {snapshot_id}") from None
+            if snapshot_id in self._sizes:
+                self._sizes[snapshot_id] = size
+        return size
 
     @property
     def total_size_bytes(self) -> int:
-        return sum(self._sizes.values())
+        total = 0
+        for snapshot_id in list(self._sizes):
+            with contextlib.suppress(SnapshotNotFoundError):
+                total += self.size_bytes(snapshot_id)
+        return total

@@ -425,10 +425,8 @@ class BucketSnapshots:
         if no_segment_cancels and any(b is not None for b in recovered):
             # a store written before summaries: the next restart has them
             self._spawn(self._write_summaries([b for b in recovered if b is not None]))
-        for bucket in reading:
-            bucket.snapshot_size = self._snapshot_size(bucket.snapshot_id or 0)
+        for bucket in reading:          # its size is counted once read (no stat each here)
             self._buckets.insert(bucket)
-            self.ops.snapshot_size_bytes += bucket.snapshot_size
         if no_segment_cancels:
             # Membership is known or on its way: serve now, memberships still to read and
             # first segments in the background, earliest first; every bucket is a barrier at
@@ -528,7 +526,6 @@ class BucketSnapshots:
             if read is None:
                 # its ledgers' entries are read again: not held by a bucket any more
                 self._buckets.remove(bucket)
-                self.ops.snapshot_size_bytes -= bucket.snapshot_size
                 dropped = dropped or bucket.key not in self._cursor.properties
             else:
                 if read.segment_min_ts[0] != bucket.segment_min_ts[0]:
@@ -536,6 +533,7 @@ class BucketSnapshots:
                                 "snapshot's %d", bucket.key, bucket.segment_min_ts[0],
                                 read.segment_min_ts[0])
                 self._buckets.settle(bucket, read)
+                self.ops.snapshot_size_bytes += bucket.snapshot_size
                 if bucket in self._buckets.loading:
                     self._buckets.loading[bucket] = _first_time(bucket)
             self._on_membership(bucket)
