@@ -489,24 +489,29 @@ class BucketSnapshots:
     async def _serve_in_order(self, buckets: list[ImmutableBucket], mark_delete: Position
                               ) -> None:
         """Recovery with summaries: ``buckets`` (in first-time order, all in ``loading``) get
-        their membership read when they are READING (:meth:`_settle`), ``RECOVERY_READS`` jobs
-        at a time of up to ``RECOVERY_BATCH`` buckets each, the first job the bucket due
-        soonest alone; each batch's first segments are read once its memberships are in (in
-        a job of their own: memberships do not wait for segments)."""
+        their membership read when they are READING (:meth:`_settle`), with their first
+        segment in the same read job, ``RECOVERY_READS`` jobs at a time of up to
+        ``RECOVERY_BATCH`` buckets each, the first job the bucket due soonest alone (decoded
+        on the loop: no hand-off). A first segment that could not come with its
+        membership is read after it (``load_first_segments``)."""
         order = deque(buckets)
-        first_job = [True]
 
-        async def worker() -> None:
+        async def job(size: int) -> None:
+            batch = [order.popleft() for _ in range(min(size, len(order)))]
+            await self._settle([b for b in batch if b.reading and b.alive], mark_delete)
+            if not self._closed:
+                self._spawn(self.loader.load_first_segments(batch, 1, RECOVERY_BATCH,
+                                                            first_alone=False))
+
+        async def worker(first: bool) -> None:
+            if first:
+                await job(1)
             while order and not self._closed:
-                size = 1 if first_job[0] else RECOVERY_BATCH
-                first_job[0] = False
-                batch = [order.popleft() for _ in range(min(size, len(order)))]
-                await self._settle([b for b in batch if b.reading and b.alive], mark_delete)
-                if not self._closed:
-                    self._spawn(self.loader.load_first_segments(batch, 1, RECOVERY_BATCH,
-                                                                first_alone=False))
+                await job(RECOVERY_BATCH)
 
-        await asyncio.gather(*(worker() for _ in range(max(min(RECOVERY_READS, len(order)), 1))))
+        # the first job is not awaited alone: a read that hangs holds back its own buckets only
+        await asyncio.gather(*(worker(k == 0)
+                               for k in range(max(min(RECOVERY_READS, len(order)), 1))))
 
     async def _settle(self, batch: list[ImmutableBucket], mark_delete: Position) -> None:
         """Read the membership of READING buckets (one read job, one decode job); each is
@@ -594,9 +599,11 @@ class BucketSnapshots:
             assert isinstance(data, bytes)
             items.append((batch[k][0], batch[k][1], batch[k][2],
                           self._snapshot_size(batch[k][2]), data))
-        try:    # roaring bitmaps of every segment: CPU work, in the executor
-            decoded = await self._loop.run_in_executor(
-                self._executor, _decode_buckets, items, mark_delete)
+        try:    # roaring bitmaps of every segment: CPU work, in the executor (one bucket,
+            # the first one due after a restart, here: tens of microseconds, no hand-off)
+            decoded = _decode_buckets(items, mark_delete) if len(items) == 1 else \
+                await self._loop.run_in_executor(self._executor, _decode_buckets, items,
+                                                 mark_delete)
         except Exception as exc:
             decoded = [exc] * len(items)
         for k, result in zip(todo, decoded, strict=True):
