@@ -131,15 +131,19 @@ async def recover(root: Path, pending: int, per_bucket: int, cancel_every: int, 
     bs.RECOVERY_READS = reads
     rss_before = _rss()
     t0 = time.perf_counter()
+    c0 = time.process_time()          # CPU of every thread of the process
+    cpu: dict[str, float] = {}
     layout = json.loads((root / "bench.json").read_text())
     starts = {int(k): v for k, v in layout["starts"].items()}
     sealed_to = layout["sealed_to_ledger"]
     store = await SegmentStore.open(root, StorageConfig(fsync=False,
                                                         max_entries_per_ledger=per_bucket))
     store_open = time.perf_counter() - t0
+    cpu["store_open_cpu_s"] = time.process_time() - c0
     ledger = await store.open_ledger(TOPIC)
     cursor = await ledger.open_cursor("sub")
     ledger_open = time.perf_counter() - t0
+    cpu["ledger_open_cpu_s"] = time.process_time() - c0
     cursor.read_position = Position(sealed_to + 1, 0)
     now = [base + 1]
     due = asyncio.Event()
@@ -149,6 +153,7 @@ async def recover(root: Path, pending: int, per_bucket: int, cancel_every: int, 
         min_index_count_per_bucket=per_bucket)
     await t.recover()
     serving = time.perf_counter() - t0
+    cpu["recover_returned_cpu_s"] = time.process_time() - c0
     memory = {"index_bytes_at_serving": t.memory_bytes, "rss_bytes_at_serving": _rss() - rss_before}
     segments_in = None
     memberships_in = None
@@ -160,16 +165,20 @@ async def recover(root: Path, pending: int, per_bucket: int, cancel_every: int, 
     while True:                      # everything due while down, then the clock runs forward
         if memberships_in is None and not getattr(t.sealed, "reading", 0):
             memberships_in = time.perf_counter() - t0
+            cpu["index_serving_cpu_s"] = time.process_time() - c0
         if segments_in is None and not t.sealed.loading:
             segments_in = time.perf_counter() - t0
+            cpu["first_segments_in_cpu_s"] = time.process_time() - c0
             memory |= {"index_bytes_at_segments_in": t.memory_bytes,
                        "rss_bytes_at_segments_in": _rss() - rss_before}
         batch = t.get_scheduled(10_000)
+        late_in_batch = False
         for ledger_id, entry_id in batch:
             i = starts[ledger_id] + entry_id
             at = time.perf_counter()
             if first_due is None:
                 first_due = at - t0
+                cpu["first_due_cpu_s"] = time.process_time() - c0
                 first_at = at
             if deliver_at(i, base) > now[0]:
                 early += 1
@@ -180,6 +189,9 @@ async def recover(root: Path, pending: int, per_bucket: int, cancel_every: int, 
                 acked_out += 1
             if deliver_at(i, base) <= base:
                 catch_up.append((at - first_at) * 1000)
+                late_in_batch = True
+        if late_in_batch:            # CPU until the last late message so far (catch_up_n)
+            cpu["caught_up_cpu_s"] = time.process_time() - c0
         if drain_s and time.perf_counter() - t0 > drain_s:
             break                    # the drain was cut short: nothing is counted lost
         if not batch and t.sealed.loading:
@@ -207,6 +219,7 @@ async def recover(root: Path, pending: int, per_bucket: int, cancel_every: int, 
             "catch_up_n": len(catch_up),
             "catch_up_p99_ms": round(catch_up[int(len(catch_up) * 0.99) - 1], 1)
             if catch_up else None,
+            **{k: round(v, 3) for k, v in cpu.items()},
             "early": early, "lost": lost, "duplicate": dup,
             "acked_handed_out": acked_out, "handed_out": sum(seen), "drained": drained,
             **{k: round(v / pending, 2) if "bytes" in k else v for k, v in memory.items()}}
