@@ -15,9 +15,14 @@ properties) and, in a fresh child process per ``--reads`` value, reopens the sto
 
 - ``first due``: from the store's open to the first due position handed out (messages due
   while "down": the earliest bucket's times are in the past);
-- ``index serving``: until ``recover()`` returned: every bucket's metadata read (a store of
-  the current format), or every metadata and first segment (``--old-format``: a store built
-  without the snapshot format property, as an older version leaves it, recovered the safe way);
+- ``store open`` / ``ledger open``: until the segment store is open / the ledger and its
+  cursor (with the bucket properties) are;
+- ``recover returned``: until ``recover()`` returned: the tracker hands out what is due from
+  then on (with the snapshots' summaries, before every bucket's metadata is read);
+- ``index serving``: until every bucket's membership is known (every metadata read: the
+  tracker answers re-reads and cancels of every ledger), or every metadata and first segment
+  (``--old-format``: a store built without the snapshot format property, as an older version
+  leaves it, recovered the safe way);
 - ``first segments in``: until every bucket's first segment is loaded (or parked, not due soon);
 - ``catch-up p99``: of the positions due while down, the time from the first hand-out to
   each one's hand-out, p99 (ms);
@@ -126,13 +131,19 @@ async def recover(root: Path, pending: int, per_bucket: int, cancel_every: int, 
     bs.RECOVERY_READS = reads
     rss_before = _rss()
     t0 = time.perf_counter()
+    c0 = time.process_time()          # CPU of every thread of the process
+    cpu: dict[str, float] = {}
     layout = json.loads((root / "bench.json").read_text())
     starts = {int(k): v for k, v in layout["starts"].items()}
     sealed_to = layout["sealed_to_ledger"]
     store = await SegmentStore.open(root, StorageConfig(fsync=False,
                                                         max_entries_per_ledger=per_bucket))
+    store_open = time.perf_counter() - t0
+    cpu["store_open_cpu_s"] = time.process_time() - c0
     ledger = await store.open_ledger(TOPIC)
     cursor = await ledger.open_cursor("sub")
+    ledger_open = time.perf_counter() - t0
+    cpu["ledger_open_cpu_s"] = time.process_time() - c0
     cursor.read_position = Position(sealed_to + 1, 0)
     now = [base + 1]
     due = asyncio.Event()
@@ -142,24 +153,32 @@ async def recover(root: Path, pending: int, per_bucket: int, cancel_every: int, 
         min_index_count_per_bucket=per_bucket)
     await t.recover()
     serving = time.perf_counter() - t0
+    cpu["recover_returned_cpu_s"] = time.process_time() - c0
     memory = {"index_bytes_at_serving": t.memory_bytes, "rss_bytes_at_serving": _rss() - rss_before}
     segments_in = None
+    memberships_in = None
     seen = bytearray(pending)        # one byte per message: 10M fit where sets would not
     early = dup = acked_out = 0
     first_due = None
     catch_up: list[float] = []
     drained = False
     while True:                      # everything due while down, then the clock runs forward
+        if memberships_in is None and not getattr(t.sealed, "reading", 0):
+            memberships_in = time.perf_counter() - t0
+            cpu["index_serving_cpu_s"] = time.process_time() - c0
         if segments_in is None and not t.sealed.loading:
             segments_in = time.perf_counter() - t0
+            cpu["first_segments_in_cpu_s"] = time.process_time() - c0
             memory |= {"index_bytes_at_segments_in": t.memory_bytes,
                        "rss_bytes_at_segments_in": _rss() - rss_before}
         batch = t.get_scheduled(10_000)
+        late_in_batch = False
         for ledger_id, entry_id in batch:
             i = starts[ledger_id] + entry_id
             at = time.perf_counter()
             if first_due is None:
                 first_due = at - t0
+                cpu["first_due_cpu_s"] = time.process_time() - c0
                 first_at = at
             if deliver_at(i, base) > now[0]:
                 early += 1
@@ -170,6 +189,9 @@ async def recover(root: Path, pending: int, per_bucket: int, cancel_every: int, 
                 acked_out += 1
             if deliver_at(i, base) <= base:
                 catch_up.append((at - first_at) * 1000)
+                late_in_batch = True
+        if late_in_batch:            # CPU until the last late message so far (catch_up_n)
+            cpu["caught_up_cpu_s"] = time.process_time() - c0
         if drain_s and time.perf_counter() - t0 > drain_s:
             break                    # the drain was cut short: nothing is counted lost
         if not batch and t.sealed.loading:
@@ -189,12 +211,15 @@ async def recover(root: Path, pending: int, per_bucket: int, cancel_every: int, 
                if not seen[i] and not (cancel_every and i % cancel_every == 3)
                ) if drained else None
     catch_up.sort()
-    return {"reads": reads, "index_serving_s": round(serving, 3),
+    return {"reads": reads, "store_open_s": round(store_open, 3),
+            "ledger_open_s": round(ledger_open, 3), "recover_returned_s": round(serving, 3),
+            "index_serving_s": round(memberships_in, 3) if memberships_in is not None else None,
             "first_segments_in_s": round(segments_in, 3) if segments_in is not None else None,
             "first_due_s": round(first_due, 3) if first_due is not None else None,
             "catch_up_n": len(catch_up),
             "catch_up_p99_ms": round(catch_up[int(len(catch_up) * 0.99) - 1], 1)
             if catch_up else None,
+            **{k: round(v, 3) for k, v in cpu.items()},
             "early": early, "lost": lost, "duplicate": dup,
             "acked_handed_out": acked_out, "handed_out": sum(seen), "drained": drained,
             **{k: round(v / pending, 2) if "bytes" in k else v for k, v in memory.items()}}

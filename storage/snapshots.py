@@ -10,6 +10,11 @@ File format: b"HSNP" | version u8 | n_parts u32 | n_parts x (length u64, crc32c 
 create() writes a temporary file, fsyncs it, renames it into place and fsyncs the directory
 before returning, so a snapshot id the broker has seen always names a complete file. A part
 that fails its CRC raises CorruptRecordError; it is never returned.
+
+A snapshot may carry a *summary* (a few opaque bytes, ``create(..., summary=)``), kept apart in
+``summaries.log`` (:mod:`storage.snapshot_summaries`) so that a recovery can read every
+snapshot's summary in one read: advisory, never synced, absent for a snapshot whose record was
+lost (its reader then opens the snapshot).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from crc32c import crc32c
 from storage.errors import CorruptRecordError, SnapshotNotFoundError
 from storage.fileops import FileOps
 from storage.ids import IdAllocator
+from storage.snapshot_summaries import SummaryLog
 
 _MAGIC = b"HSNP"
 _HEAD = struct.Struct("<4sBI")
@@ -88,17 +94,17 @@ class SnapshotStore:
         self._pool = io_pool
         self._fsync = fsync
         self._where = os.fspath(directory)
+        # snapshot id -> file size in bytes, -1 until known (the first read, or size_bytes())
         self._sizes: dict[int, int] = {}
-        # one listing, no path objects: a store holds a snapshot per bucket, tens of thousands
+        self._summaries = SummaryLog(directory, ops)
+        # one listing, no path objects and no stat: a store holds a snapshot per bucket, tens
+        # of thousands, and a stat each was most of the store's open
         with contextlib.suppress(FileNotFoundError), os.scandir(directory) as entries:
             for entry in entries:
                 name = entry.name
-                if not name.endswith(".snap"):
-                    continue
-                try:
-                    self._sizes[int(name[:-5])] = entry.stat().st_size
-                except (ValueError, FileNotFoundError):
-                    continue
+                if name.endswith(".snap"):
+                    with contextlib.suppress(ValueError):
+                        self._sizes[int(name[:-5])] = -1
 
     def ids(self) -> list[int]:
         return sorted(self._sizes)
@@ -106,8 +112,9 @@ class SnapshotStore:
     def _path(self, snapshot_id: int) -> Path:
         return self.directory / snapshot_name(snapshot_id)
 
-    async def create(self, metadata: bytes, segments: list[bytes]) -> int:
-        """Store a snapshot; durable when this returns. Returns its id."""
+    async def create(self, metadata: bytes, segments: list[bytes], summary: bytes = b"") -> int:
+        """Store a snapshot; durable when this returns (its summary is not: module docstring).
+        Returns its id."""
         snapshot_id = self._ids.allocate()
         data = encode_snapshot([bytes(metadata), *(bytes(s) for s in segments)])
         path = self._path(snapshot_id)
@@ -115,6 +122,8 @@ class SnapshotStore:
         def write() -> None:
             self._ids.ensure_durable(snapshot_id)
             self._ops.atomic_write(path, data, sync=self._fsync)
+            if summary:
+                self._summaries.append([(snapshot_id, summary)])
 
         await self._loop.run_in_executor(self._pool, write)
         self._sizes[snapshot_id] = len(data)
@@ -122,6 +131,21 @@ class SnapshotStore:
 
     def _read_part(self, snapshot_id: int, index: int) -> bytes:
         """Blocking (IO pool): part ``index`` of a snapshot, CRC-checked."""
+        got = self._read_parts(snapshot_id, [index])[0]
+        if isinstance(got, Exception):
+            raise got
+        return got
+
+    def _read_parts(self, snapshot_id: int, indexes: Sequence[int]) -> list[bytes | Exception]:
+        """Blocking (IO pool): parts of one snapshot, CRC-checked, the file opened once (and,
+        when small, read once); each result the part or its error."""
+        try:
+            return self._read_parts_of(snapshot_id, indexes)
+        except Exception as exc:                # the file itself: every part fails
+            return [exc] * len(indexes)
+
+    def _read_parts_of(self, snapshot_id: int, indexes: Sequence[int]
+                       ) -> list[bytes | Exception]:
         size = self._sizes.get(snapshot_id)
         if size is None:
             raise SnapshotNotFoundError(f"no snapshot {snapshot_id}")
@@ -131,6 +155,10 @@ class SnapshotStore:
         except FileNotFoundError as exc:
             raise SnapshotNotFoundError(f"no snapshot {snapshot_id}") from exc
         try:
+            if size < 0:                            # not known since the store's open
+                size = os.fstat(fd).st_size
+                if snapshot_id in self._sizes:
+                    self._sizes[snapshot_id] = size
             if size <= WHOLE_READ_BYTES:
                 whole = ops.pread(fd, size, 0)      # header, table and parts in one read
 
@@ -139,7 +167,13 @@ class SnapshotStore:
             else:
                 def read(length: int, offset: int) -> bytes:
                     return ops.pread(fd, length, offset)
-            return _part(snapshot_id, index, read)
+            out: list[bytes | Exception] = []
+            for index in indexes:
+                try:
+                    out.append(_part(snapshot_id, index, read))
+                except (CorruptRecordError, SnapshotNotFoundError) as exc:
+                    out.append(exc)
+            return out
         finally:
             ops.close(fd)
 
@@ -156,15 +190,29 @@ class SnapshotStore:
         ``CorruptRecordError``, ``OSError``)."""
 
         def read_all() -> list[bytes | Exception]:
+            # per part: one bad file fails only its own parts; neighbouring parts of one
+            # snapshot (its metadata and first segment) are read with one open
             out: list[bytes | Exception] = []
-            for snapshot_id, index in parts:
-                try:
-                    out.append(self._read_part(snapshot_id, index))
-                except Exception as exc:        # per part: one bad file fails only itself
-                    out.append(exc)
+            k, n = 0, len(parts)
+            while k < n:
+                snapshot_id = parts[k][0]
+                end = k + 1
+                while end < n and parts[end][0] == snapshot_id:
+                    end += 1
+                out.extend(self._read_parts(snapshot_id, [index for _, index in parts[k:end]]))
+                k = end
             return out
 
         return await self._loop.run_in_executor(self._pool, read_all)
+
+    async def summaries(self) -> dict[int, bytes]:
+        """The summary of every snapshot that has one (one read of ``summaries.log``)."""
+        live = frozenset(self._sizes)
+        return await self._loop.run_in_executor(self._pool, self._summaries.read, live)
+
+    async def add_summaries(self, items: Sequence[tuple[int, bytes]]) -> None:
+        """Summaries of snapshots written without one (advisory: not synced)."""
+        await self._loop.run_in_executor(self._pool, self._summaries.append, list(items))
 
     async def load_metadata(self, snapshot_id: int) -> bytes:
         return await self._load_part(snapshot_id, 0)
@@ -191,11 +239,24 @@ class SnapshotStore:
         await self._loop.run_in_executor(self._pool, remove)
 
     def size_bytes(self, snapshot_id: int) -> int:
+        """The snapshot file's size (a stat the first time, unless a read saw it)."""
         try:
-            return self._sizes[snapshot_id]
+            size = self._sizes[snapshot_id]
         except KeyError:
             raise SnapshotNotFoundError(f"no snapshot {snapshot_id}") from None
+        if size < 0:
+            try:
+                size = os.stat(self._path(snapshot_id)).st_size
+            except FileNotFoundError:
+                raise SnapshotNotFoundError(f"no snapshot {snapshot_id}") from None
+            if snapshot_id in self._sizes:
+                self._sizes[snapshot_id] = size
+        return size
 
     @property
     def total_size_bytes(self) -> int:
-        return sum(self._sizes.values())
+        total = 0
+        for snapshot_id in list(self._sizes):
+            with contextlib.suppress(SnapshotNotFoundError):
+                total += self.size_bytes(snapshot_id)
+        return total

@@ -32,8 +32,12 @@ The index is split by ledger ranges into *buckets*. This object owns the schedul
   cursor's revision does not touch it, so messages held unacknowledged by consumers are never
   handed out twice.
 
-Recovery: the snapshot side rebuilds the immutable buckets from the cursor properties; the
-mutable bucket is rebuilt by the dispatcher's ordinary reading from the cursor. Positions are
+Recovery: the snapshot side rebuilds the immutable buckets from the cursor properties (and
+the snapshots' summaries: the bucket due soonest serves before the others' metadata is read;
+cancels, the cancel journal's restore and re-reads of a bucket not read yet wait for its
+membership in :class:`~broker.delayed.bucket_deferred.DeferredOps`, and the dispatcher reads
+no new entries until every membership is in); the mutable bucket is rebuilt by the
+dispatcher's ordinary reading from the cursor. Positions are
 only handed out when due; positions acknowledged before the restart are filtered with
 ``cursor.is_deleted`` as they come up.
 
@@ -52,6 +56,7 @@ from collections.abc import Callable
 from concurrent.futures import Executor
 from typing import Final
 
+from broker.delayed.bucket_deferred import ADD, CANCEL, FORGET, DeferredOps
 from broker.delayed.bucket_records import (
     BUCKET_KEY_PREFIX,
     LoadedSegment,
@@ -101,8 +106,13 @@ class BucketDelayedDeliveryTracker(TimedTracker):
         self._wide = WideIndex()
         # the immutable buckets, their snapshots, and which of their segments are in memory
         self._sealed = SealedBuckets()
+        # what is asked about buckets recovered from their summary whose membership is not
+        # read yet, applied when it is (bucket_deferred)
+        self._deferred = DeferredOps()
         self._snapshots = BucketSnapshots(
             buckets=self._sealed, cursor=cursor, store=snapshots, on_change=self._on_timer,
+            on_membership=lambda bucket: self._deferred.replay(
+                bucket, self._sealed, self._cancels, self.add, self._late.add),
             loop=loop, executor=executor, time_step_ms=time_step_per_segment_ms,
             max_indexes_per_segment=max_indexes_per_segment, max_num_buckets=max_num_buckets,
             horizon=lambda: self._cutoff() + PRELOAD_MS, retry=retry)
@@ -133,6 +143,9 @@ class BucketDelayedDeliveryTracker(TimedTracker):
         # Hot path: a position past every sealed bucket with nothing retired needs no lookup.
         if (sealed or records.retired) and records.holds(ledger_id, entry_id):
             return True                         # pending, or handed out since the last reset
+        if sealed and records.reading and records.reading_at(ledger_id):
+            self._deferred.defer(ledger_id, entry_id, deliver_at_ms, ADD)
+            return True                         # decided once the bucket is read
         if not (0 <= ledger_id < _PACKABLE and 0 <= entry_id < _PACKABLE):   # fits(), inlined
             if position in self._wide.members:
                 return True
@@ -178,6 +191,9 @@ class BucketDelayedDeliveryTracker(TimedTracker):
         bucket = self._sealed.take(ledger_id, entry_id)
         if bucket is not None:
             self._snapshots.bucket_emptied(bucket)
+        elif self._sealed.reading and self._sealed.reading_at(ledger_id):
+            self._deferred.defer(ledger_id, entry_id, -1, FORGET)
+            return False                        # cleared once the bucket is read
         elif not (self._mutable.discard(ledger_id, entry_id)
                   or self._late.discard(ledger_id, entry_id)):
             return False
@@ -192,6 +208,12 @@ class BucketDelayedDeliveryTracker(TimedTracker):
             return CancelResult.APPLIED if self.cancel(position) else CancelResult.NOT_FOUND
         if self._cursor.is_deleted(position):
             return CancelResult.NOT_FOUND       # acknowledged: nothing to cancel
+        if self._sealed.reading and self._sealed.reading_at(ledger_id):
+            # its bucket's membership is not read yet: waiting until it is (bucket_deferred)
+            self._deferred.defer(ledger_id, entry_id, deliver_at_ms, CANCEL)
+            result = self._cancels.record(ledger_id, entry_id, deliver_at_ms, cleared=False)
+            self._journal.changed()
+            return result
         cleared = self.cancel(position)
         if (not cleared and not self._cancels.used.contains(ledger_id, entry_id, deliver_at_ms)
                 and self._sealed.holds(ledger_id, entry_id)):
@@ -282,6 +304,7 @@ class BucketDelayedDeliveryTracker(TimedTracker):
 
     def clear(self) -> None:
         self._snapshots.clear()
+        self._deferred.clear()
         self._mutable.clear()
         self._late.clear()
         self._wide.clear()
@@ -296,7 +319,9 @@ class BucketDelayedDeliveryTracker(TimedTracker):
     def should_pause_all_deliveries(self) -> bool:
         # The late-entry index is in memory only: bounded by pausing new reads until due
         # entries drain it (replays and due hand-outs go on; nothing is dropped or early).
-        return self._late.count >= self._max_late
+        # Also while a recovered bucket's membership is not read: a re-read entry of its
+        # ledgers could not be told held or not (bucket_deferred).
+        return self._late.count >= self._max_late or self._sealed.reading > 0
 
     async def recover(self) -> None:
         # what is due already is late whatever its order: each bucket's share goes out as
@@ -306,8 +331,11 @@ class BucketDelayedDeliveryTracker(TimedTracker):
         await self._snapshots.recover()
         # Cancels first: clear their targets in the recovered buckets before any hand-out.
         self._cancels.restore(recovered)
+        sealed = self._sealed
         for ledger_id, entry_id, slot_ms in recovered.targets():
-            if self.cancel(Position(ledger_id, entry_id)):
+            if sealed.reading and sealed.reading_at(ledger_id):
+                self._deferred.defer(ledger_id, entry_id, slot_ms, CANCEL)
+            elif self.cancel(Position(ledger_id, entry_id)):
                 self._cancels.record(ledger_id, entry_id, slot_ms, cleared=True)
         self._on_timer()
 

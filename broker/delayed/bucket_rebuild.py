@@ -8,7 +8,7 @@ functions with no I/O and no state, so the rules can be read (and tested) in one
 
 * :func:`cheapest_pair`: which two adjacent buckets to merge when there are too many: the
   pair holding the fewest remaining indexes, both with a persisted snapshot, neither already
-  merging;
+  merging nor still being read after a restart;
 * :func:`merged_bucket`: the bucket replacing a merged pair (ledger range from the first's
   start to the second's end; indexed and pending ledgers of both; its segments' minimum times);
 * :func:`live_ranges`: which ``#pulsar.internal.delayed.bucket`` cursor properties describe
@@ -38,7 +38,8 @@ def cheapest_pair(pairs: Iterable[tuple[ImmutableBucket, ImmutableBucket]]
     best: tuple[ImmutableBucket, ImmutableBucket] | None = None
     best_n = 0
     for a, b in pairs:
-        if a.merging or b.merging or a.snapshot_id is None or b.snapshot_id is None:
+        if (a.merging or b.merging or a.reading or b.reading or a.snapshot_id is None
+                or b.snapshot_id is None):
             continue
         n = a.remaining + b.remaining
         if best is None or n < best_n:

@@ -8,7 +8,10 @@ An :class:`ImmutableBucket` is the in-memory record of one sealed bucket (ledger
 ``pending`` bitmap is the ``indexed`` one itself until its first entry goes, then a copy: a
 bucket nothing was taken from yet, most of them after a restart, holds one set), the first
 deliver time of each segment, and at most one :class:`LoadedSegment` (sorted packed columns and
-a read offset). Its lifecycle is one :class:`BucketState`: LIVE (in the bucket list, handing
+a read offset). Its lifecycle is one :class:`BucketState`: READING (recovered from its
+snapshot's summary only: its range and first time are known, its membership is not read yet;
+it hands out nothing, is never merged or retired as empty, and the tracker defers what it is
+asked about its ledgers until :meth:`SealedBuckets.settle`) -> LIVE (in the bucket list, handing
 out) -> MERGING (being merged with its neighbour: it is not retired when it runs dry
 meanwhile) -> LIVE again, or RETIRED (handed out, cancelled, merged away or cleared; final).
 ``recovered`` is not a state: it says where the bucket's entries came from (a previous run:
@@ -36,7 +39,9 @@ Invariants:
   ever handed out before its time;
 - the barrier, the upcoming bound and the head of the queue are heap tops: reading them costs
   O(1) amortized, whatever the number of buckets;
-- a heap entry whose segment is ``dead`` (bucket retired or merged) is dropped lazily.
+- a heap entry whose segment is ``dead`` (bucket retired or merged) is dropped lazily;
+- ``reading`` == the number of live buckets in state READING (their ``remaining`` is 0 until
+  :meth:`SealedBuckets.settle` gives them their membership).
 
 Everything runs on the event loop thread.
 """
@@ -84,6 +89,7 @@ def parse_bucket_key(key: str) -> tuple[int, int] | None:
 class BucketState(Enum):
     """The lifecycle of an immutable bucket (module docstring)."""
 
+    READING = "reading"
     LIVE = "live"
     MERGING = "merging"
     RETIRED = "retired"
@@ -112,6 +118,17 @@ class ImmutableBucket:
         self.recovered = recovered              # from a previous run: entries may be acked
         self.state = BucketState.LIVE
 
+    @classmethod
+    def from_summary(cls, start_ledger: int, end_ledger: int, snapshot_id: int,
+                     first_ts: int) -> ImmutableBucket:
+        """A recovered bucket known by its summary only (READING): its first time is a
+        barrier until its membership and first segment are read."""
+        bucket = cls(start_ledger, end_ledger, recovered=True)
+        bucket.snapshot_id = snapshot_id
+        bucket.segment_min_ts = array("q", (first_ts,))
+        bucket.state = BucketState.READING
+        return bucket
+
     # --- lifecycle: one state, one guard each ------------------------------------------------
 
     @property
@@ -122,6 +139,11 @@ class ImmutableBucket:
     @property
     def merging(self) -> bool:
         return self.state is BucketState.MERGING
+
+    @property
+    def reading(self) -> bool:
+        """Membership not read yet (recovered from its summary)."""
+        return self.state is BucketState.READING
 
     def begin_merge(self) -> None:
         if self.state is BucketState.LIVE:
@@ -232,7 +254,7 @@ class SealedBuckets:
     """The live immutable buckets and the heap of their loaded segments (module docstring)."""
 
     __slots__ = ("_buckets", "_heap", "_parked", "_parked_heap", "_seq", "_starts", "_upcoming",
-                 "loading", "overdue_to", "retired", "sealed_remaining")
+                 "loading", "overdue_to", "reading", "retired", "sealed_remaining")
 
     def __init__(self) -> None:
         self._buckets: list[ImmutableBucket] = []
@@ -246,6 +268,7 @@ class SealedBuckets:
         self._parked: dict[ImmutableBucket, int] = {}   # bucket -> first time of that segment
         self._parked_heap: list[tuple[int, int, ImmutableBucket]] = []
         self.sealed_remaining = 0
+        self.reading = 0                # live buckets whose membership is not read yet
         # deliver times up to this were due when the tracker recovered: not held back by a
         # bucket still loading (module docstring)
         self.overdue_to = -1
@@ -285,9 +308,23 @@ class SealedBuckets:
         self._buckets.insert(i, bucket)
         self._starts.insert(i, bucket.start_ledger)
         self.sealed_remaining += bucket.remaining
+        self.reading += bucket.reading
+
+    def settle(self, bucket: ImmutableBucket, read: ImmutableBucket) -> None:
+        """A READING bucket gets the membership ``read`` from its snapshot's metadata (and the
+        first time of every segment); it is LIVE from now on."""
+        bucket.indexed = read.indexed
+        bucket.pending = read.pending
+        bucket.remaining = read.remaining
+        bucket.segment_min_ts = read.segment_min_ts
+        bucket.snapshot_size = read.snapshot_size
+        bucket.state = BucketState.LIVE
+        self.reading -= 1
+        self.sealed_remaining += bucket.remaining
 
     def remove(self, bucket: ImmutableBucket) -> None:
         """Take a bucket out (retired or merged): its segment dies, its count goes."""
+        self.reading -= bucket.reading
         bucket.retire()
         if bucket.loaded is not None:
             bucket.loaded.dead = True
@@ -297,6 +334,11 @@ class SealedBuckets:
         i = self._buckets.index(bucket)
         del self._buckets[i], self._starts[i]
         self.sealed_remaining -= max(bucket.remaining, 0)
+
+    def reading_at(self, ledger_id: int) -> bool:
+        """Is the ledger in a bucket whose membership is not read yet?"""
+        bucket = self.find(ledger_id)
+        return bucket is not None and bucket.reading
 
     def take(self, ledger_id: int, entry_id: int) -> ImmutableBucket | None:
         """Clear a pending index (cancel); the bucket it was in, or None."""
@@ -346,6 +388,7 @@ class SealedBuckets:
         self._parked.clear()
         self._parked_heap.clear()
         self.sealed_remaining = 0
+        self.reading = 0
 
     # --- the shared queue ------------------------------------------------------------------
 

@@ -234,13 +234,14 @@ class SegmentLoader:
         return segment
 
     async def load_first_segments(self, buckets: list[ImmutableBucket], readers: int,
-                                  batch: int = 1) -> None:
+                                  batch: int = 1, *, first_alone: bool = True) -> None:
         """Recovery without segment CANCELs: ``buckets`` (in first-time order) all sit in
         ``loading`` at their first time; read their first segments in that order, ``readers``
-        read jobs at a time of up to ``batch`` segments each (the very first job one segment:
-        the bucket due soonest serves after one read), and park those not due soon unread."""
+        read jobs at a time of up to ``batch`` segments each (the very first job one segment
+        unless not ``first_alone``: the bucket due soonest serves after one read), and park
+        those not due soon unread."""
         order = deque(buckets)
-        first_job = [True]
+        first_job = [first_alone]
 
         async def reader() -> None:
             while order and not self.closed:
@@ -267,6 +268,26 @@ class SegmentLoader:
                     await self._load_batch(wanted)
 
         await asyncio.gather(*(reader() for _ in range(max(min(readers, len(order)), 1))))
+
+    def install_first(self, bucket: ImmutableBucket, data: bytes) -> None:
+        """Recovery: the first segment of a bucket whose membership was just read, read in the
+        same job: installed (or parked, or the bucket retired) as :meth:`load_first_segments`
+        would; left to it when the bucket moved on meanwhile or the segment needs the
+        executor."""
+        if (not bucket.alive or bucket.loaded is not None or bucket.next_segment != 1
+                or bucket.skip or bucket in self._in_flight
+                or not is_packed_segment(data) or len(data) > INLINE_DECODE_BYTES):
+            return
+        if bucket.remaining <= 0 or not bucket.has_unloaded_segments():
+            self._buckets.loading.pop(bucket, None)
+            self.advance(bucket)
+            return
+        try:
+            segment = decode_segment(data)
+        except ValueError:
+            return                              # read again (and reported) the usual way
+        self._ops.record("load", True)
+        self.install(bucket, segment)
 
     async def _decode_all(self, datas: list[bytes | Exception]) -> list[DecodedSegment | Exception]:
         """Small packed segments decoded here, the rest in one executor job."""

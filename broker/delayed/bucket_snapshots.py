@@ -33,7 +33,13 @@ or the hand-out logic.
   once a recovery finds no CANCEL left. Reads run ``RECOVERY_READS`` jobs at a time, each
   of up to ``RECOVERY_BATCH`` snapshots (IO in the store's pool, decoding in the executor,
   never on the loop), first segments in order of their first deliver time, so the bucket
-  due soonest is in memory first.
+  due soonest is in memory first. With the format property, a bucket whose snapshot has a
+  summary naming its range (:class:`~broker.delayed.snapshot_format.BucketSummary`, written
+  beside each snapshot when it is created) is not read before serving at all: it is READING
+  (:mod:`broker.delayed.bucket_records`), a barrier at the summary's first time, and its
+  membership is read in the background in first-time order, then its first segment; what the
+  tracker is asked about its ledgers meanwhile waits (:mod:`broker.delayed.bucket_deferred`).
+  Only the buckets without a usable summary are read before serving (and get one then).
 
 IO runs in background tasks (counted in :class:`~broker.delayed.bucket_segments.SnapshotOps`); everything else
 runs on the event loop thread. What merge and recovery decide about bucket records (which pair,
@@ -49,6 +55,7 @@ import heapq
 import logging
 import time
 from array import array
+from collections import deque
 from collections.abc import Callable, Coroutine
 from concurrent.futures import Executor
 from typing import Any
@@ -68,12 +75,15 @@ from broker.delayed.ports import BucketCursor, SnapshotStorage
 from broker.delayed.snapshot_format import (
     FORMAT_KEY,
     FORMAT_NO_SEGMENT_CANCELS,
+    BucketSummary,
     DecodedSegment,
     RawSegment,
     cut_columns,
     cut_segments,
     decode_metadata,
+    decode_summary,
     encode_snapshot,
+    encode_summary,
     raw_to_decoded,
 )
 from storage.errors import SnapshotNotFoundError
@@ -118,6 +128,7 @@ class BucketSnapshots:
 
     def __init__(self, *, buckets: SealedBuckets, cursor: BucketCursor,
                  store: SnapshotStorage, on_change: Callable[[], None],
+                 on_membership: Callable[[ImmutableBucket], None],
                  loop: asyncio.AbstractEventLoop, executor: Executor | None,
                  time_step_ms: int, max_indexes_per_segment: int, max_num_buckets: int,
                  horizon: Callable[[], int], retry: RetryDelays | None = None) -> None:
@@ -125,11 +136,13 @@ class BucketSnapshots:
         self._cursor = cursor
         self._store = store
         self._on_change = on_change
+        self._on_membership = on_membership
         self._loop = loop
         self._executor = executor
         self._time_step_ms = time_step_ms
         self._max_indexes_per_segment = max_indexes_per_segment
         self._max_num_buckets = max_num_buckets
+        self._horizon = horizon
         self._retry = retry or RetryDelays()
         self.ops = SnapshotOps()
         self._wake_on_close = asyncio.Event()
@@ -208,13 +221,22 @@ class BucketSnapshots:
     async def _encode(self, segments: list[RawSegment]) -> tuple[bytes, list[bytes]]:
         return await self._loop.run_in_executor(self._executor, encode_snapshot, segments, [])
 
+    async def _create(self, start_ledger: int, end_ledger: int,
+                      segments: list[RawSegment]) -> int:
+        """Encode and store a bucket's snapshot, with its summary (snapshot_format)."""
+        metadata, parts = await self._encode(segments)
+        summary = encode_summary(BucketSummary(
+            start_ledger, end_ledger, segments[0][0][0], sum(len(seg[0]) for seg in segments),
+            len(segments))) if segments and len(segments[0][0]) else b""
+        return await self._store.create(metadata, parts, summary)
+
     async def _persist(self, bucket: ImmutableBucket, segments: list[RawSegment]) -> None:
         delay = self._retry.create_first_s
         while True:
             started = time.monotonic()
             try:
-                metadata, parts = await self._encode(segments)
-                snapshot_id = await self._store.create(metadata, parts)
+                snapshot_id = await self._create(bucket.start_ledger, bucket.end_ledger,
+                                                 segments)
                 break
             except Exception:
                 # Keep serving the bucket from memory meanwhile; a restart before it is durable
@@ -275,7 +297,7 @@ class BucketSnapshots:
     # --- merge -----------------------------------------------------------------------------
 
     def _maybe_merge(self) -> None:
-        if (self._closed or self._max_num_buckets <= 0
+        if (self._closed or self._max_num_buckets <= 0 or self._buckets.reading
                 or len(self._buckets) <= self._max_num_buckets
                 or (self._merge_task is not None and not self._merge_task.done())):
             return
@@ -313,10 +335,9 @@ class BucketSnapshots:
             items = list(heapq.merge(await self._remaining_items(a),
                                      await self._remaining_items(b)))
             segments = cut_segments(items, self._time_step_ms, self._max_indexes_per_segment)
-            metadata, parts = await self._encode(segments)
             create_started = time.monotonic()
             try:
-                snapshot_id = await self._store.create(metadata, parts)
+                snapshot_id = await self._create(a.start_ledger, b.end_ledger, segments)
             except Exception:
                 self.ops.record("create", False)
                 raise
@@ -373,10 +394,24 @@ class BucketSnapshots:
             self._cursor.properties.get(FORMAT_KEY) == FORMAT_NO_SEGMENT_CANCELS or not kept)
         gate = asyncio.Semaphore(RECOVERY_READS)
         mark_delete = self._cursor.mark_delete_position
+        # With a summary that names the same range, a bucket serves before its metadata is
+        # read (READING: bucket_records); the others' metadata is read before serving.
+        summaries = await self._read_summaries() if no_segment_cancels and kept else {}
+        reading: list[ImmutableBucket] = []
+        unread: list[BucketRef] = []
+        for ref in kept:
+            summary = summaries.get(ref[2])
+            if (summary is not None and summary.start_ledger == ref[0]
+                    and summary.end_ledger == ref[1]):
+                reading.append(ImmutableBucket.from_summary(ref[0], ref[1], ref[2],
+                                                            summary.first_ts))
+            else:
+                unread.append(ref)
+        kept = unread
 
         async def recover_batch(batch: list[BucketRef]) -> list[ImmutableBucket | None]:
             async with gate:
-                return await self._recover_buckets(batch, mark_delete)
+                return (await self._recover_buckets(batch, mark_delete))[0]
 
         batches = [kept[i:i + RECOVERY_BATCH] for i in range(0, len(kept), RECOVERY_BATCH)]
         recovered = [bucket for batch in await asyncio.gather(*map(recover_batch, batches))
@@ -387,17 +422,26 @@ class BucketSnapshots:
                 continue
             self._buckets.insert(bucket)
             self.ops.snapshot_size_bytes += bucket.snapshot_size
+        if no_segment_cancels and any(b is not None for b in recovered):
+            # a store written before summaries: the next restart has them
+            self._spawn(self._write_summaries([b for b in recovered if b is not None]))
+        for bucket in reading:          # its size is counted once read (no stat each here)
+            self._buckets.insert(bucket)
         if no_segment_cancels:
-            # Membership is known: serve now, first segments in the background, earliest
-            # first; every bucket is a barrier at its first time until its segment is in.
+            # Membership is known or on its way: serve now, memberships still to read and
+            # first segments in the background, earliest first; every bucket is a barrier at
+            # its first time until its segment is in.
             for bucket in list(self._buckets):
-                if bucket.remaining <= 0:
+                if bucket.remaining <= 0 and not bucket.reading:
                     self.finish(bucket)
             buckets = sorted(self._buckets, key=_first_time)
             for bucket in buckets:
                 self._buckets.loading[bucket] = _first_time(bucket)
-            self._spawn(self.loader.load_first_segments(buckets, RECOVERY_READS,
-                                                        RECOVERY_BATCH))
+            if reading:
+                self._spawn(self._serve_in_order(buckets, mark_delete))
+            else:
+                self._spawn(self.loader.load_first_segments(buckets, RECOVERY_READS,
+                                                            RECOVERY_BATCH))
         else:
             cancels_seen, lost = await self._load_first_segments()
             dropped = dropped or lost
@@ -412,15 +456,129 @@ class BucketSnapshots:
         if dropped:
             await self._flush_cursor()
 
-    async def _recover_buckets(self, batch: list[BucketRef], mark_delete: Position
-                               ) -> list[ImmutableBucket | None]:
-        """The buckets of ``batch`` from their snapshot metadata: one read job, one decode
-        job. None for a bucket whose snapshot is gone (its property removed) or unreadable."""
-        started = time.monotonic()
+    async def _read_summaries(self) -> dict[int, BucketSummary]:
+        """Snapshot id -> its bucket's summary; those that are unreadable are left out (their
+        metadata is read before serving), and all of them when the summaries cannot be read."""
         try:
-            datas = await self._store.load_parts([(ref[2], 0) for ref in batch])
+            raw = await self._store.summaries()
+        except Exception:
+            log.warning("reading the delayed bucket summaries failed; reading every "
+                        "bucket's metadata first", exc_info=True)
+            return {}
+        out: dict[int, BucketSummary] = {}
+        for snapshot_id, data in raw.items():
+            summary = decode_summary(data)
+            if summary is not None:
+                out[snapshot_id] = summary
+        return out
+
+    async def _write_summaries(self, buckets: list[ImmutableBucket]) -> None:
+        """Summaries of recovered snapshots that had none (a store written before them)."""
+        items = [(b.snapshot_id, encode_summary(BucketSummary(
+                     b.start_ledger, b.end_ledger, b.segment_min_ts[0], b.remaining,
+                     len(b.segment_min_ts))))
+                 for b in buckets
+                 if b.snapshot_id is not None and b.remaining > 0 and len(b.segment_min_ts)]
+        if not items:
+            return
+        try:
+            await self._store.add_summaries(items)
+        except Exception:
+            log.warning("writing delayed bucket summaries failed", exc_info=True)
+
+    async def _serve_in_order(self, buckets: list[ImmutableBucket], mark_delete: Position
+                              ) -> None:
+        """Recovery with summaries: ``buckets`` (in first-time order, all in ``loading``) get
+        their membership read when they are READING (:meth:`_settle`), with their first
+        segment in the same read job, ``RECOVERY_READS`` jobs at a time of up to
+        ``RECOVERY_BATCH`` buckets each, the first job the bucket due soonest alone (decoded
+        on the loop: no hand-off). A first segment that could not come with its
+        membership is read after it (``load_first_segments``)."""
+        order = deque(buckets)
+
+        async def job(size: int) -> None:
+            batch = [order.popleft() for _ in range(min(size, len(order)))]
+            await self._settle([b for b in batch if b.reading and b.alive], mark_delete)
+            if not self._closed:
+                self._spawn(self.loader.load_first_segments(batch, 1, RECOVERY_BATCH,
+                                                            first_alone=False))
+
+        async def worker(first: bool) -> None:
+            if first:
+                await job(1)
+            while order and not self._closed:
+                await job(RECOVERY_BATCH)
+
+        # the first job is not awaited alone: a read that hangs holds back its own buckets only
+        await asyncio.gather(*(worker(k == 0)
+                               for k in range(max(min(RECOVERY_READS, len(order)), 1))))
+
+    async def _settle(self, batch: list[ImmutableBucket], mark_delete: Position) -> None:
+        """Read the membership of READING buckets (one read job, one decode job); each is
+        LIVE then, or dropped when its snapshot is gone or unreadable; what was deferred for
+        its ledgers is applied either way (``on_membership``)."""
+        if not batch:
+            return
+        refs = [(b.start_ledger, b.end_ledger, b.snapshot_id or 0, b.key) for b in batch]
+        horizon = self._horizon()
+        # the first segment of a bucket due soon comes in the same read (one open per file)
+        results, firsts = await self._recover_buckets(
+            refs, mark_delete, [b.segment_min_ts[0] <= horizon for b in batch])
+        dropped = False
+        for bucket, read, first in zip(batch, results, firsts, strict=True):
+            if not bucket.alive:
+                continue                        # cleared meanwhile (a cursor reset)
+            if read is None:
+                # its ledgers' entries are read again: not held by a bucket any more
+                self._buckets.remove(bucket)
+                dropped = dropped or bucket.key not in self._cursor.properties
+            else:
+                if read.segment_min_ts[0] != bucket.segment_min_ts[0]:
+                    log.warning("delayed bucket %s: its summary's first time %d is not its "
+                                "snapshot's %d", bucket.key, bucket.segment_min_ts[0],
+                                read.segment_min_ts[0])
+                self._buckets.settle(bucket, read)
+                self.ops.snapshot_size_bytes += bucket.snapshot_size
+                if bucket in self._buckets.loading:
+                    self._buckets.loading[bucket] = _first_time(bucket)
+            self._on_membership(bucket)
+            if first is not None and read is not None:
+                self.loader.install_first(bucket, first)
+        self._on_change()
+        if dropped:
+            await self._flush_cursor()
+
+    async def _recover_buckets(self, batch: list[BucketRef], mark_delete: Position,
+                               first_too: list[bool] | None = None
+                               ) -> tuple[list[ImmutableBucket | None], list[bytes | None]]:
+        """The buckets of ``batch`` from their snapshot metadata: one read job, one decode
+        job. None for a bucket whose snapshot is gone (its property removed) or unreadable.
+        Besides, the first segment's bytes of those ``first_too`` names, read in the same job
+        (None when not asked for or not read)."""
+        started = time.monotonic()
+        wanted = first_too or [False] * len(batch)
+        parts: list[tuple[int, int]] = []
+        for ref, first in zip(batch, wanted, strict=True):
+            parts.append((ref[2], 0))
+            if first:
+                parts.append((ref[2], 1))
+        try:
+            got = await self._store.load_parts(parts)
         except Exception as exc:
-            datas = [exc] * len(batch)
+            got = [exc] * len(parts)
+        datas: list[bytes | Exception] = []
+        firsts: list[bytes | None] = []
+        k = 0
+        for first in wanted:
+            datas.append(got[k])
+            segment = got[k + 1] if first else None
+            firsts.append(segment if isinstance(segment, bytes) else None)
+            k += 2 if first else 1
+        return await self._decode_read(batch, datas, mark_delete, started), firsts
+
+    async def _decode_read(self, batch: list[BucketRef], datas: list[bytes | Exception],
+                           mark_delete: Position, started: float
+                           ) -> list[ImmutableBucket | None]:
         out: list[ImmutableBucket | None] = [None] * len(batch)
         todo: list[int] = []
         for k, ((_, _, snapshot_id, key), data) in enumerate(zip(batch, datas, strict=True)):
@@ -441,9 +599,11 @@ class BucketSnapshots:
             assert isinstance(data, bytes)
             items.append((batch[k][0], batch[k][1], batch[k][2],
                           self._snapshot_size(batch[k][2]), data))
-        try:    # roaring bitmaps of every segment: CPU work, in the executor
-            decoded = await self._loop.run_in_executor(
-                self._executor, _decode_buckets, items, mark_delete)
+        try:    # roaring bitmaps of every segment: CPU work, in the executor (one bucket,
+            # the first one due after a restart, here: tens of microseconds, no hand-off)
+            decoded = _decode_buckets(items, mark_delete) if len(items) == 1 else \
+                await self._loop.run_in_executor(self._executor, _decode_buckets, items,
+                                                 mark_delete)
         except Exception as exc:
             decoded = [exc] * len(items)
         for k, result in zip(todo, decoded, strict=True):

@@ -45,7 +45,17 @@ class BucketCursor(Protocol):
 class SnapshotStorage(Protocol):
     """The part of storage's ``SnapshotStore`` the bucket tracker uses."""
 
-    async def create(self, metadata: bytes, segments: list[bytes]) -> int: ...
+    async def create(self, metadata: bytes, segments: list[bytes], summary: bytes = b"") -> int:
+        """A new snapshot, durable on return; ``summary`` is kept beside it (advisory)."""
+        ...
+
+    async def summaries(self) -> dict[int, bytes]:
+        """The summary of every live snapshot that has one, in one read."""
+        ...
+
+    async def add_summaries(self, items: Sequence[tuple[int, bytes]]) -> None:
+        """Summaries of snapshots written without one."""
+        ...
 
     async def load_metadata(self, snapshot_id: int) -> bytes: ...
 

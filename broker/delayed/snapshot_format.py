@@ -30,6 +30,12 @@ A sealed bucket is one snapshot: part 0 a ``SnapshotMetadata`` (delayed_index.pr
   snapshot of the subscription carries such CANCELs: recovery may then serve as soon as every
   metadata is read, loading first segments in the background. Without it (a store written by
   an older version) recovery reads every first segment before anything is handed out.
+- A snapshot's *summary* (:class:`BucketSummary`, :func:`encode_summary`: its ledger range, the
+  first deliver time of its first segment, its index count; 40 bytes) is stored beside it by
+  the snapshot store, all of them readable in one read: recovery orders the buckets by it and
+  serves the earliest before the others' metadata is read. It is advisory: a summary that is
+  missing, unreadable or names another range than the cursor property is ignored (that
+  bucket's metadata is read before serving), and the metadata, once read, is what counts.
 
 Encoding is CPU work only (no IO); the bucket tracker runs it in an executor thread.
 """
@@ -56,6 +62,37 @@ dpb: Any = delayed_index_pb2
 #: docstring); its one value says that no live snapshot has CANCEL indexes in a segment.
 FORMAT_KEY: Final = "#horae.delayed.snapshot_format"
 FORMAT_NO_SEGMENT_CANCELS: Final = "2"
+
+#: A bucket summary: version, start ledger, end ledger, first deliver time, indexes, segments.
+_SUMMARY = struct.Struct("<Bqqqqi")
+_SUMMARY_VERSION: Final = 1
+
+
+@dataclass(frozen=True, slots=True)
+class BucketSummary:
+    """What a snapshot's summary says of its bucket (module docstring)."""
+
+    start_ledger: int
+    end_ledger: int
+    first_ts: int           # first deliver time of segment 1, epoch ms
+    indexes: int            # indexes the snapshot holds
+    segments: int
+
+
+def encode_summary(summary: BucketSummary) -> bytes:
+    return _SUMMARY.pack(_SUMMARY_VERSION, summary.start_ledger, summary.end_ledger,
+                         summary.first_ts, summary.indexes, summary.segments)
+
+
+def decode_summary(data: bytes) -> BucketSummary | None:
+    """The summary, or None when it is not one this version reads."""
+    if len(data) != _SUMMARY.size:
+        return None
+    version, start, end, first_ts, indexes, segments = _SUMMARY.unpack(data)
+    if version != _SUMMARY_VERSION or start > end or segments < 1 or indexes < 1:
+        return None
+    return BucketSummary(start, end, first_ts, indexes, segments)
+
 
 #: The start of a segment in the packed layout (module docstring).
 PACKED_MAGIC: Final = b"\x00HS2"

@@ -127,14 +127,28 @@ class FakeSnapshotStore:
         self.fail_create = False
         self.fail_load = False
         self.loads: list[tuple[int, int]] = []
+        self.summary_log: dict[int, bytes] = {}
+        self.fail_summaries = False
 
-    async def create(self, metadata: bytes, segments: list[bytes]) -> int:
+    async def create(self, metadata: bytes, segments: list[bytes], summary: bytes = b"") -> int:
         await asyncio.sleep(0)
         if self.fail_create:
             raise OSError("injected create failure")
         self._next += 1
         self.snapshots[self._next] = [metadata, *segments]
+        if summary:
+            self.summary_log[self._next] = summary
         return self._next
+
+    async def summaries(self) -> dict[int, bytes]:
+        await asyncio.sleep(0)
+        if self.fail_summaries:
+            raise OSError("injected summaries failure")
+        return {k: v for k, v in self.summary_log.items() if k in self.snapshots}
+
+    async def add_summaries(self, items: list[tuple[int, bytes]]) -> None:
+        await asyncio.sleep(0)
+        self.summary_log.update(items)
 
     async def _part(self, snapshot_id: int, index: int) -> bytes:
         await asyncio.sleep(0)

@@ -176,9 +176,16 @@ async def test_recovery_reads_in_batches_and_retries_a_failed_part(tmp_path: Pat
     await wait_until_async(lambda: not t.sealed.loading, timeout_s=60)   # the retry landed
     metadata_jobs = [job for job in counted.jobs if job[0][1] == 0]
     segment_jobs = [job for job in counted.jobs if job[0][1] > 0]
-    assert len(metadata_jobs) == 1 and sorted(p[0] for p in metadata_jobs[0]) == ids
-    # the bucket due soonest alone first, then the rest in one job
-    assert [len(job) for job in segment_jobs] == [1, len(ids) - 1]
+    # the summaries order the buckets: the one due soonest alone first, then the rest in one
+    # job, each bucket's membership and first segment read together (one open per file)
+    assert [len(job) for job in metadata_jobs] == [2, 2 * (len(ids) - 1)]
+    for job in metadata_jobs:
+        assert job[0::2] == [(sid, 0) for sid, _ in job[0::2]]
+        assert job[1::2] == [(sid, 1) for sid, _ in job[0::2]]
+    assert sorted(p[0] for job in metadata_jobs for p in job[0::2]) == ids
+    # the part that failed once is read again on its own
+    failed = ids[len(ids) // 2]
+    assert segment_jobs == [[(failed, 1)]]
     assert not counted.fail_once
     handed = await drain(t, clock, cursor, deliver_at, T0 + 400_000)
     assert len(handed) == len(set(handed))

@@ -126,6 +126,7 @@ async def test_new_format_serves_after_metadata_earliest_bucket_first(tmp_path: 
     assert cursor.properties.get(FORMAT_KEY) == FORMAT_NO_SEGMENT_CANCELS
     t1 = make(cursor, store.snapshots, clock)
     await t1.recover()
+    await t1.wait_idle()                        # every membership read
     earliest = min((p for p in positions if t1.contains(p)), key=deliver_at.__getitem__)
     same_bucket = sorted((p for p in positions if p.ledger_id == earliest.ledger_id
                           and t1.contains(p)), key=deliver_at.__getitem__)

@@ -102,8 +102,8 @@ class MarkingSnapshots:
     def __init__(self, fs: CrashFS, store: SnapshotStore) -> None:
         self.fs, self.store = fs, store
 
-    async def create(self, metadata: bytes, segments: list[bytes]) -> int:
-        sid = await self.store.create(metadata, segments)
+    async def create(self, metadata: bytes, segments: list[bytes], summary: bytes = b"") -> int:
+        sid = await self.store.create(metadata, segments, summary)
         self.fs.mark("bsnap", sid, len(segments), digest([bytes(metadata), *map(bytes, segments)]))
         return sid
 
@@ -115,6 +115,12 @@ class MarkingSnapshots:
 
     async def load_parts(self, parts: list[tuple[int, int]]) -> list[bytes | Exception]:
         return await self.store.load_parts(parts)
+
+    async def summaries(self) -> dict[int, bytes]:
+        return await self.store.summaries()
+
+    async def add_summaries(self, items: list[tuple[int, bytes]]) -> None:
+        await self.store.add_summaries(items)
 
     async def delete(self, snapshot_id: int) -> None:
         self.fs.mark("bsnap_delete_start", snapshot_id)

@@ -115,3 +115,35 @@ async def test_load_parts_reads_several_snapshots_in_one_job_each_with_its_own_e
     assert isinstance(got[6], CorruptRecordError)
     assert await store.snapshots.load_parts([]) == []
     await store.close()
+
+
+async def test_sizes_after_reopen_come_from_the_first_read_or_a_stat(tmp_path: Path) -> None:
+    store = await SegmentStore.open(tmp_path)
+    small = await store.snapshots.create(b"m", [b"s" * 100])
+    big = await store.snapshots.create(b"m", [b"b" * (snapshot_files.WHOLE_READ_BYTES + 10)])
+    other = await store.snapshots.create(b"m", [b"o"])
+    sizes = {sid: (tmp_path / "snapshots" / f"{sid:020d}.snap").stat().st_size
+             for sid in (small, big, other)}
+    await store.close()
+    store = await SegmentStore.open(tmp_path)       # listed, not stat'ed
+    got = await store.snapshots.load_parts([(small, 0), (small, 1), (big, 1)])
+    assert got == [b"m", b"s" * 100, b"b" * (snapshot_files.WHOLE_READ_BYTES + 10)]
+    assert store.snapshots.size_bytes(small) == sizes[small]
+    assert store.snapshots.size_bytes(big) == sizes[big]
+    assert store.snapshots.size_bytes(other) == sizes[other]     # never read: a stat
+    assert store.snapshots.total_size_bytes == sum(sizes.values())
+    await store.close()
+
+
+async def test_summaries_are_kept_beside_the_snapshots_and_dropped_with_them(
+        tmp_path: Path) -> None:
+    store = await SegmentStore.open(tmp_path)
+    a = await store.snapshots.create(b"m", [b"s"], b"summary-a")
+    b = await store.snapshots.create(b"m", [b"s"])
+    await store.snapshots.add_summaries([(b, b"summary-b")])
+    assert await store.snapshots.summaries() == {a: b"summary-a", b: b"summary-b"}
+    await store.snapshots.delete(a)
+    await store.close()
+    store = await SegmentStore.open(tmp_path)
+    assert await store.snapshots.summaries() == {b: b"summary-b"}
+    await store.close()
