@@ -1,15 +1,16 @@
-"""Holding new keyed messages without reading them: their deliver times were learnt at publish.
+"""Holding new delayed messages without reading them: their deliver times were learnt at publish.
 
 Theory of operation
 -------------------
-Under replace-by-key a scheduling message's deliver time is known when it is published
+A delayed message's deliver time is known when it is published
 (:mod:`broker.delayed.known_times`). A Shared or Key_Shared dispatcher about to read new
 entries first calls :func:`hold_known`: over the run of entries from its read position whose
 times are known it does what :meth:`Dispatcher._deliver
 <broker.subscriptions.dispatchers.base.Dispatcher._deliver>` would do for each, in the same
-order -- an acknowledged entry is passed over, a superseded one acknowledged unseen, one due
-after the tracker's cutoff held (one :meth:`~broker.delayed.delivery.DelayedDelivery.hold_run`
-for the run) -- and moves the read position past them, without reading a byte. It stops at the
+order -- an acknowledged entry is passed over, one superseded under replace-by-key acknowledged
+unseen, one due after the tracker's cutoff held (one
+:meth:`~broker.delayed.delivery.DelayedDelivery.hold_run` for the run) -- and moves the read
+position past them, without reading a byte. It stops at the
 first entry whose time is not known or that is not due after the cutoff (an ordinary message,
 a batch, a tombstone not yet superseded, one due now): the read takes it from there.
 
@@ -41,20 +42,21 @@ def hold_known(delayed: DelayedDelivery, cursor: SubscriptionCursor, ledger: Man
     """Hold (or pass over) the entries from ``read_from`` (<= ``last``, the last confirmed
     one) whose deliver times are known, and move ``cursor.read_position`` past them. Returns
     whether it moved."""
-    schedule = delayed.replacements
-    if schedule is None:
+    known = delayed.known_times
+    if known is None:
         return False
     ledger_id, first = read_from
     limit = MAX_KNOWN_HOLDS if last.ledger_id != ledger_id else \
         min(MAX_KNOWN_HOLDS, last.entry_id - first + 1)
-    times, n = schedule.known_times.run_from(ledger_id, first, limit)
+    times, n = known.run_from(ledger_id, first, limit)
     if not n:
         return False
     hold_after = delayed.hold_after_ms()
     if hold_after is None:
         return False
     is_deleted = cursor.is_deleted
-    superseded = schedule.superseded
+    schedule = delayed.replacements
+    superseded = schedule.superseded if schedule is not None else _never
     held: list[Position] = []
     held_at: list[int] = []
     entry_id = first
@@ -77,3 +79,8 @@ def hold_known(delayed: DelayedDelivery, cursor: SubscriptionCursor, ledger: Man
             add_replay(held[i])         # fell due meanwhile: delivered as a due one
     cursor.read_position = ledger.next_position(Position(ledger_id, entry_id - 1))
     return True
+
+
+def _never(position: Position) -> bool:
+    """Nothing is superseded (replace-by-key is off)."""
+    return False
