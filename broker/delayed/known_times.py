@@ -86,6 +86,10 @@ class CheckedTimes:
             self.entries.append(entry)
             self.varints.append(deliver_at_varint)
 
+    def forget(self) -> None:
+        """Drop what was noted (an append that needs none of it)."""
+        self.entries, self.varints = [], []
+
     def take(self, entries: Sequence[bytes]) -> list[bytes | None] | None:
         """The ``deliver_at_time`` varints of ``entries`` (an append), None for those without
         one or not noted; None when none has one. Everything noted is forgotten."""

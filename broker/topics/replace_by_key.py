@@ -33,7 +33,13 @@ from typing import Final, Protocol
 
 from broker.delayed.delivery import DelayedDelivery
 from broker.delayed.keyed_snapshot import KeyedSnapshots
-from broker.delayed.known_times import UNKNOWN, WITHHELD, KnownDeliverTimes, deliver_time
+from broker.delayed.known_times import (
+    UNKNOWN,
+    WITHHELD,
+    CheckedTimes,
+    KnownDeliverTimes,
+    deliver_time,
+)
 from broker.delayed.replace_by_key import (
     NOTHING,
     EntryKeys,
@@ -204,29 +210,36 @@ class TopicReplaceByKey:
         delayed.known_times = self.known_times
 
     def sink_for(self, entries: Sequence[bytes], sink: DurableSink,
-                 checked: list[bytes | None] | None = None) -> DurableSink:
+                 checked: CheckedTimes | None = None) -> DurableSink:
         """The sink to append a run with: the run's own, or one that notes the deliver times
-        the publish check found (``checked``: per entry its ``deliver_at_time`` varint, None
-        where none; None: none at all) and records its keyed entries first."""
+        the publish check found (``checked``, taken by the entries; consumed either way) and
+        records its keyed entries first."""
         schedule = self.schedule
         if schedule is None:
-            if checked is None:
+            varints = checked.take(entries) if checked is not None else None
+            if varints is None:
                 return sink
-            return _RecordingSink(sink, self.known_times, [deliver_time(v) for v in checked])
+            return _RecordingSink(sink, self.known_times, [deliver_time(v) for v in varints])
         verdicts = [classify_timed(entry) for entry in entries]
         nothing = verdicts.count(NOTHING)
         if nothing == len(verdicts):
-            if checked is None:
+            varints = checked.take(entries) if checked is not None else None
+            if varints is None:
                 return sink
-            return _RecordingSink(sink, self.known_times, [deliver_time(v) for v in checked])
+            return _RecordingSink(sink, self.known_times, [deliver_time(v) for v in varints])
         keys = [found for found, _ in verdicts]
-        if checked is None or not nothing:      # every time from the classification
+        varints = None
+        if checked is not None and nothing:
+            varints = checked.take(entries)
+        elif checked is not None:   # every entry's time comes from its classification
+            checked.forget()
+        if varints is None:
             times = [WITHHELD if found is not None and found[1] else at if at > 0 else UNKNOWN
                      for found, at in verdicts]
         else:   # a keyed entry's time from its classification, another's from the check
             times = [(WITHHELD if found[1] else at if at > 0 else UNKNOWN) if found is not None
                      else deliver_time(varint)
-                     for (found, at), varint in zip(verdicts, checked, strict=True)]
+                     for (found, at), varint in zip(verdicts, varints, strict=True)]
         return _RecordingSink(sink, self.known_times, times, schedule, keys)
 
     async def rebuild(self, subscriptions: Sequence[KeyedSubscription]) -> int:

@@ -275,9 +275,7 @@ class Topic:
         if stamper is not None and self.ledger.accepts_appends:
             entries = stamper.stamp(entries, messages)
         self.replace_by_key.sync(self.subscriptions.values())
-        checked = self.checked_times
-        sink = self.replace_by_key.sink_for(entries, sink,
-                                            checked.take(entries) if checked else None)
+        sink = self.replace_by_key.sink_for(entries, sink, self.checked_times)
         if self.txn_buffer is not None:
             sink = self.txn_buffer.sink_for(entries, sink)
         try:

@@ -828,3 +828,60 @@ def test_checked_times_are_taken_by_the_very_entry_and_bounded() -> None:
     assert checked.take([a, b]) is None                 # noted, none with a time
     assert [deliver_time(v) for v in (one_k, two_k, None, b"\x00", b"\xff" * 9 + b"\x01")] == [
         1_000, 2_000, UNKNOWN, UNKNOWN, UNKNOWN]       # none, 0, -1
+
+
+def test_append_notes_the_known_times_of_keyed_and_plain_entries() -> None:
+    """What the append notes for the dispatchers, with and without replace-by-key: a keyed
+    scheduling message's time from its classification, a tombstone withheld, a plain delayed
+    message's time from the publish check, an ordinary one and a rewritten (not checked) one
+    unknown; a run of keyed entries only drops what the check noted."""
+    from broker.delayed.known_times import UNKNOWN, WITHHELD, CheckedTimes
+    from broker.delayed.replace_by_key import KeyedSchedule
+    from broker.topics.replace_by_key import TopicReplaceByKey
+    from protocol.metadata_scan import scan_publish_metadata
+
+    now = int(time.time() * 1000)
+
+    def entry(i: int, key: str | None = None, at: int | None = None, body: bytes = b"x") -> bytes:
+        md = pb.MessageMetadata(producer_name="p", sequence_id=i, publish_time=now)
+        if key is not None:
+            md.partition_key = key
+        if at is not None:
+            md.deliver_at_time = at
+        return encode_entry(md, body)
+
+    class Sink:
+        def entries_durable(self, ledger_id: int, first_entry_id: int, count: int) -> None:
+            pass
+
+        def entries_failed(self, count: int, error: BaseException) -> None:
+            pass
+
+    run = [entry(0, "k1", now + 5_000), entry(1, "k2", body=b""), entry(2, None, now + 7_000),
+           entry(3), entry(4, None, now + 9_000)]
+    rewritten = entry(4, None, now + 9_000)     # an equal copy: not the object checked
+    for policy in (True, False):
+        topic = TopicReplaceByKey(Any, lambda: True, lambda: [])  # type: ignore[arg-type]
+        if policy:
+            topic.schedule = KeyedSchedule()
+        checked = CheckedTimes()
+        for data in run:
+            scanned = scan_publish_metadata(data)
+            assert scanned is not None
+            checked.note(data, scanned[2])
+        stored = [*run[:4], rewritten]
+        sink = topic.sink_for(stored, Sink(), checked)
+        assert not checked
+        sink.entries_durable(7, 0, len(stored))
+        times, n = topic.known_times.run_from(7, 0, 10)
+        assert n == 5
+        assert list(times) == ([now + 5_000, WITHHELD, now + 7_000, UNKNOWN, UNKNOWN] if policy
+                               else [now + 5_000, UNKNOWN, now + 7_000, UNKNOWN, UNKNOWN])
+    topic = TopicReplaceByKey(Any, lambda: True, lambda: [])  # type: ignore[arg-type]
+    topic.schedule = KeyedSchedule()
+    checked = CheckedTimes()
+    for data in run[:2]:                        # keyed only: times from the classification
+        checked.note(data, scan_publish_metadata(data)[2])  # type: ignore[index]
+    topic.sink_for(run[:2], Sink(), checked).entries_durable(7, 0, 2)
+    assert not checked
+    assert list(topic.known_times.run_from(7, 0, 10)[0]) == [now + 5_000, WITHHELD]

@@ -25,6 +25,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Final
 
+from pyroaring import BitMap
+
 from broker.delayed.delivery import DelayedDelivery
 from broker.subscriptions.dispatchers.cursors import SubscriptionCursor
 from storage.ledger import ManagedLedger
@@ -34,6 +36,7 @@ __all__ = ["MAX_KNOWN_HOLDS", "hold_known"]
 
 #: Entries one call looks at, at most (a few hundred microseconds of the loop).
 MAX_KNOWN_HOLDS: Final = 256
+_NONE: Final = frozenset[int]()
 
 
 def hold_known(delayed: DelayedDelivery, cursor: SubscriptionCursor, ledger: ManagedLedger,
@@ -56,7 +59,10 @@ def hold_known(delayed: DelayedDelivery, cursor: SubscriptionCursor, ledger: Man
         return False
     is_deleted = cursor.is_deleted
     schedule = delayed.replacements
-    superseded = schedule.superseded if schedule is not None else _never
+    # the ledger's superseded ids, looked up once (the bitmap is live: an acknowledgement
+    # below adds nothing to it)
+    ids = schedule.superseded_ids(ledger_id) if schedule is not None else None
+    superseded: BitMap | frozenset[int] = _NONE if ids is None else ids
     held: list[Position] = []
     held_at: list[int] = []
     entry_id = first
@@ -64,7 +70,7 @@ def hold_known(delayed: DelayedDelivery, cursor: SubscriptionCursor, ledger: Man
         pos = Position(ledger_id, entry_id)
         if is_deleted(pos):
             pass
-        elif superseded(pos):
+        elif entry_id in superseded:
             cursor.delete((pos,))       # replaced or cancelled by key: acknowledged unseen
         elif at > hold_after:
             held.append(pos)
@@ -80,7 +86,3 @@ def hold_known(delayed: DelayedDelivery, cursor: SubscriptionCursor, ledger: Man
     cursor.read_position = ledger.next_position(Position(ledger_id, entry_id - 1))
     return True
 
-
-def _never(position: Position) -> bool:
-    """Nothing is superseded (replace-by-key is off)."""
-    return False
