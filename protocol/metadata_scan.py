@@ -100,10 +100,24 @@ def int32_value(data: bytes) -> int:
     return value - (1 << 32) if value & 0x80000000 else value
 
 
+def int64_value(data: bytes) -> int:
+    """An int64 field's value from its varint bytes: the low 64 bits, two's complement (as upb
+    reads ``deliver_at_time``)."""
+    if len(data) == 6:  # a time in epoch milliseconds (2**35 to 2**42): the usual one
+        return ((data[0] & 0x7F) | (data[1] & 0x7F) << 7 | (data[2] & 0x7F) << 14
+                | (data[3] & 0x7F) << 21 | (data[4] & 0x7F) << 28 | data[5] << 35)
+    value = varint_value(data)
+    if len(data) < 9:   # below 2**56: positive
+        return value
+    value &= 0xFFFF_FFFF_FFFF_FFFF
+    return value - (1 << 64) if value >> 63 else value
+
+
 def scan_publish_metadata(entry: bytes, max_message_size: int = MAX_MESSAGE_SIZE,
-                          ) -> tuple[int, bool, bool] | None:
-    """(messages in the entry, whether it is a chunk other than the last, whether
-    ``deliver_at_time`` is set) of an entry ``[metadataSize][MessageMetadata][payload]``, or None
+                          ) -> tuple[int, bool, bytes | None] | None:
+    """(messages in the entry, whether it is a chunk other than the last, the varint bytes of
+    ``deliver_at_time`` -- :func:`int64_value` reads them, when a caller needs the time -- or
+    None when it is not set) of an entry ``[metadataSize][MessageMetadata][payload]``, or None
     when the metadata is not of a layout this scan accepts (see the module docstring) and must be
     checked with :func:`protocol.metadata.check_publish_metadata`, which may raise.
 
@@ -167,11 +181,11 @@ def scan_publish_metadata(entry: bytes, max_message_size: int = MAX_MESSAGE_SIZE
     count = None if messages is None else messages[0] if len(messages) == 1 else int32_value(messages)
     if compression is None and num_chunks is None and chunk_id is None:
         if count is None:
-            return 1, False, delayed is not None
+            return 1, False, delayed
         # an uncompressed batch: entry_shape_error's batch test inline (the common case)
         if count < 1 or count * MIN_BATCHED_MESSAGE_BYTES > entry_size - end:
             return None
-        return count, False, delayed is not None
+        return count, False, delayed
     codec = 0
     if compression is not None:
         codec = compression[0] if len(compression) == 1 else int32_value(compression)
@@ -187,10 +201,10 @@ def scan_publish_metadata(entry: bytes, max_message_size: int = MAX_MESSAGE_SIZE
         return None
     # a chunk passed entry_shape_error: num_chunks_from_msg is present, chunk_id defaults to 0
     partial = chunks is not None and (0 if chunk is None else chunk) < chunks - 1
-    return 1 if count is None else count, partial, delayed is not None
+    return 1 if count is None else count, partial, delayed
 
 
-SINGLE: Final = (1, False, False)
+SINGLE: Final = (1, False, None)
 """What :func:`scan_publish_metadata` returns, this very tuple, for the metadata a plain message
 carries (nothing the scan captures: one message, no chunk, no ``deliver_at_time``; no
 length-delimited field after ``producer_name``): a caller may test it with ``is``."""
@@ -215,4 +229,4 @@ def _is_key_value(entry: bytes, pos: int, end: int) -> bool:
     return pos == end
 
 
-__all__ = ["int32_value", "scan_publish_metadata"]
+__all__ = ["int32_value", "int64_value", "scan_publish_metadata"]

@@ -50,6 +50,7 @@ from broker.config import BrokerConfig
 from broker.delayed.bucket import BucketDelayedDeliveryTracker
 from broker.delayed.cancels import CancelResult
 from broker.delayed.in_memory import InMemoryDelayedDeliveryTracker
+from broker.delayed.known_times import KnownDeliverTimes
 from broker.delayed.policy import DelayPolicy
 from broker.delayed.ports import BucketCursor, SnapshotStorage
 from broker.delayed.replace_by_key import KeyedSchedule
@@ -104,7 +105,8 @@ class TrackerFactory:
 class DelayedDelivery:
     """One subscription's delayed delivery (see the module docstring)."""
 
-    __slots__ = ("_factory", "_policy", "_tracker", "_wake", "due_total", "replacements")
+    __slots__ = ("_factory", "_policy", "_tracker", "_wake", "due_total", "known_times",
+                 "replacements")
 
     def __init__(self, factory: Callable[[DelayPolicy, Callable[[], None]], DelayedDeliveryTracker],
                  policy: DelayPolicy) -> None:
@@ -117,6 +119,9 @@ class DelayedDelivery:
         #: The topic's replace-by-key schedule while that policy is on (the dispatcher
         #: acknowledges unseen what it says is superseded); set by the topic.
         self.replacements: KeyedSchedule | None = None
+        #: The topic's deliver times learnt at publish (the dispatcher holds those entries
+        #: without reading them, :mod:`broker.delayed.known_times`); set by the topic.
+        self.known_times: KnownDeliverTimes | None = None
 
     # --- owner side: the policy, the dispatcher, the lifecycle -----------------------------
 

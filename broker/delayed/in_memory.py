@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from operator import itemgetter
 
 from pyroaring import BitMap
 
@@ -112,6 +113,9 @@ class InMemoryDelayedDeliveryTracker(TimedTracker):
         cutoff = self._cutoff()
         cancels = self._cancels
         check_cancels = bool(cancels.waiting.count or cancels.used.count)
+        if len(positions) > 1 and not check_cancels and self._add_one_ledger(
+                positions, deliver_at_ms, cutoff):
+            return due
         blocks = cancels.blocks
         indexed = self._positions
         members = indexed.members
@@ -153,6 +157,35 @@ class InMemoryDelayedDeliveryTracker(TimedTracker):
             if target is None or earliest - (0 if self._strict else tick) < target:
                 self._update_timer()
         return due
+
+    def _add_one_ledger(self, positions: list[Position], deliver_at_ms: list[int],
+                        cutoff: int) -> bool:
+        """:meth:`add_run`'s usual case in bulk: fresh positions of one ledger, none tracked,
+        all packable and due after ``cutoff``, no cancel waiting (checked by the caller): added
+        with one membership union, the fixed-delay state and the timer as the loop would leave
+        them. False, and nothing changes, when the run is not such a one."""
+        ledger_id = positions[0][0]
+        entry_ids = [entry_id for _, entry_id in positions]
+        low = min(deliver_at_ms)
+        if low <= cutoff or low < 0 or not 0 <= ledger_id < _LIMIT \
+                or not 0 <= min(entry_ids) <= max(entry_ids) < _LIMIT \
+                or len(set(map(itemgetter(0), positions))) != 1:
+            return False
+        if not self._positions.add_entry_ids(ledger_id, entry_ids, deliver_at_ms):
+            return False
+        highest, tick = self._highest_ms, self._tick_ms
+        if self._fixed_delay:
+            for at in deliver_at_ms:
+                if at < highest - tick:
+                    self._fixed_delay = False
+                    break
+                if at > highest:
+                    highest = at
+        self._highest_ms = max(highest, max(deliver_at_ms))
+        target = self._timer.target_ms
+        if target is None or low - (0 if self._strict else tick) < target:
+            self._update_timer()
+        return True
 
     def has_message_available(self) -> bool:
         head = self._head_ts()

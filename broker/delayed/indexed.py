@@ -120,6 +120,30 @@ class IndexedPositions:
             self._sweep.keep.add(packed)
         return True
 
+    def add_entry_ids(self, ledger_id: int, entry_ids: list[int],
+                      deliver_at_ms: list[int]) -> bool:
+        """:meth:`add` of entries of one ledger (distinct ids, each at the time of the same
+        index) when none is tracked yet: membership in one bitmap union instead of a look-up
+        and an insert per entry. False, and nothing changes, when some is tracked already (the
+        caller adds them one by one)."""
+        ids = BitMap(entry_ids)
+        members = self.members
+        bm = members.get(ledger_id)
+        if len(ids) != len(entry_ids) or (bm is not None and bm.intersect(ids)):
+            return False
+        if bm is None:
+            members[ledger_id] = ids
+        else:
+            bm |= ids
+        base = ledger_id << POSITION_BITS
+        push = self.index.push
+        for at, entry_id in zip(deliver_at_ms, entry_ids, strict=True):
+            push(at, base | entry_id)
+        self.count += len(entry_ids)
+        if self._sweep is not None:
+            self._sweep.keep.update([base | entry_id for entry_id in entry_ids])
+        return True
+
     def discard(self, ledger_id: int, entry_id: int) -> bool:
         """Stop tracking a position (its index entry goes stale); True if it was tracked."""
         members = self.members
@@ -299,6 +323,11 @@ class MutableBucket(IndexedPositions):
     def clear(self) -> None:
         super().clear()
         self.start = self.end = -1
+
+    def add_entry_ids(self, ledger_id: int, entry_ids: list[int],
+                      deliver_at_ms: list[int]) -> bool:
+        """Not in bulk here (the bucket's range follows each add): always False."""
+        return False
 
     def take_all(self) -> tuple[int, int, array[int], array[int], dict[int, BitMap]]:
         """Seal: (start, end, time column, position column, members) of every live entry,

@@ -63,7 +63,6 @@ import mmh3
 from google.protobuf.message import DecodeError
 from pyroaring import BitMap
 
-from broker.delayed.known_times import KnownDeliverTimes
 from broker.delayed.packed import bitmap_bytes
 from protocol import pulsar_pb as pb
 from protocol.errors import ProtocolError
@@ -183,7 +182,7 @@ class KeyedSchedule:
     """The newest scheduling message per key and the superseded positions of one topic."""
 
     __slots__ = ("_floor", "_latest", "_ordered", "_prune_at", "_prune_from", "_prune_min",
-                 "_pruned_up_to", "_superseded", "known_times", "on_superseded",
+                 "_pruned_up_to", "_superseded", "on_superseded",
                  "recorded_up_to", "replaced_total", "superseded_count", "tombstones_total")
 
     def __init__(self, on_superseded: Callable[[list[int]], None] | None = None) -> None:
@@ -210,9 +209,6 @@ class KeyedSchedule:
         self.tombstones_total = 0
         #: The last position recorded (packed; -1: none): a snapshot covers the log up to it.
         self.recorded_up_to = -1
-        #: The deliver times of the latest scheduling messages, learnt at publish (the
-        #: dispatchers hold those without reading them; :mod:`broker.delayed.known_times`).
-        self.known_times = KnownDeliverTimes()
 
     def __len__(self) -> int:
         """Keys with a pending scheduling message."""
@@ -316,6 +312,11 @@ class KeyedSchedule:
         """Must this entry never be delivered (replaced, cancelled, or a tombstone)?"""
         bm = self._superseded.get(position.ledger_id)
         return bm is not None and position.entry_id in bm
+
+    def superseded_ids(self, ledger_id: int) -> BitMap | None:
+        """The superseded entry ids of one ledger (None: none), live: what :meth:`superseded`
+        looks in, for a caller that asks about many entries of the ledger at once."""
+        return self._superseded.get(ledger_id)
 
     def prune(self, acknowledged_up_to: Position) -> None:
         """Forget what every subscription has acknowledged: positions <= the bound (the

@@ -11,7 +11,9 @@ delayed delivery; switched off, it is taken back and messages flow as before.
 
 While on, :meth:`~TopicReplaceByKey.sink_for` classifies a run's entries and, when any is
 keyed, wraps the run's sink so the schedule records them as they become durable (before the
-producer's receipts, which the wrapped sink then sends). Each position the schedule supersedes
+producer's receipts, which the wrapped sink then sends). Policy or not, the same wrapper notes
+the deliver times learnt at publish (``known_times``, :mod:`broker.delayed.known_times`),
+which every subscription's delayed delivery is handed (:meth:`~TopicReplaceByKey.adopt`). Each position the schedule supersedes
 is acknowledged at once on every subscription that delays messages (Shared, Key_Shared, or a
 durable one whose type is not known yet) and dropped from its tracker.
 
@@ -31,7 +33,13 @@ from typing import Final, Protocol
 
 from broker.delayed.delivery import DelayedDelivery
 from broker.delayed.keyed_snapshot import KeyedSnapshots
-from broker.delayed.known_times import WITHHELD
+from broker.delayed.known_times import (
+    UNKNOWN,
+    WITHHELD,
+    CheckedTimes,
+    KnownDeliverTimes,
+    deliver_time,
+)
 from broker.delayed.replace_by_key import (
     NOTHING,
     EntryKeys,
@@ -84,24 +92,26 @@ class KeyedSubscription(Protocol):
 
 
 class _RecordingSink:
-    """Records a run's keyed entries in the schedule as they become durable (and the deliver
-    times learnt from them), then passes the news on to the run's own sink."""
+    """Notes a run's deliver times learnt at publish and records its keyed entries in the
+    schedule (if any) as they become durable, then passes the news on to the run's own sink."""
 
-    __slots__ = ("_done", "_keys", "_schedule", "_sink", "_times")
+    __slots__ = ("_done", "_keys", "_known", "_schedule", "_sink", "_times")
 
-    def __init__(self, sink: DurableSink, schedule: KeyedSchedule,
-                 keys: list[EntryKeys | None], times: list[int]) -> None:
+    def __init__(self, sink: DurableSink, known: KnownDeliverTimes, times: list[int],
+                 schedule: KeyedSchedule | None = None,
+                 keys: list[EntryKeys | None] | None = None) -> None:
         self._sink = sink
+        self._known = known
+        self._times = times
         self._schedule = schedule
         self._keys = keys
-        self._times = times
         self._done = 0
 
     def entries_durable(self, ledger_id: int, first_entry_id: int, count: int) -> None:
         start = self._done
-        schedule = self._schedule
-        schedule.known_times.note(ledger_id, first_entry_id, self._times[start:start + count])
-        schedule.record_run(ledger_id, first_entry_id, self._keys[start:start + count])
+        self._known.note(ledger_id, first_entry_id, self._times[start:start + count])
+        if self._schedule is not None and self._keys is not None:
+            self._schedule.record_run(ledger_id, first_entry_id, self._keys[start:start + count])
         self._done = start + count
         self._sink.entries_durable(ledger_id, first_entry_id, count)
 
@@ -113,7 +123,8 @@ class _RecordingSink:
 class TopicReplaceByKey:
     """The replace-by-key schedule of one topic while its policy is on (module docstring)."""
 
-    __slots__ = ("_deferred", "_enabled", "_ledger", "_snapshots", "_subscriptions", "schedule")
+    __slots__ = ("_deferred", "_enabled", "_ledger", "_snapshots", "_subscriptions",
+                 "known_times", "schedule")
 
     def __init__(self, ledger: ManagedLedger, enabled: Callable[[], bool],
                  subscriptions: Callable[[], Iterable[KeyedSubscription]],
@@ -124,6 +135,9 @@ class TopicReplaceByKey:
         self._subscriptions = subscriptions
         self._deferred: list[int] = []     # packed positions superseded, not confirmed yet
         self.schedule: KeyedSchedule | None = None
+        #: The deliver times learnt at publish, policy or not (every subscription's delayed
+        #: delivery is handed it: its dispatcher holds those entries unread).
+        self.known_times = KnownDeliverTimes()
 
     def _acknowledge(self, packed: list[int]) -> None:
         """Positions were superseded (packed ``ledger_id << 32 | entry_id``, one run's worth):
@@ -186,24 +200,47 @@ class TopicReplaceByKey:
 
     def adopt_all(self, subscriptions: Iterable[KeyedSubscription]) -> None:
         for sub in subscriptions:
-            sub.delayed.replacements = self.schedule
+            self.adopt(sub)
 
     def adopt(self, sub: KeyedSubscription) -> None:
-        """A subscription joined the topic: it follows the schedule in force."""
-        sub.delayed.replacements = self.schedule
+        """A subscription joined the topic: it follows the schedule in force and is handed the
+        deliver times learnt at publish."""
+        delayed = sub.delayed
+        delayed.replacements = self.schedule
+        delayed.known_times = self.known_times
 
-    def sink_for(self, entries: Sequence[bytes], sink: DurableSink) -> DurableSink:
-        """The sink to append a run with: the run's own, or one that records its keyed
-        entries first."""
+    def sink_for(self, entries: Sequence[bytes], sink: DurableSink,
+                 checked: CheckedTimes | None = None) -> DurableSink:
+        """The sink to append a run with: the run's own, or one that notes the deliver times
+        the publish check found (``checked``, taken by the entries; consumed either way) and
+        records its keyed entries first."""
         schedule = self.schedule
         if schedule is None:
-            return sink
+            varints = checked.take(entries) if checked is not None else None
+            if varints is None:
+                return sink
+            return _RecordingSink(sink, self.known_times, [deliver_time(v) for v in varints])
         verdicts = [classify_timed(entry) for entry in entries]
-        if verdicts.count(NOTHING) == len(verdicts):
-            return sink
+        nothing = verdicts.count(NOTHING)
+        if nothing == len(verdicts):
+            varints = checked.take(entries) if checked is not None else None
+            if varints is None:
+                return sink
+            return _RecordingSink(sink, self.known_times, [deliver_time(v) for v in varints])
         keys = [found for found, _ in verdicts]
-        times = [WITHHELD if found is not None and found[1] else at for found, at in verdicts]
-        return _RecordingSink(sink, schedule, keys, times)
+        varints = None
+        if checked is not None and nothing:
+            varints = checked.take(entries)
+        elif checked is not None:   # every entry's time comes from its classification
+            checked.forget()
+        if varints is None:
+            times = [WITHHELD if found is not None and found[1] else at if at > 0 else UNKNOWN
+                     for found, at in verdicts]
+        else:   # a keyed entry's time from its classification, another's from the check
+            times = [(WITHHELD if found[1] else at if at > 0 else UNKNOWN) if found is not None
+                     else deliver_time(varint)
+                     for (found, at), varint in zip(verdicts, varints, strict=True)]
+        return _RecordingSink(sink, self.known_times, times, schedule, keys)
 
     async def rebuild(self, subscriptions: Sequence[KeyedSubscription]) -> int:
         """Record the keyed entries of the backlog (topic load); returns entries read."""

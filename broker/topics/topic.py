@@ -64,6 +64,7 @@ from typing import Protocol
 from broker.config import BrokerConfig
 from broker.delayed.guard import DelayTooLongError, check_and_start_publish
 from broker.delayed.keyed_snapshot import KeyedSnapshots
+from broker.delayed.known_times import MAX_CHECKED, CheckedTimes
 from broker.delayed.policy import DelayPolicy
 from broker.delayed.relocate import DelayedRelocator
 from broker.metrics.entry_size import ENTRY_SIZE_BUCKETS_BYTES
@@ -206,6 +207,8 @@ class Topic:
         self.entry_stamper = (EntryStamper(interceptors, host.metadata, self.full)
                               if interceptors and name.is_persistent else None)
         self.backlog = BacklogPolicies(self, host.policies, host.config)
+        #: The deliver times the publish check read, carried to the append (known_times).
+        self.checked_times = CheckedTimes()
         self.replace_by_key = TopicReplaceByKey(
             ledger, lambda: name.is_persistent and host.policies.delayed_replace_by_key(name),
             self.subscriptions.values, KeyedSnapshots(host.snapshots, host.metadata, name.full, loop=self.loop))
@@ -239,6 +242,7 @@ class Topic:
                 log.exception("could not restore subscription %s on %s", cursor_name, name.full)
                 continue
             topic.subscriptions[cursor_name] = sub
+            topic.replace_by_key.adopt(sub)
         topic.subscriptions.update_caching()
         subs = list(topic.subscriptions.values())
         if topic.replace_by_key.sync(subs) is not None:
@@ -272,7 +276,7 @@ class Topic:
         if stamper is not None and self.ledger.accepts_appends:
             entries = stamper.stamp(entries, messages)
         self.replace_by_key.sync(self.subscriptions.values())
-        sink = self.replace_by_key.sink_for(entries, sink)
+        sink = self.replace_by_key.sink_for(entries, sink, self.checked_times)
         if self.txn_buffer is not None:
             sink = self.txn_buffer.sink_for(entries, sink)
         try:
@@ -322,11 +326,13 @@ class Topic:
         max_size = self._max_message_size
         scanned = scan_publish_metadata(entry, max_size)
         md: pb.MessageMetadata | None = None
+        at_varint: bytes | None = None      # deliver_at_time as the scan found it
         if scanned is None:
             md, messages, partial = check_publish_metadata(entry, max_size)
             delayed = md.HasField("deliver_at_time")
         else:
-            messages, partial, delayed = scanned
+            messages, partial, at_varint = scanned
+            delayed = at_varint is not None
         if self.encryption_required:
             if md is None:
                 md = check_publish_metadata(entry, max_size)[0]
@@ -348,7 +354,15 @@ class Topic:
                 self.meters.delayed_rejected_counter += exc.messages
                 raise
             self.meters.fixed_delay_overridden_counter += result.overridden_messages
-            entry = result.entry
+            if result.entry is not entry:
+                return result.entry, messages, partial   # rewritten: its time is not carried
+        # its deliver time (None: none), carried to the append and read there where it is
+        # needed: the dispatchers hold a delayed entry unread (every checked entry is noted,
+        # so that the append finds its run whole)
+        checked = self.checked_times
+        if len(checked.entries) < MAX_CHECKED:
+            checked.entries.append(entry)
+            checked.varints.append(at_varint)
         return entry, messages, partial
 
     def plain_send_bound(self) -> int:

@@ -625,6 +625,7 @@ async def _keyed_scenario(tmp: Path, *, known: bool) -> tuple[Any, ...]:
     """Keyed entries published under replace-by-key (re-scheduled keys, a tombstone, an
     ordinary message, one due already, a batch), recorded in a schedule; with ``known`` their
     deliver times are noted as at publish. Returns what one Shared dispatch did."""
+    from broker.delayed.known_times import KnownDeliverTimes
     from broker.delayed.replace_by_key import KeyedSchedule, classify_timed
     from broker.topics.replace_by_key import WITHHELD
 
@@ -662,8 +663,9 @@ async def _keyed_scenario(tmp: Path, *, known: bool) -> tuple[Any, ...]:
 
     schedule.on_superseded = acknowledge
     if known:
-        schedule.known_times.note(lid, 0, [WITHHELD if k is not None and k[1] else at
-                                           for k, at in classified])
+        sub.delayed.known_times = KnownDeliverTimes()
+        sub.delayed.known_times.note(lid, 0, [WITHHELD if k is not None and k[1] else at
+                                              for k, at in classified])
     schedule.record_run(lid, 0, [k for k, _ in classified])
     reads: list[tuple[Position, int]] = []
     real_read = led.read_entries
@@ -708,3 +710,178 @@ async def test_keyed_messages_known_at_publish_are_held_unread_as_a_read_would(
     assert reads0[0][0].entry_id == 0
     assert reads and reads[0][0].entry_id == 5
     assert all(start.entry_id >= 5 for start, _ in reads)
+
+
+async def _plain_scenario(tmp: Path, *, known: bool) -> tuple[Any, ...]:
+    """Delayed messages without keys (no replace-by-key): some due already, an ordinary one,
+    a delayed batch, two acknowledged before any dispatch; with ``known`` their deliver times
+    go through the publish check's hand-over (:class:`CheckedTimes`) into the topic's known
+    times. Returns what one Shared dispatch did."""
+    from broker.delayed.known_times import UNKNOWN, CheckedTimes, KnownDeliverTimes, deliver_time
+    from protocol.metadata import encode_batch_payload
+    from protocol.metadata_scan import scan_publish_metadata
+
+    store = await SegmentStore.open(tmp, StorageConfig(fsync=False))
+    led = await store.open_ledger("persistent://public/default/plain-known")
+    now = int(time.time() * 1000)
+    entries = []
+    for i in range(40):
+        md = pb.MessageMetadata(producer_name="p", sequence_id=i, publish_time=now)
+        payload = f"m{i}".encode()
+        if i == 13:
+            pass                                         # ordinary: delivered, read
+        elif i in (5, 27):
+            md.deliver_at_time = now - 1000              # due already
+        elif i == 30:
+            md.num_messages_in_batch = 1                 # a delayed batch: held as a read would
+            md.deliver_at_time = now + 3_600_000
+            payload = encode_batch_payload([(pb.SingleMessageMetadata(payload_size=2), b"bb")])
+        else:
+            md.deliver_at_time = now + 3_600_000 + 7919 * i % 100_000
+        entries.append(encode_entry(md, payload))
+    checked = CheckedTimes()
+    for data in entries:
+        scanned = scan_publish_metadata(data)
+        assert scanned is not None
+        checked.note(data, scanned[2])              # as the publish check does: each entry
+    varints = checked.take(entries)
+    assert varints is not None and not checked
+    times = [deliver_time(v) for v in varints]
+    assert times[13] == UNKNOWN and times[5] == times[27] == now - 1000
+    for data in entries:
+        await led.append(data)
+    lid = led.last_confirmed.ledger_id
+    sub = await Subscription.open(StubTopic(led), "s", durable=True, initial_position="earliest")
+    sub.cursor.delete([Position(lid, 9), Position(lid, 10)])   # acknowledged before any read
+    if known:
+        sub.delayed.known_times = KnownDeliverTimes()
+        sub.delayed.known_times.note(lid, 0, times)
+    reads: list[tuple[Position, int]] = []
+    real_read = led.read_entries
+
+    async def counting_read(start: Position, n: int) -> Any:
+        reads.append((start, n))
+        return await real_read(start, n)
+
+    led.read_entries = counting_read
+    conn = FakeConnection()
+    side = ConsumerSide(conn)
+    consumer = Consumer(side, 1, name="c", sub_type=1)
+    side.attach(consumer, sub)
+    await sub.add_consumer(consumer)
+    consumer.permits = 100
+    sub.dispatcher.schedule()
+    await _settle_dispatch(sub)
+    tracker = sub.dispatcher.delayed.tracker
+    held = sorted(e for e in range(40) if tracker is not None
+                  and tracker.contains(Position(lid, e)))
+    acked = [e for e in range(40) if sub.cursor.is_deleted(Position(lid, e))]
+    result = (sorted(e for _, e in conn.message_ids()), held, acked,
+              sub.cursor.read_position, reads)
+    await store.close()
+    return result
+
+
+async def test_plain_delayed_messages_known_at_publish_are_held_unread_as_a_read_would(
+        tmp_path: Path) -> None:
+    """Without replace-by-key the deliver times the publish check read let the dispatcher hold
+    new delayed messages without reading them: the same messages delivered (none early), held
+    and passed over (none acknowledged held), the same read position as when it reads every
+    entry, with fewer entries read."""
+    sent, held, acked, read_to, reads = await _plain_scenario(tmp_path / "known", known=True)
+    sent0, held0, acked0, read_to0, reads0 = await _plain_scenario(tmp_path / "read", known=False)
+    assert (sent, held, acked, read_to) == (sent0, held0, acked0, read_to0)
+    assert sent == [5, 13, 27]                  # due already, ordinary
+    assert acked == [9, 10]
+    assert 30 in held
+    assert set(held) == set(range(40)) - {5, 9, 10, 13, 27}
+    assert reads0[0][0].entry_id == 0
+    assert reads and all(start.entry_id >= 5 for start, _ in reads)
+
+
+def test_checked_times_are_taken_by_the_very_entry_and_bounded() -> None:
+    """A time noted at the publish check is found only for that entry object (an equal copy,
+    a rewritten entry: unknown), everything is forgotten at the take, and past MAX_CHECKED
+    notes no more are kept; a time is read as the int64 upb reads, 0 and below as unknown."""
+    from broker.delayed.known_times import MAX_CHECKED, UNKNOWN, CheckedTimes, deliver_time
+
+    checked = CheckedTimes()
+    a, b = b"\x00entry-a", b"\x00entry-b"
+    one_k, two_k = b"\xe8\x07", b"\xd0\x0f"            # varints of 1,000 and 2,000
+    checked.note(a, one_k)
+    copy = bytes(bytearray(a))
+    assert copy == a and copy is not a
+    assert checked.take([copy, b]) is None
+    assert not checked
+    checked.note(a, one_k)
+    assert checked.take([b, a, copy]) == [None, one_k, None]
+    assert checked.take([a]) is None            # taken once
+    many = [bytes([i % 256]) * (4 + i // 256) for i in range(MAX_CHECKED + 1)]
+    for entry in many:
+        checked.note(entry, b"\x05")
+    assert checked.take(many) == [b"\x05"] * MAX_CHECKED + [None]
+    checked.note(a, one_k)
+    checked.note(b, two_k)
+    assert checked.take([a, b]) == [one_k, two_k]      # the usual run: all noted, in order
+    checked.note(a, None)
+    checked.note(b, None)
+    assert checked.take([a, b]) is None                 # noted, none with a time
+    assert [deliver_time(v) for v in (one_k, two_k, None, b"\x00", b"\xff" * 9 + b"\x01")] == [
+        1_000, 2_000, UNKNOWN, UNKNOWN, UNKNOWN]       # none, 0, -1
+
+
+def test_append_notes_the_known_times_of_keyed_and_plain_entries() -> None:
+    """What the append notes for the dispatchers, with and without replace-by-key: a keyed
+    scheduling message's time from its classification, a tombstone withheld, a plain delayed
+    message's time from the publish check, an ordinary one and a rewritten (not checked) one
+    unknown; a run of keyed entries only drops what the check noted."""
+    from broker.delayed.known_times import UNKNOWN, WITHHELD, CheckedTimes
+    from broker.delayed.replace_by_key import KeyedSchedule
+    from broker.topics.replace_by_key import TopicReplaceByKey
+    from protocol.metadata_scan import scan_publish_metadata
+
+    now = int(time.time() * 1000)
+
+    def entry(i: int, key: str | None = None, at: int | None = None, body: bytes = b"x") -> bytes:
+        md = pb.MessageMetadata(producer_name="p", sequence_id=i, publish_time=now)
+        if key is not None:
+            md.partition_key = key
+        if at is not None:
+            md.deliver_at_time = at
+        return encode_entry(md, body)
+
+    class Sink:
+        def entries_durable(self, ledger_id: int, first_entry_id: int, count: int) -> None:
+            pass
+
+        def entries_failed(self, count: int, error: BaseException) -> None:
+            pass
+
+    run = [entry(0, "k1", now + 5_000), entry(1, "k2", body=b""), entry(2, None, now + 7_000),
+           entry(3), entry(4, None, now + 9_000)]
+    rewritten = entry(4, None, now + 9_000)     # an equal copy: not the object checked
+    for policy in (True, False):
+        topic = TopicReplaceByKey(Any, lambda: True, lambda: [])  # type: ignore[arg-type]
+        if policy:
+            topic.schedule = KeyedSchedule()
+        checked = CheckedTimes()
+        for data in run:
+            scanned = scan_publish_metadata(data)
+            assert scanned is not None
+            checked.note(data, scanned[2])
+        stored = [*run[:4], rewritten]
+        sink = topic.sink_for(stored, Sink(), checked)
+        assert not checked
+        sink.entries_durable(7, 0, len(stored))
+        times, n = topic.known_times.run_from(7, 0, 10)
+        assert n == 5
+        assert list(times) == ([now + 5_000, WITHHELD, now + 7_000, UNKNOWN, UNKNOWN] if policy
+                               else [now + 5_000, UNKNOWN, now + 7_000, UNKNOWN, UNKNOWN])
+    topic = TopicReplaceByKey(Any, lambda: True, lambda: [])  # type: ignore[arg-type]
+    topic.schedule = KeyedSchedule()
+    checked = CheckedTimes()
+    for data in run[:2]:                        # keyed only: times from the classification
+        checked.note(data, scan_publish_metadata(data)[2])  # type: ignore[index]
+    topic.sink_for(run[:2], Sink(), checked).entries_durable(7, 0, 2)
+    assert not checked
+    assert list(topic.known_times.run_from(7, 0, 10)[0]) == [now + 5_000, WITHHELD]

@@ -487,6 +487,78 @@ def test_a_run_of_adds_does_what_one_add_per_position_does(strict: bool) -> None
         assert run.get_scheduled(10_000) == one.get_scheduled(10_000)
 
 
+@pytest.mark.parametrize("strict", [True, False])
+def test_a_run_of_one_ledger_in_bulk_does_what_one_add_per_position_does(
+        strict: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """add_run's bulk path (fresh positions of one ledger, no cancel waiting: one membership
+    union) against one add per position, from the same state: ordered and random times,
+    positions out of order, one tracked already, a duplicate, a due one, a second ledger, a
+    compaction sweep under way; same answers, contents, hand-out order, fixed-delay state and
+    timer, and the bulk path taken where it applies."""
+    from broker.delayed import indexed
+
+    bulk = 0
+    real = indexed.IndexedPositions.add_entry_ids
+
+    def counted(self: Any, ledger_id: int, entry_ids: list[int], times: list[int]) -> bool:
+        nonlocal bulk
+        done: bool = real(self, ledger_id, entry_ids, times)
+        bulk += done
+        return done
+
+    monkeypatch.setattr(indexed.IndexedPositions, "add_entry_ids", counted)
+    rnd = random.Random(23)
+    spoilers = ["none", "tracked", "duplicate", "due", "ledger", "sweep"]
+    for trial in range(120):
+        spoiler = spoilers[trial % len(spoilers)]
+        one_loop, run_loop = FakeLoop(), FakeLoop()
+        one = make(one_loop, strict=strict, lookahead=5)
+        run = make(run_loop, strict=strict, lookahead=5)
+        before = rnd.randrange(0, 20)
+        for t in (one, run):                     # the same history before the run
+            for entry in range(before):
+                t.add(Position(1, entry), T0 + 500 + 10 * entry)
+        n = rnd.randrange(2, 150)
+        positions = [Position(2, 10 + k) for k in range(n)]
+        if trial % 4 == 1:
+            rnd.shuffle(positions)
+        if trial % 3 == 0:
+            times = [T0 + 1_000 + 10 * k for k in range(n)]
+        else:
+            times = [T0 + rnd.randrange(200, 20_000) for _ in range(n)]
+        if spoiler == "tracked":
+            for t in (one, run):
+                t.add(positions[n // 2], T0 + 7_000)
+        elif spoiler == "duplicate":
+            positions[-1] = positions[0]
+        elif spoiler == "due":
+            times[n // 2] = T0 - 5
+        elif spoiler == "ledger":
+            positions[-1] = Position(3, 0)
+        elif spoiler == "sweep":
+            for t in (one, run):                 # a compaction under way: bulk adds are kept
+                t._positions._sweep = indexed._Sweep(list(t._positions.members))
+        bulk_before = bulk
+        expected = [i for i, (p, at) in enumerate(zip(positions, times, strict=True))
+                    if not one.add(p, at)]
+        assert run.add_run(positions, times) == expected
+        assert (bulk > bulk_before) == (spoiler in ("none", "sweep")), spoiler
+        if spoiler == "sweep":
+            kept = run._positions._sweep
+            assert kept is not None
+            assert all(((2 << 32) | p.entry_id) in kept.keep for p in positions)
+            for t in (one, run):
+                t._positions._sweep = None
+        assert len(run) == len(one)
+        assert run._fixed_delay == one._fixed_delay
+        assert run._highest_ms == one._highest_ms
+        assert run.timer.target_ms == one.timer.target_ms
+        assert run.should_pause_all_deliveries() == one.should_pause_all_deliveries()
+        for loop in (one_loop, run_loop):
+            loop.now_ms = T0 + 30_000
+        assert run.get_scheduled(10_000) == one.get_scheduled(10_000)
+
+
 def test_a_run_of_cancels_does_what_one_cancel_per_position_does() -> None:
     """cancel_run (positions superseded together) against one cancel per position: same
     count, contents, timer and hand-out order, also when it empties the tracker."""

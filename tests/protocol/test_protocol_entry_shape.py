@@ -100,12 +100,12 @@ def test_claims_within_the_bounds_are_accepted_alike(case: str) -> None:
     data, messages, partial = ACCEPTED[case]
     _, checked_messages, checked_partial = check_publish_metadata(data)
     assert (checked_messages, checked_partial) == (messages, partial)
-    assert scan_publish_metadata(data) == (messages, partial, False)
+    assert scan_publish_metadata(data) == (messages, partial, None)
 
 
 def test_a_chunk_total_is_bounded_by_the_configured_max_message_size() -> None:
     data = entry(**{**CHUNK, "total_chunk_msg_size": 3 * 1000}, chunk_id=0)
-    assert scan_publish_metadata(data, 1000) == (1, True, False)
+    assert scan_publish_metadata(data, 1000) == (1, True, None)
     check_publish_metadata(data, 1000)
     assert scan_publish_metadata(data, 999) is None
     with pytest.raises(MalformedEntryError, match="each at most 999"):

@@ -12,7 +12,8 @@ from sampling import examples
 from protocol import pulsar_pb as pb
 from protocol.errors import MalformedEntryError
 from protocol.metadata import check_publish_metadata, encode_entry
-from protocol.metadata_scan import int32_value, scan_publish_metadata
+from protocol.metadata_scan import int32_value, int64_value
+from protocol.metadata_scan import scan_publish_metadata as scan_raw
 
 INT32 = st.integers(min_value=-(2**31), max_value=2**31 - 1)
 UINT32 = st.integers(min_value=0, max_value=2**32 - 1)
@@ -51,10 +52,20 @@ OPTIONAL_FIELDS: dict[str, st.SearchStrategy[object]] = {
 }
 
 
-def publish_verdict(entry: bytes) -> tuple[int, bool, bool]:
-    """What the fast path must return: check_publish_metadata's verdict (may raise)."""
+def scan_publish_metadata(entry: bytes, *limit: int) -> tuple[int, bool, int | None] | None:
+    """The scan's verdict with its ``deliver_at_time`` bytes read as the int64 upb reads."""
+    scanned = scan_raw(entry, *limit)
+    if scanned is None:
+        return None
+    messages, partial, delayed = scanned
+    return messages, partial, None if delayed is None else int64_value(delayed)
+
+
+def publish_verdict(entry: bytes) -> tuple[int, bool, int | None]:
+    """What the fast path must return: check_publish_metadata's verdict and the deliver time
+    upb reads (may raise)."""
     md, messages, partial = check_publish_metadata(entry)
-    return messages, partial, md.HasField("deliver_at_time")
+    return messages, partial, md.deliver_at_time if md.HasField("deliver_at_time") else None
 
 
 @st.composite
@@ -217,21 +228,22 @@ def test_scan_accepts_the_official_client_layouts(name: str) -> None:
 def test_scan_reads_batch_size_chunk_and_delay() -> None:
     layouts = official_client_layouts()
     payload = b"x" * 1024
-    assert scan_publish_metadata(encode_entry(layouts["plain"], b"")) == (1, False, False)
+    assert scan_publish_metadata(encode_entry(layouts["plain"], b"")) == (1, False, None)
     assert scan_publish_metadata(encode_entry(layouts["compressed_batch"], payload)) == (
-        1000, False, False)
+        1000, False, None)
     assert scan_publish_metadata(encode_entry(layouts["first_chunk"], payload)) == (
-        1, True, False)
+        1, True, None)
     assert scan_publish_metadata(encode_entry(layouts["last_chunk"], payload)) == (
-        1, False, False)
-    assert scan_publish_metadata(encode_entry(layouts["delayed"], b"")) == (1, False, True)
+        1, False, None)
+    assert scan_publish_metadata(encode_entry(layouts["delayed"], b"")) == (
+        1, False, 1_760_000_060_123)
 
 
 def test_scan_keeps_the_last_value_of_a_repeated_scalar_as_protobuf_does() -> None:
     # num_messages_in_batch twice, on both sides of a partition_key: protobuf keeps the last
     raw = b"\x0a\x01p\x10\x01\x18\x02\x58\x05\x32\x01k\x58\x07"
-    assert scan_publish_metadata(entry_of(raw, b"x" * 42)) == (7, False, False)
-    assert publish_verdict(entry_of(raw, b"x" * 42)) == (7, False, False)
+    assert scan_publish_metadata(entry_of(raw, b"x" * 42)) == (7, False, None)
+    assert publish_verdict(entry_of(raw, b"x" * 42)) == (7, False, None)
     # 7 messages need 42 bytes at least: one byte less and both refuse
     assert scan_publish_metadata(entry_of(raw, b"x" * 41)) is None
     with pytest.raises(MalformedEntryError):
@@ -242,13 +254,20 @@ def test_scan_reads_negative_int32_as_protobuf_does() -> None:
     md = pb.MessageMetadata(producer_name="p", sequence_id=1, publish_time=2,
                             total_chunk_msg_size=-3)  # not a chunk: not read
     entry = encode_entry(md, b"")
-    assert scan_publish_metadata(entry) == (1, False, False)
-    assert publish_verdict(entry) == (1, False, False)
+    assert scan_publish_metadata(entry) == (1, False, None)
+    assert publish_verdict(entry) == (1, False, None)
     refused = pb.MessageMetadata(producer_name="p", sequence_id=1, publish_time=2,
                                  num_messages_in_batch=-3, num_chunks_from_msg=-1, chunk_id=-5)
     assert scan_publish_metadata(encode_entry(refused, b"x" * 100)) is None
     with pytest.raises(MalformedEntryError, match="num_chunks_from_msg -1 is below 1"):
         publish_verdict(encode_entry(refused, b"x" * 100))
+
+
+@pytest.mark.parametrize("at", [0, 1, 1_760_000_060_123, 2**56, 2**63 - 1, -1, -(2**63)])
+def test_scan_reads_deliver_at_time_as_int64_as_protobuf_does(at: int) -> None:
+    md = pb.MessageMetadata(producer_name="p", sequence_id=1, publish_time=2, deliver_at_time=at)
+    entry = encode_entry(md, b"x")
+    assert scan_publish_metadata(entry) == (1, False, at) == publish_verdict(entry)
 
 
 @pytest.mark.parametrize("raw", [

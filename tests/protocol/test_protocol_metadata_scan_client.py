@@ -18,21 +18,24 @@ import pytest
 
 from broker.topics import topic as topic_module
 from protocol.metadata import check_publish_metadata
-from protocol.metadata_scan import scan_publish_metadata
+from protocol.metadata_scan import int64_value, scan_publish_metadata
 
-Scanned = tuple[int, bool, bool] | None
+Scanned = tuple[int, bool, int | None] | None
 
 
 @pytest.fixture
-def scanned(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Scanned, tuple[int, bool, bool]]]:
+def scanned(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Scanned, tuple[int, bool, int | None]]]:
     """(what the scan returned, check_publish_metadata's verdict) of every published entry."""
-    seen: list[tuple[Scanned, tuple[int, bool, bool]]] = []
+    seen: list[tuple[Scanned, tuple[int, bool, int | None]]] = []
 
-    def watched(entry: bytes, max_message_size: int) -> Scanned:
-        result = scan_publish_metadata(entry, max_message_size)
+    def watched(entry: bytes, max_message_size: int) -> tuple[int, bool, bytes | None] | None:
+        raw = scan_publish_metadata(entry, max_message_size)
+        result = None if raw is None else (
+            raw[0], raw[1], None if raw[2] is None else int64_value(raw[2]))
         md, messages, partial = check_publish_metadata(entry, max_message_size)
-        seen.append((result, (messages, partial, md.HasField("deliver_at_time"))))
-        return result
+        at = md.deliver_at_time if md.HasField("deliver_at_time") else None
+        seen.append((result, (messages, partial, at)))
+        return raw
 
     monkeypatch.setattr(topic_module, "scan_publish_metadata", watched)
     return seen
@@ -77,7 +80,7 @@ CASES: dict[str, tuple[dict[str, object], Callable[[Any], None]]] = {
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_official_client_entries_take_the_scan_path(
-        broker_factory: Callable[..., Any], scanned: list[tuple[Scanned, tuple[int, bool, bool]]],
+        broker_factory: Callable[..., Any], scanned: list[tuple[Scanned, tuple[int, bool, int | None]]],
         case: str) -> None:
     producer_options, send = CASES[case]
     # chunks: a message above maxMessageSize (the client reads it from CONNECTED) is split

@@ -40,8 +40,8 @@ Acknowledged entries are skipped (``cursor.is_deleted``). Shared and Key_Shared 
 given the subscription's delayed delivery when they are created (``delayed``); they drive it and
 are the ones its tracker wakes. A fresh entry whose ``deliver_at_time`` it holds back waits in
 the tracker (those of one read due after the tracker's cutoff are handed to it in one call
-when the read has been gone through); replays are never re-tracked. New keyed messages whose
-deliver times were learnt at publish (replace-by-key) are held without being read
+when the read has been gone through); replays are never re-tracked. New delayed messages whose
+deliver times were learnt at publish are held without being read
 (:mod:`broker.subscriptions.dispatchers.known_holds`). An entry the topic's replace-by-key schedule says
 was superseded (``delayed.replacements``) is acknowledged unseen, read fresh or fallen due.
 Subclasses decide who gets an entry (:meth:`_route`) and how many entries a round may read
@@ -530,7 +530,7 @@ class Dispatcher:
             held_unread = False
             if delayed is not None and last is not None and read_from <= last:
                 read_from = self._skip_held(delayed, read_from, last)
-                # keyed messages whose deliver times were learnt at publish: held unread
+                # delayed messages whose deliver times were learnt at publish: held unread
                 held_unread = (txn is None and not sub.read_compacted and read_from <= last
                                and hold_known(delayed, cursor, ledger, read_from, last,
                                               self.add_replay))

@@ -1,15 +1,16 @@
-"""Holding new keyed messages without reading them: their deliver times were learnt at publish.
+"""Holding new delayed messages without reading them: their deliver times were learnt at publish.
 
 Theory of operation
 -------------------
-Under replace-by-key a scheduling message's deliver time is known when it is published
+A delayed message's deliver time is known when it is published
 (:mod:`broker.delayed.known_times`). A Shared or Key_Shared dispatcher about to read new
 entries first calls :func:`hold_known`: over the run of entries from its read position whose
 times are known it does what :meth:`Dispatcher._deliver
 <broker.subscriptions.dispatchers.base.Dispatcher._deliver>` would do for each, in the same
-order -- an acknowledged entry is passed over, a superseded one acknowledged unseen, one due
-after the tracker's cutoff held (one :meth:`~broker.delayed.delivery.DelayedDelivery.hold_run`
-for the run) -- and moves the read position past them, without reading a byte. It stops at the
+order -- an acknowledged entry is passed over, one superseded under replace-by-key acknowledged
+unseen, one due after the tracker's cutoff held (one
+:meth:`~broker.delayed.delivery.DelayedDelivery.hold_run` for the run) -- and moves the read
+position past them, without reading a byte. It stops at the
 first entry whose time is not known or that is not due after the cutoff (an ordinary message,
 a batch, a tombstone not yet superseded, one due now): the read takes it from there.
 
@@ -24,6 +25,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Final
 
+from pyroaring import BitMap
+
 from broker.delayed.delivery import DelayedDelivery
 from broker.subscriptions.dispatchers.cursors import SubscriptionCursor
 from storage.ledger import ManagedLedger
@@ -33,6 +36,7 @@ __all__ = ["MAX_KNOWN_HOLDS", "hold_known"]
 
 #: Entries one call looks at, at most (a few hundred microseconds of the loop).
 MAX_KNOWN_HOLDS: Final = 256
+_NONE: Final = frozenset[int]()
 
 
 def hold_known(delayed: DelayedDelivery, cursor: SubscriptionCursor, ledger: ManagedLedger,
@@ -41,20 +45,24 @@ def hold_known(delayed: DelayedDelivery, cursor: SubscriptionCursor, ledger: Man
     """Hold (or pass over) the entries from ``read_from`` (<= ``last``, the last confirmed
     one) whose deliver times are known, and move ``cursor.read_position`` past them. Returns
     whether it moved."""
-    schedule = delayed.replacements
-    if schedule is None:
+    known = delayed.known_times
+    if known is None:
         return False
     ledger_id, first = read_from
     limit = MAX_KNOWN_HOLDS if last.ledger_id != ledger_id else \
         min(MAX_KNOWN_HOLDS, last.entry_id - first + 1)
-    times, n = schedule.known_times.run_from(ledger_id, first, limit)
+    times, n = known.run_from(ledger_id, first, limit)
     if not n:
         return False
     hold_after = delayed.hold_after_ms()
     if hold_after is None:
         return False
     is_deleted = cursor.is_deleted
-    superseded = schedule.superseded
+    schedule = delayed.replacements
+    # the ledger's superseded ids, looked up once (the bitmap is live: an acknowledgement
+    # below adds nothing to it)
+    ids = schedule.superseded_ids(ledger_id) if schedule is not None else None
+    superseded: BitMap | frozenset[int] = _NONE if ids is None else ids
     held: list[Position] = []
     held_at: list[int] = []
     entry_id = first
@@ -62,7 +70,7 @@ def hold_known(delayed: DelayedDelivery, cursor: SubscriptionCursor, ledger: Man
         pos = Position(ledger_id, entry_id)
         if is_deleted(pos):
             pass
-        elif superseded(pos):
+        elif entry_id in superseded:
             cursor.delete((pos,))       # replaced or cancelled by key: acknowledged unseen
         elif at > hold_after:
             held.append(pos)
@@ -77,3 +85,4 @@ def hold_known(delayed: DelayedDelivery, cursor: SubscriptionCursor, ledger: Man
             add_replay(held[i])         # fell due meanwhile: delivered as a due one
     cursor.read_position = ledger.next_position(Position(ledger_id, entry_id - 1))
     return True
+
