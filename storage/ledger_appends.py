@@ -207,6 +207,14 @@ class LedgerAppends:
             self._ctx.loop.call_soon(sink.entries_failed, count, self._refusal())
             return
         self.runs_appended = True
+        if count == 1:  # a lone send: the batch the next entry goes to takes it whole
+            led, batch, entry_id = self._writable_batch()
+            data = datas[0]
+            batch.datas.append(data)
+            led.next_entry_id = entry_id + 1
+            led.assigned_bytes += len(data)
+            batch.completions.append(RunCompletion(sink, 1))
+            return
         roll_entries = self._roll_entries
         roll_bytes = self._roll_bytes
         i = 0

@@ -33,7 +33,7 @@ from broker.topics.publish_records import Pending, PublishRun
 from broker.topics.storage_errors import StorageOp, storage_failure
 from protocol import commands as C
 from protocol.errors import RequestError
-from protocol.send_path import encode_run_receipts, encode_send_receipts
+from protocol.send_path import encode_run_receipts, encode_send_receipt_of, encode_send_receipts
 
 __all__ = ["AnsweringProducer", "Answers"]
 
@@ -90,23 +90,36 @@ class Answers:
         seqs, highests, keys = run.seqs, run.highests, run.keys
         out = self.out
         pid = self.producer.producer_id
-        record_run = self.producer.seq_state.record_run
+        seq_state = self.producer.seq_state
+        record_run = seq_state.record_run
+        record_one = seq_state.record_one
         for first, last, ledger_id, entry_id in run.spans:
             lo = first if first > start else start
             hi = last if last < end else end
             if lo >= hi:
                 continue
             first_entry = entry_id + lo - first
+            if hi - lo == 1:  # a lone send's span: no lists sliced for it
+                seq = seqs[lo]
+                out.append(encode_send_receipt_of(pid, seq, highests[lo], ledger_id, first_entry))
+                key = keys[lo]
+                if key is not None:
+                    record_one(seq, key, ledger_id, first_entry)
+                continue
             span_seqs = seqs[lo:hi]
             out.append(encode_run_receipts(pid, span_seqs, highests[lo:hi], ledger_id,
                                            first_entry))
             record_run(span_seqs, keys[lo:hi], ledger_id, first_entry)
         n = end - start
-        size = sum(run.sizes[start:end])
+        if n == 1:
+            size = run.sizes[start]
+            self.msgs += run.messages[start]
+        else:
+            size = sum(run.sizes[start:end])
+            self.msgs += sum(run.messages[start:end])
         self.answered += n
         self.buffered += size
         self.count += n
-        self.msgs += sum(run.messages[start:end])
         self.size += size
         latency_ms = (self.now - run.started) * 1000.0
         self.latency_sum += latency_ms * n
