@@ -226,11 +226,15 @@ class SyncStage:
     def _round(self, jobs: list[SyncJob], *, hand_back: bool = True) -> list[Result]:
         """Sync the round's files, judge its owners and hand its outcome back to the loop
         (or, hand_back=False, return it for post_inline)."""
-        files: dict[SegmentFile, tuple[WriteOwner, int]] = {}
-        for job in jobs:
-            for segment, (owner, end) in job.files.items():
-                done = files.get(segment)
-                files[segment] = (owner, end if done is None else max(end, done[1]))
+        files: dict[SegmentFile, tuple[WriteOwner, int]]
+        if len(jobs) == 1:
+            files = jobs[0].files  # read only below
+        else:
+            files = {}
+            for job in jobs:
+                for segment, (owner, end) in job.files.items():
+                    done = files.get(segment)
+                    files[segment] = (owner, end if done is None else max(end, done[1]))
         failed: dict[int, PersistenceError] = {}  # owner -> its fdatasync failure
         if self._fsync:
             for segment, (owner, _) in files.items():
@@ -254,7 +258,8 @@ class SyncStage:
                     for b in batches:
                         self._mark_broken(b.segment)
                 else:
-                    entries += sum(len(b.datas) for b in batches)
+                    for b in batches:
+                        entries += len(b.datas)
                 owner_runs = runs.setdefault(id(owner), [])
                 if owner_runs and error is None and owner_runs[-1][2] is None:
                     owner_runs[-1][1].extend(batches)  # one complete_appends for both

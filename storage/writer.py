@@ -354,13 +354,16 @@ class GroupCommitWriter:
                                       type(record).__name__)
             # After the group went to the sync stage and after the controls (a barrier is
             # not held up; a segment sealed meanwhile has fd -1 and is skipped).
-            zeroed = SyncJob()
+            zeroed: SyncJob | None = None
             for segment, (owner, batch_bytes) in touched.items():
                 if self._maybe_prezero(owner, segment, batch_bytes):
+                    if zeroed is None:
+                        zeroed = SyncJob()
                     zeroed.files[segment] = (owner, segment.write_offset)
-            if zeroed.files and self._fsync:
+            if zeroed is not None and self._fsync:
                 self._submit(zeroed)
-            self.fds.evict(touched.keys() | self._sync.busy())
+            if self.fds.over_limit:  # else nothing to evict: the busy set is not needed
+                self.fds.evict(touched.keys() | self._sync.busy())
         finally:
             # A round this thread synced itself is handed back here, after the bookkeeping
             # above and just before the thread waits for more (sync_stage.run_if_idle).
@@ -420,7 +423,8 @@ class GroupCommitWriter:
         job = SyncJob()
         job.results = [(owner, batches, errors.get(key))
                        for key, (owner, batches) in by_owner.items()]
-        touched = {seg: v for seg, v in touched.items() if id(v[0]) not in errors}
+        if errors:
+            touched = {seg: v for seg, v in touched.items() if id(v[0]) not in errors}
         job.files = {seg: (owner, seg.write_offset) for seg, (owner, _) in touched.items()}
         self._submit(job)
         return touched
