@@ -225,11 +225,13 @@ def encode_send_receipt_of(
 ) -> bytes:
     """One SEND_RECEIPT: :func:`encode_run_receipts` of a span of one entry (a lone send's
     answer), without the span's per-call set-up."""
-    pid = varint(producer_id)
-    seq = varint(sequence_id)
-    ledger = varint(ledger_id)
-    entry = varint(entry_id)
-    high = varint(highest_sequence_id)
+    small, limit = _SMALL, _SMALL_LIMIT  # below 2**14 the table, no call
+    pid = small[producer_id] if 0 <= producer_id < limit else varint(producer_id)
+    seq = small[sequence_id] if 0 <= sequence_id < limit else varint(sequence_id)
+    ledger = small[ledger_id] if 0 <= ledger_id < limit else varint(ledger_id)
+    entry = small[entry_id] if 0 <= entry_id < limit else varint(entry_id)
+    high = (small[highest_sequence_id] if 0 <= highest_sequence_id < limit
+            else varint(highest_sequence_id))
     message_id_size = len(ledger) + len(entry) + 2  # 08 ledger 10 entry
     # 08 pid 10 seq 1a L <message id> 20 highest
     size = len(pid) + len(seq) + message_id_size + len(high) + 5
