@@ -35,7 +35,7 @@ from protocol import commands as C
 from protocol.errors import RequestError
 from protocol.send_path import encode_run_receipts, encode_send_receipt_of, encode_send_receipts
 
-__all__ = ["AnsweringProducer", "Answers"]
+__all__ = ["AnsweringProducer", "Answers", "lone_receipt"]
 
 _bucket_of = bisect.bisect_left
 _BOUNDS = PUBLISH_LATENCY_BUCKETS_MS
@@ -51,6 +51,23 @@ class AnsweringProducer(Protocol):
     def blocking(self) -> RequestError | None: ...
 
     def fail_behind(self, error: RequestError, *, reload_topic: bool) -> None: ...
+
+
+def lone_receipt(producer: AnsweringProducer, run: PublishRun, now: float,
+                 buckets: list[int]) -> tuple[bytes, float]:
+    """What :class:`Answers` makes of a drain whose queue is *run* alone, one send reported
+    durable (a lone publisher's every drain): its receipt, its dedup key recorded and its
+    latency counted in *buckets*, without the drain's lists. Returns (the receipt, the latency
+    in ms); the caller marks it answered and counts it as a drain's answers are counted."""
+    ((_, _, ledger_id, entry_id),) = run.spans
+    seq = run.seqs[0]
+    key = run.keys[0]
+    if key is not None:
+        producer.seq_state.record_one(seq, key, ledger_id, entry_id)
+    latency_ms = (now - run.started) * 1000.0
+    buckets[_bucket_of(_BOUNDS, latency_ms)] += 1
+    return encode_send_receipt_of(producer.producer_id, seq, run.highests[0], ledger_id,
+                                  entry_id), latency_ms
 
 
 class Answers:
