@@ -92,7 +92,7 @@ class SyncStage:
         self._fsync = fsync
         self.fenced_ends = fenced_ends  # shared with the writer (recovery reads it)
         self.on_no_space = on_no_space
-        lock = threading.Lock()
+        lock = self._lock = threading.Lock()  # (a bare ``with`` on it: no Python frame)
         self._cond = threading.Condition(lock)  # the sync thread waits here for jobs
         self._drained = threading.Condition(lock)  # drain() waits here (never the sync
         # thread: waking it for nothing each round costs a context switch and the GIL)
@@ -126,13 +126,13 @@ class SyncStage:
 
     def idle(self) -> bool:
         """Nothing handed over is unfinished."""
-        with self._cond:
+        with self._lock:
             return self._finished == self._handed
 
     def busy(self) -> set[SegmentFile]:
         """The files an unfinished job will still fdatasync (a snapshot: only the write thread
         adds to it)."""
-        with self._cond:
+        with self._lock:
             return set(self._pending)
 
     def drain(self) -> None:
@@ -178,7 +178,7 @@ class SyncStage:
         it does could make the loop wait (a control, a pre-zero write) and at the latest just
         before it waits for more work: the loop, woken by the hand-back, then finds the GIL
         free instead of waiting for the write thread's bookkeeping after the round."""
-        with self._cond:
+        with self._lock:
             if self._jobs or self._finished != self._handed or self._stopping:
                 return False
         try:
