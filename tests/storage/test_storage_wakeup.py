@@ -92,7 +92,7 @@ def test_a_wait_after_a_notify_that_raced_its_timeout_blocks_again() -> None:
     for _ in range(200):
         notified = threading.Event()
 
-        def late_notify() -> None:
+        def late_notify(notified: threading.Event = notified) -> None:
             with mutex:
                 wakeup.notify()
             notified.set()
