@@ -220,6 +220,25 @@ def encode_send_receipts(
     return b"".join(parts)
 
 
+def encode_send_receipt_of(
+    producer_id: int, sequence_id: int, highest_sequence_id: int, ledger_id: int, entry_id: int,
+) -> bytes:
+    """One SEND_RECEIPT: :func:`encode_run_receipts` of a span of one entry (a lone send's
+    answer), without the span's per-call set-up."""
+    small, limit = _SMALL, _SMALL_LIMIT  # below 2**14 the table, no call
+    pid = small[producer_id] if 0 <= producer_id < limit else varint(producer_id)
+    seq = small[sequence_id] if 0 <= sequence_id < limit else varint(sequence_id)
+    ledger = small[ledger_id] if 0 <= ledger_id < limit else varint(ledger_id)
+    entry = small[entry_id] if 0 <= entry_id < limit else varint(entry_id)
+    high = (small[highest_sequence_id] if 0 <= highest_sequence_id < limit
+            else varint(highest_sequence_id))
+    message_id_size = len(ledger) + len(entry) + 2  # 08 ledger 10 entry
+    # 08 pid 10 seq 1a L <message id> 20 highest
+    size = len(pid) + len(seq) + message_id_size + len(high) + 5
+    return b"".join((_RECEIPT_PREFIX[size], b"\x08", pid, b"\x10", seq, b"\x1a",
+                     ONE_BYTE[message_id_size], b"\x08", ledger, b"\x10", entry, b"\x20", high))
+
+
 def encode_run_receipts(
     producer_id: int, sequence_ids: Sequence[int], highest_sequence_ids: Sequence[int],
     ledger_id: int, first_entry_id: int,
@@ -317,7 +336,8 @@ def _uniform_run_receipts(
     return start + b"".join(parts)
 
 
-__all__ = ["SendFrame", "declined_send", "encode_run_receipts", "encode_send_receipts", "parse_send", "parse_send_frame", "varint_value"]
+__all__ = ["SendFrame", "declined_send", "encode_run_receipts", "encode_send_receipt_of",
+           "encode_send_receipts", "parse_send", "parse_send_frame", "varint_value"]
 
 
 def declined_send(send: pb.CommandSend, entry: bytes | None,

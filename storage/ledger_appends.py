@@ -10,7 +10,8 @@ number the entries (ledger id, next entry id), roll over to a new ledger by entr
 size or age, and queue them in this loop iteration's batch for the group-commit writer
 (storage/writer.py). Once per group commit the writer calls :meth:`complete_appends` on the
 loop: futures and run sinks learn their positions in append order (storage/completions.py),
-``last_confirmed`` moves, and the listeners are told once. A write or fdatasync failure
+then the entries go to the entry cache (after the receipts, before any listener can read
+them), ``last_confirmed`` moves, and the listeners are told once. A write or fdatasync failure
 fences it (:class:`LedgerLifecycle`): pending and later appends fail until the managed ledger
 is closed and opened again. Appends are taken in OPEN alone; refused ones are reported like a
 failed future, never from inside the caller.
@@ -209,6 +210,14 @@ class LedgerAppends:
             self._ctx.loop.call_soon(sink.entries_failed, count, self._refusal())
             return
         self.runs_appended = True
+        if count == 1:  # a lone send: the batch the next entry goes to takes it whole
+            led, batch, entry_id = self._writable_batch()
+            data = datas[0]
+            batch.datas.append(data)
+            led.next_entry_id = entry_id + 1
+            led.assigned_bytes += len(data)
+            batch.completions.append(RunCompletion(sink, 1))
+            return
         roll_entries = self._roll_entries
         roll_bytes = self._roll_bytes
         i = 0
@@ -282,9 +291,9 @@ class LedgerAppends:
                 fail_batch(batch, partial(StorageError, f"ledger {ledger_id} is gone"))
                 continue
             led.confirmed = end
-            led.size_bytes += (sum(map(len, batch.datas)) if cache is None
+            resolve_batch(batch, ledger_id)  # the receipts first: they wait for nothing below
+            led.size_bytes += (sum(map(len, batch.datas)) if cache is None  # before listeners
                                else cache.put_many(ledger_id, first, batch.datas))
-            resolve_batch(batch, ledger_id)
             last = Position(ledger_id, end - 1)
         if last is None:
             return

@@ -33,6 +33,11 @@ class SegmentFds:
     def open_count(self) -> int:
         return len(self._lru)
 
+    @property
+    def over_limit(self) -> bool:
+        """More segments hold an fd than the limit: :meth:`evict` has work."""
+        return len(self._lru) > self._limit
+
     def opened(self, segment: SegmentFile) -> None:
         self._lru[segment] = None
         self._lru.move_to_end(segment)

@@ -82,6 +82,22 @@ def write_records(
     ops: FileOps, segment: SegmentFile, datas: Sequence[bytes], first_entry_id: int
 ) -> None:
     """Append records for datas (entry ids from first_entry_id) at the write head."""
+    ledger_id = segment.ledger_id  # format 3: the crc covers the segment's ledger id too
+    if len(datas) == 1 and segment.positioned:
+        # A lone record (one append in lockstep): its header and data in one writev, no
+        # per-group lists.
+        data = datas[0]
+        stored = len(data) + RECORD_HEADER_SIZE
+        crc = crc32c(data, crc32c(CRC_PREFIX.pack(stored, first_entry_id, ledger_id)))
+        header = RECORD_HEADER.pack(stored, crc, first_entry_id)
+        start = segment.write_offset
+        written = ops.writev(segment.fd, [header, data])
+        if written < stored:  # a short write: finish it with plain writes
+            ops.write_all(segment.fd, memoryview(header + data)[written:])
+        segment.write_offset = start + stored
+        segment.offsets.append(start)
+        segment.lengths.append(len(data))
+        return
     # Hot loop (holds the GIL): one header pack and two crc32c calls per record, nothing
     # else per entry.
     pack_header = RECORD_HEADER.pack
@@ -89,7 +105,6 @@ def write_records(
     buffers: list[bytes] = []
     push = buffers.append
     entry_id = first_entry_id
-    ledger_id = segment.ledger_id  # format 3: the crc covers the segment's ledger id too
     for data in datas:
         stored = len(data) + RECORD_HEADER_SIZE  # the length counts the header
         crc = crc32c(data, crc32c(pack_prefix(stored, entry_id, ledger_id)))

@@ -92,7 +92,7 @@ class SyncStage:
         self._fsync = fsync
         self.fenced_ends = fenced_ends  # shared with the writer (recovery reads it)
         self.on_no_space = on_no_space
-        lock = threading.Lock()
+        lock = self._lock = threading.Lock()  # (a bare ``with`` on it: no Python frame)
         self._cond = threading.Condition(lock)  # the sync thread waits here for jobs
         self._drained = threading.Condition(lock)  # drain() waits here (never the sync
         # thread: waking it for nothing each round costs a context switch and the GIL)
@@ -126,13 +126,13 @@ class SyncStage:
 
     def idle(self) -> bool:
         """Nothing handed over is unfinished."""
-        with self._cond:
+        with self._lock:
             return self._finished == self._handed
 
     def busy(self) -> set[SegmentFile]:
         """The files an unfinished job will still fdatasync (a snapshot: only the write thread
         adds to it)."""
-        with self._cond:
+        with self._lock:
             return set(self._pending)
 
     def drain(self) -> None:
@@ -178,7 +178,7 @@ class SyncStage:
         it does could make the loop wait (a control, a pre-zero write) and at the latest just
         before it waits for more work: the loop, woken by the hand-back, then finds the GIL
         free instead of waiting for the write thread's bookkeeping after the round."""
-        with self._cond:
+        with self._lock:
             if self._jobs or self._finished != self._handed or self._stopping:
                 return False
         try:
@@ -226,11 +226,15 @@ class SyncStage:
     def _round(self, jobs: list[SyncJob], *, hand_back: bool = True) -> list[Result]:
         """Sync the round's files, judge its owners and hand its outcome back to the loop
         (or, hand_back=False, return it for post_inline)."""
-        files: dict[SegmentFile, tuple[WriteOwner, int]] = {}
-        for job in jobs:
-            for segment, (owner, end) in job.files.items():
-                done = files.get(segment)
-                files[segment] = (owner, end if done is None else max(end, done[1]))
+        files: dict[SegmentFile, tuple[WriteOwner, int]]
+        if len(jobs) == 1:
+            files = jobs[0].files  # read only below
+        else:
+            files = {}
+            for job in jobs:
+                for segment, (owner, end) in job.files.items():
+                    done = files.get(segment)
+                    files[segment] = (owner, end if done is None else max(end, done[1]))
         failed: dict[int, PersistenceError] = {}  # owner -> its fdatasync failure
         if self._fsync:
             for segment, (owner, _) in files.items():
@@ -254,7 +258,8 @@ class SyncStage:
                     for b in batches:
                         self._mark_broken(b.segment)
                 else:
-                    entries += sum(len(b.datas) for b in batches)
+                    for b in batches:
+                        entries += len(b.datas)
                 owner_runs = runs.setdefault(id(owner), [])
                 if owner_runs and error is None and owner_runs[-1][2] is None:
                     owner_runs[-1][1].extend(batches)  # one complete_appends for both

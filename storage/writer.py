@@ -89,6 +89,7 @@ from storage.segment_io import (
 )
 from storage.segments import index_path
 from storage.sync_stage import SyncJob, SyncStage, fence
+from storage.wakeup import Wakeup
 
 log = logging.getLogger("horae.storage")
 
@@ -147,10 +148,13 @@ class GroupCommitWriter:
         self._max_delay = max_delay_ms / 1000.0
         self._early_sync_bytes = max(0, early_sync_bytes)
         self._max_batch = max(1, max_batch_entries)
-        self._cond = threading.Condition(threading.Lock())
-        self._queue: list[AppendBatch | Control] = []  # handed over; under _cond
-        self._queued_entries = 0  # appends in _queue (under _cond)
-        self._wake_at = 1  # queued appends worth waking the waiting writer for (under _cond)
+        self._lock = threading.Lock()
+        # The write thread waits for work here (storage/wakeup.py: a condition variable for
+        # its one waiter, in C calls: a lone append's kick and wake-up cost no Python).
+        self._wakeup = Wakeup(self._lock)
+        self._queue: list[AppendBatch | Control] = []  # handed over; under _lock
+        self._queued_entries = 0  # appends in _queue (under _lock)
+        self._wake_at = 1  # queued appends worth waking the waiting writer for (under _lock)
         self._pending: list[AppendBatch | Control] = []  # loop-only: this iteration's
         self._kick_pending = False  # a _kick is scheduled on the loop (loop-only flag)
         self._stopping = False
@@ -268,13 +272,13 @@ class GroupCommitWriter:
                 entries += len(item.datas)
             else:
                 control = True
-        with self._cond:
+        with self._lock:
             self._queue.extend(pending)
             self._queued_entries += entries
             # A writer gathering a group commit wakes when its target is queued (or at its
             # deadline), not once per loop iteration that adds to it.
             if control or self._queued_entries >= self._wake_at:
-                self._cond.notify()
+                self._wakeup.notify()
 
     async def barrier(self) -> None:
         """Wait until everything queued before this call has been handled."""
@@ -288,19 +292,19 @@ class GroupCommitWriter:
 
     async def stop(self) -> None:
         await self.barrier()
-        with self._cond:
+        with self._lock:
             self._stopping = True
-            self._cond.notify()
+            self._wakeup.notify()
         await asyncio.get_running_loop().run_in_executor(None, self._thread.join)
 
     # -- write thread ----------------------------------------------------------------------
 
     def _take_batch(self) -> list[AppendBatch | Control] | None:
-        with self._cond:
+        with self._lock:
             while not self._queue:
                 if self._stopping:
                     return None
-                self._cond.wait()
+                self._wakeup.wait()
             target = min(self._sync.last_round_entries, self._max_batch)
             if self._max_delay > 0 and target > 1 and self._sync.idle():
                 # Concurrency was seen and no fdatasync is running that the next writes
@@ -312,7 +316,7 @@ class GroupCommitWriter:
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
                         break
-                    self._cond.wait(remaining)
+                    self._wakeup.wait(remaining)
                 self._wake_at = 1
             batch, self._queue = self._queue, []
             self._queued_entries = 0
@@ -354,13 +358,16 @@ class GroupCommitWriter:
                                       type(record).__name__)
             # After the group went to the sync stage and after the controls (a barrier is
             # not held up; a segment sealed meanwhile has fd -1 and is skipped).
-            zeroed = SyncJob()
+            zeroed: SyncJob | None = None
             for segment, (owner, batch_bytes) in touched.items():
                 if self._maybe_prezero(owner, segment, batch_bytes):
+                    if zeroed is None:
+                        zeroed = SyncJob()
                     zeroed.files[segment] = (owner, segment.write_offset)
-            if zeroed.files and self._fsync:
+            if zeroed is not None and self._fsync:
                 self._submit(zeroed)
-            self.fds.evict(touched.keys() | self._sync.busy())
+            if self.fds.over_limit:  # else nothing to evict: the busy set is not needed
+                self.fds.evict(touched.keys() | self._sync.busy())
         finally:
             # A round this thread synced itself is handed back here, after the bookkeeping
             # above and just before the thread waits for more (sync_stage.run_if_idle).
@@ -420,7 +427,8 @@ class GroupCommitWriter:
         job = SyncJob()
         job.results = [(owner, batches, errors.get(key))
                        for key, (owner, batches) in by_owner.items()]
-        touched = {seg: v for seg, v in touched.items() if id(v[0]) not in errors}
+        if errors:
+            touched = {seg: v for seg, v in touched.items() if id(v[0]) not in errors}
         job.files = {seg: (owner, seg.write_offset) for seg, (owner, _) in touched.items()}
         self._submit(job)
         return touched
@@ -428,7 +436,7 @@ class GroupCommitWriter:
     def _submit(self, job: SyncJob) -> None:
         """Hand job to the sync stage, or, with nothing more to write and that stage idle,
         sync it here (no overlap to gain, one thread hand-off saved)."""
-        with self._cond:
+        with self._lock:
             more = bool(self._queue)
         if more or not self._sync.run_if_idle(job):
             self._sync.hand(job)

@@ -218,8 +218,9 @@ class ServerConnection(asyncio.Protocol):
         frames = decoder.receive_frames(data)
         producers = self.producer_side.producers
         if frames and type(frames[0]) is SendFrame and self._state is _CONNECTED \
-                and decoder.error is None and set(map(type, frames)) == _ONLY_SENDS \
-                and len(set(map(_producer_id, frames))) == 1:  # type: ignore[arg-type]
+                and decoder.error is None and (len(frames) == 1 or (
+                    set(map(type, frames)) == _ONLY_SENDS
+                    and len(set(map(_producer_id, frames))) == 1)):  # type: ignore[arg-type]
             # The usual read of a publisher: SENDs of one producer alone, handed over whole.
             producer = producers.get(frames[0].producer_id)
             if producer is not None:

@@ -272,6 +272,20 @@ class SequenceState:
                 window.popleft()
             self._evicted(window.popleft()[0])  # the highest evicted key
 
+    def record_one(self, sequence_id: int, key: int, ledger_id: int, entry_id: int) -> None:
+        """:meth:`record_run` of a run of one send (a lone send's receipt), without the run's
+        lists."""
+        window = self.window
+        if window and key <= window[-1][0]:
+            self.record(sequence_id, key, ledger_id, entry_id)
+            return
+        if key > self.persisted:
+            self.persisted = key
+        window.append((key, sequence_id, ledger_id, entry_id))
+        self.stored.add(sequence_id, key)
+        if len(window) > RECEIPT_WINDOW:
+            self._evicted(window.popleft()[0])
+
     def _evicted(self, key: int) -> None:
         if key >= self.floor:
             self.floor = key + 1

@@ -37,6 +37,9 @@ class PolicyRecords:
         self._ns: dict[str, dict[str, Any]] = {}
         self._topics: dict[str, dict[str, Any]] = {}
         self._watchers: list[PolicyChange] = []
+        #: Counts changes of the mirror: a reader that caches what it resolved (the topic's
+        #: replace-by-key switch) resolves again only when this moved.
+        self.generation = 0
 
     async def load(self, legacy_kinds: tuple[tuple[str, str, str], ...] = ()) -> None:
         """Read both kinds; fields once kept under another kind (legacy kind, kind, field) move
@@ -49,6 +52,7 @@ class PolicyRecords:
                 if mirror.get(key, {}).get(field) is None:
                     await self._write(kind, mirror, key, field, body)
                 await self._md.delete(legacy, key)
+        self.generation += 1
 
     def watch(self, watcher: PolicyChange) -> None:
         """Call *watcher* after every change of a stored field."""
@@ -112,14 +116,17 @@ class PolicyRecords:
         else:
             await self._md.delete(TOPIC_KIND, full)
             self._topics.pop(full, None)
+        self.generation += 1
         self._changed(None, full)
 
     async def drop_namespace(self, namespace: str) -> None:
         if self._ns.pop(namespace, None) is not None:
+            self.generation += 1
             await self._md.delete(NS_KIND, namespace)
 
     async def drop_topic(self, full: str) -> None:
         if self._topics.pop(full, None) is not None:
+            self.generation += 1
             await self._md.delete(TOPIC_KIND, full)
 
     def _changed(self, namespace: str | None, full: str | None) -> None:
@@ -141,3 +148,4 @@ class PolicyRecords:
         else:
             await self._md.delete(kind, key)
             mirror.pop(key, None)
+        self.generation += 1

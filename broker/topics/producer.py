@@ -70,7 +70,7 @@ from typing import Any, Protocol
 from broker.delayed.rejection import DelayRejection
 from broker.metrics.rates import iso_ms
 from broker.topics.dedup import SequenceState
-from broker.topics.publish_answers import Answers
+from broker.topics.publish_answers import Answers, lone_receipt
 from broker.topics.publish_rate import PublishRateLimiter
 from broker.topics.publish_records import Pending, PublishRun, answerable
 from broker.topics.publish_refusals import REASON_DISK
@@ -517,8 +517,28 @@ class Producer:
         """Answer the records at the head of the queue whose outcome is known, in order, with
         one write (:class:`broker.topics.publish_answers.Answers`)."""
         topic = self.topic
-        answers = Answers(self, self._loop.time(), topic.publish_latency_buckets)
         queue = self._queue
+        if len(queue) == 1:
+            run = queue[0]
+            if type(run) is PublishRun and run.done == 1 and run.answered == 0 \
+                    and run.errors is None and len(run.seqs) == 1:
+                # One send, durable, nothing behind it (a lone publisher): answered as the
+                # loop below answers it, without a drain's lists.
+                data, latency_ms = lone_receipt(self, run, self._loop.time(),
+                                                topic.publish_latency_buckets)
+                run.answered = 1
+                queue.popleft()
+                self._write(data)
+                size = run.sizes[0]
+                messages = run.messages[0]
+                self.connection.publish_finished(1, size)
+                self.msg_in_counter += messages
+                self.bytes_in_counter += size
+                topic.record_published(messages, size, 1, latency_ms)
+                if self._drained is not None:
+                    self._drained.set()
+                return
+        answers = Answers(self, self._loop.time(), topic.publish_latency_buckets)
         while queue:
             item = queue[0]
             if isinstance(item, PublishRun):

@@ -33,9 +33,9 @@ from broker.topics.publish_records import Pending, PublishRun
 from broker.topics.storage_errors import StorageOp, storage_failure
 from protocol import commands as C
 from protocol.errors import RequestError
-from protocol.send_path import encode_run_receipts, encode_send_receipts
+from protocol.send_path import encode_run_receipts, encode_send_receipt_of, encode_send_receipts
 
-__all__ = ["AnsweringProducer", "Answers"]
+__all__ = ["AnsweringProducer", "Answers", "lone_receipt"]
 
 _bucket_of = bisect.bisect_left
 _BOUNDS = PUBLISH_LATENCY_BUCKETS_MS
@@ -51,6 +51,23 @@ class AnsweringProducer(Protocol):
     def blocking(self) -> RequestError | None: ...
 
     def fail_behind(self, error: RequestError, *, reload_topic: bool) -> None: ...
+
+
+def lone_receipt(producer: AnsweringProducer, run: PublishRun, now: float,
+                 buckets: list[int]) -> tuple[bytes, float]:
+    """What :class:`Answers` makes of a drain whose queue is *run* alone, one send reported
+    durable (a lone publisher's every drain): its receipt, its dedup key recorded and its
+    latency counted in *buckets*, without the drain's lists. Returns (the receipt, the latency
+    in ms); the caller marks it answered and counts it as a drain's answers are counted."""
+    ((_, _, ledger_id, entry_id),) = run.spans
+    seq = run.seqs[0]
+    key = run.keys[0]
+    if key is not None:
+        producer.seq_state.record_one(seq, key, ledger_id, entry_id)
+    latency_ms = (now - run.started) * 1000.0
+    buckets[_bucket_of(_BOUNDS, latency_ms)] += 1
+    return encode_send_receipt_of(producer.producer_id, seq, run.highests[0], ledger_id,
+                                  entry_id), latency_ms
 
 
 class Answers:
@@ -90,23 +107,36 @@ class Answers:
         seqs, highests, keys = run.seqs, run.highests, run.keys
         out = self.out
         pid = self.producer.producer_id
-        record_run = self.producer.seq_state.record_run
+        seq_state = self.producer.seq_state
+        record_run = seq_state.record_run
+        record_one = seq_state.record_one
         for first, last, ledger_id, entry_id in run.spans:
             lo = first if first > start else start
             hi = last if last < end else end
             if lo >= hi:
                 continue
             first_entry = entry_id + lo - first
+            if hi - lo == 1:  # a lone send's span: no lists sliced for it
+                seq = seqs[lo]
+                out.append(encode_send_receipt_of(pid, seq, highests[lo], ledger_id, first_entry))
+                key = keys[lo]
+                if key is not None:
+                    record_one(seq, key, ledger_id, first_entry)
+                continue
             span_seqs = seqs[lo:hi]
             out.append(encode_run_receipts(pid, span_seqs, highests[lo:hi], ledger_id,
                                            first_entry))
             record_run(span_seqs, keys[lo:hi], ledger_id, first_entry)
         n = end - start
-        size = sum(run.sizes[start:end])
+        if n == 1:
+            size = run.sizes[start]
+            self.msgs += run.messages[start]
+        else:
+            size = sum(run.sizes[start:end])
+            self.msgs += sum(run.messages[start:end])
         self.answered += n
         self.buffered += size
         self.count += n
-        self.msgs += sum(run.messages[start:end])
         self.size += size
         latency_ms = (self.now - run.started) * 1000.0
         self.latency_sum += latency_ms * n

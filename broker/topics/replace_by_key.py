@@ -5,7 +5,8 @@ Theory of operation
 -------------------
 :class:`TopicReplaceByKey` is owned by the topic. :meth:`~TopicReplaceByKey.sync` follows the
 ``delayedDeliveryReplaceByKey`` policy (the topic calls it on every appended run and every
-housekeeping tick, so a change applies to the next message): switched on, a fresh
+housekeeping tick, so a change applies to the next message; the policy is resolved again only
+when the policy records changed since, one comparison per run): switched on, a fresh
 :class:`~broker.delayed.replace_by_key.KeyedSchedule` is handed to every subscription's
 delayed delivery; switched off, it is taken back and messages flow as before.
 
@@ -123,15 +124,20 @@ class _RecordingSink:
 class TopicReplaceByKey:
     """The replace-by-key schedule of one topic while its policy is on (module docstring)."""
 
-    __slots__ = ("_deferred", "_enabled", "_ledger", "_snapshots", "_subscriptions",
-                 "known_times", "schedule")
+    __slots__ = ("_deferred", "_enabled", "_generation", "_ledger", "_snapshots",
+                 "_subscriptions", "_synced", "known_times", "schedule")
 
     def __init__(self, ledger: ManagedLedger, enabled: Callable[[], bool],
                  subscriptions: Callable[[], Iterable[KeyedSubscription]],
-                 snapshots: KeyedSnapshots | None = None) -> None:
+                 snapshots: KeyedSnapshots | None = None, *,
+                 generation: Callable[[], int] | None = None) -> None:
         self._ledger = ledger
         self._snapshots = snapshots
         self._enabled = enabled
+        # What *enabled* reads changes only when this count moves (the policy records'
+        # generation): sync resolves the policy again then, not on every run. None: always.
+        self._generation = generation
+        self._synced: int | None = None  # the generation sync last resolved the policy at
         self._subscriptions = subscriptions
         self._deferred: list[int] = []     # packed positions superseded, not confirmed yet
         self.schedule: KeyedSchedule | None = None
@@ -188,6 +194,11 @@ class TopicReplaceByKey:
 
     def sync(self, subscriptions: Iterable[KeyedSubscription]) -> KeyedSchedule | None:
         """Follow the policy; returns the schedule in force."""
+        if self._generation is not None:
+            generation = self._generation()
+            if generation == self._synced:
+                return self.schedule   # the policy's inputs did not change since
+            self._synced = generation
         on = self._enabled()
         if on and self.schedule is None:
             self.schedule = KeyedSchedule(self._acknowledge)

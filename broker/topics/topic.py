@@ -209,9 +209,11 @@ class Topic:
         self.backlog = BacklogPolicies(self, host.policies, host.config)
         #: The deliver times the publish check read, carried to the append (known_times).
         self.checked_times = CheckedTimes()
+        records = host.policies.records
         self.replace_by_key = TopicReplaceByKey(
             ledger, lambda: name.is_persistent and host.policies.delayed_replace_by_key(name),
-            self.subscriptions.values, KeyedSnapshots(host.snapshots, host.metadata, name.full, loop=self.loop))
+            self.subscriptions.values, KeyedSnapshots(host.snapshots, host.metadata, name.full, loop=self.loop),
+            generation=lambda: records.generation)
         self.meters: TopicMeters = TopicMeters(self.loop, ledger, self.subscriptions,
                                                self.admission, self.backlog, self.dedup)
         #: The publish-latency histogram the producers increment (the meters' own list).
@@ -286,6 +288,11 @@ class Topic:
         meters = self.meters
         meters.entries_added_counter += len(entries)
         buckets = meters.entry_size_buckets
+        if len(entries) == 1:   # a lone send's run
+            size = len(entries[0])
+            buckets[bisect.bisect_left(ENTRY_SIZE_BUCKETS_BYTES, size)] += 1
+            meters.entry_size_sum_bytes += size
+            return
         sizes = list(map(len, entries))
         if not sizes:
             return

@@ -71,3 +71,16 @@ def test_a_send_inside_the_stored_ranges_is_new_only_above_the_floor() -> None:
     state.drop_window()
     assert not state.never_stored(4, 4) and not state.never_stored(0, 4)
     assert state.never_stored(5, 5) and state.never_stored(3, 6)
+
+
+@settings(max_examples=200)
+@given(sends=st.lists(st.tuples(st.integers(0, 50), st.integers(0, 3)), max_size=40))
+def test_recording_a_lone_send_equals_recording_a_run_of_one(
+        sends: list[tuple[int, int]]) -> None:
+    one = SequenceState("p")
+    run = SequenceState("p")
+    for entry_id, (seq, extra) in enumerate(sends):
+        one.record_one(seq, seq + extra, 1, entry_id)
+        run.record_run([seq], [seq + extra], 1, entry_id)
+        assert (one.persisted, one.floor, list(one.window), one.stored.bounds) == \
+            (run.persisted, run.floor, list(run.window), run.stored.bounds)

@@ -23,6 +23,7 @@ from protocol.send_path import (
     SendFrame,
     declined_send,
     encode_run_receipts,
+    encode_send_receipt_of,
     encode_send_receipts,
     parse_send_frame,
     varint_value,
@@ -255,6 +256,33 @@ def test_run_receipts_equal_bulk_receipts_of_consecutive_entries(
     receipts = [(seq, ledger_id, first_entry_id + i, high) for i, (seq, high) in enumerate(ids)]
     assert encode_run_receipts(producer_id, seqs, highests, ledger_id, first_entry_id) == \
         encode_send_receipts(producer_id, receipts)
+
+
+@settings(max_examples=300, deadline=None)
+@given(producer_id=u64, sequence_id=u64, highest=st.one_of(st.just(0), u64), ledger_id=u64,
+       entry_id=st.integers(0, 2**63))
+def test_one_receipt_equals_a_run_of_one_and_protobuf(
+    producer_id: int, sequence_id: int, highest: int, ledger_id: int, entry_id: int
+) -> None:
+    one = encode_send_receipt_of(producer_id, sequence_id, highest, ledger_id, entry_id)
+    assert one == encode_run_receipts(producer_id, [sequence_id], [highest], ledger_id, entry_id)
+    assert one == c.encode_send_receipt(producer_id, sequence_id, ledger_id, entry_id, highest)
+
+
+def test_a_read_of_one_whole_send_decodes_as_the_generic_path() -> None:
+    frame = c.encode_send(3, 70_000, make_entry(b"x" * 1024))
+    decoder = FrameDecoder()
+    for _ in range(2):  # the chunk alone, then again with nothing pending
+        (got,) = decoder.receive_frames(frame)
+        assert normalised(got) == normalised(next_frame_reference(frame)[0])
+        assert decoder.buffered == 0
+    # a frame cut after it still assembles: the shortcut left no state behind
+    assert decoder.receive_frames(frame[:10]) == []
+    (rest,) = decoder.receive_frames(frame[10:])
+    assert normalised(rest) == normalised(next_frame_reference(frame)[0])
+    too_big = FrameDecoder(max_frame_size=len(frame) - 5)
+    assert too_big.receive_frames(frame) == []
+    assert too_big.error is not None
 
 
 def test_run_receipts_cross_the_varint_widths() -> None:

@@ -228,3 +228,33 @@ def test_format_1_segments_are_still_read(tmp_path: Path) -> None:
     got = read_records(OPS, path, [(i, result.offsets[i], result.lengths[i]) for i in range(3)],
                        result.format, 3)
     assert [d for _, d in got] == payloads
+
+
+def test_a_lone_record_is_written_as_in_a_group(tmp_path: Path) -> None:
+    """write_records of one record (its own path) lays out the bytes, offsets and lengths a
+    group of records gets."""
+    from storage.ids import IdAllocator
+    from storage.segment_file import SegmentFile
+    from storage.segment_io import create_segment, write_records
+
+    ops = FileOps()
+    ids = IdAllocator.load(ops, tmp_path / "ids", 0)
+    datas = [b"a" * 1024, b"", b"b" * 7]
+    segments = []
+    for name, chunks in (("one", [[d] for d in datas]), ("group", [datas])):
+        (tmp_path / name).mkdir()
+        segment = SegmentFile(5, tmp_path / name / "5.seg", 1)
+        create_segment(ops, ids, segment, prezero_bytes=0, fsync=False)
+        entry_id = 0
+        for chunk in chunks:
+            write_records(ops, segment, chunk, entry_id)
+            entry_id += len(chunk)
+        ops.close(segment.fd)
+        segments.append(segment)
+    one, group = segments
+    assert one.path.read_bytes() == group.path.read_bytes()
+    assert (one.write_offset, list(one.offsets), list(one.lengths)) == \
+        (group.write_offset, list(group.offsets), list(group.lengths))
+    scan = scan_segment(ops, one.path, 5, truncate=False)
+    wanted = [(i, scan.offsets[i], scan.lengths[i]) for i in range(scan.entries)]
+    assert [d for _, d in read_records(ops, one.path, wanted, scan.format, 5)] == datas
