@@ -16,7 +16,8 @@ The broker is Horae from a source tree (``--peer horae`` runs this tree, ``horae
 one, each with its own ``.venv``) or Apache Pulsar standalone (``--peer pulsar``).
 
 Usage: ``.venv/bin/python bench/client_cost.py --peer horae --rounds 3 [--messages 20000]
-[--sync 3000] [--e2e 3000] [--wire] [--syscalls] [--only async-off,sync,e2e]``.
+[--sync 3000] [--e2e 3000] [--wire] [--syscalls] [--pin CPU | --split]
+[--only async-off,sync,e2e]``.
 Never part of the test run.
 """
 
@@ -196,6 +197,14 @@ def syscall_count(enabled: bool, result: dict[str, float]) -> Iterator[None]:
         out.unlink(missing_ok=True)
 
 
+def split_threads() -> None:
+    """The Python main thread on CPU 0, every other thread of this process on CPU 1."""
+    me = os.getpid()
+    for task in pathlib.Path("/proc/self/task").iterdir():
+        with contextlib.suppress(OSError):
+            os.sched_setaffinity(int(task.name), {0} if int(task.name) == me else {1})
+
+
 def _usage() -> os.times_result:
     """This process's user and system CPU (all its threads, those gone too), in µs steps."""
     usage = resource.getrusage(resource.RUSAGE_SELF)
@@ -237,6 +246,8 @@ def run(broker: Broker, args: argparse.Namespace, rnd: int) -> None:
             lat.clear()
             sys_counts: dict[str, float] = {}
             pcap = tmp / f"{name}.pcap" if args.wire else None
+            if args.split:
+                split_threads()
             with capture(pcap, broker.port), syscall_count(args.syscalls, sys_counts):
                 load = os.getloadavg()[0]
                 b0, c0, th0 = cpu_seconds(broker.pid), _usage(), thread_times()
@@ -285,6 +296,8 @@ def main() -> int:
     parser.add_argument("--syscalls", action="store_true", help="perf stat the client")
     parser.add_argument("--pin", type=int, metavar="CPU",
                         help="run the client's threads on this CPU only (the brokers on any)")
+    parser.add_argument("--split", action="store_true",
+                        help="the client's Python main thread on CPU 0, its other threads on 1")
     args = parser.parse_args()
     tmp = pathlib.Path(tempfile.mkdtemp(prefix="client-cost-broker-"))
     try:
