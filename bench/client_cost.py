@@ -16,7 +16,7 @@ The broker is Horae from a source tree (``--peer horae`` runs this tree, ``horae
 one, each with its own ``.venv``) or Apache Pulsar standalone (``--peer pulsar``).
 
 Usage: ``.venv/bin/python bench/client_cost.py --peer horae --rounds 3 [--messages 20000]
-[--sync 3000] [--e2e 3000] [--wire] [--syscalls] [--pin CPU | --split]
+[--sync 3000] [--e2e 3000] [--fanout N] [--wire] [--syscalls] [--pin CPU | --split]
 [--only async-off,sync,e2e]``.
 Never part of the test run.
 """
@@ -265,8 +265,14 @@ def run(broker: Broker, args: argparse.Namespace, rnd: int) -> None:
         lat: dict[str, float] = {}
 
         def sync() -> float:
-            rate, lat["p50"], _p99 = sync_send(client, f"persistent://public/default/cc-sync-{rnd}",
-                                              args.sync, payload)
+            topic = f"persistent://public/default/cc-sync-{rnd}"
+            # --fanout: that many subscriptions with a consumer whose queue never fills, so
+            # every send is dispatched to each of them (the receipt's commit has consumers)
+            consumers = [client.subscribe(topic, f"fan-{i}", receiver_queue_size=args.sync + 10)
+                         for i in range(args.fanout)]
+            rate, lat["p50"], _p99 = sync_send(client, topic, args.sync, payload)
+            for consumer in consumers:
+                consumer.close()
             return rate
 
         def e2e() -> float:
@@ -339,6 +345,8 @@ def main() -> int:
     parser.add_argument("--syscalls", action="store_true", help="perf stat the client")
     parser.add_argument("--pin", type=int, metavar="CPU",
                         help="run the client's threads on this CPU only (the brokers on any)")
+    parser.add_argument("--fanout", type=int, default=0,
+                        help="subscriptions with a consumer on the sync-send topic")
     parser.add_argument("--split", action="store_true",
                         help="the client's Python main thread on CPU 0, its other threads on 1")
     args = parser.parse_args()
