@@ -68,6 +68,7 @@ from broker.net.connection import ServerConnection
 from broker.net.handshake import ConnectionSecurity
 from broker.net.limits import ConnectionLimiter
 from broker.net.lookup import is_loopback
+from broker.net.output import WriteHold
 from broker.net.throttle import OutputPauses, PublishBuffer
 from broker.security.authentication import AuthenticationService
 from broker.security.authorization import AuthorizationService
@@ -104,6 +105,9 @@ class BrokerServer:
                                           config.broker_max_connections_per_ip)
         self.publish_buffer = PublishBuffer(config.max_message_publish_buffer_size_in_mb)
         self.output_pauses = OutputPauses()
+        # Every connection's writes wait while the store tells a group commit's outcomes,
+        # then go out in one write each (broker/net/output.py).
+        self.write_hold = WriteHold()
         self.web_guard = WebConnectionGuard(config.max_http_server_connections,
                                             config.http_server_request_header_timeout_ms / 1000)
         self._web_servers: list[asyncio.base_events.Server] = []
@@ -150,7 +154,8 @@ class BrokerServer:
         # store's open deletes the snapshots none names (broker/delayed/residual.py).
         self.store = await SegmentStore.open(data / STORE_DIR_NAME, storage_config(self.config),
                                              measure_space=self._measure_space,
-                                             is_snapshot_key=is_snapshot_key)
+                                             is_snapshot_key=is_snapshot_key,
+                                             completion_scope=self.write_hold)
         service = self._service = BrokerService(self.config, self.store, loop)
         config = self.config
         authentication = AuthenticationService.from_config(config)  # reads key files: start-up only
@@ -171,7 +176,8 @@ class BrokerServer:
         self._server = await loop.create_server(
             lambda: ServerConnection(service, self, security,
                                      publish_buffer=self.publish_buffer,
-                                     output_pauses=self.output_pauses), host=config.bind_address,
+                                     output_pauses=self.output_pauses,
+                                     write_hold=self.write_hold), host=config.bind_address,
             port=config.broker_service_port, reuse_address=True, backlog=1024,
             start_serving=False)
         if config.broker_service_port_tls is not None:
@@ -179,7 +185,8 @@ class BrokerServer:
             self._server_tls = await loop.create_server(
                 lambda: ServerConnection(service, self, security,
                                      publish_buffer=self.publish_buffer,
-                                     output_pauses=self.output_pauses), host=config.bind_address,
+                                     output_pauses=self.output_pauses,
+                                     write_hold=self.write_hold), host=config.bind_address,
                 port=config.broker_service_port_tls, reuse_address=True, backlog=1024,
                 ssl=self.tls.listening, start_serving=False)
         # Nagle off, or a lone SEND_RECEIPT waits for the client's delayed ACK. uvloop (and

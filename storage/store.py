@@ -62,6 +62,7 @@ from storage.segments import RecoveryEvent
 from storage.shadow import ShadowLedger
 from storage.snapshots import SnapshotStore
 from storage.stats import StorageStats
+from storage.sync_stage import CompletionScope
 from storage.writer import GroupCommitWriter
 
 log = logging.getLogger("horae.storage")
@@ -95,6 +96,7 @@ class SegmentStore:
         self, root: Path, config: StorageConfig, ops: FileOps, ids: IdAllocator,
         names: dict[str, Path], metadata: MetadataStore,
         measure_space: MeasureSpace = statvfs_space,
+        completion_scope: CompletionScope | None = None,
     ) -> None:
         self.root = root
         self.config = config
@@ -124,6 +126,7 @@ class SegmentStore:
             index_pool=self._io_pool,
             max_open_segments=config.max_open_segment_files,
             early_sync_bytes=config.group_commit_early_sync_bytes,
+            completion_scope=completion_scope,
         )
         self.cache = EntryCache(config.entry_cache_bytes)
         self.cache_eviction = CacheEviction(
@@ -167,12 +170,15 @@ class SegmentStore:
     async def open(
         cls, root: Path, config: StorageConfig | None = None, *, file_ops: FileOps | None = None,
         measure_space: MeasureSpace = statvfs_space, is_snapshot_key: SnapshotKey | None = None,
+        completion_scope: CompletionScope | None = None,
     ) -> SegmentStore:
         """Open (creating) the store at root. measure_space: how disk usage is measured
         (tests inject a fake); the first measurement is taken before this returns.
         is_snapshot_key: which cursor properties record snapshot ids (the broker's bucket
         keys); given it, snapshots no such property names are deleted before this returns
-        (_prepare_root; the outcome is orphan_sweep). Without it every snapshot is kept."""
+        (_prepare_root; the outcome is orphan_sweep). Without it every snapshot is kept.
+        completion_scope: what each group commit's outcomes are told inside, on the loop
+        (storage/sync_stage.py; the broker holds its connections' writes meanwhile)."""
         root = Path(root)
         config = config or StorageConfig()
         ops = file_ops or FileOps()
@@ -186,7 +192,7 @@ class SegmentStore:
         except BaseException:
             os.close(lock_fd)
             raise
-        store = cls(root, config, ops, ids, names, metadata, measure_space)
+        store = cls(root, config, ops, ids, names, metadata, measure_space, completion_scope)
         store._lock_fd = lock_fd
         store.orphan_sweep = sweep
         if config.disk_usage_threshold < 1:

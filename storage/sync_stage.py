@@ -25,7 +25,9 @@ Theory of operation (the writer's side is in storage/writer.py):
    and its segments are marked broken with fenced_ends = synced_offset. synced_offset only
    moves here, and never for a fenced owner, so fenced_ends never cuts an acknowledged entry.
 4. One loop.call_soon_threadsafe per round hands every owner its batches, in append order
-   (runs of consecutive good batches merged into one complete_appends call).
+   (runs of consecutive good batches merged into one complete_appends call), inside the
+   store user's CompletionScope when it gave one (the broker holds its connections' writes
+   until the round is told, so each connection answers the whole round in one write).
 5. The write stage counts jobs handed, this thread jobs finished (after the hand-back): the
    writer's drain() waits until they are equal, so controls (seal, delete, barriers) run
    after everything written before them is synced and completed. busy() names the segments
@@ -46,6 +48,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from storage.errors import PersistenceError
 from storage.fileops import FileOps
@@ -55,6 +58,15 @@ log = logging.getLogger("horae.storage")
 
 Result = tuple[WriteOwner, list[AppendBatch], BaseException | None]
 """An owner's batches of one group commit, in append order, and the error that failed them."""
+
+
+class CompletionScope(Protocol):
+    """What the store's user wraps each round's hand-back in, on the loop: ``begin()`` before
+    the first owner is told its outcome, ``end()`` after the last (also when one failed)."""
+
+    def begin(self) -> None: ...
+
+    def end(self) -> None: ...
 
 
 @dataclass(slots=True)
@@ -86,8 +98,10 @@ class SyncStage:
         fsync: bool,
         fenced_ends: dict[Path, int],
         on_no_space: Callable[[], None] | None = None,
+        completion_scope: CompletionScope | None = None,
     ) -> None:
         self._loop = loop
+        self._scope = completion_scope
         self._ops = ops
         self._fsync = fsync
         self.fenced_ends = fenced_ends  # shared with the writer (recovery reads it)
@@ -195,7 +209,7 @@ class SyncStage:
         if self._inline:
             results, self._inline = self._inline, []
             with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
-                self._loop.call_soon_threadsafe(_complete_batch, results)
+                self._loop.call_soon_threadsafe(self._hand_back, results)
 
     def _finish(self, jobs: list[SyncJob]) -> None:
         handed_back = False
@@ -275,7 +289,7 @@ class SyncStage:
         if results and hand_back:
             # RuntimeError: the loop is closed, nobody is waiting any more.
             with contextlib.suppress(RuntimeError):
-                self._loop.call_soon_threadsafe(_complete_batch, results)
+                self._loop.call_soon_threadsafe(self._hand_back, results)
             return []
         return results
 
@@ -312,7 +326,19 @@ class SyncStage:
                 results.append((owner, batches, error or PersistenceError(
                     "the storage writer failed unexpectedly")))
         with contextlib.suppress(RuntimeError):
-            self._loop.call_soon_threadsafe(_complete_batch, results)
+            self._loop.call_soon_threadsafe(self._hand_back, results)
+
+    def _hand_back(self, results: list[Result]) -> None:
+        """On the loop: one round's outcomes, inside the completion scope if there is one."""
+        scope = self._scope
+        if scope is None:
+            _complete_batch(results)
+            return
+        scope.begin()
+        try:
+            _complete_batch(results)
+        finally:
+            scope.end()
 
 
 def _complete_batch(results: list[Result]) -> None:

@@ -88,7 +88,7 @@ from storage.segment_io import (
     write_zeros,
 )
 from storage.segments import index_path
-from storage.sync_stage import SyncJob, SyncStage, fence
+from storage.sync_stage import CompletionScope, SyncJob, SyncStage, fence
 from storage.wakeup import Wakeup
 
 log = logging.getLogger("horae.storage")
@@ -135,6 +135,7 @@ class GroupCommitWriter:
         index_pool: Executor | None = None,
         max_open_segments: int = 4096,
         early_sync_bytes: int = 0,
+        completion_scope: CompletionScope | None = None,
     ) -> None:
         self._loop = loop
         self._index_pool = index_pool  # where sealed segments' indexes are written
@@ -162,7 +163,8 @@ class GroupCommitWriter:
         """Segments fenced in this process -> their last durably synced offset (the sync
         stage adds, recovery reads: a reopen cuts the segment back to it)."""
         self._on_no_space: Callable[[], None] | None = None
-        self._sync = SyncStage(loop, ops, fsync=fsync, fenced_ends=self.fenced_ends)
+        self._sync = SyncStage(loop, ops, fsync=fsync, fenced_ends=self.fenced_ends,
+                               completion_scope=completion_scope)
         # Figures for the benchmark and metrics (plain numbers, read at any time); the
         # group-commit and fdatasync ones are the sync stage's (properties below).
         self.prezero_writes = 0  # pre-zero steps (each: zeros written, synced by the sync stage)

@@ -61,7 +61,7 @@ from typing import Any, Protocol
 
 from broker.net.consumers import ConsumerSide
 from broker.net.handshake import NO_REQUEST_ID, ConnectionSecurity, Handshake
-from broker.net.output import Output
+from broker.net.output import Output, WriteHold
 from broker.net.producer_side import ProducerSide
 from broker.net.requests import RequestTasks
 from broker.net.states import (
@@ -109,7 +109,8 @@ class ServerConnection(asyncio.Protocol):
                  security: ConnectionSecurity | None = None, *,
                  tables: StateTables | None = None,
                  publish_buffer: PublishBuffer | None = None,
-                 output_pauses: OutputPauses | None = None) -> None:
+                 output_pauses: OutputPauses | None = None,
+                 write_hold: WriteHold | None = None) -> None:
         self.service = service
         self._owner = owner
         self.config = service.config
@@ -129,7 +130,8 @@ class ServerConnection(asyncio.Protocol):
         self._ping_sent_at: float | None = None  # loop time of an unanswered keep-alive PING
         self._decoder = FrameDecoder(self.config.max_message_size + FRAME_PADDING)
         self._transport: asyncio.Transport | None = None
-        self._output = Output(self.loop, self.config.pulsar_channel_write_buffer_high_water_mark)
+        self._output = Output(self.loop, self.config.pulsar_channel_write_buffer_high_water_mark,
+                              write_hold)
         self.write = self._output.write  # (data: bytes) -> None: see broker.net.output
         self.writelines = self._output.writelines  # (parts: list[bytes]) -> None: the same
         self.throttle = ReadThrottle(

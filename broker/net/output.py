@@ -1,5 +1,5 @@
 """A connection's outgoing frames: the first of an event-loop iteration at once, the rest in one
-write at the end of it.
+write at the end of it; while a group commit is told, all of them in one write at its end.
 
 Theory of operation
 -------------------
@@ -20,26 +20,68 @@ entry apart, see :mod:`broker.subscriptions.consumer`) and hands them to the tra
 ``writelines`` (uvloop: one vectored write that references the buffers, no copy). While such
 buffers are queued, the flush joins only the runs of small buffers between the large ones
 (:data:`BY_REFERENCE_BYTES`), so a large entry is never copied into a joined write.
+
+:class:`WriteHold` is the server's, shared by every connection's Output and handed to the store
+as its completion scope (:class:`storage.sync_stage.CompletionScope`): while the store tells a
+group commit's outcomes (the producers' SEND_RECEIPTs, and the MESSAGEs of the dispatch rounds
+the new entries start in that same callback) no Output writes at once; each queues, and the
+hold's ``end`` flushes every Output that queued, once. A connection that both publishes and
+consumes a topic then gets a receipt and the message it made deliverable in one write: the
+official client's I/O thread is woken once for both, and the message does not wait for the
+next loop iteration's flush behind the receipt. Frames of a burst already under way (a flush
+scheduled before the hold) keep their scheduled flush.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 
 from protocol.framing import BY_REFERENCE_BYTES, coalesce
 
-__all__ = ["BY_REFERENCE_BYTES", "Output"]
+__all__ = ["BY_REFERENCE_BYTES", "Output", "WriteHold"]
+
+log = logging.getLogger("horae.net.output")
+
+
+class WriteHold:
+    """Every Output queues instead of writing at once between :meth:`begin` and :meth:`end`
+    (module docstring); the store calls both on the loop around each group commit's outcomes."""
+
+    __slots__ = ("_held", "holding")
+
+    def __init__(self) -> None:
+        self.holding = False
+        self._held: list[Output] = []  # the Outputs that queued while holding: end() flushes
+
+    def begin(self) -> None:
+        self.holding = True
+
+    def end(self) -> None:
+        self.holding = False
+        held, self._held = self._held, []
+        for output in held:
+            try:  # one connection's failure must not leave the others' frames queued
+                output.flush()
+            except Exception:
+                log.exception("flushing a connection's held frames failed")
+
+    def add(self, output: Output) -> None:
+        """*output* queued its first frame while holding: :meth:`end` is its flush."""
+        self._held.append(output)
 
 
 
 class Output:
     """The outgoing side of one connection (module docstring)."""
 
-    __slots__ = ("_by_reference", "_flush_scheduled", "_limit", "_loop", "_out", "_out_bytes",
-                 "closed", "paused", "transport")
+    __slots__ = ("_by_reference", "_flush_scheduled", "_hold", "_limit", "_loop", "_out",
+                 "_out_bytes", "closed", "paused", "transport")
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, high_water_mark: int) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, high_water_mark: int,
+                 hold: WriteHold | None = None) -> None:
         self._loop = loop
+        self._hold = hold if hold is not None else WriteHold()
         self._limit = high_water_mark
         self.transport: asyncio.Transport | None = None
         self._out: list[bytes] = []
@@ -50,7 +92,8 @@ class Output:
         self.closed = False
 
     def write(self, data: bytes) -> None:
-        """Send a frame: the first one of a loop iteration at once, later ones queued."""
+        """Send a frame: the first one of a loop iteration at once, later ones queued (all
+        of them while the hold holds)."""
         if self.closed:
             return
         if self._flush_scheduled:
@@ -60,6 +103,11 @@ class Output:
                 self._write_out()
             return
         self._flush_scheduled = True
+        if self._hold.holding:
+            self._hold.add(self)
+            self._out.append(data)
+            self._out_bytes += len(data)
+            return
         self._loop.call_soon(self.flush)
         transport = self.transport
         if transport is not None and not transport.is_closing():
@@ -87,6 +135,12 @@ class Output:
                 self._write_out()
             return
         self._flush_scheduled = True
+        if self._hold.holding:
+            self._hold.add(self)
+            self._out.extend(parts)
+            self._out_bytes += sum(map(len, parts))
+            self._by_reference = True
+            return
         self._loop.call_soon(self.flush)
         transport = self.transport
         if transport is not None and not transport.is_closing():

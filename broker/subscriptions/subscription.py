@@ -314,8 +314,9 @@ class Subscription:
         await self.delayed.release()
 
     def on_new_entries(self) -> None:
-        """New entries became durable (the topic's notification, a loop callback of its own)
-        or the limits changed: a round, made at once when none is under way."""
+        """New entries became durable (the topic's notification, inside the store's hand-back
+        of the group commit) or the limits changed: a round, made at once when none is under
+        way."""
         if self.dispatcher is not None and self.consumers:
             round_now(self.dispatcher)
 

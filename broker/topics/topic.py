@@ -12,7 +12,8 @@ PIP-437 fixed delay; :mod:`broker.delayed.guard`) when the entry or the policy a
 and appends the entries to the ledger as a run (:meth:`append_run`): the ledger tells the
 run itself once its entries are durable, and its producer answers from that call. The
 ledger's listener (``self.subscriptions.on_durable``, once per group commit) only tells
-subscriptions, at most once per loop iteration, that entries exist.
+subscriptions that entries exist, at once: inside the store's hand-back of the commit, whose
+receipts and MESSAGEs leave in one held write per connection (:mod:`broker.net.output`).
 
 Lifecycle: one :class:`TopicState` (OPEN, TERMINATED, FENCED, CLOSED), read by two guards:
 :meth:`_check_publishing` (SENDs and producers: OPEN only) and :attr:`serving`

@@ -17,8 +17,10 @@ restores the durable ones from their cursors before anything else can see the to
   subscription (:meth:`update_caching`, after every addition and removal: Pulsar caches an
   entry only while its managed ledger has active cursors), so a topic nobody reads does not
   fill the cache with entries that are never hit.
-- New entries: the ledger's listener (:meth:`on_durable`, once per group commit) schedules
-  :meth:`notify_new_entries` at most once per loop iteration, which tells every subscription.
+- New entries: the ledger's listener (:meth:`on_durable`, once per group commit) calls
+  :meth:`notify_new_entries` at once, which tells every subscription: their dispatch rounds
+  run inside the store's hand-back of the group commit, so the MESSAGEs leave in the same
+  held write as the receipts of that commit (:class:`broker.net.output.WriteHold`).
 
 The topic hands itself over as the :class:`SubscriptionsOwner` (what a subscription is opened
 with, plus its state and replace-by-key record); nothing here reaches further up.
@@ -69,7 +71,6 @@ class TopicSubscriptions(dict[str, Subscription]):
         self._topic = topic
         self._snapshots = snapshots  # bucket and cancel snapshots go with a deleted one
         self._sub_creating: dict[str, asyncio.Future[Subscription]] = {}
-        self._notify_scheduled = False
         self.removed_msg_out = 0
         self.removed_bytes_out = 0
 
@@ -172,12 +173,9 @@ class TopicSubscriptions(dict[str, Subscription]):
 
     def on_durable(self, _position: Position) -> None:
         """The ledger's listener: entries became durable (once per group commit)."""
-        if not self._notify_scheduled:
-            self._notify_scheduled = True
-            self._topic.loop.call_soon(self.notify_new_entries)
+        self.notify_new_entries()
 
     def notify_new_entries(self) -> None:
-        self._notify_scheduled = False
         self._topic.replace_by_key.flush()
         for sub in list(self.values()):
             try:

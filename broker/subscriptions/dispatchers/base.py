@@ -864,8 +864,9 @@ def _drained(dispatcher: Dispatcher) -> bool:
 def round_now(dispatcher: Dispatcher) -> None:
     """:meth:`Dispatcher.schedule`, except that when no round is under way or asked for the
     round is made at once, not on the next loop turn: for a caller that is a loop callback
-    of its own and in the middle of nothing (new entries became durable), so that a lone
-    new entry reaches its consumer without another loop turn."""
+    of its own and in the middle of nothing else (the store's hand-back of a group commit:
+    new entries became durable), so that a lone new entry reaches its consumer without
+    another loop turn, in the same held write as its receipt."""
     if dispatcher._task is None and not dispatcher._closed:
         _start_round(dispatcher)
     else:
