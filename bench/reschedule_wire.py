@@ -51,13 +51,15 @@ the fdatasyncs (per second, mean duration, share of the phase's wall time). ``--
 paces the SENDs (R a second in all, released every millisecond, the window still capping
 what is in flight): the receipt latency at a given offered load rather than at saturation.
 ``--profile DIR`` adds a round whose three measured phases each run under py-spy (one stack
-file per phase) and prints their top frames.
+file per phase) and prints their top frames. ``--phases`` runs only some of the measured
+phases (the seed and the check go with ``by-key``): with ``--rounds N``, N repetitions of
+them on one broker.
 
 Usage::
 
     .venv/bin/python bench/reschedule_wire.py [--keys 20000] [--ops 100000] [--producers 4]
         [--window 200] [--size 128] [--rounds 2] [--rate R] [--profile DIR] [--no-fsync]
-        [--kill9]
+        [--kill9] [--phases by-key,plain-delayed,raw,raw-consumer]
 
 Never part of the test run.
 """
@@ -78,7 +80,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 
@@ -404,6 +406,11 @@ async def publish(broker: Broker, topic: str, name: str, frames: list[list[bytes
     return result
 
 
+#: The measured phases a round may run (by key, plain delayed, raw, raw with a consumer: a
+#: round runs those asked for in that order).
+PHASES: Final = frozenset({"by-key", "plain-delayed", "raw", "raw-consumer"})
+
+
 @dataclass(frozen=True)
 class Settings:
     keys: int = 20_000
@@ -415,6 +422,8 @@ class Settings:
     timeout_s: float = 600.0
     #: SENDs a second in all, paced (0: as fast as the window allows)
     rate: float = 0.0
+    #: the measured phases to run (the seed runs with the by-key phase)
+    phases: frozenset[str] = PHASES
 
 
 async def run_round(broker: Broker, tag: str, s: Settings, rnd: random.Random,
@@ -448,11 +457,20 @@ async def run_round(broker: Broker, tag: str, s: Settings, rnd: random.Random,
                 on_phase(label, "stop")
 
     try:
-        results = [await publish(broker, keyed_topic, "seed", seed_frames, s.window, s.timeout_s)]
-        results.append(await phase("by-key", keyed_topic, "by key", work_frames))
-        results.append(await phase("plain-delayed", plain_topic, "plain delayed", plain_frames))
-        results.append(await phase("raw", raw_topic, "raw (no delay)", raw_frames))
-        results.append(await phase("raw-consumer", read_topic, "raw, consumer", read_frames))
+        results: list[PhaseResult] = []
+        if "by-key" in s.phases:
+            results.append(await publish(broker, keyed_topic, "seed", seed_frames, s.window,
+                                         s.timeout_s))
+            results.append(await phase("by-key", keyed_topic, "by key", work_frames))
+        if "plain-delayed" in s.phases:
+            results.append(await phase("plain-delayed", plain_topic, "plain delayed",
+                                       plain_frames))
+        if "raw" in s.phases:
+            results.append(await phase("raw", raw_topic, "raw (no delay)", raw_frames))
+        if "raw-consumer" in s.phases:
+            results.append(await phase("raw-consumer", read_topic, "raw, consumer", read_frames))
+        if "by-key" not in s.phases:
+            return results, (True, "the by-key phase was not run: nothing to check")
         expected = final_state([op for ops in work for op in ops],
                                final_state([op for ops in seed for op in ops]))
         ok, details = await settle(broker, keyed_topic, lambda state: state == expected, 60.0)
@@ -597,10 +615,10 @@ def print_round(label: str, results: list[PhaseResult], verdict: tuple[bool, str
         if r.storage:
             print(f"  {'':<16} {r.split()}")
     by = {r.name: r.figures()["ops/s"] for r in results}
-    if by.get("plain delayed") and by.get("raw (no delay)"):
+    if by.get("by key") and by.get("plain delayed") and by.get("raw (no delay)"):
         print(f"  by key / plain delayed {by['by key'] / by['plain delayed']:.2f}x, "
               f"by key / raw {by['by key'] / by['raw (no delay)']:.2f}x")
-    if by.get("raw, consumer"):
+    if by.get("raw, consumer") and by.get("plain delayed"):
         print(f"  plain delayed / raw with a consumer {by['plain delayed'] / by['raw, consumer']:.2f}x")
     print(f"  check: {'ok' if verdict[0] else 'MISMATCH'}: {verdict[1]}", flush=True)
 
@@ -622,13 +640,19 @@ def main(argv: list[str] | None = None) -> int:
                          "without the disk's")
     ap.add_argument("--kill9", action="store_true",
                     help="then a fresh broker: the operations killed -9 at half, restart, check")
+    ap.add_argument("--phases", default=",".join(sorted(PHASES)),
+                    help="the measured phases to run, comma-separated, of "
+                         f"{', '.join(sorted(PHASES))} (the seed runs with by-key)")
     ap.add_argument("--profile", type=pathlib.Path, metavar="DIR",
                     help="one extra round, each phase under py-spy; stacks go to DIR")
     args = ap.parse_args(argv)
     if min(args.keys, args.ops, args.producers, args.window) < 1 or args.keys < args.producers:
         ap.error("keys, ops, producers and window must be >= 1, keys >= producers")
+    phases = frozenset(p.strip() for p in args.phases.split(",") if p.strip())
+    if not phases or not phases <= PHASES:
+        ap.error(f"--phases: a comma-separated choice of {', '.join(sorted(PHASES))}")
     s = Settings(args.keys, args.ops, args.producers, args.window, args.size, args.permits,
-                 args.timeout, args.rate)
+                 args.timeout, args.rate, phases)
     print(f"reschedule over the wire: {s.keys:,} keys, {s.ops:,} operations (3/4 reschedule, "
           f"1/4 cancel), {s.producers} producers x {s.window} in flight"
           f"{f', paced at {s.rate:,.0f}/s' if s.rate else ''}, {s.size} B payloads, "

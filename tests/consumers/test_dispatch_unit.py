@@ -8,6 +8,7 @@ count, and the Key_Shared selectors behave like Pulsar's.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -712,7 +713,8 @@ async def test_keyed_messages_known_at_publish_are_held_unread_as_a_read_would(
     assert all(start.entry_id >= 5 for start, _ in reads)
 
 
-async def _plain_scenario(tmp: Path, *, known: bool) -> tuple[Any, ...]:
+async def _plain_scenario(tmp: Path, *, known: bool, sub_type: int,
+                          active: bool = True) -> tuple[Any, ...]:
     """Delayed messages without keys (no replace-by-key): some due already, an ordinary one,
     a delayed batch, two acknowledged before any dispatch; with ``known`` their deliver times
     go through the publish check's hand-over (:class:`CheckedTimes`) into the topic's known
@@ -753,6 +755,8 @@ async def _plain_scenario(tmp: Path, *, known: bool) -> tuple[Any, ...]:
     lid = led.last_confirmed.ledger_id
     sub = await Subscription.open(StubTopic(led), "s", durable=True, initial_position="earliest")
     sub.cursor.delete([Position(lid, 9), Position(lid, 10)])   # acknowledged before any read
+    if not active:                              # delayed delivery switched off by a policy
+        sub.delayed.set_policy(dataclasses.replace(sub.delayed.policy, active=False))
     if known:
         sub.delayed.known_times = KnownDeliverTimes()
         sub.delayed.known_times.note(lid, 0, times)
@@ -766,9 +770,10 @@ async def _plain_scenario(tmp: Path, *, known: bool) -> tuple[Any, ...]:
     led.read_entries = counting_read
     conn = FakeConnection()
     side = ConsumerSide(conn)
-    consumer = Consumer(side, 1, name="c", sub_type=1)
+    consumer = Consumer(side, 1, name="c", sub_type=sub_type)
     side.attach(consumer, sub)
     await sub.add_consumer(consumer)
+    assert sub.dispatcher.needs_hash == (sub_type == 3)
     consumer.permits = 100
     sub.dispatcher.schedule()
     await _settle_dispatch(sub)
@@ -782,14 +787,17 @@ async def _plain_scenario(tmp: Path, *, known: bool) -> tuple[Any, ...]:
     return result
 
 
+@pytest.mark.parametrize("sub_type", [1, 3], ids=["shared", "key_shared"])
 async def test_plain_delayed_messages_known_at_publish_are_held_unread_as_a_read_would(
-        tmp_path: Path) -> None:
+        tmp_path: Path, sub_type: int) -> None:
     """Without replace-by-key the deliver times the publish check read let the dispatcher hold
     new delayed messages without reading them: the same messages delivered (none early), held
     and passed over (none acknowledged held), the same read position as when it reads every
-    entry, with fewer entries read."""
-    sent, held, acked, read_to, reads = await _plain_scenario(tmp_path / "known", known=True)
-    sent0, held0, acked0, read_to0, reads0 = await _plain_scenario(tmp_path / "read", known=False)
+    entry, with fewer entries read; on Shared and Key_Shared."""
+    sent, held, acked, read_to, reads = await _plain_scenario(
+        tmp_path / "known", known=True, sub_type=sub_type)
+    sent0, held0, acked0, read_to0, reads0 = await _plain_scenario(
+        tmp_path / "read", known=False, sub_type=sub_type)
     assert (sent, held, acked, read_to) == (sent0, held0, acked0, read_to0)
     assert sent == [5, 13, 27]                  # due already, ordinary
     assert acked == [9, 10]
@@ -797,6 +805,18 @@ async def test_plain_delayed_messages_known_at_publish_are_held_unread_as_a_read
     assert set(held) == set(range(40)) - {5, 9, 10, 13, 27}
     assert reads0[0][0].entry_id == 0
     assert reads and all(start.entry_id >= 5 for start, _ in reads)
+
+
+async def test_known_times_hold_nothing_while_delayed_delivery_is_off(tmp_path: Path) -> None:
+    """A policy without delayed delivery: the known times are not used, every entry is read
+    and delivered at once, as without them."""
+    sent, held, acked, read_to, reads = await _plain_scenario(
+        tmp_path / "known", known=True, sub_type=1, active=False)
+    sent0, held0, acked0, read_to0, _ = await _plain_scenario(
+        tmp_path / "read", known=False, sub_type=1, active=False)
+    assert (sent, held, acked, read_to) == (sent0, held0, acked0, read_to0)
+    assert sent == [e for e in range(40) if e not in (9, 10)] and held == []
+    assert reads and reads[0][0].entry_id == 0
 
 
 def test_checked_times_are_taken_by_the_very_entry_and_bounded() -> None:
