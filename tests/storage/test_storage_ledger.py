@@ -53,7 +53,7 @@ async def test_group_commit_completes_with_one_loop_callback_per_batch(tmp_path:
 
     def counting(*args, **kw):  # type: ignore[no-untyped-def]
         nonlocal calls
-        if getattr(args[0], "__name__", "") == "_complete_batch":
+        if getattr(args[0], "__name__", "") == "_hand_back":  # the sync stage's hand-back
             calls += 1
         return original(*args, **kw)
 
