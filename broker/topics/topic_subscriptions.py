@@ -16,7 +16,8 @@ restores the durable ones from their cursors before anything else can see the to
 - Caching: the ledger's new entries enter the entry cache only while the topic has a
   subscription (:meth:`update_caching`, after every addition and removal: Pulsar caches an
   entry only while its managed ledger has active cursors), so a topic nobody reads does not
-  fill the cache with entries that are never hit.
+  fill the cache with entries that are never hit; with one subscription, what it read leaves
+  the cache at once (storage/cache.py's ``AppendCaching``).
 - New entries: the ledger's listener (:meth:`on_durable`, once per group commit) schedules
   :meth:`notify_new_entries` at most once per loop iteration, which tells every subscription.
 
@@ -147,9 +148,10 @@ class TopicSubscriptions(dict[str, Subscription]):
             await delete_residual_snapshots(properties, self._snapshots)
 
     def update_caching(self) -> None:
-        """The ledger caches new entries while the topic has a subscription (module doc)."""
+        """The ledger caches new entries while the topic has a subscription, and drops what
+        its only subscription read (module doc)."""
         topic = self._topic
-        topic.ledger.caching.want(topic.full, bool(self))
+        topic.ledger.caching.want(topic.full, len(self))
 
     def consumer_count(self) -> int:
         """Consumers attached to all its subscriptions (``maxConsumersPerTopic``)."""
