@@ -104,6 +104,8 @@ class EntryCache:
         #: Called by a put into the cache while :attr:`watched` is false (then set it).
         self.on_first_put: Callable[[], None] | None = None
         self.watched = False
+        #: Bytes :meth:`release_read` dropped since the eviction timer last took them.
+        self.released_bytes = 0
 
     def put(self, ledger_id: int, entry_id: int, data: bytes) -> None:
         self.put_many(ledger_id, entry_id, [data])
@@ -251,7 +253,7 @@ class EntryCache:
                 return
             del chunks[key]
             self._read.pop(key, None)
-            self._forget(key, chunk)   # drops starts[0] too (and the ledger's list once empty)
+            self.released_bytes += self._forget(key, chunk)   # drops starts[0] too
 
     def discard(self, ledger_id: int, entry_id: int) -> None:
         found = self._find(ledger_id, entry_id)
