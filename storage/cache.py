@@ -104,8 +104,6 @@ class EntryCache:
         #: Called by a put into the cache while :attr:`watched` is false (then set it).
         self.on_first_put: Callable[[], None] | None = None
         self.watched = False
-        #: Bytes :meth:`release_read` dropped since the eviction timer last took them.
-        self.released_bytes = 0
 
     def put(self, ledger_id: int, entry_id: int, data: bytes) -> None:
         self.put_many(ledger_id, entry_id, [data])
@@ -253,7 +251,7 @@ class EntryCache:
                 return
             del chunks[key]
             self._read.pop(key, None)
-            self.released_bytes += self._forget(key, chunk)   # drops starts[0] too
+            self._forget(key, chunk)   # drops starts[0] too (and the ledger's list once empty)
 
     def discard(self, ledger_id: int, entry_id: int) -> None:
         found = self._find(ledger_id, entry_id)

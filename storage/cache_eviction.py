@@ -123,9 +123,7 @@ class CacheEviction:
             freed = cache.evict_oldest(TICK_BUDGET_BYTES)
         else:
             freed = cache.evict_read_before(cutoff, TICK_BUDGET_BYTES)
-        # and what the only readers of their ledgers dropped meanwhile (EntryCache.release_read)
-        self._evicted_since_release += freed + cache.released_bytes
-        cache.released_bytes = 0
+        self._evicted_since_release += freed
         if not cache.empty:
             delay = min(self._interval_s, CATCH_UP_S) if freed >= TICK_BUDGET_BYTES \
                 else self._interval_s

@@ -236,18 +236,3 @@ async def test_a_store_ages_out_what_its_readers_read(tmp_path: Any) -> None:
         assert store.cache.misses > misses and store.cache.empty
     finally:
         await store.close()
-
-
-def test_what_the_only_reader_released_counts_toward_the_release() -> None:
-    loop = _ManualLoop()
-    cache = EntryCache(1 << 30)
-    released: list[float] = []
-    CacheEviction(loop, cache, threshold_s=1.0, interval_s=0.1,  # type: ignore[arg-type]
-                  release=lambda: released.append(loop.now) is None)
-    cache.put_many(1, 0, [b"r" * (1 << 20)] * (RELEASE_MIN_BYTES // (1 << 20)))
-    cache.release_read(1, RELEASE_MIN_BYTES)   # read through by the ledger's only reader
-    assert cache.empty and cache.released_bytes == RELEASE_MIN_BYTES
-    loop.advance_by_ticks(0.2, 0.1)   # the next tick finds it empty and takes those bytes
-    assert cache.released_bytes == 0 and not cache.watched
-    loop.advance_by_ticks(RELEASE_DELAY_S + 0.5, 0.1)
-    assert len(released) == 1
