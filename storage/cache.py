@@ -34,8 +34,7 @@ Which appends are put is the managed ledger's :class:`AppendCaching`: as in Puls
 ``OpAddEntry`` caches an entry only while the managed ledger has active cursors), the entries
 of a topic nobody subscribes to are not cached; a subscription created later reads them from
 disk. Without that, a topic published to and never read fills the cache with entries that are
-never hit and evicts the ones a subscription is about to read. On a ledger with one
-subscription, the chunks behind what it read leave at once (:meth:`EntryCache.release_read`).
+never hit and evicts the ones a subscription is about to read.
 """
 
 from __future__ import annotations
@@ -55,37 +54,28 @@ class _Chunk:
 
 
 class AppendCaching:
-    """Whether one managed ledger's new entries enter the :class:`EntryCache`, and whether a
-    cached chunk may leave as soon as it was read to its end.
+    """Whether one managed ledger's new entries enter the :class:`EntryCache`.
 
     On until something over the ledger says otherwise, so a ledger used on its own (tools,
-    storage benchmarks) caches as before; a topic over it calls :meth:`want` with its number
-    of subscriptions, and a shadow topic over the same ledger does too: the entries are cached
-    while either has one. With exactly one subscription over the ledger (:attr:`lone`), the
-    one reader that read through a chunk will not read it again (a redelivery or a replay
-    reads from disk), so the chunk leaves at once (:meth:`EntryCache.release_read`) instead of
-    a second later: Pulsar evicts the entries below its slowest active reader as reads move.
-    Loop-only.
+    storage benchmarks) caches as before; a topic over it calls :meth:`want` with whether it
+    has a subscription, and a shadow topic over the same ledger does too, so the entries are
+    cached while either has one. Loop-only.
     """
 
-    __slots__ = ("_subscriptions", "lone", "on")
+    __slots__ = ("_wanted_by", "on")
 
     def __init__(self) -> None:
-        self._subscriptions: dict[str, int] = {}
+        self._wanted_by: set[str] = set()
         #: Put new entries into the cache (read by the write side once per group commit).
         self.on = True
-        #: One subscription reads the ledger: a chunk read to its end leaves the cache.
-        self.lone = False
 
-    def want(self, who: str, subscriptions: int) -> None:
-        """*who* (a topic's name) reads this ledger's new entries with *subscriptions*."""
-        if subscriptions > 0:
-            self._subscriptions[who] = subscriptions
+    def want(self, who: str, wanted: bool) -> None:
+        """*who* (a topic's name) does or does not read this ledger's new entries."""
+        if wanted:
+            self._wanted_by.add(who)
         else:
-            self._subscriptions.pop(who, None)
-        total = sum(self._subscriptions.values())
-        self.on = total > 0
-        self.lone = total == 1
+            self._wanted_by.discard(who)
+        self.on = bool(self._wanted_by)
 
 
 class EntryCache:
@@ -238,20 +228,6 @@ class EntryCache:
         self._touch(key, chunk)
         self.hits += len(datas)
         return datas  # type: ignore[return-value]  # no None left in it
-
-    def release_read(self, ledger_id: int, entry_id: int) -> None:
-        """The ledger's only reader has read through *entry_id*: every chunk of the ledger
-        that ends there or before leaves (see :class:`AppendCaching`)."""
-        starts = self._starts.get(ledger_id)
-        chunks = self._chunks
-        while starts:
-            key = (ledger_id, starts[0])
-            chunk = chunks[key]
-            if starts[0] + len(chunk.datas) - 1 > entry_id:
-                return
-            del chunks[key]
-            self._read.pop(key, None)
-            self._forget(key, chunk)   # drops starts[0] too (and the ledger's list once empty)
 
     def discard(self, ledger_id: int, entry_id: int) -> None:
         found = self._find(ledger_id, entry_id)

@@ -129,7 +129,7 @@ class ManagedLedger:
         self.caching = appends.caching
         self._reader = EntryReader(
             ctx.loop, ctx.ops, ctx.cache, ctx.read_pool, ctx.pager, self._ledgers,
-            self._ledger_ids, self._drop_corrupt, self.relocated, appends.caching,
+            self._ledger_ids, self._drop_corrupt, self.relocated,
         )
         self._cursor_set = CursorSet(
             self, CursorFiles(ctx.ops, directory / "cursors", fsync=ctx.config.fsync),
@@ -219,12 +219,9 @@ class ManagedLedger:
     def cached_entry(self, pos: Position) -> Entry | None:
         """The entry at ``pos`` when the entry cache holds it (no await, no disk), else None:
         the caller reads it with :meth:`read_entry`. Counted in :attr:`entries_read`."""
-        cache = self._ctx.cache
-        data = cache.get(pos.ledger_id, pos.entry_id)
+        data = self._ctx.cache.get(pos.ledger_id, pos.entry_id)
         if data is None:
             return None
-        if self.caching.lone:   # its only reader: a chunk read to its end leaves (cache.py)
-            cache.release_read(pos.ledger_id, pos.entry_id)
         self.entries_read += 1
         return Entry(pos, data)
 

@@ -14,7 +14,7 @@ import bisect
 from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
 
-from storage.cache import AppendCaching, EntryCache
+from storage.cache import EntryCache
 from storage.errors import TooManyOpenFilesError
 from storage.fileops import FileOps
 from storage.index_pages import IndexPager
@@ -36,10 +36,8 @@ class EntryReader:
         self, loop: asyncio.AbstractEventLoop, ops: FileOps, cache: EntryCache, pool: Executor,
         pager: IndexPager, ledgers: Mapping[int, LedgerState], ledger_ids: list[int],
         on_corrupt: OnCorrupt, relocated: RelocatedEntries | None = None,
-        caching: AppendCaching | None = None,
     ) -> None:
         self._relocated = relocated
-        self._caching = caching or AppendCaching()
         self._pager = pager
         self._loop = loop
         self._ops = ops
@@ -78,7 +76,6 @@ class EntryReader:
                 if len(out) >= max_entries or (out and nbytes >= max_bytes):
                     break
                 continue
-            returned = len(out)
             while entry_id < led.confirmed and len(out) < max_entries and (
                 not out or nbytes < max_bytes
             ):
@@ -96,9 +93,6 @@ class EntryReader:
                 entry_id, nbytes = await self._read_from_disk(
                     led, entry_id, max_entries, max_bytes, out, nbytes
                 )
-            if len(out) > returned and self._caching.lone:
-                # its only reader read through here: the chunks behind it leave (cache.py)
-                cache.release_read(ledger_id, out[-1].position.entry_id)
             if len(out) >= max_entries or (out and nbytes >= max_bytes):
                 break
         return out

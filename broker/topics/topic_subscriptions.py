@@ -16,8 +16,7 @@ restores the durable ones from their cursors before anything else can see the to
 - Caching: the ledger's new entries enter the entry cache only while the topic has a
   subscription (:meth:`update_caching`, after every addition and removal: Pulsar caches an
   entry only while its managed ledger has active cursors), so a topic nobody reads does not
-  fill the cache with entries that are never hit; with one subscription, what it read leaves
-  the cache at once (storage/cache.py's ``AppendCaching``).
+  fill the cache with entries that are never hit.
 - New entries: the ledger's listener (:meth:`on_durable`, once per group commit) schedules
   :meth:`notify_new_entries` at most once per loop iteration, which tells every subscription.
 
@@ -148,10 +147,9 @@ class TopicSubscriptions(dict[str, Subscription]):
             await delete_residual_snapshots(properties, self._snapshots)
 
     def update_caching(self) -> None:
-        """The ledger caches new entries while the topic has a subscription, and drops what
-        its only subscription read (module doc)."""
+        """The ledger caches new entries while the topic has a subscription (module doc)."""
         topic = self._topic
-        topic.ledger.caching.want(topic.full, len(self))
+        topic.ledger.caching.want(topic.full, bool(self))
 
     def consumer_count(self) -> int:
         """Consumers attached to all its subscriptions (``maxConsumersPerTopic``)."""

@@ -65,44 +65,25 @@ def test_a_run_comes_from_one_chunk_and_stops_at_its_end_or_a_discarded_entry() 
 
 def test_append_caching_is_on_until_told_and_stays_on_while_anyone_wants_it() -> None:
     caching = AppendCaching()
-    assert caching.on and not caching.lone   # a ledger used on its own caches as before
-    caching.want("persistent://t/n/a", 0)
+    assert caching.on   # a ledger used on its own caches as before
+    caching.want("persistent://t/n/a", False)
     assert not caching.on
-    caching.want("persistent://t/n/a", 1)
-    assert caching.on and caching.lone
-    caching.want("persistent://t/n/shadow", 1)
-    assert caching.on and not caching.lone   # two readers: what one read, the other may not
-    caching.want("persistent://t/n/a", 0)
-    assert caching.on and caching.lone   # the shadow still reads the entries
-    caching.want("persistent://t/n/shadow", 0)
-    assert not caching.on and not caching.lone
-
-
-def test_release_read_drops_the_chunks_read_through_only() -> None:
-    cache = EntryCache(1000)
-    cache.put_many(7, 0, [b"a", b"bb", b"ccc"])
-    cache.put_many(7, 3, [b"d"])
-    cache.put_many(7, 4, [b"ee"])
-    cache.put_many(8, 0, [b"x"])
-    cache.release_read(7, 1)   # within the first chunk: it stays
-    assert cache.get_run(7, 0, 10) == [b"a", b"bb", b"ccc"]
-    cache.release_read(7, 3)   # through the second chunk: the first two leave
-    assert cache.get(7, 0) is None and cache.get(7, 3) is None and cache.get(7, 4) == b"ee"
-    assert cache.size_bytes == 3
-    cache.release_read(7, 9)
-    assert cache.get(7, 4) is None and cache.get(8, 0) == b"x" and cache.size_bytes == 1
-    cache.release_read(7, 10)   # nothing left of that ledger: nothing happens
-    assert len(cache) == 1
+    caching.want("persistent://t/n/a", True)
+    caching.want("persistent://t/n/shadow", True)
+    caching.want("persistent://t/n/a", False)
+    assert caching.on   # the shadow still reads the entries
+    caching.want("persistent://t/n/shadow", False)
+    assert not caching.on
 
 
 async def test_appends_enter_the_cache_only_while_caching_is_on(tmp_path: Path) -> None:
     store = await SegmentStore.open(tmp_path, StorageConfig())
     try:
         ml = await store.open_ledger("public/default/persistent/uncached")
-        ml.caching.want("persistent://public/default/uncached", 0)
+        ml.caching.want("persistent://public/default/uncached", False)
         quiet = await asyncio.gather(*(ml.append(b"q%d" % i) for i in range(5)))
         assert store.cache.empty and store.cache.size_bytes == 0
-        ml.caching.want("persistent://public/default/uncached", 2)   # two: reads keep them
+        ml.caching.want("persistent://public/default/uncached", True)
         cached = await asyncio.gather(*(ml.append(b"c%d" % i) for i in range(5)))
         assert store.cache.size_bytes == sum(len(b"c%d" % i) for i in range(5))
         got = await ml.read_entries(quiet[0], 10)   # the uncached ones come from disk
@@ -110,11 +91,6 @@ async def test_appends_enter_the_cache_only_while_caching_is_on(tmp_path: Path) 
             b"c%d" % i for i in range(5)]
         assert [e.position for e in got] == list(quiet) + list(cached)
         assert ml.total_size_bytes == sum(len(e.data) for e in got)   # counted either way
-        assert store.cache.size_bytes == sum(len(b"c%d" % i) for i in range(5))
-        ml.caching.want("persistent://public/default/uncached", 1)
-        again = await ml.read_entries(cached[0], 10)   # the one reader: its reads leave
-        assert [e.data for e in again] == [b"c%d" % i for i in range(5)]
-        assert store.cache.empty and store.cache.size_bytes == 0
         shadow = await store.open_shadow_ledger("public/default/persistent/shade", ml)
         assert shadow.caching is ml.caching
     finally:
