@@ -42,9 +42,9 @@ broker embedded in another program leaves that program's collector alone.
 
 glibc gives a thread that finds the main arena's lock taken an arena of its own (up to eight
 per core), and an arena keeps what it once held: after a publish and drain of 100,000 x 1 KiB
-the storage writer's, the fsync stage's and the read pool's threads held 0.1-1.8 MiB each,
-about 6 MiB of the broker's RSS (``bench/wire_load.py``: 86 MiB after the round against 80
-with two arenas). Those threads allocate little and mostly while holding the GIL, so they
+(``bench/wire_load.py``) the storage writer's, the fsync stage's and the read pool's threads
+held 0.1-1.8 MiB each; the broker's anonymous memory outside the main heap was 30.7-31.1 MiB
+after such a round, 27.7-28.8 with two arenas. Those threads allocate little and mostly while holding the GIL, so they
 rarely contend for a lock: :func:`limit_malloc_arenas` caps the arenas at
 :data:`MALLOC_ARENAS` (the loop's main arena and one the threads share) before any thread
 starts, unless ``MALLOC_ARENA_MAX`` in the environment already chose. Also ``horae serve``
