@@ -50,9 +50,12 @@ def rss_mib(pid: int, field: str = "VmRSS") -> float:
     return float("nan")
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of process ``pid`` and all its threads (``/proc/PID/stat``)."""
-    with open(f"/proc/{pid}/stat", "rb") as fh:
+def cpu_seconds(pid: int, thread: int | None = None) -> float:
+    """User + system CPU seconds of process ``pid`` and all its threads (``/proc/PID/stat``),
+    or of its thread ``thread`` alone (``/proc/PID/task/TID/stat``; the main thread's id is
+    the pid: a Python broker's event loop)."""
+    path = f"/proc/{pid}/stat" if thread is None else f"/proc/{pid}/task/{thread}/stat"
+    with open(path, "rb") as fh:
         stat = fh.read()
     # fields after "(comm)": state is field 3, utime field 14, stime field 15 (proc(5))
     fields = stat[stat.rindex(b")") + 2 :].split()

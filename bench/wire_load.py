@@ -39,8 +39,10 @@ in messages, the in-flight window in SENDs (entries). Broker CPU is read from
 generator's own CPU is printed too, to show it is not the bottleneck. The broker's RSS is read
 after each round (``/proc/PID/status``; for Pulsar, the JVM's), with its peak so far
 (``VmHWM``); ``--rest S`` reads it once more S seconds after the last round, what each broker
-keeps at rest after the work. For Horae the round line also
-gives its storage writer's work over the publish phase, from its ``/metrics`` read just before
+keeps at rest after the work. For Horae the round line gives its event loop thread's CPU per
+million messages published too (the main thread's ``/proc/PID/task/PID/stat``: the one thread
+whose share of a core bounds the rate), and
+its storage writer's work over the publish phase, from its ``/metrics`` read just before
 and after it (outside the timing): group commits and fdatasyncs per second, entries per group
 commit, and the share of the phase's wall time spent inside fdatasync (low: the disk is not
 what bounds the rate).
@@ -127,6 +129,9 @@ class LoadResult:
     latency_p99_ms: float = 0.0
     broker_cpu_publish_s: float = 0.0
     broker_cpu_consume_s: float = 0.0
+    loop_cpu_publish_s: float = 0.0
+    """Horae only: its event loop thread's CPU over the publish phase (the broker's main
+    thread, ``/proc/PID/task/PID/stat``)."""
     generator_cpu_publish_s: float = 0.0
     generator_cpu_consume_s: float = 0.0
     broker_rss_mib: float = 0.0
@@ -261,6 +266,7 @@ async def run_round(broker: Broker, topic: str, settings: LoadSettings,
     writer0 = writer_counters(broker)
     if on_phase:
         on_phase("publish", "start")
+    loop0 = cpu_seconds(broker.pid, broker.pid)
     cpu0, gen0, t0 = cpu_seconds(broker.pid), time.process_time(), time.perf_counter()
     try:
         for pub in pubs:
@@ -270,6 +276,7 @@ async def run_round(broker: Broker, topic: str, settings: LoadSettings,
         result.publish_s = time.perf_counter() - t0
         result.generator_cpu_publish_s = time.process_time() - gen0
         result.broker_cpu_publish_s = cpu_seconds(broker.pid) - cpu0
+        result.loop_cpu_publish_s = cpu_seconds(broker.pid, broker.pid) - loop0
     finally:
         if on_phase:
             on_phase("publish", "stop")
@@ -425,6 +432,9 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"round {rnd + 1} {broker.name}: "
                           + ", ".join(f"{k} {v:,.2f}" for k, v in result.figures.items())
                           + f", stall FLOWs {result.stall_flows}"
+                          + (f", loop CPU s/M msgs, publish "
+                             f"{result.loop_cpu_publish_s * 1e6 / result.messages:,.2f}"
+                             if broker.name.startswith("horae") else "")
                           + "".join(f", {k} {v:,.1f}" for k, v in result.group_commit.items()),
                           flush=True)
             if args.rest > 0:

@@ -90,9 +90,9 @@ from protocol.errors import (
 )
 from protocol.framing import slot_setter
 from protocol.limits import MAX_FRAME_SIZE
+from protocol.send_accel import decode_sends as _decode_sends
 from protocol.send_path import SendFrame
 from protocol.send_path import declined_send as _declined_send
-from protocol.send_path import parse_send as _parse_send
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,7 +135,7 @@ _U32: Final = struct.Struct(">I")
 _HEADER: Final = struct.Struct(">II")
 _MAGIC_CRC_HI, _MAGIC_CRC_LO = 0x0E, 0x01
 _MAGIC_BEM_LO = 0x02
-_TYPE_TAG, _SEND_TYPE_BYTE = 0x08, pb.BaseCommand.SEND  # BaseCommand starts "08 06" for a SEND
+_SEND_TYPE_BYTE = pb.BaseCommand.SEND
 
 # First 4 bytes of an HTTP/1.x request line or the HTTP/2 preface, as a u32 length.
 _HTTP_PREFIXES: Final = frozenset(
@@ -323,28 +323,12 @@ class FrameDecoder:
         next_frame = self.next_frame
         while self._error is None:
             if send_frames:
-                # Consecutive SENDs of the usual layout, the buffer's position kept in a local.
+                # Consecutive SENDs of the usual layout (protocol.send_accel: C when built).
                 buf = self._buf
-                pos = start = self._pos
-                size = len(buf)
-                while size - pos >= 12:
-                    total, command_size = _header_unpack_from(buf, pos)
-                    frame_end = pos + 4 + total
-                    if not (
-                        total <= max_size
-                        and 4 <= command_size <= total - 4
-                        and frame_end <= size
-                        and buf[pos + 9] == _SEND_TYPE_BYTE
-                        and buf[pos + 8] == _TYPE_TAG
-                    ):
-                        break
-                    send = _parse_send(buf, pos + 8, pos + 8 + command_size, frame_end)
-                    if send is None:
-                        break
-                    append(send)
-                    pos = frame_end
+                start = self._pos
+                pos = _decode_sends(buf, start, max_size, frames)  # type: ignore[arg-type]
                 if pos != start:
-                    if pos == size:
+                    if pos == len(buf):
                         self._buf = b""
                         self._pos = 0
                         break  # nothing left to read

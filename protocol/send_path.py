@@ -287,6 +287,30 @@ def encode_run_receipts(
 
 
 _UNIFORM_MIN: Final = 4
+
+
+def _id_slots(lowest: int, highest: int) -> tuple[int, bytes] | None:
+    """How ids in ``[lowest, highest]`` encode when their varints all have one width: (the
+    size of the part that varies by id, the fixed part after it), or None.
+
+    Below 2**14 an id's whole varint is ``SMALL_VARINT[id]`` (1 byte below 128, 2 from 128):
+    the ids must all lie on one side of 128; the fixed part is empty. From 2**14 to 2**28 it
+    is ``LOW_14_BITS[id & 0x3FFF]`` then ``SMALL_VARINT[id >> 14]``: they must share the bits
+    above the 14th, whose varint is the fixed part."""
+    if lowest < 0:
+        return None
+    if highest < _SMALL_LIMIT:
+        if lowest >= 128:
+            return 2, b""
+        if highest < 128:
+            return 1, b""
+        return None
+    if lowest >= _SMALL_LIMIT and highest < _TWO_28 and lowest >> 14 == highest >> 14:
+        return 2, _SMALL[lowest >> 14]
+    return None
+
+
+_small_of: Final = _SMALL.__getitem__
 _low_of: Final = LOW_14_BITS.__getitem__
 _low_bits: Final = (0x3FFF).__and__
 
@@ -297,41 +321,46 @@ def _uniform_run_receipts(
 ) -> bytes | None:
     """:func:`encode_run_receipts` of a span whose receipts all have the same shape, or None.
 
-    The shape is the usual one of a long-lived producer: every sequence id and every entry id
-    in ``[2**14, 2**28)`` with the same bits above the 14th (so each varint is ``LOW_14_BITS[id
-    & 0x3FFF]`` followed by one fixed part), and one ``highest_sequence_id`` below ``2**14`` for
-    all (0 when the client sends none). Such receipts differ only in those two 2-byte low parts,
-    so the frames are five slots each, three of them the same bytes for every receipt: the list
-    is made by repetition and the two varying slots filled by slice assignment (the entry ids
-    are consecutive: one slice of the table), with no per-receipt Python bytecode.
+    The shape is the usual one of a producer: the sequence ids' varints of one width, the
+    entry ids' too (see :func:`_id_slots`: below 128, from 128 to 2**14, or from 2**14 to 2**28
+    with the same bits above the 14th), and one ``highest_sequence_id`` below ``2**14`` for all
+    (0 when the client sends none). Such receipts differ only in the varying parts of those two
+    varints, so the frames are four slots each, two of them the same bytes for every receipt:
+    the list is made by repetition and the two varying slots filled by slice assignment (the
+    entry ids are consecutive: one slice of a table), with no per-receipt Python bytecode.
     """
     count = len(sequence_ids)
     last_entry = first_entry_id + count - 1
-    if not (first_entry_id >= _SMALL_LIMIT and last_entry < _TWO_28
-            and first_entry_id >> 14 == last_entry >> 14):
+    entry_slots = _id_slots(first_entry_id, last_entry)
+    if entry_slots is None:
         return None
-    lowest, highest_seq = min(sequence_ids), max(sequence_ids)
-    if not (lowest >= _SMALL_LIMIT and highest_seq < _TWO_28 and lowest >> 14 == highest_seq >> 14):
+    seq_slots = _id_slots(min(sequence_ids), max(sequence_ids))
+    if seq_slots is None:
         return None
     high = highest_sequence_ids[0]
     if not (0 <= high < _SMALL_LIMIT and highest_sequence_ids.count(high) == count):
         return None
-    seq_top = _SMALL[lowest >> 14]
-    entry_top = _SMALL[first_entry_id >> 14]
+    seq_size, seq_top = seq_slots
+    entry_size, entry_top = entry_slots
     high_bytes = _SMALL[high]
-    entry_size = 2 + len(entry_top)
-    size = fixed + 2 + len(seq_top) + entry_size + len(high_bytes)
-    # A receipt: prefix head [seq low] seq top 1a L ledger-part [entry low] entry top 20 highest;
-    # the tail of one and the head of the next are one slot.
+    seq_size += len(seq_top)
+    entry_size += len(entry_top)
+    size = fixed + seq_size + entry_size + len(high_bytes)
+    # A receipt: prefix head [seq part] seq top 1a L ledger-part [entry part] entry top 20
+    # highest; the tail of one and the head of the next are one slot.
     start = _RECEIPT_PREFIX[size] + head
     end = entry_top + b"\x20" + high_bytes
     parts: list[bytes] = [
         b"", seq_top + b"\x1a" + ONE_BYTE[len(ledger_part) + entry_size] + ledger_part, b"",
         end + start,
     ] * count
-    parts[0::4] = map(_low_of, map(_low_bits, sequence_ids))
-    low_entry = first_entry_id & 0x3FFF
-    parts[2::4] = LOW_14_BITS[low_entry : low_entry + count]
+    parts[0::4] = (map(_low_of, map(_low_bits, sequence_ids)) if seq_top
+                   else map(_small_of, sequence_ids))
+    if entry_top:
+        low_entry = first_entry_id & 0x3FFF
+        parts[2::4] = LOW_14_BITS[low_entry : low_entry + count]
+    else:
+        parts[2::4] = _SMALL[first_entry_id : last_entry + 1]
     parts[-1] = end
     return start + b"".join(parts)
 

@@ -12,7 +12,7 @@ send). The queue's records are defined in :mod:`broker.topics.publish_records`:
    protobuf object). Each is checked (the producer has not failed, the CRC verdict, not a
    re-send, :meth:`broker.topics.topic.Topic.check_publish`: metadata, the delayed-delivery
    publish guard of PIP-315/437; a plain message -- the metadata scan's
-   :data:`protocol.metadata_scan.SINGLE`, no larger than
+   :data:`protocol.metadata_scan.SINGLE` (:func:`protocol.send_accel.plain_metadata`), no larger than
    :meth:`broker.topics.topic.Topic.plain_send_bound`, read once per run -- is what that
    check would return unchanged, and is taken on the scan alone); the consecutive accepted
    ones form ONE :class:`PublishRun` (five ints per SEND in parallel lists; no object, future,
@@ -80,7 +80,7 @@ from protocol import pulsar_pb as pb
 from protocol.entry_shape import check_send_messages
 from protocol.errors import ChecksumError, RequestError
 from protocol.metadata import peek_dispatch
-from protocol.metadata_scan import SINGLE, scan_publish_metadata
+from protocol.send_accel import plain_metadata
 from protocol.send_path import SendFrame
 from storage.errors import EntryTooLargeError
 from storage.positions import Position
@@ -317,7 +317,7 @@ class Producer:
         # check_publish unchanged (-1: none does; read again after anything but the run).
         plain_bound = topic.plain_send_bound
         bound = min(plain_bound(), MAX_RECORD_BYTES)
-        scan = scan_publish_metadata
+        plain = plain_metadata
         state = self.seq_state
         enqueue = self._queue.append
         run = PublishRun(self, started)
@@ -329,7 +329,7 @@ class Producer:
             size = len(entry)
             nbytes += size
             if size <= bound and seq == state.next_seq and count == 1 and highest <= seq \
-                    and checksum_valid and self._error is None and scan(entry) is SINGLE:
+                    and checksum_valid and self._error is None and plain(entry):
                 # The usual SEND, one plain message: check_publish would give (entry, 1, False).
                 state.next_seq = seq + 1
                 keys(seq)

@@ -18,6 +18,7 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 import zipfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -59,8 +60,10 @@ assert importlib.util.find_spec("protocol") is None
 pytestmark = pytest.mark.slow
 
 
-def _run(args: Sequence[str], cwd: Path, timeout: float = PIP_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH" and not k.startswith("VIRTUAL_ENV")}
+def _run(args: Sequence[str], cwd: Path, timeout: float = PIP_TIMEOUT_S,
+         env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    env = {**{k: v for k, v in os.environ.items()
+              if k != "PYTHONPATH" and not k.startswith("VIRTUAL_ENV")}, **(env or {})}
     env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
     env["PIP_NO_INPUT"] = "1"
     return subprocess.run(list(args), cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
@@ -71,14 +74,12 @@ def _check(proc: subprocess.CompletedProcess[str]) -> str:
     return proc.stdout
 
 
-@pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def _build_wheel(base: Path, env: dict[str, str] | None = None) -> Path:
     """The wheel built (no build isolation: the test extra's grpcio-tools needs setuptools>=77)
-    from a copy of the sources, so the build leaves nothing in the checkout."""
-    base = tmp_path_factory.mktemp("wheel")
+    from a copy of the sources under *base*, so the build leaves nothing in the checkout."""
     src = base / "src"
     src.mkdir()
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", "build")
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", "build", "*.so")
     for name in SOURCES:
         if (ROOT / name).is_dir():
             shutil.copytree(ROOT / name, src / name, ignore=ignore)
@@ -89,11 +90,41 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
         _run(
             [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
              "--wheel-dir", str(out), str(src)],
-            cwd=base,
+            cwd=base, env=env,
         )
     )
     (built,) = out.glob("horae-*.whl")
     return built
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _build_wheel(tmp_path_factory.mktemp("wheel"))
+
+
+def _accelerators(wheel: Path) -> list[str]:
+    with zipfile.ZipFile(wheel) as archive:
+        return [name for name in archive.namelist()
+                if name.startswith("protocol/_send_accel.") and not name.endswith(".c")]
+
+
+def test_wheel_carries_the_publish_accelerator_when_a_compiler_is_there(wheel: Path) -> None:
+    if sysconfig.get_config_var("CC") is None or shutil.which(
+            str(sysconfig.get_config_var("CC")).split()[0]) is None:
+        pytest.skip("no C compiler: the wheel is built without the optional extension")
+    [accelerator] = _accelerators(wheel)
+    assert accelerator.endswith(".so")
+
+
+def test_wheel_builds_without_a_compiler_and_leaves_the_accelerator_out(
+        wheel: Path, tmp_path: Path) -> None:
+    built = _build_wheel(tmp_path, env={"CC": "false"})  # every compile fails
+    assert _accelerators(built) == []
+    with zipfile.ZipFile(built) as bare, zipfile.ZipFile(wheel) as full:
+        accelerators = set(_accelerators(wheel))
+        assert {n for n in full.namelist() if n not in accelerators
+                and ".dist-info/" not in n} == {
+            n for n in bare.namelist() if ".dist-info/" not in n}
 
 
 def test_wheel_has_no_top_level_proto_package(wheel: Path) -> None:

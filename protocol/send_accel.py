@@ -1,0 +1,87 @@
+"""The unbatched publish hot loop: a read's consecutive SENDs, and the plain-message verdict.
+
+Theory of operation
+-------------------
+Two functions carry most of the event loop's codec work per unbatched SEND:
+
+* :func:`decode_sends` takes, from a position of a read's buffer, every whole frame that is a
+  SEND of the usual layout (:func:`protocol.send_path.parse_send` accepts it) into a list of
+  :class:`~protocol.send_path.SendFrame`, and returns the position of the first frame it does
+  not take; :class:`protocol.frames.FrameDecoder` decodes that one the generic way, which
+  judges it (and raises what it must). It never raises on any bytes.
+* :func:`plain_metadata` is ``scan_publish_metadata(entry) is SINGLE``: the entry's metadata
+  is one plain message (:mod:`protocol.metadata_scan`), which the producer takes without
+  :meth:`broker.topics.topic.Topic.check_publish`.
+
+Each has a pure-Python definition here (``decode_sends_py``, ``plain_metadata_py``), the
+reference, and an optional C twin (``protocol/_send_accel.c``, built with the package when a
+compiler is there; an install without one runs the reference, with the same results). The C
+functions compute exactly what the references do; tests/protocol/test_protocol_send_accel.py
+runs both over random, mutated and truncated frames and compares frames, positions and the
+decoder's errors. :data:`ACCELERATED` says which one runs. Sans-IO, no state.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+from functools import partial
+from typing import Final
+
+from crc32c import crc32c
+
+from protocol.metadata_scan import SINGLE, scan_publish_metadata
+from protocol.send_path import SendFrame, parse_send
+
+__all__ = ["ACCELERATED", "decode_sends", "decode_sends_py", "plain_metadata",
+           "plain_metadata_py"]
+
+_header_unpack_from: Final = struct.Struct(">II").unpack_from
+_TYPE_TAG: Final = 0x08
+_SEND_TYPE_BYTE: Final = 0x06  # BaseCommand starts "08 06" for a SEND
+
+
+def decode_sends_py(buf: bytes | bytearray, pos: int, max_frame_size: int,
+                    out: list[SendFrame]) -> int:
+    """Append to *out* the SENDs of the usual layout that follow one another in *buf* from
+    *pos* (``pos >= 0``), each a whole frame of at most *max_frame_size* bytes; the position
+    of the first frame not taken."""
+    append = out.append
+    size = len(buf)
+    while size - pos >= 12:
+        total, command_size = _header_unpack_from(buf, pos)
+        frame_end = pos + 4 + total
+        if not (
+            total <= max_frame_size
+            and 4 <= command_size <= total - 4
+            and frame_end <= size
+            and buf[pos + 9] == _SEND_TYPE_BYTE
+            and buf[pos + 8] == _TYPE_TAG
+        ):
+            break
+        send = parse_send(buf, pos + 8, pos + 8 + command_size, frame_end)
+        if send is None:
+            break
+        append(send)
+        pos = frame_end
+    return pos
+
+
+def plain_metadata_py(entry: bytes) -> bool:
+    """``scan_publish_metadata(entry) is SINGLE``: one plain message (no batch, chunk,
+    ``deliver_at_time`` or length-delimited field after ``producer_name``)."""
+    return scan_publish_metadata(entry) is SINGLE
+
+
+decode_sends: Callable[[bytes | bytearray, int, int, list[SendFrame]], int]
+plain_metadata: Callable[[bytes], bool]
+try:
+    from protocol import _send_accel  # type: ignore[attr-defined]
+except ImportError:  # built without a compiler: the reference, same results
+    ACCELERATED = False
+    decode_sends = decode_sends_py
+    plain_metadata = plain_metadata_py
+else:
+    ACCELERATED = True
+    decode_sends = partial(_send_accel.decode_sends, SendFrame, crc32c)
+    plain_metadata = _send_accel.plain_metadata

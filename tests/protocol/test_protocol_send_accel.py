@@ -1,0 +1,286 @@
+"""The publish hot loop's C twin against its pure-Python reference (protocol/send_accel.py).
+
+Both implementations get the same random, mutated and truncated bytes; their results must be
+identical: the SendFrames taken and the position reached, the plain-message verdict, and, through
+the whole FrameDecoder, the frames decoded and the connection-fatal error raised (type and text).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+
+import pytest
+from crc32c import crc32c
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sampling import examples
+
+from protocol import commands as c
+from protocol import frames as frames_module
+from protocol import pulsar_pb as pb
+from protocol import send_accel
+from protocol.frames import Frame, FrameDecoder, UnknownCommand
+from protocol.framing import encode_payload_command
+from protocol.metadata import encode_entry
+from protocol.send_accel import decode_sends_py, plain_metadata_py
+from protocol.send_path import SendFrame, declined_send
+
+accel = pytest.importorskip("protocol._send_accel",
+                            reason="built without a C compiler: the reference runs alone")
+
+T = pb.BaseCommand
+
+
+def decode_sends_c(buf: bytes | bytearray, pos: int, max_frame_size: int,
+                   out: list[SendFrame]) -> int:
+    result: int = accel.decode_sends(SendFrame, crc32c, buf, pos, max_frame_size, out)
+    return result
+
+
+def plain_metadata_c(entry: bytes) -> bool:
+    result: bool = accel.plain_metadata(entry)
+    return result
+
+
+u64 = st.one_of(
+    st.integers(min_value=0, max_value=20_000),
+    st.sampled_from([127, 128, 16383, 16384, 2**21, 2**28, 2**56 - 1, 2**56, 2**63 - 1, 2**63,
+                     2**64 - 1]),
+    st.integers(min_value=0, max_value=2**64 - 1),
+)
+i32 = st.one_of(st.integers(min_value=-2, max_value=300),
+                st.sampled_from([2**28 - 1, 2**28, 2**31 - 1]))
+send_fields = st.fixed_dictionaries(
+    {"producer_id": u64, "sequence_id": u64},
+    optional={
+        "num_messages": st.one_of(i32, st.sampled_from([2**21 - 1, 2**21, 2**28 - 1, 2**28])),
+        "txnid_least_bits": st.sampled_from([0, 1, 2**40]),
+        "txnid_most_bits": st.sampled_from([0, 5]),
+        "highest_sequence_id": u64,
+        "is_chunk": st.booleans(),
+        "marker": st.booleans(),
+    },
+)
+metadata_fields = st.fixed_dictionaries(
+    {"producer_name": st.text(max_size=200), "sequence_id": u64, "publish_time": u64},
+    optional={
+        "num_messages_in_batch": i32,
+        "deliver_at_time": st.integers(min_value=-(2**63), max_value=2**63 - 1),
+        "event_time": u64,
+        "partition_key": st.text(max_size=5),
+        "highest_sequence_id": u64,
+        "compression": st.sampled_from([0, 1, 2, 3, 4]),
+        "uncompressed_size": st.integers(min_value=0, max_value=2**32 - 1),
+        "marker_type": i32,
+        "null_value": st.booleans(),
+        "chunk_id": i32,
+        "num_chunks_from_msg": i32,
+        "txnid_least_bits": u64,
+    },
+)
+# Near the plain layout: the fields the scan reads past, and at most one it does not.
+near_plain_fields = st.fixed_dictionaries(
+    {"producer_name": st.text(max_size=200), "sequence_id": u64, "publish_time": u64},
+    optional={"event_time": u64, "highest_sequence_id": u64, "marker_type": i32,
+              "null_value": st.booleans(), "txnid_least_bits": u64, "txnid_most_bits": u64,
+              "partition_key_b64_encoded": st.booleans(), "null_partition_key": st.booleans()},
+)
+one_other_field = st.one_of(
+    st.just({}),
+    st.builds(dict, num_messages_in_batch=st.integers(0, 3)),
+    st.builds(dict, deliver_at_time=st.integers(0, 3)),
+    st.builds(dict, compression=st.integers(0, 1)),
+    st.builds(dict, uncompressed_size=st.integers(0, 3)),
+    st.builds(dict, chunk_id=st.integers(0, 1)),
+    st.builds(dict, num_chunks_from_msg=st.integers(0, 1)),
+    st.builds(dict, total_chunk_msg_size=st.integers(0, 1)),
+    st.builds(dict, partition_key=st.text(max_size=2)),
+    st.builds(dict, schema_version=st.binary(max_size=2)),
+)
+MUTATION = st.tuples(
+    st.sampled_from(["flip", "set", "insert", "delete", "truncate"]),
+    st.integers(min_value=0, max_value=10_000),
+    st.integers(min_value=0, max_value=255),
+)
+
+
+def mutate(raw: bytes, mutations: list[tuple[str, int, int]]) -> bytes:
+    data = bytearray(raw)
+    for kind, where, value in mutations:
+        at = where % (len(data) + 1)
+        if kind == "insert":
+            data.insert(at, value)
+        elif not data:
+            continue
+        elif kind == "truncate":
+            del data[at:]
+        elif kind == "delete":
+            del data[at % len(data)]
+        elif kind == "flip":
+            data[at % len(data)] ^= 1 << (value % 8)
+        else:
+            data[at % len(data)] = value
+    return bytes(data)
+
+
+@st.composite
+def entries(draw: st.DrawFn) -> bytes:
+    md = pb.MessageMetadata(**draw(metadata_fields))
+    if draw(st.booleans()):
+        md.properties.add(key=draw(st.text(max_size=4)), value=draw(st.text(max_size=4)))
+    return encode_entry(md, draw(st.binary(max_size=64)))
+
+
+@st.composite
+def send_frames(draw: st.DrawFn) -> bytes:
+    """A SEND frame, usual or not, whole, with its checksum corrupted, or mutated anywhere."""
+    entry = draw(entries())
+    frame = encode_payload_command(T(type=T.SEND, send=pb.CommandSend(**draw(send_fields))),
+                                   entry, checksum=draw(st.integers(0, 9)) > 0)
+    how = draw(st.integers(0, 3))
+    if how == 1:
+        frame = frame[:-1] + bytes([frame[-1] ^ 0x55])
+    elif how == 2:
+        frame = mutate(frame, draw(st.lists(MUTATION, min_size=1, max_size=3)))
+    return frame
+
+
+other_frames = st.one_of(
+    st.builds(c.encode_flow, st.integers(0, 2**40), st.integers(0, 2**32 - 1)),
+    st.just(c.encode_ping()),
+    st.binary(max_size=24),
+)
+streams = st.lists(st.one_of(send_frames(), send_frames(), send_frames(), other_frames),
+                   min_size=1, max_size=8).map(b"".join)
+max_sizes = st.one_of(st.just(5 * 1024 * 1024 + 10 * 1024), st.integers(0, 400))
+
+
+@settings(max_examples=examples(full=3000, sample=600), deadline=None)
+@given(stream=streams, max_size=max_sizes, data=st.data())
+def test_decode_sends_takes_the_same_frames_as_the_reference(
+        stream: bytes, max_size: int, data: st.DataObject) -> None:
+    pos = data.draw(st.integers(0, len(stream) + 2))
+    for buf in (stream, bytearray(stream)):
+        got: list[SendFrame] = []
+        want: list[SendFrame] = []
+        end = decode_sends_c(buf, pos, max_size, got)
+        assert end == decode_sends_py(buf, pos, max_size, want)
+        assert got == want
+        assert [type(f) for f in got] == [SendFrame] * len(want)
+        assert [type(f.entry) for f in got] == [bytes] * len(want)
+
+
+@settings(max_examples=examples(full=1000, sample=300), deadline=None)
+@given(frames=st.lists(send_frames(), min_size=1, max_size=6))
+def test_decode_sends_takes_every_usual_send_in_a_row(frames: list[bytes]) -> None:
+    usual = [f for f in frames if f and decode_sends_py(f, 0, 1 << 30, []) == len(f)]
+    stream = b"".join(usual)
+    got: list[SendFrame] = []
+    assert decode_sends_c(stream, 0, 1 << 30, got) == len(stream)
+    assert len(got) == len(usual)
+
+
+@settings(max_examples=examples(full=4000, sample=800), deadline=None)
+@given(entry=entries(), mutations=st.lists(MUTATION, max_size=4),
+       declared_delta=st.sampled_from([0, 0, 0, 1, -1, 7, -300]))
+def test_plain_metadata_agrees_with_the_scan(
+        entry: bytes, mutations: list[tuple[str, int, int]], declared_delta: int) -> None:
+    (size,) = struct.unpack_from(">I", entry)
+    body = mutate(entry[4:], mutations)
+    entry = struct.pack(">I", max(0, min(2**32 - 1, size + declared_delta))) + body
+    assert plain_metadata_c(entry) is plain_metadata_py(entry)
+
+
+@settings(max_examples=examples(full=2000, sample=500), deadline=None)
+@given(fields=near_plain_fields, other=one_other_field, payload=st.binary(max_size=8))
+def test_plain_metadata_agrees_with_the_scan_near_the_plain_layout(
+        fields: dict[str, object], other: dict[str, object], payload: bytes) -> None:
+    entry = encode_entry(pb.MessageMetadata(**fields, **other), payload)
+    assert plain_metadata_c(entry) is plain_metadata_py(entry)
+    assert plain_metadata_py(entry) is (not other)
+
+
+@settings(max_examples=examples(full=2000, sample=500), deadline=None)
+@given(body=st.binary(max_size=40))
+def test_plain_metadata_of_random_bytes_agrees_with_the_scan(body: bytes) -> None:
+    for entry in (body, struct.pack(">I", len(body)) + body,
+                  struct.pack(">I", len(body) + 7) + b"\x0a\x01p\x10\x01\x18\x02" + body):
+        assert plain_metadata_c(entry) is plain_metadata_py(entry)
+
+
+def test_plain_metadata_reads_the_plain_layouts() -> None:
+    plain = encode_entry(pb.MessageMetadata(producer_name="p" * 300, sequence_id=2**40,
+                                            publish_time=1, event_time=5), b"x")
+    delayed = encode_entry(pb.MessageMetadata(producer_name="p", sequence_id=1, publish_time=1,
+                                              deliver_at_time=9), b"x")
+    assert plain_metadata_c(plain) and plain_metadata_py(plain)
+    assert not plain_metadata_c(delayed) and not plain_metadata_py(delayed)
+    assert not plain_metadata_c(plain[:-2]) and not plain_metadata_py(plain[:-2])
+
+
+def test_decode_sends_refuses_a_negative_position_and_a_foreign_list() -> None:
+    with pytest.raises(ValueError) as negative:
+        decode_sends_c(b"", -1, 100, [])
+    assert "negative" in str(negative.value)
+    with pytest.raises(TypeError) as not_a_list:
+        accel.decode_sends(SendFrame, crc32c, b"", 0, 100, ())
+    assert "list" in str(not_a_list.value)
+
+
+# --------------------------------------------------------------------------- the whole decoder
+
+
+@pytest.fixture
+def reference_decoder(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setattr(frames_module, "_decode_sends", decode_sends_py)
+    yield
+
+
+def normalised(frame: Frame | SendFrame | UnknownCommand) -> object:
+    if isinstance(frame, SendFrame):
+        return ("send", tuple(frame))
+    if isinstance(frame, UnknownCommand):
+        return ("unknown", frame.type_number)
+    if frame.command.type == T.SEND:
+        return ("send", tuple(declined_send(frame.command.send, frame.entry,
+                                            frame.checksum_valid)))
+    return ("frame", frame.command.SerializeToString(), frame.entry, frame.checksum_valid)
+
+
+def decode_in_reads(stream: bytes, cuts: list[int]) -> tuple[list[object], object]:
+    decoder = FrameDecoder()
+    got: list[object] = []
+    start = 0
+    for cut in [*cuts, len(stream)]:
+        got += [normalised(f) for f in decoder.receive_frames(stream[start:cut])]
+        start = cut
+    error = decoder.error
+    return got, None if error is None else (type(error), str(error))
+
+
+@settings(max_examples=examples(full=1500, sample=300), deadline=None)
+@given(stream=streams, data=st.data())
+def test_the_decoder_gives_the_same_frames_and_errors_with_either(
+        stream: bytes, data: st.DataObject) -> None:
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(stream)), max_size=5)))
+    assert frames_module._decode_sends is send_accel.decode_sends
+    accelerated = decode_in_reads(stream, cuts)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(frames_module, "_decode_sends", decode_sends_py)
+        reference = decode_in_reads(stream, cuts)
+    assert accelerated == reference
+
+
+def test_the_accelerator_is_what_runs_when_built() -> None:
+    assert send_accel.ACCELERATED
+    assert send_accel.plain_metadata is accel.plain_metadata
+
+
+def test_usual_sends_decode_with_the_reference_too(reference_decoder: None) -> None:
+    entry = encode_entry(pb.MessageMetadata(producer_name="p", sequence_id=3, publish_time=1),
+                         b"payload")
+    stream = c.encode_send(1, 3, entry) + c.encode_ping() + c.encode_send(1, 4, entry)
+    frames = FrameDecoder().receive_frames(stream)
+    assert [type(f) for f in frames] == [SendFrame, Frame, SendFrame]
+    assert [f.sequence_id for f in frames if isinstance(f, SendFrame)] == [3, 4]
