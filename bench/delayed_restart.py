@@ -27,6 +27,9 @@ properties) and, in a fresh child process per ``--reads`` value, reopens the sto
 - ``catch-up p99``: of the positions due while down, the time from the first hand-out to
   each one's hand-out, p99 (ms);
 - early / lost / duplicate / acknowledged handed out again, over the whole drain;
+- ``*_cpu_s``: the process's CPU seconds (every thread) at each of these points, and at the
+  last late message handed out (``caught_up_cpu_s``): steadier than wall times on a busy
+  machine;
 - memory per pending message when the index serves and when every first segment is in: the
   tracker's estimate (``index_bytes_*``, ``pulsar_delayed_message_index_size_bytes``) and the
   process's RSS growth from before the store's open (``rss_bytes_*``: the store, the cursor

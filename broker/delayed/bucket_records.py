@@ -125,7 +125,7 @@ class ImmutableBucket:
         barrier until its membership and first segment are read."""
         bucket = cls(start_ledger, end_ledger, recovered=True)
         bucket.snapshot_id = snapshot_id
-        bucket.segment_min_ts = array("q", (first_ts,))
+        bucket.segment_min_ts = array("q", [first_ts])
         bucket.state = BucketState.READING
         return bucket
 

@@ -48,7 +48,7 @@ from array import array
 from bisect import bisect_right
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from pyroaring import BitMap
 
@@ -68,9 +68,9 @@ _SUMMARY = struct.Struct("<Bqqqqi")
 _SUMMARY_VERSION: Final = 1
 
 
-@dataclass(frozen=True, slots=True)
-class BucketSummary:
-    """What a snapshot's summary says of its bucket (module docstring)."""
+class BucketSummary(NamedTuple):
+    """What a snapshot's summary says of its bucket (module docstring). A tuple: a recovery
+    decodes tens of thousands of them before it serves."""
 
     start_ledger: int
     end_ledger: int
@@ -91,7 +91,7 @@ def decode_summary(data: bytes) -> BucketSummary | None:
     version, start, end, first_ts, indexes, segments = _SUMMARY.unpack(data)
     if version != _SUMMARY_VERSION or start > end or segments < 1 or indexes < 1:
         return None
-    return BucketSummary(start, end, first_ts, indexes, segments)
+    return BucketSummary._make((start, end, first_ts, indexes, segments))
 
 
 #: The start of a segment in the packed layout (module docstring).
