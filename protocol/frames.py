@@ -272,15 +272,13 @@ class FrameDecoder:
                 and self._error is None and len(data) >= 12:
             # Nothing pending and the read is one whole SEND of the usual layout (a lone
             # publisher's read): parsed from the chunk itself, as _decode would parse it.
-            total, command_size = _header_unpack_from(data, 0)
-            if total + 4 == len(data) and total <= self._max_frame_size \
-                    and 4 <= command_size <= total - 4 \
-                    and data[9] == _SEND_TYPE_BYTE and data[8] == _TYPE_TAG:
-                send = _parse_send(data, 8, 8 + command_size, total + 4)
-                if send is not None:
+            total = _header_unpack_from(data, 0)[0]
+            if total + 4 == len(data):
+                sends: list[Frame | SendFrame | UnknownCommand] = []
+                if _decode_sends(data, 0, self._max_frame_size, sends) == len(data):  # type: ignore[arg-type]
                     self._buf = b""
                     self._pos = 0
-                    return [send]
+                    return sends
         split = self._completing(data)
         if split:
             self.receive_data(data[:split])
