@@ -35,7 +35,6 @@ import struct
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterator
 
@@ -44,7 +43,13 @@ import pulsar
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 
 from bench.brokers import Broker, _running, cpu_seconds, free_port, start_pulsar
-from bench.compare_peer import async_publish, client_for, shared_consume, sync_send
+from bench.compare_peer import (
+    async_publish,
+    client_for,
+    end_to_end_sends,
+    shared_consume,
+    sync_send,
+)
 
 COMMANDS = {6: "SEND", 7: "SEND_RECEIPT", 9: "MESSAGE", 10: "ACK", 11: "FLOW", 18: "PING",
             19: "PONG", 38: "ACK_RESPONSE"}
@@ -63,48 +68,6 @@ def start_horae_tree(tmp: pathlib.Path, root: pathlib.Path) -> Iterator[Broker]:
         proc = subprocess.Popen(args, cwd=root, stdout=fh, stderr=subprocess.STDOUT)
     with _running(Broker("horae", "127.0.0.1", port, proc, data, log, web)) as broker:
         yield broker
-
-
-def end_to_end(client: pulsar.Client, topic: str, n: int,
-               payload: bytes) -> tuple[float, float, float]:
-    """compare_peer's end to end (one send in flight, a Shared consumer on the same client),
-    also timing each send's own round trip: (e2e p50 us, e2e p99 us, send p50 us)."""
-    consumer = client.subscribe(topic, "e2e", consumer_type=pulsar.ConsumerType.Shared,
-                                receiver_queue_size=1000)
-    producer = client.create_producer(topic, batching_enabled=False)
-    producer.send(payload)
-    consumer.acknowledge(consumer.receive(30_000))
-    body = payload[8:]
-    sends = [0] * n
-    failure: list[BaseException] = []
-
-    def produce() -> None:
-        clock = time.perf_counter_ns
-        try:
-            for i in range(n):
-                started = clock()
-                producer.send(struct.pack("<q", started) + body)
-                sends[i] = clock() - started
-        except BaseException as exc:  # reported by the consuming thread
-            failure.append(exc)
-
-    sender = threading.Thread(target=produce, daemon=True)
-    latencies = [0] * n
-    sender.start()
-    try:
-        for i in range(n):
-            msg = consumer.receive(30_000)
-            latencies[i] = time.perf_counter_ns() - struct.unpack_from("<q", msg.data())[0]
-            consumer.acknowledge(msg)
-    finally:
-        sender.join(60)
-    if failure:
-        raise RuntimeError(f"end-to-end producer failed: {failure[0]}")
-    producer.close()
-    consumer.close()
-    latencies.sort()
-    sends.sort()
-    return latencies[n // 2] / 1e3, latencies[(n * 99) // 100] / 1e3, sends[n // 2] / 1e3
 
 
 def thread_times() -> dict[str, list[int]]:
@@ -276,7 +239,7 @@ def run(broker: Broker, args: argparse.Namespace, rnd: int) -> None:
             return rate
 
         def e2e() -> float:
-            lat["p50"], _p99, lat["send p50"] = end_to_end(
+            lat["p50"], _p99, lat["send p50"] = end_to_end_sends(
                 client, f"persistent://public/default/cc-e2e-{rnd}", args.e2e, payload)
             return 0.0
 
