@@ -248,9 +248,11 @@ def capture(path: pathlib.Path | None, port: int) -> Iterator[None]:
             print("  tcpdump:", err.decode(errors="replace").strip().splitlines()[-1])
 
 
-# the system calls counted by name with --syscalls: the allocator's (a batch's buffer is larger
-# than glibc's first mmap threshold), the wake-ups (futex: the GIL, the client's semaphores and
-# condition variables) and the socket's
+# the system calls counted by name with --syscalls: the allocator's (the callback thread's
+# Python thread state maps and unmaps its frame stack per callback), the wake-ups (futex: the
+# GIL, the client's semaphores and condition variables) and the socket's; beside them the
+# interprocessor interrupts the client sends (a wake-up of a thread on another CPU: ipi_send_cpu;
+# an munmap's TLB shootdown on the CPUs running its other threads: ipi_send_cpumask)
 SYSCALLS = ("mmap", "munmap", "madvise", "brk", "mprotect", "futex", "epoll_wait", "recvfrom",
             "recvmsg", "sendmsg", "sendto", "write", "writev", "read")
 
@@ -262,7 +264,8 @@ def syscall_count(enabled: bool, result: dict[str, float]) -> Iterator[None]:
         return
     out = pathlib.Path(tempfile.mktemp(prefix="client-cost-perf-"))
     events = ",".join(["raw_syscalls:sys_enter", "context-switches", "cpu-migrations",
-                       "page-faults"] + [f"syscalls:sys_enter_{name}" for name in SYSCALLS])
+                       "page-faults", "ipi:ipi_send_cpu", "ipi:ipi_send_cpumask"]
+                      + [f"syscalls:sys_enter_{name}" for name in SYSCALLS])
     proc = subprocess.Popen(["perf", "stat", "-x", ",", "-o", str(out), "-e", events,
                              "-p", str(os.getpid())], stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
@@ -275,7 +278,8 @@ def syscall_count(enabled: bool, result: dict[str, float]) -> Iterator[None]:
         for line in out.read_text().splitlines():
             parts = line.split(",")
             if len(parts) > 2 and parts[0].strip().isdigit():
-                result[parts[2].removeprefix("syscalls:sys_enter_")] = float(parts[0])
+                result[parts[2].removeprefix("syscalls:sys_enter_").removeprefix("ipi:")] = float(
+                    parts[0])
         out.unlink(missing_ok=True)
 
 
