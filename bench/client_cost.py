@@ -251,8 +251,8 @@ def capture(path: pathlib.Path | None, port: int) -> Iterator[None]:
 # the system calls counted by name with --syscalls: the allocator's (the callback thread's
 # Python thread state maps and unmaps its frame stack per callback), the wake-ups (futex: the
 # GIL, the client's semaphores and condition variables) and the socket's; beside them the
-# interprocessor interrupts the client sends (a wake-up of a thread on another CPU: ipi_send_cpu;
-# an munmap's TLB shootdown on the CPUs running its other threads: ipi_send_cpumask)
+# interprocessor interrupts the client sends (mostly a futex wake-up of a thread on the other
+# CPU; also a TLB flush there after an munmap)
 SYSCALLS = ("mmap", "munmap", "madvise", "brk", "mprotect", "futex", "epoll_wait", "recvfrom",
             "recvmsg", "sendmsg", "sendto", "write", "writev", "read")
 
