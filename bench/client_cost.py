@@ -39,6 +39,7 @@ import time
 from collections.abc import Callable, Iterator
 
 import pulsar
+from google.protobuf.message import DecodeError
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 
@@ -50,6 +51,7 @@ from bench.compare_peer import (
     shared_consume,
     sync_send,
 )
+from protocol import pulsar_pb as pb
 
 COMMANDS = {6: "SEND", 7: "SEND_RECEIPT", 9: "MESSAGE", 10: "ACK", 11: "FLOW", 18: "PING",
             19: "PONG", 38: "ACK_RESPONSE"}
@@ -161,6 +163,72 @@ def wire_stats(path: pathlib.Path, broker_port: int) -> dict[str, collections.Co
     return stats
 
 
+def publish_timeline(path: pathlib.Path, broker_port: int) -> dict[str, float]:
+    """What the client batched and when the receipts came: messages per SEND (per entry), the
+    client's pending messages (sent, not yet receipted) at each SEND, each SEND's time to its
+    receipt, receipts per segment that carries any, and SENDs per segment to the broker."""
+    streams: dict[tuple[int, int], bytearray] = {}
+    sent_at: dict[tuple[int, int], tuple[float, int]] = {}
+    sizes: list[int] = []
+    pending_at_send: list[int] = []
+    waits: list[float] = []
+    receipt_segments: list[int] = []
+    send_segments: list[int] = []
+    pending = 0
+    for t, sport, dport, payload in read_pcap(path):
+        if not payload:
+            continue
+        to_client = sport == broker_port
+        buf = streams.setdefault((sport, dport), bytearray())
+        buf += payload
+        pos = 0
+        receipts = sends = 0
+        while len(buf) - pos >= 8:
+            size, cmd_size = struct.unpack_from(">II", buf, pos)
+            if len(buf) - pos < 4 + size:
+                break
+            try:
+                cmd = pb.BaseCommand.FromString(bytes(buf[pos + 8:pos + 8 + cmd_size]))
+            except DecodeError:  # joined mid-frame: drop what is buffered, sync on a segment
+                pos = len(buf)
+                break
+            pos += 4 + size
+            if cmd.type == pb.BaseCommand.SEND and not to_client:
+                n = cmd.send.num_messages or 1
+                sent_at[(cmd.send.producer_id, cmd.send.sequence_id)] = (t, n)
+                sizes.append(n)
+                pending_at_send.append(pending)
+                pending += n
+                sends += 1
+            elif cmd.type == pb.BaseCommand.SEND_RECEIPT and to_client:
+                key = (cmd.send_receipt.producer_id, cmd.send_receipt.sequence_id)
+                if key in sent_at:
+                    t0, n = sent_at.pop(key)
+                    waits.append(t - t0)
+                    pending -= n
+                receipts += 1
+        del buf[:pos]
+        if receipts:
+            receipt_segments.append(receipts)
+        if sends:
+            send_segments.append(sends)
+    if not sizes:
+        return {}
+
+    def pct(values: list[float] | list[int], q: float) -> float:
+        ordered = sorted(values)
+        return float(ordered[min(len(ordered) - 1, int(len(ordered) * q))]) if ordered else 0.0
+
+    return {"SENDs": len(sizes), "msgs/SEND mean": sum(sizes) / len(sizes),
+            "msgs/SEND p10": pct(sizes, 0.1), "msgs/SEND p50": pct(sizes, 0.5),
+            "pending at SEND p50": pct(pending_at_send, 0.5),
+            "pending at SEND p90": pct(pending_at_send, 0.9),
+            "SEND->receipt p50 ms": pct(waits, 0.5) * 1e3,
+            "SEND->receipt p90 ms": pct(waits, 0.9) * 1e3,
+            "receipts/segment": sum(receipt_segments) / max(1, len(receipt_segments)),
+            "SENDs/segment": sum(send_segments) / max(1, len(send_segments))}
+
+
 @contextlib.contextmanager
 def capture(path: pathlib.Path | None, port: int) -> Iterator[None]:
     if path is None:
@@ -180,14 +248,25 @@ def capture(path: pathlib.Path | None, port: int) -> Iterator[None]:
             print("  tcpdump:", err.decode(errors="replace").strip().splitlines()[-1])
 
 
+# the system calls counted by name with --syscalls: the allocator's (the callback thread's
+# Python thread state maps and unmaps its frame stack per callback), the wake-ups (futex: the
+# GIL, the client's semaphores and condition variables) and the socket's; beside them the
+# interprocessor interrupts the client sends (mostly a futex wake-up of a thread on the other
+# CPU; also a TLB flush there after an munmap)
+SYSCALLS = ("mmap", "munmap", "madvise", "brk", "mprotect", "futex", "epoll_wait", "recvfrom",
+            "recvmsg", "sendmsg", "sendto", "write", "writev", "read")
+
+
 @contextlib.contextmanager
 def syscall_count(enabled: bool, result: dict[str, float]) -> Iterator[None]:
     if not enabled:
         yield
         return
     out = pathlib.Path(tempfile.mktemp(prefix="client-cost-perf-"))
-    proc = subprocess.Popen(["perf", "stat", "-x", ",", "-o", str(out), "-e",
-                             "raw_syscalls:sys_enter,context-switches,cpu-migrations",
+    events = ",".join(["raw_syscalls:sys_enter", "context-switches", "cpu-migrations",
+                       "page-faults", "ipi:ipi_send_cpu", "ipi:ipi_send_cpumask"]
+                      + [f"syscalls:sys_enter_{name}" for name in SYSCALLS])
+    proc = subprocess.Popen(["perf", "stat", "-x", ",", "-o", str(out), "-e", events,
                              "-p", str(os.getpid())], stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     time.sleep(0.3)
@@ -199,7 +278,8 @@ def syscall_count(enabled: bool, result: dict[str, float]) -> Iterator[None]:
         for line in out.read_text().splitlines():
             parts = line.split(",")
             if len(parts) > 2 and parts[0].strip().isdigit():
-                result[parts[2]] = float(parts[0])
+                result[parts[2].removeprefix("syscalls:sys_enter_").removeprefix("ipi:")] = float(
+                    parts[0])
         out.unlink(missing_ok=True)
 
 
@@ -280,8 +360,8 @@ def run(broker: Broker, args: argparse.Namespace, rnd: int) -> None:
                 print(f"    {tname:<18} run {run_ns / 1e3 / count:6.1f} us/msg  "
                       f"vol {vol / count:5.2f}  invol {invol / count:5.2f} per msg")
             if sys_counts:
-                print("    perf: " + "  ".join(f"{k} {v / count:.2f}/msg"
-                                               for k, v in sys_counts.items()))
+                print("    perf: " + "  ".join(f"{k} {v / count:.3f}/msg"
+                                               for k, v in sys_counts.items() if v))
             if pcap is not None:
                 for direction, st in wire_stats(pcap, broker.port).items():
                     frames = {k[6:]: v for k, v in st.items() if k.startswith("frame ")}
@@ -290,6 +370,11 @@ def run(broker: Broker, args: argparse.Namespace, rnd: int) -> None:
                           f"{st['bytes'] / count:.0f} B/msg, frames/msg "
                           + " ".join(f"{k} {v / count:.3f}" for k, v in frames.items())
                           + "; segments ending k frames " + str(ends))
+                timeline = publish_timeline(pcap, broker.port)
+                if timeline:
+                    print("    publish: " + "  ".join(
+                        f"{k} {v:.1f}" if isinstance(v, float) else f"{k} {v}"
+                        for k, v in timeline.items()))
     finally:
         client.close()
         shutil.rmtree(tmp, ignore_errors=True)
