@@ -5,8 +5,9 @@ Theory of operation
 A figure the machine's load cannot move: the bytecode instructions each of the broker's
 threads executes (``sys.settrace`` with ``f_trace_opcodes``, as ``bench/lone_path.py --opcodes``
 does in process). It is loaded into a ``horae serve`` process started with ``PYTHONPATH`` set
-to ``bench/opcodes_site`` and ``HORAE_OPCODES`` set to a file: the main thread (the event loop)
-is traced from start-up, every thread started later through ``threading.settrace``. Each
+to ``bench/opcodes_site`` and ``HORAE_OPCODES`` set to a file: every thread started later is
+traced from its start (``threading.settrace``), the main thread (the event loop) from the first
+SIGUSR1 on (tracing the start-up would slow it several-fold). Each
 SIGUSR1 writes the counts so far to that file (JSON, replaced atomically, with a sequence
 number): per thread name its total, and per function (qualified name, file and first line) its
 count, thread by thread. :func:`snapshot` asks for one and reads it; :func:`difference` turns
@@ -65,6 +66,8 @@ def install(path: str) -> None:
         return tracer(frame, event, arg)
 
     def dump(signum: int, frame: Any) -> None:
+        if not sequence[0]:
+            sys.settrace(tracer_for("loop"))    # the frames called from now on
         sequence[0] += 1
         out: dict[str, Any] = {"sequence": sequence[0], "threads": {}}
         for name, counts in list(per_thread.items()):
@@ -77,7 +80,6 @@ def install(path: str) -> None:
 
     signal.signal(signal.SIGUSR1, dump)
     threading.settrace(thread_trace)
-    sys.settrace(tracer_for("loop"))
 
 
 def _thread_group(name: str) -> str:
