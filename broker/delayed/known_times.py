@@ -40,14 +40,14 @@ Runs on the event loop; not thread-safe.
 from __future__ import annotations
 
 from array import array
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from operator import is_
 from typing import Final
 
-from protocol.metadata_scan import int64_value
+from protocol.metadata_scan import int64_value, varint6_value
 
 __all__ = ["MAX_CHECKED", "UNKNOWN", "WINDOW", "WITHHELD", "CheckedTimes", "KnownDeliverTimes",
-           "deliver_time"]
+           "deliver_time", "deliver_times"]
 
 #: Entries a window holds at most (the older half is dropped past it): a dispatcher keeps up
 #: within a few read batches of the last durable entry.
@@ -118,6 +118,22 @@ def deliver_time(varint: bytes | None) -> int:
         return UNKNOWN
     at = int64_value(varint)
     return at if at > 0 else UNKNOWN
+
+
+def deliver_times(varints: Iterable[bytes | None]) -> list[int]:
+    """:func:`deliver_time` of each of a run's checked times, in one loop (the usual 6-byte
+    time decoded in it: always above 0)."""
+    out: list[int] = []
+    add = out.append
+    for varint in varints:
+        if varint is None:
+            add(UNKNOWN)
+        elif len(varint) == 6:
+            add(varint6_value(varint))
+        else:
+            at = int64_value(varint)
+            add(at if at > 0 else UNKNOWN)
+    return out
 
 
 class KnownDeliverTimes:

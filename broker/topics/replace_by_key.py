@@ -36,7 +36,7 @@ from pyroaring import BitMap
 
 from broker.delayed.delivery import DelayedDelivery
 from broker.delayed.keyed_snapshot import KeyedSnapshots
-from broker.delayed.known_times import CheckedTimes, KnownDeliverTimes, deliver_time
+from broker.delayed.known_times import CheckedTimes, KnownDeliverTimes, deliver_times
 from broker.delayed.replace_by_key import EntryKeys, KeyedSchedule, classify_run
 from protocol.sub_types import SubType
 from storage.cursor import ManagedCursor
@@ -245,18 +245,19 @@ class TopicReplaceByKey:
             varints = checked.take(entries) if checked is not None else None
             if varints is None:
                 return sink
-            return _RecordingSink(sink, self.known_times, [deliver_time(v) for v in varints])
+            return _RecordingSink(sink, self.known_times, deliver_times(varints))
         keys, times, nothing = classify_run(entries)
         if nothing == len(keys):
             varints = checked.take(entries) if checked is not None else None
             if varints is None:
                 return sink
-            return _RecordingSink(sink, self.known_times, [deliver_time(v) for v in varints])
+            return _RecordingSink(sink, self.known_times, deliver_times(varints))
         if checked is not None and nothing:
             varints = checked.take(entries)
             if varints is not None:     # a keyed entry's time from its classification,
-                times = [t if found is not None else deliver_time(varint)   # another's
-                         for found, t, varint in zip(keys, times, varints, strict=True)]
+                times = [t if found is not None else checked_at             # another's
+                         for found, t, checked_at in zip(keys, times, deliver_times(varints),
+                                                         strict=True)]
         elif checked is not None:   # every entry's time comes from its classification
             checked.forget()
         return _RecordingSink(sink, self.known_times, times, schedule, keys)

@@ -367,3 +367,28 @@ def test_a_run_is_classified_as_each_of_its_entries_alone() -> None:
                 assert known == (md.deliver_at_time if md.deliver_at_time > 0 else UNKNOWN)
             else:
                 assert known == UNKNOWN     # a batch with tombstones, delivered
+
+
+def test_a_runs_checked_times_read_as_each_alone() -> None:
+    """deliver_times over a run equals deliver_time of each varint: none, the usual 6 bytes,
+    shorter and longer ones, zero and negative times (unknown: read)."""
+    import random
+
+    from broker.delayed.known_times import deliver_time, deliver_times
+
+    def varint(value: int) -> bytes:
+        value &= 2**64 - 1
+        out = bytearray()
+        while value >= 0x80:
+            out.append(value & 0x7F | 0x80)
+            value >>= 7
+        out.append(value)
+        return bytes(out)
+
+    rnd = random.Random(43)
+    pool = [None, varint(0), varint(-1), varint(-(2**63)), varint(5), varint(2**35 - 1),
+            varint(2**42), varint(2**63 - 1)]
+    for _ in range(200):
+        run = [rnd.choice(pool) if rnd.random() < 0.3 else
+               varint(rnd.randrange(2**35, 2**42)) for _ in range(rnd.randrange(0, 30))]
+        assert deliver_times(run) == [deliver_time(v) for v in run]
