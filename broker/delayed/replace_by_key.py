@@ -263,9 +263,12 @@ class KeyedSchedule:
         latest = self._latest
         superseded: list[int] = []
         add = superseded.append
-        replaced = tombstones = 0
+        withheld_count = tombstones = 0
         here = -1
         base = _pack(ledger_id, first_entry_id)
+        if first_entry_id + len(run) > _ENTRY_MASK + 1:
+            # entry ids only grow: the rest of the run is beyond the packing
+            run = run[:max(0, _ENTRY_MASK + 1 - first_entry_id)]
         if base <= self.recorded_up_to:     # not after what was recorded: order not known
             self._ordered = False
         if base < self._floor:      # below what a sweep found (not in log order): kept true
@@ -275,24 +278,22 @@ class KeyedSchedule:
         for i, keys in enumerate(run):
             if keys is None:
                 continue
-            if first_entry_id + i > _ENTRY_MASK:
-                break       # entry ids only grow: the rest of the run is beyond the packing
             here = base + i
             pairs, withheld = keys
             for h, tombstone in pairs:
                 older = latest.pop(h, None)
                 if older is not None:
                     add(older)
-                    replaced += 1
                 if tombstone:
                     tombstones += 1
                 else:
                     latest[h] = here
             if withheld:
                 add(here)
+                withheld_count += 1
         if here > self.recorded_up_to:
             self.recorded_up_to = here
-        self.replaced_total += replaced
+        self.replaced_total += len(superseded) - withheld_count   # the older versions
         self.tombstones_total += tombstones
         if superseded:
             self._supersede(superseded)

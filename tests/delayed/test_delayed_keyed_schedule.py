@@ -392,3 +392,18 @@ def test_a_runs_checked_times_read_as_each_alone() -> None:
         run = [rnd.choice(pool) if rnd.random() < 0.3 else
                varint(rnd.randrange(2**35, 2**42)) for _ in range(rnd.randrange(0, 30))]
         assert deliver_times(run) == [deliver_time(v) for v in run]
+
+
+def test_a_run_past_the_packable_entry_ids_records_only_those_below() -> None:
+    """Entry ids past 2**32 - 1 cannot be packed: a run crossing that bound records its
+    entries up to it and none after (the counts follow)."""
+    scheduled = classify(entry(partition_key="a", deliver_at_time=5))
+    again = classify(entry(partition_key="a", deliver_at_time=6))
+    other = classify(entry(partition_key="b", deliver_at_time=7))
+    schedule = KeyedSchedule()
+    last = (1 << 32) - 1
+    schedule.record_run(2, last - 1, [scheduled, again, other, scheduled])
+    assert schedule.export()[0] == {key_hash("a"): (2 << 32) + last}
+    assert schedule.replaced_total == 1 and schedule.recorded_up_to == (2 << 32) + last
+    schedule.record_run(2, last + 1, [other])       # wholly past the bound: nothing
+    assert len(schedule) == 1 and schedule.replaced_total == 1
