@@ -7,8 +7,10 @@ threads executes (``sys.settrace`` with ``f_trace_opcodes``, as ``bench/lone_pat
 does in process). It is loaded into a ``horae serve`` process started with ``PYTHONPATH`` set
 to ``bench/opcodes_site`` and ``HORAE_OPCODES`` set to a file: every thread started later is
 traced from its start (``threading.settrace``), the main thread (the event loop) from the first
-SIGUSR1 on (tracing the start-up would slow it several-fold). Each
-SIGUSR1 writes the counts so far to that file (JSON, replaced atomically, with a sequence
+SIGUSR1 on (tracing the start-up would slow it several-fold); opcodes are counted only between
+a SIGUSR1 (a phase starts) and a SIGUSR2 (it ended), so what runs between phases (the checks'
+REST calls) runs at nearly full speed. (A frame entered while not counting, a thread's or a
+task's long-lived loop, is not traced: its callees are.) Each signal writes the counts so far to that file (JSON, replaced atomically, with a sequence
 number): per thread name its total, and per function (qualified name, file and first line) its
 count, thread by thread. :func:`snapshot` asks for one and reads it; :func:`difference` turns
 two into a phase's counts. Tracing slows the broker several-fold: its CPU and latency figures
@@ -39,19 +41,20 @@ def install(path: str) -> None:
     """Count this process's opcodes per thread and function; dump them to *path* on SIGUSR1."""
     per_thread: dict[str, collections.Counter[CodeType]] = {}
     sequence = [0]
+    counting = [False]
     own_file = __file__     # the dumps' own opcodes are left out
 
     def tracer_for(name: str) -> Any:
         counts = per_thread.setdefault(name, collections.Counter())
 
         def trace(frame: FrameType, event: str, arg: Any) -> Any:
-            if event != "call":
+            if event != "call" or not counting[0]:
                 return None
             frame.f_trace_opcodes = True
             code = frame.f_code
 
             def local(frame: FrameType, event: str, arg: Any) -> Any:
-                if event == "opcode":
+                if event == "opcode" and counting[0]:
                     counts[code] += 1
                 return local
 
@@ -66,6 +69,7 @@ def install(path: str) -> None:
         return tracer(frame, event, arg)
 
     def dump(signum: int, frame: Any) -> None:
+        counting[0] = signum == signal.SIGUSR1
         if not sequence[0]:
             sys.settrace(tracer_for("loop"))    # the frames called from now on
         sequence[0] += 1
@@ -79,6 +83,7 @@ def install(path: str) -> None:
         os.replace(tmp, path)
 
     signal.signal(signal.SIGUSR1, dump)
+    signal.signal(signal.SIGUSR2, dump)
     threading.settrace(thread_trace)
 
 
@@ -87,10 +92,12 @@ def _thread_group(name: str) -> str:
     return name.rsplit("_", 1)[0] if name.startswith("ThreadPoolExecutor") else name
 
 
-def snapshot(pid: int, path: Path, timeout_s: float = 60.0) -> dict[str, dict[str, int]]:
-    """Ask the broker *pid* for its counts (SIGUSR1) and read them: thread -> function -> count."""
+def snapshot(pid: int, path: Path, start: bool, timeout_s: float = 60.0,
+             ) -> dict[str, dict[str, int]]:
+    """Ask the broker *pid* for its counts and read them: thread -> function -> count; with
+    *start* it counts from now on (SIGUSR1), else it stops counting (SIGUSR2)."""
     before = json.loads(path.read_text())["sequence"] if path.exists() else 0
-    os.kill(pid, signal.SIGUSR1)
+    os.kill(pid, signal.SIGUSR1 if start else signal.SIGUSR2)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if path.exists():

@@ -625,7 +625,7 @@ class OpcodeRecorder:
         self.phases: dict[str, dict[str, Any]] = {}
 
     def __call__(self, phase: str, event: str) -> None:
-        now = opcode_probe.snapshot(self.pid, self.path)
+        now = opcode_probe.snapshot(self.pid, self.path, start=event == "start")
         if event == "start":
             self._before = now
         else:
