@@ -124,54 +124,55 @@ def classify_run(entries: Iterable[bytes]) -> tuple[list[EntryKeys | None], list
     keys: list[EntryKeys | None] = []
     times: list[int] = []
     add_keys, add_time = keys.append, times.append
-    nothing = 0
-    parse, hash128, none = _metadata_from_string, _hash128, _NONE
+    parse, hash128, none, unpack = _metadata_from_string, _hash128, _NONE, _u32_unpack_from
     for entry in entries:
-        found: EntryKeys | None = None
         size = len(entry)
-        if size >= 4:
-            end = 4 + _u32_unpack_from(entry, 0)[0]
-            # Without a partition_key tag (6, 0x32) or a num_messages_in_batch tag (11, 0x58)
-            # among the bytes after producer_name (which every serializer writes first) the
-            # entry cannot be keyed: most entries on a topic with the policy on are answered
-            # without a parse.
-            if size > 6 and entry[4] == 0x0A and entry[5] < 0x80 \
-                    and entry.find(b"\x32", 6 + entry[5], end) < 0 \
-                    and entry.find(b"\x58", 6 + entry[5], end) < 0:
-                md = None
-            else:
-                try:
-                    md = parse(entry[4:end])
-                except DecodeError:
-                    md = None
-            if md is None:
-                pass
-            elif md.HasField("num_messages_in_batch"):
-                try:
-                    found = _classify_batch(md, entry)
-                except (ProtocolError, UnicodeError):
-                    found = None
-                if found is not None:
-                    add_keys(found)
-                    add_time(WITHHELD if found[1] else UNKNOWN)
-                    continue
-            else:
-                key = md.partition_key  # a value read is cheaper than HasField: that only for ""
-                if key or md.HasField("partition_key"):
-                    if md.null_value or (size == end if md.compression == none else
-                                         md.HasField("uncompressed_size")
-                                         and md.uncompressed_size == 0):
-                        add_keys((((hash128(key, 0, signed=False), True),), True))
-                        add_time(WITHHELD)
-                        continue
-                    at = md.deliver_at_time
-                    if at or md.HasField("deliver_at_time"):
-                        add_keys((((hash128(key, 0, signed=False), False),), False))
-                        add_time(at if at > 0 else UNKNOWN)
-                        continue
+        # Without a partition_key tag (6, 0x32) or a num_messages_in_batch tag (11, 0x58)
+        # among the bytes after producer_name (which every serializer writes first) the entry
+        # cannot be keyed: most entries on a topic with the policy on are answered without a
+        # parse.
+        if size > 6 and entry[4] == 0x0A and entry[5] < 0x80:
+            start, end = 6 + entry[5], 4 + unpack(entry, 0)[0]
+            if entry.find(b"\x32", start, end) < 0 and entry.find(b"\x58", start, end) < 0:
+                add_keys(None)
+                add_time(UNKNOWN)
+                continue
+        elif size < 4:
+            add_keys(None)
+            add_time(UNKNOWN)
+            continue
+        else:
+            end = 4 + unpack(entry, 0)[0]
+        try:
+            md = parse(entry[4:end])
+        except DecodeError:
+            add_keys(None)
+            add_time(UNKNOWN)
+            continue
+        if md.HasField("num_messages_in_batch"):
+            try:
+                found = _classify_batch(md, entry)
+            except (ProtocolError, UnicodeError):
+                found = None
+            add_keys(found)
+            add_time(WITHHELD if found is not None and found[1] else UNKNOWN)
+            continue
+        key = md.partition_key      # a value read is cheaper than HasField: that only for ""
+        if key or md.HasField("partition_key"):
+            if md.null_value or (size == end if md.compression == none else
+                                 md.HasField("uncompressed_size")
+                                 and md.uncompressed_size == 0):
+                add_keys((((hash128(key, 0, signed=False), True),), True))
+                add_time(WITHHELD)
+                continue
+            at = md.deliver_at_time
+            if at or md.HasField("deliver_at_time"):
+                add_keys((((hash128(key, 0, signed=False), False),), False))
+                add_time(at if at > 0 else UNKNOWN)
+                continue
         add_keys(None)
         add_time(UNKNOWN)
-        nothing += 1
+    nothing = keys.count(None)
     return keys, times, nothing
 
 
