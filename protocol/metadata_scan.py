@@ -170,23 +170,20 @@ def scan_publish_metadata(entry: bytes, max_message_size: int = MAX_MESSAGE_SIZE
         (more_messages, more_delayed, more_chunks, more_chunk_id, more_compression,
          more_uncompressed, more_total_chunk, tag, size) = match.groups()
         # a field seen again keeps its last value, as protobuf does
+        if more_messages is not None:
+            messages = more_messages
         if more_delayed is not None:
             delayed = more_delayed
-        # (a captured varint is never empty: one test for the six the usual key skips)
-        if more_messages or more_chunks or more_chunk_id or more_compression \
-                or more_uncompressed or more_total_chunk:
-            if more_messages is not None:
-                messages = more_messages
-            if more_chunks is not None:
-                num_chunks = more_chunks
-            if more_chunk_id is not None:
-                chunk_id = more_chunk_id
-            if more_compression is not None:
-                compression = more_compression
-            if more_uncompressed is not None:
-                uncompressed = more_uncompressed
-            if more_total_chunk is not None:
-                total_chunk = more_total_chunk
+        if more_chunks is not None:
+            num_chunks = more_chunks
+        if more_chunk_id is not None:
+            chunk_id = more_chunk_id
+        if more_compression is not None:
+            compression = more_compression
+        if more_uncompressed is not None:
+            uncompressed = more_uncompressed
+        if more_total_chunk is not None:
+            total_chunk = more_total_chunk
     if pos != end:
         return None
     count = None if messages is None else messages[0] if len(messages) == 1 else int32_value(messages)
