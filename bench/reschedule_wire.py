@@ -55,7 +55,8 @@ file per phase) and prints their top frames. ``--phases`` runs only some of the 
 phases (the seed and the check go with ``by-key``): with ``--rounds N``, N repetitions of
 them on one broker. ``--opcodes`` runs the broker with ``bench/opcode_probe.py`` loaded and
 prints, per measured phase, the Python opcodes each of its threads ran per SEND (the event
-loop, the storage write and sync threads, the rest) and, with ``--top N``, the N functions
+loop, the storage write and sync threads, the rest; counted until the loop is quiet after the
+last receipt, so that the slowed dispatcher's holds of the phase's entries are in) and, with ``--top N``, the N functions
 of the loop running the most: figures the machine's load cannot move (tracing slows the
 broker several-fold, so that run's rates, latencies and CPU figures mean nothing).
 
@@ -625,11 +626,31 @@ class OpcodeRecorder:
         self.phases: dict[str, dict[str, Any]] = {}
 
     def __call__(self, phase: str, event: str) -> None:
+        if event != "start":
+            self._settle()
         now = opcode_probe.snapshot(self.pid, self.path, start=event == "start")
         if event == "start":
             self._before = now
         else:
             self.phases[phase] = opcode_probe.difference(now, self._before)
+
+
+    def _settle(self, quiet: float = 0.002, timeout_s: float = 120.0) -> None:
+        """Keep counting until the loop's count grows by less than ``quiet`` of the phase's
+        in half a second (or ``timeout_s``): the traced dispatcher holds the phase's entries
+        well after their receipts, and its work belongs to the phase."""
+        def loop_total(counts: dict[str, dict[str, int]]) -> int:
+            return sum(counts.get("loop", {}).values())
+
+        base = loop_total(self._before)
+        last = loop_total(opcode_probe.snapshot(self.pid, self.path, start=True))
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            time.sleep(0.5)
+            now = loop_total(opcode_probe.snapshot(self.pid, self.path, start=True))
+            if now - last < quiet * max(1, now - base):
+                return
+            last = now
 
 
 _THREADS: Final = (("loop", "event loop"), ("horae-storage-writer", "write thread"),
