@@ -4,7 +4,7 @@ Theory of operation
 -------------------
 Every SEND's metadata is read when it is published: the publish check's scan
 (:func:`protocol.metadata_scan.scan_publish_metadata`) finds its ``deliver_at_time``, and
-under replace-by-key :func:`~broker.delayed.replace_by_key.classify_timed` parses a keyed one
+under replace-by-key :func:`~broker.delayed.replace_by_key.classify_run` parses a keyed one
 again. So a delayed message's deliver time is known then. A dispatcher that reads the new entry
 back only to learn that time and hold it in its tracker (the cache read, the entry objects, a
 second metadata parse) can instead ask :class:`KnownDeliverTimes` for the times of the entries

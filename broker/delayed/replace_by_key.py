@@ -71,7 +71,7 @@ from protocol.errors import ProtocolError
 from protocol.metadata import iter_batch, split_entry
 from storage.positions import Position
 
-__all__ = ["NOTHING", "EntryKeys", "KeyedSchedule", "classify", "classify_run", "classify_timed",
+__all__ = ["EntryKeys", "KeyedSchedule", "classify", "classify_run", "classify_timed",
            "ledger_bitmaps"]
 
 _ENTRY_BITS: Final = 32
@@ -174,10 +174,6 @@ def classify_run(entries: Iterable[bytes]) -> tuple[list[EntryKeys | None], list
         add_time(UNKNOWN)
     nothing = keys.count(None)
     return keys, times, nothing
-
-
-NOTHING: Final[tuple[None, int]] = (None, 0)
-"""What :func:`classify_timed` returns for an entry that schedules and cancels nothing."""
 
 
 def _classify_batch(md: pb.MessageMetadata, entry: bytes) -> EntryKeys | None:
