@@ -61,8 +61,9 @@ def _running(broker: Broker) -> Iterator[Broker]:
 
 @contextlib.contextmanager
 def start_horae(tmp: pathlib.Path, *, fsync: bool = True, name: str | None = None,
-                config: str = "") -> Iterator[Broker]:
-    """A Horae broker; *config* is extra TOML lines for its config file."""
+                config: str = "", env: dict[str, str] | None = None) -> Iterator[Broker]:
+    """A Horae broker; *config* is extra TOML lines for its config file, *env* variables
+    added to its environment."""
     name = name or ("horae" if fsync else "horae-nofsync")
     port, web = free_port(), free_port()
     data = tmp / name
@@ -77,7 +78,8 @@ def start_horae(tmp: pathlib.Path, *, fsync: bool = True, name: str | None = Non
         conf.write_text(config)
         args += ["--config", str(conf)]
     with log.open("wb") as fh:
-        proc = subprocess.Popen(args, cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(args, cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT,
+                                env={**os.environ, **env} if env else None)
     with _running(Broker(name, "127.0.0.1", port, proc, data, log, web,
                          version=_version("horae"))) as broker:
         yield broker

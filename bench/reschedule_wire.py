@@ -53,13 +53,18 @@ what is in flight): the receipt latency at a given offered load rather than at s
 ``--profile DIR`` adds a round whose three measured phases each run under py-spy (one stack
 file per phase) and prints their top frames. ``--phases`` runs only some of the measured
 phases (the seed and the check go with ``by-key``): with ``--rounds N``, N repetitions of
-them on one broker.
+them on one broker. ``--opcodes`` runs the broker with ``bench/opcode_probe.py`` loaded and
+prints, per measured phase, the Python opcodes each of its threads ran per SEND (the event
+loop, the storage write and sync threads, the rest; counted until the loop is quiet after the
+last receipt, so that the slowed dispatcher's holds of the phase's entries are in) and, with ``--top N``, the N functions
+of the loop running the most: figures the machine's load cannot move (tracing slows the
+broker several-fold, so that run's rates, latencies and CPU figures mean nothing).
 
 Usage::
 
     .venv/bin/python bench/reschedule_wire.py [--keys 20000] [--ops 100000] [--producers 4]
         [--window 200] [--size 128] [--rounds 2] [--rate R] [--profile DIR] [--no-fsync]
-        [--kill9] [--phases by-key,plain-delayed,raw,raw-consumer]
+        [--kill9] [--phases by-key,plain-delayed,raw,raw-consumer] [--opcodes [--top N]]
 
 Never part of the test run.
 """
@@ -86,6 +91,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 
 import uvloop
 
+from bench import opcode_probe
 from bench.brokers import Broker, cpu_seconds, start_horae
 from bench.profiling import PySpyRecorder, summarise_collapsed
 from bench.wire_clients import Publisher, RawConnection, connect, lookup, open_producer
@@ -306,7 +312,9 @@ class PhaseResult:
         commits, fsyncs = st.get("group_commits", 0.0), st.get("fsyncs", 0.0)
         per_commit = st.get("group_committed_entries", 0.0) / commits if commits else 0.0
         mean_ms = 1e3 * st.get("fsync_seconds", 0.0) / fsyncs if fsyncs else 0.0
-        return (f"event loop on a CPU {100 * self.loop_cpu_s / wall:3.0f}%, waiting for one "
+        per_op = 1e6 * self.loop_cpu_s / self.sends if self.sends else 0.0
+        return (f"event loop {per_op:5.1f} us/op, on a CPU {100 * self.loop_cpu_s / wall:3.0f}%, "
+                f"waiting for one "
                 f"{100 * self.loop_wait_s / wall:3.0f}% of the time; "
                 f"{commits / wall:7,.0f} group commits/s of {per_commit:5.1f} entries; "
                 f"fdatasync {fsyncs / wall:6,.0f}/s, mean {mean_ms:5.2f} ms, "
@@ -409,6 +417,9 @@ async def publish(broker: Broker, topic: str, name: str, frames: list[list[bytes
 #: The measured phases a round may run (by key, plain delayed, raw, raw with a consumer: a
 #: round runs those asked for in that order).
 PHASES: Final = frozenset({"by-key", "plain-delayed", "raw", "raw-consumer"})
+#: Each phase's name in the results.
+_PHASE_NAMES: Final = {"by-key": "by key", "plain-delayed": "plain delayed",
+                       "raw": "raw (no delay)", "raw-consumer": "raw, consumer"}
 
 
 @dataclass(frozen=True)
@@ -604,6 +615,62 @@ def run_kill9(tmp: pathlib.Path, s: Settings, rnd: random.Random,
                 f"({time.perf_counter() - started:.1f} s to a settled check): {details}")
 
 
+class OpcodeRecorder:
+    """An ``on_phase`` callback: the broker's opcodes per thread over each phase
+    (:mod:`bench.opcode_probe`; the broker runs with it loaded)."""
+
+    def __init__(self, pid: int, path: pathlib.Path) -> None:
+        self.pid = pid
+        self.path = path
+        self._before: dict[str, dict[str, int]] = {}
+        self.phases: dict[str, dict[str, Any]] = {}
+
+    def __call__(self, phase: str, event: str) -> None:
+        if event != "start":
+            self._settle()
+        now = opcode_probe.snapshot(self.pid, self.path, start=event == "start")
+        if event == "start":
+            self._before = now
+        else:
+            self.phases[phase] = opcode_probe.difference(now, self._before)
+
+
+    def _settle(self, quiet: float = 0.002, timeout_s: float = 120.0) -> None:
+        """Keep counting until the loop's count grows by less than ``quiet`` of the phase's
+        in half a second (or ``timeout_s``): the traced dispatcher holds the phase's entries
+        well after their receipts, and its work belongs to the phase."""
+        def loop_total(counts: dict[str, dict[str, int]]) -> int:
+            return sum(counts.get("loop", {}).values())
+
+        base = loop_total(self._before)
+        last = loop_total(opcode_probe.snapshot(self.pid, self.path, start=True))
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            time.sleep(0.5)
+            now = loop_total(opcode_probe.snapshot(self.pid, self.path, start=True))
+            if now - last < quiet * max(1, now - base):
+                return
+            last = now
+
+
+_THREADS: Final = (("loop", "event loop"), ("horae-storage-writer", "write thread"),
+                   ("horae-storage-sync", "sync thread"))
+
+
+def print_opcodes(recorder: OpcodeRecorder, results: list[PhaseResult], top: int) -> None:
+    """Opcodes per SEND of each traced phase, per thread, and the loop's top functions."""
+    sends = {r.name: r.sends for r in results}
+    named = {name for name, _ in _THREADS}
+    for phase, threads in recorder.phases.items():
+        n = sends.get(_PHASE_NAMES[phase], 0) or 1
+        parts = [f"{label} {sum(threads.get(name, {}).values()) / n:,.0f}"
+                 for name, label in _THREADS]
+        rest = sum(sum(c.values()) for name, c in threads.items() if name not in named)
+        print(f"  opcodes per SEND, {phase}: {', '.join(parts)}, other threads {rest / n:,.0f}")
+        for func, count in threads.get("loop", {}).most_common(top):
+            print(f"    {count / n:8,.1f}  {func}")
+
+
 def print_round(label: str, results: list[PhaseResult], verdict: tuple[bool, str]) -> None:
     load = os.getloadavg()
     print(f"{label} (load average {load[0]:.1f} / {load[1]:.1f}):")
@@ -645,6 +712,11 @@ def main(argv: list[str] | None = None) -> int:
                          f"{', '.join(sorted(PHASES))} (the seed runs with by-key)")
     ap.add_argument("--profile", type=pathlib.Path, metavar="DIR",
                     help="one extra round, each phase under py-spy; stacks go to DIR")
+    ap.add_argument("--opcodes", action="store_true",
+                    help="count the broker's Python opcodes per SEND, per thread (traced: the "
+                         "run's rates and CPU figures mean nothing)")
+    ap.add_argument("--top", type=int, default=0,
+                    help="with --opcodes: the N functions of the loop running the most")
     args = ap.parse_args(argv)
     if min(args.keys, args.ops, args.producers, args.window) < 1 or args.keys < args.producers:
         ap.error("keys, ops, producers and window must be >= 1, keys >= producers")
@@ -660,14 +732,22 @@ def main(argv: list[str] | None = None) -> int:
           flush=True)
     tmp = pathlib.Path(tempfile.mkdtemp(prefix="horae-resched-wire-"))
     failed = False
+    counts = tmp / "opcodes.json"
+    env = {"PYTHONPATH": str(opcode_probe.SITE_DIR), opcode_probe.ENV: str(counts)} \
+        if args.opcodes else None
     try:
-        with start_horae(tmp, fsync=not args.no_fsync) as broker, \
+        with start_horae(tmp, fsync=not args.no_fsync, env=env) as broker, \
                 asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
             enable_replace_by_key(broker)
             rnd = random.Random(7)
             for rnd_no in range(args.rounds):
-                results, verdict = runner.run(run_round(broker, f"{os.getpid()}-{rnd_no}", s, rnd))
-                print_round(f"round {rnd_no + 1}", results, verdict)
+                recorder = OpcodeRecorder(broker.pid, counts) if args.opcodes else None
+                results, verdict = runner.run(run_round(broker, f"{os.getpid()}-{rnd_no}", s, rnd,
+                                                        recorder))
+                print_round(f"round {rnd_no + 1}" + (" (traced)" if recorder else ""), results,
+                            verdict)
+                if recorder is not None:
+                    print_opcodes(recorder, results, args.top)
                 failed |= not verdict[0]
             if args.profile is not None:
                 args.profile.mkdir(parents=True, exist_ok=True)

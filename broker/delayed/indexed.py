@@ -136,9 +136,7 @@ class IndexedPositions:
         else:
             bm |= ids
         base = ledger_id << POSITION_BITS
-        push = self.index.push
-        for at, entry_id in zip(deliver_at_ms, entry_ids, strict=True):
-            push(at, base | entry_id)
+        self.index.push_run(deliver_at_ms, list(map(base.__or__, entry_ids)))
         self.count += len(entry_ids)
         if self._sweep is not None:
             self._sweep.keep.update([base | entry_id for entry_id in entry_ids])

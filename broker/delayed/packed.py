@@ -31,7 +31,7 @@ import heapq
 import sys
 from array import array
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from itertools import compress
 
 from pyroaring import BitMap, BitMap64
@@ -189,6 +189,55 @@ class PackedTimeIndex:
         self._len += 1
         if len(ts_col) > _SPLIT:
             self._split(i)
+
+    def push_run(self, times: Sequence[int], packed: Sequence[int]) -> None:
+        """:meth:`push` of each ``(times[k], packed[k])``: the same entries in the same order,
+        in one pass. The pairs are sorted first, so each goes in after the one before: the
+        chunk and the offset in it are searched from where the last went, and chunks split
+        once at the end. A pair whose time the index holds already (a run of one time is
+        ordered by position, possibly across chunks) takes :meth:`push` itself."""
+        if len(times) < 4 or not self._maxes:
+            for ts, one in zip(times, packed, strict=True):
+                self.push(ts, one)
+            return
+        pairs = sorted(zip(times, packed, strict=True))
+        maxes, ts_cols, pos_cols = self._maxes, self._ts, self._pos
+        last = len(maxes) - 1
+        i = min(bisect_left(maxes, pairs[0][0]), last)
+        first_touched = i
+        ts_col, pos_col = ts_cols[i], pos_cols[i]
+        lo = self._head if i == 0 else 0
+        for ts, one in pairs:
+            if maxes[i] < ts and i < last:
+                i = min(bisect_left(maxes, ts, i + 1), last)   # first chunk ending at or after
+                ts_col, pos_col = ts_cols[i], pos_cols[i]
+                lo = 0
+            if ts > maxes[i] or lo == len(ts_col):  # the tail (lo is there after a tail one)
+                ts_col.append(ts)
+                pos_col.append(one)
+                maxes[i] = ts
+                lo = len(ts_col)
+                continue
+            j = bisect_left(ts_col, ts, lo)     # < len(ts_col): maxes[i] >= ts
+            if ts_col[j] == ts:                 # this time is held: by position, as push does
+                self._len -= 1                  # (push counts it again)
+                self.push(ts, one)
+                last = len(maxes) - 1           # push may have split a chunk
+                i = min(bisect_left(maxes, ts), last)
+                first_touched = min(first_touched, i)
+                ts_col, pos_col = ts_cols[i], pos_cols[i]
+                lo = self._head if i == 0 else 0
+                continue
+            ts_col.insert(j, ts)
+            pos_col.insert(j, one)
+            lo = j + 1
+        self._len += len(pairs)
+        k = first_touched
+        while k < len(ts_cols):
+            if len(ts_cols[k]) > _SPLIT:
+                self._split(k)      # chunk k again: its lower half may still be over
+            else:
+                k += 1
 
     def _split(self, i: int) -> None:
         ts_col, pos_col = self._ts[i], self._pos[i]

@@ -32,7 +32,8 @@ Entries are recorded (:meth:`KeyedSchedule.record`) when they are durable, befor
 receipts, in log order; so a replacement answered to its producer is already in force. The
 dispatchers of every Shared and Key_Shared subscription ask :meth:`KeyedSchedule.superseded`
 for each entry they read or find due, and acknowledge a superseded one unseen. As positions
-are superseded the topic is told (``on_superseded``, once per recorded run, in bulk) and
+are superseded the topic is told (``on_superseded``, once per recorded run, in bulk: the
+positions and the bitmap per ledger the schedule made of them) and
 acknowledges them at once on those subscriptions and drops them from their trackers, so
 neither the backlog nor a tracker keeps
 replaced versions until their old deliver time (the dispatcher's check covers the rest:
@@ -55,7 +56,7 @@ import operator
 import struct
 import sys
 from array import array
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from itertools import islice
 from typing import Final, TypeAlias
 
@@ -63,13 +64,15 @@ import mmh3
 from google.protobuf.message import DecodeError
 from pyroaring import BitMap
 
+from broker.delayed.known_times import UNKNOWN, WITHHELD
 from broker.delayed.packed import bitmap_bytes
 from protocol import pulsar_pb as pb
 from protocol.errors import ProtocolError
 from protocol.metadata import iter_batch, split_entry
 from storage.positions import Position
 
-__all__ = ["NOTHING", "EntryKeys", "KeyedSchedule", "classify", "classify_timed", "ledger_bitmaps"]
+__all__ = ["EntryKeys", "KeyedSchedule", "classify", "classify_run", "classify_timed",
+           "ledger_bitmaps"]
 
 _ENTRY_BITS: Final = 32
 _ENTRY_MASK: Final = (1 << _ENTRY_BITS) - 1
@@ -100,47 +103,77 @@ def classify(entry: bytes) -> EntryKeys | None:
     """What a stored entry schedules or cancels (module docstring); None: nothing. The entry
     passed the publish checks (or is read back from the log): its metadata is parsed without
     the required-field check, and one that does not parse counts as nothing."""
-    return classify_timed(entry)[0]
+    return classify_run((entry,))[0][0]
 
 
 def classify_timed(entry: bytes) -> tuple[EntryKeys | None, int]:
     """:func:`classify`, and the deliver time of a scheduling message (0 for every other
-    entry): what the publish side learns for the dispatchers
-    (:class:`~broker.delayed.known_times.KnownDeliverTimes`) from the same parse."""
-    if len(entry) < 4:
-        return NOTHING
-    (size,) = _u32_unpack_from(entry, 0)
-    # Without a partition_key tag (6, 0x32) or a num_messages_in_batch tag (11, 0x58) among
-    # the bytes after producer_name (which every serializer writes first) the entry cannot be
-    # keyed: most entries on a topic with the policy on are answered without a parse.
-    if len(entry) > 6 and entry[4] == 0x0A and entry[5] < 0x80:
-        start, end = 6 + entry[5], 4 + size
-        if entry.find(b"\x32", start, end) < 0 and entry.find(b"\x58", start, end) < 0:
-            return NOTHING
-    try:
-        md = _metadata_from_string(entry[4:4 + size])
-    except DecodeError:
-        return NOTHING
-    has = md.HasField
-    if has("num_messages_in_batch"):
+    entry, and for a scheduling message due at 0 or before): :func:`classify_run` of one."""
+    keys, times, _ = classify_run((entry,))
+    return keys[0], max(times[0], UNKNOWN)
+
+
+def classify_run(entries: Iterable[bytes]) -> tuple[list[EntryKeys | None], list[int], int]:
+    """:func:`classify` of each entry, with what the publish side learns for the dispatchers
+    (:class:`~broker.delayed.known_times.KnownDeliverTimes`) from the same parse: per entry
+    :data:`~broker.delayed.known_times.WITHHELD` for one the schedule withholds (a tombstone, a
+    batch of tombstones only), the deliver time of a scheduling message, and
+    :data:`~broker.delayed.known_times.UNKNOWN` for the rest (a scheduling message due at 0 or
+    before too); and how many entries are nothing. One loop for a publish run, the usual
+    single message's test written out in it (no call, no tuple per entry)."""
+    keys: list[EntryKeys | None] = []
+    times: list[int] = []
+    add_keys, add_time = keys.append, times.append
+    parse, hash128, none, unpack = _metadata_from_string, _hash128, _NONE, _u32_unpack_from
+    for entry in entries:
+        size = len(entry)
+        # Without a partition_key tag (6, 0x32) or a num_messages_in_batch tag (11, 0x58)
+        # among the bytes after producer_name (which every serializer writes first) the entry
+        # cannot be keyed: most entries on a topic with the policy on are answered without a
+        # parse.
+        if size > 6 and entry[4] == 0x0A and entry[5] < 0x80:
+            start, end = 6 + entry[5], 4 + unpack(entry, 0)[0]
+            if entry.find(b"\x32", start, end) < 0 and entry.find(b"\x58", start, end) < 0:
+                add_keys(None)
+                add_time(UNKNOWN)
+                continue
+        elif size < 4:
+            add_keys(None)
+            add_time(UNKNOWN)
+            continue
+        else:
+            end = 4 + unpack(entry, 0)[0]
         try:
-            return _classify_batch(md, entry), 0
-        except (ProtocolError, UnicodeError):
-            return NOTHING
-    key = md.partition_key      # a value read is cheaper than HasField: that only for ""
-    if not key and not has("partition_key"):
-        return NOTHING
-    if md.null_value or (len(entry) == 4 + size if md.compression == _NONE
-                         else has("uncompressed_size") and md.uncompressed_size == 0):
-        return (((_hash128(key, 0, signed=False), True),), True), 0
-    at = md.deliver_at_time
-    if at or has("deliver_at_time"):
-        return (((_hash128(key, 0, signed=False), False),), False), at
-    return NOTHING
-
-
-NOTHING: Final[tuple[None, int]] = (None, 0)
-"""What :func:`classify_timed` returns for an entry that schedules and cancels nothing."""
+            md = parse(entry[4:end])
+        except DecodeError:
+            add_keys(None)
+            add_time(UNKNOWN)
+            continue
+        if md.HasField("num_messages_in_batch"):
+            try:
+                found = _classify_batch(md, entry)
+            except (ProtocolError, UnicodeError):
+                found = None
+            add_keys(found)
+            add_time(WITHHELD if found is not None and found[1] else UNKNOWN)
+            continue
+        key = md.partition_key      # a value read is cheaper than HasField: that only for ""
+        if key or md.HasField("partition_key"):
+            if md.null_value or (size == end if md.compression == none else
+                                 md.HasField("uncompressed_size")
+                                 and md.uncompressed_size == 0):
+                add_keys((((hash128(key, 0, signed=False), True),), True))
+                add_time(WITHHELD)
+                continue
+            at = md.deliver_at_time
+            if at or md.HasField("deliver_at_time"):
+                add_keys((((hash128(key, 0, signed=False), False),), False))
+                add_time(at if at > 0 else UNKNOWN)
+                continue
+        add_keys(None)
+        add_time(UNKNOWN)
+    nothing = keys.count(None)
+    return keys, times, nothing
 
 
 def _classify_batch(md: pb.MessageMetadata, entry: bytes) -> EntryKeys | None:
@@ -185,10 +218,12 @@ class KeyedSchedule:
                  "_pruned_up_to", "_superseded", "on_superseded",
                  "recorded_up_to", "replaced_total", "superseded_count", "tombstones_total")
 
-    def __init__(self, on_superseded: Callable[[list[int]], None] | None = None) -> None:
+    def __init__(self, on_superseded: Callable[[list[int], list[tuple[int, BitMap]]], None]
+                 | None = None) -> None:
         #: Told the positions each record call superseded, packed (``ledger_id << 32 |
-        #: entry_id``), in log order: one call per run (the topic acknowledges them on its
-        #: subscriptions at once, in bulk).
+        #: entry_id``), in log order, and the same as one bitmap of entry ids per ledger
+        #: (:func:`ledger_bitmaps`: the caller must not change them): one call per run (the
+        #: topic acknowledges them on its subscriptions at once, in bulk).
         self.on_superseded = on_superseded
         self._latest: dict[int, int] = {}
         #: ``latest``'s insertion order is its positions' order (each record goes in at the
@@ -225,9 +260,12 @@ class KeyedSchedule:
         latest = self._latest
         superseded: list[int] = []
         add = superseded.append
-        replaced = tombstones = 0
+        withheld_count = tombstones = 0
         here = -1
         base = _pack(ledger_id, first_entry_id)
+        if first_entry_id + len(run) > _ENTRY_MASK + 1:
+            # entry ids only grow: the rest of the run is beyond the packing
+            run = run[:max(0, _ENTRY_MASK + 1 - first_entry_id)]
         if base <= self.recorded_up_to:     # not after what was recorded: order not known
             self._ordered = False
         if base < self._floor:      # below what a sweep found (not in log order): kept true
@@ -237,24 +275,22 @@ class KeyedSchedule:
         for i, keys in enumerate(run):
             if keys is None:
                 continue
-            if first_entry_id + i > _ENTRY_MASK:
-                break       # entry ids only grow: the rest of the run is beyond the packing
             here = base + i
             pairs, withheld = keys
             for h, tombstone in pairs:
                 older = latest.pop(h, None)
                 if older is not None:
                     add(older)
-                    replaced += 1
                 if tombstone:
                     tombstones += 1
                 else:
                     latest[h] = here
             if withheld:
                 add(here)
+                withheld_count += 1
         if here > self.recorded_up_to:
             self.recorded_up_to = here
-        self.replaced_total += replaced
+        self.replaced_total += len(superseded) - withheld_count   # the older versions
         self.tombstones_total += tombstones
         if superseded:
             self._supersede(superseded)
@@ -272,7 +308,7 @@ class KeyedSchedule:
                 bm |= ids
                 self.superseded_count += len(packed)
                 if self.on_superseded is not None:
-                    self.on_superseded(packed)
+                    self.on_superseded(packed, groups)
                 return
         fresh: list[int] = []
         current, bm = -1, None
@@ -288,7 +324,7 @@ class KeyedSchedule:
                 fresh.append(position)
         self.superseded_count += len(fresh)
         if fresh and self.on_superseded is not None:
-            self.on_superseded(fresh)
+            self.on_superseded(fresh, ledger_bitmaps(fresh))
 
     def export(self) -> tuple[dict[int, int], dict[int, BitMap]]:
         """Copies of ``latest`` and ``superseded`` (a snapshot of this instant; see

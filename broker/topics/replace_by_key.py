@@ -32,23 +32,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import Final, Protocol
 
+from pyroaring import BitMap
+
 from broker.delayed.delivery import DelayedDelivery
 from broker.delayed.keyed_snapshot import KeyedSnapshots
-from broker.delayed.known_times import (
-    UNKNOWN,
-    WITHHELD,
-    CheckedTimes,
-    KnownDeliverTimes,
-    deliver_time,
-)
-from broker.delayed.replace_by_key import (
-    NOTHING,
-    EntryKeys,
-    KeyedSchedule,
-    classify,
-    classify_timed,
-    ledger_bitmaps,
-)
+from broker.delayed.known_times import CheckedTimes, KnownDeliverTimes, deliver_times
+from broker.delayed.replace_by_key import EntryKeys, KeyedSchedule, classify_run
 from protocol.sub_types import SubType
 from storage.cursor import ManagedCursor
 from storage.ledger import ManagedLedger
@@ -139,25 +128,52 @@ class TopicReplaceByKey:
         self._generation = generation
         self._synced: int | None = None  # the generation sync last resolved the policy at
         self._subscriptions = subscriptions
-        self._deferred: list[int] = []     # packed positions superseded, not confirmed yet
+        #: Entry ids superseded and not confirmed yet, per ledger (see :meth:`_acknowledge`).
+        self._deferred: dict[int, BitMap] = {}
         self.schedule: KeyedSchedule | None = None
         #: The deliver times learnt at publish, policy or not (every subscription's delayed
         #: delivery is handed it: its dispatcher holds those entries unread).
         self.known_times = KnownDeliverTimes()
 
-    def _acknowledge(self, packed: list[int]) -> None:
-        """Positions were superseded (packed ``ledger_id << 32 | entry_id``, one run's worth):
-        acknowledge them on every subscription that delays messages and drop them from their
-        trackers. A withheld entry of the run being made durable is not confirmed in the
-        ledger yet (cursors ignore it): it waits for :meth:`flush`."""
-        bound = _confirmed_bound(self._ledger.last_confirmed)
-        if max(packed) <= bound:        # the common case: all of them confirmed
-            self._acknowledge_now(packed)
+    def _acknowledge(self, packed: list[int], bitmaps: list[tuple[int, BitMap]]) -> None:
+        """Positions were superseded (packed ``ledger_id << 32 | entry_id``, one run's worth,
+        and as one bitmap of entry ids per ledger): acknowledge them on every subscription
+        that delays messages and drop them from their trackers. A withheld entry of the run
+        being made durable is not confirmed in the ledger yet (cursors ignore it): it waits
+        for :meth:`flush`. The split is made on the bitmaps (a run's own entries are the
+        highest ids of its ledger): no loop over the positions."""
+        if max(packed) <= _confirmed_bound(self._ledger.last_confirmed):
+            self._acknowledge_now(bitmaps)      # all of them confirmed
             return
-        self._deferred += [p for p in packed if p > bound]
-        now = [p for p in packed if p <= bound]
+        now = self._split(bitmaps, self._deferred)
         if now:
             self._acknowledge_now(now)
+
+    def _split(self, bitmaps: Iterable[tuple[int, BitMap]],
+               deferred: dict[int, BitMap]) -> list[tuple[int, BitMap]]:
+        """The entry ids of ``bitmaps`` the ledger has confirmed, per ledger; those it has not
+        go into ``deferred`` (new bitmaps: ``bitmaps``' own are not changed)."""
+        last = self._ledger.last_confirmed
+        bound_ledger, bound_entry = (last.ledger_id, last.entry_id) if last is not None \
+            else (-1, -1)
+        now: list[tuple[int, BitMap]] = []
+        for ledger_id, ids in bitmaps:
+            if ledger_id < bound_ledger or (ledger_id == bound_ledger
+                                            and ids.max() <= bound_entry):
+                now.append((ledger_id, ids))
+                continue
+            later = ids
+            if ledger_id == bound_ledger and ids.min() <= bound_entry:
+                confirmed = ids.copy()
+                confirmed.remove_range(bound_entry + 1, _ENTRY_MASK + 1)
+                now.append((ledger_id, confirmed))
+                later = ids - confirmed
+            waiting = deferred.get(ledger_id)
+            if waiting is None:
+                deferred[ledger_id] = later.copy() if later is ids else later
+            else:
+                waiting |= later
+        return now
 
     def flush(self) -> None:
         """Acknowledge the withheld entries that have been confirmed since (the topic calls
@@ -165,16 +181,14 @@ class TopicReplaceByKey:
         deferred = self._deferred
         if not deferred:
             return
-        bound = _confirmed_bound(self._ledger.last_confirmed)
-        self._deferred = [p for p in deferred if p > bound]
-        now = [p for p in deferred if p <= bound]
+        self._deferred = {}
+        now = self._split(sorted(deferred.items()), self._deferred)
         if now:
             self._acknowledge_now(now)
 
-    def _acknowledge_now(self, packed: list[int]) -> None:
+    def _acknowledge_now(self, bitmaps: list[tuple[int, BitMap]]) -> None:
         """Bulk acknowledgement: one bitmap per ledger into each cursor (one cursor update per
         run, not per position), then the positions leave the trackers."""
-        bitmaps = ledger_bitmaps(packed)
         positions: list[Position] | None = None
         for sub in self._subscriptions():
             kind = sub.sub_type
@@ -188,7 +202,8 @@ class TopicReplaceByKey:
                     delayed.forget_entry_ids(ledger_id, bm)
                 continue
             if positions is None:       # a non-durable subscription's cursor in memory
-                positions = [Position(p >> 32, p & _ENTRY_MASK) for p in packed]
+                positions = [Position(ledger_id, entry_id)
+                             for ledger_id, ids in bitmaps for entry_id in ids]
             cursor.delete(positions)
             delayed.forget(positions)
 
@@ -205,7 +220,7 @@ class TopicReplaceByKey:
             self.adopt_all(subscriptions)
         elif not on and self.schedule is not None:
             self.schedule = None
-            self._deferred = []
+            self._deferred = {}
             self.adopt_all(subscriptions)
         return self.schedule
 
@@ -230,27 +245,21 @@ class TopicReplaceByKey:
             varints = checked.take(entries) if checked is not None else None
             if varints is None:
                 return sink
-            return _RecordingSink(sink, self.known_times, [deliver_time(v) for v in varints])
-        verdicts = [classify_timed(entry) for entry in entries]
-        nothing = verdicts.count(NOTHING)
-        if nothing == len(verdicts):
+            return _RecordingSink(sink, self.known_times, deliver_times(varints))
+        keys, times, nothing = classify_run(entries)
+        if nothing == len(keys):
             varints = checked.take(entries) if checked is not None else None
             if varints is None:
                 return sink
-            return _RecordingSink(sink, self.known_times, [deliver_time(v) for v in varints])
-        keys = [found for found, _ in verdicts]
-        varints = None
+            return _RecordingSink(sink, self.known_times, deliver_times(varints))
         if checked is not None and nothing:
             varints = checked.take(entries)
+            if varints is not None:     # a keyed entry's time from its classification,
+                times = [t if found is not None else checked_at             # another's
+                         for found, t, checked_at in zip(keys, times, deliver_times(varints),
+                                                         strict=True)]
         elif checked is not None:   # every entry's time comes from its classification
             checked.forget()
-        if varints is None:
-            times = [WITHHELD if found is not None and found[1] else at if at > 0 else UNKNOWN
-                     for found, at in verdicts]
-        else:   # a keyed entry's time from its classification, another's from the check
-            times = [(WITHHELD if found[1] else at if at > 0 else UNKNOWN) if found is not None
-                     else deliver_time(varint)
-                     for (found, at), varint in zip(verdicts, varints, strict=True)]
         return _RecordingSink(sink, self.known_times, times, schedule, keys)
 
     async def rebuild(self, subscriptions: Sequence[KeyedSubscription]) -> int:
@@ -294,13 +303,14 @@ def _record_entries(schedule: KeyedSchedule, entries: Sequence[Entry]) -> None:
     """Record entries read back from the log, a run of consecutive ids at a time."""
     run: list[EntryKeys | None] = []
     ledger_id = first = -1
-    for entry in entries:
+    found = classify_run([entry.data for entry in entries])[0]
+    for entry, keys in zip(entries, found, strict=True):
         pos = entry.position
         if run and (pos.ledger_id != ledger_id or pos.entry_id != first + len(run)):
             schedule.record_run(ledger_id, first, run)
             run = []
         if not run:
             ledger_id, first = pos.ledger_id, pos.entry_id
-        run.append(classify(entry.data))
+        run.append(keys)
     if run:
         schedule.record_run(ledger_id, first, run)

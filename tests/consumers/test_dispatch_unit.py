@@ -626,9 +626,8 @@ async def _keyed_scenario(tmp: Path, *, known: bool) -> tuple[Any, ...]:
     """Keyed entries published under replace-by-key (re-scheduled keys, a tombstone, an
     ordinary message, one due already, a batch), recorded in a schedule; with ``known`` their
     deliver times are noted as at publish. Returns what one Shared dispatch did."""
-    from broker.delayed.known_times import KnownDeliverTimes
+    from broker.delayed.known_times import WITHHELD, KnownDeliverTimes
     from broker.delayed.replace_by_key import KeyedSchedule, classify_timed
-    from broker.topics.replace_by_key import WITHHELD
 
     store = await SegmentStore.open(tmp, StorageConfig(fsync=False))
     led = await store.open_ledger("persistent://public/default/known")
@@ -659,7 +658,7 @@ async def _keyed_scenario(tmp: Path, *, known: bool) -> tuple[Any, ...]:
     sub = await Subscription.open(StubTopic(led), "s", durable=True, initial_position="earliest")
     sub.delayed.replacements = schedule
 
-    def acknowledge(packed: list[int]) -> None:
+    def acknowledge(packed: list[int], _bitmaps: Any) -> None:
         sub.cursor.delete([Position(p >> 32, p & 0xFFFF_FFFF) for p in packed])
 
     schedule.on_superseded = acknowledge

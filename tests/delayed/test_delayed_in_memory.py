@@ -653,3 +653,40 @@ def test_taking_members_in_bulk_equals_taking_them_one_by_one() -> None:
     out: list[Position] = []
     assert take_members(whole, members, out) == 100 and members == {}
     assert out == [Position(5, e) for e in range(100)]
+
+
+def test_a_run_pushed_at_once_equals_pushing_each_entry() -> None:
+    """PackedTimeIndex.push_run against one push per pair: the same entries in the same order
+    (time, then position), the chunks within their bound and their maxima right, with times
+    the index holds already (ties, across chunks), duplicates within the run, runs before,
+    inside and after the index, large runs forcing several splits, and a consumed head."""
+    rnd = random.Random(3)
+    for trial in range(400):
+        one, bulk = PackedTimeIndex(), PackedTimeIndex()
+        span = rnd.choice((10, 1000, 10**6))
+        for _ in range(rnd.randrange(0, 5000 if trial % 40 == 0 else 300)):
+            at, packed = rnd.randrange(span), rnd.randrange(1 << 40)
+            one.push(at, packed)
+            bulk.push(at, packed)
+        if rnd.random() < 0.3 and len(one):
+            out_one: list[int] = []
+            out_bulk: list[int] = []
+            bound = rnd.randrange(span)
+            one.pop_upto(bound, rnd.randrange(1, 3000), out_one)
+            bulk.pop_upto(bound, len(out_one), out_bulk)
+            assert out_one == out_bulk
+        for _ in range(rnd.randrange(1, 5)):
+            n = rnd.randrange(0, 600)
+            times = [rnd.randrange(span) if rnd.random() < 0.8 else rnd.randrange(span, 2 * span)
+                     for _ in range(n)]
+            positions = [rnd.randrange(1 << 40) for _ in range(n)]
+            if n and rnd.random() < 0.2:     # a pair twice in the run
+                k = rnd.randrange(n)
+                times[k], positions[k] = times[0], positions[0]
+            for at, packed in zip(times, positions, strict=True):
+                one.push(at, packed)
+            bulk.push_run(times, positions)
+            assert len(one) == len(bulk)
+            assert list(one.items()) == list(bulk.items())
+            assert all(len(col) <= 2048 for col in bulk._ts)
+            assert bulk._maxes == [col[-1] for col in bulk._ts]

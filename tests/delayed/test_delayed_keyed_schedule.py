@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import NoReturn
 
 import pytest
+from pyroaring import BitMap
 
 from broker.delayed.replace_by_key import KeyedSchedule, classify, key_hash
 from protocol import pulsar_pb as pb
@@ -278,7 +279,14 @@ def test_superseding_runs_tells_each_position_once_in_log_order() -> None:
 
     rnd = random.Random(17)
     told: list[int] = []
-    schedule = KeyedSchedule(on_superseded=told.extend)
+
+    def on_superseded(packed: list[int], groups: list[tuple[int, BitMap]]) -> None:
+        # the bitmaps are the very positions, one per ledger
+        assert sorted((lid << 32) + e for lid, ids in groups for e in ids) == sorted(packed)
+        assert len({lid for lid, _ in groups}) == len(groups)
+        told.extend(packed)
+
+    schedule = KeyedSchedule(on_superseded=on_superseded)
     latest: dict[str, int] = {}
     superseded: set[int] = set()
     expected: list[int] = []
@@ -313,3 +321,89 @@ def test_superseding_runs_tells_each_position_once_in_log_order() -> None:
     for lid, first, ops in history:
         for e in range(first, first + len(ops)):
             assert schedule.superseded(Position(lid, e)) == ((lid << 32) + e in superseded)
+
+
+def test_a_run_is_classified_as_each_of_its_entries_alone() -> None:
+    """classify_run over runs mixing scheduling messages, tombstones (empty, null_value,
+    compressed with uncompressed_size 0), unkeyed delayed and plain messages, batches with and
+    without tombstones, a deliver time of 0 or below, truncated and unparsable entries: each
+    entry's verdict is its own (nothing carried from the entry before), the known time follows
+    the verdict, and the count of nothing is right."""
+    import random
+
+    from broker.delayed.known_times import UNKNOWN, WITHHELD
+    from broker.delayed.replace_by_key import classify_run
+
+    rnd = random.Random(31)
+    makers = [
+        lambda: entry(partition_key=f"k{rnd.randrange(9)}",
+                      deliver_at_time=rnd.choice((1_760_000_000_000 + rnd.randrange(1 << 30),
+                                                  0, -5))),
+        lambda: entry(b"", partition_key="k1"),
+        lambda: entry(partition_key="k2", null_value=True, deliver_at_time=7),
+        lambda: entry(b"zz", partition_key="k3", compression=pb.LZ4, uncompressed_size=0),
+        lambda: entry(b"zz", partition_key="k3", compression=pb.LZ4, uncompressed_size=9,
+                      deliver_at_time=11),
+        lambda: entry(deliver_at_time=1_760_000_000_000),
+        lambda: entry(),
+        lambda: batch(("a", b""), ("b", b"")),
+        lambda: batch(("a", b""), (None, b"x")),
+        lambda: batch(("a", b"y")),
+        lambda: entry(partition_key="k4", deliver_at_time=3)[:rnd.randrange(0, 12)],
+        lambda: bytes(rnd.randrange(256) for _ in range(rnd.randrange(0, 40))),
+    ]
+    for _ in range(300):
+        run = [rnd.choice(makers)() for _ in range(rnd.randrange(1, 25))]
+        keys, times, nothing = classify_run(run)
+        assert keys == [classify(e) for e in run]
+        assert nothing == keys.count(None)
+        for e, found, known in zip(run, keys, times, strict=True):
+            if found is None:
+                assert known == UNKNOWN
+            elif found[1]:
+                assert known == WITHHELD
+            elif len(found[0]) == 1 and not found[0][0][1]:     # a scheduling message
+                md = pb.MessageMetadata.FromString(e[4:4 + int.from_bytes(e[:4], "big")])
+                assert known == (md.deliver_at_time if md.deliver_at_time > 0 else UNKNOWN)
+            else:
+                assert known == UNKNOWN     # a batch with tombstones, delivered
+
+
+def test_a_runs_checked_times_read_as_each_alone() -> None:
+    """deliver_times over a run equals deliver_time of each varint: none, the usual 6 bytes,
+    shorter and longer ones, zero and negative times (unknown: read)."""
+    import random
+
+    from broker.delayed.known_times import deliver_time, deliver_times
+
+    def varint(value: int) -> bytes:
+        value &= 2**64 - 1
+        out = bytearray()
+        while value >= 0x80:
+            out.append(value & 0x7F | 0x80)
+            value >>= 7
+        out.append(value)
+        return bytes(out)
+
+    rnd = random.Random(43)
+    pool = [None, varint(0), varint(-1), varint(-(2**63)), varint(5), varint(2**35 - 1),
+            varint(2**42), varint(2**63 - 1)]
+    for _ in range(200):
+        run = [rnd.choice(pool) if rnd.random() < 0.3 else
+               varint(rnd.randrange(2**35, 2**42)) for _ in range(rnd.randrange(0, 30))]
+        assert deliver_times(run) == [deliver_time(v) for v in run]
+
+
+def test_a_run_past_the_packable_entry_ids_records_only_those_below() -> None:
+    """Entry ids past 2**32 - 1 cannot be packed: a run crossing that bound records its
+    entries up to it and none after (the counts follow)."""
+    scheduled = classify(entry(partition_key="a", deliver_at_time=5))
+    again = classify(entry(partition_key="a", deliver_at_time=6))
+    other = classify(entry(partition_key="b", deliver_at_time=7))
+    schedule = KeyedSchedule()
+    last = (1 << 32) - 1
+    schedule.record_run(2, last - 1, [scheduled, again, other, scheduled])
+    assert schedule.export()[0] == {key_hash("a"): (2 << 32) + last}
+    assert schedule.replaced_total == 1 and schedule.recorded_up_to == (2 << 32) + last
+    schedule.record_run(2, last + 1, [other])       # wholly past the bound: nothing
+    assert len(schedule) == 1 and schedule.replaced_total == 1
