@@ -108,6 +108,10 @@ class SiblingSubscriptions(Protocol):
         """Consumers attached to all the topic's subscriptions (``maxConsumersPerTopic``)."""
         ...
 
+    def update_caching(self) -> None:
+        """A subscription's consumers came or went: whether new entries are cached follows."""
+        ...
+
 
 class CompactionHorizon(Protocol):
     """What a read_compacted subscription asks of the topic's compaction."""
@@ -308,7 +312,9 @@ class Subscription:
         self.closed = True
         if disconnect:
             self.disconnect_consumers()
-        self.consumers.clear()
+        if self.consumers:
+            self.consumers.clear()
+            self.topic.subscriptions.update_caching()
         if self.dispatcher is not None:
             await self.dispatcher.close()
         await self.delayed.release()
@@ -371,6 +377,8 @@ class Subscription:
         self.sub_type = consumer.sub_type
         self.key_shared_mode = consumer.key_shared_mode
         self.consumers.append(consumer)
+        if len(self.consumers) == 1:
+            self.topic.subscriptions.update_caching()
         dispatcher.add_consumer(consumer)
         cursor = self.cursor
         mark_active(cursor)
@@ -441,6 +449,8 @@ class Subscription:
         if consumer not in self.consumers:
             return
         self.consumers.remove(consumer)
+        if not self.consumers:
+            self.topic.subscriptions.update_caching()
         if self.dispatcher is not None:
             self.dispatcher.remove_consumer(consumer)
         mark_active(self.cursor)   # saved with the cursor's next save

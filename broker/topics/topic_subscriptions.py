@@ -13,10 +13,12 @@ restores the durable ones from their cursors before anything else can see the to
 - Removing (:meth:`delete_subscription`, :meth:`remove_subscription`) keeps what the
   subscription delivered in :attr:`removed_msg_out` / :attr:`removed_bytes_out`, so the topic's
   out counters never go back.
-- Caching: the ledger's new entries enter the entry cache only while the topic has a
-  subscription (:meth:`update_caching`, after every addition and removal: Pulsar caches an
-  entry only while its managed ledger has active cursors), so a topic nobody reads does not
-  fill the cache with entries that are never hit.
+- Caching: the ledger's new entries enter the entry cache only while one of the topic's
+  subscriptions has a consumer attached (:meth:`update_caching`, after every subscription or
+  consumer added or removed: Pulsar caches an entry only while its managed ledger has active
+  cursors, and a cursor is active while its subscription has consumers), so a topic nobody
+  reads, or whose readers are away, does not fill the cache with entries that wait there
+  until a consumer comes back (they are read from disk then).
 - New entries: the ledger's listener (:meth:`on_durable`, once per group commit) calls
   :meth:`notify_new_entries` at once, which tells every subscription: their dispatch rounds
   run inside the store's hand-back of the group commit, so the MESSAGEs leave in the same
@@ -148,9 +150,9 @@ class TopicSubscriptions(dict[str, Subscription]):
             await delete_residual_snapshots(properties, self._snapshots)
 
     def update_caching(self) -> None:
-        """The ledger caches new entries while the topic has a subscription (module doc)."""
+        """The ledger caches new entries while a subscription has a consumer (module doc)."""
         topic = self._topic
-        topic.ledger.caching.want(topic.full, bool(self))
+        topic.ledger.caching.want(topic.full, any(sub.consumers for sub in self.values()))
 
     def consumer_count(self) -> int:
         """Consumers attached to all its subscriptions (``maxConsumersPerTopic``)."""

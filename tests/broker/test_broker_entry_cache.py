@@ -1,5 +1,6 @@
-"""Which topics' new entries the entry cache keeps: those of a topic with a subscription only
-(Pulsar caches an entry only while its managed ledger has active cursors)."""
+"""Which topics' new entries the entry cache keeps: those of a topic one of whose subscriptions
+has a consumer attached (Pulsar caches an entry only while its managed ledger has active
+cursors, and a cursor is active while its subscription has consumers)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pulsar
 from conftest import make_client
 
 
-def test_a_topic_caches_new_entries_only_while_it_has_a_subscription(
+def test_a_topic_caches_new_entries_only_while_a_subscription_has_a_consumer(
         broker_factory: Callable[..., Any]) -> None:
     # no aging: what is cached stays until the byte budget pushes it out
     broker = broker_factory(config_overrides={"managedLedgerCacheEvictionTimeThresholdMillis": 0})
@@ -35,12 +36,21 @@ def test_a_topic_caches_new_entries_only_while_it_has_a_subscription(
             b"read-%d" % i for i in range(5)]   # the first five from disk
         for message in received:
             consumer.acknowledge(message)
+        consumer.close()
+        producer.send(b"consumer-away")
+        assert cached_bytes() == after_subscribe   # the subscription's consumer is away
+        consumer = client.subscribe(topic, "s")
+        producer.send(b"consumer-back")
+        back = cached_bytes()
+        assert back > after_subscribe
+        assert [consumer.receive(10_000).data() for _ in range(2)] == [
+            b"consumer-away", b"consumer-back"]   # the first from disk
         consumer.unsubscribe()
         producer.send(b"unread-again")
-        assert cached_bytes() == after_subscribe   # the subscription is gone: not cached
+        assert cached_bytes() == back   # the subscription is gone: not cached
         reader = client.create_reader(topic, pulsar.MessageId.earliest)
         producer.send(b"read-by-reader")
-        assert cached_bytes() > after_subscribe   # a reader's subscription counts too
+        assert cached_bytes() > back   # a reader counts too
         assert reader.read_next(10_000).data() == b"unread-0"
         reader.close()
         producer.close()

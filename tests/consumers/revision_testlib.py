@@ -108,6 +108,9 @@ class StubTopic:
     def consumer_count(self) -> int:
         return 0
 
+    def update_caching(self) -> None:
+        return None
+
     async def delete_subscription(self, name: str, *, force: bool = False) -> None:
         return None
 

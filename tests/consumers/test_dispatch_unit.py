@@ -69,6 +69,9 @@ class StubSubscriptions(dict[str, Any]):
     def consumer_count(self) -> int:
         return sum(len(sub.consumers) for sub in self.values())
 
+    def update_caching(self) -> None:
+        return None
+
 
 class StubTopic:
     def __init__(self, ledger: Any) -> None:
