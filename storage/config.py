@@ -25,6 +25,9 @@ class StorageConfig:
     entry_cache_eviction_interval_s: float = 0.1
     """managedLedgerCacheEvictionIntervalMs (100 ms; Pulsar's is 10): how often the age limit
     is applied while the cache holds entries."""
+    entry_cache_for_inactive_cursors: bool = False
+    """managedLedgerCacheForInactiveCursors: the appends of a ledger are cached while a reader
+    of it exists, not only while one is active (storage/cache.py, :class:`AppendCaching`)."""
     fsync: bool = True
     """False skips fdatasync (tests/benchmarks of CPU cost only): acknowledged entries are then
     NOT crash-safe."""

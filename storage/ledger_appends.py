@@ -126,7 +126,8 @@ class LedgerAppends:
         self.appends_refused_read_only = 0
         self.appends_failed = 0
         #: Whether a group commit's entries enter the entry cache (storage/cache.py).
-        self.caching = AppendCaching()
+        self.caching = AppendCaching(
+            for_inactive_cursors=ctx.config.entry_cache_for_inactive_cursors)
 
     def close(self) -> None:
         """No more appends (the managed ledger is closing)."""

@@ -18,7 +18,8 @@ restores the durable ones from their cursors before anything else can see the to
   consumer added or removed: Pulsar caches an entry only while its managed ledger has active
   cursors, and a cursor is active while its subscription has consumers), so a topic nobody
   reads, or whose readers are away, does not fill the cache with entries that wait there
-  until a consumer comes back (they are read from disk then).
+  until a consumer comes back (they are read from disk then); with
+  ``managedLedgerCacheForInactiveCursors`` a subscription without consumers counts too.
 - New entries: the ledger's listener (:meth:`on_durable`, once per group commit) calls
   :meth:`notify_new_entries` at once, which tells every subscription: their dispatch rounds
   run inside the store's hand-back of the group commit, so the MESSAGEs leave in the same
@@ -150,9 +151,12 @@ class TopicSubscriptions(dict[str, Subscription]):
             await delete_residual_snapshots(properties, self._snapshots)
 
     def update_caching(self) -> None:
-        """The ledger caches new entries while a subscription has a consumer (module doc)."""
+        """The ledger caches new entries while a subscription has a consumer, or while there is
+        a subscription with ``managedLedgerCacheForInactiveCursors`` (module doc)."""
         topic = self._topic
-        topic.ledger.caching.want(topic.full, any(sub.consumers for sub in self.values()))
+        caching = topic.ledger.caching
+        caching.want(topic.full, bool(self) if caching.for_inactive_cursors
+                     else any(sub.consumers for sub in self.values()))
 
     def consumer_count(self) -> int:
         """Consumers attached to all its subscriptions (``maxConsumersPerTopic``)."""

@@ -56,3 +56,24 @@ def test_a_topic_caches_new_entries_only_while_a_subscription_has_a_consumer(
         producer.close()
     finally:
         client.close()
+
+
+def test_inactive_cursors_count_when_configured(broker_factory: Callable[..., Any]) -> None:
+    broker = broker_factory(config_overrides={"managedLedgerCacheEvictionTimeThresholdMillis": 0,
+                                              "managedLedgerCacheForInactiveCursors": True})
+
+    def cached_bytes() -> int:
+        return int(broker.call(lambda: broker.service.store.cache.size_bytes))
+
+    client = make_client(broker.service_url)
+    try:
+        topic = "persistent://public/default/cached-for-inactive"
+        producer = client.create_producer(topic, batching_enabled=False)
+        producer.send(b"unread")
+        assert cached_bytes() == 0   # no subscription at all: still not cached
+        client.subscribe(topic, "s", initial_position=pulsar.InitialPosition.Earliest).close()
+        producer.send(b"consumer-away")
+        assert cached_bytes() >= len(b"consumer-away")   # the subscription counts
+        producer.close()
+    finally:
+        client.close()
