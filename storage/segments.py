@@ -380,25 +380,29 @@ def read_records(
         blob = ops.pread(fd, end - first, first)
     finally:
         ops.close(fd)
-    view = memoryview(blob)
     bias = length_bias(fmt)
     ident = crc_identity(fmt, ledger_id)
+    # record_crc inlined (a drain from disk runs this once per entry): the prefix, then the data
+    prefix_v3 = CRC_PREFIX.pack
+    prefix_v2 = _CRC_PREFIX_V2.pack
+    unpack_header = _RECORD_HEADER.unpack_from
+    size = len(blob)
     out: list[tuple[int, bytes | None]] = []
+    append = out.append
     for entry_id, offset, length in wanted:
-        rel = offset - first
-        if rel + RECORD_HEADER_SIZE + length > len(blob):
-            out.append((entry_id, None))
+        start = offset - first + RECORD_HEADER_SIZE
+        stop = start + length
+        if stop > size:
+            append((entry_id, None))
             continue
-        stored, crc, got_id = _RECORD_HEADER.unpack_from(blob, rel)
-        data = view[rel + RECORD_HEADER_SIZE : rel + RECORD_HEADER_SIZE + length]
-        if (
-            stored != length + bias
-            or got_id != entry_id
-            or record_crc(stored, entry_id, data, ident) != crc
-        ):
-            out.append((entry_id, None))
+        stored, crc, got_id = unpack_header(blob, start - RECORD_HEADER_SIZE)
+        data = blob[start:stop]   # the entry's own bytes (a copy: the blob is not kept)
+        prefix = (prefix_v2(stored, entry_id) if ident is None
+                  else prefix_v3(stored, entry_id, ident))
+        if stored != length + bias or got_id != entry_id or crc32c(data, crc32c(prefix)) != crc:
+            append((entry_id, None))
         else:
-            out.append((entry_id, bytes(data)))
+            append((entry_id, data))
     return out
 
 
