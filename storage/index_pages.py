@@ -66,6 +66,14 @@ class IndexPager:
         segment.index = IndexResidency.PAGEABLE
         self._admit(segment)
 
+    def adopt(self, segment: SegmentFile, offsets: array[int], lengths: array[int]) -> None:
+        """Loop: a sealed segment's arrays were read from its durable index elsewhere (its
+        first-read check, storage/sealed_checks.py): a page-in like the pager's own."""
+        segment.offsets, segment.lengths = offsets, lengths
+        segment.index = IndexResidency.PAGEABLE
+        self.loads += 1
+        self._admit(segment)
+
     def forget(self, segment: SegmentFile) -> None:
         """Loop: the segment is gone (trimmed, deleted)."""
         size = self._lru.pop(segment, None)

@@ -56,6 +56,7 @@ from storage.ledger_state import LedgerInfo, LedgerState
 from storage.positions import Entry, Position
 from storage.reads import DEFAULT_MAX_READ_BYTES, EntryReader
 from storage.relocation import RelocatedEntries, RelocatedState
+from storage.sealed_checks import SealedChecks
 from storage.segment_file import SegmentFile
 from storage.segments import (
     RecoveryEvent,
@@ -127,9 +128,14 @@ class ManagedLedger:
         self.remove_listener = appends.remove_listener
         #: Whether new entries are cached: its topic says while it has subscriptions.
         self.caching = appends.caching
+        self.sealed_checks = SealedChecks(
+            ctx.loop, ctx.ops, ctx.read_pool, name, ctx.config.fsync, ctx.report,
+            lambda segment, size: None if self.closed else ctx.writer.submit_index(segment, size),
+            ctx.pager.adopt, lambda: self._cursor_set.advance_all(),
+        )
         self._reader = EntryReader(
             ctx.loop, ctx.ops, ctx.cache, ctx.read_pool, ctx.pager, self._ledgers,
-            self._ledger_ids, self._drop_corrupt, self.relocated,
+            self._ledger_ids, self._drop_corrupt, self.relocated, self.sealed_checks,
         )
         self._cursor_set = CursorSet(
             self, CursorFiles(ctx.ops, directory / "cursors", fsync=ctx.config.fsync),
@@ -241,8 +247,7 @@ class ManagedLedger:
         led.missing.add(entry_id)
         self._ctx.report(RecoveryEvent("corrupt_read", self.name, led.ledger_id, offset, length,
                                        (entry_id,)))
-        for cursor in self._cursor_set.values():
-            cursor.advance()  # a lost entry must not hold mark-delete (and the backlog) back
+        self._cursor_set.advance_all()
 
     # -- cursors ---------------------------------------------------------------------------
 

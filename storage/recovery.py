@@ -13,6 +13,7 @@ index files and indexes of vanished segments are removed.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -22,8 +23,16 @@ from storage.cursor_files import CursorFiles, LoadedCursor
 from storage.errors import PersistenceError
 from storage.fileops import FileOps
 from storage.ledger_state import LedgerState, recovered_ledger
-from storage.segment_file import SegmentFile
+from storage.sealed_manifest import (
+    SealedRecord,
+    append_records,
+    read_manifest,
+    rewrite_manifest,
+)
+from storage.segment_file import IndexResidency, SegmentFile
 from storage.segments import RecoveryEvent, load_index, load_index_summary, scan_segment
+
+log = logging.getLogger("horae.storage")
 
 
 @dataclass(slots=True)
@@ -56,6 +65,42 @@ def segment_ids(directory: Path) -> list[int]:
     return _ids(_names(directory))
 
 
+class _SegmentSizes:
+    """Segment file sizes by name: one stat each, relative to one open of the directory."""
+
+    def __init__(self, where: str) -> None:
+        self._fd = os.open(where, os.O_RDONLY | os.O_DIRECTORY)
+
+    def of(self, name: str) -> int:
+        try:
+            return os.stat(name, dir_fd=self._fd).st_size
+        except OSError:
+            return -1
+
+    def close(self) -> None:
+        os.close(self._fd)
+
+
+def _keep_manifest(
+    ops: FileOps, directory: Path, manifest: dict[int, SealedRecord], stored: int,
+    to_record: list[SealedRecord], ledgers: list[LedgerState],
+) -> None:
+    """Bring the sealed-segment manifest up to date with what this open checked: append the
+    records it lacked, or rewrite it when most of its records name segments gone since
+    (trimmed, deleted). Advisory (storage/sealed_manifest.py): a failure is logged only."""
+    try:
+        if stored + len(to_record) > 2 * len(ledgers) + 64:
+            latest = dict(manifest)
+            latest.update((r.ledger_id, r) for r in to_record)
+            rewrite_manifest(ops, directory, [latest[led.ledger_id] for led in ledgers
+                                              if led.ledger_id in latest])
+        else:
+            append_records(ops, directory, to_record)
+    except OSError as exc:
+        log.warning("storage: updating the sealed-segment manifest of %s failed (%s)",
+                    directory, exc)
+
+
 def _cut_to_synced(ops: FileOps, path: Path, synced: int) -> None:
     """A segment fenced in this process: drop every byte after its last durable sync."""
     fd = ops.open(path, os.O_RDWR)
@@ -85,10 +130,28 @@ def load_ledger_dir(
                 ops.unlink(directory / leftover)
             names.discard(leftover)
     where = os.fspath(directory)
+    manifest, stored = read_manifest(ops, directory)
+    sizes = _SegmentSizes(where) if manifest else None
+    to_record: list[SealedRecord] = []
     for ledger_id in _ids(names):
         stem = f"{ledger_id:020d}"
+        synced = fenced_ends.get(directory / f"{stem}.seg") if fenced_ends else None
+        record = manifest.get(ledger_id)
+        if (
+            record is not None and sizes is not None and synced is None and not record.missing
+            and f"{stem}.idx" in names and sizes.of(f"{stem}.seg") == record.segment_size
+        ):
+            # The manifest's record still matches the listing and the segment's size: no
+            # file of this segment is opened now; its first read checks them
+            # (storage/sealed_checks.py) before anything of it is served.
+            segment = SegmentFile(ledger_id, f"{where}/{stem}.seg", record.created_ms)
+            segment.format = record.format
+            segment.write_offset = segment.synced_offset = record.segment_size
+            segment.index = IndexResidency.UNCHECKED
+            out.ledgers.append(
+                recovered_ledger(segment, record.entries, record.size_bytes, []))
+            continue
         path = directory / f"{stem}.seg"
-        synced = fenced_ends.get(path) if fenced_ends else None
         if synced is not None:
             try:
                 _cut_to_synced(ops, path, synced)
@@ -108,6 +171,10 @@ def load_ledger_dir(
             # Indexed, durable (its index was written after its last sync), nothing missing:
             # no arrays are built; the IndexPager pages them in for reads, so opening a huge
             # ledger holds one segment's index at a time.
+            checked = SealedRecord(ledger_id, summary.entries, summary.size_bytes,
+                                   summary.created_ms, summary.valid_end, summary.format, 0)
+            if checked != record:
+                to_record.append(checked)
             segment = SegmentFile(ledger_id, path, summary.created_ms)
             segment.format = summary.format
             segment.write_offset = segment.synced_offset = summary.valid_end
@@ -144,6 +211,9 @@ def load_ledger_dir(
         # would never match it.
         if indexed is None and not any(e[0] == "bad_header" for e in result.events):
             out.unindexed.append(led)
+    if sizes is not None:
+        sizes.close()
+    _keep_manifest(ops, directory, manifest, stored, to_record, out.ledgers)
     out.cursors = CursorFiles(ops, directory / "cursors", fsync=fsync).load()
     for found in out.cursors:
         label = found.name if found.name is not None else found.stem
