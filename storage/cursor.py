@@ -105,8 +105,10 @@ def encode_cursor(state: CursorState, properties: bytes | None = None) -> bytes:
     return body + _U32.pack(crc32c(body))
 
 
-def decode_cursor(data: bytes) -> CursorState:
-    """Raises CorruptRecordError on any framing or CRC problem."""
+def decode_cursor(data: bytes, *, bitmaps: bool = True) -> CursorState:
+    """Raises CorruptRecordError on any framing or CRC problem. bitmaps=False: the
+    individually deleted bitmaps are not deserialized (each ledger id they name maps to an
+    empty BitMap): what a scan for the ledger ids a cursor mentions needs."""
     if len(data) < _HEAD.size + _POSITIONS.size + 12:
         raise CorruptRecordError("cursor file too short")
     (crc,) = _U32.unpack_from(data, len(data) - 4)
@@ -125,27 +127,39 @@ def decode_cursor(data: bytes) -> CursorState:
         (n_props,) = _U32.unpack_from(data, off)
         off += 4
         props: dict[str, str] = {}
-        for _ in range(n_props):
-            (klen,) = _U32.unpack_from(data, off)
-            key = bytes(body[off + 4 : off + 4 + klen]).decode()
-            off += 4 + klen
-            (vlen,) = _U32.unpack_from(data, off)
-            props[key] = bytes(body[off + 4 : off + 4 + vlen]).decode()
-            off += 4 + vlen
-        (n_bitmaps,) = _U32.unpack_from(data, off)
+        u32 = _U32.unpack_from
+        end = len(body)
+        for _ in range(n_props):   # tens of thousands with a bucketed delayed tracker
+            (klen,) = u32(data, off)
+            off += 4
+            if off + klen > end:
+                raise CorruptRecordError("cursor property past the end")
+            key = str(data[off : off + klen], "utf-8")
+            off += klen
+            (vlen,) = u32(data, off)
+            off += 4
+            if off + vlen > end:
+                raise CorruptRecordError("cursor property past the end")
+            props[key] = str(data[off : off + vlen], "utf-8")
+            off += vlen
+        (n_bitmaps,) = u32(data, off)
         off += 4
-        bitmaps: dict[int, BitMap] = {}
+        found: dict[int, BitMap] = {}
+        head = _BITMAP_HEAD.unpack_from
+        head_size = _BITMAP_HEAD.size
         for _ in range(n_bitmaps):
-            ledger_id, size = _BITMAP_HEAD.unpack_from(data, off)
-            off += _BITMAP_HEAD.size
-            bitmaps[ledger_id] = BitMap.deserialize(bytes(body[off : off + size]))
+            ledger_id, size = head(data, off)
+            off += head_size
+            if off + size > end:
+                raise CorruptRecordError("cursor bitmap past the end")
+            found[ledger_id] = BitMap.deserialize(data[off : off + size]) if bitmaps else BitMap()
             off += size
-        if off != len(body):
+        if off != end:
             raise CorruptRecordError("trailing bytes in cursor file")
     except (struct.error, UnicodeDecodeError, ValueError) as exc:
         raise CorruptRecordError(f"malformed cursor file: {exc}") from exc
     return CursorState(
-        name, Position(ml, me), Position(rl, re_), revision, props, bitmaps, len(data)
+        name, Position(ml, me), Position(rl, re_), revision, props, found, len(data)
     )
 
 
