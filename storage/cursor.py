@@ -72,6 +72,9 @@ class CursorState:
     properties: dict[str, str] = field(default_factory=dict)
     bitmaps: dict[int, BitMap] = field(default_factory=dict)
     persisted_size_bytes: int = 0  # not persisted: the size of the file it was loaded from
+    #: not persisted: encode_properties(properties) as the file it was loaded from held them
+    #: (the first save after a restart need not encode tens of thousands of them again)
+    properties_blob: bytes | None = None
 
 
 def encode_properties(properties: dict[str, str]) -> bytes:
@@ -124,6 +127,7 @@ def decode_cursor(data: bytes, *, bitmaps: bool = True) -> CursorState:
         off += name_len
         ml, me, rl, re_, revision = _POSITIONS.unpack_from(data, off)
         off += _POSITIONS.size
+        props_start = off
         (n_props,) = _U32.unpack_from(data, off)
         off += 4
         props: dict[str, str] = {}
@@ -142,6 +146,7 @@ def decode_cursor(data: bytes, *, bitmaps: bool = True) -> CursorState:
                 raise CorruptRecordError("cursor property past the end")
             props[key] = str(data[off : off + vlen], "utf-8")
             off += vlen
+        props_end = off
         (n_bitmaps,) = u32(data, off)
         off += 4
         found: dict[int, BitMap] = {}
@@ -159,7 +164,8 @@ def decode_cursor(data: bytes, *, bitmaps: bool = True) -> CursorState:
     except (struct.error, UnicodeDecodeError, ValueError) as exc:
         raise CorruptRecordError(f"malformed cursor file: {exc}") from exc
     return CursorState(
-        name, Position(ml, me), Position(rl, re_), revision, props, found, len(data)
+        name, Position(ml, me), Position(rl, re_), revision, props, found, len(data),
+        bytes(data[props_start:props_end]),
     )
 
 
@@ -231,7 +237,7 @@ class ManagedCursor:
         self._revision = state.revision
         self._properties = dict(state.properties)
         #: encode_properties(self._properties), kept between saves until a property changes
-        self._properties_blob: bytes | None = None
+        self._properties_blob: bytes | None = state.properties_blob
         self._bitmaps: dict[int, BitMap] = state.bitmaps
         # Unsaved changes since (monotonic); None: nothing unsaved. A loaded state is on disk.
         self._dirty_since: float | None = None
