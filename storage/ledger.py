@@ -2,9 +2,11 @@
 
 Theory of operation:
 - A managed ledger is a directory (see storage/store.py) holding one segment file per ledger
-  (the directory listing IS the ledger list; no separate manifest to keep consistent) and a
+  (the directory listing IS the ledger list; the sealed-segment manifest beside it,
+  storage/sealed_manifest.py, only spares the open a read of each sealed segment) and a
   cursors/ directory. Every open starts a new ledger (Pulsar semantics); the ledgers found
-  on disk are recovered (storage/segments.py) and sealed.
+  on disk are recovered (storage/recovery.py) and sealed; one recovery took from the manifest
+  is checked against its files at its first read (storage/sealed_checks.py).
 - The write side is storage/ledger_appends.py's LedgerAppends (owned here; ``append``,
   ``append_run`` and ``add_listener`` are its own, handed out as they are).
 - append() runs on the loop: it numbers the entry (ledger_id, next entry id), rolls over to a
