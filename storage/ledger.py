@@ -31,6 +31,7 @@ Theory of operation:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
@@ -59,6 +60,7 @@ from storage.positions import Entry, Position
 from storage.reads import DEFAULT_MAX_READ_BYTES, EntryReader
 from storage.relocation import RelocatedEntries, RelocatedState
 from storage.sealed_checks import SealedChecks
+from storage.sealed_manifest import compact_manifest
 from storage.segment_file import SegmentFile
 from storage.segments import (
     RecoveryEvent,
@@ -328,6 +330,10 @@ class ManagedLedger:
             await self._ctx.writer.barrier()
             for ledger_id in forgotten:
                 await relocated.forget_ledger(ledger_id)
+            # the deleted segments' records go when they are most of the manifest (I/O thread)
+            with contextlib.suppress(RuntimeError):   # the store is closing: its next open
+                self._ctx.io_pool.submit(compact_manifest, self._ctx.ops, self.directory,
+                                         len(self._list))
             log.info("managed ledger %s: trimmed ledgers %s", self.name, deleted)
         return deleted
 

@@ -28,6 +28,7 @@ from storage.sealed_manifest import (
     append_records,
     read_manifest,
     rewrite_manifest,
+    too_large,
 )
 from storage.segment_file import IndexResidency, SegmentFile
 from storage.segments import RecoveryEvent, load_index, load_index_summary, scan_segment
@@ -89,7 +90,7 @@ def _keep_manifest(
     records it lacked, or rewrite it when most of its records name segments gone since
     (trimmed, deleted). Advisory (storage/sealed_manifest.py): a failure is logged only."""
     try:
-        if stored + len(to_record) > 2 * len(ledgers) + 64:
+        if too_large(stored + len(to_record), len(ledgers)):
             latest = dict(manifest)
             latest.update((r.ledger_id, r) for r in to_record)
             rewrite_manifest(ops, directory, [latest[led.ledger_id] for led in ledgers

@@ -22,11 +22,13 @@ the segment's header and records) is checked at the segment's first read
 (storage/sealed_checks.py), before anything of it is served. So the file is never synced: a
 lost or torn append only costs a full check. A record is appended at a multiple of the record
 size (a torn tail is overwritten), and a damaged record is skipped, not the records after it.
-The file is rewritten (tmp + rename) at open when most of its records name gone segments.
+The file is rewritten (tmp + rename) when most of its records name gone segments: at open, and
+after a trim that deleted ledgers (compact_manifest, in the I/O thread).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import struct
 from collections.abc import Iterable
@@ -36,6 +38,8 @@ from typing import NamedTuple
 from crc32c import crc32c
 
 from storage.fileops import FileOps
+
+log = logging.getLogger("horae.storage")
 
 MANIFEST_NAME = "sealed.log"
 _RECORD = struct.Struct("<QQQQQII")
@@ -110,3 +114,29 @@ def append_records(ops: FileOps, directory: Path, records: list[SealedRecord]) -
 def rewrite_manifest(ops: FileOps, directory: Path, records: Iterable[SealedRecord]) -> None:
     """Replace the manifest by exactly these records (tmp + rename, not synced)."""
     ops.atomic_write(directory / MANIFEST_NAME, encode_records(records), sync=False)
+
+
+def too_large(stored: int, listed: int) -> bool:
+    """Whether a manifest of *stored* records, *listed* segments on disk, is due a rewrite."""
+    return stored > 2 * listed + 64
+
+
+def compact_manifest(ops: FileOps, directory: Path, listed: int) -> bool:
+    """Blocking (the I/O thread, after a trim): when the manifest holds far more records than
+    the ledger has segments (*listed*), rewrite it with the records of segments still there.
+    One stat when it is not due. True when it was rewritten; a failure is logged only
+    (advisory: the next open compacts it)."""
+    try:
+        size = os.stat(directory / MANIFEST_NAME).st_size
+        if not too_large(size // RECORD_SIZE, listed):
+            return False
+        records, _ = read_manifest(ops, directory)
+        with os.scandir(directory) as entries:
+            names = {entry.name for entry in entries}
+        rewrite_manifest(ops, directory, [record for ledger_id, record in sorted(records.items())
+                                          if f"{ledger_id:020d}.seg" in names])
+    except OSError as exc:
+        log.warning("storage: compacting the sealed-segment manifest of %s failed (%s)",
+                    directory, exc)
+        return False
+    return True
