@@ -1,11 +1,16 @@
 """Recovery of one managed ledger's directory: segments, their indexes, cursor files.
 
 Blocking; run by SegmentStore.open_ledger in a read thread, before the ManagedLedger exists.
-For every segment: a segment the writer fenced in this process is first cut back to its
-last durably synced offset (and synced); then its persisted index is used if it still
-matches, else the segment is scanned (torn tails cut, bad records dropped and reported) and
-fdatasynced, so nothing a crash could still take away is served or replayed (an index is
-only ever written after its segment's last fdatasync, so an indexed segment is durable).
+A sealed segment whose record in the directory's sealed-segment manifest still matches the
+listing and the segment's size is taken from the record without opening a file of it
+(UNCHECKED: checked against its files at its first read, storage/sealed_checks.py); the open
+appends the records the manifest lacked and rewrites it when it is mostly stale
+(storage/sealed_manifest.py). For every other segment: one the writer fenced in this process
+is first cut back to its last durably synced offset (and synced); then its persisted index is
+used if it still matches, else the segment is scanned (torn tails cut, bad records dropped and
+reported) and fdatasynced, so nothing a crash could still take away is served or replayed (an
+index is only ever written after its segment's last fdatasync, so an indexed segment is
+durable).
 Cursor files are loaded with their fallbacks (storage/cursor_files.py). Leftover temporary
 index files and indexes of vanished segments are removed.
 """
