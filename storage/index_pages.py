@@ -81,8 +81,9 @@ class IndexPager:
             self._bytes -= size
 
     async def arrays(self, segment: SegmentFile) -> tuple[array[int], array[int]]:
-        """Loop: the segment's index arrays, paged in if needed."""
-        if segment.index is not IndexResidency.PAGED_OUT:
+        """Loop: the segment's index arrays, paged in if needed (an UNCHECKED segment too,
+        though its reader checks it first: storage/sealed_checks.py)."""
+        if segment.index not in (IndexResidency.PAGED_OUT, IndexResidency.UNCHECKED):
             if segment in self._lru:
                 self._lru.move_to_end(segment)
             return segment.offsets, segment.lengths

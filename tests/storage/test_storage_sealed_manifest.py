@@ -264,3 +264,18 @@ async def test_the_manifest_is_compacted_when_most_records_name_gone_segments(
     records, count = decode_records(manifest.read_bytes())
     assert count <= 2 and all(
         (ledger_dir(tmp_path, TOPIC) / f"{i:020d}.seg").exists() for i in records)
+
+
+async def test_the_pager_pages_in_an_unchecked_segment_it_is_asked_for(
+    base: tuple[Path, dict[Position, bytes]],
+) -> None:
+    root, _ = base
+    store, ml = await _open(root)
+    try:
+        led = ml._ledgers[0]  # type: ignore[attr-defined]
+        assert led.segment.index is IndexResidency.UNCHECKED
+        offsets, lengths = await store.pager.arrays(led.segment)
+        assert len(offsets) == len(lengths) == PER_LEDGER
+        assert all(offset > 0 for offset in offsets)
+    finally:
+        await store.close()
