@@ -71,20 +71,12 @@ def segment_ids(directory: Path) -> list[int]:
     return _ids(_names(directory))
 
 
-class _SegmentSizes:
-    """Segment file sizes by name: one stat each, relative to one open of the directory."""
-
-    def __init__(self, where: str) -> None:
-        self._fd = os.open(where, os.O_RDONLY | os.O_DIRECTORY)
-
-    def of(self, name: str) -> int:
-        try:
-            return os.stat(name, dir_fd=self._fd).st_size
-        except OSError:
-            return -1
-
-    def close(self) -> None:
-        os.close(self._fd)
+def _size(path: str) -> int:
+    """A file's size, -1 if it cannot be stat'ed (then the manifest's record is not trusted)."""
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return -1
 
 
 def _keep_manifest(
@@ -137,15 +129,14 @@ def load_ledger_dir(
             names.discard(leftover)
     where = os.fspath(directory)
     manifest, stored = read_manifest(ops, directory)
-    sizes = _SegmentSizes(where) if manifest else None
     to_record: list[SealedRecord] = []
     for ledger_id in _ids(names):
         stem = f"{ledger_id:020d}"
         synced = fenced_ends.get(directory / f"{stem}.seg") if fenced_ends else None
         record = manifest.get(ledger_id)
         if (
-            record is not None and sizes is not None and synced is None and not record.missing
-            and f"{stem}.idx" in names and sizes.of(f"{stem}.seg") == record.segment_size
+            record is not None and synced is None and not record.missing
+            and f"{stem}.idx" in names and _size(f"{where}/{stem}.seg") == record.segment_size
         ):
             # The manifest's record still matches the listing and the segment's size: no
             # file of this segment is opened now; its first read checks them
@@ -217,8 +208,6 @@ def load_ledger_dir(
         # would never match it.
         if indexed is None and not any(e[0] == "bad_header" for e in result.events):
             out.unindexed.append(led)
-    if sizes is not None:
-        sizes.close()
     _keep_manifest(ops, directory, manifest, stored, to_record, out.ledgers)
     out.cursors = CursorFiles(ops, directory / "cursors", fsync=fsync).load()
     for found in out.cursors:
