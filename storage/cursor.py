@@ -72,6 +72,9 @@ class CursorState:
     properties: dict[str, str] = field(default_factory=dict)
     bitmaps: dict[int, BitMap] = field(default_factory=dict)
     persisted_size_bytes: int = 0  # not persisted: the size of the file it was loaded from
+    #: not persisted: encode_properties(properties) as the file it was loaded from held them
+    #: (the first save after a restart need not encode tens of thousands of them again)
+    properties_blob: bytes | None = None
 
 
 def encode_properties(properties: dict[str, str]) -> bytes:
@@ -105,8 +108,10 @@ def encode_cursor(state: CursorState, properties: bytes | None = None) -> bytes:
     return body + _U32.pack(crc32c(body))
 
 
-def decode_cursor(data: bytes) -> CursorState:
-    """Raises CorruptRecordError on any framing or CRC problem."""
+def decode_cursor(data: bytes, *, bitmaps: bool = True) -> CursorState:
+    """Raises CorruptRecordError on any framing or CRC problem. bitmaps=False: the
+    individually deleted bitmaps are not deserialized (each ledger id they name maps to an
+    empty BitMap): what a scan for the ledger ids a cursor mentions needs."""
     if len(data) < _HEAD.size + _POSITIONS.size + 12:
         raise CorruptRecordError("cursor file too short")
     (crc,) = _U32.unpack_from(data, len(data) - 4)
@@ -122,30 +127,45 @@ def decode_cursor(data: bytes) -> CursorState:
         off += name_len
         ml, me, rl, re_, revision = _POSITIONS.unpack_from(data, off)
         off += _POSITIONS.size
+        props_start = off
         (n_props,) = _U32.unpack_from(data, off)
         off += 4
         props: dict[str, str] = {}
-        for _ in range(n_props):
-            (klen,) = _U32.unpack_from(data, off)
-            key = bytes(body[off + 4 : off + 4 + klen]).decode()
-            off += 4 + klen
-            (vlen,) = _U32.unpack_from(data, off)
-            props[key] = bytes(body[off + 4 : off + 4 + vlen]).decode()
-            off += 4 + vlen
-        (n_bitmaps,) = _U32.unpack_from(data, off)
+        u32 = _U32.unpack_from
+        end = len(body)
+        for _ in range(n_props):   # tens of thousands with a bucketed delayed tracker
+            (klen,) = u32(data, off)
+            off += 4
+            if off + klen > end:
+                raise CorruptRecordError("cursor property past the end")
+            key = str(data[off : off + klen], "utf-8")
+            off += klen
+            (vlen,) = u32(data, off)
+            off += 4
+            if off + vlen > end:
+                raise CorruptRecordError("cursor property past the end")
+            props[key] = str(data[off : off + vlen], "utf-8")
+            off += vlen
+        props_end = off
+        (n_bitmaps,) = u32(data, off)
         off += 4
-        bitmaps: dict[int, BitMap] = {}
+        found: dict[int, BitMap] = {}
+        head = _BITMAP_HEAD.unpack_from
+        head_size = _BITMAP_HEAD.size
         for _ in range(n_bitmaps):
-            ledger_id, size = _BITMAP_HEAD.unpack_from(data, off)
-            off += _BITMAP_HEAD.size
-            bitmaps[ledger_id] = BitMap.deserialize(bytes(body[off : off + size]))
+            ledger_id, size = head(data, off)
+            off += head_size
+            if off + size > end:
+                raise CorruptRecordError("cursor bitmap past the end")
+            found[ledger_id] = BitMap.deserialize(data[off : off + size]) if bitmaps else BitMap()
             off += size
-        if off != len(body):
+        if off != end:
             raise CorruptRecordError("trailing bytes in cursor file")
     except (struct.error, UnicodeDecodeError, ValueError) as exc:
         raise CorruptRecordError(f"malformed cursor file: {exc}") from exc
     return CursorState(
-        name, Position(ml, me), Position(rl, re_), revision, props, bitmaps, len(data)
+        name, Position(ml, me), Position(rl, re_), revision, props, found, len(data),
+        bytes(data[props_start:props_end]),
     )
 
 
@@ -217,7 +237,7 @@ class ManagedCursor:
         self._revision = state.revision
         self._properties = dict(state.properties)
         #: encode_properties(self._properties), kept between saves until a property changes
-        self._properties_blob: bytes | None = None
+        self._properties_blob: bytes | None = state.properties_blob
         self._bitmaps: dict[int, BitMap] = state.bitmaps
         # Unsaved changes since (monotonic); None: nothing unsaved. A loaded state is on disk.
         self._dirty_since: float | None = None

@@ -233,7 +233,7 @@ def scan_cursor_files(ops: FileOps, ledger_directory: Path, into: CursorScan,
         if _split(path.name)[1] not in (CURRENT, PREVIOUS):
             continue
         try:
-            state = decode_cursor(ops.read_file(path))
+            state = decode_cursor(ops.read_file(path), bitmaps=False)  # ledger ids only
         except (CorruptRecordError, OSError):
             into.unreadable.append(path)
             continue

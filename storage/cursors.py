@@ -79,6 +79,12 @@ class CursorSet:
     def values(self) -> list[ManagedCursor]:
         return list(self._cursors.values())
 
+    def advance_all(self) -> None:
+        """Entries were found lost: a lost entry must not hold mark-delete (and the backlog)
+        back."""
+        for cursor in self._cursors.values():
+            cursor.advance()
+
     async def _save(self, name: str, data: bytes, max_ledger_id: int) -> None:
         files, reserve = self._files, self._reserve_id
 

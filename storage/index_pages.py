@@ -66,6 +66,14 @@ class IndexPager:
         segment.index = IndexResidency.PAGEABLE
         self._admit(segment)
 
+    def adopt(self, segment: SegmentFile, offsets: array[int], lengths: array[int]) -> None:
+        """Loop: a sealed segment's arrays were read from its durable index elsewhere (its
+        first-read check, storage/sealed_checks.py): a page-in like the pager's own."""
+        segment.offsets, segment.lengths = offsets, lengths
+        segment.index = IndexResidency.PAGEABLE
+        self.loads += 1
+        self._admit(segment)
+
     def forget(self, segment: SegmentFile) -> None:
         """Loop: the segment is gone (trimmed, deleted)."""
         size = self._lru.pop(segment, None)
@@ -73,8 +81,9 @@ class IndexPager:
             self._bytes -= size
 
     async def arrays(self, segment: SegmentFile) -> tuple[array[int], array[int]]:
-        """Loop: the segment's index arrays, paged in if needed."""
-        if segment.index is not IndexResidency.PAGED_OUT:
+        """Loop: the segment's index arrays, paged in if needed (an UNCHECKED segment too,
+        though its reader checks it first: storage/sealed_checks.py)."""
+        if segment.index not in (IndexResidency.PAGED_OUT, IndexResidency.UNCHECKED):
             if segment in self._lru:
                 self._lru.move_to_end(segment)
             return segment.offsets, segment.lengths

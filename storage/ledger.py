@@ -2,9 +2,11 @@
 
 Theory of operation:
 - A managed ledger is a directory (see storage/store.py) holding one segment file per ledger
-  (the directory listing IS the ledger list; no separate manifest to keep consistent) and a
+  (the directory listing IS the ledger list; the sealed-segment manifest beside it,
+  storage/sealed_manifest.py, only spares the open a read of each sealed segment) and a
   cursors/ directory. Every open starts a new ledger (Pulsar semantics); the ledgers found
-  on disk are recovered (storage/segments.py) and sealed.
+  on disk are recovered (storage/recovery.py) and sealed; one recovery took from the manifest
+  is checked against its files at its first read (storage/sealed_checks.py).
 - The write side is storage/ledger_appends.py's LedgerAppends (owned here; ``append``,
   ``append_run`` and ``add_listener`` are its own, handed out as they are).
 - append() runs on the loop: it numbers the entry (ledger_id, next entry id), rolls over to a
@@ -29,6 +31,7 @@ Theory of operation:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
@@ -56,6 +59,8 @@ from storage.ledger_state import LedgerInfo, LedgerState
 from storage.positions import Entry, Position
 from storage.reads import DEFAULT_MAX_READ_BYTES, EntryReader
 from storage.relocation import RelocatedEntries, RelocatedState
+from storage.sealed_checks import SealedChecks
+from storage.sealed_manifest import compact_manifest
 from storage.segment_file import SegmentFile
 from storage.segments import (
     RecoveryEvent,
@@ -127,9 +132,14 @@ class ManagedLedger:
         self.remove_listener = appends.remove_listener
         #: Whether new entries are cached: its topic says while it has subscriptions.
         self.caching = appends.caching
+        self.sealed_checks = SealedChecks(
+            ctx.loop, ctx.ops, ctx.read_pool, name, ctx.config.fsync, ctx.report,
+            lambda segment, size: None if self.closed else ctx.writer.submit_index(segment, size),
+            ctx.pager.adopt, lambda: self._cursor_set.advance_all(),
+        )
         self._reader = EntryReader(
             ctx.loop, ctx.ops, ctx.cache, ctx.read_pool, ctx.pager, self._ledgers,
-            self._ledger_ids, self._drop_corrupt, self.relocated,
+            self._ledger_ids, self._drop_corrupt, self.relocated, self.sealed_checks,
         )
         self._cursor_set = CursorSet(
             self, CursorFiles(ctx.ops, directory / "cursors", fsync=ctx.config.fsync),
@@ -241,8 +251,7 @@ class ManagedLedger:
         led.missing.add(entry_id)
         self._ctx.report(RecoveryEvent("corrupt_read", self.name, led.ledger_id, offset, length,
                                        (entry_id,)))
-        for cursor in self._cursor_set.values():
-            cursor.advance()  # a lost entry must not hold mark-delete (and the backlog) back
+        self._cursor_set.advance_all()
 
     # -- cursors ---------------------------------------------------------------------------
 
@@ -321,6 +330,10 @@ class ManagedLedger:
             await self._ctx.writer.barrier()
             for ledger_id in forgotten:
                 await relocated.forget_ledger(ledger_id)
+            # the deleted segments' records go when they are most of the manifest (I/O thread)
+            with contextlib.suppress(RuntimeError):   # the store is closing: its next open
+                self._ctx.io_pool.submit(compact_manifest, self._ctx.ops, self.directory,
+                                         len(self._list))
             log.info("managed ledger %s: trimmed ledgers %s", self.name, deleted)
         return deleted
 

@@ -3,7 +3,9 @@
 Owned by its ManagedLedger, which shares (never replaces) its ledger table and id list with
 it; loop-only. Reads stop at each ledger's confirmed count (never past what was synced and
 acknowledged); a record that fails its checks on disk is never returned: on_corrupt is
-called (the ledger marks the entry missing, reports it and lets cursors move past it).
+called (the ledger marks the entry missing, reports it and lets cursors move past it). A
+segment recovery took from the sealed-segment manifest is checked against its files first
+(storage/sealed_checks.py).
 Out of file descriptors while reading is TooManyOpenFilesError.
 """
 
@@ -22,6 +24,7 @@ from storage.ledger_state import LedgerState
 from storage.limits import is_fd_exhaustion
 from storage.positions import Entry, Position
 from storage.relocation import RelocatedEntries
+from storage.sealed_checks import SealedChecks
 from storage.segment_file import IndexResidency
 from storage.segments import read_records
 
@@ -36,8 +39,10 @@ class EntryReader:
         self, loop: asyncio.AbstractEventLoop, ops: FileOps, cache: EntryCache, pool: Executor,
         pager: IndexPager, ledgers: Mapping[int, LedgerState], ledger_ids: list[int],
         on_corrupt: OnCorrupt, relocated: RelocatedEntries | None = None,
+        checks: SealedChecks | None = None,
     ) -> None:
         self._relocated = relocated
+        self._checks = checks
         self._pager = pager
         self._loop = loop
         self._ops = ops
@@ -102,6 +107,11 @@ class EntryReader:
         out: list[Entry], nbytes: int,
     ) -> tuple[int, int]:
         segment = led.segment
+        if segment.index is IndexResidency.UNCHECKED and self._checks is not None:
+            try:  # opened from the manifest: checked against its files before any read
+                await self._checks.check(led)
+            except FileNotFoundError:  # trimmed or deleted meanwhile
+                return led.confirmed, nbytes
         if segment.index is not IndexResidency.RESIDENT:  # paged in/out by the pager (LRU)
             offsets, lengths = await self._pager.arrays(segment)
         else:
@@ -109,7 +119,9 @@ class EntryReader:
         wanted: list[tuple[int, int, int]] = []
         planned = nbytes
         end = entry_id
-        while end < led.confirmed and len(out) + len(wanted) < max_entries and (
+        # Entries past the arrays are missing (a first-read check found fewer than counted).
+        limit = min(led.confirmed, len(offsets))
+        while end < limit and len(out) + len(wanted) < max_entries and (
             not (out or wanted) or planned < max_bytes
         ):
             offset = offsets[end]
@@ -117,6 +129,8 @@ class EntryReader:
                 wanted.append((end, offset, lengths[end]))
                 planned += lengths[end]
             end += 1
+        if end >= limit:
+            end = max(end, led.confirmed)
         if not wanted:
             return end, nbytes
         try:

@@ -1,11 +1,16 @@
 """Recovery of one managed ledger's directory: segments, their indexes, cursor files.
 
 Blocking; run by SegmentStore.open_ledger in a read thread, before the ManagedLedger exists.
-For every segment: a segment the writer fenced in this process is first cut back to its
-last durably synced offset (and synced); then its persisted index is used if it still
-matches, else the segment is scanned (torn tails cut, bad records dropped and reported) and
-fdatasynced, so nothing a crash could still take away is served or replayed (an index is
-only ever written after its segment's last fdatasync, so an indexed segment is durable).
+A sealed segment whose record in the directory's sealed-segment manifest still matches the
+listing and the segment's size is taken from the record without opening a file of it
+(UNCHECKED: checked against its files at its first read, storage/sealed_checks.py); the open
+appends the records the manifest lacked and rewrites it when it is mostly stale
+(storage/sealed_manifest.py). For every other segment: one the writer fenced in this process
+is first cut back to its last durably synced offset (and synced); then its persisted index is
+used if it still matches, else the segment is scanned (torn tails cut, bad records dropped and
+reported) and fdatasynced, so nothing a crash could still take away is served or replayed (an
+index is only ever written after its segment's last fdatasync, so an indexed segment is
+durable).
 Cursor files are loaded with their fallbacks (storage/cursor_files.py). Leftover temporary
 index files and indexes of vanished segments are removed.
 """
@@ -13,6 +18,7 @@ index files and indexes of vanished segments are removed.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -22,8 +28,17 @@ from storage.cursor_files import CursorFiles, LoadedCursor
 from storage.errors import PersistenceError
 from storage.fileops import FileOps
 from storage.ledger_state import LedgerState, recovered_ledger
-from storage.segment_file import SegmentFile
+from storage.sealed_manifest import (
+    SealedRecord,
+    append_records,
+    read_manifest,
+    rewrite_manifest,
+    too_large,
+)
+from storage.segment_file import IndexResidency, SegmentFile
 from storage.segments import RecoveryEvent, load_index, load_index_summary, scan_segment
+
+log = logging.getLogger("horae.storage")
 
 
 @dataclass(slots=True)
@@ -56,6 +71,34 @@ def segment_ids(directory: Path) -> list[int]:
     return _ids(_names(directory))
 
 
+def _size(path: str) -> int:
+    """A file's size, -1 if it cannot be stat'ed (then the manifest's record is not trusted)."""
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return -1
+
+
+def _keep_manifest(
+    ops: FileOps, directory: Path, manifest: dict[int, SealedRecord], stored: int,
+    to_record: list[SealedRecord], ledgers: list[LedgerState],
+) -> None:
+    """Bring the sealed-segment manifest up to date with what this open checked: append the
+    records it lacked, or rewrite it when most of its records name segments gone since
+    (trimmed, deleted). Advisory (storage/sealed_manifest.py): a failure is logged only."""
+    try:
+        if too_large(stored + len(to_record), len(ledgers)):
+            latest = dict(manifest)
+            latest.update((r.ledger_id, r) for r in to_record)
+            rewrite_manifest(ops, directory, [latest[led.ledger_id] for led in ledgers
+                                              if led.ledger_id in latest])
+        else:
+            append_records(ops, directory, to_record)
+    except OSError as exc:
+        log.warning("storage: updating the sealed-segment manifest of %s failed (%s)",
+                    directory, exc)
+
+
 def _cut_to_synced(ops: FileOps, path: Path, synced: int) -> None:
     """A segment fenced in this process: drop every byte after its last durable sync."""
     fd = ops.open(path, os.O_RDWR)
@@ -85,10 +128,27 @@ def load_ledger_dir(
                 ops.unlink(directory / leftover)
             names.discard(leftover)
     where = os.fspath(directory)
+    manifest, stored = read_manifest(ops, directory)
+    to_record: list[SealedRecord] = []
     for ledger_id in _ids(names):
         stem = f"{ledger_id:020d}"
+        synced = fenced_ends.get(directory / f"{stem}.seg") if fenced_ends else None
+        record = manifest.get(ledger_id)
+        if (
+            record is not None and synced is None and not record.missing
+            and f"{stem}.idx" in names and _size(f"{where}/{stem}.seg") == record.segment_size
+        ):
+            # The manifest's record still matches the listing and the segment's size: no
+            # file of this segment is opened now; its first read checks them
+            # (storage/sealed_checks.py) before anything of it is served.
+            segment = SegmentFile(ledger_id, f"{where}/{stem}.seg", record.created_ms)
+            segment.format = record.format
+            segment.write_offset = segment.synced_offset = record.segment_size
+            segment.index = IndexResidency.UNCHECKED
+            out.ledgers.append(
+                recovered_ledger(segment, record.entries, record.size_bytes, []))
+            continue
         path = directory / f"{stem}.seg"
-        synced = fenced_ends.get(path) if fenced_ends else None
         if synced is not None:
             try:
                 _cut_to_synced(ops, path, synced)
@@ -108,6 +168,10 @@ def load_ledger_dir(
             # Indexed, durable (its index was written after its last sync), nothing missing:
             # no arrays are built; the IndexPager pages them in for reads, so opening a huge
             # ledger holds one segment's index at a time.
+            checked = SealedRecord(ledger_id, summary.entries, summary.size_bytes,
+                                   summary.created_ms, summary.valid_end, summary.format, 0)
+            if checked != record:
+                to_record.append(checked)
             segment = SegmentFile(ledger_id, path, summary.created_ms)
             segment.format = summary.format
             segment.write_offset = segment.synced_offset = summary.valid_end
@@ -144,6 +208,7 @@ def load_ledger_dir(
         # would never match it.
         if indexed is None and not any(e[0] == "bad_header" for e in result.events):
             out.unindexed.append(led)
+    _keep_manifest(ops, directory, manifest, stored, to_record, out.ledgers)
     out.cursors = CursorFiles(ops, directory / "cursors", fsync=fsync).load()
     for found in out.cursors:
         label = found.name if found.name is not None else found.stem

@@ -40,11 +40,15 @@ class IndexResidency(enum.Enum):
     """Where a segment's index arrays are (loop only): RESIDENT (in memory, not pageable:
     the segment is open or its index not durable yet) -> PAGEABLE (in memory, sealed with a
     durable index: the store's IndexPager may page it out) <-> PAGED_OUT (read back from the
-    index file on demand)."""
+    index file on demand); a recovered segment may start UNCHECKED."""
 
     RESIDENT = "resident"
     PAGEABLE = "pageable"
     PAGED_OUT = "paged-out"
+    #: paged out, and known only from the ledger's sealed-segment manifest: its first read
+    #: checks the segment and its index file (storage/sealed_checks.py), then PAGEABLE (or
+    #: RESIDENT, scanned, until its rewritten index is durable).
+    UNCHECKED = "unchecked"
 
 
 class SegmentFile:
@@ -56,13 +60,16 @@ class SegmentFile:
     (``write_state``) and :class:`IndexResidency` (``index``); ``evicted`` and ``positioned``
     are the writer's fd cache marks, not lifecycle."""
 
-    __slots__ = ("created_ms", "evicted", "fd", "format", "index", "index_job", "ledger_id",
-                 "lengths", "offsets", "path", "positioned", "synced_offset", "write_offset",
-                 "write_state", "zeroed_end")
+    __slots__ = ("_path", "_where", "created_ms", "evicted", "fd", "format", "index",
+                 "index_job", "ledger_id", "lengths", "offsets", "positioned", "synced_offset",
+                 "write_offset", "write_state", "zeroed_end")
 
-    def __init__(self, ledger_id: int, path: Path, created_ms: int) -> None:
+    def __init__(self, ledger_id: int, path: Path | str, created_ms: int) -> None:
         self.ledger_id = ledger_id
-        self.path = path
+        # A str becomes a Path when first asked for (recovery builds tens of thousands of
+        # segments whose path may never be used).
+        self._path: Path | None = path if isinstance(path, Path) else None
+        self._where = "" if isinstance(path, Path) else path
         self.created_ms = created_ms
         self.format = FORMAT_V3  # record format (recovered segments may be older)
         self.offsets: array[int] = array("q")
@@ -76,6 +83,13 @@ class SegmentFile:
         self.positioned = True  # writer: the fd's position is the write head (else pwrite)
         self.index_job: Future[bool] | None = None  # the persisted index being written
         self.index = IndexResidency.RESIDENT  # loop only (storage/index_pages)
+
+    @property
+    def path(self) -> Path:
+        path = self._path
+        if path is None:
+            path = self._path = Path(self._where)
+        return path
 
     def page_out(self) -> None:
         """Drop the index arrays (sealed segments with a durable index only; loop)."""

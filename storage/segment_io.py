@@ -11,7 +11,8 @@ operation goes through FileOps. What they keep true:
   fd was evicted (positioned False) is written at explicit offsets instead.
 - write_zeros: a pre-zero step's zeros ahead of the write head (the sync stage syncs them).
 - write_index_logged: a final segment's persisted index, for the I/O thread (a failure only
-  costs a scan at the next open).
+  costs a scan at the next open), then its record in the ledger's sealed-segment manifest
+  (storage/sealed_manifest.py).
 - cut_back: a broken segment (a write or fdatasync failed) is truncated to synced_offset and
   that is synced, so nothing unsynced survives into a reopen.
 """
@@ -30,6 +31,7 @@ from crc32c import crc32c
 
 from storage.fileops import FileOps
 from storage.ids import IdAllocator
+from storage.sealed_manifest import SealedRecord, append_records
 from storage.segment_file import SegmentFile
 from storage.segments import (
     CRC_PREFIX,
@@ -163,10 +165,20 @@ def write_index_logged(ops: FileOps, segment: SegmentFile, size_bytes: int, sync
     """write_index() of a final segment for a background job: a failure only costs a scan on
     the next open. True once the index is on disk."""
     try:
-        return write_index(
+        written = write_index(
             ops, segment.path, segment.ledger_id, segment.write_offset, segment.created_ms,
             segment.format, segment.offsets, segment.lengths, size_bytes, sync=sync,
         )
     except OSError as exc:
         log.warning("storage: writing a segment index failed (%s); it will be rebuilt", exc)
         return False
+    if written:
+        # After the index: a record never describes an index that is not there yet.
+        record = SealedRecord(segment.ledger_id, len(segment.offsets), size_bytes,
+                              segment.created_ms, segment.write_offset, segment.format,
+                              segment.offsets.count(-1))
+        try:
+            append_records(ops, segment.path.parent, [record])
+        except OSError as exc:  # advisory: the next open checks that segment in full
+            log.warning("storage: appending to the sealed-segment manifest failed (%s)", exc)
+    return written

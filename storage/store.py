@@ -543,7 +543,7 @@ def _prepare_root(
         with contextlib.suppress(ValueError):
             snapshot_id = int(stem)
             max_seen = max(max_seen, snapshot_id)
-            if snapshot_id not in cursors.snapshot_ids:
+            if is_snapshot_key is not None and snapshot_id not in cursors.snapshot_ids:
                 orphans.append((snapshot_id, snapshots / entry_name))
     orphans.sort()
     # The allocator first: its high-water mark must cover the orphans' ids before they go.

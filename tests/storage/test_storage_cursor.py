@@ -13,7 +13,7 @@ from storage_testlib import flip_bit, ledger_dir, write_segment
 from waiting import wait_until_async
 
 from storage import Position, SegmentStore, StorageConfig
-from storage.cursor import CursorState, decode_cursor, encode_cursor
+from storage.cursor import CursorState, decode_cursor, encode_cursor, encode_properties
 from storage.errors import CorruptRecordError
 
 TOPIC = "persistent://public/default/c"
@@ -155,6 +155,35 @@ async def test_saves_between_property_changes_keep_every_property_change(tmp_pat
         cursor = (await store.open_ledger(TOPIC)).cursors["s"]
         assert (cursor.individually_deleted(), cursor.properties) == (expected, props)
     await store.close()
+
+
+async def test_a_reloaded_cursor_saves_its_properties_as_loaded_until_one_changes(
+    tmp_path: Path,
+) -> None:
+    """The properties' bytes come from the file a cursor was loaded from (a restart does not
+    encode tens of thousands of bucket properties again for its first save)."""
+    store, ps = await _filled(tmp_path, 20)
+    cursor = await store.open_ledgers[TOPIC].open_cursor("s", initial_position="earliest")
+    props = {f"#pulsar.internal.delayed.bucket_{i}_{i}": str(1000 + i) for i in range(50)}
+    for key, value in props.items():
+        cursor.set_property(key, value)
+    await store.close()
+    path = ledger_dir(tmp_path, TOPIC) / "cursors" / "s.cur"
+    loaded = decode_cursor(path.read_bytes())
+    assert loaded.properties_blob == encode_properties(props)
+    for acked, change in ((ps[2], None), (ps[4], ("k", "v"))):
+        store = await _open(tmp_path)
+        cursor = (await store.open_ledger(TOPIC)).cursors["s"]
+        cursor.delete([acked])
+        if change is not None:
+            cursor.set_property(*change)
+            props[change[0]] = change[1]
+        await store.close()
+        saved = decode_cursor(path.read_bytes())
+        assert saved.properties == props
+        assert saved.properties_blob == encode_properties(props)
+        assert Position(acked.ledger_id, acked.entry_id) in [
+            Position(lid, e) for lid, bm in saved.bitmaps.items() for e in bm]
 
 
 async def test_background_flush_persists_at_bounded_rate(tmp_path: Path) -> None:

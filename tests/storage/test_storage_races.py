@@ -13,6 +13,7 @@ from storage_testlib import ledger_dir
 
 from storage import LedgerClosedError, SegmentStore, StorageConfig
 from storage.fileops import FileOps
+from storage.sealed_manifest import MANIFEST_NAME
 
 TOPIC = "persistent://public/default/races"
 CONFIG = StorageConfig(mark_delete_rate_limit_per_sec=0)
@@ -98,7 +99,7 @@ async def test_delete_ledger_waits_for_an_open_of_the_same_name(tmp_path: Path) 
     ml = await store.open_ledger(TOPIC)
     await ml.append(b"data")
     await ml.close()
-    ops.block(".seg")  # hold the reopen in recovery, where it opens the segment
+    ops.block(MANIFEST_NAME)  # hold the reopen in recovery, where it reads the manifest
     opening = asyncio.create_task(store.open_ledger(TOPIC))
     await ops.wait_entered()
     deleting = asyncio.create_task(store.delete_ledger(TOPIC))
@@ -120,7 +121,7 @@ async def test_open_ledger_overlapping_close_registers_nothing(tmp_path: Path) -
     ml = await store.open_ledger(TOPIC)
     await ml.append(b"data")
     await ml.close()
-    ops.block(".seg")
+    ops.block(MANIFEST_NAME)
     opening = asyncio.create_task(store.open_ledger(TOPIC))
     await ops.wait_entered()
     closing = asyncio.create_task(store.close())
