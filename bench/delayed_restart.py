@@ -2,16 +2,36 @@
 every bucket is known, on the real segment store.
 
 Usage: .venv/bin/python bench/delayed_restart.py [--pending 1000000] [--per-bucket 500]
-           [--reads 16,1] [--cancel-every 10] [--old-format] [--compare-with CHECKOUT]
-           [--build-with CHECKOUT] [--store DIR] [--rounds N]
+           [--reads 16,1] [--ack-every 10] [--cancel-every 0] [--delays hour|fixed|year]
+           [--slow-build] [--old-format] [--compare-with CHECKOUT] [--build-with CHECKOUT]
+           [--store DIR] [--build-only] [--rounds N] [--drain-s S]
 
-This is the *store-building path*: it does not publish through a client. Positions are fed to
-the bucket tracker directly (``--per-bucket`` indexes per ledger, so per bucket), the tracker
-seals them into snapshots in the real ``SegmentStore`` and records them in a real cursor's
-properties, as a broker does; every ``--cancel-every``-th position is acknowledged out of order
-(an individual delete on the cursor, which recovery must not hand out again). The process then
-drops everything without closing the tracker (what kill -9 leaves: durable snapshots and cursor
-properties) and, in a fresh child process per ``--reads`` value, reopens the store and recovers:
+This is the *store-building path*: it does not publish through a client. The store is built
+in a child process through the storage layer and the tracker, as a broker's publish and
+dispatch leave it (``--per-bucket`` entries per ledger and indexes per bucket): ledger
+segments, the tracker's bucket snapshots (and their summaries) recorded in a real cursor's
+properties, every ``--ack-every``-th message acknowledged out of order (individual deletes on
+the cursor, which recovery must not hand out again) and every ``--cancel-every``-th cancelled
+(PIP-423, ``cancel_delayed``: the tracker's cancel journal, never handed out either). Deliver
+times (``--delays``) are a permutation of the messages over an hour (dense: many per ms at
+scale) or a year, or a fixed delay after a steady publish (in position order); the first 1%
+of the span is in the past when recovery starts. Two builders write the same store:
+
+- the bulk one (default): the entries go through the ledger's ``append_run`` (the publish
+  path's) 100,000 at a time, each bucket's time-ordered columns are computed whole and sealed
+  by the tracker's own snapshot side (the call the tracker makes when a later ledger arrives
+  at a full mutable bucket), the acks go in per ledger (``delete_entry_ids``), the cancels
+  through ``cancel_delayed`` after the build; about 5-6 CPU-µs per message;
+- ``--slow-build`` (and ``--old-format``, ``--build-with``): one ``append`` future and one
+  tracker ``add`` per message, 18-19 CPU-µs per message. tests/bench/
+  test_delayed_restart_build.py checks that both stores recover to the same hand-outs at the
+  same clock times.
+
+Neither fsyncs per write (``fsync=False``); one ``os.sync()`` ends the build. The build prints
+its CPU seconds (every thread of the child) and the store's size. The child then drops
+everything without closing the tracker (what kill -9 leaves: durable snapshots and cursor
+properties) and, in a fresh child process per ``--reads`` value, on a copy of the store,
+recovery reopens it and drains the tracker:
 
 - ``first due``: from the store's open to the first due position handed out (messages due
   while "down": the earliest bucket's times are in the past);
@@ -26,7 +46,9 @@ properties) and, in a fresh child process per ``--reads`` value, reopens the sto
 - ``first segments in``: until every bucket's first segment is loaded (or parked, not due soon);
 - ``catch-up p99``: of the positions due while down, the time from the first hand-out to
   each one's hand-out, p99 (ms);
-- early / lost / duplicate / acknowledged handed out again, over the whole drain;
+- ``catch-up p50`` likewise;
+- early / lost / duplicate / acknowledged or cancelled handed out, over the whole drain (lost
+  is counted only when the drain ran to the end: ``--drain-s`` cuts it);
 - ``*_cpu_s``: the process's CPU seconds (every thread) at each of these points, and at the
   last late message handed out (``caught_up_cpu_s``): steadier than wall times on a busy
   machine;
@@ -194,10 +216,16 @@ def _columns(group: list[tuple[int, int, int, int]], base: int, delays: str, pen
 
     pairs: list[tuple[int, int]] = []
     members: dict[int, BitMap] = {}
+    spread = SPREADS[delays]
+    start = base - spread // 100
     for ledger_id, first, count, i0 in group:
         high = ledger_id << POSITION_BITS
-        pairs.extend(zip([deliver_at(i, base, delays, pending) for i in range(i0, i0 + count)],
-                         range(high | first, high | (first + count)), strict=True))
+        indexes = range(i0, i0 + count)
+        if delays == "fixed":       # deliver_at(), inlined: 100M calls are a minute of CPU
+            times = [start + i * spread // max(pending, 1) for i in indexes]
+        else:
+            times = [start + (i * 2_654_435_761) % spread for i in indexes]
+        pairs.extend(zip(times, range(high | first, high | (first + count)), strict=True))
         bm = members.setdefault(ledger_id, BitMap())
         bm.add_range(first, first + count)
     if delays != "fixed":
@@ -230,6 +258,7 @@ async def build_bulk(root: Path, pending: int, per_bucket: int, ack_every: int, 
     extents: dict[int, int] = {}        # ledger id -> entries
     group: list[tuple[int, int, int, int]] = []   # the mutable bucket: (ledger, first, n, i)
     group_count = 0
+    sealed: list[list[tuple[int, int, int, int]]] = []   # the sealed buckets' groups
     acked = cancelled = 0
     seal = t._snapshots.seal            # the tracker's seal of its mutable bucket
 
@@ -261,7 +290,7 @@ async def build_bulk(root: Path, pending: int, per_bucket: int, ack_every: int, 
             if group and ledger_id > group[-1][0] and group_count >= per_bucket:
                 ts_col, pos_col, members = _columns(group, base, delays, pending)
                 seal(group[0][0], group[-1][0], ts_col, pos_col, members)
-                cancelled += cancel(group)
+                sealed.append(group)
                 group, group_count = [], 0
             group.append((ledger_id, first, count, i))
             group_count += count
@@ -270,7 +299,10 @@ async def build_bulk(root: Path, pending: int, per_bucket: int, ack_every: int, 
     for ledger_id, first, count, i0 in group:   # the last bucket stays mutable (in memory)
         for k in range(count):
             t.add(Position(ledger_id, first + k), deliver_at(i0 + k, base, delays, pending))
-    cancelled += cancel(group)
+    # The cancels after the build, as build() does: all in one go, so the cancel journal
+    # (one snapshot of every live cancel, rewritten on a change) is written once, not per run.
+    for done in (*sealed, group):
+        cancelled += cancel(done)
     last = max(extents)
     cursor.read_position = ledger.next_position(Position(last, extents[last] - 1))
     await t.wait_idle()
