@@ -323,10 +323,41 @@ async def build_bulk(root: Path, pending: int, per_bucket: int, ack_every: int, 
     # no t.close(): the process goes away as after kill -9
 
 
+def _overdue(n: int, base: int, delays: str, pending: int, ack_every: int,
+             cancel_every: int, seen: bytearray | None = None) -> int:
+    """How many of the first ``n`` messages were due when recovery started (time <= base) and
+    neither acknowledged nor cancelled (what the catch-up must hand out); with ``seen``, how
+    many of those were handed out. Vectorised with numpy when it is there (100M messages),
+    else one by one."""
+    try:
+        import numpy as np
+    except ImportError:
+        return sum(1 for i in range(n) if deliver_at(i, base, delays, pending) <= base
+                   and not (ack_every and i % ack_every == ACK_AT)
+                   and not (cancel_every and i % cancel_every == CANCEL_AT)
+                   and (seen is None or seen[i]))
+    spread = SPREADS[delays]
+    total = 0
+    for lo in range(0, n, 10_000_000):
+        idx = np.arange(lo, min(n, lo + 10_000_000), dtype=np.int64)
+        # deliver_at() - base + spread // 100, in int64 (< 2^63 for i < 3.4e9)
+        offset = (idx * spread // max(pending, 1) if delays == "fixed"
+                  else (idx * 2_654_435_761) % spread)
+        keep = offset <= spread // 100
+        if ack_every:
+            keep &= idx % ack_every != ACK_AT
+        if cancel_every:
+            keep &= idx % cancel_every != CANCEL_AT
+        if seen is not None:
+            keep &= np.frombuffer(seen, dtype=np.uint8, count=len(idx), offset=lo) != 0
+        total += int(np.count_nonzero(keep))
+    return total
+
+
 async def recover(root: Path, pending: int, per_bucket: int, ack_every: int, base: int,
                   reads: int, drain_s: float = 0.0, cancel_every: int = 0,
-                  delays: str = "hour", log: list[tuple[int, int]] | None = None
-                  ) -> dict[str, object]:
+                  delays: str = "hour", log: list[tuple[int, int]] | None = None,
+                  until_caught_up: bool = False) -> dict[str, object]:
     """Reopen the store after the kill, recover the tracker and drain it (module docstring);
     ``log`` gets (message number, clock) of every hand-out, in order."""
     import broker.delayed.bucket_snapshots as bs
@@ -336,11 +367,12 @@ async def recover(root: Path, pending: int, per_bucket: int, ack_every: int, bas
 
     bs.RECOVERY_READS = reads
     spread = SPREADS[delays]
+    layout = json.loads((root / "bench.json").read_text())
+    overdue = _overdue(layout["sealed_count"], base, delays, pending, ack_every, cancel_every)
     rss_before = _rss()
     t0 = time.perf_counter()
     c0 = time.process_time()          # CPU of every thread of the process
     cpu: dict[str, float] = {}
-    layout = json.loads((root / "bench.json").read_text())
     starts = {int(k): v for k, v in layout["starts"].items()}
     sealed_to = layout["sealed_to_ledger"]
     store = await SegmentStore.open(root, StorageConfig(fsync=False,
@@ -362,7 +394,7 @@ async def recover(root: Path, pending: int, per_bucket: int, ack_every: int, bas
     segments_in = None
     memberships_in = None
     seen = bytearray(pending)        # one byte per message: 100M fit where sets would not
-    early = dup = acked_out = cancelled_out = 0
+    early = dup = acked_out = cancelled_out = caught_up = 0
     first_due = None
     catch_up: list[float] = []
     drained = False
@@ -397,12 +429,14 @@ async def recover(root: Path, pending: int, per_bucket: int, ack_every: int, bas
             if when <= base:
                 catch_up.append((at - first_at) * 1000)
                 late_in_batch = True
+                caught_up += 1
             if log is not None:
                 log.append((i, now[0]))
         if late_in_batch:            # CPU until the last late message so far (catch_up_n)
             cpu["caught_up_cpu_s"] = time.process_time() - c0
-        if drain_s and time.perf_counter() - t0 > drain_s:
-            break                    # the drain was cut short: nothing is counted lost
+        if (drain_s and time.perf_counter() - t0 > drain_s) or (
+                until_caught_up and caught_up >= overdue):
+            break                    # the drain was cut short: only the overdue are counted
         if not batch and t.sealed.loading:
             due.clear()              # a first segment is on its way: woken when it is in
             with contextlib.suppress(TimeoutError):
@@ -428,18 +462,22 @@ async def recover(root: Path, pending: int, per_bucket: int, ack_every: int, bas
                 skipped -= sum(1 for i in range(CANCEL_AT, n, cancel_every)
                                if i % ack_every == ACK_AT and not seen[i])
             lost -= skipped
+    overdue_lost = None
+    if lost is None:                 # the overdue ones never handed out (all of them are due)
+        overdue_lost = overdue - _overdue(layout["sealed_count"], base, delays, pending,
+                                          ack_every, cancel_every, seen)
     catch_up.sort()
     return {"reads": reads, "store_open_s": round(store_open, 3),
             "ledger_open_s": round(ledger_open, 3), "recover_returned_s": round(serving, 3),
             "index_serving_s": round(memberships_in, 3) if memberships_in is not None else None,
             "first_segments_in_s": round(segments_in, 3) if segments_in is not None else None,
             "first_due_s": round(first_due, 3) if first_due is not None else None,
-            "catch_up_n": len(catch_up),
+            "catch_up_n": len(catch_up), "overdue": overdue,
             "catch_up_p50_ms": round(catch_up[len(catch_up) // 2], 1) if catch_up else None,
             "catch_up_p99_ms": round(catch_up[int(len(catch_up) * 0.99) - 1], 1)
             if catch_up else None,
             **{k: round(v, 3) for k, v in cpu.items()},
-            "early": early, "lost": lost, "duplicate": dup,
+            "early": early, "lost": lost, "overdue_lost": overdue_lost, "duplicate": dup,
             "acked_handed_out": acked_out, "cancelled_handed_out": cancelled_out,
             "handed_out": len(seen) - seen.count(0), "drained": drained,
             "rss_bytes_total": _rss(),
@@ -487,7 +525,10 @@ def main() -> None:
                         "version's snapshot format, which both checkouts can then recover; "
                         "message by message)")
     p.add_argument("--drain-s", type=float, default=0.0, dest="drain_s",
-                   help="stop draining after this many seconds (lost is then not counted)")
+                   help="stop draining after this many seconds (lost is then counted among "
+                        "the messages due while down only)")
+    p.add_argument("--until-caught-up", action="store_true", dest="until_caught_up",
+                   help="stop draining once every message due while down is handed out")
     p.add_argument("--store", help="keep the built store in this directory and reuse it when "
                                     "it is there already (same shape options)")
     p.add_argument("--build-only", action="store_true", dest="build_only",
@@ -511,7 +552,7 @@ def main() -> None:
         log: list[tuple[int, int]] | None = [] if args.log else None
         r = asyncio.run(recover(Path(root), args.pending, args.per_bucket, args.ack_every,
                                 int(base), int(reads), args.drain_s, args.cancel_every,
-                                args.delays, log))
+                                args.delays, log, args.until_caught_up))
         if args.log:
             Path(args.log).write_text(json.dumps(log))
         print(json.dumps(r))
@@ -554,6 +595,7 @@ def main() -> None:
                 shutil.copytree(root / "built", run)
                 out = subprocess.run([sys.executable, __file__, *_shape(args),
                                       "--drain-s", str(args.drain_s),
+                                      *(["--until-caught-up"] if args.until_caught_up else []),
                                       "--child", f"{run},{reads},{base}"],
                                      check=True, capture_output=True, text=True,
                                      env={**os.environ, "HORAE_BENCH_ROOT": code}).stdout
