@@ -390,7 +390,9 @@ async def recover(root: Path, pending: int, per_bucket: int, ack_every: int, bas
     await t.recover()
     serving = time.perf_counter() - t0
     cpu["recover_returned_cpu_s"] = time.process_time() - c0
-    memory = {"index_bytes_at_serving": t.memory_bytes, "rss_bytes_at_serving": _rss() - rss_before}
+    memory = {"index_bytes_at_serving": t.memory_bytes, "rss_bytes_at_serving": _rss() - rss_before,
+              # of the index: the cancel book (PIP-423 cancels, restored from their journal)
+              "cancel_book_bytes": t._cancels.memory_bytes}
     segments_in = None
     memberships_in = None
     seen = bytearray(pending)        # one byte per message: 100M fit where sets would not
