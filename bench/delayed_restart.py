@@ -437,7 +437,8 @@ async def recover(root: Path, pending: int, per_bucket: int, ack_every: int, bas
         if late_in_batch:            # CPU until the last late message so far (catch_up_n)
             cpu["caught_up_cpu_s"] = time.process_time() - c0
         if (drain_s and time.perf_counter() - t0 > drain_s) or (
-                until_caught_up and caught_up >= overdue):
+                until_caught_up and caught_up >= overdue and segments_in is not None
+                and memberships_in is not None):
             break                    # the drain was cut short: only the overdue are counted
         if not batch and t.sealed.loading:
             due.clear()              # a first segment is on its way: woken when it is in
@@ -530,7 +531,8 @@ def main() -> None:
                    help="stop draining after this many seconds (lost is then counted among "
                         "the messages due while down only)")
     p.add_argument("--until-caught-up", action="store_true", dest="until_caught_up",
-                   help="stop draining once every message due while down is handed out")
+                   help="stop draining once every message due while down is handed out "
+                        "and the index serves with every first segment in")
     p.add_argument("--store", help="keep the built store in this directory and reuse it when "
                                     "it is there already (same shape options)")
     p.add_argument("--build-only", action="store_true", dest="build_only",
