@@ -2,16 +2,36 @@
 every bucket is known, on the real segment store.
 
 Usage: .venv/bin/python bench/delayed_restart.py [--pending 1000000] [--per-bucket 500]
-           [--reads 16,1] [--cancel-every 10] [--old-format] [--compare-with CHECKOUT]
-           [--build-with CHECKOUT] [--store DIR] [--rounds N]
+           [--reads 16,1] [--ack-every 10] [--cancel-every 0] [--delays hour|fixed|year]
+           [--slow-build] [--old-format] [--compare-with CHECKOUT] [--build-with CHECKOUT]
+           [--store DIR] [--build-only] [--rounds N] [--drain-s S]
 
-This is the *store-building path*: it does not publish through a client. Positions are fed to
-the bucket tracker directly (``--per-bucket`` indexes per ledger, so per bucket), the tracker
-seals them into snapshots in the real ``SegmentStore`` and records them in a real cursor's
-properties, as a broker does; every ``--cancel-every``-th position is acknowledged out of order
-(an individual delete on the cursor, which recovery must not hand out again). The process then
-drops everything without closing the tracker (what kill -9 leaves: durable snapshots and cursor
-properties) and, in a fresh child process per ``--reads`` value, reopens the store and recovers:
+This is the *store-building path*: it does not publish through a client. The store is built
+in a child process through the storage layer and the tracker, as a broker's publish and
+dispatch leave it (``--per-bucket`` entries per ledger and indexes per bucket): ledger
+segments, the tracker's bucket snapshots (and their summaries) recorded in a real cursor's
+properties, every ``--ack-every``-th message acknowledged out of order (individual deletes on
+the cursor, which recovery must not hand out again) and every ``--cancel-every``-th cancelled
+(PIP-423, ``cancel_delayed``: the tracker's cancel journal, never handed out either). Deliver
+times (``--delays``) are a permutation of the messages over an hour (dense: many per ms at
+scale) or a year, or a fixed delay after a steady publish (in position order); the first 1%
+of the span is in the past when recovery starts. Two builders write the same store:
+
+- the bulk one (default): the entries go through the ledger's ``append_run`` (the publish
+  path's) 100,000 at a time, each bucket's time-ordered columns are computed whole and sealed
+  by the tracker's own snapshot side (the call the tracker makes when a later ledger arrives
+  at a full mutable bucket), the acks go in per ledger (``delete_entry_ids``), the cancels
+  through ``cancel_delayed`` after the build; about 5-6 CPU-µs per message;
+- ``--slow-build`` (and ``--old-format``, ``--build-with``): one ``append`` future and one
+  tracker ``add`` per message, 18-19 CPU-µs per message. tests/bench/
+  test_delayed_restart_build.py checks that both stores recover to the same hand-outs at the
+  same clock times.
+
+Neither fsyncs per write (``fsync=False``); one ``os.sync()`` ends the build. The build prints
+its CPU seconds (every thread of the child) and the store's size. The child then drops
+everything without closing the tracker (what kill -9 leaves: durable snapshots and cursor
+properties) and, in a fresh child process per ``--reads`` value, on a copy of the store,
+recovery reopens it and drains the tracker:
 
 - ``first due``: from the store's open to the first due position handed out (messages due
   while "down": the earliest bucket's times are in the past);
@@ -26,7 +46,9 @@ properties) and, in a fresh child process per ``--reads`` value, reopens the sto
 - ``first segments in``: until every bucket's first segment is loaded (or parked, not due soon);
 - ``catch-up p99``: of the positions due while down, the time from the first hand-out to
   each one's hand-out, p99 (ms);
-- early / lost / duplicate / acknowledged handed out again, over the whole drain;
+- ``catch-up p50`` likewise;
+- early / lost / duplicate / acknowledged or cancelled handed out, over the whole drain (lost
+  is counted only when the drain ran to the end: ``--drain-s`` cuts it);
 - ``*_cpu_s``: the process's CPU seconds (every thread) at each of these points, and at the
   last late message handed out (``caught_up_cpu_s``): steadier than wall times on a busy
   machine;
@@ -57,7 +79,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from array import array
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent.parent
 if sys.path and Path(sys.path[0]).resolve() == HERE / "bench":
@@ -68,17 +92,56 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 TOPIC = "persistent://public/default/delayed-restart-bench"
-SPREAD_MS = 3_600_000
+
+#: How the deliver times spread: ``hour`` and ``year`` are permutations of positions over that
+#: span (1 ms precision: many messages per ms over an hour at scale, one in ~300 ms at 100M
+#: over a year), ``fixed`` a fixed delay after a steady publish over an hour (times in
+#: position order). The first 1% of the span is in the past at the restart.
+SPREADS = {"hour": 3_600_000, "fixed": 3_600_000, "year": 365 * 86_400_000}
+
+#: Residues of the acknowledged (``i % ack_every``) and cancelled (``i % cancel_every``)
+#: messages: different, so with equal (or even) moduli no message is both.
+ACK_AT = 3
+CANCEL_AT = 8
+
+#: Messages appended per run (and sealed, cancelled, persisted) by the bulk builder.
+BULK_CHUNK = 100_000
 
 
-def deliver_at(i: int, base: int) -> int:
-    """Out of position order: a permutation of times over SPREAD_MS, the first 1% in the past."""
-    return base - SPREAD_MS // 100 + (i * 2_654_435_761) % SPREAD_MS
+def deliver_at(i: int, base: int, delays: str = "hour", pending: int = 1) -> int:
+    """The deliver time of the ``i``-th message (``SPREADS``)."""
+    spread = SPREADS[delays]
+    if delays == "fixed":
+        return base - spread // 100 + i * spread // max(pending, 1)
+    return base - spread // 100 + (i * 2_654_435_761) % spread
 
 
-async def build(root: Path, pending: int, per_bucket: int, cancel_every: int, base: int,
-                old_format: bool) -> None:
+def _tracker(cursor: Any, store: Any, per_bucket: int, clock_ms: Any,
+             on_due: Any = lambda: None) -> Any:
     from broker.delayed.bucket import BucketDelayedDeliveryTracker
+
+    return BucketDelayedDeliveryTracker(
+        cursor=cursor, snapshots=store.snapshots, tick_time_ms=1, strict=True,
+        on_due=on_due, loop=asyncio.get_running_loop(), clock_ms=clock_ms,
+        min_index_count_per_bucket=per_bucket)
+
+
+def _write_layout(root: Path, t: Any, starts: dict[int, int], pending: int) -> int:
+    """bench.json: where each ledger's entry 0 is in the message numbering, and how many
+    messages the sealed buckets hold (what recovery must hand out). Returns the bucket count."""
+    sealed = t.sealed.ranges
+    sealed_to = sealed[-1][1] if sealed else -1
+    after = [start for lid, start in starts.items() if lid > sealed_to]
+    (root / "bench.json").write_text(json.dumps({
+        "starts": {str(k): v for k, v in starts.items()}, "sealed_to_ledger": sealed_to,
+        "sealed_count": min(after) if after else pending}))
+    return len(sealed)
+
+
+async def build(root: Path, pending: int, per_bucket: int, ack_every: int, base: int,
+                old_format: bool, cancel_every: int = 0, delays: str = "hour") -> None:
+    """The slow path: every message appended with its own future and added to the tracker,
+    as a broker's publish and dispatch do one by one."""
     from storage import SegmentStore
     from storage.config import StorageConfig
 
@@ -86,15 +149,13 @@ async def build(root: Path, pending: int, per_bucket: int, cancel_every: int, ba
                                                         max_entries_per_ledger=per_bucket))
     ledger = await store.open_ledger(TOPIC)
     cursor = await ledger.open_cursor("sub", initial_position="earliest")
-    t = BucketDelayedDeliveryTracker(
-        cursor=cursor, snapshots=store.snapshots, tick_time_ms=1, strict=True,
-        on_due=lambda: None, loop=asyncio.get_running_loop(),
-        clock_ms=lambda: base - SPREAD_MS,      # when published, nothing was due yet
-        min_index_count_per_bucket=per_bucket)
+    # when published, nothing was due yet
+    t = _tracker(cursor, store, per_bucket, lambda: base - SPREADS[delays])
     if not old_format:
         await t.recover()               # as a broker does on every subscription it opens
     started = time.perf_counter()
     acked = []
+    cancelled = []
     starts: dict[int, int] = {}         # ledger id -> index of its entry 0
     last = None
     for chunk in range(0, pending, 10_000):
@@ -103,40 +164,215 @@ async def build(root: Path, pending: int, per_bucket: int, cancel_every: int, ba
         for k, pos in enumerate(positions):
             i = chunk + k
             starts.setdefault(pos.ledger_id, i - pos.entry_id)
-            t.add(pos, deliver_at(i, base))
-            if cancel_every and i % cancel_every == 3:
+            t.add(pos, deliver_at(i, base, delays, pending))
+            if ack_every and i % ack_every == ACK_AT:
                 acked.append(pos)
+            elif cancel_every and i % cancel_every == CANCEL_AT:
+                cancelled.append((pos, deliver_at(i, base, delays, pending)))
             last = pos
     cursor.read_position = ledger.next_position(last)
     await t.wait_idle()
+    for pos, at in cancelled:           # PIP-423 cancels, kept in the cancel journal
+        t.cancel_delayed(pos, at)
+    await t.persist_cancels()
     for k in range(0, len(acked), 10_000):
         cursor.delete(acked[k:k + 10_000])
     await cursor.flush()
-    sealed = t.sealed.ranges
-    sealed_to = sealed[-1][1]
-    after = [start for lid, start in starts.items() if lid > sealed_to]
-    (root / "bench.json").write_text(json.dumps({
-        "starts": {str(k): v for k, v in starts.items()}, "sealed_to_ledger": sealed_to,
-        "sealed_count": min(after) if after else pending}))
-    print(f"  built {pending:,} pending in {len(sealed):,} buckets "
-          f"({len(acked):,} acknowledged out of order) in {time.perf_counter() - started:.1f} s")
+    await t.wait_idle()
+    buckets = _write_layout(root, t, starts, pending)
+    os.sync()
+    print(f"  built {pending:,} pending in {buckets:,} buckets ({len(acked):,} acknowledged "
+          f"out of order, {len(cancelled):,} cancelled) in {time.perf_counter() - started:.1f} s")
     # no t.close(): the process goes away as after kill -9
 
 
-async def recover(root: Path, pending: int, per_bucket: int, cancel_every: int, base: int,
-                  reads: int, drain_s: float = 0.0) -> dict[str, object]:
+class _Run:
+    """DurableSink of one append_run: the (ledger, first entry, count) pieces it landed in."""
+
+    def __init__(self, count: int) -> None:
+        self.left = count
+        self.pieces: list[tuple[int, int, int]] = []
+        self.error: BaseException | None = None
+        self.done = asyncio.Event()
+
+    def entries_durable(self, ledger_id: int, first_entry_id: int, count: int) -> None:
+        self.pieces.append((ledger_id, first_entry_id, count))
+        self.left -= count
+        if self.left <= 0:
+            self.done.set()
+
+    def entries_failed(self, count: int, error: BaseException) -> None:
+        self.error = error
+        self.done.set()
+
+
+def _columns(group: list[tuple[int, int, int, int]], base: int, delays: str, pending: int
+             ) -> tuple[array[int], array[int], dict[int, Any]]:
+    """A bucket's content as the mutable bucket hands it to the seal: (time, packed position)
+    columns in (time, position) order, and the entry ids per ledger."""
+    from pyroaring import BitMap
+
+    from broker.delayed.packed import POSITION_BITS
+
+    pairs: list[tuple[int, int]] = []
+    members: dict[int, BitMap] = {}
+    spread = SPREADS[delays]
+    start = base - spread // 100
+    for ledger_id, first, count, i0 in group:
+        high = ledger_id << POSITION_BITS
+        indexes = range(i0, i0 + count)
+        if delays == "fixed":       # deliver_at(), inlined: 100M calls are a minute of CPU
+            times = [start + i * spread // max(pending, 1) for i in indexes]
+        else:
+            times = [start + (i * 2_654_435_761) % spread for i in indexes]
+        pairs.extend(zip(times, range(high | first, high | (first + count)), strict=True))
+        bm = members.setdefault(ledger_id, BitMap())
+        bm.add_range(first, first + count)
+    if delays != "fixed":
+        pairs.sort()
+    ts_col = array("q", [p[0] for p in pairs])
+    pos_col = array("Q", [p[1] for p in pairs])
+    return ts_col, pos_col, members
+
+
+async def build_bulk(root: Path, pending: int, per_bucket: int, ack_every: int, base: int,
+                     cancel_every: int = 0, delays: str = "hour") -> None:
+    """The same store as :func:`build`, in bulk: the entries go in runs through the ledger's
+    ``append_run`` (the publish path's), each bucket's columns are computed whole and sealed
+    by the tracker's own snapshot side (what the tracker does with its mutable bucket when a
+    later ledger arrives), the acknowledgements go in per ledger (``delete_entry_ids``) and the
+    cancels through the tracker's ``cancel_delayed``. No fsync per write (the store is opened
+    with ``fsync=False``, as :func:`build`'s), one sync at the end."""
+    from storage import SegmentStore
+    from storage.config import StorageConfig
+    from storage.positions import Position
+
+    store = await SegmentStore.open(root, StorageConfig(fsync=False,
+                                                        max_entries_per_ledger=per_bucket))
+    ledger = await store.open_ledger(TOPIC)
+    cursor = await ledger.open_cursor("sub", initial_position="earliest")
+    t = _tracker(cursor, store, per_bucket, lambda: base - SPREADS[delays])
+    await t.recover()
+    started = time.perf_counter()
+    starts: dict[int, int] = {}         # ledger id -> index of its entry 0
+    extents: dict[int, int] = {}        # ledger id -> entries
+    group: list[tuple[int, int, int, int]] = []   # the mutable bucket: (ledger, first, n, i)
+    group_count = 0
+    sealed: list[list[tuple[int, int, int, int]]] = []   # the sealed buckets' groups
+    acked = cancelled = 0
+    seal = t._snapshots.seal            # the tracker's seal of its mutable bucket
+
+    def cancel(group: list[tuple[int, int, int, int]]) -> int:
+        n = 0
+        if not cancel_every:
+            return n
+        for ledger_id, first, count, i0 in group:
+            i = i0 + (CANCEL_AT - i0) % cancel_every
+            while i < i0 + count:
+                if not (ack_every and i % ack_every == ACK_AT):
+                    t.cancel_delayed(Position(ledger_id, first + i - i0),
+                                     deliver_at(i, base, delays, pending))
+                    n += 1
+                i += cancel_every
+        return n
+
+    i = 0
+    while i < pending:
+        run = _Run(min(BULK_CHUNK, pending - i))
+        ledger.append_run([b"d"] * run.left, run)
+        await run.done.wait()
+        if run.error is not None:
+            raise run.error
+        for ledger_id, first, count in run.pieces:
+            starts.setdefault(ledger_id, i - first)
+            extents[ledger_id] = first + count
+            # the tracker's rule: a position of a later ledger seals a full mutable bucket
+            if group and ledger_id > group[-1][0] and group_count >= per_bucket:
+                ts_col, pos_col, members = _columns(group, base, delays, pending)
+                seal(group[0][0], group[-1][0], ts_col, pos_col, members)
+                sealed.append(group)
+                group, group_count = [], 0
+            group.append((ledger_id, first, count, i))
+            group_count += count
+            i += count
+        await t.wait_idle()             # snapshots written: memory stays bounded
+    for ledger_id, first, count, i0 in group:   # the last bucket stays mutable (in memory)
+        for k in range(count):
+            t.add(Position(ledger_id, first + k), deliver_at(i0 + k, base, delays, pending))
+    # The cancels after the build, as build() does: all in one go, so the cancel journal
+    # (one snapshot of every live cancel, rewritten on a change) is written once, not per run.
+    for done in (*sealed, group):
+        cancelled += cancel(done)
+    last = max(extents)
+    cursor.read_position = ledger.next_position(Position(last, extents[last] - 1))
+    await t.wait_idle()
+    await t.persist_cancels()
+    if ack_every:
+        for ledger_id, n in extents.items():
+            i0 = starts[ledger_id]
+            first = (ACK_AT - i0) % ack_every
+            ids = range(first, n, ack_every)
+            acked += len(ids)
+            cursor.delete_entry_ids(ledger_id, ids)
+    await cursor.flush()
+    await t.wait_idle()
+    buckets = _write_layout(root, t, starts, pending)
+    os.sync()
+    print(f"  built {pending:,} pending in {buckets:,} buckets ({acked:,} acknowledged out of "
+          f"order, {cancelled:,} cancelled) in bulk in {time.perf_counter() - started:.1f} s")
+    # no t.close(): the process goes away as after kill -9
+
+
+def _overdue(n: int, base: int, delays: str, pending: int, ack_every: int,
+             cancel_every: int, seen: bytearray | None = None) -> int:
+    """How many of the first ``n`` messages were due when recovery started (time <= base) and
+    neither acknowledged nor cancelled (what the catch-up must hand out); with ``seen``, how
+    many of those were handed out. Vectorised with numpy when it is there (100M messages),
+    else one by one."""
+    try:
+        import numpy as np
+    except ImportError:
+        return sum(1 for i in range(n) if deliver_at(i, base, delays, pending) <= base
+                   and not (ack_every and i % ack_every == ACK_AT)
+                   and not (cancel_every and i % cancel_every == CANCEL_AT)
+                   and (seen is None or seen[i]))
+    spread = SPREADS[delays]
+    total = 0
+    for lo in range(0, n, 10_000_000):
+        idx = np.arange(lo, min(n, lo + 10_000_000), dtype=np.int64)
+        # deliver_at() - base + spread // 100, in int64 (< 2^63 for i < 3.4e9)
+        offset = (idx * spread // max(pending, 1) if delays == "fixed"
+                  else (idx * 2_654_435_761) % spread)
+        keep = offset <= spread // 100
+        if ack_every:
+            keep &= idx % ack_every != ACK_AT
+        if cancel_every:
+            keep &= idx % cancel_every != CANCEL_AT
+        if seen is not None:
+            keep &= np.frombuffer(seen, dtype=np.uint8, count=len(idx), offset=lo) != 0
+        total += int(np.count_nonzero(keep))
+    return total
+
+
+async def recover(root: Path, pending: int, per_bucket: int, ack_every: int, base: int,
+                  reads: int, drain_s: float = 0.0, cancel_every: int = 0,
+                  delays: str = "hour", log: list[tuple[int, int]] | None = None,
+                  until_caught_up: bool = False) -> dict[str, object]:
+    """Reopen the store after the kill, recover the tracker and drain it (module docstring);
+    ``log`` gets (message number, clock) of every hand-out, in order."""
     import broker.delayed.bucket_snapshots as bs
-    from broker.delayed.bucket import BucketDelayedDeliveryTracker
     from storage import SegmentStore
     from storage.config import StorageConfig
     from storage.positions import Position
 
     bs.RECOVERY_READS = reads
+    spread = SPREADS[delays]
+    layout = json.loads((root / "bench.json").read_text())
+    overdue = _overdue(layout["sealed_count"], base, delays, pending, ack_every, cancel_every)
     rss_before = _rss()
     t0 = time.perf_counter()
     c0 = time.process_time()          # CPU of every thread of the process
     cpu: dict[str, float] = {}
-    layout = json.loads((root / "bench.json").read_text())
     starts = {int(k): v for k, v in layout["starts"].items()}
     sealed_to = layout["sealed_to_ledger"]
     store = await SegmentStore.open(root, StorageConfig(fsync=False,
@@ -150,18 +386,17 @@ async def recover(root: Path, pending: int, per_bucket: int, cancel_every: int, 
     cursor.read_position = Position(sealed_to + 1, 0)
     now = [base + 1]
     due = asyncio.Event()
-    t = BucketDelayedDeliveryTracker(
-        cursor=cursor, snapshots=store.snapshots, tick_time_ms=1, strict=True,
-        on_due=due.set, loop=asyncio.get_running_loop(), clock_ms=lambda: now[0],
-        min_index_count_per_bucket=per_bucket)
+    t = _tracker(cursor, store, per_bucket, lambda: now[0], due.set)
     await t.recover()
     serving = time.perf_counter() - t0
     cpu["recover_returned_cpu_s"] = time.process_time() - c0
-    memory = {"index_bytes_at_serving": t.memory_bytes, "rss_bytes_at_serving": _rss() - rss_before}
+    memory = {"index_bytes_at_serving": t.memory_bytes, "rss_bytes_at_serving": _rss() - rss_before,
+              # of the index: the cancel book (PIP-423 cancels, restored from their journal)
+              "cancel_book_bytes": t._cancels.memory_bytes}
     segments_in = None
     memberships_in = None
-    seen = bytearray(pending)        # one byte per message: 10M fit where sets would not
-    early = dup = acked_out = 0
+    seen = bytearray(pending)        # one byte per message: 100M fit where sets would not
+    early = dup = acked_out = cancelled_out = caught_up = 0
     first_due = None
     catch_up: list[float] = []
     drained = False
@@ -183,20 +418,28 @@ async def recover(root: Path, pending: int, per_bucket: int, cancel_every: int, 
                 first_due = at - t0
                 cpu["first_due_cpu_s"] = time.process_time() - c0
                 first_at = at
-            if deliver_at(i, base) > now[0]:
+            when = deliver_at(i, base, delays, pending)
+            if when > now[0]:
                 early += 1
             if seen[i]:
                 dup += 1
             seen[i] = 1
-            if cancel_every and i % cancel_every == 3:
+            if ack_every and i % ack_every == ACK_AT:
                 acked_out += 1
-            if deliver_at(i, base) <= base:
+            elif cancel_every and i % cancel_every == CANCEL_AT:
+                cancelled_out += 1
+            if when <= base:
                 catch_up.append((at - first_at) * 1000)
                 late_in_batch = True
+                caught_up += 1
+            if log is not None:
+                log.append((i, now[0]))
         if late_in_batch:            # CPU until the last late message so far (catch_up_n)
             cpu["caught_up_cpu_s"] = time.process_time() - c0
-        if drain_s and time.perf_counter() - t0 > drain_s:
-            break                    # the drain was cut short: nothing is counted lost
+        if (drain_s and time.perf_counter() - t0 > drain_s) or (
+                until_caught_up and caught_up >= overdue and segments_in is not None
+                and memberships_in is not None):
+            break                    # the drain was cut short: only the overdue are counted
         if not batch and t.sealed.loading:
             due.clear()              # a first segment is on its way: woken when it is in
             with contextlib.suppress(TimeoutError):
@@ -206,25 +449,41 @@ async def recover(root: Path, pending: int, per_bucket: int, cancel_every: int, 
             await t.wait_idle()
             if t.has_message_available():
                 continue
-            if now[0] > base + SPREAD_MS:
+            if now[0] > base + spread:
                 drained = True
                 break
-            now[0] += 60_000 if t.has_message_available() or t.sealed.loading else SPREAD_MS
-    lost = sum(1 for i in range(layout["sealed_count"])
-               if not seen[i] and not (cancel_every and i % cancel_every == 3)
-               ) if drained else None
+            now[0] += 60_000 if t.has_message_available() or t.sealed.loading else spread
+    lost = None
+    if drained:                      # not handed out, neither acknowledged nor cancelled
+        n = layout["sealed_count"]
+        lost = seen[:n].count(0)
+        if ack_every:
+            lost -= seen[ACK_AT:n:ack_every].count(0)
+        if cancel_every:
+            skipped = seen[CANCEL_AT:n:cancel_every].count(0)
+            if ack_every:            # the ones acknowledged as well are counted already
+                skipped -= sum(1 for i in range(CANCEL_AT, n, cancel_every)
+                               if i % ack_every == ACK_AT and not seen[i])
+            lost -= skipped
+    overdue_lost = None
+    if lost is None:                 # the overdue ones never handed out (all of them are due)
+        overdue_lost = overdue - _overdue(layout["sealed_count"], base, delays, pending,
+                                          ack_every, cancel_every, seen)
     catch_up.sort()
     return {"reads": reads, "store_open_s": round(store_open, 3),
             "ledger_open_s": round(ledger_open, 3), "recover_returned_s": round(serving, 3),
             "index_serving_s": round(memberships_in, 3) if memberships_in is not None else None,
             "first_segments_in_s": round(segments_in, 3) if segments_in is not None else None,
             "first_due_s": round(first_due, 3) if first_due is not None else None,
-            "catch_up_n": len(catch_up),
+            "catch_up_n": len(catch_up), "overdue": overdue,
+            "catch_up_p50_ms": round(catch_up[len(catch_up) // 2], 1) if catch_up else None,
             "catch_up_p99_ms": round(catch_up[int(len(catch_up) * 0.99) - 1], 1)
             if catch_up else None,
             **{k: round(v, 3) for k, v in cpu.items()},
-            "early": early, "lost": lost, "duplicate": dup,
-            "acked_handed_out": acked_out, "handed_out": sum(seen), "drained": drained,
+            "early": early, "lost": lost, "overdue_lost": overdue_lost, "duplicate": dup,
+            "acked_handed_out": acked_out, "cancelled_handed_out": cancelled_out,
+            "handed_out": len(seen) - seen.count(0), "drained": drained,
+            "rss_bytes_total": _rss(),
             **{k: round(v / pending, 2) if "bytes" in k else v for k, v in memory.items()}}
 
 
@@ -235,37 +494,71 @@ def _rss() -> int:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
+def _shape(args: argparse.Namespace) -> list[str]:
+    """The options that shape the store, for the child processes."""
+    return ["--pending", str(args.pending), "--per-bucket", str(args.per_bucket),
+            "--ack-every", str(args.ack_every), "--cancel-every", str(args.cancel_every),
+            "--delays", args.delays]
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--pending", type=int, default=1_000_000)
     p.add_argument("--per-bucket", type=int, default=500, dest="per_bucket")
     p.add_argument("--reads", default="16,1")
-    p.add_argument("--cancel-every", type=int, default=10, dest="cancel_every")
+    p.add_argument("--ack-every", type=int, default=10, dest="ack_every",
+                   help="acknowledge every N-th message out of order (0: none)")
+    p.add_argument("--cancel-every", type=int, default=0, dest="cancel_every",
+                   help="cancel every N-th message (PIP-423, the tracker's cancel journal; "
+                        "0: none)")
+    p.add_argument("--delays", choices=sorted(SPREADS), default="hour",
+                   help="deliver times: a permutation over an hour or a year, or in order "
+                        "(a fixed delay)")
+    p.add_argument("--slow-build", action="store_true", dest="slow_build",
+                   help="build message by message (one append future and one tracker add "
+                        "each) instead of in bulk")
     p.add_argument("--compare-with", dest="compare_with",
                    help="another checkout of the project: this recovery with its broker code "
                         "runs on a copy of the same store too")
     p.add_argument("--old-format", action="store_true", dest="old_format",
                    help="build the store without the snapshot format property (an older "
-                        "version's store: recovery takes the safe path)")
+                        "version's store: recovery takes the safe path; message by message)")
     p.add_argument("--build-with", dest="build_with",
                    help="build the store with another checkout's broker code (a store of that "
-                        "version's snapshot format, which both checkouts can then recover)")
+                        "version's snapshot format, which both checkouts can then recover; "
+                        "message by message)")
     p.add_argument("--drain-s", type=float, default=0.0, dest="drain_s",
-                   help="stop draining after this many seconds (lost is then not counted)")
+                   help="stop draining after this many seconds (lost is then counted among "
+                        "the messages due while down only)")
+    p.add_argument("--until-caught-up", action="store_true", dest="until_caught_up",
+                   help="stop draining once every message due while down is handed out "
+                        "and the index serves with every first segment in")
     p.add_argument("--store", help="keep the built store in this directory and reuse it when "
-                                    "it is there already (same --pending and --per-bucket)")
+                                    "it is there already (same shape options)")
+    p.add_argument("--build-only", action="store_true", dest="build_only",
+                   help="build the store (--store) and stop")
     p.add_argument("--rounds", type=int, default=1,
                    help="run the recoveries (and the --compare-with one) this many times")
+    p.add_argument("--log", help=argparse.SUPPRESS)
     p.add_argument("--child", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
         root, reads, base = args.child.split(",")
         if reads == "0":
-            asyncio.run(build(Path(root), args.pending, args.per_bucket, args.cancel_every,
-                              int(base), args.old_format))
+            if args.slow_build or args.old_format:
+                asyncio.run(build(Path(root), args.pending, args.per_bucket, args.ack_every,
+                                  int(base), args.old_format, args.cancel_every, args.delays))
+            else:
+                asyncio.run(build_bulk(Path(root), args.pending, args.per_bucket,
+                                       args.ack_every, int(base), args.cancel_every,
+                                       args.delays))
             return
-        r = asyncio.run(recover(Path(root), args.pending, args.per_bucket, args.cancel_every,
-                                int(base), int(reads), args.drain_s))
+        log: list[tuple[int, int]] | None = [] if args.log else None
+        r = asyncio.run(recover(Path(root), args.pending, args.per_bucket, args.ack_every,
+                                int(base), int(reads), args.drain_s, args.cancel_every,
+                                args.delays, log, args.until_caught_up))
+        if args.log:
+            Path(args.log).write_text(json.dumps(log))
         print(json.dumps(r))
         return
     with contextlib.ExitStack() as stack:
@@ -281,13 +574,21 @@ def main() -> None:
         else:
             base = time.time_ns() // 1_000_000
             (root / "base").write_text(str(base))
-            subprocess.run([sys.executable, __file__, "--pending", str(args.pending),
-                            "--per-bucket", str(args.per_bucket), "--cancel-every",
-                            str(args.cancel_every),
+            c0 = os.times()
+            subprocess.run([sys.executable, __file__, *_shape(args),
                             *(["--old-format"] if args.old_format else []),
+                            *(["--slow-build"] if args.slow_build else []),
                             "--child", f"{root / 'built'},0,{base}"], check=True,
                            env={**os.environ, "HORAE_BENCH_ROOT": str(
                                Path(args.build_with).resolve() if args.build_with else HERE)})
+            c1 = os.times()
+            cpu = c1.children_user + c1.children_system - c0.children_user - c0.children_system
+            size = sum(f.stat().st_size for f in (root / "built").rglob("*") if f.is_file())
+            print(f"  build: {cpu:.1f} CPU-s ({cpu * 1e6 / max(args.pending, 1):.2f} µs per "
+                  f"message), {size / 1e6:,.0f} MB on disk (load {os.getloadavg()[0]:.1f})",
+                  flush=True)
+        if args.build_only:
+            return
         runs = [(int(x), str(HERE), "") for x in args.reads.split(",")]
         if args.compare_with:
             runs.append((16, str(Path(args.compare_with).resolve()), f" ({args.compare_with})"))
@@ -296,9 +597,9 @@ def main() -> None:
                 run = root / f"run-{reads}"
                 shutil.rmtree(run, ignore_errors=True)
                 shutil.copytree(root / "built", run)
-                out = subprocess.run([sys.executable, __file__, "--pending", str(args.pending),
-                                      "--per-bucket", str(args.per_bucket), "--cancel-every",
-                                      str(args.cancel_every), "--drain-s", str(args.drain_s),
+                out = subprocess.run([sys.executable, __file__, *_shape(args),
+                                      "--drain-s", str(args.drain_s),
+                                      *(["--until-caught-up"] if args.until_caught_up else []),
                                       "--child", f"{run},{reads},{base}"],
                                      check=True, capture_output=True, text=True,
                                      env={**os.environ, "HORAE_BENCH_ROOT": code}).stdout
@@ -306,6 +607,7 @@ def main() -> None:
                 load = os.getloadavg()[0]
                 print(f"  recovery{label}, {reads} reads in flight (load {load:.1f}): "
                       f"{out.strip().splitlines()[-1]}", flush=True)
+
 
 if __name__ == "__main__":
     main()
