@@ -127,6 +127,9 @@ class ManagedLedger:
         self.remove_listener = appends.remove_listener
         #: Whether new entries are cached: its topic says while it has subscriptions.
         self.caching = appends.caching
+        #: The store's appends waiting for its write and sync threads, every ledger's
+        #: (storage/appends_in_flight.py): a busy reader lets them through first.
+        self.appends_in_flight = ctx.writer.in_flight
         self._reader = EntryReader(
             ctx.loop, ctx.ops, ctx.cache, ctx.read_pool, ctx.pager, self._ledgers,
             self._ledger_ids, self._drop_corrupt, self.relocated,
