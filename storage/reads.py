@@ -5,17 +5,6 @@ it; loop-only. Reads stop at each ledger's confirmed count (never past what was 
 acknowledged); a record that fails its checks on disk is never returned: on_corrupt is
 called (the ledger marks the entry missing, reports it and lets cursors move past it).
 Out of file descriptors while reading is TooManyOpenFilesError.
-
-Read-ahead: a disk read that starts where the previous one of this reader ended (a reader
-going through entries in order that are not in the entry cache: a herd of delayed messages
-falling due after their entries aged out of the cache, a backlog caught up from disk) also
-reads up to :data:`READ_AHEAD_ENTRIES` / :data:`READ_AHEAD_BYTES` beyond what was asked, in the
-same read, and keeps them (:class:`_Ahead`, one per reader) for the reads that follow: one
-read-thread hop per ~1,000 entries instead of per 100 (Pulsar's dispatcherMaxReadBatchSize).
-Entries never change once durable, so what is kept stays valid; it is bounded in bytes, served
-only within the ledger's confirmed count while the ledger exists, dropped as soon as a read
-asks for something else, and dropped after :data:`READ_AHEAD_KEEP_S` unread. The entry
-cache's rule holds: nothing read from disk enters the cache.
 """
 
 from __future__ import annotations
@@ -37,27 +26,6 @@ from storage.segment_file import IndexResidency
 from storage.segments import read_records
 
 DEFAULT_MAX_READ_BYTES = 5 * 1024 * 1024
-#: Entries / bytes a sequential disk read takes beyond what was asked (module doc).
-READ_AHEAD_ENTRIES = 1000
-READ_AHEAD_BYTES = 1024 * 1024
-#: Seconds kept entries stay unread before they are dropped.
-READ_AHEAD_KEEP_S = 1.0
-
-
-class _Ahead:
-    """Entries read beyond a sequential read: entry ids *start* .. *end* - 1 of a ledger are
-    covered, *ids* ascending are those that exist (missing or corrupt ones are absent) with
-    their *datas*."""
-
-    __slots__ = ("datas", "end", "ids", "ledger_id", "start")
-
-    def __init__(self, ledger_id: int, start: int, end: int, ids: list[int],
-                 datas: list[bytes]) -> None:
-        self.ledger_id = ledger_id
-        self.start = start
-        self.end = end
-        self.ids = ids
-        self.datas = datas
 
 OnCorrupt = Callable[[LedgerState, int, int, int], None]
 """on_corrupt(ledger, entry_id, offset, length): a record failed its checks when read."""
@@ -78,13 +46,6 @@ class EntryReader:
         self._ledgers = ledgers
         self._ledger_ids = ledger_ids
         self._on_corrupt = on_corrupt
-        self._ahead: _Ahead | None = None
-        self._ahead_timer: asyncio.TimerHandle | None = None
-        #: (ledger id, entry id) where the last disk read ended: a read starting there is
-        #: sequential and reads ahead.
-        self._disk_end: tuple[int, int] | None = None
-        self.read_ahead_entries = 0
-        """Entries served from read-ahead (tests, benchmarks)."""
 
     async def read_entries(
         self, start: Position, max_entries: int, max_bytes: int = DEFAULT_MAX_READ_BYTES
@@ -118,14 +79,6 @@ class EntryReader:
             while entry_id < led.confirmed and len(out) < max_entries and (
                 not out or nbytes < max_bytes
             ):
-                ahead = self._ahead
-                if ahead is not None:
-                    if ahead.ledger_id == ledger_id and ahead.start <= entry_id < ahead.end:
-                        entry_id, nbytes = self._take_ahead(
-                            ahead, entry_id, min(led.confirmed, ahead.end), max_entries,
-                            max_bytes, out, nbytes)
-                        continue
-                    self._drop_ahead()
                 # a run of cached entries takes one cache lookup, not one per entry
                 run = cache.get_run(ledger_id, entry_id,
                                     min(max_entries - len(out), led.confirmed - entry_id))
@@ -143,37 +96,6 @@ class EntryReader:
             if len(out) >= max_entries or (out and nbytes >= max_bytes):
                 break
         return out
-
-    def _take_ahead(self, ahead: _Ahead, entry_id: int, end: int, max_entries: int,
-                    max_bytes: int, out: list[Entry], nbytes: int) -> tuple[int, int]:
-        """Serve kept entries from *entry_id* (inside what *ahead* covers) up to *end* and the
-        read's limits; returns the next entry id and the bytes so far."""
-        ids, datas = ahead.ids, ahead.datas
-        i = bisect.bisect_left(ids, entry_id)
-        ledger_id = ahead.ledger_id
-        served = 0
-        while i < len(ids) and ids[i] < end and len(out) < max_entries and (
-                not out or nbytes < max_bytes):
-            data = datas[i]
-            out.append(Entry(Position(ledger_id, ids[i]), data))
-            nbytes += len(data)
-            i += 1
-            served += 1
-        self.read_ahead_entries += served
-        nxt = ids[i] if i < len(ids) else ahead.end
-        nxt = min(nxt, end)
-        if nxt >= ahead.end:          # all served: the next disk read here goes on reading ahead
-            self._drop_ahead()
-            self._disk_end = (ledger_id, ahead.end)
-        else:
-            ahead.start = nxt
-        return nxt, nbytes
-
-    def _drop_ahead(self) -> None:
-        self._ahead = None
-        if self._ahead_timer is not None:
-            self._ahead_timer.cancel()
-            self._ahead_timer = None
 
     async def _read_from_disk(
         self, led: LedgerState, entry_id: int, max_entries: int, max_bytes: int,
@@ -195,18 +117,6 @@ class EntryReader:
                 wanted.append((end, offset, lengths[end]))
                 planned += lengths[end]
             end += 1
-        asked_end, asked = end, len(wanted)
-        if self._disk_end == (led.ledger_id, entry_id) and wanted:
-            # sequential: read ahead in the same read (module doc)
-            extra_bytes = 0
-            stop = min(led.confirmed, end + READ_AHEAD_ENTRIES)
-            while end < stop and extra_bytes < READ_AHEAD_BYTES:
-                offset = offsets[end]
-                if offset >= 0:
-                    wanted.append((end, offset, lengths[end]))
-                    extra_bytes += lengths[end]
-                end += 1
-        self._disk_end = (led.ledger_id, end)
         if not wanted:
             return end, nbytes
         try:
@@ -220,19 +130,10 @@ class EntryReader:
             if is_fd_exhaustion(exc):
                 raise TooManyOpenFilesError(f"reading {segment.path.name}: {exc}") from exc
             raise
-        ids: list[int] = []
-        datas: list[bytes] = []
-        for k, (got_id, data) in enumerate(got):
+        for got_id, data in got:
             if data is None:
                 self._on_corrupt(led, got_id, offsets[got_id], lengths[got_id])
-            elif k < asked:
-                out.append(Entry(Position(led.ledger_id, got_id), data))
-                nbytes += len(data)
-            else:
-                ids.append(got_id)
-                datas.append(data)
-        if end > asked_end:
-            self._drop_ahead()
-            self._ahead = _Ahead(led.ledger_id, asked_end, end, ids, datas)
-            self._ahead_timer = self._loop.call_later(READ_AHEAD_KEEP_S, self._drop_ahead)
-        return asked_end, nbytes
+                continue
+            out.append(Entry(Position(led.ledger_id, got_id), data))
+            nbytes += len(data)
+        return end, nbytes
