@@ -49,8 +49,10 @@ takes about 25,000 msg/s and shares this process's GIL with the measuring thread
 ``--herd-consumers N`` runs N consumers in processes of their own instead
 (``--herd-receiver-queue``: their receiver queue, 1,000 by default). Printed too, over the
 herd: the machine's busy cores (every process), the share of the time the broker's event loop
-thread ran, the consumer processes' CPU per message and the broker's read / write system calls
-per message.
+thread ran, the consumer processes' CPU per message, the broker's read / write system calls
+per message, and the broker's part of the other topic's publishes (its write-latency histogram
+of that topic over the herd: from the loop's read of a SEND to its receipt's write, so the
+client's own time and the wait for the loop to read the socket are left out).
 """
 
 from __future__ import annotations
@@ -551,6 +553,33 @@ def _publish_latencies(service_url: str, stop: threading.Event, out: list[tuple[
         c.close()
 
 
+def _write_latency(web_url: str, topic: str) -> dict[float, float]:
+    """The broker's ``pulsar_storage_write_latency`` histogram of *topic* (cumulative count
+    per upper bound in ms, ``inf`` last): each publish timed from the loop's read of its SEND
+    to its receipt's write, the broker's part of a publish alone."""
+    with urllib.request.urlopen(f"{web_url}/metrics", timeout=30) as r:
+        text = r.read().decode()
+    label = f'topic="{topic}"'
+    out: dict[float, float] = {}
+    for line in text.splitlines():
+        if line.startswith("pulsar_storage_write_latency_bucket{") and label in line:
+            le = line.split('le="', 1)[1].split('"', 1)[0]
+            out[float(le)] = float(line.rsplit(" ", 1)[1])
+    return out
+
+
+def _broker_part(start: dict[float, float], end: dict[float, float]) -> tuple[int, float | None,
+                                                                               float | None]:
+    """(publishes, share answered within 5 ms, the bucket bound their p99 falls in) between
+    two :func:`_write_latency` readings."""
+    delta = {le: end.get(le, 0.0) - start.get(le, 0.0) for le in sorted(end)}
+    count = int(delta.get(float("inf"), 0.0))
+    if not count:
+        return 0, None, None
+    p99 = next((le for le, n in delta.items() if n >= 0.99 * count), None)
+    return count, round(delta.get(5.0, 0.0) / count, 3), p99
+
+
 def _syscalls(pid: int) -> tuple[int, int]:
     """Read and write system calls of process ``pid`` so far (``/proc/PID/io`` syscr, syscw:
     socket reads and writes, and the storage's)."""
@@ -697,6 +726,7 @@ def run_herd(work: Path, tracker: str, args: argparse.Namespace) -> dict[str, An
               f"(broker pid {broker.proc.pid})", flush=True)
         stop.wait(max(0.0, herd_start - time.perf_counter() - 0.01))
         quiet_count = len(pings)
+        latency_start = _write_latency(broker.web_url, TOPIC + "-other")
         cpu_start = cpu_seconds(broker.proc.pid)
         io_start, busy_start = _syscalls(broker.proc.pid), _machine_busy()
         loop_start = _loop_thread_cpu(broker.proc.pid)
@@ -723,6 +753,7 @@ def run_herd(work: Path, tracker: str, args: argparse.Namespace) -> dict[str, An
         cpu_end = cpu_seconds(broker.proc.pid)
         io_end, busy_end = _syscalls(broker.proc.pid), _machine_busy()
         loop_end = _loop_thread_cpu(broker.proc.pid)
+        latency_end = _write_latency(broker.web_url, TOPIC + "-other")
         if procs:
             p_stop.set()
             for _ in procs:
@@ -755,6 +786,7 @@ def run_herd(work: Path, tracker: str, args: argparse.Namespace) -> dict[str, An
     quiet_sends = [d * 1000 for t0, d in sends if t0 < herd_start]
     herd_sends = [d * 1000 for t0, d in sends if herd_start <= t0 <= herd_end]
     deliver_s = (herd_end - herd_start) if last is not None else None
+    broker_count, broker_within_5ms, broker_p99_bound = _broker_part(latency_start, latency_end)
     res = {"tracker": tracker, "messages": args.herd, "failed": failed,
            "publish_s": round(publish_s, 1), "received": got, "early": early,
            "first_after_due_ms": round((first - herd_start) * 1000, 1) if first else None,
@@ -769,6 +801,9 @@ def run_herd(work: Path, tracker: str, args: argparse.Namespace) -> dict[str, An
            "publish_herd_p50_ms": round(pct(herd_sends, 50), 2) if herd_sends else None,
            "publish_herd_p99_ms": round(pct(herd_sends, 99), 2) if herd_sends else None,
            "publish_herd_count": len(herd_sends), "consumer_processes": args.herd_consumers,
+           "publish_herd_broker_count": broker_count,
+           "publish_herd_broker_within_5ms": broker_within_5ms,
+           "publish_herd_broker_p99_bound_ms": broker_p99_bound,
            "client_cpu_us_per_message": round(client_cpu / max(1, got) * 1e6, 1) if procs else None,
            "broker_loop_busy": round((loop_end - loop_start)
                                      / max(1e-9, busy_end[1] - busy_start[1]), 2),
@@ -790,6 +825,9 @@ def run_herd(work: Path, tracker: str, args: argparse.Namespace) -> dict[str, An
           f"{len(herd_sends)} sends; target +5 ms at most); PING round trip during the herd "
           f"p99 {res['ping_p99_ms']} ms, max {res['ping_max_ms']} ms (quiet p99 "
           f"{res['ping_quiet_p99_ms']}, max {res['ping_quiet_max_ms']} ms)")
+    print(f"  the broker's part of those publishes (its write-latency histogram of the other "
+          f"topic over the herd: SEND read to receipt written): {broker_within_5ms} of "
+          f"{broker_count} within 5 ms, p99 in the bucket up to {broker_p99_bound} ms")
     return res
 
 

@@ -137,6 +137,9 @@ class ManagedLedger:
             lambda segment, size: None if self.closed else ctx.writer.submit_index(segment, size),
             ctx.pager.adopt, lambda: self._cursor_set.advance_all(),
         )
+        #: The store's appends waiting for its write and sync threads, every ledger's
+        #: (storage/appends_in_flight.py): a busy reader lets them through first.
+        self.appends_in_flight = ctx.writer.in_flight
         self._reader = EntryReader(
             ctx.loop, ctx.ops, ctx.cache, ctx.read_pool, ctx.pager, self._ledgers,
             self._ledger_ids, self._drop_corrupt, self.relocated, self.sealed_checks,

@@ -50,6 +50,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from storage.appends_in_flight import AppendsInFlight
 from storage.errors import PersistenceError
 from storage.fileops import FileOps
 from storage.segment_file import AppendBatch, SegmentFile, WriteOwner, WriteState
@@ -97,11 +98,13 @@ class SyncStage:
         *,
         fsync: bool,
         fenced_ends: dict[Path, int],
+        in_flight: AppendsInFlight,
         on_no_space: Callable[[], None] | None = None,
         completion_scope: CompletionScope | None = None,
     ) -> None:
         self._loop = loop
         self._scope = completion_scope
+        self._in_flight = in_flight  # counted out on the loop as each round comes back
         self._ops = ops
         self._fsync = fsync
         self.fenced_ends = fenced_ends  # shared with the writer (recovery reads it)
@@ -332,17 +335,18 @@ class SyncStage:
         """On the loop: one round's outcomes, inside the completion scope if there is one."""
         scope = self._scope
         if scope is None:
-            _complete_batch(results)
+            _complete_batch(results, self._in_flight)
             return
         scope.begin()
         try:
-            _complete_batch(results)
+            _complete_batch(results, self._in_flight)
         finally:
             scope.end()
 
 
-def _complete_batch(results: list[Result]) -> None:
+def _complete_batch(results: list[Result], in_flight: AppendsInFlight) -> None:
     """On the loop: every owner learns the outcome of its batches, in append order."""
+    in_flight.returned(sum(len(batches) for _, batches, _ in results))
     for owner, batches, error in results:
         try:
             owner.complete_appends(batches, error)

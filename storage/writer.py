@@ -72,6 +72,7 @@ from concurrent.futures import Executor, Future
 from dataclasses import dataclass
 from pathlib import Path
 
+from storage.appends_in_flight import AppendsInFlight
 from storage.errors import PersistenceError, TooManyOpenFilesError
 from storage.fileops import FileOps
 from storage.ids import IdAllocator
@@ -163,8 +164,10 @@ class GroupCommitWriter:
         """Segments fenced in this process -> their last durably synced offset (the sync
         stage adds, recovery reads: a reopen cuts the segment back to it)."""
         self._on_no_space: Callable[[], None] | None = None
+        self.in_flight = AppendsInFlight()
+        """Batches opened on the loop and not yet handed back (storage/appends_in_flight.py)."""
         self._sync = SyncStage(loop, ops, fsync=fsync, fenced_ends=self.fenced_ends,
-                               completion_scope=completion_scope)
+                               in_flight=self.in_flight, completion_scope=completion_scope)
         # Figures for the benchmark and metrics (plain numbers, read at any time); the
         # group-commit and fdatasync ones are the sync stage's (properties below).
         self.prezero_writes = 0  # pre-zero steps (each: zeros written, synced by the sync stage)
@@ -231,6 +234,7 @@ class GroupCommitWriter:
         each on a busy machine)."""
         batch = AppendBatch(owner, segment, first_entry_id)
         self._pending.append(batch)
+        self.in_flight.opened()
         if not self._kick_pending:
             self._kick_pending = True
             self._loop.call_soon(self._kick)
