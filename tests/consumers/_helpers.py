@@ -89,6 +89,12 @@ class Collector:
         with self._cond:
             return self._cond.wait_for(lambda: len(self.received) >= count, timeout_s)
 
+    def wait_until(self, done: Callable[[list[tuple[Any, Any, int]]], bool],
+                   timeout_s: float = 30.0) -> bool:
+        """Wait until ``done(received)`` holds (checked after each arrival)."""
+        with self._cond:
+            return self._cond.wait_for(lambda: done(self.received), timeout_s)
+
     def wait_idle(self, idle_ms: int = 500, timeout_s: float = 20.0) -> None:
         """Wait until nothing has arrived for ``idle_ms``."""
         deadline = time.monotonic() + timeout_s
