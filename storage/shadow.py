@@ -58,6 +58,7 @@ class ShadowLedger(ManagedLedger):
         self._ledger_ids = source._ledger_ids
         self._appends = source._appends
         self.caching = source.caching   # the source's entries: cached while either reads them
+        self.appends_in_flight = source.appends_in_flight   # the one store's writer
         self._reader = source._reader
         # Its own (empty) relocation record: the source's is read through the shared reader,
         # and counted once, with the source.
