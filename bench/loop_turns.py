@@ -11,7 +11,7 @@ idle loop: the probe then sleeps ``REST_S`` before measuring again (a loop with 
 not kept spinning), so the turns of an idle loop are sampled, those of a busy one all measured. Full and young garbage collections are recorded with their CPU time too.
 
 It is loaded into a ``horae serve`` process started with ``PYTHONPATH`` set to
-``bench/loop_turns_site`` and ``HORAE_LOOP_TURNS`` set to a file: ``uvloop.run`` is wrapped so
+``bench/probes_site`` and ``HORAE_LOOP_TURNS`` set to a file: ``uvloop.run`` is wrapped so
 the probe starts on the broker's loop, and the records are written to that file when the
 process exits. :func:`summary` reads them back for a window of epoch ms (e.g. the due window
 of ``bench/delayed_e2e.py --loop-turns``).
@@ -32,7 +32,7 @@ from typing import Any
 __all__ = ["ENV", "SITE_DIR", "install", "summary"]
 
 ENV = "HORAE_LOOP_TURNS"
-SITE_DIR = Path(__file__).resolve().parent / "loop_turns_site"
+SITE_DIR = Path(__file__).resolve().parent / "probes_site"
 #: A turn shorter than this (ms) is an idle loop: the probe rests ``REST_S`` (uvloop's timers
 #: count whole ms) and measures again; turns of a busy loop are measured one after another.
 MIN_TURN_MS = 0.2

@@ -5,7 +5,7 @@ Theory of operation
 A figure the machine's load cannot move: the bytecode instructions each of the broker's
 threads executes (``sys.settrace`` with ``f_trace_opcodes``, as ``bench/lone_path.py --opcodes``
 does in process). It is loaded into a ``horae serve`` process started with ``PYTHONPATH`` set
-to ``bench/opcodes_site`` and ``HORAE_OPCODES`` set to a file: every thread started later is
+to ``bench/probes_site`` and ``HORAE_OPCODES`` set to a file: every thread started later is
 traced from its start (``threading.settrace``), the main thread (the event loop) from the first
 SIGUSR1 on (tracing the start-up would slow it several-fold); opcodes are counted only between
 a SIGUSR1 (a phase starts) and a SIGUSR2 (it ended), so what runs between phases (the checks'
@@ -34,7 +34,7 @@ from typing import Any
 __all__ = ["ENV", "SITE_DIR", "difference", "install", "snapshot"]
 
 ENV = "HORAE_OPCODES"
-SITE_DIR = Path(__file__).resolve().parent / "opcodes_site"
+SITE_DIR = Path(__file__).resolve().parent / "probes_site"
 
 
 def install(path: str) -> None:
