@@ -1,5 +1,5 @@
-"""Cancel one scheduled (delayed) message on one subscription: PIP-423's tracker-level cancel,
-plus Horae's acknowledgement of the cancelled message.
+"""Cancel one scheduled (delayed) message on one subscription: PIP-423's tracker-level verdict,
+and the acknowledgement of the cancelled message, which is the cancel's durable record.
 
 Theory of operation
 -------------------
@@ -11,17 +11,24 @@ For each one :func:`cancel_on_subscription`:
    Failover), a message already acknowledged, or one a consumer holds right now (delivered,
    not yet acknowledged): ``NOT_FOUND``;
 2. asks the subscription's delayed delivery (``DelayedDelivery.cancel``: its tracker, built
-   if there is none yet, as on the dispatcher's first delayed entry) to cancel it, and waits
-   until an accepted cancel is durable (``DelayedDeliveryTracker.cancel_delayed_message``). ``REFUSED_PAST`` (the
-   deliver time is at or before the cutoff) and ``NOT_FOUND`` stop here;
-3. then -- beyond the design -- acknowledges the message individually on the subscription
-   through the admin ack path (``skip_by_message_ids``: cursor, dispatcher, ack counters), and
-   flushes the cursor. A tracker cancel alone lives in memory (in-memory tracker) or expires
-   after its deliver time (bucket tracker); the acknowledgement is what keeps the message out
-   of the backlog through a restart, a rewind or a reset-cursor. The caller answers 204 only
-   after both are durable.
+   if there is none yet, as on the dispatcher's first delayed entry) for its verdict
+   (``DelayedDeliveryTracker.cancel_delayed``: a tracked target leaves the index at once).
+   ``REFUSED_PAST`` (the deliver time is at or before the cutoff) and ``NOT_FOUND`` stop here;
+3. then -- where the design keeps the cancel in the tracker's buckets -- acknowledges the
+   message individually on the subscription through the admin ack path
+   (``skip_by_message_ids``: cursor, dispatcher, ack counters) and flushes the cursor. The
+   acknowledgement is the cancel's only durable record: the tracker persists nothing per
+   cancel and replays nothing after a restart (:mod:`broker.delayed.cancels`); an
+   acknowledged entry is never handed out, after a restart or a rewind too. Until the ack is
+   on the cursor the tracker holds the target back (a cancel *in flight*); it is settled
+   (``DelayedDelivery.cancel_settled``) once the ack is, or if it failed. The caller answers
+   204 only after the cursor write is durable.
 
-Runs on the broker loop; the awaits are the cancel journal's and the cursor's writes.
+A reset-cursor to a position before the message clears its acknowledgement, as it clears every
+acknowledgement after that position: the message is then delivered at its time again, as an
+acknowledged one is redelivered.
+
+Runs on the broker loop; the awaits are the acknowledgement's revision and the cursor's write.
 """
 
 from __future__ import annotations
@@ -111,14 +118,17 @@ async def cancel_on_subscription(sub: CancelTarget, position: Position,
     if any(position in consumer.pending for consumer in sub.consumers):
         return outcome(CancelResult.NOT_FOUND, f"{_id(position)} was already delivered on "
                        f"subscription {name}")
-    result = await sub.delayed.cancel(position, deliver_at_ms)
+    result = sub.delayed.cancel(position, deliver_at_ms)
     if result is CancelResult.REFUSED_PAST:
         return outcome(result, f"deliverAt {deliver_at_ms} is already due on subscription "
                        f"{name}: too late to cancel")
     if result is CancelResult.NOT_FOUND:
         return outcome(result, f"{_id(position)} was already delivered or acknowledged on "
                        f"subscription {name}")
-    await sub.resets.skip_by_message_ids([(position.ledger_id, position.entry_id)])
+    try:
+        await sub.resets.skip_by_message_ids([(position.ledger_id, position.entry_id)])
+    finally:
+        sub.delayed.cancel_settled(position)
     await sub.cursor.flush()
     return outcome(result, f"{_id(position)} cancelled on subscription {name} "
                    f"({result.value})")
