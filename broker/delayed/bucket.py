@@ -34,12 +34,15 @@ The index is split by ledger ranges into *buckets*. This object owns the schedul
 
 Recovery: the snapshot side rebuilds the immutable buckets from the cursor properties (and
 the snapshots' summaries: the bucket due soonest serves before the others' metadata is read;
-cancels, the cancel journal's restore and re-reads of a bucket not read yet wait for its
-membership in :class:`~broker.delayed.bucket_deferred.DeferredOps`, and the dispatcher reads
-no new entries until every membership is in); the mutable bucket is rebuilt by the
-dispatcher's ordinary reading from the cursor. Positions are
-only handed out when due; positions acknowledged before the restart are filtered with
-``cursor.is_deleted`` as they come up.
+cancels, acknowledgements and re-reads of a bucket not read yet wait for its membership in
+:class:`~broker.delayed.bucket_deferred.DeferredOps`, and the dispatcher reads no new entries
+until every membership is in); the mutable bucket is rebuilt by the dispatcher's ordinary
+reading from the cursor. Positions are only handed out when due; positions acknowledged before
+the restart -- cancelled ones included: a PIP-423 cancel's durable record is the
+subscription's acknowledgement of its target (:mod:`broker.delayed.cancels`) -- are filtered
+with ``cursor.is_deleted`` as they come up, so nothing is replayed per cancel. A cancel
+journal an earlier version left is applied as acknowledgements first, once
+(:mod:`broker.delayed.cancel_journal`).
 
 Metrics (plain attributes; :meth:`stats` is the typed form): ``bucket_count`` (immutable + the
 mutable one), ``loaded_index_count``, ``snapshot_size_bytes``, ``op_count``
