@@ -112,6 +112,14 @@ def broker_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def broker_writes(pid: int) -> int:
+    """Write syscalls of the broker process so far (/proc/PID/io ``syscw``)."""
+    for line in Path(f"/proc/{pid}/io").read_text().splitlines():
+        if line.startswith("syscw:"):
+            return int(line.split()[1])
+    return 0
+
+
 def run(messages: int, levels: list[int], label: str) -> None:
     """One broker (this module's checkout, or the one ``delayed_e2e.ROOT`` names), one round
     per concurrency level."""
@@ -131,13 +139,15 @@ def run(messages: int, levels: list[int], label: str) -> None:
         for i, level in enumerate(levels):
             part = targets[i * share:(i + 1) * share]
             cpu0 = broker_cpu_s(broker.proc.pid)
+            writes0 = broker_writes(broker.proc.pid)
             elapsed, lat, codes = asyncio.run(cancel_all(broker.web_url, part, level))
             cpu = broker_cpu_s(broker.proc.pid) - cpu0
+            writes = broker_writes(broker.proc.pid) - writes0
             applied += codes.get(204, 0)
             print(f"{label}concurrency {level:>3}: {len(part):,} cancels in {elapsed:.2f} s = "
                   f"{len(part) / elapsed:,.0f} cancels/s; latency p50 {1e3 * pct(lat, 50):.2f} "
                   f"ms, p99 {1e3 * pct(lat, 99):.2f} ms; broker {1e6 * cpu / len(part):,.0f} "
-                  f"CPU-us/cancel; status {dict(sorted(codes.items()))} "
+                  f"CPU-us/cancel, {writes / len(part):.2f} write syscalls/cancel; status {dict(sorted(codes.items()))} "
                   f"(load {os.getloadavg()[0]:.1f})", flush=True)
         after = broker.msg_delayed()
         print(f"{label}msgDelayed {before:,} -> {after:,} (expected {before - applied:,}): "

@@ -22,7 +22,9 @@ For each one :func:`cancel_on_subscription`:
    acknowledged entry is never handed out, after a restart or a rewind too. Until the ack is
    on the cursor the tracker holds the target back (a cancel *in flight*); it is settled
    (``DelayedDelivery.cancel_settled``) once the ack is, or if it failed. The caller answers
-   204 only after the cursor write is durable.
+   204 only after the cursor write is durable. Cancels on one subscription at the same time
+   share cursor writes (a group commit: one write in flight, the next covers every ack made
+   meanwhile).
 
 A reset-cursor to a position before the message clears its acknowledgement, as it clears every
 acknowledgement after that position: the message is then delivered at its time again, as an
@@ -33,9 +35,11 @@ Runs on the broker loop; the awaits are the acknowledgement's revision and the c
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import asyncio
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
+from weakref import WeakKeyDictionary
 
 from broker.delayed.cancels import CancelResult
 from broker.delayed.delivery import DelayedDelivery
@@ -129,9 +133,64 @@ async def cancel_on_subscription(sub: CancelTarget, position: Position,
         await sub.resets.skip_by_message_ids([(position.ledger_id, position.entry_id)])
     finally:
         sub.delayed.cancel_settled(position)
-    await sub.cursor.flush()
+    await _flush_together(sub.cursor)
     return outcome(result, f"{_id(position)} cancelled on subscription {name} "
                    f"({result.value})")
+
+
+class _GroupFlush:
+    """The cursor writes of one subscription's cancels, shared: one write at a time, and the
+    next one covers every cancel acknowledged while the previous was in flight (a group
+    commit). A cancel returns once a write that started after its ack is durable; a failed
+    write fails the cancels it covered."""
+
+    __slots__ = ("_flush", "_next", "_task")
+
+    def __init__(self, flush: Callable[[], Awaitable[None]]) -> None:
+        self._flush = flush
+        self._next: asyncio.Future[None] | None = None     # the write to come, and its waiters
+        self._task: asyncio.Task[None] | None = None
+
+    async def flush(self) -> None:
+        write = self._next
+        if write is None:
+            loop = asyncio.get_running_loop()
+            write = self._next = loop.create_future()
+            write.add_done_callback(_retrieved)
+            if self._task is None:
+                self._task = loop.create_task(self._run())
+        await asyncio.shield(write)
+
+    async def _run(self) -> None:
+        try:
+            while self._next is not None:
+                write, self._next = self._next, None
+                try:
+                    await self._flush()
+                except Exception as exc:
+                    write.set_exception(exc)
+                else:
+                    write.set_result(None)
+        finally:
+            self._task = None
+
+
+def _retrieved(write: asyncio.Future[None]) -> None:
+    """A write's failure is its waiters' to raise; none left (cancelled) is no error."""
+    if not write.cancelled():
+        write.exception()
+
+
+_group_flushes: WeakKeyDictionary[object, _GroupFlush] = WeakKeyDictionary()
+
+
+async def _flush_together(cursor: SubscriptionCursor) -> None:
+    """Make the cancel's acknowledgement durable, sharing the cursor write with the other
+    cancels on the subscription at the same time (:class:`_GroupFlush`)."""
+    group = _group_flushes.get(cursor)
+    if group is None:
+        group = _group_flushes[cursor] = _GroupFlush(cursor.flush)
+    await group.flush()
 
 
 def _id(position: Position) -> str:
