@@ -12,7 +12,9 @@ dispatch leave it (``--per-bucket`` entries per ledger and indexes per bucket): 
 segments, the tracker's bucket snapshots (and their summaries) recorded in a real cursor's
 properties, every ``--ack-every``-th message acknowledged out of order (individual deletes on
 the cursor, which recovery must not hand out again) and every ``--cancel-every``-th cancelled
-(PIP-423, ``cancel_delayed``: the tracker's cancel journal, never handed out either). Deliver
+(PIP-423, as the subscription's cancel does it: the tracker's ``cancel_delayed`` verdict, then
+the message acknowledged on the cursor, the cancel's durable record; a version that journalled
+its cancels writes its cancel journal too, which recovery then reads; never handed out either). Deliver
 times (``--delays``) are a permutation of the messages over an hour (dense: many per ms at
 scale) or a year, or a fixed delay after a steady publish (in position order); the first 1%
 of the span is in the past when recovery starts. Two builders write the same store:
@@ -21,7 +23,8 @@ of the span is in the past when recovery starts. Two builders write the same sto
   path's) 100,000 at a time, each bucket's time-ordered columns are computed whole and sealed
   by the tracker's own snapshot side (the call the tracker makes when a later ledger arrives
   at a full mutable bucket), the acks go in per ledger (``delete_entry_ids``), the cancels
-  through ``cancel_delayed`` after the build; about 5-6 CPU-µs per message;
+  through ``cancel_delayed`` after the build, and their acks per ledger; about 5-9 CPU-µs per
+  message;
 - ``--slow-build`` (and ``--old-format``, ``--build-with``): one ``append`` future and one
   tracker ``add`` per message, 18-19 CPU-µs per message. tests/bench/
   test_delayed_restart_build.py checks that both stores recover to the same hand-outs at the
@@ -62,6 +65,9 @@ one read after another. ``--compare-with CHECKOUT`` runs the same recovery and d
 script) with another checkout's broker code on a copy of the same store: paired before/after.
 A store whose snapshot format the other checkout cannot read (a newer segment layout) is
 built with its code instead: ``--build-with CHECKOUT``, so both recover the same older store.
+``--retired``: this checkout also recovers a copy of the store whose cancel journal (an older
+version's) a first start retired, once (the cancels applied as acknowledgements): the state
+of every start after an upgrade, beside the first start's (the store as built).
 The drain never waits for background reads before asking for due positions (as a dispatcher
 woken by ``on_due``). The end-to-end kill -9 of a broker process with the official client is
 ``bench/delayed_e2e.py --kill9``.
