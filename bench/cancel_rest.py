@@ -1,6 +1,7 @@
 """REST cancels of scheduled messages per second, end to end (PIP-423 first form).
 
 Usage:  .venv/bin/python bench/cancel_rest.py [--messages 5000] [--concurrency 1,16]
+            [--compare-with CHECKOUT] [--rounds N]
 
 Starts ``python -m broker serve`` (bench/delayed_e2e.py's BrokerProc: free 127.0.0.1 ports, a
 fresh data directory) with the bucket tracker
@@ -10,15 +11,19 @@ and deliver times kept), then waits until the subscription's ``msgDelayed`` hold
 Then, for each ``--concurrency`` level, a disjoint share of the messages is cancelled with
 ``POST /admin/v2/persistent/public/default/<topic>/cancelDelayedMessage?ledgerId=&entryId=
 &deliverAt=&subscriptionNames=<sub>`` from that many concurrent HTTP requests (aiohttp,
-keep-alive). Each 204 means the cancel is durable (cancel snapshot written, cursor flushed)
-and the message acknowledged on the subscription. Prints cancels/s, latency p50/p99 and the
-status codes; at the end ``msgDelayed`` must have dropped by the number of 204s.
+keep-alive). Each 204 means the cancel is durable: the message acknowledged on the
+subscription and its cursor flushed (that acknowledgement is the cancel's record). Prints
+cancels/s, latency p50/p99, the broker process's CPU per cancel (/proc: steadier than wall
+time on a busy machine) and the status codes; at the end ``msgDelayed`` must have dropped by
+the number of 204s. ``--compare-with CHECKOUT --rounds N``: the same rounds on a broker of
+another checkout right after, alternated N times (paired before/after).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import random
 import shutil
 import sys
@@ -29,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import delayed_e2e
 from delayed_e2e import SUB, TOPIC, BrokerProc, client, pct
 
 CONFIG = {"delayedDeliveryTrackerFactoryClassName": "bucket",
@@ -100,38 +106,78 @@ async def cancel_all(web_url: str, targets: list[tuple[int, int, int]], concurre
     return elapsed, latencies, codes
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--messages", type=int, default=5000)
-    parser.add_argument("--concurrency", default="1,16",
-                        help="comma-separated concurrent request counts (one round each)")
-    args = parser.parse_args()
-    levels = [int(c) for c in args.concurrency.split(",")]
+def broker_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of the broker process so far (/proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def broker_writes(pid: int) -> int:
+    """Write syscalls of the broker process so far (/proc/PID/io ``syscw``)."""
+    for line in Path(f"/proc/{pid}/io").read_text().splitlines():
+        if line.startswith("syscw:"):
+            return int(line.split()[1])
+    return 0
+
+
+def run(messages: int, levels: list[int], label: str) -> None:
+    """One broker (this module's checkout, or the one ``delayed_e2e.ROOT`` names), one round
+    per concurrency level."""
     work = Path(tempfile.mkdtemp(prefix="horae-cancel-rest-"))
     broker = BrokerProc(work / "data", CONFIG)
     try:
         broker.start()
         broker.wait_listening()
-        print(f"broker {broker.web_url} config={CONFIG}")
-        targets = publish_delayed(broker, args.messages)
+        assert broker.proc is not None
+        print(f"{label}broker {broker.web_url} config={CONFIG}")
+        targets = publish_delayed(broker, messages)
         before = broker.msg_delayed()
-        print(f"published {len(targets):,} messages delayed 1-2 h; msgDelayed {before:,}")
+        print(f"{label}published {len(targets):,} messages delayed 1-2 h; msgDelayed {before:,}")
         random.Random(3).shuffle(targets)
         share = len(targets) // len(levels)
         applied = 0
         for i, level in enumerate(levels):
             part = targets[i * share:(i + 1) * share]
+            cpu0 = broker_cpu_s(broker.proc.pid)
+            writes0 = broker_writes(broker.proc.pid)
             elapsed, lat, codes = asyncio.run(cancel_all(broker.web_url, part, level))
+            cpu = broker_cpu_s(broker.proc.pid) - cpu0
+            writes = broker_writes(broker.proc.pid) - writes0
             applied += codes.get(204, 0)
-            print(f"concurrency {level:>3}: {len(part):,} cancels in {elapsed:.2f} s = "
+            print(f"{label}concurrency {level:>3}: {len(part):,} cancels in {elapsed:.2f} s = "
                   f"{len(part) / elapsed:,.0f} cancels/s; latency p50 {1e3 * pct(lat, 50):.2f} "
-                  f"ms, p99 {1e3 * pct(lat, 99):.2f} ms; status {dict(sorted(codes.items()))}")
+                  f"ms, p99 {1e3 * pct(lat, 99):.2f} ms; broker {1e6 * cpu / len(part):,.0f} "
+                  f"CPU-us/cancel, {writes / len(part):.2f} write syscalls/cancel; status {dict(sorted(codes.items()))} "
+                  f"(load {os.getloadavg()[0]:.1f})", flush=True)
         after = broker.msg_delayed()
-        print(f"msgDelayed {before:,} -> {after:,} (expected {before - applied:,}): "
+        print(f"{label}msgDelayed {before:,} -> {after:,} (expected {before - applied:,}): "
               f"{'OK' if after == before - applied else 'MISMATCH'}")
     finally:
         broker.stop()
         shutil.rmtree(work, ignore_errors=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--messages", type=int, default=5000)
+    parser.add_argument("--concurrency", default="1,16",
+                        help="comma-separated concurrent request counts (one round each)")
+    parser.add_argument("--compare-with", dest="compare_with",
+                        help="another checkout: its broker runs the same rounds after this "
+                             "one's, alternated --rounds times (paired before/after)")
+    parser.add_argument("--rounds", type=int, default=1)
+    args = parser.parse_args()
+    levels = [int(c) for c in args.concurrency.split(",")]
+    here = (delayed_e2e.ROOT, delayed_e2e.PYTHON)
+    for _ in range(args.rounds):
+        delayed_e2e.ROOT, delayed_e2e.PYTHON = here
+        run(args.messages, levels, "")
+        if args.compare_with:
+            other = Path(args.compare_with).resolve()
+            venv = other / ".venv" / "bin" / "python"
+            delayed_e2e.ROOT = other
+            delayed_e2e.PYTHON = str(venv) if venv.exists() else sys.executable
+            run(args.messages, levels, f"({args.compare_with}) ")
 
 
 if __name__ == "__main__":

@@ -12,7 +12,9 @@ dispatch leave it (``--per-bucket`` entries per ledger and indexes per bucket): 
 segments, the tracker's bucket snapshots (and their summaries) recorded in a real cursor's
 properties, every ``--ack-every``-th message acknowledged out of order (individual deletes on
 the cursor, which recovery must not hand out again) and every ``--cancel-every``-th cancelled
-(PIP-423, ``cancel_delayed``: the tracker's cancel journal, never handed out either). Deliver
+(PIP-423, as the subscription's cancel does it: the tracker's ``cancel_delayed`` verdict, then
+the message acknowledged on the cursor, the cancel's durable record; a version that journalled
+its cancels writes its cancel journal too, which recovery then reads; never handed out either). Deliver
 times (``--delays``) are a permutation of the messages over an hour (dense: many per ms at
 scale) or a year, or a fixed delay after a steady publish (in position order); the first 1%
 of the span is in the past when recovery starts. Two builders write the same store:
@@ -21,7 +23,8 @@ of the span is in the past when recovery starts. Two builders write the same sto
   path's) 100,000 at a time, each bucket's time-ordered columns are computed whole and sealed
   by the tracker's own snapshot side (the call the tracker makes when a later ledger arrives
   at a full mutable bucket), the acks go in per ledger (``delete_entry_ids``), the cancels
-  through ``cancel_delayed`` after the build; about 5-6 CPU-µs per message;
+  through ``cancel_delayed`` after the build, and their acks per ledger; about 5-9 CPU-µs per
+  message;
 - ``--slow-build`` (and ``--old-format``, ``--build-with``): one ``append`` future and one
   tracker ``add`` per message, 18-19 CPU-µs per message. tests/bench/
   test_delayed_restart_build.py checks that both stores recover to the same hand-outs at the
@@ -62,6 +65,9 @@ one read after another. ``--compare-with CHECKOUT`` runs the same recovery and d
 script) with another checkout's broker code on a copy of the same store: paired before/after.
 A store whose snapshot format the other checkout cannot read (a newer segment layout) is
 built with its code instead: ``--build-with CHECKOUT``, so both recover the same older store.
+``--retired``: this checkout also recovers a copy of the store whose cancel journal (an older
+version's) a first start retired, once (the cancels applied as acknowledgements): the state
+of every start after an upgrade, beside the first start's (the store as built).
 The drain never waits for background reads before asking for due positions (as a dispatcher
 woken by ``on_due``). The end-to-end kill -9 of a broker process with the official client is
 ``bench/delayed_e2e.py --kill9``.
@@ -172,11 +178,13 @@ async def build(root: Path, pending: int, per_bucket: int, ack_every: int, base:
             last = pos
     cursor.read_position = ledger.next_position(last)
     await t.wait_idle()
-    for pos, at in cancelled:           # PIP-423 cancels, kept in the cancel journal
+    for pos, at in cancelled:           # PIP-423 cancels: the verdict, then the ack
         t.cancel_delayed(pos, at)
-    await t.persist_cancels()
-    for k in range(0, len(acked), 10_000):
-        cursor.delete(acked[k:k + 10_000])
+    await _cancels_durable(t)
+    acked_and_cancelled = acked + [pos for pos, _ in cancelled]
+    for k in range(0, len(acked_and_cancelled), 10_000):
+        cursor.delete(acked_and_cancelled[k:k + 10_000])
+    _settle(t, [pos for pos, _ in cancelled])
     await cursor.flush()
     await t.wait_idle()
     buckets = _write_layout(root, t, starts, pending)
@@ -261,6 +269,7 @@ async def build_bulk(root: Path, pending: int, per_bucket: int, ack_every: int, 
     sealed: list[list[tuple[int, int, int, int]]] = []   # the sealed buckets' groups
     acked = cancelled = 0
     seal = t._snapshots.seal            # the tracker's seal of its mutable bucket
+    cancelled_ids: dict[int, list[int]] = {}    # ledger id -> entry ids cancelled
 
     def cancel(group: list[tuple[int, int, int, int]]) -> int:
         n = 0
@@ -268,10 +277,12 @@ async def build_bulk(root: Path, pending: int, per_bucket: int, ack_every: int, 
             return n
         for ledger_id, first, count, i0 in group:
             i = i0 + (CANCEL_AT - i0) % cancel_every
+            ids = cancelled_ids.setdefault(ledger_id, [])
             while i < i0 + count:
                 if not (ack_every and i % ack_every == ACK_AT):
                     t.cancel_delayed(Position(ledger_id, first + i - i0),
                                      deliver_at(i, base, delays, pending))
+                    ids.append(first + i - i0)
                     n += 1
                 i += cancel_every
         return n
@@ -306,7 +317,11 @@ async def build_bulk(root: Path, pending: int, per_bucket: int, ack_every: int, 
     last = max(extents)
     cursor.read_position = ledger.next_position(Position(last, extents[last] - 1))
     await t.wait_idle()
-    await t.persist_cancels()
+    await _cancels_durable(t)
+    # ... and each cancelled message acknowledged, as the subscription's cancel does
+    for ledger_id, ids in cancelled_ids.items():
+        cursor.delete_entry_ids(ledger_id, ids)
+        _settle(t, [Position(ledger_id, e) for e in ids])
     if ack_every:
         for ledger_id, n in extents.items():
             i0 = starts[ledger_id]
@@ -321,6 +336,23 @@ async def build_bulk(root: Path, pending: int, per_bucket: int, ack_every: int, 
     print(f"  built {pending:,} pending in {buckets:,} buckets ({acked:,} acknowledged out of "
           f"order, {cancelled:,} cancelled) in bulk in {time.perf_counter() - started:.1f} s")
     # no t.close(): the process goes away as after kill -9
+
+
+async def _cancels_durable(t: Any) -> None:
+    """What a cancel waits for in the tracker before its ack: a version that journals its
+    cancels writes the journal; one whose record is the ack has nothing to wait for."""
+    persist = getattr(t, "persist_cancels", None)
+    if persist is not None:
+        await persist()
+
+
+def _settle(t: Any, positions: list[Any]) -> None:
+    """The acks are on the cursor: the cancels are no longer in flight (where there is such
+    a thing)."""
+    settle = getattr(t, "cancel_settled", None)
+    if settle is not None:
+        for pos in positions:
+            settle(pos)
 
 
 def _overdue(n: int, base: int, delays: str, pending: int, ack_every: int,
@@ -487,6 +519,23 @@ async def recover(root: Path, pending: int, per_bucket: int, ack_every: int, bas
             **{k: round(v / pending, 2) if "bytes" in k else v for k, v in memory.items()}}
 
 
+async def retire(root: Path, per_bucket: int) -> None:
+    """Retire the store's cancel journal as a first start does (its targets acknowledged on
+    the cursor, the property and the snapshot dropped), and nothing else."""
+    from broker.delayed.cancel_journal import retire_journal
+    from storage import SegmentStore
+    from storage.config import StorageConfig
+
+    store = await SegmentStore.open(root, StorageConfig(fsync=False,
+                                                        max_entries_per_ledger=per_bucket))
+    ledger = await store.open_ledger(TOPIC)
+    cursor = await ledger.open_cursor("sub")
+    print(f"  retired a cancel journal of {await retire_journal(cursor, store.snapshots):,} "
+          "cancels")
+    await store.close()
+    os.sync()
+
+
 def _rss() -> int:
     """Resident set of this process (the store, the cursor with its acks, the index and the
     interpreter), bytes."""
@@ -539,11 +588,19 @@ def main() -> None:
                    help="build the store (--store) and stop")
     p.add_argument("--rounds", type=int, default=1,
                    help="run the recoveries (and the --compare-with one) this many times")
+    p.add_argument("--retired", action="store_true",
+                   help="also recover (this checkout) a copy of the store whose cancel journal "
+                        "an earlier start retired (its cancels applied as acknowledgements, "
+                        "once): the steady state after an upgrade from a version that "
+                        "journalled cancels (--build-with such a version)")
     p.add_argument("--log", help=argparse.SUPPRESS)
     p.add_argument("--child", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
         root, reads, base = args.child.split(",")
+        if reads == "retire":
+            asyncio.run(retire(Path(root), args.per_bucket))
+            return
         if reads == "0":
             if args.slow_build or args.old_format:
                 asyncio.run(build(Path(root), args.pending, args.per_bucket, args.ack_every,
@@ -589,14 +646,24 @@ def main() -> None:
                   flush=True)
         if args.build_only:
             return
-        runs = [(int(x), str(HERE), "") for x in args.reads.split(",")]
+        runs = [(int(x), str(HERE), "", "built") for x in args.reads.split(",")]
+        if args.retired:
+            if not (root / "retired" / "bench.json").exists():
+                shutil.rmtree(root / "retired", ignore_errors=True)
+                shutil.copytree(root / "built", root / "retired")
+                subprocess.run([sys.executable, __file__, *_shape(args),
+                                "--child", f"{root / 'retired'},retire,{base}"], check=True,
+                               env={**os.environ, "HORAE_BENCH_ROOT": str(HERE)})
+            runs += [(int(x), str(HERE), " (journal retired)", "retired")
+                     for x in args.reads.split(",")]
         if args.compare_with:
-            runs.append((16, str(Path(args.compare_with).resolve()), f" ({args.compare_with})"))
+            runs.append((16, str(Path(args.compare_with).resolve()), f" ({args.compare_with})",
+                         "built"))
         for _ in range(args.rounds):
-            for reads, code, label in runs:
+            for reads, code, label, source in runs:
                 run = root / f"run-{reads}"
                 shutil.rmtree(run, ignore_errors=True)
-                shutil.copytree(root / "built", run)
+                shutil.copytree(root / source, run)
                 out = subprocess.run([sys.executable, __file__, *_shape(args),
                                       "--drain-s", str(args.drain_s),
                                       *(["--until-caught-up"] if args.until_caught_up else []),

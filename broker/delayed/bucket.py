@@ -34,12 +34,15 @@ The index is split by ledger ranges into *buckets*. This object owns the schedul
 
 Recovery: the snapshot side rebuilds the immutable buckets from the cursor properties (and
 the snapshots' summaries: the bucket due soonest serves before the others' metadata is read;
-cancels, the cancel journal's restore and re-reads of a bucket not read yet wait for its
-membership in :class:`~broker.delayed.bucket_deferred.DeferredOps`, and the dispatcher reads
-no new entries until every membership is in); the mutable bucket is rebuilt by the
-dispatcher's ordinary reading from the cursor. Positions are
-only handed out when due; positions acknowledged before the restart are filtered with
-``cursor.is_deleted`` as they come up.
+cancels, acknowledgements and re-reads of a bucket not read yet wait for its membership in
+:class:`~broker.delayed.bucket_deferred.DeferredOps`, and the dispatcher reads no new entries
+until every membership is in); the mutable bucket is rebuilt by the dispatcher's ordinary
+reading from the cursor. Positions are only handed out when due; positions acknowledged before
+the restart -- cancelled ones included: a PIP-423 cancel's durable record is the
+subscription's acknowledgement of its target (:mod:`broker.delayed.cancels`) -- are filtered
+with ``cursor.is_deleted`` as they come up, so nothing is replayed per cancel. A cancel
+journal an earlier version left is applied as acknowledgements first, once
+(:mod:`broker.delayed.cancel_journal`).
 
 Metrics (plain attributes; :meth:`stats` is the typed form): ``bucket_count`` (immutable + the
 mutable one), ``loaded_index_count``, ``snapshot_size_bytes``, ``op_count``
@@ -66,7 +69,7 @@ from broker.delayed.bucket_records import (
 )
 from broker.delayed.bucket_segments import PRELOAD_MS, RetryDelays
 from broker.delayed.bucket_snapshots import BucketSnapshots
-from broker.delayed.cancel_journal import CancelJournal
+from broker.delayed.cancel_journal import retire_journal
 from broker.delayed.cancels import CancelResult
 from broker.delayed.indexed import IndexedPositions, MutableBucket
 from broker.delayed.packed import POSITION_BITS, WideIndex, fits, run_end_union
@@ -112,16 +115,16 @@ class BucketDelayedDeliveryTracker(TimedTracker):
         self._snapshots = BucketSnapshots(
             buckets=self._sealed, cursor=cursor, store=snapshots, on_change=self._on_timer,
             on_membership=lambda bucket: self._deferred.replay(
-                bucket, self._sealed, self._cancels, self.add, self._late.add),
+                bucket, self._sealed, self.add, self._late.add, self._late.discard),
             loop=loop, executor=executor, time_step_ms=time_step_per_segment_ms,
             max_indexes_per_segment=max_indexes_per_segment, max_num_buckets=max_num_buckets,
             horizon=lambda: self._cutoff() + PRELOAD_MS, retry=retry)
         self._loader = self._snapshots.loader
         self._due = _DueQueue((self._mutable, self._late), self._wide, self._sealed,
                               self._loader.segment_done, cursor.is_deleted)
-        # every live cancel, persisted in its own snapshot (cancel_journal)
-        self._journal = CancelJournal(book=self._cancels, cursor=cursor, store=snapshots,
-                                      loop=loop, retry=retry or RetryDelays())
+        self._store = snapshots
+        #: reads of an earlier version's cancel journal that failed (cancel_journal)
+        self.cancel_journal_failures = 0
         self._closed = False
 
     # --- time and timer --------------------------------------------------------------------
@@ -154,10 +157,9 @@ class BucketDelayedDeliveryTracker(TimedTracker):
             self._wide.add(deliver_at_ms, ledger_id, entry_id)
             self._update_timer()
             return True
-        cancels = self._cancels
-        if (cancels.waiting.count or cancels.used.count) \
-                and cancels.blocks(ledger_id, entry_id, deliver_at_ms):
-            return True                         # cancelled (PIP-423): never delivered
+        in_flight = self._cancels.in_flight
+        if in_flight and position in in_flight:
+            return True                         # cancelled (PIP-423), its ack on its way
         mutable = self._mutable
         bm = mutable.members.get(ledger_id)
         if bm is not None and entry_id in bm:
@@ -201,32 +203,27 @@ class BucketDelayedDeliveryTracker(TimedTracker):
         return True
 
     def cancel_delayed(self, position: Position, deliver_at_ms: int) -> CancelResult:
+        cancels = self._cancels
         if deliver_at_ms <= self._cutoff():
-            return self._cancels.refuse()
+            return cancels.refuse()
+        if cancels.again(position):
+            return CancelResult.APPLIED         # cancelled already, its ack on its way
         ledger_id, entry_id = position
         if not fits(ledger_id, entry_id):
-            return CancelResult.APPLIED if self.cancel(position) else CancelResult.NOT_FOUND
+            if not self.cancel(position):
+                return CancelResult.NOT_FOUND
+            return cancels.accept(position, deliver_at_ms, cleared=True)
         if self._cursor.is_deleted(position):
             return CancelResult.NOT_FOUND       # acknowledged: nothing to cancel
         if self._sealed.reading and self._sealed.reading_at(ledger_id):
-            # its bucket's membership is not read yet: waiting until it is (bucket_deferred)
+            # its bucket's membership is not read yet: its pending bit is cleared when it is
+            # (bucket_deferred); nothing was handed out of it later than the cutoff
             self._deferred.defer(ledger_id, entry_id, deliver_at_ms, CANCEL)
-            result = self._cancels.record(ledger_id, entry_id, deliver_at_ms, cleared=False)
-            self._journal.changed()
-            return result
+            return cancels.accept(position, deliver_at_ms, cleared=False)
         cleared = self.cancel(position)
-        if (not cleared and not self._cancels.used.contains(ledger_id, entry_id, deliver_at_ms)
-                and self._sealed.holds(ledger_id, entry_id)):
+        if not cleared and self._sealed.holds(ledger_id, entry_id):
             return CancelResult.NOT_FOUND       # a consumer has it already
-        result = self._cancels.record(ledger_id, entry_id, deliver_at_ms, cleared=cleared)
-        self._journal.changed()
-        return result
-
-    async def persist_cancels(self) -> None:
-        await self._journal.sync()
-
-    def _cancel_still_needed(self, ledger_id: int, entry_id: int) -> bool:
-        return not self._cursor.is_deleted(Position(ledger_id, entry_id))
+        return cancels.accept(position, deliver_at_ms, cleared=cleared)
 
     def sequential_skip(self, position: Position) -> int:
         # The same verdicts as add(): held by a sealed bucket (pending or handed out since the
@@ -263,8 +260,7 @@ class BucketDelayedDeliveryTracker(TimedTracker):
     def get_scheduled(self, max_messages: int) -> list[Position]:
         if self._closed:
             return []
-        if self._expire_cancels():
-            self._journal.changed()
+        self._expire_cancels()
         self._loader.unpark()
         out = self._due.take(max_messages, self._cutoff())
         self._update_timer()
@@ -314,7 +310,6 @@ class BucketDelayedDeliveryTracker(TimedTracker):
         self._closed = True
         self._timer.cancel()
         await self._snapshots.close()
-        await self._journal.close()
 
     def should_pause_all_deliveries(self) -> bool:
         # The late-entry index is in memory only: bounded by pausing new reads until due
@@ -327,16 +322,13 @@ class BucketDelayedDeliveryTracker(TimedTracker):
         # what is due already is late whatever its order: each bucket's share goes out as
         # soon as its first segment is in (bucket_records)
         self._sealed.overdue_to = self._cutoff()
-        recovered = await self._journal.recover()
+        # An earlier version's cancel journal: its targets acknowledged first, once.
+        try:
+            await retire_journal(self._cursor, self._store)
+        except Exception:
+            self.cancel_journal_failures += 1
+            raise
         await self._snapshots.recover()
-        # Cancels first: clear their targets in the recovered buckets before any hand-out.
-        self._cancels.restore(recovered)
-        sealed = self._sealed
-        for ledger_id, entry_id, slot_ms in recovered.targets():
-            if sealed.reading and sealed.reading_at(ledger_id):
-                self._deferred.defer(ledger_id, entry_id, slot_ms, CANCEL)
-            elif self.cancel(Position(ledger_id, entry_id)):
-                self._cancels.record(ledger_id, entry_id, slot_ms, cleared=True)
         self._on_timer()
 
     # --- metrics and introspection -------------------------------------------------------------
@@ -356,11 +348,6 @@ class BucketDelayedDeliveryTracker(TimedTracker):
     @property
     def op_latency_sum_ms(self) -> dict[str, float]:
         return self._snapshots.ops.op_latency_sum_ms
-
-    @property
-    def cancel_journal_failures(self) -> int:
-        """Failed writes of the cancel snapshot (each is retried)."""
-        return self._journal.write_failures
 
     @property
     def bucket_count(self) -> int:

@@ -10,14 +10,14 @@ ledger, and :meth:`DeferredOps.replay` applies it once the bucket is read, befor
 segment can hand anything out (or once it is dropped, its snapshot unreadable: its ledgers are
 then read again as entries):
 
-- a cancel (:data:`FORGET`: the skip-by-ids and replace-by-key paths, whose targets are
-  acknowledged anyway; :data:`CANCEL`: PIP-423's cancel and the cancel journal's restore, already
-  recorded as waiting): the target's pending bit is cleared then; a PIP-423 cancel that
-  cleared one is recorded as used;
+- a cancel (:data:`FORGET`: the skip-by-ids and replace-by-key paths; :data:`CANCEL`:
+  PIP-423's cancel; the targets of both are acknowledged on the cursor anyway): the target's
+  pending bit is cleared then, or, when the bucket does not hold it, its slot in the
+  late-entry index (an add deferred before it may have put it there);
 - an add (:data:`ADD`, a re-read of an entry of such a ledger): held now; once the bucket is
-  read the ordinary add decides (the bucket holds it, a cancel blocks it, or it is indexed), and
-  one that fell due meanwhile goes to the late-entry index, to be handed out in its turn: never
-  dropped, never twice.
+  read the ordinary add decides (the bucket holds it, a cancel in flight holds it back, or it
+  is indexed), and one that fell due meanwhile goes to the late-entry index, to be handed out in
+  its turn: never dropped, never twice.
 
 The tracker asks its dispatcher to read no new entries while any bucket is READING
 (``should_pause_all_deliveries``), so adds are only reads that were in flight, and cancels
@@ -30,7 +30,6 @@ from collections.abc import Callable
 from typing import Final
 
 from broker.delayed.bucket_records import ImmutableBucket, SealedBuckets
-from broker.delayed.cancels import CancelBook
 from storage.positions import Position
 
 FORGET: Final = 0
@@ -71,16 +70,17 @@ class DeferredOps:
         self.count -= len(out)
         return out
 
-    def replay(self, bucket: ImmutableBucket, sealed: SealedBuckets, cancels: CancelBook,
+    def replay(self, bucket: ImmutableBucket, sealed: SealedBuckets,
                add: Callable[[Position, int], bool],
-               index_late: Callable[[int, int, int], object]) -> None:
+               index_late: Callable[[int, int, int], object],
+               forget_late: Callable[[int, int], object]) -> None:
         """Apply what was deferred for ``bucket``'s ledgers: it was just read (or dropped)."""
         for ledger_id, entry_id, at, kind in self.take(bucket.start_ledger, bucket.end_ledger):
             if kind == ADD:
                 if not add(Position(ledger_id, entry_id), at):
                     index_late(at, ledger_id, entry_id)     # due meanwhile: handed out next
-            elif sealed.take(ledger_id, entry_id) is not None and kind == CANCEL:
-                cancels.record(ledger_id, entry_id, at, cleared=True)
+            elif sealed.take(ledger_id, entry_id) is None:
+                forget_late(ledger_id, entry_id)
 
     def clear(self) -> None:
         self._by_ledger.clear()

@@ -212,7 +212,7 @@ class SegmentLoader:
 
     def _apply_old_cancel(self, packed: int) -> None:
         """A CANCEL index in a segment (snapshots of an older Horae put them first in segment 1;
-        cancels now live in the cancel journal): clear its target."""
+        a cancel's record is now its target's acknowledgement): clear its target."""
         target = self._buckets.take(packed >> POSITION_BITS, packed & POSITION_MASK)
         if target is not None and target.remaining <= 0 and not target.merging:
             self._finish(target)

@@ -450,7 +450,7 @@ class BucketSnapshots:
                     self.finish(bucket)
             no_segment_cancels = not cancels_seen
         if no_segment_cancels and FORMAT_KEY not in self._cursor.properties:
-            # every snapshot from now on is written without CANCELs (cancel journal)
+            # every snapshot from now on is written without CANCELs (broker.delayed.cancels)
             self._cursor.set_property(FORMAT_KEY, FORMAT_NO_SEGMENT_CANCELS)
             dropped = True
         if dropped:

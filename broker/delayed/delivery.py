@@ -233,9 +233,16 @@ class DelayedDelivery:
         if self._tracker is not None:
             self._tracker.on_rewind()
 
-    async def cancel(self, position: Position, deliver_at_ms: int) -> CancelResult:
-        """PIP-423 cancel (:meth:`DelayedDeliveryTracker.cancel_delayed_message`)."""
-        return await self._ensure().cancel_delayed_message(position, deliver_at_ms)
+    def cancel(self, position: Position, deliver_at_ms: int) -> CancelResult:
+        """PIP-423 cancel: the tracker's verdict (:meth:`DelayedDeliveryTracker.cancel_delayed`).
+        An accepted one is held back until :meth:`cancel_settled`: the caller acknowledges the
+        target on the cursor meanwhile, the durable record of the cancel."""
+        return self._ensure().cancel_delayed(position, deliver_at_ms)
+
+    def cancel_settled(self, position: Position) -> None:
+        """The acknowledgement of an accepted cancel is on the cursor (or failed)."""
+        if self._tracker is not None:
+            self._tracker.cancel_settled(position)
 
     # --- figures ---------------------------------------------------------------------------
 

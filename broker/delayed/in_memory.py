@@ -14,10 +14,10 @@ spread thinly (measured: bench/delayed.py). Horae keeps instead:
   re-read entry, and cancellation. A cancelled position stays in the index until it reaches
   the head and is then dropped, so cancel is O(1) too, or until the index is compacted (when
   its stale slots outnumber the live ones: amortised O(1) per cancel);
-- the cancel book (:mod:`broker.delayed.cancels`, PIP-423): ``cancel_delayed`` clears a
-  tracked target or records it so that ``add`` refuses it later; kept in memory only until
-  two ticks past its deliver time. Durable cancels are the subscription's job here (it
-  acknowledges the cancelled message).
+- the cancel counters (:mod:`broker.delayed.cancels`, PIP-423): ``cancel_delayed`` clears a
+  tracked target and gives the verdict; the subscription acknowledges the target, which keeps
+  it out from then on (the dispatcher skips acknowledged entries), and ``add`` holds it back
+  while that acknowledgement is on its way (the cancels in flight).
 
 Invariants: ``len(self)`` == members of the indexed positions + wide positions (see
 :mod:`broker.delayed.indexed` for the index's own).
@@ -84,10 +84,9 @@ class InMemoryDelayedDeliveryTracker(TimedTracker):
                 return True                 # re-read of a tracked entry: the tracker owns it
         elif position in self._wide.members:
             return True
-        cancels = self._cancels
-        if packable and (cancels.waiting.count or cancels.used.count) \
-                and cancels.blocks(ledger_id, entry_id, deliver_at_ms):
-            return True                     # cancelled (PIP-423): never delivered
+        in_flight = self._cancels.in_flight
+        if in_flight and position in in_flight:
+            return True                     # cancelled (PIP-423), its ack on its way
         if deliver_at_ms < 0 or deliver_at_ms <= self._cutoff():
             self._fixed_delay = False
             return False
@@ -108,15 +107,13 @@ class InMemoryDelayedDeliveryTracker(TimedTracker):
 
     def add_run(self, positions: list[Position], deliver_at_ms: list[int]) -> list[int]:
         """:meth:`add` of each, with the per-call work done once: one cutoff, one look at the
-        cancel book and at the fixed-delay state, one timer check for the earliest time."""
+        cancels in flight and at the fixed-delay state, one timer check for the earliest time."""
         due: list[int] = []
         cutoff = self._cutoff()
-        cancels = self._cancels
-        check_cancels = bool(cancels.waiting.count or cancels.used.count)
-        if len(positions) > 1 and not check_cancels and self._add_one_ledger(
+        in_flight = self._cancels.in_flight
+        if len(positions) > 1 and not in_flight and self._add_one_ledger(
                 positions, deliver_at_ms, cutoff):
             return due
-        blocks = cancels.blocks
         indexed = self._positions
         members = indexed.members
         index_add = indexed.add
@@ -137,8 +134,8 @@ class InMemoryDelayedDeliveryTracker(TimedTracker):
             bm = members.get(ledger_id)
             if bm is not None and entry_id in bm:
                 continue                    # re-read of a tracked entry
-            if check_cancels and blocks(ledger_id, entry_id, at):
-                continue                    # cancelled (PIP-423): never delivered
+            if in_flight and position in in_flight:
+                continue                    # cancelled (PIP-423), its ack on its way
             if at < 0 or at <= cutoff:
                 fixed = False
                 due.append(i)
@@ -161,7 +158,7 @@ class InMemoryDelayedDeliveryTracker(TimedTracker):
     def _add_one_ledger(self, positions: list[Position], deliver_at_ms: list[int],
                         cutoff: int) -> bool:
         """:meth:`add_run`'s usual case in bulk: fresh positions of one ledger, none tracked,
-        all packable and due after ``cutoff``, no cancel waiting (checked by the caller): added
+        all packable and due after ``cutoff``, no cancel in flight (checked by the caller): added
         with one membership union, the fixed-delay state and the timer as the loop would leave
         them. False, and nothing changes, when the run is not such a one."""
         ledger_id = positions[0][0]
@@ -276,13 +273,15 @@ class InMemoryDelayedDeliveryTracker(TimedTracker):
         return dropped
 
     def cancel_delayed(self, position: Position, deliver_at_ms: int) -> CancelResult:
+        cancels = self._cancels
         if deliver_at_ms <= self._cutoff():
-            return self._cancels.refuse()
+            return cancels.refuse()
+        if cancels.again(position):
+            return CancelResult.APPLIED     # cancelled already, its ack on its way
         cleared = self.cancel(position)
-        ledger_id, entry_id = position
-        if not fits(ledger_id, entry_id):
-            return CancelResult.APPLIED if cleared else CancelResult.NOT_FOUND
-        return self._cancels.record(ledger_id, entry_id, deliver_at_ms, cleared=cleared)
+        if not cleared and not fits(*position):
+            return CancelResult.NOT_FOUND
+        return cancels.accept(position, deliver_at_ms, cleared=cleared)
 
     def sequential_skip(self, position: Position) -> int:
         return self._positions.run_end(*position)

@@ -8,7 +8,9 @@ pass fakes):
 
 - :class:`BucketCursor`: the subscription's durable cursor. The tracker reads the mark-delete
   position, the read position and per-position ack state, and keeps its bucket keys in the
-  cursor properties (persisted by ``flush``). It never moves the cursor.
+  cursor properties (persisted by ``flush``). It never moves the cursor; the one ack it makes
+  is a leftover cancel journal's, applied once at recovery (``delete_entry_ids``,
+  :mod:`broker.delayed.cancel_journal`).
 - :class:`SnapshotStorage`: create / load / delete bucket snapshots (part 0 = metadata, parts
   1..N = segments); every call is IO and awaited off the hot path.
 """
@@ -17,6 +19,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Protocol
+
+from pyroaring import BitMap
 
 from storage.positions import Position
 
@@ -38,6 +42,8 @@ class BucketCursor(Protocol):
     def remove_property(self, key: str) -> None: ...
 
     def is_deleted(self, pos: Position) -> bool: ...
+
+    def delete_entry_ids(self, ledger_id: int, entry_ids: BitMap) -> None: ...
 
     async def flush(self) -> None: ...
 

@@ -3,7 +3,8 @@
 Theory of operation
 -------------------
 A bucket tracker names its snapshots in the cursor properties
-(``#pulsar.internal.delayed.bucket_<start>_<end>`` and ``..._cancels``). Deleting a cursor
+(``#pulsar.internal.delayed.bucket_<start>_<end>``, and ``..._cancels`` for a cancel journal an
+earlier version left, :mod:`broker.delayed.cancel_journal`). Deleting a cursor
 (unsubscribe, delete-subscription, topic deletion) drops those properties but not the
 snapshots, which then stay on disk for good. As Pulsar's ``cleanResidualSnapshots`` does,
 the caller that deletes a cursor first hands its properties to

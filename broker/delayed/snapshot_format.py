@@ -18,7 +18,8 @@ A sealed bucket is one snapshot: part 0 a ``SnapshotMetadata`` (delayed_index.pr
 - PIP-423 CANCEL indexes (``delayed_operation_type = CANCEL``, timestamp 0) lead segment 1 and
   are not in the bitmaps: they cancel a DELAY index of an older bucket, and being first they
   are applied as soon as the bucket's first segment is loaded. Snapshots of older Horae
-  versions carry them; snapshots written now never do (cancels live in the cancel journal).
+  versions carry them; snapshots written now never do (a cancel's record is the
+  subscription's acknowledgement of its target, :mod:`broker.delayed.cancels`).
 - Segments are written in a packed layout (:func:`encode_packed_segment`): a marker whose
   first byte is 0 (never the start of a protobuf message: field number 0 does not exist),
   two counts, then the CANCEL targets, the deliver times and the packed positions as

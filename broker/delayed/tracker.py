@@ -42,11 +42,12 @@ from typing import Protocol
 
 from pyroaring import BitMap
 
-from broker.delayed.cancels import CancelBook, CancelResult, CancelStats
+from broker.delayed.cancels import CancelCounters, CancelResult, CancelStats
 from broker.delayed.schedule_view import ScheduledSources
 from storage.positions import Position
 
-#: A cancel is kept this many ticks past its deliver time (PIP-423: ``deliverAt + 2 * tick``).
+#: A pending cancel is counted this many ticks past its deliver time (PIP-423's grace:
+#: ``deliverAt + 2 * tick``).
 CANCEL_GRACE_TICKS = 2
 
 #: The least time between two timer firings in strict mode (ms): the precision of
@@ -211,22 +212,17 @@ class DelayedDeliveryTracker(abc.ABC):
     @abc.abstractmethod
     def cancel_delayed(self, position: Position, deliver_at_ms: int) -> CancelResult:
         """PIP-423 tracker-level cancel of the message at ``position`` due at
-        ``deliver_at_ms``. A tracked index is cleared (APPLIED); an untracked one is recorded and
-        dropped when the dispatcher meets it (PENDING); a deliver time at or before the cutoff
-        is refused (REFUSED_PAST); a message already handed out or acknowledged is NOT_FOUND.
-        Applied and pending cancels are kept until their time has passed (and, in the bucket
-        tracker, persisted: await :meth:`persist_cancels` before answering the caller)."""
+        ``deliver_at_ms``: the verdict from what the tracker holds. A tracked index is cleared
+        (APPLIED); an untracked one is accepted as it is (PENDING); a deliver time at or before
+        the cutoff is refused (REFUSED_PAST); a message already handed out or acknowledged is
+        NOT_FOUND. Nothing is persisted: the caller acknowledges an accepted target on the
+        cursor (the durable record, :mod:`broker.delayed.cancels`), and until it calls
+        :meth:`cancel_settled` the tracker holds that target back whatever reads meet it."""
 
-    async def persist_cancels(self) -> None:
-        """Return once every cancel accepted so far is durable (in-memory: at once)."""
+    def cancel_settled(self, position: Position) -> None:
+        """The acknowledgement of an accepted cancel is on the cursor (or failed): the target
+        is no longer held back by the tracker (the cursor skips it from now on)."""
         return None
-
-    async def cancel_delayed_message(self, position: Position, deliver_at_ms: int) -> CancelResult:
-        """:meth:`cancel_delayed`, then wait until it is durable when it was accepted."""
-        result = self.cancel_delayed(position, deliver_at_ms)
-        if result.accepted:
-            await self.persist_cancels()
-        return result
 
     @abc.abstractmethod
     def cancel_stats(self) -> CancelStats:
@@ -281,7 +277,8 @@ class DelayedDeliveryTracker(abc.ABC):
     def apply_delay_operation(self, op: DelayedOperationType, position: Position,
                               deliver_at_ms: int) -> bool:
         """PIP-423's ``applyDelayOperation``: DELAY = :meth:`add`, CANCEL =
-        :meth:`cancel_delayed` (True when accepted: applied or pending)."""
+        :meth:`cancel_delayed` (True when accepted: applied or pending; the caller
+        acknowledges the target and settles it)."""
         if op is DelayedOperationType.CANCEL:
             return self.cancel_delayed(position, deliver_at_ms).accepted
         return self.add(position, deliver_at_ms)
@@ -307,11 +304,12 @@ class TimedTracker(DelayedDeliveryTracker):
 
     Subclasses call :meth:`_init_timing` from ``__init__``, keep ``_closed``, and implement
     ``_head_ts`` (the earliest live deliver time); the timer is re-aimed from it. They also
-    share the cancel book: cancels are expired :data:`CANCEL_GRACE_TICKS` ticks after their
-    deliver time (checked at most once a second, from :meth:`_expire_cancels`).
+    share the cancel counters (:class:`~broker.delayed.cancels.CancelCounters`): the cancels
+    in flight, and the pending gauge's slots, expired :data:`CANCEL_GRACE_TICKS` ticks after
+    their deliver time (checked at most once a second, from :meth:`_expire_cancels`).
     """
 
-    _cancels: CancelBook
+    _cancels: CancelCounters
     _next_expiry_ms: int = 0
 
     _clock_ms: Callable[[], int]
@@ -329,31 +327,29 @@ class TimedTracker(DelayedDeliveryTracker):
         self._timer = DeadlineTimer(loop, self._clock_ms, self._timer_spacing_ms(),
                                     self._on_timer,
                                     exact_ms=None if clock_ms else wall_clock_ms_exact)
-        self._cancels = CancelBook()
+        self._cancels = CancelCounters()
 
     def cancel_stats(self) -> CancelStats:
         return self._cancels.stats()
 
     @property
-    def cancels(self) -> CancelBook:
-        """The cancel book (read-only use: stats, benchmarks)."""
+    def cancels(self) -> CancelCounters:
+        """The cancel counters (read-only use: stats, benchmarks)."""
         return self._cancels
 
+    def cancel_settled(self, position: Position) -> None:
+        self._cancels.settle(position)
+
     def _expire_cancels(self) -> bool:
-        """Drop cancels whose deliver time is over by the grace; True if any went."""
-        if not self._cancels:
+        """Drop from the pending gauge the cancels whose deliver time is over by the grace;
+        True if any went."""
+        if not self._cancels.pending:
             return False
         now = self._clock_ms()
         if now < self._next_expiry_ms:
             return False
         self._next_expiry_ms = now + 1000
-        return self._cancels.expire(now - CANCEL_GRACE_TICKS * self._tick_ms,
-                                    self._cancel_still_needed)
-
-    def _cancel_still_needed(self, ledger_id: int, entry_id: int) -> bool:
-        """May a cancel whose time is over still meet its target? (Bucket tracker: while
-        the target is not acknowledged.) The in-memory tracker cannot tell: no."""
-        return False
+        return self._cancels.expire(now - CANCEL_GRACE_TICKS * self._tick_ms)
 
     _closed: bool
 

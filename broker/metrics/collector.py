@@ -210,7 +210,8 @@ _FAMILIES: dict[str, tuple[str, str, str]] = {
     "pulsar_subscription_delayed_cancels_refused": (
         "counter", "Cancels refused: the deliver time was already due (PIP-423)", "sub"),
     "pulsar_subscription_delayed_cancels_pending": (
-        "gauge", "Cancels recorded whose target has not been read yet (PIP-423)", "sub"),
+        "gauge", "Cancels accepted before their target was read whose deliver time is not "
+        "over (PIP-423; since the broker started)", "sub"),
     "horae_subscription_delayed_due": (
         "counter", "Delayed messages that fell due and were handed to the dispatcher", "sub"),
     "horae_subscription_delayed_next_due_timestamp_seconds": (
@@ -220,8 +221,8 @@ _FAMILIES: dict[str, tuple[str, str, str]] = {
         "gauge", "Latest deliver time tracked (seconds since the epoch; absent when none)",
         "sub"),
     "horae_delayed_cancel_journal_failures": (
-        "counter", "Failed writes of the bucket trackers' cancel snapshots (PIP-423; each is "
-        "retried), summed over the topic's subscriptions", "topic"),
+        "counter", "Failed reads of cancel journals left by an earlier version (PIP-423; "
+        "their subscription's load fails), summed over the topic's subscriptions", "topic"),
 }
 
 

@@ -108,7 +108,7 @@ class BucketIndexFigures(DelayedIndexFigures, Protocol):
 
     @property
     def cancel_journal_failures(self) -> int:
-        """Failed writes of the PIP-423 cancel snapshot (each retried;
+        """Failed reads of a cancel journal an earlier version left (PIP-423;
         ``horae_delayed_cancel_journal_failures_total``)."""
         ...
 

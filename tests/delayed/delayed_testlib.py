@@ -99,6 +99,9 @@ class FakeCursor:
     def is_deleted(self, pos: Position) -> bool:
         return pos <= self.mark_delete_position or (pos.ledger_id, pos.entry_id) in self.deleted
 
+    def delete_entry_ids(self, ledger_id: int, entry_ids: Any) -> None:
+        self.deleted.update((ledger_id, e) for e in entry_ids)
+
     async def flush(self) -> None:
         self.flushes += 1
 

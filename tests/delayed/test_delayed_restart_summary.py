@@ -129,14 +129,16 @@ async def test_earliest_bucket_serves_before_other_metadata_and_waits_hold_the_r
         rng = next(r for r in ids if r[0] <= p.ledger_id <= r[1])
         by_bucket.setdefault(ids[rng], []).append(p)
     earliest_id = min(by_bucket, key=lambda i: min(deliver_at[p] for p in by_bucket[i]))
-    # a cancel recorded before the kill, in a bucket that will not be read at once
+    # a cancel before the kill (acknowledged), in a bucket that will not be read at once
     later_ids = sorted(by_bucket, key=lambda i: min(deliver_at[p] for p in by_bucket[i]))
     journal_target = by_bucket[later_ids[1]][0]
     t0 = make(cursor, store.snapshots, clock)
     await t0.recover()
     await t0.wait_idle()
     assert t0.cancel_delayed(journal_target, deliver_at[journal_target]).name == "APPLIED"
-    await t0.persist_cancels()
+    cursor.delete([journal_target])
+    await cursor.flush()
+    t0.cancel_settled(journal_target)
     await t0.wait_idle()
     await store.close()                         # kill -9: t0 is never closed
 
@@ -150,6 +152,8 @@ async def test_earliest_bucket_serves_before_other_metadata_and_waits_hold_the_r
     # meanwhile: a PIP-423 cancel, a skip-by-ids forget and a re-read in unread buckets
     cancelled = by_bucket[later_ids[2]][0]
     assert t.cancel_delayed(cancelled, deliver_at[cancelled]).accepted
+    cursor.delete([cancelled])                  # what the subscription does next
+    t.cancel_settled(cancelled)
     forgotten = by_bucket[later_ids[3]][0]
     t.cancel(forgotten)
     cursor.delete([forgotten])                  # the skip-by-ids path acknowledges it too

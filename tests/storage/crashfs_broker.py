@@ -7,7 +7,8 @@ What the broker stores, driven here through the real classes on a CrashFS-backed
   mark-delete (what ``MessageDeduplication.snapshot`` writes), flushed;
 - the PIP-195 bucket tracker (``BucketDelayedDeliveryTracker``) on cursor "sub" with the store's
   ``SnapshotStore``: sealed buckets become snapshots named by ``#pulsar.internal.delayed.bucket_*``
-  properties, and tracker-level cancels are journalled in the ``..._cancels`` snapshot.
+  properties; a tracker-level cancel's durable record is the subscription's acknowledgement
+  of its target (as broker.subscriptions.cancel makes it).
 Metadata (tenants, policies, schemas) is SQLite (``metadata.db``), not written through FileOps,
 so it is outside this harness.
 
@@ -16,15 +17,16 @@ Marks (besides crashfs_check's "sent"/"ack"/"cursor"):
   ("flushed", topic, cursor, version)            flush() returned; it started at that version
   ("bsnap", id, digest)                          SnapshotStore.create returned id
   ("bsnap_delete_start"|"bsnap_deleted", id)
-  ("cancel", topic, ledger, entry, deliver_at)   persist_cancels() returned after the cancel
+  ("cancel", topic, ledger, entry, deliver_at)   the cancel's acknowledgement was flushed
 check_broker_state() opens the store as the broker does (``SegmentStore.open`` with the
 broker's ``is_snapshot_key``: the open-time sweep of orphan snapshots) on a post-crash state,
 then checks: each cursor's
 properties are one of its versions at or after its last returned flush (never older); every
 snapshot a recovered cursor names exists and has the bytes it was created with; no snapshot is
 left that no cursor file (of either generation) names (a crash between a snapshot's creation and the cursor update leaves
-one: the sweep removes it); a deleted snapshot is not back; a tracker recovered from the cursor
-still blocks every cancel whose persist_cancels() returned.
+one: the sweep removes it); a deleted snapshot is not back; every cancel whose acknowledgement
+was flushed is acknowledged on the recovered cursor, and a tracker recovered from it does not
+hold its target.
 """
 
 from __future__ import annotations
@@ -35,10 +37,13 @@ from typing import Any
 
 from crashfs import CrashFS
 from crashfs_check import CHECK_CONFIG, Workload, digest
+from pyroaring import BitMap
 
 from broker.delayed.bucket import BucketDelayedDeliveryTracker
+from broker.delayed.cancel_journal import CANCELS_KEY
 from broker.delayed.cancels import CancelResult
 from broker.delayed.residual import is_snapshot_key, snapshot_ids
+from protocol.generated import delayed_index_pb2
 from storage import ManagedCursor, Position, SegmentStore, SnapshotStore
 
 TOPIC = "persistent://public/default/crash-broker"
@@ -85,6 +90,9 @@ class MarkingCursor:
 
     def is_deleted(self, pos: Position) -> bool:
         return self.cursor.is_deleted(pos)
+
+    def delete_entry_ids(self, ledger_id: int, entry_ids: Any) -> None:
+        self.cursor.delete_entry_ids(ledger_id, entry_ids)
 
     async def flush(self) -> None:
         version = self.version
@@ -138,6 +146,14 @@ def _tracker(cursor: Any, snapshots: Any) -> BucketDelayedDeliveryTracker:
         time_step_per_segment_ms=1000, max_indexes_per_segment=4)
 
 
+def _journal(target: Position) -> bytes:
+    """An earlier version's cancel journal (broker.delayed.cancel_journal) naming ``target``."""
+    metadata: Any = delayed_index_pb2.SnapshotMetadata()
+    meta = metadata.metadata_list.add(min_schedule_timestamp=T0, max_schedule_timestamp=T0)
+    meta.delayed_index_bit_map[target.ledger_id] = BitMap([target.entry_id]).serialize()
+    return bytes(metadata.SerializeToString())
+
+
 def deliver_at(seq: int) -> int:
     return T0 + 60_000 + 1000 * seq
 
@@ -151,7 +167,8 @@ async def broker_workload(w: Workload) -> None:
     await w.open_cursor(ml, DEDUP)
     sub = MarkingCursor(w.fs, TOPIC, "sub", ml.cursors["sub"])
     dedup = MarkingCursor(w.fs, TOPIC, DEDUP, ml.cursors[DEDUP])
-    tracker = _tracker(sub, MarkingSnapshots(w.fs, w.store.snapshots))
+    tracker_snapshots = MarkingSnapshots(w.fs, w.store.snapshots)
+    tracker = _tracker(sub, tracker_snapshots)
     for _ in range(ROUNDS):
         start = w.seqs.get(TOPIC, 0)
         positions = await w.append(ml, PER_ROUND)
@@ -161,12 +178,25 @@ async def broker_workload(w: Workload) -> None:
         target = positions[1]
         result = tracker.cancel_delayed(target, deliver_at(start + 1))
         assert result in (CancelResult.APPLIED, CancelResult.PENDING), result
-        await tracker.persist_cancels()
+        ml.cursors["sub"].delete([target])      # the cancel's durable record: its ack
+        await sub.flush()
+        tracker.cancel_settled(target)
         w.fs.mark("cancel", TOPIC, target.ledger_id, target.entry_id, deliver_at(start + 1))
         dedup.set_property("producer-a", str(start + PER_ROUND - 1))
         dedup.cursor.mark_delete(positions[-1])
         await dedup.flush()
         await tracker.wait_idle()
+    # An earlier version's cancel journal naming one more target: the next recovery applies
+    # it as an acknowledgement, then drops the property and the snapshot.
+    legacy = positions[2]
+    sid = await tracker_snapshots.create(_journal(legacy), [])
+    sub.set_property(CANCELS_KEY, str(sid))
+    await sub.flush()
+    w.fs.mark("cancel", TOPIC, legacy.ledger_id, legacy.entry_id, deliver_at(start + 2))
+    await tracker.close()
+    tracker = _tracker(sub, tracker_snapshots)
+    await tracker.recover()
+    await tracker.wait_idle()
     # Acks: the subscription consumed the first ones (the tracker's buckets shrink on load).
     ml.cursors["sub"].delete(w.acked[TOPIC][:3])
     await sub.flush()
@@ -250,17 +280,19 @@ async def _check_content(store: SegmentStore, sid: int, want: tuple[int, str] | 
 
 async def _check_cancels(cursor: ManagedCursor, snapshots: SnapshotStore,
                          cancels: list[tuple[int, int, int]]) -> list[str]:
-    tracker = _tracker(_ReadOnlyCursor(cursor), snapshots)
+    tracker_cursor = _ReadOnlyCursor(cursor)
+    tracker = _tracker(tracker_cursor, snapshots)
     try:
         await tracker.recover()
         await tracker.wait_idle()
     except Exception as exc:  # a tracker that cannot recover is the finding
         return [f"tracker recovery failed: {exc!r}"]
     problems = []
-    for ledger_id, entry_id, at in cancels:
-        tracker.add(Position(ledger_id, entry_id), at)  # the dispatcher re-reads the backlog
-        if tracker.contains(Position(ledger_id, entry_id)):
-            problems.append(f"cancel of {ledger_id}:{entry_id} lost: pending again")
+    for ledger_id, entry_id, _at in cancels:
+        target = Position(ledger_id, entry_id)
+        # acknowledged: never handed out (a sealed bucket may still count it until its time)
+        if not tracker_cursor.is_deleted(target):
+            problems.append(f"cancel of {ledger_id}:{entry_id} lost: not acknowledged")
     await tracker.close()
     return problems
 
@@ -271,6 +303,7 @@ class _ReadOnlyCursor:
     def __init__(self, cursor: ManagedCursor) -> None:
         self.cursor = cursor
         self._props: dict[str, str] = dict(cursor.properties)
+        self._acked: set[Position] = set()      # a leftover journal's, applied in memory
 
     @property
     def mark_delete_position(self) -> Position:
@@ -291,7 +324,10 @@ class _ReadOnlyCursor:
         self._props.pop(key, None)
 
     def is_deleted(self, pos: Position) -> bool:
-        return self.cursor.is_deleted(pos)
+        return self.cursor.is_deleted(pos) or pos in self._acked
+
+    def delete_entry_ids(self, ledger_id: int, entry_ids: Any) -> None:
+        self._acked.update(Position(ledger_id, e) for e in entry_ids)
 
     async def flush(self) -> None:
         return None
