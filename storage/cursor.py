@@ -83,20 +83,22 @@ def encode_cursor(state: CursorState, properties: bytes | bytearray | None = Non
     (a cursor keeps it: storage/cursor_properties.py), ``state.properties`` is then unused."""
     name = state.name.encode()
     md, rd = state.mark_delete, state.read_position
-    parts: list[bytes | bytearray] = [
+    head = b"".join((
         _HEAD.pack(CURSOR_MAGIC, CURSOR_VERSION, len(name)),
         name,
         _POSITIONS.pack(md.ledger_id, md.entry_id, rd.ledger_id, rd.entry_id, state.revision),
-        encode_properties(state.properties) if properties is None else properties,
-    ]
+    ))
+    props = encode_properties(state.properties) if properties is None else properties
     bitmaps = [(lid, bm) for lid, bm in sorted(state.bitmaps.items()) if bm]
-    parts.append(_U32.pack(len(bitmaps)))
+    parts: list[bytes] = [_U32.pack(len(bitmaps))]
     for ledger_id, bitmap in bitmaps:
         bitmap.run_optimize()  # run containers make dense ack ranges nearly free
         blob = bitmap.serialize()
         parts += [_BITMAP_HEAD.pack(ledger_id, len(blob)), blob]
-    body = b"".join(parts)
-    return body + _U32.pack(crc32c(body))
+    tail = b"".join(parts)
+    # the CRC part by part: the properties (megabytes with many buckets) are copied once
+    crc = crc32c(tail, crc32c(props, crc32c(head)))
+    return b"".join((head, props, tail, _U32.pack(crc)))
 
 
 def decode_cursor(data: bytes, *, bitmaps: bool = True) -> CursorState:
