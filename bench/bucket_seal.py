@@ -15,7 +15,10 @@ minutes apart), and prints per seal:
 
 - ``loop_cpu_ms``: CPU of the event loop's thread (the cursor encode runs there);
 - ``process_cpu_ms``: CPU of every thread (the snapshot encode and the file writes too);
-- ``cursor_bytes``: the cursor file one flush writes.
+- ``cursor_bytes``: the cursor file one flush writes;
+- ``python_calls``: Python function calls on the loop's thread per seal (C calls too, as
+  ``sys.setprofile`` sees them), counted over ``--seals`` more seals after the timed ones: a
+  figure the machine's load cannot move.
 
 ``--compare-with CHECKOUT`` runs the same in a child process with another checkout's code,
 alternated with this one's (paired, same minutes). The buckets already recorded are cursor
@@ -83,14 +86,31 @@ async def measure(root: Path, buckets: int, seals: int, entries: int) -> dict[st
         await t.wait_idle()             # snapshot written, property set, cursor flushed
         loop_cpu += time.thread_time() - c0
         process_cpu += time.process_time() - p0
+    calls = [0]
+
+    def count(frame: Any, event: str, arg: Any) -> None:
+        if event in ("call", "c_call"):
+            calls[0] += 1
+
+    for k in range(seals, 2 * seals):   # the same seals again, counted
+        ledger_id = 1_000 + buckets + k
+        high = ledger_id << POSITION_BITS
+        ts_col = array("q", range(later, later + entries))
+        pos_col = array("Q", range(high, high + entries))
+        members = {ledger_id: BitMap(range(entries))}
+        sys.setprofile(count)
+        seal(ledger_id, ledger_id, ts_col, pos_col, members)
+        await t.wait_idle()
+        sys.setprofile(None)
     recorded = sum(1 for key in cursor.properties if key.startswith(BUCKET_KEY_PREFIX))
-    assert recorded == buckets + seals, "every seal recorded its bucket"
+    assert recorded == buckets + 2 * seals, "every seal recorded its bucket"
     size = cursor.persisted_size_bytes
     await t.close()
     await store.close()
     return {"buckets": buckets, "seals": seals,
             "loop_cpu_ms": round(loop_cpu * 1000 / seals, 3),
-            "process_cpu_ms": round(process_cpu * 1000 / seals, 3), "cursor_bytes": size}
+            "process_cpu_ms": round(process_cpu * 1000 / seals, 3), "cursor_bytes": size,
+            "python_calls": round(calls[0] / seals)}
 
 
 def _child(code: Path, buckets: int, seals: int, entries: int) -> dict[str, Any]:
@@ -126,7 +146,8 @@ def main() -> None:
                 r = _child(code, n, args.seals, args.entries)
                 print(f"  {n:>7,} buckets{label} (load {os.getloadavg()[0]:.1f}): "
                       f"{r['loop_cpu_ms']:.3f} ms loop CPU, {r['process_cpu_ms']:.3f} ms "
-                      f"process CPU per seal, cursor file {r['cursor_bytes']:,} B", flush=True)
+                      f"process CPU, {r['python_calls']:,} Python calls per seal, cursor file "
+                      f"{r['cursor_bytes']:,} B", flush=True)
 
 
 if __name__ == "__main__":
