@@ -1,14 +1,18 @@
 """Bucket tracker recovery with a large index: how long until the first due message, and until
 every bucket is known, on the real segment store.
 
-Usage: .venv/bin/python bench/delayed_restart.py [--pending 1000000] [--per-bucket 500]
+Usage: .venv/bin/python bench/delayed_restart.py [--pending 1000000] [--layout stress|default]
+           [--per-bucket N] [--per-ledger N]
            [--reads 16,1] [--ack-every 10] [--cancel-every 0] [--delays hour|fixed|year]
            [--slow-build] [--old-format] [--compare-with CHECKOUT] [--build-with CHECKOUT]
            [--store DIR] [--build-only] [--rounds N] [--drain-s S]
 
 This is the *store-building path*: it does not publish through a client. The store is built
 in a child process through the storage layer and the tracker, as a broker's publish and
-dispatch leave it (``--per-bucket`` entries per ledger and indexes per bucket): ledger
+dispatch leave it (``--per-ledger`` entries per ledger, ``--per-bucket`` indexes per bucket;
+``--layout stress``, the default, is 500 of each: 200,000 buckets at 100M; ``--layout
+default`` is a default broker's, managedLedgerMaxEntriesPerLedger and
+delayedDeliveryMinIndexCountPerBucket from broker/config.py, 50,000 each: 2,000): ledger
 segments, the tracker's bucket snapshots (and their summaries) recorded in a real cursor's
 properties, every ``--ack-every``-th message acknowledged out of order (individual deletes on
 the cursor, which recovery must not hand out again) and every ``--cancel-every``-th cancelled
@@ -145,14 +149,16 @@ def _write_layout(root: Path, t: Any, starts: dict[int, int], pending: int) -> i
 
 
 async def build(root: Path, pending: int, per_bucket: int, ack_every: int, base: int,
-                old_format: bool, cancel_every: int = 0, delays: str = "hour") -> None:
+                old_format: bool, cancel_every: int = 0, delays: str = "hour",
+                per_ledger: int = 0) -> None:
     """The slow path: every message appended with its own future and added to the tracker,
     as a broker's publish and dispatch do one by one."""
     from storage import SegmentStore
     from storage.config import StorageConfig
 
+    per_ledger = per_ledger or per_bucket
     store = await SegmentStore.open(root, StorageConfig(fsync=False,
-                                                        max_entries_per_ledger=per_bucket))
+                                                        max_entries_per_ledger=per_ledger))
     ledger = await store.open_ledger(TOPIC)
     cursor = await ledger.open_cursor("sub", initial_position="earliest")
     # when published, nothing was due yet
@@ -244,7 +250,7 @@ def _columns(group: list[tuple[int, int, int, int]], base: int, delays: str, pen
 
 
 async def build_bulk(root: Path, pending: int, per_bucket: int, ack_every: int, base: int,
-                     cancel_every: int = 0, delays: str = "hour") -> None:
+                     cancel_every: int = 0, delays: str = "hour", per_ledger: int = 0) -> None:
     """The same store as :func:`build`, in bulk: the entries go in runs through the ledger's
     ``append_run`` (the publish path's), each bucket's columns are computed whole and sealed
     by the tracker's own snapshot side (what the tracker does with its mutable bucket when a
@@ -255,8 +261,9 @@ async def build_bulk(root: Path, pending: int, per_bucket: int, ack_every: int, 
     from storage.config import StorageConfig
     from storage.positions import Position
 
+    per_ledger = per_ledger or per_bucket
     store = await SegmentStore.open(root, StorageConfig(fsync=False,
-                                                        max_entries_per_ledger=per_bucket))
+                                                        max_entries_per_ledger=per_ledger))
     ledger = await store.open_ledger(TOPIC)
     cursor = await ledger.open_cursor("sub", initial_position="earliest")
     t = _tracker(cursor, store, per_bucket, lambda: base - SPREADS[delays])
@@ -389,7 +396,7 @@ def _overdue(n: int, base: int, delays: str, pending: int, ack_every: int,
 async def recover(root: Path, pending: int, per_bucket: int, ack_every: int, base: int,
                   reads: int, drain_s: float = 0.0, cancel_every: int = 0,
                   delays: str = "hour", log: list[tuple[int, int]] | None = None,
-                  until_caught_up: bool = False) -> dict[str, object]:
+                  until_caught_up: bool = False, per_ledger: int = 0) -> dict[str, object]:
     """Reopen the store after the kill, recover the tracker and drain it (module docstring);
     ``log`` gets (message number, clock) of every hand-out, in order."""
     import broker.delayed.bucket_snapshots as bs
@@ -398,6 +405,7 @@ async def recover(root: Path, pending: int, per_bucket: int, ack_every: int, bas
     from storage.positions import Position
 
     bs.RECOVERY_READS = reads
+    per_ledger = per_ledger or per_bucket
     spread = SPREADS[delays]
     layout = json.loads((root / "bench.json").read_text())
     overdue = _overdue(layout["sealed_count"], base, delays, pending, ack_every, cancel_every)
@@ -408,7 +416,7 @@ async def recover(root: Path, pending: int, per_bucket: int, ack_every: int, bas
     starts = {int(k): v for k, v in layout["starts"].items()}
     sealed_to = layout["sealed_to_ledger"]
     store = await SegmentStore.open(root, StorageConfig(fsync=False,
-                                                        max_entries_per_ledger=per_bucket))
+                                                        max_entries_per_ledger=per_ledger))
     store_open = time.perf_counter() - t0
     cpu["store_open_cpu_s"] = time.process_time() - c0
     ledger = await store.open_ledger(TOPIC)
@@ -543,9 +551,31 @@ def _rss() -> int:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
+#: ``--layout stress``: entries per ledger and indexes per bucket (200,000 buckets at 100M).
+STRESS_PER_BUCKET = 500
+
+
+def _apply_layout(args: argparse.Namespace) -> None:
+    """Fill ``per_bucket`` / ``per_ledger`` from ``--layout`` where not given: the stress
+    layout, or a default broker's (the configuration's own defaults, so the two cannot
+    drift apart)."""
+    if args.layout == "default":
+        from broker.config import BrokerConfig
+
+        config = BrokerConfig()
+        bucket = config.delayed_delivery_min_index_count_per_bucket
+        ledger = config.managed_ledger_max_entries_per_ledger
+    else:
+        bucket = ledger = STRESS_PER_BUCKET
+    args.per_bucket = args.per_bucket or bucket
+    args.per_ledger = args.per_ledger or (ledger if args.layout == "default"
+                                          else args.per_bucket)
+
+
 def _shape(args: argparse.Namespace) -> list[str]:
     """The options that shape the store, for the child processes."""
     return ["--pending", str(args.pending), "--per-bucket", str(args.per_bucket),
+            "--per-ledger", str(args.per_ledger),
             "--ack-every", str(args.ack_every), "--cancel-every", str(args.cancel_every),
             "--delays", args.delays]
 
@@ -553,7 +583,16 @@ def _shape(args: argparse.Namespace) -> list[str]:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--pending", type=int, default=1_000_000)
-    p.add_argument("--per-bucket", type=int, default=500, dest="per_bucket")
+    p.add_argument("--layout", choices=("stress", "default"), default="stress",
+                   help="stress: 500 entries per ledger and per bucket (many small buckets); "
+                        "default: a default broker's (managedLedgerMaxEntriesPerLedger and "
+                        "delayedDeliveryMinIndexCountPerBucket of broker/config.py); "
+                        "--per-bucket / --per-ledger override either")
+    p.add_argument("--per-bucket", type=int, default=0, dest="per_bucket",
+                   help="indexes per bucket (the tracker seals past it)")
+    p.add_argument("--per-ledger", type=int, default=0, dest="per_ledger",
+                   help="entries per ledger (the ledger rolls over past it; default: as many "
+                        "as per bucket)")
     p.add_argument("--reads", default="16,1")
     p.add_argument("--ack-every", type=int, default=10, dest="ack_every",
                    help="acknowledge every N-th message out of order (0: none)")
@@ -596,6 +635,7 @@ def main() -> None:
     p.add_argument("--log", help=argparse.SUPPRESS)
     p.add_argument("--child", help=argparse.SUPPRESS)
     args = p.parse_args()
+    _apply_layout(args)
     if args.child:
         root, reads, base = args.child.split(",")
         if reads == "retire":
@@ -604,16 +644,17 @@ def main() -> None:
         if reads == "0":
             if args.slow_build or args.old_format:
                 asyncio.run(build(Path(root), args.pending, args.per_bucket, args.ack_every,
-                                  int(base), args.old_format, args.cancel_every, args.delays))
+                                  int(base), args.old_format, args.cancel_every, args.delays,
+                                  args.per_ledger))
             else:
                 asyncio.run(build_bulk(Path(root), args.pending, args.per_bucket,
                                        args.ack_every, int(base), args.cancel_every,
-                                       args.delays))
+                                       args.delays, args.per_ledger))
             return
         log: list[tuple[int, int]] | None = [] if args.log else None
         r = asyncio.run(recover(Path(root), args.pending, args.per_bucket, args.ack_every,
                                 int(base), int(reads), args.drain_s, args.cancel_every,
-                                args.delays, log, args.until_caught_up))
+                                args.delays, log, args.until_caught_up, args.per_ledger))
         if args.log:
             Path(args.log).write_text(json.dumps(log))
         print(json.dumps(r))

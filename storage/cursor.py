@@ -48,6 +48,7 @@ from typing import Protocol
 from crc32c import crc32c
 from pyroaring import BitMap
 
+from storage.cursor_properties import CursorProperties, encode_properties
 from storage.errors import CorruptRecordError, StorageError
 from storage.positions import Position
 
@@ -77,35 +78,27 @@ class CursorState:
     properties_blob: bytes | None = None
 
 
-def encode_properties(properties: dict[str, str]) -> bytes:
-    """The properties' part of a cursor file (their count, then each key and value)."""
-    parts = [_U32.pack(len(properties))]
-    for key, value in properties.items():
-        kb, vb = key.encode(), value.encode()
-        parts += [_U32.pack(len(kb)), kb, _U32.pack(len(vb)), vb]
-    return b"".join(parts)
-
-
-def encode_cursor(state: CursorState, properties: bytes | None = None) -> bytes:
-    """*properties*: :func:`encode_properties` of ``state.properties`` when the caller kept
-    it from an earlier save (a bucketed delayed tracker keeps one property per bucket: tens
-    of thousands, ~13 ms to encode, unchanged by most saves)."""
+def encode_cursor(state: CursorState, properties: bytes | bytearray | None = None) -> bytes:
+    """*properties*: :func:`encode_properties` of ``state.properties`` when the caller has it
+    (a cursor keeps it: storage/cursor_properties.py), ``state.properties`` is then unused."""
     name = state.name.encode()
     md, rd = state.mark_delete, state.read_position
-    parts: list[bytes] = [
+    head = b"".join((
         _HEAD.pack(CURSOR_MAGIC, CURSOR_VERSION, len(name)),
         name,
         _POSITIONS.pack(md.ledger_id, md.entry_id, rd.ledger_id, rd.entry_id, state.revision),
-        encode_properties(state.properties) if properties is None else properties,
-    ]
+    ))
+    props = encode_properties(state.properties) if properties is None else properties
     bitmaps = [(lid, bm) for lid, bm in sorted(state.bitmaps.items()) if bm]
-    parts.append(_U32.pack(len(bitmaps)))
+    parts: list[bytes] = [_U32.pack(len(bitmaps))]
     for ledger_id, bitmap in bitmaps:
         bitmap.run_optimize()  # run containers make dense ack ranges nearly free
         blob = bitmap.serialize()
         parts += [_BITMAP_HEAD.pack(ledger_id, len(blob)), blob]
-    body = b"".join(parts)
-    return body + _U32.pack(crc32c(body))
+    tail = b"".join(parts)
+    # the CRC part by part: the properties (megabytes with many buckets) are copied once
+    crc = crc32c(tail, crc32c(props, crc32c(head)))
+    return b"".join((head, props, tail, _U32.pack(crc)))
 
 
 def decode_cursor(data: bytes, *, bitmaps: bool = True) -> CursorState:
@@ -235,9 +228,8 @@ class ManagedCursor:
         self._md = state.mark_delete
         self._read = state.read_position
         self._revision = state.revision
-        self._properties = dict(state.properties)
-        #: encode_properties(self._properties), kept between saves until a property changes
-        self._properties_blob: bytes | None = state.properties_blob
+        #: with their encoded bytes: a bucketed delayed tracker keeps one property per bucket
+        self._properties = CursorProperties(state.properties, state.properties_blob)
         self._bitmaps: dict[int, BitMap] = state.bitmaps
         # Unsaved changes since (monotonic); None: nothing unsaved. A loaded state is on disk.
         self._dirty_since: float | None = None
@@ -282,16 +274,16 @@ class ManagedCursor:
     @property
     def properties(self) -> dict[str, str]:
         """A copy; change it with set_property/remove_property so the change is persisted."""
-        return dict(self._properties)
+        return self._properties.copy()
 
     def set_property(self, key: str, value: str) -> None:
-        self._properties[key] = value
-        self._properties_blob = None
+        """O(1) Python however many properties there are. Raises UnicodeEncodeError (nothing
+        changed) for a string the file cannot hold."""
+        self._properties.set(key, value)
         self._touch()
 
     def remove_property(self, key: str) -> None:
-        if self._properties.pop(key, None) is not None:
-            self._properties_blob = None
+        if self._properties.remove(key):
             self._touch()
 
     def _touch(self) -> None:
@@ -505,9 +497,12 @@ class ManagedCursor:
 
     # -- persistence -----------------------------------------------------------------------
 
-    def state(self) -> CursorState:
+    def state(self, *, properties: bool = True) -> CursorState:
+        """properties=False: without a copy of the properties (a save encodes them from
+        their kept bytes)."""
         return CursorState(
-            self.name, self._md, self._read, self._revision, dict(self._properties),
+            self.name, self._md, self._read, self._revision,
+            self._properties.copy() if properties else {},
             {lid: bm for lid, bm in self._bitmaps.items() if bm},
         )
 
@@ -521,10 +516,7 @@ class ManagedCursor:
             self._dirty_since = None
             self._saving_since = since
             try:
-                blob = self._properties_blob
-                if blob is None:
-                    blob = self._properties_blob = encode_properties(self._properties)
-                data = encode_cursor(self.state(), blob)
+                data = encode_cursor(self.state(properties=False), self._properties.encoded())
                 await self._save(self.name, data, self._referenced_ledger())
             except BaseException as exc:
                 self._saving_since = None

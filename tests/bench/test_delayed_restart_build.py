@@ -4,6 +4,8 @@ times, with the same counts (acknowledged and cancelled ones never), for each de
 
 from __future__ import annotations
 
+import argparse
+import importlib.util
 import json
 import subprocess
 import sys
@@ -52,3 +54,45 @@ def test_bulk_store_recovers_as_the_slow_one(tmp_path: Path, delays: str) -> Non
     handed = {i for i, _ in bulk_log}
     assert not any(i % 10 in (3, 8) for i in handed)
     assert max(handed) < 3100
+
+
+def test_buckets_of_several_ledgers_recover_everything(tmp_path: Path) -> None:
+    """``--per-ledger`` apart from ``--per-bucket`` (a default broker's layout is 50,000 of
+    each; here 3 ledgers of 100 per bucket of 300): the bulk store recovers every sealed
+    message, none early, lost, duplicated, acknowledged or cancelled."""
+    root = tmp_path / "bulk"
+    shape = ["--pending", "3130", "--per-bucket", "300", "--per-ledger", "100",
+             "--ack-every", "10", "--cancel-every", "10"]
+    built = _run(*shape, "--child", f"{root},0,{BASE}")
+    assert "in 10 buckets" in built, built
+    out = json.loads(_run(*shape, "--child", f"{root},16,{BASE}").strip().splitlines()[-1])
+    assert out["drained"]
+    # 10 buckets of 3 ledgers sealed; the last 130 entries are the mutable bucket
+    assert out["handed_out"] == 3000 - 300 - 300
+    for key in ("early", "lost", "duplicate", "acked_handed_out", "cancelled_handed_out"):
+        assert out[key] == 0, key
+
+
+def test_the_default_layout_is_the_broker_configuration_s() -> None:
+    """``--layout default`` takes entries per ledger and indexes per bucket from the broker's
+    configuration defaults, ``--layout stress`` is 500 of each."""
+    spec = importlib.util.spec_from_file_location("delayed_restart", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    delayed_restart = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(delayed_restart)
+    from broker.config import BrokerConfig
+
+    config = BrokerConfig()
+    for argv, expected in (
+        (["--layout", "default"], (config.delayed_delivery_min_index_count_per_bucket,
+                                   config.managed_ledger_max_entries_per_ledger)),
+        ([], (500, 500)),
+        (["--per-bucket", "800"], (800, 800)),
+        (["--layout", "default", "--per-ledger", "7"],
+         (config.delayed_delivery_min_index_count_per_bucket, 7)),
+    ):
+        args = argparse.Namespace(layout="stress", per_bucket=0, per_ledger=0)
+        for flag, value in zip(argv[::2], argv[1::2], strict=True):
+            setattr(args, flag[2:].replace("-", "_"), value if flag == "--layout" else int(value))
+        delayed_restart._apply_layout(args)
+        assert (args.per_bucket, args.per_ledger) == expected, argv
