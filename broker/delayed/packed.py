@@ -32,7 +32,7 @@ import sys
 from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterator, Sequence
-from itertools import compress
+from itertools import compress, repeat
 
 from pyroaring import BitMap, BitMap64
 
@@ -108,7 +108,8 @@ def take_members(buf: list[int], members: dict[int, BitMap], out: list[Position]
                 bm.difference_update(wanted)
                 if not bm:
                     del members[ledger_id]
-                out.extend([Position(ledger_id, entry_id) for entry_id in entry_ids])
+                # tuple.__new__ over the run: not the NamedTuple's Python __new__ per position
+                out.extend(map(tuple.__new__, repeat(Position), zip(repeat(ledger_id), entry_ids)))
                 return len(entry_ids)
     taken = 0
     for packed in buf:

@@ -75,6 +75,8 @@ HOLD_FRAMES = 128
 #: The first byte of a stored form with broker entry metadata (a plain entry's is 0: its
 #: metadata size is below 16 MiB), as :func:`protocol.commands.encode_message` tells them apart.
 _PREFIX_FIRST_BYTE = MAGIC_BROKER_ENTRY_METADATA >> 8
+#: ``pending``'s (messages, sticky hash) of a lone message routed on no key
+_PLAIN = (1, 0)
 
 #: A queued frame: (cursor revision, position, messages, entry, encoded, whole). ``encoded`` is
 #: None for the common delivery, encoded at the flush; else the frame (``whole``) or its head,
@@ -241,7 +243,9 @@ class Consumer:
             if len(entry) >= BY_REFERENCE_BYTES:
                 self._by_reference += 1
         self.permits -= messages
-        self.pending[position] = (messages, sticky_hash)
+        # one shared tuple for the usual pending message (a herd keeps 100,000s pending)
+        self.pending[position] = _PLAIN if messages == 1 and not sticky_hash \
+            else (messages, sticky_hash)
         self.unacked_messages += messages
         if 0 < self.max_unacked_messages <= self.unacked_messages and \
                 self.sub_type.shares_messages:
