@@ -131,7 +131,7 @@ class EntryReader:
             # within the byte limit (the last one may cross it, as below), planned in C.
             offs, lens = offsets[entry_id:stop], lengths[entry_id:stop]
             if min(offs) >= 0 and nbytes + sum(lens) - lens[-1] < max_bytes:
-                wanted = list(zip(range(entry_id, stop), offs, lens))
+                wanted = list(zip(range(entry_id, stop), offs, lens, strict=True))
                 end = stop
         while end < limit and len(out) + len(wanted) < max_entries and (
             not (out or wanted) or planned < max_bytes
