@@ -257,6 +257,9 @@ async def _round(args: argparse.Namespace, work: Path,
                 acks.append((side, cmd))
         if prof is not None:
             prof.enable()
+        if counter is not None:
+            counter = OpcodeCounter()
+            sys.settrace(counter)
         t0 = time.thread_time()
         for side, cmd in acks:
             side.handle_ack(cmd)
@@ -264,6 +267,9 @@ async def _round(args: argparse.Namespace, work: Path,
             while side._sliced.busy:
                 await asyncio.sleep(0)
         ack_cpu = time.thread_time() - t0
+        if counter is not None:
+            sys.settrace(None)
+            args.ack_opcodes = sum(counter.per_code.values()) / args.messages
         if prof is not None:
             prof.disable()
         assert sub.cursor.mark_delete_position == ledger.last_confirmed, "not all acked"
@@ -339,7 +345,8 @@ async def _main(args: argparse.Namespace) -> None:
         if args.opcodes:   # traced: the times mean nothing, the counts do
             counts = args.opcode_counts
             print(f"  round {r + 1}: the loop thread ran {sum(counts.values()) / args.messages:,.1f}"
-                  " Python opcodes per message while dispatching", flush=True)
+                  f" Python opcodes per message while dispatching, {args.ack_opcodes:,.1f} per "
+                  "message acknowledged", flush=True)
             for code, n in counts.most_common(args.top):
                 print(f"    {n / args.messages:8.2f}  {code.co_qualname} "
                       f"({Path(code.co_filename).name}:{code.co_firstlineno})")

@@ -354,7 +354,9 @@ class Consumer:
         hash), None for a position that was not pending here."""
         pop = self.pending.pop
         items = [pop(pos, None) for pos in positions]
-        taken = sum(item[0] for item in items if item is not None)
+        plain = items.count(_PLAIN)   # the usual ACK: every id a lone pending message, in C
+        taken = plain if plain == len(items) else \
+            sum(item[0] for item in items if item is not None)
         if taken:
             self.unacked_messages -= taken
             if self.blocked_on_unacked and \
