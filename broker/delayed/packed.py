@@ -33,6 +33,7 @@ from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterator, Sequence
 from itertools import compress, repeat
+from operator import sub
 
 from pyroaring import BitMap, BitMap64
 
@@ -102,7 +103,7 @@ def take_members(buf: list[int], members: dict[int, BitMap], out: list[Position]
         bm = members.get(ledger_id)
         if bm is not None and max(buf) >> POSITION_BITS == ledger_id:
             base = ledger_id << POSITION_BITS
-            entry_ids = [packed - base for packed in buf]
+            entry_ids = list(map(sub, buf, repeat(base)))   # packed - base, in C
             wanted = BitMap(entry_ids)
             if len(wanted) == len(entry_ids) and wanted.issubset(bm):
                 bm.difference_update(wanted)

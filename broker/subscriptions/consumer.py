@@ -33,6 +33,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any, Protocol
 
 from broker.metrics.rates import RateMeter, iso_ms
@@ -77,6 +78,8 @@ HOLD_FRAMES = 128
 _PREFIX_FIRST_BYTE = MAGIC_BROKER_ENTRY_METADATA >> 8
 #: ``pending``'s (messages, sticky hash) of a lone message routed on no key
 _PLAIN = (1, 0)
+#: a queued frame's position and entry (:data:`_Queued`)
+_POSITION, _ENTRY = itemgetter(1), itemgetter(3)
 
 #: A queued frame: (cursor revision, position, messages, entry, encoded, whole). ``encoded`` is
 #: None for the common delivery, encoded at the flush; else the frame (``whole``) or its head,
@@ -282,9 +285,9 @@ class Consumer:
             pos, entry = item[1], item[3]
             parts = [encode_message_head(self.consumer_id, pos[0], pos[1], entry,
                                          partition=self.partition), entry]
-        else:
+        else:   # the positions and entries of the queued frames, taken out in C
             parts = encode_message_run(self.consumer_id, self.partition,
-                                       [item[1] for item in out], [item[3] for item in out])
+                                       list(map(_POSITION, out)), list(map(_ENTRY, out)))
         by_reference = self._by_reference
         out.clear()
         self._by_reference = self._encoded = 0
