@@ -805,6 +805,7 @@ def run_herd(work: Path, tracker: str, args: argparse.Namespace) -> dict[str, An
            "publish_herd_broker_within_5ms": broker_within_5ms,
            "publish_herd_broker_p99_bound_ms": broker_p99_bound,
            "client_cpu_us_per_message": round(client_cpu / max(1, got) * 1e6, 1) if procs else None,
+           "broker_loop_cpu_us_per_message": round((loop_end - loop_start) / max(1, got) * 1e6, 1),
            "broker_loop_busy": round((loop_end - loop_start)
                                      / max(1e-9, busy_end[1] - busy_start[1]), 2),
            "machine_busy_cores": round((busy_end[0] - busy_start[0])
@@ -814,7 +815,8 @@ def run_herd(work: Path, tracker: str, args: argparse.Namespace) -> dict[str, An
     print(f"  published {args.herd} in {publish_s:.1f} s; received {got} ({early} early), the "
           f"first {res['first_after_due_ms']} ms after the due time, all within "
           f"{res['all_delivered_s']} s ({res['consume_per_s']} msg/s; target all within 8 s); "
-          f"broker CPU {res['broker_cpu_us_per_message']} us per message (due to all received)")
+          f"broker CPU {res['broker_cpu_us_per_message']} us per message (due to all received), "
+          f"its event loop thread's {res['broker_loop_cpu_us_per_message']}")
     print(f"  meanwhile: the machine's cores busy {res['machine_busy_cores']} (all processes), "
           f"the broker's event loop thread {res['broker_loop_busy']} of the time; "
           f"the consumer processes' CPU {res['client_cpu_us_per_message']} us per message; the "

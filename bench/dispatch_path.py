@@ -33,12 +33,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import cProfile
 import pstats
 import sys
 import tempfile
 import time
 from pathlib import Path
+from types import CodeType, FrameType
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -95,6 +97,31 @@ class _Subscriptions(dict[str, Any]):
 
     def consumer_count(self) -> int:
         return sum(len(sub.consumers) for sub in self.values())
+
+    def update_caching(self) -> None:
+        """The ledger keeps caching its new entries (a ledger on its own caches them)."""
+
+
+class OpcodeCounter:
+    """A ``sys.settrace`` function counting the Python opcodes run, per code object (the
+    loop thread's, which the machine's load cannot move; bench/lone_path.py's twin)."""
+
+    def __init__(self) -> None:
+        self.per_code: collections.Counter[CodeType] = collections.Counter()
+
+    def __call__(self, frame: FrameType, event: str, arg: Any) -> Any:
+        if event != "call":
+            return None
+        frame.f_trace_opcodes = True
+        per_code = self.per_code
+        code = frame.f_code
+
+        def local(frame: FrameType, event: str, arg: Any) -> Any:
+            if event == "opcode":
+                per_code[code] += 1
+            return local
+
+        return local
 
 
 class BenchTopic:
@@ -194,6 +221,9 @@ async def _round(args: argparse.Namespace, work: Path,
             prof.enable()
         probe_ledger = await store.open_ledger(BenchTopic.full + "-probe") if args.probe else None
         probe_ms: list[float] = []
+        counter = OpcodeCounter() if args.opcodes else None
+        if counter is not None:
+            sys.settrace(counter)
         t0, p0 = time.thread_time(), time.process_time()
         for _, consumer in consumers:
             consumer.permits = args.messages
@@ -204,14 +234,17 @@ async def _round(args: argparse.Namespace, work: Path,
                 s0 = time.perf_counter()
                 await probe_ledger.append(b"p" * 100)
                 probe_ms.append((time.perf_counter() - s0) * 1000)
-            else:
-                await asyncio.sleep(0)
+            else:   # not a busy wait: the loop thread's CPU is the dispatcher's
+                await asyncio.sleep(0.0005)
         while dispatcher._task is not None:   # the last round's flush
-            await asyncio.sleep(0)
+            await asyncio.sleep(0.0005)
         args.wall_s = time.perf_counter() - w0
         args.probe_ms = sorted(probe_ms)
         dispatch_cpu = time.thread_time() - t0
         args.process_us = (time.process_time() - p0) / args.messages * 1e6
+        if counter is not None:
+            sys.settrace(None)
+            args.opcode_counts = counter.per_code
         if prof is not None:
             prof.disable()
         acks = []
@@ -224,6 +257,9 @@ async def _round(args: argparse.Namespace, work: Path,
                 acks.append((side, cmd))
         if prof is not None:
             prof.enable()
+        if counter is not None:
+            counter = OpcodeCounter()
+            sys.settrace(counter)
         t0 = time.thread_time()
         for side, cmd in acks:
             side.handle_ack(cmd)
@@ -231,6 +267,9 @@ async def _round(args: argparse.Namespace, work: Path,
             while side._sliced.busy:
                 await asyncio.sleep(0)
         ack_cpu = time.thread_time() - t0
+        if counter is not None:
+            sys.settrace(None)
+            args.ack_opcodes = sum(counter.per_code.values()) / args.messages
         if prof is not None:
             prof.disable()
         assert sub.cursor.mark_delete_position == ledger.last_confirmed, "not all acked"
@@ -303,6 +342,14 @@ async def _main(args: argparse.Namespace) -> None:
         threads = f" (all threads {p:.2f})" if p == p else ""   # not measured: nan
         print(f"  round {r + 1}: dispatch {d:.2f} us/msg{threads}, "
               f"ack {a:.2f} us/msg{probe}", flush=True)
+        if args.opcodes:   # traced: the times mean nothing, the counts do
+            counts = args.opcode_counts
+            print(f"  round {r + 1}: the loop thread ran {sum(counts.values()) / args.messages:,.1f}"
+                  f" Python opcodes per message while dispatching, {args.ack_opcodes:,.1f} per "
+                  "message acknowledged", flush=True)
+            for code, n in counts.most_common(args.top):
+                print(f"    {n / args.messages:8.2f}  {code.co_qualname} "
+                      f"({Path(code.co_filename).name}:{code.co_firstlineno})")
         best_d, best_a, best_p = min(best_d, d), min(best_a, a), min(best_p, p)
     print(f"{args.mode} {args.messages} x {args.payload} B, {args.consumers} consumers: "
           f"dispatch {best_d:.2f} us/msg"
@@ -324,6 +371,11 @@ def main() -> None:
     p.add_argument("--probe", action="store_true",
                    help="while the herd is dispatched, one-at-a-time appends to "
                         "another ledger, their latency printed")
+    p.add_argument("--opcodes", action="store_true",
+                   help="count the loop thread's Python opcodes while dispatching (traced: "
+                        "the times mean nothing then)")
+    p.add_argument("--top", type=int, default=0,
+                   help="--opcodes: list the N functions that run the most opcodes per message")
     p.add_argument("--from-disk", action="store_true", dest="from_disk",
                    help="herd: empty the entry cache before it falls due (read from disk)")
     args = p.parse_args()

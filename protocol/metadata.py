@@ -226,8 +226,13 @@ def peek_dispatch(entry: bytes) -> tuple[int, int | None]:
     dispatcher needs for every entry it sends when it routes on no key (one upb parse, none of
     :class:`EntryInfo`'s fields built). Raises :class:`MalformedEntryError` as
     :func:`parse_metadata` does for an entry whose metadata does not parse."""
+    try:   # _metadata_bytes' usual case inline (one call fewer per message sent)
+        (size,) = _u32_unpack_from(entry, 0)
+    except struct.error:   # under 4 bytes: _metadata_bytes raises what it must
+        size = len(entry)
+    raw = entry[4:4 + size] if size <= len(entry) - 4 else _metadata_bytes(entry)
     try:
-        md: pb.MessageMetadata = _metadata_from_string(_metadata_bytes(entry))
+        md: pb.MessageMetadata = _metadata_from_string(raw)
     except DecodeError as exc:
         raise MalformedEntryError(f"message metadata does not parse: {exc}") from None
     return md.num_messages_in_batch, (

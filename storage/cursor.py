@@ -336,18 +336,26 @@ class ManagedCursor:
             return
         extent = self._ledger.ledger_extent
         lac_ledger, lac_entry = lac
+        # an earlier ledger's extent, looked up once per run of its ids (an ACK's are in order)
+        extent_ledger, extent_end = -1, 0
         for pos in positions:
             ledger_id, entry_id = pos
             if ledger_id < md_ledger or (ledger_id == md_ledger and entry_id <= md_entry):
                 continue
-            if entry_id < 0 or ledger_id > lac_ledger or (
-                    entry_id > lac_entry if ledger_id == lac_ledger
-                    else entry_id >= extent(ledger_id)[0]):
+            if entry_id < 0 or ledger_id > lac_ledger:
                 continue  # not an entry of this topic (yet): ignored, as Pulsar's asyncDelete
+            if ledger_id == lac_ledger:
+                if entry_id > lac_entry:
+                    continue
+            else:
+                if ledger_id != extent_ledger:
+                    extent_ledger, extent_end = ledger_id, extent(ledger_id)[0]
+                if entry_id >= extent_end:
+                    continue
             bitmap = bitmaps.get(ledger_id)
             if bitmap is None:
                 bitmap = bitmaps[ledger_id] = BitMap()
-            bitmap.add(pos.entry_id)
+            bitmap.add(entry_id)
         self._touch()
         self.advance()
 

@@ -9,7 +9,6 @@ mark-delete of a cursor that has acknowledged nothing in that ledger).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import NamedTuple
 
 
@@ -26,7 +25,13 @@ class Position(NamedTuple):
         return f"{self.ledger_id}:{self.entry_id}"
 
 
-@dataclass(frozen=True, slots=True)
-class Entry:
+class Entry(NamedTuple):
+    """An entry read back: its position and its bytes. A NamedTuple for the reason
+    :class:`Position` is one: a herd read from disk builds one per message, and a frozen
+    dataclass's ``__init__`` is Python code (two ``object.__setattr__`` calls) where a tuple's
+    is C. A reader that builds many at once calls ``tuple.__new__(Entry, (position, data))``
+    (and the same for :class:`Position`), which skips the Python ``__new__`` that
+    ``NamedTuple`` generates."""
+
     position: Position
     data: bytes

@@ -30,6 +30,10 @@ from storage.segments import read_records
 
 DEFAULT_MAX_READ_BYTES = 5 * 1024 * 1024
 
+#: ``tuple.__new__``: entries and positions built per entry read, without the Python
+#: ``__new__`` a NamedTuple generates (storage/positions.py)
+_new = tuple.__new__
+
 OnCorrupt = Callable[[LedgerState, int, int, int], None]
 """on_corrupt(ledger, entry_id, offset, length): a record failed its checks when read."""
 
@@ -89,7 +93,7 @@ class EntryReader:
                                     min(max_entries - len(out), led.confirmed - entry_id))
                 if run:
                     for data in run:
-                        out.append(Entry(Position(ledger_id, entry_id), data))
+                        out.append(_new(Entry, (_new(Position, (ledger_id, entry_id)), data)))
                         nbytes += len(data)
                         entry_id += 1
                         if nbytes >= max_bytes:
@@ -121,6 +125,14 @@ class EntryReader:
         end = entry_id
         # Entries past the arrays are missing (a first-read check found fewer than counted).
         limit = min(led.confirmed, len(offsets))
+        stop = min(limit, entry_id + max_entries - len(out))
+        if stop - entry_id > 1:
+            # The usual run (a herd falling due, a backlog): no entry missing and all of it
+            # within the byte limit (the last one may cross it, as below), planned in C.
+            offs, lens = offsets[entry_id:stop], lengths[entry_id:stop]
+            if min(offs) >= 0 and nbytes + sum(lens) - lens[-1] < max_bytes:
+                wanted = list(zip(range(entry_id, stop), offs, lens, strict=True))
+                end = stop
         while end < limit and len(out) + len(wanted) < max_entries and (
             not (out or wanted) or planned < max_bytes
         ):
@@ -144,10 +156,12 @@ class EntryReader:
             if is_fd_exhaustion(exc):
                 raise TooManyOpenFilesError(f"reading {segment.path.name}: {exc}") from exc
             raise
+        ledger_id = led.ledger_id
+        append = out.append
         for got_id, data in got:
             if data is None:
                 self._on_corrupt(led, got_id, offsets[got_id], lengths[got_id])
                 continue
-            out.append(Entry(Position(led.ledger_id, got_id), data))
+            append(_new(Entry, (_new(Position, (ledger_id, got_id)), data)))
             nbytes += len(data)
         return end, nbytes

@@ -32,7 +32,8 @@ import sys
 from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterator, Sequence
-from itertools import compress
+from itertools import compress, repeat
+from operator import sub
 
 from pyroaring import BitMap, BitMap64
 
@@ -102,13 +103,14 @@ def take_members(buf: list[int], members: dict[int, BitMap], out: list[Position]
         bm = members.get(ledger_id)
         if bm is not None and max(buf) >> POSITION_BITS == ledger_id:
             base = ledger_id << POSITION_BITS
-            entry_ids = [packed - base for packed in buf]
+            entry_ids = list(map(sub, buf, repeat(base)))   # packed - base, in C
             wanted = BitMap(entry_ids)
             if len(wanted) == len(entry_ids) and wanted.issubset(bm):
                 bm.difference_update(wanted)
                 if not bm:
                     del members[ledger_id]
-                out.extend([Position(ledger_id, entry_id) for entry_id in entry_ids])
+                # tuple.__new__ over the run: not the NamedTuple's Python __new__ per position
+                out.extend(map(tuple.__new__, repeat(Position), zip(repeat(ledger_id), entry_ids)))
                 return len(entry_ids)
     taken = 0
     for packed in buf:

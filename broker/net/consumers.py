@@ -73,6 +73,8 @@ AnySubscription = Subscription | NonPersistentSubscription
 
 _U64 = (1 << 64) - 1
 _I64 = 1 << 63
+#: builds an ACK's positions without the Python ``__new__`` of the NamedTuple (up to 1,000 each)
+_new = tuple.__new__
 
 
 @dataclass(frozen=True, slots=True)
@@ -342,7 +344,7 @@ class ConsumerSide:
             if lid >= _I64 or eid >= _I64:
                 lid, eid = wire_position(lid, eid)
             ack_set = m.ack_set
-            ids.append((Position(lid, eid), list(ack_set) if ack_set else None))
+            ids.append((_new(Position, (lid, eid)), list(ack_set) if ack_set else None))
         consumer = attached.consumer
         consumer.msg_ack_counter += len(ids)
         consumer.last_acked_ms = _now_ms()

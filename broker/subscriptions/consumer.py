@@ -33,6 +33,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any, Protocol
 
 from broker.metrics.rates import RateMeter, iso_ms
@@ -75,6 +76,10 @@ HOLD_FRAMES = 128
 #: The first byte of a stored form with broker entry metadata (a plain entry's is 0: its
 #: metadata size is below 16 MiB), as :func:`protocol.commands.encode_message` tells them apart.
 _PREFIX_FIRST_BYTE = MAGIC_BROKER_ENTRY_METADATA >> 8
+#: ``pending``'s (messages, sticky hash) of a lone message routed on no key
+_PLAIN = (1, 0)
+#: a queued frame's position and entry (:data:`_Queued`)
+_POSITION, _ENTRY = itemgetter(1), itemgetter(3)
 
 #: A queued frame: (cursor revision, position, messages, entry, encoded, whole). ``encoded`` is
 #: None for the common delivery, encoded at the flush; else the frame (``whole``) or its head,
@@ -241,7 +246,9 @@ class Consumer:
             if len(entry) >= BY_REFERENCE_BYTES:
                 self._by_reference += 1
         self.permits -= messages
-        self.pending[position] = (messages, sticky_hash)
+        # one shared tuple for the usual pending message (a herd keeps 100,000s pending)
+        self.pending[position] = _PLAIN if messages == 1 and not sticky_hash \
+            else (messages, sticky_hash)
         self.unacked_messages += messages
         if 0 < self.max_unacked_messages <= self.unacked_messages and \
                 self.sub_type.shares_messages:
@@ -278,9 +285,9 @@ class Consumer:
             pos, entry = item[1], item[3]
             parts = [encode_message_head(self.consumer_id, pos[0], pos[1], entry,
                                          partition=self.partition), entry]
-        else:
+        else:   # the positions and entries of the queued frames, taken out in C
             parts = encode_message_run(self.consumer_id, self.partition,
-                                       [item[1] for item in out], [item[3] for item in out])
+                                       list(map(_POSITION, out)), list(map(_ENTRY, out)))
         by_reference = self._by_reference
         out.clear()
         self._by_reference = self._encoded = 0
@@ -350,7 +357,9 @@ class Consumer:
         hash), None for a position that was not pending here."""
         pop = self.pending.pop
         items = [pop(pos, None) for pos in positions]
-        taken = sum(item[0] for item in items if item is not None)
+        plain = items.count(_PLAIN)   # the usual ACK: every id a lone pending message, in C
+        taken = plain if plain == len(items) else \
+            sum(item[0] for item in items if item is not None)
         if taken:
             self.unacked_messages -= taken
             if self.blocked_on_unacked and \

@@ -51,8 +51,15 @@ class SharedDispatcher(Dispatcher):
             self._one_level = len({c.priority_level for c in consumers}) <= 1
         if self._one_level and n:
             # one priority level (the usual case): the first available consumer in round-robin
-            # order is the one the scan below picks
-            start = self._next % n
+            # order is the one the scan below picks; most often the next one in turn is
+            start = self._next
+            if start < n:
+                c = consumers[start]
+                if c.permits > 0 and not c.blocked_on_unacked and not c.closed \
+                        and not c.side.writes_paused:
+                    self._next = start + 1 if start + 1 < n else 0
+                    return c
+            start %= n
             for step in range(n):
                 i = start + step
                 if i >= n:
