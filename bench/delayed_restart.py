@@ -6,6 +6,7 @@ Usage: .venv/bin/python bench/delayed_restart.py [--pending 1000000] [--layout s
            [--reads 16,1] [--ack-every 10] [--cancel-every 0] [--delays hour|fixed|year]
            [--slow-build] [--old-format] [--compare-with CHECKOUT] [--build-with CHECKOUT]
            [--store DIR] [--build-only] [--rounds N] [--drain-s S]
+           [--drain greedy|yield|serve-first] [--batch N] [--profile FILE (with --child)]
 
 This is the *store-building path*: it does not publish through a client. The store is built
 in a child process through the storage layer and the tracker, as a broker's publish and
@@ -59,12 +60,19 @@ recovery reopens it and drains the tracker:
 - ``*_cpu_s``: the process's CPU seconds (every thread) at each of these points, and at the
   last late message handed out (``caught_up_cpu_s``): steadier than wall times on a busy
   machine;
+- ``split``: the CPU seconds of each thread (a pool's workers together) and the seconds the
+  garbage collector ran (with its runs per generation), at index serving and at the end;
+  ``--profile FILE`` on a recovery child writes the event loop thread's cProfile (CPU time);
 - memory per pending message when the index serves and when every first segment is in: the
   tracker's estimate (``index_bytes_*``, ``pulsar_delayed_message_index_size_bytes``) and the
   process's RSS growth from before the store's open (``rss_bytes_*``: the store, the cursor
   with its acknowledgements, the index).
 
-``--reads`` sets how many snapshot reads recovery keeps in flight (``RECOVERY_READS``); 1 is
+``--drain`` sets how the drain asks for due positions, ``--batch`` at most how many a call
+(10,000): ``greedy`` asks again at once while a call returns some (the loop runs nothing else
+meanwhile), ``yield`` lets the loop turn once between calls (as a dispatcher that awaits its
+read of each batch does; it asks for 100), ``serve-first`` asks for none until every
+membership is in. ``--reads`` sets how many snapshot reads recovery keeps in flight (``RECOVERY_READS``); 1 is
 one read after another. ``--compare-with CHECKOUT`` runs the same recovery and drain (this
 script) with another checkout's broker code on a copy of the same store: paired before/after.
 A store whose snapshot format the other checkout cannot read (a newer segment layout) is
