@@ -6,6 +6,7 @@ Usage: .venv/bin/python bench/delayed_restart.py [--pending 1000000] [--layout s
            [--reads 16,1] [--ack-every 10] [--cancel-every 0] [--delays hour|fixed|year]
            [--slow-build] [--old-format] [--compare-with CHECKOUT] [--build-with CHECKOUT]
            [--store DIR] [--build-only] [--rounds N] [--drain-s S]
+           [--drain greedy|yield|serve-first] [--batch N] [--profile FILE (with --child)]
 
 This is the *store-building path*: it does not publish through a client. The store is built
 in a child process through the storage layer and the tracker, as a broker's publish and
@@ -59,12 +60,19 @@ recovery reopens it and drains the tracker:
 - ``*_cpu_s``: the process's CPU seconds (every thread) at each of these points, and at the
   last late message handed out (``caught_up_cpu_s``): steadier than wall times on a busy
   machine;
+- ``split``: the CPU seconds of each thread (a pool's workers together) and the seconds the
+  garbage collector ran (with its runs per generation), at index serving and at the end;
+  ``--profile FILE`` on a recovery child writes the event loop thread's cProfile (CPU time);
 - memory per pending message when the index serves and when every first segment is in: the
   tracker's estimate (``index_bytes_*``, ``pulsar_delayed_message_index_size_bytes``) and the
   process's RSS growth from before the store's open (``rss_bytes_*``: the store, the cursor
   with its acknowledgements, the index).
 
-``--reads`` sets how many snapshot reads recovery keeps in flight (``RECOVERY_READS``); 1 is
+``--drain`` sets how the drain asks for due positions, ``--batch`` at most how many a call
+(10,000): ``greedy`` asks again at once while a call returns some (the loop runs nothing else
+meanwhile), ``yield`` lets the loop turn once between calls (as a dispatcher that awaits its
+read of each batch does; it asks for 100), ``serve-first`` asks for none until every
+membership is in. ``--reads`` sets how many snapshot reads recovery keeps in flight (``RECOVERY_READS``); 1 is
 one read after another. ``--compare-with CHECKOUT`` runs the same recovery and drain (this
 script) with another checkout's broker code on a copy of the same store: paired before/after.
 A store whose snapshot format the other checkout cannot read (a newer segment layout) is
@@ -396,9 +404,17 @@ def _overdue(n: int, base: int, delays: str, pending: int, ack_every: int,
 async def recover(root: Path, pending: int, per_bucket: int, ack_every: int, base: int,
                   reads: int, drain_s: float = 0.0, cancel_every: int = 0,
                   delays: str = "hour", log: list[tuple[int, int]] | None = None,
-                  until_caught_up: bool = False, per_ledger: int = 0) -> dict[str, object]:
+                  until_caught_up: bool = False, per_ledger: int = 0,
+                  profile: str = "", drain: str = "greedy", batch_size: int = 10_000
+                  ) -> dict[str, object]:
     """Reopen the store after the kill, recover the tracker and drain it (module docstring);
-    ``log`` gets (message number, clock) of every hand-out, in order."""
+    ``log`` gets (message number, clock) of every hand-out, in order. ``profile``: where to
+    write the event loop thread's cProfile (its CPU time), from the store's open to the end.
+    ``drain``: ``greedy`` asks for the next batch at once while one comes (the loop runs
+    nothing else meanwhile), ``yield`` lets the loop run once between batches (as a
+    dispatcher that sends each batch does), ``serve-first`` asks for none until every
+    membership is in (the index serving without the late hand-out beside it); ``batch_size``:
+    the most asked for at a time (a dispatcher asks for up to 100, a read's worth)."""
     import broker.delayed.bucket_snapshots as bs
     from storage import SegmentStore
     from storage.config import StorageConfig
@@ -410,9 +426,18 @@ async def recover(root: Path, pending: int, per_bucket: int, ack_every: int, bas
     layout = json.loads((root / "bench.json").read_text())
     overdue = _overdue(layout["sealed_count"], base, delays, pending, ack_every, cancel_every)
     rss_before = _rss()
+    gc_clock = _GcClock()
+    threads0 = _threads_cpu()
+    profiler = None
+    if profile:
+        import cProfile
+
+        profiler = cProfile.Profile(time.thread_time)
+        profiler.enable()
     t0 = time.perf_counter()
     c0 = time.process_time()          # CPU of every thread of the process
     cpu: dict[str, float] = {}
+    split: dict[str, object] = {}    # GC and CPU per thread at serving and at the end
     starts = {int(k): v for k, v in layout["starts"].items()}
     sealed_to = layout["sealed_to_ledger"]
     store = await SegmentStore.open(root, StorageConfig(fsync=False,
@@ -444,12 +469,19 @@ async def recover(root: Path, pending: int, per_bucket: int, ack_every: int, bas
         if memberships_in is None and not getattr(t.sealed, "reading", 0):
             memberships_in = time.perf_counter() - t0
             cpu["index_serving_cpu_s"] = time.process_time() - c0
+            split["at_serving"] = {"gc_s": gc_clock.seconds(), "gc_runs": gc_clock.runs(),
+                                   "threads_cpu_s": _threads_cpu(threads0)}
         if segments_in is None and not t.sealed.loading:
             segments_in = time.perf_counter() - t0
             cpu["first_segments_in_cpu_s"] = time.process_time() - c0
             memory |= {"index_bytes_at_segments_in": t.memory_bytes,
                        "rss_bytes_at_segments_in": _rss() - rss_before}
-        batch = t.get_scheduled(10_000)
+        if drain == "serve-first" and memberships_in is None:
+            await asyncio.sleep(0.01)
+            continue
+        batch = t.get_scheduled(batch_size)
+        if batch and drain == "yield":
+            await asyncio.sleep(0)
         late_in_batch = False
         for ledger_id, entry_id in batch:
             i = starts[ledger_id] + entry_id
@@ -493,6 +525,12 @@ async def recover(root: Path, pending: int, per_bucket: int, ack_every: int, bas
                 drained = True
                 break
             now[0] += 60_000 if t.has_message_available() or t.sealed.loading else spread
+    if profiler is not None:
+        profiler.disable()
+        profiler.dump_stats(profile)
+    split["at_end"] = {"gc_s": gc_clock.seconds(), "gc_runs": gc_clock.runs(),
+                       "threads_cpu_s": _threads_cpu(threads0)}
+    gc_clock.close()
     lost = None
     if drained:                      # not handed out, neither acknowledged nor cancelled
         n = layout["sealed_count"]
@@ -523,7 +561,7 @@ async def recover(root: Path, pending: int, per_bucket: int, ack_every: int, bas
             "early": early, "lost": lost, "overdue_lost": overdue_lost, "duplicate": dup,
             "acked_handed_out": acked_out, "cancelled_handed_out": cancelled_out,
             "handed_out": len(seen) - seen.count(0), "drained": drained,
-            "rss_bytes_total": _rss(),
+            "rss_bytes_total": _rss(), "split": split,
             **{k: round(v / pending, 2) if "bytes" in k else v for k, v in memory.items()}}
 
 
@@ -542,6 +580,56 @@ async def retire(root: Path, per_bucket: int) -> None:
           "cancels")
     await store.close()
     os.sync()
+
+
+class _GcClock:
+    """Wall seconds the cyclic garbage collector ran (every generation, every thread), and
+    how many runs per generation, from ``gc.callbacks``."""
+
+    def __init__(self) -> None:
+        import gc
+
+        self._gc = gc
+        self._total = 0.0
+        self._start = 0.0
+        self._runs = [0, 0, 0]
+        gc.callbacks.append(self._callback)
+
+    def _callback(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._start = time.perf_counter()
+        else:
+            self._total += time.perf_counter() - self._start
+            self._runs[info["generation"]] += 1
+
+    def seconds(self) -> float:
+        return round(self._total, 3)
+
+    def runs(self) -> list[int]:
+        return list(self._runs)
+
+    def close(self) -> None:
+        self._gc.callbacks.remove(self._callback)
+
+
+def _threads_cpu(since: dict[str, float] | None = None) -> dict[str, float]:
+    """CPU seconds (user + system) of this process's threads, by thread name (a pool's
+    workers together), less ``since``; the threads that ended are not counted."""
+    import re
+    import threading
+
+    names = {t.native_id: re.sub(r"_\d+$", "", t.name) for t in threading.enumerate()}
+    tick = os.sysconf("SC_CLK_TCK")
+    out: dict[str, float] = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue                 # ended meanwhile
+        name = names.get(int(tid), "other")
+        out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+    return {k: round(v - (since or {}).get(k, 0.0), 2) for k, v in sorted(out.items())}
 
 
 def _rss() -> int:
@@ -632,6 +720,12 @@ def main() -> None:
                         "an earlier start retired (its cancels applied as acknowledgements, "
                         "once): the steady state after an upgrade from a version that "
                         "journalled cancels (--build-with such a version)")
+    p.add_argument("--profile", default="",
+                   help="(with --child) write the event loop thread's cProfile (CPU time) here")
+    p.add_argument("--drain", choices=("greedy", "yield", "serve-first"), default="greedy",
+                   help="(with --child) how the drain asks for due messages (recover())")
+    p.add_argument("--batch", type=int, default=10_000,
+                   help="(with --child) the most due messages the drain asks for at a time")
     p.add_argument("--log", help=argparse.SUPPRESS)
     p.add_argument("--child", help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -654,7 +748,8 @@ def main() -> None:
         log: list[tuple[int, int]] | None = [] if args.log else None
         r = asyncio.run(recover(Path(root), args.pending, args.per_bucket, args.ack_every,
                                 int(base), int(reads), args.drain_s, args.cancel_every,
-                                args.delays, log, args.until_caught_up, args.per_ledger))
+                                args.delays, log, args.until_caught_up, args.per_ledger,
+                                args.profile, args.drain, args.batch))
         if args.log:
             Path(args.log).write_text(json.dumps(log))
         print(json.dumps(r))
