@@ -247,6 +247,7 @@ class SegmentStore:
                 self._read_pool, load_ledger_dir, self._ops, directory, name,
                 self.config.fsync, self.writer.fenced_ends,
             )
+            self._check_open()  # close() began while reading: its pools may be shut down
             for event in found.events:
                 self._report(event)
             for led in found.unindexed:  # scanned: (re)write their indexes in the I/O thread
