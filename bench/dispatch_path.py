@@ -33,18 +33,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import collections
 import cProfile
 import pstats
 import sys
 import tempfile
 import time
 from pathlib import Path
-from types import CodeType, FrameType
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from opcode_probe import OpcodeCounter  # noqa: E402
 
 from broker.config import BrokerConfig  # noqa: E402
 from broker.delayed import DelayPolicy, TrackerFactory  # noqa: E402
@@ -100,28 +100,6 @@ class _Subscriptions(dict[str, Any]):
 
     def update_caching(self) -> None:
         """The ledger keeps caching its new entries (a ledger on its own caches them)."""
-
-
-class OpcodeCounter:
-    """A ``sys.settrace`` function counting the Python opcodes run, per code object (the
-    loop thread's, which the machine's load cannot move; bench/lone_path.py's twin)."""
-
-    def __init__(self) -> None:
-        self.per_code: collections.Counter[CodeType] = collections.Counter()
-
-    def __call__(self, frame: FrameType, event: str, arg: Any) -> Any:
-        if event != "call":
-            return None
-        frame.f_trace_opcodes = True
-        per_code = self.per_code
-        code = frame.f_code
-
-        def local(frame: FrameType, event: str, arg: Any) -> Any:
-            if event == "opcode":
-                per_code[code] += 1
-            return local
-
-        return local
 
 
 class BenchTopic:

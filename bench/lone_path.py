@@ -26,7 +26,6 @@ nothing). ``--top N`` lists the N functions that run the most opcodes per messag
 from __future__ import annotations
 
 import argparse
-import collections
 import os
 import pathlib
 import subprocess
@@ -35,10 +34,10 @@ import tempfile
 import textwrap
 import threading
 from collections.abc import Callable
-from types import CodeType, FrameType
-from typing import Any
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
+
+from opcode_probe import OpcodeCounter
 
 from broker.embed import BrokerHandle, start_broker
 from storage.writer import CallInWriter
@@ -100,30 +99,6 @@ def thread_cpu(tid: int) -> tuple[float, float]:
         stat = fh.read()
     fields = stat[stat.rindex(b")") + 2:].split()
     return int(fields[11]) / _TICKS_PER_S, int(fields[12]) / _TICKS_PER_S
-
-
-class OpcodeCounter:
-    """A ``sys.settrace`` function counting the opcodes run, per code object."""
-
-    def __init__(self) -> None:
-        self.per_code: collections.Counter[CodeType] = collections.Counter()
-
-    def reset(self) -> None:
-        self.per_code.clear()
-
-    def __call__(self, frame: FrameType, event: str, arg: Any) -> Any:
-        if event != "call":
-            return None
-        frame.f_trace_opcodes = True
-        per_code = self.per_code
-        code = frame.f_code
-
-        def local(frame: FrameType, event: str, arg: Any) -> Any:
-            if event == "opcode":
-                per_code[code] += 1
-            return local
-
-        return local
 
 
 def in_writer(handle: BrokerHandle, fn: Callable[[], None]) -> None:

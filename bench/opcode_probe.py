@@ -31,10 +31,35 @@ from pathlib import Path
 from types import CodeType, FrameType
 from typing import Any
 
-__all__ = ["ENV", "SITE_DIR", "difference", "install", "snapshot"]
+__all__ = ["ENV", "SITE_DIR", "OpcodeCounter", "difference", "install", "snapshot"]
 
 ENV = "HORAE_OPCODES"
 SITE_DIR = Path(__file__).resolve().parent / "probes_site"
+
+
+class OpcodeCounter:
+    """A ``sys.settrace`` function counting the opcodes run, per code object: the in-process
+    counter of ``bench/lone_path.py`` and ``bench/dispatch_path.py`` (one thread at a time)."""
+
+    def __init__(self) -> None:
+        self.per_code: collections.Counter[CodeType] = collections.Counter()
+
+    def reset(self) -> None:
+        self.per_code.clear()
+
+    def __call__(self, frame: FrameType, event: str, arg: Any) -> Any:
+        if event != "call":
+            return None
+        frame.f_trace_opcodes = True
+        per_code = self.per_code
+        code = frame.f_code
+
+        def local(frame: FrameType, event: str, arg: Any) -> Any:
+            if event == "opcode":
+                per_code[code] += 1
+            return local
+
+        return local
 
 
 def install(path: str) -> None:
