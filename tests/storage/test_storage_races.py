@@ -18,6 +18,7 @@ from storage.sealed_manifest import MANIFEST_NAME
 TOPIC = "persistent://public/default/races"
 CONFIG = StorageConfig(mark_delete_rate_limit_per_sec=0)
 WAIT = 10.0
+HELD = 0.3   # how long a held-back task is given to show it is not held (never fails by load)
 
 
 class GatedOps(FileOps):
@@ -131,3 +132,60 @@ async def test_open_ledger_overlapping_close_registers_nothing(tmp_path: Path) -
         await opening
     await closing
     assert store.open_ledgers == {}
+
+
+async def test_a_cancelled_flush_still_holds_back_the_delete_until_its_write_is_done(
+        tmp_path: Path) -> None:
+    """The store's background flush is cancelled at close, a subscription's task can be too:
+    the write already handed to a cursor thread goes on regardless, so the delete must still
+    wait for it, or the deleted cursor's file is written back."""
+    ops = GatedOps()
+    store = await SegmentStore.open(tmp_path, CONFIG, file_ops=ops)
+    ml = await store.open_ledger(TOPIC)
+    cursor = await ml.open_cursor("doomed", initial_position="earliest")
+    cursor.mark_delete(await ml.append(b"x"))
+    ops.block(".cur.tmp")
+    flushing = asyncio.create_task(cursor.flush())
+    await ops.wait_entered()
+    flushing.cancel()
+    deleting = asyncio.create_task(ml.delete_cursor("doomed"))
+    # Time enough for the delete to finish were it not held back (it is, for good: no race).
+    done, _ = await asyncio.wait({deleting}, timeout=HELD)
+    assert not done
+    ops.release()
+    await deleting
+    with pytest.raises(asyncio.CancelledError):
+        await flushing
+    assert list((ledger_dir(tmp_path, TOPIC) / "cursors").iterdir()) == []
+    await store.close()
+
+
+async def test_a_save_after_a_cancelled_one_never_overlaps_its_write(tmp_path: Path) -> None:
+    """Two writes of one cursor's temporary file at once leave a torn or missing file (seen
+    as a rename of a temporary file that another write had already moved): the next save
+    starts only when the cancelled one's write has ended, and the last state is the one kept."""
+    ops = GatedOps()
+    store = await SegmentStore.open(tmp_path, CONFIG, file_ops=ops)
+    ml = await store.open_ledger(TOPIC)
+    cursor = await ml.open_cursor("s", initial_position="earliest")
+    first, second = await ml.append(b"a"), await ml.append(b"b")
+    cursor.mark_delete(first)
+    ops.block(".cur.tmp")
+    flushing = asyncio.create_task(cursor.flush())
+    await ops.wait_entered()
+    flushing.cancel()
+    cursor.mark_delete(second)
+    again = asyncio.create_task(cursor.flush())
+    done, _ = await asyncio.wait({again}, timeout=HELD)
+    assert not done   # behind the write in flight, not beside it
+    ops.release()
+    await again
+    with pytest.raises(asyncio.CancelledError):
+        await flushing
+    assert cursor.last_save_error is None
+    await store.close()
+    store = await SegmentStore.open(tmp_path, CONFIG)
+    ml = await store.open_ledger(TOPIC)
+    assert ml.cursors["s"].mark_delete_position == second
+    assert not store.trim_unsafe()   # recovered from its newest file, not a fallback
+    await store.close()
