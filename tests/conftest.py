@@ -41,7 +41,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-PROCESS_START_TIMEOUT_S = 30.0
+PROCESS_START_TIMEOUT_S = 90.0
 PROCESS_STOP_TIMEOUT_S = 30.0
 _STARTED = re.compile(r"service (pulsar://\S+) web (http://\S+)")
 

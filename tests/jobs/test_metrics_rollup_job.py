@@ -26,6 +26,11 @@ if shutil.which("java") is None:
 from jobs import metrics_rollup
 from jobs.metrics_rollup import EXIT_NO_INPUT, EXIT_OK, main
 
+# The module's fixture runs the whole job (~50 s on a quiet 2-core machine, over 300 s beside
+# other heavy work): a test timeout inside one of its Spark calls leaves the session's gateway
+# mid-answer and fails every later Spark test of the run, so the bound is wide.
+pytestmark = pytest.mark.timeout(1200)
+
 WINDOWS = {"1m": 60_000, "1h": 3_600_000}
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
