@@ -51,6 +51,7 @@ from pyroaring import BitMap
 from storage.cursor_properties import CursorProperties, encode_properties
 from storage.errors import CorruptRecordError, StorageError
 from storage.positions import Position
+from storage.to_the_end import to_the_end
 
 CURSOR_MAGIC = b"HCUR"
 CURSOR_VERSION = 1
@@ -525,8 +526,8 @@ class ManagedCursor:
             self._saving_since = since
             try:
                 data = encode_cursor(self.state(properties=False), self._properties.encoded())
-                cancelled = await _to_the_end(self._save(self.name, data,
-                                                         self._referenced_ledger()))
+                _, cancelled = await to_the_end(self._save(self.name, data,
+                                                           self._referenced_ledger()))
             except BaseException as exc:
                 self._saving_since = None
                 # Changed meanwhile or not: the older change is the oldest unsaved one.
@@ -570,20 +571,3 @@ class ManagedCursor:
         if self._closed:
             raise StorageError(f"cursor {self.name} is closed")
 
-
-async def _to_the_end(save: Awaitable[None]) -> bool:
-    """Await a cursor save to its end even when the caller is cancelled meanwhile, and say
-    whether it was. The write handed to a cursor thread goes on regardless of a cancel (the
-    store's close cancels its background flush; a subscription's task can be cancelled), so
-    the cursor's lock must be held until it is over: otherwise the next save writes the same
-    temporary file beside it (a torn or lost generation) or a delete removes the files under
-    it (a deleted cursor written back). The save's own error is raised."""
-    task = asyncio.ensure_future(save)
-    cancelled = False
-    while not task.done():
-        try:
-            await asyncio.wait((task,))
-        except asyncio.CancelledError:
-            cancelled = True
-    task.result()
-    return cancelled
