@@ -29,6 +29,7 @@ from storage.cursor import CursorState, LedgerView, ManagedCursor
 from storage.cursor_files import CursorFiles, LoadedCursor
 from storage.errors import CursorNotFoundError
 from storage.positions import Position
+from storage.to_the_end import to_the_end
 
 log = logging.getLogger("horae.storage")
 
@@ -133,9 +134,17 @@ class CursorSet:
             cursor = self._cursors.pop(name, None)
             if cursor is None:
                 raise CursorNotFoundError(f"no cursor {name!r}")
-            await cursor.retire()
-            self.trim_blockers.pop(name, None)
-            await self._loop.run_in_executor(self._pool, self._files.remove, name)
+            # To its end under the lock even if the caller is cancelled (an unsubscribe's
+            # connection went): the removal in a cursor thread goes on regardless, and a
+            # cursor of the same name opened beside it would have its new file removed.
+            _, cancelled = await to_the_end(self._retire_and_remove(cursor))
+            if cancelled:
+                raise asyncio.CancelledError
+
+    async def _retire_and_remove(self, cursor: ManagedCursor) -> None:
+        await cursor.retire()
+        self.trim_blockers.pop(cursor.name, None)
+        await self._loop.run_in_executor(self._pool, self._files.remove, cursor.name)
 
     @property
     def any_dirty(self) -> bool:

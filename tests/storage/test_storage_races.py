@@ -189,3 +189,41 @@ async def test_a_save_after_a_cancelled_one_never_overlaps_its_write(tmp_path: P
     assert ml.cursors["s"].mark_delete_position == second
     assert not store.trim_unsafe()   # recovered from its newest file, not a fallback
     await store.close()
+
+
+class GatedUnlinks(GatedOps):
+    """Only unlinks of paths whose name contains `match` block (opens and fsyncs never)."""
+
+    def _hold(self, path: Path) -> None:
+        return
+
+    def unlink(self, path: Path) -> None:
+        GatedOps._hold(self, Path(path))
+        super().unlink(path)
+
+
+async def test_a_cancelled_cursor_delete_holds_back_a_new_cursor_of_that_name(
+        tmp_path: Path) -> None:
+    """An unsubscribe's task is cancelled when its connection goes: the removal already handed
+    to a cursor thread goes on, so a subscription of the same name created meanwhile must
+    wait for it, or its new file is the one removed (the subscription gone at restart)."""
+    ops = GatedUnlinks()
+    store = await SegmentStore.open(tmp_path, CONFIG, file_ops=ops)
+    ml = await store.open_ledger(TOPIC)
+    await ml.open_cursor("s", initial_position="earliest")
+    ops.block(".cur")
+    deleting = asyncio.create_task(ml.delete_cursor("s"))
+    await ops.wait_entered()
+    deleting.cancel()
+    opening = asyncio.create_task(ml.open_cursor("s", initial_position="latest"))
+    done, _ = await asyncio.wait({opening}, timeout=HELD)
+    ops.release()
+    assert not done   # behind the removal in flight, not beside it
+    await opening
+    with pytest.raises(asyncio.CancelledError):
+        await deleting
+    await store.close()
+    store = await SegmentStore.open(tmp_path, CONFIG)
+    ml = await store.open_ledger(TOPIC)
+    assert list(ml.cursors) == ["s"]
+    await store.close()
