@@ -63,6 +63,7 @@ from storage.shadow import ShadowLedger
 from storage.snapshots import SnapshotStore
 from storage.stats import StorageStats
 from storage.sync_stage import CompletionScope
+from storage.to_the_end import to_the_end
 from storage.writer import GroupCommitWriter
 
 log = logging.getLogger("horae.storage")
@@ -309,7 +310,13 @@ class SegmentStore:
         """Close (if open) and delete a managed ledger with its cursors. No-op if unknown.
         Serialised with open_ledger of the same name."""
         async with self._name_lock(name):
-            await self._delete_locked(name)
+            # To its end under the lock even if the caller is cancelled (the broker's close
+            # cancels the housekeeping that deletes inactive topics): the removal in the I/O
+            # thread goes on regardless, and an open of the same name beside it would recover
+            # the doomed directory and append into it as it goes.
+            _, cancelled = await to_the_end(self._delete_locked(name))
+        if cancelled:
+            raise asyncio.CancelledError
 
     async def _delete_locked(self, name: str) -> None:
         ml = self._open.get(name)

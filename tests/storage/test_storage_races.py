@@ -227,3 +227,44 @@ async def test_a_cancelled_cursor_delete_holds_back_a_new_cursor_of_that_name(
     ml = await store.open_ledger(TOPIC)
     assert list(ml.cursors) == ["s"]
     await store.close()
+
+
+class GatedMoves(GatedOps):
+    """Only renames of the path `match` itself block (opens and fsyncs never)."""
+
+    def _hold(self, path: Path) -> None:
+        return
+
+    def replace(self, src: Path, dst: Path) -> None:
+        if str(src) == self.match:
+            GatedOps._hold(self, Path(src))
+        super().replace(src, dst)
+
+
+async def test_a_cancelled_ledger_delete_holds_back_an_open_of_that_name(tmp_path: Path) -> None:
+    """The broker's close cancels the housekeeping that deletes inactive topics: the
+    directory's removal already handed to the I/O thread goes on, so an open of the same name
+    must wait for it, or it recovers the doomed directory and appends into it as it goes."""
+    ops = GatedMoves()
+    store = await SegmentStore.open(tmp_path, CONFIG, file_ops=ops)
+    ml = await store.open_ledger(TOPIC)
+    await ml.append(b"old")
+    ops.block(str(ledger_dir(tmp_path, TOPIC)))
+    deleting = asyncio.create_task(store.delete_ledger(TOPIC))
+    await ops.wait_entered()
+    deleting.cancel()
+    opening = asyncio.create_task(store.open_ledger(TOPIC))
+    done, _ = await asyncio.wait({opening}, timeout=HELD)
+    ops.release()
+    assert not done   # behind the removal in flight, not beside it
+    ml = await opening
+    await ml.append(b"new")
+    with pytest.raises(asyncio.CancelledError):
+        await deleting
+    await store.close()
+    store = await SegmentStore.open(tmp_path, CONFIG)
+    ml = await store.open_ledger(TOPIC)
+    first = ml.first_position
+    assert first is not None
+    assert [e.data for e in await ml.read_entries(first, 10)] == [b"new"]
+    await store.close()
