@@ -37,6 +37,7 @@ from protocol.metadata import iter_batch, parse_metadata, split_entry
 from storage.ledger import ManagedLedger
 from storage.metadata import MetadataStore
 from storage.positions import Position
+from storage.to_the_end import to_the_end
 
 __all__ = ["COMPACTION_CURSOR", "KIND", "TopicCompaction"]
 
@@ -134,11 +135,12 @@ class TopicCompaction:
         try:
             horizon, kept = await self._compact()
             if horizon is not None:
-                frozen = frozenset(kept)
-                # Positions are tuples (JSON lists); the store sorts the set in its thread.
-                await self._md.put(KIND, self.topic.full, {"horizon": horizon, "kept": frozen})
-                self.horizon, self.kept = horizon, frozen
-                await self._hold(kept, horizon)
+                # To its end even if the topic's close cancels the run meanwhile: the record's
+                # put in the metadata thread goes on regardless, and a record of kept entries
+                # that no cursor holds lets a trim delete the values it names.
+                _, cancelled = await to_the_end(self._record(horizon, kept))
+                if cancelled:
+                    raise asyncio.CancelledError
             self.status = "SUCCESS"
         except asyncio.CancelledError:
             self.status, self.last_error = "ERROR", "cancelled: the topic was closed"
@@ -189,6 +191,13 @@ class TopicCompaction:
                     latest[single.partition_key] = (pos, single.null_value or not value)
         except ProtocolError:
             always.add(pos)
+
+    async def _record(self, horizon: Position, kept: set[Position]) -> None:
+        frozen = frozenset(kept)
+        # Positions are tuples (JSON lists); the store sorts the set in its thread.
+        await self._md.put(KIND, self.topic.full, {"horizon": horizon, "kept": frozen})
+        self.horizon, self.kept = horizon, frozen
+        await self._hold(kept, horizon)
 
     async def _hold(self, kept: set[Position], horizon: Position) -> None:
         """Keep the ledger from the first kept entry on (``__compaction`` cursor)."""
