@@ -123,6 +123,11 @@ class CursorSet:
             cursor.advance()
             try:
                 await cursor.flush()
+            except asyncio.CancelledError:
+                # The caller went, not the save: flush raises a cancel once its write in the
+                # cursor thread is over, so the file exists and the cursor stays (else its
+                # entries are trimmed here and it is back at the next open).
+                raise
             except BaseException:
                 if self._cursors.get(name) is cursor:
                     del self._cursors[name]

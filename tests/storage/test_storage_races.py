@@ -268,3 +268,25 @@ async def test_a_cancelled_ledger_delete_holds_back_an_open_of_that_name(tmp_pat
     assert first is not None
     assert [e.data for e in await ml.read_entries(first, 10)] == [b"new"]
     await store.close()
+
+
+async def test_a_cancelled_cursor_open_keeps_the_cursor_its_save_wrote(tmp_path: Path) -> None:
+    """A SUBSCRIBE's task is cancelled when its connection goes: the new cursor's save already
+    handed to a cursor thread goes on and writes its file, so the ledger must keep the cursor
+    too (else it trims what the cursor holds, and the cursor is back after a restart)."""
+    ops = GatedOps()
+    store = await SegmentStore.open(tmp_path, CONFIG, file_ops=ops)
+    ml = await store.open_ledger(TOPIC)
+    ops.block(".cur.tmp")
+    opening = asyncio.create_task(ml.open_cursor("s", initial_position="earliest"))
+    await ops.wait_entered()
+    opening.cancel()
+    ops.release()
+    with pytest.raises(asyncio.CancelledError):
+        await opening
+    assert list(ml.cursors) == ["s"]   # what its file says
+    await store.close()
+    store = await SegmentStore.open(tmp_path, CONFIG)
+    ml = await store.open_ledger(TOPIC)
+    assert list(ml.cursors) == ["s"]
+    await store.close()
