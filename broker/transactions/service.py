@@ -309,10 +309,10 @@ class TransactionService:
         done: asyncio.Future[None] = self._loop.create_future()
 
         def durable(w: asyncio.Future[Position]) -> None:
-            # on the loop once the record is durable (or failed): no task, no extra loop turn
+            # On the loop once the record is durable (or failed): no task, no extra loop turn.
+            # The bookkeeping follows the record, not the waiter: a waiter cancelled meanwhile
+            # (its connection went) leaves a durable record that a restart replays as pending.
             store.release(txn, acks, cumulative)
-            if done.cancelled():
-                return
             if w.cancelled():
                 meta.pending_acks -= counted
                 done.cancel()
@@ -320,17 +320,20 @@ class TransactionService:
             exc = w.exception()
             if exc is not None:
                 meta.pending_acks -= counted
-                done.set_exception(exc)
+                if not done.done():
+                    done.set_exception(exc)
                 return
             status = self.coordinator.status(txn)
             if status is not TxnStatus.OPEN:
                 # Ending started meanwhile: the record names an ack the end did not see; a
                 # replay finds the transaction ended (or ends it again with the same outcome).
-                done.set_exception(not_found(txn, status) if status is None or status.ended
-                                   else invalid_status(txn, TxnStatus.OPEN, status))
+                if not done.done():
+                    done.set_exception(not_found(txn, status) if status is None or status.ended
+                                       else invalid_status(txn, TxnStatus.OPEN, status))
                 return
             store.add(txn, acks, cumulative, target)
-            done.set_result(None)
+            if not done.done():
+                done.set_result(None)
 
         written.add_done_callback(durable)
         return done
