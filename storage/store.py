@@ -56,7 +56,7 @@ from storage.ledger import LedgerContext, ManagedLedger
 from storage.limits import raise_nofile_limit
 from storage.metadata import MetadataStore
 from storage.names import HASHED_PREFIX, decode_name, encode_name, legacy_plain_name
-from storage.recovery import load_ledger_dir, segment_ids
+from storage.recovery import RecoveredDir, load_ledger_dir, segment_ids
 from storage.relocation import load_relocated
 from storage.segments import RecoveryEvent
 from storage.shadow import ShadowLedger
@@ -244,17 +244,16 @@ class SegmentStore:
             if ml is not None:
                 return ml
             directory = self._directory(name)
-            found = await self._loop.run_in_executor(
-                self._read_pool, load_ledger_dir, self._ops, directory, name,
-                self.config.fsync, self.writer.fenced_ends,
-            )
+            found = await self._recover(directory, name)
             self._check_open()  # close() began while reading: its pools may be shut down
             for event in found.events:
                 self._report(event)
             for led in found.unindexed:  # scanned: (re)write their indexes in the I/O thread
                 self.writer.submit_index(led.segment, led.size_bytes)
-            relocated = await self._loop.run_in_executor(
-                self._read_pool, load_relocated, directory)
+            relocated, cancelled = await to_the_end(self._loop.run_in_executor(
+                self._read_pool, load_relocated, directory))
+            if cancelled:
+                raise asyncio.CancelledError
             self._check_open()  # close() began while recovering: register nothing
             ml = ManagedLedger(self._ctx, name, directory, found.ledgers, found.cursors,
                                relocated)
@@ -275,15 +274,26 @@ class SegmentStore:
             if source.closed:
                 raise LedgerClosedError(f"managed ledger {source.name} is closed")
             directory = self._directory(name)
-            found = await self._loop.run_in_executor(
-                self._read_pool, load_ledger_dir, self._ops, directory, name,
-                self.config.fsync, self.writer.fenced_ends,
-            )
+            found = await self._recover(directory, name)
             self._check_open()
             ml = ShadowLedger(self._ctx, name, directory, source, found.cursors)
             self._names[name] = directory
             self._open[name] = ml
             return ml
+
+    async def _recover(self, directory: Path, name: str) -> RecoveredDir:
+        """Recover a ledger directory in a read thread, under the name's lock. To its end even
+        if the caller is cancelled (a topic load's request task, when its connection goes): the
+        recovery goes on in its thread (cutting segments back, removing leftovers, writing the
+        sealed manifest), and the next open of the name would recover the directory beside it.
+        The cancel is raised after."""
+        found, cancelled = await to_the_end(self._loop.run_in_executor(
+            self._read_pool, load_ledger_dir, self._ops, directory, name,
+            self.config.fsync, self.writer.fenced_ends,
+        ))
+        if cancelled:
+            raise asyncio.CancelledError
+        return found
 
     def _no_space(self) -> None:
         """Writer thread: a write failed with ENOSPC; measure disk usage now."""

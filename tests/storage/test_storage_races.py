@@ -290,3 +290,45 @@ async def test_a_cancelled_cursor_open_keeps_the_cursor_its_save_wrote(tmp_path:
     ml = await store.open_ledger(TOPIC)
     assert list(ml.cursors) == ["s"]
     await store.close()
+
+
+class CountedGate(GatedOps):
+    """GatedOps that counts the threads held at the gate at once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.held = 0
+        self._count = threading.Lock()
+
+    def _hold(self, path: Path) -> None:
+        if self.match is not None and self.match in str(path) and not self.gate.is_set():
+            with self._count:
+                self.held += 1
+        super()._hold(path)
+
+
+async def test_an_open_cancelled_in_recovery_holds_the_name_until_its_recovery_ends(
+        tmp_path: Path) -> None:
+    """A topic load runs in the task of the request that asked for it, cancelled when its
+    connection goes: the recovery already handed to a read thread goes on (cutting back
+    segments, removing leftovers, writing the sealed manifest), so the next open of the name
+    must wait for it instead of recovering the same directory beside it."""
+    ops = CountedGate()
+    store = await SegmentStore.open(tmp_path, CONFIG, file_ops=ops)
+    ml = await store.open_ledger(TOPIC)
+    await ml.append(b"data")
+    await ml.close()
+    ops.block(MANIFEST_NAME)   # the reopen's recovery hangs where it reads the manifest
+    opening = asyncio.create_task(store.open_ledger(TOPIC))
+    await ops.wait_entered()
+    opening.cancel()
+    again = asyncio.create_task(store.open_ledger(TOPIC))
+    done, _ = await asyncio.wait({again}, timeout=HELD)
+    held = ops.held
+    ops.release()
+    assert not done and held == 1   # one recovery of the directory at a time
+    reopened = await again
+    with pytest.raises(asyncio.CancelledError):
+        await opening
+    assert store.open_ledgers == {TOPIC: reopened}
+    await store.close()
