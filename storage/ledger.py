@@ -125,6 +125,7 @@ class ManagedLedger:
                 last_confirmed = Position(led.ledger_id, led.confirmed - 1)
                 break
         self._appends = appends = LedgerAppends(ctx, name, directory, self._list, last_confirmed)
+        self._closing: asyncio.Future[None] | None = None   # the one close, once begun
         # The write side's own (storage/ledger_appends.py), handed out as they are.
         self.append = appends.append
         self.append_run = appends.append_run
@@ -341,32 +342,42 @@ class ManagedLedger:
         return deleted
 
     async def close(self) -> None:
-        """Wait for queued appends, persist cursors, close the segment. Idempotent."""
-        appends = self._appends
-        if appends.state is LedgerLifecycle.CLOSED:
-            return
-        appends.close()
-        try:
-            if appends.last_future is not None and not appends.last_future.done():
-                await asyncio.wait([appends.last_future])
-            if appends.runs_appended:
-                await self._ctx.writer.barrier()  # runs in flight are completed before it
-            for cursor_name, error in await self._cursor_set.close():
-                log.error("managed ledger %s: persisting cursor %s failed: %s", self.name,
-                          cursor_name, error)
-            self._appends.current.sealed = True
-            self._ctx.writer.seal(self._appends.current.segment)
-            await self._ctx.writer.barrier()
-            # The indexes of sealed segments being written (I/O thread): done before a
-            # reopen could scan (and rewrite) the same segment.
-            for led in self._ledgers.values():
-                job = led.segment.index_job
-                if job is not None and not job.done():
-                    await asyncio.wrap_future(job)
-        finally:
-            for led in self._ledgers.values():
-                self._ctx.pager.forget(led.segment)
-            self._ctx.on_close(self)
+        """Wait for queued appends, persist cursors, close the segment. Idempotent: every call
+        waits for the one close, and a caller cancelled meanwhile (a shutdown's timeout) leaves
+        it running, so a later call (the store's close) still sees every cursor saved, the
+        segment sealed and the ledger unregistered only then."""
+        closing = self._closing
+        if closing is None:
+            appends = self._appends
+            if appends.state is LedgerLifecycle.CLOSED:
+                return
+            appends.close()
+
+            async def steps() -> None:
+                try:
+                    if appends.last_future is not None and not appends.last_future.done():
+                        await asyncio.wait([appends.last_future])
+                    if appends.runs_appended:
+                        await self._ctx.writer.barrier()  # runs in flight are completed first
+                    for cursor_name, error in await self._cursor_set.close():
+                        log.error("managed ledger %s: persisting cursor %s failed: %s",
+                                  self.name, cursor_name, error)
+                    appends.current.sealed = True
+                    self._ctx.writer.seal(appends.current.segment)
+                    await self._ctx.writer.barrier()
+                    # The indexes of sealed segments being written (I/O thread): done before
+                    # a reopen could scan (and rewrite) the same segment.
+                    for led in self._ledgers.values():
+                        job = led.segment.index_job
+                        if job is not None and not job.done():
+                            await asyncio.wrap_future(job)
+                finally:
+                    for led in self._ledgers.values():
+                        self._ctx.pager.forget(led.segment)
+                    self._ctx.on_close(self)
+
+            closing = self._closing = asyncio.ensure_future(steps())
+        await asyncio.shield(closing)
 
     @property
     def closed(self) -> bool:

@@ -22,7 +22,7 @@ HELD = 0.3   # how long a held-back task is given to show it is not held (never 
 
 
 class GatedOps(FileOps):
-    """fsync / open of paths whose name contains `match` block until `gate` is set; `entered`
+    """fsync / fdatasync / open of paths whose name contains `match` block until `gate` is set; `entered`
     is set when one is blocked."""
 
     def __init__(self) -> None:
@@ -46,6 +46,10 @@ class GatedOps(FileOps):
     def fsync(self, fd: int) -> None:
         self._hold(self._paths.get(fd, Path()))
         super().fsync(fd)
+
+    def fdatasync(self, fd: int) -> None:   # the segment writer's sync
+        self._hold(self._paths.get(fd, Path()))
+        super().fdatasync(fd)
 
     def block(self, match: str) -> None:
         self.match = match
@@ -331,4 +335,33 @@ async def test_an_open_cancelled_in_recovery_holds_the_name_until_its_recovery_e
     with pytest.raises(asyncio.CancelledError):
         await opening
     assert store.open_ledgers == {TOPIC: reopened}
+    await store.close()
+
+
+async def test_a_ledger_close_cut_short_by_its_caller_still_saves_every_cursor(
+        tmp_path: Path) -> None:
+    """A shutdown that stops waiting for a ledger's close (its timeout) must not leave the
+    close half done: the store's own close then skipped the ledger, and its cursors' unsaved
+    acknowledgements were lost to redelivery."""
+    ops = GatedOps()
+    store = await SegmentStore.open(tmp_path, CONFIG, file_ops=ops)
+    ml = await store.open_ledger(TOPIC)
+    cursor = await ml.open_cursor("s", initial_position="earliest")
+    acked = await ml.append(b"a")
+    cursor.mark_delete(acked)              # not saved yet: the close is what saves it
+    ops.block(".seg")                      # the next append's sync hangs: the close waits
+    appending = ml.append(b"b")
+    await ops.wait_entered()
+    closing = asyncio.create_task(ml.close())
+    done, _ = await asyncio.wait({closing}, timeout=HELD)
+    assert not done
+    closing.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await closing
+    ops.release()
+    await appending
+    await store.close()
+    store = await SegmentStore.open(tmp_path, CONFIG)
+    ml = await store.open_ledger(TOPIC)
+    assert ml.cursors["s"].mark_delete_position == acked
     await store.close()
