@@ -5,7 +5,7 @@ while it was down catch up, and what the broker's CPU was at each point.
 Usage: .venv/bin/python bench/delayed_restart_broker.py --store DIR --pending N
            [--ack-every 10] [--cancel-every 0] [--delays hour|fixed|year] [--work DIR]
            [--permits 1000] [--after-s 2] [--timeout-s 600] [--rounds 1] [--keep]
-           [--py-spy FILE]
+           [--py-spy FILE] [--broker-root CHECKOUT] [--compare-with CHECKOUT]
 
 ``--store DIR`` is a store ``bench/delayed_restart.py --store DIR --build-only`` built (its
 ``built`` directory and ``base``; the shape options must be the ones it was built with). Each
@@ -39,7 +39,8 @@ process's start (``Popen``):
 
 - ``listening``: the first accepted connection; ``subscribed``: SUBSCRIBE answered (the topic
   loaded, the subscription and its tracker recovered up to ``recover()``'s return);
-- ``first due``: the first message received;
+- ``first due``: the first message received; ``first overdue``: the first of those due while
+  down;
 - ``index serving``: the broker's log line ``delayed index of cursor sub serving`` (every
   bucket's membership read: ``broker/delayed/bucket_snapshots.py``), stamped when this process
   reads it;
@@ -103,7 +104,11 @@ isDelayedDeliveryDeliverAtTimeStrict = true
 
 
 def serve(shift_ms: int, argv: list[str]) -> int:
-    """The broker, with its delayed-delivery clock ``shift_ms`` behind the wall clock."""
+    """The broker, with its delayed-delivery clock ``shift_ms`` behind the wall clock (the
+    code of ``HORAE_BENCH_ROOT``'s checkout when it is set: ``--broker-root``)."""
+    root = os.environ.get("HORAE_BENCH_ROOT")
+    if root:
+        sys.path.insert(0, str(Path(root).resolve()))
     import broker.delayed.tracker as tracker
     from broker.cli import main as broker_main
 
@@ -129,13 +134,14 @@ class LogWatch:
         with self.log.open("w") as out:
             for line in self.stream:
                 out.write(line)
+                out.flush()
                 if self.serving is None and (m := SERVING_LINE.search(line)) \
                         and m.group(1) == SUBSCRIPTION:
                     self.serving = (time.perf_counter() - self.t0, _cpu(self.pid))
                     self.serving_event.set()
-                elif " WARNING " in line or " ERROR " in line or "Traceback" in line:
-                    if len(self.warnings) < 20:
-                        self.warnings.append(line.strip()[:300])
+                elif (" WARNING " in line or " ERROR " in line or "Traceback" in line) \
+                        and len(self.warnings) < 20:
+                    self.warnings.append(line.strip()[:300])
 
 
 def _cpu(pid: int) -> float:
@@ -226,6 +232,8 @@ class Receiver:
                         self.early_samples.append((key, i, when - base, clock - base,
                                                    round(now - self.t0, 3)))
                 if when <= base:
+                    if not self.caught_up:
+                        self._mark("first_overdue", now)
                     self.catch_up.append((now - self.first) * 1000)
                     self.caught_up += 1
                     late = True
@@ -339,7 +347,8 @@ async def one_round(args: argparse.Namespace, run: Path) -> dict[str, Any]:
          "--data-dir", str(data), "--broker-port", str(port), "--web-port", str(web),
          "--bind-address", "127.0.0.1", "--advertised-address", "127.0.0.1",
          "--config", str(run / "broker.toml")],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=str(HERE))
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=str(HERE),
+        env={**os.environ, "HORAE_BENCH_ROOT": str(Path(args.broker_root or HERE).resolve())})
     spy = None
     result: dict[str, Any] = {"copy_s": round(copy_s, 1)}
     try:
@@ -372,15 +381,16 @@ async def one_round(args: argparse.Namespace, run: Path) -> dict[str, Any]:
         result |= {"subscribed_s": round(subscribed - t0, 3), "subscribed_cpu_s": _cpu(proc.pid)}
         receiver = Receiver(conn, layout, args, base, shift_ms, proc.pid, t0)
         receiver.start()
-        loop = asyncio.get_running_loop()
+        # a checkout from before the serving log line: the catch-up alone ends the run
+        logs_serving = "delayed index of cursor" in (
+            Path(args.broker_root or HERE) / "broker/delayed/bucket_snapshots.py").read_text()
         while time.perf_counter() < deadline and proc.poll() is None:
-            if receiver.done.is_set() and watch.serving_event.is_set():
+            if receiver.done.is_set() and (watch.serving_event.is_set() or not logs_serving):
                 break
             await asyncio.sleep(0.05)
         end = min(deadline, time.perf_counter() + args.after_s)
         while time.perf_counter() < end and proc.poll() is None:
             await asyncio.sleep(0.05)
-        del loop
         cu = sorted(receiver.catch_up)
         result |= receiver.marks
         if watch.serving is not None:
@@ -433,17 +443,25 @@ def main() -> None:
     p.add_argument("--after-s", type=float, default=2.0, dest="after_s")
     p.add_argument("--timeout-s", type=float, default=600.0, dest="timeout_s")
     p.add_argument("--rounds", type=int, default=1)
+    p.add_argument("--broker-root", default="", dest="broker_root",
+                   help="run the broker with this checkout's code (default: this one)")
+    p.add_argument("--compare-with", default="", dest="compare_with",
+                   help="each round, also run the broker with this checkout's code "
+                        "(alternated, this checkout first)")
     p.add_argument("--keep", action="store_true", help="keep the copy and its broker log")
     p.add_argument("--py-spy", default="", dest="py_spy",
                    help="record the broker with py-spy into this SVG (.txt: collapsed stacks)")
     args = p.parse_args()
     work = Path(args.work) if args.work else Path(args.store).parent
     work.mkdir(parents=True, exist_ok=True)
+    roots = [args.broker_root or str(HERE)] + ([args.compare_with] if args.compare_with else [])
     for k in range(args.rounds):
-        load = os.getloadavg()[0]
-        r = asyncio.run(one_round(args, work / f"broker-run-{os.getpid()}-{k}"))
-        print(f"  whole broker (load {load:.1f} -> {os.getloadavg()[0]:.1f}): "
-              f"{json.dumps(r)}", flush=True)
+        for root in roots:
+            args.broker_root = root
+            load = os.getloadavg()[0]
+            r = asyncio.run(one_round(args, work / f"broker-run-{os.getpid()}-{k}"))
+            print(f"  whole broker, {root} (load {load:.1f} -> {os.getloadavg()[0]:.1f}): "
+                  f"{json.dumps(r)}", flush=True)
 
 
 if __name__ == "__main__":
