@@ -10,8 +10,9 @@ Usage: .venv/bin/python bench/delayed_restart_broker.py --store DIR --pending N
 ``--store DIR`` is a store ``bench/delayed_restart.py --store DIR --build-only`` built (its
 ``built`` directory and ``base``; the shape options must be the ones it was built with). Each
 round copies ``DIR/built`` to ``WORK/run/horae/store`` (the segment store of a broker whose
-data directory is ``WORK/run/horae``: ``broker/server.py``'s ``STORE_DIR_NAME``) and starts
-the real broker process there as bench/brokers.py does (``python -m broker serve`` on free
+data directory is ``WORK/run/horae``: ``broker/server.py``'s ``STORE_DIR_NAME``; then
+``os.sync()``: no writeback of the copy ahead of the broker's fsyncs) and starts the real
+broker process there as bench/brokers.py does (``python -m broker serve`` on free
 loopback ports, its own process) with three settings of its config file:
 
 - ``delayedDeliveryTrackerFactoryClassName``: the bucket tracker (Pulsar's and Horae's default
@@ -337,6 +338,9 @@ async def one_round(args: argparse.Namespace, run: Path) -> dict[str, Any]:
     data.mkdir(parents=True)
     c = time.perf_counter()
     shutil.copytree(store / "built", data / "store")
+    # the copy's dirty pages written back before the start: a broker restarted after a kill
+    # has no gigabytes of writeback ahead of its own fsyncs
+    os.sync()
     copy_s = time.perf_counter() - c
     (run / "broker.toml").write_text(CONFIG)
     port, web = free_port(), free_port()
