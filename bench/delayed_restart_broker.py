@@ -157,7 +157,7 @@ class Receiver:
     acknowledged; permits refilled by half."""
 
     def __init__(self, conn: Any, layout: dict[str, Any], shape: argparse.Namespace,
-                 base: int, shift_ms: int, pid: int, t0: float) -> None:
+                 base: int, shift_ms: int, pid: int, t0: float, overdue: int) -> None:
         from protocol import commands as C
         from protocol import pulsar_pb as pb
 
@@ -167,8 +167,7 @@ class Receiver:
         self.starts = {int(k): v for k, v in layout["starts"].items()}
         self.sealed_count = layout["sealed_count"]
         self.seen = bytearray(shape.pending)
-        self.overdue = _overdue(self.sealed_count, base, shape.delays, shape.pending,
-                                shape.ack_every, shape.cancel_every)
+        self.overdue = overdue
         self.received = self.early = self.dup = self.acked_out = self.cancelled_out = 0
         self.tail = self.caught_up = 0
         self.catch_up: list[float] = []
@@ -343,6 +342,10 @@ async def one_round(args: argparse.Namespace, run: Path) -> dict[str, Any]:
     os.sync()
     copy_s = time.perf_counter() - c
     (run / "broker.toml").write_text(CONFIG)
+    # counted before the start: seconds of CPU at 100M, which would hold the consumer's loop
+    # (and its PING answers) once it is connected
+    overdue = _overdue(layout["sealed_count"], base, args.delays, args.pending, args.ack_every,
+                       args.cancel_every)
     port, web = free_port(), free_port()
     t0 = time.perf_counter()
     shift_ms = time.time_ns() // 1_000_000 - (base + 1)
@@ -383,7 +386,7 @@ async def one_round(args: argparse.Namespace, run: Path) -> dict[str, Any]:
             conn.write(C.encode_pong())
         subscribed = time.perf_counter()
         result |= {"subscribed_s": round(subscribed - t0, 3), "subscribed_cpu_s": _cpu(proc.pid)}
-        receiver = Receiver(conn, layout, args, base, shift_ms, proc.pid, t0)
+        receiver = Receiver(conn, layout, args, base, shift_ms, proc.pid, t0, overdue)
         receiver.start()
         # a checkout from before the serving log line: the catch-up alone ends the run
         logs_serving = "delayed index of cursor" in (
