@@ -496,6 +496,7 @@ class BucketSnapshots:
         on the loop: no hand-off). A first segment that could not come with its
         membership is read after it (``load_first_segments``)."""
         order = deque(buckets)
+        started = time.monotonic()
 
         async def job(size: int) -> None:
             batch = [order.popleft() for _ in range(min(size, len(order)))]
@@ -513,6 +514,11 @@ class BucketSnapshots:
         # the first job is not awaited alone: a read that hangs holds back its own buckets only
         await asyncio.gather(*(worker(k == 0)
                                for k in range(max(min(RECOVERY_READS, len(order)), 1))))
+        if not self._closed:
+            # the moment the index serves whole (every ledger's membership is known)
+            log.info("delayed index of cursor %s serving: the memberships of %d buckets read "
+                     "in %.3f s", getattr(self._cursor, "name", "?"), len(buckets),
+                     time.monotonic() - started)
 
     async def _settle(self, batch: list[ImmutableBucket], mark_delete: Position) -> None:
         """Read the membership of READING buckets (one read job, one decode job); each is

@@ -31,6 +31,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
 from typing import Protocol
 
 from pyroaring import BitMap
@@ -43,7 +44,8 @@ from storage.positions import Position
 
 log = logging.getLogger("horae.delayed.relocate")
 
-__all__ = ["MAX_PENDING_SHARE", "RELOCATE_INTERVAL_S", "DelayedRelocator", "relocate_held"]
+__all__ = ["MAX_ENTRIES_PER_RUN", "MAX_PENDING_SHARE", "RELOCATE_INTERVAL_S", "DelayedRelocator",
+           "Walk", "relocate_held"]
 
 #: A ledger is copied forward while its pending bytes are below this share of it (above it, the
 #: ledger already keeps little else: kept/pending <= 1 / 0.9 ~ 1.11).
@@ -53,6 +55,18 @@ MAX_LEDGERS_PER_RUN = 4
 #: Seconds between runs for one topic.
 RELOCATE_INTERVAL_S = 30.0
 READ_CHUNK = 1_000
+#: Entries a run looks at, at most (one Python step each on the event loop): a run over a large
+#: backlog (100M pending: minutes of CPU) resumes where the previous one stopped instead.
+MAX_ENTRIES_PER_RUN = 1_000_000
+
+
+@dataclass
+class Walk:
+    """Where the next run of :func:`relocate_held` starts: after ledger ``resume_after`` (None:
+    at the first ledger), and how many entries a run may look at."""
+
+    resume_after: int | None = None
+    max_entries: int = MAX_ENTRIES_PER_RUN
 
 
 class Holder(Protocol):
@@ -73,6 +87,7 @@ async def relocate_held(
     up_to_ledger_id: int | None = None, readers: Iterable[Position] = (),
     max_ledgers: int = MAX_LEDGERS_PER_RUN, max_share: float = MAX_PENDING_SHARE,
     min_delay_ms: int = 0, now_ms: int | None = None, near_due: set[int] | None = None,
+    walk: Walk | None = None,
 ) -> list[int]:
     """Copy forward the pending entries of the sealed ledgers held only by them; the ledger
     ids copied (now trimmable). *holders*: one (cursor, pending) per durable subscription;
@@ -83,14 +98,24 @@ async def relocate_held(
     ledger none of whose pending entries is due *min_delay_ms* or more after *now_ms* (default:
     the wall clock) is passed over too: it frees itself soon. Such a ledger never becomes worth
     copying (due times stay, holds only go): its id is added to *near_due*, and ledgers already
-    there are passed over without a look."""
+    there are passed over without a look. With *walk*, the run starts after the ledger where
+    the previous one stopped for its entry budget, looks at no more entries than that budget
+    (the ledgers after wait for the next run) and lets the event loop run between ledgers; a
+    run that reaches the end of the walk (or its stop) sends the next one back to the first
+    ledger."""
     if not holders or ledger.trim_blockers or ledger.closed:
         return []
     slowest_reader = min(readers, default=None)
     done: list[int] = []
     relocated = ledger.relocated
+    resume_after = walk.resume_after if walk is not None else None
+    if walk is not None:
+        walk.resume_after = None       # unless this run stops for its budget
+    looked_at = 0
     for info in ledger.ledgers[:-1]:  # the last one is the current ledger
         lid = info.ledger_id
+        if resume_after is not None and lid <= resume_after:
+            continue      # looked at by the previous run
         last = Position(lid, info.entries - 1)
         if not info.sealed:
             break
@@ -102,6 +127,15 @@ async def relocate_held(
             continue  # consumed: the trimmer's own
         if relocated.is_relocated(lid) or (near_due is not None and lid in near_due):
             continue
+        if walk is not None:
+            if looked_at and looked_at + info.entries > walk.max_entries:
+                walk.resume_after = lid - 1    # the next run starts at this ledger
+                break
+            looked_at += info.entries
+            if looked_at > info.entries:
+                await asyncio.sleep(0)   # the loop runs between ledgers
+                if ledger.closed:
+                    break
         held = _held_entries(lid, info.entries, holders)
         if held is None:
             break  # something else holds it (an entry is in a subscription's backlog)
@@ -261,6 +295,8 @@ class DelayedRelocator:
         self._interval_s = interval_s
         #: Ledgers passed over as due soon (never worth a copy later); pruned to the ledger list.
         self._near_due: set[int] = set()
+        #: Where the next run's walk starts and its entry budget.
+        self._walk = Walk()
         self._subscriptions = subscriptions
         self._bound = retention_bound
         self._trim_now = trim_now
@@ -301,7 +337,7 @@ class DelayedRelocator:
             self._near_due.intersection_update(info.ledger_id for info in ledger.ledgers)
             done = await relocate_held(ledger, holders, up_to_ledger_id=self._bound(),
                                        readers=readers, min_delay_ms=self._min_delay_ms,
-                                       near_due=self._near_due)
+                                       near_due=self._near_due, walk=self._walk)
             if done:
                 self.ledgers_relocated += len(done)
                 await self._trim_now()
