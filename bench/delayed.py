@@ -44,10 +44,13 @@ It prints RSS growth and the index estimate per message, the indexes in memory, 
 on disk, the add rate and the process's peak RSS (interpreter included; buckets whose snapshot
 is not written yet hold their segments), per size, so the per-message figure can be read for
 flatness.
-``--pulsar N`` adds the same three workloads (N messages each) on Apache Pulsar 4.0 standalone
-(:mod:`bench.pulsar_peer`, heap ``-Xmx2g``) in the same run: published with the official
-client (unbatched, as delayed messages are), read into its delayed index by a connected
-Shared consumer, then its ``pulsar_delayed_message_index_size_bytes`` and the JVM's RSS growth.
+``--pulsar N,N,...`` adds the same workloads (``--kinds``, N messages each) on Apache Pulsar 4.0
+standalone in the same run (:mod:`bench.delayed_pulsar`: a fresh JVM per figure, heap
+``--pulsar-heap``, trackers ``--pulsar-trackers in-memory,bucket``, extra settings
+``--pulsar-conf k=v,...``): published over the raw wire (unbatched, as clients send delayed
+messages, each SEND with its own ``deliver_at_time``), read into its delayed index by a connected
+Shared consumer, then ``msgDelayed``, ``pulsar_delayed_message_index_size_bytes``, the JVM's RSS
+and live-heap growth, the publish rate and the broker's CPU per message.
 
 The end-to-end figures through the official client are in ``bench/delayed_e2e.py``: lateness
 of 20,000 messages due over 10 s (strict, 10 ms tick; in-memory and bucket trackers) and the

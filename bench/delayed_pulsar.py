@@ -25,9 +25,10 @@ its permit returned, and reported as ``early``). Then:
 - the index: ``pulsar_delayed_message_index_*`` of ``/metrics`` after one refresh
   (``statsUpdateFrequencyInSecs``, set to :data:`STATS_EVERY_S`): ``pulsar_delayed_message_index_size_bytes`` is the
   tracker's own estimate, the bucket tracker adds its bucket and snapshot figures;
-- the JVM: RSS growth from just before the first SEND to after the metrics refresh, and its
-  live heap after a full collection (``jcmd PID GC.run``, then ``jvm_memory_bytes_used`` of
-  the heap), with its maximum, so one can see whether ``-Xmx`` bounds anything;
+- the JVM: RSS growth from just before the first SEND to after the metrics refresh, and the
+  growth of its live heap over the same span (a full collection, ``jcmd PID GC.run``, then
+  ``GC.heap_info``'s used, before and after), with ``-Xmx``, so one can see whether the
+  heap bounds anything;
 - the broker's CPU seconds over the publish phases per message (``/proc/PID/stat``), which
   the machine's load moves less than the publish rate.
 """
