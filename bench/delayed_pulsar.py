@@ -29,6 +29,11 @@ its permit returned, and reported as ``early``). Then:
   growth of its live heap over the same span (a full collection, ``jcmd PID GC.run``, then
   ``GC.heap_info``'s used, before and after), with ``-Xmx``, so one can see whether the
   heap bounds anything;
+- the live heap the subscription's delete frees (its dispatcher and tracker go with it): the
+  on-heap part of the index (4.0's in-memory tracker keeps its whole index off the heap, in
+  pooled direct buffers: a priority queue of (deliver_at, ledger, entry) triples, 24 B per
+  message, whose capacity is the tracker's estimate; freed pooled buffers stay in the pool,
+  so no JVM figure shows them go);
 - the broker's CPU seconds over the publish phases per message (``/proc/PID/stat``), which
   the machine's load moves less than the publish rate.
 """
@@ -102,6 +107,8 @@ class PulsarRun:
     rss_growth_bytes: float = 0.0
     heap_live_bytes: float = 0.0
     """Growth of the heap's live bytes (after a full collection) over the run."""
+    heap_freed_bytes: float = 0.0
+    """Live heap freed by deleting the subscription afterwards (its tracker with it)."""
     heap_max_bytes: float = 0.0
     index: dict[str, float] = field(default_factory=dict)
     """``pulsar_delayed_message_index_*`` series of the topic (summed over labels)."""
@@ -295,7 +302,27 @@ async def measure(broker: Broker, kind: str, n: int, deliver_at: Iterator[int], 
             raise RuntimeError(f"consumer of {topic}: {holder.lost}")
     finally:
         holder.close()
+    if jvm:
+        # The subscription's delete closes its dispatcher and tracker: the live heap it frees
+        # is the index as the JVM holds it (the tracker's estimate is its bitmaps' own count)
+        try:
+            await asyncio.to_thread(delete_subscription, broker, topic)
+        except OSError as exc:   # the figures above stand without this one
+            print(f"    deleting the subscription failed: {exc}", flush=True)
+            run.heap_freed_bytes = float("nan")
+        else:
+            heap2, _ = await asyncio.to_thread(live_heap, broker)
+            run.heap_freed_bytes = heap1 - heap2
     return run
+
+
+def delete_subscription(broker: Broker, topic: str) -> None:
+    path = topic.replace("persistent://", "persistent/")
+    url = (f"http://{broker.host}:{broker.web_port}/admin/v2/{path}/subscription/"
+           f"{SUBSCRIPTION}?force=true")
+    request = urllib.request.Request(url, method="DELETE")
+    with urllib.request.urlopen(request, timeout=300) as resp:  # loopback only
+        resp.read()
 
 
 def relative_deliver_times(kind: str, n: int) -> Iterator[int]:
@@ -347,7 +374,10 @@ def run_pulsar(sizes: list[int], kinds: tuple[str, ...], trackers: list[str], *,
                                     if k != "pulsar_delayed_message_index_size_bytes"}
                     oom = "OutOfMemoryError" in broker.log.read_text(errors="replace")
                 print(row(tracker, r, load_average()), flush=True)
-                print(f"    heap live {r.heap_live_bytes / 1048576:,.0f} MiB of "
-                      f"{r.heap_max_bytes / 1048576:,.0f}; publish {r.publish_s:.0f} s "
+                print(f"    heap live +{r.heap_live_bytes / 1048576:,.0f} MiB of "
+                      f"{r.heap_max_bytes / 1048576:,.0f}, "
+                      f"{r.heap_freed_bytes / r.n:.2f} B/msg of live heap freed by deleting "
+                      f"the subscription"
+                      f"; publish {r.publish_s:.0f} s "
                       f"(+{r.build_s:.0f} s building frames); {extra_series or ''}"
                       f"{'; OutOfMemoryError in its log' if oom else ''}", flush=True)
