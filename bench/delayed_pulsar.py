@@ -221,13 +221,17 @@ _SERIES = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
 
 
 def metric_series(text: str, prefix: str, topic: str | None = None) -> dict[str, float]:
-    """Sums of the Prometheus series named ``prefix*`` (of ``topic``'s lines if given)."""
+    """Sums of the Prometheus series named ``prefix*`` (of ``topic``'s lines if given; the
+    per-subscription lines that repeat a topic's figure are left out)."""
     out: dict[str, float] = {}
     for line in text.splitlines():
         if not line.startswith(prefix):
             continue
         m = _SERIES.match(line)
-        if m is None or (topic is not None and f'topic="{topic}"' not in (m.group(2) or "")):
+        labels = m.group(2) or "" if m is not None else ""
+        if m is None or (topic is not None and f'topic="{topic}"' not in labels):
+            continue
+        if 'subscription="' in labels:   # the topic's line already counts its subscriptions
             continue
         with contextlib.suppress(ValueError):
             out[m.group(1)] = out.get(m.group(1), 0.0) + float(m.group(3))

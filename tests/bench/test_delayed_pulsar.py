@@ -57,6 +57,7 @@ def test_metric_series_sums_one_topics_lines() -> None:
         'pulsar_delayed_message_index_size_bytes{cluster="c",topic="t2"} 99',
         'pulsar_delayed_message_index_loaded{cluster="c",topic="t1",bucket="a"} 3',
         'pulsar_delayed_message_index_loaded{cluster="c",topic="t1",bucket="b"} 4',
+        'pulsar_delayed_message_index_loaded{cluster="c",topic="t1",subscription="s"} 7',
     ])
     assert metric_series(text, "pulsar_delayed_message_index", "t1") == {
         "pulsar_delayed_message_index_size_bytes": 10.0,
