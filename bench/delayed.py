@@ -121,6 +121,11 @@ def scale_workload(kind: str, n: int, seed: int = 1) -> Any:
         yield 10 + i // ENTRIES_PER_LEDGER, i % ENTRIES_PER_LEDGER, published, at
 
 
+def scale_deliver_times(kind: str, n: int) -> Any:
+    """The deliver times of :func:`scale_workload`, ms after its first publish."""
+    return (at - T0 for _, _, _, at in scale_workload(kind, n))
+
+
 def positions(n: int, seed: int = 1, ledger_offset: int = 0) -> Any:
     """The workload as a dispatcher hands it to a tracker: (Position, deliver_at_ms)."""
     from storage.positions import Position
@@ -418,8 +423,8 @@ def main() -> None:
 
             extra = dict(kv.split("=", 1) for kv in args.pulsar_conf.split(",") if kv)
             run_pulsar([int(x) for x in args.pulsar.split(",")], tuple(args.kinds.split(",")),
-                       args.pulsar_trackers.split(","), heap=args.pulsar_heap, extra=extra,
-                       lead_s=args.pulsar_lead_s)
+                       args.pulsar_trackers.split(","), scale_deliver_times,
+                       heap=args.pulsar_heap, extra=extra, lead_s=args.pulsar_lead_s)
         return
     n_mem, n_bucket = (100_000, 1_000_000) if args.quick else (args.in_memory, args.bucket)
     c = measure("cancels", args.cancels)

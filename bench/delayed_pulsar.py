@@ -50,7 +50,7 @@ import subprocess
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -329,12 +329,6 @@ def delete_subscription(broker: Broker, topic: str) -> None:
         resp.read()
 
 
-def relative_deliver_times(kind: str, n: int) -> Iterator[int]:
-    from bench.delayed import T0, scale_workload
-
-    return (at - T0 for _, _, _, at in scale_workload(kind, n))
-
-
 def load_average() -> str:
     return " ".join(f"{x:.1f}" for x in os.getloadavg())
 
@@ -353,9 +347,12 @@ def row(tracker: str, r: PulsarRun, load: str) -> str:
             f"{r.read_in_s:>10.0f}{r.early:>6}  {load}")
 
 
-def run_pulsar(sizes: list[int], kinds: tuple[str, ...], trackers: list[str], *, heap: str,
+def run_pulsar(sizes: list[int], kinds: tuple[str, ...], trackers: list[str],
+               deliver_times: Callable[[str, int], Iterator[int]], *, heap: str,
                extra: Mapping[str, str] | None = None, lead_s: float = LEAD_S) -> None:
-    """The ``--scale`` workloads on Pulsar 4.0 standalone, one fresh JVM per figure."""
+    """The ``--scale`` workloads on Pulsar 4.0 standalone, one fresh JVM per figure;
+    ``deliver_times(kind, n)`` gives each message's deliver time relative to the first
+    publish, ms (:func:`bench.delayed.scale_deliver_times`)."""
     from bench.pulsar_peer import start_pulsar_standalone
 
     print(f"Apache Pulsar 4.0 standalone, -Xmx{heap}, raw-wire publish ({CONNECTIONS} producers x "
@@ -371,7 +368,7 @@ def run_pulsar(sizes: list[int], kinds: tuple[str, ...], trackers: list[str], *,
                         start_pulsar_standalone(Path(tmp), sync=False, extra=conf,
                                                 heap=heap) as broker:
                     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-                        r = runner.run(measure(broker, kind, n, relative_deliver_times(kind, n),
+                        r = runner.run(measure(broker, kind, n, deliver_times(kind, n),
                                                lead_s=lead_s))
                     extra_series = {k.removeprefix("pulsar_delayed_message_index_"): v
                                     for k, v in r.index.items()

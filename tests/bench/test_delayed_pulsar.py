@@ -12,6 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from bench.brokers import Broker, start_horae
+from bench.delayed import scale_deliver_times
 from bench.delayed_pulsar import (
     Holder,
     PulsarRun,
@@ -19,7 +20,6 @@ from bench.delayed_pulsar import (
     metric_series,
     metrics_text,
     publish_delayed,
-    relative_deliver_times,
     wait_read_in,
 )
 from bench.wire_clients import subscribe
@@ -73,7 +73,7 @@ def test_raw_wire_delayed_publish_fills_the_index(horae: Broker) -> None:
         holder = Holder(await subscribe(horae, topic))
         try:
             base_ms = 4_000_000_000_000   # year 2096: nothing falls due
-            await publish_delayed(horae, topic, relative_deliver_times("dense", n), n, run,
+            await publish_delayed(horae, topic, scale_deliver_times("dense", n), n, run,
                                   base_ms=base_ms, connections=3, in_flight=50, chunk=1_000)
             indexed = await wait_read_in(horae, topic, n, poll_s=0.2, stable_polls=50,
                                          timeout_s=60)
