@@ -44,10 +44,13 @@ It prints RSS growth and the index estimate per message, the indexes in memory, 
 on disk, the add rate and the process's peak RSS (interpreter included; buckets whose snapshot
 is not written yet hold their segments), per size, so the per-message figure can be read for
 flatness.
-``--pulsar N`` adds the same three workloads (N messages each) on Apache Pulsar 4.0 standalone
-(:mod:`bench.pulsar_peer`, heap ``-Xmx2g``) in the same run: published with the official
-client (unbatched, as delayed messages are), read into its delayed index by a connected
-Shared consumer, then its ``pulsar_delayed_message_index_size_bytes`` and the JVM's RSS growth.
+``--pulsar N,N,...`` adds the same workloads (``--kinds``, N messages each) on Apache Pulsar 4.0
+standalone in the same run (:mod:`bench.delayed_pulsar`: a fresh JVM per figure, heap
+``--pulsar-heap``, trackers ``--pulsar-trackers in-memory,bucket``, extra settings
+``--pulsar-conf k=v,...``): published over the raw wire (unbatched, as clients send delayed
+messages, each SEND with its own ``deliver_at_time``), read into its delayed index by a connected
+Shared consumer, then ``msgDelayed``, ``pulsar_delayed_message_index_size_bytes``, the JVM's RSS
+and live-heap growth, the publish rate and the broker's CPU per message.
 
 The end-to-end figures through the official client are in ``bench/delayed_e2e.py``: lateness
 of 20,000 messages due over 10 s (strict, 10 ms tick; in-memory and bucket trackers) and the
@@ -116,6 +119,11 @@ def scale_workload(kind: str, n: int, seed: int = 1) -> Any:
         else:
             at = published + 2000 + rnd(365 * DAY_MS)
         yield 10 + i // ENTRIES_PER_LEDGER, i % ENTRIES_PER_LEDGER, published, at
+
+
+def scale_deliver_times(kind: str, n: int) -> Any:
+    """The deliver times of :func:`scale_workload`, ms after its first publish."""
+    return (at - T0 for _, _, _, at in scale_workload(kind, n))
 
 
 def positions(n: int, seed: int = 1, ledger_offset: int = 0) -> Any:
@@ -379,77 +387,6 @@ def print_scale(sizes: list[int], kinds: tuple[str, ...] = SCALE_KINDS) -> None:
     print("targets: <= 1 B/msg fixed or dense, <= 4 B/msg random over a year, at 100M")
 
 
-def pulsar_metric(web: str, name: str, topic: str) -> float:
-    """Sum of a Prometheus series of Pulsar's /metrics for one topic."""
-    import urllib.request
-
-    with urllib.request.urlopen(f"{web}/metrics/", timeout=30) as resp:  # loopback only
-        text = resp.read().decode()
-    total = 0.0
-    for line in text.splitlines():
-        if line.startswith(name + "{") and f'topic="{topic}"' in line:
-            total += float(line.rsplit(" ", 1)[1])
-    return total
-
-
-def run_pulsar(n: int) -> None:
-    """The scale workloads on Pulsar 4.0 standalone (module docstring)."""
-    import urllib.request
-
-    import pulsar
-
-    from bench.delayed_e2e import publish
-    from bench.processes import rss_mib
-    from bench.pulsar_peer import start_pulsar_standalone
-
-    print(f"Apache Pulsar 4.0 standalone, -Xmx2g, default in-memory tracker "
-          f"(tick {TICK_MS} ms), {n:,} messages per workload")
-    print(f"{'workload':10}{'messages':>13}{'indexed':>11}{'index B/msg':>13}{'B/indexed':>13}"
-          f"{'RSS B/msg':>11}{'publish/s':>11}")
-    with tempfile.TemporaryDirectory(prefix="horae-bench-pulsar-") as tmp, \
-            start_pulsar_standalone(Path(tmp), sync=False) as broker:
-        web = f"http://{broker.host}:{broker.web_port}"
-        client = pulsar.Client(broker.url, operation_timeout_seconds=120,
-                               logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
-        try:
-            for kind in SCALE_KINDS:
-                topic = f"persistent://public/default/delayed-{kind}"
-                consumer = client.subscribe(topic, "sub", consumer_type=pulsar.ConsumerType.Shared)
-                producer = client.create_producer(topic, batching_enabled=False,
-                                                  block_if_queue_full=True)
-                time.sleep(2)  # settle: a JVM's RSS has no event to wait on
-                rss_before = rss_mib(broker.pid) * 1048576
-                now = int(time.time() * 1000)
-                payloads = [(b"x", now + at - T0)
-                            for _, _, _, at in scale_workload(kind, n)]
-                started = time.perf_counter()
-                failed = publish(producer, payloads, 1000)
-                rate = n / (time.perf_counter() - started)
-                del payloads
-                stats_url = f"{web}/admin/v2/persistent/public/default/delayed-{kind}/stats"
-                held, now_held, deadline = -1, 0, time.monotonic() + 300
-                while time.monotonic() < deadline:   # the dispatcher reads the backlog in
-                    with urllib.request.urlopen(stats_url, timeout=30) as resp:  # loopback only
-                        now_held = json.loads(resp.read())["subscriptions"]["sub"]["msgDelayed"]
-                    if now_held == held or now_held >= n:
-                        break
-                    held = now_held
-                    time.sleep(10)  # polling Pulsar's stats: nothing to wait on but its answers
-                held = now_held
-                # Pulsar refreshes its Prometheus topic figures once a minute
-                # (statsUpdateFrequencyInSecs): read the index size after a refresh.
-                time.sleep(65)
-                size = pulsar_metric(web, "pulsar_delayed_message_index_size_bytes", topic)
-                rss = rss_mib(broker.pid) * 1048576 - rss_before
-                print(f"{kind:10}{n:>13,}{held:>11,}{size / n:>13.3f}{size / max(held, 1):>13.3f}"
-                      f"{rss / n:>11.2f}{rate:>11,.0f}"
-                      f"{'' if not failed else f'  ({failed} failed sends)'}", flush=True)
-                producer.close()
-                consumer.close()
-        finally:
-            client.close()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--in-memory", type=int, default=1_000_000, dest="in_memory")
@@ -461,8 +398,17 @@ def main() -> None:
     parser.add_argument("--scale", help="bucket tracker index memory at these sizes (N,N,...)")
     parser.add_argument("--kinds", default=",".join(SCALE_KINDS),
                         help="--scale workloads to run (fixed,dense,year)")
-    parser.add_argument("--pulsar", type=int, default=0,
-                        help="the --scale workloads on Pulsar 4.0 standalone, N messages each")
+    parser.add_argument("--pulsar", default="",
+                        help="the --scale workloads on Pulsar 4.0 standalone at these sizes "
+                             "(N,N,...; bench/delayed_pulsar.py)")
+    parser.add_argument("--pulsar-trackers", default="in-memory", dest="pulsar_trackers",
+                        help="Pulsar's trackers to run: in-memory,bucket")
+    parser.add_argument("--pulsar-heap", default="2g", dest="pulsar_heap",
+                        help="Pulsar's -Xmx (e.g. 6g)")
+    parser.add_argument("--pulsar-conf", default="", dest="pulsar_conf",
+                        help="extra Pulsar settings, key=value,key=value")
+    parser.add_argument("--pulsar-lead-s", type=float, default=1800.0, dest="pulsar_lead_s",
+                        help="seconds from the start to the first deliver time on Pulsar")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--n", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -473,7 +419,12 @@ def main() -> None:
         if args.scale:
             print_scale([int(x) for x in args.scale.split(",")], tuple(args.kinds.split(",")))
         if args.pulsar:
-            run_pulsar(args.pulsar)
+            from bench.delayed_pulsar import run_pulsar
+
+            extra = dict(kv.split("=", 1) for kv in args.pulsar_conf.split(",") if kv)
+            run_pulsar([int(x) for x in args.pulsar.split(",")], tuple(args.kinds.split(",")),
+                       args.pulsar_trackers.split(","), scale_deliver_times,
+                       heap=args.pulsar_heap, extra=extra, lead_s=args.pulsar_lead_s)
         return
     n_mem, n_bucket = (100_000, 1_000_000) if args.quick else (args.in_memory, args.bucket)
     c = measure("cancels", args.cancels)

@@ -192,7 +192,10 @@ def listening_ports(pid: int) -> set[int]:
 
 @contextlib.contextmanager
 def start_pulsar_standalone(tmp: pathlib.Path, *, sync: bool = True, name: str = "pulsar",
-                            extra: Mapping[str, str] | None = None) -> Iterator[Broker]:
+                            extra: Mapping[str, str] | None = None,
+                            heap: str | None = None) -> Iterator[Broker]:
+    """*heap*: ``-Xmx`` in the JVM's notation, e.g. ``"6g"`` (direct memory stays 2g); default
+    :data:`HEAP`."""
     lib = runtime_jars()
     port, web, bookie = free_port(), free_port(), free_port()
     base = tmp / name
@@ -204,7 +207,8 @@ def start_pulsar_standalone(tmp: pathlib.Path, *, sync: bool = True, name: str =
     (base / "log4j2.xml").write_text(LOG4J2)
     log = tmp / f"{name}.log"
     java = os.environ.get("PULSAR_JAVA", "java")
-    args = [java, *HEAP, *JVM_OPTS, f"-Dlog4j.configurationFile={base / 'log4j2.xml'}",
+    jvm_heap = HEAP if heap is None else [f"-Xmx{heap}", *HEAP[1:]]
+    args = [java, *jvm_heap, *JVM_OPTS, f"-Dlog4j.configurationFile={base / 'log4j2.xml'}",
             f"-Djava.io.tmpdir={base}", "-cp", f"{lib}/*",
             "org.apache.pulsar.PulsarStandaloneStarter", "--config", str(conf),
             "--no-functions-worker", "--no-stream-storage", "--advertised-address", "127.0.0.1",
