@@ -17,7 +17,16 @@
  * plain_metadata(entry) -> bool
  *     send_accel.plain_metadata_py: scan_publish_metadata(entry) is SINGLE.
  *
- * Both read only the buffer they are given (bytes or bytearray), within its length; no state.
+ * encode_message_run(crc32c, by_reference_bytes, consumer_id, partition, positions, entries)
+ *     -> list[bytes]
+ *     protocol.hot_commands.encode_message_run_py: the MESSAGE frames of a run of plain entries
+ *     to one consumer. b"".join of the result is the reference's frames byte for byte; an entry
+ *     of at least by_reference_bytes is a buffer of its own (the entry object itself, written
+ *     by reference), and every other byte is joined into as few buffers as that allows (what
+ *     protocol.framing.coalesce makes of the reference's buffers). Ids are ints in
+ *     [-2**63, 2**64) (a negative one is a 10-byte varint, as the reference's); entries bytes.
+ *
+ * They read only the buffers they are given (bytes or bytearray), within their length; no state.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -270,11 +279,247 @@ done:
     return Py_NewRef(plain ? Py_True : Py_False);
 }
 
+/* The protobuf varint of an int in [-2**63, 2**64) (negatives as 10-byte two's complement):
+ * its length, written to out (10 bytes of room); -1 with an exception set otherwise. */
+static int
+int_varint(PyObject *value, uint8_t *out)
+{
+    if (!PyLong_Check(value)) {
+        PyErr_SetString(PyExc_TypeError, "an id must be an int");
+        return -1;
+    }
+    int overflow = 0;
+    long long signed_value = PyLong_AsLongLongAndOverflow(value, &overflow);
+    uint64_t v;
+    if (overflow == 0) {
+        if (signed_value == -1 && PyErr_Occurred())
+            return -1;
+        v = (uint64_t)signed_value;
+    } else if (overflow > 0) {
+        v = PyLong_AsUnsignedLongLong(value);
+        if (v == (uint64_t)-1 && PyErr_Occurred())
+            return -1;
+    } else {
+        PyErr_SetString(PyExc_OverflowError, "an id below -2**63");
+        return -1;
+    }
+    int n = 0;
+    while (v >= 0x80) {
+        out[n++] = (uint8_t)(v & 0x7F) | 0x80;
+        v >>= 7;
+    }
+    out[n++] = (uint8_t)v;
+    return n;
+}
+
+static inline void
+put_u32be(uint8_t *b, uint32_t v)
+{
+    b[0] = (uint8_t)(v >> 24);
+    b[1] = (uint8_t)(v >> 16);
+    b[2] = (uint8_t)(v >> 8);
+    b[3] = (uint8_t)v;
+}
+
+/* One frame of a run, measured before anything is written. */
+typedef struct {
+    PyObject *entry;        /* borrowed from the entries sequence */
+    Py_ssize_t entry_len;
+    Py_ssize_t ledger_at;   /* offset of its ledger's varint in the ledger buffer */
+    uint8_t ledger_len;
+    uint8_t entry_no_len;
+    uint8_t entry_no[10];
+    uint8_t by_reference;
+} RunFrame;
+
+/* A MESSAGE head: header (8) + BaseCommand prefix 08 09 4a L (4) + consumer 08 v 12 + M +
+ * 08 ledger 10 entry [18 partition] + magic and CRC (6). At most 8 + 4 + 12 + 1 + 33 + 6. */
+#define MAX_HEAD 64
+
+static PyObject *
+encode_message_run(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "encode_message_run takes 6 arguments");
+        return NULL;
+    }
+    PyObject *crc32c = args[0];
+    Py_ssize_t by_reference = PyLong_AsSsize_t(args[1]);
+    if (by_reference == -1 && PyErr_Occurred())
+        return NULL;
+    uint8_t consumer[10], partition[10];
+    int consumer_len = int_varint(args[2], consumer);
+    if (consumer_len < 0)
+        return NULL;
+    int partition_len = 0; /* with its tag: 0 when None */
+    if (args[3] != Py_None) {
+        partition_len = int_varint(args[3], partition);
+        if (partition_len < 0)
+            return NULL;
+        partition_len += 1;
+    }
+    PyObject *positions = PySequence_Fast(args[4], "positions must be a sequence");
+    if (positions == NULL)
+        return NULL;
+    PyObject *entries = PySequence_Fast(args[5], "entries must be a sequence");
+    if (entries == NULL) {
+        Py_DECREF(positions);
+        return NULL;
+    }
+    PyObject *result = NULL, *chunk = NULL;
+    RunFrame *frames = NULL;
+    uint8_t *ledgers = NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(positions);
+    if (PySequence_Fast_GET_SIZE(entries) != n) {
+        /* what zip(strict=True) says of sequences of different lengths */
+        PyErr_SetString(PyExc_ValueError, "positions and entries differ in length");
+        goto done;
+    }
+    result = PyList_New(0);
+    if (result == NULL || n == 0)
+        goto done;
+    frames = PyMem_Malloc((size_t)n * sizeof(RunFrame));
+    ledgers = PyMem_Malloc((size_t)n * 10); /* a ledger's varint per change of ledger */
+    if (frames == NULL || ledgers == NULL) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    PyObject **pos_items = PySequence_Fast_ITEMS(positions);
+    PyObject **entry_items = PySequence_Fast_ITEMS(entries);
+    /* pass 1: every frame's ids and sizes (an error here leaves nothing half written) */
+    PyObject *last_ledger = NULL;
+    Py_ssize_t ledgers_used = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        RunFrame *f = &frames[i];
+        PyObject *pos = pos_items[i];
+        if (!PyTuple_Check(pos) || PyTuple_GET_SIZE(pos) != 2) {
+            PyErr_SetString(PyExc_TypeError, "a position must be a (ledger id, entry id) tuple");
+            goto fail;
+        }
+        PyObject *ledger_id = PyTuple_GET_ITEM(pos, 0);
+        int same = 0;
+        if (last_ledger != NULL) {
+            same = PyObject_RichCompareBool(ledger_id, last_ledger, Py_EQ);
+            if (same < 0)
+                goto fail;
+        }
+        if (same) {
+            f->ledger_at = frames[i - 1].ledger_at;
+            f->ledger_len = frames[i - 1].ledger_len;
+        } else {
+            int len = int_varint(ledger_id, ledgers + ledgers_used);
+            if (len < 0)
+                goto fail;
+            f->ledger_at = ledgers_used;
+            f->ledger_len = (uint8_t)len;
+            ledgers_used += len;
+            last_ledger = ledger_id;
+        }
+        int entry_no_len = int_varint(PyTuple_GET_ITEM(pos, 1), f->entry_no);
+        if (entry_no_len < 0)
+            goto fail;
+        f->entry_no_len = (uint8_t)entry_no_len;
+        PyObject *entry = entry_items[i];
+        if (!PyBytes_Check(entry)) {
+            PyErr_SetString(PyExc_TypeError, "an entry must be bytes");
+            goto fail;
+        }
+        f->entry = entry;
+        f->entry_len = PyBytes_GET_SIZE(entry);
+        if (f->entry_len > (Py_ssize_t)UINT32_MAX - 128) {
+            PyErr_SetString(PyExc_OverflowError, "an entry too large for a frame");
+            goto fail;
+        }
+        f->by_reference = f->entry_len >= by_reference;
+    }
+    /* pass 2: each buffer of joined frames sized to its end (the next entry by reference),
+     * then written */
+    const int lead_base = consumer_len + 3; /* 08 consumer 12, then the MessageIdData length */
+    Py_ssize_t i = 0;
+    while (i < n) {
+        Py_ssize_t size = 0, j = i;
+        for (; j < n; j++) {
+            RunFrame *f = &frames[j];
+            size += 8 + 4 + lead_base + 2 + f->ledger_len + f->entry_no_len + partition_len + 6;
+            if (f->by_reference) {
+                j++;
+                break;
+            }
+            size += f->entry_len;
+        }
+        chunk = PyBytes_FromStringAndSize(NULL, size);
+        if (chunk == NULL)
+            goto fail;
+        uint8_t *w = (uint8_t *)PyBytes_AS_STRING(chunk);
+        for (; i < j; i++) {
+            RunFrame *f = &frames[i];
+            PyObject *crc = PyObject_CallOneArg(crc32c, f->entry);
+            if (crc == NULL)
+                goto fail;
+            unsigned long crc_value = PyLong_AsUnsignedLong(crc);
+            Py_DECREF(crc);
+            if (crc_value == (unsigned long)-1 && PyErr_Occurred())
+                goto fail;
+            int mid = 2 + f->ledger_len + f->entry_no_len + partition_len; /* MessageIdData */
+            uint32_t command_size = (uint32_t)(lead_base + mid + 4);
+            put_u32be(w, (uint32_t)(command_size + 10 + f->entry_len));
+            put_u32be(w + 4, command_size);
+            w += 8;
+            *w++ = 0x08;
+            *w++ = 0x09;
+            *w++ = 0x4A;
+            *w++ = (uint8_t)(lead_base + mid);
+            *w++ = 0x08;
+            memcpy(w, consumer, (size_t)consumer_len);
+            w += consumer_len;
+            *w++ = 0x12;
+            *w++ = (uint8_t)mid;
+            *w++ = 0x08;
+            memcpy(w, ledgers + f->ledger_at, f->ledger_len);
+            w += f->ledger_len;
+            *w++ = 0x10;
+            memcpy(w, f->entry_no, f->entry_no_len);
+            w += f->entry_no_len;
+            if (partition_len) {
+                *w++ = 0x18;
+                memcpy(w, partition, (size_t)(partition_len - 1));
+                w += partition_len - 1;
+            }
+            *w++ = 0x0E;
+            *w++ = 0x01;
+            put_u32be(w, (uint32_t)crc_value);
+            w += 4;
+            if (!f->by_reference) {
+                memcpy(w, PyBytes_AS_STRING(f->entry), (size_t)f->entry_len);
+                w += f->entry_len;
+            }
+        }
+        if (PyList_Append(result, chunk) < 0)
+            goto fail;
+        Py_CLEAR(chunk);
+        if (frames[j - 1].by_reference && PyList_Append(result, frames[j - 1].entry) < 0)
+            goto fail;
+    }
+    goto done;
+fail:
+    Py_CLEAR(chunk);
+    Py_CLEAR(result);
+done:
+    PyMem_Free(frames);
+    PyMem_Free(ledgers);
+    Py_DECREF(positions);
+    Py_DECREF(entries);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"decode_sends", (PyCFunction)(void (*)(void))decode_sends, METH_FASTCALL,
      "decode_sends(SendFrame, crc32c, buf, pos, max_frame_size, out) -> int"},
     {"plain_metadata", (PyCFunction)plain_metadata, METH_O,
      "plain_metadata(entry) -> bool"},
+    {"encode_message_run", (PyCFunction)(void (*)(void))encode_message_run, METH_FASTCALL,
+     "encode_message_run(crc32c, by_reference_bytes, consumer_id, partition, positions, "
+     "entries) -> list[bytes]"},
     {NULL, NULL, 0, NULL},
 };
 

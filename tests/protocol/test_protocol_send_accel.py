@@ -1,12 +1,15 @@
-"""The publish hot loop's C twin against its pure-Python reference (protocol/send_accel.py).
+"""The hot loops' C twins against their pure-Python references (protocol/send_accel.py).
 
 Both implementations get the same random, mutated and truncated bytes; their results must be
 identical: the SendFrames taken and the position reached, the plain-message verdict, and, through
 the whole FrameDecoder, the frames decoded and the connection-fatal error raised (type and text).
+A run of MESSAGE frames to one consumer is the same bytes from either, with every large entry
+a buffer of its own (the buffers the reference's make once coalesced).
 """
 
 from __future__ import annotations
 
+import functools
 import struct
 from collections.abc import Iterator
 
@@ -21,7 +24,8 @@ from protocol import frames as frames_module
 from protocol import pulsar_pb as pb
 from protocol import send_accel
 from protocol.frames import Frame, FrameDecoder, UnknownCommand
-from protocol.framing import encode_payload_command
+from protocol.framing import BY_REFERENCE_BYTES, coalesce, encode_payload_command
+from protocol.hot_commands import encode_message_run_py, reference_message
 from protocol.metadata import encode_entry
 from protocol.send_accel import decode_sends_py, plain_metadata_py
 from protocol.send_path import SendFrame, declined_send
@@ -40,6 +44,13 @@ def decode_sends_c(buf: bytes | bytearray, pos: int, max_frame_size: int,
 
 def plain_metadata_c(entry: bytes) -> bool:
     result: bool = accel.plain_metadata(entry)
+    return result
+
+
+def encode_message_run_c(consumer_id: int, partition: int | None,
+                         positions: list[tuple[int, int]], entries: list[bytes]) -> list[bytes]:
+    result: list[bytes] = accel.encode_message_run(crc32c, BY_REFERENCE_BYTES, consumer_id,
+                                                   partition, positions, entries)
     return result
 
 
@@ -284,3 +295,102 @@ def test_usual_sends_decode_with_the_reference_too(reference_decoder: None) -> N
     frames = FrameDecoder().receive_frames(stream)
     assert [type(f) for f in frames] == [SendFrame, Frame, SendFrame]
     assert [f.sequence_id for f in frames if isinstance(f, SendFrame)] == [3, 4]
+
+
+# ------------------------------------------------------------------ a run of MESSAGE frames
+
+i64 = st.one_of(u64, st.sampled_from([-1, -2, -(2**31), -(2**63)]))
+LARGE_SIZES = [BY_REFERENCE_BYTES - 1, BY_REFERENCE_BYTES, 3 * BY_REFERENCE_BYTES]
+
+
+@st.composite
+def run_entries(draw: st.DrawFn) -> bytes:
+    """A stored entry: plain or batch metadata (the encoder never reads it: any bytes),
+    small or, now and then, large enough to go by reference."""
+    md = pb.MessageMetadata(producer_name="p", sequence_id=draw(u64), publish_time=1)
+    if draw(st.booleans()):
+        md.num_messages_in_batch = draw(st.integers(1, 1000))
+    size = draw(st.one_of(st.integers(0, 300), st.sampled_from(LARGE_SIZES)))
+    return encode_entry(md, bytes([size % 251]) * size)
+
+
+def check_run(consumer_id: int, partition: int | None, positions: list[tuple[int, int]],
+              entries: list[bytes]) -> None:
+    reference = encode_message_run_py(consumer_id, partition, positions, entries)
+    got = encode_message_run_c(consumer_id, partition, positions, entries)
+    assert b"".join(got) == b"".join(reference)
+    # the reference's buffers as a vectored write takes them: the same, large entries apart
+    assert got == coalesce(reference)
+    for entry in entries:
+        if len(entry) >= BY_REFERENCE_BYTES:
+            assert any(part is entry for part in got)
+
+
+@settings(max_examples=examples(full=3000, sample=500), deadline=None)
+@given(consumer_id=i64, partition=st.none() | i64,
+       frames=st.lists(st.tuples(st.sampled_from([5, 6, 2**40]), i64, run_entries()),
+                       max_size=12))
+def test_a_run_of_messages_is_the_same_bytes_from_either(
+        consumer_id: int, partition: int | None, frames: list[tuple[int, int, bytes]]) -> None:
+    check_run(consumer_id, partition, [(lid, eid) for lid, eid, _ in frames],
+              [entry for _, _, entry in frames])
+
+
+def test_a_run_of_messages_at_the_edges_is_the_same_bytes_from_either() -> None:
+    """Ids at every varint length, negative ones (10-byte varints), a ledger changing in
+    mid-run, entries empty, small and around the by-reference size, first, last and in a row."""
+    edges = [0, 1, 127, 128, 16_383, 16_384, 2**21, 2**28, 2**35, 2**56, 2**63 - 1, 2**63,
+             2**64 - 1, -1]
+    sizes = [0, 1, 100, *LARGE_SIZES]
+    for consumer_id in (0, 300, 2**64 - 1, -1):
+        for partition in (None, 0, 3, -1):
+            positions = [(lid, eid) for lid in (7, 2**40) for eid in edges]
+            entries = [bytes([i]) * sizes[i % len(sizes)] for i in range(len(positions))]
+            check_run(consumer_id, partition, positions, entries)
+            big = bytes(3 * BY_REFERENCE_BYTES)
+            check_run(consumer_id, partition, [(7, 1), (7, 2)], [big, big])
+            check_run(consumer_id, partition, [(7, 1)], [b"x"])
+    check_run(0, None, [], [])
+    assert encode_message_run_c(0, None, [], []) == []
+
+
+def test_each_frame_of_a_run_is_the_protobuf_built_one() -> None:
+    entries = [ENTRY_SMALL, bytes(BY_REFERENCE_BYTES), ENTRY_SMALL]
+    positions = [(9, 0), (9, 1), (10, 0)]
+    got = b"".join(encode_message_run_c(4, None, positions, entries))
+    assert got == b"".join(reference_message(4, lid, eid, entry)
+                           for (lid, eid), entry in zip(positions, entries, strict=True))
+
+
+ENTRY_SMALL = encode_entry(pb.MessageMetadata(producer_name="p", sequence_id=1, publish_time=1),
+                           b"small")
+
+
+def test_a_run_refuses_what_the_reference_refuses() -> None:
+    for positions, entries, error in (
+            ([(1, 2)], [], ValueError),                 # zip(strict=True)
+            ([(1, 2)], ["text"], TypeError),
+            ([(1, "2")], [b"x"], TypeError),
+            ([(1, 2, 3)], [b"x"], (TypeError, ValueError))):
+        with pytest.raises(error):
+            encode_message_run_c(1, None, positions, entries)
+        with pytest.raises(error):
+            encode_message_run_py(1, None, positions, entries)
+
+
+def test_a_run_refuses_ids_no_wire_field_holds() -> None:
+    """An id outside [-2**63, 2**64) fits no int64/uint64 field: refused (the reference
+    would encode a varint longer than ten bytes, which no client decodes)."""
+    for positions in ([(1, 2**64)], [(1, -(2**63) - 1)], [(2**64, 1)]):
+        with pytest.raises(OverflowError):
+            encode_message_run_c(1, None, positions, [b"x"])
+    with pytest.raises(OverflowError):
+        encode_message_run_c(2**64, None, [(1, 1)], [b"x"])
+    with pytest.raises(OverflowError):
+        encode_message_run_c(1, -(2**63) - 1, [(1, 1)], [b"x"])
+
+
+def test_the_message_run_twin_is_what_runs_when_built() -> None:
+    assert c.encode_message_run is send_accel.encode_message_run
+    assert isinstance(send_accel.encode_message_run, functools.partial)
+    assert send_accel.encode_message_run.func is accel.encode_message_run
