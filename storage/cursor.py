@@ -50,6 +50,7 @@ from pyroaring import BitMap
 
 from storage.cursor_properties import CursorProperties, encode_properties
 from storage.errors import CorruptRecordError, StorageError
+from storage.individually_deleted import MAX_ENTRY_ID, IndividuallyDeleted
 from storage.positions import Position
 
 CURSOR_MAGIC = b"HCUR"
@@ -58,8 +59,6 @@ _HEAD = struct.Struct("<4sBH")
 _POSITIONS = struct.Struct("<qqqqQ")
 _U32 = struct.Struct("<I")
 _BITMAP_HEAD = struct.Struct("<qI")
-MAX_ENTRY_ID = 1 << 32
-"""Entry ids are < 2**32 (one pyroaring BitMap per ledger); larger ids never exist."""
 
 
 @dataclass(slots=True)
@@ -230,7 +229,10 @@ class ManagedCursor:
         self._revision = state.revision
         #: with their encoded bytes: a bucketed delayed tracker keeps one property per bucket
         self._properties = CursorProperties(state.properties, state.properties_blob)
-        self._bitmaps: dict[int, BitMap] = state.bitmaps
+        self.individually_deleted = IndividuallyDeleted(state.bitmaps)
+        """The entries acknowledged one by one beyond the mark-delete position (this cursor
+        writes them; others count, copy and ask about a range of positions)."""
+        self._bitmaps: dict[int, BitMap] = state.bitmaps   # the same dict, written here alone
         # Unsaved changes since (monotonic); None: nothing unsaved. A loaded state is on disk.
         self._dirty_since: float | None = None
         self._saving_since: float | None = None   # the oldest change of a save in flight
@@ -426,14 +428,6 @@ class ManagedCursor:
         if lac is None:
             return Position(ledger.current_ledger_id, 0)
         return ledger.next_position(lac)
-
-    @property
-    def individually_deleted_count(self) -> int:
-        return sum(len(b) for b in self._bitmaps.values())
-
-    def individually_deleted(self) -> dict[int, BitMap]:
-        """Copies of the per-ledger bitmaps of acks beyond the mark-delete position."""
-        return {lid: bm.copy() for lid, bm in self._bitmaps.items() if bm}
 
     @property
     def backlog(self) -> int:
