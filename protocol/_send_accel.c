@@ -26,6 +26,16 @@
  *     protocol.framing.coalesce makes of the reference's buffers). Ids are ints in
  *     [-2**63, 2**64) (a negative one is a 10-byte varint, as the reference's); entries bytes.
  *
+ * peek_dispatch(fallback, entry) -> (int, int | None)
+ *     protocol.metadata.peek_dispatch: an entry's (num_messages_in_batch, deliver_at_time or
+ *     None). Its metadata is walked field by field when it is flat: every field of a known wire
+ *     type (varint, 64-bit, length-delimited, 32-bit), within the metadata, a field MessageMetadata
+ *     declares carrying its declared wire type, no sub-message (properties, encryption keys).
+ *     Then the result is what upb's parse gives (the last value of a field wins; the batch size
+ *     is an int32, 1 when absent). Anything else -- a stored form with broker entry metadata,
+ *     a sub-message, a field number 0, a group, a truncated or overlong varint -- is answered
+ *     by fallback(entry), the reference itself, which returns or raises what it must.
+ *
  * They read only the buffers they are given (bytes or bytearray), within their length; no state.
  */
 #define PY_SSIZE_T_CLEAN
@@ -512,6 +522,108 @@ done:
     return result;
 }
 
+/* MessageMetadata's field numbers 1..30: the wire type each is declared with (0 varint,
+ * 2 length-delimited), -1 for a number it does not declare (an unknown field: skipped, as upb
+ * keeps it aside), 9 for a sub-message (the walk leaves those to the reference). */
+static const signed char METADATA_WIRE_TYPE[31] = {
+    /* 0 */ -1,
+    /* 1 producer_name */ 2, /* 2 sequence_id */ 0, /* 3 publish_time */ 0,
+    /* 4 properties */ 9, /* 5 replicated_from */ 2, /* 6 partition_key */ 2,
+    /* 7 replicate_to */ 2, /* 8 compression */ 0, /* 9 uncompressed_size */ 0,
+    /* 10 */ -1, /* 11 num_messages_in_batch */ 0, /* 12 event_time */ 0,
+    /* 13 encryption_keys */ 9, /* 14 encryption_algo */ 2, /* 15 encryption_param */ 2,
+    /* 16 schema_version */ 2, /* 17 partition_key_b64_encoded */ 0, /* 18 ordering_key */ 2,
+    /* 19 deliver_at_time */ 0, /* 20 marker_type */ 0, /* 21 */ -1,
+    /* 22 txnid_least_bits */ 0, /* 23 txnid_most_bits */ 0, /* 24 highest_sequence_id */ 0,
+    /* 25 null_value */ 0, /* 26 uuid */ 2, /* 27 num_chunks_from_msg */ 0,
+    /* 28 total_chunk_msg_size */ 0, /* 29 chunk_id */ 0, /* 30 null_partition_key */ 0,
+};
+
+static PyObject *
+peek_dispatch(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "peek_dispatch takes 2 arguments");
+        return NULL;
+    }
+    PyObject *fallback = args[0];
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[1], &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    const uint8_t *b = (const uint8_t *)view.buf;
+    Py_ssize_t n = view.len;
+    int32_t messages = 1;
+    int64_t deliver_at = 0;
+    int has_deliver_at = 0;
+    if (n < 4)
+        goto reference;
+    uint32_t size = u32be(b);
+    if ((Py_ssize_t)size > n - 4)
+        goto reference;   /* a stored form with broker entry metadata, or malformed */
+    Py_ssize_t p = 4, end = 4 + (Py_ssize_t)size;
+    while (p < end) {
+        uint64_t key, value = 0;
+        if (read_varint(b, &p, end, 5, &key) < 0)
+            goto reference;
+        uint64_t field = key >> 3;
+        int wire_type = (int)(key & 7);
+        if (field == 0 || field > 0x1FFFFFFF)
+            goto reference;
+        if (field <= 30) {
+            int declared = METADATA_WIRE_TYPE[field];
+            if (declared == 9 || (declared >= 0 && declared != wire_type))
+                goto reference;
+        }
+        if (wire_type == 0) {
+            Py_ssize_t at = p;
+            if (read_varint(b, &p, end, 10, &value) < 0 || (p - at == 10 && b[p - 1] > 1))
+                goto reference;
+        } else if (wire_type == 1) {
+            if (end - p < 8)
+                goto reference;
+            p += 8;
+        } else if (wire_type == 2) {
+            uint64_t length;
+            if (read_varint(b, &p, end, 5, &length) < 0 || length > (uint64_t)(end - p))
+                goto reference;
+            p += (Py_ssize_t)length;
+        } else if (wire_type == 5) {
+            if (end - p < 4)
+                goto reference;
+            p += 4;
+        } else {
+            goto reference;   /* a group, or no wire type at all */
+        }
+        if (field == 11) {
+            messages = (int32_t)(uint32_t)value;
+        } else if (field == 19) {
+            deliver_at = (int64_t)value;
+            has_deliver_at = 1;
+        }
+    }
+    PyBuffer_Release(&view);
+    PyObject *count = PyLong_FromLong(messages);
+    if (count == NULL)
+        return NULL;
+    PyObject *due = has_deliver_at ? PyLong_FromLongLong(deliver_at) : Py_NewRef(Py_None);
+    if (due == NULL) {
+        Py_DECREF(count);
+        return NULL;
+    }
+    PyObject *result = PyTuple_New(2);
+    if (result == NULL) {
+        Py_DECREF(count);
+        Py_DECREF(due);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(result, 0, count);
+    PyTuple_SET_ITEM(result, 1, due);
+    return result;
+reference:
+    PyBuffer_Release(&view);
+    return PyObject_CallOneArg(fallback, args[1]);
+}
+
 static PyMethodDef methods[] = {
     {"decode_sends", (PyCFunction)(void (*)(void))decode_sends, METH_FASTCALL,
      "decode_sends(SendFrame, crc32c, buf, pos, max_frame_size, out) -> int"},
@@ -520,6 +632,8 @@ static PyMethodDef methods[] = {
     {"encode_message_run", (PyCFunction)(void (*)(void))encode_message_run, METH_FASTCALL,
      "encode_message_run(crc32c, by_reference_bytes, consumer_id, partition, positions, "
      "entries) -> list[bytes]"},
+    {"peek_dispatch", (PyCFunction)(void (*)(void))peek_dispatch, METH_FASTCALL,
+     "peek_dispatch(fallback, entry) -> (messages, deliver_at_time or None)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -37,7 +37,7 @@ from pyroaring import BitMap
 
 from broker.delayed.tracker import DelayedDeliveryTracker
 from protocol.errors import ProtocolError
-from protocol.metadata import peek_dispatch
+from protocol.send_accel import peek_dispatch
 from storage.individually_deleted import IndividuallyDeleted
 from storage.ledger import ManagedLedger
 from storage.positions import Position

@@ -4,7 +4,8 @@ Both implementations get the same random, mutated and truncated bytes; their res
 identical: the SendFrames taken and the position reached, the plain-message verdict, and, through
 the whole FrameDecoder, the frames decoded and the connection-fatal error raised (type and text).
 A run of MESSAGE frames to one consumer is the same bytes from either, with every large entry
-a buffer of its own (the buffers the reference's make once coalesced).
+a buffer of its own (the buffers the reference's make once coalesced); the dispatcher's peek at
+an entry's batch size and deliver time gives the same answer or the same error.
 """
 
 from __future__ import annotations
@@ -20,13 +21,14 @@ from hypothesis import strategies as st
 from sampling import examples
 
 from protocol import commands as c
+from protocol import entry_metadata, send_accel
 from protocol import frames as frames_module
 from protocol import pulsar_pb as pb
-from protocol import send_accel
 from protocol.frames import Frame, FrameDecoder, UnknownCommand
 from protocol.framing import BY_REFERENCE_BYTES, coalesce, encode_payload_command
 from protocol.hot_commands import encode_message_run_py, reference_message
 from protocol.metadata import encode_entry
+from protocol.metadata import peek_dispatch as peek_dispatch_py
 from protocol.send_accel import decode_sends_py, plain_metadata_py
 from protocol.send_path import SendFrame, declined_send
 
@@ -394,3 +396,107 @@ def test_the_message_run_twin_is_what_runs_when_built() -> None:
     assert c.encode_message_run is send_accel.encode_message_run
     assert isinstance(send_accel.encode_message_run, functools.partial)
     assert send_accel.encode_message_run.func is accel.encode_message_run
+
+
+# ------------------------------------------------------------------ the dispatcher's peek
+
+
+def peek_either(entry: bytes) -> tuple[object, object]:
+    """What the accelerated peek and the reference give (a result, or the error's type and
+    text)."""
+    out: list[object] = []
+    for peek in (send_accel.peek_dispatch, peek_dispatch_py):
+        try:
+            out.append(peek(entry))
+        except Exception as exc:
+            out.append((type(exc), str(exc)))
+    return out[0], out[1]
+
+
+def no_fallback(entry: bytes) -> tuple[int, int | None]:
+    raise AssertionError("the walk handed a flat metadata to the reference")
+
+
+@settings(max_examples=examples(full=4000, sample=800), deadline=None)
+@given(entry=entries(), mutations=st.lists(MUTATION, max_size=4),
+       prefixed=st.booleans())
+def test_peek_dispatch_agrees_with_the_reference(
+        entry: bytes, mutations: list[tuple[str, int, int]], prefixed: bool) -> None:
+    if prefixed:
+        entry = entry_metadata.prefix(entry, 1_700_000_000_000, 9)
+    for data in (entry, mutate(entry, mutations)):
+        accelerated, reference = peek_either(data)
+        assert accelerated == reference
+
+
+@settings(max_examples=examples(full=2000, sample=500), deadline=None)
+@given(body=st.binary(max_size=40))
+def test_peek_dispatch_of_random_metadata_bytes_agrees_with_the_reference(body: bytes) -> None:
+    accelerated, reference = peek_either(struct.pack(">I", len(body)) + body + b"payload")
+    assert accelerated == reference
+
+
+@settings(max_examples=examples(full=2000, sample=400), deadline=None)
+@given(fields=near_plain_fields, other=one_other_field, payload=st.binary(max_size=8),
+       messages=st.one_of(st.none(), i32, st.sampled_from([2**32 + 5, -(2**31)])),
+       deliver_at=st.one_of(st.none(), st.integers(-(2**63), 2**63 - 1)))
+def test_peek_dispatch_walks_a_flat_metadata_itself(
+        fields: dict[str, object], other: dict[str, object], payload: bytes,
+        messages: int | None, deliver_at: int | None) -> None:
+    """Every metadata without a sub-message is answered by the walk, never the reference,
+    with what upb reads (a batch size truncated to int32 as upb does)."""
+    md = pb.MessageMetadata(**fields, **other)
+    if messages is not None:
+        md.num_messages_in_batch = messages - (1 << 32) * ((messages + 2**31) >> 32)
+    if deliver_at is not None:
+        md.deliver_at_time = deliver_at
+    entry = encode_entry(md, payload)
+    assert accel.peek_dispatch(no_fallback, entry) == peek_dispatch_py(entry)
+
+
+def test_peek_dispatch_hands_what_it_does_not_walk_to_the_reference() -> None:
+    base = b"\x0a\x01p\x10\x01\x18\x02"
+    framed = [struct.pack(">I", len(md)) + md + b"x" for md in (
+        base + b"\x22\x04\x0a\x01k\x12\x00",   # a property: a sub-message
+        base + b"\x00\x01",                    # field number 0: corrupt for upb
+        base + b"\x53\x54",                    # a group
+        base + b"\x58" + b"\xff" * 10 + b"\x01",   # an 11-byte varint
+        base + b"\x5a\x01x",                   # num_messages_in_batch length-delimited
+        base + b"\x98\x01",                    # deliver_at_time cut short
+    )]
+    framed.append(entry_metadata.prefix(framed[0], 5, 6))
+    framed += [b"", b"\x00\x00", struct.pack(">I", 99) + base]
+    handed: list[bytes] = []
+
+    def reference(data: bytes) -> tuple[int, int | None]:
+        handed.append(data)
+        return (7, 8)
+
+    for entry in framed:
+        handed.clear()
+        assert accel.peek_dispatch(reference, entry) == (7, 8)
+        assert handed == [entry]
+        accelerated, expected = peek_either(entry)
+        assert accelerated == expected
+
+
+def test_peek_dispatch_reads_the_last_value_of_a_field_as_upb_does() -> None:
+    base = b"\x0a\x01p\x10\x01\x18\x02"
+    for md, expected in (
+            (base, (1, None)),
+            (base + b"\x58\x03\x98\x01\x05\x98\x01\x07\x58\x04", (4, 7)),
+            (base + b"\x58" + b"\xff" * 9 + b"\x01", (-1, None)),    # int32 of a 64-bit -1
+            (base + b"\x98\x01" + b"\xff" * 9 + b"\x01", (1, -1)),
+            (b"\x98\x01\x00", (1, 0)),            # no required field: upb does not mind
+            # unknown fields of every wire type the walk skips: 10 (varint, 32-bit), 21, 31
+            (base + b"\x50\x07\xa9\x01" + b"\0" * 8 + b"\x55\0\0\0\0\xfa\x01\x02ab",
+             (1, None))):
+        entry = struct.pack(">I", len(md)) + md + b"payload"
+        assert peek_dispatch_py(entry) == expected
+        assert accel.peek_dispatch(no_fallback, entry) == expected
+
+
+def test_the_peek_twin_is_what_runs_when_built() -> None:
+    assert isinstance(send_accel.peek_dispatch, functools.partial)
+    assert send_accel.peek_dispatch.func is accel.peek_dispatch
+    assert send_accel.peek_dispatch.args == (peek_dispatch_py,)

@@ -69,7 +69,8 @@ from broker.subscriptions.dispatchers.known_holds import hold_known
 from broker.subscriptions.revision import RevisionSource
 from broker.transactions.dispatch_view import HIDE, DispatchView
 from protocol.errors import ProtocolError
-from protocol.metadata import EntryInfo, parse_entry, peek_dispatch, sticky_key_hash
+from protocol.metadata import EntryInfo, parse_entry, sticky_key_hash
+from protocol.send_accel import peek_dispatch
 from protocol.sub_types import SubType
 from storage.ledger import ManagedLedger
 from storage.positions import Entry, Position
