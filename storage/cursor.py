@@ -43,6 +43,7 @@ import struct
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Protocol
 
 from crc32c import crc32c
@@ -197,6 +198,9 @@ def peek_cursor_name(data: bytes) -> str:
     return data[_HEAD.size : _HEAD.size + name_len].decode()
 
 
+_LEDGER_ID, _ENTRY_ID = itemgetter(0), itemgetter(1)
+
+
 def _run_end(bitmap: BitMap, start: int) -> int:
     """Last id of the run of consecutive ids in bitmap that starts at start (start in bitmap)."""
     good = 1
@@ -338,6 +342,24 @@ class ManagedCursor:
             return
         extent = self._ledger.ledger_extent
         lac_ledger, lac_entry = lac
+        if type(positions) is list and positions:
+            # The usual ACK: ids of one ledger, every one an entry beyond mark-delete. Checked
+            # for the whole list at once and added in one bitmap call (the loop below takes
+            # anything else, id by id, with the same rules).
+            ledger_id = positions[0][0]
+            if md_ledger <= ledger_id <= lac_ledger and \
+                    list(map(_LEDGER_ID, positions)).count(ledger_id) == len(positions):
+                entry_ids = list(map(_ENTRY_ID, positions))
+                low = md_entry + 1 if ledger_id == md_ledger else 0
+                end = lac_entry + 1 if ledger_id == lac_ledger else extent(ledger_id)[0]
+                if low <= min(entry_ids) and max(entry_ids) < end:
+                    bitmap = bitmaps.get(ledger_id)
+                    if bitmap is None:
+                        bitmap = bitmaps[ledger_id] = BitMap()
+                    bitmap.update(entry_ids)
+                    self._touch()
+                    self.advance()
+                    return
         # an earlier ledger's extent, looked up once per run of its ids (an ACK's are in order)
         extent_ledger, extent_end = -1, 0
         for pos in positions:
