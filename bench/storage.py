@@ -271,7 +271,7 @@ async def bench_cursor(root: Path, ledgers: int = 20, per_ledger: int = 100_000,
         by_ledger.setdefault(flat // per_ledger, []).append(flat % per_ledger)
     for ledger_id, ids in by_ledger.items():
         cursor.delete_entry_ids(ledger_id, ids)
-    assert cursor.individually_deleted_count == acks
+    assert len(cursor.individually_deleted) == acks
     await cursor.flush()
     size = cursor.persisted_size_bytes
     await store.close()

@@ -17,7 +17,26 @@
  * plain_metadata(entry) -> bool
  *     send_accel.plain_metadata_py: scan_publish_metadata(entry) is SINGLE.
  *
- * Both read only the buffer they are given (bytes or bytearray), within its length; no state.
+ * encode_message_run(crc32c, by_reference_bytes, consumer_id, partition, positions, entries)
+ *     -> list[bytes]
+ *     protocol.hot_commands.encode_message_run_py: the MESSAGE frames of a run of plain entries
+ *     to one consumer. b"".join of the result is the reference's frames byte for byte; an entry
+ *     of at least by_reference_bytes is a buffer of its own (the entry object itself, written
+ *     by reference), and every other byte is joined into as few buffers as that allows (what
+ *     protocol.framing.coalesce makes of the reference's buffers). Ids are ints in
+ *     [-2**63, 2**64) (a negative one is a 10-byte varint, as the reference's); entries bytes.
+ *
+ * peek_dispatch(fallback, entry) -> (int, int | None)
+ *     protocol.metadata.peek_dispatch: an entry's (num_messages_in_batch, deliver_at_time or
+ *     None). Its metadata is walked field by field when it is flat: every field of a known wire
+ *     type (varint, 64-bit, length-delimited, 32-bit), within the metadata, a field MessageMetadata
+ *     declares carrying its declared wire type, no sub-message (properties, encryption keys).
+ *     Then the result is what upb's parse gives (the last value of a field wins; the batch size
+ *     is an int32, 1 when absent). Anything else -- a stored form with broker entry metadata,
+ *     a sub-message, a field number 0, a group, a truncated or overlong varint -- is answered
+ *     by fallback(entry), the reference itself, which returns or raises what it must.
+ *
+ * They read only the buffers they are given (bytes or bytearray), within their length; no state.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -270,11 +289,351 @@ done:
     return Py_NewRef(plain ? Py_True : Py_False);
 }
 
+/* The protobuf varint of an int in [-2**63, 2**64) (negatives as 10-byte two's complement):
+ * its length, written to out (10 bytes of room); -1 with an exception set otherwise. */
+static int
+int_varint(PyObject *value, uint8_t *out)
+{
+    if (!PyLong_Check(value)) {
+        PyErr_SetString(PyExc_TypeError, "an id must be an int");
+        return -1;
+    }
+    int overflow = 0;
+    long long signed_value = PyLong_AsLongLongAndOverflow(value, &overflow);
+    uint64_t v;
+    if (overflow == 0) {
+        if (signed_value == -1 && PyErr_Occurred())
+            return -1;
+        v = (uint64_t)signed_value;
+    } else if (overflow > 0) {
+        v = PyLong_AsUnsignedLongLong(value);
+        if (v == (uint64_t)-1 && PyErr_Occurred())
+            return -1;
+    } else {
+        PyErr_SetString(PyExc_OverflowError, "an id below -2**63");
+        return -1;
+    }
+    int n = 0;
+    while (v >= 0x80) {
+        out[n++] = (uint8_t)(v & 0x7F) | 0x80;
+        v >>= 7;
+    }
+    out[n++] = (uint8_t)v;
+    return n;
+}
+
+static inline void
+put_u32be(uint8_t *b, uint32_t v)
+{
+    b[0] = (uint8_t)(v >> 24);
+    b[1] = (uint8_t)(v >> 16);
+    b[2] = (uint8_t)(v >> 8);
+    b[3] = (uint8_t)v;
+}
+
+/* One frame of a run, measured before anything is written. */
+typedef struct {
+    PyObject *entry;        /* borrowed from the entries sequence */
+    Py_ssize_t entry_len;
+    Py_ssize_t ledger_at;   /* offset of its ledger's varint in the ledger buffer */
+    uint8_t ledger_len;
+    uint8_t entry_no_len;
+    uint8_t entry_no[10];
+    uint8_t by_reference;
+} RunFrame;
+
+/* A MESSAGE head: header (8) + BaseCommand prefix 08 09 4a L (4) + consumer 08 v 12 + M +
+ * 08 ledger 10 entry [18 partition] + magic and CRC (6). At most 8 + 4 + 12 + 1 + 33 + 6. */
+#define MAX_HEAD 64
+
+static PyObject *
+encode_message_run(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "encode_message_run takes 6 arguments");
+        return NULL;
+    }
+    PyObject *crc32c = args[0];
+    Py_ssize_t by_reference = PyLong_AsSsize_t(args[1]);
+    if (by_reference == -1 && PyErr_Occurred())
+        return NULL;
+    uint8_t consumer[10], partition[10];
+    int consumer_len = int_varint(args[2], consumer);
+    if (consumer_len < 0)
+        return NULL;
+    int partition_len = 0; /* with its tag: 0 when None */
+    if (args[3] != Py_None) {
+        partition_len = int_varint(args[3], partition);
+        if (partition_len < 0)
+            return NULL;
+        partition_len += 1;
+    }
+    PyObject *positions = PySequence_Fast(args[4], "positions must be a sequence");
+    if (positions == NULL)
+        return NULL;
+    PyObject *entries = PySequence_Fast(args[5], "entries must be a sequence");
+    if (entries == NULL) {
+        Py_DECREF(positions);
+        return NULL;
+    }
+    PyObject *result = NULL, *chunk = NULL;
+    RunFrame *frames = NULL;
+    uint8_t *ledgers = NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(positions);
+    if (PySequence_Fast_GET_SIZE(entries) != n) {
+        /* what zip(strict=True) says of sequences of different lengths */
+        PyErr_SetString(PyExc_ValueError, "positions and entries differ in length");
+        goto done;
+    }
+    result = PyList_New(0);
+    if (result == NULL || n == 0)
+        goto done;
+    frames = PyMem_Malloc((size_t)n * sizeof(RunFrame));
+    ledgers = PyMem_Malloc((size_t)n * 10); /* a ledger's varint per change of ledger */
+    if (frames == NULL || ledgers == NULL) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    PyObject **pos_items = PySequence_Fast_ITEMS(positions);
+    PyObject **entry_items = PySequence_Fast_ITEMS(entries);
+    /* pass 1: every frame's ids and sizes (an error here leaves nothing half written) */
+    PyObject *last_ledger = NULL;
+    Py_ssize_t ledgers_used = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        RunFrame *f = &frames[i];
+        PyObject *pos = pos_items[i];
+        if (!PyTuple_Check(pos) || PyTuple_GET_SIZE(pos) != 2) {
+            PyErr_SetString(PyExc_TypeError, "a position must be a (ledger id, entry id) tuple");
+            goto fail;
+        }
+        PyObject *ledger_id = PyTuple_GET_ITEM(pos, 0);
+        int same = 0;
+        if (last_ledger != NULL) {
+            same = PyObject_RichCompareBool(ledger_id, last_ledger, Py_EQ);
+            if (same < 0)
+                goto fail;
+        }
+        if (same) {
+            f->ledger_at = frames[i - 1].ledger_at;
+            f->ledger_len = frames[i - 1].ledger_len;
+        } else {
+            int len = int_varint(ledger_id, ledgers + ledgers_used);
+            if (len < 0)
+                goto fail;
+            f->ledger_at = ledgers_used;
+            f->ledger_len = (uint8_t)len;
+            ledgers_used += len;
+            last_ledger = ledger_id;
+        }
+        int entry_no_len = int_varint(PyTuple_GET_ITEM(pos, 1), f->entry_no);
+        if (entry_no_len < 0)
+            goto fail;
+        f->entry_no_len = (uint8_t)entry_no_len;
+        PyObject *entry = entry_items[i];
+        if (!PyBytes_Check(entry)) {
+            PyErr_SetString(PyExc_TypeError, "an entry must be bytes");
+            goto fail;
+        }
+        f->entry = entry;
+        f->entry_len = PyBytes_GET_SIZE(entry);
+        if (f->entry_len > (Py_ssize_t)UINT32_MAX - 128) {
+            PyErr_SetString(PyExc_OverflowError, "an entry too large for a frame");
+            goto fail;
+        }
+        f->by_reference = f->entry_len >= by_reference;
+    }
+    /* pass 2: each buffer of joined frames sized to its end (the next entry by reference),
+     * then written */
+    const int lead_base = consumer_len + 3; /* 08 consumer 12, then the MessageIdData length */
+    Py_ssize_t i = 0;
+    while (i < n) {
+        Py_ssize_t size = 0, j = i;
+        for (; j < n; j++) {
+            RunFrame *f = &frames[j];
+            size += 8 + 4 + lead_base + 2 + f->ledger_len + f->entry_no_len + partition_len + 6;
+            if (f->by_reference) {
+                j++;
+                break;
+            }
+            size += f->entry_len;
+        }
+        chunk = PyBytes_FromStringAndSize(NULL, size);
+        if (chunk == NULL)
+            goto fail;
+        uint8_t *w = (uint8_t *)PyBytes_AS_STRING(chunk);
+        for (; i < j; i++) {
+            RunFrame *f = &frames[i];
+            PyObject *crc = PyObject_CallOneArg(crc32c, f->entry);
+            if (crc == NULL)
+                goto fail;
+            unsigned long crc_value = PyLong_AsUnsignedLong(crc);
+            Py_DECREF(crc);
+            if (crc_value == (unsigned long)-1 && PyErr_Occurred())
+                goto fail;
+            int mid = 2 + f->ledger_len + f->entry_no_len + partition_len; /* MessageIdData */
+            uint32_t command_size = (uint32_t)(lead_base + mid + 4);
+            put_u32be(w, (uint32_t)(command_size + 10 + f->entry_len));
+            put_u32be(w + 4, command_size);
+            w += 8;
+            *w++ = 0x08;
+            *w++ = 0x09;
+            *w++ = 0x4A;
+            *w++ = (uint8_t)(lead_base + mid);
+            *w++ = 0x08;
+            memcpy(w, consumer, (size_t)consumer_len);
+            w += consumer_len;
+            *w++ = 0x12;
+            *w++ = (uint8_t)mid;
+            *w++ = 0x08;
+            memcpy(w, ledgers + f->ledger_at, f->ledger_len);
+            w += f->ledger_len;
+            *w++ = 0x10;
+            memcpy(w, f->entry_no, f->entry_no_len);
+            w += f->entry_no_len;
+            if (partition_len) {
+                *w++ = 0x18;
+                memcpy(w, partition, (size_t)(partition_len - 1));
+                w += partition_len - 1;
+            }
+            *w++ = 0x0E;
+            *w++ = 0x01;
+            put_u32be(w, (uint32_t)crc_value);
+            w += 4;
+            if (!f->by_reference) {
+                memcpy(w, PyBytes_AS_STRING(f->entry), (size_t)f->entry_len);
+                w += f->entry_len;
+            }
+        }
+        if (PyList_Append(result, chunk) < 0)
+            goto fail;
+        Py_CLEAR(chunk);
+        if (frames[j - 1].by_reference && PyList_Append(result, frames[j - 1].entry) < 0)
+            goto fail;
+    }
+    goto done;
+fail:
+    Py_CLEAR(chunk);
+    Py_CLEAR(result);
+done:
+    PyMem_Free(frames);
+    PyMem_Free(ledgers);
+    Py_DECREF(positions);
+    Py_DECREF(entries);
+    return result;
+}
+
+/* MessageMetadata's field numbers 1..30: the wire type each is declared with (0 varint,
+ * 2 length-delimited), -1 for a number it does not declare (an unknown field: skipped, as upb
+ * keeps it aside), 9 for a sub-message (the walk leaves those to the reference). */
+static const signed char METADATA_WIRE_TYPE[31] = {
+    /* 0 */ -1,
+    /* 1 producer_name */ 2, /* 2 sequence_id */ 0, /* 3 publish_time */ 0,
+    /* 4 properties */ 9, /* 5 replicated_from */ 2, /* 6 partition_key */ 2,
+    /* 7 replicate_to */ 2, /* 8 compression */ 0, /* 9 uncompressed_size */ 0,
+    /* 10 */ -1, /* 11 num_messages_in_batch */ 0, /* 12 event_time */ 0,
+    /* 13 encryption_keys */ 9, /* 14 encryption_algo */ 2, /* 15 encryption_param */ 2,
+    /* 16 schema_version */ 2, /* 17 partition_key_b64_encoded */ 0, /* 18 ordering_key */ 2,
+    /* 19 deliver_at_time */ 0, /* 20 marker_type */ 0, /* 21 */ -1,
+    /* 22 txnid_least_bits */ 0, /* 23 txnid_most_bits */ 0, /* 24 highest_sequence_id */ 0,
+    /* 25 null_value */ 0, /* 26 uuid */ 2, /* 27 num_chunks_from_msg */ 0,
+    /* 28 total_chunk_msg_size */ 0, /* 29 chunk_id */ 0, /* 30 null_partition_key */ 0,
+};
+
+static PyObject *
+peek_dispatch(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "peek_dispatch takes 2 arguments");
+        return NULL;
+    }
+    PyObject *fallback = args[0];
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[1], &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    const uint8_t *b = (const uint8_t *)view.buf;
+    Py_ssize_t n = view.len;
+    int32_t messages = 1;
+    int64_t deliver_at = 0;
+    int has_deliver_at = 0;
+    if (n < 4)
+        goto reference;
+    uint32_t size = u32be(b);
+    if ((Py_ssize_t)size > n - 4)
+        goto reference;   /* a stored form with broker entry metadata, or malformed */
+    Py_ssize_t p = 4, end = 4 + (Py_ssize_t)size;
+    while (p < end) {
+        uint64_t key, value = 0;
+        if (read_varint(b, &p, end, 5, &key) < 0)
+            goto reference;
+        uint64_t field = key >> 3;
+        int wire_type = (int)(key & 7);
+        if (field == 0 || field > 0x1FFFFFFF)
+            goto reference;
+        if (field <= 30) {
+            int declared = METADATA_WIRE_TYPE[field];
+            if (declared == 9 || (declared >= 0 && declared != wire_type))
+                goto reference;
+        }
+        if (wire_type == 0) {
+            Py_ssize_t at = p;
+            if (read_varint(b, &p, end, 10, &value) < 0 || (p - at == 10 && b[p - 1] > 1))
+                goto reference;
+        } else if (wire_type == 1) {
+            if (end - p < 8)
+                goto reference;
+            p += 8;
+        } else if (wire_type == 2) {
+            uint64_t length;
+            if (read_varint(b, &p, end, 5, &length) < 0 || length > (uint64_t)(end - p))
+                goto reference;
+            p += (Py_ssize_t)length;
+        } else if (wire_type == 5) {
+            if (end - p < 4)
+                goto reference;
+            p += 4;
+        } else {
+            goto reference;   /* a group, or no wire type at all */
+        }
+        if (field == 11) {
+            messages = (int32_t)(uint32_t)value;
+        } else if (field == 19) {
+            deliver_at = (int64_t)value;
+            has_deliver_at = 1;
+        }
+    }
+    PyBuffer_Release(&view);
+    PyObject *count = PyLong_FromLong(messages);
+    if (count == NULL)
+        return NULL;
+    PyObject *due = has_deliver_at ? PyLong_FromLongLong(deliver_at) : Py_NewRef(Py_None);
+    if (due == NULL) {
+        Py_DECREF(count);
+        return NULL;
+    }
+    PyObject *result = PyTuple_New(2);
+    if (result == NULL) {
+        Py_DECREF(count);
+        Py_DECREF(due);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(result, 0, count);
+    PyTuple_SET_ITEM(result, 1, due);
+    return result;
+reference:
+    PyBuffer_Release(&view);
+    return PyObject_CallOneArg(fallback, args[1]);
+}
+
 static PyMethodDef methods[] = {
     {"decode_sends", (PyCFunction)(void (*)(void))decode_sends, METH_FASTCALL,
      "decode_sends(SendFrame, crc32c, buf, pos, max_frame_size, out) -> int"},
     {"plain_metadata", (PyCFunction)plain_metadata, METH_O,
      "plain_metadata(entry) -> bool"},
+    {"encode_message_run", (PyCFunction)(void (*)(void))encode_message_run, METH_FASTCALL,
+     "encode_message_run(crc32c, by_reference_bytes, consumer_id, partition, positions, "
+     "entries) -> list[bytes]"},
+    {"peek_dispatch", (PyCFunction)(void (*)(void))peek_dispatch, METH_FASTCALL,
+     "peek_dispatch(fallback, entry) -> (messages, deliver_at_time or None)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -52,10 +52,10 @@ from protocol.framing import set_message_id as _message_id
 from protocol.hot_commands import (
     encode_message,
     encode_message_head,
-    encode_message_run,
     encode_send_receipt,
 )
 from protocol.limits import PROTOCOL_VERSION
+from protocol.send_accel import encode_message_run
 
 _T = pb.BaseCommand
 

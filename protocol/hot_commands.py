@@ -6,11 +6,13 @@ One SEND_RECEIPT goes out per published entry and one MESSAGE per delivery, so t
 ``pb.BaseCommand`` and build the protobuf bytes from precomputed varints (:mod:`protocol.framing`)
 and prefixes: SEND_RECEIPT is about 3x faster than building a pb object. Each has a pb-built
 twin (:func:`reference_send_receipt`, :func:`reference_message`) that tests pin the fast output
-to, byte for byte, and that documents what the bytes mean. :func:`encode_message_run` encodes
+to, byte for byte, and that documents what the bytes mean. :func:`encode_message_run_py` encodes
 the MESSAGE frames of one flush to one consumer in one call, from a template: the consumer id and
-partition are fixed for the run, each frame patches in its message id, size and CRC. MESSAGE's CRC32C covers the entry
-exactly as sent (see :mod:`protocol.commands` for the frame layout). Pure functions; callers
-import them from :mod:`protocol.commands`, which re-exports them.
+partition are fixed for the run, each frame patches in its message id, size and CRC; it is the
+reference of a C twin (:func:`protocol.send_accel.encode_message_run`, which callers use).
+MESSAGE's CRC32C covers the entry exactly as sent (see :mod:`protocol.commands` for the frame
+layout). Pure functions; callers import them from :mod:`protocol.commands`, which re-exports
+them.
 """
 
 from __future__ import annotations
@@ -33,8 +35,8 @@ from protocol.framing import set_message_id as _message_id
 from protocol.framing import varint as _varint
 from protocol.limits import MAGIC_BROKER_ENTRY_METADATA, MAGIC_CRC32C
 
-__all__ = ["encode_message", "encode_message_head", "encode_message_run", "encode_send_receipt",
-           "reference_message", "reference_send_receipt"]
+__all__ = ["encode_message", "encode_message_head", "encode_message_run_py",
+           "encode_send_receipt", "reference_message", "reference_send_receipt"]
 
 _T = pb.BaseCommand
 _PREFIX_FIRST_BYTE: Final = MAGIC_BROKER_ENTRY_METADATA >> 8
@@ -203,7 +205,7 @@ def encode_message_head(
 _MESSAGE_PREFIX: Final = tuple(b"\x08\x09\x4a" + bytes((n,)) for n in range(128))
 
 
-def encode_message_run(
+def encode_message_run_py(
     consumer_id: int,
     partition: int | None,
     positions: Sequence[tuple[int, int]],
@@ -212,7 +214,9 @@ def encode_message_run(
     """The MESSAGE frames of ``entries`` (at ``positions``: (ledger id, entry id) pairs) to one
     consumer, as the buffers of one write: each frame's head (what :func:`encode_message_head`
     makes) followed by its entry, so ``b"".join`` of the result is the frames back to back and
-    a large entry can stay a buffer of its own (a vectored write).
+    a large entry can stay a buffer of its own (a vectored write). The reference of
+    :func:`protocol.send_accel.encode_message_run` (C), which returns the same bytes in fewer
+    buffers.
 
     For the common delivery only: plain entries (no broker entry metadata), no redelivery
     count, no ack set; the frames equal :func:`encode_message`'s (and so

@@ -1,8 +1,8 @@
-"""The unbatched publish hot loop: a read's consecutive SENDs, and the plain-message verdict.
+"""The hot loops: consecutive SENDs, the plain-message verdict, a run of MESSAGEs, the peek.
 
 Theory of operation
 -------------------
-Two functions carry most of the event loop's codec work per unbatched SEND:
+Four functions carry most of the event loop's codec work per unbatched SEND and per delivery:
 
 * :func:`decode_sends` takes, from a position of a read's buffer, every whole frame that is a
   SEND of the usual layout (:func:`protocol.send_path.parse_send` accepts it) into a list of
@@ -12,29 +12,43 @@ Two functions carry most of the event loop's codec work per unbatched SEND:
 * :func:`plain_metadata` is ``scan_publish_metadata(entry) is SINGLE``: the entry's metadata
   is one plain message (:mod:`protocol.metadata_scan`), which the producer takes without
   :meth:`broker.topics.topic.Topic.check_publish`.
+* :func:`encode_message_run` makes the MESSAGE frames of one flush to one consumer (plain
+  entries, first delivery): :func:`protocol.hot_commands.encode_message_run_py`'s bytes, in
+  as few buffers as a vectored write allows (an entry of at least
+  :data:`~protocol.framing.BY_REFERENCE_BYTES` stays a buffer of its own, the rest is joined:
+  what :func:`~protocol.framing.coalesce` makes of the reference's buffers).
+* :func:`peek_dispatch` is :func:`protocol.metadata.peek_dispatch`, a stored entry's batch size
+  and deliver time, what a dispatcher reads of every entry it sends: the C twin walks a flat
+  metadata's fields itself (no protobuf object built) and hands anything else (a sub-message,
+  broker entry metadata, malformed bytes) to the reference, which answers or raises.
 
-Each has a pure-Python definition here (``decode_sends_py``, ``plain_metadata_py``), the
-reference, and an optional C twin (``protocol/_send_accel.c``, built with the package when a
-compiler is there; an install without one runs the reference, with the same results). The C
-functions compute exactly what the references do; tests/protocol/test_protocol_send_accel.py
-runs both over random, mutated and truncated frames and compares frames, positions and the
+Each has a pure-Python definition (``decode_sends_py``, ``plain_metadata_py`` here,
+``encode_message_run_py`` beside its sibling encoders, ``peek_dispatch`` beside the other
+metadata readers), the reference, and an optional C twin
+(``protocol/_send_accel.c``, built with the package when a compiler is there; an install
+without one runs the reference, with the same results). The C functions compute exactly what
+the references do; tests/protocol/test_protocol_send_accel.py runs both over random, mutated
+and truncated frames and runs of deliveries, and compares frames, positions, buffers and the
 decoder's errors. :data:`ACCELERATED` says which one runs. Sans-IO, no state.
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Final
 
 from crc32c import crc32c
 
+from protocol.framing import BY_REFERENCE_BYTES
+from protocol.hot_commands import encode_message_run_py
+from protocol.metadata import peek_dispatch as peek_dispatch_py
 from protocol.metadata_scan import SINGLE, scan_publish_metadata
 from protocol.send_path import SendFrame, parse_send
 
-__all__ = ["ACCELERATED", "decode_sends", "decode_sends_py", "plain_metadata",
-           "plain_metadata_py"]
+__all__ = ["ACCELERATED", "decode_sends", "decode_sends_py", "encode_message_run",
+           "peek_dispatch", "plain_metadata", "plain_metadata_py"]
 
 _header_unpack_from: Final = struct.Struct(">II").unpack_from
 _TYPE_TAG: Final = 0x08
@@ -75,13 +89,20 @@ def plain_metadata_py(entry: bytes) -> bool:
 
 decode_sends: Callable[[bytes | bytearray, int, int, list[SendFrame]], int]
 plain_metadata: Callable[[bytes], bool]
+encode_message_run: Callable[[int, int | None, Sequence[tuple[int, int]], Sequence[bytes]],
+                             list[bytes]]
+peek_dispatch: Callable[[bytes], tuple[int, int | None]]
 try:
     from protocol import _send_accel  # type: ignore[attr-defined]
 except ImportError:  # built without a compiler: the reference, same results
     ACCELERATED = False
     decode_sends = decode_sends_py
     plain_metadata = plain_metadata_py
+    encode_message_run = encode_message_run_py
+    peek_dispatch = peek_dispatch_py
 else:
     ACCELERATED = True
     decode_sends = partial(_send_accel.decode_sends, SendFrame, crc32c)
     plain_metadata = _send_accel.plain_metadata
+    encode_message_run = partial(_send_accel.encode_message_run, crc32c, BY_REFERENCE_BYTES)
+    peek_dispatch = partial(_send_accel.peek_dispatch, peek_dispatch_py)

@@ -43,6 +43,7 @@ import struct
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Protocol
 
 from crc32c import crc32c
@@ -50,6 +51,7 @@ from pyroaring import BitMap
 
 from storage.cursor_properties import CursorProperties, encode_properties
 from storage.errors import CorruptRecordError, StorageError
+from storage.individually_deleted import MAX_ENTRY_ID, IndividuallyDeleted
 from storage.positions import Position
 from storage.to_the_end import to_the_end
 
@@ -59,8 +61,6 @@ _HEAD = struct.Struct("<4sBH")
 _POSITIONS = struct.Struct("<qqqqQ")
 _U32 = struct.Struct("<I")
 _BITMAP_HEAD = struct.Struct("<qI")
-MAX_ENTRY_ID = 1 << 32
-"""Entry ids are < 2**32 (one pyroaring BitMap per ledger); larger ids never exist."""
 
 
 @dataclass(slots=True)
@@ -199,6 +199,9 @@ def peek_cursor_name(data: bytes) -> str:
     return data[_HEAD.size : _HEAD.size + name_len].decode()
 
 
+_LEDGER_ID, _ENTRY_ID = itemgetter(0), itemgetter(1)
+
+
 def _run_end(bitmap: BitMap, start: int) -> int:
     """Last id of the run of consecutive ids in bitmap that starts at start (start in bitmap)."""
     good = 1
@@ -231,7 +234,10 @@ class ManagedCursor:
         self._revision = state.revision
         #: with their encoded bytes: a bucketed delayed tracker keeps one property per bucket
         self._properties = CursorProperties(state.properties, state.properties_blob)
-        self._bitmaps: dict[int, BitMap] = state.bitmaps
+        self.individually_deleted = IndividuallyDeleted(state.bitmaps)
+        """The entries acknowledged one by one beyond the mark-delete position (this cursor
+        writes them; others count, copy and ask about a range of positions)."""
+        self._bitmaps: dict[int, BitMap] = state.bitmaps   # the same dict, written here alone
         # Unsaved changes since (monotonic); None: nothing unsaved. A loaded state is on disk.
         self._dirty_since: float | None = None
         self._saving_since: float | None = None   # the oldest change of a save in flight
@@ -337,6 +343,24 @@ class ManagedCursor:
             return
         extent = self._ledger.ledger_extent
         lac_ledger, lac_entry = lac
+        if type(positions) is list and positions:
+            # The usual ACK: ids of one ledger, every one an entry beyond mark-delete. Checked
+            # for the whole list at once and added in one bitmap call (the loop below takes
+            # anything else, id by id, with the same rules).
+            ledger_id = positions[0][0]
+            if md_ledger <= ledger_id <= lac_ledger and \
+                    list(map(_LEDGER_ID, positions)).count(ledger_id) == len(positions):
+                entry_ids = list(map(_ENTRY_ID, positions))
+                low = md_entry + 1 if ledger_id == md_ledger else 0
+                end = lac_entry + 1 if ledger_id == lac_ledger else extent(ledger_id)[0]
+                if low <= min(entry_ids) and max(entry_ids) < end:
+                    bitmap = bitmaps.get(ledger_id)
+                    if bitmap is None:
+                        bitmap = bitmaps[ledger_id] = BitMap()
+                    bitmap.update(entry_ids)
+                    self._touch()
+                    self.advance()
+                    return
         # an earlier ledger's extent, looked up once per run of its ids (an ACK's are in order)
         extent_ledger, extent_end = -1, 0
         for pos in positions:
@@ -427,14 +451,6 @@ class ManagedCursor:
         if lac is None:
             return Position(ledger.current_ledger_id, 0)
         return ledger.next_position(lac)
-
-    @property
-    def individually_deleted_count(self) -> int:
-        return sum(len(b) for b in self._bitmaps.values())
-
-    def individually_deleted(self) -> dict[int, BitMap]:
-        """Copies of the per-ledger bitmaps of acks beyond the mark-delete position."""
-        return {lid: bm.copy() for lid, bm in self._bitmaps.items() if bm}
 
     @property
     def backlog(self) -> int:

@@ -38,7 +38,8 @@ from pyroaring import BitMap
 
 from broker.delayed.tracker import DelayedDeliveryTracker
 from protocol.errors import ProtocolError
-from protocol.metadata import peek_dispatch
+from protocol.send_accel import peek_dispatch
+from storage.individually_deleted import IndividuallyDeleted
 from storage.ledger import ManagedLedger
 from storage.positions import Position
 
@@ -222,7 +223,8 @@ class Acker(Protocol):
     @property
     def mark_delete_position(self) -> Position: ...
 
-    def individually_deleted(self) -> dict[int, BitMap]: ...
+    @property
+    def individually_deleted(self) -> IndividuallyDeleted: ...
 
 
 async def release_acknowledged(ledger: ManagedLedger, holders: Iterable[Acker]) -> int:
@@ -230,7 +232,7 @@ async def release_acknowledged(ledger: ManagedLedger, holders: Iterable[Acker]) 
     live_ids = ledger.relocated.live_ids()
     if not any(live_ids.values()):
         return 0
-    cursors = [(c.mark_delete_position, c.individually_deleted()) for c in holders]
+    cursors = [(c.mark_delete_position, c.individually_deleted.copies()) for c in holders]
     done: list[Position] = []
     for lid, live in live_ids.items():
         if not live:

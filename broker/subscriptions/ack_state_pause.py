@@ -36,6 +36,6 @@ def must_pause(cursor: object, limit: int) -> bool:
     """Does a cursor holding more than *limit* acknowledged ranges pause new reads?"""
     if limit <= 0 or not isinstance(cursor, ManagedCursor):
         return False
-    if cursor.individually_deleted_count <= limit:
+    if len(cursor.individually_deleted) <= limit:
         return False   # fewer acknowledged entries than the limit: fewer ranges too
-    return acked_ranges(cursor.individually_deleted()) > limit
+    return acked_ranges(cursor.individually_deleted.bitmaps) > limit

@@ -50,7 +50,7 @@ def subscription_stats(sub: Subscription) -> dict[str, Any]:
         "consumers": consumers,
         "isDurable": sub.durable,
         "isReplicated": False,
-        "nonContiguousDeletedMessagesRanges": sub.cursor.individually_deleted_count,
+        "nonContiguousDeletedMessagesRanges": len(sub.cursor.individually_deleted),
         "delayedMessageIndexSizeInBytes": sub.delayed.memory_bytes,
         "subscriptionProperties": sub.properties.current(),
         # Pulsar 4 reports it empty: draining hashes (PIP-379) replaced recently joined consumers

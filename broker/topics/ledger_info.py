@@ -44,7 +44,7 @@ def managed_ledger_info(topic: Topic) -> dict[str, Any]:
     cursors: dict[str, Any] = {}
     for name, cursor in ledger.cursors.items():
         mark = cursor.mark_delete_position
-        ranges = _deleted_ranges(cursor.individually_deleted())
+        ranges = _deleted_ranges(cursor.individually_deleted.copies())
         doc: dict[str, Any] = {
             "version": cursor.revision, "creationDate": created, "modificationDate": "",
             "cursorsLedgerId": -1,

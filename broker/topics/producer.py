@@ -79,8 +79,7 @@ from protocol import commands as C
 from protocol import pulsar_pb as pb
 from protocol.entry_shape import check_send_messages
 from protocol.errors import ChecksumError, RequestError
-from protocol.metadata import peek_dispatch
-from protocol.send_accel import plain_metadata
+from protocol.send_accel import peek_dispatch, plain_metadata
 from protocol.send_path import SendFrame
 from storage.errors import EntryTooLargeError
 from storage.positions import Position

@@ -9,13 +9,18 @@ from __future__ import annotations
 import asyncio
 import time
 
+import pytest
+
+import broker.subscriptions.consumer as consumer_module
 from broker.net.consumers import ConsumerSide
 from broker.net.output import BY_REFERENCE_BYTES, Output
 from broker.subscriptions.consumer import BY_REFERENCE_BYTES as CONSUMER_BY_REFERENCE_BYTES
 from broker.subscriptions.consumer import Consumer
 from protocol import commands as C
+from protocol import entry_metadata, send_accel
 from protocol import pulsar_pb as pb
 from protocol.frames import NEED_DATA, Frame, FrameDecoder
+from protocol.hot_commands import encode_message_run_py
 from protocol.metadata import encode_entry
 from storage.positions import Position
 
@@ -196,3 +201,55 @@ def test_dropping_queued_large_frames_leaves_a_plain_write() -> None:
     consumer.send(Position(1, 2), big, messages=1, revision=1)
     consumer.flush()
     assert conn.calls[-1][0] == "writelines" and conn.calls[-1][1][1] is big
+
+
+def test_a_flush_writes_the_same_buffers_with_the_c_run_encoder_and_its_reference(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A consumer's queue mixing plain and batch entries, redeliveries, an ack set, stored
+    forms with broker entry metadata and large entries: the C run encoder and its Python
+    reference write the same calls, the same buffers (large entries by reference) and the
+    same bytes, frame for frame what encode_message builds."""
+    batch_md = pb.MessageMetadata(producer_name="p", sequence_id=1, publish_time=1,
+                                  num_messages_in_batch=3)
+    batch = encode_entry(batch_md, b"m" * 60)
+    big_batch = encode_entry(batch_md, b"n" * CONSUMER_BY_REFERENCE_BYTES)
+    small = _entry(b"s" * 100)
+    big = _entry(b"L" * CONSUMER_BY_REFERENCE_BYTES)
+    stored = entry_metadata.prefix(small, 1_700_000_000_000, 41)
+    queue = [  # (entry, messages, redelivery count, ack set)
+        (small, 1, 0, None), (batch, 3, 0, None), (big, 1, 0, None), (small, 1, 2, None),
+        (batch, 3, 0, [5]), (stored, 1, 0, None), (big_batch, 3, 0, None), (small, 1, 0, None),
+        (big, 1, 1, None), (batch, 3, 0, None), (small, 1, 0, None),
+    ]
+
+    def flushed() -> tuple[list[tuple[str, list[bytes]]], list[Frame]]:
+        consumer, conn = _consumer()
+        for i, (entry, messages, redelivered, ack_set) in enumerate(queue):
+            consumer.send(Position(3 + i // 6, i), entry, messages=messages, revision=0,
+                          redelivery_count=redelivered, ack_set=ack_set)
+        consumer.flush()
+        for i in range(3):   # runs of plain entries only, small and large
+            consumer.send(Position(9, i), [small, big, batch][i], messages=1, revision=0)
+        consumer.flush()
+        return conn.calls, conn.frames()
+
+    assert consumer_module.encode_message_run is send_accel.encode_message_run
+    accelerated = flushed()
+    monkeypatch.setattr(consumer_module, "encode_message_run", encode_message_run_py)
+    reference = flushed()
+    calls, frames = accelerated
+    assert [method for method, _ in calls] == ["writelines", "writelines"]
+    assert [(m, [len(p) for p in parts]) for m, parts in calls] == \
+        [(m, [len(p) for p in parts]) for m, parts in reference[0]]
+    assert [b"".join(parts) for _, parts in calls] == [b"".join(p) for _, p in reference[0]]
+    for _, parts in calls:   # every large entry went by reference
+        assert any(p is big for p in parts) and all(len(p) < 2 * CONSUMER_BY_REFERENCE_BYTES
+                                                    for p in parts)
+    assert any(p is big_batch for p in calls[0][1])
+    expected = [C.encode_message(7, 3 + i // 6, i, entry, redelivery_count=redelivered,
+                                 ack_set=ack_set)
+                for i, (entry, _, redelivered, ack_set) in enumerate(queue)]
+    expected += [C.encode_message(7, 9, i, entry) for i, entry in enumerate([small, big, batch])]
+    assert b"".join(b"".join(parts) for _, parts in calls) == b"".join(expected)
+    assert [f.entry for f in frames] == [f.entry for f in reference[1]]
+    assert all(f.checksum_valid for f in frames)

@@ -281,8 +281,9 @@ def test_a_run_of_messages_equals_protobuf_encoding_frame_by_frame(
     for any ids (large varints included), whether the ledger changes within the run or not."""
     if same_ledger and frames:
         frames = [(frames[0][0], e, entry) for _, e, entry in frames]
-    parts = c.encode_message_run(consumer_id, partition, [(lid, eid) for lid, eid, _ in frames],
-                                 [entry for _, _, entry in frames])
+    parts = hot_commands.encode_message_run_py(
+        consumer_id, partition, [(lid, eid) for lid, eid, _ in frames],
+        [entry for _, _, entry in frames])
     expected = [hot_commands.reference_message(consumer_id, lid, eid, entry, partition=partition)
                 for lid, eid, entry in frames]
     assert b"".join(parts) == b"".join(expected)
@@ -303,10 +304,11 @@ def test_a_run_of_messages_with_ids_across_varint_sizes() -> None:
         for partition in (None, 0, 3, 2**31 - 1, -1):
             positions = [(lid, eid) for lid in (7, 2**40) for eid in edges]
             entries = [ENTRY + bytes([i % 256]) * i for i in range(len(positions))]
-            got = b"".join(c.encode_message_run(consumer_id, partition, positions, entries))
-            assert got == b"".join(
+            expected = b"".join(
                 hot_commands.reference_message(consumer_id, lid, eid, entry, partition=partition)
                 for (lid, eid), entry in zip(positions, entries, strict=True))
+            for encode in (c.encode_message_run, hot_commands.encode_message_run_py):
+                assert b"".join(encode(consumer_id, partition, positions, entries)) == expected
 
 
 @given(value=u64 | i64)

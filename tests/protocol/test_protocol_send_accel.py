@@ -1,12 +1,16 @@
-"""The publish hot loop's C twin against its pure-Python reference (protocol/send_accel.py).
+"""The hot loops' C twins against their pure-Python references (protocol/send_accel.py).
 
 Both implementations get the same random, mutated and truncated bytes; their results must be
 identical: the SendFrames taken and the position reached, the plain-message verdict, and, through
 the whole FrameDecoder, the frames decoded and the connection-fatal error raised (type and text).
+A run of MESSAGE frames to one consumer is the same bytes from either, with every large entry
+a buffer of its own (the buffers the reference's make once coalesced); the dispatcher's peek at
+an entry's batch size and deliver time gives the same answer or the same error.
 """
 
 from __future__ import annotations
 
+import functools
 import struct
 from collections.abc import Iterator
 
@@ -17,12 +21,14 @@ from hypothesis import strategies as st
 from sampling import examples
 
 from protocol import commands as c
+from protocol import entry_metadata, send_accel
 from protocol import frames as frames_module
 from protocol import pulsar_pb as pb
-from protocol import send_accel
 from protocol.frames import Frame, FrameDecoder, UnknownCommand
-from protocol.framing import encode_payload_command
+from protocol.framing import BY_REFERENCE_BYTES, coalesce, encode_payload_command
+from protocol.hot_commands import encode_message_run_py, reference_message
 from protocol.metadata import encode_entry
+from protocol.metadata import peek_dispatch as peek_dispatch_py
 from protocol.send_accel import decode_sends_py, plain_metadata_py
 from protocol.send_path import SendFrame, declined_send
 
@@ -40,6 +46,13 @@ def decode_sends_c(buf: bytes | bytearray, pos: int, max_frame_size: int,
 
 def plain_metadata_c(entry: bytes) -> bool:
     result: bool = accel.plain_metadata(entry)
+    return result
+
+
+def encode_message_run_c(consumer_id: int, partition: int | None,
+                         positions: list[tuple[int, int]], entries: list[bytes]) -> list[bytes]:
+    result: list[bytes] = accel.encode_message_run(crc32c, BY_REFERENCE_BYTES, consumer_id,
+                                                   partition, positions, entries)
     return result
 
 
@@ -284,3 +297,206 @@ def test_usual_sends_decode_with_the_reference_too(reference_decoder: None) -> N
     frames = FrameDecoder().receive_frames(stream)
     assert [type(f) for f in frames] == [SendFrame, Frame, SendFrame]
     assert [f.sequence_id for f in frames if isinstance(f, SendFrame)] == [3, 4]
+
+
+# ------------------------------------------------------------------ a run of MESSAGE frames
+
+i64 = st.one_of(u64, st.sampled_from([-1, -2, -(2**31), -(2**63)]))
+LARGE_SIZES = [BY_REFERENCE_BYTES - 1, BY_REFERENCE_BYTES, 3 * BY_REFERENCE_BYTES]
+
+
+@st.composite
+def run_entries(draw: st.DrawFn) -> bytes:
+    """A stored entry: plain or batch metadata (the encoder never reads it: any bytes),
+    small or, now and then, large enough to go by reference."""
+    md = pb.MessageMetadata(producer_name="p", sequence_id=draw(u64), publish_time=1)
+    if draw(st.booleans()):
+        md.num_messages_in_batch = draw(st.integers(1, 1000))
+    size = draw(st.one_of(st.integers(0, 300), st.sampled_from(LARGE_SIZES)))
+    return encode_entry(md, bytes([size % 251]) * size)
+
+
+def check_run(consumer_id: int, partition: int | None, positions: list[tuple[int, int]],
+              entries: list[bytes]) -> None:
+    reference = encode_message_run_py(consumer_id, partition, positions, entries)
+    got = encode_message_run_c(consumer_id, partition, positions, entries)
+    assert b"".join(got) == b"".join(reference)
+    # the reference's buffers as a vectored write takes them: the same, large entries apart
+    assert got == coalesce(reference)
+    for entry in entries:
+        if len(entry) >= BY_REFERENCE_BYTES:
+            assert any(part is entry for part in got)
+
+
+@settings(max_examples=examples(full=3000, sample=500), deadline=None)
+@given(consumer_id=i64, partition=st.none() | i64,
+       frames=st.lists(st.tuples(st.sampled_from([5, 6, 2**40]), i64, run_entries()),
+                       max_size=12))
+def test_a_run_of_messages_is_the_same_bytes_from_either(
+        consumer_id: int, partition: int | None, frames: list[tuple[int, int, bytes]]) -> None:
+    check_run(consumer_id, partition, [(lid, eid) for lid, eid, _ in frames],
+              [entry for _, _, entry in frames])
+
+
+def test_a_run_of_messages_at_the_edges_is_the_same_bytes_from_either() -> None:
+    """Ids at every varint length, negative ones (10-byte varints), a ledger changing in
+    mid-run, entries empty, small and around the by-reference size, first, last and in a row."""
+    edges = [0, 1, 127, 128, 16_383, 16_384, 2**21, 2**28, 2**35, 2**56, 2**63 - 1, 2**63,
+             2**64 - 1, -1]
+    sizes = [0, 1, 100, *LARGE_SIZES]
+    for consumer_id in (0, 300, 2**64 - 1, -1):
+        for partition in (None, 0, 3, -1):
+            positions = [(lid, eid) for lid in (7, 2**40) for eid in edges]
+            entries = [bytes([i]) * sizes[i % len(sizes)] for i in range(len(positions))]
+            check_run(consumer_id, partition, positions, entries)
+            big = bytes(3 * BY_REFERENCE_BYTES)
+            check_run(consumer_id, partition, [(7, 1), (7, 2)], [big, big])
+            check_run(consumer_id, partition, [(7, 1)], [b"x"])
+    check_run(0, None, [], [])
+    assert encode_message_run_c(0, None, [], []) == []
+
+
+def test_each_frame_of_a_run_is_the_protobuf_built_one() -> None:
+    entries = [ENTRY_SMALL, bytes(BY_REFERENCE_BYTES), ENTRY_SMALL]
+    positions = [(9, 0), (9, 1), (10, 0)]
+    got = b"".join(encode_message_run_c(4, None, positions, entries))
+    assert got == b"".join(reference_message(4, lid, eid, entry)
+                           for (lid, eid), entry in zip(positions, entries, strict=True))
+
+
+ENTRY_SMALL = encode_entry(pb.MessageMetadata(producer_name="p", sequence_id=1, publish_time=1),
+                           b"small")
+
+
+def test_a_run_refuses_what_the_reference_refuses() -> None:
+    for positions, entries, error in (
+            ([(1, 2)], [], ValueError),                 # zip(strict=True)
+            ([(1, 2)], ["text"], TypeError),
+            ([(1, "2")], [b"x"], TypeError),
+            ([(1, 2, 3)], [b"x"], (TypeError, ValueError))):
+        with pytest.raises(error):
+            encode_message_run_c(1, None, positions, entries)
+        with pytest.raises(error):
+            encode_message_run_py(1, None, positions, entries)
+
+
+def test_a_run_refuses_ids_no_wire_field_holds() -> None:
+    """An id outside [-2**63, 2**64) fits no int64/uint64 field: refused (the reference
+    would encode a varint longer than ten bytes, which no client decodes)."""
+    for positions in ([(1, 2**64)], [(1, -(2**63) - 1)], [(2**64, 1)]):
+        with pytest.raises(OverflowError):
+            encode_message_run_c(1, None, positions, [b"x"])
+    with pytest.raises(OverflowError):
+        encode_message_run_c(2**64, None, [(1, 1)], [b"x"])
+    with pytest.raises(OverflowError):
+        encode_message_run_c(1, -(2**63) - 1, [(1, 1)], [b"x"])
+
+
+def test_the_message_run_twin_is_what_runs_when_built() -> None:
+    assert c.encode_message_run is send_accel.encode_message_run
+    assert isinstance(send_accel.encode_message_run, functools.partial)
+    assert send_accel.encode_message_run.func is accel.encode_message_run
+
+
+# ------------------------------------------------------------------ the dispatcher's peek
+
+
+def peek_either(entry: bytes) -> tuple[object, object]:
+    """What the accelerated peek and the reference give (a result, or the error's type and
+    text)."""
+    out: list[object] = []
+    for peek in (send_accel.peek_dispatch, peek_dispatch_py):
+        try:
+            out.append(peek(entry))
+        except Exception as exc:
+            out.append((type(exc), str(exc)))
+    return out[0], out[1]
+
+
+def no_fallback(entry: bytes) -> tuple[int, int | None]:
+    raise AssertionError("the walk handed a flat metadata to the reference")
+
+
+@settings(max_examples=examples(full=4000, sample=800), deadline=None)
+@given(entry=entries(), mutations=st.lists(MUTATION, max_size=4),
+       prefixed=st.booleans())
+def test_peek_dispatch_agrees_with_the_reference(
+        entry: bytes, mutations: list[tuple[str, int, int]], prefixed: bool) -> None:
+    if prefixed:
+        entry = entry_metadata.prefix(entry, 1_700_000_000_000, 9)
+    for data in (entry, mutate(entry, mutations)):
+        accelerated, reference = peek_either(data)
+        assert accelerated == reference
+
+
+@settings(max_examples=examples(full=2000, sample=500), deadline=None)
+@given(body=st.binary(max_size=40))
+def test_peek_dispatch_of_random_metadata_bytes_agrees_with_the_reference(body: bytes) -> None:
+    accelerated, reference = peek_either(struct.pack(">I", len(body)) + body + b"payload")
+    assert accelerated == reference
+
+
+@settings(max_examples=examples(full=2000, sample=400), deadline=None)
+@given(fields=near_plain_fields, other=one_other_field, payload=st.binary(max_size=8),
+       messages=st.one_of(st.none(), i32, st.sampled_from([2**32 + 5, -(2**31)])),
+       deliver_at=st.one_of(st.none(), st.integers(-(2**63), 2**63 - 1)))
+def test_peek_dispatch_walks_a_flat_metadata_itself(
+        fields: dict[str, object], other: dict[str, object], payload: bytes,
+        messages: int | None, deliver_at: int | None) -> None:
+    """Every metadata without a sub-message is answered by the walk, never the reference,
+    with what upb reads (a batch size truncated to int32 as upb does)."""
+    md = pb.MessageMetadata(**fields, **other)
+    if messages is not None:
+        md.num_messages_in_batch = messages - (1 << 32) * ((messages + 2**31) >> 32)
+    if deliver_at is not None:
+        md.deliver_at_time = deliver_at
+    entry = encode_entry(md, payload)
+    assert accel.peek_dispatch(no_fallback, entry) == peek_dispatch_py(entry)
+
+
+def test_peek_dispatch_hands_what_it_does_not_walk_to_the_reference() -> None:
+    base = b"\x0a\x01p\x10\x01\x18\x02"
+    framed = [struct.pack(">I", len(md)) + md + b"x" for md in (
+        base + b"\x22\x04\x0a\x01k\x12\x00",   # a property: a sub-message
+        base + b"\x00\x01",                    # field number 0: corrupt for upb
+        base + b"\x53\x54",                    # a group
+        base + b"\x58" + b"\xff" * 10 + b"\x01",   # an 11-byte varint
+        base + b"\x5a\x01x",                   # num_messages_in_batch length-delimited
+        base + b"\x98\x01",                    # deliver_at_time cut short
+    )]
+    framed.append(entry_metadata.prefix(framed[0], 5, 6))
+    framed += [b"", b"\x00\x00", struct.pack(">I", 99) + base]
+    handed: list[bytes] = []
+
+    def reference(data: bytes) -> tuple[int, int | None]:
+        handed.append(data)
+        return (7, 8)
+
+    for entry in framed:
+        handed.clear()
+        assert accel.peek_dispatch(reference, entry) == (7, 8)
+        assert handed == [entry]
+        accelerated, expected = peek_either(entry)
+        assert accelerated == expected
+
+
+def test_peek_dispatch_reads_the_last_value_of_a_field_as_upb_does() -> None:
+    base = b"\x0a\x01p\x10\x01\x18\x02"
+    for md, expected in (
+            (base, (1, None)),
+            (base + b"\x58\x03\x98\x01\x05\x98\x01\x07\x58\x04", (4, 7)),
+            (base + b"\x58" + b"\xff" * 9 + b"\x01", (-1, None)),    # int32 of a 64-bit -1
+            (base + b"\x98\x01" + b"\xff" * 9 + b"\x01", (1, -1)),
+            (b"\x98\x01\x00", (1, 0)),            # no required field: upb does not mind
+            # unknown fields of every wire type the walk skips: 10 (varint, 32-bit), 21, 31
+            (base + b"\x50\x07\xa9\x01" + b"\0" * 8 + b"\x55\0\0\0\0\xfa\x01\x02ab",
+             (1, None))):
+        entry = struct.pack(">I", len(md)) + md + b"payload"
+        assert peek_dispatch_py(entry) == expected
+        assert accel.peek_dispatch(no_fallback, entry) == expected
+
+
+def test_the_peek_twin_is_what_runs_when_built() -> None:
+    assert isinstance(send_accel.peek_dispatch, functools.partial)
+    assert send_accel.peek_dispatch.func is accel.peek_dispatch
+    assert send_accel.peek_dispatch.args == (peek_dispatch_py,)

@@ -97,7 +97,7 @@ class MarkingCursor:
     async def flush(self) -> None:
         version = self.version
         md = self.cursor.mark_delete_position
-        acks = tuple((lid, eid) for lid, bm in sorted(self.cursor.individually_deleted().items())
+        acks = tuple((lid, eid) for lid, bm in sorted(self.cursor.individually_deleted.copies().items())
                      for eid in bm)
         await self.cursor.flush()
         self.fs.mark("flushed", self.topic, self.name, version)

@@ -85,7 +85,7 @@ class Workload:
     async def flush_cursor(self, ml: ManagedLedger, name: str) -> None:
         cursor = ml.cursors[name]
         md = cursor.mark_delete_position
-        acks = tuple((lid, eid) for lid, bm in sorted(cursor.individually_deleted().items())
+        acks = tuple((lid, eid) for lid, bm in sorted(cursor.individually_deleted.copies().items())
                      for eid in bm)
         await cursor.flush()
         self.fs.mark("cursor", ml.name, name, md.ledger_id, md.entry_id, acks)

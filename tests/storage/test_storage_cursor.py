@@ -56,7 +56,7 @@ async def test_individual_acks_advance_mark_delete_over_contiguous_runs(tmp_path
     assert cursor.backlog == 20
     cursor.delete([ps[1], ps[2], ps[4]])
     assert cursor.mark_delete_position == Position(ps[0].ledger_id, -1)
-    assert cursor.individually_deleted_count == 3
+    assert len(cursor.individually_deleted) == 3
     assert cursor.is_deleted(ps[2])
     assert not cursor.is_deleted(ps[3])
     assert cursor.backlog == 17
@@ -64,7 +64,7 @@ async def test_individual_acks_advance_mark_delete_over_contiguous_runs(tmp_path
     assert cursor.mark_delete_position == ps[2]
     cursor.delete([ps[3], ps[5], ps[6], ps[7]])  # crosses into the second ledger
     assert cursor.mark_delete_position == ps[7]
-    assert cursor.individually_deleted_count == 0
+    assert len(cursor.individually_deleted) == 0
     assert cursor.read_position == ps[8]
     cursor.delete([ps[2], ps[0]])  # already covered: ignored
     assert cursor.mark_delete_position == ps[7]
@@ -116,13 +116,13 @@ async def test_cursor_state_survives_reopen_exactly(tmp_path: Path) -> None:
     cursor.set_property("#pulsar.internal.delayed.bucket_1_2", "123")
     cursor.set_property("gone", "x")
     cursor.remove_property("gone")
-    expected = (cursor.mark_delete_position, cursor.read_position, cursor.individually_deleted(),
+    expected = (cursor.mark_delete_position, cursor.read_position, cursor.individually_deleted.copies(),
                 cursor.properties, cursor.revision)
     await store.close()
     store = await _open(tmp_path)
     ml = await store.open_ledger(TOPIC)
     cursor = ml.cursors["s"]
-    got = (cursor.mark_delete_position, cursor.read_position, cursor.individually_deleted(),
+    got = (cursor.mark_delete_position, cursor.read_position, cursor.individually_deleted.copies(),
            cursor.properties, cursor.revision)
     assert got == expected
     assert cursor.persisted_size_bytes > 0
@@ -149,11 +149,11 @@ async def test_saves_between_property_changes_keep_every_property_change(tmp_pat
         await cursor.flush()
         cursor.delete([acked])
         await cursor.flush()
-        expected = cursor.individually_deleted()
+        expected = cursor.individually_deleted.copies()
         await store.close()
         store = await _open(tmp_path)
         cursor = (await store.open_ledger(TOPIC)).cursors["s"]
-        assert (cursor.individually_deleted(), cursor.properties) == (expected, props)
+        assert (cursor.individually_deleted.copies(), cursor.properties) == (expected, props)
     await store.close()
 
 
@@ -289,15 +289,15 @@ async def test_million_random_acks_over_20_ledgers_survive_reopen_exactly(tmp_pa
         by_ledger.setdefault(flat // per_ledger, []).append(flat % per_ledger)
     for ledger_id, ids in by_ledger.items():
         cursor.delete_entry_ids(ledger_id, ids)
-    assert cursor.individually_deleted_count == 1_000_000
+    assert len(cursor.individually_deleted) == 1_000_000
     assert cursor.mark_delete_position == Position(0, -1)
-    expected = cursor.individually_deleted()
+    expected = cursor.individually_deleted.copies()
     await store.close()
     store = await _open(tmp_path)
     ml = await store.open_ledger(TOPIC)
     cursor = ml.cursors["s"]
-    assert cursor.individually_deleted_count == 1_000_000
-    assert cursor.individually_deleted() == expected
+    assert len(cursor.individually_deleted) == 1_000_000
+    assert cursor.individually_deleted.copies() == expected
     assert cursor.persisted_size_bytes <= 1_000_000  # <= 1 byte per acked entry
     cursor.delete([Position(0, 0)])  # the hole closes: mark-delete runs over the acked prefix
     first_gap = min(set(range(1, per_ledger)) - set(by_ledger[0]))

@@ -26,7 +26,7 @@ async def test_individual_ack_of_future_entry_is_ignored(tmp_path: Path) -> None
     lid = ps[0].ledger_id
     cursor.delete([Position(lid, 2), Position(lid + 12, 3), Position(lid, 1 << 40),
                    Position(lid, -7)])
-    assert cursor.individually_deleted_count == 0
+    assert len(cursor.individually_deleted) == 0
     later = await asyncio.gather(*(ml.append(b"m%d" % i) for i in range(3)))
     assert later[1] == Position(lid, 2)
     assert not cursor.is_deleted(later[1])
@@ -64,8 +64,8 @@ async def test_bulk_entry_id_acks_beyond_extent_are_ignored(tmp_path: Path) -> N
     cursor = await ml.open_cursor("s", initial_position="earliest")
     lid = ps[0].ledger_id
     cursor.delete_entry_ids(lid, [1, 5, 1 << 40])
-    assert cursor.individually_deleted() == {lid: cursor.individually_deleted()[lid]}
-    assert list(cursor.individually_deleted()[lid]) == [1]
+    assert cursor.individually_deleted.copies() == {lid: cursor.individually_deleted.copies()[lid]}
+    assert list(cursor.individually_deleted.copies()[lid]) == [1]
     await store.close()
 
 

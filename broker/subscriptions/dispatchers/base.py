@@ -69,7 +69,8 @@ from broker.subscriptions.dispatchers.known_holds import hold_known
 from broker.subscriptions.revision import RevisionSource
 from broker.transactions.dispatch_view import HIDE, DispatchView
 from protocol.errors import ProtocolError
-from protocol.metadata import EntryInfo, parse_entry, peek_dispatch, sticky_key_hash
+from protocol.metadata import EntryInfo, parse_entry, sticky_key_hash
+from protocol.send_accel import peek_dispatch
 from protocol.sub_types import SubType
 from storage.ledger import ManagedLedger
 from storage.positions import Entry, Position
@@ -728,6 +729,15 @@ class Dispatcher:
         sub = self.sub
         cursor = sub.cursor
         is_deleted = cursor.is_deleted
+        # Acknowledged entries are skipped: one question for the whole list when none of it is
+        # (the usual case, a herd falling due or new entries read), one per entry otherwise.
+        # Entries come in position order (every caller's: reads and sorted position lists) and
+        # nothing below acknowledges an entry ahead of the one at hand, so the answer holds
+        # for the whole loop.
+        check_acked = bool(entries) and (
+            entries[0].position <= cursor.mark_delete_position
+            or cursor.individually_deleted.any_between(entries[0].position,
+                                                       entries[-1].position))
         counts = sub.redelivery_counts
         batch_acks = sub.batch_acks
         read_compacted = sub.read_compacted  # once per round, not per entry
@@ -754,7 +764,7 @@ class Dispatcher:
                 pos = entry.position
                 if check_replay and pos not in replay:
                     continue  # acked or reset while we were reading
-                if is_deleted(pos):
+                if check_acked and is_deleted(pos):
                     if from_replay:
                         self.discard_replay(pos)
                     continue

@@ -23,7 +23,8 @@ from typing import Protocol
 from storage.ledger import ManagedLedger
 from storage.positions import Position
 
-__all__ = ["LATEST_LEDGER", "MemoryCursor", "SubscriptionCursor", "before", "entry_exists",
+__all__ = ["LATEST_LEDGER", "DeletedBeyond", "MemoryCursor", "ReaderDeletes", "SubscriptionCursor",
+           "before", "entry_exists",
            "normalize_target",
            "reader_mark_delete", "tail_position", "wire_position"]
 
@@ -52,6 +53,32 @@ def tail_position(ledger: ManagedLedger) -> Position:
     return Position(infos[-1].ledger_id, -1) if infos else Position(-1, -1)
 
 
+class DeletedBeyond(Protocol):
+    """What subscriptions and dispatchers read of a cursor's individually acknowledged
+    entries (storage's ``IndividuallyDeleted``, a reader's :class:`ReaderDeletes`)."""
+
+    def __len__(self) -> int: ...
+
+    def any_between(self, first: Position, last: Position) -> bool:
+        """Is some position from *first* to *last* (both included) acknowledged one by one?"""
+        ...
+
+
+class ReaderDeletes:
+    """A reader's individually acknowledged positions beyond its mark-delete position."""
+
+    __slots__ = ("positions",)
+
+    def __init__(self) -> None:
+        self.positions: set[Position] = set()
+
+    def __len__(self) -> int:
+        return len(self.positions)
+
+    def any_between(self, first: Position, last: Position) -> bool:
+        return any(first <= p <= last for p in self.positions)
+
+
 class SubscriptionCursor(Protocol):
     """What subscriptions and dispatchers use of a cursor: storage's ``ManagedCursor`` (durable)
     or a reader's :class:`MemoryCursor`."""
@@ -75,7 +102,7 @@ class SubscriptionCursor(Protocol):
     def properties(self) -> dict[str, str]: ...
 
     @property
-    def individually_deleted_count(self) -> int: ...
+    def individually_deleted(self) -> DeletedBeyond: ...
 
     @property
     def backlog(self) -> int: ...
@@ -103,7 +130,7 @@ class MemoryCursor:
         self._md = mark_delete
         self.read_position = ledger.next_position(mark_delete)
         self.revision = 0
-        self._deleted: set[Position] = set()
+        self.individually_deleted = ReaderDeletes()
         self._properties: dict[str, str] = {}
         self.persisted_size_bytes = 0
 
@@ -122,13 +149,13 @@ class MemoryCursor:
         self._properties.pop(key, None)
 
     def is_deleted(self, pos: Position) -> bool:
-        return pos <= self._md or pos in self._deleted
+        return pos <= self._md or pos in self.individually_deleted.positions
 
     def delete(self, positions: Iterable[Position]) -> None:
         last = self._ledger.last_confirmed
         if last is None:
             return
-        self._deleted.update(p for p in positions if self._md < p <= last)
+        self.individually_deleted.positions.update(p for p in positions if self._md < p <= last)
         self._advance()
 
     def mark_delete(self, pos: Position) -> None:
@@ -141,22 +168,19 @@ class MemoryCursor:
     def reset(self, pos: Position) -> None:
         self.read_position = pos
         self._md = before(pos)
-        self._deleted.clear()
+        self.individually_deleted.positions.clear()
 
     def _advance(self) -> None:
         last = self._ledger.last_confirmed
+        deleted = self.individually_deleted
         while last is not None and self._md < last:
             nxt = self._ledger.next_position(self._md)
-            if nxt not in self._deleted:
+            if nxt not in deleted.positions:
                 break
             self._md = nxt
-        self._deleted = {p for p in self._deleted if p > self._md}
+        deleted.positions = {p for p in deleted.positions if p > self._md}
         if self.read_position <= self._md:
             self.read_position = self._ledger.next_position(self._md)
-
-    @property
-    def individually_deleted_count(self) -> int:
-        return len(self._deleted)
 
     @property
     def backlog(self) -> int:
@@ -164,7 +188,7 @@ class MemoryCursor:
         if last is None or last <= self._md:
             return 0
         between = self._ledger.entries_between(self._md, last)
-        return max(0, between - len(self._deleted))
+        return max(0, between - len(self.individually_deleted))
 
     async def flush(self) -> None:
         return None

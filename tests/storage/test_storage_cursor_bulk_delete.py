@@ -1,0 +1,86 @@
+"""An ACK's list of ids goes into the cursor in one bitmap call when they are all entries of one
+ledger beyond the mark-delete position; any other list is taken id by id. Both ways leave the
+same cursor: the same mark-delete position and the same acknowledged ids, whatever the list
+holds (ids of several ledgers, before mark-delete, beyond the last entry or a ledger's end,
+negative, repeated)."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pyroaring import BitMap
+
+from storage.cursor import CursorState, ManagedCursor
+from storage.positions import Position
+
+#: ledger id -> entries; 8 is the current ledger, 6 no longer exists
+EXTENTS = {3: 20, 5: 15, 8: 10}
+
+
+class Ledgers:
+    """A LedgerView of three ledgers, the last one current."""
+
+    last_confirmed = Position(8, EXTENTS[8] - 1)
+    current_ledger_id = 8
+
+    def ledger_extent(self, ledger_id: int) -> tuple[int, bool, BitMap | None]:
+        return EXTENTS.get(ledger_id, 0), ledger_id != 8, None
+
+    def ledger_after(self, ledger_id: int) -> int | None:
+        return next((lid for lid in sorted(EXTENTS) if lid > ledger_id), None)
+
+    def entries_between(self, start_exclusive: Position, end_inclusive: Position) -> int:
+        return sum(1 for lid, n in EXTENTS.items() for e in range(n)
+                   if start_exclusive < Position(lid, e) <= end_inclusive)
+
+    def next_position(self, pos: Position) -> Position:
+        if pos.entry_id + 1 < EXTENTS.get(pos.ledger_id, 0):
+            return Position(pos.ledger_id, pos.entry_id + 1)
+        following = self.ledger_after(pos.ledger_id)
+        return Position(following, 0) if following is not None else \
+            Position(pos.ledger_id, pos.entry_id + 1)
+
+
+async def _no_save(name: str, data: bytes, ledger: int) -> None:
+    return None
+
+
+def _cursor(mark_delete: Position, acked: list[Position]) -> ManagedCursor:
+    cursor = ManagedCursor(Ledgers(), _no_save, CursorState("s", mark_delete,
+                                                            Ledgers().next_position(mark_delete)))
+    cursor.delete(tuple(acked))
+    return cursor
+
+
+positions = st.builds(Position, st.sampled_from([2, 3, 5, 6, 8, 9]),
+                      st.one_of(st.integers(-2, 22), st.sampled_from([2**32, 2**40])))
+one_ledger = st.sampled_from([3, 5, 8]).flatmap(
+    lambda lid: st.lists(st.builds(Position, st.just(lid), st.integers(-1, 21)), min_size=1,
+                         max_size=30))
+
+
+@settings(max_examples=1500, deadline=None)
+@given(mark_delete=st.sampled_from([Position(3, -1), Position(3, 4), Position(5, 14),
+                                    Position(8, 3)]),
+       earlier=st.lists(positions, max_size=10),
+       ids=st.one_of(one_ledger, st.lists(positions, max_size=30)))
+def test_a_list_of_ids_leaves_the_cursor_as_taking_them_one_by_one(
+        mark_delete: Position, earlier: list[Position], ids: list[Position]) -> None:
+    bulk, by_id = _cursor(mark_delete, earlier), _cursor(mark_delete, earlier)
+    bulk.delete(list(ids))
+    for pos in ids:
+        by_id.delete(iter([pos]))
+    assert bulk.mark_delete_position == by_id.mark_delete_position
+    assert bulk.individually_deleted.copies() == by_id.individually_deleted.copies()
+    assert bulk.read_position == by_id.read_position
+
+
+def test_an_ack_of_one_ledgers_new_ids_is_recorded_and_mark_delete_moves_over_them() -> None:
+    cursor = _cursor(Position(3, 4), [])
+    cursor.delete([Position(3, 7), Position(3, 6), Position(3, 9)])
+    assert cursor.individually_deleted.copies() == {3: BitMap([6, 7, 9])}
+    cursor.delete([Position(3, 5), Position(3, 8)])
+    assert cursor.mark_delete_position == Position(3, 9)
+    assert len(cursor.individually_deleted) == 0
+    cursor.delete([Position(3, 12), Position(3, 20)])   # 20 is past ledger 3's end: by id
+    assert cursor.individually_deleted.copies() == {3: BitMap([12])}
