@@ -52,6 +52,15 @@ def _stats(web_url: str, topic: str) -> dict[str, Any]:
     return doc
 
 
+def _unsaved_ack_age(web_url: str) -> float:
+    with urllib.request.urlopen(web_url + "/metrics", timeout=10) as reply:
+        text = reply.read().decode()
+    ages = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+            if line.startswith("horae_storage_oldest_unsaved_ack_age_seconds")]
+    assert ages, "no unsaved-ack metric"
+    return max(ages)
+
+
 def _delayed(web_url: str, topic: str) -> int:
     return int(_stats(web_url, topic)["subscriptions"]["sub"]["msgDelayed"])
 
@@ -111,6 +120,10 @@ def test_rest_cancel_survives_kill_9_in_every_bucket_case(
         assert set(_receive_all(finished, early, 15)) == early
         for consumer in (mutable, finished):
             consumer.close()        # flushes the client's grouped acks of the early messages
+        # Acknowledgements are saved by the cursors' background flush: the kill comes once
+        # every one is in a cursor file (on a busy machine the flush can lag behind the close).
+        wait_until(lambda: _unsaved_ack_age(first.web_url) == 0, timeout_s=30,
+                   message="every acknowledgement saved")
     finally:
         client.close()
     first.kill()
@@ -123,7 +136,9 @@ def test_rest_cancel_survives_kill_9_in_every_bucket_case(
         wanted = {"mutable": {b"m0", b"m2"},
                   "pending": {b"p%d" % i for i in range(6) if i != 4},
                   "finished": {b"f%d" % i for i in range(8) if i != 2}}
-        wait_s = (late_at - time.time() * 1000) / 1000 + 15
+        # until the late ones are due, then time to hand them out (the set-up may have taken
+        # longer than LATE_MS on a busy machine: they are then due at once)
+        wait_s = max(0.0, (late_at - time.time() * 1000) / 1000) + 30
         for topic, consumer in consumers.items():
             got = _receive_all(consumer, wanted[topic], wait_s)
             assert sorted(got) == sorted(wanted[topic]), topic
