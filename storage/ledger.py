@@ -33,7 +33,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from pathlib import Path
@@ -145,6 +145,9 @@ class ManagedLedger:
             ctx.loop, ctx.ops, ctx.cache, ctx.read_pool, ctx.pager, self._ledgers,
             self._ledger_ids, self._drop_corrupt, self.relocated, self.sealed_checks,
         )
+        #: Scattered positions in one read-thread job (storage/reads.py), counted in
+        #: :attr:`entries_read`.
+        self.read_positions = positions_reader(self, self._reader)
         self._cursor_set = CursorSet(
             self, CursorFiles(ctx.ops, directory / "cursors", fsync=ctx.config.fsync),
             ctx.loop, ctx.cursor_pool, ctx.ids.ensure_durable, cursors,
@@ -382,3 +385,19 @@ class ManagedLedger:
     @property
     def closed(self) -> bool:
         return self._appends.state is LedgerLifecycle.CLOSED
+
+
+ReadPositions = Callable[[Sequence[Position]], Awaitable[tuple[list[Entry], list[Position]]]]
+
+
+def positions_reader(ledger: ManagedLedger, reader: EntryReader) -> ReadPositions:
+    """``ledger.read_positions``: :meth:`EntryReader.read_positions`, counted in the ledger's
+    ``entries_read`` as its other reads are."""
+
+    async def read_positions(positions: Sequence[Position]
+                             ) -> tuple[list[Entry], list[Position]]:
+        entries, missing = await reader.read_positions(positions)
+        ledger.entries_read += len(entries)
+        return entries, missing
+
+    return read_positions

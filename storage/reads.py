@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import bisect
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor
+from pathlib import Path
 
 from storage.cache import EntryCache
 from storage.errors import TooManyOpenFilesError
@@ -106,6 +107,92 @@ class EntryReader:
                 break
         return out
 
+    async def read_positions(
+        self, positions: Sequence[Position], max_bytes: int = DEFAULT_MAX_READ_BYTES
+    ) -> tuple[list[Entry], list[Position]]:
+        """Entries at scattered positions (in position order, as a dispatcher's due or replay
+        positions come): those in the entry cache at once, every other one from disk in ONE
+        read-thread job (one small pread each), instead of a job per position. Returns the
+        entries found, in the order given, and the positions known not to exist (a ledger gone,
+        beyond its confirmed count, dropped by recovery, failing its checks, trimmed during the
+        read). Once ``max_bytes`` are taken (at least one entry) the positions not reached are
+        neither read nor missing: the caller asks again."""
+        cache = self._cache
+        cache.last_touch = cache.clock
+        found: dict[Position, Entry] = {}
+        missing: list[Position] = []
+        by_ledger: dict[int, list[Position]] = {}
+        nbytes = 0
+        for pos in positions:
+            if nbytes >= max_bytes and (found or by_ledger):
+                break
+            led = self._ledgers.get(pos.ledger_id)
+            if led is None or not 0 <= pos.entry_id < led.confirmed:
+                missing.append(pos)
+                continue
+            data = cache.get(pos.ledger_id, pos.entry_id)
+            if data is not None:
+                found[pos] = _new(Entry, (pos, data))
+                nbytes += len(data)
+                continue
+            relocated = self._relocated
+            if relocated is not None and pos.ledger_id in relocated.ghosts:
+                got = await self.read_entries(pos, 1)
+                if got and got[0].position == pos:
+                    found[pos] = got[0]
+                    nbytes += len(got[0].data)
+                else:
+                    missing.append(pos)
+                continue
+            by_ledger.setdefault(pos.ledger_id, []).append(pos)
+        reads: list[tuple[Path, int, int, tuple[int, int, int]]] = []
+        planned: list[tuple[LedgerState, Position, tuple[int, int, int]]] = []
+        for ledger_id, wanted in by_ledger.items():
+            led = self._ledgers[ledger_id]
+            segment = led.segment
+            if segment.index is IndexResidency.UNCHECKED and self._checks is not None:
+                try:  # opened from the manifest: checked against its files before any read
+                    await self._checks.check(led)
+                except FileNotFoundError:  # trimmed or deleted meanwhile
+                    missing.extend(wanted)
+                    continue
+            if segment.index is not IndexResidency.RESIDENT:
+                offsets, lengths = await self._pager.arrays(segment)
+            else:
+                offsets, lengths = segment.offsets, segment.lengths
+            limit = min(led.confirmed, len(offsets))
+            for pos in wanted:
+                if nbytes >= max_bytes and (found or reads):
+                    break
+                entry_id = pos.entry_id
+                if entry_id >= limit or offsets[entry_id] < 0:
+                    missing.append(pos)    # dropped by recovery (or past the checked arrays)
+                    continue
+                record = (entry_id, offsets[entry_id], lengths[entry_id])
+                reads.append((segment.path, segment.format, ledger_id, record))
+                planned.append((led, pos, record))
+                nbytes += record[2]
+        if reads:
+            try:
+                results = await self._loop.run_in_executor(
+                    self._pool, _read_scattered, self._ops, reads)
+            except OSError as exc:
+                if is_fd_exhaustion(exc):
+                    raise TooManyOpenFilesError(f"reading scattered entries: {exc}") from exc
+                raise
+            for (led, pos, (entry_id, offset, length)), records in zip(planned, results,
+                                                                        strict=True):
+                if records is None:      # the segment was trimmed or deleted meanwhile
+                    missing.append(pos)
+                    continue
+                data = records[0][1] if records else None
+                if data is None:         # failed its checks: reported, never served
+                    self._on_corrupt(led, entry_id, offset, length)
+                    missing.append(pos)
+                    continue
+                found[pos] = _new(Entry, (pos, data))
+        return [found[p] for p in positions if p in found], missing
+
     async def _read_from_disk(
         self, led: LedgerState, entry_id: int, max_entries: int, max_bytes: int,
         out: list[Entry], nbytes: int,
@@ -165,3 +252,18 @@ class EntryReader:
             append(_new(Entry, (_new(Position, (ledger_id, got_id)), data)))
             nbytes += len(data)
         return end, nbytes
+
+
+def _read_scattered(
+    ops: FileOps, reads: list[tuple[Path, int, int, tuple[int, int, int]]],
+) -> list[list[tuple[int, bytes | None]] | None]:
+    """In a read thread: each (segment path, format, ledger id, record) read with a pread of
+    its own (scattered entries: one pread over their span would read everything between
+    them). None for a record whose segment is gone (trimmed or deleted meanwhile)."""
+    out: list[list[tuple[int, bytes | None]] | None] = []
+    for path, fmt, ledger_id, record in reads:
+        try:
+            out.append(read_records(ops, path, [record], fmt, ledger_id))
+        except FileNotFoundError:
+            out.append(None)
+    return out

@@ -30,7 +30,7 @@ from pathlib import Path
 from storage.cursor_files import CursorFiles, LoadedCursor
 from storage.cursors import CursorSet
 from storage.errors import LedgerClosedError
-from storage.ledger import LedgerContext, ManagedLedger
+from storage.ledger import LedgerContext, ManagedLedger, positions_reader
 from storage.ledger_appends import LedgerLifecycle
 from storage.positions import Position
 from storage.relocation import RelocatedEntries, RelocatedState
@@ -60,6 +60,7 @@ class ShadowLedger(ManagedLedger):
         self.caching = source.caching   # the source's entries: cached while either reads them
         self.appends_in_flight = source.appends_in_flight   # the one store's writer
         self._reader = source._reader
+        self.read_positions = positions_reader(self, self._reader)
         # Its own (empty) relocation record: the source's is read through the shared reader,
         # and counted once, with the source.
         self.relocated = RelocatedEntries(directory, RelocatedState(), fsync=ctx.config.fsync,

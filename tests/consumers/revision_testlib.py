@@ -133,6 +133,13 @@ class ReadGate:
             await self._maybe_wait(pos)
             return await real_entry(pos, *a, **kw)
 
+        real_positions = ledger.read_positions
+
+        async def read_positions(positions: Any, *a: Any, **kw: Any) -> Any:
+            for pos in positions:   # the gate holds a scattered read holding its position
+                await self._maybe_wait(pos)
+            return await real_positions(positions, *a, **kw)
+
         real_cached = ledger.cached_entry
 
         def cached_entry(pos: Position) -> Any:
@@ -142,6 +149,7 @@ class ReadGate:
         self._when = when
         ledger.read_entries = read_entries
         ledger.read_entry = read_entry
+        ledger.read_positions = read_positions
         ledger.cached_entry = cached_entry
 
     async def _maybe_wait(self, pos: Position) -> None:

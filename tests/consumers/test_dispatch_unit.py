@@ -545,6 +545,13 @@ async def test_reading_positions_finds_entries_and_the_missing_ones_run_or_scatt
 
     ledger.read_entries = read_with_a_gap
     ledger.read_entry = lambda pos: _read_one(real_read, pos, dropped)
+    real_positions = ledger.read_positions
+
+    async def read_positions_with_a_gap(positions: Any) -> Any:
+        entries, missing = await real_positions([p for p in positions if p not in dropped])
+        return entries, missing + [p for p in positions if p in dropped]
+
+    ledger.read_positions = read_positions_with_a_gap
     ledger.cached_entry = lambda pos: None
     run = [Position(lid, e) for e in range(2, 8)]
     entries, missing = await dispatcher._read_positions(run)

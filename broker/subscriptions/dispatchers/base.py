@@ -56,6 +56,7 @@ import logging
 import time
 from collections import Counter
 from itertools import islice
+from operator import itemgetter
 from typing import Protocol
 
 from sortedcontainers import SortedSet
@@ -76,6 +77,8 @@ from storage.ledger import ManagedLedger
 from storage.positions import Entry, Position
 
 __all__ = ["MAX_READ_ENTRIES", "DispatchContext", "Dispatcher", "round_after_ack", "round_now"]
+
+_entry_position = itemgetter(0)   # an Entry's position (its first field)
 
 log = logging.getLogger("horae.subscriptions.dispatchers")
 
@@ -691,6 +694,7 @@ class Dispatcher:
                 if await ledger.read_entry(first) is None:
                     missing.append(first)  # the next round retries the rest of the run
                 return out, missing
+        singles: list[Position] = []
         while i < n:
             start = positions[i]
             j = i + 1
@@ -701,11 +705,7 @@ class Dispatcher:
             ):
                 j += 1
             if j - i == 1:
-                entry = ledger.cached_entry(start) or await ledger.read_entry(start)
-                if entry is not None:
-                    out.append(entry)
-                else:
-                    missing.append(start)
+                singles.append(start)   # read together below: one read-thread job
             else:
                 run = positions[i:j]
                 in_run = set(run)
@@ -718,6 +718,16 @@ class Dispatcher:
                 elif await ledger.read_entry(start) is None:
                     missing.append(start)  # the next round retries the rest of the run
             i = j
+        if singles:
+            # due positions are scattered (a delayed index's order is not the log's): the
+            # entries not cached come from disk in one job, not one job (and wake-up) each
+            got, gone = await ledger.read_positions(singles)
+            missing.extend(gone)
+            if out:
+                out.extend(got)
+                out.sort(key=_entry_position)
+            else:
+                out = got
         return out, missing
 
     def _deliver(self, entries: list[Entry], *, from_replay: bool, blocked: set[int],
