@@ -586,4 +586,3 @@ class ManagedCursor:
     def check_open(self) -> None:
         if self._closed:
             raise StorageError(f"cursor {self.name} is closed")
-

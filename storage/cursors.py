@@ -29,7 +29,7 @@ from storage.cursor import CursorState, LedgerView, ManagedCursor
 from storage.cursor_files import CursorFiles, LoadedCursor
 from storage.errors import CursorNotFoundError
 from storage.positions import Position
-from storage.to_the_end import to_the_end
+from storage.to_the_end import finish
 
 log = logging.getLogger("horae.storage")
 
@@ -142,9 +142,7 @@ class CursorSet:
             # To its end under the lock even if the caller is cancelled (an unsubscribe's
             # connection went): the removal in a cursor thread goes on regardless, and a
             # cursor of the same name opened beside it would have its new file removed.
-            _, cancelled = await to_the_end(self._retire_and_remove(cursor))
-            if cancelled:
-                raise asyncio.CancelledError
+            await finish(self._retire_and_remove(cursor))
 
     async def _retire_and_remove(self, cursor: ManagedCursor) -> None:
         await cursor.retire()

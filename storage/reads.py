@@ -150,16 +150,11 @@ class EntryReader:
         for ledger_id, wanted in by_ledger.items():
             led = self._ledgers[ledger_id]
             segment = led.segment
-            if segment.index is IndexResidency.UNCHECKED and self._checks is not None:
-                try:  # opened from the manifest: checked against its files before any read
-                    await self._checks.check(led)
-                except FileNotFoundError:  # trimmed or deleted meanwhile
-                    missing.extend(wanted)
-                    continue
-            if segment.index is not IndexResidency.RESIDENT:
-                offsets, lengths = await self._pager.arrays(segment)
-            else:
-                offsets, lengths = segment.offsets, segment.lengths
+            arrays = await self._index_arrays(led)
+            if arrays is None:   # trimmed or deleted meanwhile
+                missing.extend(wanted)
+                continue
+            offsets, lengths = arrays
             limit = min(led.confirmed, len(offsets))
             for pos in wanted:
                 if nbytes >= max_bytes and (found or reads):
@@ -193,20 +188,29 @@ class EntryReader:
                 found[pos] = _new(Entry, (pos, data))
         return [found[p] for p in positions if p in found], missing
 
+    async def _index_arrays(self, led: LedgerState) -> tuple[Sequence[int], Sequence[int]] | None:
+        """A segment's (offsets, lengths) of its entries, None when it is gone (trimmed or
+        deleted meanwhile). A segment opened from the manifest is checked against its files
+        before its first read; an index not resident is paged in (the pager's LRU)."""
+        segment = led.segment
+        if segment.index is IndexResidency.UNCHECKED and self._checks is not None:
+            try:
+                await self._checks.check(led)
+            except FileNotFoundError:
+                return None
+        if segment.index is not IndexResidency.RESIDENT:
+            return await self._pager.arrays(segment)
+        return segment.offsets, segment.lengths
+
     async def _read_from_disk(
         self, led: LedgerState, entry_id: int, max_entries: int, max_bytes: int,
         out: list[Entry], nbytes: int,
     ) -> tuple[int, int]:
         segment = led.segment
-        if segment.index is IndexResidency.UNCHECKED and self._checks is not None:
-            try:  # opened from the manifest: checked against its files before any read
-                await self._checks.check(led)
-            except FileNotFoundError:  # trimmed or deleted meanwhile
-                return led.confirmed, nbytes
-        if segment.index is not IndexResidency.RESIDENT:  # paged in/out by the pager (LRU)
-            offsets, lengths = await self._pager.arrays(segment)
-        else:
-            offsets, lengths = segment.offsets, segment.lengths
+        arrays = await self._index_arrays(led)
+        if arrays is None:   # trimmed or deleted meanwhile
+            return led.confirmed, nbytes
+        offsets, lengths = arrays
         wanted: list[tuple[int, int, int]] = []
         planned = nbytes
         end = entry_id

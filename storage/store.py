@@ -63,7 +63,7 @@ from storage.shadow import ShadowLedger
 from storage.snapshots import SnapshotStore
 from storage.stats import StorageStats
 from storage.sync_stage import CompletionScope
-from storage.to_the_end import to_the_end
+from storage.to_the_end import finish
 from storage.writer import GroupCommitWriter
 
 log = logging.getLogger("horae.storage")
@@ -250,10 +250,8 @@ class SegmentStore:
                 self._report(event)
             for led in found.unindexed:  # scanned: (re)write their indexes in the I/O thread
                 self.writer.submit_index(led.segment, led.size_bytes)
-            relocated, cancelled = await to_the_end(self._loop.run_in_executor(
+            relocated = await finish(self._loop.run_in_executor(
                 self._read_pool, load_relocated, directory))
-            if cancelled:
-                raise asyncio.CancelledError
             self._check_open()  # close() began while recovering: register nothing
             ml = ManagedLedger(self._ctx, name, directory, found.ledgers, found.cursors,
                                relocated)
@@ -287,13 +285,10 @@ class SegmentStore:
         recovery goes on in its thread (cutting segments back, removing leftovers, writing the
         sealed manifest), and the next open of the name would recover the directory beside it.
         The cancel is raised after."""
-        found, cancelled = await to_the_end(self._loop.run_in_executor(
+        return await finish(self._loop.run_in_executor(
             self._read_pool, load_ledger_dir, self._ops, directory, name,
             self.config.fsync, self.writer.fenced_ends,
         ))
-        if cancelled:
-            raise asyncio.CancelledError
-        return found
 
     def _no_space(self) -> None:
         """Writer thread: a write failed with ENOSPC; measure disk usage now."""
@@ -324,9 +319,7 @@ class SegmentStore:
             # cancels the housekeeping that deletes inactive topics): the removal in the I/O
             # thread goes on regardless, and an open of the same name beside it would recover
             # the doomed directory and append into it as it goes.
-            _, cancelled = await to_the_end(self._delete_locked(name))
-        if cancelled:
-            raise asyncio.CancelledError
+            await finish(self._delete_locked(name))
 
     async def _delete_locked(self, name: str) -> None:
         ml = self._open.get(name)

@@ -7,7 +7,8 @@ time" rule, a path the next attempt reuses, the state it records once the work i
 be held until the thread is done: otherwise the next save writes the same temporary file
 beside it, or an open reads a directory a delete is moving away. :func:`to_the_end` awaits
 the work to its end and says whether the caller was cancelled meanwhile; the caller raises
-``CancelledError`` once it has recorded what the work did.
+``CancelledError`` once it has recorded what the work did. :func:`finish` is the usual case:
+nothing to record, the cancel raised as soon as the work is over.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import asyncio
 from collections.abc import Awaitable
 from typing import TypeVar
 
-__all__ = ["to_the_end"]
+__all__ = ["finish", "to_the_end"]
 
 T = TypeVar("T")
 
@@ -32,3 +33,11 @@ async def to_the_end(work: Awaitable[T]) -> tuple[T, bool]:
         except asyncio.CancelledError:
             cancelled = True
     return task.result(), cancelled
+
+
+async def finish(work: Awaitable[T]) -> T:
+    """Await *work* to its end; a cancel of the caller meanwhile is raised once it is over."""
+    result, cancelled = await to_the_end(work)
+    if cancelled:
+        raise asyncio.CancelledError
+    return result

@@ -1,7 +1,9 @@
 """One REST call for tests that talk to a broker's admin API: (status, decoded JSON or None).
 
 Errors are answers here, not exceptions: a 4xx/5xx returns its status and its decoded
-``{"reason": ...}`` body, so a test asserts on both.
+``{"reason": ...}`` body, so a test asserts on both. :func:`unsaved_ack_age` reads the
+broker's ``/metrics`` for the oldest acknowledgement not yet in a cursor file (0: every one
+saved), what a test waits for before a kill -9 that must not lose acknowledgements.
 """
 
 from __future__ import annotations
@@ -21,3 +23,12 @@ def http_json(base: str, method: str, path: str, raw: bytes | None = None) -> tu
     except urllib.error.HTTPError as exc:
         status, payload = exc.code, exc.read()
     return status, json.loads(payload) if payload else None
+
+
+def unsaved_ack_age(base: str) -> float:
+    with urllib.request.urlopen(base + "/metrics", timeout=10) as reply:
+        text = reply.read().decode()
+    ages = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+            if line.startswith("horae_storage_oldest_unsaved_ack_age_seconds")]
+    assert ages, "no unsaved-ack metric"
+    return max(ages)

@@ -37,7 +37,7 @@ from protocol.metadata import iter_batch, parse_metadata, split_entry
 from storage.ledger import ManagedLedger
 from storage.metadata import MetadataStore
 from storage.positions import Position
-from storage.to_the_end import to_the_end
+from storage.to_the_end import finish
 
 __all__ = ["COMPACTION_CURSOR", "KIND", "TopicCompaction"]
 
@@ -138,9 +138,7 @@ class TopicCompaction:
                 # To its end even if the topic's close cancels the run meanwhile: the record's
                 # put in the metadata thread goes on regardless, and a record of kept entries
                 # that no cursor holds lets a trim delete the values it names.
-                _, cancelled = await to_the_end(self._record(horizon, kept))
-                if cancelled:
-                    raise asyncio.CancelledError
+                await finish(self._record(horizon, kept))
             self.status = "SUCCESS"
         except asyncio.CancelledError:
             self.status, self.last_error = "ERROR", "cancelled: the topic was closed"

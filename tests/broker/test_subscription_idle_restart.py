@@ -6,12 +6,11 @@ its last acknowledgement is its last activity."""
 from __future__ import annotations
 
 import time
-import urllib.request
 from typing import Any
 
 import pulsar
 from conftest import make_client
-from rest import http_json
+from rest import http_json, unsaved_ack_age
 from waiting import wait_until
 
 from broker.subscriptions.subscription import LAST_ACTIVE_PROPERTY
@@ -58,15 +57,6 @@ def test_an_idle_subscription_expires_on_schedule_after_a_restart(
     assert (status, subs) == (200, [])
 
 
-def _unsaved_ack_age(web_url: str) -> float:
-    with urllib.request.urlopen(web_url + "/metrics", timeout=10) as reply:
-        text = reply.read().decode()
-    ages = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-            if line.startswith("horae_storage_oldest_unsaved_ack_age_seconds")]
-    assert ages, "no unsaved-ack metric"
-    return max(ages)
-
-
 def _later_than(ms: int) -> bool:
     return int(time.time() * 1000) > ms
 
@@ -94,7 +84,7 @@ def test_the_last_ack_before_a_kill_9_is_the_last_activity(
         def acked_and_saved() -> bool:
             status, stats = http_json(first.web_url, "GET", PATH + "/stats")
             return (status == 200 and stats["subscriptions"]["idle"]["msgBacklog"] == 0
-                    and _unsaved_ack_age(first.web_url) == 0.0)
+                    and unsaved_ack_age(first.web_url) == 0.0)
 
         wait_until(acked_and_saved, timeout_s=20, message="acks applied and saved")
         after_ack = int(time.time() * 1000)

@@ -11,15 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from broker.net.consumers import ConsumerSide
-from broker.subscriptions.consumer import Consumer
-from broker.subscriptions.subscription import Subscription
 from protocol import pulsar_pb as pb
 from protocol.metadata import encode_entry
 from storage.config import StorageConfig
 from storage.positions import Position
 from storage.store import SegmentStore
-from tests.consumers.test_dispatch_unit import FakeConnection, StubTopic
+from tests.consumers.herd_testlib import held_by_two_consumers
 
 HERD = 600
 WAIT_S = 60.0   # bounds for a hung dispatcher, never reached when it works
@@ -38,25 +35,9 @@ async def test_a_due_herd_skips_exactly_what_was_acknowledged_while_it_waited(
                 producer_name="p", sequence_id=i, publish_time=int(time.time() * 1000),
                 deliver_at_time=due_at), f"m{i}".encode())) for i in range(start, start + 200)))
         positions = sorted(Position(*p) for p in positions)
-        sub = await Subscription.open(StubTopic(ledger), "s", durable=True,
-                                      initial_position="earliest")
-        conns = []
-        for cid in (1, 2):
-            conn = FakeConnection()
-            side = ConsumerSide(conn)
-            consumer = Consumer(side, cid, name=f"c{cid}", sub_type=pb.CommandSubscribe.Shared)
-            side.attach(consumer, sub)
-            await sub.add_consumer(consumer)
-            consumer.permits = HERD
-            conns.append(conn)
+        sub, conns = await held_by_two_consumers(ledger, HERD, WAIT_S)
         dispatcher = sub.dispatcher
-        dispatcher.schedule()
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + WAIT_S
-        while (dispatcher.delayed is None or len(dispatcher.delayed) < HERD) \
-                and loop.time() < deadline:
-            await asyncio.sleep(0.01)
-        assert dispatcher.delayed is not None and len(dispatcher.delayed) == HERD
         assert int(time.time() * 1000) < due_at, "held too late to test: the machine is slow"
         # acknowledged while held, before they fall due
         gone: set[Position] = set()

@@ -8,14 +8,11 @@ import asyncio
 import time
 from pathlib import Path
 
-from broker.net.consumers import ConsumerSide
-from broker.subscriptions.consumer import Consumer
-from broker.subscriptions.subscription import Subscription
 from protocol import pulsar_pb as pb
 from protocol.metadata import encode_entry
 from storage.config import StorageConfig
 from storage.store import SegmentStore
-from tests.consumers.test_dispatch_unit import FakeConnection, StubTopic
+from tests.consumers.herd_testlib import held_by_two_consumers
 
 HERD = 3000
 WAIT_S = 60.0   # bounds for a hung dispatcher, never reached when it works
@@ -31,25 +28,8 @@ async def test_a_herd_read_back_from_disk_is_delivered_once_in_order(tmp_path: P
             await asyncio.gather(*(ledger.append(encode_entry(pb.MessageMetadata(
                 producer_name="p", sequence_id=i, publish_time=int(time.time() * 1000),
                 deliver_at_time=due_at), f"m{i}".encode())) for i in range(start, start + 500)))
-        sub = await Subscription.open(StubTopic(ledger), "s", durable=True,
-                                      initial_position="earliest")
-        conns = []
-        for cid in (1, 2):
-            conn = FakeConnection()
-            side = ConsumerSide(conn)
-            consumer = Consumer(side, cid, name=f"c{cid}", sub_type=pb.CommandSubscribe.Shared)
-            side.attach(consumer, sub)
-            await sub.add_consumer(consumer)
-            consumer.permits = HERD
-            conns.append(conn)
-        dispatcher = sub.dispatcher
-        dispatcher.schedule()
+        sub, conns = await held_by_two_consumers(ledger, HERD, WAIT_S)
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + WAIT_S
-        while (dispatcher.delayed is None or len(dispatcher.delayed) < HERD) \
-                and loop.time() < deadline:
-            await asyncio.sleep(0.01)
-        assert dispatcher.delayed is not None and len(dispatcher.delayed) == HERD
         assert not any(conn.message_ids() for conn in conns)
         store.cache.evict_oldest(store.cache.size_bytes + 1)   # aged out while waiting
         hits = store.cache.hits

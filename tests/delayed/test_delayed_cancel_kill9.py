@@ -14,6 +14,7 @@ from typing import Any
 
 import pulsar
 from conftest import make_client
+from rest import unsaved_ack_age
 from waiting import wait_until
 
 CONFIG = {
@@ -50,15 +51,6 @@ def _stats(web_url: str, topic: str) -> dict[str, Any]:
     with urllib.request.urlopen(f"{web_url}{P}/{topic}/stats", timeout=10) as resp:
         doc: dict[str, Any] = json.loads(resp.read())
     return doc
-
-
-def _unsaved_ack_age(web_url: str) -> float:
-    with urllib.request.urlopen(web_url + "/metrics", timeout=10) as reply:
-        text = reply.read().decode()
-    ages = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-            if line.startswith("horae_storage_oldest_unsaved_ack_age_seconds")]
-    assert ages, "no unsaved-ack metric"
-    return max(ages)
 
 
 def _delayed(web_url: str, topic: str) -> int:
@@ -122,7 +114,7 @@ def test_rest_cancel_survives_kill_9_in_every_bucket_case(
             consumer.close()        # flushes the client's grouped acks of the early messages
         # Acknowledgements are saved by the cursors' background flush: the kill comes once
         # every one is in a cursor file (on a busy machine the flush can lag behind the close).
-        wait_until(lambda: _unsaved_ack_age(first.web_url) == 0, timeout_s=30,
+        wait_until(lambda: unsaved_ack_age(first.web_url) == 0, timeout_s=30,
                    message="every acknowledgement saved")
     finally:
         client.close()

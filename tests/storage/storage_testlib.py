@@ -12,6 +12,7 @@ from pathlib import Path
 
 from crc32c import crc32c
 
+from storage import SegmentStore, StorageConfig
 from storage.fileops import FileOps
 from storage.names import encode_name
 from storage.segments import (
@@ -116,3 +117,8 @@ def flip_bit(path: Path, byte_offset: int, bit: int) -> None:
         os.pwrite(fd, bytes([byte ^ (1 << bit)]), byte_offset)
     finally:
         os.close(fd)
+
+
+async def open_store(root: Path, **kw: object) -> SegmentStore:
+    """A segment store at *root* with these StorageConfig fields (the rest defaults)."""
+    return await SegmentStore.open(root, StorageConfig(**kw))  # type: ignore[arg-type]

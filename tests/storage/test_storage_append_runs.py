@@ -6,7 +6,9 @@ import asyncio
 import random
 from pathlib import Path
 
-from storage import Position, SegmentStore, StorageConfig
+from storage_testlib import open_store
+
+from storage import Position
 from storage.errors import LedgerClosedError
 
 TOPIC = "persistent://public/default/runs"
@@ -35,13 +37,9 @@ class RecordingSink:
             self.settled.set()
 
 
-async def _open(root: Path, **kw: object) -> SegmentStore:
-    return await SegmentStore.open(root, StorageConfig(**kw))  # type: ignore[arg-type]
-
-
 async def test_run_is_reported_once_durable_in_order_with_futures_around_it(
         tmp_path: Path) -> None:
-    store = await _open(tmp_path)
+    store = await open_store(tmp_path)
     ml = await store.open_ledger(TOPIC)
     seen: list[Position] = []
     ml.add_listener(seen.append)
@@ -61,7 +59,7 @@ async def test_run_is_reported_once_durable_in_order_with_futures_around_it(
 
 
 async def test_run_split_by_rollover_is_reported_per_ledger(tmp_path: Path) -> None:
-    store = await _open(tmp_path, max_entries_per_ledger=4)
+    store = await open_store(tmp_path, max_entries_per_ledger=4)
     ml = await store.open_ledger(TOPIC)
     sink = RecordingSink(10)
     ml.append_run([b"e%d" % i for i in range(10)], sink)
@@ -74,7 +72,7 @@ async def test_run_split_by_rollover_is_reported_per_ledger(tmp_path: Path) -> N
 
 
 async def test_run_on_a_closed_ledger_fails_on_a_later_callback(tmp_path: Path) -> None:
-    store = await _open(tmp_path)
+    store = await open_store(tmp_path)
     ml = await store.open_ledger(TOPIC)
     await ml.close()
     sink = RecordingSink(2)
@@ -87,7 +85,7 @@ async def test_run_on_a_closed_ledger_fails_on_a_later_callback(tmp_path: Path) 
 
 
 async def test_close_waits_for_runs_in_flight(tmp_path: Path) -> None:
-    store = await _open(tmp_path)
+    store = await open_store(tmp_path)
     ml = await store.open_ledger(TOPIC)
     sink = RecordingSink(2)
     ml.append_run([b"a", b"b"], sink)
@@ -104,7 +102,7 @@ async def _single_and_run_layouts(root: Path, limits: dict[str, int], runs: list
     """The ledgers (entries, bytes) the entries of *runs* make appended one by one, and
     appended as those runs; the runs' entries are read back in order."""
     datas = [data for run in runs for data in run]
-    single = await _open(root / "single", **limits)
+    single = await open_store(root / "single", **limits)
     ml = await single.open_ledger(TOPIC)
     for data in datas:
         last = ml.append(data)
@@ -113,7 +111,7 @@ async def _single_and_run_layouts(root: Path, limits: dict[str, int], runs: list
     expected = [(i.entries, i.size_bytes) for i in ml.ledgers]
     await single.close()
 
-    grouped = await _open(root / "runs", **limits)
+    grouped = await open_store(root / "runs", **limits)
     ml = await grouped.open_ledger(TOPIC)
     sink = RecordingSink(len(datas))
     for run in runs:

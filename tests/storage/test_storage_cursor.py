@@ -9,22 +9,18 @@ from pathlib import Path
 
 import pytest
 from pyroaring import BitMap
-from storage_testlib import flip_bit, ledger_dir, write_segment
+from storage_testlib import flip_bit, ledger_dir, open_store, write_segment
 from waiting import wait_until_async
 
-from storage import Position, SegmentStore, StorageConfig
+from storage import Position, SegmentStore
 from storage.cursor import CursorState, decode_cursor, encode_cursor, encode_properties
 from storage.errors import CorruptRecordError
 
 TOPIC = "persistent://public/default/c"
 
 
-async def _open(root: Path, **kw: object) -> SegmentStore:
-    return await SegmentStore.open(root, StorageConfig(**kw))  # type: ignore[arg-type]
-
-
 async def _filled(root: Path, n: int, **kw: object) -> tuple[SegmentStore, list[Position]]:
-    store = await _open(root, **kw)
+    store = await open_store(root, **kw)
     ml = await store.open_ledger(TOPIC)
     positions = await asyncio.gather(*(ml.append(b"e%d" % i) for i in range(n)))
     return store, list(positions)
@@ -119,7 +115,7 @@ async def test_cursor_state_survives_reopen_exactly(tmp_path: Path) -> None:
     expected = (cursor.mark_delete_position, cursor.read_position, cursor.individually_deleted.copies(),
                 cursor.properties, cursor.revision)
     await store.close()
-    store = await _open(tmp_path)
+    store = await open_store(tmp_path)
     ml = await store.open_ledger(TOPIC)
     cursor = ml.cursors["s"]
     got = (cursor.mark_delete_position, cursor.read_position, cursor.individually_deleted.copies(),
@@ -151,7 +147,7 @@ async def test_saves_between_property_changes_keep_every_property_change(tmp_pat
         await cursor.flush()
         expected = cursor.individually_deleted.copies()
         await store.close()
-        store = await _open(tmp_path)
+        store = await open_store(tmp_path)
         cursor = (await store.open_ledger(TOPIC)).cursors["s"]
         assert (cursor.individually_deleted.copies(), cursor.properties) == (expected, props)
     await store.close()
@@ -172,7 +168,7 @@ async def test_a_reloaded_cursor_saves_its_properties_as_loaded_until_one_change
     loaded = decode_cursor(path.read_bytes())
     assert loaded.properties_blob == encode_properties(props)
     for acked, change in ((ps[2], None), (ps[4], ("k", "v"))):
-        store = await _open(tmp_path)
+        store = await open_store(tmp_path)
         cursor = (await store.open_ledger(TOPIC)).cursors["s"]
         cursor.delete([acked])
         if change is not None:
@@ -262,7 +258,7 @@ async def test_corrupt_only_cursor_file_restarts_it_at_earliest(tmp_path: Path) 
     await store.open_ledgers[TOPIC].open_cursor("s")
     await store.close()
     flip_bit(ledger_dir(tmp_path, TOPIC) / "cursors" / "s.cur", 10, 2)
-    store = await _open(tmp_path)
+    store = await open_store(tmp_path)
     ml = await store.open_ledger(TOPIC)
     # Not dropped (its backlog would be trimmed away): back at the earliest position.
     assert ml.cursors["s"].backlog == 3
@@ -277,7 +273,7 @@ async def test_million_random_acks_over_20_ledgers_survive_reopen_exactly(tmp_pa
     for ledger_id in range(ledgers):
         write_segment(directory, ledger_id, [b""] * per_ledger)
     (directory / "NAME").write_text(TOPIC)
-    store = await _open(tmp_path)
+    store = await open_store(tmp_path)
     ml = await store.open_ledger(TOPIC)
     assert ml.number_of_entries == per_ledger * ledgers
     cursor = await ml.open_cursor("s", initial_position="earliest")
@@ -293,7 +289,7 @@ async def test_million_random_acks_over_20_ledgers_survive_reopen_exactly(tmp_pa
     assert cursor.mark_delete_position == Position(0, -1)
     expected = cursor.individually_deleted.copies()
     await store.close()
-    store = await _open(tmp_path)
+    store = await open_store(tmp_path)
     ml = await store.open_ledger(TOPIC)
     cursor = ml.cursors["s"]
     assert len(cursor.individually_deleted) == 1_000_000

@@ -7,20 +7,16 @@ import threading
 from pathlib import Path
 
 import pytest
-from storage_testlib import segment_paths
+from storage_testlib import open_store, segment_paths
 
-from storage import Position, SegmentStore, StorageConfig
+from storage import Position
 from storage.errors import StorageError
 
 TOPIC = "persistent://public/default/t"
 
 
-async def _open(root: Path, **kw: object) -> SegmentStore:
-    return await SegmentStore.open(root, StorageConfig(**kw))  # type: ignore[arg-type]
-
-
 async def test_append_resolves_on_loop_in_order_after_fsync(tmp_path: Path) -> None:
-    store = await _open(tmp_path)
+    store = await open_store(tmp_path)
     ml = await store.open_ledger(TOPIC)
     loop_thread = threading.get_ident()
     resolved_on: list[int] = []
@@ -44,7 +40,7 @@ async def test_append_resolves_on_loop_in_order_after_fsync(tmp_path: Path) -> N
 
 
 async def test_group_commit_completes_with_one_loop_callback_per_batch(tmp_path: Path) -> None:
-    store = await _open(tmp_path, group_commit_max_delay_ms=20)
+    store = await open_store(tmp_path, group_commit_max_delay_ms=20)
     ml_a = await store.open_ledger("a")
     ml_b = await store.open_ledger("b")
     calls = 0
@@ -71,7 +67,7 @@ async def test_group_commit_completes_with_one_loop_callback_per_batch(tmp_path:
 async def test_each_open_starts_a_new_ledger_with_increasing_ids(tmp_path: Path) -> None:
     seen: list[int] = []
     for _ in range(3):
-        store = await _open(tmp_path)
+        store = await open_store(tmp_path)
         ml = await store.open_ledger(TOPIC)
         assert await store.open_ledger(TOPIC) is ml  # idempotent while open
         pos = await ml.append(b"x")
@@ -81,7 +77,7 @@ async def test_each_open_starts_a_new_ledger_with_increasing_ids(tmp_path: Path)
         await store.close()
     assert seen == sorted(seen)
     assert len(set(seen)) == len(seen)
-    store = await _open(tmp_path)
+    store = await open_store(tmp_path)
     ml = await store.open_ledger(TOPIC)
     assert [info.sealed for info in ml.ledgers] == [True, True, True, False]
     assert store.ledger_names() == ["other", TOPIC]
@@ -91,7 +87,7 @@ async def test_each_open_starts_a_new_ledger_with_increasing_ids(tmp_path: Path)
 
 
 async def test_rollover_by_entry_count(tmp_path: Path) -> None:
-    store = await _open(tmp_path, max_entries_per_ledger=10)
+    store = await open_store(tmp_path, max_entries_per_ledger=10)
     ml = await store.open_ledger(TOPIC)
     positions = await asyncio.gather(*(ml.append(b"e%d" % i) for i in range(35)))
     assert [len([p for p in positions if p.ledger_id == lid])
@@ -105,12 +101,12 @@ async def test_rollover_by_entry_count(tmp_path: Path) -> None:
 
 
 async def test_rollover_by_size_and_age(tmp_path: Path) -> None:
-    store = await _open(tmp_path, max_size_per_ledger_bytes=1000)
+    store = await open_store(tmp_path, max_size_per_ledger_bytes=1000)
     ml = await store.open_ledger(TOPIC)
     positions = [await ml.append(b"x" * 400) for _ in range(6)]
     assert [p.entry_id for p in positions] == [0, 1, 2, 0, 1, 2]
     await store.close()
-    store = await _open(tmp_path, max_ledger_rollover_minutes=0.0)
+    store = await open_store(tmp_path, max_ledger_rollover_minutes=0.0)
     ml = await store.open_ledger(TOPIC)
     a = await ml.append(b"a")
     b = await ml.append(b"b")
@@ -119,7 +115,7 @@ async def test_rollover_by_size_and_age(tmp_path: Path) -> None:
 
 
 async def test_read_entries_crosses_ledgers_and_respects_limits(tmp_path: Path) -> None:
-    store = await _open(tmp_path, max_entries_per_ledger=7)
+    store = await open_store(tmp_path, max_entries_per_ledger=7)
     ml = await store.open_ledger(TOPIC)
     payloads = [b"p%03d" % i for i in range(30)]
     positions = await asyncio.gather(*(ml.append(p) for p in payloads))
@@ -141,7 +137,7 @@ async def test_read_entries_crosses_ledgers_and_respects_limits(tmp_path: Path) 
 
 
 async def test_reads_come_from_cache_when_tailing_and_from_disk_otherwise(tmp_path: Path) -> None:
-    store = await _open(tmp_path)
+    store = await open_store(tmp_path)
     ml = await store.open_ledger(TOPIC)
     positions = await asyncio.gather(*(ml.append(b"c%d" % i) for i in range(50)))
     misses = store.cache.misses
@@ -149,7 +145,7 @@ async def test_reads_come_from_cache_when_tailing_and_from_disk_otherwise(tmp_pa
     assert len(got) == 50
     assert store.cache.misses == misses
     await store.close()
-    store = await _open(tmp_path, entry_cache_bytes=0)
+    store = await open_store(tmp_path, entry_cache_bytes=0)
     ml = await store.open_ledger(TOPIC)
     got = await ml.read_entries(positions[0], 50)
     assert [e.data for e in got] == [b"c%d" % i for i in range(50)]
@@ -158,7 +154,7 @@ async def test_reads_come_from_cache_when_tailing_and_from_disk_otherwise(tmp_pa
 
 
 async def test_cache_is_bounded_in_bytes(tmp_path: Path) -> None:
-    store = await _open(tmp_path, entry_cache_bytes=10_000)
+    store = await open_store(tmp_path, entry_cache_bytes=10_000)
     ml = await store.open_ledger(TOPIC)
     await asyncio.gather(*(ml.append(b"z" * 1000) for _ in range(50)))
     assert store.cache.size_bytes <= 10_000
@@ -167,7 +163,7 @@ async def test_cache_is_bounded_in_bytes(tmp_path: Path) -> None:
 
 
 async def test_next_position_and_entries_between_are_ledger_aware(tmp_path: Path) -> None:
-    store = await _open(tmp_path, max_entries_per_ledger=3)
+    store = await open_store(tmp_path, max_entries_per_ledger=3)
     ml = await store.open_ledger(TOPIC)
     ps = await asyncio.gather(*(ml.append(b"n") for _ in range(7)))
     assert ml.next_position(ps[0]) == ps[1]
@@ -182,7 +178,7 @@ async def test_next_position_and_entries_between_are_ledger_aware(tmp_path: Path
 
 
 async def test_listener_runs_on_loop_after_durable_append(tmp_path: Path) -> None:
-    store = await _open(tmp_path)
+    store = await open_store(tmp_path)
     ml = await store.open_ledger(TOPIC)
     seen: list[Position] = []
     ml.add_listener(seen.append)
@@ -195,7 +191,7 @@ async def test_listener_runs_on_loop_after_durable_append(tmp_path: Path) -> Non
 
 
 async def test_trim_deletes_ledgers_every_cursor_passed_but_never_current(tmp_path: Path) -> None:
-    store = await _open(tmp_path, max_entries_per_ledger=5)
+    store = await open_store(tmp_path, max_entries_per_ledger=5)
     ml = await store.open_ledger(TOPIC)
     slow = await ml.open_cursor("slow", initial_position="earliest")
     fast = await ml.open_cursor("fast", initial_position="earliest")
@@ -211,14 +207,14 @@ async def test_trim_deletes_ledgers_every_cursor_passed_but_never_current(tmp_pa
     got = await ml.read_entries(ps[0], 100)
     assert [e.position for e in got] == ps[20:]
     await store.close()
-    store = await _open(tmp_path)
+    store = await open_store(tmp_path)
     ml = await store.open_ledger(TOPIC)
     assert ml.first_position == ps[20]
     await store.close()
 
 
 async def test_delete_ledger_removes_everything(tmp_path: Path) -> None:
-    store = await _open(tmp_path)
+    store = await open_store(tmp_path)
     ml = await store.open_ledger(TOPIC)
     await ml.open_cursor("s")
     await ml.append(b"x")
@@ -233,7 +229,7 @@ async def test_delete_ledger_removes_everything(tmp_path: Path) -> None:
 
 
 async def test_append_after_close_fails_and_open_after_store_close_raises(tmp_path: Path) -> None:
-    store = await _open(tmp_path)
+    store = await open_store(tmp_path)
     ml = await store.open_ledger(TOPIC)
     await ml.close()
     fut = ml.append(b"late")
@@ -245,7 +241,7 @@ async def test_append_after_close_fails_and_open_after_store_close_raises(tmp_pa
 
 
 async def test_concurrent_appenders_on_many_ledgers_keep_per_ledger_order(tmp_path: Path) -> None:
-    store = await _open(tmp_path, max_entries_per_ledger=50)
+    store = await open_store(tmp_path, max_entries_per_ledger=50)
     ledgers = [await store.open_ledger(f"t{i}") for i in range(4)]
     results: dict[str, list[Position]] = {ml.name: [] for ml in ledgers}
 
@@ -263,16 +259,16 @@ async def test_concurrent_appenders_on_many_ledgers_keep_per_ledger_order(tmp_pa
 
 
 async def test_second_open_of_a_store_in_use_is_refused(tmp_path: Path) -> None:
-    store = await _open(tmp_path)
+    store = await open_store(tmp_path)
     with pytest.raises(StorageError):
-        await _open(tmp_path)
+        await open_store(tmp_path)
     await store.close()
-    again = await _open(tmp_path)
+    again = await open_store(tmp_path)
     await again.close()
 
 
 async def test_oversized_entry_is_rejected_without_fencing(tmp_path: Path) -> None:
-    store = await _open(tmp_path)
+    store = await open_store(tmp_path)
     ml = await store.open_ledger(TOPIC)
     fut = ml.append(b"x" * (64 * 1024 * 1024 + 1))
     with pytest.raises(StorageError):
@@ -283,24 +279,24 @@ async def test_oversized_entry_is_rejected_without_fencing(tmp_path: Path) -> No
 
 
 async def test_ledger_ids_are_not_reused_after_everything_was_deleted(tmp_path: Path) -> None:
-    store = await _open(tmp_path)
+    store = await open_store(tmp_path)
     ml = await store.open_ledger(TOPIC)
     first = await ml.append(b"x")
     await store.delete_ledger(TOPIC)
     await store.close()
-    store = await _open(tmp_path)
+    store = await open_store(tmp_path)
     ml = await store.open_ledger(TOPIC)
     assert (await ml.append(b"y")).ledger_id > first.ledger_id
     await store.close()
 
 
 async def test_damaged_id_counter_still_never_reuses_ids_on_disk(tmp_path: Path) -> None:
-    store = await _open(tmp_path)
+    store = await open_store(tmp_path)
     ml = await store.open_ledger(TOPIC)
     first = await ml.append(b"x")
     await store.close()
     (tmp_path / "LEDGER_ID").write_bytes(b"\x00garbage")
-    store = await _open(tmp_path)
+    store = await open_store(tmp_path)
     ml = await store.open_ledger(TOPIC)
     assert (await ml.append(b"y")).ledger_id > first.ledger_id
     await store.close()

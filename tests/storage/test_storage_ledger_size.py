@@ -6,18 +6,14 @@ import asyncio
 from pathlib import Path
 
 import pytest
+from storage_testlib import open_store
 
-from storage import SegmentStore, StorageConfig
 from storage.ledger import ManagedLedger
 from storage.ledger_list import LedgerList
 from storage.ledger_state import LedgerState
 from storage.segment_file import SegmentFile
 
 TOPIC = "persistent://public/default/sized"
-
-
-async def _open(root: Path, **kw: object) -> SegmentStore:
-    return await SegmentStore.open(root, StorageConfig(**kw))  # type: ignore[arg-type]
 
 
 def _walked(ml: ManagedLedger) -> int:
@@ -54,7 +50,7 @@ def test_ledger_list_total_follows_adds_sets_and_removes(tmp_path: Path) -> None
 
 async def test_size_equals_a_walk_after_appends_rollovers_trims_and_a_restart(
         tmp_path: Path) -> None:
-    store = await _open(tmp_path, max_entries_per_ledger=4)
+    store = await open_store(tmp_path, max_entries_per_ledger=4)
     ml = await store.open_ledger(TOPIC)
     cursor = await ml.open_cursor("s", initial_position="earliest")
     assert ml.total_size_bytes == _walked(ml) == 0
@@ -71,7 +67,7 @@ async def test_size_equals_a_walk_after_appends_rollovers_trims_and_a_restart(
     kept = ml.total_size_bytes
     await store.close()
 
-    store = await _open(tmp_path, max_entries_per_ledger=4)   # recovery reads the sizes back
+    store = await open_store(tmp_path, max_entries_per_ledger=4)   # recovery reads the sizes back
     ml = await store.open_ledger(TOPIC)
     assert ml.total_size_bytes == _walked(ml) == kept
     await ml.append(b"z" * 7)

@@ -8,27 +8,23 @@ import asyncio
 import random
 from pathlib import Path
 
-from storage_testlib import flip_bit, segment_paths
+from storage_testlib import flip_bit, open_store, segment_paths
 
-from storage import Position, SegmentStore, StorageConfig
+from storage import Position
 from storage.segments import RECORD_HEADER_SIZE
 
 TOPIC = "persistent://public/default/scattered"
 
 
-async def _store(root: Path, **kw: object) -> SegmentStore:
-    return await SegmentStore.open(root, StorageConfig(**kw))  # type: ignore[arg-type]
-
-
 async def test_scattered_reads_match_reading_one_by_one_cached_or_not(tmp_path: Path) -> None:
-    store = await _store(tmp_path, max_entries_per_ledger=50)
+    store = await open_store(tmp_path, max_entries_per_ledger=50)
     ml = await store.open_ledger(TOPIC)
     written = list(await asyncio.gather(*(ml.append(b"m%d" % i * (i % 7 + 1))
                                           for i in range(400))))
     rng = random.Random(7)
     await store.close()
     # reopened: every segment sealed, nothing cached, indexes checked on first read
-    store = await _store(tmp_path, max_entries_per_ledger=50)
+    store = await open_store(tmp_path, max_entries_per_ledger=50)
     ml = await store.open_ledger(TOPIC)
     last = written[-1]
     absent = [Position(last.ledger_id, last.entry_id + 5), Position(10**9, 0),
@@ -49,11 +45,11 @@ async def test_scattered_reads_match_reading_one_by_one_cached_or_not(tmp_path: 
 
 
 async def test_a_byte_limit_leaves_the_rest_neither_read_nor_missing(tmp_path: Path) -> None:
-    store = await _store(tmp_path, max_entries_per_ledger=10)
+    store = await open_store(tmp_path, max_entries_per_ledger=10)
     ml = await store.open_ledger(TOPIC)
     written = list(await asyncio.gather(*(ml.append(bytes(1000)) for _ in range(40))))
     await store.close()
-    store = await _store(tmp_path, max_entries_per_ledger=10)
+    store = await open_store(tmp_path, max_entries_per_ledger=10)
     ml = await store.open_ledger(TOPIC)
     wanted = written[::3]
     entries, missing = await ml._reader.read_positions(wanted, 2500)   # the limit itself
@@ -66,7 +62,7 @@ async def test_a_byte_limit_leaves_the_rest_neither_read_nor_missing(tmp_path: P
 
 
 async def test_an_entry_failing_its_checks_is_missing_and_never_served(tmp_path: Path) -> None:
-    store = await _store(tmp_path, max_entries_per_ledger=10)
+    store = await open_store(tmp_path, max_entries_per_ledger=10)
     ml = await store.open_ledger(TOPIC)
     written = list(await asyncio.gather(*(ml.append(b"x" * 100) for _ in range(30))))
     await store.close()
@@ -75,7 +71,7 @@ async def test_an_entry_failing_its_checks_is_missing_and_never_served(tmp_path:
     size = first_segment.stat().st_size
     head = size - 10 * (RECORD_HEADER_SIZE + 100)
     flip_bit(first_segment, head + 2 * (RECORD_HEADER_SIZE + 100) + RECORD_HEADER_SIZE + 50, 3)
-    store = await _store(tmp_path, max_entries_per_ledger=10)
+    store = await open_store(tmp_path, max_entries_per_ledger=10)
     ml = await store.open_ledger(TOPIC)
     wanted = [written[1], written[2], written[15]]
     entries, missing = await ml.read_positions(wanted)

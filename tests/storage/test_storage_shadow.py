@@ -6,20 +6,16 @@ import asyncio
 from pathlib import Path
 
 import pytest
+from storage_testlib import open_store
 
-from storage import SegmentStore, StorageConfig
 from storage.errors import LedgerClosedError
 
 SOURCE = "persistent://public/default/src"
 SHADOW = "persistent://public/default/shadow"
 
 
-async def _open(root: Path, **kw: object) -> SegmentStore:
-    return await SegmentStore.open(root, StorageConfig(**kw))  # type: ignore[arg-type]
-
-
 async def test_shadow_reads_the_source_and_keeps_its_own_cursors(tmp_path: Path) -> None:
-    store = await _open(tmp_path, max_entries_per_ledger=3)
+    store = await open_store(tmp_path, max_entries_per_ledger=3)
     source = await store.open_ledger(SOURCE)
     positions = list(await asyncio.gather(*(source.append(b"e%d" % i) for i in range(5))))
     shadow = await store.open_shadow_ledger(SHADOW, source)
@@ -44,7 +40,7 @@ async def test_shadow_reads_the_source_and_keeps_its_own_cursors(tmp_path: Path)
     assert heard == [more]   # no longer told once closed
     await store.close()
 
-    store = await _open(tmp_path, max_entries_per_ledger=3)
+    store = await open_store(tmp_path, max_entries_per_ledger=3)
     assert store.has_ledger(SHADOW)
     source = await store.open_ledger(SOURCE)
     shadow = await store.open_shadow_ledger(SHADOW, source)
@@ -56,7 +52,7 @@ async def test_shadow_reads_the_source_and_keeps_its_own_cursors(tmp_path: Path)
 
 async def test_a_shadow_cursor_behind_trimmed_source_ledgers_reads_what_is_left(
         tmp_path: Path) -> None:
-    store = await _open(tmp_path, max_entries_per_ledger=2)
+    store = await open_store(tmp_path, max_entries_per_ledger=2)
     source = await store.open_ledger(SOURCE)
     await asyncio.gather(*(source.append(b"e%d" % i) for i in range(5)))
     shadow = await store.open_shadow_ledger(SHADOW, source)
