@@ -77,6 +77,7 @@ from storage.metadata import MetadataStore
 from storage.snapshots import SnapshotStore
 from storage.stats import StorageStats
 from storage.store import SegmentStore
+from storage.to_the_end import finish
 
 __all__ = ["BrokerService"]
 
@@ -168,6 +169,8 @@ class BrokerService:
         self.closing = True
         for t in self._timers:
             t.cancel()
+        # A sweep's delete in flight goes to its end before the topics and the store close.
+        await asyncio.gather(*self._timers, return_exceptions=True)
         if self.transactions is not None:
             await self.transactions.close()
         for fut in list(self._loading.values()):
@@ -435,9 +438,13 @@ class BrokerService:
                 part = tn.partition(i)
                 if self._topic_known(part):
                     await self.delete_topic(part.full, force=force)
-            await self.store.metadata.delete("topic", full)
-            del self._partitioned[full]
-            await self._drop_topic_policy(full)
+
+            async def forget_partitioned() -> None:
+                await self.store.metadata.delete("topic", full)
+                del self._partitioned[full]
+                await self._drop_topic_policy(full)
+
+            await finish(forget_partitioned())
             return
         if not self._topic_known(tn):
             raise TopicNotFoundError("Topic not found")
@@ -452,14 +459,23 @@ class BrokerService:
                 if any(s.consumers for s in topic.subscriptions.values()):
                     raise NotAllowedError("Topic has active subscriptions with connected consumers")
             del self.topics[full]
-            await self._close_topic(topic)
-        await self.store.delete_ledger(full)
-        if self.transactions is not None:
-            self.transactions.forget_topic(full)
-        await termination.forget(self.store.metadata, full)
-        await entry_metadata.forget(self.store.metadata, full)
-        await self._drop_topic_policy(full)
-        self.topic_events.deleted((full,))
+        # Past the checks a delete goes to its end though its caller is cancelled (the
+        # service's close stops the inactive-topic sweeper; a connection's close its
+        # requests): a delete that stopped after the ledger went would leave the termination
+        # and policy records to a topic created again under the name.
+
+        async def delete() -> None:
+            if topic is not None:
+                await self._close_topic(topic)
+            await self.store.delete_ledger(full)
+            if self.transactions is not None:
+                self.transactions.forget_topic(full)
+            await termination.forget(self.store.metadata, full)
+            await entry_metadata.forget(self.store.metadata, full)
+            await self._drop_topic_policy(full)
+            self.topic_events.deleted((full,))
+
+        await finish(delete())
 
     async def _delete_nonpersistent(self, tn: TopicName, *, force: bool) -> None:
         topic = self.nonpersistent.get(tn)
