@@ -253,9 +253,18 @@ def pulsar_standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Puls
         yield PulsarStandalone(broker.url, f"http://{broker.host}:{broker.web_port}")
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Tests that need Pulsar standalone run last: its JVM then lives only while they run."""
+    """Tests that need Pulsar standalone run last: its JVM then lives only while they run.
+
+    Under pytest-xdist (``bash .ci/run`` runs the suite on two workers with ``--dist
+    loadgroup``) a worker takes a whole test file at a time, and all the tests that need Pulsar
+    standalone together: a module's or the session's fixtures (a Spark session, Pulsar's JVM)
+    then start once, on one worker."""
     def needs_pulsar(item: pytest.Item) -> bool:
         return "pulsar_standalone" in getattr(item, "fixturenames", ())
 
     items.sort(key=needs_pulsar)  # stable: the order within each group is kept
+    for item in items:
+        group = "pulsar-standalone" if needs_pulsar(item) else item.nodeid.split("::", 1)[0]
+        item.add_marker(pytest.mark.xdist_group(group))
