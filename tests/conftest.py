@@ -253,18 +253,38 @@ def pulsar_standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Puls
         yield PulsarStandalone(broker.url, f"http://{broker.host}:{broker.web_port}")
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Tests that need Pulsar standalone run last: its JVM then lives only while they run.
+#: The tests that use Pulsar standalone (the session fixture above). Under pytest-xdist
+#: (``bash .ci/run`` runs the suite on two workers) one worker takes them all, so one JVM
+#: serves them; every other test file goes to a worker whole, so a module's or the session's
+#: fixtures (a Spark session) start once.
+PULSAR_STANDALONE_SCOPE = ("tests/compat/oracle/", "tests/cli/test_cli_perf.py")
 
-    Under pytest-xdist (``bash .ci/run`` runs the suite on two workers with ``--dist
-    loadgroup``) a worker takes a whole test file at a time, and all the tests that need Pulsar
-    standalone together: a module's or the session's fixtures (a Spark session, Pulsar's JVM)
-    then start once, on one worker."""
+
+def worker_scope(nodeid: str) -> str:
+    """The unit of work a test worker takes: the test's file, or all of Pulsar standalone's."""
+    path = nodeid.split("::", 1)[0]
+    return "pulsar-standalone" if path.startswith(PULSAR_STANDALONE_SCOPE) else path
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    from xdist.scheduler import LoadScopeScheduling
+
+    class TestScopeScheduling(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            return worker_scope(nodeid)
+
+    return TestScopeScheduling(config, log)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests that need Pulsar standalone run last: its JVM then lives only while they run."""
     def needs_pulsar(item: pytest.Item) -> bool:
         return "pulsar_standalone" in getattr(item, "fixturenames", ())
 
     items.sort(key=needs_pulsar)  # stable: the order within each group is kept
-    for item in items:
-        group = "pulsar-standalone" if needs_pulsar(item) else item.nodeid.split("::", 1)[0]
-        item.add_marker(pytest.mark.xdist_group(group))
+    strays = [item.nodeid for item in items
+              if needs_pulsar(item) and worker_scope(item.nodeid) != "pulsar-standalone"]
+    if strays:
+        raise pytest.UsageError("tests needing Pulsar standalone outside PULSAR_STANDALONE_SCOPE "
+                                f"(tests/conftest.py): {strays}")
