@@ -6,7 +6,8 @@ Each starter is a context manager that picks free loopback ports, puts the broke
 directory under the caller's temporary directory, starts the broker as a child process, waits
 (bounded) until it is ready, yields a :class:`Broker`, and terminates (then kills) the child on
 exit. Horae runs as ``python -m broker serve`` with its defaults (fsync before every receipt),
-so benchmarks import nothing under ``broker/``. The child's pid is the broker process itself
+so benchmarks import nothing under ``broker/``, and starts as installed: its ``.pyc`` files are
+written first (:func:`bench.processes.compile_sources`). The child's pid is the broker process itself
 (for Pulsar: the JVM), so :func:`cpu_seconds` and :func:`rss_mib` on it read the broker's CPU
 (all threads) and memory.
 
@@ -33,7 +34,7 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 
-from bench.processes import Broker, cpu_seconds, free_port, rss_mib, wait_port
+from bench.processes import Broker, compile_sources, cpu_seconds, free_port, rss_mib, wait_port
 
 # What the benchmarks take from here besides the starters (bench.processes holds them).
 __all__ = ["DEFAULT_PEERS", "ROOT", "STARTERS", "Broker", "cpu_seconds", "free_port",
@@ -77,6 +78,7 @@ def start_horae(tmp: pathlib.Path, *, fsync: bool = True, name: str | None = Non
         conf = tmp / f"{name}.toml"
         conf.write_text(config)
         args += ["--config", str(conf)]
+    compile_sources(ROOT)   # started as installed: .pyc present
     with log.open("wb") as fh:
         proc = subprocess.Popen(args, cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT,
                                 env={**os.environ, **env} if env else None)

@@ -51,6 +51,7 @@ from bench.compare_peer import (
     shared_consume,
     sync_send,
 )
+from bench.processes import compile_sources
 from protocol import pulsar_pb as pb
 
 COMMANDS = {6: "SEND", 7: "SEND_RECEIPT", 9: "MESSAGE", 10: "ACK", 11: "FLOW", 18: "PING",
@@ -66,6 +67,7 @@ def start_horae_tree(tmp: pathlib.Path, root: pathlib.Path) -> Iterator[Broker]:
     args = [str(python), "-m", "broker", "serve", "--data-dir", str(data), "--broker-port",
             str(port), "--web-port", str(web), "--bind-address", "127.0.0.1",
             "--advertised-address", "127.0.0.1", "--log-level", "WARNING"]
+    compile_sources(root)   # started as installed: .pyc present
     with log.open("wb") as fh:
         proc = subprocess.Popen(args, cwd=root, stdout=fh, stderr=subprocess.STDOUT)
     with _running(Broker("horae", "127.0.0.1", port, proc, data, log, web)) as broker:

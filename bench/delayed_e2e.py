@@ -79,7 +79,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench import loop_turns  # noqa: E402
-from bench.processes import cpu_seconds  # noqa: E402
+from bench.processes import compile_sources, cpu_seconds  # noqa: E402
 
 PYTHON = str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv").exists() else sys.executable
 TOPIC = "persistent://public/default/delayed-e2e"
@@ -125,6 +125,7 @@ class BrokerProc:
                 "--broker-port", str(self.broker_port), "--web-port", str(self.web_port),
                 "--bind-address", "127.0.0.1", "--advertised-address", "127.0.0.1",
                 "--config", str(self.conf), "--log-level", "WARNING"]
+        compile_sources(ROOT)   # started as installed: .pyc present
         log = self.log_path.open("ab")
         self.started_at = time.perf_counter()
         self.proc = subprocess.Popen(args, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,

@@ -36,7 +36,8 @@ The consumer speaks the raw wire (``bench/wire_clients.py``'s connection: no cli
 the measurement, ~1-2 µs of this process's CPU per message): it connects as soon as the port
 accepts, LOOKUPs, SUBSCRIBEs Shared to ``sub``, keeps ``--permits`` permits flowing and
 acknowledges everything it receives (one ACK per socket read). Measured from the broker
-process's start (``Popen``):
+process's start (``Popen``; it starts as installed: the checkout's ``.pyc`` files are written
+first, :func:`bench.processes.compile_sources`):
 
 - ``listening``: the first accepted connection; ``subscribed``: SUBSCRIBE answered (the topic
   loaded, the subscription and its tracker recovered up to ``recover()``'s return);
@@ -346,6 +347,13 @@ async def one_round(args: argparse.Namespace, run: Path) -> dict[str, Any]:
     # (and its PING answers) once it is connected
     overdue = _overdue(layout["sealed_count"], base, args.delays, args.pending, args.ack_every,
                        args.cancel_every)
+    # as installed: .pyc present (the broker's checkout, and this bench, which runs it). Not
+    # imported at the top: the broker's process imports this file with bench.delayed_restart
+    # putting the broker's checkout first on sys.path, whose bench.processes may predate it.
+    from bench.processes import compile_sources
+
+    compile_sources(Path(args.broker_root or HERE).resolve())
+    compile_sources(HERE, ("bench",))
     port, web = free_port(), free_port()
     t0 = time.perf_counter()
     shift_ms = time.time_ns() // 1_000_000 - (base + 1)

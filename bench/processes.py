@@ -7,10 +7,16 @@ data directory and log; :meth:`Broker.stop` terminates, then kills it. :func:`cp
 :func:`rss_mib` read ``/proc`` for the broker process and all its threads. Shared by the
 starters in :mod:`bench.brokers` and the Pulsar launcher in :mod:`bench.pulsar_peer`, which
 import this module and nothing of each other's.
+
+:func:`compile_sources` writes the ``.pyc`` files of a checkout's packages before a broker
+process starts from it, so that every start is measured as installed: pip compiles a package's
+modules when it installs it, while an environment with ``PYTHONDONTWRITEBYTECODE=1`` would have
+each started process compile the checkout's sources again, and write none.
 """
 
 from __future__ import annotations
 
+import compileall
 import os
 import pathlib
 import socket
@@ -21,6 +27,18 @@ from dataclasses import dataclass
 START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 15.0
 _CLOCK_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
+
+
+#: The checkout's packages a broker process imports (pyproject.toml's packages).
+SOURCE_PACKAGES = ("broker", "protocol", "storage", "jobs", "cli")
+
+
+def compile_sources(root: pathlib.Path, packages: tuple[str, ...] = SOURCE_PACKAGES) -> None:
+    """Compile *root*'s packages to ``.pyc`` (those not already current): the broker then starts
+    as an installed one does, whatever ``PYTHONDONTWRITEBYTECODE`` says."""
+    for package in packages:
+        if (root / package).is_dir() and not compileall.compile_dir(root / package, quiet=2):
+            raise RuntimeError(f"{root / package} does not compile")
 
 
 def free_port() -> int:

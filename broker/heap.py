@@ -55,7 +55,6 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
-import ctypes.util
 import gc
 import logging
 import os
@@ -82,7 +81,8 @@ def limit_malloc_arenas(arenas: int = MALLOC_ARENAS,
     if "MALLOC_ARENA_MAX" in environ:
         return False
     try:
-        mallopt = ctypes.CDLL(ctypes.util.find_library("c")).mallopt
+        # the process's own symbols, libc's among them (find_library would run ldconfig)
+        mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError, TypeError):  # not glibc: no mallopt
         return False
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]

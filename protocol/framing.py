@@ -48,10 +48,13 @@ def _slow_varint(value: int) -> bytes:
 
 
 SMALL_VARINT_LIMIT: Final = 1 << 14
-SMALL_VARINT: Final = tuple(_slow_varint(i) for i in range(SMALL_VARINT_LIMIT))
+_CONTINUED: Final = tuple(bytes((i | 0x80,)) for i in range(128))
+"""``_CONTINUED[n]``: the 7 bits ``n`` with the continuation bit (a varint's non-final byte)."""
+SMALL_VARINT: Final = ONE_BYTE + tuple(low + high for high in ONE_BYTE[1:] for low in _CONTINUED)
 """``SMALL_VARINT[n]`` is the varint of ``0 <= n < 16384`` (1-2 bytes): hot encoders index it
-inline instead of calling :func:`varint` (~0.3 MB, built once at import)."""
-LOW_14_BITS: Final = tuple(bytes((i & 0x7F | 0x80, i >> 7 | 0x80)) for i in range(1 << 14))
+inline instead of calling :func:`varint` (~0.3 MB, built once at import: two-byte varints are
+the low 7 bits continued, then the high ones, joined without a call per entry)."""
+LOW_14_BITS: Final = tuple(low + high for high in _CONTINUED for low in _CONTINUED)
 """``LOW_14_BITS[n & 0x3FFF] + SMALL_VARINT[n >> 14]`` is the varint of ``16384 <= n < 2**28``."""
 _VARINT_28_BITS: Final = 1 << 28
 

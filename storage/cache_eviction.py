@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
-import ctypes.util
 import functools
 from collections.abc import Callable
 
@@ -63,9 +62,9 @@ TICK_BUDGET_BYTES = 4 * 1024 * 1024
 
 @functools.cache
 def _malloc_trim() -> Callable[[int], int] | None:
-    name = ctypes.util.find_library("c")
     try:
-        trim = ctypes.CDLL(name).malloc_trim
+        # the process's own symbols, libc's among them (find_library would run ldconfig)
+        trim = ctypes.CDLL(None).malloc_trim
     except (OSError, AttributeError, TypeError):  # not glibc: no malloc_trim
         return None
     trim.argtypes = [ctypes.c_size_t]

@@ -321,3 +321,13 @@ def test_varint_matches_protobuf_for_int64_and_uint64(value: int) -> None:
     else:
         field.ledgerId = value
         assert field.SerializeToString()[: len(encoded) + 1] == b"\x08" + encoded
+
+
+def test_varint_tables_hold_every_small_varint() -> None:
+    """The tables built at import: every entry equals the varint computed byte by byte."""
+    from protocol.framing import LOW_14_BITS, SMALL_VARINT, _slow_varint
+
+    assert tuple(_slow_varint(i) for i in range(1 << 14)) == SMALL_VARINT
+    assert tuple(bytes((i & 0x7F | 0x80, i >> 7 | 0x80)) for i in range(1 << 14)) == LOW_14_BITS
+    for value in (1 << 14, (1 << 14) + 1, (1 << 21) - 1, 1 << 21, (1 << 28) - 1):
+        assert varint(value) == _slow_varint(value)
