@@ -20,6 +20,7 @@ from pathlib import Path
 from storage.cache import EntryCache
 from storage.errors import TooManyOpenFilesError
 from storage.fileops import FileOps
+from storage.index_lookup import read_indexed
 from storage.index_pages import IndexPager
 from storage.ledger_state import LedgerState
 from storage.limits import is_fd_exhaustion
@@ -27,7 +28,7 @@ from storage.positions import Entry, Position
 from storage.relocation import RelocatedEntries
 from storage.sealed_checks import SealedChecks
 from storage.segment_file import IndexResidency
-from storage.segments import read_records
+from storage.segments import FORMAT_V3, read_records
 
 DEFAULT_MAX_READ_BYTES = 5 * 1024 * 1024
 
@@ -145,32 +146,26 @@ class EntryReader:
                     missing.append(pos)
                 continue
             by_ledger.setdefault(pos.ledger_id, []).append(pos)
-        reads: list[tuple[Path, int, int, tuple[int, int, int]]] = []
-        planned: list[tuple[LedgerState, Position, tuple[int, int, int]]] = []
-        for ledger_id, wanted in by_ledger.items():
+        # Segments whose index was checked already and is paged out: looked up in their index
+        # files in the job below (storage/index_lookup.py), not paged in whole for a few
+        # entries each; the others planned here from their arrays (a first read checked).
+        direct: list[tuple[LedgerState, list[Position]]] = []
+        for ledger_id in list(by_ledger):
             led = self._ledgers[ledger_id]
-            segment = led.segment
-            arrays = await self._index_arrays(led)
-            if arrays is None:   # trimmed or deleted meanwhile
-                missing.extend(wanted)
-                continue
-            offsets, lengths = arrays
-            limit = min(led.confirmed, len(offsets))
-            for pos in wanted:
-                if nbytes >= max_bytes and (found or reads):
-                    break
-                entry_id = pos.entry_id
-                if entry_id >= limit or offsets[entry_id] < 0:
-                    missing.append(pos)    # dropped by recovery (or past the checked arrays)
-                    continue
-                record = (entry_id, offsets[entry_id], lengths[entry_id])
-                reads.append((segment.path, segment.format, ledger_id, record))
-                planned.append((led, pos, record))
-                nbytes += record[2]
-        if reads:
+            if led.segment.index is IndexResidency.PAGED_OUT and led.segment.format >= FORMAT_V3:
+                direct.append((led, by_ledger.pop(ledger_id)))
+        taken = bool(found)
+        while by_ledger or direct:
+            reads, planned, nbytes = await self._plan(by_ledger, nbytes, max_bytes, taken,
+                                                      missing)
+            lookups = [(led.segment.path, led.ledger_id, led.segment.format,
+                        [p.entry_id for p in wanted]) for led, wanted in direct]
+            if not (reads or lookups):
+                break
             try:
-                results = await self._loop.run_in_executor(
-                    self._pool, _read_scattered, self._ops, reads)
+                results, looked_up = await self._loop.run_in_executor(
+                    self._pool, _read_scattered, self._ops, reads, lookups,
+                    max_bytes - nbytes, taken or bool(reads))
             except OSError as exc:
                 if is_fd_exhaustion(exc):
                     raise TooManyOpenFilesError(f"reading scattered entries: {exc}") from exc
@@ -186,7 +181,56 @@ class EntryReader:
                     missing.append(pos)
                     continue
                 found[pos] = _new(Entry, (pos, data))
+                taken = True
+            # by_ledger is empty now; what a lookup could not vouch for is read again
+            # through the segment's paged-in, checked index (once: ``direct`` is emptied)
+            for (_led, wanted), lookup in zip(direct, looked_up, strict=True):
+                if lookup is None:          # the segment was trimmed or deleted meanwhile
+                    missing.extend(wanted)
+                    continue
+                outcomes, size = lookup
+                nbytes += size
+                for pos, outcome in zip(wanted, outcomes, strict=False):
+                    if isinstance(outcome, bytes):
+                        found[pos] = _new(Entry, (pos, outcome))
+                        taken = True
+                    else:    # RETRY
+                        by_ledger.setdefault(pos.ledger_id, []).append(pos)
+            direct = []
         return [found[p] for p in positions if p in found], missing
+
+    async def _plan(
+        self, by_ledger: dict[int, list[Position]], nbytes: int, max_bytes: int, taken: bool,
+        missing: list[Position],
+    ) -> tuple[list[tuple[Path, int, int, tuple[int, int, int]]],
+               list[tuple[LedgerState, Position, tuple[int, int, int]]], int]:
+        """The reads of by_ledger's positions from their segments' index arrays (paged in,
+        a first read checked), within max_bytes once one entry is taken; by_ledger emptied,
+        the positions found missing added to missing."""
+        reads: list[tuple[Path, int, int, tuple[int, int, int]]] = []
+        planned: list[tuple[LedgerState, Position, tuple[int, int, int]]] = []
+        for ledger_id, wanted in by_ledger.items():
+            led = self._ledgers.get(ledger_id)
+            arrays = None if led is None else await self._index_arrays(led)
+            if led is None or arrays is None:   # trimmed or deleted meanwhile
+                missing.extend(wanted)
+                continue
+            segment = led.segment
+            offsets, lengths = arrays
+            limit = min(led.confirmed, len(offsets))
+            for pos in wanted:
+                if nbytes >= max_bytes and (taken or reads):
+                    break
+                entry_id = pos.entry_id
+                if entry_id >= limit or offsets[entry_id] < 0:
+                    missing.append(pos)    # dropped by recovery (or past the checked arrays)
+                    continue
+                record = (entry_id, offsets[entry_id], lengths[entry_id])
+                reads.append((segment.path, segment.format, ledger_id, record))
+                planned.append((led, pos, record))
+                nbytes += record[2]
+        by_ledger.clear()
+        return reads, planned, nbytes
 
     async def _index_arrays(self, led: LedgerState) -> tuple[Sequence[int], Sequence[int]] | None:
         """A segment's (offsets, lengths) of its entries, None when it is gone (trimmed or
@@ -260,14 +304,25 @@ class EntryReader:
 
 def _read_scattered(
     ops: FileOps, reads: list[tuple[Path, int, int, tuple[int, int, int]]],
-) -> list[list[tuple[int, bytes | None]] | None]:
+    lookups: list[tuple[Path, int, int, list[int]]], budget: int, taken: bool,
+) -> tuple[list[list[tuple[int, bytes | None]] | None],
+           list[tuple[list[bytes | int], int] | None]]:
     """In a read thread: each (segment path, format, ledger id, record) read with a pread of
     its own (scattered entries: one pread over their span would read everything between
-    them). None for a record whose segment is gone (trimmed or deleted meanwhile)."""
+    them), None for a record whose segment is gone (trimmed or deleted meanwhile); then each
+    (segment path, ledger id, format, entry ids) looked up in its index file
+    (storage/index_lookup.py) within ``budget`` bytes (once an entry is ``taken``)."""
     out: list[list[tuple[int, bytes | None]] | None] = []
     for path, fmt, ledger_id, record in reads:
         try:
             out.append(read_records(ops, path, [record], fmt, ledger_id))
         except FileNotFoundError:
             out.append(None)
-    return out
+    looked_up: list[tuple[list[bytes | int], int] | None] = []
+    for path, ledger_id, fmt, entry_ids in lookups:
+        got = read_indexed(ops, path, ledger_id, fmt, entry_ids, budget, taken)
+        if got is not None:
+            budget -= got[1]
+            taken = taken or any(isinstance(outcome, bytes) for outcome in got[0])
+        looked_up.append(got)
+    return out, looked_up
