@@ -146,91 +146,76 @@ class EntryReader:
                     missing.append(pos)
                 continue
             by_ledger.setdefault(pos.ledger_id, []).append(pos)
-        # Segments whose index was checked already and is paged out: looked up in their index
-        # files in the job below (storage/index_lookup.py), not paged in whole for a few
-        # entries each; the others planned here from their arrays (a first read checked).
-        direct: list[tuple[LedgerState, list[Position]]] = []
-        for ledger_id in list(by_ledger):
-            led = self._ledgers[ledger_id]
-            if led.segment.index is IndexResidency.PAGED_OUT and led.segment.format >= FORMAT_V3:
-                direct.append((led, by_ledger.pop(ledger_id)))
+        # One read-thread job for them all, in position order within the byte limit: the
+        # entries of segments whose index is in memory (or paged in, a first read checked)
+        # from its arrays; those of segments checked already and paged out looked up in their
+        # index files (storage/index_lookup.py), not paged in whole for a few entries each.
+        # What a lookup cannot vouch for is read again through the checked, paged-in index.
+        budget = max_bytes - nbytes
         taken = bool(found)
-        while by_ledger or direct:
-            reads, planned, nbytes = await self._plan(by_ledger, nbytes, max_bytes, taken,
-                                                      missing)
-            lookups = [(led.segment.path, led.ledger_id, led.segment.format,
-                        [p.entry_id for p in wanted]) for led, wanted in direct]
-            if not (reads or lookups):
+        lookups = True
+        while by_ledger:
+            groups: list[tuple[LedgerState, list[Position], list[tuple[int, int, int]] | None]]
+            jobs: list[_Job]
+            groups, jobs = [], []    # (segment, format, ledger, ids to look up, records)
+            for ledger_id, wanted in by_ledger.items():
+                led = self._ledgers.get(ledger_id)
+                if led is None:      # trimmed or deleted meanwhile
+                    missing.extend(wanted)
+                    continue
+                segment = led.segment
+                if lookups and segment.index is IndexResidency.PAGED_OUT \
+                        and segment.format >= FORMAT_V3:
+                    groups.append((led, wanted, None))
+                    jobs.append((segment.path, segment.format, ledger_id,
+                                 [p.entry_id for p in wanted], None))
+                    continue
+                arrays = await self._index_arrays(led)
+                if arrays is None:   # trimmed or deleted meanwhile
+                    missing.extend(wanted)
+                    continue
+                offsets, lengths = arrays
+                limit = min(led.confirmed, len(offsets))
+                records: list[tuple[int, int, int]] = []
+                kept: list[Position] = []
+                for pos in wanted:
+                    entry_id = pos.entry_id
+                    if entry_id >= limit or offsets[entry_id] < 0:
+                        missing.append(pos)    # dropped by recovery (or past the checked arrays)
+                        continue
+                    records.append((entry_id, offsets[entry_id], lengths[entry_id]))
+                    kept.append(pos)
+                if records:
+                    groups.append((led, kept, records))
+                    jobs.append((segment.path, segment.format, ledger_id, [], records))
+            by_ledger = {}
+            if not jobs:
                 break
             try:
-                results, looked_up = await self._loop.run_in_executor(
-                    self._pool, _read_scattered, self._ops, reads, lookups,
-                    max_bytes - nbytes, taken or bool(reads))
+                results, size = await self._loop.run_in_executor(
+                    self._pool, _read_scattered, self._ops, jobs, budget, taken)
             except OSError as exc:
                 if is_fd_exhaustion(exc):
                     raise TooManyOpenFilesError(f"reading scattered entries: {exc}") from exc
                 raise
-            for (led, pos, (entry_id, offset, length)), records in zip(planned, results,
-                                                                        strict=True):
-                if records is None:      # the segment was trimmed or deleted meanwhile
-                    missing.append(pos)
-                    continue
-                data = records[0][1] if records else None
-                if data is None:         # failed its checks: reported, never served
-                    self._on_corrupt(led, entry_id, offset, length)
-                    missing.append(pos)
-                    continue
-                found[pos] = _new(Entry, (pos, data))
-                taken = True
-            # by_ledger is empty now; what a lookup could not vouch for is read again
-            # through the segment's paged-in, checked index (once: ``direct`` is emptied)
-            for (_led, wanted), lookup in zip(direct, looked_up, strict=True):
-                if lookup is None:          # the segment was trimmed or deleted meanwhile
+            budget -= size
+            # groups past the byte limit are not in results: neither read nor missing
+            for (led, wanted, planned), outcomes in zip(groups, results, strict=False):
+                if outcomes is None:   # the segment was trimmed or deleted meanwhile
                     missing.extend(wanted)
                     continue
-                outcomes, size = lookup
-                nbytes += size
-                for pos, outcome in zip(wanted, outcomes, strict=False):
+                for i, (pos, outcome) in enumerate(zip(wanted, outcomes, strict=False)):
                     if isinstance(outcome, bytes):
                         found[pos] = _new(Entry, (pos, outcome))
                         taken = True
-                    else:    # RETRY
+                    elif planned is None:     # a lookup's RETRY: the checked index decides
                         by_ledger.setdefault(pos.ledger_id, []).append(pos)
-            direct = []
+                    else:                     # failed its checks: reported, never served
+                        entry_id, offset, length = planned[i]
+                        self._on_corrupt(led, entry_id, offset, length)
+                        missing.append(pos)
+            lookups = False
         return [found[p] for p in positions if p in found], missing
-
-    async def _plan(
-        self, by_ledger: dict[int, list[Position]], nbytes: int, max_bytes: int, taken: bool,
-        missing: list[Position],
-    ) -> tuple[list[tuple[Path, int, int, tuple[int, int, int]]],
-               list[tuple[LedgerState, Position, tuple[int, int, int]]], int]:
-        """The reads of by_ledger's positions from their segments' index arrays (paged in,
-        a first read checked), within max_bytes once one entry is taken; by_ledger emptied,
-        the positions found missing added to missing."""
-        reads: list[tuple[Path, int, int, tuple[int, int, int]]] = []
-        planned: list[tuple[LedgerState, Position, tuple[int, int, int]]] = []
-        for ledger_id, wanted in by_ledger.items():
-            led = self._ledgers.get(ledger_id)
-            arrays = None if led is None else await self._index_arrays(led)
-            if led is None or arrays is None:   # trimmed or deleted meanwhile
-                missing.extend(wanted)
-                continue
-            segment = led.segment
-            offsets, lengths = arrays
-            limit = min(led.confirmed, len(offsets))
-            for pos in wanted:
-                if nbytes >= max_bytes and (taken or reads):
-                    break
-                entry_id = pos.entry_id
-                if entry_id >= limit or offsets[entry_id] < 0:
-                    missing.append(pos)    # dropped by recovery (or past the checked arrays)
-                    continue
-                record = (entry_id, offsets[entry_id], lengths[entry_id])
-                reads.append((segment.path, segment.format, ledger_id, record))
-                planned.append((led, pos, record))
-                nbytes += record[2]
-        by_ledger.clear()
-        return reads, planned, nbytes
 
     async def _index_arrays(self, led: LedgerState) -> tuple[Sequence[int], Sequence[int]] | None:
         """A segment's (offsets, lengths) of its entries, None when it is gone (trimmed or
@@ -302,27 +287,48 @@ class EntryReader:
         return end, nbytes
 
 
+_Job = tuple[Path, int, int, list[int], list[tuple[int, int, int]] | None]
+"""(segment path, format, ledger id, entry ids to look up in its index file, or None and the
+(entry id, offset, length) records to read)"""
+
+
 def _read_scattered(
-    ops: FileOps, reads: list[tuple[Path, int, int, tuple[int, int, int]]],
-    lookups: list[tuple[Path, int, int, list[int]]], budget: int, taken: bool,
-) -> tuple[list[list[tuple[int, bytes | None]] | None],
-           list[tuple[list[bytes | int], int] | None]]:
-    """In a read thread: each (segment path, format, ledger id, record) read with a pread of
-    its own (scattered entries: one pread over their span would read everything between
-    them), None for a record whose segment is gone (trimmed or deleted meanwhile); then each
-    (segment path, ledger id, format, entry ids) looked up in its index file
-    (storage/index_lookup.py) within ``budget`` bytes (once an entry is ``taken``)."""
-    out: list[list[tuple[int, bytes | None]] | None] = []
-    for path, fmt, ledger_id, record in reads:
+    ops: FileOps, jobs: list[_Job], budget: int, taken: bool,
+) -> tuple[list[list[bytes | int | None] | None], int]:
+    """In a read thread, in order, until ``budget`` bytes are read once an entry is ``taken``:
+    each job's records read with a pread each (scattered entries: one pread over their span
+    would read everything between them), their data or None (failed its checks); or its entry
+    ids looked up in the segment's index file (storage/index_lookup.py), their data or RETRY.
+    An answer per job reached, a prefix of its entries each (None: the segment is gone,
+    trimmed or deleted meanwhile), and the bytes read."""
+    out: list[list[bytes | int | None] | None] = []
+    nbytes = 0
+    for path, fmt, ledger_id, entry_ids, records in jobs:
+        if nbytes >= budget and taken:
+            break
+        outcomes: list[bytes | int | None] = []
+        if records is None:
+            got = read_indexed(ops, path, ledger_id, fmt, entry_ids, budget - nbytes, taken)
+            if got is None:
+                out.append(None)
+                continue
+            outcomes.extend(got[0])
+            nbytes += got[1]
+            taken = taken or any(isinstance(o, bytes) for o in got[0])
+            out.append(outcomes)
+            continue
         try:
-            out.append(read_records(ops, path, [record], fmt, ledger_id))
+            for record in records:
+                if nbytes >= budget and taken:
+                    break
+                read = read_records(ops, path, [record], fmt, ledger_id)
+                data = read[0][1] if read else None
+                outcomes.append(data)
+                if data is not None:
+                    nbytes += len(data)
+                    taken = True
         except FileNotFoundError:
             out.append(None)
-    looked_up: list[tuple[list[bytes | int], int] | None] = []
-    for path, ledger_id, fmt, entry_ids in lookups:
-        got = read_indexed(ops, path, ledger_id, fmt, entry_ids, budget, taken)
-        if got is not None:
-            budget -= got[1]
-            taken = taken or any(isinstance(outcome, bytes) for outcome in got[0])
-        looked_up.append(got)
-    return out, looked_up
+            continue
+        out.append(outcomes)
+    return out, nbytes
