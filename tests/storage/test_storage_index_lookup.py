@@ -122,3 +122,21 @@ async def test_a_damaged_record_of_a_paged_out_segment_is_missing_and_reported(
     assert store.corrupt_records_total == 1   # reported once, by the checked read
     assert await ml.read_entry(victim) is None
     await store.close()
+
+
+async def test_a_segment_gone_meanwhile_has_its_positions_missing(tmp_path: Path) -> None:
+    written = await _written(tmp_path)
+    store, ml = await _paged_out(tmp_path, written)
+    victim = written[4 * PER_LEDGER + 2]
+    segment = ml._ledgers[victim.ledger_id].segment
+    assert segment.index is IndexResidency.PAGED_OUT
+    segment.path.unlink()                     # as a trim does, between the plan and the read
+    wanted = [written[PER_LEDGER + 1], victim, written[4 * PER_LEDGER + 9],
+              written[6 * PER_LEDGER]]
+    entries, missing = await ml.read_positions(wanted)
+    assert [e.position for e in entries] == [wanted[0], wanted[3]]
+    assert [e.data for e in entries] == [_payload(written.index(p)) for p in
+                                         (wanted[0], wanted[3])]
+    assert missing == [victim, wanted[2]]
+    assert store.corrupt_records_total == 0
+    await store.close()
