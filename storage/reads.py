@@ -153,6 +153,8 @@ class EntryReader:
         # What a lookup cannot vouch for is read again through the checked, paged-in index.
         budget = max_bytes - nbytes
         taken = bool(found)
+        relocated = self._relocated
+        moved: list[Position] = []
         lookups = True
         while by_ledger:
             groups: list[tuple[LedgerState, list[Position], list[tuple[int, int, int]] | None]]
@@ -202,7 +204,10 @@ class EntryReader:
             # groups past the byte limit are not in results: neither read nor missing
             for (led, wanted, planned), outcomes in zip(groups, results, strict=False):
                 if outcomes is None:   # the segment was trimmed or deleted meanwhile
-                    missing.extend(wanted)
+                    if relocated is not None and led.ledger_id in relocated.ghosts:
+                        moved.extend(wanted)   # its pending entries were copied forward first
+                    else:
+                        missing.extend(wanted)
                     continue
                 for i, (pos, outcome) in enumerate(zip(wanted, outcomes, strict=False)):
                     if isinstance(outcome, bytes):
@@ -215,6 +220,12 @@ class EntryReader:
                         self._on_corrupt(led, entry_id, offset, length)
                         missing.append(pos)
             lookups = False
+        for pos in moved:      # read from the copies, as a ghost ledger's positions are above
+            got = await self.read_entries(pos, 1)
+            if got and got[0].position == pos:
+                found[pos] = got[0]
+            else:
+                missing.append(pos)
         return [found[p] for p in positions if p in found], missing
 
     async def _index_arrays(self, led: LedgerState) -> tuple[Sequence[int], Sequence[int]] | None:
