@@ -20,6 +20,7 @@ from pathlib import Path
 from storage.cache import EntryCache
 from storage.errors import TooManyOpenFilesError
 from storage.fileops import FileOps
+from storage.index_lookup import read_indexed
 from storage.index_pages import IndexPager
 from storage.ledger_state import LedgerState
 from storage.limits import is_fd_exhaustion
@@ -27,7 +28,7 @@ from storage.positions import Entry, Position
 from storage.relocation import RelocatedEntries
 from storage.sealed_checks import SealedChecks
 from storage.segment_file import IndexResidency
-from storage.segments import read_records
+from storage.segments import FORMAT_V3, read_records
 
 DEFAULT_MAX_READ_BYTES = 5 * 1024 * 1024
 
@@ -145,47 +146,86 @@ class EntryReader:
                     missing.append(pos)
                 continue
             by_ledger.setdefault(pos.ledger_id, []).append(pos)
-        reads: list[tuple[Path, int, int, tuple[int, int, int]]] = []
-        planned: list[tuple[LedgerState, Position, tuple[int, int, int]]] = []
-        for ledger_id, wanted in by_ledger.items():
-            led = self._ledgers[ledger_id]
-            segment = led.segment
-            arrays = await self._index_arrays(led)
-            if arrays is None:   # trimmed or deleted meanwhile
-                missing.extend(wanted)
-                continue
-            offsets, lengths = arrays
-            limit = min(led.confirmed, len(offsets))
-            for pos in wanted:
-                if nbytes >= max_bytes and (found or reads):
-                    break
-                entry_id = pos.entry_id
-                if entry_id >= limit or offsets[entry_id] < 0:
-                    missing.append(pos)    # dropped by recovery (or past the checked arrays)
+        # One read-thread job for them all, in position order within the byte limit: the
+        # entries of segments whose index is in memory (or paged in, a first read checked)
+        # from its arrays; those of segments checked already and paged out looked up in their
+        # index files (storage/index_lookup.py), not paged in whole for a few entries each.
+        # What a lookup cannot vouch for is read again through the checked, paged-in index.
+        budget = max_bytes - nbytes
+        taken = bool(found)
+        relocated = self._relocated
+        moved: list[Position] = []
+        lookups = True
+        while by_ledger:
+            groups: list[tuple[LedgerState, list[Position], list[tuple[int, int, int]] | None]]
+            jobs: list[_Job]
+            groups, jobs = [], []    # (segment, format, ledger, ids to look up, records)
+            for ledger_id, wanted in by_ledger.items():
+                led = self._ledgers.get(ledger_id)
+                if led is None:      # trimmed or deleted meanwhile
+                    missing.extend(wanted)
                     continue
-                record = (entry_id, offsets[entry_id], lengths[entry_id])
-                reads.append((segment.path, segment.format, ledger_id, record))
-                planned.append((led, pos, record))
-                nbytes += record[2]
-        if reads:
+                segment = led.segment
+                if lookups and segment.index is IndexResidency.PAGED_OUT \
+                        and segment.format >= FORMAT_V3:
+                    groups.append((led, wanted, None))
+                    jobs.append((segment.path, segment.format, ledger_id,
+                                 [p.entry_id for p in wanted], None))
+                    continue
+                arrays = await self._index_arrays(led)
+                if arrays is None:   # trimmed or deleted meanwhile
+                    missing.extend(wanted)
+                    continue
+                offsets, lengths = arrays
+                limit = min(led.confirmed, len(offsets))
+                records: list[tuple[int, int, int]] = []
+                kept: list[Position] = []
+                for pos in wanted:
+                    entry_id = pos.entry_id
+                    if entry_id >= limit or offsets[entry_id] < 0:
+                        missing.append(pos)    # dropped by recovery (or past the checked arrays)
+                        continue
+                    records.append((entry_id, offsets[entry_id], lengths[entry_id]))
+                    kept.append(pos)
+                if records:
+                    groups.append((led, kept, records))
+                    jobs.append((segment.path, segment.format, ledger_id, [], records))
+            by_ledger = {}
+            if not jobs:
+                break
             try:
-                results = await self._loop.run_in_executor(
-                    self._pool, _read_scattered, self._ops, reads)
+                results, size = await self._loop.run_in_executor(
+                    self._pool, _read_scattered, self._ops, jobs, budget, taken)
             except OSError as exc:
                 if is_fd_exhaustion(exc):
                     raise TooManyOpenFilesError(f"reading scattered entries: {exc}") from exc
                 raise
-            for (led, pos, (entry_id, offset, length)), records in zip(planned, results,
-                                                                        strict=True):
-                if records is None:      # the segment was trimmed or deleted meanwhile
-                    missing.append(pos)
+            budget -= size
+            # groups past the byte limit are not in results: neither read nor missing
+            for (led, wanted, planned), outcomes in zip(groups, results, strict=False):
+                if outcomes is None:   # the segment was trimmed or deleted meanwhile
+                    if relocated is not None and led.ledger_id in relocated.ghosts:
+                        moved.extend(wanted)   # its pending entries were copied forward first
+                    else:
+                        missing.extend(wanted)
                     continue
-                data = records[0][1] if records else None
-                if data is None:         # failed its checks: reported, never served
-                    self._on_corrupt(led, entry_id, offset, length)
-                    missing.append(pos)
-                    continue
-                found[pos] = _new(Entry, (pos, data))
+                for i, (pos, outcome) in enumerate(zip(wanted, outcomes, strict=False)):
+                    if isinstance(outcome, bytes):
+                        found[pos] = _new(Entry, (pos, outcome))
+                        taken = True
+                    elif planned is None:     # a lookup's RETRY: the checked index decides
+                        by_ledger.setdefault(pos.ledger_id, []).append(pos)
+                    else:                     # failed its checks: reported, never served
+                        entry_id, offset, length = planned[i]
+                        self._on_corrupt(led, entry_id, offset, length)
+                        missing.append(pos)
+            lookups = False
+        for pos in moved:      # read from the copies, as a ghost ledger's positions are above
+            got = await self.read_entries(pos, 1)
+            if got and got[0].position == pos:
+                found[pos] = got[0]
+            else:
+                missing.append(pos)
         return [found[p] for p in positions if p in found], missing
 
     async def _index_arrays(self, led: LedgerState) -> tuple[Sequence[int], Sequence[int]] | None:
@@ -258,16 +298,48 @@ class EntryReader:
         return end, nbytes
 
 
+_Job = tuple[Path, int, int, list[int], list[tuple[int, int, int]] | None]
+"""(segment path, format, ledger id, entry ids to look up in its index file, or None and the
+(entry id, offset, length) records to read)"""
+
+
 def _read_scattered(
-    ops: FileOps, reads: list[tuple[Path, int, int, tuple[int, int, int]]],
-) -> list[list[tuple[int, bytes | None]] | None]:
-    """In a read thread: each (segment path, format, ledger id, record) read with a pread of
-    its own (scattered entries: one pread over their span would read everything between
-    them). None for a record whose segment is gone (trimmed or deleted meanwhile)."""
-    out: list[list[tuple[int, bytes | None]] | None] = []
-    for path, fmt, ledger_id, record in reads:
+    ops: FileOps, jobs: list[_Job], budget: int, taken: bool,
+) -> tuple[list[list[bytes | int | None] | None], int]:
+    """In a read thread, in order, until ``budget`` bytes are read once an entry is ``taken``:
+    each job's records read with a pread each (scattered entries: one pread over their span
+    would read everything between them), their data or None (failed its checks); or its entry
+    ids looked up in the segment's index file (storage/index_lookup.py), their data or RETRY.
+    An answer per job reached, a prefix of its entries each (None: the segment is gone,
+    trimmed or deleted meanwhile), and the bytes read."""
+    out: list[list[bytes | int | None] | None] = []
+    nbytes = 0
+    for path, fmt, ledger_id, entry_ids, records in jobs:
+        if nbytes >= budget and taken:
+            break
+        outcomes: list[bytes | int | None] = []
+        if records is None:
+            got = read_indexed(ops, path, ledger_id, fmt, entry_ids, budget - nbytes, taken)
+            if got is None:
+                out.append(None)
+                continue
+            outcomes.extend(got[0])
+            nbytes += got[1]
+            taken = taken or any(isinstance(o, bytes) for o in got[0])
+            out.append(outcomes)
+            continue
         try:
-            out.append(read_records(ops, path, [record], fmt, ledger_id))
+            for record in records:
+                if nbytes >= budget and taken:
+                    break
+                read = read_records(ops, path, [record], fmt, ledger_id)
+                data = read[0][1] if read else None
+                outcomes.append(data)
+                if data is not None:
+                    nbytes += len(data)
+                    taken = True
         except FileNotFoundError:
             out.append(None)
-    return out
+            continue
+        out.append(outcomes)
+    return out, nbytes

@@ -93,7 +93,8 @@ _ZERO_PROBE = 256 * 1024
 
 
 INDEX_MAGIC = b"HORAEIX1"
-_INDEX_HEADER = struct.Struct("<8sQQQQIIQ")  # then crc32c u32 + pad u32
+INDEX_HEADER = struct.Struct("<8sQQQQIIQ")  # then crc32c u32 + pad u32
+_INDEX_HEADER = INDEX_HEADER
 INDEX_HEADER_SIZE = _INDEX_HEADER.size + 8  # 64
 _LITTLE = sys.byteorder == "little"
 _ALL_ONES = b"\xff" * 8  # an offset of -1 (a missing entry) in the index

@@ -410,3 +410,40 @@ async def test_release_matches_every_cursors_acks_by_bitmaps(topic: Topic) -> No
     t.cursor.delete([pending[7]])
     assert await release_and_check() == 1
     assert len(relocated) == 0 and not list(relocated.directory.glob("*.seg"))
+
+
+async def test_a_scattered_read_racing_the_trim_of_a_held_ledger_reads_the_copies(
+        topic: Topic, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pending entries read while the trim deletes their ledger's segment (a ghost now, its
+    pending entries copied forward first): served from the copies, never reported missing
+    (a due message reported missing would be dropped by its dispatcher)."""
+    import threading
+
+    from storage import reads
+
+    t = topic
+    ledger = t.ledger
+    await t.cursor.flush()
+    done = await relocate_held(ledger, t.holders())
+    assert done
+    entered, go = threading.Event(), threading.Event()
+    real = reads._read_scattered
+
+    def held(*args: object) -> object:
+        entered.set()
+        assert go.wait(30)
+        return real(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(reads, "_read_scattered", held)
+    for ledger_id in done:                # read from disk, not from the entry cache
+        t.store.cache.drop_ledger(ledger_id)
+    wanted = sorted(p for p in t.pending if p.ledger_id in done)
+    reading = asyncio.ensure_future(ledger.read_positions(wanted))
+    loop = asyncio.get_running_loop()
+    assert await loop.run_in_executor(None, entered.wait, 30)   # planned from the segments
+    assert await ledger.trim() == done                          # then their segments go
+    go.set()
+    entries, missing = await reading
+    assert missing == []
+    assert [e.position for e in entries] == wanted
+    assert [e.data for e in entries] == [t.data[p] for p in wanted]
