@@ -277,12 +277,20 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     return TestScopeScheduling(config, log)
 
 
+#: The longest test files (a Maven build and the Java judges; a Spark job): they start first,
+#: so that no worker is left running one of them alone at the end.
+LONGEST_FIRST = ("tests/compat/test_java_client.py", "tests/jobs/test_metrics_rollup_job.py")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tests that need Pulsar standalone run last: its JVM then lives only while they run."""
     def needs_pulsar(item: pytest.Item) -> bool:
         return "pulsar_standalone" in getattr(item, "fixturenames", ())
 
-    items.sort(key=needs_pulsar)  # stable: the order within each group is kept
+    def order(item: pytest.Item) -> tuple[bool, bool]:
+        return needs_pulsar(item), not item.nodeid.startswith(LONGEST_FIRST)
+
+    items.sort(key=order)  # stable: the order within each group is kept
     strays = [item.nodeid for item in items
               if needs_pulsar(item) and worker_scope(item.nodeid) != "pulsar-standalone"]
     if strays:
