@@ -5,7 +5,7 @@ while it was down catch up, and what the broker's CPU was at each point.
 Usage: .venv/bin/python bench/delayed_restart_broker.py --store DIR --pending N
            [--ack-every 10] [--cancel-every 0] [--delays hour|fixed|year] [--work DIR]
            [--permits 1000] [--after-s 2] [--timeout-s 600] [--rounds 1] [--keep]
-           [--py-spy FILE] [--broker-root CHECKOUT] [--compare-with CHECKOUT]
+           [--py-spy FILE] [--py-spy-rate 50] [--broker-root CHECKOUT] [--compare-with CHECKOUT]
 
 ``--store DIR`` is a store ``bench/delayed_restart.py --store DIR --build-only`` built (its
 ``built`` directory and ``base``; the shape options must be the ones it was built with). Each
@@ -60,8 +60,9 @@ first, :func:`bench.processes.compile_sources`):
 The run ends ``--after-s`` after both the catch-up and the index serving (or at
 ``--timeout-s``); then the broker is killed (SIGKILL: nothing of a graceful stop is measured)
 and the copy deleted (``--keep`` keeps it). ``--py-spy FILE`` records the broker with py-spy
-(``--threads``, 50 samples a second) from the start to the end (flamegraph SVG; collapsed
-stacks for a name ending in ``.txt``).
+(``--threads``, 50 samples a second, ``--py-spy-rate``) from the start to the end (flamegraph SVG; collapsed
+stacks for a name ending in ``.txt``; speedscope JSON, samples in time order with the idle
+ones, for ``.json``).
 """
 
 from __future__ import annotations
@@ -96,6 +97,9 @@ from bench.delayed_restart import (  # noqa: E402
 from bench.processes import cpu_seconds, free_port, rss_mib  # noqa: E402
 
 SUBSCRIPTION = "sub"
+#: py-spy's output format by the file's suffix (an SVG flamegraph otherwise); speedscope's
+#: JSON keeps the samples in time order, with the idle ones (``--idle``): what waits, and when
+SPY_FORMATS = {".txt": ["--format", "raw"], ".json": ["--format", "speedscope", "--idle"]}
 SERVING_LINE = re.compile(r"delayed index of cursor (\S+) serving")
 #: bucket tracker settings of the bench's tracker (``bench/delayed_restart.py``'s _tracker)
 CONFIG = """delayedDeliveryTrackerFactoryClassName = \
@@ -371,9 +375,9 @@ async def one_round(args: argparse.Namespace, run: Path) -> dict[str, Any]:
         watch = LogWatch(proc.stdout, run.parent / f"{run.name}-broker.log", proc.pid, t0)
         if args.py_spy:
             spy = subprocess.Popen(
-                [str(Path(sys.executable).parent / "py-spy"), "record", "--threads", "-r", "50",
-                 "-p", str(proc.pid), "-o", args.py_spy, "--nonblocking",
-                 *(["--format", "raw"] if args.py_spy.endswith(".txt") else [])],
+                [str(Path(sys.executable).parent / "py-spy"), "record", "--threads",
+                 "-r", str(args.py_spy_rate), "-p", str(proc.pid), "-o", args.py_spy,
+                 "--nonblocking", *SPY_FORMATS.get(Path(args.py_spy).suffix, [])],
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         conn, listening = await _connect(port, t0, proc, args.timeout_s)
         result |= {"listening_s": round(listening - t0, 3), "listening_cpu_s": _cpu(proc.pid)}
@@ -465,7 +469,10 @@ def main() -> None:
                         "(alternated, this checkout first)")
     p.add_argument("--keep", action="store_true", help="keep the copy and its broker log")
     p.add_argument("--py-spy", default="", dest="py_spy",
-                   help="record the broker with py-spy into this SVG (.txt: collapsed stacks)")
+                   help="record the broker with py-spy into this SVG (.txt: collapsed stacks; "
+                        ".json: speedscope, in time order, idle samples too)")
+    p.add_argument("--py-spy-rate", type=int, default=50, dest="py_spy_rate",
+                   help="py-spy's samples per second")
     args = p.parse_args()
     work = Path(args.work) if args.work else Path(args.store).parent
     work.mkdir(parents=True, exist_ok=True)

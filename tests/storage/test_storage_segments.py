@@ -258,3 +258,28 @@ def test_a_lone_record_is_written_as_in_a_group(tmp_path: Path) -> None:
     scan = scan_segment(ops, one.path, 5, truncate=False)
     wanted = [(i, scan.offsets[i], scan.lengths[i]) for i in range(scan.entries)]
     assert [d for _, d in read_records(ops, one.path, wanted, scan.format, 5)] == datas
+
+
+def test_scan_checks_the_crc_of_small_and_large_records_alike(tmp_path: Path) -> None:
+    # Records on both sides of the size where the in-order scan stops joining the crc's
+    # prefix and data into one buffer: a flipped bit in any of them is found.
+    payloads = [bytes([i]) * n for i, n in enumerate([1, 4095, 4096, 4097, 70_000, 3, 70_001])]
+    offsets = _offsets(payloads)
+    for damaged in range(len(payloads)):
+        path = write_segment(tmp_path / str(damaged), 7, payloads)
+        flip_bit(path, offsets[damaged] + RECORD_HEADER_SIZE + len(payloads[damaged]) - 1, 0)
+        result = scan_segment(OPS, path, 7, truncate=False)
+        intact = [o for i, o in enumerate(offsets) if i != damaged]
+        assert [o for o in result.offsets if o != -1] == intact, damaged
+        assert damaged == len(payloads) - 1 or result.offsets[damaged] == -1  # the last: torn
+        assert result.size_bytes == sum(len(p) for i, p in enumerate(payloads) if i != damaged)
+
+
+def test_scan_refuses_records_of_another_ledger(tmp_path: Path) -> None:
+    # Format 3's crc covers the ledger id: a segment copied under another ledger's name is
+    # not served as that ledger's entries.
+    path = write_segment(tmp_path, 7, PAYLOADS)
+    moved = path.with_name("moved")
+    path.rename(moved)
+    result = scan_segment(OPS, moved, 8, truncate=False)
+    assert result.entries == 0
