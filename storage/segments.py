@@ -83,9 +83,9 @@ CRC_PREFIX = struct.Struct("<IQQ")  # format 3: the crc covers length, entry_id,
 _CRC_PREFIX_V2 = struct.Struct("<IQ")  # formats 1 and 2: length, entry_id, data
 _ENTRY_ID = struct.Struct("<Q")
 MAX_RECORD_BYTES = 64 * 1024 * 1024
+"""Larger lengths are treated as corruption (entries are <= 5 MiB + padding on the wire)."""
 #: up to this many data bytes a record's crc is computed over its prefix and data joined
 _JOINED_CRC_BYTES = 4096
-"""Larger lengths are treated as corruption (entries are <= 5 MiB + padding on the wire)."""
 RESYNC_SEARCH_IDS = 1024
 """After a bad record, look this many entry ids ahead for the next valid record."""
 RESYNC_WINDOW_BYTES = 8 * 1024 * 1024
