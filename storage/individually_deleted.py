@@ -14,9 +14,8 @@ Saves: :meth:`IndividuallyDeleted.records` gives the bitmaps' part of a cursor f
 format is storage/cursor.py's) as pieces, one record per ledger. Each ledger's record is kept
 and made again (``run_optimize`` and ``serialize``) only when its bitmap changed since the
 last save: the cursor says so (:meth:`IndividuallyDeleted.changed`) after each change of a
-bitmap, and a record is made again as well for a bitmap that is another object or holds
-another number of ids than when it was made. An ACK touches one ledger's bitmap; with
-thousands of ledgers holding millions of acknowledged ids, encoding them all for each save
+bitmap (an id added or removed, a bitmap added, dropped or cleared). An ACK touches one
+ledger's bitmap; with thousands of ledgers holding millions of acknowledged ids, encoding them all for each save
 was tens of milliseconds of the loop once a second (bench/cursor_save.py).
 """
 
@@ -55,47 +54,46 @@ def count_record(n_bitmaps: int) -> bytes:
 class IndividuallyDeleted:
     """Acknowledged entry ids beyond the mark-delete position, one bitmap per ledger."""
 
-    __slots__ = ("_changed", "_records", "bitmaps")
+    __slots__ = ("_changed", "_order", "_records", "bitmaps")
 
     def __init__(self, bitmaps: dict[int, BitMap]) -> None:
         self.bitmaps = bitmaps
         """ledger id -> its acknowledged entry ids; written by the owning cursor alone, which
         calls :meth:`changed` after each change of a bitmap."""
-        #: ledger id -> (its bitmap, the number of ids, its record) as the last save made it
-        self._records: dict[int, tuple[BitMap, int, bytes]] = {}
-        #: ledgers whose bitmap changed since the last save
-        self._changed: set[int] = set()
+        #: ledger id -> the record of its bitmap as the last save made it (non-empty ones)
+        self._records: dict[int, bytes] = {}
+        #: ledgers whose bitmap changed since the last save (at first: all of them)
+        self._changed: set[int] = set(bitmaps)
+        #: sorted(_records) while no record was added or dropped since it was made
+        self._order: list[int] | None = None
 
     def changed(self, ledger_id: int) -> None:
-        """The bitmap of ledger_id changed (ids added or removed, or the bitmap dropped): the
-        next save makes its record again."""
+        """The bitmap of ledger_id changed (ids added or removed, the bitmap added or dropped):
+        the next save makes its record again."""
         self._changed.add(ledger_id)
 
     def records(self) -> list[bytes]:
         """The bitmaps' part of a cursor file, as it is now: the count, then one record per
         non-empty bitmap in ledger order (:func:`bitmap_record`, byte for byte). Makes again
-        only the records of bitmaps changed since the last call (module docstring); the
-        pieces are immutable, so a save may join them later, elsewhere."""
+        only the records of the bitmaps changed since the last call; the pieces are
+        immutable, so a save may join them later, in another thread."""
         kept = self._records
-        for ledger_id in self._changed:
-            kept.pop(ledger_id, None)
-        self._changed.clear()
-        fresh: dict[int, tuple[BitMap, int, bytes]] = {}
-        pieces: list[bytes] = [b""]
-        bitmaps = self.bitmaps
-        for ledger_id in sorted(bitmaps):
-            bitmap = bitmaps[ledger_id]
-            size = len(bitmap)
-            if not size:
-                continue
-            record = kept.get(ledger_id)
-            if record is None or record[0] is not bitmap or record[1] != size:
-                record = (bitmap, size, bitmap_record(ledger_id, bitmap))
-            fresh[ledger_id] = record
-            pieces.append(record[2])
-        self._records = fresh
-        pieces[0] = count_record(len(pieces) - 1)
-        return pieces
+        if self._changed:
+            bitmaps = self.bitmaps
+            count = len(kept)
+            for ledger_id in self._changed:
+                bitmap = bitmaps.get(ledger_id)
+                if bitmap:
+                    kept[ledger_id] = bitmap_record(ledger_id, bitmap)
+                elif kept.pop(ledger_id, None) is not None:
+                    count = -1
+            self._changed.clear()
+            if len(kept) != count:
+                self._order = None
+        order = self._order
+        if order is None:
+            order = self._order = sorted(kept)
+        return [count_record(len(order)), *map(kept.__getitem__, order)]
 
     def __len__(self) -> int:
         """How many entries are acknowledged beyond the mark-delete position."""
