@@ -92,7 +92,7 @@ class EncodedCursor:
     """A cursor file as immutable pieces taken on the loop at one moment (a save's snapshot):
     :meth:`chunks` joins and checksums them, the work of the thread that writes the file."""
 
-    pieces: tuple[bytes, ...]
+    pieces: tuple[bytes | memoryview, ...]
     size: int
     """Bytes of the file (the pieces and the CRC)."""
 
@@ -116,10 +116,12 @@ def _head(state: CursorState) -> bytes:
     ))
 
 
-def encoded_cursor(state: CursorState, properties: bytes, records: list[bytes]) -> EncodedCursor:
+def encoded_cursor(state: CursorState, properties: list[bytes | memoryview],
+                   records: list[bytes]) -> EncodedCursor:
     """The file of *state* as pieces: *properties* is :func:`encode_properties` of its
-    properties, *records* the bitmaps' part (storage/individually_deleted.py): both immutable."""
-    pieces = (_head(state), properties, *records)
+    properties as pieces, *records* the bitmaps' part (storage/individually_deleted.py): all
+    immutable."""
+    pieces = (_head(state), *properties, *records)
     return EncodedCursor(pieces, sum(map(len, pieces)) + _U32.size)
 
 
@@ -130,7 +132,7 @@ def encode_cursor(state: CursorState, properties: bytes | bytearray | None = Non
     props = encode_properties(state.properties) if properties is None else bytes(properties)
     bitmaps = [(lid, bm) for lid, bm in sorted(state.bitmaps.items()) if bm]
     records = [count_record(len(bitmaps)), *(bitmap_record(lid, bm) for lid, bm in bitmaps)]
-    return encoded_cursor(state, props, records).data()
+    return encoded_cursor(state, [props], records).data()
 
 
 def decode_cursor(data: bytes, *, bitmaps: bool = True) -> CursorState:
@@ -584,7 +586,7 @@ class ManagedCursor:
             try:
                 data = encoded_cursor(CursorState(self.name, self._md, self._read,
                                                   self._revision),
-                                      self._properties.encoded(),
+                                      self._properties.pieces(),
                                       self.individually_deleted.records())
                 _, cancelled = await to_the_end(self._save(self.name, data,
                                                            self._referenced_ledger()))

@@ -17,6 +17,9 @@ from __future__ import annotations
 import struct
 
 _U32 = struct.Struct("<I")
+#: keys added since the kept bytes were made that a save hands on as pieces of their own;
+#: beyond it they are joined to the kept bytes (a save's Python stays O(1) per property)
+_APPEND_LIMIT = 64
 
 
 def _piece(key: str, value: str) -> bytes:
@@ -101,3 +104,14 @@ class CursorProperties:
                                           *self._appended))
             self._appended.clear()
         return blob
+
+    def pieces(self) -> list[bytes | memoryview]:
+        """``encode_properties`` of the current properties as immutable pieces to be joined
+        (later, in another thread, by a save): the kept bytes with the keys added since
+        appended, not copied here while they are few."""
+        appended = self._appended
+        if self._blob is None or len(appended) > _APPEND_LIMIT:
+            return [self.encoded()]
+        if not appended:
+            return [self._blob]
+        return [_U32.pack(len(self._values)), memoryview(self._blob)[4:], *appended]
