@@ -24,8 +24,9 @@ Persistence: a save takes the whole state at one moment on the loop, as immutabl
 the file (an :class:`EncodedCursor`): the head, the properties' kept bytes and one kept record
 per ledger's bitmap, of which only those whose bitmap changed since the last save are made
 again (storage/individually_deleted.py). The save callback joins and checksums the pieces and
-writes the file in the store's I/O threads, never on the loop; at most mark_delete_rate_limit_per_sec times a second by the
-store's background flush, plus on flush() and close(). One save at a time per cursor (a lock);
+writes the file in the store's I/O threads, never on the loop; at most
+mark_delete_rate_limit_per_sec times a second by the store's background flush, plus on
+flush() and close(). One save at a time per cursor (a lock);
 a retired cursor is never saved again, and retire() waits for a save in flight, so a deleted
 cursor's file cannot be written back. The ack state is never truncated however fragmented
 it is: persisted_size_bytes says what it costs. dirty_since / save_failures / last_save_error
