@@ -20,9 +20,13 @@ last confirmed, entries between) and saves itself through a SaveCursor callback 
 hands it (storage/cursor_files.py does the file work). The ledger ends a cursor with close()
 or retire() (deleted: never written again); nothing else touches a cursor's internals.
 
-Persistence: the whole state is encoded here and written by the save callback in the store's
-I/O threads, never on the loop; at most mark_delete_rate_limit_per_sec times a second by the
-store's background flush, plus on flush() and close(). One save at a time per cursor (a lock);
+Persistence: a save takes the whole state at one moment on the loop, as immutable pieces of
+the file (an :class:`EncodedCursor`): the head, the properties' kept bytes and one kept record
+per ledger's bitmap, of which only those whose bitmap changed since the last save are made
+again (storage/individually_deleted.py). The save callback joins and checksums the pieces and
+writes the file in the store's I/O threads, never on the loop; at most
+mark_delete_rate_limit_per_sec times a second by the store's background flush, plus on
+flush() and close(). One save at a time per cursor (a lock);
 a retired cursor is never saved again, and retire() waits for a save in flight, so a deleted
 cursor's file cannot be written back. The ack state is never truncated however fragmented
 it is: persisted_size_bytes says what it costs. dirty_since / save_failures / last_save_error
@@ -51,7 +55,12 @@ from pyroaring import BitMap
 
 from storage.cursor_properties import CursorProperties, encode_properties
 from storage.errors import CorruptRecordError, StorageError
-from storage.individually_deleted import MAX_ENTRY_ID, IndividuallyDeleted
+from storage.individually_deleted import (
+    MAX_ENTRY_ID,
+    IndividuallyDeleted,
+    bitmap_record,
+    count_record,
+)
 from storage.positions import Position
 from storage.to_the_end import to_the_end
 
@@ -60,7 +69,7 @@ CURSOR_VERSION = 1
 _HEAD = struct.Struct("<4sBH")
 _POSITIONS = struct.Struct("<qqqqQ")
 _U32 = struct.Struct("<I")
-_BITMAP_HEAD = struct.Struct("<qI")
+_BITMAP_HEAD = struct.Struct("<qI")   # a bitmap record's head (individually_deleted.py's)
 
 
 @dataclass(slots=True)
@@ -79,27 +88,52 @@ class CursorState:
     properties_blob: bytes | None = None
 
 
-def encode_cursor(state: CursorState, properties: bytes | bytearray | None = None) -> bytes:
-    """*properties*: :func:`encode_properties` of ``state.properties`` when the caller has it
-    (a cursor keeps it: storage/cursor_properties.py), ``state.properties`` is then unused."""
+@dataclass(frozen=True, slots=True)
+class EncodedCursor:
+    """A cursor file as immutable pieces taken on the loop at one moment (a save's snapshot):
+    :meth:`chunks` joins and checksums them, the work of the thread that writes the file."""
+
+    pieces: tuple[bytes | memoryview, ...]
+    size: int
+    """Bytes of the file (the pieces and the CRC)."""
+
+    def chunks(self) -> tuple[bytes, bytes]:
+        """(everything before the CRC, the CRC): the file is their concatenation. Blocking
+        work for a thread (both release the GIL for large files)."""
+        body = b"".join(self.pieces)
+        return body, _U32.pack(crc32c(body))
+
+    def data(self) -> bytes:
+        return b"".join(self.chunks())
+
+
+def _head(state: CursorState) -> bytes:
     name = state.name.encode()
     md, rd = state.mark_delete, state.read_position
-    head = b"".join((
+    return b"".join((
         _HEAD.pack(CURSOR_MAGIC, CURSOR_VERSION, len(name)),
         name,
         _POSITIONS.pack(md.ledger_id, md.entry_id, rd.ledger_id, rd.entry_id, state.revision),
     ))
-    props = encode_properties(state.properties) if properties is None else properties
+
+
+def encoded_cursor(state: CursorState, properties: list[bytes | memoryview],
+                   records: list[bytes]) -> EncodedCursor:
+    """The file of *state* as pieces: *properties* is :func:`encode_properties` of its
+    properties as pieces, *records* the bitmaps' part (storage/individually_deleted.py): all
+    immutable."""
+    pieces = (_head(state), *properties, *records)
+    return EncodedCursor(pieces, sum(map(len, pieces)) + _U32.size)
+
+
+def encode_cursor(state: CursorState, properties: bytes | bytearray | None = None) -> bytes:
+    """The whole file of *state* at once. *properties*: :func:`encode_properties` of
+    ``state.properties`` when the caller has it (a cursor keeps it:
+    storage/cursor_properties.py), ``state.properties`` is then unused."""
+    props = encode_properties(state.properties) if properties is None else bytes(properties)
     bitmaps = [(lid, bm) for lid, bm in sorted(state.bitmaps.items()) if bm]
-    parts: list[bytes] = [_U32.pack(len(bitmaps))]
-    for ledger_id, bitmap in bitmaps:
-        bitmap.run_optimize()  # run containers make dense ack ranges nearly free
-        blob = bitmap.serialize()
-        parts += [_BITMAP_HEAD.pack(ledger_id, len(blob)), blob]
-    tail = b"".join(parts)
-    # the CRC part by part: the properties (megabytes with many buckets) are copied once
-    crc = crc32c(tail, crc32c(props, crc32c(head)))
-    return b"".join((head, props, tail, _U32.pack(crc)))
+    records = [count_record(len(bitmaps)), *(bitmap_record(lid, bm) for lid, bm in bitmaps)]
+    return encoded_cursor(state, [props], records).data()
 
 
 def decode_cursor(data: bytes, *, bitmaps: bool = True) -> CursorState:
@@ -186,8 +220,9 @@ class LedgerView(Protocol):
     def next_position(self, pos: Position) -> Position: ...
 
 
-SaveCursor = Callable[[str, bytes, int], Awaitable[None]]
-"""save(cursor name, encoded state, highest ledger id the state mentions): durable on return."""
+SaveCursor = Callable[[str, EncodedCursor, int], Awaitable[None]]
+"""save(cursor name, encoded state, highest ledger id the state mentions): durable on return
+(the encoded state's pieces are joined and checksummed where the file is written)."""
 
 
 def peek_cursor_name(data: bytes) -> str:
@@ -358,11 +393,13 @@ class ManagedCursor:
                     if bitmap is None:
                         bitmap = bitmaps[ledger_id] = BitMap()
                     bitmap.update(entry_ids)
+                    self.individually_deleted.changed(ledger_id)
                     self._touch()
                     self.advance()
                     return
         # an earlier ledger's extent, looked up once per run of its ids (an ACK's are in order)
         extent_ledger, extent_end = -1, 0
+        changed = self.individually_deleted.changed
         for pos in positions:
             ledger_id, entry_id = pos
             if ledger_id < md_ledger or (ledger_id == md_ledger and entry_id <= md_entry):
@@ -381,6 +418,7 @@ class ManagedCursor:
             if bitmap is None:
                 bitmap = bitmaps[ledger_id] = BitMap()
             bitmap.add(entry_id)
+            changed(ledger_id)
         self._touch()
         self.advance()
 
@@ -402,6 +440,7 @@ class ManagedCursor:
         bitmap |= incoming
         if ledger_id == self._md.ledger_id and self._md.entry_id >= 0:
             bitmap.remove_range(0, self._md.entry_id + 1)
+        self.individually_deleted.changed(ledger_id)
         self._touch()
         self.advance()
 
@@ -440,6 +479,8 @@ class ManagedCursor:
                 pos = ledger.next_position(Position(pos.ledger_id, entries - 1))
         self._read = pos
         self._md = Position(pos.ledger_id, pos.entry_id - 1)
+        for ledger_id in self._bitmaps:
+            self.individually_deleted.changed(ledger_id)
         self._bitmaps.clear()
         self._touch()
         self.advance()
@@ -509,10 +550,13 @@ class ManagedCursor:
             return
         self._touch()
         self._md = Position(ledger_id, entry_id)
+        changed = self.individually_deleted.changed
         for key in [k for k in bitmaps if k < ledger_id]:
             del bitmaps[key]
+            changed(key)
         bitmap = bitmaps.get(ledger_id)
         if bitmap is not None:
+            changed(ledger_id)
             if entry_id >= 0:
                 bitmap.remove_range(0, entry_id + 1)
             if not bitmap:
@@ -541,7 +585,10 @@ class ManagedCursor:
             self._dirty_since = None
             self._saving_since = since
             try:
-                data = encode_cursor(self.state(properties=False), self._properties.encoded())
+                data = encoded_cursor(CursorState(self.name, self._md, self._read,
+                                                  self._revision),
+                                      self._properties.pieces(),
+                                      self.individually_deleted.records())
                 _, cancelled = await to_the_end(self._save(self.name, data,
                                                            self._referenced_ledger()))
             except BaseException as exc:
@@ -557,7 +604,7 @@ class ManagedCursor:
                 raise
             self._saving_since = None
             self.last_save_error = None
-            self.persisted_size_bytes = len(data)
+            self.persisted_size_bytes = data.size
             self.persist_count += 1
             if cancelled:   # the caller's cancel, taken once the write was over
                 raise asyncio.CancelledError

@@ -4,7 +4,8 @@ Owns the files ``cursors/<encoded name>.cur`` (newest generation) and ``.cur.pre
 one before it); the cursor's own format is storage/cursor.py's. Blocking: called from the
 store's I/O threads only, every file operation through FileOps.
 
-save(name, data): write ``.cur.tmp`` and fsync it, rename ``.cur`` over ``.cur.prev``, rename
+save(name, data): write ``.cur.tmp`` (an EncodedCursor is joined and checksummed here, in the
+I/O thread) and fsync it, rename ``.cur`` over ``.cur.prev``, rename
 ``.cur.tmp`` over ``.cur``, fsync the directory. A crash at any point leaves the newest or the
 previous complete generation (between the renames only ``.cur.prev``); bit rot in the
 newest leaves the previous one.
@@ -37,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from storage.cursor import CursorState, decode_cursor, peek_cursor_name
+from storage.cursor import CursorState, EncodedCursor, decode_cursor, peek_cursor_name
 from storage.errors import CorruptRecordError
 from storage.fileops import FileOps
 from storage.names import (
@@ -78,13 +79,15 @@ class CursorFiles:
     def _path(self, name: str, suffix: str) -> Path:
         return self.directory / (encode_name(name) + suffix)
 
-    def save(self, name: str, data: bytes) -> None:
+    def save(self, name: str, data: bytes | EncodedCursor) -> None:
         ops = self._ops
+        chunks = data.chunks() if isinstance(data, EncodedCursor) else (data,)
         current = self._path(name, CURRENT)
         tmp = self._path(name, TEMPORARY)
         fd = ops.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
         try:
-            ops.write_all(fd, data)
+            for chunk in chunks:
+                ops.write_all(fd, chunk)
             if self._fsync:
                 ops.fsync(fd)
         finally:

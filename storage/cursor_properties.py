@@ -17,6 +17,9 @@ from __future__ import annotations
 import struct
 
 _U32 = struct.Struct("<I")
+#: keys added since the kept bytes were made that a save hands on as pieces of their own;
+#: beyond it they are joined to the kept bytes (a save's Python stays O(1) per property)
+_APPEND_LIMIT = 64
 
 
 def _piece(key: str, value: str) -> bytes:
@@ -32,10 +35,10 @@ def encode_properties(properties: dict[str, str]) -> bytes:
 
 class CursorProperties:
     """The properties of one cursor and their encoded form (module docstring). A change costs
-    O(1) Python; a new key is appended to the encoded bytes in place (amortised O(its size)),
-    a changed or removed one makes :meth:`encoded` join the pieces again (C work)."""
+    O(1) Python; a new key's piece waits to be appended to the encoded bytes by the next
+    :meth:`encoded`, a changed or removed one makes it join the pieces again (C work)."""
 
-    __slots__ = ("_blob", "_pieces", "_values")
+    __slots__ = ("_appended", "_blob", "_pieces", "_values")
 
     def __init__(self, values: dict[str, str], blob: bytes | None = None) -> None:
         """*blob*: ``encode_properties(values)`` when the caller has it (a loaded file's)."""
@@ -43,9 +46,11 @@ class CursorProperties:
         #: key -> its encoded (key_len, key, value_len, value), in _values' order; made at the
         #: first change or removal of a key when the cursor started from a blob
         self._pieces: dict[str, bytes] | None = None
-        #: encode_properties(_values) while it is known (None: join the pieces); a bytearray
-        #: once a new key was appended to it
-        self._blob: bytes | bytearray | None = blob
+        #: encode_properties(_values) while it is known (None: join the pieces), but for the
+        #: keys in _appended (and the count at its start)
+        self._blob: bytes | None = blob
+        #: the pieces of the keys added since _blob was made, in order
+        self._appended: list[bytes] = []
         if blob is None:
             self._ensure_pieces()
 
@@ -68,16 +73,13 @@ class CursorProperties:
             self._ensure_pieces()[key] = piece
             self._values[key] = value
             self._blob = None
+            self._appended.clear()
             return
         if self._pieces is not None:
             self._pieces[key] = piece
         self._values[key] = value
-        blob = self._blob
-        if blob is not None:                # a new key goes last: append, count in place
-            if not isinstance(blob, bytearray):
-                blob = self._blob = bytearray(blob)
-            blob += piece
-            _U32.pack_into(blob, 0, len(self._values))
+        if self._blob is not None:          # a new key goes last: appended at the next encode
+            self._appended.append(piece)
 
     def remove(self, key: str) -> bool:
         """True if the key was there."""
@@ -86,12 +88,30 @@ class CursorProperties:
         del self._ensure_pieces()[key]
         del self._values[key]
         self._blob = None
+        self._appended.clear()
         return True
 
-    def encoded(self) -> bytes | bytearray:
-        """``encode_properties`` of the current properties; valid until the next change (a
-        caller that keeps it copies it)."""
-        if self._blob is None:
+    def encoded(self) -> bytes:
+        """``encode_properties`` of the current properties: immutable (a save joins it with
+        the rest of the file in another thread, later). Kept until a property changes: keys
+        added since are appended to it then (one copy of it, however many were added)."""
+        blob = self._blob
+        if blob is None:
             pieces = self._ensure_pieces()
-            self._blob = bytearray().join((_U32.pack(len(pieces)), *pieces.values()))
-        return self._blob
+            blob = self._blob = b"".join((_U32.pack(len(pieces)), *pieces.values()))
+        elif self._appended:
+            blob = self._blob = b"".join((_U32.pack(len(self._values)), memoryview(blob)[4:],
+                                          *self._appended))
+            self._appended.clear()
+        return blob
+
+    def pieces(self) -> list[bytes | memoryview]:
+        """``encode_properties`` of the current properties as immutable pieces to be joined
+        (later, in another thread, by a save): the kept bytes with the keys added since
+        appended, not copied here while they are few."""
+        appended = self._appended
+        if self._blob is None or len(appended) > _APPEND_LIMIT:
+            return [self.encoded()]
+        if not appended:
+            return [self._blob]
+        return [_U32.pack(len(self._values)), memoryview(self._blob)[4:], *appended]

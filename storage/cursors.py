@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
 from typing import Literal, Protocol
 
-from storage.cursor import CursorState, LedgerView, ManagedCursor
+from storage.cursor import CursorState, EncodedCursor, LedgerView, ManagedCursor
 from storage.cursor_files import CursorFiles, LoadedCursor
 from storage.errors import CursorNotFoundError
 from storage.positions import Position
@@ -86,7 +86,7 @@ class CursorSet:
         for cursor in self._cursors.values():
             cursor.advance()
 
-    async def _save(self, name: str, data: bytes, max_ledger_id: int) -> None:
+    async def _save(self, name: str, data: EncodedCursor, max_ledger_id: int) -> None:
         files, reserve = self._files, self._reserve_id
 
         def write() -> None:

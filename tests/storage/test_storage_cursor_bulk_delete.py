@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pyroaring import BitMap
 
-from storage.cursor import CursorState, ManagedCursor
+from storage.cursor import CursorState, EncodedCursor, ManagedCursor
 from storage.positions import Position
 
 #: ledger id -> entries; 8 is the current ledger, 6 no longer exists
@@ -41,7 +41,7 @@ class Ledgers:
             Position(pos.ledger_id, pos.entry_id + 1)
 
 
-async def _no_save(name: str, data: bytes, ledger: int) -> None:
+async def _no_save(name: str, data: EncodedCursor, ledger: int) -> None:
     return None
 
 

@@ -101,3 +101,24 @@ async def test_changes_after_a_reload_are_in_the_file_the_next_flush_writes(
     store = await SegmentStore.open(tmp_path, StorageConfig())
     assert (await store.open_ledger(TOPIC)).cursors["s"].properties == expected
     await store.close()
+
+
+def test_pieces_join_to_the_encoding_however_many_keys_were_added_since() -> None:
+    """A save takes the properties as pieces (the kept bytes and the keys added since, or
+    the bytes joined again past a few dozen keys): they always join to the encoding, and
+    the pieces a save took stay what they were whatever changes after."""
+    loaded = {"a": "1", "b": "2"}
+    props = CursorProperties(loaded, encode_properties(loaded))
+    model = dict(loaded)
+    taken: list[tuple[list[bytes | memoryview], bytes]] = []
+    for k in range(200):
+        props.set(f"k{k}", str(k))
+        model[f"k{k}"] = str(k)
+        if k % 7 == 0 and k < 100:  # then 100 keys added without a change
+            props.set("a", str(k))      # a changed key: the pieces are joined again
+            model["a"] = str(k)
+        pieces = props.pieces()
+        assert b"".join(pieces) == encode_properties(model)
+        taken.append((pieces, encode_properties(model)))
+    for pieces, expected in taken:
+        assert b"".join(pieces) == expected
