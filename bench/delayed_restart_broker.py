@@ -329,6 +329,22 @@ async def _connect(port: int, t0: float, proc: subprocess.Popen[str], timeout_s:
             await asyncio.sleep(0.005)
 
 
+def _store_subscription_type(root: Path) -> None:
+    """The copy's cursor as a broker that ran the subscription leaves it: with its type stored
+    (the store was built without a broker; a subscription whose type is new saves it before
+    its SUBSCRIBE is answered, a cost a restarted broker does not pay). The newest generation
+    of the cursor file is rewritten in place; nothing else of the copy is touched (the tail a
+    kill -9 leaves stays unindexed)."""
+    from broker.subscriptions.subscription import SUBSCRIPTION_TYPE_PROPERTY
+    from protocol.sub_types import SubType
+    from storage.cursor import decode_cursor, encode_cursor
+
+    (path,) = (root / "ledgers").glob("*/cursors/sub.cur")
+    state = decode_cursor(path.read_bytes())
+    state.properties[SUBSCRIPTION_TYPE_PROPERTY] = SubType.Shared.name
+    path.write_bytes(encode_cursor(state))
+
+
 async def one_round(args: argparse.Namespace, run: Path) -> dict[str, Any]:
     from bench.wire_clients import REQUEST_TIMEOUT_S
     from protocol import commands as C
@@ -342,6 +358,7 @@ async def one_round(args: argparse.Namespace, run: Path) -> dict[str, Any]:
     data.mkdir(parents=True)
     c = time.perf_counter()
     shutil.copytree(store / "built", data / "store")
+    _store_subscription_type(data / "store")
     # the copy's dirty pages written back before the start: a broker restarted after a kill
     # has no gigabytes of writeback ahead of its own fsyncs
     os.sync()
