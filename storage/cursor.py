@@ -56,6 +56,7 @@ from pyroaring import BitMap
 from storage.cursor_properties import CursorProperties, encode_properties
 from storage.errors import CorruptRecordError, StorageError
 from storage.individually_deleted import (
+    BITMAP_HEAD,
     MAX_ENTRY_ID,
     IndividuallyDeleted,
     bitmap_record,
@@ -69,7 +70,6 @@ CURSOR_VERSION = 1
 _HEAD = struct.Struct("<4sBH")
 _POSITIONS = struct.Struct("<qqqqQ")
 _U32 = struct.Struct("<I")
-_BITMAP_HEAD = struct.Struct("<qI")   # a bitmap record's head (individually_deleted.py's)
 
 
 @dataclass(slots=True)
@@ -178,8 +178,8 @@ def decode_cursor(data: bytes, *, bitmaps: bool = True) -> CursorState:
         (n_bitmaps,) = u32(data, off)
         off += 4
         found: dict[int, BitMap] = {}
-        head = _BITMAP_HEAD.unpack_from
-        head_size = _BITMAP_HEAD.size
+        head = BITMAP_HEAD.unpack_from
+        head_size = BITMAP_HEAD.size
         for _ in range(n_bitmaps):
             ledger_id, size = head(data, off)
             off += head_size

@@ -27,12 +27,13 @@ from pyroaring import BitMap
 
 from storage.positions import Position
 
-__all__ = ["MAX_ENTRY_ID", "IndividuallyDeleted", "bitmap_record", "count_record"]
+__all__ = ["BITMAP_HEAD", "MAX_ENTRY_ID", "IndividuallyDeleted", "bitmap_record", "count_record"]
 
 MAX_ENTRY_ID = 1 << 32
 """Entry ids are < 2**32 (one pyroaring BitMap per ledger); larger ids never exist."""
 
-_BITMAP_HEAD = struct.Struct("<qI")
+BITMAP_HEAD = struct.Struct("<qI")
+"""A bitmap record's head in a cursor file: ledger id, serialized size."""
 _U32 = struct.Struct("<I")
 
 
@@ -43,7 +44,7 @@ def bitmap_record(ledger_id: int, bitmap: BitMap) -> bytes:
     the same ids is the same bytes)."""
     bitmap.run_optimize()
     blob = bitmap.serialize()
-    return b"".join((_BITMAP_HEAD.pack(ledger_id, len(blob)), blob))
+    return b"".join((BITMAP_HEAD.pack(ledger_id, len(blob)), blob))
 
 
 def count_record(n_bitmaps: int) -> bytes:

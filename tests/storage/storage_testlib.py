@@ -11,10 +11,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from crc32c import crc32c
+from pyroaring import BitMap
 
 from storage import SegmentStore, StorageConfig
 from storage.fileops import FileOps
 from storage.names import encode_name
+from storage.positions import Position
 from storage.segments import (
     SEGMENT_MAGIC_V1,
     encode_file_header,
@@ -122,3 +124,33 @@ def flip_bit(path: Path, byte_offset: int, bit: int) -> None:
 async def open_store(root: Path, **kw: object) -> SegmentStore:
     """A segment store at *root* with these StorageConfig fields (the rest defaults)."""
     return await SegmentStore.open(root, StorageConfig(**kw))  # type: ignore[arg-type]
+
+
+class ExtentLedgers:
+    """A cursor's LedgerView of ledgers of fixed sizes (ledger id -> entries): the last one is
+    current, every other one sealed; an id not among them no longer exists."""
+
+    def __init__(self, extents: dict[int, int]) -> None:
+        self.extents = extents
+        self.order = sorted(extents)
+        self.current_ledger_id = self.order[-1]
+        self.last_confirmed = Position(self.current_ledger_id, extents[self.current_ledger_id] - 1)
+
+    def ledger_extent(self, ledger_id: int) -> tuple[int, bool, BitMap | None]:
+        return self.extents.get(ledger_id, 0), ledger_id != self.current_ledger_id, None
+
+    def ledger_after(self, ledger_id: int) -> int | None:
+        return next((lid for lid in self.order if lid > ledger_id), None)
+
+    def entries_between(self, start_exclusive: Position, end_inclusive: Position) -> int:
+        def flat(p: Position) -> int:
+            before = sum(n for lid, n in self.extents.items() if lid < p.ledger_id)
+            return before + min(p.entry_id + 1, self.extents.get(p.ledger_id, 0))
+        return max(0, flat(end_inclusive) - flat(start_exclusive))
+
+    def next_position(self, pos: Position) -> Position:
+        if pos.entry_id + 1 < self.extents.get(pos.ledger_id, 0):
+            return Position(pos.ledger_id, pos.entry_id + 1)
+        following = self.ledger_after(pos.ledger_id)
+        return Position(following, 0) if following is not None else \
+            Position(pos.ledger_id, pos.entry_id + 1)

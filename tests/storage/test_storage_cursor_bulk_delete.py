@@ -9,6 +9,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pyroaring import BitMap
+from storage_testlib import ExtentLedgers
 
 from storage.cursor import CursorState, EncodedCursor, ManagedCursor
 from storage.positions import Position
@@ -17,37 +18,14 @@ from storage.positions import Position
 EXTENTS = {3: 20, 5: 15, 8: 10}
 
 
-class Ledgers:
-    """A LedgerView of three ledgers, the last one current."""
-
-    last_confirmed = Position(8, EXTENTS[8] - 1)
-    current_ledger_id = 8
-
-    def ledger_extent(self, ledger_id: int) -> tuple[int, bool, BitMap | None]:
-        return EXTENTS.get(ledger_id, 0), ledger_id != 8, None
-
-    def ledger_after(self, ledger_id: int) -> int | None:
-        return next((lid for lid in sorted(EXTENTS) if lid > ledger_id), None)
-
-    def entries_between(self, start_exclusive: Position, end_inclusive: Position) -> int:
-        return sum(1 for lid, n in EXTENTS.items() for e in range(n)
-                   if start_exclusive < Position(lid, e) <= end_inclusive)
-
-    def next_position(self, pos: Position) -> Position:
-        if pos.entry_id + 1 < EXTENTS.get(pos.ledger_id, 0):
-            return Position(pos.ledger_id, pos.entry_id + 1)
-        following = self.ledger_after(pos.ledger_id)
-        return Position(following, 0) if following is not None else \
-            Position(pos.ledger_id, pos.entry_id + 1)
-
-
 async def _no_save(name: str, data: EncodedCursor, ledger: int) -> None:
     return None
 
 
 def _cursor(mark_delete: Position, acked: list[Position]) -> ManagedCursor:
-    cursor = ManagedCursor(Ledgers(), _no_save, CursorState("s", mark_delete,
-                                                            Ledgers().next_position(mark_delete)))
+    ledgers = ExtentLedgers(EXTENTS)
+    cursor = ManagedCursor(ledgers, _no_save,
+                           CursorState("s", mark_delete, ledgers.next_position(mark_delete)))
     cursor.delete(tuple(acked))
     return cursor
 

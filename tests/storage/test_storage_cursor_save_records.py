@@ -13,6 +13,7 @@ from crc32c import crc32c
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pyroaring import BitMap
+from storage_testlib import ExtentLedgers
 
 import storage.individually_deleted as individually_deleted
 from storage.cursor import CursorState, EncodedCursor, ManagedCursor, decode_cursor, encode_cursor
@@ -22,30 +23,6 @@ from storage.positions import Position
 #: ledger id -> entries; 9 is the current ledger, 6 no longer exists
 EXTENTS = {1: 300, 2: 70_000, 4: 5_000, 5: 40, 7: 300, 9: 200}
 ORDER = sorted(EXTENTS)
-
-
-class Ledgers:
-    last_confirmed = Position(9, EXTENTS[9] - 1)
-    current_ledger_id = 9
-
-    def ledger_extent(self, ledger_id: int) -> tuple[int, bool, BitMap | None]:
-        return EXTENTS.get(ledger_id, 0), ledger_id != 9, None
-
-    def ledger_after(self, ledger_id: int) -> int | None:
-        return next((lid for lid in ORDER if lid > ledger_id), None)
-
-    def entries_between(self, start_exclusive: Position, end_inclusive: Position) -> int:
-        def flat(p: Position) -> int:
-            before = sum(n for lid, n in EXTENTS.items() if lid < p.ledger_id)
-            return before + min(p.entry_id + 1, EXTENTS.get(p.ledger_id, 0))
-        return max(0, flat(end_inclusive) - flat(start_exclusive))
-
-    def next_position(self, pos: Position) -> Position:
-        if pos.entry_id + 1 < EXTENTS.get(pos.ledger_id, 0):
-            return Position(pos.ledger_id, pos.entry_id + 1)
-        following = self.ledger_after(pos.ledger_id)
-        return Position(following, 0) if following is not None else \
-            Position(pos.ledger_id, pos.entry_id + 1)
 
 
 def encode_before(state: CursorState) -> bytes:
@@ -83,7 +60,8 @@ def _snapshot(cursor: ManagedCursor) -> CursorState:
 
 def _cursor(saved: Saved) -> ManagedCursor:
     md = Position(1, -1)
-    return ManagedCursor(Ledgers(), saved, CursorState("s", md, Ledgers().next_position(md)))
+    ledgers = ExtentLedgers(EXTENTS)
+    return ManagedCursor(ledgers, saved, CursorState("s", md, ledgers.next_position(md)))
 
 
 def _position(data: st.DataObject) -> Position:
@@ -189,7 +167,7 @@ def test_files_of_the_encoder_before_are_read_and_saved_again_the_same() -> None
 
     async def run() -> bytes:
         saved = Saved()
-        cursor = ManagedCursor(Ledgers(), saved, loaded)
+        cursor = ManagedCursor(ExtentLedgers(EXTENTS), saved, loaded)
         cursor._touch()
         await cursor.flush()
         return saved.files[-1].data()
