@@ -161,14 +161,16 @@ class Receiver:
     """The Shared consumer's side: every MESSAGE checked against the store's layout, then
     acknowledged; permits refilled by half."""
 
-    def __init__(self, conn: Any, layout: dict[str, Any], shape: argparse.Namespace,
-                 base: int, shift_ms: int, pid: int, t0: float, overdue: int) -> None:
+    def __init__(self, layout: dict[str, Any], shape: argparse.Namespace, base: int,
+                 overdue: int) -> None:
         from protocol import commands as C
         from protocol import pulsar_pb as pb
 
         self.C, self.T = C, pb.BaseCommand
-        self.conn, self.shape, self.base, self.shift_ms = conn, shape, base, shift_ms
-        self.pid, self.t0 = pid, t0
+        self.conn: Any = None
+        self.shape, self.base = shape, base
+        self.shift_ms = self.pid = 0
+        self.t0 = 0.0
         self.starts = {int(k): v for k, v in layout["starts"].items()}
         self.sealed_count = layout["sealed_count"]
         self.seen = bytearray(shape.pending)
@@ -184,10 +186,14 @@ class Receiver:
         self.marks: dict[str, float] = {}
         self.since_flow = 0
         self.done = asyncio.Event()
-        conn.handler = self.frames_received
 
-    def start(self) -> None:
-        self.conn.write(self.C.encode_flow(1, self.shape.permits))
+    def start(self, conn: Any, pid: int, t0: float, shift_ms: int) -> None:
+        """Take the subscribed connection's frames and send the first FLOW. Everything the
+        checks need was made before (``seen`` alone is 100 MB at 100M): a client's answer
+        to SUBSCRIBE is its FLOW, at once."""
+        self.conn, self.pid, self.t0, self.shift_ms = conn, pid, t0, shift_ms
+        conn.handler = self.frames_received
+        conn.write(self.C.encode_flow(1, self.shape.permits))
 
     def _mark(self, name: str, at: float) -> None:
         self.marks[f"{name}_s"] = round(at - self.t0, 3)
@@ -375,6 +381,7 @@ async def one_round(args: argparse.Namespace, run: Path) -> dict[str, Any]:
 
     compile_sources(Path(args.broker_root or HERE).resolve())
     compile_sources(HERE, ("bench",))
+    receiver = Receiver(layout, args, base, overdue)
     port, web = free_port(), free_port()
     t0 = time.perf_counter()
     shift_ms = time.time_ns() // 1_000_000 - (base + 1)
@@ -403,7 +410,6 @@ async def one_round(args: argparse.Namespace, run: Path) -> dict[str, Any]:
         if cmd.lookupTopicResponse.response != pb.CommandLookupTopicResponse.Connect:
             raise RuntimeError(f"lookup: {cmd}")
         conn.write(C.encode_subscribe(TOPIC, SUBSCRIPTION, 1, 1, 2))   # 1: Shared
-        receiver = None
         deadline = t0 + args.timeout_s
         while True:
             left = deadline - time.perf_counter()
@@ -415,8 +421,7 @@ async def one_round(args: argparse.Namespace, run: Path) -> dict[str, Any]:
             conn.write(C.encode_pong())
         subscribed = time.perf_counter()
         result |= {"subscribed_s": round(subscribed - t0, 3), "subscribed_cpu_s": _cpu(proc.pid)}
-        receiver = Receiver(conn, layout, args, base, shift_ms, proc.pid, t0, overdue)
-        receiver.start()
+        receiver.start(conn, proc.pid, t0, shift_ms)
         # a checkout from before the serving log line: the catch-up alone ends the run
         logs_serving = "delayed index of cursor" in (
             Path(args.broker_root or HERE) / "broker/delayed/bucket_snapshots.py").read_text()

@@ -109,6 +109,9 @@ def _rollup(argv: list[str]) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from broker.web_import import import_aiohttp
+
+    import_aiohttp()   # first, before any thread starts: see web_import.py
     from broker.config import ConfigError
     from broker.config_loading import load_settings, log_ignored
     from broker.logs import configure_logging
