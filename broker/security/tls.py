@@ -122,8 +122,8 @@ def _apply_ciphers(ctx: ssl.SSLContext, ciphers: tuple[str, ...]) -> None:
         if original.startswith(("TLS_AES_", "TLS_CHACHA20_")):
             continue  # a TLS 1.3 suite: Python cannot restrict those (all are strong)
         name = iana_to_openssl_cipher(original)
-        try:
-            ssl.create_default_context().set_ciphers(name)
+        try:    # a bare context: a default one would load the system's CA bundle per name
+            ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).set_ciphers(name)
         except ssl.SSLError:
             raise SecurityConfigError(f"tlsCiphers: unknown cipher suite {original!r}") from None
         tls12.append(name)
