@@ -61,6 +61,7 @@ import sys
 import time
 from array import array
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 from crc32c import crc32c
@@ -270,6 +271,19 @@ def _scan_in_order(
     return off, last_id, run_bytes
 
 
+try:
+    import storage._scan_accel as _scan_accel
+except ImportError:  # built without a compiler: the reference, same results
+    SCAN_ACCELERATED = False
+    _scan_run = _scan_in_order
+else:
+    # the C twin (storage/_scan_accel.c): the same run, ~10x less CPU a record; what it
+    # cannot hold in C integers it hands to the reference
+    SCAN_ACCELERATED = True
+    _scan_run = partial(_scan_accel.scan_in_order, _scan_in_order, crc32c, MAX_RECORD_BYTES,
+                        _JOINED_CRC_BYTES)
+
+
 def _data_end(buf: mmap.mmap, start: int, size: int) -> int:
     """Offset after the last non-zero byte at or after start (start if there is none).
 
@@ -359,7 +373,7 @@ def scan_segment(
             # Past data_end only zeros remain: the logical end (a record's length field is
             # never zero, so a valid record always starts before data_end).
             while off < data_end:
-                off, last_id, run_bytes = _scan_in_order(
+                off, last_id, run_bytes = _scan_run(
                     buf, size, off, data_end, last_id, bias, ident, offsets, lengths)
                 result.size_bytes += run_bytes
                 if off >= data_end:

@@ -40,11 +40,13 @@ def _room(rel: str) -> str:
 
 
 def _module_file(module: str) -> str | None:
-    """The file an imported dotted name lives in (a module, or a package's __init__.py)."""
+    """The file an imported dotted name lives in (a module, a C extension's type stub, or a
+    package's __init__.py)."""
     parts = module.split(".")
     for n in range(len(parts), 0, -1):
         base = ROOT.joinpath(*parts[:n])
-        for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        for candidate in (base.with_suffix(".py"), base.with_suffix(".pyi"),
+                          base / "__init__.py"):
             if candidate.is_file():
                 return candidate.relative_to(ROOT).as_posix()
     return None

@@ -105,18 +105,19 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _accelerators(wheel: Path) -> list[str]:
     with zipfile.ZipFile(wheel) as archive:
         return [name for name in archive.namelist()
-                if name.startswith("protocol/_send_accel.") and not name.endswith(".c")]
+                if name.startswith(("protocol/_send_accel.", "storage/_scan_accel."))
+                and not name.endswith(".c")]
 
 
-def test_wheel_carries_the_publish_accelerator_when_a_compiler_is_there(wheel: Path) -> None:
+def test_wheel_carries_the_accelerators_when_a_compiler_is_there(wheel: Path) -> None:
     if sysconfig.get_config_var("CC") is None or shutil.which(
             str(sysconfig.get_config_var("CC")).split()[0]) is None:
         pytest.skip("no C compiler: the wheel is built without the optional extension")
-    [accelerator] = _accelerators(wheel)
-    assert accelerator.endswith(".so")
+    accelerators = _accelerators(wheel)
+    assert len(accelerators) == 2 and all(name.endswith(".so") for name in accelerators)
 
 
-def test_wheel_builds_without_a_compiler_and_leaves_the_accelerator_out(
+def test_wheel_builds_without_a_compiler_and_leaves_the_accelerators_out(
         wheel: Path, tmp_path: Path) -> None:
     built = _build_wheel(tmp_path, env={"CC": "false"})  # every compile fails
     assert _accelerators(built) == []

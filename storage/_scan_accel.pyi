@@ -1,0 +1,12 @@
+"""Types of the C twin of storage.segments._scan_in_order (storage/_scan_accel.c)."""
+
+from array import array
+from collections.abc import Callable
+from typing import Any
+
+def scan_in_order(
+    reference: Callable[..., tuple[int, int, int]], crc32c: Callable[..., int],
+    max_record_bytes: int, joined_crc_bytes: int, buf: Any, size: int, off: int,
+    data_end: int, last_id: int, bias: int, ident: int | None, offsets: array[int],
+    lengths: array[int], /,
+) -> tuple[int, int, int]: ...

@@ -1,0 +1,198 @@
+"""The recovery scan's in-order run in C against its pure-Python reference (storage/segments.py).
+
+Both get the same records, numbered on or not, damaged, torn, cut short, followed by zeros,
+in each record format; their results must be identical: the offset reached, the last entry id,
+the data bytes, what was appended to the offsets and lengths, or the error raised. A whole
+segment scan (scan_segment) with the C run gives the reference's index and events.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+from array import array
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sampling import examples
+
+from storage import segments
+from storage.fileops import FileOps
+from storage.segments import (
+    _JOINED_CRC_BYTES,
+    FORMAT_V2,
+    FORMAT_V3,
+    MAX_RECORD_BYTES,
+    RECORD_HEADER,
+    _scan_in_order,
+    crc_identity,
+    length_bias,
+    record_crc,
+)
+
+accel = pytest.importorskip("storage._scan_accel",
+                            reason="built without a C compiler: the reference runs alone")
+
+LEDGER = 77
+FORMATS = (1, FORMAT_V2, FORMAT_V3)
+
+
+def _record(fmt: int, entry_id: int, data: bytes, ledger_id: int = LEDGER) -> bytes:
+    stored = len(data) + length_bias(fmt)
+    crc = record_crc(stored, entry_id, data, crc_identity(fmt, ledger_id))
+    return RECORD_HEADER.pack(stored, crc, entry_id) + data
+
+
+def _c_scan(buf: Any, size: int, off: int, data_end: int, last_id: int, bias: int,
+            ident: int | None, offsets: array[int], lengths: array[int]) -> Any:
+    from crc32c import crc32c
+
+    return accel.scan_in_order(_scan_in_order, crc32c, MAX_RECORD_BYTES, _JOINED_CRC_BYTES,
+                               buf, size, off, data_end, last_id, bias, ident, offsets,
+                               lengths)
+
+
+def _both(buf: Any, size: int, off: int, data_end: int, last_id: int, bias: int,
+          ident: int | None) -> None:
+    """Run both on the same arguments and compare everything they give or raise."""
+    outcomes = []
+    for scan in (_scan_in_order, _c_scan):
+        offsets, lengths = array("q", [5]), array("i", [6])   # appended to, never replaced
+        try:
+            result: Any = scan(buf, size, off, data_end, last_id, bias, ident, offsets, lengths)
+        except Exception as exc:   # compared: the same type from both
+            result = type(exc)
+        outcomes.append((result, offsets.tolist(), lengths.tolist()))
+    assert outcomes[0] == outcomes[1]
+
+
+@st.composite
+def segments_bytes(draw: st.DrawFn) -> tuple[int, bytes, int, int]:
+    """(format, bytes, first entry id, where the run starts): a run of records, then what can
+    break it."""
+    fmt = draw(st.sampled_from(FORMATS))
+    first = draw(st.sampled_from([0, 1, 41, 2**32 - 2, 2**63 - 3, 2**64 - 3]))
+    sizes = draw(st.lists(st.one_of(st.integers(0, 300), st.just(_JOINED_CRC_BYTES),
+                                    st.just(_JOINED_CRC_BYTES + 1), st.integers(4097, 9000)),
+                          max_size=12))
+    out = bytearray(draw(st.binary(max_size=24)))   # whatever precedes the run
+    start = len(out)
+    entry_id = first
+    for size in sizes:
+        if entry_id >= 2**64:
+            break
+        if draw(st.integers(0, 9)) == 0:
+            entry_id += draw(st.integers(1, 3))   # an id skipped
+            if entry_id >= 2**64:
+                break
+        out += _record(fmt, entry_id, os.urandom(size))
+        entry_id += 1
+    for _ in range(draw(st.integers(0, 3))):   # a damaged byte anywhere
+        if out:
+            at = draw(st.integers(0, len(out) - 1))
+            out[at] ^= draw(st.integers(1, 255))
+    if draw(st.booleans()) and out:   # torn
+        out = out[:draw(st.integers(0, len(out)))]
+    out += bytes(draw(st.sampled_from([0, 7, 16, 40])))   # the pre-zeroed tail
+    return fmt, bytes(out), first, start
+
+
+@settings(max_examples=examples(full=3000, sample=400), deadline=None)
+@given(segment=segments_bytes(), data=st.data())
+def test_the_c_run_is_the_reference_run(segment: tuple[int, bytes, int, int],
+                                        data: st.DataObject) -> None:
+    fmt, buf, first, start = segment
+    size = data.draw(st.sampled_from([len(buf), max(0, len(buf) - data.draw(st.integers(0, 40)))]))
+    off = data.draw(st.one_of(st.just(start), st.integers(0, 30)))
+    data_end = data.draw(st.sampled_from([size, len(buf) + 32, size - 17, 0, off + 1]))
+    last_id = data.draw(st.one_of(st.just(first - 1), st.sampled_from([first, first - 2, -1])))
+    ident = crc_identity(fmt, LEDGER)
+    _both(buf, size, off, data_end, last_id, length_bias(fmt), ident)
+
+
+def test_arguments_outside_c_integers_go_to_the_reference() -> None:
+    buf = _record(FORMAT_V3, 0, b"x" * 20) + _record(FORMAT_V3, 1, b"y" * 5000)
+    bias, ident = length_bias(FORMAT_V3), crc_identity(FORMAT_V3, LEDGER)
+    _both(buf, len(buf), 0, len(buf), -1, bias, ident)                     # the usual case
+    _both(buf, len(buf), 0, len(buf), 2**64 - 1, bias, ident)              # no id after it
+    _both(buf, len(buf), 0, len(buf), 2**70, bias, ident)                  # beyond 64 bits
+    _both(buf, len(buf), 0, len(buf), -5, bias, ident)
+    _both(buf, len(buf), 0, len(buf), -1, bias, -1)                        # pack refuses it
+    _both(buf, len(buf), 0, len(buf), -1, bias, 2**64)
+    _both(buf, len(buf) + 100, 0, len(buf) + 100, -1, bias, ident)         # past the buffer
+    _both(buf, len(buf), -3, len(buf), -1, bias, ident)
+    _both(memoryview(buf), len(buf), 0, len(buf), -1, bias, ident)
+    records = _record(1, 0, b"abc") + _record(1, 1, b"")
+    _both(records, len(records), 0, len(records), -1, length_bias(1), None)
+    with pytest.raises(TypeError):
+        accel.scan_in_order(_scan_in_order)
+
+
+def test_a_run_reaching_the_last_64_bit_id_stops_there() -> None:
+    buf = _record(FORMAT_V3, 2**64 - 2, b"a") + _record(FORMAT_V3, 2**64 - 1, b"b")
+    bias, ident = length_bias(FORMAT_V3), crc_identity(FORMAT_V3, LEDGER)
+    offsets, lengths = array("q"), array("i")
+    off, last_id, run_bytes = _c_scan(buf, len(buf), 0, len(buf), 2**64 - 3, bias, ident,
+                                      offsets, lengths)
+    assert (off, last_id, run_bytes) == (len(buf), 2**64 - 1, 2)
+    assert offsets.tolist() == [0, 17] and lengths.tolist() == [1, 1]
+    _both(buf, len(buf), 0, len(buf), 2**64 - 3, bias, ident)
+
+
+def test_it_reads_a_segment_file_through_its_mmap(tmp_path: Path) -> None:
+    records = b"".join(_record(FORMAT_V3, i, os.urandom(i % 700)) for i in range(2000))
+    path = tmp_path / "f"
+    path.write_bytes(records + bytes(64))
+    with path.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+        size = len(buf)
+        _both(buf, size, 0, len(records), -1, length_bias(FORMAT_V3),
+              crc_identity(FORMAT_V3, LEDGER))
+
+
+def test_the_accelerator_is_what_the_scan_runs_when_built() -> None:
+    assert segments.SCAN_ACCELERATED
+    assert segments._scan_run.func is accel.scan_in_order   # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("damage", ["none", "middle", "torn"])
+def test_a_whole_segment_scan_is_the_same_with_either(tmp_path: Path, damage: str,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    from storage.segments import FILE_HEADER_SIZE, encode_file_header, scan_segment
+
+    records = [_record(FORMAT_V3, i, os.urandom(50 + i % 300)) for i in range(3000)]
+    body = bytearray(b"".join(records))
+    if damage == "middle":
+        body[len(body) // 2] ^= 0x5A
+    elif damage == "torn":
+        body = body[:len(body) - 77]
+    image = encode_file_header(LEDGER, 1234) + bytes(body) + bytes(4096)
+    assert len(encode_file_header(LEDGER, 1234)) == FILE_HEADER_SIZE
+    results = []
+    for run in (_scan_in_order, segments._scan_run):
+        monkeypatch.setattr(segments, "_scan_run", run)
+        path = tmp_path / f"{len(results)}.seg"
+        path.write_bytes(image)
+        result = scan_segment(FileOps(), path, LEDGER, truncate=False)
+        results.append((result.offsets.tolist(), result.lengths.tolist(), result.size_bytes,
+                        result.valid_end, result.events, result.zero_tail_bytes))
+    assert results[0] == results[1]
+    assert len(results[0][0]) >= 1
+
+
+def test_without_the_extension_the_reference_scans(tmp_path: Path) -> None:
+    # a fresh interpreter where the extension cannot be imported (an install without a compiler)
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.modules['storage._scan_accel'] = None\n"
+        "from storage import segments\n"
+        "assert not segments.SCAN_ACCELERATED and segments._scan_run is segments._scan_in_order\n"
+        "print('reference')\n")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[2],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "reference"
