@@ -4,14 +4,17 @@ A broker restarted after a kill -9 scans the last segment of each ledger it open
 record, checking each record's CRC32C, before the ledger opens (``storage.segments.scan_segment``;
 ~50,000 records at the default ledger size, at every backlog). This times that scan in this
 process on one segment file, best of ``--rounds``, CPU-s of this thread, with the in-order run
-made by ``storage.segments._scan_in_order`` (the reference) and by ``storage._scan_accel``
-(the C twin) alternated, and checks that both give the same index.
+made and the zero tail's end found by ``storage.segments._scan_in_order`` and ``_data_end``
+(the references) and by ``storage._scan_accel`` (the C twins) alternated, and checks that both
+give the same index.
 
-    .venv/bin/python bench/tail_scan.py [--records 50000] [--size 100] [--rounds 10]
+    .venv/bin/python bench/tail_scan.py [--records 50000] [--size 100] [--zeros 4194304] [--rounds 10]
     .venv/bin/python bench/tail_scan.py --segment STORE/ledgers/NAME/00000000000000003996.seg
 
 ``--segment`` scans a copy of a real segment (its ledger id read from the file name); without
-it a format-3 segment of ``--records`` records of ``--size`` random bytes is written first.
+it a format-3 segment of ``--records`` records of ``--size`` random bytes is written first,
+followed by ``--zeros`` bytes of zeros (the pre-zeroed tail a writer keeps ahead: up to
+``segment_prezero_bytes``, 4 MiB by default).
 """
 
 from __future__ import annotations
@@ -44,7 +47,8 @@ from storage.segments import (  # noqa: E402
 LEDGER = 3996
 
 
-def _write_segment(path: Path, records: int, size: int, ledger_id: int = LEDGER) -> None:
+def _write_segment(path: Path, records: int, size: int, ledger_id: int = LEDGER,
+                   zeros: int = 64 * 1024) -> None:
     bias, ident = length_bias(FORMAT_V3), crc_identity(FORMAT_V3, ledger_id)
     parts = [encode_file_header(ledger_id, int(time.time() * 1000))]
     for entry_id in range(records):
@@ -53,7 +57,7 @@ def _write_segment(path: Path, records: int, size: int, ledger_id: int = LEDGER)
         parts.append(RECORD_HEADER.pack(stored, record_crc(stored, entry_id, data, ident),
                                         entry_id))
         parts.append(data)
-    parts.append(bytes(64 * 1024))   # the pre-zeroed tail
+    parts.append(bytes(zeros))   # the pre-zeroed tail
     path.write_bytes(b"".join(parts))
 
 
@@ -69,33 +73,36 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--records", type=int, default=50_000)
     p.add_argument("--size", type=int, default=100, help="data bytes a record")
+    p.add_argument("--zeros", type=int, default=4 * 1024 * 1024,
+                   help="zeros after the records (the pre-zeroed tail)")
     p.add_argument("--rounds", type=int, default=10)
     p.add_argument("--segment", default="", help="scan a copy of this segment file")
     args = p.parse_args()
     if not segments.SCAN_ACCELERATED:
         sys.exit("storage._scan_accel is not built here (no C compiler at install)")
-    runs = {"reference": segments._scan_in_order, "c": segments._scan_run}
+    runs = {"reference": (segments._scan_in_order, segments._data_end),
+            "c": (segments._scan_run, segments._find_data_end)}
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "tail.seg"
         if args.segment:
             shutil.copyfile(args.segment, path)
             ledger_id = int(Path(args.segment).name.split(".")[0])
         else:
-            _write_segment(path, args.records, args.size)
+            _write_segment(path, args.records, args.size, zeros=args.zeros)
             ledger_id = LEDGER
         best = {name: float("inf") for name in runs}
         found: dict[str, tuple[object, ...]] = {}
         for _ in range(args.rounds):
-            for name, run in runs.items():
-                segments._scan_run = run
+            for name, (run, find_end) in runs.items():
+                segments._scan_run, segments._find_data_end = run, find_end
                 spent, found[name] = _scan_once(path, ledger_id)
                 best[name] = min(best[name], spent)
-        segments._scan_run = runs["c"]
+        segments._scan_run, segments._find_data_end = runs["c"]
         if found["reference"] != found["c"]:
             sys.exit("the two scans gave different indexes")
         entries = len(found["c"][0]) // 8   # type: ignore[arg-type]
         print(json.dumps({
-            "segment": args.segment or f"{args.records} x {args.size} B (written)",
+            "segment": args.segment or f"{args.records} x {args.size} B + {args.zeros} zeros",
             "bytes": path.stat().st_size, "entries": entries, "rounds": args.rounds,
             "load": round(os.getloadavg()[0], 2),
             "reference_cpu_s": round(best["reference"], 4), "c_cpu_s": round(best["c"], 4),

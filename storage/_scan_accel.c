@@ -22,6 +22,9 @@
  *     Arguments outside what C integers hold here (an id beyond 64 bits, a size beyond the
  *     buffer, arrays of another item size) are handed to reference, which answers or raises.
  *
+ * data_end(reference, buf, start, size) -> int
+ *     storage.segments._data_end: the offset after the last non-zero byte in [start, size).
+ *
  * The records are little-endian: u32 stored length, u32 crc, u64 entry id. The offsets and
  * lengths found are appended in one go at the end (array.frombytes), not one call each.
  * It reads only the buffer it is given, within size; no state.
@@ -309,7 +312,55 @@ scan_in_order(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nar
     return Py_BuildValue("(LNL)", off, last_id, run_bytes);
 }
 
+/* data_end(reference, buf, start, size) -> int: storage.segments._data_end(buf, start, size),
+ * the offset after the last non-zero byte in [start, size) (start when there is none), read in
+ * place from the end backwards a word at a time (the pre-zeroed tail of an unsealed segment is
+ * up to megabytes). A negative start or a size beyond the buffer goes to the reference. */
+static PyObject *
+data_end(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "data_end takes 4 arguments");
+        return NULL;
+    }
+    long long start, size;
+    if (!ll_arg(args[2], 0, PY_SSIZE_T_MAX, &start) || !ll_arg(args[3], 0, PY_SSIZE_T_MAX, &size))
+        return PyObject_Vectorcall(args[0], args + 1, 3, NULL);
+    if (start >= size)
+        return Py_NewRef(args[2]);
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[1], &view, PyBUF_SIMPLE) < 0) {
+        PyErr_Clear();
+        return PyObject_Vectorcall(args[0], args + 1, 3, NULL);
+    }
+    if (size > view.len) {
+        PyBuffer_Release(&view);
+        return PyObject_Vectorcall(args[0], args + 1, 3, NULL);
+    }
+    const uint8_t *b = (const uint8_t *)view.buf;
+    long long end = size;
+    while (end > start && (end & 7))          /* to a word boundary of the offset */
+        if (b[--end]) {
+            end++;
+            goto found;
+        }
+    while (end - 8 >= start) {
+        uint64_t word;
+        memcpy(&word, b + end - 8, 8);
+        if (word)
+            break;
+        end -= 8;
+    }
+    while (end > start && !b[end - 1])
+        end--;
+found:
+    PyBuffer_Release(&view);
+    return PyLong_FromLongLong(end);
+}
+
 static PyMethodDef methods[] = {
+    {"data_end", (PyCFunction)(void (*)(void))data_end, METH_FASTCALL,
+     "data_end(reference, buf, start, size) -> int"},
     {"scan_in_order", (PyCFunction)(void (*)(void))scan_in_order, METH_FASTCALL,
      "scan_in_order(reference, crc32c, max_record_bytes, joined_crc_bytes, buf, size, off, "
      "data_end, last_id, bias, ident, offsets, lengths) -> (off, last_id, run_bytes)"},
@@ -318,7 +369,7 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module_def = {
     PyModuleDef_HEAD_INIT, "storage._scan_accel",
-    "The C twin of storage.segments._scan_in_order (see that module).", -1, methods,
+    "The C twins of storage.segments._scan_in_order and _data_end (see that module).", -1, methods,
 };
 
 PyMODINIT_FUNC

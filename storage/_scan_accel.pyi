@@ -1,4 +1,4 @@
-"""Types of the C twin of storage.segments._scan_in_order (storage/_scan_accel.c)."""
+"""Types of the C twins of storage.segments._scan_in_order and _data_end (storage/_scan_accel.c)."""
 
 from array import array
 from collections.abc import Callable
@@ -10,3 +10,5 @@ def scan_in_order(
     data_end: int, last_id: int, bias: int, ident: int | None, offsets: array[int],
     lengths: array[int], /,
 ) -> tuple[int, int, int]: ...
+
+def data_end(reference: Callable[..., int], buf: Any, start: int, size: int, /) -> int: ...

@@ -8,6 +8,7 @@ segment scan (scan_segment) with the C run gives the reference's index and event
 
 from __future__ import annotations
 
+import functools
 import mmap
 import os
 from array import array
@@ -196,3 +197,32 @@ def test_without_the_extension_the_reference_scans(tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip() == "reference"
+
+
+@settings(max_examples=examples(full=3000, sample=500), deadline=None)
+@given(head=st.binary(max_size=40), zeros=st.integers(0, 70_000), data=st.data())
+def test_the_c_data_end_is_the_reference(head: bytes, zeros: int, data: st.DataObject) -> None:
+    from storage.segments import _data_end
+
+    buf = head + bytes(zeros)
+    if data.draw(st.booleans()) and zeros:   # a lone non-zero byte somewhere in the zeros
+        at = len(head) + data.draw(st.integers(0, zeros - 1))
+        buf = buf[:at] + b"\x01" + buf[at + 1:]
+    size = data.draw(st.sampled_from([len(buf), max(0, len(buf) - 9), len(buf) + 5]))
+    start = data.draw(st.sampled_from([0, 1, 7, 8, 13, len(head), size, size + 3, -2]))
+    outcomes = []
+    for find in (_data_end, functools.partial(accel.data_end, _data_end)):
+        try:
+            outcomes.append(find(buf, start, size))
+        except Exception as exc:
+            outcomes.append(type(exc))
+    assert outcomes[0] == outcomes[1]
+
+
+def test_the_data_end_of_a_long_zero_tail_is_read_in_place(tmp_path: Path) -> None:
+    path = tmp_path / "f"
+    path.write_bytes(b"\x00" * 24 + b"record" + bytes(4 * 1024 * 1024))
+    with path.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+        assert accel.data_end(segments._data_end, buf, 0, len(buf)) == 30
+        assert accel.data_end(segments._data_end, buf, 31, len(buf)) == 31
+        assert segments._find_data_end(buf, 0, len(buf)) == 30
