@@ -47,7 +47,6 @@ import struct
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from itertools import groupby
 from operator import itemgetter
 from typing import Protocol
 
@@ -380,35 +379,24 @@ class ManagedCursor:
         extent = self._ledger.ledger_extent
         lac_ledger, lac_entry = lac
         if type(positions) is list and positions:
-            # The usual ACK: runs of ids of one ledger (one run, or one per ledger a round of
-            # due messages came from), every one an entry beyond mark-delete. Each run is
-            # checked at once and added in one bitmap call; the loop below takes what a check
-            # refuses, id by id, with the same rules.
+            # The usual ACK: ids of one ledger, every one an entry beyond mark-delete. Checked
+            # for the whole list at once and added in one bitmap call (the loop below takes
+            # anything else, id by id, with the same rules).
             ledger_id = positions[0][0]
-            if list(map(_LEDGER_ID, positions)).count(ledger_id) == len(positions):
-                runs: Iterable[tuple[int, Iterable[Position]]] = ((ledger_id, positions),)
-            else:
-                runs = groupby(positions, _LEDGER_ID)
-            refused: list[Position] = []
-            for ledger_id, ids in runs:
-                run = ids if type(ids) is list else list(ids)
-                if md_ledger <= ledger_id <= lac_ledger:
-                    entry_ids = list(map(_ENTRY_ID, run))
-                    low = md_entry + 1 if ledger_id == md_ledger else 0
-                    end = lac_entry + 1 if ledger_id == lac_ledger else extent(ledger_id)[0]
-                    if low <= min(entry_ids) and max(entry_ids) < end:
-                        bitmap = bitmaps.get(ledger_id)
-                        if bitmap is None:
-                            bitmap = bitmaps[ledger_id] = BitMap()
-                        bitmap.update(entry_ids)
-                        self.individually_deleted.changed(ledger_id)
-                        continue
-                refused.extend(run)
-            if not refused:
-                self._touch()
-                self.advance()
-                return
-            positions = refused
+            if md_ledger <= ledger_id <= lac_ledger and \
+                    list(map(_LEDGER_ID, positions)).count(ledger_id) == len(positions):
+                entry_ids = list(map(_ENTRY_ID, positions))
+                low = md_entry + 1 if ledger_id == md_ledger else 0
+                end = lac_entry + 1 if ledger_id == lac_ledger else extent(ledger_id)[0]
+                if low <= min(entry_ids) and max(entry_ids) < end:
+                    bitmap = bitmaps.get(ledger_id)
+                    if bitmap is None:
+                        bitmap = bitmaps[ledger_id] = BitMap()
+                    bitmap.update(entry_ids)
+                    self.individually_deleted.changed(ledger_id)
+                    self._touch()
+                    self.advance()
+                    return
         # an earlier ledger's extent, looked up once per run of its ids (an ACK's are in order)
         extent_ledger, extent_end = -1, 0
         changed = self.individually_deleted.changed
