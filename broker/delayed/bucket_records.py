@@ -55,8 +55,6 @@ from array import array
 from bisect import bisect_right
 from collections.abc import Callable, Iterator
 from enum import Enum
-from itertools import filterfalse, repeat
-from operator import sub
 from typing import Final
 
 from pyroaring import BitMap
@@ -71,11 +69,6 @@ BUCKET_KEY_PREFIX: Final = "#pulsar.internal.delayed.bucket"
 
 _KEY_START: Final = BUCKET_KEY_PREFIX + "_"
 _KEY_START_LEN: Final = len(_KEY_START)
-
-#: A run of a segment this long or longer is taken as bitmaps when it is of one ledger
-#: (:meth:`SealedBuckets._take_segment`); a shorter one entry by entry.
-_BULK_RUN: Final = 8
-_new_position = tuple.__new__    # Position(ledger_id, entry_id) without NamedTuple's __new__
 
 
 def bucket_key(start_ledger: int, end_ledger: int) -> str:
@@ -524,29 +517,6 @@ class SealedBuckets:
         pending = bucket.pending
         indexed = bucket.indexed
         check_acked = bucket.recovered
-        if end - i >= _BULK_RUN:
-            run = pos[i:end]
-            ledger_id = run[0] >> POSITION_BITS
-            if min(run) >> POSITION_BITS == ledger_id == max(run) >> POSITION_BITS:
-                # a run of one ledger (a default bucket holds one): its pending entries found,
-                # taken and checked as bitmaps (in entry order: take() sorts what it hands out)
-                bm = pending.get(ledger_id)
-                if bm is not None:
-                    hit = bm & BitMap(map(sub, run, repeat(ledger_id << POSITION_BITS)))
-                    if hit:
-                        if bm is indexed.get(ledger_id):    # shared until its first change
-                            pending[ledger_id] = bm - hit
-                        else:
-                            bm -= hit
-                        taken = len(hit)
-                        bucket.remaining -= taken
-                        self.sealed_remaining -= taken
-                        positions = map(_new_position, repeat(Position),
-                                        zip(repeat(ledger_id), hit))
-                        out.extend(filterfalse(is_deleted, positions) if check_acked
-                                   else positions)   # acknowledged before the restart: not out
-                loaded.i = end
-                return end - i
         taken = 0
         for k in range(i, end):
             packed = pos[k]
