@@ -50,6 +50,9 @@ first, :func:`bench.processes.compile_sources`):
   neither acknowledged nor cancelled) received; ``catch-up p50 / p99``: of those, from the
   first receipt to each one's;
 - ``*_cpu_s``: the broker process's CPU seconds (every thread, ``/proc``) at each point;
+  ``*_loop_cpu_s``: its main thread's alone (the event loop) at the receipts; ``catch_up_us`` /
+  ``catch_up_loop_us``: CPU-µs (every thread / the loop's) per message due while down, from
+  the first of them received to the last;
 - counters: ``early`` (received before its deliver time on the broker's clock), ``duplicate``,
   ``acked_received`` / ``cancelled_received`` (acknowledged or cancelled before the kill),
   ``overdue_lost`` (due while down, not received by the end); ``tail_received``: messages of
@@ -150,9 +153,9 @@ class LogWatch:
                     self.warnings.append(line.strip()[:300])
 
 
-def _cpu(pid: int) -> float:
+def _cpu(pid: int, thread: int | None = None) -> float:
     try:
-        return cpu_seconds(pid)
+        return cpu_seconds(pid, thread)
     except OSError:
         return float("nan")
 
@@ -198,6 +201,7 @@ class Receiver:
     def _mark(self, name: str, at: float) -> None:
         self.marks[f"{name}_s"] = round(at - self.t0, 3)
         self.marks[f"{name}_cpu_s"] = _cpu(self.pid)
+        self.marks[f"{name}_loop_cpu_s"] = _cpu(self.pid, self.pid)
 
     def frames_received(self, frames: list[Any]) -> None:
         now = time.perf_counter()
@@ -434,6 +438,11 @@ async def one_round(args: argparse.Namespace, run: Path) -> dict[str, Any]:
             await asyncio.sleep(0.05)
         cu = sorted(receiver.catch_up)
         result |= receiver.marks
+        marks = receiver.marks
+        if "caught_up_cpu_s" in marks and receiver.caught_up > 1:
+            for key, suffix in (("catch_up_us", "cpu_s"), ("catch_up_loop_us", "loop_cpu_s")):
+                spent = marks[f"caught_up_{suffix}"] - marks[f"first_overdue_{suffix}"]
+                result[key] = round(spent * 1e6 / (receiver.caught_up - 1), 1)
         if watch.serving is not None:
             result |= {"index_serving_s": round(watch.serving[0], 3),
                        "index_serving_cpu_s": watch.serving[1]}
