@@ -93,6 +93,9 @@ RESYNC_WINDOW_BYTES = 8 * 1024 * 1024
 """First search for the next valid record this close to the bad one."""
 _ZERO_PROBE = 256 * 1024
 """Chunk size of the backwards search for the last non-zero byte."""
+_ZEROS = bytes(_ZERO_PROBE)
+_ZERO_STRIP = 256
+"""The reference's backwards search strips zeros byte by byte in at most this many bytes."""
 
 
 INDEX_MAGIC = b"HORAEIX1"
@@ -274,16 +277,24 @@ def _scan_in_order(
 def _data_end(buf: mmap.mmap, start: int, size: int) -> int:
     """Offset after the last non-zero byte at or after start (start if there is none).
 
-    Searched backwards in chunks (C-speed compares), so a long zero tail costs a memcmp pass
-    and a segment without one costs a single small probe."""
+    Searched backwards in chunks, each compared with zeros (memcmp), so a long zero tail costs
+    a memcmp pass and a segment without one costs a single small probe; the chunk that is not
+    all zeros is halved by the same compare down to _ZERO_STRIP bytes before an rstrip, which
+    walks byte by byte (~3 ns a byte: ~10 ms over a 4 MiB pre-zeroed tail)."""
     end = size
     probe = 4096
     while end > start:
         lo = max(start, end - probe)
         chunk = buf[lo:end]
-        stripped = chunk.rstrip(b"\0")
-        if stripped:
-            return lo + len(stripped)
+        if chunk != _ZEROS[: len(chunk)]:
+            a, b = 0, len(chunk)
+            while b - a > _ZERO_STRIP:  # chunk[b:] is zeros, chunk[a:b] is not
+                mid = (a + b) // 2
+                if chunk[mid:b] != _ZEROS[: b - mid]:
+                    a = mid
+                else:
+                    b = mid
+            return lo + a + len(chunk[a:b].rstrip(b"\0"))  # lo + len(chunk.rstrip(b"\0"))
         end = lo
         probe = min(probe * 4, _ZERO_PROBE)
     return start

@@ -219,6 +219,47 @@ def test_the_c_data_end_is_the_reference(head: bytes, zeros: int, data: st.DataO
     assert outcomes[0] == outcomes[1]
 
 
+def _data_end_by_rstrip(buf: Any, start: int, size: int) -> int:
+    """The reference as it was: each chunk from the end stripped of zeros byte by byte."""
+    end, probe = size, 4096
+    while end > start:
+        lo = max(start, end - probe)
+        stripped = buf[lo:end].rstrip(b"\0")
+        if stripped:
+            return lo + len(stripped)
+        end = lo
+        probe = min(probe * 4, 256 * 1024)
+    return start
+
+
+@settings(max_examples=examples(full=2000, sample=300), deadline=None)
+@given(head=st.binary(max_size=300), zeros=st.one_of(st.integers(0, 5000),
+                                                    st.integers(0, 1_200_000)),
+       data=st.data())
+def test_the_reference_data_end_halves_to_what_stripping_found(head: bytes, zeros: int,
+                                                               data: st.DataObject) -> None:
+    from storage.segments import _data_end
+
+    buf = head + bytes(zeros)
+    if data.draw(st.booleans()) and zeros:   # a lone non-zero byte somewhere in the zeros
+        at = len(head) + data.draw(st.integers(0, zeros - 1))
+        buf = buf[:at] + bytes([data.draw(st.integers(1, 255))]) + buf[at + 1:]
+    size = data.draw(st.sampled_from([len(buf), max(0, len(buf) - 9), len(buf) + 5]))
+    start = data.draw(st.sampled_from([0, 1, 7, len(head), size, size + 3, -2]))
+    assert _data_end(buf, start, size) == _data_end_by_rstrip(buf, start, size)
+
+
+def test_the_reference_data_end_finds_a_last_byte_anywhere() -> None:
+    from storage.segments import _data_end
+
+    zeros = bytearray(21_000)   # chunks of 4096 and 16384 from the end, every halving's edge
+    for at in range(len(zeros)):
+        zeros[at] = 1
+        assert _data_end(zeros, 0, len(zeros)) == at + 1
+        assert _data_end(zeros, at + 1, len(zeros)) == at + 1
+        zeros[at] = 0
+
+
 def test_the_data_end_of_a_long_zero_tail_is_read_in_place(tmp_path: Path) -> None:
     path = tmp_path / "f"
     path.write_bytes(b"\x00" * 24 + b"record" + bytes(4 * 1024 * 1024))
