@@ -35,12 +35,8 @@ if str(HERE) not in sys.path:
 from storage import segments  # noqa: E402
 from storage.fileops import FileOps  # noqa: E402
 from storage.segments import (  # noqa: E402
-    FORMAT_V3,
-    RECORD_HEADER,
-    crc_identity,
     encode_file_header,
-    length_bias,
-    record_crc,
+    encode_record_header,
     scan_segment,
 )
 
@@ -49,14 +45,10 @@ LEDGER = 3996
 
 def _write_segment(path: Path, records: int, size: int, ledger_id: int = LEDGER,
                    zeros: int = 64 * 1024) -> None:
-    bias, ident = length_bias(FORMAT_V3), crc_identity(FORMAT_V3, ledger_id)
     parts = [encode_file_header(ledger_id, int(time.time() * 1000))]
     for entry_id in range(records):
         data = os.urandom(size)
-        stored = len(data) + bias
-        parts.append(RECORD_HEADER.pack(stored, record_crc(stored, entry_id, data, ident),
-                                        entry_id))
-        parts.append(data)
+        parts += (encode_record_header(entry_id, data, ledger_id=ledger_id), data)
     parts.append(bytes(zeros))   # the pre-zeroed tail
     path.write_bytes(b"".join(parts))
 

@@ -286,11 +286,11 @@ def _data_end(buf: mmap.mmap, start: int, size: int) -> int:
     while end > start:
         lo = max(start, end - probe)
         chunk = buf[lo:end]
-        if chunk != _ZEROS[: len(chunk)]:
+        if not _ZEROS.startswith(chunk):   # memcmp, no copy of the zeros
             a, b = 0, len(chunk)
             while b - a > _ZERO_STRIP:  # chunk[b:] is zeros, chunk[a:b] is not
                 mid = (a + b) // 2
-                if chunk[mid:b] != _ZEROS[: b - mid]:
+                if not _ZEROS.startswith(chunk[mid:b]):
                     a = mid
                 else:
                     b = mid
