@@ -10,7 +10,8 @@ Usage: .venv/bin/python bench/delayed_restart.py [--pending 1000000] [--layout s
 
 This is the *store-building path*: it does not publish through a client. The store is built
 in a child process through the storage layer and the tracker, as a broker's publish and
-dispatch leave it (``--per-ledger`` entries per ledger, ``--per-bucket`` indexes per bucket;
+dispatch leave it (each entry a delayed message as a client publishes it: its metadata with
+its deliver time, a one-byte payload) (``--per-ledger`` entries per ledger, ``--per-bucket`` indexes per bucket;
 ``--layout stress``, the default, is 500 of each: 200,000 buckets at 100M; ``--layout
 default`` is a default broker's, managedLedgerMaxEntriesPerLedger and
 delayedDeliveryMinIndexCountPerBucket from broker/config.py, 50,000 each: 2,000): ledger
@@ -125,6 +126,14 @@ CANCEL_AT = 8
 #: Messages appended per run (and sealed, cancelled, persisted) by the bulk builder.
 BULK_CHUNK = 100_000
 
+#: The producer every stored message names (its sequence id is the message's number).
+PRODUCER = "delayed-restart-bench"
+#: bench.json's ``entries``: what the store's entries are (:func:`entries`). A store without
+#: the key was built when they were a bare ``b"d"`` without metadata, which a broker reads as
+#: plain messages (its dispatcher's parse of each fails and is caught; the last ledger's are
+#: delivered at once).
+ENTRIES = "messages"
+
 
 def deliver_at(i: int, base: int, delays: str = "hour", pending: int = 1) -> int:
     """The deliver time of the ``i``-th message (``SPREADS``)."""
@@ -132,6 +141,24 @@ def deliver_at(i: int, base: int, delays: str = "hour", pending: int = 1) -> int
     if delays == "fixed":
         return base - spread // 100 + i * spread // max(pending, 1)
     return base - spread // 100 + (i * 2_654_435_761) % spread
+
+
+def entries(first: int, count: int, base: int, delays: str = "hour", pending: int = 1
+            ) -> list[bytes]:
+    """The stored entries of messages ``first .. first + count - 1``, each as a client publishes
+    a delayed message: its ``MessageMetadata`` (producer, sequence id = the message's number,
+    publish time, ``deliver_at_time`` = :func:`deliver_at`) and a one-byte payload. A broker
+    restarted on the store reads them as it reads any publish: the dispatcher parses each one
+    it sends, and the last ledger's (the mutable bucket's, which a kill -9 leaves unindexed)
+    go back into the tracker until they fall due."""
+    from protocol import pulsar_pb as pb
+    from protocol.metadata import encode_entry
+
+    published = base - SPREADS[delays]
+    meta = pb.MessageMetadata
+    return [encode_entry(meta(producer_name=PRODUCER, sequence_id=i, publish_time=published,
+                              deliver_at_time=deliver_at(i, base, delays, pending)), b"d")
+            for i in range(first, first + count)]
 
 
 def _tracker(cursor: Any, store: Any, per_bucket: int, clock_ms: Any,
@@ -146,13 +173,14 @@ def _tracker(cursor: Any, store: Any, per_bucket: int, clock_ms: Any,
 
 def _write_layout(root: Path, t: Any, starts: dict[int, int], pending: int) -> int:
     """bench.json: where each ledger's entry 0 is in the message numbering, and how many
-    messages the sealed buckets hold (what recovery must hand out). Returns the bucket count."""
+    messages the sealed buckets hold (what recovery must hand out), and what its entries are
+    (``ENTRIES``). Returns the bucket count."""
     sealed = t.sealed.ranges
     sealed_to = sealed[-1][1] if sealed else -1
     after = [start for lid, start in starts.items() if lid > sealed_to]
     (root / "bench.json").write_text(json.dumps({
         "starts": {str(k): v for k, v in starts.items()}, "sealed_to_ledger": sealed_to,
-        "sealed_count": min(after) if after else pending}))
+        "sealed_count": min(after) if after else pending, "entries": ENTRIES}))
     return len(sealed)
 
 
@@ -179,8 +207,8 @@ async def build(root: Path, pending: int, per_bucket: int, ack_every: int, base:
     starts: dict[int, int] = {}         # ledger id -> index of its entry 0
     last = None
     for chunk in range(0, pending, 10_000):
-        positions = await asyncio.gather(*(ledger.append(b"d")
-                                           for _ in range(min(10_000, pending - chunk))))
+        positions = await asyncio.gather(*map(ledger.append, entries(
+            chunk, min(10_000, pending - chunk), base, delays, pending)))
         for k, pos in enumerate(positions):
             i = chunk + k
             starts.setdefault(pos.ledger_id, i - pos.entry_id)
@@ -305,7 +333,7 @@ async def build_bulk(root: Path, pending: int, per_bucket: int, ack_every: int, 
     i = 0
     while i < pending:
         run = _Run(min(BULK_CHUNK, pending - i))
-        ledger.append_run([b"d"] * run.left, run)
+        ledger.append_run(entries(i, run.left, base, delays, pending), run)
         await run.done.wait()
         if run.error is not None:
             raise run.error

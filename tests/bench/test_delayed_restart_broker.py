@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
-#: 20 ledgers of 1,000, one bucket each: the last one stays mutable (read again as plain
-#: entries after the restart: the bench's entries carry no message metadata)
+#: 20 ledgers of 1,000, one bucket each: the last one stays mutable (its entries read again
+#: after the restart, each held until its deliver time)
 SHAPE = ["--pending", "20000", "--ack-every", "10"]
 
 
@@ -32,8 +32,9 @@ def test_whole_broker_restart_counts(tmp_path: Path) -> None:
     assert r["catch_up_p99_ms"] is not None
     for key in ("early", "duplicate", "acked_received", "cancelled_received"):
         assert r[key] == 0, key
-    # the unsealed bucket's ledger only, less its acknowledged tenth
-    assert 0 < r["tail_received"] <= 900
+    # of the unsealed bucket's ledger (less its acknowledged tenth) only what fell due: the
+    # first 1% of the hour was past at the start, a few seconds more by the end
+    assert 0 < r["tail_received"] < 100
     assert r["index_serving_s"] is not None
     assert r["first_due_s"] <= r["first_overdue_s"] <= r["caught_up_s"]
     assert r["broker_warnings"] == []

@@ -129,3 +129,48 @@ def test_every_drain_hands_out_the_same_messages(tmp_path: Path) -> None:
     assert len(logs["greedy"]) == 3100 - 310 - 310
     stats = pstats.Stats(str(tmp_path / "loop.pstats"))
     assert any(name == "get_scheduled" for _, _, name in stats.stats)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("slow", [False, True])
+def test_stored_entries_are_delayed_messages(tmp_path: Path, slow: bool) -> None:
+    """Each entry either builder stores is a message as a client publishes it: its metadata
+    names the bench's producer, its number as the sequence id and its deliver time, which a
+    restarted broker reads again for the messages a kill -9 left unindexed."""
+    import asyncio
+
+    from protocol import pulsar_pb as pb
+    from protocol.metadata import split_entry
+    from storage import SegmentStore
+    from storage.config import StorageConfig
+    from storage.positions import Position
+
+    spec = importlib.util.spec_from_file_location("delayed_restart", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    delayed_restart = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(delayed_restart)
+    root = tmp_path / "store"
+    _run(*SHAPE, "--delays", "year", *(["--slow-build"] if slow else []),
+         "--child", f"{root},0,{BASE}")
+    layout = json.loads((root / "bench.json").read_text())
+    assert layout["entries"] == delayed_restart.ENTRIES
+
+    async def read_all() -> list[tuple[int, bytes]]:
+        store = await SegmentStore.open(root, StorageConfig(fsync=False))
+        try:
+            ledger = await store.open_ledger(delayed_restart.TOPIC)
+            out = []
+            for info in ledger.ledgers:
+                got = await ledger.read_entries(Position(info.ledger_id, 0), info.entries)
+                out += [(layout["starts"][str(info.ledger_id)] + e.position.entry_id, e.data)
+                        for e in got]
+            return out
+        finally:
+            await store.close()
+
+    stored = asyncio.run(read_all())
+    assert [i for i, _ in stored] == list(range(3130))
+    for i, data in stored:
+        md = pb.MessageMetadata.FromString(split_entry(data)[0])
+        assert (md.producer_name, md.sequence_id) == (delayed_restart.PRODUCER, i)
+        assert md.deliver_at_time == delayed_restart.deliver_at(i, BASE, "year", 3130)
+        assert bytes(split_entry(data)[1]) == b"d"
