@@ -39,7 +39,8 @@ receipt, the first and the last probe that fell due while the broker was down; t
 lateness of the later probes, and how many messages came early or twice (expected: none).
 Target: the first due message <= 1 s after the consumer subscribed, the later ones on time.
 
-Herd (``--herd N``, first tracker of ``--trackers``): N messages due in the same millisecond,
+Herd (``--herd N``, first tracker of ``--trackers``; with ``--pulsar`` then the same on Pulsar 4.0
+standalone with a 1 ms tick, and the two side by side): N messages due in the same millisecond,
 5 s after publishing ends. From publishing's end a raw connection PINGs every 5 ms
 (``bench/loop_stall.py``'s pinger: the event loop's stalls) and another producer sends one
 message at a time on another topic; printed: how long the herd took to arrive, the consume
@@ -72,6 +73,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -539,11 +541,12 @@ def run_restart(work: Path, tracker: str, pending: int, args: argparse.Namespace
 
 # ------------------------------------------------------------------------------ herd
 
-def _publish_latencies(service_url: str, stop: threading.Event, out: list[tuple[float, float]]) -> None:
-    """One-at-a-time sends on another topic until ``stop``: (perf_counter, seconds) each."""
+def _publish_latencies(service_url: str, topic: str, stop: threading.Event,
+                       out: list[tuple[float, float]]) -> None:
+    """One-at-a-time sends on ``topic`` until ``stop``: (perf_counter, seconds) each."""
     c = client(service_url)
     try:
-        producer = c.create_producer(TOPIC + "-other", batching_enabled=False)
+        producer = c.create_producer(topic, batching_enabled=False)
         while not stop.is_set():
             t = time.perf_counter()
             producer.send(b"x")
@@ -606,8 +609,8 @@ def _machine_busy() -> tuple[float, float]:
     return (sum(cpu) - cpu[3] - cpu[4]) / ticks, time.monotonic()
 
 
-def _herd_consumer(service_url: str, due_at: int, ready: Any, stop: Any, received: Any,
-                   results: Any, receiver_queue: int = 1000) -> None:
+def _herd_consumer(service_url: str, topic: str, due_at: int, ready: Any, stop: Any,
+                   received: Any, results: Any, receiver_queue: int = 1000) -> None:
     """One Shared consumer of the herd in a process of its own (``--herd-consumers``): the
     consume rate is not bound by one Python client, and the measuring threads do not share its
     GIL. Adds to ``received`` as it goes; puts (count, early, first, last, CPU seconds of this
@@ -620,7 +623,7 @@ def _herd_consumer(service_url: str, due_at: int, ready: Any, stop: Any, receive
     first = last = None
     cpu_first = cpu_last = 0.0
     try:
-        consumer = c.subscribe(TOPIC + "-herd", SUB, consumer_type=pulsar.ConsumerType.Shared,
+        consumer = c.subscribe(topic, SUB, consumer_type=pulsar.ConsumerType.Shared,
                                receiver_queue_size=receiver_queue)
         ready.release()
         while not stop.is_set():
@@ -656,15 +659,15 @@ def _herd_consumer(service_url: str, due_at: int, ready: Any, stop: Any, receive
         results.put((got, early, first, last, max(0.0, cpu_last - cpu_first)))
 
 
-def _herd_consumers(service_url: str, count: int, due_at: int, receiver_queue: int = 1000
-                    ) -> tuple[Any, Any, Any, list[Any]]:
+def _herd_consumers(service_url: str, topic: str, count: int, due_at: int,
+                    receiver_queue: int = 1000) -> tuple[Any, Any, Any, list[Any]]:
     """Start ``count`` consumer processes and wait until each has subscribed."""
     import multiprocessing
 
     ctx = multiprocessing.get_context("spawn")
     ready, stop, received, results = ctx.Semaphore(0), ctx.Event(), ctx.Value("q", 0), ctx.Queue()
     procs = [ctx.Process(target=_herd_consumer,
-                         args=(service_url, due_at, ready, stop, received, results,
+                         args=(service_url, topic, due_at, ready, stop, received, results,
                                receiver_queue), daemon=True)
              for _ in range(count)]
     for proc in procs:
@@ -675,7 +678,64 @@ def _herd_consumers(service_url: str, count: int, due_at: int, receiver_queue: i
     return stop, received, results, procs
 
 
+@dataclass(frozen=True)
+class HerdTarget:
+    """A running broker a herd round is measured on."""
+
+    label: str
+    service_url: str
+    web_url: str
+    pid: int
+    #: the herd's topic; the one-at-a-time publishes go to ``topic + "-other"``
+    topic: str
+    #: Horae: its write-latency histogram (the broker's part of a publish) and its event-loop
+    #: thread (the process's main thread) are read; a JVM has neither
+    horae: bool
+
+
 def run_herd(work: Path, tracker: str, args: argparse.Namespace) -> dict[str, Any]:
+    """The herd round (:func:`herd_round`) on a Horae broker with ``tracker``."""
+    config: dict[str, Any] = {"delayedDeliveryTrackerFactoryClassName": tracker}
+    print(f"\n[herd] horae tracker={tracker} config={config} messages={args.herd} consumer "
+          f"processes={args.herd_consumers or 'none (one consumer in this process)'}"
+          + (f" receiver queue {args.herd_receiver_queue}" if args.herd_consumers else ""))
+    broker = BrokerProc(work / f"herd-{tracker}", config)
+    broker.start()
+    broker.wait_listening()
+    try:
+        assert broker.proc is not None
+        res = herd_round(HerdTarget(f"horae {tracker}", broker.service_url, broker.web_url,
+                                    broker.proc.pid, TOPIC + "-herd", horae=True), args)
+    finally:
+        broker.stop()
+    res["tracker"] = tracker
+    return res
+
+
+def run_herd_pulsar(work: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """The herd round on Pulsar 4.0 standalone (bench/pulsar_peer.py: its defaults, the
+    bookie's journal synced before a receipt), on a namespace whose delayed-delivery policy
+    sets a 1 ms tick: the precision Horae's herd is held to (Pulsar's default 1 s tick, not
+    strict, would hand the herd out up to a second before its time)."""
+    from bench.pulsar_peer import start_pulsar_standalone
+
+    print(f"\n[herd] pulsar 4.0 standalone, tick 1 ms (starting) messages={args.herd} consumer "
+          f"processes={args.herd_consumers or 'none (one consumer in this process)'}")
+    with start_pulsar_standalone(work, name="pulsar-herd") as pulsar_broker:
+        web = f"http://{pulsar_broker.host}:{pulsar_broker.web_port}"
+        status = _admin(web, "PUT", "/admin/v2/namespaces/public/tick1")
+        assert status in (200, 204), f"create namespace: HTTP {status}"
+        status = _admin(web, "POST", "/admin/v2/namespaces/public/tick1/delayedDelivery",
+                        {"active": True, "tickTime": 1})
+        assert status in (200, 204), f"delayedDelivery policy: HTTP {status}"
+        res = herd_round(HerdTarget("pulsar tick 1 ms", pulsar_broker.url, web,
+                                    pulsar_broker.pid, "persistent://public/tick1/delayed-e2e-herd",
+                                    horae=False), args)
+    res["tracker"] = "pulsar in-memory"
+    return res
+
+
+def herd_round(target: HerdTarget, args: argparse.Namespace) -> dict[str, Any]:
     """``--herd`` messages all due in the same millisecond. Meanwhile a PING every 5 ms on a
     raw connection (bench/loop_stall.py's pinger: the event loop's stalls) and one-at-a-time
     publishes on another topic (their latency): both before the herd falls due (quiet) and
@@ -685,19 +745,16 @@ def run_herd(work: Path, tracker: str, args: argparse.Namespace) -> dict[str, An
     sys.path.insert(0, str(ROOT / "tests" / "broker"))
     from bench.loop_stall import pinger
 
-    config: dict[str, Any] = {"delayedDeliveryTrackerFactoryClassName": tracker}
-    print(f"\n[herd] tracker={tracker} config={config} messages={args.herd} consumer "
-          f"processes={args.herd_consumers or 'none (one consumer in this process)'}"
-          + (f" receiver queue {args.herd_receiver_queue}" if args.herd_consumers else ""))
-    broker = BrokerProc(work / f"herd-{tracker}", config)
-    broker.start()
-    broker.wait_listening()
-    c = client(broker.service_url)
+    label, pid, herd_topic = target.label, target.pid, target.topic
+    other_topic = herd_topic + "-other"
+    c = client(target.service_url)
     stop = threading.Event()
     pings: list[float] = []
     sends: list[tuple[float, float]] = []
-    threads = [threading.Thread(target=pinger, args=(broker.service_url, stop, pings), daemon=True),
-               threading.Thread(target=_publish_latencies, args=(broker.service_url, stop, sends),
+    threads = [threading.Thread(target=pinger, args=(target.service_url, stop, pings),
+                                daemon=True),
+               threading.Thread(target=_publish_latencies,
+                                args=(target.service_url, other_topic, stop, sends),
                                 daemon=True)]
     procs: list[Any] = []
     consumer: Any = None
@@ -706,12 +763,13 @@ def run_herd(work: Path, tracker: str, args: argparse.Namespace) -> dict[str, An
         due_at = time.time_ns() // 1_000_000 + args.herd // 3 + 5000
         if args.herd_consumers:
             p_stop, p_received, p_results, procs = _herd_consumers(
-                broker.service_url, args.herd_consumers, due_at, args.herd_receiver_queue)
+                target.service_url, herd_topic, args.herd_consumers, due_at,
+                args.herd_receiver_queue)
             due_at = time.time_ns() // 1_000_000 + args.herd // 3 + 5000
         else:
-            consumer = c.subscribe(TOPIC + "-herd", SUB, consumer_type=pulsar.ConsumerType.Shared,
+            consumer = c.subscribe(herd_topic, SUB, consumer_type=pulsar.ConsumerType.Shared,
                                    receiver_queue_size=1000)
-        producer = c.create_producer(TOPIC + "-herd", batching_enabled=False,
+        producer = c.create_producer(herd_topic, batching_enabled=False,
                                      max_pending_messages=5000, block_if_queue_full=True,
                                      send_timeout_millis=0)
         t = time.perf_counter()
@@ -719,18 +777,19 @@ def run_herd(work: Path, tracker: str, args: argparse.Namespace) -> dict[str, An
         publish_s = time.perf_counter() - t
         now_ms = time.time_ns() // 1_000_000
         if now_ms >= due_at - 3000:
-            print(f"  publishing took {publish_s:.1f} s: the quiet window is shorter than 3 s")
+            print(f"  [{label}] publishing took {publish_s:.1f} s: the quiet window is shorter "
+                  f"than 3 s")
         for th in threads:
             th.start()
         herd_start = time.perf_counter() + (due_at - time.time_ns() // 1_000_000) / 1000
-        print(f"  published; the herd falls due in {herd_start - time.perf_counter():.1f} s "
-              f"(broker pid {broker.proc.pid})", flush=True)
+        print(f"  [{label}] published; the herd falls due in "
+              f"{herd_start - time.perf_counter():.1f} s (broker pid {pid})", flush=True)
         stop.wait(max(0.0, herd_start - time.perf_counter() - 0.01))
         quiet_count = len(pings)
-        latency_start = _write_latency(broker.web_url, TOPIC + "-other")
-        cpu_start = cpu_seconds(broker.proc.pid)
-        io_start, busy_start = _syscalls(broker.proc.pid), _machine_busy()
-        loop_start = _loop_thread_cpu(broker.proc.pid)
+        latency_start = _write_latency(target.web_url, other_topic) if target.horae else {}
+        cpu_start = cpu_seconds(pid)
+        io_start, busy_start = _syscalls(pid), _machine_busy()
+        loop_start = _loop_thread_cpu(pid)
         got = early = 0
         client_cpu = 0.0
         first = last = None
@@ -751,10 +810,10 @@ def run_herd(work: Path, tracker: str, args: argparse.Namespace) -> dict[str, An
             last = now
             got += 1
             consumer.acknowledge(msg)
-        cpu_end = cpu_seconds(broker.proc.pid)
-        io_end, busy_end = _syscalls(broker.proc.pid), _machine_busy()
-        loop_end = _loop_thread_cpu(broker.proc.pid)
-        latency_end = _write_latency(broker.web_url, TOPIC + "-other")
+        cpu_end = cpu_seconds(pid)
+        io_end, busy_end = _syscalls(pid), _machine_busy()
+        loop_end = _loop_thread_cpu(pid)
+        latency_end = _write_latency(target.web_url, other_topic) if target.horae else {}
         if procs:
             p_stop.set()
             for _ in procs:
@@ -780,7 +839,6 @@ def run_herd(work: Path, tracker: str, args: argparse.Namespace) -> dict[str, An
             if proc.is_alive():
                 proc.kill()
         c.close()
-        broker.stop()
     quiet_pings = [x * 1000 for x in pings[:quiet_count]] or [0.0]
     herd_pings = [x * 1000 for x in pings[quiet_count:]] or [0.0]
     herd_end = last if last is not None else herd_start
@@ -788,7 +846,8 @@ def run_herd(work: Path, tracker: str, args: argparse.Namespace) -> dict[str, An
     herd_sends = [d * 1000 for t0, d in sends if herd_start <= t0 <= herd_end]
     deliver_s = (herd_end - herd_start) if last is not None else None
     broker_count, broker_within_5ms, broker_p99_bound = _broker_part(latency_start, latency_end)
-    res = {"tracker": tracker, "messages": args.herd, "failed": failed,
+    loop_cpu = (loop_end - loop_start) if target.horae else None
+    res = {"peer": label, "messages": args.herd, "failed": failed,
            "publish_s": round(publish_s, 1), "received": got, "early": early,
            "first_after_due_ms": round((first - herd_start) * 1000, 1) if first else None,
            "all_delivered_s": round(deliver_s, 2) if deliver_s is not None else None,
@@ -806,32 +865,57 @@ def run_herd(work: Path, tracker: str, args: argparse.Namespace) -> dict[str, An
            "publish_herd_broker_within_5ms": broker_within_5ms,
            "publish_herd_broker_p99_bound_ms": broker_p99_bound,
            "client_cpu_us_per_message": round(client_cpu / max(1, got) * 1e6, 1) if procs else None,
-           "broker_loop_cpu_us_per_message": round((loop_end - loop_start) / max(1, got) * 1e6, 1),
-           "broker_loop_busy": round((loop_end - loop_start)
-                                     / max(1e-9, busy_end[1] - busy_start[1]), 2),
+           "broker_loop_cpu_us_per_message": (round(loop_cpu / max(1, got) * 1e6, 1)
+                                              if loop_cpu is not None else None),
+           "broker_loop_busy": (round(loop_cpu / max(1e-9, busy_end[1] - busy_start[1]), 2)
+                                if loop_cpu is not None else None),
            "machine_busy_cores": round((busy_end[0] - busy_start[0])
                                        / max(1e-9, busy_end[1] - busy_start[1]), 2),
            "broker_reads_per_message": round((io_end[0] - io_start[0]) / max(1, got), 3),
            "broker_writes_per_message": round((io_end[1] - io_start[1]) / max(1, got), 3)}
-    print(f"  published {args.herd} in {publish_s:.1f} s; received {got} ({early} early), the "
-          f"first {res['first_after_due_ms']} ms after the due time, all within "
+    print(f"  [{label}] published {args.herd} in {publish_s:.1f} s; received {got} "
+          f"({early} early), the first {res['first_after_due_ms']} ms after the due time, all within "
           f"{res['all_delivered_s']} s ({res['consume_per_s']} msg/s; target all within 8 s); "
           f"broker CPU {res['broker_cpu_us_per_message']} us per message (due to all received), "
           f"its event loop thread's {res['broker_loop_cpu_us_per_message']}")
-    print(f"  meanwhile: the machine's cores busy {res['machine_busy_cores']} (all processes), "
+    print(f"  [{label}] meanwhile: the machine's cores busy {res['machine_busy_cores']} (all processes), "
           f"the broker's event loop thread {res['broker_loop_busy']} of the time; "
           f"the consumer processes' CPU {res['client_cpu_us_per_message']} us per message; the "
           f"broker's read / write system calls {res['broker_reads_per_message']} / "
           f"{res['broker_writes_per_message']} per message")
-    print(f"  other topic's one-at-a-time publish p99: quiet {res['publish_quiet_p99_ms']} ms, "
+    print(f"  [{label}] other topic's one-at-a-time publish p99: quiet {res['publish_quiet_p99_ms']} ms, "
           f"during the herd {res['publish_herd_p99_ms']} ms (p50 {res['publish_herd_p50_ms']}, "
           f"{len(herd_sends)} sends; target +5 ms at most); PING round trip during the herd "
           f"p99 {res['ping_p99_ms']} ms, max {res['ping_max_ms']} ms (quiet p99 "
           f"{res['ping_quiet_p99_ms']}, max {res['ping_quiet_max_ms']} ms)")
-    print(f"  the broker's part of those publishes (its write-latency histogram of the other "
-          f"topic over the herd: SEND read to receipt written): {broker_within_5ms} of "
-          f"{broker_count} within 5 ms, p99 in the bucket up to {broker_p99_bound} ms")
+    if target.horae:
+        print(f"  [{label}] the broker's part of those publishes (its write-latency histogram "
+              f"of the other topic over the herd: SEND read to receipt written): "
+              f"{broker_within_5ms} of {broker_count} within 5 ms, p99 in the bucket up to "
+              f"{broker_p99_bound} ms")
     return res
+
+
+def print_herd_side_by_side(rows: list[dict[str, Any]]) -> None:
+    """The herd per peer; ratios Pulsar / Horae (above 1 = Horae ahead)."""
+    horae = rows[0]
+    print("\n| peer | received | early | all delivered in s | consume msg/s | broker CPU us/msg "
+          "| publish p99 quiet -> herd ms | PING p99 herd ms | time ratio | CPU ratio |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        time_ratio = cpu_ratio = "-"
+        if r is not horae and horae["all_delivered_s"] and r["all_delivered_s"]:
+            time_ratio = f"{r['all_delivered_s'] / horae['all_delivered_s']:.2f}x"
+            if horae["broker_cpu_us_per_message"]:
+                cpu = r["broker_cpu_us_per_message"] / horae["broker_cpu_us_per_message"]
+                cpu_ratio = f"{cpu:.2f}x"
+        print(f"| {r['peer']} | {r['received']} | {r['early']} | {r['all_delivered_s']} | "
+              f"{r['consume_per_s']} | {r['broker_cpu_us_per_message']} | "
+              f"{r['publish_quiet_p99_ms']} -> {r['publish_herd_p99_ms']} | {r['ping_p99_ms']} | "
+              f"{time_ratio} | {cpu_ratio} |")
+
+
+
 
 
 def main() -> None:
@@ -845,7 +929,8 @@ def main() -> None:
                    help="lateness run with isDelayedDeliveryDeliverAtTimeStrict=false (Pulsar's default)")
     p.add_argument("--trackers", default="in-memory,bucket")
     p.add_argument("--pulsar", action="store_true",
-                   help="lateness: also Pulsar 4.0 standalone, default tick and a 1 ms tick")
+                   help="lateness: also Pulsar 4.0 standalone, default tick and a 1 ms tick; "
+                        "herd: also Pulsar 4.0 standalone with a 1 ms tick")
     p.add_argument("--pending", default="1000000",
                    help="restart: comma-separated pending counts, one run each")
     p.add_argument("--restart-trackers", default="bucket", dest="restart_trackers")
@@ -886,6 +971,9 @@ def main() -> None:
             print_side_by_side(rows)
         if args.herd:
             results["herd"] = run_herd(work, args.trackers.split(",")[0].strip(), args)
+            if args.pulsar:
+                results["herd-pulsar"] = run_herd_pulsar(work, args)
+                print_herd_side_by_side([results["herd"], results["herd-pulsar"]])
         if not args.no_restart:
             for tracker in args.restart_trackers.split(","):
                 for pending in args.pending.split(","):
