@@ -38,6 +38,9 @@ as the port listens. Printed, in seconds since ``Popen``: listening, subscribed,
 receipt, the first and the last probe that fell due while the broker was down; then the
 lateness of the later probes, and how many messages came early or twice (expected: none).
 Target: the first due message <= 1 s after the consumer subscribed, the later ones on time.
+With ``--pulsar`` each round runs on Pulsar 4.0 standalone too, with its tracker of the same
+name, on a namespace with a 1 ms tick, stopped and started again on the same data and ports
+(``bench/pulsar_peer.py``'s ``relaunch``), then the rounds side by side.
 
 Herd (``--herd N``, first tracker of ``--trackers``; with ``--pulsar`` then the same on Pulsar 4.0
 standalone with a 1 ms tick, and the two side by side): N messages due in the same millisecond,
@@ -120,6 +123,7 @@ class BrokerProc:
         self.started_at = 0.0
         self.log_path = data_dir.parent / f"{data_dir.name}.log"
         self.env: dict[str, str] = {}   # added to the process's environment
+        self.topic = TOPIC              # the restart scenario's topic
 
     def start(self) -> float:
         """Start the process; returns the perf_counter time just before Popen."""
@@ -164,15 +168,95 @@ class BrokerProc:
         return time.perf_counter() - t
 
     def stats(self) -> dict[str, Any]:
-        url = f"{self.web_url}/admin/v2/persistent/{TOPIC.split('://', 1)[1]}/stats"
-        with urllib.request.urlopen(url, timeout=30) as r:
-            return dict(json.loads(r.read()))
+        return _topic_stats(self.web_url, self.topic)
 
     def msg_delayed(self) -> int:
-        try:
-            return int(self.stats()["subscriptions"][SUB].get("msgDelayed", 0))
-        except Exception:
-            return -1
+        return _msg_delayed(self.web_url, self.topic)
+
+
+def _topic_stats(web_url: str, topic: str) -> dict[str, Any]:
+    url = f"{web_url}/admin/v2/persistent/{topic.split('://', 1)[1]}/stats"
+    with urllib.request.urlopen(url, timeout=30) as r:
+        return dict(json.loads(r.read()))
+
+
+def _msg_delayed(web_url: str, topic: str) -> int:
+    """The subscription's ``msgDelayed`` (-1 while the stats cannot be read)."""
+    try:
+        return int(_topic_stats(web_url, topic)["subscriptions"][SUB].get("msgDelayed", 0))
+    except Exception:
+        return -1
+
+
+#: Pulsar's delayed-delivery tracker factories by the names ``--restart-trackers`` takes
+PULSAR_TRACKERS = {
+    "in-memory": "org.apache.pulsar.broker.delayed.InMemoryDelayedDeliveryTrackerFactory",
+    "bucket": "org.apache.pulsar.broker.delayed.BucketDelayedDeliveryTrackerFactory",
+}
+
+
+class PulsarProc:
+    """Pulsar 4.0 standalone behind :class:`BrokerProc`'s interface (bench/pulsar_peer.py):
+    the first :meth:`start` launches it, writes a namespace whose delayed-delivery policy sets
+    a 1 ms tick (the precision Horae's figures are held to) and waits until it serves; each
+    later one starts the same process again on the same data and ports
+    (:func:`bench.pulsar_peer.relaunch`). Readiness after a restart is the binary port
+    accepting, as for Horae; the client's lookups wait for the rest."""
+
+    def __init__(self, work: Path, name: str, extra: dict[str, str]) -> None:
+        self.work, self.name, self.extra = work, name, extra
+        self.broker: Any = None
+        self.topic = "persistent://public/tick1/delayed-e2e"
+        self.service_url = self.web_url = ""
+        self.data_dir = work / name
+
+    @property
+    def pid(self) -> int:
+        assert self.broker is not None
+        return int(self.broker.pid)
+
+    def start(self) -> float:
+        from bench.pulsar_peer import launch_standalone, relaunch
+
+        if self.broker is not None:
+            return relaunch(self.broker, kill=False)
+        t0 = time.perf_counter()
+        self.broker = launch_standalone(self.work, name=self.name, extra=self.extra)
+        self.service_url = self.broker.url
+        self.web_url = f"http://{self.broker.host}:{self.broker.web_port}"
+        status = _admin(self.web_url, "PUT", "/admin/v2/namespaces/public/tick1")
+        assert status in (200, 204), f"create namespace: HTTP {status}"
+        status = _admin(self.web_url, "POST", "/admin/v2/namespaces/public/tick1/delayedDelivery",
+                        {"active": True, "tickTime": 1})
+        assert status in (200, 204), f"delayedDelivery policy: HTTP {status}"
+        return t0
+
+    def wait_listening(self, timeout: float = 240.0) -> float:
+        deadline = time.perf_counter() + timeout
+        while time.perf_counter() < deadline:
+            if self.broker.proc.poll() is not None:
+                raise RuntimeError(f"pulsar exited: "
+                                   f"{self.broker.log.read_text(errors='replace')[-3000:]}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.broker.port), timeout=0.2):
+                    return time.perf_counter()
+            except OSError:
+                time.sleep(0.01)  # polling a port: there is nothing to wait on
+        raise RuntimeError("pulsar did not start listening")
+
+    def stop(self, *, kill: bool = False, timeout: float = 120.0) -> float:
+        if self.broker is None or self.broker.proc.poll() is not None:
+            return 0.0
+        t = time.perf_counter()
+        if kill:
+            self.broker.proc.kill()
+            self.broker.proc.wait(timeout)
+        else:
+            self.broker.stop()
+        return time.perf_counter() - t
+
+    def msg_delayed(self) -> int:
+        return _msg_delayed(self.web_url, self.topic)
 
 
 def client(url: str) -> Any:
@@ -379,13 +463,14 @@ def print_side_by_side(rows: list[dict[str, Any]]) -> None:
 
 # ------------------------------------------------------------------------------ restart
 
-def fill_pending(broker: BrokerProc, n: int, window: int) -> dict[str, Any]:
+def fill_pending(broker: BrokerProc | PulsarProc, n: int, window: int) -> dict[str, Any]:
     import pulsar
 
     c = client(broker.service_url)
     try:
-        consumer = c.subscribe(TOPIC, SUB, consumer_type=pulsar.ConsumerType.Shared)
-        producer = c.create_producer(TOPIC, batching_enabled=False, max_pending_messages=window,
+        consumer = c.subscribe(broker.topic, SUB, consumer_type=pulsar.ConsumerType.Shared)
+        producer = c.create_producer(broker.topic, batching_enabled=False,
+                                     max_pending_messages=window,
                                      block_if_queue_full=True, send_timeout_millis=0)
         now = time.time_ns() // 1_000_000
         rnd = random.Random(11)
@@ -417,12 +502,13 @@ def fill_pending(broker: BrokerProc, n: int, window: int) -> dict[str, Any]:
     return {"published": n - failed, "publish_s": round(publish_s, 1), "indexed": delayed}
 
 
-def publish_probes(broker: BrokerProc, due_in_ms: int, later_ms: int, n: int) -> tuple[int, int]:
+def publish_probes(broker: BrokerProc | PulsarProc, due_in_ms: int, later_ms: int, n: int
+                   ) -> tuple[int, int]:
     """After the fill: ``n`` messages due ``due_in_ms`` from now (due while the broker is down)
     and ``n`` due ``later_ms`` from now (due after the restart). Returns both deliver times."""
     c = client(broker.service_url)
     try:
-        producer = c.create_producer(TOPIC, batching_enabled=False)
+        producer = c.create_producer(broker.topic, batching_enabled=False)
         now = time.time_ns() // 1_000_000
         due_at, later_at = now + due_in_ms, now + later_ms
         payloads = ([(b"due:%d" % due_at, due_at)] * n) + ([(b"later:%d" % later_at, later_at)] * n)
@@ -434,10 +520,12 @@ def publish_probes(broker: BrokerProc, due_in_ms: int, later_ms: int, n: int) ->
     return due_at, later_at
 
 
-def measure_restart(broker: BrokerProc, pending: int, probes: int, due_at: int, later_at: int,
-                    watch_s: float) -> dict[str, Any]:
-    """Restart on the same data; a consumer subscribes as soon as the port listens. Times are
-    seconds since ``Popen``; lateness of the probes due after the restart in ms."""
+def measure_restart(broker: BrokerProc | PulsarProc, pending: int, probes: int, due_at: int,
+                    later_at: int, watch_s: float) -> dict[str, Any]:
+    """Restart on the same data; a consumer subscribes as soon as the port listens (again
+    after each failed attempt, for up to 10 minutes: a broker may accept connections before
+    it serves the topic). Times are seconds since ``Popen``; lateness of the probes due after
+    the restart in ms."""
     import pulsar
 
     t0 = broker.start()
@@ -447,10 +535,18 @@ def measure_restart(broker: BrokerProc, pending: int, probes: int, due_at: int, 
     due_seen = later_seen = early = other = 0
     later_lateness: list[float] = []
     try:
-        consumer = c.subscribe(TOPIC, SUB, consumer_type=pulsar.ConsumerType.Shared,
-                               receiver_queue_size=1000)
+        give_up = time.perf_counter() + 600
+        while True:
+            try:
+                consumer = c.subscribe(broker.topic, SUB,
+                                       consumer_type=pulsar.ConsumerType.Shared,
+                                       receiver_queue_size=1000)
+                break
+            except pulsar.PulsarException:
+                if time.perf_counter() > give_up:
+                    raise
         subscribed = time.perf_counter() - t0
-        producer = c.create_producer(TOPIC, batching_enabled=False)
+        producer = c.create_producer(broker.topic, batching_enabled=False)
         producer.send(b"after-restart-probe")
         t_publish = time.perf_counter() - t0
         deadline = time.perf_counter() + max(60.0, (later_at - time.time() * 1000) / 1000 + 60)
@@ -502,18 +598,46 @@ def measure_restart(broker: BrokerProc, pending: int, probes: int, due_at: int, 
 
 
 def run_restart(work: Path, tracker: str, pending: int, args: argparse.Namespace) -> dict[str, Any]:
+    """The restart round (:func:`restart_round`) on a Horae broker with ``tracker``."""
     config: dict[str, Any] = {"delayedDeliveryTrackerFactoryClassName": tracker}
     if args.tick_ms:  # else the broker's default tick
         config["delayedDeliveryTickTimeMillis"] = args.tick_ms
     stop = "kill -9" if args.kill9 else "SIGTERM"
-    print(f"\n[restart] tracker={tracker} config={config} pending={pending} stop={stop}")
+    print(f"\n[restart] horae tracker={tracker} config={config} pending={pending} stop={stop}")
     broker = BrokerProc(work / f"restart-{tracker}-{pending}", config)
     broker.start()
     broker.wait_listening()
-    out: dict[str, Any] = {"tracker": tracker, "pending": pending, "stop": stop,
+    try:
+        return restart_round(broker, f"horae {tracker}", tracker, pending, args)
+    finally:
+        broker.stop()
+
+
+def run_restart_pulsar(work: Path, tracker: str, pending: int, args: argparse.Namespace
+                       ) -> dict[str, Any]:
+    """The restart round on Pulsar 4.0 standalone with its tracker of the same name
+    (``PULSAR_TRACKERS``), on a namespace with a 1 ms tick (:class:`PulsarProc`)."""
+    stop = "kill -9" if args.kill9 else "SIGTERM"
+    extra = {"delayedDeliveryTrackerFactoryClassName": PULSAR_TRACKERS[tracker]}
+    print(f"\n[restart] pulsar 4.0 standalone tracker={tracker} tick 1 ms pending={pending} "
+          f"stop={stop} (starting)")
+    broker = PulsarProc(work, f"pulsar-restart-{tracker}-{pending}", extra)
+    broker.start()
+    try:
+        return restart_round(broker, f"pulsar {tracker}", tracker, pending, args)
+    finally:
+        broker.stop()
+
+
+def restart_round(broker: BrokerProc | PulsarProc, label: str, tracker: str, pending: int,
+                  args: argparse.Namespace) -> dict[str, Any]:
+    """Fill ``pending`` delayed messages, publish the probes, stop the broker (SIGTERM, or
+    kill -9 with ``--kill9``) and measure its restart (:func:`measure_restart`)."""
+    stop = "kill -9" if args.kill9 else "SIGTERM"
+    out: dict[str, Any] = {"peer": label, "tracker": tracker, "pending": pending, "stop": stop,
                            "fill": fill_pending(broker, pending, args.window)}
     du = sum(f.stat().st_size for f in broker.data_dir.rglob("*") if f.is_file())
-    print(f"  data dir {du / 1e6:.0f} MB")
+    print(f"  [{label}] data dir {du / 1e6:.0f} MB")
     due_at, later_at = publish_probes(broker, 500, 500 + int(args.later_s * 1000), args.probes)
     stop_s = broker.stop(kill=args.kill9)
     while time.time() * 1000 <= due_at:   # the first probes fall due while the broker is down
@@ -526,7 +650,7 @@ def run_restart(work: Path, tracker: str, pending: int, args: argparse.Namespace
           and r["early_or_duplicate"] == 0
           and r["later_lateness_max_ms"] is not None and r["later_lateness_max_ms"] <= 50)
     r["ok"] = ok
-    print(f"  after {stop}: listening {r['listening_s']} s, consumer subscribed "
+    print(f"  [{label}] after {stop}: listening {r['listening_s']} s, consumer subscribed "
           f"{r['subscribed_s']} s, publish+receipt {r['publish_receipt_s']} s, first due "
           f"{r['first_due_s']} s, all {args.probes} due {r['all_due_s']} s since process start; "
           f"{r['later_received']} due {args.later_s:.0f} s later: lateness "
@@ -535,8 +659,19 @@ def run_restart(work: Path, tracker: str, pending: int, args: argparse.Namespace
           f"{r['expected_delayed']}) -> {'OK' if ok else 'MISSED'} (target: first due <= 1 s "
           f"after the consumer subscribed, the later ones on time)")
     out[stop] = r
-    broker.stop()
     return out
+
+
+def print_restart_side_by_side(rows: list[dict[str, Any]]) -> None:
+    """Restart rounds per peer and tracker; seconds since the process's ``Popen``."""
+    print("\n| peer | pending | stop | listening s | subscribed s | first due s | all due s | "
+          "later lateness max ms | early or duplicate | ok |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for row in rows:
+        r = row[row["stop"]]
+        print(f"| {row['peer']} | {row['pending']:,} | {row['stop']} | {r['listening_s']} | "
+              f"{r['subscribed_s']} | {r['first_due_s']} | {r['all_due_s']} | "
+              f"{r['later_lateness_max_ms']} | {r['early_or_duplicate']} | {r['ok']} |")
 
 
 # ------------------------------------------------------------------------------ herd
@@ -930,7 +1065,8 @@ def main() -> None:
     p.add_argument("--trackers", default="in-memory,bucket")
     p.add_argument("--pulsar", action="store_true",
                    help="lateness: also Pulsar 4.0 standalone, default tick and a 1 ms tick; "
-                        "herd: also Pulsar 4.0 standalone with a 1 ms tick")
+                        "herd and restart: also Pulsar 4.0 standalone with a 1 ms tick (restart: "
+                        "with its tracker of the same name)")
     p.add_argument("--pending", default="1000000",
                    help="restart: comma-separated pending counts, one run each")
     p.add_argument("--restart-trackers", default="bucket", dest="restart_trackers")
@@ -975,10 +1111,15 @@ def main() -> None:
                 results["herd-pulsar"] = run_herd_pulsar(work, args)
                 print_herd_side_by_side([results["herd"], results["herd-pulsar"]])
         if not args.no_restart:
+            rows = []
             for tracker in args.restart_trackers.split(","):
                 for pending in args.pending.split(","):
-                    results[f"restart-{tracker}-{pending}"] = run_restart(
-                        work, tracker.strip(), int(pending), args)
+                    rows.append(run_restart(work, tracker.strip(), int(pending), args))
+                    results[f"restart-{tracker}-{pending}"] = rows[-1]
+                    if args.pulsar:
+                        rows.append(run_restart_pulsar(work, tracker.strip(), int(pending), args))
+                        results[f"restart-pulsar-{tracker}-{pending}"] = rows[-1]
+            print_restart_side_by_side(rows)
     finally:
         if args.keep:
             print(f"data kept in {work}")

@@ -35,7 +35,8 @@ what it reserved; the ``--add-opens`` and ``-D`` options are those ``bin/pulsar`
 Ready means: ``GET /admin/v2/clusters`` lists ``standalone``, ``public/default`` exists, and a
 topic lookup (``GET /lookup/v2/topic/persistent/public/default/...``) answers a broker URL.
 Stop (:meth:`bench.brokers.Broker.stop`): SIGTERM (Pulsar's shutdown hook closes broker and
-bookie), then SIGKILL after ``STOP_TIMEOUT_S``.
+bookie), then SIGKILL after ``STOP_TIMEOUT_S``. :func:`relaunch` stops it (SIGKILL by default)
+and starts the same command line again: a restart on the same data and ports.
 """
 
 from __future__ import annotations
@@ -196,6 +197,17 @@ def start_pulsar_standalone(tmp: pathlib.Path, *, sync: bool = True, name: str =
                             heap: str | None = None) -> Iterator[Broker]:
     """*heap*: ``-Xmx`` in the JVM's notation, e.g. ``"6g"`` (direct memory stays 2g); default
     :data:`HEAP`."""
+    broker = launch_standalone(tmp, sync=sync, name=name, extra=extra, heap=heap)
+    try:
+        yield broker
+    finally:
+        broker.stop()
+
+
+def launch_standalone(tmp: pathlib.Path, *, sync: bool = True, name: str = "pulsar",
+                      extra: Mapping[str, str] | None = None,
+                      heap: str | None = None) -> Broker:
+    """:func:`start_pulsar_standalone` without the context: the caller stops the broker."""
     lib = runtime_jars()
     port, web, bookie = free_port(), free_port(), free_port()
     base = tmp / name
@@ -219,9 +231,30 @@ def start_pulsar_standalone(tmp: pathlib.Path, *, sync: bool = True, name: str =
     broker = Broker(name, "127.0.0.1", port, proc, base, log, web, version=PULSAR_VERSION)
     try:
         wait_ready(broker)
-        extra = listening_ports(proc.pid) - {port, web, bookie}
-        if extra:
-            raise RuntimeError(f"pulsar listens on ports it was not given: {sorted(extra)}")
-        yield broker
-    finally:
+        extra_ports = listening_ports(proc.pid) - {port, web, bookie}
+        if extra_ports:
+            raise RuntimeError(f"pulsar listens on ports it was not given: {sorted(extra_ports)}")
+    except BaseException:
         broker.stop()
+        raise
+    return broker
+
+
+def relaunch(broker: Broker, *, kill: bool = True) -> float:
+    """Stop ``broker`` (SIGKILL with ``kill``: what a crash leaves; else its graceful stop) and
+    start the same standalone again: the same command line, so its data, configuration and
+    ports. ``broker.proc`` becomes the new process (not waited for: :func:`wait_ready`).
+    Returns the ``perf_counter`` time just before the new ``Popen``."""
+    old = broker.proc
+    if kill and old.poll() is None:
+        old.kill()
+        old.wait()
+    else:
+        broker.stop()
+    args = old.args
+    assert isinstance(args, list)
+    with broker.log.open("ab") as fh:
+        t0 = time.perf_counter()
+        broker.proc = subprocess.Popen(args, cwd=broker.data, stdout=fh,
+                                       stderr=subprocess.STDOUT)
+    return t0
