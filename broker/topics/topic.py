@@ -503,6 +503,11 @@ class Topic:
     def ack_target(self, subscription: str) -> AckTarget | None:
         return self.subscriptions.get(subscription)
 
+    async def forget_pending_acks(self, subscription: str) -> None:
+        txns = self.host.transactions
+        if txns is not None:
+            await txns.forget_subscription(self.full, subscription)
+
     def check_not_in_open_transaction(self, pos: Position, action: str) -> None:
         """Refuse (NotAllowed) to *action* a message of a transaction that has not ended: it is
         not visible yet, and its commit or abort decides whether it ever is."""

@@ -65,6 +65,10 @@ class SubscriptionsOwner(TopicContext, Protocol):
     @property
     def replace_by_key(self) -> TopicReplaceByKey: ...
 
+    async def forget_pending_acks(self, subscription: str) -> None:
+        """A subscription is being deleted: its acknowledgements pending in transactions go
+        (durably) before its cursor does."""
+
 
 class TopicSubscriptions(dict[str, Subscription]):
     """The topic's subscriptions by name (see the module docstring)."""
@@ -143,6 +147,7 @@ class TopicSubscriptions(dict[str, Subscription]):
             raise NotAllowedError("Subscription has active connected consumers")
         self._forget_subscription(name, sub)
         await close_subscription(sub)
+        await self._topic.forget_pending_acks(name)
         ledger = self._topic.ledger
         if name in ledger.cursors:
             properties = ledger.cursors[name].properties

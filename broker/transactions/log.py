@@ -11,6 +11,8 @@ coordinator and the pending-ack stores. Records (``op`` names the kind):
 - ``status``: its new status ``s`` (COMMITTING, ABORTING, COMMITTED, ABORTED);
 - ``ack``: a pending acknowledgement on ``topic``/``sub``: ``cum`` (cumulative or not) and
   ``pos`` ([ledger, entry, ack set words or null], ...);
+- ``unsub``: the subscription ``topic``/``sub`` was deleted: the ``ack`` records on it before
+  this one are void (a subscription made again with its name starts without them);
 - ``checkpoint``: written before a trim: the last sequence ``seq`` and ``topics``, every topic
   a transaction produced to;
 - ``batch``: a group of the records above written as one entry (``recs``), see
@@ -78,7 +80,9 @@ class TransactionLog:
         """Queue *record* now (on the loop, without waiting): the future resolves with its
         position once it is durable (or fails with the storage error)."""
         data = encode(record)
-        batcher = self.ack_batcher if record.get("op") == "ack" else self.log_batcher
+        # a subscription's delete follows its acknowledgements in the same writer, so the log
+        # holds them in the order they were submitted
+        batcher = self.ack_batcher if record.get("op") in ("ack", "unsub") else self.log_batcher
         self.records_appended += 1
         self.bytes_appended += len(data)
         return batcher.submit(data)

@@ -72,13 +72,18 @@ LoggedAck = tuple[TxnId, str, str, list[PendingAck], bool]
 def _logged_acks(records: list[tuple[Position, dict[str, Any]]]) -> tuple[set[str],
                                                                           list[LoggedAck]]:
     """From the replayed log: the topics transactions produced to (their buffers scan them at
-    load) and every acknowledgement record, in log order (unreadable records skipped)."""
+    load) and every acknowledgement record, in log order (unreadable records skipped), less
+    those on a subscription that a later ``unsub`` record says was deleted."""
     topics: set[str] = set()
     acks_logged: list[LoggedAck] = []
     for _, rec in records:
         op = rec.get("op")
         if op in ("parts", "checkpoint"):
             topics.update(str(t) for t in rec.get("topics", ()))
+        if op == "unsub":   # the subscription was deleted: what was acknowledged on it is void
+            gone = (str(rec.get("topic")), str(rec.get("sub")))
+            acks_logged = [a for a in acks_logged if (a[1], a[2]) != gone]
+            continue
         if op != "ack":
             continue
         try:
@@ -220,6 +225,24 @@ class TransactionService:
         forgotten = self._loop.create_task(self.snapshots.forget(topic))
         forgotten.add_done_callback(_log_failure)
         for key in [k for k in self._pending if k[0] == topic]:
+            del self._pending[key]
+
+    async def forget_subscription(self, topic: str, subscription: str) -> None:
+        """The subscription is being deleted (its consumers are gone): its pending
+        acknowledgements go with it, as Pulsar's subscription delete deletes its pending-ack
+        store. A subscription made again with the name starts without them: none of them holds
+        its messages back or acknowledges them at a commit. When some are pending, an ``unsub``
+        record (after theirs in the log) is durable before this returns, so a restart does not
+        bring them back; the caller deletes the cursor after it. The transactions themselves go
+        on: their end finds nothing to do on this subscription."""
+        key = (topic, subscription)
+        store = self._pending.get(key)
+        if store is None:
+            return
+        if not store.idle:
+            assert self._log is not None
+            await self._log.submit({"op": "unsub", "topic": topic, "sub": subscription})
+        if self._pending.get(key) is store:
             del self._pending[key]
 
     async def add_partitions(self, txn: TxnId, topics: list[str],

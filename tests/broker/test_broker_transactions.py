@@ -429,3 +429,69 @@ def test_the_last_message_id_is_the_last_one_an_open_transaction_does_not_hold(
     assert last_id() == (plain.ledgerId, plain.entryId)
     conn.tc.end(txn, commit=True)
     assert last_id() > (plain.ledgerId, plain.entryId + 2)   # m1 and the commit marker
+
+
+def _delete_subscription(web_url: str, topic: str, sub: str) -> None:
+    path = topic.replace("persistent://", "persistent/")
+    status, body = http_json(web_url, "DELETE", f"/admin/v2/{path}/subscription/{sub}")
+    assert status == 204, (status, body)
+
+
+def test_a_deleted_subscriptions_pending_acks_never_touch_one_made_again_with_its_name(
+        conn: Conn, txn_broker: Any) -> None:
+    """As Pulsar's subscription delete closes and deletes its pending-ack store: a new
+    subscription of the same name is not held back by, nor acknowledged at the commit of, a
+    transaction that acknowledged on the one deleted."""
+    topic = "persistent://public/default/txn-sub-again"
+    _producer(conn, topic)
+    conn.tc.send(1, 0, b"m0", None)
+    conn.tc.send(1, 1, b"m1", None)
+    subscribe(conn.cons, topic, "s", 1)
+    (_, id0), (_, id1) = receive(conn.cons), receive(conn.cons)
+    txn = conn.tc.new_txn()
+    conn.tc.add_subscription(txn, topic, "s")
+    assert not conn.acks.ack(1, [id0], txn).HasField("error")
+    conn.cons.request(C.encode_close_consumer(1, 50))
+    _delete_subscription(txn_broker.web_url, topic, "s")
+    subscribe(conn.cons, topic, "s", 2)                  # again, from the earliest
+    assert [receive(conn.cons) for _ in range(2)] == [(b"m0", id0), (b"m1", id1)]
+    assert not conn.tc.end(txn, commit=True).HasField("error")
+    # the commit acknowledged nothing on the new subscription: both come back to a new consumer
+    conn.cons.request(C.encode_close_consumer(2, 51))
+    subscribe(conn.cons, topic, "s", 3)
+    assert [receive(conn.cons) for _ in range(2)] == [(b"m0", id0), (b"m1", id1)]
+
+
+def test_a_deleted_subscriptions_pending_acks_stay_void_after_restarts(
+        broker_factory: Any, tmp_path: pathlib.Path) -> None:
+    """The acknowledgement is logged, the broker restarts (the log brings it back as pending),
+    the subscription is deleted, the broker restarts again: the subscription made again with
+    its name gets both messages, and the commit acknowledges neither on it."""
+    data = tmp_path / "unsub"
+    topic = "persistent://public/default/txn-sub-again-restart"
+    b = broker_factory(data_dir=data, config_overrides=ON)
+    c = Conn(b.service_url)
+    _producer(c, topic)
+    c.tc.send(1, 0, b"m0", None)
+    c.tc.send(1, 1, b"m1", None)
+    subscribe(c.cons, topic, "s", 1)
+    (_, id0), (_, id1) = receive(c.cons), receive(c.cons)
+    txn = c.tc.new_txn(ttl_ms=600_000)
+    c.tc.add_subscription(txn, topic, "s")
+    assert not c.acks.ack(1, [id0], txn).HasField("error")
+    c.close()
+    b.stop()
+    b = broker_factory(data_dir=data, config_overrides=ON)
+    _delete_subscription(b.web_url, topic, "s")
+    b.stop()
+    b = broker_factory(data_dir=data, config_overrides=ON)
+    c = Conn(b.service_url)
+    try:
+        subscribe(c.cons, topic, "s", 2)
+        assert [receive(c.cons) for _ in range(2)] == [(b"m0", id0), (b"m1", id1)]
+        assert not c.tc.end(txn, commit=True).HasField("error")
+        c.cons.request(C.encode_close_consumer(2, 51))
+        subscribe(c.cons, topic, "s", 3)
+        assert [receive(c.cons) for _ in range(2)] == [(b"m0", id0), (b"m1", id1)]
+    finally:
+        c.close()
