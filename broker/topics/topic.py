@@ -506,7 +506,7 @@ class Topic:
     async def forget_pending_acks(self, subscription: str) -> None:
         txns = self.host.transactions
         if txns is not None:
-            await txns.forget_subscription(self.full, subscription)
+            await txns.pending_acks.forget_subscription(self.full, subscription)
 
     def check_not_in_open_transaction(self, pos: Position, action: str) -> None:
         """Refuse (NotAllowed) to *action* a message of a transaction that has not ended: it is

@@ -26,9 +26,10 @@ so a topic reload finds the pending acknowledgements of a restart's replay.
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Iterable, Mapping
-from typing import Protocol
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Protocol
 
 from broker.transactions.batch_acks import BatchIndexAcks, acked_indexes
 from broker.transactions.ids import TransactionConflictError, TxnId
@@ -37,7 +38,7 @@ from broker.transactions.stats import PendingAckStats
 from protocol.errors import NotAllowedError
 from storage.positions import Position
 
-__all__ = ["MAX_REDELIVER_WALK", "AckTarget", "PendingAck", "PendingAckStore"]
+__all__ = ["MAX_REDELIVER_WALK", "AckTarget", "PendingAck", "PendingAckStore", "PendingAckStores"]
 
 log = logging.getLogger("horae.transactions")
 
@@ -407,3 +408,35 @@ class PendingAckStore:
             pending_individual_acks=len(self._individual) + len(self._batch),
             pending_cumulative_acks=len(self._cumulative),
             committed_txns=self.committed_txns, aborted_txns=self.aborted_txns)
+
+
+#: Queues a transaction-log record; resolves once it is durable
+#: (:meth:`broker.transactions.log.TransactionLog.submit`).
+LogSubmit = Callable[[Mapping[str, Any]], "asyncio.Future[Position]"]
+
+
+class PendingAckStores(dict[tuple[str, str], PendingAckStore]):
+    """The pending-ack stores of the transaction service, by (topic, subscription)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        #: the transaction log's submit, once the service opened its log
+        self.submit: LogSubmit | None = None
+
+    async def forget_subscription(self, topic: str, subscription: str) -> None:
+        """The subscription is being deleted (its consumers are gone): its pending
+        acknowledgements go with it, as Pulsar's subscription delete deletes its pending-ack
+        store. A subscription made again with the name starts without them: none of them holds
+        its messages back or acknowledges them at a commit. When some are pending, an
+        ``unsub`` record (after theirs in the log) is durable before this returns, so a
+        restart does not bring them back; the caller deletes the cursor after it. The
+        transactions themselves go on: their end finds nothing to do on this subscription."""
+        key = (topic, subscription)
+        store = self.get(key)
+        if store is None:
+            return
+        if not store.idle:
+            assert self.submit is not None, "the transaction log is not open"
+            await self.submit({"op": "unsub", "topic": topic, "sub": subscription})
+        if self.get(key) is store:
+            del self[key]

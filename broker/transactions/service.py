@@ -28,7 +28,12 @@ from broker.transactions.ids import TxnId, TxnStatus, invalid_status, not_found
 from broker.transactions.limits import DEFAULT_LIMITS, TransactionLimits
 from broker.transactions.log import LOG_LEDGER, TransactionLog
 from broker.transactions.log_batch import BatchSettings
-from broker.transactions.pending_ack import AckTarget, PendingAck, PendingAckStore
+from broker.transactions.pending_ack import (
+    AckTarget,
+    PendingAck,
+    PendingAckStore,
+    PendingAckStores,
+)
 from broker.transactions.stats import (
     CoordinatorStats,
     PendingAckStats,
@@ -131,7 +136,9 @@ class TransactionService:
         self._coordinator: TransactionCoordinator | None = None
         self._loader: TopicLoader | None = None
         self._buffers: dict[str, TopicTransactionBuffer] = {}
-        self._pending: dict[tuple[str, str], PendingAckStore] = {}
+        #: the pending-ack stores; a deleted subscription's go through
+        #: ``pending_acks.forget_subscription``
+        self.pending_acks = PendingAckStores()
         #: Topics a transaction produced to (from the log): their buffers scan them at load
         #: when they have no snapshot.
         self._txn_topics: set[str] = set()
@@ -145,6 +152,7 @@ class TransactionService:
         self._loader = loader
         self._log = await TransactionLog.open(self._store, self.settings.log_batching,
                                               self.settings.pending_ack_batching)
+        self.pending_acks.submit = self._log.submit
         records = await self._log.records()
         self._coordinator = TransactionCoordinator(COORDINATOR_ID, self._log, self, self._loop,
                                                    self.limits)
@@ -215,8 +223,8 @@ class TransactionService:
         if buffer.touched:
             self._txn_topics.add(topic)   # rebuilt by a scan of the ledger at the next load
         del self._buffers[topic]
-        for key in [k for k, store in self._pending.items() if k[0] == topic and store.idle]:
-            del self._pending[key]
+        for key in [k for k, store in self.pending_acks.items() if k[0] == topic and store.idle]:
+            del self.pending_acks[key]
 
     def forget_topic(self, topic: str) -> None:
         """The topic was deleted: its buffer and pending acknowledgements go."""
@@ -224,26 +232,8 @@ class TransactionService:
         self._txn_topics.discard(topic)
         forgotten = self._loop.create_task(self.snapshots.forget(topic))
         forgotten.add_done_callback(_log_failure)
-        for key in [k for k in self._pending if k[0] == topic]:
-            del self._pending[key]
-
-    async def forget_subscription(self, topic: str, subscription: str) -> None:
-        """The subscription is being deleted (its consumers are gone): its pending
-        acknowledgements go with it, as Pulsar's subscription delete deletes its pending-ack
-        store. A subscription made again with the name starts without them: none of them holds
-        its messages back or acknowledges them at a commit. When some are pending, an ``unsub``
-        record (after theirs in the log) is durable before this returns, so a restart does not
-        bring them back; the caller deletes the cursor after it. The transactions themselves go
-        on: their end finds nothing to do on this subscription."""
-        key = (topic, subscription)
-        store = self._pending.get(key)
-        if store is None:
-            return
-        if not store.idle:
-            assert self._log is not None
-            await self._log.submit({"op": "unsub", "topic": topic, "sub": subscription})
-        if self._pending.get(key) is store:
-            del self._pending[key]
+        for key in [k for k in self.pending_acks if k[0] == topic]:
+            del self.pending_acks[key]
 
     async def add_partitions(self, txn: TxnId, topics: list[str],
                              full: Callable[[str], str] = str) -> None:
@@ -261,16 +251,16 @@ class TransactionService:
 
     def pending_store(self, topic: str, subscription: str) -> PendingAckStore:
         key = (topic, subscription)
-        store = self._pending.get(key)
+        store = self.pending_acks.get(key)
         if store is None:
-            store = self._pending[key] = PendingAckStore(
+            store = self.pending_acks[key] = PendingAckStore(
                 topic, subscription, self.limits.max_pending_acks_per_subscription)
         return store
 
     def dispatch_view(self, topic: str, subscription: str) -> DispatchView | None:
         """The view a dispatcher checks this round, None when nothing is to check."""
         buffer = self._buffers.get(topic)
-        pending = self._pending.get((topic, subscription))
+        pending = self.pending_acks.get((topic, subscription))
         if pending is not None and not pending.active:
             pending = None
         if buffer is None or (not buffer.active and pending is None):
@@ -374,7 +364,7 @@ class TransactionService:
 
     async def end_on_subscription(self, topic: str, subscription: str, txn: TxnId,
                                   commit: bool) -> None:
-        store = self._pending.get((topic, subscription))
+        store = self.pending_acks.get((topic, subscription))
         if store is None:
             return
         loaded = await self._load(topic)
@@ -403,14 +393,14 @@ class TransactionService:
         return buffer.stats() if buffer is not None else None
 
     def pending_ack_stats_of(self, topic: str, subscription: str) -> PendingAckStats | None:
-        store = self._pending.get((topic, subscription))
+        store = self.pending_acks.get((topic, subscription))
         return store.stats() if store is not None else None
 
     def buffer_stats(self) -> Mapping[str, TopicBufferStats]:
         return {topic: b.stats() for topic, b in self._buffers.items()}
 
     def pending_ack_stats(self) -> Mapping[tuple[str, str], PendingAckStats]:
-        return {key: s.stats() for key, s in self._pending.items()}
+        return {key: s.stats() for key, s in self.pending_acks.items()}
 
     def log_internal_stats(self) -> dict[str, Any]:
         """The transaction log's ledger (it holds the pending acknowledgements too)."""
@@ -424,5 +414,5 @@ class TransactionService:
 
     def cumulative_ack(self, topic: str, subscription: str, txn: TxnId) -> Position | None:
         """The cumulative acknowledgement *txn* holds on a subscription, if any."""
-        store = self._pending.get((topic, subscription))
+        store = self.pending_acks.get((topic, subscription))
         return None if store is None else store.cumulative_of(txn)
