@@ -21,7 +21,9 @@ Messages of one batch entry are told apart by their batch index: two transaction
 acknowledging different messages of an entry do not conflict, the same message does
 (:mod:`broker.transactions.batch_acks`).
 The store outlives its subscription object (the service keeps it while transactions are open),
-so a topic reload finds the pending acknowledgements of a restart's replay.
+so a topic reload finds the pending acknowledgements of a restart's replay. A deleted
+subscription's store goes with it (:meth:`PendingAckStores.forget_subscription`), as Pulsar's
+delete drops the subscription's pending-ack store.
 """
 
 from __future__ import annotations
