@@ -84,7 +84,13 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench import loop_turns  # noqa: E402
-from bench.processes import compile_sources, cpu_seconds  # noqa: E402
+from bench.processes import (  # noqa: E402
+    admin_request,
+    compile_sources,
+    cpu_seconds,
+    topic_stats,
+    wait_port,
+)
 
 PYTHON = str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv").exists() else sys.executable
 TOPIC = "persistent://public/default/delayed-e2e"
@@ -168,22 +174,16 @@ class BrokerProc:
         return time.perf_counter() - t
 
     def stats(self) -> dict[str, Any]:
-        return _topic_stats(self.web_url, self.topic)
+        return topic_stats(self.web_url, self.topic)
 
     def msg_delayed(self) -> int:
         return _msg_delayed(self.web_url, self.topic)
 
 
-def _topic_stats(web_url: str, topic: str) -> dict[str, Any]:
-    url = f"{web_url}/admin/v2/persistent/{topic.split('://', 1)[1]}/stats"
-    with urllib.request.urlopen(url, timeout=30) as r:
-        return dict(json.loads(r.read()))
-
-
 def _msg_delayed(web_url: str, topic: str) -> int:
     """The subscription's ``msgDelayed`` (-1 while the stats cannot be read)."""
     try:
-        return int(_topic_stats(web_url, topic)["subscriptions"][SUB].get("msgDelayed", 0))
+        return int(topic_stats(web_url, topic)["subscriptions"][SUB].get("msgDelayed", 0))
     except Exception:
         return -1
 
@@ -224,25 +224,12 @@ class PulsarProc:
         self.broker = launch_standalone(self.work, name=self.name, extra=self.extra)
         self.service_url = self.broker.url
         self.web_url = f"http://{self.broker.host}:{self.broker.web_port}"
-        status = _admin(self.web_url, "PUT", "/admin/v2/namespaces/public/tick1")
-        assert status in (200, 204), f"create namespace: HTTP {status}"
-        status = _admin(self.web_url, "POST", "/admin/v2/namespaces/public/tick1/delayedDelivery",
-                        {"active": True, "tickTime": 1})
-        assert status in (200, 204), f"delayedDelivery policy: HTTP {status}"
+        _tick1_namespace(self.web_url)
         return t0
 
     def wait_listening(self, timeout: float = 240.0) -> float:
-        deadline = time.perf_counter() + timeout
-        while time.perf_counter() < deadline:
-            if self.broker.proc.poll() is not None:
-                raise RuntimeError(f"pulsar exited: "
-                                   f"{self.broker.log.read_text(errors='replace')[-3000:]}")
-            try:
-                with socket.create_connection(("127.0.0.1", self.broker.port), timeout=0.2):
-                    return time.perf_counter()
-            except OSError:
-                time.sleep(0.01)  # polling a port: there is nothing to wait on
-        raise RuntimeError("pulsar did not start listening")
+        wait_port(self.broker.port, self.broker.proc, self.broker.log, timeout)
+        return time.perf_counter()
 
     def stop(self, *, kill: bool = False, timeout: float = 120.0) -> float:
         if self.broker is None or self.broker.proc.poll() is not None:
@@ -408,15 +395,14 @@ def run_lateness(work: Path, tracker: str, args: argparse.Namespace) -> dict[str
     return res
 
 
-def _admin(web: str, method: str, path: str, body: object | None = None) -> int:
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(web + path, data=data, method=method,
-                                 headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=60) as r:
-            return int(r.status)
-    except urllib.error.HTTPError as exc:
-        return exc.code
+def _tick1_namespace(web: str) -> None:
+    """Pulsar's ``public/tick1``: a namespace whose delayed-delivery policy sets a 1 ms tick
+    (the precision Horae's figures are held to)."""
+    status = admin_request(web, "PUT", "/admin/v2/namespaces/public/tick1")
+    assert status in (200, 204), f"create namespace: HTTP {status}"
+    status = admin_request(web, "POST", "/admin/v2/namespaces/public/tick1/delayedDelivery",
+                           {"active": True, "tickTime": 1})
+    assert status in (200, 204), f"delayedDelivery policy: HTTP {status}"
 
 
 def run_lateness_pulsar(work: Path, args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -431,11 +417,7 @@ def run_lateness_pulsar(work: Path, args: argparse.Namespace) -> list[dict[str, 
         web = f"http://{pulsar_broker.host}:{pulsar_broker.web_port}"
         out.append(lateness_round(pulsar_broker.url, "persistent://public/default/delayed-e2e",
                                   "pulsar default tick 1000 ms", pulsar_broker.pid, args))
-        status = _admin(web, "PUT", "/admin/v2/namespaces/public/tick1")
-        assert status in (200, 204), f"create namespace: HTTP {status}"
-        status = _admin(web, "POST", "/admin/v2/namespaces/public/tick1/delayedDelivery",
-                        {"active": True, "tickTime": 1})
-        assert status in (200, 204), f"delayedDelivery policy: HTTP {status}"
+        _tick1_namespace(web)
         out.append(lateness_round(pulsar_broker.url, "persistent://public/tick1/delayed-e2e",
                                   "pulsar tick 1 ms", pulsar_broker.pid, args))
     return out
@@ -858,11 +840,7 @@ def run_herd_pulsar(work: Path, args: argparse.Namespace) -> dict[str, Any]:
           f"processes={args.herd_consumers or 'none (one consumer in this process)'}")
     with start_pulsar_standalone(work, name="pulsar-herd") as pulsar_broker:
         web = f"http://{pulsar_broker.host}:{pulsar_broker.web_port}"
-        status = _admin(web, "PUT", "/admin/v2/namespaces/public/tick1")
-        assert status in (200, 204), f"create namespace: HTTP {status}"
-        status = _admin(web, "POST", "/admin/v2/namespaces/public/tick1/delayedDelivery",
-                        {"active": True, "tickTime": 1})
-        assert status in (200, 204), f"delayedDelivery policy: HTTP {status}"
+        _tick1_namespace(web)
         res = herd_round(HerdTarget("pulsar tick 1 ms", pulsar_broker.url, web,
                                     pulsar_broker.pid, "persistent://public/tick1/delayed-e2e-herd",
                                     horae=False), args)

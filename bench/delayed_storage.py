@@ -121,10 +121,9 @@ async def run_pulsar(broker: Any, name: str, delayed: Callable[[int], bool], mes
     """One workload on Pulsar (module docstring): the bytes its topic keeps after the
     acknowledgements and a trim."""
     from bench.delayed_pulsar import Holder
-    from bench.wire_clients import open_producer, subscribe
+    from bench.processes import admin_request
+    from bench.wire_clients import Publisher, open_producer, subscribe
     from protocol import commands as C
-
-    _AnyOrderPublisher = _any_order_publisher()
 
     topic = f"{TOPIC}-{name}"
     web = f"http://{broker.host}:{broker.web_port}"
@@ -140,7 +139,9 @@ async def run_pulsar(broker: Any, name: str, delayed: Callable[[int], bool], mes
                 pending_bytes += len(entry)
             frames.append(C.encode_send(1, i, entry))
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        publisher = _AnyOrderPublisher(conn, frames, list(range(messages)), 1000, done)
+        # receipts counted in any order: Pulsar 4.0.7 answered SENDs across a ledger rollover
+        # out of order here (1,000 in flight); this bench needs every SEND confirmed
+        publisher = Publisher(conn, frames, list(range(messages)), 1000, done, in_order=False)
         publisher.start()
         await asyncio.wait_for(done, 600)
         conn.close()
@@ -154,7 +155,8 @@ async def run_pulsar(broker: Any, name: str, delayed: Callable[[int], bool], mes
         if holder.delivered != messages - pending:
             raise RuntimeError(f"{name}: {holder.delivered} of {messages - pending} delivered")
         await asyncio.sleep(2)   # the last ACKs reach the cursor
-        status = await asyncio.to_thread(_post, f"{web}/admin/v2/{_path(topic)}/trim")
+        trim = f"/admin/v2/{topic.replace('://', '/')}/trim"
+        status = await asyncio.to_thread(admin_request, web, "POST", trim, timeout_s=120)
         if status not in (200, 204):
             raise RuntimeError(f"{name}: trim answered HTTP {status}")
         kept = await _settled_storage(web, topic)
@@ -165,71 +167,14 @@ async def run_pulsar(broker: Any, name: str, delayed: Callable[[int], bool], mes
             "kept_per_pending": round(kept / pending_bytes, 2) if pending_bytes else None}
 
 
-def _any_order_publisher() -> type:
-    """bench/wire_clients.py's Publisher counting receipts in any order: Pulsar 4.0.7 answered
-    SENDs across a ledger rollover out of order here (1,000 in flight), which that Publisher
-    rightly refuses; this bench needs every SEND confirmed, not their order."""
-    from bench.wire_clients import Publisher
-    from protocol import pulsar_pb as pb
-
-    receipt, ping = pb.BaseCommand.SEND_RECEIPT, pb.BaseCommand.PING
-
-    class AnyOrder(Publisher):
-        out_of_order = 0
-
-        def frames_received(self, frames: list[Any]) -> None:
-            for frame in frames:
-                cmd = frame.command
-                if cmd.type == receipt:
-                    if cmd.send_receipt.sequence_id != self.acked:
-                        self.out_of_order += 1
-                    self.acked += 1
-                elif cmd.type == ping:
-                    from protocol import commands as C
-
-                    self.conn.write(C.encode_pong())
-                else:
-                    self.fail(f"unexpected {cmd}")
-                    return
-            if self.acked >= len(self.frames):
-                if not self.done.done():
-                    self.done.set_result(None)
-                return
-            self._send_upto(self.acked + self.window, 0.0)
-
-    return AnyOrder
-
-
-def _path(topic: str) -> str:
-    return topic.replace("persistent://", "persistent/")
-
-
-def _post(url: str) -> int:
-    import urllib.error
-    import urllib.request
-
-    try:
-        with urllib.request.urlopen(urllib.request.Request(url, method="POST"),
-                                    timeout=120) as resp:  # loopback only
-            return int(resp.status)
-    except urllib.error.HTTPError as exc:
-        return exc.code
-
-
 async def _settled_storage(web: str, topic: str) -> int:
     """The topic's ``storageSize`` once two reads a second apart agree (the trim deletes
     ledgers in the background)."""
-    import json
-    import urllib.request
-
-    def read() -> int:
-        with urllib.request.urlopen(f"{web}/admin/v2/{_path(topic)}/stats",
-                                    timeout=60) as resp:  # loopback only
-            return int(json.loads(resp.read())["storageSize"])
+    from bench.processes import topic_stats
 
     last = -1
     for _ in range(120):
-        now = await asyncio.to_thread(read)
+        now = int((await asyncio.to_thread(topic_stats, web, topic))["storageSize"])
         if now == last:
             return now
         last = now

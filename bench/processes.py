@@ -4,7 +4,8 @@ Theory of operation
 -------------------
 :class:`Broker` is one started broker (Horae, pulsar-lite or Apache Pulsar): its process, ports,
 data directory and log; :meth:`Broker.stop` terminates, then kills it. :func:`cpu_seconds` and
-:func:`rss_mib` read ``/proc`` for the broker process and all its threads. Shared by the
+:func:`rss_mib` read ``/proc`` for the broker process and all its threads;
+:func:`admin_request` and :func:`topic_stats` are the admin REST calls benchmarks make. Shared by the
 starters in :mod:`bench.brokers` and the Pulsar launcher in :mod:`bench.pulsar_peer`, which
 import this module and nothing of each other's.
 
@@ -17,12 +18,16 @@ each started process compile the checkout's sources again, and write none.
 from __future__ import annotations
 
 import compileall
+import json
 import os
 import pathlib
 import socket
 import subprocess
 import time
+import urllib.error
+import urllib.request
 from dataclasses import dataclass
+from typing import Any
 
 START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 15.0
@@ -47,8 +52,9 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def wait_port(port: int, proc: subprocess.Popen[bytes], log: pathlib.Path) -> None:
-    deadline = time.monotonic() + START_TIMEOUT_S
+def wait_port(port: int, proc: subprocess.Popen[bytes], log: pathlib.Path,
+              timeout_s: float = START_TIMEOUT_S) -> None:
+    deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"broker exited: {log.read_text(errors='replace')[-2000:]}")
@@ -57,7 +63,27 @@ def wait_port(port: int, proc: subprocess.Popen[bytes], log: pathlib.Path) -> No
                 return
         except OSError:
             time.sleep(0.05)
-    raise RuntimeError(f"broker did not listen on {port} within {START_TIMEOUT_S} s")
+    raise RuntimeError(f"broker did not listen on {port} within {timeout_s} s")
+
+
+def admin_request(web: str, method: str, path: str, body: object | None = None, *,
+                  timeout_s: float = 60.0) -> int:
+    """An admin REST call on the broker at ``web`` (a JSON body if given); its HTTP status."""
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(web + path, data=data, method=method,
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout_s) as resp:  # loopback only
+            return int(resp.status)
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+def topic_stats(web: str, topic: str) -> dict[str, Any]:
+    """``GET /admin/v2/persistent/.../stats`` of ``topic`` (a full ``persistent://`` name)."""
+    url = f"{web}/admin/v2/persistent/{topic.split('://', 1)[1]}/stats"
+    with urllib.request.urlopen(url, timeout=60) as resp:  # loopback only
+        return dict(json.loads(resp.read()))
 
 
 def rss_mib(pid: int, field: str = "VmRSS") -> float:

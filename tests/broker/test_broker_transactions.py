@@ -437,29 +437,47 @@ def _delete_subscription(web_url: str, topic: str, sub: str) -> None:
     assert status == 204, (status, body)
 
 
+Ids = tuple[tuple[int, int], tuple[int, int]]
+
+
+def _m0_acked_in_a_transaction(c: Conn, topic: str, ttl_ms: int = 60_000
+                               ) -> tuple[tuple[int, int], Ids]:
+    """m0 and m1 published and received on subscription s (consumer 1), m0 acknowledged in a
+    new transaction: (the transaction, (m0's id, m1's id))."""
+    _producer(c, topic)
+    c.tc.send(1, 0, b"m0", None)
+    c.tc.send(1, 1, b"m1", None)
+    subscribe(c.cons, topic, "s", 1)
+    (_, id0), (_, id1) = receive(c.cons), receive(c.cons)
+    txn = c.tc.new_txn(ttl_ms=ttl_ms)
+    c.tc.add_subscription(txn, topic, "s")
+    assert not c.acks.ack(1, [id0], txn).HasField("error")
+    return txn, (id0, id1)
+
+
+def _new_s_gets_both_and_the_commit_acks_neither(c: Conn, topic: str, txn: tuple[int, int],
+                                                 ids: Ids) -> None:
+    """Subscription s, made again, gets m0 and m1; after the commit of *txn* a new consumer
+    gets both again (the commit acknowledged nothing on it)."""
+    (id0, id1) = ids
+    subscribe(c.cons, topic, "s", 2)                  # again, from the earliest
+    assert [receive(c.cons) for _ in range(2)] == [(b"m0", id0), (b"m1", id1)]
+    assert not c.tc.end(txn, commit=True).HasField("error")
+    c.cons.request(C.encode_close_consumer(2, 51))
+    subscribe(c.cons, topic, "s", 3)
+    assert [receive(c.cons) for _ in range(2)] == [(b"m0", id0), (b"m1", id1)]
+
+
 def test_a_deleted_subscriptions_pending_acks_never_touch_one_made_again_with_its_name(
         conn: Conn, txn_broker: Any) -> None:
     """As Pulsar's subscription delete closes and deletes its pending-ack store: a new
     subscription of the same name is not held back by, nor acknowledged at the commit of, a
     transaction that acknowledged on the one deleted."""
     topic = "persistent://public/default/txn-sub-again"
-    _producer(conn, topic)
-    conn.tc.send(1, 0, b"m0", None)
-    conn.tc.send(1, 1, b"m1", None)
-    subscribe(conn.cons, topic, "s", 1)
-    (_, id0), (_, id1) = receive(conn.cons), receive(conn.cons)
-    txn = conn.tc.new_txn()
-    conn.tc.add_subscription(txn, topic, "s")
-    assert not conn.acks.ack(1, [id0], txn).HasField("error")
+    txn, ids = _m0_acked_in_a_transaction(conn, topic)
     conn.cons.request(C.encode_close_consumer(1, 50))
     _delete_subscription(txn_broker.web_url, topic, "s")
-    subscribe(conn.cons, topic, "s", 2)                  # again, from the earliest
-    assert [receive(conn.cons) for _ in range(2)] == [(b"m0", id0), (b"m1", id1)]
-    assert not conn.tc.end(txn, commit=True).HasField("error")
-    # the commit acknowledged nothing on the new subscription: both come back to a new consumer
-    conn.cons.request(C.encode_close_consumer(2, 51))
-    subscribe(conn.cons, topic, "s", 3)
-    assert [receive(conn.cons) for _ in range(2)] == [(b"m0", id0), (b"m1", id1)]
+    _new_s_gets_both_and_the_commit_acks_neither(conn, topic, txn, ids)
 
 
 def test_a_deleted_subscriptions_pending_acks_stay_void_after_restarts(
@@ -471,14 +489,7 @@ def test_a_deleted_subscriptions_pending_acks_stay_void_after_restarts(
     topic = "persistent://public/default/txn-sub-again-restart"
     b = broker_factory(data_dir=data, config_overrides=ON)
     c = Conn(b.service_url)
-    _producer(c, topic)
-    c.tc.send(1, 0, b"m0", None)
-    c.tc.send(1, 1, b"m1", None)
-    subscribe(c.cons, topic, "s", 1)
-    (_, id0), (_, id1) = receive(c.cons), receive(c.cons)
-    txn = c.tc.new_txn(ttl_ms=600_000)
-    c.tc.add_subscription(txn, topic, "s")
-    assert not c.acks.ack(1, [id0], txn).HasField("error")
+    txn, ids = _m0_acked_in_a_transaction(c, topic, ttl_ms=600_000)
     c.close()
     b.stop()
     b = broker_factory(data_dir=data, config_overrides=ON)
@@ -487,11 +498,6 @@ def test_a_deleted_subscriptions_pending_acks_stay_void_after_restarts(
     b = broker_factory(data_dir=data, config_overrides=ON)
     c = Conn(b.service_url)
     try:
-        subscribe(c.cons, topic, "s", 2)
-        assert [receive(c.cons) for _ in range(2)] == [(b"m0", id0), (b"m1", id1)]
-        assert not c.tc.end(txn, commit=True).HasField("error")
-        c.cons.request(C.encode_close_consumer(2, 51))
-        subscribe(c.cons, topic, "s", 3)
-        assert [receive(c.cons) for _ in range(2)] == [(b"m0", id0), (b"m1", id1)]
+        _new_s_gets_both_and_the_commit_acks_neither(c, topic, txn, ids)
     finally:
         c.close()
