@@ -359,7 +359,12 @@ class Dispatcher:
                 progressed = await self._dispatch_once()
                 if not self._again and (not progressed or _drained(self)):
                     break
-                if clock() >= slice_end:
+                if clock() < slice_end:
+                    # a consumer's many queued frames go out now: they count against its
+                    # connection's high water mark only once written, and until then the
+                    # next round would see the consumer writable however much it holds
+                    self.flush_consumers(hold=True)
+                else:
                     # let other connections' frames (publishes, FLOW, ACK) in: a herd of due
                     # messages or a long backlog holds the loop for one slice at most, and
                     # while others have work, for two thirds of the time at most. A
