@@ -307,6 +307,8 @@ class ServerConnection(asyncio.Protocol):
             self.throttle.output_full(False)
         if self._consumer_side is not None:
             self._consumer_side.on_writable()
+        if self._topic_watchers is not None:
+            self._topic_watchers.on_writable()
 
     # ------------------------------------------------------------------ output
 

@@ -16,6 +16,13 @@ namespace that match their pattern when CONNECTED advertised ``supports_topic_wa
    (partitions by their own names) and their hash, or no topics when the client's hash is the
    current one. A second WATCH_TOPIC_LIST with a live watcher's id is answered again.
 2. A matching topic created or deleted afterwards: WATCH_TOPIC_UPDATE with it and the new hash.
+   While the connection is not writable (its peer does not read: ``writes_paused``) nothing is
+   written; each watcher keeps, per topic changed meanwhile, whether the client was told it
+   exists, and forgets a topic whose state came back to that. When writing resumes
+   (:meth:`TopicWatchers.on_writable`) one WATCH_TOPIC_UPDATE carries the net change and the
+   hash then. What a watcher keeps is bounded by the topics the client knows and those that
+   exist, not by how often they came and went; the events of a namespace still being listed
+   are kept the same way (the last one per topic).
 3. WATCH_TOPIC_LIST_CLOSE: the watcher stops listening; SUCCESS (also for an unknown id).
 4. The connection closes: every watcher stops listening (:meth:`TopicWatchers.close`).
 
@@ -62,6 +69,9 @@ class WatcherConnection(ConnectionView, Protocol):
     @property
     def handshake(self) -> Handshake: ...
 
+    @property
+    def writes_paused(self) -> bool: ...
+
 
 class _Watcher:
     """One watcher: its namespace, pattern and the matching topics the client was told of."""
@@ -73,7 +83,9 @@ class _Watcher:
         self.namespace = namespace
         self.pattern = pattern
         self.topics: set[str] | None = None  # None until the namespace has been listed
-        self._early: list[tuple[str, bool]] = []  # events while it was being listed
+        self._early: dict[str, bool] = {}  # the last event per topic while it was being listed
+        # topics changed while the connection was not writable -> whether the client knows it
+        self._unsent: dict[str, bool] = {}
 
     def matches(self, full: str) -> bool:
         if not full.startswith(_SCHEME):
@@ -89,7 +101,7 @@ class _Watcher:
 
     def listed(self, topics: list[str]) -> None:
         self.topics = {t for t in topics if self.matches(t)}
-        for full, created in self._early:
+        for full, created in self._early.items():
             (self.topics.add if created else self.topics.discard)(full)
         self._early.clear()
 
@@ -98,7 +110,8 @@ class _Watcher:
         if not self.matches(full):
             return
         if self.topics is None:
-            self._early.append((full, created))
+            self._early.pop(full, None)  # the newest event last (the order they are applied)
+            self._early[full] = created
             return
         if created == (full in self.topics):
             return  # nothing new (a topic loaded again, a partition already listed)
@@ -106,9 +119,32 @@ class _Watcher:
             self.topics.add(full)
         else:
             self.topics.discard(full)
+        if self._owner.paused or self._unsent:
+            told = self._unsent.pop(full, not created)
+            if told != created:
+                self._unsent[full] = told
+            if not self._owner.paused:
+                self.flush()
+            return
         self._owner.write(encode_watch_topic_update(
             self.watcher_id, [full] if created else [], [] if created else [full],
             topics_hash(self.topics)))
+
+    def told_all(self) -> None:
+        """The client was just given the whole list: nothing it was not told remains."""
+        self._unsent.clear()
+
+    def flush(self) -> None:
+        """Tell the client the net change of the topics changed while nothing was written."""
+        unsent, self._unsent = self._unsent, {}
+        topics = self.topics
+        if not unsent or topics is None:
+            return
+        new = sorted(full for full, told in unsent.items() if not told and full in topics)
+        deleted = sorted(full for full, told in unsent.items() if told and full not in topics)
+        if new or deleted:
+            self._owner.write(encode_watch_topic_update(self.watcher_id, new, deleted,
+                                                        topics_hash(topics)))
 
 
 class TopicWatchers:
@@ -121,6 +157,16 @@ class TopicWatchers:
 
     def write(self, data: bytes) -> None:
         self._connection.write(data)
+
+    @property
+    def paused(self) -> bool:
+        """The connection's peer is not reading: updates wait (module docstring, 2)."""
+        return self._connection.writes_paused
+
+    def on_writable(self) -> None:
+        """The connection is writable again: each watcher's net change goes out."""
+        for watcher in list(self._watchers.values()):
+            watcher.flush()
 
     def watch(self, m: pb.CommandWatchTopicList) -> None:
         """WATCH_TOPIC_LIST (a RequestError raised here is answered ERROR)."""
@@ -173,6 +219,7 @@ class TopicWatchers:
         digest = topics_hash(current)
         if m.HasField("topics_hash") and m.topics_hash == digest:
             current = []
+        watcher.told_all()
         self.write(encode_watch_topic_list_success(request_id, watcher.watcher_id, current,
                                                    digest))
 

@@ -443,6 +443,8 @@ class BrokerService:
                 await self.store.metadata.delete("topic", full)
                 del self._partitioned[full]
                 await self._drop_topic_policy(full)
+                if tn.is_persistent:  # the partitions never loaded go too (the rest went above)
+                    self.topic_events.deleted(tn.partition(i).full for i in range(n))
 
             await finish(forget_partitioned())
             return

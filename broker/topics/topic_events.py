@@ -5,7 +5,7 @@ Theory of operation
 The service owns one :class:`TopicEvents` (``service.topic_events``) and calls
 :meth:`TopicEvents.created` when a persistent topic or partition is loaded (a new one, or one
 found in storage) or a partitioned topic gains partitions, and :meth:`TopicEvents.deleted` when
-one is deleted. Listeners are plain callables ``(full_name, created)``, registered and removed by
+one is deleted (a partitioned topic's partitions all, loaded or not). Listeners are plain callables ``(full_name, created)``, registered and removed by
 their owner (a connection's watchers); they run synchronously on the loop thread and must not
 raise. A listener decides for itself whether a name is news (a topic loaded again after an
 unload is told again). Loop thread only.

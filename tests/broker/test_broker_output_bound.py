@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 from broker_rawclient import make_entry
 from conftest import make_client
+from rest import http_json
 from waiting import wait_until
 
 from broker.net.throttle import OutputPauses, PublishBuffer, ReadThrottle
@@ -29,6 +30,7 @@ from broker.subscriptions.dispatchers.base import MAX_READ_ENTRIES
 from protocol import commands as C
 from protocol import pulsar_pb as pb
 from protocol.frames import NEED_DATA, Frame, FrameDecoder
+from protocol.topic_list import encode_watch_topic_list, encode_watch_topic_update, topics_hash
 
 T = pb.BaseCommand
 HIGH = 16 * 1024
@@ -314,3 +316,52 @@ def test_dispatch_to_a_consumer_that_never_reads_stops_at_the_high_water_mark(
         if frame.command.type == T.MESSAGE:
             assert frame.entry is not None and frame.entry.endswith(str(seen).encode())
             seen += 1
+
+
+def _apply_watch_updates(reader: Flooder, topics: set[str], expected: set[str]) -> str:
+    """Read the watcher's updates into *topics* until it holds *expected*; the last hash."""
+    digest = ""
+    for _ in range(100_000):  # bounded: the socket's timeout ends a stalled read
+        if topics == expected and digest:
+            return digest
+        cmd = reader.next_frame().command
+        assert cmd.type == T.WATCH_TOPIC_UPDATE, cmd
+        update = cmd.watchTopicUpdate
+        topics.update(update.new_topics)
+        topics.difference_update(update.deleted_topics)
+        digest = update.topics_hash
+    raise AssertionError("the watcher's updates never reached the namespace's topics")
+
+
+def test_topic_list_updates_for_a_watcher_that_never_reads_are_bounded_and_coalesced(
+        broker_factory: Callable[..., Any], flooders: list[Flooder]) -> None:
+    """A pattern consumer's connection that stops reading while other clients create and delete
+    many matching topics: the broker holds no more than the high water mark and one update for
+    it, and once it reads again it learns the net change in one update, the hash of the
+    namespace's list as it is then."""
+    broker = broker_factory(config_overrides=OVERRIDES)
+    reader = Flooder(broker)
+    flooders.append(reader)
+    assert reader.request(C.encode_connect("watcher", 20)).type == T.CONNECTED
+    success = reader.request(encode_watch_topic_list(
+        1, 7, "public/default", "persistent://public/default/churn-.*"))
+    assert success.type == T.WATCH_TOPIC_LIST_SUCCESS, success
+    assert list(success.watchTopicListSuccess.topic) == []
+    conn = _server_side(broker, reader.port)
+    partitions = 400
+    base = "/admin/v2/persistent/public/default"
+    for k in range(12):  # 12 x 400 partitions created, all but the last topic's deleted
+        status, _ = http_json(broker.web_url, "PUT", f"{base}/churn-{k}/partitions",
+                              str(partitions).encode())
+        assert status == 204
+        if k < 11:
+            status, _ = http_json(broker.web_url, "DELETE", f"{base}/churn-{k}/partitions")
+            assert status == 204
+    assert broker.call(lambda: conn.writes_paused), "the watcher's connection stayed writable"
+    held = _buffered(broker, conn)
+    update = len(encode_watch_topic_update(
+        7, [f"persistent://public/default/churn-0-partition-{partitions}"], [], "0" * 8))
+    assert held <= 2 * HIGH + update, f"broker holds {held} bytes of topic-list updates"
+    expected = {f"persistent://public/default/churn-11-partition-{i}" for i in range(partitions)}
+    digest = _apply_watch_updates(reader, set(), expected)
+    assert digest == topics_hash(expected)

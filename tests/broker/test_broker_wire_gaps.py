@@ -425,3 +425,31 @@ def test_official_client_fails_a_producer_in_a_missing_namespace_at_its_lookup(
     with pytest.raises(pulsar.TopicNotFound):
         client.create_producer("persistent://public/missing-ns/t", send_timeout_millis=5000)
     client.create_producer("persistent://public/default/after-missing-ns").close()
+
+
+def test_a_deleted_partitioned_topic_is_told_to_watchers_with_partitions_never_loaded(
+        broker: Any) -> None:
+    """Its partitions were announced when it was made; deleting it announces them gone, the
+    ones no client ever loaded too (the client's list and hash would keep them otherwise)."""
+    base = "/admin/v2/persistent/public/default/unloaded-p"
+    parts = [f"persistent://public/default/unloaded-p-partition-{i}" for i in range(3)]
+    with RawClient(broker.service_url) as raw:
+        raw.handshake()
+        ok = raw.request(encode_watch_topic_list(1, 5, "public/default",
+                                                 "persistent://public/default/unloaded-.*"))
+        assert ok.type == T.WATCH_TOPIC_LIST_SUCCESS
+        assert http_json(broker.web_url, "PUT", f"{base}/partitions", b"3")[0] == 204
+        assert [list(raw.recv_command().watchTopicUpdate.new_topics) for _ in parts] == \
+            [[name] for name in parts]
+        # one partition loaded by a producer, the others never
+        assert raw.create_producer(parts[1], 1).type == T.PRODUCER_SUCCESS
+        assert raw.request(C.encode_close_producer(1, 2)).type == T.SUCCESS
+        assert http_json(broker.web_url, "DELETE", f"{base}/partitions")[0] == 204
+        gone: list[str] = []
+        digest = ""
+        while len(gone) < len(parts):
+            update = raw.recv_command().watchTopicUpdate
+            assert list(update.new_topics) == []
+            gone += update.deleted_topics
+            digest = update.topics_hash
+        assert sorted(gone) == parts and digest == topics_hash([])
