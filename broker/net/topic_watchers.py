@@ -15,14 +15,17 @@ namespace that match their pattern when CONNECTED advertised ``supports_topic_wa
    applied to the list), then answers WATCH_TOPIC_LIST_SUCCESS with the matching topics
    (partitions by their own names) and their hash, or no topics when the client's hash is the
    current one. A second WATCH_TOPIC_LIST with a live watcher's id is answered again.
-2. A matching topic created or deleted afterwards: WATCH_TOPIC_UPDATE with it and the new hash.
-   While the connection is not writable (its peer does not read: ``writes_paused``) nothing is
-   written; each watcher keeps, per topic changed meanwhile, whether the client was told it
-   exists, and forgets a topic whose state came back to that. When writing resumes
-   (:meth:`TopicWatchers.on_writable`) one WATCH_TOPIC_UPDATE carries the net change and the
-   hash then. What a watcher keeps is bounded by the topics the client knows and those that
-   exist, not by how often they came and went; the events of a namespace still being listed
-   are kept the same way (the last one per topic).
+2. Matching topics created or deleted afterwards: WATCH_TOPIC_UPDATE with them and the new
+   hash, at the end of the loop turn they came in: each watcher keeps, per topic changed since
+   its last update, whether the client was told it exists, and forgets a topic whose state came
+   back to that; one update then carries the net change (at most :data:`MAX_UPDATE_TOPICS`
+   names, more in several), so a partitioned topic made with thousands of partitions costs
+   one hash of the list, not one per partition (the hash sorts the whole list). While the
+   connection is not writable (its peer does not read: ``writes_paused``) nothing is written;
+   the changes wait in the same way until writing resumes (:meth:`TopicWatchers.on_writable`).
+   What a watcher keeps is bounded by the topics the client knows and those that exist, not by
+   how often they came and went; the events of a namespace still being listed are kept the
+   same way (the last one per topic).
 3. WATCH_TOPIC_LIST_CLOSE: the watcher stops listening; SUCCESS (also for an unknown id).
 4. The connection closes: every watcher stops listening (:meth:`TopicWatchers.close`).
 
@@ -31,6 +34,7 @@ Owned by :class:`broker.net.connection.ServerConnection` (created on first use);
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 from typing import Final, Protocol
@@ -47,7 +51,7 @@ from protocol.topic_list import (
     topics_hash,
 )
 
-__all__ = ["MAX_WATCHERS", "WATCHERS_DISABLED", "TopicWatchers"]
+__all__ = ["MAX_UPDATE_TOPICS", "MAX_WATCHERS", "WATCHERS_DISABLED", "TopicWatchers"]
 
 log = logging.getLogger("horae.net.topic_watchers")
 
@@ -57,6 +61,8 @@ WATCHERS_DISABLED: Final = (
 PATTERN_TOO_LONG: Final = "Unable to create topic list watcher: Pattern longer than maximum: {}"
 #: Watchers one connection may hold (a client holds one per pattern consumer).
 MAX_WATCHERS: Final = 256
+#: Most topic names in one WATCH_TOPIC_UPDATE (~60 bytes each: well within a frame).
+MAX_UPDATE_TOPICS: Final = 10_000
 _SCHEME = "persistent://"
 
 
@@ -119,32 +125,39 @@ class _Watcher:
             self.topics.add(full)
         else:
             self.topics.discard(full)
-        if self._owner.paused or self._unsent:
-            told = self._unsent.pop(full, not created)
-            if told != created:
-                self._unsent[full] = told
-            if not self._owner.paused:
-                self.flush()
-            return
-        self._owner.write(encode_watch_topic_update(
-            self.watcher_id, [full] if created else [], [] if created else [full],
-            topics_hash(self.topics)))
+        told = self._unsent.pop(full, not created)
+        if told != created:
+            self._unsent[full] = told
+        self._owner.flush_soon(self)
 
     def told_all(self) -> None:
         """The client was just given the whole list: nothing it was not told remains."""
         self._unsent.clear()
 
     def flush(self) -> None:
-        """Tell the client the net change of the topics changed while nothing was written."""
+        """Tell the client the net change of the topics changed since its last update."""
         unsent, self._unsent = self._unsent, {}
         topics = self.topics
         if not unsent or topics is None:
             return
         new = sorted(full for full, told in unsent.items() if not told and full in topics)
         deleted = sorted(full for full, told in unsent.items() if told and full not in topics)
-        if new or deleted:
-            self._owner.write(encode_watch_topic_update(self.watcher_id, new, deleted,
-                                                        topics_hash(topics)))
+        if len(new) + len(deleted) <= MAX_UPDATE_TOPICS:
+            if new or deleted:
+                self._owner.write(encode_watch_topic_update(self.watcher_id, new, deleted,
+                                                            topics_hash(topics)))
+            return
+        # several updates, each with the hash of the list as it is once applied
+        state = (topics - set(new)) | set(deleted)  # what the client knows now
+        changes = [(full, False) for full in deleted] + [(full, True) for full in new]
+        for start in range(0, len(changes), MAX_UPDATE_TOPICS):
+            part = changes[start:start + MAX_UPDATE_TOPICS]
+            added = [full for full, created in part if created]
+            gone = [full for full, created in part if not created]
+            state.difference_update(gone)
+            state.update(added)
+            self._owner.write(encode_watch_topic_update(self.watcher_id, added, gone,
+                                                        topics_hash(state)))
 
 
 class TopicWatchers:
@@ -154,6 +167,7 @@ class TopicWatchers:
         self._connection = connection
         self._watchers: dict[int, _Watcher] = {}
         self._closed = False
+        self._due: dict[int, _Watcher] = {}  # watchers with changes to send this turn
 
     def write(self, data: bytes) -> None:
         self._connection.write(data)
@@ -163,8 +177,26 @@ class TopicWatchers:
         """The connection's peer is not reading: updates wait (module docstring, 2)."""
         return self._connection.writes_paused
 
+    def flush_soon(self, watcher: _Watcher) -> None:
+        """*watcher* has changes: they go out at the end of this loop turn, or when the
+        connection is writable again (module docstring, 2)."""
+        if not self._due:
+            asyncio.get_running_loop().call_soon(self._flush_due)
+        self._due[id(watcher)] = watcher
+
+    def _flush_due(self) -> None:
+        if self._closed or self.paused:
+            self._due.clear()  # the watchers keep their changes for on_writable
+            return
+        due, self._due = self._due, {}
+        for watcher in due.values():
+            if self._watchers.get(watcher.watcher_id) is watcher:  # not closed meanwhile
+                watcher.flush()
+
     def on_writable(self) -> None:
         """The connection is writable again: each watcher's net change goes out."""
+        if self._closed:
+            return
         for watcher in list(self._watchers.values()):
             watcher.flush()
 

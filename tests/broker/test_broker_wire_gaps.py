@@ -13,6 +13,7 @@ from conftest import make_client
 from rest import http_json
 from waiting import wait_until
 
+from broker.net import topic_watchers
 from broker.topics.heartbeat import TopicVersion
 from protocol import commands as C
 from protocol import pulsar_pb as pb
@@ -356,9 +357,10 @@ def test_topic_list_watchers_report_matching_topics_as_they_come_and_go(broker: 
         status, _ = http_json(broker.web_url, "PUT",
                               "/admin/v2/persistent/public/default/watched-p/partitions", b"2")
         assert status == 204
-        parts = [list(raw.recv_command().watchTopicUpdate.new_topics) for _ in range(2)]
-        assert parts == [["persistent://public/default/watched-p-partition-0"],
-                         ["persistent://public/default/watched-p-partition-1"]]
+        # the partitions of one creation in one update
+        assert list(raw.recv_command().watchTopicUpdate.new_topics) == \
+            ["persistent://public/default/watched-p-partition-0",
+             "persistent://public/default/watched-p-partition-1"]
 
         # A deleted one too; then, closed, the watcher says nothing more.
         assert raw.request(C.encode_close_producer(3, 20)).type == T.SUCCESS
@@ -439,8 +441,7 @@ def test_a_deleted_partitioned_topic_is_told_to_watchers_with_partitions_never_l
                                                  "persistent://public/default/unloaded-.*"))
         assert ok.type == T.WATCH_TOPIC_LIST_SUCCESS
         assert http_json(broker.web_url, "PUT", f"{base}/partitions", b"3")[0] == 204
-        assert [list(raw.recv_command().watchTopicUpdate.new_topics) for _ in parts] == \
-            [[name] for name in parts]
+        assert list(raw.recv_command().watchTopicUpdate.new_topics) == parts
         # one partition loaded by a producer, the others never
         assert raw.create_producer(parts[1], 1).type == T.PRODUCER_SUCCESS
         assert raw.request(C.encode_close_producer(1, 2)).type == T.SUCCESS
@@ -453,3 +454,34 @@ def test_a_deleted_partitioned_topic_is_told_to_watchers_with_partitions_never_l
             gone += update.deleted_topics
             digest = update.topics_hash
         assert sorted(gone) == parts and digest == topics_hash([])
+
+
+def test_thousands_of_partitions_made_at_once_reach_a_watcher_in_one_update(
+        broker: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One update and one hash of the list for the whole creation: the hash sorts the list,
+    and a hash per partition held the event loop for seconds (5 s for 4,000 partitions beside
+    1,000 matching ones)."""
+    hashed: list[int] = []
+
+    def counting_hash(topics: Any) -> str:
+        hashed.append(1)
+        return topics_hash(topics)
+
+    monkeypatch.setattr(topic_watchers, "topics_hash", counting_hash)  # the broker is in process
+    with RawClient(broker.service_url) as raw:
+        raw.handshake()
+        ok = raw.request(encode_watch_topic_list(1, 5, "public/default",
+                                                 "persistent://public/default/many-.*"))
+        assert ok.type == T.WATCH_TOPIC_LIST_SUCCESS
+        known: set[str] = set()
+        for name, count in (("many-a", 1000), ("many-b", 4000)):
+            status, _ = http_json(broker.web_url, "PUT",
+                                  f"/admin/v2/persistent/public/default/{name}/partitions",
+                                  str(count).encode())
+            assert status == 204
+            update = raw.recv_command().watchTopicUpdate
+            made = {f"persistent://public/default/{name}-partition-{i}" for i in range(count)}
+            assert set(update.new_topics) == made and not update.deleted_topics
+            known |= made
+            assert update.topics_hash == topics_hash(known)
+    assert len(hashed) == 2 + 1  # one per creation, one for the WATCH_TOPIC_LIST answer

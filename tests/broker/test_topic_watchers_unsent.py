@@ -6,10 +6,12 @@ events and pauses."""
 from __future__ import annotations
 
 import re
+from unittest import mock
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from broker.net import topic_watchers
 from broker.net.topic_watchers import _Watcher
 from protocol import pulsar_pb as pb
 from protocol.frames import NEED_DATA, FrameDecoder
@@ -19,12 +21,24 @@ NAMES = [f"persistent://public/default/w-{i}" for i in range(6)]
 
 
 class _Owner:
+    """The watcher's TopicWatchers: ``turn_ends`` is the end of the loop turn."""
+
     def __init__(self) -> None:
         self.paused = False
         self.written: list[bytes] = []
+        self.due: list[_Watcher] = []
 
     def write(self, data: bytes) -> None:
         self.written.append(data)
+
+    def flush_soon(self, watcher: _Watcher) -> None:
+        self.due.append(watcher)
+
+    def turn_ends(self) -> None:
+        due, self.due = self.due, []
+        if not self.paused:
+            for watcher in due:
+                watcher.flush()
 
 
 def _updates(owner: _Owner) -> list[pb.CommandWatchTopicUpdate]:
@@ -75,36 +89,46 @@ def test_the_whole_list_answered_again_clears_what_was_not_sent() -> None:
 
 
 events = st.lists(st.one_of(st.tuples(st.sampled_from(NAMES), st.booleans()),
+                            st.just(("turn", True)),
                             st.just(("pause", True)), st.just(("pause", False))),
                   max_size=60)
 
 
-@settings(max_examples=300, deadline=None)
-@given(listed=st.sets(st.sampled_from(NAMES)), steps=events)
+def _apply(owner: _Owner, client: set[str]) -> None:
+    """The client applies each update; each carries the hash of its list once applied."""
+    for update in _updates(owner):
+        client.update(update.new_topics)
+        client.difference_update(update.deleted_topics)
+        assert update.topics_hash == topics_hash(client)
+
+
+@settings(max_examples=400, deadline=None)
+@given(listed=st.sets(st.sampled_from(NAMES)), steps=events,
+       most=st.sampled_from([1, 2, topic_watchers.MAX_UPDATE_TOPICS]))
 def test_the_client_list_always_ends_as_the_watchers(listed: set[str],
-                                                      steps: list[tuple[str, bool]]) -> None:
+                                                      steps: list[tuple[str, bool]],
+                                                      most: int) -> None:
     owner = _Owner()
     watcher = _watcher(owner, sorted(listed))
     client: set[str] = set(listed)
     truth: set[str] = set(listed)
-    for name, flag in steps:
-        if name == "pause":
-            was = owner.paused
-            owner.paused = flag
-            if was and not flag:
-                watcher.flush()  # the connection's on_writable
-        else:
-            watcher(name, flag)
-            (truth.add if flag else truth.discard)(name)
-        assert not (owner.paused and owner.written), "written while not writable"
-        for update in _updates(owner):
-            client.update(update.new_topics)
-            client.difference_update(update.deleted_topics)
-            assert update.topics_hash == topics_hash(truth)
-        assert len(watcher._unsent) <= len(NAMES)
-    owner.paused = False
-    watcher.flush()
-    for update in _updates(owner):
-        client.update(update.new_topics)
-        client.difference_update(update.deleted_topics)
+    with mock.patch.object(topic_watchers, "MAX_UPDATE_TOPICS", most):
+        for name, flag in steps:
+            if name == "turn":
+                owner.turn_ends()
+            elif name == "pause":
+                was, owner.paused = owner.paused, flag
+                if was and not flag:
+                    watcher.flush()  # the connection's on_writable
+            else:
+                watcher(name, flag)
+                (truth.add if flag else truth.discard)(name)
+            assert not (owner.paused and owner.written), "written while not writable"
+            _apply(owner, client)
+            assert len(watcher._unsent) <= len(NAMES)
+        if owner.paused:
+            owner.paused = False
+            watcher.flush()  # on_writable
+        owner.turn_ends()
+        _apply(owner, client)
     assert client == truth == watcher.topics
