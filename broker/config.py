@@ -145,6 +145,12 @@ class BrokerConfig:
     default_num_partitions: int = _opt(
         "defaultNumPartitions", 1,
         "Partitions of a topic auto-created with allowAutoTopicCreationType=partitioned.")
+    max_num_partitions_per_partitioned_topic: int = _opt(
+        "maxNumPartitionsPerPartitionedTopic", 10_000,
+        "Most partitions a partitioned topic may have; creating or growing one beyond is "
+        "refused (REST 406, \"Number of partitions should be less than or equal to N\"). "
+        "0 or less = no limit (Pulsar's default is 0; Horae's is 10,000: one node serves every "
+        "partition).")
     broker_entry_metadata_interceptors: str = _opt(
         "brokerEntryMetadataInterceptors", "",
         "Comma-separated interceptors that prefix every stored entry with broker entry metadata: "
@@ -616,6 +622,11 @@ class BrokerConfig:
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{KEY_OF_FIELD[name]} must be > 0, not {getattr(self, name)}")
+        if 0 < self.max_num_partitions_per_partitioned_topic < self.default_num_partitions:
+            raise ConfigError(
+                f"defaultNumPartitions ({self.default_num_partitions}) must not exceed "
+                f"maxNumPartitionsPerPartitionedTopic "
+                f"({self.max_num_partitions_per_partitioned_topic})")
         try:
             check_watermarks(high=self.disk_usage_threshold, low=self.disk_usage_lwm_threshold)
         except ValueError as exc:

@@ -46,6 +46,7 @@ DYNAMIC_KEYS: tuple[str, ...] = (
     "allowAutoTopicCreationType",
     "allowAutoSubscriptionCreation",
     "defaultNumPartitions",
+    "maxNumPartitionsPerPartitionedTopic",
     "brokerDeleteInactiveTopicsEnabled",
     "brokerDeleteInactiveTopicsMaxInactiveDurationSeconds",
     "brokerDeleteInactiveTopicsMode",

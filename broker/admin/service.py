@@ -61,7 +61,7 @@ from broker.transactions.stats import (
     TopicBufferStats,
     TransactionStats,
 )
-from protocol.errors import TopicNotFoundError
+from protocol.errors import NotAllowedError, TopicNotFoundError
 from storage.positions import Position
 
 __all__ = [
@@ -273,6 +273,13 @@ class AdminTopics:
     # --- lifecycle -----------------------------------------------------------------------
     async def create(self, tn: TopicName) -> None:
         await self._service.get_topic(tn.full, create=True)
+
+    def check_partition_limit(self, partitions: int) -> None:
+        """406 beyond ``maxNumPartitionsPerPartitionedTopic``, as Pulsar answers."""
+        try:
+            self._service.check_partition_limit(partitions)
+        except NotAllowedError as exc:
+            raise E.RestError(406, exc.message) from None
 
     async def create_partitioned(self, tn: TopicName, partitions: int) -> None:
         await self._service.create_partitioned_topic(tn.full, partitions)

@@ -301,6 +301,7 @@ async def update_partitions(request: web.Request) -> web.Response:
     admin, tn = await _topic(request)
     if partitions <= 0:
         raise E.RestError(406, E.PARTITIONS_NOT_POSITIVE)
+    admin.topics.check_partition_limit(partitions)
     current = await admin.topics.partition_count(tn)
     if current == 0:
         if await admin.topics.exists(tn):

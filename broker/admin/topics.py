@@ -97,6 +97,7 @@ async def create_partitioned(request: web.Request) -> web.Response:
     await admin.tenants.require_namespace(m["tenant"], m["namespace"])
     if partitions <= 0:
         raise E.RestError(406, E.PARTITIONS_NOT_POSITIVE)
+    admin.topics.check_partition_limit(partitions)
     if await admin.topics.partition_count(tn) > 0:
         raise E.conflict(E.PARTITIONED_TOPIC_EXISTS)
     if await admin.topics.exists(tn):

@@ -6,6 +6,7 @@ import time
 from typing import Any
 
 import pulsar
+import pytest
 
 from .conftest import Api
 
@@ -140,6 +141,36 @@ def test_partitioned_create_validates_its_body(api: Api) -> None:
     assert api("PUT", f"{P}/plain").status == 204
     clash = api("PUT", f"{P}/plain/partitions", 2)
     assert (clash.status, clash.reason) == (409, "This topic already exists")
+
+
+def test_partitions_beyond_the_limit_are_refused_as_pulsar_refuses_them(
+        api: Api, client: Any) -> None:
+    """``maxNumPartitionsPerPartitionedTopic`` (Horae's default 10,000; dynamic; 0 = none)
+    bounds a create, a grow and a lookup's auto-creation from a namespace's override."""
+    over = api("PUT", f"{P}/huge/partitions", 10_001)
+    assert (over.status, over.reason) == over_reason(10_000)
+    assert api("PUT", f"{P}/grown/partitions", 3).status == 204
+    grow = api("POST", f"{P}/grown/partitions", 10_001)
+    assert (grow.status, grow.reason) == over_reason(10_000)
+    key = "/admin/v2/brokers/configuration/maxNumPartitionsPerPartitionedTopic"
+    assert api("POST", f"{key}/4").status == 200
+    assert (api("POST", f"{P}/grown/partitions", 5).status,
+            api("PUT", f"{P}/small/partitions", 5).status) == (406, 406)
+    assert api("PUT", f"{P}/small/partitions", 4).status == 204
+    # a namespace's override asking for more: the client's lookup is refused (NotAllowed)
+    ns = "/admin/v2/namespaces/public/default/autoTopicCreation"
+    assert api("POST", ns, {"allowAutoTopicCreation": True, "topicType": "partitioned",
+                            "defaultNumPartitions": 8}).status == 204
+    with pytest.raises(Exception, match="NotAllowed"):
+        client.get_topic_partitions(f"{T}/auto-over-the-limit")
+    assert api("GET", f"{P}/auto-over-the-limit/partitions").body["partitions"] == 0
+    assert api("POST", f"{key}/0").status == 200  # no limit
+    assert api("PUT", f"{P}/unbounded/partitions", 20_000).status == 204
+    assert api("DELETE", ns).status == 204
+
+
+def over_reason(limit: int) -> tuple[int, str]:
+    return 406, f"Number of partitions should be less than or equal to {limit}"
 
 
 def test_stats_and_internal_stats(api: Api, client: Any) -> None:
