@@ -51,7 +51,7 @@ from broker.topics.namespace_service import NamespaceService
 from broker.topics.nonpersistent import NonPersistentTopic
 from broker.topics.policies import PolicyStore
 from broker.topics.schemas import SchemaRegistry
-from broker.topics.service import BrokerService
+from broker.topics.service import BrokerService, check_partition_limit
 from broker.topics.topic import Topic
 from broker.transactions.ids import TxnId
 from broker.transactions.service import TransactionService
@@ -277,7 +277,7 @@ class AdminTopics:
     def check_partition_limit(self, partitions: int) -> None:
         """406 beyond ``maxNumPartitionsPerPartitionedTopic``, as Pulsar answers."""
         try:
-            self._service.check_partition_limit(partitions)
+            check_partition_limit(self._service.config, partitions)
         except NotAllowedError as exc:
             raise E.RestError(406, exc.message) from None
 

@@ -79,7 +79,7 @@ from storage.stats import StorageStats
 from storage.store import SegmentStore
 from storage.to_the_end import finish
 
-__all__ = ["PARTITIONS_OVER_LIMIT", "BrokerService"]
+__all__ = ["PARTITIONS_OVER_LIMIT", "BrokerService", "check_partition_limit"]
 
 log = logging.getLogger("horae.service")
 
@@ -87,6 +87,15 @@ _instance_counter = itertools.count()
 
 #: Pulsar's text for a partitioned topic beyond ``maxNumPartitionsPerPartitionedTopic``.
 PARTITIONS_OVER_LIMIT = "Number of partitions should be less than or equal to {}"
+
+
+def check_partition_limit(config: BrokerConfig, partitions: int) -> None:
+    """``maxNumPartitionsPerPartitionedTopic`` (0 or less: no limit), read at each use: a
+    partitioned topic with more partitions is refused (every path that makes or grows one:
+    REST, and a lookup auto-creating one from a namespace's override)."""
+    limit = config.max_num_partitions_per_partitioned_topic
+    if 0 < limit < partitions:
+        raise NotAllowedError(PARTITIONS_OVER_LIMIT.format(limit))
 
 
 class BrokerService:
@@ -387,7 +396,7 @@ class BrokerService:
             raise InvalidTopicNameError(f"{tn.full} is a partition name")
         if partitions <= 0:
             raise NotAllowedError("The number of partitions must be more than 0")
-        self.check_partition_limit(partitions)
+        check_partition_limit(self.config, partitions)
         self.tenancy.require_namespace(tn.namespace)
         if tn.full in self._partitioned or self._topic_known(tn):
             raise NotAllowedError("This topic already exists")
@@ -398,14 +407,6 @@ class BrokerService:
         if tn.is_persistent:
             self.topic_events.created(tn.partition(i).full for i in range(partitions))
 
-    def check_partition_limit(self, partitions: int) -> None:
-        """``maxNumPartitionsPerPartitionedTopic`` (0: no limit), read at each use: a partitioned
-        topic with more partitions is refused (every path that makes or grows one: REST, and a
-        lookup auto-creating one from a namespace's override)."""
-        limit = self.config.max_num_partitions_per_partitioned_topic
-        if 0 < limit < partitions:
-            raise NotAllowedError(PARTITIONS_OVER_LIMIT.format(limit))
-
     async def update_partitioned_topic(self, name: str, partitions: int) -> None:
         """Grow a partitioned topic (Pulsar never shrinks one)."""
         tn = TopicName.parse(name)
@@ -414,7 +415,7 @@ class BrokerService:
             raise TopicNotFoundError("Partitioned topic not found")
         if partitions <= current:
             raise NotAllowedError("The number of partitions can only be increased")
-        self.check_partition_limit(partitions)
+        check_partition_limit(self.config, partitions)
         await self.store.metadata.put("topic", tn.full, {"partitions": partitions})
         self._partitioned[tn.full] = partitions
         if tn.is_persistent:
@@ -439,7 +440,7 @@ class BrokerService:
             return n
         # beyond maxNumPartitionsPerPartitionedTopic (a namespace override's count): refused
         # to the client, not made a non-partitioned topic by the suppression below
-        self.check_partition_limit(auto.partitions)
+        check_partition_limit(self.config, auto.partitions)
         # NotAllowed: created meanwhile, by another lookup or as a non-partitioned topic
         with contextlib.suppress(NotAllowedError):
             await self.create_partitioned_topic(tn.full, auto.partitions)
