@@ -80,7 +80,8 @@ class WatcherConnection(ConnectionView, Protocol):
 
 
 class _Watcher:
-    """One watcher: its namespace, pattern and the matching topics the client was told of."""
+    """One watcher: its namespace, pattern, the matching topics, and the changes to them the
+    client has not been sent yet."""
 
     def __init__(self, owner: TopicWatchers, watcher_id: int, namespace: str,
                  pattern: re.Pattern[str]) -> None:
@@ -90,7 +91,7 @@ class _Watcher:
         self.pattern = pattern
         self.topics: set[str] | None = None  # None until the namespace has been listed
         self._early: dict[str, bool] = {}  # the last event per topic while it was being listed
-        # topics changed while the connection was not writable -> whether the client knows it
+        # topics changed since the client's last update -> whether the client knows it exists
         self._unsent: dict[str, bool] = {}
 
     def matches(self, full: str) -> bool:
@@ -116,8 +117,7 @@ class _Watcher:
         if not self.matches(full):
             return
         if self.topics is None:
-            self._early.pop(full, None)  # the newest event last (the order they are applied)
-            self._early[full] = created
+            self._early[full] = created  # the last event per topic decides
             return
         if created == (full in self.topics):
             return  # nothing new (a topic loaded again, a partition already listed)
