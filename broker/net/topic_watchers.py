@@ -140,14 +140,10 @@ class _Watcher:
         topics = self.topics
         if not unsent or topics is None:
             return
-        new = sorted(full for full, told in unsent.items() if not told and full in topics)
-        deleted = sorted(full for full, told in unsent.items() if told and full not in topics)
-        if len(new) + len(deleted) <= MAX_UPDATE_TOPICS:
-            if new or deleted:
-                self._owner.write(encode_watch_topic_update(self.watcher_id, new, deleted,
-                                                            topics_hash(topics)))
-            return
-        # several updates, each with the hash of the list as it is once applied
+        # a topic stays in _unsent only while its state differs from what the client was told
+        new = sorted(full for full, told in unsent.items() if not told)
+        deleted = sorted(full for full, told in unsent.items() if told)
+        # one update per MAX_UPDATE_TOPICS names, each with the hash of the list once applied
         state = (topics - set(new)) | set(deleted)  # what the client knows now
         changes = [(full, False) for full in deleted] + [(full, True) for full in new]
         for start in range(0, len(changes), MAX_UPDATE_TOPICS):
@@ -167,7 +163,7 @@ class TopicWatchers:
         self._connection = connection
         self._watchers: dict[int, _Watcher] = {}
         self._closed = False
-        self._due: dict[int, _Watcher] = {}  # watchers with changes to send this turn
+        self._due: set[_Watcher] = set()  # watchers with changes to send this turn
 
     def write(self, data: bytes) -> None:
         self._connection.write(data)
@@ -182,14 +178,14 @@ class TopicWatchers:
         connection is writable again (module docstring, 2)."""
         if not self._due:
             asyncio.get_running_loop().call_soon(self._flush_due)
-        self._due[id(watcher)] = watcher
+        self._due.add(watcher)
 
     def _flush_due(self) -> None:
         if self._closed or self.paused:
             self._due.clear()  # the watchers keep their changes for on_writable
             return
-        due, self._due = self._due, {}
-        for watcher in due.values():
+        due, self._due = self._due, set()
+        for watcher in due:
             if self._watchers.get(watcher.watcher_id) is watcher:  # not closed meanwhile
                 watcher.flush()
 
