@@ -44,7 +44,7 @@ name, on a namespace with a 1 ms tick, stopped and started again on the same dat
 
 Herd (``--herd N``, first tracker of ``--trackers``; with ``--pulsar`` then the same on Pulsar 4.0
 standalone with a 1 ms tick, and the two side by side): N messages due in the same millisecond,
-5 s after publishing ends. From publishing's end a raw connection PINGs every 5 ms
+5 s after publishing ends if it runs at 3,000 msg/s or faster (``--herd-publish-rate``). From publishing's end a raw connection PINGs every 5 ms
 (``bench/loop_stall.py``'s pinger: the event loop's stalls) and another producer sends one
 message at a time on another topic; printed: how long the herd took to arrive, the consume
 rate, and the PING and publish latencies before and during it (targets: all within 8 s,
@@ -674,26 +674,32 @@ def _publish_latencies(service_url: str, topic: str, stop: threading.Event,
         c.close()
 
 
-def _write_latency(web_url: str, topic: str) -> dict[float, float]:
+def _write_latency(web_url: str, topic: str) -> dict[Any, float]:
     """The broker's ``pulsar_storage_write_latency`` histogram of *topic* (cumulative count
     per upper bound in ms, ``inf`` last): each publish timed from the loop's read of its SEND
-    to its receipt's write, the broker's part of a publish alone."""
+    to its receipt's write, the broker's part of a publish alone. Also, under the keys
+    ``"hits"`` and ``"misses"``, the entry cache's ``horae_storage_cache_*_total`` counters
+    (whether a herd is read from memory or from disk)."""
     with urllib.request.urlopen(f"{web_url}/metrics", timeout=30) as r:
         text = r.read().decode()
     label = f'topic="{topic}"'
-    out: dict[float, float] = {}
+    out: dict[Any, float] = {}
     for line in text.splitlines():
         if line.startswith("pulsar_storage_write_latency_bucket{") and label in line:
             le = line.split('le="', 1)[1].split('"', 1)[0]
             out[float(le)] = float(line.rsplit(" ", 1)[1])
+        elif line.startswith(("horae_storage_cache_hits_total{",
+                              "horae_storage_cache_misses_total{")):
+            out[line[len("horae_storage_cache_"):].split("_", 1)[0]] = float(line.rsplit(" ", 1)[1])
     return out
 
 
-def _broker_part(start: dict[float, float], end: dict[float, float]) -> tuple[int, float | None,
+def _broker_part(start: dict[Any, float], end: dict[Any, float]) -> tuple[int, float | None,
                                                                                float | None]:
     """(publishes, share answered within 5 ms, the bucket bound their p99 falls in) between
     two :func:`_write_latency` readings."""
-    delta = {le: end.get(le, 0.0) - start.get(le, 0.0) for le in sorted(end)}
+    delta = {le: end.get(le, 0.0) - start.get(le, 0.0)
+             for le in sorted(k for k in end if isinstance(k, float))}
     count = int(delta.get(float("inf"), 0.0))
     if not count:
         return 0, None, None
@@ -872,13 +878,14 @@ def herd_round(target: HerdTarget, args: argparse.Namespace) -> dict[str, Any]:
     procs: list[Any] = []
     consumer: Any = None
     try:
-        # due 5 s after publishing ends if it runs at >= 3,000 msg/s
-        due_at = time.time_ns() // 1_000_000 + args.herd // 3 + 5000
+        # due 5 s after publishing ends if it runs at >= --herd-publish-rate (3,000 msg/s)
+        lead_ms = args.herd * 1000 // max(1, args.herd_publish_rate) + 5000
+        due_at = time.time_ns() // 1_000_000 + lead_ms
         if args.herd_consumers:
             p_stop, p_received, p_results, procs = _herd_consumers(
                 target.service_url, herd_topic, args.herd_consumers, due_at,
                 args.herd_receiver_queue)
-            due_at = time.time_ns() // 1_000_000 + args.herd // 3 + 5000
+            due_at = time.time_ns() // 1_000_000 + lead_ms
         else:
             consumer = c.subscribe(herd_topic, SUB, consumer_type=pulsar.ConsumerType.Shared,
                                    receiver_queue_size=1000)
@@ -984,6 +991,9 @@ def herd_round(target: HerdTarget, args: argparse.Namespace) -> dict[str, Any]:
                                 if loop_cpu is not None else None),
            "machine_busy_cores": round((busy_end[0] - busy_start[0])
                                        / max(1e-9, busy_end[1] - busy_start[1]), 2),
+           "broker_cache_hits": int(latency_end.get("hits", 0) - latency_start.get("hits", 0)),
+           "broker_cache_misses": int(latency_end.get("misses", 0)
+                                      - latency_start.get("misses", 0)),
            "broker_reads_per_message": round((io_end[0] - io_start[0]) / max(1, got), 3),
            "broker_writes_per_message": round((io_end[1] - io_start[1]) / max(1, got), 3)}
     print(f"  [{label}] published {args.herd} in {publish_s:.1f} s; received {got} "
@@ -1005,7 +1015,9 @@ def herd_round(target: HerdTarget, args: argparse.Namespace) -> dict[str, Any]:
         print(f"  [{label}] the broker's part of those publishes (its write-latency histogram "
               f"of the other topic over the herd: SEND read to receipt written): "
               f"{broker_within_5ms} of {broker_count} within 5 ms, p99 in the bucket up to "
-              f"{broker_p99_bound} ms")
+              f"{broker_p99_bound} ms; the entry cache over the herd: {res['broker_cache_hits']} "
+              f"entries read from it, {res['broker_cache_misses']} lookups missed (read from "
+              f"disk)")
     return res
 
 
@@ -1061,6 +1073,10 @@ def main() -> None:
                    help="also: this many messages due in the same millisecond (0: no herd run)")
     p.add_argument("--herd-consumers", type=int, default=0, dest="herd_consumers",
                    help="herd: this many consumer processes (0: one consumer in this process)")
+    p.add_argument("--herd-publish-rate", type=int, default=3000, dest="herd_publish_rate",
+                   help="herd: the publish rate (msg/s) the herd's due time is set for: due "
+                        "N / rate seconds after publishing starts, plus 5 (a faster publish "
+                        "leaves a longer quiet window before it)")
     p.add_argument("--herd-receiver-queue", type=int, default=1000, dest="herd_receiver_queue",
                    help="herd: each consumer process's receiver_queue_size")
     p.add_argument("--loop-turns", action="store_true", dest="loop_turns",

@@ -11,7 +11,8 @@ label; ``horae_publish_refused_total`` also ``reason`` (``disk``: the store is r
 Counters (exposed with ``_total``): fsyncs, failed fsyncs, group commits, the entries they
 made durable, seconds spent in fdatasync, corrupt records,
 truncated bytes, dropped entries, corrupt cursor files, cursor fallbacks, cursor save
-failures, read-only entries, appends refused while read-only. Gauges: read-only (0/1), disk
+failures, read-only entries, appends refused while read-only, entries read from the entry
+cache and lookups it missed. Gauges: read-only (0/1), disk
 usage ratio, oldest unsaved acknowledgement age (s), cursors failing to save now, topics
 whose trimming is suspended, fenced managed ledgers, open managed ledgers, entry-cache bytes,
 and the copy-forward of long-delayed messages (broker/delayed/relocate.py): pending entries
@@ -51,6 +52,9 @@ STORAGE_COUNTERS: dict[str, tuple[str, str]] = {
                                         "(disk usage reached diskUsageThreshold)"),
     "horae_storage_appends_refused_read_only": ("appends_refused_read_only",
                                                 "Appends refused while read-only"),
+    "horae_storage_cache_hits": ("cache_hits", "Entries read from the entry cache"),
+    "horae_storage_cache_misses": ("cache_misses", "Lookups the entry cache could not answer "
+                                   "(the entries were then read from disk)"),
 }
 
 #: Gauge family name -> (StorageStats field, help).

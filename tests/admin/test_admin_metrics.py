@@ -500,7 +500,8 @@ def test_storage_health_and_publish_refusals_are_exported_under_the_alerted_name
     service.stats = storage_stats_with(
         failed_fsyncs=2, corrupt_records=3, truncated_bytes=40, cursor_fallbacks=1,
         read_only=True, disk_usage=0.96, oldest_unsaved_ack_seconds=1.5, cursors_failing_save=1,
-        relocated_entries=6, relocated_bytes=1300, relocated_ledgers=3)
+        relocated_entries=6, relocated_bytes=1300, relocated_ledgers=3, cache_hits=11,
+        cache_misses=5)
     service.publish_refused = {"disk": 7}
     scraped = _samples(_exposition(service))
     assert _value(scraped, "horae_storage_fsync_failures_total", cluster="c1") == 2
@@ -514,6 +515,8 @@ def test_storage_health_and_publish_refusals_are_exported_under_the_alerted_name
     assert _value(scraped, "horae_storage_relocated_entries", cluster="c1") == 6
     assert _value(scraped, "horae_storage_relocated_bytes", cluster="c1") == 1300
     assert _value(scraped, "horae_storage_relocated_ledgers", cluster="c1") == 3
+    assert _value(scraped, "horae_storage_cache_hits_total", cluster="c1") == 11
+    assert _value(scraped, "horae_storage_cache_misses_total", cluster="c1") == 5
     assert _value(scraped, "horae_publish_refused_total", cluster="c1", reason="disk") == 7
 
 
