@@ -2,8 +2,10 @@
 
 Theory of operation: storage code never calls os.write/os.fdatasync/os.replace directly; it
 calls the FileOps instance it was given (SegmentStore.open(..., file_ops=...)). Tests inject
-failures (EIO from fdatasync, short writes) by subclassing. All methods are blocking and are
-only ever called from the writer thread or executor threads, never from the event loop.
+failures (EIO from fdatasync, short writes) by subclassing. Every method but pread_nowait
+blocks and is only ever called from the writer thread or executor threads, never from the
+event loop; pread_nowait never waits for the disk and is called on the loop
+(storage/read_fds.py).
 
 atomic_write() is the one crash-safe way to replace a small file: write a temporary file,
 fsync it, rename it over the target, fsync the directory. A reader after a crash sees either
@@ -37,6 +39,18 @@ class FileOps:
 
     def pread(self, fd: int, size: int, offset: int) -> bytes:
         return os.pread(fd, size, offset)
+
+    def pread_nowait(self, fd: int, size: int, offset: int) -> bytes | None:
+        """``size`` bytes at ``offset`` if the page cache holds them all, else None: a read
+        with ``RWF_NOWAIT``, which never waits for the disk. The one call made on the event
+        loop (storage/read_fds.py). Raises OSError (EOPNOTSUPP, ...) where the kernel or
+        the file system does not take the flag."""
+        buf = bytearray(size)
+        try:
+            got = os.preadv(fd, [buf], offset, os.RWF_NOWAIT)
+        except BlockingIOError:
+            return None
+        return bytes(buf) if got == size else None
 
     def fdatasync(self, fd: int) -> None:
         os.fdatasync(fd)

@@ -57,6 +57,7 @@ from storage.ledger_appends import LedgerAppends, LedgerLifecycle, ReadOnlyFlag
 from storage.ledger_list import LedgerList
 from storage.ledger_state import LedgerInfo, LedgerState
 from storage.positions import Entry, Position
+from storage.read_fds import ReadFds
 from storage.reads import DEFAULT_MAX_READ_BYTES, EntryReader
 from storage.relocation import RelocatedEntries, RelocatedState
 from storage.sealed_checks import SealedChecks
@@ -85,6 +86,7 @@ class LedgerContext:
     cursor_pool: Executor
     disk: ReadOnlyFlag
     pager: IndexPager
+    read_fds: ReadFds
     report: Callable[[RecoveryEvent], None]
     on_close: Callable[[ManagedLedger], None]
     #: A cursor of this ledger now holds unsaved changes (the store's flush visits those).
@@ -143,7 +145,8 @@ class ManagedLedger:
         self.appends_in_flight = ctx.writer.in_flight
         self._reader = EntryReader(
             ctx.loop, ctx.ops, ctx.cache, ctx.read_pool, ctx.pager, self._ledgers,
-            self._ledger_ids, self._drop_corrupt, self.relocated, self.sealed_checks,
+            self._ledger_ids, self._drop_corrupt, ctx.read_fds, self.relocated,
+            self.sealed_checks,
         )
         #: Scattered positions in one read-thread job (storage/reads.py), counted in
         #: :attr:`entries_read`.
@@ -331,6 +334,7 @@ class ManagedLedger:
                     forgotten.append(ledger_id)
             self._ctx.cache.drop_ledger(ledger_id)
             self._ctx.pager.forget(led.segment)
+            self._ctx.read_fds.forget(led.segment)
             if not was_ghost:
                 self._ctx.writer.delete(led.segment)
         if deleted:
@@ -377,6 +381,7 @@ class ManagedLedger:
                 finally:
                     for led in self._ledgers.values():
                         self._ctx.pager.forget(led.segment)
+                        self._ctx.read_fds.forget(led.segment)
                     self._ctx.on_close(self)
 
             closing = self._closing = asyncio.ensure_future(steps())

@@ -1,4 +1,6 @@
-"""EntryReader: the read path of one managed ledger (cache first, then disk in read threads).
+"""EntryReader: the read path of one managed ledger (cache first, then disk: a run the page
+cache holds read in place without waiting for the disk, storage/read_fds.py, the rest in read
+threads).
 
 Owned by its ManagedLedger, which shares (never replaces) its ledger table and id list with
 it; loop-only. Reads stop at each ledger's confirmed count (never past what was synced and
@@ -25,10 +27,11 @@ from storage.index_pages import IndexPager
 from storage.ledger_state import LedgerState
 from storage.limits import is_fd_exhaustion
 from storage.positions import Entry, Position
+from storage.read_fds import ReadFds
 from storage.relocation import RelocatedEntries
 from storage.sealed_checks import SealedChecks
 from storage.segment_file import IndexResidency
-from storage.segments import FORMAT_V3, read_records
+from storage.segments import FORMAT_V3, parse_records, read_records, records_span
 
 DEFAULT_MAX_READ_BYTES = 5 * 1024 * 1024
 
@@ -44,9 +47,10 @@ class EntryReader:
     def __init__(
         self, loop: asyncio.AbstractEventLoop, ops: FileOps, cache: EntryCache, pool: Executor,
         pager: IndexPager, ledgers: Mapping[int, LedgerState], ledger_ids: list[int],
-        on_corrupt: OnCorrupt, relocated: RelocatedEntries | None = None,
+        on_corrupt: OnCorrupt, fds: ReadFds, relocated: RelocatedEntries | None = None,
         checks: SealedChecks | None = None,
     ) -> None:
+        self._fds = fds
         self._relocated = relocated
         self._checks = checks
         self._pager = pager
@@ -276,11 +280,16 @@ class EntryReader:
             end = max(end, led.confirmed)
         if not wanted:
             return end, nbytes
+        first, size = records_span(wanted)
+        blob = self._fds.read(segment, size, first)   # in place, if the page cache has it all
         try:
-            got = await self._loop.run_in_executor(
-                self._pool, read_records, self._ops, segment.path, wanted, segment.format,
-                segment.ledger_id,
-            )
+            if blob is not None:
+                got = parse_records(blob, wanted, segment.format, segment.ledger_id)
+            else:
+                got = await self._loop.run_in_executor(
+                    self._pool, read_records, self._ops, segment.path, wanted,
+                    segment.format, segment.ledger_id,
+                )
         except FileNotFoundError:  # trimmed or deleted while we were reading
             return led.confirmed, nbytes
         except OSError as exc:

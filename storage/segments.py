@@ -447,13 +447,27 @@ def read_records(
     """
     if not wanted:
         return []
-    first = wanted[0][1]
-    end = wanted[-1][1] + RECORD_HEADER_SIZE + wanted[-1][2]
+    first, size = records_span(wanted)
     fd = ops.open(path, os.O_RDONLY)
     try:
-        blob = ops.pread(fd, end - first, first)
+        blob = ops.pread(fd, size, first)
     finally:
         ops.close(fd)
+    return parse_records(blob, wanted, fmt, ledger_id)
+
+
+def records_span(wanted: list[tuple[int, int, int]]) -> tuple[int, int]:
+    """(offset, size) of the one read that covers (entry_id, offset, length) records in
+    offset order."""
+    first = wanted[0][1]
+    return first, wanted[-1][1] + RECORD_HEADER_SIZE + wanted[-1][2] - first
+
+
+def parse_records(blob: bytes, wanted: list[tuple[int, int, int]], fmt: int,
+                  ledger_id: int) -> list[tuple[int, bytes | None]]:
+    """The records of :func:`read_records` out of ``blob``, the bytes of their span
+    (:func:`records_span`), each checked: (entry_id, data), data None when it fails."""
+    first = wanted[0][1]
     bias = length_bias(fmt)
     ident = crc_identity(fmt, ledger_id)
     # record_crc inlined (a drain from disk runs this once per entry): the prefix, then the data

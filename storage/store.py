@@ -56,6 +56,7 @@ from storage.ledger import LedgerContext, ManagedLedger
 from storage.limits import raise_nofile_limit
 from storage.metadata import MetadataStore
 from storage.names import HASHED_PREFIX, decode_name, encode_name, legacy_plain_name
+from storage.read_fds import ReadFds
 from storage.recovery import RecoveredDir, load_ledger_dir, segment_ids
 from storage.relocation import load_relocated
 from storage.segments import RecoveryEvent
@@ -135,6 +136,8 @@ class SegmentStore:
             interval_s=config.entry_cache_eviction_interval_s)
         self.pager = IndexPager(self._loop, ops, self._read_pool, config.index_cache_bytes)
         self.writer.index_hook = self.pager.watch
+        #: Descriptors for reads the page cache answers on the loop (storage/read_fds.py).
+        self.read_fds = ReadFds(self._loop, ops, self._read_pool)
         self._open: dict[str, ManagedLedger] = {}
         self._opening: dict[str, asyncio.Lock] = {}
         self._events: list[RecoveryEvent] = []
@@ -157,7 +160,8 @@ class SegmentStore:
         self._dirty_cursors: set[ManagedLedger] = set()
         self._ctx = LedgerContext(
             self._loop, config, ops, ids, self.writer, self.cache, self._read_pool,
-            self._io_pool, self._cursor_pool, self.disk, self.pager, self._report,
+            self._io_pool, self._cursor_pool, self.disk, self.pager, self.read_fds,
+            self._report,
             self._ledger_closed, self._dirty_cursors.add,
         )
         self._flush_task: asyncio.Task[None] | None = None
@@ -391,6 +395,8 @@ class SegmentStore:
                 log.exception("storage: closing %s failed", ml.name)
         await self.writer.stop()
         loop = self._loop
+        for fd in self.read_fds.close():   # in the pool: a close may free a trimmed file
+            await loop.run_in_executor(self._read_pool, self._ops.close, fd)
         await loop.run_in_executor(None, self._cursor_pool.shutdown, True)
         await loop.run_in_executor(None, self._io_pool.shutdown, True)
         await loop.run_in_executor(None, self._read_pool.shutdown, True)

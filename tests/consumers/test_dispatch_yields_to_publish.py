@@ -1,6 +1,7 @@
 """A busy dispatcher lets a publish on its store through: while appends wait for the storage
-threads, each slice's end hands them the interpreter for a moment, without waiting for the
-publish to be answered; its deliveries go on, in order, each message once."""
+threads, each slice's end waits for them to come back, a bounded time (the loop idles, the
+threads take the interpreter), and a publish that does not come back does not stop it: its
+deliveries go on, in order, each message once."""
 
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ class _GatedWrites(FileOps):
         return super().writev(fd, buffers)
 
 
-async def test_a_busy_dispatcher_hands_over_the_interpreter_but_does_not_wait(
+async def test_a_busy_dispatcher_waits_for_a_publish_a_bounded_time_then_goes_on(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(dispatch_base, "DISPATCH_SLICE_S", 0.0)   # every round ends a slice
     ops = _GatedWrites()
@@ -47,15 +48,16 @@ async def test_a_busy_dispatcher_hands_over_the_interpreter_but_does_not_wait(
         other = await store.open_ledger("persistent://public/default/other")
         for i in range(1000):
             await ledger.append(_entry(i))
-        handovers: list[tuple[int, bool]] = []
-        original = AppendsInFlight.let_through
+        waits: list[tuple[int, float, bool]] = []
+        original = AppendsInFlight.handed_back
 
-        def spy(self: AppendsInFlight) -> bool:
-            handed = original(self)
-            handovers.append((self.batches, handed))
-            return handed
+        async def spy(self: AppendsInFlight, timeout: float) -> bool:
+            batches = self.batches
+            back = await original(self, timeout)
+            waits.append((batches, timeout, back))
+            return back
 
-        monkeypatch.setattr(AppendsInFlight, "let_through", spy)
+        monkeypatch.setattr(AppendsInFlight, "handed_back", spy)
         sub = await Subscription.open(StubTopic(ledger), "s", durable=True,
                                       initial_position="earliest")
         conn = FakeConnection()
@@ -70,9 +72,9 @@ async def test_a_busy_dispatcher_hands_over_the_interpreter_but_does_not_wait(
         sub.dispatcher.schedule()
         await _settle_dispatch(sub)
         assert sub.dispatcher._task is None
-        # every slice's end found the publish in flight and handed the interpreter over, and
-        # the dispatcher went on without waiting for it: all delivered while it is held
-        assert handovers and all(h == (1, True) for h in handovers)
+        # every slice's end found the publish in flight and waited for it, its bound at
+        # most, then went on: all delivered while it is held
+        assert waits and all(w == (1, dispatch_base.APPENDS_WAIT_S, False) for w in waits)
         assert not publish.done()
         ids = conn.message_ids()
         assert len(ids) == 1000 and ids == sorted(set(ids))

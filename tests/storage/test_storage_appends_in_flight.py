@@ -1,16 +1,17 @@
 """The writer counts the batches it holds (opened on the loop, not yet handed back) until
 they are back: after success and after a failed fdatasync alike, so a busy reader does not
-hand the interpreter over for a batch that will not come back; and it hands it over only while
-one is in flight."""
+wait for a batch that will not come back; and a wait for the hand-back ends when the batches
+are back or at its timeout, whichever is first."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
 from waiting import wait_until_async
 
-from storage import SegmentStore, StorageConfig, appends_in_flight
+from storage import SegmentStore, StorageConfig
 from storage.appends_in_flight import AppendsInFlight
 from storage.errors import PersistenceError
 from storage.fileops import FileOps
@@ -66,15 +67,27 @@ async def test_a_failed_sync_hands_its_batches_back_too(tmp_path: Path) -> None:
         await store.close()
 
 
-def test_the_interpreter_is_handed_over_only_while_a_batch_is_in_flight(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    sleeps: list[float] = []
-    monkeypatch.setattr(appends_in_flight.time, "sleep", sleeps.append)
+async def test_a_wait_for_the_hand_back_ends_at_the_return_or_the_timeout() -> None:
     in_flight = AppendsInFlight()
-    assert not in_flight.let_through() and sleeps == []
+    assert await in_flight.handed_back(WAIT_S)        # nothing in flight: no wait at all
     in_flight.opened()
-    assert in_flight.let_through() and sleeps == [0]
+    in_flight.opened()
+    loop = asyncio.get_running_loop()
+    waiting = [loop.create_task(in_flight.handed_back(WAIT_S)) for _ in range(3)]
+    await asyncio.sleep(0)
     in_flight.returned(1)
-    assert not in_flight.let_through() and sleeps == [0]
-    in_flight.returned(1)                  # never below zero
+    await asyncio.sleep(0)
+    assert not any(w.done() for w in waiting)         # one batch is still out
+    in_flight.returned(1)
+    assert await asyncio.wait_for(asyncio.gather(*waiting), WAIT_S) == [True] * 3
+    in_flight.opened()
+    assert not await in_flight.handed_back(0.001)     # never came back: the timeout ends it
+    assert in_flight._waiters == []                   # and leaves no waiter behind
+    cancelled = loop.create_task(in_flight.handed_back(WAIT_S))
+    await asyncio.sleep(0)
+    cancelled.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await cancelled
+    assert in_flight._waiters == []
+    in_flight.returned(5)                             # never below zero
     assert in_flight.batches == 0

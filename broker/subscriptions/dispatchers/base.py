@@ -95,10 +95,12 @@ BUSY_TURN_S = 0.0001
 #: Then, every second time, the dispatcher also pauses this long before its next slice (others
 #: get a third of the loop's time at least): an idle loop waits in the poller, which lets the
 #: storage writer threads (a publish's write) take the interpreter instead of waiting out its
-#: switch interval behind back-to-back slices. While the store holds appends (a publish on
-#: any topic waits for its write and fdatasync), a slice's end hands them the interpreter for
-#: a moment instead (storage/appends_in_flight.py).
+#: switch interval behind back-to-back slices.
 DISPATCH_PAUSE_S = 0.001
+#: While the store holds appends (a publish on any topic waits for its write and fdatasync),
+#: a slice's end waits instead for them to come back, this long at most: the storage threads
+#: take the interpreter at once (storage/appends_in_flight.py).
+APPENDS_WAIT_S = 0.002
 #: A busy dispatcher writes every consumer's queued frames at least every this many slices;
 #: between them a consumer's few frames wait for the next slice (:meth:`Consumer.holds_queued`).
 HOLD_SLICES = 4
@@ -374,9 +376,11 @@ class Dispatcher:
                     self.flush_consumers(hold=slices % HOLD_SLICES != 0)
                     turn = clock()
                     await asyncio.sleep(0)
-                    # a publish waiting for the storage threads gets the interpreter
-                    # now, not after the switch interval (storage/appends_in_flight.py)
-                    if not in_flight.let_through() and clock() - turn > BUSY_TURN_S:
+                    if in_flight.batches:
+                        # a publish waiting for the storage threads gets the interpreter
+                        # now, not after the switch interval (storage/appends_in_flight.py)
+                        await in_flight.handed_back(APPENDS_WAIT_S)
+                    elif clock() - turn > BUSY_TURN_S:
                         busy_yields += 1
                         if not busy_yields % 2:
                             await asyncio.sleep(DISPATCH_PAUSE_S)
