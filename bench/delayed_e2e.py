@@ -723,13 +723,14 @@ def _loop_thread_cpu(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _machine_busy() -> tuple[float, float]:
-    """(busy CPU seconds of every core, wall seconds) so far, from ``/proc/stat`` (busy: all
-    but idle and iowait)."""
+def _machine_busy() -> tuple[float, float, float]:
+    """(busy CPU seconds of every core, wall seconds, stolen CPU seconds) so far, from
+    ``/proc/stat`` (busy: all but idle and iowait; stolen: time the hypervisor ran something
+    else while this machine's cores had work, part of busy)."""
     with open("/proc/stat") as fh:
         cpu = [int(x) for x in fh.readline().split()[1:]]
     ticks = os.sysconf("SC_CLK_TCK")
-    return (sum(cpu) - cpu[3] - cpu[4]) / ticks, time.monotonic()
+    return (sum(cpu) - cpu[3] - cpu[4]) / ticks, time.monotonic(), cpu[7] / ticks
 
 
 def _herd_consumer(service_url: str, topic: str, due_at: int, ready: Any, stop: Any,
@@ -991,6 +992,8 @@ def herd_round(target: HerdTarget, args: argparse.Namespace) -> dict[str, Any]:
                                 if loop_cpu is not None else None),
            "machine_busy_cores": round((busy_end[0] - busy_start[0])
                                        / max(1e-9, busy_end[1] - busy_start[1]), 2),
+           "machine_steal_cores": round((busy_end[2] - busy_start[2])
+                                        / max(1e-9, busy_end[1] - busy_start[1]), 3),
            "broker_cache_hits": int(latency_end.get("hits", 0) - latency_start.get("hits", 0)),
            "broker_cache_misses": int(latency_end.get("misses", 0)
                                       - latency_start.get("misses", 0)),
@@ -1001,7 +1004,8 @@ def herd_round(target: HerdTarget, args: argparse.Namespace) -> dict[str, Any]:
           f"{res['all_delivered_s']} s ({res['consume_per_s']} msg/s; target all within 8 s); "
           f"broker CPU {res['broker_cpu_us_per_message']} us per message (due to all received), "
           f"its event loop thread's {res['broker_loop_cpu_us_per_message']}")
-    print(f"  [{label}] meanwhile: the machine's cores busy {res['machine_busy_cores']} (all processes), "
+    print(f"  [{label}] meanwhile: the machine's cores busy {res['machine_busy_cores']} (all processes; "
+          f"stolen by the hypervisor {res['machine_steal_cores']}), "
           f"the broker's event loop thread {res['broker_loop_busy']} of the time; "
           f"the consumer processes' CPU {res['client_cpu_us_per_message']} us per message; the "
           f"broker's read / write system calls {res['broker_reads_per_message']} / "
