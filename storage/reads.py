@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import os
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor
 from pathlib import Path
@@ -31,7 +32,13 @@ from storage.read_fds import ReadFds
 from storage.relocation import RelocatedEntries
 from storage.sealed_checks import SealedChecks
 from storage.segment_file import IndexResidency
-from storage.segments import FORMAT_V3, parse_records, read_records, records_span
+from storage.segments import (
+    FORMAT_V3,
+    RECORD_HEADER_SIZE,
+    parse_records,
+    read_records,
+    records_span,
+)
 
 DEFAULT_MAX_READ_BYTES = 5 * 1024 * 1024
 
@@ -191,6 +198,18 @@ class EntryReader:
                         continue
                     records.append((entry_id, offsets[entry_id], lengths[entry_id]))
                     kept.append(pos)
+                if records and jobs:
+                    self._fds.want(segment)   # read in place next time
+                elif records:
+                    # what the page cache holds is read in place, in order, until a record
+                    # it lacks (the rest goes to the thread, which keeps the order)
+                    done, budget = self._scattered_in_place(led, kept, records, found, missing,
+                                                            budget)
+                    if done:
+                        taken = taken or bool(found)
+                        kept, records = kept[done:], records[done:]
+                        if budget <= 0 and taken:
+                            break    # the byte limit: the rest neither read nor missing
                 if records:
                     groups.append((led, kept, records))
                     jobs.append((segment.path, segment.format, ledger_id, [], records))
@@ -231,6 +250,35 @@ class EntryReader:
             else:
                 missing.append(pos)
         return [found[p] for p in positions if p in found], missing
+
+    def _scattered_in_place(
+        self, led: LedgerState, positions: list[Position], records: list[tuple[int, int, int]],
+        found: dict[Position, Entry], missing: list[Position], budget: int,
+    ) -> tuple[int, int]:
+        """Read scattered ``records`` of ``positions`` in place (storage/read_fds.py), in
+        order, each checked, until one the page cache lacks or ``budget`` bytes once an entry
+        is found. Returns how many were answered (found, or missing: failed the checks) and
+        the budget left."""
+        segment = led.segment
+        read = self._fds.read
+        fmt, ledger_id = segment.format, segment.ledger_id
+        done = 0
+        for pos, record in zip(positions, records, strict=True):
+            if budget <= 0 and found:
+                break
+            entry_id, offset, length = record
+            blob = read(segment, RECORD_HEADER_SIZE + length, offset)
+            if blob is None:
+                break
+            data = parse_records(blob, [record], fmt, ledger_id)[0][1]
+            if data is None:     # failed its checks: reported, never served
+                self._on_corrupt(led, entry_id, offset, length)
+                missing.append(pos)
+            else:
+                found[pos] = _new(Entry, (pos, data))
+                budget -= length
+            done += 1
+        return done, budget
 
     async def _index_arrays(self, led: LedgerState) -> tuple[Sequence[int], Sequence[int]] | None:
         """A segment's (offsets, lengths) of its entries, None when it is gone (trimmed or
@@ -338,17 +386,22 @@ def _read_scattered(
             out.append(outcomes)
             continue
         try:
+            fd = ops.open(path, os.O_RDONLY)   # one descriptor for the job's records
+        except FileNotFoundError:
+            out.append(None)
+            continue
+        try:
             for record in records:
                 if nbytes >= budget and taken:
                     break
-                read = read_records(ops, path, [record], fmt, ledger_id)
-                data = read[0][1] if read else None
+                _, offset, length = record
+                blob = ops.pread(fd, RECORD_HEADER_SIZE + length, offset)
+                data = parse_records(blob, [record], fmt, ledger_id)[0][1]
                 outcomes.append(data)
                 if data is not None:
                     nbytes += len(data)
                     taken = True
-        except FileNotFoundError:
-            out.append(None)
-            continue
+        finally:
+            ops.close(fd)
         out.append(outcomes)
     return out, nbytes

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
+import random
 import threading
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
@@ -153,6 +154,39 @@ async def test_a_trimmed_segment_s_descriptor_is_closed(tmp_path: Path) -> None:
     assert not [p for p in deleted if p.endswith("(deleted)") and str(tmp_path) in p]
     await store.close()
     assert ops.read_only == set()
+
+
+async def test_scattered_positions_are_read_in_place_as_a_thread_reads_them(
+        tmp_path: Path) -> None:
+    store = await open_store(tmp_path, max_entries_per_ledger=100)
+    ml = await store.open_ledger(TOPIC)
+    written = [await ml.append(b"s%03d" % i * (i % 4 + 1)) for i in range(150)]   # 2 segments
+    await store.close()
+    store = await _reopened(tmp_path, CountingOps(), max_entries_per_ledger=100)
+    ml = await store.open_ledger(TOPIC)
+    fds = store.read_fds
+    opened = _opened_event(fds, 2)
+    wanted = sorted(random.Random(3).sample(written, 40))
+    from_thread, missing = await ml.read_positions(wanted)
+    assert missing == [] and fds.hits == 0
+    await asyncio.wait_for(opened.wait(), 30)
+    in_place, missing = await ml.read_positions(wanted)
+    assert missing == [] and fds.hits == 40
+    assert in_place == from_thread and [e.position for e in in_place] == wanted
+    # one of them damaged on disk: missing and reported, the others served
+    damaged = wanted[7]
+    mark = b"s%03d" % written.index(damaged)
+    (segment,) = [p for p in segment_paths(tmp_path, TOPIC) if mark in p.read_bytes()]
+    flip_bit(segment, segment.read_bytes().index(mark), 1)
+    before = store.stats().corrupt_records
+    got, missing = await ml.read_positions(wanted)
+    assert missing == [damaged] and store.stats().corrupt_records == before + 1
+    assert [e.position for e in got] == [p for p in wanted if p != damaged]
+    # a byte limit leaves the rest neither read nor missing, in place as in the thread
+    got, missing = await ml._reader.read_positions(wanted, max_bytes=20)
+    assert missing == [] and 1 <= len(got) < 7     # stopped before the damaged one
+    assert [e.position for e in got] == [p for p in wanted if p != damaged][:len(got)]
+    await store.close()
 
 
 class InlinePool(Executor):
