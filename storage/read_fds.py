@@ -11,7 +11,9 @@ the read, and the loop waits for them. With ``RWF_NOWAIT`` (Linux ``preadv2``) a
 waits for the disk: it returns the bytes when the page cache holds all of them and fails with
 ``EAGAIN`` otherwise. So the loop may read in place without ever blocking on the disk, and
 only what the page cache lacks goes to a read thread. Measured on a herd of 300,000 delayed
-messages read back from disk: a third less broker CPU per message, delivered a third sooner.
+messages read back from disk: a third less broker CPU per message, delivered a third sooner;
+on 20,000 due messages a second with random delays (scattered reads, one record each): a fifth
+less broker CPU per due message.
 
 That needs a descriptor per segment the loop reads: an ``open`` may block (a directory lookup
 on disk), so the loop never opens one. The first read of a segment without a descriptor goes
