@@ -313,6 +313,7 @@ def lateness_round(service_url: str, topic: str, label: str, pid: int,
         publish_s = time.perf_counter() - t
         published_late = sum(1 for d in deliver if d < start_ms - args.lead_ms + publish_s * 1000)
         lateness: list[float] = []
+        due_times: list[int] = []
         deadline = time.perf_counter() + args.span_s + args.lead_ms / 1000 + 60
         cpu_first = cpu_last = 0.0
         while len(lateness) < args.messages - failed and time.perf_counter() < deadline:
@@ -324,6 +325,7 @@ def lateness_round(service_url: str, topic: str, label: str, pid: int,
             if not lateness:
                 cpu_first = cpu_seconds(pid)
             lateness.append(now - int(msg.data()))
+            due_times.append(int(msg.data()))
             consumer.acknowledge(msg)
         cpu_last = cpu_seconds(pid)
         producer.close()
@@ -356,6 +358,12 @@ def lateness_round(service_url: str, topic: str, label: str, pid: int,
           f"{res['p999_ms']} ms  min {res['min_ms']} ms  max {res['max_ms']} ms  early {early}"
           f"   (target p99 <= {LATENESS_P99_TARGET_MS:.0f} ms, p99.9 <= "
           f"{LATENESS_P999_TARGET_MS:.0f} ms, none early) -> {'OK' if ok else 'MISSED'}")
+    late = sorted(d - start_ms for d, x in zip(due_times, lateness, strict=True)
+                  if x > LATENESS_P999_TARGET_MS)
+    if late:
+        print(f"  [{label}] {len(late)} later than {LATENESS_P999_TARGET_MS:.0f} ms, due "
+              f"+{late[0]} to +{late[-1]} ms into the due window (median +{late[len(late) // 2]})")
+    res["late_due_offsets_ms"] = [late[0], late[len(late) // 2], late[-1]] if late else []
     res["ok"] = bool(ok)
     return res
 
