@@ -28,7 +28,8 @@ A segment's bytes never change once confirmed (appends go past them; sealing cut
 zero tail past the last record), so a descriptor opened any time before a read sees what a
 fresh one would. ``RWF_NOWAIT`` missing (another OS, an old kernel, a file system that does
 not take it) turns the in-place read off for good; a short read (part of the range cached)
-falls back to the thread. Loop-only, except the pool's jobs.
+falls back to the thread, and so does any other failure (its descriptor dropped: the thread
+reads again and reports what it finds). Loop-only, except the pool's jobs.
 """
 
 from __future__ import annotations
@@ -97,7 +98,12 @@ class ReadFds:
                          "here (%s); every read from disk goes to a read thread", exc)
                 self.enabled = False
                 return None
-            raise
+            # anything else (EIO, ...): the read thread reads it again and reports what it
+            # finds; the descriptor is not trusted again
+            log.warning("storage: an in-place read of %s failed (%s); read in a thread",
+                        segment.path, exc)
+            self.forget(segment)
+            return None
         if data is None:
             self.misses += 1
         else:

@@ -59,6 +59,18 @@ class CountingOps(FileOps):
         return super().pread_nowait(fd, size, offset)
 
 
+class FailingOps(FileOps):
+    """An in-place read fails with EIO (a bad sector, say) while ``failing``."""
+
+    def __init__(self) -> None:
+        self.failing = False
+
+    def pread_nowait(self, fd: int, size: int, offset: int) -> bytes | None:
+        if self.failing:
+            raise OSError(errno.EIO, "injected EIO (in-place read)")
+        return super().pread_nowait(fd, size, offset)
+
+
 class RefusingOps(FileOps):
     """A kernel or file system that does not take RWF_NOWAIT."""
 
@@ -244,4 +256,22 @@ async def test_where_the_kernel_refuses_every_read_goes_to_a_thread(tmp_path: Pa
     assert first == again and [e.position for e in again] == written
     assert not store.read_fds.enabled and store.read_fds.hits == 0
     assert [e.position for e in await ml.read_entries(written[0], 30)] == written
+    await store.close()
+
+
+async def test_a_failing_in_place_read_is_read_again_in_a_thread(tmp_path: Path) -> None:
+    store = await open_store(tmp_path, max_entries_per_ledger=50)
+    ml = await store.open_ledger(TOPIC)
+    written = [await ml.append(b"e%d" % i) for i in range(30)]
+    await store.close()
+    ops = FailingOps()
+    store = await _reopened(tmp_path, ops, max_entries_per_ledger=50)
+    ml = await store.open_ledger(TOPIC)
+    opened = _opened_event(store.read_fds, 1)
+    first = await ml.read_entries(written[0], 30)
+    await asyncio.wait_for(opened.wait(), 30)
+    ops.failing = True
+    again = await ml.read_entries(written[0], 30)     # the thread read it: same entries
+    assert again == first and [e.position for e in again] == written
+    assert store.read_fds.open_count == 0 and store.read_fds.enabled   # that descriptor dropped
     await store.close()
