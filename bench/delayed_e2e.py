@@ -16,7 +16,9 @@ Shared consumer subscribes first, then one producer publishes ``--messages`` mes
 the start of publishing (so publishing is over before the first one is due: the count due
 before publishing ended is printed), using ``send_async`` with a bounded in-flight window. The
 payload carries the deliver time; the consumer stamps each message when ``receive()`` returns it
-to the application and acknowledges it. Lateness = receive time - deliver_at (ms, same host
+to the application and acknowledges it (the process's heap, the payloads built to publish
+among it, is collected and frozen before it receives: a full collection of it at the window's
+start held the consumer for tens of ms). Lateness = receive time - deliver_at (ms, same host
 clock; deliver_at has 1 ms precision, so up to 1 ms of it is that rounding). Also printed: the
 broker's CPU seconds from the first due message received to the last, per message. The broker
 runs with its default delayed-delivery settings (strict: never early) unless ``--tick-ms`` or
@@ -62,6 +64,7 @@ client's own time and the wait for the loop to read the socket are left out).
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import random
@@ -312,6 +315,8 @@ def lateness_round(service_url: str, topic: str, label: str, pid: int,
         failed = publish(producer, payloads, 1000)
         publish_s = time.perf_counter() - t
         published_late = sum(1 for d in deliver if d < start_ms - args.lead_ms + publish_s * 1000)
+        gc.collect()
+        gc.freeze()
         lateness: list[float] = []
         due_times: list[int] = []
         deadline = time.perf_counter() + args.span_s + args.lead_ms / 1000 + 60
