@@ -81,7 +81,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -687,32 +687,46 @@ def _publish_latencies(service_url: str, topic: str, stop: threading.Event,
         c.close()
 
 
-def _write_latency(web_url: str, topic: str) -> dict[Any, float]:
-    """The broker's ``pulsar_storage_write_latency`` histogram of *topic* (cumulative count
-    per upper bound in ms, ``inf`` last): each publish timed from the loop's read of its SEND
-    to its receipt's write, the broker's part of a publish alone. Also, under the keys
-    ``"hits"`` and ``"misses"``, the entry cache's ``horae_storage_cache_*_total`` counters
-    (whether a herd is read from memory or from disk)."""
+class BrokerScrape(NamedTuple):
+    """One ``/metrics`` reading of a Horae broker during a herd (:func:`_scrape`)."""
+
+    #: ``pulsar_storage_write_latency`` of the other topic: cumulative count per upper bound
+    #: in ms, ``inf`` last (each publish from the loop's read of its SEND to its receipt's
+    #: write, the broker's part of a publish alone)
+    write_latency: dict[float, float]
+    #: the entry cache's ``horae_storage_cache_hits_total`` / ``_misses_total`` (whether a
+    #: herd is read from memory or from disk)
+    cache_hits: float
+    cache_misses: float
+
+
+NO_SCRAPE = BrokerScrape({}, 0.0, 0.0)
+"""What a peer without Horae's series reads as."""
+
+
+def _scrape(web_url: str, topic: str) -> BrokerScrape:
+    """The broker's figures of *topic* and its entry cache (:class:`BrokerScrape`)."""
     with urllib.request.urlopen(f"{web_url}/metrics", timeout=30) as r:
         text = r.read().decode()
     label = f'topic="{topic}"'
-    out: dict[Any, float] = {}
+    latency: dict[float, float] = {}
+    cache = {"hits": 0.0, "misses": 0.0}
     for line in text.splitlines():
         if line.startswith("pulsar_storage_write_latency_bucket{") and label in line:
             le = line.split('le="', 1)[1].split('"', 1)[0]
-            out[float(le)] = float(line.rsplit(" ", 1)[1])
+            latency[float(le)] = float(line.rsplit(" ", 1)[1])
         elif line.startswith(("horae_storage_cache_hits_total{",
                               "horae_storage_cache_misses_total{")):
-            out[line[len("horae_storage_cache_"):].split("_", 1)[0]] = float(line.rsplit(" ", 1)[1])
-    return out
+            cache[line[len("horae_storage_cache_"):].split("_", 1)[0]] = float(
+                line.rsplit(" ", 1)[1])
+    return BrokerScrape(latency, cache["hits"], cache["misses"])
 
 
-def _broker_part(start: dict[Any, float], end: dict[Any, float]) -> tuple[int, float | None,
+def _broker_part(start: dict[float, float], end: dict[float, float]) -> tuple[int, float | None,
                                                                                float | None]:
     """(publishes, share answered within 5 ms, the bucket bound their p99 falls in) between
-    two :func:`_write_latency` readings."""
-    delta = {le: end.get(le, 0.0) - start.get(le, 0.0)
-             for le in sorted(k for k in end if isinstance(k, float))}
+    two write-latency histograms (:attr:`BrokerScrape.write_latency`)."""
+    delta = {le: end.get(le, 0.0) - start.get(le, 0.0) for le in sorted(end)}
     count = int(delta.get(float("inf"), 0.0))
     if not count:
         return 0, None, None
@@ -920,7 +934,7 @@ def herd_round(target: HerdTarget, args: argparse.Namespace) -> dict[str, Any]:
               f"{herd_start - time.perf_counter():.1f} s (broker pid {pid})", flush=True)
         stop.wait(max(0.0, herd_start - time.perf_counter() - 0.01))
         quiet_count = len(pings)
-        latency_start = _write_latency(target.web_url, other_topic) if target.horae else {}
+        scrape_start = _scrape(target.web_url, other_topic) if target.horae else NO_SCRAPE
         cpu_start = cpu_seconds(pid)
         io_start, busy_start = _syscalls(pid), _machine_busy()
         loop_start = _loop_thread_cpu(pid)
@@ -947,7 +961,7 @@ def herd_round(target: HerdTarget, args: argparse.Namespace) -> dict[str, Any]:
         cpu_end = cpu_seconds(pid)
         io_end, busy_end = _syscalls(pid), _machine_busy()
         loop_end = _loop_thread_cpu(pid)
-        latency_end = _write_latency(target.web_url, other_topic) if target.horae else {}
+        scrape_end = _scrape(target.web_url, other_topic) if target.horae else NO_SCRAPE
         if procs:
             p_stop.set()
             for _ in procs:
@@ -979,7 +993,8 @@ def herd_round(target: HerdTarget, args: argparse.Namespace) -> dict[str, Any]:
     quiet_sends = [d * 1000 for t0, d in sends if t0 < herd_start]
     herd_sends = [d * 1000 for t0, d in sends if herd_start <= t0 <= herd_end]
     deliver_s = (herd_end - herd_start) if last is not None else None
-    broker_count, broker_within_5ms, broker_p99_bound = _broker_part(latency_start, latency_end)
+    broker_count, broker_within_5ms, broker_p99_bound = _broker_part(scrape_start.write_latency,
+                                                                   scrape_end.write_latency)
     loop_cpu = (loop_end - loop_start) if target.horae else None
     res = {"peer": label, "messages": args.herd, "failed": failed,
            "publish_s": round(publish_s, 1), "received": got, "early": early,
@@ -1007,9 +1022,8 @@ def herd_round(target: HerdTarget, args: argparse.Namespace) -> dict[str, Any]:
                                        / max(1e-9, busy_end[1] - busy_start[1]), 2),
            "machine_steal_cores": round((busy_end[2] - busy_start[2])
                                         / max(1e-9, busy_end[1] - busy_start[1]), 3),
-           "broker_cache_hits": int(latency_end.get("hits", 0) - latency_start.get("hits", 0)),
-           "broker_cache_misses": int(latency_end.get("misses", 0)
-                                      - latency_start.get("misses", 0)),
+           "broker_cache_hits": int(scrape_end.cache_hits - scrape_start.cache_hits),
+           "broker_cache_misses": int(scrape_end.cache_misses - scrape_start.cache_misses),
            "broker_reads_per_message": round((io_end[0] - io_start[0]) / max(1, got), 3),
            "broker_writes_per_message": round((io_end[1] - io_start[1]) / max(1, got), 3)}
     print(f"  [{label}] published {args.herd} in {publish_s:.1f} s; received {got} "

@@ -71,9 +71,8 @@ class ReadFds:
         self._closed = False
         #: In-place reads are possible here (cleared for good when the kernel refuses them).
         self.enabled = _RWF_NOWAIT is not None and self._limit > 0
-        #: Reads answered in place, and those the page cache could not answer whole.
+        #: Reads answered in place.
         self.hits = 0
-        self.misses = 0
 
     @property
     def open_count(self) -> int:
@@ -104,9 +103,7 @@ class ReadFds:
                         segment.path, exc)
             self.forget(segment)
             return None
-        if data is None:
-            self.misses += 1
-        else:
+        if data is not None:
             self.hits += 1
         return data
 

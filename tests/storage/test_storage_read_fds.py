@@ -17,8 +17,9 @@ from typing import Any
 import pytest
 from storage_testlib import flip_bit, open_store, segment_paths
 
-from storage import SegmentStore, StorageConfig
+from storage import Position, SegmentStore, StorageConfig
 from storage.fileops import FileOps
+from storage.ledger import ManagedLedger
 from storage.read_fds import ReadFds
 from storage.segment_file import SegmentFile
 from storage.segments import RECORD_HEADER_SIZE
@@ -96,16 +97,24 @@ async def _reopened(root: Path, ops: FileOps, **config: object) -> SegmentStore:
     return await SegmentStore.open(root, StorageConfig(**config), file_ops=ops)  # type: ignore[arg-type]
 
 
-async def test_a_run_the_page_cache_holds_is_read_in_place_as_a_thread_reads_it(
-        tmp_path: Path) -> None:
-    store = await open_store(tmp_path, max_entries_per_ledger=50)
+async def _written_then_reopened(
+        root: Path, ops: FileOps, payloads: list[bytes], per_ledger: int,
+) -> tuple[SegmentStore, ManagedLedger, list[Position]]:
+    """``payloads`` appended to TOPIC, the store closed and opened again over ``ops`` (nothing
+    cached, every segment sealed): the store, the topic's ledger, the positions written."""
+    store = await open_store(root, max_entries_per_ledger=per_ledger)
     ml = await store.open_ledger(TOPIC)
-    payloads = [b"m%d" % i * (i % 5 + 1) for i in range(120)]
     written = [await ml.append(p) for p in payloads]
     await store.close()
+    store = await _reopened(root, ops, max_entries_per_ledger=per_ledger)
+    return store, await store.open_ledger(TOPIC), written
+
+
+async def test_a_run_the_page_cache_holds_is_read_in_place_as_a_thread_reads_it(
+        tmp_path: Path) -> None:
+    payloads = [b"m%d" % i * (i % 5 + 1) for i in range(120)]
     ops = CountingOps()
-    store = await _reopened(tmp_path, ops, max_entries_per_ledger=50)   # nothing cached
-    ml = await store.open_ledger(TOPIC)
+    store, ml, written = await _written_then_reopened(tmp_path, ops, payloads, 50)
     fds = store.read_fds
     opened = _opened_event(fds, 1)
     from_thread = await ml.read_entries(written[0], 30)
@@ -122,12 +131,8 @@ async def test_a_run_the_page_cache_holds_is_read_in_place_as_a_thread_reads_it(
 
 async def test_an_entry_failing_its_checks_is_never_served_from_an_in_place_read(
         tmp_path: Path) -> None:
-    store = await open_store(tmp_path, max_entries_per_ledger=50)
-    ml = await store.open_ledger(TOPIC)
-    written = [await ml.append(b"entry-%03d" % i) for i in range(20)]
-    await store.close()
-    store = await _reopened(tmp_path, CountingOps(), max_entries_per_ledger=50)
-    ml = await store.open_ledger(TOPIC)
+    store, ml, written = await _written_then_reopened(
+        tmp_path, CountingOps(), [b"entry-%03d" % i for i in range(20)], 50)
     opened = _opened_event(store.read_fds, 1)
     assert len(await ml.read_entries(written[0], 20)) == 20
     await asyncio.wait_for(opened.wait(), 30)
@@ -170,12 +175,8 @@ async def test_a_trimmed_segment_s_descriptor_is_closed(tmp_path: Path) -> None:
 
 async def test_scattered_positions_are_read_in_place_as_a_thread_reads_them(
         tmp_path: Path) -> None:
-    store = await open_store(tmp_path, max_entries_per_ledger=100)
-    ml = await store.open_ledger(TOPIC)
-    written = [await ml.append(b"s%03d" % i * (i % 4 + 1)) for i in range(150)]   # 2 segments
-    await store.close()
-    store = await _reopened(tmp_path, CountingOps(), max_entries_per_ledger=100)
-    ml = await store.open_ledger(TOPIC)
+    store, ml, written = await _written_then_reopened(   # 2 segments
+        tmp_path, CountingOps(), [b"s%03d" % i * (i % 4 + 1) for i in range(150)], 100)
     fds = store.read_fds
     opened = _opened_event(fds, 2)
     wanted = sorted(random.Random(3).sample(written, 40))
@@ -243,12 +244,8 @@ async def test_descriptors_are_bounded_least_recently_read_closed_first(tmp_path
 
 
 async def test_where_the_kernel_refuses_every_read_goes_to_a_thread(tmp_path: Path) -> None:
-    store = await open_store(tmp_path, max_entries_per_ledger=50)
-    ml = await store.open_ledger(TOPIC)
-    written = [await ml.append(b"r%d" % i) for i in range(30)]
-    await store.close()
-    store = await _reopened(tmp_path, RefusingOps(), max_entries_per_ledger=50)
-    ml = await store.open_ledger(TOPIC)
+    store, ml, written = await _written_then_reopened(
+        tmp_path, RefusingOps(), [b"r%d" % i for i in range(30)], 50)
     opened = _opened_event(store.read_fds, 1)
     first = await ml.read_entries(written[0], 30)
     await asyncio.wait_for(opened.wait(), 30)
@@ -260,13 +257,9 @@ async def test_where_the_kernel_refuses_every_read_goes_to_a_thread(tmp_path: Pa
 
 
 async def test_a_failing_in_place_read_is_read_again_in_a_thread(tmp_path: Path) -> None:
-    store = await open_store(tmp_path, max_entries_per_ledger=50)
-    ml = await store.open_ledger(TOPIC)
-    written = [await ml.append(b"e%d" % i) for i in range(30)]
-    await store.close()
     ops = FailingOps()
-    store = await _reopened(tmp_path, ops, max_entries_per_ledger=50)
-    ml = await store.open_ledger(TOPIC)
+    store, ml, written = await _written_then_reopened(
+        tmp_path, ops, [b"e%d" % i for i in range(30)], 50)
     opened = _opened_event(store.read_fds, 1)
     first = await ml.read_entries(written[0], 30)
     await asyncio.wait_for(opened.wait(), 30)
