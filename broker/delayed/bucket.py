@@ -59,6 +59,8 @@ from collections.abc import Callable
 from concurrent.futures import Executor
 from typing import Final
 
+from pyroaring import BitMap
+
 from broker.delayed.bucket_deferred import ADD, CANCEL, FORGET, DeferredOps
 from broker.delayed.bucket_records import (
     BUCKET_KEY_PREFIX,
@@ -242,6 +244,15 @@ class BucketDelayedDeliveryTracker(TimedTracker):
             return True
         return self._mutable.contains(ledger_id, entry_id) \
             or self._late.contains(ledger_id, entry_id)
+
+    def pending_entry_ids(self, ledger_id: int, entries: int) -> BitMap | None:
+        if entries and not fits(ledger_id, entries - 1):
+            return None     # some of them are wide positions
+        # contains()'s three places, as one union
+        bucket = self._sealed.find(ledger_id)
+        sets = [bucket.pending.get(ledger_id) if bucket is not None else None,
+                self._mutable.ledger_members(ledger_id), self._late.ledger_members(ledger_id)]
+        return BitMap.union(*[s for s in sets if s is not None]) if any(sets) else BitMap()
 
     def __len__(self) -> int:
         return (self._mutable.count + self._late.count + self._sealed.sealed_remaining

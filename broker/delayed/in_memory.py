@@ -291,6 +291,11 @@ class InMemoryDelayedDeliveryTracker(TimedTracker):
             return self._positions.contains(*position)
         return position in self._wide.members
 
+    def pending_entry_ids(self, ledger_id: int, entries: int) -> BitMap | None:
+        if entries and not fits(ledger_id, entries - 1):
+            return None     # some of them are wide positions
+        return self._positions.ledger_members(ledger_id) or BitMap()
+
     def __len__(self) -> int:
         return self._positions.count + len(self._wide.members)
 

@@ -232,6 +232,12 @@ class DelayedDeliveryTracker(abc.ABC):
     def contains(self, position: Position) -> bool:
         """Is the position tracked and not yet handed out?"""
 
+    def pending_entry_ids(self, ledger_id: int, entries: int) -> BitMap | None:
+        """The entry ids below *entries* of one ledger that :meth:`contains` holds, as one
+        bitmap the caller must not change; None when this tracker cannot tell them at once
+        (the caller then asks :meth:`contains` position by position)."""
+        return None
+
     @abc.abstractmethod
     def __len__(self) -> int:
         """Number of tracked (delayed) messages: ``pulsar_subscription_delayed``."""

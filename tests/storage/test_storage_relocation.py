@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from pyroaring import BitMap
 
 from broker.delayed.relocate import DelayedRelocator, release_acknowledged, relocate_held
 from protocol import pulsar_pb as pb
@@ -339,6 +340,10 @@ class _Tracker:
 
     def contains(self, pos: Position) -> bool:
         return pos in self.pending
+
+    def pending_entry_ids(self, ledger_id: int, entries: int) -> BitMap:
+        return BitMap(p.entry_id for p in self.pending
+                      if p.ledger_id == ledger_id and p.entry_id < entries)
 
 
 class _Sub:
