@@ -8,7 +8,10 @@ a failure of one is reported without hiding the others), the benchmarks that hav
 1. ``bench/wire_load.py`` unbatched and ``--batch 100`` (raw frames: what the broker takes);
 2. ``bench/compare_peer.py`` (the official Python client: async and sync publish, batched
    publish, Shared consume with acks, end-to-end latency, broker CPU per million messages, RSS);
-3. ``bench/scale.py`` (many connections and topics: time to open them, idle CPU, RSS; a backlog
+3. ``bench/compare_java.py`` (the official Java client: async publish unbatched and batched,
+   Shared consume with acks, broker and client CPU per million messages, RSS; skipped without
+   a JDK);
+4. ``bench/scale.py`` (many connections and topics: time to open them, idle CPU, RSS; a backlog
    published and drained).
 
 Each writes ``--json``; this script reads them back and prints every figure in one table per
@@ -27,7 +30,7 @@ follows it as a table of its own, ratios against ``horae-nofsync``
 (:func:`bench.peer_table.relaxed_table`).
 
 Usage: ``.venv/bin/python bench/compare_all.py [--quick] [--rounds 1] [--peers ...] [--relaxed]
-[--only wire,client,scale] [--out DIR]``. Never part of the test run.
+[--only wire,client,java,scale] [--out DIR]``. Never part of the test run.
 """
 
 from __future__ import annotations
@@ -56,6 +59,7 @@ SIZES = {
     "wire": (["--messages", "100000"], ["--messages", "30000", "--warmup", "10000"]),
     "client": (["--messages", "50000", "--sync", "5000", "--e2e", "5000"],
                ["--messages", "10000", "--sync", "1000", "--e2e", "1000"]),
+    "java": (["--messages", "200000"], ["--messages", "30000"]),
     "scale": (["--connections", "10000", "--topics", "10000", "--backlog", "1000000",
                "--idle-seconds", "10"],
               ["--connections", "10000", "--topics", "10000", "--backlog", "100000",
@@ -116,8 +120,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--relaxed", action="store_true",
                         help="also horae-nofsync beside pulsar-lite (neither syncs), in tables "
                              "of their own")
-    parser.add_argument("--only", default="wire,client,scale",
-                        help="which benchmarks: wire, client, scale")
+    parser.add_argument("--only", default="wire,client,java,scale",
+                        help="which benchmarks: wire, client, java, scale")
     parser.add_argument("--out", type=pathlib.Path, help="keep the JSON files in DIR")
     args = parser.parse_args(argv)
     try:
@@ -178,6 +182,21 @@ def main(argv: list[str] | None = None) -> int:
                     {f for f in figures if is_lower_better(f)})
         except subprocess.CalledProcessError:
             failed.append("official client")
+    if "java" in only:
+        path = out / "compare_java.json"
+        try:
+            loads = run("official Java client", "compare_java.py",
+                        [*SIZES["java"][pick], *rounds, *common], path)
+            if path.exists():
+                data = json.loads(path.read_text())
+                s = data["settings"]
+                figures = data["figures"]
+                section(f"official Java client: {s['messages']:,} x {s['size']} B async", loads,
+                        figures, {f for f in figures if is_lower_better(f)})
+            else:   # no JDK: the benchmark said why and skipped
+                tables.append("\nofficial Java client: skipped (no JDK; see its output above)")
+        except subprocess.CalledProcessError:
+            failed.append("official Java client")
     if "scale" in only:
         path = out / "scale.json"
         try:
