@@ -56,7 +56,8 @@ from typing import Any
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 
-from bench.brokers import Broker, cpu_seconds, parse_peers, rss_mib, started
+from bench.brokers import Broker, cpu_seconds, parse_peers, rss_mib
+from bench.compare_peer import is_lower_better, measure_rounds
 from bench.peer_table import format_table
 
 PROJECT = pathlib.Path(__file__).resolve().parent / "peers" / "java-client"
@@ -199,10 +200,6 @@ def run_workload(broker: Broker, args: argparse.Namespace, rnd: int,
     return results
 
 
-def is_lower_better(figure: str) -> bool:
-    return figure.endswith("(MiB)") or "CPU" in figure
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--messages", type=int, default=100_000)
@@ -229,26 +226,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
 
-    tmp = pathlib.Path(tempfile.mkdtemp(prefix="horae-bench-"))
-    figures: dict[str, dict[str, list[float]]] = {}
-    versions: dict[str, str] = {}
-    try:
-        with started(tmp, peers) as brokers:
-            versions = {b.name: b.version for b in brokers}
-            if args.warmup > 0:
-                warm = argparse.Namespace(**vars(args))
-                warm.messages = max(int(args.messages * args.warmup), 10)
-                for broker in brokers:
-                    run_workload(broker, warm, -1, classpath)
-                    print(f"warm-up {broker.name}: done", flush=True)
-            for rnd in range(args.rounds):
-                for broker in brokers:
-                    print(f"round {rnd + 1}: {broker.name} ...", flush=True)
-                    for k, v in run_workload(broker, args, rnd, classpath).items():
-                        figures.setdefault(k, {}).setdefault(broker.name, []).append(v)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-
+    figures, versions = measure_rounds(
+        peers, args, ("messages",),
+        lambda broker, run_args, rnd: run_workload(broker, run_args, rnd, classpath))
     print()
     print(f"official Java client {CLIENT_VERSION}: {args.messages} x {args.size} B async; best "
           f"of {args.rounds} round(s); Horae and Pulsar fsync before every receipt")

@@ -42,7 +42,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import pulsar
 
@@ -233,6 +233,35 @@ def run_workload(broker: Broker, args: argparse.Namespace, rnd: int) -> dict[str
     return results
 
 
+def measure_rounds(peers: list[str], args: argparse.Namespace, counts: Sequence[str],
+                   workload: Callable[[Broker, argparse.Namespace, int], dict[str, float]],
+                   ) -> tuple[dict[str, dict[str, list[float]]], dict[str, str]]:
+    """Start *peers*, run *workload* once per peer as an uncounted warm-up (the *counts*
+    fields of *args* scaled by ``args.warmup``; none when it is 0), then ``args.rounds`` rounds
+    over the peers in turn; returns every figure per peer (one value per round) and the peers'
+    versions."""
+    tmp = pathlib.Path(tempfile.mkdtemp(prefix="horae-bench-"))
+    figures: dict[str, dict[str, list[float]]] = {}
+    try:
+        with started(tmp, peers) as brokers:
+            versions = {b.name: b.version for b in brokers}
+            if args.warmup > 0:
+                warm = argparse.Namespace(**vars(args))
+                for field in counts:
+                    setattr(warm, field, max(int(getattr(args, field) * args.warmup), 10))
+                for broker in brokers:
+                    workload(broker, warm, -1)
+                    print(f"warm-up {broker.name}: done", flush=True)
+            for rnd in range(args.rounds):
+                for broker in brokers:
+                    print(f"round {rnd + 1}: {broker.name} ...", flush=True)
+                    for k, v in workload(broker, args, rnd).items():
+                        figures.setdefault(k, {}).setdefault(broker.name, []).append(v)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return figures, versions
+
+
 def is_lower_better(figure: str) -> bool:
     return figure.endswith("(us)") or figure.endswith("(MiB)") or "CPU" in figure
 
@@ -258,27 +287,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         parser.error(str(exc))
 
-    tmp = pathlib.Path(tempfile.mkdtemp(prefix="horae-bench-"))
-    figures: dict[str, dict[str, list[float]]] = {}
-    versions: dict[str, str] = {}
-    try:
-        with started(tmp, peers) as brokers:
-            versions = {b.name: b.version for b in brokers}
-            if args.warmup > 0:
-                warm = argparse.Namespace(**vars(args))
-                for field in ("messages", "sync", "e2e"):
-                    setattr(warm, field, max(int(getattr(args, field) * args.warmup), 10))
-                for broker in brokers:
-                    run_workload(broker, warm, -1)
-                    print(f"warm-up {broker.name}: done", flush=True)
-            for rnd in range(args.rounds):
-                for broker in brokers:
-                    print(f"round {rnd + 1}: {broker.name} ...", flush=True)
-                    for k, v in run_workload(broker, args, rnd).items():
-                        figures.setdefault(k, {}).setdefault(broker.name, []).append(v)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-
+    figures, versions = measure_rounds(peers, args, ("messages", "sync", "e2e"), run_workload)
     print()
     print(f"official client: {args.messages} x {args.size} B async, {args.sync} sync, "
           f"{args.e2e} end to end; best of {args.rounds} round(s); Horae and Pulsar fsync "

@@ -250,9 +250,10 @@ class BucketDelayedDeliveryTracker(TimedTracker):
             return None     # some of them are wide positions
         # contains()'s three places, as one union
         bucket = self._sealed.find(ledger_id)
-        sets = [bucket.pending.get(ledger_id) if bucket is not None else None,
-                self._mutable.ledger_members(ledger_id), self._late.ledger_members(ledger_id)]
-        return BitMap.union(*[s for s in sets if s is not None]) if any(sets) else BitMap()
+        sets = [s for s in (bucket.pending.get(ledger_id) if bucket is not None else None,
+                            self._mutable.ledger_members(ledger_id),
+                            self._late.ledger_members(ledger_id)) if s]
+        return BitMap.union(*sets) if sets else BitMap()
 
     def __len__(self) -> int:
         return (self._mutable.count + self._late.count + self._sealed.sealed_remaining

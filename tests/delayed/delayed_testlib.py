@@ -6,6 +6,8 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
+from broker.delayed.bucket import BucketDelayedDeliveryTracker
+from broker.delayed.bucket_segments import RetryDelays
 from storage.errors import SnapshotNotFoundError
 from storage.positions import Position
 
@@ -199,3 +201,18 @@ class DueCounter:
 
     def __call__(self) -> None:
         self.calls += 1
+
+
+def bucket_tracker(cursor: FakeCursor | None = None, store: FakeSnapshotStore | None = None,
+                   clock: ManualClock | None = None, *, min_index: int = 10,
+                   step_ms: int = 1000, per_segment: int = 4, max_buckets: int = -1,
+                   on_due: DueCounter | None = None,
+                   retry: RetryDelays | None = None) -> BucketDelayedDeliveryTracker:
+    """A strict 1 ms bucket tracker on the running loop, small buckets and segments by
+    default (a bucket sealed at 10 entries, segments of 1 s and 4 indexes)."""
+    return BucketDelayedDeliveryTracker(
+        cursor=cursor or FakeCursor(), snapshots=store or FakeSnapshotStore(), tick_time_ms=1,
+        strict=True, on_due=on_due or DueCounter(), loop=asyncio.get_running_loop(),
+        clock_ms=clock or ManualClock(), min_index_count_per_bucket=min_index,
+        time_step_per_segment_ms=step_ms, max_indexes_per_segment=per_segment,
+        max_num_buckets=max_buckets, retry=retry or RetryDelays(load_s=0.01))

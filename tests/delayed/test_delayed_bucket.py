@@ -6,11 +6,11 @@ import asyncio
 
 from delayed_testlib import (
     T0,
-    DueCounter,
     FakeCursor,
     FakeSnapshotStore,
     ManualClock,
 )
+from delayed_testlib import bucket_tracker as make
 from waiting import wait_until_async
 
 from broker.config import BrokerConfig
@@ -20,19 +20,6 @@ from broker.delayed.bucket_segments import RetryDelays
 from broker.delayed.policy import resolve_policy
 from broker.delayed.snapshot_format import decode_metadata, decode_segment
 from storage.positions import Position
-
-
-def make(cursor: FakeCursor | None = None, store: FakeSnapshotStore | None = None,
-         clock: ManualClock | None = None, *, min_index: int = 10, step_ms: int = 1000,
-         per_segment: int = 4, max_buckets: int = -1,
-         on_due: DueCounter | None = None,
-         retry: RetryDelays | None = None) -> BucketDelayedDeliveryTracker:
-    return BucketDelayedDeliveryTracker(
-        cursor=cursor or FakeCursor(), snapshots=store or FakeSnapshotStore(), tick_time_ms=1,
-        strict=True, on_due=on_due or DueCounter(), loop=asyncio.get_running_loop(),
-        clock_ms=clock or ManualClock(), min_index_count_per_bucket=min_index,
-        time_step_per_segment_ms=step_ms, max_indexes_per_segment=per_segment,
-        max_num_buckets=max_buckets, retry=retry or RetryDelays(load_s=0.01))
 
 
 async def drain_until(t: BucketDelayedDeliveryTracker, clock: ManualClock, now: int

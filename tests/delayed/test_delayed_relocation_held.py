@@ -5,13 +5,20 @@ the one the position-by-position walk gives, for either tracker and any acknowle
 
 from __future__ import annotations
 
-import asyncio
 import random
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from delayed_testlib import T0, DueCounter, FakeCursor, FakeLoop, FakeSnapshotStore, ManualClock
+from delayed_testlib import (
+    T0,
+    DueCounter,
+    FakeCursor,
+    FakeLoop,
+    FakeSnapshotStore,
+    ManualClock,
+    bucket_tracker,
+)
 
 from broker.delayed.bucket import BucketDelayedDeliveryTracker
 from broker.delayed.in_memory import InMemoryDelayedDeliveryTracker
@@ -51,10 +58,7 @@ async def test_bucket_pending_ids_are_what_contains_says_sealed_or_not() -> None
     cursor, store, clock = FakeCursor(), FakeSnapshotStore(), ManualClock()
 
     def make() -> BucketDelayedDeliveryTracker:
-        return BucketDelayedDeliveryTracker(
-            cursor=cursor, snapshots=store, tick_time_ms=1, strict=True, on_due=DueCounter(),
-            loop=asyncio.get_running_loop(), clock_ms=clock, min_index_count_per_bucket=10,
-            time_step_per_segment_ms=1000, max_indexes_per_segment=4)
+        return bucket_tracker(cursor, store, clock)
 
     t = make()
     for e in range(20):                                   # ledger 1, sealed into a bucket

@@ -3,9 +3,15 @@ reading them again (a restart of a bucket-tracker broker would re-read every sea
 
 from __future__ import annotations
 
-import asyncio
-
-from delayed_testlib import T0, DueCounter, FakeCursor, FakeLoop, FakeSnapshotStore, ManualClock
+from delayed_testlib import (
+    T0,
+    DueCounter,
+    FakeCursor,
+    FakeLoop,
+    FakeSnapshotStore,
+    ManualClock,
+    bucket_tracker,
+)
 from pyroaring import BitMap
 
 from broker.delayed.bucket import BucketDelayedDeliveryTracker
@@ -45,10 +51,7 @@ async def test_bucket_skips_a_recovered_sealed_ledger_and_forgets_it_only_on_a_r
     cursor, store, clock = FakeCursor(), FakeSnapshotStore(), ManualClock()
 
     def make() -> BucketDelayedDeliveryTracker:
-        return BucketDelayedDeliveryTracker(
-            cursor=cursor, snapshots=store, tick_time_ms=1, strict=True, on_due=DueCounter(),
-            loop=asyncio.get_running_loop(), clock_ms=clock, min_index_count_per_bucket=10,
-            time_step_per_segment_ms=1000, max_indexes_per_segment=4)
+        return bucket_tracker(cursor, store, clock)
 
     t = make()
     for e in range(20):                          # ledger 1: 0..19 delayed, except 12
