@@ -367,6 +367,11 @@ class BrokerConfig:
     delayed_delivery_fixed_delay_detection_lookahead: int = _opt(
         "delayedDeliveryFixedDelayDetectionLookahead", 50000,
         "In-memory tracker: lookahead for detecting a fixed delay (0 disables).")
+    delayed_delivery_read_ahead_millis: int = _opt(
+        "delayedDeliveryReadAheadMillis", 200,
+        "Read the first due entries of a subscription this long (ms) before a deliver time "
+        "that follows a quiet spell, so their delivery does not wait for cold storage and "
+        "memory (0 disables).")
     delayed_delivery_relocation_enabled: bool = _opt(
         "delayedDeliveryRelocationEnabled", True,
         "Copy long-delayed pending messages forward so the ledgers they alone hold are trimmed "
@@ -657,7 +662,8 @@ class BrokerConfig:
         for name in ("transaction_log_batched_write_max_delay_in_millis",
                      "transaction_pending_ack_batched_write_max_delay_in_millis",
                      "transaction_buffer_snapshot_min_time_in_millis",
-                     "managed_ledger_cache_eviction_time_threshold_millis"):
+                     "managed_ledger_cache_eviction_time_threshold_millis",
+                     "delayed_delivery_read_ahead_millis"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{KEY_OF_FIELD[name]} must be >= 0, not {getattr(self, name)}")
         for name in ("message_expiry_check_interval_in_minutes",

@@ -19,7 +19,12 @@ snapshots when the subscription is loaded.
 The tracker is built from the factory on first use: the first delayed entry read, a cancel,
 or a load that finds bucket snapshots in the cursor properties. The policy is pushed:
 :meth:`DelayedDelivery.set_policy` on every change, which applies a new tick to the tracker;
-nothing here asks the topic for it. So is the topic's replace-by-key schedule
+nothing here asks the topic for it.
+
+Read-ahead (``delayedDeliveryReadAheadMillis``): the tracker's timer also wakes the dispatcher
+that many ms before a deliver time that follows a quiet spell (:meth:`DelayedDelivery.wake_with`'s
+``soon``); the dispatcher reads the first positions due then (:meth:`DelayedDelivery.upcoming`),
+so the delivery at the deliver time does not pay for cold storage and memory. So is the topic's replace-by-key schedule
 (``replacements``, :mod:`broker.delayed.replace_by_key`) while that policy is on: the
 dispatcher asks it whether an entry was superseded. Positions go in and come out as storage's
 :class:`~storage.positions.Position`.
@@ -54,7 +59,7 @@ from broker.delayed.known_times import KnownDeliverTimes
 from broker.delayed.policy import DelayPolicy
 from broker.delayed.ports import BucketCursor, SnapshotStorage
 from broker.delayed.replace_by_key import KeyedSchedule
-from broker.delayed.schedule_view import ScheduledSources
+from broker.delayed.schedule_view import ScheduledSources, scheduled_page
 from broker.delayed.tracker import DelayedDeliveryTracker
 from storage.positions import Position
 
@@ -105,15 +110,19 @@ class TrackerFactory:
 class DelayedDelivery:
     """One subscription's delayed delivery (see the module docstring)."""
 
-    __slots__ = ("_factory", "_policy", "_tracker", "_wake", "due_total", "known_times",
-                 "replacements")
+    __slots__ = ("_factory", "_policy", "_read_ahead_ms", "_soon", "_tracker", "_wake",
+                 "due_total", "known_times", "read_ahead_total", "replacements")
 
     def __init__(self, factory: Callable[[DelayPolicy, Callable[[], None]], DelayedDeliveryTracker],
-                 policy: DelayPolicy) -> None:
+                 policy: DelayPolicy, *, read_ahead_ms: int = 0) -> None:
         self._factory = factory
         self._policy = policy
         self._tracker: DelayedDeliveryTracker | None = None
         self._wake: Callable[[], None] | None = None
+        self._soon: Callable[[], None] | None = None
+        self._read_ahead_ms = read_ahead_ms
+        #: Positions read ahead of their deliver time (:meth:`upcoming`).
+        self.read_ahead_total = 0
         #: Delayed positions handed to the dispatcher as due (``horae_subscription_delayed_due``).
         self.due_total = 0
         #: The topic's replace-by-key schedule while that policy is on (the dispatcher
@@ -140,18 +149,28 @@ class DelayedDelivery:
         if self._tracker is not None:
             self._tracker.reset_tick_time(policy.tick_time_ms)
 
-    def wake_with(self, callback: Callable[[], None] | None) -> None:
-        """Who the tracker wakes when positions fall due: the dispatcher driving it."""
+    def wake_with(self, callback: Callable[[], None] | None,
+                  soon: Callable[[], None] | None = None) -> None:
+        """Who the tracker wakes when positions fall due (``callback``) and, read-ahead
+        milliseconds before a deliver time that follows a quiet spell, ``soon``: the
+        dispatcher driving it."""
         self._wake = callback
+        self._soon = soon
 
     def _on_due(self) -> None:
         if self._wake is not None:
             self._wake()
 
+    def _on_soon(self) -> None:
+        if self._soon is not None:
+            self._soon()
+
     def _ensure(self) -> DelayedDeliveryTracker:
         tracker = self._tracker
         if tracker is None:
             tracker = self._tracker = self._factory(self._policy, self._on_due)
+            if self._read_ahead_ms > 0:
+                tracker.read_ahead(self._read_ahead_ms, self._on_soon)
         return tracker
 
     async def recover(self) -> None:
@@ -194,6 +213,18 @@ class DelayedDelivery:
         due = tracker.get_scheduled(max_messages)
         self.due_total += len(due)
         return due
+
+    async def upcoming(self, limit: int) -> list[Position]:
+        """The first ``limit`` positions tracked by deliver time (at the read-ahead's lead none
+        is due yet), ascending by position, left in the tracker; counted in
+        ``read_ahead_total``."""
+        if self._tracker is None:
+            return []
+        page = await scheduled_page(self._tracker.scheduled_sources(), None, limit)
+        positions = sorted(Position(ledger_id, entry_id)
+                           for _, ledger_id, entry_id in page.entries)
+        self.read_ahead_total += len(positions)
+        return positions
 
     def paused(self) -> bool:
         """Should the dispatcher stop reading new entries for now (the tracker asks)?"""

@@ -25,6 +25,13 @@ strict firings by the tick too, so a message due just after a firing waits up to
 (1 s by default); here it waits at most that one millisecond, the precision of
 ``deliver_at_time`` itself, and the wake-ups stay bounded at 1,000 a second per tracker.
 
+Read-ahead (:meth:`DelayedDeliveryTracker.read_ahead`): the same timer, asked for a lead, also
+fires a *lead* callback that many ms before a deadline it aims at from farther away than that --
+the first deadline after a quiet spell, never one of a stream already falling due (those are
+within that many ms of each other). The dispatcher reads the first due entries then, so the
+delivery at the deadline finds the storage's pages, the segment index and the code of the read
+and send paths warm (see ``Dispatcher.read_ahead``).
+
 Clocks: ``clock_ms()`` is wall-clock epoch milliseconds (``deliver_at_time`` is epoch ms);
 the timer converts the remaining delay, taken from the wall clock with its fraction of a ms,
 to the loop's monotonic clock, so it fires at ``deliver_at`` itself (never before it). Everything here runs on
@@ -96,8 +103,8 @@ class DeadlineTimer:
     loop runs on its next turn, so the callback never runs before the deadline.
     """
 
-    __slots__ = ("_callback", "_clock_ms", "_handle", "_last_fire_ms", "_loop", "arm_count",
-                 "spacing_ms", "target_ms")
+    __slots__ = ("_callback", "_clock_ms", "_handle", "_last_fire_ms", "_lead_handle", "_lead_ms",
+                 "_loop", "_on_lead", "arm_count", "spacing_ms", "target_ms")
 
     def __init__(self, loop: TimerLoop, clock_ms: Callable[[], int], spacing_ms: int,
                  callback: Callable[[], None],
@@ -110,10 +117,23 @@ class DeadlineTimer:
         self.spacing_ms = spacing_ms
         self.target_ms: int | None = None
         self.arm_count = 0
+        self._lead_ms = 0
+        self._on_lead: Callable[[], None] | None = None
+        self._lead_handle: asyncio.TimerHandle | None = None
 
     @property
     def armed(self) -> bool:
         return self._handle is not None
+
+    @property
+    def lead_armed(self) -> bool:
+        return self._lead_handle is not None
+
+    def set_lead(self, lead_ms: int, callback: Callable[[], None] | None) -> None:
+        """Also call ``callback`` ``lead_ms`` before each deadline aimed at from farther away
+        than that (0 or None: no lead). Applies from the next aim on."""
+        self._lead_ms = lead_ms if callback is not None and lead_ms > 0 else 0
+        self._on_lead = callback if self._lead_ms else None
 
     def update(self, deadline_ms: int | None) -> None:
         """Aim the timer at ``deadline_ms`` (None = nothing tracked: disarm)."""
@@ -136,13 +156,25 @@ class DeadlineTimer:
         delay = max(delay, self._last_fire_ms + self.spacing_ms - now)
         self.target_ms = deadline_ms
         self.arm_count += 1
-        self._handle = self._loop.call_at(self._loop.time() + delay / 1000.0, self._fire)
+        when = self._loop.time() + delay / 1000.0
+        self._handle = self._loop.call_at(when, self._fire)
+        lead = self._lead_ms
+        if lead and delay > lead:
+            self._lead_handle = self._loop.call_at(when - lead / 1000.0, self._fire_lead)
 
     def cancel(self) -> None:
         if self._handle is not None:
             self._handle.cancel()
             self._handle = None
+        if self._lead_handle is not None:
+            self._lead_handle.cancel()
+            self._lead_handle = None
         self.target_ms = None
+
+    def _fire_lead(self) -> None:
+        self._lead_handle = None
+        if self._on_lead is not None:
+            self._on_lead()
 
     def _fire(self) -> None:
         self._handle = None
@@ -184,6 +216,11 @@ class DelayedDeliveryTracker(abc.ABC):
     def cutoff_ms(self) -> int:
         """Deliver times at or before this are due now (the cutoff :meth:`add` compares with)."""
         return wall_clock_ms()
+
+    def read_ahead(self, lead_ms: int, callback: Callable[[], None] | None) -> None:
+        """Call ``callback`` ``lead_ms`` before a deadline the timer aims at from farther away
+        than that (module docstring, "Read-ahead"). A tracker without a timer ignores it."""
+        return
 
     @abc.abstractmethod
     def has_message_available(self) -> bool:
@@ -362,6 +399,13 @@ class TimedTracker(DelayedDeliveryTracker):
     @abc.abstractmethod
     def _head_ts(self) -> int | None:
         """The earliest live deliver time tracked, or None when nothing is."""
+
+    def read_ahead(self, lead_ms: int, callback: Callable[[], None] | None) -> None:
+        self._timer.set_lead(lead_ms, callback)
+        if self._timer.target_ms is not None and self._timer.armed:
+            target = self._timer.target_ms
+            self._timer.cancel()
+            self._timer.update(target)     # aimed again, with its lead time
 
     def _update_timer(self) -> None:
         """Re-aim the timer at the earliest live deadline (or cancel it)."""

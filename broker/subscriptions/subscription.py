@@ -144,8 +144,8 @@ class SubscriptionProperties:
 
 
 class DeliverySettings(Protocol):
-    """What a subscription is built with: its topic's delayed-delivery policy and tracker
-    factory, the Key_Shared selector kind and the failover delay."""
+    """What a subscription is built with: its topic's delayed-delivery policy, tracker
+    factory and read-ahead, the Key_Shared selector kind and the failover delay."""
 
     def delay_policy(self) -> DelayPolicy: ...
 
@@ -161,6 +161,11 @@ class DeliverySettings(Protocol):
     @property
     def failover_delay_s(self) -> float:
         """``activeConsumerFailoverDelayTimeMillis`` in seconds."""
+        ...
+
+    @property
+    def read_ahead_ms(self) -> int:
+        """``delayedDeliveryReadAheadMillis`` (0: no read-ahead)."""
         ...
 
 
@@ -225,7 +230,7 @@ class Subscription:
         delivery = topic.delivery
         self.delayed = DelayedDelivery(
             delivery.tracker_factory(cursor if isinstance(cursor, ManagedCursor) else None),
-            delivery.delay_policy())
+            delivery.delay_policy(), read_ahead_ms=delivery.read_ahead_ms)
         self.redelivery_counts: dict[Position, int] = {}
         self.batch_acks: dict[Position, int] = {}
         self.msg_out_counter = 0

@@ -83,5 +83,11 @@ class TopicDelivery:
             self.host.config.subscription_key_shared_use_consistent_hashing))
 
     @property
+    def read_ahead_ms(self) -> int:
+        """How long before a deliver time after a quiet spell a subscription's dispatcher
+        reads the first due entries (``delayedDeliveryReadAheadMillis``; 0: never)."""
+        return self.host.config.delayed_delivery_read_ahead_millis
+
+    @property
     def failover_delay_s(self) -> float:
         return self.host.config.active_consumer_failover_delay_time_millis / 1000

@@ -63,6 +63,7 @@ class StubTopic:
         return self
 
     full = "persistent://public/default/stub"
+    read_ahead_ms = 0     # no read-ahead timers in these unit tests
 
     def transaction_view(self, subscription: str) -> None:
         return None   # no transaction touched this topic

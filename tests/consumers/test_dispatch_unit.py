@@ -97,6 +97,7 @@ class StubTopic:
         return self
 
     failover_delay_s = 0.0
+    read_ahead_ms = 0     # no read-ahead timers in these unit tests
 
     def new_key_shared_selector(self, sticky: bool) -> Any:
         return new_selector(sticky, consistent_hashing=True)

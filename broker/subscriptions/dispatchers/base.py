@@ -67,6 +67,7 @@ from broker.subscriptions.consumer import Consumer
 from broker.subscriptions.dispatch_rate import DispatchRate, DispatchRateLimiter, TopicDispatch
 from broker.subscriptions.dispatchers.cursors import SubscriptionCursor
 from broker.subscriptions.dispatchers.known_holds import hold_known
+from broker.subscriptions.dispatchers.read_ahead import ReadAhead
 from broker.subscriptions.revision import RevisionSource
 from broker.transactions.dispatch_view import HIDE, DispatchView
 from protocol.errors import ProtocolError
@@ -168,8 +169,13 @@ class Dispatcher:
         #: The subscription's delayed delivery, driven here (Shared/Key_Shared); None = this
         #: dispatcher delivers every entry as it is read.
         self.delayed = delayed
+        #: reads the first due entries ahead of a deliver time after a quiet spell
+        self.read_ahead: ReadAhead | None = None
         if delayed is not None:
-            delayed.wake_with(self._on_due)
+            self.read_ahead = ReadAhead(delayed, self._read_positions,
+                                        lambda: bool(self.consumers) and not self._closed,
+                                        MAX_READ_ENTRIES)
+            delayed.wake_with(self._on_due, self.read_ahead.wake)
         self.consumers: list[Consumer] = []
         self.replay: SortedSet = SortedSet()
         self.replay_hash: dict[Position, int] = {}
@@ -407,6 +413,8 @@ class Dispatcher:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+        if self.read_ahead is not None:
+            await self.read_ahead.close()
 
     # ------------------------------------------------------------------ policy hooks
 
