@@ -5,9 +5,10 @@
   a cancel or clear drops it.
 - :class:`ReadAhead` reads what the delivery lists, one read at a time, only while the
   dispatcher may read, survives a failed read and stops on close.
-- Over the wire (official client, in-process broker): the dispatcher reads the first due
-  entry ahead (``read_ahead_total``), the message still arrives not before its time and once;
-  ``delayedDeliveryReadAheadMillis=0`` reads nothing ahead.
+- Over the wire (official client, in-process broker): the dispatcher reads each due entry
+  ahead (``read_ahead_total``), the one due 1.6 s later not with the first; every message
+  still arrives not before its time and once; ``delayedDeliveryReadAheadMillis=0`` reads
+  nothing ahead.
 """
 
 from __future__ import annotations
@@ -187,7 +188,7 @@ def _read_ahead_total(handle: Any, topic: str, sub: str) -> int:
 
 @pytest.mark.parametrize("tracker", ["in-memory", "bucket"])
 @pytest.mark.parametrize("read_ahead_ms", [300, 0])
-def test_over_the_wire_the_first_due_entry_is_read_ahead_and_arrives_on_time(
+def test_over_the_wire_each_due_entry_is_read_ahead_alone_and_arrives_on_time(
         broker_factory: Any, tracker: str, read_ahead_ms: int) -> None:
     handle = broker_factory(config_overrides={
         "delayedDeliveryTrackerFactoryClassName": tracker,
@@ -197,16 +198,22 @@ def test_over_the_wire_the_first_due_entry_is_read_ahead_and_arrives_on_time(
     try:
         consumer = client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.Shared)
         producer = client.create_producer(topic, batching_enabled=False)
-        sent_ms = time.time_ns() // 1_000_000
-        producer.send(b"later", deliver_after=datetime.timedelta(milliseconds=1200))
-        msg = consumer.receive(10_000)
-        received_ms = time.time_ns() // 1_000_000
-        consumer.acknowledge(msg)
-        assert msg.data() == b"later"
-        assert received_ms >= sent_ms + 1200, f"early by {sent_ms + 1200 - received_ms} ms"
+        due: dict[bytes, int] = {}
+        for data, delay_ms in ((b"first", 1200), (b"second", 2800)):
+            due[data] = time.time_ns() // 1_000_000 + delay_ms
+            producer.send(data, deliver_after=datetime.timedelta(milliseconds=delay_ms))
+        read_ahead: list[int] = []
+        for expected in (b"first", b"second"):
+            msg = consumer.receive(10_000)
+            received_ms = time.time_ns() // 1_000_000
+            consumer.acknowledge(msg)
+            assert msg.data() == expected
+            assert received_ms >= due[expected], f"early by {due[expected] - received_ms} ms"
+            read_ahead.append(_read_ahead_total(handle, topic, "s"))
         with pytest.raises(pulsar.Timeout):
             consumer.receive(300)
-        expected = 1 if read_ahead_ms else 0
-        assert _read_ahead_total(handle, topic, "s") == expected
+        # the first read-ahead reads the first message only: the second is due after the
+        # first's read-ahead horizon and has a read-ahead of its own
+        assert read_ahead == ([1, 2] if read_ahead_ms else [0, 0])
     finally:
         client.close()
