@@ -19,15 +19,16 @@ snapshots when the subscription is loaded.
 The tracker is built from the factory on first use: the first delayed entry read, a cancel,
 or a load that finds bucket snapshots in the cursor properties. The policy is pushed:
 :meth:`DelayedDelivery.set_policy` on every change, which applies a new tick to the tracker;
-nothing here asks the topic for it.
+nothing here asks the topic for it. So is the topic's replace-by-key schedule
+(``replacements``, :mod:`broker.delayed.replace_by_key`) while that policy is on: the
+dispatcher asks it whether an entry was superseded. Positions go in and come out as storage's
+:class:`~storage.positions.Position`.
 
 Read-ahead (``delayedDeliveryReadAheadMillis``): the tracker's timer also wakes the dispatcher
 that many ms before a deliver time that follows a quiet spell (:meth:`DelayedDelivery.wake_with`'s
 ``soon``); the dispatcher reads the first positions due then (:meth:`DelayedDelivery.upcoming`),
-so the delivery at the deliver time does not pay for cold storage and memory. So is the topic's replace-by-key schedule
-(``replacements``, :mod:`broker.delayed.replace_by_key`) while that policy is on: the
-dispatcher asks it whether an entry was superseded. Positions go in and come out as storage's
-:class:`~storage.positions.Position`.
+so the delivery at the deliver time does not pay for cold storage and memory
+(:mod:`broker.subscriptions.dispatchers.read_ahead`).
 
 :func:`create_tracker` picks the tracker kind from ``delayedDeliveryTrackerFactoryClassName``
 (Pulsar's class names or the short names ``in-memory`` / ``bucket``, validated and mapped by

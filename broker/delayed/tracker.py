@@ -30,7 +30,7 @@ fires a *lead* callback that many ms before a deadline it aims at from farther a
 the first deadline after a quiet spell, never one of a stream already falling due (those are
 within that many ms of each other). The dispatcher reads the first due entries then, so the
 delivery at the deadline finds the storage's pages, the segment index and the code of the read
-and send paths warm (see ``Dispatcher.read_ahead``).
+and send paths warm (:mod:`broker.subscriptions.dispatchers.read_ahead`).
 
 Clocks: ``clock_ms()`` is wall-clock epoch milliseconds (``deliver_at_time`` is epoch ms);
 the timer converts the remaining delay, taken from the wall clock with its fraction of a ms,
@@ -124,10 +124,6 @@ class DeadlineTimer:
     @property
     def armed(self) -> bool:
         return self._handle is not None
-
-    @property
-    def lead_armed(self) -> bool:
-        return self._lead_handle is not None
 
     def set_lead(self, lead_ms: int, callback: Callable[[], None] | None) -> None:
         """Also call ``callback`` ``lead_ms`` before each deadline aimed at from farther away
