@@ -122,7 +122,8 @@ class DelayedDelivery:
         self._wake: Callable[[], None] | None = None
         self._soon: Callable[[], None] | None = None
         self._read_ahead_ms = read_ahead_ms
-        #: Positions read ahead of their deliver time (:meth:`upcoming`).
+        #: Positions read ahead of their deliver time (:meth:`upcoming`;
+        #: ``horae_subscription_delayed_read_ahead``).
         self.read_ahead_total = 0
         #: Delayed positions handed to the dispatcher as due (``horae_subscription_delayed_due``).
         self.due_total = 0

@@ -214,6 +214,9 @@ _FAMILIES: dict[str, tuple[str, str, str]] = {
         "over (PIP-423; since the broker started)", "sub"),
     "horae_subscription_delayed_due": (
         "counter", "Delayed messages that fell due and were handed to the dispatcher", "sub"),
+    "horae_subscription_delayed_read_ahead": (
+        "counter", "Delayed messages read ahead of their deliver time after a quiet spell "
+        "(delayedDeliveryReadAheadMillis)", "sub"),
     "horae_subscription_delayed_next_due_timestamp_seconds": (
         "gauge", "Earliest deliver time tracked (seconds since the epoch; absent when none)",
         "sub"),
@@ -778,6 +781,7 @@ class HoraeCollector(Collector):
                 sadd(name, value)
             delayed = sub.delayed
             sadd("horae_subscription_delayed_due", delayed.due_total)
+            sadd("horae_subscription_delayed_read_ahead", delayed.read_ahead_total)
             for name, due_ms in (
                     ("horae_subscription_delayed_next_due_timestamp_seconds",
                      delayed.next_due_ms()),

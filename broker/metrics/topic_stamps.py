@@ -103,7 +103,8 @@ def read_stamp(topic: TopicFigures, key: tuple[str, ...], rate: RateOf,
         subs += (name, sub.cursor.backlog, len(consumers), sub.msg_delayed,
                  sum(c.unacked_messages for c in consumers), sub.blocked_on_unacked,
                  sub.paused_on_ack_state, revisions.increase_count, revisions.task_state,
-                 delayed.due_total, delayed.next_due_ms(), delayed.last_due_ms())
+                 delayed.due_total, delayed.read_ahead_total, delayed.next_due_ms(),
+                 delayed.last_due_ms())
         timed += (rate(("sout", full, name), sub.msg_out_counter, seen), sub.redeliver_rate(),
                   rate(("sbout", full, name), sub.bytes_out_counter, seen))
     meters = topic.meters

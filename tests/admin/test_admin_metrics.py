@@ -192,6 +192,7 @@ class _FakeRevisions:
 @dataclasses.dataclass
 class _FakeDelayed:
     due_total: int = 0
+    read_ahead_total: int = 0
     next_due: int | None = None
     last_due: int | None = None
 
@@ -301,7 +302,8 @@ def _fake_service(*, topic_level: bool = True) -> MetricsSource:
                             revisions=_FakeRevisions(increase_count=4, task_state=1),
                             consumers=[_FakeConsumer(unacked_messages=2)],
                             delayed_tracker=_FakeBucketTracker(),
-                            delayed=_FakeDelayed(due_total=7, next_due=1_767_225_600_000,
+                            delayed=_FakeDelayed(due_total=7, read_ahead_total=3,
+                                                 next_due=1_767_225_600_000,
                                                  last_due=1_767_225_601_500),
                             msg_out_counter=8, bytes_out_counter=80)
     topic = _FakeTopic(
@@ -338,6 +340,7 @@ def test_collector_reads_plain_counters_trackers_and_histograms() -> None:
     assert _value(samples, "pulsar_subscription_delayed_cancels_refused_total", **sub) == 2
     assert _value(samples, "pulsar_subscription_delayed_cancels_pending", **sub) == 4
     assert _value(samples, "horae_subscription_delayed_due_total", **sub) == 7
+    assert _value(samples, "horae_subscription_delayed_read_ahead_total", **sub) == 3
     assert _value(samples, "horae_subscription_delayed_next_due_timestamp_seconds",
                   **sub) == 1_767_225_600.0
     assert _value(samples, "horae_subscription_delayed_last_due_timestamp_seconds",

@@ -142,6 +142,7 @@ CHANGES: dict[str, tuple[str, Change]] = {
     "cursor reset": (SUBSCRIBED, lambda s: setattr(_sub(s).revisions, "increase_count", 1)),
     "reset running": (SUBSCRIBED, lambda s: setattr(_sub(s).revisions, "task_state", 1)),
     "delayed due": (SUBSCRIBED, lambda s: setattr(_sub(s).delayed, "due_total", 2)),
+    "read ahead": (SUBSCRIBED, lambda s: setattr(_sub(s).delayed, "read_ahead_total", 2)),
     "next due": (SUBSCRIBED, lambda s: setattr(_sub(s).delayed, "next_due", 1_767_225_600_000)),
     "last due": (SUBSCRIBED, lambda s: setattr(_sub(s).delayed, "last_due", 1_767_225_600_000)),
     "subscription dispatch": (SUBSCRIBED, _bump(_sub, "msg_out_counter", 5)),
