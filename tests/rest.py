@@ -3,7 +3,8 @@
 Errors are answers here, not exceptions: a 4xx/5xx returns its status and its decoded
 ``{"reason": ...}`` body, so a test asserts on both. :func:`unsaved_ack_age` reads the
 broker's ``/metrics`` for the oldest acknowledgement not yet in a cursor file (0: every one
-saved), what a test waits for before a kill -9 that must not lose acknowledgements.
+saved), what a test waits for before a kill -9 that must not lose acknowledgements;
+:func:`subscription_metric` reads one subscription's sample of a metric.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import json
 import urllib.error
 import urllib.request
 from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
 
 
 def http_json(base: str, method: str, path: str, raw: bytes | None = None) -> tuple[int, Any]:
@@ -32,3 +35,15 @@ def unsaved_ack_age(base: str) -> float:
             if line.startswith("horae_storage_oldest_unsaved_ack_age_seconds")]
     assert ages, "no unsaved-ack metric"
     return max(ages)
+
+
+def subscription_metric(base: str, name: str, topic: str, sub: str) -> float | None:
+    """The sample *name* of subscription *sub* of *topic* in ``/metrics`` (None: absent)."""
+    with urllib.request.urlopen(base + "/metrics", timeout=10) as reply:
+        text = reply.read().decode()
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and sample.labels.get("topic") == topic \
+                    and sample.labels.get("subscription") == sub:
+                return float(sample.value)
+    return None

@@ -11,6 +11,7 @@ from typing import Any
 
 import pulsar
 import pytest
+from rest import subscription_metric
 from waiting import wait_until
 
 from cli.admin.main import main
@@ -29,18 +30,7 @@ def _backlog(web_url: str, stats: str) -> Any:
 
 def _paused_metric(web_url: str, topic: str) -> float | None:
     """``pulsar_subscription_paused_on_ack_state`` of subscription ``s`` of *topic*."""
-    import urllib.request
-
-    from prometheus_client.parser import text_string_to_metric_families
-
-    with urllib.request.urlopen(web_url + "/metrics", timeout=10) as resp:
-        text = resp.read().decode()
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == "pulsar_subscription_paused_on_ack_state" and \
-                    sample.labels.get("topic") == topic and sample.labels.get("subscription") == "s":
-                return float(sample.value)
-    return None
+    return subscription_metric(web_url, "pulsar_subscription_paused_on_ack_state", topic, "s")
 
 
 def _receive_all(consumer: Any, ack: Any, acked: Any = None) -> dict[int, Any]:

@@ -4,13 +4,12 @@ and horae-admin, and the due-time metrics, with the official client scheduling."
 from __future__ import annotations
 
 import time
-import urllib.request
 from collections.abc import Callable
 from typing import Any
 
 import pulsar
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
+from rest import subscription_metric
 from waiting import wait_until
 
 from .conftest import Api, Cli
@@ -43,17 +42,6 @@ def _schedule(client: Any, topic: str, count: int) -> list[tuple[int, Any, str]]
         out.append((at, producer.send(b"x" * i, deliver_at=at, partition_key=key), key))
     producer.close()
     return sorted(out, key=lambda t: t[0])
-
-
-def _metric(web_url: str, name: str, topic: str, sub: str) -> float | None:
-    with urllib.request.urlopen(web_url + "/metrics", timeout=10) as reply:
-        text = reply.read().decode()
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            if s.name == name and s.labels.get("topic") == topic \
-                    and s.labels.get("subscription") == sub:
-                return float(s.value)
-    return None
 
 
 def test_delayed_messages_are_listed_by_due_time_page_by_page(api: Api, client: Any) -> None:
@@ -123,17 +111,17 @@ def test_due_time_metrics_and_the_due_counter(api: Api, client: Any, broker: Any
     now = int(time.time() * 1000)
     producer.send(b"soon", deliver_at=now + 300)
     producer.send(b"later", deliver_at=now + HOUR_MS)
-    wait_until(lambda: _metric(broker.web_url, "horae_subscription_delayed_last_due_timestamp_seconds",
+    wait_until(lambda: subscription_metric(broker.web_url, "horae_subscription_delayed_last_due_timestamp_seconds",
                                topic, "sub") == (now + HOUR_MS) / 1000, timeout_s=10,
                message="the last due time is the hour")
     msg = consumer.receive(10_000)
     consumer.acknowledge(msg)
     assert msg.data() == b"soon"
-    due = wait_until(lambda: _metric(broker.web_url, "horae_subscription_delayed_due_total",
+    due = wait_until(lambda: subscription_metric(broker.web_url, "horae_subscription_delayed_due_total",
                                      topic, "sub") == 1.0, timeout_s=10,
                      message="one message fell due")
     assert due
-    assert _metric(broker.web_url, "horae_subscription_delayed_next_due_timestamp_seconds",
+    assert subscription_metric(broker.web_url, "horae_subscription_delayed_next_due_timestamp_seconds",
                    topic, "sub") == (now + HOUR_MS) / 1000
     producer.close()
 

@@ -16,14 +16,13 @@ from __future__ import annotations
 import asyncio
 import datetime
 import time
-import urllib.request
 from typing import Any
 
 import pulsar
 import pytest
 from conftest import make_client
 from delayed_testlib import T0, DueCounter, FakeLoop
-from prometheus_client.parser import text_string_to_metric_families
+from rest import subscription_metric
 
 from broker.config import BrokerConfig, ConfigError
 from broker.delayed.in_memory import InMemoryDelayedDeliveryTracker
@@ -181,17 +180,6 @@ async def test_a_failed_read_ahead_is_only_logged_and_close_stops_one() -> None:
     assert not ahead.running
 
 
-def _scraped(web_url: str, name: str, topic: str, sub: str) -> float | None:
-    with urllib.request.urlopen(web_url + "/metrics", timeout=10) as reply:
-        text = reply.read().decode()
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == name and sample.labels.get("topic") == topic \
-                    and sample.labels.get("subscription") == sub:
-                return float(sample.value)
-    return None
-
-
 def _read_ahead_total(handle: Any, topic: str, sub: str) -> int:
     async def read() -> int:
         return int(handle.service.topics[topic].subscriptions[sub].delayed.read_ahead_total)
@@ -228,7 +216,7 @@ def test_over_the_wire_each_due_entry_is_read_ahead_alone_and_arrives_on_time(
         # the first read-ahead reads the first message only: the second is due after the
         # first's read-ahead horizon and has a read-ahead of its own
         assert read_ahead == ([1, 2] if read_ahead_ms else [0, 0])
-        assert _scraped(handle.web_url, "horae_subscription_delayed_read_ahead_total", topic,
-                        "s") == read_ahead[-1]
+        assert subscription_metric(handle.web_url, "horae_subscription_delayed_read_ahead_total",
+                               topic, "s") == read_ahead[-1]
     finally:
         client.close()
