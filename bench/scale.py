@@ -232,13 +232,31 @@ async def backlog_phase(broker: Broker, args: argparse.Namespace, out: dict[str,
     consumer.close()
 
 
+async def idle_window(broker: Broker, args: argparse.Namespace, phase: str) -> float:
+    """Broker CPU % over ``--idle-seconds`` of nothing happening; with ``--profile``, py-spy
+    records Horae over the window and its summary is printed."""
+    profiled = args.profile and broker.name.startswith("horae")
+    recorder = PySpyRecorder(broker.pid, args.profile) if profiled else None
+    if recorder is not None:
+        args.profile.mkdir(parents=True, exist_ok=True)
+        recorder(phase, "start")
+    try:
+        return await idle_cpu_percent(broker, args.idle_seconds)
+    finally:
+        if recorder is not None:
+            recorder(phase, "stop")
+            path = recorder.outputs[phase]
+            print(f"py-spy, Horae over the {phase} window ({path}):")
+            print(summarise_collapsed(path.read_text(errors="replace")))
+
+
 async def run(broker: Broker, args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {"rss_start_mib": rss_mib(broker.pid)}
     t0 = time.perf_counter()
     conns = await open_connections(broker, args.connections, args.concurrency, args.timeout)
     out["connect_s"] = time.perf_counter() - t0
     out["rss_idle_connections_mib"] = rss_mib(broker.pid)
-    out["idle_cpu_pct_connections"] = await idle_cpu_percent(broker, args.idle_seconds)
+    out["idle_cpu_pct_connections"] = await idle_window(broker, args, "idle-connections")
     if args.topics:
         t0 = time.perf_counter()
         await open_producers(conns, args.topics, args.concurrency, args.timeout)
@@ -246,20 +264,10 @@ async def run(broker: Broker, args: argparse.Namespace) -> dict[str, Any]:
         out["rss_topics_mib"] = rss_mib(broker.pid)
         if args.idle_warmup > 0:
             await asyncio.sleep(args.idle_warmup)  # waiting for time to pass, nothing else
-        profiled = args.profile and broker.name.startswith("horae")
-        recorder = PySpyRecorder(broker.pid, args.profile) if profiled else None
-        if recorder is not None:
-            args.profile.mkdir(parents=True, exist_ok=True)
-            recorder("idle-topics", "start")
         window_start_ms = time.time() * 1000
-        out["idle_cpu_pct_topics"] = await idle_cpu_percent(broker, args.idle_seconds)
+        out["idle_cpu_pct_topics"] = await idle_window(broker, args, "idle-topics")
         out["rss_after_idle_topics_mib"] = rss_mib(broker.pid)
         out.update(export_walls(broker.data, window_start_ms, time.time() * 1000))
-        if recorder is not None:
-            recorder("idle-topics", "stop")
-            path = recorder.outputs["idle-topics"]
-            print(f"py-spy, Horae with {args.topics} idle topics ({path}):")
-            print(summarise_collapsed(path.read_text(errors="replace")))
         if args.metrics_seconds > 0 and broker.web_port is not None:
             await metrics_phase(broker, args, out)
     for conn in conns:
@@ -292,7 +300,7 @@ def main() -> None:
     parser.add_argument("--export-interval", type=int, default=5,
                         help="metricsExportIntervalSeconds of the Horae broker")
     parser.add_argument("--profile", type=pathlib.Path, metavar="DIR",
-                        help="py-spy Horae over the idle-topics phase into DIR")
+                        help="py-spy Horae over the two idle windows into DIR")
     parser.add_argument("--peers", default=",".join(DEFAULT_PEERS),
                         help="comma-separated peers, run one after another: horae, pulsar-lite, "
                              "pulsar, horae-nofsync, pulsar-nosync")

@@ -40,17 +40,17 @@ class FileOps:
     def pread(self, fd: int, size: int, offset: int) -> bytes:
         return os.pread(fd, size, offset)
 
-    def pread_nowait(self, fd: int, size: int, offset: int) -> bytes | None:
-        """``size`` bytes at ``offset`` if the page cache holds them all, else None: a read
-        with ``RWF_NOWAIT``, which never waits for the disk. The one call made on the event
-        loop (storage/read_fds.py). Raises OSError (EOPNOTSUPP, ...) where the kernel or
-        the file system does not take the flag."""
-        buf = bytearray(size)
+    def pread_nowait(self, fd: int, buf: memoryview, offset: int) -> bool:
+        """Fill ``buf`` from ``offset`` if the page cache holds all of it (True), else False: a
+        read with ``RWF_NOWAIT``, which never waits for the disk. The one call made on the
+        event loop (storage/read_fds.py, which reads into a buffer it keeps: a fresh one per
+        read would cost a page fault per 4 KiB). Raises OSError (EOPNOTSUPP, ...) where the
+        kernel or the file system does not take the flag."""
         try:
             got = os.preadv(fd, [buf], offset, os.RWF_NOWAIT)
         except BlockingIOError:
-            return None
-        return bytes(buf) if got == size else None
+            return False
+        return got == len(buf)
 
     def fdatasync(self, fd: int) -> None:
         os.fdatasync(fd)

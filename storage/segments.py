@@ -463,10 +463,12 @@ def records_span(wanted: list[tuple[int, int, int]]) -> tuple[int, int]:
     return first, wanted[-1][1] + RECORD_HEADER_SIZE + wanted[-1][2] - first
 
 
-def parse_records(blob: bytes, wanted: list[tuple[int, int, int]], fmt: int,
+def parse_records(blob: bytes | memoryview, wanted: list[tuple[int, int, int]], fmt: int,
                   ledger_id: int) -> list[tuple[int, bytes | None]]:
     """The records of :func:`read_records` out of ``blob``, the bytes of their span
-    (:func:`records_span`), each checked: (entry_id, data), data None when it fails."""
+    (:func:`records_span`), each checked: (entry_id, data), data None when it fails. Each
+    record's data is a copy (``bytes``): nothing returned refers to ``blob``, which may be a
+    view of a buffer read into again (storage/read_fds.py)."""
     first = wanted[0][1]
     bias = length_bias(fmt)
     ident = crc_identity(fmt, ledger_id)
@@ -484,7 +486,7 @@ def parse_records(blob: bytes, wanted: list[tuple[int, int, int]], fmt: int,
             append((entry_id, None))
             continue
         stored, crc, got_id = unpack_header(blob, start - RECORD_HEADER_SIZE)
-        data = blob[start:stop]   # the entry's own bytes (a copy: the blob is not kept)
+        data = bytes(blob[start:stop])   # a copy (of a bytes slice: that slice itself)
         prefix = (prefix_v2(stored, entry_id) if ident is None
                   else prefix_v3(stored, entry_id, ident))
         if stored != length + bias or got_id != entry_id or crc32c(data, crc32c(prefix)) != crc:

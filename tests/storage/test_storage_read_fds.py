@@ -55,9 +55,9 @@ class CountingOps(FileOps):
                 self.closed.set()
         super().close(fd)
 
-    def pread_nowait(self, fd: int, size: int, offset: int) -> bytes | None:
+    def pread_nowait(self, fd: int, buf: memoryview, offset: int) -> bool:
         self.nowait_calls += 1
-        return super().pread_nowait(fd, size, offset)
+        return super().pread_nowait(fd, buf, offset)
 
 
 class FailingOps(FileOps):
@@ -66,16 +66,16 @@ class FailingOps(FileOps):
     def __init__(self) -> None:
         self.failing = False
 
-    def pread_nowait(self, fd: int, size: int, offset: int) -> bytes | None:
+    def pread_nowait(self, fd: int, buf: memoryview, offset: int) -> bool:
         if self.failing:
             raise OSError(errno.EIO, "injected EIO (in-place read)")
-        return super().pread_nowait(fd, size, offset)
+        return super().pread_nowait(fd, buf, offset)
 
 
 class RefusingOps(FileOps):
     """A kernel or file system that does not take RWF_NOWAIT."""
 
-    def pread_nowait(self, fd: int, size: int, offset: int) -> bytes | None:
+    def pread_nowait(self, fd: int, buf: memoryview, offset: int) -> bool:
         raise OSError(errno.EOPNOTSUPP, "injected: RWF_NOWAIT not supported")
 
 
@@ -127,6 +127,27 @@ async def test_a_run_the_page_cache_holds_is_read_in_place_as_a_thread_reads_it(
     assert [e.position for e in in_place] == written[:30]
     await store.close()
     assert ops.read_only == set()   # every descriptor closed with the store
+
+
+async def test_entries_read_in_place_are_their_own_bytes_whatever_is_read_after(
+        tmp_path: Path) -> None:
+    # entries of 100 KiB-ish (a batched entry): runs of 15 (~1.5 MiB) are read in place
+    payloads = [bytes([i]) * (100_000 + 37 * i) for i in range(40)]
+    store, ml, written = await _written_then_reopened(tmp_path, CountingOps(), payloads, 100)
+    fds = store.read_fds
+    opened = _opened_event(fds, 1)
+    await ml.read_entries(written[0], 1)          # a read thread, which asks for a descriptor
+    await asyncio.wait_for(opened.wait(), 30)
+    small = await ml.read_entries(written[30], 1)  # in place, into a buffer of its size
+    first = await ml.read_entries(written[0], 15)  # in place: the buffer grows
+    second = await ml.read_entries(written[15], 15)   # in place, into the same buffer
+    assert fds.hits == 3
+    for got, at in ((small, 30), (first, 0), (second, 15)):
+        assert [type(e.data) for e in got] == [bytes] * len(got)
+        assert [e.data for e in got] == payloads[at:at + len(got)]
+        assert [e.position for e in got] == written[at:at + len(got)]
+    assert len(first) == len(second) == 15
+    await store.close()
 
 
 async def test_an_entry_failing_its_checks_is_never_served_from_an_in_place_read(
