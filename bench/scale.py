@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import pathlib
 import resource
@@ -56,6 +57,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Iterator
 from typing import Any
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
@@ -191,10 +193,11 @@ async def backlog_phase(broker: Broker, args: argparse.Namespace, out: dict[str,
     await conn.request(C.encode_producer(topic, 1, 2, frames.name), T.PRODUCER_SUCCESS)
     done: asyncio.Future[None] = loop.create_future()
     pub = Publisher(conn, frames.frames, frames.first_sequence_ids, args.in_flight, done)
-    t0 = time.perf_counter()
-    pub.start()
-    await asyncio.wait_for(done, args.timeout)
-    out["backlog_publish_msgs_per_s"] = args.backlog / (time.perf_counter() - t0)
+    with profiled(broker, args, "backlog-publish"):
+        t0 = time.perf_counter()
+        pub.start()
+        await asyncio.wait_for(done, args.timeout)
+        out["backlog_publish_msgs_per_s"] = args.backlog / (time.perf_counter() - t0)
     conn.on_lost = None
     conn.close()
     out["rss_before_drain_mib"] = rss_mib(broker.pid)
@@ -211,16 +214,17 @@ async def backlog_phase(broker: Broker, args: argparse.Namespace, out: dict[str,
             await asyncio.sleep(0.5)  # a sampling period, not a wait for an event
 
     sampler = loop.create_task(sample())
-    cpu0, t0 = cpu_seconds(broker.pid), time.perf_counter()
-    drainer.start()
-    try:
-        await asyncio.wait_for(drained, args.timeout)
-        # before the sampler's last sleep ends: that wait is no part of the drain
-        elapsed = time.perf_counter() - t0
-        cpu = cpu_seconds(broker.pid) - cpu0
-    finally:
-        drainer.stop()
-        await sampler
+    with profiled(broker, args, "drain"):
+        cpu0, t0 = cpu_seconds(broker.pid), time.perf_counter()
+        drainer.start()
+        try:
+            await asyncio.wait_for(drained, args.timeout)
+            # before the sampler's last sleep ends: that wait is no part of the drain
+            elapsed = time.perf_counter() - t0
+            cpu = cpu_seconds(broker.pid) - cpu0
+        finally:
+            drainer.stop()
+            await sampler
     drainer.flush_acks()
     out["drain_msgs_per_s"] = drainer.messages / elapsed
     out["drain_entries_per_s"] = len(drainer.seen) / elapsed
@@ -232,22 +236,30 @@ async def backlog_phase(broker: Broker, args: argparse.Namespace, out: dict[str,
     consumer.close()
 
 
-async def idle_window(broker: Broker, args: argparse.Namespace, phase: str) -> float:
-    """Broker CPU % over ``--idle-seconds`` of nothing happening; with ``--profile``, py-spy
-    records Horae over the window and its summary is printed."""
-    profiled = args.profile and broker.name.startswith("horae")
-    recorder = PySpyRecorder(broker.pid, args.profile) if profiled else None
-    if recorder is not None:
-        args.profile.mkdir(parents=True, exist_ok=True)
-        recorder(phase, "start")
+@contextlib.contextmanager
+def profiled(broker: Broker, args: argparse.Namespace, phase: str) -> Iterator[None]:
+    """With ``--profile``, py-spy records Horae over the block and its summary is printed."""
+    recorder = (PySpyRecorder(broker.pid, args.profile)
+                if args.profile and broker.name.startswith("horae") else None)
+    if recorder is None:
+        yield
+        return
+    args.profile.mkdir(parents=True, exist_ok=True)
+    recorder(phase, "start")
     try:
-        return await idle_cpu_percent(broker, args.idle_seconds)
+        yield
     finally:
-        if recorder is not None:
-            recorder(phase, "stop")
-            path = recorder.outputs[phase]
-            print(f"py-spy, Horae over the {phase} window ({path}):")
-            print(summarise_collapsed(path.read_text(errors="replace")))
+        recorder(phase, "stop")
+        path = recorder.outputs[phase]
+        print(f"py-spy, Horae over the {phase} phase ({path}):")
+        print(summarise_collapsed(path.read_text(errors="replace")))
+
+
+async def idle_window(broker: Broker, args: argparse.Namespace, phase: str) -> float:
+    """Broker CPU % over ``--idle-seconds`` of nothing happening (py-spy'd with
+    ``--profile``)."""
+    with profiled(broker, args, phase):
+        return await idle_cpu_percent(broker, args.idle_seconds)
 
 
 async def run(broker: Broker, args: argparse.Namespace) -> dict[str, Any]:
@@ -300,7 +312,7 @@ def main() -> None:
     parser.add_argument("--export-interval", type=int, default=5,
                         help="metricsExportIntervalSeconds of the Horae broker")
     parser.add_argument("--profile", type=pathlib.Path, metavar="DIR",
-                        help="py-spy Horae over the two idle windows into DIR")
+                        help="py-spy Horae over the idle windows, the backlog publish and the drain into DIR")
     parser.add_argument("--peers", default=",".join(DEFAULT_PEERS),
                         help="comma-separated peers, run one after another: horae, pulsar-lite, "
                              "pulsar, horae-nofsync, pulsar-nosync")

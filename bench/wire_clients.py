@@ -21,7 +21,7 @@ from collections.abc import Callable
 from bench.brokers import Broker
 from protocol import commands as C
 from protocol import pulsar_pb as pb
-from protocol.frames import NEED_DATA, Frame, FrameDecoder
+from protocol.frames import NEED_DATA, Frame, FrameDecoder, UnknownCommand
 from protocol.metadata import parse_metadata
 
 T = pb.BaseCommand
@@ -54,7 +54,8 @@ class RawConnection(asyncio.Protocol):
         next_frame = self.decoder.next_frame
         frames: list[Frame] = []
         while (frame := next_frame()) is not NEED_DATA:
-            frames.append(frame)
+            if not isinstance(frame, UnknownCommand):   # a command this codec does not know
+                frames.append(frame)
         if self.handler is not None:
             self.handler(frames)
             return
