@@ -14,7 +14,8 @@ seconds:
    CPU over ``--idle-seconds`` of nothing happening (keep-alive only);
 2. topics: ``--topics`` topics get one producer each (a LOOKUP, then PRODUCER, as a client
    does), spread over those connections; after ``--idle-warmup`` seconds, RSS and idle CPU
-   again, then RSS after that window and the wall time of the metric snapshots Horae started
+   again (Horae writes its metric snapshots every ``--export-interval`` seconds meanwhile, by
+   default its own default, 60: a window of 60 s holds one), then RSS after that window and the wall time of the metric snapshots Horae started
    in it (``export_wall_s_mean`` / ``_max``: from a file's ``epoch_ms`` to its mtime). Then
    every connection is closed;
 3. backlog: a Shared subscription is created, ``--backlog`` messages of ``--size`` bytes are
@@ -41,7 +42,7 @@ Usage::
     .venv/bin/python bench/scale.py [--connections 10000] [--topics 10000]
         [--idle-seconds 10] [--idle-warmup 0] [--backlog 10000000] [--batch 100] [--size 100]
         [--json FILE] [--profile DIR]
-        [--metrics-seconds 0] [--export-interval 5] [--peers horae,pulsar-lite,pulsar]
+        [--metrics-seconds 0] [--export-interval 60] [--peers horae,pulsar-lite,pulsar]
 """
 
 from __future__ import annotations
@@ -309,10 +310,12 @@ def main() -> None:
     parser.add_argument("--json", type=pathlib.Path, metavar="FILE")
     parser.add_argument("--metrics-seconds", type=float, default=0.0,
                         help="metrics phase: PING probe seconds (0: no metrics phase)")
-    parser.add_argument("--export-interval", type=int, default=5,
-                        help="metricsExportIntervalSeconds of the Horae broker")
+    parser.add_argument("--export-interval", type=int, default=60,
+                        help="metricsExportIntervalSeconds of the Horae broker (default: the "
+                             "broker's own, 60)")
     parser.add_argument("--profile", type=pathlib.Path, metavar="DIR",
-                        help="py-spy Horae over the idle windows, the backlog publish and the drain into DIR")
+                        help="py-spy Horae over the idle windows, the backlog publish and "
+                             "the drain into DIR")
     parser.add_argument("--peers", default=",".join(DEFAULT_PEERS),
                         help="comma-separated peers, run one after another: horae, pulsar-lite, "
                              "pulsar, horae-nofsync, pulsar-nosync")
