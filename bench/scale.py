@@ -253,7 +253,8 @@ def profiled(broker: Broker, args: argparse.Namespace, phase: str) -> Iterator[N
         recorder(phase, "stop")
         path = recorder.outputs[phase]
         print(f"py-spy, Horae over the {phase} phase ({path}):")
-        print(summarise_collapsed(path.read_text(errors="replace")))
+        print(summarise_collapsed(path.read_text(errors="replace")) if path.exists()
+              else "no samples written")
 
 
 async def idle_window(broker: Broker, args: argparse.Namespace, phase: str) -> float:
