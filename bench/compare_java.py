@@ -226,17 +226,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
 
-    figures, versions = measure_rounds(
+    figures, versions, failures = measure_rounds(
         peers, args, ("messages",),
         lambda broker, run_args, rnd: run_workload(broker, run_args, rnd, classpath))
     print()
     print(f"official Java client {CLIENT_VERSION}: {args.messages} x {args.size} B async; best "
           f"of {args.rounds} round(s); Horae and Pulsar fsync before every receipt")
     print(format_table(figures, peers, {f for f in figures if is_lower_better(f)}))
+    for failure in failures:
+        print(f"left out: {failure}")
     if args.json is not None:
         args.json.write_text(json.dumps({"settings": vars(args) | {"json": str(args.json)},
                                          "versions": versions | {"java-client": CLIENT_VERSION},
-                                         "figures": figures}, indent=1))
+                                         "figures": figures, "failures": failures}, indent=1))
     return 0
 
 

@@ -235,13 +235,16 @@ def run_workload(broker: Broker, args: argparse.Namespace, rnd: int) -> dict[str
 
 def measure_rounds(peers: list[str], args: argparse.Namespace, counts: Sequence[str],
                    workload: Callable[[Broker, argparse.Namespace, int], dict[str, float]],
-                   ) -> tuple[dict[str, dict[str, list[float]]], dict[str, str]]:
+                   ) -> tuple[dict[str, dict[str, list[float]]], dict[str, str], list[str]]:
     """Start *peers*, run *workload* once per peer as an uncounted warm-up (the *counts*
     fields of *args* scaled by ``args.warmup``; none when it is 0), then ``args.rounds`` rounds
-    over the peers in turn; returns every figure per peer (one value per round) and the peers'
-    versions."""
+    over the peers in turn; returns every figure per peer (one value per round), the peers'
+    versions, and the rounds a peer other than Horae failed (printed as they happen; that
+    round's figures are left out and the others go on: pulsar-lite now and then stops
+    dispatching under the Java client). A failure of Horae's stops the run."""
     tmp = pathlib.Path(tempfile.mkdtemp(prefix="horae-bench-"))
     figures: dict[str, dict[str, list[float]]] = {}
+    failures: list[str] = []
     try:
         with started(tmp, peers) as brokers:
             versions = {b.name: b.version for b in brokers}
@@ -255,11 +258,20 @@ def measure_rounds(peers: list[str], args: argparse.Namespace, counts: Sequence[
             for rnd in range(args.rounds):
                 for broker in brokers:
                     print(f"round {rnd + 1}: {broker.name} ...", flush=True)
-                    for k, v in workload(broker, args, rnd).items():
+                    try:
+                        got = workload(broker, args, rnd)
+                    except Exception as exc:   # a peer's failure is reported, not Horae's
+                        if broker.name.startswith("horae"):
+                            raise
+                        failures.append(f"round {rnd + 1}: {broker.name}: {exc}")
+                        print(f"round {rnd + 1}: {broker.name} FAILED, its figures left "
+                              f"out: {exc}", flush=True)
+                        continue
+                    for k, v in got.items():
                         figures.setdefault(k, {}).setdefault(broker.name, []).append(v)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return figures, versions
+    return figures, versions, failures
 
 
 def is_lower_better(figure: str) -> bool:
@@ -287,15 +299,19 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         parser.error(str(exc))
 
-    figures, versions = measure_rounds(peers, args, ("messages", "sync", "e2e"), run_workload)
+    figures, versions, failures = measure_rounds(peers, args, ("messages", "sync", "e2e"),
+                                                 run_workload)
     print()
     print(f"official client: {args.messages} x {args.size} B async, {args.sync} sync, "
           f"{args.e2e} end to end; best of {args.rounds} round(s); Horae and Pulsar fsync "
           "before every receipt")
     print(format_table(figures, peers, {f for f in figures if is_lower_better(f)}))
+    for failure in failures:
+        print(f"left out: {failure}")
     if args.json is not None:
         args.json.write_text(json.dumps({"settings": vars(args) | {"json": str(args.json)},
-                                         "versions": versions, "figures": figures}, indent=1))
+                                         "versions": versions, "figures": figures,
+                                         "failures": failures}, indent=1))
     return 0
 
 
