@@ -15,9 +15,9 @@ seconds:
 2. topics: ``--topics`` topics get one producer each (a LOOKUP, then PRODUCER, as a client
    does), spread over those connections; after ``--idle-warmup`` seconds, RSS and idle CPU
    again (Horae writes its metric snapshots every ``--export-interval`` seconds meanwhile, by
-   default its own default, 60: a window of 60 s holds one), then RSS after that window and the wall time of the metric snapshots Horae started
-   in it (``export_wall_s_mean`` / ``_max``: from a file's ``epoch_ms`` to its mtime). Then
-   every connection is closed;
+   default its own default, 60: a window of 60 s holds one), then RSS after that window and
+   the wall time of the metric snapshots Horae started in it (``export_wall_s_mean`` /
+   ``_max``: from a file's ``epoch_ms`` to its mtime). Then every connection is closed;
 3. backlog: a Shared subscription is created, ``--backlog`` messages of ``--size`` bytes are
    published in entries of ``--batch`` messages (one connection, ``--in-flight`` SENDs), then
    one consumer drains them (FLOW 1000 refilled by half, acks per 1,000 messages) while RSS

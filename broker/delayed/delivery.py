@@ -61,7 +61,7 @@ from broker.delayed.policy import DelayPolicy
 from broker.delayed.ports import BucketCursor, SnapshotStorage
 from broker.delayed.replace_by_key import KeyedSchedule
 from broker.delayed.schedule_view import ScheduledSources, scheduled_page
-from broker.delayed.tracker import DelayedDeliveryTracker, wall_clock_ms
+from broker.delayed.tracker import DelayedDeliveryTracker
 from storage.positions import Position
 
 __all__ = ["DelayedDelivery", "TrackerFactory", "create_tracker"]
@@ -218,14 +218,16 @@ class DelayedDelivery:
 
     async def upcoming(self, limit: int) -> list[Position]:
         """Up to the first ``limit`` positions tracked by deliver time that are due within
-        twice the read-ahead from now (called at the read-ahead's lead time, so within the
+        twice the read-ahead from now, on the tracker's clock (its cutoff; called at the
+        read-ahead's lead time, so within the
         read-ahead after the deadline it is for: what the first rounds after it read; a lone
         message among sparse ones reads itself, not the next ``limit``), ascending by
         position, left in the tracker; counted in ``read_ahead_total``."""
         if self._tracker is None:
             return []
-        page = await scheduled_page(self._tracker.scheduled_sources(), None, limit)
-        until = wall_clock_ms() + 2 * self._read_ahead_ms
+        tracker = self._tracker
+        page = await scheduled_page(tracker.scheduled_sources(), None, limit)
+        until = tracker.cutoff_ms() + 2 * self._read_ahead_ms
         positions = sorted(Position(ledger_id, entry_id)
                            for at, ledger_id, entry_id in page.entries if at <= until)
         self.read_ahead_total += len(positions)

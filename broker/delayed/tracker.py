@@ -127,9 +127,13 @@ class DeadlineTimer:
 
     def set_lead(self, lead_ms: int, callback: Callable[[], None] | None) -> None:
         """Also call ``callback`` ``lead_ms`` before each deadline aimed at from farther away
-        than that (0 or None: no lead). Applies from the next aim on."""
+        than that (0 or None: no lead). An armed timer is aimed again, so it applies at once."""
         self._lead_ms = lead_ms if callback is not None and lead_ms > 0 else 0
         self._on_lead = callback if self._lead_ms else None
+        target = self.target_ms
+        if self._handle is not None and target is not None:
+            self.cancel()
+            self.update(target)
 
     def update(self, deadline_ms: int | None) -> None:
         """Aim the timer at ``deadline_ms`` (None = nothing tracked: disarm)."""
@@ -398,10 +402,6 @@ class TimedTracker(DelayedDeliveryTracker):
 
     def read_ahead(self, lead_ms: int, callback: Callable[[], None] | None) -> None:
         self._timer.set_lead(lead_ms, callback)
-        if self._timer.target_ms is not None and self._timer.armed:
-            target = self._timer.target_ms
-            self._timer.cancel()
-            self._timer.update(target)     # aimed again, with its lead time
 
     def _update_timer(self) -> None:
         """Re-aim the timer at the earliest live deadline (or cancel it)."""

@@ -157,7 +157,7 @@ class _Held:
     redelivery_count: int
     last_of_entry: bool
     generation: int = 0
-    """Which subscription of this session it came from (a re-subscribe starts a new one)."""
+    """Which of this endpoint's subscriptions it came from (each re-subscribe counts one up)."""
 
 
 class ConsumerSession(Session):
