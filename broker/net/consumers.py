@@ -22,14 +22,14 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from broker.metrics.rates import iso_ms
 from broker.net.handshake import Handshake
 from broker.net.schemas import check_consumer_schema
-from broker.net.sliced import SLICE_IDS, SlicedCommands
+from broker.net.sliced import SLICE_IDS, SlicedCommands, SlicedWork
 from broker.net.txn_requests import acknowledge_in_transaction
 from broker.net.view import ConnectionView
 from broker.subscriptions.consumer import Consumer, HashRange
@@ -59,6 +59,7 @@ from protocol.errors import (
 )
 from protocol.metadata import parse_entry
 from protocol.sub_types import SubType
+from storage.appends_in_flight import AppendsInFlight
 from storage.errors import StorageError
 from storage.positions import Position
 
@@ -311,7 +312,7 @@ class ConsumerSide:
         if self._apply_ack(cmd, cmd.message_id) and cmd.HasField("request_id"):
             self.connection.write(encode_ack_response(cmd.consumer_id, cmd.request_id))
 
-    def _ack_slices(self, cmd: pb.CommandAck) -> Iterator[None]:
+    def _ack_slices(self, cmd: pb.CommandAck) -> SlicedWork:
         ids = cmd.message_id
         if cmd.ack_type == pb.CommandAck.Cumulative:
             ids = ids[-1:]  # only the last counts (Subscription.acknowledge): no slices
@@ -324,7 +325,7 @@ class ConsumerSide:
                     self.connection.write(encode_ack_response(
                         cmd.consumer_id, cmd.request_id, error=exc.code, message=exc.message))
                 return
-            yield
+            yield self._appends_behind(cmd.consumer_id)
         if cmd.HasField("request_id"):
             self.connection.write(encode_ack_response(cmd.consumer_id, cmd.request_id))
 
@@ -360,13 +361,22 @@ class ConsumerSide:
             return
         self._redeliver(cmd.consumer_id, cmd.message_ids, everything=True)
 
-    def _redeliver_slices(self, cmd: pb.CommandRedeliverUnacknowledgedMessages) -> Iterator[None]:
+    def _redeliver_slices(self, cmd: pb.CommandRedeliverUnacknowledgedMessages) -> SlicedWork:
         ids = cmd.message_ids
         for start in range(0, max(1, len(ids)), SLICE_IDS):
             if not self._redeliver(cmd.consumer_id, ids[start:start + SLICE_IDS],
                                    everything=start == 0):
                 return
-            yield
+            yield self._appends_behind(cmd.consumer_id)
+
+    def _appends_behind(self, consumer_id: int) -> AppendsInFlight | None:
+        """The store's appends in flight behind *consumer_id*'s subscription, which a big
+        command's next slice lets through first (:mod:`broker.net.sliced`); None when it is
+        not attached or keeps nothing (non-persistent)."""
+        attached = self._attached.get(consumer_id)
+        if attached is None or isinstance(attached.subscription, NonPersistentSubscription):
+            return None
+        return attached.subscription.ledger.appends_in_flight
 
     def _redeliver(self, consumer_id: int, message_ids: Sequence[pb.MessageIdData], *,
                    everything: bool) -> bool:

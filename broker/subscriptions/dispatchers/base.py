@@ -74,6 +74,7 @@ from protocol.errors import ProtocolError
 from protocol.metadata import EntryInfo, parse_entry, sticky_key_hash
 from protocol.send_accel import peek_dispatch
 from protocol.sub_types import SubType
+from storage import appends_in_flight
 from storage.ledger import ManagedLedger
 from storage.positions import Entry, Position
 
@@ -100,10 +101,8 @@ BUSY_TURN_S = 0.0001
 DISPATCH_PAUSE_S = 0.001
 #: While the store holds appends (a publish on any topic waits for its write and fdatasync),
 #: a slice's end waits instead for them to come back, this long at most: the storage threads
-#: take the interpreter at once (storage/appends_in_flight.py). A herd of 300,000 took
-#: 2.0-2.05 s with another topic's publish p99 at 8-10 ms during it; with 2 ms, 2.2-2.4 s and
-#: 12-16 ms; with 10 ms, 2.1-2.2 s and 10-11 ms (bench/README.md).
-APPENDS_WAIT_S = 0.005
+#: take the interpreter at once (storage/appends_in_flight.py, where the bound is measured).
+APPENDS_WAIT_S = appends_in_flight.WAIT_S
 #: A busy dispatcher writes every consumer's queued frames at least every this many slices;
 #: between them a consumer's few frames wait for the next slice (:meth:`Consumer.holds_queued`).
 HOLD_SLICES = 4
