@@ -15,9 +15,9 @@ it to come back, :data:`~storage.appends_in_flight.WAIT_S` at most, as a busy di
 a slice's end (storage/appends_in_flight.py): otherwise the slices of a few busy consumer
 connections fill every loop turn and the storage threads wait for the interpreter. The wait
 slows a big command only while publishes are in flight, by that bound per slice at most (a
-slice of ids every 5 ms at the worst); three consumers of a million messages due at once took
-6.4 s instead of 5.9 at the median, and another topic's publish p99 rose by 4.5 ms instead of
-6.3 meanwhile (bench/README.md).
+slice of ids every 5 ms at the worst). With three consumers of a million messages due at once,
+another topic's publish p99 rose by 4.5 ms instead of 6.3-7.1 meanwhile, and the herd's time
+moved by less than the runs' spread (bench/README.md).
 
 The slice is small enough for a client's own ACK frames too: the clients group up to 1000 ids
 in one ACK (``ackGroupingMaxSize``), about 3 ms of work applied at once, which a consumer at
