@@ -24,9 +24,9 @@ came). It is checked after a drop or a hand-out; with ``bound = max(count, COMPA
   chunk by chunk in time order (:meth:`~broker.delayed.packed.PackedTimeIndex.retain_from`:
   ``keep``'s membership test mapped over a chunk, ``itertools.compress``; no Python per
   entry), about :data:`SWEEP_STEP` entries (one chunk) per later drop or hand-out, so the
-  event loop is held for a step (~0.3-0.7 ms), not for the whole index. Positions added meanwhile go into
-  ``keep`` at once, so ``keep`` always holds every member and no member's entry is removed;
-  one dropped meanwhile may keep its entry until the next sweep;
+  event loop is held for a step (~0.3-0.7 ms), not for the whole index. Positions added
+  meanwhile go into ``keep`` at once, so ``keep`` always holds every member and no member's
+  entry is removed; one dropped meanwhile may keep its entry until the next sweep;
 - ``stale > bound`` (the sweep did not keep up, e.g. hand-outs emptied the index, or a sweep
   that skipped chunks of one time left too much) compacts at once in one pass
   (:meth:`IndexedPositions.compact`, also used before sealing a mutable bucket).
