@@ -17,10 +17,9 @@ from broker.subscriptions.consumer import Consumer
 from broker.subscriptions.subscription import Subscription
 from protocol import pulsar_pb as pb
 from storage import SegmentStore, StorageConfig
-from storage.appends_in_flight import AppendsInFlight
 from storage.positions import Position
 from tests.consumers.test_dispatch_unit import FakeConnection, StubTopic, _entry, _settle_dispatch
-from tests.consumers.test_dispatch_yields_to_publish import WAIT_S, _GatedWrites
+from tests.consumers.test_dispatch_yields_to_publish import WAIT_S, _GatedWrites, record_waits
 
 ENTRIES = 4 * SLICE_IDS     # four slices
 
@@ -71,16 +70,7 @@ async def test_a_big_ack_waits_for_a_publish_between_slices_a_bounded_time_then_
         delivered = conn.message_ids()
         assert len(delivered) == ENTRIES
 
-        waits: list[tuple[int, float, bool]] = []
-        original = AppendsInFlight.handed_back
-
-        async def spy(self: AppendsInFlight, timeout: float) -> bool:
-            batches = self.batches
-            back = await original(self, timeout)
-            waits.append((batches, timeout, back))
-            return back
-
-        monkeypatch.setattr(AppendsInFlight, "handed_back", spy)
+        waits = record_waits(monkeypatch)
         ops.armed = True
         publish = other.append(b"published meanwhile")   # held in the write thread
         assert ledger.appends_in_flight.batches == 1

@@ -51,6 +51,22 @@ class _GatedWrites(FileOps):
         return super().writev(fd, buffers)
 
 
+def record_waits(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, float, bool]]:
+    """From now on, every wait for appends in flight is recorded: (batches in flight when it
+    began, its bound, whether they came back)."""
+    waits: list[tuple[int, float, bool]] = []
+    original = AppendsInFlight.handed_back
+
+    async def spy(self: AppendsInFlight, timeout: float) -> bool:
+        batches = self.batches
+        back = await original(self, timeout)
+        waits.append((batches, timeout, back))
+        return back
+
+    monkeypatch.setattr(AppendsInFlight, "handed_back", spy)
+    return waits
+
+
 async def test_a_busy_dispatcher_waits_for_a_publish_a_bounded_time_then_goes_on(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(dispatch_base, "DISPATCH_SLICE_S", 0.0)   # every round ends a slice
@@ -62,16 +78,7 @@ async def test_a_busy_dispatcher_waits_for_a_publish_a_bounded_time_then_goes_on
         other = await store.open_ledger("persistent://public/default/other")
         for i in range(1000):
             await ledger.append(_entry(i))
-        waits: list[tuple[int, float, bool]] = []
-        original = AppendsInFlight.handed_back
-
-        async def spy(self: AppendsInFlight, timeout: float) -> bool:
-            batches = self.batches
-            back = await original(self, timeout)
-            waits.append((batches, timeout, back))
-            return back
-
-        monkeypatch.setattr(AppendsInFlight, "handed_back", spy)
+        waits = record_waits(monkeypatch)
         sub = await Subscription.open(StubTopic(ledger), "s", durable=True,
                                       initial_position="earliest")
         conn = FakeConnection()
