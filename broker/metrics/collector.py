@@ -103,10 +103,10 @@ from broker.metrics.resource_group_families import (
     ResourceGroupCollector,
     ResourceGroupFigures,
 )
-from broker.metrics.snapshots import sample_line_texts
 from broker.metrics.sources import MetricsSource, PublishBufferFigures, TopicFigures
 from broker.metrics.storage_families import storage_families
 from broker.metrics.topic_columns import TopicColumns
+from broker.metrics.topic_lines import TopicSnapshotLines
 from broker.metrics.topic_stamps import Stamp, read_stamp, timed_in_signature
 from broker.metrics.txn_families import transaction_families
 from broker.metrics.write_latency import (
@@ -395,6 +395,7 @@ class HoraeCollector(Collector):
         self._columns = TopicColumns()
         self._template: list[Metric] | None = None
         self._template_index: dict[str, int] = {}   # family name -> its place in the template
+        self._snapshot_lines: TopicSnapshotLines | None = None
 
     def describe(self) -> list[Metric]:
         return []   # no collect() at registration time: the service may not be ready
@@ -598,26 +599,28 @@ class HoraeCollector(Collector):
         """The text of *rows*' share of each template family, per row, in *fmt*: a row with
         its signature (which holds its windowed latency and entry-size counts) and what was
         kept for it. Only the families whose values moved since then are rendered again.
-        Snapshot text is kept UTF-8 encoded (the writer compresses bytes: no encoding of
-        every topic's text at every export)."""
-        empty: str | bytes = b"" if fmt == SNAPSHOT else ""
+        Snapshot text is written straight from the signature (:mod:`broker.metrics.topic_lines`)
+        and kept UTF-8 encoded (the writer compresses bytes: no encoding of every topic's text
+        at every export); /metrics text is rendered by prometheus_client from the families."""
+        if fmt == SNAPSHOT:
+            return self._render_snapshot(rows, width)
         values: SampleTable = defaultdict(lambda: defaultdict(float))
         latency: LatencyTable = {}
         latency_windowed: LatencyTable = {}
         sizes_windowed: LatencyTable = {}
         index = self._template_index
-        texts: list[list[str | bytes]] = []
+        texts: list[list[str]] = []
         index_of: dict[str, int] = {}
         for n, (row, signature, old) in enumerate(rows):
             ((key, acc),) = row.write_latency.items()
             index_of[key[2]] = n
             redo = None if old is None else self._changed_families(old[0], signature)
             if redo is None:
-                texts.append([empty] * width)
+                texts.append([""] * width)
                 row.replay(values)
                 names = None
             else:
-                texts.append(list(old[1]))  # type: ignore[index]
+                texts.append(list(old[1]))  # type: ignore[arg-type, index]
                 names = {name for name, j in index.items() if j in redo}
                 row.replay(values, names)
             if names is None or HISTOGRAM in names:
@@ -628,32 +631,46 @@ class HoraeCollector(Collector):
                 sizes_windowed[key] = list(signature[6])  # type: ignore[call-overload]
             if redo is not None:
                 for j in redo:
-                    texts[n][j] = empty
+                    texts[n][j] = ""
         families = self._topic_families(values, latency, latency_windowed, sizes_windowed,
                                         LabelSets())
         if len(families) != width:
             raise RuntimeError("per-topic families do not match their template")
-        labels_json: dict[int, str] = {}
         for j, family in enumerate(families):
             samples = family.samples
             if not samples:
                 continue
-            if fmt == SNAPSHOT:
-                lines = sample_line_texts(family, labels_json)
-            else:
-                lines = generate_latest(_Families([family])).decode("utf-8").split("\n")[2:-1]
-                lines = [line + "\n" for line in lines]
-                if len(lines) != len(samples):
-                    raise RuntimeError(f"{family.name}: one line per sample expected")
+            lines = generate_latest(_Families([family])).decode("utf-8").split("\n")[2:-1]
+            lines = [line + "\n" for line in lines]
+            if len(lines) != len(samples):
+                raise RuntimeError(f"{family.name}: one line per sample expected")
             start = 0
             for i in range(1, len(samples) + 1):
                 if i == len(samples) or (samples[i].labels["topic"]
                                          != samples[start].labels["topic"]):
-                    text = "".join(lines[start:i])
-                    texts[index_of[samples[start].labels["topic"]]][j] = (
-                        text.encode("utf-8") if fmt == SNAPSHOT else text)
+                    texts[index_of[samples[start].labels["topic"]]][j] = "".join(
+                        lines[start:i])
                     start = i
-        return [tuple(topic_texts) for topic_texts in texts]  # type: ignore[misc]
+        return [tuple(topic_texts) for topic_texts in texts]
+
+    def _render_snapshot(self, rows: list[tuple[_TopicScrape, tuple[object, ...],
+                                                _TopicText | None]],
+                         width: int) -> list[tuple[str, ...] | tuple[bytes, ...]]:
+        """:meth:`_render` in the snapshot format: each row's lines written from its
+        signature, the families that did not move kept as they were."""
+        lines = self._snapshot_lines
+        if lines is None:
+            lines = self._snapshot_lines = TopicSnapshotLines(self._families_template(),
+                                                              _TOPIC_SERIES)
+        out: list[tuple[str, ...] | tuple[bytes, ...]] = []
+        for row, signature, old in rows:
+            redo = None if old is None else self._changed_families(old[0], signature)
+            texts: list[bytes] = [b""] * width if redo is None else list(old[1])  # type: ignore
+            ((_, latency),) = row.write_latency.items()
+            lines.render((row.key, row.topic_values, row.flat, row.maxima, latency,
+                          signature[5], signature[6]), texts, redo)  # type: ignore[arg-type]
+            out.append(tuple(texts))
+        return out
 
     def _begin(self) -> _Scrape:
         config = self.service.config

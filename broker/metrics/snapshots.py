@@ -37,8 +37,8 @@ on the disk nor spends the CPU of the rows. The writer keeps the text of the las
 runs of samples and serialises again only the runs whose samples changed (idle topics' series
 do not); the start of each line (timestamp, broker, cluster) is spliced into the kept text as
 it is written. The collector hands over the series of idle topics as already rendered text
-(:class:`broker.metrics.exposition.RenderedFamily`, made by :func:`sample_line_texts`), which
-the writer copies as it is. This module imports nothing else from the broker but
+(:class:`broker.metrics.exposition.RenderedFamily`, lines made by :func:`line_head`,
+:func:`labels_text` and :func:`value_text`), which the writer copies as it is. This module imports nothing else from the broker but
 :mod:`broker.metrics.exposition`.
 """
 
@@ -231,7 +231,6 @@ class MetricSnapshotWriter:
         """Text of *families*' lines with :data:`LINE_MARK` for their start; keeps each
         family's runs (samples and text) for the next call, and only this call's. A
         :class:`RenderedFamily` is already that text (``str``, or UTF-8 ``bytes``)."""
-        head = LINE_MARK
         previous, kept = self._runs, {}
         # id(labels dict) -> its JSON; the dicts stay alive (held by families) meanwhile.
         labels_json: dict[int, str] = {}
@@ -273,7 +272,7 @@ class MetricSnapshotWriter:
                     text = old_runs[i]
                 else:
                     text = "".join(self._lines_of(
-                        part, family.name + "_created", row_type, head, prefixes, labels_json,
+                        part, family.name + "_created", row_type, prefixes, labels_json,
                         known_labels, kept_labels))
                 runs.append(text)
                 yield text
@@ -287,32 +286,29 @@ class MetricSnapshotWriter:
         self._labels_json = known_labels
 
     @staticmethod
-    def _lines_of(samples: Iterable[Any], created: str, row_type: str, head: str,
+    def _lines_of(samples: Iterable[Any], created: str, row_type: str,
                   prefixes: dict[str, str], labels_json: dict[int, str],
                   known: dict[tuple[tuple[str, str], ...], str],
                   kept: dict[tuple[tuple[str, str], ...], str]) -> Iterator[str]:
         for sample in samples:
             name = sample.name
-            if name == created or sample.value is None:
+            if name == created:
                 continue
-            value = float(sample.value)
-            if math.isnan(value):
+            value = value_text(sample.value)
+            if value is None:
                 continue
             prefix = prefixes.get(name)
             if prefix is None:
-                prefix = prefixes[name] = (f'{head}{json.dumps(name)},"type":"{row_type}",'
-                                           '"labels":')
+                prefix = prefixes[name] = line_head(name, row_type)
             labels = sample.labels
             text = labels_json.get(id(labels))
             if text is None:
                 items = tuple(labels.items())
                 text = known.get(items)
                 if text is None:
-                    text = json.dumps(
-                        {str(k): str(v) for k, v in sorted(items) if k != "cluster"},
-                        separators=(",", ":"))
+                    text = labels_text(labels)
                 labels_json[id(labels)] = kept[items] = text
-            yield f'{prefix}{text},"value":{_json_float(value)}}}\n'
+            yield f'{prefix}{text},"value":{value}}}\n'
 
     def _write_lines(self, texts: Iterable[str | bytes], ts_ms: int) -> Path:
         """Write *texts* (whole lines, each starting with :data:`LINE_MARK`; ``str``, or UTF-8
@@ -399,36 +395,29 @@ class MetricSnapshotWriter:
         return path
 
 
-def sample_line_texts(family: Metric, labels_json: dict[int, str]) -> list[str]:
-    """The snapshot line of each sample of *family* (``""`` for one the file leaves out:
-    ``_created``, None, NaN), each starting with :data:`LINE_MARK`: the text
-    :meth:`MetricSnapshotWriter.write_families` writes for them, for a :class:`RenderedFamily`.
-    *labels_json* maps ``id(labels dict)`` to its JSON (the caller keeps the dicts alive)."""
-    row_type = _FAMILY_TYPES.get(family.type, "untyped")
-    created = family.name + "_created"
-    prefixes: dict[str, str] = {}
-    out: list[str] = []
-    for sample in family.samples:
-        name = sample.name
-        if name == created or sample.value is None:
-            out.append("")
-            continue
-        value = float(sample.value)
-        if math.isnan(value):
-            out.append("")
-            continue
-        prefix = prefixes.get(name)
-        if prefix is None:
-            prefix = prefixes[name] = (f'{LINE_MARK}{json.dumps(name)},"type":"{row_type}",'
-                                       '"labels":')
-        labels = sample.labels
-        text = labels_json.get(id(labels))
-        if text is None:
-            text = labels_json[id(labels)] = json.dumps(
-                {str(k): str(v) for k, v in sorted(labels.items()) if k != "cluster"},
-                separators=(",", ":"))
-        out.append(f'{prefix}{text},"value":{_json_float(value)}}}\n')
-    return out
+def line_head(sample_name: str, family_type: str) -> str:
+    """The start of a snapshot line of *sample_name* in a family of *family_type* (a
+    prometheus_client type), up to its labels: :data:`LINE_MARK`, the name and the type."""
+    return (f'{LINE_MARK}{json.dumps(sample_name)},"type":"'
+            f'{_FAMILY_TYPES.get(family_type, "untyped")}","labels":')
+
+
+def labels_text(labels: Mapping[str, str]) -> str:
+    """A sample's labels as a snapshot line holds them: JSON, keys sorted, without
+    ``cluster`` (a field of its own)."""
+    return json.dumps({str(k): str(v) for k, v in sorted(labels.items()) if k != "cluster"},
+                      separators=(",", ":"))
+
+
+def value_text(value: float | None) -> str | None:
+    """A sample's value as a snapshot line holds it, or ``None`` for a sample the file
+    leaves out (no value, or NaN)."""
+    if value is None:
+        return None
+    number = float(value)
+    if math.isnan(number):
+        return None
+    return _json_float(number)
 
 
 def _snapshot_ts(path: Path) -> int | None:

@@ -34,8 +34,8 @@ from prometheus_client.samples import Sample
 from broker.metrics.exposition import NS_LABELS, TOPIC_LABELS, LabelSets, cumulative
 from broker.metrics.rates import PUBLISH_LATENCY_BUCKETS_MS
 
-__all__ = ["PULSAR_BUCKET_SERIES", "STATS_WINDOW_S", "LatencyTable", "LatencyWindows",
-           "write_latency_families", "write_latency_steps"]
+__all__ = ["LE_LABELS", "PULSAR_BUCKET_SERIES", "STATS_WINDOW_S", "LatencyTable",
+           "LatencyWindows", "write_latency_families", "write_latency_steps"]
 
 #: Pulsar's statsUpdateFrequencyInSecs default: the window its *_le_* gauges cover.
 STATS_WINDOW_S = 60.0
@@ -162,11 +162,11 @@ def write_latency_steps(table: LatencyTable, windows: LatencyWindows, topic_leve
     bucket_name, count_name, sum_name = (f"{HISTOGRAM}_bucket", f"{HISTOGRAM}_count",
                                          f"{HISTOGRAM}_sum")
     samples = histogram.samples
-    n_bounds = len(_LE)
+    n_bounds = len(LE_LABELS)
     for done, (key, acc) in enumerate(table.items(), 1):
         labels = labels_of(names, key)
         total = 0.0
-        for i, le in enumerate(_LE):
+        for i, le in enumerate(LE_LABELS):
             total += acc[i]
             samples.append(Sample(bucket_name, {**labels, "le": le}, total))
         for c in acc[n_bounds:-1]:
@@ -190,4 +190,5 @@ def write_latency_steps(table: LatencyTable, windows: LatencyWindows, topic_leve
 
 
 #: The ``le`` label of each finite bound of PUBLISH_LATENCY_BUCKETS_MS (``+Inf`` comes last).
-_LE: tuple[str, ...] = tuple(le for le, _ in cumulative([], PUBLISH_LATENCY_BUCKETS_MS)[:-1])
+LE_LABELS: tuple[str, ...] = tuple(
+    le for le, _ in cumulative([], PUBLISH_LATENCY_BUCKETS_MS)[:-1])
