@@ -44,9 +44,10 @@ Rules:
 6. ``/metrics`` and the snapshot exporter take :meth:`HoraeCollector.collect_rendered_async`:
    every topic's figures are read as above, into a flat record per topic, and each topic
    keeps the text of its series in that consumer's format with the record it was made of;
-   only the families whose figures moved are rendered again (through the same
-   ``generate_latest`` / snapshot-line code), so the output is byte for byte that of
-   rendering every sample, and idle topics cost a read and a comparison. The kept text is one
+   only the families whose figures moved are rendered again, written straight from the
+   record (:mod:`broker.metrics.topic_lines`: the lines those families' samples would give,
+   without building them), so the output is byte for byte that of rendering every sample,
+   and idle topics cost a read and a comparison. The kept text is one
    entry per loaded topic per format (unloaded topics' are dropped at the next scrape).
 
 Wiring: the server composes one :class:`BrokerMetrics` from the service, the loop-lag probe,
@@ -61,7 +62,7 @@ import asyncio
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Callable, Container, Iterator
+from collections.abc import Callable, Iterator
 
 from prometheus_client import (
     CollectorRegistry,
@@ -106,7 +107,7 @@ from broker.metrics.resource_group_families import (
 from broker.metrics.sources import MetricsSource, PublishBufferFigures, TopicFigures
 from broker.metrics.storage_families import storage_families
 from broker.metrics.topic_columns import TopicColumns
-from broker.metrics.topic_lines import TopicSnapshotLines
+from broker.metrics.topic_lines import TopicLines
 from broker.metrics.topic_stamps import Stamp, read_stamp, timed_in_signature
 from broker.metrics.txn_families import transaction_families
 from broker.metrics.write_latency import (
@@ -343,26 +344,6 @@ class _TopicScrape:
     def maximum(self, name: str, key: tuple[str, ...], value: float) -> None:
         self.maxima += (name, key, value)
 
-    def replay(self, values: SampleTable, names: Container[str] | None = None) -> None:
-        """Add this topic's series (of the families *names* only, if given) to *values* as
-        :class:`_Scrape` would have (a family's series are all sums or all maxima, so their
-        order within a family is kept)."""
-        own = self.key
-        for series, number in zip(_TOPIC_SERIES, self.topic_values, strict=True):
-            if names is None or series in names:
-                values[series][own] += number
-        flat = self.flat
-        for i in range(0, len(flat), 3):
-            name, key, value = flat[i:i + 3]
-            if names is None or name in names:
-                values[name][key] += value  # type: ignore
-        flat = self.maxima
-        for i in range(0, len(flat), 3):
-            name, key, value = flat[i:i + 3]
-            if names is None or name in names:
-                table = values[name]  # type: ignore[index]
-                table[key] = max(table[key], value) if key in table else value  # type: ignore
-
 
 #: A topic's rendered series in one format: what they were made of (its signature) and the
 #: text of its share of each family of the per-topic template, in template order. Plain tuples
@@ -395,7 +376,7 @@ class HoraeCollector(Collector):
         self._columns = TopicColumns()
         self._template: list[Metric] | None = None
         self._template_index: dict[str, int] = {}   # family name -> its place in the template
-        self._snapshot_lines: TopicSnapshotLines | None = None
+        self._lines: dict[str, TopicLines] = {}   # per format: a topic's lines from its record
 
     def describe(self) -> list[Metric]:
         return []   # no collect() at registration time: the service may not be ready
@@ -441,11 +422,11 @@ class HoraeCollector(Collector):
         Every topic's figures are still read (the walk of :meth:`collect_async`, into a flat
         record per topic instead of samples); a topic whose record, latency histogram and
         windowed bucket counts equal those its kept text was made of reuses that text (equal
-        values render to equal text). The others are built into samples exactly as
-        :meth:`collect_async` does and rendered by the same code as the uncached output (``generate_latest``, or
-        :func:`broker.metrics.snapshots.sample_line_texts`), then split per topic. So the
-        output is byte for byte that of :meth:`collect_async` rendered whole, and an idle topic
-        costs its reads and one comparison. With topic-level metrics off (series summed per
+        values render to equal text). The others are written from their records
+        (:class:`broker.metrics.topic_lines.TopicLines`: the lines :meth:`collect_async`'s
+        samples of that topic render to). So the output is byte for byte that of
+        :meth:`collect_async` rendered whole, and an idle topic costs its reads and one
+        comparison. With topic-level metrics off (series summed per
         namespace) there is nothing per topic to keep: :meth:`collect_async`'s families."""
         scrape = self._begin()
         if not scrape.topic_level:
@@ -598,78 +579,23 @@ class HoraeCollector(Collector):
                 width: int) -> list[tuple[str, ...] | tuple[bytes, ...]]:
         """The text of *rows*' share of each template family, per row, in *fmt*: a row with
         its signature (which holds its windowed latency and entry-size counts) and what was
-        kept for it. Only the families whose values moved since then are rendered again.
-        Snapshot text is written straight from the signature (:mod:`broker.metrics.topic_lines`)
-        and kept UTF-8 encoded (the writer compresses bytes: no encoding of every topic's text
-        at every export); /metrics text is rendered by prometheus_client from the families."""
-        if fmt == SNAPSHOT:
-            return self._render_snapshot(rows, width)
-        values: SampleTable = defaultdict(lambda: defaultdict(float))
-        latency: LatencyTable = {}
-        latency_windowed: LatencyTable = {}
-        sizes_windowed: LatencyTable = {}
-        index = self._template_index
-        texts: list[list[str]] = []
-        index_of: dict[str, int] = {}
-        for n, (row, signature, old) in enumerate(rows):
-            ((key, acc),) = row.write_latency.items()
-            index_of[key[2]] = n
-            redo = None if old is None else self._changed_families(old[0], signature)
-            if redo is None:
-                texts.append([""] * width)
-                row.replay(values)
-                names = None
-            else:
-                texts.append(list(old[1]))  # type: ignore[arg-type, index]
-                names = {name for name, j in index.items() if j in redo}
-                row.replay(values, names)
-            if names is None or HISTOGRAM in names:
-                latency[key] = acc
-            if names is None or PULSAR_BUCKET_SERIES[0] in names:
-                latency_windowed[key] = list(signature[5])  # type: ignore[call-overload]
-            if names is None or ENTRY_SIZE_SERIES[0] in names:
-                sizes_windowed[key] = list(signature[6])  # type: ignore[call-overload]
-            if redo is not None:
-                for j in redo:
-                    texts[n][j] = ""
-        families = self._topic_families(values, latency, latency_windowed, sizes_windowed,
-                                        LabelSets())
-        if len(families) != width:
-            raise RuntimeError("per-topic families do not match their template")
-        for j, family in enumerate(families):
-            samples = family.samples
-            if not samples:
-                continue
-            lines = generate_latest(_Families([family])).decode("utf-8").split("\n")[2:-1]
-            lines = [line + "\n" for line in lines]
-            if len(lines) != len(samples):
-                raise RuntimeError(f"{family.name}: one line per sample expected")
-            start = 0
-            for i in range(1, len(samples) + 1):
-                if i == len(samples) or (samples[i].labels["topic"]
-                                         != samples[start].labels["topic"]):
-                    texts[index_of[samples[start].labels["topic"]]][j] = "".join(
-                        lines[start:i])
-                    start = i
-        return [tuple(topic_texts) for topic_texts in texts]
-
-    def _render_snapshot(self, rows: list[tuple[_TopicScrape, tuple[object, ...],
-                                                _TopicText | None]],
-                         width: int) -> list[tuple[str, ...] | tuple[bytes, ...]]:
-        """:meth:`_render` in the snapshot format: each row's lines written from its
-        signature, the families that did not move kept as they were."""
-        lines = self._snapshot_lines
+        kept for it. Only the families whose values moved since then are rendered again,
+        written straight from the signature (:mod:`broker.metrics.topic_lines`). Snapshot
+        text is kept UTF-8 encoded (the writer compresses bytes: no encoding of every topic's
+        text at every export)."""
+        lines = self._lines.get(fmt)
         if lines is None:
-            lines = self._snapshot_lines = TopicSnapshotLines(self._families_template(),
-                                                              _TOPIC_SERIES)
+            lines = self._lines[fmt] = TopicLines(self._families_template(), _TOPIC_SERIES,
+                                                  snapshot=fmt == SNAPSHOT)
+        empty: str | bytes = b"" if fmt == SNAPSHOT else ""
         out: list[tuple[str, ...] | tuple[bytes, ...]] = []
         for row, signature, old in rows:
             redo = None if old is None else self._changed_families(old[0], signature)
-            texts: list[bytes] = [b""] * width if redo is None else list(old[1])  # type: ignore
+            texts = [empty] * width if redo is None else list(old[1])  # type: ignore[index]
             ((_, latency),) = row.write_latency.items()
             lines.render((row.key, row.topic_values, row.flat, row.maxima, latency,
                           signature[5], signature[6]), texts, redo)  # type: ignore[arg-type]
-            out.append(tuple(texts))
+            out.append(tuple(texts))  # type: ignore[arg-type]
         return out
 
     def _begin(self) -> _Scrape:

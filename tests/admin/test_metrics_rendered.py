@@ -198,11 +198,11 @@ def _topics(draw: st.DrawFn) -> list[_FakeTopic]:
 
 @settings(max_examples=60, deadline=None)
 @given(topics=_topics(), later=_topics())
-async def test_snapshot_lines_written_from_records_equal_the_writers_own(
+async def test_lines_written_from_records_equal_the_serialisers_own(
         topics: list[_FakeTopic], later: list[_FakeTopic]) -> None:
-    """Whatever a topic's figures, its snapshot text written straight from its record (at
-    its first export, and when its figures change under the same series) is the text the
-    snapshot writer serialises from the families of an uncached collect."""
+    """Whatever a topic's figures, its text written straight from its record (at its first
+    scrape, and when its figures change under the same series) is the text prometheus_client
+    and the snapshot writer serialise from the families of an uncached collect."""
     config = BrokerConfig(cluster_name="c1")
     service = _FakeService(config, {t.full: t for t in topics})
     now = [1000.0]
@@ -225,6 +225,8 @@ async def test_snapshot_lines_written_from_records_equal_the_writers_own(
                     service.topics[old.full] = new
             now[0] += 61
             uncached = await collector.collect_async()
+            prometheus = render_text(await collector.collect_rendered_async(PROMETHEUS))
+            assert prometheus == generate_latest(_Families(uncached))
             snapshot = await collector.collect_rendered_async(SNAPSHOT)
             plain = MetricSnapshotWriter(root / f"plain-{rounds}", "b:8080", "c1", 0)
             cached = MetricSnapshotWriter(root / f"cached-{rounds}", "b:8080", "c1", 0)
