@@ -62,7 +62,7 @@ import asyncio
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncGenerator, Callable, Iterator
 
 from prometheus_client import (
     CollectorRegistry,
@@ -128,6 +128,8 @@ RATE_MIN_INTERVAL_S = 1.0
 SLICE_TOPICS = 256
 #: Changed topics rendered to text per loop turn by :meth:`HoraeCollector.collect_rendered_async`.
 RENDER_TOPICS = 64
+#: Topics' text of one family joined into one piece of a /metrics body (:func:`render_chunks`).
+CHUNK_PARTS = 1024
 #: The two text formats :meth:`HoraeCollector.collect_rendered_async` renders.
 PROMETHEUS = "prometheus"
 SNAPSHOT = "snapshot"
@@ -824,23 +826,47 @@ class _Families:
 def render_text(families: list[Metric]) -> bytes:
     """``generate_latest`` of *families*, where a :class:`RenderedFamily` is its header
     followed by its Prometheus text lines (``generate_latest`` renders family by family)."""
-    out: list[str] = []
+    return b"".join(render_chunks(families))
+
+
+def render_chunks(families: list[Metric]) -> Iterator[bytes]:
+    """:func:`render_text` in pieces of about :data:`CHUNK_PARTS` topics' text of one family
+    (about a MiB at most), each joined and encoded on its own: whoever renders them holds the
+    interpreter for one piece at a time, not for the whole body (~75 MiB at 10,000 topics),
+    and never keeps more than a piece of it."""
     for family in families:
-        out.append(generate_latest(_Families([family])).decode("utf-8"))
-        if isinstance(family, RenderedFamily):
-            out.extend(part if isinstance(part, str) else part.decode("utf-8")
-                       for part in family.parts)
-    return "".join(out).encode("utf-8")
+        head = generate_latest(_Families([family]))
+        if not isinstance(family, RenderedFamily):
+            yield head
+            continue
+        parts = family.parts
+        for start in range(0, len(parts), CHUNK_PARTS):
+            piece = parts[start:start + CHUNK_PARTS]
+            text = (b"".join(piece) if piece and isinstance(piece[0], bytes)
+                    else "".join(piece).encode("utf-8"))  # type: ignore[arg-type]
+            yield head + text if start == 0 else text
+        if not parts:
+            yield head
+
+
+async def exposition_chunks(registry: BrokerRegistry) -> AsyncGenerator[bytes, None]:
+    """The Prometheus text for a /metrics response, piece by piece, without blocking the
+    loop: families are collected in slices on the loop (idle topics' lines kept from the
+    previous scrape), and each piece of :func:`render_chunks` is joined in the default
+    executor (the families are finished values by then; the render reads nothing live)."""
+    families = await registry.collect_rendered_async(PROMETHEUS)
+    loop = asyncio.get_running_loop()
+    pieces = render_chunks(families)
+    while True:
+        piece = await loop.run_in_executor(None, next, pieces, None)
+        if piece is None:
+            return
+        yield piece
 
 
 async def exposition(registry: BrokerRegistry) -> bytes:
-    """The Prometheus text for a /metrics response without blocking the loop: families are
-    collected in slices on the loop (idle topics' lines kept from the previous scrape), joined
-    by :func:`render_text` in the default executor (the families are finished values by then;
-    the render reads nothing live)."""
-    families = await registry.collect_rendered_async(PROMETHEUS)
-    loop = asyncio.get_running_loop()
-    return await loop.run_in_executor(None, render_text, families)
+    """The whole of :func:`exposition_chunks`, as one body."""
+    return b"".join([piece async for piece in exposition_chunks(registry)])
 
 
 class BrokerMetrics:
@@ -877,3 +903,8 @@ class BrokerMetrics:
     async def exposition(self) -> bytes:
         """The ``/metrics`` body (:func:`exposition`)."""
         return await exposition(self.registry)
+
+    def exposition_chunks(self) -> AsyncGenerator[bytes, None]:
+        """The ``/metrics`` body piece by piece (:func:`exposition_chunks`), for a streamed
+        response."""
+        return exposition_chunks(self.registry)

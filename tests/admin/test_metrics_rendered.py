@@ -11,9 +11,19 @@ import tempfile
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client import generate_latest
+from prometheus_client.core import GaugeMetricFamily
 
 from broker.config import BrokerConfig
-from broker.metrics.collector import PROMETHEUS, SNAPSHOT, HoraeCollector, _Families, render_text
+from broker.metrics.collector import (
+    CHUNK_PARTS,
+    PROMETHEUS,
+    SNAPSHOT,
+    HoraeCollector,
+    _Families,
+    render_chunks,
+    render_text,
+)
+from broker.metrics.exposition import RenderedFamily
 from broker.metrics.snapshots import MetricSnapshotWriter
 
 from .test_admin_metrics import (
@@ -233,3 +243,26 @@ async def test_lines_written_from_records_equal_the_serialisers_own(
             expected = plain.write(plain.collect_rows(uncached, TS), TS).read_bytes()
             written = cached.write_families(snapshot, TS).read_bytes()
             assert gzip.decompress(written) == gzip.decompress(expected)
+
+
+def test_a_metrics_body_is_rendered_in_bounded_pieces() -> None:
+    """The /metrics body comes in pieces of at most CHUNK_PARTS topics' text of one family
+    (the renderer holds the interpreter for one piece at a time), and the pieces are the body."""
+    topics = 2 * CHUNK_PARTS + 5
+    lines = [f'pulsar_rate_in{{topic="t{i}"}} {i}.0\n' for i in range(topics)]
+    big = RenderedFamily("pulsar_rate_in", "Publish rate", "gauge", lines)
+    encoded = RenderedFamily("pulsar_rate_out", "Dispatch rate", "gauge",
+                             [line.replace("_in", "_out").encode() for line in lines[:3]])
+    empty = RenderedFamily("pulsar_storage_size", "Bytes stored", "gauge", [])
+    plain = GaugeMetricFamily("horae_plain", "A family with samples", value=1.0)
+    pieces = list(render_chunks([big, encoded, empty, plain]))
+    header = generate_latest(_Families([big]))
+    assert pieces[0] == header + "".join(lines[:CHUNK_PARTS]).encode()
+    assert pieces[1] == "".join(lines[CHUNK_PARTS:2 * CHUNK_PARTS]).encode()
+    assert pieces[2] == "".join(lines[2 * CHUNK_PARTS:]).encode()
+    assert len(pieces) == 6   # three of the big family, one each for the others
+    assert b"".join(pieces) == b"".join([
+        header, "".join(lines).encode(), generate_latest(_Families([encoded])),
+        b"".join(encoded.parts),  # type: ignore[arg-type]
+        generate_latest(_Families([empty])), generate_latest(_Families([plain]))])
+    assert render_text([big, encoded, empty, plain]) == b"".join(pieces)
