@@ -49,8 +49,8 @@ class LabelSets:
 
 class RenderedFamily(Metric):
     """A family whose samples are already text in one consumer's format: the Prometheus text
-    lines of ``/metrics``, or the snapshot writer's lines (see
-    :func:`broker.metrics.snapshots.sample_line_texts`). Name, help and type as usual and no
+    lines of ``/metrics``, or the snapshot writer's lines (written by
+    :class:`broker.metrics.topic_lines.TopicLines`). Name, help and type as usual and no
     ``samples``: ``generate_latest`` renders its header only, the consumer appends the text,
     :attr:`parts` in order (``str`` for ``/metrics``; for the snapshot writer UTF-8 ``bytes``,
     which it compresses as they are)."""
