@@ -93,6 +93,7 @@ from broker.metrics.exposition import (
     NS_LABELS,
     SUB_LABELS,
     TOPIC_LABELS,
+    CollectedFamilies,
     LabelSets,
     RenderedFamily,
     SampleTable,
@@ -813,16 +814,6 @@ class BrokerRegistry(CollectorRegistry):
         return families
 
 
-class _Families:
-    """Already collected families, in the shape ``generate_latest`` reads (``collect()``)."""
-
-    def __init__(self, families: list[Metric]) -> None:
-        self._families = families
-
-    def collect(self) -> Iterator[Metric]:
-        return iter(self._families)
-
-
 def render_text(families: list[Metric]) -> bytes:
     """``generate_latest`` of *families*, where a :class:`RenderedFamily` is its header
     followed by its Prometheus text lines (``generate_latest`` renders family by family)."""
@@ -835,7 +826,7 @@ def render_chunks(families: list[Metric]) -> Iterator[bytes]:
     interpreter for one piece at a time, not for the whole body (~75 MiB at 10,000 topics),
     and never keeps more than a piece of it."""
     for family in families:
-        head = generate_latest(_Families([family]))
+        head = generate_latest(CollectedFamilies([family]))
         if not isinstance(family, RenderedFamily):
             yield head
             continue

@@ -16,12 +16,12 @@ read them). Pure functions, no IO; used by :mod:`broker.metrics.collector`,
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from prometheus_client.metrics_core import Metric
 
-__all__ = ["NS_LABELS", "SUB_LABELS", "TOPIC_LABELS", "LabelSets", "RenderedFamily", "SampleTable",
-           "cumulative", "topic_namespace"]
+__all__ = ["NS_LABELS", "SUB_LABELS", "TOPIC_LABELS", "CollectedFamilies", "LabelSets",
+           "RenderedFamily", "SampleTable", "cumulative", "topic_namespace"]
 
 TOPIC_LABELS = ("cluster", "namespace", "topic")
 NS_LABELS = ("cluster", "namespace")
@@ -59,6 +59,16 @@ class RenderedFamily(Metric):
                  parts: list[str] | list[bytes]) -> None:
         super().__init__(name, documentation, typ)
         self.parts = parts
+
+
+class CollectedFamilies:
+    """Already collected families, in the shape ``generate_latest`` reads (``collect()``)."""
+
+    def __init__(self, families: list[Metric]) -> None:
+        self._families = families
+
+    def collect(self) -> Iterator[Metric]:
+        return iter(self._families)
 
 
 def cumulative(counts: Sequence[int | float], bounds: Sequence[float]) -> list[tuple[str, float]]:

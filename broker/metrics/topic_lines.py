@@ -35,7 +35,7 @@ the per-topic ones without a plan here) fails the plan's construction, not a scr
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 
 from prometheus_client import generate_latest
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
@@ -45,7 +45,7 @@ from prometheus_client.utils import floatToGoString
 from broker.metrics.entry_size import COUNT as ENTRY_SIZE_COUNT
 from broker.metrics.entry_size import ENTRY_SIZE_SERIES
 from broker.metrics.entry_size import SUM as ENTRY_SIZE_SUM
-from broker.metrics.exposition import SUB_LABELS, TOPIC_LABELS
+from broker.metrics.exposition import SUB_LABELS, TOPIC_LABELS, CollectedFamilies
 from broker.metrics.snapshots import labels_text, line_head, value_text
 from broker.metrics.write_latency import HISTOGRAM, LE_LABELS, PULSAR_BUCKET_SERIES
 
@@ -198,21 +198,11 @@ def _prometheus_head(sample_name: str, family_type: str) -> str:
     return sample_name
 
 
-class _OneFamily:
-    """A collector of one family, for ``generate_latest``."""
-
-    def __init__(self, family: Metric) -> None:
-        self._family = family
-
-    def collect(self) -> Iterator[Metric]:
-        yield self._family
-
-
 def _prometheus_labels(dicts: list[dict[str, str]]) -> list[str]:
     """Each labels dict as prometheus_client writes it in a sample's line (``{...}``)."""
     family = GaugeMetricFamily("x", "")
     family.samples.extend(Sample("x", labels, 0.0) for labels in dicts)
-    text = generate_latest(_OneFamily(family)).decode("utf-8")
+    text = generate_latest(CollectedFamilies([family])).decode("utf-8")
     lines = text.split("\n")[2:-1]
     if len(lines) != len(dicts):
         raise RuntimeError("one line per labels dict expected")

@@ -19,11 +19,10 @@ from broker.metrics.collector import (
     PROMETHEUS,
     SNAPSHOT,
     HoraeCollector,
-    _Families,
     render_chunks,
     render_text,
 )
-from broker.metrics.exposition import RenderedFamily
+from broker.metrics.exposition import CollectedFamilies, RenderedFamily
 from broker.metrics.snapshots import MetricSnapshotWriter
 
 from .test_admin_metrics import (
@@ -67,7 +66,7 @@ class _Check:
         uncached = await collector.collect_async()
         prometheus = render_text(await collector.collect_rendered_async(PROMETHEUS))
         snapshot = await collector.collect_rendered_async(SNAPSHOT)
-        assert prometheus == generate_latest(_Families(uncached))
+        assert prometheus == generate_latest(CollectedFamilies(uncached))
         self.rounds += 1
         plain = MetricSnapshotWriter(self.root / f"plain-{self.rounds}", "b:8080", "c1", 0)
         cached = MetricSnapshotWriter(self.root / "cached", "b:8080", "c1", 0)
@@ -158,7 +157,7 @@ async def test_namespace_level_series_are_not_kept_per_topic(tmp_path: pathlib.P
     collector = HoraeCollector(service, clock=lambda: 1000.0)
     uncached = await collector.collect_async()
     rendered = await collector.collect_rendered_async(PROMETHEUS)
-    assert render_text(rendered) == generate_latest(_Families(uncached))
+    assert render_text(rendered) == generate_latest(CollectedFamilies(uncached))
     assert collector._rendered == {}
 
 
@@ -236,7 +235,7 @@ async def test_lines_written_from_records_equal_the_serialisers_own(
             now[0] += 61
             uncached = await collector.collect_async()
             prometheus = render_text(await collector.collect_rendered_async(PROMETHEUS))
-            assert prometheus == generate_latest(_Families(uncached))
+            assert prometheus == generate_latest(CollectedFamilies(uncached))
             snapshot = await collector.collect_rendered_async(SNAPSHOT)
             plain = MetricSnapshotWriter(root / f"plain-{rounds}", "b:8080", "c1", 0)
             cached = MetricSnapshotWriter(root / f"cached-{rounds}", "b:8080", "c1", 0)
@@ -256,13 +255,13 @@ def test_a_metrics_body_is_rendered_in_bounded_pieces() -> None:
     empty = RenderedFamily("pulsar_storage_size", "Bytes stored", "gauge", [])
     plain = GaugeMetricFamily("horae_plain", "A family with samples", value=1.0)
     pieces = list(render_chunks([big, encoded, empty, plain]))
-    header = generate_latest(_Families([big]))
+    header = generate_latest(CollectedFamilies([big]))
     assert pieces[0] == header + "".join(lines[:CHUNK_PARTS]).encode()
     assert pieces[1] == "".join(lines[CHUNK_PARTS:2 * CHUNK_PARTS]).encode()
     assert pieces[2] == "".join(lines[2 * CHUNK_PARTS:]).encode()
     assert len(pieces) == 6   # three of the big family, one each for the others
     assert b"".join(pieces) == b"".join([
-        header, "".join(lines).encode(), generate_latest(_Families([encoded])),
+        header, "".join(lines).encode(), generate_latest(CollectedFamilies([encoded])),
         b"".join(encoded.parts),  # type: ignore[arg-type]
-        generate_latest(_Families([empty])), generate_latest(_Families([plain]))])
+        generate_latest(CollectedFamilies([empty])), generate_latest(CollectedFamilies([plain]))])
     assert render_text([big, encoded, empty, plain]) == b"".join(pieces)
