@@ -17,6 +17,16 @@
  * plain_metadata(entry) -> bool
  *     send_accel.plain_metadata_py: scan_publish_metadata(entry) is SINGLE.
  *
+ * scan_metadata(fallback, single, min_batched_message_bytes, entry, max_message_size)
+ *     protocol.metadata_scan.scan_publish_metadata (fallback is that very function; single is
+ *     its SINGLE, returned as itself; min_batched_message_bytes is entry_shape's
+ *     MIN_BATCHED_MESSAGE_BYTES): the required fields, then varint fields and the
+ *     length-delimited ones the scan skips, walked in order to the metadata's end; the result
+ *     is the scan's (the last deliver_at_time's varint bytes, the batch test on
+ *     num_messages_in_batch). A compression, a chunk field, properties, anything the scan
+ *     declines or that does not end where the metadata ends: fallback(entry, max_message_size)
+ *     answers.
+ *
  * encode_message_run(crc32c, by_reference_bytes, consumer_id, partition, positions, entries)
  *     -> list[bytes]
  *     protocol.hot_commands.encode_message_run_py: the MESSAGE frames of a run of plain entries
@@ -287,6 +297,135 @@ plain_metadata(PyObject *module, PyObject *arg)
 done:
     PyBuffer_Release(&view);
     return Py_NewRef(plain ? Py_True : Py_False);
+}
+
+/* scan_publish_metadata's tags of the length-delimited fields it skips (5 replicated_from,
+ * 6 partition_key, 7 replicate_to, 14 encryption_algo, 15 encryption_param, 16 schema_version,
+ * 18 ordering_key, 26 uuid); properties (4) is not among them (its value is checked). */
+static inline int
+skipped_bytes_tag(const uint8_t *b, Py_ssize_t *p, Py_ssize_t end)
+{
+    uint8_t tag = b[*p];
+    if (tag == 0x2A || tag == 0x32 || tag == 0x3A || tag == 0x72 || tag == 0x7A) {
+        *p += 1;
+        return 1;
+    }
+    if ((tag == 0x82 || tag == 0x92 || tag == 0xD2) && *p + 1 < end && b[*p + 1] == 0x01) {
+        *p += 2;
+        return 1;
+    }
+    return 0;
+}
+
+static PyObject *
+scan_metadata(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "scan_metadata takes 5 arguments");
+        return NULL;
+    }
+    PyObject *fallback = args[0], *single = args[1], *entry = args[3];
+    long long min_batched = PyLong_AsLongLong(args[2]);
+    if (min_batched == -1 && PyErr_Occurred())
+        return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(entry, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    const uint8_t *b = (const uint8_t *)view.buf;
+    Py_ssize_t n = view.len;
+    uint64_t value;
+    if (n < 6)
+        goto reference;
+    long long end_ll = 4 + (long long)u32be(b);
+    if (end_ll > n || b[4] != 0x0A)
+        goto reference;
+    Py_ssize_t end = (Py_ssize_t)end_ll, p;
+    if (b[5] < 0x80) {
+        p = 6 + b[5];
+    } else {
+        Py_ssize_t q = 5;
+        if (read_varint(b, &q, end, 4, &value) < 0 || (long long)value > end)
+            goto reference;
+        p = q + (Py_ssize_t)value;
+    }
+    if (p >= end || b[p] != 0x10)
+        goto reference;
+    p++;
+    if (read_varint(b, &p, end, 10, &value) < 0 || p >= end || b[p] != 0x18)
+        goto reference;
+    p++;
+    if (read_varint(b, &p, end, 10, &value) < 0)
+        goto reference;
+    int captured = 0;                 /* a field the scan captures, or a length-delimited one */
+    int has_messages = 0;
+    uint64_t messages = 0;
+    Py_ssize_t delayed_at = -1, delayed_len = 0;
+    while (p < end) {
+        if (unread_scalar_tag(b, &p, end)) {
+            if (read_varint(b, &p, end, 10, &value) < 0)
+                goto reference;
+            continue;
+        }
+        uint8_t tag = b[p];
+        if (tag == 0x58) {                                  /* 11 num_messages_in_batch */
+            p++;
+            if (read_varint(b, &p, end, 10, &messages) < 0)
+                goto reference;
+            has_messages = captured = 1;
+        } else if (tag == 0x98 && p + 1 < end && b[p + 1] == 0x01) {   /* 19 deliver_at_time */
+            p += 2;
+            Py_ssize_t at = p;
+            if (read_varint(b, &p, end, 10, &value) < 0)
+                goto reference;
+            delayed_at = at;
+            delayed_len = p - at;
+            captured = 1;
+        } else if (tag == 0x48) {                           /* 9 uncompressed_size */
+            p++;
+            if (read_varint(b, &p, end, 10, &value) < 0)
+                goto reference;
+            captured = 1;      /* read only with a compression or a chunk, which go below */
+        } else if (skipped_bytes_tag(b, &p, end)) {
+            uint64_t length;
+            if (read_varint(b, &p, end, 4, &length) < 0 || length > (uint64_t)(end - p))
+                goto reference;
+            p += (Py_ssize_t)length;
+            captured = 1;
+        } else {
+            /* compression, the chunk fields, properties, or a field the scan declines: the
+             * reference answers */
+            goto reference;
+        }
+    }
+    Py_ssize_t payload = n - end;
+    PyBuffer_Release(&view);
+    if (!captured)
+        return Py_NewRef(single);
+    long long count = 1;
+    if (has_messages) {
+        count = (long long)(int32_t)(uint32_t)messages;
+        if (count < 1 || count * min_batched > (long long)payload)
+            return Py_NewRef(Py_None);
+    }
+    PyObject *result = PyTuple_New(3);
+    if (result == NULL)
+        return NULL;
+    PyObject *count_obj = PyLong_FromLongLong(count);
+    PyObject *delayed = delayed_at < 0 ? Py_NewRef(Py_None)
+        : PyBytes_FromStringAndSize((const char *)b + delayed_at, delayed_len);
+    if (count_obj == NULL || delayed == NULL) {
+        Py_XDECREF(count_obj);
+        Py_XDECREF(delayed);
+        Py_DECREF(result);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(result, 0, count_obj);
+    PyTuple_SET_ITEM(result, 1, Py_NewRef(Py_False));
+    PyTuple_SET_ITEM(result, 2, delayed);
+    return result;
+reference:
+    PyBuffer_Release(&view);
+    return PyObject_CallFunctionObjArgs(fallback, entry, args[4], NULL);
 }
 
 /* The protobuf varint of an int in [-2**63, 2**64) (negatives as 10-byte two's complement):
@@ -624,6 +763,241 @@ reference:
     return PyObject_CallOneArg(fallback, args[1]);
 }
 
+/* What keyed_run needs of one entry's metadata, walked as upb parses it. */
+typedef struct {
+    Py_ssize_t key_at, key_len;    /* partition_key (key_at < 0: absent) */
+    int null_value;
+    uint64_t compression;
+    int has_uncompressed;
+    uint32_t uncompressed;
+    int has_deliver_at;
+    int64_t deliver_at;
+} KeyedFields;
+
+/* Walk a flat metadata over [4, end) as peek_dispatch does; 0 when walked, -1 when the
+ * reference must answer (a sub-message, a batch, an unknown compression, malformed bytes). */
+static int
+walk_keyed(const uint8_t *b, Py_ssize_t end, KeyedFields *f)
+{
+    Py_ssize_t p = 4;
+    f->key_at = -1;
+    f->key_len = 0;
+    f->null_value = 0;
+    f->compression = 0;
+    f->has_uncompressed = 0;
+    f->uncompressed = 0;
+    f->has_deliver_at = 0;
+    f->deliver_at = 0;
+    while (p < end) {
+        uint64_t key, value = 0;
+        if (read_varint(b, &p, end, 5, &key) < 0)
+            return -1;
+        uint64_t field = key >> 3;
+        int wire_type = (int)(key & 7);
+        if (field == 0 || field > 0x1FFFFFFF)
+            return -1;
+        if (field <= 30) {
+            int declared = METADATA_WIRE_TYPE[field];
+            if (declared == 9 || (declared >= 0 && declared != wire_type))
+                return -1;
+        }
+        Py_ssize_t value_at = p;
+        if (wire_type == 0) {
+            if (read_varint(b, &p, end, 10, &value) < 0 || (p - value_at == 10 && b[p - 1] > 1))
+                return -1;
+        } else if (wire_type == 1) {
+            if (end - p < 8)
+                return -1;
+            p += 8;
+        } else if (wire_type == 2) {
+            uint64_t length;
+            if (read_varint(b, &p, end, 5, &length) < 0 || length > (uint64_t)(end - p))
+                return -1;
+            value_at = p;
+            value = length;
+            p += (Py_ssize_t)length;
+        } else if (wire_type == 5) {
+            if (end - p < 4)
+                return -1;
+            p += 4;
+        } else {
+            return -1;
+        }
+        switch (field) {
+        case 6:
+            f->key_at = value_at;
+            f->key_len = (Py_ssize_t)value;
+            break;
+        case 8:
+            if (value > 4)
+                return -1;   /* a value the enum does not know: protobuf keeps it aside */
+            f->compression = value;
+            break;
+        case 9:
+            f->has_uncompressed = 1;
+            f->uncompressed = (uint32_t)value;
+            break;
+        case 11:
+            return -1;       /* a batch: the reference opens it */
+        case 19:
+            f->has_deliver_at = 1;
+            f->deliver_at = (int64_t)value;
+            break;
+        case 25:
+            f->null_value = value != 0;
+            break;
+        default:
+            break;
+        }
+    }
+    return 0;
+}
+
+/* One entry's (keys, time) as classify_run gives them, new references in *keys and *time:
+ * 1 when answered here, 0 when the reference must answer, -1 with an exception set. */
+static int
+keyed_one(PyObject *entry, PyObject *hash128, PyObject *withheld, PyObject *unknown,
+          PyObject *kwnames, PyObject **keys, PyObject **time)
+{
+    Py_buffer view;
+    if (PyObject_GetBuffer(entry, &view, PyBUF_SIMPLE) < 0)
+        return -1;
+    const uint8_t *b = (const uint8_t *)view.buf;
+    Py_ssize_t size = view.len, end;
+    int answer = 0;
+    KeyedFields f;
+    if (size > 6 && b[4] == 0x0A && b[5] < 0x80) {
+        Py_ssize_t start = 6 + b[5];
+        long long declared = 4 + (long long)u32be(b);
+        Py_ssize_t high = declared < size ? (Py_ssize_t)declared : size;
+        if (start >= high || (memchr(b + start, 0x32, (size_t)(high - start)) == NULL
+                              && memchr(b + start, 0x58, (size_t)(high - start)) == NULL)) {
+            answer = 1;      /* no partition_key or batch tag: nothing, without a walk */
+            goto nothing;
+        }
+        if (declared > size)
+            goto done;
+        end = (Py_ssize_t)declared;
+    } else if (size < 4) {
+        answer = 1;
+        goto nothing;
+    } else {
+        long long declared = 4 + (long long)u32be(b);
+        if (declared > size)
+            goto done;
+        end = (Py_ssize_t)declared;
+    }
+    if (walk_keyed(b, end, &f) < 0)
+        goto done;
+    answer = 1;
+    if (f.key_at < 0)
+        goto nothing;
+    int tombstone = f.null_value || (f.compression == 0 ? size == end
+                                     : f.has_uncompressed && f.uncompressed == 0);
+    if (!tombstone && !f.has_deliver_at)
+        goto nothing;
+    PyObject *key_bytes = PyBytes_FromStringAndSize((const char *)b + f.key_at, f.key_len);
+    PyBuffer_Release(&view);
+    if (key_bytes == NULL)
+        return -1;
+    PyObject *call_args[3] = {key_bytes, NULL, Py_False};
+    call_args[1] = PyLong_FromLong(0);
+    PyObject *hash = call_args[1] == NULL ? NULL
+        : PyObject_Vectorcall(hash128, call_args, 2, kwnames);
+    Py_XDECREF(call_args[1]);
+    Py_DECREF(key_bytes);
+    if (hash == NULL)
+        return -1;
+    PyObject *flag = tombstone ? Py_True : Py_False;
+    PyObject *pair = PyTuple_Pack(2, hash, flag);
+    Py_DECREF(hash);
+    PyObject *pairs = pair == NULL ? NULL : PyTuple_Pack(1, pair);
+    Py_XDECREF(pair);
+    *keys = pairs == NULL ? NULL : PyTuple_Pack(2, pairs, flag);
+    Py_XDECREF(pairs);
+    if (*keys == NULL)
+        return -1;
+    if (tombstone)
+        *time = Py_NewRef(withheld);
+    else if (f.deliver_at > 0)
+        *time = PyLong_FromLongLong(f.deliver_at);
+    else
+        *time = Py_NewRef(unknown);
+    if (*time == NULL) {
+        Py_CLEAR(*keys);
+        return -1;
+    }
+    return 1;
+nothing:
+    *keys = Py_NewRef(Py_None);
+    *time = Py_NewRef(unknown);
+done:
+    PyBuffer_Release(&view);
+    return answer;
+}
+
+static PyObject *
+keyed_run(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "keyed_run takes 5 arguments");
+        return NULL;
+    }
+    PyObject *fallback = args[0], *hash128 = args[1], *withheld = args[2], *unknown = args[3];
+    PyObject *seq = PySequence_Fast(args[4], "entries must be iterable");
+    if (seq == NULL)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject *kwnames = Py_BuildValue("(s)", "signed");
+    PyObject *keys = PyList_New(n), *times = PyList_New(n);
+    Py_ssize_t nothing = 0;
+    if (kwnames == NULL || keys == NULL || times == NULL)
+        goto fail;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *entry = PySequence_Fast_GET_ITEM(seq, i);
+        PyObject *found = NULL, *time = NULL;
+        int answered = keyed_one(entry, hash128, withheld, unknown, kwnames, &found, &time);
+        if (answered < 0)
+            goto fail;
+        if (answered == 0) {
+            PyObject *one = PyObject_CallOneArg(fallback, entry);
+            if (one == NULL)
+                goto fail;
+            if (!PyTuple_Check(one) || PyTuple_GET_SIZE(one) != 2) {
+                Py_DECREF(one);
+                PyErr_SetString(PyExc_TypeError, "the reference must return (keys, time)");
+                goto fail;
+            }
+            found = Py_NewRef(PyTuple_GET_ITEM(one, 0));
+            time = Py_NewRef(PyTuple_GET_ITEM(one, 1));
+            Py_DECREF(one);
+        }
+        if (found == Py_None)
+            nothing++;
+        PyList_SET_ITEM(keys, i, found);
+        PyList_SET_ITEM(times, i, time);
+    }
+    Py_DECREF(seq);
+    Py_DECREF(kwnames);
+    PyObject *count = PyLong_FromSsize_t(nothing);
+    if (count == NULL) {
+        Py_DECREF(keys);
+        Py_DECREF(times);
+        return NULL;
+    }
+    PyObject *result = PyTuple_Pack(3, keys, times, count);
+    Py_DECREF(keys);
+    Py_DECREF(times);
+    Py_DECREF(count);
+    return result;
+fail:
+    Py_DECREF(seq);
+    Py_XDECREF(kwnames);
+    Py_XDECREF(keys);
+    Py_XDECREF(times);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"decode_sends", (PyCFunction)(void (*)(void))decode_sends, METH_FASTCALL,
      "decode_sends(SendFrame, crc32c, buf, pos, max_frame_size, out) -> int"},
@@ -632,6 +1006,11 @@ static PyMethodDef methods[] = {
     {"encode_message_run", (PyCFunction)(void (*)(void))encode_message_run, METH_FASTCALL,
      "encode_message_run(crc32c, by_reference_bytes, consumer_id, partition, positions, "
      "entries) -> list[bytes]"},
+    {"scan_metadata", (PyCFunction)(void (*)(void))scan_metadata, METH_FASTCALL,
+     "scan_metadata(fallback, single, min_batched_message_bytes, entry, max_message_size) -> "
+     "(messages, partial, deliver_at varint) | None"},
+    {"keyed_run", (PyCFunction)(void (*)(void))keyed_run, METH_FASTCALL,
+     "keyed_run(fallback, hash128, withheld, unknown, entries) -> (keys, times, nothing)"},
     {"peek_dispatch", (PyCFunction)(void (*)(void))peek_dispatch, METH_FASTCALL,
      "peek_dispatch(fallback, entry) -> (messages, deliver_at_time or None)"},
     {NULL, NULL, 0, NULL},

@@ -2,7 +2,7 @@
 
 Theory of operation
 -------------------
-Four functions carry most of the event loop's codec work per unbatched SEND and per delivery:
+Five functions carry most of the event loop's codec work per unbatched SEND and per delivery:
 
 * :func:`decode_sends` takes, from a position of a read's buffer, every whole frame that is a
   SEND of the usual layout (:func:`protocol.send_path.parse_send` accepts it) into a list of
@@ -12,6 +12,11 @@ Four functions carry most of the event loop's codec work per unbatched SEND and 
 * :func:`plain_metadata` is ``scan_publish_metadata(entry) is SINGLE``: the entry's metadata
   is one plain message (:mod:`protocol.metadata_scan`), which the producer takes without
   :meth:`broker.topics.topic.Topic.check_publish`.
+* :func:`scan_publish_metadata` is :func:`protocol.metadata_scan.scan_publish_metadata`, what
+  :meth:`~broker.topics.topic.Topic.check_publish` reads of every other entry (a delayed or
+  keyed message, a batch): the C twin walks the layouts that carry no compression, chunk or
+  ``properties`` field itself and hands those, and anything it does not take, to the
+  reference, which answers.
 * :func:`encode_message_run` makes the MESSAGE frames of one flush to one consumer (plain
   entries, first delivery): :func:`protocol.hot_commands.encode_message_run_py`'s bytes, in
   as few buffers as a vectored write allows (an entry of at least
@@ -22,8 +27,12 @@ Four functions carry most of the event loop's codec work per unbatched SEND and 
   metadata's fields itself (no protobuf object built) and hands anything else (a sub-message,
   broker entry metadata, malformed bytes) to the reference, which answers or raises.
 
-Each has a pure-Python definition (``decode_sends_py``, ``plain_metadata_py`` here,
-``encode_message_run_py`` beside its sibling encoders, ``peek_dispatch`` beside the other
+A sixth, :data:`keyed_run`, is the C twin of
+:func:`broker.delayed.replace_by_key.classify_run` (what the replace-by-key policy finds in a
+run of entries); its reference lives with the policy, which binds it (None when not built).
+
+Each has a pure-Python definition (``decode_sends_py``, ``plain_metadata_py`` here, the scan
+in :mod:`protocol.metadata_scan`, ``encode_message_run_py`` beside its sibling encoders, ``peek_dispatch`` beside the other
 metadata readers), the reference, and an optional C twin
 (``protocol/_send_accel.c``, built with the package when a compiler is there; an install
 without one runs the reference, with the same results). The C functions compute exactly what
@@ -37,18 +46,21 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable, Sequence
 from functools import partial
-from typing import Final
+from typing import Any, Final
 
 from crc32c import crc32c
 
+from protocol.entry_shape import MIN_BATCHED_MESSAGE_BYTES
 from protocol.framing import BY_REFERENCE_BYTES
 from protocol.hot_commands import encode_message_run_py
 from protocol.metadata import peek_dispatch as peek_dispatch_py
-from protocol.metadata_scan import SINGLE, scan_publish_metadata
+from protocol.metadata_scan import SINGLE
+from protocol.metadata_scan import scan_publish_metadata as scan_publish_metadata_py
 from protocol.send_path import SendFrame, parse_send
 
 __all__ = ["ACCELERATED", "decode_sends", "decode_sends_py", "encode_message_run",
-           "peek_dispatch", "plain_metadata", "plain_metadata_py"]
+           "keyed_run", "peek_dispatch", "plain_metadata", "plain_metadata_py",
+           "scan_publish_metadata"]
 
 _header_unpack_from: Final = struct.Struct(">II").unpack_from
 _TYPE_TAG: Final = 0x08
@@ -84,7 +96,7 @@ def decode_sends_py(buf: bytes | bytearray, pos: int, max_frame_size: int,
 def plain_metadata_py(entry: bytes) -> bool:
     """``scan_publish_metadata(entry) is SINGLE``: one plain message (no batch, chunk,
     ``deliver_at_time`` or length-delimited field after ``producer_name``)."""
-    return scan_publish_metadata(entry) is SINGLE
+    return scan_publish_metadata_py(entry) is SINGLE
 
 
 decode_sends: Callable[[bytes | bytearray, int, int, list[SendFrame]], int]
@@ -92,6 +104,9 @@ plain_metadata: Callable[[bytes], bool]
 encode_message_run: Callable[[int, int | None, Sequence[tuple[int, int]], Sequence[bytes]],
                              list[bytes]]
 peek_dispatch: Callable[[bytes], tuple[int, int | None]]
+scan_publish_metadata: Callable[[bytes, int], tuple[int, bool, bytes | None] | None]
+#: ``keyed_run(reference_of_one, hash128, withheld, unknown, entries)``: see the module docstring.
+keyed_run: Callable[..., tuple[list[Any], list[int], int]] | None
 try:
     from protocol import _send_accel  # type: ignore[attr-defined]
 except ImportError:  # built without a compiler: the reference, same results
@@ -100,9 +115,14 @@ except ImportError:  # built without a compiler: the reference, same results
     plain_metadata = plain_metadata_py
     encode_message_run = encode_message_run_py
     peek_dispatch = peek_dispatch_py
+    scan_publish_metadata = scan_publish_metadata_py
+    keyed_run = None
 else:
     ACCELERATED = True
     decode_sends = partial(_send_accel.decode_sends, SendFrame, crc32c)
     plain_metadata = _send_accel.plain_metadata
     encode_message_run = partial(_send_accel.encode_message_run, crc32c, BY_REFERENCE_BYTES)
     peek_dispatch = partial(_send_accel.peek_dispatch, peek_dispatch_py)
+    scan_publish_metadata = partial(_send_accel.scan_metadata, scan_publish_metadata_py, SINGLE,
+                                    MIN_BATCHED_MESSAGE_BYTES)
+    keyed_run = _send_accel.keyed_run

@@ -57,6 +57,7 @@ import struct
 import sys
 from array import array
 from collections.abc import Callable, Iterable, Sequence
+from functools import partial
 from itertools import islice
 from typing import Final, TypeAlias
 
@@ -69,9 +70,11 @@ from broker.delayed.packed import bitmap_bytes
 from protocol import pulsar_pb as pb
 from protocol.errors import ProtocolError
 from protocol.metadata import iter_batch, split_entry
+from protocol.send_accel import keyed_run
 from storage.positions import Position
 
-__all__ = ["EntryKeys", "KeyedSchedule", "classify", "classify_run", "classify_timed",
+__all__ = ["EntryKeys", "KeyedSchedule", "classify", "classify_run", "classify_run_py",
+           "classify_timed",
            "ledger_bitmaps"]
 
 _ENTRY_BITS: Final = 32
@@ -113,7 +116,7 @@ def classify_timed(entry: bytes) -> tuple[EntryKeys | None, int]:
     return keys[0], max(times[0], UNKNOWN)
 
 
-def classify_run(entries: Iterable[bytes]) -> tuple[list[EntryKeys | None], list[int], int]:
+def classify_run_py(entries: Iterable[bytes]) -> tuple[list[EntryKeys | None], list[int], int]:
     """:func:`classify` of each entry, with what the publish side learns for the dispatchers
     (:class:`~broker.delayed.known_times.KnownDeliverTimes`) from the same parse: per entry
     :data:`~broker.delayed.known_times.WITHHELD` for one the schedule withholds (a tombstone, a
@@ -174,6 +177,21 @@ def classify_run(entries: Iterable[bytes]) -> tuple[list[EntryKeys | None], list
         add_time(UNKNOWN)
     nothing = keys.count(None)
     return keys, times, nothing
+
+
+def _classify_one(entry: bytes) -> tuple[EntryKeys | None, int]:
+    """:func:`classify_run_py` of one entry: its keys and its time."""
+    keys, times, _ = classify_run_py((entry,))
+    return keys[0], times[0]
+
+
+classify_run: Callable[[Iterable[bytes]], tuple[list[EntryKeys | None], list[int], int]]
+if keyed_run is None:   # built without a compiler: the reference
+    classify_run = classify_run_py
+else:
+    # The C twin walks a single message's flat metadata (the usual reschedule or tombstone:
+    # no properties, no batch) and hands any other entry to the reference; the same results.
+    classify_run = partial(keyed_run, _classify_one, _hash128, WITHHELD, UNKNOWN)
 
 
 def _classify_batch(md: pb.MessageMetadata, entry: bytes) -> EntryKeys | None:

@@ -107,7 +107,7 @@ from protocol.errors import (
     TopicTerminatedError,
 )
 from protocol.metadata import check_publish_metadata, entry_info
-from protocol.metadata_scan import scan_publish_metadata
+from protocol.send_accel import scan_publish_metadata
 from storage.ledger import ManagedLedger
 from storage.metadata import MetadataStore
 from storage.positions import Position

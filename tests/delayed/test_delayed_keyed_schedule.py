@@ -1,12 +1,17 @@
 """The replace-by-key rules on stored entries: what :func:`classify` counts as scheduling or
-cancelling, and what :class:`KeyedSchedule` then supersedes and forgets."""
+cancelling, and what :class:`KeyedSchedule` then supersedes and forgets; the C twin of
+:func:`classify_run` against its reference."""
 
 from __future__ import annotations
 
 from typing import NoReturn
 
+import mmh3
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pyroaring import BitMap
+from sampling import examples
 
 from broker.delayed.replace_by_key import KeyedSchedule, classify, key_hash
 from protocol import pulsar_pb as pb
@@ -407,3 +412,99 @@ def test_a_run_past_the_packable_entry_ids_records_only_those_below() -> None:
     assert schedule.replaced_total == 1 and schedule.recorded_up_to == (2 << 32) + last
     schedule.record_run(2, last + 1, [other])       # wholly past the bound: nothing
     assert len(schedule) == 1 and schedule.replaced_total == 1
+
+
+# ------------------------------------------------------------------ the C twin of the run
+
+
+def _mutated(raw: bytes, edits: list[tuple[int, int]]) -> bytes:
+    data = bytearray(raw)
+    for where, value in edits:
+        if not data:
+            break
+        if value < 0:
+            del data[where % len(data):]
+        else:
+            data[where % len(data)] = value
+    return bytes(data)
+
+
+keyed_fields = st.fixed_dictionaries(
+    {},
+    optional={
+        "partition_key": st.one_of(st.text(max_size=6), st.sampled_from(["", "k", "é漢"])),
+        "deliver_at_time": st.one_of(st.integers(-(2**63), 2**63 - 1),
+                                     st.sampled_from([0, -1, 1, 1_760_000_000_000])),
+        "null_value": st.booleans(),
+        "compression": st.sampled_from([0, 0, 1, 3]),
+        "uncompressed_size": st.sampled_from([0, 1, 9, 2**32 - 1]),
+        "ordering_key": st.binary(max_size=3),
+        "event_time": st.integers(0, 2**64 - 1),
+        "num_messages_in_batch": st.integers(-2, 3),
+        "schema_version": st.binary(max_size=3),
+    },
+)
+
+
+@settings(max_examples=examples(full=3000, sample=600), deadline=None)
+@given(fields=keyed_fields, payload=st.sampled_from([b"", b"job", b"\x32\x58"]),
+       property_=st.booleans(), edits=st.lists(st.tuples(st.integers(0, 200),
+                                                         st.integers(-1, 255)), max_size=3))
+def test_the_c_twin_classifies_a_run_as_the_reference(
+        fields: dict[str, object], payload: bytes, property_: bool,
+        edits: list[tuple[int, int]]) -> None:
+    """Whole, mutated and truncated entries of every layout the rules name, unparsable bytes
+    too: the accelerated classify_run gives the reference's keys, times and count, entry by
+    entry and as a run."""
+    from broker.delayed.replace_by_key import classify_run, classify_run_py
+
+    md = pb.MessageMetadata(producer_name="p", sequence_id=1, publish_time=1_760_000_000_000,
+                            **fields)
+    if property_:
+        md.properties.add(key="a", value="b")
+    whole = encode_entry(md, payload)
+    run = [whole, _mutated(whole, edits), whole[:len(whole) - len(payload) - 1], b"", b"\x00"]
+    assert classify_run(run) == classify_run_py(run)
+    for one in run:
+        assert classify_run((one,)) == classify_run_py((one,))
+
+
+@settings(max_examples=examples(full=1000, sample=300), deadline=None)
+@given(key=st.text(max_size=300), at=st.integers(-(2**63), 2**63 - 1),
+       tombstone=st.booleans(), null=st.booleans())
+def test_the_c_twin_walks_a_reschedule_and_a_tombstone_itself(
+        key: str, at: int, tombstone: bool, null: bool) -> None:
+    """A single keyed message without properties (a reschedule, a tombstone) is answered by
+    the walk, never the reference."""
+    from broker.delayed.known_times import UNKNOWN, WITHHELD
+    from broker.delayed.replace_by_key import classify_run_py
+    from protocol.send_accel import keyed_run
+
+    if keyed_run is None:
+        pytest.skip("built without a C compiler: the reference runs alone")
+
+    def no_reference(entry: bytes) -> NoReturn:
+        raise AssertionError("the walk handed a usual keyed message to the reference")
+
+    md = pb.MessageMetadata(producer_name="p", sequence_id=1, publish_time=1,
+                            partition_key=key, deliver_at_time=at)
+    if null:
+        md.null_value = True
+    e = encode_entry(md, b"" if tombstone else b"job")
+    assert keyed_run(no_reference, mmh3.hash128, WITHHELD, UNKNOWN, [e]) == classify_run_py([e])
+
+
+@pytest.mark.parametrize("compression", [b"\x40\x05", b"\x40\x63", b"\x40\x01\x40\x05",
+                                         b"\x40\x05\x40\x01"])
+def test_a_compression_the_enum_does_not_know_is_read_as_the_reference_reads_it(
+        compression: bytes) -> None:
+    """protobuf keeps an unknown enum value aside (the field keeps its last known value): the
+    twin classifies such an entry as the reference does, a tombstone only by the known one."""
+    from broker.delayed.replace_by_key import classify_run, classify_run_py
+
+    md = (b"\x0a\x01p\x10\x01\x18\x02\x32\x01k" + compression + b"\x48\x00"
+          + b"\x98\x01" + bytes([0x80, 0x80, 0x80, 0x80, 0x80, 0x01]))
+    e = len(md).to_bytes(4, "big") + md + b"zz"
+    assert classify_run([e]) == classify_run_py([e])
+    lz4 = b"\x40\x01" in compression      # the last known value: LZ4, and nothing unpacked
+    assert classify_run([e])[0][0] == (((key_hash("k"), lz4),), lz4)

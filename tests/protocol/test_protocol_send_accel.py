@@ -5,7 +5,9 @@ identical: the SendFrames taken and the position reached, the plain-message verd
 the whole FrameDecoder, the frames decoded and the connection-fatal error raised (type and text).
 A run of MESSAGE frames to one consumer is the same bytes from either, with every large entry
 a buffer of its own (the buffers the reference's make once coalesced); the dispatcher's peek at
-an entry's batch size and deliver time gives the same answer or the same error.
+an entry's batch size and deliver time gives the same answer or the same error; the publish
+check's metadata scan gives the same result, and walks the usual delayed, keyed and batched
+layouts itself.
 """
 
 from __future__ import annotations
@@ -24,11 +26,14 @@ from protocol import commands as c
 from protocol import entry_metadata, send_accel
 from protocol import frames as frames_module
 from protocol import pulsar_pb as pb
+from protocol.entry_shape import MIN_BATCHED_MESSAGE_BYTES
 from protocol.frames import Frame, FrameDecoder, UnknownCommand
 from protocol.framing import BY_REFERENCE_BYTES, coalesce, encode_payload_command
 from protocol.hot_commands import encode_message_run_py, reference_message
 from protocol.metadata import encode_entry
 from protocol.metadata import peek_dispatch as peek_dispatch_py
+from protocol.metadata_scan import SINGLE
+from protocol.metadata_scan import scan_publish_metadata as scan_publish_metadata_py
 from protocol.send_accel import decode_sends_py, plain_metadata_py
 from protocol.send_path import SendFrame, declined_send
 
@@ -500,3 +505,117 @@ def test_the_peek_twin_is_what_runs_when_built() -> None:
     assert isinstance(send_accel.peek_dispatch, functools.partial)
     assert send_accel.peek_dispatch.func is accel.peek_dispatch
     assert send_accel.peek_dispatch.args == (peek_dispatch_py,)
+
+
+# ------------------------------------------------------------------ the publish check's scan
+
+
+def scan_either(entry: bytes, max_size: int = 5 * 1024 * 1024) -> tuple[object, object]:
+    """What the accelerated scan and the reference give for one entry."""
+    return send_accel.scan_publish_metadata(entry, max_size), scan_publish_metadata_py(
+        entry, max_size)
+
+
+def scan_no_fallback(entry: bytes, max_size: int) -> object:
+    raise AssertionError("the walk handed a layout it takes to the reference")
+
+
+def scan_c(entry: bytes) -> object:
+    return accel.scan_metadata(scan_no_fallback, SINGLE, MIN_BATCHED_MESSAGE_BYTES, entry,
+                               5 * 1024 * 1024)
+
+
+@settings(max_examples=examples(full=4000, sample=800), deadline=None)
+@given(entry=entries(), mutations=st.lists(MUTATION, max_size=4),
+       declared_delta=st.sampled_from([0, 0, 0, 1, -1, 7, -300]))
+def test_scan_agrees_with_the_reference(
+        entry: bytes, mutations: list[tuple[str, int, int]], declared_delta: int) -> None:
+    (size,) = struct.unpack_from(">I", entry)
+    for data in (entry, struct.pack(">I", max(0, min(2**32 - 1, size + declared_delta)))
+                 + mutate(entry[4:], mutations)):
+        accelerated, reference = scan_either(data)
+        assert accelerated == reference
+        assert type(accelerated) is type(reference)
+        assert (accelerated is SINGLE) is (reference is SINGLE)
+
+
+@settings(max_examples=examples(full=2000, sample=500), deadline=None)
+@given(body=st.binary(max_size=40))
+def test_scan_of_random_bytes_agrees_with_the_reference(body: bytes) -> None:
+    for entry in (body, struct.pack(">I", len(body)) + body,
+                  struct.pack(">I", len(body) + 7) + b"\x0a\x01p\x10\x01\x18\x02" + body):
+        accelerated, reference = scan_either(entry)
+        assert accelerated == reference
+        assert (accelerated is SINGLE) is (reference is SINGLE)
+
+
+@settings(max_examples=examples(full=2000, sample=400), deadline=None)
+@given(fields=near_plain_fields, payload=st.binary(max_size=40),
+       messages=st.one_of(st.none(), i32, st.sampled_from([2**31 - 1, -(2**31)])),
+       deliver_at=st.one_of(st.none(), st.integers(-(2**63), 2**63 - 1)),
+       key=st.one_of(st.none(), st.text(max_size=300)),
+       ordering_key=st.one_of(st.none(), st.binary(max_size=3)),
+       uncompressed=st.one_of(st.none(), st.integers(0, 2**32 - 1)),
+       schema_version=st.one_of(st.none(), st.binary(max_size=3)))
+def test_scan_walks_the_delayed_keyed_and_batched_layouts_itself(
+        fields: dict[str, object], payload: bytes, messages: int | None,
+        deliver_at: int | None, key: str | None, ordering_key: bytes | None,
+        uncompressed: int | None, schema_version: bytes | None) -> None:
+    """Without a compression, a chunk field or properties, the walk answers every metadata
+    the clients write (a delayed or keyed message, an uncompressed batch), never the
+    reference, with the reference's result."""
+    md = pb.MessageMetadata(**fields)
+    if messages is not None:
+        md.num_messages_in_batch = messages
+    if deliver_at is not None:
+        md.deliver_at_time = deliver_at
+    if key is not None:
+        md.partition_key = key
+    if ordering_key is not None:
+        md.ordering_key = ordering_key
+    if uncompressed is not None:
+        md.uncompressed_size = uncompressed
+    if schema_version is not None:
+        md.schema_version = schema_version
+    entry = encode_entry(md, payload)
+    assert scan_c(entry) == scan_publish_metadata_py(entry)
+
+
+def test_scan_hands_what_it_does_not_walk_to_the_reference() -> None:
+    base = b"\x0a\x01p\x10\x01\x18\x02"
+    for extra in (b"\x22\x04\x0a\x01k\x12\x00",      # a property
+                  b"\x40\x01",                       # a compression
+                  b"\xd8\x01\x02", b"\xe8\x01\x00", b"\xe0\x01\x05",   # the chunk fields
+                  b"\x68\x01",                       # a field the scan declines (13, varint)
+                  b"\x98\x01\x80"):                  # a truncated varint
+        md = base + extra
+        entry = struct.pack(">I", len(md)) + md + b"x" * 10
+        with pytest.raises(AssertionError, match="handed a layout"):
+            scan_c(entry)
+        accelerated, reference = scan_either(entry)
+        assert accelerated == reference
+
+
+def test_the_scan_twin_is_what_runs_when_built() -> None:
+    assert isinstance(send_accel.scan_publish_metadata, functools.partial)
+    assert send_accel.scan_publish_metadata.func is accel.scan_metadata
+    plain = encode_entry(pb.MessageMetadata(producer_name="p", sequence_id=1, publish_time=1),
+                         b"x")
+    assert send_accel.scan_publish_metadata(plain, 100) is SINGLE
+
+
+def varint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+@pytest.mark.parametrize("messages", [2, 2**32 + 2, 2**64 - 3, 2**31, 0])
+def test_scan_reads_a_batch_size_as_an_int32_as_the_reference_does(messages: int) -> None:
+    md = b"\x0a\x01p\x10\x01\x18\x02\x58" + varint(messages)
+    entry = struct.pack(">I", len(md)) + md + b"x" * 20
+    assert scan_c(entry) == scan_publish_metadata_py(entry)
+    assert (scan_c(entry) is None) is (messages & 0xFFFFFFFF not in (2,))
