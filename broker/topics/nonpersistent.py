@@ -147,6 +147,14 @@ class NonPersistentTopic:
         """-1: every SEND takes :meth:`check_publish` (the generic metadata check)."""
         return -1
 
+    def send_bounds(self) -> tuple[int, int]:
+        """(-1, -1): every SEND takes :meth:`check_publish`."""
+        return -1, -1
+
+    def check_single(self, entry: bytes) -> bool:
+        """Never asked (:meth:`send_bounds`); False: :meth:`check_publish` judges."""
+        return False
+
     def append_run(self, entries: list[bytes], sink: DurableSink,
                    messages: Sequence[int] = ()) -> None:
         """Dispatch each entry, then report each one "durable" at ``0:0`` (receipts at once)."""

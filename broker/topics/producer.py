@@ -14,7 +14,9 @@ send). The queue's records are defined in :mod:`broker.topics.publish_records`:
    publish guard of PIP-315/437; a plain message -- the metadata scan's
    :data:`protocol.metadata_scan.SINGLE` (:func:`protocol.send_accel.plain_metadata`), no larger than
    :meth:`broker.topics.topic.Topic.plain_send_bound`, read once per run -- is what that
-   check would return unchanged, and is taken on the scan alone); the consecutive accepted
+   check would return unchanged, and is taken on the scan alone; so is one delayed or keyed
+   message that :meth:`broker.topics.topic.Topic.check_single` passes, within the second of
+   :meth:`~broker.topics.topic.Topic.send_bounds`); the consecutive accepted
    ones form ONE :class:`PublishRun` (five ints per SEND in parallel lists; no object, future,
    task or closure per SEND), appended to the ledger as one run with one completion.
 2. A SEND the hot loop does not take ends the run before it: a re-send stored again, one
@@ -202,10 +204,15 @@ class PublishTarget(Protocol):
 
     def check_publish(self, entry: bytes) -> tuple[bytes, int, bool]: ...
 
-    def plain_send_bound(self) -> int:
-        """The largest entry :meth:`check_publish` accepts unchanged when the scan reads its
-        metadata as a plain message (``scan_publish_metadata(entry) is SINGLE``), or -1 when
-        every SEND must take :meth:`check_publish`."""
+    def send_bounds(self) -> tuple[int, int]:
+        """(the largest entry :meth:`check_publish` accepts unchanged when the scan reads its
+        metadata as a plain message (``scan_publish_metadata(entry) is SINGLE``), the largest
+        one :meth:`check_single` may be asked about); -1: none."""
+        ...
+
+    def check_single(self, entry: bytes) -> bool:
+        """Would :meth:`check_publish` return ``(entry, 1, False)`` (then noted as it notes
+        it)? False: it must judge the entry."""
         ...
 
     def append_run(self, entries: list[bytes], sink: DurableSink,
@@ -312,11 +319,14 @@ class Producer:
         started = self._loop.time()
         topic = self.topic
         check = topic.check_publish
-        # Entries up to this size whose metadata the scan reads as a plain message pass
-        # check_publish unchanged (-1: none does; read again after anything but the run).
-        plain_bound = topic.plain_send_bound
-        bound = min(plain_bound(), MAX_RECORD_BYTES)
+        # Entries up to the first bound whose metadata the scan reads as a plain message pass
+        # check_publish unchanged; up to the second, check_single tells of one message with a
+        # deliver time or a key (-1: none does; read again after anything but the run).
+        send_bounds = topic.send_bounds
+        bound, single_bound = send_bounds()
+        bound = min(bound, MAX_RECORD_BYTES)
         plain = plain_metadata
+        single = topic.check_single
         state = self.seq_state
         enqueue = self._queue.append
         run = PublishRun(self, started)
@@ -328,8 +338,10 @@ class Producer:
             size = len(entry)
             nbytes += size
             if size <= bound and seq == state.next_seq and count == 1 and highest <= seq \
-                    and checksum_valid and self._error is None and plain(entry):
-                # The usual SEND, one plain message: check_publish would give (entry, 1, False).
+                    and checksum_valid and self._error is None \
+                    and (plain(entry) or (size <= single_bound and single(entry))):
+                # The usual SEND, one message (plain, or delayed or keyed and noted by
+                # check_single): check_publish would give (entry, 1, False).
                 state.next_seq = seq + 1
                 keys(seq)
                 seqs(seq)
@@ -377,7 +389,8 @@ class Producer:
                 item.buffered = size
                 enqueue(item)
             # an append or a refusal may have changed the topic
-            bound = min(plain_bound(), MAX_RECORD_BYTES)
+            bound, single_bound = send_bounds()
+            bound = min(bound, MAX_RECORD_BYTES)
         if datas:
             self._append_run(run, datas)
         return nbytes

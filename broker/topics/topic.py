@@ -399,6 +399,38 @@ class Topic:
         limit = self.max_message_size_policy
         return limit + 4 if limit else MAX_RECORD_BYTES   # metadata and payload, as above
 
+
+    def send_bounds(self) -> tuple[int, int]:
+        """(:meth:`plain_send_bound`, the largest entry :meth:`check_single` may be asked
+        about: -1 also while the max-delay guard is in force, which must see every delayed
+        entry). The producer reads them once per run of SENDs."""
+        bound = self.plain_send_bound()
+        if bound >= 0 and self._guarded:
+            delivery = self.delivery
+            policy = delivery.resolved
+            if policy is None:
+                policy = delivery.delay_policy()
+            if policy.active and policy.max_delay_ms > 0:
+                return bound, -1
+        return bound, bound
+
+    def check_single(self, entry: bytes) -> bool:
+        """:meth:`check_publish` of an entry no larger than the second of :meth:`send_bounds`
+        (read in the same run) whose SEND says it holds one message: True when that check
+        would return ``(entry, 1, False)`` -- the scan reads the metadata as one message, not
+        a chunk, with or without ``deliver_at_time`` (a delayed or keyed message, a
+        tombstone) -- and then its deliver time is noted as that check notes it; False: the
+        entry must take :meth:`check_publish`. The producer takes a delayed or keyed SEND on
+        this alone: it must stay the exact condition under which :meth:`check_publish`
+        returns that entry unchanged."""
+        scanned = scan_publish_metadata(entry, self._max_message_size)
+        if scanned is None or scanned[0] != 1 or scanned[1]:
+            return False
+        checked = self.checked_times
+        if len(checked.entries) < MAX_CHECKED:
+            checked.entries.append(entry)
+            checked.varints.append(scanned[2])
+        return True
     def record_published(self, messages: int, size: int, entries: int,
                          latency_sum_ms: float) -> None:
         """Called by producers for the entries whose receipts were just sent (the latency

@@ -1,16 +1,20 @@
 """Plain SENDs on the producer's run loop: an entry whose metadata the scan reads as one plain
 message (``scan_publish_metadata(entry) is SINGLE``) and no larger than
-``Topic.plain_send_bound()`` is taken without ``Topic.check_publish``. That is right only if the
-bound is exactly the condition under which ``check_publish`` returns such an entry unchanged:
-checked on a real topic in every state that matters, and over the wire within one run."""
+``Topic.plain_send_bound()`` is taken without ``Topic.check_publish``; so is one delayed or keyed
+message that ``Topic.check_single`` passes within the second of ``Topic.send_bounds()``. That is
+right only if each bound is exactly the condition under which ``check_publish`` returns such an
+entry unchanged (noting the same deliver time): checked on a real topic in every state that
+matters, and over the wire within one run."""
 
 from __future__ import annotations
 
 import dataclasses
+import time
 from typing import Any
 
 from broker_rawclient import RawClient, make_batch_entry, make_entry
 
+from broker.delayed.known_times import UNKNOWN
 from broker.topics.topic_state import TopicState
 from protocol import commands as C
 from protocol import pulsar_pb as pb
@@ -163,3 +167,139 @@ def test_one_read_with_the_sends_of_two_producers_answers_each_in_its_order(
     got = [(a.send_receipt.producer_id, a.send_receipt.sequence_id) for a in answers]
     assert [seq for pid, seq in got if pid == 1] == [3, 4, 5, 6]
     assert [seq for pid, seq in got if pid == 2] == [0, 1, 2, 3]
+
+
+def _singles() -> list[bytes]:
+    """Entries of one message that are not plain: delayed, keyed, a tombstone, a batch of
+    one, the chunks of a message, and ones the scan declines or check_publish refuses."""
+    at = 1_900_000_000_000
+    return [
+        make_entry(b"d" * 40, deliver_at_time=at),
+        make_entry(b"d" * 200, deliver_at_time=at),
+        make_entry(b"k", partition_key="key", deliver_at_time=at + 1),
+        make_entry(b"", partition_key="key"),                      # a tombstone
+        make_entry(b"o", partition_key="k2", ordering_key=b"o"),   # keyed, no delay
+        make_entry(b"p", deliver_at_time=at, schema_version=b"\x01"),
+        make_entry(b"", deliver_at_time=-5),
+        make_batch_entry([b"one"], deliver_at_time=at),            # a batch of one
+        make_batch_entry([b"m1", b"m2"]),                          # two messages: no
+        make_entry(b"c", chunk_id=0, num_chunks_from_msg=2, total_chunk_msg_size=2,
+                   uuid="u"),                                       # a chunk, not the last
+        make_entry(b"c", chunk_id=1, num_chunks_from_msg=2, total_chunk_msg_size=2,
+                   uuid="u"),                                       # the last chunk
+        make_entry(b"z" * 9, compression=pb.LZ4, uncompressed_size=5,
+                   deliver_at_time=at),                             # compressed
+        make_entry(b"q", deliver_at_time=at, replicated_from="elsewhere"),
+    ]
+
+
+def test_the_single_bound_is_exactly_where_check_publish_passes_one_message_unchanged(
+        broker: Any) -> None:
+    """check_single takes an entry only where check_publish would return it unchanged as one
+    message, not a chunk, and it notes the same deliver time check_publish notes; in every
+    state where check_publish acts on a delayed entry (the max-delay guard among them) the
+    single bound is -1."""
+    _create_topic(broker)
+
+    def probe() -> list[tuple[str, tuple[int, int], list[str], int]]:
+        topic = broker.service.topics[TOPIC]
+        base = topic.delivery.delay_policy()
+        states: list[tuple[str, dict[str, Any]]] = [
+            ("default", {}),
+            ("maxMessageSize 100", {"max_message_size_policy": 100}),
+            ("encryption required", {"encryption_required": True}),
+            ("shadow", {"shadow_source": "persistent://public/default/source"}),
+            ("terminated", {"state": TopicState.TERMINATED}),
+            ("fixed delay", {"policy": dataclasses.replace(base, active=True,
+                                                           fixed_delay_ms=60_000)}),
+            ("max delay", {"policy": dataclasses.replace(base, active=True,
+                                                         max_delay_ms=60_000)}),
+            ("delivery off, max delay", {"policy": dataclasses.replace(
+                base, active=False, max_delay_ms=60_000)}),
+        ]
+        out = []
+        for name, changes in states:
+            saved = {k: getattr(topic, k) for k in changes if k != "policy"}
+            try:
+                for key, value in changes.items():
+                    if key == "policy":
+                        topic.delivery.resolved = value
+                    else:
+                        setattr(topic, key, value)
+                bounds = topic.send_bounds()
+                assert bounds[0] == topic.plain_send_bound()
+                assert bounds[1] <= bounds[0]
+                taken = 0
+                verdicts = []
+                for entry in _singles():
+                    topic.checked_times.forget()
+                    verdict = _verdict(topic, entry)
+                    noted = (list(topic.checked_times.entries),
+                             list(topic.checked_times.varints))
+                    verdicts.append(verdict)
+                    topic.checked_times.forget()
+                    if len(entry) > bounds[1]:
+                        continue
+                    if topic.check_single(entry):  # the rule the producer relies on
+                        taken += 1
+                        assert verdict == "unchanged", (name, entry)
+                        assert (topic.checked_times.entries,
+                                topic.checked_times.varints) == noted, (name, entry)
+                    else:
+                        assert not topic.checked_times
+                    topic.checked_times.forget()
+                out.append((name, bounds, verdicts, taken))
+            finally:
+                for key, value in saved.items():
+                    setattr(topic, key, value)
+                topic.delivery.resolved = base
+        return out
+
+    results = {name: (bounds, verdicts, taken)
+               for name, bounds, verdicts, taken in broker.call(probe)}
+    bounds, verdicts, taken = results["default"]
+    assert bounds[1] == bounds[0] > 500
+    # the delayed, keyed, tombstone, batch-of-one, last-chunk and other one-message layouts
+    assert taken == 11
+    assert verdicts.count("unchanged") == 11     # the two-message batch and the first chunk
+    # max delay: every delayed entry must meet the guard
+    bounds, _, taken = results["max delay"]
+    assert bounds[0] > 500 and bounds[1] == -1 and taken == 0
+    assert results["delivery off, max delay"][0] == results["default"][0]
+    assert results["maxMessageSize 100"][0] == (104, 104)
+    for name in ("encryption required", "shadow", "terminated", "fixed delay"):
+        assert results[name][0] == (-1, -1), name
+
+
+def test_one_run_of_delayed_keyed_and_plain_sends_is_answered_in_order_with_known_times(
+        broker: Any) -> None:
+    """Delayed and keyed SENDs taken on check_single in one run with plain ones: every
+    receipt in order, and the run's deliver times known to the dispatchers as check_publish
+    would have noted them."""
+    at = int(time.time() * 1000) + 3_600_000
+    sends = [
+        make_entry(b"a", sequence_id=0),
+        make_entry(b"b", sequence_id=1, deliver_at_time=at),
+        make_entry(b"c", sequence_id=2, partition_key="k", deliver_at_time=at + 1),
+        make_entry(b"", sequence_id=3, partition_key="k"),
+        make_entry(b"e", sequence_id=4),
+        make_entry(b"f", sequence_id=5, deliver_at_time=at + 2),
+    ]
+    with RawClient(broker.service_url) as raw:
+        raw.handshake()
+        assert raw.create_producer(TOPIC, 3, name="singles").type == T.PRODUCER_SUCCESS
+        raw.send(b"".join(C.encode_send(3, seq, entry) for seq, entry in enumerate(sends)))
+        answers = [raw.recv_command() for _ in sends]
+    assert [(a.type, a.send_receipt.sequence_id) for a in answers] == [
+        (T.SEND_RECEIPT, seq) for seq in range(len(sends))]
+    ids = [(a.send_receipt.message_id.ledgerId, a.send_receipt.message_id.entryId)
+           for a in answers]
+    assert len(set(ids)) == len(ids) and ids == sorted(ids)
+
+    def known() -> list[int]:
+        topic = broker.service.topics[TOPIC]
+        times, n = topic.replace_by_key.known_times.run_from(ids[0][0], ids[0][1], len(ids))
+        assert not topic.checked_times      # everything noted was taken by the append
+        return list(times[:n])
+
+    assert known() == [UNKNOWN, at, at + 1, UNKNOWN, UNKNOWN, at + 2]

@@ -44,6 +44,12 @@ class FakeTopic:
     def plain_send_bound(self) -> int:
         return -1   # every SEND through check_publish above
 
+    def send_bounds(self) -> tuple[int, int]:
+        return -1, -1
+
+    def check_single(self, entry: bytes) -> bool:
+        return False
+
     def append_run(self, entries: list[bytes], sink: Any, messages: Any = ()) -> None:
         self.runs.append((entries, sink))
 
