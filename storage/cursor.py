@@ -359,6 +359,19 @@ class ManagedCursor:
         bitmap = self._bitmaps.get(pos.ledger_id)
         return bitmap is not None and pos.entry_id in bitmap
 
+    def deleted_in(self, ledger_id: int) -> tuple[int, BitMap | None]:
+        """What :meth:`is_deleted` reads for the entries of one ledger, for a caller asking
+        about many of them: (the highest entry id acknowledged cumulatively, -1 for none and
+        ``MAX_ENTRY_ID`` for all; the ledger's individually acknowledged ids, live, or None).
+        An entry id ``e`` in ``[0, MAX_ENTRY_ID)`` is deleted iff ``e <= through`` or ``e`` is
+        in the bitmap. A :meth:`delete` or :meth:`mark_delete` may change both: ask again
+        after one."""
+        md = self._md
+        if ledger_id < md.ledger_id:
+            return MAX_ENTRY_ID, None
+        through = md.entry_id if ledger_id == md.ledger_id else -1
+        return through, self._bitmaps.get(ledger_id)
+
     def _exists(self, pos: Position) -> bool:
         """Is pos an entry the ledger has confirmed (at or before last_confirmed, inside its
         ledger's extent)? An ack of anything else is ignored (module docstring)."""

@@ -62,3 +62,25 @@ def test_an_ack_of_one_ledgers_new_ids_is_recorded_and_mark_delete_moves_over_th
     assert len(cursor.individually_deleted) == 0
     cursor.delete([Position(3, 12), Position(3, 20)])   # 20 is past ledger 3's end: by id
     assert cursor.individually_deleted.copies() == {3: BitMap([12])}
+
+
+@settings(max_examples=500, deadline=None)
+@given(mark_delete=st.sampled_from([Position(3, -1), Position(3, 4), Position(5, 14),
+                                    Position(8, 3)]),
+       acked=st.lists(positions, max_size=30))
+def test_the_deleted_ids_of_a_ledger_say_what_is_deleted_says(
+        mark_delete: Position, acked: list[Position]) -> None:
+    """deleted_in (what a dispatcher reads once for a run of one ledger's entries) agrees with
+    is_deleted on every entry of every ledger, for the durable cursor and a reader's."""
+    from broker.subscriptions.dispatchers.cursors import MemoryCursor
+
+    durable = _cursor(mark_delete, acked)
+    reader = MemoryCursor(ExtentLedgers(EXTENTS), "r", mark_delete)  # type: ignore[arg-type]
+    reader.delete(acked)
+    for cursor in (durable, reader):
+        for ledger_id in (2, 3, 5, 6, 8, 9):
+            through, ids = cursor.deleted_in(ledger_id)
+            for entry_id in range(25):
+                got = entry_id <= through or (ids is not None and entry_id in ids)
+                assert got is cursor.is_deleted(Position(ledger_id, entry_id)), (
+                    type(cursor).__name__, ledger_id, entry_id)

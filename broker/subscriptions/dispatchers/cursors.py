@@ -17,9 +17,10 @@ ManagedCursor does): a client naming a future id never loses the message publish
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Container, Iterable
 from typing import Protocol
 
+from storage.individually_deleted import MAX_ENTRY_ID
 from storage.ledger import ManagedLedger
 from storage.positions import Position
 
@@ -112,6 +113,12 @@ class SubscriptionCursor(Protocol):
 
     def is_deleted(self, pos: Position) -> bool: ...
 
+    def deleted_in(self, ledger_id: int) -> tuple[int, Container[int] | None]:
+        """What :meth:`is_deleted` reads for one ledger's entries: (the highest entry id
+        acknowledged cumulatively, -1 for none, ``MAX_ENTRY_ID`` for all; the individually
+        acknowledged ids, or None). Ask again after a :meth:`delete`."""
+        ...
+
     def delete(self, positions: Iterable[Position]) -> None: ...
 
     def mark_delete(self, pos: Position) -> None: ...
@@ -150,6 +157,15 @@ class MemoryCursor:
 
     def is_deleted(self, pos: Position) -> bool:
         return pos <= self._md or pos in self.individually_deleted.positions
+
+    def deleted_in(self, ledger_id: int) -> tuple[int, Container[int] | None]:
+        """As :meth:`storage.cursor.ManagedCursor.deleted_in` (the ids a copy, not live)."""
+        md = self._md
+        if ledger_id < md.ledger_id:
+            return MAX_ENTRY_ID, None
+        through = md.entry_id if ledger_id == md.ledger_id else -1
+        ids = {p.entry_id for p in self.individually_deleted.positions if p.ledger_id == ledger_id}
+        return through, ids or None
 
     def delete(self, positions: Iterable[Position]) -> None:
         last = self._ledger.last_confirmed

@@ -22,7 +22,7 @@ view (none in force) and no ``read_compacted`` subscription. Work per call is bo
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from typing import Final
 
 from pyroaring import BitMap
@@ -57,7 +57,10 @@ def hold_known(delayed: DelayedDelivery, cursor: SubscriptionCursor, ledger: Man
     hold_after = delayed.hold_after_ms()
     if hold_after is None:
         return False
-    is_deleted = cursor.is_deleted
+    # what the cursor has acknowledged of this ledger, read once (asked again after an
+    # acknowledgement below, which may move the mark-delete position over later entries)
+    through, acknowledged = cursor.deleted_in(ledger_id)
+    deleted: Container[int] = _NONE if acknowledged is None else acknowledged
     schedule = delayed.replacements
     # the ledger's superseded ids, looked up once (the bitmap is live: an acknowledgement
     # below adds nothing to it)
@@ -67,13 +70,15 @@ def hold_known(delayed: DelayedDelivery, cursor: SubscriptionCursor, ledger: Man
     held_at: list[int] = []
     entry_id = first
     for at in times:
-        pos = Position(ledger_id, entry_id)
-        if is_deleted(pos):
+        if entry_id <= through or entry_id in deleted:
             pass
         elif entry_id in superseded:
-            cursor.delete((pos,))       # replaced or cancelled by key: acknowledged unseen
+            # replaced or cancelled by key: acknowledged unseen
+            cursor.delete((Position(ledger_id, entry_id),))
+            through, acknowledged = cursor.deleted_in(ledger_id)
+            deleted = _NONE if acknowledged is None else acknowledged
         elif at > hold_after:
-            held.append(pos)
+            held.append(Position(ledger_id, entry_id))
             held_at.append(at)
         else:
             break                       # not known, or not after the cutoff: read it
