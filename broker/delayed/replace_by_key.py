@@ -28,8 +28,10 @@ An entry whose metadata holds neither tag byte (partition_key, num_messages_in_b
 ``producer_name`` is answered without a parse (a tag written in more bytes than it needs,
 which no serializer does, is not looked for: live and rebuilt schedules use the same test).
 
-Entries are recorded (:meth:`KeyedSchedule.record`) when they are durable, before their
-receipts, in log order; so a replacement answered to its producer is already in force. The
+Entries are recorded (:meth:`KeyedSchedule.record_run`) when they are durable, in log order,
+in the loop callback that tells their producers, before any subscription hears of them and
+before their receipts leave (the server holds its writes until that callback ends); so a
+replacement answered to its producer is already in force. The
 dispatchers of every Shared and Key_Shared subscription ask :meth:`KeyedSchedule.superseded`
 for each entry they read or find due, and acknowledge a superseded one unseen. As positions
 are superseded the topic is told (``on_superseded``, once per recorded run, in bulk: the

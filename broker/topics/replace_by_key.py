@@ -11,8 +11,12 @@ when the policy records changed since, one comparison per run): switched on, a f
 delayed delivery; switched off, it is taken back and messages flow as before.
 
 While on, :meth:`~TopicReplaceByKey.sink_for` classifies a run's entries and, when any is
-keyed, wraps the run's sink so the schedule records them as they become durable (before the
-producer's receipts, which the wrapped sink then sends). Policy or not, the same wrapper notes
+keyed, wraps the run's sink so that, as they become durable, they are queued for the schedule;
+the ledger's listener for the group commit (the topic's, through :meth:`~TopicReplaceByKey.flush`)
+records every queued run at once, consecutive runs of one ledger as one run
+(:meth:`~TopicReplaceByKey.record_durable`), before any subscription hears of the new entries
+and in the same loop callback as the producers' receipts, which leave only after it while the
+server holds its writes for the group commit. Policy or not, the same wrapper notes
 the deliver times learnt at publish (``known_times``, :mod:`broker.delayed.known_times`),
 which every subscription's delayed delivery is handed (:meth:`~TopicReplaceByKey.adopt`). Each position the schedule supersedes
 is acknowledged at once on every subscription that delays messages (Shared, Key_Shared, or a
@@ -81,27 +85,37 @@ class KeyedSubscription(Protocol):
     def durable(self) -> bool: ...
 
 
-class _RecordingSink:
-    """Notes a run's deliver times learnt at publish and records its keyed entries in the
-    schedule (if any) as they become durable, then passes the news on to the run's own sink."""
+_Durable = tuple[KeyedSchedule, int, int, list["EntryKeys | None"]]
+"""A durable run's keyed entries waiting to be recorded: (schedule, ledger id, first entry
+id, what each entry schedules or cancels)."""
 
-    __slots__ = ("_done", "_keys", "_known", "_schedule", "_sink", "_times")
+
+class _RecordingSink:
+    """Notes a run's deliver times learnt at publish and, as they become durable, queues its
+    keyed entries for the schedule (if any: :meth:`TopicReplaceByKey.record_durable` records
+    them, before the subscriptions hear of them), then passes the news on to the run's own
+    sink."""
+
+    __slots__ = ("_done", "_keys", "_known", "_records", "_schedule", "_sink", "_times")
 
     def __init__(self, sink: DurableSink, known: KnownDeliverTimes, times: list[int],
                  schedule: KeyedSchedule | None = None,
-                 keys: list[EntryKeys | None] | None = None) -> None:
+                 keys: list[EntryKeys | None] | None = None,
+                 records: list[_Durable] | None = None) -> None:
         self._sink = sink
         self._known = known
         self._times = times
         self._schedule = schedule
         self._keys = keys
+        self._records = [] if records is None else records
         self._done = 0
 
     def entries_durable(self, ledger_id: int, first_entry_id: int, count: int) -> None:
         start = self._done
         self._known.note(ledger_id, first_entry_id, self._times[start:start + count])
         if self._schedule is not None and self._keys is not None:
-            self._schedule.record_run(ledger_id, first_entry_id, self._keys[start:start + count])
+            self._records.append((self._schedule, ledger_id, first_entry_id,
+                                  self._keys[start:start + count]))
         self._done = start + count
         self._sink.entries_durable(ledger_id, first_entry_id, count)
 
@@ -113,7 +127,7 @@ class _RecordingSink:
 class TopicReplaceByKey:
     """The replace-by-key schedule of one topic while its policy is on (module docstring)."""
 
-    __slots__ = ("_deferred", "_enabled", "_generation", "_ledger", "_snapshots",
+    __slots__ = ("_deferred", "_durable", "_enabled", "_generation", "_ledger", "_snapshots",
                  "_subscriptions", "_synced", "known_times", "schedule")
 
     def __init__(self, ledger: ManagedLedger, enabled: Callable[[], bool],
@@ -130,6 +144,9 @@ class TopicReplaceByKey:
         self._subscriptions = subscriptions
         #: Entry ids superseded and not confirmed yet, per ledger (see :meth:`_acknowledge`).
         self._deferred: dict[int, BitMap] = {}
+        #: Durable runs of keyed entries not recorded yet, in log order (the sinks queue
+        #: them; :meth:`record_durable` records them).
+        self._durable: list[_Durable] = []
         self.schedule: KeyedSchedule | None = None
         #: The deliver times learnt at publish, policy or not (every subscription's delayed
         #: delivery is handed it: its dispatcher holds those entries unread).
@@ -175,9 +192,37 @@ class TopicReplaceByKey:
                 waiting |= later
         return now
 
+    def record_durable(self) -> None:
+        """Record the keyed entries of the runs made durable since the last call, in log
+        order: consecutive runs of one ledger (the runs of one group commit, whatever their
+        producers) as one :meth:`KeyedSchedule.record_run`. The ledger calls its listeners
+        once per group commit, after every run's sink (and after ``last_confirmed`` moved
+        over them); the topic's listener calls this through :meth:`flush` before any
+        subscription hears of the new entries, and within the same loop callback as the
+        sinks, so a replacement is in force before its producer's receipt can be acted on.
+        Its own positions are confirmed by then, so a run's tombstones are acknowledged at
+        once rather than deferred."""
+        queued = self._durable
+        if not queued:
+            return
+        pending = queued.copy()
+        queued.clear()      # in place: the sinks of runs still in flight hold this list
+        schedule, ledger_id, first, keys = pending[0]
+        for later, later_ledger, later_first, later_keys in pending[1:]:
+            if later is schedule and later_ledger == ledger_id \
+                    and later_first == first + len(keys):
+                keys = keys + later_keys
+                continue
+            schedule.record_run(ledger_id, first, keys)
+            schedule, ledger_id, first, keys = later, later_ledger, later_first, later_keys
+        schedule.record_run(ledger_id, first, keys)
+
     def flush(self) -> None:
-        """Acknowledge the withheld entries that have been confirmed since (the topic calls
+        """Record the keyed entries made durable since (:meth:`record_durable`), and
+        acknowledge the withheld entries that have been confirmed since (the topic calls
         this when it tells its subscriptions of new entries)."""
+        if self._durable:
+            self.record_durable()
         deferred = self._deferred
         if not deferred:
             return
@@ -221,6 +266,7 @@ class TopicReplaceByKey:
         elif not on and self.schedule is not None:
             self.schedule = None
             self._deferred = {}
+            self._durable.clear()
             self.adopt_all(subscriptions)
         return self.schedule
 
@@ -240,6 +286,8 @@ class TopicReplaceByKey:
         """The sink to append a run with: the run's own, or one that notes the deliver times
         the publish check found (``checked``, taken by the entries; consumed either way) and
         records its keyed entries first."""
+        if self._durable:   # durable runs the listener has not recorded (never expected)
+            self.record_durable()
         schedule = self.schedule
         if schedule is None:
             varints = checked.take(entries) if checked is not None else None
@@ -260,7 +308,7 @@ class TopicReplaceByKey:
                                                          strict=True)]
         elif checked is not None:   # every entry's time comes from its classification
             checked.forget()
-        return _RecordingSink(sink, self.known_times, times, schedule, keys)
+        return _RecordingSink(sink, self.known_times, times, schedule, keys, self._durable)
 
     async def rebuild(self, subscriptions: Sequence[KeyedSubscription]) -> int:
         """Record the keyed entries of the backlog (topic load); returns entries read."""
