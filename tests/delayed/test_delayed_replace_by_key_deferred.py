@@ -144,8 +144,8 @@ def test_a_group_commits_runs_are_recorded_together_before_the_subscriptions_hea
             ([_keyed("a", None), _keyed("c", 12)], 12),    # producer 2: 3:12-13, a tombstone
             ([_keyed("b", 13)], 0)]                        # ledger 4 after a rollover
     told = [_Told() for _ in runs]
-    sinks = [rbk.sink_for(entries, inner) for (entries, _), inner in zip(runs, told)]
-    for i, (sink, (entries, first)) in enumerate(zip(sinks, runs)):   # one group commit
+    sinks = [rbk.sink_for(entries, inner) for (entries, _), inner in zip(runs, told, strict=True)]
+    for i, (sink, (entries, first)) in enumerate(zip(sinks, runs, strict=True)):   # one group commit
         sink.entries_durable(3 if i < 2 else 4, first, len(entries))
     assert [t.durable for t in told] == [[(3, 10, 2)], [(3, 12, 2)], [(4, 0, 1)]]
     assert calls == [] and len(schedule) == 1          # queued, not recorded yet
