@@ -35,6 +35,7 @@ from broker.topics.access_modes import Admission, ProducerAccess, ProducerAdmiss
 from broker.topics.dedup import SequenceState
 from broker.topics.names import TopicName
 from broker.topics.producer import Producer, ProducerRequest, ProducerTransport
+from broker.topics.publish_bounds import NO_BOUNDS, SendBounds
 from broker.topics.publish_rate import PublishRateLimiter
 from broker.topics.subscribe_rate import SubscribeRateLimiter
 from protocol import commands as C
@@ -143,17 +144,9 @@ class NonPersistentTopic:
         _, messages, _ = check_publish_metadata(entry)
         return entry, messages, False
 
-    def plain_send_bound(self) -> int:
-        """-1: every SEND takes :meth:`check_publish` (the generic metadata check)."""
-        return -1
-
-    def send_bounds(self) -> tuple[int, int]:
-        """(-1, -1): every SEND takes :meth:`check_publish`."""
-        return -1, -1
-
-    def check_single(self, entry: bytes) -> bool:
-        """Never asked (:meth:`send_bounds`); False: :meth:`check_publish` judges."""
-        return False
+    def send_bounds(self) -> SendBounds:
+        """Every SEND takes :meth:`check_publish` (the generic metadata check)."""
+        return NO_BOUNDS
 
     def append_run(self, entries: list[bytes], sink: DurableSink,
                    messages: Sequence[int] = ()) -> None:

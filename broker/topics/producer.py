@@ -13,10 +13,10 @@ send). The queue's records are defined in :mod:`broker.topics.publish_records`:
    re-send, :meth:`broker.topics.topic.Topic.check_publish`: metadata, the delayed-delivery
    publish guard of PIP-315/437; a plain message -- the metadata scan's
    :data:`protocol.metadata_scan.SINGLE` (:func:`protocol.send_accel.plain_metadata`), no larger than
-   :meth:`broker.topics.topic.Topic.plain_send_bound`, read once per run -- is what that
-   check would return unchanged, and is taken on the scan alone; so is one delayed or keyed
-   message that :meth:`broker.topics.topic.Topic.check_single` passes, within the second of
-   :meth:`~broker.topics.topic.Topic.send_bounds`); the consecutive accepted
+   the plain bound of :meth:`broker.topics.topic.Topic.send_bounds`, read once per run -- is
+   what that check would return unchanged, and is taken on the scan alone; so is one delayed
+   or keyed message that :func:`broker.topics.publish_bounds.single_message` passes, within
+   the single bound); the consecutive accepted
    ones form ONE :class:`PublishRun` (five ints per SEND in parallel lists; no object, future,
    task or closure per SEND), appended to the ledger as one run with one completion.
 2. A SEND the hot loop does not take ends the run before it: a re-send stored again, one
@@ -73,6 +73,7 @@ from broker.delayed.rejection import DelayRejection
 from broker.metrics.rates import iso_ms
 from broker.topics.dedup import SequenceState
 from broker.topics.publish_answers import Answers, lone_receipt
+from broker.topics.publish_bounds import SendBounds, single_message
 from broker.topics.publish_rate import PublishRateLimiter
 from broker.topics.publish_records import Pending, PublishRun, answerable
 from broker.topics.publish_refusals import REASON_DISK
@@ -204,15 +205,9 @@ class PublishTarget(Protocol):
 
     def check_publish(self, entry: bytes) -> tuple[bytes, int, bool]: ...
 
-    def send_bounds(self) -> tuple[int, int]:
-        """(the largest entry :meth:`check_publish` accepts unchanged when the scan reads its
-        metadata as a plain message (``scan_publish_metadata(entry) is SINGLE``), the largest
-        one :meth:`check_single` may be asked about); -1: none."""
-        ...
-
-    def check_single(self, entry: bytes) -> bool:
-        """Would :meth:`check_publish` return ``(entry, 1, False)`` (then noted as it notes
-        it)? False: it must judge the entry."""
+    def send_bounds(self) -> SendBounds:
+        """What may be taken without :meth:`check_publish` right now
+        (:mod:`broker.topics.publish_bounds`)."""
         ...
 
     def append_run(self, entries: list[bytes], sink: DurableSink,
@@ -319,14 +314,14 @@ class Producer:
         started = self._loop.time()
         topic = self.topic
         check = topic.check_publish
-        # Entries up to the first bound whose metadata the scan reads as a plain message pass
-        # check_publish unchanged; up to the second, check_single tells of one message with a
-        # deliver time or a key (-1: none does; read again after anything but the run).
+        # Entries up to the plain bound whose metadata the scan reads as a plain message pass
+        # check_publish unchanged; up to the single bound, single_message tells of one message
+        # with a deliver time or a key (-1: none does; read again after anything but the run).
         send_bounds = topic.send_bounds
-        bound, single_bound = send_bounds()
-        bound = min(bound, MAX_RECORD_BYTES)
+        bounds = send_bounds()
+        bound, single_bound = min(bounds.plain, MAX_RECORD_BYTES), bounds.single
         plain = plain_metadata
-        single = topic.check_single
+        single = single_message
         state = self.seq_state
         enqueue = self._queue.append
         run = PublishRun(self, started)
@@ -339,9 +334,9 @@ class Producer:
             nbytes += size
             if size <= bound and seq == state.next_seq and count == 1 and highest <= seq \
                     and checksum_valid and self._error is None \
-                    and (plain(entry) or (size <= single_bound and single(entry))):
+                    and (plain(entry) or (size <= single_bound and single(entry, bounds))):
                 # The usual SEND, one message (plain, or delayed or keyed and noted by
-                # check_single): check_publish would give (entry, 1, False).
+                # single_message): check_publish would give (entry, 1, False).
                 state.next_seq = seq + 1
                 keys(seq)
                 seqs(seq)
@@ -389,8 +384,8 @@ class Producer:
                 item.buffered = size
                 enqueue(item)
             # an append or a refusal may have changed the topic
-            bound, single_bound = send_bounds()
-            bound = min(bound, MAX_RECORD_BYTES)
+            bounds = send_bounds()
+            bound, single_bound = min(bounds.plain, MAX_RECORD_BYTES), bounds.single
         if datas:
             self._append_run(run, datas)
         return nbytes

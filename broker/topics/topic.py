@@ -84,6 +84,7 @@ from broker.topics.meters import TopicMeters
 from broker.topics.names import TopicName
 from broker.topics.policies import PolicyStore
 from broker.topics.producer import Producer, ProducerRequest, ProducerTransport
+from broker.topics.publish_bounds import NO_BOUNDS, SendBounds
 from broker.topics.publish_rate import PublishRateLimiter
 from broker.topics.publish_refusals import PublishRefusals
 from broker.topics.replace_by_key import TopicReplaceByKey
@@ -378,59 +379,31 @@ class Topic:
             checked.varints.append(at_varint)
         return entry, messages, partial
 
-    def plain_send_bound(self) -> int:
-        """The largest entry (bytes) :meth:`check_publish` accepts unchanged right now when the
-        scan reads its metadata as a plain message (``scan_publish_metadata(entry) is SINGLE``:
-        one message, no chunk, no ``deliver_at_time``), or -1 when some check could act on such
-        an entry (the topic not open, a shadow, encryption required, a fixed delivery delay).
-        The producer reads it once per run of SENDs and then checks each plain SEND with the
-        scan and this bound alone (:meth:`broker.topics.producer.Producer.on_sends`): it must
-        stay the exact condition under which :meth:`check_publish` returns
+    def send_bounds(self) -> SendBounds:
+        """What the producer may take without :meth:`check_publish` right now
+        (:mod:`broker.topics.publish_bounds`): a plain entry up to ``plain`` bytes, one
+        delayed or keyed message up to ``single``. ``plain`` is -1 when some check could act
+        on a plain entry (the topic not open, a shadow, encryption required, a fixed delivery
+        delay); ``single`` is -1 then and also while the max-delay guard is in force, which
+        must see every delayed entry. The producer reads them once per run of SENDs: they must
+        stay the exact conditions under which :meth:`check_publish` returns
         ``(entry, 1, False)`` for such an entry."""
         if self.state is not _OPEN or self.shadow_source is not None or self.encryption_required:
-            return -1
+            return NO_BOUNDS
+        single_allowed = True
         if self._guarded:
             delivery = self.delivery
             policy = delivery.resolved
             if policy is None:
                 policy = delivery.delay_policy()
             if policy.active and policy.fixed_delay_ms > 0:
-                return -1   # the guard stamps a fixed delay on every message
+                return NO_BOUNDS   # the guard stamps a fixed delay on every message
+            single_allowed = not (policy.active and policy.max_delay_ms > 0)
         limit = self.max_message_size_policy
-        return limit + 4 if limit else MAX_RECORD_BYTES   # metadata and payload, as above
+        bound = limit + 4 if limit else MAX_RECORD_BYTES   # metadata and payload, as above
+        return SendBounds(bound, bound if single_allowed else -1, self._max_message_size,
+                          self.checked_times)
 
-
-    def send_bounds(self) -> tuple[int, int]:
-        """(:meth:`plain_send_bound`, the largest entry :meth:`check_single` may be asked
-        about: -1 also while the max-delay guard is in force, which must see every delayed
-        entry). The producer reads them once per run of SENDs."""
-        bound = self.plain_send_bound()
-        if bound >= 0 and self._guarded:
-            delivery = self.delivery
-            policy = delivery.resolved
-            if policy is None:
-                policy = delivery.delay_policy()
-            if policy.active and policy.max_delay_ms > 0:
-                return bound, -1
-        return bound, bound
-
-    def check_single(self, entry: bytes) -> bool:
-        """:meth:`check_publish` of an entry no larger than the second of :meth:`send_bounds`
-        (read in the same run) whose SEND says it holds one message: True when that check
-        would return ``(entry, 1, False)`` -- the scan reads the metadata as one message, not
-        a chunk, with or without ``deliver_at_time`` (a delayed or keyed message, a
-        tombstone) -- and then its deliver time is noted as that check notes it; False: the
-        entry must take :meth:`check_publish`. The producer takes a delayed or keyed SEND on
-        this alone: it must stay the exact condition under which :meth:`check_publish`
-        returns that entry unchanged."""
-        scanned = scan_publish_metadata(entry, self._max_message_size)
-        if scanned is None or scanned[0] != 1 or scanned[1]:
-            return False
-        checked = self.checked_times
-        if len(checked.entries) < MAX_CHECKED:
-            checked.entries.append(entry)
-            checked.varints.append(scanned[2])
-        return True
     def record_published(self, messages: int, size: int, entries: int,
                          latency_sum_ms: float) -> None:
         """Called by producers for the entries whose receipts were just sent (the latency

@@ -1,10 +1,10 @@
 """Plain SENDs on the producer's run loop: an entry whose metadata the scan reads as one plain
-message (``scan_publish_metadata(entry) is SINGLE``) and no larger than
-``Topic.plain_send_bound()`` is taken without ``Topic.check_publish``; so is one delayed or keyed
-message that ``Topic.check_single`` passes within the second of ``Topic.send_bounds()``. That is
-right only if each bound is exactly the condition under which ``check_publish`` returns such an
-entry unchanged (noting the same deliver time): checked on a real topic in every state that
-matters, and over the wire within one run."""
+message (``scan_publish_metadata(entry) is SINGLE``) and no larger than the plain bound of
+``Topic.send_bounds()`` is taken without ``Topic.check_publish``; so is one delayed or keyed
+message that ``publish_bounds.single_message`` passes within the single bound. That is right
+only if each bound is exactly the condition under which ``check_publish`` returns such an entry
+unchanged (noting the same deliver time): checked on a real topic in every state that matters,
+and over the wire within one run."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from typing import Any
 from broker_rawclient import RawClient, make_batch_entry, make_entry
 
 from broker.delayed.known_times import UNKNOWN
+from broker.topics.publish_bounds import single_message
 from broker.topics.topic_state import TopicState
 from protocol import commands as C
 from protocol import pulsar_pb as pb
@@ -76,7 +77,7 @@ def test_the_bound_is_exactly_where_check_publish_passes_a_plain_entry_unchanged
                         topic.delivery.resolved = value
                     else:
                         setattr(topic, key, value)
-                bound = topic.plain_send_bound()
+                bound = topic.send_bounds().plain
                 out.append((name, bound, [_verdict(topic, e) for e in entries]))
                 for entry in entries:   # the rule the producer relies on
                     if len(entry) <= bound:
@@ -195,7 +196,7 @@ def _singles() -> list[bytes]:
 
 def test_the_single_bound_is_exactly_where_check_publish_passes_one_message_unchanged(
         broker: Any) -> None:
-    """check_single takes an entry only where check_publish would return it unchanged as one
+    """single_message takes an entry only where check_publish would return it unchanged as one
     message, not a chunk, and it notes the same deliver time check_publish notes; in every
     state where check_publish acts on a delayed entry (the max-delay guard among them) the
     single bound is -1."""
@@ -227,8 +228,8 @@ def test_the_single_bound_is_exactly_where_check_publish_passes_one_message_unch
                     else:
                         setattr(topic, key, value)
                 bounds = topic.send_bounds()
-                assert bounds[0] == topic.plain_send_bound()
-                assert bounds[1] <= bounds[0]
+                assert bounds.single in (bounds.plain, -1)
+                assert bounds.single <= bounds.plain
                 taken = 0
                 verdicts = []
                 for entry in _singles():
@@ -238,9 +239,9 @@ def test_the_single_bound_is_exactly_where_check_publish_passes_one_message_unch
                              list(topic.checked_times.varints))
                     verdicts.append(verdict)
                     topic.checked_times.forget()
-                    if len(entry) > bounds[1]:
+                    if len(entry) > bounds.single:
                         continue
-                    if topic.check_single(entry):  # the rule the producer relies on
+                    if single_message(entry, bounds):  # the rule the producer relies on
                         taken += 1
                         assert verdict == "unchanged", (name, entry)
                         assert (topic.checked_times.entries,
@@ -248,7 +249,7 @@ def test_the_single_bound_is_exactly_where_check_publish_passes_one_message_unch
                     else:
                         assert not topic.checked_times
                     topic.checked_times.forget()
-                out.append((name, bounds, verdicts, taken))
+                out.append((name, (bounds.plain, bounds.single), verdicts, taken))
             finally:
                 for key, value in saved.items():
                     setattr(topic, key, value)
@@ -273,7 +274,7 @@ def test_the_single_bound_is_exactly_where_check_publish_passes_one_message_unch
 
 def test_one_run_of_delayed_keyed_and_plain_sends_is_answered_in_order_with_known_times(
         broker: Any) -> None:
-    """Delayed and keyed SENDs taken on check_single in one run with plain ones: every
+    """Delayed and keyed SENDs taken on single_message in one run with plain ones: every
     receipt in order, and the run's deliver times known to the dispatchers as check_publish
     would have noted them."""
     at = int(time.time() * 1000) + 3_600_000

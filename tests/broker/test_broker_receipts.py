@@ -15,6 +15,7 @@ from test_broker_states import make_connection
 
 from broker.topics.dedup_state import RECEIPT_WINDOW, SequenceState
 from broker.topics.producer import Producer, ProducerState
+from broker.topics.publish_bounds import NO_BOUNDS, SendBounds
 from broker.topics.publish_rate import PublishRate, PublishRateLimiter
 from protocol import pulsar_pb as pb
 from protocol.errors import ServerError
@@ -41,14 +42,8 @@ class FakeTopic:
     def check_publish(self, entry: bytes) -> tuple[bytes, int, bool]:
         return entry, 1, False
 
-    def plain_send_bound(self) -> int:
-        return -1   # every SEND through check_publish above
-
-    def send_bounds(self) -> tuple[int, int]:
-        return -1, -1
-
-    def check_single(self, entry: bytes) -> bool:
-        return False
+    def send_bounds(self) -> SendBounds:
+        return NO_BOUNDS   # every SEND through check_publish above
 
     def append_run(self, entries: list[bytes], sink: Any, messages: Any = ()) -> None:
         self.runs.append((entries, sink))

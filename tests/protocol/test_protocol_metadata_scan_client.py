@@ -1,9 +1,10 @@
 """The official client's own entries (pulsar-client 3.13) take the protobuf-free metadata check.
 
 Each kind of message the client sends -- plain, keyed, with properties, delayed, batched,
-compressed, chunked -- is published to an in-process broker whose ``Topic.check_publish`` is
-watched: every entry must be accepted by ``scan_publish_metadata`` (it did not decline) with
-the verdict ``check_publish_metadata`` gives.
+compressed, chunked -- is published to an in-process broker whose metadata scan is watched
+(in ``Topic.check_publish`` and in the producer's one-message path,
+``publish_bounds.single_message``): every entry must be accepted by ``scan_publish_metadata``
+(it did not decline) with the verdict ``check_publish_metadata`` gives.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 import pulsar
 import pytest
 
+from broker.topics import publish_bounds
 from broker.topics import topic as topic_module
 from protocol.metadata import check_publish_metadata
 from protocol.metadata_scan import int64_value, scan_publish_metadata
@@ -38,6 +40,7 @@ def scanned(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Scanned, tuple[int, b
         return raw
 
     monkeypatch.setattr(topic_module, "scan_publish_metadata", watched)
+    monkeypatch.setattr(publish_bounds, "scan_publish_metadata", watched)   # the run loop's
     return seen
 
 

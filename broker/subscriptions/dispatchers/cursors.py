@@ -17,8 +17,10 @@ ManagedCursor does): a client naming a future id never loses the message publish
 
 from __future__ import annotations
 
-from collections.abc import Container, Iterable
+from collections.abc import Iterable
 from typing import Protocol
+
+from pyroaring import BitMap
 
 from storage.individually_deleted import MAX_ENTRY_ID
 from storage.ledger import ManagedLedger
@@ -113,7 +115,7 @@ class SubscriptionCursor(Protocol):
 
     def is_deleted(self, pos: Position) -> bool: ...
 
-    def deleted_in(self, ledger_id: int) -> tuple[int, Container[int] | None]:
+    def deleted_in(self, ledger_id: int) -> tuple[int, BitMap | None]:
         """What :meth:`is_deleted` reads for one ledger's entries: (the highest entry id
         acknowledged cumulatively, -1 for none, ``MAX_ENTRY_ID`` for all; the individually
         acknowledged ids, or None). Ask again after a :meth:`delete`."""
@@ -158,14 +160,15 @@ class MemoryCursor:
     def is_deleted(self, pos: Position) -> bool:
         return pos <= self._md or pos in self.individually_deleted.positions
 
-    def deleted_in(self, ledger_id: int) -> tuple[int, Container[int] | None]:
+    def deleted_in(self, ledger_id: int) -> tuple[int, BitMap | None]:
         """As :meth:`storage.cursor.ManagedCursor.deleted_in` (the ids a copy, not live)."""
         md = self._md
         if ledger_id < md.ledger_id:
             return MAX_ENTRY_ID, None
         through = md.entry_id if ledger_id == md.ledger_id else -1
-        ids = {p.entry_id for p in self.individually_deleted.positions if p.ledger_id == ledger_id}
-        return through, ids or None
+        ids = [p.entry_id for p in self.individually_deleted.positions
+               if p.ledger_id == ledger_id and 0 <= p.entry_id < MAX_ENTRY_ID]
+        return through, BitMap(ids) if ids else None
 
     def delete(self, positions: Iterable[Position]) -> None:
         last = self._ledger.last_confirmed

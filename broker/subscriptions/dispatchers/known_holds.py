@@ -22,7 +22,7 @@ view (none in force) and no ``read_compacted`` subscription. Work per call is bo
 
 from __future__ import annotations
 
-from collections.abc import Callable, Container
+from collections.abc import Callable
 from typing import Final
 
 from pyroaring import BitMap
@@ -60,7 +60,7 @@ def hold_known(delayed: DelayedDelivery, cursor: SubscriptionCursor, ledger: Man
     # what the cursor has acknowledged of this ledger, read once (asked again after an
     # acknowledgement below, which may move the mark-delete position over later entries)
     through, acknowledged = cursor.deleted_in(ledger_id)
-    deleted: Container[int] = _NONE if acknowledged is None else acknowledged
+    deleted: BitMap | frozenset[int] = _NONE if acknowledged is None else acknowledged
     schedule = delayed.replacements
     # the ledger's superseded ids, looked up once (the bitmap is live: an acknowledgement
     # below adds nothing to it)
