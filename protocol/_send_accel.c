@@ -251,6 +251,41 @@ unread_scalar_tag(const uint8_t *b, Py_ssize_t *p, Py_ssize_t end)
     return 0;
 }
 
+/* The scan's required prefix of an entry's metadata: [metadataSize] 0a L producer_name 10 v
+ * sequence_id 18 v publish_time (L a length of 1..4 bytes, v a varint of 1..10), the metadata
+ * within the n bytes. 0 with *end the metadata's end and *p just after publish_time; -1 when
+ * the entry does not start so (the scan declines it, or a caller hands it on). */
+static int
+required_prefix(const uint8_t *b, Py_ssize_t n, Py_ssize_t *end, Py_ssize_t *p)
+{
+    uint64_t value;
+    if (n < 6)
+        return -1;
+    long long declared = 4 + (long long)u32be(b);
+    if (declared > n || b[4] != 0x0A)
+        return -1;
+    Py_ssize_t e = (Py_ssize_t)declared, at;
+    if (b[5] < 0x80) {
+        at = 6 + b[5];
+    } else {
+        Py_ssize_t q = 5;
+        if (read_varint(b, &q, e, 4, &value) < 0 || (long long)value > e)
+            return -1;
+        at = q + (Py_ssize_t)value;
+    }
+    if (at >= e || b[at] != 0x10)
+        return -1;
+    at++;
+    if (read_varint(b, &at, e, 10, &value) < 0 || at >= e || b[at] != 0x18)
+        return -1;
+    at++;
+    if (read_varint(b, &at, e, 10, &value) < 0)
+        return -1;
+    *end = e;
+    *p = at;
+    return 0;
+}
+
 static PyObject *
 plain_metadata(PyObject *module, PyObject *arg)
 {
@@ -258,39 +293,15 @@ plain_metadata(PyObject *module, PyObject *arg)
     if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0)
         return NULL;
     const uint8_t *b = (const uint8_t *)view.buf;
-    Py_ssize_t n = view.len;
     int plain = 0;
     uint64_t value;
-    if (n < 6)
-        goto done;
-    long long end = 4 + (long long)u32be(b);
-    if (end > n || b[4] != 0x0A)
-        goto done;
-    Py_ssize_t p;
-    if (b[5] < 0x80) {
-        p = 6 + b[5];
-    } else {
-        Py_ssize_t q = 5;
-        if (read_varint(b, &q, (Py_ssize_t)end, 4, &value) < 0)
-            goto done;
-        if ((long long)value > end)
-            goto done;
-        p = q + (Py_ssize_t)value;
-    }
-    if (p >= end || b[p] != 0x10)
-        goto done;
-    p++;
-    if (read_varint(b, &p, (Py_ssize_t)end, 10, &value) < 0)
-        goto done;
-    if (p >= end || b[p] != 0x18)
-        goto done;
-    p++;
-    if (read_varint(b, &p, (Py_ssize_t)end, 10, &value) < 0)
+    Py_ssize_t end, p;
+    if (required_prefix(b, view.len, &end, &p) < 0)
         goto done;
     while (p < end) {
-        if (!unread_scalar_tag(b, &p, (Py_ssize_t)end))
+        if (!unread_scalar_tag(b, &p, end))
             goto done; /* a field the scan captures, a length-delimited one, or no field */
-        if (read_varint(b, &p, (Py_ssize_t)end, 10, &value) < 0)
+        if (read_varint(b, &p, end, 10, &value) < 0)
             goto done;
     }
     plain = 1;
@@ -334,27 +345,8 @@ scan_metadata(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     const uint8_t *b = (const uint8_t *)view.buf;
     Py_ssize_t n = view.len;
     uint64_t value;
-    if (n < 6)
-        goto reference;
-    long long end_ll = 4 + (long long)u32be(b);
-    if (end_ll > n || b[4] != 0x0A)
-        goto reference;
-    Py_ssize_t end = (Py_ssize_t)end_ll, p;
-    if (b[5] < 0x80) {
-        p = 6 + b[5];
-    } else {
-        Py_ssize_t q = 5;
-        if (read_varint(b, &q, end, 4, &value) < 0 || (long long)value > end)
-            goto reference;
-        p = q + (Py_ssize_t)value;
-    }
-    if (p >= end || b[p] != 0x10)
-        goto reference;
-    p++;
-    if (read_varint(b, &p, end, 10, &value) < 0 || p >= end || b[p] != 0x18)
-        goto reference;
-    p++;
-    if (read_varint(b, &p, end, 10, &value) < 0)
+    Py_ssize_t end, p;
+    if (required_prefix(b, n, &end, &p) < 0)
         goto reference;
     int captured = 0;                 /* a field the scan captures, or a length-delimited one */
     int has_messages = 0;

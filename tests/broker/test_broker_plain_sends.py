@@ -8,8 +8,10 @@ and over the wire within one run."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from broker_rawclient import RawClient, make_batch_entry, make_entry
@@ -47,45 +49,60 @@ def _verdict(topic: Any, entry: bytes) -> str:
     return "unchanged" if (stored is entry and messages == 1 and not partial) else "changed"
 
 
+def _states(base: Any) -> list[tuple[str, dict[str, Any]]]:
+    """Every topic state in which check_publish could act on a one-message entry, and its
+    neighbours: (name, the topic attributes to set, "policy" meaning the resolved delay
+    policy)."""
+    return [
+        ("default", {}),
+        ("maxMessageSize 100", {"max_message_size_policy": 100}),
+        ("encryption required", {"encryption_required": True}),
+        ("shadow", {"shadow_source": "persistent://public/default/source"}),
+        ("terminated", {"state": TopicState.TERMINATED}),
+        ("fixed delay", {"policy": dataclasses.replace(base, active=True,
+                                                       fixed_delay_ms=60_000)}),
+        ("max delay", {"policy": dataclasses.replace(base, active=True, max_delay_ms=60_000)}),
+        ("delivery off, fixed delay", {"policy": dataclasses.replace(
+            base, active=False, fixed_delay_ms=60_000)}),
+        ("delivery off, max delay", {"policy": dataclasses.replace(
+            base, active=False, max_delay_ms=60_000)}),
+    ]
+
+
+@contextlib.contextmanager
+def _in_state(topic: Any, changes: dict[str, Any]) -> Iterator[None]:
+    """The topic in one of :func:`_states`, restored after."""
+    base = topic.delivery.resolved
+    saved = {k: getattr(topic, k) for k in changes if k != "policy"}
+    try:
+        for key, value in changes.items():
+            if key == "policy":
+                topic.delivery.resolved = value
+            else:
+                setattr(topic, key, value)
+        yield
+    finally:
+        for key, value in saved.items():
+            setattr(topic, key, value)
+        topic.delivery.resolved = base
+
+
 def test_the_bound_is_exactly_where_check_publish_passes_a_plain_entry_unchanged(
         broker: Any) -> None:
     _create_topic(broker)
 
     def probe() -> list[tuple[str, int, list[str]]]:
         topic = broker.service.topics[TOPIC]
-        base = topic.delivery.delay_policy()
-        states: list[tuple[str, dict[str, Any]]] = [
-            ("default", {}),
-            ("maxMessageSize 100", {"max_message_size_policy": 100}),
-            ("encryption required", {"encryption_required": True}),
-            ("shadow", {"shadow_source": "persistent://public/default/source"}),
-            ("terminated", {"state": TopicState.TERMINATED}),
-            ("fixed delay", {"policy": dataclasses.replace(base, active=True,
-                                                           fixed_delay_ms=60_000)}),
-            ("max delay", {"policy": dataclasses.replace(base, active=True,
-                                                         max_delay_ms=60_000)}),
-            ("delivery off, fixed delay", {"policy": dataclasses.replace(
-                base, active=False, fixed_delay_ms=60_000)}),
-        ]
+        topic.delivery.resolved = topic.delivery.delay_policy()
         entries = [_plain(size) for size in (0, 10, 85, 86, 87, 500)]
         out = []
-        for name, changes in states:
-            saved = {k: getattr(topic, k) for k in changes if k != "policy"}
-            try:
-                for key, value in changes.items():
-                    if key == "policy":
-                        topic.delivery.resolved = value
-                    else:
-                        setattr(topic, key, value)
+        for name, changes in _states(topic.delivery.resolved):
+            with _in_state(topic, changes):
                 bound = topic.send_bounds().plain
                 out.append((name, bound, [_verdict(topic, e) for e in entries]))
                 for entry in entries:   # the rule the producer relies on
                     if len(entry) <= bound:
                         assert _verdict(topic, entry) == "unchanged", (name, len(entry))
-            finally:
-                for key, value in saved.items():
-                    setattr(topic, key, value)
-                topic.delivery.resolved = base
         return out
 
     results = {name: (bound, verdicts) for name, bound, verdicts in broker.call(probe)}
@@ -204,29 +221,10 @@ def test_the_single_bound_is_exactly_where_check_publish_passes_one_message_unch
 
     def probe() -> list[tuple[str, tuple[int, int], list[str], int]]:
         topic = broker.service.topics[TOPIC]
-        base = topic.delivery.delay_policy()
-        states: list[tuple[str, dict[str, Any]]] = [
-            ("default", {}),
-            ("maxMessageSize 100", {"max_message_size_policy": 100}),
-            ("encryption required", {"encryption_required": True}),
-            ("shadow", {"shadow_source": "persistent://public/default/source"}),
-            ("terminated", {"state": TopicState.TERMINATED}),
-            ("fixed delay", {"policy": dataclasses.replace(base, active=True,
-                                                           fixed_delay_ms=60_000)}),
-            ("max delay", {"policy": dataclasses.replace(base, active=True,
-                                                         max_delay_ms=60_000)}),
-            ("delivery off, max delay", {"policy": dataclasses.replace(
-                base, active=False, max_delay_ms=60_000)}),
-        ]
+        topic.delivery.resolved = topic.delivery.delay_policy()
         out = []
-        for name, changes in states:
-            saved = {k: getattr(topic, k) for k in changes if k != "policy"}
-            try:
-                for key, value in changes.items():
-                    if key == "policy":
-                        topic.delivery.resolved = value
-                    else:
-                        setattr(topic, key, value)
+        for name, changes in _states(topic.delivery.resolved):
+            with _in_state(topic, changes):
                 bounds = topic.send_bounds()
                 assert bounds.single in (bounds.plain, -1)
                 assert bounds.single <= bounds.plain
@@ -250,10 +248,6 @@ def test_the_single_bound_is_exactly_where_check_publish_passes_one_message_unch
                         assert not topic.checked_times
                     topic.checked_times.forget()
                 out.append((name, (bounds.plain, bounds.single), verdicts, taken))
-            finally:
-                for key, value in saved.items():
-                    setattr(topic, key, value)
-                topic.delivery.resolved = base
         return out
 
     results = {name: (bounds, verdicts, taken)
