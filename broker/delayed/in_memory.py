@@ -32,6 +32,7 @@ the tracker becomes empty. 0 disables it.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 from operator import itemgetter
@@ -57,7 +58,10 @@ class InMemoryDelayedDeliveryTracker(TimedTracker):
         self._init_timing(loop=loop, clock_ms=clock_ms, tick_time_ms=tick_time_ms,
                           strict=strict, on_due=on_due)
         self._lookahead = fixed_delay_lookahead
-        self._positions = IndexedPositions()
+        # a real event loop runs the index's compaction steps after the drop that asks for
+        # them (a test's fake loop has no call_soon: steps run inline there)
+        self._positions = IndexedPositions(
+            loop.call_soon if isinstance(loop, asyncio.AbstractEventLoop) else None)
         self._wide = WideIndex()
         self._highest_ms = 0
         self._fixed_delay = True

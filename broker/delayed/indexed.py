@@ -24,7 +24,10 @@ came). It is checked after a drop or a hand-out; with ``bound = max(count, COMPA
   chunk by chunk in time order (:meth:`~broker.delayed.packed.PackedTimeIndex.retain_from`:
   ``keep``'s membership test mapped over a chunk, ``itertools.compress``; no Python per
   entry), about :data:`SWEEP_STEP` entries (one chunk) per later drop or hand-out, so the
-  event loop is held for a step (~0.3-0.7 ms), not for the whole index. Positions added
+  event loop is held for a step (~0.3-0.7 ms), not for the whole index. Given a ``defer``
+  (the in-memory tracker passes its event loop's ``call_soon``), a step is scheduled instead,
+  one at a time, and runs after the work that asked for it: a keyed reschedule's drop, made
+  while a group commit's receipts wait, does not hold them for the step. Positions added
   meanwhile go into ``keep`` at once, so ``keep`` always holds every member and no member's
   entry is removed; one dropped meanwhile may keep its entry until the next sweep;
 - ``stale > bound`` (the sweep did not keep up, e.g. hand-outs emptied the index, or a sweep
@@ -50,6 +53,7 @@ from __future__ import annotations
 
 import sys
 from array import array
+from collections.abc import Callable
 from typing import Final
 
 from pyroaring import BitMap, BitMap64
@@ -80,13 +84,17 @@ SWEEP_STEP: Final = CHUNK
 class IndexedPositions:
     """Packed time index + per-ledger membership bitmaps + count (module docstring)."""
 
-    __slots__ = ("_sweep", "count", "index", "members")
+    __slots__ = ("_defer", "_step_pending", "_sweep", "count", "index", "members")
 
-    def __init__(self) -> None:
+    def __init__(self, defer: Callable[[Callable[[], None]], object] | None = None) -> None:
         self.index = PackedTimeIndex()
         self.members: dict[int, BitMap] = {}
         self.count = 0
         self._sweep: _Sweep | None = None
+        #: Runs a callback soon, after the caller's work (the event loop's ``call_soon``):
+        #: sweep steps then run there, not inside the drop that asked for them. None: inline.
+        self._defer = defer
+        self._step_pending = False
 
     def __len__(self) -> int:
         return self.count
@@ -238,9 +246,23 @@ class IndexedPositions:
         if stale > bound:
             self.compact()                      # the hard bound: at once
         elif self._sweep is not None:
-            self._sweep_step()
+            self._step()
         elif 2 * stale > bound:
             self._sweep = _Sweep(list(self.members))
+            self._step()
+
+    def _step(self) -> None:
+        """A sweep step now, or (with ``defer``) one scheduled, if none is already."""
+        defer = self._defer
+        if defer is None:
+            self._sweep_step()
+        elif not self._step_pending:
+            self._step_pending = True
+            defer(self._deferred_step)
+
+    def _deferred_step(self) -> None:
+        self._step_pending = False
+        if self._sweep is not None:     # not compacted or cleared meanwhile
             self._sweep_step()
 
     def _sweep_step(self) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 from array import array
 from unittest import mock
 
@@ -256,3 +257,64 @@ def test_retain_from_in_steps_under_pushes_and_pops_matches_a_sorted_list() -> N
     assert steps > 5
     # what the steps skipped (chunks ending at an already swept time) may remain; no more
     assert len(index) <= len([e for e in reference if e[1] % 3 == 0]) + 2 * 2 * CHUNK
+
+
+def test_deferred_sweep_steps_run_after_the_drop_one_at_a_time_within_the_bound() -> None:
+    """With a ``defer`` (the in-memory tracker's event loop), a drop that starts or continues a
+    sweep only schedules a step, at most one pending at a time, and the step runs when the
+    deferred callbacks run: the drops themselves stay cheap. The hard bound still compacts
+    at once, so the index stays within twice the live count plus the floor, and hand-out
+    order is kept."""
+    scheduled: list[object] = []
+    positions = IndexedPositions(scheduled.append)
+    rng = random.Random(11)
+    live = {e: T0 + rng.randrange(HOUR_MS) for e in range(20_000)}
+    for e, at in live.items():
+        positions.add(at, 3, e)
+    dropped = rng.sample(sorted(live), 16_000)
+    steps_run = 0
+    for i, e in enumerate(dropped):
+        positions.discard(3, e)
+        del live[e]
+        assert len(scheduled) <= 1              # one step pending at a time
+        assert positions.indexed <= 2 * positions.count + FLOOR
+        if i % 500 == 499 and scheduled:        # the loop turns now and then
+            step = scheduled.pop()
+            step()                              # type: ignore[operator]
+            steps_run += 1
+    assert steps_run > 5
+    while scheduled:                            # the sweep finishes over later turns
+        scheduled.pop()()                       # type: ignore[operator]
+        positions.discard(3, -1)                # nothing to drop: no new step asked
+    out: list[Position] = []
+    positions.pop_upto(T0 + HOUR_MS, 10**6, out)
+    assert out == [Position(3, e) for e, _ in sorted(live.items(), key=lambda kv: (kv[1], kv[0]))]
+
+
+def test_the_in_memory_tracker_defers_its_steps_to_its_event_loop() -> None:
+    async def run() -> tuple[int, int]:
+        loop = asyncio.get_running_loop()
+        tracker = InMemoryDelayedDeliveryTracker(tick_time_ms=1, strict=True,
+                                                 on_due=DueCounter(), loop=loop)
+        calls = 0
+        real = IndexedPositions._sweep_step
+
+        def counting(self: IndexedPositions) -> None:
+            nonlocal calls
+            calls += 1
+            real(self)
+
+        with mock.patch.object(IndexedPositions, "_sweep_step", counting):
+            far = int(time.time() * 1000) + HOUR_MS
+            for e in range(12_000):
+                tracker.add(Position(3, e), far + e)
+            for e in range(0, 12_000, 2):
+                tracker.cancel(Position(3, e))
+            inline = calls                       # none ran inside the drops
+            for _ in range(3):
+                await asyncio.sleep(0)
+        await tracker.close()
+        return inline, calls
+
+    inline, after_turns = asyncio.run(run())
+    assert inline == 0 and after_turns >= 1
