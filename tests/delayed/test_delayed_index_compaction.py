@@ -8,6 +8,8 @@ import asyncio
 import random
 import time
 from array import array
+from contextlib import AbstractContextManager
+from typing import Any
 from unittest import mock
 
 from delayed_testlib import T0, DueCounter, FakeCursor, FakeLoop, FakeSnapshotStore
@@ -187,22 +189,27 @@ def test_wide_positions_drop_cancelled_heap_entries_too() -> None:
     assert sorted(out) == sorted(Position(*p) for p in live)
 
 
+def _counted(name: str) -> tuple[list[int], AbstractContextManager[Any]]:
+    """A patch of ``IndexedPositions.<name>`` that counts its calls (in the list's one item)
+    and then runs it."""
+    calls = [0]
+    real = getattr(IndexedPositions, name)
+
+    def counting(self: IndexedPositions) -> None:
+        calls[0] += 1
+        real(self)
+
+    return calls, mock.patch.object(IndexedPositions, name, counting)
+
+
 def test_incremental_compaction_in_small_steps_keeps_bound_and_order() -> None:
     loop = FakeLoop(T0)
     tracker = InMemoryDelayedDeliveryTracker(tick_time_ms=1, strict=True, on_due=DueCounter(),
                                              loop=loop, clock_ms=loop.clock_ms)
-    full = 0
-    compact = IndexedPositions.compact
-
-    def counting(self: IndexedPositions) -> None:
-        nonlocal full
-        full += 1
-        compact(self)
-
-    with mock.patch.object(indexed, "SWEEP_STEP", 700), \
-            mock.patch.object(IndexedPositions, "compact", counting):
+    full, counting = _counted("compact")
+    with mock.patch.object(indexed, "SWEEP_STEP", 700), counting:
         pending = _churn(tracker, live=6_000, drops=60_000, seed=4)
-        assert full == 0                        # the sweeps kept up: no full compaction
+        assert full == [0]                      # the sweeps kept up: no full compaction
         _drain(tracker, loop, pending)
 
 
@@ -296,25 +303,18 @@ def test_the_in_memory_tracker_defers_its_steps_to_its_event_loop() -> None:
         loop = asyncio.get_running_loop()
         tracker = InMemoryDelayedDeliveryTracker(tick_time_ms=1, strict=True,
                                                  on_due=DueCounter(), loop=loop)
-        calls = 0
-        real = IndexedPositions._sweep_step
-
-        def counting(self: IndexedPositions) -> None:
-            nonlocal calls
-            calls += 1
-            real(self)
-
-        with mock.patch.object(IndexedPositions, "_sweep_step", counting):
+        calls, counting = _counted("_sweep_step")
+        with counting:
             far = int(time.time() * 1000) + HOUR_MS
             for e in range(12_000):
                 tracker.add(Position(3, e), far + e)
             for e in range(0, 12_000, 2):
                 tracker.cancel(Position(3, e))
-            inline = calls                       # none ran inside the drops
+            inline = calls[0]                    # none ran inside the drops
             for _ in range(3):
                 await asyncio.sleep(0)
         await tracker.close()
-        return inline, calls
+        return inline, calls[0]
 
     inline, after_turns = asyncio.run(run())
     assert inline == 0 and after_turns >= 1
