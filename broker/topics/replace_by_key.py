@@ -107,6 +107,8 @@ class _RecordingSink:
         self._times = times
         self._schedule = schedule
         self._keys = keys
+        if schedule is not None and records is None:
+            raise ValueError("a schedule's sink needs the topic's queue of durable runs")
         self._records = [] if records is None else records
         self._done = 0
 
