@@ -670,6 +670,51 @@ static const signed char METADATA_WIRE_TYPE[31] = {
     /* 28 total_chunk_msg_size */ 0, /* 29 chunk_id */ 0, /* 30 null_partition_key */ 0,
 };
 
+/* One field of a flat metadata from *p (< end), as upb reads it: its number and its value (a
+ * varint's value, or a length-delimited field's length with *value_at at its first byte), *p
+ * moved past it. 0 for a field; -1 when the reference must answer (a field number 0 or beyond
+ * protobuf's, a declared field with another wire type, a sub-message, a group, a truncated or
+ * overlong varint, a value beyond end). */
+static int
+next_flat_field(const uint8_t *b, Py_ssize_t *p, Py_ssize_t end, uint64_t *field,
+                uint64_t *value, Py_ssize_t *value_at)
+{
+    uint64_t key;
+    if (read_varint(b, p, end, 5, &key) < 0)
+        return -1;
+    *field = key >> 3;
+    int wire_type = (int)(key & 7);
+    if (*field == 0 || *field > 0x1FFFFFFF)
+        return -1;
+    if (*field <= 30) {
+        int declared = METADATA_WIRE_TYPE[*field];
+        if (declared == 9 || (declared >= 0 && declared != wire_type))
+            return -1;
+    }
+    *value = 0;
+    *value_at = *p;
+    if (wire_type == 0) {
+        if (read_varint(b, p, end, 10, value) < 0 || (*p - *value_at == 10 && b[*p - 1] > 1))
+            return -1;
+    } else if (wire_type == 1) {
+        if (end - *p < 8)
+            return -1;
+        *p += 8;
+    } else if (wire_type == 2) {
+        if (read_varint(b, p, end, 5, value) < 0 || *value > (uint64_t)(end - *p))
+            return -1;
+        *value_at = *p;
+        *p += (Py_ssize_t)*value;
+    } else if (wire_type == 5) {
+        if (end - *p < 4)
+            return -1;
+        *p += 4;
+    } else {
+        return -1;   /* a group, or no wire type at all */
+    }
+    return 0;
+}
+
 static PyObject *
 peek_dispatch(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -693,38 +738,10 @@ peek_dispatch(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         goto reference;   /* a stored form with broker entry metadata, or malformed */
     Py_ssize_t p = 4, end = 4 + (Py_ssize_t)size;
     while (p < end) {
-        uint64_t key, value = 0;
-        if (read_varint(b, &p, end, 5, &key) < 0)
+        uint64_t field, value;
+        Py_ssize_t value_at;
+        if (next_flat_field(b, &p, end, &field, &value, &value_at) < 0)
             goto reference;
-        uint64_t field = key >> 3;
-        int wire_type = (int)(key & 7);
-        if (field == 0 || field > 0x1FFFFFFF)
-            goto reference;
-        if (field <= 30) {
-            int declared = METADATA_WIRE_TYPE[field];
-            if (declared == 9 || (declared >= 0 && declared != wire_type))
-                goto reference;
-        }
-        if (wire_type == 0) {
-            Py_ssize_t at = p;
-            if (read_varint(b, &p, end, 10, &value) < 0 || (p - at == 10 && b[p - 1] > 1))
-                goto reference;
-        } else if (wire_type == 1) {
-            if (end - p < 8)
-                goto reference;
-            p += 8;
-        } else if (wire_type == 2) {
-            uint64_t length;
-            if (read_varint(b, &p, end, 5, &length) < 0 || length > (uint64_t)(end - p))
-                goto reference;
-            p += (Py_ssize_t)length;
-        } else if (wire_type == 5) {
-            if (end - p < 4)
-                goto reference;
-            p += 4;
-        } else {
-            goto reference;   /* a group, or no wire type at all */
-        }
         if (field == 11) {
             messages = (int32_t)(uint32_t)value;
         } else if (field == 19) {
@@ -766,8 +783,9 @@ typedef struct {
     int64_t deliver_at;
 } KeyedFields;
 
-/* Walk a flat metadata over [4, end) as peek_dispatch does; 0 when walked, -1 when the
- * reference must answer (a sub-message, a batch, an unknown compression, malformed bytes). */
+/* Walk a flat metadata over [4, end) field by field (next_flat_field, as peek_dispatch does);
+ * 0 when walked, -1 when the reference must answer (a sub-message, a batch, an unknown
+ * compression, malformed bytes). */
 static int
 walk_keyed(const uint8_t *b, Py_ssize_t end, KeyedFields *f)
 {
@@ -781,40 +799,10 @@ walk_keyed(const uint8_t *b, Py_ssize_t end, KeyedFields *f)
     f->has_deliver_at = 0;
     f->deliver_at = 0;
     while (p < end) {
-        uint64_t key, value = 0;
-        if (read_varint(b, &p, end, 5, &key) < 0)
+        uint64_t field, value;
+        Py_ssize_t value_at;
+        if (next_flat_field(b, &p, end, &field, &value, &value_at) < 0)
             return -1;
-        uint64_t field = key >> 3;
-        int wire_type = (int)(key & 7);
-        if (field == 0 || field > 0x1FFFFFFF)
-            return -1;
-        if (field <= 30) {
-            int declared = METADATA_WIRE_TYPE[field];
-            if (declared == 9 || (declared >= 0 && declared != wire_type))
-                return -1;
-        }
-        Py_ssize_t value_at = p;
-        if (wire_type == 0) {
-            if (read_varint(b, &p, end, 10, &value) < 0 || (p - value_at == 10 && b[p - 1] > 1))
-                return -1;
-        } else if (wire_type == 1) {
-            if (end - p < 8)
-                return -1;
-            p += 8;
-        } else if (wire_type == 2) {
-            uint64_t length;
-            if (read_varint(b, &p, end, 5, &length) < 0 || length > (uint64_t)(end - p))
-                return -1;
-            value_at = p;
-            value = length;
-            p += (Py_ssize_t)length;
-        } else if (wire_type == 5) {
-            if (end - p < 4)
-                return -1;
-            p += 4;
-        } else {
-            return -1;
-        }
         switch (field) {
         case 6:
             f->key_at = value_at;

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from typing import Final, NamedTuple
 
-from broker.delayed.known_times import MAX_CHECKED, CheckedTimes
+from broker.delayed.known_times import CheckedTimes
 from protocol.send_accel import scan_publish_metadata
 
 __all__ = ["NO_BOUNDS", "SendBounds", "single_message"]
@@ -58,7 +58,6 @@ def single_message(entry: bytes, bounds: SendBounds) -> bool:
     if scanned is None or scanned[0] != 1 or scanned[1]:
         return False
     checked = bounds.checked
-    if checked is not None and len(checked.entries) < MAX_CHECKED:
-        checked.entries.append(entry)
-        checked.varints.append(scanned[2])
+    if checked is not None:
+        checked.note(entry, scanned[2])
     return True

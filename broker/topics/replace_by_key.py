@@ -209,11 +209,11 @@ class TopicReplaceByKey:
             return
         pending = queued.copy()
         queued.clear()      # in place: the sinks of runs still in flight hold this list
-        schedule, ledger_id, first, keys = pending[0]
+        schedule, ledger_id, first, keys = pending[0]   # each run's keys are its own slice
         for later, later_ledger, later_first, later_keys in pending[1:]:
             if later is schedule and later_ledger == ledger_id \
                     and later_first == first + len(keys):
-                keys = keys + later_keys
+                keys.extend(later_keys)
                 continue
             schedule.record_run(ledger_id, first, keys)
             schedule, ledger_id, first, keys = later, later_ledger, later_first, later_keys
