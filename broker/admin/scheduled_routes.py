@@ -15,10 +15,12 @@ skipByMessageIds``; the topic's ``cancelDelayedMessage``), under
   (stale index slots were passed over). ``key`` is the partition key (null without one),
   ``size`` the payload bytes (read from the stored entry). ``notLoaded``: pending messages of a
   bucket tracker's sealed segments still on disk, listed once their segment is loaded.
+  ``notRead``: backlog entries past the read position the listing's own scan has not reached
+  (:mod:`broker.delayed.unread`: what no dispatcher has read yet is listed too).
 * ``GET delayedMessages/histogram?boundsMs=B1,B2,...``: pending counts by due time, bins
   ``(-inf, now+B1], (now+B1, now+B2], ..., (now+Bn, +inf)`` (bounds in ms from now; default
   :data:`DEFAULT_BOUNDS_MS`; at most :data:`MAX_BOUNDS`): ``{"now", "bins": [{"upTo", "count"}],
-  "staleIndexes", "notLoaded"}``.
+  "staleIndexes", "notLoaded", "notRead"}``.
 
 A partitioned topic merges its partitions (ledger ids are unique in a broker, so the cursor is
 global). Errors: 404 topic or subscription, 412 for bad parameters, 405 on a non-persistent
@@ -28,6 +30,7 @@ topic (no tracker there).
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Final
 
 from aiohttp import web
@@ -42,9 +45,12 @@ from broker.delayed.schedule_view import (
     MAX_PAGE_SIZE,
     ScheduledKey,
     ScheduledPage,
+    ScheduledSources,
     pending_histogram,
     scheduled_page,
 )
+from broker.delayed.unread import refresh
+from broker.subscriptions.cancel import delays_messages
 from broker.subscriptions.subscription import Subscription
 from broker.topics.topic import Topic
 from protocol.metadata import parse_entry, split_entry
@@ -138,11 +144,30 @@ async def _describe(topic_by_ledger: dict[int, Topic], key: ScheduledKey) -> dic
             "deliverAt": deliver_at, "key": message_key, "size": size}
 
 
+def _schedules(sub: Subscription) -> bool:
+    """Would a dispatcher of this subscription hold delayed messages back?"""
+    return sub.delayed.policy.active and delays_messages(sub)
+
+
+async def _sources(sub: Subscription) -> ScheduledSources:
+    """The tracker's sources and the scan of what its dispatcher has not read yet."""
+    if not _schedules(sub):
+        return sub.delayed.scheduled_sources()
+    scan = sub.delayed.unread_scan(sub.cursor.read_position)
+    last = sub.ledger.last_confirmed
+    txn = sub.transaction_view()
+    if txn is not None:
+        last = txn.read_limit(last)   # an open transaction's entries are not scheduled yet
+    await refresh(scan, sub.cursor, sub.ledger, last)
+    src = sub.delayed.scheduled_sources()
+    return replace(src, indexes=(*src.indexes, scan.held), not_read=scan.not_read)
+
+
 async def list_delayed_messages(request: web.Request) -> web.Response:
     limit, after = _limit(request), _after(request)
     pairs = await _subscriptions(request)
-    pages = [await scheduled_page(sub.delayed.scheduled_sources(), after, limit)
-             for _, sub in pairs]
+    sources = [await _sources(sub) for _, sub in pairs]
+    pages = [await scheduled_page(src, after, limit) for src in sources]
     page = _merge(pages, limit)
     topic_by_ledger = {ledger: topic for topic, _ in pairs
                        for ledger in AdminEntries.ledger_ids(topic)}
@@ -151,9 +176,15 @@ async def list_delayed_messages(request: web.Request) -> web.Response:
     return json_response({
         "messages": messages,
         "next": None if nxt is None else f"{nxt[0]}:{nxt[1]}:{nxt[2]}",
-        "pending": sum(len(sub.delayed) for _, sub in pairs),
-        "notLoaded": sum(sub.delayed.scheduled_sources().not_loaded for _, sub in pairs),
+        "pending": sum(len(sub.delayed) + _unread_count(sub) for _, sub in pairs),
+        "notLoaded": sum(src.not_loaded for src in sources),
+        "notRead": sum(src.not_read for src in sources),
     })
+
+
+def _unread_count(sub: Subscription) -> int:
+    scan = sub.delayed.unread
+    return len(scan.held) if scan is not None and _schedules(sub) else 0
 
 
 async def delayed_histogram(request: web.Request) -> web.Response:
@@ -162,17 +193,18 @@ async def delayed_histogram(request: web.Request) -> web.Response:
     now = time.time_ns() // 1_000_000
     bounds = [now + b for b in offsets]
     counts = [0] * (len(bounds) + 1)
-    stale = not_loaded = 0
+    stale = not_loaded = not_read = 0
     for _, sub in pairs:
-        hist = pending_histogram(sub.delayed.scheduled_sources(), bounds)
+        hist = pending_histogram(await _sources(sub), bounds)
         for i, b in enumerate(hist.bins):
             counts[i] += b.count
         stale += hist.stale
         not_loaded += hist.not_loaded
+        not_read += hist.not_read
     bins = [{"upTo": bound, "count": count}
             for bound, count in zip([*bounds, None], counts, strict=True)]
     return json_response({"now": now, "bins": bins, "staleIndexes": stale,
-                          "notLoaded": not_loaded})
+                          "notLoaded": not_loaded, "notRead": not_read})
 
 
 async def non_persistent(request: web.Request) -> web.Response:

@@ -62,6 +62,7 @@ from broker.delayed.ports import BucketCursor, SnapshotStorage
 from broker.delayed.replace_by_key import KeyedSchedule
 from broker.delayed.schedule_view import ScheduledSources, scheduled_page
 from broker.delayed.tracker import DelayedDeliveryTracker
+from broker.delayed.unread import UnreadScan
 from storage.positions import Position
 
 __all__ = ["DelayedDelivery", "TrackerFactory", "create_tracker"]
@@ -112,7 +113,7 @@ class DelayedDelivery:
     """One subscription's delayed delivery (see the module docstring)."""
 
     __slots__ = ("_factory", "_policy", "_read_ahead_ms", "_soon", "_tracker", "_wake",
-                 "due_total", "known_times", "read_ahead_total", "replacements")
+                 "due_total", "known_times", "read_ahead_total", "replacements", "unread")
 
     def __init__(self, factory: Callable[[DelayPolicy, Callable[[], None]], DelayedDeliveryTracker],
                  policy: DelayPolicy, *, read_ahead_ms: int = 0) -> None:
@@ -133,6 +134,9 @@ class DelayedDelivery:
         #: The topic's deliver times learnt at publish (the dispatcher holds those entries
         #: without reading them, :mod:`broker.delayed.known_times`); set by the topic.
         self.known_times: KnownDeliverTimes | None = None
+        #: The listing's scan of what the dispatcher has not read yet, while listings ask
+        #: (:mod:`broker.delayed.unread`).
+        self.unread: UnreadScan | None = None
 
     # --- owner side: the policy, the dispatcher, the lifecycle -----------------------------
 
@@ -180,10 +184,22 @@ class DelayedDelivery:
         await self._ensure().recover()
 
     async def release(self) -> None:
-        """Close and drop the tracker (the next use builds a new one)."""
+        """Close and drop the tracker (the next use builds a new one) and the listing's scan."""
+        self.drop_unread()
         tracker, self._tracker = self._tracker, None
         if tracker is not None:
             await tracker.close()
+
+    def unread_scan(self, start: Position) -> UnreadScan:
+        """The listing's scan past the read position (``start`` when it is made here)."""
+        if self.unread is None:
+            self.unread = UnreadScan(start, self.drop_unread)
+        return self.unread
+
+    def drop_unread(self) -> None:
+        scan, self.unread = self.unread, None
+        if scan is not None:
+            scan.close()
 
     # --- the dispatcher's side -------------------------------------------------------------
 

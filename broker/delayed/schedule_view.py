@@ -72,6 +72,9 @@ class ScheduledSources:
     wide: tuple[ScheduledKey, ...] = ()
     not_loaded: int = 0
     """Pending positions in sealed segments that are only on disk (not listed, not binned)."""
+    not_read: int = 0
+    """Backlog entries past the read position not scanned yet (:mod:`broker.delayed.unread`):
+    not listed, not binned."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +96,7 @@ class PendingHistogram:
     bins: list[HistogramBin] = field(default_factory=list)
     stale: int = 0
     not_loaded: int = 0
+    not_read: int = 0
 
 
 class _Source:
@@ -208,4 +212,4 @@ def pending_histogram(src: ScheduledSources, upper_bounds_ms: Sequence[int]) -> 
         below = upto
     bins.append(HistogramBin(None, total - below))
     stale = sum(p.indexed - p.count for p in src.indexes)
-    return PendingHistogram(bins, stale, src.not_loaded)
+    return PendingHistogram(bins, stale, src.not_loaded, src.not_read)
