@@ -158,7 +158,7 @@ async def _sources(sub: Subscription) -> ScheduledSources:
     txn = sub.transaction_view()
     if txn is not None:
         last = txn.read_limit(last)   # an open transaction's entries are not scheduled yet
-    await refresh(scan, sub.cursor, sub.ledger, last)
+    await refresh(scan, sub.cursor, sub.ledger, last, schedule=sub.delayed.replacements)
     src = sub.delayed.scheduled_sources()
     return replace(src, indexes=(*src.indexes, scan.held), not_read=scan.not_read)
 

@@ -23,9 +23,9 @@ Each listing calls :func:`refresh` before it copies the sources, which
 1. starts over when the read position moved back before the scan's start (a rewind or a reset:
    the entries from there on are unread again);
 2. drops what the dispatcher has read since (positions before the read position: the tracker
-   holds them now, or they were delivered) and what was acknowledged meanwhile (a cancel, a
-   replace-by-key supersession, a skip), so the index's membership is exactly the unread
-   scheduled entries at that moment;
+   holds them now, or they were delivered), what was acknowledged meanwhile (a cancel, a skip)
+   and what the topic's replace-by-key schedule superseded (replaced, cancelled by key), so the
+   index's membership is exactly the unread scheduled entries at that moment;
 3. reads on from ``next`` to the last readable entry (the caller's bound: the last confirmed
    entry, or an open transaction's read limit), at most :data:`SCAN_PER_REFRESH` entries, and
    adds each entry due after now that is not acknowledged.
@@ -80,6 +80,12 @@ class UnreadCursor(Protocol):
     def deleted_in(self, ledger_id: int) -> tuple[int, BitMap | None]: ...
 
 
+class Superseded(Protocol):
+    """The topic's replace-by-key schedule: what must never be delivered."""
+
+    def superseded_ids(self, ledger_id: int) -> BitMap | None: ...
+
+
 class UnreadLedger(Protocol):
     def next_position(self, pos: Position) -> Position: ...
 
@@ -122,8 +128,10 @@ class UnreadScan:
         self.start = self.next = start
         self.not_read = 0
 
-    def drop_read(self, read_position: Position, cursor: UnreadCursor) -> None:
-        """Forget positions before ``read_position`` and those acknowledged (step 2)."""
+    def drop_read(self, read_position: Position, cursor: UnreadCursor,
+                  schedule: Superseded | None = None) -> None:
+        """Forget positions before ``read_position``, those acknowledged and those a
+        replace-by-key ``schedule`` superseded (step 2)."""
         held = self.held
         for ledger_id in list(held.members):
             if ledger_id < read_position.ledger_id:
@@ -135,6 +143,9 @@ class UnreadScan:
             self._drop_below(ledger_id, through + 1)
             if acked:
                 held.discard_entry_ids(ledger_id, acked)
+            gone = schedule.superseded_ids(ledger_id) if schedule is not None else None
+            if gone:
+                held.discard_entry_ids(ledger_id, gone)
         if not held:
             held.clear()    # the stale slots too
         self.start = max(self.start, read_position)
@@ -146,8 +157,10 @@ class UnreadScan:
         dropped = members.copy() if end > members.max() else BitMap(range(members.min(), end))
         self.held.discard_entry_ids(ledger_id, dropped)
 
-    def take(self, entries: Sequence[Entry], cursor: UnreadCursor, now_ms: int) -> None:
-        """Index the entries of one read that are due after ``now_ms`` and not acknowledged."""
+    def take(self, entries: Sequence[Entry], cursor: UnreadCursor, now_ms: int,
+             schedule: Superseded | None = None) -> None:
+        """Index the entries of one read that are due after ``now_ms``, not acknowledged and
+        not superseded by ``schedule``."""
         held = self.held
         for entry in entries:
             try:
@@ -157,15 +170,21 @@ class UnreadScan:
             if deliver_at is None or deliver_at <= now_ms:
                 continue
             pos = entry.position
-            if not cursor.is_deleted(pos):
-                held.add(deliver_at, pos.ledger_id, pos.entry_id)
+            if cursor.is_deleted(pos):
+                continue
+            if schedule is not None:
+                gone = schedule.superseded_ids(pos.ledger_id)
+                if gone is not None and pos.entry_id in gone:
+                    continue
+            held.add(deliver_at, pos.ledger_id, pos.entry_id)
 
 
 async def refresh(scan: UnreadScan, cursor: UnreadCursor, ledger: UnreadLedger,
-                  last: Position | None, *, now_ms: int | None = None,
-                  budget: int = SCAN_PER_REFRESH) -> None:
+                  last: Position | None, *, schedule: Superseded | None = None,
+                  now_ms: int | None = None, budget: int = SCAN_PER_REFRESH) -> None:
     """Bring ``scan`` up to date for a listing: steps 1-3 of the module docstring. ``last``:
-    the last entry the dispatcher could read now (None: none)."""
+    the last entry the dispatcher could read now (None: none); ``schedule``: the topic's
+    replace-by-key schedule while that policy is on."""
     async with scan.lock:
         scan.used_at = time.monotonic()
         if now_ms is None:
@@ -173,7 +192,7 @@ async def refresh(scan: UnreadScan, cursor: UnreadCursor, ledger: UnreadLedger,
         read_position = cursor.read_position
         if read_position < scan.start:
             scan.restart_at(read_position)
-        scan.drop_read(read_position, cursor)
+        scan.drop_read(read_position, cursor, schedule)
         pos = max(scan.next, read_position)
         scanned = 0
         while last is not None and pos <= last and scanned < budget \
@@ -186,7 +205,7 @@ async def refresh(scan: UnreadScan, cursor: UnreadCursor, ledger: UnreadLedger,
                 break
             if cursor.read_position < scan.start:
                 break       # rewound meanwhile: the next refresh starts over
-            scan.take(entries, cursor, now_ms)
+            scan.take(entries, cursor, now_ms, schedule)
             scanned += len(entries)
             pos = ledger.next_position(entries[-1].position)
         scan.next = pos
@@ -195,4 +214,4 @@ async def refresh(scan: UnreadScan, cursor: UnreadCursor, ledger: UnreadLedger,
         else:
             scan.not_read = ledger.entries_between(pos, last) + 1
         # what the dispatcher read while the scan awaited, or acknowledged
-        scan.drop_read(cursor.read_position, cursor)
+        scan.drop_read(cursor.read_position, cursor, schedule)

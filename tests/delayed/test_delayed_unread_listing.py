@@ -108,3 +108,34 @@ def test_scheduled_messages_nobody_read_are_listed_across_kill_9(
             consumer.receive(200)
     finally:
         client.close()
+
+
+def test_replaced_and_cancelled_by_key_are_not_listed_before_anyone_read_them(
+        run_broker_process: Any, tmp_path: pathlib.Path) -> None:
+    config = {"delayedDeliveryTickTimeMillis": 10}
+    data = tmp_path / "data"
+    first = run_broker_process(data, config_overrides=config)
+    req = urllib.request.Request(
+        f"{first.web_url}/admin/v2/namespaces/public/default/delayedDeliveryReplaceByKey",
+        data=b"true", method="POST", headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        assert resp.status == 204
+    client = make_client(first.service_url)
+    try:
+        client.subscribe(f"{T}/unread", "shared", consumer_type=pulsar.ConsumerType.Shared).close()
+        producer = client.create_producer(f"{T}/unread", batching_enabled=False)
+        now = int(time.time() * 1000)
+        producer.send(b"k1 first", deliver_at=now + HOUR_MS, partition_key="k1")
+        producer.send(b"k2", deliver_at=now + 2 * HOUR_MS, partition_key="k2")
+        moved = producer.send(b"k1 moved", deliver_at=now + 3 * HOUR_MS, partition_key="k1")
+        producer.send(b"", partition_key="k2")            # a tombstone: k2 cancelled
+        want = [{"messageId": f"{moved.ledger_id()}:{moved.entry_id()}",
+                 "ledgerId": moved.ledger_id(), "entryId": moved.entry_id(),
+                 "deliverAt": now + 3 * HOUR_MS, "key": "k1", "size": 8}]
+        assert _listing(first.web_url, "shared")["messages"] == want
+    finally:
+        client.close()
+    first.kill()
+    second = run_broker_process(data, config_overrides=config)
+    listed = _listing(second.web_url, "shared")
+    assert listed["messages"] == want and listed["pending"] == 1

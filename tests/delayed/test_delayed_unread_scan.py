@@ -161,3 +161,25 @@ async def test_an_unused_scan_is_dropped(monkeypatch: pytest.MonkeyPatch) -> Non
     scan = UnreadScan(Position(3, 0), dropped.set)
     await asyncio.wait_for(dropped.wait(), 10)
     scan.close()
+
+
+class FakeSchedule:
+    def __init__(self) -> None:
+        self.gone: dict[int, BitMap] = {}
+
+    def superseded_ids(self, ledger_id: int) -> BitMap | None:
+        return self.gone.get(ledger_id)
+
+
+async def test_what_replace_by_key_superseded_is_not_held() -> None:
+    ledger = FakeLedger({3: [NOW + 50, NOW + 40, NOW + 30]})
+    cursor = FakeCursor(Position(3, 0))
+    schedule = FakeSchedule()
+    schedule.gone[3] = BitMap([1])
+    scan = _scan(cursor.read_position)
+    await refresh(scan, cursor, ledger, ledger.last, schedule=schedule, now_ms=NOW)
+    assert _held(scan) == [(NOW + 30, 3, 2), (NOW + 50, 3, 0)]
+    schedule.gone[3].add(2)                   # superseded after the scan read it
+    await refresh(scan, cursor, ledger, ledger.last, schedule=schedule, now_ms=NOW)
+    assert _held(scan) == [(NOW + 50, 3, 0)]
+    scan.close()
