@@ -39,6 +39,13 @@ from pyroaring import BitMap, BitMap64
 
 from storage.positions import Position
 
+_insert_run: Callable[[object, list[array[int]], list[array[int]], list[int], Sequence[int],
+                       Sequence[int]], tuple[int, list[int]]] | None
+try:
+    from broker.delayed._packed_accel import insert_run as _insert_run
+except ImportError:     # built without a compiler: push_run_py, same results
+    _insert_run = None
+
 #: Entries per chunk before it may split (at twice this).
 CHUNK = 1024
 _SPLIT = 2 * CHUNK
@@ -194,10 +201,22 @@ class PackedTimeIndex:
 
     def push_run(self, times: Sequence[int], packed: Sequence[int]) -> None:
         """:meth:`push` of each ``(times[k], packed[k])``: the same entries in the same order,
-        in one pass. The pairs are sorted first, so each goes in after the one before: the
-        chunk and the offset in it are searched from where the last went, and chunks split
-        once at the end. A pair whose time the index holds already (a run of one time is
-        ordered by position, possibly across chunks) takes :meth:`push` itself."""
+        in one pass (:meth:`push_run_py`; its loop in C, ``broker/delayed/_packed_accel.c``,
+        when that is built)."""
+        if _insert_run is None or len(times) < 4 or not self._maxes:
+            self.push_run_py(times, packed)
+            return
+        inserted, touched = _insert_run(self, self._ts, self._pos, self._maxes, times, packed)
+        self._len += inserted
+        self._split_touched(touched)
+
+    def push_run_py(self, times: Sequence[int], packed: Sequence[int]) -> None:
+        """The reference of :meth:`push_run`, and what it runs without its C twin. The pairs
+        are sorted first, so each goes in after the one before: the chunk and the offset in it
+        are searched from where the last went (the chunk only moves on, as the times grow), and
+        the chunks touched split once at the end (:meth:`_split_touched`). A pair whose time
+        the index holds already (a run of one time is ordered by position, possibly across
+        chunks) takes :meth:`push` itself."""
         if len(times) < 4 or not self._maxes:
             for ts, one in zip(times, packed, strict=True):
                 self.push(ts, one)
@@ -206,7 +225,7 @@ class PackedTimeIndex:
         maxes, ts_cols, pos_cols = self._maxes, self._ts, self._pos
         last = len(maxes) - 1
         i = min(bisect_left(maxes, pairs[0][0]), last)
-        first_touched = i
+        touched = [i]
         ts_col, pos_col = ts_cols[i], pos_cols[i]
         lo = self._head if i == 0 else 0
         for ts, one in pairs:
@@ -214,6 +233,7 @@ class PackedTimeIndex:
                 i = min(bisect_left(maxes, ts, i + 1), last)   # first chunk ending at or after
                 ts_col, pos_col = ts_cols[i], pos_cols[i]
                 lo = 0
+                touched.append(i)
             if ts > maxes[i] or lo == len(ts_col):  # the tail (lo is there after a tail one)
                 ts_col.append(ts)
                 pos_col.append(one)
@@ -226,7 +246,7 @@ class PackedTimeIndex:
                 self.push(ts, one)
                 last = len(maxes) - 1           # push may have split a chunk
                 i = min(bisect_left(maxes, ts), last)
-                first_touched = min(first_touched, i)
+                touched += (i, i + 1) if i < last else (i,)   # (i + 1: the upper half)
                 ts_col, pos_col = ts_cols[i], pos_cols[i]
                 lo = self._head if i == 0 else 0
                 continue
@@ -234,12 +254,23 @@ class PackedTimeIndex:
             pos_col.insert(j, one)
             lo = j + 1
         self._len += len(pairs)
-        k = first_touched
-        while k < len(ts_cols):
-            if len(ts_cols[k]) > _SPLIT:
-                self._split(k)      # chunk k again: its lower half may still be over
-            else:
-                k += 1
+        self._split_touched(touched)
+
+    def _split_touched(self, touched: Sequence[int]) -> None:
+        """Split the chunks of a run's insert that are over their size. ``touched``: their
+        indexes as they are after the run (repeats allowed; a :meth:`push` of a tie splits
+        at most the chunk it names, and the run's later chunks come after it). They are split
+        from the last one down, so a split never moves a chunk still to split; each is split
+        until its parts fit."""
+        ts_cols = self._ts
+        for k in sorted(set(touched), reverse=True):
+            end = k
+            while k <= end:
+                if len(ts_cols[k]) > _SPLIT:
+                    self._split(k)      # chunk k again: its lower half may still be over
+                    end += 1            # and its upper half, next
+                else:
+                    k += 1
 
     def _split(self, i: int) -> None:
         ts_col, pos_col = self._ts[i], self._pos[i]

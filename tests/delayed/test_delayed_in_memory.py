@@ -655,11 +655,13 @@ def test_taking_members_in_bulk_equals_taking_them_one_by_one() -> None:
     assert out == [Position(5, e) for e in range(100)]
 
 
-def test_a_run_pushed_at_once_equals_pushing_each_entry() -> None:
-    """PackedTimeIndex.push_run against one push per pair: the same entries in the same order
-    (time, then position), the chunks within their bound and their maxima right, with times
-    the index holds already (ties, across chunks), duplicates within the run, runs before,
-    inside and after the index, large runs forcing several splits, and a consumed head."""
+@pytest.mark.parametrize("method", ["push_run", "push_run_py"])
+def test_a_run_pushed_at_once_equals_pushing_each_entry(method: str) -> None:
+    """PackedTimeIndex.push_run (its C twin when built) and its reference push_run_py against
+    one push per pair: the same entries in the same order (time, then position), the chunks
+    within their bound and their maxima right, with times the index holds already (ties,
+    across chunks), duplicates within the run, runs before, inside and after the index, large
+    runs forcing several splits, and a consumed head."""
     rnd = random.Random(3)
     for trial in range(400):
         one, bulk = PackedTimeIndex(), PackedTimeIndex()
@@ -685,8 +687,24 @@ def test_a_run_pushed_at_once_equals_pushing_each_entry() -> None:
                 times[k], positions[k] = times[0], positions[0]
             for at, packed in zip(times, positions, strict=True):
                 one.push(at, packed)
-            bulk.push_run(times, positions)
+            getattr(bulk, method)(times, positions)
             assert len(one) == len(bulk)
             assert list(one.items()) == list(bulk.items())
             assert all(len(col) <= 2048 for col in bulk._ts)
             assert bulk._maxes == [col[-1] for col in bulk._ts]
+
+
+def test_the_c_run_insert_refuses_what_the_reference_refuses() -> None:
+    from broker.delayed import packed
+
+    if packed._insert_run is None:
+        pytest.skip("built without a compiler: push_run is the reference")
+    index = PackedTimeIndex()
+    index.push(5, 1)
+    with pytest.raises(ValueError):
+        index.push_run([1, 2, 3, 4], [1, 2, 3])
+    with pytest.raises(TypeError):
+        index.push_run([1, 2, "x", 4], [1, 2, 3, 4])
+    with pytest.raises(OverflowError):
+        index.push_run([1, 2, 3, 4], [1, 2, 3, -4])
+    assert list(index.items()) == [(5, 1)] and len(index) == 1
