@@ -111,11 +111,20 @@ class LatencyWindows:
         """What :meth:`count` would return for *key* at *now* when that changes nothing and
         needs no table: its last window is complete, the next one not due yet, and *counts*
         (the table's counts without the sum) equal the counts it started at. ``None``
-        otherwise (then call :meth:`count`)."""
+        otherwise (then call :meth:`count`).
+
+        An idle label set whose window completes is steady too when its last window counted
+        nothing: :meth:`count`'s roll would then only restart the window (its last window
+        and baseline stay the objects they are), which is done here. With windows as long as
+        the export interval every export meets a completed window, so this is an idle
+        topic's usual case."""
         state = self._state.get(key)
-        if (state is None or state.last is None or now - state.started >= self._window_s
-                or counts != state.baseline):
+        if state is None or state.last is None or counts != state.baseline:
             return None
+        if now - state.started >= self._window_s:
+            if any(state.last):
+                return None
+            state.started = now
         return state.last
 
     def retain(self, keys: Collection[tuple[str, ...]]) -> None:

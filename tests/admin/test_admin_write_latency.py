@@ -119,3 +119,36 @@ def test_a_window_over_unchanged_counts_keeps_its_lists() -> None:
     assert windows.counts({key: [4, 1, 2.0]})[key] == [1, 0]
     now[0] = 300.0
     assert windows.counts({key: [4, 1, 2.0]})[key] == [0, 0]
+
+
+def test_steady_answers_as_count_does_whenever_it_answers() -> None:
+    """A scrape asks steady() first and count() when it declines: over random counts and
+    times, that gives what count() alone gives, and leaves the same windows behind (an idle
+    label set's completed window included, which steady() rolls itself)."""
+    import random
+
+    rnd = random.Random(5)
+    rolled_by_steady = 0
+    now = [0.0]
+    for _ in range(200):
+        now[0] = 0.0
+        both = LatencyWindows(lambda: now[0], window_s=60.0)
+        alone = LatencyWindows(lambda: now[0], window_s=60.0)
+        key = ("c", "ns", "t")
+        counts = [0.0, 0.0]
+        for _ in range(40):
+            now[0] += rnd.choice((1.0, 30.0, 59.0, 60.0, 61.0, 200.0))
+            if rnd.random() < 0.3:
+                counts[rnd.randrange(2)] += rnd.randrange(1, 4)
+            acc = [*counts, 7.0]
+            before = both._state[key].started if key in both._state else None
+            got = both.steady(key, counts, now[0])
+            if got is None:
+                got = both.count(key, acc, now[0])
+            elif before is not None and both._state[key].started != before:
+                rolled_by_steady += 1
+            assert got == alone.count(key, acc, now[0])
+            mine, theirs = both._state[key], alone._state[key]
+            assert (mine.started, mine.baseline, mine.last) == (
+                theirs.started, theirs.baseline, theirs.last)
+    assert rolled_by_steady > 0
