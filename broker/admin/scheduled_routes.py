@@ -30,7 +30,6 @@ topic (no tracker there).
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 from typing import Final
 
 from aiohttp import web
@@ -49,7 +48,6 @@ from broker.delayed.schedule_view import (
     pending_histogram,
     scheduled_page,
 )
-from broker.delayed.unread import refresh
 from broker.subscriptions.cancel import delays_messages
 from broker.subscriptions.subscription import Subscription
 from broker.topics.topic import Topic
@@ -153,14 +151,7 @@ async def _sources(sub: Subscription) -> ScheduledSources:
     """The tracker's sources and the scan of what its dispatcher has not read yet."""
     if not _schedules(sub):
         return sub.delayed.scheduled_sources()
-    scan = sub.delayed.unread_scan(sub.cursor.read_position)
-    last = sub.ledger.last_confirmed
-    txn = sub.transaction_view()
-    if txn is not None:
-        last = txn.read_limit(last)   # an open transaction's entries are not scheduled yet
-    await refresh(scan, sub.cursor, sub.ledger, last, schedule=sub.delayed.replacements)
-    src = sub.delayed.scheduled_sources()
-    return replace(src, indexes=(*src.indexes, scan.held), not_read=scan.not_read)
+    return await AdminEntries.unread_scheduled(sub)
 
 
 async def list_delayed_messages(request: web.Request) -> web.Response:

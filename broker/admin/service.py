@@ -31,7 +31,7 @@ runs on the broker loop (the web app shares it), so no locks or thread hops.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from aiohttp import web
@@ -40,6 +40,8 @@ from broker import __version__
 from broker.admin import errors as E
 from broker.admin.healthcheck import LoopbackCredentials, run_health_check
 from broker.delayed.policy import DelayPolicy, resolve_policy
+from broker.delayed.schedule_view import ScheduledSources
+from broker.delayed.unread import refresh
 from broker.security.authorization import AuthPolicies
 from broker.subscriptions.dispatchers.cursors import entry_exists
 from broker.subscriptions.resets import find_by_index, find_by_publish_time
@@ -342,6 +344,20 @@ class AdminEntries:
     @staticmethod
     def ledger_ids(topic: Topic) -> set[int]:
         return {info.ledger_id for info in topic.ledger.ledgers}
+
+    @staticmethod
+    async def unread_scheduled(sub: Subscription) -> ScheduledSources:
+        """What the subscription's tracker holds and, scanned from its backlog, the scheduled
+        messages its dispatcher has not read yet (:mod:`broker.delayed.unread`), for the
+        scheduled-message listing and histogram."""
+        scan = sub.delayed.unread_scan(sub.cursor.read_position)
+        last = sub.ledger.last_confirmed
+        txn = sub.transaction_view()
+        if txn is not None:
+            last = txn.read_limit(last)   # an open transaction's entries are not scheduled yet
+        await refresh(scan, sub.cursor, sub.ledger, last, schedule=sub.delayed.replacements)
+        src = sub.delayed.scheduled_sources()
+        return replace(src, indexes=(*src.indexes, scan.held), not_read=scan.not_read)
 
     @staticmethod
     def nth_unacked(topic: Topic, sub: Subscription, n: int) -> Position | None:
