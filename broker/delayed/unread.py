@@ -25,13 +25,16 @@ Each listing calls :func:`refresh` before it copies the sources, which
 2. drops what the dispatcher has read since (positions before the read position: the tracker
    holds them now, or they were delivered), what was acknowledged meanwhile (a cancel, a skip)
    and what the topic's replace-by-key schedule superseded (replaced, cancelled by key), so the
-   index's membership is exactly the unread scheduled entries at that moment;
+   index's membership is exactly the unread scheduled entries at that moment. When more of
+   the index would then be stale than live (it would be compacted at once, one pass over all
+   of it on the loop), the scan starts over at the read position instead;
 3. reads on from ``next`` to the last readable entry (the caller's bound: the last confirmed
    entry, or an open transaction's read limit), at most :data:`SCAN_PER_REFRESH` entries, and
    adds each entry due after now that is not acknowledged.
 
 An entry is read through the ledger (its cache, else disk in the storage's reader); only the
-two dispatch fields are decoded (``peek_dispatch``, in C), a batch of entries per loop turn.
+two dispatch fields are decoded (``peek_dispatch``, in C), one read of :data:`READ_BATCH`
+entries per loop turn (the scan yields after each: a read the entry cache answers does not).
 What the scan has not reached is counted as ``not_read`` (the listing's ``notRead``); it is
 listed after a later refresh reads it. The scan stops once the index holds :data:`MAX_HELD`
 positions (checked per read of :data:`READ_BATCH` entries; ~20 B each) and the rest is
@@ -52,7 +55,7 @@ from typing import Final, Protocol
 
 from pyroaring import BitMap
 
-from broker.delayed.indexed import IndexedPositions
+from broker.delayed.indexed import COMPACT_FLOOR, IndexedPositions
 from protocol.errors import ProtocolError
 from protocol.send_accel import peek_dispatch
 from storage.positions import Entry, Position
@@ -63,8 +66,8 @@ __all__ = ["IDLE_S", "MAX_HELD", "SCAN_PER_REFRESH", "UnreadScan", "refresh"]
 SCAN_PER_REFRESH: Final = 1_000_000
 #: Unread scheduled positions a scan keeps at most.
 MAX_HELD: Final = 1_000_000
-#: Entries per read.
-READ_BATCH: Final = 1_000
+#: Entries per read (each read's entries are indexed in one loop turn: ~2-3 ms).
+READ_BATCH: Final = 500
 #: A preview not refreshed for this long is dropped.
 IDLE_S: Final = 60.0
 #: An entry id past every real one.
@@ -129,33 +132,30 @@ class UnreadScan:
         self.not_read = 0
 
     def drop_read(self, read_position: Position, cursor: UnreadCursor,
-                  schedule: Superseded | None = None) -> None:
+                  schedule: Superseded | None = None) -> bool:
         """Forget positions before ``read_position``, those acknowledged and those a
-        replace-by-key ``schedule`` superseded (step 2)."""
+        replace-by-key ``schedule`` superseded (step 2). When that would leave more stale
+        index slots than live ones (the index would then be compacted at once, a pass over all
+        of it on the loop), the scan starts over at ``read_position`` instead, and True is
+        returned: what is left is read again, a batch per loop turn."""
         held = self.held
-        for ledger_id in list(held.members):
-            if ledger_id < read_position.ledger_id:
-                self._drop_below(ledger_id, _ALL)
-                continue
-            if ledger_id == read_position.ledger_id:
-                self._drop_below(ledger_id, read_position.entry_id)
-            through, acked = cursor.deleted_in(ledger_id)
-            self._drop_below(ledger_id, through + 1)
-            if acked:
-                held.discard_entry_ids(ledger_id, acked)
-            gone = schedule.superseded_ids(ledger_id) if schedule is not None else None
+        drops: list[tuple[int, BitMap]] = []
+        dropped = 0
+        for ledger_id, members in held.members.items():
+            gone = _gone(ledger_id, members, read_position, cursor, schedule)
             if gone:
-                held.discard_entry_ids(ledger_id, gone)
+                drops.append((ledger_id, gone))
+                dropped += len(gone)
+        live = held.count - dropped
+        if dropped and held.indexed - live > max(live, COMPACT_FLOOR):
+            self.restart_at(read_position)
+            return True
+        for ledger_id, gone in drops:
+            held.discard_entry_ids(ledger_id, gone)
         if not held:
             held.clear()    # the stale slots too
         self.start = max(self.start, read_position)
-
-    def _drop_below(self, ledger_id: int, end: int) -> None:
-        members = self.held.members.get(ledger_id)
-        if members is None or end <= members.min():
-            return
-        dropped = members.copy() if end > members.max() else BitMap(range(members.min(), end))
-        self.held.discard_entry_ids(ledger_id, dropped)
+        return False
 
     def take(self, entries: Sequence[Entry], cursor: UnreadCursor, now_ms: int,
              schedule: Superseded | None = None) -> None:
@@ -177,6 +177,30 @@ class UnreadScan:
                 if gone is not None and pos.entry_id in gone:
                     continue
             held.add(deliver_at, pos.ledger_id, pos.entry_id)
+
+
+def _gone(ledger_id: int, members: BitMap, read_position: Position, cursor: UnreadCursor,
+          schedule: Superseded | None) -> BitMap:
+    """The entry ids of ``members`` (one ledger's held ids) to forget: read by the dispatcher
+    (before ``read_position``), acknowledged, or superseded."""
+    if ledger_id < read_position.ledger_id:
+        return members.copy()
+    first, last = members.min(), members.max()
+    end = read_position.entry_id if ledger_id == read_position.ledger_id else 0
+    through, acked = cursor.deleted_in(ledger_id)
+    end = min(max(end, through + 1), last + 1)
+    gone = BitMap(range(first, end)) if end > first else BitMap()
+    if acked:
+        gone |= acked
+    superseded = schedule.superseded_ids(ledger_id) if schedule is not None else None
+    if superseded:
+        gone |= superseded
+    return gone & members
+
+
+def _unread(ledger: UnreadLedger, pos: Position, last: Position | None) -> int:
+    """Entries from ``pos`` to ``last``, both included."""
+    return 0 if last is None or pos > last else ledger.entries_between(pos, last) + 1
 
 
 async def refresh(scan: UnreadScan, cursor: UnreadCursor, ledger: UnreadLedger,
@@ -208,10 +232,9 @@ async def refresh(scan: UnreadScan, cursor: UnreadCursor, ledger: UnreadLedger,
             scan.take(entries, cursor, now_ms, schedule)
             scanned += len(entries)
             pos = ledger.next_position(entries[-1].position)
+            await asyncio.sleep(0)   # a read the entry cache answers does not yield by itself
         scan.next = pos
-        if last is None or pos > last:
-            scan.not_read = 0
-        else:
-            scan.not_read = ledger.entries_between(pos, last) + 1
+        scan.not_read = _unread(ledger, pos, last)
         # what the dispatcher read while the scan awaited, or acknowledged
-        scan.drop_read(cursor.read_position, cursor, schedule)
+        if scan.drop_read(cursor.read_position, cursor, schedule):
+            scan.not_read = _unread(ledger, scan.next, last)

@@ -9,6 +9,7 @@ import pytest
 from pyroaring import BitMap
 
 from broker.delayed import unread
+from broker.delayed.indexed import IndexedPositions
 from broker.delayed.unread import UnreadScan, refresh
 from protocol import pulsar_pb as pb
 from protocol.metadata import encode_entry
@@ -182,4 +183,23 @@ async def test_what_replace_by_key_superseded_is_not_held() -> None:
     schedule.gone[3].add(2)                   # superseded after the scan read it
     await refresh(scan, cursor, ledger, ledger.last, schedule=schedule, now_ms=NOW)
     assert _held(scan) == [(NOW + 50, 3, 0)]
+    scan.close()
+
+
+async def test_a_scan_mostly_read_meanwhile_starts_over_instead_of_compacting(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(unread, "COMPACT_FLOOR", 2)
+    ledger = FakeLedger({3: [NOW + 100 - i for i in range(10)]})
+    cursor = FakeCursor(Position(3, 0))
+    scan = _scan(cursor.read_position)
+    await refresh(scan, cursor, ledger, ledger.last, now_ms=NOW)
+    assert len(scan.held) == 10
+    compactions: list[int] = []
+    monkeypatch.setattr(IndexedPositions, "compact", lambda self: compactions.append(1))
+    cursor.read_position = Position(3, 7)      # the dispatcher read seven of the ten
+    reads = ledger.reads
+    await refresh(scan, cursor, ledger, ledger.last, now_ms=NOW)
+    assert _held(scan) == [(NOW + 91, 3, 9), (NOW + 92, 3, 8), (NOW + 93, 3, 7)]
+    assert ledger.reads > reads and not compactions   # read again, not compacted
+    assert scan.start == Position(3, 7) and len(scan.held.index) == 3
     scan.close()
