@@ -65,6 +65,8 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from storage.pacing import sleep_to_beat
+
 __all__ = ["MALLOC_ARENAS", "THAW_EVERY_S", "HeapFreezer", "limit_malloc_arenas"]
 
 log = logging.getLogger("horae.heap")
@@ -141,7 +143,7 @@ class HeapFreezer:
         next_thaw = loop.time() + self.thaw_every_s
         try:
             while True:
-                await asyncio.sleep(self.check_s)
+                await sleep_to_beat(self.check_s)   # with the other periodic work
                 now = loop.time()
                 thaw = now >= next_thaw
                 if thaw:

@@ -76,6 +76,7 @@ from broker.security.tls import ReloadingServerContext, TlsSettings
 from broker.shutdown_request import ShutdownRequest
 from broker.topics.service import BrokerService
 from storage.diskusage import MeasureSpace, statvfs_space
+from storage.pacing import sleep_to_beat
 from storage.store import SegmentStore
 
 __all__ = ["BrokerServer", "insecure_listener_warning"]
@@ -235,7 +236,7 @@ class BrokerServer:
         """Every ``authenticationRefreshCheckSeconds``: challenge expired credentials."""
         interval = float(self.config.authentication_refresh_check_seconds)
         while True:
-            await asyncio.sleep(interval)
+            await sleep_to_beat(interval)
             now_ms = int(time.time() * 1000)
             for conn in list(self.connections):
                 conn.handshake.refresh_tick(now_ms)
@@ -245,7 +246,7 @@ class BrokerServer:
         interval = float(self.config.keep_alive_interval_seconds)
         loop = asyncio.get_running_loop()
         while True:
-            await asyncio.sleep(interval)
+            await sleep_to_beat(interval)   # with the other periodic work (storage.pacing)
             now = loop.time()
             for conn in list(self.connections):
                 conn.keepalive_tick(now, interval)

@@ -26,6 +26,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from storage.pacing import until_beat
+
 log = logging.getLogger("horae.storage")
 
 
@@ -123,5 +125,6 @@ class DiskMonitor:
         while True:
             await self.check()
             self._wake.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self._interval)
+            wait = until_beat(asyncio.get_running_loop().time(), self._interval)
+            with contextlib.suppress(TimeoutError):   # on the broker's beat (storage.pacing)
+                await asyncio.wait_for(self._wake.wait(), wait)

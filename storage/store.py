@@ -56,6 +56,7 @@ from storage.ledger import LedgerContext, ManagedLedger
 from storage.limits import raise_nofile_limit
 from storage.metadata import MetadataStore
 from storage.names import HASHED_PREFIX, decode_name, encode_name, legacy_plain_name
+from storage.pacing import sleep_to_beat
 from storage.read_fds import ReadFds
 from storage.recovery import RecoveredDir, load_ledger_dir, segment_ids
 from storage.relocation import load_relocated
@@ -351,7 +352,7 @@ class SegmentStore:
     async def _flush_loop(self) -> None:
         period = 1.0 / self.config.mark_delete_rate_limit_per_sec
         while True:
-            await asyncio.sleep(period)
+            await sleep_to_beat(period)   # with the broker's other periodic work
             # Only ledgers whose cursors reported unsaved changes: idle topics cost nothing.
             if not self._dirty_cursors:
                 continue

@@ -2,8 +2,10 @@
 
 Theory of operation
 -------------------
-:class:`LoopLagProbe` arms one ``call_later`` timer every ``interval_s``; when it fires it
-records how much later than planned that was (the time the loop spent on other callbacks).
+:class:`LoopLagProbe` arms one ``call_later`` timer for each beat of ``interval_s`` (once a
+second, on the beat the broker's other periodic work shares, :mod:`storage.pacing`: no
+wake-up of its own); when it fires it records how much later than planned that was (the time
+the loop spent on other callbacks).
 Bucket counts are plain ints (non-cumulative, overflow last), read at scrape time by
 :func:`loop_lag_families`: ``horae_event_loop_lag_seconds`` (the last lag) and
 ``horae_event_loop_lag_histogram_seconds``. Start the probe on the loop it measures (the admin
@@ -18,6 +20,7 @@ from collections.abc import Iterator, Sequence
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
 
 from broker.metrics.exposition import cumulative
+from storage.pacing import until_beat
 
 __all__ = ["LOOP_LAG_BOUNDS_S", "LoopLagProbe", "loop_lag_families"]
 
@@ -29,7 +32,7 @@ LOOP_LAG_BOUNDS_S: tuple[float, ...] = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.
 class LoopLagProbe:
     """Measures event-loop lag (see the module docstring)."""
 
-    def __init__(self, interval_s: float = 0.5,
+    def __init__(self, interval_s: float = 1.0,
                  bounds_s: Sequence[float] = LOOP_LAG_BOUNDS_S) -> None:
         self.interval_s = interval_s
         self.bounds_s = tuple(bounds_s)
@@ -48,8 +51,9 @@ class LoopLagProbe:
 
     def _schedule(self) -> None:
         assert self._loop is not None
-        self._expected = self._loop.time() + self.interval_s
-        self._handle = self._loop.call_later(self.interval_s, self._tick)
+        delay = until_beat(self._loop.time(), self.interval_s)
+        self._expected = self._loop.time() + delay
+        self._handle = self._loop.call_later(delay, self._tick)
 
     def _tick(self) -> None:
         assert self._loop is not None

@@ -62,6 +62,7 @@ from isal import igzip
 from prometheus_client.metrics_core import Metric
 
 from broker.metrics.exposition import RenderedFamily
+from storage.pacing import until_beat
 
 log = logging.getLogger("horae.metrics.snapshots")
 
@@ -473,15 +474,13 @@ async def run_exporter(
     if interval_s <= 0:
         raise ValueError(f"interval_s must be positive, got {interval_s}")
     loop = asyncio.get_running_loop()
-    next_tick = loop.time()
     while True:
         await _export_once(writer, collect, loop)
-        next_tick += interval_s
-        now = loop.time()
-        if next_tick <= now:
-            next_tick = now + interval_s
+        # the next beat of the interval, which the broker's other periodic work shares
+        # (storage.pacing): a late export skips to the following one
         try:
-            await asyncio.wait_for(stop_event.wait(), timeout=next_tick - now)
+            await asyncio.wait_for(stop_event.wait(),
+                                   timeout=until_beat(loop.time(), interval_s))
         except TimeoutError:
             continue
         await _export_once(writer, collect, loop)

@@ -74,6 +74,7 @@ from protocol.errors import (
 )
 from storage.errors import StorageError
 from storage.metadata import MetadataStore
+from storage.pacing import sleep_to_beat
 from storage.snapshots import SnapshotStore
 from storage.stats import StorageStats
 from storage.store import SegmentStore
@@ -227,7 +228,7 @@ class BrokerService:
                 await self.subscription_expiry.tick(now, self.topics)
             except Exception:
                 log.exception("inactive topic sweep failed")
-            await asyncio.sleep(1.0)
+            await sleep_to_beat(1.0)   # with the broker's other periodic work (storage.pacing)
 
     # ------------------------------------------------------------------ topics
 

@@ -36,6 +36,7 @@ from typing import Any, Final, Protocol
 from pyroaring import BitMap
 
 from broker.transactions.ids import TxnId
+from storage.pacing import sleep_to_beat
 from storage.positions import Position
 
 __all__ = ["SNAPSHOT_KIND", "BufferSnapshots", "BufferState", "Snapshotted"]
@@ -165,7 +166,7 @@ class BufferSnapshots:
         """Forever: snapshot the buffers that are :meth:`due`."""
         interval = max(self.min_interval_ms, 100) / 1000.0
         while True:
-            await asyncio.sleep(interval)
+            await sleep_to_beat(interval)
             now = int(time.time() * 1000)
             for buffer in buffers():
                 if self.due(buffer, now):
