@@ -66,8 +66,8 @@ __all__ = ["IDLE_S", "MAX_HELD", "SCAN_PER_REFRESH", "UnreadScan", "refresh"]
 SCAN_PER_REFRESH: Final = 1_000_000
 #: Unread scheduled positions a scan keeps at most.
 MAX_HELD: Final = 1_000_000
-#: Entries per read (each read's entries are indexed in one loop turn: ~2-3 ms).
-READ_BATCH: Final = 500
+#: Entries per read (each read's entries are indexed in one loop turn: ~1-2 ms).
+READ_BATCH: Final = 256
 #: A preview not refreshed for this long is dropped.
 IDLE_S: Final = 60.0
 #: An entry id past every real one.
@@ -160,8 +160,9 @@ class UnreadScan:
     def take(self, entries: Sequence[Entry], cursor: UnreadCursor, now_ms: int,
              schedule: Superseded | None = None) -> None:
         """Index the entries of one read that are due after ``now_ms``, not acknowledged and
-        not superseded by ``schedule``."""
-        held = self.held
+        not superseded by ``schedule``: per ledger in one run (``add_entry_ids``, the time
+        index's run insert), or one by one when some is held already."""
+        by_ledger: dict[int, tuple[list[int], list[int]]] = {}
         for entry in entries:
             try:
                 deliver_at = peek_dispatch(entry.data)[1]
@@ -176,7 +177,16 @@ class UnreadScan:
                 gone = schedule.superseded_ids(pos.ledger_id)
                 if gone is not None and pos.entry_id in gone:
                     continue
-            held.add(deliver_at, pos.ledger_id, pos.entry_id)
+            ids_times = by_ledger.get(pos.ledger_id)
+            if ids_times is None:
+                ids_times = by_ledger[pos.ledger_id] = ([], [])
+            ids_times[0].append(pos.entry_id)
+            ids_times[1].append(deliver_at)
+        held = self.held
+        for ledger_id, (ids, times) in by_ledger.items():
+            if not held.add_entry_ids(ledger_id, ids, times):
+                for entry_id, deliver_at in zip(ids, times, strict=True):
+                    held.add(deliver_at, ledger_id, entry_id)
 
 
 def _gone(ledger_id: int, members: BitMap, read_position: Position, cursor: UnreadCursor,

@@ -203,3 +203,16 @@ async def test_a_scan_mostly_read_meanwhile_starts_over_instead_of_compacting(
     assert ledger.reads > reads and not compactions   # read again, not compacted
     assert scan.start == Position(3, 7) and len(scan.held.index) == 3
     scan.close()
+
+
+async def test_entries_taken_twice_are_held_once() -> None:
+    ledger = FakeLedger({3: [NOW + 30, NOW + 10, None, NOW + 20], 4: [NOW + 5]})
+    cursor = FakeCursor(Position(3, 0))
+    scan = _scan(cursor.read_position)
+    entries = await ledger.read_entries(Position(3, 0), 10)
+    scan.take(entries, cursor, NOW)
+    scan.take(entries[1:], cursor, NOW)     # some held already: one by one, no twin
+    assert _held(scan) == [(NOW + 5, 4, 0), (NOW + 10, 3, 1), (NOW + 20, 3, 3),
+                           (NOW + 30, 3, 0)]
+    assert len(scan.held.index) == 4
+    scan.close()
