@@ -186,6 +186,20 @@ class CursorSet:
             return 0.0
         return max(0.0, (time.monotonic() if now is None else now) - oldest)
 
+    def health(self, now: float) -> tuple[float, int, int]:
+        """:meth:`oldest_unsaved` and :meth:`save_failures` in one pass over the cursors (the
+        store's stats ask both of every ledger at each scrape)."""
+        oldest: float | None = None
+        total = failing = 0
+        for c in self._cursors.values():
+            since = c.dirty_since
+            if since is not None and (oldest is None or since < oldest):
+                oldest = since
+            total += c.save_failures
+            if c.last_save_error is not None:
+                failing += 1
+        return (0.0 if oldest is None else max(0.0, now - oldest)), total, failing
+
     def save_failures(self) -> tuple[int, int]:
         """(saves that failed so far, cursors whose last save failed)."""
         total = sum(c.save_failures for c in self._cursors.values())

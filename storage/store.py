@@ -420,8 +420,9 @@ class SegmentStore:
         relocated_entries = relocated_bytes = relocated_ledgers = 0
         for ml in ledgers:   # one pass over the open ledgers for every per-ledger figure
             cursors = ml.cursor_set
-            oldest = max(oldest, cursors.oldest_unsaved(now))
-            total, bad = cursors.save_failures()
+            age, total, bad = cursors.health(now)
+            if age > oldest:
+                oldest = age
             save_failures += total
             failing += bad
             if cursors.trim_blockers:
