@@ -29,8 +29,9 @@ Each listing calls :func:`refresh` before it copies the sources, which
    the index would then be stale than live (it would be compacted at once, one pass over all
    of it on the loop), the scan starts over at the read position instead;
 3. reads on from ``next`` to the last readable entry (the caller's bound: the last confirmed
-   entry, or an open transaction's read limit), at most :data:`SCAN_PER_REFRESH` entries, and
-   adds each entry due after now that is not acknowledged.
+   entry, or an open transaction's read limit), at most :data:`SCAN_PER_REFRESH` entries and
+   for at most :data:`SCAN_SECONDS`, and adds each entry due after now that is not
+   acknowledged.
 
 An entry is read through the ledger (its cache, else disk in the storage's reader); only the
 two dispatch fields are decoded (``peek_dispatch``, in C), one read of :data:`READ_BATCH`
@@ -60,10 +61,14 @@ from protocol.errors import ProtocolError
 from protocol.send_accel import peek_dispatch
 from storage.positions import Entry, Position
 
-__all__ = ["IDLE_S", "MAX_HELD", "SCAN_PER_REFRESH", "UnreadScan", "refresh"]
+__all__ = ["IDLE_S", "MAX_HELD", "SCAN_PER_REFRESH", "SCAN_SECONDS", "UnreadScan", "refresh"]
 
 #: Entries one refresh reads at most (the rest is ``not_read`` until the next one).
 SCAN_PER_REFRESH: Final = 1_000_000
+#: Seconds one refresh reads for at most: a listing answers within about this much more than
+#: its own work, and a client polling the listing of a long backlog costs the broker at most
+#: this much reading per poll (the rest is ``not_read`` until the next one).
+SCAN_SECONDS: Final = 2.0
 #: Unread scheduled positions a scan keeps at most.
 MAX_HELD: Final = 1_000_000
 #: Entries per read (each read's entries are indexed in one loop turn: ~1-2 ms).
@@ -229,6 +234,7 @@ async def refresh(scan: UnreadScan, cursor: UnreadCursor, ledger: UnreadLedger,
         scan.drop_read(read_position, cursor, schedule)
         pos = max(scan.next, read_position)
         scanned = 0
+        deadline = time.monotonic() + SCAN_SECONDS
         while last is not None and pos <= last and scanned < budget \
                 and len(scan.held) < MAX_HELD:
             entries = await ledger.read_entries(pos, min(READ_BATCH, budget - scanned))
@@ -243,6 +249,8 @@ async def refresh(scan: UnreadScan, cursor: UnreadCursor, ledger: UnreadLedger,
             scanned += len(entries)
             pos = ledger.next_position(entries[-1].position)
             await asyncio.sleep(0)   # a read the entry cache answers does not yield by itself
+            if time.monotonic() >= deadline:
+                break                # (at least one read per refresh)
         scan.next = pos
         scan.not_read = _unread(ledger, pos, last)
         # what the dispatcher read while the scan awaited, or acknowledged

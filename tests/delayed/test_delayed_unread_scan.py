@@ -216,3 +216,19 @@ async def test_entries_taken_twice_are_held_once() -> None:
                            (NOW + 30, 3, 0)]
     assert len(scan.held.index) == 4
     scan.close()
+
+
+async def test_a_refresh_reads_for_a_bounded_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(unread, "SCAN_SECONDS", 0.0)       # out of time after the first read
+    monkeypatch.setattr(unread, "READ_BATCH", 3)
+    ledger = FakeLedger({3: [NOW + 100 - i for i in range(10)]})
+    cursor = FakeCursor(Position(3, 0))
+    scan = _scan(cursor.read_position)
+    await refresh(scan, cursor, ledger, ledger.last, now_ms=NOW)
+    assert len(scan.held) + scan.not_read == 10 and scan.not_read >= 7
+    for _ in range(10):
+        if not scan.not_read:
+            break
+        await refresh(scan, cursor, ledger, ledger.last, now_ms=NOW)
+    assert len(scan.held) == 10 and scan.not_read == 0
+    scan.close()
