@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
 from typing import Literal, Protocol
@@ -176,19 +175,10 @@ class CursorSet:
                 failures.append((cursor.name, result))
         return failures
 
-    def oldest_unsaved(self, now: float | None = None) -> float:
-        """Age in seconds of the oldest change of any cursor not yet durable (0: none)."""
-        oldest = min(
-            (c.dirty_since for c in self._cursors.values() if c.dirty_since is not None),
-            default=None,
-        )
-        if oldest is None:
-            return 0.0
-        return max(0.0, (time.monotonic() if now is None else now) - oldest)
-
     def health(self, now: float) -> tuple[float, int, int]:
-        """:meth:`oldest_unsaved` and :meth:`save_failures` in one pass over the cursors (the
-        store's stats ask both of every ledger at each scrape)."""
+        """(age in seconds at ``now`` of the oldest change of any cursor not yet durable, 0 for
+        none; saves that failed so far; cursors whose last save failed), in one pass over the
+        cursors (the store's stats ask it of every ledger at each scrape)."""
         oldest: float | None = None
         total = failing = 0
         for c in self._cursors.values():
@@ -199,9 +189,3 @@ class CursorSet:
             if c.last_save_error is not None:
                 failing += 1
         return (0.0 if oldest is None else max(0.0, now - oldest)), total, failing
-
-    def save_failures(self) -> tuple[int, int]:
-        """(saves that failed so far, cursors whose last save failed)."""
-        total = sum(c.save_failures for c in self._cursors.values())
-        failing = sum(1 for c in self._cursors.values() if c.last_save_error is not None)
-        return total, failing

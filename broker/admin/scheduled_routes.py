@@ -142,22 +142,20 @@ async def _describe(topic_by_ledger: dict[int, Topic], key: ScheduledKey) -> dic
             "deliverAt": deliver_at, "key": message_key, "size": size}
 
 
-def _schedules(sub: Subscription) -> bool:
-    """Would a dispatcher of this subscription hold delayed messages back?"""
-    return sub.delayed.policy.active and delays_messages(sub)
-
-
-async def _sources(sub: Subscription) -> ScheduledSources:
-    """The tracker's sources and the scan of what its dispatcher has not read yet."""
-    if not _schedules(sub):
-        return sub.delayed.scheduled_sources()
-    return await AdminEntries.unread_scheduled(sub)
+async def _sources(sub: Subscription) -> tuple[ScheduledSources, int]:
+    """The tracker's sources and, when a dispatcher of this subscription would hold delayed
+    messages back, the scan of what it has not read yet; and how many are pending."""
+    if not (sub.delayed.policy.active and delays_messages(sub)):
+        return sub.delayed.scheduled_sources(), len(sub.delayed)
+    src, unread = await AdminEntries.unread_scheduled(sub)
+    return src, len(sub.delayed) + unread
 
 
 async def list_delayed_messages(request: web.Request) -> web.Response:
     limit, after = _limit(request), _after(request)
     pairs = await _subscriptions(request)
-    sources = [await _sources(sub) for _, sub in pairs]
+    counted = [await _sources(sub) for _, sub in pairs]
+    sources = [src for src, _ in counted]
     pages = [await scheduled_page(src, after, limit) for src in sources]
     page = _merge(pages, limit)
     topic_by_ledger = {ledger: topic for topic, _ in pairs
@@ -167,15 +165,10 @@ async def list_delayed_messages(request: web.Request) -> web.Response:
     return json_response({
         "messages": messages,
         "next": None if nxt is None else f"{nxt[0]}:{nxt[1]}:{nxt[2]}",
-        "pending": sum(len(sub.delayed) + _unread_count(sub) for _, sub in pairs),
+        "pending": sum(pending for _, pending in counted),
         "notLoaded": sum(src.not_loaded for src in sources),
         "notRead": sum(src.not_read for src in sources),
     })
-
-
-def _unread_count(sub: Subscription) -> int:
-    scan = sub.delayed.unread
-    return len(scan.held) if scan is not None and _schedules(sub) else 0
 
 
 async def delayed_histogram(request: web.Request) -> web.Response:
@@ -186,7 +179,7 @@ async def delayed_histogram(request: web.Request) -> web.Response:
     counts = [0] * (len(bounds) + 1)
     stale = not_loaded = not_read = 0
     for _, sub in pairs:
-        hist = pending_histogram(await _sources(sub), bounds)
+        hist = pending_histogram((await _sources(sub))[0], bounds)
         for i, b in enumerate(hist.bins):
             counts[i] += b.count
         stale += hist.stale

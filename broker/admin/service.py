@@ -346,10 +346,10 @@ class AdminEntries:
         return {info.ledger_id for info in topic.ledger.ledgers}
 
     @staticmethod
-    async def unread_scheduled(sub: Subscription) -> ScheduledSources:
+    async def unread_scheduled(sub: Subscription) -> tuple[ScheduledSources, int]:
         """What the subscription's tracker holds and, scanned from its backlog, the scheduled
         messages its dispatcher has not read yet (:mod:`broker.delayed.unread`), for the
-        scheduled-message listing and histogram."""
+        scheduled-message listing and histogram; and how many those unread ones are."""
         scan = sub.delayed.unread_scan(sub.cursor.read_position)
         last = sub.ledger.last_confirmed
         txn = sub.transaction_view()
@@ -357,7 +357,8 @@ class AdminEntries:
             last = txn.read_limit(last)   # an open transaction's entries are not scheduled yet
         await refresh(scan, sub.cursor, sub.ledger, last, schedule=sub.delayed.replacements)
         src = sub.delayed.scheduled_sources()
-        return replace(src, indexes=(*src.indexes, scan.held), not_read=scan.not_read)
+        return (replace(src, indexes=(*src.indexes, scan.held), not_read=scan.not_read),
+                len(scan.held))
 
     @staticmethod
     def nth_unacked(topic: Topic, sub: Subscription, n: int) -> Position | None:

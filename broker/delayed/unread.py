@@ -75,8 +75,6 @@ MAX_HELD: Final = 1_000_000
 READ_BATCH: Final = 256
 #: A preview not refreshed for this long is dropped.
 IDLE_S: Final = 60.0
-#: An entry id past every real one.
-_ALL: Final = 1 << 32
 
 
 class UnreadCursor(Protocol):

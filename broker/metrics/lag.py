@@ -51,8 +51,9 @@ class LoopLagProbe:
 
     def _schedule(self) -> None:
         assert self._loop is not None
-        delay = until_beat(self._loop.time(), self.interval_s)
-        self._expected = self._loop.time() + delay
+        now = self._loop.time()
+        delay = until_beat(now, self.interval_s)
+        self._expected = now + delay
         self._handle = self._loop.call_later(delay, self._tick)
 
     def _tick(self) -> None:
