@@ -59,7 +59,8 @@ async def _load(root: Path, with_snapshot: bool) -> tuple[Any, Any, Any, float, 
     cursor = await ledger.open_cursor("sub", initial_position="earliest")
     sub = SimpleNamespace(cursor=cursor, sub_type=None, durable=True,
                           delayed=SimpleNamespace(replacements=None,
-                                                  forget=lambda _positions: None))
+                                                  forget=lambda _positions: None,
+                                                  forget_entry_ids=lambda _ledger, _ids: None))
     snapshots = (KeyedSnapshots(store.snapshots, md, TOPIC, loop=asyncio.get_running_loop())
                  if with_snapshot else None)
     topic = TopicReplaceByKey(ledger, lambda: True, lambda: [sub], snapshots)

@@ -107,6 +107,7 @@ class BenchTopic:
 
     full = "persistent://public/default/dispatch-path"
     failover_delay_s = 0.0
+    read_ahead_ms = BrokerConfig().delayed_delivery_read_ahead_millis
 
     def __init__(self, ledger: Any) -> None:
         self.ledger = ledger
