@@ -390,7 +390,9 @@ def print_scale(sizes: list[int], kinds: tuple[str, ...] = SCALE_KINDS) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--in-memory", type=int, default=1_000_000, dest="in_memory")
-    parser.add_argument("--bucket", type=int, default=10_000_000)
+    parser.add_argument("--bucket", type=int, default=10_000_000,
+                        help=f"bucket tracker messages (at least {ENTRIES_PER_LEDGER:,}: a "
+                             "bucket is sealed, and recovered after a restart, per ledger)")
     parser.add_argument("--cancels", type=int, default=1_000_000)
     parser.add_argument("--only-cancels", action="store_true", dest="only_cancels",
                         help="run only the cancel scenario")
@@ -412,6 +414,10 @@ def main() -> None:
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--n", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if not args.quick and not (args.scale or args.pulsar or args.only_cancels) \
+            and args.bucket < ENTRIES_PER_LEDGER:
+        parser.error(f"--bucket {args.bucket:,}: below {ENTRIES_PER_LEDGER:,} no bucket is "
+                     "sealed, so the restart has nothing to recover")
     if args.child:
         child(args.child, args.n)
         return
