@@ -64,7 +64,7 @@ def test_read_chunks_age_out_and_unread_ones_stay_until_cleared() -> None:
     cache.put_many(1, 2, [b"cc"])
     cache.put_many(2, 0, [b"dddd"])
     cache.clock = 5.0
-    assert cache.get_run(1, 2, 5) == [b"cc"]          # read at 5.0
+    assert cache.get_run(1, 2, 5) == (b"cc",)          # read at 5.0
     assert cache.last_touch == 5.0
     assert cache.evict_read_before(5.0, 1 << 20) == 0          # not before 5.0; the unread never
     assert cache.evict_read_before(5.5, 1 << 20) == 2          # (1, 2) leaves: its 2 bytes
