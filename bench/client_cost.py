@@ -17,7 +17,8 @@ one, each with its own ``.venv``) or Apache Pulsar standalone (``--peer pulsar``
 
 Usage: ``.venv/bin/python bench/client_cost.py --peer horae --rounds 3 [--messages 20000]
 [--sync 3000] [--e2e 3000] [--fanout N] [--wire] [--syscalls] [--pin CPU | --split]
-[--only async-off,sync,e2e]``.
+[--only async-off,sync,e2e]`` (the workloads: async-off, async-on, consume, which drains what
+async-off published and so comes after it, sync, e2e).
 Never part of the test run.
 """
 
@@ -299,6 +300,11 @@ def _usage() -> os.times_result:
     return os.times_result((usage.ru_utime, usage.ru_stime, 0.0, 0.0, 0.0))
 
 
+#: The workloads ``--only`` may name, in the order a round would run them all; ``consume``
+#: drains what ``async-off`` published in the same round.
+WORKLOADS = ("async-off", "async-on", "consume", "sync", "e2e")
+
+
 def run(broker: Broker, args: argparse.Namespace, rnd: int) -> None:
     payload = os.urandom(1024)
     client = client_for(broker.url)
@@ -400,6 +406,15 @@ def main() -> int:
     parser.add_argument("--split", action="store_true",
                         help="the client's Python main thread on CPU 0, its other threads on 1")
     args = parser.parse_args()
+    only = args.only.split(",")
+    unknown = [name for name in only if name not in WORKLOADS]
+    if unknown:
+        parser.error(f"--only: unknown workload {', '.join(unknown)} (known: {', '.join(WORKLOADS)})")
+    if "consume" in only and ("async-off" not in only
+                              or only.index("async-off") > only.index("consume")):
+        parser.error("--only: consume drains what async-off published: list async-off before it")
+    if args.wire and shutil.which("tcpdump") is None:
+        parser.error("--wire captures with tcpdump, which is not installed here")
     tmp = pathlib.Path(tempfile.mkdtemp(prefix="client-cost-broker-"))
     try:
         with contextlib.ExitStack() as stack:

@@ -352,6 +352,8 @@ async def main() -> None:
     parser.add_argument("--prealloc-probe", action="store_true",
                         help="only run the fdatasync probe of pre-allocation strategies")
     args = parser.parse_args()
+    if args.dir is not None:
+        args.dir.mkdir(parents=True, exist_ok=True)
     base = Path(tempfile.mkdtemp(prefix="horae-bench-", dir=args.dir))
     try:
         if args.prealloc_probe:
