@@ -47,7 +47,12 @@ each phase a second line splits where a receipt's time goes: the share of the ph
 time the event-loop thread ran on a CPU (near 100%: SENDs queue for the loop) and was
 runnable but waited for a CPU (the machine's other work; ``/proc/PID/task/PID/schedstat``),
 and from the store's counters on ``/metrics`` the group commits (per second, entries each) and
-the fdatasyncs (per second, mean duration, share of the phase's wall time). ``--rate R``
+the fdatasyncs (per second, mean duration, share of the phase's wall time); a third line
+gives the share of the receipts slower than the phase's p99 whose SEND was written within
+:data:`BEAT_WINDOW_S` of a whole second of the monotonic clock (``time.perf_counter`` here,
+the event loop's clock in the broker), where the broker's periodic work wakes
+(storage/pacing.py): near the window's 14% when the slow receipts fall anywhere, near 100%
+when that work holds them. ``--rate R``
 paces the SENDs (R a second in all, released every millisecond, the window still capping
 what is in flight): the receipt latency at a given offered load rather than at saturation.
 ``--profile DIR`` adds a round whose three measured phases each run under py-spy (one stack
@@ -297,6 +302,8 @@ class PhaseResult:
     seconds: float = 0.0
     broker_cpu_s: float = 0.0
     latencies_ms: list[float] = field(default_factory=list)
+    #: each receipt's SEND time (monotonic clock, seconds), in the order of latencies_ms
+    sent_s: list[float] = field(default_factory=list)
     #: seconds the broker's event-loop thread (the process's main thread) ran on a CPU, and
     #: was runnable but waited for one (the machine's other work)
     loop_cpu_s: float = 0.0
@@ -328,7 +335,31 @@ class PhaseResult:
 
         return {"ops/s": self.sends / self.seconds if self.seconds else 0.0,
                 "p50 ms": pct(50), "p99 ms": pct(99), "p99.9 ms": pct(99.9),
-                "broker CPU us/op": self.broker_cpu_s * 1e6 / self.sends if self.sends else 0.0}
+                "broker CPU us/op": self.broker_cpu_s * 1e6 / self.sends if self.sends else 0.0,
+                "slow near the beat": beat_share(self.sent_s, self.latencies_ms, pct(99))}
+
+
+#: The part of each second, on the monotonic clock, counted as the broker's beat: the periodic
+#: work (rates and housekeeping, cursor flush, heap check, disk check) wakes at whole seconds
+#: of the loop's clock (storage/pacing.py), which is the same clock. 20 ms before (a SEND
+#: written just before it waits out the beat's work too) to 120 ms after: 14% of the time.
+BEAT_WINDOW_S = (-0.02, 0.12)
+
+
+def beat_share(sent_s: list[float], latencies_ms: list[float], over_ms: float) -> float:
+    """The share of the receipts slower than *over_ms* whose SEND was written within
+    :data:`BEAT_WINDOW_S` of a whole second: about 0.14 when the slow ones fall anywhere,
+    near 1 when the broker's periodic work holds them. NaN when none is that slow."""
+    before, after = BEAT_WINDOW_S
+    slow = near = 0
+    for sent, lat in zip(sent_s, latencies_ms, strict=True):
+        if lat <= over_ms:
+            continue
+        slow += 1
+        frac = sent % 1.0
+        if frac >= 1.0 + before or frac < after:
+            near += 1
+    return near / slow if slow else float("nan")
 
 
 class PacedPublisher(Publisher):
@@ -411,6 +442,8 @@ async def publish(broker: Broker, topic: str, name: str, frames: list[list[bytes
             conn.on_lost = None
             conn.close()
     result.latencies_ms = [lat * 1e3 for pub in pubs for lat in pub.latencies]
+    # receipts come in SEND order, so a producer's k-th latency is its k-th SEND's
+    result.sent_s = [t for pub in pubs for t in pub.sent_at[:len(pub.latencies)]]
     return result
 
 
@@ -681,6 +714,12 @@ def print_round(label: str, results: list[PhaseResult], verdict: tuple[bool, str
               f"broker CPU {f['broker CPU us/op']:6.1f} us/op")
         if r.storage:
             print(f"  {'':<16} {r.split()}")
+        share = f["slow near the beat"]
+        if share == share:   # not NaN
+            low, high = BEAT_WINDOW_S
+            print(f"  {'':<16} receipts over p99 sent within {low * 1e3:+.0f}..{high * 1e3:+.0f}"
+                  f" ms of a whole second (the broker's beat, "
+                  f"{100 * (high - low):.0f}% of the time): {100 * share:.0f}%")
     by = {r.name: r.figures()["ops/s"] for r in results}
     if by.get("by key") and by.get("plain delayed") and by.get("raw (no delay)"):
         print(f"  by key / plain delayed {by['by key'] / by['plain delayed']:.2f}x, "
