@@ -78,7 +78,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import gc
 import json
 import os
 import pathlib
@@ -100,7 +99,14 @@ import uvloop
 from bench import opcode_probe
 from bench.brokers import Broker, cpu_seconds, start_horae
 from bench.profiling import PySpyRecorder, summarise_collapsed
-from bench.wire_clients import Publisher, RawConnection, connect, lookup, open_producer
+from bench.wire_clients import (
+    Publisher,
+    RawConnection,
+    connect,
+    frozen_heap,
+    lookup,
+    open_producer,
+)
 from protocol import commands as C
 from protocol import pulsar_pb as pb
 from protocol.frames import Frame
@@ -425,25 +431,21 @@ async def publish(broker: Broker, topic: str, name: str, frames: list[list[bytes
             if rate > 0 else Publisher(conn, f, list(range(len(f))), window, done)
             for conn, f, done in zip(conns, frames, dones, strict=True)]
     result = PhaseResult(name, sum(len(f) for f in frames))
-    # this process is the measuring instrument: a full collection of its frames and
-    # latencies while receipts wait in its socket would count as the broker's latency
-    gc.collect()
-    gc.freeze()
-    counters0 = await asyncio.to_thread(storage_counters, broker)
-    loop0 = thread_times(broker.pid, broker.pid)
-    cpu0, t0 = cpu_seconds(broker.pid), time.perf_counter()
     try:
-        for pub in pubs:
-            pub.start()
-        await asyncio.wait_for(asyncio.gather(*dones), timeout_s)
-        result.seconds = time.perf_counter() - t0
-        result.broker_cpu_s = cpu_seconds(broker.pid) - cpu0
-        loop1 = thread_times(broker.pid, broker.pid)
-        result.loop_cpu_s, result.loop_wait_s = loop1[0] - loop0[0], loop1[1] - loop0[1]
-        counters = await asyncio.to_thread(storage_counters, broker)
-        result.storage = {k: v - counters0.get(k, 0.0) for k, v in counters.items()}
+        with frozen_heap():
+            counters0 = await asyncio.to_thread(storage_counters, broker)
+            loop0 = thread_times(broker.pid, broker.pid)
+            cpu0, t0 = cpu_seconds(broker.pid), time.perf_counter()
+            for pub in pubs:
+                pub.start()
+            await asyncio.wait_for(asyncio.gather(*dones), timeout_s)
+            result.seconds = time.perf_counter() - t0
+            result.broker_cpu_s = cpu_seconds(broker.pid) - cpu0
+            loop1 = thread_times(broker.pid, broker.pid)
+            result.loop_cpu_s, result.loop_wait_s = loop1[0] - loop0[0], loop1[1] - loop0[1]
+            counters = await asyncio.to_thread(storage_counters, broker)
+            result.storage = {k: v - counters0.get(k, 0.0) for k, v in counters.items()}
     finally:
-        gc.unfreeze()
         for conn in conns:
             conn.on_lost = None
             conn.close()

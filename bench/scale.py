@@ -50,7 +50,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import gc
 import json
 import pathlib
 import resource
@@ -77,7 +76,15 @@ from bench.brokers import (
 )
 from bench.peer_table import format_table
 from bench.profiling import PySpyRecorder, summarise_collapsed
-from bench.wire_clients import Drainer, Publisher, RawConnection, connect, lookup, subscribe
+from bench.wire_clients import (
+    Drainer,
+    Publisher,
+    RawConnection,
+    connect,
+    frozen_heap,
+    lookup,
+    subscribe,
+)
 from bench.wire_load import LoadSettings, ProducerFrames, build_producer_frames
 from protocol import commands as C
 from protocol import pulsar_pb as pb
@@ -189,17 +196,12 @@ async def backlog_phase(broker: Broker, args: argparse.Namespace, out: dict[str,
     settings = LoadSettings(connections=1, in_flight=args.in_flight, size=args.size,
                             messages=args.backlog, batch=args.batch)
     frames = build_producer_frames("scale-backlog", args.backlog, settings)
-    # this process measures: its full collections of the frames it holds are not the broker's
-    gc.collect()
-    gc.freeze()
-    try:
-        await _publish_and_drain(broker, args, out, topic, settings, frames)
-    finally:
-        gc.unfreeze()
+    with frozen_heap():
+        await _publish_and_drain(broker, args, out, topic, frames)
 
 
 async def _publish_and_drain(broker: Broker, args: argparse.Namespace, out: dict[str, Any],
-                             topic: str, settings: LoadSettings, frames: ProducerFrames) -> None:
+                             topic: str, frames: ProducerFrames) -> None:
     loop = asyncio.get_running_loop()
     conn = await connect(broker)
     await lookup(conn, topic, 1)

@@ -9,14 +9,17 @@ handler in one call, which answers in at most one or two writes per read. A lost
 fails the handler's ``done`` future, so a phase never hangs on a dead peer. PINGs are answered
 everywhere. Before a producer or a subscription the connection LOOKUPs the topic, as every
 Pulsar client does, so every peer does the same work per topic. Nothing here keeps time except
-the receipt latencies (``time.perf_counter``).
+the receipt latencies (``time.perf_counter``). :func:`frozen_heap` keeps this process's own
+full garbage collections out of what it measures.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gc
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from bench.brokers import Broker
 from protocol import commands as C
@@ -30,6 +33,19 @@ REQUEST_TIMEOUT_S = 30.0
 STALL_S = 0.5
 """A consumer that received nothing for this long while owed messages re-sends FLOW."""
 _PONG = C.encode_pong()
+
+
+@contextlib.contextmanager
+def frozen_heap() -> Iterator[None]:
+    """This process is the measuring instrument: its heap is collected and frozen over the
+    block, so that a full collection of the frames and latencies it holds, while receipts or
+    messages wait in its sockets, is not counted as the broker's latency."""
+    gc.collect()
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 # --------------------------------------------------------------------------- connections

@@ -64,7 +64,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import gc
 import json
 import os
 import pathlib
@@ -84,7 +83,7 @@ import uvloop
 from bench.brokers import DEFAULT_PEERS, Broker, cpu_seconds, parse_peers, rss_mib, started
 from bench.peer_table import format_table, relaxed_table, with_relaxed, without_relaxed_horae
 from bench.profiling import PySpyRecorder, summarise_collapsed
-from bench.wire_clients import Drainer, Publisher, open_producer, subscribe
+from bench.wire_clients import Drainer, Publisher, frozen_heap, open_producer, subscribe
 from protocol import commands as C
 from protocol import pulsar_pb as pb
 from protocol.metadata import encode_batch_payload, encode_entry
@@ -337,15 +336,8 @@ def run_load(broker: Broker, topic: str, settings: LoadSettings,
              on_phase: Callable[[str, str], None] | None = None) -> LoadResult:
     """One round against ``broker`` on its own event loop (uvloop)."""
     producers = producers if producers is not None else build_all_frames(settings)
-    # this process is the measuring instrument: a full collection of the frames and latencies
-    # it holds, while receipts or messages wait in its sockets, would count as the broker's
-    gc.collect()
-    gc.freeze()
-    try:
-        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-            return runner.run(run_round(broker, topic, settings, producers, on_phase))
-    finally:
-        gc.unfreeze()
+    with frozen_heap(), asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        return runner.run(run_round(broker, topic, settings, producers, on_phase))
 
 
 # --------------------------------------------------------------------------- main
