@@ -10,6 +10,10 @@ event loop; pread_nowait never waits for the disk and is called on the loop
 atomic_write() is the one crash-safe way to replace a small file: write a temporary file,
 fsync it, rename it over the target, fsync the directory. A reader after a crash sees either
 the old or the new content, never a mix.
+
+pwrite, writev and fdatasync go through storage/handoff.py: the same calls, with the calling
+thread counted as waiting for the interpreter from the system call's return until it has it,
+so that a busy event loop lets it in (the optional C extension; os's own calls without it).
 """
 
 from __future__ import annotations
@@ -17,6 +21,10 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
+
+from storage.handoff import fdatasync as _fdatasync
+from storage.handoff import pwrite as _pwrite
+from storage.handoff import writev as _writev
 
 
 class FileOps:
@@ -29,13 +37,13 @@ class FileOps:
         os.close(fd)
 
     def writev(self, fd: int, buffers: Sequence[bytes | memoryview]) -> int:
-        return os.writev(fd, buffers)
+        return _writev(fd, buffers)
 
     def write(self, fd: int, data: bytes | memoryview) -> int:
         return os.write(fd, data)
 
     def pwrite(self, fd: int, data: bytes | memoryview, offset: int) -> int:
-        return os.pwrite(fd, data, offset)
+        return _pwrite(fd, data, offset)
 
     def pread(self, fd: int, size: int, offset: int) -> bytes:
         return os.pread(fd, size, offset)
@@ -53,7 +61,7 @@ class FileOps:
         return got == len(buf)
 
     def fdatasync(self, fd: int) -> None:
-        os.fdatasync(fd)
+        _fdatasync(fd)
 
     def fsync(self, fd: int) -> None:
         os.fsync(fd)

@@ -87,6 +87,7 @@ from protocol.errors import RequestError, ServerError
 from protocol.frames import Frame, FrameDecoder, UnknownCommand
 from protocol.limits import FRAME_PADDING
 from protocol.send_path import SendFrame
+from storage.handoff import YIELD_MAX_US, yield_to_waiting
 
 __all__ = ["DEFAULT_TABLES", "ServerConnection", "StateTables", "build_tables"]
 
@@ -213,6 +214,9 @@ class ServerConnection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.is_closed:
             return
+        # A storage thread back from a write or an fdatasync gets the interpreter first:
+        # while the loop is busy it would otherwise wait for all of it (storage/handoff.py).
+        yield_to_waiting(YIELD_MAX_US)
         self.last_received = self.loop.time()
         decoder = self._decoder
         if data == _PONG and self._state is _CONNECTED and not decoder.buffered:

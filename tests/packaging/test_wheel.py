@@ -106,7 +106,7 @@ def _accelerators(wheel: Path) -> list[str]:
     with zipfile.ZipFile(wheel) as archive:
         return [name for name in archive.namelist()
                 if name.startswith(("protocol/_send_accel.", "storage/_scan_accel.",
-                                    "broker/delayed/_packed_accel."))
+                                    "storage/_handoff.", "broker/delayed/_packed_accel."))
                 and not name.endswith((".c", ".pyi"))]
 
 
@@ -115,7 +115,7 @@ def test_wheel_carries_the_accelerators_when_a_compiler_is_there(wheel: Path) ->
             str(sysconfig.get_config_var("CC")).split()[0]) is None:
         pytest.skip("no C compiler: the wheel is built without the optional extension")
     accelerators = _accelerators(wheel)
-    assert len(accelerators) == 3 and all(name.endswith(".so") for name in accelerators)
+    assert len(accelerators) == 4 and all(name.endswith(".so") for name in accelerators)
 
 
 def test_wheel_builds_without_a_compiler_and_leaves_the_accelerators_out(
