@@ -320,8 +320,11 @@ class PhaseResult:
 
     def split(self) -> str:
         """Where a receipt's time goes, from the phase's counters: the event loop's time on a
-        CPU and waiting for one, the group commits (entries each) and the fdatasyncs (mean,
-        and their share of the phase's wall time)."""
+        CPU and waiting for one, the group commits (entries each), the fdatasyncs (mean, and
+        their share of the phase's wall time; the mean includes the thread's wait for the
+        interpreter after the call), the storage threads' waits for the interpreter after
+        their writes and fdatasyncs and the loop's yields to them (storage/handoff.py), as
+        shares of the wall time."""
         st, wall = self.storage, self.seconds or 1.0
         commits, fsyncs = st.get("group_commits", 0.0), st.get("fsyncs", 0.0)
         per_commit = st.get("group_committed_entries", 0.0) / commits if commits else 0.0
@@ -332,7 +335,10 @@ class PhaseResult:
                 f"{100 * self.loop_wait_s / wall:3.0f}% of the time; "
                 f"{commits / wall:7,.0f} group commits/s of {per_commit:5.1f} entries; "
                 f"fdatasync {fsyncs / wall:6,.0f}/s, mean {mean_ms:5.2f} ms, "
-                f"{100 * st.get('fsync_seconds', 0.0) / wall:3.0f}% of the time")
+                f"{100 * st.get('fsync_seconds', 0.0) / wall:3.0f}% of the time; storage "
+                f"threads waiting for the interpreter "
+                f"{100 * st.get('interpreter_wait_seconds', 0.0) / wall:3.0f}%, the loop "
+                f"yielding to them {100 * st.get('interpreter_yield_seconds', 0.0) / wall:3.0f}%")
 
     def figures(self) -> dict[str, float]:
         lat = sorted(self.latencies_ms)
@@ -394,7 +400,8 @@ class PacedPublisher(Publisher):
         asyncio.get_running_loop().call_later(0.001, self._tick)
 
 
-_STORAGE_COUNTERS = ("group_commits", "group_committed_entries", "fsyncs", "fsync_seconds")
+_STORAGE_COUNTERS = ("group_commits", "group_committed_entries", "fsyncs", "fsync_seconds",
+                     "interpreter_wait_seconds", "interpreter_yield_seconds")
 
 
 def storage_counters(broker: Broker) -> dict[str, float]:

@@ -30,6 +30,10 @@
  *     thread as above.
  * waiting() -> int
  *     How many threads are counted now.
+ * stats() -> (waits, seconds waited, yields, seconds yielded)
+ *     Since the start: the counted waits and their total time (each from the system call's
+ *     return to the interpreter held), the loop's yields and their total time (from letting
+ *     go of the interpreter to holding it again). /metrics exports them.
  * yield_to_waiting(max_us) -> bool
  *     Whether it let go of the interpreter (a thread was counted).
  */
@@ -50,6 +54,18 @@
 static atomic_int waiting_threads;
 /* The loop sleeps in yield_to_waiting: the last thread to get the interpreter wakes it. */
 static atomic_int loop_yielding;
+/* Figures for /metrics: the waits counted and their total, the loop's yields and theirs. */
+static atomic_ullong waits, waited_ns, yields, yielded_ns;
+/* When the calling thread was counted (one wait at a time per thread). */
+static _Thread_local unsigned long long counted_at_ns;
+
+static unsigned long long
+now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (unsigned long long)ts.tv_sec * 1000000000ULL + (unsigned long long)ts.tv_nsec;
+}
 
 #define MAX_IOV 1024
 
@@ -79,6 +95,7 @@ sleep_on_count(int seen, double left_us)
 static inline void
 counted(void)
 {
+    counted_at_ns = now_ns();
     atomic_fetch_add_explicit(&waiting_threads, 1, memory_order_acq_rel);
 }
 
@@ -86,6 +103,8 @@ counted(void)
 static inline void
 uncounted(void)
 {
+    atomic_fetch_add_explicit(&waits, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&waited_ns, now_ns() - counted_at_ns, memory_order_relaxed);
     if (atomic_fetch_sub_explicit(&waiting_threads, 1, memory_order_acq_rel) == 1
             && atomic_load_explicit(&loop_yielding, memory_order_acquire)) {
         wake_loop();
@@ -214,9 +233,17 @@ handoff_waiting(PyObject *module, PyObject *unused)
 static double
 now_us(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
+    return (double)now_ns() / 1e3;
+}
+
+static PyObject *
+handoff_stats(PyObject *module, PyObject *unused)
+{
+    return Py_BuildValue(
+        "(KdKd)", atomic_load_explicit(&waits, memory_order_relaxed),
+        (double)atomic_load_explicit(&waited_ns, memory_order_relaxed) / 1e9,
+        atomic_load_explicit(&yields, memory_order_relaxed),
+        (double)atomic_load_explicit(&yielded_ns, memory_order_relaxed) / 1e9);
 }
 
 static PyObject *
@@ -229,9 +256,10 @@ handoff_yield(PyObject *module, PyObject *arg)
     if (atomic_load_explicit(&waiting_threads, memory_order_acquire) <= 0 || max_us <= 0) {
         Py_RETURN_FALSE;
     }
+    unsigned long long started = now_ns();
     Py_BEGIN_ALLOW_THREADS
     atomic_store_explicit(&loop_yielding, 1, memory_order_release);
-    double deadline = now_us() + (double)max_us;
+    double deadline = (double)started / 1e3 + (double)max_us;
     for (;;) {
         int seen = atomic_load_explicit(&waiting_threads, memory_order_acquire);
         double left = deadline - now_us();
@@ -242,6 +270,8 @@ handoff_yield(PyObject *module, PyObject *arg)
     }
     atomic_store_explicit(&loop_yielding, 0, memory_order_release);
     Py_END_ALLOW_THREADS
+    atomic_fetch_add_explicit(&yields, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&yielded_ns, now_ns() - started, memory_order_relaxed);
     Py_RETURN_TRUE;
 }
 
@@ -254,6 +284,8 @@ static PyMethodDef handoff_methods[] = {
      "os.writev, the thread counted as waiting until it holds the interpreter again."},
     {"waiting", handoff_waiting, METH_NOARGS,
      "How many threads are back from a system call and wait for the interpreter."},
+    {"stats", handoff_stats, METH_NOARGS,
+     "(waits, seconds waited, loop yields, seconds the loop yielded) since the start."},
     {"yield_to_waiting", handoff_yield, METH_O,
      "Let the counted threads take the interpreter, max_us at most; whether any was counted."},
     {NULL, NULL, 0, NULL},

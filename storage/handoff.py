@@ -27,7 +27,7 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Final
 
-__all__ = ["AVAILABLE", "YIELD_MAX_US", "fdatasync", "pwrite", "waiting", "writev",
+__all__ = ["AVAILABLE", "YIELD_MAX_US", "fdatasync", "pwrite", "stats", "waiting", "writev",
            "yield_to_waiting"]
 
 #: The longest the loop lets go of the interpreter for the counted threads, in µs: a thread
@@ -38,6 +38,10 @@ fdatasync: Callable[[int], None]
 pwrite: Callable[[int, bytes | memoryview, int], int]
 writev: Callable[[int, Sequence[bytes | memoryview]], int]
 waiting: Callable[[], int]
+#: (waits, seconds waited, loop yields, seconds the loop yielded) since the start: each wait
+#: from a system call's return to the interpreter held, each yield from letting go of the
+#: interpreter to holding it again (/metrics: horae_storage_interpreter_*).
+stats: Callable[[], tuple[int, float, int, float]]
 yield_to_waiting: Callable[[int], bool]
 
 try:
@@ -51,6 +55,9 @@ except ImportError:   # built without a C compiler
     def waiting() -> int:
         return 0
 
+    def stats() -> tuple[int, float, int, float]:
+        return (0, 0.0, 0, 0.0)
+
     def yield_to_waiting(max_us: int) -> bool:
         return False
 else:
@@ -59,4 +66,5 @@ else:
     pwrite = _handoff.pwrite
     writev = _handoff.writev
     waiting = _handoff.waiting
+    stats = _handoff.stats
     yield_to_waiting = _handoff.yield_to_waiting

@@ -48,6 +48,13 @@ class StorageStats:
     relocated_entries: int = 0
     relocated_bytes: int = 0
     relocated_ledgers: int = 0
+    # the storage threads handed the interpreter (storage/handoff.py), process-wide: waits
+    # counted from a write's or fdatasync's return to the interpreter held, and the loop's
+    # yields to them
+    interpreter_waits: int = 0
+    interpreter_wait_seconds: float = 0.0
+    interpreter_yields: int = 0
+    interpreter_yield_seconds: float = 0.0
 
     def as_dict(self) -> dict[str, int | float | bool]:
         return asdict(self)

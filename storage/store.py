@@ -50,6 +50,7 @@ from storage.cursor_files import CursorScan, SnapshotKey, scan_cursor_files
 from storage.diskusage import DiskMonitor, MeasureSpace, statvfs_space
 from storage.errors import LedgerClosedError, StorageError
 from storage.fileops import FileOps
+from storage.handoff import stats as handoff_stats
 from storage.ids import IdAllocator
 from storage.index_pages import IndexPager
 from storage.ledger import LedgerContext, ManagedLedger
@@ -435,6 +436,7 @@ class SegmentStore:
                 relocated_entries += len(relocated)
                 relocated_bytes += relocated.size_bytes
                 relocated_ledgers += len(relocated.ghosts)
+        waits, waited_s, yields, yielded_s = handoff_stats()
         return StorageStats(
             group_commits=writer.batches,
             group_committed_entries=writer.batched_entries,
@@ -464,6 +466,10 @@ class SegmentStore:
             relocated_entries=relocated_entries,
             relocated_bytes=relocated_bytes,
             relocated_ledgers=relocated_ledgers,
+            interpreter_waits=waits,
+            interpreter_wait_seconds=waited_s,
+            interpreter_yields=yields,
+            interpreter_yield_seconds=yielded_s,
         )
 
     def health_problems(self) -> list[str]:

@@ -12,7 +12,8 @@ Counters (exposed with ``_total``): fsyncs, failed fsyncs, group commits, the en
 made durable, seconds spent in fdatasync, corrupt records,
 truncated bytes, dropped entries, corrupt cursor files, cursor fallbacks, cursor save
 failures, read-only entries, appends refused while read-only, entries read from the entry
-cache and lookups it missed. Gauges: read-only (0/1), disk
+cache and lookups it missed, and the storage threads' waits for the interpreter after a write
+or fdatasync and the loop's yields to them (storage/handoff.py; zero without its extension). Gauges: read-only (0/1), disk
 usage ratio, oldest unsaved acknowledgement age (s), cursors failing to save now, topics
 whose trimming is suspended, fenced managed ledgers, open managed ledgers, entry-cache bytes,
 and the copy-forward of long-delayed messages (broker/delayed/relocate.py): pending entries
@@ -55,6 +56,17 @@ STORAGE_COUNTERS: dict[str, tuple[str, str]] = {
     "horae_storage_cache_hits": ("cache_hits", "Entries read from the entry cache"),
     "horae_storage_cache_misses": ("cache_misses", "Lookups the entry cache could not answer "
                                    "(the entries were then read from disk)"),
+    "horae_storage_interpreter_waits": ("interpreter_waits", "Writes and fdatasyncs of the "
+                                        "storage threads after which the thread waited for "
+                                        "the Python interpreter"),
+    "horae_storage_interpreter_wait_seconds": ("interpreter_wait_seconds", "Time the storage "
+                                               "threads waited for the Python interpreter "
+                                               "after a write or fdatasync"),
+    "horae_storage_interpreter_yields": ("interpreter_yields", "Times the event loop let a "
+                                         "waiting storage thread take the interpreter"),
+    "horae_storage_interpreter_yield_seconds": ("interpreter_yield_seconds", "Time the event "
+                                                "loop spent letting storage threads take the "
+                                                "interpreter"),
 }
 
 #: Gauge family name -> (StorageStats field, help).

@@ -504,7 +504,8 @@ def test_storage_health_and_publish_refusals_are_exported_under_the_alerted_name
         failed_fsyncs=2, corrupt_records=3, truncated_bytes=40, cursor_fallbacks=1,
         read_only=True, disk_usage=0.96, oldest_unsaved_ack_seconds=1.5, cursors_failing_save=1,
         relocated_entries=6, relocated_bytes=1300, relocated_ledgers=3, cache_hits=11,
-        cache_misses=5)
+        cache_misses=5, interpreter_waits=8, interpreter_wait_seconds=0.25,
+        interpreter_yields=4, interpreter_yield_seconds=0.01)
     service.publish_refused = {"disk": 7}
     scraped = _samples(_exposition(service))
     assert _value(scraped, "horae_storage_fsync_failures_total", cluster="c1") == 2
@@ -520,6 +521,10 @@ def test_storage_health_and_publish_refusals_are_exported_under_the_alerted_name
     assert _value(scraped, "horae_storage_relocated_ledgers", cluster="c1") == 3
     assert _value(scraped, "horae_storage_cache_hits_total", cluster="c1") == 11
     assert _value(scraped, "horae_storage_cache_misses_total", cluster="c1") == 5
+    assert _value(scraped, "horae_storage_interpreter_waits_total", cluster="c1") == 8
+    assert _value(scraped, "horae_storage_interpreter_wait_seconds_total", cluster="c1") == 0.25
+    assert _value(scraped, "horae_storage_interpreter_yields_total", cluster="c1") == 4
+    assert _value(scraped, "horae_storage_interpreter_yield_seconds_total", cluster="c1") == 0.01
     assert _value(scraped, "horae_publish_refused_total", cluster="c1", reason="disk") == 7
 
 

@@ -89,6 +89,7 @@ def test_a_thread_back_from_fdatasync_is_let_in(tmp_path: Path) -> None:
             synced.append(i)
         done.set()
 
+    waits_before, waited_before, yields_before, yielded_before = accel.stats()
     thread = threading.Thread(target=worker)
     thread.start()
     yielded = turns = 0
@@ -104,7 +105,33 @@ def test_a_thread_back_from_fdatasync_is_let_in(tmp_path: Path) -> None:
     assert synced == list(range(rounds))
     assert yielded >= 1
     assert accel.waiting() == 0
+    waits, waited, yields, yielded_s = accel.stats()
+    assert waits >= waits_before + rounds and waited > waited_before
+    assert yields >= yields_before + yielded and yielded_s > yielded_before
     assert accel.yield_to_waiting(100_000) is False   # nobody counted: nothing done
+
+
+def test_a_store_reports_its_threads_waits(tmp_path: Path) -> None:
+    """The store's stats carry the figures (/metrics exports them): a group commit's writes
+    and fdatasync are counted."""
+    import asyncio
+
+    from storage.config import StorageConfig
+    from storage.store import SegmentStore
+
+    async def run() -> tuple[int, int]:
+        store = await SegmentStore.open(tmp_path, StorageConfig(fsync=True))
+        try:
+            before = store.stats().interpreter_waits
+            ledger = await store.open_ledger("persistent://t/n/handoff")
+            for i in range(5):
+                await ledger.append(b"entry %d" % i)
+            return before, store.stats().interpreter_waits
+        finally:
+            await store.close()
+
+    before, after = asyncio.run(run())
+    assert after >= before + 5 * 2   # a write and an fdatasync for each lone append
 
 
 def test_nobody_counted_no_yield() -> None:
