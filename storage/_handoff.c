@@ -111,6 +111,16 @@ uncounted(void)
     }
 }
 
+/* Runs `call` without the interpreter, keeps its errno in `err`, and counts the thread from
+ * the call's return until it holds the interpreter again: the one place that order lives. */
+#define COUNTED_CALL(result, err, call) \
+    Py_BEGIN_ALLOW_THREADS \
+    (result) = (call); \
+    (err) = errno; \
+    counted(); \
+    Py_END_ALLOW_THREADS \
+    uncounted()
+
 static PyObject *
 handoff_fdatasync(PyObject *module, PyObject *arg)
 {
@@ -119,12 +129,7 @@ handoff_fdatasync(PyObject *module, PyObject *arg)
         return NULL;
     }
     int rc, err;
-    Py_BEGIN_ALLOW_THREADS
-    rc = fdatasync(fd);
-    err = errno;
-    counted();
-    Py_END_ALLOW_THREADS
-    uncounted();
+    COUNTED_CALL(rc, err, fdatasync(fd));
     if (rc != 0) {
         errno = err;
         return PyErr_SetFromErrno(PyExc_OSError);
@@ -153,12 +158,7 @@ handoff_pwrite(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     ssize_t n;
     int err;
-    Py_BEGIN_ALLOW_THREADS
-    n = pwrite(fd, view.buf, (size_t)view.len, (off_t)offset);
-    err = errno;
-    counted();
-    Py_END_ALLOW_THREADS
-    uncounted();
+    COUNTED_CALL(n, err, pwrite(fd, view.buf, (size_t)view.len, (off_t)offset));
     PyBuffer_Release(&view);
     if (n < 0) {
         errno = err;
@@ -203,12 +203,7 @@ handoff_writev(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (got == count) {
         ssize_t n;
         int err;
-        Py_BEGIN_ALLOW_THREADS
-        n = writev(fd, iov, (int)count);
-        err = errno;
-        counted();
-        Py_END_ALLOW_THREADS
-        uncounted();
+        COUNTED_CALL(n, err, writev(fd, iov, (int)count));
         if (n < 0) {
             errno = err;
             PyErr_SetFromErrno(PyExc_OSError);

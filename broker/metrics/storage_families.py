@@ -13,9 +13,9 @@ made durable, seconds spent in fdatasync, corrupt records,
 truncated bytes, dropped entries, corrupt cursor files, cursor fallbacks, cursor save
 failures, read-only entries, appends refused while read-only, entries read from the entry
 cache and lookups it missed, and the storage threads' waits for the interpreter after a write
-or fdatasync and the loop's yields to them (storage/handoff.py; zero without its extension). Gauges: read-only (0/1), disk
-usage ratio, oldest unsaved acknowledgement age (s), cursors failing to save now, topics
-whose trimming is suspended, fenced managed ledgers, open managed ledgers, entry-cache bytes,
+or fdatasync and the loop's yields to them (storage/handoff.py; zero without its extension).
+Gauges: read-only (0/1), disk usage ratio, oldest unsaved acknowledgement age (s), cursors
+failing to save now, topics whose trimming is suspended, fenced managed ledgers, open managed ledgers, entry-cache bytes,
 and the copy-forward of long-delayed messages (broker/delayed/relocate.py): pending entries
 held in side files, their bytes, ledgers trimmed while still held (kept as ghosts).
 """
