@@ -12,6 +12,10 @@ machine's load changes far less than wall time. Two phases per round:
   dispatcher reads and holds them all in the delayed tracker (not measured), then, once they
   are due, the consumers get their permits and the time from there to the last MESSAGE frame
   written is measured (tracker hand-out, entry reads, routing, MESSAGE encoding, writes).
+  ``--mode spread``: the same, but each entry falls due at a random time within ``--span-ms``
+  (scattered positions, a few each millisecond, as in ``delayed_e2e.py``'s lateness run); the
+  consumers have their permits before the first falls due and the loop's CPU over the whole
+  span is measured, with how long after its deliver time each MESSAGE frame was written.
   ``--mode backlog``: plain entries, the same from the first permit to the last frame.
   ``--mode single``: one entry appended at a time (one send in flight, as the end-to-end
   figure of ``compare_peer.py``), from the subscription told of it to its frame written; its
@@ -35,6 +39,7 @@ import argparse
 import asyncio
 import cProfile
 import pstats
+import random
 import sys
 import tempfile
 import time
@@ -71,12 +76,29 @@ class CountingConnection:
 
     def __init__(self) -> None:
         self.chunks: list[bytes] = []
+        self.stamps: list[tuple[float, int]] = []
+        """(wall-clock time, chunks written by then) after each write"""
 
     def write(self, data: bytes) -> None:
         self.chunks.append(data)
+        self.stamps.append((time.time(), len(self.chunks)))
 
     def writelines(self, parts: list[bytes]) -> None:
         self.chunks.extend(parts)
+        self.stamps.append((time.time(), len(self.chunks)))
+
+    def written_at(self) -> list[tuple[float, int]]:
+        """(time written, entry id) of every MESSAGE frame."""
+        out = []
+        decoder = FrameDecoder()
+        done = 0
+        for at, upto in self.stamps:
+            decoder.receive_data(b"".join(self.chunks[done:upto]))
+            done = upto
+            while (frame := decoder.next_frame()) is not NEED_DATA:
+                if frame.command.type == pb.BaseCommand.MESSAGE:
+                    out.append((at, frame.command.message.message_id.entryId))
+        return out
 
     def hold_reading(self, held: bool) -> None:
         """An ACK applied in slices holds the connection's reading: nothing is read here."""
@@ -142,15 +164,19 @@ async def _round(args: argparse.Namespace, work: Path,
     store = await SegmentStore.open(work, StorageConfig(fsync=False))
     try:
         ledger = await store.open_ledger(BenchTopic.full)
-        herd = args.mode == "herd"
+        herd = args.mode in ("herd", "spread")
         # far enough ahead that every entry is read and held before it falls due
         due_at = int(time.time() * 1000) + 5000 + args.messages // 4
         now = int(time.time() * 1000)
+        spread = args.span_ms if args.mode == "spread" else 0
+        rnd = random.Random(7)
+        deliver: list[int] = []   # by entry id (one ledger, from 0)
         entries = []
         for i in range(0 if args.mode == "single" else args.messages):
             md = pb.MessageMetadata(producer_name="p", sequence_id=i, publish_time=now)
             if herd:
-                md.deliver_at_time = due_at
+                md.deliver_at_time = due_at + (rnd.randrange(spread) if spread else 0)
+                deliver.append(md.deliver_at_time)
             entries.append(encode_entry(md, b"x" * args.payload))
         for start in range(0, len(entries), 1000):  # a publisher's window: group commits
             await asyncio.gather(*(ledger.append(e) for e in entries[start:start + 1000]))
@@ -185,10 +211,11 @@ async def _round(args: argparse.Namespace, work: Path,
             if held != args.messages:
                 raise SystemExit(f"only {held} of {args.messages} held before they fell due "
                                  "(a loaded machine: try fewer --messages)")
-            while int(time.time() * 1000) <= due_at:
-                await asyncio.sleep(0.01)
             if args.from_disk:   # as when the herd's entries aged out of the cache
                 store.cache.evict_oldest(store.cache.size_bytes + 1)
+            # a spread is dispatched as it falls due: the permits are there before the first
+            while int(time.time() * 1000) <= due_at - (50 if spread else 0):
+                await asyncio.sleep(0.01)
 
         def sent() -> int:
             return sum(c.msg_out_counter for _, c in consumers)
@@ -208,13 +235,14 @@ async def _round(args: argparse.Namespace, work: Path,
             consumer.permits = args.messages
         dispatcher.schedule()
         w0 = time.perf_counter()
+        poll_s = 0.005 if spread else 0.0005
         while sent() < args.messages:
             if probe_ledger is not None:   # another topic's one-at-a-time publish
                 s0 = time.perf_counter()
                 await probe_ledger.append(b"p" * 100)
                 probe_ms.append((time.perf_counter() - s0) * 1000)
             else:   # not a busy wait: the loop thread's CPU is the dispatcher's
-                await asyncio.sleep(0.0005)
+                await asyncio.sleep(poll_s)
         while dispatcher._task is not None:   # the last round's flush
             await asyncio.sleep(0.0005)
         args.wall_s = time.perf_counter() - w0
@@ -226,6 +254,9 @@ async def _round(args: argparse.Namespace, work: Path,
             args.opcode_counts = counter.per_code
         if prof is not None:
             prof.disable()
+        if spread:   # how long after its deliver time each message was written
+            args.late_ms = sorted(at * 1000 - deliver[entry_id]
+                                  for conn in conns for at, entry_id in conn.written_at())
         acks = []
         for (side, consumer), conn in zip(consumers, conns, strict=True):
             ids = conn.message_ids()
@@ -319,6 +350,11 @@ async def _main(args: argparse.Namespace) -> None:
                      f"{ms[len(ms) // 2]:.2f} p99 {ms[min(len(ms) - 1, len(ms) * 99 // 100)]:.2f} "
                      f"max {ms[-1]:.2f} ms")
         threads = f" (all threads {p:.2f})" if p == p else ""   # not measured: nan
+        if getattr(args, "late_ms", None):
+            ms = args.late_ms
+            probe += (f"; written after the deliver time p50 {ms[len(ms) // 2]:.2f} p99 "
+                      f"{ms[min(len(ms) - 1, len(ms) * 99 // 100)]:.2f} max {ms[-1]:.2f} ms"
+                      f", {sum(1 for x in ms if x < 0)} early")
         print(f"  round {r + 1}: dispatch {d:.2f} us/msg{threads}, "
               f"ack {a:.2f} us/msg{probe}", flush=True)
         if args.opcodes:   # traced: the times mean nothing, the counts do
@@ -344,7 +380,10 @@ def main() -> None:
     p.add_argument("--messages", type=int, default=50_000)
     p.add_argument("--consumers", type=int, default=4)
     p.add_argument("--payload", type=int, default=100, help="payload bytes per message")
-    p.add_argument("--mode", choices=("herd", "backlog", "single"), default="herd")
+    p.add_argument("--mode", choices=("herd", "spread", "backlog", "single"), default="herd")
+    p.add_argument("--span-ms", type=int, default=2000, dest="span_ms",
+                   help="spread: the entries fall due at random over this many ms (as "
+                        "delayed_e2e.py's lateness run: scattered positions, a few per ms)")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--profile", action="store_true")
     p.add_argument("--probe", action="store_true",

@@ -1,4 +1,5 @@
-/* The recovery scan's in-order run of records in C.
+/* The segment records' hot loops in C: the recovery scan's in-order run and the loop's
+ * scattered reads from the page cache.
  *
  * Theory of operation
  * -------------------
@@ -25,14 +26,33 @@
  * data_end(reference, buf, start, size) -> int
  *     storage.segments._data_end: the offset after the last non-zero byte in [start, size).
  *
+ * read_records(reference, crc32c, fd, records, bias, ident, budget, found_any, max_read_bytes)
+ *     -> (datas, budget left)
+ *     storage.read_fds.read_records_py(fd, records, bias, ident, budget, found_any,
+ *     max_read_bytes) with os's preadv2 and RWF_NOWAIT: the records (entry_id, offset, length)
+ *     of one segment, each read from the page cache on its own without waiting for the disk
+ *     (its header onto the stack, its data straight into the bytes object returned: no kept
+ *     buffer, no copy) and checked as storage.segments.parse_records checks it: its data, or
+ *     None for a record that fails its checks. It stops, in order, before a record once
+ *     budget <= 0 and something was found (found_any, or an earlier record of this call),
+ *     before one longer than max_read_bytes with its header, and at one the page cache does
+ *     not hold whole (EAGAIN or a short read). A read that fails otherwise raises OSError when
+ *     it is the first record's (the caller turns in-place reads off or drops the descriptor)
+ *     and ends the run when it is a later one's. The GIL is kept: a read that never waits for
+ *     the disk is shorter than a hand-over of the interpreter. Arguments outside what C
+ *     integers hold here (or records not a list of 3-tuples) go to reference.
+ *
  * The records are little-endian: u32 stored length, u32 crc, u64 entry id. The offsets and
  * lengths found are appended in one go at the end (array.frombytes), not one call each.
  * It reads only the buffer it is given, within size; no state.
  */
 #define PY_SSIZE_T_CLEAN
+#define _GNU_SOURCE
 #include <Python.h>
+#include <errno.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/uio.h>
 
 #define HEADER 16
 
@@ -358,18 +378,157 @@ found:
     return PyLong_FromLongLong(end);
 }
 
+
+/* The CRC32C of prefix then data (a bytes object) through crc32c, as parse_records computes
+ * it (crc32c(data, crc32c(prefix))): 0 with *value set, -1 with an error. */
+static int
+prefixed_crc(PyObject *crc32c, const uint8_t *prefix, Py_ssize_t prefix_len, PyObject *data,
+             uint32_t *value)
+{
+    PyObject *head = PyBytes_FromStringAndSize((const char *)prefix, prefix_len);
+    if (head == NULL)
+        return -1;
+    PyObject *start = PyObject_CallOneArg(crc32c, head);
+    Py_DECREF(head);
+    if (start == NULL)
+        return -1;
+    PyObject *args[2] = {data, start};
+    PyObject *result = PyObject_Vectorcall(crc32c, args, 2, NULL);
+    Py_DECREF(start);
+    if (result == NULL)
+        return -1;
+    unsigned long crc = PyLong_AsUnsignedLong(result);
+    Py_DECREF(result);
+    if (crc == (unsigned long)-1 && PyErr_Occurred())
+        return -1;
+    *value = (uint32_t)crc;
+    return 0;
+}
+
+#ifdef RWF_NOWAIT
+/* read_records(reference, crc32c, fd, records, bias, ident, budget, found_any, max_read_bytes)
+ * (see the top of this file). */
+static PyObject *
+read_records(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 9) {
+        PyErr_SetString(PyExc_TypeError, "read_records takes 9 arguments");
+        return NULL;
+    }
+    PyObject *reference = args[0], *crc32c = args[1], *records = args[3];
+    PyObject *ident_obj = args[5];
+    long long fd, bias, budget, max_read;
+    uint64_t ident = 0;
+    int has_ident = ident_obj != Py_None;
+    int found_any = PyObject_IsTrue(args[7]);
+    if (found_any < 0)
+        return NULL;
+    if (!ll_arg(args[2], 0, INT32_MAX, &fd) || !PyList_CheckExact(records)
+            || !ll_arg(args[4], INT32_MIN, INT32_MAX, &bias)
+            || !ll_arg(args[6], LLONG_MIN / 2, LLONG_MAX / 2, &budget)
+            || !ll_arg(args[8], 0, PY_SSIZE_T_MAX, &max_read)
+            || (has_ident && !u64_arg(ident_obj, &ident)))
+        return PyObject_Vectorcall(reference, args + 2, 7, NULL);
+    Py_ssize_t count = PyList_GET_SIZE(records);
+    /* every record a (entry_id, offset, length) of C integers, checked before any read */
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *record = PyList_GET_ITEM(records, i);
+        uint64_t entry_id;
+        long long offset, length;
+        if (!PyTuple_CheckExact(record) || PyTuple_GET_SIZE(record) != 3
+                || !u64_arg(PyTuple_GET_ITEM(record, 0), &entry_id)
+                || !ll_arg(PyTuple_GET_ITEM(record, 1), 0, LLONG_MAX / 2, &offset)
+                || !ll_arg(PyTuple_GET_ITEM(record, 2), 0, INT32_MAX, &length))
+            return PyObject_Vectorcall(reference, args + 2, 7, NULL);
+    }
+    PyObject *datas = PyList_New(0);
+    if (datas == NULL)
+        return NULL;
+    uint8_t prefix[20];
+    Py_ssize_t prefix_len = has_ident ? 20 : 12;
+    int found = found_any;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        if (budget <= 0 && found)
+            break;
+        PyObject *record = PyList_GET_ITEM(records, i);
+        uint64_t entry_id = (uint64_t)PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(record, 0));
+        long long offset = PyLong_AsLongLong(PyTuple_GET_ITEM(record, 1));
+        long long length = PyLong_AsLongLong(PyTuple_GET_ITEM(record, 2));
+        if (HEADER + length > max_read)
+            break;
+        PyObject *data = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)length);
+        if (data == NULL) {
+            Py_DECREF(datas);
+            return NULL;
+        }
+        uint8_t header[HEADER];
+        struct iovec iov[2] = {
+            {header, HEADER}, {PyBytes_AS_STRING(data), (size_t)length},
+        };
+        ssize_t got = preadv2((int)fd, iov, 2, (off_t)offset, RWF_NOWAIT);
+        if (got != HEADER + length) {
+            int err = errno;
+            Py_DECREF(data);
+            if (got < 0 && err != EAGAIN && err != EWOULDBLOCK && i == 0) {
+                Py_DECREF(datas);
+                errno = err;
+                return PyErr_SetFromErrno(PyExc_OSError);
+            }
+            break;   /* not all in the page cache, or a later record's failure: stop here */
+        }
+        uint32_t stored = u32le(header);
+        uint32_t crc = u32le(header + 4);
+        uint64_t got_id = u64le(header + 8);
+        int ok = (long long)stored == length + bias && got_id == entry_id;
+        if (ok) {
+            put_u32le(prefix, stored);
+            put_u64le(prefix + 4, entry_id);
+            if (has_ident)
+                put_u64le(prefix + 12, ident);
+            uint32_t value;
+            if (prefixed_crc(crc32c, prefix, prefix_len, data, &value) < 0) {
+                Py_DECREF(data);
+                Py_DECREF(datas);
+                return NULL;
+            }
+            ok = value == crc;
+        }
+        if (!ok) {
+            Py_DECREF(data);
+            data = Py_NewRef(Py_None);
+        } else {
+            budget -= length;
+            found = 1;
+        }
+        int failed = PyList_Append(datas, data);
+        Py_DECREF(data);
+        if (failed < 0) {
+            Py_DECREF(datas);
+            return NULL;
+        }
+    }
+    return Py_BuildValue("(NL)", datas, budget);
+}
+#endif
+
 static PyMethodDef methods[] = {
     {"data_end", (PyCFunction)(void (*)(void))data_end, METH_FASTCALL,
      "data_end(reference, buf, start, size) -> int"},
     {"scan_in_order", (PyCFunction)(void (*)(void))scan_in_order, METH_FASTCALL,
      "scan_in_order(reference, crc32c, max_record_bytes, joined_crc_bytes, buf, size, off, "
      "data_end, last_id, bias, ident, offsets, lengths) -> (off, last_id, run_bytes)"},
+#ifdef RWF_NOWAIT
+    {"read_records", (PyCFunction)(void (*)(void))read_records, METH_FASTCALL,
+     "read_records(reference, crc32c, fd, records, bias, ident, budget, found_any, "
+     "max_read_bytes) -> (datas, budget)"},
+#endif
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module_def = {
     PyModuleDef_HEAD_INIT, "storage._scan_accel",
-    "The C twins of storage.segments._scan_in_order and _data_end (see that module).", -1, methods,
+    "The C twins of storage.segments._scan_in_order and _data_end and of "
+    "storage.read_fds.read_records_py (see those modules).", -1, methods,
 };
 
 PyMODINIT_FUNC

@@ -224,6 +224,14 @@ class EntryCache:
         self.hits += 1
         return data
 
+    def misses_all(self, ledger_id: int, count: int) -> bool:
+        """True, with ``count`` misses counted, when nothing of the ledger is cached: every
+        :meth:`get` of it would miss. False (nothing counted) otherwise."""
+        if ledger_id in self._starts:
+            return False
+        self.misses += count
+        return True
+
     def get_run(self, ledger_id: int, entry_id: int, limit: int) -> Sequence[bytes]:
         """Up to ``limit`` consecutive cached entries from ``entry_id`` on, all from the
         chunk holding ``entry_id`` (one lookup for the run, where :meth:`get` makes one per

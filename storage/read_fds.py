@@ -15,7 +15,13 @@ messages read back from disk: a third less broker CPU per message, delivered a t
 on 20,000 due messages a second with random delays (scattered reads, one record each): a fifth
 less broker CPU per due message.
 
-The loop reads into one buffer it keeps (grown to the largest read, at most
+Scattered records (a delayed index's due positions: one record each, far apart) are read one
+system call each by :meth:`ReadFds.read_records`, in C where the extension is built
+(storage/_scan_accel.c): the header onto the stack and the data straight into the bytes object
+served, so neither the kept buffer nor a copy; :meth:`ReadFds.read_records_py` is its
+reference, and what a FileOps that reads otherwise (a test's) gets.
+
+The loop reads runs into one buffer it keeps (grown to the largest read, at most
 :data:`NOWAIT_MAX_BYTES`) and the records are checked and copied out of it at once: memory
 the process just mapped costs a page fault per 4 KiB on first touch, which made a fresh 1 MiB
 buffer per read ~7x slower than the read itself. With the buffer kept, a read of up to 2 MiB
@@ -47,10 +53,22 @@ import errno
 import logging
 import os
 from collections import OrderedDict
+from collections.abc import Callable
 from concurrent.futures import Executor, Future
+from functools import partial
+
+from crc32c import crc32c
 
 from storage.fileops import FileOps
 from storage.segment_file import SegmentFile
+from storage.segments import RECORD_HEADER_SIZE, check_record, crc_identity, length_bias
+
+try:
+    import storage._scan_accel as _scan_accel
+except ImportError:   # built without a compiler: the reference
+    _read_records = None
+else:   # absent where the OS has no RWF_NOWAIT
+    _read_records = getattr(_scan_accel, "read_records", None)
 
 __all__ = ["MAX_READ_FDS", "NOWAIT_MAX_BYTES", "ReadFds"]
 
@@ -87,6 +105,11 @@ class ReadFds:
         #: Reads answered in place.
         self.hits = 0
         self._buf = bytearray(0)   # what in-place reads fill (grown on demand, then kept)
+        # scattered records: the C twin where the reads are os's own (a test's FileOps
+        # that reads otherwise sees each of them through the reference)
+        self._read_run: Callable[..., tuple[list[bytes | None], int]] = self.read_records_py
+        if _read_records is not None and type(ops).pread_nowait is FileOps.pread_nowait:
+            self._read_run = partial(_read_records, self.read_records_py, crc32c)
 
     @property
     def open_count(self) -> int:
@@ -116,21 +139,89 @@ class ReadFds:
         try:
             whole = self._ops.pread_nowait(fd, view, offset)
         except OSError as exc:
-            if exc.errno in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
-                log.info("storage: reads without waiting for the disk are not available "
-                         "here (%s); every read from disk goes to a read thread", exc)
-                self.enabled = False
-                return None
-            # anything else (EIO, ...): the read thread reads it again and reports what it
-            # finds; the descriptor is not trusted again
-            log.warning("storage: an in-place read of %s failed (%s); read in a thread",
-                        segment.path, exc)
-            self.forget(segment)
+            self._failed(segment, exc)
             return None
         if not whole:
             return None
         self.hits += 1
         return view
+
+    def read_records(self, segment: SegmentFile, records: list[tuple[int, int, int]],
+                     budget: int, found_any: bool) -> tuple[list[bytes | None], int] | None:
+        """The segment's scattered ``records`` (entry_id, offset, length), in order, each read
+        on its own in place and checked: each one's data, None for one that fails its checks,
+        up to the first the page cache lacks, the first past :data:`NOWAIT_MAX_BYTES`, or the
+        first once ``budget`` bytes are spent and something is found (``found_any``: by the
+        caller already). Returns those answers, in order, and the budget left; None when
+        nothing can be read in place (no descriptor yet: one is asked for; in-place reads
+        off). The data are bytes of their own.
+
+        One system call a record, from C (storage/_scan_accel.c) when the extension is built
+        and the FileOps reads as os does; else :meth:`read_records_py`, the reference, through
+        ``FileOps.pread_nowait`` (a test's FileOps sees every read)."""
+        if not self.enabled:
+            return None
+        fd = self._fds.get(segment)
+        if fd is None:
+            self.want(segment)
+            return None
+        self._fds.move_to_end(segment)
+        fmt = segment.format
+        try:
+            datas, budget = self._read_run(fd, records, length_bias(fmt),
+                                           crc_identity(fmt, segment.ledger_id), budget,
+                                           found_any, NOWAIT_MAX_BYTES)
+        except OSError as exc:
+            self._failed(segment, exc)
+            return None
+        self.hits += len(datas)
+        return datas, budget
+
+    def read_records_py(self, fd: int, records: list[tuple[int, int, int]], bias: int,
+                        ident: int | None, budget: int, found_any: bool,
+                        max_read_bytes: int) -> tuple[list[bytes | None], int]:
+        """:meth:`read_records` on a descriptor, through ``FileOps.pread_nowait`` into the
+        kept buffer (the reference of storage/_scan_accel.c's ``read_records``). An OSError
+        is raised for the first record and ends the run for a later one."""
+        datas: list[bytes | None] = []
+        found = found_any
+        for entry_id, offset, length in records:
+            if budget <= 0 and found:
+                break
+            size = RECORD_HEADER_SIZE + length
+            if size > max_read_bytes:
+                break
+            if size > len(self._buf):
+                self._buf = bytearray(max(_BUFFER_MIN_BYTES, 1 << (size - 1).bit_length()))
+            view = memoryview(self._buf)[:size]
+            try:
+                whole = self._ops.pread_nowait(fd, view, offset)
+            except OSError:
+                if not datas:
+                    raise
+                break
+            if not whole:
+                break
+            data = check_record(view, entry_id, length, bias, ident)
+            datas.append(data)
+            if data is not None:
+                budget -= length
+                found = True
+        return datas, budget
+
+    def _failed(self, segment: SegmentFile, exc: OSError) -> None:
+        """An in-place read of the segment raised: in-place reads go off for good where the
+        kernel does not take them, else its descriptor goes."""
+        if exc.errno in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+            log.info("storage: reads without waiting for the disk are not available "
+                     "here (%s); every read from disk goes to a read thread", exc)
+            self.enabled = False
+            return
+        # anything else (EIO, ...): the read thread reads it again and reports what it
+        # finds; the descriptor is not trusted again
+        log.warning("storage: an in-place read of %s failed (%s); read in a thread",
+                    segment.path, exc)
+        self.forget(segment)
 
     def want(self, segment: SegmentFile) -> None:
         """Open a descriptor of the segment in the pool (once), kept when it comes back."""

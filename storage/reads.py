@@ -18,6 +18,7 @@ import bisect
 import os
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor
+from operator import itemgetter
 from pathlib import Path
 
 from storage.cache import EntryCache
@@ -45,6 +46,8 @@ DEFAULT_MAX_READ_BYTES = 5 * 1024 * 1024
 #: ``tuple.__new__``: entries and positions built per entry read, without the Python
 #: ``__new__`` a NamedTuple generates (storage/positions.py)
 _new = tuple.__new__
+_ledger_id = itemgetter(0)   # a Position's fields
+_entry_id = itemgetter(1)
 
 OnCorrupt = Callable[[LedgerState, int, int, int], None]
 """on_corrupt(ledger, entry_id, offset, length): a record failed its checks when read."""
@@ -135,7 +138,13 @@ class EntryReader:
         missing: list[Position] = []
         by_ledger: dict[int, list[Position]] = {}
         nbytes = 0
-        for pos in positions:
+        uncached = self._uncached_run(positions)
+        if uncached is not None:   # one ledger's, none cached: all from disk below
+            by_ledger[uncached] = list(positions)
+            positions_left: Sequence[Position] = ()
+        else:
+            positions_left = positions
+        for pos in positions_left:
             if nbytes >= max_bytes and (found or by_ledger):
                 break
             led = self._ledgers.get(pos.ledger_id)
@@ -191,6 +200,12 @@ class EntryReader:
                 limit = min(led.confirmed, len(offsets))
                 records: list[tuple[int, int, int]] = []
                 kept: list[Position] = []
+                ids = list(map(_entry_id, wanted))
+                if max(ids) < limit:   # in range: their records in C-level calls
+                    starts = list(map(offsets.__getitem__, ids))
+                    if min(starts) >= 0:   # none dropped by recovery
+                        records = list(zip(ids, starts, map(lengths.__getitem__, ids), strict=True))
+                        kept, wanted = wanted, []
                 for pos in wanted:
                     entry_id = pos.entry_id
                     if entry_id >= limit or offsets[entry_id] < 0:
@@ -251,6 +266,24 @@ class EntryReader:
                 missing.append(pos)
         return [found[p] for p in positions if p in found], missing
 
+    def _uncached_run(self, positions: Sequence[Position]) -> int | None:
+        """The ledger id when ``positions`` are all of one open ledger, within its confirmed
+        entries, not relocated, and the entry cache holds nothing of it (a delayed index's due
+        positions, long after their publish): each is then a miss, counted at once, without a
+        lookup each. None otherwise (the caller looks at each)."""
+        if not positions or len(set(map(_ledger_id, positions))) != 1:
+            return None
+        ledger_id = positions[0].ledger_id
+        led = self._ledgers.get(ledger_id)
+        relocated = self._relocated
+        if led is None or (relocated is not None and ledger_id in relocated.ghosts):
+            return None
+        ids = list(map(_entry_id, positions))
+        if min(ids) < 0 or max(ids) >= led.confirmed or not self._cache.misses_all(ledger_id,
+                                                                                   len(ids)):
+            return None
+        return ledger_id
+
     def _scattered_in_place(
         self, led: LedgerState, positions: list[Position], records: list[tuple[int, int, int]],
         found: dict[Position, Entry], missing: list[Position], budget: int,
@@ -259,26 +292,17 @@ class EntryReader:
         order, each checked, until one the page cache lacks or ``budget`` bytes once an entry
         is found. Returns how many were answered (found, or missing: failed the checks) and
         the budget left."""
-        segment = led.segment
-        read = self._fds.read
-        fmt, ledger_id = segment.format, segment.ledger_id
-        done = 0
-        for pos, record in zip(positions, records, strict=True):
-            if budget <= 0 and found:
-                break
-            entry_id, offset, length = record
-            blob = read(segment, RECORD_HEADER_SIZE + length, offset)
-            if blob is None:
-                break
-            data = parse_records(blob, [record], fmt, ledger_id)[0][1]
+        got = self._fds.read_records(led.segment, records, budget, bool(found))
+        if got is None:
+            return 0, budget
+        datas, budget = got
+        for pos, record, data in zip(positions, records, datas, strict=False):   # datas: fewer
             if data is None:     # failed its checks: reported, never served
-                self._on_corrupt(led, entry_id, offset, length)
+                self._on_corrupt(led, *record)
                 missing.append(pos)
             else:
                 found[pos] = _new(Entry, (pos, data))
-                budget -= length
-            done += 1
-        return done, budget
+        return len(datas), budget
 
     async def _index_arrays(self, led: LedgerState) -> tuple[Sequence[int], Sequence[int]] | None:
         """A segment's (offsets, lengths) of its entries, None when it is gone (trimmed or

@@ -496,6 +496,20 @@ def parse_records(blob: bytes | memoryview, wanted: list[tuple[int, int, int]], 
     return out
 
 
+def check_record(record: bytes | memoryview, entry_id: int, length: int, bias: int,
+                 ident: int | None) -> bytes | None:
+    """The data of one record read on its own (its header, then ``length`` bytes), as
+    :func:`parse_records` checks it: a copy, or None when the record fails its checks.
+    ``bias`` and ``ident`` are :func:`length_bias` and :func:`crc_identity` of its segment."""
+    stored, crc, got_id = _RECORD_HEADER.unpack_from(record, 0)
+    data = bytes(record[RECORD_HEADER_SIZE:RECORD_HEADER_SIZE + length])
+    if len(data) != length or stored != length + bias or got_id != entry_id:
+        return None
+    prefix = (_CRC_PREFIX_V2.pack(stored, entry_id) if ident is None
+              else CRC_PREFIX.pack(stored, entry_id, ident))
+    return data if crc32c(data, crc32c(prefix)) == crc else None
+
+
 def now_ms() -> int:
     return int(time.time() * 1000)
 

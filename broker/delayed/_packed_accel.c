@@ -1,4 +1,5 @@
-/* The time index's run insert in C: broker.delayed.packed.PackedTimeIndex.push_run's loop.
+/* The delayed index's C helpers: PackedTimeIndex.push_run's loop, and the timerfd calls of
+ * the trackers' precise wake-up.
  *
  * Theory of operation
  * -------------------
@@ -20,6 +21,13 @@
  *     and maxes its list of chunk maxima; the index must not be empty and the run must hold
  *     at least one pair. Times are int64, positions uint64.
  *
+ * timerfd_open() -> fd
+ * timerfd_arm(fd, epoch_ns)
+ *     A non-blocking, close-on-exec timerfd on CLOCK_REALTIME (the clock of deliver times), and
+ *     its one-shot expiry set to the absolute time epoch_ns (0 disarms it): the descriptor
+ *     turns readable at that time itself (broker/delayed/wake.py). Python 3.11's os module has
+ *     no timerfd calls. OSError from the kernel as os would raise it.
+ *
  * The chunk columns are read through the buffer protocol and grown with the arrays' own
  * insert and append (so an array's memory is only ever managed by the array module).
  */
@@ -27,6 +35,10 @@
 #include <Python.h>
 #include <stdint.h>
 #include <stdlib.h>
+#ifdef __linux__
+#include <sys/timerfd.h>
+#include <time.h>
+#endif
 
 typedef struct {
     int64_t ts;
@@ -281,15 +293,60 @@ done:
     return result;
 }
 
+
+#ifdef __linux__
+static PyObject *
+timerfd_open(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(unused))
+{
+    int fd = timerfd_create(CLOCK_REALTIME, TFD_NONBLOCK | TFD_CLOEXEC);
+    if (fd < 0)
+        return PyErr_SetFromErrno(PyExc_OSError);
+    return PyLong_FromLong(fd);
+}
+
+static PyObject *
+timerfd_arm(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "timerfd_arm takes 2 arguments");
+        return NULL;
+    }
+    long fd = PyLong_AsLong(args[0]);
+    if (fd == -1 && PyErr_Occurred())
+        return NULL;
+    if (fd < 0 || fd > INT_MAX) {
+        PyErr_SetString(PyExc_ValueError, "timerfd_arm: not a descriptor");
+        return NULL;
+    }
+    long long when = PyLong_AsLongLong(args[1]);
+    if (when == -1 && PyErr_Occurred())
+        return NULL;
+    if (when < 0) {
+        PyErr_SetString(PyExc_ValueError, "timerfd_arm: a negative time");
+        return NULL;
+    }
+    struct itimerspec spec = {{0, 0}, {(time_t)(when / 1000000000LL), (long)(when % 1000000000LL)}};
+    if (timerfd_settime((int)fd, TFD_TIMER_ABSTIME, &spec, NULL) < 0)
+        return PyErr_SetFromErrno(PyExc_OSError);
+    Py_RETURN_NONE;
+}
+#endif
+
 static PyMethodDef methods[] = {
     {"insert_run", (PyCFunction)(void (*)(void))insert_run, METH_FASTCALL,
      "insert_run(index, ts_cols, pos_cols, maxes, times, packed) -> (inserted, touched)"},
+#ifdef __linux__
+    {"timerfd_open", (PyCFunction)timerfd_open, METH_NOARGS, "timerfd_open() -> fd"},
+    {"timerfd_arm", (PyCFunction)(void (*)(void))timerfd_arm, METH_FASTCALL,
+     "timerfd_arm(fd, epoch_ns): the absolute expiry (0 disarms)"},
+#endif
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module_def = {
     PyModuleDef_HEAD_INIT, "broker.delayed._packed_accel",
-    "The C twin of PackedTimeIndex.push_run's loop (see broker/delayed/packed.py).", -1,
+    "The C twin of PackedTimeIndex.push_run's loop (see broker/delayed/packed.py) and the "
+    "timerfd calls of broker/delayed/wake.py.", -1,
     methods,
 };
 

@@ -32,9 +32,14 @@ within that many ms of each other). The dispatcher reads the first due entries t
 delivery at the deadline finds the storage's pages, the segment index and the code of the read
 and send paths warm (:mod:`broker.subscriptions.dispatchers.read_ahead`).
 
-Clocks: ``clock_ms()`` is wall-clock epoch milliseconds (``deliver_at_time`` is epoch ms);
-the timer converts the remaining delay, taken from the wall clock with its fraction of a ms,
-to the loop's monotonic clock, so it fires at ``deliver_at`` itself (never before it). Everything here runs on
+Clocks: ``clock_ms()`` is wall-clock epoch milliseconds (``deliver_at_time`` is epoch ms).
+On the wall clock itself the timer is the loop's timerfd (:mod:`broker.delayed.wake`), armed
+at the deadline's absolute time: it fires at ``deliver_at`` plus the kernel's wake-up (tens of
+µs), where the loop's own timers, counted in whole ms, fired up to a ms after it. Elsewhere
+(a test's clock, no timerfd) the timer converts the remaining delay, taken from the wall clock
+with its fraction of a ms, to the loop's monotonic clock. Either way it never fires before
+``deliver_at``. The spacing counts from the deadline last fired, not from when the loop got to
+it, so a firing a little late does not push the next deadline back by as much. Everything here runs on
 the event loop thread; nothing is thread-safe.
 """
 
@@ -51,6 +56,7 @@ from pyroaring import BitMap
 
 from broker.delayed.cancels import CancelCounters, CancelResult, CancelStats
 from broker.delayed.schedule_view import ScheduledSources
+from broker.delayed.wake import WakeHandle, precise_wake
 from storage.positions import Position
 
 #: A pending cancel is counted this many ticks past its deliver time (PIP-423's grace:
@@ -104,7 +110,7 @@ class DeadlineTimer:
     """
 
     __slots__ = ("_callback", "_clock_ms", "_handle", "_last_fire_ms", "_lead_handle", "_lead_ms",
-                 "_loop", "_on_lead", "arm_count", "spacing_ms", "target_ms")
+                 "_loop", "_on_lead", "_wake", "arm_count", "spacing_ms", "target_ms")
 
     def __init__(self, loop: TimerLoop, clock_ms: Callable[[], int], spacing_ms: int,
                  callback: Callable[[], None],
@@ -112,7 +118,10 @@ class DeadlineTimer:
         self._loop = loop
         self._clock_ms: Callable[[], float] = exact_ms or clock_ms
         self._callback = callback
-        self._handle: asyncio.TimerHandle | None = None
+        self._handle: asyncio.TimerHandle | WakeHandle | None = None
+        # on the wall clock itself, the loop's timerfd (broker/delayed/wake.py) wakes it at
+        # the deadline, where a loop timer is up to a ms late
+        self._wake = precise_wake(loop) if exact_ms is wall_clock_ms_exact else None
         self._last_fire_ms = 0.0
         self.spacing_ms = spacing_ms
         self.target_ms: int | None = None
@@ -157,10 +166,22 @@ class DeadlineTimer:
         self.target_ms = deadline_ms
         self.arm_count += 1
         when = self._loop.time() + delay / 1000.0
-        self._handle = self._loop.call_at(when, self._fire)
+        self._handle = self._arm(deadline_ms, now + delay, when)
         lead = self._lead_ms
         if lead and delay > lead:
             self._lead_handle = self._loop.call_at(when - lead / 1000.0, self._fire_lead)
+
+    def _arm(self, deadline_ms: int, at_ms: float, loop_when: float
+             ) -> asyncio.TimerHandle | WakeHandle:
+        """The firing at ``at_ms`` (wall clock, never before ``deadline_ms``) by the loop's
+        timerfd, else the loop timer at ``loop_when`` (the loop's clock)."""
+        wake = self._wake
+        if wake is not None:
+            handle = wake.call_at_ns(max(deadline_ms * 1_000_000, round(at_ms * 1_000_000)),
+                                     self._fire)
+            if handle is not None:
+                return handle
+        return self._loop.call_at(loop_when, self._fire)
 
     def cancel(self) -> None:
         if self._handle is not None:
@@ -183,11 +204,12 @@ class DeadlineTimer:
         if target is not None and now < target:
             # The loop woke us early (ms rounding, or the wall clock and the loop's monotonic
             # clock drifting apart): aim again at the same deadline, without the spacing.
-            self._handle = self._loop.call_at(self._loop.time() + (target - now) / 1000.0,
-                                              self._fire)
+            self._handle = self._arm(target, target, self._loop.time() + (target - now) / 1000.0)
             return
         self.target_ms = None
-        self._last_fire_ms = now
+        # the spacing counts from the deadline fired, not from when the loop got to it: a
+        # firing a little late must not push the next deadline back by as much
+        self._last_fire_ms = now if target is None else target
         self._callback()
 
 

@@ -915,3 +915,15 @@ def test_append_notes_the_known_times_of_keyed_and_plain_entries() -> None:
     topic.sink_for(run[:2], Sink(), checked).entries_durable(7, 0, 2)
     assert not checked
     assert list(topic.known_times.run_from(7, 0, 10)[0]) == [now + 5_000, WITHHELD]
+
+
+def test_scattered_positions_of_one_ledger_are_read_each_on_its_own() -> None:
+    from broker.subscriptions.dispatchers.base import _no_neighbours
+
+    P = Position
+    assert _no_neighbours([P(3, 1), P(3, 5), P(3, 9)])
+    assert not _no_neighbours([P(3, 1), P(3, 2), P(3, 9)])     # a run of two
+    assert not _no_neighbours([P(3, 8), P(3, 9)])
+    assert not _no_neighbours([P(3, 1), P(4, 5)])              # two ledgers: looked at each
+    assert not _no_neighbours([P(3, 5), P(3, 5)])              # the same twice
+    assert not _no_neighbours([P(3, 9), P(3, 1)])              # out of order

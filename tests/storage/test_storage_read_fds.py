@@ -194,10 +194,12 @@ async def test_a_trimmed_segment_s_descriptor_is_closed(tmp_path: Path) -> None:
     assert ops.read_only == set()
 
 
+@pytest.mark.parametrize("ops", [CountingOps, FileOps], ids=["reference", "as-built"])
 async def test_scattered_positions_are_read_in_place_as_a_thread_reads_them(
-        tmp_path: Path) -> None:
+        tmp_path: Path, ops: type[FileOps]) -> None:
+    # "as-built": os's own reads, so the C twin where the extension is built
     store, ml, written = await _written_then_reopened(   # 2 segments
-        tmp_path, CountingOps(), [b"s%03d" % i * (i % 4 + 1) for i in range(150)], 100)
+        tmp_path, ops(), [b"s%03d" % i * (i % 4 + 1) for i in range(150)], 100)
     fds = store.read_fds
     opened = _opened_event(fds, 2)
     wanted = sorted(random.Random(3).sample(written, 40))
@@ -274,6 +276,22 @@ async def test_where_the_kernel_refuses_every_read_goes_to_a_thread(tmp_path: Pa
     assert first == again and [e.position for e in again] == written
     assert not store.read_fds.enabled and store.read_fds.hits == 0
     assert [e.position for e in await ml.read_entries(written[0], 30)] == written
+    await store.close()
+
+
+async def test_a_failing_scattered_read_in_place_is_read_again_in_a_thread(
+        tmp_path: Path) -> None:
+    ops = FailingOps()
+    store, ml, written = await _written_then_reopened(
+        tmp_path, ops, [b"f%d" % i for i in range(60)], 100)
+    wanted = written[::3]
+    opened = _opened_event(store.read_fds, 1)
+    first, missing = await ml.read_positions(wanted)
+    await asyncio.wait_for(opened.wait(), 30)
+    ops.failing = True
+    again, missing = await ml.read_positions(wanted)   # the thread read them: same entries
+    assert missing == [] and again == first and [e.position for e in again] == wanted
+    assert store.read_fds.open_count == 0 and store.read_fds.hits == 0
     await store.close()
 
 

@@ -79,3 +79,35 @@ async def test_an_entry_failing_its_checks_is_missing_and_never_served(tmp_path:
     assert missing == [written[2]]
     assert await ml.read_entry(written[2]) is None
     await store.close()
+
+
+async def test_one_uncached_ledger_s_scattered_positions_are_all_misses_read_from_disk(
+        tmp_path: Path) -> None:
+    # a delayed index's due positions long after their publish: one ledger, nothing cached
+    store = await open_store(tmp_path, max_entries_per_ledger=1000)
+    ml = await store.open_ledger(TOPIC)
+    written = list(await asyncio.gather(*(ml.append(b"d%d" % i * (i % 5 + 1))
+                                          for i in range(300))))
+    await store.close()
+    store = await open_store(tmp_path, max_entries_per_ledger=1000)
+    ml = await store.open_ledger(TOPIC)
+    rng = random.Random(11)
+    for _ in range(3):
+        wanted = sorted(rng.sample(written, 40))
+        misses = store.cache.misses
+        entries, missing = await ml.read_positions(wanted)
+        assert missing == [] and [e.position for e in entries] == wanted
+        assert store.cache.misses - misses == len(wanted)   # one miss each, as one by one
+        assert entries == [await ml.read_entry(p) for p in wanted]
+    # one of them beyond the ledger's confirmed entries: missing, the others read
+    last = written[-1]
+    beyond = Position(last.ledger_id, last.entry_id + 3)
+    wanted = [*sorted(rng.sample(written, 10)), beyond]
+    entries, missing = await ml.read_positions(wanted)
+    assert missing == [beyond] and [e.position for e in entries] == wanted[:-1]
+    # some of the ledger cached: those from the cache, the rest from disk, in order
+    fresh = list(await asyncio.gather(*(ml.append(b"new%d" % i) for i in range(5))))
+    wanted = sorted(rng.sample(written, 10) + fresh[1::2])
+    entries, missing = await ml.read_positions(wanted)
+    assert missing == [] and [e.position for e in entries] == wanted
+    await store.close()

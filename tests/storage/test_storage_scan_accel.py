@@ -8,6 +8,7 @@ segment scan (scan_segment) with the C run gives the reference's index and event
 
 from __future__ import annotations
 
+import errno
 import functools
 import mmap
 import os
@@ -192,6 +193,8 @@ def test_without_the_extension_the_reference_scans(tmp_path: Path) -> None:
         "import sys; sys.modules['storage._scan_accel'] = None\n"
         "from storage import segments\n"
         "assert not segments.SCAN_ACCELERATED and segments._scan_run is segments._scan_in_order\n"
+        "from storage import read_fds\n"
+        "assert read_fds._read_records is None\n"
         "print('reference')\n")
     proc = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[2],
                           capture_output=True, text=True, timeout=60)
@@ -267,3 +270,141 @@ def test_the_data_end_of_a_long_zero_tail_is_read_in_place(tmp_path: Path) -> No
         assert accel.data_end(segments._data_end, buf, 0, len(buf)) == 30
         assert accel.data_end(segments._data_end, buf, 31, len(buf)) == 31
         assert segments._find_data_end(buf, 0, len(buf)) == 30
+
+
+# ------------------------------------------------------------------ scattered reads in place
+
+def _reference_reader() -> Any:
+    """A ReadFds whose reference (read_records_py) reads through os, as the C twin does."""
+    from storage.read_fds import ReadFds
+
+    return ReadFds(None, FileOps(), None)   # type: ignore[arg-type]  # no loop or pool used
+
+
+def _c_read(reference: Any) -> Any:
+    from crc32c import crc32c
+
+    return functools.partial(accel.read_records, reference, crc32c)
+
+
+def _both_read(fd: int, records: Any, bias: int, ident: int | None, budget: int,
+               found_any: bool, max_read: int) -> Any:
+    """The C read and the reference on the same descriptor; what they give or raise must be
+    the same: each record's data or None, the budget left, or the error's type and errno."""
+    reference = _reference_reader().read_records_py
+    outcomes = []
+    for read in (reference, _c_read(reference)):
+        try:
+            result: Any = read(fd, records, bias, ident, budget, found_any, max_read)
+        except Exception as exc:   # compared: the same type (and errno) from both
+            result = (type(exc), getattr(exc, "errno", None))
+        outcomes.append(result)
+    assert outcomes[0] == outcomes[1]
+    return outcomes[0]
+
+
+@st.composite
+def scattered(draw: st.DrawFn) -> tuple[int, bytes, list[tuple[int, int, int]]]:
+    """(format, a segment's bytes, records of it to read): in order, some damaged on disk,
+    some claimed at a wrong id, length or offset, some past the end of the file."""
+    fmt = draw(st.sampled_from(FORMATS))
+    sizes = draw(st.lists(st.one_of(st.integers(0, 300), st.integers(4000, 9000)),
+                          min_size=1, max_size=20))
+    out = bytearray(draw(st.binary(max_size=24)))
+    index = []
+    for entry_id, size in enumerate(sizes):
+        index.append((entry_id, len(out), size))
+        out += _record(fmt, entry_id, os.urandom(size))
+    for _ in range(draw(st.integers(0, 3))):   # a damaged byte anywhere
+        at = draw(st.integers(0, len(out) - 1))
+        out[at] ^= draw(st.integers(1, 255))
+    records = sorted(draw(st.lists(st.sampled_from(index), max_size=12, unique=True)))
+    records = [draw(st.sampled_from([
+        record,
+        (record[0] + 1, record[1], record[2]),           # another id than the record's
+        (record[0], record[1], record[2] + 1),           # a wrong length
+        (record[0], record[1] + 1, record[2]),           # a wrong offset
+        (record[0], len(out) + 5, record[2]),            # past the end: a short read
+    ])) if draw(st.integers(0, 5)) == 0 else record for record in records]
+    return fmt, bytes(out), records
+
+
+@settings(max_examples=examples(full=1500, sample=200), deadline=None)
+@given(segment=scattered(), budget=st.sampled_from([10**9, 0, -1, 1, 300, 5000]),
+       found_any=st.booleans(), max_read=st.sampled_from([2 * 1024 * 1024, 16, 320, 5000]))
+def test_the_c_scattered_read_is_the_reference(
+        tmp_path_factory: pytest.TempPathFactory, segment: tuple[int, bytes, list[Any]],
+        budget: int, found_any: bool, max_read: int) -> None:
+    fmt, image, records = segment
+    path = tmp_path_factory.mktemp("scattered") / "s"
+    path.write_bytes(image)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        _both_read(fd, records, length_bias(fmt), crc_identity(fmt, LEDGER), budget, found_any,
+                   max_read)
+    finally:
+        os.close(fd)
+
+
+def test_the_scattered_read_answers_each_record_and_stops_where_it_must(tmp_path: Path) -> None:
+    datas = [os.urandom(n) for n in (10, 0, 700, 5000, 33)]
+    image, index = bytearray(b"head"), []
+    for entry_id, data in enumerate(datas):
+        index.append((entry_id, len(image), len(data)))
+        image += _record(FORMAT_V3, entry_id, data)
+    damaged = index[2][1] + RECORD_HEADER.size + 5
+    image[damaged] ^= 0x40
+    path = tmp_path / "s"
+    path.write_bytes(image)
+    bias, ident = length_bias(FORMAT_V3), crc_identity(FORMAT_V3, LEDGER)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        got, left = _both_read(fd, index, bias, ident, 10**6, False, 1 << 20)
+        assert got == [datas[0], datas[1], None, datas[3], datas[4]]   # the damaged one: None
+        assert left == 10**6 - (10 + 0 + 5000 + 33)
+        # the budget: spent once something is found (here or by the caller), then it stops
+        assert _both_read(fd, index, bias, ident, 5, False, 1 << 20) == ([datas[0]], -5)
+        assert _both_read(fd, index, bias, ident, 0, True, 1 << 20) == ([], 0)
+        assert _both_read(fd, index, bias, ident, 0, False, 1 << 20) == ([datas[0]], -10)
+        # one longer than the largest read, or past the end of the file: it stops before it
+        assert _both_read(fd, index, bias, ident, 10**6, False, 1000)[0] == [datas[0], datas[1], None]
+        beyond = [index[0], (1, len(image) + 1, 10), index[3]]
+        assert _both_read(fd, beyond, bias, ident, 10**6, False, 1 << 20)[0] == [datas[0]]
+    finally:
+        os.close(fd)
+    # a failing first read raises (the caller drops the descriptor); a later one ends the run
+    assert _both_read(fd, index, bias, ident, 10**6, False, 1 << 20) == (OSError, errno.EBADF)
+    assert _both_read(fd, [], bias, ident, 10**6, False, 1 << 20) == ([], 10**6)
+
+
+def test_scattered_read_arguments_outside_c_integers_go_to_the_reference(tmp_path: Path) -> None:
+    path = tmp_path / "s"
+    path.write_bytes(_record(FORMAT_V3, 2**64 - 1, b"last") + _record(FORMAT_V3, 0, b"x"))
+    bias, ident = length_bias(FORMAT_V3), crc_identity(FORMAT_V3, LEDGER)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        assert _both_read(fd, [(2**64 - 1, 0, 4)], bias, ident, 99, False, 1 << 20) \
+            == ([b"last"], 95)
+        _both_read(fd, [(2**64, 0, 4)], bias, ident, 99, False, 1 << 20)   # beyond 64 bits
+        _both_read(fd, [(0, 20, 1)], bias, ident, 2**70, False, 1 << 20)
+        _both_read(fd, ((0, 20, 1),), bias, ident, 99, False, 1 << 20)     # not a list
+        _both_read(fd, [[0, 20, 1]], bias, ident, 99, False, 1 << 20)      # not tuples
+        _both_read(fd, [(0, -1, 1)], bias, ident, 99, False, 1 << 20)
+        _both_read(fd, [(0, 20, 1)], bias, 2**64, 99, False, 1 << 20)
+    finally:
+        os.close(fd)
+    with pytest.raises(TypeError):
+        accel.read_records(len)
+
+
+def test_the_loop_s_scattered_reads_run_in_c_where_the_file_ops_are_os_s() -> None:
+    from storage.read_fds import ReadFds
+
+    class Watching(FileOps):
+        def pread_nowait(self, fd: int, buf: memoryview, offset: int) -> bool:
+            return super().pread_nowait(fd, buf, offset)
+
+    plain = ReadFds(None, FileOps(), None)   # type: ignore[arg-type]
+    watched = ReadFds(None, Watching(), None)   # type: ignore[arg-type]
+    assert plain._read_run.func is accel.read_records   # type: ignore[attr-defined]
+    assert watched._read_run == watched.read_records_py   # a test's reads: each one seen

@@ -57,6 +57,7 @@ import time
 from collections import Counter
 from itertools import islice
 from operator import itemgetter
+from operator import sub as _difference
 from typing import Protocol
 
 from sortedcontainers import SortedSet
@@ -81,6 +82,19 @@ from storage.positions import Entry, Position
 __all__ = ["MAX_READ_ENTRIES", "DispatchContext", "Dispatcher", "round_after_ack", "round_now"]
 
 _entry_position = itemgetter(0)   # an Entry's position (its first field)
+_ledger_id = itemgetter(0)        # a Position's fields
+_entry_id = itemgetter(1)
+
+
+def _no_neighbours(positions: list[Position]) -> bool:
+    """True when ``positions`` are of one ledger, in order, and no two follow each other (a
+    delayed index's scattered due positions): each is a read of its own. Computed with C-level
+    calls, not a Python step per position."""
+    if len(set(map(_ledger_id, positions))) != 1:
+        return False
+    ids = list(map(_entry_id, positions))
+    steps: list[int] = list(map(_difference, islice(ids, 1, None), ids))
+    return min(steps) > 1
 
 log = logging.getLogger("horae.subscriptions.dispatchers")
 
@@ -343,9 +357,10 @@ class Dispatcher:
     # ------------------------------------------------------------------ scheduling
 
     def _on_due(self) -> None:
-        """The delayed tracker has positions due: a round takes them."""
+        """The delayed tracker has positions due: a round takes them, started from the
+        tracker's timer itself (a loop callback of its own), not a loop turn later."""
         if self.consumers:
-            self.schedule()
+            round_now(self)
 
     def schedule(self) -> None:
         if self._closed:
@@ -713,6 +728,8 @@ class Dispatcher:
                     missing.append(first)  # the next round retries the rest of the run
                 return out, missing
         singles: list[Position] = []
+        if n > 1 and _no_neighbours(positions):
+            singles, i = positions, n   # scattered due positions: no run to look for
         while i < n:
             start = positions[i]
             j = i + 1
