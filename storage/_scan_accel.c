@@ -179,6 +179,21 @@ u64_arg(PyObject *obj, uint64_t *out)
     return 1;
 }
 
+/* A crc32c call's result (a new reference, or NULL with an error) as a 32-bit value: 0 with
+ * *value set, -1 with an error. */
+static int
+crc_result(PyObject *result, uint32_t *value)
+{
+    if (result == NULL)
+        return -1;
+    unsigned long crc = PyLong_AsUnsignedLong(result);
+    Py_DECREF(result);
+    if (crc == (unsigned long)-1 && PyErr_Occurred())
+        return -1;
+    *value = (uint32_t)crc;
+    return 0;
+}
+
 /* The record's CRC32C through crc32c: 0 with *value set, -1 with an error. */
 static int
 record_crc(PyObject *crc32c, const uint8_t *prefix, Py_ssize_t prefix_len, const uint8_t *data,
@@ -212,14 +227,7 @@ record_crc(PyObject *crc32c, const uint8_t *prefix, Py_ssize_t prefix_len, const
         Py_DECREF(view);
         Py_DECREF(start);
     }
-    if (result == NULL)
-        return -1;
-    unsigned long crc = PyLong_AsUnsignedLong(result);
-    Py_DECREF(result);
-    if (crc == (unsigned long)-1 && PyErr_Occurred())
-        return -1;
-    *value = (uint32_t)crc;
-    return 0;
+    return crc_result(result, value);
 }
 
 static PyObject *
@@ -395,14 +403,7 @@ prefixed_crc(PyObject *crc32c, const uint8_t *prefix, Py_ssize_t prefix_len, PyO
     PyObject *args[2] = {data, start};
     PyObject *result = PyObject_Vectorcall(crc32c, args, 2, NULL);
     Py_DECREF(start);
-    if (result == NULL)
-        return -1;
-    unsigned long crc = PyLong_AsUnsignedLong(result);
-    Py_DECREF(result);
-    if (crc == (unsigned long)-1 && PyErr_Occurred())
-        return -1;
-    *value = (uint32_t)crc;
-    return 0;
+    return crc_result(result, value);
 }
 
 #ifdef RWF_NOWAIT

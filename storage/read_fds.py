@@ -124,13 +124,11 @@ class ReadFds:
         parse them before anything else can read (:func:`storage.segments.parse_records`
         copies each record out). A fresh buffer per read cost a page fault per 4 KiB: a
         1 MiB read took ~0.7 ms that way against ~0.1 ms into a buffer already mapped."""
-        if not self.enabled or size > NOWAIT_MAX_BYTES:
+        if size > NOWAIT_MAX_BYTES:
             return None
-        fd = self._fds.get(segment)
+        fd = self._descriptor(segment)
         if fd is None:
-            self.want(segment)
             return None
-        self._fds.move_to_end(segment)
         if size > len(self._buf):
             # a new buffer, not a resize: a view handed out before stays valid
             self._buf = bytearray(min(NOWAIT_MAX_BYTES,
@@ -159,13 +157,9 @@ class ReadFds:
         One system call a record, from C (storage/_scan_accel.c) when the extension is built
         and the FileOps reads as os does; else :meth:`read_records_py`, the reference, through
         ``FileOps.pread_nowait`` (a test's FileOps sees every read)."""
-        if not self.enabled:
-            return None
-        fd = self._fds.get(segment)
+        fd = self._descriptor(segment)
         if fd is None:
-            self.want(segment)
             return None
-        self._fds.move_to_end(segment)
         fmt = segment.format
         try:
             datas, budget = self._read_run(fd, records, length_bias(fmt),
@@ -222,6 +216,18 @@ class ReadFds:
         log.warning("storage: an in-place read of %s failed (%s); read in a thread",
                     segment.path, exc)
         self.forget(segment)
+
+    def _descriptor(self, segment: SegmentFile) -> int | None:
+        """The segment's descriptor for a read in place, the most recently read now; None when
+        in-place reads are off or it has none yet (one is asked for)."""
+        if not self.enabled:
+            return None
+        fd = self._fds.get(segment)
+        if fd is None:
+            self.want(segment)
+            return None
+        self._fds.move_to_end(segment)
+        return fd
 
     def want(self, segment: SegmentFile) -> None:
         """Open a descriptor of the segment in the pool (once), kept when it comes back."""
