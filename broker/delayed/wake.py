@@ -14,8 +14,10 @@ One descriptor per event loop serves every tracker's timer: a heap of (time, seq
 handle), the descriptor armed at the earliest live one. A cancelled handle stays in the heap
 until its time comes or until cancelled handles outnumber live ones, when the heap is rebuilt
 from the live ones (so the heap is bounded by the timers armed). The descriptor is closed
-once no live handle is left (a loop that closes with none armed leaves nothing open), and
-opened again by the next :meth:`PreciseWake.call_at_ns`. Callbacks run from the reader in
+once no handle has been live for :data:`IDLE_CLOSE_S` (a firing usually leaves none live
+until its dispatch round arms the next deadline a loop turn later: closing and opening it
+around every firing cost four system calls each), and opened again by the next
+:meth:`PreciseWake.call_at_ns`. Callbacks run from the reader in
 time order, each as a loop callback would (an exception goes to the loop's handler); the
 descriptor is aimed again after them, so a callback that arms the next deadline (the usual
 case) costs no close and reopen.
@@ -37,7 +39,7 @@ import time
 import weakref
 from collections.abc import Callable
 
-__all__ = ["AVAILABLE", "PreciseWake", "WakeHandle", "precise_wake"]
+__all__ = ["AVAILABLE", "IDLE_CLOSE_S", "PreciseWake", "WakeHandle", "precise_wake"]
 
 log = logging.getLogger("horae.delayed")
 
@@ -50,6 +52,9 @@ else:
 
 #: Cancelled handles kept in the heap beyond twice the live ones before it is rebuilt.
 _STALE_SLACK = 64
+
+#: How long the descriptor stays open with no live handle (s).
+IDLE_CLOSE_S = 1.0
 
 
 class WakeHandle:
@@ -80,6 +85,7 @@ class PreciseWake:
         self._fd = -1
         self._armed_ns = 0
         self._seq = 0
+        self._idle_check: asyncio.TimerHandle | None = None
 
     @property
     def open(self) -> bool:
@@ -114,6 +120,18 @@ class PreciseWake:
         self._fd = fd
         return True
 
+    def _idle(self) -> None:
+        """No handle is live: the heap holds only cancelled ones; the descriptor is closed
+        if none is armed again within :data:`IDLE_CLOSE_S`."""
+        self._heap.clear()
+        if self._idle_check is None and self._fd >= 0:
+            self._idle_check = self._loop.call_later(IDLE_CLOSE_S, self._close_if_idle)
+
+    def _close_if_idle(self) -> None:
+        self._idle_check = None
+        if not self._live:   # else it is checked again when none is
+            self._close()
+
     def _close(self) -> None:
         if self._fd >= 0:
             fd, self._fd = self._fd, -1
@@ -129,7 +147,7 @@ class PreciseWake:
     def _cancelled(self) -> None:
         self._live -= 1
         if not self._live:
-            self._close()
+            self._idle()
         elif len(self._heap) > 2 * self._live + _STALE_SLACK:
             self._heap = [item for item in self._heap if not item[2].done]
             heapq.heapify(self._heap)
@@ -156,15 +174,13 @@ class PreciseWake:
                 self._loop.call_exception_handler({
                     "message": "Exception in a delayed-delivery timer callback",
                     "exception": exc, "handle": handle})
-        if self._fd < 0:   # closed by a cancel in a callback: a new arm reopened or not
-            return
         while heap and heap[0][2].done:
             heapq.heappop(heap)
         if heap:
             if not self._armed_ns or heap[0][0] < self._armed_ns:
                 self._arm(heap[0][0])
         elif not self._live:
-            self._close()
+            self._idle()
 
 
 _WAKES: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, PreciseWake] = \

@@ -26,6 +26,21 @@ pytestmark = pytest.mark.skipif(not wake_module.AVAILABLE,
 MS = 1_000_000
 
 
+@pytest.fixture(autouse=True)
+def _close_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The descriptor closed on the loop turn after the last live handle went, not a second
+    later (what the tests look at)."""
+    monkeypatch.setattr(wake_module, "IDLE_CLOSE_S", 0.0)
+
+
+async def _closed(wake: PreciseWake) -> bool:
+    for _ in range(100):   # the idle close is a loop callback: a few turns at most
+        if not wake.open:
+            return True
+        await asyncio.sleep(0)
+    return False
+
+
 async def test_callbacks_run_at_or_after_their_time_in_time_order() -> None:
     wake = PreciseWake(asyncio.get_running_loop())
     ran: list[tuple[int, int]] = []
@@ -43,7 +58,7 @@ async def test_callbacks_run_at_or_after_their_time_in_time_order() -> None:
     assert all(at >= whens[i] for i, at in ran)                       # never early
     assert [whens[i] for i, _ in ran] == sorted(whens)                # in time order
     assert [i for i, _ in ran][1:3] == [1, 3]                         # a tie: as armed
-    assert not wake.open                                              # none live: closed
+    assert await _closed(wake)                                        # none live: closed
 
 
 async def test_a_cancelled_handle_never_runs_and_the_heap_stays_bounded() -> None:
@@ -64,7 +79,7 @@ async def test_a_cancelled_handle_never_runs_and_the_heap_stays_bounded() -> Non
     await asyncio.wait_for(done.wait(), 30)
     assert ran == [] and wake.open                                    # the far one still live
     keep.cancel()
-    assert not wake.open and wake._heap == []
+    assert wake._heap == [] and await _closed(wake)
 
 
 async def test_a_failing_callback_is_reported_and_the_others_still_run() -> None:
@@ -102,7 +117,7 @@ async def test_a_callback_that_arms_the_next_keeps_the_descriptor() -> None:
     wake.call_at_ns(time.time_ns(), lambda: again(20))
     await asyncio.wait_for(done.wait(), 30)
     assert len(fds) == 21 and len(set(fds)) == 1                      # never closed between
-    assert not wake.open
+    assert await _closed(wake)
 
 
 async def test_a_tracker_timer_on_the_wall_clock_uses_the_loop_s_wake() -> None:
@@ -149,3 +164,26 @@ def test_without_the_extension_the_trackers_use_the_loop_s_timers() -> None:
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip() == "loop timers"
+
+
+async def test_a_firing_whose_round_arms_the_next_a_turn_later_keeps_the_descriptor(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(wake_module, "IDLE_CLOSE_S", 30.0)
+    loop = asyncio.get_running_loop()
+    wake = PreciseWake(loop)
+    fds: list[int] = []
+    done = asyncio.Event()
+
+    def fired(left: int) -> None:   # as a tracker's: the next deadline armed by a later round
+        fds.append(wake._fd)
+        if left:
+            loop.call_soon(lambda: wake.call_at_ns(time.time_ns() + MS // 4,
+                                                   lambda: fired(left - 1)))
+        else:
+            done.set()
+
+    wake.call_at_ns(time.time_ns(), lambda: fired(10))
+    await asyncio.wait_for(done.wait(), 30)
+    assert len(fds) == 11 and len(set(fds)) == 1 and wake.open        # kept while in use
+    wake._close_if_idle()                                             # the idle check's turn
+    assert not wake.open
