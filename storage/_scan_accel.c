@@ -194,12 +194,30 @@ crc_result(PyObject *result, uint32_t *value)
     return 0;
 }
 
+/* The CRC32C of prefix then data (any buffer object) through crc32c, as parse_records computes
+ * it (crc32c(data, crc32c(prefix))): 0 with *value set, -1 with an error. */
+static int
+prefixed_crc(PyObject *crc32c, const uint8_t *prefix, Py_ssize_t prefix_len, PyObject *data,
+             uint32_t *value)
+{
+    PyObject *head = PyBytes_FromStringAndSize((const char *)prefix, prefix_len);
+    if (head == NULL)
+        return -1;
+    PyObject *start = PyObject_CallOneArg(crc32c, head);
+    Py_DECREF(head);
+    if (start == NULL)
+        return -1;
+    PyObject *args[2] = {data, start};
+    PyObject *result = PyObject_Vectorcall(crc32c, args, 2, NULL);
+    Py_DECREF(start);
+    return crc_result(result, value);
+}
+
 /* The record's CRC32C through crc32c: 0 with *value set, -1 with an error. */
 static int
 record_crc(PyObject *crc32c, const uint8_t *prefix, Py_ssize_t prefix_len, const uint8_t *data,
            Py_ssize_t length, Py_ssize_t joined_limit, uint32_t *value)
 {
-    PyObject *result;
     if (length <= joined_limit) {
         PyObject *joined = PyBytes_FromStringAndSize(NULL, prefix_len + length);
         if (joined == NULL)
@@ -207,27 +225,16 @@ record_crc(PyObject *crc32c, const uint8_t *prefix, Py_ssize_t prefix_len, const
         char *to = PyBytes_AS_STRING(joined);
         memcpy(to, prefix, (size_t)prefix_len);
         memcpy(to + prefix_len, data, (size_t)length);
-        result = PyObject_CallOneArg(crc32c, joined);
+        PyObject *result = PyObject_CallOneArg(crc32c, joined);
         Py_DECREF(joined);
-    } else {
-        PyObject *head = PyBytes_FromStringAndSize((const char *)prefix, prefix_len);
-        if (head == NULL)
-            return -1;
-        PyObject *start = PyObject_CallOneArg(crc32c, head);
-        Py_DECREF(head);
-        if (start == NULL)
-            return -1;
-        PyObject *view = PyMemoryView_FromMemory((char *)data, length, PyBUF_READ);
-        if (view == NULL) {
-            Py_DECREF(start);
-            return -1;
-        }
-        PyObject *args[2] = {view, start};
-        result = PyObject_Vectorcall(crc32c, args, 2, NULL);
-        Py_DECREF(view);
-        Py_DECREF(start);
+        return crc_result(result, value);
     }
-    return crc_result(result, value);
+    PyObject *view = PyMemoryView_FromMemory((char *)data, length, PyBUF_READ);
+    if (view == NULL)
+        return -1;
+    int done = prefixed_crc(crc32c, prefix, prefix_len, view, value);
+    Py_DECREF(view);
+    return done;
 }
 
 static PyObject *
@@ -386,25 +393,6 @@ found:
     return PyLong_FromLongLong(end);
 }
 
-
-/* The CRC32C of prefix then data (a bytes object) through crc32c, as parse_records computes
- * it (crc32c(data, crc32c(prefix))): 0 with *value set, -1 with an error. */
-static int
-prefixed_crc(PyObject *crc32c, const uint8_t *prefix, Py_ssize_t prefix_len, PyObject *data,
-             uint32_t *value)
-{
-    PyObject *head = PyBytes_FromStringAndSize((const char *)prefix, prefix_len);
-    if (head == NULL)
-        return -1;
-    PyObject *start = PyObject_CallOneArg(crc32c, head);
-    Py_DECREF(head);
-    if (start == NULL)
-        return -1;
-    PyObject *args[2] = {data, start};
-    PyObject *result = PyObject_Vectorcall(crc32c, args, 2, NULL);
-    Py_DECREF(start);
-    return crc_result(result, value);
-}
 
 #ifdef RWF_NOWAIT
 /* read_records(reference, crc32c, fd, records, bias, ident, budget, found_any, max_read_bytes)

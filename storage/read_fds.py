@@ -129,11 +129,7 @@ class ReadFds:
         fd = self._descriptor(segment)
         if fd is None:
             return None
-        if size > len(self._buf):
-            # a new buffer, not a resize: a view handed out before stays valid
-            self._buf = bytearray(min(NOWAIT_MAX_BYTES,
-                                      max(_BUFFER_MIN_BYTES, 1 << (size - 1).bit_length())))
-        view = memoryview(self._buf)[:size]
+        view = self._kept_view(size)
         try:
             whole = self._ops.pread_nowait(fd, view, offset)
         except OSError as exc:
@@ -185,9 +181,7 @@ class ReadFds:
             size = RECORD_HEADER_SIZE + length
             if size > max_read_bytes:
                 break
-            if size > len(self._buf):
-                self._buf = bytearray(max(_BUFFER_MIN_BYTES, 1 << (size - 1).bit_length()))
-            view = memoryview(self._buf)[:size]
+            view = self._kept_view(size)
             try:
                 whole = self._ops.pread_nowait(fd, view, offset)
             except OSError:
@@ -202,6 +196,15 @@ class ReadFds:
                 budget -= length
                 found = True
         return datas, budget
+
+    def _kept_view(self, size: int) -> memoryview:
+        """The first ``size`` bytes of the kept buffer, grown (by doubling, at least
+        :data:`_BUFFER_MIN_BYTES`, at most :data:`NOWAIT_MAX_BYTES` beyond a larger read) when
+        it is smaller: a new buffer, not a resize, so a view handed out before stays valid."""
+        if size > len(self._buf):
+            self._buf = bytearray(max(size, min(NOWAIT_MAX_BYTES, max(
+                _BUFFER_MIN_BYTES, 1 << (size - 1).bit_length()))))
+        return memoryview(self._buf)[:size]
 
     def _failed(self, segment: SegmentFile, exc: OSError) -> None:
         """An in-place read of the segment raised: in-place reads go off for good where the

@@ -60,12 +60,11 @@ IDLE_CLOSE_S = 1.0
 class WakeHandle:
     """One armed wake-up; :meth:`cancel` it, as an ``asyncio.TimerHandle``."""
 
-    __slots__ = ("_callback", "_wake", "done", "when_ns")
+    __slots__ = ("_callback", "_wake", "done")
 
-    def __init__(self, wake: PreciseWake, when_ns: int, callback: Callable[[], object]) -> None:
+    def __init__(self, wake: PreciseWake, callback: Callable[[], object]) -> None:
         self._wake = wake
         self._callback = callback
-        self.when_ns = when_ns
         #: Ran or cancelled: nothing more will happen to it.
         self.done = False
 
@@ -98,7 +97,7 @@ class PreciseWake:
         a loop timer instead."""
         if self._fd < 0 and not self._open():
             return None
-        handle = WakeHandle(self, when_ns, callback)
+        handle = WakeHandle(self, callback)
         self._seq += 1
         heapq.heappush(self._heap, (when_ns, self._seq, handle))
         self._live += 1
@@ -141,8 +140,9 @@ class PreciseWake:
         self._armed_ns = 0
 
     def _arm(self, when_ns: int) -> None:
-        timerfd_arm(self._fd, max(1, when_ns))   # 0 would disarm it
-        self._armed_ns = max(1, when_ns)
+        when_ns = max(1, when_ns)   # 0 would disarm it
+        timerfd_arm(self._fd, when_ns)
+        self._armed_ns = when_ns
 
     def _cancelled(self) -> None:
         self._live -= 1

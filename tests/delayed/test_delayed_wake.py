@@ -7,13 +7,11 @@ own timers."""
 from __future__ import annotations
 
 import asyncio
-import subprocess
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
+from interpreters import run_fresh
 
 from broker.delayed import wake as wake_module
 from broker.delayed.tracker import DeadlineTimer, wall_clock_ms, wall_clock_ms_exact
@@ -160,10 +158,7 @@ def test_without_the_extension_the_trackers_use_the_loop_s_timers() -> None:
         "    t.cancel()\n"
         "asyncio.run(main())\n"
         "print('loop timers')\n")
-    proc = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[2],
-                          capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stdout.strip() == "loop timers"
+    assert run_fresh(code) == "loop timers"
 
 
 async def test_a_firing_whose_round_arms_the_next_a_turn_later_keeps_the_descriptor(

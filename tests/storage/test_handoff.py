@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import errno
 import os
-import subprocess
-import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from interpreters import run_fresh
 
 from storage import handoff
 
@@ -164,8 +163,5 @@ def test_without_the_extension_os_calls_and_no_yield(tmp_path: Path) -> None:
         "assert ops.writev(fd, [b'ab', b'c']) == 3 and ops.pwrite(fd, b'z', 0) == 1\n"
         "ops.fdatasync(fd)\n"
         "print('os')\n")
-    proc = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[2],
-                          capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stdout.strip() == "os"
+    assert run_fresh(code) == "os"
     assert (tmp_path / "g").read_bytes() == b"zbc"

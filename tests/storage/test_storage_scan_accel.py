@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from interpreters import run_fresh
 from sampling import examples
 
 from storage import segments
@@ -186,9 +187,6 @@ def test_a_whole_segment_scan_is_the_same_with_either(tmp_path: Path, damage: st
 
 def test_without_the_extension_the_reference_scans(tmp_path: Path) -> None:
     # a fresh interpreter where the extension cannot be imported (an install without a compiler)
-    import subprocess
-    import sys
-
     code = (
         "import sys; sys.modules['storage._scan_accel'] = None\n"
         "from storage import segments\n"
@@ -196,10 +194,7 @@ def test_without_the_extension_the_reference_scans(tmp_path: Path) -> None:
         "from storage import read_fds\n"
         "assert read_fds._read_records is None\n"
         "print('reference')\n")
-    proc = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[2],
-                          capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stdout.strip() == "reference"
+    assert run_fresh(code) == "reference"
 
 
 @settings(max_examples=examples(full=3000, sample=500), deadline=None)
