@@ -136,3 +136,54 @@ async def test_redeliver_of_named_ids_writes_the_queued_frames_first(ledger: Any
     assert conns[0].message_ids() == [*ids, ids[0]]
     redelivered = [c.message for c in conns[0].commands if c.type == pb.BaseCommand.MESSAGE][-1]
     assert redelivered.redelivery_count == 1
+
+
+async def _rounds_of_five(ledger: Any, monkeypatch: pytest.MonkeyPatch, *, behind: bool
+                          ) -> tuple[CountingConnection, int]:
+    """A dispatch task of ten rounds, each a slice of its own sending five messages, as a
+    stream of messages falling due a few a millisecond makes while other work keeps the task
+    going (``behind`` False) or a backlog does (True). Returns the connection and its writes
+    before the task ended."""
+    monkeypatch.setattr(dispatch_base, "DISPATCH_SLICE_S", 0.0)
+    monkeypatch.setattr(dispatch_base, "DISPATCH_PAUSE_S", 0.0)
+    sub, conns, members = await _shared(ledger, 0, 1, 1000)
+    await _settle_dispatch(sub)
+    for i in range(50):
+        await ledger.append(_entry(i))
+    conn, consumer, dispatcher = conns[0], members[0], sub.dispatcher
+    entries = await ledger.read_entries(sub.cursor.read_position, 50)
+    sub.cursor.read_position = ledger.next_position(entries[-1].position)
+    writes_before = conn.writes
+    rounds = iter(range(0, 50, 5))
+    writes_at_rounds: list[int] = []
+
+    async def five() -> bool:
+        start = next(rounds, None)
+        if start is None:
+            return False
+        writes_at_rounds.append(conn.writes)
+        dispatcher._behind = behind
+        dispatcher._again = True   # more work arrived meanwhile: the task goes on
+        return dispatcher._deliver(entries[start:start + 5], from_replay=False, blocked=set(),
+                                   revision=sub.revisions.revision) > 0
+
+    monkeypatch.setattr(dispatcher, "_dispatch_once", five)
+    monkeypatch.setattr(dispatch_base, "_lone_round", lambda d: False)   # the task's rounds
+    dispatcher.schedule()
+    await _settle_dispatch(sub)
+    assert conn.message_ids() == [e.position for e in entries]
+    assert consumer.oldest_queued_revision is None
+    return conn, writes_at_rounds[-1] - writes_before
+
+
+async def test_a_dispatcher_not_behind_its_work_writes_at_every_slice_end(
+        ledger: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # each slice's five frames are written when it ends, not held for HOLD_SLICES slices
+    _, writes = await _rounds_of_five(ledger, monkeypatch, behind=False)
+    assert writes == 9
+
+
+async def test_a_dispatcher_behind_its_work_holds_a_consumers_few_frames(
+        ledger: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    _, writes = await _rounds_of_five(ledger, monkeypatch, behind=True)
+    assert writes == 9 // dispatch_base.HOLD_SLICES

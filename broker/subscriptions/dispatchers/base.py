@@ -117,8 +117,12 @@ DISPATCH_PAUSE_S = 0.001
 #: a slice's end waits instead for them to come back, this long at most: the storage threads
 #: take the interpreter at once (storage/appends_in_flight.py, where the bound is measured).
 APPENDS_WAIT_S = appends_in_flight.WAIT_S
-#: A busy dispatcher writes every consumer's queued frames at least every this many slices;
+#: A dispatcher behind its work (its last round read as much as a round reads: a herd falling
+#: due, a backlog) writes every consumer's queued frames at least every this many slices;
 #: between them a consumer's few frames wait for the next slice (:meth:`Consumer.holds_queued`).
+#: One that is not behind writes them at every slice's end: a stream of messages falling due
+#: a few each millisecond, kept busy by other work (an ACK's slices), would otherwise hold
+#: each millisecond's frames for several slices, every one of them late by that.
 HOLD_SLICES = 4
 
 
@@ -204,6 +208,8 @@ class Dispatcher:
         self._due_in_flight: list[Position] = []
         #: maxUnackedMessagesPerSubscription reached (stats' blockedSubscriptionOnUnackedMsgs)
         self.blocked_on_unacked = False
+        #: the last round read as much as a round reads (more is waiting): frames may be held
+        self._behind = False
         self.rate_limiter = DispatchRateLimiter()
         self._rate_wake: asyncio.TimerHandle | None = None
 
@@ -391,11 +397,12 @@ class Dispatcher:
                 else:
                     # let other connections' frames (publishes, FLOW, ACK) in: a herd of due
                     # messages or a long backlog holds the loop for one slice at most, and
-                    # while others have work, for two thirds of the time at most. A
-                    # consumer's few queued frames wait for the next slice (fewer writes,
-                    # each of which wakes its client), every frame at least every HOLD_SLICES.
+                    # while others have work, for two thirds of the time at most. Behind its
+                    # work, a consumer's few queued frames wait for the next slice (fewer
+                    # writes, each of which wakes its client), every frame at least every
+                    # HOLD_SLICES; otherwise they go now.
                     slices += 1
-                    self.flush_consumers(hold=slices % HOLD_SLICES != 0)
+                    self.flush_consumers(hold=self._behind and slices % HOLD_SLICES != 0)
                     turn = clock()
                     await asyncio.sleep(0)
                     if in_flight.batches:
@@ -516,6 +523,7 @@ class Dispatcher:
         ledger = sub.ledger
         revision = revisions.revision
         progressed = False
+        self._behind = False
         blocked: set[int] = set()
         delayed = self.delayed
         if delayed is not None:
@@ -525,14 +533,19 @@ class Dispatcher:
                 # others, but no more than the replay scan looks at: a herd stays in the
                 # compact index instead of moving into the replay set whole.
                 room = MAX_REPLAY_SCAN - len(self.replay)
-                for pos in delayed.due(min(max(budget, MAX_READ_ENTRIES), room)) \
-                        if room > 0 else ():
+                wanted = min(max(budget, MAX_READ_ENTRIES), room)
+                got = delayed.due(wanted) if room > 0 else []
+                self._behind = len(got) == wanted
+                for pos in got:
                     self.add_replay(pos)
             elif self.replay:
                 # Only what this round's replay read can take leaves the tracker: a herd
                 # stays in the compact index instead of growing the replay set by the
                 # permits every round.
-                for pos in delayed.due(take - len(self.replay)) if len(self.replay) < take else ():
+                wanted = take - len(self.replay)
+                got = delayed.due(wanted) if wanted > 0 else []
+                self._behind = len(got) == wanted
+                for pos in got:
                     self.add_replay(pos)
             else:
                 # The trackers hand out in (due time, position) order across all their
@@ -540,6 +553,7 @@ class Dispatcher:
                 # tracker, so the next round takes the rest on this path too, never through
                 # the replay set.
                 direct = sorted(delayed.due(take))
+                self._behind = len(direct) == take
                 if direct:
                     if await self._send_due(direct, revision):
                         return True
@@ -551,6 +565,7 @@ class Dispatcher:
             else:
                 positions = list(islice(self.replay, min(budget, MAX_READ_ENTRIES)))
             before = len(self.replay)
+            self._behind = self._behind or before > len(positions)
             entries, missing = await self._read_positions(positions)
             if revisions.is_outdated(revision) or self._closed:
                 return True  # a reset ran meanwhile: this replay read is stale
@@ -584,8 +599,10 @@ class Dispatcher:
                 if hit is not None:
                     entries = [hit]
                 else:
-                    wanted = max(1, int(budget / self._avg_messages_per_entry))
-                    entries = await ledger.read_entries(read_from, min(wanted, MAX_READ_ENTRIES))
+                    wanted = min(max(1, int(budget / self._avg_messages_per_entry)),
+                                 MAX_READ_ENTRIES)
+                    entries = await ledger.read_entries(read_from, wanted)
+                    self._behind = self._behind or len(entries) == wanted
                     if revisions.is_outdated(revision) or self._closed:
                         return True  # a reset ran meanwhile: this read is stale
                     # The read returns what became durable while it ran too, and transactions
