@@ -25,7 +25,10 @@ case) costs no close and reopen.
 Optional: the timerfd calls are in ``broker/delayed/_packed_accel.c`` (Python 3.11's ``os``
 has none). Without them (no compiler, not Linux), or when a descriptor cannot be had (the
 process's descriptor limit), :func:`precise_wake` answers None and the trackers aim
-``loop.call_at`` as before. Loop-only: nothing here is thread-safe.
+``loop.call_at`` as before. A descriptor that could not be had is asked for again
+:data:`OPEN_RETRY_S` later at the soonest (the trackers re-aim up to a thousand times a second:
+not a failing system call and a warning each), and the warning is logged once per loop.
+Loop-only: nothing here is thread-safe.
 """
 
 from __future__ import annotations
@@ -39,7 +42,8 @@ import time
 import weakref
 from collections.abc import Callable
 
-__all__ = ["AVAILABLE", "IDLE_CLOSE_S", "PreciseWake", "WakeHandle", "precise_wake"]
+__all__ = ["AVAILABLE", "IDLE_CLOSE_S", "OPEN_RETRY_S", "PreciseWake", "WakeHandle",
+           "precise_wake"]
 
 log = logging.getLogger("horae.delayed")
 
@@ -55,6 +59,10 @@ _STALE_SLACK = 64
 
 #: How long the descriptor stays open with no live handle (s).
 IDLE_CLOSE_S = 1.0
+
+#: After a descriptor could not be had, how long the loop's timers are used before it is
+#: asked for again (s).
+OPEN_RETRY_S = 1.0
 
 
 class WakeHandle:
@@ -85,6 +93,8 @@ class PreciseWake:
         self._armed_ns = 0
         self._seq = 0
         self._idle_check: asyncio.TimerHandle | None = None
+        self._retry_at = 0.0     # loop time before which no descriptor is asked for
+        self._warned = False
 
     @property
     def open(self) -> bool:
@@ -106,10 +116,17 @@ class PreciseWake:
         return handle
 
     def _open(self) -> bool:
+        now = self._loop.time()
+        if now < self._retry_at:
+            return False
         try:
             fd = timerfd_open()
         except OSError as exc:
-            log.warning("delayed delivery: no timerfd (%s); its timers use the loop's", exc)
+            self._retry_at = now + OPEN_RETRY_S
+            if not self._warned:
+                self._warned = True
+                log.warning("delayed delivery: no timerfd (%s); its timers use the loop's "
+                            "until one can be had (said once)", exc)
             return False
         try:
             self._loop.add_reader(fd, self._readable)

@@ -182,3 +182,35 @@ async def test_a_firing_whose_round_arms_the_next_a_turn_later_keeps_the_descrip
     assert len(fds) == 11 and len(set(fds)) == 1 and wake.open        # kept while in use
     wake._close_if_idle()                                             # the idle check's turn
     assert not wake.open
+
+
+async def test_no_descriptor_to_be_had_warns_once_and_asks_again_later(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    loop = asyncio.get_running_loop()
+    asked: list[float] = []
+    real_open = wake_module.timerfd_open
+
+    def refused() -> int:
+        asked.append(loop.time())
+        raise OSError(24, "Too many open files")
+
+    monkeypatch.setattr(wake_module, "timerfd_open", refused)
+    wake = PreciseWake(loop)
+    fired = asyncio.Event()
+    with caplog.at_level("WARNING", logger="horae.delayed"):
+        # a tracker re-aiming its timer many times meanwhile: the loop's timers each time
+        assert all(wake.call_at_ns(time.time_ns() + MS, fired.set) is None for _ in range(500))
+        timer = DeadlineTimer(loop, wall_clock_ms, 1, fired.set, exact_ms=wall_clock_ms_exact)
+        timer._wake = wake
+        timer.update(wall_clock_ms() + 2)
+        assert isinstance(timer._handle, asyncio.TimerHandle)
+        await asyncio.wait_for(fired.wait(), 30)                      # still fires
+    assert len(asked) == 1                       # asked once within the retry window
+    assert sum("no timerfd" in r.getMessage() for r in caplog.records) == 1
+    # past the window it is asked for again, and used once it can be had
+    monkeypatch.setattr(wake_module, "timerfd_open", real_open)
+    wake._retry_at = loop.time()
+    handle = wake.call_at_ns(time.time_ns() + MS, lambda: None)
+    assert isinstance(handle, WakeHandle) and wake.open
+    handle.cancel()
+    assert await _closed(wake)
