@@ -117,12 +117,14 @@ DISPATCH_PAUSE_S = 0.001
 #: a slice's end waits instead for them to come back, this long at most: the storage threads
 #: take the interpreter at once (storage/appends_in_flight.py, where the bound is measured).
 APPENDS_WAIT_S = appends_in_flight.WAIT_S
-#: A dispatcher behind its work (its last round read as much as a round reads: a herd falling
-#: due, a backlog) writes every consumer's queued frames at least every this many slices;
-#: between them a consumer's few frames wait for the next slice (:meth:`Consumer.holds_queued`).
-#: One that is not behind writes them at every slice's end: a stream of messages falling due
-#: a few each millisecond, kept busy by other work (an ACK's slices), would otherwise hold
-#: each millisecond's frames for several slices, every one of them late by that.
+#: A dispatcher that has been behind its work for more than this many slices in a row (each
+#: slice's last round read as much as a round reads: a herd falling due, a backlog) writes
+#: every consumer's queued frames at least every this many slices; between them a consumer's
+#: few frames wait for the next slice (:meth:`Consumer.holds_queued`): fewer, larger writes,
+#: each of which wakes a client. Otherwise they are written at every slice's end: a stream of
+#: messages falling due a few each millisecond, kept busy by other work (an ACK's slices) or
+#: catching up after a long loop turn, would otherwise hold each millisecond's frames for
+#: several slices, every one of them late by that.
 HOLD_SLICES = 4
 
 
@@ -382,7 +384,7 @@ class Dispatcher:
         clock = time.perf_counter
         try:
             slice_end = clock() + DISPATCH_SLICE_S
-            busy_yields = slices = 0
+            busy_yields = slices = behind_for = 0
             in_flight = self.sub.ledger.appends_in_flight
             while not self._closed:
                 self._again = False
@@ -397,12 +399,14 @@ class Dispatcher:
                 else:
                     # let other connections' frames (publishes, FLOW, ACK) in: a herd of due
                     # messages or a long backlog holds the loop for one slice at most, and
-                    # while others have work, for two thirds of the time at most. Behind its
-                    # work, a consumer's few queued frames wait for the next slice (fewer
-                    # writes, each of which wakes its client), every frame at least every
-                    # HOLD_SLICES; otherwise they go now.
+                    # while others have work, for two thirds of the time at most. In a
+                    # backlog that lasts, a consumer's few queued frames wait for the next
+                    # slice (fewer writes, each of which wakes its client), every frame at
+                    # least every HOLD_SLICES; otherwise they go now.
                     slices += 1
-                    self.flush_consumers(hold=self._behind and slices % HOLD_SLICES != 0)
+                    behind_for = behind_for + 1 if self._behind else 0
+                    self.flush_consumers(hold=behind_for > HOLD_SLICES
+                                         and slices % HOLD_SLICES != 0)
                     turn = clock()
                     await asyncio.sleep(0)
                     if in_flight.batches:
