@@ -36,6 +36,11 @@
  *     protocol.framing.coalesce makes of the reference's buffers). Ids are ints in
  *     [-2**63, 2**64) (a negative one is a 10-byte varint, as the reference's); entries bytes.
  *
+ * ack_positions(Position, command) -> list[Position] | None
+ *     A CommandAck's message ids as positions when every one names a whole entry (see the
+ *     function); None sends the caller to its reference, the ids read one by one from the
+ *     parsed command (broker/net/consumers.py). Never raises on any bytes.
+ *
  * peek_dispatch(fallback, entry) -> (int, int | None)
  *     protocol.metadata.peek_dispatch: an entry's (num_messages_in_batch, deliver_at_time or
  *     None). Its metadata is walked field by field when it is flat: every field of a known wire
@@ -978,6 +983,130 @@ fail:
     return NULL;
 }
 
+/* One length-delimited or scalar field's end from its tag's wire type, within [p, end): 0 and
+ * *p past it, -1 when it is not well formed (a group, a wire type protobuf does not have). */
+static int
+skip_field(const uint8_t *b, Py_ssize_t *p, Py_ssize_t end, unsigned wire_type)
+{
+    uint64_t v;
+    switch (wire_type) {
+    case 0:
+        return read_varint(b, p, end, 10, &v);
+    case 1:
+        if (end - *p < 8)
+            return -1;
+        *p += 8;
+        return 0;
+    case 2:
+        if (read_varint(b, p, end, 10, &v) < 0 || v > (uint64_t)(end - *p))
+            return -1;
+        *p += (Py_ssize_t)v;
+        return 0;
+    case 5:
+        if (end - *p < 4)
+            return -1;
+        *p += 4;
+        return 0;
+    default:
+        return -1;
+    }
+}
+
+/* ack_positions(Position, command) -> list[Position] | None
+ *
+ * command: a CommandAck's bytes. The positions (ledgerId, entryId) of its message ids, in
+ * order, when every id names a whole entry: no ack_set values (a batch index acknowledgement),
+ * both ids below 2**63 (the others are wire_position's). The id's other fields (partition,
+ * batch_index, batch_size, first_chunk_message_id, unknown ones) are passed over, as the
+ * reference reads only those three; a repeated field's last value wins, as in upb's parse.
+ * None for anything else -- an ack_set value, an id at or past 2**63, a field of another wire
+ * type than declared, bytes that are not well formed -- and the caller reads the ids one by
+ * one from the parsed command. */
+static PyObject *
+ack_positions(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "ack_positions takes 2 arguments");
+        return NULL;
+    }
+    if (!PyType_Check(args[0]) || !PyType_IsSubtype((PyTypeObject *)args[0], &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "Position must be a tuple type");
+        return NULL;
+    }
+    PyTypeObject *position = (PyTypeObject *)args[0];
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[1], &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    const uint8_t *b = (const uint8_t *)view.buf;
+    Py_ssize_t end = view.len, p = 0;
+    PyObject *out = PyList_New(0);
+    if (out == NULL)
+        goto error;
+    while (p < end) {
+        uint64_t tag;
+        if (read_varint(b, &p, end, 5, &tag) < 0 || tag >> 3 == 0 || tag >> 32)
+            goto other;
+        unsigned wire_type = (unsigned)(tag & 7);
+        if (tag >> 3 != 3) {   /* not a message id: consumer_id, ack_type, properties... */
+            if (skip_field(b, &p, end, wire_type) < 0)
+                goto other;
+            continue;
+        }
+        uint64_t length;
+        if (wire_type != 2 || read_varint(b, &p, end, 10, &length) < 0
+                || length > (uint64_t)(end - p))
+            goto other;
+        Py_ssize_t id_end = p + (Py_ssize_t)length;
+        uint64_t ledger_id = 0, entry_id = 0;
+        while (p < id_end) {
+            uint64_t id_tag, value;
+            if (read_varint(b, &p, id_end, 5, &id_tag) < 0 || id_tag >> 3 == 0 || id_tag >> 32)
+                goto other;
+            unsigned field = (unsigned)(id_tag >> 3), type = (unsigned)(id_tag & 7);
+            if (field == 1 || field == 2) {
+                /* 9 bytes hold 63 bits: an id at or past 2**63 is declined here */
+                if (type != 0 || read_varint(b, &p, id_end, 9, &value) < 0)
+                    goto other;
+                if (field == 1)
+                    ledger_id = value;
+                else
+                    entry_id = value;
+            }
+            else if (field == 5) {   /* ack_set: an empty packed run holds no value */
+                uint64_t run;
+                Py_ssize_t q = p;
+                if (type != 2 || read_varint(b, &q, id_end, 10, &run) < 0 || run != 0)
+                    goto other;
+                p = q;
+            }
+            else if (skip_field(b, &p, id_end, type) < 0)
+                goto other;
+        }
+        PyObject *pos = position->tp_alloc(position, 2);
+        if (pos == NULL)
+            goto error;
+        PyObject *l = PyLong_FromUnsignedLongLong(ledger_id);
+        PyObject *e = PyLong_FromUnsignedLongLong(entry_id);
+        PyTuple_SET_ITEM(pos, 0, l);
+        PyTuple_SET_ITEM(pos, 1, e);
+        if (l == NULL || e == NULL || PyList_Append(out, pos) < 0) {
+            Py_DECREF(pos);
+            goto error;
+        }
+        Py_DECREF(pos);
+    }
+    PyBuffer_Release(&view);
+    return out;
+other:
+    Py_DECREF(out);
+    PyBuffer_Release(&view);
+    Py_RETURN_NONE;
+error:
+    Py_XDECREF(out);
+    PyBuffer_Release(&view);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"decode_sends", (PyCFunction)(void (*)(void))decode_sends, METH_FASTCALL,
      "decode_sends(SendFrame, crc32c, buf, pos, max_frame_size, out) -> int"},
@@ -991,6 +1120,8 @@ static PyMethodDef methods[] = {
      "(messages, partial, deliver_at varint) | None"},
     {"keyed_run", (PyCFunction)(void (*)(void))keyed_run, METH_FASTCALL,
      "keyed_run(fallback, hash128, withheld, unknown, entries) -> (keys, times, nothing)"},
+    {"ack_positions", (PyCFunction)(void (*)(void))ack_positions, METH_FASTCALL,
+     "ack_positions(Position, command) -> list[Position] | None"},
     {"peek_dispatch", (PyCFunction)(void (*)(void))peek_dispatch, METH_FASTCALL,
      "peek_dispatch(fallback, entry) -> (messages, deliver_at_time or None)"},
     {NULL, NULL, 0, NULL},

@@ -58,6 +58,7 @@ from protocol.errors import (
     SubscriptionNotFoundError,
 )
 from protocol.metadata import parse_entry
+from protocol.send_accel import ack_positions
 from protocol.sub_types import SubType
 from storage.appends_in_flight import AppendsInFlight
 from storage.errors import StorageError
@@ -76,6 +77,24 @@ _U64 = (1 << 64) - 1
 _I64 = 1 << 63
 #: builds an ACK's positions without the Python ``__new__`` of the NamedTuple (up to 1,000 each)
 _new = tuple.__new__
+
+
+#: The most ids an ACK may carry to be read in C at once: a client's whole group
+#: (``ackGroupingMaxSize``), ~0.2 ms of work. A bigger one is read id by id, slice by slice
+#: (:mod:`broker.net.sliced`), so it never holds the loop for longer than a slice.
+ENTRY_POSITIONS_MAX = 1000
+
+
+def _entry_positions(cmd: pb.CommandAck) -> list[Position] | None:
+    """An individual ACK's ids as positions, read in C from the command's bytes, when every
+    one names a whole entry (the usual ACK: no batch index, no id at or past 2**63) and there
+    are at most :data:`ENTRY_POSITIONS_MAX`; None otherwise, or without the C twin: the ids
+    are then read one by one (:meth:`ConsumerSide._apply_ack`), the reference the C reading
+    is compared with."""
+    if ack_positions is None or cmd.ack_type == pb.CommandAck.Cumulative \
+            or len(cmd.message_id) > ENTRY_POSITIONS_MAX:
+        return None
+    return ack_positions(Position, cmd.SerializeToString())
 
 
 @dataclass(frozen=True, slots=True)
@@ -309,16 +328,20 @@ class ConsumerSide:
         if self._sliced.busy or len(cmd.message_id) > SLICE_IDS:
             self._sliced.run(self._ack_slices(cmd))
             return
-        if self._apply_ack(cmd, cmd.message_id) and cmd.HasField("request_id"):
+        if self._apply_ack(cmd, cmd.message_id, _entry_positions(cmd)) \
+                and cmd.HasField("request_id"):
             self.connection.write(encode_ack_response(cmd.consumer_id, cmd.request_id))
 
     def _ack_slices(self, cmd: pb.CommandAck) -> SlicedWork:
         ids = cmd.message_id
         if cmd.ack_type == pb.CommandAck.Cumulative:
             ids = ids[-1:]  # only the last counts (Subscription.acknowledge): no slices
+        positions = _entry_positions(cmd)
         for start in range(0, max(1, len(ids)), SLICE_IDS):
             try:
-                if not self._apply_ack(cmd, ids[start:start + SLICE_IDS]):
+                if not self._apply_ack(cmd, ids[start:start + SLICE_IDS],
+                                       positions[start:start + SLICE_IDS]
+                                       if positions is not None else None):
                     return
             except RequestError as exc:
                 if cmd.HasField("request_id"):
@@ -329,9 +352,11 @@ class ConsumerSide:
         if cmd.HasField("request_id"):
             self.connection.write(encode_ack_response(cmd.consumer_id, cmd.request_id))
 
-    def _apply_ack(self, cmd: pb.CommandAck, message_ids: Sequence[pb.MessageIdData]) -> bool:
+    def _apply_ack(self, cmd: pb.CommandAck, message_ids: Sequence[pb.MessageIdData],
+                   positions: list[Position] | None = None) -> bool:
         """Acknowledge *message_ids* (all or a slice of ``cmd.message_id``) for the ACK's
-        consumer; False (answered ConsumerNotFound) when that consumer is not attached."""
+        consumer, or their *positions* when :func:`_entry_positions` read them; False
+        (answered ConsumerNotFound) when that consumer is not attached."""
         attached = self._attached.get(cmd.consumer_id)
         if attached is None:
             if cmd.HasField("request_id"):
@@ -339,6 +364,12 @@ class ConsumerSide:
                     cmd.consumer_id, cmd.request_id, error=ServerError.ConsumerNotFound,
                     message="Consumer not found"))
             return False
+        if positions is not None:
+            consumer = attached.consumer
+            consumer.msg_ack_counter += len(positions)
+            consumer.last_acked_ms = _now_ms()
+            attached.subscription.acknowledge_entries(consumer, positions)
+            return True
         ids: list[tuple[Position, list[int] | None]] = []
         for m in message_ids:  # hot path: one ACK carries up to 1000 ids
             lid, eid = m.ledgerId, m.entryId

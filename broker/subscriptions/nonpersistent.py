@@ -225,6 +225,10 @@ class NonPersistentSubscription:
         """Accepted and counted; a non-persistent subscription keeps no ack state."""
         self.msg_ack_counter += len(ids)
 
+    def acknowledge_entries(self, consumer: Consumer, positions: list[Position]) -> None:
+        """As :meth:`acknowledge`: counted, nothing kept."""
+        self.msg_ack_counter += len(positions)
+
     def redeliver(self, consumer: Consumer, positions: list[Position] | None) -> None:
         """Nothing is kept to redeliver (at-most-once)."""
 

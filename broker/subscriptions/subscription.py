@@ -488,7 +488,6 @@ class Subscription:
     ) -> None:
         if not ids:
             return
-        dispatcher = self.dispatcher
         cursor = self.cursor
         acked: list[Position] = []
         last = self.ledger.last_confirmed
@@ -500,7 +499,7 @@ class Subscription:
                 log.debug("%s: cumulative ack of %s beyond the last entry %s ignored",
                           self.name, pos, last)
                 return
-            partial = ack_set is not None and self._merge_ack_set(consumer, pos, ack_set)
+            partial = ack_set is not None and _merge_ack_set(self, consumer, pos, ack_set)
             upto = before(pos) if partial else pos
             if upto > cursor.mark_delete_position:
                 cursor.mark_delete(upto)
@@ -516,33 +515,27 @@ class Subscription:
                 for pos, ack_set in ids:
                     if pos > last:
                         continue  # no such entry (yet): ignored, as storage's cursor does
-                    if ack_set is not None and self._merge_ack_set(consumer, pos, ack_set):
+                    if ack_set is not None and _merge_ack_set(self, consumer, pos, ack_set):
                         continue
                     self.batch_acks.pop(pos, None)
                     acked.append(pos)
             cursor.delete(acked)
-        mark_active(cursor)   # saved with the ack state, by the same save
-        self.msg_ack_counter += len(acked)
-        self.topic.touch()
-        if dispatcher is not None:
-            dispatcher.on_acked(acked)
-            if round_after_ack(dispatcher):
-                dispatcher.schedule()  # acks may unblock Key_Shared hashes, a blocked read
-        self.check_end_of_topic()
+        _after_acks(self, acked)
 
-    def _merge_ack_set(self, consumer: Consumer, pos: Position, ack_set: list[int]) -> bool:
-        """Batch-index ack: keep the still-unacked bits; True while some remain."""
-        bits = 0
-        for i, word in enumerate(ack_set):
-            bits |= (word & 0xFFFFFFFFFFFFFFFF) << (64 * i)
-        pending = consumer.pending.get(pos)
-        size = pending[0] if pending is not None else max(1, 64 * len(ack_set))
-        current = self.batch_acks.get(pos, (1 << size) - 1)
-        remaining = current & bits & ((1 << size) - 1)
-        if remaining == 0:
-            return False
-        self.batch_acks[pos] = remaining
-        return True
+    def acknowledge_entries(self, consumer: Consumer, positions: list[Position]) -> None:
+        """An individual ACK of whole entries (no batch index): :meth:`acknowledge` without a
+        step per id while no entry is acknowledged by batch index. *positions* becomes the
+        subscription's (kept by the cursor's and dispatcher's books as they see fit)."""
+        if self.batch_acks:   # whole-entry acks drop those entries' kept batch bits
+            self.acknowledge(consumer, [(pos, None) for pos in positions], cumulative=False)
+            return
+        last = self.ledger.last_confirmed
+        if last is None or not positions:
+            return
+        # ids past the last entry are ignored, as storage's cursor does
+        acked = positions if max(positions) <= last else [p for p in positions if p <= last]
+        self.cursor.delete(acked)
+        _after_acks(self, acked)
 
     def redeliver(self, consumer: Consumer, positions: list[Position] | None) -> None:
         """REDELIVER_UNACKNOWLEDGED_MESSAGES: an empty list means all of the consumer's."""
@@ -593,6 +586,7 @@ class Subscription:
         summed over the consumers (``msgRateRedeliver``; sampled while the topic is active)."""
         return self.rates(asyncio.get_running_loop().time())[2]
 
+
 def _stored_type(name: str, properties: dict[str, str]) -> SubType | None:
     """The type a durable subscription's cursor keeps (SUBSCRIPTION_TYPE_PROPERTY), if any."""
     value = properties.get(SUBSCRIPTION_TYPE_PROPERTY)
@@ -603,3 +597,33 @@ def _stored_type(name: str, properties: dict[str, str]) -> SubType | None:
     except KeyError:
         log.warning("subscription %s: unknown stored type %r ignored", name, value)
         return None
+
+
+def _after_acks(sub: Subscription, acked: list[Position]) -> None:
+    """What follows an ACK's change to the cursor: activity, counters, the dispatcher's
+    books and the round the acks may make worthwhile, the end-of-topic notice."""
+    mark_active(sub.cursor)   # saved with the ack state, by the same save
+    sub.msg_ack_counter += len(acked)
+    sub.topic.touch()
+    dispatcher = sub.dispatcher
+    if dispatcher is not None:
+        dispatcher.on_acked(acked)
+        if round_after_ack(dispatcher):
+            dispatcher.schedule()  # acks may unblock Key_Shared hashes, a blocked read
+    sub.check_end_of_topic()
+
+
+def _merge_ack_set(sub: Subscription, consumer: Consumer, pos: Position, ack_set: list[int]
+                   ) -> bool:
+    """Batch-index ack: keep the still-unacked bits; True while some remain."""
+    bits = 0
+    for i, word in enumerate(ack_set):
+        bits |= (word & 0xFFFFFFFFFFFFFFFF) << (64 * i)
+    pending = consumer.pending.get(pos)
+    size = pending[0] if pending is not None else max(1, 64 * len(ack_set))
+    current = sub.batch_acks.get(pos, (1 << size) - 1)
+    remaining = current & bits & ((1 << size) - 1)
+    if remaining == 0:
+        return False
+    sub.batch_acks[pos] = remaining
+    return True

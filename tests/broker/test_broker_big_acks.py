@@ -66,6 +66,8 @@ def test_other_connections_are_answered_while_a_big_ack_is_applied(
 
     monkeypatch.setattr(Subscription, "acknowledge", watched_acknowledge)
     monkeypatch.setattr(consumers_module, "encode_ack_response", watched_response)
+    # an ACK read in C goes to acknowledge_entries; this one is far past that path's bound
+    assert BIG_ACK_IDS > consumers_module.ENTRY_POSITIONS_MAX
     # ids of entries that exist, so every one is applied (none skipped as beyond the last)
     give_up = time.monotonic() + 60.0
     big = C.encode_ack(1, [(ledger, entry % 3) for entry in range(BIG_ACK_IDS)], request_id=7)
@@ -97,14 +99,19 @@ def test_acks_after_a_big_ack_are_answered_in_order(attacker: RawClient) -> None
     assert all(not a.ackResponse.HasField("error") for a in answers)
 
 
+@pytest.mark.parametrize(("others", "in_c"), [(3_000, True), (500, True), (500, False)],
+                         ids=["ids-one-by-one", "ids-read-in-c", "without-the-c-twin"])
 def test_a_redeliver_after_a_big_ack_redelivers_only_what_stayed_unacked(
-        broker: Any, attacker: RawClient) -> None:
+        broker: Any, attacker: RawClient, monkeypatch: pytest.MonkeyPatch, others: int,
+        in_c: bool) -> None:
+    if not in_c:
+        monkeypatch.setattr(consumers_module, "ack_positions", None)
     ledger = attach_consumer(attacker, entries=3)
     attacker.send(C.encode_flow(1, 10))
     delivered = [attacker.recv_command() for _ in range(3)]
     assert [d.type for d in delivered] == [T.MESSAGE] * 3
-    # a big ACK that acknowledges entries 0 and 1 among many ids of no entry, then REDELIVER all
-    ids = [(ledger + 1, entry) for entry in range(3_000)] + [(ledger, 0), (ledger, 1)]
+    # an ACK that acknowledges entries 0 and 1 among many ids of no entry, then REDELIVER all
+    ids = [(ledger + 1, entry) for entry in range(others)] + [(ledger, 0), (ledger, 1)]
     attacker.send(C.encode_ack(1, ids, request_id=5) + C.encode_redeliver(1))
     answer = attacker.recv_command()
     assert answer.type == T.ACK_RESPONSE and answer.ackResponse.request_id == 5
@@ -114,17 +121,22 @@ def test_a_redeliver_after_a_big_ack_redelivers_only_what_stayed_unacked(
 
 
 def _watch_slices(monkeypatch: pytest.MonkeyPatch, arm: Any) -> list[object]:
-    """Record the number of ids of each slice applied; *arm(loop, events)* runs at the first."""
+    """Record the number of ids of each slice applied, whether its ids were read one by one
+    (``acknowledge``) or in C (``acknowledge_entries``); *arm(loop, events)* runs at the
+    first."""
     events: list[object] = []
-    acknowledge = Subscription.acknowledge
 
-    def watched_acknowledge(self: Subscription, consumer: Any, ids: Any, **kw: Any) -> None:
-        if not events:
-            arm(asyncio.get_running_loop(), events)
-        events.append(len(ids))
-        acknowledge(self, consumer, ids, **kw)
+    def watched(applied: Any) -> Any:
+        def watched_applied(self: Subscription, consumer: Any, ids: Any, **kw: Any) -> None:
+            if not events:
+                arm(asyncio.get_running_loop(), events)
+            events.append(len(ids))
+            applied(self, consumer, ids, **kw)
+        return watched_applied
 
-    monkeypatch.setattr(Subscription, "acknowledge", watched_acknowledge)
+    monkeypatch.setattr(Subscription, "acknowledge", watched(Subscription.acknowledge))
+    monkeypatch.setattr(Subscription, "acknowledge_entries",
+                        watched(Subscription.acknowledge_entries))
     return events
 
 

@@ -218,6 +218,30 @@ async def test_batch_index_ack_is_sent_back_as_ack_set(ledger: Any) -> None:
     assert sub.cursor.is_deleted(Position(lid, 0))
 
 
+async def test_acknowledge_entries_is_acknowledge_of_whole_entries(ledger: Any) -> None:
+    sub, conn, consumer = await _setup(ledger, 6, sub_type=1, batch=3)
+    consumer.permits = 100
+    sub.dispatcher.schedule()
+    await _settle()
+    lid = ledger.last_confirmed.ledger_id
+    acked_before = sub.msg_ack_counter
+    # ids past the last entry are ignored, as by acknowledge
+    sub.acknowledge_entries(consumer, [Position(lid, 1), Position(lid, 3), Position(lid, 99)])
+    assert [sub.cursor.is_deleted(Position(lid, e)) for e in range(6)] == \
+        [False, True, False, True, False, False]
+    assert sub.msg_ack_counter == acked_before + 2
+    assert Position(lid, 1) not in consumer.pending and Position(lid, 0) in consumer.pending
+    # an entry acknowledged by batch index keeps its bits until a whole-entry ack drops them
+    sub.acknowledge(consumer, [(Position(lid, 4), [0b110])], cumulative=False)
+    assert sub.batch_acks == {Position(lid, 4): 0b110}
+    sub.acknowledge_entries(consumer, [Position(lid, 0), Position(lid, 4)])
+    assert sub.batch_acks == {}
+    assert sub.cursor.is_deleted(Position(lid, 0)) and sub.cursor.is_deleted(Position(lid, 4))
+    sub.redeliver(consumer, None)
+    await _settle()
+    assert conn.message_ids()[6:] == [(lid, 2), (lid, 5)]
+
+
 async def test_admin_skip_acknowledges_the_next_unacked_entries(ledger: Any) -> None:
     sub, conn, consumer = await _setup(ledger, 10, sub_type=1)
     lid = ledger.last_confirmed.ledger_id

@@ -619,3 +619,83 @@ def test_scan_reads_a_batch_size_as_an_int32_as_the_reference_does(messages: int
     entry = struct.pack(">I", len(md)) + md + b"x" * 20
     assert scan_c(entry) == scan_publish_metadata_py(entry)
     assert (scan_c(entry) is None) is (messages & 0xFFFFFFFF not in (2,))
+
+
+# ---------------------------------------------------------------- an ACK's ids as positions
+
+_BIG_ID = st.one_of(st.integers(min_value=0, max_value=5000),
+                    st.integers(min_value=0, max_value=(1 << 64) - 1))
+
+
+@st.composite
+def ack_commands(draw: st.DrawFn) -> pb.CommandAck:
+    cmd = pb.CommandAck(consumer_id=draw(st.integers(0, 1 << 20)),
+                        ack_type=draw(st.sampled_from([pb.CommandAck.Individual,
+                                                       pb.CommandAck.Cumulative])))
+    if draw(st.booleans()):
+        cmd.request_id = draw(st.integers(0, (1 << 64) - 1))
+    if draw(st.booleans()):
+        cmd.txnid_least_bits = draw(st.integers(0, 1 << 40))
+    for _ in range(draw(st.integers(0, 3))):
+        cmd.properties.add(key=draw(st.text(max_size=4)), value=draw(st.integers(0, 99)))
+    for _ in range(draw(st.integers(0, 12))):
+        m = cmd.message_id.add(ledgerId=draw(_BIG_ID), entryId=draw(_BIG_ID))
+        if draw(st.booleans()):
+            m.partition = draw(st.integers(-1, 8))
+        if draw(st.booleans()):
+            m.batch_index = draw(st.integers(-1, 100))
+            m.batch_size = draw(st.integers(0, 100))
+        if draw(st.integers(0, 4)) == 0:
+            m.ack_set.extend(draw(st.lists(st.integers(-(1 << 63), (1 << 63) - 1),
+                                           min_size=1, max_size=2)))
+        if draw(st.integers(0, 4)) == 0:
+            m.first_chunk_message_id.ledgerId = draw(_BIG_ID)
+            m.first_chunk_message_id.entryId = draw(_BIG_ID)
+    return cmd
+
+
+def _positions_read_one_by_one(cmd: pb.CommandAck) -> list[tuple[int, int]] | None:
+    """The reference: what the consumer side reads id by id from the parsed command, when
+    every id names a whole entry."""
+    ids = cmd.message_id
+    if any(m.ack_set or m.ledgerId >= 1 << 63 or m.entryId >= 1 << 63 for m in ids):
+        return None
+    return [(m.ledgerId, m.entryId) for m in ids]
+
+
+class _Pos(tuple):  # type: ignore[type-arg]
+    """A tuple type standing for storage's Position (protocol does not import storage)."""
+
+
+@settings(max_examples=examples(full=3000, sample=600), deadline=None)
+@given(cmd=ack_commands(), mutations=st.lists(MUTATION, max_size=3))
+def test_ack_positions_reads_what_the_parsed_command_holds(
+        cmd: pb.CommandAck, mutations: list[tuple[str, int, int]]) -> None:
+    assert send_accel.ack_positions is not None
+    raw = cmd.SerializeToString()
+    data = mutate(raw, mutations)
+    got = send_accel.ack_positions(_Pos, data)   # never raises, whatever the bytes
+    try:
+        parsed = pb.CommandAck.FromString(data)
+    except Exception:   # not a command the decoder would hand over
+        return
+    expected = _positions_read_one_by_one(parsed)
+    if got is not None:
+        assert got == expected and all(type(p) is _Pos for p in got)
+    if data == raw and expected is not None:
+        assert got == expected      # the usual ACK is always read in C
+
+
+def test_ack_positions_declines_a_batch_index_ack_and_ids_past_two_to_the_63() -> None:
+    assert send_accel.ack_positions is not None
+    cmd = pb.CommandAck(consumer_id=1, ack_type=pb.CommandAck.Individual)
+    cmd.message_id.add(ledgerId=3, entryId=7)
+    assert send_accel.ack_positions(_Pos, cmd.SerializeToString()) == [(3, 7)]
+    cmd.message_id.add(ledgerId=3, entryId=8, ack_set=[5])
+    assert send_accel.ack_positions(_Pos, cmd.SerializeToString()) is None
+    cmd.message_id[1].ClearField("ack_set")
+    cmd.message_id[1].entryId = (1 << 64) - 1     # -1 on the wire: wire_position's
+    assert send_accel.ack_positions(_Pos, cmd.SerializeToString()) is None
+    with pytest.raises(TypeError):
+        send_accel.ack_positions(int, b"")
+    assert send_accel.ack_positions(_Pos, b"") == []
