@@ -309,6 +309,7 @@ class MessageDeduplication:
                 producer.drain_finished()  # every durable entry is now in the states
         forget: list[str] = []
         went_idle: list[str] = []
+        active: list[str] = []
         for name, state in states.items():
             if state.producers:
                 state.producers = [p for p in state.producers if not p.closed or p.pending]
@@ -318,6 +319,7 @@ class MessageDeduplication:
                 state.snapshotted = stored.changes
             if state.producers:
                 state.idle_since = 0.0
+                active.append(name)
             elif state.idle_since == 0.0:
                 state.idle_since = now
                 went_idle.append(name)
@@ -329,6 +331,11 @@ class MessageDeduplication:
                     state.drop_window()
         for name in went_idle:  # last active now: evicted after the names idle for longer
             states[name] = states.pop(name)
+        if went_idle:
+            # and the names still attached after them, active at this very moment: one that
+            # goes idle before the next snapshot is then evicted after these, not before
+            for name in active:
+                states[name] = states.pop(name)
         for name in forget:
             del states[name]
             cursor.remove_property(name)
