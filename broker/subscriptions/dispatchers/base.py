@@ -538,8 +538,8 @@ class Dispatcher:
                 # compact index instead of moving into the replay set whole.
                 room = MAX_REPLAY_SCAN - len(self.replay)
                 wanted = min(max(budget, MAX_READ_ENTRIES), room)
-                got = delayed.due(wanted) if room > 0 else []
-                self._behind = len(got) == wanted
+                got = delayed.due(wanted) if wanted > 0 else []
+                self._behind = len(got) >= wanted   # the take filled (or the replay full)
                 for pos in got:
                     self.add_replay(pos)
             elif self.replay:
@@ -548,7 +548,7 @@ class Dispatcher:
                 # permits every round.
                 wanted = take - len(self.replay)
                 got = delayed.due(wanted) if wanted > 0 else []
-                self._behind = len(got) == wanted
+                self._behind = len(got) >= wanted   # the take filled (or the replay full)
                 for pos in got:
                     self.add_replay(pos)
             else:
