@@ -387,6 +387,12 @@ class BucketDelayedDeliveryTracker(TimedTracker):
         await self._snapshots.wait_idle()
 
 
+#: guesses of the time up to which a take fits before the merge takes all of it
+EARLIEST_TRIES = 4
+#: counting stops past this many takes' worth (a herd is not counted to its end)
+EARLIEST_COUNT_CAP = 4
+
+
 class _DueQueue:
     """One hand-out over every source of due indexes: the indexed positions in memory (the
     mutable bucket, the late-entry index), the loaded segments of the sealed buckets and the
@@ -415,12 +421,14 @@ class _DueQueue:
         """Up to ``max_messages`` due positions, the earliest (time, position) first across the
         sources, then sorted by position."""
         out: list[Position] = []
+        sealed = self._sealed
+        limit_ts = sealed.limit(cutoff)
+        if self._take_earliest(max_messages, limit_ts, out):
+            limit_ts = sealed.limit(cutoff)     # segments run dry: their bound is lifted
         # A k-way merge of the source heads: each round takes, from the source whose head is
         # the smallest (time, position), the run of entries below every other source's head.
         # The loaded segments are one heap, so a round costs O(run + log segments) whatever
         # the number of segments; the sources in memory are a handful.
-        sealed = self._sealed
-        limit_ts = sealed.limit(cutoff)
         rounds = 2 * max_messages + 1000        # each round consumes at least one entry
         while len(out) < max_messages and rounds:
             rounds -= 1
@@ -475,6 +483,44 @@ class _DueQueue:
             self._wide.pop_due(cutoff, max_messages - len(out), out)
         out.sort()
         return out
+
+    def _take_earliest(self, max_messages: int, limit_ts: int, out: list[Position]) -> bool:
+        """Take, one step a source, every index at or before a time ``bound`` (``limit_ts``
+        when all of them fit) when there are at most ``max_messages`` of them: exactly what
+        the merge would take first, since everything at or before ``bound`` comes before
+        anything later, and ``out`` is sorted by position. Under random delays every loaded
+        segment has about one entry due a millisecond, and the merge takes one heap step
+        for each. Answers whether it took anything that way; the merge takes the rest."""
+        heads = [ts for ts in (p.peek_ts() for p in self._indexes) if ts is not None]
+        top = self._sealed.top()
+        if top is not None:
+            heads.append(top[0])
+        if not heads:
+            return False
+        first = min(heads)
+        bound = limit_ts
+        for _ in range(EARLIEST_TRIES):
+            if bound < first:
+                return False
+            cap = EARLIEST_COUNT_CAP * max_messages
+            count = sum(p.count_upto(bound, cap) for p in self._indexes)
+            if count <= cap:
+                count += self._sealed.due_count(bound, cap - count)
+            if count <= max_messages:
+                break
+            if bound == first:
+                return False                    # a herd in one millisecond: the merge
+            # where ``max_messages`` would end if the due times were spread evenly
+            bound = first + (bound - first) * max_messages // count
+        else:
+            return False
+        if not count:
+            return False
+        for positions in self._indexes:
+            positions.pop_upto(bound, max_messages, out)
+        for loaded in self._sealed.take_all_due(bound, out, self._is_deleted):
+            self._done(loaded)                  # its next segment: a new barrier or in memory
+        return True
 
     @staticmethod
     def _take_index_run(positions: IndexedPositions, limit_ts: int,

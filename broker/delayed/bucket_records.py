@@ -22,14 +22,17 @@ the *shared queue*: a heap of the loaded segments keyed by their head (time, pos
 the hand-out is a k-way merge of the segment heads whose cost per hand-out does not depend on
 how many segments are loaded. It knows nothing of IO: the snapshot side
 (:mod:`broker.delayed.bucket_snapshots`) inserts, loads and retires buckets; the tracker
-(:mod:`broker.delayed.bucket`) hands out due indexes through :meth:`SealedBuckets.take_run`.
+(:mod:`broker.delayed.bucket`) hands out due indexes through :meth:`SealedBuckets.take_run` (one
+merge step) and :meth:`SealedBuckets.take_all_due` (every segment's run up to a time, when all of
+it goes: :meth:`SealedBuckets.due_count` says so first).
 Invariants:
 
 - ``remaining`` of a bucket == sum of its ``pending`` cardinalities; ``sealed_remaining`` ==
   sum of ``remaining`` over the live buckets;
 - a bucket waiting for a segment is in ``loading`` with that segment's first time: nothing
   later than the smallest such time (the *barrier*) is handed out, so delivery stays in time
-  order across buckets; a loaded segment's bucket with segments still on disk bounds the
+  order across buckets (the barrier's own millisecond is not held back: the loaded segments'
+  entries of it may go before the loading bucket's, whatever their positions); a loaded segment's bucket with segments still on disk bounds the
   hand-out the same way at its next segment's first time (the *upcoming* heap);
 - except for what was due already when the tracker recovered (``overdue_to``, the cutoff
   then): those messages are late whatever their order, so a bucket still loading holds back
@@ -59,7 +62,7 @@ from typing import Final
 
 from pyroaring import BitMap
 
-from broker.delayed.packed import POSITION_BITS, POSITION_MASK, bitmap_bytes
+from broker.delayed.packed import POSITION_BITS, POSITION_MASK, bitmap_bytes, make_positions
 from broker.delayed.snapshot_format import DecodedSegment, RawSegment
 from storage.positions import Position
 
@@ -176,7 +179,7 @@ class ImmutableBucket:
             return False
         if bm is self.indexed.get(ledger_id):   # shared until its first change
             bm = self.pending[ledger_id] = bm.copy()
-        bm.remove(entry_id)
+        bm.discard(entry_id)      # checked: remove() is 5x slower in pyroaring
         self.remaining -= 1
         return True
 
@@ -290,10 +293,6 @@ class SealedBuckets:
     def last_end_ledger(self) -> int:
         """End ledger of the last bucket, -1 if none."""
         return self._buckets[-1].end_ledger if self._buckets else -1
-
-    def pairs(self) -> Iterator[tuple[ImmutableBucket, ImmutableBucket]]:
-        """Adjacent bucket pairs, in ledger order (merge candidates)."""
-        return itertools.pairwise(list(self._buckets))
 
     def find(self, ledger_id: int) -> ImmutableBucket | None:
         i = bisect_right(self._starts, ledger_id) - 1
@@ -502,7 +501,8 @@ class SealedBuckets:
         (out of the heap then: the caller loads the next one)."""
         heap = self._heap
         loaded = heap[0][3]
-        moved = self._take_segment(loaded, end, out, is_deleted)
+        moved = end - loaded.i
+        self.sealed_remaining -= _take_segment(loaded, end, out, is_deleted)
         i = loaded.i
         if i == len(loaded.ts):
             heapq.heappop(heap)
@@ -510,33 +510,48 @@ class SealedBuckets:
         heapq.heapreplace(heap, (loaded.ts[i], loaded.pos[i], loaded.seq, loaded))
         return moved, None
 
-    def _take_segment(self, loaded: LoadedSegment, end: int, out: list[Position],
-                      is_deleted: Callable[[Position], bool]) -> int:
-        pos, i = loaded.pos, loaded.i
-        bucket = loaded.bucket
-        pending = bucket.pending
-        indexed = bucket.indexed
-        check_acked = bucket.recovered
-        taken = 0
-        for k in range(i, end):
-            packed = pos[k]
-            ledger_id = packed >> POSITION_BITS
-            entry_id = packed & POSITION_MASK
-            bm = pending.get(ledger_id)
-            if bm is None or entry_id not in bm:
-                continue                        # handed out, cancelled or acked
-            if bm is indexed.get(ledger_id):    # shared until its first change
-                bm = pending[ledger_id] = bm.copy()
-            bm.remove(entry_id)
-            taken += 1
-            position = Position(ledger_id, entry_id)
-            if check_acked and is_deleted(position):
-                continue                        # acknowledged before the restart
-            out.append(position)
-        bucket.remaining -= taken
-        self.sealed_remaining -= taken
-        loaded.i = end
-        return end - i
+    def due_count(self, limit_ts: int, cap: int) -> int:
+        """How many indexes of the loaded segments are at or before ``limit_ts`` (stale ones
+        counted); once past ``cap``, some count above it. The segments with a head that
+        early are a subtree at the heap's root: the count visits them and no other."""
+        heap = self._heap
+        size = len(heap)
+        count = 0
+        stack = [0] if size and heap[0][0] <= limit_ts else []
+        while stack:
+            k = stack.pop()
+            loaded = heap[k][3]
+            if not loaded.dead:
+                count += bisect_right(loaded.ts, limit_ts, loaded.i) - loaded.i
+                if count > cap:
+                    return count
+            for child in (2 * k + 1, 2 * k + 2):
+                if child < size and heap[child][0] <= limit_ts:
+                    stack.append(child)
+        return count
+
+    def take_all_due(self, limit_ts: int, out: list[Position],
+                     is_deleted: Callable[[Position], bool]) -> list[LoadedSegment]:
+        """Every loaded segment's whole run at or before ``limit_ts``, one step a segment (the
+        caller knows all of them go, so their merge order decides nothing; see
+        :meth:`take_run` for ``out`` and ``is_deleted``). Returns the segments that ran dry
+        (out of the heap: the caller loads the next ones)."""
+        heap = self._heap
+        taken: list[LoadedSegment] = []
+        while heap and heap[0][0] <= limit_ts:
+            loaded = heapq.heappop(heap)[3]
+            if not loaded.dead:
+                end = bisect_right(loaded.ts, limit_ts, loaded.i)
+                self.sealed_remaining -= _take_segment(loaded, end, out, is_deleted)
+                taken.append(loaded)
+        exhausted: list[LoadedSegment] = []
+        for loaded in taken:
+            i = loaded.i
+            if i == len(loaded.ts):
+                exhausted.append(loaded)
+            else:
+                heapq.heappush(heap, (loaded.ts[i], loaded.pos[i], loaded.seq, loaded))
+        return exhausted
 
     # --- metrics ---------------------------------------------------------------------------
 
@@ -566,3 +581,42 @@ class SealedBuckets:
     @property
     def ranges(self) -> list[tuple[int, int]]:
         return [(b.start_ledger, b.end_ledger) for b in self._buckets]
+
+
+def _take_segment(loaded: LoadedSegment, end: int, out: list[Position],
+                  is_deleted: Callable[[Position], bool]) -> int:
+    """Consume a segment's indexes up to offset ``end``: the pending ones go to ``out`` (minus
+    those ``is_deleted`` reports acknowledged before a restart). Returns how many were pending
+    (the bucket's ``remaining`` is lowered by as many; the caller lowers its total)."""
+    pos = loaded.pos
+    bucket = loaded.bucket
+    pending = bucket.pending
+    indexed = bucket.indexed
+    ledgers: list[int] = []
+    entries: list[int] = []
+    last = -1
+    bm: BitMap | None = None
+    for k in range(loaded.i, end):
+        packed = pos[k]
+        ledger_id = packed >> POSITION_BITS
+        if ledger_id != last:               # a run is mostly of one ledger
+            last = ledger_id
+            bm = pending.get(ledger_id)
+            if bm is not None and bm is indexed.get(ledger_id):
+                # shared until its first change, which is now: an entry of the segment is
+                # in indexed, and so pending, unless the bitmap was changed before
+                bm = pending[ledger_id] = bm.copy()
+        entry_id = packed & POSITION_MASK
+        if bm is None or entry_id not in bm:
+            continue                        # handed out, cancelled or acked
+        bm.discard(entry_id)                # checked: remove() is 5x slower in pyroaring
+        ledgers.append(ledger_id)
+        entries.append(entry_id)
+    taken = len(entries)
+    bucket.remaining -= taken
+    loaded.i = end
+    if bucket.recovered:                    # some may have been acknowledged before a restart
+        out.extend(p for p in make_positions(ledgers, entries) if not is_deleted(p))
+    else:
+        out.extend(make_positions(ledgers, entries))
+    return taken

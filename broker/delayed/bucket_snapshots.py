@@ -52,6 +52,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import heapq
+import itertools
 import logging
 import time
 from array import array
@@ -302,7 +303,7 @@ class BucketSnapshots:
                 or len(self._buckets) <= self._max_num_buckets
                 or (self._merge_task is not None and not self._merge_task.done())):
             return
-        best = cheapest_pair(self._buckets.pairs())
+        best = cheapest_pair(itertools.pairwise(self._buckets))   # over a copy
         if best is not None:
             best[0].begin_merge()
             best[1].begin_merge()

@@ -4,6 +4,8 @@ segments are loaded (a restart loads thousands of first segments while it serves
 from __future__ import annotations
 
 import asyncio
+import random
+from bisect import bisect_left
 from typing import Any, SupportsIndex
 
 import pytest
@@ -219,3 +221,62 @@ async def test_after_a_restart_each_segments_overdue_run_goes_in_one_step(
     rest = [p for p in due if p not in overdue]
     assert later == sorted(rest, key=lambda p: (due[p], p))     # exact order after the restart
     await t2.close()
+
+
+@pytest.mark.parametrize("round_size", [1, 7, 100, 1000])
+async def test_random_delays_go_out_one_step_a_segment_in_the_merge_order(
+        monkeypatch: pytest.MonkeyPatch, round_size: int) -> None:
+    """Under random delays every sealed segment has an entry or two due each millisecond. A
+    take that all of them fit goes one step a segment, not one merge step an entry; a take
+    they overflow takes whole runs up to a time they fit before, and the merge the rest. The
+    hand-out is exactly the (time, position) order either way."""
+    clock = ManualClock()
+    t = BucketDelayedDeliveryTracker(
+        cursor=FakeCursor(), snapshots=FakeSnapshotStore(), tick_time_ms=1, strict=True,
+        on_due=DueCounter(), loop=asyncio.get_running_loop(), clock_ms=clock,
+        min_index_count_per_bucket=400, time_step_per_segment_ms=3_600_000,
+        max_indexes_per_segment=150)
+    rnd = random.Random(round_size)
+    due: dict[tuple[int, int], int] = {}
+    for ledger in range(1, 12):                 # ten sealed buckets and a mutable one
+        for e in range(400 if ledger <= 10 else 200):
+            at = T0 + 1000 + rnd.randrange(2000)
+            t.add(Position(ledger, e), at)
+            due[(ledger, e)] = at
+    await t.wait_idle()
+    assert len(t.sealed.ranges) == 10
+    steps = [0]
+    take_run = SealedBuckets.take_run
+
+    def counted(self: SealedBuckets, *args: Any) -> Any:
+        steps[0] += 1
+        return take_run(self, *args)
+
+    monkeypatch.setattr(SealedBuckets, "take_run", counted)
+    got: list[tuple[int, int]] = []
+    left = sorted(due.values())                 # the deliver times not handed out
+    rounds = 0
+    now = T0 + 1000
+    while now < T0 + 3000 + 10:
+        now += rnd.choice((1, 1, 1, 5, 30))    # mostly every millisecond, sometimes behind
+        clock.now_ms = now
+        for _ in range(len(due)):
+            batch = t.get_scheduled(round_size)
+            rounds += 1
+            assert batch == sorted(batch)
+            assert all(due[p] <= now for p in batch)    # none early
+            for p in batch:
+                del left[bisect_left(left, due[p])]
+            # the earliest first: nothing left is due before anything this batch took
+            assert not batch or not left or max(due[p] for p in batch) <= left[0]
+            got.extend(batch)
+            if len(batch) < round_size:
+                break
+        await t.wait_idle()                     # segments loaded as the earlier run dry
+    # each once (within a millisecond, a bucket still loading its segment holds back only
+    # its own entries of that millisecond: position order there is by bucket)
+    assert len(got) == len(set(got)) == len(due)
+    if round_size >= 100:                       # about 2 due a millisecond: all fit
+        assert steps[0] <= rounds // 10, (steps[0], rounds)
+    else:                                       # a take of 1 or 7 is cut by the merge
+        assert steps[0] > 0
