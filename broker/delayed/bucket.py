@@ -423,8 +423,12 @@ class _DueQueue:
         out: list[Position] = []
         sealed = self._sealed
         limit_ts = sealed.limit(cutoff)
-        if self._take_earliest(max_messages, limit_ts, out):
-            limit_ts = sealed.limit(cutoff)     # segments run dry: their bound is lifted
+        while len(out) < max_messages:
+            took, ran_dry = self._take_earliest(max_messages - len(out), limit_ts, out)
+            if took:
+                limit_ts = sealed.limit(cutoff)     # segments run dry: their bound is lifted
+            if not ran_dry:                         # else their next ones may be in already
+                break
         # A k-way merge of the source heads: each round takes, from the source whose head is
         # the smallest (time, position), the run of entries below every other source's head.
         # The loaded segments are one heap, so a round costs O(run + log segments) whatever
@@ -484,24 +488,26 @@ class _DueQueue:
         out.sort()
         return out
 
-    def _take_earliest(self, max_messages: int, limit_ts: int, out: list[Position]) -> bool:
+    def _take_earliest(self, max_messages: int, limit_ts: int,
+                       out: list[Position]) -> tuple[bool, bool]:
         """Take, one step a source, every index at or before a time ``bound`` (``limit_ts``
         when all of them fit) when there are at most ``max_messages`` of them: exactly what
         the merge would take first, since everything at or before ``bound`` comes before
         anything later, and ``out`` is sorted by position. Under random delays every loaded
         segment has about one entry due a millisecond, and the merge takes one heap step
-        for each. Answers whether it took anything that way; the merge takes the rest."""
+        for each. Answers whether it took anything that way (the merge takes the rest), and
+        whether a segment ran dry doing so (its next one may serve at once)."""
         heads = [ts for ts in (p.peek_ts() for p in self._indexes) if ts is not None]
         top = self._sealed.top()
         if top is not None:
             heads.append(top[0])
         if not heads:
-            return False
+            return False, False
         first = min(heads)
         bound = limit_ts
         for _ in range(EARLIEST_TRIES):
             if bound < first:
-                return False
+                return False, False
             cap = EARLIEST_COUNT_CAP * max_messages
             count = sum(p.count_upto(bound, cap) for p in self._indexes)
             if count <= cap:
@@ -509,18 +515,19 @@ class _DueQueue:
             if count <= max_messages:
                 break
             if bound == first:
-                return False                    # a herd in one millisecond: the merge
+                return False, False                    # a herd in one millisecond: the merge
             # where ``max_messages`` would end if the due times were spread evenly
             bound = first + (bound - first) * max_messages // count
         else:
-            return False
+            return False, False
         if not count:
-            return False
+            return False, False
         for positions in self._indexes:
             positions.pop_upto(bound, max_messages, out)
-        for loaded in self._sealed.take_all_due(bound, out, self._is_deleted):
+        exhausted = self._sealed.take_all_due(bound, out, self._is_deleted)
+        for loaded in exhausted:
             self._done(loaded)                  # its next segment: a new barrier or in memory
-        return True
+        return True, bool(exhausted)
 
     @staticmethod
     def _take_index_run(positions: IndexedPositions, limit_ts: int,

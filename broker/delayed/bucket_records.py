@@ -102,7 +102,7 @@ class ImmutableBucket:
     """A sealed bucket: ledgers [start_ledger, end_ledger], one snapshot."""
 
     __slots__ = ("end_ledger", "indexed", "loaded", "mem_segments", "next_segment", "pending",
-                 "recovered", "remaining", "segment_min_ts", "skip", "snapshot_id",
+                 "read_ahead", "recovered", "remaining", "segment_min_ts", "skip", "snapshot_id",
                  "snapshot_size", "start_ledger", "state")
 
     def __init__(self, start_ledger: int, end_ledger: int, *, recovered: bool = False) -> None:
@@ -118,6 +118,8 @@ class ImmutableBucket:
         self.skip = 0                           # its indexes already loaded (a partial load)
         self.mem_segments: list[RawSegment] | None = None   # until the snapshot is durable
         self.loaded: LoadedSegment | None = None
+        # the next segment read while the loaded one serves: (number, skip, segment)
+        self.read_ahead: tuple[int, int, DecodedSegment] | None = None
         self.recovered = recovered              # from a previous run: entries may be acked
         self.state = BucketState.LIVE
 
@@ -159,6 +161,7 @@ class ImmutableBucket:
 
     def retire(self) -> None:
         self.state = BucketState.RETIRED
+        self.read_ahead = None
 
     @property
     def key(self) -> str:
@@ -576,6 +579,9 @@ class SealedBuckets:
                          if bm is not indexed.get(ledger_id))
             if bucket.mem_segments is not None:
                 total += sum(sys.getsizeof(t) + sys.getsizeof(p) for t, p in bucket.mem_segments)
+            if bucket.read_ahead is not None:
+                ahead = bucket.read_ahead[2]
+                total += sys.getsizeof(ahead.ts) + sys.getsizeof(ahead.pos)
         return total
 
     @property

@@ -6,10 +6,15 @@ Theory of operation
 merges and recovery are :class:`~broker.delayed.bucket_snapshots.BucketSnapshots`, which owns
 it). Every immutable bucket serves at most one segment at a time, in segment order:
 
-- when a bucket's loaded segment runs dry (:meth:`segment_done`), its next one is loaded in
-  the background; the bucket sits in ``SealedBuckets.loading`` meanwhile (the barrier: nothing
-  later than that segment's first time is handed out); a failed load is retried every
-  ``RetryDelays.load_s``;
+- when a bucket's loaded segment runs dry (:meth:`segment_done`), its next one is served:
+  read already (*read ahead*: when a segment is installed from a persisted snapshot, or the
+  snapshot of a bucket serving from memory becomes durable, and the bucket's next segment is
+  due within the horizon, that one is read in the background at once and kept in
+  ``bucket.read_ahead``), it is installed on the spot; else the bucket sits in
+  ``SealedBuckets.loading`` until it is read (the barrier: nothing later than that segment's
+  first time is handed out, so every message due meanwhile waits for a disk read); a failed
+  load is retried every ``RetryDelays.load_s``, a failed read-ahead is read again when its
+  turn comes;
 - a segment whose first time is past the *horizon* (the tracker's cutoff plus
   :data:`PRELOAD_MS`) is not loaded but *parked* (``SealedBuckets.park``): it stays on disk,
   its first time is a barrier like a load in flight, and :meth:`unpark` loads it once the
@@ -42,6 +47,8 @@ run as background tasks of the owner.
 from __future__ import annotations
 
 import asyncio
+import heapq
+import itertools
 import logging
 import time
 from bisect import bisect_left, bisect_right
@@ -75,6 +82,9 @@ PRELOAD_MS: Final = 30_000
 #: three arrays: about a millisecond for 4 MB); a larger one, and every protobuf segment, in the
 #: executor. So a segment read is one background job, not a read and then a decode.
 INLINE_DECODE_BYTES: Final = 4 << 20
+
+#: Read-aheads of next segments running at a time (each one read job in the IO pool).
+READ_AHEAD_JOBS: Final = 4
 
 #: While recovery loads first segments in the background, the tracker is told of new ones at
 #: most this often (seconds; the first at once).
@@ -148,6 +158,11 @@ class SegmentLoader:
         self._spawn = spawn
         self._finish = finish
         self._in_flight: set[ImmutableBucket] = set()   # a segment read is running
+        # buckets whose next segment waits to be read ahead, the one due soonest first
+        self._ahead_order: list[tuple[int, int, ImmutableBucket]] = []
+        self._ahead_queued: set[ImmutableBucket] = set()
+        self._ahead_seq = itertools.count()
+        self._ahead_running = 0
         self._notify_handle: asyncio.TimerHandle | None = None
         self._notify_pending = False
         self.closed = False
@@ -168,14 +183,19 @@ class SegmentLoader:
             if not bucket.merging:
                 self._finish(bucket)
             return
+        ahead, bucket.read_ahead = bucket.read_ahead, None
         if bucket.next_min_ts > self._horizon():
             self._buckets.park(bucket)
         elif bucket.mem_segments is not None:
             self.install(bucket, raw_to_decoded(bucket.mem_segments[bucket.next_segment - 1]))
-        elif bucket not in self._in_flight:
+        elif ahead is not None and ahead[:2] == (bucket.next_segment, bucket.skip):
+            self.install(bucket, ahead[2])
+        else:
+            # the barrier until it is read (by a read-ahead in flight, or a load)
             self._buckets.loading[bucket] = bucket.next_min_ts
-            self._in_flight.add(bucket)
-            self._spawn(self._load_next(bucket))
+            if bucket not in self._in_flight:
+                self._in_flight.add(bucket)
+                self._spawn(self._load_next(bucket))
 
     def unpark(self) -> None:
         """Load the parked segments whose first time the horizon has reached."""
@@ -204,11 +224,73 @@ class SegmentLoader:
             bucket.next_segment += 1
         if keep == skip:
             self.advance(bucket)
-        elif skip == 0 and keep == len(ts):
+            return
+        if skip == 0 and keep == len(ts):
             self._buckets.push_loaded(bucket, segment)
         else:
             self._buckets.push_loaded(bucket, DecodedSegment(ts[skip:keep],
                                                              segment.pos[skip:keep], []))
+        self.read_ahead(bucket)
+
+    def read_ahead(self, bucket: ImmutableBucket) -> None:
+        """Read the next segment of a bucket serving a loaded one from its persisted snapshot,
+        when that segment is due within the horizon: at most :data:`READ_AHEAD_JOBS` reads
+        at a time, the segment due soonest first (a restart installs thousands of first
+        segments at once; their reads come first)."""
+        if self._wants_read_ahead(bucket) and bucket not in self._ahead_queued:
+            self._ahead_queued.add(bucket)
+            heapq.heappush(self._ahead_order, (bucket.next_min_ts, next(self._ahead_seq), bucket))
+            self._pump_read_ahead()
+
+    def _wants_read_ahead(self, bucket: ImmutableBucket) -> bool:
+        return (bucket.alive and not self.closed and bucket.loaded is not None
+                and bucket.mem_segments is None and bucket.read_ahead is None
+                and bucket.has_unloaded_segments() and bucket.next_min_ts <= self._horizon()
+                and bucket not in self._in_flight)
+
+    def _pump_read_ahead(self) -> None:
+        order = self._ahead_order
+        while order and self._ahead_running < READ_AHEAD_JOBS:
+            bucket = heapq.heappop(order)[2]
+            self._ahead_queued.discard(bucket)
+            if self._wants_read_ahead(bucket):
+                self._ahead_running += 1
+                self._in_flight.add(bucket)
+                self._spawn(self._fetch_ahead(bucket))
+
+    async def _fetch_ahead(self, bucket: ImmutableBucket) -> None:
+        try:
+            await self._read_next_ahead(bucket)
+        finally:
+            self._ahead_running -= 1
+            self._pump_read_ahead()
+
+    async def _read_next_ahead(self, bucket: ImmutableBucket) -> None:
+        """Read the bucket's next segment while its loaded one serves: kept for
+        :meth:`advance`, or installed at once when the loaded one ran dry meanwhile."""
+        number, skip = bucket.next_segment, bucket.skip
+        try:
+            segment = await self.fetch(bucket, number)
+        except Exception:
+            self._in_flight.discard(bucket)
+            log.warning("reading ahead segment %d of delayed bucket %s failed", number,
+                        bucket.key, exc_info=True)
+            if bucket.alive and not self.closed and bucket in self._buckets.loading:
+                self._loop.call_later(self._retry.load_s, self.retry_load, bucket)
+            return
+        self._in_flight.discard(bucket)
+        current = (bucket.alive and not self.closed and bucket.next_segment == number
+                   and bucket.skip == skip)
+        if bucket.loaded is None and bucket in self._buckets.loading:   # its turn came
+            if current:
+                self.install(bucket, segment)
+                self._on_change()
+            elif bucket.alive and not self.closed:
+                self.advance(bucket)            # moved on meanwhile: the usual load
+            else:
+                self._buckets.loading.pop(bucket, None)
+        elif current:
+            bucket.read_ahead = (number, skip, segment)
 
     def _apply_old_cancel(self, packed: int) -> None:
         """A CANCEL index in a segment (snapshots of an older Horae put them first in segment 1;

@@ -257,6 +257,7 @@ class BucketSnapshots:
         bucket.snapshot_size = self._snapshot_size(snapshot_id)
         self.ops.snapshot_size_bytes += bucket.snapshot_size
         bucket.mem_segments = None
+        self.loader.read_ahead(bucket)          # its next segments come from the snapshot now
         self._cursor.set_property(bucket.key, str(snapshot_id))
         await self._flush_cursor()
         self._maybe_merge()

@@ -41,6 +41,30 @@ def counted_segments(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(SealedBuckets, "push_loaded", counted)
 
 
+def hour_segments(clock: ManualClock, *, min_index: int,
+                  per_segment: int) -> BucketDelayedDeliveryTracker:
+    """A strict 1 ms bucket tracker on the running loop whose segments are cut by count
+    (an hour of deliver times each)."""
+    return BucketDelayedDeliveryTracker(
+        cursor=FakeCursor(), snapshots=FakeSnapshotStore(), tick_time_ms=1, strict=True,
+        on_due=DueCounter(), loop=asyncio.get_running_loop(), clock_ms=clock,
+        min_index_count_per_bucket=min_index, time_step_per_segment_ms=3_600_000,
+        max_indexes_per_segment=per_segment)
+
+
+def count_merge_steps(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """A one-item list counting the merge's steps (``SealedBuckets.take_run`` calls) from now."""
+    steps = [0]
+    take_run = SealedBuckets.take_run
+
+    def counted(self: SealedBuckets, *args: Any) -> Any:
+        steps[0] += 1
+        return take_run(self, *args)
+
+    monkeypatch.setattr(SealedBuckets, "take_run", counted)
+    return steps
+
+
 def _reads() -> int:
     return CountingColumn.reads
 
@@ -48,11 +72,7 @@ def _reads() -> int:
 async def test_a_hand_out_reads_a_bounded_number_of_segment_entries_whatever_is_loaded(
         counted_segments: None) -> None:
     clock = ManualClock()
-    t = BucketDelayedDeliveryTracker(
-        cursor=FakeCursor(), snapshots=FakeSnapshotStore(), tick_time_ms=1, strict=True,
-        on_due=DueCounter(), loop=asyncio.get_running_loop(), clock_ms=clock,
-        min_index_count_per_bucket=2, time_step_per_segment_ms=3_600_000,
-        max_indexes_per_segment=100)
+    t = hour_segments(clock, min_index=2, per_segment=100)
     due: dict[tuple[int, int], int] = {}
     # Two entries per bucket (one ledger each), interleaved in time with every other bucket:
     # every round of the merge crosses to another segment.
@@ -86,11 +106,7 @@ async def test_a_hand_out_reads_a_bounded_number_of_segment_entries_whatever_is_
 async def test_a_large_hand_out_reads_entries_in_proportion_to_what_it_takes(
         counted_segments: None) -> None:
     clock = ManualClock()
-    t = BucketDelayedDeliveryTracker(
-        cursor=FakeCursor(), snapshots=FakeSnapshotStore(), tick_time_ms=1, strict=True,
-        on_due=DueCounter(), loop=asyncio.get_running_loop(), clock_ms=clock,
-        min_index_count_per_bucket=50, time_step_per_segment_ms=3_600_000,
-        max_indexes_per_segment=1000)
+    t = hour_segments(clock, min_index=50, per_segment=1000)
     due: dict[tuple[int, int], int] = {}
     for ledger in range(1, 41):
         for e in range(50):
@@ -189,14 +205,7 @@ async def test_after_a_restart_each_segments_overdue_run_goes_in_one_step(
     t2 = make()
     await t2.recover()
     await t2.wait_idle()                                # every first segment in
-    steps = [0]
-    take_run = SealedBuckets.take_run
-
-    def counted(self: SealedBuckets, *args: Any) -> Any:
-        steps[0] += 1
-        return take_run(self, *args)
-
-    monkeypatch.setattr(SealedBuckets, "take_run", counted)
+    steps = count_merge_steps(monkeypatch)
     overdue = {p for p, at in due.items() if at <= restart_at}
     assert len(overdue) == overdue_per_bucket * BUCKETS
     got: list[tuple[int, int]] = []
@@ -231,11 +240,7 @@ async def test_random_delays_go_out_one_step_a_segment_in_the_merge_order(
     they overflow takes whole runs up to a time they fit before, and the merge the rest. The
     hand-out is exactly the (time, position) order either way."""
     clock = ManualClock()
-    t = BucketDelayedDeliveryTracker(
-        cursor=FakeCursor(), snapshots=FakeSnapshotStore(), tick_time_ms=1, strict=True,
-        on_due=DueCounter(), loop=asyncio.get_running_loop(), clock_ms=clock,
-        min_index_count_per_bucket=400, time_step_per_segment_ms=3_600_000,
-        max_indexes_per_segment=150)
+    t = hour_segments(clock, min_index=400, per_segment=150)
     rnd = random.Random(round_size)
     due: dict[tuple[int, int], int] = {}
     for ledger in range(1, 12):                 # ten sealed buckets and a mutable one
@@ -245,14 +250,7 @@ async def test_random_delays_go_out_one_step_a_segment_in_the_merge_order(
             due[(ledger, e)] = at
     await t.wait_idle()
     assert len(t.sealed.ranges) == 10
-    steps = [0]
-    take_run = SealedBuckets.take_run
-
-    def counted(self: SealedBuckets, *args: Any) -> Any:
-        steps[0] += 1
-        return take_run(self, *args)
-
-    monkeypatch.setattr(SealedBuckets, "take_run", counted)
+    steps = count_merge_steps(monkeypatch)
     got: list[tuple[int, int]] = []
     left = sorted(due.values())                 # the deliver times not handed out
     rounds = 0

@@ -106,9 +106,10 @@ async def test_restart_mid_schedule_delivers_each_message_once_never_early(
     cursor.read_position = ledger.next_position(cursor.mark_delete_position)
     t2 = make(cursor, store.snapshots, clock, max_buckets)
     await t2.recover()
-    # recovery read metadata + first segment per bucket, not the backlog
+    # recovery read metadata + first segment per bucket (and, read ahead, at most the next
+    # one), not the backlog
     buckets = len(t2.sealed.ranges)
-    assert t2.op_count[("load", "succeed")] == 2 * buckets
+    assert 2 * buckets <= t2.op_count[("load", "succeed")] <= 3 * buckets
     assert len(t2) >= N - first_run - 400 * 2          # all but the unsealed tail
     # the dispatcher's first round replays what is due now ...
     await drain_now(t2, cursor, consumer)
