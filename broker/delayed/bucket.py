@@ -389,8 +389,13 @@ class BucketDelayedDeliveryTracker(TimedTracker):
 
 #: guesses of the time up to which a take fits before the merge takes all of it
 EARLIEST_TRIES = 4
-#: counting stops past this many takes' worth (a herd is not counted to its end)
-EARLIEST_COUNT_CAP = 4
+#: takes of the earliest run in one hand-out before the merge takes the rest
+EARLIEST_ROUNDS = 4
+#: a hand-out of fewer goes through the merge alone (its count would read more than it takes)
+EARLIEST_MIN_TAKE = 16
+#: counting stops past this many takes' worth (a herd is not counted to its end; a segment
+#: is counted in one bisection, the index in memory a column at a time)
+EARLIEST_COUNT_CAP = 64
 
 
 class _DueQueue:
@@ -423,12 +428,14 @@ class _DueQueue:
         out: list[Position] = []
         sealed = self._sealed
         limit_ts = sealed.limit(cutoff)
-        while len(out) < max_messages:
-            took, ran_dry = self._take_earliest(max_messages - len(out), limit_ts, out)
-            if took:
-                limit_ts = sealed.limit(cutoff)     # segments run dry: their bound is lifted
-            if not ran_dry:                         # else their next ones may be in already
+        for _ in range(EARLIEST_ROUNDS if max_messages >= EARLIEST_MIN_TAKE else 0):
+            if len(out) >= max_messages:
                 break
+            took, ran_dry = self._take_earliest(max_messages - len(out), limit_ts, out)
+            if not took:
+                break
+            if ran_dry:                             # their bound is lifted: the next
+                limit_ts = sealed.limit(cutoff)     # segments may be in already
         # A k-way merge of the source heads: each round takes, from the source whose head is
         # the smallest (time, position), the run of entries below every other source's head.
         # The loaded segments are one heap, so a round costs O(run + log segments) whatever
@@ -516,8 +523,9 @@ class _DueQueue:
                 break
             if bound == first:
                 return False, False                    # a herd in one millisecond: the merge
-            # where ``max_messages`` would end if the due times were spread evenly
-            bound = first + (bound - first) * max_messages // count
+            # a little before where ``max_messages`` would end if the due times were spread
+            # evenly (past the cap the count is short: the guess lands late, and is retried)
+            bound = first + (bound - first) * max_messages * 7 // (count * 8)
         else:
             return False, False
         if not count:

@@ -10,7 +10,7 @@ from delayed_testlib import T0, DueCounter, FakeCursor, FakeLoop, FakeSnapshotSt
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from broker.delayed import indexed
+from broker.delayed import bucket, indexed
 from broker.delayed.bucket import BucketDelayedDeliveryTracker
 from broker.delayed.in_memory import InMemoryDelayedDeliveryTracker
 from broker.delayed.tracker import DelayedDeliveryTracker
@@ -148,9 +148,13 @@ def test_in_memory_tracker_matches_the_model(ops: list[tuple], strict: bool, tic
 
 @SETTINGS
 @given(ops=OPS, strict=st.booleans(), tick=st.sampled_from([1, 10, 100]),
-       max_buckets=st.sampled_from([-1, 2]), floor=FLOORS, step=STEPS)
+       max_buckets=st.sampled_from([-1, 2]), floor=FLOORS, step=STEPS,
+       min_take=st.sampled_from([1, bucket.EARLIEST_MIN_TAKE]))
 def test_bucket_tracker_matches_the_model(ops: list[tuple], strict: bool, tick: int,  # type: ignore[type-arg]
-                                          max_buckets: int, floor: int, step: int) -> None:
+                                          max_buckets: int, floor: int, step: int,
+                                          min_take: int) -> None:
+    """``min_take`` 1: every hand-out tries the earliest run (its count and guesses) before
+    the merge, as takes of a dispatcher's size do."""
     async def scenario() -> None:
         clock_loop = FakeLoop(T0)
         tracker = BucketDelayedDeliveryTracker(
@@ -166,5 +170,6 @@ def test_bucket_tracker_matches_the_model(ops: list[tuple], strict: bool, tick: 
         await run(tracker, clock_loop, ops, strict, tick, settle)
 
     with mock.patch.object(indexed, "COMPACT_FLOOR", floor), \
-            mock.patch.object(indexed, "SWEEP_STEP", step):
+            mock.patch.object(indexed, "SWEEP_STEP", step), \
+            mock.patch.object(bucket, "EARLIEST_MIN_TAKE", min_take):
         asyncio.run(scenario())
