@@ -10,7 +10,8 @@ it). Every immutable bucket serves at most one segment at a time, in segment ord
   read already (*read ahead*: when a segment is installed from a persisted snapshot, or the
   snapshot of a bucket serving from memory becomes durable, and the bucket's next segment is
   due within the horizon, that one is read in the background at once and kept in
-  ``bucket.read_ahead``), it is installed on the spot; else the bucket sits in
+  ``bucket.read_ahead``; a next segment not due within the horizon yet, such as the rest of a
+  segment kept in part, is read once the horizon reaches it), it is installed on the spot; else the bucket sits in
   ``SealedBuckets.loading`` until it is read (the barrier: nothing later than that segment's
   first time is handed out, so every message due meanwhile waits for a disk read); a failed
   load is retried every ``RetryDelays.load_s``, a failed read-ahead is read again when its
@@ -161,6 +162,8 @@ class SegmentLoader:
         # buckets whose next segment waits to be read ahead, the one due soonest first
         self._ahead_order: list[tuple[int, int, ImmutableBucket]] = []
         self._ahead_queued: set[ImmutableBucket] = set()
+        # buckets whose next segment is read ahead once the horizon reaches its first time
+        self._ahead_later: list[tuple[int, int, ImmutableBucket]] = []
         self._ahead_seq = itertools.count()
         self._ahead_running = 0
         self._notify_handle: asyncio.TimerHandle | None = None
@@ -198,10 +201,15 @@ class SegmentLoader:
                 self._spawn(self._load_next(bucket))
 
     def unpark(self) -> None:
-        """Load the parked segments whose first time the horizon has reached."""
-        for bucket in self._buckets.unpark_upto(self._horizon()):
+        """Load the parked segments whose first time the horizon has reached, and read ahead
+        the next segments it reached."""
+        horizon = self._horizon()
+        for bucket in self._buckets.unpark_upto(horizon):
             if bucket.alive and bucket.loaded is None:
                 self.advance(bucket)
+        later = self._ahead_later
+        while later and later[0][0] <= horizon:
+            self.read_ahead(heapq.heappop(later)[2])
 
     def install(self, bucket: ImmutableBucket, segment: DecodedSegment) -> None:
         """Serve a segment read for ``bucket`` (its part due soon), or park it again."""
@@ -237,16 +245,25 @@ class SegmentLoader:
         when that segment is due within the horizon: at most :data:`READ_AHEAD_JOBS` reads
         at a time, the segment due soonest first (a restart installs thousands of first
         segments at once; their reads come first)."""
-        if self._wants_read_ahead(bucket) and bucket not in self._ahead_queued:
+        if not self._may_read_ahead(bucket):
+            return
+        entry = (bucket.next_min_ts, next(self._ahead_seq), bucket)
+        if entry[0] > self._horizon():
+            # not due soon (the rest of a segment kept in part): read once the horizon
+            # reaches it, while the part in memory still serves (see unpark)
+            heapq.heappush(self._ahead_later, entry)
+        elif bucket not in self._ahead_queued:
             self._ahead_queued.add(bucket)
-            heapq.heappush(self._ahead_order, (bucket.next_min_ts, next(self._ahead_seq), bucket))
+            heapq.heappush(self._ahead_order, entry)
             self._pump_read_ahead()
 
-    def _wants_read_ahead(self, bucket: ImmutableBucket) -> bool:
+    def _may_read_ahead(self, bucket: ImmutableBucket) -> bool:
         return (bucket.alive and not self.closed and bucket.loaded is not None
                 and bucket.mem_segments is None and bucket.read_ahead is None
-                and bucket.has_unloaded_segments() and bucket.next_min_ts <= self._horizon()
-                and bucket not in self._in_flight)
+                and bucket.has_unloaded_segments() and bucket not in self._in_flight)
+
+    def _wants_read_ahead(self, bucket: ImmutableBucket) -> bool:
+        return self._may_read_ahead(bucket) and bucket.next_min_ts <= self._horizon()
 
     def _pump_read_ahead(self) -> None:
         order = self._ahead_order

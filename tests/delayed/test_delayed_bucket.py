@@ -473,3 +473,26 @@ async def test_the_next_segment_is_read_ahead_and_served_without_waiting_for_a_r
     assert not bucket.alive and bucket.read_ahead is None
     assert t.memory_bytes < with_ahead
     await t.close()
+
+
+async def test_the_rest_of_a_segment_kept_in_part_is_read_ahead_once_the_horizon_reaches_it(
+        ) -> None:
+    """Of a long segment only what falls due within twice the preload is kept; the rest is read
+    ahead once the horizon reaches its first time, while the kept part still serves, and goes
+    on in the same hand-out when the kept part runs dry."""
+    cursor, store, clock = FakeCursor(), FakeSnapshotStore(), ManualClock()
+    t = make(cursor, store, clock, min_index=600, per_segment=1000, step_ms=300_000)
+    for e in range(600):                        # one segment over 120 s
+        t.add(Position(1, e), T0 + 1000 + e * 200)
+    t.add(Position(2, 0), T0 + 299_000)
+    await t.wait_idle()
+    (bucket,) = list(t.sealed)
+    assert bucket.skip == 296                   # kept: due by T0 + 60 s
+    assert bucket.read_ahead is None            # the rest is not due within the horizon
+    clock.now_ms = T0 + 31_000                  # the horizon passes the rest's first time
+    assert t.get_scheduled(1000) == [(1, e) for e in range(151)]
+    await t.wait_idle()
+    assert bucket.read_ahead is not None and bucket.read_ahead[:2] == (1, 296)
+    clock.now_ms = T0 + 1000 + 400 * 200
+    assert t.get_scheduled(1000) == [(1, e) for e in range(151, 401)]
+    await t.close()
