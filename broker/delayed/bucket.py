@@ -522,7 +522,7 @@ class _DueQueue:
             if count <= max_messages:
                 break
             if bound == first:
-                return False, False                    # a herd in one millisecond: the merge
+                return False, False             # a herd in one millisecond: the merge
             # a little before where ``max_messages`` would end if the due times were spread
             # evenly (past the cap the count is short: the guess lands late, and is retried)
             bound = first + (bound - first) * max_messages * 7 // (count * 8)

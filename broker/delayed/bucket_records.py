@@ -32,8 +32,9 @@ Invariants:
 - a bucket waiting for a segment is in ``loading`` with that segment's first time: nothing
   later than the smallest such time (the *barrier*) is handed out, so delivery stays in time
   order across buckets (the barrier's own millisecond is not held back: the loaded segments'
-  entries of it may go before the loading bucket's, whatever their positions); a loaded segment's bucket with segments still on disk bounds the
-  hand-out the same way at its next segment's first time (the *upcoming* heap);
+  entries of it may go before the loading bucket's, whatever their positions); a loaded
+  segment's bucket with segments still on disk bounds the hand-out the same way at its next
+  segment's first time (the *upcoming* heap);
 - except for what was due already when the tracker recovered (``overdue_to``, the cutoff
   then): those messages are late whatever their order, so a bucket still loading holds back
   only what falls due after that time, and each bucket's overdue entries go out as soon as

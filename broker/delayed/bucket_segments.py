@@ -6,16 +6,18 @@ Theory of operation
 merges and recovery are :class:`~broker.delayed.bucket_snapshots.BucketSnapshots`, which owns
 it). Every immutable bucket serves at most one segment at a time, in segment order:
 
-- when a bucket's loaded segment runs dry (:meth:`segment_done`), its next one is served:
-  read already (*read ahead*: when a segment is installed from a persisted snapshot, or the
-  snapshot of a bucket serving from memory becomes durable, and the bucket's next segment is
-  due within the horizon, that one is read in the background at once and kept in
-  ``bucket.read_ahead``; a next segment not due within the horizon yet, such as the rest of a
-  segment kept in part, is read once the horizon reaches it), it is installed on the spot; else the bucket sits in
+- when a bucket's loaded segment runs dry (:meth:`segment_done`), its next one serves:
+  installed on the spot when it was *read ahead*, else the bucket sits in
   ``SealedBuckets.loading`` until it is read (the barrier: nothing later than that segment's
   first time is handed out, so every message due meanwhile waits for a disk read); a failed
   load is retried every ``RetryDelays.load_s``, a failed read-ahead is read again when its
   turn comes;
+- read ahead (:meth:`read_ahead`): when a segment is installed from a persisted snapshot, or
+  the snapshot of a bucket serving from memory becomes durable, and the bucket's next segment
+  is due within the horizon, that one is read in the background at once and kept in
+  ``bucket.read_ahead`` (at most :data:`READ_AHEAD_JOBS` reads at a time, the one due soonest
+  first); a next segment not due within the horizon yet, such as the rest of a segment kept
+  in part, is read once the horizon reaches it;
 - a segment whose first time is past the *horizon* (the tracker's cutoff plus
   :data:`PRELOAD_MS`) is not loaded but *parked* (``SealedBuckets.park``): it stays on disk,
   its first time is a barrier like a load in flight, and :meth:`unpark` loads it once the
