@@ -1,6 +1,7 @@
 """Delayed-delivery tracker benchmark: memory per message and add / get-scheduled throughput.
 
 Usage:  .venv/bin/python bench/delayed.py [--in-memory N] [--bucket N] [--quick]
+        .venv/bin/python bench/delayed.py --handout 4,20
 
 Every scenario runs in a fresh subprocess so that the memory figure is the process's resident
 set growth while the index is built (``/proc/self/statm``, after ``gc.collect()`` and
@@ -31,6 +32,12 @@ get_scheduled(1000) once the clock is past the last deadline. The bucket tracker
 closed and a new one recovers from the snapshots (timed: the tracker's share of a restart),
 then drained: that includes loading every segment back from disk. Rates are per CPU-second of the process
 (``time.process_time``, all threads), so they stay meaningful on a busy machine.
+
+``--handout N,N,...``: the bucket tracker's hand-out as a dispatcher drives it under random
+delays, in process: N sealed buckets of 25,000 deliver times spread over 5 s (and half a bucket
+in the mutable one, snapshots on the real store), the clock stepped by 1 ms and by 10 ms (a
+dispatcher behind by a few turns), takes of 100 until one comes back short. It prints the event
+loop thread's CPU per message handed out and per call (re-aiming the timer included).
 
 ``--scale N,N,...`` (index memory at scale): the bucket tracker holding N pending messages for
 three workloads, each published at a simulated 100,000 messages/s (the clock follows the
@@ -345,6 +352,69 @@ async def run_cancels(n: int) -> dict[str, Any]:
             "pending_per_s": n / pending_s, "applied_per_s": n / applied_s}
 
 
+async def run_handout(buckets: int, step_ms: int, take: int, per_bucket: int = 25_000,
+                      span_ms: int = 5_000) -> dict[str, Any]:
+    """The bucket tracker's hand-out under random delays, as a dispatcher drives it: sealed
+    buckets of ``per_bucket`` deliver times spread uniformly over ``span_ms`` (and half a
+    bucket in the mutable one), the clock stepped by ``step_ms``, takes of ``take`` until one
+    comes back short; the event loop thread's CPU per message handed out."""
+    from broker.delayed.bucket import BucketDelayedDeliveryTracker
+    from storage import SegmentStore
+    from storage.config import StorageConfig
+    from storage.positions import Position
+
+    lead = 40_000
+    with tempfile.TemporaryDirectory(prefix="horae-bench-") as tmp:
+        store = await SegmentStore.open(Path(tmp), StorageConfig(fsync=False))
+        ledger = await store.open_ledger("persistent://public/default/bench")
+        cursor = await ledger.open_cursor("sub", initial_position="earliest")
+        clock = Clock()
+        tracker = BucketDelayedDeliveryTracker(
+            cursor=cursor, snapshots=store.snapshots, tick_time_ms=1, strict=True,
+            on_due=lambda: None, loop=asyncio.get_running_loop(), clock_ms=clock,
+            min_index_count_per_bucket=per_bucket)
+        rnd = random.Random(1).randrange
+        for b in range(buckets + 1):        # a later ledger seals the one before
+            for e in range(per_bucket if b < buckets else per_bucket // 2):
+                tracker.add(Position(b + 1, e), T0 + lead + rnd(span_ms))
+            await asyncio.sleep(0)
+        await tracker.wait_idle()
+        sealed = len(tracker.sealed.ranges)
+        handed = calls = 0
+        cpu = 0.0
+        now = T0 + lead
+        while now < T0 + lead + span_ms + step_ms:
+            now += step_ms
+            clock.now_ms = now
+            while True:
+                started = time.thread_time()
+                got = tracker.get_scheduled(take)
+                cpu += time.thread_time() - started
+                calls += 1
+                handed += len(got)
+                if len(got) < take:
+                    break
+            await tracker.wait_idle()       # a segment read meanwhile comes in
+        await tracker.close()
+        await store.close()
+    assert handed == buckets * per_bucket + per_bucket // 2, handed   # every one, once
+    return {"buckets": sealed, "step_ms": step_ms, "take": take, "handed_out": handed,
+            "calls": calls, "us_per_message": cpu * 1e6 / max(handed, 1),
+            "us_per_call": cpu * 1e6 / max(calls, 1)}
+
+
+def print_handout(bucket_counts: list[int], steps: tuple[int, ...] = (1, 10),
+                  take: int = 100) -> None:
+    print(f"bucket tracker hand-out under random delays (25,000 deliver times a sealed bucket "
+          f"over 5 s, takes of {take}; Python {sys.version.split()[0]})")
+    print(f"{'sealed':>8}{'step ms':>9}{'handed out':>12}{'calls':>8}{'µs/msg':>9}{'µs/call':>9}")
+    for buckets in bucket_counts:
+        for step in steps:
+            r = asyncio.run(run_handout(buckets, step, take))
+            print(f"{r['buckets']:>8}{step:>9}{r['handed_out']:>12,}{r['calls']:>8,}"
+                  f"{r['us_per_message']:>9.2f}{r['us_per_call']:>9.1f}", flush=True)
+
+
 def child(scenario: str, n: int) -> None:
     try:
         import uvloop
@@ -411,6 +481,10 @@ def main() -> None:
                         help="extra Pulsar settings, key=value,key=value")
     parser.add_argument("--pulsar-lead-s", type=float, default=1800.0, dest="pulsar_lead_s",
                         help="seconds from the start to the first deliver time on Pulsar")
+    parser.add_argument("--handout", default="",
+                        help="only the bucket tracker's hand-out under random delays, with "
+                             "these numbers of sealed buckets (N,N,...), the clock stepped by "
+                             "1 and 10 ms")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--n", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -420,6 +494,9 @@ def main() -> None:
                      "sealed, so the restart has nothing to recover")
     if args.child:
         child(args.child, args.n)
+        return
+    if args.handout:
+        print_handout([int(x) for x in args.handout.split(",")])
         return
     if args.scale or args.pulsar:
         if args.scale:

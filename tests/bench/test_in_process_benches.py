@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.delayed import run_handout
 from bench.delayed_rebuild import run as rebuild_run
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -46,3 +47,12 @@ def test_delayed_rebuild_restores_every_key() -> None:
     assert result["snapshot"]["keys"] == 100
     assert result["snapshot"]["read"] == 10     # only what the snapshot does not cover
     assert result["full"]["read"] > result["snapshot"]["read"]
+
+
+@pytest.mark.parametrize("step_ms", [1, 40])
+def test_delayed_handout_hands_out_every_message(step_ms: int) -> None:
+    # two sealed buckets of 600 and 300 in the mutable one, due over half a second; the run
+    # checks that every one was handed out once
+    result = asyncio.run(run_handout(2, step_ms, 100, per_bucket=600, span_ms=500))
+    assert result["buckets"] == 2
+    assert result["handed_out"] == 1500
