@@ -428,19 +428,22 @@ class _DueQueue:
         out: list[Position] = []
         sealed = self._sealed
         limit_ts = sealed.limit(cutoff)
+        rounds = 2 * max_messages + 1000        # each merge round consumes at least one entry
         for _ in range(EARLIEST_ROUNDS if max_messages >= EARLIEST_MIN_TAKE else 0):
             if len(out) >= max_messages:
                 break
-            took, ran_dry = self._take_earliest(max_messages - len(out), limit_ts, out)
-            if not took:
+            bound, ran_dry = self._take_earliest(max_messages - len(out), limit_ts, out)
+            if bound is None:
                 break
             if ran_dry:                             # their bound is lifted: the next
                 limit_ts = sealed.limit(cutoff)     # segments may be in already
+            elif bound == limit_ts:
+                rounds = 0                          # all that is due is out: no merge
+                break
         # A k-way merge of the source heads: each round takes, from the source whose head is
         # the smallest (time, position), the run of entries below every other source's head.
         # The loaded segments are one heap, so a round costs O(run + log segments) whatever
         # the number of segments; the sources in memory are a handful.
-        rounds = 2 * max_messages + 1000        # each round consumes at least one entry
         while len(out) < max_messages and rounds:
             rounds -= 1
             best: IndexedPositions | None = None
@@ -496,25 +499,26 @@ class _DueQueue:
         return out
 
     def _take_earliest(self, max_messages: int, limit_ts: int,
-                       out: list[Position]) -> tuple[bool, bool]:
+                       out: list[Position]) -> tuple[int | None, bool]:
         """Take, one step a source, every index at or before a time ``bound`` (``limit_ts``
         when all of them fit) when there are at most ``max_messages`` of them: exactly what
         the merge would take first, since everything at or before ``bound`` comes before
         anything later, and ``out`` is sorted by position. Under random delays every loaded
         segment has about one entry due a millisecond, and the merge takes one heap step
-        for each. Answers whether it took anything that way (the merge takes the rest), and
-        whether a segment ran dry doing so (its next one may serve at once)."""
+        for each. Answers the time it took everything up to (None: nothing taken this way,
+        the merge takes it; ``limit_ts`` with nothing taken: nothing is due), and whether a
+        segment ran dry doing so (its next one may serve at once)."""
         heads = [ts for ts in (p.peek_ts() for p in self._indexes) if ts is not None]
         top = self._sealed.top()
         if top is not None:
             heads.append(top[0])
         if not heads:
-            return False, False
+            return limit_ts, False              # nothing tracked
         first = min(heads)
+        if first > limit_ts:
+            return limit_ts, False              # nothing due
         bound = limit_ts
-        for _ in range(EARLIEST_TRIES):
-            if bound < first:
-                return False, False
+        for _ in range(EARLIEST_TRIES):        # each guess is at or after first
             cap = EARLIEST_COUNT_CAP * max_messages
             count = sum(p.count_upto(bound, cap) for p in self._indexes)
             if count <= cap:
@@ -522,20 +526,20 @@ class _DueQueue:
             if count <= max_messages:
                 break
             if bound == first:
-                return False, False             # a herd in one millisecond: the merge
+                return None, False              # a herd in one millisecond: the merge
             # a little before where ``max_messages`` would end if the due times were spread
             # evenly (past the cap the count is short: the guess lands late, and is retried)
             bound = first + (bound - first) * max_messages * 7 // (count * 8)
         else:
-            return False, False
+            return None, False
         if not count:
-            return False, False
+            return bound, False                 # nothing due up to it
         for positions in self._indexes:
             positions.pop_upto(bound, max_messages, out)
         exhausted = self._sealed.take_all_due(bound, out, self._is_deleted)
         for loaded in exhausted:
             self._done(loaded)                  # its next segment: a new barrier or in memory
-        return True, bool(exhausted)
+        return bound, bool(exhausted)
 
     @staticmethod
     def _take_index_run(positions: IndexedPositions, limit_ts: int,
